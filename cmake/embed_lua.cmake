@@ -1,0 +1,21 @@
+# Generates a C file that holds the Lua library sources, so the flowwarden
+# binary needs no files besides itself. Invoked at build time with
+#   -DOUT=<file.c> -DROOT=<lua dir> -DFILES="a.lua;b/c.lua"
+set(body "#include <stddef.h>\n#include \"flowwarden/lua_sources.h\"\n\n")
+set(table "const fw_lua_source_t fw_lua_sources[] = {\n")
+set(i 0)
+foreach(rel IN LISTS FILES)
+  file(READ "${ROOT}/${rel}" hex HEX)
+  string(LENGTH "${hex}" hexlen)
+  math(EXPR len "${hexlen} / 2")
+  string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," bytes "${hex}")
+  string(REGEX REPLACE "\\.lua$" "" mod "${rel}")
+  string(REPLACE "/" "." mod "${mod}")
+  string(REGEX REPLACE "\\.init$" "" mod "${mod}")
+  string(APPEND body "static const char src_${i}[] = {${bytes} 0};\n")
+  string(APPEND table "   {\"${mod}\", \"${rel}\", src_${i}, ${len}},\n")
+  math(EXPR i "${i} + 1")
+endforeach()
+string(APPEND table "   {NULL, NULL, NULL, 0}\n};\n")
+file(WRITE "${OUT}.tmp" "${body}\n${table}")
+execute_process(COMMAND ${CMAKE_COMMAND} -E copy_if_different "${OUT}.tmp" "${OUT}")

@@ -1,0 +1,1 @@
+"""MongoDB-wire-compatible stand-in used by flowwarden's tests, benchmarks and demo."""
