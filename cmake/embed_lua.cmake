@@ -4,6 +4,7 @@
 set(body "#include <stddef.h>\n#include \"flowwarden/lua_sources.h\"\n\n")
 set(table "const fw_lua_source_t fw_lua_sources[] = {\n")
 set(i 0)
+string(REPLACE "," ";" FILES "${FILES}")
 foreach(rel IN LISTS FILES)
   file(READ "${ROOT}/${rel}" hex HEX)
   string(LENGTH "${hex}" hexlen)

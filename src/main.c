@@ -1,8 +1,134 @@
+/*
+ * main.c - the command line: flowwarden run | check | version.
+ */
+#include <getopt.h>
 #include <stdio.h>
+#include <string.h>
+
+#include <lua.h>
+#include <mongoc/mongoc.h>
+
+#include "flowwarden/log.h"
+#include "flowwarden/runtime.h"
+
+static const char usage_text[] =
+   "usage: flowwarden run SCRIPT [--uri URI] [--log-level debug|info|warn|error]\n"
+   "                             [--log-format text|json] [--pid-file PATH]\n"
+   "       flowwarden check SCRIPT\n"
+   "       flowwarden version\n"
+   "       flowwarden --help | flowwarden run --help\n";
+
+static const char run_help[] =
+   "flowwarden run SCRIPT: load SCRIPT, start every stream it declares and run until\n"
+   "SIGTERM or SIGINT.\n\n"
+   "  --uri URI            MongoDB connection string (else FLOWWARDEN_URI, the script's\n"
+   "                       fw.defaults { uri = ... }, then " FW_DEFAULT_URI ")\n"
+   "  --log-level LEVEL    debug, info (default), warn or error\n"
+   "  --log-format FORMAT  text (default) or json: one record per line on stderr\n"
+   "  --pid-file PATH      write the process id to PATH while running\n";
+
+static int
+bad_usage (const char *fmt, const char *arg)
+{
+   fprintf (stderr, "flowwarden: ");
+   fprintf (stderr, fmt, arg);
+   fprintf (stderr, "\n%s", usage_text);
+   return 2;
+}
+
+static int
+cmd_run (int argc, char **argv)
+{
+   static const struct option longopts[] = {{"uri", required_argument, NULL, 'u'},
+                                            {"log-level", required_argument, NULL, 'l'},
+                                            {"log-format", required_argument, NULL, 'f'},
+                                            {"pid-file", required_argument, NULL, 'p'},
+                                            {"help", no_argument, NULL, 'h'},
+                                            {NULL, 0, NULL, 0}};
+   fw_run_options_t opts = {0};
+   fw_log_level_t level = FW_LOG_INFO;
+   bool json = false;
+   int c;
+
+   opterr = 0;
+   optind = 1;
+   while ((c = getopt_long (argc, argv, ":h", longopts, NULL)) != -1) {
+      switch (c) {
+      case 'u':
+         opts.uri = optarg;
+         break;
+      case 'l':
+         if (!fw_log_level_parse (optarg, &level)) {
+            return bad_usage ("--log-level: unknown level \"%s\" (use debug, info, warn or error)",
+                              optarg);
+         }
+         break;
+      case 'f':
+         if (strcmp (optarg, "json") == 0) {
+            json = true;
+         } else if (strcmp (optarg, "text") != 0) {
+            return bad_usage ("--log-format: unknown format \"%s\" (use text or json)", optarg);
+         }
+         break;
+      case 'p':
+         opts.pid_file = optarg;
+         break;
+      case 'h':
+         fputs (run_help, stdout);
+         return 0;
+      case ':':
+         return bad_usage ("option %s needs a value", argv[optind - 1]);
+      default:
+         return bad_usage ("unknown option %s", argv[optind - 1]);
+      }
+   }
+   if (optind >= argc) {
+      return bad_usage ("run: missing SCRIPT%s", "");
+   }
+   if (optind + 1 < argc) {
+      return bad_usage ("run: unexpected argument \"%s\"", argv[optind + 1]);
+   }
+   opts.script = argv[optind];
+   fw_log_configure (level, json);
+   return fw_runtime_run (&opts);
+}
 
 int
-main (void)
+main (int argc, char **argv)
 {
-   printf ("flowwarden %s\n", FW_VERSION);
-   return 0;
+   int rc;
+
+   if (argc < 2) {
+      return bad_usage ("missing command%s", "");
+   }
+   if (strcmp (argv[1], "--help") == 0 || strcmp (argv[1], "-h") == 0 ||
+       strcmp (argv[1], "help") == 0) {
+      fputs (usage_text, stdout);
+      return 0;
+   }
+   if (strcmp (argv[1], "version") == 0 || strcmp (argv[1], "--version") == 0) {
+      printf ("flowwarden %s (libmongoc %s, %s)\n", FW_VERSION, MONGOC_VERSION_S, LUA_RELEASE);
+      return 0;
+   }
+   mongoc_init ();
+   if (strcmp (argv[1], "run") == 0) {
+      rc = cmd_run (argc - 1, argv + 1);
+   } else if (strcmp (argv[1], "check") == 0) {
+      if (argc == 3 && strcmp (argv[2], "--help") == 0) {
+         puts ("flowwarden check SCRIPT: validate SCRIPT without connecting and print each "
+               "stream with its effective settings.");
+         rc = 0;
+      } else if (argc != 3) {
+         rc = bad_usage (argc < 3 ? "check: missing SCRIPT%s" : "check: unexpected argument \"%s\"",
+                         argc < 3 ? "" : argv[3]);
+      } else if (argv[2][0] == '-') {
+         rc = bad_usage ("check: unknown option %s", argv[2]);
+      } else {
+         rc = fw_runtime_check (argv[2]);
+      }
+   } else {
+      rc = bad_usage ("unknown command \"%s\"", argv[1]);
+   }
+   mongoc_cleanup ();
+   return rc;
 }

@@ -1,0 +1,91 @@
+#!/usr/bin/python3
+"""The README's demo: a MongoDB stand-in, flowwarden running examples/orders.lua,
+and a client that inserts, updates and deletes orders. Prints what the handlers
+did and the dead-letter entries, then stops everything."""
+import argparse
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests", "standin"))
+
+from standin_process import StandIn  # noqa: E402
+import pymongo  # noqa: E402
+
+
+def pump(stream, lines):
+    for raw in iter(stream.readline, b""):
+        line = raw.decode("utf-8", "replace").rstrip("\n")
+        print("  flowwarden | " + line, flush=True)
+        lines.put(line)
+
+
+def wait_for(lines, seen, needle, timeout):
+    """Waits for a log line containing needle; returns False on timeout."""
+    deadline = time.monotonic() + timeout
+    if any(needle in l for l in seen):
+        return True
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=deadline - time.monotonic())
+        except queue.Empty:
+            return False
+        seen.append(line)
+        if needle in line:
+            return True
+    return False
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--binary", default=os.path.join(ROOT, "build", "flowwarden"))
+    args = ap.parse_args()
+
+    with StandIn() as standin:
+        uri = "mongodb://127.0.0.1:%d/shop?replicaSet=rs0" % standin.port
+        print("stand-in ready at " + uri)
+        proc = subprocess.Popen([args.binary, "run", os.path.join(HERE, "orders.lua"),
+                                 "--uri", uri], stderr=subprocess.PIPE)
+        lines, seen = queue.Queue(), []
+        threading.Thread(target=pump, args=(proc.stderr, lines), daemon=True).start()
+        try:
+            if not wait_for(lines, seen, "change stream open", 30):
+                sys.exit("demo: flowwarden did not open its change stream")
+            client = pymongo.MongoClient(uri)
+            orders = client.shop.orders
+            print("client: inserting, updating and deleting orders")
+            orders.insert_one({"_id": 1, "item": "keyboard", "qty": 1, "total": 49.90,
+                               "gateway": "ok"})
+            orders.insert_one({"_id": 2, "item": "monitor", "qty": 2, "total": 398.00,
+                               "gateway": "flaky"})
+            orders.insert_one({"_id": 3, "item": "cable", "qty": 3, "total": -5.00,
+                               "gateway": "ok"})
+            orders.insert_one({"_id": 4, "item": "laptop", "qty": 1, "total": 1299.00,
+                               "gateway": "down"})
+            orders.update_one({"_id": 1}, {"$set": {"status": "PAID"}})
+            orders.delete_one({"_id": 1})
+            if not wait_for(lines, seen, "order 1 was deleted", 60):
+                sys.exit("demo: the handlers did not see every event")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+        time.sleep(0)  # the pump thread drains the rest as the pipe closes
+        print("\nflowwarden exited with status %d" % proc.returncode)
+
+        print("\ndead-letter queue (shop.orders_dlq):")
+        for e in client.shop.orders_dlq.find().sort("createdAt", 1):
+            print("  - documentKey=%s operationType=%s attempts=%d error=%s: %s status=%s" % (
+                e["documentKey"], e["operationType"], e["attempts"], e["error"]["type"],
+                e["error"]["message"], e["status"]))
+        client.close()
+        return proc.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+/*
+ * checkpoint_store.h - resume tokens persisted in <database>._fw_checkpoints,
+ * one document per stream (_id = stream name), as FlowWarden keeps them:
+ *
+ *   lastProcessedToken  the token of the last event a handler finished with
+ *   lastSeenToken       the furthest position the stream has read to, which
+ *                       on an idle stream follows the server's post-batch
+ *                       resume token so it never falls out of the oplog
+ */
+#ifndef FLOWWARDEN_CHECKPOINT_STORE_H
+#define FLOWWARDEN_CHECKPOINT_STORE_H
+
+#include <stdbool.h>
+
+#include <mongoc/mongoc.h>
+
+#include "flowwarden/error.h"
+
+#define FW_CHECKPOINT_COLLECTION "_fw_checkpoints"
+
+typedef struct {
+   bool has_processed;
+   bool has_seen;
+   bson_t processed; /* initialised (possibly empty) after a load */
+   bson_t seen;
+} fw_checkpoint_t;
+
+/* Reads the checkpoint of stream. A missing document is not an error: both
+ * has_ flags are then false. cp is owned by the caller:
+ * fw_checkpoint_cleanup. */
+bool fw_checkpoint_load (mongoc_client_t *client, const char *database, const char *stream,
+                         fw_checkpoint_t *cp, fw_error_t *error);
+
+/* Upserts the checkpoint. processed and seen may be NULL (field untouched).
+ * Acknowledged with the client's write concern. */
+bool fw_checkpoint_save (mongoc_client_t *client, const char *database, const char *stream,
+                         const bson_t *processed, const bson_t *seen, fw_error_t *error);
+
+void fw_checkpoint_cleanup (fw_checkpoint_t *cp);
+
+#endif

@@ -1,0 +1,40 @@
+/*
+ * dlq_entry.h - builds the dead-letter document of seed 002 for one event.
+ *
+ * Event fields (documentKey, fullDocument, the resume token, clusterTime) are
+ * copied from the event's BSON as they are, never through Lua, so every BSON
+ * type survives.
+ */
+#ifndef FLOWWARDEN_DLQ_ENTRY_H
+#define FLOWWARDEN_DLQ_ENTRY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <bson/bson.h>
+
+#include "flowwarden/event.h"
+#include "flowwarden/stream_config.h"
+
+typedef struct {
+   const char *stream_name;
+   const char *error_type;
+   const char *error_message;
+   const char *stack_trace;     /* may be NULL */
+   int attempts;
+   int64_t first_attempt_ms;    /* wall clock, ms since the epoch */
+   int64_t last_attempt_ms;
+   int64_t created_ms;
+   const char *script_version;  /* may be NULL */
+   const bson_t *metadata;      /* may be NULL: stored as {} */
+} fw_dlq_failure_t;
+
+/* Initialises out and fills it. The caller owns out (bson_destroy). */
+bool fw_dlq_entry_build (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg,
+                         const fw_dlq_failure_t *f, fw_error_t *error);
+
+/* Writes "INSERT", "UPDATE", "DROP_DATABASE"...: seed 002's spelling of a
+ * MongoDB operation type. */
+void fw_dlq_operation_type (const char *op, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,51 @@
+/*
+ * dlq_store.h - where dead-lettered events go: the DlqStore SPI of seed 002.
+ *
+ * A store is a table of functions plus its own state, so another backend
+ * (a file, a queue) can be added by filling an fw_dlq_store_t. flowwarden
+ * ships the MongoDB store (fw_dlq_store_mongo_new), which writes seed 002's
+ * document to the stream's DLQ collection.
+ *
+ * Entries are BSON documents shaped exactly as seed 002's "DLQ Document
+ * Schema", plus eventId, ns {db, coll}, clusterTime and scriptVersion.
+ */
+#ifndef FLOWWARDEN_DLQ_STORE_H
+#define FLOWWARDEN_DLQ_STORE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <mongoc/mongoc.h>
+
+#include "flowwarden/error.h"
+
+typedef struct fw_dlq_store fw_dlq_store_t;
+
+struct fw_dlq_store {
+   /* Persists entry durably; true only once the backend acknowledged it. */
+   bool (*save) (fw_dlq_store_t *store, const bson_t *entry, fw_error_t *error);
+   /* Finds the entry with _id == id; *found tells whether it exists. out is
+    * initialised by the callee and owned by the caller. */
+   bool (*find_by_id) (fw_dlq_store_t *store, const char *id, bson_t *out, bool *found,
+                       fw_error_t *error);
+   /* Appends every entry of stream, oldest first, to out (an array document
+    * initialised by the callee, owned by the caller). */
+   bool (*find_by_stream) (fw_dlq_store_t *store, const char *stream, bson_t *out,
+                           fw_error_t *error);
+   /* Counts the entries of stream (all streams when stream is NULL). */
+   bool (*count) (fw_dlq_store_t *store, const char *stream, int64_t *out, fw_error_t *error);
+   void (*destroy) (fw_dlq_store_t *store);
+};
+
+/* The MongoDB store. client is borrowed and must outlive the store;
+ * write_concern_tag ("majority") or, when NULL, write_concern_w is used for
+ * saves. Ensures the TTL index on expiresAt and the {streamName, createdAt}
+ * index, idempotently; fails if they cannot be created. */
+fw_dlq_store_t *fw_dlq_store_mongo_new (mongoc_client_t *client, const char *database,
+                                        const char *collection, const char *write_concern_tag,
+                                        int write_concern_w, fw_error_t *error);
+
+/* Destroys any store. NULL is a no-op. */
+void fw_dlq_store_destroy (fw_dlq_store_t *store);
+
+#endif

@@ -1,0 +1,46 @@
+/*
+ * event_ctx.h - the `ctx` object handlers receive.
+ *
+ * A ctx is a small userdata pointing at the stream's current dispatch. Values
+ * are converted from BSON only when a handler asks for them, then cached for
+ * the rest of the event (across retry attempts too). A ctx kept past its
+ * event raises "ctx used after its event was handled" instead of showing
+ * another event's data.
+ */
+#ifndef FLOWWARDEN_EVENT_CTX_H
+#define FLOWWARDEN_EVENT_CTX_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <lua.h>
+
+#include "flowwarden/event.h"
+
+#define FW_DLQ_REASON_MAX 1024
+
+/* What the stream is doing right now; owned by the stream worker. */
+typedef struct {
+   const char *stream_name;
+   const fw_event_t *event;
+   int attempt;              /* 1-based */
+   bool dlq_enabled;
+   bool dlq_requested;       /* set by ctx:send_to_dlq */
+   char dlq_reason[FW_DLQ_REASON_MAX];
+   uint64_t generation;      /* bumped per event; stale ctx detection */
+   int cache_ref;            /* registry ref of this event's cache, or LUA_NOREF */
+} fw_dispatch_t;
+
+/* Registers the ctx metatable in L. Call once per state, protected. */
+void fw_event_ctx_open (lua_State *L);
+
+/* Starts a new event on d: bumps the generation and drops the old cache. */
+void fw_event_ctx_begin (lua_State *L, fw_dispatch_t *d, const fw_event_t *ev);
+
+/* Pushes a ctx for d's current event. May raise (memory). */
+void fw_event_ctx_push (lua_State *L, fw_dispatch_t *d);
+
+/* Pushes the metadata table handlers filled with ctx:add_metadata (or nil). */
+void fw_event_ctx_push_metadata (lua_State *L, fw_dispatch_t *d);
+
+#endif

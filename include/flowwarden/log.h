@@ -1,0 +1,34 @@
+/*
+ * log.h - the runtime's log: one line per record on stderr, as text or JSON.
+ *
+ * Records carry time, level and (when there is one) the stream name. Callers
+ * must never pass document contents at a level above debug. Thread-safe: a
+ * record is written with one write so lines from streams never interleave.
+ */
+#ifndef FLOWWARDEN_LOG_H
+#define FLOWWARDEN_LOG_H
+
+#include <stdbool.h>
+
+typedef enum {
+   FW_LOG_DEBUG = 0,
+   FW_LOG_INFO = 1,
+   FW_LOG_WARN = 2,
+   FW_LOG_ERROR = 3
+} fw_log_level_t;
+
+/* Parses "debug" | "info" | "warn" | "error". Returns false on anything else. */
+bool fw_log_level_parse (const char *name, fw_log_level_t *out);
+
+/* Sets the threshold and the format (json = false: text). Call before
+ * threads start. */
+void fw_log_configure (fw_log_level_t level, bool json);
+
+/* True when records at level would be written. */
+bool fw_log_enabled (fw_log_level_t level);
+
+/* Writes one record. stream may be NULL. */
+void fw_log (fw_log_level_t level, const char *stream, const char *fmt, ...)
+   __attribute__ ((format (printf, 3, 4)));
+
+#endif

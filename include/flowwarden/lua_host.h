@@ -1,0 +1,85 @@
+/*
+ * lua_host.h - one sandboxed Lua state running an operator's script.
+ *
+ * A host owns a lua_State built with a counting allocator (so a per-state
+ * memory limit can be enforced) and the flowwarden library preloaded: the
+ * embedded Lua modules under lua/ and the C module "flowwarden.core". Loading
+ * a script runs it and asks the Lua side (flowwarden.config) to validate the
+ * declarations; the validated stream specs stay in the state's registry.
+ *
+ * A host is used by one thread at a time; it may be handed to another thread.
+ */
+#ifndef FLOWWARDEN_LUA_HOST_H
+#define FLOWWARDEN_LUA_HOST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <lua.h>
+
+#include "flowwarden/error.h"
+
+typedef struct fw_lua_host fw_lua_host_t;
+
+/* Why the host interrupted the last call, if it did. */
+typedef enum {
+   FW_LUA_STOP_NONE = 0,
+   FW_LUA_STOP_TIMEOUT,
+   FW_LUA_STOP_MEMORY
+} fw_lua_stop_t;
+
+/* Creates a state with the flowwarden library. Returns NULL and fills error
+ * on failure. The caller owns the host: fw_lua_host_destroy. */
+fw_lua_host_t *fw_lua_host_new (fw_error_t *error);
+
+/* Closes the state. NULL is a no-op. */
+void fw_lua_host_destroy (fw_lua_host_t *host);
+
+/* The state; valid until fw_lua_host_destroy. */
+lua_State *fw_lua_host_state (fw_lua_host_t *host);
+
+/* Sets the memory ceiling in bytes (0 = none). Allocations beyond it fail,
+ * which Lua reports as "not enough memory"; the host records
+ * FW_LUA_STOP_MEMORY so the error can be typed MemoryError. */
+void fw_lua_host_set_memory_limit (fw_lua_host_t *host, size_t bytes);
+
+/* Bytes currently allocated by the state. */
+size_t fw_lua_host_memory_used (const fw_lua_host_t *host);
+
+/* Runs the script at path (modules beside it can be require'd), then
+ * validates its declarations. option_uri (--uri or FLOWWARDEN_URI, may be
+ * NULL) wins over the script's fw.defaults { uri = ... }; the default
+ * database comes from the effective URI's path. On failure error->message
+ * holds every problem, one per line, each starting with SCRIPT:LINE. */
+bool fw_lua_host_load_script (fw_lua_host_t *host, const char *path, const char *option_uri,
+                              fw_error_t *error);
+
+/* Number of streams the loaded script declared. */
+int fw_lua_host_stream_count (fw_lua_host_t *host);
+
+/* Pushes the validated spec table of stream i (0-based) onto the stack. */
+void fw_lua_host_push_spec (fw_lua_host_t *host, int i);
+
+/* Pushes the effective URI (option, script or default) as a string. */
+void fw_lua_host_push_uri (fw_lua_host_t *host);
+
+/* Returns the text `flowwarden check` prints for the loaded script (streams
+ * with effective settings, then warnings). Caller frees with free(). */
+char *fw_lua_host_describe (fw_lua_host_t *host, fw_error_t *error);
+
+/*
+ * Calls the function below nargs arguments on the stack, protected, with a
+ * wall-clock budget (timeout_ms, 0 = none) enforced by an instruction-count
+ * hook. On success leaves nresults results and returns true. On failure
+ * leaves ONE value, a table {value = <what was raised>, traceback = <text>},
+ * sets *stop to why the host interrupted the call (or FW_LUA_STOP_NONE), and
+ * returns false.
+ */
+bool fw_lua_host_call (fw_lua_host_t *host, int nargs, int nresults,
+                       int64_t timeout_ms, fw_lua_stop_t *stop);
+
+/* Requires module name and leaves it on the stack; protected. */
+bool fw_lua_host_require (fw_lua_host_t *host, const char *name, fw_error_t *error);
+
+#endif

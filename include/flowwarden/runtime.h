@@ -1,0 +1,27 @@
+/*
+ * runtime.h - `flowwarden run` and `flowwarden check`: load the script,
+ * start every stream, wait for a signal, stop cleanly.
+ */
+#ifndef FLOWWARDEN_RUNTIME_H
+#define FLOWWARDEN_RUNTIME_H
+
+#include <stdbool.h>
+
+#define FW_DEFAULT_URI "mongodb://127.0.0.1:27017/?replicaSet=rs0"
+
+typedef struct {
+   const char *script;
+   const char *uri;      /* --uri, or NULL */
+   const char *pid_file; /* or NULL */
+} fw_run_options_t;
+
+/* Runs until SIGTERM/SIGINT. Returns the process exit code: 0 after a clean
+ * stop, 1 when the script is invalid, the URI is bad, or every stream
+ * stopped on a terminal error. */
+int fw_runtime_run (const fw_run_options_t *opts);
+
+/* Validates the script without connecting and prints the effective settings
+ * to stdout (errors to stderr). Returns 0 or 1. */
+int fw_runtime_check (const char *script);
+
+#endif

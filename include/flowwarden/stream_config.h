@@ -1,0 +1,58 @@
+/*
+ * stream_config.h - one stream's effective settings, read from the spec the
+ * Lua side validated (flowwarden.config). The C runtime never re-validates
+ * the script; it only copies what it needs out of the Lua state.
+ */
+#ifndef FLOWWARDEN_STREAM_CONFIG_H
+#define FLOWWARDEN_STREAM_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <bson/bson.h>
+#include <lua.h>
+
+#include "flowwarden/backoff.h"
+#include "flowwarden/error.h"
+
+typedef struct {
+   bool enabled;
+   char *collection;
+   int ttl_days;                    /* 0 = keep forever */
+   bool include_original_document;
+   bool include_stack_trace;
+   char *write_concern_tag;         /* "majority", or NULL when w is a number */
+   int write_concern_w;
+} fw_dlq_config_t;
+
+typedef struct {
+   char *name;
+   char *declared_at;               /* "SCRIPT:LINE" */
+   char *database;
+   char *collection;                /* NULL: the whole database */
+   bson_t pipeline;                 /* stages after $changeStream */
+   char *full_document;             /* "default" ... */
+   char *full_document_before_change; /* "off" ... */
+   int save_every;
+   int64_t save_interval_ms;
+   int64_t idle_heartbeat_ms;
+   bool start_latest;               /* start_position = "latest" */
+   bool resume_from_now;            /* on_history_lost = "resume_from_now" */
+   fw_backoff_t restart;
+   fw_backoff_t retry;
+   fw_dlq_config_t dlq;
+   int64_t timeout_ms;
+   size_t memory_limit;
+} fw_stream_config_t;
+
+/* Fills cfg from the spec table at stack index idx. Must run inside a
+ * protected call (it may raise); on a malformed spec returns false. cfg is
+ * owned by the caller and released with fw_stream_config_cleanup. */
+bool fw_stream_config_read (lua_State *L, int idx, fw_stream_config_t *cfg,
+                            fw_error_t *error);
+
+/* Frees what fw_stream_config_read allocated. Safe on a zeroed struct. */
+void fw_stream_config_cleanup (fw_stream_config_t *cfg);
+
+#endif

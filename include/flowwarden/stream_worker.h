@@ -1,0 +1,55 @@
+/*
+ * stream_worker.h - one declared stream: its own thread, Lua state and
+ * pooled client, reading its change stream in order and calling handlers.
+ */
+#ifndef FLOWWARDEN_STREAM_WORKER_H
+#define FLOWWARDEN_STREAM_WORKER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <mongoc/mongoc.h>
+
+#include "flowwarden/error.h"
+#include "flowwarden/lua_host.h"
+#include "flowwarden/shutdown.h"
+
+typedef struct fw_stream_worker fw_stream_worker_t;
+
+typedef struct {
+   uint64_t handled;        /* handler finished without error */
+   uint64_t handler_errors; /* failed attempts */
+   uint64_t retries;
+   uint64_t dead_lettered;
+   uint64_t skipped;        /* on_error returned fw.SKIP */
+   uint64_t lost;           /* failed for good with no DLQ: logged at error level */
+   bool failed;             /* the stream stopped on a terminal error */
+} fw_stream_stats_t;
+
+/*
+ * Creates the worker for stream `index` of the script. host must have the
+ * script loaded; the worker takes ownership of it. pool and shutdown are
+ * borrowed and must outlive the worker. Returns NULL with error filled when
+ * the spec cannot be read.
+ */
+fw_stream_worker_t *fw_stream_worker_new (fw_lua_host_t *host, int index,
+                                          mongoc_client_pool_t *pool, fw_shutdown_t *shutdown,
+                                          fw_error_t *error);
+
+/* The stream's name; valid for the worker's life. */
+const char *fw_stream_worker_name (const fw_stream_worker_t *w);
+
+/* Starts the thread. */
+bool fw_stream_worker_start (fw_stream_worker_t *w, fw_error_t *error);
+
+/* Waits for the thread to end (after a shutdown request or a terminal
+ * error), having written its final checkpoint. */
+void fw_stream_worker_join (fw_stream_worker_t *w);
+
+/* Copies the counters. Safe after join. */
+void fw_stream_worker_stats (const fw_stream_worker_t *w, fw_stream_stats_t *out);
+
+/* Joins if needed and frees everything. NULL is a no-op. */
+void fw_stream_worker_destroy (fw_stream_worker_t *w);
+
+#endif

@@ -1,0 +1,231 @@
+--[[
+flowwarden.describe: the text `flowwarden check` prints for a valid script.
+
+  describe.text(cfg)      the whole report: URI line, one block per stream,
+                          then the warnings (see below); ends with "\n"
+  describe.stream(spec)   one block: 'stream "name"' then one setting per
+                          line, dotted names in a fixed order, every default
+                          filled in
+  describe.warnings(cfg)  array of "SCRIPT:LINE: warning: stream \"x\": ..."
+                          for settings that are valid but probably not meant
+                          (no DLQ, handlers that can never run, ...); the
+                          host may also log them when `run` starts
+
+`cfg` is what flowwarden.config.finish() returns. The output is stable: the
+same script always gives the same text, so tests and diffs can rely on it.
+]]
+
+local config = require("flowwarden.config")
+local duration = require("flowwarden.duration")
+local errors = require("flowwarden.errors")
+
+local M = {}
+
+local KEY_WIDTH = 31
+
+local function number_text(x)
+  if math.type(x) == "float" and x == math.floor(x) then
+    return string.format("%.1f", x)
+  end
+  return tostring(x)
+end
+
+local function list_text(list, empty)
+  if not list or #list == 0 then
+    return empty
+  end
+  return table.concat(list, ", ")
+end
+
+-- Hides the password of "mongodb://user:secret@host" as "user:***".
+function M.redact_uri(uri)
+  return (uri:gsub("^(mongodb[%+%w]*://)([^@/]*)@", function(scheme, userinfo)
+    local user = userinfo:match("^([^:]*):")
+    return scheme .. (user and (user .. ":***") or userinfo) .. "@"
+  end))
+end
+
+-- Delays before attempts 2..max_attempts, as the seed's formula gives them
+-- without jitter: min(initial_delay * multiplier^(n-1), max_delay).
+function M.retry_delays_ms(retry)
+  local delays = {}
+  for n = 1, retry.max_attempts - 1 do
+    local d = retry.initial_delay_ms * retry.multiplier ^ (n - 1)
+    delays[n] = math.floor(math.min(d, retry.max_delay_ms) + 0.5)
+  end
+  return delays
+end
+
+local function schedule_text(retry)
+  local delays = M.retry_delays_ms(retry)
+  local shown = {}
+  for i = 1, math.min(#delays, 8) do
+    shown[i] = duration.format(delays[i])
+  end
+  local text = table.concat(shown, ", ")
+  if #delays > 8 then
+    text = text .. string.format(", ... (%d retries)", #delays)
+  end
+  if retry.jitter then
+    text = text .. " (each +/-20% jitter)"
+  end
+  return text
+end
+
+local SOURCE_NOTE = { stream = "", defaults = " (from fw.defaults)", uri = " (from the URI)" }
+
+function M.stream(spec)
+  local lines = { string.format('stream "%s"', spec.name) }
+  local function add(key, value)
+    lines[#lines + 1] = string.format("  %-" .. KEY_WIDTH .. "s%s", key, value)
+  end
+  local ms = duration.format
+
+  add("declared_at", spec.declared_at)
+  add("database", spec.database .. SOURCE_NOTE[spec.database_source])
+  add("collection", spec.collection or "(whole database)")
+  add("operation_types", list_text(spec.operation_types, "(all)"))
+  local stages = {}
+  for i, stage in ipairs(spec.pipeline) do
+    stages[i] = tostring(next(stage))
+  end
+  add("pipeline", #stages == 0 and "(none)"
+    or string.format("%d stage%s: %s", #stages, #stages == 1 and "" or "s", table.concat(stages, ", ")))
+  add("full_document", spec.full_document)
+  add("full_document_before_change", spec.full_document_before_change)
+  local handlers = {}
+  for _, key in ipairs(config.HANDLER_KEYS) do
+    if spec.handlers[key:sub(4)] then
+      handlers[#handlers + 1] = key
+    end
+  end
+  add("handlers", table.concat(handlers, ", "))
+  add("on_error", spec.on_error and "declared" or "(none)")
+  add("timeout", ms(spec.timeout_ms))
+  add("memory_limit", duration.format_size(spec.memory_limit_bytes))
+
+  local c = spec.checkpoint
+  add("checkpoint.save_every", tostring(c.save_every))
+  add("checkpoint.save_interval", ms(c.save_interval_ms))
+  add("checkpoint.idle_heartbeat", ms(c.idle_heartbeat_ms))
+  add("checkpoint.start_position", c.start_position)
+  add("checkpoint.on_history_lost", c.on_history_lost)
+
+  local r = spec.restart
+  add("restart.max_attempts", r.max_attempts == 0 and "0 (unlimited)" or tostring(r.max_attempts))
+  add("restart.initial_delay", ms(r.initial_delay_ms))
+  add("restart.max_delay", ms(r.max_delay_ms))
+  add("restart.multiplier", number_text(r.multiplier))
+  add("restart.jitter", tostring(r.jitter))
+
+  local t = spec.retry
+  if not t.enabled then
+    add("retry", "(none: one attempt per event)")
+  else
+    add("retry.max_attempts", tostring(t.max_attempts))
+    add("retry.initial_delay", ms(t.initial_delay_ms))
+    add("retry.max_delay", ms(t.max_delay_ms))
+    add("retry.multiplier", number_text(t.multiplier))
+    add("retry.jitter", tostring(t.jitter))
+    add("retry.retry_on", list_text(t.retry_on, "(any type not in no_retry_on)"))
+    add("retry.no_retry_on", list_text(t.no_retry_on, "(none)"))
+    if t.max_attempts > 1 then
+      add("retry.delays", schedule_text(t))
+    end
+  end
+
+  local d = spec.dlq
+  if not d then
+    add("dlq", "(none)")
+  else
+    add("dlq.collection", d.collection)
+    add("dlq.ttl_days", d.ttl_days == 0 and "0 (keep forever)" or tostring(d.ttl_days))
+    add("dlq.include_original_document", tostring(d.include_original_document))
+    add("dlq.include_stack_trace", tostring(d.include_stack_trace))
+    add("dlq.write_concern", tostring(d.write_concern))
+  end
+  return table.concat(lines, "\n") .. "\n"
+end
+
+local function stream_warnings(cfg, spec, out)
+  local function warn(fmt, ...)
+    out[#out + 1] = string.format('%s: warning: stream "%s": ' .. fmt, spec.declared_at, spec.name, ...)
+  end
+  local retry = spec.retry
+
+  if not spec.dlq then
+    if retry.enabled then
+      warn("no dlq: failed events will be lost after retries")
+    else
+      warn("no dlq: failed events will be lost on their first failure (no retry either)")
+    end
+  end
+  if not retry.enabled and cfg.defaults.retry then
+    warn("no retry: the retry settings in fw.defaults only apply to streams that set retry "
+      .. "(retry = true)")
+  end
+  if not spec.dlq and cfg.defaults.dlq and cfg.defaults.dlq.enabled ~= false then
+    warn("no dlq: the dlq settings in fw.defaults only apply to streams that set dlq (dlq = true)")
+  end
+  if retry.enabled and retry.max_attempts == 1 then
+    warn("retry.max_attempts is 1: events are never retried")
+  end
+  if retry.enabled then
+    for _, entry in ipairs(retry.retry_on) do
+      local hit, by = errors.matches(entry, retry.no_retry_on)
+      if hit then
+        warn("retry.retry_on: %q is also matched by no_retry_on %q, which wins: never retried",
+          entry, by)
+      end
+    end
+  end
+
+  if spec.operation_types then
+    local listed = {}
+    for _, op in ipairs(spec.operation_types) do
+      listed[op] = true
+    end
+    for _, op in ipairs({ "insert", "update", "replace", "delete" }) do
+      if spec.handlers[op] and not listed[op] then
+        warn('on_%s never runs: operation_types does not include "%s"', op, op)
+      end
+    end
+    if spec.handlers.change then
+      local reaches = false
+      for _, op in ipairs(spec.operation_types) do
+        reaches = reaches or not spec.handlers[op]
+      end
+      if not reaches then
+        warn("on_change never runs: every type in operation_types has its own handler")
+      end
+    end
+  end
+end
+
+function M.warnings(cfg)
+  local out = {}
+  for _, spec in ipairs(cfg.streams) do
+    stream_warnings(cfg, spec, out)
+  end
+  return out
+end
+
+local URI_SOURCE = {
+  option = "from --uri or FLOWWARDEN_URI",
+  script = "from fw.defaults",
+  default = "default",
+}
+
+function M.text(cfg)
+  local parts = { string.format("uri: %s (%s)\n", M.redact_uri(cfg.uri), URI_SOURCE[cfg.uri_source]) }
+  for _, spec in ipairs(cfg.streams) do
+    parts[#parts + 1] = "\n" .. M.stream(spec)
+  end
+  local warnings = M.warnings(cfg)
+  if #warnings > 0 then
+    parts[#parts + 1] = "\n" .. table.concat(warnings, "\n") .. "\n"
+  end
+  return table.concat(parts)
+end
+
+return M

@@ -1,0 +1,342 @@
+/*
+ * event_ctx.c - the handler context: lazy, cached accessors over one event.
+ */
+#include <string.h>
+
+#include <lauxlib.h>
+
+#include "flowwarden/bson_lua.h"
+#include "flowwarden/event_ctx.h"
+
+#define CTX_MT "flowwarden.ctx"
+
+typedef struct {
+   fw_dispatch_t *d;
+   uint64_t generation;
+} ctx_ud_t;
+
+static fw_dispatch_t *
+check_ctx (lua_State *L)
+{
+   ctx_ud_t *c = luaL_checkudata (L, 1, CTX_MT);
+   if (c->generation != c->d->generation || !c->d->event) {
+      luaL_error (L, "ctx used after its event was handled (keep the values you need, "
+                     "not the ctx)");
+   }
+   return c->d;
+}
+
+/* Pushes this event's cache table, creating it on first use. */
+static void
+push_cache (lua_State *L, fw_dispatch_t *d)
+{
+   if (d->cache_ref == LUA_NOREF) {
+      lua_createtable (L, 0, 4);
+      lua_pushvalue (L, -1);
+      d->cache_ref = luaL_ref (L, LUA_REGISTRYINDEX);
+   } else {
+      lua_rawgeti (L, LUA_REGISTRYINDEX, d->cache_ref);
+   }
+}
+
+/* Converts the value at it (a field of the event) once per event. */
+static int
+push_cached_field (lua_State *L, fw_dispatch_t *d, const char *key, bool present,
+                   const bson_iter_t *it)
+{
+   fw_error_t err;
+   bson_iter_t copy;
+
+   if (!present) {
+      lua_pushnil (L);
+      return 1;
+   }
+   push_cache (L, d);
+   if (lua_getfield (L, -1, key) != LUA_TNIL) {
+      return 1;
+   }
+   lua_pop (L, 1);
+   copy = *it;
+   if (BSON_ITER_HOLDS_NULL (&copy)) {
+      lua_pushnil (L); /* fullDocument: null means "not available" */
+      return 1;
+   }
+   if (!fw_bson_lua_push_value (L, &copy, key, &err)) {
+      return luaL_error (L, "%s", err.message);
+   }
+   lua_pushvalue (L, -1);
+   lua_setfield (L, -3, key);
+   return 1;
+}
+
+static int
+ctx_full_document (lua_State *L)
+{
+   fw_dispatch_t *d = check_ctx (L);
+   return push_cached_field (L, d, "fullDocument", d->event->has_full_document,
+                             &d->event->full_document);
+}
+
+static int
+ctx_full_document_before_change (lua_State *L)
+{
+   fw_dispatch_t *d = check_ctx (L);
+   return push_cached_field (L, d, "fullDocumentBeforeChange", d->event->has_before,
+                             &d->event->before);
+}
+
+static int
+ctx_document_key (lua_State *L)
+{
+   fw_dispatch_t *d = check_ctx (L);
+   return push_cached_field (L, d, "documentKey", d->event->has_document_key,
+                             &d->event->document_key);
+}
+
+static int
+ctx_update_description (lua_State *L)
+{
+   fw_dispatch_t *d = check_ctx (L);
+   return push_cached_field (L, d, "updateDescription", d->event->has_update_description,
+                             &d->event->update_description);
+}
+
+static int
+ctx_resume_token (lua_State *L)
+{
+   fw_dispatch_t *d = check_ctx (L);
+   return push_cached_field (L, d, "_id", true, &d->event->id);
+}
+
+static int
+ctx_cluster_time (lua_State *L)
+{
+   fw_dispatch_t *d = check_ctx (L);
+   return push_cached_field (L, d, "clusterTime", d->event->has_cluster_time,
+                             &d->event->cluster_time);
+}
+
+static int
+ctx_wall_time (lua_State *L)
+{
+   fw_dispatch_t *d = check_ctx (L);
+   return push_cached_field (L, d, "wallTime", d->event->has_wall_time, &d->event->wall_time);
+}
+
+static int
+ctx_transaction (lua_State *L)
+{
+   fw_dispatch_t *d = check_ctx (L);
+   if (!d->event->has_lsid && !d->event->has_txn) {
+      lua_pushnil (L);
+      return 1;
+   }
+   lua_createtable (L, 0, 2);
+   if (d->event->has_lsid) {
+      push_cached_field (L, d, "lsid", true, &d->event->lsid);
+      lua_setfield (L, -2, "lsid");
+   }
+   if (d->event->has_txn) {
+      push_cached_field (L, d, "txnNumber", true, &d->event->txn_number);
+      lua_setfield (L, -2, "txn_number");
+   }
+   return 1;
+}
+
+static int
+ctx_operation_type (lua_State *L)
+{
+   lua_pushstring (L, check_ctx (L)->event->operation_type);
+   return 1;
+}
+
+static int
+ctx_attempt_number (lua_State *L)
+{
+   lua_pushinteger (L, check_ctx (L)->attempt);
+   return 1;
+}
+
+static int
+ctx_event_id (lua_State *L)
+{
+   fw_dispatch_t *d = check_ctx (L);
+   char id[1024];
+   if (!fw_event_id (d->event, id, sizeof id)) {
+      return luaL_error (L, "resume token too long for an event id");
+   }
+   lua_pushstring (L, id);
+   return 1;
+}
+
+static int
+ctx_stream_name (lua_State *L)
+{
+   lua_pushstring (L, check_ctx (L)->stream_name);
+   return 1;
+}
+
+static int
+ctx_database_name (lua_State *L)
+{
+   fw_dispatch_t *d = check_ctx (L);
+   if (d->event->has_ns_db) {
+      lua_pushstring (L, bson_iter_utf8 (&d->event->ns_db, NULL));
+   } else {
+      lua_pushnil (L);
+   }
+   return 1;
+}
+
+static int
+ctx_collection_name (lua_State *L)
+{
+   fw_dispatch_t *d = check_ctx (L);
+   if (d->event->has_ns_coll) {
+      lua_pushstring (L, bson_iter_utf8 (&d->event->ns_coll, NULL));
+   } else {
+      lua_pushnil (L);
+   }
+   return 1;
+}
+
+static int
+ctx_summary (lua_State *L)
+{
+   fw_dispatch_t *d = check_ctx (L);
+   char line[1400];
+   fw_event_summary (d->event, line, sizeof line);
+   lua_pushfstring (L, "[%s] %s attempt=%d", d->stream_name, line, d->attempt);
+   return 1;
+}
+
+static int
+ctx_add_metadata (lua_State *L)
+{
+   fw_dispatch_t *d = check_ctx (L);
+   luaL_checktype (L, 2, LUA_TSTRING);
+   luaL_checkany (L, 3);
+   push_cache (L, d);
+   if (lua_getfield (L, -1, "metadata") != LUA_TTABLE) {
+      lua_pop (L, 1);
+      lua_newtable (L);
+      lua_pushvalue (L, -1);
+      lua_setfield (L, -3, "metadata");
+   }
+   lua_pushvalue (L, 2);
+   lua_pushvalue (L, 3);
+   lua_settable (L, -3);
+   return 0;
+}
+
+static int
+ctx_metadata (lua_State *L)
+{
+   fw_dispatch_t *d = check_ctx (L);
+   luaL_checktype (L, 2, LUA_TSTRING);
+   push_cache (L, d);
+   if (lua_getfield (L, -1, "metadata") != LUA_TTABLE) {
+      lua_pushnil (L);
+      return 1;
+   }
+   lua_pushvalue (L, 2);
+   lua_gettable (L, -2);
+   return 1;
+}
+
+static int
+ctx_send_to_dlq (lua_State *L)
+{
+   fw_dispatch_t *d = check_ctx (L);
+   size_t len;
+   const char *reason = luaL_optlstring (L, 2, "sent to the DLQ by the handler", &len);
+   if (!d->dlq_enabled) {
+      return luaL_error (L, "ctx:send_to_dlq: stream \"%s\" has no dead-letter queue "
+                            "(add dlq = true to its declaration)",
+                         d->stream_name);
+   }
+   if (len >= sizeof d->dlq_reason) {
+      len = sizeof d->dlq_reason - 1;
+   }
+   memcpy (d->dlq_reason, reason, len);
+   d->dlq_reason[len] = '\0';
+   d->dlq_requested = true;
+   return 0;
+}
+
+static int
+ctx_tostring (lua_State *L)
+{
+   ctx_ud_t *c = luaL_checkudata (L, 1, CTX_MT);
+   lua_pushfstring (L, "ctx(%s)", c->d->stream_name);
+   return 1;
+}
+
+static const luaL_Reg ctx_methods[] = {
+   {"full_document", ctx_full_document},
+   {"full_document_before_change", ctx_full_document_before_change},
+   {"document_key", ctx_document_key},
+   {"operation_type", ctx_operation_type},
+   {"update_description", ctx_update_description},
+   {"attempt_number", ctx_attempt_number},
+   {"event_id", ctx_event_id},
+   {"stream_name", ctx_stream_name},
+   {"database_name", ctx_database_name},
+   {"collection_name", ctx_collection_name},
+   {"cluster_time", ctx_cluster_time},
+   {"wall_time", ctx_wall_time},
+   {"resume_token", ctx_resume_token},
+   {"transaction", ctx_transaction},
+   {"summary", ctx_summary},
+   {"add_metadata", ctx_add_metadata},
+   {"metadata", ctx_metadata},
+   {"send_to_dlq", ctx_send_to_dlq},
+   {NULL, NULL}};
+
+void
+fw_event_ctx_open (lua_State *L)
+{
+   luaL_newmetatable (L, CTX_MT);
+   luaL_newlib (L, ctx_methods);
+   lua_setfield (L, -2, "__index");
+   lua_pushcfunction (L, ctx_tostring);
+   lua_setfield (L, -2, "__tostring");
+   lua_pushliteral (L, "flowwarden.ctx");
+   lua_setfield (L, -2, "__metatable");
+   lua_pop (L, 1);
+}
+
+void
+fw_event_ctx_begin (lua_State *L, fw_dispatch_t *d, const fw_event_t *ev)
+{
+   if (d->cache_ref != LUA_NOREF) {
+      luaL_unref (L, LUA_REGISTRYINDEX, d->cache_ref);
+      d->cache_ref = LUA_NOREF;
+   }
+   d->generation++;
+   d->event = ev;
+   d->attempt = 1;
+   d->dlq_requested = false;
+   d->dlq_reason[0] = '\0';
+}
+
+void
+fw_event_ctx_push (lua_State *L, fw_dispatch_t *d)
+{
+   ctx_ud_t *c = lua_newuserdatauv (L, sizeof *c, 0);
+   c->d = d;
+   c->generation = d->generation;
+   luaL_setmetatable (L, CTX_MT);
+}
+
+void
+fw_event_ctx_push_metadata (lua_State *L, fw_dispatch_t *d)
+{
+   if (d->cache_ref == LUA_NOREF) {
+      lua_pushnil (L);
+      return;
+   }
+   lua_rawgeti (L, LUA_REGISTRYINDEX, d->cache_ref);
+   lua_getfield (L, -1, "metadata");
+   lua_remove (L, -2);
+}

@@ -1,0 +1,343 @@
+/*
+ * event_dispatch.c - one event through its handler: attempts, retry backoff,
+ * on_error, and the durable hand-off to the dead-letter queue.
+ *
+ * The success path stays in C. Only a failed attempt goes to the Lua side
+ * (flowwarden.dispatch.on_failure) to classify the error and decide.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <lauxlib.h>
+
+#include "flowwarden/bson_lua.h"
+#include "flowwarden/dlq_entry.h"
+#include "flowwarden/log.h"
+#include "stream_worker-private.h"
+
+typedef enum { ACT_RETRY, ACT_DLQ, ACT_SKIP, ACT_DROP } action_t;
+
+typedef struct {
+   action_t action;
+   char type[128];
+   char message[1024];
+   char traceback[8192];
+} decision_t;
+
+int64_t
+fw_now_ms (void)
+{
+   struct timespec ts;
+   clock_gettime (CLOCK_REALTIME, &ts);
+   return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void
+copy_field (lua_State *L, int t, const char *key, char *buf, size_t len)
+{
+   size_t n = 0;
+   const char *s = NULL;
+   if (lua_getfield (L, t, key) == LUA_TSTRING) {
+      s = lua_tolstring (L, -1, &n);
+   }
+   if (!s) {
+      s = "";
+      n = 0;
+   }
+   if (n >= len) {
+      n = len - 1;
+   }
+   memcpy (buf, s, n);
+   buf[n] = '\0';
+   lua_pop (L, 1);
+}
+
+static const char *
+stop_name (fw_lua_stop_t stop)
+{
+   switch (stop) {
+   case FW_LUA_STOP_TIMEOUT:
+      return "timeout";
+   case FW_LUA_STOP_MEMORY:
+      return "memory";
+   default:
+      return NULL;
+   }
+}
+
+/*
+ * The failure table {value, traceback} is on top of the stack. Asks the Lua
+ * side what to do and copies its answer out, leaving the stack as it was
+ * before the failure was pushed.
+ */
+static void
+decide (fw_stream_worker_t *w, int attempt, fw_lua_stop_t stop, decision_t *out)
+{
+   lua_State *L = fw_lua_host_state (w->host);
+   int failure = lua_gettop (L);
+   fw_lua_stop_t inner;
+   const char *sn = stop_name (stop);
+
+   lua_rawgeti (L, LUA_REGISTRYINDEX, w->on_failure_ref);
+   lua_rawgeti (L, LUA_REGISTRYINDEX, w->spec_ref);
+   lua_pushvalue (L, failure);
+   fw_event_ctx_push (L, &w->dispatch);
+   lua_pushinteger (L, attempt);
+   if (sn) {
+      lua_pushstring (L, sn);
+   } else {
+      lua_pushnil (L);
+   }
+   if (fw_lua_host_call (w->host, 5, 1, w->cfg.timeout_ms, &inner) && lua_istable (L, -1)) {
+      int d = lua_gettop (L);
+      char action[16];
+      copy_field (L, d, "action", action, sizeof action);
+      copy_field (L, d, "type", out->type, sizeof out->type);
+      copy_field (L, d, "message", out->message, sizeof out->message);
+      copy_field (L, d, "traceback", out->traceback, sizeof out->traceback);
+      out->action = strcmp (action, "retry") == 0  ? ACT_RETRY
+                    : strcmp (action, "dlq") == 0  ? ACT_DLQ
+                    : strcmp (action, "skip") == 0 ? ACT_SKIP
+                                                   : ACT_DROP;
+   } else {
+      /* The policy code itself failed (out of budget): fall back to the
+       * safest outcome the declaration allows. */
+      fw_log (FW_LOG_ERROR, w->cfg.name, "error policy failed: %s",
+              lua_isstring (L, -1) ? lua_tostring (L, -1) : "(no message)");
+      snprintf (out->type, sizeof out->type, "RuntimeError");
+      snprintf (out->message, sizeof out->message, "handler failed and its error policy failed");
+      out->traceback[0] = '\0';
+      out->action = w->cfg.dlq.enabled ? ACT_DLQ : ACT_DROP;
+   }
+   lua_settop (L, failure - 1);
+}
+
+typedef struct {
+   bson_t *out;
+   fw_error_t *error;
+   bool ok;
+} metadata_args_t;
+
+static int
+pmetadata (lua_State *L)
+{
+   metadata_args_t *a = lua_touserdata (L, 2);
+   a->ok = fw_bson_lua_to_bson (L, 1, "metadata", a->out, a->error);
+   return 0;
+}
+
+/* Converts ctx:add_metadata's table to BSON. A value with no BSON form is
+ * reported in the entry rather than losing the event. */
+static void
+metadata_to_bson (fw_stream_worker_t *w, bson_t *out)
+{
+   lua_State *L = fw_lua_host_state (w->host);
+   fw_error_t err = {0};
+   metadata_args_t a = {out, &err, false};
+
+   bson_init (out);
+   lua_pushcfunction (L, pmetadata);
+   fw_event_ctx_push_metadata (L, &w->dispatch);
+   if (lua_isnil (L, -1)) {
+      lua_pop (L, 2);
+      return;
+   }
+   lua_pushlightuserdata (L, &a);
+   if (lua_pcall (L, 2, 0, 0) != LUA_OK) {
+      snprintf (err.message, sizeof err.message, "%s", lua_tostring (L, -1));
+      lua_pop (L, 1);
+   }
+   if (!a.ok) {
+      bson_reinit (out);
+      BSON_APPEND_UTF8 (out, "_conversionError", err.message);
+   }
+}
+
+/* Hands the event to the DLQ and does not return until the store
+ * acknowledged it (or a shutdown came first): the checkpoint must never pass
+ * an event that is neither handled nor dead-lettered. */
+static fw_dispatch_result_t
+dead_letter (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t *d, int attempts,
+             int64_t first_ms, int64_t last_ms)
+{
+   fw_dlq_failure_t f = {0};
+   bson_t metadata, entry;
+   fw_error_t err;
+   char id[1024];
+
+   metadata_to_bson (w, &metadata);
+   f.stream_name = w->cfg.name;
+   f.error_type = d->type;
+   f.error_message = d->message;
+   f.stack_trace = d->traceback;
+   f.attempts = attempts;
+   f.first_attempt_ms = first_ms;
+   f.last_attempt_ms = last_ms;
+   f.created_ms = fw_now_ms ();
+   f.metadata = &metadata;
+   if (!fw_event_id (ev, id, sizeof id)) {
+      snprintf (id, sizeof id, "(long)");
+   }
+   if (!fw_dlq_entry_build (&entry, ev, &w->cfg.dlq, &f, &err)) {
+      fw_log (FW_LOG_ERROR, w->cfg.name, "cannot build DLQ entry for event %s: %s", id,
+              err.message);
+      bson_destroy (&entry);
+      bson_destroy (&metadata);
+      return fw_shutdown_wait_ms (w->shutdown, 1000) ? FW_DISPATCH_STOPPED
+                                                     : dead_letter (w, ev, d, attempts,
+                                                                    first_ms, last_ms);
+   }
+   bson_destroy (&metadata);
+
+   for (int tries = 1;; tries++) {
+      if (w->dlq && w->dlq->save (w->dlq, &entry, &err)) {
+         break;
+      }
+      if (!w->dlq) {
+         snprintf (err.message, sizeof err.message, "DLQ store is not open");
+      }
+      int64_t delay = fw_backoff_delay_ms (&w->cfg.restart, tries, fw_backoff_random (&w->rng));
+      fw_log (FW_LOG_ERROR, w->cfg.name,
+              "DLQ insert for event %s failed (try %d): %s; the stream holds this event and "
+              "tries again in %lld ms",
+              id, tries, err.message, (long long) delay);
+      if (fw_shutdown_wait_ms (w->shutdown, delay)) {
+         bson_destroy (&entry);
+         return FW_DISPATCH_STOPPED;
+      }
+      if (!w->dlq && !fw_event_dispatch_open_dlq (w)) {
+         bson_destroy (&entry);
+         return FW_DISPATCH_STOPPED;
+      }
+   }
+   bson_destroy (&entry);
+   w->stats.dead_lettered++;
+   fw_log (FW_LOG_WARN, w->cfg.name, "event %s dead-lettered to %s after %d attempt(s): %s: %s",
+           id, w->cfg.dlq.collection, attempts, d->type, d->message);
+   return FW_DISPATCH_DONE;
+}
+
+static int
+handler_for (const fw_stream_worker_t *w, fw_op_t op)
+{
+   int specific = op == FW_OP_INSERT    ? w->handler_ref[H_INSERT]
+                  : op == FW_OP_UPDATE  ? w->handler_ref[H_UPDATE]
+                  : op == FW_OP_REPLACE ? w->handler_ref[H_REPLACE]
+                  : op == FW_OP_DELETE  ? w->handler_ref[H_DELETE]
+                                        : LUA_NOREF;
+   return specific != LUA_NOREF ? specific : w->handler_ref[H_CHANGE];
+}
+
+fw_dispatch_result_t
+fw_event_dispatch (fw_stream_worker_t *w, const bson_t *doc)
+{
+   lua_State *L = fw_lua_host_state (w->host);
+   fw_event_t ev;
+   fw_error_t err;
+   decision_t d;
+   int ref;
+   int64_t first_ms, last_ms;
+   char id[1024];
+
+   if (!fw_event_parse (doc, &ev, &err)) {
+      /* libmongoc refuses events without _id before we see them, so this is
+       * an event we cannot even name: say so loudly and move on. */
+      fw_log (FW_LOG_ERROR, w->cfg.name, "malformed change event skipped: %s", err.message);
+      w->stats.lost++;
+      return FW_DISPATCH_DONE;
+   }
+   ref = handler_for (w, ev.op);
+   if (ref == LUA_NOREF) {
+      return FW_DISPATCH_DONE; /* no handler for this operation type */
+   }
+   fw_event_ctx_begin (L, &w->dispatch, &ev);
+   first_ms = fw_now_ms ();
+
+   for (int attempt = 1;; attempt++) {
+      fw_lua_stop_t stop;
+      bool ok;
+
+      w->dispatch.attempt = attempt;
+      last_ms = fw_now_ms ();
+      lua_rawgeti (L, LUA_REGISTRYINDEX, ref);
+      fw_event_ctx_push (L, &w->dispatch);
+      ok = fw_lua_host_call (w->host, 1, 0, w->cfg.timeout_ms, &stop);
+      if (ok && !w->dispatch.dlq_requested) {
+         w->stats.handled++;
+         return FW_DISPATCH_DONE;
+      }
+      if (w->dispatch.dlq_requested) {
+         if (!ok) {
+            lua_pop (L, 1);
+         }
+         d.action = ACT_DLQ;
+         snprintf (d.type, sizeof d.type, "DlqRequested");
+         snprintf (d.message, sizeof d.message, "%s", w->dispatch.dlq_reason);
+         d.traceback[0] = '\0';
+      } else {
+         w->stats.handler_errors++;
+         decide (w, attempt, stop, &d);
+      }
+      if (!fw_event_id (&ev, id, sizeof id)) {
+         snprintf (id, sizeof id, "(long)");
+      }
+
+      switch (d.action) {
+      case ACT_RETRY: {
+         int64_t delay =
+            fw_backoff_delay_ms (&w->cfg.retry, attempt, fw_backoff_random (&w->rng));
+         fw_log (FW_LOG_WARN, w->cfg.name,
+                 "event %s attempt %d failed: %s: %s; retrying in %lld ms", id, attempt,
+                 d.type, d.message, (long long) delay);
+         w->stats.retries++;
+         if (fw_shutdown_wait_ms (w->shutdown, delay)) {
+            return FW_DISPATCH_STOPPED;
+         }
+         continue;
+      }
+      case ACT_DLQ:
+         if (!w->cfg.dlq.enabled) {
+            w->stats.lost++;
+            fw_log (FW_LOG_ERROR, w->cfg.name,
+                    "event %s LOST: on_error asked for the DLQ but the stream has none: %s: %s",
+                    id, d.type, d.message);
+            return FW_DISPATCH_DONE;
+         }
+         return dead_letter (w, &ev, &d, attempt, first_ms, last_ms);
+      case ACT_SKIP:
+         w->stats.skipped++;
+         fw_log (FW_LOG_INFO, w->cfg.name, "event %s skipped by on_error after attempt %d: %s: %s",
+                 id, attempt, d.type, d.message);
+         return FW_DISPATCH_DONE;
+      case ACT_DROP:
+      default:
+         w->stats.lost++;
+         fw_log (FW_LOG_ERROR, w->cfg.name,
+                 "event %s LOST after %d attempt(s) (no dead-letter queue): %s: %s", id, attempt,
+                 d.type, d.message);
+         return FW_DISPATCH_DONE;
+      }
+   }
+}
+
+bool
+fw_event_dispatch_open_dlq (fw_stream_worker_t *w)
+{
+   fw_error_t err;
+
+   for (int tries = 1;; tries++) {
+      w->dlq = fw_dlq_store_mongo_new (w->client, w->cfg.database, w->cfg.dlq.collection,
+                                       w->cfg.dlq.write_concern_tag, w->cfg.dlq.write_concern_w,
+                                       &err);
+      if (w->dlq) {
+         return true;
+      }
+      int64_t delay = fw_backoff_delay_ms (&w->cfg.restart, tries, fw_backoff_random (&w->rng));
+      fw_log (FW_LOG_ERROR, w->cfg.name, "%s; retrying in %lld ms", err.message,
+              (long long) delay);
+      if (fw_shutdown_wait_ms (w->shutdown, delay)) {
+         return false;
+      }
+   }
+}

@@ -1,0 +1,126 @@
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <bson/bson.h>
+
+#include "flowwarden/log.h"
+
+static fw_log_level_t threshold = FW_LOG_INFO;
+static bool as_json = false;
+
+static const char *const level_names[] = {"debug", "info", "warn", "error"};
+
+bool
+fw_log_level_parse (const char *name, fw_log_level_t *out)
+{
+   for (int i = 0; i < 4; i++) {
+      if (name && strcmp (name, level_names[i]) == 0) {
+         *out = (fw_log_level_t) i;
+         return true;
+      }
+   }
+   return false;
+}
+
+void
+fw_log_configure (fw_log_level_t level, bool json)
+{
+   threshold = level;
+   as_json = json;
+}
+
+bool
+fw_log_enabled (fw_log_level_t level)
+{
+   return level >= threshold;
+}
+
+static void
+format_time (char *buf, size_t len)
+{
+   struct timespec ts;
+   struct tm tm;
+
+   clock_gettime (CLOCK_REALTIME, &ts);
+   gmtime_r (&ts.tv_sec, &tm);
+   snprintf (buf, len, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900,
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+             ts.tv_nsec / 1000000);
+}
+
+/* Writes the whole line with one write(2) so concurrent records stay whole. */
+static void
+emit (const char *line, size_t len)
+{
+   while (len > 0) {
+      ssize_t n = write (STDERR_FILENO, line, len);
+      if (n <= 0) {
+         return;
+      }
+      line += n;
+      len -= (size_t) n;
+   }
+}
+
+void
+fw_log (fw_log_level_t level, const char *stream, const char *fmt, ...)
+{
+   char when[64];
+   char msg[2048];
+   va_list ap;
+
+   if (level < threshold) {
+      return;
+   }
+   format_time (when, sizeof when);
+   va_start (ap, fmt);
+   vsnprintf (msg, sizeof msg, fmt, ap);
+   va_end (ap);
+
+   if (as_json) {
+      /* libbson does the JSON escaping; the record is tiny. */
+      bson_t rec = BSON_INITIALIZER;
+      size_t len;
+      char *json;
+
+      BSON_APPEND_UTF8 (&rec, "time", when);
+      BSON_APPEND_UTF8 (&rec, "level", level_names[level]);
+      if (stream) {
+         BSON_APPEND_UTF8 (&rec, "stream", stream);
+      }
+      if (!bson_utf8_validate (msg, strlen (msg), false)) {
+         BSON_APPEND_UTF8 (&rec, "msg", "(message was not valid UTF-8)");
+      } else {
+         BSON_APPEND_UTF8 (&rec, "msg", msg);
+      }
+      json = bson_as_relaxed_extended_json (&rec, &len);
+      bson_destroy (&rec);
+      if (json) {
+         char *line = bson_strdup_printf ("%s\n", json);
+         emit (line, strlen (line));
+         bson_free (line);
+         bson_free (json);
+      }
+      return;
+   }
+
+   {
+      char line[2300];
+      int n;
+      if (stream) {
+         n = snprintf (line, sizeof line, "%s %-5s [%s] %s\n", when, level_names[level],
+                       stream, msg);
+      } else {
+         n = snprintf (line, sizeof line, "%s %-5s %s\n", when, level_names[level], msg);
+      }
+      if (n > (int) sizeof line - 1) {
+         n = (int) sizeof line - 1;
+         line[n - 1] = '\n';
+      }
+      emit (line, (size_t) n);
+   }
+}

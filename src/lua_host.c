@@ -1,0 +1,407 @@
+/*
+ * lua_host.c - builds sandboxed Lua states, loads operators' scripts and
+ * calls into them under a time and memory budget.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <lauxlib.h>
+#include <lualib.h>
+
+#include "flowwarden/lua_core.h"
+#include "flowwarden/lua_host.h"
+#include "flowwarden/lua_sources.h"
+
+/* How many VM instructions run between two looks at the clock. */
+#define FW_HOOK_INSTRUCTIONS 1000
+
+struct fw_lua_host {
+   lua_State *L;
+   size_t used;
+   size_t limit;
+   bool refused;        /* the allocator refused a request over the limit */
+   bool timed_out;
+   int64_t deadline_ns; /* CLOCK_MONOTONIC; 0 = no deadline */
+   int specs_ref;       /* registry ref: list of validated stream specs */
+   int uri_ref;         /* registry ref: the effective URI */
+   int config_ref;      /* registry ref: the whole effective configuration */
+};
+
+static int64_t
+now_ns (void)
+{
+   struct timespec ts;
+   clock_gettime (CLOCK_MONOTONIC, &ts);
+   return (int64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Counts bytes so the state can be held to its memory_limit. Per the
+ * lua_Alloc contract osize is meaningless when ptr is NULL. */
+static void *
+host_alloc (void *ud, void *ptr, size_t osize, size_t nsize)
+{
+   fw_lua_host_t *host = ud;
+   void *p;
+
+   if (ptr == NULL) {
+      osize = 0;
+   }
+   if (nsize == 0) {
+      free (ptr);
+      host->used -= osize;
+      return NULL;
+   }
+   if (host->limit && nsize > osize && host->used + (nsize - osize) > host->limit) {
+      host->refused = true;
+      return NULL;
+   }
+   p = realloc (ptr, nsize);
+   if (!p) {
+      return NULL;
+   }
+   host->used = host->used - osize + nsize;
+   return p;
+}
+
+static fw_lua_host_t *
+host_of (lua_State *L)
+{
+   return *(fw_lua_host_t **) lua_getextraspace (L);
+}
+
+/* Finds the flowwarden library's own modules inside the binary. */
+static int
+embedded_searcher (lua_State *L)
+{
+   const char *name = luaL_checkstring (L, 1);
+
+   for (const fw_lua_source_t *s = fw_lua_sources; s->module; s++) {
+      if (strcmp (s->module, name) == 0) {
+         lua_pushfstring (L, "@[flowwarden]/%s", s->path);
+         if (luaL_loadbufferx (L, s->source, s->length, lua_tostring (L, -1), "t") !=
+             LUA_OK) {
+            return lua_error (L);
+         }
+         lua_pushstring (L, s->path);
+         return 2;
+      }
+   }
+   lua_pushfstring (L, "no embedded module '%s'", name);
+   return 1;
+}
+
+static int
+pmain_open (lua_State *L)
+{
+   luaL_openlibs (L);
+
+   /* package.searchers: preload, embedded, then the usual path searchers. */
+   lua_getglobal (L, "package");
+   lua_getfield (L, -1, "searchers");
+   for (lua_Integer i = (lua_Integer) luaL_len (L, -1); i >= 2; i--) {
+      lua_geti (L, -1, i);
+      lua_seti (L, -2, i + 1);
+   }
+   lua_pushcfunction (L, embedded_searcher);
+   lua_seti (L, -2, 2);
+   lua_pop (L, 1);
+
+   lua_getfield (L, -1, "preload");
+   lua_pushcfunction (L, fw_lua_core_open);
+   lua_setfield (L, -2, "flowwarden.core");
+   lua_pop (L, 2);
+   return 0;
+}
+
+fw_lua_host_t *
+fw_lua_host_new (fw_error_t *error)
+{
+   fw_lua_host_t *host = calloc (1, sizeof *host);
+
+   if (!host) {
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory creating a Lua state");
+      return NULL;
+   }
+   host->specs_ref = LUA_NOREF;
+   host->uri_ref = LUA_NOREF;
+   host->config_ref = LUA_NOREF;
+   host->L = lua_newstate (host_alloc, host);
+   if (!host->L) {
+      free (host);
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory creating a Lua state");
+      return NULL;
+   }
+   *(fw_lua_host_t **) lua_getextraspace (host->L) = host;
+   lua_pushcfunction (host->L, pmain_open);
+   if (lua_pcall (host->L, 0, 0, 0) != LUA_OK) {
+      fw_error_set (error, FW_ERROR_LUA, "cannot open the Lua libraries: %s",
+                    lua_tostring (host->L, -1));
+      fw_lua_host_destroy (host);
+      return NULL;
+   }
+   return host;
+}
+
+void
+fw_lua_host_destroy (fw_lua_host_t *host)
+{
+   if (!host) {
+      return;
+   }
+   if (host->L) {
+      lua_close (host->L);
+   }
+   free (host);
+}
+
+lua_State *
+fw_lua_host_state (fw_lua_host_t *host)
+{
+   return host->L;
+}
+
+void
+fw_lua_host_set_memory_limit (fw_lua_host_t *host, size_t bytes)
+{
+   host->limit = bytes;
+}
+
+size_t
+fw_lua_host_memory_used (const fw_lua_host_t *host)
+{
+   return host->used;
+}
+
+typedef struct {
+   const char *path;
+   const char *option_uri;
+} load_args_t;
+
+/* Runs inside lua_pcall: sets the module path to the script's folder, runs
+ * the script, validates what it declared and keeps the specs. */
+static int
+pmain_load (lua_State *L)
+{
+   const load_args_t *args = lua_touserdata (L, 1);
+   fw_lua_host_t *host = host_of (L);
+   const char *slash = strrchr (args->path, '/');
+
+   lua_getglobal (L, "package");
+   if (slash) {
+      lua_pushlstring (L, args->path, (size_t) (slash - args->path));
+   } else {
+      lua_pushliteral (L, ".");
+   }
+   lua_pushfstring (L, "%s/?.lua;%s/?/init.lua;", lua_tostring (L, -1), lua_tostring (L, -1));
+   lua_getfield (L, -3, "path");
+   lua_concat (L, 2);
+   lua_setfield (L, -3, "path");
+   lua_pop (L, 2);
+
+   if (luaL_loadfilex (L, args->path, "t") != LUA_OK) {
+      return lua_error (L);
+   }
+   lua_call (L, 0, 0);
+
+   lua_getglobal (L, "require");
+   lua_pushliteral (L, "flowwarden.config");
+   lua_call (L, 1, 1);
+   lua_getfield (L, -1, "finish");
+   lua_createtable (L, 0, 2);
+   if (args->option_uri) {
+      lua_pushstring (L, args->option_uri);
+      lua_setfield (L, -2, "uri");
+   }
+   lua_pushstring (L, args->path);
+   lua_setfield (L, -2, "script");
+   lua_call (L, 1, 2); /* cfg, errors */
+   if (lua_istable (L, -1) && lua_rawlen (L, -1) > 0) {
+      lua_getglobal (L, "table");
+      lua_getfield (L, -1, "concat");
+      lua_pushvalue (L, -3);
+      lua_pushliteral (L, "\n");
+      lua_call (L, 2, 1);
+      return lua_error (L);
+   }
+   lua_pop (L, 1);
+   luaL_checktype (L, -1, LUA_TTABLE);
+   lua_pushvalue (L, -1);
+   host->config_ref = luaL_ref (L, LUA_REGISTRYINDEX);
+   lua_getfield (L, -1, "streams");
+   luaL_checktype (L, -1, LUA_TTABLE);
+   host->specs_ref = luaL_ref (L, LUA_REGISTRYINDEX);
+   lua_getfield (L, -1, "uri");
+   host->uri_ref = luaL_ref (L, LUA_REGISTRYINDEX);
+   return 0;
+}
+
+bool
+fw_lua_host_load_script (fw_lua_host_t *host, const char *path, const char *option_uri,
+                         fw_error_t *error)
+{
+   lua_State *L = host->L;
+   load_args_t args = {path, option_uri};
+
+   lua_pushcfunction (L, pmain_load);
+   lua_pushlightuserdata (L, &args);
+   if (lua_pcall (L, 1, 0, 0) != LUA_OK) {
+      const char *msg = lua_tostring (L, -1);
+      fw_error_set (error, FW_ERROR_INVALID, "%s", msg ? msg : "(error object is not a string)");
+      lua_pop (L, 1);
+      return false;
+   }
+   return true;
+}
+
+int
+fw_lua_host_stream_count (fw_lua_host_t *host)
+{
+   int n;
+   lua_rawgeti (host->L, LUA_REGISTRYINDEX, host->specs_ref);
+   n = lua_istable (host->L, -1) ? (int) lua_rawlen (host->L, -1) : 0;
+   lua_pop (host->L, 1);
+   return n;
+}
+
+void
+fw_lua_host_push_spec (fw_lua_host_t *host, int i)
+{
+   lua_rawgeti (host->L, LUA_REGISTRYINDEX, host->specs_ref);
+   lua_rawgeti (host->L, -1, i + 1);
+   lua_remove (host->L, -2);
+}
+
+void
+fw_lua_host_push_uri (fw_lua_host_t *host)
+{
+   lua_rawgeti (host->L, LUA_REGISTRYINDEX, host->uri_ref);
+}
+
+static int
+pmain_describe (lua_State *L)
+{
+   fw_lua_host_t *host = host_of (L);
+   lua_getglobal (L, "require");
+   lua_pushliteral (L, "flowwarden.describe");
+   lua_call (L, 1, 1);
+   lua_getfield (L, -1, "text");
+   lua_rawgeti (L, LUA_REGISTRYINDEX, host->config_ref);
+   lua_call (L, 1, 1);
+   luaL_checktype (L, -1, LUA_TSTRING);
+   return 1;
+}
+
+char *
+fw_lua_host_describe (fw_lua_host_t *host, fw_error_t *error)
+{
+   char *out = NULL;
+
+   lua_pushcfunction (host->L, pmain_describe);
+   if (lua_pcall (host->L, 0, 1, 0) != LUA_OK) {
+      fw_error_set (error, FW_ERROR_LUA, "cannot describe the script: %s",
+                    lua_tostring (host->L, -1));
+   } else if (!(out = strdup (lua_tostring (host->L, -1)))) {
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
+   }
+   lua_pop (host->L, 1);
+   return out;
+}
+
+/* Checks the clock every FW_HOOK_INSTRUCTIONS instructions. Once the budget
+ * is spent it raises on every firing, so a handler cannot swallow the
+ * timeout with pcall and carry on. */
+static void
+count_hook (lua_State *L, lua_Debug *ar)
+{
+   fw_lua_host_t *host = host_of (L);
+   (void) ar;
+   if (host->deadline_ns && (host->timed_out || now_ns () > host->deadline_ns)) {
+      host->timed_out = true;
+      luaL_error (L, "handler exceeded its timeout");
+   }
+}
+
+/* Message handler: keeps what was raised and adds the traceback. */
+static int
+message_handler (lua_State *L)
+{
+   lua_createtable (L, 0, 2);
+   lua_pushvalue (L, 1);
+   lua_setfield (L, -2, "value");
+   luaL_traceback (L, L, NULL, 1);
+   lua_setfield (L, -2, "traceback");
+   return 1;
+}
+
+bool
+fw_lua_host_call (fw_lua_host_t *host, int nargs, int nresults, int64_t timeout_ms,
+                  fw_lua_stop_t *stop)
+{
+   lua_State *L = host->L;
+   int base = lua_gettop (L) - nargs; /* index of the function */
+   int status;
+   size_t saved_limit = host->limit;
+
+   host->refused = false;
+   host->timed_out = false;
+   *stop = FW_LUA_STOP_NONE;
+   lua_pushcfunction (L, message_handler);
+   lua_insert (L, base);
+   if (timeout_ms > 0) {
+      host->deadline_ns = now_ns () + timeout_ms * 1000000;
+      lua_sethook (L, count_hook, LUA_MASKCOUNT, FW_HOOK_INSTRUCTIONS);
+   }
+   status = lua_pcall (L, nargs, nresults, base);
+   if (timeout_ms > 0) {
+      lua_sethook (L, NULL, 0, 0);
+      host->deadline_ns = 0;
+   }
+   lua_remove (L, base);
+   if (status == LUA_OK) {
+      return true;
+   }
+
+   if (host->timed_out) {
+      *stop = FW_LUA_STOP_TIMEOUT;
+   } else if (host->refused || status == LUA_ERRMEM) {
+      *stop = FW_LUA_STOP_MEMORY;
+   }
+   if (status == LUA_ERRMEM || !lua_istable (L, -1)) {
+      /* Lua skips the message handler for memory errors; give the caller
+       * the same shape anyway. Lift the ceiling while doing so, then let the
+       * collector take back what the failed handler held. */
+      host->limit = 0;
+      lua_createtable (L, 0, 2);
+      lua_insert (L, -2);
+      lua_setfield (L, -2, "value");
+      lua_pushliteral (L, "");
+      lua_setfield (L, -2, "traceback");
+      host->limit = saved_limit;
+   }
+   lua_gc (L, LUA_GCCOLLECT);
+   return false;
+}
+
+static int
+pmain_require (lua_State *L)
+{
+   lua_getglobal (L, "require");
+   lua_pushvalue (L, 1);
+   lua_call (L, 1, 1);
+   return 1;
+}
+
+bool
+fw_lua_host_require (fw_lua_host_t *host, const char *name, fw_error_t *error)
+{
+   lua_pushcfunction (host->L, pmain_require);
+   lua_pushstring (host->L, name);
+   if (lua_pcall (host->L, 1, 1, 0) != LUA_OK) {
+      fw_error_set (error, FW_ERROR_LUA, "cannot load %s: %s", name,
+                    lua_tostring (host->L, -1));
+      lua_pop (host->L, 1);
+      return false;
+   }
+   return true;
+}

@@ -1,0 +1,66 @@
+#include <errno.h>
+#include <time.h>
+
+#include "flowwarden/shutdown.h"
+
+void
+fw_shutdown_init (fw_shutdown_t *s)
+{
+   pthread_condattr_t attr;
+   pthread_mutex_init (&s->mu, NULL);
+   pthread_condattr_init (&attr);
+   pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
+   pthread_cond_init (&s->cond, &attr);
+   pthread_condattr_destroy (&attr);
+   s->stopping = false;
+}
+
+void
+fw_shutdown_cleanup (fw_shutdown_t *s)
+{
+   pthread_cond_destroy (&s->cond);
+   pthread_mutex_destroy (&s->mu);
+}
+
+void
+fw_shutdown_request (fw_shutdown_t *s)
+{
+   pthread_mutex_lock (&s->mu);
+   s->stopping = true;
+   pthread_cond_broadcast (&s->cond);
+   pthread_mutex_unlock (&s->mu);
+}
+
+bool
+fw_shutdown_requested (fw_shutdown_t *s)
+{
+   bool v;
+   pthread_mutex_lock (&s->mu);
+   v = s->stopping;
+   pthread_mutex_unlock (&s->mu);
+   return v;
+}
+
+bool
+fw_shutdown_wait_ms (fw_shutdown_t *s, int64_t ms)
+{
+   struct timespec until;
+   bool v;
+
+   clock_gettime (CLOCK_MONOTONIC, &until);
+   until.tv_sec += ms / 1000;
+   until.tv_nsec += (ms % 1000) * 1000000;
+   if (until.tv_nsec >= 1000000000) {
+      until.tv_sec++;
+      until.tv_nsec -= 1000000000;
+   }
+   pthread_mutex_lock (&s->mu);
+   while (!s->stopping) {
+      if (pthread_cond_timedwait (&s->cond, &s->mu, &until) == ETIMEDOUT) {
+         break;
+      }
+   }
+   v = s->stopping;
+   pthread_mutex_unlock (&s->mu);
+   return v;
+}

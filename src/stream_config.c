@@ -1,0 +1,241 @@
+/*
+ * stream_config.c - copies a validated stream spec out of Lua into C.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <lauxlib.h>
+
+#include "flowwarden/bson_lua.h"
+#include "flowwarden/stream_config.h"
+
+#define FW_CHECKPOINT_COLLECTION "_fw_checkpoints"
+
+/* Each getter leaves the stack as it found it. */
+static char *
+dup_field (lua_State *L, int t, const char *key)
+{
+   char *out = NULL;
+   if (lua_getfield (L, t, key) == LUA_TSTRING) {
+      out = strdup (lua_tostring (L, -1));
+   }
+   lua_pop (L, 1);
+   return out;
+}
+
+static int64_t
+int_field (lua_State *L, int t, const char *key, int64_t dflt)
+{
+   int64_t v = dflt;
+   if (lua_getfield (L, t, key) == LUA_TNUMBER) {
+      v = lua_isinteger (L, -1) ? (int64_t) lua_tointeger (L, -1)
+                                : (int64_t) lua_tonumber (L, -1);
+   }
+   lua_pop (L, 1);
+   return v;
+}
+
+static double
+num_field (lua_State *L, int t, const char *key, double dflt)
+{
+   double v = dflt;
+   if (lua_getfield (L, t, key) == LUA_TNUMBER) {
+      v = (double) lua_tonumber (L, -1);
+   }
+   lua_pop (L, 1);
+   return v;
+}
+
+static bool
+bool_field (lua_State *L, int t, const char *key, bool dflt)
+{
+   bool v = dflt;
+   if (lua_getfield (L, t, key) == LUA_TBOOLEAN) {
+      v = lua_toboolean (L, -1);
+   }
+   lua_pop (L, 1);
+   return v;
+}
+
+static void
+read_backoff (lua_State *L, int t, const char *key, fw_backoff_t *b)
+{
+   if (lua_getfield (L, t, key) == LUA_TTABLE) {
+      int s = lua_gettop (L);
+      b->max_attempts = (int) int_field (L, s, "max_attempts", b->max_attempts);
+      b->initial_delay_ms = int_field (L, s, "initial_delay_ms", b->initial_delay_ms);
+      b->max_delay_ms = int_field (L, s, "max_delay_ms", b->max_delay_ms);
+      b->multiplier = num_field (L, s, "multiplier", b->multiplier);
+      b->jitter = bool_field (L, s, "jitter", b->jitter);
+   }
+   lua_pop (L, 1);
+}
+
+/* Builds the stages that follow $changeStream: the operation_types filter,
+ * flowwarden's own collections kept out of database-wide streams (their
+ * writes would otherwise feed back into the stream), then the user's. */
+static bool
+build_pipeline (lua_State *L, int t, fw_stream_config_t *cfg, fw_error_t *error)
+{
+   bson_t stage, match, in, arr;
+   uint32_t n = 0;
+   char key[16];
+   const char *k;
+
+   bson_init (&cfg->pipeline);
+   if (lua_getfield (L, t, "operation_types") == LUA_TTABLE && lua_rawlen (L, -1) > 0) {
+      bson_uint32_to_string (n++, &k, key, sizeof key);
+      BSON_APPEND_DOCUMENT_BEGIN (&cfg->pipeline, k, &stage);
+      BSON_APPEND_DOCUMENT_BEGIN (&stage, "$match", &match);
+      BSON_APPEND_DOCUMENT_BEGIN (&match, "operationType", &in);
+      BSON_APPEND_ARRAY_BEGIN (&in, "$in", &arr);
+      for (lua_Integer i = 1; i <= (lua_Integer) lua_rawlen (L, -1); i++) {
+         char ik[16];
+         const char *ikp;
+         lua_rawgeti (L, -1, i);
+         bson_uint32_to_string ((uint32_t) (i - 1), &ikp, ik, sizeof ik);
+         BSON_APPEND_UTF8 (&arr, ikp, lua_tostring (L, -1));
+         lua_pop (L, 1);
+      }
+      bson_append_array_end (&in, &arr);
+      bson_append_document_end (&match, &in);
+      bson_append_document_end (&stage, &match);
+      bson_append_document_end (&cfg->pipeline, &stage);
+   }
+   lua_pop (L, 1);
+
+   if (!cfg->collection) {
+      bson_uint32_to_string (n++, &k, key, sizeof key);
+      BSON_APPEND_DOCUMENT_BEGIN (&cfg->pipeline, k, &stage);
+      BSON_APPEND_DOCUMENT_BEGIN (&stage, "$match", &match);
+      BSON_APPEND_DOCUMENT_BEGIN (&match, "ns.coll", &in);
+      BSON_APPEND_ARRAY_BEGIN (&in, "$nin", &arr);
+      BSON_APPEND_UTF8 (&arr, "0", FW_CHECKPOINT_COLLECTION);
+      if (cfg->dlq.enabled) {
+         BSON_APPEND_UTF8 (&arr, "1", cfg->dlq.collection);
+      }
+      bson_append_array_end (&in, &arr);
+      bson_append_document_end (&match, &in);
+      bson_append_document_end (&stage, &match);
+      bson_append_document_end (&cfg->pipeline, &stage);
+   }
+
+   if (lua_getfield (L, t, "pipeline") == LUA_TTABLE) {
+      for (lua_Integer i = 1; i <= (lua_Integer) lua_rawlen (L, -1); i++) {
+         bson_t user;
+         char path[32];
+         bool ok;
+         bson_init (&user);
+         lua_rawgeti (L, -1, i);
+         snprintf (path, sizeof path, "pipeline[%d]", (int) i);
+         ok = fw_bson_lua_to_bson (L, lua_gettop (L), path, &user, error);
+         lua_pop (L, 1);
+         if (!ok) {
+            bson_destroy (&user);
+            lua_pop (L, 1);
+            return false;
+         }
+         bson_uint32_to_string (n++, &k, key, sizeof key);
+         BSON_APPEND_DOCUMENT (&cfg->pipeline, k, &user);
+         bson_destroy (&user);
+      }
+   }
+   lua_pop (L, 1);
+   return true;
+}
+
+static void
+read_dlq (lua_State *L, int t, fw_dlq_config_t *dlq)
+{
+   if (lua_getfield (L, t, "dlq") == LUA_TTABLE) {
+      int s = lua_gettop (L);
+      dlq->enabled = bool_field (L, s, "enabled", true);
+      dlq->collection = dup_field (L, s, "collection");
+      dlq->ttl_days = (int) int_field (L, s, "ttl_days", 30);
+      dlq->include_original_document = bool_field (L, s, "include_original_document", true);
+      dlq->include_stack_trace = bool_field (L, s, "include_stack_trace", true);
+      if (lua_getfield (L, s, "write_concern") == LUA_TNUMBER) {
+         dlq->write_concern_w = (int) lua_tointeger (L, -1);
+      } else if (lua_isstring (L, -1)) {
+         dlq->write_concern_tag = strdup (lua_tostring (L, -1));
+      } else {
+         dlq->write_concern_tag = strdup ("majority");
+      }
+      lua_pop (L, 1);
+      if (!dlq->collection) {
+         dlq->collection = strdup ("_fw_dlq");
+      }
+   }
+   lua_pop (L, 1);
+}
+
+bool
+fw_stream_config_read (lua_State *L, int idx, fw_stream_config_t *cfg, fw_error_t *error)
+{
+   int t = lua_absindex (L, idx);
+   int top = lua_gettop (L);
+
+   memset (cfg, 0, sizeof *cfg);
+   cfg->name = dup_field (L, t, "name");
+   cfg->declared_at = dup_field (L, t, "declared_at");
+   cfg->database = dup_field (L, t, "database");
+   cfg->collection = dup_field (L, t, "collection");
+   cfg->full_document = dup_field (L, t, "full_document");
+   cfg->full_document_before_change = dup_field (L, t, "full_document_before_change");
+   if (!cfg->name || !cfg->database) {
+      fw_error_set (error, FW_ERROR_INVALID, "stream spec lacks a name or a database");
+      bson_init (&cfg->pipeline);
+      return false;
+   }
+
+   cfg->save_every = 1;
+   cfg->save_interval_ms = 5000;
+   cfg->idle_heartbeat_ms = 300000;
+   if (lua_getfield (L, t, "checkpoint") == LUA_TTABLE) {
+      int s = lua_gettop (L);
+      char *start = dup_field (L, s, "start_position");
+      char *lost = dup_field (L, s, "on_history_lost");
+      cfg->save_every = (int) int_field (L, s, "save_every", 1);
+      cfg->save_interval_ms = int_field (L, s, "save_interval_ms", 5000);
+      cfg->idle_heartbeat_ms = int_field (L, s, "idle_heartbeat_ms", 300000);
+      cfg->start_latest = start && strcmp (start, "latest") == 0;
+      cfg->resume_from_now = lost && strcmp (lost, "resume_from_now") == 0;
+      free (start);
+      free (lost);
+   }
+   lua_pop (L, 1);
+
+   cfg->restart = (fw_backoff_t){0, 1000, 60000, 2.0, false};
+   read_backoff (L, t, "restart", &cfg->restart);
+   cfg->retry = (fw_backoff_t){1, 500, 30000, 2.0, true};
+   read_backoff (L, t, "retry", &cfg->retry);
+   read_dlq (L, t, &cfg->dlq);
+   cfg->timeout_ms = int_field (L, t, "timeout_ms", 30000);
+   cfg->memory_limit = (size_t) int_field (L, t, "memory_limit_bytes", 256 * 1024 * 1024);
+
+   if (!build_pipeline (L, t, cfg, error)) {
+      return false;
+   }
+   BSON_ASSERT (lua_gettop (L) == top);
+   return true;
+}
+
+void
+fw_stream_config_cleanup (fw_stream_config_t *cfg)
+{
+   if (!cfg) {
+      return;
+   }
+   free (cfg->name);
+   free (cfg->declared_at);
+   free (cfg->database);
+   free (cfg->collection);
+   free (cfg->full_document);
+   free (cfg->full_document_before_change);
+   free (cfg->dlq.collection);
+   free (cfg->dlq.write_concern_tag);
+   if (cfg->pipeline.len > 0) { /* zero length: never initialised */
+      bson_destroy (&cfg->pipeline);
+   }
+   memset (cfg, 0, sizeof *cfg);
+}

@@ -1,0 +1,49 @@
+/*
+ * stream_worker-private.h - the worker's state, shared by stream_worker.c
+ * (reading and checkpointing) and event_dispatch.c (handlers, retries, DLQ).
+ */
+#ifndef FLOWWARDEN_STREAM_WORKER_PRIVATE_H
+#define FLOWWARDEN_STREAM_WORKER_PRIVATE_H
+
+#include <pthread.h>
+
+#include "flowwarden/dlq_store.h"
+#include "flowwarden/event_ctx.h"
+#include "flowwarden/stream_config.h"
+#include "flowwarden/stream_worker.h"
+
+enum { H_INSERT, H_UPDATE, H_REPLACE, H_DELETE, H_CHANGE, H_COUNT };
+
+struct fw_stream_worker {
+   fw_stream_config_t cfg;
+   fw_lua_host_t *host;
+   int handler_ref[H_COUNT];   /* registry refs, LUA_NOREF when not declared */
+   int spec_ref;               /* the stream's spec table */
+   int on_failure_ref;         /* flowwarden.dispatch.on_failure */
+   mongoc_client_pool_t *pool;
+   mongoc_client_t *client;    /* popped by the thread */
+   fw_shutdown_t *shutdown;
+   fw_dlq_store_t *dlq;
+   pthread_t thread;
+   bool started;
+   bool joined;
+   fw_dispatch_t dispatch;
+   uint64_t rng;
+   fw_stream_stats_t stats;
+};
+
+typedef enum {
+   FW_DISPATCH_DONE,    /* the event is finished with: checkpoint may pass it */
+   FW_DISPATCH_STOPPED  /* shutdown came first: the event must come back */
+} fw_dispatch_result_t;
+
+/* Runs the handlers for one event with the stream's retry and DLQ policy. */
+fw_dispatch_result_t fw_event_dispatch (fw_stream_worker_t *w, const bson_t *doc);
+
+/* Opens the DLQ store, retrying with the restart backoff until it works or a
+ * shutdown is asked. Returns false only on shutdown. */
+bool fw_event_dispatch_open_dlq (fw_stream_worker_t *w);
+
+int64_t fw_now_ms (void);
+
+#endif

@@ -1,0 +1,434 @@
+/*
+ * stream_worker.c - a stream's thread: opens the change stream where the
+ * checkpoint says, reads events in order, checkpoints, and re-opens it with
+ * backoff when it dies.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <lauxlib.h>
+
+#include "flowwarden/checkpoint_store.h"
+#include "flowwarden/log.h"
+#include "flowwarden/lua_core.h"
+#include "stream_worker-private.h"
+
+#define FW_MAX_AWAIT_MS 1000
+#define FW_ERR_HISTORY_LOST 286
+
+static const char *const handler_keys[H_COUNT] = {"insert", "update", "replace", "delete",
+                                                  "change"};
+
+typedef struct {
+   lua_State *L;
+   fw_stream_worker_t *w;
+   int index;
+   fw_error_t *error;
+   bool ok;
+} read_args_t;
+
+/* Protected: copies the spec into C and keeps refs to its functions. */
+static int
+pread_spec (lua_State *L)
+{
+   read_args_t *a = lua_touserdata (L, 1);
+   int spec;
+
+   fw_lua_host_push_spec (a->w->host, a->index);
+   spec = lua_gettop (L);
+   if (!fw_stream_config_read (L, spec, &a->w->cfg, a->error)) {
+      return 0;
+   }
+   lua_getfield (L, spec, "handlers");
+   for (int i = 0; i < H_COUNT; i++) {
+      if (lua_istable (L, -1) && lua_getfield (L, -1, handler_keys[i]) == LUA_TFUNCTION) {
+         a->w->handler_ref[i] = luaL_ref (L, LUA_REGISTRYINDEX);
+      } else if (lua_istable (L, -1)) {
+         lua_pop (L, 1);
+      }
+   }
+   lua_pop (L, 1);
+   lua_pushvalue (L, spec);
+   a->w->spec_ref = luaL_ref (L, LUA_REGISTRYINDEX);
+
+   lua_getglobal (L, "require");
+   lua_pushliteral (L, "flowwarden.dispatch");
+   lua_call (L, 1, 1);
+   lua_getfield (L, -1, "on_failure");
+   luaL_checktype (L, -1, LUA_TFUNCTION);
+   a->w->on_failure_ref = luaL_ref (L, LUA_REGISTRYINDEX);
+   fw_event_ctx_open (L);
+   a->ok = true;
+   return 0;
+}
+
+fw_stream_worker_t *
+fw_stream_worker_new (fw_lua_host_t *host, int index, mongoc_client_pool_t *pool,
+                      fw_shutdown_t *shutdown, fw_error_t *error)
+{
+   fw_stream_worker_t *w = calloc (1, sizeof *w);
+   lua_State *L = fw_lua_host_state (host);
+   read_args_t a = {L, w, index, error, false};
+
+   if (!w) {
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
+      fw_lua_host_destroy (host);
+      return NULL;
+   }
+   w->host = host;
+   w->pool = pool;
+   w->shutdown = shutdown;
+   for (int i = 0; i < H_COUNT; i++) {
+      w->handler_ref[i] = LUA_NOREF;
+   }
+   w->spec_ref = w->on_failure_ref = LUA_NOREF;
+   w->dispatch.cache_ref = LUA_NOREF;
+   lua_pushcfunction (L, pread_spec);
+   lua_pushlightuserdata (L, &a);
+   if (lua_pcall (L, 1, 0, 0) != LUA_OK) {
+      fw_error_set (error, FW_ERROR_LUA, "cannot read stream %d: %s", index,
+                    lua_tostring (L, -1));
+      lua_pop (L, 1);
+   }
+   if (!a.ok) {
+      fw_stream_worker_destroy (w);
+      return NULL;
+   }
+   w->dispatch.stream_name = w->cfg.name;
+   fw_lua_core_set_stream (L, w->cfg.name);
+   w->dispatch.dlq_enabled = w->cfg.dlq.enabled;
+   w->rng = (uint64_t) fw_now_ms () ^ ((uint64_t) (uintptr_t) w << 16) ^ (uint64_t) getpid ();
+   fw_lua_host_set_memory_limit (host, w->cfg.memory_limit);
+   return w;
+}
+
+const char *
+fw_stream_worker_name (const fw_stream_worker_t *w)
+{
+   return w->cfg.name;
+}
+
+/* --- position ------------------------------------------------------------ */
+
+typedef struct {
+   bson_t resume;       /* where the stream has read to (event or post-batch token) */
+   bool has_resume;
+   bson_t processed;    /* last event handled */
+   bool has_processed;
+   int since_save;
+   int64_t last_save_ms;
+   bool dirty;
+   bool invalidated;    /* the last event was an invalidate: re-open with startAfter */
+} position_t;
+
+static void
+set_token (bson_t *dst, const bson_t *src)
+{
+   bson_reinit (dst);
+   bson_concat (dst, src);
+}
+
+static void
+save_position (fw_stream_worker_t *w, position_t *p, const char *why)
+{
+   fw_error_t err;
+   if (!p->has_processed && !p->has_resume) {
+      return;
+   }
+   if (!fw_checkpoint_save (w->client, w->cfg.database, w->cfg.name,
+                            p->has_processed ? &p->processed : NULL,
+                            p->has_resume ? &p->resume : NULL, &err)) {
+      fw_log (FW_LOG_ERROR, w->cfg.name, "%s (%s); will try again", err.message, why);
+      return;
+   }
+   p->since_save = 0;
+   p->dirty = false;
+   p->last_save_ms = fw_now_ms ();
+}
+
+/* --- opening ------------------------------------------------------------- */
+
+static mongoc_change_stream_t *
+open_stream (fw_stream_worker_t *w, const bson_t *start_after)
+{
+   bson_t opts = BSON_INITIALIZER;
+   mongoc_change_stream_t *cs;
+
+   if (w->cfg.full_document && strcmp (w->cfg.full_document, "default") != 0) {
+      BSON_APPEND_UTF8 (&opts, "fullDocument", w->cfg.full_document);
+   }
+   if (w->cfg.full_document_before_change &&
+       strcmp (w->cfg.full_document_before_change, "off") != 0) {
+      BSON_APPEND_UTF8 (&opts, "fullDocumentBeforeChange", w->cfg.full_document_before_change);
+   }
+   BSON_APPEND_INT32 (&opts, "maxAwaitTimeMS", FW_MAX_AWAIT_MS);
+   if (start_after) {
+      /* startAfter, unlike resumeAfter, also accepts an invalidate token. */
+      BSON_APPEND_DOCUMENT (&opts, "startAfter", start_after);
+   }
+   if (w->cfg.collection) {
+      mongoc_collection_t *coll =
+         mongoc_client_get_collection (w->client, w->cfg.database, w->cfg.collection);
+      cs = mongoc_collection_watch (coll, &w->cfg.pipeline, &opts);
+      mongoc_collection_destroy (coll);
+   } else {
+      mongoc_database_t *db = mongoc_client_get_database (w->client, w->cfg.database);
+      cs = mongoc_database_watch (db, &w->cfg.pipeline, &opts);
+      mongoc_database_destroy (db);
+   }
+   bson_destroy (&opts);
+   return cs;
+}
+
+typedef enum { READ_STOP, READ_ERROR, READ_INVALIDATED, READ_HISTORY_LOST } read_end_t;
+
+static bool
+is_invalidate (const bson_t *doc)
+{
+   bson_iter_t it;
+   return bson_iter_init_find (&it, doc, "operationType") && BSON_ITER_HOLDS_UTF8 (&it) &&
+          strcmp (bson_iter_utf8 (&it, NULL), "invalidate") == 0;
+}
+
+/* Reads until shutdown, an error or an invalidate. */
+static read_end_t
+consume (fw_stream_worker_t *w, mongoc_change_stream_t *cs, position_t *p, bool *progressed)
+{
+   const bson_t *doc;
+   bson_error_t berr;
+   const bson_t *reply;
+
+   while (!fw_shutdown_requested (w->shutdown)) {
+      if (mongoc_change_stream_next (cs, &doc)) {
+         bson_iter_t id;
+         if (fw_event_dispatch (w, doc) == FW_DISPATCH_STOPPED) {
+            return READ_STOP;
+         }
+         *progressed = true;
+         if (bson_iter_init_find (&id, doc, "_id") && BSON_ITER_HOLDS_DOCUMENT (&id)) {
+            uint32_t len;
+            const uint8_t *data;
+            bson_t view;
+            bson_iter_document (&id, &len, &data);
+            if (bson_init_static (&view, data, len)) {
+               set_token (&p->processed, &view);
+               p->has_processed = true;
+            }
+         }
+         set_token (&p->resume, mongoc_change_stream_get_resume_token (cs));
+         p->has_resume = true;
+         p->dirty = true;
+         if (++p->since_save >= w->cfg.save_every) {
+            save_position (w, p, "save_every");
+         }
+         if (is_invalidate (doc)) {
+            p->invalidated = true;
+            save_position (w, p, "invalidate");
+            return READ_INVALIDATED;
+         }
+         continue;
+      }
+      if (mongoc_change_stream_error_document (cs, &berr, &reply)) {
+         if (berr.code == FW_ERR_HISTORY_LOST) {
+            return READ_HISTORY_LOST;
+         }
+         fw_log (FW_LOG_WARN, w->cfg.name, "change stream failed: %s (code %u)", berr.message,
+                 berr.code);
+         return READ_ERROR;
+      }
+      /* Idle: the post-batch token moves the seen position forward. */
+      {
+         const bson_t *tok = mongoc_change_stream_get_resume_token (cs);
+         int64_t now = fw_now_ms ();
+         if (tok && !bson_empty (tok) &&
+             (!p->has_resume || !bson_equal (tok, &p->resume))) {
+            set_token (&p->resume, tok);
+            p->has_resume = true;
+            p->dirty = true;
+         }
+         if ((p->dirty && now - p->last_save_ms >= w->cfg.save_interval_ms) ||
+             now - p->last_save_ms >= w->cfg.idle_heartbeat_ms) {
+            save_position (w, p, "interval");
+         }
+      }
+   }
+   return READ_STOP;
+}
+
+/* --- the thread ----------------------------------------------------------- */
+
+static void
+stream_failed (fw_stream_worker_t *w, const char *what)
+{
+   w->stats.failed = true;
+   fw_log (FW_LOG_ERROR, w->cfg.name, "STREAM STOPPED: %s", what);
+}
+
+static void *
+worker_main (void *arg)
+{
+   fw_stream_worker_t *w = arg;
+   fw_checkpoint_t cp = {0};
+   position_t p = {0};
+   fw_error_t err;
+   int restarts = 0;
+   int candidate = 0; /* 0: processed token, 1: seen token, 2: from now */
+   bool from_checkpoint = false;
+
+   bson_init (&p.resume);
+   bson_init (&p.processed);
+   bson_init (&cp.processed);
+   bson_init (&cp.seen);
+   w->client = mongoc_client_pool_pop (w->pool);
+   p.last_save_ms = fw_now_ms ();
+
+   if (w->cfg.dlq.enabled && !fw_event_dispatch_open_dlq (w)) {
+      goto done;
+   }
+   if (!w->cfg.start_latest) {
+      for (int tries = 1; !fw_checkpoint_load (w->client, w->cfg.database, w->cfg.name, &cp, &err);
+           tries++) {
+         int64_t delay = fw_backoff_delay_ms (&w->cfg.restart, tries, fw_backoff_random (&w->rng));
+         fw_log (FW_LOG_ERROR, w->cfg.name, "%s; retrying in %lld ms", err.message,
+                 (long long) delay);
+         fw_checkpoint_cleanup (&cp);
+         if (fw_shutdown_wait_ms (w->shutdown, delay)) {
+            goto done;
+         }
+      }
+      if (cp.has_processed) {
+         set_token (&p.processed, &cp.processed);
+         p.has_processed = true;
+         set_token (&p.resume, &cp.processed);
+         p.has_resume = true;
+         from_checkpoint = true;
+      } else if (cp.has_seen) {
+         set_token (&p.resume, &cp.seen);
+         p.has_resume = true;
+         candidate = 1;
+         from_checkpoint = true;
+      }
+   }
+   fw_log (FW_LOG_INFO, w->cfg.name, "starting on %s%s%s %s", w->cfg.database,
+           w->cfg.collection ? "." : "", w->cfg.collection ? w->cfg.collection : " (all collections)",
+           from_checkpoint ? "from its checkpoint" : "from now");
+
+   while (!fw_shutdown_requested (w->shutdown)) {
+      mongoc_change_stream_t *cs = open_stream (w, p.has_resume ? &p.resume : NULL);
+      bson_error_t berr;
+      const bson_t *reply;
+      read_end_t end;
+      bool progressed = false;
+
+      if (cs && mongoc_change_stream_error_document (cs, &berr, &reply)) {
+         end = berr.code == FW_ERR_HISTORY_LOST ? READ_HISTORY_LOST : READ_ERROR;
+         if (end == READ_ERROR) {
+            fw_log (FW_LOG_WARN, w->cfg.name, "cannot open change stream: %s (code %u)",
+                    berr.message, berr.code);
+         }
+      } else if (!cs) {
+         end = READ_ERROR;
+      } else {
+         fw_log (FW_LOG_INFO, w->cfg.name, "change stream open%s",
+                 p.has_resume ? " (resuming)" : " (from now)");
+         end = consume (w, cs, &p, &progressed);
+      }
+      mongoc_change_stream_destroy (cs);
+      if (progressed) {
+         restarts = 0;
+      }
+
+      if (end == READ_STOP) {
+         break;
+      }
+      if (end == READ_HISTORY_LOST) {
+         if (candidate == 0 && cp.has_seen && !bson_equal (&cp.seen, &p.resume)) {
+            fw_log (FW_LOG_WARN, w->cfg.name,
+                    "resume point of the last processed event is no longer in the oplog; "
+                    "trying the last seen position");
+            set_token (&p.resume, &cp.seen);
+            candidate = 1;
+            continue;
+         }
+         if (!w->cfg.resume_from_now) {
+            stream_failed (w, "the change stream history is lost (the resume point left the "
+                              "oplog) and on_history_lost = \"fail\"; events after the last "
+                              "checkpoint may be missing. Set checkpoint.on_history_lost = "
+                              "\"resume_from_now\" to accept the gap");
+            break;
+         }
+         fw_log (FW_LOG_ERROR, w->cfg.name,
+                 "change stream history lost: resuming from now; events between the last "
+                 "checkpoint and now were NOT delivered (on_history_lost = resume_from_now)");
+         p.has_resume = false;
+         candidate = 2;
+         continue;
+      }
+      candidate = 2;
+      restarts++;
+      if (w->cfg.restart.max_attempts > 0 && restarts > w->cfg.restart.max_attempts) {
+         stream_failed (w, "the change stream kept failing: restart.max_attempts reached");
+         break;
+      }
+      {
+         int64_t delay =
+            fw_backoff_delay_ms (&w->cfg.restart, restarts, fw_backoff_random (&w->rng));
+         fw_log (FW_LOG_INFO, w->cfg.name, "re-opening the change stream in %lld ms%s",
+                 (long long) delay, p.invalidated ? " (after invalidate, with startAfter)" : "");
+         p.invalidated = false;
+         if (fw_shutdown_wait_ms (w->shutdown, delay)) {
+            break;
+         }
+      }
+   }
+
+done:
+   save_position (w, &p, "shutdown");
+   fw_checkpoint_cleanup (&cp);
+   bson_destroy (&p.resume);
+   bson_destroy (&p.processed);
+   fw_dlq_store_destroy (w->dlq);
+   w->dlq = NULL;
+   mongoc_client_pool_push (w->pool, w->client);
+   w->client = NULL;
+   return NULL;
+}
+
+bool
+fw_stream_worker_start (fw_stream_worker_t *w, fw_error_t *error)
+{
+   if (pthread_create (&w->thread, NULL, worker_main, w) != 0) {
+      fw_error_set (error, FW_ERROR_IO, "cannot start thread for stream \"%s\"", w->cfg.name);
+      return false;
+   }
+   w->started = true;
+   return true;
+}
+
+void
+fw_stream_worker_join (fw_stream_worker_t *w)
+{
+   if (w->started && !w->joined) {
+      pthread_join (w->thread, NULL);
+      w->joined = true;
+   }
+}
+
+void
+fw_stream_worker_stats (const fw_stream_worker_t *w, fw_stream_stats_t *out)
+{
+   *out = w->stats;
+}
+
+void
+fw_stream_worker_destroy (fw_stream_worker_t *w)
+{
+   if (!w) {
+      return;
+   }
+   fw_stream_worker_join (w);
+   fw_stream_config_cleanup (&w->cfg);
+   fw_lua_host_destroy (w->host);
+   free (w);
+}
