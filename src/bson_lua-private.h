@@ -54,8 +54,8 @@ void fw_bson_lua_format_path (char *buf, size_t size, const char *root,
 /* Pushes the state table, creating it on first use. May raise (memory). */
 void fw_bson_lua_push_state (lua_State *L);
 
-/* Pushes the integer kind of the table at idx's metatable, or returns 0 and
- * pushes nothing if it has none of ours. Allocates nothing. */
+/* If the table at idx has one of our metatables, pushes it and returns its
+ * kind; otherwise pushes nothing and returns 0. Allocates nothing. */
 int fw_bson_lua_kind (lua_State *L, int idx);
 
 #ifndef NDEBUG

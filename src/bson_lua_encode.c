@@ -251,8 +251,8 @@ write_shaped (to_bson_t *c, int idx, int mt, bson_t *out)
    lua_pop (L, 2);
    if (lua_rawgeti (L, mt, SHAPE_DUPS) != LUA_TNIL) {
       push_shape_index (L, mt, n);
-      index_idx = lua_gettop (L);
       lua_remove (L, -2);
+      index_idx = lua_gettop (L);
    } else {
       lua_pop (L, 1);
    }
@@ -549,24 +549,27 @@ run (lua_State *L, int idx, const char *root_path, bson_t *out, const char *key,
 {
    to_bson_t c;
    job_t job;
+   bson_t tmp;
    int top = lua_gettop (L), status;
 
    memset (&c, 0, offsetof (to_bson_t, tables));
    c.L = L;
    c.error = error;
    c.root = root_path;
+   /* Written aside and appended at the end, so a failure leaves out as it was. */
+   bson_init (&tmp);
    job.c = &c;
-   job.out = out;
+   job.out = &tmp;
    job.key = key;
    job.key_len = key_len;
    job.ok = false;
    idx = lua_absindex (L, idx);
    if (key && !root_path) {
-      push_key_seg (&c, key, key_len < 0 ? strlen (key) : (size_t) key_len);
+      push_key_seg (&c, key, (size_t) key_len);
    }
    if (!lua_checkstack (L, 3)) {
       fail (&c, "Lua stack exhausted");
-      return false;
+      goto done;
    }
    lua_pushcfunction (L, encode_protected);
    lua_pushvalue (L, idx);
@@ -575,12 +578,21 @@ run (lua_State *L, int idx, const char *root_path, bson_t *out, const char *key,
    if (status != LUA_OK) {
       if (status == LUA_ERRMEM) {
          fail (&c, "not enough memory");
+         if (error) {
+            error->code = FW_ERROR_NOMEM;
+         }
       } else {
          fail (&c, "%s", lua_tostring (L, -1) ? lua_tostring (L, -1) : "Lua error");
       }
       job.ok = false;
    }
+   if (job.ok && !bson_concat (out, &tmp)) {
+      job.ok = fail (&c, "the BSON document would exceed its maximum size");
+   }
+
+done:
    lua_settop (L, top);
+   bson_destroy (&tmp);
    free (c.scratch);
    return job.ok;
 }

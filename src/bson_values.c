@@ -1,17 +1,14 @@
 /*
- * bson_values.c - typed Lua values for the BSON types Lua lacks.
- *
- * One userdata layout serves every type: a small fixed header (the BSON type,
- * the fixed-size payloads in a union) followed by the variable-size bytes, so
- * a value costs exactly one Lua allocation and no C-side ownership.
+ * bson_values.c - typed Lua values for the BSON types Lua lacks: conversion
+ * to and from BSON elements, and the metamethods scripts see.
  */
-#include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
-#include <sys/time.h>
 
 #include <lauxlib.h>
 
+#include "bson_values-private.h"
 #include "flowwarden/bson_lua.h"
 #include "flowwarden/bson_values.h"
 
@@ -21,26 +18,8 @@
 static const char value_mt_key;
 static const char null_key;
 
-typedef struct {
-   uint8_t type;    /* bson_type_t; BSON_TYPE_INT64 is the explicit fw.int64 */
-   uint8_t subtype; /* Binary */
-   uint32_t len;    /* bytes of data[] first part: binary, code, symbol, pattern, collection */
-   uint32_t len2;   /* regex options length, CodeWScope scope length */
-   union {
-      bson_oid_t oid; /* ObjectId, DBPointer */
-      int64_t i64;    /* Date ms, Int64 */
-      struct {
-         uint32_t t;
-         uint32_t i;
-      } ts;
-      bson_decimal128_t dec;
-   } u;
-   /* data[len] '\0' [data2[len2] '\0'] ; the NULs let C string APIs read them. */
-   char data[];
-} value_t;
-
-static const char *
-type_name (uint8_t type)
+const char *
+fw_bson_values_type_name (uint8_t type)
 {
    switch (type) {
    case BSON_TYPE_OID:
@@ -84,9 +63,8 @@ payload_size (uint8_t type, uint32_t len, uint32_t len2)
    return (size_t) len + 1 + (two ? (size_t) len2 + 1 : 0);
 }
 
-/* Allocates a value with its terminating NULs in place; callers fill the rest. */
-static value_t *
-new_value (lua_State *L, uint8_t type, uint32_t len, uint32_t len2)
+value_t *
+fw_bson_values_new (lua_State *L, uint8_t type, uint32_t len, uint32_t len2)
 {
    size_t size = payload_size (type, len, len2);
    value_t *v = lua_newuserdatauv (L, sizeof (value_t) + size, 0);
@@ -107,9 +85,8 @@ new_value (lua_State *L, uint8_t type, uint32_t len, uint32_t len2)
    return v;
 }
 
-/* Returns the typed value at idx or NULL; allocates nothing. */
-static value_t *
-test_value (lua_State *L, int idx)
+value_t *
+fw_bson_values_test (lua_State *L, int idx)
 {
    value_t *v = lua_touserdata (L, idx);
    bool ok;
@@ -162,24 +139,24 @@ fw_bson_values_push (lua_State *L, const bson_iter_t *iter)
 
    switch (bson_iter_type (iter)) {
    case BSON_TYPE_OID:
-      v = new_value (L, BSON_TYPE_OID, 0, 0);
+      v = fw_bson_values_new (L, BSON_TYPE_OID, 0, 0);
       bson_oid_copy (bson_iter_oid (iter), &v->u.oid);
       return true;
    case BSON_TYPE_DATE_TIME:
-      v = new_value (L, BSON_TYPE_DATE_TIME, 0, 0);
+      v = fw_bson_values_new (L, BSON_TYPE_DATE_TIME, 0, 0);
       v->u.i64 = bson_iter_date_time (iter);
       return true;
    case BSON_TYPE_TIMESTAMP:
-      v = new_value (L, BSON_TYPE_TIMESTAMP, 0, 0);
+      v = fw_bson_values_new (L, BSON_TYPE_TIMESTAMP, 0, 0);
       bson_iter_timestamp (iter, &v->u.ts.t, &v->u.ts.i);
       return true;
    case BSON_TYPE_DECIMAL128:
-      v = new_value (L, BSON_TYPE_DECIMAL128, 0, 0);
+      v = fw_bson_values_new (L, BSON_TYPE_DECIMAL128, 0, 0);
       bson_iter_decimal128 (iter, &v->u.dec);
       return true;
    case BSON_TYPE_BINARY:
       bson_iter_binary (iter, &subtype, &len, &bytes);
-      v = new_value (L, BSON_TYPE_BINARY, len, 0);
+      v = fw_bson_values_new (L, BSON_TYPE_BINARY, len, 0);
       v->subtype = (uint8_t) subtype;
       memcpy (v->data, bytes, len);
       return true;
@@ -187,7 +164,7 @@ fw_bson_values_push (lua_State *L, const bson_iter_t *iter)
       s = bson_iter_regex (iter, &s2);
       len = (uint32_t) strlen (s);
       len2 = (uint32_t) strlen (s2);
-      v = new_value (L, BSON_TYPE_REGEX, len, len2);
+      v = fw_bson_values_new (L, BSON_TYPE_REGEX, len, len2);
       memcpy (v->data, s, len);
       memcpy (v->data + len + 1, s2, len2);
       return true;
@@ -195,25 +172,25 @@ fw_bson_values_push (lua_State *L, const bson_iter_t *iter)
    case BSON_TYPE_SYMBOL:
       s = bson_iter_type (iter) == BSON_TYPE_CODE ? bson_iter_code (iter, &len)
                                                   : bson_iter_symbol (iter, &len);
-      v = new_value (L, (uint8_t) bson_iter_type (iter), len, 0);
+      v = fw_bson_values_new (L, (uint8_t) bson_iter_type (iter), len, 0);
       memcpy (v->data, s, len);
       return true;
    case BSON_TYPE_CODEWSCOPE:
       s = bson_iter_codewscope (iter, &len, &len2, &bytes);
-      v = new_value (L, BSON_TYPE_CODEWSCOPE, len, len2);
+      v = fw_bson_values_new (L, BSON_TYPE_CODEWSCOPE, len, len2);
       memcpy (v->data, s, len);
       memcpy (v->data + len + 1, bytes, len2);
       return true;
    case BSON_TYPE_DBPOINTER:
       bson_iter_dbpointer (iter, &len, &s, &oid);
-      v = new_value (L, BSON_TYPE_DBPOINTER, len, 0);
+      v = fw_bson_values_new (L, BSON_TYPE_DBPOINTER, len, 0);
       memcpy (v->data, s, len);
       bson_oid_copy (oid, &v->u.oid);
       return true;
    case BSON_TYPE_UNDEFINED:
    case BSON_TYPE_MINKEY:
    case BSON_TYPE_MAXKEY:
-      new_value (L, (uint8_t) bson_iter_type (iter), 0, 0);
+      fw_bson_values_new (L, (uint8_t) bson_iter_type (iter), 0, 0);
       return true;
    default:
       return false;
@@ -233,7 +210,7 @@ fw_bson_values_append (lua_State *L, int idx, bson_t *out, const char *key, int 
       return bson_append_null (out, key, key_len) ? FW_BSON_VALUES_APPENDED
                                                   : FW_BSON_VALUES_TOO_LARGE;
    }
-   if (!(v = test_value (L, idx))) {
+   if (!(v = fw_bson_values_test (L, idx))) {
       return FW_BSON_VALUES_NOT_TYPED;
    }
    switch (v->type) {
@@ -294,7 +271,7 @@ fw_bson_values_append (lua_State *L, int idx, bson_t *out, const char *key, int 
 static value_t *
 check_value (lua_State *L, int idx)
 {
-   value_t *v = test_value (L, idx);
+   value_t *v = fw_bson_values_test (L, idx);
    if (!v) {
       luaL_typeerror (L, idx, "BSON value");
    }
@@ -323,6 +300,7 @@ push_date_string (lua_State *L, int64_t ms)
 {
    int64_t days, rem, y;
    unsigned mo, d;
+   char buf[32];
 
    /* Outside years 0..9999 ISO-8601 needs an extended form; print the number. */
    if (ms < -62167219200000LL || ms > 253402300799999LL) {
@@ -336,9 +314,10 @@ push_date_string (lua_State *L, int64_t ms)
       days--;
    }
    civil_from_days (days, &y, &mo, &d);
-   lua_pushfstring (L, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", (int) y, (int) mo, (int) d,
-                    (int) (rem / 3600000), (int) (rem / 60000 % 60), (int) (rem / 1000 % 60),
-                    (int) (rem % 1000));
+   snprintf (buf, sizeof buf, "%04d-%02u-%02uT%02d:%02d:%02d.%03dZ", (int) y, mo, d,
+             (int) (rem / 3600000), (int) (rem / 60000 % 60), (int) (rem / 1000 % 60),
+             (int) (rem % 1000));
+   lua_pushstring (L, buf);
 }
 
 static void
@@ -462,8 +441,8 @@ values_equal (const value_t *a, const value_t *b)
 static int
 value_eq (lua_State *L)
 {
-   value_t *a = test_value (L, 1);
-   value_t *b = test_value (L, 2);
+   value_t *a = fw_bson_values_test (L, 1);
+   value_t *b = fw_bson_values_test (L, 2);
    lua_pushboolean (L, a && b && values_equal (a, b));
    return 1;
 }
@@ -477,8 +456,8 @@ compare (lua_State *L)
    uint64_t x, y;
 
    if (a->type != b->type) {
-      return luaL_error (L, "attempt to compare %s with %s", type_name (a->type),
-                         type_name (b->type));
+      return luaL_error (L, "attempt to compare %s with %s", fw_bson_values_type_name (a->type),
+                         fw_bson_values_type_name (b->type));
    }
    switch (a->type) {
    case BSON_TYPE_DATE_TIME:
@@ -491,7 +470,7 @@ compare (lua_State *L)
    case BSON_TYPE_OID:
       return bson_oid_compare (&a->u.oid, &b->u.oid);
    default:
-      return luaL_error (L, "attempt to compare two %s values", type_name (a->type));
+      return luaL_error (L, "attempt to compare two %s values", fw_bson_values_type_name (a->type));
    }
 }
 
@@ -509,10 +488,10 @@ value_le (lua_State *L)
    return 1;
 }
 
-static void
-push_oid (lua_State *L, const bson_oid_t *oid)
+void
+fw_bson_values_push_oid (lua_State *L, const bson_oid_t *oid)
 {
-   value_t *v = new_value (L, BSON_TYPE_OID, 0, 0);
+   value_t *v = fw_bson_values_new (L, BSON_TYPE_OID, 0, 0);
    bson_oid_copy (oid, &v->u.oid);
 }
 
@@ -590,8 +569,12 @@ push_field (lua_State *L, value_t *v, const char *name)
       if (v->type != BSON_TYPE_CODEWSCOPE || strcmp (name, "scope") != 0) {
          return false;
       }
-      if (!bson_init_static (&scope, (const uint8_t *) v->data + v->len + 1, v->len2) ||
-          !fw_bson_lua_push_document (L, &scope, "scope", &err)) {
+      /* The scope was validated when read from BSON, so this only fails on
+       * nesting deeper than the limit; raise like any bad access. */
+      if (!bson_init_static (&scope, (const uint8_t *) v->data + v->len + 1, v->len2)) {
+         luaL_error (L, "code_w_scope: corrupt scope document");
+      }
+      if (!fw_bson_lua_push_document (L, &scope, "scope", &err)) {
          luaL_error (L, "code_w_scope: %s", err.message);
       }
       return true;
@@ -605,7 +588,7 @@ push_field (lua_State *L, value_t *v, const char *name)
       if (!strcmp (name, "collection")) {
          lua_pushlstring (L, v->data, v->len);
       } else if (!strcmp (name, "id")) {
-         push_oid (L, &v->u.oid);
+         fw_bson_values_push_oid (L, &v->u.oid);
       } else {
          return false;
       }
@@ -619,244 +602,15 @@ static int
 value_index (lua_State *L)
 {
    value_t *v = check_value (L, 1);
-   const char *name = lua_tostring (L, 2);
+   const char *name = lua_type (L, 2) == LUA_TSTRING ? lua_tostring (L, 2) : NULL;
 
-   if (lua_type (L, 2) != LUA_TSTRING) {
+   if (!name) {
       lua_pushnil (L);
    } else if (!strcmp (name, "type")) {
-      lua_pushstring (L, type_name (v->type));
+      lua_pushstring (L, fw_bson_values_type_name (v->type));
    } else if (!push_field (L, v, name)) {
       lua_pushnil (L);
    }
-   return 1;
-}
-
-/* ---- constructors ------------------------------------------------------ */
-
-/* Parses 24 hex digits at idx into oid, or raises naming the constructor. */
-static void
-check_oid (lua_State *L, int idx, const char *fn, bson_oid_t *oid)
-{
-   size_t len, i;
-   const char *s;
-
-   if (lua_type (L, idx) != LUA_TSTRING) {
-      luaL_error (L, "%s: expected a string of 24 hexadecimal digits, got %s", fn,
-                  luaL_typename (L, idx));
-   }
-   s = lua_tolstring (L, idx, &len);
-   if (len != 24) {
-      luaL_error (L, "%s: expected 24 hexadecimal digits, got %d characters", fn, (int) len);
-   }
-   for (i = 0; i < len; i++) {
-      if (!strchr ("0123456789abcdefABCDEF", s[i]) || s[i] == '\0') {
-         luaL_error (L, "%s: \"%s\" is not hexadecimal (character %d)", fn, s, (int) i + 1);
-      }
-   }
-   bson_oid_init_from_string (oid, s);
-}
-
-/* Returns the integer at idx within [lo, hi], or raises naming fn and what. */
-static lua_Integer
-check_int (lua_State *L, int idx, const char *fn, const char *what, lua_Integer lo,
-           lua_Integer hi)
-{
-   int isint;
-   lua_Integer n = lua_tointegerx (L, idx, &isint);
-
-   if (!isint || lua_type (L, idx) != LUA_TNUMBER) {
-      luaL_error (L, "%s: %s must be an integer, got %s", fn, what,
-                  lua_type (L, idx) == LUA_TNUMBER ? "a non-integral number"
-                                                   : luaL_typename (L, idx));
-   }
-   if (n < lo || n > hi) {
-      luaL_error (L, "%s: %s must be an integer from %I to %I, got %I", fn, what, lo, hi, n);
-   }
-   return n;
-}
-
-static const char *
-check_string (lua_State *L, int idx, const char *fn, const char *what, size_t *len,
-              bool allow_nul)
-{
-   const char *s;
-
-   if (lua_type (L, idx) != LUA_TSTRING) {
-      luaL_error (L, "%s: %s must be a string, got %s", fn, what, luaL_typename (L, idx));
-   }
-   s = lua_tolstring (L, idx, len);
-   if (!allow_nul && memchr (s, '\0', *len)) {
-      luaL_error (L, "%s: %s must not contain a NUL byte", fn, what);
-   }
-   if (*len > UINT32_MAX / 2) {
-      luaL_error (L, "%s: %s is too long", fn, what);
-   }
-   return s;
-}
-
-static int
-new_object_id (lua_State *L)
-{
-   bson_oid_t oid;
-
-   if (lua_isnoneornil (L, 1)) {
-      bson_oid_init (&oid, NULL);
-   } else {
-      check_oid (L, 1, "object_id", &oid);
-   }
-   push_oid (L, &oid);
-   return 1;
-}
-
-static int
-new_date (lua_State *L)
-{
-   value_t *v;
-   lua_Integer ms;
-   struct timeval tv;
-
-   if (lua_isnoneornil (L, 1)) {
-      gettimeofday (&tv, NULL);
-      ms = (lua_Integer) tv.tv_sec * 1000 + tv.tv_usec / 1000;
-   } else {
-      ms = check_int (L, 1, "date", "milliseconds since the epoch", LUA_MININTEGER,
-                      LUA_MAXINTEGER);
-   }
-   v = new_value (L, BSON_TYPE_DATE_TIME, 0, 0);
-   v->u.i64 = ms;
-   return 1;
-}
-
-static int
-new_timestamp (lua_State *L)
-{
-   lua_Integer t = check_int (L, 1, "timestamp", "t", 0, UINT32_MAX);
-   lua_Integer i = check_int (L, 2, "timestamp", "i", 0, UINT32_MAX);
-   value_t *v = new_value (L, BSON_TYPE_TIMESTAMP, 0, 0);
-
-   v->u.ts.t = (uint32_t) t;
-   v->u.ts.i = (uint32_t) i;
-   return 1;
-}
-
-static int
-new_decimal128 (lua_State *L)
-{
-   size_t len;
-   const char *s = check_string (L, 1, "decimal128", "the value", &len, false);
-   bson_decimal128_t dec;
-   value_t *v;
-
-   if (!bson_decimal128_from_string_w_len (s, (int) len, &dec)) {
-      return luaL_error (L, "decimal128: \"%s\" is not a decimal number", s);
-   }
-   v = new_value (L, BSON_TYPE_DECIMAL128, 0, 0);
-   v->u.dec = dec;
-   return 1;
-}
-
-static int
-new_binary (lua_State *L)
-{
-   size_t len;
-   const char *s = check_string (L, 1, "binary", "data", &len, true);
-   lua_Integer subtype = lua_isnoneornil (L, 2)
-                            ? 0
-                            : check_int (L, 2, "binary", "subtype", 0, 255);
-   value_t *v = new_value (L, BSON_TYPE_BINARY, (uint32_t) len, 0);
-
-   v->subtype = (uint8_t) subtype;
-   memcpy (v->data, s, len);
-   return 1;
-}
-
-static int
-new_regex (lua_State *L)
-{
-   size_t len, len2 = 0, i;
-   const char *s = check_string (L, 1, "regex", "pattern", &len, false);
-   const char *o = lua_isnoneornil (L, 2) ? ""
-                                          : check_string (L, 2, "regex", "options", &len2, false);
-   value_t *v;
-
-   for (i = 0; i < len2; i++) {
-      if (!strchr ("ilmsux", o[i])) {
-         return luaL_error (L, "regex: unknown option '%c' (valid options: i, l, m, s, u, x)",
-                            o[i]);
-      }
-   }
-   v = new_value (L, BSON_TYPE_REGEX, (uint32_t) len, (uint32_t) len2);
-   memcpy (v->data, s, len);
-   memcpy (v->data + len + 1, o, len2);
-   return 1;
-}
-
-static int
-new_text_value (lua_State *L, uint8_t type, const char *fn, bool allow_nul)
-{
-   size_t len;
-   const char *s = check_string (L, 1, fn, "the text", &len, allow_nul);
-   value_t *v = new_value (L, type, (uint32_t) len, 0);
-
-   memcpy (v->data, s, len);
-   return 1;
-}
-
-static int
-new_code (lua_State *L)
-{
-   return new_text_value (L, BSON_TYPE_CODE, "code", false);
-}
-
-static int
-new_symbol (lua_State *L)
-{
-   return new_text_value (L, BSON_TYPE_SYMBOL, "symbol", true);
-}
-
-static int
-new_db_pointer (lua_State *L)
-{
-   size_t len;
-   const char *coll = check_string (L, 1, "db_pointer", "collection", &len, false);
-   bson_oid_t oid;
-   value_t *v;
-
-   check_oid (L, 2, "db_pointer", &oid);
-   v = new_value (L, BSON_TYPE_DBPOINTER, (uint32_t) len, 0);
-   memcpy (v->data, coll, len);
-   bson_oid_copy (&oid, &v->u.oid);
-   return 1;
-}
-
-static int
-new_min_key (lua_State *L)
-{
-   new_value (L, BSON_TYPE_MINKEY, 0, 0);
-   return 1;
-}
-
-static int
-new_max_key (lua_State *L)
-{
-   new_value (L, BSON_TYPE_MAXKEY, 0, 0);
-   return 1;
-}
-
-static int
-new_undefined (lua_State *L)
-{
-   new_value (L, BSON_TYPE_UNDEFINED, 0, 0);
-   return 1;
-}
-
-static int
-new_int64 (lua_State *L)
-{
-   lua_Integer n = check_int (L, 1, "int64", "the value", LUA_MININTEGER, LUA_MAXINTEGER);
-   value_t *v = new_value (L, BSON_TYPE_INT64, 0, 0);
-
-   v->u.i64 = n;
    return 1;
 }
 
@@ -876,20 +630,6 @@ fw_bson_values_open (lua_State *L, int module_idx)
                                        {"__le", value_le},
                                        {"__index", value_index},
                                        {NULL, NULL}};
-   static const luaL_Reg constructors[] = {{"object_id", new_object_id},
-                                           {"date", new_date},
-                                           {"timestamp", new_timestamp},
-                                           {"decimal128", new_decimal128},
-                                           {"binary", new_binary},
-                                           {"regex", new_regex},
-                                           {"min_key", new_min_key},
-                                           {"max_key", new_max_key},
-                                           {"code", new_code},
-                                           {"symbol", new_symbol},
-                                           {"db_pointer", new_db_pointer},
-                                           {"undefined", new_undefined},
-                                           {"int64", new_int64},
-                                           {NULL, NULL}};
 
    if (module_idx) {
       module_idx = lua_absindex (L, module_idx);
@@ -918,7 +658,7 @@ fw_bson_values_open (lua_State *L, int module_idx)
    lua_pop (L, 1);
    if (module_idx) {
       lua_pushvalue (L, module_idx);
-      luaL_setfuncs (L, constructors, 0);
+      luaL_setfuncs (L, fw_bson_values_constructors, 0);
       lua_rawgetp (L, LUA_REGISTRYINDEX, &null_key);
       lua_setfield (L, -2, "null");
       lua_pop (L, 1);

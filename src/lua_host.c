@@ -178,36 +178,20 @@ typedef struct {
    const char *option_uri;
 } load_args_t;
 
-/* Runs inside lua_pcall: sets the module path to the script's folder, runs
- * the script, validates what it declared and keeps the specs. */
+/* Runs inside lua_pcall: flowwarden.config runs the script (with its folder
+ * on the module path) and validates what it declared; the effective
+ * configuration stays in the registry. */
 static int
 pmain_load (lua_State *L)
 {
    const load_args_t *args = lua_touserdata (L, 1);
    fw_lua_host_t *host = host_of (L);
-   const char *slash = strrchr (args->path, '/');
-
-   lua_getglobal (L, "package");
-   if (slash) {
-      lua_pushlstring (L, args->path, (size_t) (slash - args->path));
-   } else {
-      lua_pushliteral (L, ".");
-   }
-   lua_pushfstring (L, "%s/?.lua;%s/?/init.lua;", lua_tostring (L, -1), lua_tostring (L, -1));
-   lua_getfield (L, -3, "path");
-   lua_concat (L, 2);
-   lua_setfield (L, -3, "path");
-   lua_pop (L, 2);
-
-   if (luaL_loadfilex (L, args->path, "t") != LUA_OK) {
-      return lua_error (L);
-   }
-   lua_call (L, 0, 0);
 
    lua_getglobal (L, "require");
    lua_pushliteral (L, "flowwarden.config");
    lua_call (L, 1, 1);
-   lua_getfield (L, -1, "finish");
+   lua_getfield (L, -1, "load_file");
+   lua_pushstring (L, args->path);
    lua_createtable (L, 0, 2);
    if (args->option_uri) {
       lua_pushstring (L, args->option_uri);
@@ -215,7 +199,7 @@ pmain_load (lua_State *L)
    }
    lua_pushstring (L, args->path);
    lua_setfield (L, -2, "script");
-   lua_call (L, 1, 2); /* cfg, errors */
+   lua_call (L, 2, 2); /* cfg, errors */
    if (lua_istable (L, -1) && lua_rawlen (L, -1) > 0) {
       lua_getglobal (L, "table");
       lua_getfield (L, -1, "concat");
@@ -317,7 +301,12 @@ count_hook (lua_State *L, lua_Debug *ar)
    fw_lua_host_t *host = host_of (L);
    (void) ar;
    if (host->deadline_ns && (host->timed_out || now_ns () > host->deadline_ns)) {
-      host->timed_out = true;
+      if (!host->timed_out) {
+         /* From now on fire on every instruction, so the error also lands
+          * outside any pcall the handler wraps around its loop. */
+         host->timed_out = true;
+         lua_sethook (L, count_hook, LUA_MASKCOUNT, 1);
+      }
       luaL_error (L, "handler exceeded its timeout");
    }
 }

@@ -40,12 +40,13 @@ pread_spec (lua_State *L)
    if (!fw_stream_config_read (L, spec, &a->w->cfg, a->error)) {
       return 0;
    }
-   lua_getfield (L, spec, "handlers");
-   for (int i = 0; i < H_COUNT; i++) {
-      if (lua_istable (L, -1) && lua_getfield (L, -1, handler_keys[i]) == LUA_TFUNCTION) {
-         a->w->handler_ref[i] = luaL_ref (L, LUA_REGISTRYINDEX);
-      } else if (lua_istable (L, -1)) {
-         lua_pop (L, 1);
+   if (lua_getfield (L, spec, "handlers") == LUA_TTABLE) {
+      for (int i = 0; i < H_COUNT; i++) {
+         if (lua_getfield (L, -1, handler_keys[i]) == LUA_TFUNCTION) {
+            a->w->handler_ref[i] = luaL_ref (L, LUA_REGISTRYINDEX);
+         } else {
+            lua_pop (L, 1);
+         }
       }
    }
    lua_pop (L, 1);

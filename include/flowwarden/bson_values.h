@@ -64,8 +64,10 @@ typedef enum {
 
 /*
  * Registers the typed-value metatable and the null sentinel in L (once; later
- * calls reuse them) and sets the constructors above plus `null` as fields of
- * the table at module_idx. Leaves the stack as it found it.
+ * calls reuse them) and, unless module_idx is 0, sets the constructors above
+ * plus `null` as fields of the table at module_idx. Leaves the stack as it
+ * found it. Conversions register on first use, so calling it is only needed
+ * to expose the constructors.
  */
 void fw_bson_values_open (lua_State *L, int module_idx);
 

@@ -667,6 +667,8 @@ local function validate_defaults(decl)
   if t.database ~= nil then
     ok, v = database_name(ctx, "database", t.database)
     out.database = ok and v or nil
+    -- Already reported here: streams relying on it should not say "missing".
+    state.invalid_default_database = not ok
   end
   if t.uri ~= nil then
     if type(t.uri) == "string" and (t.uri:find("^mongodb://.") or t.uri:find("^mongodb%+srv://.")) then
@@ -805,7 +807,7 @@ local function validate_stream(decl, defaults, opts, seen_names)
     spec.database, spec.database_source = defaults.database, "defaults"
   elseif opts.default_database then
     spec.database, spec.database_source = opts.default_database, "uri"
-  else
+  elseif not state.invalid_default_database then
     ctx:fail("database", "missing (set database in this stream, in fw.defaults { database = ... } "
       .. "or in the URI path, e.g. mongodb://127.0.0.1:27017/shop)")
   end

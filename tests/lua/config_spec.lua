@@ -1,0 +1,625 @@
+local config = require("flowwarden.config")
+
+-- Every script gets the same two first lines, so its own code starts at line 3.
+local HEADER = "local fw = require('flowwarden')\nlocal h = function() end\n"
+local SCRIPT = "/s/bad.lua"
+
+local function run(src, opts)
+  return config.load_string(HEADER .. src, SCRIPT, opts)
+end
+
+local function errors_of(src, opts)
+  local cfg, errs = run(src, opts)
+  assert.is_nil(cfg, "the script was expected to be rejected")
+  return errs
+end
+
+local function spec_of(src, opts)
+  local cfg, errs = run(src, opts)
+  assert.is_nil(errs, errs and table.concat(errs, "\n"))
+  return cfg.streams[1], cfg
+end
+
+-- The "bad scripts": each one fails with exactly these messages.
+local P = SCRIPT .. ":3: "
+local S = P .. 'stream "s": '
+local BAD = {
+  { "a stream without a name",
+    "fw.stream { database = 'shop', on_change = h }",
+    { P .. 'stream #1: name: missing (every stream needs a unique name, e.g. name = "order-watcher")' } },
+  { "a name that is not a string",
+    "fw.stream { name = 42, database = 'shop', on_change = h }",
+    { P .. "stream #1: name: expected a non-empty string, got 42" } },
+  { "an empty name",
+    "fw.stream { name = '', database = 'shop', on_change = h }",
+    { P .. 'stream #1: name: expected a non-empty string, got ""' } },
+  { "a name with a control character",
+    "fw.stream { name = 'a\\nb', database = 'shop', on_change = h }",
+    { P .. 'stream #1: name: must not contain control characters, got "a\\10b"' } },
+  { "a duplicate name",
+    "fw.stream { name = 's', database = 'shop', on_change = h }\n"
+      .. "fw.stream { name = 's', database = 'shop', on_change = h }",
+    { SCRIPT .. ':4: stream "s": name: duplicate stream name (first declared at /s/bad.lua:3)' } },
+  { "a misspelt key",
+    "fw.stream { name = 's', database = 'shop', on_insrt = h, on_change = h }",
+    { S .. 'unknown key "on_insrt" (did you mean "on_insert"?)' } },
+  { "a camelCase key",
+    "fw.stream { name = 's', database = 'shop', fullDocument = 'required', on_change = h }",
+    { S .. 'unknown key "fullDocument" (did you mean "full_document"?)' } },
+  { "an unknown key with no close match",
+    "fw.stream { name = 's', database = 'shop', color = 'red', on_change = h }",
+    { S .. 'unknown key "color" (valid keys: name, database, collection, operation_types, pipeline, '
+      .. "full_document, full_document_before_change, checkpoint, restart, retry, dlq, timeout, "
+      .. "memory_limit, on_insert, on_update, on_replace, on_delete, on_change, on_error)" } },
+  { "a positional value",
+    "fw.stream { 'orders', name = 's', database = 'shop', on_change = h }",
+    { S .. 'unexpected entry [1] = "orders" (settings are written as key = value)' } },
+  { "no database anywhere",
+    "fw.stream { name = 's', on_change = h }",
+    { S .. "database: missing (set database in this stream, in fw.defaults { database = ... } or in "
+      .. "the URI path, e.g. mongodb://127.0.0.1:27017/shop)" } },
+  { "an invalid database name",
+    "fw.stream { name = 's', database = 'my.shop', on_change = h }",
+    { S .. 'database: invalid database name "my.shop" (at most 63 bytes, without / \\ . " $, spaces or NUL)' } },
+  { "an empty collection",
+    "fw.stream { name = 's', database = 'shop', collection = '', on_change = h }",
+    { S .. 'collection: expected a non-empty string (omit collection to watch the whole database), got ""' } },
+  { "a system collection",
+    "fw.stream { name = 's', database = 'shop', collection = 'system.profile', on_change = h }",
+    { S .. 'collection: "system.profile" is a system collection, which change streams cannot watch' } },
+  { "a collection name with $",
+    "fw.stream { name = 's', database = 'shop', collection = 'a$b', on_change = h }",
+    { S .. 'collection: invalid collection name "a$b" (must not contain $ or NUL)' } },
+  { "an unknown operation type",
+    "fw.stream { name = 's', database = 'shop', operation_types = { 'insert', 'INSERT', 'upsert' }, on_change = h }",
+    { S .. 'operation_types[2]: unknown operation type "INSERT" (did you mean "insert"? expected one of '
+      .. "insert, update, replace, delete, drop, rename, dropDatabase, invalidate)",
+      S .. 'operation_types[3]: unknown operation type "upsert" (expected one of insert, update, replace, '
+      .. "delete, drop, rename, dropDatabase, invalidate)" } },
+  { "operation_types given as a string",
+    "fw.stream { name = 's', database = 'shop', operation_types = 'insert', on_change = h }",
+    { S .. 'operation_types: expected an array of operation type names such as { "insert" }, got "insert"' } },
+  { "an empty operation_types",
+    "fw.stream { name = 's', database = 'shop', operation_types = {}, on_change = h }",
+    { S .. "operation_types: the empty list matches no event (omit operation_types to receive every type)" } },
+  { "a duplicate operation type",
+    "fw.stream { name = 's', database = 'shop', operation_types = { 'delete', 'delete' }, on_change = h }",
+    { S .. 'operation_types[2]: duplicate "delete" (already operation_types[1])' } },
+  { "operation_types with a named key",
+    "fw.stream { name = 's', database = 'shop', operation_types = { 'insert', x = 'update' }, on_change = h }",
+    { S .. 'operation_types: unexpected key "x" (expected an array of operation type names)' } },
+  { "a pipeline stage that is not a table",
+    "fw.stream { name = 's', database = 'shop', pipeline = { '$match' }, on_change = h }",
+    { S .. 'pipeline[1]: expected a stage table such as { ["$match"] = { ... } }, got "$match"' } },
+  { "a pipeline stage name without $",
+    "fw.stream { name = 's', database = 'shop', pipeline = { { match = {} } }, on_change = h }",
+    { S .. 'pipeline[1]: stage name "match" must start with "$", e.g. "$match"' } },
+  { "a pipeline stage with two keys",
+    "fw.stream { name = 's', database = 'shop', pipeline = { { ['$match'] = {}, ['$project'] = {} } }, on_change = h }",
+    { S .. 'pipeline[1]: a stage has exactly one key, its name such as "$match" (found 2: $match, $project)' } },
+  { "a pipeline that is not a table",
+    "fw.stream { name = 's', database = 'shop', pipeline = 'x', on_change = h }",
+    { S .. 'pipeline: expected an array of stages such as { { ["$match"] = { ... } } }, got "x"' } },
+  { "a wrong full_document",
+    "fw.stream { name = 's', database = 'shop', full_document = 'updatelookup', on_change = h }",
+    { S .. 'full_document: invalid value "updatelookup" (did you mean "updateLookup"? expected "default", '
+      .. '"updateLookup", "whenAvailable" or "required")' } },
+  { "a wrong full_document_before_change",
+    "fw.stream { name = 's', database = 'shop', full_document_before_change = true, on_change = h }",
+    { S .. 'full_document_before_change: invalid value true (expected "off", "whenAvailable" or "required")' } },
+  { "a fractional checkpoint.save_every",
+    "fw.stream { name = 's', database = 'shop', checkpoint = { save_every = 1.5 }, on_change = h }",
+    { S .. "checkpoint.save_every: expected an integer >= 1, got 1.5" } },
+  { "checkpoint.save_every 0",
+    "fw.stream { name = 's', database = 'shop', checkpoint = { save_every = 0 }, on_change = h }",
+    { S .. "checkpoint.save_every: expected an integer >= 1, got 0" } },
+  { "a duration with a spelled-out unit",
+    "fw.stream { name = 's', database = 'shop', checkpoint = { save_interval = '5 sec' }, on_change = h }",
+    { S .. 'checkpoint.save_interval: invalid duration "5 sec" (expected a number followed by ms, s, m or h, '
+      .. 'e.g. "500ms")' } },
+  { "a duration in days",
+    "fw.stream { name = 's', database = 'shop', checkpoint = { idle_heartbeat = '1d' }, on_change = h }",
+    { S .. 'checkpoint.idle_heartbeat: invalid duration "1d" (expected a number followed by ms, s, m or h, '
+      .. 'e.g. "500ms"; days are written in hours, e.g. "24h")' } },
+  { "a negative duration",
+    "fw.stream { name = 's', database = 'shop', checkpoint = { save_interval = '-1s' }, on_change = h }",
+    { S .. 'checkpoint.save_interval: invalid duration "-1s" (expected a number followed by ms, s, m or h, '
+      .. 'e.g. "500ms")' } },
+  { "an unknown start_position",
+    "fw.stream { name = 's', database = 'shop', checkpoint = { start_position = 'earliest' }, on_change = h }",
+    { S .. 'checkpoint.start_position: invalid value "earliest" (expected "resume" or "latest")' } },
+  { "an unknown on_history_lost",
+    "fw.stream { name = 's', database = 'shop', checkpoint = { on_history_lost = 'resume-from-now' }, on_change = h }",
+    { S .. 'checkpoint.on_history_lost: invalid value "resume-from-now" (did you mean "resume_from_now"? '
+      .. 'expected "fail" or "resume_from_now")' } },
+  { "checkpoint given as a number",
+    "fw.stream { name = 's', database = 'shop', checkpoint = 5, on_change = h }",
+    { S .. "checkpoint: expected a table of checkpoint settings, got 5" } },
+  { "an unknown checkpoint key",
+    "fw.stream { name = 's', database = 'shop', checkpoint = { every = 5 }, on_change = h }",
+    { S .. 'checkpoint: unknown key "every" (valid keys: save_every, save_interval, idle_heartbeat, '
+      .. "start_position, on_history_lost)" } },
+  { "a negative restart.max_attempts",
+    "fw.stream { name = 's', database = 'shop', restart = { max_attempts = -1 }, on_change = h }",
+    { S .. "restart.max_attempts: expected an integer >= 0 (0 = unlimited), got -1" } },
+  { "restart.max_delay below the default initial_delay",
+    "fw.stream { name = 's', database = 'shop', restart = { max_delay = '500ms' }, on_change = h }",
+    { S .. 'restart.max_delay: must be >= restart.initial_delay ("1s", the default), got "500ms"' } },
+  { "restart.jitter as a string",
+    "fw.stream { name = 's', database = 'shop', restart = { jitter = 'no' }, on_change = h }",
+    { S .. 'restart.jitter: expected true or false, got "no"' } },
+  { "retry.max_attempts 0",
+    "fw.stream { name = 's', database = 'shop', retry = { max_attempts = 0 }, on_change = h }",
+    { S .. "retry.max_attempts: expected an integer >= 1, got 0" } },
+  { "retry.max_attempts as a string",
+    "fw.stream { name = 's', database = 'shop', retry = { max_attempts = '3' }, on_change = h }",
+    { S .. 'retry.max_attempts: expected an integer >= 1, got "3"' } },
+  { "retry.multiplier below 1",
+    "fw.stream { name = 's', database = 'shop', retry = { multiplier = 0.5 }, on_change = h }",
+    { S .. "retry.multiplier: expected a number >= 1, got 0.5" } },
+  { "an infinite retry.multiplier",
+    "fw.stream { name = 's', database = 'shop', retry = { multiplier = math.huge }, on_change = h }",
+    { S .. "retry.multiplier: expected a number >= 1, got inf" } },
+  { "a zero retry.initial_delay",
+    "fw.stream { name = 's', database = 'shop', retry = { initial_delay = '0ms' }, on_change = h }",
+    { S .. 'retry.initial_delay: must be greater than 0, got "0ms"' } },
+  { "a duration written as a bare number",
+    "fw.stream { name = 's', database = 'shop', retry = { initial_delay = 500 }, on_change = h }",
+    { S .. 'retry.initial_delay: expected a duration string, got 500 (a number has no unit: write "500s" '
+      .. 'or "500ms")' } },
+  { "retry.max_delay below retry.initial_delay",
+    "fw.stream { name = 's', database = 'shop', retry = { initial_delay = '2s', max_delay = '1s' }, on_change = h }",
+    { S .. 'retry.max_delay: must be >= retry.initial_delay ("2s"), got "1s"' } },
+  { "retry given as a string",
+    "fw.stream { name = 's', database = 'shop', retry = 'yes', on_change = h }",
+    { S .. 'retry: expected true, false or a table of retry settings, got "yes"' } },
+  { "a camelCase retry key",
+    "fw.stream { name = 's', database = 'shop', retry = { maxAttempts = 5 }, on_change = h }",
+    { S .. 'retry: unknown key "maxAttempts" (did you mean "max_attempts"?)' } },
+  { "retry_on given as a string",
+    "fw.stream { name = 's', database = 'shop', retry = { retry_on = 'Timeout' }, on_change = h }",
+    { S .. 'retry.retry_on: expected an array of error type names such as { "Timeout" }, got "Timeout"' } },
+  { "an invalid error type in no_retry_on",
+    "fw.stream { name = 's', database = 'shop', retry = { no_retry_on = { 'Validation', 'http error' } }, on_change = h }",
+    { S .. 'retry.no_retry_on[2]: invalid error type "http error" (expected a dotted name such as "Http.Timeout")' } },
+  { "a negative dlq.ttl_days",
+    "fw.stream { name = 's', database = 'shop', dlq = { ttl_days = -1 }, on_change = h }",
+    { S .. "dlq.ttl_days: expected an integer >= 0 (0 = keep forever), got -1" } },
+  { "an unacknowledged dlq.write_concern",
+    "fw.stream { name = 's', database = 'shop', dlq = { write_concern = 0 }, on_change = h }",
+    { S .. 'dlq.write_concern: 0 (unacknowledged) is not allowed: the checkpoint may only pass an event once '
+      .. 'its DLQ insert is acknowledged (use "majority" or an integer >= 1)' } },
+  { "a fractional dlq.write_concern",
+    "fw.stream { name = 's', database = 'shop', dlq = { write_concern = 1.5 }, on_change = h }",
+    { S .. 'dlq.write_concern: expected "majority", a tag set name or an integer >= 1, got 1.5' } },
+  { "an empty dlq.collection",
+    "fw.stream { name = 's', database = 'shop', dlq = { collection = '' }, on_change = h }",
+    { S .. 'dlq.collection: expected a non-empty string, got ""' } },
+  { "dlq.include_stack_trace as a string",
+    "fw.stream { name = 's', database = 'shop', dlq = { include_stack_trace = 'yes' }, on_change = h }",
+    { S .. 'dlq.include_stack_trace: expected true or false, got "yes"' } },
+  { "a dlq key from the seed's Java spelling",
+    "fw.stream { name = 's', database = 'shop', dlq = { ttlDays = 90 }, on_change = h }",
+    { S .. 'dlq: unknown key "ttlDays" (did you mean "ttl_days"?)' } },
+  { "dlq given as a number",
+    "fw.stream { name = 's', database = 'shop', dlq = 1, on_change = h }",
+    { S .. "dlq: expected true, false or a table of dlq settings, got 1" } },
+  { "a timeout without a unit",
+    "fw.stream { name = 's', database = 'shop', timeout = 30, on_change = h }",
+    { S .. 'timeout: expected a duration string, got 30 (a number has no unit: write "30s" or "30ms")' } },
+  { "a memory_limit with a space",
+    "fw.stream { name = 's', database = 'shop', memory_limit = '256 MB', on_change = h }",
+    { S .. 'memory_limit: invalid size "256 MB" (expected an integer followed by B, KB, MB or GB, e.g. "256MB")' } },
+  { "a memory_limit too small to run",
+    "fw.stream { name = 's', database = 'shop', memory_limit = '64KB', on_change = h }",
+    { S .. 'memory_limit: "64KB" is too small (minimum "1MB")' } },
+  { "a memory_limit given as a number",
+    "fw.stream { name = 's', database = 'shop', memory_limit = 1024, on_change = h }",
+    { S .. 'memory_limit: expected a size string such as "256MB", got 1024' } },
+  { "no handler",
+    "fw.stream { name = 's', database = 'shop' }",
+    { S .. "handlers: none declared (define at least one of on_insert, on_update, on_replace, on_delete, "
+      .. "on_change)" } },
+  { "a handler that is not a function",
+    "fw.stream { name = 's', database = 'shop', on_insert = 'process' }",
+    { S .. 'on_insert: expected a function, got "process"' } },
+  { "an on_error that is not a function",
+    "fw.stream { name = 's', database = 'shop', on_change = h, on_error = 'dlq' }",
+    { S .. 'on_error: expected a function(err, ctx), got "dlq"' } },
+  { "fw.stream called with a string",
+    "fw.stream 'orders'",
+    { P .. 'stream #1: expected a table: fw.stream { ... }, got "orders"' } },
+  { "fw.stream called as a method",
+    "fw:stream { name = 's', database = 'shop', on_change = h }",
+    { P .. "stream #1: fw.stream takes one table: write fw.stream { ... } (not fw:stream)" } },
+  { "an unknown fw.defaults key",
+    "fw.defaults { databse = 'shop' }\nfw.stream { name = 's', database = 'shop', on_change = h }",
+    { P .. 'defaults: unknown key "databse" (did you mean "database"?)' } },
+  { "fw.defaults { retry = true }",
+    "fw.defaults { retry = true }\nfw.stream { name = 's', database = 'shop', on_change = h }",
+    { P .. "defaults: retry: expected a table of retry settings, got true (defaults only hold settings; "
+      .. "turn retry on per stream with retry = true)" } },
+  { "an invalid fw.defaults database (not repeated for each stream)",
+    "fw.defaults { database = 'a b' }\nfw.stream { name = 's', on_change = h }",
+    { P .. 'defaults: database: invalid database name "a b" (at most 63 bytes, without / \\ . " $, spaces or NUL)' } },
+  { "a defaults uri that is not a MongoDB URI",
+    "fw.defaults { uri = 'localhost:27017' }\nfw.stream { name = 's', database = 'shop', on_change = h }",
+    { P .. 'defaults: uri: expected a MongoDB connection string starting with mongodb:// or mongodb+srv://, '
+      .. 'got "localhost:27017"' } },
+  { "fw.defaults called twice",
+    "fw.defaults { database = 'a' }\nfw.defaults { database = 'b' }\nfw.stream { name = 's', on_change = h }",
+    { SCRIPT .. ":4: defaults: fw.defaults called again (first called at /s/bad.lua:3; merge them into one "
+      .. "fw.defaults { ... })" } },
+  { "defaults whose retry delays conflict (reported once, at the defaults)",
+    "fw.defaults { database = 'shop', retry = { initial_delay = '10s', max_delay = '5s' } }\n"
+      .. "fw.stream { name = 'a', retry = true, on_change = h }\n"
+      .. "fw.stream { name = 'b', retry = { max_attempts = 5 }, on_change = h }",
+    { P .. 'defaults: retry.max_delay: must be >= retry.initial_delay ("10s"), got "5s"' } },
+  { "a stream max_delay below the initial_delay from fw.defaults",
+    "fw.defaults { database = 'shop', retry = { initial_delay = '10s' } }\n"
+      .. "fw.stream { name = 's', retry = { max_delay = '5s' }, on_change = h }",
+    { SCRIPT .. ':4: stream "s": retry.max_delay: must be >= retry.initial_delay ("10s", from fw.defaults), '
+      .. 'got "5s"' } },
+  { "a script that declares no stream",
+    "fw.defaults { database = 'shop' }",
+    { SCRIPT .. ": no streams declared (declare at least one with fw.stream { name = ..., "
+      .. "on_change = function(ctx) ... end })" } },
+  { "a syntax error",
+    "fw.stream { name = 's' on_change = h }",
+    { SCRIPT .. ":3: '}' expected near 'on_change'" } },
+  { "a runtime error while loading, after a bad declaration",
+    "fw.stream { name = 's', on_change = h }\nlocal x = nil + 1",
+    { S .. "database: missing (set database in this stream, in fw.defaults { database = ... } or in "
+      .. "the URI path, e.g. mongodb://127.0.0.1:27017/shop)",
+      SCRIPT .. ":4: attempt to perform arithmetic on a nil value" } },
+  { "a typed error raised while loading",
+    "error(fw.error('Config', 'ORDERS_URL is not set'))",
+    { SCRIPT .. ":3: Config: ORDERS_URL is not set" } },
+}
+
+describe("config: bad scripts", function()
+  for _, case in ipairs(BAD) do
+    it("rejects " .. case[1], function()
+      assert.are.same(case[3], errors_of(case[2], case[4]))
+    end)
+  end
+
+  it("has at least 20 distinct bad scripts", function()
+    assert.is_true(#BAD >= 20)
+  end)
+
+  it("reports every error of every stream, in declaration order", function()
+    local errs = errors_of([[
+fw.stream { name = 'a', database = 'shop', retry = { max_attempts = 0, jitter = 1 }, on_change = h }
+fw.defaults { timeout = '1 minute' }
+fw.stream { database = 'shop' }
+fw.stream { name = 'a', database = 'shop', on_updte = h }]])
+    assert.are.same({
+      SCRIPT .. ':3: stream "a": retry.max_attempts: expected an integer >= 1, got 0',
+      SCRIPT .. ':3: stream "a": retry.jitter: expected true or false, got 1',
+      SCRIPT .. ':4: defaults: timeout: invalid duration "1 minute" (expected a number followed by ms, s, '
+        .. 'm or h, e.g. "500ms")',
+      SCRIPT .. ':5: stream #2: name: missing (every stream needs a unique name, e.g. name = "order-watcher")',
+      SCRIPT .. ":5: stream #2: handlers: none declared (define at least one of on_insert, on_update, "
+        .. "on_replace, on_delete, on_change)",
+      SCRIPT .. ':6: stream "a": name: duplicate stream name (first declared at /s/bad.lua:3)',
+      SCRIPT .. ':6: stream "a": unknown key "on_updte" (did you mean "on_update"?)',
+      SCRIPT .. ':6: stream "a": handlers: none declared (define at least one of on_insert, on_update, '
+        .. "on_replace, on_delete, on_change)",
+    }, errs)
+  end)
+
+  it("reports the line of each declaration in a multi-line table", function()
+    local errs = errors_of("\n\nfw.stream {\n  name = 's',\n  database = 'shop',\n  timeout = '1x',\n"
+      .. "  on_change = h,\n}")
+    -- The position is the line where the call's arguments start.
+    assert.are.same({ SCRIPT .. ':5: stream "s": timeout: invalid duration "1x" (expected a number '
+      .. 'followed by ms, s, m or h, e.g. "500ms")' }, errs)
+  end)
+
+  it("reports the call site when fw.stream is tail-called from a helper", function()
+    local errs = errors_of("local function watch(n) return fw.stream { name = n, on_change = h } end\n"
+      .. "watch('a')")
+    assert.are.same({ SCRIPT .. ':4: stream "a": database: missing (set database in this stream, in '
+      .. "fw.defaults { database = ... } or in the URI path, e.g. mongodb://127.0.0.1:27017/shop)" }, errs)
+  end)
+
+  it("reports a script that cannot be opened", function()
+    local cfg, errs = config.load_file("/nonexistent/flowwarden.lua")
+    assert.is_nil(cfg)
+    assert.are.same({ "cannot open /nonexistent/flowwarden.lua: No such file or directory" }, errs)
+  end)
+
+  it("refuses declarations once finished", function()
+    local cfg = run("fw.stream { name = 's', database = 'shop', on_change = h }")
+    assert.is_not_nil(cfg)
+    assert.has_error(function()
+      config.stream({ name = "late" })
+    end, "fw.stream: streams can only be declared while the script loads")
+    assert.has_error(function()
+      config.finish()
+    end, "config.finish: already called (config.reset() starts over)")
+  end)
+
+  it("rejects unknown finish options as a host bug", function()
+    config.reset()
+    assert.has_error(function()
+      config.finish({ default_db = "x" })
+    end, 'config.finish: bad option default_db = "x"')
+  end)
+end)
+
+describe("config: effective settings", function()
+  it("fills every seed default", function()
+    local spec = spec_of("fw.stream { name = 's', database = 'shop', on_change = h }")
+    assert.are.same({
+      name = "s",
+      declared_at = SCRIPT .. ":3",
+      database = "shop",
+      database_source = "stream",
+      pipeline = {},
+      full_document = "default",
+      full_document_before_change = "off",
+      checkpoint = { save_every = 1, save_interval_ms = 5000, idle_heartbeat_ms = 300000,
+                     start_position = "resume", on_history_lost = "fail" },
+      restart = { max_attempts = 0, initial_delay_ms = 1000, max_delay_ms = 60000,
+                  multiplier = 2.0, jitter = false },
+      retry = { enabled = false, max_attempts = 1, initial_delay_ms = 500, max_delay_ms = 30000,
+                multiplier = 2.0, jitter = true, retry_on = {},
+                no_retry_on = { "NilError", "TypeError", "ArgumentError" } },
+      timeout_ms = 30000,
+      memory_limit_bytes = 268435456,
+      handlers = { change = spec.handlers.change },
+    }, spec)
+    assert.is_function(spec.handlers.change)
+    assert.is_nil(spec.dlq)
+    assert.is_nil(spec.collection)
+    assert.is_nil(spec.operation_types)
+    assert.is_nil(spec.on_error)
+  end)
+
+  it("gives retry = true the seed's RetryPolicy defaults", function()
+    local spec = spec_of("fw.stream { name = 's', database = 'shop', retry = true, on_change = h }")
+    assert.are.same({ enabled = true, max_attempts = 3, initial_delay_ms = 500, max_delay_ms = 30000,
+                      multiplier = 2.0, jitter = true, retry_on = {},
+                      no_retry_on = { "NilError", "TypeError", "ArgumentError" } }, spec.retry)
+  end)
+
+  it("gives dlq = true the seed's DeadLetterQueue defaults", function()
+    local spec = spec_of("fw.stream { name = 's', database = 'shop', dlq = true, on_change = h }")
+    assert.are.same({ collection = "_fw_dlq", ttl_days = 30, include_original_document = true,
+                      include_stack_trace = true, write_concern = "majority" }, spec.dlq)
+  end)
+
+  it("treats retry = false and dlq = false like absent", function()
+    local spec = spec_of("fw.stream { name = 's', database = 'shop', retry = false, dlq = false, on_change = h }")
+    assert.is_false(spec.retry.enabled)
+    assert.are.equal(1, spec.retry.max_attempts)
+    assert.is_nil(spec.dlq)
+  end)
+
+  it("turns the DLQ off with dlq = { enabled = false }", function()
+    local spec = spec_of("fw.stream { name = 's', database = 'shop', dlq = { enabled = false }, on_change = h }")
+    assert.is_nil(spec.dlq)
+  end)
+
+  it("normalizes every setting of a full declaration", function()
+    local spec = spec_of([[
+fw.stream {
+  name = "order-watcher", database = "shop", collection = "orders",
+  operation_types = { "insert", "update" },
+  pipeline = { { ["$match"] = { ["fullDocument.total"] = { ["$gt"] = 0 } } } },
+  full_document = "updateLookup", full_document_before_change = "whenAvailable",
+  checkpoint = { save_every = 10, save_interval = "1s", idle_heartbeat = "1m",
+                 start_position = "latest", on_history_lost = "resume_from_now" },
+  restart = { max_attempts = 5, initial_delay = "2s", max_delay = "1h", multiplier = 3, jitter = true },
+  retry = { max_attempts = 5.0, initial_delay = "1.5s", max_delay = "30s", multiplier = 1.5,
+            jitter = false, retry_on = { "Timeout", "Http" }, no_retry_on = { "Validation" } },
+  dlq = { collection = "orders_dlq", ttl_days = 90, include_original_document = false,
+          include_stack_trace = false, write_concern = 2 },
+  timeout = "500ms", memory_limit = "1GB",
+  on_insert = h, on_update = h, on_replace = h, on_delete = h, on_change = h,
+  on_error = function(err, ctx) return fw.SKIP end,
+}]])
+    assert.are.equal("orders", spec.collection)
+    assert.are.same({ "insert", "update" }, spec.operation_types)
+    assert.are.equal("table", type(spec.pipeline[1]["$match"]))
+    assert.are.equal("updateLookup", spec.full_document)
+    assert.are.equal("whenAvailable", spec.full_document_before_change)
+    assert.are.same({ save_every = 10, save_interval_ms = 1000, idle_heartbeat_ms = 60000,
+                      start_position = "latest", on_history_lost = "resume_from_now" }, spec.checkpoint)
+    assert.are.same({ max_attempts = 5, initial_delay_ms = 2000, max_delay_ms = 3600000,
+                      multiplier = 3.0, jitter = true }, spec.restart)
+    assert.are.equal("float", math.type(spec.restart.multiplier))
+    assert.are.same({ enabled = true, max_attempts = 5, initial_delay_ms = 1500, max_delay_ms = 30000,
+                      multiplier = 1.5, jitter = false, retry_on = { "Timeout", "Http" },
+                      no_retry_on = { "Validation" } }, spec.retry)
+    assert.are.equal("integer", math.type(spec.retry.max_attempts))
+    assert.are.same({ collection = "orders_dlq", ttl_days = 90, include_original_document = false,
+                      include_stack_trace = false, write_concern = 2 }, spec.dlq)
+    assert.are.equal(500, spec.timeout_ms)
+    assert.are.equal(1073741824, spec.memory_limit_bytes)
+    for _, op in ipairs({ "insert", "update", "replace", "delete", "change" }) do
+      assert.is_function(spec.handlers[op])
+    end
+    assert.is_function(spec.on_error)
+  end)
+
+  it("accepts every MongoDB operation type", function()
+    local spec = spec_of("fw.stream { name = 's', database = 'shop', operation_types = { 'insert', "
+      .. "'update', 'replace', 'delete', 'drop', 'rename', 'dropDatabase', 'invalidate' }, on_change = h }")
+    assert.are.equal(8, #spec.operation_types)
+  end)
+
+  it("accepts a write_concern tag set name", function()
+    local spec = spec_of("fw.stream { name = 's', database = 'shop', dlq = { write_concern = 'dc2' }, on_change = h }")
+    assert.are.equal("dc2", spec.dlq.write_concern)
+  end)
+
+  it("keeps streams in declaration order", function()
+    local _, cfg = spec_of("fw.stream { name = 'b', database = 'x', on_change = h }\n"
+      .. "fw.stream { name = 'a', database = 'x', on_change = h }")
+    assert.are.equal("b", cfg.streams[1].name)
+    assert.are.equal("a", cfg.streams[2].name)
+    assert.are.equal(SCRIPT .. ":4", cfg.streams[2].declared_at)
+  end)
+
+  it("returns fresh tables: changing one spec does not change the seed", function()
+    local spec = spec_of("fw.stream { name = 's', database = 'shop', retry = true, on_change = h }")
+    table.insert(spec.retry.no_retry_on, "Changed")
+    spec.checkpoint.save_every = 99
+    spec = spec_of("fw.stream { name = 's', database = 'shop', retry = true, on_change = h }")
+    assert.are.same({ "NilError", "TypeError", "ArgumentError" }, spec.retry.no_retry_on)
+    assert.are.equal(1, spec.checkpoint.save_every)
+  end)
+end)
+
+describe("config: fw.defaults", function()
+  it("merges attribute by attribute: stream > fw.defaults > seed", function()
+    local spec = spec_of([[
+fw.defaults {
+  database = "shop",
+  retry = { max_attempts = 3, initial_delay = "1s", multiplier = 2.0, max_delay = "30s", jitter = false },
+  dlq = { collection = "all_dlq", ttl_days = 7 },
+  checkpoint = { save_every = 100 },
+  restart = { max_delay = "5m" },
+  timeout = "10s",
+  memory_limit = "64MB",
+}
+fw.stream { name = "s", retry = { max_attempts = 5 }, dlq = { ttl_days = 0 },
+            checkpoint = { save_interval = "1s" }, on_change = h }]])
+    assert.are.equal("shop", spec.database)
+    assert.are.equal("defaults", spec.database_source)
+    assert.are.same({ enabled = true, max_attempts = 5, initial_delay_ms = 1000, max_delay_ms = 30000,
+                      multiplier = 2.0, jitter = false, retry_on = {},
+                      no_retry_on = { "NilError", "TypeError", "ArgumentError" } }, spec.retry)
+    assert.are.same({ collection = "all_dlq", ttl_days = 0, include_original_document = true,
+                      include_stack_trace = true, write_concern = "majority" }, spec.dlq)
+    assert.are.equal(100, spec.checkpoint.save_every)
+    assert.are.equal(1000, spec.checkpoint.save_interval_ms)
+    assert.are.equal(300000, spec.restart.max_delay_ms)
+    assert.are.equal(1000, spec.restart.initial_delay_ms)
+    assert.are.equal(10000, spec.timeout_ms)
+    assert.are.equal(64 * 1024 * 1024, spec.memory_limit_bytes)
+  end)
+
+  it("does not turn retry or a DLQ on for streams that do not ask for them (as the seed's YAML)", function()
+    local spec = spec_of("fw.defaults { database = 'shop', retry = { max_attempts = 4 }, dlq = { ttl_days = 1 } }\n"
+      .. "fw.stream { name = 's', on_change = h }")
+    assert.is_false(spec.retry.enabled)
+    assert.are.equal(1, spec.retry.max_attempts)
+    assert.is_nil(spec.dlq)
+  end)
+
+  it("lets fw.defaults switch the DLQ off for every stream", function()
+    local spec = spec_of("fw.defaults { database = 'shop', dlq = { enabled = false } }\n"
+      .. "fw.stream { name = 's', dlq = true, on_change = h }")
+    assert.is_nil(spec.dlq)
+  end)
+
+  it("replaces no_retry_on as a whole, as the seed's annotation attribute does", function()
+    local spec = spec_of("fw.defaults { database = 'shop', retry = { no_retry_on = { 'Validation' } } }\n"
+      .. "fw.stream { name = 's', retry = true, on_change = h }")
+    assert.are.same({ "Validation" }, spec.retry.no_retry_on)
+  end)
+
+  it("applies even when declared after the streams", function()
+    local spec = spec_of("fw.stream { name = 's', on_change = h }\nfw.defaults { database = 'late' }")
+    assert.are.equal("late", spec.database)
+  end)
+end)
+
+describe("config: URI and default database", function()
+  it("uses the built-in URI when nothing else is given", function()
+    local _, cfg = spec_of("fw.stream { name = 's', database = 'shop', on_change = h }")
+    assert.are.equal("mongodb://127.0.0.1:27017/?replicaSet=rs0", cfg.uri)
+    assert.are.equal("default", cfg.uri_source)
+    assert.is_nil(cfg.default_database)
+  end)
+
+  it("takes the database from the script's uri path", function()
+    local spec, cfg = spec_of("fw.defaults { uri = 'mongodb://db1:27017,db2/shop?replicaSet=rs0' }\n"
+      .. "fw.stream { name = 's', on_change = h }")
+    assert.are.equal("script", cfg.uri_source)
+    assert.are.equal("shop", spec.database)
+    assert.are.equal("uri", spec.database_source)
+  end)
+
+  it("lets the host's uri win over the script's", function()
+    local spec, cfg = spec_of("fw.defaults { uri = 'mongodb://db1/shop' }\nfw.stream { name = 's', on_change = h }",
+      { uri = "mongodb+srv://user:pw@cluster.example/billing?retryWrites=true" })
+    assert.are.equal("option", cfg.uri_source)
+    assert.are.equal("mongodb+srv://user:pw@cluster.example/billing?retryWrites=true", cfg.uri)
+    assert.are.equal("billing", spec.database)
+  end)
+
+  it("uses an explicit default_database from the host", function()
+    local spec = spec_of("fw.stream { name = 's', on_change = h }", { default_database = "crm" })
+    assert.are.equal("crm", spec.database)
+  end)
+
+  it("prefers fw.defaults' database over the URI's, and the stream's over both", function()
+    local spec, cfg = spec_of("fw.defaults { database = 'd' }\nfw.stream { name = 's', on_change = h }\n"
+      .. "fw.stream { name = 't', database = 'own', on_change = h }", { uri = "mongodb://h/u" })
+    assert.are.equal("d", spec.database)
+    assert.are.equal("own", cfg.streams[2].database)
+  end)
+
+  it("reads the database from URIs", function()
+    assert.are.equal("shop", config.uri_database("mongodb://h:1/shop"))
+    assert.are.equal("my db", config.uri_database("mongodb://u:p@h/my%20db?w=1"))
+    assert.is_nil(config.uri_database("mongodb://h:27017/?replicaSet=rs0"))
+    assert.is_nil(config.uri_database("mongodb://h:27017"))
+    assert.is_nil(config.uri_database("http://h/shop"))
+  end)
+end)
+
+describe("config: loading files", function()
+  local dir
+
+  before_each(function()
+    dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir -p " .. dir))
+  end)
+
+  after_each(function()
+    os.execute("rm -rf " .. dir)
+  end)
+
+  local function write(name, text)
+    local f = assert(io.open(dir .. "/" .. name, "w"))
+    f:write(text)
+    f:close()
+  end
+
+  it("loads a script that requires a module next to it", function()
+    write("handlers_fwtest.lua", "return { on_insert = function(ctx) return 'ok' end }\n")
+    write("main.lua", "local fw = require('flowwarden')\nlocal hs = require('handlers_fwtest')\n"
+      .. "fw.stream { name = 'x', database = 'shop', on_insert = hs.on_insert }\n")
+    local cfg, errs = config.load_file(dir .. "/main.lua")
+    assert.is_nil(errs)
+    assert.are.equal(dir .. "/main.lua:3", cfg.streams[1].declared_at)
+    assert.are.equal("ok", cfg.streams[1].handlers.insert())
+  end)
+
+  it("reports declarations made in a required module at their own position", function()
+    write("streams_fwtest.lua", "local fw = require('flowwarden')\n\nfw.stream { name = 'm', on_change = 1 }\n")
+    write("main.lua", "require('streams_fwtest')\n")
+    local cfg, errs = config.load_file(dir .. "/main.lua", { default_database = "shop" })
+    assert.is_nil(cfg)
+    assert.are.same({ dir .. '/streams_fwtest.lua:3: stream "m": on_change: expected a function, got 1' }, errs)
+  end)
+end)
+
+describe("config.suggest", function()
+  it("finds close keys and ignores case, underscores and dashes", function()
+    local keys = { "max_attempts", "initial_delay", "max_delay", "jitter" }
+    assert.are.equal("max_attempts", config.suggest("maxAttempts", keys))
+    assert.are.equal("max_attempts", config.suggest("max_attempt", keys))
+    assert.are.equal("jitter", config.suggest("jiter", keys))
+    assert.are.equal("initial_delay", config.suggest("inital_delay", keys))
+    assert.is_nil(config.suggest("colour", keys))
+    assert.is_nil(config.suggest(1, keys))
+  end)
+end)

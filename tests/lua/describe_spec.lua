@@ -1,0 +1,200 @@
+local config = require("flowwarden.config")
+local describe_mod = require("flowwarden.describe")
+
+local SCRIPT = "/s/orders.lua"
+
+local function load(src, opts)
+  local cfg, errs = config.load_string("local fw = require('flowwarden')\nlocal h = function() end\n" .. src,
+    SCRIPT, opts)
+  assert.is_nil(errs, errs and table.concat(errs, "\n"))
+  return cfg
+end
+
+describe("describe.text", function()
+  it("prints every effective setting, one stream per block, then the warnings", function()
+    local cfg = load([[
+fw.defaults { database = "shop", retry = { max_attempts = 4 } }
+fw.stream {
+  name = "order-watcher",
+  collection = "orders",
+  operation_types = { "insert", "update" },
+  pipeline = { { ["$match"] = { ["fullDocument.total"] = { ["$gt"] = 0 } } }, { ["$project"] = { x = 1 } } },
+  full_document = "updateLookup",
+  retry = { initial_delay = "1s", retry_on = { "Http" } },
+  dlq = { collection = "orders_dlq", ttl_days = 0 },
+  on_insert = h, on_update = h,
+  on_error = function() return fw.DLQ end,
+}
+fw.stream { name = "audit", database = "logs", checkpoint = { save_every = 50 }, on_change = h }
+]])
+    assert.are.equal([[
+uri: mongodb://127.0.0.1:27017/?replicaSet=rs0 (default)
+
+stream "order-watcher"
+  declared_at                    /s/orders.lua:4
+  database                       shop (from fw.defaults)
+  collection                     orders
+  operation_types                insert, update
+  pipeline                       2 stages: $match, $project
+  full_document                  updateLookup
+  full_document_before_change    off
+  handlers                       on_insert, on_update
+  on_error                       declared
+  timeout                        30s
+  memory_limit                   256MB
+  checkpoint.save_every          1
+  checkpoint.save_interval       5s
+  checkpoint.idle_heartbeat      5m
+  checkpoint.start_position      resume
+  checkpoint.on_history_lost     fail
+  restart.max_attempts           0 (unlimited)
+  restart.initial_delay          1s
+  restart.max_delay              1m
+  restart.multiplier             2.0
+  restart.jitter                 false
+  retry.max_attempts             4
+  retry.initial_delay            1s
+  retry.max_delay                30s
+  retry.multiplier               2.0
+  retry.jitter                   true
+  retry.retry_on                 Http
+  retry.no_retry_on              NilError, TypeError, ArgumentError
+  retry.delays                   1s, 2s, 4s (each +/-20% jitter)
+  dlq.collection                 orders_dlq
+  dlq.ttl_days                   0 (keep forever)
+  dlq.include_original_document  true
+  dlq.include_stack_trace        true
+  dlq.write_concern              majority
+
+stream "audit"
+  declared_at                    /s/orders.lua:15
+  database                       logs
+  collection                     (whole database)
+  operation_types                (all)
+  pipeline                       (none)
+  full_document                  default
+  full_document_before_change    off
+  handlers                       on_change
+  on_error                       (none)
+  timeout                        30s
+  memory_limit                   256MB
+  checkpoint.save_every          50
+  checkpoint.save_interval       5s
+  checkpoint.idle_heartbeat      5m
+  checkpoint.start_position      resume
+  checkpoint.on_history_lost     fail
+  restart.max_attempts           0 (unlimited)
+  restart.initial_delay          1s
+  restart.max_delay              1m
+  restart.multiplier             2.0
+  restart.jitter                 false
+  retry                          (none: one attempt per event)
+  dlq                            (none)
+
+/s/orders.lua:15: warning: stream "audit": no dlq: failed events will be lost on their first failure (no retry either)
+/s/orders.lua:15: warning: stream "audit": no retry: the retry settings in fw.defaults only apply to streams that set retry (retry = true)
+]], describe_mod.text(cfg))
+  end)
+
+  it("has no warning section when there is nothing to warn about", function()
+    local cfg = load("fw.stream { name = 's', database = 'shop', retry = true, dlq = true, on_change = h }")
+    local text = describe_mod.text(cfg)
+    assert.is_nil(text:find("warning", 1, true))
+    assert.are.equal("\n", text:sub(-1))
+  end)
+
+  it("names where the URI came from and hides its password", function()
+    local cfg = load("fw.defaults { uri = 'mongodb://app:s3cret@db1,db2/shop?replicaSet=rs0' }\n"
+      .. "fw.stream { name = 's', retry = true, dlq = true, on_change = h }")
+    local first = describe_mod.text(cfg):match("^[^\n]*")
+    assert.are.equal("uri: mongodb://app:***@db1,db2/shop?replicaSet=rs0 (from fw.defaults)", first)
+    assert.matches("  database                       shop (from the URI)", describe_mod.text(cfg), 1, true)
+    cfg = load("fw.stream { name = 's', database = 'x', retry = true, dlq = true, on_change = h }",
+      { uri = "mongodb+srv://cluster.example/" })
+    first = describe_mod.text(cfg):match("^[^\n]*")
+    assert.are.equal("uri: mongodb+srv://cluster.example/ (from --uri or FLOWWARDEN_URI)", first)
+  end)
+
+  it("shortens a long retry schedule", function()
+    local cfg = load("fw.stream { name = 's', database = 'x', dlq = true, on_change = h,\n"
+      .. "  retry = { max_attempts = 12, jitter = false } }")
+    assert.matches("  retry.delays                   500ms, 1s, 2s, 4s, 8s, 16s, 30s, 30s, ... (11 retries)\n",
+      describe_mod.text(cfg), 1, true)
+  end)
+end)
+
+describe("describe.retry_delays_ms", function()
+  it("reproduces the seed's delay table exactly (defaults, jitter off)", function()
+    local spec = load("fw.stream { name = 's', database = 'x', retry = { max_attempts = 9, jitter = false }, "
+      .. "on_change = h }").streams[1]
+    assert.are.same({ 500, 1000, 2000, 4000, 8000, 16000, 30000, 30000 },
+      describe_mod.retry_delays_ms(spec.retry))
+  end)
+
+  it("has no delay for a single attempt", function()
+    assert.are.same({}, describe_mod.retry_delays_ms({ max_attempts = 1, initial_delay_ms = 500,
+      max_delay_ms = 30000, multiplier = 2.0 }))
+  end)
+end)
+
+describe("describe.warnings", function()
+  local function warnings(src)
+    return describe_mod.warnings(load(src))
+  end
+
+  it("warns that a stream with retry but no DLQ loses events after retries", function()
+    assert.are.same({ SCRIPT .. ':3: warning: stream "x": no dlq: failed events will be lost after retries' },
+      warnings("fw.stream { name = 'x', database = 'd', retry = true, on_change = h }"))
+  end)
+
+  it("warns that a stream with neither loses events on the first failure", function()
+    assert.are.same({ SCRIPT .. ':3: warning: stream "x": no dlq: failed events will be lost on their first '
+      .. "failure (no retry either)" },
+      warnings("fw.stream { name = 'x', database = 'd', on_change = h }"))
+  end)
+
+  it("warns when fw.defaults' dlq settings do not reach a stream", function()
+    assert.are.same({
+      SCRIPT .. ':4: warning: stream "x": no dlq: failed events will be lost after retries',
+      SCRIPT .. ':4: warning: stream "x": no dlq: the dlq settings in fw.defaults only apply to streams that '
+        .. "set dlq (dlq = true)",
+    }, warnings("fw.defaults { dlq = { ttl_days = 7 } }\n"
+      .. "fw.stream { name = 'x', database = 'd', retry = true, on_change = h }"))
+  end)
+
+  it("warns about a handler that operation_types keeps from ever running", function()
+    assert.are.same({ SCRIPT .. ':3: warning: stream "x": on_delete never runs: operation_types does not '
+      .. 'include "delete"' },
+      warnings("fw.stream { name = 'x', database = 'd', retry = true, dlq = true,\n"
+        .. "  operation_types = { 'insert' }, on_insert = h, on_delete = h }"))
+  end)
+
+  it("warns about an on_change that every listed type bypasses", function()
+    assert.are.same({ SCRIPT .. ':3: warning: stream "x": on_change never runs: every type in operation_types '
+      .. "has its own handler" },
+      warnings("fw.stream { name = 'x', database = 'd', retry = true, dlq = true,\n"
+        .. "  operation_types = { 'insert' }, on_insert = h, on_change = h }"))
+    assert.are.same({}, warnings("fw.stream { name = 'x', database = 'd', retry = true, dlq = true,\n"
+      .. "  operation_types = { 'insert', 'drop' }, on_insert = h, on_change = h }"))
+  end)
+
+  it("warns about retry_on entries that no_retry_on always overrides", function()
+    assert.are.same({ SCRIPT .. ':3: warning: stream "x": retry.retry_on: "Http.BadRequest" is also matched '
+      .. 'by no_retry_on "Http", which wins: never retried' },
+      warnings("fw.stream { name = 'x', database = 'd', dlq = true, on_change = h,\n"
+        .. "  retry = { retry_on = { 'Timeout', 'Http.BadRequest' }, no_retry_on = { 'Http' } } }"))
+  end)
+
+  it("warns about a retry policy of a single attempt", function()
+    assert.are.same({ SCRIPT .. ':3: warning: stream "x": retry.max_attempts is 1: events are never retried' },
+      warnings("fw.stream { name = 'x', database = 'd', dlq = true, retry = { max_attempts = 1 }, on_change = h }"))
+  end)
+end)
+
+describe("describe.redact_uri", function()
+  it("hides passwords only", function()
+    assert.are.equal("mongodb://u:***@h/db", describe_mod.redact_uri("mongodb://u:p%40ss@h/db"))
+    assert.are.equal("mongodb://u@h/db", describe_mod.redact_uri("mongodb://u@h/db"))
+    assert.are.equal("mongodb://h:27017/?replicaSet=rs0", describe_mod.redact_uri("mongodb://h:27017/?replicaSet=rs0"))
+  end)
+end)

@@ -1,0 +1,321 @@
+"""Change-stream cursors: open with resume options, scan the oplog, build batches.
+
+Fast path (default fullDocument, no pre-images, no user stages): a batch is the entries' own
+pre-encoded bytes. Slow path: decode the event, add post/pre-images, run the user stages through
+the document engine, re-encode. Batches stop at the count limit or at 16 MiB.
+"""
+
+import copy
+import time
+
+from . import bsonutil
+from . import oplog as oplogmod
+from .bsonutil import e_doc, e_str, make_doc
+from .errors import MongoError
+from .storage import INTERNAL_DBS, MAX_BSON
+
+MAX_BATCH_BYTES = MAX_BSON - 64 * 1024
+SPEC_FIELDS = ("fullDocument", "fullDocumentBeforeChange", "resumeAfter", "startAfter",
+               "startAtOperationTime", "allChangesForCluster", "showExpandedEvents")
+FULL_DOCUMENT_MODES = ("default", "updateLookup", "whenAvailable", "required")
+BEFORE_CHANGE_MODES = ("off", "whenAvailable", "required")
+EVENT_ORDER = ("_id", "operationType", "clusterTime", "wallTime", "fullDocument", "ns",
+               "documentKey", "updateDescription", "to")
+
+# Codes a 6.0 server labels ResumableChangeStreamError on a change-stream getMore.
+RESUMABLE_CODES = frozenset((6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436,
+                             63, 150, 13388, 234, 133, 43))
+NON_RESUMABLE_CODES = frozenset((280, 286))
+
+
+def non_resumable(code, name, msg):
+    return MongoError(code, name, msg, ["NonResumableChangeStreamError"])
+
+
+def history_lost():
+    return non_resumable(286, "ChangeStreamHistoryLost",
+                         "Resume of change stream was not possible, as the resume point may no "
+                         "longer be in the oplog.")
+
+
+def _event_summary(ev):
+    summary = {"operationType": ev.get("operationType"), "ns": ev.get("ns"),
+               "clusterTime": ev.get("clusterTime")}
+    return bsonutil.format_doc_compact({k: v for k, v in summary.items() if v is not None})
+
+
+class ChangeStream:
+    """One change-stream cursor. All methods run with Store.lock held."""
+
+    is_change_stream = True
+
+    def __init__(self, store, db, coll, spec, stages):
+        self.store = store
+        self.id = 0
+        self.killed = False
+        self.closed = False
+        self.last_used = time.monotonic()
+        self.stages = stages
+        self._stage_fn = None
+        if stages:
+            from . import aggregate
+            self._stage_fn = aggregate.compile_event_stages(stages)
+        self._parse_level(db, coll, spec)
+        self._parse_modes(spec)
+        self.fast = (self.full_document == "default" and self.before_change == "off"
+                     and not stages)
+        self.pending_invalidate = None
+        self._position(spec)
+
+    # ---- opening ----
+
+    def _parse_level(self, db, coll, spec):
+        for key in spec:
+            if key not in SPEC_FIELDS:
+                raise MongoError(40415, "Location40415",
+                                 "BSON field '$changeStream.%s' is an unknown field." % key)
+        if spec.get("showExpandedEvents"):
+            raise MongoError(2, "BadValue", "$changeStream option showExpandedEvents is not "
+                             "supported by the flowwarden stand-in")
+        cluster = bool(spec.get("allChangesForCluster", False))
+        if cluster:
+            if db != "admin" or coll is not None:
+                raise MongoError(
+                    73, "InvalidNamespace",
+                    "A $changeStream with 'allChangesForCluster:true' may only be opened on "
+                    "the 'admin' database, and with no collection name")
+            self.level, self.db, self.coll = "cluster", None, None
+            self.ns = "admin.$cmd.aggregate"
+            return
+        if db in INTERNAL_DBS:
+            raise MongoError(73, "InvalidNamespace",
+                             "$changeStream may not be opened on the internal %s database"
+                             % db)
+        if coll is None:
+            self.level, self.db, self.coll = "db", db, None
+            self.ns = db + ".$cmd.aggregate"
+        else:
+            if coll.startswith("system."):
+                raise MongoError(73, "InvalidNamespace",
+                                 "$changeStream may not be opened on the internal %s.%s "
+                                 "collection" % (db, coll))
+            self.level, self.db, self.coll = "coll", db, coll
+            self.ns = db + "." + coll
+
+    def _parse_modes(self, spec):
+        fd = spec.get("fullDocument", "default")
+        if fd not in FULL_DOCUMENT_MODES:
+            raise MongoError(2, "BadValue", "Enumeration value '%s' for field "
+                             "'$changeStream.fullDocument' is not a valid value." % (fd,))
+        fdbc = spec.get("fullDocumentBeforeChange", "off")
+        if fdbc not in BEFORE_CHANGE_MODES:
+            raise MongoError(2, "BadValue", "Enumeration value '%s' for field "
+                             "'$changeStream.fullDocumentBeforeChange' is not a valid value."
+                             % (fdbc,))
+        self.full_document = fd
+        self.before_change = fdbc
+
+    def _position(self, spec):
+        store = self.store
+        log = store.oplog
+        given = [k for k in ("resumeAfter", "startAfter", "startAtOperationTime") if k in spec]
+        if len(given) > 1:
+            raise MongoError(40674, "Location40674",
+                             "Only one type of resume option is allowed, but multiple were "
+                             "found.")
+        if not given:
+            # Start strictly after everything that exists: reserve a fresh cluster time, so
+            # the aggregate's operationTime (libmongoc's resume point when it has no token)
+            # lies after the last existing entry.
+            start = store.clock.tick()
+            self.pos = log.end_seq
+            self.pbrt = oplogmod.make_token(start, event=False)
+            self.start_tsv = start
+            return
+        key = given[0]
+        if key == "startAtOperationTime":
+            ts = spec[key]
+            if not hasattr(ts, "time") or not hasattr(ts, "inc"):
+                raise MongoError(14, "TypeMismatch", "BSON field "
+                                 "'$changeStream.startAtOperationTime' is the wrong type, "
+                                 "expected type 'timestamp'")
+            tsv = bsonutil.tsv_of(ts)
+            if log.history_lost(tsv):
+                raise history_lost()
+            self.pos = log.seq_at_or_after(tsv)
+            self.pbrt = oplogmod.make_token(tsv, event=False)
+            self.start_tsv = tsv
+            return
+        token = oplogmod.Token.from_value(spec[key])
+        self.start_tsv = token.tsv
+        if token.from_invalidate and key == "resumeAfter":
+            raise MongoError(260, "InvalidResumeToken",
+                             "Attempting to resume a change stream using 'resumeAfter' is not "
+                             "allowed from an invalidate notification.")
+        if log.history_lost(token.tsv):
+            raise history_lost()
+        self.pbrt = token.data
+        if not token.is_event:
+            self.pos = log.seq_at_or_after(token.tsv)
+            return
+        seq, entry = log.find(token.tsv)
+        if entry is None:
+            raise non_resumable(280, "ChangeStreamFatalError",
+                                "cannot resume stream; the resume token was not found. "
+                                "{_data: \"%s\"}" % token.data)
+        self.pos = seq + 1
+        if not token.from_invalidate and self._invalidates(entry):
+            self.pending_invalidate = entry
+
+    # ---- scanning ----
+
+    def _relevant(self, e):
+        if self.level == "coll":
+            return e.ns == self.ns
+        if self.level == "db":
+            return e.db == self.db and not (e.coll or "").startswith("system.")
+        return e.db not in INTERNAL_DBS
+
+    def _invalidates(self, e):
+        if self.level == "coll":
+            return e.op in ("drop", "rename")
+        if self.level == "db":
+            return e.op == "dropDatabase"
+        return False
+
+    def fill(self, limit):
+        """Up to `limit` events from the current position; updates the position and PBRT."""
+        self.last_used = time.monotonic()
+        out = []
+        if self.closed:
+            return out
+        if self.pending_invalidate is not None:
+            return self._emit_invalidate(out, self.pending_invalidate)
+        log = self.store.oplog
+        if self.pos < log.first_seq:
+            raise MongoError(136, "CappedPositionLost",
+                             "CollectionScan died due to position in capped collection being "
+                             "deleted.")
+        entries = log.entries
+        base = log.base
+        i = self.pos - base
+        n = len(entries)
+        size = 0
+        last_token = None
+        scanned = None
+        level_coll = self.level == "coll"
+        ns = self.ns
+        fast = self.fast
+        while i < n and len(out) < limit:
+            e = entries[i]
+            if level_coll:
+                if e.ns != ns:
+                    i += 1
+                    scanned = e
+                    continue
+            elif not self._relevant(e):
+                i += 1
+                scanned = e
+                continue
+            raw = e.raw if fast else self._transform(e)
+            if raw is not None:
+                if len(raw) > MAX_BSON:
+                    raise MongoError(10334, "BSONObjectTooLarge",
+                                     "BSONObj size: %d (0x%X) is invalid. Size must be between "
+                                     "0 and 16793600(16MB)" % (len(raw), len(raw)))
+                if out and size + len(raw) > MAX_BATCH_BYTES:
+                    break
+                out.append(raw)
+                size += len(raw)
+                last_token = e
+            i += 1
+            scanned = e
+            if self._invalidates(e):
+                self.pos = base + i
+                self._set_pbrt(last_token, scanned)
+                return self._emit_invalidate(out, e)
+        self.pos = base + i
+        self._set_pbrt(last_token, scanned)
+        return out
+
+    def _set_pbrt(self, last_event_entry, last_scanned):
+        best = self.pbrt
+        if last_event_entry is not None:
+            tok = oplogmod.make_token(last_event_entry.tsv)
+            if tok > best:
+                best = tok
+        if last_scanned is not None and last_scanned is not last_event_entry:
+            tok = oplogmod.make_token(last_scanned.tsv, event=False)
+            if tok > best:
+                best = tok
+        self.pbrt = best
+
+    def _emit_invalidate(self, out, entry):
+        raw = oplogmod.invalidate_event(entry)
+        if self.stages:
+            raw = self._run_stages(bsonutil.decode(raw))
+        if raw is not None:
+            out.append(raw)
+        self.pbrt = oplogmod.make_token(entry.tsv, True, from_invalidate=True)
+        self.pending_invalidate = None
+        self.closed = True
+        return out
+
+    # ---- slow path ----
+
+    def _transform(self, e):
+        ev = bsonutil.decode(e.raw)
+        op = ev["operationType"]
+        if op == "update" and self.full_document != "default":
+            if self.full_document == "updateLookup":
+                c = self.store.coll(e.db, e.coll)
+                ev["fullDocument"] = c.docs.get(e.key) if c is not None else None
+            else:
+                post = e.post if e.images else None
+                if post is None and self.full_document == "required":
+                    raise MongoError(47, "NoMatchingDocument",
+                                     "Change stream was configured to require a post-image "
+                                     "for all update events, but the post-image was not found "
+                                     "for event: " + _event_summary(ev))
+                ev["fullDocument"] = post
+        if self.before_change != "off" and op in ("update", "replace", "delete"):
+            if not e.images:
+                if self.before_change == "required":
+                    raise MongoError(51770, "Location51770",
+                                     "Change stream was configured to require a pre-image for "
+                                     "all update, delete and replace events, but pre-image id "
+                                     "was not available for event: " + _event_summary(ev))
+            else:
+                if e.pre is None and self.before_change == "required":
+                    raise MongoError(47, "NoMatchingDocument",
+                                     "Change stream was configured to require a pre-image for "
+                                     "all update, delete and replace events, but the pre-image "
+                                     "was not found for event: " + _event_summary(ev))
+                ev["fullDocumentBeforeChange"] = e.pre
+        if self.stages:
+            # Stored documents must never be reachable from a user stage's output.
+            for k in ("fullDocument", "fullDocumentBeforeChange"):
+                if isinstance(ev.get(k), dict):
+                    ev[k] = copy.deepcopy(ev[k])
+        ordered = {k: ev[k] for k in EVENT_ORDER if k in ev}
+        for k, v in ev.items():
+            if k not in ordered:
+                ordered[k] = v
+        if self.stages:
+            return self._run_stages(ordered)
+        return bsonutil.encode(ordered)
+
+    def _run_stages(self, ev):
+        from . import aggregate
+        out = self._stage_fn(ev)
+        if out is None:
+            return None
+        if not aggregate.event_id_unchanged(ev, out):
+            err = aggregate.change_stream_id_modified_error(ev, out)
+            if "NonResumableChangeStreamError" not in err.labels:
+                err.labels.append("NonResumableChangeStreamError")
+            raise err
+        return bsonutil.encode(out)
+
+    def pbrt_element(self):
+        return e_doc(b"postBatchResumeToken", make_doc(e_str(b"_data", self.pbrt)))

@@ -1,0 +1,617 @@
+"""CRUD, cursor and aggregate commands. Matching, updating and pipelines are the engine's job
+(query.py, update.py, aggregate.py, compare.py); this module applies their results to the store
+and shapes replies like mongod 6.0.
+"""
+
+import copy
+import datetime
+import time
+
+from bson.int64 import Int64
+from bson.objectid import ObjectId
+
+from . import bsonutil
+from .bsonutil import encode, value_key
+from .changestream import ChangeStream, RESUMABLE_CODES
+from .cursors import ResultCursor, cursor_not_found
+from .errors import MongoError
+from .failpoints import code_name
+from .storage import DuplicateKey, check_collection_name
+
+DEFAULT_BATCH = 101
+DEFAULT_AWAIT_MS = 1000
+
+
+class _Engine:
+    """The document engine's modules, imported on first use (query, update, aggregate, compare)."""
+
+    def __getitem__(self, i):
+        import importlib
+        return importlib.import_module(
+            "." + ("query", "update", "aggregate", "compare")[i], __package__)
+
+
+_ENGINE = _Engine()
+
+
+def _engine():
+    return _ENGINE
+
+
+class CursorResult:
+    """What a cursor-returning command hands to the reply builder."""
+
+    def __init__(self, batch_name, docs, cursor_id, ns, extra=b"", fields=None):
+        self.batch_name = batch_name
+        self.docs = docs
+        self.cursor_id = cursor_id
+        self.ns = ns
+        self.extra = extra
+        self.fields = fields or {}
+
+
+def coll_name(ctx, key):
+    name = ctx.body.get(key)
+    if not isinstance(name, str):
+        raise MongoError(73, "InvalidNamespace",
+                         "collection name has invalid type %s" % type(name).__name__)
+    if not name:
+        raise MongoError(73, "InvalidNamespace", "Invalid namespace specified '%s.'" % ctx.db)
+    return name
+
+
+def check_fields(ctx, allowed):
+    for key in ctx.body:
+        if key not in allowed and key not in ctx.GENERIC_FIELDS:
+            raise MongoError(40415, "Location40415", "BSON field '%s.%s' is an unknown field."
+                             % (ctx.name, key))
+
+
+def check_collation(spec, where):
+    if spec is not None and spec != {} and spec.get("locale") != "simple":
+        raise MongoError(2, "BadValue", "%s: collation is not supported by the flowwarden "
+                         "stand-in (only {locale: 'simple'})" % where)
+
+
+def candidates(c, flt):
+    """Documents that may match: a direct _id lookup when the filter is {_id: <literal>}."""
+    if c is None:
+        return []
+    if len(flt) == 1 and "_id" in flt:
+        v = flt["_id"]
+        if not isinstance(v, (dict, list, bsonutil.Regex)) and type(v).__name__ != "Pattern":
+            d = c.docs.get(value_key(v))
+            return [d] if d is not None else []
+    return list(c.docs.values())
+
+
+def matching(c, flt):
+    query = _engine()[0]
+    return [d for d in candidates(c, flt) if query.matches(d, flt)]
+
+
+def write_error(index, err):
+    if isinstance(err, DuplicateKey):
+        return err.write_error(index)
+    we = {"index": index, "code": err.code, "errmsg": err.errmsg}
+    return we
+
+
+def documents_of(ctx, field):
+    seq = ctx.req.sequences.get(field) if ctx.req.sequences else None
+    if isinstance(seq, list):
+        return seq
+    docs = ctx.body.get(field)
+    if not isinstance(docs, list):
+        raise MongoError(40414, "Location40414",
+                         "BSON field '%s.%s' is missing but a required field" % (ctx.name, field))
+    return docs
+
+
+# ---- writes ----
+
+def cmd_insert(ctx):
+    check_fields(ctx, ("insert", "documents", "ordered", "bypassDocumentValidation"))
+    name = coll_name(ctx, "insert")
+    docs = documents_of(ctx, "documents")
+    ordered = ctx.body.get("ordered", True)
+    store = ctx.store
+    n = 0
+    errors = []
+    with store.lock:
+        c = store.get_or_create(ctx.db, name)
+        for i, item in enumerate(docs):
+            try:
+                if isinstance(item, bytes):
+                    doc = bsonutil.decode(item)
+                    raw = item
+                else:
+                    doc, raw = item, None
+                if "_id" not in doc:
+                    doc = dict(_id=ObjectId(), **doc)
+                    raw = None
+                store.insert(c, doc, raw)
+                n += 1
+            except MongoError as e:
+                errors.append(write_error(i, e))
+                if ordered:
+                    break
+        store.stats["insert"] += n
+        store.commit()
+    reply = {"n": n}
+    if errors:
+        reply["writeErrors"] = errors
+    return reply
+
+
+def _apply_one(c, doc, u, replacement, now):
+    update = _engine()[1]
+    if replacement:
+        new = update.apply_replacement(doc, u)
+        ud = None
+    else:
+        new, ud = update.apply_update(doc, u, now=now)
+    if value_key(new.get("_id")) != value_key(doc["_id"]):
+        raise MongoError(66, "ImmutableField",
+                         "After applying the update, the (immutable) field '_id' was found to "
+                         "have been altered to _id: %s" % bsonutil.format_value(new.get("_id")))
+    return new, ud
+
+
+def _upsert_doc(flt, u, replacement, now):
+    update = _engine()[1]
+    seed = update.upsert_seed(flt)
+    if replacement:
+        new = dict(u)
+        if "_id" not in new and "_id" in seed:
+            new = dict(_id=seed["_id"], **new)
+    else:
+        new, _ = update.apply_update(seed, u, is_upsert_insert=True, now=now)
+    if "_id" not in new:
+        new = dict(_id=ObjectId(), **new)
+    return new
+
+
+def _check_update_spec(u, multi, where):
+    update = _engine()[1]
+    if isinstance(u, list):
+        raise MongoError(2, "BadValue", "%s: pipeline-style updates are not supported by the "
+                         "flowwarden stand-in" % where)
+    if not isinstance(u, dict):
+        raise MongoError(14, "TypeMismatch", "%s: update must be an object" % where)
+    replacement = update.is_replacement(u)
+    if replacement and multi:
+        raise MongoError(9, "FailedToParse",
+                         "multi update is not supported for replacement-style update")
+    return replacement
+
+
+def _same(a, b):
+    return encode(a) == encode(b)
+
+
+def cmd_update(ctx):
+    check_fields(ctx, ("update", "updates", "ordered", "bypassDocumentValidation", "let"))
+    if "let" in ctx.body:
+        raise MongoError(2, "BadValue", "update: 'let' is not supported by the stand-in")
+    name = coll_name(ctx, "update")
+    stmts = documents_of(ctx, "updates")
+    ordered = ctx.body.get("ordered", True)
+    query = _engine()[0]
+    store = ctx.store
+    n = n_modified = 0
+    upserted = []
+    errors = []
+    now = datetime.datetime.utcnow()
+    with store.lock:
+        for i, st in enumerate(stmts):
+            try:
+                if isinstance(st, bytes):
+                    st = bsonutil.decode(st)
+                for key in st:
+                    if key not in ("q", "u", "multi", "upsert", "hint", "collation",
+                                   "arrayFilters", "c", "upsertSupplied"):
+                        raise MongoError(40415, "Location40415", "BSON field "
+                                         "'update.updates.%s' is an unknown field." % key)
+                if st.get("arrayFilters"):
+                    raise MongoError(2, "BadValue", "arrayFilters are not supported by the "
+                                     "flowwarden stand-in")
+                check_collation(st.get("collation"), "update")
+                flt = st.get("q", {})
+                u = st.get("u")
+                multi = bool(st.get("multi", False))
+                replacement = _check_update_spec(u, multi, "update")
+                query.validate_filter(flt)
+                c = store.coll(ctx.db, name)
+                docs = matching(c, flt)
+                if not multi:
+                    docs = docs[:1]
+                for doc in docs:
+                    new, ud = _apply_one(c, doc, u, replacement, now)
+                    if not _same(new, doc):
+                        store.update(c, doc, new, ud)
+                        n_modified += 1
+                n += len(docs)
+                if not docs and st.get("upsert"):
+                    new = _upsert_doc(flt, u, replacement, now)
+                    c = store.get_or_create(ctx.db, name)
+                    store.insert(c, new)
+                    upserted.append({"index": i, "_id": new["_id"]})
+                    n += 1
+            except MongoError as e:
+                errors.append(write_error(i, e))
+                if ordered:
+                    break
+        store.stats["update"] += n
+        store.commit()
+    reply = {"n": n, "nModified": n_modified}
+    if upserted:
+        reply["upserted"] = upserted
+    if errors:
+        reply["writeErrors"] = errors
+    return reply
+
+
+def cmd_delete(ctx):
+    check_fields(ctx, ("delete", "deletes", "ordered", "let"))
+    name = coll_name(ctx, "delete")
+    stmts = documents_of(ctx, "deletes")
+    ordered = ctx.body.get("ordered", True)
+    query = _engine()[0]
+    store = ctx.store
+    n = 0
+    errors = []
+    with store.lock:
+        for i, st in enumerate(stmts):
+            try:
+                if isinstance(st, bytes):
+                    st = bsonutil.decode(st)
+                for key in st:
+                    if key not in ("q", "limit", "hint", "collation"):
+                        raise MongoError(40415, "Location40415", "BSON field "
+                                         "'delete.deletes.%s' is an unknown field." % key)
+                if "limit" not in st:
+                    raise MongoError(40414, "Location40414", "BSON field 'delete.deletes.limit'"
+                                     " is missing but a required field")
+                limit = st["limit"]
+                if limit not in (0, 1):
+                    raise MongoError(9, "FailedToParse",
+                                     "The limit field in delete objects must be 0 or 1. Got %s"
+                                     % limit)
+                check_collation(st.get("collation"), "delete")
+                flt = st.get("q", {})
+                query.validate_filter(flt)
+                c = store.coll(ctx.db, name)
+                docs = matching(c, flt)
+                if limit == 1:
+                    docs = docs[:1]
+                for doc in docs:
+                    store.delete(c, doc)
+                n += len(docs)
+            except MongoError as e:
+                errors.append(write_error(i, e))
+                if ordered:
+                    break
+        store.stats["delete"] += n
+        store.commit()
+    reply = {"n": n}
+    if errors:
+        reply["writeErrors"] = errors
+    return reply
+
+
+def cmd_find_and_modify(ctx):
+    check_fields(ctx, ("findAndModify", "findandmodify", "query", "sort", "remove", "update",
+                       "new", "fields", "upsert", "bypassDocumentValidation", "collation",
+                       "arrayFilters", "hint", "let"))
+    body = ctx.body
+    name = coll_name(ctx, ctx.name)
+    query, compare = _engine()[0], _engine()[3]
+    flt = body.get("query") or {}
+    remove = bool(body.get("remove", False))
+    u = body.get("update")
+    if body.get("arrayFilters") or "let" in body:
+        raise MongoError(2, "BadValue", "findAndModify: arrayFilters/let are not supported by "
+                         "the flowwarden stand-in")
+    check_collation(body.get("collation"), "findAndModify")
+    if remove and u is not None:
+        raise MongoError(9, "FailedToParse", "Cannot specify both an update and remove=true")
+    if not remove and u is None:
+        raise MongoError(9, "FailedToParse", "Either an update or remove=true must be specified")
+    if remove and (body.get("upsert") or body.get("new")):
+        raise MongoError(9, "FailedToParse",
+                         "Cannot specify both upsert=true and remove=true" if body.get("upsert")
+                         else "Cannot specify both new=true and remove=true; 'remove' always "
+                         "returns the deleted document")
+    replacement = False if remove else _check_update_spec(u, False, "findAndModify")
+    query.validate_filter(flt)
+    fields = body.get("fields")
+    store = ctx.store
+    now = datetime.datetime.utcnow()
+    with store.lock:
+        c = store.coll(ctx.db, name)
+        docs = matching(c, flt)
+        if body.get("sort"):
+            docs = compare.sort_documents(docs, body["sort"])
+        doc = docs[0] if docs else None
+        leo = {"n": 0}
+        value = None
+        if doc is not None and remove:
+            store.delete(c, doc)
+            leo = {"n": 1}
+            value = doc
+        elif doc is not None:
+            new, ud = _apply_one(c, doc, u, replacement, now)
+            if not _same(new, doc):
+                new = store.update(c, doc, new, ud)
+            leo = {"n": 1, "updatedExisting": True}
+            value = new if body.get("new") else doc
+        elif not remove:
+            leo = {"n": 0, "updatedExisting": False}
+            if body.get("upsert"):
+                new = _upsert_doc(flt, u, replacement, now)
+                c = store.get_or_create(ctx.db, name)
+                new = store.insert(c, new)
+                leo = {"n": 1, "updatedExisting": False, "upserted": new["_id"]}
+                value = new if body.get("new") else None
+        store.commit()
+    if value is not None and fields:
+        value = query.project(value, fields)
+    return {"lastErrorObject": leo, "value": value}
+
+
+# ---- reads ----
+
+FIND_FIELDS = ("find", "filter", "sort", "projection", "skip", "limit", "batchSize",
+               "singleBatch", "hint", "collation", "allowDiskUse", "noCursorTimeout",
+               "allowPartialResults", "oplogReplay", "tailable", "awaitData", "min", "max",
+               "returnKey", "showRecordId", "let")
+
+
+def cmd_find(ctx):
+    check_fields(ctx, FIND_FIELDS)
+    body = ctx.body
+    for unsupported in ("tailable", "awaitData", "min", "max", "returnKey", "showRecordId",
+                        "let"):
+        if body.get(unsupported):
+            raise MongoError(2, "BadValue", "find option '%s' is not supported by the "
+                             "flowwarden stand-in" % unsupported)
+    check_collation(body.get("collation"), "find")
+    name = coll_name(ctx, "find")
+    query, compare = _engine()[0], _engine()[3]
+    flt = body.get("filter") or {}
+    query.validate_filter(flt)
+    skip = int(body.get("skip", 0) or 0)
+    limit = int(body.get("limit", 0) or 0)
+    if skip < 0:
+        raise MongoError(51024, "Location51024",
+                         "BSON field 'skip' value must be >= 0, actual value '%d'" % skip)
+    if limit < 0:
+        raise MongoError(51024, "Location51024",
+                         "BSON field 'limit' value must be >= 0, actual value '%d'" % limit)
+    batch_size = body.get("batchSize", DEFAULT_BATCH)
+    if batch_size < 0:
+        raise MongoError(51024, "Location51024", "BSON field 'batchSize' value must be >= 0, "
+                         "actual value '%d'" % batch_size)
+    store = ctx.store
+    with store.lock:
+        store.stats["query"] += 1
+        docs = matching(store.coll(ctx.db, name), flt)
+        if body.get("sort"):
+            docs = compare.sort_documents(docs, body["sort"])
+        if skip:
+            docs = docs[skip:]
+        if limit:
+            docs = docs[:limit]
+        proj = body.get("projection")
+        raw = [encode(query.project(d, proj) if proj else d) for d in docs]
+    return make_result_cursor(ctx, ctx.db + "." + name, raw, batch_size,
+                              bool(body.get("singleBatch")))
+
+
+def make_result_cursor(ctx, ns, raw_docs, batch_size, single_batch=False):
+    cur = ResultCursor(ns, raw_docs)
+    first = cur.fill(batch_size) if batch_size else []
+    cid = 0
+    if not single_batch and not cur.exhausted:
+        with ctx.store.lock:
+            cid = ctx.server.cursors.register(cur)
+    return CursorResult(b"firstBatch", first, cid, ns)
+
+
+def cmd_count(ctx):
+    check_fields(ctx, ("count", "query", "limit", "skip", "hint", "collation", "fields"))
+    check_collation(ctx.body.get("collation"), "count")
+    name = coll_name(ctx, "count")
+    flt = ctx.body.get("query") or {}
+    _engine()[0].validate_filter(flt)
+    with ctx.store.lock:
+        n = len(matching(ctx.store.coll(ctx.db, name), flt))
+    skip = int(ctx.body.get("skip", 0) or 0)
+    limit = abs(int(ctx.body.get("limit", 0) or 0))
+    n = max(0, n - skip)
+    if limit:
+        n = min(n, limit)
+    return {"n": n}
+
+
+def cmd_distinct(ctx):
+    check_fields(ctx, ("distinct", "key", "query", "collation", "hint"))
+    check_collation(ctx.body.get("collation"), "distinct")
+    name = coll_name(ctx, "distinct")
+    key = ctx.body.get("key")
+    if not isinstance(key, str):
+        raise MongoError(14, "TypeMismatch", "BSON field 'distinct.key' is the wrong type "
+                         "'%s', expected type 'string'" % type(key).__name__)
+    query = _engine()[0]
+    flt = ctx.body.get("query") or {}
+    query.validate_filter(flt)
+    from .storage import MISSING, path_values
+    seen = set()
+    values = []
+    with ctx.store.lock:
+        for doc in matching(ctx.store.coll(ctx.db, name), flt):
+            for v in path_values(doc, key.split(".")):
+                if v is MISSING:
+                    continue
+                k = value_key(v)
+                if k not in seen:
+                    seen.add(k)
+                    values.append(v)
+    return {"values": values}
+
+
+# ---- aggregate ----
+
+def cmd_aggregate(ctx):
+    check_fields(ctx, ("aggregate", "pipeline", "cursor", "explain", "allowDiskUse",
+                       "collation", "hint", "let", "bypassDocumentValidation"))
+    body = ctx.body
+    pipeline = body.get("pipeline")
+    if not isinstance(pipeline, list):
+        raise MongoError(14, "TypeMismatch", "'pipeline' option must be specified as an array")
+    if body.get("explain"):
+        raise MongoError(2, "BadValue", "aggregate explain is not supported by the flowwarden "
+                         "stand-in")
+    cursor_opts = body.get("cursor")
+    if not isinstance(cursor_opts, dict):
+        raise MongoError(9, "FailedToParse", "The 'cursor' option is required, except for "
+                         "aggregate with the explain argument")
+    batch_size = cursor_opts.get("batchSize", DEFAULT_BATCH)
+    check_collation(body.get("collation"), "aggregate")
+    target = body.get("aggregate")
+    for i, stage in enumerate(pipeline):
+        if not isinstance(stage, dict) or len(stage) != 1:
+            raise MongoError(40323, "Location40323", "A pipeline stage specification object "
+                             "must contain exactly one field.")
+        if "$changeStream" in stage and i > 0:
+            raise MongoError(40602, "Location40602",
+                             "$changeStream is only valid as the first stage in a pipeline.")
+    if pipeline and "$changeStream" in pipeline[0]:
+        return open_change_stream(ctx, target, pipeline, batch_size)
+    if not isinstance(target, str):
+        raise MongoError(73, "InvalidNamespace", "{aggregate: 1} is not valid for '%s'; a "
+                         "collection is required." % (next(iter(pipeline[0])) if pipeline
+                                                      else "pipeline"))
+    aggregate = _engine()[2]
+    with ctx.store.lock:
+        c = ctx.store.coll(ctx.db, target)
+        docs = [copy.deepcopy(d) for d in c.docs.values()] if c is not None else []
+        results = aggregate.run_pipeline(docs, pipeline)
+        raw = [encode(d) for d in results]
+    return make_result_cursor(ctx, ctx.db + "." + target, raw, batch_size)
+
+
+def open_change_stream(ctx, target, pipeline, batch_size):
+    spec = pipeline[0]["$changeStream"]
+    if not isinstance(spec, dict):
+        raise MongoError(50808, "Location50808", "$changeStream stage expects a document as "
+                         "argument")
+    stages = pipeline[1:]
+    if isinstance(target, str):
+        coll = target
+    elif target == 1 and not isinstance(target, bool):
+        coll = None
+    else:
+        raise MongoError(73, "InvalidNamespace", "Invalid aggregate namespace: the "
+                         "'aggregate' field must be a collection name or 1")
+    store = ctx.store
+    with store.lock:
+        cs = ChangeStream(store, ctx.db, coll, spec, stages)
+        batch = cs.fill(batch_size) if batch_size else []
+        cid = 0 if cs.closed else ctx.server.cursors.register(cs)
+        ctx.op_time = cs.start_tsv if not any(
+            k in spec for k in ("resumeAfter", "startAfter", "startAtOperationTime")) \
+            else store.clock.last
+        extra = cs.pbrt_element()
+    return CursorResult(b"firstBatch", batch, cid, cs.ns, extra)
+
+
+def cmd_get_more(ctx):
+    check_fields(ctx, ("getMore", "collection", "batchSize", "term", "lastKnownCommittedOpTime"))
+    body = ctx.body
+    cid = body.get("getMore")
+    if not isinstance(cid, int) or isinstance(cid, bool):
+        raise MongoError(14, "TypeMismatch", "BSON field 'getMore.getMore' is the wrong type, "
+                         "expected type 'long'")
+    coll = body.get("collection")
+    if not isinstance(coll, str):
+        raise MongoError(14, "TypeMismatch", "BSON field 'getMore.collection' is the wrong "
+                         "type, expected type 'string'")
+    batch_size = int(body.get("batchSize", 0) or 0)
+    store = ctx.store
+    registry = ctx.server.cursors
+    with store.lock:
+        store.stats["getmore"] += 1
+        cur = registry.get(cid)
+        if cur is None:
+            raise cursor_not_found(cid)
+        expected_ns = ctx.db + "." + coll
+        if cur.ns != expected_ns:
+            raise MongoError(13, "Unauthorized", "Requested getMore on namespace '%s', but "
+                             "cursor belongs to a different namespace %s"
+                             % (expected_ns, cur.ns))
+        data = ctx.server.failpoints.check_getmore_checkout()
+        if data is not None:
+            registry.kill(cid)
+            code = int(data.get("errorCode", 1))
+            labels = data.get("errorLabels")
+            if labels is None:
+                labels = (["ResumableChangeStreamError"]
+                          if cur.is_change_stream and code in RESUMABLE_CODES else [])
+            raise MongoError(code, code_name(code),
+                             "Hit the 'failGetMoreAfterCursorCheckout' failpoint", labels)
+        if not cur.is_change_stream:
+            batch = cur.fill(batch_size)
+            if cur.exhausted:
+                registry.remove(cid)
+                cid = 0
+            return CursorResult(b"nextBatch", batch, cid, cur.ns)
+        ctx.is_change_stream_getmore = True
+        max_ms = body.get("maxTimeMS", DEFAULT_AWAIT_MS)
+        deadline = time.monotonic() + max(0, max_ms) / 1000.0
+        limit = batch_size or (1 << 62)
+        try:
+            while True:
+                batch = cur.fill(limit)
+                if batch or cur.closed:
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                store.cond.wait(remaining)
+                if cur.killed:
+                    raise MongoError(237, "CursorKilled", "cursor id %d was killed" % cid)
+        except MongoError:
+            registry.kill(cid)
+            raise
+        if cur.closed:
+            registry.remove(cid)
+            cid = 0
+        return CursorResult(b"nextBatch", batch, Int64(cid), cur.ns, cur.pbrt_element())
+
+
+def cmd_kill_cursors(ctx):
+    check_fields(ctx, ("killCursors", "cursors"))
+    ids = ctx.body.get("cursors")
+    if not isinstance(ids, list):
+        raise MongoError(40414, "Location40414",
+                         "BSON field 'killCursors.cursors' is missing but a required field")
+    killed, not_found = [], []
+    with ctx.store.lock:
+        for cid in ids:
+            if ctx.server.cursors.kill(cid) is not None:
+                killed.append(Int64(cid))
+            else:
+                not_found.append(Int64(cid))
+        ctx.store.cond.notify_all()
+    return {"cursorsKilled": killed, "cursorsNotFound": not_found, "cursorsAlive": [],
+            "cursorsUnknown": []}
+
+
+COMMANDS = {
+    "insert": cmd_insert, "update": cmd_update, "delete": cmd_delete,
+    "findAndModify": cmd_find_and_modify, "findandmodify": cmd_find_and_modify,
+    "find": cmd_find, "count": cmd_count, "distinct": cmd_distinct,
+    "aggregate": cmd_aggregate, "getMore": cmd_get_more, "killCursors": cmd_kill_cursors,
+}

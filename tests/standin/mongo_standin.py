@@ -1,0 +1,105 @@
+#!/usr/bin/python3
+"""MongoDB-wire-compatible stand-in: a one-node MongoDB 6.0 replica set for flowwarden's tests.
+
+    /usr/bin/python3 tests/standin/mongo_standin.py --port 0
+
+prints `ready 127.0.0.1:<port>` once it accepts connections; connect with
+mongodb://127.0.0.1:<port>/?replicaSet=rs0. See docs/testing.md.
+"""
+
+import argparse
+import os
+import signal
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+try:
+    import bson  # noqa: F401  (pymongo's bson, with its C extension)
+except ImportError:
+    sys.stderr.write("mongo_standin: the 'bson' module (Debian python3-pymongo) is missing; "
+                     "run this with /usr/bin/python3\n")
+    sys.exit(2)
+
+from fwstandin.journal import DataDirInUse  # noqa: E402
+from fwstandin.server import Server  # noqa: E402
+
+
+def _positive_int(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be >= 1, got %s" % text)
+    return value
+
+
+def _port(text):
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError("must be between 0 and 65535, got %s" % text)
+    return value
+
+
+def _seconds(text):
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be > 0, got %s" % text)
+    return value
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        prog="mongo_standin.py",
+        description="MongoDB 6.0 one-node replica set stand-in (wire compatible).")
+    p.add_argument("--port", type=_port, default=27017,
+                   help="TCP port on 127.0.0.1; 0 picks a free one (default 27017)")
+    p.add_argument("--replset", default="rs0", help="replica set name (default rs0)")
+    p.add_argument("--data-dir", default=None,
+                   help="persist data, indexes and oplog here (default: in memory only)")
+    p.add_argument("--oplog-max-entries", type=_positive_int, default=10_000_000,
+                   help="oplog cap; the oldest entries are dropped beyond it (default 10000000)")
+    p.add_argument("--ttl-interval", type=_seconds, default=60.0,
+                   help="seconds between TTL monitor passes (default 60, like mongod)")
+    p.add_argument("--log", default=None,
+                   help="append one JSON line per command received to this file")
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        server = Server(replset=args.replset, data_dir=args.data_dir,
+                        oplog_max_entries=args.oplog_max_entries,
+                        ttl_interval=args.ttl_interval, log_path=args.log)
+    except DataDirInUse as e:
+        sys.stderr.write("mongo_standin: %s\n" % e)
+        return 1
+    server.load()
+    try:
+        server.listen(args.port)
+    except OSError as e:
+        sys.stderr.write("mongo_standin: cannot listen on 127.0.0.1:%d: %s\n" % (args.port, e))
+        return 1
+
+    def stop(signum, frame):
+        # Runs in the main thread while it waits in accept(): setting the flag and closing
+        # the listener makes the retried accept() fail and serve_forever() return.
+        server.shutdown_event.set()
+        try:
+            server.listener.close()
+        except OSError:
+            pass
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    sys.stdout.write("ready %s\n" % server.host)
+    sys.stdout.flush()
+    server.serve_forever()
+    server.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Connection threads may be blocked in socket reads; leave without waiting for them.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
