@@ -69,7 +69,8 @@ fw_checkpoint_load (mongoc_client_t *client, const char *database, const char *s
 
 bool
 fw_checkpoint_save (mongoc_client_t *client, const char *database, const char *stream,
-                    const bson_t *processed, const bson_t *seen, fw_error_t *error)
+                    const bson_t *processed, const bson_t *seen, const char *script_version,
+                    fw_error_t *error)
 {
    mongoc_collection_t *coll;
    bson_t selector = BSON_INITIALIZER;
@@ -86,6 +87,9 @@ fw_checkpoint_save (mongoc_client_t *client, const char *database, const char *s
    }
    if (seen) {
       BSON_APPEND_DOCUMENT (&set, "lastSeenToken", seen);
+   }
+   if (script_version) {
+      BSON_APPEND_UTF8 (&set, "scriptVersion", script_version);
    }
    BSON_APPEND_DATE_TIME (&set, "updatedAt", now_ms ());
    bson_append_document_end (&update, &set);

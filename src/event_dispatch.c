@@ -176,6 +176,7 @@ dead_letter (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t *d, i
    f.last_attempt_ms = last_ms;
    f.created_ms = fw_now_ms ();
    f.metadata = &metadata;
+   f.script_version = fw_lua_host_version (w->host);
    if (!fw_event_id (ev, id, sizeof id)) {
       snprintf (id, sizeof id, "(long)");
    }
@@ -257,6 +258,15 @@ fw_event_dispatch (fw_stream_worker_t *w, const bson_t *doc)
    for (int attempt = 1;; attempt++) {
       fw_lua_stop_t stop;
       bool ok;
+
+      /* A reload takes effect here: this attempt runs the new code, and the
+       * attempt count carries on. */
+      if (fw_stream_worker_apply_pending (w)) {
+         L = fw_lua_host_state (w->host);
+         if ((ref = handler_for (w, ev.op)) == LUA_NOREF) {
+            return FW_DISPATCH_DONE; /* the new script has no handler for it */
+         }
+      }
 
       w->dispatch.attempt = attempt;
       last_ms = fw_now_ms ();

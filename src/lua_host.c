@@ -2,6 +2,7 @@
  * lua_host.c - builds sandboxed Lua states, loads operators' scripts and
  * calls into them under a time and memory budget.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -26,6 +27,7 @@ struct fw_lua_host {
    int specs_ref;       /* registry ref: list of validated stream specs */
    int uri_ref;         /* registry ref: the effective URI */
    int config_ref;      /* registry ref: the whole effective configuration */
+   char version[17];    /* hash of the script and its modules */
 };
 
 static int64_t
@@ -91,6 +93,27 @@ embedded_searcher (lua_State *L)
    return 1;
 }
 
+#define MODULE_FILES_KEY "flowwarden.module_files"
+
+/* Wraps Lua's own file searcher to note every module file a script loads,
+ * so the script version covers the modules as well as the script. */
+static int
+recording_searcher (lua_State *L)
+{
+   int n;
+   lua_pushvalue (L, lua_upvalueindex (1));
+   lua_pushvalue (L, 1);
+   lua_call (L, 1, 2);
+   n = 2;
+   if (lua_isfunction (L, -2) && lua_type (L, -1) == LUA_TSTRING) {
+      lua_getfield (L, LUA_REGISTRYINDEX, MODULE_FILES_KEY);
+      lua_pushvalue (L, -2);
+      lua_rawseti (L, -2, (lua_Integer) lua_rawlen (L, -2) + 1);
+      lua_pop (L, 1);
+   }
+   return n;
+}
+
 static int
 pmain_open (lua_State *L)
 {
@@ -105,6 +128,11 @@ pmain_open (lua_State *L)
    }
    lua_pushcfunction (L, embedded_searcher);
    lua_seti (L, -2, 2);
+   lua_newtable (L);
+   lua_setfield (L, LUA_REGISTRYINDEX, MODULE_FILES_KEY);
+   lua_geti (L, -1, 3); /* the Lua file searcher, now third */
+   lua_pushcclosure (L, recording_searcher, 1);
+   lua_seti (L, -2, 3);
    lua_pop (L, 1);
 
    lua_getfield (L, -1, "preload");
@@ -220,6 +248,59 @@ pmain_load (lua_State *L)
    return 0;
 }
 
+/* FNV-1a, 64 bits: a change detector for scripts, not a security hash. */
+static uint64_t
+fnv1a (uint64_t h, const unsigned char *p, size_t n)
+{
+   for (size_t i = 0; i < n; i++) {
+      h ^= p[i];
+      h *= 0x100000001b3ULL;
+   }
+   return h;
+}
+
+static uint64_t
+hash_file (uint64_t h, const char *path)
+{
+   unsigned char buf[8192];
+   size_t n;
+   FILE *f = fopen (path, "rb");
+
+   h = fnv1a (h, (const unsigned char *) path, strlen (path) + 1);
+   if (!f) {
+      return h;
+   }
+   while ((n = fread (buf, 1, sizeof buf, f)) > 0) {
+      h = fnv1a (h, buf, n);
+   }
+   fclose (f);
+   return h;
+}
+
+/* The version covers the script and every module it loaded from disk. */
+static void
+compute_version (fw_lua_host_t *host, const char *path)
+{
+   lua_State *L = host->L;
+   uint64_t h = hash_file (0xcbf29ce484222325ULL, path);
+
+   lua_getfield (L, LUA_REGISTRYINDEX, MODULE_FILES_KEY);
+   for (lua_Integer i = 1; lua_istable (L, -1) && i <= (lua_Integer) lua_rawlen (L, -1); i++) {
+      lua_rawgeti (L, -1, i);
+      h = hash_file (h, lua_tostring (L, -1));
+      lua_pop (L, 1);
+   }
+   lua_pop (L, 1);
+   snprintf (host->version, sizeof host->version, "%016llx", (unsigned long long) h);
+   host->version[12] = '\0';
+}
+
+const char *
+fw_lua_host_version (const fw_lua_host_t *host)
+{
+   return host->version;
+}
+
 bool
 fw_lua_host_load_script (fw_lua_host_t *host, const char *path, const char *option_uri,
                          fw_error_t *error)
@@ -235,6 +316,7 @@ fw_lua_host_load_script (fw_lua_host_t *host, const char *path, const char *opti
       lua_pop (L, 1);
       return false;
    }
+   compute_version (host, path);
    return true;
 }
 

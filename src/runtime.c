@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <mongoc/mongoc.h>
@@ -15,7 +16,6 @@
 #include "flowwarden/log.h"
 #include "flowwarden/lua_host.h"
 #include "flowwarden/runtime.h"
-#include "flowwarden/shutdown.h"
 #include "flowwarden/stream_worker.h"
 
 /* --uri, else FLOWWARDEN_URI, else NULL (the script's or the default URI
@@ -68,6 +68,7 @@ fw_runtime_check (const char *script)
    if (!text) {
       fprintf (stderr, "%s\n", err.message);
    } else {
+      printf ("script: %s (version %s)\n", script, fw_lua_host_version (host));
       fputs (text, stdout);
       free (text);
       rc = 0;
@@ -88,142 +89,283 @@ write_pid_file (const char *path)
    return fclose (f) == 0;
 }
 
-static bool
-all_failed (fw_stream_worker_t **workers, int n)
+typedef struct {
+   const fw_run_options_t *opts;
+   mongoc_client_pool_t *pool;
+   fw_stream_worker_t **workers; /* running (or failed) streams */
+   int n;
+   char *version;
+   uint64_t reloads;
+   uint64_t reload_failures;
+} runtime_t;
+
+static void
+log_summary (fw_stream_worker_t *w, const char *why)
+{
+   fw_stream_stats_t s;
+   fw_stream_worker_stats (w, &s);
+   fw_log (FW_LOG_INFO, fw_stream_worker_name (w),
+           "summary%s: handled=%llu handler_errors=%llu retries=%llu dead_lettered=%llu "
+           "skipped=%llu lost=%llu%s",
+           why, (unsigned long long) s.handled, (unsigned long long) s.handler_errors,
+           (unsigned long long) s.retries, (unsigned long long) s.dead_lettered,
+           (unsigned long long) s.skipped, (unsigned long long) s.lost,
+           s.failed ? " (stream stopped on an error)" : "");
+}
+
+static void
+free_workers (fw_stream_worker_t **ws, int n)
 {
    for (int i = 0; i < n; i++) {
+      fw_stream_worker_destroy (ws[i]);
+   }
+   free (ws);
+}
+
+/* Loads the script once per stream (each stream gets a Lua state of its
+ * own) and builds every worker without starting any: a failure leaves
+ * nothing behind. */
+static bool
+build_workers (runtime_t *rt, fw_stream_worker_t ***out, int *n_out, char **version,
+               fw_error_t *error)
+{
+   fw_lua_host_t *first = load (rt->opts->script, option_uri (rt->opts), error);
+   fw_stream_worker_t **ws;
+   int n;
+
+   if (!first) {
+      return false;
+   }
+   n = fw_lua_host_stream_count (first);
+   *version = strdup (fw_lua_host_version (first));
+   if (n == 0 || !(ws = calloc ((size_t) n, sizeof *ws)) || !*version) {
+      fw_error_set (error, FW_ERROR_INVALID, "%s declares no stream (use fw.stream { ... })",
+                    rt->opts->script);
+      fw_lua_host_destroy (first);
+      free (*version);
+      *version = NULL;
+      return false;
+   }
+   for (int i = 0; i < n; i++) {
+      fw_lua_host_t *host = i == 0 ? first : load (rt->opts->script, option_uri (rt->opts), error);
+      if (!host || !(ws[i] = fw_stream_worker_new (host, i, rt->pool, error))) {
+         free_workers (ws, i);
+         free (*version);
+         *version = NULL;
+         return false;
+      }
+   }
+   *out = ws;
+   *n_out = n;
+   return true;
+}
+
+static void
+stop_and_forget (fw_stream_worker_t *w, const char *why)
+{
+   fw_stream_worker_stop (w);
+   fw_stream_worker_join (w);
+   log_summary (w, why);
+   fw_stream_worker_destroy (w);
+}
+
+static int64_t
+mono_ms (void)
+{
+   struct timespec ts;
+   clock_gettime (CLOCK_MONOTONIC, &ts);
+   return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/*
+ * SIGHUP: load and validate the script again while the old one runs, then
+ * swap all streams at once. Unchanged sources keep their cursor and switch
+ * code at their next attempt; changed sources restart from their checkpoint.
+ */
+static void
+reload (runtime_t *rt)
+{
+   fw_stream_worker_t **next = NULL;
+   fw_error_t err;
+   char *version = NULL;
+   int n = 0, kept = 0, restarted = 0, added = 0, removed = 0;
+   int64_t t0 = mono_ms ();
+
+   if (!build_workers (rt, &next, &n, &version, &err)) {
+      rt->reload_failures++;
+      fw_log (FW_LOG_ERROR, NULL,
+              "reload failed (failures so far: %llu); still running script version %s:\n%s",
+              (unsigned long long) rt->reload_failures, rt->version, err.message);
+      return;
+   }
+   for (int i = 0; i < rt->n; i++) {
+      fw_stream_worker_t *old = rt->workers[i];
+      bool found = false;
+      for (int j = 0; j < n && !found; j++) {
+         found = strcmp (fw_stream_worker_name (old), fw_stream_worker_name (next[j])) == 0;
+      }
+      if (!found) {
+         stop_and_forget (old, " (removed by reload)");
+         rt->workers[i] = NULL;
+         removed++;
+      }
+   }
+   for (int j = 0; j < n; j++) {
+      fw_stream_worker_t *old = NULL;
+      for (int i = 0; i < rt->n && !old; i++) {
+         if (rt->workers[i] &&
+             strcmp (fw_stream_worker_name (rt->workers[i]), fw_stream_worker_name (next[j])) == 0) {
+            old = rt->workers[i];
+            rt->workers[i] = NULL;
+         }
+      }
+      if (old && !fw_stream_worker_finished (old) && fw_stream_worker_same_source (old, next[j])) {
+         fw_stream_worker_replace_program (old, next[j]);
+         next[j] = old;
+         kept++;
+         continue;
+      }
+      if (old) {
+         stop_and_forget (old, " (source changed by reload)");
+         restarted++;
+      } else {
+         added++;
+      }
+      if (!fw_stream_worker_start (next[j], &err)) {
+         fw_log (FW_LOG_ERROR, fw_stream_worker_name (next[j]), "%s", err.message);
+      }
+   }
+   free (rt->workers); /* every old worker was kept, stopped or moved */
+   rt->workers = next;
+   rt->n = n;
+   rt->reloads++;
+   fw_log (FW_LOG_INFO, NULL,
+           "reloaded %s: version %s -> %s in %lld ms (%d kept their position, %d restarted, "
+           "%d added, %d removed)",
+           rt->opts->script, rt->version, version, (long long) (mono_ms () - t0), kept,
+           restarted, added, removed);
+   free (rt->version);
+   rt->version = version;
+}
+
+static bool
+all_failed (runtime_t *rt)
+{
+   for (int i = 0; i < rt->n; i++) {
       fw_stream_stats_t s;
-      fw_stream_worker_stats (workers[i], &s);
+      fw_stream_worker_stats (rt->workers[i], &s);
       if (!s.failed) {
          return false;
       }
    }
-   return n > 0;
+   return rt->n > 0;
 }
 
 int
 fw_runtime_run (const fw_run_options_t *opts)
 {
+   runtime_t rt = {opts, NULL, NULL, 0, NULL, 0, 0};
    fw_error_t err;
-   fw_lua_host_t *first = NULL;
-   fw_stream_worker_t **workers = NULL;
+   fw_lua_host_t *probe = NULL;
    mongoc_uri_t *uri = NULL;
-   mongoc_client_pool_t *pool = NULL;
-   fw_shutdown_t shutdown;
-   sigset_t sigs;
+   sigset_t sigs, hup;
    char *uri_string = NULL;
-   int n = 0, started = 0, rc = 1;
-   bool failed_all = false;
+   bool started = false, failed_all = false, stopping = false;
+   int rc = 1;
 
-   fw_shutdown_init (&shutdown);
    /* Signals are taken by this thread only (sigtimedwait below); threads
     * created later inherit the mask. */
    sigemptyset (&sigs);
    sigaddset (&sigs, SIGINT);
    sigaddset (&sigs, SIGTERM);
    sigaddset (&sigs, SIGHUP);
+   sigemptyset (&hup);
+   sigaddset (&hup, SIGHUP);
    pthread_sigmask (SIG_BLOCK, &sigs, NULL);
    signal (SIGPIPE, SIG_IGN);
 
-   first = load (opts->script, option_uri (opts), &err);
-   if (!first) {
+   /* The URI can come from the script, so read it before building the pool. */
+   probe = load (opts->script, option_uri (opts), &err);
+   if (!probe) {
       fw_log (FW_LOG_ERROR, NULL, "invalid script:\n%s", err.message);
       goto done;
    }
-   uri_string = effective_uri (first);
-
+   uri_string = effective_uri (probe);
+   fw_lua_host_destroy (probe);
    uri = mongoc_uri_new_with_error (uri_string, NULL);
    if (!uri) {
       fw_log (FW_LOG_ERROR, NULL, "invalid MongoDB URI \"%s\"", uri_string);
       goto done;
    }
-   pool = mongoc_client_pool_new (uri);
-   if (!pool) {
+   rt.pool = mongoc_client_pool_new (uri);
+   if (!rt.pool) {
       fw_log (FW_LOG_ERROR, NULL, "cannot create a client pool for \"%s\"", uri_string);
       goto done;
    }
-   mongoc_client_pool_set_error_api (pool, MONGOC_ERROR_API_VERSION_2);
-   mongoc_client_pool_set_appname (pool, "flowwarden");
+   mongoc_client_pool_set_error_api (rt.pool, MONGOC_ERROR_API_VERSION_2);
+   mongoc_client_pool_set_appname (rt.pool, "flowwarden");
 
-   n = fw_lua_host_stream_count (first);
-   if (n == 0) {
-      fw_log (FW_LOG_ERROR, NULL, "%s declares no stream (use fw.stream { ... })", opts->script);
+   if (!build_workers (&rt, &rt.workers, &rt.n, &rt.version, &err)) {
+      fw_log (FW_LOG_ERROR, NULL, "invalid script:\n%s", err.message);
       goto done;
-   }
-   workers = calloc ((size_t) n, sizeof *workers);
-   if (!workers) {
-      goto done;
-   }
-   /* Each stream gets a state of its own; the first load serves stream 0. */
-   for (int i = 0; i < n; i++) {
-      fw_lua_host_t *host = first;
-      if (i > 0 && !(host = load (opts->script, option_uri (opts), &err))) {
-         fw_log (FW_LOG_ERROR, NULL, "invalid script:\n%s", err.message);
-         goto done;
-      }
-      first = i == 0 ? NULL : first;
-      if (!(workers[i] = fw_stream_worker_new (host, i, pool, &shutdown, &err))) {
-         fw_log (FW_LOG_ERROR, NULL, "%s", err.message);
-         goto done;
-      }
    }
    if (opts->pid_file && !write_pid_file (opts->pid_file)) {
       goto done;
    }
-   fw_log (FW_LOG_INFO, NULL, "flowwarden %s running %s: %d stream(s)", FW_VERSION,
-           opts->script, n);
-   for (started = 0; started < n; started++) {
-      if (!fw_stream_worker_start (workers[started], &err)) {
+   fw_log (FW_LOG_INFO, NULL, "flowwarden %s running %s (script version %s): %d stream(s)",
+           FW_VERSION, opts->script, rt.version, rt.n);
+   started = true;
+   for (int i = 0; i < rt.n; i++) {
+      if (!fw_stream_worker_start (rt.workers[i], &err)) {
          fw_log (FW_LOG_ERROR, NULL, "%s", err.message);
-         fw_shutdown_request (&shutdown);
+         stopping = true;
          break;
       }
    }
 
-   while (!fw_shutdown_requested (&shutdown)) {
+   while (!stopping) {
       struct timespec tick = {1, 0};
       int sig = sigtimedwait (&sigs, NULL, &tick);
       if (sig == SIGTERM || sig == SIGINT) {
          fw_log (FW_LOG_INFO, NULL, "%s received: stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-         fw_shutdown_request (&shutdown);
+         stopping = true;
       } else if (sig == SIGHUP) {
-         fw_log (FW_LOG_WARN, NULL, "SIGHUP received: reloading is not supported by this "
-                                    "version; keeping the running script");
-      } else if (all_failed (workers, started)) {
+         struct timespec zero = {0, 0};
+         /* A burst of SIGHUPs becomes one reload; reloads run on this
+          * thread, so they never overlap. */
+         while (sigtimedwait (&hup, NULL, &zero) == SIGHUP) {
+         }
+         fw_log (FW_LOG_INFO, NULL, "SIGHUP received: reloading %s", opts->script);
+         reload (&rt);
+      } else if (all_failed (&rt)) {
          failed_all = true;
          fw_log (FW_LOG_ERROR, NULL, "every stream has stopped on an error: exiting");
-         fw_shutdown_request (&shutdown);
+         stopping = true;
       }
    }
    rc = failed_all ? 1 : 0;
 
 done:
-   fw_shutdown_request (&shutdown);
-   for (int i = 0; i < n && workers; i++) {
-      if (workers[i]) {
-         fw_stream_stats_t s;
-         fw_stream_worker_join (workers[i]);
-         fw_stream_worker_stats (workers[i], &s);
-         if (i < started) {
-            fw_log (FW_LOG_INFO, fw_stream_worker_name (workers[i]),
-                    "summary: handled=%llu handler_errors=%llu retries=%llu dead_lettered=%llu "
-                    "skipped=%llu lost=%llu%s",
-                    (unsigned long long) s.handled, (unsigned long long) s.handler_errors,
-                    (unsigned long long) s.retries, (unsigned long long) s.dead_lettered,
-                    (unsigned long long) s.skipped, (unsigned long long) s.lost,
-                    s.failed ? " (stream stopped on an error)" : "");
-         }
-         fw_stream_worker_destroy (workers[i]);
+   for (int i = 0; i < rt.n; i++) {
+      fw_stream_worker_stop (rt.workers[i]);
+   }
+   for (int i = 0; i < rt.n; i++) {
+      fw_stream_worker_join (rt.workers[i]);
+      if (started) {
+         log_summary (rt.workers[i], "");
       }
    }
-   free (workers);
-   fw_lua_host_destroy (first);
-   mongoc_client_pool_destroy (pool);
+   if (started && (rt.reloads || rt.reload_failures)) {
+      fw_log (FW_LOG_INFO, NULL, "reloads: %llu succeeded, %llu failed",
+              (unsigned long long) rt.reloads, (unsigned long long) rt.reload_failures);
+   }
+   free_workers (rt.workers, rt.n);
+   mongoc_client_pool_destroy (rt.pool);
    mongoc_uri_destroy (uri);
-   if (opts->pid_file && started > 0) {
+   if (opts->pid_file && started) {
       unlink (opts->pid_file);
    }
+   free (rt.version);
    free (uri_string);
-   fw_shutdown_cleanup (&shutdown);
    return rc;
 }

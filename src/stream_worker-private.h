@@ -22,11 +22,16 @@ struct fw_stream_worker {
    int on_failure_ref;         /* flowwarden.dispatch.on_failure */
    mongoc_client_pool_t *pool;
    mongoc_client_t *client;    /* popped by the thread */
-   fw_shutdown_t *shutdown;
+   fw_shutdown_t *shutdown;    /* points at own_shutdown */
+   fw_shutdown_t own_shutdown; /* this stream's stop: SIGTERM, or a reload removing it */
+   pthread_mutex_t pending_mu;
+   fw_stream_worker_t *pending;/* a reload's replacement, applied at an attempt boundary */
+   int has_pending;            /* read without the lock on the hot path */
    fw_dlq_store_t *dlq;
    pthread_t thread;
    bool started;
    bool joined;
+   bool finished;              /* set by the thread as it ends */
    fw_dispatch_t dispatch;
    uint64_t rng;
    fw_stream_stats_t stats;
@@ -39,6 +44,11 @@ typedef enum {
 
 /* Runs the handlers for one event with the stream's retry and DLQ policy. */
 fw_dispatch_result_t fw_event_dispatch (fw_stream_worker_t *w, const bson_t *doc);
+
+/* Switches to the program a reload left pending (handlers, policies, Lua
+ * state), if any. Call only at an attempt boundary. Returns true when it
+ * switched: Lua state, handler refs and cfg may all have changed. */
+bool fw_stream_worker_apply_pending (fw_stream_worker_t *w);
 
 /* Opens the DLQ store, retrying with the restart backoff until it works or a
  * shutdown is asked. Returns false only on shutdown. */

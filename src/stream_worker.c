@@ -66,7 +66,7 @@ pread_spec (lua_State *L)
 
 fw_stream_worker_t *
 fw_stream_worker_new (fw_lua_host_t *host, int index, mongoc_client_pool_t *pool,
-                      fw_shutdown_t *shutdown, fw_error_t *error)
+                      fw_error_t *error)
 {
    fw_stream_worker_t *w = calloc (1, sizeof *w);
    lua_State *L = fw_lua_host_state (host);
@@ -79,7 +79,9 @@ fw_stream_worker_new (fw_lua_host_t *host, int index, mongoc_client_pool_t *pool
    }
    w->host = host;
    w->pool = pool;
-   w->shutdown = shutdown;
+   fw_shutdown_init (&w->own_shutdown);
+   pthread_mutex_init (&w->pending_mu, NULL);
+   w->shutdown = &w->own_shutdown;
    for (int i = 0; i < H_COUNT; i++) {
       w->handler_ref[i] = LUA_NOREF;
    }
@@ -108,6 +110,106 @@ const char *
 fw_stream_worker_name (const fw_stream_worker_t *w)
 {
    return w->cfg.name;
+}
+
+const char *
+fw_stream_worker_version (const fw_stream_worker_t *w)
+{
+   return fw_lua_host_version (w->host);
+}
+
+void
+fw_stream_worker_stop (fw_stream_worker_t *w)
+{
+   fw_shutdown_request (w->shutdown);
+}
+
+bool
+fw_stream_worker_finished (const fw_stream_worker_t *w)
+{
+   return __atomic_load_n (&w->finished, __ATOMIC_ACQUIRE);
+}
+
+static bool
+same_string (const char *a, const char *b)
+{
+   return (!a && !b) || (a && b && strcmp (a, b) == 0);
+}
+
+bool
+fw_stream_worker_same_source (const fw_stream_worker_t *w, const fw_stream_worker_t *next)
+{
+   return same_string (w->cfg.database, next->cfg.database) &&
+          same_string (w->cfg.collection, next->cfg.collection) &&
+          same_string (w->cfg.full_document, next->cfg.full_document) &&
+          same_string (w->cfg.full_document_before_change,
+                       next->cfg.full_document_before_change) &&
+          bson_equal (&w->cfg.pipeline, &next->cfg.pipeline);
+}
+
+void
+fw_stream_worker_replace_program (fw_stream_worker_t *w, fw_stream_worker_t *next)
+{
+   fw_stream_worker_t *dropped;
+
+   pthread_mutex_lock (&w->pending_mu);
+   dropped = w->pending;
+   w->pending = next;
+   __atomic_store_n (&w->has_pending, 1, __ATOMIC_RELEASE);
+   pthread_mutex_unlock (&w->pending_mu);
+   fw_stream_worker_destroy (dropped);
+}
+
+#define SWAP(a, b)                 \
+   do {                            \
+      __typeof__ (a) swap_tmp = a; \
+      a = b;                       \
+      b = swap_tmp;                \
+   } while (0)
+
+static bool
+same_dlq (const fw_dlq_config_t *a, const fw_dlq_config_t *b)
+{
+   return a->enabled == b->enabled && same_string (a->collection, b->collection) &&
+          same_string (a->write_concern_tag, b->write_concern_tag) &&
+          a->write_concern_w == b->write_concern_w;
+}
+
+bool
+fw_stream_worker_apply_pending (fw_stream_worker_t *w)
+{
+   fw_stream_worker_t *next;
+
+   if (!__atomic_load_n (&w->has_pending, __ATOMIC_ACQUIRE)) {
+      return false;
+   }
+   pthread_mutex_lock (&w->pending_mu);
+   next = w->pending;
+   w->pending = NULL;
+   __atomic_store_n (&w->has_pending, 0, __ATOMIC_RELEASE);
+   pthread_mutex_unlock (&w->pending_mu);
+   if (!next) {
+      return false;
+   }
+   if (!same_dlq (&w->cfg.dlq, &next->cfg.dlq)) {
+      fw_dlq_store_destroy (w->dlq); /* reopened on first use with the new settings */
+      w->dlq = NULL;
+   }
+   SWAP (w->host, next->host);
+   SWAP (w->cfg, next->cfg);
+   for (int i = 0; i < H_COUNT; i++) {
+      SWAP (w->handler_ref[i], next->handler_ref[i]);
+   }
+   SWAP (w->spec_ref, next->spec_ref);
+   SWAP (w->on_failure_ref, next->on_failure_ref);
+   /* The event cache lived in the old state, which goes away with next. */
+   w->dispatch.cache_ref = LUA_NOREF;
+   w->dispatch.stream_name = w->cfg.name;
+   w->dispatch.dlq_enabled = w->cfg.dlq.enabled;
+   fw_stream_worker_destroy (next);
+   fw_log (FW_LOG_INFO, w->cfg.name, "now running script version %s",
+           fw_lua_host_version (w->host));
+   return true;
 }
 
 /* --- position ------------------------------------------------------------ */
@@ -139,7 +241,8 @@ save_position (fw_stream_worker_t *w, position_t *p, const char *why)
    }
    if (!fw_checkpoint_save (w->client, w->cfg.database, w->cfg.name,
                             p->has_processed ? &p->processed : NULL,
-                            p->has_resume ? &p->resume : NULL, &err)) {
+                            p->has_resume ? &p->resume : NULL, fw_lua_host_version (w->host),
+                            &err)) {
       fw_log (FW_LOG_ERROR, w->cfg.name, "%s (%s); will try again", err.message, why);
       return;
    }
@@ -201,6 +304,7 @@ consume (fw_stream_worker_t *w, mongoc_change_stream_t *cs, position_t *p, bool 
    const bson_t *reply;
 
    while (!fw_shutdown_requested (w->shutdown)) {
+      fw_stream_worker_apply_pending (w);
       if (mongoc_change_stream_next (cs, &doc)) {
          bson_iter_t id;
          if (fw_event_dispatch (w, doc) == FW_DISPATCH_STOPPED) {
@@ -393,6 +497,7 @@ done:
    w->dlq = NULL;
    mongoc_client_pool_push (w->pool, w->client);
    w->client = NULL;
+   __atomic_store_n (&w->finished, true, __ATOMIC_RELEASE);
    return NULL;
 }
 
@@ -429,7 +534,10 @@ fw_stream_worker_destroy (fw_stream_worker_t *w)
       return;
    }
    fw_stream_worker_join (w);
+   fw_stream_worker_destroy (w->pending);
    fw_stream_config_cleanup (&w->cfg);
    fw_lua_host_destroy (w->host);
+   pthread_mutex_destroy (&w->pending_mu);
+   fw_shutdown_cleanup (&w->own_shutdown);
    free (w);
 }

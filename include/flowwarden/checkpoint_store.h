@@ -31,10 +31,12 @@ typedef struct {
 bool fw_checkpoint_load (mongoc_client_t *client, const char *database, const char *stream,
                          fw_checkpoint_t *cp, fw_error_t *error);
 
-/* Upserts the checkpoint. processed and seen may be NULL (field untouched).
- * Acknowledged with the client's write concern. */
+/* Upserts the checkpoint. processed and seen may be NULL (field untouched);
+ * script_version (may be NULL) records which script wrote it. Acknowledged
+ * with the client's write concern. */
 bool fw_checkpoint_save (mongoc_client_t *client, const char *database, const char *stream,
-                         const bson_t *processed, const bson_t *seen, fw_error_t *error);
+                         const bson_t *processed, const bson_t *seen,
+                         const char *script_version, fw_error_t *error);
 
 void fw_checkpoint_cleanup (fw_checkpoint_t *cp);
 

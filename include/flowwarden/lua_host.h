@@ -55,6 +55,10 @@ size_t fw_lua_host_memory_used (const fw_lua_host_t *host);
 bool fw_lua_host_load_script (fw_lua_host_t *host, const char *path, const char *option_uri,
                               fw_error_t *error);
 
+/* The loaded script's version: 12 hex digits of a hash over the script and
+ * every module it required from disk. Valid for the host's life. */
+const char *fw_lua_host_version (const fw_lua_host_t *host);
+
 /* Number of streams the loaded script declared. */
 int fw_lua_host_stream_count (fw_lua_host_t *host);
 

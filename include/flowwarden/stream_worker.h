@@ -28,13 +28,36 @@ typedef struct {
 
 /*
  * Creates the worker for stream `index` of the script. host must have the
- * script loaded; the worker takes ownership of it. pool and shutdown are
+ * script loaded; the worker takes ownership of it (also on failure). pool is
  * borrowed and must outlive the worker. Returns NULL with error filled when
  * the spec cannot be read.
  */
 fw_stream_worker_t *fw_stream_worker_new (fw_lua_host_t *host, int index,
-                                          mongoc_client_pool_t *pool, fw_shutdown_t *shutdown,
-                                          fw_error_t *error);
+                                          mongoc_client_pool_t *pool, fw_error_t *error);
+
+/* Asks the stream to stop: the in-flight handler finishes, a backoff wait
+ * ends at once, the final checkpoint is written. Returns at once; join to
+ * wait. */
+void fw_stream_worker_stop (fw_stream_worker_t *w);
+
+/* True when the thread has ended (stopped or failed). */
+bool fw_stream_worker_finished (const fw_stream_worker_t *w);
+
+/* True when next, a worker built (not started) from a newly loaded script,
+ * reads the same change stream as w: same database, collection, pipeline
+ * (operation_types included) and full_document options. */
+bool fw_stream_worker_same_source (const fw_stream_worker_t *w, const fw_stream_worker_t *next);
+
+/*
+ * Hands w the handlers and policies of next (same name and source, not
+ * started). w switches at its next attempt boundary: the attempt running now
+ * finishes on the old code. w takes ownership of next; a replacement still
+ * pending when another arrives is dropped in its favour.
+ */
+void fw_stream_worker_replace_program (fw_stream_worker_t *w, fw_stream_worker_t *next);
+
+/* Version of the script the stream runs now (12 hex digits). */
+const char *fw_stream_worker_version (const fw_stream_worker_t *w);
 
 /* The stream's name; valid for the worker's life. */
 const char *fw_stream_worker_name (const fw_stream_worker_t *w);
