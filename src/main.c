@@ -2,6 +2,8 @@
  * main.c - the command line: flowwarden run | check | version.
  */
 #include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -96,7 +98,16 @@ cmd_run (int argc, char **argv)
 int
 main (int argc, char **argv)
 {
+   sigset_t sigs;
    int rc;
+
+   /* Before anything else: a SIGHUP or SIGTERM that arrives while starting
+    * must wait for the runtime instead of killing the process. */
+   sigemptyset (&sigs);
+   sigaddset (&sigs, SIGINT);
+   sigaddset (&sigs, SIGTERM);
+   sigaddset (&sigs, SIGHUP);
+   pthread_sigmask (SIG_BLOCK, &sigs, NULL);
 
    if (argc < 2) {
       return bad_usage ("missing command%s", "");
