@@ -13,6 +13,27 @@ typedef struct {
    char *name;          /* db.collection, for messages */
 } mongo_store_t;
 
+#define FW_ERR_DUPLICATE_KEY 11000
+
+/* True when a document with entry's _id is already in the collection. */
+static bool
+already_saved (mongo_store_t *m, const bson_t *entry)
+{
+   bson_iter_t id;
+   bson_t filter = BSON_INITIALIZER;
+   bson_error_t berr;
+   int64_t n;
+
+   if (!bson_iter_init_find (&id, entry, "_id")) {
+      bson_destroy (&filter);
+      return false;
+   }
+   bson_append_iter (&filter, "_id", -1, &id);
+   n = mongoc_collection_count_documents (m->coll, &filter, NULL, NULL, NULL, &berr);
+   bson_destroy (&filter);
+   return n == 1;
+}
+
 static bool
 mongo_save (fw_dlq_store_t *store, const bson_t *entry, fw_error_t *error)
 {
@@ -28,6 +49,12 @@ mongo_save (fw_dlq_store_t *store, const bson_t *entry, fw_error_t *error)
       return false;
    }
    ok = mongoc_collection_insert_one (m->coll, entry, &opts, &reply, &berr);
+   if (!ok && berr.code == FW_ERR_DUPLICATE_KEY && already_saved (m, entry)) {
+      /* An earlier try of this same entry was applied but not acknowledged
+       * (a write concern error, a lost reply). Its _id is a fresh UUID drawn
+       * for this entry, so the document there is ours: the save is done. */
+      ok = true;
+   }
    if (!ok) {
       fw_error_set (error, FW_ERROR_MONGO, "DLQ insert into %s failed: %s", m->name,
                     berr.message);

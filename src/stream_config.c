@@ -82,10 +82,10 @@ build_pipeline (lua_State *L, int t, fw_stream_config_t *cfg, fw_error_t *error)
    char key[16];
    const char *k;
 
-   bson_init (&cfg->pipeline);
+   cfg->pipeline = bson_new ();
    if (lua_getfield (L, t, "operation_types") == LUA_TTABLE && lua_rawlen (L, -1) > 0) {
       bson_uint32_to_string (n++, &k, key, sizeof key);
-      BSON_APPEND_DOCUMENT_BEGIN (&cfg->pipeline, k, &stage);
+      BSON_APPEND_DOCUMENT_BEGIN (cfg->pipeline, k, &stage);
       BSON_APPEND_DOCUMENT_BEGIN (&stage, "$match", &match);
       BSON_APPEND_DOCUMENT_BEGIN (&match, "operationType", &in);
       BSON_APPEND_ARRAY_BEGIN (&in, "$in", &arr);
@@ -100,13 +100,13 @@ build_pipeline (lua_State *L, int t, fw_stream_config_t *cfg, fw_error_t *error)
       bson_append_array_end (&in, &arr);
       bson_append_document_end (&match, &in);
       bson_append_document_end (&stage, &match);
-      bson_append_document_end (&cfg->pipeline, &stage);
+      bson_append_document_end (cfg->pipeline, &stage);
    }
    lua_pop (L, 1);
 
    if (!cfg->collection) {
       bson_uint32_to_string (n++, &k, key, sizeof key);
-      BSON_APPEND_DOCUMENT_BEGIN (&cfg->pipeline, k, &stage);
+      BSON_APPEND_DOCUMENT_BEGIN (cfg->pipeline, k, &stage);
       BSON_APPEND_DOCUMENT_BEGIN (&stage, "$match", &match);
       BSON_APPEND_DOCUMENT_BEGIN (&match, "ns.coll", &in);
       BSON_APPEND_ARRAY_BEGIN (&in, "$nin", &arr);
@@ -117,7 +117,7 @@ build_pipeline (lua_State *L, int t, fw_stream_config_t *cfg, fw_error_t *error)
       bson_append_array_end (&in, &arr);
       bson_append_document_end (&match, &in);
       bson_append_document_end (&stage, &match);
-      bson_append_document_end (&cfg->pipeline, &stage);
+      bson_append_document_end (cfg->pipeline, &stage);
    }
 
    if (lua_getfield (L, t, "pipeline") == LUA_TTABLE) {
@@ -136,7 +136,7 @@ build_pipeline (lua_State *L, int t, fw_stream_config_t *cfg, fw_error_t *error)
             return false;
          }
          bson_uint32_to_string (n++, &k, key, sizeof key);
-         BSON_APPEND_DOCUMENT (&cfg->pipeline, k, &user);
+         BSON_APPEND_DOCUMENT (cfg->pipeline, k, &user);
          bson_destroy (&user);
       }
    }
@@ -184,7 +184,6 @@ fw_stream_config_read (lua_State *L, int idx, fw_stream_config_t *cfg, fw_error_
    cfg->full_document_before_change = dup_field (L, t, "full_document_before_change");
    if (!cfg->name || !cfg->database) {
       fw_error_set (error, FW_ERROR_INVALID, "stream spec lacks a name or a database");
-      bson_init (&cfg->pipeline);
       return false;
    }
 
@@ -234,8 +233,6 @@ fw_stream_config_cleanup (fw_stream_config_t *cfg)
    free (cfg->full_document_before_change);
    free (cfg->dlq.collection);
    free (cfg->dlq.write_concern_tag);
-   if (cfg->pipeline.len > 0) { /* zero length: never initialised */
-      bson_destroy (&cfg->pipeline);
-   }
+   bson_destroy (cfg->pipeline);
    memset (cfg, 0, sizeof *cfg);
 }

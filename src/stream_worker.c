@@ -144,7 +144,7 @@ fw_stream_worker_same_source (const fw_stream_worker_t *w, const fw_stream_worke
           same_string (w->cfg.full_document, next->cfg.full_document) &&
           same_string (w->cfg.full_document_before_change,
                        next->cfg.full_document_before_change) &&
-          bson_equal (&w->cfg.pipeline, &next->cfg.pipeline);
+          bson_equal (w->cfg.pipeline, next->cfg.pipeline);
 }
 
 void
@@ -274,11 +274,11 @@ open_stream (fw_stream_worker_t *w, const bson_t *start_after)
    if (w->cfg.collection) {
       mongoc_collection_t *coll =
          mongoc_client_get_collection (w->client, w->cfg.database, w->cfg.collection);
-      cs = mongoc_collection_watch (coll, &w->cfg.pipeline, &opts);
+      cs = mongoc_collection_watch (coll, w->cfg.pipeline, &opts);
       mongoc_collection_destroy (coll);
    } else {
       mongoc_database_t *db = mongoc_client_get_database (w->client, w->cfg.database);
-      cs = mongoc_database_watch (db, &w->cfg.pipeline, &opts);
+      cs = mongoc_database_watch (db, w->cfg.pipeline, &opts);
       mongoc_database_destroy (db);
    }
    bson_destroy (&opts);

@@ -31,7 +31,8 @@ typedef struct {
    char *declared_at;               /* "SCRIPT:LINE" */
    char *database;
    char *collection;                /* NULL: the whole database */
-   bson_t pipeline;                 /* stages after $changeStream */
+   bson_t *pipeline;                /* stages after $changeStream; heap-allocated so
+                                     * the struct can be moved (a reload swaps it) */
    char *full_document;             /* "default" ... */
    char *full_document_before_change; /* "off" ... */
    int save_every;
