@@ -66,30 +66,110 @@ stop_name (fw_lua_stop_t stop)
    }
 }
 
+static void
+push_string_or_nil (lua_State *L, const char *s)
+{
+   if (s) {
+      lua_pushstring (L, s);
+   } else {
+      lua_pushnil (L);
+   }
+}
+
+/* Pushes function name of flowwarden.dispatch (loaded with the stream's
+ * spec, so it is in package.loaded), or nil. */
+static void
+push_dispatch_fn (lua_State *L, const char *name)
+{
+   lua_getfield (L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+   if (lua_getfield (L, -1, "flowwarden.dispatch") == LUA_TTABLE) {
+      lua_getfield (L, -1, name);
+   } else {
+      lua_pushnil (L);
+   }
+   lua_replace (L, -3);
+   lua_pop (L, 1);
+}
+
+/* The error policy itself failed (out of its budget, say): fall back to the
+ * safest outcome the declaration allows. The failure table of the failed call
+ * is on top of the stack. */
+static void
+policy_failed (fw_stream_worker_t *w, lua_State *L, decision_t *out)
+{
+   const char *msg = NULL;
+   if (lua_istable (L, -1) && lua_getfield (L, -1, "value") == LUA_TSTRING) {
+      msg = lua_tostring (L, -1);
+   }
+   fw_log (FW_LOG_ERROR, w->cfg.name, "error policy failed: %s", msg ? msg : "(no message)");
+   snprintf (out->type, sizeof out->type, "RuntimeError");
+   snprintf (out->message, sizeof out->message, "handler failed and its error policy failed");
+   out->traceback[0] = '\0';
+   out->action = w->cfg.dlq.enabled ? ACT_DLQ : ACT_DROP;
+}
+
 /*
  * The failure table {value, traceback} is on top of the stack. Asks the Lua
  * side what to do and copies its answer out, leaving the stack as it was
  * before the failure was pushed.
+ *
+ * Classification, on_error and the decision are three calls, each with the
+ * stream's timeout: an on_error that runs away is stopped, logged and treated
+ * as fw.RETHROW, and the standard policy still gets a budget of its own.
  */
 static void
 decide (fw_stream_worker_t *w, int attempt, fw_lua_stop_t stop, decision_t *out)
 {
    lua_State *L = fw_lua_host_state (w->host);
    int failure = lua_gettop (L);
-   fw_lua_stop_t inner;
-   const char *sn = stop_name (stop);
+   int classified, user_err, value;
+   fw_lua_stop_t inner = FW_LUA_STOP_NONE;
+   bool has_on_error, on_error_ok = false;
 
-   lua_rawgeti (L, LUA_REGISTRYINDEX, w->on_failure_ref);
+   /* 1. classify: c, err */
+   push_dispatch_fn (L, "classify");
    lua_rawgeti (L, LUA_REGISTRYINDEX, w->spec_ref);
    lua_pushvalue (L, failure);
-   fw_event_ctx_push (L, &w->dispatch);
+   push_string_or_nil (L, stop_name (stop));
+   if (!fw_lua_host_call (w->host, 3, 2, w->cfg.timeout_ms, &inner)) {
+      policy_failed (w, L, out);
+      lua_settop (L, failure - 1);
+      return;
+   }
+   classified = failure + 1;
+   user_err = failure + 2;
+
+   /* 2. on_error(err, ctx): what it returned, or what it raised */
+   lua_rawgeti (L, LUA_REGISTRYINDEX, w->spec_ref);
+   has_on_error = lua_getfield (L, -1, "on_error") == LUA_TFUNCTION;
+   lua_remove (L, -2);
+   if (has_on_error) {
+      lua_pushvalue (L, user_err);
+      fw_event_ctx_push (L, &w->dispatch);
+      on_error_ok = fw_lua_host_call (w->host, 2, 1, w->cfg.timeout_ms, &inner);
+      if (!on_error_ok) {
+         lua_getfield (L, -1, "value");
+         lua_remove (L, -2);
+      }
+   } else {
+      lua_pop (L, 1);
+      lua_pushnil (L);
+   }
+   value = failure + 3;
+
+   /* 3. decide */
+   push_dispatch_fn (L, "decide");
+   lua_rawgeti (L, LUA_REGISTRYINDEX, w->spec_ref);
+   lua_pushvalue (L, classified);
    lua_pushinteger (L, attempt);
-   if (sn) {
-      lua_pushstring (L, sn);
+   if (has_on_error) {
+      lua_pushboolean (L, on_error_ok);
    } else {
       lua_pushnil (L);
    }
-   if (fw_lua_host_call (w->host, 5, 1, w->cfg.timeout_ms, &inner) && lua_istable (L, -1)) {
+   lua_pushvalue (L, value);
+   push_string_or_nil (L, has_on_error && !on_error_ok ? stop_name (inner) : NULL);
+   if (fw_lua_host_call (w->host, 6, 1, w->cfg.timeout_ms, &inner) && lua_istable (L, -1)) {
       int d = lua_gettop (L);
       char action[16];
       copy_field (L, d, "action", action, sizeof action);
@@ -101,14 +181,7 @@ decide (fw_stream_worker_t *w, int attempt, fw_lua_stop_t stop, decision_t *out)
                     : strcmp (action, "skip") == 0 ? ACT_SKIP
                                                    : ACT_DROP;
    } else {
-      /* The policy code itself failed (out of budget): fall back to the
-       * safest outcome the declaration allows. */
-      fw_log (FW_LOG_ERROR, w->cfg.name, "error policy failed: %s",
-              lua_isstring (L, -1) ? lua_tostring (L, -1) : "(no message)");
-      snprintf (out->type, sizeof out->type, "RuntimeError");
-      snprintf (out->message, sizeof out->message, "handler failed and its error policy failed");
-      out->traceback[0] = '\0';
-      out->action = w->cfg.dlq.enabled ? ACT_DLQ : ACT_DROP;
+      policy_failed (w, L, out);
    }
    lua_settop (L, failure - 1);
 }
@@ -219,6 +292,16 @@ dead_letter (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t *d, i
    return FW_DISPATCH_DONE;
 }
 
+/* ctx:send_to_dlq(reason) was called: dead-letter now, no retry. */
+static void
+dlq_requested (const fw_stream_worker_t *w, decision_t *d)
+{
+   d->action = ACT_DLQ;
+   snprintf (d->type, sizeof d->type, "DlqRequested");
+   snprintf (d->message, sizeof d->message, "%s", w->dispatch.dlq_reason);
+   d->traceback[0] = '\0';
+}
+
 static int
 handler_for (const fw_stream_worker_t *w, fw_op_t op)
 {
@@ -281,13 +364,15 @@ fw_event_dispatch (fw_stream_worker_t *w, const bson_t *doc)
          if (!ok) {
             lua_pop (L, 1);
          }
-         d.action = ACT_DLQ;
-         snprintf (d.type, sizeof d.type, "DlqRequested");
-         snprintf (d.message, sizeof d.message, "%s", w->dispatch.dlq_reason);
-         d.traceback[0] = '\0';
+         dlq_requested (w, &d);
       } else {
          w->stats.handler_errors++;
          decide (w, attempt, stop, &d);
+         if (w->dispatch.dlq_requested) {
+            /* on_error called ctx:send_to_dlq: that dead-letters the event
+             * now, whatever on_error returned. */
+            dlq_requested (w, &d);
+         }
       }
       if (!fw_event_id (&ev, id, sizeof id)) {
          snprintf (id, sizeof id, "(long)");

@@ -435,7 +435,9 @@ fw_lua_host_call (fw_lua_host_t *host, int nargs, int nresults, int64_t timeout_
 
    if (host->timed_out) {
       *stop = FW_LUA_STOP_TIMEOUT;
-   } else if (host->refused || status == LUA_ERRMEM) {
+   } else if (status == LUA_ERRMEM) {
+      /* Only an uncaught allocation failure: a handler that caught one with
+       * pcall and then raised its own error keeps its error's type. */
       *stop = FW_LUA_STOP_MEMORY;
    }
    if (status == LUA_ERRMEM || !lua_istable (L, -1)) {

@@ -1,8 +1,17 @@
 --[[
 flowwarden.dispatch: what the runtime does after a handler attempt failed.
 
-The C host calls on_failure only on the failure path; the success path never
-enters Lua beyond the handler itself. It answers with a plain table:
+The C host enters this module only on the failure path; the success path
+never enters Lua beyond the handler itself. It runs three steps, each as its
+own call with its own time budget, so that an on_error that runs away cannot
+take the policy down with it:
+
+  1. classify(spec, failure, stopped)        -> c, err
+  2. on_error(err, ctx)                      (the host calls the user's function)
+  3. decide(spec, c, attempt, ok, value, stopped) -> decision
+
+on_failure does all three in one call (for callers that need no budget split).
+The decision is a plain table:
 
   { action = "retry" | "dlq" | "skip" | "drop",
     type, message, traceback }      -- the classified error, for logs and the DLQ
@@ -24,10 +33,10 @@ local function user_error(c)
            traceback = c.traceback, where = c.where }
 end
 
--- spec: the stream's effective spec; failure: {value, traceback} from the
--- host's message handler; ctx: the event's ctx; attempt: 1-based;
+-- Step 1. failure: {value, traceback} from the host's message handler;
 -- stopped: "timeout" | "memory" | nil when the host interrupted the handler.
-function M.on_failure(spec, failure, ctx, attempt, stopped)
+-- Returns the classified error and the object on_error receives.
+function M.classify(spec, failure, stopped)
   local c = errors.classify(failure.value, failure.traceback)
   if stopped == "timeout" then
     c.type = "Timeout"
@@ -36,25 +45,41 @@ function M.on_failure(spec, failure, ctx, attempt, stopped)
     c.type = errors.MEMORY_ERROR
     c.message = string.format("handler exceeded its memory_limit of %d bytes", spec.memory_limit_bytes)
   end
+  return c, user_error(c)
+end
 
-  local action = "RETHROW"
-  if spec.on_error then
-    local ok, result = pcall(spec.on_error, user_error(c), ctx)
-    if not ok then
-      fw.log.error(string.format("on_error failed (%s); applying the standard policy",
-        errors.format(errors.classify(result))))
-    else
-      local warning
-      action, warning = errors.action_from(result)
-      if warning then
-        fw.log.warn(warning)
-      end
-    end
+-- What on_error asked for, as "SKIP" | "RETRY" | "DLQ" | "RETHROW", logging
+-- a failed on_error or an unknown return value. ok: nil when there is no
+-- on_error, true when it returned value, false when it raised value (or was
+-- stopped by the host: stopped = "timeout" | "memory").
+local function requested_action(spec, ok, value, stopped)
+  if ok == nil then
+    return "RETHROW"
   end
+  if not ok then
+    local why
+    if stopped == "timeout" then
+      why = string.format("it exceeded its timeout of %d ms", spec.timeout_ms)
+    elseif stopped == "memory" then
+      why = string.format("it exceeded the memory_limit of %d bytes", spec.memory_limit_bytes)
+    else
+      why = errors.format(errors.classify(value))
+    end
+    fw.log.error(string.format("on_error failed (%s); applying the standard policy", why))
+    return "RETHROW"
+  end
+  local action, warning = errors.action_from(value)
+  if warning then
+    fw.log.warn(warning)
+  end
+  return action
+end
 
+-- Step 3. attempt: 1-based.
+function M.decide(spec, c, attempt, ok, value, stopped)
+  local action = requested_action(spec, ok, value, stopped)
   local max_attempts = spec.retry.max_attempts
-  local has_dlq = spec.dlq ~= nil
-  local give_up = has_dlq and "dlq" or "drop"
+  local give_up = spec.dlq ~= nil and "dlq" or "drop"
   local decision
   if action == "SKIP" then
     decision = "skip"
@@ -68,6 +93,16 @@ function M.on_failure(spec, failure, ctx, attempt, stopped)
   end
   return { action = decision, type = c.type, message = c.message,
            traceback = c.traceback or "" }
+end
+
+-- All three steps in one call: on_error runs under the caller's budget.
+function M.on_failure(spec, failure, ctx, attempt, stopped)
+  local c, err = M.classify(spec, failure, stopped)
+  local ok, value
+  if spec.on_error then
+    ok, value = pcall(spec.on_error, err, ctx)
+  end
+  return M.decide(spec, c, attempt, ok, value)
 end
 
 return M
