@@ -16,6 +16,7 @@
 
 #include "bson_lua-private.h"
 #include "flowwarden/bson_values.h"
+#include "flowwarden/bson_view.h"
 
 /* A key waiting to be sorted; s stays valid while keys[pos] anchors it. */
 typedef struct {
@@ -503,8 +504,13 @@ append_value (to_bson_t *c, int idx, bson_t *out, const char *key, int key_len, 
    case LUA_TTABLE:
       return write_table (c, idx, out, key, key_len);
    case LUA_TUSERDATA:
-   case LUA_TLIGHTUSERDATA:
-      switch (fw_bson_values_append (L, idx, out, key, key_len)) {
+   case LUA_TLIGHTUSERDATA: {
+      /* A document view goes back as the bytes it was read from. */
+      fw_bson_values_append_result_t r = fw_bson_view_append (L, idx, out, key, key_len);
+      if (r == FW_BSON_VALUES_NOT_TYPED) {
+         r = fw_bson_values_append (L, idx, out, key, key_len);
+      }
+      switch (r) {
       case FW_BSON_VALUES_APPENDED:
          return true;
       case FW_BSON_VALUES_TOO_LARGE:
@@ -514,6 +520,7 @@ append_value (to_bson_t *c, int idx, bson_t *out, const char *key, int key_len, 
          return fail (c, "cannot convert a userdata to BSON");
       }
       break;
+   }
    case LUA_TNIL:
       return fail (c, "cannot convert nil to BSON (use null for a BSON null)");
    default:

@@ -36,33 +36,35 @@ fw_event_parse (const bson_t *doc, fw_event_t *ev, fw_error_t *error)
    }
    while (bson_iter_next (&it)) {
       const char *key = bson_iter_key (&it);
+      uint32_t klen = bson_iter_key_len (&it);
+#define KEY_IS(lit) (klen == sizeof (lit) - 1 && memcmp (key, lit, sizeof (lit) - 1) == 0)
       switch (key[0]) {
       case '_':
-         if (strcmp (key, "_id") == 0 && BSON_ITER_HOLDS_DOCUMENT (&it)) {
+         if (KEY_IS ("_id") && BSON_ITER_HOLDS_DOCUMENT (&it)) {
             ev->id = it;
             ev->has_id = true;
          }
          break;
       case 'o':
-         if (strcmp (key, "operationType") == 0 && BSON_ITER_HOLDS_UTF8 (&it)) {
+         if (KEY_IS ("operationType") && BSON_ITER_HOLDS_UTF8 (&it)) {
             ev->operation_type = bson_iter_utf8 (&it, NULL);
             ev->op = op_of (ev->operation_type);
          }
          break;
       case 'c':
-         if (strcmp (key, "clusterTime") == 0) {
+         if (KEY_IS ("clusterTime")) {
             ev->cluster_time = it;
             ev->has_cluster_time = true;
          }
          break;
       case 'w':
-         if (strcmp (key, "wallTime") == 0) {
+         if (KEY_IS ("wallTime")) {
             ev->wall_time = it;
             ev->has_wall_time = true;
          }
          break;
       case 'n':
-         if (strcmp (key, "ns") == 0 && BSON_ITER_HOLDS_DOCUMENT (&it)) {
+         if (KEY_IS ("ns") && BSON_ITER_HOLDS_DOCUMENT (&it)) {
             bson_iter_t child;
             if (bson_iter_recurse (&it, &child)) {
                while (bson_iter_next (&child)) {
@@ -78,34 +80,34 @@ fw_event_parse (const bson_t *doc, fw_event_t *ev, fw_error_t *error)
          }
          break;
       case 'd':
-         if (strcmp (key, "documentKey") == 0) {
+         if (KEY_IS ("documentKey")) {
             ev->document_key = it;
             ev->has_document_key = true;
          }
          break;
       case 'f':
-         if (strcmp (key, "fullDocument") == 0) {
+         if (KEY_IS ("fullDocument")) {
             ev->full_document = it;
             ev->has_full_document = true;
-         } else if (strcmp (key, "fullDocumentBeforeChange") == 0) {
+         } else if (KEY_IS ("fullDocumentBeforeChange")) {
             ev->before = it;
             ev->has_before = true;
          }
          break;
       case 'u':
-         if (strcmp (key, "updateDescription") == 0) {
+         if (KEY_IS ("updateDescription")) {
             ev->update_description = it;
             ev->has_update_description = true;
          }
          break;
       case 'l':
-         if (strcmp (key, "lsid") == 0) {
+         if (KEY_IS ("lsid")) {
             ev->lsid = it;
             ev->has_lsid = true;
          }
          break;
       case 't':
-         if (strcmp (key, "txnNumber") == 0) {
+         if (KEY_IS ("txnNumber")) {
             ev->txn_number = it;
             ev->has_txn = true;
          }
@@ -113,6 +115,7 @@ fw_event_parse (const bson_t *doc, fw_event_t *ev, fw_error_t *error)
       default:
          break;
       }
+#undef KEY_IS
    }
    if (!ev->has_id) {
       fw_error_set (error, FW_ERROR_INVALID,

@@ -6,9 +6,26 @@
 #include <lauxlib.h>
 
 #include "flowwarden/bson_lua.h"
+#include "flowwarden/bson_view.h"
 #include "flowwarden/event_ctx.h"
 
 #define CTX_MT "flowwarden.ctx"
+
+/* Slots of the per-event cache (integer keys: no string lookups). */
+enum {
+   SLOT_BLOB = 1, /* the Lua-owned copy of the event that views read */
+   SLOT_FULL_DOCUMENT,
+   SLOT_BEFORE,
+   SLOT_DOCUMENT_KEY,
+   SLOT_UPDATE_DESCRIPTION,
+   SLOT_RESUME_TOKEN,
+   SLOT_CLUSTER_TIME,
+   SLOT_WALL_TIME,
+   SLOT_LSID,
+   SLOT_TXN_NUMBER,
+   SLOT_METADATA,
+   SLOT_COUNT = SLOT_METADATA
+};
 
 typedef struct {
    fw_dispatch_t *d;
@@ -30,18 +47,50 @@ check_ctx (lua_State *L)
 static void
 push_cache (lua_State *L, fw_dispatch_t *d)
 {
+   /* One table for the stream's life, emptied between events that used it:
+    * no table and no registry slot per event. */
    if (d->cache_ref == LUA_NOREF) {
-      lua_createtable (L, 0, 4);
+      lua_createtable (L, SLOT_COUNT, 0);
       lua_pushvalue (L, -1);
       d->cache_ref = luaL_ref (L, LUA_REGISTRYINDEX);
    } else {
       lua_rawgeti (L, LUA_REGISTRYINDEX, d->cache_ref);
    }
+   d->cache_used = true;
+}
+
+/* Pushes a lazy view of the document or array at it. The view reads a copy
+ * of the event owned by Lua (made once per event, kept in the cache at [1]),
+ * so a document kept after the handler returned still reads correctly. */
+static void
+push_view (lua_State *L, fw_dispatch_t *d, int cache, const bson_iter_t *it)
+{
+   const uint8_t *base = bson_get_data (d->event->doc);
+   const uint8_t *data;
+   uint8_t *blob;
+   uint32_t len;
+   bool is_array = BSON_ITER_HOLDS_ARRAY (it);
+
+   if (lua_rawgeti (L, cache, SLOT_BLOB) != LUA_TUSERDATA) {
+      lua_pop (L, 1);
+      blob = lua_newuserdatauv (L, d->event->doc->len, 0);
+      memcpy (blob, base, d->event->doc->len);
+      lua_pushvalue (L, -1);
+      lua_rawseti (L, cache, SLOT_BLOB);
+   }
+   blob = lua_touserdata (L, -1);
+   if (is_array) {
+      bson_iter_array (it, &len, &data);
+   } else {
+      bson_iter_document (it, &len, &data);
+   }
+   fw_bson_view_push (L, -1, blob + (data - base), len, is_array);
+   lua_remove (L, -2);
 }
 
 /* Converts the value at it (a field of the event) once per event. */
 static int
-push_cached_field (lua_State *L, fw_dispatch_t *d, const char *key, bool present,
+push_cached_field (lua_State *L, fw_dispatch_t *d, int slot, const char *key, bool present,
                    const bson_iter_t *it)
 {
    fw_error_t err;
@@ -52,7 +101,7 @@ push_cached_field (lua_State *L, fw_dispatch_t *d, const char *key, bool present
       return 1;
    }
    push_cache (L, d);
-   if (lua_getfield (L, -1, key) != LUA_TNIL) {
+   if (lua_rawgeti (L, -1, slot) != LUA_TNIL) {
       return 1;
    }
    lua_pop (L, 1);
@@ -61,11 +110,13 @@ push_cached_field (lua_State *L, fw_dispatch_t *d, const char *key, bool present
       lua_pushnil (L); /* fullDocument: null means "not available" */
       return 1;
    }
-   if (!fw_bson_lua_push_value (L, &copy, key, &err)) {
+   if (BSON_ITER_HOLDS_DOCUMENT (&copy) || BSON_ITER_HOLDS_ARRAY (&copy)) {
+      push_view (L, d, lua_gettop (L), &copy);
+   } else if (!fw_bson_lua_push_value (L, &copy, key, &err)) {
       return luaL_error (L, "%s", err.message);
    }
    lua_pushvalue (L, -1);
-   lua_setfield (L, -3, key);
+   lua_rawseti (L, -3, slot);
    return 1;
 }
 
@@ -73,7 +124,7 @@ static int
 ctx_full_document (lua_State *L)
 {
    fw_dispatch_t *d = check_ctx (L);
-   return push_cached_field (L, d, "fullDocument", d->event->has_full_document,
+   return push_cached_field (L, d, SLOT_FULL_DOCUMENT, "fullDocument", d->event->has_full_document,
                              &d->event->full_document);
 }
 
@@ -81,7 +132,7 @@ static int
 ctx_full_document_before_change (lua_State *L)
 {
    fw_dispatch_t *d = check_ctx (L);
-   return push_cached_field (L, d, "fullDocumentBeforeChange", d->event->has_before,
+   return push_cached_field (L, d, SLOT_BEFORE, "fullDocumentBeforeChange", d->event->has_before,
                              &d->event->before);
 }
 
@@ -89,7 +140,7 @@ static int
 ctx_document_key (lua_State *L)
 {
    fw_dispatch_t *d = check_ctx (L);
-   return push_cached_field (L, d, "documentKey", d->event->has_document_key,
+   return push_cached_field (L, d, SLOT_DOCUMENT_KEY, "documentKey", d->event->has_document_key,
                              &d->event->document_key);
 }
 
@@ -97,7 +148,7 @@ static int
 ctx_update_description (lua_State *L)
 {
    fw_dispatch_t *d = check_ctx (L);
-   return push_cached_field (L, d, "updateDescription", d->event->has_update_description,
+   return push_cached_field (L, d, SLOT_UPDATE_DESCRIPTION, "updateDescription", d->event->has_update_description,
                              &d->event->update_description);
 }
 
@@ -105,14 +156,14 @@ static int
 ctx_resume_token (lua_State *L)
 {
    fw_dispatch_t *d = check_ctx (L);
-   return push_cached_field (L, d, "_id", true, &d->event->id);
+   return push_cached_field (L, d, SLOT_RESUME_TOKEN, "_id", true, &d->event->id);
 }
 
 static int
 ctx_cluster_time (lua_State *L)
 {
    fw_dispatch_t *d = check_ctx (L);
-   return push_cached_field (L, d, "clusterTime", d->event->has_cluster_time,
+   return push_cached_field (L, d, SLOT_CLUSTER_TIME, "clusterTime", d->event->has_cluster_time,
                              &d->event->cluster_time);
 }
 
@@ -120,7 +171,7 @@ static int
 ctx_wall_time (lua_State *L)
 {
    fw_dispatch_t *d = check_ctx (L);
-   return push_cached_field (L, d, "wallTime", d->event->has_wall_time, &d->event->wall_time);
+   return push_cached_field (L, d, SLOT_WALL_TIME, "wallTime", d->event->has_wall_time, &d->event->wall_time);
 }
 
 static int
@@ -132,13 +183,17 @@ ctx_transaction (lua_State *L)
       return 1;
    }
    lua_createtable (L, 0, 2);
+   /* push_cached_field leaves [cache, value] on the stack: set the value in
+    * the new table (not in the event's cache) and drop the cache. */
    if (d->event->has_lsid) {
-      push_cached_field (L, d, "lsid", true, &d->event->lsid);
-      lua_setfield (L, -2, "lsid");
+      push_cached_field (L, d, SLOT_LSID, "lsid", true, &d->event->lsid);
+      lua_setfield (L, -3, "lsid");
+      lua_pop (L, 1);
    }
    if (d->event->has_txn) {
-      push_cached_field (L, d, "txnNumber", true, &d->event->txn_number);
-      lua_setfield (L, -2, "txn_number");
+      push_cached_field (L, d, SLOT_TXN_NUMBER, "txnNumber", true, &d->event->txn_number);
+      lua_setfield (L, -3, "txn_number");
+      lua_pop (L, 1);
    }
    return 1;
 }
@@ -217,11 +272,11 @@ ctx_add_metadata (lua_State *L)
    luaL_checktype (L, 2, LUA_TSTRING);
    luaL_checkany (L, 3);
    push_cache (L, d);
-   if (lua_getfield (L, -1, "metadata") != LUA_TTABLE) {
+   if (lua_rawgeti (L, -1, SLOT_METADATA) != LUA_TTABLE) {
       lua_pop (L, 1);
       lua_newtable (L);
       lua_pushvalue (L, -1);
-      lua_setfield (L, -3, "metadata");
+      lua_rawseti (L, -3, SLOT_METADATA);
    }
    lua_pushvalue (L, 2);
    lua_pushvalue (L, 3);
@@ -235,7 +290,7 @@ ctx_metadata (lua_State *L)
    fw_dispatch_t *d = check_ctx (L);
    luaL_checktype (L, 2, LUA_TSTRING);
    push_cache (L, d);
-   if (lua_getfield (L, -1, "metadata") != LUA_TTABLE) {
+   if (lua_rawgeti (L, -1, SLOT_METADATA) != LUA_TTABLE) {
       lua_pushnil (L);
       return 1;
    }
@@ -296,6 +351,7 @@ static const luaL_Reg ctx_methods[] = {
 void
 fw_event_ctx_open (lua_State *L)
 {
+   fw_bson_view_open (L, 0);
    luaL_newmetatable (L, CTX_MT);
    luaL_newlib (L, ctx_methods);
    lua_setfield (L, -2, "__index");
@@ -309,10 +365,19 @@ fw_event_ctx_open (lua_State *L)
 void
 fw_event_ctx_begin (lua_State *L, fw_dispatch_t *d, const fw_event_t *ev)
 {
-   if (d->cache_ref != LUA_NOREF) {
-      luaL_unref (L, LUA_REGISTRYINDEX, d->cache_ref);
-      d->cache_ref = LUA_NOREF;
+   if (d->cache_used && d->cache_ref != LUA_NOREF) {
+      /* Clearing existing fields allocates nothing, so this cannot raise. */
+      lua_rawgeti (L, LUA_REGISTRYINDEX, d->cache_ref);
+      lua_pushnil (L);
+      while (lua_next (L, -2)) {
+         lua_pop (L, 1);
+         lua_pushvalue (L, -1);
+         lua_pushnil (L);
+         lua_rawset (L, -4);
+      }
+      lua_pop (L, 1);
    }
+   d->cache_used = false;
    d->generation++;
    d->event = ev;
    d->attempt = 1;
@@ -332,11 +397,11 @@ fw_event_ctx_push (lua_State *L, fw_dispatch_t *d)
 void
 fw_event_ctx_push_metadata (lua_State *L, fw_dispatch_t *d)
 {
-   if (d->cache_ref == LUA_NOREF) {
+   if (d->cache_ref == LUA_NOREF || !d->cache_used) {
       lua_pushnil (L);
       return;
    }
    lua_rawgeti (L, LUA_REGISTRYINDEX, d->cache_ref);
-   lua_getfield (L, -1, "metadata");
+   lua_rawgeti (L, -1, SLOT_METADATA);
    lua_remove (L, -2);
 }

@@ -352,7 +352,7 @@ fw_event_dispatch (fw_stream_worker_t *w, const bson_t *doc)
       }
 
       w->dispatch.attempt = attempt;
-      last_ms = fw_now_ms ();
+      last_ms = attempt == 1 ? first_ms : fw_now_ms ();
       lua_rawgeti (L, LUA_REGISTRYINDEX, ref);
       fw_event_ctx_push (L, &w->dispatch);
       ok = fw_lua_host_call (w->host, 1, 0, w->cfg.timeout_ms, &stop);

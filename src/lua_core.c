@@ -7,6 +7,7 @@
 #include <lauxlib.h>
 
 #include "flowwarden/bson_lua.h"
+#include "flowwarden/bson_view.h"
 #include "flowwarden/log.h"
 #include "flowwarden/lua_core.h"
 
@@ -35,6 +36,7 @@ fw_lua_core_open (lua_State *L)
 {
    lua_newtable (L);
    fw_bson_lua_open (L, lua_gettop (L));
+   fw_bson_view_open (L, lua_gettop (L));
    lua_pushcfunction (L, core_log_sink);
    lua_setfield (L, -2, "log_sink");
    return 1;

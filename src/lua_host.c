@@ -161,6 +161,9 @@ fw_lua_host_new (fw_error_t *error)
       return NULL;
    }
    *(fw_lua_host_t **) lua_getextraspace (host->L) = host;
+   /* Handlers make many short-lived objects per event (ctx, views, strings):
+    * the generational collector is built for that pattern. */
+   lua_gc (host->L, LUA_GCGEN, 0, 0);
    lua_pushcfunction (host->L, pmain_open);
    if (lua_pcall (host->L, 0, 0, 0) != LUA_OK) {
       fw_error_set (error, FW_ERROR_LUA, "cannot open the Lua libraries: %s",

@@ -28,7 +28,8 @@ typedef struct {
    bool dlq_requested;       /* set by ctx:send_to_dlq */
    char dlq_reason[FW_DLQ_REASON_MAX];
    uint64_t generation;      /* bumped per event; stale ctx detection */
-   int cache_ref;            /* registry ref of this event's cache, or LUA_NOREF */
+   int cache_ref;            /* registry ref of the per-event cache, or LUA_NOREF */
+   bool cache_used;          /* the cache holds values of the current event */
 } fw_dispatch_t;
 
 /* Registers the ctx metatable in L. Call once per state, protected. */

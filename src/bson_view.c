@@ -1,0 +1,407 @@
+/*
+ * bson_view.c - lazy, read-only views over BSON for handlers.
+ *
+ * Nothing is decoded until Lua asks for a field; the only allocation per
+ * access is the value itself (a string, or a small userdata for a nested
+ * view). See bson_view.h for the semantics.
+ */
+#include <string.h>
+
+#include <lauxlib.h>
+
+#include "flowwarden/bson_lua.h"
+#include "flowwarden/bson_view.h"
+
+#define VIEW_MT "flowwarden.view"
+#define ANCHOR 1 /* the view's user value: what keeps its bytes alive */
+
+typedef struct {
+   const uint8_t *data;
+   uint32_t len;
+   bool is_array;
+} view_t;
+
+static view_t *
+to_view (lua_State *L, int idx)
+{
+   return luaL_testudata (L, idx, VIEW_MT);
+}
+
+/* Metamethods carry the metatable as upvalue 1: comparing it directly is
+ * much cheaper than luaL_checkudata's registry lookup by name, and a view is
+ * still told apart from any other value (debug.getmetatable can hand these
+ * functions anything). */
+static view_t *
+check_view (lua_State *L, int idx)
+{
+   view_t *v = lua_touserdata (L, idx);
+   if (v && lua_getmetatable (L, idx)) {
+      bool ok = lua_rawequal (L, -1, lua_upvalueindex (1));
+      lua_pop (L, 1);
+      if (ok) {
+         return v;
+      }
+   }
+   luaL_typeerror (L, idx, "document view");
+   return NULL;
+}
+
+static bool
+view_iter (const view_t *v, bson_iter_t *it)
+{
+   return bson_iter_init_from_data (it, v->data, v->len);
+}
+
+void
+fw_bson_view_push (lua_State *L, int anchor_idx, const uint8_t *data, uint32_t len,
+                   bool is_array)
+{
+   view_t *v;
+   anchor_idx = lua_absindex (L, anchor_idx);
+   v = lua_newuserdatauv (L, sizeof *v, 1);
+   v->data = data;
+   v->len = len;
+   v->is_array = is_array;
+   lua_pushvalue (L, anchor_idx);
+   lua_setiuservalue (L, -2, ANCHOR);
+   luaL_setmetatable (L, VIEW_MT);
+}
+
+void
+fw_bson_view_push_element (lua_State *L, int anchor_idx, const bson_iter_t *iter)
+{
+   uint32_t len;
+   const uint8_t *data;
+
+   switch (bson_iter_type (iter)) {
+   case BSON_TYPE_UTF8: {
+      const char *s = bson_iter_utf8 (iter, &len);
+      lua_pushlstring (L, s, len);
+      break;
+   }
+   case BSON_TYPE_INT32:
+      lua_pushinteger (L, bson_iter_int32 (iter));
+      break;
+   case BSON_TYPE_INT64:
+      lua_pushinteger (L, (lua_Integer) bson_iter_int64 (iter));
+      break;
+   case BSON_TYPE_DOUBLE:
+      lua_pushnumber (L, bson_iter_double (iter));
+      break;
+   case BSON_TYPE_BOOL:
+      lua_pushboolean (L, bson_iter_bool (iter));
+      break;
+   case BSON_TYPE_NULL:
+      fw_bson_values_push_null (L);
+      break;
+   case BSON_TYPE_DOCUMENT:
+      bson_iter_document (iter, &len, &data);
+      fw_bson_view_push (L, anchor_idx, data, len, false);
+      break;
+   case BSON_TYPE_ARRAY:
+      bson_iter_array (iter, &len, &data);
+      fw_bson_view_push (L, anchor_idx, data, len, true);
+      break;
+   default:
+      if (!fw_bson_values_push (L, iter)) {
+         lua_pushnil (L);
+      }
+      break;
+   }
+}
+
+static uint32_t
+read_u32 (const uint8_t *p)
+{
+   return (uint32_t) p[0] | (uint32_t) p[1] << 8 | (uint32_t) p[2] << 16 | (uint32_t) p[3] << 24;
+}
+
+/* Bytes taken by a value of BSON type t at p, or 0 when it would run past
+ * end (or the type is unknown): the scan stops rather than read out of
+ * bounds. Cheaper than bson_iter_next, which decodes every element. */
+static size_t
+value_size (uint8_t t, const uint8_t *p, const uint8_t *end)
+{
+   size_t avail = (size_t) (end - p);
+   size_t n;
+
+   switch (t) {
+   case BSON_TYPE_DOUBLE:
+   case BSON_TYPE_DATE_TIME:
+   case BSON_TYPE_TIMESTAMP:
+   case BSON_TYPE_INT64:
+      n = 8;
+      break;
+   case BSON_TYPE_UTF8:
+   case BSON_TYPE_CODE:
+   case BSON_TYPE_SYMBOL:
+      n = avail < 4 ? 0 : 4 + (size_t) read_u32 (p);
+      break;
+   case BSON_TYPE_DOCUMENT:
+   case BSON_TYPE_ARRAY:
+   case BSON_TYPE_CODEWSCOPE:
+      n = avail < 4 ? 0 : (size_t) read_u32 (p);
+      break;
+   case BSON_TYPE_BINARY:
+      n = avail < 4 ? 0 : 5 + (size_t) read_u32 (p);
+      break;
+   case BSON_TYPE_UNDEFINED:
+   case BSON_TYPE_NULL:
+   case BSON_TYPE_MINKEY:
+   case BSON_TYPE_MAXKEY:
+      return 0; /* no value bytes */
+   case BSON_TYPE_OID:
+      n = 12;
+      break;
+   case BSON_TYPE_BOOL:
+      n = 1;
+      break;
+   case BSON_TYPE_REGEX: {
+      const uint8_t *a = memchr (p, 0, avail);
+      const uint8_t *b = a ? memchr (a + 1, 0, (size_t) (end - a - 1)) : NULL;
+      n = b ? (size_t) (b - p) + 1 : 0;
+      break;
+   }
+   case BSON_TYPE_DBPOINTER:
+      n = avail < 4 ? 0 : 4 + (size_t) read_u32 (p) + 12;
+      break;
+   case BSON_TYPE_INT32:
+      n = 4;
+      break;
+   case BSON_TYPE_DECIMAL128:
+      n = 16;
+      break;
+   default:
+      return SIZE_MAX;
+   }
+   return n == 0 || n > avail ? SIZE_MAX : n;
+}
+
+/* Finds the element for key k (stack index 2): a string on a document, a
+ * 1-based integer on an array. Positions it on the element. */
+static bool
+find (lua_State *L, const view_t *v, bson_iter_t *it)
+{
+   const uint8_t *p, *end;
+   const char *key = NULL;
+   size_t klen = 0;
+   lua_Integer want = 0;
+
+   if (v->len < 5) {
+      return false;
+   }
+   if (v->is_array) {
+      int isnum;
+      want = lua_tointegerx (L, 2, &isnum);
+      if (!isnum || want < 1) {
+         return false;
+      }
+   } else if (lua_type (L, 2) == LUA_TSTRING) {
+      key = lua_tolstring (L, 2, &klen);
+   } else {
+      return false;
+   }
+   p = v->data + 4;
+   end = v->data + v->len - 1; /* the document's trailing NUL */
+   while (p < end) {
+      const uint8_t *elem = p;
+      uint8_t t = *p++;
+      const uint8_t *name = p;
+      const uint8_t *nul = memchr (p, 0, (size_t) (end - p));
+      size_t nlen, vsize;
+
+      if (!nul) {
+         return false;
+      }
+      nlen = (size_t) (nul - name);
+      p = nul + 1;
+      vsize = value_size (t, p, end);
+      if (vsize == SIZE_MAX) {
+         return false;
+      }
+      if (v->is_array ? --want == 0 : (nlen == klen && memcmp (name, key, klen) == 0)) {
+         return bson_iter_init_from_data_at_offset (it, v->data, v->len,
+                                                    (uint32_t) (elem - v->data),
+                                                    (uint32_t) nlen);
+      }
+      p += vsize;
+   }
+   return false;
+}
+
+static int
+view_index (lua_State *L)
+{
+   view_t *v = check_view (L, 1);
+   bson_iter_t it;
+
+   if (!find (L, v, &it)) {
+      lua_pushnil (L);
+      return 1;
+   }
+   lua_getiuservalue (L, 1, ANCHOR);
+   fw_bson_view_push_element (L, -1, &it);
+   return 1;
+}
+
+static int
+view_newindex (lua_State *L)
+{
+   (void) check_view (L, 1);
+   return luaL_error (L, "documents from ctx are read-only; use fw.table(doc) for a mutable "
+                         "copy");
+}
+
+static int
+view_len (lua_State *L)
+{
+   view_t *v = check_view (L, 1);
+   bson_iter_t it;
+   lua_Integer n = 0;
+
+   /* Like a table: # counts the sequence part, which only arrays have. */
+   if (v->is_array && view_iter (v, &it)) {
+      while (bson_iter_next (&it)) {
+         n++;
+      }
+   }
+   lua_pushinteger (L, n);
+   return 1;
+}
+
+/* pairs: the iterator state (a bson_iter_t) lives in an upvalue userdata. */
+static int
+pairs_next (lua_State *L)
+{
+   bson_iter_t *it = lua_touserdata (L, lua_upvalueindex (1));
+   lua_Integer *index = lua_touserdata (L, lua_upvalueindex (2));
+
+   if (!bson_iter_next (it)) {
+      lua_pushnil (L);
+      return 1;
+   }
+   if (lua_toboolean (L, lua_upvalueindex (3))) {
+      lua_pushinteger (L, ++*index);
+   } else {
+      lua_pushlstring (L, bson_iter_key (it), bson_iter_key_len (it));
+   }
+   lua_getiuservalue (L, 1, ANCHOR);
+   fw_bson_view_push_element (L, -1, it);
+   lua_remove (L, -2);
+   return 2;
+}
+
+static int
+view_pairs (lua_State *L)
+{
+   view_t *v = check_view (L, 1);
+   bson_iter_t *it = lua_newuserdatauv (L, sizeof *it, 0);
+   lua_Integer *index = lua_newuserdatauv (L, sizeof *index, 0);
+
+   *index = 0;
+   if (!view_iter (v, it)) {
+      return luaL_error (L, "corrupt BSON in a document view");
+   }
+   lua_pushboolean (L, v->is_array);
+   lua_pushcclosure (L, pairs_next, 3);
+   lua_pushvalue (L, 1);
+   lua_pushnil (L);
+   return 3;
+}
+
+static int
+view_eq (lua_State *L)
+{
+   view_t *a = to_view (L, 1), *b = to_view (L, 2);
+   lua_pushboolean (L, a && b && a->is_array == b->is_array && a->len == b->len &&
+                          memcmp (a->data, b->data, a->len) == 0);
+   return 1;
+}
+
+static int
+view_tostring (lua_State *L)
+{
+   view_t *v = check_view (L, 1);
+   bson_t doc;
+   char *json;
+
+   if (!bson_init_static (&doc, v->data, v->len) ||
+       !(json = v->is_array ? bson_array_as_json (&doc, NULL)
+                            : bson_as_relaxed_extended_json (&doc, NULL))) {
+      lua_pushstring (L, v->is_array ? "[?]" : "{?}");
+      return 1;
+   }
+   lua_pushstring (L, json);
+   bson_free (json);
+   return 1;
+}
+
+/* fw.table(v): a plain, mutable table for a view; other values unchanged. */
+static int
+view_to_table (lua_State *L)
+{
+   view_t *v = to_view (L, 1);
+   bson_t doc;
+   fw_error_t err;
+   bool ok;
+
+   if (!v) {
+      luaL_checkany (L, 1);
+      lua_settop (L, 1);
+      return 1;
+   }
+   if (!bson_init_static (&doc, v->data, v->len)) {
+      return luaL_error (L, "corrupt BSON in a document view");
+   }
+   ok = v->is_array ? fw_bson_lua_push_array (L, &doc, NULL, &err)
+                    : fw_bson_lua_push_document (L, &doc, NULL, &err);
+   if (!ok) {
+      return luaL_error (L, "%s", err.message);
+   }
+   return 1;
+}
+
+fw_bson_values_append_result_t
+fw_bson_view_append (lua_State *L, int idx, bson_t *out, const char *key, int key_len)
+{
+   view_t *v = to_view (L, idx);
+   bson_t doc;
+   bool ok;
+
+   if (!v) {
+      return FW_BSON_VALUES_NOT_TYPED;
+   }
+   if (!bson_init_static (&doc, v->data, v->len)) {
+      return FW_BSON_VALUES_TOO_LARGE;
+   }
+   ok = v->is_array ? bson_append_array (out, key, key_len, &doc)
+                    : bson_append_document (out, key, key_len, &doc);
+   return ok ? FW_BSON_VALUES_APPENDED : FW_BSON_VALUES_TOO_LARGE;
+}
+
+static const luaL_Reg view_meta[] = {{"__index", view_index},
+                                     {"__newindex", view_newindex},
+                                     {"__len", view_len},
+                                     {"__pairs", view_pairs},
+                                     {"__eq", view_eq},
+                                     {"__tostring", view_tostring},
+                                     {NULL, NULL}};
+
+void
+fw_bson_view_open (lua_State *L, int module_idx)
+{
+   module_idx = module_idx ? lua_absindex (L, module_idx) : 0;
+   if (luaL_newmetatable (L, VIEW_MT)) {
+      lua_pushvalue (L, -1);
+      luaL_setfuncs (L, view_meta, 1);
+      lua_pushliteral (L, "flowwarden.view");
+      lua_setfield (L, -2, "__metatable");
+      lua_pushliteral (L, "document");
+      lua_setfield (L, -2, "__name");
+   }
+   lua_pop (L, 1);
+   if (module_idx) {
+      lua_pushcfunction (L, view_to_table);
+      lua_setfield (L, module_idx, "table");
+   }
+}
