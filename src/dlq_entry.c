@@ -49,9 +49,42 @@ append_or_null (bson_t *out, const char *key, bool present, const bson_iter_t *i
    }
 }
 
+/* MongoDB refuses documents over 16 MiB; keep room for the insert's own
+ * envelope. */
+#define FW_DLQ_MAX_ENTRY_BYTES (16 * 1024 * 1024 - 16 * 1024)
+
+static bool
+build (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg,
+       const fw_dlq_failure_t *f, fw_error_t *error);
+
 bool
 fw_dlq_entry_build (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg,
                     const fw_dlq_failure_t *f, fw_error_t *error)
+{
+   fw_dlq_config_t slim;
+
+   if (!build (out, ev, cfg, f, error)) {
+      return false;
+   }
+   if (out->len <= FW_DLQ_MAX_ENTRY_BYTES) {
+      return true;
+   }
+   /* An entry the server would refuse forever would hold the stream forever:
+    * keep everything but the bulky parts, and say so. */
+   slim = *cfg;
+   slim.include_original_document = false;
+   slim.include_stack_trace = false;
+   bson_destroy (out);
+   if (!build (out, ev, &slim, f, error)) {
+      return false;
+   }
+   BSON_APPEND_BOOL (out, "truncated", true);
+   return true;
+}
+
+static bool
+build (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg,
+       const fw_dlq_failure_t *f, fw_error_t *error)
 {
    char id[37];
    char op[64];

@@ -253,14 +253,16 @@ dead_letter (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t *d, i
    if (!fw_event_id (ev, id, sizeof id)) {
       snprintf (id, sizeof id, "(long)");
    }
-   if (!fw_dlq_entry_build (&entry, ev, &w->cfg.dlq, &f, &err)) {
+   /* Building fails only when the system cannot give random bytes for the
+    * entry id: wait and try again, holding the event meanwhile. */
+   while (!fw_dlq_entry_build (&entry, ev, &w->cfg.dlq, &f, &err)) {
       fw_log (FW_LOG_ERROR, w->cfg.name, "cannot build DLQ entry for event %s: %s", id,
               err.message);
       bson_destroy (&entry);
-      bson_destroy (&metadata);
-      return fw_shutdown_wait_ms (w->shutdown, 1000) ? FW_DISPATCH_STOPPED
-                                                     : dead_letter (w, ev, d, attempts,
-                                                                    first_ms, last_ms);
+      if (fw_shutdown_wait_ms (w->shutdown, 1000)) {
+         bson_destroy (&metadata);
+         return FW_DISPATCH_STOPPED;
+      }
    }
    bson_destroy (&metadata);
 

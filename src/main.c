@@ -95,6 +95,37 @@ cmd_run (int argc, char **argv)
    return fw_runtime_run (&opts);
 }
 
+/* libmongoc's own messages go through the runtime's log, so they honour
+ * --log-level and --log-format (its default handler writes raw lines to
+ * stderr, and debug ones to stdout). */
+static void
+mongoc_log_to_fw (mongoc_log_level_t level, const char *domain, const char *message,
+                  void *user_data)
+{
+   fw_log_level_t lv;
+
+   (void) user_data;
+   switch (level) {
+   case MONGOC_LOG_LEVEL_ERROR:
+   case MONGOC_LOG_LEVEL_CRITICAL:
+      lv = FW_LOG_ERROR;
+      break;
+   case MONGOC_LOG_LEVEL_WARNING:
+      lv = FW_LOG_WARN;
+      break;
+   case MONGOC_LOG_LEVEL_MESSAGE:
+   case MONGOC_LOG_LEVEL_INFO:
+      lv = FW_LOG_INFO;
+      break;
+   default:
+      lv = FW_LOG_DEBUG;
+      break;
+   }
+   if (fw_log_enabled (lv)) {
+      fw_log (lv, NULL, "libmongoc %s: %s", domain ? domain : "", message ? message : "");
+   }
+}
+
 int
 main (int argc, char **argv)
 {
@@ -121,6 +152,7 @@ main (int argc, char **argv)
       printf ("flowwarden %s (libmongoc %s, %s)\n", FW_VERSION, MONGOC_VERSION_S, LUA_RELEASE);
       return 0;
    }
+   mongoc_log_set_handler (mongoc_log_to_fw, NULL);
    mongoc_init ();
    if (strcmp (argv[1], "run") == 0) {
       rc = cmd_run (argc - 1, argv + 1);

@@ -318,7 +318,7 @@ fw_runtime_run (const fw_run_options_t *opts)
    for (int i = 0; i < rt.n; i++) {
       if (!fw_stream_worker_start (rt.workers[i], &err)) {
          fw_log (FW_LOG_ERROR, NULL, "%s", err.message);
-         stopping = true;
+         stopping = failed_all = true; /* exit 1: not every stream could start */
          break;
       }
    }

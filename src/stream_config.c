@@ -131,6 +131,10 @@ build_pipeline (lua_State *L, int t, fw_stream_config_t *cfg, fw_error_t *error)
          ok = fw_bson_lua_to_bson (L, lua_gettop (L), path, &user, error);
          lua_pop (L, 1);
          if (!ok) {
+            char why[FW_ERROR_MESSAGE_MAX];
+            snprintf (why, sizeof why, "%s", error ? error->message : "");
+            fw_error_set (error, FW_ERROR_INVALID, "%s: stream \"%s\": %s",
+                          cfg->declared_at ? cfg->declared_at : "?", cfg->name, why);
             bson_destroy (&user);
             lua_pop (L, 1);
             return false;

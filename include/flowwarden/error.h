@@ -12,7 +12,8 @@
 
 #include <stdarg.h>
 
-#define FW_ERROR_MESSAGE_MAX 512
+/* Large enough for every validation error of a script, one per line. */
+#define FW_ERROR_MESSAGE_MAX 8192
 
 typedef enum {
    FW_ERROR_NONE = 0,

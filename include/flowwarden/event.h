@@ -41,8 +41,8 @@ bool fw_event_parse (const bson_t *doc, fw_event_t *ev, fw_error_t *error);
  * into buf. Returns false if it did not fit. */
 bool fw_event_id (const fw_event_t *ev, char *buf, size_t len);
 
-/* One line for logs: operation, namespace, event id, document key type.
- * Never document contents. */
+/* One line for logs: operation, namespace and event id. Never document
+ * contents. */
 void fw_event_summary (const fw_event_t *ev, char *buf, size_t len);
 
 #endif
