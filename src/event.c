@@ -169,6 +169,7 @@ fw_event_summary (const fw_event_t *ev, char *buf, size_t len)
    if (!fw_event_id (ev, id, sizeof id)) {
       snprintf (id, sizeof id, "(long)");
    }
-   snprintf (buf, len, "%s %s%s%s event=%s", ev->operation_type, db, *coll ? "." : "", coll,
-             id);
+   /* An invalidate has no namespace: no empty field (and double space) then. */
+   snprintf (buf, len, "%s %s%s%s%sevent=%s", ev->operation_type, db, *coll ? "." : "", coll,
+             *db || *coll ? " " : "", id);
 }

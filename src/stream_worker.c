@@ -435,8 +435,20 @@ worker_main (void *arg)
       } else if (!cs) {
          end = READ_ERROR;
       } else {
+         const bson_t *start = mongoc_change_stream_get_resume_token (cs);
+         bool resuming = p.has_resume;
+         /* Only a stream that opened gives up the checkpoint's fallbacks. */
+         candidate = 2;
+         if (!p.has_resume && start && !bson_empty (start)) {
+            /* Save where a new stream starts at once (before saying it is
+             * open), so that a crash or an error before its first event
+             * cannot move it to a later "now" and lose what came between. */
+            set_token (&p.resume, start);
+            p.has_resume = true;
+            save_position (w, &p, "start");
+         }
          fw_log (FW_LOG_INFO, w->cfg.name, "change stream open%s",
-                 p.has_resume ? " (resuming)" : " (from now)");
+                 resuming ? " (resuming)" : " (from now)");
          end = consume (w, cs, &p, &progressed);
       }
       mongoc_change_stream_destroy (cs);
@@ -470,7 +482,6 @@ worker_main (void *arg)
          candidate = 2;
          continue;
       }
-      candidate = 2;
       restarts++;
       if (w->cfg.restart.max_attempts > 0 && restarts > w->cfg.restart.max_attempts) {
          stream_failed (w, "the change stream kept failing: restart.max_attempts reached");

@@ -9,6 +9,7 @@ import json
 import os
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -27,12 +28,23 @@ import pymongo  # noqa: E402
 
 REPORT_PREFIX = "REPORT "
 
-# Prepended to every test script: report(t) logs t as one JSON line.
+# Prepended to every test script: report(t) logs t as one JSON line;
+# plain(v) deep-copies a document (a view or a table) into plain tables that
+# cjson can encode (typed values are left as they are).
 PRELUDE = textwrap.dedent("""\
     local fw = require("flowwarden")
     local cjson = require("cjson")
     local function report(t) fw.log.info("REPORT " .. cjson.encode(t)) end
+    local function plain(v)
+      if type(v) ~= "table" and type(v) ~= "userdata" then return v end
+      local ok, it, state, init = pcall(pairs, v)
+      if not ok then return v end
+      local t = {}
+      for k, x in it, state, init do t[k] = plain(x) end
+      return t
+    end
     """)
+PRELUDE_LINES = PRELUDE.count("\n")
 
 
 def write_script(directory, body, name="script.lua", prelude=True):
@@ -45,17 +57,92 @@ def write_script(directory, body, name="script.lua", prelude=True):
     return path
 
 
-class Flowwarden:
-    """One `flowwarden run` process and everything it logged."""
+def clean_env(extra=None):
+    """The test process's environment without FLOWWARDEN_URI, plus `extra`.
 
-    def __init__(self, script, uri, extra=(), env=None):
+    MONGOC_DISABLE_SHM: libmongoc's counters live in /dev/shm/mongoc-PID,
+    which a kill -9 leaves behind; when a later process gets the same PID,
+    libmongoc prints "Falling back to malloc for counters." from its load-time
+    constructor (before flowwarden's main can route its logs), which would
+    land in the middle of the output the tests compare."""
+    env = {k: v for k, v in os.environ.items() if k != "FLOWWARDEN_URI"}
+    env["MONGOC_DISABLE_SHM"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def run_cli(args, env=None, timeout=20):
+    """Runs `flowwarden ARGS...` to completion: CompletedProcess with text
+    stdout/stderr and the wall time it took in `.elapsed`."""
+    t0 = time.monotonic()
+    cp = subprocess.run([BINARY] + list(args), capture_output=True, text=True,
+                        env=env if env is not None else clean_env(), timeout=timeout,
+                        stdin=subprocess.DEVNULL)
+    cp.elapsed = time.monotonic() - t0
+    return cp
+
+
+def token_data(token):
+    """The _data string of a resume token document (or None)."""
+    return token.get("_data") if token else None
+
+
+def token_at(op_time):
+    """A prefix that compares (as a string) like a resume token at op_time.
+    The stand-in's tokens are upper-case hex, '82' + seconds + increment, so
+    string order is event order; tests use this only to wait for positions."""
+    return "82%08X%08X" % (op_time.time, op_time.inc)
+
+
+class ConnectionProbe:
+    """A TCP listener that only counts the connections made to it: the proof
+    that a process did (or did not) try to reach a server."""
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.sock.setblocking(False)
+        self.port = self.sock.getsockname()[1]
+        # No database in the path: the URI must not make a script valid.
+        self.uri = "mongodb://127.0.0.1:%d/?replicaSet=rs0" % self.port
+
+    def connections(self):
+        n = 0
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return n
+            conn.close()
+            n += 1
+
+    def close(self):
+        self.sock.close()
+
+
+class Flowwarden:
+    """One `flowwarden run` process and everything it logged.
+
+    uri=None runs without --uri (for the precedence tests); env=None runs
+    with the test's environment minus FLOWWARDEN_URI."""
+
+    def __init__(self, script, uri, extra=(), env=None, log_format="json", stdout=None):
         self.script = script
         self.records = []
-        self._lines = queue.Queue()
+        self._reports = []          # (stream, report) in log order
         self._cond = threading.Condition()
-        cmd = [BINARY, "run", script, "--uri", uri, "--log-format", "json"] + list(extra)
-        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                     env=env)
+        cmd = [BINARY, "run", script]
+        if uri is not None:
+            cmd += ["--uri", uri]
+        if log_format is not None:
+            cmd += ["--log-format", log_format]
+        cmd += list(extra)
+        self.started_at = time.monotonic()
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE,
+                                     stdout=stdout if stdout is not None else subprocess.DEVNULL,
+                                     stdin=subprocess.DEVNULL,
+                                     env=env if env is not None else clean_env())
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -64,10 +151,19 @@ class Flowwarden:
             text = raw.decode("utf-8", "replace").rstrip("\n")
             try:
                 rec = json.loads(text)
+                if not isinstance(rec, dict):
+                    raise ValueError
             except ValueError:
                 rec = {"level": "raw", "msg": text}
+            rec["_raw"] = text
+            msg = rec.get("msg", "")
+            rep = None
+            if isinstance(msg, str) and msg.startswith(REPORT_PREFIX):
+                rep = json.loads(msg[len(REPORT_PREFIX):])
             with self._cond:
                 self.records.append(rec)
+                if rep is not None:
+                    self._reports.append((rec.get("stream"), rep))
                 self._cond.notify_all()
         with self._cond:
             self._cond.notify_all()
@@ -75,17 +171,26 @@ class Flowwarden:
     # --- reading the log -------------------------------------------------
     def reports(self, stream=None):
         with self._cond:
-            out = []
-            for r in self.records:
-                msg = r.get("msg", "")
-                if msg.startswith(REPORT_PREFIX) and (stream is None or r.get("stream") == stream):
-                    out.append(json.loads(msg[len(REPORT_PREFIX):]))
-            return out
+            return [r for s, r in self._reports if stream is None or s == stream]
 
-    def messages(self, level=None):
+    def report_count(self, stream=None):
+        with self._cond:
+            if stream is None:
+                return len(self._reports)
+            return sum(1 for s, _ in self._reports if s == stream)
+
+    def messages(self, level=None, stream=None):
         with self._cond:
             return [r.get("msg", "") for r in self.records
-                    if level is None or r.get("level") == level]
+                    if (level is None or r.get("level") == level)
+                    and (stream is None or r.get("stream") == stream)]
+
+    def raw_lines(self):
+        with self._cond:
+            return [r["_raw"] for r in self.records]
+
+    def count_log(self, needle, stream=None, level=None):
+        return sum(needle in m for m in self.messages(level, stream))
 
     def wait_until(self, predicate, timeout=30, what="condition"):
         deadline = time.monotonic() + timeout
@@ -96,28 +201,30 @@ class Flowwarden:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise AssertionError("timed out waiting for %s; log:\n%s" % (
-                        what, "\n".join(json.dumps(r) for r in self.records[-40:])))
+                        what, "\n".join(r["_raw"] for r in self.records[-40:])))
+                if self.proc.poll() is not None and not self._reader.is_alive():
+                    raise AssertionError("flowwarden exited (%s) while waiting for %s; log:\n%s"
+                                         % (self.proc.returncode, what, "\n".join(
+                                             r["_raw"] for r in self.records[-40:])))
                 self._cond.wait(min(left, 0.2))
 
-    def wait_log(self, needle, count=1, timeout=30):
-        self.wait_until(lambda: sum(needle in m for m in self.messages()) >= count,
+    def wait_log(self, needle, count=1, timeout=30, stream=None):
+        self.wait_until(lambda: self.count_log(needle, stream) >= count,
                         timeout, "log line %r x%d" % (needle, count))
 
     def wait_open(self, streams=1, timeout=30):
         self.wait_log("change stream open", streams, timeout)
 
     def wait_reports(self, n, stream=None, timeout=30):
-        self.wait_until(lambda: len(self.reports(stream)) >= n, timeout,
-                        "%d reports" % n)
+        self.wait_until(lambda: self.report_count(stream) >= n, timeout,
+                        "%d reports%s" % (n, " of " + stream if stream else ""))
         return self.reports(stream)
 
     # --- stopping ----------------------------------------------------------
     def stop(self, sig=signal.SIGTERM, timeout=30):
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
-        rc = self.proc.wait(timeout=timeout)
-        self._reader.join(timeout=5)
-        return rc
+        return self.wait_exit(timeout)
 
     def kill9(self):
         return self.stop(signal.SIGKILL)
@@ -125,6 +232,8 @@ class Flowwarden:
     def wait_exit(self, timeout=30):
         rc = self.proc.wait(timeout=timeout)
         self._reader.join(timeout=5)
+        if not self._reader.is_alive():
+            self.proc.stderr.close()
         return rc
 
 
@@ -132,10 +241,17 @@ class StandInTestCase(unittest.TestCase):
     """One stand-in for the whole class; a fresh database per test."""
 
     standin_args = ()
+    command_log = False     # True: the stand-in logs every command (see commands())
 
     @classmethod
     def setUpClass(cls):
-        cls.standin = StandIn(args=cls.standin_args)
+        args = list(cls.standin_args)
+        cls._log_dir = None
+        if cls.command_log:
+            cls._log_dir = tempfile.TemporaryDirectory()
+            cls.command_log_path = os.path.join(cls._log_dir.name, "commands.jsonl")
+            args += ["--log", cls.command_log_path]
+        cls.standin = StandIn(args=args)
         cls.standin.start()
         cls.client = pymongo.MongoClient(cls.base_uri())
 
@@ -143,6 +259,23 @@ class StandInTestCase(unittest.TestCase):
     def tearDownClass(cls):
         cls.client.close()
         cls.standin.stop()
+        if cls._log_dir is not None:
+            cls._log_dir.cleanup()
+
+    def commands(self, name=None, db=None):
+        """The commands the stand-in received (command_log = True), oldest
+        first, as {t, cmd, db, summary}; db defaults to this test's database."""
+        db = db or self.db_name
+        out = []
+        with open(self.command_log_path) as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue  # a line still being written
+                if rec.get("db") == db and (name is None or rec.get("cmd") == name):
+                    out.append(rec)
+        return out
 
     @classmethod
     def base_uri(cls, db=""):
@@ -154,8 +287,11 @@ class StandInTestCase(unittest.TestCase):
         self.db = self.client[self.db_name]
         self.uri = self.base_uri(self.db_name)
         self.procs = []
+        self._fail_points = set()
 
     def tearDown(self):
+        for name in self._fail_points:
+            self.client.admin.command({"configureFailPoint": name, "mode": "off"})
         for p in self.procs:
             if p.proc.poll() is None:
                 p.stop(signal.SIGKILL)
@@ -164,10 +300,35 @@ class StandInTestCase(unittest.TestCase):
     def script(self, body, name="script.lua"):
         return write_script(self.tmp.name, body, name)
 
-    def run_fw(self, script, extra=(), env=None, uri=None):
-        p = Flowwarden(script, uri or self.uri, extra, env)
+    def run_fw(self, script, extra=(), env=None, uri=None, no_uri=False, log_format="json"):
+        p = Flowwarden(script, None if no_uri else (uri or self.uri), extra, env, log_format)
         self.procs.append(p)
         return p
 
     def checkpoint(self, stream):
-        return self.db._fw_checkpoints.find_one({"_id": stream})
+        return self.db["_fw_checkpoints"].find_one({"_id": stream})
+
+    def fail_point(self, mode, data=None, name="failCommand"):
+        """configureFailPoint on the stand-in; turned off again in tearDown.
+        Returns the reply ({count} = how often it fired before)."""
+        cmd = {"configureFailPoint": name, "mode": mode}
+        if data is not None:
+            cmd["data"] = data
+        self._fail_points.add(name)
+        return self.client.admin.command(cmd)
+
+    def wait_for(self, predicate, timeout=30, what="condition", interval=0.02):
+        """Polls predicate (real state, e.g. the database) until truthy."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError("timed out after %.0f s waiting for %s" % (timeout, what))
+            time.sleep(interval)
+
+    def wait_checkpoint(self, stream, predicate=lambda cp: True, timeout=30, what=None):
+        """Waits until the stream's checkpoint document exists and satisfies predicate."""
+        return self.wait_for(lambda: (lambda cp: cp if cp and predicate(cp) else None)(
+            self.checkpoint(stream)), timeout, what or "checkpoint of %s" % stream)

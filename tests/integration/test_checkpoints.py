@@ -1,0 +1,200 @@
+"""Checkpoints in _fw_checkpoints: a clean stop loses and repeats nothing, a
+kill -9 loses nothing and repeats at most save_every events, idle streams keep
+their seen position fresh (issue 3: runtime behaviour, checkpoints)."""
+import unittest
+
+from fwtest import StandInTestCase, token_at
+
+SEQ_STREAM = """
+fw.stream { name = "seq", collection = "c",
+  checkpoint = { save_every = %(save_every)d, save_interval = "100ms"%(extra_cp)s },
+  restart = { initial_delay = "100ms" },
+  on_insert = function(ctx)
+    local n = ctx:full_document().n
+    %(busy)s
+    report({ n = n, eid = ctx:event_id() })
+  end }
+"""
+
+# About 2 ms of work per event, so a kill -9 lands in the middle of a run.
+BUSY = "local t = os.clock() + 0.002 while os.clock() < t do end"
+
+
+def seq_script(save_every=1, busy="", extra_cp=""):
+    return SEQ_STREAM % {"save_every": save_every, "busy": busy, "extra_cp": extra_cp}
+
+
+class StopAndRestart(StandInTestCase):
+
+    def insert(self, numbers):
+        self.db.c.insert_many([{"n": n} for n in numbers])
+
+    def test_clean_stop_then_restart_repeats_nothing_and_loses_nothing(self):
+        script = self.script(seq_script(save_every=7))
+        p = self.run_fw(script)
+        p.wait_open()
+        self.insert(range(0, 50))
+        first = p.wait_reports(50)
+        self.assertEqual(p.stop(), 0)
+        cp = self.checkpoint("seq")
+        # The final checkpoint names the last handled event, though 50 is not
+        # a multiple of save_every.
+        self.assertEqual(cp["lastProcessedToken"]["_data"], first[-1]["eid"])
+        self.assertIn("lastSeenToken", cp)
+        self.assertIn("updatedAt", cp)
+
+        self.insert(range(50, 80))          # written while flowwarden is down
+        p2 = self.run_fw(script)
+        p2.wait_open()
+        p2.wait_reports(30)
+        self.insert([80])                   # anything redelivered comes before it
+        second = p2.wait_reports(31)
+        self.assertEqual([r["n"] for r in first], list(range(50)))
+        self.assertEqual([r["n"] for r in second], list(range(50, 81)))
+        self.assertEqual(p2.stop(), 0)
+        self.assertEqual(len(p2.reports()), 31)
+
+    def test_kill9_then_restart_loses_nothing_and_repeats_at_most_save_every(self):
+        save_every = 10
+        script = self.script(seq_script(save_every=save_every, busy=BUSY))
+        p = self.run_fw(script)
+        p.wait_open()
+        self.insert(range(300))
+        p.wait_reports(120)
+        p.kill9()
+        first = p.reports()
+        self.assertLess(len(first), 300, "the kill came too late to test anything")
+
+        p2 = self.run_fw(script)
+        p2.wait_open()
+        seen = {r["n"] for r in first}
+        p2.wait_until(lambda: seen.union(r["n"] for r in p2.reports()) >= set(range(300)),
+                      what="every event after the restart")
+        self.insert([300])
+        p2.wait_until(lambda: any(r["n"] == 300 for r in p2.reports()), what="the sentinel")
+        second = p2.reports()
+        first_ids = {r["n"]: r["eid"] for r in first}
+
+        # Nothing lost, in order, and the replay starts after the checkpoint.
+        self.assertEqual(sorted(seen.union(r["n"] for r in second)), list(range(301)))
+        ns = [r["n"] for r in second]
+        self.assertEqual(ns, list(range(ns[0], 301)))
+        repeated = [r for r in second if r["n"] in first_ids]
+        self.assertLessEqual(len(repeated), save_every)
+        # A replayed event has the same event id as the first time.
+        for r in repeated:
+            self.assertEqual(r["eid"], first_ids[r["n"]])
+        self.assertEqual(p2.stop(), 0)
+
+    def test_kill9_with_save_every_1_repeats_at_most_one_event(self):
+        script = self.script(seq_script(save_every=1, busy=BUSY))
+        p = self.run_fw(script)
+        p.wait_open()
+        self.insert(range(200))
+        p.wait_reports(60)
+        p.kill9()
+        first = p.reports()
+        p2 = self.run_fw(script)
+        p2.wait_open()
+        have = {r["n"] for r in first}
+        p2.wait_until(lambda: have.union(r["n"] for r in p2.reports()) >= set(range(200)),
+                      what="every event after the restart")
+        repeated = [r["n"] for r in p2.reports() if r["n"] in have]
+        self.assertLessEqual(len(repeated), 1, repeated)
+
+    def test_kill9_of_a_new_stream_before_its_first_save_loses_nothing(self):
+        # Regression (fixed in src/stream_worker.c, worker_main/consume): a stream with no
+        # checkpoint starts "from now" but does not save that position when
+        # its change stream opens; the first save waits for save_interval (or
+        # an event and save_every). A crash before then leaves no checkpoint,
+        # so the restart starts "from now" again and everything written while
+        # it was down is lost.
+        script = self.script(seq_script(save_every=10).replace(
+            'save_interval = "100ms"', 'save_interval = "1h"'))
+        p = self.run_fw(script)
+        p.wait_open()
+        p.kill9()
+        self.insert(range(3))               # while it is down
+        p2 = self.run_fw(script)
+        p2.wait_open()
+        self.insert([3])
+        p2.wait_until(lambda: any(r["n"] == 3 for r in p2.reports()), what="the last event")
+        self.assertEqual([r["n"] for r in p2.reports()], [0, 1, 2, 3])
+
+    def test_start_position_latest_ignores_the_saved_checkpoint(self):
+        resume = self.script(seq_script())
+        latest = self.script(seq_script(extra_cp=', start_position = "latest"'), "latest.lua")
+        p = self.run_fw(resume)
+        p.wait_open()
+        self.insert([0])
+        p.wait_reports(1)
+        self.assertEqual(p.stop(), 0)
+        self.insert([1, 2])                 # while down: "latest" skips these
+        p2 = self.run_fw(latest)
+        p2.wait_open()
+        self.assertIn("from now", " ".join(p2.messages()))
+        self.insert([3])
+        self.assertEqual([r["n"] for r in p2.wait_reports(1)], [3])
+        self.assertEqual(p2.stop(), 0)
+        self.assertEqual([r["n"] for r in p2.reports()], [3])
+
+
+class IdleStop(StandInTestCase):
+    command_log = True
+
+    def test_clean_stop_while_idle_then_restart_loses_nothing(self):
+        # No event at all in the first run: the position the stream read to
+        # (the server's post-batch token) is saved at shutdown, and the
+        # restarted stream resumes there.
+        script = self.script(seq_script().replace('save_interval = "100ms"',
+                                                  'save_interval = "1h"'))
+        p = self.run_fw(script)
+        p.wait_open()
+        # Stop while the stream waits in a getMore (not before it asked).
+        self.wait_for(lambda: self.commands("getMore"), what="the stream's first getMore")
+        self.assertEqual(p.stop(), 0)
+        cp = self.checkpoint("seq")
+        self.assertIsNotNone(cp, "no checkpoint written for an idle stream at shutdown")
+        self.assertIn("lastSeenToken", cp)
+        self.db.c.insert_many([{"n": n} for n in range(5)])
+        p2 = self.run_fw(script)
+        self.assertEqual([r["n"] for r in p2.wait_reports(5)], list(range(5)))
+        self.assertIn("from its checkpoint", " ".join(p2.messages()))
+
+
+class SeenPosition(StandInTestCase):
+
+    def test_idle_stream_moves_its_seen_token_past_unrelated_writes(self):
+        p = self.run_fw(self.script(seq_script()))
+        p.wait_open()
+        self.db.c.insert_one({"n": 0})
+        (first,) = p.wait_reports(1)
+        cp = self.wait_checkpoint("seq", lambda cp: cp.get("lastProcessedToken", {}).get("_data") == first["eid"])
+        # Writes the stream does not watch: no event, but the server's
+        # post-batch resume token moves and the seen token follows it.
+        with self.client.start_session() as s:
+            self.db.other.insert_many([{"x": i} for i in range(5)], session=s)
+            after = token_at(s.operation_time)
+        cp = self.wait_checkpoint("seq", lambda cp: cp["lastSeenToken"]["_data"] >= after,
+                                  what="lastSeenToken to pass the unrelated writes")
+        self.assertEqual(cp["lastProcessedToken"]["_data"], first["eid"])
+        self.assertGreater(cp["lastSeenToken"]["_data"], cp["lastProcessedToken"]["_data"])
+        self.assertEqual(len(p.reports()), 1)
+        self.assertEqual(p.stop(), 0)
+
+    def test_processed_token_follows_save_every(self):
+        p = self.run_fw(self.script(seq_script(save_every=5).replace(
+            'save_interval = "100ms"', 'save_interval = "1h"')))
+        p.wait_open()
+        self.db.c.insert_many([{"n": n} for n in range(12)])
+        reps = p.wait_reports(12)
+        # Saved after the 5th and the 10th event; the 11th and 12th wait for
+        # the next save (or the shutdown).
+        self.wait_checkpoint("seq", lambda cp: cp.get("lastProcessedToken", {}).get("_data")
+                             == reps[9]["eid"], what="the checkpoint at event 10")
+        self.assertEqual(p.stop(), 0)
+        self.assertEqual(self.checkpoint("seq")["lastProcessedToken"]["_data"], reps[11]["eid"])
+
+
+if __name__ == "__main__":
+    unittest.main()
