@@ -456,7 +456,7 @@ worker_main (void *arg)
          restarts = 0;
       }
 
-      if (end == READ_STOP) {
+      if (end == READ_STOP || fw_shutdown_requested (w->shutdown)) {
          break;
       }
       if (end == READ_HISTORY_LOST) {
