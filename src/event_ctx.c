@@ -1,6 +1,8 @@
 /*
  * event_ctx.c - the handler context: lazy, cached accessors over one event.
  */
+#include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 #include <lauxlib.h>
@@ -120,58 +122,42 @@ push_cached_field (lua_State *L, fw_dispatch_t *d, int slot, const char *key, bo
    return 1;
 }
 
-static int
-ctx_full_document (lua_State *L)
-{
-   fw_dispatch_t *d = check_ctx (L);
-   return push_cached_field (L, d, SLOT_FULL_DOCUMENT, "fullDocument", d->event->has_full_document,
-                             &d->event->full_document);
-}
+/* The ctx methods that return one field of the event, converted once per
+ * event. Their order is the order of their cache slots. */
+typedef struct {
+   const char *method;
+   const char *field;   /* the event's field name, for error paths */
+   size_t has_offset;   /* offsetof the fw_event_t "has_" flag; SIZE_MAX: always */
+   size_t iter_offset;  /* offsetof the fw_event_t iterator */
+} field_accessor_t;
 
-static int
-ctx_full_document_before_change (lua_State *L)
-{
-   fw_dispatch_t *d = check_ctx (L);
-   return push_cached_field (L, d, SLOT_BEFORE, "fullDocumentBeforeChange", d->event->has_before,
-                             &d->event->before);
-}
+#define FIELD(method, field, has, iter) \
+   {method, field, has, offsetof (fw_event_t, iter)}
+#define HAS(flag) offsetof (fw_event_t, flag)
 
-static int
-ctx_document_key (lua_State *L)
-{
-   fw_dispatch_t *d = check_ctx (L);
-   return push_cached_field (L, d, SLOT_DOCUMENT_KEY, "documentKey", d->event->has_document_key,
-                             &d->event->document_key);
-}
+static const field_accessor_t accessors[] = {
+   FIELD ("full_document", "fullDocument", HAS (has_full_document), full_document),
+   FIELD ("full_document_before_change", "fullDocumentBeforeChange", HAS (has_before), before),
+   FIELD ("document_key", "documentKey", HAS (has_document_key), document_key),
+   FIELD ("update_description", "updateDescription", HAS (has_update_description),
+          update_description),
+   FIELD ("resume_token", "_id", SIZE_MAX, id),
+   FIELD ("cluster_time", "clusterTime", HAS (has_cluster_time), cluster_time),
+   FIELD ("wall_time", "wallTime", HAS (has_wall_time), wall_time),
+};
 
+/* Upvalue 1: the accessor (light userdata); upvalue 2: its cache slot. */
 static int
-ctx_update_description (lua_State *L)
+ctx_field (lua_State *L)
 {
+   const field_accessor_t *a = lua_touserdata (L, lua_upvalueindex (1));
+   int slot = (int) lua_tointeger (L, lua_upvalueindex (2));
    fw_dispatch_t *d = check_ctx (L);
-   return push_cached_field (L, d, SLOT_UPDATE_DESCRIPTION, "updateDescription", d->event->has_update_description,
-                             &d->event->update_description);
-}
+   const char *ev = (const char *) d->event;
+   bool present = a->has_offset == SIZE_MAX || *(const bool *) (ev + a->has_offset);
 
-static int
-ctx_resume_token (lua_State *L)
-{
-   fw_dispatch_t *d = check_ctx (L);
-   return push_cached_field (L, d, SLOT_RESUME_TOKEN, "_id", true, &d->event->id);
-}
-
-static int
-ctx_cluster_time (lua_State *L)
-{
-   fw_dispatch_t *d = check_ctx (L);
-   return push_cached_field (L, d, SLOT_CLUSTER_TIME, "clusterTime", d->event->has_cluster_time,
-                             &d->event->cluster_time);
-}
-
-static int
-ctx_wall_time (lua_State *L)
-{
-   fw_dispatch_t *d = check_ctx (L);
-   return push_cached_field (L, d, SLOT_WALL_TIME, "wallTime", d->event->has_wall_time, &d->event->wall_time);
+   return push_cached_field (L, d, slot, a->field, present,
+                             (const bson_iter_t *) (ev + a->iter_offset));
 }
 
 static int
@@ -328,19 +314,12 @@ ctx_tostring (lua_State *L)
 }
 
 static const luaL_Reg ctx_methods[] = {
-   {"full_document", ctx_full_document},
-   {"full_document_before_change", ctx_full_document_before_change},
-   {"document_key", ctx_document_key},
    {"operation_type", ctx_operation_type},
-   {"update_description", ctx_update_description},
    {"attempt_number", ctx_attempt_number},
    {"event_id", ctx_event_id},
    {"stream_name", ctx_stream_name},
    {"database_name", ctx_database_name},
    {"collection_name", ctx_collection_name},
-   {"cluster_time", ctx_cluster_time},
-   {"wall_time", ctx_wall_time},
-   {"resume_token", ctx_resume_token},
    {"transaction", ctx_transaction},
    {"summary", ctx_summary},
    {"add_metadata", ctx_add_metadata},
@@ -354,6 +333,12 @@ fw_event_ctx_open (lua_State *L)
    fw_bson_view_open (L, 0);
    luaL_newmetatable (L, CTX_MT);
    luaL_newlib (L, ctx_methods);
+   for (size_t i = 0; i < sizeof accessors / sizeof accessors[0]; i++) {
+      lua_pushlightuserdata (L, (void *) &accessors[i]);
+      lua_pushinteger (L, SLOT_FULL_DOCUMENT + (lua_Integer) i);
+      lua_pushcclosure (L, ctx_field, 2);
+      lua_setfield (L, -2, accessors[i].method);
+   }
    lua_setfield (L, -2, "__index");
    lua_pushcfunction (L, ctx_tostring);
    lua_setfield (L, -2, "__tostring");

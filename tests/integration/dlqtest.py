@@ -16,7 +16,7 @@ import datetime
 import re
 import time
 
-from fwtest import StandInTestCase  # noqa: F401  (re-exported for the test modules)
+from fwtest import StandInTestCase, wait_until  # noqa: F401  (re-exported for the test modules)
 
 MISBEHAVE = """
 local function misbehave(ctx)
@@ -82,14 +82,7 @@ def record_index(p, needle, level=None):
 
 
 def wait_for(predicate, timeout=20.0, what="condition", interval=0.02):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out after %.1fs waiting for %s" % (timeout, what))
-        time.sleep(interval)
+    return wait_until(predicate, timeout, interval, what)
 
 
 SUMMARY = re.compile(r"summary: handled=(\d+) handler_errors=(\d+) retries=(\d+) "

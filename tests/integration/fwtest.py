@@ -23,7 +23,7 @@ SOURCE_DIR = os.environ.get("FW_SOURCE_DIR", os.path.dirname(os.path.dirname(HER
 BINARY = os.environ.get("FW_BINARY", os.path.join(SOURCE_DIR, "build", "flowwarden"))
 sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "standin"))
 
-from standin_process import StandIn  # noqa: E402,F401
+from standin_process import StandIn, wait_until  # noqa: E402,F401
 import pymongo  # noqa: E402
 
 REPORT_PREFIX = "REPORT "
@@ -319,14 +319,7 @@ class StandInTestCase(unittest.TestCase):
 
     def wait_for(self, predicate, timeout=30, what="condition", interval=0.02):
         """Polls predicate (real state, e.g. the database) until truthy."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = predicate()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError("timed out after %.0f s waiting for %s" % (timeout, what))
-            time.sleep(interval)
+        return wait_until(predicate, timeout, interval, what)
 
     def wait_checkpoint(self, stream, predicate=lambda cp: True, timeout=30, what=None):
         """Waits until the stream's checkpoint document exists and satisfies predicate."""
