@@ -15,6 +15,7 @@
 #include "stream_worker-private.h"
 
 #define FW_MAX_AWAIT_MS 1000
+#define FW_BATCH_SIZE 1000
 #define FW_ERR_HISTORY_LOST 286
 
 static const char *const handler_keys[H_COUNT] = {"insert", "update", "replace", "delete",
@@ -267,6 +268,10 @@ open_stream (fw_stream_worker_t *w, const bson_t *start_after)
       BSON_APPEND_UTF8 (&opts, "fullDocumentBeforeChange", w->cfg.full_document_before_change);
    }
    BSON_APPEND_INT32 (&opts, "maxAwaitTimeMS", FW_MAX_AWAIT_MS);
+   /* Without a batch size a getMore may carry 16 MiB; smaller batches keep
+    * memory flat and cost no throughput (the next batch is a round trip of
+    * a few microseconds per thousand events). */
+   BSON_APPEND_INT32 (&opts, "batchSize", FW_BATCH_SIZE);
    if (start_after) {
       /* startAfter, unlike resumeAfter, also accepts an invalidate token. */
       BSON_APPEND_DOCUMENT (&opts, "startAfter", start_after);
