@@ -2,6 +2,8 @@
  * lua_host.c - builds sandboxed Lua states, loads operators' scripts and
  * calls into them under a time and memory budget.
  */
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,8 +16,13 @@
 #include "flowwarden/lua_host.h"
 #include "flowwarden/lua_sources.h"
 
-/* How many VM instructions run between two looks at the clock. */
-#define FW_HOOK_INSTRUCTIONS 1000
+/* Handler timeouts: a watchdog thread looks at every host's deadline each
+ * tick; when a call overruns, it signals the thread running it, whose signal
+ * handler arms a count hook on that thread's own Lua state (the pattern
+ * lua.c uses for Ctrl-C: lua_sethook is safe in a signal handler). A call
+ * that finishes in time costs one clock read and nothing else. */
+#define FW_WATCHDOG_TICK_NS 5000000 /* timeouts are enforced within 5 ms */
+#define FW_WATCHDOG_SIGNAL (SIGRTMIN + 3)
 
 struct fw_lua_host {
    lua_State *L;
@@ -23,7 +30,11 @@ struct fw_lua_host {
    size_t limit;
    bool refused;        /* the allocator refused a request over the limit */
    bool timed_out;
-   int64_t deadline_ns; /* CLOCK_MONOTONIC; 0 = no deadline */
+   int64_t deadline_ns; /* CLOCK_MONOTONIC; 0 = no call under a deadline (atomic) */
+   pthread_t caller;    /* the thread running the call under the deadline */
+   int poked;           /* the watchdog signalled this call (watchdog's own flag) */
+   fw_lua_host_t *next; /* the watchdog's list of hosts */
+   fw_lua_host_t *prev;
    int specs_ref;       /* registry ref: list of validated stream specs */
    int uri_ref;         /* registry ref: the effective URI */
    int config_ref;      /* registry ref: the whole effective configuration */
@@ -70,6 +81,100 @@ static fw_lua_host_t *
 host_of (lua_State *L)
 {
    return *(fw_lua_host_t **) lua_getextraspace (L);
+}
+
+static void count_hook (lua_State *L, lua_Debug *ar);
+
+/* Process-wide by nature: one watchdog serves every Lua state. */
+static pthread_mutex_t watch_mu = PTHREAD_MUTEX_INITIALIZER;
+static fw_lua_host_t *watched;
+static pthread_once_t watch_once = PTHREAD_ONCE_INIT;
+static __thread fw_lua_host_t *calling; /* the host whose call runs on this thread */
+
+static void
+on_watchdog_signal (int sig)
+{
+   fw_lua_host_t *host = calling;
+   (void) sig;
+   if (host) {
+      lua_sethook (host->L, count_hook, LUA_MASKCOUNT, 1);
+   }
+}
+
+static void *
+watchdog_main (void *arg)
+{
+   (void) arg;
+   for (;;) {
+      struct timespec tick = {0, FW_WATCHDOG_TICK_NS};
+      int64_t now;
+      nanosleep (&tick, NULL);
+      now = now_ns ();
+      pthread_mutex_lock (&watch_mu);
+      for (fw_lua_host_t *h = watched; h; h = h->next) {
+         int64_t deadline = __atomic_load_n (&h->deadline_ns, __ATOMIC_ACQUIRE);
+         if (deadline && now > deadline && !__atomic_load_n (&h->poked, __ATOMIC_ACQUIRE)) {
+            __atomic_store_n (&h->poked, 1, __ATOMIC_RELEASE);
+            pthread_kill (h->caller, FW_WATCHDOG_SIGNAL);
+         }
+      }
+      pthread_mutex_unlock (&watch_mu);
+   }
+   return NULL;
+}
+
+static void
+watchdog_start (void)
+{
+   struct sigaction sa;
+   pthread_attr_t attr;
+   pthread_t thread;
+   sigset_t all, old;
+
+   memset (&sa, 0, sizeof sa);
+   sa.sa_handler = on_watchdog_signal;
+   sa.sa_flags = SA_RESTART;
+   sigemptyset (&sa.sa_mask);
+   sigaction (FW_WATCHDOG_SIGNAL, &sa, NULL);
+   /* The watchdog takes no signal meant for the process. */
+   sigfillset (&all);
+   pthread_sigmask (SIG_BLOCK, &all, &old);
+   pthread_attr_init (&attr);
+   pthread_attr_setdetachstate (&attr, PTHREAD_CREATE_DETACHED);
+   if (pthread_create (&thread, &attr, watchdog_main, NULL) != 0) {
+      fprintf (stderr, "flowwarden: cannot start the handler watchdog: timeouts are off\n");
+   }
+   pthread_attr_destroy (&attr);
+   pthread_sigmask (SIG_SETMASK, &old, NULL);
+}
+
+static void
+watch (fw_lua_host_t *host)
+{
+   pthread_once (&watch_once, watchdog_start);
+   pthread_mutex_lock (&watch_mu);
+   host->next = watched;
+   if (watched) {
+      watched->prev = host;
+   }
+   watched = host;
+   pthread_mutex_unlock (&watch_mu);
+}
+
+static void
+unwatch (fw_lua_host_t *host)
+{
+   pthread_mutex_lock (&watch_mu);
+   if (host->prev) {
+      host->prev->next = host->next;
+   } else if (watched == host) {
+      watched = host->next;
+   }
+   if (host->next) {
+      host->next->prev = host->prev;
+   }
+   host->next = host->prev = NULL;
+   pthread_mutex_unlock (&watch_mu);
 }
 
 /* Finds the flowwarden library's own modules inside the binary. */
@@ -161,6 +266,7 @@ fw_lua_host_new (fw_error_t *error)
       return NULL;
    }
    *(fw_lua_host_t **) lua_getextraspace (host->L) = host;
+   watch (host);
    /* Handlers make many short-lived objects per event (ctx, views, strings):
     * the generational collector is built for that pattern. */
    lua_gc (host->L, LUA_GCGEN, 0, 0);
@@ -180,6 +286,7 @@ fw_lua_host_destroy (fw_lua_host_t *host)
    if (!host) {
       return;
    }
+   unwatch (host);
    if (host->L) {
       lua_close (host->L);
    }
@@ -377,23 +484,20 @@ fw_lua_host_describe (fw_lua_host_t *host, fw_error_t *error)
    return out;
 }
 
-/* Checks the clock every FW_HOOK_INSTRUCTIONS instructions. Once the budget
- * is spent it raises on every firing, so a handler cannot swallow the
- * timeout with pcall and carry on. */
+/* Armed by the watchdog's signal. Once the budget is spent it raises on
+ * every instruction, so a handler cannot swallow the timeout with pcall and
+ * carry on. A hook armed too late (the call had finished) removes itself. */
 static void
 count_hook (lua_State *L, lua_Debug *ar)
 {
    fw_lua_host_t *host = host_of (L);
+   int64_t deadline = __atomic_load_n (&host->deadline_ns, __ATOMIC_ACQUIRE);
    (void) ar;
-   if (host->deadline_ns && (host->timed_out || now_ns () > host->deadline_ns)) {
-      if (!host->timed_out) {
-         /* From now on fire on every instruction, so the error also lands
-          * outside any pcall the handler wraps around its loop. */
-         host->timed_out = true;
-         lua_sethook (L, count_hook, LUA_MASKCOUNT, 1);
-      }
+   if (host->timed_out || (deadline && now_ns () > deadline)) {
+      host->timed_out = true;
       luaL_error (L, "handler exceeded its timeout");
    }
+   lua_sethook (L, NULL, 0, 0);
 }
 
 /* Message handler: keeps what was raised and adds the traceback. */
@@ -423,13 +527,19 @@ fw_lua_host_call (fw_lua_host_t *host, int nargs, int nresults, int64_t timeout_
    lua_pushcfunction (L, message_handler);
    lua_insert (L, base);
    if (timeout_ms > 0) {
-      host->deadline_ns = now_ns () + timeout_ms * 1000000;
-      lua_sethook (L, count_hook, LUA_MASKCOUNT, FW_HOOK_INSTRUCTIONS);
+      host->caller = pthread_self ();
+      __atomic_store_n (&host->poked, 0, __ATOMIC_RELEASE);
+      calling = host;
+      __atomic_store_n (&host->deadline_ns, now_ns () + timeout_ms * 1000000,
+                        __ATOMIC_RELEASE);
    }
    status = lua_pcall (L, nargs, nresults, base);
    if (timeout_ms > 0) {
-      lua_sethook (L, NULL, 0, 0);
-      host->deadline_ns = 0;
+      calling = NULL;
+      __atomic_store_n (&host->deadline_ns, 0, __ATOMIC_RELEASE);
+      if (lua_gethook (L)) {
+         lua_sethook (L, NULL, 0, 0);
+      }
    }
    lua_remove (L, base);
    if (status == LUA_OK) {
