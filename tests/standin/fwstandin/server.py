@@ -86,6 +86,10 @@ class Server:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", port))
         sock.listen(256)
+        # accept() wakes up twice a second: Python runs signal handlers only in the main
+        # thread, and a SIGTERM the kernel hands to another thread would otherwise leave
+        # the main thread blocked in accept() until the next connection.
+        sock.settimeout(0.5)
         self.listener = sock
         self.port = sock.getsockname()[1]
         self.host = "127.0.0.1:%d" % self.port
