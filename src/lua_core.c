@@ -39,6 +39,11 @@ fw_lua_core_open (lua_State *L)
    fw_bson_view_open (L, lua_gettop (L));
    lua_pushcfunction (L, core_log_sink);
    lua_setfield (L, -2, "log_sink");
+   lua_pushstring (L, fw_log_enabled (FW_LOG_DEBUG)  ? "debug"
+                      : fw_log_enabled (FW_LOG_INFO) ? "info"
+                      : fw_log_enabled (FW_LOG_WARN) ? "warn"
+                                                     : "error");
+   lua_setfield (L, -2, "log_level");
    return 1;
 }
 

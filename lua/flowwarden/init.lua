@@ -10,7 +10,8 @@ flowwarden: the module operator scripts load with require("flowwarden").
 The C host adds its functions (fw.object_id, fw.date, fw.null, ...) by
 preloading a module "flowwarden.core" that returns a table; its fields are
 copied into fw. Without it (busted, plain lua) the library still works.
-A core field `log_sink` is installed as the log sink instead of copied.
+A core field `log_sink` is installed as the log sink instead of copied, and
+`log_level` sets fw.log's threshold.
 ]]
 
 local config = require("flowwarden.config")
@@ -96,6 +97,9 @@ local function load_core()
   for k, v in pairs(core) do
     if k == "log_sink" then
       fw.log.set_sink(v)
+    elseif k == "log_level" then
+      -- the runtime's --log-level: messages below it are not even formatted
+      fw.log.set_level(v)
     elseif fw[k] ~= nil then
       error(string.format("flowwarden.core: field %q collides with the Lua library's fw.%s", k, k), 0)
     else

@@ -121,6 +121,20 @@ describe("fw.log", function()
     assert.is_nil(fw2.log_sink)
   end)
 
+  it("takes the runtime's level from the core's log_level and skips what is below it", function()
+    local got, formatted = {}, 0
+    local fw2 = fresh_fw(function()
+      return { log_level = "warn",
+               log_sink = function(level, message) got[#got + 1] = level .. ":" .. message end }
+    end)
+    local costly = setmetatable({}, { __tostring = function() formatted = formatted + 1; return "x" end })
+    fw2.log.info("quiet", costly)
+    fw2.log.warn("loud", costly)
+    assert.are.same({ "warn:loud x" }, got)
+    assert.are.equal(1, formatted)
+    assert.is_nil(fw2.log_level)
+  end)
+
   it("writes to stderr by default", function()
     local p = assert(io.popen("cd " .. os.getenv("PWD") .. " && lua5.4 -e \"package.path = "
       .. "'lua/?.lua;lua/?/init.lua;' .. package.path; require('flowwarden').log.warn('careful', 1)\" "
