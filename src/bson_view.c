@@ -46,12 +46,6 @@ check_view (lua_State *L, int idx)
    return NULL;
 }
 
-static bool
-view_iter (const view_t *v, bson_iter_t *it)
-{
-   return bson_iter_init_from_data (it, v->data, v->len);
-}
-
 void
 fw_bson_view_push (lua_State *L, int anchor_idx, const uint8_t *data, uint32_t len,
                    bool is_array)
@@ -65,6 +59,31 @@ fw_bson_view_push (lua_State *L, int anchor_idx, const uint8_t *data, uint32_t l
    lua_pushvalue (L, anchor_idx);
    lua_setiuservalue (L, -2, ANCHOR);
    luaL_setmetatable (L, VIEW_MT);
+}
+
+void
+fw_bson_view_push_copy (lua_State *L, const uint8_t *data, uint32_t len, bool is_array)
+{
+   /* The bytes live right after the header in the same userdata: one
+    * allocation, and the view is its own anchor. */
+   view_t *v = lua_newuserdatauv (L, sizeof *v + len, 1);
+   uint8_t *copy = (uint8_t *) (v + 1);
+   memcpy (copy, data, len);
+   v->data = copy;
+   v->len = len;
+   v->is_array = is_array;
+   luaL_setmetatable (L, VIEW_MT);
+}
+
+/* Pushes what keeps the view at idx alive: its anchor, or itself when it
+ * owns its bytes. */
+static void
+push_anchor (lua_State *L, int idx)
+{
+   if (lua_getiuservalue (L, idx, ANCHOR) == LUA_TNIL) {
+      lua_pop (L, 1);
+      lua_pushvalue (L, idx);
+   }
 }
 
 void
@@ -177,70 +196,142 @@ value_size (uint8_t t, const uint8_t *p, const uint8_t *end)
    return n == 0 || n > avail ? SIZE_MAX : n;
 }
 
-/* Finds the element for key k (stack index 2): a string on a document, a
- * 1-based integer on an array. Positions it on the element. */
+/* One element of a view, as the scanner found it. */
+typedef struct {
+   uint8_t type;
+   const uint8_t *name;
+   size_t nlen;
+   const uint8_t *value;
+   size_t vsize;
+   uint32_t offset; /* of the element's type byte, from the start of the view */
+} elem_t;
+
+/* Reads the element at *pos and moves *pos past it. False at the end of the
+ * document or on bytes that would lead out of it. */
 static bool
-find (lua_State *L, const view_t *v, bson_iter_t *it)
+next_elem (const view_t *v, uint32_t *pos, elem_t *e)
 {
-   const uint8_t *p, *end;
-   const char *key = NULL;
-   size_t klen = 0;
-   lua_Integer want = 0;
+   const uint8_t *end, *p, *nul;
 
-   if (v->len < 5) {
+   if (v->len < 5 || *pos < 4) {
       return false;
    }
-   if (v->is_array) {
-      int isnum;
-      want = lua_tointegerx (L, 2, &isnum);
-      if (!isnum || want < 1) {
-         return false;
-      }
-   } else if (lua_type (L, 2) == LUA_TSTRING) {
-      key = lua_tolstring (L, 2, &klen);
-   } else {
-      return false;
-   }
-   p = v->data + 4;
    end = v->data + v->len - 1; /* the document's trailing NUL */
-   while (p < end) {
-      const uint8_t *elem = p;
-      uint8_t t = *p++;
-      const uint8_t *name = p;
-      const uint8_t *nul = memchr (p, 0, (size_t) (end - p));
-      size_t nlen, vsize;
-
-      if (!nul) {
-         return false;
-      }
-      nlen = (size_t) (nul - name);
-      p = nul + 1;
-      vsize = value_size (t, p, end);
-      if (vsize == SIZE_MAX) {
-         return false;
-      }
-      if (v->is_array ? --want == 0 : (nlen == klen && memcmp (name, key, klen) == 0)) {
-         return bson_iter_init_from_data_at_offset (it, v->data, v->len,
-                                                    (uint32_t) (elem - v->data),
-                                                    (uint32_t) nlen);
-      }
-      p += vsize;
+   p = v->data + *pos;
+   if (p >= end) {
+      return false;
    }
-   return false;
+   e->offset = *pos;
+   e->type = *p++;
+   e->name = p;
+   if (!(nul = memchr (p, 0, (size_t) (end - p)))) {
+      return false;
+   }
+   e->nlen = (size_t) (nul - p);
+   e->value = nul + 1;
+   if ((e->vsize = value_size (e->type, e->value, end)) == SIZE_MAX) {
+      return false;
+   }
+   *pos = (uint32_t) (e->value + e->vsize - v->data);
+   return true;
 }
 
+static uint64_t
+read_u64 (const uint8_t *p)
+{
+   return (uint64_t) read_u32 (p) | (uint64_t) read_u32 (p + 4) << 32;
+}
+
+/* Pushes an element's value: the common scalars straight from the bytes,
+ * documents and arrays as views sharing this view's anchor, the rest through
+ * libbson. view_idx is the view the element belongs to. */
+static void
+push_elem (lua_State *L, int view_idx, const view_t *v, const elem_t *e)
+{
+   switch (e->type) {
+   case BSON_TYPE_UTF8: {
+      uint32_t n = read_u32 (e->value);
+      if (n >= 1 && n <= e->vsize - 4 && e->value[4 + n - 1] == '\0') {
+         lua_pushlstring (L, (const char *) e->value + 4, n - 1);
+         return;
+      }
+      break;
+   }
+   case BSON_TYPE_INT32:
+      lua_pushinteger (L, (int32_t) read_u32 (e->value));
+      return;
+   case BSON_TYPE_INT64:
+      lua_pushinteger (L, (lua_Integer) (int64_t) read_u64 (e->value));
+      return;
+   case BSON_TYPE_DOUBLE: {
+      uint64_t bits = read_u64 (e->value);
+      double d;
+      memcpy (&d, &bits, sizeof d);
+      lua_pushnumber (L, d);
+      return;
+   }
+   case BSON_TYPE_BOOL:
+      lua_pushboolean (L, e->value[0] != 0);
+      return;
+   case BSON_TYPE_NULL:
+      fw_bson_values_push_null (L);
+      return;
+   case BSON_TYPE_DOCUMENT:
+   case BSON_TYPE_ARRAY:
+      if (e->vsize >= 5 && e->value[e->vsize - 1] == '\0') {
+         push_anchor (L, view_idx);
+         fw_bson_view_push (L, -1, e->value, (uint32_t) e->vsize, e->type == BSON_TYPE_ARRAY);
+         lua_remove (L, -2);
+         return;
+      }
+      break;
+   default:
+      break;
+   }
+   {
+      bson_iter_t it;
+      if (bson_iter_init_from_data_at_offset (&it, v->data, v->len, e->offset,
+                                              (uint32_t) e->nlen)) {
+         push_anchor (L, view_idx);
+         fw_bson_view_push_element (L, -1, &it);
+         lua_remove (L, -2);
+         return;
+      }
+   }
+   lua_pushnil (L);
+}
+
+/* __index: a string key on a document, a 1-based integer on an array. */
 static int
 view_index (lua_State *L)
 {
    view_t *v = check_view (L, 1);
-   bson_iter_t it;
+   const char *key = NULL;
+   size_t klen = 0;
+   lua_Integer want = 0;
+   uint32_t pos = 4;
+   elem_t e;
 
-   if (!find (L, v, &it)) {
+   if (v->is_array) {
+      int isnum;
+      want = lua_tointegerx (L, 2, &isnum);
+      if (!isnum || want < 1) {
+         lua_pushnil (L);
+         return 1;
+      }
+   } else if (lua_type (L, 2) == LUA_TSTRING) {
+      key = lua_tolstring (L, 2, &klen);
+   } else {
       lua_pushnil (L);
       return 1;
    }
-   lua_getiuservalue (L, 1, ANCHOR);
-   fw_bson_view_push_element (L, -1, &it);
+   while (next_elem (v, &pos, &e)) {
+      if (v->is_array ? --want == 0 : (e.nlen == klen && memcmp (e.name, key, klen) == 0)) {
+         push_elem (L, 1, v, &e);
+         return 1;
+      }
+   }
+   lua_pushnil (L);
    return 1;
 }
 
@@ -256,12 +347,13 @@ static int
 view_len (lua_State *L)
 {
    view_t *v = check_view (L, 1);
-   bson_iter_t it;
    lua_Integer n = 0;
+   uint32_t pos = 4;
+   elem_t e;
 
    /* Like a table: # counts the sequence part, which only arrays have. */
-   if (v->is_array && view_iter (v, &it)) {
-      while (bson_iter_next (&it)) {
+   if (v->is_array) {
+      while (next_elem (v, &pos, &e)) {
          n++;
       }
    }
@@ -269,41 +361,42 @@ view_len (lua_State *L)
    return 1;
 }
 
-/* pairs: the iterator state (a bson_iter_t) lives in an upvalue userdata. */
+typedef struct {
+   uint32_t pos;
+   lua_Integer index;
+} pairs_state_t;
+
+/* pairs: upvalue 1 holds the position, upvalue 2 the view (kept alive). */
 static int
 pairs_next (lua_State *L)
 {
-   bson_iter_t *it = lua_touserdata (L, lua_upvalueindex (1));
-   lua_Integer *index = lua_touserdata (L, lua_upvalueindex (2));
+   pairs_state_t *st = lua_touserdata (L, lua_upvalueindex (1));
+   const view_t *v = lua_touserdata (L, lua_upvalueindex (2));
+   elem_t e;
 
-   if (!bson_iter_next (it)) {
+   if (!next_elem (v, &st->pos, &e)) {
       lua_pushnil (L);
       return 1;
    }
-   if (lua_toboolean (L, lua_upvalueindex (3))) {
-      lua_pushinteger (L, ++*index);
+   if (v->is_array) {
+      lua_pushinteger (L, ++st->index);
    } else {
-      lua_pushlstring (L, bson_iter_key (it), bson_iter_key_len (it));
+      lua_pushlstring (L, (const char *) e.name, e.nlen);
    }
-   lua_getiuservalue (L, 1, ANCHOR);
-   fw_bson_view_push_element (L, -1, it);
-   lua_remove (L, -2);
+   push_elem (L, lua_upvalueindex (2), v, &e);
    return 2;
 }
 
 static int
 view_pairs (lua_State *L)
 {
-   view_t *v = check_view (L, 1);
-   bson_iter_t *it = lua_newuserdatauv (L, sizeof *it, 0);
-   lua_Integer *index = lua_newuserdatauv (L, sizeof *index, 0);
+   (void) check_view (L, 1);
+   pairs_state_t *st = lua_newuserdatauv (L, sizeof *st, 0);
 
-   *index = 0;
-   if (!view_iter (v, it)) {
-      return luaL_error (L, "corrupt BSON in a document view");
-   }
-   lua_pushboolean (L, v->is_array);
-   lua_pushcclosure (L, pairs_next, 3);
+   st->pos = 4;
+   st->index = 0;
+   lua_pushvalue (L, 1);
+   lua_pushcclosure (L, pairs_next, 2);
    lua_pushvalue (L, 1);
    lua_pushnil (L);
    return 3;

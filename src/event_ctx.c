@@ -15,8 +15,7 @@
 
 /* Slots of the per-event cache (integer keys: no string lookups). */
 enum {
-   SLOT_BLOB = 1, /* the Lua-owned copy of the event that views read */
-   SLOT_FULL_DOCUMENT,
+   SLOT_FULL_DOCUMENT = 1,
    SLOT_BEFORE,
    SLOT_DOCUMENT_KEY,
    SLOT_UPDATE_DESCRIPTION,
@@ -61,33 +60,21 @@ push_cache (lua_State *L, fw_dispatch_t *d)
    d->cache_used = true;
 }
 
-/* Pushes a lazy view of the document or array at it. The view reads a copy
- * of the event owned by Lua (made once per event, kept in the cache at [1]),
- * so a document kept after the handler returned still reads correctly. */
+/* Pushes a lazy view of the document or array at it, owning a copy of its
+ * bytes, so a document kept after the handler returned still reads. */
 static void
-push_view (lua_State *L, fw_dispatch_t *d, int cache, const bson_iter_t *it)
+push_view (lua_State *L, const bson_iter_t *it)
 {
-   const uint8_t *base = bson_get_data (d->event->doc);
    const uint8_t *data;
-   uint8_t *blob;
    uint32_t len;
    bool is_array = BSON_ITER_HOLDS_ARRAY (it);
 
-   if (lua_rawgeti (L, cache, SLOT_BLOB) != LUA_TUSERDATA) {
-      lua_pop (L, 1);
-      blob = lua_newuserdatauv (L, d->event->doc->len, 0);
-      memcpy (blob, base, d->event->doc->len);
-      lua_pushvalue (L, -1);
-      lua_rawseti (L, cache, SLOT_BLOB);
-   }
-   blob = lua_touserdata (L, -1);
    if (is_array) {
       bson_iter_array (it, &len, &data);
    } else {
       bson_iter_document (it, &len, &data);
    }
-   fw_bson_view_push (L, -1, blob + (data - base), len, is_array);
-   lua_remove (L, -2);
+   fw_bson_view_push_copy (L, data, len, is_array);
 }
 
 /* Converts the value at it (a field of the event) once per event. */
@@ -113,7 +100,7 @@ push_cached_field (lua_State *L, fw_dispatch_t *d, int slot, const char *key, bo
       return 1;
    }
    if (BSON_ITER_HOLDS_DOCUMENT (&copy) || BSON_ITER_HOLDS_ARRAY (&copy)) {
-      push_view (L, d, lua_gettop (L), &copy);
+      push_view (L, &copy);
    } else if (!fw_bson_lua_push_value (L, &copy, key, &err)) {
       return luaL_error (L, "%s", err.message);
    }

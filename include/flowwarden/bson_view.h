@@ -31,6 +31,10 @@ void fw_bson_view_open (lua_State *L, int module_idx);
 void fw_bson_view_push (lua_State *L, int anchor_idx, const uint8_t *data, uint32_t len,
                         bool is_array);
 
+/* Pushes a view that owns a copy of data[0..len): nothing else needs to stay
+ * alive for it. May raise (memory). */
+void fw_bson_view_push_copy (lua_State *L, const uint8_t *data, uint32_t len, bool is_array);
+
 /* Pushes the element at iter: scalars as Lua values (typed values for BSON
  * types Lua lacks), documents and arrays as views anchored at anchor_idx.
  * iter must point into memory the anchor keeps alive. May raise (memory). */
