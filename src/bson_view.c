@@ -11,6 +11,7 @@
 
 #include "flowwarden/bson_lua.h"
 #include "flowwarden/bson_view.h"
+#include "bson_scan.h"
 
 #define VIEW_MT "flowwarden.view"
 #define ANCHOR 1 /* the view's user value: what keeps its bytes alive */
@@ -129,128 +130,15 @@ fw_bson_view_push_element (lua_State *L, int anchor_idx, const bson_iter_t *iter
    }
 }
 
-static uint32_t
-read_u32 (const uint8_t *p)
-{
-   return (uint32_t) p[0] | (uint32_t) p[1] << 8 | (uint32_t) p[2] << 16 | (uint32_t) p[3] << 24;
-}
-
-/* Bytes taken by a value of BSON type t at p, or 0 when it would run past
- * end (or the type is unknown): the scan stops rather than read out of
- * bounds. Cheaper than bson_iter_next, which decodes every element. */
-static size_t
-value_size (uint8_t t, const uint8_t *p, const uint8_t *end)
-{
-   size_t avail = (size_t) (end - p);
-   size_t n;
-
-   switch (t) {
-   case BSON_TYPE_DOUBLE:
-   case BSON_TYPE_DATE_TIME:
-   case BSON_TYPE_TIMESTAMP:
-   case BSON_TYPE_INT64:
-      n = 8;
-      break;
-   case BSON_TYPE_UTF8:
-   case BSON_TYPE_CODE:
-   case BSON_TYPE_SYMBOL:
-      n = avail < 4 ? 0 : 4 + (size_t) read_u32 (p);
-      break;
-   case BSON_TYPE_DOCUMENT:
-   case BSON_TYPE_ARRAY:
-   case BSON_TYPE_CODEWSCOPE:
-      n = avail < 4 ? 0 : (size_t) read_u32 (p);
-      break;
-   case BSON_TYPE_BINARY:
-      n = avail < 4 ? 0 : 5 + (size_t) read_u32 (p);
-      break;
-   case BSON_TYPE_UNDEFINED:
-   case BSON_TYPE_NULL:
-   case BSON_TYPE_MINKEY:
-   case BSON_TYPE_MAXKEY:
-      return 0; /* no value bytes */
-   case BSON_TYPE_OID:
-      n = 12;
-      break;
-   case BSON_TYPE_BOOL:
-      n = 1;
-      break;
-   case BSON_TYPE_REGEX: {
-      const uint8_t *a = memchr (p, 0, avail);
-      const uint8_t *b = a ? memchr (a + 1, 0, (size_t) (end - a - 1)) : NULL;
-      n = b ? (size_t) (b - p) + 1 : 0;
-      break;
-   }
-   case BSON_TYPE_DBPOINTER:
-      n = avail < 4 ? 0 : 4 + (size_t) read_u32 (p) + 12;
-      break;
-   case BSON_TYPE_INT32:
-      n = 4;
-      break;
-   case BSON_TYPE_DECIMAL128:
-      n = 16;
-      break;
-   default:
-      return SIZE_MAX;
-   }
-   return n == 0 || n > avail ? SIZE_MAX : n;
-}
-
-/* One element of a view, as the scanner found it. */
-typedef struct {
-   uint8_t type;
-   const uint8_t *name;
-   size_t nlen;
-   const uint8_t *value;
-   size_t vsize;
-   uint32_t offset; /* of the element's type byte, from the start of the view */
-} elem_t;
-
-/* Reads the element at *pos and moves *pos past it. False at the end of the
- * document or on bytes that would lead out of it. */
-static bool
-next_elem (const view_t *v, uint32_t *pos, elem_t *e)
-{
-   const uint8_t *end, *p, *nul;
-
-   if (v->len < 5 || *pos < 4) {
-      return false;
-   }
-   end = v->data + v->len - 1; /* the document's trailing NUL */
-   p = v->data + *pos;
-   if (p >= end) {
-      return false;
-   }
-   e->offset = *pos;
-   e->type = *p++;
-   e->name = p;
-   if (!(nul = memchr (p, 0, (size_t) (end - p)))) {
-      return false;
-   }
-   e->nlen = (size_t) (nul - p);
-   e->value = nul + 1;
-   if ((e->vsize = value_size (e->type, e->value, end)) == SIZE_MAX) {
-      return false;
-   }
-   *pos = (uint32_t) (e->value + e->vsize - v->data);
-   return true;
-}
-
-static uint64_t
-read_u64 (const uint8_t *p)
-{
-   return (uint64_t) read_u32 (p) | (uint64_t) read_u32 (p + 4) << 32;
-}
-
 /* Pushes an element's value: the common scalars straight from the bytes,
  * documents and arrays as views sharing this view's anchor, the rest through
  * libbson. view_idx is the view the element belongs to. */
 static void
-push_elem (lua_State *L, int view_idx, const view_t *v, const elem_t *e)
+push_elem (lua_State *L, int view_idx, const view_t *v, const fw_bson_elem_t *e)
 {
    switch (e->type) {
    case BSON_TYPE_UTF8: {
-      uint32_t n = read_u32 (e->value);
+      uint32_t n = fw_bson_read_u32 (e->value);
       if (n >= 1 && n <= e->vsize - 4 && e->value[4 + n - 1] == '\0') {
          lua_pushlstring (L, (const char *) e->value + 4, n - 1);
          return;
@@ -258,13 +146,13 @@ push_elem (lua_State *L, int view_idx, const view_t *v, const elem_t *e)
       break;
    }
    case BSON_TYPE_INT32:
-      lua_pushinteger (L, (int32_t) read_u32 (e->value));
+      lua_pushinteger (L, (int32_t) fw_bson_read_u32 (e->value));
       return;
    case BSON_TYPE_INT64:
-      lua_pushinteger (L, (lua_Integer) (int64_t) read_u64 (e->value));
+      lua_pushinteger (L, (lua_Integer) (int64_t) fw_bson_read_u64 (e->value));
       return;
    case BSON_TYPE_DOUBLE: {
-      uint64_t bits = read_u64 (e->value);
+      uint64_t bits = fw_bson_read_u64 (e->value);
       double d;
       memcpy (&d, &bits, sizeof d);
       lua_pushnumber (L, d);
@@ -310,7 +198,7 @@ view_index (lua_State *L)
    size_t klen = 0;
    lua_Integer want = 0;
    uint32_t pos = 4;
-   elem_t e;
+   fw_bson_elem_t e;
 
    if (v->is_array) {
       int isnum;
@@ -325,7 +213,7 @@ view_index (lua_State *L)
       lua_pushnil (L);
       return 1;
    }
-   while (next_elem (v, &pos, &e)) {
+   while (fw_bson_scan_next (v->data, v->len, &pos, &e)) {
       if (v->is_array ? --want == 0 : (e.nlen == klen && memcmp (e.name, key, klen) == 0)) {
          push_elem (L, 1, v, &e);
          return 1;
@@ -349,11 +237,11 @@ view_len (lua_State *L)
    view_t *v = check_view (L, 1);
    lua_Integer n = 0;
    uint32_t pos = 4;
-   elem_t e;
+   fw_bson_elem_t e;
 
    /* Like a table: # counts the sequence part, which only arrays have. */
    if (v->is_array) {
-      while (next_elem (v, &pos, &e)) {
+      while (fw_bson_scan_next (v->data, v->len, &pos, &e)) {
          n++;
       }
    }
@@ -372,9 +260,9 @@ pairs_next (lua_State *L)
 {
    pairs_state_t *st = lua_touserdata (L, lua_upvalueindex (1));
    const view_t *v = lua_touserdata (L, lua_upvalueindex (2));
-   elem_t e;
+   fw_bson_elem_t e;
 
-   if (!next_elem (v, &st->pos, &e)) {
+   if (!fw_bson_scan_next (v->data, v->len, &st->pos, &e)) {
       lua_pushnil (L);
       return 1;
    }

@@ -40,10 +40,11 @@ uuid4 (char out[37])
 }
 
 static void
-append_or_null (bson_t *out, const char *key, bool present, const bson_iter_t *it)
+append_or_null (bson_t *out, const char *key, const fw_event_t *ev, fw_event_field_t f)
 {
-   if (present) {
-      bson_append_iter (out, key, -1, it);
+   bson_iter_t it;
+   if (fw_event_field (ev, f, &it)) {
+      bson_append_iter (out, key, -1, &it);
    } else {
       bson_append_null (out, key, -1);
    }
@@ -101,11 +102,11 @@ build (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg,
    BSON_APPEND_UTF8 (out, "_id", id);
    BSON_APPEND_UTF8 (out, "streamName", f->stream_name);
    BSON_APPEND_UTF8 (out, "operationType", op);
-   append_or_null (out, "documentKey", ev->has_document_key, &ev->document_key);
+   append_or_null (out, "documentKey", ev, FW_EV_DOCUMENT_KEY);
    if (cfg->include_original_document) {
-      append_or_null (out, "fullDocument", ev->has_full_document, &ev->full_document);
+      append_or_null (out, "fullDocument", ev, FW_EV_FULL_DOCUMENT);
    }
-   bson_append_iter (out, "resumeToken", -1, &ev->id);
+   append_or_null (out, "resumeToken", ev, FW_EV_ID);
    BSON_APPEND_DOCUMENT_BEGIN (out, "error", &err);
    BSON_APPEND_UTF8 (&err, "type", f->error_type);
    BSON_APPEND_UTF8 (&err, "message", f->error_message);
@@ -134,15 +135,18 @@ build (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg,
       BSON_APPEND_UTF8 (out, "eventId", event_id);
    }
    BSON_APPEND_DOCUMENT_BEGIN (out, "ns", &ns);
-   if (ev->has_ns_db) {
-      bson_append_iter (&ns, "db", -1, &ev->ns_db);
+   if (fw_event_ns_db (ev)) {
+      BSON_APPEND_UTF8 (&ns, "db", fw_event_ns_db (ev));
    }
-   if (ev->has_ns_coll) {
-      bson_append_iter (&ns, "coll", -1, &ev->ns_coll);
+   if (fw_event_ns_coll (ev)) {
+      BSON_APPEND_UTF8 (&ns, "coll", fw_event_ns_coll (ev));
    }
    bson_append_document_end (out, &ns);
-   if (ev->has_cluster_time) {
-      bson_append_iter (out, "clusterTime", -1, &ev->cluster_time);
+   {
+      bson_iter_t ct;
+      if (fw_event_field (ev, FW_EV_CLUSTER_TIME, &ct)) {
+         bson_append_iter (out, "clusterTime", -1, &ct);
+      }
    }
    if (f->script_version) {
       BSON_APPEND_UTF8 (out, "scriptVersion", f->script_version);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "flowwarden/event.h"
+#include "bson_scan.h"
 
 static fw_op_t
 op_of (const char *s)
@@ -23,101 +24,63 @@ op_of (const char *s)
    }
 }
 
+/* Which field a top-level key names, by length then bytes. */
+static int
+field_of (const uint8_t *k, size_t n)
+{
+#define IS(lit) (n == sizeof (lit) - 1 && memcmp (k, lit, sizeof (lit) - 1) == 0)
+   switch (n) {
+   case 2:
+      return IS ("ns") ? FW_EV_NS : -1;
+   case 3:
+      return IS ("_id") ? FW_EV_ID : -1;
+   case 4:
+      return IS ("lsid") ? FW_EV_LSID : -1;
+   case 8:
+      return IS ("wallTime") ? FW_EV_WALL_TIME : -1;
+   case 9:
+      return IS ("txnNumber") ? FW_EV_TXN_NUMBER : -1;
+   case 11:
+      return IS ("clusterTime") ? FW_EV_CLUSTER_TIME : IS ("documentKey") ? FW_EV_DOCUMENT_KEY : -1;
+   case 12:
+      return IS ("fullDocument") ? FW_EV_FULL_DOCUMENT : -1;
+   case 17:
+      return IS ("updateDescription") ? FW_EV_UPDATE_DESCRIPTION : -1;
+   case 24:
+      return IS ("fullDocumentBeforeChange") ? FW_EV_BEFORE : -1;
+   default:
+      return -1;
+   }
+#undef IS
+}
+
 bool
 fw_event_parse (const bson_t *doc, fw_event_t *ev, fw_error_t *error)
 {
-   bson_iter_t it;
+   const uint8_t *data = bson_get_data (doc);
+   uint32_t pos = 4;
+   fw_bson_elem_t e;
 
    memset (ev, 0, sizeof *ev);
    ev->doc = doc;
-   if (!bson_iter_init (&it, doc)) {
+   while (fw_bson_scan_next (data, doc->len, &pos, &e)) {
+      int f;
+      if (e.nlen == 13 && memcmp (e.name, "operationType", 13) == 0) {
+         uint32_t n = fw_bson_read_u32 (e.value);
+         if (e.type == BSON_TYPE_UTF8 && n >= 1 && e.value[4 + n - 1] == '\0') {
+            ev->operation_type = (const char *) e.value + 4;
+            ev->op = op_of (ev->operation_type);
+         }
+      } else if ((f = field_of (e.name, e.nlen)) >= 0) {
+         ev->offset[f] = e.offset;
+         ev->keylen[f] = (uint32_t) e.nlen;
+      }
+   }
+   if (pos != doc->len - 1) {
       fw_error_set (error, FW_ERROR_INVALID, "change event is not valid BSON");
       return false;
    }
-   while (bson_iter_next (&it)) {
-      const char *key = bson_iter_key (&it);
-      uint32_t klen = bson_iter_key_len (&it);
-#define KEY_IS(lit) (klen == sizeof (lit) - 1 && memcmp (key, lit, sizeof (lit) - 1) == 0)
-      switch (key[0]) {
-      case '_':
-         if (KEY_IS ("_id") && BSON_ITER_HOLDS_DOCUMENT (&it)) {
-            ev->id = it;
-            ev->has_id = true;
-         }
-         break;
-      case 'o':
-         if (KEY_IS ("operationType") && BSON_ITER_HOLDS_UTF8 (&it)) {
-            ev->operation_type = bson_iter_utf8 (&it, NULL);
-            ev->op = op_of (ev->operation_type);
-         }
-         break;
-      case 'c':
-         if (KEY_IS ("clusterTime")) {
-            ev->cluster_time = it;
-            ev->has_cluster_time = true;
-         }
-         break;
-      case 'w':
-         if (KEY_IS ("wallTime")) {
-            ev->wall_time = it;
-            ev->has_wall_time = true;
-         }
-         break;
-      case 'n':
-         if (KEY_IS ("ns") && BSON_ITER_HOLDS_DOCUMENT (&it)) {
-            bson_iter_t child;
-            if (bson_iter_recurse (&it, &child)) {
-               while (bson_iter_next (&child)) {
-                  if (strcmp (bson_iter_key (&child), "db") == 0) {
-                     ev->ns_db = child;
-                     ev->has_ns_db = BSON_ITER_HOLDS_UTF8 (&child);
-                  } else if (strcmp (bson_iter_key (&child), "coll") == 0) {
-                     ev->ns_coll = child;
-                     ev->has_ns_coll = BSON_ITER_HOLDS_UTF8 (&child);
-                  }
-               }
-            }
-         }
-         break;
-      case 'd':
-         if (KEY_IS ("documentKey")) {
-            ev->document_key = it;
-            ev->has_document_key = true;
-         }
-         break;
-      case 'f':
-         if (KEY_IS ("fullDocument")) {
-            ev->full_document = it;
-            ev->has_full_document = true;
-         } else if (KEY_IS ("fullDocumentBeforeChange")) {
-            ev->before = it;
-            ev->has_before = true;
-         }
-         break;
-      case 'u':
-         if (KEY_IS ("updateDescription")) {
-            ev->update_description = it;
-            ev->has_update_description = true;
-         }
-         break;
-      case 'l':
-         if (KEY_IS ("lsid")) {
-            ev->lsid = it;
-            ev->has_lsid = true;
-         }
-         break;
-      case 't':
-         if (KEY_IS ("txnNumber")) {
-            ev->txn_number = it;
-            ev->has_txn = true;
-         }
-         break;
-      default:
-         break;
-      }
-#undef KEY_IS
-   }
-   if (!ev->has_id) {
+   if (!fw_event_has (ev, FW_EV_ID) || data[ev->offset[FW_EV_ID]] != BSON_TYPE_DOCUMENT) {
       fw_error_set (error, FW_ERROR_INVALID,
                     "change event has no _id (resume token): a pipeline stage must not "
                     "remove or change _id");
@@ -131,13 +94,48 @@ fw_event_parse (const bson_t *doc, fw_event_t *ev, fw_error_t *error)
 }
 
 bool
+fw_event_field (const fw_event_t *ev, fw_event_field_t f, bson_iter_t *out)
+{
+   return ev->offset[f] && bson_iter_init_from_data_at_offset (out, bson_get_data (ev->doc),
+                                                               ev->doc->len, ev->offset[f],
+                                                               ev->keylen[f]);
+}
+
+static const char *
+ns_part (const fw_event_t *ev, const char *key)
+{
+   bson_iter_t ns, child;
+   if (fw_event_field (ev, FW_EV_NS, &ns) && BSON_ITER_HOLDS_DOCUMENT (&ns) &&
+       bson_iter_recurse (&ns, &child) && bson_iter_find (&child, key) &&
+       BSON_ITER_HOLDS_UTF8 (&child)) {
+      return bson_iter_utf8 (&child, NULL);
+   }
+   return NULL;
+}
+
+const char *
+fw_event_ns_db (const fw_event_t *ev)
+{
+   return ns_part (ev, "db");
+}
+
+const char *
+fw_event_ns_coll (const fw_event_t *ev)
+{
+   return ns_part (ev, "coll");
+}
+
+bool
 fw_event_id (const fw_event_t *ev, char *buf, size_t len)
 {
-   bson_iter_t child;
+   bson_iter_t id, child;
    const uint8_t *data;
    uint32_t dlen;
 
-   if (bson_iter_recurse (&ev->id, &child) && bson_iter_find (&child, "_data") &&
+   if (!fw_event_field (ev, FW_EV_ID, &id)) {
+      return false;
+   }
+   if (bson_iter_recurse (&id, &child) && bson_iter_find (&child, "_data") &&
        BSON_ITER_HOLDS_UTF8 (&child)) {
       uint32_t slen;
       const char *s = bson_iter_utf8 (&child, &slen);
@@ -148,7 +146,7 @@ fw_event_id (const fw_event_t *ev, char *buf, size_t len)
       return true;
    }
    /* Not a server-shaped token: use its bytes, which are just as stable. */
-   bson_iter_document (&ev->id, &dlen, &data);
+   bson_iter_document (&id, &dlen, &data);
    if ((size_t) dlen * 2 + 1 > len) {
       return false;
    }
@@ -163,9 +161,11 @@ void
 fw_event_summary (const fw_event_t *ev, char *buf, size_t len)
 {
    char id[160];
-   const char *db = ev->has_ns_db ? bson_iter_utf8 (&ev->ns_db, NULL) : "";
-   const char *coll = ev->has_ns_coll ? bson_iter_utf8 (&ev->ns_coll, NULL) : "";
+   const char *db = fw_event_ns_db (ev);
+   const char *coll = fw_event_ns_coll (ev);
 
+   db = db ? db : "";
+   coll = coll ? coll : "";
    if (!fw_event_id (ev, id, sizeof id)) {
       snprintf (id, sizeof id, "(long)");
    }

@@ -79,13 +79,13 @@ push_view (lua_State *L, const bson_iter_t *it)
 
 /* Converts the value at it (a field of the event) once per event. */
 static int
-push_cached_field (lua_State *L, fw_dispatch_t *d, int slot, const char *key, bool present,
-                   const bson_iter_t *it)
+push_cached_field (lua_State *L, fw_dispatch_t *d, int slot, const char *key,
+                   fw_event_field_t field)
 {
    fw_error_t err;
    bson_iter_t copy;
 
-   if (!present) {
+   if (!fw_event_field (d->event, field, &copy)) {
       lua_pushnil (L);
       return 1;
    }
@@ -94,7 +94,6 @@ push_cached_field (lua_State *L, fw_dispatch_t *d, int slot, const char *key, bo
       return 1;
    }
    lua_pop (L, 1);
-   copy = *it;
    if (BSON_ITER_HOLDS_NULL (&copy)) {
       lua_pushnil (L); /* fullDocument: null means "not available" */
       return 1;
@@ -113,24 +112,18 @@ push_cached_field (lua_State *L, fw_dispatch_t *d, int slot, const char *key, bo
  * event. Their order is the order of their cache slots. */
 typedef struct {
    const char *method;
-   const char *field;   /* the event's field name, for error paths */
-   size_t has_offset;   /* offsetof the fw_event_t "has_" flag; SIZE_MAX: always */
-   size_t iter_offset;  /* offsetof the fw_event_t iterator */
+   const char *field; /* the event's field name, for error paths */
+   fw_event_field_t id;
 } field_accessor_t;
 
-#define FIELD(method, field, has, iter) \
-   {method, field, has, offsetof (fw_event_t, iter)}
-#define HAS(flag) offsetof (fw_event_t, flag)
-
 static const field_accessor_t accessors[] = {
-   FIELD ("full_document", "fullDocument", HAS (has_full_document), full_document),
-   FIELD ("full_document_before_change", "fullDocumentBeforeChange", HAS (has_before), before),
-   FIELD ("document_key", "documentKey", HAS (has_document_key), document_key),
-   FIELD ("update_description", "updateDescription", HAS (has_update_description),
-          update_description),
-   FIELD ("resume_token", "_id", SIZE_MAX, id),
-   FIELD ("cluster_time", "clusterTime", HAS (has_cluster_time), cluster_time),
-   FIELD ("wall_time", "wallTime", HAS (has_wall_time), wall_time),
+   {"full_document", "fullDocument", FW_EV_FULL_DOCUMENT},
+   {"full_document_before_change", "fullDocumentBeforeChange", FW_EV_BEFORE},
+   {"document_key", "documentKey", FW_EV_DOCUMENT_KEY},
+   {"update_description", "updateDescription", FW_EV_UPDATE_DESCRIPTION},
+   {"resume_token", "_id", FW_EV_ID},
+   {"cluster_time", "clusterTime", FW_EV_CLUSTER_TIME},
+   {"wall_time", "wallTime", FW_EV_WALL_TIME},
 };
 
 /* Upvalue 1: the accessor (light userdata); upvalue 2: its cache slot. */
@@ -140,31 +133,28 @@ ctx_field (lua_State *L)
    const field_accessor_t *a = lua_touserdata (L, lua_upvalueindex (1));
    int slot = (int) lua_tointeger (L, lua_upvalueindex (2));
    fw_dispatch_t *d = check_ctx (L);
-   const char *ev = (const char *) d->event;
-   bool present = a->has_offset == SIZE_MAX || *(const bool *) (ev + a->has_offset);
 
-   return push_cached_field (L, d, slot, a->field, present,
-                             (const bson_iter_t *) (ev + a->iter_offset));
+   return push_cached_field (L, d, slot, a->field, a->id);
 }
 
 static int
 ctx_transaction (lua_State *L)
 {
    fw_dispatch_t *d = check_ctx (L);
-   if (!d->event->has_lsid && !d->event->has_txn) {
+   if (!fw_event_has (d->event, FW_EV_LSID) && !fw_event_has (d->event, FW_EV_TXN_NUMBER)) {
       lua_pushnil (L);
       return 1;
    }
    lua_createtable (L, 0, 2);
    /* push_cached_field leaves [cache, value] on the stack: set the value in
     * the new table (not in the event's cache) and drop the cache. */
-   if (d->event->has_lsid) {
-      push_cached_field (L, d, SLOT_LSID, "lsid", true, &d->event->lsid);
+   if (fw_event_has (d->event, FW_EV_LSID)) {
+      push_cached_field (L, d, SLOT_LSID, "lsid", FW_EV_LSID);
       lua_setfield (L, -3, "lsid");
       lua_pop (L, 1);
    }
-   if (d->event->has_txn) {
-      push_cached_field (L, d, SLOT_TXN_NUMBER, "txnNumber", true, &d->event->txn_number);
+   if (fw_event_has (d->event, FW_EV_TXN_NUMBER)) {
+      push_cached_field (L, d, SLOT_TXN_NUMBER, "txnNumber", FW_EV_TXN_NUMBER);
       lua_setfield (L, -3, "txn_number");
       lua_pop (L, 1);
    }
@@ -208,11 +198,7 @@ static int
 ctx_database_name (lua_State *L)
 {
    fw_dispatch_t *d = check_ctx (L);
-   if (d->event->has_ns_db) {
-      lua_pushstring (L, bson_iter_utf8 (&d->event->ns_db, NULL));
-   } else {
-      lua_pushnil (L);
-   }
+   lua_pushstring (L, fw_event_ns_db (d->event)); /* NULL pushes nil */
    return 1;
 }
 
@@ -220,11 +206,7 @@ static int
 ctx_collection_name (lua_State *L)
 {
    fw_dispatch_t *d = check_ctx (L);
-   if (d->event->has_ns_coll) {
-      lua_pushstring (L, bson_iter_utf8 (&d->event->ns_coll, NULL));
-   } else {
-      lua_pushnil (L);
-   }
+   lua_pushstring (L, fw_event_ns_coll (d->event));
    return 1;
 }
 

@@ -21,17 +21,43 @@ typedef enum {
    FW_OP_OTHER
 } fw_op_t;
 
+/* The top-level fields of a change event the runtime reads. */
+typedef enum {
+   FW_EV_ID = 0, /* the resume token */
+   FW_EV_CLUSTER_TIME,
+   FW_EV_WALL_TIME,
+   FW_EV_NS,
+   FW_EV_DOCUMENT_KEY,
+   FW_EV_FULL_DOCUMENT,
+   FW_EV_BEFORE, /* fullDocumentBeforeChange */
+   FW_EV_UPDATE_DESCRIPTION,
+   FW_EV_LSID,
+   FW_EV_TXN_NUMBER,
+   FW_EV_FIELD_COUNT
+} fw_event_field_t;
+
+/* Where each field is (offset 0: absent); iterators are made on demand. */
 typedef struct {
    const bson_t *doc;
    fw_op_t op;
    const char *operation_type; /* borrowed from doc */
-   bool has_id, has_ns_db, has_ns_coll, has_cluster_time, has_wall_time, has_document_key,
-      has_full_document, has_before, has_update_description, has_lsid, has_txn;
-   bson_iter_t id;           /* _id: the resume token document */
-   bson_iter_t ns_db, ns_coll;
-   bson_iter_t cluster_time, wall_time, document_key, full_document, before,
-      update_description, lsid, txn_number;
+   uint32_t offset[FW_EV_FIELD_COUNT];
+   uint32_t keylen[FW_EV_FIELD_COUNT];
 } fw_event_t;
+
+/* True when the event has field f. */
+static inline bool
+fw_event_has (const fw_event_t *ev, fw_event_field_t f)
+{
+   return ev->offset[f] != 0;
+}
+
+/* Positions out on field f; false when the event lacks it. */
+bool fw_event_field (const fw_event_t *ev, fw_event_field_t f, bson_iter_t *out);
+
+/* ns.db and ns.coll, borrowed from the event, or NULL. */
+const char *fw_event_ns_db (const fw_event_t *ev);
+const char *fw_event_ns_coll (const fw_event_t *ev);
 
 /* Parses doc into ev. Fails (with a message naming the field) when the event
  * lacks _id or operationType, which the change-stream spec requires. */

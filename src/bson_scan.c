@@ -1,0 +1,97 @@
+/*
+ * bson_scan.c - finds the elements of a BSON document without decoding them.
+ */
+#include <string.h>
+
+#include <bson/bson.h>
+
+#include "bson_scan.h"
+
+/* Bytes taken by a value of BSON type t at p, or 0 when it would run past
+ * end (or the type is unknown): the scan stops rather than read out of
+ * bounds. Cheaper than bson_iter_next, which decodes every element. */
+static size_t
+value_size (uint8_t t, const uint8_t *p, const uint8_t *end)
+{
+   size_t avail = (size_t) (end - p);
+   size_t n;
+
+   switch (t) {
+   case BSON_TYPE_DOUBLE:
+   case BSON_TYPE_DATE_TIME:
+   case BSON_TYPE_TIMESTAMP:
+   case BSON_TYPE_INT64:
+      n = 8;
+      break;
+   case BSON_TYPE_UTF8:
+   case BSON_TYPE_CODE:
+   case BSON_TYPE_SYMBOL:
+      n = avail < 4 ? 0 : 4 + (size_t) fw_bson_read_u32 (p);
+      break;
+   case BSON_TYPE_DOCUMENT:
+   case BSON_TYPE_ARRAY:
+   case BSON_TYPE_CODEWSCOPE:
+      n = avail < 4 ? 0 : (size_t) fw_bson_read_u32 (p);
+      break;
+   case BSON_TYPE_BINARY:
+      n = avail < 4 ? 0 : 5 + (size_t) fw_bson_read_u32 (p);
+      break;
+   case BSON_TYPE_UNDEFINED:
+   case BSON_TYPE_NULL:
+   case BSON_TYPE_MINKEY:
+   case BSON_TYPE_MAXKEY:
+      return 0; /* no value bytes */
+   case BSON_TYPE_OID:
+      n = 12;
+      break;
+   case BSON_TYPE_BOOL:
+      n = 1;
+      break;
+   case BSON_TYPE_REGEX: {
+      const uint8_t *a = memchr (p, 0, avail);
+      const uint8_t *b = a ? memchr (a + 1, 0, (size_t) (end - a - 1)) : NULL;
+      n = b ? (size_t) (b - p) + 1 : 0;
+      break;
+   }
+   case BSON_TYPE_DBPOINTER:
+      n = avail < 4 ? 0 : 4 + (size_t) fw_bson_read_u32 (p) + 12;
+      break;
+   case BSON_TYPE_INT32:
+      n = 4;
+      break;
+   case BSON_TYPE_DECIMAL128:
+      n = 16;
+      break;
+   default:
+      return SIZE_MAX;
+   }
+   return n == 0 || n > avail ? SIZE_MAX : n;
+}
+
+bool
+fw_bson_scan_next (const uint8_t *data, uint32_t len, uint32_t *pos, fw_bson_elem_t *e)
+{
+   const uint8_t *end, *p, *nul;
+
+   if (len < 5 || *pos < 4) {
+      return false;
+   }
+   end = data + len - 1; /* the document's trailing NUL */
+   p = data + *pos;
+   if (p >= end) {
+      return false;
+   }
+   e->offset = *pos;
+   e->type = *p++;
+   e->name = p;
+   if (!(nul = memchr (p, 0, (size_t) (end - p)))) {
+      return false;
+   }
+   e->nlen = (size_t) (nul - p);
+   e->value = nul + 1;
+   if ((e->vsize = value_size (e->type, e->value, end)) == SIZE_MAX) {
+      return false;
+   }
+   *pos = (uint32_t) (e->value + e->vsize - data);
+   return true;
+}
