@@ -84,7 +84,10 @@ fw_bson_scan_next (const uint8_t *data, uint32_t len, uint32_t *pos, fw_bson_ele
    e->offset = *pos;
    e->type = *p++;
    e->name = p;
-   if (!(nul = memchr (p, 0, (size_t) (end - p)))) {
+   /* Keys are short: a plain loop beats a call to memchr. */
+   for (nul = p; nul < end && *nul; nul++) {
+   }
+   if (nul >= end) {
       return false;
    }
    e->nlen = (size_t) (nul - p);

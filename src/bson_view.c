@@ -16,6 +16,17 @@
 #define VIEW_MT "flowwarden.view"
 #define ANCHOR 1 /* the view's user value: what keeps its bytes alive */
 
+/* The metatable is also kept under this address in the registry: a lookup
+ * by pointer, not by name (which Lua would intern again every time). */
+static const char view_mt_key = 0;
+
+static void
+set_view_mt (lua_State *L)
+{
+   lua_rawgetp (L, LUA_REGISTRYINDEX, &view_mt_key);
+   lua_setmetatable (L, -2);
+}
+
 typedef struct {
    const uint8_t *data;
    uint32_t len;
@@ -25,7 +36,14 @@ typedef struct {
 static view_t *
 to_view (lua_State *L, int idx)
 {
-   return luaL_testudata (L, idx, VIEW_MT);
+   view_t *v = lua_touserdata (L, idx);
+   bool ok = false;
+   if (v && lua_getmetatable (L, idx)) {
+      lua_rawgetp (L, LUA_REGISTRYINDEX, &view_mt_key);
+      ok = lua_rawequal (L, -1, -2);
+      lua_pop (L, 2);
+   }
+   return ok ? v : NULL;
 }
 
 /* Metamethods carry the metatable as upvalue 1: comparing it directly is
@@ -59,7 +77,7 @@ fw_bson_view_push (lua_State *L, int anchor_idx, const uint8_t *data, uint32_t l
    v->is_array = is_array;
    lua_pushvalue (L, anchor_idx);
    lua_setiuservalue (L, -2, ANCHOR);
-   luaL_setmetatable (L, VIEW_MT);
+   set_view_mt (L);
 }
 
 void
@@ -73,7 +91,7 @@ fw_bson_view_push_copy (lua_State *L, const uint8_t *data, uint32_t len, bool is
    v->data = copy;
    v->len = len;
    v->is_array = is_array;
-   luaL_setmetatable (L, VIEW_MT);
+   set_view_mt (L);
 }
 
 /* Pushes what keeps the view at idx alive: its anchor, or itself when it
@@ -379,6 +397,8 @@ fw_bson_view_open (lua_State *L, int module_idx)
       lua_setfield (L, -2, "__metatable");
       lua_pushliteral (L, "document");
       lua_setfield (L, -2, "__name");
+      lua_pushvalue (L, -1);
+      lua_rawsetp (L, LUA_REGISTRYINDEX, &view_mt_key);
    }
    lua_pop (L, 1);
    if (module_idx) {

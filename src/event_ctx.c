@@ -13,6 +13,10 @@
 
 #define CTX_MT "flowwarden.ctx"
 
+/* The ctx metatable is also kept under this address in the registry, so
+ * checks and new ctx look it up by pointer rather than by name. */
+static const char ctx_mt_key = 0;
+
 /* Slots of the per-event cache (integer keys: no string lookups). */
 enum {
    SLOT_FULL_DOCUMENT = 1,
@@ -33,10 +37,26 @@ typedef struct {
    uint64_t generation;
 } ctx_ud_t;
 
+static ctx_ud_t *
+test_ctx (lua_State *L, int idx)
+{
+   ctx_ud_t *c = lua_touserdata (L, idx);
+   bool ok = false;
+   if (c && lua_getmetatable (L, idx)) {
+      lua_rawgetp (L, LUA_REGISTRYINDEX, &ctx_mt_key);
+      ok = lua_rawequal (L, -1, -2);
+      lua_pop (L, 2);
+   }
+   return ok ? c : NULL;
+}
+
 static fw_dispatch_t *
 check_ctx (lua_State *L)
 {
-   ctx_ud_t *c = luaL_checkudata (L, 1, CTX_MT);
+   ctx_ud_t *c = test_ctx (L, 1);
+   if (!c) {
+      luaL_typeerror (L, 1, "ctx");
+   }
    if (c->generation != c->d->generation || !c->d->event) {
       luaL_error (L, "ctx used after its event was handled (keep the values you need, "
                      "not the ctx)");
@@ -313,7 +333,7 @@ fw_event_ctx_open (lua_State *L)
    lua_setfield (L, -2, "__tostring");
    lua_pushliteral (L, "flowwarden.ctx");
    lua_setfield (L, -2, "__metatable");
-   lua_pop (L, 1);
+   lua_rawsetp (L, LUA_REGISTRYINDEX, &ctx_mt_key);
 }
 
 void
@@ -345,7 +365,8 @@ fw_event_ctx_push (lua_State *L, fw_dispatch_t *d)
    ctx_ud_t *c = lua_newuserdatauv (L, sizeof *c, 0);
    c->d = d;
    c->generation = d->generation;
-   luaL_setmetatable (L, CTX_MT);
+   lua_rawgetp (L, LUA_REGISTRYINDEX, &ctx_mt_key);
+   lua_setmetatable (L, -2);
 }
 
 void
