@@ -136,3 +136,15 @@ def wait_until(predicate, timeout=10.0, interval=0.01, message="condition"):
         if time.monotonic() > deadline:
             raise AssertionError("timed out after %.1f s waiting for %s" % (timeout, message))
         time.sleep(interval)
+
+
+def next_event(cs, timeout=10.0):
+    """The next event of a pymongo change stream, None if it closed; fails after timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ev = cs.try_next()
+        if ev is not None:
+            return ev
+        if not cs.alive:
+            return None
+    raise AssertionError("no change event within %.0f s" % timeout)

@@ -12,7 +12,7 @@ from bson.timestamp import Timestamp
 from pymongo.errors import OperationFailure
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from standin_process import StandIn  # noqa: E402
+from standin_process import StandIn, next_event  # noqa: E402
 
 S = None
 CLIENT = None
@@ -28,17 +28,6 @@ def setUpModule():
 def tearDownModule():
     CLIENT.close()
     assert S.stop() == 0
-
-
-def next_event(cs, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ev = cs.try_next()
-        if ev is not None:
-            return ev
-        if not cs.alive:
-            return None
-    raise AssertionError("no change event within %.0f s" % timeout)
 
 
 def drain(cs, n, timeout=10.0):

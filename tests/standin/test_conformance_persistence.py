@@ -13,18 +13,7 @@ import pymongo
 from pymongo.errors import DuplicateKeyError, OperationFailure
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from standin_process import PYTHON, SCRIPT, StandIn  # noqa: E402
-
-
-def next_event(cs, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ev = cs.try_next()
-        if ev is not None:
-            return ev
-        if not cs.alive:
-            return None
-    raise AssertionError("no change event within %.0f s" % timeout)
+from standin_process import PYTHON, SCRIPT, StandIn, next_event  # noqa: E402
 
 
 class KillNineTest(unittest.TestCase):
