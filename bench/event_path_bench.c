@@ -385,7 +385,9 @@ run_dispatch (const char *name, const char *prelude, const char *body, const rin
          w0 = clock_s (CLOCK_MONOTONIC);
          c0 = clock_s (CLOCK_PROCESS_CPUTIME_ID);
       }
-      if (fw_event_dispatch (w, r->ev[i % r->n]) != FW_DISPATCH_DONE) {
+      fw_event_t parsed;
+      if (!fw_event_parse (r->ev[i % r->n], &parsed, &err) ||
+          fw_event_dispatch (w, &parsed) != FW_DISPATCH_DONE) {
          fprintf (stderr, "%s: dispatch stopped\n", name);
          return false;
       }

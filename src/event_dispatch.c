@@ -316,28 +316,19 @@ handler_for (const fw_stream_worker_t *w, fw_op_t op)
 }
 
 fw_dispatch_result_t
-fw_event_dispatch (fw_stream_worker_t *w, const bson_t *doc)
+fw_event_dispatch (fw_stream_worker_t *w, const fw_event_t *ev)
 {
    lua_State *L = fw_lua_host_state (w->host);
-   fw_event_t ev;
-   fw_error_t err;
    decision_t d;
    int ref;
    int64_t first_ms, last_ms;
    char id[1024];
 
-   if (!fw_event_parse (doc, &ev, &err)) {
-      /* libmongoc refuses events without _id before we see them, so this is
-       * an event we cannot even name: say so loudly and move on. */
-      fw_log (FW_LOG_ERROR, w->cfg.name, "malformed change event skipped: %s", err.message);
-      w->stats.lost++;
-      return FW_DISPATCH_DONE;
-   }
-   ref = handler_for (w, ev.op);
+   ref = handler_for (w, ev->op);
    if (ref == LUA_NOREF) {
       return FW_DISPATCH_DONE; /* no handler for this operation type */
    }
-   fw_event_ctx_begin (L, &w->dispatch, &ev);
+   fw_event_ctx_begin (L, &w->dispatch, ev);
    first_ms = fw_now_ms ();
 
    for (int attempt = 1;; attempt++) {
@@ -348,7 +339,7 @@ fw_event_dispatch (fw_stream_worker_t *w, const bson_t *doc)
        * attempt count carries on. */
       if (fw_stream_worker_apply_pending (w)) {
          L = fw_lua_host_state (w->host);
-         if ((ref = handler_for (w, ev.op)) == LUA_NOREF) {
+         if ((ref = handler_for (w, ev->op)) == LUA_NOREF) {
             return FW_DISPATCH_DONE; /* the new script has no handler for it */
          }
       }
@@ -376,7 +367,7 @@ fw_event_dispatch (fw_stream_worker_t *w, const bson_t *doc)
             dlq_requested (w, &d);
          }
       }
-      if (!fw_event_id (&ev, id, sizeof id)) {
+      if (!fw_event_id (ev, id, sizeof id)) {
          snprintf (id, sizeof id, "(long)");
       }
 
@@ -401,7 +392,7 @@ fw_event_dispatch (fw_stream_worker_t *w, const bson_t *doc)
                     id, d.type, d.message);
             return FW_DISPATCH_DONE;
          }
-         return dead_letter (w, &ev, &d, attempt, first_ms, last_ms);
+         return dead_letter (w, ev, &d, attempt, first_ms, last_ms);
       case ACT_SKIP:
          w->stats.skipped++;
          fw_log (FW_LOG_INFO, w->cfg.name, "event %s skipped by on_error after attempt %d: %s: %s",

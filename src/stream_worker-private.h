@@ -8,6 +8,7 @@
 #include <pthread.h>
 
 #include "flowwarden/dlq_store.h"
+#include "flowwarden/event.h"
 #include "flowwarden/event_ctx.h"
 #include "flowwarden/stream_config.h"
 #include "flowwarden/stream_worker.h"
@@ -42,8 +43,9 @@ typedef enum {
    FW_DISPATCH_STOPPED  /* shutdown came first: the event must come back */
 } fw_dispatch_result_t;
 
-/* Runs the handlers for one event with the stream's retry and DLQ policy. */
-fw_dispatch_result_t fw_event_dispatch (fw_stream_worker_t *w, const bson_t *doc);
+/* Runs the handlers for one parsed event with the stream's retry and DLQ
+ * policy. The event must stay valid until it returns. */
+fw_dispatch_result_t fw_event_dispatch (fw_stream_worker_t *w, const fw_event_t *ev);
 
 /* Switches to the program a reload left pending (handlers, policies, Lua
  * state), if any. Call only at an attempt boundary. Returns true when it

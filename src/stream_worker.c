@@ -292,14 +292,6 @@ open_stream (fw_stream_worker_t *w, const bson_t *start_after)
 
 typedef enum { READ_STOP, READ_ERROR, READ_INVALIDATED, READ_HISTORY_LOST } read_end_t;
 
-static bool
-is_invalidate (const bson_t *doc)
-{
-   bson_iter_t it;
-   return bson_iter_init_find (&it, doc, "operationType") && BSON_ITER_HOLDS_UTF8 (&it) &&
-          strcmp (bson_iter_utf8 (&it, NULL), "invalidate") == 0;
-}
-
 /* Reads until shutdown, an error or an invalidate. */
 static read_end_t
 consume (fw_stream_worker_t *w, mongoc_change_stream_t *cs, position_t *p, bool *progressed)
@@ -311,12 +303,23 @@ consume (fw_stream_worker_t *w, mongoc_change_stream_t *cs, position_t *p, bool 
    while (!fw_shutdown_requested (w->shutdown)) {
       fw_stream_worker_apply_pending (w);
       if (mongoc_change_stream_next (cs, &doc)) {
+         fw_event_t ev;
+         fw_error_t err;
          bson_iter_t id;
-         if (fw_event_dispatch (w, doc) == FW_DISPATCH_STOPPED) {
+
+         if (!fw_event_parse (doc, &ev, &err)) {
+            /* libmongoc refuses events without _id before we see them, so
+             * this is an event we cannot even name: say so loudly. */
+            fw_log (FW_LOG_ERROR, w->cfg.name, "malformed change event skipped: %s",
+                    err.message);
+            w->stats.lost++;
+            continue;
+         }
+         if (fw_event_dispatch (w, &ev) == FW_DISPATCH_STOPPED) {
             return READ_STOP;
          }
          *progressed = true;
-         if (bson_iter_init_find (&id, doc, "_id") && BSON_ITER_HOLDS_DOCUMENT (&id)) {
+         if (fw_event_field (&ev, FW_EV_ID, &id)) {
             uint32_t len;
             const uint8_t *data;
             bson_t view;
@@ -332,7 +335,7 @@ consume (fw_stream_worker_t *w, mongoc_change_stream_t *cs, position_t *p, bool 
          if (++p->since_save >= w->cfg.save_every) {
             save_position (w, p, "save_every");
          }
-         if (is_invalidate (doc)) {
+         if (strcmp (ev.operation_type, "invalidate") == 0) {
             p->invalidated = true;
             save_position (w, p, "invalidate");
             return READ_INVALIDATED;
