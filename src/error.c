@@ -17,12 +17,3 @@ fw_error_set (fw_error_t *error, int code, const char *fmt, ...)
    va_end (ap);
 }
 
-void
-fw_error_clear (fw_error_t *error)
-{
-   if (!error) {
-      return;
-   }
-   error->code = FW_ERROR_NONE;
-   error->message[0] = '\0';
-}

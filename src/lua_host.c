@@ -569,25 +569,3 @@ fw_lua_host_call (fw_lua_host_t *host, int nargs, int nresults, int64_t timeout_
    return false;
 }
 
-static int
-pmain_require (lua_State *L)
-{
-   lua_getglobal (L, "require");
-   lua_pushvalue (L, 1);
-   lua_call (L, 1, 1);
-   return 1;
-}
-
-bool
-fw_lua_host_require (fw_lua_host_t *host, const char *name, fw_error_t *error)
-{
-   lua_pushcfunction (host->L, pmain_require);
-   lua_pushstring (host->L, name);
-   if (lua_pcall (host->L, 1, 1, 0) != LUA_OK) {
-      fw_error_set (error, FW_ERROR_LUA, "cannot load %s: %s", name,
-                    lua_tostring (host->L, -1));
-      lua_pop (host->L, 1);
-      return false;
-   }
-   return true;
-}

@@ -113,12 +113,6 @@ fw_stream_worker_name (const fw_stream_worker_t *w)
    return w->cfg.name;
 }
 
-const char *
-fw_stream_worker_version (const fw_stream_worker_t *w)
-{
-   return fw_lua_host_version (w->host);
-}
-
 void
 fw_stream_worker_stop (fw_stream_worker_t *w)
 {

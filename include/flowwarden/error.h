@@ -21,9 +21,7 @@ typedef enum {
    FW_ERROR_NOMEM = 2,     /* an allocation failed */
    FW_ERROR_MONGO = 3,     /* libmongoc reported an error */
    FW_ERROR_LUA = 4,       /* a Lua error (message carries the Lua text) */
-   FW_ERROR_IO = 5,        /* file system or OS call failed */
-   FW_ERROR_HISTORY_LOST = 6, /* the server no longer has the resume point */
-   FW_ERROR_STOPPED = 7    /* the operation was interrupted by shutdown */
+   FW_ERROR_IO = 5         /* file system or OS call failed */
 } fw_error_code_t;
 
 typedef struct {
@@ -34,8 +32,5 @@ typedef struct {
 /* Sets code and message (printf-style). error may be NULL. */
 void fw_error_set (fw_error_t *error, int code, const char *fmt, ...)
    __attribute__ ((format (printf, 3, 4)));
-
-/* Clears error to FW_ERROR_NONE and an empty message. error may be NULL. */
-void fw_error_clear (fw_error_t *error);
 
 #endif

@@ -83,7 +83,4 @@ char *fw_lua_host_describe (fw_lua_host_t *host, fw_error_t *error);
 bool fw_lua_host_call (fw_lua_host_t *host, int nargs, int nresults,
                        int64_t timeout_ms, fw_lua_stop_t *stop);
 
-/* Requires module name and leaves it on the stack; protected. */
-bool fw_lua_host_require (fw_lua_host_t *host, const char *name, fw_error_t *error);
-
 #endif

@@ -56,9 +56,6 @@ bool fw_stream_worker_same_source (const fw_stream_worker_t *w, const fw_stream_
  */
 void fw_stream_worker_replace_program (fw_stream_worker_t *w, fw_stream_worker_t *next);
 
-/* Version of the script the stream runs now (12 hex digits). */
-const char *fw_stream_worker_version (const fw_stream_worker_t *w);
-
 /* The stream's name; valid for the worker's life. */
 const char *fw_stream_worker_name (const fw_stream_worker_t *w);
 
