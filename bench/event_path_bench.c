@@ -45,7 +45,7 @@
 #include "flowwarden/bson_lua.h"
 #include "flowwarden/event.h"
 #include "flowwarden/lua_host.h"
-#include "../src/stream_worker-private.h"
+#include "../src/runtime/stream_worker-private.h"
 
 #define RING 1024
 

@@ -71,6 +71,14 @@ typedef enum {
  */
 void fw_bson_values_open (lua_State *L, int module_idx);
 
+/*
+ * Registry field holding the function that turns a CodeWScope scope (BSON
+ * bytes as a string) into a table: fn(bytes) -> table. The BSON<->Lua
+ * converter, which sits above this module, installs it; reading cws.scope in
+ * a state without it raises.
+ */
+#define FW_BSON_VALUES_SCOPE_READER "flowwarden.bson_values.scope_reader"
+
 /* Pushes the null sentinel. */
 void fw_bson_values_push_null (lua_State *L);
 

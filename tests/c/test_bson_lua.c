@@ -4,7 +4,7 @@
 #include "bson_lua_test.h"
 
 /* White-box: the shape cache tests plant colliding entries. */
-#include "../../src/bson_lua-private.h"
+#include "../../src/bson/bson_lua-private.h"
 
 /* ---- round trips ------------------------------------------------------- */
 

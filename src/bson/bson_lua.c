@@ -114,6 +114,26 @@ new_array_mt (lua_State *L, int kind)
    lua_setfield (L, -2, "__metatable");
 }
 
+/* The scope reader bson_values calls for cws.scope: bytes -> table. The
+ * scope was validated when read from BSON, so this only fails on nesting
+ * deeper than the limit; raise like any bad access. */
+static int
+read_scope (lua_State *L)
+{
+   size_t len;
+   const char *bytes = luaL_checklstring (L, 1, &len);
+   bson_t scope;
+   fw_error_t err;
+
+   if (!bson_init_static (&scope, (const uint8_t *) bytes, len)) {
+      return luaL_error (L, "code_w_scope: corrupt scope document");
+   }
+   if (!fw_bson_lua_push_document (L, &scope, "scope", &err)) {
+      return luaL_error (L, "code_w_scope: %s", err.message);
+   }
+   return 1;
+}
+
 void
 fw_bson_lua_push_state (lua_State *L)
 {
@@ -132,6 +152,8 @@ fw_bson_lua_push_state (lua_State *L)
    lua_rawseti (L, -2, STATE_COUNT);
    lua_pushvalue (L, -1);
    lua_rawsetp (L, LUA_REGISTRYINDEX, &fw_bson_lua_state_key);
+   lua_pushcfunction (L, read_scope);
+   lua_setfield (L, LUA_REGISTRYINDEX, FW_BSON_VALUES_SCOPE_READER);
 }
 
 int

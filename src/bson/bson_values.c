@@ -9,10 +9,10 @@
 #include <lauxlib.h>
 
 #include "bson_values-private.h"
-#include "flowwarden/bson_lua.h"
 #include "flowwarden/bson_values.h"
 
 #define VALUE_MT_NAME "flowwarden.bson_value"
+#define SCOPE_READER_KEY FW_BSON_VALUES_SCOPE_READER
 
 /* Registry keys: their addresses are the keys, the bytes are never used. */
 static const char value_mt_key;
@@ -500,8 +500,6 @@ static bool
 push_field (lua_State *L, value_t *v, const char *name)
 {
    char buf[BSON_DECIMAL128_STRING > 25 ? BSON_DECIMAL128_STRING : 25];
-   fw_error_t err;
-   bson_t scope;
 
    switch (v->type) {
    case BSON_TYPE_OID:
@@ -569,14 +567,13 @@ push_field (lua_State *L, value_t *v, const char *name)
       if (v->type != BSON_TYPE_CODEWSCOPE || strcmp (name, "scope") != 0) {
          return false;
       }
-      /* The scope was validated when read from BSON, so this only fails on
-       * nesting deeper than the limit; raise like any bad access. */
-      if (!bson_init_static (&scope, (const uint8_t *) v->data + v->len + 1, v->len2)) {
-         luaL_error (L, "code_w_scope: corrupt scope document");
+      /* Documents are the converter's business, a layer above this one:
+       * it registers its reader when it sets itself up in this state. */
+      if (lua_getfield (L, LUA_REGISTRYINDEX, SCOPE_READER_KEY) != LUA_TFUNCTION) {
+         luaL_error (L, "code_w_scope: no document converter in this state");
       }
-      if (!fw_bson_lua_push_document (L, &scope, "scope", &err)) {
-         luaL_error (L, "code_w_scope: %s", err.message);
-      }
+      lua_pushlstring (L, v->data + v->len + 1, v->len2);
+      lua_call (L, 1, 1);
       return true;
    case BSON_TYPE_SYMBOL:
       if (strcmp (name, "symbol") != 0) {

@@ -34,6 +34,10 @@ struct fw_stream_worker {
    bool joined;
    bool finished;              /* set by the thread as it ends */
    fw_dispatch_t dispatch;
+   /* Called by the dispatcher at every attempt boundary; the worker sets it
+    * to switch to the program a reload left pending. Returns true when it
+    * switched: Lua state, handler refs and cfg may all have changed. */
+   bool (*at_attempt_boundary) (fw_stream_worker_t *w);
    uint64_t rng;
    fw_stream_stats_t stats;
 };
@@ -46,11 +50,6 @@ typedef enum {
 /* Runs the handlers for one parsed event with the stream's retry and DLQ
  * policy. The event must stay valid until it returns. */
 fw_dispatch_result_t fw_event_dispatch (fw_stream_worker_t *w, const fw_event_t *ev);
-
-/* Switches to the program a reload left pending (handlers, policies, Lua
- * state), if any. Call only at an attempt boundary. Returns true when it
- * switched: Lua state, handler refs and cfg may all have changed. */
-bool fw_stream_worker_apply_pending (fw_stream_worker_t *w);
 
 /* Opens the DLQ store, retrying with the restart backoff until it works or a
  * shutdown is asked. Returns false only on shutdown. */

@@ -337,7 +337,7 @@ fw_event_dispatch (fw_stream_worker_t *w, const fw_event_t *ev)
 
       /* A reload takes effect here: this attempt runs the new code, and the
        * attempt count carries on. */
-      if (fw_stream_worker_apply_pending (w)) {
+      if (w->at_attempt_boundary && w->at_attempt_boundary (w)) {
          L = fw_lua_host_state (w->host);
          if ((ref = handler_for (w, ev->op)) == LUA_NOREF) {
             return FW_DISPATCH_DONE; /* the new script has no handler for it */

@@ -65,6 +65,8 @@ pread_spec (lua_State *L)
    return 0;
 }
 
+static bool apply_pending (fw_stream_worker_t *w);
+
 fw_stream_worker_t *
 fw_stream_worker_new (fw_lua_host_t *host, int index, mongoc_client_pool_t *pool,
                       fw_error_t *error)
@@ -88,6 +90,7 @@ fw_stream_worker_new (fw_lua_host_t *host, int index, mongoc_client_pool_t *pool
    }
    w->spec_ref = w->on_failure_ref = LUA_NOREF;
    w->dispatch.cache_ref = LUA_NOREF;
+   w->at_attempt_boundary = apply_pending;
    lua_pushcfunction (L, pread_spec);
    lua_pushlightuserdata (L, &a);
    if (lua_pcall (L, 1, 0, 0) != LUA_OK) {
@@ -170,8 +173,10 @@ same_dlq (const fw_dlq_config_t *a, const fw_dlq_config_t *b)
           a->write_concern_w == b->write_concern_w;
 }
 
-bool
-fw_stream_worker_apply_pending (fw_stream_worker_t *w)
+/* Switches to the program a reload left pending (handlers, policies, Lua
+ * state), if any; the dispatcher calls it at attempt boundaries. */
+static bool
+apply_pending (fw_stream_worker_t *w)
 {
    fw_stream_worker_t *next;
 
@@ -295,7 +300,7 @@ consume (fw_stream_worker_t *w, mongoc_change_stream_t *cs, position_t *p, bool 
    const bson_t *reply;
 
    while (!fw_shutdown_requested (w->shutdown)) {
-      fw_stream_worker_apply_pending (w);
+      apply_pending (w);
       if (mongoc_change_stream_next (cs, &doc)) {
          fw_event_t ev;
          fw_error_t err;
