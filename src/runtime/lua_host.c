@@ -12,6 +12,7 @@
 #include <lauxlib.h>
 #include <lualib.h>
 
+#include "flowwarden/lua_call.h"
 #include "flowwarden/lua_core.h"
 #include "flowwarden/lua_host.h"
 #include "flowwarden/lua_sources.h"
@@ -30,7 +31,7 @@ struct fw_lua_host {
    size_t limit;
    bool refused;        /* the allocator refused a request over the limit */
    bool timed_out;
-   int64_t deadline_ns; /* CLOCK_MONOTONIC; 0 = no call under a deadline (atomic) */
+   fw_lua_call_t call;  /* in_call and deadline_ns (0 = no call under a deadline, atomic) */
    pthread_t caller;    /* the thread running the call under the deadline */
    int poked;           /* the watchdog signalled this call (watchdog's own flag) */
    fw_lua_host_t *next; /* the watchdog's list of hosts */
@@ -112,7 +113,7 @@ watchdog_main (void *arg)
       now = now_ns ();
       pthread_mutex_lock (&watch_mu);
       for (fw_lua_host_t *h = watched; h; h = h->next) {
-         int64_t deadline = __atomic_load_n (&h->deadline_ns, __ATOMIC_ACQUIRE);
+         int64_t deadline = __atomic_load_n (&h->call.deadline_ns, __ATOMIC_ACQUIRE);
          if (deadline && now > deadline && !__atomic_load_n (&h->poked, __ATOMIC_ACQUIRE)) {
             __atomic_store_n (&h->poked, 1, __ATOMIC_RELEASE);
             pthread_kill (h->caller, FW_WATCHDOG_SIGNAL);
@@ -223,6 +224,7 @@ static int
 pmain_open (lua_State *L)
 {
    luaL_openlibs (L);
+   fw_lua_call_attach (L, &host_of (L)->call);
 
    /* package.searchers: preload, embedded, then the usual path searchers. */
    lua_getglobal (L, "package");
@@ -491,7 +493,7 @@ static void
 count_hook (lua_State *L, lua_Debug *ar)
 {
    fw_lua_host_t *host = host_of (L);
-   int64_t deadline = __atomic_load_n (&host->deadline_ns, __ATOMIC_ACQUIRE);
+   int64_t deadline = __atomic_load_n (&host->call.deadline_ns, __ATOMIC_ACQUIRE);
    (void) ar;
    if (host->timed_out || (deadline && now_ns () > deadline)) {
       host->timed_out = true;
@@ -530,13 +532,15 @@ fw_lua_host_call (fw_lua_host_t *host, int nargs, int nresults, int64_t timeout_
       host->caller = pthread_self ();
       __atomic_store_n (&host->poked, 0, __ATOMIC_RELEASE);
       calling = host;
-      __atomic_store_n (&host->deadline_ns, now_ns () + timeout_ms * 1000000,
+      __atomic_store_n (&host->call.deadline_ns, now_ns () + timeout_ms * 1000000,
                         __ATOMIC_RELEASE);
    }
+   host->call.in_call = 1;
    status = lua_pcall (L, nargs, nresults, base);
+   host->call.in_call = 0;
    if (timeout_ms > 0) {
       calling = NULL;
-      __atomic_store_n (&host->deadline_ns, 0, __ATOMIC_RELEASE);
+      __atomic_store_n (&host->call.deadline_ns, 0, __ATOMIC_RELEASE);
       if (lua_gethook (L)) {
          lua_sethook (L, NULL, 0, 0);
       }

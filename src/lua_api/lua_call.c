@@ -1,0 +1,96 @@
+/*
+ * lua_call.c - the running call's IO gate and budget, and typed errors
+ * raised from C (see lua_call.h).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include <lauxlib.h>
+
+#include "flowwarden/lua_call.h"
+
+static const char call_key = 'c'; /* registry key: its address */
+
+void
+fw_lua_call_attach (lua_State *L, fw_lua_call_t *call)
+{
+   lua_pushlightuserdata (L, call);
+   lua_rawsetp (L, LUA_REGISTRYINDEX, &call_key);
+}
+
+fw_lua_call_t *
+fw_lua_call_get (lua_State *L)
+{
+   fw_lua_call_t *call;
+   lua_rawgetp (L, LUA_REGISTRYINDEX, &call_key);
+   call = lua_touserdata (L, -1);
+   lua_pop (L, 1);
+   return call;
+}
+
+int64_t
+fw_lua_call_now_ns (void)
+{
+   struct timespec ts;
+   clock_gettime (CLOCK_MONOTONIC, &ts);
+   return (int64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int64_t
+fw_lua_call_budget_ms (lua_State *L, const char *what)
+{
+   fw_lua_call_t *call = fw_lua_call_get (L);
+   int64_t deadline, left;
+
+   if (!call || !call->in_call) {
+      luaL_error (L, "%s is available inside handlers only", what);
+   }
+   deadline = __atomic_load_n (&call->deadline_ns, __ATOMIC_ACQUIRE);
+   if (!deadline) {
+      return -1;
+   }
+   left = deadline - fw_lua_call_now_ns ();
+   if (left <= 0) {
+      return 0;
+   }
+   return left < 1000000 ? 1 : left / 1000000;
+}
+
+int
+fw_lua_raise_typed (lua_State *L, const char *type, int fields_idx, const char *fmt, ...)
+{
+   va_list ap;
+   char msg[1024];
+
+   va_start (ap, fmt);
+   vsnprintf (msg, sizeof msg, fmt, ap);
+   va_end (ap);
+   if (fields_idx) {
+      fields_idx = lua_absindex (L, fields_idx);
+   }
+   lua_getfield (L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+   if (lua_getfield (L, -1, "flowwarden.errors") != LUA_TTABLE) {
+      lua_pop (L, 2);
+      return luaL_error (L, "%s: %s", type, msg);
+   }
+   lua_getfield (L, -1, "new");
+   lua_pushstring (L, type);
+   lua_pushstring (L, msg);
+   if (fields_idx) {
+      lua_pushvalue (L, fields_idx);
+   } else {
+      lua_newtable (L);
+   }
+   lua_call (L, 3, 1);
+   /* errors.new took its `where` from this C function, which has none: use
+    * the script line that called it. */
+   luaL_where (L, 1);
+   if (lua_rawlen (L, -1) > 2) {
+      lua_pushlstring (L, lua_tostring (L, -1), lua_rawlen (L, -1) - 2); /* drop ": " */
+      lua_setfield (L, -3, "where");
+   }
+   lua_pop (L, 1);
+   return lua_error (L);
+}
