@@ -369,6 +369,7 @@ describe("config: effective settings", function()
                 no_retry_on = { "NilError", "TypeError", "ArgumentError" } },
       timeout_ms = 30000,
       memory_limit_bytes = 268435456,
+      state = { max_bytes = 64 * 1024 * 1024 },
       handlers = { change = spec.handlers.change },
     }, spec)
     assert.is_function(spec.handlers.change)
