@@ -68,6 +68,9 @@ end
 -- Encoding
 
 local function quote(st, s)
+  if not find(s, '[%c"\\/\128-\255]') then
+    return '"' .. s .. '"' -- nothing to escape or check: the common case
+  end
   if not is_valid_utf8(s) then
     st.fail("cannot encode a string that is not valid UTF-8 (carry bytes as fw.binary)")
   end
@@ -182,21 +185,35 @@ local function new_encoder(fw, null, array_mt, pretty)
     close(v, "]", count)
   end
 
-  local function sorted_pairs(t)
-    local keys, list = {}, {}
+  -- A table's fields: _id first, then the other keys sorted bytewise.
+  local function table_object(t)
+    local keys, nk, has_id = {}, 0, false
     for k in next, t do
-      keys[#keys + 1] = k
-    end
-    table.sort(keys, function(a, b)
-      if a == "_id" or b == "_id" then
-        return a == "_id" and b ~= "_id"
+      if k == "_id" then
+        has_id = true
+      else
+        nk = nk + 1
+        keys[nk] = k
       end
-      return a < b
-    end)
-    for i, k in ipairs(keys) do
-      list[i] = { k, rawget(t, k) }
     end
-    return list
+    table.sort(keys)
+    if has_id then
+      table.insert(keys, 1, "_id")
+      nk = nk + 1
+    end
+    open(t, "{")
+    for i = 1, nk do
+      local k = keys[i]
+      if i > 1 then
+        put(",")
+      end
+      newline(depth)
+      path[depth] = k
+      put(quote(st, k))
+      put(pretty and ": " or ":")
+      value(rawget(t, k))
+    end
+    close(t, "}", nk)
   end
 
   -- A table by its raw contents: "array" (keys 1..n), "object" (string
@@ -280,7 +297,7 @@ local function new_encoder(fw, null, array_mt, pretty)
         elseif kind == "array" then
           st.fail("cannot encode a document with integer keys")
         else
-          object(v, sorted_pairs(v))
+          table_object(v)
         end
       end
     elseif t == "userdata" then
