@@ -33,6 +33,19 @@ core_log_sink (lua_State *L)
    return 0;
 }
 
+/* Pushes the typed value at the iterator (a light userdata), then whether it
+ * was one. The value copies what it needs. */
+static int
+push_value_p (lua_State *L)
+{
+   bool ok = fw_bson_values_push (L, lua_touserdata (L, 1));
+   if (!ok) {
+      lua_pushboolean (L, 0);
+   }
+   lua_pushboolean (L, ok);
+   return 2;
+}
+
 /*
  * code_w_scope(code, scope): a CodeWScope value (fw.json decodes Extended
  * JSON's {"$code", "$scope"} with it). Built as BSON and read back through
@@ -47,6 +60,7 @@ core_code_w_scope (lua_State *L)
    bson_iter_t it;
    fw_error_t err;
    bool ok;
+   int status = LUA_OK;
 
    err.code = 0;
    if (lua_type (L, 1) != LUA_TSTRING || memchr (code, '\0', len)) {
@@ -61,9 +75,19 @@ core_code_w_scope (lua_State *L)
         bson_iter_init_find (&it, &holder, "v");
    bson_destroy (&scope);
    if (ok) {
-      ok = fw_bson_values_push (L, &it); /* copies: holder may go */
+      /* Protected: holder may be on the heap, and pushing may raise. */
+      lua_pushcfunction (L, push_value_p);
+      lua_pushlightuserdata (L, &it);
+      status = lua_pcall (L, 1, 2, 0); /* value, true | false, nil */
+      if (status == LUA_OK) {
+         ok = lua_toboolean (L, -1);
+         lua_pop (L, ok ? 1 : 2);
+      }
    }
    bson_destroy (&holder);
+   if (status != LUA_OK) {
+      return lua_error (L);
+   }
    if (!ok) {
       return luaL_error (L, "code_w_scope: %s",
                          err.code ? err.message : "the scope does not fit in a BSON document");

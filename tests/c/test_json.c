@@ -249,6 +249,11 @@ json_errors_name_the_function_and_the_path (void **state)
    assert_false (run (host, "return fw.json.decode('{\"a\": {\"$oid\": 5}}', { extended = true })"));
    assert_string_equal (result, "fw.json.decode: invalid $oid (expected a string of 24 hexadecimal "
                                 "digits) at $.a");
+   assert_false (run (host, "return fw.code_w_scope('return x', 5)"));
+   assert_non_null (strstr (result, "code_w_scope: scope must be a table, got number"));
+   assert_true (run (host, "local c = fw.code_w_scope('return x', { x = 1 })\n"
+                           "return c.type .. ' ' .. c.code .. ' ' .. c.scope.x"));
+   assert_string_equal (result, "code_w_scope return x 1");
    assert_false (run (host, "return fw.json.encode('\\255')"));
    assert_non_null (strstr (result, "not valid UTF-8"));
    fw_lua_host_destroy (host);
