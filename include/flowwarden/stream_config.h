@@ -45,6 +45,7 @@ typedef struct {
    fw_dlq_config_t dlq;
    int64_t timeout_ms;
    size_t memory_limit;
+   size_t state_max_bytes;          /* fw.state's bound (fw.defaults { state = ... }) */
 } fw_stream_config_t;
 
 /* Fills cfg from the spec table at stack index idx. Must run inside a

@@ -56,6 +56,14 @@ bool fw_stream_worker_same_source (const fw_stream_worker_t *w, const fw_stream_
  */
 void fw_stream_worker_replace_program (fw_stream_worker_t *w, fw_stream_worker_t *next);
 
+/*
+ * Gives w (built, not started) the fw.state store of from, a worker of the
+ * same stream whose thread has been joined (a reload restarting a stream
+ * whose source changed), so the stream's fw.state entries carry over; from
+ * gets w's empty store. w's bound (state.max_bytes) applies to the store.
+ */
+void fw_stream_worker_take_state (fw_stream_worker_t *w, fw_stream_worker_t *from);
+
 /* The stream's name; valid for the worker's life. */
 const char *fw_stream_worker_name (const fw_stream_worker_t *w);
 

@@ -61,6 +61,7 @@ THE EFFECTIVE CONFIGURATION (every field always present unless "| nil"):
                   write_concern = "majority" | <integer >= 1> },
     timeout_ms = 30000,
     memory_limit_bytes = 268435456,
+    state = { max_bytes = 67108864 },         -- fw.state's bound (fw.defaults only)
     handlers = { insert = f, update = f, replace = f, delete = f, change = f },
                                               -- only those declared; dispatch
                                               -- handlers[op] or handlers.change
@@ -107,6 +108,7 @@ M.SEED = {
   },
   timeout_ms = 30000,
   memory_limit_bytes = 256 * 1024 * 1024,
+  state = { max_bytes = 64 * 1024 * 1024 },
 }
 
 -- Part of this module's interface (describe.lua and the tests use them).
@@ -122,6 +124,7 @@ local CHECKPOINT = fields.CHECKPOINT
 local RESTART = fields.RESTART
 local RETRY = fields.RETRY
 local DLQ = fields.DLQ
+local STATE = fields.STATE
 local repr = fields.repr
 local new_ctx = fields.new_ctx
 local enum = fields.enum
@@ -229,7 +232,7 @@ local function validate_defaults(decl)
     end
   end
   for _, sub in ipairs({ { "retry", RETRY }, { "dlq", DLQ }, { "checkpoint", CHECKPOINT },
-                         { "restart", RESTART } }) do
+                         { "restart", RESTART }, { "state", STATE } }) do
     local key = sub[1]
     if t[key] ~= nil and type(t[key]) ~= "table" then
       local hint = ""
@@ -358,6 +361,8 @@ local function validate_stream(decl, defaults, opts, seen_names)
     ok, v = memory_size(ctx, "memory_limit", t.memory_limit)
     spec.memory_limit_bytes = ok and v or spec.memory_limit_bytes
   end
+
+  spec.state = merge(M.SEED.state, defaults.state, nil)
 
   spec.handlers = {}
   local any_handler = false

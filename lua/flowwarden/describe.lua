@@ -103,6 +103,7 @@ function M.stream(spec)
   add("on_error", spec.on_error and "declared" or "(none)")
   add("timeout", ms(spec.timeout_ms))
   add("memory_limit", duration.format_size(spec.memory_limit_bytes))
+  add("state.max_bytes", duration.format_size(spec.state.max_bytes))
 
   local c = spec.checkpoint
   add("checkpoint.save_every", tostring(c.save_every))

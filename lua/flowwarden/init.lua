@@ -6,6 +6,8 @@ flowwarden: the module operator scripts load with require("flowwarden").
   fw.error(type, msg, fields)  a typed error to raise with error()
   fw.SKIP, fw.RETRY, fw.DLQ, fw.RETHROW   what on_error may return
   fw.log.debug/info/warn/error(...)       log through the runtime
+  fw.json.encode/decode        JSON and Extended JSON (flowwarden.json)
+  fw.env(name [, default])     an environment variable (flowwarden.env)
 
 The C host adds its functions (fw.object_id, fw.date, fw.null, ...) by
 preloading a module "flowwarden.core" that returns a table; its fields are
@@ -109,5 +111,9 @@ local function load_core()
 end
 
 load_core()
+
+-- After the core: fw.json uses its null, array, table and constructors.
+fw.json = require("flowwarden.json").new(fw)
+fw.env = require("flowwarden.env").env
 
 return fw

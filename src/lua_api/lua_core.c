@@ -5,11 +5,13 @@
 #include <string.h>
 
 #include <lauxlib.h>
+#include <lua5.4/lua-cjson.h>
 
 #include "flowwarden/bson_lua.h"
 #include "flowwarden/bson_view.h"
 #include "flowwarden/log.h"
 #include "flowwarden/lua_core.h"
+#include "flowwarden/state_lua.h"
 
 #define STREAM_KEY "flowwarden.stream_name"
 
@@ -31,12 +33,85 @@ core_log_sink (lua_State *L)
    return 0;
 }
 
+/* Pushes the typed value at the iterator (a light userdata), then whether it
+ * was one. The value copies what it needs. */
+static int
+push_value_p (lua_State *L)
+{
+   bool ok = fw_bson_values_push (L, lua_touserdata (L, 1));
+   if (!ok) {
+      lua_pushboolean (L, 0);
+   }
+   lua_pushboolean (L, ok);
+   return 2;
+}
+
+/*
+ * code_w_scope(code, scope): a CodeWScope value (fw.json decodes Extended
+ * JSON's {"$code", "$scope"} with it). Built as BSON and read back through
+ * the typed-value reader, so it is the same value a document would give.
+ */
+static int
+core_code_w_scope (lua_State *L)
+{
+   size_t len;
+   const char *code = lua_tolstring (L, 1, &len);
+   bson_t scope = BSON_INITIALIZER, holder = BSON_INITIALIZER;
+   bson_iter_t it;
+   fw_error_t err;
+   bool ok;
+   int status = LUA_OK;
+
+   err.code = 0;
+   if (lua_type (L, 1) != LUA_TSTRING || memchr (code, '\0', len)) {
+      return luaL_error (L, "code_w_scope: code must be a string without NUL bytes");
+   }
+   if (!lua_istable (L, 2)) {
+      return luaL_error (L, "code_w_scope: scope must be a table, got %s", luaL_typename (L, 2));
+   }
+   luaL_checkstack (L, 4, "code_w_scope");
+   ok = fw_bson_lua_to_bson (L, 2, "scope", &scope, &err) &&
+        bson_append_code_with_scope (&holder, "v", 1, code, &scope) &&
+        bson_iter_init_find (&it, &holder, "v");
+   bson_destroy (&scope);
+   if (ok) {
+      /* Protected: holder may be on the heap, and pushing may raise. */
+      lua_pushcfunction (L, push_value_p);
+      lua_pushlightuserdata (L, &it);
+      status = lua_pcall (L, 1, 2, 0); /* value, true | false, nil */
+      if (status == LUA_OK) {
+         ok = lua_toboolean (L, -1);
+         lua_pop (L, ok ? 1 : 2);
+      }
+   }
+   bson_destroy (&holder);
+   if (status != LUA_OK) {
+      return lua_error (L);
+   }
+   if (!ok) {
+      return luaL_error (L, "code_w_scope: %s",
+                         err.code ? err.message : "the scope does not fit in a BSON document");
+   }
+   return 1;
+}
+
 int
 fw_lua_core_open (lua_State *L)
 {
    lua_newtable (L);
    fw_bson_lua_open (L, lua_gettop (L));
    fw_bson_view_open (L, lua_gettop (L));
+   fw_state_lua_open (L, -1);
+   lua_pushcfunction (L, core_code_w_scope);
+   lua_setfield (L, -2, "code_w_scope");
+   /* fw.json encodes through lua-cjson, linked into the binary: a cjson.so
+    * found on package.cpath would bring its own copy of Lua. */
+   luaL_getsubtable (L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
+   if (lua_getfield (L, -1, "cjson") == LUA_TNIL) {
+      lua_pushcfunction (L, luaopen_cjson);
+      lua_setfield (L, -3, "cjson");
+   }
+   lua_pop (L, 2);
    lua_pushcfunction (L, core_log_sink);
    lua_setfield (L, -2, "log_sink");
    lua_pushstring (L, fw_log_enabled (FW_LOG_DEBUG)  ? "debug"

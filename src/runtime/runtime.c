@@ -226,6 +226,10 @@ reload (runtime_t *rt)
          continue;
       }
       if (old) {
+         /* fw.state outlives the restart: hand the joined worker's store on. */
+         fw_stream_worker_stop (old);
+         fw_stream_worker_join (old);
+         fw_stream_worker_take_state (next[j], old);
          stop_and_forget (old, " (source changed by reload)");
          restarted++;
       } else {

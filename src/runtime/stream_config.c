@@ -215,6 +215,11 @@ fw_stream_config_read (lua_State *L, int idx, fw_stream_config_t *cfg, fw_error_
    read_dlq (L, t, &cfg->dlq);
    cfg->timeout_ms = int_field (L, t, "timeout_ms", 30000);
    cfg->memory_limit = (size_t) int_field (L, t, "memory_limit_bytes", 256 * 1024 * 1024);
+   cfg->state_max_bytes = 64 * 1024 * 1024;
+   if (lua_getfield (L, t, "state") == LUA_TTABLE) {
+      cfg->state_max_bytes = (size_t) int_field (L, lua_gettop (L), "max_bytes", 64 * 1024 * 1024);
+   }
+   lua_pop (L, 1);
 
    if (!build_pipeline (L, t, cfg, error)) {
       return false;

@@ -10,6 +10,7 @@
 #include "flowwarden/dlq_store.h"
 #include "flowwarden/event.h"
 #include "flowwarden/event_ctx.h"
+#include "flowwarden/state_store.h"
 #include "flowwarden/stream_config.h"
 #include "flowwarden/stream_worker.h"
 
@@ -40,6 +41,7 @@ struct fw_stream_worker {
    bool (*at_attempt_boundary) (fw_stream_worker_t *w);
    uint64_t rng;
    fw_stream_stats_t stats;
+   fw_state_store_t *state;    /* fw.state: kept across reloads, see state_attach */
 };
 
 typedef enum {

@@ -12,6 +12,7 @@
 #include "flowwarden/checkpoint_store.h"
 #include "flowwarden/log.h"
 #include "flowwarden/lua_core.h"
+#include "flowwarden/state_lua.h"
 #include "stream_worker-private.h"
 
 #define FW_MAX_AWAIT_MS 1000
@@ -67,6 +68,28 @@ pread_spec (lua_State *L)
 
 static bool apply_pending (fw_stream_worker_t *w);
 
+/* --- fw.state: the worker owns the store, its Lua state borrows it ------- */
+
+/* Points w's Lua state at w's store and applies w's bound to it. */
+static void
+state_attach (fw_stream_worker_t *w)
+{
+   fw_lua_state_attach (fw_lua_host_state (w->host), w->state);
+   fw_state_store_set_label (w->state, w->cfg.name);
+   fw_state_store_set_max_bytes (w->state, w->cfg.state_max_bytes);
+}
+
+void
+fw_stream_worker_take_state (fw_stream_worker_t *w, fw_stream_worker_t *from)
+{
+   fw_state_store_t *mine = w->state;
+
+   w->state = from->state;
+   from->state = mine;
+   fw_lua_state_attach (fw_lua_host_state (from->host), from->state);
+   state_attach (w);
+}
+
 fw_stream_worker_t *
 fw_stream_worker_new (fw_lua_host_t *host, int index, mongoc_client_pool_t *pool,
                       fw_error_t *error)
@@ -107,6 +130,12 @@ fw_stream_worker_new (fw_lua_host_t *host, int index, mongoc_client_pool_t *pool
    w->dispatch.dlq_enabled = w->cfg.dlq.enabled;
    w->rng = (uint64_t) fw_now_ms () ^ ((uint64_t) (uintptr_t) w << 16) ^ (uint64_t) getpid ();
    fw_lua_host_set_memory_limit (host, w->cfg.memory_limit);
+   if (!(w->state = fw_state_store_new (w->cfg.state_max_bytes))) {
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory creating the fw.state store");
+      fw_stream_worker_destroy (w);
+      return NULL;
+   }
+   state_attach (w);
    return w;
 }
 
@@ -206,6 +235,7 @@ apply_pending (fw_stream_worker_t *w)
    w->dispatch.cache_ref = LUA_NOREF;
    w->dispatch.stream_name = w->cfg.name;
    w->dispatch.dlq_enabled = w->cfg.dlq.enabled;
+   state_attach (w); /* fw.state survives the reload: the new state gets our store */
    fw_stream_worker_destroy (next);
    fw_log (FW_LOG_INFO, w->cfg.name, "now running script version %s",
            fw_lua_host_version (w->host));
@@ -555,6 +585,7 @@ fw_stream_worker_destroy (fw_stream_worker_t *w)
    fw_stream_worker_destroy (w->pending);
    fw_stream_config_cleanup (&w->cfg);
    fw_lua_host_destroy (w->host);
+   fw_state_store_destroy (w->state);
    pthread_mutex_destroy (&w->pending_mu);
    fw_shutdown_cleanup (&w->own_shutdown);
    free (w);

@@ -235,6 +235,15 @@ local BAD = {
   { "an unknown fw.defaults key",
     "fw.defaults { databse = 'shop' }\nfw.stream { name = 's', database = 'shop', on_change = h }",
     { P .. 'defaults: unknown key "databse" (did you mean "database"?)' } },
+  { "a state bound that is too small",
+    "fw.defaults { state = { max_bytes = '512B' } }\nfw.stream { name = 's', database = 'shop', on_change = h }",
+    { P .. 'defaults: state.max_bytes: "512B" is too small (minimum "1KB")' } },
+  { "a state bound that is not a size string",
+    "fw.defaults { state = { max_bytes = 1024 } }\nfw.stream { name = 's', database = 'shop', on_change = h }",
+    { P .. 'defaults: state.max_bytes: expected a size string such as "64MB", got 1024' } },
+  { "a misspelt state key",
+    "fw.defaults { state = { max_byte = '1MB' } }\nfw.stream { name = 's', database = 'shop', on_change = h }",
+    { P .. 'defaults: state: unknown key "max_byte" (did you mean "max_bytes"?)' } },
   { "fw.defaults { retry = true }",
     "fw.defaults { retry = true }\nfw.stream { name = 's', database = 'shop', on_change = h }",
     { P .. "defaults: retry: expected a table of retry settings, got true (defaults only hold settings; "
@@ -369,6 +378,7 @@ describe("config: effective settings", function()
                 no_retry_on = { "NilError", "TypeError", "ArgumentError" } },
       timeout_ms = 30000,
       memory_limit_bytes = 268435456,
+      state = { max_bytes = 64 * 1024 * 1024 },
       handlers = { change = spec.handlers.change },
     }, spec)
     assert.is_function(spec.handlers.change)

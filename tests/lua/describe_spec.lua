@@ -42,6 +42,7 @@ stream "order-watcher"
   on_error                       declared
   timeout                        30s
   memory_limit                   256MB
+  state.max_bytes                64MB
   checkpoint.save_every          1
   checkpoint.save_interval       5s
   checkpoint.idle_heartbeat      5m
@@ -78,6 +79,7 @@ stream "audit"
   on_error                       (none)
   timeout                        30s
   memory_limit                   256MB
+  state.max_bytes                64MB
   checkpoint.save_every          50
   checkpoint.save_interval       5s
   checkpoint.idle_heartbeat      5m

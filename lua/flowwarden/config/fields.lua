@@ -28,7 +28,7 @@ local STREAM_KEYS = {
   "memory_limit", "on_insert", "on_update", "on_replace", "on_delete", "on_change", "on_error",
 }
 local DEFAULTS_KEYS = {
-  "database", "uri", "retry", "dlq", "checkpoint", "restart", "timeout", "memory_limit",
+  "database", "uri", "retry", "dlq", "checkpoint", "restart", "timeout", "memory_limit", "state",
 }
 
 ---------------------------------------------------------------------------
@@ -231,6 +231,25 @@ local function positive_duration(ctx, path, v)
   return true, ms
 end
 
+-- fw.state's bound: a size string of at least 1KB (an entry costs 64
+-- bytes of bookkeeping plus its key and string value).
+local function state_size(ctx, path, v)
+  if type(v) ~= "string" then
+    ctx:fail(path, 'expected a size string such as "64MB", got %s', repr(v))
+    return false
+  end
+  local bytes, err = duration.parse_size(v)
+  if not bytes then
+    ctx:fail(path, "%s", err)
+    return false
+  end
+  if bytes < 1024 then
+    ctx:fail(path, '%s is too small (minimum "1KB")', repr(v))
+    return false
+  end
+  return true, bytes
+end
+
 local function memory_size(ctx, path, v)
   if type(v) ~= "string" then
     ctx:fail(path, 'expected a size string such as "256MB", got %s', repr(v))
@@ -371,6 +390,10 @@ local DLQ = {
   { "include_original_document", boolean },
   { "include_stack_trace", boolean },
   { "write_concern", write_concern },
+}
+
+local STATE = {
+  { "max_bytes", state_size },
 }
 
 local function key_names(schema)
@@ -571,6 +594,7 @@ M.CHECKPOINT = CHECKPOINT
 M.RESTART = RESTART
 M.RETRY = RETRY
 M.DLQ = DLQ
+M.STATE = STATE
 M.quote = quote
 M.join_quoted = join_quoted
 M.copy = copy
@@ -583,6 +607,7 @@ M.boolean = boolean
 M.enum = enum
 M.positive_duration = positive_duration
 M.memory_size = memory_size
+M.state_size = state_size
 M.non_empty_string = non_empty_string
 M.database_name = database_name
 M.collection_name = collection_name
