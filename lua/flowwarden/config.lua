@@ -33,6 +33,9 @@ THE EFFECTIVE CONFIGURATION (every field always present unless "| nil"):
                   keys the script set> },
     defaults_declared_at = "SCRIPT:LINE" | nil,
     streams = { spec, spec, ... },            -- in declaration order
+    connections = { { name = "audit", uri = "mongodb://...", declared_at = "SCRIPT:LINE" }, ... },
+                                              -- fw.connection declarations, in order
+    http = { allow_hosts = { "hooks.example", "*.internal" } | nil },
   }
 
   spec = {
@@ -55,10 +58,13 @@ THE EFFECTIVE CONFIGURATION (every field always present unless "| nil"):
               max_attempts = 3, initial_delay_ms = 500, max_delay_ms = 30000,
               multiplier = 2.0, jitter = true,
               retry_on = { "Timeout", ... },  -- {} = every type not in no_retry_on
-              no_retry_on = { "NilError", "TypeError", "ArgumentError" } },
+              no_retry_on = { "NilError", "TypeError", "ArgumentError", "Mongo.DuplicateKey",
+                              "Mongo.Invalid", "Http.TLS", "Http.Denied",
+                              "Http.Status.Permanent" } },
     dlq = nil | { collection = "_fw_dlq", ttl_days = 30 (0 = forever),
                   include_original_document = true, include_stack_trace = true,
-                  write_concern = "majority" | <integer >= 1> },
+                  write_concern = "majority" | <integer >= 1>,
+                  connection = "audit" | nil },       -- nil: the run URI
     timeout_ms = 30000,
     memory_limit_bytes = 268435456,
     state = { max_bytes = 67108864 },         -- fw.state's bound (fw.defaults only)
@@ -99,7 +105,11 @@ M.SEED = {
   retry = {
     max_attempts = 3, initial_delay_ms = 500, max_delay_ms = 30000,
     multiplier = 2.0, jitter = true,
-    retry_on = {}, no_retry_on = { "NilError", "TypeError", "ArgumentError" },
+    retry_on = {},
+    -- Seed 001's programming errors, then handler IO failures that cannot
+    -- succeed on a retry (issue 11).
+    no_retry_on = { "NilError", "TypeError", "ArgumentError", "Mongo.DuplicateKey", "Mongo.Invalid",
+                    "Http.TLS", "Http.Denied", "Http.Status.Permanent" },
   },
   dlq = {
     enabled = true, collection = "_fw_dlq", ttl_days = 30,
@@ -125,6 +135,7 @@ local RESTART = fields.RESTART
 local RETRY = fields.RETRY
 local DLQ = fields.DLQ
 local STATE = fields.STATE
+local HTTP = fields.HTTP
 local repr = fields.repr
 local new_ctx = fields.new_ctx
 local enum = fields.enum
@@ -148,6 +159,7 @@ local state
 
 function M.reset()
   state = { decls = {}, streams = 0, defaults = nil, finished = false, script = nil }
+  M.effective = nil
 end
 M.reset()
 
@@ -188,12 +200,38 @@ function M.stream(spec, ...)
   declare("stream", spec, select("#", ...) + 1)
 end
 
+-- fw.connection { name = "audit", uri = "mongodb://..." }: a MongoDB
+-- connection for fw.mongo and DLQs, besides "default" (the run URI).
+function M.connection(spec, ...)
+  if state.finished then
+    error("fw.connection: connections can only be declared while the script loads", 2)
+  end
+  declare("connection", spec, select("#", ...) + 1)
+end
+
 -- fw.defaults { ... }
 function M.defaults(spec, ...)
   if state.finished then
     error("fw.defaults: defaults can only be set while the script loads", 2)
   end
   declare("defaults", spec, select("#", ...) + 1)
+end
+
+local function is_mongodb_uri(v)
+  return type(v) == "string" and (v:find("^mongodb://.") or v:find("^mongodb%+srv://.")) ~= nil
+end
+
+-- The C host checks a URI with libmongoc's parser (core.uri_check); plain
+-- Lua (busted) only checks its scheme.
+local function uri_problem(uri)
+  local ok, core = pcall(require, "flowwarden.core")
+  if ok and type(core) == "table" and core.uri_check then
+    local fine, why = core.uri_check(uri)
+    if not fine then
+      return why or "libmongoc cannot parse it"
+    end
+  end
+  return nil
 end
 
 local function check_call_shape(ctx, decl, fn)
@@ -224,15 +262,20 @@ local function validate_defaults(decl)
     state.invalid_default_database = not ok
   end
   if t.uri ~= nil then
-    if type(t.uri) == "string" and (t.uri:find("^mongodb://.") or t.uri:find("^mongodb%+srv://.")) then
-      out.uri = t.uri
+    if is_mongodb_uri(t.uri) then
+      local why = uri_problem(t.uri)
+      if why then
+        ctx:fail("uri", "invalid MongoDB URI: %s", why)
+      else
+        out.uri = t.uri
+      end
     else
       ctx:fail("uri", "expected a MongoDB connection string starting with mongodb:// or "
         .. "mongodb+srv://, got %s", repr(t.uri))
     end
   end
   for _, sub in ipairs({ { "retry", RETRY }, { "dlq", DLQ }, { "checkpoint", CHECKPOINT },
-                         { "restart", RESTART }, { "state", STATE } }) do
+                         { "restart", RESTART }, { "state", STATE }, { "http", HTTP } }) do
     local key = sub[1]
     if t[key] ~= nil and type(t[key]) ~= "table" then
       local hint = ""
@@ -260,6 +303,55 @@ local function validate_defaults(decl)
     end
   end
   return out, ctx.errors
+end
+
+local CONNECTION_KEYS = { "name", "uri" }
+
+local function validate_connection(decl, seen)
+  local ctx = new_ctx(decl.where, "connection")
+  if not check_call_shape(ctx, decl, "connection") then
+    return nil, ctx.errors
+  end
+  local t = decl.value
+  local ok, name = fields.connection_name(ctx, "name", t.name)
+  if t.name == nil then
+    ctx.errors[#ctx.errors] = nil
+    ctx:fail("name", 'missing (every connection needs a name, e.g. name = "audit")')
+  elseif ok then
+    ctx.subject = string.format('connection "%s"', name)
+    if name == "default" then
+      ctx:fail("name", '"default" is the run URI (--uri or fw.defaults { uri = ... }) and cannot '
+        .. "be declared again")
+    elseif seen[name] then
+      ctx:fail("name", "duplicate connection name (first declared at %s)", seen[name])
+    else
+      seen[name] = decl.where
+    end
+  end
+  -- After the name, so these messages can name the connection.
+  local named_errors = ctx.errors
+  ctx.errors = {}
+  check_unknown_keys(ctx, nil, t, CONNECTION_KEYS)
+  for _, e in ipairs(ctx.errors) do
+    named_errors[#named_errors + 1] = e
+  end
+  ctx.errors = named_errors
+  if t.uri == nil then
+    ctx:fail("uri", 'missing (e.g. uri = fw.env("AUDIT_URI"))')
+  elseif not is_mongodb_uri(t.uri) then
+    ctx:fail("uri", "expected a MongoDB connection string starting with mongodb:// or "
+      .. "mongodb+srv://, got %s", type(t.uri) == "string" and "a string that is not one"
+      or repr(t.uri))
+  else
+    local why = uri_problem(t.uri)
+    if why then
+      ctx:fail("uri", "invalid MongoDB URI: %s", why)
+    end
+  end
+  if #ctx.errors > 0 then
+    return nil, ctx.errors
+  end
+  return { name = name, uri = t.uri, declared_at = decl.where }, ctx.errors
 end
 
 local function validate_stream(decl, defaults, opts, seen_names)
@@ -345,6 +437,12 @@ local function validate_stream(decl, defaults, opts, seen_names)
   own = check_switchable(ctx, "dlq", t.dlq, DLQ, "dlq")
   if own then
     local dlq = merge(M.SEED.dlq, defaults.dlq, own)
+    if dlq.connection and dlq.connection ~= "default" and not opts.connections[dlq.connection] then
+      ctx:fail("dlq.connection", "unknown connection %s (declare it with fw.connection { name = %s, "
+        .. "uri = ... } or omit it to use the run URI)", repr(dlq.connection), repr(dlq.connection))
+    elseif dlq.connection == "default" then
+      dlq.connection = nil
+    end
     if dlq.enabled then
       dlq.enabled = nil
       spec.dlq = dlq
@@ -437,7 +535,20 @@ function M.finish(opts)
     end
   end
 
-  local cfg = { defaults = defaults, defaults_declared_at = defaults_at, streams = {} }
+  local connections, by_name, seen_connections = {}, {}, {}
+  for i, decl in ipairs(state.decls) do
+    if decl.kind == "connection" then
+      local c
+      c, per_decl[i] = validate_connection(decl, seen_connections)
+      if c then
+        connections[#connections + 1] = c
+        by_name[c.name] = c
+      end
+    end
+  end
+
+  local cfg = { defaults = defaults, defaults_declared_at = defaults_at, streams = {},
+                connections = connections, http = defaults.http or {} }
   if opts.uri then
     cfg.uri, cfg.uri_source = opts.uri, "option"
   elseif defaults.uri then
@@ -446,7 +557,7 @@ function M.finish(opts)
     cfg.uri, cfg.uri_source = M.DEFAULT_URI, "default"
   end
   cfg.default_database = opts.default_database or M.uri_database(cfg.uri)
-  local stream_opts = { default_database = cfg.default_database }
+  local stream_opts = { default_database = cfg.default_database, connections = seen_connections }
 
   local seen_names = {}
   for i, decl in ipairs(state.decls) do
@@ -473,7 +584,14 @@ function M.finish(opts)
   if #errs > 0 then
     return nil, errs
   end
+  M.effective = cfg
   return cfg
+end
+
+-- fw.http's settings from fw.defaults { http = ... } of the script loaded in
+-- this state: { allow_hosts = {...} } or {} (every host allowed).
+function M.effective_http()
+  return M.effective and M.effective.http or {}
 end
 
 -- Runs a compiled script chunk and finishes. A load-time error is reported

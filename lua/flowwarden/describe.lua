@@ -144,6 +144,7 @@ function M.stream(spec)
     add("dlq.include_original_document", tostring(d.include_original_document))
     add("dlq.include_stack_trace", tostring(d.include_stack_trace))
     add("dlq.write_concern", tostring(d.write_concern))
+    add("dlq.connection", d.connection or "default")
   end
   return table.concat(lines, "\n") .. "\n"
 end
@@ -219,6 +220,13 @@ local URI_SOURCE = {
 
 function M.text(cfg)
   local parts = { string.format("uri: %s (%s)\n", M.redact_uri(cfg.uri), URI_SOURCE[cfg.uri_source]) }
+  for _, c in ipairs(cfg.connections or {}) do
+    parts[#parts + 1] = string.format("connection %s: %s\n", c.name, M.redact_uri(c.uri))
+  end
+  local allow = cfg.http and cfg.http.allow_hosts
+  if allow then
+    parts[#parts + 1] = string.format("http.allow_hosts: %s\n", list_text(allow, "(none: every request is refused)"))
+  end
   for _, spec in ipairs(cfg.streams) do
     parts[#parts + 1] = "\n" .. M.stream(spec)
   end

@@ -3,6 +3,7 @@ flowwarden: the module operator scripts load with require("flowwarden").
 
   fw.stream { ... }            declare a stream (checked by config.finish())
   fw.defaults { ... }          defaults for every stream, once per script
+  fw.connection { ... }        a named MongoDB connection for fw.mongo and DLQs
   fw.error(type, msg, fields)  a typed error to raise with error()
   fw.SKIP, fw.RETRY, fw.DLQ, fw.RETHROW   what on_error may return
   fw.log.debug/info/warn/error(...)       log through the runtime
@@ -23,6 +24,7 @@ local fw = {}
 
 fw.stream = config.stream
 fw.defaults = config.defaults
+fw.connection = config.connection
 fw.error = errors.new
 for name, action in pairs(errors.actions) do
   fw[name] = action
@@ -102,6 +104,8 @@ local function load_core()
     elseif k == "log_level" then
       -- the runtime's --log-level: messages below it are not even formatted
       fw.log.set_level(v)
+    elseif k == "uri_check" then
+      -- flowwarden.config's, not the script's: it asks the core directly
     elseif fw[k] ~= nil then
       error(string.format("flowwarden.core: field %q collides with the Lua library's fw.%s", k, k), 0)
     else

@@ -3,6 +3,8 @@ local config = require("flowwarden.config")
 -- Every script gets the same two first lines, so its own code starts at line 3.
 local HEADER = "local fw = require('flowwarden')\nlocal h = function() end\n"
 local SCRIPT = "/s/bad.lua"
+local DEFAULT_NO_RETRY = { "NilError", "TypeError", "ArgumentError", "Mongo.DuplicateKey",
+  "Mongo.Invalid", "Http.TLS", "Http.Denied", "Http.Status.Permanent" }
 
 local function run(src, opts)
   return config.load_string(HEADER .. src, SCRIPT, opts)
@@ -375,7 +377,7 @@ describe("config: effective settings", function()
                   multiplier = 2.0, jitter = false },
       retry = { enabled = false, max_attempts = 1, initial_delay_ms = 500, max_delay_ms = 30000,
                 multiplier = 2.0, jitter = true, retry_on = {},
-                no_retry_on = { "NilError", "TypeError", "ArgumentError" } },
+                no_retry_on = DEFAULT_NO_RETRY },
       timeout_ms = 30000,
       memory_limit_bytes = 268435456,
       state = { max_bytes = 64 * 1024 * 1024 },
@@ -392,7 +394,7 @@ describe("config: effective settings", function()
     local spec = spec_of("fw.stream { name = 's', database = 'shop', retry = true, on_change = h }")
     assert.are.same({ enabled = true, max_attempts = 3, initial_delay_ms = 500, max_delay_ms = 30000,
                       multiplier = 2.0, jitter = true, retry_on = {},
-                      no_retry_on = { "NilError", "TypeError", "ArgumentError" } }, spec.retry)
+                      no_retry_on = DEFAULT_NO_RETRY }, spec.retry)
   end)
 
   it("gives dlq = true the seed's DeadLetterQueue defaults", function()
@@ -479,7 +481,7 @@ fw.stream {
     table.insert(spec.retry.no_retry_on, "Changed")
     spec.checkpoint.save_every = 99
     spec = spec_of("fw.stream { name = 's', database = 'shop', retry = true, on_change = h }")
-    assert.are.same({ "NilError", "TypeError", "ArgumentError" }, spec.retry.no_retry_on)
+    assert.are.same(DEFAULT_NO_RETRY, spec.retry.no_retry_on)
     assert.are.equal(1, spec.checkpoint.save_every)
   end)
 end)
@@ -502,7 +504,7 @@ fw.stream { name = "s", retry = { max_attempts = 5 }, dlq = { ttl_days = 0 },
     assert.are.equal("defaults", spec.database_source)
     assert.are.same({ enabled = true, max_attempts = 5, initial_delay_ms = 1000, max_delay_ms = 30000,
                       multiplier = 2.0, jitter = false, retry_on = {},
-                      no_retry_on = { "NilError", "TypeError", "ArgumentError" } }, spec.retry)
+                      no_retry_on = DEFAULT_NO_RETRY }, spec.retry)
     assert.are.same({ collection = "all_dlq", ttl_days = 0, include_original_document = true,
                       include_stack_trace = true, write_concern = "majority" }, spec.dlq)
     assert.are.equal(100, spec.checkpoint.save_every)
@@ -631,5 +633,65 @@ describe("config.suggest", function()
     assert.are.equal("initial_delay", config.suggest("inital_delay", keys))
     assert.is_nil(config.suggest("colour", keys))
     assert.is_nil(config.suggest(1, keys))
+  end)
+end)
+
+describe("config: fw.connection and fw.defaults.http", function()
+  local AUDIT = "fw.connection { name = 'audit', uri = 'mongodb://u:pw@10.0.0.1:27017/?replicaSet=rs1' }\n"
+
+  it("lists declared connections in order with their position", function()
+    local _, cfg = spec_of(AUDIT .. "fw.connection { name = 'reports', uri = 'mongodb://h2/' }\n"
+      .. "fw.stream { name = 's', database = 'shop', on_change = h }")
+    assert.are.same({
+      { name = "audit", uri = "mongodb://u:pw@10.0.0.1:27017/?replicaSet=rs1", declared_at = SCRIPT .. ":3" },
+      { name = "reports", uri = "mongodb://h2/", declared_at = SCRIPT .. ":4" },
+    }, cfg.connections)
+  end)
+
+  it("lets a DLQ name a declared connection, and treats \"default\" as the run URI", function()
+    local spec = spec_of(AUDIT .. "fw.stream { name = 's', database = 'shop', dlq = { connection = 'audit' }, on_change = h }")
+    assert.are.equal("audit", spec.dlq.connection)
+    spec = spec_of("fw.stream { name = 's', database = 'shop', dlq = { connection = 'default' }, on_change = h }")
+    assert.is_nil(spec.dlq.connection)
+  end)
+
+  it("rejects bad connections with messages naming the declaration", function()
+    local C = P .. "connection"
+    assert.are.same({ C .. ': name: missing (every connection needs a name, e.g. name = "audit")' },
+      errors_of("fw.connection { uri = 'mongodb://h/' }\nfw.stream { name = 's', database = 'shop', on_change = h }"))
+    assert.are.same({ C .. ' "default": name: "default" is the run URI (--uri or fw.defaults { uri = ... }) and cannot be declared again' },
+      errors_of("fw.connection { name = 'default', uri = 'mongodb://h/' }\nfw.stream { name = 's', database = 'shop', on_change = h }"))
+    assert.are.same({ C .. ' "a": uri: missing (e.g. uri = fw.env("AUDIT_URI"))' },
+      errors_of("fw.connection { name = 'a' }\nfw.stream { name = 's', database = 'shop', on_change = h }"))
+    assert.are.same({ C .. ' "a": uri: expected a MongoDB connection string starting with mongodb:// or mongodb+srv://, got a string that is not one' },
+      errors_of("fw.connection { name = 'a', uri = 'http://secret@h' }\nfw.stream { name = 's', database = 'shop', on_change = h }"))
+    assert.are.same({ C .. ' "a": unknown key "url" (did you mean "uri"?)', C .. ' "a": uri: missing (e.g. uri = fw.env("AUDIT_URI"))' },
+      errors_of("fw.connection { name = 'a', url = 'mongodb://h/' }\nfw.stream { name = 's', database = 'shop', on_change = h }"))
+    assert.are.same({ SCRIPT .. ':4: connection "audit": name: duplicate connection name (first declared at /s/bad.lua:3)' },
+      errors_of(AUDIT .. AUDIT .. "fw.stream { name = 's', database = 'shop', on_change = h }"))
+  end)
+
+  it("rejects a DLQ on an undeclared connection", function()
+    assert.are.same({ S .. 'dlq.connection: unknown connection "audti" (declare it with fw.connection { name = "audti", uri = ... } or omit it to use the run URI)' },
+      errors_of("fw.stream { name = 's', database = 'shop', dlq = { connection = 'audti' }, on_change = h }"))
+  end)
+
+  it("normalizes http.allow_hosts and rejects malformed entries", function()
+    local _, cfg = spec_of("fw.defaults { http = { allow_hosts = { 'Hooks.Example', '*.internal', '[::1]', '127.0.0.1' } } }\n"
+      .. "fw.stream { name = 's', database = 'shop', on_change = h }")
+    assert.are.same({ allow_hosts = { "hooks.example", "*.internal", "::1", "127.0.0.1" } }, cfg.http)
+    assert.are.same({ allow_hosts = { "hooks.example", "*.internal", "::1", "127.0.0.1" } }, config.effective_http())
+    local D = P .. "defaults: "
+    assert.are.same({ D .. 'http.allow_hosts[1]: expected a host name, "*.domain" or an IP address, got "http://x/y"',
+                      D .. 'http.allow_hosts[2]: a wildcard must be a whole first label, as in "*.internal", got "a*.b"' },
+      errors_of("fw.defaults { http = { allow_hosts = { 'http://x/y', 'a*.b' } } }\n"
+        .. "fw.stream { name = 's', database = 'shop', on_change = h }"))
+    assert.are.same({ D .. 'http: unknown key "allow" (valid keys: allow_hosts)' },
+      errors_of("fw.defaults { http = { allow = {} } }\nfw.stream { name = 's', database = 'shop', on_change = h }"))
+  end)
+
+  it("gives every host when no allow list is set", function()
+    spec_of("fw.stream { name = 's', database = 'shop', on_change = h }")
+    assert.are.same({}, config.effective_http())
   end)
 end)

@@ -59,13 +59,14 @@ stream "order-watcher"
   retry.multiplier               2.0
   retry.jitter                   true
   retry.retry_on                 Http
-  retry.no_retry_on              NilError, TypeError, ArgumentError
+  retry.no_retry_on              NilError, TypeError, ArgumentError, Mongo.DuplicateKey, Mongo.Invalid, Http.TLS, Http.Denied, Http.Status.Permanent
   retry.delays                   1s, 2s, 4s (each +/-20% jitter)
   dlq.collection                 orders_dlq
   dlq.ttl_days                   0 (keep forever)
   dlq.include_original_document  true
   dlq.include_stack_trace        true
   dlq.write_concern              majority
+  dlq.connection                 default
 
 stream "audit"
   declared_at                    /s/orders.lua:15

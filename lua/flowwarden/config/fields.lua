@@ -29,6 +29,7 @@ local STREAM_KEYS = {
 }
 local DEFAULTS_KEYS = {
   "database", "uri", "retry", "dlq", "checkpoint", "restart", "timeout", "memory_limit", "state",
+  "http",
 }
 
 ---------------------------------------------------------------------------
@@ -383,6 +384,44 @@ local RETRY = {
   { "retry_on", type_list },
   { "no_retry_on", type_list },
 }
+-- A connection name as fw.connection declares it ("default" is the run URI);
+-- whether it was declared is checked once every declaration is known.
+local function connection_name(ctx, path, v)
+  if type(v) ~= "string" or not v:match("^[%a_][%w_%-]*$") then
+    ctx:fail(path, 'expected a connection name such as "audit" (letters, digits, _ and -), got %s',
+      repr(v))
+    return false
+  end
+  return true, v
+end
+
+-- allow_hosts: host names ("hooks.example"), "*.suffix" wildcards or IP
+-- addresses, compared case-insensitively.
+local function host_list(ctx, path, v)
+  if type(v) ~= "table" then
+    ctx:fail(path, 'expected an array of host names such as { "hooks.example", "*.internal" }, got %s',
+      repr(v))
+    return false
+  end
+  local n, ok = check_array(ctx, path, v, "host names")
+  local out = {}
+  for i = 1, n do
+    local h = v[i]
+    if type(h) ~= "string" or h == "" or h:find("[%s/@:?#]") and not h:match("^%[?[%x:]+%]?$") then
+      ctx:fail(path .. "[" .. i .. "]", 'expected a host name, "*.domain" or an IP address, got %s',
+        repr(h))
+      ok = false
+    elseif h:find("*", 1, true) and not h:match("^%*%.[^*]+$") then
+      ctx:fail(path .. "[" .. i .. "]", 'a wildcard must be a whole first label, as in "*.internal", got %s',
+        repr(h))
+      ok = false
+    else
+      out[#out + 1] = h:lower():gsub("^%[(.*)%]$", "%1")
+    end
+  end
+  return ok, out
+end
+
 local DLQ = {
   { "enabled", boolean },
   { "collection", collection_name },
@@ -390,6 +429,11 @@ local DLQ = {
   { "include_original_document", boolean },
   { "include_stack_trace", boolean },
   { "write_concern", write_concern },
+  { "connection", connection_name },
+}
+
+local HTTP = {
+  { "allow_hosts", host_list },
 }
 
 local STATE = {
@@ -595,6 +639,8 @@ M.RESTART = RESTART
 M.RETRY = RETRY
 M.DLQ = DLQ
 M.STATE = STATE
+M.HTTP = HTTP
+M.connection_name = connection_name
 M.quote = quote
 M.join_quoted = join_quoted
 M.copy = copy
