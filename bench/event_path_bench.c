@@ -375,7 +375,7 @@ run_dispatch (const char *name, const char *prelude, const char *body, const rin
    unlink (path);
    /* No pool: the worker only pops a client when its thread starts, which
     * this benchmark never does. */
-   w = fw_stream_worker_new (host, 0, NULL, &err);
+   w = fw_stream_worker_new (host, 0, NULL, NULL, &err);
    if (!w) {
       fprintf (stderr, "%s: %s\n", name, err.message);
       return false;

@@ -40,6 +40,15 @@ int64_t fw_lua_call_now_ns (void);
 int64_t fw_lua_call_budget_ms (lua_State *L, const char *what);
 
 /*
+ * How long before the handler's deadline an IO function with budget_ms left
+ * (> 0) must give up its own wait: 10 ms, or a quarter of a smaller budget.
+ * The watchdog arms the handler's timeout hook up to 5 ms after the
+ * deadline; ending IO earlier lets the IO function raise its typed timeout
+ * (Mongo.Timeout, Http.Timeout) before that hook can replace it.
+ */
+int64_t fw_lua_call_io_margin_ms (int64_t budget_ms);
+
+/*
  * Raises a typed flowwarden error (the same object fw.error builds, so
  * retry_on, no_retry_on and on_error see it like any other): type is a dotted
  * name ("Mongo.Timeout"), the message is printf-style, and fields_idx is the

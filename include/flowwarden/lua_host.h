@@ -68,6 +68,10 @@ void fw_lua_host_push_spec (fw_lua_host_t *host, int i);
 /* Pushes the effective URI (option, script or default) as a string. */
 void fw_lua_host_push_uri (fw_lua_host_t *host);
 
+/* Pushes the array of declared connections ({ name =, uri = } tables, see
+ * flowwarden.config), empty when none. */
+void fw_lua_host_push_connections (fw_lua_host_t *host);
+
 /* Returns the text `flowwarden check` prints for the loaded script (streams
  * with effective settings, then warnings). Caller frees with free(). */
 char *fw_lua_host_describe (fw_lua_host_t *host, fw_error_t *error);

@@ -24,6 +24,7 @@ typedef struct {
    bool include_stack_trace;
    char *write_concern_tag;         /* "majority", or NULL when w is a number */
    int write_concern_w;
+   char *connection;                /* fw.connection name, NULL: the run URI */
 } fw_dlq_config_t;
 
 typedef struct {

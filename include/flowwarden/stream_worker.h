@@ -10,6 +10,7 @@
 
 #include <mongoc/mongoc.h>
 
+#include "flowwarden/connections.h"
 #include "flowwarden/error.h"
 #include "flowwarden/lua_host.h"
 #include "flowwarden/shutdown.h"
@@ -28,12 +29,14 @@ typedef struct {
 
 /*
  * Creates the worker for stream `index` of the script. host must have the
- * script loaded; the worker takes ownership of it (also on failure). pool is
- * borrowed and must outlive the worker. Returns NULL with error filled when
- * the spec cannot be read.
+ * script loaded; the worker takes ownership of it (also on failure). pool
+ * (the change stream's and checkpoints') and conns (fw.mongo's connections,
+ * may be NULL: fw.mongo then has none) are borrowed and must outlive the
+ * worker. Returns NULL with error filled when the spec cannot be read.
  */
 fw_stream_worker_t *fw_stream_worker_new (fw_lua_host_t *host, int index,
-                                          mongoc_client_pool_t *pool, fw_error_t *error);
+                                          mongoc_client_pool_t *pool, fw_connections_t *conns,
+                                          fw_error_t *error);
 
 /* Asks the stream to stop: the in-flight handler finishes, a backoff wait
  * ends at once, the final checkpoint is written. Returns at once; join to

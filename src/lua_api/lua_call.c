@@ -58,6 +58,13 @@ fw_lua_call_budget_ms (lua_State *L, const char *what)
    return left < 1000000 ? 1 : left / 1000000;
 }
 
+int64_t
+fw_lua_call_io_margin_ms (int64_t budget_ms)
+{
+   int64_t quarter = budget_ms / 4;
+   return quarter < 10 ? quarter : 10;
+}
+
 int
 fw_lua_raise_typed (lua_State *L, const char *type, int fields_idx, const char *fmt, ...)
 {

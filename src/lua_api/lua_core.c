@@ -6,11 +6,14 @@
 
 #include <lauxlib.h>
 #include <lua5.4/lua-cjson.h>
+#include <mongoc/mongoc.h>
 
 #include "flowwarden/bson_lua.h"
 #include "flowwarden/bson_view.h"
+#include "flowwarden/http_lua.h"
 #include "flowwarden/log.h"
 #include "flowwarden/lua_core.h"
+#include "flowwarden/mongo_lua.h"
 #include "flowwarden/state_lua.h"
 
 #define STREAM_KEY "flowwarden.stream_name"
@@ -95,6 +98,28 @@ core_code_w_scope (lua_State *L)
    return 1;
 }
 
+/*
+ * uri_check(uri) -> true | false, why: whether libmongoc accepts the URI, so
+ * that fw.connection and fw.defaults { uri } fail at load time (and in
+ * `check`) rather than when a handler first connects. Never connects.
+ */
+static int
+core_uri_check (lua_State *L)
+{
+   const char *text = luaL_checkstring (L, 1);
+   bson_error_t berr;
+   mongoc_uri_t *uri = mongoc_uri_new_with_error (text, &berr);
+
+   if (uri) {
+      mongoc_uri_destroy (uri);
+      lua_pushboolean (L, 1);
+      return 1;
+   }
+   lua_pushboolean (L, 0);
+   lua_pushstring (L, berr.message);
+   return 2;
+}
+
 int
 fw_lua_core_open (lua_State *L)
 {
@@ -102,8 +127,12 @@ fw_lua_core_open (lua_State *L)
    fw_bson_lua_open (L, lua_gettop (L));
    fw_bson_view_open (L, lua_gettop (L));
    fw_state_lua_open (L, -1);
+   fw_http_lua_open (L, -1);
+   fw_mongo_lua_open (L, -1);
    lua_pushcfunction (L, core_code_w_scope);
    lua_setfield (L, -2, "code_w_scope");
+   lua_pushcfunction (L, core_uri_check);
+   lua_setfield (L, -2, "uri_check");
    /* fw.json encodes through lua-cjson, linked into the binary: a cjson.so
     * found on package.cpath would bring its own copy of Lua. */
    luaL_getsubtable (L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);

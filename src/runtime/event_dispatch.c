@@ -147,6 +147,7 @@ decide (fw_stream_worker_t *w, int attempt, fw_lua_stop_t stop, decision_t *out)
       lua_pushvalue (L, user_err);
       fw_event_ctx_push (L, &w->dispatch);
       on_error_ok = fw_lua_host_call (w->host, 2, 1, w->cfg.timeout_ms, &inner);
+      fw_mongo_lua_close_cursors (L);
       if (!on_error_ok) {
          lua_getfield (L, -1, "value");
          lua_remove (L, -2);
@@ -349,6 +350,9 @@ fw_event_dispatch (fw_stream_worker_t *w, const fw_event_t *ev)
       lua_rawgeti (L, LUA_REGISTRYINDEX, ref);
       fw_event_ctx_push (L, &w->dispatch);
       ok = fw_lua_host_call (w->host, 1, 0, w->cfg.timeout_ms, &stop);
+      /* A cursor a handler left open holds a server cursor and this
+       * thread's client: close it now, not when the collector runs. */
+      fw_mongo_lua_close_cursors (L);
       if (ok && !w->dispatch.dlq_requested) {
          w->stats.handled++;
          return FW_DISPATCH_DONE;
@@ -415,9 +419,15 @@ fw_event_dispatch_open_dlq (fw_stream_worker_t *w)
    fw_error_t err;
 
    for (int tries = 1;; tries++) {
-      w->dlq = fw_dlq_store_mongo_new (w->client, w->cfg.database, w->cfg.dlq.collection,
-                                       w->cfg.dlq.write_concern_tag, w->cfg.dlq.write_concern_w,
-                                       &err);
+      /* A DLQ on a named connection (seed 002's roadmap: mongoTemplateRef). */
+      mongoc_client_t *client = w->cfg.dlq.connection
+                                   ? fw_connection_clients_get (w->clients, w->cfg.dlq.connection,
+                                                                &err)
+                                   : w->client;
+      w->dlq = client ? fw_dlq_store_mongo_new (client, w->cfg.database, w->cfg.dlq.collection,
+                                                w->cfg.dlq.write_concern_tag,
+                                                w->cfg.dlq.write_concern_w, &err)
+                      : NULL;
       if (w->dlq) {
          return true;
       }

@@ -42,14 +42,6 @@ struct fw_lua_host {
    char version[17];    /* hash of the script and its modules */
 };
 
-static int64_t
-now_ns (void)
-{
-   struct timespec ts;
-   clock_gettime (CLOCK_MONOTONIC, &ts);
-   return (int64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* Counts bytes so the state can be held to its memory_limit. Per the
  * lua_Alloc contract osize is meaningless when ptr is NULL. */
 static void *
@@ -110,7 +102,7 @@ watchdog_main (void *arg)
       struct timespec tick = {0, FW_WATCHDOG_TICK_NS};
       int64_t now;
       nanosleep (&tick, NULL);
-      now = now_ns ();
+      now = fw_lua_call_now_ns ();
       pthread_mutex_lock (&watch_mu);
       for (fw_lua_host_t *h = watched; h; h = h->next) {
          int64_t deadline = __atomic_load_n (&h->call.deadline_ns, __ATOMIC_ACQUIRE);
@@ -456,6 +448,17 @@ fw_lua_host_push_uri (fw_lua_host_t *host)
    lua_rawgeti (host->L, LUA_REGISTRYINDEX, host->uri_ref);
 }
 
+void
+fw_lua_host_push_connections (fw_lua_host_t *host)
+{
+   lua_rawgeti (host->L, LUA_REGISTRYINDEX, host->config_ref);
+   if (!lua_istable (host->L, -1) || lua_getfield (host->L, -1, "connections") != LUA_TTABLE) {
+      lua_pop (host->L, 1);
+      lua_newtable (host->L);
+   }
+   lua_remove (host->L, -2);
+}
+
 static int
 pmain_describe (lua_State *L)
 {
@@ -495,7 +498,7 @@ count_hook (lua_State *L, lua_Debug *ar)
    fw_lua_host_t *host = host_of (L);
    int64_t deadline = __atomic_load_n (&host->call.deadline_ns, __ATOMIC_ACQUIRE);
    (void) ar;
-   if (host->timed_out || (deadline && now_ns () > deadline)) {
+   if (host->timed_out || (deadline && fw_lua_call_now_ns () > deadline)) {
       host->timed_out = true;
       luaL_error (L, "handler exceeded its timeout");
    }
@@ -532,7 +535,7 @@ fw_lua_host_call (fw_lua_host_t *host, int nargs, int nresults, int64_t timeout_
       host->caller = pthread_self ();
       __atomic_store_n (&host->poked, 0, __ATOMIC_RELEASE);
       calling = host;
-      __atomic_store_n (&host->call.deadline_ns, now_ns () + timeout_ms * 1000000,
+      __atomic_store_n (&host->call.deadline_ns, fw_lua_call_now_ns () + timeout_ms * 1000000,
                         __ATOMIC_RELEASE);
    }
    host->call.in_call = 1;

@@ -13,6 +13,7 @@
 
 #include <mongoc/mongoc.h>
 
+#include "flowwarden/connections.h"
 #include "flowwarden/log.h"
 #include "flowwarden/lua_host.h"
 #include "flowwarden/runtime.h"
@@ -92,6 +93,7 @@ write_pid_file (const char *path)
 typedef struct {
    const fw_run_options_t *opts;
    mongoc_client_pool_t *pool;
+   fw_connections_t *conns;      /* fw.mongo's and named DLQs' connections */
    fw_stream_worker_t **workers; /* running (or failed) streams */
    int n;
    char *version;
@@ -122,6 +124,28 @@ free_workers (fw_stream_worker_t **ws, int n)
    free (ws);
 }
 
+/* Registers the connections the script declares; a changed URI takes effect
+ * for operations started from now on. */
+static bool
+register_connections (runtime_t *rt, fw_lua_host_t *host, fw_error_t *error)
+{
+   lua_State *L = fw_lua_host_state (host);
+   bool ok = true;
+
+   fw_lua_host_push_connections (host);
+   for (lua_Integer i = 1; ok && i <= (lua_Integer) lua_rawlen (L, -1); i++) {
+      lua_rawgeti (L, -1, i);
+      lua_getfield (L, -1, "name");
+      lua_getfield (L, -2, "uri");
+      if (lua_type (L, -2) == LUA_TSTRING && lua_type (L, -1) == LUA_TSTRING) {
+         ok = fw_connections_set (rt->conns, lua_tostring (L, -2), lua_tostring (L, -1), error);
+      }
+      lua_pop (L, 3);
+   }
+   lua_pop (L, 1);
+   return ok;
+}
+
 /* Loads the script once per stream (each stream gets a Lua state of its
  * own) and builds every worker without starting any: a failure leaves
  * nothing behind. */
@@ -136,6 +160,10 @@ build_workers (runtime_t *rt, fw_stream_worker_t ***out, int *n_out, char **vers
    if (!first) {
       return false;
    }
+   if (!register_connections (rt, first, error)) {
+      fw_lua_host_destroy (first);
+      return false;
+   }
    n = fw_lua_host_stream_count (first);
    *version = strdup (fw_lua_host_version (first));
    if (n == 0 || !(ws = calloc ((size_t) n, sizeof *ws)) || !*version) {
@@ -148,7 +176,7 @@ build_workers (runtime_t *rt, fw_stream_worker_t ***out, int *n_out, char **vers
    }
    for (int i = 0; i < n; i++) {
       fw_lua_host_t *host = i == 0 ? first : load (rt->opts->script, option_uri (rt->opts), error);
-      if (!host || !(ws[i] = fw_stream_worker_new (host, i, rt->pool, error))) {
+      if (!host || !(ws[i] = fw_stream_worker_new (host, i, rt->pool, rt->conns, error))) {
          free_workers (ws, i);
          free (*version);
          *version = NULL;
@@ -268,7 +296,7 @@ all_failed (runtime_t *rt)
 int
 fw_runtime_run (const fw_run_options_t *opts)
 {
-   runtime_t rt = {opts, NULL, NULL, 0, NULL, 0, 0};
+   runtime_t rt = {opts, NULL, NULL, NULL, 0, NULL, 0, 0};
    fw_error_t err;
    fw_lua_host_t *probe = NULL;
    mongoc_uri_t *uri = NULL;
@@ -308,6 +336,13 @@ fw_runtime_run (const fw_run_options_t *opts)
    }
    mongoc_client_pool_set_error_api (rt.pool, MONGOC_ERROR_API_VERSION_2);
    mongoc_client_pool_set_appname (rt.pool, "flowwarden");
+   /* fw.mongo's "default" connection: the run URI, in a pool of its own so
+    * handler IO never waits behind (or times out) the change stream's. */
+   if (!(rt.conns = fw_connections_new ()) ||
+       !fw_connections_set (rt.conns, "default", uri_string, &err)) {
+      fw_log (FW_LOG_ERROR, NULL, "%s", rt.conns ? err.message : "out of memory");
+      goto done;
+   }
 
    if (!build_workers (&rt, &rt.workers, &rt.n, &rt.version, &err)) {
       fw_log (FW_LOG_ERROR, NULL, "invalid script:\n%s", err.message);
@@ -364,6 +399,7 @@ done:
               (unsigned long long) rt.reloads, (unsigned long long) rt.reload_failures);
    }
    free_workers (rt.workers, rt.n);
+   fw_connections_destroy (rt.conns);
    mongoc_client_pool_destroy (rt.pool);
    mongoc_uri_destroy (uri);
    if (opts->pid_file && started) {

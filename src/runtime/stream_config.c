@@ -155,6 +155,7 @@ read_dlq (lua_State *L, int t, fw_dlq_config_t *dlq)
       int s = lua_gettop (L);
       dlq->enabled = bool_field (L, s, "enabled", true);
       dlq->collection = dup_field (L, s, "collection");
+      dlq->connection = dup_field (L, s, "connection");
       dlq->ttl_days = (int) int_field (L, s, "ttl_days", 30);
       dlq->include_original_document = bool_field (L, s, "include_original_document", true);
       dlq->include_stack_trace = bool_field (L, s, "include_stack_trace", true);
@@ -242,6 +243,7 @@ fw_stream_config_cleanup (fw_stream_config_t *cfg)
    free (cfg->full_document_before_change);
    free (cfg->dlq.collection);
    free (cfg->dlq.write_concern_tag);
+   free (cfg->dlq.connection);
    bson_destroy (cfg->pipeline);
    memset (cfg, 0, sizeof *cfg);
 }

@@ -7,9 +7,11 @@
 
 #include <pthread.h>
 
+#include "flowwarden/connections.h"
 #include "flowwarden/dlq_store.h"
 #include "flowwarden/event.h"
 #include "flowwarden/event_ctx.h"
+#include "flowwarden/mongo_lua.h"
 #include "flowwarden/state_store.h"
 #include "flowwarden/stream_config.h"
 #include "flowwarden/stream_worker.h"
@@ -42,6 +44,8 @@ struct fw_stream_worker {
    uint64_t rng;
    fw_stream_stats_t stats;
    fw_state_store_t *state;    /* fw.state: kept across reloads, see state_attach */
+   fw_connection_clients_t *clients; /* fw.mongo's and a named DLQ connection's clients */
+   fw_mongo_provider_t mongo;  /* hands fw.mongo the clients above */
 };
 
 typedef enum {

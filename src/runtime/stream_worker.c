@@ -12,6 +12,7 @@
 #include "flowwarden/checkpoint_store.h"
 #include "flowwarden/log.h"
 #include "flowwarden/lua_core.h"
+#include "flowwarden/mongo_lua.h"
 #include "flowwarden/state_lua.h"
 #include "stream_worker-private.h"
 
@@ -70,10 +71,19 @@ static bool apply_pending (fw_stream_worker_t *w);
 
 /* --- fw.state: the worker owns the store, its Lua state borrows it ------- */
 
-/* Points w's Lua state at w's store and applies w's bound to it. */
+/* fw.mongo asks the worker for the client of a connection. */
+static mongoc_client_t *
+mongo_client_for (void *ud, const char *name, fw_error_t *error)
+{
+   fw_stream_worker_t *w = ud;
+   return fw_connection_clients_get (w->clients, name, error);
+}
+
+/* Points w's Lua state at w's store (bound applied) and w's clients. */
 static void
 state_attach (fw_stream_worker_t *w)
 {
+   fw_mongo_lua_attach (fw_lua_host_state (w->host), &w->mongo);
    fw_lua_state_attach (fw_lua_host_state (w->host), w->state);
    fw_state_store_set_label (w->state, w->cfg.name);
    fw_state_store_set_max_bytes (w->state, w->cfg.state_max_bytes);
@@ -92,7 +102,7 @@ fw_stream_worker_take_state (fw_stream_worker_t *w, fw_stream_worker_t *from)
 
 fw_stream_worker_t *
 fw_stream_worker_new (fw_lua_host_t *host, int index, mongoc_client_pool_t *pool,
-                      fw_error_t *error)
+                      fw_connections_t *conns, fw_error_t *error)
 {
    fw_stream_worker_t *w = calloc (1, sizeof *w);
    lua_State *L = fw_lua_host_state (host);
@@ -130,11 +140,14 @@ fw_stream_worker_new (fw_lua_host_t *host, int index, mongoc_client_pool_t *pool
    w->dispatch.dlq_enabled = w->cfg.dlq.enabled;
    w->rng = (uint64_t) fw_now_ms () ^ ((uint64_t) (uintptr_t) w << 16) ^ (uint64_t) getpid ();
    fw_lua_host_set_memory_limit (host, w->cfg.memory_limit);
-   if (!(w->state = fw_state_store_new (w->cfg.state_max_bytes))) {
-      fw_error_set (error, FW_ERROR_NOMEM, "out of memory creating the fw.state store");
+   if (!(w->state = fw_state_store_new (w->cfg.state_max_bytes)) ||
+       !(w->clients = fw_connection_clients_new (conns))) {
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory creating a stream");
       fw_stream_worker_destroy (w);
       return NULL;
    }
+   w->mongo.client_for = mongo_client_for;
+   w->mongo.ud = w;
    state_attach (w);
    return w;
 }
@@ -198,6 +211,7 @@ static bool
 same_dlq (const fw_dlq_config_t *a, const fw_dlq_config_t *b)
 {
    return a->enabled == b->enabled && same_string (a->collection, b->collection) &&
+          same_string (a->connection, b->connection) &&
           same_string (a->write_concern_tag, b->write_concern_tag) &&
           a->write_concern_w == b->write_concern_w;
 }
@@ -543,6 +557,10 @@ done:
    bson_destroy (&p.processed);
    fw_dlq_store_destroy (w->dlq);
    w->dlq = NULL;
+   /* Clients are thread-bound: give them back on the thread that used them,
+    * after fw.mongo let go of them (the detach closes its cursors). */
+   fw_mongo_lua_attach (fw_lua_host_state (w->host), NULL);
+   fw_connection_clients_release (w->clients);
    mongoc_client_pool_push (w->pool, w->client);
    w->client = NULL;
    __atomic_store_n (&w->finished, true, __ATOMIC_RELEASE);
@@ -586,6 +604,7 @@ fw_stream_worker_destroy (fw_stream_worker_t *w)
    fw_stream_config_cleanup (&w->cfg);
    fw_lua_host_destroy (w->host);
    fw_state_store_destroy (w->state);
+   fw_connection_clients_destroy (w->clients);
    pthread_mutex_destroy (&w->pending_mu);
    fw_shutdown_cleanup (&w->own_shutdown);
    free (w);

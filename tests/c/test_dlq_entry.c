@@ -25,7 +25,7 @@ typedef struct {
    fw_event_t ev;
 } fixture_t;
 
-static const fw_dlq_config_t defaults = {true, "_fw_dlq", 30, true, true, "majority", 0};
+static const fw_dlq_config_t defaults = {true, "_fw_dlq", 30, true, true, "majority", 0, NULL};
 
 static void
 build_event (fixture_t *f, const char *op, bool with_full_document)

@@ -1,0 +1,58 @@
+/*
+ * mongo_lua.h - fw.mongo: MongoDB CRUD from handlers (collection handles,
+ * cursors, typed Mongo.* errors), over clients the runtime provides.
+ *
+ * The Lua API layer does not know where clients come from: the stream
+ * worker (a layer above) attaches a provider to each Lua state it runs, and
+ * fw.mongo asks it for the client of a named connection ("default" is the
+ * run URI). Every operation is bounded by the running handler's remaining
+ * budget (maxTimeMS and, through io_deadline.h, the socket reads and
+ * writes), so a hung server costs the handler a Mongo.Timeout, not the
+ * stream.
+ */
+#ifndef FLOWWARDEN_MONGO_LUA_H
+#define FLOWWARDEN_MONGO_LUA_H
+
+#include <lua.h>
+#include <mongoc/mongoc.h>
+
+#include "flowwarden/error.h"
+
+/*
+ * Returns the client for connection `name` (never NULL on success), or NULL
+ * with error filled (FW_ERROR_INVALID for an unknown name). The client is
+ * borrowed: it stays valid for the life of the thread running the state and
+ * is used by that thread only. Called on the thread running the handler.
+ */
+typedef mongoc_client_t *(*fw_mongo_client_fn) (void *ud, const char *name, fw_error_t *error);
+
+typedef struct {
+   fw_mongo_client_fn client_for;
+   void *ud;
+} fw_mongo_provider_t;
+
+/* Stores provider (borrowed: it must outlive its use by L, or be replaced by
+ * another attach first) in L's registry. NULL detaches, after closing the
+ * cursors L still holds open (see fw_mongo_lua_close_cursors): detach before
+ * the provider's clients go away. Never raises. */
+void fw_mongo_lua_attach (lua_State *L, const fw_mongo_provider_t *provider);
+
+/*
+ * Closes the cursors L's handlers left open (a handler that stopped a
+ * `for doc in cursor` loop early): kills them on the server and frees them,
+ * on the clients they came from. Call it on the thread that ran the handler,
+ * after the call (the worker does it after each handler call). A cursor used
+ * after that raises "cursor is closed". Never raises.
+ *
+ * Without it a cursor is closed when the garbage collector takes it, if that
+ * happens on the thread that opened it while the provider is still attached;
+ * otherwise its native memory is leaked rather than freed through a client
+ * that may be gone.
+ */
+void fw_mongo_lua_close_cursors (lua_State *L);
+
+/* Sets `mongo` (a table with `collection`) in the table at module_idx. May
+ * raise (memory). */
+void fw_mongo_lua_open (lua_State *L, int module_idx);
+
+#endif

@@ -1,0 +1,328 @@
+/*
+ * mongo_errors.c - fw.mongo's typed errors: which Mongo.* type a libmongoc
+ * failure is, and the fields a handler (and retry_on / no_retry_on) sees.
+ *
+ * Classification assumes MONGOC_ERROR_API_VERSION_2, where every error the
+ * server reported has domain MONGOC_ERROR_SERVER (write concern errors:
+ * MONGOC_ERROR_WRITE_CONCERN) and the server's code, so server codes and
+ * libmongoc's own codes (which overlap numerically) never mix.
+ */
+#include <stdarg.h>
+#include <string.h>
+
+#include <lauxlib.h>
+
+#include "flowwarden/bson_lua.h"
+#include "flowwarden/io_deadline.h"
+#include "flowwarden/lua_call.h"
+#include "mongo_lua-private.h"
+
+#define T_DUPLICATE_KEY "Mongo.DuplicateKey"
+#define T_NETWORK "Mongo.Network"
+#define T_TIMEOUT "Mongo.Timeout"
+#define T_NOT_PRIMARY "Mongo.NotWritablePrimary"
+#define T_WRITE_CONCERN "Mongo.WriteConcern"
+#define T_INVALID "Mongo.Invalid"
+#define T_COMMAND "Mongo.Command"
+
+typedef struct {
+   int32_t code;
+   const char *name;
+   const char *type;
+} code_entry_t;
+
+/* Server codes with a type other than Mongo.Command. docs/lua-api.md lists
+ * the same table: keep them together. Mongo.Invalid holds what cannot
+ * succeed when sent again unchanged (a script or data bug). */
+static const code_entry_t codes[] = {
+   {11000, "DuplicateKey", T_DUPLICATE_KEY},
+   {11001, "DuplicateKey", T_DUPLICATE_KEY},
+
+   {50, "MaxTimeMSExpired", T_TIMEOUT},
+   {262, "ExceededTimeLimit", T_TIMEOUT},
+
+   {6, "HostUnreachable", T_NETWORK},
+   {7, "HostNotFound", T_NETWORK},
+   {89, "NetworkTimeout", T_NETWORK},
+   {9001, "SocketException", T_NETWORK},
+
+   {91, "ShutdownInProgress", T_NOT_PRIMARY},
+   {189, "PrimarySteppedDown", T_NOT_PRIMARY},
+   {10058, "LegacyNotPrimary", T_NOT_PRIMARY},
+   {10107, "NotWritablePrimary", T_NOT_PRIMARY},
+   {11600, "InterruptedAtShutdown", T_NOT_PRIMARY},
+   {11602, "InterruptedDueToReplStateChange", T_NOT_PRIMARY},
+   {13435, "NotPrimaryNoSecondaryOk", T_NOT_PRIMARY},
+   {13436, "NotPrimaryOrSecondary", T_NOT_PRIMARY},
+
+   {64, "WriteConcernFailed", T_WRITE_CONCERN},
+   {79, "UnknownReplWriteConcern", T_WRITE_CONCERN},
+   {100, "UnsatisfiableWriteConcern", T_WRITE_CONCERN},
+
+   {2, "BadValue", T_INVALID},
+   {4, "NoSuchKey", T_INVALID},
+   {9, "FailedToParse", T_INVALID},
+   {13, "Unauthorized", T_INVALID},
+   {14, "TypeMismatch", T_INVALID},
+   {15, "Overflow", T_INVALID},
+   {18, "AuthenticationFailed", T_INVALID},
+   {20, "IllegalOperation", T_INVALID},
+   {22, "InvalidBSON", T_INVALID},
+   {28, "PathNotViable", T_INVALID},
+   {29, "NonExistentPath", T_INVALID},
+   {30, "InvalidPath", T_INVALID},
+   {40, "ConflictingUpdateOperators", T_INVALID},
+   {52, "DollarPrefixedFieldName", T_INVALID},
+   {53, "InvalidIdField", T_INVALID},
+   {54, "NotSingleValueField", T_INVALID},
+   {55, "InvalidDBRef", T_INVALID},
+   {56, "EmptyFieldName", T_INVALID},
+   {57, "DottedFieldName", T_INVALID},
+   {59, "CommandNotFound", T_INVALID},
+   {66, "ImmutableField", T_INVALID},
+   {72, "InvalidOptions", T_INVALID},
+   {73, "InvalidNamespace", T_INVALID},
+   {115, "CommandNotSupported", T_INVALID},
+   {121, "DocumentValidationFailure", T_INVALID},
+   {166, "CommandNotSupportedOnView", T_INVALID},
+   {168, "InvalidPipelineOperator", T_INVALID},
+   {10334, "BSONObjectTooLarge", T_INVALID},
+   {17419, "Location17419", T_INVALID}, /* document too large after an update */
+   {40414, "Location40414", T_INVALID}, /* a required field is missing */
+   {40415, "Location40415", T_INVALID}, /* unknown field */
+   {51024, "Location51024", T_INVALID}, /* negative skip, limit or batchSize */
+};
+
+static const code_entry_t *
+find_code (int32_t code)
+{
+   for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
+      if (codes[i].code == code) {
+         return &codes[i];
+      }
+   }
+   return NULL;
+}
+
+static bool
+is_server_domain (uint32_t domain)
+{
+   return domain == MONGOC_ERROR_SERVER || domain == MONGOC_ERROR_WRITE_CONCERN;
+}
+
+const char *
+fw_mongo_error_type (const bson_error_t *error, const bson_t *reply, bool deadline_passed)
+{
+   const code_entry_t *e;
+
+   (void) reply;
+   switch (error->domain) {
+   case MONGOC_ERROR_SERVER:
+      e = find_code ((int32_t) error->code);
+      return e ? e->type : T_COMMAND;
+   case MONGOC_ERROR_WRITE_CONCERN:
+      /* A write concern error reports the wtimeout or the shutdown that
+       * stopped replication; it is always Mongo.WriteConcern: the write
+       * itself was applied on the primary. */
+      return T_WRITE_CONCERN;
+   case MONGOC_ERROR_STREAM:
+   case MONGOC_ERROR_SERVER_SELECTION:
+   case MONGOC_ERROR_PROTOCOL:
+      return deadline_passed ? T_TIMEOUT : T_NETWORK;
+   case MONGOC_ERROR_CLIENT:
+      if (deadline_passed) {
+         return T_TIMEOUT;
+      }
+      if (error->code == MONGOC_ERROR_CLIENT_AUTHENTICATE ||
+          error->code == MONGOC_ERROR_CLIENT_TOO_BIG ||
+          error->code == MONGOC_ERROR_CLIENT_NO_ACCEPTABLE_PEER) {
+         return T_INVALID;
+      }
+      return error->code == MONGOC_ERROR_CLIENT_NOT_READY ? T_NETWORK : T_COMMAND;
+   case MONGOC_ERROR_BSON:
+   case MONGOC_ERROR_NAMESPACE:
+   case MONGOC_ERROR_COMMAND: /* with API 2: libmongoc refused the arguments */
+      return T_INVALID;
+   default:
+      return deadline_passed ? T_TIMEOUT : T_COMMAND;
+   }
+}
+
+/* Reads the string at key of doc, or NULL. */
+static const char *
+doc_string (const bson_t *doc, const char *key)
+{
+   bson_iter_t it;
+   if (doc && bson_iter_init_find (&it, doc, key) && BSON_ITER_HOLDS_UTF8 (&it)) {
+      return bson_iter_utf8 (&it, NULL);
+   }
+   return NULL;
+}
+
+/* Pushes labels: the reply's errorLabels as an array of strings. */
+static void
+push_labels (lua_State *L, const bson_t *reply)
+{
+   bson_iter_t it, sub;
+   lua_Integer n = 0;
+
+   lua_newtable (L);
+   if (reply && bson_iter_init_find (&it, reply, "errorLabels") && BSON_ITER_HOLDS_ARRAY (&it) &&
+       bson_iter_recurse (&it, &sub)) {
+      while (bson_iter_next (&sub)) {
+         if (BSON_ITER_HOLDS_UTF8 (&sub)) {
+            lua_pushstring (L, bson_iter_utf8 (&sub, NULL));
+            lua_rawseti (L, -2, ++n);
+         }
+      }
+   }
+}
+
+/* Pushes write_errors: { index (1-based, as Lua counts the documents or
+ * operations), code, message } per entry of the reply's writeErrors. */
+static void
+push_write_errors (lua_State *L, const bson_t *reply)
+{
+   bson_iter_t it, arr, we;
+   lua_Integer n = 0;
+
+   lua_newtable (L);
+   if (!reply || !bson_iter_init_find (&it, reply, "writeErrors") || !BSON_ITER_HOLDS_ARRAY (&it) ||
+       !bson_iter_recurse (&it, &arr)) {
+      return;
+   }
+   while (bson_iter_next (&arr)) {
+      if (!BSON_ITER_HOLDS_DOCUMENT (&arr) || !bson_iter_recurse (&arr, &we)) {
+         continue;
+      }
+      lua_createtable (L, 0, 3);
+      while (bson_iter_next (&we)) {
+         const char *key = bson_iter_key (&we);
+         if (strcmp (key, "index") == 0 && BSON_ITER_HOLDS_NUMBER (&we)) {
+            lua_pushinteger (L, (lua_Integer) bson_iter_as_int64 (&we) + 1);
+            lua_setfield (L, -2, "index");
+         } else if (strcmp (key, "code") == 0 && BSON_ITER_HOLDS_NUMBER (&we)) {
+            lua_pushinteger (L, (lua_Integer) bson_iter_as_int64 (&we));
+            lua_setfield (L, -2, "code");
+         } else if (strcmp (key, "errmsg") == 0 && BSON_ITER_HOLDS_UTF8 (&we)) {
+            lua_pushstring (L, bson_iter_utf8 (&we, NULL));
+            lua_setfield (L, -2, "message");
+         }
+      }
+      lua_rawseti (L, -2, ++n);
+   }
+}
+
+/* The server's codeName for error's code: from the reply's top level when it
+ * is the reply of that error, else from the table. */
+static const char *
+code_name (const bson_error_t *error, const bson_t *reply)
+{
+   bson_iter_t it;
+   const code_entry_t *e;
+   const char *name = doc_string (reply, "codeName");
+
+   if (name && bson_iter_init_find (&it, reply, "code") && BSON_ITER_HOLDS_NUMBER (&it) &&
+       bson_iter_as_int64 (&it) == (int64_t) error->code) {
+      return name;
+   }
+   e = find_code ((int32_t) error->code);
+   return e ? e->name : NULL;
+}
+
+int
+fw_mongo_raise (lua_State *L, fw_mongo_op_t *op, const fw_mongo_ctx_t *ctx,
+                const bson_error_t *error, const bson_t *reply)
+{
+   bool passed = ctx->deadline_ns && (ctx->deadline_hit || fw_io_deadline_hit () ||
+                                      fw_lua_call_now_ns () >= ctx->deadline_ns);
+   const char *type = fw_mongo_error_type (error, reply, passed);
+   const char *name;
+   bool timed_out = passed && strcmp (type, T_TIMEOUT) == 0 && !is_server_domain (error->domain);
+
+   luaL_checkstack (L, 6, "fw.mongo");
+   lua_createtable (L, 0, 4);
+   if (is_server_domain (error->domain)) {
+      lua_pushinteger (L, (lua_Integer) error->code);
+      lua_setfield (L, -2, "code");
+      if ((name = code_name (error, reply))) {
+         lua_pushstring (L, name);
+         lua_setfield (L, -2, "code_name");
+      }
+   }
+   push_labels (L, reply);
+   lua_setfield (L, -2, "labels");
+   push_write_errors (L, reply);
+   lua_setfield (L, -2, "write_errors");
+   /* The reply may live in op: read everything before releasing it. */
+   fw_mongo_op_release (op);
+   if (timed_out) {
+      return fw_lua_raise_typed (L, type, -1,
+                                 "fw.mongo: %s on %s.%s: the handler's time budget ran out (%s)",
+                                 ctx->method, ctx->db, ctx->coll, error->message);
+   }
+   return fw_lua_raise_typed (L, type, -1, "fw.mongo: %s on %s.%s: %s", ctx->method, ctx->db,
+                              ctx->coll, error->message);
+}
+
+int
+fw_mongo_arg_error (lua_State *L, const char *fmt, ...)
+{
+   va_list ap;
+
+   va_start (ap, fmt);
+   lua_pushvfstring (L, fmt, ap);
+   va_end (ap);
+   return fw_lua_raise_typed (L, "ArgumentError", 0, "%s", lua_tostring (L, -1));
+}
+
+/* Levenshtein distance, for names of at most 63 bytes (longer: far). */
+static size_t
+distance (const char *a, const char *b)
+{
+   size_t la = strlen (a), lb = strlen (b), row[64], i, j;
+
+   if (la >= sizeof row || lb >= sizeof row) {
+      return SIZE_MAX;
+   }
+   for (j = 0; j <= lb; j++) {
+      row[j] = j;
+   }
+   for (i = 1; i <= la; i++) {
+      size_t diag = row[0];
+      row[0] = i;
+      for (j = 1; j <= lb; j++) {
+         size_t up = row[j];
+         size_t best = diag + (a[i - 1] != b[j - 1]);
+         if (up + 1 < best) {
+            best = up + 1;
+         }
+         if (row[j - 1] + 1 < best) {
+            best = row[j - 1] + 1;
+         }
+         row[j] = best;
+         diag = up;
+      }
+   }
+   return row[lb];
+}
+
+const char *
+fw_mongo_suggest (const char *word, const char *const *names)
+{
+   const char *best = NULL;
+   size_t best_d = SIZE_MAX;
+
+   for (; *names; names++) {
+      size_t d = distance (word, *names);
+      if (d < best_d) {
+         best_d = d;
+         best = *names;
+      }
+   }
+   /* A typo: up to 2 edits, and fewer than half the word's length. */
+   if (best && best_d <= 2 && best_d * 2 < strlen (word)) {
+      return best;
+   }
+   return NULL;
+}

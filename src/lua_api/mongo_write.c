@@ -1,0 +1,629 @@
+/*
+ * mongo_write.c - fw.mongo's write methods: insert, update, replace,
+ * delete, find_one_and_update and bulk_write (see mongo_lua.c for the
+ * shared machinery and docs/lua-api.md for what scripts see).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include <lauxlib.h>
+
+#include "flowwarden/bson_lua.h"
+#include "flowwarden/io_deadline.h"
+#include "mongo_lua-private.h"
+
+static const char *const no_opts[] = {NULL};
+static const char *const insert_many_opts[] = {"ordered", NULL};
+static const char *const update_opts[] = {"upsert", NULL};
+static const char *const fam_opts[] = {"upsert", "return_document", "sort", "projection", NULL};
+static const char *const bulk_opts[] = {"ordered", NULL};
+
+/* --- helpers -------------------------------------------------------------- */
+
+/* Whether doc's top-level keys all start with '$' (all_ops) and whether any
+ * does (any_op); an empty document has neither. */
+static void
+scan_operators (const bson_t *doc, bool *all_ops, bool *any_op)
+{
+   bson_iter_t it;
+   bool any_key = false;
+
+   *all_ops = true;
+   *any_op = false;
+   if (bson_iter_init (&it, doc)) {
+      while (bson_iter_next (&it)) {
+         bool op = bson_iter_key (&it)[0] == '$';
+         any_key = true;
+         *any_op = *any_op || op;
+         *all_ops = *all_ops && op;
+      }
+   }
+   *all_ops = *all_ops && any_key;
+}
+
+/* Converts the update at idx into out: a non-empty document of $-operators. */
+static void
+arg_update (lua_State *L, fw_mongo_op_t *op, int idx, const char *method, const char *path,
+            bson_t *out)
+{
+   bson_iter_t it;
+   bool all_ops, any_op;
+   int t = lua_type (L, idx);
+
+   if ((t != LUA_TTABLE && t != LUA_TUSERDATA) ||
+       fw_mongo_arg_value (L, op, idx, method, path, &it) != BSON_TYPE_DOCUMENT) {
+      fw_mongo_op_release (op);
+      fw_mongo_arg_error (L, "%s: %s must be a table of $-operators or use replace_one", method,
+                          path);
+   }
+   fw_mongo_arg_document (L, op, idx, method, path, out);
+   scan_operators (out, &all_ops, &any_op);
+   if (!all_ops) {
+      fw_mongo_op_release (op);
+      fw_mongo_arg_error (L, "%s: %s must be a table of $-operators or use replace_one", method,
+                          path);
+   }
+}
+
+/* Converts the replacement at idx into out: a document without $-operators. */
+static void
+arg_replacement (lua_State *L, fw_mongo_op_t *op, int idx, const char *method, const char *path,
+                 bson_t *out)
+{
+   bool all_ops, any_op;
+
+   fw_mongo_arg_document (L, op, idx, method, path, out);
+   scan_operators (out, &all_ops, &any_op);
+   if (any_op) {
+      fw_mongo_op_release (op);
+      fw_mongo_arg_error (L, "%s: %s must not contain $-operators", method, path);
+   }
+}
+
+/* Appends to out an _id (a new ObjectId, first, as drivers do) unless doc
+ * has one, then doc's fields. */
+static bool
+copy_with_id (const bson_t *doc, bson_t *out)
+{
+   bson_iter_t it;
+   bson_oid_t oid;
+
+   if (!bson_iter_init_find (&it, doc, "_id")) {
+      bson_oid_init (&oid, NULL);
+      if (!BSON_APPEND_OID (out, "_id", &oid)) {
+         return false;
+      }
+   }
+   return bson_concat (out, doc);
+}
+
+/* Pushes the value of key in doc (nil if absent). */
+static void
+push_field (lua_State *L, fw_mongo_op_t *op, const bson_t *doc, const char *key)
+{
+   bson_iter_t it;
+   fw_error_t err;
+
+   if (!doc || !bson_iter_init_find (&it, doc, key)) {
+      lua_pushnil (L);
+   } else if (!fw_bson_lua_push_value (L, &it, key, &err)) {
+      fw_mongo_op_release (op);
+      luaL_error (L, "fw.mongo: %s", err.message);
+   }
+}
+
+/* The integer at key of doc, 0 if absent. */
+static lua_Integer
+reply_count (const bson_t *reply, const char *key)
+{
+   bson_iter_t it;
+   if (bson_iter_init_find (&it, reply, key) && BSON_ITER_HOLDS_NUMBER (&it)) {
+      return (lua_Integer) bson_iter_as_int64 (&it);
+   }
+   return 0;
+}
+
+/* Runs a libmongoc write under the operation's deadline. */
+#define RUN_BOUNDED(ctx, ok, call)            \
+   do {                                       \
+      fw_io_deadline_set ((ctx).deadline_ns); \
+      ok = (call);                            \
+      fw_io_deadline_set (0);                 \
+   } while (0)
+
+/* --- insert --------------------------------------------------------------- */
+
+int
+fw_mongo_insert_one (lua_State *L)
+{
+   const char *db, *coll, *conn;
+   fw_mongo_ctx_t ctx;
+   fw_mongo_op_t *op;
+   bson_error_t error;
+   bool ok;
+
+   fw_mongo_check_handle (L, "insert_one", 2, &db, &coll, &conn);
+   fw_mongo_ctx_begin (L, &ctx, "insert_one", db, coll, conn);
+   fw_mongo_check_opts (L, 3, "insert_one", no_opts);
+   op = fw_mongo_op_new (L);
+   fw_mongo_arg_document (L, op, 2, "insert_one", "document", &op->update);
+   if (!copy_with_id (&op->update, &op->filter)) {
+      fw_mongo_op_release (op);
+      return fw_mongo_arg_error (L, "insert_one: document is too large");
+   }
+   fw_mongo_ctx_collection (L, op, &ctx, true);
+   RUN_BOUNDED (
+      ctx, ok, mongoc_collection_insert_one (op->coll, &op->filter, &op->opts, &op->reply, &error));
+   if (!ok) {
+      return fw_mongo_raise (L, op, &ctx, &error, &op->reply);
+   }
+   lua_createtable (L, 0, 1);
+   push_field (L, op, &op->filter, "_id");
+   lua_setfield (L, -2, "inserted_id");
+   fw_mongo_op_release (op);
+   return 1;
+}
+
+int
+fw_mongo_insert_many (lua_State *L)
+{
+   const char *db, *coll, *conn;
+   fw_mongo_ctx_t ctx;
+   fw_mongo_op_t *op;
+   bson_error_t error;
+   bson_iter_t it, arr;
+   size_t n = 0;
+   int t = lua_type (L, 2);
+   bool ok;
+
+   fw_mongo_check_handle (L, "insert_many", 2, &db, &coll, &conn);
+   fw_mongo_ctx_begin (L, &ctx, "insert_many", db, coll, conn);
+   fw_mongo_check_opts (L, 3, "insert_many", insert_many_opts);
+   ok = fw_mongo_opt_bool (L, 3, "insert_many", "ordered", true);
+   if (t != LUA_TTABLE && t != LUA_TUSERDATA) {
+      return fw_mongo_arg_error (L, "insert_many: docs must be a non-empty array, got %s",
+                                 luaL_typename (L, 2));
+   }
+   op = fw_mongo_op_new (L);
+   if (!BSON_APPEND_BOOL (&op->opts, "ordered", ok)) {
+      fw_mongo_op_release (op);
+      return luaL_error (L, "insert_many: cannot build the options");
+   }
+   if (fw_mongo_arg_value (L, op, 2, "insert_many", "docs", &it) != BSON_TYPE_ARRAY ||
+       !bson_iter_recurse (&it, &arr)) {
+      fw_mongo_op_release (op);
+      return fw_mongo_arg_error (L, "insert_many: docs must be a non-empty array");
+   }
+   while (bson_iter_next (&arr)) {
+      n++;
+   }
+   if (n == 0) {
+      fw_mongo_op_release (op);
+      return fw_mongo_arg_error (L, "insert_many: docs must be a non-empty array");
+   }
+   op->docs = bson_malloc0 (n * sizeof *op->docs);
+   bson_iter_recurse (&it, &arr);
+   while (bson_iter_next (&arr)) {
+      const uint8_t *data;
+      uint32_t len;
+      bson_t sub;
+
+      if (!BSON_ITER_HOLDS_DOCUMENT (&arr)) {
+         fw_mongo_op_release (op);
+         return fw_mongo_arg_error (L, "insert_many: docs[%d] must be a document",
+                                    (int) op->ndocs + 1);
+      }
+      bson_iter_document (&arr, &len, &data);
+      op->docs[op->ndocs] = bson_new ();
+      op->ndocs++;
+      if (!bson_init_static (&sub, data, len) || !copy_with_id (&sub, op->docs[op->ndocs - 1])) {
+         fw_mongo_op_release (op);
+         return fw_mongo_arg_error (L, "insert_many: docs[%d] is too large", (int) op->ndocs);
+      }
+   }
+   fw_mongo_ctx_collection (L, op, &ctx, true);
+   RUN_BOUNDED (ctx, ok,
+                mongoc_collection_insert_many (op->coll, (const bson_t **) op->docs, op->ndocs,
+                                               &op->opts, &op->reply, &error));
+   if (!ok) {
+      return fw_mongo_raise (L, op, &ctx, &error, &op->reply);
+   }
+   lua_createtable (L, 0, 1);
+   lua_createtable (L, (int) op->ndocs, 0);
+   for (size_t i = 0; i < op->ndocs; i++) {
+      push_field (L, op, op->docs[i], "_id");
+      lua_rawseti (L, -2, (lua_Integer) i + 1);
+   }
+   lua_setfield (L, -2, "inserted_ids");
+   fw_mongo_op_release (op);
+   return 1;
+}
+
+/* --- update, replace, delete ------------------------------------------------ */
+
+typedef enum { UPDATE_ONE, UPDATE_MANY, REPLACE_ONE } update_kind_t;
+
+static int
+update (lua_State *L, const char *method, update_kind_t kind)
+{
+   const char *db, *coll, *conn;
+   fw_mongo_ctx_t ctx;
+   fw_mongo_op_t *op;
+   bson_error_t error;
+   bool ok, upsert;
+
+   fw_mongo_check_handle (L, method, 3, &db, &coll, &conn);
+   fw_mongo_ctx_begin (L, &ctx, method, db, coll, conn);
+   fw_mongo_check_opts (L, 4, method, update_opts);
+   upsert = fw_mongo_opt_bool (L, 4, method, "upsert", false);
+   op = fw_mongo_op_new (L);
+   fw_mongo_arg_document (L, op, 2, method, "filter", &op->filter);
+   if (kind == REPLACE_ONE) {
+      arg_replacement (L, op, 3, method, "replacement", &op->update);
+   } else {
+      arg_update (L, op, 3, method, "update", &op->update);
+   }
+   /* libmongoc 1.23 puts unknown update options into the update statement,
+    * where the server rejects maxTimeMS: the socket deadline bounds it. */
+   fw_mongo_ctx_collection (L, op, &ctx, false);
+   if (upsert && !BSON_APPEND_BOOL (&op->opts, "upsert", true)) {
+      fw_mongo_op_release (op);
+      return luaL_error (L, "%s: cannot build the options", method);
+   }
+   fw_io_deadline_set (ctx.deadline_ns);
+   switch (kind) {
+   case UPDATE_ONE:
+      ok = mongoc_collection_update_one (op->coll, &op->filter, &op->update, &op->opts, &op->reply,
+                                         &error);
+      break;
+   case UPDATE_MANY:
+      ok = mongoc_collection_update_many (op->coll, &op->filter, &op->update, &op->opts, &op->reply,
+                                          &error);
+      break;
+   default:
+      ok = mongoc_collection_replace_one (op->coll, &op->filter, &op->update, &op->opts, &op->reply,
+                                          &error);
+      break;
+   }
+   fw_io_deadline_set (0);
+   if (!ok) {
+      return fw_mongo_raise (L, op, &ctx, &error, &op->reply);
+   }
+   lua_createtable (L, 0, 3);
+   lua_pushinteger (L, reply_count (&op->reply, "matchedCount"));
+   lua_setfield (L, -2, "matched");
+   lua_pushinteger (L, reply_count (&op->reply, "modifiedCount"));
+   lua_setfield (L, -2, "modified");
+   push_field (L, op, &op->reply, "upsertedId");
+   lua_setfield (L, -2, "upserted_id");
+   fw_mongo_op_release (op);
+   return 1;
+}
+
+int
+fw_mongo_update_one (lua_State *L)
+{
+   return update (L, "update_one", UPDATE_ONE);
+}
+
+int
+fw_mongo_update_many (lua_State *L)
+{
+   return update (L, "update_many", UPDATE_MANY);
+}
+
+int
+fw_mongo_replace_one (lua_State *L)
+{
+   return update (L, "replace_one", REPLACE_ONE);
+}
+
+static int
+delete_docs (lua_State *L, const char *method, bool many)
+{
+   const char *db, *coll, *conn;
+   fw_mongo_ctx_t ctx;
+   fw_mongo_op_t *op;
+   bson_error_t error;
+   bool ok;
+
+   fw_mongo_check_handle (L, method, 2, &db, &coll, &conn);
+   fw_mongo_ctx_begin (L, &ctx, method, db, coll, conn);
+   fw_mongo_check_opts (L, 3, method, no_opts);
+   op = fw_mongo_op_new (L);
+   fw_mongo_arg_document (L, op, 2, method, "filter", &op->filter);
+   fw_mongo_ctx_collection (L, op, &ctx, true);
+   RUN_BOUNDED (
+      ctx, ok,
+      many ? mongoc_collection_delete_many (op->coll, &op->filter, &op->opts, &op->reply, &error)
+           : mongoc_collection_delete_one (op->coll, &op->filter, &op->opts, &op->reply, &error));
+   if (!ok) {
+      return fw_mongo_raise (L, op, &ctx, &error, &op->reply);
+   }
+   lua_createtable (L, 0, 1);
+   lua_pushinteger (L, reply_count (&op->reply, "deletedCount"));
+   lua_setfield (L, -2, "deleted");
+   fw_mongo_op_release (op);
+   return 1;
+}
+
+int
+fw_mongo_delete_one (lua_State *L)
+{
+   return delete_docs (L, "delete_one", false);
+}
+
+int
+fw_mongo_delete_many (lua_State *L)
+{
+   return delete_docs (L, "delete_many", true);
+}
+
+/* --- find_one_and_update --------------------------------------------------- */
+
+int
+fw_mongo_find_one_and_update (lua_State *L)
+{
+   const char *db, *coll, *conn, *ret = "before";
+   fw_mongo_ctx_t ctx;
+   fw_mongo_op_t *op;
+   bson_error_t error;
+   bson_iter_t it;
+   fw_error_t err;
+   int flags = MONGOC_FIND_AND_MODIFY_NONE;
+   bool ok;
+
+   fw_mongo_check_handle (L, "find_one_and_update", 3, &db, &coll, &conn);
+   fw_mongo_ctx_begin (L, &ctx, "find_one_and_update", db, coll, conn);
+   fw_mongo_check_opts (L, 4, "find_one_and_update", fam_opts);
+   if (fw_mongo_opt_bool (L, 4, "find_one_and_update", "upsert", false)) {
+      flags |= MONGOC_FIND_AND_MODIFY_UPSERT;
+   }
+   if (lua_istable (L, 4) && lua_getfield (L, 4, "return_document") != LUA_TNIL) {
+      ret = lua_type (L, -1) == LUA_TSTRING ? lua_tostring (L, -1) : "";
+      if (strcmp (ret, "before") != 0 && strcmp (ret, "after") != 0) {
+         return fw_mongo_arg_error (L, "find_one_and_update: return_document must be \"before\" or "
+                                       "\"after\"");
+      }
+      lua_pop (L, 1);
+   }
+   if (strcmp (ret, "after") == 0) {
+      flags |= MONGOC_FIND_AND_MODIFY_RETURN_NEW;
+   }
+   lua_settop (L, 7); /* the handle's names stay at 5..7 */
+   op = fw_mongo_op_new (L);
+   fw_mongo_arg_document (L, op, 2, "find_one_and_update", "filter", &op->filter);
+   arg_update (L, op, 3, "find_one_and_update", "update", &op->update);
+   op->fam = mongoc_find_and_modify_opts_new ();
+   ok = op->fam && mongoc_find_and_modify_opts_set_update (op->fam, &op->update) &&
+        mongoc_find_and_modify_opts_set_flags (op->fam, (mongoc_find_and_modify_flags_t) flags);
+   if (ok && fw_mongo_opt_sort (L, op, 4, "find_one_and_update", &op->sort)) {
+      ok = mongoc_find_and_modify_opts_set_sort (op->fam, &op->sort);
+   }
+   bson_reinit (&op->opts);
+   if (ok && fw_mongo_opt_document (L, op, 4, "find_one_and_update", "projection", &op->opts)) {
+      ok = mongoc_find_and_modify_opts_set_fields (op->fam, &op->opts);
+   }
+   if (ok && ctx.budget_ms > 0) {
+      ok = mongoc_find_and_modify_opts_set_max_time_ms (
+         op->fam, ctx.budget_ms > UINT32_MAX ? UINT32_MAX : (uint32_t) ctx.budget_ms);
+   }
+   if (!ok) {
+      fw_mongo_op_release (op);
+      return luaL_error (L, "find_one_and_update: cannot build the options");
+   }
+   op->coll = mongoc_client_get_collection (ctx.client, db, coll);
+   RUN_BOUNDED (ctx, ok,
+                op->coll && mongoc_collection_find_and_modify_with_opts (
+                               op->coll, &op->filter, op->fam, &op->reply, &error));
+   if (!op->coll) {
+      fw_mongo_op_release (op);
+      return luaL_error (L, "fw.mongo: find_one_and_update on %s.%s: cannot open the collection",
+                         db, coll);
+   }
+   if (!ok) {
+      return fw_mongo_raise (L, op, &ctx, &error, &op->reply);
+   }
+   if (bson_iter_init_find (&it, &op->reply, "value") && BSON_ITER_HOLDS_DOCUMENT (&it)) {
+      if (!fw_bson_lua_push_value (L, &it, NULL, &err)) {
+         fw_mongo_op_release (op);
+         return luaL_error (L, "fw.mongo: find_one_and_update on %s.%s: %s", db, coll, err.message);
+      }
+   } else {
+      lua_pushnil (L);
+   }
+   fw_mongo_op_release (op);
+   return 1;
+}
+
+/* --- bulk_write --------------------------------------------------------------- */
+
+static const char *const bulk_kinds[] = {"insert_one", "update_one",  "update_many", "replace_one",
+                                         "delete_one", "delete_many", NULL};
+static const char *const bulk_update_fields[] = {"filter", "update", "upsert", NULL};
+static const char *const bulk_replace_fields[] = {"filter", "replacement", "upsert", NULL};
+static const char *const bulk_delete_fields[] = {"filter", NULL};
+
+/* Adds the operation at the top of the stack (ops[i]) to op->bulk. */
+static void
+bulk_add (lua_State *L, fw_mongo_op_t *op, lua_Integer i)
+{
+   const char *kind, *hint;
+   char path[96], where[128];
+   bson_error_t error;
+   int body, k;
+   bool ok, upsert = false;
+
+   snprintf (where, sizeof where, "bulk_write: ops[%d]", (int) i);
+   if (!lua_istable (L, -1)) {
+      fw_mongo_op_release (op);
+      fw_mongo_arg_error (L, "%s must be a table such as { insert_one = doc }, got %s", where,
+                          luaL_typename (L, -1));
+   }
+   lua_pushnil (L);
+   if (!lua_next (L, -2) || lua_type (L, -2) != LUA_TSTRING) {
+      fw_mongo_op_release (op);
+      fw_mongo_arg_error (L, "%s must have one key naming the operation, such as insert_one",
+                          where);
+   }
+   kind = lua_tostring (L, -2);
+   for (k = 0; bulk_kinds[k] && strcmp (bulk_kinds[k], kind) != 0; k++) {
+   }
+   if (!bulk_kinds[k]) {
+      fw_mongo_op_release (op);
+      if ((hint = fw_mongo_suggest (kind, bulk_kinds))) {
+         fw_mongo_arg_error (L, "%s: unknown operation \"%s\" (did you mean \"%s\"?)", where, kind,
+                             hint);
+      }
+      fw_mongo_arg_error (
+         L,
+         "%s: unknown operation \"%s\" (the operations are insert_one, update_one, "
+         "update_many, replace_one, delete_one and delete_many)",
+         where, kind);
+   }
+   lua_pushvalue (L, -2);
+   if (lua_next (L, -4)) {
+      fw_mongo_op_release (op);
+      fw_mongo_arg_error (L, "%s must have exactly one key naming the operation", where);
+   }
+   body = lua_gettop (L);
+   snprintf (path, sizeof path, "ops[%d].%s", (int) i, kind);
+   bson_reinit (&op->filter);
+   bson_reinit (&op->update);
+   bson_reinit (&op->sort);
+   if (k == 0) {
+      fw_mongo_arg_document (L, op, body, "bulk_write", path, &op->update);
+      ok = mongoc_bulk_operation_insert_with_opts (op->bulk, &op->update, NULL, &error);
+   } else {
+      const char *const *fields = k <= 2   ? bulk_update_fields
+                                  : k == 3 ? bulk_replace_fields
+                                           : bulk_delete_fields;
+      snprintf (where, sizeof where, "bulk_write: %s", path);
+      fw_mongo_check_opts (L, body, where, fields);
+      lua_getfield (L, body, "filter");
+      snprintf (path, sizeof path, "ops[%d].%s.filter", (int) i, kind);
+      fw_mongo_arg_document (L, op, -1, "bulk_write", path, &op->filter);
+      lua_pop (L, 1);
+      if (k <= 3) {
+         upsert = fw_mongo_opt_bool (L, body, where, "upsert", false);
+         if (upsert && !BSON_APPEND_BOOL (&op->sort, "upsert", true)) {
+            fw_mongo_op_release (op);
+            luaL_error (L, "%s: cannot build the options", where);
+         }
+         lua_getfield (L, body, k == 3 ? "replacement" : "update");
+         snprintf (path, sizeof path, "ops[%d].%s.%s", (int) i, kind,
+                   k == 3 ? "replacement" : "update");
+         if (k == 3) {
+            arg_replacement (L, op, -1, "bulk_write", path, &op->update);
+         } else {
+            arg_update (L, op, -1, "bulk_write", path, &op->update);
+         }
+         lua_pop (L, 1);
+      }
+      switch (k) {
+      case 1:
+         ok = mongoc_bulk_operation_update_one_with_opts (op->bulk, &op->filter, &op->update,
+                                                          &op->sort, &error);
+         break;
+      case 2:
+         ok = mongoc_bulk_operation_update_many_with_opts (op->bulk, &op->filter, &op->update,
+                                                           &op->sort, &error);
+         break;
+      case 3:
+         ok = mongoc_bulk_operation_replace_one_with_opts (op->bulk, &op->filter, &op->update,
+                                                           &op->sort, &error);
+         break;
+      case 4:
+         ok = mongoc_bulk_operation_remove_one_with_opts (op->bulk, &op->filter, NULL, &error);
+         break;
+      default:
+         ok = mongoc_bulk_operation_remove_many_with_opts (op->bulk, &op->filter, NULL, &error);
+         break;
+      }
+   }
+   if (!ok) {
+      fw_mongo_op_release (op);
+      fw_mongo_arg_error (L, "bulk_write: ops[%d]: %s", (int) i, error.message);
+   }
+   lua_settop (L, body - 2); /* drop the key and the body: ops[i] stays */
+}
+
+int
+fw_mongo_bulk_write (lua_State *L)
+{
+   const char *db, *coll, *conn;
+   fw_mongo_ctx_t ctx;
+   fw_mongo_op_t *op;
+   bson_error_t error;
+   bson_iter_t it, arr, up, id;
+   lua_Integer n, i;
+   fw_error_t err;
+   bool ordered;
+   uint32_t server;
+
+   fw_mongo_check_handle (L, "bulk_write", 2, &db, &coll, &conn);
+   fw_mongo_ctx_begin (L, &ctx, "bulk_write", db, coll, conn);
+   fw_mongo_check_opts (L, 3, "bulk_write", bulk_opts);
+   ordered = fw_mongo_opt_bool (L, 3, "bulk_write", "ordered", true);
+   if (!lua_istable (L, 2) || (n = (lua_Integer) lua_rawlen (L, 2)) == 0) {
+      return fw_mongo_arg_error (L, "bulk_write: ops must be a non-empty array, got %s",
+                                 lua_istable (L, 2) ? "an empty or non-array table"
+                                                    : luaL_typename (L, 2));
+   }
+   op = fw_mongo_op_new (L);
+   op->coll = mongoc_client_get_collection (ctx.client, db, coll);
+   if (!op->coll || !BSON_APPEND_BOOL (&op->opts, "ordered", ordered)) {
+      fw_mongo_op_release (op);
+      return luaL_error (L, "fw.mongo: bulk_write on %s.%s: cannot open the collection", db, coll);
+   }
+   /* libmongoc's bulk API takes no maxTimeMS: the socket deadline bounds it. */
+   op->bulk = mongoc_collection_create_bulk_operation_with_opts (op->coll, &op->opts);
+   if (!op->bulk) {
+      fw_mongo_op_release (op);
+      return luaL_error (L, "fw.mongo: bulk_write on %s.%s: cannot create the bulk operation", db,
+                         coll);
+   }
+   for (i = 1; i <= n; i++) {
+      lua_rawgeti (L, 2, i);
+      bulk_add (L, op, i);
+      lua_pop (L, 1);
+   }
+   fw_io_deadline_set (ctx.deadline_ns);
+   server = mongoc_bulk_operation_execute (op->bulk, &op->reply, &error);
+   fw_io_deadline_set (0);
+   if (!server) {
+      return fw_mongo_raise (L, op, &ctx, &error, &op->reply);
+   }
+   lua_createtable (L, 0, 6);
+   lua_pushinteger (L, reply_count (&op->reply, "nInserted"));
+   lua_setfield (L, -2, "inserted");
+   lua_pushinteger (L, reply_count (&op->reply, "nMatched"));
+   lua_setfield (L, -2, "matched");
+   lua_pushinteger (L, reply_count (&op->reply, "nModified"));
+   lua_setfield (L, -2, "modified");
+   lua_pushinteger (L, reply_count (&op->reply, "nRemoved"));
+   lua_setfield (L, -2, "deleted");
+   lua_pushinteger (L, reply_count (&op->reply, "nUpserted"));
+   lua_setfield (L, -2, "upserted");
+   lua_newtable (L);
+   if (bson_iter_init_find (&it, &op->reply, "upserted") && BSON_ITER_HOLDS_ARRAY (&it) &&
+       bson_iter_recurse (&it, &arr)) {
+      while (bson_iter_next (&arr)) {
+         if (!BSON_ITER_HOLDS_DOCUMENT (&arr) || !bson_iter_recurse (&arr, &up) ||
+             !bson_iter_find (&up, "index") || !BSON_ITER_HOLDS_NUMBER (&up)) {
+            continue;
+         }
+         i = (lua_Integer) bson_iter_as_int64 (&up) + 1;
+         if (bson_iter_recurse (&arr, &id) && bson_iter_find (&id, "_id")) {
+            if (!fw_bson_lua_push_value (L, &id, "_id", &err)) {
+               fw_mongo_op_release (op);
+               return luaL_error (L, "fw.mongo: bulk_write: %s", err.message);
+            }
+            lua_rawseti (L, -2, i);
+         }
+      }
+   }
+   lua_setfield (L, -2, "upserted_ids");
+   fw_mongo_op_release (op);
+   return 1;
+}
