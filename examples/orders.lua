@@ -1,5 +1,6 @@
 -- The demo script: one stream over shop.orders with a handler per operation
--- type, a retry policy and a dead-letter queue.
+-- type, a retry policy, a dead-letter queue and one side effect: accepted
+-- orders are added to a read model, shop.customer_totals, with fw.mongo.
 --
 --   flowwarden run examples/orders.lua --uri mongodb://127.0.0.1:27017/shop?replicaSet=rs0
 local fw = require("flowwarden")
@@ -31,6 +32,12 @@ fw.stream {
       -- A permanent failure: retried, then dead-lettered.
       error(fw.error("Payment.Unavailable", "payment gateway is down"))
     end
+    -- An upsert: the read model needs no set-up. Network errors and the like
+    -- are typed (Mongo.Network, ...) and retried by the policy above.
+    fw.mongo.collection("shop", "customer_totals"):update_one(
+      { _id = order.customer },
+      { ["$inc"] = { orders = 1, amount = order.total } },
+      { upsert = true })
     fw.log.info(string.format("order %s accepted: %s x%d = %.2f (attempt %d)",
       tostring(order._id), order.item, order.qty, order.total, ctx:attempt_number()))
   end,

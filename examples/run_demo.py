@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The README's demo: a MongoDB stand-in, flowwarden running examples/orders.lua,
 and a client that inserts, updates and deletes orders. Prints what the handlers
-did and the dead-letter entries, then stops everything."""
+did, the read model they wrote with fw.mongo and the dead-letter entries, then
+stops everything."""
 import argparse
 import os
 import queue
@@ -61,13 +62,13 @@ def main():
             orders = client.shop.orders
             print("client: inserting, updating and deleting orders")
             orders.insert_one({"_id": 1, "item": "keyboard", "qty": 1, "total": 49.90,
-                               "gateway": "ok"})
+                               "gateway": "ok", "customer": "ada"})
             orders.insert_one({"_id": 2, "item": "monitor", "qty": 2, "total": 398.00,
-                               "gateway": "flaky"})
+                               "gateway": "flaky", "customer": "ada"})
             orders.insert_one({"_id": 3, "item": "cable", "qty": 3, "total": -5.00,
-                               "gateway": "ok"})
+                               "gateway": "ok", "customer": "bob"})
             orders.insert_one({"_id": 4, "item": "laptop", "qty": 1, "total": 1299.00,
-                               "gateway": "down"})
+                               "gateway": "down", "customer": "bob"})
             orders.update_one({"_id": 1}, {"$set": {"status": "PAID"}})
             orders.delete_one({"_id": 1})
             if not wait_for(lines, seen, "order 1 was deleted", 60):
@@ -77,6 +78,10 @@ def main():
             proc.wait(timeout=30)
         time.sleep(0)  # the pump thread drains the rest as the pipe closes
         print("\nflowwarden exited with status %d" % proc.returncode)
+
+        print("\nread model written by the handler (shop.customer_totals):")
+        for t in client.shop.customer_totals.find().sort("_id", 1):
+            print("  - customer=%s orders=%d amount=%.2f" % (t["_id"], t["orders"], t["amount"]))
 
         print("\ndead-letter queue (shop.orders_dlq):")
         for e in client.shop.orders_dlq.find().sort("createdAt", 1):
