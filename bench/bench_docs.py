@@ -6,6 +6,9 @@ Lua ones run_bench.py generates and bench/node/loop.js:
   S1  no-op
   S2  reads three fields of the full document, one nested: seq, amount, customer.name
   S3  walks the whole full document recursively, counting leaves
+
+S6 and S7 (bench/io_scenarios.py) use io_doc: the small document plus `group`, a key with
+IO_GROUPS distinct values.
 """
 
 import datetime
@@ -27,6 +30,16 @@ def small_doc(i):
         "region": "eu-west",
         "created": CREATED,
     }
+
+
+IO_GROUPS = 100
+
+
+def io_doc(i):
+    """The small document plus `group` ("g00".."g99"): S6 upserts one counter per group."""
+    d = small_doc(i)
+    d["group"] = "g%02d" % (i % IO_GROUPS)
+    return d
 
 
 def large_doc(i):

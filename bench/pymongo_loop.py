@@ -2,13 +2,17 @@
 """The hand-written pymongo consumer flowwarden is compared with (run by bench/run_bench.py).
 
     /usr/bin/python3 bench/pymongo_loop.py --uri URI --db DB --coll COLL
-        [--resume-after JSON_TOKEN] [--events N] [--scenario s1|s2|s3] [--save-every K]
-        [--name STREAM] [--latency]
+        [--resume-after JSON_TOKEN] [--events N] [--scenario s1|s2|s3|s6|s7] [--save-every K]
+        [--name STREAM] [--latency] [--http-url URL]
 
 A plain `coll.watch()` loop: each change goes to a Python function doing the scenario's work
 (bench_docs.Work), and every --save-every events the resume token is checkpointed the way
 flowwarden does it: update_one upsert of {_id: name} in DB._fw_checkpoints setting
 lastProcessedToken (the event _id), lastSeenToken (the stream's resume token) and updatedAt.
+
+S6 and S7 (bench/io_scenarios.py) do one round trip per event, waiting for its answer: S6 an
+update_one upsert {_id: group} {$inc: {n: 1}} into DB.s6_totals; S7 a POST of
+{"id": {"$oid": ...}, "k": group} to --http-url with http.client (one keep-alive connection).
 
 Throughput mode (--events N): stops after N events, saves the checkpoint and prints one JSON
 line {"events", "first_ns", "last_ns", "checksum"} (CLOCK_MONOTONIC, taken after the first and
@@ -19,11 +23,13 @@ the Nth event were handled, and "open_ns" just before the change stream is opene
 
 import argparse
 import datetime
+import http.client
 import json
 import os
 import signal
 import sys
 import time
+from urllib.parse import urlsplit
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -42,6 +48,31 @@ def vm_hwm_kb():
     return 0
 
 
+def io_handler(scenario, db, url):
+    """The S6/S7 handler: one round trip per event, as flowwarden's fw.mongo / fw.http do."""
+    if scenario == "s6":
+        totals = db["s6_totals"]
+
+        def s6(change):
+            totals.update_one({"_id": change["fullDocument"]["group"]}, {"$inc": {"n": 1}},
+                              upsert=True)
+        return s6
+    u = urlsplit(url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+    headers = {"Content-Type": "application/json"}
+
+    def s7(change):
+        d = change["fullDocument"]
+        body = json.dumps({"id": {"$oid": str(d["_id"])}, "k": d["group"]},
+                          separators=(",", ":")).encode()
+        conn.request("POST", u.path, body, headers)
+        resp = conn.getresponse()
+        resp.read()
+        if resp.status != 200:
+            raise RuntimeError("HTTP status %d" % resp.status)
+    return s7
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--uri", required=True)
@@ -49,10 +80,11 @@ def main():
     p.add_argument("--coll", required=True)
     p.add_argument("--resume-after", default=None, help="resume token as JSON ({\"_data\": ...})")
     p.add_argument("--events", type=int, default=0)
-    p.add_argument("--scenario", default="s2", choices=["s1", "s2", "s3"])
+    p.add_argument("--scenario", default="s2", choices=["s1", "s2", "s3", "s6", "s7"])
     p.add_argument("--save-every", type=int, default=100)
     p.add_argument("--name", default="bench")
     p.add_argument("--latency", action="store_true")
+    p.add_argument("--http-url", default=None, help="S7: where to POST each event")
     a = p.parse_args()
 
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
@@ -60,7 +92,10 @@ def main():
     coll = client[a.db][a.coll]
     ckpt = client[a.db]["_fw_checkpoints"]
     work = Work()
-    handle = getattr(work, a.scenario)
+    if a.scenario in ("s6", "s7"):
+        handle = io_handler(a.scenario, client[a.db], a.http_url)
+    else:
+        handle = getattr(work, a.scenario)
     token = json.loads(a.resume_after) if a.resume_after else None
     out = sys.stdout
 

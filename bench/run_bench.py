@@ -3,10 +3,10 @@
 
     /usr/bin/python3 bench/run_bench.py [--events N] [--repeat K] [--json out.json]
 
-Sets itself up (cmake build of flowwarden, fw_drain and fw_event_path_bench; `npm ci` of the
-`mongodb` driver into bench/node/), starts a MongoDB stand-in, pre-loads events in bulk and
-then measures, for the same pre-loaded events watched from a resume token taken before the
-load:
+Sets itself up (cmake build of flowwarden, fw_drain, fw_event_path_bench and fw_http_sink;
+`npm ci` of the `mongodb` driver into bench/node/), starts a MongoDB stand-in, pre-loads
+events in bulk and then measures, for the same pre-loaded events watched from a resume token
+taken before the load:
 
   flowwarden  build/flowwarden run with a generated script (S1/S2/S3 handlers)
   pymongo     bench/pymongo_loop.py (Debian python3-pymongo 3.11, C extensions)
@@ -16,7 +16,8 @@ load:
 Scenarios: S1 no-op handler, S2 three fields of the full document (one nested), S3 walk the
 whole full document; each on `small` (~300-byte documents) and `large` (~4 KB) data sets with
 checkpoint save_every = 100. S4: S2 with save_every = 1 vs 100 on the `ckpt` data set. S5:
-insert-to-handler latency at a steady 2,000 inserts/s. Plus the in-process per-event path
+insert-to-handler latency at a steady 2,000 inserts/s. S6/S7 (bench/io_scenarios.py): one
+MongoDB upsert / one loopback HTTP POST per event. Plus the in-process per-event path
 (build/fw_event_path_bench) on events recorded from the stand-in. Every figure is the median
 of --repeat runs. See docs/performance.md.
 """
@@ -32,7 +33,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -45,7 +45,9 @@ sys.path.insert(0, HERE)
 import pymongo  # noqa: E402
 from bson.raw_bson import RawBSONDocument  # noqa: E402
 
-from bench_docs import large_doc, small_doc  # noqa: E402
+import io_scenarios  # noqa: E402
+from bench_docs import io_doc, large_doc, small_doc  # noqa: E402
+from bench_proc import Child, log, proc_cpu_s  # noqa: E402
 from standin_process import StandIn  # noqa: E402
 
 PY = "/usr/bin/python3"
@@ -53,11 +55,7 @@ DB = "bench"
 STREAM = "bench"
 NO_CKPT = 1000000000  # save_every for the "-nockpt" rows: only the shutdown save
 SYSTEMS = ["flowwarden", "pymongo", "node"]
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def log(*a):
-    print(*a, file=sys.stderr, flush=True)
+BINARIES = ["flowwarden", "fw_drain", "fw_event_path_bench", "fw_http_sink"]
 
 
 # ---- set-up -------------------------------------------------------------------
@@ -72,10 +70,10 @@ def setup(skip_build):
             if "CMAKE_BUILD_TYPE:STRING=Release" not in cache:
                 log("note: %s is not a Release build; figures may be slower than shipped"
                     % BUILD)
-        log("building flowwarden, fw_drain, fw_event_path_bench in %s ..." % BUILD)
-        subprocess.run(["cmake", "--build", BUILD, "-j2", "--target", "flowwarden", "fw_drain",
-                        "fw_event_path_bench"], check=True, stdout=subprocess.DEVNULL)
-    for b in ("flowwarden", "fw_drain", "fw_event_path_bench"):
+        log("building %s in %s ..." % (", ".join(BINARIES), BUILD))
+        subprocess.run(["cmake", "--build", BUILD, "-j2", "--target"] + BINARIES, check=True,
+                       stdout=subprocess.DEVNULL)
+    for b in BINARIES:
         if not os.access(os.path.join(BUILD, b), os.X_OK):
             sys.exit("missing %s: build first (cmake --build build)" % os.path.join(BUILD, b))
     if not os.path.exists(os.path.join(NODE_DIR, "node_modules", "mongodb", "package.json")):
@@ -87,141 +85,6 @@ def setup(skip_build):
     drv = json.load(open(os.path.join(NODE_DIR, "node_modules", "mongodb", "package.json")))
     return {"node": node_ver, "node_mongodb": drv["version"], "pymongo": pymongo.version,
             "pymongo_c": pymongo.has_c()}
-
-
-# ---- child processes -----------------------------------------------------------
-
-def proc_cpu_s(pid):
-    """user+sys seconds of a live process from /proc (clock-tick resolution)."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK
-    except (OSError, IndexError, ValueError):
-        return 0.0
-
-
-def proc_status_kb(pid, field="VmRSS"):
-    try:
-        with open("/proc/%d/status" % pid) as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-class Child:
-    """A consumer process: lines of stdout/stderr stamped on receipt, RSS sampled, and its own
-    resource usage (os.wait4) when it ends."""
-
-    def __init__(self, cmd, cwd=None):
-        self.cmd = cmd
-        self.out = []  # (receipt time.time_ns(), text)
-        self.err = []
-        self.rss = []  # (monotonic s, VmRSS kB)
-        # Peak RSS is VmHWM, not ru_maxrss: Linux carries the forking Python process's RSS
-        # (~50 MB) across exec into ru_maxrss, which would hide a small consumer.
-        self.hwm_kb = 0
-        self.cond = threading.Condition()
-        self.t_start = time.monotonic()
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     stdin=subprocess.DEVNULL, cwd=cwd)
-        self.pid = self.proc.pid
-        self.done = False
-        self.rusage = None
-        self.status = None
-        self.threads = [threading.Thread(target=self._read, args=(self.proc.stdout, self.out),
-                                         daemon=True),
-                        threading.Thread(target=self._read, args=(self.proc.stderr, self.err),
-                                         daemon=True),
-                        threading.Thread(target=self._sample, daemon=True)]
-        for t in self.threads:
-            t.start()
-
-    def _read(self, f, sink):
-        for raw in iter(f.readline, b""):
-            t = time.time_ns()
-            with self.cond:
-                sink.append((t, raw.decode("utf-8", "replace").rstrip("\n")))
-                self.cond.notify_all()
-        with self.cond:
-            self.cond.notify_all()
-
-    def _sample(self):
-        while not self.done:
-            kb = proc_status_kb(self.pid)
-            if kb:
-                self.rss.append((time.monotonic(), kb))
-            self.note_hwm()
-            time.sleep(0.1)
-
-    def note_hwm(self, kb=None):
-        kb = kb if kb is not None else proc_status_kb(self.pid, "VmHWM")
-        self.hwm_kb = max(self.hwm_kb, kb or 0)
-
-    def wait_for(self, pred, timeout):
-        """Waits until pred() (called under the lock) is true; False on timeout or exit."""
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while not pred():
-                left = deadline - time.monotonic()
-                if left <= 0 or (self.proc.poll() is not None and not pred()):
-                    # one last look after the readers drained the pipes
-                    self.cond.wait(0.2)
-                    return pred()
-                self.cond.wait(min(left, 0.5))
-        return True
-
-    def stop(self, sig=signal.SIGTERM, timeout=60):
-        if self.status is None:
-            self.note_hwm()
-            try:
-                os.kill(self.pid, sig)
-            except ProcessLookupError:
-                pass
-        return self.reap(timeout)
-
-    def reap(self, timeout=600):
-        if self.status is not None:
-            return self.status
-        deadline = time.monotonic() + timeout
-        while True:
-            pid, status, ru = os.wait4(self.pid, os.WNOHANG)
-            if pid == self.pid:
-                break
-            if time.monotonic() > deadline:
-                os.kill(self.pid, signal.SIGKILL)
-                pid, status, ru = os.wait4(self.pid, 0)
-                break
-            time.sleep(0.02)
-        self.done = True
-        self.status = os.waitstatus_to_exitcode(status)
-        self.proc.returncode = self.status
-        self.rusage = ru
-        for t in self.threads[:2]:
-            t.join(5)
-        return self.status
-
-    @property
-    def cpu_s(self):
-        return self.rusage.ru_utime + self.rusage.ru_stime
-
-    @property
-    def maxrss_kb(self):
-        return self.hwm_kb
-
-    def rss_profile(self, t_from=None, t_to=None):
-        """RSS at the middle and at the end of [t_from, t_to] (monotonic)."""
-        s = [(t, kb) for t, kb in self.rss
-             if (t_from is None or t >= t_from) and (t_to is None or t <= t_to)]
-        if not s:
-            return None, None
-        return s[len(s) // 2][1], s[-1][1]
-
-    def tail(self, n=15):
-        return "\n".join(x[1] for x in (self.err + self.out)[-n:])
 
 
 # ---- flowwarden scripts --------------------------------------------------------------
@@ -335,10 +198,12 @@ class Bench:
             {"_id": STREAM}, {"_id": STREAM, "lastProcessedToken": self.tokens[coll]}, upsert=True)
 
     # -- one throughput run --
-    def run(self, system, coll, scenario, save_every=100):
+    def run(self, system, coll, scenario, save_every=100, extra=(), timeout=None):
+        """One consumer over the N pre-loaded events of coll; extra: more arguments for the
+        pymongo and Node loops."""
         n = self.counts[coll]
         token = self.tokens[coll]
-        timeout = 120 + n / 2000.0
+        timeout = timeout or 120 + n / 2000.0
         self.db["_fw_checkpoints"].delete_many({})
         sc0 = proc_cpu_s(self.standin_pid)
         t_wall0 = time.monotonic()
@@ -363,8 +228,8 @@ class Bench:
 
             def marker(word):
                 for _, line in c.err:
-                    if ('"BENCH %s"' % word) in line:
-                        return True
+                    if ('"BENCH %s"' % word) in line or '"level" : "error"' in line:
+                        return True  # an error fails the run (below) without the timeout
                 return False
             ok = c.wait_for(lambda: marker("done"), timeout)
             t_last = time.monotonic()
@@ -388,7 +253,7 @@ class Bench:
             cmd += ["--uri", self.s.uri, "--db", DB, "--coll", coll,
                     "--resume-after", json.dumps(token), "--events", str(n),
                     "--scenario", scenario, "--save-every", str(save_every), "--name", STREAM]
-            c = Child(cmd)
+            c = Child(cmd + list(extra))
             c.reap(timeout)
             res = None
             for _, line in c.out:
@@ -509,7 +374,7 @@ def median_of(runs, key):
 def summarize(runs, idle_cpu=0.0):
     s = {k: median_of(runs, k) for k in ("events", "seconds", "events_per_s", "cpu_s",
                                          "maxrss_kb", "rss_mid_kb", "rss_end_kb",
-                                         "standin_cpu_s")}
+                                         "standin_cpu_s", "server_cpu_s")}
     if s["events"]:
         s["cpu_us_per_event"] = s["cpu_s"] / s["events"] * 1e6
         s["cpu_us_per_event_net"] = max(0.0, s["cpu_s"] - idle_cpu) / s["events"] * 1e6
@@ -519,6 +384,10 @@ def summarize(runs, idle_cpu=0.0):
 
 def ratio(a, b):
     return None if not a or not b else a / b
+
+
+def per_event(seconds, events):
+    return None if seconds is None or not events else seconds / events * 1e6
 
 
 # ---- output --------------------------------------------------------------------------
@@ -544,6 +413,7 @@ def print_table(R):
             fmt(row["rate_vs_fw"], "%.2f"), fmt(row["cpu_us_per_event"], "%.2f"),
             fmt(row["cpu_vs_fw"], "%.2f"), fmt(row["maxrss_mb"], "%.1f"),
             fmt(row["rss_vs_fw"], "%.2f"), fmt(row.get("pct_of_drain"), "%.0f%%")))
+    out += io_scenarios.notes(R)
     if R.get("latency"):
         out.append("")
         out.append("S5 latency, insert -> handler start, %d inserts/s for %g s (median of runs)"
@@ -588,6 +458,9 @@ def markdown(R):
             fmt(r["rate_vs_fw"], "%.2f"), fmt(r["cpu_us_per_event"], "%.2f"),
             fmt(r["cpu_vs_fw"], "%.2f"), fmt(r["maxrss_mb"], "%.1f"),
             fmt(r["rss_vs_fw"], "%.2f"), fmt(r.get("pct_of_drain"), "%.0f%%")))
+    io_notes = io_scenarios.notes(R)
+    if io_notes:
+        L += [""] + [x + "." for x in io_notes]
     if R.get("latency"):
         L += ["", "| system | p50 ms | p99 ms | max ms | inserts/s | peak RSS MB |",
               "|---|---:|---:|---:|---:|---:|"]
@@ -638,14 +511,15 @@ def goals(R):
             G.append({"goal": "S2 CPU/event <= 1/%d of %s's" % (k, other), "met": r >= k,
                       "measured": "%s uses %.2fx flowwarden's CPU/event (%.2f vs %.2f us)"
                       % (other, r, o["cpu_us_per_event"], fw_["cpu_us_per_event"])})
+    G += io_scenarios.goals(T)
     fw_rows = [r for r in R["table"] if r["system"] == "flowwarden"]
-    if fw_rows:
+    small = [r for r in fw_rows if r["data"] == "small"]
+    if small:
         worst = max(fw_rows, key=lambda r: r["maxrss_mb"] or 0)
-        small = [r for r in fw_rows if r["data"] == "small"]
         grow = ["%s %.1f->%.1f MB" % (r["scenario"], (r["rss_mid_kb"] or 0) / 1024,
                                       (r["rss_end_kb"] or 0) / 1024) for r in small]
         G.append({"goal": "steady RSS <= 20 MB for one stream",
-                  "met": max(r["maxrss_mb"] for r in small) <= 20 if small else False,
+                  "met": max(r["maxrss_mb"] for r in small) <= 20,
                   "measured": "peak %.1f MB (%s %s); small set mid->end of run: %s"
                   % (worst["maxrss_mb"], worst["data"], worst["scenario"], ", ".join(grow))})
     fl = R.get("latency", {}).get("flowwarden")
@@ -673,7 +547,9 @@ def main():
     p.add_argument("--latency-seconds", type=float, default=10.0)
     p.add_argument("--latency-rate", type=float, default=2000.0)
     p.add_argument("--inprocess-events", type=int, default=500000)
-    p.add_argument("--only", default="inprocess,throughput,s4,s5",
+    p.add_argument("--io-events", type=int, default=None,
+                   help="events of S6/S7, one round trip each (default min(20000, events))")
+    p.add_argument("--only", default="inprocess,throughput,s4,s5,s6,s7",
                    help="comma list of parts to run (default all)")
     p.add_argument("--systems", default="flowwarden,pymongo,node,drain")
     p.add_argument("--markdown", default=None, help="also write the tables as Markdown here")
@@ -688,6 +564,7 @@ def main():
     systems = a.systems.split(",")
     large_n = a.large_events if a.large_events is not None else max(1000, a.events // 10)
     ckpt_n = a.ckpt_events if a.ckpt_events is not None else min(20000, a.events)
+    io_n = a.io_events if a.io_events is not None else min(20000, a.events)
 
     if a.from_json:
         R = json.load(open(a.from_json))
@@ -700,7 +577,7 @@ def main():
     versions = setup(a.skip_build)
     R = {"machine": {"cpus": os.cpu_count(), "uname": " ".join(os.uname()[2:5])},
          "versions": versions, "repeat": a.repeat, "events": a.events,
-         "large_events": large_n, "ckpt_events": ckpt_n,
+         "large_events": large_n, "ckpt_events": ckpt_n, "io_events": io_n,
          "latency_rate": a.latency_rate, "latency_seconds": a.latency_seconds,
          "started": datetime.datetime.now().isoformat(timespec="seconds")}
     try:
@@ -722,6 +599,8 @@ def main():
                 R["load"]["large"] = B.load("large", large_n, large_doc)
             if "s4" in parts:
                 R["load"]["ckpt"] = B.load("ckpt", ckpt_n, small_doc)
+            if parts & set(io_scenarios.PARTS):
+                R["load"]["io"] = B.load(io_scenarios.COLL, io_n, io_doc)
 
             if "inprocess" in parts:
                 R["inprocess"] = {}
@@ -748,7 +627,7 @@ def main():
                     log("in-process %s: %s" % (data, R["inprocess"][data]["events_per_cpu_s"]))
 
             R["idle"] = {}
-            if parts & {"throughput", "s4"}:
+            if parts & {"throughput", "s4", "s6", "s7"}:
                 for sysname in [x for x in systems if x != "drain"]:
                     R["idle"][sysname] = B.idle(sysname)
                     log("idle %s: %s" % (sysname, R["idle"][sysname]))
@@ -779,6 +658,9 @@ def main():
                             log("rep %d S4 save_every=%d %-10s %8.0f ev/s  %.2f us/ev" % (
                                 rep + 1, se, sysname, r["events_per_s"],
                                 r["cpu_s"] / r["events"] * 1e6))
+            if parts & set(io_scenarios.PARTS):
+                R["io_server"] = io_scenarios.run(B, DB, parts, systems, a.repeat, raw,
+                                                  LUA_WORK, BUILD)
 
             table = []
             summaries = {}
@@ -799,18 +681,20 @@ def main():
                        "maxrss_mb": s["maxrss_kb"] / 1024 if s["maxrss_kb"] else None,
                        "rss_mid_kb": s["rss_mid_kb"], "rss_end_kb": s["rss_end_kb"],
                        "standin_cpu_s": s["standin_cpu_s"],
+                       "standin_cpu_us_per_event": per_event(s["standin_cpu_s"], s["events"]),
+                       "server_cpu_us_per_event": per_event(s["server_cpu_s"], s["events"]),
                        "rate_vs_fw": ratio(s["events_per_s"], fw_s and fw_s["events_per_s"]),
                        "cpu_vs_fw": ratio(s["cpu_us_per_event_net"],
                                           fw_s and fw_s["cpu_us_per_event_net"]),
                        "rss_vs_fw": ratio(s["maxrss_kb"], fw_s and fw_s["maxrss_kb"]),
                        "pct_of_drain": (100 * s["events_per_s"] / drain["events_per_s"]
-                                        if drain and data != "ckpt" else None),
+                                        if drain and data in ("small", "large") else None),
                        "runs": s["runs"]}
                 table.append(row)
             order = {"drain": 0, "S1": 1, "S2": 2, "S3": 3, "S1-nockpt": 4, "S2-nockpt": 5,
-                     "S4/1": 6, "S4/100": 7}
+                     "S4/1": 6, "S4/100": 7, "S6": 8, "S7": 9}
             sorder = {"drain": 0, "flowwarden": 1, "pymongo": 2, "node": 3}
-            dorder = {"small": 0, "large": 1, "ckpt": 2}
+            dorder = {"small": 0, "large": 1, "ckpt": 2, "io": 3}
             table.sort(key=lambda r: (dorder[r["data"]], order[r["scenario"]], sorder[r["system"]]))
             R["table"] = table
 

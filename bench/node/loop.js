@@ -3,7 +3,8 @@
 // using the npm `mongodb` driver installed in bench/node/node_modules.
 //
 //   node bench/node/loop.js --uri URI --db DB --coll COLL [--resume-after JSON_TOKEN]
-//        [--events N] [--scenario s1|s2|s3] [--save-every K] [--name STREAM] [--latency]
+//        [--events N] [--scenario s1|s2|s3|s6|s7] [--save-every K] [--name STREAM] [--latency]
+//        [--http-url URL]
 //
 // Same contract as bench/pymongo_loop.py: the scenario's work in a JS function per change, and
 // every --save-every events an updateOne upsert of {_id: name} in DB._fw_checkpoints with
@@ -11,6 +12,10 @@
 // {events, open_ns, first_ns, last_ns, hwm_kb, checksum} (monotonic clock; open_ns just before
 // the change stream is opened; hwm_kb = VmHWM, this process's peak RSS); --latency prints "ready" and then
 // "<seq> <t_us>" per event as the handler starts, until SIGTERM.
+//
+// S6 and S7 (bench/io_scenarios.py) await one round trip per event: S6 an updateOne upsert
+// {_id: group} {$inc: {n: 1}} into DB.s6_totals; S7 a POST of {"id": {"$oid": ...}, "k": group}
+// to --http-url with Node's built-in fetch (undici, keep-alive).
 'use strict';
 
 const fs = require('fs');
@@ -23,7 +28,7 @@ function vmHwmKb() {
 
 function parseArgs(argv) {
   const a = { resumeAfter: null, events: 0, scenario: 's2', saveEvery: 100, name: 'bench',
-              latency: false };
+              latency: false, httpUrl: null };
   for (let i = 2; i < argv.length; i++) {
     const k = argv[i];
     const v = () => argv[++i];
@@ -36,6 +41,7 @@ function parseArgs(argv) {
     else if (k === '--save-every') a.saveEvery = parseInt(v(), 10);
     else if (k === '--name') a.name = v();
     else if (k === '--latency') a.latency = true;
+    else if (k === '--http-url') a.httpUrl = v();
     else throw new Error('unknown argument ' + k);
   }
   return a;
@@ -72,6 +78,25 @@ const WORK = {
   },
 };
 
+// S6/S7: handlers that return the promise of their round trip.
+function ioHandler(scenario, db, url) {
+  if (scenario === 's6') {
+    const totals = db.collection('s6_totals');
+    return (change) => totals.updateOne({ _id: change.fullDocument.group }, { $inc: { n: 1 } },
+                                        { upsert: true });
+  }
+  const headers = { 'Content-Type': 'application/json' };
+  return async (change) => {
+    const d = change.fullDocument;
+    const res = await fetch(url, {
+      method: 'POST', headers,
+      body: JSON.stringify({ id: { $oid: d._id.toHexString() }, k: d.group }),
+    });
+    await res.text();
+    if (res.status !== 200) throw new Error('HTTP status ' + res.status);
+  };
+}
+
 async function main() {
   const a = parseArgs(process.argv);
   process.on('SIGTERM', () => process.exit(0));
@@ -80,7 +105,8 @@ async function main() {
   const db = client.db(a.db);
   const coll = db.collection(a.coll);
   const ckpt = db.collection('_fw_checkpoints');
-  const handle = WORK[a.scenario];
+  const io = a.scenario === 's6' || a.scenario === 's7';
+  const handle = io ? ioHandler(a.scenario, db, a.httpUrl) : WORK[a.scenario];
   if (!handle) throw new Error('unknown scenario ' + a.scenario);
   const opts = a.resumeAfter ? { resumeAfter: a.resumeAfter } : {};
   const opened = process.hrtime.bigint(); // the aggregate goes out on the first next()
@@ -111,7 +137,8 @@ async function main() {
   let last = 0n;
   let change = null;
   for await (change of stream) {
-    handle(change);
+    if (io) await handle(change);
+    else handle(change);
     n++;
     if (++since >= a.saveEvery) {
       await save(change);
