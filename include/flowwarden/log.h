@@ -9,6 +9,7 @@
 #define FLOWWARDEN_LOG_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 typedef enum {
    FW_LOG_DEBUG = 0,
@@ -26,6 +27,11 @@ void fw_log_configure (fw_log_level_t level, bool json);
 
 /* True when records at level would be written. */
 bool fw_log_enabled (fw_log_level_t level);
+
+/* Copies uri into buf (len bytes, always terminated) with the password of
+ * its userinfo replaced by "***": "mongodb://u:secret@h/" -> "mongodb://u:***@h/".
+ * Anything that is not scheme://userinfo@ is copied as it is. Returns buf. */
+const char *fw_log_redact_uri (const char *uri, char *buf, size_t len);
 
 /* Writes one record. stream may be NULL. */
 void fw_log (fw_log_level_t level, const char *stream, const char *fmt, ...)

@@ -124,3 +124,31 @@ fw_log (fw_log_level_t level, const char *stream, const char *fmt, ...)
       emit (line, (size_t) n);
    }
 }
+
+const char *
+fw_log_redact_uri (const char *uri, char *buf, size_t len)
+{
+   const char *scheme_end = strstr (uri, "://");
+   const char *rest, *at, *colon;
+
+   if (!len) {
+      return buf;
+   }
+   snprintf (buf, len, "%s", uri);
+   if (!scheme_end) {
+      return buf;
+   }
+   rest = scheme_end + 3;
+   /* userinfo ends at the last '@' before the host list's first '/' */
+   at = NULL;
+   for (const char *p = rest; *p && *p != '/' && *p != '?'; p++) {
+      if (*p == '@') {
+         at = p;
+      }
+   }
+   colon = at ? memchr (rest, ':', (size_t) (at - rest)) : NULL;
+   if (colon) {
+      snprintf (buf, len, "%.*s***%s", (int) (colon + 1 - uri), uri, at);
+   }
+   return buf;
+}

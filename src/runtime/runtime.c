@@ -326,12 +326,16 @@ fw_runtime_run (const fw_run_options_t *opts)
    fw_lua_host_destroy (probe);
    uri = mongoc_uri_new_with_error (uri_string, NULL);
    if (!uri) {
-      fw_log (FW_LOG_ERROR, NULL, "invalid MongoDB URI \"%s\"", uri_string);
+      char shown[512];
+      fw_log (FW_LOG_ERROR, NULL, "invalid MongoDB URI \"%s\"",
+              fw_log_redact_uri (uri_string, shown, sizeof shown));
       goto done;
    }
    rt.pool = mongoc_client_pool_new (uri);
    if (!rt.pool) {
-      fw_log (FW_LOG_ERROR, NULL, "cannot create a client pool for \"%s\"", uri_string);
+      char shown[512];
+      fw_log (FW_LOG_ERROR, NULL, "cannot create a client pool for \"%s\"",
+              fw_log_redact_uri (uri_string, shown, sizeof shown));
       goto done;
    }
    mongoc_client_pool_set_error_api (rt.pool, MONGOC_ERROR_API_VERSION_2);

@@ -100,6 +100,12 @@ class Usage(unittest.TestCase):
         finally:
             probe.close()
 
+    def test_an_invalid_uri_is_logged_without_its_password(self):
+        r = run_cli(["run", self.valid, "--uri", "mongodb://writer:s3cr3t@h:notaport/shop"])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn('invalid MongoDB URI "mongodb://writer:***@h:notaport/shop"', r.stderr)
+        self.assertNotIn("s3cr3t", r.stderr + r.stdout)
+
     def test_check_prints_effective_settings_and_exits_0(self):
         r = run_cli(["check", self.valid])
         self.assertEqual(r.returncode, 0, r.stderr)
