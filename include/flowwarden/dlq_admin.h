@@ -18,6 +18,8 @@
 
 #include <bson/bson.h>
 
+#include <mongoc/mongoc.h>
+
 #include "flowwarden/error.h"
 
 #define FW_DLQ_MAX_IDS 64
@@ -53,5 +55,126 @@ bool fw_dlq_filter_to_query (const fw_dlq_filter_t *filter, const char *default_
  */
 bool fw_dlq_parse_time (const char *option, const char *text, int64_t now_ms, int64_t *out_ms,
                         fw_error_t *error);
+
+/* --- the script's DLQs and the operations of `flowwarden dlq` ------------ */
+
+/* One DLQ collection a script names: every stream whose dlq setting leads to
+ * the same (URI, database, collection) shares one target, and its entries are
+ * told apart by streamName. */
+typedef struct {
+   char *uri;           /* the effective URI of the DLQ's connection */
+   char *connection;    /* "default" (the run URI) or the fw.connection name */
+   char *database;
+   char *collection;
+   char **streams;      /* names of the streams writing here, script order */
+   int n_streams;
+} fw_dlq_target_t;
+
+typedef struct fw_dlq_admin fw_dlq_admin_t;
+
+/*
+ * Loads script (option_uri: --uri or FLOWWARDEN_URI, may be NULL; the
+ * script's and the default URI apply as for `run`) and collects the DLQ
+ * targets of its streams, deduplicated. Connects to nothing yet. NULL with
+ * error filled when the script is invalid or declares no stream with a DLQ.
+ * The caller owns the result: fw_dlq_admin_destroy.
+ */
+fw_dlq_admin_t *fw_dlq_admin_new (const char *script, const char *option_uri,
+                                  fw_error_t *error);
+
+/* Closes the clients and frees everything. NULL is a no-op. */
+void fw_dlq_admin_destroy (fw_dlq_admin_t *admin);
+
+/* Number of targets, and target i (borrowed, valid for the admin's life). */
+int fw_dlq_admin_target_count (const fw_dlq_admin_t *admin);
+const fw_dlq_target_t *fw_dlq_admin_target (const fw_dlq_admin_t *admin, int i);
+
+/*
+ * Restricts every later operation to the target of stream name. Returns
+ * false with error naming the script's streams when the script has no such
+ * stream, or when that stream has no DLQ.
+ */
+bool fw_dlq_admin_restrict (fw_dlq_admin_t *admin, const char *stream, fw_error_t *error);
+
+/* The target stream name writes to, or NULL. Borrowed. */
+const fw_dlq_target_t *fw_dlq_admin_target_of (const fw_dlq_admin_t *admin, const char *stream);
+
+/*
+ * The collection of target i on a client of its URI (created on first use,
+ * owned by the admin; the collection is the caller's: mongoc_collection_destroy).
+ * NULL with error filled when libmongoc rejects the URI.
+ */
+mongoc_collection_t *fw_dlq_admin_collection (fw_dlq_admin_t *admin, int i, fw_error_t *error);
+
+/* Called for every entry found; entry is borrowed for the call. Returning
+ * false stops the search (the visitor fills error). */
+typedef bool (*fw_dlq_visit_fn) (const bson_t *entry, const fw_dlq_target_t *target, void *ud,
+                                 fw_error_t *error);
+
+/*
+ * Visits the entries filter selects in every (restricted) target, oldest
+ * first (createdAt, then _id) within a target, at most filter->limit in all.
+ * Unless with_documents, fullDocument, fullDocumentBeforeChange and
+ * updateDescription are left out by the server (they may hold personal
+ * data). Returns false with error filled on a bad filter, a server error,
+ * or when visit returns false.
+ */
+bool fw_dlq_admin_find (fw_dlq_admin_t *admin, const fw_dlq_filter_t *filter,
+                        const char *default_status, bool with_documents, fw_dlq_visit_fn visit,
+                        void *ud, fw_error_t *error);
+
+/*
+ * Counts the selected entries into out (initialised by the callee, owned by
+ * the caller): { total: int64, by_stream: {name: int64}, by_status: {...},
+ * by_error_type: {...}, oldest_pending_age_s: int64 or null }. A value that
+ * is missing or not a string is counted under "?". filter->limit is ignored.
+ */
+bool fw_dlq_admin_stats (fw_dlq_admin_t *admin, const fw_dlq_filter_t *filter,
+                         const char *default_status, int64_t now_ms, bson_t *out,
+                         fw_error_t *error);
+
+/* The _ids a filter selects now, per target: what discard and purge touch,
+ * and what the operator confirms. */
+typedef struct fw_dlq_selection fw_dlq_selection_t;
+
+/*
+ * Selects (at most filter->limit) entries. With filter->ids, an id that
+ * selects nothing is an error ("no DLQ entry with _id ..."), so a typo
+ * never passes for "0 entries". The caller owns the result:
+ * fw_dlq_selection_destroy.
+ */
+fw_dlq_selection_t *fw_dlq_admin_select (fw_dlq_admin_t *admin, const fw_dlq_filter_t *filter,
+                                         const char *default_status, fw_error_t *error);
+int64_t fw_dlq_selection_size (const fw_dlq_selection_t *selection);
+void fw_dlq_selection_destroy (fw_dlq_selection_t *selection);
+
+/*
+ * Marks the selected entries that still match the filter DISCARDED
+ * (discardedAt, discardReason, lastTouched, and a history item
+ * {at, action: "discarded", actor, result: reason}, the last 20 kept).
+ * *touched: how many were changed.
+ */
+bool fw_dlq_admin_discard (fw_dlq_admin_t *admin, const fw_dlq_selection_t *selection,
+                           const char *reason, const char *actor, int64_t now_ms,
+                           int64_t *touched, fw_error_t *error);
+
+/* Deletes the selected entries that still match the filter. */
+bool fw_dlq_admin_purge (fw_dlq_admin_t *admin, const fw_dlq_selection_t *selection,
+                         int64_t *touched, fw_error_t *error);
+
+typedef enum {
+   FW_DLQ_IMPORT_INSERTED, /* the _id was new */
+   FW_DLQ_IMPORT_REPLACED, /* an entry with this _id was there: now it is this one */
+   FW_DLQ_IMPORT_SKIPPED   /* the entry's stream is not the one fw_dlq_admin_restrict chose */
+} fw_dlq_import_result_t;
+
+/*
+ * Upserts entry by _id into the DLQ collection of its streamName, replacing
+ * the whole document byte for byte (no client-side validation), so importing
+ * twice changes nothing. False with error filled when the entry has no _id,
+ * no string streamName, one the script does not know, or the server refuses.
+ */
+bool fw_dlq_admin_import (fw_dlq_admin_t *admin, const bson_t *entry,
+                          fw_dlq_import_result_t *result, fw_error_t *error);
 
 #endif

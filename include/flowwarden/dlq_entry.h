@@ -1,9 +1,15 @@
 /*
  * dlq_entry.h - builds the dead-letter document of seed 002 for one event.
  *
- * Event fields (documentKey, fullDocument, the resume token, clusterTime) are
- * copied from the event's BSON as they are, never through Lua, so every BSON
- * type survives.
+ * Event fields (documentKey, fullDocument, the resume token, clusterTime, and
+ * what a replay needs to hand the event over again: updateDescription,
+ * fullDocumentBeforeChange, wallTime, txnNumber, lsid) are copied from the
+ * event's BSON as they are, never through Lua, so every BSON type survives.
+ *
+ * The entry is the document as first inserted: status PENDING, lastTouched =
+ * createdAt, reprocessAttempts 0, diagnostics {}, and a one-item history
+ * [{at, action: "enqueued", actor, result: error.type}]. The store turns it
+ * into an upsert when the same event was dead-lettered before.
  */
 #ifndef FLOWWARDEN_DLQ_ENTRY_H
 #define FLOWWARDEN_DLQ_ENTRY_H
@@ -27,7 +33,11 @@ typedef struct {
    int64_t created_ms;
    const char *script_version;  /* may be NULL */
    const bson_t *metadata;      /* may be NULL: stored as {} */
+   const char *actor;           /* history[].actor; NULL: fw_dlq_actor () */
 } fw_dlq_failure_t;
+
+/* Keeps the last FW_DLQ_HISTORY_MAX items of an entry's history. */
+#define FW_DLQ_HISTORY_MAX 20
 
 /* Initialises out and fills it. The caller owns out (bson_destroy). */
 bool fw_dlq_entry_build (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg,
@@ -36,5 +46,9 @@ bool fw_dlq_entry_build (bson_t *out, const fw_event_t *ev, const fw_dlq_config_
 /* Writes "INSERT", "UPDATE", "DROP_DATABASE"...: seed 002's spelling of a
  * MongoDB operation type. */
 void fw_dlq_operation_type (const char *op, char *buf, size_t len);
+
+/* Writes "<hostname>:<pid>", who acted on an entry as history[].actor says
+ * it, into buf (truncated to len). */
+void fw_dlq_actor (char *buf, size_t len);
 
 #endif

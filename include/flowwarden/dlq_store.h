@@ -7,7 +7,9 @@
  * document to the stream's DLQ collection.
  *
  * Entries are BSON documents shaped exactly as seed 002's "DLQ Document
- * Schema", plus eventId, ns {db, coll}, clusterTime and scriptVersion.
+ * Schema", plus eventId, ns {db, coll}, clusterTime, scriptVersion, the
+ * entry's life fields and the event fields a replay needs (dlq_entry.h).
+ * A store keeps one entry per (streamName, eventId).
  */
 #ifndef FLOWWARDEN_DLQ_STORE_H
 #define FLOWWARDEN_DLQ_STORE_H
@@ -22,7 +24,13 @@
 typedef struct fw_dlq_store fw_dlq_store_t;
 
 struct fw_dlq_store {
-   /* Persists entry durably; true only once the backend acknowledged it. */
+   /* Persists entry (as fw_dlq_entry_build made it) durably; true only once
+    * the backend acknowledged it. An entry for an event already stored
+    * (same streamName and eventId) updates that entry instead: attempts
+    * added, lastAttemptAt, error and lastTouched replaced, status back to
+    * PENDING, its history item appended (the last FW_DLQ_HISTORY_MAX kept).
+    * May be called again with the same entry after a failure: an entry
+    * already applied counts as saved. */
    bool (*save) (fw_dlq_store_t *store, const bson_t *entry, fw_error_t *error);
    /* Finds the entry with _id == id; *found tells whether it exists. out is
     * initialised by the callee and owned by the caller. */
@@ -39,8 +47,11 @@ struct fw_dlq_store {
 
 /* The MongoDB store. client is borrowed and must outlive the store;
  * write_concern_tag ("majority") or, when NULL, write_concern_w is used for
- * saves. Ensures the TTL index on expiresAt and the {streamName, createdAt}
- * index, idempotently; fails if they cannot be created. */
+ * saves. Ensures the TTL index on expiresAt, the {streamName, createdAt}
+ * index and the unique {streamName, eventId} index (fw_stream_event_unique),
+ * idempotently; fails if they cannot be created, except when the unique
+ * index is refused because the collection already holds duplicates: then
+ * it logs a warning and works without it (saves are upserts). */
 fw_dlq_store_t *fw_dlq_store_mongo_new (mongoc_client_t *client, const char *database,
                                         const char *collection, const char *write_concern_tag,
                                         int write_concern_w, fw_error_t *error);

@@ -30,6 +30,12 @@ typedef struct {
    uint64_t generation;      /* bumped per event; stale ctx detection */
    int cache_ref;            /* registry ref of the per-event cache, or LUA_NOREF */
    bool cache_used;          /* the cache holds values of the current event */
+   /* During a replay, the dead letter ctx:dead_letter() shows (Axon's
+    * nullable DeadLetter parameter): { id, cause = { type, message },
+    * diagnostics, enqueued_at, last_touched, reprocess_attempts } as BSON,
+    * borrowed from the replay for the event's dispatch. NULL for live
+    * events, and then ctx:dead_letter() returns nil. */
+   const bson_t *dead_letter;
 } fw_dispatch_t;
 
 /* Registers the ctx metatable in L. Call once per state, protected. */
@@ -43,5 +49,10 @@ void fw_event_ctx_push (lua_State *L, fw_dispatch_t *d);
 
 /* Pushes the metadata table handlers filled with ctx:add_metadata (or nil). */
 void fw_event_ctx_push_metadata (lua_State *L, fw_dispatch_t *d);
+
+/* Pushes the table ctx:dead_letter() returns for d's current event (the same
+ * table, converted once per event), or nil for a live event. May raise
+ * (memory, or a letter that is not valid BSON). */
+void fw_event_ctx_push_dead_letter (lua_State *L, fw_dispatch_t *d);
 
 #endif

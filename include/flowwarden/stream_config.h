@@ -25,6 +25,7 @@ typedef struct {
    char *write_concern_tag;         /* "majority", or NULL when w is a number */
    int write_concern_w;
    char *connection;                /* fw.connection name, NULL: the run URI */
+   char *database;                  /* NULL: the stream's database */
 } fw_dlq_config_t;
 
 typedef struct {
@@ -44,6 +45,9 @@ typedef struct {
    fw_backoff_t restart;
    fw_backoff_t retry;
    fw_dlq_config_t dlq;
+   fw_dlq_config_t dlq_fallback;    /* a stream without a DLQ: the script's default DLQ
+                                     * (the first stream declaring one), used only by
+                                     * ctx:send_to_dlq; enabled = false when none */
    int64_t timeout_ms;
    size_t memory_limit;
    size_t state_max_bytes;          /* fw.state's bound (fw.defaults { state = ... }) */

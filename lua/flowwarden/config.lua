@@ -36,6 +36,7 @@ THE EFFECTIVE CONFIGURATION (every field always present unless "| nil"):
     connections = { { name = "audit", uri = "mongodb://...", declared_at = "SCRIPT:LINE" }, ... },
                                               -- fw.connection declarations, in order
     http = { allow_hosts = { "hooks.example", "*.internal" } | nil },
+    script = "/path/script.lua" | nil,        -- finish()'s script option
   }
 
   spec = {
@@ -64,7 +65,15 @@ THE EFFECTIVE CONFIGURATION (every field always present unless "| nil"):
     dlq = nil | { collection = "_fw_dlq", ttl_days = 30 (0 = forever),
                   include_original_document = true, include_stack_trace = true,
                   write_concern = "majority" | <integer >= 1>,
-                  connection = "audit" | nil },       -- nil: the run URI
+                  connection = "audit" | nil,         -- nil: the run URI
+                  enqueue_policy = f | nil,           -- f(letter, err), see flowwarden.dlq
+                  reprocess = nil | { every_ms = 600000 | nil, cron = "*/15 * * * *" | nil,
+                                      batch_size = 100, max_attempts = 5 } },
+    dlq_fallback = nil | { <spec.dlq of the first stream declaring a dlq>,
+                           database = "shop", stream = "order-watcher" },
+                                              -- only on streams without a dlq, when
+                                              -- another stream has one: where
+                                              -- ctx:send_to_dlq sends (seed 000)
     timeout_ms = 30000,
     memory_limit_bytes = 268435456,
     state = { max_bytes = 67108864 },         -- fw.state's bound (fw.defaults only)
@@ -437,6 +446,8 @@ local function validate_stream(decl, defaults, opts, seen_names)
   own = check_switchable(ctx, "dlq", t.dlq, DLQ, "dlq")
   if own then
     local dlq = merge(M.SEED.dlq, defaults.dlq, own)
+    -- merge copies tables as lists; reprocess is a table of settings.
+    dlq.reprocess = own.reprocess or (defaults.dlq and defaults.dlq.reprocess)
     if dlq.connection and dlq.connection ~= "default" and not opts.connections[dlq.connection] then
       ctx:fail("dlq.connection", "unknown connection %s (declare it with fw.connection { name = %s, "
         .. "uri = ... } or omit it to use the run URI)", repr(dlq.connection), repr(dlq.connection))
@@ -569,6 +580,29 @@ function M.finish(opts)
       end
     end
   end
+
+  -- Seed 000: the DLQ store is there as soon as any stream declares a DLQ, so
+  -- ctx:send_to_dlq works on every stream of the script. A stream without its
+  -- own DLQ sends to the first declared one; its failures that exhaust their
+  -- retries are still lost, as the seeds say (only send_to_dlq uses it).
+  local default_dlq
+  for _, spec in ipairs(cfg.streams) do
+    if spec.dlq then
+      default_dlq = spec
+      break
+    end
+  end
+  for _, spec in ipairs(default_dlq and cfg.streams or {}) do
+    if not spec.dlq then
+      local fallback = {}
+      for k, v in pairs(default_dlq.dlq) do
+        fallback[k] = v
+      end
+      fallback.database, fallback.stream = default_dlq.database, default_dlq.name
+      spec.dlq_fallback = fallback
+    end
+  end
+  cfg.script = opts.script or state.script
 
   local errs = {}
   for i = 1, #state.decls do

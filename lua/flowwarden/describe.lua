@@ -8,7 +8,9 @@ flowwarden.describe: the text `flowwarden check` prints for a valid script.
                           filled in
   describe.warnings(cfg)  array of "SCRIPT:LINE: warning: stream \"x\": ..."
                           for settings that are valid but probably not meant
-                          (no DLQ, handlers that can never run, ...); the
+                          (no DLQ, handlers that can never run, ...), then
+                          "SCRIPT:LINE: warning: ..." for the script as a whole
+                          (send_to_dlq called with no DLQ anywhere); the
                           host may also log them when `run` starts
 
 `cfg` is what flowwarden.config.finish() returns. The output is stable: the
@@ -18,8 +20,13 @@ same script always gives the same text, so tests and diffs can rely on it.
 local config = require("flowwarden.config")
 local duration = require("flowwarden.duration")
 local errors = require("flowwarden.errors")
+local cron = require("flowwarden.cron")
+local dlq = require("flowwarden.dlq")
 
 local M = {}
+
+-- Seconds since the epoch, for dlq.reprocess.next_runs (tests replace it).
+M.now = os.time
 
 local KEY_WIDTH = 31
 
@@ -136,7 +143,11 @@ function M.stream(spec)
   end
 
   local d = spec.dlq
-  if not d then
+  if not d and spec.dlq_fallback then
+    local f = spec.dlq_fallback
+    add("dlq", string.format('(none; ctx:send_to_dlq writes to %s.%s, the dlq of stream "%s")',
+      f.database, f.collection, f.stream))
+  elseif not d then
     add("dlq", "(none)")
   else
     add("dlq.collection", d.collection)
@@ -145,6 +156,24 @@ function M.stream(spec)
     add("dlq.include_stack_trace", tostring(d.include_stack_trace))
     add("dlq.write_concern", tostring(d.write_concern))
     add("dlq.connection", d.connection or "default")
+    if d.enqueue_policy then
+      add("dlq.enqueue_policy", "declared")
+    end
+    local r = d.reprocess
+    if r then
+      if r.every_ms then
+        add("dlq.reprocess.every", ms(r.every_ms))
+      else
+        add("dlq.reprocess.cron", r.cron .. " (UTC)")
+      end
+      add("dlq.reprocess.batch_size", tostring(r.batch_size))
+      add("dlq.reprocess.max_attempts", tostring(r.max_attempts))
+      local runs = {}
+      for i, t in ipairs(dlq.next_runs(r, M.now(), 3)) do
+        runs[i] = cron.format(t)
+      end
+      add("dlq.reprocess.next_runs", list_text(runs, "(never)"))
+    end
   end
   return table.concat(lines, "\n") .. "\n"
 end
@@ -204,10 +233,41 @@ local function stream_warnings(cfg, spec, out)
   end
 end
 
+-- "SCRIPT:LINE" of the first line of the script file that mentions
+-- send_to_dlq, or nil. A textual search, not an analysis: it also finds the
+-- name in comments and strings, and misses calls made by required modules
+-- (good enough for a warning).
+local function send_to_dlq_call(script)
+  local f = script and io.open(script, "r")
+  if not f then
+    return nil
+  end
+  local n, found = 0, nil
+  for line in f:lines() do
+    n = n + 1
+    if line:find("send_to_dlq", 1, true) then
+      found = string.format("%s:%d", script, n)
+      break
+    end
+  end
+  f:close()
+  return found
+end
+
 function M.warnings(cfg)
   local out = {}
   for _, spec in ipairs(cfg.streams) do
     stream_warnings(cfg, spec, out)
+  end
+  local any_dlq = false
+  for _, spec in ipairs(cfg.streams) do
+    any_dlq = any_dlq or spec.dlq ~= nil
+  end
+  local where = not any_dlq and send_to_dlq_call(cfg.script)
+  if where then
+    out[#out + 1] = string.format("%s: warning: ctx:send_to_dlq is called but no stream has a "
+      .. "dlq, so it raises (add dlq = true to a stream; streams without one send to the first "
+      .. "declared dlq)", where)
   end
   return out
 end

@@ -6,6 +6,7 @@ flowwarden: the module operator scripts load with require("flowwarden").
   fw.connection { ... }        a named MongoDB connection for fw.mongo and DLQs
   fw.error(type, msg, fields)  a typed error to raise with error()
   fw.SKIP, fw.RETRY, fw.DLQ, fw.RETHROW   what on_error may return
+  fw.dlq.requeue { ... }, fw.dlq.evict()  what dlq.enqueue_policy may return
   fw.log.debug/info/warn/error(...)       log through the runtime
   fw.json.encode/decode        JSON and Extended JSON (flowwarden.json)
   fw.env(name [, default])     an environment variable (flowwarden.env)
@@ -26,6 +27,7 @@ fw.stream = config.stream
 fw.defaults = config.defaults
 fw.connection = config.connection
 fw.error = errors.new
+fw.dlq = require("flowwarden.dlq").api
 for name, action in pairs(errors.actions) do
   fw[name] = action
 end

@@ -1,5 +1,5 @@
 /*
- * main.c - the command line: flowwarden run | check | version.
+ * main.c - the command line: flowwarden run | check | dlq | version.
  */
 #include <getopt.h>
 #include <pthread.h>
@@ -10,6 +10,7 @@
 #include <lua.h>
 #include <mongoc/mongoc.h>
 
+#include "dlq_cli.h"
 #include "flowwarden/log.h"
 #include "flowwarden/runtime.h"
 
@@ -17,8 +18,9 @@ static const char usage_text[] =
    "usage: flowwarden run SCRIPT [--uri URI] [--log-level debug|info|warn|error]\n"
    "                             [--log-format text|json] [--pid-file PATH]\n"
    "       flowwarden check SCRIPT\n"
+   "       flowwarden dlq list|show|stats|discard|purge|export|import|replay SCRIPT ...\n"
    "       flowwarden version\n"
-   "       flowwarden --help | flowwarden run --help\n";
+   "       flowwarden --help | flowwarden run --help | flowwarden dlq --help\n";
 
 static const char run_help[] =
    "flowwarden run SCRIPT: load SCRIPT, start every stream it declares and run until\n"
@@ -169,6 +171,8 @@ main (int argc, char **argv)
       } else {
          rc = fw_runtime_check (argv[2]);
       }
+   } else if (strcmp (argv[1], "dlq") == 0) {
+      rc = fw_dlq_cli_main (argc - 1, argv + 1);
    } else {
       rc = bad_usage ("unknown command \"%s\"", argv[1]);
    }

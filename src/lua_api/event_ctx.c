@@ -29,7 +29,8 @@ enum {
    SLOT_LSID,
    SLOT_TXN_NUMBER,
    SLOT_METADATA,
-   SLOT_COUNT = SLOT_METADATA
+   SLOT_DEAD_LETTER,
+   SLOT_COUNT = SLOT_DEAD_LETTER
 };
 
 typedef struct {
@@ -294,6 +295,36 @@ ctx_send_to_dlq (lua_State *L)
    return 0;
 }
 
+void
+fw_event_ctx_push_dead_letter (lua_State *L, fw_dispatch_t *d)
+{
+   fw_error_t err;
+
+   if (!d->dead_letter) {
+      lua_pushnil (L);
+      return;
+   }
+   push_cache (L, d);
+   if (lua_rawgeti (L, -1, SLOT_DEAD_LETTER) == LUA_TNIL) {
+      lua_pop (L, 1);
+      if (!fw_bson_lua_push_document (L, d->dead_letter, "dead_letter", &err)) {
+         luaL_error (L, "%s", err.message);
+         return;
+      }
+      lua_pushvalue (L, -1);
+      lua_rawseti (L, -3, SLOT_DEAD_LETTER);
+   }
+   lua_remove (L, -2);
+}
+
+/* ctx:dead_letter(): the letter being replayed, nil for a live event. */
+static int
+ctx_dead_letter (lua_State *L)
+{
+   fw_event_ctx_push_dead_letter (L, check_ctx (L));
+   return 1;
+}
+
 static int
 ctx_tostring (lua_State *L)
 {
@@ -314,6 +345,7 @@ static const luaL_Reg ctx_methods[] = {
    {"add_metadata", ctx_add_metadata},
    {"metadata", ctx_metadata},
    {"send_to_dlq", ctx_send_to_dlq},
+   {"dead_letter", ctx_dead_letter},
    {NULL, NULL}};
 
 void

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
+#include <unistd.h>
 
 #include "flowwarden/dlq_entry.h"
 
@@ -54,43 +55,109 @@ append_or_null (bson_t *out, const char *key, const fw_event_t *ev, fw_event_fie
  * envelope. */
 #define FW_DLQ_MAX_ENTRY_BYTES (16 * 1024 * 1024 - 16 * 1024)
 
+void
+fw_dlq_actor (char *buf, size_t len)
+{
+   char host[256];
+
+   if (gethostname (host, sizeof host) != 0) {
+      snprintf (host, sizeof host, "unknown-host");
+   }
+   host[sizeof host - 1] = '\0';
+   snprintf (buf, len, "%s:%ld", host, (long) getpid ());
+}
+
 static bool
 build (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg,
-       const fw_dlq_failure_t *f, fw_error_t *error);
+       const fw_dlq_failure_t *f, bool slim, fw_error_t *error);
 
 bool
 fw_dlq_entry_build (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg,
                     const fw_dlq_failure_t *f, fw_error_t *error)
 {
-   fw_dlq_config_t slim;
-
-   if (!build (out, ev, cfg, f, error)) {
+   if (!build (out, ev, cfg, f, false, error)) {
       return false;
    }
    if (out->len <= FW_DLQ_MAX_ENTRY_BYTES) {
       return true;
    }
    /* An entry the server would refuse forever would hold the stream forever:
-    * keep everything but the bulky parts, and say so. */
-   slim = *cfg;
-   slim.include_original_document = false;
-   slim.include_stack_trace = false;
+    * keep everything but the bulky parts, and say so (omitted, truncated). */
    bson_destroy (out);
-   if (!build (out, ev, &slim, f, error)) {
+   if (!build (out, ev, cfg, f, true, error)) {
       return false;
    }
    BSON_APPEND_BOOL (out, "truncated", true);
    return true;
 }
 
+/* True when the event has field f with a value worth keeping (not null). */
+static bool
+has_value (const fw_event_t *ev, fw_event_field_t f)
+{
+   bson_iter_t it;
+   return fw_event_field (ev, f, &it) && bson_iter_type (&it) != BSON_TYPE_NULL;
+}
+
+static void
+append_if_present (bson_t *out, const char *key, const fw_event_t *ev, fw_event_field_t f)
+{
+   bson_iter_t it;
+   if (fw_event_field (ev, f, &it)) {
+      bson_append_iter (out, key, -1, &it);
+   }
+}
+
+/* The event fields the entry leaves out although the event had them: the
+ * original document when include_original_document is false or the entry
+ * was slimmed, and the stack trace a slimmed entry drops. A replay reads
+ * this list to tell "the event had none" from "it was not stored". */
+static void
+append_omitted (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg, bool slim)
+{
+   static const struct {
+      const char *name;
+      fw_event_field_t field;
+   } original[] = {{"fullDocument", FW_EV_FULL_DOCUMENT},
+                   {"fullDocumentBeforeChange", FW_EV_BEFORE},
+                   {"updateDescription", FW_EV_UPDATE_DESCRIPTION}};
+   const char *names[4];
+   uint32_t n = 0;
+   bson_t arr;
+
+   if (!cfg->include_original_document || slim) {
+      for (size_t i = 0; i < sizeof original / sizeof original[0]; i++) {
+         if (has_value (ev, original[i].field)) {
+            names[n++] = original[i].name;
+         }
+      }
+   }
+   if (slim && cfg->include_stack_trace) {
+      names[n++] = "error.stackTrace";
+   }
+   if (n == 0) {
+      return;
+   }
+   BSON_APPEND_ARRAY_BEGIN (out, "omitted", &arr);
+   for (uint32_t i = 0; i < n; i++) {
+      char key[16];
+      const char *k;
+      bson_uint32_to_string (i, &k, key, sizeof key);
+      BSON_APPEND_UTF8 (&arr, k, names[i]);
+   }
+   bson_append_array_end (out, &arr);
+}
+
 static bool
 build (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg,
-       const fw_dlq_failure_t *f, fw_error_t *error)
+       const fw_dlq_failure_t *f, bool slim, fw_error_t *error)
 {
    char id[37];
    char op[64];
    char event_id[1024];
-   bson_t err, ns;
+   char actor[300];
+   bool original = cfg->include_original_document && !slim;
+   bson_t err, ns, history, item, empty = BSON_INITIALIZER;
 
    bson_init (out);
    if (!uuid4 (id)) {
@@ -98,19 +165,24 @@ build (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg,
       return false;
    }
    fw_dlq_operation_type (ev->operation_type, op, sizeof op);
+   if (f->actor) {
+      snprintf (actor, sizeof actor, "%s", f->actor);
+   } else {
+      fw_dlq_actor (actor, sizeof actor);
+   }
 
    BSON_APPEND_UTF8 (out, "_id", id);
    BSON_APPEND_UTF8 (out, "streamName", f->stream_name);
    BSON_APPEND_UTF8 (out, "operationType", op);
    append_or_null (out, "documentKey", ev, FW_EV_DOCUMENT_KEY);
-   if (cfg->include_original_document) {
+   if (original) {
       append_or_null (out, "fullDocument", ev, FW_EV_FULL_DOCUMENT);
    }
    append_or_null (out, "resumeToken", ev, FW_EV_ID);
    BSON_APPEND_DOCUMENT_BEGIN (out, "error", &err);
    BSON_APPEND_UTF8 (&err, "type", f->error_type);
    BSON_APPEND_UTF8 (&err, "message", f->error_message);
-   if (cfg->include_stack_trace) {
+   if (cfg->include_stack_trace && !slim) {
       BSON_APPEND_UTF8 (&err, "stackTrace", f->stack_trace ? f->stack_trace : "");
    }
    bson_append_document_end (out, &err);
@@ -124,12 +196,7 @@ build (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg,
    } else {
       BSON_APPEND_NULL (out, "expiresAt");
    }
-   if (f->metadata) {
-      BSON_APPEND_DOCUMENT (out, "metadata", f->metadata);
-   } else {
-      bson_t empty = BSON_INITIALIZER;
-      BSON_APPEND_DOCUMENT (out, "metadata", &empty);
-   }
+   BSON_APPEND_DOCUMENT (out, "metadata", f->metadata ? f->metadata : &empty);
    /* Added to the seed's schema, never renaming any of it. */
    if (fw_event_id (ev, event_id, sizeof event_id)) {
       BSON_APPEND_UTF8 (out, "eventId", event_id);
@@ -142,14 +209,34 @@ build (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg,
       BSON_APPEND_UTF8 (&ns, "coll", fw_event_ns_coll (ev));
    }
    bson_append_document_end (out, &ns);
-   {
-      bson_iter_t ct;
-      if (fw_event_field (ev, FW_EV_CLUSTER_TIME, &ct)) {
-         bson_append_iter (out, "clusterTime", -1, &ct);
-      }
-   }
+   append_if_present (out, "clusterTime", ev, FW_EV_CLUSTER_TIME);
    if (f->script_version) {
       BSON_APPEND_UTF8 (out, "scriptVersion", f->script_version);
    }
+
+   /* The entry's life (issue 12). Fields set later by replays and
+    * operators (lastReprocessAt, resolvedAt, claimedBy, ...) are absent
+    * until then. */
+   BSON_APPEND_DATE_TIME (out, "lastTouched", f->created_ms);
+   BSON_APPEND_INT32 (out, "reprocessAttempts", 0);
+   BSON_APPEND_DOCUMENT (out, "diagnostics", &empty);
+   BSON_APPEND_ARRAY_BEGIN (out, "history", &history);
+   BSON_APPEND_DOCUMENT_BEGIN (&history, "0", &item);
+   BSON_APPEND_DATE_TIME (&item, "at", f->created_ms);
+   BSON_APPEND_UTF8 (&item, "action", "enqueued");
+   BSON_APPEND_UTF8 (&item, "actor", actor);
+   BSON_APPEND_UTF8 (&item, "result", f->error_type);
+   bson_append_document_end (&history, &item);
+   bson_append_array_end (out, &history);
+
+   /* What a replay needs to hand the event over again as it first came. */
+   if (original) {
+      append_if_present (out, "updateDescription", ev, FW_EV_UPDATE_DESCRIPTION);
+      append_if_present (out, "fullDocumentBeforeChange", ev, FW_EV_BEFORE);
+   }
+   append_if_present (out, "wallTime", ev, FW_EV_WALL_TIME);
+   append_if_present (out, "txnNumber", ev, FW_EV_TXN_NUMBER);
+   append_if_present (out, "lsid", ev, FW_EV_LSID);
+   append_omitted (out, ev, cfg, slim);
    return true;
 }

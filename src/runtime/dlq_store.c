@@ -1,19 +1,25 @@
 /*
  * dlq_store.c - the MongoDB implementation of the DLQ store.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "flowwarden/dlq_entry.h"
 #include "flowwarden/dlq_store.h"
+#include "flowwarden/log.h"
 
 typedef struct {
    fw_dlq_store_t base; /* first: a store pointer is a mongo_store pointer */
    mongoc_collection_t *coll;
    mongoc_write_concern_t *wc;
    char *name;          /* db.collection, for messages */
+   bool unique_index;   /* fw_stream_event_unique exists: a first write can insert */
+   bool unsure;         /* the last save failed: it may have been applied all the same */
 } mongo_store_t;
 
 #define FW_ERR_DUPLICATE_KEY 11000
+#define FW_UNIQUE_INDEX "fw_stream_event_unique"
 
 /* True when a document with entry's _id is already in the collection. */
 static bool
@@ -34,32 +40,157 @@ already_saved (mongo_store_t *m, const bson_t *entry)
    return n == 1;
 }
 
+/* True when entry's own "enqueued" history item (same at, same actor) is
+ * already stored for its event: an earlier try of this save was applied but
+ * not acknowledged, and applying it again would count it twice. */
+static bool
+already_enqueued (mongo_store_t *m, const bson_t *entry, const bson_t *key)
+{
+   bson_iter_t it, item;
+   bson_t filter, history;
+   bson_error_t berr;
+   int64_t n;
+
+   if (!bson_iter_init (&it, entry) || !bson_iter_find_descendant (&it, "history.0", &item) ||
+       !BSON_ITER_HOLDS_DOCUMENT (&item)) {
+      return false;
+   }
+   bson_copy_to (key, &filter);
+   BSON_APPEND_DOCUMENT_BEGIN (&filter, "history", &history);
+   bson_append_iter (&history, "$elemMatch", -1, &item);
+   bson_append_document_end (&filter, &history);
+   n = mongoc_collection_count_documents (m->coll, &filter, NULL, NULL, NULL, &berr);
+   bson_destroy (&filter);
+   return n >= 1;
+}
+
+/* Fields a later enqueue of the same event changes; every other field is
+ * written only when the entry is first inserted ($setOnInsert). */
+static bool
+updated_on_reenqueue (const char *key)
+{
+   static const char *const keys[] = {"streamName", "eventId",    "attempts", "lastAttemptAt",
+                                      "error",      "lastTouched", "status",  "history"};
+   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+      if (strcmp (key, keys[i]) == 0) {
+         return true;
+      }
+   }
+   return false;
+}
+
+/* The upsert of entry keyed on (streamName, eventId): a new event inserts
+ * the whole entry; one dead-lettered before (it came back after a crash
+ * between the DLQ write and the checkpoint) adds its attempts, takes the new
+ * error and times, goes back to PENDING and gets an "enqueued" history item,
+ * the history kept to its last FW_DLQ_HISTORY_MAX items. */
+static bool
+upsert (mongo_store_t *m, const bson_t *entry, const bson_t *key, const bson_t *wc_opts,
+        bson_error_t *berr)
+{
+   bson_t update = BSON_INITIALIZER;
+   bson_t opts = BSON_INITIALIZER;
+   bson_t child, push;
+   bson_iter_t it;
+   bool ok;
+
+   BSON_APPEND_DOCUMENT_BEGIN (&update, "$setOnInsert", &child);
+   bson_iter_init (&it, entry);
+   while (bson_iter_next (&it)) {
+      if (!updated_on_reenqueue (bson_iter_key (&it))) {
+         bson_append_iter (&child, NULL, 0, &it);
+      }
+   }
+   bson_append_document_end (&update, &child);
+
+   BSON_APPEND_DOCUMENT_BEGIN (&update, "$set", &child);
+   bson_iter_init (&it, entry);
+   while (bson_iter_next (&it)) {
+      const char *k = bson_iter_key (&it);
+      if (strcmp (k, "lastAttemptAt") == 0 || strcmp (k, "error") == 0 ||
+          strcmp (k, "lastTouched") == 0 || strcmp (k, "status") == 0) {
+         bson_append_iter (&child, NULL, 0, &it);
+      }
+   }
+   bson_append_document_end (&update, &child);
+
+   /* attempts counts every attempt the event had, over all its deliveries. */
+   if (bson_iter_init_find (&it, entry, "attempts")) {
+      BSON_APPEND_DOCUMENT_BEGIN (&update, "$inc", &child);
+      bson_append_iter (&child, NULL, 0, &it);
+      bson_append_document_end (&update, &child);
+   }
+
+   if (bson_iter_init_find (&it, entry, "history") && BSON_ITER_HOLDS_ARRAY (&it)) {
+      BSON_APPEND_DOCUMENT_BEGIN (&update, "$push", &push);
+      BSON_APPEND_DOCUMENT_BEGIN (&push, "history", &child);
+      bson_append_iter (&child, "$each", -1, &it);
+      BSON_APPEND_INT32 (&child, "$slice", -FW_DLQ_HISTORY_MAX);
+      bson_append_document_end (&push, &child);
+      bson_append_document_end (&update, &push);
+   }
+
+   bson_concat (&opts, wc_opts);
+   BSON_APPEND_BOOL (&opts, "upsert", true);
+   ok = mongoc_collection_update_one (m->coll, key, &update, &opts, NULL, berr);
+   bson_destroy (&opts);
+   bson_destroy (&update);
+   return ok;
+}
+
+/* One entry per (streamName, eventId). With the unique index in place the
+ * first write is a plain insert, so a new entry keeps seed 002's field order
+ * (an upsert's insert would sort the fields by name); a duplicate-key error
+ * on that index means the event was dead-lettered before, and the upsert
+ * updates it. Without the index (duplicates already in the collection) the
+ * upsert alone does both. */
 static bool
 mongo_save (fw_dlq_store_t *store, const bson_t *entry, fw_error_t *error)
 {
    mongo_store_t *m = (mongo_store_t *) store;
    bson_t opts = BSON_INITIALIZER;
-   bson_t reply;
+   bson_t key = BSON_INITIALIZER;
+   bson_iter_t stream, event;
    bson_error_t berr;
-   bool ok;
+   bool keyed, ok;
 
    if (!mongoc_write_concern_append (m->wc, &opts)) {
       bson_destroy (&opts);
+      bson_destroy (&key);
       fw_error_set (error, FW_ERROR_INVALID, "invalid DLQ write concern");
       return false;
    }
-   ok = mongoc_collection_insert_one (m->coll, entry, &opts, &reply, &berr);
-   if (!ok && berr.code == FW_ERR_DUPLICATE_KEY && already_saved (m, entry)) {
-      /* An earlier try of this same entry was applied but not acknowledged
-       * (a write concern error, a lost reply). Its _id is a fresh UUID drawn
-       * for this entry, so the document there is ours: the save is done. */
+   keyed = bson_iter_init_find (&stream, entry, "streamName") &&
+           bson_iter_init_find (&event, entry, "eventId") && BSON_ITER_HOLDS_UTF8 (&event);
+   if (keyed) {
+      bson_append_iter (&key, "streamName", -1, &stream);
+      bson_append_iter (&key, "eventId", -1, &event);
+   }
+
+   if (m->unsure && (keyed ? already_enqueued (m, entry, &key) : already_saved (m, entry))) {
+      /* An earlier try of this same save was applied but not acknowledged
+       * (a write concern error, a lost reply): the save is done. */
       ok = true;
+   } else if (keyed && !m->unique_index) {
+      ok = upsert (m, entry, &key, &opts, &berr);
+   } else {
+      ok = mongoc_collection_insert_one (m->coll, entry, &opts, NULL, &berr);
+      if (!ok && berr.code == FW_ERR_DUPLICATE_KEY) {
+         /* The entry's _id is a fresh UUID drawn for this entry, so a
+          * document there with it is ours, from an earlier try; otherwise the
+          * duplicate is on (streamName, eventId). */
+         if (already_saved (m, entry)) {
+            ok = true;
+         } else if (keyed) {
+            ok = upsert (m, entry, &key, &opts, &berr);
+         }
+      }
    }
+   m->unsure = !ok;
    if (!ok) {
-      fw_error_set (error, FW_ERROR_MONGO, "DLQ insert into %s failed: %s", m->name,
-                    berr.message);
+      fw_error_set (error, FW_ERROR_MONGO, "DLQ write to %s failed: %s", m->name, berr.message);
    }
-   bson_destroy (&reply);
+   bson_destroy (&key);
    bson_destroy (&opts);
    return ok;
 }
@@ -163,18 +294,61 @@ mongo_destroy (fw_dlq_store_t *store)
    free (m);
 }
 
-/* Both indexes are declared with the same keys and options every start, so
- * createIndexes is a no-op once they exist. */
+/* How many (streamName, eventId) pairs have more than one entry, or -1 when
+ * the count itself fails. */
+static int64_t
+count_duplicate_groups (mongo_store_t *m)
+{
+   bson_t *pipeline = BCON_NEW (
+      "pipeline", "[",
+      "{", "$match", "{", "eventId", "{", "$exists", BCON_BOOL (true), "}", "}", "}",
+      "{", "$group", "{", "_id", "{", "s", BCON_UTF8 ("$streamName"), "e", BCON_UTF8 ("$eventId"),
+      "}", "n", "{", "$sum", BCON_INT32 (1), "}", "}", "}",
+      "{", "$match", "{", "n", "{", "$gt", BCON_INT32 (1), "}", "}", "}",
+      "{", "$count", BCON_UTF8 ("groups"), "}",
+      "]");
+   mongoc_cursor_t *cursor =
+      mongoc_collection_aggregate (m->coll, MONGOC_QUERY_NONE, pipeline, NULL, NULL);
+   const bson_t *doc;
+   bson_iter_t it;
+   int64_t n = 0;
+
+   if (mongoc_cursor_next (cursor, &doc) && bson_iter_init_find (&it, doc, "groups") &&
+       BSON_ITER_HOLDS_NUMBER (&it)) {
+      n = bson_iter_as_int64 (&it);
+   }
+   if (mongoc_cursor_error (cursor, NULL)) {
+      n = -1;
+   }
+   mongoc_cursor_destroy (cursor);
+   bson_destroy (pipeline);
+   return n;
+}
+
 static bool
-ensure_indexes (mongo_store_t *m, fw_error_t *error)
+create_indexes (mongo_store_t *m, const bson_t *indexes, bson_error_t *berr)
 {
    bson_t cmd = BSON_INITIALIZER;
-   bson_t indexes, idx, key;
-   bson_error_t berr;
    bool ok;
 
    BSON_APPEND_UTF8 (&cmd, "createIndexes", mongoc_collection_get_name (m->coll));
-   BSON_APPEND_ARRAY_BEGIN (&cmd, "indexes", &indexes);
+   BSON_APPEND_ARRAY (&cmd, "indexes", indexes);
+   ok = mongoc_collection_write_command_with_opts (m->coll, &cmd, NULL, NULL, berr);
+   bson_destroy (&cmd);
+   return ok;
+}
+
+/* The indexes are declared with the same keys and options every start, so
+ * createIndexes is a no-op once they exist. The unique index is created on
+ * its own: entries written before it existed may already hold duplicates,
+ * which must not stop the stream (see mongo_save). */
+static bool
+ensure_indexes (mongo_store_t *m, fw_error_t *error)
+{
+   bson_t indexes = BSON_INITIALIZER;
+   bson_t idx, key, partial, cond;
+   bson_error_t berr;
+   bool ok;
 
    BSON_APPEND_DOCUMENT_BEGIN (&indexes, "0", &idx);
    BSON_APPEND_DOCUMENT_BEGIN (&idx, "key", &key);
@@ -191,15 +365,60 @@ ensure_indexes (mongo_store_t *m, fw_error_t *error)
    bson_append_document_end (&idx, &key);
    BSON_APPEND_UTF8 (&idx, "name", "streamName_createdAt");
    bson_append_document_end (&indexes, &idx);
-   bson_append_array_end (&cmd, &indexes);
 
-   ok = mongoc_collection_write_command_with_opts (m->coll, &cmd, NULL, NULL, &berr);
+   ok = create_indexes (m, &indexes, &berr);
+   bson_destroy (&indexes);
    if (!ok) {
       fw_error_set (error, FW_ERROR_MONGO, "cannot create the DLQ indexes on %s: %s", m->name,
                     berr.message);
+      return false;
    }
-   bson_destroy (&cmd);
-   return ok;
+
+   /* Only entries with an eventId are keyed: a document without one (an
+    * event id too long to store, or one written by another tool) is not
+    * "the same event" as another. */
+   bson_init (&indexes);
+   BSON_APPEND_DOCUMENT_BEGIN (&indexes, "0", &idx);
+   BSON_APPEND_DOCUMENT_BEGIN (&idx, "key", &key);
+   BSON_APPEND_INT32 (&key, "streamName", 1);
+   BSON_APPEND_INT32 (&key, "eventId", 1);
+   bson_append_document_end (&idx, &key);
+   BSON_APPEND_UTF8 (&idx, "name", FW_UNIQUE_INDEX);
+   BSON_APPEND_BOOL (&idx, "unique", true);
+   BSON_APPEND_DOCUMENT_BEGIN (&idx, "partialFilterExpression", &partial);
+   BSON_APPEND_DOCUMENT_BEGIN (&partial, "eventId", &cond);
+   BSON_APPEND_BOOL (&cond, "$exists", true);
+   bson_append_document_end (&partial, &cond);
+   bson_append_document_end (&idx, &partial);
+   bson_append_document_end (&indexes, &idx);
+   ok = create_indexes (m, &indexes, &berr);
+   bson_destroy (&indexes);
+   if (ok) {
+      m->unique_index = true;
+      return true;
+   }
+   if (berr.code != FW_ERR_DUPLICATE_KEY) {
+      fw_error_set (error, FW_ERROR_MONGO, "cannot create the DLQ index %s on %s: %s",
+                    FW_UNIQUE_INDEX, m->name, berr.message);
+      return false;
+   }
+   {
+      int64_t groups = count_duplicate_groups (m);
+      char count[32];
+      if (groups >= 0) {
+         snprintf (count, sizeof count, "%lld", (long long) groups);
+      } else {
+         snprintf (count, sizeof count, "an unknown number of");
+      }
+      fw_log (FW_LOG_WARN, NULL,
+              "DLQ collection %s holds %s group(s) of entries with the same (streamName, "
+              "eventId), so its unique index %s cannot be built: carrying on without it (a "
+              "later failure of such an event updates one of its entries); remove the extra "
+              "entries and the index is built at the next start",
+              m->name, count, FW_UNIQUE_INDEX);
+   }
+   m->unique_index = false;
+   return true;
 }
 
 fw_dlq_store_t *

@@ -228,6 +228,15 @@ metadata_to_bson (fw_stream_worker_t *w, bson_t *out)
    }
 }
 
+/* The DLQ this stream writes to: its own, or, on a stream without one, the
+ * script's default DLQ (seed 000: the store exists when any stream declares a
+ * DLQ), which only ctx:send_to_dlq uses. */
+static const fw_dlq_config_t *
+dlq_config (const fw_stream_worker_t *w)
+{
+   return w->cfg.dlq.enabled ? &w->cfg.dlq : &w->cfg.dlq_fallback;
+}
+
 /* Hands the event to the DLQ and does not return until the store
  * acknowledged it (or a shutdown came first): the checkpoint must never pass
  * an event that is neither handled nor dead-lettered. */
@@ -239,6 +248,12 @@ dead_letter (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t *d, i
    bson_t metadata, entry;
    fw_error_t err;
    char id[1024];
+   const fw_dlq_config_t *dlq = dlq_config (w);
+
+   /* A stream using the default DLQ opens it on its first send_to_dlq. */
+   if (!w->dlq && !fw_event_dispatch_open_dlq (w)) {
+      return FW_DISPATCH_STOPPED;
+   }
 
    metadata_to_bson (w, &metadata);
    f.stream_name = w->cfg.name;
@@ -256,7 +271,7 @@ dead_letter (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t *d, i
    }
    /* Building fails only when the system cannot give random bytes for the
     * entry id: wait and try again, holding the event meanwhile. */
-   while (!fw_dlq_entry_build (&entry, ev, &w->cfg.dlq, &f, &err)) {
+   while (!fw_dlq_entry_build (&entry, ev, dlq, &f, &err)) {
       fw_log (FW_LOG_ERROR, w->cfg.name, "cannot build DLQ entry for event %s: %s", id,
               err.message);
       bson_destroy (&entry);
@@ -290,8 +305,9 @@ dead_letter (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t *d, i
    }
    bson_destroy (&entry);
    w->stats.dead_lettered++;
-   fw_log (FW_LOG_WARN, w->cfg.name, "event %s dead-lettered to %s after %d attempt(s): %s: %s",
-           id, w->cfg.dlq.collection, attempts, d->type, d->message);
+   fw_log (FW_LOG_WARN, w->cfg.name, "event %s dead-lettered to %s%s after %d attempt(s): %s: %s",
+           id, dlq->collection, w->cfg.dlq.enabled ? "" : " (the script's default DLQ)",
+           attempts, d->type, d->message);
    return FW_DISPATCH_DONE;
 }
 
@@ -303,6 +319,20 @@ dlq_requested (const fw_stream_worker_t *w, decision_t *d)
    snprintf (d->type, sizeof d->type, "DlqRequested");
    snprintf (d->message, sizeof d->message, "%s", w->dispatch.dlq_reason);
    d->traceback[0] = '\0';
+}
+
+/* A replayed dead letter ends here instead of in a new DLQ entry: its
+ * outcome goes back to the replay (dlq_replay.c), which updates the entry. */
+static fw_dispatch_result_t
+replayed (fw_stream_worker_t *w, fw_replayed_t result, const decision_t *d, int attempts)
+{
+   fw_replay_hook_t *h = w->replay;
+
+   h->result = result;
+   h->attempts = attempts;
+   snprintf (h->error_type, sizeof h->error_type, "%s", d ? d->type : "");
+   snprintf (h->error_message, sizeof h->error_message, "%s", d ? d->message : "");
+   return FW_DISPATCH_DONE;
 }
 
 static int
@@ -355,6 +385,9 @@ fw_event_dispatch (fw_stream_worker_t *w, const fw_event_t *ev)
       fw_mongo_lua_close_cursors (L);
       if (ok && !w->dispatch.dlq_requested) {
          w->stats.handled++;
+         if (w->replay) {
+            return replayed (w, FW_REPLAYED_OK, NULL, attempt);
+         }
          return FW_DISPATCH_DONE;
       }
       if (w->dispatch.dlq_requested) {
@@ -374,6 +407,13 @@ fw_event_dispatch (fw_stream_worker_t *w, const fw_event_t *ev)
       if (!fw_event_id (ev, id, sizeof id)) {
          snprintf (id, sizeof id, "(long)");
       }
+      if (w->replay && d.action != ACT_RETRY) {
+         return replayed (w, d.action == ACT_SKIP ? FW_REPLAYED_SKIPPED : FW_REPLAYED_FAILED, &d,
+                          attempt);
+      }
+      if (w->replay && w->replay->no_retry) {
+         return replayed (w, FW_REPLAYED_FAILED, &d, attempt);
+      }
 
       switch (d.action) {
       case ACT_RETRY: {
@@ -386,10 +426,13 @@ fw_event_dispatch (fw_stream_worker_t *w, const fw_event_t *ev)
          if (fw_shutdown_wait_ms (w->shutdown, delay)) {
             return FW_DISPATCH_STOPPED;
          }
+         if (w->replay && w->replay->before_retry) {
+            w->replay->before_retry (w->replay);
+         }
          continue;
       }
       case ACT_DLQ:
-         if (!w->cfg.dlq.enabled) {
+         if (!w->cfg.dlq.enabled && !(w->dispatch.dlq_requested && w->cfg.dlq_fallback.enabled)) {
             w->stats.lost++;
             fw_log (FW_LOG_ERROR, w->cfg.name,
                     "event %s LOST: on_error asked for the DLQ but the stream has none: %s: %s",
@@ -417,16 +460,17 @@ bool
 fw_event_dispatch_open_dlq (fw_stream_worker_t *w)
 {
    fw_error_t err;
+   const fw_dlq_config_t *dlq = dlq_config (w);
 
    for (int tries = 1;; tries++) {
       /* A DLQ on a named connection (seed 002's roadmap: mongoTemplateRef). */
-      mongoc_client_t *client = w->cfg.dlq.connection
-                                   ? fw_connection_clients_get (w->clients, w->cfg.dlq.connection,
-                                                                &err)
+      mongoc_client_t *client = dlq->connection
+                                   ? fw_connection_clients_get (w->clients, dlq->connection, &err)
                                    : w->client;
-      w->dlq = client ? fw_dlq_store_mongo_new (client, w->cfg.database, w->cfg.dlq.collection,
-                                                w->cfg.dlq.write_concern_tag,
-                                                w->cfg.dlq.write_concern_w, &err)
+      w->dlq = client ? fw_dlq_store_mongo_new (client,
+                                                dlq->database ? dlq->database : w->cfg.database,
+                                                dlq->collection, dlq->write_concern_tag,
+                                                dlq->write_concern_w, &err)
                       : NULL;
       if (w->dlq) {
          return true;

@@ -113,6 +113,10 @@ build_pipeline (lua_State *L, int t, fw_stream_config_t *cfg, fw_error_t *error)
       BSON_APPEND_UTF8 (&arr, "0", FW_CHECKPOINT_COLLECTION);
       if (cfg->dlq.enabled) {
          BSON_APPEND_UTF8 (&arr, "1", cfg->dlq.collection);
+      } else if (cfg->dlq_fallback.enabled &&
+                 (!cfg->dlq_fallback.database ||
+                  strcmp (cfg->dlq_fallback.database, cfg->database) == 0)) {
+         BSON_APPEND_UTF8 (&arr, "1", cfg->dlq_fallback.collection);
       }
       bson_append_array_end (&in, &arr);
       bson_append_document_end (&match, &in);
@@ -149,13 +153,14 @@ build_pipeline (lua_State *L, int t, fw_stream_config_t *cfg, fw_error_t *error)
 }
 
 static void
-read_dlq (lua_State *L, int t, fw_dlq_config_t *dlq)
+read_dlq (lua_State *L, int t, const char *field, fw_dlq_config_t *dlq)
 {
-   if (lua_getfield (L, t, "dlq") == LUA_TTABLE) {
+   if (lua_getfield (L, t, field) == LUA_TTABLE) {
       int s = lua_gettop (L);
       dlq->enabled = bool_field (L, s, "enabled", true);
       dlq->collection = dup_field (L, s, "collection");
       dlq->connection = dup_field (L, s, "connection");
+      dlq->database = dup_field (L, s, "database");
       dlq->ttl_days = (int) int_field (L, s, "ttl_days", 30);
       dlq->include_original_document = bool_field (L, s, "include_original_document", true);
       dlq->include_stack_trace = bool_field (L, s, "include_stack_trace", true);
@@ -213,7 +218,8 @@ fw_stream_config_read (lua_State *L, int idx, fw_stream_config_t *cfg, fw_error_
    read_backoff (L, t, "restart", &cfg->restart);
    cfg->retry = (fw_backoff_t){1, 500, 30000, 2.0, true};
    read_backoff (L, t, "retry", &cfg->retry);
-   read_dlq (L, t, &cfg->dlq);
+   read_dlq (L, t, "dlq", &cfg->dlq);
+   read_dlq (L, t, "dlq_fallback", &cfg->dlq_fallback);
    cfg->timeout_ms = int_field (L, t, "timeout_ms", 30000);
    cfg->memory_limit = (size_t) int_field (L, t, "memory_limit_bytes", 256 * 1024 * 1024);
    cfg->state_max_bytes = 64 * 1024 * 1024;
@@ -244,6 +250,11 @@ fw_stream_config_cleanup (fw_stream_config_t *cfg)
    free (cfg->dlq.collection);
    free (cfg->dlq.write_concern_tag);
    free (cfg->dlq.connection);
+   free (cfg->dlq.database);
+   free (cfg->dlq_fallback.collection);
+   free (cfg->dlq_fallback.write_concern_tag);
+   free (cfg->dlq_fallback.connection);
+   free (cfg->dlq_fallback.database);
    bson_destroy (cfg->pipeline);
    memset (cfg, 0, sizeof *cfg);
 }

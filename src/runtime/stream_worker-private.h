@@ -18,6 +18,28 @@
 
 enum { H_INSERT, H_UPDATE, H_REPLACE, H_DELETE, H_CHANGE, H_COUNT };
 
+/* How a replayed dead letter ended in fw_event_dispatch (dlq_replay.c). */
+typedef enum {
+   FW_REPLAYED_NO_HANDLER = 0, /* the (possibly reloaded) script has no handler for it */
+   FW_REPLAYED_OK,
+   FW_REPLAYED_SKIPPED,        /* on_error returned fw.SKIP */
+   FW_REPLAYED_FAILED          /* failed for good: the enqueue policy decides */
+} fw_replayed_t;
+
+/* Set on the worker while a dead letter is replayed: the dispatcher then
+ * hands the final failure back here instead of writing a new DLQ entry. */
+typedef struct fw_replay_hook {
+   bool no_retry;              /* --no-retry: one attempt */
+   /* Called before every retry attempt (extends the entry's claim). */
+   void (*before_retry) (struct fw_replay_hook *hook);
+   void *ud;
+   /* Filled by fw_event_dispatch. */
+   fw_replayed_t result;
+   int attempts;
+   char error_type[128];
+   char error_message[1024];
+} fw_replay_hook_t;
+
 struct fw_stream_worker {
    fw_stream_config_t cfg;
    fw_lua_host_t *host;
@@ -46,6 +68,9 @@ struct fw_stream_worker {
    fw_state_store_t *state;    /* fw.state: kept across reloads, see state_attach */
    fw_connection_clients_t *clients; /* fw.mongo's and a named DLQ connection's clients */
    fw_mongo_provider_t mongo;  /* hands fw.mongo the clients above */
+   fw_replay_hook_t *replay;   /* a dead letter is being replayed, else NULL */
+   int64_t reprocess_at_ms;    /* next automatic DLQ round (dlq.reprocess); 0: not
+                                * scheduled yet, -1: none */
 };
 
 typedef enum {

@@ -10,6 +10,7 @@
 #include <lauxlib.h>
 
 #include "flowwarden/checkpoint_store.h"
+#include "flowwarden/dlq_replay.h"
 #include "flowwarden/log.h"
 #include "flowwarden/lua_core.h"
 #include "flowwarden/mongo_lua.h"
@@ -137,7 +138,7 @@ fw_stream_worker_new (fw_lua_host_t *host, int index, mongoc_client_pool_t *pool
    }
    w->dispatch.stream_name = w->cfg.name;
    fw_lua_core_set_stream (L, w->cfg.name);
-   w->dispatch.dlq_enabled = w->cfg.dlq.enabled;
+   w->dispatch.dlq_enabled = w->cfg.dlq.enabled || w->cfg.dlq_fallback.enabled;
    w->rng = (uint64_t) fw_now_ms () ^ ((uint64_t) (uintptr_t) w << 16) ^ (uint64_t) getpid ();
    fw_lua_host_set_memory_limit (host, w->cfg.memory_limit);
    if (!(w->state = fw_state_store_new (w->cfg.state_max_bytes)) ||
@@ -211,7 +212,7 @@ static bool
 same_dlq (const fw_dlq_config_t *a, const fw_dlq_config_t *b)
 {
    return a->enabled == b->enabled && same_string (a->collection, b->collection) &&
-          same_string (a->connection, b->connection) &&
+          same_string (a->connection, b->connection) && same_string (a->database, b->database) &&
           same_string (a->write_concern_tag, b->write_concern_tag) &&
           a->write_concern_w == b->write_concern_w;
 }
@@ -234,7 +235,8 @@ apply_pending (fw_stream_worker_t *w)
    if (!next) {
       return false;
    }
-   if (!same_dlq (&w->cfg.dlq, &next->cfg.dlq)) {
+   if (!same_dlq (&w->cfg.dlq, &next->cfg.dlq) ||
+       !same_dlq (&w->cfg.dlq_fallback, &next->cfg.dlq_fallback)) {
       fw_dlq_store_destroy (w->dlq); /* reopened on first use with the new settings */
       w->dlq = NULL;
    }
@@ -248,7 +250,8 @@ apply_pending (fw_stream_worker_t *w)
    /* The event cache lived in the old state, which goes away with next. */
    w->dispatch.cache_ref = LUA_NOREF;
    w->dispatch.stream_name = w->cfg.name;
-   w->dispatch.dlq_enabled = w->cfg.dlq.enabled;
+   w->dispatch.dlq_enabled = w->cfg.dlq.enabled || w->cfg.dlq_fallback.enabled;
+   w->reprocess_at_ms = 0; /* dlq.reprocess as the new script says */
    state_attach (w); /* fw.state survives the reload: the new state gets our store */
    fw_stream_worker_destroy (next);
    fw_log (FW_LOG_INFO, w->cfg.name, "now running script version %s",
@@ -362,6 +365,9 @@ consume (fw_stream_worker_t *w, mongoc_change_stream_t *cs, position_t *p, bool 
             return READ_STOP;
          }
          *progressed = true;
+         if (w->reprocess_at_ms >= 0) {
+            fw_dlq_reprocess_tick (w); /* a due dlq.reprocess round, between events */
+         }
          if (fw_event_field (&ev, FW_EV_ID, &id)) {
             uint32_t len;
             const uint8_t *data;
@@ -392,6 +398,9 @@ consume (fw_stream_worker_t *w, mongoc_change_stream_t *cs, position_t *p, bool 
          fw_log (FW_LOG_WARN, w->cfg.name, "change stream failed: %s (code %u)", berr.message,
                  berr.code);
          return READ_ERROR;
+      }
+      if (w->reprocess_at_ms >= 0) {
+         fw_dlq_reprocess_tick (w); /* a due dlq.reprocess round, while idle */
       }
       /* Idle: the post-batch token moves the seen position forward. */
       {

@@ -1,7 +1,8 @@
 /*
  * test_dlq_entry.c - seed 002's DLQ document as fw_dlq_entry_build writes
  * it: every field, type for type, the include flags, ttl_days, and the
- * upper-case operation types.
+ * upper-case operation types; the entry's life fields (issue 12), the event
+ * fields a replay needs, the omitted list and the 16 MiB truncation.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -25,7 +28,8 @@ typedef struct {
    fw_event_t ev;
 } fixture_t;
 
-static const fw_dlq_config_t defaults = {true, "_fw_dlq", 30, true, true, "majority", 0, NULL};
+static const fw_dlq_config_t defaults = {true, "_fw_dlq", 30, true, true, "majority", 0, NULL,
+                                          NULL};
 
 static void
 build_event (fixture_t *f, const char *op, bool with_full_document)
@@ -162,7 +166,8 @@ dlq_entry_has_every_seed_field_type_for_type (void **state)
                          "fullDocument", "resumeToken",  "error",         "attempts",
                          "status",     "firstAttemptAt", "lastAttemptAt", "createdAt",
                          "expiresAt",  "metadata",       "eventId",       "ns",
-                         "clusterTime"};
+                         "clusterTime", "lastTouched",   "reprocessAttempts", "diagnostics",
+                         "history",    "wallTime"};
    size_t i = 0;
 
    assert_true (fw_dlq_entry_build (&entry, &f->ev, &defaults, &fl, &err));
@@ -362,6 +367,290 @@ dlq_entry_script_version_is_added_when_known (void **state)
    bson_destroy (&entry);
 }
 
+static int32_t
+int32_of (const bson_t *doc, const char *dotted)
+{
+   bson_iter_t it, child;
+   assert_true (bson_iter_init (&it, doc));
+   assert_true (bson_iter_find_descendant (&it, dotted, &child));
+   assert_int_equal (bson_iter_type (&child), BSON_TYPE_INT32);
+   return bson_iter_int32 (&child);
+}
+
+/* The strings of the array at key, joined with commas ("" when absent). */
+static void
+joined (const bson_t *doc, const char *key, char *buf, size_t len)
+{
+   bson_iter_t it, arr;
+   buf[0] = '\0';
+   if (!bson_iter_init_find (&it, doc, key)) {
+      return;
+   }
+   assert_int_equal (bson_iter_type (&it), BSON_TYPE_ARRAY);
+   assert_true (bson_iter_recurse (&it, &arr));
+   while (bson_iter_next (&arr)) {
+      assert_int_equal (bson_iter_type (&arr), BSON_TYPE_UTF8);
+      if (buf[0]) {
+         strncat (buf, ",", len - strlen (buf) - 1);
+      }
+      strncat (buf, bson_iter_utf8 (&arr, NULL), len - strlen (buf) - 1);
+   }
+}
+
+/* An update event with everything a replay needs: updateDescription, the
+ * pre-image, wallTime, txnNumber and lsid, each of a type Lua would not keep
+ * as it is. */
+static void
+build_update_event (fixture_t *f, bson_t *before, bson_t *desc, bson_t *lsid)
+{
+   bson_t child, sub, arr;
+   bson_decimal128_t dec;
+   uint8_t uuid[16] = {0x55, 0x0e, 0x84, 0x00, 0xe2, 0x9b, 0x41, 0xd4,
+                       0xa7, 0x16, 0x44, 0x66, 0x55, 0x44, 0x00, 0x00};
+   fw_error_t err;
+
+   bson_decimal128_from_string ("10.50", &dec);
+   bson_init (before);
+   BSON_APPEND_INT32 (before, "_id", 7);
+   BSON_APPEND_DECIMAL128 (before, "total", &dec);
+   BSON_APPEND_INT64 (before, "version", 1);
+
+   bson_init (desc);
+   BSON_APPEND_DOCUMENT_BEGIN (desc, "updatedFields", &sub);
+   BSON_APPEND_INT64 (&sub, "version", 2);
+   BSON_APPEND_DATE_TIME (&sub, "paidAt", 1768473000999LL);
+   bson_append_document_end (desc, &sub);
+   BSON_APPEND_ARRAY_BEGIN (desc, "removedFields", &arr);
+   BSON_APPEND_UTF8 (&arr, "0", "draft");
+   bson_append_array_end (desc, &arr);
+   BSON_APPEND_ARRAY_BEGIN (desc, "truncatedArrays", &arr);
+   bson_append_array_end (desc, &arr);
+
+   bson_init (lsid);
+   BSON_APPEND_BINARY (lsid, "id", BSON_SUBTYPE_UUID, uuid, sizeof uuid);
+   BSON_APPEND_BINARY (lsid, "uid", BSON_SUBTYPE_BINARY, uuid, 8);
+
+   bson_init (&f->full);
+   bson_init (&f->metadata);
+   bson_init (&f->event);
+   BSON_APPEND_DOCUMENT_BEGIN (&f->event, "_id", &child);
+   BSON_APPEND_UTF8 (&child, "_data", TOKEN);
+   bson_append_document_end (&f->event, &child);
+   BSON_APPEND_UTF8 (&f->event, "operationType", "update");
+   BSON_APPEND_TIMESTAMP (&f->event, "clusterTime", 1768473000, 9);
+   BSON_APPEND_DATE_TIME (&f->event, "wallTime", 1768473000777LL);
+   BSON_APPEND_DOCUMENT_BEGIN (&f->event, "ns", &sub);
+   BSON_APPEND_UTF8 (&sub, "db", "shop");
+   BSON_APPEND_UTF8 (&sub, "coll", "orders");
+   bson_append_document_end (&f->event, &sub);
+   BSON_APPEND_DOCUMENT_BEGIN (&f->event, "documentKey", &child);
+   BSON_APPEND_INT32 (&child, "_id", 7);
+   bson_append_document_end (&f->event, &child);
+   BSON_APPEND_DOCUMENT (&f->event, "updateDescription", desc);
+   BSON_APPEND_DOCUMENT (&f->event, "fullDocumentBeforeChange", before);
+   BSON_APPEND_INT64 (&f->event, "txnNumber", 42);
+   BSON_APPEND_DOCUMENT (&f->event, "lsid", lsid);
+   assert_true (fw_event_parse (&f->event, &f->ev, &err));
+}
+
+static void
+replace_with_update_event (fixture_t *f, bson_t *before, bson_t *desc, bson_t *lsid)
+{
+   bson_destroy (&f->event);
+   bson_destroy (&f->full);
+   bson_destroy (&f->metadata);
+   build_update_event (f, before, desc, lsid);
+}
+
+static void
+dlq_entry_life_fields_are_set_at_enqueue (void **state)
+{
+   fixture_t *f = *state;
+   fw_dlq_failure_t fl = failure (f);
+   fw_error_t err;
+   bson_t entry, sub, item;
+   bson_iter_t it;
+   char actor[300], expected_actor[300], host[256];
+   const char *absent[] = {"lastReprocessAt", "lastReprocessError", "resolvedAt", "resolution",
+                           "discardedAt",     "discardReason",      "claimedBy",  "claimedUntil",
+                           "omitted",         "truncated"};
+   const char *item_keys[] = {"at", "action", "actor", "result"};
+   size_t n = 0;
+
+   assert_true (fw_dlq_entry_build (&entry, &f->ev, &defaults, &fl, &err));
+   assert_string_equal (utf8_of (&entry, "status"), "PENDING");
+   assert_int_equal (date_of (&entry, "lastTouched"), fl.created_ms);
+   assert_int_equal (int32_of (&entry, "reprocessAttempts"), 0);
+   sub_document (&entry, "diagnostics", &sub);
+   assert_true (bson_empty (&sub));
+   for (size_t i = 0; i < sizeof absent / sizeof absent[0]; i++) {
+      if (type_of (&entry, absent[i]) != BSON_TYPE_EOD) {
+         fail_msg ("%s must not be set at enqueue", absent[i]);
+      }
+   }
+
+   /* history: one item, { at, action, actor, result } in that order. */
+   assert_int_equal (type_of (&entry, "history"), BSON_TYPE_ARRAY);
+   assert_int_equal (type_of (&entry, "history.1"), BSON_TYPE_EOD);
+   assert_int_equal (type_of (&entry, "history.0"), BSON_TYPE_DOCUMENT);
+   {
+      bson_iter_t h, k;
+      const uint8_t *data;
+      uint32_t len;
+      assert_true (bson_iter_init (&h, &entry));
+      assert_true (bson_iter_find_descendant (&h, "history.0", &it));
+      bson_iter_document (&it, &len, &data);
+      assert_true (bson_init_static (&item, data, len));
+      assert_true (bson_iter_init (&k, &item));
+      while (bson_iter_next (&k)) {
+         assert_true (n < 4);
+         assert_string_equal (bson_iter_key (&k), item_keys[n++]);
+      }
+      assert_int_equal (n, 4);
+   }
+   assert_int_equal (date_of (&item, "at"), fl.created_ms);
+   assert_string_equal (utf8_of (&item, "action"), "enqueued");
+   assert_string_equal (utf8_of (&item, "result"), "Payment.Unavailable");
+   snprintf (actor, sizeof actor, "%s", utf8_of (&item, "actor"));
+   fw_dlq_actor (expected_actor, sizeof expected_actor);
+   assert_string_equal (actor, expected_actor);
+   assert_int_equal (gethostname (host, sizeof host), 0);
+   snprintf (expected_actor, sizeof expected_actor, "%s:%ld", host, (long) getpid ());
+   assert_string_equal (actor, expected_actor);
+   bson_destroy (&entry);
+
+   fl.actor = "worker-7:123";
+   assert_true (fw_dlq_entry_build (&entry, &f->ev, &defaults, &fl, &err));
+   assert_string_equal (utf8_of (&entry, "history.0.actor"), "worker-7:123");
+   bson_destroy (&entry);
+}
+
+static void
+dlq_entry_keeps_what_a_replay_needs_byte_for_byte (void **state)
+{
+   fixture_t *f = *state;
+   fw_dlq_failure_t fl;
+   fw_error_t err;
+   bson_t entry, sub, before, desc, lsid;
+   bson_iter_t it;
+
+   replace_with_update_event (f, &before, &desc, &lsid);
+   fl = failure (f);
+   assert_true (fw_dlq_entry_build (&entry, &f->ev, &defaults, &fl, &err));
+
+   sub_document (&entry, "updateDescription", &sub);
+   assert_true (bson_equal (&sub, &desc));
+   assert_int_equal (type_of (&entry, "updateDescription.updatedFields.version"),
+                     BSON_TYPE_INT64);
+   assert_int_equal (type_of (&entry, "updateDescription.updatedFields.paidAt"),
+                     BSON_TYPE_DATE_TIME);
+   assert_int_equal (type_of (&entry, "updateDescription.truncatedArrays"), BSON_TYPE_ARRAY);
+   sub_document (&entry, "fullDocumentBeforeChange", &sub);
+   assert_true (bson_equal (&sub, &before));
+   assert_int_equal (type_of (&entry, "fullDocumentBeforeChange.total"), BSON_TYPE_DECIMAL128);
+   assert_int_equal (date_of (&entry, "wallTime"), 1768473000777LL);
+   assert_int_equal (type_of (&entry, "txnNumber"), BSON_TYPE_INT64);
+   assert_true (bson_iter_init_find (&it, &entry, "txnNumber"));
+   assert_int_equal (bson_iter_int64 (&it), 42);
+   sub_document (&entry, "lsid", &sub);
+   assert_true (bson_equal (&sub, &lsid));
+   assert_int_equal (type_of (&entry, "lsid.id"), BSON_TYPE_BINARY);
+   /* An update without updateLookup has no fullDocument: null, as before. */
+   assert_int_equal (type_of (&entry, "fullDocument"), BSON_TYPE_NULL);
+   assert_int_equal (type_of (&entry, "omitted"), BSON_TYPE_EOD);
+   bson_destroy (&entry);
+   bson_destroy (&before);
+   bson_destroy (&desc);
+   bson_destroy (&lsid);
+}
+
+static void
+dlq_entry_without_original_document_lists_what_it_omitted (void **state)
+{
+   fixture_t *f = *state;
+   fw_dlq_failure_t fl = failure (f);
+   fw_dlq_config_t cfg = defaults;
+   fw_error_t err;
+   bson_t entry, before, desc, lsid;
+   char list[256];
+
+   cfg.include_original_document = false;
+   /* An insert: only its fullDocument was left out. */
+   assert_true (fw_dlq_entry_build (&entry, &f->ev, &cfg, &fl, &err));
+   joined (&entry, "omitted", list, sizeof list);
+   assert_string_equal (list, "fullDocument");
+   assert_int_equal (type_of (&entry, "wallTime"), BSON_TYPE_DATE_TIME);
+   bson_destroy (&entry);
+
+   /* An update: the pre-image and updateDescription too; the small fields a
+    * replay needs stay whatever the flag says. */
+   replace_with_update_event (f, &before, &desc, &lsid);
+   fl = failure (f);
+   assert_true (fw_dlq_entry_build (&entry, &f->ev, &cfg, &fl, &err));
+   joined (&entry, "omitted", list, sizeof list);
+   assert_string_equal (list, "fullDocumentBeforeChange,updateDescription");
+   assert_int_equal (type_of (&entry, "fullDocument"), BSON_TYPE_EOD);
+   assert_int_equal (type_of (&entry, "fullDocumentBeforeChange"), BSON_TYPE_EOD);
+   assert_int_equal (type_of (&entry, "updateDescription"), BSON_TYPE_EOD);
+   assert_int_equal (type_of (&entry, "wallTime"), BSON_TYPE_DATE_TIME);
+   assert_int_equal (type_of (&entry, "txnNumber"), BSON_TYPE_INT64);
+   assert_int_equal (type_of (&entry, "lsid"), BSON_TYPE_DOCUMENT);
+   assert_int_equal (type_of (&entry, "truncated"), BSON_TYPE_EOD);
+   bson_destroy (&entry);
+   bson_destroy (&before);
+   bson_destroy (&desc);
+   bson_destroy (&lsid);
+}
+
+/* An entry over 16 MiB is slimmed rather than refused forever: the bulky
+ * parts go, omitted and truncated say so, the rest stays. */
+static void
+dlq_entry_over_16_mib_drops_the_bulky_parts_and_says_so (void **state)
+{
+   fixture_t *f = *state;
+   fw_dlq_failure_t fl = failure (f);
+   fw_error_t err;
+   bson_t entry, big, ev = BSON_INITIALIZER;
+   size_t n = 17 * 1024 * 1024;
+   char *blob = malloc (n + 1);
+   char list[256];
+   bson_iter_t it;
+
+   assert_non_null (blob);
+   memset (blob, 'x', n);
+   blob[n] = '\0';
+   bson_init (&big);
+   BSON_APPEND_INT32 (&big, "_id", 1);
+   BSON_APPEND_UTF8 (&big, "blob", blob);
+   free (blob);
+   /* The fixture's insert event, its fullDocument replaced by the big one. */
+   assert_true (bson_iter_init (&it, &f->event));
+   while (bson_iter_next (&it)) {
+      if (strcmp (bson_iter_key (&it), "fullDocument") != 0) {
+         bson_append_iter (&ev, NULL, 0, &it);
+      }
+   }
+   BSON_APPEND_DOCUMENT (&ev, "fullDocument", &big);
+   bson_destroy (&big);
+   bson_destroy (&f->event);
+   assert_true (bson_steal (&f->event, &ev));
+   assert_true (fw_event_parse (&f->event, &f->ev, &err));
+
+   assert_true (fw_dlq_entry_build (&entry, &f->ev, &defaults, &fl, &err));
+   assert_true (entry.len < 16 * 1024 * 1024);
+   assert_true (bson_iter_init_find (&it, &entry, "truncated"));
+   assert_true (bson_iter_as_bool (&it));
+   joined (&entry, "omitted", list, sizeof list);
+   assert_string_equal (list, "fullDocument,error.stackTrace");
+   assert_int_equal (type_of (&entry, "fullDocument"), BSON_TYPE_EOD);
+   assert_int_equal (type_of (&entry, "error.stackTrace"), BSON_TYPE_EOD);
+   assert_string_equal (utf8_of (&entry, "error.type"), "Payment.Unavailable");
+   assert_string_equal (utf8_of (&entry, "history.0.action"), "enqueued");
+   assert_int_equal (type_of (&entry, "wallTime"), BSON_TYPE_DATE_TIME);
+   assert_int_equal (type_of (&entry, "documentKey"), BSON_TYPE_DOCUMENT);
+   bson_destroy (&entry);
+}
+
 static void
 dlq_operation_type_is_seed_upper_case (void **state)
 {
@@ -407,6 +696,14 @@ main (void)
                                        teardown),
       cmocka_unit_test_setup_teardown (dlq_entry_script_version_is_added_when_known, setup,
                                        teardown),
+      cmocka_unit_test_setup_teardown (dlq_entry_life_fields_are_set_at_enqueue, setup,
+                                       teardown),
+      cmocka_unit_test_setup_teardown (dlq_entry_keeps_what_a_replay_needs_byte_for_byte, setup,
+                                       teardown),
+      cmocka_unit_test_setup_teardown (dlq_entry_without_original_document_lists_what_it_omitted,
+                                       setup, teardown),
+      cmocka_unit_test_setup_teardown (dlq_entry_over_16_mib_drops_the_bulky_parts_and_says_so,
+                                       setup, teardown),
       cmocka_unit_test (dlq_operation_type_is_seed_upper_case),
       cmocka_unit_test (dlq_operation_type_truncates_within_the_buffer),
    };

@@ -55,8 +55,11 @@ fw.stream""", 1))
             "_id", "streamName", "operationType", "documentKey", "fullDocument", "resumeToken",
             "error", "attempts", "status", "firstAttemptAt", "lastAttemptAt", "createdAt",
             "expiresAt", "metadata", "eventId", "ns"])
-        # Added to the seed's schema, never renaming any of it.
-        self.assertEqual(list(e.keys())[16:], ["clusterTime", "scriptVersion"])
+        # Added to the seed's schema, never renaming any of it: then the
+        # entry's life (issue 12) and what a replay needs (test_dlq_life.py).
+        self.assertEqual(list(e.keys())[16:], ["clusterTime", "scriptVersion", "lastTouched",
+                                               "reprocessAttempts", "diagnostics", "history",
+                                               "wallTime"])
         self.assertRegex(e["scriptVersion"], r"^[0-9a-f]{12}$")
         self.assertIsInstance(e["_id"], str)
         self.assertRegex(e["_id"], UUID4)
@@ -209,11 +212,14 @@ class DlqIndexesAndSharing(FailureTestCase):
 
     def test_indexes_are_created_at_start_and_idempotently(self):
         p = self.start(lua_stream(dlq='{ collection = "orders_dlq" }'))
-        idx = wait_for(lambda: (lambda i: i if len(i) >= 3 else None)(
+        idx = wait_for(lambda: (lambda i: i if len(i) >= 4 else None)(
             self.indexes("orders_dlq")), what="DLQ indexes")
         ttl = idx[(("expiresAt", 1),)]
         self.assertEqual(ttl["expireAfterSeconds"], 0)
         self.assertIn((("streamName", 1), ("createdAt", 1)), idx)
+        unique = idx[(("streamName", 1), ("eventId", 1))]
+        self.assertEqual((unique["name"], unique["unique"], unique["partialFilterExpression"]),
+                         ("fw_stream_event_unique", True, {"eventId": {"$exists": True}}))
         self.assertIn((("_id", 1),), idx)
         self.stop_cleanly(p)
         # A second start with the same declaration: nothing changes, no error.

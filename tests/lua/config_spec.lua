@@ -695,3 +695,34 @@ describe("config: fw.connection and fw.defaults.http", function()
     assert.are.same({}, config.effective_http())
   end)
 end)
+
+describe("config: the default DLQ of send_to_dlq (seed 000)", function()
+  it("gives every stream without a dlq the first declared dlq as dlq_fallback", function()
+    local _, cfg = spec_of("fw.stream { name = 'plain', database = 'shop', on_change = h }\n"
+      .. "fw.stream { name = 'a', database = 'audit', on_change = h,\n"
+      .. "  dlq = { collection = 'a_dlq', ttl_days = 7, include_stack_trace = false } }\n"
+      .. "fw.stream { name = 'b', database = 'shop', on_change = h, dlq = { collection = 'b_dlq' } }\n"
+      .. "fw.stream { name = 'late', database = 'shop', on_change = h }\n")
+    local by = {}
+    for _, spec in ipairs(cfg.streams) do
+      by[spec.name] = spec
+    end
+    local expected = { collection = "a_dlq", ttl_days = 7, include_original_document = true,
+                       include_stack_trace = false, write_concern = "majority",
+                       database = "audit", stream = "a" }
+    for _, name in ipairs({ "plain", "late" }) do
+      assert.is_nil(by[name].dlq)
+      for k, v in pairs(expected) do
+        assert.are.equal(v, by[name].dlq_fallback[k], name .. ": " .. k)
+      end
+    end
+    assert.is_nil(by.a.dlq_fallback)
+    assert.is_nil(by.b.dlq_fallback)
+  end)
+
+  it("gives no dlq_fallback when no stream has a dlq", function()
+    local spec = spec_of("fw.stream { name = 's', database = 'shop', on_change = h }\n"
+      .. "fw.stream { name = 't', database = 'shop', on_change = h, dlq = false }\n")
+    assert.is_nil(spec.dlq_fallback)
+  end)
+end)

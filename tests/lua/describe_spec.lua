@@ -92,7 +92,7 @@ stream "audit"
   restart.multiplier             2.0
   restart.jitter                 false
   retry                          (none: one attempt per event)
-  dlq                            (none)
+  dlq                            (none; ctx:send_to_dlq writes to shop.orders_dlq, the dlq of stream "order-watcher")
 
 /s/orders.lua:15: warning: stream "audit": no dlq: failed events will be lost on their first failure (no retry either)
 /s/orders.lua:15: warning: stream "audit": no retry: the retry settings in fw.defaults only apply to streams that set retry (retry = true)
@@ -191,6 +191,51 @@ describe("describe.warnings", function()
   it("warns about a retry policy of a single attempt", function()
     assert.are.same({ SCRIPT .. ':3: warning: stream "x": retry.max_attempts is 1: events are never retried' },
       warnings("fw.stream { name = 'x', database = 'd', dlq = true, retry = { max_attempts = 1 }, on_change = h }"))
+  end)
+end)
+
+describe("describe.warnings about send_to_dlq", function()
+  local path
+
+  before_each(function()
+    path = os.tmpname()
+  end)
+
+  after_each(function()
+    os.remove(path)
+  end)
+
+  local function warnings_of_file(text)
+    local f = assert(io.open(path, "w"))
+    f:write(text)
+    f:close()
+    local cfg, errs = config.load_file(path)
+    assert.is_nil(errs, errs and table.concat(errs, "\n"))
+    return describe_mod.warnings(cfg)
+  end
+
+  it("warns when the script calls send_to_dlq and no stream has a dlq", function()
+    local w = warnings_of_file("local fw = require('flowwarden')\n"
+      .. "fw.stream { name = 'x', database = 'd', on_insert = function(ctx)\n"
+      .. "  ctx:send_to_dlq('bad') end }\n")
+    assert.are.equal(path .. ":3: warning: ctx:send_to_dlq is called but no stream has a dlq, so it "
+      .. "raises (add dlq = true to a stream; streams without one send to the first declared dlq)",
+      w[#w])
+  end)
+
+  it("does not warn when any stream has a dlq, nor when nothing calls send_to_dlq", function()
+    local w = warnings_of_file("local fw = require('flowwarden')\n"
+      .. "fw.stream { name = 'x', database = 'd', on_insert = function(ctx)\n"
+      .. "  ctx:send_to_dlq('bad') end }\n"
+      .. "fw.stream { name = 'y', database = 'd', dlq = true, on_change = function() end }\n")
+    for _, line in ipairs(w) do
+      assert.is_nil(line:find("send_to_dlq", 1, true), line)
+    end
+    w = warnings_of_file("local fw = require('flowwarden')\n"
+      .. "fw.stream { name = 'x', database = 'd', on_insert = function(ctx) end }\n")
+    for _, line in ipairs(w) do
+      assert.is_nil(line:find("send_to_dlq", 1, true), line)
+    end
   end)
 end)
 

@@ -225,6 +225,55 @@ class IndexTest(unittest.TestCase):
             self.c.create_index("a", unique=True)
         self.assertEqual(cm.exception.code, 11000)
 
+    def test_dlq_upsert_keyed_on_two_fields_with_partial_unique_index(self):
+        # What flowwarden's DLQ store does (src/runtime/dlq_store.c): a
+        # partial unique index on (streamName, eventId), refused with 11000
+        # over duplicates; an upsert that inserts with $setOnInsert (its _id
+        # included) and later only $set/$inc/$push ... $slice.
+        spec = [{"key": {"streamName": 1, "eventId": 1}, "name": "fw_stream_event_unique",
+                 "unique": True, "partialFilterExpression": {"eventId": {"$exists": True}}}]
+        self.c.insert_many([{"_id": 1, "streamName": "s", "eventId": "e"},
+                            {"_id": 2, "streamName": "s", "eventId": "e"},
+                            {"_id": 3, "streamName": "s"}, {"_id": 4, "streamName": "s"}])
+        with self.assertRaises(OperationFailure) as cm:
+            self.db.command("createIndexes", self.c.name, indexes=spec)
+        self.assertEqual(cm.exception.code, 11000)
+        self.assertNotIn("fw_stream_event_unique", [i["name"] for i in self.c.list_indexes()])
+        groups = list(self.c.aggregate([
+            {"$match": {"eventId": {"$exists": True}}},
+            {"$group": {"_id": {"s": "$streamName", "e": "$eventId"}, "n": {"$sum": 1}}},
+            {"$match": {"n": {"$gt": 1}}}, {"$count": "groups"}]))
+        self.assertEqual(groups, [{"groups": 1}])
+        # Documents without eventId are outside the partial index.
+        self.c.delete_one({"_id": 2})
+        self.db.command("createIndexes", self.c.name, indexes=spec)
+        with self.assertRaises(DuplicateKeyError):
+            self.c.insert_one({"_id": 5, "streamName": "s", "eventId": "e"})
+
+        def enqueue(n, at):
+            return self.c.update_one(
+                {"streamName": "s", "eventId": "new"},
+                {"$setOnInsert": {"_id": "uuid", "operationType": "INSERT", "createdAt": at},
+                 "$set": {"status": "PENDING", "lastTouched": at},
+                 "$inc": {"attempts": 3},
+                 "$push": {"history": {"$each": [{"at": at, "n": n}], "$slice": -2}}},
+                upsert=True)
+        t = [datetime.datetime(2026, 1, 1, 0, 0, i) for i in range(3)]
+        self.assertEqual(enqueue(0, t[0]).upserted_id, "uuid")
+        d = self.c.find_one({"_id": "uuid"})
+        # mongod: _id first, then the query's equality fields sorted by path,
+        # then the update's fields in lexicographic order.
+        self.assertEqual(list(d), ["_id", "eventId", "streamName", "attempts", "createdAt",
+                                   "history", "lastTouched", "operationType", "status"])
+        r = enqueue(1, t[1])
+        self.assertEqual((r.matched_count, r.modified_count, r.upserted_id), (1, 1, None))
+        enqueue(2, t[2])
+        d = self.c.find_one({"_id": "uuid"})
+        self.assertEqual((d["attempts"], d["createdAt"], d["lastTouched"]), (9, t[0], t[2]))
+        self.assertIs(type(d["attempts"]), int)
+        self.assertEqual(d["history"], [{"at": t[1], "n": 1}, {"at": t[2], "n": 2}])
+        self.assertEqual(self.c.count_documents({"eventId": "new"}), 1)
+
     def test_sparse_unique_skips_missing(self):
         self.c.create_index("s", unique=True, sparse=True)
         self.c.insert_many([{"x": 1}, {"x": 2}])

@@ -422,6 +422,57 @@ local function host_list(ctx, path, v)
   return ok, out
 end
 
+local function enqueue_policy(ctx, path, v)
+  if type(v) ~= "function" then
+    ctx:fail(path, "expected a function(letter, err) returning fw.dlq.requeue { ... } or "
+      .. "fw.dlq.evict(), got %s", repr(v))
+    return false
+  end
+  return true, v
+end
+
+-- dlq.reprocess = { every = "10m" | cron = "*/15 * * * *", batch_size = 100,
+-- max_attempts = 5 }: automatic replay rounds inside `run` (issue 12).
+local REPROCESS = {
+  { "every", positive_duration, "every_ms" },
+  { "cron", function(ctx, path, v)
+      local cron = require("flowwarden.cron")
+      local s, err = cron.parse(v)
+      if not s then
+        ctx:fail(path, "%s", err)
+        return false
+      end
+      if not cron.next(s, os.time()) then
+        ctx:fail(path, '"%s" never matches a date', v)
+        return false
+      end
+      return true, v
+    end },
+  { "batch_size", int_min(1) },
+  { "max_attempts", int_min(1) },
+}
+
+local function reprocess(ctx, path, v)
+  if type(v) ~= "table" then
+    ctx:fail(path, 'expected a table such as { every = "10m" } or { cron = "*/15 * * * *" }, got %s',
+      repr(v))
+    return false
+  end
+  local before = #ctx.errors
+  local out = M.check_table(ctx, path, v, REPROCESS)
+  if v.every ~= nil and v.cron ~= nil then
+    ctx:fail(path, "set either every or cron, not both")
+  elseif v.every == nil and v.cron == nil then
+    ctx:fail(path, 'missing every or cron (e.g. every = "10m" or cron = "*/15 * * * *")')
+  end
+  if #ctx.errors > before then
+    return false
+  end
+  out.batch_size = out.batch_size or 100
+  out.max_attempts = out.max_attempts or 5
+  return true, out
+end
+
 local DLQ = {
   { "enabled", boolean },
   { "collection", collection_name },
@@ -430,6 +481,8 @@ local DLQ = {
   { "include_stack_trace", boolean },
   { "write_concern", write_concern },
   { "connection", connection_name },
+  { "enqueue_policy", enqueue_policy },
+  { "reprocess", reprocess },
 }
 
 local HTTP = {
@@ -638,6 +691,7 @@ M.CHECKPOINT = CHECKPOINT
 M.RESTART = RESTART
 M.RETRY = RETRY
 M.DLQ = DLQ
+M.REPROCESS = REPROCESS
 M.STATE = STATE
 M.HTTP = HTTP
 M.connection_name = connection_name

@@ -1,0 +1,102 @@
+/*
+ * dlq_replay.h - replaying dead letters (issue 12): `flowwarden dlq replay`
+ * and the automatic rounds of dlq.reprocess inside `run`.
+ *
+ * A replay claims an entry (PENDING, or REPROCESSING whose claim expired ->
+ * REPROCESSING, claimedBy, claimedUntil) with one findAndModify, rebuilds the
+ * change event from it, runs the stream's current handler through
+ * fw_event_dispatch (the same retry policy and budgets as `run`, attempts
+ * counted from 1 again) with ctx:dead_letter() showing the letter, and then
+ * records the outcome: RESOLVED (resolution REPLAYED, or SKIPPED when
+ * on_error returned fw.SKIP), or what dlq.enqueue_policy decides for a
+ * failure (requeue: PENDING again; evict: DISCARDED). Claims keep two
+ * replays, or a replay and run's rounds, from handling one entry twice; a
+ * claim left by a killed process expires and is taken again.
+ *
+ * The claim logic is in src/runtime/dlq_replay.c, run's rounds in
+ * src/runtime/dlq_reprocess.c, the command line in src/cli/dlq_replay_cli.c.
+ */
+#ifndef FLOWWARDEN_DLQ_REPLAY_H
+#define FLOWWARDEN_DLQ_REPLAY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <bson/bson.h>
+#include <mongoc/mongoc.h>
+
+#include "flowwarden/error.h"
+#include "flowwarden/stream_worker.h"
+
+/*
+ * The whole `replay` verb: argv[0] is "replay", the rest its arguments
+ * (SCRIPT and options, parsed with getopt_long from optind = 1). Prints its
+ * own messages and returns the process exit code: 0 when every entry it
+ * replayed was resolved, 3 when some failed again (or could not be
+ * replayed), 1 on bad usage or a connection error.
+ */
+int fw_dlq_replay_main (int argc, char **argv);
+
+#define FW_DLQ_CLAIM_TTL_MS (5 * 60 * 1000)
+
+typedef struct {
+   const char *actor;    /* "<host>:<pid>": claimedBy and history[].actor */
+   int64_t claim_ttl_ms; /* a claim not extended for this long may be taken again */
+   bool no_retry;        /* one attempt, whatever the retry policy says */
+   bool dry_run;         /* check and say what would run; write nothing */
+} fw_replay_options_t;
+
+typedef enum {
+   FW_REPLAY_RESOLVED,  /* the handler succeeded: RESOLVED */
+   FW_REPLAY_SKIPPED,   /* on_error returned fw.SKIP: RESOLVED, resolution SKIPPED */
+   FW_REPLAY_REQUEUED,  /* failed again; the enqueue policy put it back to PENDING */
+   FW_REPLAY_EVICTED,   /* failed again; the enqueue policy discarded it */
+   FW_REPLAY_UNHANDLED, /* no handler for its operation type: left PENDING */
+   FW_REPLAY_INVALID,   /* cannot be rebuilt into an event: left as it is */
+   FW_REPLAY_BUSY,      /* claimed by another process, or gone: not touched */
+   FW_REPLAY_WOULD_RUN, /* dry run: would be replayed */
+   FW_REPLAY_STOPPED,   /* a stop request came first: claim released */
+   FW_REPLAY_ERROR      /* the server failed us: see what */
+} fw_replay_status_t;
+
+typedef struct {
+   fw_replay_status_t status;
+   char what[1200]; /* one line saying what happened, e.g. "requeued: Http.Timeout: slow" */
+   char notes[300]; /* fields the entry did not store, e.g. "fullDocument not stored", or "" */
+} fw_replay_result_t;
+
+/*
+ * The DLQ collection of w's stream, on the client of w's thread (or of its
+ * dlq.connection). The caller owns it (mongoc_collection_destroy). NULL with
+ * error filled when the connection cannot be had.
+ */
+mongoc_collection_t *fw_dlq_replay_collection (fw_stream_worker_t *w, fw_error_t *error);
+
+/*
+ * Replays one entry of w's stream (entry: the document as last read, borrowed)
+ * on the calling thread, which must be the one using w's clients. Fills out.
+ */
+void fw_dlq_replay_entry (fw_stream_worker_t *w, mongoc_collection_t *coll, const bson_t *entry,
+                          const fw_replay_options_t *opts, fw_replay_result_t *out);
+
+/*
+ * For the command line: gives w (built, never started) a client of its pool
+ * so it can be driven from the calling thread; fw_dlq_replay_unbind gives it
+ * back. Both on the same thread.
+ */
+void fw_dlq_replay_bind (fw_stream_worker_t *w);
+void fw_dlq_replay_unbind (fw_stream_worker_t *w);
+
+/*
+ * Called by a stream's thread between events: when the stream has
+ * dlq.reprocess and its round is due, replays up to batch_size of its own
+ * PENDING entries with reprocessAttempts < max_attempts, oldest clusterTime
+ * first, then schedules the next round. Returns at once otherwise. Stops
+ * between entries when the stream is asked to stop.
+ */
+void fw_dlq_reprocess_tick (fw_stream_worker_t *w);
+
+/* "resolved", "requeued", ...: the status as the summary names it. */
+const char *fw_dlq_replay_status_name (fw_replay_status_t status);
+
+#endif

@@ -1,0 +1,677 @@
+/*
+ * dlq_replay_cli.c - `flowwarden dlq replay`: selects entries with the
+ * shared dlq filters, replays them oldest clusterTime first through each
+ * stream's current handler (src/runtime/dlq_replay.c), and reports.
+ */
+#include <getopt.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <lua.h>
+
+#include "flowwarden/connections.h"
+#include "flowwarden/dlq_admin.h"
+#include "flowwarden/dlq_entry.h"
+#include "flowwarden/dlq_replay.h"
+#include "flowwarden/log.h"
+#include "flowwarden/lua_host.h"
+#include "flowwarden/shutdown.h"
+#include "flowwarden/stream_worker.h"
+
+#define DEFAULT_URI "mongodb://127.0.0.1:27017/?replicaSet=rs0"
+
+static const char replay_help[] =
+   "usage: flowwarden dlq replay SCRIPT [filters] [--dry-run] [--rate N] [--no-retry]\n"
+   "                             [--claim-ttl DUR] [--uri URI]\n\n"
+   "Runs SCRIPT's current handler for each selected entry, oldest clusterTime first, with\n"
+   "the stream's retry policy and budgets. A success marks the entry RESOLVED; a failure\n"
+   "goes to dlq.enqueue_policy (default: back to PENDING).\n\n"
+   "  --stream NAME        entries of this stream only\n"
+   "  --status S[,S]       default PENDING,REPROCESSING (claims that expired); entries\n"
+   "                       claimed by a running replay are never selected\n"
+   "  --error-type T       error type T and its subtypes\n"
+   "  --since T, --until T createdAt bounds: a duration back from now (2h, 7d) or a date\n"
+   "  --id ID              this entry (repeatable)\n"
+   "  --limit N            at most N entries\n"
+   "  --filter JSON        an Extended JSON query ANDed with the rest\n"
+   "  --dry-run            list what would run; change nothing\n"
+   "  --rate N             at most N entries per second (N > 0)\n"
+   "  --no-retry           one attempt per entry, whatever the retry policy says\n"
+   "  --claim-ttl DUR      how long a claim holds without renewal (default 5m)\n"
+   "  --uri URI            MongoDB connection string (else FLOWWARDEN_URI, then the script's)\n"
+   "  --log-level L, --log-format text|json   for the handlers' logs (stderr)\n\n"
+   "exit codes: 0 every entry resolved; 3 some failed again or could not be replayed;\n"
+   "1 bad usage or a connection error\n";
+
+static int
+usage (const char *fmt, const char *arg)
+{
+   fprintf (stderr, "flowwarden dlq replay: ");
+   fprintf (stderr, fmt, arg);
+   fprintf (stderr, "\n(flowwarden dlq replay --help lists the options)\n");
+   return 1;
+}
+
+static int64_t
+now_ms (void)
+{
+   struct timespec ts;
+   clock_gettime (CLOCK_REALTIME, &ts);
+   return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t
+mono_ms (void)
+{
+   struct timespec ts;
+   clock_gettime (CLOCK_MONOTONIC, &ts);
+   return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* "500ms", "1s", "5m", "1h" -> milliseconds; false for anything else. */
+static bool
+parse_duration (const char *text, int64_t *out)
+{
+   char *end;
+   double v = strtod (text, &end);
+   double scale = strcmp (end, "ms") == 0  ? 1
+                  : strcmp (end, "s") == 0 ? 1000
+                  : strcmp (end, "m") == 0 ? 60000
+                  : strcmp (end, "h") == 0 ? 3600000
+                                           : 0;
+   if (end == text || scale == 0 || !(v > 0) || v * scale > 1e12) {
+      return false;
+   }
+   *out = (int64_t) llround (v * scale);
+   return *out > 0;
+}
+
+typedef struct {
+   fw_dlq_filter_t filter;
+   const char *script;
+   const char *uri;
+   bool dry_run, no_retry, json;
+   double rate;
+   int64_t claim_ttl_ms;
+   fw_log_level_t level;
+} options_t;
+
+/* Returns -1 to go on, else the exit code. */
+static int
+parse (int argc, char **argv, options_t *o)
+{
+   static const struct option longopts[] = {
+      {"stream", required_argument, NULL, 's'},   {"status", required_argument, NULL, 'S'},
+      {"error-type", required_argument, NULL, 'e'}, {"since", required_argument, NULL, 'a'},
+      {"until", required_argument, NULL, 'b'},    {"id", required_argument, NULL, 'i'},
+      {"limit", required_argument, NULL, 'n'},    {"filter", required_argument, NULL, 'f'},
+      {"dry-run", no_argument, NULL, 'd'},        {"rate", required_argument, NULL, 'r'},
+      {"no-retry", no_argument, NULL, 'R'},       {"claim-ttl", required_argument, NULL, 't'},
+      {"uri", required_argument, NULL, 'u'},      {"log-level", required_argument, NULL, 'l'},
+      {"log-format", required_argument, NULL, 'F'}, {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0}};
+   int64_t now = now_ms ();
+   fw_error_t err;
+   char *end;
+   int c;
+
+   o->claim_ttl_ms = FW_DLQ_CLAIM_TTL_MS;
+   o->level = FW_LOG_INFO;
+   opterr = 0;
+   optind = 1;
+   while ((c = getopt_long (argc, argv, ":h", longopts, NULL)) != -1) {
+      switch (c) {
+      case 's':
+         o->filter.stream = optarg;
+         break;
+      case 'S':
+         o->filter.status = optarg;
+         break;
+      case 'e':
+         o->filter.error_type = optarg;
+         break;
+      case 'a':
+      case 'b':
+         if (!fw_dlq_parse_time (c == 'a' ? "--since" : "--until", optarg, now,
+                                 c == 'a' ? &o->filter.since_ms : &o->filter.until_ms, &err)) {
+            return usage ("%s", err.message);
+         }
+         break;
+      case 'i':
+         if (o->filter.n_ids >= FW_DLQ_MAX_IDS) {
+            return usage ("--id: at most %s ids", "64");
+         }
+         o->filter.ids[o->filter.n_ids++] = optarg;
+         break;
+      case 'n':
+         o->filter.limit = strtoll (optarg, &end, 10);
+         if (*end || end == optarg || o->filter.limit <= 0) {
+            return usage ("--limit: expected an integer > 0, got \"%s\"", optarg);
+         }
+         break;
+      case 'f':
+         o->filter.filter_json = optarg;
+         break;
+      case 'd':
+         o->dry_run = true;
+         break;
+      case 'r':
+         o->rate = strtod (optarg, &end);
+         if (*end || end == optarg || !(o->rate > 0) || isinf (o->rate)) {
+            return usage ("--rate: expected a number of entries per second > 0, got \"%s\"",
+                          optarg);
+         }
+         break;
+      case 'R':
+         o->no_retry = true;
+         break;
+      case 't':
+         if (!parse_duration (optarg, &o->claim_ttl_ms)) {
+            return usage ("--claim-ttl: expected a duration such as \"30s\" or \"5m\", got \"%s\"",
+                          optarg);
+         }
+         break;
+      case 'u':
+         o->uri = optarg;
+         break;
+      case 'l':
+         if (!fw_log_level_parse (optarg, &o->level)) {
+            return usage ("--log-level: unknown level \"%s\" (use debug, info, warn or error)",
+                          optarg);
+         }
+         break;
+      case 'F':
+         if (strcmp (optarg, "json") != 0 && strcmp (optarg, "text") != 0) {
+            return usage ("--log-format: unknown format \"%s\" (use text or json)", optarg);
+         }
+         o->json = strcmp (optarg, "json") == 0;
+         break;
+      case 'h':
+         fputs (replay_help, stdout);
+         return 0;
+      case ':':
+         return usage ("option %s needs a value", argv[optind - 1]);
+      default:
+         return usage ("unknown option %s", argv[optind - 1]);
+      }
+   }
+   if (optind >= argc) {
+      return usage ("missing SCRIPT%s", "");
+   }
+   if (optind + 1 < argc) {
+      return usage ("unexpected argument \"%s\"", argv[optind + 1]);
+   }
+   o->script = argv[optind];
+   return -1;
+}
+
+/* --- the session: one worker per stream with a DLQ, driven from here ------ */
+
+typedef struct {
+   fw_stream_worker_t **workers;
+   int n;
+   mongoc_uri_t *uri;
+   mongoc_client_pool_t *pool;
+   fw_connections_t *conns;
+   fw_shutdown_t stop;
+   volatile int finished;
+   pthread_t signals;
+   bool has_signals;
+} session_t;
+
+/* SIGINT / SIGTERM (blocked in every thread by main): stop between entries,
+ * and end a retry wait at once. */
+static void *
+signal_thread (void *arg)
+{
+   session_t *s = arg;
+   sigset_t sigs;
+   sigemptyset (&sigs);
+   sigaddset (&sigs, SIGINT);
+   sigaddset (&sigs, SIGTERM);
+   while (!__atomic_load_n (&s->finished, __ATOMIC_ACQUIRE)) {
+      struct timespec tick = {0, 200 * 1000 * 1000};
+      int sig = sigtimedwait (&sigs, NULL, &tick);
+      if (sig == SIGINT || sig == SIGTERM) {
+         fw_log (FW_LOG_INFO, NULL, "%s received: stopping after the current entry",
+                 sig == SIGINT ? "SIGINT" : "SIGTERM");
+         fw_shutdown_request (&s->stop);
+         for (int i = 0; i < s->n; i++) {
+            fw_stream_worker_stop (s->workers[i]);
+         }
+      }
+   }
+   return NULL;
+}
+
+static bool
+register_connections (session_t *s, fw_lua_host_t *host, fw_error_t *error)
+{
+   lua_State *L = fw_lua_host_state (host);
+   bool ok = true;
+
+   fw_lua_host_push_connections (host);
+   for (lua_Integer i = 1; ok && i <= (lua_Integer) lua_rawlen (L, -1); i++) {
+      lua_rawgeti (L, -1, i);
+      lua_getfield (L, -1, "name");
+      lua_getfield (L, -2, "uri");
+      if (lua_type (L, -2) == LUA_TSTRING && lua_type (L, -1) == LUA_TSTRING) {
+         ok = fw_connections_set (s->conns, lua_tostring (L, -2), lua_tostring (L, -1), error);
+      }
+      lua_pop (L, 3);
+   }
+   lua_pop (L, 1);
+   return ok;
+}
+
+static fw_lua_host_t *
+load (const char *script, const char *uri, fw_error_t *error)
+{
+   fw_lua_host_t *host = fw_lua_host_new (error);
+   if (host && !fw_lua_host_load_script (host, script, uri, error)) {
+      fw_lua_host_destroy (host);
+      return NULL;
+   }
+   return host;
+}
+
+/* Loads the script once per stream with a DLQ (each its own Lua state, as
+ * `run` does) and connects. Returns the exit code on failure, -1 on success. */
+static int
+open_session (session_t *s, const options_t *o)
+{
+   const char *env = getenv ("FLOWWARDEN_URI");
+   const char *option_uri = o->uri ? o->uri : (env && *env ? env : NULL);
+   fw_error_t err;
+   fw_lua_host_t *first = load (o->script, option_uri, &err);
+   bson_error_t berr;
+   bson_t ping = BSON_INITIALIZER;
+   mongoc_client_t *client;
+   char *uri_text;
+   int count;
+   bool known = !o->filter.stream;
+
+   if (!first) {
+      fprintf (stderr, "flowwarden dlq replay: invalid script:\n%s\n", err.message);
+      return 1;
+   }
+   fw_lua_host_push_uri (first);
+   uri_text = strdup (lua_isstring (fw_lua_host_state (first), -1)
+                         ? lua_tostring (fw_lua_host_state (first), -1)
+                         : DEFAULT_URI);
+   lua_pop (fw_lua_host_state (first), 1);
+   s->uri = mongoc_uri_new_with_error (uri_text, &berr);
+   if (!s->uri) {
+      fprintf (stderr, "flowwarden dlq replay: invalid MongoDB URI: %s\n", berr.message);
+      free (uri_text);
+      fw_lua_host_destroy (first);
+      return 1;
+   }
+   /* An operator's tool: say the server is unreachable in seconds, not 30. */
+   if (!mongoc_uri_has_option (s->uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS)) {
+      mongoc_uri_set_option_as_int32 (s->uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS, 5000);
+   }
+   s->pool = mongoc_client_pool_new (s->uri);
+   s->conns = fw_connections_new ();
+   if (!s->pool || !s->conns || !fw_connections_set (s->conns, "default", uri_text, &err) ||
+       !register_connections (s, first, &err)) {
+      fprintf (stderr, "flowwarden dlq replay: %s\n",
+               s->pool && s->conns ? err.message : "cannot create a client pool");
+      free (uri_text);
+      fw_lua_host_destroy (first);
+      return 1;
+   }
+   free (uri_text);
+   mongoc_client_pool_set_error_api (s->pool, MONGOC_ERROR_API_VERSION_2);
+   mongoc_client_pool_set_appname (s->pool, "flowwarden-dlq-replay");
+
+   count = fw_lua_host_stream_count (first);
+   s->workers = calloc ((size_t) count + 1, sizeof *s->workers);
+   for (int i = 0; i < count && s->workers; i++) {
+      fw_lua_host_t *host = i == 0 ? first : load (o->script, option_uri, &err);
+      fw_stream_worker_t *w = host ? fw_stream_worker_new (host, i, s->pool, s->conns, &err) : NULL;
+      mongoc_collection_t *coll;
+      if (!w) {
+         fprintf (stderr, "flowwarden dlq replay: %s\n", err.message);
+         return 1;
+      }
+      if (o->filter.stream && strcmp (o->filter.stream, fw_stream_worker_name (w)) != 0) {
+         fw_stream_worker_destroy (w);
+         continue;
+      }
+      fw_dlq_replay_bind (w);
+      if (!(coll = fw_dlq_replay_collection (w, &err))) {
+         /* No DLQ at all: nothing of this stream can be waiting. */
+         fw_dlq_replay_unbind (w);
+         fw_stream_worker_destroy (w);
+         continue;
+      }
+      mongoc_collection_destroy (coll);
+      known = true;
+      s->workers[s->n++] = w;
+   }
+   if (!s->workers) {
+      fprintf (stderr, "flowwarden dlq replay: out of memory\n");
+      return 1;
+   }
+   if (!known || s->n == 0) {
+      fprintf (stderr, "flowwarden dlq replay: %s%s%s has no %s with a dead-letter queue\n",
+               o->script, o->filter.stream ? ": --stream " : "",
+               o->filter.stream ? o->filter.stream : "",
+               o->filter.stream ? "such stream" : "stream");
+      return 1;
+   }
+   client = mongoc_client_pool_pop (s->pool);
+   BSON_APPEND_INT32 (&ping, "ping", 1);
+   if (!mongoc_client_command_simple (client, "admin", &ping, NULL, NULL, &berr)) {
+      char redacted[2048];
+      fprintf (stderr, "flowwarden dlq replay: cannot connect to %s: %s\n",
+               fw_log_redact_uri (mongoc_uri_get_string (s->uri), redacted, sizeof redacted),
+               berr.message);
+      mongoc_client_pool_push (s->pool, client);
+      bson_destroy (&ping);
+      return 1;
+   }
+   mongoc_client_pool_push (s->pool, client);
+   bson_destroy (&ping);
+   return -1;
+}
+
+static void
+close_session (session_t *s)
+{
+   __atomic_store_n (&s->finished, 1, __ATOMIC_RELEASE);
+   if (s->has_signals) {
+      pthread_join (s->signals, NULL);
+   }
+   for (int i = 0; i < s->n; i++) {
+      fw_dlq_replay_unbind (s->workers[i]);
+      fw_stream_worker_destroy (s->workers[i]);
+   }
+   free (s->workers);
+   fw_connections_destroy (s->conns);
+   mongoc_client_pool_destroy (s->pool);
+   mongoc_uri_destroy (s->uri);
+   fw_shutdown_cleanup (&s->stop);
+}
+
+/* --- selecting ------------------------------------------------------------- */
+
+typedef struct {
+   int worker;
+   bson_value_t id;
+   uint32_t ct_t, ct_i; /* clusterTime; 0 when absent (sorts first) */
+   int64_t created;
+} candidate_t;
+
+static int
+by_cluster_time (const void *a, const void *b)
+{
+   const candidate_t *x = a, *y = b;
+   if (x->ct_t != y->ct_t) {
+      return x->ct_t < y->ct_t ? -1 : 1;
+   }
+   if (x->ct_i != y->ct_i) {
+      return x->ct_i < y->ct_i ? -1 : 1;
+   }
+   if (x->created != y->created) {
+      return x->created < y->created ? -1 : 1;
+   }
+   return x->worker - y->worker;
+}
+
+/* Every selected entry of every stream, oldest clusterTime first. */
+static bool
+select_entries (session_t *s, const options_t *o, candidate_t **out, size_t *n_out)
+{
+   bson_t base = BSON_INITIALIZER;
+   fw_error_t err;
+   candidate_t *list = NULL;
+   size_t n = 0, cap = 0;
+   bool ok = true;
+
+   /* PENDING, and REPROCESSING whose claim expired (a replay killed with -9):
+    * a live claim is never selected, whatever --status says. */
+   if (!fw_dlq_filter_to_query (&o->filter, "PENDING,REPROCESSING", &base, &err)) {
+      fprintf (stderr, "flowwarden dlq replay: %s\n", err.message);
+      bson_destroy (&base);
+      return false;
+   }
+   for (int i = 0; ok && i < s->n; i++) {
+      mongoc_collection_t *coll = fw_dlq_replay_collection (s->workers[i], &err);
+      bson_t q = BSON_INITIALIZER, opts = BSON_INITIALIZER, and, part, sort, proj;
+      mongoc_cursor_t *cur;
+      const bson_t *doc;
+      bson_error_t berr;
+
+      BSON_APPEND_ARRAY_BEGIN (&q, "$and", &and);
+      BSON_APPEND_DOCUMENT (&and, "0", &base);
+      BSON_APPEND_DOCUMENT_BEGIN (&and, "1", &part);
+      BSON_APPEND_UTF8 (&part, "streamName", fw_stream_worker_name (s->workers[i]));
+      bson_append_document_end (&and, &part);
+      {
+         bson_t or, alt, cond;
+         BSON_APPEND_DOCUMENT_BEGIN (&and, "2", &part);
+         BSON_APPEND_ARRAY_BEGIN (&part, "$or", &or);
+         BSON_APPEND_DOCUMENT_BEGIN (&or, "0", &alt);
+         BSON_APPEND_DOCUMENT_BEGIN (&alt, "status", &cond);
+         BSON_APPEND_UTF8 (&cond, "$ne", "REPROCESSING");
+         bson_append_document_end (&alt, &cond);
+         bson_append_document_end (&or, &alt);
+         BSON_APPEND_DOCUMENT_BEGIN (&or, "1", &alt);
+         BSON_APPEND_DOCUMENT_BEGIN (&alt, "claimedUntil", &cond);
+         BSON_APPEND_DATE_TIME (&cond, "$lt", now_ms ());
+         bson_append_document_end (&alt, &cond);
+         bson_append_document_end (&or, &alt);
+         bson_append_array_end (&part, &or);
+         bson_append_document_end (&and, &part);
+      }
+      bson_append_array_end (&q, &and);
+      BSON_APPEND_DOCUMENT_BEGIN (&opts, "sort", &sort);
+      BSON_APPEND_INT32 (&sort, "clusterTime", 1);
+      BSON_APPEND_INT32 (&sort, "createdAt", 1);
+      BSON_APPEND_INT32 (&sort, "_id", 1);
+      bson_append_document_end (&opts, &sort);
+      BSON_APPEND_DOCUMENT_BEGIN (&opts, "projection", &proj);
+      BSON_APPEND_INT32 (&proj, "clusterTime", 1);
+      BSON_APPEND_INT32 (&proj, "createdAt", 1);
+      bson_append_document_end (&opts, &proj);
+      if (o->filter.limit > 0) {
+         BSON_APPEND_INT64 (&opts, "limit", o->filter.limit);
+      }
+      cur = mongoc_collection_find_with_opts (coll, &q, &opts, NULL);
+      while (ok && mongoc_cursor_next (cur, &doc)) {
+         bson_iter_t it;
+         if (n == cap) {
+            candidate_t *grown = realloc (list, (cap = cap ? cap * 2 : 64) * sizeof *list);
+            if (!grown) {
+               ok = false;
+               break;
+            }
+            list = grown;
+         }
+         memset (&list[n], 0, sizeof list[n]);
+         list[n].worker = i;
+         if (bson_iter_init_find (&it, doc, "_id")) {
+            bson_value_copy (bson_iter_value (&it), &list[n].id);
+         }
+         if (bson_iter_init_find (&it, doc, "clusterTime") && BSON_ITER_HOLDS_TIMESTAMP (&it)) {
+            bson_iter_timestamp (&it, &list[n].ct_t, &list[n].ct_i);
+         }
+         if (bson_iter_init_find (&it, doc, "createdAt") && BSON_ITER_HOLDS_DATE_TIME (&it)) {
+            list[n].created = bson_iter_date_time (&it);
+         }
+         n++;
+      }
+      if (mongoc_cursor_error (cur, &berr)) {
+         fprintf (stderr, "flowwarden dlq replay: cannot read the DLQ of stream \"%s\": %s\n",
+                  fw_stream_worker_name (s->workers[i]), berr.message);
+         ok = false;
+      }
+      mongoc_cursor_destroy (cur);
+      mongoc_collection_destroy (coll);
+      bson_destroy (&q);
+      bson_destroy (&opts);
+   }
+   bson_destroy (&base);
+   if (n > 1) {
+      qsort (list, n, sizeof *list, by_cluster_time);
+   }
+   if (o->filter.limit > 0 && (int64_t) n > o->filter.limit) {
+      for (size_t i = (size_t) o->filter.limit; i < n; i++) {
+         bson_value_destroy (&list[i].id);
+      }
+      n = (size_t) o->filter.limit;
+   }
+   *out = list;
+   *n_out = n;
+   return ok;
+}
+
+/* The entry as it is now, or false when it is gone. */
+static bool
+fetch (session_t *s, const candidate_t *c, bson_t *out, char *error, size_t len)
+{
+   fw_error_t err;
+   mongoc_collection_t *coll = fw_dlq_replay_collection (s->workers[c->worker], &err);
+   bson_t q = BSON_INITIALIZER;
+   mongoc_cursor_t *cur;
+   const bson_t *doc;
+   bson_error_t berr;
+   bool found = false;
+
+   BSON_APPEND_VALUE (&q, "_id", &c->id);
+   cur = mongoc_collection_find_with_opts (coll, &q, NULL, NULL);
+   if (mongoc_cursor_next (cur, &doc)) {
+      bson_copy_to (doc, out);
+      found = true;
+   } else if (mongoc_cursor_error (cur, &berr)) {
+      snprintf (error, len, "cannot read the entry: %s", berr.message);
+   } else {
+      snprintf (error, len, "no longer in the DLQ");
+   }
+   mongoc_cursor_destroy (cur);
+   mongoc_collection_destroy (coll);
+   bson_destroy (&q);
+   return found;
+}
+
+static void
+id_text (const bson_value_t *id, char *buf, size_t len)
+{
+   if (id->value_type == BSON_TYPE_UTF8) {
+      snprintf (buf, len, "%s", id->value.v_utf8.str);
+   } else {
+      snprintf (buf, len, "(_id of BSON type %d)", (int) id->value_type);
+   }
+}
+
+/* --- the verb ---------------------------------------------------------------- */
+
+int
+fw_dlq_replay_main (int argc, char **argv)
+{
+   options_t o;
+   session_t s;
+   candidate_t *list = NULL;
+   size_t n = 0;
+   int counts[FW_REPLAY_ERROR + 1] = {0};
+   fw_replay_options_t ropts;
+   char actor[300];
+   bool tty = isatty (STDERR_FILENO);
+   int64_t t0;
+   int rc;
+   size_t done = 0, failed = 0;
+
+   memset (&o, 0, sizeof o);
+   memset (&s, 0, sizeof s);
+   if ((rc = parse (argc, argv, &o)) >= 0) {
+      return rc;
+   }
+   fw_log_configure (o.level, o.json);
+   fw_shutdown_init (&s.stop);
+   if ((rc = open_session (&s, &o)) >= 0 || !select_entries (&s, &o, &list, &n)) {
+      close_session (&s);
+      return rc >= 0 ? rc : 1;
+   }
+   s.has_signals = pthread_create (&s.signals, NULL, signal_thread, &s) == 0;
+   fw_dlq_actor (actor, sizeof actor);
+   ropts = (fw_replay_options_t){actor, o.claim_ttl_ms, o.no_retry, o.dry_run};
+   printf ("%s %zu entr%s\n", o.dry_run ? "dry run: would replay" : "replaying", n,
+           n == 1 ? "y" : "ies");
+   fflush (stdout);
+
+   t0 = mono_ms ();
+   for (size_t i = 0; i < n && !fw_shutdown_requested (&s.stop); i++) {
+      candidate_t *c = &list[i];
+      fw_stream_worker_t *w = s.workers[c->worker];
+      fw_replay_result_t r;
+      bson_t entry;
+      char id[200];
+
+      if (o.rate > 0) {
+         int64_t due = t0 + (int64_t) llround ((double) i * 1000.0 / o.rate);
+         int64_t wait = due - mono_ms ();
+         if (wait > 0 && fw_shutdown_wait_ms (&s.stop, wait)) {
+            break;
+         }
+      }
+      id_text (&c->id, id, sizeof id);
+      memset (&r, 0, sizeof r);
+      if (!fetch (&s, c, &entry, r.what, sizeof r.what)) {
+         r.status = strstr (r.what, "no longer") ? FW_REPLAY_BUSY : FW_REPLAY_ERROR;
+      } else {
+         mongoc_collection_t *coll = fw_dlq_replay_collection (w, NULL);
+         fw_dlq_replay_entry (w, coll, &entry, &ropts, &r);
+         mongoc_collection_destroy (coll);
+         bson_destroy (&entry);
+      }
+      counts[r.status]++;
+      done++;
+      if (r.status != FW_REPLAY_RESOLVED && r.status != FW_REPLAY_SKIPPED &&
+          r.status != FW_REPLAY_WOULD_RUN && r.status != FW_REPLAY_BUSY) {
+         failed++;
+      }
+      if (tty) {
+         fputs ("\r\033[K", stderr);
+      }
+      printf ("%s [%s]: %s%s%s%s\n", id, fw_stream_worker_name (w), r.what,
+              r.notes[0] ? " (" : "", r.notes, r.notes[0] ? ")" : "");
+      fflush (stdout);
+      if (tty) {
+         double secs = (double) (mono_ms () - t0) / 1000.0;
+         fprintf (stderr, "replay: %zu/%zu done, %.1f/s, %zu failed", done, n,
+                  secs > 0 ? (double) done / secs : 0.0, failed);
+         fflush (stderr);
+      }
+   }
+   if (tty) {
+      fputs ("\r\033[K", stderr);
+   }
+   if (o.dry_run) {
+      printf ("dry run: %d would run, %d would not (no handler or invalid); nothing was changed\n",
+              counts[FW_REPLAY_WOULD_RUN], counts[FW_REPLAY_UNHANDLED] + counts[FW_REPLAY_INVALID]);
+   } else {
+      printf ("summary: resolved=%d skipped=%d requeued=%d evicted=%d errors=%d "
+              "(no handler=%d, invalid=%d, claimed elsewhere=%d%s)\n",
+              counts[FW_REPLAY_RESOLVED], counts[FW_REPLAY_SKIPPED], counts[FW_REPLAY_REQUEUED],
+              counts[FW_REPLAY_EVICTED],
+              counts[FW_REPLAY_UNHANDLED] + counts[FW_REPLAY_INVALID] + counts[FW_REPLAY_ERROR] +
+                 counts[FW_REPLAY_STOPPED],
+              counts[FW_REPLAY_UNHANDLED], counts[FW_REPLAY_INVALID], counts[FW_REPLAY_BUSY],
+              done < n ? ", stopped before the end" : "");
+   }
+   rc = failed > 0 || done < n ? 3 : 0;
+   for (size_t i = 0; i < n; i++) {
+      bson_value_destroy (&list[i].id);
+   }
+   free (list);
+   close_session (&s);
+   return rc;
+}

@@ -1,0 +1,44 @@
+/*
+ * dlq_admin-private.h - what dlq_admin.c (the script's targets, reading,
+ * stats) and dlq_admin_change.c (discard, purge, import) share.
+ */
+#ifndef FLOWWARDEN_DLQ_ADMIN_PRIVATE_H
+#define FLOWWARDEN_DLQ_ADMIN_PRIVATE_H
+
+#include "flowwarden/dlq_admin.h"
+
+typedef struct {
+   char *uri;
+   mongoc_client_t *client;
+} client_t;
+
+struct fw_dlq_admin {
+   fw_dlq_target_t *targets;
+   int n_targets;
+   int only;             /* the target fw_dlq_admin_restrict chose, or -1 */
+   const char *only_stream;
+   char **streams;       /* every stream of the script, for messages */
+   int n_streams;
+   client_t *clients;    /* one per distinct URI, made on first use */
+   int n_clients;
+};
+
+bool fw_dlq__same (const char *a, const char *b);
+
+/* Appends a strdup of s to *arr; NULL when out of memory. */
+char **fw_dlq__push_string (char ***arr, int *n, const char *s);
+
+/* "a", "b", "c" into buf, for messages. */
+void fw_dlq__name_list (char *const *names, int n, char *buf, size_t len);
+
+/* Whether target i is in the operation's scope (fw_dlq_admin_restrict). */
+bool fw_dlq__selected (const fw_dlq_admin_t *admin, int i);
+
+/* "<what> on DB.COLL (connection "NAME") failed: <libmongoc's message>" */
+void fw_dlq__set_error_at (fw_error_t *error, const fw_dlq_target_t *t, const char *what,
+                           const bson_error_t *berr);
+
+/* The string at path in doc, or "?" when it is missing or not a string. */
+const char *fw_dlq__string_at (const bson_t *doc, const char *path);
+
+#endif

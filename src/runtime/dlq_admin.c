@@ -1,0 +1,592 @@
+/*
+ * dlq_admin.c - the DLQ collections a script names, and what `flowwarden
+ * dlq` does to their entries (see dlq_admin.h). The query a filter makes and
+ * time parsing are in dlq_filter.c.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <lauxlib.h>
+
+#include "dlq_admin-private.h"
+#include "flowwarden/lua_host.h"
+#include "flowwarden/runtime.h"
+#include "flowwarden/stream_config.h"
+
+/* --- loading the script ------------------------------------------------- */
+
+typedef struct {
+   fw_lua_host_t *host;
+   fw_stream_config_t *cfgs;
+   int n;
+   char *run_uri;
+   char **conn_names;
+   char **conn_uris;
+   int n_conns;
+   fw_error_t *error;
+   bool ok;
+} load_args_t;
+
+/* Runs protected: every string is copied straight into args, which owns it. */
+static int
+pload (lua_State *L)
+{
+   load_args_t *a = lua_touserdata (L, 1);
+   lua_Integer n;
+
+   fw_lua_host_push_uri (a->host);
+   a->run_uri = strdup (lua_isstring (L, -1) ? lua_tostring (L, -1) : FW_DEFAULT_URI);
+   lua_pop (L, 1);
+
+   fw_lua_host_push_connections (a->host);
+   n = (lua_Integer) lua_rawlen (L, -1);
+   a->conn_names = calloc ((size_t) n + 1, sizeof (char *));
+   a->conn_uris = calloc ((size_t) n + 1, sizeof (char *));
+   if (!a->run_uri || !a->conn_names || !a->conn_uris) {
+      return luaL_error (L, "out of memory");
+   }
+   for (lua_Integer i = 1; i <= n; i++) {
+      lua_rawgeti (L, -1, i);
+      if (lua_getfield (L, -1, "name") == LUA_TSTRING &&
+          lua_getfield (L, -2, "uri") == LUA_TSTRING) {
+         a->conn_uris[a->n_conns] = strdup (lua_tostring (L, -1));
+         a->conn_names[a->n_conns] = strdup (lua_tostring (L, -2));
+         a->n_conns++;
+      }
+      lua_settop (L, 2);
+   }
+   lua_pop (L, 1);
+
+   for (int i = 0; i < a->n; i++) {
+      fw_lua_host_push_spec (a->host, i);
+      if (!fw_stream_config_read (L, -1, &a->cfgs[i], a->error)) {
+         return 0;
+      }
+      lua_pop (L, 1);
+   }
+   a->ok = true;
+   return 0;
+}
+
+char **
+fw_dlq__push_string (char ***arr, int *n, const char *s)
+{
+   char **grown = realloc (*arr, (size_t) (*n + 1) * sizeof (char *));
+   if (!grown) {
+      return NULL;
+   }
+   *arr = grown;
+   if (!(grown[*n] = strdup (s))) {
+      return NULL;
+   }
+   (*n)++;
+   return grown;
+}
+
+bool
+fw_dlq__same (const char *a, const char *b)
+{
+   return strcmp (a, b) == 0;
+}
+
+/* Adds stream cfg to the target of its (URI, database, collection). */
+static bool
+add_target (fw_dlq_admin_t *admin, const fw_stream_config_t *cfg, const char *uri)
+{
+   const char *conn = cfg->dlq.connection ? cfg->dlq.connection : "default";
+   fw_dlq_target_t *t = NULL;
+
+   for (int i = 0; i < admin->n_targets && !t; i++) {
+      fw_dlq_target_t *x = &admin->targets[i];
+      if (fw_dlq__same (x->uri, uri) && fw_dlq__same (x->database, cfg->database) &&
+          fw_dlq__same (x->collection, cfg->dlq.collection)) {
+         t = x;
+      }
+   }
+   if (!t) {
+      fw_dlq_target_t *grown =
+         realloc (admin->targets, (size_t) (admin->n_targets + 1) * sizeof *grown);
+      if (!grown) {
+         return false;
+      }
+      admin->targets = grown;
+      t = &grown[admin->n_targets++];
+      memset (t, 0, sizeof *t);
+      t->uri = strdup (uri);
+      t->connection = strdup (conn);
+      t->database = strdup (cfg->database);
+      t->collection = strdup (cfg->dlq.collection);
+      if (!t->uri || !t->connection || !t->database || !t->collection) {
+         return false;
+      }
+   }
+   return fw_dlq__push_string (&t->streams, &t->n_streams, cfg->name) != NULL;
+}
+
+fw_dlq_admin_t *
+fw_dlq_admin_new (const char *script, const char *option_uri, fw_error_t *error)
+{
+   load_args_t a = {0};
+   fw_dlq_admin_t *admin = calloc (1, sizeof *admin);
+   lua_State *L;
+   bool ok = false;
+
+   a.error = error;
+   if (!admin || !(a.host = fw_lua_host_new (error))) {
+      goto done;
+   }
+   admin->only = -1;
+   if (!fw_lua_host_load_script (a.host, script, option_uri, error)) {
+      goto done;
+   }
+   a.n = fw_lua_host_stream_count (a.host);
+   if (a.n > 0 && !(a.cfgs = calloc ((size_t) a.n, sizeof *a.cfgs))) {
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
+      goto done;
+   }
+   L = fw_lua_host_state (a.host);
+   lua_pushcfunction (L, pload);
+   lua_pushlightuserdata (L, &a);
+   if (lua_pcall (L, 1, 0, 0) != LUA_OK) {
+      fw_error_set (error, FW_ERROR_LUA, "cannot read %s: %s", script, lua_tostring (L, -1));
+      lua_pop (L, 1);
+      goto done;
+   }
+   if (!a.ok) {
+      goto done;
+   }
+   for (int i = 0; i < a.n; i++) {
+      const fw_stream_config_t *cfg = &a.cfgs[i];
+      const char *uri = a.run_uri;
+      if (!fw_dlq__push_string (&admin->streams, &admin->n_streams, cfg->name)) {
+         fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
+         goto done;
+      }
+      if (!cfg->dlq.enabled) {
+         continue;
+      }
+      for (int c = 0; cfg->dlq.connection && c < a.n_conns; c++) {
+         if (fw_dlq__same (a.conn_names[c], cfg->dlq.connection)) {
+            uri = a.conn_uris[c];
+         }
+      }
+      if (!add_target (admin, cfg, uri)) {
+         fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
+         goto done;
+      }
+   }
+   if (admin->n_targets == 0) {
+      fw_error_set (error, FW_ERROR_INVALID,
+                    "%s declares no stream with a dead-letter queue (dlq = true), so there is "
+                    "no DLQ to work on",
+                    script);
+      goto done;
+   }
+   ok = true;
+
+done:
+   for (int i = 0; i < a.n_conns; i++) {
+      free (a.conn_names[i]);
+      free (a.conn_uris[i]);
+   }
+   free (a.conn_names);
+   free (a.conn_uris);
+   for (int i = 0; a.cfgs && i < a.n; i++) {
+      fw_stream_config_cleanup (&a.cfgs[i]);
+   }
+   free (a.cfgs);
+   free (a.run_uri);
+   fw_lua_host_destroy (a.host);
+   if (!ok) {
+      fw_dlq_admin_destroy (admin);
+      return NULL;
+   }
+   return admin;
+}
+
+void
+fw_dlq_admin_destroy (fw_dlq_admin_t *admin)
+{
+   if (!admin) {
+      return;
+   }
+   for (int i = 0; i < admin->n_targets; i++) {
+      fw_dlq_target_t *t = &admin->targets[i];
+      free (t->uri);
+      free (t->connection);
+      free (t->database);
+      free (t->collection);
+      for (int s = 0; s < t->n_streams; s++) {
+         free (t->streams[s]);
+      }
+      free (t->streams);
+   }
+   for (int i = 0; i < admin->n_streams; i++) {
+      free (admin->streams[i]);
+   }
+   for (int i = 0; i < admin->n_clients; i++) {
+      mongoc_client_destroy (admin->clients[i].client);
+      free (admin->clients[i].uri);
+   }
+   free (admin->clients);
+   free (admin->streams);
+   free (admin->targets);
+   free (admin);
+}
+
+int
+fw_dlq_admin_target_count (const fw_dlq_admin_t *admin)
+{
+   return admin->n_targets;
+}
+
+const fw_dlq_target_t *
+fw_dlq_admin_target (const fw_dlq_admin_t *admin, int i)
+{
+   return i >= 0 && i < admin->n_targets ? &admin->targets[i] : NULL;
+}
+
+const fw_dlq_target_t *
+fw_dlq_admin_target_of (const fw_dlq_admin_t *admin, const char *stream)
+{
+   for (int i = 0; i < admin->n_targets; i++) {
+      for (int s = 0; s < admin->targets[i].n_streams; s++) {
+         if (fw_dlq__same (admin->targets[i].streams[s], stream)) {
+            return &admin->targets[i];
+         }
+      }
+   }
+   return NULL;
+}
+
+/* "a", "b", "c" into buf, for messages. */
+void
+fw_dlq__name_list (char *const *names, int n, char *buf, size_t len)
+{
+   size_t o = 0;
+   buf[0] = '\0';
+   for (int i = 0; i < n && o + 1 < len; i++) {
+      int w = snprintf (buf + o, len - o, "%s\"%s\"", i ? ", " : "", names[i]);
+      if (w < 0) {
+         break;
+      }
+      o += (size_t) w;
+   }
+}
+
+bool
+fw_dlq_admin_restrict (fw_dlq_admin_t *admin, const char *stream, fw_error_t *error)
+{
+   const fw_dlq_target_t *t = fw_dlq_admin_target_of (admin, stream);
+   char names[1024];
+
+   if (t) {
+      admin->only = (int) (t - admin->targets);
+      admin->only_stream = stream;
+      return true;
+   }
+   fw_dlq__name_list (admin->streams, admin->n_streams, names, sizeof names);
+   for (int i = 0; i < admin->n_streams; i++) {
+      if (fw_dlq__same (admin->streams[i], stream)) {
+         fw_error_set (error, FW_ERROR_INVALID,
+                       "--stream: stream \"%s\" has no dead-letter queue (its dlq is off)",
+                       stream);
+         return false;
+      }
+   }
+   fw_error_set (error, FW_ERROR_INVALID,
+                 "--stream: the script has no stream \"%s\" (its streams: %s)", stream, names);
+   return false;
+}
+
+bool
+fw_dlq__selected (const fw_dlq_admin_t *admin, int i)
+{
+   return admin->only < 0 || admin->only == i;
+}
+
+mongoc_collection_t *
+fw_dlq_admin_collection (fw_dlq_admin_t *admin, int i, fw_error_t *error)
+{
+   fw_dlq_target_t *t = &admin->targets[i];
+   mongoc_client_t *client = NULL;
+   mongoc_uri_t *uri;
+   bson_error_t berr;
+
+   for (int c = 0; c < admin->n_clients && !client; c++) {
+      if (fw_dlq__same (admin->clients[c].uri, t->uri)) {
+         client = admin->clients[c].client;
+      }
+   }
+   if (!client) {
+      client_t *grown;
+      /* The message never shows the URI: it may hold a password. */
+      if (!(uri = mongoc_uri_new_with_error (t->uri, &berr))) {
+         fw_error_set (error, FW_ERROR_INVALID, "invalid MongoDB URI of connection \"%s\": %s",
+                       t->connection, berr.message);
+         return NULL;
+      }
+      client = mongoc_client_new_from_uri_with_error (uri, &berr);
+      mongoc_uri_destroy (uri);
+      grown = realloc (admin->clients, (size_t) (admin->n_clients + 1) * sizeof *grown);
+      if (!client || !grown) {
+         fw_error_set (error, FW_ERROR_MONGO, "cannot create a client for connection \"%s\": %s",
+                       t->connection, client ? "out of memory" : berr.message);
+         mongoc_client_destroy (client);
+         if (grown) {
+            admin->clients = grown;
+         }
+         return NULL;
+      }
+      admin->clients = grown;
+      grown[admin->n_clients].uri = strdup (t->uri);
+      grown[admin->n_clients].client = client;
+      admin->n_clients++;
+      mongoc_client_set_error_api (client, MONGOC_ERROR_API_VERSION_2);
+      mongoc_client_set_appname (client, "flowwarden-dlq");
+   }
+   return mongoc_client_get_collection (client, t->database, t->collection);
+}
+
+/* --- reading ------------------------------------------------------------ */
+
+static void
+append_sort (bson_t *opts)
+{
+   bson_t sort;
+   BSON_APPEND_DOCUMENT_BEGIN (opts, "sort", &sort);
+   BSON_APPEND_INT32 (&sort, "createdAt", 1);
+   BSON_APPEND_INT32 (&sort, "_id", 1);
+   bson_append_document_end (opts, &sort);
+}
+
+void
+fw_dlq__set_error_at (fw_error_t *error, const fw_dlq_target_t *t, const char *what,
+              const bson_error_t *berr)
+{
+   fw_error_set (error, FW_ERROR_MONGO, "%s on %s.%s (connection \"%s\") failed: %s", what,
+                 t->database, t->collection, t->connection, berr->message);
+}
+
+bool
+fw_dlq_admin_find (fw_dlq_admin_t *admin, const fw_dlq_filter_t *filter,
+                   const char *default_status, bool with_documents, fw_dlq_visit_fn visit,
+                   void *ud, fw_error_t *error)
+{
+   bson_t query = BSON_INITIALIZER;
+   int64_t left = filter->limit;
+   bool ok = fw_dlq_filter_to_query (filter, default_status, &query, error);
+
+   for (int i = 0; ok && i < admin->n_targets && (filter->limit == 0 || left > 0); i++) {
+      mongoc_collection_t *coll;
+      mongoc_cursor_t *cursor;
+      const bson_t *doc;
+      bson_error_t berr;
+      bson_t opts = BSON_INITIALIZER;
+
+      if (!fw_dlq__selected (admin, i)) {
+         continue;
+      }
+      if (!(coll = fw_dlq_admin_collection (admin, i, error))) {
+         ok = false;
+         bson_destroy (&opts);
+         break;
+      }
+      append_sort (&opts);
+      if (!with_documents) {
+         bson_t proj;
+         BSON_APPEND_DOCUMENT_BEGIN (&opts, "projection", &proj);
+         BSON_APPEND_INT32 (&proj, "fullDocument", 0);
+         BSON_APPEND_INT32 (&proj, "fullDocumentBeforeChange", 0);
+         BSON_APPEND_INT32 (&proj, "updateDescription", 0);
+         bson_append_document_end (&opts, &proj);
+      }
+      if (filter->limit > 0) {
+         BSON_APPEND_INT64 (&opts, "limit", left);
+      }
+      cursor = mongoc_collection_find_with_opts (coll, &query, &opts, NULL);
+      while (ok && mongoc_cursor_next (cursor, &doc)) {
+         left--;
+         ok = visit (doc, &admin->targets[i], ud, error);
+      }
+      if (ok && mongoc_cursor_error (cursor, &berr)) {
+         fw_dlq__set_error_at (error, &admin->targets[i], "the query", &berr);
+         ok = false;
+      }
+      mongoc_cursor_destroy (cursor);
+      mongoc_collection_destroy (coll);
+      bson_destroy (&opts);
+   }
+   bson_destroy (&query);
+   return ok;
+}
+
+/* --- stats -------------------------------------------------------------- */
+
+typedef struct {
+   char **names;
+   int64_t *counts;
+   int n;
+} counter_t;
+
+static bool
+count_add (counter_t *c, const char *name, int64_t n)
+{
+   int64_t *grown;
+   for (int i = 0; i < c->n; i++) {
+      if (fw_dlq__same (c->names[i], name)) {
+         c->counts[i] += n;
+         return true;
+      }
+   }
+   if (!(grown = realloc (c->counts, (size_t) (c->n + 1) * sizeof *grown))) {
+      return false;
+   }
+   c->counts = grown;
+   grown[c->n] = n;
+   return fw_dlq__push_string (&c->names, &c->n, name) != NULL;
+}
+
+/* Appends {name: count} to out, largest count first, then by name. */
+static void
+count_append (bson_t *out, const char *key, counter_t *c)
+{
+   bson_t doc;
+   for (int i = 1; i < c->n; i++) {
+      for (int j = i; j > 0 && (c->counts[j] > c->counts[j - 1] ||
+                                (c->counts[j] == c->counts[j - 1] &&
+                                 strcmp (c->names[j], c->names[j - 1]) < 0));
+           j--) {
+         char *name = c->names[j];
+         int64_t n = c->counts[j];
+         c->names[j] = c->names[j - 1];
+         c->counts[j] = c->counts[j - 1];
+         c->names[j - 1] = name;
+         c->counts[j - 1] = n;
+      }
+   }
+   BSON_APPEND_DOCUMENT_BEGIN (out, key, &doc);
+   for (int i = 0; i < c->n; i++) {
+      BSON_APPEND_INT64 (&doc, c->names[i], c->counts[i]);
+   }
+   bson_append_document_end (out, &doc);
+}
+
+static void
+count_free (counter_t *c)
+{
+   for (int i = 0; i < c->n; i++) {
+      free (c->names[i]);
+   }
+   free (c->names);
+   free (c->counts);
+}
+
+/* The string at path in doc, or "?" when it is missing or not a string. */
+const char *
+fw_dlq__string_at (const bson_t *doc, const char *path)
+{
+   bson_iter_t it, f;
+   if (bson_iter_init (&it, doc) && bson_iter_find_descendant (&it, path, &f) &&
+       BSON_ITER_HOLDS_UTF8 (&f)) {
+      return bson_iter_utf8 (&f, NULL);
+   }
+   return "?";
+}
+
+/* One target's counts by (stream, status, error type), grouped by the server. */
+static bool
+stats_of (fw_dlq_admin_t *admin, int i, const bson_t *query, counter_t c[3], int64_t *total,
+          int64_t *oldest_ms, fw_error_t *error)
+{
+   const fw_dlq_target_t *t = &admin->targets[i];
+   mongoc_collection_t *coll = fw_dlq_admin_collection (admin, i, error);
+   mongoc_cursor_t *cursor;
+   const bson_t *doc;
+   bson_error_t berr;
+   bson_t *pipeline, *opts;
+   bool ok = true;
+
+   if (!coll) {
+      return false;
+   }
+   pipeline = BCON_NEW ("pipeline", "[", "{", "$match", BCON_DOCUMENT (query), "}", "{",
+                        "$group", "{", "_id", "{", "s", BCON_UTF8 ("$streamName"), "st",
+                        BCON_UTF8 ("$status"), "t", BCON_UTF8 ("$error.type"), "}", "n", "{",
+                        "$sum", BCON_INT32 (1), "}", "}", "}", "]");
+   cursor = mongoc_collection_aggregate (coll, MONGOC_QUERY_NONE, pipeline, NULL, NULL);
+   while (ok && mongoc_cursor_next (cursor, &doc)) {
+      bson_iter_t it;
+      int64_t n = bson_iter_init_find (&it, doc, "n") ? bson_iter_as_int64 (&it) : 0;
+      *total += n;
+      ok = count_add (&c[0], fw_dlq__string_at (doc, "_id.s"), n) &&
+           count_add (&c[1], fw_dlq__string_at (doc, "_id.st"), n) &&
+           count_add (&c[2], fw_dlq__string_at (doc, "_id.t"), n);
+      if (!ok) {
+         fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
+      }
+   }
+   if (ok && mongoc_cursor_error (cursor, &berr)) {
+      fw_dlq__set_error_at (error, t, "counting", &berr);
+      ok = false;
+   }
+   mongoc_cursor_destroy (cursor);
+   bson_destroy (pipeline);
+
+   /* The oldest PENDING entry among the selected ones with a real date. */
+   pipeline = BCON_NEW ("$and", "[", BCON_DOCUMENT (query), "{", "status", BCON_UTF8 ("PENDING"),
+                        "createdAt", "{", "$type", BCON_UTF8 ("date"), "}", "}", "]");
+   opts = BCON_NEW ("sort", "{", "createdAt", BCON_INT32 (1), "}", "projection", "{",
+                    "createdAt", BCON_INT32 (1), "}", "limit", BCON_INT64 (1));
+   cursor = ok ? mongoc_collection_find_with_opts (coll, pipeline, opts, NULL) : NULL;
+   if (cursor && mongoc_cursor_next (cursor, &doc)) {
+      bson_iter_t it;
+      if (bson_iter_init_find (&it, doc, "createdAt") && BSON_ITER_HOLDS_DATE_TIME (&it) &&
+          (*oldest_ms == INT64_MAX || bson_iter_date_time (&it) < *oldest_ms)) {
+         *oldest_ms = bson_iter_date_time (&it);
+      }
+   }
+   if (cursor && mongoc_cursor_error (cursor, &berr)) {
+      fw_dlq__set_error_at (error, t, "the oldest PENDING query", &berr);
+      ok = false;
+   }
+   mongoc_cursor_destroy (cursor);
+   bson_destroy (pipeline);
+   bson_destroy (opts);
+   mongoc_collection_destroy (coll);
+   return ok;
+}
+
+bool
+fw_dlq_admin_stats (fw_dlq_admin_t *admin, const fw_dlq_filter_t *filter,
+                    const char *default_status, int64_t now_ms, bson_t *out, fw_error_t *error)
+{
+   bson_t query = BSON_INITIALIZER;
+   counter_t c[3] = {{0}};
+   int64_t total = 0, oldest_ms = INT64_MAX;
+   bool ok = fw_dlq_filter_to_query (filter, default_status, &query, error);
+
+   bson_init (out);
+   for (int i = 0; ok && i < admin->n_targets; i++) {
+      if (fw_dlq__selected (admin, i)) {
+         ok = stats_of (admin, i, &query, c, &total, &oldest_ms, error);
+      }
+   }
+   if (ok) {
+      BSON_APPEND_INT64 (out, "total", total);
+      count_append (out, "by_stream", &c[0]);
+      count_append (out, "by_status", &c[1]);
+      count_append (out, "by_error_type", &c[2]);
+      if (oldest_ms == INT64_MAX) {
+         BSON_APPEND_NULL (out, "oldest_pending_age_s");
+      } else {
+         BSON_APPEND_INT64 (out, "oldest_pending_age_s", (now_ms - oldest_ms) / 1000);
+      }
+   }
+   for (int k = 0; k < 3; k++) {
+      count_free (&c[k]);
+   }
+   bson_destroy (&query);
+   return ok;
+}

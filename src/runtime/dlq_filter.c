@@ -1,0 +1,273 @@
+/*
+ * dlq_filter.c - the filters of `flowwarden dlq` as a MongoDB query, and the
+ * times --since / --until / --older-than take (see dlq_admin.h).
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "flowwarden/dlq_admin.h"
+
+static const char *const statuses[] = {"PENDING", "REPROCESSING", "RESOLVED", "DISCARDED"};
+
+/* Appends status: {$in: [...]} for a comma-separated list of statuses (any
+ * case); false for a name that is not a status. */
+static bool
+append_status (bson_t *query, const char *list, fw_error_t *error)
+{
+   bson_t in, arr;
+   uint32_t n = 0;
+   const char *p = list;
+
+   BSON_APPEND_DOCUMENT_BEGIN (query, "status", &in);
+   BSON_APPEND_ARRAY_BEGIN (&in, "$in", &arr);
+   for (;;) {
+      size_t len = strcspn (p, ",");
+      const char *match = NULL;
+      for (size_t i = 0; i < sizeof statuses / sizeof *statuses; i++) {
+         if (len == strlen (statuses[i]) && strncasecmp (p, statuses[i], len) == 0) {
+            match = statuses[i];
+         }
+      }
+      if (!match) {
+         fw_error_set (error, FW_ERROR_INVALID,
+                       "--status: unknown status \"%.*s\" (use PENDING, REPROCESSING, RESOLVED "
+                       "or DISCARDED, or several separated by commas)",
+                       (int) len, p);
+         bson_append_array_end (&in, &arr);
+         bson_append_document_end (query, &in);
+         return false;
+      }
+      char key[16];
+      const char *k;
+      bson_uint32_to_string (n++, &k, key, sizeof key);
+      BSON_APPEND_UTF8 (&arr, k, match);
+      if (p[len] == '\0') {
+         break;
+      }
+      p += len + 1;
+   }
+   bson_append_array_end (&in, &arr);
+   bson_append_document_end (query, &in);
+   return true;
+}
+
+/* error.type T and its subtypes: T itself, or a string in ["T.", "T/"),
+ * which is exactly the strings starting with "T." ('/' follows '.'), with no
+ * regular expression to escape. */
+static void
+append_error_type (bson_t *query, const char *type)
+{
+   bson_t or, alt, range;
+   char *lo = bson_strdup_printf ("%s.", type);
+   char *hi = bson_strdup_printf ("%s/", type);
+
+   BSON_APPEND_ARRAY_BEGIN (query, "$or", &or);
+   BSON_APPEND_DOCUMENT_BEGIN (&or, "0", &alt);
+   BSON_APPEND_UTF8 (&alt, "error.type", type);
+   bson_append_document_end (&or, &alt);
+   BSON_APPEND_DOCUMENT_BEGIN (&or, "1", &alt);
+   BSON_APPEND_DOCUMENT_BEGIN (&alt, "error.type", &range);
+   BSON_APPEND_UTF8 (&range, "$gte", lo);
+   BSON_APPEND_UTF8 (&range, "$lt", hi);
+   bson_append_document_end (&alt, &range);
+   bson_append_document_end (&or, &alt);
+   bson_append_array_end (query, &or);
+   bson_free (lo);
+   bson_free (hi);
+}
+
+bool
+fw_dlq_filter_to_query (const fw_dlq_filter_t *filter, const char *default_status,
+                        bson_t *query, fw_error_t *error)
+{
+   const char *status = filter->status ? filter->status : default_status;
+
+   if (filter->stream) {
+      BSON_APPEND_UTF8 (query, "streamName", filter->stream);
+   }
+   if (status && !append_status (query, status, error)) {
+      return false;
+   }
+   if (filter->error_type) {
+      append_error_type (query, filter->error_type);
+   }
+   if (filter->since_ms || filter->until_ms) {
+      bson_t range;
+      BSON_APPEND_DOCUMENT_BEGIN (query, "createdAt", &range);
+      if (filter->since_ms) {
+         BSON_APPEND_DATE_TIME (&range, "$gte", filter->since_ms);
+      }
+      if (filter->until_ms) {
+         BSON_APPEND_DATE_TIME (&range, "$lt", filter->until_ms);
+      }
+      bson_append_document_end (query, &range);
+   }
+   if (filter->n_ids > 0) {
+      bson_t in, arr;
+      BSON_APPEND_DOCUMENT_BEGIN (query, "_id", &in);
+      BSON_APPEND_ARRAY_BEGIN (&in, "$in", &arr);
+      for (int i = 0; i < filter->n_ids; i++) {
+         char key[16];
+         const char *k;
+         bson_uint32_to_string ((uint32_t) i, &k, key, sizeof key);
+         BSON_APPEND_UTF8 (&arr, k, filter->ids[i]);
+      }
+      bson_append_array_end (&in, &arr);
+      bson_append_document_end (query, &in);
+   }
+   if (filter->filter_json) {
+      const char *p = filter->filter_json;
+      bson_t user, and;
+      bson_error_t berr;
+
+      while (isspace ((unsigned char) *p)) {
+         p++;
+      }
+      if (*p != '{') {
+         fw_error_set (error, FW_ERROR_INVALID,
+                       "--filter: expected a JSON object (a MongoDB query such as "
+                       "'{\"attempts\": {\"$gte\": 3}}'), got: %s",
+                       filter->filter_json);
+         return false;
+      }
+      if (!bson_init_from_json (&user, filter->filter_json, -1, &berr)) {
+         fw_error_set (error, FW_ERROR_INVALID, "--filter: not valid Extended JSON: %s",
+                       berr.message);
+         return false;
+      }
+      /* In an $and, so a user's streamName or $or never overrides ours. */
+      BSON_APPEND_ARRAY_BEGIN (query, "$and", &and);
+      BSON_APPEND_DOCUMENT (&and, "0", &user);
+      bson_append_array_end (query, &and);
+      bson_destroy (&user);
+   }
+   return true;
+}
+
+/* "2h", "30m", "7d", "500ms", "45s", "2w": a whole number and a unit. */
+static bool
+parse_duration (const char *text, int64_t *out_ms)
+{
+   static const struct {
+      const char *unit;
+      int64_t ms;
+   } units[] = {{"ms", 1},
+                {"s", 1000},
+                {"m", 60 * 1000},
+                {"h", 3600 * 1000},
+                {"d", 24 * 3600 * 1000LL},
+                {"w", 7 * 24 * 3600 * 1000LL}};
+   char *end;
+   long long n;
+
+   if (!isdigit ((unsigned char) text[0])) {
+      return false;
+   }
+   errno = 0;
+   n = strtoll (text, &end, 10);
+   if (errno || end == text) {
+      return false;
+   }
+   for (size_t i = 0; i < sizeof units / sizeof *units; i++) {
+      if (strcmp (end, units[i].unit) == 0) {
+         if (n > INT64_MAX / units[i].ms) {
+            return false;
+         }
+         *out_ms = n * units[i].ms;
+         return true;
+      }
+   }
+   return false;
+}
+
+/* "2026-01-15", "2026-01-15T10:30", "2026-01-15T10:30:00[.123]", each
+ * optionally followed by "Z" or an offset ("+02:00", "+0200"); no zone
+ * means UTC. */
+static bool
+parse_iso_date (const char *text, int64_t *out_ms)
+{
+   static const char *const forms[] = {"%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d"};
+   struct tm tm, check;
+   const char *rest = NULL;
+   int64_t ms = 0;
+   long offset_s = 0;
+   time_t t;
+
+   for (size_t i = 0; i < sizeof forms / sizeof *forms && !rest; i++) {
+      memset (&tm, 0, sizeof tm);
+      rest = strptime (text, forms[i], &tm);
+      /* "%Y-%m-%d" also reads the date of "2026-01-15T1": only a complete
+       * form counts. */
+      if (rest && i == 2 && *rest == 'T') {
+         rest = NULL;
+      }
+   }
+   if (!rest) {
+      return false;
+   }
+   if (*rest == '.') {
+      int digits = 0;
+      rest++;
+      while (isdigit ((unsigned char) *rest)) {
+         if (digits++ < 3) {
+            ms = ms * 10 + (*rest - '0');
+         }
+         rest++;
+      }
+      if (digits == 0) {
+         return false;
+      }
+      for (; digits < 3; digits++) {
+         ms *= 10;
+      }
+   }
+   if (*rest == 'Z') {
+      rest++;
+   } else if (*rest == '+' || *rest == '-') {
+      struct tm zone;
+      memset (&zone, 0, sizeof zone);
+      rest = strptime (rest, "%z", &zone);
+      if (!rest) {
+         return false;
+      }
+      offset_s = zone.tm_gmtoff;
+   }
+   if (*rest != '\0') {
+      return false;
+   }
+   check = tm;
+   t = timegm (&tm);
+   /* timegm normalises "2026-02-31" to March 3rd: refuse what it changed. */
+   if (t == (time_t) -1 || tm.tm_mday != check.tm_mday || tm.tm_mon != check.tm_mon ||
+       tm.tm_year != check.tm_year || tm.tm_hour != check.tm_hour || tm.tm_min != check.tm_min ||
+       tm.tm_sec != check.tm_sec) {
+      return false;
+   }
+   *out_ms = ((int64_t) t - offset_s) * 1000 + ms;
+   return true;
+}
+
+bool
+fw_dlq_parse_time (const char *option, const char *text, int64_t now_ms, int64_t *out_ms,
+                   fw_error_t *error)
+{
+   int64_t ms;
+
+   if (parse_duration (text, &ms)) {
+      *out_ms = now_ms - ms;
+      return true;
+   }
+   if (parse_iso_date (text, out_ms)) {
+      return true;
+   }
+   fw_error_set (error, FW_ERROR_INVALID,
+                 "%s: \"%s\" is neither a duration (a whole number and ms, s, m, h, d or w, e.g. "
+                 "\"2h\" or \"7d\") nor an ISO date (e.g. \"2026-01-15\" or "
+                 "\"2026-01-15T10:30:00Z\")",
+                 option, text);
+   return false;
+}

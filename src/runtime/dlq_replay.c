@@ -1,0 +1,668 @@
+/*
+ * dlq_replay.c - one dead letter at a time: claim it, rebuild its change
+ * event, hand it to the stream's current handler through fw_event_dispatch,
+ * and record what happened (see dlq_replay.h). Also run's automatic rounds.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <lauxlib.h>
+
+#include "flowwarden/bson_lua.h"
+#include "flowwarden/dlq_entry.h"
+#include "flowwarden/dlq_replay.h"
+#include "flowwarden/log.h"
+#include "flowwarden/mongo_lua.h"
+#include "stream_worker-private.h"
+
+#define HISTORY_MAX 20
+
+const char *
+fw_dlq_replay_status_name (fw_replay_status_t status)
+{
+   static const char *const names[] = {"resolved", "skipped",  "requeued", "evicted",
+                                       "no handler", "invalid", "busy",     "would run",
+                                       "stopped",  "error"};
+   return (unsigned) status < sizeof names / sizeof *names ? names[status] : "?";
+}
+
+/* --- reading an entry ------------------------------------------------------ */
+
+static const char *
+entry_string (const bson_t *entry, const char *dotted)
+{
+   bson_iter_t it, child;
+   if (bson_iter_init (&it, entry) && bson_iter_find_descendant (&it, dotted, &child) &&
+       BSON_ITER_HOLDS_UTF8 (&child)) {
+      return bson_iter_utf8 (&child, NULL);
+   }
+   return NULL;
+}
+
+static bool
+entry_field (const bson_t *entry, const char *key, bson_iter_t *it)
+{
+   return bson_iter_init_find (it, entry, key);
+}
+
+/* MongoDB's spelling of an entry's operationType ("DROP_DATABASE" ->
+ * "dropDatabase"), or NULL when it is not a change event type. */
+static const char *
+event_operation (const char *upper)
+{
+   static const char *const ops[] = {"insert", "update", "replace",      "delete",
+                                     "drop",   "rename", "dropDatabase", "invalidate"};
+   char buf[64];
+   if (!upper) {
+      return NULL;
+   }
+   for (size_t i = 0; i < sizeof ops / sizeof *ops; i++) {
+      fw_dlq_operation_type (ops[i], buf, sizeof buf);
+      if (strcmp (buf, upper) == 0) {
+         return ops[i];
+      }
+   }
+   return NULL;
+}
+
+/* Rebuilds the change event the entry was made from into event (initialised
+ * here, owned by the caller) and parses it into ev. False with why filled
+ * when the entry cannot be one (edited by hand, say). */
+static bool
+build_event (const bson_t *entry, bson_t *event, fw_event_t *ev, char *why, size_t len)
+{
+   static const char *const copied[] = {"clusterTime", "wallTime", "ns", "documentKey",
+                                        "fullDocument", "fullDocumentBeforeChange",
+                                        "updateDescription", "txnNumber", "lsid"};
+   const char *upper = entry_string (entry, "operationType");
+   const char *op = event_operation (upper);
+   bson_iter_t it;
+   fw_error_t err;
+
+   bson_init (event);
+   if (!entry_field (entry, "resumeToken", &it) || !BSON_ITER_HOLDS_DOCUMENT (&it)) {
+      snprintf (why, len, "resumeToken is missing or not a document");
+      return false;
+   }
+   if (!op) {
+      if (upper) {
+         snprintf (why, len, "operationType \"%s\" is not a change event type", upper);
+      } else {
+         snprintf (why, len, "operationType is missing or not a string");
+      }
+      return false;
+   }
+   bson_append_iter (event, "_id", 3, &it);
+   BSON_APPEND_UTF8 (event, "operationType", op);
+   for (size_t i = 0; i < sizeof copied / sizeof *copied; i++) {
+      if (entry_field (entry, copied[i], &it)) {
+         bson_append_iter (event, copied[i], -1, &it);
+      }
+   }
+   if (!fw_event_parse (event, ev, &err)) {
+      snprintf (why, len, "%.400s", err.message);
+      return false;
+   }
+   return true;
+}
+
+/* What the entry did not keep of its event: its omitted list, and a
+ * fullDocument that is null or absent where the operation has one. */
+static void
+entry_notes (const bson_t *entry, char *buf, size_t len)
+{
+   bson_iter_t it, child;
+   const char *op = entry_string (entry, "operationType");
+   size_t o = 0;
+
+   buf[0] = '\0';
+   if (entry_field (entry, "omitted", &it) && BSON_ITER_HOLDS_ARRAY (&it) &&
+       bson_iter_recurse (&it, &child)) {
+      while (bson_iter_next (&child)) {
+         if (BSON_ITER_HOLDS_UTF8 (&child) && o < len) {
+            o += (size_t) snprintf (buf + o, len - o, "%s%s not stored", o ? "; " : "",
+                                    bson_iter_utf8 (&child, NULL));
+         }
+      }
+   }
+   if (op && strcmp (op, "DELETE") != 0 && !strstr (buf, "fullDocument not stored") && o < len &&
+       (!entry_field (entry, "fullDocument", &it) || BSON_ITER_HOLDS_NULL (&it))) {
+      snprintf (buf + o, len - o, "%sfullDocument not stored (the handler can read the current "
+                                  "document with fw.mongo)",
+                o ? "; " : "");
+   }
+}
+
+/* The letter ctx:dead_letter() and the enqueue policy see. */
+static void
+build_letter (const bson_t *entry, const bson_t *before_claim, bson_t *letter)
+{
+   bson_iter_t it;
+   bson_t cause;
+
+   bson_init (letter);
+   if (entry_field (entry, "_id", &it)) {
+      bson_append_iter (letter, "id", 2, &it);
+   }
+   BSON_APPEND_DOCUMENT_BEGIN (letter, "cause", &cause);
+   BSON_APPEND_UTF8 (&cause, "type", entry_string (entry, "error.type") ? entry_string (entry, "error.type") : "");
+   BSON_APPEND_UTF8 (&cause, "message",
+                     entry_string (entry, "error.message") ? entry_string (entry, "error.message") : "");
+   bson_append_document_end (letter, &cause);
+   if (entry_field (entry, "diagnostics", &it) && BSON_ITER_HOLDS_DOCUMENT (&it)) {
+      bson_append_iter (letter, "diagnostics", -1, &it);
+   } else {
+      bson_t empty = BSON_INITIALIZER;
+      BSON_APPEND_DOCUMENT (letter, "diagnostics", &empty);
+   }
+   if (entry_field (entry, "createdAt", &it)) {
+      bson_append_iter (letter, "enqueued_at", -1, &it);
+   }
+   if (entry_field (before_claim, "lastTouched", &it) ||
+       entry_field (before_claim, "createdAt", &it)) {
+      bson_append_iter (letter, "last_touched", -1, &it);
+   }
+   BSON_APPEND_INT64 (letter, "reprocess_attempts",
+                      entry_field (entry, "reprocessAttempts", &it) && BSON_ITER_HOLDS_NUMBER (&it)
+                         ? bson_iter_as_int64 (&it)
+                         : 0);
+}
+
+static bool
+has_handler (const fw_stream_worker_t *w, fw_op_t op)
+{
+   int specific = op == FW_OP_INSERT    ? w->handler_ref[H_INSERT]
+                  : op == FW_OP_UPDATE  ? w->handler_ref[H_UPDATE]
+                  : op == FW_OP_REPLACE ? w->handler_ref[H_REPLACE]
+                  : op == FW_OP_DELETE  ? w->handler_ref[H_DELETE]
+                                        : LUA_NOREF;
+   return specific != LUA_NOREF || w->handler_ref[H_CHANGE] != LUA_NOREF;
+}
+
+/* --- writing the outcome ---------------------------------------------------- */
+
+typedef struct {
+   fw_stream_worker_t *w;
+   mongoc_collection_t *coll;
+   bson_value_t id;
+   const fw_replay_options_t *opts;
+} claim_t;
+
+static void
+append_id_filter (bson_t *filter, const claim_t *c)
+{
+   BSON_APPEND_VALUE (filter, "_id", &c->id);
+}
+
+/* Claims the entry: PENDING, or REPROCESSING with an expired claim. On
+ * success out holds the claimed entry (caller destroys); *got says whether
+ * it was claimable. */
+static bool
+claim (const claim_t *c, bson_t *out, bool *got, fw_error_t *error)
+{
+   int64_t now = fw_now_ms ();
+   bson_t query = BSON_INITIALIZER, update = BSON_INITIALIZER, or, alt, set, lt, reply;
+   mongoc_find_and_modify_opts_t *fam = mongoc_find_and_modify_opts_new ();
+   bson_error_t berr;
+   bson_iter_t it;
+   bool ok;
+
+   append_id_filter (&query, c);
+   BSON_APPEND_UTF8 (&query, "streamName", c->w->cfg.name);
+   BSON_APPEND_ARRAY_BEGIN (&query, "$or", &or);
+   BSON_APPEND_DOCUMENT_BEGIN (&or, "0", &alt);
+   BSON_APPEND_UTF8 (&alt, "status", "PENDING");
+   bson_append_document_end (&or, &alt);
+   BSON_APPEND_DOCUMENT_BEGIN (&or, "1", &alt);
+   BSON_APPEND_UTF8 (&alt, "status", "REPROCESSING");
+   BSON_APPEND_DOCUMENT_BEGIN (&alt, "claimedUntil", &lt);
+   BSON_APPEND_DATE_TIME (&lt, "$lt", now);
+   bson_append_document_end (&alt, &lt);
+   bson_append_document_end (&or, &alt);
+   bson_append_array_end (&query, &or);
+
+   BSON_APPEND_DOCUMENT_BEGIN (&update, "$set", &set);
+   BSON_APPEND_UTF8 (&set, "status", "REPROCESSING");
+   BSON_APPEND_UTF8 (&set, "claimedBy", c->opts->actor);
+   BSON_APPEND_DATE_TIME (&set, "claimedUntil", now + c->opts->claim_ttl_ms);
+   BSON_APPEND_DATE_TIME (&set, "lastTouched", now);
+   bson_append_document_end (&update, &set);
+
+   mongoc_find_and_modify_opts_set_update (fam, &update);
+   mongoc_find_and_modify_opts_set_flags (fam, MONGOC_FIND_AND_MODIFY_RETURN_NEW);
+   ok = mongoc_collection_find_and_modify_with_opts (c->coll, &query, fam, &reply, &berr);
+   *got = false;
+   bson_init (out);
+   if (!ok) {
+      fw_error_set (error, FW_ERROR_MONGO, "cannot claim the entry: %s", berr.message);
+   } else if (bson_iter_init_find (&it, &reply, "value") && BSON_ITER_HOLDS_DOCUMENT (&it)) {
+      uint32_t len;
+      const uint8_t *data;
+      bson_t view;
+      bson_iter_document (&it, &len, &data);
+      if (bson_init_static (&view, data, len)) {
+         bson_concat (out, &view);
+         *got = true;
+      }
+   }
+   bson_destroy (&reply);
+   bson_destroy (&query);
+   bson_destroy (&update);
+   mongoc_find_and_modify_opts_destroy (fam);
+   return ok;
+}
+
+/* Applies update to the entry while this process still holds its claim.
+ * *held is false when the claim was lost (expired and taken meanwhile). */
+static bool
+update_claimed (const claim_t *c, const bson_t *update, bool *held, fw_error_t *error)
+{
+   bson_t filter = BSON_INITIALIZER, reply;
+   bson_error_t berr;
+   bson_iter_t it;
+   bool ok;
+
+   append_id_filter (&filter, c);
+   BSON_APPEND_UTF8 (&filter, "status", "REPROCESSING");
+   BSON_APPEND_UTF8 (&filter, "claimedBy", c->opts->actor);
+   ok = mongoc_collection_update_one (c->coll, &filter, update, NULL, &reply, &berr);
+   *held = ok && bson_iter_init_find (&it, &reply, "matchedCount") &&
+           bson_iter_as_int64 (&it) > 0;
+   if (!ok) {
+      fw_error_set (error, FW_ERROR_MONGO, "cannot update the entry: %s", berr.message);
+   }
+   bson_destroy (&reply);
+   bson_destroy (&filter);
+   return ok;
+}
+
+/* Pushes the claim forward while a handler works on the entry. */
+static void
+extend_claim (fw_replay_hook_t *hook)
+{
+   const claim_t *c = hook->ud;
+   bson_t update = BSON_INITIALIZER, set;
+   fw_error_t err;
+   bool held;
+
+   BSON_APPEND_DOCUMENT_BEGIN (&update, "$set", &set);
+   BSON_APPEND_DATE_TIME (&set, "claimedUntil", fw_now_ms () + c->opts->claim_ttl_ms);
+   bson_append_document_end (&update, &set);
+   if (!update_claimed (c, &update, &held, &err)) {
+      fw_log (FW_LOG_WARN, c->w->cfg.name, "%s", err.message);
+   }
+   bson_destroy (&update);
+}
+
+static void
+append_unset_claim (bson_t *update)
+{
+   bson_t unset;
+   BSON_APPEND_DOCUMENT_BEGIN (update, "$unset", &unset);
+   BSON_APPEND_UTF8 (&unset, "claimedBy", "");
+   BSON_APPEND_UTF8 (&unset, "claimedUntil", "");
+   bson_append_document_end (update, &unset);
+}
+
+static void
+append_history (bson_t *update, const char *actor, int64_t now, const char *action,
+                const char *result)
+{
+   bson_t push, hist, each, item;
+   BSON_APPEND_DOCUMENT_BEGIN (update, "$push", &push);
+   BSON_APPEND_DOCUMENT_BEGIN (&push, "history", &hist);
+   BSON_APPEND_ARRAY_BEGIN (&hist, "$each", &each);
+   BSON_APPEND_DOCUMENT_BEGIN (&each, "0", &item);
+   BSON_APPEND_DATE_TIME (&item, "at", now);
+   BSON_APPEND_UTF8 (&item, "action", action);
+   BSON_APPEND_UTF8 (&item, "actor", actor);
+   BSON_APPEND_UTF8 (&item, "result", result);
+   bson_append_document_end (&each, &item);
+   bson_append_array_end (&hist, &each);
+   BSON_APPEND_INT32 (&hist, "$slice", -HISTORY_MAX);
+   bson_append_document_end (&push, &hist);
+   bson_append_document_end (update, &push);
+}
+
+/* Gives the claim up, leaving the entry PENDING as it was. */
+static void
+release (const claim_t *c)
+{
+   bson_t update = BSON_INITIALIZER, set;
+   fw_error_t err;
+   bool held;
+
+   BSON_APPEND_DOCUMENT_BEGIN (&update, "$set", &set);
+   BSON_APPEND_UTF8 (&set, "status", "PENDING");
+   BSON_APPEND_DATE_TIME (&set, "lastTouched", fw_now_ms ());
+   bson_append_document_end (&update, &set);
+   append_unset_claim (&update);
+   if (!update_claimed (c, &update, &held, &err)) {
+      fw_log (FW_LOG_WARN, c->w->cfg.name, "%s", err.message);
+   }
+   bson_destroy (&update);
+}
+
+/* A claim a killed replay left behind, on an entry this script cannot run:
+ * back to PENDING so it shows as waiting for a fix. */
+static void
+release_stale (const claim_t *c)
+{
+   bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER, set, lt;
+   bson_error_t berr;
+
+   append_id_filter (&filter, c);
+   BSON_APPEND_UTF8 (&filter, "status", "REPROCESSING");
+   BSON_APPEND_DOCUMENT_BEGIN (&filter, "claimedUntil", &lt);
+   BSON_APPEND_DATE_TIME (&lt, "$lt", fw_now_ms ());
+   bson_append_document_end (&filter, &lt);
+   BSON_APPEND_DOCUMENT_BEGIN (&update, "$set", &set);
+   BSON_APPEND_UTF8 (&set, "status", "PENDING");
+   bson_append_document_end (&update, &set);
+   append_unset_claim (&update);
+   if (!mongoc_collection_update_one (c->coll, &filter, &update, NULL, NULL, &berr)) {
+      fw_log (FW_LOG_WARN, c->w->cfg.name, "cannot release a stale claim: %s", berr.message);
+   }
+   bson_destroy (&filter);
+   bson_destroy (&update);
+}
+
+/* --- the enqueue policy ----------------------------------------------------- */
+
+typedef struct {
+   fw_stream_worker_t *w;
+   const fw_replay_hook_t *hook;
+   char action[16];
+   bson_t *diagnostics;
+   fw_error_t err;
+   bool diag_ok;
+} policy_args_t;
+
+/* Protected: flowwarden.dlq.decide(spec, letter, err). */
+static int
+ppolicy (lua_State *L)
+{
+   policy_args_t *a = lua_touserdata (L, 1);
+   const char *action;
+
+   lua_getglobal (L, "require");
+   lua_pushliteral (L, "flowwarden.dlq");
+   lua_call (L, 1, 1);
+   lua_getfield (L, -1, "decide");
+   lua_rawgeti (L, LUA_REGISTRYINDEX, a->w->spec_ref);
+   fw_event_ctx_push_dead_letter (L, &a->w->dispatch);
+   lua_createtable (L, 0, 2);
+   lua_pushstring (L, a->hook->error_type);
+   lua_setfield (L, -2, "type");
+   lua_pushstring (L, a->hook->error_message);
+   lua_setfield (L, -2, "message");
+   lua_call (L, 3, 2);
+   action = lua_tostring (L, -2);
+   snprintf (a->action, sizeof a->action, "%s", action ? action : "requeue");
+   a->diag_ok = true;
+   if (lua_istable (L, -1)) {
+      a->diag_ok = fw_bson_lua_to_bson (L, lua_gettop (L), "diagnostics", a->diagnostics, &a->err);
+   }
+   return 0;
+}
+
+/* "requeue" or "evict", and the diagnostics to merge (into diagnostics,
+ * initialised by the caller). */
+static bool
+run_policy (fw_stream_worker_t *w, const fw_replay_hook_t *hook, bson_t *diagnostics)
+{
+   lua_State *L = fw_lua_host_state (w->host);
+   policy_args_t a = {w, hook, "requeue", diagnostics, {0}, true};
+   fw_lua_stop_t stop;
+
+   lua_pushcfunction (L, ppolicy);
+   lua_pushlightuserdata (L, &a);
+   if (!fw_lua_host_call (w->host, 1, 0, w->cfg.timeout_ms, &stop)) {
+      const char *msg = NULL;
+      if (lua_istable (L, -1) && lua_getfield (L, -1, "value") == LUA_TSTRING) {
+         msg = lua_tostring (L, -1);
+      }
+      fw_log (FW_LOG_ERROR, w->cfg.name, "dlq.enqueue_policy failed (%s); the entry is requeued",
+              stop == FW_LUA_STOP_TIMEOUT ? "it exceeded the stream's timeout"
+              : msg                       ? msg
+                                          : "no message");
+      lua_settop (L, 0);
+      return false;
+   }
+   if (!a.diag_ok) {
+      fw_log (FW_LOG_ERROR, w->cfg.name,
+              "dlq.enqueue_policy: diagnostics cannot be stored (%s); they are left as they were",
+              a.err.message);
+      bson_reinit (diagnostics);
+   }
+   return strcmp (a.action, "evict") == 0;
+}
+
+/* --- one entry -------------------------------------------------------------- */
+
+static void
+set_result (fw_replay_result_t *out, fw_replay_status_t status, const char *fmt, ...)
+   __attribute__ ((format (printf, 3, 4)));
+
+static void
+set_result (fw_replay_result_t *out, fw_replay_status_t status, const char *fmt, ...)
+{
+   va_list ap;
+   out->status = status;
+   va_start (ap, fmt);
+   vsnprintf (out->what, sizeof out->what, fmt, ap);
+   va_end (ap);
+}
+
+static void
+record_success (const claim_t *c, bool skipped, int attempts, fw_replay_result_t *out)
+{
+   int64_t now = fw_now_ms ();
+   bson_t update = BSON_INITIALIZER, set;
+   fw_error_t err;
+   bool held;
+
+   BSON_APPEND_DOCUMENT_BEGIN (&update, "$set", &set);
+   BSON_APPEND_UTF8 (&set, "status", "RESOLVED");
+   BSON_APPEND_UTF8 (&set, "resolution", skipped ? "SKIPPED" : "REPLAYED");
+   BSON_APPEND_DATE_TIME (&set, "resolvedAt", now);
+   BSON_APPEND_DATE_TIME (&set, "lastTouched", now);
+   bson_append_document_end (&update, &set);
+   append_unset_claim (&update);
+   append_history (&update, c->opts->actor, now, "resolved", skipped ? "skipped" : "ok");
+   if (!update_claimed (c, &update, &held, &err)) {
+      set_result (out, FW_REPLAY_ERROR, "handled, but %s", err.message);
+   } else if (!held) {
+      set_result (out, FW_REPLAY_ERROR,
+                  "handled, but its claim expired and another process took it (raise "
+                  "--claim-ttl)");
+   } else if (skipped) {
+      set_result (out, FW_REPLAY_SKIPPED, "skipped by on_error: resolved (SKIPPED)");
+   } else {
+      set_result (out, FW_REPLAY_RESOLVED, "resolved after %d attempt(s)", attempts);
+   }
+   bson_destroy (&update);
+}
+
+static void
+record_failure (const claim_t *c, const fw_replay_hook_t *hook, fw_replay_result_t *out)
+{
+   int64_t now = fw_now_ms ();
+   bson_t update = BSON_INITIALIZER, set, inc, e, diagnostics = BSON_INITIALIZER;
+   bool evict = run_policy (c->w, hook, &diagnostics);
+   char result[1200];
+   bson_iter_t it;
+   fw_error_t err;
+   bool held;
+
+   snprintf (result, sizeof result, "%s: %s", hook->error_type, hook->error_message);
+   BSON_APPEND_DOCUMENT_BEGIN (&update, "$set", &set);
+   BSON_APPEND_UTF8 (&set, "status", evict ? "DISCARDED" : "PENDING");
+   BSON_APPEND_DATE_TIME (&set, "lastTouched", now);
+   BSON_APPEND_DATE_TIME (&set, "lastReprocessAt", now);
+   BSON_APPEND_DOCUMENT_BEGIN (&set, "lastReprocessError", &e);
+   BSON_APPEND_UTF8 (&e, "type", hook->error_type);
+   BSON_APPEND_UTF8 (&e, "message", hook->error_message);
+   bson_append_document_end (&set, &e);
+   if (evict) {
+      BSON_APPEND_DATE_TIME (&set, "discardedAt", now);
+      BSON_APPEND_UTF8 (&set, "discardReason", "evicted by enqueue policy");
+   } else if (bson_iter_init (&it, &diagnostics)) {
+      while (bson_iter_next (&it)) {
+         char key[300];
+         snprintf (key, sizeof key, "diagnostics.%s", bson_iter_key (&it));
+         bson_append_iter (&set, key, -1, &it);
+      }
+   }
+   bson_append_document_end (&update, &set);
+   BSON_APPEND_DOCUMENT_BEGIN (&update, "$inc", &inc);
+   BSON_APPEND_INT32 (&inc, "reprocessAttempts", 1);
+   bson_append_document_end (&update, &inc);
+   append_unset_claim (&update);
+   append_history (&update, c->opts->actor, now, evict ? "discarded" : "requeued", result);
+   if (!update_claimed (c, &update, &held, &err)) {
+      set_result (out, FW_REPLAY_ERROR, "failed again (%s), and %s", result, err.message);
+   } else if (!held) {
+      set_result (out, FW_REPLAY_ERROR,
+                  "failed again (%s), and its claim expired and another process took it", result);
+   } else {
+      set_result (out, evict ? FW_REPLAY_EVICTED : FW_REPLAY_REQUEUED, "%s after %d attempt(s): %s",
+                  evict ? "evicted by the enqueue policy" : "failed again, requeued",
+                  hook->attempts, result);
+   }
+   bson_destroy (&diagnostics);
+   bson_destroy (&update);
+}
+
+static void
+run_claimed (const claim_t *c, const bson_t *claimed, const bson_t *before,
+             fw_replay_result_t *out)
+{
+   fw_stream_worker_t *w = c->w;
+   fw_replay_hook_t hook = {0};
+   bson_t event, letter;
+   fw_event_t ev;
+   char why[512];
+   fw_dispatch_result_t r;
+
+   if (!build_event (claimed, &event, &ev, why, sizeof why)) {
+      release (c);
+      set_result (out, FW_REPLAY_INVALID, "cannot be replayed: %s; left as it is", why);
+      bson_destroy (&event);
+      return;
+   }
+   build_letter (claimed, before, &letter);
+   hook.no_retry = c->opts->no_retry;
+   hook.before_retry = extend_claim;
+   hook.ud = (void *) c;
+   hook.result = FW_REPLAYED_NO_HANDLER;
+   w->replay = &hook;
+   w->dispatch.dead_letter = &letter;
+   r = fw_event_dispatch (w, &ev);
+   if (r == FW_DISPATCH_STOPPED) {
+      release (c);
+      set_result (out, FW_REPLAY_STOPPED, "stopped before it was handled; left PENDING");
+   } else if (hook.result == FW_REPLAYED_NO_HANDLER) {
+      release (c);
+      set_result (out, FW_REPLAY_UNHANDLED,
+                  "the current script has no handler for %s; left PENDING", ev.operation_type);
+   } else if (hook.result == FW_REPLAYED_FAILED) {
+      record_failure (c, &hook, out); /* the policy sees ctx:dead_letter()'s table */
+   } else {
+      record_success (c, hook.result == FW_REPLAYED_SKIPPED, hook.attempts, out);
+   }
+   w->dispatch.dead_letter = NULL;
+   w->replay = NULL;
+   bson_destroy (&letter);
+   bson_destroy (&event);
+}
+
+void
+fw_dlq_replay_entry (fw_stream_worker_t *w, mongoc_collection_t *coll, const bson_t *entry,
+                     const fw_replay_options_t *opts, fw_replay_result_t *out)
+{
+   claim_t c = {w, coll, {0}, opts};
+   bson_t event, claimed;
+   fw_event_t ev;
+   bson_iter_t it;
+   fw_error_t err;
+   char why[512];
+   bool got;
+
+   memset (out, 0, sizeof *out);
+   entry_notes (entry, out->notes, sizeof out->notes);
+   if (!entry_field (entry, "_id", &it)) {
+      set_result (out, FW_REPLAY_INVALID, "cannot be replayed: it has no _id");
+      return;
+   }
+   bson_value_copy (bson_iter_value (&it), &c.id);
+   if (!build_event (entry, &event, &ev, why, sizeof why)) {
+      set_result (out, FW_REPLAY_INVALID, "cannot be replayed: %s; left as it is", why);
+   } else if (!has_handler (w, ev.op)) {
+      if (!opts->dry_run) {
+         release_stale (&c);
+      }
+      set_result (out, FW_REPLAY_UNHANDLED,
+                  "the current script has no handler for %s; left PENDING", ev.operation_type);
+   } else if (opts->dry_run) {
+      set_result (out, FW_REPLAY_WOULD_RUN, "would run the %s handler", ev.operation_type);
+   } else if (!claim (&c, &claimed, &got, &err)) {
+      set_result (out, FW_REPLAY_ERROR, "%s", err.message);
+      bson_destroy (&claimed);
+   } else if (!got) {
+      set_result (out, FW_REPLAY_BUSY, "claimed by another process (or no longer waiting): "
+                                       "not touched");
+      bson_destroy (&claimed);
+   } else {
+      run_claimed (&c, &claimed, entry, out);
+      bson_destroy (&claimed);
+   }
+   bson_destroy (&event);
+   bson_value_destroy (&c.id);
+}
+
+/* --- the stream's clients ----------------------------------------------------- */
+
+mongoc_collection_t *
+fw_dlq_replay_collection (fw_stream_worker_t *w, fw_error_t *error)
+{
+   /* A stream without a DLQ of its own may have sent entries to the
+    * script's default DLQ with ctx:send_to_dlq. */
+   const fw_dlq_config_t *dlq = w->cfg.dlq.enabled ? &w->cfg.dlq : &w->cfg.dlq_fallback;
+   mongoc_client_t *client;
+
+   if (!dlq->enabled) {
+      fw_error_set (error, FW_ERROR_INVALID, "stream \"%s\" has no dead-letter queue",
+                    w->cfg.name);
+      return NULL;
+   }
+   client = dlq->connection ? fw_connection_clients_get (w->clients, dlq->connection, error)
+                            : w->client;
+   if (!client) {
+      if (!dlq->connection) {
+         fw_error_set (error, FW_ERROR_MONGO, "stream \"%s\" has no client", w->cfg.name);
+      }
+      return NULL;
+   }
+   return mongoc_client_get_collection (client, dlq->database ? dlq->database : w->cfg.database,
+                                        dlq->collection);
+}
+
+void
+fw_dlq_replay_bind (fw_stream_worker_t *w)
+{
+   w->client = w->pool ? mongoc_client_pool_pop (w->pool) : NULL;
+}
+
+void
+fw_dlq_replay_unbind (fw_stream_worker_t *w)
+{
+   fw_mongo_lua_attach (fw_lua_host_state (w->host), NULL);
+   fw_connection_clients_release (w->clients);
+   if (w->client) {
+      mongoc_client_pool_push (w->pool, w->client);
+   }
+   w->client = NULL;
+}

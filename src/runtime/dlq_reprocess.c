@@ -1,0 +1,226 @@
+/*
+ * dlq_reprocess.c - run's automatic DLQ rounds (dlq.reprocess, seed 002's
+ * roadmap): on the stream's own thread, between events, so one stream never
+ * runs two handlers at once. When a round is due it replays up to
+ * batch_size of the stream's own waiting entries through dlq_replay.c, then
+ * asks flowwarden.dlq (Lua: every or cron) when the next one is.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <lauxlib.h>
+
+#include "flowwarden/dlq_entry.h"
+#include "flowwarden/dlq_replay.h"
+#include "flowwarden/log.h"
+#include "stream_worker-private.h"
+
+/* The entry's _id, as text for the log. */
+static void
+entry_id_text (const bson_t *entry, char *buf, size_t len)
+{
+   bson_iter_t it;
+   if (bson_iter_init_find (&it, entry, "_id") && BSON_ITER_HOLDS_UTF8 (&it)) {
+      snprintf (buf, len, "%s", bson_iter_utf8 (&it, NULL));
+   } else {
+      snprintf (buf, len, "(an _id that is not a string)");
+   }
+}
+
+typedef struct {
+   int64_t next_ms;
+   int64_t batch_size;
+   int64_t max_attempts;
+   bool has;
+} schedule_t;
+
+static int
+pschedule (lua_State *L)
+{
+   schedule_t *s = lua_touserdata (L, 1);
+   fw_stream_worker_t *w = lua_touserdata (L, 2);
+   lua_getglobal (L, "require");
+   lua_pushliteral (L, "flowwarden.dlq");
+   lua_call (L, 1, 1);
+   lua_getfield (L, -1, "schedule");
+   lua_rawgeti (L, LUA_REGISTRYINDEX, w->spec_ref);
+   lua_pushinteger (L, fw_now_ms ());
+   lua_call (L, 2, 3);
+   s->has = lua_isinteger (L, -3);
+   s->next_ms = lua_tointeger (L, -3);
+   s->batch_size = lua_tointeger (L, -2);
+   s->max_attempts = lua_tointeger (L, -1);
+   return 0;
+}
+
+static bool
+read_schedule (fw_stream_worker_t *w, schedule_t *s)
+{
+   lua_State *L = fw_lua_host_state (w->host);
+   memset (s, 0, sizeof *s);
+   if (!w->cfg.dlq.enabled) {
+      return false;
+   }
+   lua_pushcfunction (L, pschedule);
+   lua_pushlightuserdata (L, s);
+   lua_pushlightuserdata (L, w);
+   if (lua_pcall (L, 2, 0, 0) != LUA_OK) {
+      fw_log (FW_LOG_ERROR, w->cfg.name, "dlq.reprocess: cannot schedule a round: %s",
+              lua_tostring (L, -1));
+      lua_pop (L, 1);
+      return false;
+   }
+   return s->has && s->batch_size > 0;
+}
+
+static void
+append_range (bson_t *doc, const char *key, const char *op, bson_type_t type, int64_t v)
+{
+   bson_t cond;
+   BSON_APPEND_DOCUMENT_BEGIN (doc, key, &cond);
+   if (type == BSON_TYPE_DATE_TIME) {
+      bson_append_date_time (&cond, op, -1, v);
+   } else if (type == BSON_TYPE_BOOL) {
+      bson_append_bool (&cond, op, -1, v != 0);
+   } else {
+      bson_append_int64 (&cond, op, -1, v);
+   }
+   bson_append_document_end (doc, &cond);
+}
+
+/* The round's entries: PENDING (or left REPROCESSING by a process that died:
+ * its claim expired) with reprocessAttempts < max_attempts (missing counts
+ * as 0), oldest clusterTime first. */
+static bool
+round_entries (fw_stream_worker_t *w, mongoc_collection_t *coll, const schedule_t *s,
+               bson_t **docs, int *n)
+{
+   bson_t q = BSON_INITIALIZER, opts = BSON_INITIALIZER, and, part, or, alt, sort;
+   mongoc_cursor_t *cur;
+   const bson_t *doc;
+   bson_error_t berr;
+   bool ok;
+
+   BSON_APPEND_ARRAY_BEGIN (&q, "$and", &and);
+   BSON_APPEND_DOCUMENT_BEGIN (&and, "0", &part);
+   BSON_APPEND_UTF8 (&part, "streamName", w->cfg.name);
+   bson_append_document_end (&and, &part);
+   BSON_APPEND_DOCUMENT_BEGIN (&and, "1", &part);
+   BSON_APPEND_ARRAY_BEGIN (&part, "$or", &or);
+   BSON_APPEND_DOCUMENT_BEGIN (&or, "0", &alt);
+   BSON_APPEND_UTF8 (&alt, "status", "PENDING");
+   bson_append_document_end (&or, &alt);
+   BSON_APPEND_DOCUMENT_BEGIN (&or, "1", &alt);
+   BSON_APPEND_UTF8 (&alt, "status", "REPROCESSING");
+   append_range (&alt, "claimedUntil", "$lt", BSON_TYPE_DATE_TIME, fw_now_ms ());
+   bson_append_document_end (&or, &alt);
+   bson_append_array_end (&part, &or);
+   bson_append_document_end (&and, &part);
+   BSON_APPEND_DOCUMENT_BEGIN (&and, "2", &part);
+   BSON_APPEND_ARRAY_BEGIN (&part, "$or", &or);
+   BSON_APPEND_DOCUMENT_BEGIN (&or, "0", &alt);
+   append_range (&alt, "reprocessAttempts", "$lt", BSON_TYPE_INT64, s->max_attempts);
+   bson_append_document_end (&or, &alt);
+   BSON_APPEND_DOCUMENT_BEGIN (&or, "1", &alt);
+   append_range (&alt, "reprocessAttempts", "$exists", BSON_TYPE_BOOL, 0);
+   bson_append_document_end (&or, &alt);
+   bson_append_array_end (&part, &or);
+   bson_append_document_end (&and, &part);
+   bson_append_array_end (&q, &and);
+
+   BSON_APPEND_DOCUMENT_BEGIN (&opts, "sort", &sort);
+   BSON_APPEND_INT32 (&sort, "clusterTime", 1);
+   BSON_APPEND_INT32 (&sort, "createdAt", 1);
+   bson_append_document_end (&opts, &sort);
+   BSON_APPEND_INT64 (&opts, "limit", s->batch_size);
+   cur = mongoc_collection_find_with_opts (coll, &q, &opts, NULL);
+   *docs = calloc ((size_t) s->batch_size, sizeof **docs);
+   *n = 0;
+   while (*docs && *n < s->batch_size && mongoc_cursor_next (cur, &doc)) {
+      bson_copy_to (doc, &(*docs)[(*n)++]);
+   }
+   ok = *docs && !mongoc_cursor_error (cur, &berr);
+   if (!ok) {
+      fw_log (FW_LOG_ERROR, w->cfg.name, "dlq.reprocess: cannot read the DLQ: %s",
+              *docs ? berr.message : "out of memory");
+   }
+   mongoc_cursor_destroy (cur);
+   bson_destroy (&q);
+   bson_destroy (&opts);
+   return ok;
+}
+
+static void
+run_round (fw_stream_worker_t *w, const schedule_t *s)
+{
+   fw_replay_options_t opts = {NULL, FW_DLQ_CLAIM_TTL_MS, false, false};
+   int counts[FW_REPLAY_ERROR + 1] = {0};
+   mongoc_collection_t *coll;
+   bson_t *docs = NULL;
+   fw_error_t err;
+   char actor[300];
+   int n = 0, done = 0;
+
+   fw_dlq_actor (actor, sizeof actor);
+   opts.actor = actor;
+   if (!(coll = fw_dlq_replay_collection (w, &err))) {
+      fw_log (FW_LOG_ERROR, w->cfg.name, "dlq.reprocess: %s", err.message);
+      return;
+   }
+   if (round_entries (w, coll, s, &docs, &n)) {
+      for (int i = 0; i < n && !fw_shutdown_requested (w->shutdown); i++) {
+         fw_stream_stats_t live = w->stats; /* replays are not live events */
+         fw_replay_result_t r;
+         char id[128];
+
+         fw_dlq_replay_entry (w, coll, &docs[i], &opts, &r);
+         w->stats = live;
+         counts[r.status]++;
+         done++;
+         entry_id_text (&docs[i], id, sizeof id);
+         fw_log (r.status == FW_REPLAY_RESOLVED || r.status == FW_REPLAY_SKIPPED ? FW_LOG_INFO
+                                                                                 : FW_LOG_WARN,
+                 w->cfg.name, "dlq.reprocess: entry %s %s%s%s%s", id, r.what,
+                 r.notes[0] ? " (" : "", r.notes, r.notes[0] ? ")" : "");
+      }
+   }
+   for (int i = 0; i < n; i++) {
+      bson_destroy (&docs[i]);
+   }
+   free (docs);
+   mongoc_collection_destroy (coll);
+   if (done > 0) {
+      fw_log (FW_LOG_INFO, w->cfg.name,
+              "dlq.reprocess round: %d entries: resolved=%d skipped=%d requeued=%d evicted=%d "
+              "errors=%d",
+              done, counts[FW_REPLAY_RESOLVED], counts[FW_REPLAY_SKIPPED],
+              counts[FW_REPLAY_REQUEUED], counts[FW_REPLAY_EVICTED],
+              counts[FW_REPLAY_UNHANDLED] + counts[FW_REPLAY_INVALID] + counts[FW_REPLAY_ERROR]);
+   }
+}
+
+void
+fw_dlq_reprocess_tick (fw_stream_worker_t *w)
+{
+   schedule_t s;
+   int64_t now;
+
+   if (w->reprocess_at_ms < 0) {
+      return;
+   }
+   now = fw_now_ms ();
+   if (w->reprocess_at_ms == 0) {
+      w->reprocess_at_ms = read_schedule (w, &s) ? s.next_ms : -1;
+      return;
+   }
+   if (now < w->reprocess_at_ms) {
+      return;
+   }
+   if (read_schedule (w, &s)) {
+      run_round (w, &s);
+      w->reprocess_at_ms = read_schedule (w, &s) ? s.next_ms : -1;
+   } else {
+      w->reprocess_at_ms = -1;
+   }
+}
