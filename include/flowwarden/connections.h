@@ -18,6 +18,7 @@
 #include <mongoc/mongoc.h>
 
 #include "flowwarden/error.h"
+#include "flowwarden/lua_host.h"
 
 typedef struct fw_connections fw_connections_t;
 
@@ -35,6 +36,13 @@ void fw_connections_destroy (fw_connections_t *conns);
  */
 bool fw_connections_set (fw_connections_t *conns, const char *name, const char *uri,
                          fw_error_t *error);
+
+/*
+ * Registers every connection host's loaded script declares (fw.connection),
+ * as fw_connections_set does for each. host has a script loaded. Returns false with error filled at the first URI libmongoc rejects.
+ */
+bool fw_connections_set_declared (fw_connections_t *conns, fw_lua_host_t *host,
+                                  fw_error_t *error);
 
 /*
  * A stream's clients, one per connection name, popped on first use and kept

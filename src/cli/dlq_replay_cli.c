@@ -250,26 +250,6 @@ signal_thread (void *arg)
    return NULL;
 }
 
-static bool
-register_connections (session_t *s, fw_lua_host_t *host, fw_error_t *error)
-{
-   lua_State *L = fw_lua_host_state (host);
-   bool ok = true;
-
-   fw_lua_host_push_connections (host);
-   for (lua_Integer i = 1; ok && i <= (lua_Integer) lua_rawlen (L, -1); i++) {
-      lua_rawgeti (L, -1, i);
-      lua_getfield (L, -1, "name");
-      lua_getfield (L, -2, "uri");
-      if (lua_type (L, -2) == LUA_TSTRING && lua_type (L, -1) == LUA_TSTRING) {
-         ok = fw_connections_set (s->conns, lua_tostring (L, -2), lua_tostring (L, -1), error);
-      }
-      lua_pop (L, 3);
-   }
-   lua_pop (L, 1);
-   return ok;
-}
-
 static fw_lua_host_t *
 load (const char *script, const char *uri, fw_error_t *error)
 {
@@ -320,7 +300,7 @@ open_session (session_t *s, const options_t *o)
    s->pool = mongoc_client_pool_new (s->uri);
    s->conns = fw_connections_new ();
    if (!s->pool || !s->conns || !fw_connections_set (s->conns, "default", uri_text, &err) ||
-       !register_connections (s, first, &err)) {
+       !fw_connections_set_declared (s->conns, first, &err)) {
       fprintf (stderr, "flowwarden dlq replay: %s\n",
                s->pool && s->conns ? err.message : "cannot create a client pool");
       free (uri_text);

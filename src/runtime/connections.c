@@ -9,6 +9,7 @@
 #include "flowwarden/connections.h"
 #include "flowwarden/io_deadline.h"
 #include "flowwarden/log.h"
+#include "flowwarden/lua_host.h"
 
 typedef struct entry {
    char *name;
@@ -105,6 +106,26 @@ fw_connections_set (fw_connections_t *conns, const char *name, const char *uri,
    conns->entries = e;
    pthread_mutex_unlock (&conns->mu);
    return true;
+}
+
+bool
+fw_connections_set_declared (fw_connections_t *conns, fw_lua_host_t *host, fw_error_t *error)
+{
+   lua_State *L = fw_lua_host_state (host);
+   bool ok = true;
+
+   fw_lua_host_push_connections (host);
+   for (lua_Integer i = 1; ok && i <= (lua_Integer) lua_rawlen (L, -1); i++) {
+      lua_rawgeti (L, -1, i);
+      lua_getfield (L, -1, "name");
+      lua_getfield (L, -2, "uri");
+      if (lua_type (L, -2) == LUA_TSTRING && lua_type (L, -1) == LUA_TSTRING) {
+         ok = fw_connections_set (conns, lua_tostring (L, -2), lua_tostring (L, -1), error);
+      }
+      lua_pop (L, 3);
+   }
+   lua_pop (L, 1);
+   return ok;
 }
 
 /* --- a stream's clients ---------------------------------------------------- */

@@ -124,28 +124,6 @@ free_workers (fw_stream_worker_t **ws, int n)
    free (ws);
 }
 
-/* Registers the connections the script declares; a changed URI takes effect
- * for operations started from now on. */
-static bool
-register_connections (runtime_t *rt, fw_lua_host_t *host, fw_error_t *error)
-{
-   lua_State *L = fw_lua_host_state (host);
-   bool ok = true;
-
-   fw_lua_host_push_connections (host);
-   for (lua_Integer i = 1; ok && i <= (lua_Integer) lua_rawlen (L, -1); i++) {
-      lua_rawgeti (L, -1, i);
-      lua_getfield (L, -1, "name");
-      lua_getfield (L, -2, "uri");
-      if (lua_type (L, -2) == LUA_TSTRING && lua_type (L, -1) == LUA_TSTRING) {
-         ok = fw_connections_set (rt->conns, lua_tostring (L, -2), lua_tostring (L, -1), error);
-      }
-      lua_pop (L, 3);
-   }
-   lua_pop (L, 1);
-   return ok;
-}
-
 /* Loads the script once per stream (each stream gets a Lua state of its
  * own) and builds every worker without starting any: a failure leaves
  * nothing behind. */
@@ -160,7 +138,7 @@ build_workers (runtime_t *rt, fw_stream_worker_t ***out, int *n_out, char **vers
    if (!first) {
       return false;
    }
-   if (!register_connections (rt, first, error)) {
+   if (!fw_connections_set_declared (rt->conns, first, error)) {
       fw_lua_host_destroy (first);
       return false;
    }
