@@ -4,9 +4,11 @@ typed errors deciding retry or DLQ, the handler budget cutting a hung
 server, named connections (also for a DLQ), and what `check` prints."""
 import collections
 import random
+import signal
+import textwrap
 import time
 
-from fwtest import StandIn, StandInTestCase, clean_env, run_cli, write_script
+from fwtest import PRELUDE, StandIn, StandInTestCase, clean_env, run_cli, write_script
 import pymongo
 
 # Handler IO runs on its own pools, named so fail points can aim at it and
@@ -278,6 +280,33 @@ class NamedConnectionTest(StandInTestCase):
         self.assertEqual(self.db.inbox.count_documents({}), 0)
         self.assertEqual(self.db["_fw_dlq"].count_documents({}), 0)
         self.assertEqual(audit_db["_fw_dlq"].find_one()["error"]["message"], "bad order")
+        self.assertEqual(p.stop(), 0)
+
+    def test_a_reload_that_changes_a_connection_uri_takes_effect_for_new_operations(self):
+        body = """
+            fw.connection { name = "audit", uri = "%s" }
+            fw.stream {
+              name = "s", collection = "orders",
+              on_insert = function(ctx)
+                fw.mongo.collection("%s", "inbox", { connection = "audit" })
+                  :insert_one({ _id = ctx:full_document()._id })
+                report({ id = ctx:full_document()._id })
+              end,
+            }
+        """
+        script = self.script(body % (self.audit.uri, self.db_name))
+        p = self.run_fw(script)
+        p.wait_open()
+        self.db.orders.insert_one({"_id": 1})
+        p.wait_reports(1)
+        with open(script, "w") as f:
+            f.write(PRELUDE + textwrap.dedent(body % (self.uri, self.db_name)))
+        p.proc.send_signal(signal.SIGHUP)
+        p.wait_log("reloaded ")
+        self.db.orders.insert_one({"_id": 2})
+        p.wait_reports(2)
+        self.assertEqual([d["_id"] for d in self.audit_client[self.db_name].inbox.find()], [1])
+        self.assertEqual([d["_id"] for d in self.db.inbox.find()], [2])
         self.assertEqual(p.stop(), 0)
 
     def test_check_prints_connections_without_their_password(self):
