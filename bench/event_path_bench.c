@@ -22,7 +22,10 @@
  *           conversion a plain-table handler pays), then lua_pop
  *
  *   fw_event_path_bench [--events N] [--size small|large] [--file EVENTS.bson]
- *                       [--only s1,s2,s3,parse,walk,table] [--json]
+ *                       [--only s1,s2,s3,parse,walk,table] [--json] [--no-metrics]
+ *
+ * The workers count in a metrics registry as under `flowwarden run` (what the
+ * admin endpoint exposes); --no-metrics leaves that out, to measure its cost.
  *
  * Events come from --file (concatenated BSON documents, e.g. recorded from
  * the stand-in by bench/run_bench.py) or are generated here: a ring of 1024
@@ -45,9 +48,14 @@
 #include "flowwarden/bson_lua.h"
 #include "flowwarden/event.h"
 #include "flowwarden/lua_host.h"
+#include "flowwarden/metrics.h"
 #include "../src/runtime/stream_worker-private.h"
 
 #define RING 1024
+
+/* The registry the workers count in, as under `flowwarden run`; NULL with
+ * --no-metrics. */
+static fw_metrics_t *metrics;
 
 static const char *const S1_BODY = "  on_insert = function(ctx) end,\n";
 
@@ -380,16 +388,28 @@ run_dispatch (const char *name, const char *prelude, const char *body, const rin
       fprintf (stderr, "%s: %s\n", name, err.message);
       return false;
    }
+   /* Counted as `run` counts them (the admin endpoint's metrics), unless
+    * --no-metrics. */
+   fw_stream_worker_set_metrics (w, metrics);
    for (uint64_t i = 0; i < warm + n; i++) {
       if (i == warm) {
          w0 = clock_s (CLOCK_MONOTONIC);
          c0 = clock_s (CLOCK_PROCESS_CPUTIME_ID);
       }
       fw_event_t parsed;
-      if (!fw_event_parse (r->ev[i % r->n], &parsed, &err) ||
-          fw_event_dispatch (w, &parsed) != FW_DISPATCH_DONE) {
+      if (!fw_event_parse (r->ev[i % r->n], &parsed, &err)) {
          fprintf (stderr, "%s: dispatch stopped\n", name);
          return false;
+      }
+      if (w->metrics) {
+         fw_stream_count_received (w, &parsed);
+      }
+      if (fw_event_dispatch (w, &parsed) != FW_DISPATCH_DONE) {
+         fprintf (stderr, "%s: dispatch stopped\n", name);
+         return false;
+      }
+      if (w->metrics) {
+         fw_stream_count_dispatched (w);
       }
    }
    out->wall_s = clock_s (CLOCK_MONOTONIC) - w0;
@@ -412,7 +432,7 @@ usage (const char *prog)
 {
    fprintf (stderr,
             "usage: %s [--events N] [--size small|large] [--file EVENTS.bson]\n"
-            "          [--only s1,s2,s3,parse,walk,table] [--json]\n",
+            "          [--only s1,s2,s3,parse,walk,table] [--json] [--no-metrics]\n",
             prog);
    return 2;
 }
@@ -421,7 +441,7 @@ int
 main (int argc, char **argv)
 {
    uint64_t n = 1000000;
-   bool large = false, json = false;
+   bool large = false, json = false, no_metrics = false;
    const char *file = NULL, *only = "parse,walk,table,s1,s2,s3";
    ring_t ring = {0};
    result_t res[6];
@@ -443,12 +463,17 @@ main (int argc, char **argv)
          only = argv[++i];
       } else if (strcmp (argv[i], "--json") == 0) {
          json = true;
+      } else if (strcmp (argv[i], "--no-metrics") == 0) {
+         no_metrics = true;
       } else {
          return usage (argv[0]);
       }
    }
    if (n == 0) {
       return usage (argv[0]);
+   }
+   if (!no_metrics) {
+      metrics = fw_metrics_new ();
    }
    if (file) {
       if (!load_file (file, &ring)) {

@@ -245,7 +245,7 @@ class Bench:
                 raise RuntimeError("flowwarden handled %d of %d events:\n%s"
                                    % (handled, n, c.tail()))
             events = n
-            seconds = (parse_log_ms(done[0]["time"]) - parse_log_ms(first[0]["time"])) / 1e3
+            seconds = (parse_log_ms(done[0]["ts"]) - parse_log_ms(first[0]["ts"])) / 1e3
             t_first = None
         else:
             cmd = ([PY, os.path.join(HERE, "pymongo_loop.py")] if system == "pymongo"
@@ -352,7 +352,7 @@ class Bench:
                 if m.startswith("LAT "):
                     seq = int(m[4:])
                     if seq >= skip and seq in sent:
-                        lv.append(parse_log_ms(r["time"]) - sent[seq])
+                        lv.append(parse_log_ms(r["ts"]) - sent[seq])
             lv.sort()
             res["log_clock_p50_ms"] = pct(lv, 50)
             res["log_clock_p99_ms"] = pct(lv, 99)

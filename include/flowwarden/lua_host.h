@@ -72,6 +72,11 @@ void fw_lua_host_push_uri (fw_lua_host_t *host);
  * flowwarden.config), empty when none. */
 void fw_lua_host_push_connections (fw_lua_host_t *host);
 
+/* Pushes the admin endpoint's settings from fw.defaults { admin = ... }: a
+ * table { listen = string | nil, token = string | nil } (empty when the
+ * script sets none). */
+void fw_lua_host_push_admin (fw_lua_host_t *host);
+
 /* Returns the text `flowwarden check` prints for the loaded script (streams
  * with effective settings, then warnings). Caller frees with free(). */
 char *fw_lua_host_describe (fw_lua_host_t *host, fw_error_t *error);
@@ -86,5 +91,10 @@ char *fw_lua_host_describe (fw_lua_host_t *host, fw_error_t *error);
  */
 bool fw_lua_host_call (fw_lua_host_t *host, int nargs, int nresults,
                        int64_t timeout_ms, fw_lua_stop_t *stop);
+
+/* When the last fw_lua_host_call with a timeout began (CLOCK_MONOTONIC, as
+ * fw_lua_call_now_ns), 0 when it had none: the clock read its deadline
+ * needed, so a caller can time the call with one more read. */
+int64_t fw_lua_host_call_started_ns (const fw_lua_host_t *host);
 
 #endif

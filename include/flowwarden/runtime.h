@@ -13,6 +13,8 @@ typedef struct {
    const char *script;
    const char *uri;      /* --uri, or NULL */
    const char *pid_file; /* or NULL */
+   const char *admin;    /* --admin ADDR: the admin endpoint's address, or NULL (then
+                          * fw.defaults { admin = { listen = ... } }, else none) */
 } fw_run_options_t;
 
 /* Runs until SIGTERM/SIGINT. Returns the process exit code: 0 after a clean

@@ -10,9 +10,11 @@
 
 #include <mongoc/mongoc.h>
 
+#include "flowwarden/admin.h"
 #include "flowwarden/connections.h"
 #include "flowwarden/error.h"
 #include "flowwarden/lua_host.h"
+#include "flowwarden/metrics.h"
 #include "flowwarden/shutdown.h"
 
 typedef struct fw_stream_worker fw_stream_worker_t;
@@ -67,10 +69,34 @@ void fw_stream_worker_replace_program (fw_stream_worker_t *w, fw_stream_worker_t
  */
 void fw_stream_worker_take_state (fw_stream_worker_t *w, fw_stream_worker_t *from);
 
+/*
+ * Makes w (built, not started) count its metrics in registry's block for its
+ * name, and binds its Lua state to that block for fw.metrics. A reload's
+ * replacement gets the same block as the worker it replaces, so counters go
+ * on. registry is borrowed and must outlive w.
+ */
+void fw_stream_worker_set_metrics (fw_stream_worker_t *w, fw_metrics_t *registry);
+
+/* The block set by fw_stream_worker_set_metrics, or NULL; lives as long as
+ * its registry. */
+fw_stream_metrics_t *fw_stream_worker_metrics (const fw_stream_worker_t *w);
+
+/*
+ * Asks the running stream's thread (any thread may ask; returns at once):
+ *   FW_STREAM_PAUSE    stop at the next event boundary, write the checkpoint,
+ *                      close the change stream, wait;
+ *   FW_STREAM_RESUME   re-open it from that checkpoint;
+ *   FW_STREAM_RESTART  close and re-open it now (from the checkpoint it writes).
+ * The stream's state in its metrics block shows when it happened.
+ */
+void fw_stream_worker_control (fw_stream_worker_t *w, fw_stream_action_t action);
+
 /* The stream's name; valid for the worker's life. */
 const char *fw_stream_worker_name (const fw_stream_worker_t *w);
 
-/* Starts the thread. */
+/* Starts the thread. A worker whose thread ended (a stream stopped on an
+ * error) and was joined may be started again: it begins anew from its
+ * checkpoint. */
 bool fw_stream_worker_start (fw_stream_worker_t *w, fw_error_t *error);
 
 /* Waits for the thread to end (after a shutdown request or a terminal

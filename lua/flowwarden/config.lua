@@ -36,6 +36,7 @@ THE EFFECTIVE CONFIGURATION (every field always present unless "| nil"):
     connections = { { name = "audit", uri = "mongodb://...", declared_at = "SCRIPT:LINE" }, ... },
                                               -- fw.connection declarations, in order
     http = { allow_hosts = { "hooks.example", "*.internal" } | nil },
+    admin = { listen = "127.0.0.1:9464" | nil, token = "..." | nil },  -- the admin endpoint
     script = "/path/script.lua" | nil,        -- finish()'s script option
   }
 
@@ -145,6 +146,7 @@ local RETRY = fields.RETRY
 local DLQ = fields.DLQ
 local STATE = fields.STATE
 local HTTP = fields.HTTP
+local ADMIN = fields.ADMIN
 local repr = fields.repr
 local new_ctx = fields.new_ctx
 local enum = fields.enum
@@ -243,6 +245,19 @@ local function uri_problem(uri)
   return nil
 end
 
+-- The C host checks the admin endpoint's address and token together
+-- (core.admin_check: a loopback address, or a token); plain Lua does not.
+local function admin_problem(listen, token)
+  local ok, core = pcall(require, "flowwarden.core")
+  if ok and type(core) == "table" and core.admin_check then
+    local fine, why = core.admin_check(listen, token)
+    if not fine then
+      return why or "invalid admin endpoint settings"
+    end
+  end
+  return nil
+end
+
 local function check_call_shape(ctx, decl, fn)
   if decl.nargs > 1 then
     ctx:fail(nil, "fw.%s takes one table: write fw.%s { ... } (not fw:%s)", fn, fn, fn)
@@ -284,7 +299,8 @@ local function validate_defaults(decl)
     end
   end
   for _, sub in ipairs({ { "retry", RETRY }, { "dlq", DLQ }, { "checkpoint", CHECKPOINT },
-                         { "restart", RESTART }, { "state", STATE }, { "http", HTTP } }) do
+                         { "restart", RESTART }, { "state", STATE }, { "http", HTTP },
+                         { "admin", ADMIN } }) do
     local key = sub[1]
     if t[key] ~= nil and type(t[key]) ~= "table" then
       local hint = ""
@@ -304,6 +320,13 @@ local function validate_defaults(decl)
   if t.memory_limit ~= nil then
     ok, v = memory_size(ctx, "memory_limit", t.memory_limit)
     out.memory_limit_bytes = ok and v or nil
+  end
+  if out.admin and out.admin.listen then
+    local why = admin_problem(out.admin.listen, out.admin.token)
+    if why then
+      ctx:fail(nil, "%s", why)
+      out.admin = nil
+    end
   end
   for _, sub in ipairs({ "retry", "restart" }) do
     if out[sub] then
@@ -559,7 +582,8 @@ function M.finish(opts)
   end
 
   local cfg = { defaults = defaults, defaults_declared_at = defaults_at, streams = {},
-                connections = connections, http = defaults.http or {} }
+                connections = connections, http = defaults.http or {},
+                admin = defaults.admin or {} }
   if opts.uri then
     cfg.uri, cfg.uri_source = opts.uri, "option"
   elseif defaults.uri then

@@ -283,6 +283,11 @@ function M.text(cfg)
   for _, c in ipairs(cfg.connections or {}) do
     parts[#parts + 1] = string.format("connection %s: %s\n", c.name, M.redact_uri(c.uri))
   end
+  local admin = cfg.admin or {}
+  if admin.listen or admin.token then
+    parts[#parts + 1] = string.format("admin: %s%s\n", admin.listen or "(off unless run --admin)",
+      admin.token and " (token set)" or "")
+  end
   local allow = cfg.http and cfg.http.allow_hosts
   if allow then
     parts[#parts + 1] = string.format("http.allow_hosts: %s\n", list_text(allow, "(none: every request is refused)"))

@@ -106,7 +106,7 @@ local function load_core()
     elseif k == "log_level" then
       -- the runtime's --log-level: messages below it are not even formatted
       fw.log.set_level(v)
-    elseif k == "uri_check" then
+    elseif k == "uri_check" or k == "admin_check" then
       -- flowwarden.config's, not the script's: it asks the core directly
     elseif fw[k] ~= nil then
       error(string.format("flowwarden.core: field %q collides with the Lua library's fw.%s", k, k), 0)

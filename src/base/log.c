@@ -87,7 +87,7 @@ fw_log (fw_log_level_t level, const char *stream, const char *fmt, ...)
       size_t len;
       char *json;
 
-      BSON_APPEND_UTF8 (&rec, "time", when);
+      BSON_APPEND_UTF8 (&rec, "ts", when);
       BSON_APPEND_UTF8 (&rec, "level", level_names[level]);
       if (stream) {
          BSON_APPEND_UTF8 (&rec, "stream", stream);

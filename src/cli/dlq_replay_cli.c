@@ -21,6 +21,7 @@
 #include "flowwarden/dlq_replay.h"
 #include "flowwarden/log.h"
 #include "flowwarden/lua_host.h"
+#include "flowwarden/metrics.h"
 #include "flowwarden/shutdown.h"
 #include "flowwarden/stream_worker.h"
 
@@ -219,6 +220,7 @@ typedef struct {
    mongoc_uri_t *uri;
    mongoc_client_pool_t *pool;
    fw_connections_t *conns;
+   fw_metrics_t *metrics;  /* fw.metrics updates in replayed handlers go here, unread */
    fw_shutdown_t stop;
    volatile int finished;
    pthread_t signals;
@@ -325,6 +327,12 @@ open_session (session_t *s, const options_t *o)
          fw_stream_worker_destroy (w);
          continue;
       }
+      /* Handlers update their fw.metrics as under `run` (this process
+       * serves no metrics: the updates only keep them from raising). */
+      if (!s->metrics) {
+         s->metrics = fw_metrics_new ();
+      }
+      fw_stream_worker_set_metrics (w, s->metrics);
       fw_dlq_replay_bind (w);
       if (!(coll = fw_dlq_replay_collection (w, &err))) {
          /* No DLQ at all: nothing of this stream can be waiting. */
@@ -375,6 +383,7 @@ close_session (session_t *s)
       fw_stream_worker_destroy (s->workers[i]);
    }
    free (s->workers);
+   fw_metrics_destroy (s->metrics); /* after the workers' Lua states */
    fw_connections_destroy (s->conns);
    mongoc_client_pool_destroy (s->pool);
    mongoc_uri_destroy (s->uri);

@@ -1,5 +1,6 @@
 /*
- * main.c - the command line: flowwarden run | check | dlq | version.
+ * main.c - the command line: flowwarden run | check | dlq | status | pause |
+ * resume | restart | reload | version.
  */
 #include <getopt.h>
 #include <pthread.h>
@@ -13,11 +14,15 @@
 #include "dlq_cli.h"
 #include "flowwarden/log.h"
 #include "flowwarden/runtime.h"
+#include "flowwarden/status_cli.h"
 
 static const char usage_text[] =
    "usage: flowwarden run SCRIPT [--uri URI] [--log-level debug|info|warn|error]\n"
-   "                             [--log-format text|json] [--pid-file PATH]\n"
+   "                             [--log-format text|json] [--pid-file PATH] [--admin ADDR]\n"
    "       flowwarden check SCRIPT\n"
+   "       flowwarden status [--admin URL] [--json]\n"
+   "       flowwarden pause|resume|restart STREAM [--admin URL]\n"
+   "       flowwarden reload [--admin URL]\n"
    "       flowwarden dlq list|show|stats|discard|purge|export|import|replay SCRIPT ...\n"
    "       flowwarden version\n"
    "       flowwarden --help | flowwarden run --help | flowwarden dlq --help\n";
@@ -29,7 +34,10 @@ static const char run_help[] =
    "                       fw.defaults { uri = ... }, then " FW_DEFAULT_URI ")\n"
    "  --log-level LEVEL    debug, info (default), warn or error\n"
    "  --log-format FORMAT  text (default) or json: one record per line on stderr\n"
-   "  --pid-file PATH      write the process id to PATH while running\n";
+   "  --pid-file PATH      write the process id to PATH while running\n"
+   "  --admin ADDR         serve the admin endpoint (metrics, health, status, pause,\n"
+   "                       reload) on ADDR, e.g. 127.0.0.1:9464 (else the script's\n"
+   "                       fw.defaults { admin = { listen = ... } }, else none)\n";
 
 static int
 bad_usage (const char *fmt, const char *arg)
@@ -47,6 +55,7 @@ cmd_run (int argc, char **argv)
                                             {"log-level", required_argument, NULL, 'l'},
                                             {"log-format", required_argument, NULL, 'f'},
                                             {"pid-file", required_argument, NULL, 'p'},
+                                            {"admin", required_argument, NULL, 'a'},
                                             {"help", no_argument, NULL, 'h'},
                                             {NULL, 0, NULL, 0}};
    fw_run_options_t opts = {0};
@@ -76,6 +85,9 @@ cmd_run (int argc, char **argv)
          break;
       case 'p':
          opts.pid_file = optarg;
+         break;
+      case 'a':
+         opts.admin = optarg;
          break;
       case 'h':
          fputs (run_help, stdout);
@@ -173,6 +185,10 @@ main (int argc, char **argv)
       }
    } else if (strcmp (argv[1], "dlq") == 0) {
       rc = fw_dlq_cli_main (argc - 1, argv + 1);
+   } else if (strcmp (argv[1], "status") == 0 || strcmp (argv[1], "pause") == 0 ||
+              strcmp (argv[1], "resume") == 0 || strcmp (argv[1], "restart") == 0 ||
+              strcmp (argv[1], "reload") == 0) {
+      rc = fw_status_cli_main (argc - 1, argv + 1);
    } else {
       rc = bad_usage ("unknown command \"%s\"", argv[1]);
    }

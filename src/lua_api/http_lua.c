@@ -17,6 +17,7 @@
 #include "flowwarden/http_transfer.h"
 #include "flowwarden/log.h"
 #include "flowwarden/lua_call.h"
+#include "flowwarden/metrics_lua.h"
 
 #define SESSION_MT "flowwarden.http.session"
 #define TRANSFER_MT "flowwarden.http.transfer"
@@ -178,6 +179,18 @@ raise_for_status (lua_State *L, int idx, long status, const char *target)
  * request). Stack: 1, 2 the arguments, 3 the request table, 4 the transfer,
  * 5 allow_hosts, 6 the policy's array (when there is a list).
  */
+/* One request in the stream's flowwarden_io_* metrics (none outside a
+ * stream). */
+static void
+count_io (lua_State *L, fw_metrics_io_result_t result, int64_t started_ns)
+{
+   fw_stream_metrics_t *metrics = fw_metrics_lua_stream (L);
+   if (metrics) {
+      fw_stream_metrics_io (metrics, FW_METRICS_IO_HTTP, result,
+                            fw_lua_call_now_ns () - started_ns);
+   }
+}
+
 static int
 http_call (lua_State *L)
 {
@@ -276,11 +289,18 @@ http_call (lua_State *L)
 
    started = fw_lua_call_now_ns ();
    if (!fw_http_transfer_perform (*t, get_session (L), timeout_ms, budget_bound, &failure)) {
+      count_io (L, failure.type && strcmp (failure.type, "Http.Timeout") == 0
+                      ? FW_METRICS_IO_TIMEOUT
+                      : FW_METRICS_IO_ERROR,
+                started);
       snprintf (outcome, sizeof outcome, "failed (%s)",
                 failure.type ? failure.type : "out of memory");
       log_debug (L, fw_http_transfer_target (*t), outcome);
       return raise_failure (L, &failure);
    }
+   /* A response is an error for the metrics when its status says so. */
+   count_io (L, fw_http_transfer_status (*t) < 400 ? FW_METRICS_IO_OK : FW_METRICS_IO_ERROR,
+             started);
    snprintf (outcome, sizeof outcome, "-> %ld in %lld ms", fw_http_transfer_status (*t),
              (long long) ((fw_lua_call_now_ns () - started) / 1000000));
    log_debug (L, fw_http_transfer_target (*t), outcome);

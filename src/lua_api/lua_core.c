@@ -8,11 +8,13 @@
 #include <lua5.4/lua-cjson.h>
 #include <mongoc/mongoc.h>
 
+#include "flowwarden/admin.h"
 #include "flowwarden/bson_lua.h"
 #include "flowwarden/bson_view.h"
 #include "flowwarden/http_lua.h"
 #include "flowwarden/log.h"
 #include "flowwarden/lua_core.h"
+#include "flowwarden/metrics_lua.h"
 #include "flowwarden/mongo_lua.h"
 #include "flowwarden/state_lua.h"
 
@@ -120,6 +122,27 @@ core_uri_check (lua_State *L)
    return 2;
 }
 
+/*
+ * admin_check(listen, token) -> true | false, why: whether the admin
+ * endpoint could serve on listen with token (fw.defaults { admin = ... }),
+ * so `check` reports what `run` would refuse.
+ */
+static int
+core_admin_check (lua_State *L)
+{
+   const char *listen = luaL_checkstring (L, 1);
+   const char *token = luaL_optstring (L, 2, NULL);
+   fw_error_t err;
+
+   if (fw_admin_check_options (listen, token, "admin.listen", &err)) {
+      lua_pushboolean (L, 1);
+      return 1;
+   }
+   lua_pushboolean (L, 0);
+   lua_pushstring (L, err.message);
+   return 2;
+}
+
 int
 fw_lua_core_open (lua_State *L)
 {
@@ -129,10 +152,13 @@ fw_lua_core_open (lua_State *L)
    fw_state_lua_open (L, -1);
    fw_http_lua_open (L, -1);
    fw_mongo_lua_open (L, -1);
+   fw_metrics_lua_open (L, -1);
    lua_pushcfunction (L, core_code_w_scope);
    lua_setfield (L, -2, "code_w_scope");
    lua_pushcfunction (L, core_uri_check);
    lua_setfield (L, -2, "uri_check");
+   lua_pushcfunction (L, core_admin_check);
+   lua_setfield (L, -2, "admin_check");
    /* fw.json encodes through lua-cjson, linked into the binary: a cjson.so
     * found on package.cpath would bring its own copy of Lua. */
    luaL_getsubtable (L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);

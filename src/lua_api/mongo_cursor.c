@@ -39,6 +39,7 @@ typedef struct {
    pthread_t thread;
    const char *method; /* "find" | "aggregate" (static) */
    bool closed;        /* closed before it was exhausted */
+   bool counted;       /* its command (the first batch) is in the IO metrics */
 } cursor_t;
 
 /* Destroys c (which may send killCursors) within the thread's deadline, or a
@@ -135,6 +136,14 @@ next_document (lua_State *L, cursor_t *c, int cursor_idx)
    fw_io_deadline_set (ctx.deadline_ns);
    got = mongoc_cursor_next (c->cursor, &doc);
    fw_io_deadline_set (0);
+   if (!c->counted) {
+      /* One IO request per find or aggregate: its command, which the first
+       * next sends (a failure is counted where it is raised). */
+      c->counted = true;
+      if (got || !mongoc_cursor_error (c->cursor, NULL)) {
+         fw_mongo_ctx_done (&ctx, FW_METRICS_IO_OK);
+      }
+   }
    if (got) {
       if (!fw_bson_lua_push_document (L, doc, NULL, &err)) {
          luaL_error (L, "fw.mongo: %s on %s.%s: %s", c->method, ctx.db, ctx.coll, err.message);

@@ -240,6 +240,9 @@ fw_mongo_raise (lua_State *L, fw_mongo_op_t *op, const fw_mongo_ctx_t *ctx,
    const char *name;
    bool timed_out = passed && strcmp (type, T_TIMEOUT) == 0 && !is_server_domain (error->domain);
 
+   fw_mongo_ctx_done (ctx, strcmp (type, T_TIMEOUT) == 0 ? FW_METRICS_IO_TIMEOUT
+                                                         : FW_METRICS_IO_ERROR);
+
    luaL_checkstack (L, 6, "fw.mongo");
    lua_createtable (L, 0, 4);
    if (is_server_domain (error->domain)) {

@@ -12,6 +12,7 @@
 #include <lua.h>
 #include <mongoc/mongoc.h>
 
+#include "flowwarden/metrics.h"
 #include "flowwarden/mongo_lua.h"
 
 /*
@@ -41,6 +42,8 @@ typedef struct {
    bool deadline_hit;   /* the deadline cut the failed call (noted before cleanup IO) */
    mongoc_client_t *client;
    const fw_mongo_provider_t *provider;
+   fw_stream_metrics_t *metrics; /* the stream's block (flowwarden_io_*), or NULL */
+   int64_t started_ns;           /* CLOCK_MONOTONIC, when metrics is set */
 } fw_mongo_ctx_t;
 
 /* Pushes a new scratch (all bson_t empty, no objects). May raise (memory). */
@@ -64,6 +67,10 @@ void fw_mongo_ctx_begin (lua_State *L, fw_mongo_ctx_t *ctx, const char *method, 
  * for a cursor, which keeps the client it was opened on. */
 void fw_mongo_ctx_budget (lua_State *L, fw_mongo_ctx_t *ctx, const char *method, const char *db,
                           const char *coll, const char *connection);
+
+/* Counts the operation in the stream's flowwarden_io_* metrics (nothing
+ * without a metrics block). fw_mongo_raise counts failures itself. */
+void fw_mongo_ctx_done (const fw_mongo_ctx_t *ctx, fw_metrics_io_result_t result);
 
 /* The provider attached to L, or NULL. Never raises. */
 const fw_mongo_provider_t *fw_mongo_provider (lua_State *L);

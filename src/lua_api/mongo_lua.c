@@ -4,6 +4,7 @@
  * argument and option checking. Reads are in mongo_read.c, writes in
  * mongo_write.c, cursors in mongo_cursor.c, error typing in mongo_errors.c.
  */
+#include <stdint.h>
 #include <string.h>
 
 #include <lauxlib.h>
@@ -11,6 +12,7 @@
 #include "flowwarden/bson_lua.h"
 #include "flowwarden/io_deadline.h"
 #include "flowwarden/lua_call.h"
+#include "flowwarden/metrics_lua.h"
 #include "mongo_lua-private.h"
 
 #define HANDLE_MT "flowwarden.mongo.collection"
@@ -79,17 +81,29 @@ fw_mongo_op_release (fw_mongo_op_t *op)
    op->coll = NULL;
 }
 
+/* A bson_t asks for 128-byte alignment (libbson is built with
+ * BSON_EXTRA_ALIGN), more than Lua gives a userdata block (16 bytes): the
+ * block is over-allocated and the scratch placed at its first aligned
+ * address. UBSan reported every access through a misaligned scratch. */
+#define OP_ALIGN _Alignof (fw_mongo_op_t)
+
+static fw_mongo_op_t *
+op_in (void *block)
+{
+   return (fw_mongo_op_t *) (((uintptr_t) block + OP_ALIGN - 1) & ~(uintptr_t) (OP_ALIGN - 1));
+}
+
 static int
 op_gc (lua_State *L)
 {
-   fw_mongo_op_release (luaL_checkudata (L, 1, OP_MT));
+   fw_mongo_op_release (op_in (luaL_checkudata (L, 1, OP_MT)));
    return 0;
 }
 
 fw_mongo_op_t *
 fw_mongo_op_new (lua_State *L)
 {
-   fw_mongo_op_t *op = lua_newuserdatauv (L, sizeof *op, 0);
+   fw_mongo_op_t *op = op_in (lua_newuserdatauv (L, sizeof *op + OP_ALIGN - 1, 0));
 
    memset (op, 0, sizeof *op);
    bson_init (&op->filter);
@@ -145,6 +159,18 @@ fw_mongo_ctx_budget (lua_State *L, fw_mongo_ctx_t *ctx, const char *method, cons
    ctx->provider = fw_mongo_provider (L);
    if (!ctx->provider || !ctx->provider->client_for) {
       luaL_error (L, "fw.mongo: no MongoDB connection is available in this state");
+   }
+   if ((ctx->metrics = fw_metrics_lua_stream (L))) {
+      ctx->started_ns = fw_lua_call_now_ns ();
+   }
+}
+
+void
+fw_mongo_ctx_done (const fw_mongo_ctx_t *ctx, fw_metrics_io_result_t result)
+{
+   if (ctx->metrics) {
+      fw_stream_metrics_io (ctx->metrics, FW_METRICS_IO_MONGO, result,
+                            fw_lua_call_now_ns () - ctx->started_ns);
    }
 }
 

@@ -80,10 +80,12 @@ fw_mongo_find_one (lua_State *L)
       if (mongoc_cursor_error_document (op->cursor, &error, &reply)) {
          return fw_mongo_raise (L, op, &ctx, &error, reply);
       }
+      fw_mongo_ctx_done (&ctx, FW_METRICS_IO_OK);
       fw_mongo_op_release (op);
       lua_pushnil (L);
       return 1;
    }
+   fw_mongo_ctx_done (&ctx, FW_METRICS_IO_OK);
    if (!fw_bson_lua_push_document (L, doc, NULL, &err)) {
       fw_mongo_op_release (op);
       return luaL_error (L, "fw.mongo: find_one on %s.%s: %s", db, coll, err.message);
@@ -167,6 +169,7 @@ fw_mongo_count (lua_State *L)
    if (n < 0) {
       return fw_mongo_raise (L, op, &ctx, &error, &op->reply);
    }
+   fw_mongo_ctx_done (&ctx, FW_METRICS_IO_OK);
    fw_mongo_op_release (op);
    lua_pushinteger (L, (lua_Integer) n);
    return 1;

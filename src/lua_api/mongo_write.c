@@ -157,6 +157,7 @@ fw_mongo_insert_one (lua_State *L)
    if (!ok) {
       return fw_mongo_raise (L, op, &ctx, &error, &op->reply);
    }
+   fw_mongo_ctx_done (&ctx, FW_METRICS_IO_OK);
    lua_createtable (L, 0, 1);
    push_field (L, op, &op->filter, "_id");
    lua_setfield (L, -2, "inserted_id");
@@ -228,6 +229,7 @@ fw_mongo_insert_many (lua_State *L)
    if (!ok) {
       return fw_mongo_raise (L, op, &ctx, &error, &op->reply);
    }
+   fw_mongo_ctx_done (&ctx, FW_METRICS_IO_OK);
    lua_createtable (L, 0, 1);
    lua_createtable (L, (int) op->ndocs, 0);
    for (size_t i = 0; i < op->ndocs; i++) {
@@ -289,6 +291,7 @@ update (lua_State *L, const char *method, update_kind_t kind)
    if (!ok) {
       return fw_mongo_raise (L, op, &ctx, &error, &op->reply);
    }
+   fw_mongo_ctx_done (&ctx, FW_METRICS_IO_OK);
    lua_createtable (L, 0, 3);
    lua_pushinteger (L, reply_count (&op->reply, "matchedCount"));
    lua_setfield (L, -2, "matched");
@@ -340,6 +343,7 @@ delete_docs (lua_State *L, const char *method, bool many)
    if (!ok) {
       return fw_mongo_raise (L, op, &ctx, &error, &op->reply);
    }
+   fw_mongo_ctx_done (&ctx, FW_METRICS_IO_OK);
    lua_createtable (L, 0, 1);
    lua_pushinteger (L, reply_count (&op->reply, "deletedCount"));
    lua_setfield (L, -2, "deleted");
@@ -424,6 +428,7 @@ fw_mongo_find_one_and_update (lua_State *L)
    if (!ok) {
       return fw_mongo_raise (L, op, &ctx, &error, &op->reply);
    }
+   fw_mongo_ctx_done (&ctx, FW_METRICS_IO_OK);
    if (bson_iter_init_find (&it, &op->reply, "value") && BSON_ITER_HOLDS_DOCUMENT (&it)) {
       if (!fw_bson_lua_push_value (L, &it, NULL, &err)) {
          fw_mongo_op_release (op);
@@ -594,6 +599,7 @@ fw_mongo_bulk_write (lua_State *L)
    if (!server) {
       return fw_mongo_raise (L, op, &ctx, &error, &op->reply);
    }
+   fw_mongo_ctx_done (&ctx, FW_METRICS_IO_OK);
    lua_createtable (L, 0, 6);
    lua_pushinteger (L, reply_count (&op->reply, "nInserted"));
    lua_setfield (L, -2, "inserted");

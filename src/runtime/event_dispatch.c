@@ -14,6 +14,7 @@
 #include "flowwarden/bson_lua.h"
 #include "flowwarden/dlq_entry.h"
 #include "flowwarden/log.h"
+#include "flowwarden/lua_call.h"
 #include "stream_worker-private.h"
 
 typedef enum { ACT_RETRY, ACT_DLQ, ACT_SKIP, ACT_DROP } action_t;
@@ -31,6 +32,19 @@ fw_now_ms (void)
    struct timespec ts;
    clock_gettime (CLOCK_REALTIME, &ts);
    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The wall clock (ms) at mono_ns (CLOCK_MONOTONIC): handler calls are timed
+ * on the monotonic clock the Lua host reads anyway, and converted with an
+ * offset read at most once a second. */
+static int64_t
+wall_ms_at (fw_stream_worker_t *w, int64_t mono_ns)
+{
+   if (mono_ns >= w->wall_offset_until_ns) {
+      w->wall_offset_ns = fw_now_ms () * 1000000 - fw_lua_call_now_ns ();
+      w->wall_offset_until_ns = mono_ns + 1000000000;
+   }
+   return (mono_ns + w->wall_offset_ns) / 1000000;
 }
 
 static void
@@ -305,6 +319,9 @@ dead_letter (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t *d, i
    }
    bson_destroy (&entry);
    w->stats.dead_lettered++;
+   if (w->metrics) {
+      fw_stream_metrics_dlq_write (w->metrics);
+   }
    fw_log (FW_LOG_WARN, w->cfg.name, "event %s dead-lettered to %s%s after %d attempt(s): %s: %s",
            id, dlq->collection, w->cfg.dlq.enabled ? "" : " (the script's default DLQ)",
            attempts, d->type, d->message);
@@ -335,6 +352,19 @@ replayed (fw_stream_worker_t *w, fw_replayed_t result, const decision_t *d, int 
    return FW_DISPATCH_DONE;
 }
 
+/* The event is finished with: counts its outcome (not for a replayed dead
+ * letter, which is no change event). mono_ns: now on CLOCK_MONOTONIC, 0 to
+ * read the wall clock instead. */
+static fw_dispatch_result_t
+finished (fw_stream_worker_t *w, fw_metrics_outcome_t outcome, int64_t mono_ns)
+{
+   if (w->metrics && !w->replay) {
+      w->finished_ms = mono_ns ? wall_ms_at (w, mono_ns) : fw_now_ms ();
+      fw_stream_metrics_event_finished (w->metrics, outcome, w->finished_ms);
+   }
+   return FW_DISPATCH_DONE;
+}
+
 static int
 handler_for (const fw_stream_worker_t *w, fw_op_t op)
 {
@@ -352,15 +382,14 @@ fw_event_dispatch (fw_stream_worker_t *w, const fw_event_t *ev)
    lua_State *L = fw_lua_host_state (w->host);
    decision_t d;
    int ref;
-   int64_t first_ms, last_ms;
+   int64_t first_ns = 0, start_ns, end_ns = 0; /* CLOCK_MONOTONIC */
    char id[1024];
 
    ref = handler_for (w, ev->op);
    if (ref == LUA_NOREF) {
-      return FW_DISPATCH_DONE; /* no handler for this operation type */
+      return finished (w, FW_METRICS_OUTCOME_NONE, 0); /* no handler for this operation type */
    }
    fw_event_ctx_begin (L, &w->dispatch, ev);
-   first_ms = fw_now_ms ();
 
    for (int attempt = 1;; attempt++) {
       fw_lua_stop_t stop;
@@ -371,15 +400,32 @@ fw_event_dispatch (fw_stream_worker_t *w, const fw_event_t *ev)
       if (w->at_attempt_boundary && w->at_attempt_boundary (w)) {
          L = fw_lua_host_state (w->host);
          if ((ref = handler_for (w, ev->op)) == LUA_NOREF) {
-            return FW_DISPATCH_DONE; /* the new script has no handler for it */
+            /* the new script has no handler for it */
+            return finished (w, FW_METRICS_OUTCOME_NONE, 0);
          }
       }
 
       w->dispatch.attempt = attempt;
-      last_ms = attempt == 1 ? first_ms : fw_now_ms ();
       lua_rawgeti (L, LUA_REGISTRYINDEX, ref);
       fw_event_ctx_push (L, &w->dispatch);
+      if (w->metrics) {
+         fw_stream_metrics_set_attempt (w->metrics, attempt);
+      }
+      /* The attempt's start is the clock read the host makes for its
+       * deadline (or ours, without one); with metrics, one read after it
+       * times the handler. */
+      start_ns = w->cfg.timeout_ms > 0 ? 0 : fw_lua_call_now_ns ();
       ok = fw_lua_host_call (w->host, 1, 0, w->cfg.timeout_ms, &stop);
+      if (!start_ns) {
+         start_ns = fw_lua_host_call_started_ns (w->host);
+      }
+      if (attempt == 1) {
+         first_ns = start_ns;
+      }
+      if (w->metrics) {
+         end_ns = fw_lua_call_now_ns ();
+         fw_stream_metrics_handler_call (w->metrics, end_ns - start_ns);
+      }
       /* A cursor a handler left open holds a server cursor and this
        * thread's client: close it now, not when the collector runs. */
       fw_mongo_lua_close_cursors (L);
@@ -388,7 +434,7 @@ fw_event_dispatch (fw_stream_worker_t *w, const fw_event_t *ev)
          if (w->replay) {
             return replayed (w, FW_REPLAYED_OK, NULL, attempt);
          }
-         return FW_DISPATCH_DONE;
+         return finished (w, FW_METRICS_OUTCOME_OK, end_ns);
       }
       if (w->dispatch.dlq_requested) {
          if (!ok) {
@@ -398,6 +444,9 @@ fw_event_dispatch (fw_stream_worker_t *w, const fw_event_t *ev)
       } else {
          w->stats.handler_errors++;
          decide (w, attempt, stop, &d);
+         if (w->metrics) {
+            fw_stream_metrics_handler_error (w->metrics, d.type);
+         }
          if (w->dispatch.dlq_requested) {
             /* on_error called ctx:send_to_dlq: that dead-letters the event
              * now, whatever on_error returned. */
@@ -423,8 +472,15 @@ fw_event_dispatch (fw_stream_worker_t *w, const fw_event_t *ev)
                  "event %s attempt %d failed: %s: %s; retrying in %lld ms", id, attempt,
                  d.type, d.message, (long long) delay);
          w->stats.retries++;
+         if (w->metrics) {
+            fw_stream_metrics_retry (w->metrics);
+            fw_stream_metrics_set_state (w->metrics, FW_STREAM_RETRYING, NULL);
+         }
          if (fw_shutdown_wait_ms (w->shutdown, delay)) {
             return FW_DISPATCH_STOPPED;
+         }
+         if (w->metrics) {
+            fw_stream_metrics_set_state (w->metrics, FW_STREAM_RUNNING, NULL);
          }
          if (w->replay && w->replay->before_retry) {
             w->replay->before_retry (w->replay);
@@ -437,21 +493,25 @@ fw_event_dispatch (fw_stream_worker_t *w, const fw_event_t *ev)
             fw_log (FW_LOG_ERROR, w->cfg.name,
                     "event %s LOST: on_error asked for the DLQ but the stream has none: %s: %s",
                     id, d.type, d.message);
-            return FW_DISPATCH_DONE;
+            return finished (w, FW_METRICS_OUTCOME_LOST, 0);
          }
-         return dead_letter (w, ev, &d, attempt, first_ms, last_ms);
+         if (dead_letter (w, ev, &d, attempt, wall_ms_at (w, first_ns),
+                          wall_ms_at (w, start_ns)) == FW_DISPATCH_STOPPED) {
+            return FW_DISPATCH_STOPPED;
+         }
+         return finished (w, FW_METRICS_OUTCOME_DLQ, 0);
       case ACT_SKIP:
          w->stats.skipped++;
          fw_log (FW_LOG_INFO, w->cfg.name, "event %s skipped by on_error after attempt %d: %s: %s",
                  id, attempt, d.type, d.message);
-         return FW_DISPATCH_DONE;
+         return finished (w, FW_METRICS_OUTCOME_SKIPPED, 0);
       case ACT_DROP:
       default:
          w->stats.lost++;
          fw_log (FW_LOG_ERROR, w->cfg.name,
                  "event %s LOST after %d attempt(s) (no dead-letter queue): %s: %s", id, attempt,
                  d.type, d.message);
-         return FW_DISPATCH_DONE;
+         return finished (w, FW_METRICS_OUTCOME_LOST, 0);
       }
    }
 }

@@ -40,6 +40,7 @@ struct fw_lua_host {
    int uri_ref;         /* registry ref: the effective URI */
    int config_ref;      /* registry ref: the whole effective configuration */
    char version[17];    /* hash of the script and its modules */
+   int64_t call_started_ns; /* CLOCK_MONOTONIC start of the last call with a timeout */
 };
 
 /* Counts bytes so the state can be held to its memory_limit. Per the
@@ -459,6 +460,19 @@ fw_lua_host_push_connections (fw_lua_host_t *host)
    lua_remove (host->L, -2);
 }
 
+void
+fw_lua_host_push_admin (fw_lua_host_t *host)
+{
+   if (lua_rawgeti (host->L, LUA_REGISTRYINDEX, host->config_ref) == LUA_TTABLE) {
+      lua_getfield (host->L, -1, "admin");
+      lua_remove (host->L, -2);
+   }
+   if (!lua_istable (host->L, -1)) {
+      lua_pop (host->L, 1);
+      lua_newtable (host->L);
+   }
+}
+
 static int
 pmain_describe (lua_State *L)
 {
@@ -517,6 +531,12 @@ message_handler (lua_State *L)
    return 1;
 }
 
+int64_t
+fw_lua_host_call_started_ns (const fw_lua_host_t *host)
+{
+   return host->call_started_ns;
+}
+
 bool
 fw_lua_host_call (fw_lua_host_t *host, int nargs, int nresults, int64_t timeout_ms,
                   fw_lua_stop_t *stop)
@@ -531,11 +551,13 @@ fw_lua_host_call (fw_lua_host_t *host, int nargs, int nresults, int64_t timeout_
    *stop = FW_LUA_STOP_NONE;
    lua_pushcfunction (L, message_handler);
    lua_insert (L, base);
+   host->call_started_ns = 0;
    if (timeout_ms > 0) {
       host->caller = pthread_self ();
       __atomic_store_n (&host->poked, 0, __ATOMIC_RELEASE);
       calling = host;
-      __atomic_store_n (&host->call.deadline_ns, fw_lua_call_now_ns () + timeout_ms * 1000000,
+      host->call_started_ns = fw_lua_call_now_ns ();
+      __atomic_store_n (&host->call.deadline_ns, host->call_started_ns + timeout_ms * 1000000,
                         __ATOMIC_RELEASE);
    }
    host->call.in_call = 1;

@@ -4,6 +4,7 @@
  * before the first thread starts, so a bad script never half-starts.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,13 +12,18 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <lua.h>
 #include <mongoc/mongoc.h>
 
+#include "flowwarden/admin.h"
 #include "flowwarden/connections.h"
 #include "flowwarden/log.h"
 #include "flowwarden/lua_host.h"
+#include "flowwarden/metrics.h"
+#include "flowwarden/metrics_lua.h"
 #include "flowwarden/runtime.h"
 #include "flowwarden/stream_worker.h"
+#include "runtime-private.h"
 
 /* --uri, else FLOWWARDEN_URI, else NULL (the script's or the default URI
  * then applies: flowwarden.config resolves the rest of the precedence). */
@@ -31,10 +37,15 @@ option_uri (const fw_run_options_t *opts)
    return env && *env ? env : NULL;
 }
 
+/* Loads the script into a new host; the metrics it defines go to metrics
+ * (pending until the load is committed), or to the host's own when NULL. */
 static fw_lua_host_t *
-load (const char *script, const char *uri, fw_error_t *error)
+load (const char *script, const char *uri, fw_metrics_t *metrics, fw_error_t *error)
 {
    fw_lua_host_t *host = fw_lua_host_new (error);
+   if (host && metrics) {
+      fw_metrics_lua_attach (fw_lua_host_state (host), metrics);
+   }
    if (host && !fw_lua_host_load_script (host, script, uri, error)) {
       fw_lua_host_destroy (host);
       return NULL;
@@ -57,7 +68,7 @@ int
 fw_runtime_check (const char *script)
 {
    fw_error_t err;
-   fw_lua_host_t *host = load (script, option_uri (NULL), &err);
+   fw_lua_host_t *host = load (script, option_uri (NULL), NULL, &err);
    char *text;
    int rc = 1;
 
@@ -81,7 +92,39 @@ fw_runtime_check (const char *script)
 static bool
 write_pid_file (const char *path)
 {
-   FILE *f = fopen (path, "w");
+   FILE *f;
+   long other = 0;
+   char comm[64] = "";
+
+   /* A pid file naming a live flowwarden means another instance runs with
+    * it: refuse rather than take it over. A stale one is replaced. */
+   if ((f = fopen (path, "r"))) {
+      if (fscanf (f, "%ld", &other) != 1) {
+         other = 0;
+      }
+      fclose (f);
+   }
+   if (other > 0 && other != (long) getpid ()) {
+      char proc[64];
+      snprintf (proc, sizeof proc, "/proc/%ld/comm", other);
+      if ((f = fopen (proc, "r"))) {
+         if (!fgets (comm, sizeof comm, f)) {
+            comm[0] = '\0';
+         }
+         fclose (f);
+         comm[strcspn (comm, "\n")] = '\0';
+      }
+      if (strcmp (comm, "flowwarden") == 0) {
+         fw_log (FW_LOG_ERROR, NULL,
+                 "pid file %s names a running flowwarden (pid %ld): stop it first or use "
+                 "another --pid-file",
+                 path, other);
+         return false;
+      }
+      fw_log (FW_LOG_WARN, NULL, "pid file %s is stale (pid %ld is not a running flowwarden): "
+              "replacing it", path, other);
+   }
+   f = fopen (path, "w");
    if (!f) {
       fw_log (FW_LOG_ERROR, NULL, "cannot write pid file %s: %s", path, strerror (errno));
       return false;
@@ -90,7 +133,7 @@ write_pid_file (const char *path)
    return fclose (f) == 0;
 }
 
-typedef struct {
+struct fw_runtime {
    const fw_run_options_t *opts;
    mongoc_client_pool_t *pool;
    fw_connections_t *conns;      /* fw.mongo's and named DLQs' connections */
@@ -99,7 +142,9 @@ typedef struct {
    char *version;
    uint64_t reloads;
    uint64_t reload_failures;
-} runtime_t;
+   fw_metrics_t *metrics;        /* every stream's counters, fw.metrics */
+   fw_runtime_control_t *control;/* the admin endpoint's requests to this thread */
+};
 
 static void
 log_summary (fw_stream_worker_t *w, const char *why)
@@ -128,10 +173,10 @@ free_workers (fw_stream_worker_t **ws, int n)
  * own) and builds every worker without starting any: a failure leaves
  * nothing behind. */
 static bool
-build_workers (runtime_t *rt, fw_stream_worker_t ***out, int *n_out, char **version,
+build_workers (fw_runtime_t *rt, fw_stream_worker_t ***out, int *n_out, char **version,
                fw_error_t *error)
 {
-   fw_lua_host_t *first = load (rt->opts->script, option_uri (rt->opts), error);
+   fw_lua_host_t *first = load (rt->opts->script, option_uri (rt->opts), rt->metrics, error);
    fw_stream_worker_t **ws;
    int n;
 
@@ -153,13 +198,21 @@ build_workers (runtime_t *rt, fw_stream_worker_t ***out, int *n_out, char **vers
       return false;
    }
    for (int i = 0; i < n; i++) {
-      fw_lua_host_t *host = i == 0 ? first : load (rt->opts->script, option_uri (rt->opts), error);
+      fw_lua_host_t *host =
+         i == 0 ? first : load (rt->opts->script, option_uri (rt->opts), rt->metrics, error);
       if (!host || !(ws[i] = fw_stream_worker_new (host, i, rt->pool, rt->conns, error))) {
          free_workers (ws, i);
          free (*version);
          *version = NULL;
+         fw_metrics_rollback (rt->metrics);
          return false;
       }
+   }
+   /* Valid: the metrics the script defines are the process's now, and each
+    * stream counts in its block (a reload's streams in the same ones). */
+   fw_metrics_commit (rt->metrics);
+   for (int i = 0; i < n; i++) {
+      fw_stream_worker_set_metrics (ws[i], rt->metrics);
    }
    *out = ws;
    *n_out = n;
@@ -175,6 +228,17 @@ stop_and_forget (fw_stream_worker_t *w, const char *why)
    fw_stream_worker_destroy (w);
 }
 
+fw_stream_worker_t *
+fw_runtime_find_stream (fw_runtime_t *rt, const char *name)
+{
+   for (int i = 0; i < rt->n; i++) {
+      if (strcmp (fw_stream_worker_name (rt->workers[i]), name) == 0) {
+         return rt->workers[i];
+      }
+   }
+   return NULL;
+}
+
 static int64_t
 mono_ms (void)
 {
@@ -188,8 +252,8 @@ mono_ms (void)
  * swap all streams at once. Unchanged sources keep their cursor and switch
  * code at their next attempt; changed sources restart from their checkpoint.
  */
-static void
-reload (runtime_t *rt)
+bool
+fw_runtime_reload (fw_runtime_t *rt, char *message, size_t len)
 {
    fw_stream_worker_t **next = NULL;
    fw_error_t err;
@@ -199,10 +263,13 @@ reload (runtime_t *rt)
 
    if (!build_workers (rt, &next, &n, &version, &err)) {
       rt->reload_failures++;
+      fw_metrics_count_reload (rt->metrics, false);
       fw_log (FW_LOG_ERROR, NULL,
               "reload failed (failures so far: %llu); still running script version %s:\n%s",
               (unsigned long long) rt->reload_failures, rt->version, err.message);
-      return;
+      snprintf (message, len, "reload failed; still running script version %s: %s", rt->version,
+                err.message);
+      return false;
    }
    for (int i = 0; i < rt->n; i++) {
       fw_stream_worker_t *old = rt->workers[i];
@@ -211,7 +278,11 @@ reload (runtime_t *rt)
          found = strcmp (fw_stream_worker_name (old), fw_stream_worker_name (next[j])) == 0;
       }
       if (!found) {
+         fw_stream_metrics_t *block = fw_stream_worker_metrics (old);
          stop_and_forget (old, " (removed by reload)");
+         if (block) {
+            fw_stream_metrics_set_active (block, false);
+         }
          rt->workers[i] = NULL;
          removed++;
       }
@@ -237,6 +308,10 @@ reload (runtime_t *rt)
          fw_stream_worker_join (old);
          fw_stream_worker_take_state (next[j], old);
          stop_and_forget (old, " (source changed by reload)");
+         if (fw_stream_worker_metrics (next[j])) {
+            fw_stream_metrics_restart (fw_stream_worker_metrics (next[j]),
+                                       FW_METRICS_RESTART_RELOAD);
+         }
          restarted++;
       } else {
          added++;
@@ -249,17 +324,51 @@ reload (runtime_t *rt)
    rt->workers = next;
    rt->n = n;
    rt->reloads++;
-   fw_log (FW_LOG_INFO, NULL,
-           "reloaded %s: version %s -> %s in %lld ms (%d kept their position, %d restarted, "
-           "%d added, %d removed)",
-           rt->opts->script, rt->version, version, (long long) (mono_ms () - t0), kept,
-           restarted, added, removed);
+   fw_metrics_count_reload (rt->metrics, true);
+   fw_metrics_set_script_version (rt->metrics, version);
+   snprintf (message, len,
+             "reloaded %s: version %s -> %s in %lld ms (%d kept their position, %d restarted, "
+             "%d added, %d removed)",
+             rt->opts->script, rt->version, version, (long long) (mono_ms () - t0), kept,
+             restarted, added, removed);
+   fw_log (FW_LOG_INFO, NULL, "%s", message);
    free (rt->version);
    rt->version = version;
+   return true;
+}
+
+/* The admin endpoint's address and token: --admin wins over the script's
+ * admin.listen; the token is the script's admin.token, else
+ * FLOWWARDEN_ADMIN_TOKEN. Both malloc'd (NULL: none). */
+static void
+admin_settings (const fw_run_options_t *opts, fw_lua_host_t *probe, char **listen, char **token,
+                const char **what)
+{
+   lua_State *L = fw_lua_host_state (probe);
+   const char *env = getenv ("FLOWWARDEN_ADMIN_TOKEN");
+
+   *listen = *token = NULL;
+   *what = "--admin";
+   fw_lua_host_push_admin (probe);
+   if (opts->admin) {
+      *listen = strdup (opts->admin);
+   } else if (lua_getfield (L, -1, "listen") == LUA_TSTRING) {
+      *listen = strdup (lua_tostring (L, -1));
+      *what = "fw.defaults { admin = { listen = ... } }";
+      lua_pop (L, 1);
+   } else {
+      lua_pop (L, 1);
+   }
+   if (lua_getfield (L, -1, "token") == LUA_TSTRING) {
+      *token = strdup (lua_tostring (L, -1));
+   } else if (env && *env) {
+      *token = strdup (env);
+   }
+   lua_pop (L, 2);
 }
 
 static bool
-all_failed (runtime_t *rt)
+all_failed (fw_runtime_t *rt)
 {
    for (int i = 0; i < rt->n; i++) {
       fw_stream_stats_t s;
@@ -274,12 +383,13 @@ all_failed (runtime_t *rt)
 int
 fw_runtime_run (const fw_run_options_t *opts)
 {
-   runtime_t rt = {opts, NULL, NULL, NULL, 0, NULL, 0, 0};
+   fw_runtime_t rt = {opts, NULL, NULL, NULL, 0, NULL, 0, 0, NULL, NULL};
    fw_error_t err;
    fw_lua_host_t *probe = NULL;
    mongoc_uri_t *uri = NULL;
    sigset_t sigs, hup;
-   char *uri_string = NULL;
+   char *uri_string = NULL, *admin_listen = NULL, *admin_token = NULL;
+   const char *admin_what;
    bool started = false, failed_all = false, stopping = false;
    int rc = 1;
 
@@ -289,19 +399,32 @@ fw_runtime_run (const fw_run_options_t *opts)
    sigaddset (&sigs, SIGINT);
    sigaddset (&sigs, SIGTERM);
    sigaddset (&sigs, SIGHUP);
+   sigaddset (&sigs, FW_RUNTIME_CONTROL_SIGNAL); /* an admin endpoint request */
    sigemptyset (&hup);
    sigaddset (&hup, SIGHUP);
    pthread_sigmask (SIG_BLOCK, &sigs, NULL);
    signal (SIGPIPE, SIG_IGN);
 
    /* The URI can come from the script, so read it before building the pool. */
-   probe = load (opts->script, option_uri (opts), &err);
+   probe = load (opts->script, option_uri (opts), NULL, &err);
    if (!probe) {
       fw_log (FW_LOG_ERROR, NULL, "invalid script:\n%s", err.message);
       goto done;
    }
    uri_string = effective_uri (probe);
+   admin_settings (opts, probe, &admin_listen, &admin_token, &admin_what);
    fw_lua_host_destroy (probe);
+   /* A bad admin address (or an open one without a token) is refused
+    * before anything starts. */
+   if (admin_listen && !fw_admin_check_options (admin_listen, admin_token, admin_what, &err)) {
+      fw_log (FW_LOG_ERROR, NULL, "%s", err.message);
+      goto done;
+   }
+   if (!(rt.metrics = fw_metrics_new ()) || !(rt.control = fw_runtime_control_new (&rt, rt.metrics))) {
+      fw_log (FW_LOG_ERROR, NULL, "out of memory");
+      goto done;
+   }
+   fw_metrics_set_build_info (rt.metrics, FW_VERSION, MONGOC_VERSION_S, LUA_RELEASE);
    uri = mongoc_uri_new_with_error (uri_string, NULL);
    if (!uri) {
       char shown[512];
@@ -333,6 +456,15 @@ fw_runtime_run (const fw_run_options_t *opts)
    if (opts->pid_file && !write_pid_file (opts->pid_file)) {
       goto done;
    }
+   fw_metrics_set_script_version (rt.metrics, rt.version);
+   if (admin_listen &&
+       !fw_runtime_control_start_admin (rt.control, admin_listen, admin_token, &err)) {
+      fw_log (FW_LOG_ERROR, NULL, "%s", err.message);
+      if (opts->pid_file) {
+         unlink (opts->pid_file);
+      }
+      goto done;
+   }
    fw_log (FW_LOG_INFO, NULL, "flowwarden %s running %s (script version %s): %d stream(s)",
            FW_VERSION, opts->script, rt.version, rt.n);
    started = true;
@@ -352,12 +484,15 @@ fw_runtime_run (const fw_run_options_t *opts)
          stopping = true;
       } else if (sig == SIGHUP) {
          struct timespec zero = {0, 0};
+         char message[FW_ERROR_MESSAGE_MAX + 256];
          /* A burst of SIGHUPs becomes one reload; reloads run on this
           * thread, so they never overlap. */
          while (sigtimedwait (&hup, NULL, &zero) == SIGHUP) {
          }
          fw_log (FW_LOG_INFO, NULL, "SIGHUP received: reloading %s", opts->script);
-         reload (&rt);
+         fw_runtime_reload (&rt, message, sizeof message);
+      } else if (sig == FW_RUNTIME_CONTROL_SIGNAL) {
+         fw_runtime_control_run (rt.control);
       } else if (all_failed (&rt)) {
          failed_all = true;
          fw_log (FW_LOG_ERROR, NULL, "every stream has stopped on an error: exiting");
@@ -367,6 +502,9 @@ fw_runtime_run (const fw_run_options_t *opts)
    rc = failed_all ? 1 : 0;
 
 done:
+   /* The endpoint goes first: it reads the streams' blocks and posts to
+    * this thread. */
+   fw_runtime_control_destroy (rt.control);
    for (int i = 0; i < rt.n; i++) {
       fw_stream_worker_stop (rt.workers[i]);
    }
@@ -389,5 +527,8 @@ done:
    }
    free (rt.version);
    free (uri_string);
+   free (admin_listen);
+   free (admin_token);
+   fw_metrics_destroy (rt.metrics); /* after the workers: their Lua states use it */
    return rc;
 }

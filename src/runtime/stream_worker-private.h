@@ -11,6 +11,7 @@
 #include "flowwarden/dlq_store.h"
 #include "flowwarden/event.h"
 #include "flowwarden/event_ctx.h"
+#include "flowwarden/metrics.h"
 #include "flowwarden/mongo_lua.h"
 #include "flowwarden/state_store.h"
 #include "flowwarden/stream_config.h"
@@ -71,7 +72,17 @@ struct fw_stream_worker {
    fw_replay_hook_t *replay;   /* a dead letter is being replayed, else NULL */
    int64_t reprocess_at_ms;    /* next automatic DLQ round (dlq.reprocess); 0: not
                                 * scheduled yet, -1: none */
+   fw_stream_metrics_t *metrics; /* the stream's block in the process's registry, or NULL
+                                  * (written by this stream's thread only) */
+   int control;                /* W_CONTROL_*: asked by the admin endpoint (atomic) */
+   int64_t dlq_count_at_ms;    /* next count of the DLQ's pending entries (metrics) */
+   int64_t finished_ms;        /* when the dispatcher last finished an event (with metrics) */
+   int64_t wall_offset_ns;     /* CLOCK_REALTIME - CLOCK_MONOTONIC, read ... */
+   int64_t wall_offset_until_ns; /* ... again from this CLOCK_MONOTONIC time on */
 };
+
+/* What the admin endpoint asked the stream's thread to do. */
+enum { W_CONTROL_NONE = 0, W_CONTROL_PAUSE, W_CONTROL_RESUME, W_CONTROL_RESTART };
 
 typedef enum {
    FW_DISPATCH_DONE,    /* the event is finished with: checkpoint may pass it */
@@ -87,5 +98,34 @@ fw_dispatch_result_t fw_event_dispatch (fw_stream_worker_t *w, const fw_event_t 
 bool fw_event_dispatch_open_dlq (fw_stream_worker_t *w);
 
 int64_t fw_now_ms (void);
+
+/* --- stream_control.c -------------------------------------------------- */
+
+/* The admin endpoint's pending request (W_CONTROL_*), left in place. */
+int fw_stream_control_peek (fw_stream_worker_t *w);
+
+/* The pending request, cleared. */
+int fw_stream_control_take (fw_stream_worker_t *w);
+
+/* Sleeps up to ms; returns true at once on shutdown, false early when the
+ * admin endpoint asks something (or when the time is up). */
+bool fw_stream_wait (fw_stream_worker_t *w, int64_t ms);
+
+/* The stream is paused (checkpoint written, change stream closed): waits for
+ * resume or restart (returned, as W_CONTROL_*) or a shutdown
+ * (W_CONTROL_NONE). */
+int fw_stream_paused (fw_stream_worker_t *w);
+
+/* With a metrics block: counts ev as received (its operation, its server
+ * time for the lag), before fw_event_dispatch. */
+void fw_stream_count_received (fw_stream_worker_t *w, const fw_event_t *ev);
+
+/* With a metrics block, after fw_event_dispatch finished an event: the Lua
+ * state's memory, and the DLQ count when it is due. */
+void fw_stream_count_dispatched (fw_stream_worker_t *w);
+
+/* Every 30 s (now_ms: the wall clock), counts the stream's pending DLQ
+ * entries for the flowwarden_dlq_pending gauges. */
+void fw_stream_dlq_count_tick (fw_stream_worker_t *w, int64_t now_ms);
 
 #endif

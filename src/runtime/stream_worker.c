@@ -254,6 +254,9 @@ apply_pending (fw_stream_worker_t *w)
    w->reprocess_at_ms = 0; /* dlq.reprocess as the new script says */
    state_attach (w); /* fw.state survives the reload: the new state gets our store */
    fw_stream_worker_destroy (next);
+   if (w->metrics) {
+      fw_stream_metrics_set_script_version (w->metrics, fw_lua_host_version (w->host));
+   }
    fw_log (FW_LOG_INFO, w->cfg.name, "now running script version %s",
            fw_lua_host_version (w->host));
    return true;
@@ -270,6 +273,7 @@ typedef struct {
    int64_t last_save_ms;
    bool dirty;
    bool invalidated;    /* the last event was an invalidate: re-open with startAfter */
+   char error[600];     /* why the change stream last failed, for the stream's status */
 } position_t;
 
 static void
@@ -291,11 +295,17 @@ save_position (fw_stream_worker_t *w, position_t *p, const char *why)
                             p->has_resume ? &p->resume : NULL, fw_lua_host_version (w->host),
                             &err)) {
       fw_log (FW_LOG_ERROR, w->cfg.name, "%s (%s); will try again", err.message, why);
+      if (w->metrics) {
+         fw_stream_metrics_checkpoint (w->metrics, false, 0);
+      }
       return;
    }
    p->since_save = 0;
    p->dirty = false;
    p->last_save_ms = fw_now_ms ();
+   if (w->metrics) {
+      fw_stream_metrics_checkpoint (w->metrics, true, p->last_save_ms);
+   }
 }
 
 /* --- opening ------------------------------------------------------------- */
@@ -336,7 +346,15 @@ open_stream (fw_stream_worker_t *w, const bson_t *start_after)
    return cs;
 }
 
-typedef enum { READ_STOP, READ_ERROR, READ_INVALIDATED, READ_HISTORY_LOST } read_end_t;
+typedef enum {
+   READ_STOP,
+   READ_ERROR,
+   READ_INVALIDATED,
+   READ_HISTORY_LOST,
+   READ_PAUSE,  /* the admin endpoint asked to pause: checkpoint written */
+   READ_RESTART /* the admin endpoint asked to restart: checkpoint written */
+} read_end_t;
+
 
 /* Reads until shutdown, an error or an invalidate. */
 static read_end_t
@@ -347,6 +365,15 @@ consume (fw_stream_worker_t *w, mongoc_change_stream_t *cs, position_t *p, bool 
    const bson_t *reply;
 
    while (!fw_shutdown_requested (w->shutdown)) {
+      int control = fw_stream_control_peek (w);
+      if (control == W_CONTROL_PAUSE || control == W_CONTROL_RESTART) {
+         /* An event boundary: nothing is in flight. */
+         save_position (w, p, control == W_CONTROL_PAUSE ? "pause" : "restart");
+         return control == W_CONTROL_PAUSE ? READ_PAUSE : READ_RESTART;
+      }
+      if (control == W_CONTROL_RESUME) {
+         fw_stream_control_take (w); /* not paused: nothing to do */
+      }
       apply_pending (w);
       if (mongoc_change_stream_next (cs, &doc)) {
          fw_event_t ev;
@@ -359,10 +386,21 @@ consume (fw_stream_worker_t *w, mongoc_change_stream_t *cs, position_t *p, bool 
             fw_log (FW_LOG_ERROR, w->cfg.name, "malformed change event skipped: %s",
                     err.message);
             w->stats.lost++;
+            if (w->metrics) {
+               fw_stream_metrics_event_received (w->metrics, FW_METRICS_OP_OTHER, 0);
+               fw_stream_metrics_event_finished (w->metrics, FW_METRICS_OUTCOME_LOST,
+                                                 fw_now_ms ());
+            }
             continue;
+         }
+         if (w->metrics) {
+            fw_stream_count_received (w, &ev);
          }
          if (fw_event_dispatch (w, &ev) == FW_DISPATCH_STOPPED) {
             return READ_STOP;
+         }
+         if (w->metrics) {
+            fw_stream_count_dispatched (w);
          }
          *progressed = true;
          if (w->reprocess_at_ms >= 0) {
@@ -397,6 +435,8 @@ consume (fw_stream_worker_t *w, mongoc_change_stream_t *cs, position_t *p, bool 
          }
          fw_log (FW_LOG_WARN, w->cfg.name, "change stream failed: %s (code %u)", berr.message,
                  berr.code);
+         snprintf (p->error, sizeof p->error, "change stream failed: %s (code %u)", berr.message,
+                   berr.code);
          return READ_ERROR;
       }
       if (w->reprocess_at_ms >= 0) {
@@ -406,6 +446,10 @@ consume (fw_stream_worker_t *w, mongoc_change_stream_t *cs, position_t *p, bool 
       {
          const bson_t *tok = mongoc_change_stream_get_resume_token (cs);
          int64_t now = fw_now_ms ();
+         if (w->metrics) {
+            fw_stream_metrics_caught_up (w->metrics);
+            fw_stream_dlq_count_tick (w, now);
+         }
          if (tok && !bson_empty (tok) &&
              (!p->has_resume || !bson_equal (tok, &p->resume))) {
             set_token (&p->resume, tok);
@@ -427,7 +471,18 @@ static void
 stream_failed (fw_stream_worker_t *w, const char *what)
 {
    w->stats.failed = true;
+   if (w->metrics) {
+      fw_stream_metrics_set_state (w->metrics, FW_STREAM_FAILED, what);
+   }
    fw_log (FW_LOG_ERROR, w->cfg.name, "STREAM STOPPED: %s", what);
+}
+
+static void
+set_state (fw_stream_worker_t *w, fw_stream_state_t state, const char *why)
+{
+   if (w->metrics) {
+      fw_stream_metrics_set_state (w->metrics, state, why);
+   }
 }
 
 static void *
@@ -447,6 +502,10 @@ worker_main (void *arg)
    bson_init (&cp.seen);
    w->client = mongoc_client_pool_pop (w->pool);
    p.last_save_ms = fw_now_ms ();
+   set_state (w, FW_STREAM_STARTING, "starting: reading its checkpoint");
+   if (w->metrics) {
+      fw_stream_metrics_set_script_version (w->metrics, fw_lua_host_version (w->host));
+   }
 
    if (w->cfg.dlq.enabled && !fw_event_dispatch_open_dlq (w)) {
       goto done;
@@ -480,20 +539,34 @@ worker_main (void *arg)
            from_checkpoint ? "from its checkpoint" : "from now");
 
    while (!fw_shutdown_requested (w->shutdown)) {
-      mongoc_change_stream_t *cs = open_stream (w, p.has_resume ? &p.resume : NULL);
+      mongoc_change_stream_t *cs;
       bson_error_t berr;
       const bson_t *reply;
       read_end_t end;
       bool progressed = false;
 
+      if (fw_stream_control_peek (w) == W_CONTROL_PAUSE) {
+         /* Asked while the change stream was closed (a restart delay). */
+         fw_stream_control_take (w);
+         save_position (w, &p, "pause");
+         if (fw_stream_paused (w) == W_CONTROL_NONE) {
+            break;
+         }
+         restarts = 0;
+         continue;
+      }
+      cs = open_stream (w, p.has_resume ? &p.resume : NULL);
       if (cs && mongoc_change_stream_error_document (cs, &berr, &reply)) {
          end = berr.code == FW_ERR_HISTORY_LOST ? READ_HISTORY_LOST : READ_ERROR;
          if (end == READ_ERROR) {
             fw_log (FW_LOG_WARN, w->cfg.name, "cannot open change stream: %s (code %u)",
                     berr.message, berr.code);
+            snprintf (p.error, sizeof p.error, "cannot open the change stream: %s (code %u)",
+                      berr.message, berr.code);
          }
       } else if (!cs) {
          end = READ_ERROR;
+         snprintf (p.error, sizeof p.error, "cannot open the change stream");
       } else {
          const bson_t *start = mongoc_change_stream_get_resume_token (cs);
          bool resuming = p.has_resume;
@@ -509,11 +582,35 @@ worker_main (void *arg)
          }
          fw_log (FW_LOG_INFO, w->cfg.name, "change stream open%s",
                  resuming ? " (resuming)" : " (from now)");
+         set_state (w, FW_STREAM_RUNNING, NULL);
          end = consume (w, cs, &p, &progressed);
       }
       mongoc_change_stream_destroy (cs);
       if (progressed) {
          restarts = 0;
+      }
+      if (end == READ_PAUSE) {
+         int next;
+         fw_stream_control_take (w);
+         if ((next = fw_stream_paused (w)) == W_CONTROL_NONE) {
+            break;
+         }
+         if (next == W_CONTROL_RESTART && w->metrics) {
+            fw_stream_metrics_restart (w->metrics, FW_METRICS_RESTART_ADMIN);
+         }
+         restarts = 0;
+         continue;
+      }
+      if (end == READ_RESTART) {
+         fw_stream_control_take (w);
+         fw_log (FW_LOG_INFO, w->cfg.name,
+                 "restarting: checkpoint written, re-opening the change stream (asked by the "
+                 "admin endpoint)");
+         if (w->metrics) {
+            fw_stream_metrics_restart (w->metrics, FW_METRICS_RESTART_ADMIN);
+         }
+         restarts = 0;
+         continue;
       }
 
       if (end == READ_STOP || fw_shutdown_requested (w->shutdown)) {
@@ -526,6 +623,9 @@ worker_main (void *arg)
                     "trying the last seen position");
             set_token (&p.resume, &cp.seen);
             candidate = 1;
+            if (w->metrics) {
+               fw_stream_metrics_restart (w->metrics, FW_METRICS_RESTART_HISTORY_LOST);
+            }
             continue;
          }
          if (!w->cfg.resume_from_now) {
@@ -540,6 +640,9 @@ worker_main (void *arg)
                  "checkpoint and now were NOT delivered (on_history_lost = resume_from_now)");
          p.has_resume = false;
          candidate = 2;
+         if (w->metrics) {
+            fw_stream_metrics_restart (w->metrics, FW_METRICS_RESTART_HISTORY_LOST);
+         }
          continue;
       }
       restarts++;
@@ -552,15 +655,37 @@ worker_main (void *arg)
             fw_backoff_delay_ms (&w->cfg.restart, restarts, fw_backoff_random (&w->rng));
          fw_log (FW_LOG_INFO, w->cfg.name, "re-opening the change stream in %lld ms%s",
                  (long long) delay, p.invalidated ? " (after invalidate, with startAfter)" : "");
+         if (w->metrics) {
+            char why[800];
+            snprintf (why, sizeof why, "%s; re-opening it in %lld ms (restart %d)",
+                      p.invalidated ? "the change stream was invalidated"
+                      : p.error[0]  ? p.error
+                                    : "the change stream failed",
+                      (long long) delay, restarts);
+            fw_stream_metrics_set_state (w->metrics, FW_STREAM_RESTARTING, why);
+            fw_stream_metrics_restart (w->metrics, p.invalidated ? FW_METRICS_RESTART_INVALIDATE
+                                                                 : FW_METRICS_RESTART_ERROR);
+         }
          p.invalidated = false;
-         if (fw_shutdown_wait_ms (w->shutdown, delay)) {
+         p.error[0] = '\0';
+         /* An admin request (restart now, pause) cuts the delay short. */
+         if (fw_stream_wait (w, delay)) {
             break;
+         }
+         if (fw_stream_control_peek (w) == W_CONTROL_RESTART) {
+            fw_stream_control_take (w);
+            if (w->metrics) {
+               fw_stream_metrics_restart (w->metrics, FW_METRICS_RESTART_ADMIN);
+            }
          }
       }
    }
 
 done:
    save_position (w, &p, "shutdown");
+   if (!w->stats.failed) {
+      set_state (w, FW_STREAM_STOPPED, "stopped");
+   }
    fw_checkpoint_cleanup (&cp);
    bson_destroy (&p.resume);
    bson_destroy (&p.processed);
@@ -579,6 +704,13 @@ done:
 bool
 fw_stream_worker_start (fw_stream_worker_t *w, fw_error_t *error)
 {
+   if (w->started && w->joined) {
+      /* Started again after its thread ended on an error. */
+      w->started = w->joined = false;
+      w->finished = false;
+      w->stats.failed = false;
+      w->control = W_CONTROL_NONE;
+   }
    if (pthread_create (&w->thread, NULL, worker_main, w) != 0) {
       fw_error_set (error, FW_ERROR_IO, "cannot start thread for stream \"%s\"", w->cfg.name);
       return false;

@@ -53,7 +53,7 @@ def lua_stream(name="s", collection="orders", retry=None, dlq=None, handler="mis
 
 
 def parse_log_time(text):
-    """Milliseconds since the epoch of a log record's "time" field."""
+    """Milliseconds since the epoch of a log record's "ts" field."""
     t = datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ")
     return (t.replace(tzinfo=datetime.timezone.utc).timestamp()) * 1000.0
 
@@ -67,7 +67,7 @@ def timed_reports(p, stream=None):
         for r in p.records:
             msg = r.get("msg", "")
             if msg.startswith(REPORT_PREFIX) and (stream is None or r.get("stream") == stream):
-                out.append((round(parse_log_time(r["time"])),
+                out.append((round(parse_log_time(r["ts"])),
                             json.loads(msg[len(REPORT_PREFIX):])))
         return out
 

@@ -265,6 +265,30 @@ class Running(StandInTestCase):
         self.assertEqual(p.stop(), 0)
         self.assertFalse(os.path.exists(pid_file))
 
+    def test_a_pid_file_naming_a_running_flowwarden_refuses_a_second_start(self):
+        pid_file = os.path.join(self.tmp.name, "fw.pid")
+        script = self.script(self.HANDLER)
+        first = self.run_fw(script, extra=["--pid-file", pid_file])
+        first.wait_open()
+        second = self.run_fw(script, extra=["--pid-file", pid_file])
+        self.assertEqual(second.wait_exit(30), 1)
+        self.assertTrue(any("pid file %s names a running flowwarden (pid %d)" % (pid_file, first.proc.pid)
+                            in m for m in second.messages("error")), second.raw_lines())
+        with open(pid_file) as f:
+            self.assertEqual(f.read(), "%d\n" % first.proc.pid)   # left to its owner
+        self.assertEqual(first.stop(), 0)
+
+    def test_a_stale_pid_file_is_replaced(self):
+        pid_file = os.path.join(self.tmp.name, "fw.pid")
+        with open(pid_file, "w") as f:
+            f.write("%d\n" % os.getpid())   # alive, but not a flowwarden
+        p = self.run_fw(self.script(self.HANDLER), extra=["--pid-file", pid_file])
+        p.wait_open()
+        with open(pid_file) as f:
+            self.assertEqual(f.read(), "%d\n" % p.proc.pid)
+        self.assertEqual(p.count_log("is stale"), 1)
+        self.assertEqual(p.stop(), 0)
+
     def test_pid_file_is_not_written_for_a_bad_script(self):
         pid_file = os.path.join(self.tmp.name, "fw.pid")
         bad = self.script("fw.stream { name = 's' }\n")
@@ -283,7 +307,7 @@ class Running(StandInTestCase):
         for line in lines:
             rec = json.loads(line)
             self.assertIsInstance(rec, dict)
-            self.assertRegex(rec["time"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+            self.assertRegex(rec["ts"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
             self.assertIn(rec["level"], ("debug", "info", "warn", "error"))
             self.assertIsInstance(rec["msg"], str)
         stream_recs = [json.loads(l) for l in lines if "shop-watcher" in l]

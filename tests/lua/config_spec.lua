@@ -694,6 +694,21 @@ describe("config: fw.connection and fw.defaults.http", function()
     spec_of("fw.stream { name = 's', database = 'shop', on_change = h }")
     assert.are.same({}, config.effective_http())
   end)
+
+  it("keeps the admin endpoint's listen and token, checking their types", function()
+    local _, cfg = spec_of("fw.defaults { admin = { listen = '127.0.0.1:9464', token = 'tok' } }\n"
+      .. "fw.stream { name = 's', database = 'shop', on_change = h }")
+    assert.are.same({ listen = "127.0.0.1:9464", token = "tok" }, cfg.admin)
+    _, cfg = spec_of("fw.stream { name = 's', database = 'shop', on_change = h }")
+    assert.are.same({}, cfg.admin)
+    local D = P .. "defaults: "
+    assert.are.same({ D .. "admin.listen: expected a non-empty string, got 9464",
+                      D .. 'admin.token: expected a non-empty string, got ""' },
+      errors_of("fw.defaults { admin = { listen = 9464, token = '' } }\n"
+        .. "fw.stream { name = 's', database = 'shop', on_change = h }"))
+    assert.are.same({ D .. 'admin: unknown key "port" (valid keys: listen, token)' },
+      errors_of("fw.defaults { admin = { port = 9464 } }\nfw.stream { name = 's', database = 'shop', on_change = h }"))
+  end)
 end)
 
 describe("config: the default DLQ of send_to_dlq (seed 000)", function()

@@ -29,7 +29,7 @@ local STREAM_KEYS = {
 }
 local DEFAULTS_KEYS = {
   "database", "uri", "retry", "dlq", "checkpoint", "restart", "timeout", "memory_limit", "state",
-  "http",
+  "http", "admin",
 }
 
 ---------------------------------------------------------------------------
@@ -493,6 +493,13 @@ local STATE = {
   { "max_bytes", state_size },
 }
 
+-- The admin endpoint (fw.defaults only). The C host checks the address and
+-- the token together (core.admin_check); here only their types.
+local ADMIN = {
+  { "listen", non_empty_string },
+  { "token", non_empty_string },
+}
+
 local function key_names(schema)
   local names = {}
   for i, f in ipairs(schema) do
@@ -693,6 +700,7 @@ M.RETRY = RETRY
 M.DLQ = DLQ
 M.REPROCESS = REPROCESS
 M.STATE = STATE
+M.ADMIN = ADMIN
 M.HTTP = HTTP
 M.connection_name = connection_name
 M.quote = quote

@@ -1,0 +1,407 @@
+/*
+ * status_cli.c - flowwarden status | pause | resume | restart | reload: a
+ * libcurl client of the admin endpoint. Answers are JSON, read with
+ * lua-cjson in a small Lua state of its own (inside a protected call).
+ */
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <curl/curl.h>
+#include <lauxlib.h>
+#include <lua5.4/lua-cjson.h>
+#include <lualib.h>
+
+#include "flowwarden/status_cli.h"
+
+static const char usage_text[] =
+   "usage: flowwarden status [--admin URL] [--json]\n"
+   "       flowwarden pause|resume|restart STREAM [--admin URL]\n"
+   "       flowwarden reload [--admin URL]\n"
+   "URL defaults to FLOWWARDEN_ADMIN, else " FW_ADMIN_DEFAULT_URL "; the token for pause,\n"
+   "resume, restart and reload comes from FLOWWARDEN_ADMIN_TOKEN.\n";
+
+static int
+bad_usage (const char *cmd, const char *fmt, const char *arg)
+{
+   fprintf (stderr, "flowwarden %s: ", cmd);
+   fprintf (stderr, fmt, arg);
+   fprintf (stderr, "\n%s", usage_text);
+   return 2;
+}
+
+/* --- HTTP ------------------------------------------------------------------ */
+
+typedef struct {
+   char *data;
+   size_t len;
+   bool oom;
+} body_t;
+
+static size_t
+collect (char *ptr, size_t size, size_t nmemb, void *ud)
+{
+   body_t *b = ud;
+   size_t n = size * nmemb;
+   char *grown;
+
+   if (b->oom || !(grown = realloc (b->data, b->len + n + 1))) {
+      b->oom = true;
+      return 0;
+   }
+   b->data = grown;
+   memcpy (b->data + b->len, ptr, n);
+   b->len += n;
+   b->data[b->len] = '\0';
+   return n;
+}
+
+/* Sends the request; false (with why in err) when no HTTP answer came. */
+static bool
+request (const char *method, const char *url, long timeout_s, long *status, body_t *body,
+         char *err, size_t errlen)
+{
+   CURL *curl = curl_easy_init ();
+   struct curl_slist *headers = NULL;
+   const char *token = getenv ("FLOWWARDEN_ADMIN_TOKEN");
+   char auth[1024], curl_err[CURL_ERROR_SIZE] = "";
+   CURLcode rc;
+
+   if (!curl) {
+      snprintf (err, errlen, "cannot initialise libcurl");
+      return false;
+   }
+   if (strcmp (method, "POST") == 0) {
+      curl_easy_setopt (curl, CURLOPT_POSTFIELDS, "");
+      curl_easy_setopt (curl, CURLOPT_POSTFIELDSIZE, 0L);
+      if (token && *token) {
+         snprintf (auth, sizeof auth, "Authorization: Bearer %s", token);
+         headers = curl_slist_append (headers, auth);
+      }
+   }
+   headers = curl_slist_append (headers, "Accept: application/json");
+   curl_easy_setopt (curl, CURLOPT_URL, url);
+   curl_easy_setopt (curl, CURLOPT_HTTPHEADER, headers);
+   curl_easy_setopt (curl, CURLOPT_WRITEFUNCTION, collect);
+   curl_easy_setopt (curl, CURLOPT_WRITEDATA, body);
+   curl_easy_setopt (curl, CURLOPT_ERRORBUFFER, curl_err);
+   curl_easy_setopt (curl, CURLOPT_CONNECTTIMEOUT, 5L);
+   curl_easy_setopt (curl, CURLOPT_TIMEOUT, timeout_s);
+   curl_easy_setopt (curl, CURLOPT_NOSIGNAL, 1L);
+   curl_easy_setopt (curl, CURLOPT_USERAGENT, "flowwarden-cli");
+   rc = curl_easy_perform (curl);
+   if (rc == CURLE_OK) {
+      curl_easy_getinfo (curl, CURLINFO_RESPONSE_CODE, status);
+   } else {
+      snprintf (err, errlen, "%s", curl_err[0] ? curl_err : curl_easy_strerror (rc));
+   }
+   curl_slist_free_all (headers);
+   curl_easy_cleanup (curl);
+   return rc == CURLE_OK && !body->oom;
+}
+
+/* --- reading the answers ------------------------------------------------ */
+
+typedef enum { SHOW_TABLE, SHOW_RESULT, SHOW_ERROR } show_mode_t;
+
+typedef struct {
+   const char *json;
+   size_t len;
+   show_mode_t mode;
+   const char *what; /* "pause order-watcher", "reload" */
+   long status;
+} show_args_t;
+
+/* t[key] as a string, or NULL (absent, null, another type). */
+static const char *
+field_string (lua_State *L, int t, const char *key)
+{
+   const char *s;
+   lua_getfield (L, t, key);
+   s = lua_type (L, -1) == LUA_TSTRING ? lua_tostring (L, -1) : NULL;
+   lua_pop (L, 1); /* still held by the table */
+   return s;
+}
+
+static bool
+field_number (lua_State *L, int t, const char *key, double *out)
+{
+   bool ok;
+   lua_getfield (L, t, key);
+   ok = lua_type (L, -1) == LUA_TNUMBER;
+   if (ok) {
+      *out = lua_tonumber (L, -1);
+   }
+   lua_pop (L, 1);
+   return ok;
+}
+
+static void
+format_duration (double s, char *buf, size_t len)
+{
+   long long secs = (long long) s;
+
+   if (s < 0) {
+      snprintf (buf, len, "-");
+   } else if (s < 10) {
+      snprintf (buf, len, "%.3fs", s);
+   } else if (secs < 60) {
+      snprintf (buf, len, "%llds", secs);
+   } else if (secs < 3600) {
+      snprintf (buf, len, "%lldm%02llds", secs / 60, secs % 60);
+   } else {
+      snprintf (buf, len, "%lldh%02lldm", secs / 3600, (secs % 3600) / 60);
+   }
+}
+
+static void
+print_table (lua_State *L, int streams)
+{
+   int n = (int) lua_rawlen (L, streams);
+   int width = 6;
+
+   for (int i = 1; i <= n; i++) {
+      const char *name;
+      lua_rawgeti (L, streams, i);
+      name = lua_istable (L, -1) ? field_string (L, lua_gettop (L), "name") : NULL;
+      if (name && (int) strlen (name) > width) {
+         width = (int) strlen (name);
+      }
+      lua_pop (L, 1);
+   }
+   printf ("%-*s  %-10s  %9s  %9s  %11s  %s\n", width, "STREAM", "STATE", "LAG", "EVENTS/S",
+           "DLQ PENDING", "LAST ERROR");
+   for (int i = 1; i <= n; i++) {
+      int t;
+      const char *name, *state, *error;
+      double lag = -1, rate = 0, pending = -1;
+      char lag_text[32], pending_text[32];
+
+      lua_rawgeti (L, streams, i);
+      if (!lua_istable (L, -1)) {
+         lua_pop (L, 1);
+         continue;
+      }
+      t = lua_gettop (L);
+      name = field_string (L, t, "name");
+      state = field_string (L, t, "state");
+      error = field_string (L, t, "last_error_type");
+      field_number (L, t, "lag_seconds", &lag);
+      field_number (L, t, "events_per_second", &rate);
+      if (field_number (L, t, "dlq_pending", &pending)) {
+         snprintf (pending_text, sizeof pending_text, "%.0f", pending);
+      } else {
+         snprintf (pending_text, sizeof pending_text, "-");
+      }
+      format_duration (lag, lag_text, sizeof lag_text);
+      printf ("%-*s  %-10s  %9s  %9.1f  %11s  %s\n", width, name ? name : "?",
+              state ? state : "?", lag_text, rate, pending_text, error ? error : "-");
+      lua_pop (L, 1);
+   }
+   /* Why streams are not running, under the table. */
+   for (int i = 1; i <= n; i++) {
+      const char *name, *reason;
+      lua_rawgeti (L, streams, i);
+      if (lua_istable (L, -1)) {
+         name = field_string (L, lua_gettop (L), "name");
+         reason = field_string (L, lua_gettop (L), "reason");
+         if (reason && *reason) {
+            printf ("%s: %s\n", name ? name : "?", reason);
+         }
+      }
+      lua_pop (L, 1);
+   }
+}
+
+static int
+pshow (lua_State *L)
+{
+   show_args_t *a = lua_touserdata (L, 1);
+   int doc;
+
+   luaL_requiref (L, "cjson", luaopen_cjson, 0);
+   lua_getfield (L, -1, "decode");
+   lua_pushlstring (L, a->json, a->len);
+   lua_call (L, 1, 1);
+   doc = lua_gettop (L);
+   if (!lua_istable (L, doc)) {
+      return luaL_error (L, "the answer is not a JSON object");
+   }
+   if (a->mode == SHOW_TABLE) {
+      if (lua_getfield (L, doc, "streams") != LUA_TTABLE) {
+         return luaL_error (L, "the answer has no streams");
+      }
+      print_table (L, lua_gettop (L));
+   } else if (a->mode == SHOW_ERROR) {
+      const char *error = field_string (L, doc, "error");
+      fprintf (stderr, "flowwarden %s: %s (HTTP %ld)\n", a->what, error ? error : "failed",
+               a->status);
+   } else {
+      const char *result = field_string (L, doc, "result");
+      const char *message = field_string (L, doc, "message");
+      const char *state = NULL;
+      if (lua_getfield (L, doc, "stream") == LUA_TTABLE) {
+         state = field_string (L, lua_gettop (L), "state");
+      }
+      printf ("%s: %s%s%s%s%s\n", a->what, result ? result : "ok",
+              message && *message ? ": " : "", message ? message : "", state ? "; state " : "",
+              state ? state : "");
+   }
+   return 0;
+}
+
+/* Prints the answer; false when it cannot be read. */
+static bool
+show (show_mode_t mode, const char *what, long status, const body_t *body)
+{
+   lua_State *L = luaL_newstate ();
+   show_args_t a = {body->data ? body->data : "", body->len, mode, what, status};
+   bool ok;
+
+   if (!L) {
+      fprintf (stderr, "flowwarden %s: out of memory\n", what);
+      return false;
+   }
+   luaL_openlibs (L);
+   lua_pushcfunction (L, pshow);
+   lua_pushlightuserdata (L, &a);
+   ok = lua_pcall (L, 1, 0, 0) == LUA_OK;
+   if (!ok) {
+      fprintf (stderr, "flowwarden %s: unexpected answer (HTTP %ld): %s\n", what, status,
+               lua_tostring (L, -1));
+   }
+   lua_close (L);
+   return ok;
+}
+
+/* --- the commands ------------------------------------------------------------ */
+
+/* URL with its scheme (http:// added when missing) and no trailing '/'. */
+static char *
+base_url (const char *given)
+{
+   const char *url = given ? given : getenv ("FLOWWARDEN_ADMIN");
+   size_t n;
+   char *out;
+
+   if (!url || !*url) {
+      url = FW_ADMIN_DEFAULT_URL;
+   }
+   n = strlen (url);
+   while (n > 0 && url[n - 1] == '/') {
+      n--;
+   }
+   if (!(out = malloc (n + 8))) {
+      return NULL;
+   }
+   if (strstr (url, "://")) {
+      snprintf (out, n + 8, "%.*s", (int) n, url);
+   } else {
+      snprintf (out, n + 8, "http://%.*s", (int) n, url);
+   }
+   return out;
+}
+
+static int
+run (const char *cmd, const char *admin, const char *stream, bool json)
+{
+   char *base = base_url (admin), *escaped = NULL;
+   char url[2048], what[512], err[CURL_ERROR_SIZE + 64];
+   body_t body = {0};
+   long status = 0;
+   bool is_status = strcmp (cmd, "status") == 0;
+   int rc = 1;
+
+   if (!base) {
+      fprintf (stderr, "flowwarden %s: out of memory\n", cmd);
+      return 1;
+   }
+   if (stream) {
+      if (!(escaped = curl_easy_escape (NULL, stream, 0))) {
+         fprintf (stderr, "flowwarden %s: out of memory\n", cmd);
+         free (base);
+         return 1;
+      }
+      snprintf (url, sizeof url, "%s/v1/streams/%s/%s", base, escaped, cmd);
+      snprintf (what, sizeof what, "%s %s", cmd, stream);
+   } else if (is_status) {
+      snprintf (url, sizeof url, "%s/v1/streams", base);
+      snprintf (what, sizeof what, "status");
+   } else {
+      snprintf (url, sizeof url, "%s/v1/reload", base);
+      snprintf (what, sizeof what, "reload");
+   }
+   if (!request (is_status ? "GET" : "POST", url, is_status ? 10L : 300L, &status, &body, err,
+                 sizeof err)) {
+      fprintf (stderr,
+               "flowwarden %s: cannot reach the admin endpoint at %s: %s (is flowwarden running "
+               "with --admin, or admin.listen in fw.defaults? give its address with --admin "
+               "URL)\n",
+               what, base, body.oom ? "out of memory" : err);
+   } else if (status >= 400) {
+      if (!show (SHOW_ERROR, what, status, &body)) {
+         fprintf (stderr, "flowwarden %s: HTTP %ld\n", what, status);
+      }
+   } else if (json) {
+      fwrite (body.data ? body.data : "", 1, body.len, stdout);
+      rc = 0;
+   } else if (show (is_status ? SHOW_TABLE : SHOW_RESULT, what, status, &body)) {
+      rc = 0;
+   }
+   curl_free (escaped);
+   free (body.data);
+   free (base);
+   return rc;
+}
+
+int
+fw_status_cli_main (int argc, char **argv)
+{
+   static const struct option longopts[] = {{"admin", required_argument, NULL, 'a'},
+                                            {"json", no_argument, NULL, 'j'},
+                                            {"help", no_argument, NULL, 'h'},
+                                            {NULL, 0, NULL, 0}};
+   const char *cmd = argv[0], *admin = NULL, *stream = NULL;
+   bool json = false, needs_stream;
+   int c, rc;
+
+   needs_stream = strcmp (cmd, "pause") == 0 || strcmp (cmd, "resume") == 0 ||
+                  strcmp (cmd, "restart") == 0;
+   opterr = 0;
+   optind = 1;
+   while ((c = getopt_long (argc, argv, ":h", longopts, NULL)) != -1) {
+      switch (c) {
+      case 'a':
+         admin = optarg;
+         break;
+      case 'j':
+         if (strcmp (cmd, "status") != 0) {
+            return bad_usage (cmd, "--json is an option of status only%s", "");
+         }
+         json = true;
+         break;
+      case 'h':
+         fputs (usage_text, stdout);
+         return 0;
+      case ':':
+         return bad_usage (cmd, "option %s needs a value", argv[optind - 1]);
+      default:
+         return bad_usage (cmd, "unknown option %s", argv[optind - 1]);
+      }
+   }
+   if (needs_stream) {
+      if (optind >= argc) {
+         return bad_usage (cmd, "missing STREAM%s", "");
+      }
+      stream = argv[optind++];
+   }
+   if (optind < argc) {
+      return bad_usage (cmd, "unexpected argument \"%s\"", argv[optind]);
+   }
+   curl_global_init (CURL_GLOBAL_DEFAULT);
+   rc = run (cmd, admin, stream, json);
+   curl_global_cleanup ();
+   return rc;
+}

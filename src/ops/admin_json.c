@@ -1,0 +1,136 @@
+/*
+ * admin_json.c - the JSON the admin endpoint answers with: stream status,
+ * readiness, errors.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "admin-private.h"
+
+/* "2026-11-22T02:09:22.867Z", or null for 0. */
+static void
+json_time (fw_strbuf_t *out, int64_t ms)
+{
+   struct tm tm;
+   time_t secs;
+   char buf[40];
+
+   if (ms <= 0) {
+      fw_strbuf_puts (out, "null");
+      return;
+   }
+   secs = (time_t) (ms / 1000);
+   gmtime_r (&secs, &tm);
+   strftime (buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+   fw_strbuf_printf (out, "\"%s.%03dZ\"", buf, (int) (ms % 1000));
+}
+
+static const char *
+empty_to_null (const char *s)
+{
+   return s && *s ? s : NULL;
+}
+
+void
+fw_admin_json_stream (fw_strbuf_t *out, const fw_stream_snapshot_t *s)
+{
+   fw_strbuf_puts (out, "{\"name\":");
+   fw_strbuf_json_string (out, s->name);
+   fw_strbuf_printf (out, ",\"state\":\"%s\",\"ready\":%s,\"reason\":",
+                     fw_stream_state_name (s->state),
+                     fw_stream_state_ready (s->state) ? "true" : "false");
+   fw_strbuf_json_string (out, empty_to_null (s->reason));
+   fw_strbuf_puts (out, ",\"script_version\":");
+   fw_strbuf_json_string (out, empty_to_null (s->script_version));
+   fw_strbuf_puts (out, ",\"last_event_time\":");
+   json_time (out, s->last_event_ms);
+   fw_strbuf_puts (out, ",\"lag_seconds\":");
+   fw_strbuf_json_double (out, s->lag_seconds);
+   fw_strbuf_puts (out, ",\"events_per_second\":");
+   fw_strbuf_json_double (out, s->events_per_second);
+   fw_strbuf_printf (out, ",\"events\":{\"total\":%llu", (unsigned long long) s->events);
+   for (int i = 0; i < FW_METRICS_OP_COUNT; i++) {
+      fw_strbuf_printf (out, ",\"%s\":%llu", fw_metrics_op_name ((fw_metrics_op_t) i),
+                        (unsigned long long) s->events_by_op[i]);
+   }
+   fw_strbuf_puts (out, "},\"handled\":{");
+   for (int i = 0; i < FW_METRICS_OUTCOME_COUNT; i++) {
+      fw_strbuf_printf (out, "%s\"%s\":%llu", i ? "," : "",
+                        fw_metrics_outcome_name ((fw_metrics_outcome_t) i),
+                        (unsigned long long) s->handled[i]);
+   }
+   fw_strbuf_printf (out,
+                     "},\"handler_errors\":%llu,\"retries\":%llu,\"restarts\":%llu,"
+                     "\"attempt\":%d,\"last_error_type\":",
+                     (unsigned long long) s->handler_errors, (unsigned long long) s->retries,
+                     (unsigned long long) s->restarts, s->attempt);
+   fw_strbuf_json_string (out, empty_to_null (s->last_error_type));
+   fw_strbuf_puts (out, ",\"checkpoint_time\":");
+   json_time (out, s->checkpoint_ms);
+   fw_strbuf_printf (out, ",\"checkpoint_writes\":%llu,\"checkpoint_errors\":%llu,"
+                          "\"dlq_writes\":%llu,\"dlq_pending\":",
+                     (unsigned long long) s->checkpoint_writes,
+                     (unsigned long long) s->checkpoint_errors,
+                     (unsigned long long) s->dlq_writes);
+   if (s->dlq_pending >= 0) {
+      fw_strbuf_printf (out, "%lld,\"dlq_oldest_pending_age_seconds\":",
+                        (long long) s->dlq_pending);
+      fw_strbuf_json_double (out, s->dlq_oldest_age_seconds);
+   } else {
+      fw_strbuf_puts (out, "null,\"dlq_oldest_pending_age_seconds\":null");
+   }
+   fw_strbuf_printf (out, ",\"lua_memory_bytes\":%llu}",
+                     (unsigned long long) s->lua_memory_bytes);
+}
+
+void
+fw_admin_json_streams (fw_strbuf_t *out, const fw_stream_snapshot_t *s, int n)
+{
+   fw_strbuf_puts (out, "{\"streams\":[");
+   for (int i = 0; i < n; i++) {
+      if (i) {
+         fw_strbuf_puts (out, ",");
+      }
+      fw_admin_json_stream (out, &s[i]);
+   }
+   fw_strbuf_puts (out, "]}\n");
+}
+
+bool
+fw_admin_json_ready (fw_strbuf_t *out, const fw_stream_snapshot_t *s, int n)
+{
+   bool ready = n > 0;
+   bool first = true;
+
+   for (int i = 0; i < n; i++) {
+      ready = ready && fw_stream_state_ready (s[i].state);
+   }
+   fw_strbuf_printf (out, "{\"ready\":%s,\"streams\":%d,\"not_ready\":[",
+                     ready ? "true" : "false", n);
+   for (int i = 0; i < n; i++) {
+      if (fw_stream_state_ready (s[i].state)) {
+         continue;
+      }
+      fw_strbuf_puts (out, first ? "{\"stream\":" : ",{\"stream\":");
+      first = false;
+      fw_strbuf_json_string (out, s[i].name);
+      fw_strbuf_printf (out, ",\"state\":\"%s\",\"reason\":", fw_stream_state_name (s[i].state));
+      fw_strbuf_json_string (out, empty_to_null (s[i].reason));
+      fw_strbuf_puts (out, "}");
+   }
+   fw_strbuf_puts (out, "]");
+   if (n == 0) {
+      fw_strbuf_puts (out, ",\"reason\":\"no stream is running\"");
+   }
+   fw_strbuf_puts (out, "}\n");
+   return ready;
+}
+
+void
+fw_admin_json_error (fw_strbuf_t *out, int status, const char *message)
+{
+   fw_strbuf_puts (out, "{\"error\":");
+   fw_strbuf_json_string (out, message);
+   fw_strbuf_printf (out, ",\"status\":%d}\n", status);
+}

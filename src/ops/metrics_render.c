@@ -1,0 +1,488 @@
+/*
+ * metrics_render.c - the Prometheus text exposition (format 0.0.4) of the
+ * registry: each family once, with HELP and TYPE, then its samples for
+ * every active stream; the process_* metrics from /proc/self.
+ */
+#include <dirent.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "metrics-private.h"
+
+typedef struct {
+   fw_strbuf_t *out;
+   fw_stream_metrics_t *first; /* the registry's blocks */
+} render_t;
+
+#define FOREACH_ACTIVE(r, b)                                                     \
+   for (fw_stream_metrics_t *b = (r)->first; b;                                 \
+        b = __atomic_load_n (&b->next, __ATOMIC_ACQUIRE))                       \
+      if (__atomic_load_n (&b->active, __ATOMIC_ACQUIRE))
+
+static void
+family (fw_strbuf_t *out, const char *name, const char *type, const char *help)
+{
+   fw_strbuf_printf (out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* name{stream="S"[,key="value"]} */
+static void
+series_start (fw_strbuf_t *out, const char *name, const fw_stream_metrics_t *b,
+              const char *key, const char *value)
+{
+   fw_strbuf_puts (out, name);
+   fw_strbuf_puts (out, "{stream=\"");
+   fw_strbuf_prom_label (out, b->name);
+   fw_strbuf_puts (out, "\"");
+   if (key) {
+      fw_strbuf_printf (out, ",%s=\"", key);
+      fw_strbuf_prom_label (out, value);
+      fw_strbuf_puts (out, "\"");
+   }
+}
+
+static void
+sample_u64 (fw_strbuf_t *out, const char *name, const fw_stream_metrics_t *b, const char *key,
+            const char *value, uint64_t v)
+{
+   series_start (out, name, b, key, value);
+   fw_strbuf_printf (out, "} %llu\n", (unsigned long long) v);
+}
+
+static void
+sample_double (fw_strbuf_t *out, const char *name, const fw_stream_metrics_t *b,
+               const char *key, const char *value, double v)
+{
+   series_start (out, name, b, key, value);
+   fw_strbuf_puts (out, "} ");
+   fw_strbuf_prom_double (out, v);
+   fw_strbuf_puts (out, "\n");
+}
+
+/* A per-stream counter with no label but stream. */
+static void
+plain_counter (render_t *r, const char *name, const char *help, size_t offset)
+{
+   family (r->out, name, "counter", help);
+   FOREACH_ACTIVE (r, b)
+   {
+      sample_u64 (r->out, name, b, NULL, NULL, count_get ((const uint64_t *) ((char *) b + offset)));
+   }
+}
+
+/* The le labels of fw_duration_bounds_ns, in seconds. */
+static const char *const duration_le[FW_DURATION_BUCKETS + 1] = {
+   "0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05",
+   "0.1",    "0.25",    "0.5",    "1",     "2.5",    "5",     "10",   "30",    "+Inf"};
+
+static void
+duration_histogram (fw_strbuf_t *out, const char *name, const fw_stream_metrics_t *b,
+                    const char *key, const char *value, const fw_duration_hist_t *h)
+{
+   char sub[128];
+   uint64_t cumulative = 0;
+
+   snprintf (sub, sizeof sub, "%s_bucket", name);
+   for (int i = 0; i <= FW_DURATION_BUCKETS; i++) {
+      cumulative += count_get (&h->count[i]);
+      series_start (out, sub, b, key, value);
+      fw_strbuf_printf (out, ",le=\"%s\"} %llu\n", duration_le[i],
+                        (unsigned long long) cumulative);
+   }
+   snprintf (sub, sizeof sub, "%s_sum", name);
+   sample_double (out, sub, b, key, value, (double) count_get (&h->sum_ns) / 1e9);
+   /* The count is the +Inf bucket as read above, so the two always agree. */
+   snprintf (sub, sizeof sub, "%s_count", name);
+   sample_u64 (out, sub, b, key, value, cumulative);
+}
+
+static void
+render_events (render_t *r)
+{
+   family (r->out, "flowwarden_events_total", "counter",
+           "Change events received, by operation type.");
+   FOREACH_ACTIVE (r, b)
+   {
+      for (int op = 0; op < FW_METRICS_OP_COUNT; op++) {
+         sample_u64 (r->out, "flowwarden_events_total", b, "operation",
+                     fw_metrics_op_name ((fw_metrics_op_t) op), count_get (&b->events[op]));
+      }
+   }
+   family (r->out, "flowwarden_events_handled_total", "counter",
+           "Events finished with, by outcome: ok (a handler returned), skipped (on_error "
+           "returned fw.SKIP), dlq (stored in the dead-letter queue), lost (given up without "
+           "one).");
+   FOREACH_ACTIVE (r, b)
+   {
+      for (int o = 0; o < FW_METRICS_OUTCOME_COUNT; o++) {
+         sample_u64 (r->out, "flowwarden_events_handled_total", b, "outcome",
+                     fw_metrics_outcome_name ((fw_metrics_outcome_t) o),
+                     count_get (&b->handled[o]));
+      }
+   }
+   family (r->out, "flowwarden_handler_errors_total", "counter",
+           "Failed handler attempts, by error type (the first 50 types of a stream, then "
+           "\"other\").");
+   FOREACH_ACTIVE (r, b)
+   {
+      int n = __atomic_load_n (&b->n_error_types, __ATOMIC_ACQUIRE);
+      for (int i = 0; i < n; i++) {
+         sample_u64 (r->out, "flowwarden_handler_errors_total", b, "error_type",
+                     b->error_types[i], count_get (&b->handler_errors[i]));
+      }
+      if (count_get (&b->handler_errors[FW_METRICS_MAX_ERROR_TYPES])) {
+         sample_u64 (r->out, "flowwarden_handler_errors_total", b, "error_type", "other",
+                     count_get (&b->handler_errors[FW_METRICS_MAX_ERROR_TYPES]));
+      }
+   }
+   plain_counter (r, "flowwarden_retries_total", "Retries scheduled after a failed attempt.",
+                  offsetof (fw_stream_metrics_t, retries));
+   family (r->out, "flowwarden_handler_duration_seconds", "histogram",
+           "Time a handler call (one attempt) took.");
+   FOREACH_ACTIVE (r, b)
+   {
+      duration_histogram (r->out, "flowwarden_handler_duration_seconds", b, NULL, NULL,
+                          &b->handler);
+   }
+}
+
+static void
+render_position (render_t *r, int64_t now_ms)
+{
+   family (r->out, "flowwarden_lag_seconds", "gauge",
+           "How far behind the source the stream is: now minus the server time of the event "
+           "being handled, else the same for the last event when it was finished; 0 once the "
+           "change stream has nothing more.");
+   FOREACH_ACTIVE (r, b)
+   {
+      fw_stream_snapshot_t snap;
+      fw_stream_metrics_snapshot (b, now_ms, &snap);
+      sample_double (r->out, "flowwarden_lag_seconds", b, NULL, NULL, snap.lag_seconds);
+   }
+   family (r->out, "flowwarden_last_event_timestamp_seconds", "gauge",
+           "Server time (wallTime, else clusterTime) of the last event finished with.");
+   FOREACH_ACTIVE (r, b)
+   {
+      int64_t ms = __atomic_load_n (&b->last_event_ms, __ATOMIC_RELAXED);
+      if (ms) {
+         sample_double (r->out, "flowwarden_last_event_timestamp_seconds", b, NULL, NULL,
+                        (double) ms / 1000.0);
+      }
+   }
+   family (r->out, "flowwarden_checkpoint_timestamp_seconds", "gauge",
+           "When the stream last wrote its checkpoint.");
+   FOREACH_ACTIVE (r, b)
+   {
+      int64_t ms = __atomic_load_n (&b->checkpoint_ms, __ATOMIC_RELAXED);
+      if (ms) {
+         sample_double (r->out, "flowwarden_checkpoint_timestamp_seconds", b, NULL, NULL,
+                        (double) ms / 1000.0);
+      }
+   }
+   plain_counter (r, "flowwarden_checkpoint_writes_total", "Checkpoints written.",
+                  offsetof (fw_stream_metrics_t, checkpoint_writes));
+   plain_counter (r, "flowwarden_checkpoint_errors_total", "Checkpoint writes that failed.",
+                  offsetof (fw_stream_metrics_t, checkpoint_errors));
+}
+
+static void
+render_dlq (render_t *r)
+{
+   plain_counter (r, "flowwarden_dlq_writes_total", "Entries written to the dead-letter queue.",
+                  offsetof (fw_stream_metrics_t, dlq_writes));
+   family (r->out, "flowwarden_dlq_pending", "gauge",
+           "Entries waiting in the stream's dead-letter queue (counted every 30 s).");
+   FOREACH_ACTIVE (r, b)
+   {
+      int64_t n = __atomic_load_n (&b->dlq_pending, __ATOMIC_RELAXED);
+      if (n >= 0) {
+         sample_u64 (r->out, "flowwarden_dlq_pending", b, NULL, NULL, (uint64_t) n);
+      }
+   }
+   family (r->out, "flowwarden_dlq_oldest_pending_age_seconds", "gauge",
+           "Age of the oldest entry waiting in the dead-letter queue (counted every 30 s; 0 "
+           "when none waits).");
+   FOREACH_ACTIVE (r, b)
+   {
+      if (__atomic_load_n (&b->dlq_pending, __ATOMIC_RELAXED) >= 0) {
+         sample_double (r->out, "flowwarden_dlq_oldest_pending_age_seconds", b, NULL, NULL,
+                        bits_to_double (__atomic_load_n (&b->dlq_oldest_bits, __ATOMIC_RELAXED)));
+      }
+   }
+}
+
+static void
+render_state (render_t *r)
+{
+   family (r->out, "flowwarden_stream_up", "gauge",
+           "1 while the stream runs with its change stream open, else 0.");
+   FOREACH_ACTIVE (r, b)
+   {
+      int s = __atomic_load_n (&b->state, __ATOMIC_ACQUIRE);
+      sample_u64 (r->out, "flowwarden_stream_up", b, NULL, NULL,
+                  fw_stream_state_ready ((fw_stream_state_t) s) ? 1 : 0);
+   }
+   family (r->out, "flowwarden_stream_state", "gauge",
+           "1 for the state the stream is in, 0 for the others.");
+   FOREACH_ACTIVE (r, b)
+   {
+      int s = __atomic_load_n (&b->state, __ATOMIC_ACQUIRE);
+      for (int i = 0; i < FW_STREAM_STATE_COUNT; i++) {
+         sample_u64 (r->out, "flowwarden_stream_state", b, "state",
+                     fw_stream_state_name ((fw_stream_state_t) i), s == i ? 1 : 0);
+      }
+   }
+   family (r->out, "flowwarden_stream_restarts_total", "counter",
+           "Times the change stream was re-opened, by reason.");
+   FOREACH_ACTIVE (r, b)
+   {
+      for (int i = 0; i < FW_METRICS_RESTART_COUNT; i++) {
+         sample_u64 (r->out, "flowwarden_stream_restarts_total", b, "reason",
+                     fw_metrics_restart_name ((fw_metrics_restart_t) i),
+                     count_get (&b->restarts[i]));
+      }
+   }
+   family (r->out, "flowwarden_lua_memory_bytes", "gauge",
+           "Memory held by the stream's Lua state.");
+   FOREACH_ACTIVE (r, b)
+   {
+      sample_u64 (r->out, "flowwarden_lua_memory_bytes", b, NULL, NULL,
+                  __atomic_load_n (&b->lua_memory, __ATOMIC_RELAXED));
+   }
+}
+
+static const char *const io_clients[FW_METRICS_IO_CLIENT_COUNT] = {"mongo", "http"};
+static const char *const io_results[FW_METRICS_IO_RESULT_COUNT] = {"ok", "error", "timeout"};
+
+static void
+render_io (render_t *r)
+{
+   family (r->out, "flowwarden_io_requests_total", "counter",
+           "Handler IO calls (fw.mongo, fw.http), by client and result.");
+   FOREACH_ACTIVE (r, b)
+   {
+      for (int c = 0; c < FW_METRICS_IO_CLIENT_COUNT; c++) {
+         for (int res = 0; res < FW_METRICS_IO_RESULT_COUNT; res++) {
+            series_start (r->out, "flowwarden_io_requests_total", b, "client", io_clients[c]);
+            fw_strbuf_printf (r->out, ",result=\"%s\"} %llu\n", io_results[res],
+                              (unsigned long long) count_get (&b->io_requests[c][res]));
+         }
+      }
+   }
+   family (r->out, "flowwarden_io_duration_seconds", "histogram",
+           "Time a handler IO call (fw.mongo, fw.http) took.");
+   FOREACH_ACTIVE (r, b)
+   {
+      for (int c = 0; c < FW_METRICS_IO_CLIENT_COUNT; c++) {
+         duration_histogram (r->out, "flowwarden_io_duration_seconds", b, "client",
+                             io_clients[c], &b->io[c]);
+      }
+   }
+}
+
+static void
+info_label (fw_strbuf_t *out, const char *key, const char *value, bool first)
+{
+   fw_strbuf_printf (out, "%s%s=\"", first ? "" : ",", key);
+   fw_strbuf_prom_label (out, value ? value : "");
+   fw_strbuf_puts (out, "\"");
+}
+
+static void
+render_process_wide (fw_metrics_t *m, fw_strbuf_t *out)
+{
+   family (out, "flowwarden_reloads_total", "counter",
+           "Script reloads (SIGHUP, POST /v1/reload), by result.");
+   fw_strbuf_printf (out, "flowwarden_reloads_total{result=\"success\"} %llu\n",
+                     (unsigned long long) count_get (&m->reloads_ok));
+   fw_strbuf_printf (out, "flowwarden_reloads_total{result=\"failure\"} %llu\n",
+                     (unsigned long long) count_get (&m->reloads_failed));
+   pthread_mutex_lock (&m->mu);
+   family (out, "flowwarden_script_info", "gauge", "The running script's version (always 1).");
+   if (m->script_version) {
+      fw_strbuf_puts (out, "flowwarden_script_info{");
+      info_label (out, "version", m->script_version, true);
+      fw_strbuf_puts (out, "} 1\n");
+   }
+   family (out, "flowwarden_build_info", "gauge",
+           "flowwarden's version and the libmongoc and Lua it runs with (always 1).");
+   if (m->build_version) {
+      fw_strbuf_puts (out, "flowwarden_build_info{");
+      info_label (out, "version", m->build_version, true);
+      info_label (out, "libmongoc", m->build_libmongoc, false);
+      info_label (out, "lua", m->build_lua, false);
+      fw_strbuf_puts (out, "} 1\n");
+   }
+   pthread_mutex_unlock (&m->mu);
+}
+
+/* --- process_* from /proc/self ------------------------------------------ */
+
+static bool
+read_file (const char *path, char *buf, size_t len)
+{
+   FILE *f = fopen (path, "r");
+   size_t n;
+
+   if (!f) {
+      return false;
+   }
+   n = fread (buf, 1, len - 1, f);
+   fclose (f);
+   buf[n] = '\0';
+   return n > 0;
+}
+
+static void
+render_process (fw_strbuf_t *out)
+{
+   char stat[2048], sys[8192];
+   const char *p;
+   unsigned long long utime = 0, stime = 0, start_ticks = 0, vsize = 0;
+   long long rss_pages = 0, btime = -1;
+   long ticks = sysconf (_SC_CLK_TCK), page = sysconf (_SC_PAGESIZE);
+   bool have_stat = false;
+   struct rlimit rl;
+   DIR *d;
+
+   /* Fields after the command, which may hold spaces and ')': state is
+    * field 3, utime 14, stime 15, starttime 22, vsize 23, rss 24. */
+   if (read_file ("/proc/self/stat", stat, sizeof stat) && (p = strrchr (stat, ')'))) {
+      have_stat = sscanf (p + 2,
+                          "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d %*d "
+                          "%*d %*d %llu %llu %lld",
+                          &utime, &stime, &start_ticks, &vsize, &rss_pages) == 5;
+   }
+   if (read_file ("/proc/stat", sys, sizeof sys) && (p = strstr (sys, "\nbtime "))) {
+      btime = strtoll (p + 7, NULL, 10);
+   }
+   if (have_stat && ticks > 0) {
+      family (out, "process_cpu_seconds_total", "counter",
+              "Total user and system CPU time spent in seconds.");
+      fw_strbuf_puts (out, "process_cpu_seconds_total ");
+      fw_strbuf_prom_double (out, (double) (utime + stime) / (double) ticks);
+      fw_strbuf_puts (out, "\n");
+      family (out, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
+      fw_strbuf_printf (out, "process_resident_memory_bytes %lld\n", rss_pages * (long long) page);
+      family (out, "process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.");
+      fw_strbuf_printf (out, "process_virtual_memory_bytes %llu\n", vsize);
+      if (btime >= 0) {
+         family (out, "process_start_time_seconds", "gauge",
+                 "Start time of the process since unix epoch in seconds.");
+         fw_strbuf_puts (out, "process_start_time_seconds ");
+         fw_strbuf_prom_double (out, (double) btime + (double) start_ticks / (double) ticks);
+         fw_strbuf_puts (out, "\n");
+      }
+   }
+   if ((d = opendir ("/proc/self/fd"))) {
+      long long n = 0;
+      struct dirent *e;
+      while ((e = readdir (d))) {
+         n += e->d_name[0] != '.';
+      }
+      closedir (d);
+      family (out, "process_open_fds", "gauge", "Number of open file descriptors.");
+      fw_strbuf_printf (out, "process_open_fds %lld\n", n - 1); /* not the one reading */
+   }
+   if (getrlimit (RLIMIT_NOFILE, &rl) == 0) {
+      family (out, "process_max_fds", "gauge", "Maximum number of open file descriptors.");
+      fw_strbuf_printf (out, "process_max_fds %llu\n",
+                        rl.rlim_cur == RLIM_INFINITY ? 0ULL : (unsigned long long) rl.rlim_cur);
+   }
+}
+
+/* --- handler-defined metrics --------------------------------------------- */
+
+static void
+user_labels (fw_strbuf_t *out, const fw_metric_t *x, const fw_metric_series_t *s)
+{
+   fw_strbuf_puts (out, "{stream=\"");
+   fw_strbuf_prom_label (out, s->stream->name);
+   fw_strbuf_puts (out, "\"");
+   for (int i = 0; i < x->n_labels; i++) {
+      fw_strbuf_printf (out, ",%s=\"", x->labels[i]);
+      fw_strbuf_prom_label (out, s->values[i]);
+      fw_strbuf_puts (out, "\"");
+   }
+}
+
+static void
+user_series (fw_strbuf_t *out, const fw_metric_t *x, const fw_metric_series_t *s)
+{
+   uint64_t cumulative = 0;
+
+   if (x->type != FW_METRIC_HISTOGRAM) {
+      fw_strbuf_puts (out, x->name);
+      user_labels (out, x, s);
+      fw_strbuf_puts (out, "} ");
+      fw_strbuf_prom_double (out, fw_metric_series_value (s, NULL));
+      fw_strbuf_puts (out, "\n");
+      return;
+   }
+   for (int i = 0; i <= x->n_buckets; i++) {
+      cumulative += count_get (&s->buckets[i]);
+      fw_strbuf_printf (out, "%s_bucket", x->name);
+      user_labels (out, x, s);
+      fw_strbuf_puts (out, ",le=\"");
+      if (i < x->n_buckets) {
+         fw_strbuf_prom_double (out, x->buckets[i]);
+      } else {
+         fw_strbuf_puts (out, "+Inf");
+      }
+      fw_strbuf_printf (out, "\"} %llu\n", (unsigned long long) cumulative);
+   }
+   fw_strbuf_printf (out, "%s_sum", x->name);
+   user_labels (out, x, s);
+   fw_strbuf_puts (out, "} ");
+   fw_strbuf_prom_double (out, fw_metric_series_value (s, NULL));
+   fw_strbuf_printf (out, "\n%s_count", x->name);
+   user_labels (out, x, s);
+   fw_strbuf_printf (out, "} %llu\n", (unsigned long long) cumulative);
+}
+
+void
+fw_metrics_render_user (fw_metrics_t *m, fw_strbuf_t *out)
+{
+   for (fw_metric_t *x = __atomic_load_n (&m->metrics, __ATOMIC_ACQUIRE); x;
+        x = __atomic_load_n (&x->next, __ATOMIC_ACQUIRE)) {
+      if (__atomic_load_n (&x->state, __ATOMIC_ACQUIRE) != METRIC_COMMITTED) {
+         continue;
+      }
+      fw_strbuf_printf (out, "# HELP %s ", x->name);
+      fw_strbuf_prom_help (out, x->help);
+      fw_strbuf_printf (out, "\n# TYPE %s %s\n", x->name, fw_metric_type_name (x->type));
+      for (fw_metric_series_t *s = __atomic_load_n (&x->series, __ATOMIC_ACQUIRE); s;
+           s = __atomic_load_n (&s->next, __ATOMIC_ACQUIRE)) {
+         if (__atomic_load_n (&s->stream->active, __ATOMIC_ACQUIRE)) {
+            user_series (out, x, s);
+         }
+      }
+   }
+}
+
+char *
+fw_metrics_render (fw_metrics_t *m, size_t *len)
+{
+   fw_strbuf_t out;
+   struct timespec ts;
+   render_t r;
+
+   clock_gettime (CLOCK_REALTIME, &ts);
+   fw_strbuf_init (&out);
+   r.out = &out;
+   r.first = __atomic_load_n (&m->streams, __ATOMIC_ACQUIRE);
+   render_events (&r);
+   render_position (&r, (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+   render_dlq (&r);
+   render_state (&r);
+   render_io (&r);
+   render_process_wide (m, &out);
+   render_process (&out);
+   fw_metrics_render_user (m, &out);
+   return fw_strbuf_steal (&out, len);
+}

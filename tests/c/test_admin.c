@@ -1,0 +1,531 @@
+/* The admin endpoint on 127.0.0.1, port 0, with fake control callbacks:
+ * every route and error code through libcurl, the token, address checks,
+ * idle connections, and GETs answered while a POST is being worked on. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <curl/curl.h>
+
+#include "flowwarden/admin.h"
+
+/* --- the fake runtime --------------------------------------------------- */
+
+typedef struct {
+   fw_metrics_t *metrics;
+   fw_stream_state_t audit_state;
+   char last_call[256];
+   int calls;
+   /* reload blocks while hold is set, so a test can do things meanwhile */
+   pthread_mutex_t mu;
+   pthread_cond_t cond;
+   bool hold;
+   bool reloading;
+} fake_t;
+
+static int
+fake_list (void *ud, fw_stream_snapshot_t **out)
+{
+   fake_t *f = ud;
+   fw_stream_snapshot_t *s = calloc (2, sizeof *s);
+
+   snprintf (s[0].name, sizeof s[0].name, "orders");
+   s[0].state = FW_STREAM_RUNNING;
+   s[0].events = 12;
+   s[0].lag_seconds = 0.25;
+   s[0].last_event_ms = 1700000000123LL;
+   s[0].dlq_pending = 3;
+   snprintf (s[0].last_error_type, sizeof s[0].last_error_type, "Payment.Timeout");
+   snprintf (s[1].name, sizeof s[1].name, "audit");
+   s[1].state = f->audit_state;
+   s[1].dlq_pending = -1;
+   if (!fw_stream_state_ready (f->audit_state)) {
+      snprintf (s[1].reason, sizeof s[1].reason, "the change stream history is lost");
+   }
+   *out = s;
+   return 2;
+}
+
+static fw_control_result_t
+fake_action (void *ud, const char *stream, fw_stream_action_t action, char *message, size_t len)
+{
+   fake_t *f = ud;
+
+   f->calls++;
+   snprintf (f->last_call, sizeof f->last_call, "%s %s", fw_stream_action_name (action), stream);
+   if (strcmp (stream, "orders") != 0 && strcmp (stream, "audit") != 0) {
+      return FW_CONTROL_NOT_FOUND;
+   }
+   if (strcmp (stream, "audit") == 0) {
+      snprintf (message, len, "stream audit has failed: restart it instead");
+      return FW_CONTROL_CONFLICT;
+   }
+   if (action == FW_STREAM_RESTART) {
+      snprintf (message, len, "restarting at the next event boundary");
+      return FW_CONTROL_ACCEPTED;
+   }
+   snprintf (message, len, "%s done", fw_stream_action_name (action));
+   return FW_CONTROL_OK;
+}
+
+static fw_control_result_t
+fake_reload (void *ud, char *message, size_t len)
+{
+   fake_t *f = ud;
+
+   pthread_mutex_lock (&f->mu);
+   f->calls++;
+   f->reloading = true;
+   pthread_cond_broadcast (&f->cond);
+   while (f->hold) {
+      pthread_cond_wait (&f->cond, &f->mu);
+   }
+   f->reloading = false;
+   pthread_mutex_unlock (&f->mu);
+   snprintf (f->last_call, sizeof f->last_call, "reload");
+   snprintf (message, len, "reloaded script.lua: version a -> b");
+   return FW_CONTROL_OK;
+}
+
+static fake_t fake;
+
+static fw_admin_t *
+start (const char *token)
+{
+   fw_admin_options_t opts = {0};
+   fw_error_t err;
+   fw_admin_t *a;
+   fw_stream_metrics_t *b;
+
+   memset (&fake, 0, sizeof fake);
+   pthread_mutex_init (&fake.mu, NULL);
+   pthread_cond_init (&fake.cond, NULL);
+   fake.metrics = fw_metrics_new ();
+   fake.audit_state = FW_STREAM_FAILED;
+   b = fw_metrics_stream (fake.metrics, "orders");
+   fw_stream_metrics_event_received (b, FW_METRICS_OP_INSERT, 0);
+   opts.listen = "127.0.0.1:0";
+   opts.token = token;
+   opts.metrics = fake.metrics;
+   opts.control = (fw_admin_control_t){fake_list, fake_action, fake_reload, &fake};
+   a = fw_admin_start (&opts, &err);
+   if (!a) {
+      fail_msg ("fw_admin_start: %s", err.message);
+   }
+   assert_true (fw_admin_port (a) > 0);
+   return a;
+}
+
+static void
+stop (fw_admin_t *a)
+{
+   fw_admin_stop (a);
+   fw_metrics_destroy (fake.metrics);
+   pthread_cond_destroy (&fake.cond);
+   pthread_mutex_destroy (&fake.mu);
+}
+
+/* --- the client ----------------------------------------------------------- */
+
+typedef struct {
+   long status;
+   char body[200000];
+   size_t len;
+   char headers[4096];
+   size_t hlen;
+   double seconds;
+   CURLcode rc;
+} resp_t;
+
+static size_t
+on_body (char *p, size_t size, size_t n, void *ud)
+{
+   resp_t *r = ud;
+   size_t k = size * n;
+   if (r->len + k >= sizeof r->body) {
+      return 0;
+   }
+   memcpy (r->body + r->len, p, k);
+   r->len += k;
+   r->body[r->len] = '\0';
+   return k;
+}
+
+static size_t
+on_header (char *p, size_t size, size_t n, void *ud)
+{
+   resp_t *r = ud;
+   size_t k = size * n;
+   if (r->hlen + k < sizeof r->headers) {
+      memcpy (r->headers + r->hlen, p, k);
+      r->hlen += k;
+      r->headers[r->hlen] = '\0';
+   }
+   return k;
+}
+
+static int port;
+
+static void
+http (const char *method, const char *path, const char *token, size_t body_len, resp_t *r)
+{
+   CURL *c = curl_easy_init ();
+   struct curl_slist *h = NULL;
+   char url[512], auth[256];
+   char *body = NULL;
+
+   memset (r, 0, sizeof *r);
+   snprintf (url, sizeof url, "http://127.0.0.1:%d%s", port, path);
+   curl_easy_setopt (c, CURLOPT_URL, url);
+   curl_easy_setopt (c, CURLOPT_WRITEFUNCTION, on_body);
+   curl_easy_setopt (c, CURLOPT_WRITEDATA, r);
+   curl_easy_setopt (c, CURLOPT_HEADERFUNCTION, on_header);
+   curl_easy_setopt (c, CURLOPT_HEADERDATA, r);
+   curl_easy_setopt (c, CURLOPT_TIMEOUT, 20L);
+   curl_easy_setopt (c, CURLOPT_NOSIGNAL, 1L);
+   if (strcmp (method, "HEAD") == 0) {
+      curl_easy_setopt (c, CURLOPT_NOBODY, 1L);
+   } else if (strcmp (method, "POST") == 0) {
+      body = calloc (1, body_len + 1);
+      memset (body, 'x', body_len);
+      curl_easy_setopt (c, CURLOPT_POSTFIELDS, body);
+      curl_easy_setopt (c, CURLOPT_POSTFIELDSIZE, (long) body_len);
+   } else if (strcmp (method, "GET") != 0) {
+      curl_easy_setopt (c, CURLOPT_CUSTOMREQUEST, method);
+   }
+   if (token) {
+      snprintf (auth, sizeof auth, "Authorization: %s", token);
+      h = curl_slist_append (h, auth);
+      curl_easy_setopt (c, CURLOPT_HTTPHEADER, h);
+   }
+   r->rc = curl_easy_perform (c);
+   curl_easy_getinfo (c, CURLINFO_RESPONSE_CODE, &r->status);
+   curl_easy_getinfo (c, CURLINFO_TOTAL_TIME, &r->seconds);
+   curl_slist_free_all (h);
+   curl_easy_cleanup (c);
+   free (body);
+}
+
+#define assert_has(text, s)                                                    \
+   do {                                                                         \
+      if (!strstr ((text), (s))) {                                              \
+         fail_msg ("expected %s in:\n%s", (s), (text));                        \
+      }                                                                         \
+   } while (0)
+
+/* --- the routes ----------------------------------------------------------- */
+
+static void
+admin_every_route_answers (void **state)
+{
+   fw_admin_t *a = start (NULL);
+   resp_t *r = malloc (sizeof *r);
+   (void) state;
+
+   port = fw_admin_port (a);
+   http ("GET", "/metrics", NULL, 0, r);
+   assert_int_equal (r->status, 200);
+   assert_has (r->headers, "Content-Type: text/plain; version=0.0.4; charset=utf-8");
+   assert_has (r->body, "flowwarden_events_total{stream=\"orders\",operation=\"insert\"} 1\n");
+   assert_has (r->body, "# TYPE process_cpu_seconds_total counter");
+
+   http ("GET", "/healthz", NULL, 0, r);
+   assert_int_equal (r->status, 200);
+   assert_string_equal (r->body, "{\"status\":\"ok\"}\n");
+   http ("HEAD", "/healthz", NULL, 0, r);
+   assert_int_equal (r->status, 200);
+
+   http ("GET", "/readyz", NULL, 0, r);
+   assert_int_equal (r->status, 503);
+   assert_string_equal (r->body,
+                        "{\"ready\":false,\"streams\":2,\"not_ready\":[{\"stream\":\"audit\","
+                        "\"state\":\"failed\",\"reason\":\"the change stream history is lost\"}]}\n");
+   fake.audit_state = FW_STREAM_RETRYING;
+   http ("GET", "/readyz", NULL, 0, r);
+   assert_int_equal (r->status, 200);
+   assert_string_equal (r->body, "{\"ready\":true,\"streams\":2,\"not_ready\":[]}\n");
+   fake.audit_state = FW_STREAM_FAILED;
+
+   http ("GET", "/v1/streams", NULL, 0, r);
+   assert_int_equal (r->status, 200);
+   assert_has (r->headers, "Content-Type: application/json");
+   assert_has (r->body, "{\"streams\":[{\"name\":\"orders\",\"state\":\"running\",\"ready\":true,"
+                        "\"reason\":null,\"script_version\":null,"
+                        "\"last_event_time\":\"2023-11-14T22:13:20.123Z\",\"lag_seconds\":0.25,"
+                        "\"events_per_second\":0,\"events\":{\"total\":12,");
+   assert_has (r->body, "\"last_error_type\":\"Payment.Timeout\"");
+   assert_has (r->body, "\"dlq_pending\":3,");
+   assert_has (r->body, "{\"name\":\"audit\",\"state\":\"failed\",\"ready\":false,"
+                        "\"reason\":\"the change stream history is lost\"");
+   http ("GET", "/v1/streams/audit", NULL, 0, r);
+   assert_int_equal (r->status, 200);
+   assert_has (r->body, "{\"name\":\"audit\",\"state\":\"failed\"");
+   assert_has (r->body, "\"dlq_pending\":null,");
+   http ("GET", "/v1/streams/nope", NULL, 0, r);
+   assert_int_equal (r->status, 404);
+   assert_string_equal (r->body, "{\"error\":\"no stream named \\\"nope\\\"\",\"status\":404}\n");
+
+   http ("POST", "/v1/streams/orders/pause", NULL, 0, r);
+   assert_int_equal (r->status, 200);
+   assert_string_equal (fake.last_call, "pause orders");
+   assert_has (r->body, "{\"result\":\"ok\",\"message\":\"pause done\",\"action\":\"pause\","
+                        "\"stream\":{\"name\":\"orders\",\"state\":\"running\"");
+   http ("POST", "/v1/streams/orders/resume", NULL, 0, r);
+   assert_int_equal (r->status, 200);
+   assert_string_equal (fake.last_call, "resume orders");
+   http ("POST", "/v1/streams/orders/restart", NULL, 0, r);
+   assert_int_equal (r->status, 202);
+   assert_has (r->body, "{\"result\":\"accepted\",\"message\":\"restarting at the next event boundary\"");
+   http ("POST", "/v1/streams/audit/resume", NULL, 0, r);
+   assert_int_equal (r->status, 409);
+   assert_string_equal (r->body, "{\"error\":\"stream audit has failed: restart it instead\","
+                                 "\"status\":409}\n");
+   http ("POST", "/v1/streams/nope/pause", NULL, 0, r);
+   assert_int_equal (r->status, 404);
+   assert_string_equal (r->body, "{\"error\":\"no stream named \\\"nope\\\"\",\"status\":404}\n");
+   /* The name is percent-decoded. */
+   http ("POST", "/v1/streams/ord%65rs/pause", NULL, 0, r);
+   assert_int_equal (r->status, 200);
+   assert_string_equal (fake.last_call, "pause orders");
+
+   http ("POST", "/v1/reload", NULL, 0, r);
+   assert_int_equal (r->status, 200);
+   assert_string_equal (r->body,
+                        "{\"result\":\"ok\",\"message\":\"reloaded script.lua: version a -> b\"}\n");
+
+   /* Errors. */
+   http ("GET", "/v1/reload", NULL, 0, r);
+   assert_int_equal (r->status, 405);
+   assert_has (r->headers, "Allow: POST");
+   assert_string_equal (r->body, "{\"error\":\"GET /v1/reload: use POST\",\"status\":405}\n");
+   http ("GET", "/v1/streams/orders/pause", NULL, 0, r);
+   assert_int_equal (r->status, 405);
+   http ("POST", "/metrics", NULL, 0, r);
+   assert_int_equal (r->status, 405);
+   assert_has (r->headers, "Allow: GET, HEAD");
+   http ("DELETE", "/v1/streams/orders", NULL, 0, r);
+   assert_int_equal (r->status, 405);
+   http ("GET", "/nothing", NULL, 0, r);
+   assert_int_equal (r->status, 404);
+   assert_has (r->body, "{\"error\":\"no such endpoint: /nothing");
+   fake.calls = 0;
+   http ("POST", "/v1/reload", NULL, FW_ADMIN_MAX_BODY + 1, r);
+   assert_int_equal (r->status, 413);
+   assert_string_equal (r->body, "{\"error\":\"request body over 65536 bytes\",\"status\":413}\n");
+   assert_int_equal (fake.calls, 0);
+   http ("POST", "/v1/streams/orders/pause", NULL, FW_ADMIN_MAX_BODY, r);
+   assert_int_equal (r->status, 200);
+   free (r);
+   stop (a);
+}
+
+static void
+admin_token_guards_posts_only (void **state)
+{
+   fw_admin_t *a = start ("s3cret-token");
+   resp_t *r = malloc (sizeof *r);
+   (void) state;
+
+   port = fw_admin_port (a);
+   http ("POST", "/v1/reload", NULL, 0, r);
+   assert_int_equal (r->status, 401);
+   assert_has (r->headers, "WWW-Authenticate: Bearer realm=\"flowwarden\"");
+   assert_has (r->body, "{\"error\":\"missing or wrong token: send \\\"Authorization: Bearer "
+                        "TOKEN\\\"");
+   http ("POST", "/v1/streams/orders/pause", "Bearer s3cret-tokex", 0, r);
+   assert_int_equal (r->status, 401);
+   http ("POST", "/v1/streams/orders/pause", "Bearer s3cret-token-and-more", 0, r);
+   assert_int_equal (r->status, 401);
+   http ("POST", "/v1/streams/orders/pause", "Basic s3cret-token", 0, r);
+   assert_int_equal (r->status, 401);
+   assert_int_equal (fake.calls, 0);
+   http ("POST", "/v1/streams/orders/pause", "Bearer s3cret-token", 0, r);
+   assert_int_equal (r->status, 200);
+   http ("POST", "/v1/reload", "Bearer s3cret-token", 0, r);
+   assert_int_equal (r->status, 200);
+   assert_int_equal (fake.calls, 2);
+   http ("GET", "/metrics", NULL, 0, r);
+   assert_int_equal (r->status, 200);
+   http ("GET", "/v1/streams", NULL, 0, r);
+   assert_int_equal (r->status, 200);
+   free (r);
+   stop (a);
+}
+
+static void
+admin_addresses_are_checked_and_open_ones_need_a_token (void **state)
+{
+   fw_error_t err;
+   (void) state;
+
+   assert_true (fw_admin_check_options ("127.0.0.1:9464", NULL, "--admin", &err));
+   assert_true (fw_admin_check_options ("localhost:9464", "", "--admin", &err));
+   assert_true (fw_admin_check_options ("[::1]:9464", NULL, "--admin", &err));
+   assert_true (fw_admin_check_options ("127.1.2.3:0", NULL, "--admin", &err));
+   assert_true (fw_admin_check_options ("0.0.0.0:9464", "tok", "--admin", &err));
+   assert_true (fw_admin_check_options (":9464", "tok", "--admin", &err));
+   assert_false (fw_admin_check_options ("0.0.0.0:9464", NULL, "--admin", &err));
+   assert_string_equal (err.message,
+                        "--admin: refusing to serve the admin endpoint on 0.0.0.0:9464 without a "
+                        "token: anyone who can reach that address could pause streams and reload "
+                        "the script. Set a token (fw.defaults { admin = { token = "
+                        "fw.env(\"FW_ADMIN_TOKEN\") } }) or listen on a loopback address such as "
+                        "127.0.0.1");
+   assert_false (fw_admin_check_options ("10.1.2.3:80", "", "admin.listen", &err));
+   assert_non_null (strstr (err.message, "admin.listen: refusing to serve"));
+   assert_false (fw_admin_check_options ("[::]:9464", NULL, "--admin", &err));
+   assert_false (fw_admin_check_options ("9464", NULL, "--admin", &err));
+   assert_string_equal (err.message, "--admin: expected an address and port such as "
+                                     "\"127.0.0.1:9464\", got \"9464\"");
+   assert_false (fw_admin_check_options ("127.0.0.1:99999", NULL, "--admin", &err));
+   assert_string_equal (err.message,
+                        "--admin: \"127.0.0.1:99999\": the port must be a number from 0 to 65535");
+   assert_false (fw_admin_check_options ("127.0.0.1:", NULL, "--admin", &err));
+   assert_false (fw_admin_check_options ("::1:9464", NULL, "--admin", &err));
+   assert_non_null (strstr (err.message, "write an IPv6 address in brackets, e.g. \"[::1]:9464\""));
+   assert_false (fw_admin_check_options ("example.com:80", NULL, "--admin", &err));
+   assert_non_null (strstr (err.message, "\"example.com\" is not an IP address"));
+   assert_false (fw_admin_check_options ("127.0.0.1:1", "bad token", "--admin", &err));
+   assert_non_null (strstr (err.message, "the admin token must be printable ASCII without spaces"));
+   assert_false (fw_admin_check_options (NULL, NULL, "--admin", &err));
+}
+
+static void
+admin_busy_port_is_reported (void **state)
+{
+   fw_admin_t *a = start (NULL);
+   fw_admin_options_t opts = {0};
+   fw_error_t err;
+   char listen[64];
+   (void) state;
+
+   snprintf (listen, sizeof listen, "127.0.0.1:%d", fw_admin_port (a));
+   opts.listen = listen;
+   opts.metrics = fake.metrics;
+   assert_null (fw_admin_start (&opts, &err));
+   assert_non_null (strstr (err.message, "cannot serve the admin endpoint on 127.0.0.1:"));
+   stop (a);
+}
+
+static int
+connect_idle (int p)
+{
+   struct sockaddr_in sa = {0};
+   int fd = socket (AF_INET, SOCK_STREAM, 0);
+
+   sa.sin_family = AF_INET;
+   sa.sin_port = htons ((uint16_t) p);
+   sa.sin_addr.s_addr = htonl (INADDR_LOOPBACK);
+   assert_true (fd >= 0);
+   assert_int_equal (connect (fd, (struct sockaddr *) &sa, sizeof sa), 0);
+   return fd;
+}
+
+static void
+admin_idle_connections_do_not_block_metrics (void **state)
+{
+   fw_admin_t *a = start (NULL);
+   resp_t *r = malloc (sizeof *r);
+   int fds[200];
+   (void) state;
+
+   port = fw_admin_port (a);
+   for (int i = 0; i < 200; i++) {
+      fds[i] = connect_idle (port);
+      /* Some send half a request and stop. */
+      if (i % 4 == 0) {
+         static const char half[] = "GET /metrics HTTP/1.1\r\nHost: x\r\n";
+         assert_int_equal (write (fds[i], half, sizeof half - 1), (ssize_t) (sizeof half - 1));
+      }
+   }
+   for (int i = 0; i < 5; i++) {
+      http ("GET", "/metrics", NULL, 0, r);
+      assert_int_equal (r->rc, CURLE_OK);
+      assert_int_equal (r->status, 200);
+      assert_true (r->seconds < 1.0);
+   }
+   http ("GET", "/readyz", NULL, 0, r);
+   assert_int_equal (r->status, 503);
+   for (int i = 0; i < 200; i++) {
+      close (fds[i]);
+   }
+   free (r);
+   stop (a);
+}
+
+typedef struct {
+   resp_t r;
+} poster_t;
+
+static void *
+post_reload (void *arg)
+{
+   poster_t *p = arg;
+   http ("POST", "/v1/reload", NULL, 0, &p->r);
+   return NULL;
+}
+
+static void
+admin_gets_answer_while_a_post_is_worked_on (void **state)
+{
+   fw_admin_t *a = start (NULL);
+   resp_t *r = malloc (sizeof *r);
+   poster_t *p = malloc (sizeof *p);
+   pthread_t t;
+   (void) state;
+
+   port = fw_admin_port (a);
+   fake.hold = true;
+   assert_int_equal (pthread_create (&t, NULL, post_reload, p), 0);
+   pthread_mutex_lock (&fake.mu);
+   while (!fake.reloading) {
+      pthread_cond_wait (&fake.cond, &fake.mu);
+   }
+   pthread_mutex_unlock (&fake.mu);
+   /* The reload is blocked in the runtime: GETs still answer at once. */
+   http ("GET", "/metrics", NULL, 0, r);
+   assert_int_equal (r->status, 200);
+   assert_true (r->seconds < 1.0);
+   http ("GET", "/v1/streams/orders", NULL, 0, r);
+   assert_int_equal (r->status, 200);
+   pthread_mutex_lock (&fake.mu);
+   fake.hold = false;
+   pthread_cond_broadcast (&fake.cond);
+   pthread_mutex_unlock (&fake.mu);
+   pthread_join (t, NULL);
+   assert_int_equal (p->r.status, 200);
+   assert_has (p->r.body, "reloaded script.lua");
+   free (p);
+   free (r);
+   stop (a);
+}
+
+int
+main (void)
+{
+   const struct CMUnitTest tests[] = {
+      cmocka_unit_test (admin_every_route_answers),
+      cmocka_unit_test (admin_token_guards_posts_only),
+      cmocka_unit_test (admin_addresses_are_checked_and_open_ones_need_a_token),
+      cmocka_unit_test (admin_busy_port_is_reported),
+      cmocka_unit_test (admin_idle_connections_do_not_block_metrics),
+      cmocka_unit_test (admin_gets_answer_while_a_post_is_worked_on),
+   };
+   int rc;
+
+   curl_global_init (CURL_GLOBAL_DEFAULT);
+   rc = cmocka_run_group_tests (tests, NULL, NULL);
+   curl_global_cleanup ();
+   return rc;
+}
