@@ -9,6 +9,7 @@
  *   GET  /v1/streams, /v1/streams/NAME JSON status of the streams
  *   POST /v1/streams/NAME/pause|resume|restart
  *   POST /v1/reload                    as SIGHUP
+ *   GET  /v1/dlq/stats                 `flowwarden dlq stats --json` of the script
  *
  * Errors are JSON ({"error": "...", "status": N}): 404 unknown route or
  * stream, 405 wrong method, 413 body over 64 KiB, 401 missing or wrong token.
@@ -63,6 +64,10 @@ typedef struct {
                                          char *message, size_t len);
    fw_control_result_t (*reload) (void *ud, char *message, size_t len);
    void *ud;
+   /* Counts the script's dead letters (runs on the control thread, may
+    * block): *json gets a malloc'd JSON object the endpoint frees. NULL:
+    * the route answers 404. */
+   fw_control_result_t (*dlq_stats) (void *ud, char **json, char *message, size_t len);
 } fw_admin_control_t;
 
 typedef struct {

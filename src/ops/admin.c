@@ -32,7 +32,8 @@ typedef enum {
    R_STREAMS,
    R_STREAM,
    R_ACTION,
-   R_RELOAD
+   R_RELOAD,
+   R_DLQ_STATS
 } route_t;
 
 typedef struct request {
@@ -46,6 +47,7 @@ typedef struct request {
    bool submitted;       /* handed to the control thread */
    fw_control_result_t result;
    char message[1024];
+   char *json;           /* R_DLQ_STATS: the answer (malloc'd) */
 } request_t;
 
 struct fw_admin {
@@ -360,6 +362,11 @@ answer_post (fw_admin_t *a, request_t *req)
       return reply_error (req, status, NULL, "%s", req->message);
    }
    fw_strbuf_init (&body);
+   if (req->route == R_DLQ_STATS) {
+      fw_strbuf_puts (&body, req->json ? req->json : "{}");
+      fw_strbuf_puts (&body, "\n");
+      return reply_json (req, status, &body);
+   }
    fw_strbuf_printf (&body, "{\"result\":\"%s\",\"message\":",
                      req->result == FW_CONTROL_OK ? "ok" : "accepted");
    fw_strbuf_json_string (&body, req->message);
@@ -386,7 +393,14 @@ static void
 run_control (fw_admin_t *a, request_t *req)
 {
    req->message[0] = '\0';
-   if (req->route == R_RELOAD) {
+   if (req->route == R_DLQ_STATS) {
+      req->result = a->control.dlq_stats ? a->control.dlq_stats (a->control.ud, &req->json,
+                                                                 req->message, sizeof req->message)
+                                         : FW_CONTROL_NOT_FOUND;
+      if (req->result == FW_CONTROL_NOT_FOUND && !req->message[0]) {
+         snprintf (req->message, sizeof req->message, "no dead-letter queue to count");
+      }
+   } else if (req->route == R_RELOAD) {
       req->result = a->control.reload
                        ? a->control.reload (a->control.ud, req->message, sizeof req->message)
                        : FW_CONTROL_UNAVAILABLE;
@@ -523,6 +537,8 @@ route (request_t *req, const char *url, const char **allow)
       req->route = R_READYZ;
    } else if (strcmp (url, "/v1/streams") == 0 || strcmp (url, streams) == 0) {
       req->route = R_STREAMS;
+   } else if (strcmp (url, "/v1/dlq/stats") == 0) {
+      req->route = R_DLQ_STATS;
    } else if (strcmp (url, "/v1/reload") == 0) {
       req->route = R_RELOAD;
       *allow = "POST";
@@ -554,13 +570,16 @@ begin (fw_admin_t *a, request_t *req, const char *url, const char *method)
 
    if (!route (req, url, &allow)) {
       return reply_error (req, MHD_HTTP_NOT_FOUND, NULL,
-                          "no such endpoint: %s (see GET /v1/streams, /metrics, /healthz, "
-                          "/readyz)",
+                          "no such endpoint: %s (see GET /v1/streams, /v1/dlq/stats, /metrics, "
+                          "/healthz, /readyz)",
                           url);
    }
    if (strcmp (allow, "POST") == 0 ? !is_post : !is_get) {
       return reply_error (req, MHD_HTTP_METHOD_NOT_ALLOWED, allow, "%s %s: use %s", method, url,
                           allow);
+   }
+   if (is_get && req->route == R_DLQ_STATS) {
+      return MHD_YES; /* counted on the control thread: submitted by the next call */
    }
    if (is_get) {
       return answer_get (a, req);
@@ -631,6 +650,7 @@ completed (void *cls, struct MHD_Connection *conn, void **con_cls,
    (void) toe;
    if (req) {
       free (req->stream);
+      free (req->json);
       free (req);
       *con_cls = NULL;
    }

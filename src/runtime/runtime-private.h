@@ -20,6 +20,10 @@ typedef struct fw_runtime fw_runtime_t;
 /* The running worker of stream name, or NULL. Valid until the next reload. */
 fw_stream_worker_t *fw_runtime_find_stream (fw_runtime_t *rt, const char *name);
 
+/* The script and the --uri / FLOWWARDEN_URI the runtime was started with
+ * (option_uri may be NULL). Fixed for the runtime's life: any thread. */
+void fw_runtime_script (fw_runtime_t *rt, const char **script, const char **option_uri);
+
 /* Reloads the script (as SIGHUP does); message (len bytes) gets the line
  * that was logged. */
 bool fw_runtime_reload (fw_runtime_t *rt, char *message, size_t len);

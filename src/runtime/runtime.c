@@ -228,6 +228,13 @@ stop_and_forget (fw_stream_worker_t *w, const char *why)
    fw_stream_worker_destroy (w);
 }
 
+void
+fw_runtime_script (fw_runtime_t *rt, const char **script, const char **uri)
+{
+   *script = rt->opts->script;
+   *uri = option_uri (rt->opts);
+}
+
 fw_stream_worker_t *
 fw_runtime_find_stream (fw_runtime_t *rt, const char *name)
 {

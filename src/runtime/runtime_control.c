@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "flowwarden/dlq_admin.h"
 #include "flowwarden/log.h"
 #include "runtime-private.h"
 
@@ -266,6 +267,45 @@ reload (void *ud, char *message, size_t len)
    return req.result;
 }
 
+/* GET /v1/dlq/stats: what `flowwarden dlq stats --json` prints, for the
+ * script on disk (the running one unless it was edited and not reloaded). */
+static fw_control_result_t
+dlq_stats (void *ud, char **json, char *message, size_t len)
+{
+   fw_runtime_control_t *ctl = ud;
+   fw_dlq_filter_t filter;
+   fw_dlq_admin_t *admin;
+   const char *script, *uri;
+   struct timespec now;
+   fw_error_t err;
+   bson_t stats;
+   char *text;
+
+   memset (&filter, 0, sizeof filter);
+   fw_runtime_script (ctl->rt, &script, &uri);
+   if (!(admin = fw_dlq_admin_new (script, uri, &err))) {
+      snprintf (message, len, "%s", err.message);
+      return FW_CONTROL_NOT_FOUND;
+   }
+   clock_gettime (CLOCK_REALTIME, &now);
+   if (!fw_dlq_admin_stats (admin, &filter, NULL,
+                            (int64_t) now.tv_sec * 1000 + now.tv_nsec / 1000000, &stats, &err)) {
+      snprintf (message, len, "%s", err.message);
+      fw_dlq_admin_destroy (admin);
+      return FW_CONTROL_FAILED;
+   }
+   text = bson_as_relaxed_extended_json (&stats, NULL);
+   *json = text ? strdup (text) : NULL;
+   bson_free (text);
+   bson_destroy (&stats);
+   fw_dlq_admin_destroy (admin);
+   if (!*json) {
+      snprintf (message, len, "out of memory");
+      return FW_CONTROL_FAILED;
+   }
+   return FW_CONTROL_OK;
+}
+
 bool
 fw_runtime_control_start_admin (fw_runtime_control_t *ctl, const char *listen,
                                 const char *token, fw_error_t *error)
@@ -275,7 +315,7 @@ fw_runtime_control_start_admin (fw_runtime_control_t *ctl, const char *listen,
    opts.listen = listen;
    opts.token = token;
    opts.metrics = ctl->metrics;
-   opts.control = (fw_admin_control_t){list_streams, stream_action, reload, ctl};
+   opts.control = (fw_admin_control_t){list_streams, stream_action, reload, ctl, dlq_stats};
    if (!(ctl->admin = fw_admin_start (&opts, error))) {
       return false;
    }

@@ -184,6 +184,14 @@ class Metrics(StandInTestCase):
                                  "flowwarden_dlq_pending", **s) == m, 45, 0.5, "the DLQ count")
         got = parse_metrics(http(port, "GET", "/metrics")[1])
         self.assertGreater(value(got, "flowwarden_dlq_oldest_pending_age_seconds", **s), 0)
+        # What `flowwarden dlq stats --json` prints, through the endpoint.
+        status, text, _ = http(port, "GET", "/v1/dlq/stats")
+        self.assertEqual(status, 200, text)
+        stats = json.loads(text)
+        self.assertEqual((stats["total"], stats["by_stream"], stats["by_status"],
+                          stats["by_error_type"]),
+                         (m, {"orders": m}, {"PENDING": m}, {"Validation": m}))
+        self.assertEqual(http(port, "POST", "/v1/dlq/stats")[0], 405)
         p.stop()
 
     def test_readyz_follows_the_server(self):
