@@ -129,6 +129,7 @@ class Flowwarden:
 
     def __init__(self, script, uri, extra=(), env=None, log_format="json", stdout=None):
         self.script = script
+        self.log_format = log_format
         self.records = []
         self._reports = []          # (stream, report) in log order
         self._cond = threading.Condition()
@@ -296,6 +297,15 @@ class StandInTestCase(unittest.TestCase):
             if p.proc.poll() is None:
                 p.stop(signal.SIGKILL)
         self.tmp.cleanup()
+        # --log-format json promises one JSON object a line: hold every run
+        # of every test to it (a sanitizer report is not a log line: it has
+        # its own check).
+        for p in self.procs:
+            if p.log_format == "json":
+                p._reader.join(timeout=5)
+                raw = [r["_raw"] for r in p.records if r.get("level") == "raw"
+                       and not r["_raw"].startswith(("==", "    #", "SUMMARY:"))]
+                self.assertEqual(raw, [], "lines of --log-format json output that are not JSON")
 
     def script(self, body, name="script.lua"):
         return write_script(self.tmp.name, body, name)

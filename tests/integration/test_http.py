@@ -294,6 +294,10 @@ class HttpTest(StandInTestCase):
         self.assertEqual((r["error"], r["message"]), (
             "Http.Timeout",
             "fw.http: GET http://127.0.0.1:%d/hang: no complete response within 100 ms" % self.port))
+        # Both requests reached the server (a loaded machine may read them late): none may be
+        # counted in the next test.
+        self.wait_for(lambda: sum(q[1] == "/hang" for q in self.server.requests) == 2, 20,
+                      "the server to see both requests")
 
     def test_a_body_over_max_body_is_refused(self):
         p = self.start("""
