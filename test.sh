@@ -1,11 +1,34 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs every test (cmocka, busted, the stand-in's
-# conformance suite, integration tests, the reload test under ASan/LSan)
-# under ctest.
+# Sets up, builds and runs every test under ctest, in three build trees:
+#   build/       cmocka, busted, the stand-in's conformance suite and the
+#                integration tests;
+#   build-asan/  the C and integration tests again against a flowwarden built
+#                with AddressSanitizer, LeakSanitizer and UBSan (FW_SANITIZE;
+#                the busted and stand-in suites run no flowwarden C code, so
+#                they run once, above); any sanitizer report fails the run;
+#   build-fuzz/  each libFuzzer target (FW_FUZZ, clang) for a few seconds
+#                from its seed corpus (tests/fuzz/README: long campaigns).
+# Arguments go to every ctest (e.g. -R bson).
 set -euo pipefail
 cd "$(dirname "$0")"
-FW_CMAKE_ARGS="-DFW_ASAN_BINARY=$PWD/build-asan/flowwarden" ./setup.sh
+./setup.sh
 cmake -S . -B build-asan -DFW_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
-cmake --build build-asan -j "$(nproc)" --target flowwarden
-cd build
-ctest --output-on-failure -j 2 "$@"
+cmake --build build-asan -j "$(nproc)"
+CC=clang cmake -S . -B build-fuzz -DFW_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build-fuzz -j "$(nproc)" --target fuzz
+
+status=0
+(cd build && ctest --output-on-failure -j 2 "$@") || status=1
+
+# ASan writes its reports (child processes' too) under sanitizer-reports/:
+# one there fails the run even if the test that caused it did not notice.
+rm -rf build-asan/sanitizer-reports/*
+(cd build-asan && ctest --output-on-failure -j 2 -E '^(lua|standin)/' "$@") || status=1
+if compgen -G "build-asan/sanitizer-reports/*" >/dev/null; then
+  echo "test.sh: sanitizer reports in build-asan/sanitizer-reports:"
+  cat build-asan/sanitizer-reports/*
+  status=1
+fi
+
+(cd build-fuzz && ctest --output-on-failure -j 2 -L fuzz "$@") || status=1
+exit $status

@@ -85,8 +85,9 @@ void fw_bson_values_push_null (lua_State *L);
 /*
  * Pushes a typed value for the element at iter if its type is one of those
  * above (everything but double, string, document, array, bool, null, int32,
- * int64) and returns true; otherwise pushes nothing and returns false. The
- * value copies what it needs: iter's document may be freed afterwards.
+ * int64) and returns true; otherwise (or for a CodeWScope whose scope is not
+ * a document) pushes nothing and returns false. The value copies what it
+ * needs: iter's document may be freed afterwards.
  */
 bool fw_bson_values_push (lua_State *L, const bson_iter_t *iter);
 

@@ -481,6 +481,10 @@ push_element (to_lua_t *c, const bson_iter_t *it)
       if (fw_bson_values_push (L, it)) {
          return true;
       }
+      if (bson_iter_type (it) == BSON_TYPE_CODEWSCOPE) {
+         set_error (c, "corrupt BSON code_w_scope (its scope is not a document)");
+         return false;
+      }
       snprintf (what, sizeof what, "unsupported BSON type 0x%02x", (int) bson_iter_type (it));
       set_error (c, what);
       return false;

@@ -181,7 +181,11 @@ append_sorted (to_bson_t *c, int idx, bson_t *out, size_t n_keys, int index_idx)
    if (n != n_keys) {
       return fail (c, "table changed while being converted");
    }
-   qsort (c->scratch + base, n, sizeof (key_ref_t), compare_keys);
+   /* An empty table may come first, before anything allocated the scratch:
+    * qsort must not see its NULL (UBSan: null passed as nonnull). */
+   if (n > 1) {
+      qsort (c->scratch + base, n, sizeof (key_ref_t), compare_keys);
+   }
    for (i = 0; i < n; i++) {
       key_ref_t ref = c->scratch[base + i];
 

@@ -175,12 +175,19 @@ fw_bson_values_push (lua_State *L, const bson_iter_t *iter)
       v = fw_bson_values_new (L, (uint8_t) bson_iter_type (iter), len, 0);
       memcpy (v->data, s, len);
       return true;
-   case BSON_TYPE_CODEWSCOPE:
+   case BSON_TYPE_CODEWSCOPE: {
+      bson_t scope;
       s = bson_iter_codewscope (iter, &len, &len2, &bytes);
+      /* libbson's iterator checks the scope's length, not its trailing NUL:
+       * a value that could never be written back is no value. */
+      if (!bson_init_static (&scope, bytes, len2)) {
+         return false;
+      }
       v = fw_bson_values_new (L, BSON_TYPE_CODEWSCOPE, len, len2);
       memcpy (v->data, s, len);
       memcpy (v->data + len + 1, bytes, len2);
       return true;
+   }
    case BSON_TYPE_DBPOINTER:
       bson_iter_dbpointer (iter, &len, &s, &oid);
       v = fw_bson_values_new (L, BSON_TYPE_DBPOINTER, len, 0);

@@ -239,6 +239,21 @@ empty_table_becomes_empty_document (void **state)
    bson_destroy (out);
 }
 
+/* The root table empty: nothing had allocated the key scratch yet, and
+ * sorting zero keys passed its NULL to qsort (found by UBSan in the
+ * FW_SANITIZE build). */
+static void
+empty_root_table_becomes_empty_document (void **state)
+{
+   lua_State *L = *state;
+   bson_t *out;
+
+   eval (L, "return {}");
+   out = pop_to_bson (L);
+   assert_json (out, "{}");
+   bson_destroy (out);
+}
+
 static void
 sequence_becomes_array (void **state)
 {
@@ -433,6 +448,7 @@ main (void)
       T (null_is_a_unique_sentinel),
       T (empty_array_stays_array),
       T (empty_table_becomes_empty_document),
+      T (empty_root_table_becomes_empty_document),
       T (sequence_becomes_array),
       T (root_sequence_writes_array_keys),
       T (key_order_preserved),

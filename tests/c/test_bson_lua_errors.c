@@ -248,6 +248,29 @@ corrupt_bson_is_reported (void **state)
    bson_destroy (doc);
 }
 
+/* A CodeWScope whose scope lacks its trailing NUL passed libbson's iterator
+ * and became a value that could not be written back ("would exceed its
+ * maximum size"). Found by fuzz_bson_to_lua. */
+static void
+corrupt_code_w_scope_is_reported (void **state)
+{
+   lua_State *L = *state;
+   bson_t *doc = from_json ("{\"cws\": {\"$code\": \"x\", \"$scope\": {\"y\": 1}}}");
+   uint8_t bytes[64];
+   bson_t bad;
+   fw_error_t err;
+
+   memcpy (bytes, bson_get_data (doc), doc->len);
+   assert_int_equal (bytes[doc->len - 2], 0); /* the scope's trailing NUL */
+   bytes[doc->len - 2] = 0x7f;
+   assert_true (bson_init_static (&bad, bytes, doc->len));
+   assert_false (fw_bson_lua_push_document (L, &bad, "doc", &err));
+   assert_string_equal (err.message,
+                        "doc.cws: corrupt BSON code_w_scope (its scope is not a document)");
+   assert_int_equal (lua_gettop (L), 0);
+   bson_destroy (doc);
+}
+
 static void
 append_single_values_atomically (void **state)
 {
@@ -338,6 +361,7 @@ main (void)
       T (long_paths_are_shortened),
       T (memory_errors_are_contained),
       T (corrupt_bson_is_reported),
+      T (corrupt_code_w_scope_is_reported),
       T (append_single_values_atomically),
       T (push_value_and_push_array),
       T (array_function_marks_tables),

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -55,6 +56,9 @@ standin_start (standin_t *s)
       return false;
    }
    if (pid == 0) {
+      /* A test that dies (an abort, a sanitizer report) takes the stand-in
+       * with it: an orphan would hold ctest's output pipe open forever. */
+      prctl (PR_SET_PDEATHSIG, SIGKILL);
       dup2 (fds[1], STDOUT_FILENO);
       close (fds[0]);
       close (fds[1]);
