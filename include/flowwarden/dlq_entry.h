@@ -34,6 +34,9 @@ typedef struct {
    const char *script_version;  /* may be NULL */
    const bson_t *metadata;      /* may be NULL: stored as {} */
    const char *actor;           /* history[].actor; NULL: fw_dlq_actor () */
+   const bson_t *raw_event;     /* an event the runtime could not read: stored whole as
+                                 * rawEvent (a document, or binary when it is not valid
+                                 * BSON; left out when the entry must be slimmed) */
 } fw_dlq_failure_t;
 
 /* Keeps the last FW_DLQ_HISTORY_MAX items of an entry's history. */

@@ -60,7 +60,9 @@ const char *fw_event_ns_db (const fw_event_t *ev);
 const char *fw_event_ns_coll (const fw_event_t *ev);
 
 /* Parses doc into ev. Fails (with a message naming the field) when the event
- * lacks _id or operationType, which the change-stream spec requires. */
+ * lacks _id or operationType, which the change-stream spec requires, or is
+ * not valid BSON; ev then holds what was read before the problem (its _id
+ * among it, when fw_event_has (ev, FW_EV_ID)). */
 bool fw_event_parse (const bson_t *doc, fw_event_t *ev, fw_error_t *error);
 
 /* Writes the stable event id (the resume token's _data, or its hex bytes)

@@ -237,6 +237,16 @@ build (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg,
    append_if_present (out, "wallTime", ev, FW_EV_WALL_TIME);
    append_if_present (out, "txnNumber", ev, FW_EV_TXN_NUMBER);
    append_if_present (out, "lsid", ev, FW_EV_LSID);
+   if (f->raw_event && !slim) {
+      /* As a document when it is one; bytes that are not valid BSON are
+       * kept as they came, as binary. */
+      if (bson_validate (f->raw_event, BSON_VALIDATE_NONE, NULL)) {
+         BSON_APPEND_DOCUMENT (out, "rawEvent", f->raw_event);
+      } else {
+         BSON_APPEND_BINARY (out, "rawEvent", BSON_SUBTYPE_BINARY, bson_get_data (f->raw_event),
+                             f->raw_event->len);
+      }
+   }
    append_omitted (out, ev, cfg, slim);
    return true;
 }

@@ -255,8 +255,38 @@ dlq_config (const fw_stream_worker_t *w)
  * acknowledged it (or a shutdown came first): the checkpoint must never pass
  * an event that is neither handled nor dead-lettered. */
 static fw_dispatch_result_t
+dead_letter_raw (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t *d, int attempts,
+                 int64_t first_ms, int64_t last_ms, const bson_t *raw);
+
+static fw_dispatch_result_t
 dead_letter (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t *d, int attempts,
              int64_t first_ms, int64_t last_ms)
+{
+   return dead_letter_raw (w, ev, d, attempts, first_ms, last_ms, NULL);
+}
+
+fw_dispatch_result_t
+fw_event_dispatch_unreadable (fw_stream_worker_t *w, fw_event_t *ev, const char *why)
+{
+   decision_t d;
+   int64_t now = fw_now_ms ();
+
+   if (!w->dispatch.dlq_enabled) {
+      return FW_DISPATCH_NO_DLQ;
+   }
+   memset (&d, 0, sizeof d);
+   snprintf (d.type, sizeof d.type, "MalformedEvent");
+   snprintf (d.message, sizeof d.message, "%s", why);
+   if (!ev->operation_type) {
+      ev->operation_type = "unknown";
+      ev->op = FW_OP_OTHER;
+   }
+   return dead_letter_raw (w, ev, &d, 0, now, now, ev->doc);
+}
+
+static fw_dispatch_result_t
+dead_letter_raw (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t *d, int attempts,
+                 int64_t first_ms, int64_t last_ms, const bson_t *raw)
 {
    fw_dlq_failure_t f = {0};
    bson_t metadata, entry;
@@ -280,6 +310,7 @@ dead_letter (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t *d, i
    f.created_ms = fw_now_ms ();
    f.metadata = &metadata;
    f.script_version = fw_lua_host_version (w->host);
+   f.raw_event = raw;
    if (!fw_event_id (ev, id, sizeof id)) {
       snprintf (id, sizeof id, "(long)");
    }

@@ -86,12 +86,19 @@ enum { W_CONTROL_NONE = 0, W_CONTROL_PAUSE, W_CONTROL_RESUME, W_CONTROL_RESTART 
 
 typedef enum {
    FW_DISPATCH_DONE,    /* the event is finished with: checkpoint may pass it */
-   FW_DISPATCH_STOPPED  /* shutdown came first: the event must come back */
+   FW_DISPATCH_STOPPED, /* shutdown came first: the event must come back */
+   FW_DISPATCH_NO_DLQ   /* an unreadable event and no DLQ to keep it: the stream stops */
 } fw_dispatch_result_t;
 
 /* Runs the handlers for one parsed event with the stream's retry and DLQ
  * policy. The event must stay valid until it returns. */
 fw_dispatch_result_t fw_event_dispatch (fw_stream_worker_t *w, const fw_event_t *ev);
+
+/* An event fw_event_parse refused (why says how) but that has its resume
+ * token: dead-lettered whole (rawEvent, error type MalformedEvent) so the
+ * stream can go on; FW_DISPATCH_NO_DLQ when the stream has no DLQ. */
+fw_dispatch_result_t fw_event_dispatch_unreadable (fw_stream_worker_t *w, fw_event_t *ev,
+                                                  const char *why);
 
 /* Opens the DLQ store, retrying with the restart backoff until it works or a
  * shutdown is asked. Returns false only on shutdown. */

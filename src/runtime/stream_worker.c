@@ -346,8 +346,11 @@ open_stream (fw_stream_worker_t *w, const bson_t *start_after)
    return cs;
 }
 
+static void stream_failed (fw_stream_worker_t *w, const char *what);
+
 typedef enum {
    READ_STOP,
+   READ_FAILED, /* the stream stopped for good (stream_failed said why) */
    READ_ERROR,
    READ_INVALIDATED,
    READ_HISTORY_LOST,
@@ -381,26 +384,38 @@ consume (fw_stream_worker_t *w, mongoc_change_stream_t *cs, position_t *p, bool 
          bson_iter_t id;
 
          if (!fw_event_parse (doc, &ev, &err)) {
-            /* libmongoc refuses events without _id before we see them, so
-             * this is an event we cannot even name: say so loudly. */
-            fw_log (FW_LOG_ERROR, w->cfg.name, "malformed change event skipped: %s",
-                    err.message);
-            w->stats.lost++;
-            if (w->metrics) {
-               fw_stream_metrics_event_received (w->metrics, FW_METRICS_OP_OTHER, 0);
-               fw_stream_metrics_event_finished (w->metrics, FW_METRICS_OUTCOME_LOST,
-                                                 fw_now_ms ());
+            /* An event the runtime cannot read is never skipped in silence:
+             * with its resume token it goes to the DLQ whole; without a DLQ
+             * (or a token) the stream stops before it, so nothing is lost. */
+            char eid[1024], what[2200];
+            fw_dispatch_result_t r = FW_DISPATCH_NO_DLQ;
+            bson_iter_t tok;
+            bool named = fw_event_field (&ev, FW_EV_ID, &tok) &&
+                         BSON_ITER_HOLDS_DOCUMENT (&tok) && fw_event_id (&ev, eid, sizeof eid);
+            if (named && (r = fw_event_dispatch_unreadable (w, &ev, err.message)) ==
+                            FW_DISPATCH_STOPPED) {
+               return READ_STOP;
             }
-            continue;
-         }
-         if (w->metrics) {
-            fw_stream_count_received (w, &ev);
-         }
-         if (fw_event_dispatch (w, &ev) == FW_DISPATCH_STOPPED) {
-            return READ_STOP;
-         }
-         if (w->metrics) {
-            fw_stream_count_dispatched (w);
+            if (r == FW_DISPATCH_NO_DLQ) {
+               snprintf (what, sizeof what,
+                         "unreadable change event %s: %.1000s; the checkpoint stays before it (add "
+                         "dlq = true to keep such events in the dead-letter queue and go on)",
+                         named ? eid : "(no usable resume token)", err.message);
+               stream_failed (w, what);
+               return READ_FAILED;
+            }
+            fw_log (FW_LOG_ERROR, w->cfg.name, "unreadable change event %s dead-lettered: %s",
+                    eid, err.message);
+         } else {
+            if (w->metrics) {
+               fw_stream_count_received (w, &ev);
+            }
+            if (fw_event_dispatch (w, &ev) == FW_DISPATCH_STOPPED) {
+               return READ_STOP;
+            }
+            if (w->metrics) {
+               fw_stream_count_dispatched (w);
+            }
          }
          *progressed = true;
          if (w->reprocess_at_ms >= 0) {
@@ -613,7 +628,7 @@ worker_main (void *arg)
          continue;
       }
 
-      if (end == READ_STOP || fw_shutdown_requested (w->shutdown)) {
+      if (end == READ_STOP || end == READ_FAILED || fw_shutdown_requested (w->shutdown)) {
          break;
       }
       if (end == READ_HISTORY_LOST) {

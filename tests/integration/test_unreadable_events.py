@@ -1,0 +1,60 @@
+"""Events the runtime cannot read are never skipped in silence: with a DLQ
+they are dead-lettered whole (rawEvent, MalformedEvent) and the stream goes
+on; without one the stream stops before them and the checkpoint does not pass
+them. A user pipeline that drops operationType makes such events."""
+from fwtest import StandInTestCase
+
+DROP_OP = '{ { ["$project"] = { operationType = 0 } } }'
+
+
+class UnreadableEventsTest(StandInTestCase):
+
+    def test_an_unreadable_event_is_dead_lettered_whole_and_the_stream_goes_on(self):
+        p = self.run_fw(self.script("""
+            fw.stream {
+              name = "s", collection = "orders", dlq = true, pipeline = %s,
+              on_change = function(ctx) report({ handled = true }) end,
+            }
+        """ % DROP_OP))
+        p.wait_open()
+        self.db.orders.insert_many([{"_id": 1, "total": 5}, {"_id": 2, "total": 7}])
+        self.wait_for(lambda: self.db["_fw_dlq"].count_documents({}) == 2, what="two entries")
+        entries = list(self.db["_fw_dlq"].find().sort("rawEvent.documentKey._id", 1))
+        self.assertEqual([e["error"]["type"] for e in entries], ["MalformedEvent"] * 2)
+        self.assertEqual(entries[0]["error"]["message"], "change event has no operationType")
+        self.assertEqual(entries[0]["operationType"], "UNKNOWN")
+        self.assertEqual(entries[0]["rawEvent"]["fullDocument"], {"_id": 1, "total": 5})
+        self.assertEqual(entries[0]["documentKey"], {"_id": 1})
+        self.assertEqual(p.reports(), [])
+        self.assertEqual(p.count_log("unreadable change event", level="error"), 2)
+        # The checkpoint passed both: a restart does not see them again.
+        self.wait_checkpoint("s", lambda cp: cp.get("lastProcessedToken") ==
+                             entries[1]["resumeToken"], what="checkpoint past both events")
+        self.assertEqual(p.stop(), 0)
+
+    def test_without_a_dlq_the_stream_stops_before_the_event(self):
+        p = self.run_fw(self.script("""
+            fw.stream {
+              name = "s", collection = "orders", pipeline = %s,
+              on_change = function(ctx) report({ handled = true }) end,
+            }
+        """ % DROP_OP))
+        p.wait_open()
+        start = self.wait_checkpoint("s")
+        self.db.orders.insert_one({"_id": 1})
+        self.assertEqual(p.wait_exit(30), 1)
+        self.assertTrue(any("STREAM STOPPED: unreadable change event" in m and
+                            "the checkpoint stays before it" in m
+                            for m in p.messages("error")), p.raw_lines())
+        cp = self.checkpoint("s")
+        self.assertEqual(cp.get("lastProcessedToken"), start.get("lastProcessedToken"))
+        # Fixed (the pipeline no longer drops the field), the stream resumes before the event
+        # and handles it: nothing was lost.
+        p2 = self.run_fw(self.script("""
+            fw.stream {
+              name = "s", collection = "orders",
+              on_change = function(ctx) report({ id = ctx:document_key()._id }) end,
+            }
+        """))
+        self.assertEqual(p2.wait_reports(1), [{"id": 1}])
+        self.assertEqual(p2.stop(), 0)
