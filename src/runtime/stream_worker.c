@@ -20,6 +20,7 @@
 #define FW_MAX_AWAIT_MS 1000
 #define FW_BATCH_SIZE 1000
 #define FW_ERR_HISTORY_LOST 286
+#define FW_ERR_CHANGE_STREAM_FATAL 280 /* ChangeStreamFatalError: re-opening fails the same way */
 
 static const char *const handler_keys[H_COUNT] = {"insert", "update", "replace", "delete",
                                                   "change"};
@@ -348,6 +349,20 @@ open_stream (fw_stream_worker_t *w, const bson_t *start_after)
 
 static void stream_failed (fw_stream_worker_t *w, const char *what);
 
+/* The server ended the change stream for good (ChangeStreamFatalError), e.g.
+ * a pipeline stage changed the events' _id: stop and say so instead of
+ * re-opening into the same error for ever. */
+static void
+fatal_stream_error (fw_stream_worker_t *w, const bson_error_t *berr)
+{
+   char what[1400];
+   snprintf (what, sizeof what,
+             "the server ended the change stream for good (ChangeStreamFatalError 280): %.1000s; "
+             "the checkpoint stays before the event (check the stream's pipeline)",
+             berr->message);
+   stream_failed (w, what);
+}
+
 typedef enum {
    READ_STOP,
    READ_FAILED, /* the stream stopped for good (stream_failed said why) */
@@ -447,6 +462,18 @@ consume (fw_stream_worker_t *w, mongoc_change_stream_t *cs, position_t *p, bool 
       if (mongoc_change_stream_error_document (cs, &berr, &reply)) {
          if (berr.code == FW_ERR_HISTORY_LOST) {
             return READ_HISTORY_LOST;
+         }
+         if (berr.code == FW_ERR_CHANGE_STREAM_FATAL) {
+            fatal_stream_error (w, &berr);
+            return READ_FAILED;
+         }
+         if (berr.domain == MONGOC_ERROR_CURSOR &&
+             berr.code == MONGOC_ERROR_CHANGE_STREAM_NO_RESUME_TOKEN) {
+            /* Re-opening would fail the same way for ever. */
+            stream_failed (w, "a change event has no _id (resume token), so it can be neither "
+                              "handled nor checkpointed: a pipeline stage must not remove or "
+                              "change _id; the checkpoint stays before it");
+            return READ_FAILED;
          }
          fw_log (FW_LOG_WARN, w->cfg.name, "change stream failed: %s (code %u)", berr.message,
                  berr.code);
@@ -573,7 +600,10 @@ worker_main (void *arg)
       cs = open_stream (w, p.has_resume ? &p.resume : NULL);
       if (cs && mongoc_change_stream_error_document (cs, &berr, &reply)) {
          end = berr.code == FW_ERR_HISTORY_LOST ? READ_HISTORY_LOST : READ_ERROR;
-         if (end == READ_ERROR) {
+         if (berr.code == FW_ERR_CHANGE_STREAM_FATAL) {
+            fatal_stream_error (w, &berr);
+            end = READ_FAILED;
+         } else if (end == READ_ERROR) {
             fw_log (FW_LOG_WARN, w->cfg.name, "cannot open change stream: %s (code %u)",
                     berr.message, berr.code);
             snprintf (p.error, sizeof p.error, "cannot open the change stream: %s (code %u)",

@@ -58,3 +58,21 @@ class UnreadableEventsTest(StandInTestCase):
         """))
         self.assertEqual(p2.wait_reports(1), [{"id": 1}])
         self.assertEqual(p2.stop(), 0)
+
+    def test_an_event_without_its_resume_token_stops_the_stream_instead_of_looping(self):
+        # MongoDB (and the stand-in) end such a stream with ChangeStreamFatalError (280).
+        p = self.run_fw(self.script("""
+            fw.stream {
+              name = "s", collection = "orders", dlq = true,
+              pipeline = { { ["$project"] = { _id = 0 } } },
+              on_change = function(ctx) report({ handled = true }) end,
+            }
+        """))
+        p.wait_open()
+        self.db.orders.insert_one({"_id": 1})
+        self.assertEqual(p.wait_exit(30), 1)
+        self.assertTrue(any("STREAM STOPPED: the server ended the change stream for good "
+                            "(ChangeStreamFatalError 280)" in m
+                            for m in p.messages("error")), p.raw_lines())
+        self.assertEqual(p.count_log("re-opening the change stream"), 0)
+        self.assertEqual(self.db["_fw_dlq"].count_documents({}), 0)
