@@ -109,28 +109,8 @@ function M.parse(expr)
   return s
 end
 
--- Days since 1970-01-01 of a civil date, and back (proleptic Gregorian).
-local function days_from_civil(y, m, d)
-  y = m <= 2 and y - 1 or y
-  local era = (y >= 0 and y or y - 399) // 400
-  local yoe = y - era * 400
-  local doy = (153 * (m + (m > 2 and -3 or 9)) + 2) // 5 + d - 1
-  local doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
-  return era * 146097 + doe - 719468
-end
-
-local function civil_from_days(z)
-  z = z + 719468
-  local era = (z >= 0 and z or z - 146096) // 146097
-  local doe = z - era * 146097
-  local yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
-  local y = yoe + era * 400
-  local doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
-  local mp = (5 * doy + 2) // 153
-  local d = doy - (153 * mp + 2) // 5 + 1
-  local m = mp < 10 and mp + 3 or mp - 9
-  return m <= 2 and y + 1 or y, m, d
-end
+local calendar = require("flowwarden.calendar")
+local days_from_civil, civil_from_days = calendar.days_from_civil, calendar.civil_from_days
 
 local function day_matches(s, days)
   local _, m, d = civil_from_days(days)
