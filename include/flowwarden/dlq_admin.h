@@ -49,6 +49,16 @@ bool fw_dlq_filter_to_query (const fw_dlq_filter_t *filter, const char *default_
                              bson_t *query, fw_error_t *error);
 
 /*
+ * Applies one filter option of the command line to filter: name is its long
+ * name without dashes ("stream", "status", "error-type", "since", "until",
+ * "id", "limit", "filter"), value is borrowed (it must outlive filter).
+ * Returns false with error filled (naming the option) for a bad value or
+ * name. now_ms anchors --since / --until durations.
+ */
+bool fw_dlq_filter_option (fw_dlq_filter_t *filter, const char *name, const char *value,
+                           int64_t now_ms, fw_error_t *error);
+
+/*
  * Parses --since / --until: a duration back from now_ms ("2h", "30m", "7d",
  * "500ms") or an ISO-8601 date ("2026-01-15", "2026-01-15T10:30:00Z").
  * Returns false with error filled (naming the option) when it is neither.

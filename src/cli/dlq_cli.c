@@ -199,38 +199,23 @@ parse (int argc, char **argv, opts_t *o)
       case 'y': o->yes = true; break;
       case 'r': o->reason = optarg; break;
       case 'O': o->out = optarg; break;
-      case 's': o->filter.stream = optarg; break;
-      case 'S': o->filter.status = optarg; break;
-      case 'e': o->filter.error_type = optarg; break;
-      case 'f': o->filter.filter_json = optarg; break;
+      case 's':
+      case 'S':
+      case 'e':
+      case 'f':
       case 'a':
       case 'b':
-      case 'o':
-         if (!fw_dlq_parse_time (c == 'a' ? "--since" : c == 'b' ? "--until" : "--older-than",
-                                 optarg, o->now_ms,
-                                 c == 'a' ? &o->filter.since_ms : c == 'b' ? &o->filter.until_ms
-                                                                          : &older,
-                                 &err)) {
+      case 'i':
+      case 'l':
+         if (!fw_dlq_filter_option (&o->filter, longopts[idx].name, optarg, o->now_ms, &err)) {
             return fail ("%s", err.message);
          }
          break;
-      case 'i':
-         if (o->filter.n_ids == FW_DLQ_MAX_IDS) {
-            return fail ("--id: at most %d ids (select more with --filter)", FW_DLQ_MAX_IDS);
+      case 'o':
+         if (!fw_dlq_parse_time ("--older-than", optarg, o->now_ms, &older, &err)) {
+            return fail ("%s", err.message);
          }
-         o->filter.ids[o->filter.n_ids++] = optarg;
          break;
-      case 'l': {
-         char *end;
-         long long n;
-         errno = 0;
-         n = strtoll (optarg, &end, 10);
-         if (errno || end == optarg || *end || n <= 0) {
-            return fail ("--limit: expected a positive whole number, got \"%s\"", optarg);
-         }
-         o->filter.limit = n;
-         break;
-      }
       case 'h':
          fputs (dlq_help, stdout);
          return 0;

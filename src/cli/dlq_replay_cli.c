@@ -120,44 +120,25 @@ parse (int argc, char **argv, options_t *o)
    int64_t now = now_ms ();
    fw_error_t err;
    char *end;
-   int c;
+   int c, idx = 0;
 
    o->claim_ttl_ms = FW_DLQ_CLAIM_TTL_MS;
    o->level = FW_LOG_INFO;
    opterr = 0;
    optind = 1;
-   while ((c = getopt_long (argc, argv, ":h", longopts, NULL)) != -1) {
+   while ((c = getopt_long (argc, argv, ":h", longopts, &idx)) != -1) {
       switch (c) {
       case 's':
-         o->filter.stream = optarg;
-         break;
       case 'S':
-         o->filter.status = optarg;
-         break;
       case 'e':
-         o->filter.error_type = optarg;
-         break;
       case 'a':
       case 'b':
-         if (!fw_dlq_parse_time (c == 'a' ? "--since" : "--until", optarg, now,
-                                 c == 'a' ? &o->filter.since_ms : &o->filter.until_ms, &err)) {
+      case 'i':
+      case 'n':
+      case 'f':
+         if (!fw_dlq_filter_option (&o->filter, longopts[idx].name, optarg, now, &err)) {
             return usage ("%s", err.message);
          }
-         break;
-      case 'i':
-         if (o->filter.n_ids >= FW_DLQ_MAX_IDS) {
-            return usage ("--id: at most %s ids", "64");
-         }
-         o->filter.ids[o->filter.n_ids++] = optarg;
-         break;
-      case 'n':
-         o->filter.limit = strtoll (optarg, &end, 10);
-         if (*end || end == optarg || o->filter.limit <= 0) {
-            return usage ("--limit: expected an integer > 0, got \"%s\"", optarg);
-         }
-         break;
-      case 'f':
-         o->filter.filter_json = optarg;
          break;
       case 'd':
          o->dry_run = true;

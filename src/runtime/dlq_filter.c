@@ -271,3 +271,44 @@ fw_dlq_parse_time (const char *option, const char *text, int64_t now_ms, int64_t
                  option, text);
    return false;
 }
+
+bool
+fw_dlq_filter_option (fw_dlq_filter_t *filter, const char *name, const char *value,
+                      int64_t now_ms, fw_error_t *error)
+{
+   if (strcmp (name, "stream") == 0) {
+      filter->stream = value;
+   } else if (strcmp (name, "status") == 0) {
+      filter->status = value;
+   } else if (strcmp (name, "error-type") == 0) {
+      filter->error_type = value;
+   } else if (strcmp (name, "filter") == 0) {
+      filter->filter_json = value;
+   } else if (strcmp (name, "since") == 0) {
+      return fw_dlq_parse_time ("--since", value, now_ms, &filter->since_ms, error);
+   } else if (strcmp (name, "until") == 0) {
+      return fw_dlq_parse_time ("--until", value, now_ms, &filter->until_ms, error);
+   } else if (strcmp (name, "id") == 0) {
+      if (filter->n_ids == FW_DLQ_MAX_IDS) {
+         fw_error_set (error, FW_ERROR_INVALID, "--id: at most %d ids (select more with --filter)",
+                       FW_DLQ_MAX_IDS);
+         return false;
+      }
+      filter->ids[filter->n_ids++] = value;
+   } else if (strcmp (name, "limit") == 0) {
+      char *end;
+      long long n;
+      errno = 0;
+      n = strtoll (value, &end, 10);
+      if (errno || end == value || *end || n <= 0) {
+         fw_error_set (error, FW_ERROR_INVALID,
+                       "--limit: expected a positive whole number, got \"%s\"", value);
+         return false;
+      }
+      filter->limit = n;
+   } else {
+      fw_error_set (error, FW_ERROR_INVALID, "--%s is not a filter option", name);
+      return false;
+   }
+   return true;
+}
