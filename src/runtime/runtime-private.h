@@ -13,20 +13,21 @@
 #include "flowwarden/metrics.h"
 #include "flowwarden/stream_worker.h"
 
-typedef struct fw_runtime fw_runtime_t;
-
-/* --- runtime.c: called on the runtime's (main) thread only --------------- */
-
-/* The running worker of stream name, or NULL. Valid until the next reload. */
-fw_stream_worker_t *fw_runtime_find_stream (fw_runtime_t *rt, const char *name);
-
-/* The script and the --uri / FLOWWARDEN_URI the runtime was started with
- * (option_uri may be NULL). Fixed for the runtime's life: any thread. */
-void fw_runtime_script (fw_runtime_t *rt, const char **script, const char **option_uri);
-
-/* Reloads the script (as SIGHUP does); message (len bytes) gets the line
- * that was logged. */
-bool fw_runtime_reload (fw_runtime_t *rt, char *message, size_t len);
+/* What the control needs of the runtime, handed over by runtime.c (so the
+ * control never calls back into it by name). ud is the runtime. */
+typedef struct {
+   /* The running worker of stream name, or NULL. Valid until the next
+    * reload. The runtime's thread only. */
+   fw_stream_worker_t *(*find_stream) (void *ud, const char *name);
+   /* Reloads the script (as SIGHUP does); message (len bytes) gets the line
+    * that was logged. The runtime's thread only. */
+   bool (*reload) (void *ud, char *message, size_t len);
+   /* The script and the --uri / FLOWWARDEN_URI the runtime was started
+    * with (option_uri may be NULL). Fixed for the runtime's life: any
+    * thread. */
+   void (*script) (void *ud, const char **script, const char **option_uri);
+   void *ud;
+} fw_runtime_hooks_t;
 
 /* --- runtime_control.c ---------------------------------------------------- */
 
@@ -42,8 +43,10 @@ typedef struct fw_runtime_control fw_runtime_control_t;
  * must be blocked and in the set the runtime waits for. */
 #define FW_RUNTIME_CONTROL_SIGNAL SIGUSR1
 
-/* rt and metrics are borrowed; the runtime's thread is the calling one. */
-fw_runtime_control_t *fw_runtime_control_new (fw_runtime_t *rt, fw_metrics_t *metrics);
+/* hooks is copied; metrics is borrowed; the runtime's thread is the calling
+ * one. */
+fw_runtime_control_t *fw_runtime_control_new (const fw_runtime_hooks_t *hooks,
+                                              fw_metrics_t *metrics);
 
 /* Starts the admin endpoint on listen with token (may be NULL). */
 bool fw_runtime_control_start_admin (fw_runtime_control_t *ctl, const char *listen,

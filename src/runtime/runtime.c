@@ -133,7 +133,7 @@ write_pid_file (const char *path)
    return fclose (f) == 0;
 }
 
-struct fw_runtime {
+typedef struct fw_runtime {
    const fw_run_options_t *opts;
    mongoc_client_pool_t *pool;
    fw_connections_t *conns;      /* fw.mongo's and named DLQs' connections */
@@ -144,7 +144,7 @@ struct fw_runtime {
    uint64_t reload_failures;
    fw_metrics_t *metrics;        /* every stream's counters, fw.metrics */
    fw_runtime_control_t *control;/* the admin endpoint's requests to this thread */
-};
+} fw_runtime_t;
 
 static void
 log_summary (fw_stream_worker_t *w, const char *why)
@@ -228,16 +228,18 @@ stop_and_forget (fw_stream_worker_t *w, const char *why)
    fw_stream_worker_destroy (w);
 }
 
-void
-fw_runtime_script (fw_runtime_t *rt, const char **script, const char **uri)
+static void
+hook_script (void *ud, const char **script, const char **uri)
 {
+   fw_runtime_t *rt = ud;
    *script = rt->opts->script;
    *uri = option_uri (rt->opts);
 }
 
-fw_stream_worker_t *
-fw_runtime_find_stream (fw_runtime_t *rt, const char *name)
+static fw_stream_worker_t *
+hook_find_stream (void *ud, const char *name)
 {
+   fw_runtime_t *rt = ud;
    for (int i = 0; i < rt->n; i++) {
       if (strcmp (fw_stream_worker_name (rt->workers[i]), name) == 0) {
          return rt->workers[i];
@@ -259,8 +261,8 @@ mono_ms (void)
  * swap all streams at once. Unchanged sources keep their cursor and switch
  * code at their next attempt; changed sources restart from their checkpoint.
  */
-bool
-fw_runtime_reload (fw_runtime_t *rt, char *message, size_t len)
+static bool
+reload (fw_runtime_t *rt, char *message, size_t len)
 {
    fw_stream_worker_t **next = NULL;
    fw_error_t err;
@@ -344,6 +346,12 @@ fw_runtime_reload (fw_runtime_t *rt, char *message, size_t len)
    return true;
 }
 
+static bool
+hook_reload (void *ud, char *message, size_t len)
+{
+   return reload (ud, message, len);
+}
+
 /* The admin endpoint's address and token: --admin wins over the script's
  * admin.listen; the token is the script's admin.token, else
  * FLOWWARDEN_ADMIN_TOKEN. Both malloc'd (NULL: none). */
@@ -391,6 +399,7 @@ int
 fw_runtime_run (const fw_run_options_t *opts)
 {
    fw_runtime_t rt = {opts, NULL, NULL, NULL, 0, NULL, 0, 0, NULL, NULL};
+   fw_runtime_hooks_t hooks = {hook_find_stream, hook_reload, hook_script, &rt};
    fw_error_t err;
    fw_lua_host_t *probe = NULL;
    mongoc_uri_t *uri = NULL;
@@ -427,7 +436,8 @@ fw_runtime_run (const fw_run_options_t *opts)
       fw_log (FW_LOG_ERROR, NULL, "%s", err.message);
       goto done;
    }
-   if (!(rt.metrics = fw_metrics_new ()) || !(rt.control = fw_runtime_control_new (&rt, rt.metrics))) {
+   if (!(rt.metrics = fw_metrics_new ()) ||
+       !(rt.control = fw_runtime_control_new (&hooks, rt.metrics))) {
       fw_log (FW_LOG_ERROR, NULL, "out of memory");
       goto done;
    }
@@ -497,7 +507,7 @@ fw_runtime_run (const fw_run_options_t *opts)
          while (sigtimedwait (&hup, NULL, &zero) == SIGHUP) {
          }
          fw_log (FW_LOG_INFO, NULL, "SIGHUP received: reloading %s", opts->script);
-         fw_runtime_reload (&rt, message, sizeof message);
+         reload (&rt, message, sizeof message);
       } else if (sig == FW_RUNTIME_CONTROL_SIGNAL) {
          fw_runtime_control_run (rt.control);
       } else if (all_failed (&rt)) {

@@ -37,7 +37,7 @@ typedef struct request {
 } request_t;
 
 struct fw_runtime_control {
-   fw_runtime_t *rt;
+   fw_runtime_hooks_t rt;
    fw_metrics_t *metrics;
    pthread_t runtime_thread;
    fw_admin_t *admin;
@@ -48,12 +48,12 @@ struct fw_runtime_control {
 };
 
 fw_runtime_control_t *
-fw_runtime_control_new (fw_runtime_t *rt, fw_metrics_t *metrics)
+fw_runtime_control_new (const fw_runtime_hooks_t *hooks, fw_metrics_t *metrics)
 {
    fw_runtime_control_t *ctl = calloc (1, sizeof *ctl);
 
    if (ctl) {
-      ctl->rt = rt;
+      ctl->rt = *hooks;
       ctl->metrics = metrics;
       ctl->runtime_thread = pthread_self ();
       pthread_mutex_init (&ctl->mu, NULL);
@@ -100,7 +100,7 @@ state_of (fw_stream_metrics_t *block, fw_stream_snapshot_t *snap)
 static void
 run_stream_action (fw_runtime_control_t *ctl, request_t *req)
 {
-   fw_stream_worker_t *w = fw_runtime_find_stream (ctl->rt, req->stream);
+   fw_stream_worker_t *w = ctl->rt.find_stream (ctl->rt.ud, req->stream);
    fw_stream_stats_t stats;
    fw_error_t err;
 
@@ -159,7 +159,7 @@ fw_runtime_control_run (fw_runtime_control_t *ctl)
       pthread_mutex_unlock (&ctl->mu);
       if (req->reload) {
          fw_log (FW_LOG_INFO, NULL, "reload asked through the admin endpoint");
-         req->result = fw_runtime_reload (ctl->rt, req->message, req->len) ? FW_CONTROL_OK
+         req->result = ctl->rt.reload (ctl->rt.ud, req->message, req->len) ? FW_CONTROL_OK
                                                                             : FW_CONTROL_FAILED;
       } else {
          run_stream_action (ctl, req);
@@ -282,7 +282,7 @@ dlq_stats (void *ud, char **json, char *message, size_t len)
    char *text;
 
    memset (&filter, 0, sizeof filter);
-   fw_runtime_script (ctl->rt, &script, &uri);
+   ctl->rt.script (ctl->rt.ud, &script, &uri);
    if (!(admin = fw_dlq_admin_new (script, uri, &err))) {
       snprintf (message, len, "%s", err.message);
       return FW_CONTROL_NOT_FOUND;
