@@ -75,6 +75,17 @@ void fw_mongo_ctx_done (const fw_mongo_ctx_t *ctx, fw_metrics_io_result_t result
 /* The provider attached to L, or NULL. Never raises. */
 const fw_mongo_provider_t *fw_mongo_provider (lua_State *L);
 
+/* Stores provider in L's registry (mongo_op.c; fw_mongo_lua_attach also
+ * closes the cursors of the previous one). */
+void fw_mongo_set_provider (lua_State *L, const fw_mongo_provider_t *provider);
+
+/* Registers the operation scratch's metatable (the module's open). */
+void fw_mongo_op_open (lua_State *L);
+
+/* Raises a Mongo.* error of type with message msg, empty labels and
+ * write_errors. Never returns. */
+int fw_mongo_raise_plain (lua_State *L, const char *type, const char *msg);
+
 /*
  * Raises the typed Mongo.* error for a failed libmongoc call (error and the
  * server's reply, which may be NULL or empty): "fw.mongo: <method> on

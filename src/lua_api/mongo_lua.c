@@ -1,7 +1,7 @@
 /*
- * mongo_lua.c - fw.mongo: the module, collection handles, the context every
- * operation starts with (gate, budget, client), the operation scratch, and
- * argument and option checking. Reads are in mongo_read.c, writes in
+ * mongo_lua.c - fw.mongo: the module, collection handles, the client an
+ * operation starts with, and argument and option checking. The operation
+ * scratch and its budget are in mongo_op.c. Reads are in mongo_read.c, writes in
  * mongo_write.c, cursors in mongo_cursor.c, error typing in mongo_errors.c.
  */
 #include <stdint.h>
@@ -16,9 +16,6 @@
 #include "mongo_lua-private.h"
 
 #define HANDLE_MT "flowwarden.mongo.collection"
-#define OP_MT "flowwarden.mongo.op"
-
-static const char provider_key = 'm'; /* registry key: its address */
 
 /* --- provider ------------------------------------------------------------ */
 
@@ -29,18 +26,7 @@ fw_mongo_lua_attach (lua_State *L, const fw_mongo_provider_t *provider)
       /* The clients go with the provider: close what still uses them. */
       fw_mongo_cursor_close_all (L);
    }
-   lua_pushlightuserdata (L, (void *) provider);
-   lua_rawsetp (L, LUA_REGISTRYINDEX, &provider_key);
-}
-
-const fw_mongo_provider_t *
-fw_mongo_provider (lua_State *L)
-{
-   const fw_mongo_provider_t *p;
-   lua_rawgetp (L, LUA_REGISTRYINDEX, &provider_key);
-   p = lua_touserdata (L, -1);
-   lua_pop (L, 1);
-   return p;
+   fw_mongo_set_provider (L, provider);
 }
 
 void
@@ -49,130 +35,7 @@ fw_mongo_lua_close_cursors (lua_State *L)
    fw_mongo_cursor_close_all (L);
 }
 
-/* --- the operation scratch ----------------------------------------------- */
-
-void
-fw_mongo_op_release (fw_mongo_op_t *op)
-{
-   if (!op || op->released) {
-      return;
-   }
-   op->released = true;
-   bson_destroy (&op->filter);
-   bson_destroy (&op->update);
-   bson_destroy (&op->opts);
-   bson_destroy (&op->reply);
-   bson_destroy (&op->holder);
-   bson_destroy (&op->sort);
-   for (size_t i = 0; i < op->ndocs; i++) {
-      bson_destroy (op->docs[i]);
-   }
-   bson_free (op->docs);
-   op->docs = NULL;
-   op->ndocs = 0;
-   /* A find_one's cursor is exhausted or failed: no killCursors is sent. */
-   mongoc_cursor_destroy (op->cursor);
-   op->cursor = NULL;
-   mongoc_bulk_operation_destroy (op->bulk);
-   op->bulk = NULL;
-   mongoc_find_and_modify_opts_destroy (op->fam);
-   op->fam = NULL;
-   mongoc_collection_destroy (op->coll);
-   op->coll = NULL;
-}
-
-/* A bson_t asks for 128-byte alignment (libbson is built with
- * BSON_EXTRA_ALIGN), more than Lua gives a userdata block (16 bytes): the
- * block is over-allocated and the scratch placed at its first aligned
- * address. UBSan reported every access through a misaligned scratch. */
-#define OP_ALIGN _Alignof (fw_mongo_op_t)
-
-static fw_mongo_op_t *
-op_in (void *block)
-{
-   return (fw_mongo_op_t *) (((uintptr_t) block + OP_ALIGN - 1) & ~(uintptr_t) (OP_ALIGN - 1));
-}
-
-static int
-op_gc (lua_State *L)
-{
-   fw_mongo_op_release (op_in (luaL_checkudata (L, 1, OP_MT)));
-   return 0;
-}
-
-fw_mongo_op_t *
-fw_mongo_op_new (lua_State *L)
-{
-   fw_mongo_op_t *op = op_in (lua_newuserdatauv (L, sizeof *op + OP_ALIGN - 1, 0));
-
-   memset (op, 0, sizeof *op);
-   bson_init (&op->filter);
-   bson_init (&op->update);
-   bson_init (&op->opts);
-   bson_init (&op->reply);
-   bson_init (&op->holder);
-   bson_init (&op->sort);
-   /* Never fails: the metatable was registered when the module opened. */
-   luaL_setmetatable (L, OP_MT);
-   return op;
-}
-
-/* --- the operation context ----------------------------------------------- */
-
-/* Raises a Mongo.* error of type with empty labels and write_errors. */
-static int
-raise_plain (lua_State *L, const char *type, const char *msg)
-{
-   lua_createtable (L, 0, 2);
-   lua_newtable (L);
-   lua_setfield (L, -2, "labels");
-   lua_newtable (L);
-   lua_setfield (L, -2, "write_errors");
-   return fw_lua_raise_typed (L, type, -1, "%s", msg);
-}
-
-void
-fw_mongo_ctx_budget (lua_State *L, fw_mongo_ctx_t *ctx, const char *method, const char *db,
-                     const char *coll, const char *connection)
-{
-   fw_lua_call_t *call;
-
-   memset (ctx, 0, sizeof *ctx);
-   ctx->method = method;
-   ctx->db = db;
-   ctx->coll = coll;
-   ctx->connection = connection;
-   ctx->budget_ms = fw_lua_call_budget_ms (L, "fw.mongo");
-   if (ctx->budget_ms == 0) {
-      lua_pushfstring (L, "fw.mongo: %s on %s.%s: the handler's time budget is spent", method, db,
-                       coll);
-      raise_plain (L, "Mongo.Timeout", lua_tostring (L, -1));
-   }
-   if (ctx->budget_ms > 0 && (call = fw_lua_call_get (L))) {
-      int64_t margin = fw_lua_call_io_margin_ms (ctx->budget_ms);
-      ctx->deadline_ns = __atomic_load_n (&call->deadline_ns, __ATOMIC_ACQUIRE);
-      if (ctx->deadline_ns) {
-         ctx->deadline_ns -= margin * 1000000;
-      }
-      ctx->budget_ms -= margin;
-   }
-   ctx->provider = fw_mongo_provider (L);
-   if (!ctx->provider || !ctx->provider->client_for) {
-      luaL_error (L, "fw.mongo: no MongoDB connection is available in this state");
-   }
-   if ((ctx->metrics = fw_metrics_lua_stream (L))) {
-      ctx->started_ns = fw_lua_call_now_ns ();
-   }
-}
-
-void
-fw_mongo_ctx_done (const fw_mongo_ctx_t *ctx, fw_metrics_io_result_t result)
-{
-   if (ctx->metrics) {
-      fw_stream_metrics_io (ctx->metrics, FW_METRICS_IO_MONGO, result,
-                            fw_lua_call_now_ns () - ctx->started_ns);
-   }
-}
+/* --- the operation's client ------------------------------------------------ */
 
 void
 fw_mongo_ctx_begin (lua_State *L, fw_mongo_ctx_t *ctx, const char *method, const char *db,
@@ -191,23 +54,7 @@ fw_mongo_ctx_begin (lua_State *L, fw_mongo_ctx_t *ctx, const char *method, const
       }
       lua_pushfstring (L, "fw.mongo: %s on %s.%s: connection \"%s\": %s", method, db, coll,
                        connection, err.message);
-      raise_plain (L, "Mongo.Network", lua_tostring (L, -1));
-   }
-}
-
-void
-fw_mongo_ctx_collection (lua_State *L, fw_mongo_op_t *op, const fw_mongo_ctx_t *ctx, bool max_time)
-{
-   op->coll = mongoc_client_get_collection (ctx->client, ctx->db, ctx->coll);
-   if (!op->coll) {
-      fw_mongo_op_release (op);
-      luaL_error (L, "fw.mongo: %s on %s.%s: cannot open the collection", ctx->method, ctx->db,
-                  ctx->coll);
-   }
-   if (max_time && ctx->budget_ms > 0 &&
-       !BSON_APPEND_INT64 (&op->opts, "maxTimeMS", ctx->budget_ms)) {
-      fw_mongo_op_release (op);
-      luaL_error (L, "fw.mongo: %s: cannot build the command options", ctx->method);
+      fw_mongo_raise_plain (L, "Mongo.Network", lua_tostring (L, -1));
    }
 }
 
@@ -568,11 +415,7 @@ void
 fw_mongo_lua_open (lua_State *L, int module_idx)
 {
    module_idx = lua_absindex (L, module_idx);
-   if (luaL_newmetatable (L, OP_MT)) {
-      lua_pushcfunction (L, op_gc);
-      lua_setfield (L, -2, "__gc");
-   }
-   lua_pop (L, 1);
+   fw_mongo_op_open (L);
    if (luaL_newmetatable (L, HANDLE_MT)) {
       luaL_newlib (L, handle_methods);
       lua_setfield (L, -2, "__index");
