@@ -37,6 +37,9 @@ typedef struct {
                                      * the struct can be moved (a reload swaps it) */
    char *full_document;             /* "default" ... */
    char *full_document_before_change; /* "off" ... */
+   bool split_large_events;         /* append $changeStreamSplitLargeEvent (issue 18) */
+   bool oversize_skip;              /* oversize = "skip" (else "fail") */
+   int64_t oversize_threshold;      /* bytes: "skip" dead-letters events above it */
    int save_every;
    int64_t save_interval_ms;
    int64_t idle_heartbeat_ms;

@@ -50,6 +50,9 @@ THE EFFECTIVE CONFIGURATION (every field always present unless "| nil"):
     pipeline = { stage, ... },                -- the script's own tables; {} when none
     full_document = "default",                -- | "updateLookup" | "whenAvailable" | "required"
     full_document_before_change = "off",      -- | "whenAvailable" | "required"
+    split_large_events = true,                -- append $changeStreamSplitLargeEvent
+    oversize = "fail",                        -- | "skip" (without the split stage)
+    oversize_threshold_bytes = 16711680,      -- 16 MiB - 64 KiB
     checkpoint = { save_every = 1, save_interval_ms = 5000,
                    idle_heartbeat_ms = 300000, start_position = "resume",
                    on_history_lost = "fail" },  -- | "latest", | "resume_from_now"
@@ -128,6 +131,13 @@ M.SEED = {
   },
   timeout_ms = 30000,
   memory_limit_bytes = 256 * 1024 * 1024,
+  -- Issue 18: split events over 16 MiB on the server and reassemble them.
+  -- Without the split stage, oversize decides; the threshold leaves 64 KiB
+  -- under the 16 MiB limit for the getMore reply around the event (cursor
+  -- id, ns, postBatchResumeToken, $clusterTime), as MongoDB's own batches do.
+  split_large_events = true,
+  oversize = "fail",
+  oversize_threshold_bytes = 16 * 1024 * 1024 - 64 * 1024,
   state = { max_bytes = 64 * 1024 * 1024 },
 }
 
@@ -152,6 +162,7 @@ local new_ctx = fields.new_ctx
 local enum = fields.enum
 local positive_duration = fields.positive_duration
 local memory_size = fields.memory_size
+local event_size = fields.event_size
 local database_name = fields.database_name
 local collection_name = fields.collection_name
 local check_unknown_keys = fields.check_unknown_keys
@@ -492,6 +503,24 @@ local function validate_stream(decl, defaults, opts, seen_names)
   if t.memory_limit ~= nil then
     ok, v = memory_size(ctx, "memory_limit", t.memory_limit)
     spec.memory_limit_bytes = ok and v or spec.memory_limit_bytes
+  end
+
+  spec.split_large_events = M.SEED.split_large_events
+  if t.split_large_events ~= nil then
+    ok, v = fields.boolean(ctx, "split_large_events", t.split_large_events)
+    if ok then
+      spec.split_large_events = v
+    end
+  end
+  spec.oversize = M.SEED.oversize
+  if t.oversize ~= nil then
+    ok, v = enum({ "fail", "skip" })(ctx, "oversize", t.oversize)
+    spec.oversize = ok and v or spec.oversize
+  end
+  spec.oversize_threshold_bytes = M.SEED.oversize_threshold_bytes
+  if t.oversize_threshold ~= nil then
+    ok, v = event_size(ctx, "oversize_threshold", t.oversize_threshold)
+    spec.oversize_threshold_bytes = ok and v or spec.oversize_threshold_bytes
   end
 
   spec.state = merge(M.SEED.state, defaults.state, nil)

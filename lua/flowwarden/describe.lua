@@ -100,6 +100,9 @@ function M.stream(spec)
     or string.format("%d stage%s: %s", #stages, #stages == 1 and "" or "s", table.concat(stages, ", ")))
   add("full_document", spec.full_document)
   add("full_document_before_change", spec.full_document_before_change)
+  add("split_large_events", tostring(spec.split_large_events))
+  add("oversize", spec.oversize)
+  add("oversize_threshold", duration.format_size(spec.oversize_threshold_bytes))
   local handlers = {}
   for _, key in ipairs(config.HANDLER_KEYS) do
     if spec.handlers[key:sub(4)] then

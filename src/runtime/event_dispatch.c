@@ -284,6 +284,24 @@ fw_event_dispatch_unreadable (fw_stream_worker_t *w, fw_event_t *ev, const char 
    return dead_letter_raw (w, ev, &d, 0, now, now, ev->doc);
 }
 
+fw_dispatch_result_t
+fw_event_dispatch_oversize (fw_stream_worker_t *w, const fw_event_t *ev, int64_t size)
+{
+   decision_t d;
+   int64_t now = fw_now_ms ();
+
+   if (!w->dispatch.dlq_enabled) {
+      return FW_DISPATCH_NO_DLQ;
+   }
+   memset (&d, 0, sizeof d);
+   snprintf (d.type, sizeof d.type, "OversizeEvent");
+   snprintf (d.message, sizeof d.message,
+             "change event of %lld bytes is larger than oversize_threshold (%lld bytes): left "
+             "out by the server (oversize = \"skip\"); its document is not kept",
+             (long long) size, (long long) w->cfg.oversize_threshold);
+   return dead_letter_raw (w, ev, &d, 0, now, now, NULL);
+}
+
 static fw_dispatch_result_t
 dead_letter_raw (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t *d, int attempts,
                  int64_t first_ms, int64_t last_ms, const bson_t *raw)

@@ -197,6 +197,15 @@ fw_stream_config_read (lua_State *L, int idx, fw_stream_config_t *cfg, fw_error_
       return false;
    }
 
+   cfg->split_large_events = bool_field (L, t, "split_large_events", true);
+   {
+      char *oversize = dup_field (L, t, "oversize");
+      cfg->oversize_skip = oversize && strcmp (oversize, "skip") == 0;
+      free (oversize);
+   }
+   cfg->oversize_threshold =
+      int_field (L, t, "oversize_threshold_bytes", 16 * 1024 * 1024 - 64 * 1024);
+
    cfg->save_every = 1;
    cfg->save_interval_ms = 5000;
    cfg->idle_heartbeat_ms = 300000;

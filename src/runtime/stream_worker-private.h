@@ -100,11 +100,59 @@ fw_dispatch_result_t fw_event_dispatch (fw_stream_worker_t *w, const fw_event_t 
 fw_dispatch_result_t fw_event_dispatch_unreadable (fw_stream_worker_t *w, fw_event_t *ev,
                                                   const char *why);
 
+/* An event oversize = "skip" turned into a stub (see fw_oversize_pipeline):
+ * dead-lettered without its document (error type OversizeEvent, the message
+ * gives its size), so the stream goes on and nothing vanishes unseen. */
+fw_dispatch_result_t fw_event_dispatch_oversize (fw_stream_worker_t *w, const fw_event_t *ev,
+                                                int64_t size);
+
 /* Opens the DLQ store, retrying with the restart backoff until it works or a
  * shutdown is asked. Returns false only on shutdown. */
 bool fw_event_dispatch_open_dlq (fw_stream_worker_t *w);
 
 int64_t fw_now_ms (void);
+
+/* --- event_oversize.c -------------------------------------------------- */
+
+/* The field of an oversize stub that holds the event's $bsonSize. */
+#define FW_OVERSIZE_FIELD "fwOversizeBytes"
+
+/* Gathers the fragments of one split event ($changeStreamSplitLargeEvent). */
+typedef struct {
+   bson_t fields; /* the top-level fields of the fragments so far */
+   bson_t whole;  /* the last reassembled event */
+   int32_t next;  /* the fragment expected next (1-based); 0: none pending */
+   int32_t of;
+} fw_split_buffer_t;
+
+typedef enum {
+   FW_SPLIT_WHOLE,   /* not a fragment: *whole is the event itself */
+   FW_SPLIT_PENDING, /* a fragment kept: more are to come */
+   FW_SPLIT_DONE,    /* the last fragment: *whole is the reassembled event */
+   FW_SPLIT_BROKEN   /* a fragment out of order (error says which): buffer emptied */
+} fw_split_t;
+
+void fw_split_buffer_init (fw_split_buffer_t *b);
+void fw_split_buffer_reset (fw_split_buffer_t *b);
+void fw_split_buffer_cleanup (fw_split_buffer_t *b);
+bool fw_split_buffer_active (const fw_split_buffer_t *b);
+
+/* Adds one change event. *whole is borrowed: doc itself, or the buffer's
+ * reassembled event, valid until the next call with the same buffer. */
+fw_split_t fw_split_buffer_add (fw_split_buffer_t *b, const bson_t *doc, const bson_t **whole,
+                                fw_error_t *error);
+
+/* The stream's pipeline (cfg->pipeline) plus, with split, the
+ * $changeStreamSplitLargeEvent stage, or else with oversize = "skip" the stage
+ * that turns events over the threshold into stubs. out is initialized here,
+ * owned by the caller. */
+void fw_oversize_pipeline (const fw_stream_config_t *cfg, bool split, bson_t *out);
+
+/* True (and *size) when doc is an oversize stub. */
+bool fw_oversize_stub_size (const bson_t *doc, int64_t *size);
+
+/* True when the server refused the $changeStreamSplitLargeEvent stage. */
+bool fw_oversize_stage_rejected (const bson_error_t *berr);
 
 /* --- stream_control.c -------------------------------------------------- */
 

@@ -21,6 +21,7 @@
 #define FW_BATCH_SIZE 1000
 #define FW_ERR_HISTORY_LOST 286
 #define FW_ERR_CHANGE_STREAM_FATAL 280 /* ChangeStreamFatalError: re-opening fails the same way */
+#define FW_ERR_OBJECT_TOO_LARGE 10334  /* BSONObjectTooLarge: an event over 16 MiB */
 
 static const char *const handler_keys[H_COUNT] = {"insert", "update", "replace", "delete",
                                                   "change"};
@@ -275,6 +276,8 @@ typedef struct {
    bool dirty;
    bool invalidated;    /* the last event was an invalidate: re-open with startAfter */
    char error[600];     /* why the change stream last failed, for the stream's status */
+   fw_split_buffer_t split; /* fragments of a split event, not yet handled */
+   bool split_rejected; /* the server refused $changeStreamSplitLargeEvent */
 } position_t;
 
 static void
@@ -312,9 +315,10 @@ save_position (fw_stream_worker_t *w, position_t *p, const char *why)
 /* --- opening ------------------------------------------------------------- */
 
 static mongoc_change_stream_t *
-open_stream (fw_stream_worker_t *w, const bson_t *start_after)
+open_stream (fw_stream_worker_t *w, const bson_t *start_after, bool split)
 {
    bson_t opts = BSON_INITIALIZER;
+   bson_t pipeline;
    mongoc_change_stream_t *cs;
 
    if (w->cfg.full_document && strcmp (w->cfg.full_document, "default") != 0) {
@@ -333,17 +337,19 @@ open_stream (fw_stream_worker_t *w, const bson_t *start_after)
       /* startAfter, unlike resumeAfter, also accepts an invalidate token. */
       BSON_APPEND_DOCUMENT (&opts, "startAfter", start_after);
    }
+   fw_oversize_pipeline (&w->cfg, split, &pipeline);
    if (w->cfg.collection) {
       mongoc_collection_t *coll =
          mongoc_client_get_collection (w->client, w->cfg.database, w->cfg.collection);
-      cs = mongoc_collection_watch (coll, w->cfg.pipeline, &opts);
+      cs = mongoc_collection_watch (coll, &pipeline, &opts);
       mongoc_collection_destroy (coll);
    } else {
       mongoc_database_t *db = mongoc_client_get_database (w->client, w->cfg.database);
-      cs = mongoc_database_watch (db, w->cfg.pipeline, &opts);
+      cs = mongoc_database_watch (db, &pipeline, &opts);
       mongoc_database_destroy (db);
    }
    bson_destroy (&opts);
+   bson_destroy (&pipeline);
    return cs;
 }
 
@@ -360,6 +366,26 @@ fatal_stream_error (fw_stream_worker_t *w, const bson_error_t *berr)
              "the server ended the change stream for good (ChangeStreamFatalError 280): %.1000s; "
              "the checkpoint stays before the event (check the stream's pipeline)",
              berr->message);
+   stream_failed (w, what);
+}
+
+/* BSONObjectTooLarge: an event over 16 MiB that the stream cannot split (or
+ * a single field over 16 MiB). Re-opening would hit it again for ever. */
+static void
+oversize_failed (fw_stream_worker_t *w, const position_t *p, const bson_error_t *berr)
+{
+   char what[2400];
+   char *pos = p->has_resume ? bson_as_relaxed_extended_json (&p->resume, NULL) : NULL;
+   snprintf (what, sizeof what,
+             "the change event after position %.600s is larger than 16 MiB (BSONObjectTooLarge "
+             "10334: %.600s) and %s; the checkpoint stays before it. Use a server that supports "
+             "$changeStreamSplitLargeEvent (6.0.9+, 7.0+) with split_large_events = true, or set "
+             "oversize = \"skip\" to dead-letter such events without their document",
+             pos ? pos : "(the stream's start)", berr->message,
+             w->cfg.split_large_events && !p->split_rejected
+                ? "cannot be split (one field alone is over the limit)"
+                : "oversize = \"fail\"");
+   bson_free (pos);
    stream_failed (w, what);
 }
 
@@ -397,7 +423,21 @@ consume (fw_stream_worker_t *w, mongoc_change_stream_t *cs, position_t *p, bool 
          fw_event_t ev;
          fw_error_t err;
          bson_iter_t id;
+         int64_t oversize;
 
+         /* A fragment moves neither the position nor the checkpoint: until
+          * the last one is handled, a restart resumes before the first. */
+         switch (fw_split_buffer_add (&p->split, doc, &doc, &err)) {
+         case FW_SPLIT_PENDING:
+            *progressed = true;
+            continue;
+         case FW_SPLIT_BROKEN:
+            fw_log (FW_LOG_WARN, w->cfg.name, "%s; re-opening before the split event", err.message);
+            snprintf (p->error, sizeof p->error, "%.500s", err.message);
+            return READ_ERROR;
+         default:
+            break;
+         }
          if (!fw_event_parse (doc, &ev, &err)) {
             /* An event the runtime cannot read is never skipped in silence:
              * with its resume token it goes to the DLQ whole; without a DLQ
@@ -421,6 +461,28 @@ consume (fw_stream_worker_t *w, mongoc_change_stream_t *cs, position_t *p, bool 
             }
             fw_log (FW_LOG_ERROR, w->cfg.name, "unreadable change event %s dead-lettered: %s",
                     eid, err.message);
+         } else if (w->cfg.oversize_skip && fw_oversize_stub_size (doc, &oversize)) {
+            char eid[1024];
+            fw_dispatch_result_t r = fw_event_dispatch_oversize (w, &ev, oversize);
+            if (r == FW_DISPATCH_STOPPED) {
+               return READ_STOP;
+            }
+            if (!fw_event_id (&ev, eid, sizeof eid)) {
+               snprintf (eid, sizeof eid, "(long)");
+            }
+            if (r == FW_DISPATCH_NO_DLQ) {
+               char what[1400];
+               snprintf (what, sizeof what,
+                         "change event %s of %lld bytes is over oversize_threshold and the stream "
+                         "has no DLQ to record it (oversize = \"skip\" needs dlq); the checkpoint "
+                         "stays before it",
+                         eid, (long long) oversize);
+               stream_failed (w, what);
+               return READ_FAILED;
+            }
+            fw_log (FW_LOG_WARN, w->cfg.name,
+                    "oversize change event %s (%lld bytes) skipped and dead-lettered", eid,
+                    (long long) oversize);
          } else {
             if (w->metrics) {
                fw_stream_count_received (w, &ev);
@@ -467,6 +529,10 @@ consume (fw_stream_worker_t *w, mongoc_change_stream_t *cs, position_t *p, bool 
             fatal_stream_error (w, &berr);
             return READ_FAILED;
          }
+         if (berr.code == FW_ERR_OBJECT_TOO_LARGE) {
+            oversize_failed (w, p, &berr);
+            return READ_FAILED;
+         }
          if (berr.domain == MONGOC_ERROR_CURSOR &&
              berr.code == MONGOC_ERROR_CHANGE_STREAM_NO_RESUME_TOKEN) {
             /* Re-opening would fail the same way for ever. */
@@ -492,7 +558,7 @@ consume (fw_stream_worker_t *w, mongoc_change_stream_t *cs, position_t *p, bool 
             fw_stream_metrics_caught_up (w->metrics);
             fw_stream_dlq_count_tick (w, now);
          }
-         if (tok && !bson_empty (tok) &&
+         if (tok && !bson_empty (tok) && !fw_split_buffer_active (&p->split) &&
              (!p->has_resume || !bson_equal (tok, &p->resume))) {
             set_token (&p->resume, tok);
             p->has_resume = true;
@@ -540,6 +606,7 @@ worker_main (void *arg)
 
    bson_init (&p.resume);
    bson_init (&p.processed);
+   fw_split_buffer_init (&p.split);
    bson_init (&cp.processed);
    bson_init (&cp.seen);
    w->client = mongoc_client_pool_pop (w->pool);
@@ -597,12 +664,26 @@ worker_main (void *arg)
          restarts = 0;
          continue;
       }
-      cs = open_stream (w, p.has_resume ? &p.resume : NULL);
+      fw_split_buffer_reset (&p.split);
+      cs = open_stream (w, p.has_resume ? &p.resume : NULL,
+                        w->cfg.split_large_events && !p.split_rejected);
       if (cs && mongoc_change_stream_error_document (cs, &berr, &reply)) {
          end = berr.code == FW_ERR_HISTORY_LOST ? READ_HISTORY_LOST : READ_ERROR;
          if (berr.code == FW_ERR_CHANGE_STREAM_FATAL) {
             fatal_stream_error (w, &berr);
             end = READ_FAILED;
+         } else if (berr.code == FW_ERR_OBJECT_TOO_LARGE) {
+            oversize_failed (w, &p, &berr);
+            end = READ_FAILED;
+         } else if (w->cfg.split_large_events && !p.split_rejected &&
+                    fw_oversize_stage_rejected (&berr)) {
+            fw_log (FW_LOG_WARN, w->cfg.name,
+                    "the server does not support $changeStreamSplitLargeEvent (%s, code %u): "
+                    "reading without it; events over 16 MiB follow oversize = \"%s\"",
+                    berr.message, berr.code, w->cfg.oversize_skip ? "skip" : "fail");
+            p.split_rejected = true;
+            mongoc_change_stream_destroy (cs);
+            continue;
          } else if (end == READ_ERROR) {
             fw_log (FW_LOG_WARN, w->cfg.name, "cannot open change stream: %s (code %u)",
                     berr.message, berr.code);
@@ -734,6 +815,7 @@ done:
    fw_checkpoint_cleanup (&cp);
    bson_destroy (&p.resume);
    bson_destroy (&p.processed);
+   fw_split_buffer_cleanup (&p.split);
    fw_dlq_store_destroy (w->dlq);
    w->dlq = NULL;
    /* Clients are thread-bound: give them back on the thread that used them,

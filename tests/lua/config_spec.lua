@@ -52,7 +52,17 @@ local BAD = {
     "fw.stream { name = 's', database = 'shop', color = 'red', on_change = h }",
     { S .. 'unknown key "color" (valid keys: name, database, collection, operation_types, pipeline, '
       .. "full_document, full_document_before_change, checkpoint, restart, retry, dlq, timeout, "
-      .. "memory_limit, on_insert, on_update, on_replace, on_delete, on_change, on_error)" } },
+      .. "memory_limit, split_large_events, oversize, oversize_threshold, on_insert, on_update, "
+      .. "on_replace, on_delete, on_change, on_error)" } },
+  { "a wrong split_large_events",
+    "fw.stream { name = 's', database = 'shop', split_large_events = 'yes', on_change = h }",
+    { S .. 'split_large_events: expected true or false, got "yes"' } },
+  { "a wrong oversize",
+    "fw.stream { name = 's', database = 'shop', oversize = 'drop', on_change = h }",
+    { S .. 'oversize: invalid value "drop" (expected "fail" or "skip")' } },
+  { "an oversize_threshold above 16MB",
+    "fw.stream { name = 's', database = 'shop', oversize_threshold = '17MB', on_change = h }",
+    { S .. 'oversize_threshold: "17MB" is out of range (from "1KB" to "16MB")' } },
   { "a positional value",
     "fw.stream { 'orders', name = 's', database = 'shop', on_change = h }",
     { S .. 'unexpected entry [1] = "orders" (settings are written as key = value)' } },
@@ -380,6 +390,9 @@ describe("config: effective settings", function()
                 no_retry_on = DEFAULT_NO_RETRY },
       timeout_ms = 30000,
       memory_limit_bytes = 268435456,
+      split_large_events = true,
+      oversize = "fail",
+      oversize_threshold_bytes = 16 * 1024 * 1024 - 64 * 1024,
       state = { max_bytes = 64 * 1024 * 1024 },
       handlers = { change = spec.handlers.change },
     }, spec)

@@ -38,6 +38,9 @@ stream "order-watcher"
   pipeline                       2 stages: $match, $project
   full_document                  updateLookup
   full_document_before_change    off
+  split_large_events             true
+  oversize                       fail
+  oversize_threshold             16320KB
   handlers                       on_insert, on_update
   on_error                       declared
   timeout                        30s
@@ -76,6 +79,9 @@ stream "audit"
   pipeline                       (none)
   full_document                  default
   full_document_before_change    off
+  split_large_events             true
+  oversize                       fail
+  oversize_threshold             16320KB
   handlers                       on_change
   on_error                       (none)
   timeout                        30s

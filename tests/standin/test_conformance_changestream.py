@@ -432,6 +432,109 @@ class HistoryLostTest(unittest.TestCase):
         self.assertEqual(cm.exception.code, 136)
 
 
+MIB = 1024 * 1024
+
+
+class SplitLargeEventTest(unittest.TestCase):
+    """Events over 16 MiB: error 10334, or fragments with $changeStreamSplitLargeEvent."""
+
+    def setUp(self):
+        self.db = CLIENT.cs_split
+        self.c = self.db[self._testMethodName]
+        self.c.insert_one({"_id": 0})
+        self.c.delete_one({"_id": 0})
+
+    def make_big_update(self):
+        """A 9 MiB document updated: with updateLookup and its pre-image, the event is ~18 MiB."""
+        self.db.command("collMod", self.c.name, changeStreamPreAndPostImages={"enabled": True})
+        self.c.insert_one({"_id": 1, "big": "a" * (9 * MIB)})
+        self.c.update_one({"_id": 1}, {"$set": {"big": "b" * (9 * MIB), "n": 1}})
+        self.c.insert_one({"_id": 2, "small": True})
+
+    def open(self, stages=(), **extra):
+        spec = {"fullDocument": "updateLookup", "fullDocumentBeforeChange": "whenAvailable"}
+        spec.update(extra)
+        return RawStream(self.db, self.c.name, spec, list(stages))
+
+    def test_event_over_16_mib_fails_with_10334(self):
+        start = self.c.watch(max_await_time_ms=100)
+        start.try_next()
+        tok = start.resume_token
+        start.close()
+        self.make_big_update()
+        with self.assertRaises(OperationFailure) as cm:
+            rs = self.open(resumeAfter=tok)
+            for _ in range(3):
+                rs.next(timeout=5)
+        self.assertEqual(cm.exception.code, 10334)
+        self.assertIn("BSONObjectTooLarge", str(cm.exception.details))
+
+    def test_split_stage_cuts_the_event_into_fragments_by_top_level_field(self):
+        rs = self.open([{"$changeStreamSplitLargeEvent": {}}])
+        self.make_big_update()
+        self.assertEqual(rs.next()["operationType"], "insert")
+        frags = [rs.next()]
+        while frags[-1]["splitEvent"]["fragment"] < frags[-1]["splitEvent"]["of"]:
+            frags.append(rs.next())
+        self.assertEqual([f["splitEvent"] for f in frags],
+                         [{"fragment": i, "of": len(frags)} for i in range(1, len(frags) + 1)])
+        self.assertGreaterEqual(len(frags), 2)
+        self.assertEqual(len({token(f) for f in frags}), len(frags))
+        merged = {}
+        for f in frags:
+            self.assertLessEqual(len(bson_encode(f)), 16 * MIB)
+            for k, v in f.items():
+                if k not in ("_id", "splitEvent"):
+                    self.assertNotIn(k, merged)
+                    merged[k] = v
+        self.assertEqual(merged["operationType"], "update")
+        self.assertEqual(merged["fullDocument"]["big"], "b" * (9 * MIB))
+        self.assertEqual(merged["fullDocumentBeforeChange"]["big"], "a" * (9 * MIB))
+        self.assertEqual(merged["documentKey"], {"_id": 1})
+        nxt = rs.next()
+        self.assertEqual((nxt["operationType"], nxt["documentKey"]), ("insert", {"_id": 2}))
+        self.assertNotIn("splitEvent", nxt)
+        # Resuming from a fragment's token goes on with the next fragment.
+        rs.close()
+        again = self.open([{"$changeStreamSplitLargeEvent": {}}], resumeAfter=frags[0]["_id"])
+        self.assertEqual(again.next()["splitEvent"], {"fragment": 2, "of": len(frags)})
+        again.close()
+        last = self.open([{"$changeStreamSplitLargeEvent": {}}], resumeAfter=frags[-1]["_id"])
+        self.assertEqual(last.next()["documentKey"], {"_id": 2})
+        last.close()
+        # Without the stage, a fragment's token cannot be resumed from.
+        with self.assertRaises(OperationFailure) as cm:
+            self.open(resumeAfter=frags[0]["_id"])
+        self.assertEqual(cm.exception.code, 280)
+
+    def test_split_stage_must_be_last_and_empty(self):
+        with self.assertRaises(OperationFailure) as cm:
+            self.open([{"$changeStreamSplitLargeEvent": {}}, {"$match": {}}])
+        self.assertEqual(cm.exception.code, 7182802)
+        with self.assertRaises(OperationFailure) as cm:
+            self.open([{"$changeStreamSplitLargeEvent": {"x": 1}}])
+        self.assertEqual(cm.exception.code, 7182800)
+
+    def test_bson_size_expression_lets_a_stage_shrink_large_events(self):
+        stub = {"$replaceRoot": {"newRoot": {"$cond": {
+            "if": {"$lte": [{"$bsonSize": "$$ROOT"}, 1000]}, "then": "$$ROOT",
+            "else": {"_id": "$_id", "documentKey": "$documentKey",
+                     "size": {"$bsonSize": "$$ROOT"}}}}}}
+        rs = RawStream(self.db, self.c.name, {}, [stub])
+        self.c.insert_one({"_id": 5, "pad": "x" * 5000})
+        self.c.insert_one({"_id": 6})
+        ev = rs.next()
+        self.assertEqual(set(ev), {"_id", "documentKey", "size"})
+        self.assertGreater(ev["size"], 5000)
+        self.assertEqual(rs.next()["fullDocument"], {"_id": 6})
+        rs.close()
+
+
+def bson_encode(doc):
+    import bson
+    return bson.BSON.encode(doc)
+
+
 class TtlTest(unittest.TestCase):
     def test_ttl_monitor_deletes_expired_documents_with_delete_events(self):
         c = CLIENT.cs_ttl.c

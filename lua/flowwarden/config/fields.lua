@@ -25,7 +25,8 @@ M.HANDLER_KEYS = { "on_insert", "on_update", "on_replace", "on_delete", "on_chan
 local STREAM_KEYS = {
   "name", "database", "collection", "operation_types", "pipeline", "full_document",
   "full_document_before_change", "checkpoint", "restart", "retry", "dlq", "timeout",
-  "memory_limit", "on_insert", "on_update", "on_replace", "on_delete", "on_change", "on_error",
+  "memory_limit", "split_large_events", "oversize", "oversize_threshold", "on_insert", "on_update",
+  "on_replace", "on_delete", "on_change", "on_error",
 }
 local DEFAULTS_KEYS = {
   "database", "uri", "retry", "dlq", "checkpoint", "restart", "timeout", "memory_limit", "state",
@@ -246,6 +247,25 @@ local function state_size(ctx, path, v)
   end
   if bytes < 1024 then
     ctx:fail(path, '%s is too small (minimum "1KB")', repr(v))
+    return false
+  end
+  return true, bytes
+end
+
+-- oversize_threshold: an event size in bytes, from 1KB up to the 16MB
+-- (16 MiB) BSON limit a change event can never exceed.
+local function event_size(ctx, path, v)
+  if type(v) ~= "string" then
+    ctx:fail(path, 'expected a size string such as "16320KB", got %s', repr(v))
+    return false
+  end
+  local bytes, err = duration.parse_size(v)
+  if not bytes then
+    ctx:fail(path, "%s", err)
+    return false
+  end
+  if bytes < 1024 or bytes > 16 * 1024 * 1024 then
+    ctx:fail(path, '%s is out of range (from "1KB" to "16MB")', repr(v))
     return false
   end
   return true, bytes
@@ -715,6 +735,7 @@ M.boolean = boolean
 M.enum = enum
 M.positive_duration = positive_duration
 M.memory_size = memory_size
+M.event_size = event_size
 M.state_size = state_size
 M.non_empty_string = non_empty_string
 M.database_name = database_name

@@ -26,6 +26,7 @@ EVENT_ORDER = ("_id", "operationType", "clusterTime", "wallTime", "fullDocument"
 RESUMABLE_CODES = frozenset((6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436,
                              63, 150, 13388, 234, 133, 43))
 NON_RESUMABLE_CODES = frozenset((280, 286))
+SPLIT_STAGE = "$changeStreamSplitLargeEvent"
 
 
 def non_resumable(code, name, msg):
@@ -36,6 +37,56 @@ def history_lost():
     return non_resumable(286, "ChangeStreamHistoryLost",
                          "Resume of change stream was not possible, as the resume point may no "
                          "longer be in the oplog.")
+
+
+def too_large(size):
+    return MongoError(10334, "BSONObjectTooLarge",
+                      "BSONObj size: %d (0x%X) is invalid. Size must be between 0 and "
+                      "16793600(16MB)" % (size, size))
+
+
+def _split_stage(stages):
+    """(stages without a final $changeStreamSplitLargeEvent, whether it was there)."""
+    at = [i for i, s in enumerate(stages) if isinstance(s, dict) and SPLIT_STAGE in s]
+    if not at:
+        return stages, False
+    if at != [len(stages) - 1]:
+        raise MongoError(7182802, "Location7182802",
+                         "$changeStreamSplitLargeEvent must be the last stage in the pipeline")
+    spec = stages[-1][SPLIT_STAGE]
+    if not isinstance(spec, dict) or spec:
+        raise MongoError(7182800, "Location7182800",
+                         "$changeStreamSplitLargeEvent accepts only an empty object as its "
+                         "specification")
+    return stages[:-1], True
+
+
+def split_event(raw, tsv):
+    """The fragments of an event over 16 MiB: its top-level fields in order, each fragment at
+    most 16 MiB with its own _id and splitEvent {fragment, of}, as mongod cuts them."""
+    ev = bsonutil.decode(raw)
+    head = len(bsonutil.encode({"_id": {"_data": oplogmod.make_fragment_token(tsv, 1)},
+                                "splitEvent": {"fragment": 1, "of": 1}}))
+    groups, cur, size = [], [], head
+    for k, v in ev.items():
+        if k == "_id":
+            continue
+        n = len(bsonutil.encode({k: v})) - 5
+        if head + n > MAX_BSON:
+            raise too_large(head + n)
+        if cur and size + n > MAX_BSON:
+            groups.append(cur)
+            cur, size = [], head
+        cur.append((k, v))
+        size += n
+    groups.append(cur)
+    out = []
+    for i, fields in enumerate(groups, 1):
+        frag = {"_id": {"_data": oplogmod.make_fragment_token(tsv, i)},
+                "splitEvent": {"fragment": i, "of": len(groups)}}
+        frag.update(fields)
+        out.append(bsonutil.encode(frag))
+    return out
 
 
 def _event_summary(ev):
@@ -55,7 +106,10 @@ class ChangeStream:
         self.killed = False
         self.closed = False
         self.last_used = time.monotonic()
+        stages, self.split = _split_stage(stages)
         self.stages = stages
+        self.pending_fragments = None   # [seq, tsv, fragments, next index]
+        self.resume_fragment = None     # (seq, fragments already read) from a fragment token
         self._stage_fn = None
         if stages:
             from . import aggregate
@@ -163,6 +217,14 @@ class ChangeStream:
             raise non_resumable(280, "ChangeStreamFatalError",
                                 "cannot resume stream; the resume token was not found. "
                                 "{_data: \"%s\"}" % token.data)
+        if token.fragment:
+            if not self.split:
+                raise non_resumable(280, "ChangeStreamFatalError",
+                                    "cannot resume from a split event's fragment token without "
+                                    "$changeStreamSplitLargeEvent as the last stage")
+            self.pos = seq
+            self.resume_fragment = (seq, token.fragment)
+            return
         self.pos = seq + 1
         if not token.from_invalidate and self._invalidates(entry):
             self.pending_invalidate = entry
@@ -191,6 +253,8 @@ class ChangeStream:
             return out
         if self.pending_invalidate is not None:
             return self._emit_invalidate(out, self.pending_invalidate)
+        if self.pending_fragments is not None:
+            return self._emit_fragments(out, limit)
         log = self.store.oplog
         if self.pos < log.first_seq:
             raise MongoError(136, "CappedPositionLost",
@@ -218,11 +282,19 @@ class ChangeStream:
                 scanned = e
                 continue
             raw = e.raw if fast else self._transform(e)
+            resumed = self.resume_fragment
+            self.resume_fragment = None
             if raw is not None:
                 if len(raw) > MAX_BSON:
-                    raise MongoError(10334, "BSONObjectTooLarge",
-                                     "BSONObj size: %d (0x%X) is invalid. Size must be between "
-                                     "0 and 16793600(16MB)" % (len(raw), len(raw)))
+                    if not self.split:
+                        raise too_large(len(raw))
+                    if out:
+                        break   # fragments travel in batches of their own
+                    frags = split_event(raw, e.tsv)
+                    start = resumed[1] if resumed and resumed[0] == base + i else 0
+                    self.pos = base + i
+                    self.pending_fragments = [base + i, e.tsv, frags, start]
+                    return self._emit_fragments(out, limit)
                 if out and size + len(raw) > MAX_BATCH_BYTES:
                     break
                 out.append(raw)
@@ -236,6 +308,25 @@ class ChangeStream:
                 return self._emit_invalidate(out, e)
         self.pos = base + i
         self._set_pbrt(last_token, scanned)
+        return out
+
+    def _emit_fragments(self, out, limit):
+        seq, tsv, frags, k = self.pending_fragments
+        size = 0
+        while k < len(frags) and len(out) < limit:
+            if out and size + len(frags[k]) > MAX_BATCH_BYTES:
+                break
+            out.append(frags[k])
+            size += len(frags[k])
+            k += 1
+        if k:
+            # The position is the last fragment handed out, never the whole event's token.
+            self.pbrt = oplogmod.make_fragment_token(tsv, k)
+        if k >= len(frags):
+            self.pending_fragments = None
+            self.pos = seq + 1
+        else:
+            self.pending_fragments[3] = k
         return out
 
     def _set_pbrt(self, last_event_entry, last_scanned):

@@ -459,6 +459,21 @@ def _op_size(name, arg, scope):
     return size
 
 
+def _op_bson_size(name, arg, scope):
+    (f,) = _args(name, arg, scope, count=1)
+
+    def bson_size(vars_):
+        from . import bsonutil
+        v = f(vars_)
+        if v is None or v is MISSING:
+            return None
+        if not isinstance(v, dict):
+            raise located(31393, "$bsonSize requires a document input, found: %s"
+                          % bson_type_name(v))
+        return len(bsonutil.encode(v))
+    return bson_size
+
+
 def _op_is_array(name, arg, scope):
     (f,) = _args(name, arg, scope, count=1)
     return lambda vars_: isinstance(f(vars_), list)
@@ -704,7 +719,7 @@ _OPERATORS = {
     "$divide": _op_divide, "$mod": _op_mod, "$abs": _op_abs,
     "$concat": _op_concat, "$toUpper": _case_op(str.upper), "$toLower": _case_op(str.lower),
     "$toString": _op_to_string, "$strLenCP": _op_str_len_cp,
-    "$size": _op_size, "$isArray": _op_is_array, "$arrayElemAt": _op_array_elem_at,
+    "$size": _op_size, "$bsonSize": _op_bson_size, "$isArray": _op_is_array, "$arrayElemAt": _op_array_elem_at,
     "$in": _op_in, "$type": _op_type, "$concatArrays": _op_concat_arrays,
     "$mergeObjects": _op_merge_objects,
     "$sum": _accumulator_expr(sum_values), "$avg": _accumulator_expr(avg_values),
@@ -717,7 +732,7 @@ _OPERATORS = {
 # NotImplemented rather than "Unrecognized", which would be a lie.
 _KNOWN_UNSUPPORTED = {
     "$acos", "$acosh", "$allElementsTrue", "$anyElementTrue", "$arrayToObject", "$asin",
-    "$asinh", "$atan", "$atan2", "$atanh", "$binarySize", "$bsonSize", "$ceil", "$convert",
+    "$asinh", "$atan", "$atan2", "$atanh", "$binarySize", "$ceil", "$convert",
     "$cos", "$cosh", "$dateAdd", "$dateDiff", "$dateFromParts", "$dateFromString",
     "$dateSubtract", "$dateToParts", "$dateToString", "$dateTrunc", "$dayOfMonth",
     "$dayOfWeek", "$dayOfYear", "$degreesToRadians", "$exp", "$first", "$floor",

@@ -12,6 +12,9 @@ order equals event order:
 
 A high-water-mark token at time T sorts before every event at T, so resuming from it replays
 events with clusterTime >= T; an event token resumes strictly after that event.
+
+A fragment of an event split by $changeStreamSplitLargeEvent has the event's token followed by
+the fragment number (4 hex, 1-based); resuming from it goes on with the next fragment.
 """
 
 import bisect
@@ -23,6 +26,11 @@ from .bsonutil import e_date, e_doc, e_str, e_ts, make_doc
 from .errors import MongoError
 
 TOKEN_LEN = 32
+FRAGMENT_TOKEN_LEN = 36
+
+
+def make_fragment_token(tsv, fragment):
+    return make_token(tsv) + "%04X" % fragment
 
 
 def make_token(tsv, event=True, from_invalidate=False, txn_index=0):
@@ -33,10 +41,11 @@ def make_token(tsv, event=True, from_invalidate=False, txn_index=0):
 class Token:
     """A parsed resume token."""
 
-    __slots__ = ("tsv", "is_event", "txn_index", "from_invalidate", "data")
+    __slots__ = ("tsv", "is_event", "txn_index", "from_invalidate", "data", "fragment")
 
     def __init__(self, data):
-        if (not isinstance(data, str) or len(data) != TOKEN_LEN or not data.startswith("82")
+        if (not isinstance(data, str) or len(data) not in (TOKEN_LEN, FRAGMENT_TOKEN_LEN)
+                or not data.startswith("82")
                 or data[18:20] != "01"):
             raise MongoError(
                 2, "BadValue",
@@ -46,9 +55,11 @@ class Token:
             kind = int(data[20:22], 16)
             self.txn_index = int(data[22:30], 16)
             inval = int(data[30:32], 16)
+            self.fragment = int(data[32:36], 16) if len(data) == FRAGMENT_TOKEN_LEN else 0
         except ValueError:
             raise MongoError(2, "BadValue", "Invalid resume token: %r is not hex" % (data,))
-        if kind not in (0, 0x80) or inval not in (0, 1):
+        if (kind not in (0, 0x80) or inval not in (0, 1)
+                or (self.fragment and (kind != 0x80 or inval))):
             raise MongoError(2, "BadValue", "Invalid resume token: %r" % (data,))
         self.is_event = kind == 0x80
         self.from_invalidate = inval == 1

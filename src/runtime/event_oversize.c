@@ -1,0 +1,190 @@
+/*
+ * event_oversize.c - change events larger than MongoDB's 16 MiB limit
+ * (issue 18): the stages the stream adds for them, the reassembly of the
+ * fragments $changeStreamSplitLargeEvent cuts them into, and the DLQ entry of
+ * an event oversize = "skip" left out.
+ */
+#include <inttypes.h>
+#include <string.h>
+
+#include "flowwarden/log.h"
+#include "stream_worker-private.h"
+
+#define SPLIT_STAGE "$changeStreamSplitLargeEvent"
+
+void
+fw_split_buffer_init (fw_split_buffer_t *b)
+{
+   memset (b, 0, sizeof *b);
+   bson_init (&b->fields);
+   bson_init (&b->whole);
+}
+
+void
+fw_split_buffer_reset (fw_split_buffer_t *b)
+{
+   bson_reinit (&b->fields);
+   b->next = 0;
+   b->of = 0;
+}
+
+void
+fw_split_buffer_cleanup (fw_split_buffer_t *b)
+{
+   bson_destroy (&b->fields);
+   bson_destroy (&b->whole);
+}
+
+bool
+fw_split_buffer_active (const fw_split_buffer_t *b)
+{
+   return b->next > 0;
+}
+
+static bool
+split_numbers (const bson_t *doc, int32_t *fragment, int32_t *of)
+{
+   bson_iter_t it, sub;
+   if (!bson_iter_init_find (&it, doc, "splitEvent")) {
+      return false;
+   }
+   *fragment = *of = 0;
+   if (BSON_ITER_HOLDS_DOCUMENT (&it) && bson_iter_recurse (&it, &sub)) {
+      while (bson_iter_next (&sub)) {
+         if (BSON_ITER_HOLDS_INT32 (&sub) || BSON_ITER_HOLDS_INT64 (&sub)) {
+            if (strcmp (bson_iter_key (&sub), "fragment") == 0) {
+               *fragment = (int32_t) bson_iter_as_int64 (&sub);
+            } else if (strcmp (bson_iter_key (&sub), "of") == 0) {
+               *of = (int32_t) bson_iter_as_int64 (&sub);
+            }
+         }
+      }
+   }
+   return true;
+}
+
+fw_split_t
+fw_split_buffer_add (fw_split_buffer_t *b, const bson_t *doc, const bson_t **whole,
+                     fw_error_t *error)
+{
+   int32_t fragment, of;
+   bson_iter_t it;
+
+   if (!split_numbers (doc, &fragment, &of)) {
+      if (fw_split_buffer_active (b)) {
+         fw_error_set (error, FW_ERROR_INVALID,
+                       "a whole change event came before fragment %d of %d of a split event",
+                       (int) b->next, (int) b->of);
+         fw_split_buffer_reset (b);
+         return FW_SPLIT_BROKEN;
+      }
+      *whole = doc;
+      return FW_SPLIT_WHOLE;
+   }
+   if (fragment < 1 || of < 1 || fragment > of ||
+       (fw_split_buffer_active (b) ? (fragment != b->next || of != b->of) : fragment != 1)) {
+      fw_error_set (error, FW_ERROR_INVALID,
+                    "split change event fragment %d of %d came out of order (expected %d of %d)",
+                    (int) fragment, (int) of, fw_split_buffer_active (b) ? (int) b->next : 1,
+                    fw_split_buffer_active (b) ? (int) b->of : (int) of);
+      fw_split_buffer_reset (b);
+      return FW_SPLIT_BROKEN;
+   }
+   /* Fragments cut the event along its top-level fields: concatenating them,
+    * less each fragment's own _id and splitEvent, gives the event back. */
+   if (bson_iter_init (&it, doc)) {
+      while (bson_iter_next (&it)) {
+         const char *k = bson_iter_key (&it);
+         if (strcmp (k, "_id") != 0 && strcmp (k, "splitEvent") != 0) {
+            bson_append_iter (&b->fields, k, -1, &it);
+         }
+      }
+   }
+   b->of = of;
+   b->next = fragment + 1;
+   if (fragment < of) {
+      return FW_SPLIT_PENDING;
+   }
+   /* The whole event takes the last fragment's _id: resuming from it goes on
+    * after the event, never into its middle. */
+   bson_reinit (&b->whole);
+   if (bson_iter_init_find (&it, doc, "_id")) {
+      bson_append_iter (&b->whole, "_id", 3, &it);
+   }
+   bson_concat (&b->whole, &b->fields);
+   fw_split_buffer_reset (b);
+   *whole = &b->whole;
+   return FW_SPLIT_DONE;
+}
+
+void
+fw_oversize_pipeline (const fw_stream_config_t *cfg, bool split, bson_t *out)
+{
+   bson_t stage, spec, root, cond, lte, arr, size, stub, size2;
+   char key[16];
+   const char *k;
+
+   bson_copy_to (cfg->pipeline, out);
+   bson_uint32_to_string (bson_count_keys (cfg->pipeline), &k, key, sizeof key);
+   if (split) {
+      BSON_APPEND_DOCUMENT_BEGIN (out, k, &stage);
+      BSON_APPEND_DOCUMENT_BEGIN (&stage, SPLIT_STAGE, &spec);
+      bson_append_document_end (&stage, &spec);
+      bson_append_document_end (out, &stage);
+      return;
+   }
+   if (!cfg->oversize_skip) {
+      return;
+   }
+   /* A $match could only drop the event, and nothing would say it was
+    * there: one $replaceRoot keeps events up to the threshold whole and
+    * turns a larger one into a stub (token, key, namespace, size) that the
+    * runtime dead-letters. _id stays as it was, so resuming still works. */
+   BSON_APPEND_DOCUMENT_BEGIN (out, k, &stage);
+   BSON_APPEND_DOCUMENT_BEGIN (&stage, "$replaceRoot", &spec);
+   BSON_APPEND_DOCUMENT_BEGIN (&spec, "newRoot", &root);
+   BSON_APPEND_DOCUMENT_BEGIN (&root, "$cond", &cond);
+   BSON_APPEND_DOCUMENT_BEGIN (&cond, "if", &lte);
+   BSON_APPEND_ARRAY_BEGIN (&lte, "$lte", &arr);
+   BSON_APPEND_DOCUMENT_BEGIN (&arr, "0", &size);
+   BSON_APPEND_UTF8 (&size, "$bsonSize", "$$ROOT");
+   bson_append_document_end (&arr, &size);
+   BSON_APPEND_INT64 (&arr, "1", cfg->oversize_threshold);
+   bson_append_array_end (&lte, &arr);
+   bson_append_document_end (&cond, &lte);
+   BSON_APPEND_UTF8 (&cond, "then", "$$ROOT");
+   BSON_APPEND_DOCUMENT_BEGIN (&cond, "else", &stub);
+   BSON_APPEND_UTF8 (&stub, "_id", "$_id");
+   BSON_APPEND_UTF8 (&stub, "operationType", "$operationType");
+   BSON_APPEND_UTF8 (&stub, "clusterTime", "$clusterTime");
+   BSON_APPEND_UTF8 (&stub, "wallTime", "$wallTime");
+   BSON_APPEND_UTF8 (&stub, "ns", "$ns");
+   BSON_APPEND_UTF8 (&stub, "documentKey", "$documentKey");
+   BSON_APPEND_DOCUMENT_BEGIN (&stub, FW_OVERSIZE_FIELD, &size2);
+   BSON_APPEND_UTF8 (&size2, "$bsonSize", "$$ROOT");
+   bson_append_document_end (&stub, &size2);
+   bson_append_document_end (&cond, &stub);
+   bson_append_document_end (&root, &cond);
+   bson_append_document_end (&spec, &root);
+   bson_append_document_end (&stage, &spec);
+   bson_append_document_end (out, &stage);
+}
+
+bool
+fw_oversize_stub_size (const bson_t *doc, int64_t *size)
+{
+   bson_iter_t it;
+   if (!bson_iter_init_find (&it, doc, FW_OVERSIZE_FIELD) || !BSON_ITER_HOLDS_NUMBER (&it)) {
+      return false;
+   }
+   *size = bson_iter_as_int64 (&it);
+   return true;
+}
+
+bool
+fw_oversize_stage_rejected (const bson_error_t *berr)
+{
+   /* Servers before 6.0.9 / 7.0 do not know the stage (40324 "Unrecognized
+    * pipeline stage name"); any refusal naming it counts. */
+   return berr->code == 40324 || strstr (berr->message, SPLIT_STAGE) != NULL;
+}

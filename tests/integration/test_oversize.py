@@ -1,0 +1,123 @@
+"""Change events over MongoDB's 16 MiB limit (issue 18): with
+split_large_events (the default) the server cuts them into fragments that the
+runtime puts back together for the handler, never checkpointing a fragment;
+without it, oversize = "fail" stops the stream with a message naming the
+position (no re-open loop) and oversize = "skip" dead-letters the event's key
+and size without its document. A 10 MiB document updated with updateLookup
+and its pre-image makes a ~20 MiB event."""
+from fwtest import StandInTestCase
+
+MIB = 1024 * 1024
+
+HANDLER = """
+  on_change = function(ctx)
+    local doc, before = ctx:full_document(), ctx:full_document_before_change()
+    report({ op = ctx:operation_type(), id = ctx:document_key()._id,
+             big = doc and doc.big and #doc.big or 0,
+             before = before and before.big and #before.big or 0,
+             n = doc and doc.n or 0 })
+  end,
+"""
+
+
+class OversizeTest(StandInTestCase):
+
+    def stream(self, extra=""):
+        return self.script("""
+            fw.stream {
+              name = "s", collection = "orders", full_document = "updateLookup",
+              full_document_before_change = "whenAvailable", %s
+              %s
+            }
+        """ % (extra, HANDLER))
+
+    def big_update(self):
+        self.db.command({"collMod": "orders", "changeStreamPreAndPostImages": {"enabled": True}})
+        self.db.orders.insert_one({"_id": 1, "big": "a" * (10 * MIB)})
+        self.db.orders.update_one({"_id": 1}, {"$set": {"big": "b" * (10 * MIB), "n": 7}})
+        self.db.orders.insert_one({"_id": 2})
+
+    def setUp(self):
+        super().setUp()
+        self.db.create_collection("orders")
+
+    def test_a_split_event_reaches_the_handler_once_reassembled(self):
+        p = self.run_fw(self.stream())
+        p.wait_open()
+        start = self.wait_checkpoint("s")
+        self.big_update()
+        reports = p.wait_reports(3, timeout=60)
+        self.assertEqual(reports, [
+            {"op": "insert", "id": 1, "big": 10 * MIB, "before": 0, "n": 0},
+            {"op": "update", "id": 1, "big": 10 * MIB, "before": 10 * MIB, "n": 7},
+            {"op": "insert", "id": 2, "big": 0, "before": 0, "n": 0}])
+        cp = self.wait_checkpoint("s", lambda cp: cp.get("lastProcessedToken") !=
+                                  start.get("lastProcessedToken"))
+        self.assertEqual(p.stop(), 0)
+        self.assertEqual(p.report_count(), 3)
+        self.assertIsNotNone(cp)
+
+    def test_a_resumable_error_between_fragments_still_delivers_the_event_once(self):
+        # A getMore fails between fragments: libmongoc resumes from the fragment's token
+        # and the server goes on with the next fragment; the handler sees the event once.
+        p = self.run_fw(self.stream())
+        p.wait_open()
+        self.wait_checkpoint("s")
+        self.fail_point({"skip": 1, "times": 1}, {"failCommands": ["getMore"], "errorCode": 6,
+                                                  "errorLabels": ["ResumableChangeStreamError"]})
+        self.db.command({"collMod": "orders", "changeStreamPreAndPostImages": {"enabled": True}})
+        self.db.orders.insert_one({"_id": 1, "big": "a" * (10 * MIB)})
+        self.db.orders.update_one({"_id": 1}, {"$set": {"big": "b" * (10 * MIB), "n": 7}})
+        reports = p.wait_reports(2, timeout=60)
+        self.assertEqual([(r["op"], r["before"]) for r in reports],
+                         [("insert", 0), ("update", 10 * MIB)])
+        self.assertEqual(p.stop(), 0)
+
+    def test_without_split_oversize_fail_stops_the_stream_naming_the_position(self):
+        p = self.run_fw(self.stream("split_large_events = false,"))
+        p.wait_open()
+        start = self.wait_checkpoint("s")
+        self.big_update()
+        self.assertEqual(p.wait_exit(60), 1)
+        stopped = [m for m in p.messages("error") if "STREAM STOPPED" in m]
+        self.assertEqual(len(stopped), 1, p.raw_lines())
+        self.assertIn("the change event after position {", stopped[0])
+        self.assertIn("is larger than 16 MiB (BSONObjectTooLarge 10334", stopped[0])
+        self.assertIn('oversize = "fail"', stopped[0])
+        self.assertEqual(p.count_log("re-opening the change stream"), 0)
+        self.assertEqual(p.report_count(), 1)   # the insert before it
+        cp = self.checkpoint("s")
+        self.assertNotEqual(cp.get("lastProcessedToken"), None)
+        self.assertIn(cp["lastProcessedToken"]["_data"], stopped[0])
+        del start
+
+    def test_without_split_oversize_skip_dead_letters_key_and_size(self):
+        p = self.run_fw(self.stream('split_large_events = false, oversize = "skip", dlq = true,'))
+        p.wait_open()
+        self.wait_checkpoint("s")
+        self.big_update()
+        reports = p.wait_reports(2, timeout=60)
+        self.assertEqual([(r["op"], r["id"]) for r in reports], [("insert", 1), ("insert", 2)])
+        entries = list(self.db["_fw_dlq"].find())
+        self.assertEqual(len(entries), 1)
+        e = entries[0]
+        self.assertEqual(e["error"]["type"], "OversizeEvent")
+        self.assertEqual(e["documentKey"], {"_id": 1})
+        self.assertEqual(e["operationType"], "UPDATE")
+        self.assertIsNone(e.get("fullDocument"))
+        self.assertNotIn("rawEvent", e)
+        self.assertRegex(e["error"]["message"], r"^change event of \d{8} bytes is larger than "
+                         r"oversize_threshold \(16711680 bytes\)")
+        self.assertEqual(p.count_log("oversize change event", level="warn"), 1)
+        self.assertEqual(p.stop(), 0)
+
+    def test_a_server_without_the_split_stage_falls_back_to_the_oversize_policy(self):
+        # An older server refuses the stage (40324 Unrecognized pipeline stage name).
+        self.fail_point({"times": 1}, {"failCommands": ["aggregate"], "errorCode": 40324})
+        p = self.run_fw(self.stream())
+        p.wait_open()
+        self.db.orders.insert_one({"_id": 3})
+        self.assertEqual(p.wait_reports(1)[0]["id"], 3)
+        self.assertEqual(p.count_log("does not support $changeStreamSplitLargeEvent",
+                                     level="warn"), 1)
+        self.assertEqual(p.stop(), 0)
