@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flowwarden/bson_alloc.h"
 #include "dlq_admin-private.h"
 
 /* _ids per updateMany / deleteMany: small enough for any BSON limit. */
@@ -115,12 +116,12 @@ fw_dlq_selection_t *
 fw_dlq_admin_select (fw_dlq_admin_t *admin, const fw_dlq_filter_t *filter,
                      const char *default_status, fw_error_t *error)
 {
-   fw_dlq_selection_t *sel = calloc (1, sizeof *sel);
+   fw_dlq_selection_t *sel = fw_bson_aligned_calloc (sizeof *sel);
    fw_dlq_filter_t one = *filter;
    int64_t left = filter->limit;
    bool ok;
 
-   if (!sel || !(sel->ids = calloc ((size_t) admin->n_targets, sizeof (bson_t))) ||
+   if (!sel || !(sel->ids = fw_bson_aligned_calloc ((size_t) admin->n_targets * sizeof (bson_t))) ||
        !(sel->counts = calloc ((size_t) admin->n_targets, sizeof (int64_t)))) {
       fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
       fw_dlq_selection_destroy (sel);

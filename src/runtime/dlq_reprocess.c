@@ -11,6 +11,7 @@
 
 #include <lauxlib.h>
 
+#include "flowwarden/bson_alloc.h"
 #include "flowwarden/dlq_entry.h"
 #include "flowwarden/dlq_replay.h"
 #include "flowwarden/log.h"
@@ -135,7 +136,7 @@ round_entries (fw_stream_worker_t *w, mongoc_collection_t *coll, const schedule_
    bson_append_document_end (&opts, &sort);
    BSON_APPEND_INT64 (&opts, "limit", s->batch_size);
    cur = mongoc_collection_find_with_opts (coll, &q, &opts, NULL);
-   *docs = calloc ((size_t) s->batch_size, sizeof **docs);
+   *docs = fw_bson_aligned_calloc ((size_t) s->batch_size * sizeof **docs);
    *n = 0;
    while (*docs && *n < s->batch_size && mongoc_cursor_next (cur, &doc)) {
       bson_copy_to (doc, &(*docs)[(*n)++]);
