@@ -233,43 +233,38 @@ local function positive_duration(ctx, path, v)
   return true, ms
 end
 
--- fw.state's bound: a size string of at least 1KB (an entry costs 64
--- bytes of bookkeeping plus its key and string value).
-local function state_size(ctx, path, v)
-  if type(v) ~= "string" then
-    ctx:fail(path, 'expected a size string such as "64MB", got %s', repr(v))
-    return false
+-- A check for a size string (e.g. "64MB") of min bytes or more, and at most
+-- max when given; example names a valid value, min_text / max_text the
+-- bounds as the messages spell them.
+local function size_between(example, min, min_text, max, max_text)
+  return function(ctx, path, v)
+    if type(v) ~= "string" then
+      ctx:fail(path, 'expected a size string such as "%s", got %s', example, repr(v))
+      return false
+    end
+    local bytes, err = duration.parse_size(v)
+    if not bytes then
+      ctx:fail(path, "%s", err)
+      return false
+    end
+    if max and (bytes < min or bytes > max) then
+      ctx:fail(path, '%s is out of range (from "%s" to "%s")', repr(v), min_text, max_text)
+      return false
+    elseif bytes < min then
+      ctx:fail(path, '%s is too small (minimum "%s")', repr(v), min_text)
+      return false
+    end
+    return true, bytes
   end
-  local bytes, err = duration.parse_size(v)
-  if not bytes then
-    ctx:fail(path, "%s", err)
-    return false
-  end
-  if bytes < 1024 then
-    ctx:fail(path, '%s is too small (minimum "1KB")', repr(v))
-    return false
-  end
-  return true, bytes
 end
+
+-- fw.state's bound: at least 1KB (an entry costs 64 bytes of bookkeeping
+-- plus its key and string value).
+local state_size = size_between("64MB", 1024, "1KB")
 
 -- oversize_threshold: an event size in bytes, from 1KB up to the 16MB
 -- (16 MiB) BSON limit a change event can never exceed.
-local function event_size(ctx, path, v)
-  if type(v) ~= "string" then
-    ctx:fail(path, 'expected a size string such as "16320KB", got %s', repr(v))
-    return false
-  end
-  local bytes, err = duration.parse_size(v)
-  if not bytes then
-    ctx:fail(path, "%s", err)
-    return false
-  end
-  if bytes < 1024 or bytes > 16 * 1024 * 1024 then
-    ctx:fail(path, '%s is out of range (from "1KB" to "16MB")', repr(v))
-    return false
-  end
-  return true, bytes
-end
+local event_size = size_between("16320KB", 1024, "1KB", 16 * 1024 * 1024, "16MB")
 
 local function memory_size(ctx, path, v)
   if type(v) ~= "string" then
