@@ -94,55 +94,51 @@ fw_mongo_find_one (lua_State *L)
    return 1;
 }
 
-/* coll:find(filter [, opts]) -> cursor */
-int
-fw_mongo_find (lua_State *L)
+/* find and aggregate: their argument (a filter document or a pipeline
+ * array) and options, then a cursor on them. */
+static int
+open_cursor (lua_State *L, const char *method, bool pipeline)
 {
    const char *db, *coll, *conn;
    fw_mongo_ctx_t ctx;
    fw_mongo_op_t *op;
 
-   fw_mongo_check_handle (L, "find", 2, &db, &coll, &conn);
-   fw_mongo_ctx_begin (L, &ctx, "find", db, coll, conn);
-   fw_mongo_check_opts (L, 3, "find", find_opts);
+   fw_mongo_check_handle (L, method, 2, &db, &coll, &conn);
+   fw_mongo_ctx_begin (L, &ctx, method, db, coll, conn);
+   fw_mongo_check_opts (L, 3, method, pipeline ? aggregate_opts : find_opts);
    op = fw_mongo_op_new (L);
-   fw_mongo_arg_document (L, op, 2, "find", "filter", &op->filter);
-   read_opts (L, op, 3, "find");
+   if (pipeline) {
+      fw_mongo_arg_array (L, op, 2, method, "pipeline", &op->filter);
+   } else {
+      fw_mongo_arg_document (L, op, 2, method, "filter", &op->filter);
+   }
+   read_opts (L, op, 3, method);
    fw_mongo_ctx_collection (L, op, &ctx, true);
-   op->cursor = mongoc_collection_find_with_opts (op->coll, &op->filter, &op->opts, NULL);
+   op->cursor = pipeline ? mongoc_collection_aggregate (op->coll, MONGOC_QUERY_NONE, &op->filter,
+                                                        &op->opts, NULL)
+                         : mongoc_collection_find_with_opts (op->coll, &op->filter, &op->opts,
+                                                             NULL);
    if (!op->cursor) {
       fw_mongo_op_release (op);
-      return luaL_error (L, "fw.mongo: find on %s.%s: cannot create the cursor", db, coll);
+      return luaL_error (L, "fw.mongo: %s on %s.%s: cannot create the cursor", method, db, coll);
    }
    fw_mongo_cursor_push (L, op, &ctx);
    fw_mongo_op_release (op);
    return 1;
 }
 
+/* coll:find(filter [, opts]) -> cursor */
+int
+fw_mongo_find (lua_State *L)
+{
+   return open_cursor (L, "find", false);
+}
+
 /* coll:aggregate(pipeline [, opts]) -> cursor */
 int
 fw_mongo_aggregate (lua_State *L)
 {
-   const char *db, *coll, *conn;
-   fw_mongo_ctx_t ctx;
-   fw_mongo_op_t *op;
-
-   fw_mongo_check_handle (L, "aggregate", 2, &db, &coll, &conn);
-   fw_mongo_ctx_begin (L, &ctx, "aggregate", db, coll, conn);
-   fw_mongo_check_opts (L, 3, "aggregate", aggregate_opts);
-   op = fw_mongo_op_new (L);
-   fw_mongo_arg_array (L, op, 2, "aggregate", "pipeline", &op->filter);
-   read_opts (L, op, 3, "aggregate");
-   fw_mongo_ctx_collection (L, op, &ctx, true);
-   op->cursor =
-      mongoc_collection_aggregate (op->coll, MONGOC_QUERY_NONE, &op->filter, &op->opts, NULL);
-   if (!op->cursor) {
-      fw_mongo_op_release (op);
-      return luaL_error (L, "fw.mongo: aggregate on %s.%s: cannot create the cursor", db, coll);
-   }
-   fw_mongo_cursor_push (L, op, &ctx);
-   fw_mongo_op_release (op);
-   return 1;
+   return open_cursor (L, "aggregate", true);
 }
 
 /* coll:count(filter [, opts]) -> integer */
