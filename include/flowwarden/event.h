@@ -33,6 +33,7 @@ typedef enum {
    FW_EV_UPDATE_DESCRIPTION,
    FW_EV_LSID,
    FW_EV_TXN_NUMBER,
+   FW_EV_SPLIT, /* splitEvent: a fragment of an event over 16 MiB */
    FW_EV_FIELD_COUNT
 } fw_event_field_t;
 

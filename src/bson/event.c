@@ -40,6 +40,8 @@ field_of (const uint8_t *k, size_t n)
       return IS ("wallTime") ? FW_EV_WALL_TIME : -1;
    case 9:
       return IS ("txnNumber") ? FW_EV_TXN_NUMBER : -1;
+   case 10:
+      return IS ("splitEvent") ? FW_EV_SPLIT : -1;
    case 11:
       return IS ("clusterTime") ? FW_EV_CLUSTER_TIME : IS ("documentKey") ? FW_EV_DOCUMENT_KEY : -1;
    case 12:

@@ -425,20 +425,28 @@ consume (fw_stream_worker_t *w, mongoc_change_stream_t *cs, position_t *p, bool 
          bson_iter_t id;
          int64_t oversize;
 
+         /* The parse's one scan tells a fragment (splitEvent) from a whole
+          * event; fields a fragment lacks make it fail, which is fine here. */
+         bool parsed = fw_event_parse (doc, &ev, &err);
+
          /* A fragment moves neither the position nor the checkpoint: until
           * the last one is handled, a restart resumes before the first. */
-         switch (fw_split_buffer_add (&p->split, doc, &doc, &err)) {
-         case FW_SPLIT_PENDING:
-            *progressed = true;
-            continue;
-         case FW_SPLIT_BROKEN:
-            fw_log (FW_LOG_WARN, w->cfg.name, "%s; re-opening before the split event", err.message);
-            snprintf (p->error, sizeof p->error, "%.500s", err.message);
-            return READ_ERROR;
-         default:
-            break;
+         if (fw_event_has (&ev, FW_EV_SPLIT) || fw_split_buffer_active (&p->split)) {
+            switch (fw_split_buffer_add (&p->split, doc, &doc, &err)) {
+            case FW_SPLIT_PENDING:
+               *progressed = true;
+               continue;
+            case FW_SPLIT_BROKEN:
+               fw_log (FW_LOG_WARN, w->cfg.name, "%s; re-opening before the split event",
+                       err.message);
+               snprintf (p->error, sizeof p->error, "%.500s", err.message);
+               return READ_ERROR;
+            default:
+               parsed = fw_event_parse (doc, &ev, &err); /* the reassembled event */
+               break;
+            }
          }
-         if (!fw_event_parse (doc, &ev, &err)) {
+         if (!parsed) {
             /* An event the runtime cannot read is never skipped in silence:
              * with its resume token it goes to the DLQ whole; without a DLQ
              * (or a token) the stream stops before it, so nothing is lost. */
