@@ -209,17 +209,18 @@ fw_mongo_insert_many (lua_State *L)
       uint32_t len;
       bson_t sub;
 
+      /* Releasing op resets ndocs: take the position first. */
+      int pos = (int) op->ndocs + 1;
       if (!BSON_ITER_HOLDS_DOCUMENT (&arr)) {
          fw_mongo_op_release (op);
-         return fw_mongo_arg_error (L, "insert_many: docs[%d] must be a document",
-                                    (int) op->ndocs + 1);
+         return fw_mongo_arg_error (L, "insert_many: docs[%d] must be a document", pos);
       }
       bson_iter_document (&arr, &len, &data);
       op->docs[op->ndocs] = bson_new ();
       op->ndocs++;
       if (!bson_init_static (&sub, data, len) || !copy_with_id (&sub, op->docs[op->ndocs - 1])) {
          fw_mongo_op_release (op);
-         return fw_mongo_arg_error (L, "insert_many: docs[%d] is too large", (int) op->ndocs);
+         return fw_mongo_arg_error (L, "insert_many: docs[%d] is too large", pos);
       }
    }
    fw_mongo_ctx_collection (L, op, &ctx, true);

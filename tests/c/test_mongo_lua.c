@@ -564,6 +564,8 @@ static const char *const bad_calls[][2] = {
    {"c:insert_many({ a = 1 })", "insert_many: docs must be a non-empty array"},
    {"c:insert_many('x')", "insert_many: docs must be a non-empty array, got string"},
    {"c:insert_many({ 1 })", "insert_many: docs[1] must be a document"},
+   /* The position of the bad element, not 1 (op's count was read after release). */
+   {"c:insert_many({ { _id = 1 }, { _id = 2 }, 3 })", "insert_many: docs[3] must be a document"},
    {"c:insert_one({ a = 1 }, { w = 1 })",
     "insert_one: unknown option \"w\" (insert_one takes no options)"},
    {"c:update_one({}, { ['$set'] = {} }, { upsert = 'yes' })",
