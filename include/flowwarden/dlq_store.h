@@ -56,6 +56,25 @@ fw_dlq_store_t *fw_dlq_store_mongo_new (mongoc_client_t *client, const char *dat
                                         const char *collection, const char *write_concern_tag,
                                         int write_concern_w, fw_error_t *error);
 
+/*
+ * Seed 004's in-memory variant (dlq = { store = "memory" }): the entries live
+ * in the process and are lost when it exits, so it suits tests
+ * (flowwarden.testing uses it), not production. Same semantics as the
+ * MongoDB store: one entry per (streamName, eventId), a retried save of an
+ * entry already stored (same _id) counts as saved. Thread-safe.
+ */
+fw_dlq_store_t *fw_dlq_store_memory_new (fw_error_t *error);
+
+/* A memory store only: replaces the entry whose _id is entry's _id (a
+ * replay's outcome), or adds it. False when out of memory or entry has no
+ * _id. */
+bool fw_dlq_store_memory_put (fw_dlq_store_t *store, const bson_t *entry, fw_error_t *error);
+
+/* A memory store only: copies the entry the last successful save wrote (as
+ * stored, after an update) into out (initialised here, owned by the caller);
+ * false when nothing was saved since the last call. Clears it. */
+bool fw_dlq_store_memory_take_last (fw_dlq_store_t *store, bson_t *out);
+
 /* Destroys any store. NULL is a no-op. */
 void fw_dlq_store_destroy (fw_dlq_store_t *store);
 

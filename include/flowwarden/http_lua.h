@@ -17,6 +17,11 @@
 
 #include <lua.h>
 
+/* Registry field of a function that answers requests instead of the
+ * network (flowwarden.testing; see http_lua.c's fake_exchange). Unset in
+ * run. */
+#define FW_HTTP_TRANSPORT_KEY "flowwarden.http_transport"
+
 /* Sets `http` (a table: request, get, post, put, patch, delete) in the table
  * at module_idx. Requires the module flowwarden.http. May raise (memory). */
 void fw_http_lua_open (lua_State *L, int module_idx);

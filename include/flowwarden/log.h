@@ -33,6 +33,16 @@ bool fw_log_enabled (fw_log_level_t level);
  * Anything that is not scheme://userinfo@ is copied as it is. Returns buf. */
 const char *fw_log_redact_uri (const char *uri, char *buf, size_t len);
 
+/* Where records go instead of stderr: `flowwarden test` collects a delivered
+ * event's records (issue 15). message is the formatted text, valid during
+ * the call. */
+typedef void (*fw_log_sink_t) (void *ud, fw_log_level_t level, const char *stream,
+                               const char *message);
+
+/* Sends every record at or above the threshold to sink (NULL: back to
+ * stderr). Not for a process whose streams run: one thread at a time. */
+void fw_log_set_sink (fw_log_sink_t sink, void *ud);
+
 /* Writes one record. stream may be NULL. */
 void fw_log (fw_log_level_t level, const char *stream, const char *fmt, ...)
    __attribute__ ((format (printf, 3, 4)));

@@ -17,6 +17,11 @@ local M = {}
 
 M.REGISTRY_KEY = "flowwarden.env_values"
 
+-- Where values come from: the process's environment, or under
+-- flowwarden.testing the spec's opts.env only (a test sees no variable it did
+-- not give).
+M.getenv = os.getenv
+
 -- The set of values fw.env returned in this state (value -> true).
 function M.values()
   local registry = debug.getregistry()
@@ -42,7 +47,7 @@ function M.env(...)
     error(string.format("fw.env: the default for %s must be a string or nil, got %s", name,
       type(default)), 2)
   end
-  local value = os.getenv(name)
+  local value = M.getenv(name)
   if value == nil then
     if n < 2 then
       error(string.format('fw.env: environment variable %s is not set (give a default: '

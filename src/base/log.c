@@ -11,6 +11,8 @@
 
 static fw_log_level_t threshold = FW_LOG_INFO;
 static bool as_json = false;
+static fw_log_sink_t sink;
+static void *sink_ud;
 
 static const char *const level_names[] = {"debug", "info", "warn", "error"};
 
@@ -67,6 +69,13 @@ emit (const char *line, size_t len)
 }
 
 void
+fw_log_set_sink (fw_log_sink_t fn, void *ud)
+{
+   sink = fn;
+   sink_ud = ud;
+}
+
+void
 fw_log (fw_log_level_t level, const char *stream, const char *fmt, ...)
 {
    char when[64];
@@ -81,6 +90,10 @@ fw_log (fw_log_level_t level, const char *stream, const char *fmt, ...)
    vsnprintf (msg, sizeof msg, fmt, ap);
    va_end (ap);
 
+   if (sink) {
+      sink (sink_ud, level, stream, msg);
+      return;
+   }
    if (as_json) {
       /* libbson does the JSON escaping; the record is tiny. */
       bson_t rec = BSON_INITIALIZER;

@@ -1,6 +1,6 @@
 /*
  * main.c - the command line: flowwarden run | check | dlq | status | pause |
- * resume | restart | reload | version.
+ * resume | restart | reload | test | record | replay | version.
  */
 #include <getopt.h>
 #include <pthread.h>
@@ -15,6 +15,7 @@
 #include "flowwarden/log.h"
 #include "flowwarden/runtime.h"
 #include "flowwarden/status_cli.h"
+#include "test_cli.h"
 
 static const char usage_text[] =
    "usage: flowwarden run SCRIPT [--uri URI] [--log-level debug|info|warn|error]\n"
@@ -24,6 +25,10 @@ static const char usage_text[] =
    "       flowwarden pause|resume|restart STREAM [--admin URL]\n"
    "       flowwarden reload [--admin URL]\n"
    "       flowwarden dlq list|show|stats|discard|purge|export|import|replay SCRIPT ...\n"
+   "       flowwarden test [busted options] [SPEC...]\n"
+   "       flowwarden record SCRIPT --stream NAME --out FILE [--uri URI] [--limit N]\n"
+   "                         [--redact a.b,c]\n"
+   "       flowwarden replay SCRIPT --events FILE [--stream NAME] [--json] [--uri URI]\n"
    "       flowwarden version\n"
    "       flowwarden --help | flowwarden run --help | flowwarden dlq --help\n";
 
@@ -183,6 +188,12 @@ main (int argc, char **argv)
       } else {
          rc = fw_runtime_check (argv[2]);
       }
+   } else if (strcmp (argv[1], "test") == 0) {
+      rc = fw_test_cli_main (argc - 1, argv + 1);
+   } else if (strcmp (argv[1], "replay") == 0) {
+      rc = fw_replay_cli_main (argc - 1, argv + 1);
+   } else if (strcmp (argv[1], "record") == 0) {
+      rc = fw_record_cli_main (argc - 1, argv + 1);
    } else if (strcmp (argv[1], "dlq") == 0) {
       rc = fw_dlq_cli_main (argc - 1, argv + 1);
    } else if (strcmp (argv[1], "status") == 0 || strcmp (argv[1], "pause") == 0 ||

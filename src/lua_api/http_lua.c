@@ -174,6 +174,37 @@ raise_for_status (lua_State *L, int idx, long status, const char *target)
 }
 
 /*
+ * flowwarden.testing's stand-in for the network: a function in the registry
+ * under FW_HTTP_TRANSPORT_KEY takes the prepared request table at req_idx
+ * and returns a response { status, headers, body } or nil, error type,
+ * message. Pushes the response (with RESPONSE_MT, upvalue 2) or raises. In
+ * run the key is never set.
+ */
+static int
+fake_exchange (lua_State *L, int req_idx, fw_http_transfer_t *t)
+{
+   lua_pushvalue (L, req_idx);
+   lua_call (L, 1, 3);
+   if (!lua_istable (L, -3)) {
+      const char *type = lua_tostring (L, -2);
+      return fw_lua_raise_typed (L, type ? type : "Http.Connect", 0, "fw.http: %s: %s",
+                                 fw_http_transfer_target (t),
+                                 lua_tostring (L, -1) ? lua_tostring (L, -1) : "no response");
+   }
+   lua_pop (L, 2);
+   log_debug (L, fw_http_transfer_target (t), "-> (flowwarden.testing's stub)");
+   lua_pushvalue (L, lua_upvalueindex (2));
+   lua_setmetatable (L, -2);
+   lua_getfield (L, -1, "status");
+   if (field_boolean (L, req_idx, "raise_for_status") && lua_tointeger (L, -1) >= 400) {
+      raise_for_status (L, lua_gettop (L) - 1, (long) lua_tointeger (L, -1),
+                        fw_http_transfer_target (t));
+   }
+   lua_pop (L, 1);
+   return 1;
+}
+
+/*
  * fw.http.request / get / post / ... Upvalues: 1 prepare (flowwarden.http),
  * 2 the response metatable, 3 the public name, 4 the method (nil for
  * request). Stack: 1, 2 the arguments, 3 the request table, 4 the transfer,
@@ -287,6 +318,10 @@ http_call (lua_State *L)
    }
    lua_pop (L, 2);
 
+   if (lua_getfield (L, LUA_REGISTRYINDEX, FW_HTTP_TRANSPORT_KEY) == LUA_TFUNCTION) {
+      return fake_exchange (L, 3, *t);
+   }
+   lua_pop (L, 1);
    started = fw_lua_call_now_ns ();
    if (!fw_http_transfer_perform (*t, get_session (L), timeout_ms, budget_bound, &failure)) {
       count_io (L, failure.type && strcmp (failure.type, "Http.Timeout") == 0

@@ -113,6 +113,7 @@ class Usage(unittest.TestCase):
         for line in ("database                       shop",
                      "checkpoint.save_every          1",
                      "checkpoint.on_history_lost     fail",
+                     "checkpoint.mode                async",
                      "restart.initial_delay          1s"):
             self.assertIn(line, r.stdout)
 

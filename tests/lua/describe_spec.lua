@@ -51,6 +51,7 @@ stream "order-watcher"
   checkpoint.idle_heartbeat      5m
   checkpoint.start_position      resume
   checkpoint.on_history_lost     fail
+  checkpoint.mode                async
   restart.max_attempts           0 (unlimited)
   restart.initial_delay          1s
   restart.max_delay              1m
@@ -92,6 +93,7 @@ stream "audit"
   checkpoint.idle_heartbeat      5m
   checkpoint.start_position      resume
   checkpoint.on_history_lost     fail
+  checkpoint.mode                async
   restart.max_attempts           0 (unlimited)
   restart.initial_delay          1s
   restart.max_delay              1m

@@ -1,0 +1,140 @@
+--[[
+flowwarden.testing.sandbox: what flowwarden.testing changes in each Lua state
+that runs a script under test, before the script loads (src/runtime/
+test_bridge.c calls install). The script itself is untouched and loads as
+run loads it.
+
+  install {
+    bridge_raw, bridge_call,  C functions reaching the spec's fakes: the
+                              arguments go as BSON, so no Lua value is shared
+    now_ms,                   the app's virtual clock
+    real_mongo,               true: fw.mongo stays the real one (opts.mongo)
+    make_cursor_key, http_transport_key,   registry fields the C side reads
+    env,                      the spec's opts.env (name -> value)
+  }
+
+  - fw.mongo.collection(db, name [, opts]) returns a handle whose methods run
+    on the spec's app.mongo (flowwarden.testing.mongo_fake); find and
+    aggregate return a cursor over the documents the fake gave.
+  - fw.http requests go to the spec's stubs (app.http), after fw.http's own
+    argument and allow_hosts checks.
+  - fw.date() without an argument is the virtual clock's now.
+  - fw.env reads opts.env only.
+]]
+
+local M = {}
+
+local CURSOR_NAME = "flowwarden.mongo.cursor"
+local METHODS = { "find_one", "find", "aggregate", "count", "insert_one", "insert_many",
+  "update_one", "update_many", "replace_one", "delete_one", "delete_many",
+  "find_one_and_update", "bulk_write" }
+
+-- A cursor over documents already fetched: the interface of fw.mongo's.
+local function make_cursor(docs)
+  local pos, closed = 1, false
+  local cursor = {}
+  local function next_doc()
+    if closed then
+      error("fw.mongo: cursor is closed", 2)
+    end
+    local d = docs[pos]
+    if d ~= nil then
+      pos = pos + 1
+    end
+    return d
+  end
+  function cursor.next(_) return next_doc() end
+  function cursor.to_array(_)
+    local out = {}
+    for d in next_doc do
+      out[#out + 1] = d
+    end
+    return out
+  end
+  function cursor.close(_) closed = true end
+  return setmetatable(cursor, {
+    __name = CURSOR_NAME,
+    __call = function() return next_doc() end,
+    __close = function() closed = true end,
+    __tostring = function() return "fw.mongo.cursor(test fake)" end,
+    __metatable = false,
+  })
+end
+
+local function arg_error(fw, level, fmt, ...)
+  local e = fw.error("ArgumentError", string.format(fmt, ...))
+  local info = debug.getinfo(level + 1, "Sl")
+  if info and info.currentline and info.currentline > 0 then
+    e.where = info.short_src .. ":" .. info.currentline
+  end
+  error(e, 0)
+end
+
+local function mongo_proxy(fw, call)
+  local handle_mt = { __name = "flowwarden.mongo.collection", __metatable = false }
+  local methods = {}
+  handle_mt.__index = methods
+  handle_mt.__tostring = function(h)
+    return string.format("fw.mongo.collection(%s.%s, connection %s)", h[1], h[2],
+      h[3] and h[3].connection or "default")
+  end
+  for _, name in ipairs(METHODS) do
+    -- A tail call: a typed error the fake raises names the handler's line.
+    methods[name] = function(h, ...)
+      return call("mongo", name, h[1], h[2], h[3], ...)
+    end
+  end
+  local api = {}
+  function api.collection(db, name, opts)
+    if type(db) ~= "string" then
+      arg_error(fw, 2, "fw.mongo.collection: database must be a string, got %s", type(db))
+    end
+    if type(name) ~= "string" then
+      arg_error(fw, 2, "fw.mongo.collection: name must be a string, got %s", type(name))
+    end
+    if opts ~= nil and type(opts) ~= "table" then
+      arg_error(fw, 2, "fw.mongo.collection: options must be a table, got %s", type(opts))
+    end
+    return setmetatable({ db, name, opts }, handle_mt)
+  end
+  return api
+end
+
+function M.install(c)
+  local fw = require("flowwarden")
+  local registry = debug.getregistry()
+
+  require("flowwarden.env").getenv = function(name)
+    return c.env[name]
+  end
+
+  local real_date = fw.date
+  if real_date then
+    fw.date = function(...)
+      if select("#", ...) == 0 or (...) == nil then
+        return real_date(c.now_ms())
+      end
+      return real_date(...)
+    end
+  end
+
+  if not c.real_mongo then
+    registry[c.make_cursor_key] = make_cursor
+    fw.mongo = mongo_proxy(fw, c.bridge_call)
+  end
+
+  -- fw.http: the request fw.http prepared, answered by the spec's stubs.
+  local raw = c.bridge_raw
+  registry[c.http_transport_key] = function(req)
+    local answer = raw("http", {
+      method = req.method, url = req.url, headers = req.headers, body = req.body,
+    })
+    if answer.err then
+      return nil, answer.err.type, answer.err.message
+    end
+    local r = answer.ok
+    return { status = r.status, headers = r.headers or {}, body = r.body or "" }
+  end
+end
+
+return M

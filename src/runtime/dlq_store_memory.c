@@ -1,0 +1,327 @@
+/*
+ * dlq_store_memory.c - seed 004's in-memory DLQ store (dlq = { store =
+ * "memory" }, and flowwarden.testing's): the entries stay in the process.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flowwarden/dlq_entry.h"
+#include "flowwarden/dlq_store.h"
+
+typedef struct {
+   fw_dlq_store_t base; /* first: a store pointer is a memory_store pointer */
+   pthread_mutex_t mu;
+   bson_t **entries;    /* in the order they were first saved: oldest first */
+   size_t n, cap;
+   bson_t *last;        /* what the last save wrote, for fw_dlq_store_memory_take_last */
+} memory_store_t;
+
+static bool memory_save (fw_dlq_store_t *store, const bson_t *entry, fw_error_t *error);
+
+static memory_store_t *
+as_memory (fw_dlq_store_t *store)
+{
+   return store && store->save == memory_save ? (memory_store_t *) store : NULL;
+}
+
+static const char *
+utf8_field (const bson_t *doc, const char *key)
+{
+   bson_iter_t it;
+   return bson_iter_init_find (&it, doc, key) && BSON_ITER_HOLDS_UTF8 (&it)
+             ? bson_iter_utf8 (&it, NULL)
+             : NULL;
+}
+
+static bool
+same_value (const bson_t *a, const bson_t *b, const char *key)
+{
+   bson_iter_t ia, ib;
+   return bson_iter_init_find (&ia, a, key) && bson_iter_init_find (&ib, b, key) &&
+          bson_iter_type (&ia) == bson_iter_type (&ib) &&
+          bson_iter_value (&ia)->value_type == BSON_TYPE_UTF8 &&
+          strcmp (bson_iter_utf8 (&ia, NULL), bson_iter_utf8 (&ib, NULL)) == 0;
+}
+
+/* The index of the entry with doc's value of key (a string), or -1. */
+static long
+find_index (memory_store_t *m, const bson_t *doc, const char *key, const char *key2)
+{
+   for (size_t i = 0; i < m->n; i++) {
+      if (same_value (m->entries[i], doc, key) && (!key2 || same_value (m->entries[i], doc, key2))) {
+         return (long) i;
+      }
+   }
+   return -1;
+}
+
+static bool
+append_entry (memory_store_t *m, bson_t *doc)
+{
+   if (m->n == m->cap) {
+      size_t cap = m->cap ? m->cap * 2 : 16;
+      bson_t **grown = realloc (m->entries, cap * sizeof *grown);
+      if (!grown) {
+         return false;
+      }
+      m->entries = grown;
+      m->cap = cap;
+   }
+   m->entries[m->n++] = doc;
+   return true;
+}
+
+/* The history of old followed by the items of new, the last
+ * FW_DLQ_HISTORY_MAX kept, as the MongoDB store's $push with $slice. */
+static void
+append_history (bson_t *out, const bson_t *old, const bson_t *new_entry)
+{
+   const bson_t *sources[2] = {old, new_entry};
+   bson_iter_t it, item;
+   bson_t arr;
+   uint32_t total = 0, skip, k = 0;
+
+   for (int s = 0; s < 2; s++) {
+      if (bson_iter_init_find (&it, sources[s], "history") && BSON_ITER_HOLDS_ARRAY (&it) &&
+          bson_iter_recurse (&it, &item)) {
+         while (bson_iter_next (&item)) {
+            total++;
+         }
+      }
+   }
+   skip = total > FW_DLQ_HISTORY_MAX ? total - FW_DLQ_HISTORY_MAX : 0;
+   BSON_APPEND_ARRAY_BEGIN (out, "history", &arr);
+   for (int s = 0; s < 2; s++) {
+      if (bson_iter_init_find (&it, sources[s], "history") && BSON_ITER_HOLDS_ARRAY (&it) &&
+          bson_iter_recurse (&it, &item)) {
+         while (bson_iter_next (&item)) {
+            char key[16];
+            const char *kk;
+            if (skip > 0) {
+               skip--;
+               continue;
+            }
+            bson_uint32_to_string (k++, &kk, key, sizeof key);
+            bson_append_iter (&arr, kk, -1, &item);
+         }
+      }
+   }
+   bson_append_array_end (out, &arr);
+}
+
+/* The entry of an event dead-lettered again: attempts added, lastAttemptAt,
+ * error, lastTouched and status replaced, history appended; every other field
+ * keeps its first value (the MongoDB store's upsert). */
+static bson_t *
+updated (const bson_t *old, const bson_t *new_entry)
+{
+   static const char *const replaced[] = {"lastAttemptAt", "error", "lastTouched", "status"};
+   bson_t *out = bson_new ();
+   bson_iter_t it, nv;
+
+   bson_iter_init (&it, old);
+   while (bson_iter_next (&it)) {
+      const char *key = bson_iter_key (&it);
+      bool done = false;
+      for (size_t i = 0; i < sizeof replaced / sizeof *replaced; i++) {
+         if (strcmp (key, replaced[i]) == 0 && bson_iter_init_find (&nv, new_entry, key)) {
+            bson_append_iter (out, key, -1, &nv);
+            done = true;
+         }
+      }
+      if (done) {
+         continue;
+      }
+      if (strcmp (key, "attempts") == 0 && bson_iter_init_find (&nv, new_entry, "attempts")) {
+         BSON_APPEND_INT32 (out, "attempts",
+                            (int32_t) (bson_iter_as_int64 (&it) + bson_iter_as_int64 (&nv)));
+      } else if (strcmp (key, "history") == 0) {
+         append_history (out, old, new_entry);
+      } else {
+         bson_append_iter (out, key, -1, &it);
+      }
+   }
+   return out;
+}
+
+static void
+set_last (memory_store_t *m, const bson_t *doc)
+{
+   bson_destroy (m->last);
+   m->last = bson_copy (doc);
+}
+
+static bool
+memory_save (fw_dlq_store_t *store, const bson_t *entry, fw_error_t *error)
+{
+   memory_store_t *m = (memory_store_t *) store;
+   bool ok = true;
+   long i;
+
+   pthread_mutex_lock (&m->mu);
+   if (find_index (m, entry, "_id", NULL) >= 0) {
+      /* A retried save of an entry already stored. */
+   } else if (utf8_field (entry, "eventId") &&
+              (i = find_index (m, entry, "streamName", "eventId")) >= 0) {
+      bson_t *doc = updated (m->entries[i], entry);
+      bson_destroy (m->entries[i]);
+      m->entries[i] = doc;
+      set_last (m, doc);
+   } else {
+      bson_t *doc = bson_copy (entry);
+      ok = doc && append_entry (m, doc);
+      if (ok) {
+         set_last (m, doc);
+      } else {
+         bson_destroy (doc);
+         fw_error_set (error, FW_ERROR_NOMEM, "in-memory DLQ: out of memory");
+      }
+   }
+   pthread_mutex_unlock (&m->mu);
+   return ok;
+}
+
+static bool
+memory_find_by_id (fw_dlq_store_t *store, const char *id, bson_t *out, bool *found,
+                   fw_error_t *error)
+{
+   memory_store_t *m = (memory_store_t *) store;
+   (void) error;
+
+   bson_init (out);
+   *found = false;
+   pthread_mutex_lock (&m->mu);
+   for (size_t i = 0; i < m->n && !*found; i++) {
+      const char *eid = utf8_field (m->entries[i], "_id");
+      if (eid && strcmp (eid, id) == 0) {
+         bson_concat (out, m->entries[i]);
+         *found = true;
+      }
+   }
+   pthread_mutex_unlock (&m->mu);
+   return true;
+}
+
+static bool
+memory_find_by_stream (fw_dlq_store_t *store, const char *stream, bson_t *out,
+                       fw_error_t *error)
+{
+   memory_store_t *m = (memory_store_t *) store;
+   uint32_t k = 0;
+   (void) error;
+
+   bson_init (out);
+   pthread_mutex_lock (&m->mu);
+   for (size_t i = 0; i < m->n; i++) {
+      const char *name = utf8_field (m->entries[i], "streamName");
+      if (!stream || (name && strcmp (name, stream) == 0)) {
+         char key[16];
+         const char *kk;
+         bson_uint32_to_string (k++, &kk, key, sizeof key);
+         BSON_APPEND_DOCUMENT (out, kk, m->entries[i]);
+      }
+   }
+   pthread_mutex_unlock (&m->mu);
+   return true;
+}
+
+static bool
+memory_count (fw_dlq_store_t *store, const char *stream, int64_t *out, fw_error_t *error)
+{
+   memory_store_t *m = (memory_store_t *) store;
+   (void) error;
+
+   *out = 0;
+   pthread_mutex_lock (&m->mu);
+   for (size_t i = 0; i < m->n; i++) {
+      const char *name = utf8_field (m->entries[i], "streamName");
+      if (!stream || (name && strcmp (name, stream) == 0)) {
+         (*out)++;
+      }
+   }
+   pthread_mutex_unlock (&m->mu);
+   return true;
+}
+
+static void
+memory_destroy (fw_dlq_store_t *store)
+{
+   memory_store_t *m = (memory_store_t *) store;
+   for (size_t i = 0; i < m->n; i++) {
+      bson_destroy (m->entries[i]);
+   }
+   free (m->entries);
+   bson_destroy (m->last);
+   pthread_mutex_destroy (&m->mu);
+   free (m);
+}
+
+fw_dlq_store_t *
+fw_dlq_store_memory_new (fw_error_t *error)
+{
+   memory_store_t *m = calloc (1, sizeof *m);
+
+   if (!m) {
+      fw_error_set (error, FW_ERROR_NOMEM, "in-memory DLQ: out of memory");
+      return NULL;
+   }
+   pthread_mutex_init (&m->mu, NULL);
+   m->base.save = memory_save;
+   m->base.find_by_id = memory_find_by_id;
+   m->base.find_by_stream = memory_find_by_stream;
+   m->base.count = memory_count;
+   m->base.destroy = memory_destroy;
+   return &m->base;
+}
+
+bool
+fw_dlq_store_memory_put (fw_dlq_store_t *store, const bson_t *entry, fw_error_t *error)
+{
+   memory_store_t *m = as_memory (store);
+   bson_t *doc;
+   bool ok = true;
+   long i;
+
+   if (!m || !utf8_field (entry, "_id")) {
+      fw_error_set (error, FW_ERROR_INVALID,
+                    "in-memory DLQ: the entry has no string _id (or the store is not in memory)");
+      return false;
+   }
+   if (!(doc = bson_copy (entry))) {
+      fw_error_set (error, FW_ERROR_NOMEM, "in-memory DLQ: out of memory");
+      return false;
+   }
+   pthread_mutex_lock (&m->mu);
+   if ((i = find_index (m, entry, "_id", NULL)) >= 0) {
+      bson_destroy (m->entries[i]);
+      m->entries[i] = doc;
+   } else if (!append_entry (m, doc)) {
+      bson_destroy (doc);
+      fw_error_set (error, FW_ERROR_NOMEM, "in-memory DLQ: out of memory");
+      ok = false;
+   }
+   pthread_mutex_unlock (&m->mu);
+   return ok;
+}
+
+bool
+fw_dlq_store_memory_take_last (fw_dlq_store_t *store, bson_t *out)
+{
+   memory_store_t *m = as_memory (store);
+   bool got = false;
+
+   bson_init (out);
+   if (!m) {
+      return false;
+   }
+   pthread_mutex_lock (&m->mu);
+   if (m->last) {
+      bson_concat (out, m->last);
+      bson_destroy (m->last);
+      m->last = NULL;
+      got = true;
+   }
+   pthread_mutex_unlock (&m->mu);
+   return got;
+}

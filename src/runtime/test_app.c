@@ -1,0 +1,820 @@
+/*
+ * test_app.c - flowwarden.testing's C core (test_app.h): loads a script the
+ * way run does, one worker per stream with no MongoDB client, and drives
+ * events and dead-letter replays through the real dispatcher on a virtual
+ * clock, recording what happened.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <lauxlib.h>
+
+#include "flowwarden/bson_lua.h"
+#include "flowwarden/log.h"
+#include "flowwarden/lua_host.h"
+#include "flowwarden/metrics_lua.h"
+#include "flowwarden/state_store.h"
+#include "flowwarden/test_app.h"
+#include "test_app-private.h"
+
+#define APP_MT "flowwarden.testing.app"
+#define CAPTURE_MT "flowwarden.testing.capture"
+
+/* 2024-01-01T00:00:00Z: where the virtual clock starts unless opts.now_ms. */
+#define FW_TEST_EPOCH_MS 1704067200000LL
+
+/* --- what a delivery saw ---------------------------------------------------- */
+
+typedef struct {
+   fw_test_capture_t c;
+   bson_t *entry;  /* the DLQ entry the delivery wrote */
+   bson_t *event;  /* the event delivered */
+   bson_t *letter; /* a replay's dead letter */
+   bson_t *diagnostics;
+} capture_ud_t;
+
+static void
+free_list (char **list, size_t n)
+{
+   for (size_t i = 0; i < n; i++) {
+      free (list[i]);
+   }
+   free (list);
+}
+
+static int
+capture_gc (lua_State *L)
+{
+   capture_ud_t *u = luaL_checkudata (L, 1, CAPTURE_MT);
+   free (u->c.delays);
+   free_list (u->c.errors, u->c.n_errors);
+   free_list (u->c.logs, u->c.n_logs);
+   bson_destroy (u->entry);
+   bson_destroy (u->event);
+   bson_destroy (u->letter);
+   bson_destroy (u->diagnostics);
+   memset (u, 0, sizeof *u);
+   return 0;
+}
+
+static capture_ud_t *
+push_capture (lua_State *L)
+{
+   capture_ud_t *u = lua_newuserdatauv (L, sizeof *u, 0);
+   memset (u, 0, sizeof *u);
+   luaL_setmetatable (L, CAPTURE_MT);
+   return u;
+}
+
+bool
+fw_test_capture_add (char ***list, size_t *n, size_t *cap, char *line)
+{
+   if (!line) {
+      return false;
+   }
+   if (*n == *cap) {
+      size_t grown_cap = *cap ? *cap * 2 : 8;
+      char **grown = realloc (*list, grown_cap * sizeof *grown);
+      if (!grown) {
+         free (line);
+         return false;
+      }
+      *list = grown;
+      *cap = grown_cap;
+   }
+   (*list)[(*n)++] = line;
+   return true;
+}
+
+static char *
+joined (const char *const *parts, int n)
+{
+   size_t len = 1;
+   char *out, *p;
+   for (int i = 0; i < n; i++) {
+      len += strlen (parts[i] ? parts[i] : "") + 1;
+   }
+   if (!(out = malloc (len))) {
+      return NULL;
+   }
+   p = out;
+   for (int i = 0; i < n; i++) {
+      size_t k = strlen (parts[i] ? parts[i] : "");
+      memcpy (p, parts[i] ? parts[i] : "", k);
+      p += k;
+      *p++ = i + 1 < n ? '\t' : '\0';
+   }
+   if (n == 0) {
+      *p = '\0';
+   }
+   return out;
+}
+
+/* --- the hooks the dispatcher calls ------------------------------------------- */
+
+static int64_t
+hook_now_ms (void *ud)
+{
+   return ((fw_test_app_t *) ud)->now_ms;
+}
+
+static int64_t
+state_clock (void *ud)
+{
+   return ((fw_test_app_t *) ud)->now_ms;
+}
+
+/* A retry's backoff: the virtual clock moves, nothing sleeps. */
+static bool
+hook_wait_ms (void *ud, int64_t ms)
+{
+   fw_test_app_t *app = ud;
+   fw_test_capture_t *c = app->capture;
+
+   app->now_ms += ms;
+   if (c) {
+      if (c->n_delays == c->cap_delays) {
+         size_t cap = c->cap_delays ? c->cap_delays * 2 : 8;
+         int64_t *grown = realloc (c->delays, cap * sizeof *grown);
+         if (!grown) {
+            return false;
+         }
+         c->delays = grown;
+         c->cap_delays = cap;
+      }
+      c->delays[c->n_delays++] = ms;
+   }
+   return false;
+}
+
+static void
+hook_attempt_failed (void *ud, int attempt, const char *type, const char *message,
+                     const char *traceback, const char *action)
+{
+   fw_test_app_t *app = ud;
+   fw_test_capture_t *c = app->capture;
+   char n[16];
+   const char *parts[5];
+
+   if (!c) {
+      return;
+   }
+   snprintf (n, sizeof n, "%d", attempt);
+   parts[0] = n;
+   parts[1] = type;
+   parts[2] = message;
+   parts[3] = action;
+   parts[4] = traceback;
+   fw_test_capture_add (&c->errors, &c->n_errors, &c->cap_errors, joined (parts, 5));
+}
+
+static void
+log_sink (void *ud, fw_log_level_t level, const char *stream, const char *message)
+{
+   static const char *const names[] = {"debug", "info", "warn", "error"};
+   fw_test_app_t *app = ud;
+   fw_test_capture_t *c = app->capture;
+   const char *parts[3];
+
+   if (!c) {
+      return;
+   }
+   parts[0] = (unsigned) level < 4 ? names[level] : "info";
+   parts[1] = stream ? stream : "";
+   parts[2] = message;
+   fw_test_capture_add (&c->logs, &c->n_logs, &c->cap_logs, joined (parts, 3));
+}
+
+/* --- the app ------------------------------------------------------------------ */
+
+static fw_test_app_t *
+check_app (lua_State *L, int idx)
+{
+   fw_test_app_t *app = luaL_checkudata (L, idx, APP_MT);
+   if (!app->workers) {
+      luaL_error (L, "flowwarden.testing: this app was not loaded (or is closed)");
+   }
+   return app;
+}
+
+static void
+app_free (lua_State *L, fw_test_app_t *app)
+{
+   for (int i = 0; i < app->n; i++) {
+      fw_stream_worker_destroy (app->workers[i]);
+   }
+   free (app->workers);
+   app->workers = NULL;
+   app->n = 0;
+   fw_dlq_store_destroy (app->store);
+   app->store = NULL;
+   fw_metrics_destroy (app->metrics);
+   app->metrics = NULL;
+   fw_connections_destroy (app->conns);
+   app->conns = NULL;
+   free (app->script);
+   app->script = NULL;
+   luaL_unref (L, LUA_REGISTRYINDEX, app->bridge_ref);
+   luaL_unref (L, LUA_REGISTRYINDEX, app->dispatch_ref);
+   app->bridge_ref = app->dispatch_ref = LUA_NOREF;
+   app->bridge = NULL;
+}
+
+static int
+app_gc (lua_State *L)
+{
+   app_free (L, luaL_checkudata (L, 1, APP_MT));
+   return 0;
+}
+
+static fw_stream_worker_t *
+find_worker (lua_State *L, fw_test_app_t *app, const char *call, const char *name)
+{
+   luaL_Buffer b;
+
+   for (int i = 0; i < app->n; i++) {
+      if (strcmp (fw_stream_worker_name (app->workers[i]), name) == 0) {
+         return app->workers[i];
+      }
+   }
+   luaL_buffinit (L, &b);
+   for (int i = 0; i < app->n; i++) {
+      luaL_addstring (&b, i ? ", \"" : "\"");
+      luaL_addstring (&b, fw_stream_worker_name (app->workers[i]));
+      luaL_addstring (&b, "\"");
+   }
+   luaL_pushresult (&b);
+   luaL_error (L, "%s: unknown stream \"%s\" (%s declares %s)", call, name, app->script,
+               lua_tostring (L, -1));
+   return NULL;
+}
+
+/* A new host with the script loaded as run loads it (metrics to the app's
+ * registry, the fakes in place), or NULL with error filled. */
+static fw_lua_host_t *
+load_host (fw_test_app_t *app, lua_State *L, int env_idx, const char *uri, fw_error_t *error)
+{
+   fw_lua_host_t *host = fw_lua_host_new (error);
+   if (!host) {
+      return NULL;
+   }
+   fw_metrics_lua_attach (fw_lua_host_state (host), app->metrics);
+   if (!fw_test_bridge_install (app, L, env_idx, host, error) ||
+       !fw_lua_host_load_script (host, app->script, uri, error)) {
+      fw_lua_host_destroy (host);
+      return NULL;
+   }
+   return host;
+}
+
+static bool
+opt_bool (lua_State *L, int t, const char *key)
+{
+   bool v;
+   lua_getfield (L, t, key);
+   v = lua_toboolean (L, -1);
+   lua_pop (L, 1);
+   return v;
+}
+
+/* core.load(path, opts) */
+static int
+core_load (lua_State *L)
+{
+   const char *path = luaL_checkstring (L, 1);
+   fw_test_app_t *app;
+   fw_lua_host_t *first;
+   const char *uri = NULL, *mongo_uri = NULL;
+   bool jitter;
+   lua_Integer seed = 1;
+   int env_idx = 0, app_idx;
+   fw_error_t err;
+
+   luaL_checktype (L, 2, LUA_TTABLE);
+   lua_settop (L, 2);
+   app = lua_newuserdatauv (L, sizeof *app, 0);
+   memset (app, 0, sizeof *app);
+   app->bridge_ref = app->dispatch_ref = LUA_NOREF;
+   luaL_setmetatable (L, APP_MT);
+   app_idx = lua_gettop (L);
+
+   jitter = opt_bool (L, 2, "jitter");
+   if (lua_getfield (L, 2, "seed") != LUA_TNIL) {
+      seed = luaL_checkinteger (L, -1);
+   }
+   app->now_ms = FW_TEST_EPOCH_MS;
+   if (lua_getfield (L, 2, "now_ms") != LUA_TNIL) {
+      app->now_ms = luaL_checkinteger (L, -1);
+   }
+   if (lua_getfield (L, 2, "mongo_uri") == LUA_TSTRING) {
+      mongo_uri = lua_tostring (L, -1);
+   }
+   /* The run URI, as --uri: the scripts' default database comes from its
+    * path. Without opts.mongo it is never connected to. */
+   if (lua_getfield (L, 2, "uri") == LUA_TSTRING) {
+      uri = lua_tostring (L, -1);
+   } else {
+      uri = mongo_uri;
+   }
+   if (lua_getfield (L, 2, "env") == LUA_TTABLE) {
+      env_idx = lua_gettop (L);
+   }
+   lua_getfield (L, 2, "bridge");
+   luaL_checktype (L, -1, LUA_TFUNCTION);
+   app->dispatch_ref = luaL_ref (L, LUA_REGISTRYINDEX);
+   app->bridge = lua_newthread (L);
+   app->bridge_ref = luaL_ref (L, LUA_REGISTRYINDEX);
+   lua_rawgeti (L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
+   app->spec = lua_tothread (L, -1);
+   lua_pop (L, 1);
+
+   app->script = strdup (path);
+   app->store = fw_dlq_store_memory_new (&err);
+   app->metrics = fw_metrics_new ();
+   if (!app->script || !app->store || !app->metrics) {
+      return luaL_error (L, "flowwarden.testing: out of memory loading %s", path);
+   }
+   if (mongo_uri) {
+      if (!(app->conns = fw_connections_new ()) ||
+          !fw_connections_set (app->conns, "default", mongo_uri, &err)) {
+         return luaL_error (L, "fwt.load: opts.mongo: %s", app->conns ? err.message : "out of memory");
+      }
+   }
+   app->hooks.now_ms = hook_now_ms;
+   app->hooks.wait_ms = hook_wait_ms;
+   app->hooks.attempt_failed = hook_attempt_failed;
+   app->hooks.ud = app;
+
+   /* As run: the script once to validate it (its message is check's), then
+    * once more per stream, each in a fresh state. */
+   if (!(first = load_host (app, L, env_idx, uri, &err))) {
+      fw_metrics_rollback (app->metrics);
+      lua_pushstring (L, err.message);
+      return lua_error (L);
+   }
+   if (app->conns && !fw_connections_set_declared (app->conns, first, &err)) {
+      fw_lua_host_destroy (first);
+      lua_pushstring (L, err.message);
+      return lua_error (L);
+   }
+   app->n = 0;
+   {
+      int n = fw_lua_host_stream_count (first);
+      if (n == 0 || !(app->workers = calloc ((size_t) n, sizeof *app->workers))) {
+         fw_lua_host_destroy (first);
+         return luaL_error (L, "%s declares no stream (use fw.stream { ... })", path);
+      }
+      for (int i = 0; i < n; i++) {
+         fw_lua_host_t *host = i == 0 ? first : load_host (app, L, env_idx, uri, &err);
+         fw_stream_worker_t *w =
+            host ? fw_stream_worker_new (host, i, NULL, app->conns, &err) : NULL;
+         if (!w) {
+            fw_metrics_rollback (app->metrics);
+            lua_pushstring (L, err.message);
+            return lua_error (L);
+         }
+         app->workers[app->n++] = w;
+         /* The sequences live in "<dlq>_sequences" on a server (event_park.c
+          * reaches it through the stream's client): nothing to fake yet. */
+         if (fw_stream_worker_sequenced (w)) {
+            fw_metrics_rollback (app->metrics);
+            lua_pushfstring (L,
+                             "%s: stream \"%s\": sequenced DLQs are not supported by "
+                             "flowwarden.testing yet (dlq.sequenced = true; see "
+                             "docs/testing-scripts.md)",
+                             path, w->cfg.name);
+            return lua_error (L);
+         }
+      }
+   }
+   fw_metrics_commit (app->metrics);
+   for (int i = 0; i < app->n; i++) {
+      fw_stream_worker_t *w = app->workers[i];
+      fw_stream_worker_set_metrics (w, app->metrics);
+      w->hooks = &app->hooks;
+      w->dlq = app->store;
+      /* Jitter off under test unless asked, and then from a fixed seed. */
+      w->cfg.retry.jitter = w->cfg.retry.jitter && jitter;
+      w->rng = (uint64_t) seed + (uint64_t) i;
+      fw_state_store_set_clock (w->state, state_clock, app);
+   }
+   lua_pushvalue (L, app_idx);
+   return 1;
+}
+
+static int
+core_streams (lua_State *L)
+{
+   fw_test_app_t *app = check_app (L, 1);
+   lua_createtable (L, app->n, 0);
+   for (int i = 0; i < app->n; i++) {
+      const fw_stream_config_t *cfg = &app->workers[i]->cfg;
+      lua_createtable (L, 0, 3);
+      lua_pushstring (L, cfg->name);
+      lua_setfield (L, -2, "name");
+      lua_pushstring (L, cfg->database);
+      lua_setfield (L, -2, "database");
+      lua_pushstring (L, cfg->collection); /* NULL: the whole database (nil) */
+      lua_setfield (L, -2, "collection");
+      lua_rawseti (L, -2, i + 1);
+   }
+   return 1;
+}
+
+/* Pushes one tab-separated record as a table with the given field names;
+ * an "attempt" field becomes an integer. */
+static void
+push_record (lua_State *L, const char *line, const char *const *names, int n)
+{
+   const char *p = line;
+   lua_createtable (L, 0, n);
+   for (int i = 0; i < n; i++) {
+      const char *tab = i + 1 < n ? strchr (p, '\t') : NULL;
+      size_t len = tab ? (size_t) (tab - p) : strlen (p);
+      if (strcmp (names[i], "attempt") == 0) {
+         lua_pushinteger (L, strtol (p, NULL, 10));
+      } else {
+         lua_pushlstring (L, p, len);
+      }
+      lua_setfield (L, -2, names[i]);
+      if (!tab) {
+         break;
+      }
+      p = tab + 1;
+   }
+}
+
+/* Fills the fields every result has: attempts, delays, errors, logs. */
+static void
+push_capture_fields (lua_State *L, int t, const fw_test_capture_t *c)
+{
+   static const char *const error_names[] = {"attempt", "type", "message", "action", "traceback"};
+   static const char *const log_names[] = {"level", "stream", "message"};
+
+   lua_createtable (L, (int) c->n_delays, 0);
+   for (size_t i = 0; i < c->n_delays; i++) {
+      lua_pushnumber (L, (lua_Number) c->delays[i] / 1000.0);
+      lua_rawseti (L, -2, (lua_Integer) i + 1);
+   }
+   lua_setfield (L, t, "delays");
+   lua_createtable (L, (int) c->n_errors, 0);
+   for (size_t i = 0; i < c->n_errors; i++) {
+      push_record (L, c->errors[i], error_names, 5);
+      lua_rawseti (L, -2, (lua_Integer) i + 1);
+   }
+   lua_setfield (L, t, "errors");
+   lua_createtable (L, (int) c->n_logs, 0);
+   for (size_t i = 0; i < c->n_logs; i++) {
+      push_record (L, c->logs[i], log_names, 3);
+      lua_rawseti (L, -2, (lua_Integer) i + 1);
+   }
+   lua_setfield (L, t, "logs");
+}
+
+/* Converts the table at idx (an event built by fwt.insert ...) into *out,
+ * owned by the capture. */
+static void
+event_arg (lua_State *L, int idx, const char *call, bson_t **out)
+{
+   fw_error_t err;
+
+   if (!lua_istable (L, idx)) {
+      luaL_error (L,
+                  "%s: event must be a table (build one with fwt.insert, fwt.update, fwt.replace "
+                  "or fwt.delete), got %s",
+                  call, luaL_typename (L, idx));
+   }
+   if (!(*out = bson_new ())) {
+      luaL_error (L, "not enough memory");
+   }
+   if (!fw_bson_lua_to_bson (L, idx, "event", *out, &err)) {
+      luaL_error (L, "%s: %s", call, err.message);
+   }
+}
+
+static void
+begin_capture (fw_test_app_t *app, capture_ud_t *u)
+{
+   bson_t junk;
+   app->capture = &u->c;
+   fw_log_set_sink (log_sink, app);
+   fw_dlq_store_memory_take_last (app->store, &junk);
+   bson_destroy (&junk);
+}
+
+static void
+end_capture (fw_test_app_t *app)
+{
+   fw_log_set_sink (NULL, NULL);
+   app->capture = NULL;
+}
+
+/* core.deliver(app, stream, event) */
+static int
+core_deliver (lua_State *L)
+{
+   fw_test_app_t *app = check_app (L, 1);
+   fw_stream_worker_t *w = find_worker (L, app, "deliver", luaL_checkstring (L, 2));
+   capture_ud_t *u;
+   fw_stream_stats_t before, after;
+   fw_dispatch_result_t r;
+   fw_event_t ev;
+   fw_error_t err;
+   const char *outcome;
+   char id[1024] = "";
+   bool parsed;
+   int t;
+
+   u = push_capture (L);
+   event_arg (L, 3, "deliver", &u->event);
+   memset (&ev, 0, sizeof ev);
+   parsed = fw_event_parse (u->event, &ev, &err);
+   if (!parsed && !fw_event_has (&ev, FW_EV_ID)) {
+      return luaL_error (L, "deliver: the event is not a change event: %s", err.message);
+   }
+   fw_event_id (&ev, id, sizeof id);
+   fw_stream_worker_stats (w, &before);
+   w->dispatch.attempt = 0;
+   begin_capture (app, u);
+   r = parsed ? fw_event_dispatch (w, &ev) : fw_event_dispatch_unreadable (w, &ev, err.message);
+   end_capture (app);
+   fw_stream_worker_stats (w, &after);
+   u->entry = bson_new ();
+   if (!fw_dlq_store_memory_take_last (app->store, u->entry)) {
+      bson_destroy (u->entry);
+      u->entry = NULL;
+   }
+
+   if (r == FW_DISPATCH_NO_DLQ) {
+      outcome = "stopped"; /* an unreadable event and no DLQ: run would stop the stream */
+   } else if (r == FW_DISPATCH_STOPPED) {
+      outcome = "stopped";
+   } else if (after.parked > before.parked) {
+      outcome = "parked"; /* behind an open sequence (unreachable while load refuses them) */
+   } else if (after.dead_lettered > before.dead_lettered) {
+      outcome = "dlq";
+   } else if (after.lost > before.lost) {
+      outcome = "lost";
+   } else if (after.skipped > before.skipped) {
+      outcome = "skipped";
+   } else if (after.handled > before.handled) {
+      outcome = "handled";
+   } else {
+      outcome = "no_handler"; /* the script has no handler for this operation type */
+   }
+
+   lua_createtable (L, 0, 8);
+   t = lua_gettop (L);
+   lua_pushstring (L, outcome);
+   lua_setfield (L, t, "outcome");
+   /* Attempts made: none when no handler ran (no handler, or unreadable). */
+   lua_pushinteger (L, !parsed || strcmp (outcome, "no_handler") == 0 ? 0 : w->dispatch.attempt);
+   lua_setfield (L, t, "attempts");
+   lua_pushstring (L, id);
+   lua_setfield (L, t, "event_id");
+   push_capture_fields (L, t, &u->c);
+   if (u->entry) {
+      if (!fw_bson_lua_push_document (L, u->entry, "dlq_entry", &err)) {
+         return luaL_error (L, "deliver: %s", err.message);
+      }
+      lua_setfield (L, t, "dlq_entry");
+   }
+   return 1;
+}
+
+/* --- replaying a dead letter --------------------------------------------------- */
+
+typedef struct {
+   fw_stream_worker_t *w;
+   const fw_replay_hook_t *hook;
+   bool evict;
+   bson_t *diagnostics;
+   bool diag_ok;
+   fw_error_t err;
+} policy_t;
+
+/* Protected, in the script's state: flowwarden.dlq.decide(spec, letter, err),
+ * as dlq_replay.c's enqueue policy step. */
+static int
+ppolicy (lua_State *L)
+{
+   policy_t *a = lua_touserdata (L, 1);
+   const char *action;
+
+   lua_getglobal (L, "require");
+   lua_pushliteral (L, "flowwarden.dlq");
+   lua_call (L, 1, 1);
+   lua_getfield (L, -1, "decide");
+   lua_rawgeti (L, LUA_REGISTRYINDEX, a->w->spec_ref);
+   fw_event_ctx_push_dead_letter (L, &a->w->dispatch);
+   lua_createtable (L, 0, 2);
+   lua_pushstring (L, a->hook->error_type);
+   lua_setfield (L, -2, "type");
+   lua_pushstring (L, a->hook->error_message);
+   lua_setfield (L, -2, "message");
+   lua_call (L, 3, 2);
+   action = lua_tostring (L, -2);
+   a->evict = action && strcmp (action, "evict") == 0;
+   if (lua_istable (L, -1)) {
+      a->diag_ok = fw_bson_lua_to_bson (L, lua_gettop (L), "diagnostics", a->diagnostics, &a->err);
+   }
+   return 0;
+}
+
+static void
+run_policy (fw_stream_worker_t *w, const fw_replay_hook_t *hook, policy_t *a)
+{
+   lua_State *L = fw_lua_host_state (w->host);
+   int top = lua_gettop (L);
+   fw_lua_stop_t stop;
+
+   a->w = w;
+   a->hook = hook;
+   a->diag_ok = true;
+   lua_pushcfunction (L, ppolicy);
+   lua_pushlightuserdata (L, a);
+   if (!fw_lua_host_call (w->host, 1, 0, w->cfg.timeout_ms, &stop)) {
+      const char *msg = NULL;
+      if (lua_istable (L, -1) && lua_getfield (L, -1, "value") == LUA_TSTRING) {
+         msg = lua_tostring (L, -1);
+      }
+      fw_log (FW_LOG_ERROR, w->cfg.name, "dlq.enqueue_policy failed (%s); the entry is requeued",
+              stop == FW_LUA_STOP_TIMEOUT ? "it exceeded the stream's timeout"
+              : msg                       ? msg
+                                          : "no message");
+      a->evict = false;
+      bson_reinit (a->diagnostics);
+   } else if (!a->diag_ok) {
+      fw_log (FW_LOG_ERROR, w->cfg.name,
+              "dlq.enqueue_policy: diagnostics cannot be stored (%s); they are left as they were",
+              a->err.message);
+      bson_reinit (a->diagnostics);
+   }
+   lua_settop (L, top);
+}
+
+/* core.replay_one(app, stream, event, letter, no_retry) */
+static int
+core_replay_one (lua_State *L)
+{
+   static const char *const results[] = {"no_handler", "ok", "skipped", "failed"};
+   fw_test_app_t *app = check_app (L, 1);
+   fw_stream_worker_t *w = find_worker (L, app, "replay_dlq", luaL_checkstring (L, 2));
+   fw_replay_hook_t hook = {0};
+   policy_t policy = {0};
+   capture_ud_t *u;
+   fw_dispatch_result_t r;
+   fw_event_t ev;
+   fw_error_t err;
+   int t;
+
+   u = push_capture (L);
+   event_arg (L, 3, "replay_dlq", &u->event);
+   luaL_checktype (L, 4, LUA_TTABLE);
+   if (!(u->letter = bson_new ()) || !(u->diagnostics = bson_new ())) {
+      return luaL_error (L, "not enough memory");
+   }
+   if (!fw_bson_lua_to_bson (L, 4, "letter", u->letter, &err)) {
+      return luaL_error (L, "replay_dlq: %s", err.message);
+   }
+   if (!fw_event_parse (u->event, &ev, &err)) {
+      lua_createtable (L, 0, 2);
+      lua_pushliteral (L, "invalid");
+      lua_setfield (L, -2, "result");
+      lua_pushstring (L, err.message);
+      lua_setfield (L, -2, "why");
+      return 1;
+   }
+   hook.no_retry = lua_toboolean (L, 5);
+   hook.result = FW_REPLAYED_NO_HANDLER;
+   w->replay = &hook;
+   w->dispatch.dead_letter = u->letter;
+   begin_capture (app, u);
+   r = fw_event_dispatch (w, &ev);
+   if (r != FW_DISPATCH_STOPPED && hook.result == FW_REPLAYED_FAILED) {
+      policy.diagnostics = u->diagnostics;
+      run_policy (w, &hook, &policy);
+   }
+   end_capture (app);
+   w->dispatch.dead_letter = NULL;
+   w->replay = NULL;
+
+   lua_createtable (L, 0, 8);
+   t = lua_gettop (L);
+   lua_pushstring (L, r == FW_DISPATCH_STOPPED ? "stopped"
+                      : (unsigned) hook.result < 4 ? results[hook.result]
+                                                   : "failed");
+   lua_setfield (L, t, "result");
+   lua_pushinteger (L, hook.attempts);
+   lua_setfield (L, t, "attempts");
+   if (hook.result == FW_REPLAYED_FAILED) {
+      lua_createtable (L, 0, 2);
+      lua_pushstring (L, hook.error_type);
+      lua_setfield (L, -2, "type");
+      lua_pushstring (L, hook.error_message);
+      lua_setfield (L, -2, "message");
+      lua_setfield (L, t, "error");
+      lua_pushboolean (L, policy.evict);
+      lua_setfield (L, t, "evict");
+      if (!fw_bson_lua_push_document (L, u->diagnostics, "diagnostics", &err)) {
+         return luaL_error (L, "replay_dlq: %s", err.message);
+      }
+      lua_setfield (L, t, "diagnostics");
+   }
+   push_capture_fields (L, t, &u->c);
+   return 1;
+}
+
+/* --- the clock, the DLQ, the metrics ------------------------------------------ */
+
+static int
+core_now (lua_State *L)
+{
+   lua_pushinteger (L, check_app (L, 1)->now_ms);
+   return 1;
+}
+
+static int
+core_advance (lua_State *L)
+{
+   fw_test_app_t *app = check_app (L, 1);
+   lua_Integer ms = luaL_checkinteger (L, 2);
+   luaL_argcheck (L, ms >= 0, 2, "the clock only moves forward");
+   app->now_ms += ms;
+   lua_pushinteger (L, app->now_ms);
+   return 1;
+}
+
+static int
+core_dlq_entries (lua_State *L)
+{
+   fw_test_app_t *app = check_app (L, 1);
+   const char *stream = luaL_optstring (L, 2, NULL);
+   capture_ud_t *u = push_capture (L); /* owns the array while it is pushed */
+   fw_error_t err;
+
+   if (!(u->entry = bson_new ()) || !app->store->find_by_stream (app->store, stream, u->entry, &err)) {
+      return luaL_error (L, "dlq: cannot read the in-memory DLQ");
+   }
+   if (!fw_bson_lua_push_array (L, u->entry, "dlq", &err)) {
+      return luaL_error (L, "dlq: %s", err.message);
+   }
+   return 1;
+}
+
+static int
+core_dlq_put (lua_State *L)
+{
+   fw_test_app_t *app = check_app (L, 1);
+   capture_ud_t *u = push_capture (L);
+   fw_error_t err;
+
+   luaL_checktype (L, 2, LUA_TTABLE);
+   if (!(u->entry = bson_new ()) || !fw_bson_lua_to_bson (L, 2, "entry", u->entry, &err) ||
+       !fw_dlq_store_memory_put (app->store, u->entry, &err)) {
+      return luaL_error (L, "dlq: %s", u->entry ? err.message : "not enough memory");
+   }
+   return 0;
+}
+
+static int
+core_metrics_text (lua_State *L)
+{
+   fw_test_app_t *app = check_app (L, 1);
+   capture_ud_t *u = push_capture (L); /* owns the text while it is pushed */
+   size_t len;
+   char *text = fw_metrics_render (app->metrics, &len);
+
+   if (!fw_test_capture_add (&u->c.logs, &u->c.n_logs, &u->c.cap_logs, text)) {
+      return luaL_error (L, "metrics: out of memory");
+   }
+   lua_pushlstring (L, text, len);
+   return 1;
+}
+
+int
+fw_test_app_open (lua_State *L)
+{
+   static const luaL_Reg fns[] = {{"load", core_load},
+                                  {"streams", core_streams},
+                                  {"deliver", core_deliver},
+                                  {"replay_one", core_replay_one},
+                                  {"now", core_now},
+                                  {"advance", core_advance},
+                                  {"dlq_entries", core_dlq_entries},
+                                  {"dlq_put", core_dlq_put},
+                                  {"metrics_text", core_metrics_text},
+                                  {"events_from", fw_test_events_from},
+                                  {NULL, NULL}};
+
+   luaL_newmetatable (L, APP_MT);
+   lua_pushcfunction (L, app_gc);
+   lua_setfield (L, -2, "__gc");
+   luaL_newmetatable (L, CAPTURE_MT);
+   lua_pushcfunction (L, capture_gc);
+   lua_setfield (L, -2, "__gc");
+   lua_pop (L, 2);
+   luaL_newlib (L, fns);
+   return 1;
+}
