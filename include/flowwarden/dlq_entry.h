@@ -24,7 +24,7 @@
 
 typedef struct {
    const char *stream_name;
-   const char *error_type;
+   const char *error_type;      /* NULL: parked behind its sequence, no error (issue 14) */
    const char *error_message;
    const char *stack_trace;     /* may be NULL */
    int attempts;
@@ -37,6 +37,8 @@ typedef struct {
    const bson_t *raw_event;     /* an event the runtime could not read: stored whole as
                                  * rawEvent (a document, or binary when it is not valid
                                  * BSON; left out when the entry must be slimmed) */
+   const char *sequence_id;     /* a sequenced DLQ: sequenceId, or NULL */
+   int64_t sequence_index;      /* sequenceIndex, with sequence_id */
 } fw_dlq_failure_t;
 
 /* Keeps the last FW_DLQ_HISTORY_MAX items of an entry's history. */

@@ -96,6 +96,47 @@ void fw_dlq_replay_unbind (fw_stream_worker_t *w);
  */
 void fw_dlq_reprocess_tick (fw_stream_worker_t *w);
 
+/* --- a sequenced DLQ (issue 14; dlq_sequence.h) ------------------------------ */
+
+/* The sequences collection beside fw_dlq_replay_collection's DLQ. */
+mongoc_collection_t *fw_dlq_replay_sequences_collection (fw_stream_worker_t *w,
+                                                         fw_error_t *error);
+
+/* Called for every entry a sequence replay ran (entry: as read before). */
+typedef void (*fw_replay_report_fn) (void *ud, const bson_t *entry, const fw_replay_result_t *r);
+
+typedef enum {
+   FW_SEQ_REPLAY_NONE,   /* the entry is in no sequence: replayed alone */
+   FW_SEQ_REPLAY_CLOSED, /* every entry resolved (or evicted): the sequence is closed */
+   FW_SEQ_REPLAY_OPEN,   /* stopped at an entry that failed again (it stays head), a stop
+                          * request, a dry run, or a live event still being parked */
+   FW_SEQ_REPLAY_BEHIND, /* the entry is not its sequence's head: not touched */
+   FW_SEQ_REPLAY_ERROR   /* the server failed us: error says how */
+} fw_seq_replay_t;
+
+/*
+ * Replays sequence seq of w's stream: its waiting entries by sequenceIndex,
+ * each through fw_dlq_replay_entry and then report. The first entry that
+ * is not resolved, skipped or evicted stops it. When none is left it closes
+ * the sequence (conditional on no live event having joined it since it read
+ * the entries; if one has, it replays that one too) and removes it from the
+ * stream's open sequences.
+ */
+fw_seq_replay_t fw_dlq_replay_sequence (fw_stream_worker_t *w, mongoc_collection_t *dlq,
+                                        const char *seq, const fw_replay_options_t *opts,
+                                        fw_replay_report_fn report, void *ud, fw_error_t *error);
+
+/* Replays entry as a selection does: alone when it has no sequenceId, its
+ * whole sequence when it is the head (the lowest waiting sequenceIndex), and
+ * nothing (FW_SEQ_REPLAY_BEHIND) when an earlier entry of its sequence waits. */
+fw_seq_replay_t fw_dlq_replay_select (fw_stream_worker_t *w, mongoc_collection_t *dlq,
+                                      const bson_t *entry, const fw_replay_options_t *opts,
+                                      fw_replay_report_fn report, void *ud, fw_error_t *error);
+
+/* Whether entry is the head of its sequence (true for an entry in none). */
+bool fw_dlq_replay_is_head (mongoc_collection_t *dlq, const bson_t *entry, bool *head,
+                            fw_error_t *error);
+
 /* "resolved", "requeued", ...: the status as the summary names it. */
 const char *fw_dlq_replay_status_name (fw_replay_status_t status);
 

@@ -55,6 +55,7 @@ typedef enum {
    FW_METRICS_OUTCOME_SKIPPED,/* on_error returned fw.SKIP */
    FW_METRICS_OUTCOME_DLQ,    /* stored in the dead-letter queue */
    FW_METRICS_OUTCOME_LOST,   /* given up without a DLQ, or unreadable */
+   FW_METRICS_OUTCOME_PARKED, /* parked behind an open DLQ sequence (dlq.sequenced) */
    FW_METRICS_OUTCOME_COUNT,
    FW_METRICS_OUTCOME_NONE = FW_METRICS_OUTCOME_COUNT /* no handler for it */
 } fw_metrics_outcome_t;

@@ -26,6 +26,10 @@ typedef struct {
    int write_concern_w;
    char *connection;                /* fw.connection name, NULL: the run URI */
    char *database;                  /* NULL: the stream's database */
+   bool sequenced;                  /* seed 004's sequenced DLQ (dlq_sequence.h) */
+   int64_t max_sequences;           /* open sequences at most (1024) */
+   int64_t max_sequence_size;       /* entries of one open sequence at most (1024) */
+   bool memory;                     /* store = "memory": in the process, lost at exit */
 } fw_dlq_config_t;
 
 typedef struct {
@@ -43,6 +47,7 @@ typedef struct {
    int save_every;
    int64_t save_interval_ms;
    int64_t idle_heartbeat_ms;
+   bool checkpoint_sync;            /* checkpoint.mode = "sync": written on the handler's path */
    bool start_latest;               /* start_position = "latest" */
    bool resume_from_now;            /* on_history_lost = "resume_from_now" */
    fw_backoff_t restart;

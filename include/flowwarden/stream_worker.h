@@ -26,6 +26,7 @@ typedef struct {
    uint64_t dead_lettered;
    uint64_t skipped;        /* on_error returned fw.SKIP */
    uint64_t lost;           /* failed for good with no DLQ: logged at error level */
+   uint64_t parked;         /* stored behind an open DLQ sequence (dlq.sequenced) */
    bool failed;             /* the stream stopped on a terminal error */
 } fw_stream_stats_t;
 
@@ -93,6 +94,9 @@ void fw_stream_worker_control (fw_stream_worker_t *w, fw_stream_action_t action)
 
 /* The stream's name; valid for the worker's life. */
 const char *fw_stream_worker_name (const fw_stream_worker_t *w);
+
+/* The stream has a sequenced DLQ (dlq.sequenced, issue 14). */
+bool fw_stream_worker_sequenced (const fw_stream_worker_t *w);
 
 /* Starts the thread. A worker whose thread ended (a stream stopped on an
  * error) and was joined may be started again: it begins anew from its

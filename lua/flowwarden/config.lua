@@ -55,7 +55,8 @@ THE EFFECTIVE CONFIGURATION (every field always present unless "| nil"):
     oversize_threshold_bytes = 16711680,      -- 16 MiB - 64 KiB
     checkpoint = { save_every = 1, save_interval_ms = 5000,
                    idle_heartbeat_ms = 300000, start_position = "resume",
-                   on_history_lost = "fail" },  -- | "latest", | "resume_from_now"
+                   on_history_lost = "fail",    -- | "latest", | "resume_from_now"
+                   mode = "async" },            -- | "sync"
     restart = { max_attempts = 0 (0 = unlimited), initial_delay_ms = 1000,
                 max_delay_ms = 60000, multiplier = 2.0, jitter = false },
     retry = { enabled = true | false,         -- false: no retry policy declared,
@@ -72,7 +73,11 @@ THE EFFECTIVE CONFIGURATION (every field always present unless "| nil"):
                   connection = "audit" | nil,         -- nil: the run URI
                   enqueue_policy = f | nil,           -- f(letter, err), see flowwarden.dlq
                   reprocess = nil | { every_ms = 600000 | nil, cron = "*/15 * * * *" | nil,
-                                      batch_size = 100, max_attempts = 5 } },
+                                      batch_size = 100, max_attempts = 5 },
+                  sequenced = false,                  -- seed 004's sequenced DLQ (issue 14)
+                  store = "mongo" | "memory",         -- memory: kept in the process (issue 15)
+                  sequence_key = f | nil,             -- f(ctx); nil: the documentKey
+                  max_sequences = 1024, max_sequence_size = 1024 },
     dlq_fallback = nil | { <spec.dlq of the first stream declaring a dlq>,
                            database = "shop", stream = "order-watcher" },
                                               -- only on streams without a dlq, when
@@ -109,7 +114,7 @@ M.SEED = {
   full_document_before_change = "off",
   checkpoint = {
     save_every = 1, save_interval_ms = 5000, idle_heartbeat_ms = 300000,
-    start_position = "resume", on_history_lost = "fail",
+    start_position = "resume", on_history_lost = "fail", mode = "async",
   },
   restart = {
     max_attempts = 0, initial_delay_ms = 1000, max_delay_ms = 60000,
@@ -128,6 +133,9 @@ M.SEED = {
     enabled = true, collection = "_fw_dlq", ttl_days = 30,
     include_original_document = true, include_stack_trace = true,
     write_concern = "majority",
+    -- Seed 004's SequencedDeadLetterQueue defaults.
+    sequenced = false, max_sequences = 1024, max_sequence_size = 1024,
+    store = "mongo",  -- | "memory": seed 004's in-memory variant, for tests only
   },
   timeout_ms = 30000,
   memory_limit_bytes = 256 * 1024 * 1024,
@@ -487,6 +495,10 @@ local function validate_stream(decl, defaults, opts, seen_names)
         .. "uri = ... } or omit it to use the run URI)", repr(dlq.connection), repr(dlq.connection))
     elseif dlq.connection == "default" then
       dlq.connection = nil
+    end
+    if dlq.enabled and dlq.sequenced and dlq.store == "memory" then
+      ctx:fail("dlq.store", 'the in-memory store keeps no sequences: a sequenced DLQ (sequenced = '
+        .. 'true) needs store = "mongo"')
     end
     if dlq.enabled then
       dlq.enabled = nil

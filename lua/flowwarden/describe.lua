@@ -121,6 +121,7 @@ function M.stream(spec)
   add("checkpoint.idle_heartbeat", ms(c.idle_heartbeat_ms))
   add("checkpoint.start_position", c.start_position)
   add("checkpoint.on_history_lost", c.on_history_lost)
+  add("checkpoint.mode", c.mode)
 
   local r = spec.restart
   add("restart.max_attempts", r.max_attempts == 0 and "0 (unlimited)" or tostring(r.max_attempts))
@@ -159,8 +160,17 @@ function M.stream(spec)
     add("dlq.include_stack_trace", tostring(d.include_stack_trace))
     add("dlq.write_concern", tostring(d.write_concern))
     add("dlq.connection", d.connection or "default")
+    if d.store == "memory" then
+      add("dlq.store", "memory (entries are kept in the process and lost when it exits: for tests, "
+        .. "not for production)")
+    end
     if d.enqueue_policy then
       add("dlq.enqueue_policy", "declared")
+    end
+    if d.sequenced then
+      add("dlq.sequenced", string.format("true (key: %s; max_sequences %d, max_sequence_size %d)",
+        d.sequence_key and "dlq.sequence_key" or "the documentKey", d.max_sequences,
+        d.max_sequence_size))
     end
     local r = d.reprocess
     if r then

@@ -95,6 +95,28 @@ function M.decide(spec, c, attempt, ok, value, stopped)
            traceback = c.traceback or "" }
 end
 
+-- Sequenced DLQ (issue 14): the event's sequence key from the stream's
+-- dlq.sequence_key(ctx). A key function that raises, or returns nil, fails
+-- the attempt with a message naming it (the error keeps its type); the host
+-- turns the returned value into the sequence id.
+function M.sequence_key(spec, ctx)
+  local ok, v = pcall(spec.dlq.sequence_key, ctx)
+  local e
+  if not ok then
+    local c = errors.classify(v)
+    e = errors.new(c.type, "dlq.sequence_key failed: " .. c.message)
+    e.where = c.where
+  elseif v == nil then
+    e = errors.new(errors.NIL_ERROR, "dlq.sequence_key returned nil for this event (return "
+      .. "the key of its sequence, e.g. ctx:full_document().customer_id)")
+    e.where = nil
+  end
+  if e then
+    error(e, 0)
+  end
+  return v
+end
+
 -- All three steps in one call: on_error runs under the caller's budget.
 function M.on_failure(spec, failure, ctx, attempt, stopped)
   local c, err = M.classify(spec, failure, stopped)

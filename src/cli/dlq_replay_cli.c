@@ -32,7 +32,8 @@ static const char replay_help[] =
    "                             [--claim-ttl DUR] [--uri URI]\n\n"
    "Runs SCRIPT's current handler for each selected entry, oldest clusterTime first, with\n"
    "the stream's retry policy and budgets. A success marks the entry RESOLVED; a failure\n"
-   "goes to dlq.enqueue_policy (default: back to PENDING).\n\n"
+   "goes to dlq.enqueue_policy (default: back to PENDING). On a sequenced DLQ the filters\n"
+   "select sequences by their head entry, and a sequence is replayed whole, in order.\n\n"
    "  --stream NAME        entries of this stream only\n"
    "  --status S[,S]       default PENDING,REPROCESSING (claims that expired); entries\n"
    "                       claimed by a running replay are never selected\n"
@@ -41,6 +42,8 @@ static const char replay_help[] =
    "  --id ID              this entry (repeatable)\n"
    "  --limit N            at most N entries\n"
    "  --filter JSON        an Extended JSON query ANDed with the rest\n"
+   "  --sequence ID        a sequenced DLQ: this sequence (its id as `dlq list` shows it)\n"
+   "  --any                a sequenced DLQ: the oldest open sequence\n"
    "  --dry-run            list what would run; change nothing\n"
    "  --rate N             at most N entries per second (N > 0)\n"
    "  --no-retry           one attempt per entry, whatever the retry policy says\n"
@@ -97,6 +100,8 @@ typedef struct {
    fw_dlq_filter_t filter;
    const char *script;
    const char *uri;
+   const char *sequence; /* --sequence ID */
+   bool any;             /* --any */
    bool dry_run, no_retry, json;
    double rate;
    int64_t claim_ttl_ms;
@@ -116,6 +121,7 @@ parse (int argc, char **argv, options_t *o)
       {"no-retry", no_argument, NULL, 'R'},       {"claim-ttl", required_argument, NULL, 't'},
       {"uri", required_argument, NULL, 'u'},      {"log-level", required_argument, NULL, 'l'},
       {"log-format", required_argument, NULL, 'F'}, {"help", no_argument, NULL, 'h'},
+      {"sequence", required_argument, NULL, 'q'}, {"any", no_argument, NULL, 'A'},
       {NULL, 0, NULL, 0}};
    int64_t now = now_ms ();
    fw_error_t err;
@@ -142,6 +148,16 @@ parse (int argc, char **argv, options_t *o)
          break;
       case 'd':
          o->dry_run = true;
+         break;
+      case 'q':
+         if (!*optarg) {
+            return usage ("--sequence: expected a sequence id such as '\"k1\"', got \"%s\"",
+                          optarg);
+         }
+         o->sequence = optarg;
+         break;
+      case 'A':
+         o->any = true;
          break;
       case 'r':
          o->rate = strtod (optarg, &end);
@@ -188,6 +204,9 @@ parse (int argc, char **argv, options_t *o)
    }
    if (optind + 1 < argc) {
       return usage ("unexpected argument \"%s\"", argv[optind + 1]);
+   }
+   if (o->any && o->sequence) {
+      return usage ("%s", "--any and --sequence select sequences in two different ways: use one");
    }
    o->script = argv[optind];
    return -1;
@@ -376,6 +395,7 @@ close_session (session_t *s)
 typedef struct {
    int worker;
    bson_value_t id;
+   char *seq;           /* sequenceId, or NULL */
    uint32_t ct_t, ct_i; /* clusterTime; 0 when absent (sorts first) */
    int64_t created;
 } candidate_t;
@@ -424,6 +444,14 @@ select_entries (session_t *s, const options_t *o, candidate_t **out, size_t *n_o
       BSON_APPEND_DOCUMENT (&and, "0", &base);
       BSON_APPEND_DOCUMENT_BEGIN (&and, "1", &part);
       BSON_APPEND_UTF8 (&part, "streamName", fw_stream_worker_name (s->workers[i]));
+      if (o->sequence) {
+         BSON_APPEND_UTF8 (&part, "sequenceId", o->sequence);
+      } else if (o->any) {
+         bson_t exists;
+         BSON_APPEND_DOCUMENT_BEGIN (&part, "sequenceId", &exists);
+         BSON_APPEND_BOOL (&exists, "$exists", true);
+         bson_append_document_end (&part, &exists);
+      }
       bson_append_document_end (&and, &part);
       {
          bson_t or, alt, cond;
@@ -451,6 +479,7 @@ select_entries (session_t *s, const options_t *o, candidate_t **out, size_t *n_o
       BSON_APPEND_DOCUMENT_BEGIN (&opts, "projection", &proj);
       BSON_APPEND_INT32 (&proj, "clusterTime", 1);
       BSON_APPEND_INT32 (&proj, "createdAt", 1);
+      BSON_APPEND_INT32 (&proj, "sequenceId", 1);
       bson_append_document_end (&opts, &proj);
       if (o->filter.limit > 0) {
          BSON_APPEND_INT64 (&opts, "limit", o->filter.limit);
@@ -477,6 +506,12 @@ select_entries (session_t *s, const options_t *o, candidate_t **out, size_t *n_o
          if (bson_iter_init_find (&it, doc, "createdAt") && BSON_ITER_HOLDS_DATE_TIME (&it)) {
             list[n].created = bson_iter_date_time (&it);
          }
+         if (bson_iter_init_find (&it, doc, "sequenceId") && BSON_ITER_HOLDS_UTF8 (&it) &&
+             !(list[n].seq = strdup (bson_iter_utf8 (&it, NULL)))) {
+            bson_value_destroy (&list[n].id);
+            ok = false;
+            break;
+         }
          n++;
       }
       if (mongoc_cursor_error (cur, &berr)) {
@@ -493,9 +528,19 @@ select_entries (session_t *s, const options_t *o, candidate_t **out, size_t *n_o
    if (n > 1) {
       qsort (list, n, sizeof *list, by_cluster_time);
    }
+   /* --any: the oldest open sequence (Axon's processAny()), by its oldest
+    * waiting entry. */
+   if (o->any && n > 1) {
+      for (size_t i = 1; i < n; i++) {
+         bson_value_destroy (&list[i].id);
+         free (list[i].seq);
+      }
+      n = 1;
+   }
    if (o->filter.limit > 0 && (int64_t) n > o->filter.limit) {
       for (size_t i = (size_t) o->filter.limit; i < n; i++) {
          bson_value_destroy (&list[i].id);
+         free (list[i].seq);
       }
       n = (size_t) o->filter.limit;
    }
@@ -544,6 +589,60 @@ id_text (const bson_value_t *id, char *buf, size_t len)
 
 /* --- the verb ---------------------------------------------------------------- */
 
+typedef struct {
+   fw_stream_worker_t *w;
+   int *counts;
+   size_t done, failed, total;
+   bool tty;
+   int64_t t0;
+} progress_t;
+
+/* One line per replayed entry (alone, or as part of its sequence). */
+static void
+print_result (void *ud, const bson_t *entry, const fw_replay_result_t *r)
+{
+   progress_t *pr = ud;
+   bson_iter_t it;
+   char id[200] = "(no _id)";
+
+   if (bson_iter_init_find (&it, entry, "_id")) {
+      id_text (bson_iter_value (&it), id, sizeof id);
+   }
+   pr->counts[r->status]++;
+   pr->done++;
+   if (r->status != FW_REPLAY_RESOLVED && r->status != FW_REPLAY_SKIPPED &&
+       r->status != FW_REPLAY_WOULD_RUN && r->status != FW_REPLAY_BUSY) {
+      pr->failed++;
+   }
+   if (pr->tty) {
+      fputs ("\r\033[K", stderr);
+   }
+   printf ("%s [%s]: %s%s%s%s\n", id, fw_stream_worker_name (pr->w), r->what,
+           r->notes[0] ? " (" : "", r->notes, r->notes[0] ? ")" : "");
+   fflush (stdout);
+   if (pr->tty) {
+      double secs = (double) (mono_ms () - pr->t0) / 1000.0;
+      fprintf (stderr, "replay: %zu/%zu done, %.1f/s, %zu failed", pr->done,
+               pr->done > pr->total ? pr->done : pr->total,
+               secs > 0 ? (double) pr->done / secs : 0.0, pr->failed);
+      fflush (stderr);
+   }
+}
+
+/* What became of a sequence, after its entries' lines. */
+static void
+print_sequence (progress_t *pr, const char *seq, fw_seq_replay_t out, size_t *left_open)
+{
+   if (out == FW_SEQ_REPLAY_CLOSED) {
+      printf ("sequence %s [%s]: resolved and closed\n", seq, fw_stream_worker_name (pr->w));
+   } else if (out == FW_SEQ_REPLAY_OPEN) {
+      (*left_open)++;
+      printf ("sequence %s [%s]: left open%s\n", seq, fw_stream_worker_name (pr->w),
+              pr->counts[FW_REPLAY_WOULD_RUN] ? " (dry run)" : "");
+   }
+   fflush (stdout);
+}
+
 int
 fw_dlq_replay_main (int argc, char **argv)
 {
@@ -557,7 +656,9 @@ fw_dlq_replay_main (int argc, char **argv)
    bool tty = isatty (STDERR_FILENO);
    int64_t t0;
    int rc;
-   size_t done = 0, failed = 0;
+   progress_t pr = {0};
+   size_t behind = 0, left_open = 0;
+   bool stopped;
 
    memset (&o, 0, sizeof o);
    memset (&s, 0, sizeof s);
@@ -578,6 +679,33 @@ fw_dlq_replay_main (int argc, char **argv)
    fflush (stdout);
 
    t0 = mono_ms ();
+   pr.counts = counts;
+   pr.total = n;
+   pr.tty = tty;
+   pr.t0 = t0;
+   /* --sequence of a sequence whose entries were all resolved or discarded
+    * by hand: nothing to select, but it still closes. */
+   if (o.sequence && n == 0 && !o.dry_run) {
+      for (int i = 0; i < s.n; i++) {
+         mongoc_collection_t *coll = fw_dlq_replay_collection (s.workers[i], NULL);
+         fw_seq_replay_t out;
+         fw_error_t err;
+         pr.w = s.workers[i];
+         if (coll && fw_stream_worker_sequenced (s.workers[i])) {
+            out = fw_dlq_replay_sequence (s.workers[i], coll, o.sequence, &ropts, print_result,
+                                          &pr, &err);
+            if (out == FW_SEQ_REPLAY_ERROR) {
+               fprintf (stderr, "flowwarden dlq replay: %s\n", err.message);
+               pr.failed++;
+            } else if (out == FW_SEQ_REPLAY_CLOSED) {
+               print_sequence (&pr, o.sequence, out, &left_open);
+            }
+         }
+         if (coll) {
+            mongoc_collection_destroy (coll);
+         }
+      }
+   }
    for (size_t i = 0; i < n && !fw_shutdown_requested (&s.stop); i++) {
       candidate_t *c = &list[i];
       fw_stream_worker_t *w = s.workers[c->worker];
@@ -585,8 +713,18 @@ fw_dlq_replay_main (int argc, char **argv)
       bson_t entry;
       char id[200];
 
+      if (c->seq) {
+         /* A sequence runs whole, once: its other entries were in it. */
+         bool seen = false;
+         for (size_t j = 0; j < i && !seen; j++) {
+            seen = list[j].seq && list[j].worker == c->worker && strcmp (list[j].seq, c->seq) == 0;
+         }
+         if (seen) {
+            continue;
+         }
+      }
       if (o.rate > 0) {
-         int64_t due = t0 + (int64_t) llround ((double) i * 1000.0 / o.rate);
+         int64_t due = t0 + (int64_t) llround ((double) pr.done * 1000.0 / o.rate);
          int64_t wait = due - mono_ms ();
          if (wait > 0 && fw_shutdown_wait_ms (&s.stop, wait)) {
             break;
@@ -594,33 +732,35 @@ fw_dlq_replay_main (int argc, char **argv)
       }
       id_text (&c->id, id, sizeof id);
       memset (&r, 0, sizeof r);
+      pr.w = w;
       if (!fetch (&s, c, &entry, r.what, sizeof r.what)) {
+         bson_t stub = BSON_INITIALIZER;
+         BSON_APPEND_VALUE (&stub, "_id", &c->id);
          r.status = strstr (r.what, "no longer") ? FW_REPLAY_BUSY : FW_REPLAY_ERROR;
+         print_result (&pr, &stub, &r);
+         bson_destroy (&stub);
       } else {
          mongoc_collection_t *coll = fw_dlq_replay_collection (w, NULL);
-         fw_dlq_replay_entry (w, coll, &entry, &ropts, &r);
+         fw_error_t err;
+         fw_seq_replay_t out =
+            fw_dlq_replay_select (w, coll, &entry, &ropts, print_result, &pr, &err);
+         if (out == FW_SEQ_REPLAY_ERROR) {
+            r.status = FW_REPLAY_ERROR;
+            snprintf (r.what, sizeof r.what, "%.1000s", err.message);
+            print_result (&pr, &entry, &r);
+         } else if (out == FW_SEQ_REPLAY_BEHIND) {
+            behind++;
+            printf ("%s [%s]: waits behind an earlier entry of sequence %s, which the filters "
+                    "did not select: not touched (replay the sequence with --sequence)\n",
+                    id, fw_stream_worker_name (w), c->seq);
+         } else if (out != FW_SEQ_REPLAY_NONE) {
+            print_sequence (&pr, c->seq, out, &left_open);
+         }
          mongoc_collection_destroy (coll);
          bson_destroy (&entry);
       }
-      counts[r.status]++;
-      done++;
-      if (r.status != FW_REPLAY_RESOLVED && r.status != FW_REPLAY_SKIPPED &&
-          r.status != FW_REPLAY_WOULD_RUN && r.status != FW_REPLAY_BUSY) {
-         failed++;
-      }
-      if (tty) {
-         fputs ("\r\033[K", stderr);
-      }
-      printf ("%s [%s]: %s%s%s%s\n", id, fw_stream_worker_name (w), r.what,
-              r.notes[0] ? " (" : "", r.notes, r.notes[0] ? ")" : "");
-      fflush (stdout);
-      if (tty) {
-         double secs = (double) (mono_ms () - t0) / 1000.0;
-         fprintf (stderr, "replay: %zu/%zu done, %.1f/s, %zu failed", done, n,
-                  secs > 0 ? (double) done / secs : 0.0, failed);
-         fflush (stderr);
-      }
    }
+   stopped = fw_shutdown_requested (&s.stop);
    if (tty) {
       fputs ("\r\033[K", stderr);
    }
@@ -635,11 +775,16 @@ fw_dlq_replay_main (int argc, char **argv)
               counts[FW_REPLAY_UNHANDLED] + counts[FW_REPLAY_INVALID] + counts[FW_REPLAY_ERROR] +
                  counts[FW_REPLAY_STOPPED],
               counts[FW_REPLAY_UNHANDLED], counts[FW_REPLAY_INVALID], counts[FW_REPLAY_BUSY],
-              done < n ? ", stopped before the end" : "");
+              stopped ? ", stopped before the end" : "");
+      if (left_open || behind) {
+         printf ("sequences: %zu left open, %zu entr%s waiting behind an unselected head\n",
+                 left_open, behind, behind == 1 ? "y" : "ies");
+      }
    }
-   rc = failed > 0 || done < n ? 3 : 0;
+   rc = pr.failed > 0 || stopped || (left_open > 0 && !o.dry_run) ? 3 : 0;
    for (size_t i = 0; i < n; i++) {
       bson_value_destroy (&list[i].id);
+      free (list[i].seq);
    }
    free (list);
    close_session (&s);

@@ -17,7 +17,7 @@ static const char *const op_names[FW_METRICS_OP_COUNT] = {
    "insert", "update", "replace", "delete", "invalidate", "drop", "rename", "dropDatabase",
    "other"};
 static const char *const outcome_names[FW_METRICS_OUTCOME_COUNT] = {"ok", "skipped", "dlq",
-                                                                    "lost"};
+                                                                    "lost", "parked"};
 static const char *const state_names[FW_STREAM_STATE_COUNT] = {
    "starting", "running", "paused", "retrying", "restarting", "stopped", "failed"};
 static const char *const restart_names[FW_METRICS_RESTART_COUNT] = {

@@ -179,13 +179,17 @@ build (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg,
       append_or_null (out, "fullDocument", ev, FW_EV_FULL_DOCUMENT);
    }
    append_or_null (out, "resumeToken", ev, FW_EV_ID);
-   BSON_APPEND_DOCUMENT_BEGIN (out, "error", &err);
-   BSON_APPEND_UTF8 (&err, "type", f->error_type);
-   BSON_APPEND_UTF8 (&err, "message", f->error_message);
-   if (cfg->include_stack_trace && !slim) {
-      BSON_APPEND_UTF8 (&err, "stackTrace", f->stack_trace ? f->stack_trace : "");
+   /* An event parked behind its sequence has no error of its own (Axon: the
+    * cause of a letter enqueued as part of a sequence is empty). */
+   if (f->error_type) {
+      BSON_APPEND_DOCUMENT_BEGIN (out, "error", &err);
+      BSON_APPEND_UTF8 (&err, "type", f->error_type);
+      BSON_APPEND_UTF8 (&err, "message", f->error_message);
+      if (cfg->include_stack_trace && !slim) {
+         BSON_APPEND_UTF8 (&err, "stackTrace", f->stack_trace ? f->stack_trace : "");
+      }
+      bson_append_document_end (out, &err);
    }
-   bson_append_document_end (out, &err);
    BSON_APPEND_INT32 (out, "attempts", f->attempts);
    BSON_APPEND_UTF8 (out, "status", "PENDING");
    BSON_APPEND_DATE_TIME (out, "firstAttemptAt", f->first_attempt_ms);
@@ -213,6 +217,10 @@ build (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg,
    if (f->script_version) {
       BSON_APPEND_UTF8 (out, "scriptVersion", f->script_version);
    }
+   if (f->sequence_id) {
+      BSON_APPEND_UTF8 (out, "sequenceId", f->sequence_id);
+      BSON_APPEND_INT64 (out, "sequenceIndex", f->sequence_index);
+   }
 
    /* The entry's life (issue 12). Fields set later by replays and
     * operators (lastReprocessAt, resolvedAt, claimedBy, ...) are absent
@@ -225,7 +233,7 @@ build (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg,
    BSON_APPEND_DATE_TIME (&item, "at", f->created_ms);
    BSON_APPEND_UTF8 (&item, "action", "enqueued");
    BSON_APPEND_UTF8 (&item, "actor", actor);
-   BSON_APPEND_UTF8 (&item, "result", f->error_type);
+   BSON_APPEND_UTF8 (&item, "result", f->error_type ? f->error_type : "parked");
    bson_append_document_end (&history, &item);
    bson_append_array_end (out, &history);
 

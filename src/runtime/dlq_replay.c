@@ -168,6 +168,13 @@ build_letter (const bson_t *entry, const bson_t *before_claim, bson_t *letter)
                       entry_field (entry, "reprocessAttempts", &it) && BSON_ITER_HOLDS_NUMBER (&it)
                          ? bson_iter_as_int64 (&it)
                          : 0);
+   /* A sequenced DLQ: where the letter stands in its sequence. */
+   if (entry_field (entry, "sequenceId", &it) && BSON_ITER_HOLDS_UTF8 (&it)) {
+      bson_append_iter (letter, "sequence_id", -1, &it);
+      if (entry_field (entry, "sequenceIndex", &it) && BSON_ITER_HOLDS_NUMBER (&it)) {
+         BSON_APPEND_INT64 (letter, "sequence_index", bson_iter_as_int64 (&it));
+      }
+   }
 }
 
 static bool
@@ -648,6 +655,29 @@ fw_dlq_replay_collection (fw_stream_worker_t *w, fw_error_t *error)
    }
    return mongoc_client_get_collection (client, dlq->database ? dlq->database : w->cfg.database,
                                         dlq->collection);
+}
+
+mongoc_collection_t *
+fw_dlq_replay_sequences_collection (fw_stream_worker_t *w, fw_error_t *error)
+{
+   const fw_dlq_config_t *dlq = &w->cfg.dlq;
+   mongoc_client_t *client;
+
+   if (!dlq->enabled) {
+      fw_error_set (error, FW_ERROR_INVALID, "stream \"%s\" has no dead-letter queue",
+                    w->cfg.name);
+      return NULL;
+   }
+   client = dlq->connection ? fw_connection_clients_get (w->clients, dlq->connection, error)
+                            : w->client;
+   if (!client) {
+      if (!dlq->connection) {
+         fw_error_set (error, FW_ERROR_MONGO, "stream \"%s\" has no client", w->cfg.name);
+      }
+      return NULL;
+   }
+   return fw_dlq_sequence_collection (client, dlq->database ? dlq->database : w->cfg.database,
+                                      dlq->collection);
 }
 
 void

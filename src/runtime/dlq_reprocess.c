@@ -152,6 +152,43 @@ round_entries (fw_stream_worker_t *w, mongoc_collection_t *coll, const schedule_
    return ok;
 }
 
+typedef struct {
+   fw_stream_worker_t *w;
+   int *counts;
+   int done;
+} round_t;
+
+/* Logs one replayed entry (alone, or as part of its sequence). */
+static void
+report_entry (void *ud, const bson_t *entry, const fw_replay_result_t *r)
+{
+   round_t *round = ud;
+   char id[128];
+
+   round->counts[r->status]++;
+   round->done++;
+   entry_id_text (entry, id, sizeof id);
+   fw_log (r->status == FW_REPLAY_RESOLVED || r->status == FW_REPLAY_SKIPPED ? FW_LOG_INFO
+                                                                             : FW_LOG_WARN,
+           round->w->cfg.name, "dlq.reprocess: entry %s %s%s%s%s", id, r->what,
+           r->notes[0] ? " (" : "", r->notes, r->notes[0] ? ")" : "");
+}
+
+/* The sequence of entry, when the round replayed it already. */
+static bool
+sequence_done (fw_dlq_sequences_t *done, const bson_t *entry)
+{
+   bson_iter_t it;
+   if (!done || !bson_iter_init_find (&it, entry, "sequenceId") || !BSON_ITER_HOLDS_UTF8 (&it)) {
+      return false;
+   }
+   if (fw_dlq_sequences_has (done, bson_iter_utf8 (&it, NULL))) {
+      return true;
+   }
+   fw_dlq_sequences_add (done, bson_iter_utf8 (&it, NULL));
+   return false;
+}
+
 static void
 run_round (fw_stream_worker_t *w, const schedule_t *s)
 {
@@ -170,21 +207,22 @@ run_round (fw_stream_worker_t *w, const schedule_t *s)
       return;
    }
    if (round_entries (w, coll, s, &docs, &n)) {
+      round_t round = {w, counts, 0};
+      /* A sequenced DLQ: an entry of a sequence runs its whole sequence once. */
+      fw_dlq_sequences_t *sequences = fw_dlq_sequences_new ();
       for (int i = 0; i < n && !fw_shutdown_requested (w->shutdown); i++) {
          fw_stream_stats_t live = w->stats; /* replays are not live events */
-         fw_replay_result_t r;
-         char id[128];
-
-         fw_dlq_replay_entry (w, coll, &docs[i], &opts, &r);
+         if (sequence_done (sequences, &docs[i])) {
+            continue;
+         }
+         if (fw_dlq_replay_select (w, coll, &docs[i], &opts, report_entry, &round, &err) ==
+             FW_SEQ_REPLAY_ERROR) {
+            fw_log (FW_LOG_ERROR, w->cfg.name, "dlq.reprocess: %s", err.message);
+         }
          w->stats = live;
-         counts[r.status]++;
-         done++;
-         entry_id_text (&docs[i], id, sizeof id);
-         fw_log (r.status == FW_REPLAY_RESOLVED || r.status == FW_REPLAY_SKIPPED ? FW_LOG_INFO
-                                                                                 : FW_LOG_WARN,
-                 w->cfg.name, "dlq.reprocess: entry %s %s%s%s%s", id, r.what,
-                 r.notes[0] ? " (" : "", r.notes, r.notes[0] ? ")" : "");
       }
+      fw_dlq_sequences_destroy (sequences);
+      done = round.done;
    }
    for (int i = 0; i < n; i++) {
       bson_destroy (&docs[i]);

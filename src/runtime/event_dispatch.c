@@ -40,6 +40,9 @@ fw_now_ms (void)
 static int64_t
 wall_ms_at (fw_stream_worker_t *w, int64_t mono_ns)
 {
+   if (w->hooks) {
+      return w->hooks->now_ms (w->hooks->ud); /* flowwarden test's virtual clock */
+   }
    if (mono_ns >= w->wall_offset_until_ns) {
       w->wall_offset_ns = fw_now_ms () * 1000000 - fw_lua_call_now_ns ();
       w->wall_offset_until_ns = mono_ns + 1000000000;
@@ -319,13 +322,15 @@ dead_letter_raw (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t *
 
    metadata_to_bson (w, &metadata);
    f.stream_name = w->cfg.name;
-   f.error_type = d->type;
+   f.error_type = d->type[0] ? d->type : NULL; /* NULL: parked behind its sequence */
+   f.sequence_id = w->seq_index >= 0 ? w->seq_key : NULL;
+   f.sequence_index = w->seq_index;
    f.error_message = d->message;
    f.stack_trace = d->traceback;
    f.attempts = attempts;
    f.first_attempt_ms = first_ms;
    f.last_attempt_ms = last_ms;
-   f.created_ms = fw_now_ms ();
+   f.created_ms = w->hooks ? w->hooks->now_ms (w->hooks->ud) : fw_now_ms ();
    f.metadata = &metadata;
    f.script_version = fw_lua_host_version (w->host);
    f.raw_event = raw;
@@ -367,13 +372,27 @@ dead_letter_raw (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t *
       }
    }
    bson_destroy (&entry);
-   w->stats.dead_lettered++;
    if (w->metrics) {
       fw_stream_metrics_dlq_write (w->metrics);
    }
+   if (!f.error_type) {
+      w->stats.parked++;
+      fw_log (FW_LOG_WARN, w->cfg.name,
+              "event %s parked in %s behind DLQ sequence %.300s (index %lld): an earlier event "
+              "of its key is dead-lettered",
+              id, dlq->collection, w->seq_key, (long long) w->seq_index);
+      return FW_DISPATCH_DONE;
+   }
+   w->stats.dead_lettered++;
    fw_log (FW_LOG_WARN, w->cfg.name, "event %s dead-lettered to %s%s after %d attempt(s): %s: %s",
            id, dlq->collection, w->cfg.dlq.enabled ? "" : " (the script's default DLQ)",
            attempts, d->type, d->message);
+   if (f.sequence_id) {
+      fw_log (FW_LOG_WARN, w->cfg.name,
+              "DLQ sequence %.300s is open (index %lld): later events of its key are parked "
+              "until a replay resolves it",
+              f.sequence_id, (long long) f.sequence_index);
+   }
    return FW_DISPATCH_DONE;
 }
 
@@ -425,14 +444,90 @@ handler_for (const fw_stream_worker_t *w, fw_op_t op)
    return specific != LUA_NOREF ? specific : w->handler_ref[H_CHANGE];
 }
 
+/* A sequenced DLQ: the event's sequence is open, so the event is stored
+ * behind it (no error, attempts 0) instead of handled. */
+static fw_dispatch_result_t
+park (fw_stream_worker_t *w, const fw_event_t *ev)
+{
+   decision_t d;
+   int64_t now = fw_now_ms ();
+
+   switch (fw_park_take (w, false)) {
+   case FW_PARK_CLOSED:
+      return FW_DISPATCH_NO_DLQ; /* not parked: the caller handles it */
+   case FW_PARK_OVERFLOW:
+      return FW_DISPATCH_FAILED;
+   case FW_PARK_STOPPED:
+      return FW_DISPATCH_STOPPED;
+   default:
+      break;
+   }
+   memset (&d, 0, sizeof d);
+   if (dead_letter_raw (w, ev, &d, 0, now, now, NULL) == FW_DISPATCH_STOPPED) {
+      return FW_DISPATCH_STOPPED;
+   }
+   fw_park_settle (w);
+   return finished (w, FW_METRICS_OUTCOME_PARKED, 0);
+}
+
+/* Dead-letters ev after its attempts; on a sequenced DLQ it opens the
+ * event's sequence, whose head the entry becomes. */
+static fw_dispatch_result_t
+dead_letter_head (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t *d, int attempts,
+                  int64_t first_ms, int64_t last_ms)
+{
+   fw_lua_stop_t stop;
+   char id[1024];
+
+   if (fw_park_enabled (w) && w->cfg.dlq.enabled &&
+       fw_park_key (w, ev, &stop) == FW_PARK_KEY_FAILED) {
+      lua_State *L = fw_lua_host_state (w->host);
+      const char *msg = lua_istable (L, -1) && lua_getfield (L, -1, "value") == LUA_TSTRING
+                           ? lua_tostring (L, -1)
+                           : "(no message)";
+      if (!fw_event_id (ev, id, sizeof id)) {
+         snprintf (id, sizeof id, "(long)");
+      }
+      fw_log (FW_LOG_ERROR, w->cfg.name,
+              "event %s: dlq.sequence_key failed (%s): its DLQ entry opens no sequence", id, msg);
+      lua_settop (L, 0);
+   } else if (fw_park_enabled (w) && w->seq_key) {
+      switch (fw_park_take (w, true)) {
+      case FW_PARK_OVERFLOW:
+         return FW_DISPATCH_FAILED;
+      case FW_PARK_STOPPED:
+         return FW_DISPATCH_STOPPED;
+      default:
+         break;
+      }
+   }
+   if (dead_letter (w, ev, d, attempts, first_ms, last_ms) == FW_DISPATCH_STOPPED) {
+      return FW_DISPATCH_STOPPED;
+   }
+   fw_park_settle (w);
+   return FW_DISPATCH_DONE;
+}
+
+static fw_dispatch_result_t dispatch (fw_stream_worker_t *w, const fw_event_t *ev);
+
 fw_dispatch_result_t
 fw_event_dispatch (fw_stream_worker_t *w, const fw_event_t *ev)
+{
+   fw_dispatch_result_t r = dispatch (w, ev);
+   fw_park_end (w);
+   return r;
+}
+
+static fw_dispatch_result_t
+dispatch (fw_stream_worker_t *w, const fw_event_t *ev)
 {
    lua_State *L = fw_lua_host_state (w->host);
    decision_t d;
    int ref;
    int64_t first_ns = 0, start_ns, end_ns = 0; /* CLOCK_MONOTONIC */
    char id[1024];
+   /* A sequenced DLQ with open sequences: is this event's one of them? */
+   bool check_park = fw_park_check_needed (w, ev);
 
    ref = handler_for (w, ev->op);
    if (ref == LUA_NOREF) {
@@ -442,7 +537,7 @@ fw_event_dispatch (fw_stream_worker_t *w, const fw_event_t *ev)
 
    for (int attempt = 1;; attempt++) {
       fw_lua_stop_t stop;
-      bool ok;
+      bool ok, key_failed = false;
 
       /* A reload takes effect here: this attempt runs the new code, and the
        * attempt count carries on. */
@@ -455,8 +550,20 @@ fw_event_dispatch (fw_stream_worker_t *w, const fw_event_t *ev)
       }
 
       w->dispatch.attempt = attempt;
-      lua_rawgeti (L, LUA_REGISTRYINDEX, ref);
-      fw_event_ctx_push (L, &w->dispatch);
+      if (check_park) {
+         /* A key function that fails fails the attempt, under the policy. */
+         fw_park_key_t k = fw_park_key (w, ev, &stop);
+         key_failed = k == FW_PARK_KEY_FAILED;
+         if (k != FW_PARK_KEY_FAILED) {
+            check_park = false;
+         }
+         if (k == FW_PARK_KEY_OK && fw_park_is_open (w)) {
+            fw_dispatch_result_t r = park (w, ev);
+            if (r != FW_DISPATCH_NO_DLQ) {
+               return r;
+            }
+         }
+      }
       if (w->metrics) {
          fw_stream_metrics_set_attempt (w->metrics, attempt);
       }
@@ -464,7 +571,13 @@ fw_event_dispatch (fw_stream_worker_t *w, const fw_event_t *ev)
        * deadline (or ours, without one); with metrics, one read after it
        * times the handler. */
       start_ns = w->cfg.timeout_ms > 0 ? 0 : fw_lua_call_now_ns ();
-      ok = fw_lua_host_call (w->host, 1, 0, w->cfg.timeout_ms, &stop);
+      if (key_failed) {
+         ok = false;
+      } else {
+         lua_rawgeti (L, LUA_REGISTRYINDEX, ref);
+         fw_event_ctx_push (L, &w->dispatch);
+         ok = fw_lua_host_call (w->host, 1, 0, w->cfg.timeout_ms, &stop);
+      }
       if (!start_ns) {
          start_ns = fw_lua_host_call_started_ns (w->host);
       }
@@ -505,6 +618,11 @@ fw_event_dispatch (fw_stream_worker_t *w, const fw_event_t *ev)
       if (!fw_event_id (ev, id, sizeof id)) {
          snprintf (id, sizeof id, "(long)");
       }
+      if (w->hooks) {
+         static const char *const names[] = {"retry", "dlq", "skip", "drop"};
+         w->hooks->attempt_failed (w->hooks->ud, attempt, d.type, d.message, d.traceback,
+                                   (unsigned) d.action < 4 ? names[d.action] : "other");
+      }
       if (w->replay && d.action != ACT_RETRY) {
          return replayed (w, d.action == ACT_SKIP ? FW_REPLAYED_SKIPPED : FW_REPLAYED_FAILED, &d,
                           attempt);
@@ -525,7 +643,8 @@ fw_event_dispatch (fw_stream_worker_t *w, const fw_event_t *ev)
             fw_stream_metrics_retry (w->metrics);
             fw_stream_metrics_set_state (w->metrics, FW_STREAM_RETRYING, NULL);
          }
-         if (fw_shutdown_wait_ms (w->shutdown, delay)) {
+         if (w->hooks ? w->hooks->wait_ms (w->hooks->ud, delay)
+                      : fw_shutdown_wait_ms (w->shutdown, delay)) {
             return FW_DISPATCH_STOPPED;
          }
          if (w->metrics) {
@@ -544,9 +663,13 @@ fw_event_dispatch (fw_stream_worker_t *w, const fw_event_t *ev)
                     id, d.type, d.message);
             return finished (w, FW_METRICS_OUTCOME_LOST, 0);
          }
-         if (dead_letter (w, ev, &d, attempt, wall_ms_at (w, first_ns),
-                          wall_ms_at (w, start_ns)) == FW_DISPATCH_STOPPED) {
-            return FW_DISPATCH_STOPPED;
+         {
+            fw_dispatch_result_t r = dead_letter_head (w, ev, &d, attempt,
+                                                       wall_ms_at (w, first_ns),
+                                                       wall_ms_at (w, start_ns));
+            if (r != FW_DISPATCH_DONE) {
+               return r;
+            }
          }
          return finished (w, FW_METRICS_OUTCOME_DLQ, 0);
       case ACT_SKIP:
@@ -571,6 +694,14 @@ fw_event_dispatch_open_dlq (fw_stream_worker_t *w)
    fw_error_t err;
    const fw_dlq_config_t *dlq = dlq_config (w);
 
+   if (dlq->memory) {
+      /* Seed 004's in-memory variant: nothing to connect to. */
+      w->dlq = fw_dlq_store_memory_new (&err);
+      if (!w->dlq) {
+         fw_log (FW_LOG_ERROR, w->cfg.name, "%s", err.message);
+      }
+      return w->dlq != NULL;
+   }
    for (int tries = 1;; tries++) {
       /* A DLQ on a named connection (seed 002's roadmap: mongoTemplateRef). */
       mongoc_client_t *client = dlq->connection

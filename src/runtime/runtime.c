@@ -150,13 +150,17 @@ static void
 log_summary (fw_stream_worker_t *w, const char *why)
 {
    fw_stream_stats_t s;
+   char parked[48] = "";
    fw_stream_worker_stats (w, &s);
+   if (s.parked) {
+      snprintf (parked, sizeof parked, " parked=%llu", (unsigned long long) s.parked);
+   }
    fw_log (FW_LOG_INFO, fw_stream_worker_name (w),
            "summary%s: handled=%llu handler_errors=%llu retries=%llu dead_lettered=%llu "
-           "skipped=%llu lost=%llu%s",
+           "skipped=%llu lost=%llu%s%s",
            why, (unsigned long long) s.handled, (unsigned long long) s.handler_errors,
            (unsigned long long) s.retries, (unsigned long long) s.dead_lettered,
-           (unsigned long long) s.skipped, (unsigned long long) s.lost,
+           (unsigned long long) s.skipped, (unsigned long long) s.lost, parked,
            s.failed ? " (stream stopped on an error)" : "");
 }
 

@@ -164,6 +164,13 @@ read_dlq (lua_State *L, int t, const char *field, fw_dlq_config_t *dlq)
       dlq->ttl_days = (int) int_field (L, s, "ttl_days", 30);
       dlq->include_original_document = bool_field (L, s, "include_original_document", true);
       dlq->include_stack_trace = bool_field (L, s, "include_stack_trace", true);
+      dlq->sequenced = bool_field (L, s, "sequenced", false);
+      dlq->max_sequences = int_field (L, s, "max_sequences", 1024);
+      dlq->max_sequence_size = int_field (L, s, "max_sequence_size", 1024);
+      lua_getfield (L, s, "store");
+      dlq->memory =
+         lua_type (L, -1) == LUA_TSTRING && strcmp (lua_tostring (L, -1), "memory") == 0;
+      lua_pop (L, 1);
       if (lua_getfield (L, s, "write_concern") == LUA_TNUMBER) {
          dlq->write_concern_w = (int) lua_tointeger (L, -1);
       } else if (lua_isstring (L, -1)) {
@@ -213,13 +220,16 @@ fw_stream_config_read (lua_State *L, int idx, fw_stream_config_t *cfg, fw_error_
       int s = lua_gettop (L);
       char *start = dup_field (L, s, "start_position");
       char *lost = dup_field (L, s, "on_history_lost");
+      char *mode = dup_field (L, s, "mode");
       cfg->save_every = (int) int_field (L, s, "save_every", 1);
       cfg->save_interval_ms = int_field (L, s, "save_interval_ms", 5000);
       cfg->idle_heartbeat_ms = int_field (L, s, "idle_heartbeat_ms", 300000);
       cfg->start_latest = start && strcmp (start, "latest") == 0;
       cfg->resume_from_now = lost && strcmp (lost, "resume_from_now") == 0;
+      cfg->checkpoint_sync = mode && strcmp (mode, "sync") == 0;
       free (start);
       free (lost);
+      free (mode);
    }
    lua_pop (L, 1);
 

@@ -29,7 +29,7 @@ typedef struct {
 } fixture_t;
 
 static const fw_dlq_config_t defaults = {true, "_fw_dlq", 30, true, true, "majority", 0, NULL,
-                                          NULL};
+                                          NULL, false, 1024, 1024, false};
 
 static void
 build_event (fixture_t *f, const char *op, bool with_full_document)

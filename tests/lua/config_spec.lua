@@ -150,7 +150,10 @@ local BAD = {
   { "an unknown checkpoint key",
     "fw.stream { name = 's', database = 'shop', checkpoint = { every = 5 }, on_change = h }",
     { S .. 'checkpoint: unknown key "every" (valid keys: save_every, save_interval, idle_heartbeat, '
-      .. "start_position, on_history_lost)" } },
+      .. "start_position, on_history_lost, mode)" } },
+  { "an unknown checkpoint.mode",
+    "fw.stream { name = 's', database = 'shop', checkpoint = { mode = 'asynchronous' }, on_change = h }",
+    { S .. 'checkpoint.mode: invalid value "asynchronous" (expected "async" or "sync")' } },
   { "a negative restart.max_attempts",
     "fw.stream { name = 's', database = 'shop', restart = { max_attempts = -1 }, on_change = h }",
     { S .. "restart.max_attempts: expected an integer >= 0 (0 = unlimited), got -1" } },
@@ -382,7 +385,7 @@ describe("config: effective settings", function()
       full_document = "default",
       full_document_before_change = "off",
       checkpoint = { save_every = 1, save_interval_ms = 5000, idle_heartbeat_ms = 300000,
-                     start_position = "resume", on_history_lost = "fail" },
+                     start_position = "resume", on_history_lost = "fail", mode = "async" },
       restart = { max_attempts = 0, initial_delay_ms = 1000, max_delay_ms = 60000,
                   multiplier = 2.0, jitter = false },
       retry = { enabled = false, max_attempts = 1, initial_delay_ms = 500, max_delay_ms = 30000,
@@ -413,7 +416,9 @@ describe("config: effective settings", function()
   it("gives dlq = true the seed's DeadLetterQueue defaults", function()
     local spec = spec_of("fw.stream { name = 's', database = 'shop', dlq = true, on_change = h }")
     assert.are.same({ collection = "_fw_dlq", ttl_days = 30, include_original_document = true,
-                      include_stack_trace = true, write_concern = "majority" }, spec.dlq)
+                      include_stack_trace = true, write_concern = "majority", store = "mongo",
+                      sequenced = false, max_sequences = 1024, max_sequence_size = 1024 },
+      spec.dlq)
   end)
 
   it("treats retry = false and dlq = false like absent", function()
@@ -436,7 +441,7 @@ fw.stream {
   pipeline = { { ["$match"] = { ["fullDocument.total"] = { ["$gt"] = 0 } } } },
   full_document = "updateLookup", full_document_before_change = "whenAvailable",
   checkpoint = { save_every = 10, save_interval = "1s", idle_heartbeat = "1m",
-                 start_position = "latest", on_history_lost = "resume_from_now" },
+                 start_position = "latest", on_history_lost = "resume_from_now", mode = "sync" },
   restart = { max_attempts = 5, initial_delay = "2s", max_delay = "1h", multiplier = 3, jitter = true },
   retry = { max_attempts = 5.0, initial_delay = "1.5s", max_delay = "30s", multiplier = 1.5,
             jitter = false, retry_on = { "Timeout", "Http" }, no_retry_on = { "Validation" } },
@@ -452,7 +457,8 @@ fw.stream {
     assert.are.equal("updateLookup", spec.full_document)
     assert.are.equal("whenAvailable", spec.full_document_before_change)
     assert.are.same({ save_every = 10, save_interval_ms = 1000, idle_heartbeat_ms = 60000,
-                      start_position = "latest", on_history_lost = "resume_from_now" }, spec.checkpoint)
+                      start_position = "latest", on_history_lost = "resume_from_now", mode = "sync" },
+                    spec.checkpoint)
     assert.are.same({ max_attempts = 5, initial_delay_ms = 2000, max_delay_ms = 3600000,
                       multiplier = 3.0, jitter = true }, spec.restart)
     assert.are.equal("float", math.type(spec.restart.multiplier))
@@ -461,7 +467,8 @@ fw.stream {
                       no_retry_on = { "Validation" } }, spec.retry)
     assert.are.equal("integer", math.type(spec.retry.max_attempts))
     assert.are.same({ collection = "orders_dlq", ttl_days = 90, include_original_document = false,
-                      include_stack_trace = false, write_concern = 2 }, spec.dlq)
+                      include_stack_trace = false, write_concern = 2, store = "mongo",
+                      sequenced = false, max_sequences = 1024, max_sequence_size = 1024 }, spec.dlq)
     assert.are.equal(500, spec.timeout_ms)
     assert.are.equal(1073741824, spec.memory_limit_bytes)
     for _, op in ipairs({ "insert", "update", "replace", "delete", "change" }) do
@@ -519,7 +526,8 @@ fw.stream { name = "s", retry = { max_attempts = 5 }, dlq = { ttl_days = 0 },
                       multiplier = 2.0, jitter = false, retry_on = {},
                       no_retry_on = DEFAULT_NO_RETRY }, spec.retry)
     assert.are.same({ collection = "all_dlq", ttl_days = 0, include_original_document = true,
-                      include_stack_trace = true, write_concern = "majority" }, spec.dlq)
+                      include_stack_trace = true, write_concern = "majority", store = "mongo",
+                      sequenced = false, max_sequences = 1024, max_sequence_size = 1024 }, spec.dlq)
     assert.are.equal(100, spec.checkpoint.save_every)
     assert.are.equal(1000, spec.checkpoint.save_interval_ms)
     assert.are.equal(300000, spec.restart.max_delay_ms)
@@ -687,6 +695,11 @@ describe("config: fw.connection and fw.defaults.http", function()
   it("rejects a DLQ on an undeclared connection", function()
     assert.are.same({ S .. 'dlq.connection: unknown connection "audti" (declare it with fw.connection { name = "audti", uri = ... } or omit it to use the run URI)' },
       errors_of("fw.stream { name = 's', database = 'shop', dlq = { connection = 'audti' }, on_change = h }"))
+  end)
+
+  it("rejects a sequenced DLQ on the in-memory store, which keeps no sequences", function()
+    assert.are.same({ S .. 'dlq.store: the in-memory store keeps no sequences: a sequenced DLQ (sequenced = true) needs store = "mongo"' },
+      errors_of("fw.stream { name = 's', database = 'shop', dlq = { sequenced = true, store = 'memory' }, on_change = h }"))
   end)
 
   it("normalizes http.allow_hosts and rejects malformed entries", function()

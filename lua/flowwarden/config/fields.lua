@@ -382,6 +382,7 @@ local CHECKPOINT = {
   { "idle_heartbeat", positive_duration, "idle_heartbeat_ms" },
   { "start_position", enum({ "resume", "latest" }) },
   { "on_history_lost", enum({ "fail", "resume_from_now" }) },
+  { "mode", enum({ "async", "sync" }) },
 }
 local RESTART = {
   { "max_attempts", int_min(0, " (0 = unlimited)") },
@@ -488,6 +489,17 @@ local function reprocess(ctx, path, v)
   return true, out
 end
 
+-- dlq.sequence_key = function(ctx) return <a value> end (issue 14): which
+-- sequence an event belongs to; the default is the event's documentKey.
+local function sequence_key(ctx, path, v)
+  if type(v) ~= "function" then
+    ctx:fail(path, "expected a function(ctx) returning the event's sequence key "
+      .. "(e.g. function(ctx) return ctx:full_document().customer_id end), got %s", repr(v))
+    return false
+  end
+  return true, v
+end
+
 local DLQ = {
   { "enabled", boolean },
   { "collection", collection_name },
@@ -498,6 +510,12 @@ local DLQ = {
   { "connection", connection_name },
   { "enqueue_policy", enqueue_policy },
   { "reprocess", reprocess },
+  { "sequenced", boolean },
+  { "sequence_key", sequence_key },
+  { "max_sequences", int_min(1) },
+  { "max_sequence_size", int_min(1) },
+  -- Issue 15: "memory" keeps entries in the process (tests); lost at exit.
+  { "store", enum({ "mongo", "memory" }) },
 }
 
 local HTTP = {

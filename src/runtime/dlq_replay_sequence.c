@@ -1,0 +1,254 @@
+/*
+ * dlq_replay_sequence.c - replaying a sequenced DLQ (issue 14): an entry of
+ * a sequence is replayed only as part of its whole sequence, head first
+ * then by sequenceIndex; the first failure stops the sequence (the enqueue
+ * policy decided: requeued, the entry stays head; evicted, the sequence goes
+ * on), and a sequence whose last entry is resolved is closed with the
+ * conditional update of dlq_sequence.h, re-reading when a live event took
+ * an index meanwhile.
+ */
+#include <string.h>
+#include <time.h>
+
+#include "flowwarden/dlq_replay.h"
+#include "flowwarden/dlq_sequence.h"
+#include "flowwarden/log.h"
+#include "stream_worker-private.h"
+
+/* How long a replay waits for live index requests in flight (inflight >
+ * 0: a stream is storing a parked entry) before leaving the sequence open. */
+#define INFLIGHT_WAIT_MS 5000
+#define INFLIGHT_POLL_MS 50
+
+static const char *
+entry_sequence (const bson_t *entry, int64_t *index)
+{
+   bson_iter_t it;
+   if (!bson_iter_init_find (&it, entry, "sequenceId") || !BSON_ITER_HOLDS_UTF8 (&it)) {
+      return NULL;
+   }
+   if (index) {
+      bson_iter_t i;
+      *index = bson_iter_init_find (&i, entry, "sequenceIndex") && BSON_ITER_HOLDS_NUMBER (&i)
+                  ? bson_iter_as_int64 (&i)
+                  : 0;
+   }
+   return bson_iter_utf8 (&it, NULL);
+}
+
+static void
+append_waiting (bson_t *q, const char *stream, const char *seq)
+{
+   bson_t in, arr;
+   BSON_APPEND_UTF8 (q, "streamName", stream);
+   BSON_APPEND_UTF8 (q, "sequenceId", seq);
+   BSON_APPEND_DOCUMENT_BEGIN (q, "status", &in);
+   BSON_APPEND_ARRAY_BEGIN (&in, "$in", &arr);
+   BSON_APPEND_UTF8 (&arr, "0", "PENDING");
+   BSON_APPEND_UTF8 (&arr, "1", "REPROCESSING");
+   bson_append_array_end (&in, &arr);
+   bson_append_document_end (q, &in);
+}
+
+/* The waiting entries of the sequence, by sequenceIndex, into docs (an
+ * array document the caller initialised). */
+static bool
+waiting_entries (mongoc_collection_t *dlq, const char *stream, const char *seq, bson_t *docs,
+                 int *n, fw_error_t *error)
+{
+   bson_t q = BSON_INITIALIZER, opts = BSON_INITIALIZER, sort;
+   mongoc_cursor_t *cur;
+   const bson_t *doc;
+   bson_error_t berr;
+   bool ok = true;
+   char key[16];
+
+   append_waiting (&q, stream, seq);
+   BSON_APPEND_DOCUMENT_BEGIN (&opts, "sort", &sort);
+   BSON_APPEND_INT32 (&sort, "sequenceIndex", 1);
+   bson_append_document_end (&opts, &sort);
+   cur = mongoc_collection_find_with_opts (dlq, &q, &opts, NULL);
+   *n = 0;
+   while (mongoc_cursor_next (cur, &doc)) {
+      snprintf (key, sizeof key, "%d", (*n)++);
+      BSON_APPEND_DOCUMENT (docs, key, doc);
+   }
+   if (mongoc_cursor_error (cur, &berr)) {
+      fw_error_set (error, FW_ERROR_MONGO, "cannot read DLQ sequence %.200s: %s", seq,
+                    berr.message);
+      ok = false;
+   }
+   mongoc_cursor_destroy (cur);
+   bson_destroy (&q);
+   bson_destroy (&opts);
+   return ok;
+}
+
+bool
+fw_dlq_replay_is_head (mongoc_collection_t *dlq, const bson_t *entry, bool *head,
+                       fw_error_t *error)
+{
+   bson_t q = BSON_INITIALIZER, lt;
+   bson_iter_t it;
+   bson_error_t berr;
+   int64_t index = 0, before;
+   const char *seq = entry_sequence (entry, &index);
+   const char *stream = bson_iter_init_find (&it, entry, "streamName") &&
+                              BSON_ITER_HOLDS_UTF8 (&it)
+                           ? bson_iter_utf8 (&it, NULL)
+                           : "";
+
+   *head = true;
+   if (!seq) {
+      bson_destroy (&q);
+      return true;
+   }
+   append_waiting (&q, stream, seq);
+   BSON_APPEND_DOCUMENT_BEGIN (&q, "sequenceIndex", &lt);
+   BSON_APPEND_INT64 (&lt, "$lt", index);
+   bson_append_document_end (&q, &lt);
+   before = mongoc_collection_count_documents (dlq, &q, NULL, NULL, NULL, &berr);
+   bson_destroy (&q);
+   if (before < 0) {
+      fw_error_set (error, FW_ERROR_MONGO, "cannot read DLQ sequence %.200s: %s", seq,
+                    berr.message);
+      return false;
+   }
+   *head = before == 0;
+   return true;
+}
+
+static int64_t
+mono_ms (void)
+{
+   struct timespec ts;
+   clock_gettime (CLOCK_MONOTONIC, &ts);
+   return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static bool
+done_with (fw_replay_status_t s)
+{
+   return s == FW_REPLAY_RESOLVED || s == FW_REPLAY_SKIPPED || s == FW_REPLAY_EVICTED ||
+          s == FW_REPLAY_WOULD_RUN;
+}
+
+fw_seq_replay_t
+fw_dlq_replay_sequence (fw_stream_worker_t *w, mongoc_collection_t *dlq, const char *seq,
+                        const fw_replay_options_t *opts, fw_replay_report_fn report, void *ud,
+                        fw_error_t *error)
+{
+   mongoc_collection_t *seqs = fw_dlq_replay_sequences_collection (w, error);
+   int64_t waited_since = 0;
+   fw_seq_replay_t out = FW_SEQ_REPLAY_ERROR;
+
+   if (!seqs) {
+      return FW_SEQ_REPLAY_ERROR;
+   }
+   for (;;) {
+      fw_seq_state_t st;
+      bson_t docs = BSON_INITIALIZER;
+      bson_iter_t it;
+      bool stopped = false, closed;
+      int n;
+
+      if (fw_shutdown_requested (w->shutdown)) {
+         out = FW_SEQ_REPLAY_OPEN;
+         bson_destroy (&docs);
+         break;
+      }
+      /* next as it is before the entries are read: the close below holds
+       * only if no live event took an index since. */
+      if (!fw_dlq_sequence_read (seqs, w->cfg.name, seq, &st, error) ||
+          !waiting_entries (dlq, w->cfg.name, seq, &docs, &n, error)) {
+         bson_destroy (&docs);
+         break;
+      }
+      if (bson_iter_init (&it, &docs)) {
+         while (bson_iter_next (&it)) {
+            uint32_t len;
+            const uint8_t *data;
+            bson_t entry;
+            fw_replay_result_t r;
+
+            bson_iter_document (&it, &len, &data);
+            if (!bson_init_static (&entry, data, len)) {
+               continue;
+            }
+            fw_dlq_replay_entry (w, dlq, &entry, opts, &r);
+            report (ud, &entry, &r);
+            if (!done_with (r.status)) {
+               stopped = true; /* the entry stays head; the rest stay behind it */
+               break;
+            }
+         }
+      }
+      bson_destroy (&docs);
+      if (stopped || opts->dry_run) {
+         out = FW_SEQ_REPLAY_OPEN;
+         break;
+      }
+      if (!st.exists || !st.open) {
+         out = FW_SEQ_REPLAY_CLOSED; /* closed already (by another replay) */
+         break;
+      }
+      if (st.inflight == 0 && n == 0 &&
+          !fw_dlq_sequence_close (seqs, w->cfg.name, seq, st.next, &closed, error)) {
+         break;
+      }
+      if (st.inflight == 0 && n == 0 && closed) {
+         out = FW_SEQ_REPLAY_CLOSED;
+         break;
+      }
+      /* Entries were resolved this round (read again: a live event may
+       * have joined meanwhile), or a live event is storing its entry. */
+      if (st.inflight > 0) {
+         if (!waited_since) {
+            waited_since = mono_ms ();
+         } else if (mono_ms () - waited_since >= INFLIGHT_WAIT_MS) {
+            fw_log (FW_LOG_WARN, w->cfg.name,
+                    "DLQ sequence %.300s: a live event is still being parked behind it after "
+                    "%d ms; left open (replay it again)",
+                    seq, INFLIGHT_WAIT_MS);
+            out = FW_SEQ_REPLAY_OPEN;
+            break;
+         }
+         if (fw_shutdown_wait_ms (w->shutdown, INFLIGHT_POLL_MS)) {
+            out = FW_SEQ_REPLAY_OPEN;
+            break;
+         }
+      } else {
+         waited_since = 0;
+      }
+   }
+   if (out == FW_SEQ_REPLAY_CLOSED) {
+      /* A replay inside run: the stream stops parking the key at once. */
+      fw_dlq_sequences_remove (w->open_seqs, seq);
+      fw_log (FW_LOG_INFO, w->cfg.name, "DLQ sequence %.300s resolved and closed", seq);
+   }
+   mongoc_collection_destroy (seqs);
+   return out;
+}
+
+fw_seq_replay_t
+fw_dlq_replay_select (fw_stream_worker_t *w, mongoc_collection_t *dlq, const bson_t *entry,
+                      const fw_replay_options_t *opts, fw_replay_report_fn report, void *ud,
+                      fw_error_t *error)
+{
+   const char *seq = entry_sequence (entry, NULL);
+   fw_replay_result_t r;
+   bool head;
+
+   if (!seq) {
+      fw_dlq_replay_entry (w, dlq, entry, opts, &r);
+      report (ud, entry, &r);
+      return FW_SEQ_REPLAY_NONE;
+   }
+   if (!fw_dlq_replay_is_head (dlq, entry, &head, error)) {
+      return FW_SEQ_REPLAY_ERROR;
+   }
+   if (!head) {
+      return FW_SEQ_REPLAY_BEHIND;
+   }
+   return fw_dlq_replay_sequence (w, dlq, seq, opts, report, ud, error);
+}

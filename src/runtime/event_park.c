@@ -1,0 +1,344 @@
+/*
+ * event_park.c - the live side of a sequenced DLQ (issue 14; the protocol
+ * is in dlq_sequence.h): an event's sequence key, the stream's open
+ * sequences in memory, and the index requests that open a sequence or park
+ * an event behind it. fw_event_dispatch drives it; it calls nothing above.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include <lauxlib.h>
+
+#include "flowwarden/bson_lua.h"
+#include "flowwarden/dlq_sequence.h"
+#include "flowwarden/log.h"
+#include "stream_worker-private.h"
+
+/* How often a stream with open sequences reads them again, so sequences a
+ * separate `flowwarden dlq replay` closed leave its set (and its status). */
+#define REFRESH_MS 2000
+
+static int64_t
+mono_ms (void)
+{
+   struct timespec ts;
+   clock_gettime (CLOCK_MONOTONIC, &ts);
+   return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+bool
+fw_park_enabled (const fw_stream_worker_t *w)
+{
+   return w->cfg.dlq.enabled && w->cfg.dlq.sequenced;
+}
+
+void
+fw_park_end (fw_stream_worker_t *w)
+{
+   bson_free (w->seq_key);
+   w->seq_key = NULL;
+   w->seq_key_done = false;
+   w->seq_index = -1;
+}
+
+/* The DLQ's client (the stream's, or its dlq.connection's). */
+static mongoc_client_t *
+dlq_client (fw_stream_worker_t *w, fw_error_t *error)
+{
+   if (w->cfg.dlq.connection) {
+      return fw_connection_clients_get (w->clients, w->cfg.dlq.connection, error);
+   }
+   if (!w->client) {
+      fw_error_set (error, FW_ERROR_MONGO, "stream \"%s\" has no client", w->cfg.name);
+   }
+   return w->client;
+}
+
+static const char *
+dlq_database (const fw_stream_worker_t *w)
+{
+   return w->cfg.dlq.database ? w->cfg.dlq.database : w->cfg.database;
+}
+
+static mongoc_collection_t *
+seqs_collection (fw_stream_worker_t *w, fw_error_t *error)
+{
+   mongoc_client_t *client = dlq_client (w, error);
+   return client ? fw_dlq_sequence_collection (client, dlq_database (w), w->cfg.dlq.collection)
+                 : NULL;
+}
+
+/* Reads the open sequences; false with error filled when the server fails. */
+static bool
+load_once (fw_stream_worker_t *w, fw_error_t *error)
+{
+   mongoc_collection_t *seqs = seqs_collection (w, error);
+   mongoc_client_t *client;
+   mongoc_collection_t *dlq;
+   bool ok;
+
+   if (!seqs) {
+      return false;
+   }
+   if (!w->open_seqs && !(w->open_seqs = fw_dlq_sequences_new ())) {
+      mongoc_collection_destroy (seqs);
+      fw_error_set (error, FW_ERROR_NOMEM, "not enough memory for the open sequences");
+      return false;
+   }
+   ok = fw_dlq_sequence_load (seqs, w->cfg.name, w->open_seqs, error);
+   mongoc_collection_destroy (seqs);
+   if (ok && !w->seq_indexed && (client = dlq_client (w, error))) {
+      dlq = mongoc_client_get_collection (client, dlq_database (w), w->cfg.dlq.collection);
+      ok = w->seq_indexed = fw_dlq_sequence_indexes (dlq, error);
+      mongoc_collection_destroy (dlq);
+   }
+   w->seqs_loaded_ms = mono_ms ();
+   return ok;
+}
+
+bool
+fw_park_load (fw_stream_worker_t *w)
+{
+   fw_error_t err;
+
+   if (!fw_park_enabled (w)) {
+      return true;
+   }
+   for (int tries = 1; !load_once (w, &err); tries++) {
+      int64_t delay = fw_backoff_delay_ms (&w->cfg.restart, tries, fw_backoff_random (&w->rng));
+      fw_log (FW_LOG_ERROR, w->cfg.name, "%s; retrying in %lld ms", err.message,
+              (long long) delay);
+      if (fw_shutdown_wait_ms (w->shutdown, delay)) {
+         return false;
+      }
+   }
+   if (fw_dlq_sequences_count (w->open_seqs)) {
+      fw_log (FW_LOG_INFO, w->cfg.name,
+              "%zu open DLQ sequence(s): later events of their keys are parked behind them",
+              fw_dlq_sequences_count (w->open_seqs));
+   }
+   return true;
+}
+
+bool
+fw_park_check_needed (fw_stream_worker_t *w, const fw_event_t *ev)
+{
+   if (w->replay || !fw_park_enabled (w)) {
+      return false;
+   }
+   if (!w->open_seqs) {
+      /* Turned on by a reload: read them once now. */
+      fw_error_t err;
+      if (!load_once (w, &err)) {
+         fw_log (FW_LOG_WARN, w->cfg.name, "%s (reading them again in %d ms)", err.message,
+                 REFRESH_MS);
+      }
+   }
+   if (fw_dlq_sequences_count (w->open_seqs) == 0) {
+      return false;
+   }
+   /* Events with no key (drop, rename, ...) are never sequenced. */
+   if (ev->op == FW_OP_OTHER) {
+      return false;
+   }
+   if (mono_ms () - w->seqs_loaded_ms >= REFRESH_MS) {
+      fw_error_t err;
+      if (!load_once (w, &err)) {
+         fw_log (FW_LOG_WARN, w->cfg.name, "%s (keeping the open sequences known)", err.message);
+      }
+   }
+   return fw_dlq_sequences_count (w->open_seqs) > 0;
+}
+
+/* The sequence_key function's result (on top of the stack) as an id. */
+static char *
+id_of_lua (lua_State *L, fw_error_t *error)
+{
+   bson_t doc = BSON_INITIALIZER;
+   bson_iter_t it;
+   char *id = NULL;
+
+   if (fw_bson_lua_append (L, -1, &doc, "k", 1, "dlq.sequence_key's result", error) &&
+       bson_iter_init_find (&it, &doc, "k")) {
+      if (!(id = fw_dlq_sequence_id (bson_iter_value (&it)))) {
+         fw_error_set (error, FW_ERROR_INVALID, "dlq.sequence_key's result has no JSON form");
+      }
+   }
+   bson_destroy (&doc);
+   return id;
+}
+
+fw_park_key_t
+fw_park_key (fw_stream_worker_t *w, const fw_event_t *ev, fw_lua_stop_t *stop)
+{
+   lua_State *L = fw_lua_host_state (w->host);
+   bson_iter_t it;
+   fw_error_t err;
+   bool custom;
+
+   if (w->seq_key_done) {
+      return w->seq_key ? FW_PARK_KEY_OK : FW_PARK_KEY_NONE;
+   }
+   if (ev->op == FW_OP_OTHER) {
+      w->seq_key_done = true;
+      return FW_PARK_KEY_NONE;
+   }
+   lua_rawgeti (L, LUA_REGISTRYINDEX, w->spec_ref);
+   custom = lua_getfield (L, -1, "dlq") == LUA_TTABLE &&
+            lua_getfield (L, -1, "sequence_key") == LUA_TFUNCTION;
+   lua_settop (L, lua_gettop (L) - (custom ? 3 : 2));
+   if (!custom) {
+      w->seq_key_done = true;
+      if (fw_event_field (ev, FW_EV_DOCUMENT_KEY, &it)) {
+         w->seq_key = fw_dlq_sequence_id (bson_iter_value (&it));
+      }
+      return w->seq_key ? FW_PARK_KEY_OK : FW_PARK_KEY_NONE;
+   }
+
+   /* flowwarden.dispatch.sequence_key(spec, ctx), with the handler's budget. */
+   lua_getfield (L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+   lua_getfield (L, -1, "flowwarden.dispatch");
+   lua_getfield (L, -1, "sequence_key");
+   lua_replace (L, -3);
+   lua_pop (L, 1);
+   lua_rawgeti (L, LUA_REGISTRYINDEX, w->spec_ref);
+   fw_event_ctx_push (L, &w->dispatch);
+   if (!fw_lua_host_call (w->host, 2, 1, w->cfg.timeout_ms, stop)) {
+      return FW_PARK_KEY_FAILED; /* the failure table is on the stack */
+   }
+   w->seq_key = id_of_lua (L, &err);
+   lua_pop (L, 1);
+   if (!w->seq_key) {
+      /* A failure the policy classifies, as if the function had raised it. */
+      lua_createtable (L, 0, 2);
+      lua_pushfstring (L, "dlq.sequence_key returned a value that cannot be a key: %s",
+                       err.message);
+      lua_setfield (L, -2, "value");
+      lua_pushliteral (L, "");
+      lua_setfield (L, -2, "traceback");
+      *stop = FW_LUA_STOP_NONE;
+      return FW_PARK_KEY_FAILED;
+   }
+   w->seq_key_done = true;
+   return FW_PARK_KEY_OK;
+}
+
+bool
+fw_park_is_open (const fw_stream_worker_t *w)
+{
+   return w->seq_key && fw_dlq_sequences_has (w->open_seqs, w->seq_key);
+}
+
+/* One index request; the verdict in *out. False on a server error. */
+static bool
+take_once (fw_stream_worker_t *w, bool open, fw_park_take_t *out, fw_error_t *error)
+{
+   mongoc_collection_t *seqs = seqs_collection (w, error);
+   mongoc_client_t *client;
+   mongoc_collection_t *dlq;
+   fw_seq_take_t taken;
+   int64_t size;
+   bool ok;
+
+   if (!seqs) {
+      return false;
+   }
+   if (!open) {
+      /* seed 004's max_sequence_size: counted, not kept, so it is exact. */
+      if (!(client = dlq_client (w, error))) {
+         mongoc_collection_destroy (seqs);
+         return false;
+      }
+      dlq = mongoc_client_get_collection (client, dlq_database (w), w->cfg.dlq.collection);
+      ok = fw_dlq_sequence_size (dlq, w->cfg.name, w->seq_key, &size, error);
+      mongoc_collection_destroy (dlq);
+      if (!ok) {
+         mongoc_collection_destroy (seqs);
+         return false;
+      }
+      if (size >= w->cfg.dlq.max_sequence_size) {
+         snprintf (w->failure, sizeof w->failure,
+                   "dlq overflow: sequence %.300s holds %lld entries (max_sequence_size %lld); "
+                   "the event is not checkpointed: replay or discard the sequence's entries "
+                   "(flowwarden dlq replay --sequence ...), then restart",
+                   w->seq_key, (long long) size, (long long) w->cfg.dlq.max_sequence_size);
+         mongoc_collection_destroy (seqs);
+         *out = FW_PARK_OVERFLOW;
+         return true;
+      }
+   }
+   ok = fw_dlq_sequence_take (seqs, w->cfg.name, w->seq_key, open, &w->seq_index, &taken, error);
+   mongoc_collection_destroy (seqs);
+   if (ok) {
+      *out = taken == FW_SEQ_TAKEN ? FW_PARK_TAKEN : FW_PARK_CLOSED;
+   }
+   return ok;
+}
+
+fw_park_take_t
+fw_park_take (fw_stream_worker_t *w, bool open)
+{
+   fw_park_take_t out = FW_PARK_CLOSED;
+   fw_error_t err;
+
+   w->seq_index = -1;
+   if (!w->open_seqs && !(w->open_seqs = fw_dlq_sequences_new ())) {
+      snprintf (w->failure, sizeof w->failure, "not enough memory for the open DLQ sequences");
+      return FW_PARK_OVERFLOW;
+   }
+   if (open && !fw_dlq_sequences_has (w->open_seqs, w->seq_key) &&
+       fw_dlq_sequences_count (w->open_seqs) >= (size_t) w->cfg.dlq.max_sequences) {
+      /* Sequences a separate replay closed may still be in the set. */
+      if (!load_once (w, &err) ||
+          fw_dlq_sequences_count (w->open_seqs) >= (size_t) w->cfg.dlq.max_sequences) {
+         snprintf (w->failure, sizeof w->failure,
+                   "dlq overflow: %zu open sequences (max_sequences %lld): the event opening "
+                   "sequence %.300s is not checkpointed: replay or discard open sequences "
+                   "(flowwarden dlq replay), then restart",
+                   fw_dlq_sequences_count (w->open_seqs), (long long) w->cfg.dlq.max_sequences,
+                   w->seq_key);
+         return FW_PARK_OVERFLOW;
+      }
+   }
+   for (int tries = 1; !take_once (w, open, &out, &err); tries++) {
+      int64_t delay = fw_backoff_delay_ms (&w->cfg.restart, tries, fw_backoff_random (&w->rng));
+      fw_log (FW_LOG_ERROR, w->cfg.name, "%s (try %d); the stream holds this event and tries "
+                                         "again in %lld ms",
+              err.message, tries, (long long) delay);
+      if (fw_shutdown_wait_ms (w->shutdown, delay)) {
+         return FW_PARK_STOPPED;
+      }
+   }
+   if (out == FW_PARK_CLOSED) {
+      /* A replay closed it: the event is handled as any other. */
+      fw_dlq_sequences_remove (w->open_seqs, w->seq_key);
+   }
+   return out;
+}
+
+void
+fw_park_settle (fw_stream_worker_t *w)
+{
+   mongoc_collection_t *seqs;
+   fw_error_t err;
+
+   if (w->seq_index < 0) {
+      return;
+   }
+   /* Best effort: a settle that fails leaves inflight > 0, which only keeps
+    * replays from closing the sequence until the stream's next start. */
+   if (!(seqs = seqs_collection (w, &err)) ||
+       !fw_dlq_sequence_settle (seqs, w->cfg.name, w->seq_key, &err)) {
+      fw_log (FW_LOG_WARN, w->cfg.name,
+              "%s: the sequence cannot be closed by a replay until this stream restarts",
+              err.message);
+   }
+   if (seqs) {
+      mongoc_collection_destroy (seqs);
+   }
+   if (!fw_dlq_sequences_add (w->open_seqs, w->seq_key)) {
+      fw_log (FW_LOG_WARN, w->cfg.name, "not enough memory to remember open sequence %.300s",
+              w->seq_key);
+   }
+}
