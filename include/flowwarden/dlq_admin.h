@@ -137,11 +137,46 @@ bool fw_dlq_admin_find (fw_dlq_admin_t *admin, const fw_dlq_filter_t *filter,
  * Counts the selected entries into out (initialised by the callee, owned by
  * the caller): { total: int64, by_stream: {name: int64}, by_status: {...},
  * by_error_type: {...}, oldest_pending_age_s: int64 or null }. A value that
- * is missing or not a string is counted under "?". filter->limit is ignored.
+ * is missing or not a string is counted under "?", but an entry of a
+ * sequence with no error (parked) under "(parked)". filter->limit is ignored.
+ * When a stream in scope declares a sequenced DLQ, or sequences are found,
+ * out also has sequences: { stream: { open: int64 (sequence documents with
+ * open: true), parked: int64 (waiting entries behind their sequence's
+ * head), largest: int64 (the most waiting entries of one sequence) } },
+ * which only filter->stream narrows (they describe what waits now).
  */
 bool fw_dlq_admin_stats (fw_dlq_admin_t *admin, const fw_dlq_filter_t *filter,
                          const char *default_status, int64_t now_ms, bson_t *out,
                          fw_error_t *error);
+
+/* --- the sequences of a sequenced DLQ (issue 14, dlq_sequence.h) --------- */
+
+/*
+ * Visits the sequences of the (restricted) targets: every sequence whose
+ * document in "<collection>_sequences" does not say open: false (a
+ * malformed one included), and every sequence that still has waiting
+ * entries (PENDING or REPROCESSING, with a string sequenceId). Each is given
+ * to visit as a document, borrowed for the call:
+ *
+ *   { streamName, sequenceId,
+ *     open: true, false, or null (no sequence document, or open not a bool),
+ *     size: int64 (waiting entries), parked: int64 (those behind the head),
+ *     head: null (nothing waits) or the waiting entry with the lowest
+ *           sequenceIndex: { _id, sequenceIndex, status,
+ *                            error: { type, message } or null (parked; what
+ *                            the entry holds when it is not a document),
+ *                            createdAt },
+ *     ageSeconds: int64 since the head's createdAt, or null }
+ *
+ * A string missing from a malformed document is "?". filter->stream selects
+ * one stream's sequences and filter->limit caps their number; the other
+ * filters select sequences by their head entry, as replay does (a sequence
+ * with nothing waiting is then left out). Oldest head first within a
+ * target, sequences with no head last. False with error filled on a bad
+ * filter, a server error, or when visit returns false.
+ */
+bool fw_dlq_admin_sequences (fw_dlq_admin_t *admin, const fw_dlq_filter_t *filter,
+                             int64_t now_ms, fw_dlq_visit_fn visit, void *ud, fw_error_t *error);
 
 /* The _ids a filter selects now, per target: what discard and purge touch,
  * and what the operator confirms. */

@@ -21,8 +21,12 @@ static const char dlq_help[] =
    "\n"
    "  list SCRIPT              one line per entry: id, stream, operation, document key,\n"
    "                           error type, attempts, reprocess attempts, age, status\n"
+   "                           (and sequence id and index, for a sequenced DLQ)\n"
+   "  list SCRIPT --sequences  one line per open sequence: id, stream, state, size, head\n"
+   "                           entry, its error type and message, age\n"
    "  show SCRIPT ID           the whole entry\n"
-   "  stats SCRIPT             counts by stream, status and error type; oldest PENDING age\n"
+   "  stats SCRIPT             counts by stream, status and error type; oldest PENDING age;\n"
+   "                           open sequences, parked entries, largest sequence\n"
    "  discard SCRIPT --reason TEXT   mark entries DISCARDED (default: PENDING ones)\n"
    "  purge SCRIPT [--older-than 7d] delete entries (default: RESOLVED and DISCARDED ones)\n"
    "  export SCRIPT [--out FILE]     canonical Extended JSON, one entry a line, lossless\n"
@@ -35,6 +39,9 @@ static const char dlq_help[] =
    "  --documents          list, show: print fullDocument, fullDocumentBeforeChange and\n"
    "                       updateDescription (hidden by default: they may hold personal data)\n"
    "  --yes                discard, purge: do not ask for confirmation\n"
+   "  --sequences          list: the sequences of a sequenced DLQ instead of entries;\n"
+   "                       --stream and --limit select sequences, the other filters\n"
+   "                       select them by their head entry\n"
    "filters (every verb but import, which takes only --stream):\n"
    "  --stream NAME        one stream's entries\n"
    "  --status S[,S...]    PENDING, REPROCESSING, RESOLVED or DISCARDED\n"
@@ -49,7 +56,7 @@ static const char dlq_help[] =
 
 enum {
    O_URI = 1 << 0, O_JSON = 1 << 1, O_DOCS = 1 << 2, O_YES = 1 << 3, O_REASON = 1 << 4,
-   O_OLDER = 1 << 5, O_OUT = 1 << 6, O_STREAM = 1 << 7, O_FILTERS = 1 << 8
+   O_OLDER = 1 << 5, O_OUT = 1 << 6, O_STREAM = 1 << 7, O_FILTERS = 1 << 8, O_SEQS = 1 << 9
 };
 
 typedef struct {
@@ -61,7 +68,7 @@ typedef struct {
 
 #define COMMON (O_URI | O_JSON | O_STREAM | O_FILTERS)
 static const verb_t verbs[] = {
-   {"list", COMMON | O_DOCS, 0, NULL},
+   {"list", COMMON | O_DOCS | O_SEQS, 0, NULL},
    {"show", COMMON | O_DOCS, 1, NULL},
    {"stats", COMMON, 0, NULL},
    {"discard", COMMON | O_REASON | O_YES, 0, "PENDING"},
@@ -79,7 +86,7 @@ typedef struct {
    const char *uri;
    const char *reason;
    const char *out;
-   bool json, documents, yes;
+   bool json, documents, yes, sequences;
    fw_dlq_filter_t filter;
    int64_t now_ms;
 } opts_t;
@@ -172,14 +179,14 @@ parse (int argc, char **argv, opts_t *o)
       {"since", required_argument, NULL, 'a'},     {"until", required_argument, NULL, 'b'},
       {"id", required_argument, NULL, 'i'},        {"limit", required_argument, NULL, 'l'},
       {"filter", required_argument, NULL, 'f'},    {"help", no_argument, NULL, 'h'},
-      {NULL, 0, NULL, 0}};
+      {"sequences", no_argument, NULL, 'Q'},       {NULL, 0, NULL, 0}};
    static const struct {
       int c;
       int flag;
    } needs[] = {{'u', O_URI},     {'j', O_JSON},     {'D', O_DOCS},    {'y', O_YES},
                 {'r', O_REASON},  {'o', O_OLDER},    {'O', O_OUT},     {'s', O_STREAM},
                 {'S', O_FILTERS}, {'e', O_FILTERS},  {'a', O_FILTERS}, {'b', O_FILTERS},
-                {'i', O_FILTERS}, {'l', O_FILTERS},  {'f', O_FILTERS}};
+                {'i', O_FILTERS}, {'l', O_FILTERS},  {'f', O_FILTERS}, {'Q', O_SEQS}};
    fw_error_t err;
    int64_t older = 0;
    int c, idx = 0;
@@ -197,6 +204,7 @@ parse (int argc, char **argv, opts_t *o)
       case 'j': o->json = true; break;
       case 'D': o->documents = true; break;
       case 'y': o->yes = true; break;
+      case 'Q': o->sequences = true; break;
       case 'r': o->reason = optarg; break;
       case 'O': o->out = optarg; break;
       case 's':
@@ -245,6 +253,10 @@ parse (int argc, char **argv, opts_t *o)
    if (optind < argc) {
       return fail ("%s: unexpected argument \"%s\"", o->verb->name, argv[optind]);
    }
+   if (o->sequences && o->documents) {
+      return fail ("list --sequences does not take --documents (it prints no entry; "
+                   "flowwarden dlq list --documents does)");
+   }
    if (strcmp (o->verb->name, "discard") == 0 && (!o->reason || !*o->reason)) {
       return fail ("discard: --reason TEXT is required (it is stored as discardReason)");
    }
@@ -277,6 +289,43 @@ list_visit (const bson_t *entry, const fw_dlq_target_t *t, void *ud, fw_error_t 
       return false;
    }
    return true;
+}
+
+static bool
+sequence_visit (const bson_t *seq, const fw_dlq_target_t *t, void *ud, fw_error_t *error)
+{
+   opts_t *o = ((void **) ud)[0];
+   fw_dlq_table_t *table = ((void **) ud)[1];
+   (void) t;
+   if (o->json) {
+      fw_dlq_print_json (seq, stdout);
+      return true;
+   }
+   if (!fw_dlq_sequence_table_add (table, seq)) {
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
+      return false;
+   }
+   return true;
+}
+
+static int
+cmd_list_sequences (fw_dlq_admin_t *admin, opts_t *o)
+{
+   fw_dlq_table_t *table = fw_dlq_sequence_table_new ();
+   void *ud[2] = {o, table};
+   fw_error_t err;
+   int rc = 0;
+
+   if (!table) {
+      return fail ("out of memory");
+   }
+   if (!fw_dlq_admin_sequences (admin, &o->filter, o->now_ms, sequence_visit, ud, &err)) {
+      rc = fail ("%s", err.message);
+   } else if (!o->json) {
+      fw_dlq_table_print (table, stdout);
+   }
+   fw_dlq_table_destroy (table);
+   return rc;
 }
 
 static int
@@ -559,7 +608,7 @@ fw_dlq_cli_main (int argc, char **argv)
       return fail ("%s", err.message);
    }
    if (strcmp (o.verb->name, "list") == 0) {
-      rc = cmd_list (admin, &o);
+      rc = o.sequences ? cmd_list_sequences (admin, &o) : cmd_list (admin, &o);
    } else if (strcmp (o.verb->name, "show") == 0) {
       rc = cmd_show (admin, &o);
    } else if (strcmp (o.verb->name, "stats") == 0) {

@@ -22,10 +22,18 @@ typedef struct fw_dlq_table fw_dlq_table_t;
 fw_dlq_table_t *fw_dlq_table_new (void);
 void fw_dlq_table_destroy (fw_dlq_table_t *table);
 
-/* Adds entry's row: id, stream, operation, document key, error type,
- * attempts, reprocess attempts, age (from now_ms), status; a field that is
- * missing or of the wrong type prints as "?". False when out of memory. */
+/* Adds entry's row: id, stream, operation, document key, error type
+ * ("(parked)" for an entry of a sequence with no error), attempts,
+ * reprocess attempts, age (from now_ms), status, and, printed only once a
+ * row has one, sequence id and index; a field that is missing or of the
+ * wrong type prints as "?". False when out of memory. */
 bool fw_dlq_table_add (fw_dlq_table_t *table, const bson_t *entry, int64_t now_ms);
+
+/* A table of `list --sequences` rows (NULL when out of memory), filled with
+ * fw_dlq_sequence_table_add from fw_dlq_admin_sequences's documents: id,
+ * stream, state, size, head entry, its error type and message, age. */
+fw_dlq_table_t *fw_dlq_sequence_table_new (void);
+bool fw_dlq_sequence_table_add (fw_dlq_table_t *table, const bson_t *seq);
 
 /* Number of rows added. */
 int fw_dlq_table_rows (const fw_dlq_table_t *table);

@@ -1,7 +1,8 @@
 /*
- * dlq_print.c - what `flowwarden dlq` prints: the list table, one entry,
- * the stats. Entries may have been edited by hand: every field is checked
- * for its type, and what cannot be printed prints as "?".
+ * dlq_print.c - what `flowwarden dlq` prints: the list tables (entries, or
+ * sequences), one entry, the stats. Entries may have been edited by hand:
+ * every field is checked for its type, and what cannot be printed prints
+ * as "?".
  */
 #include <stdlib.h>
 #include <string.h>
@@ -9,12 +10,19 @@
 
 #include "dlq_cli.h"
 
-#define N_COLS 9
 #define MAX_CELL 40
 
-static const char *const headers[N_COLS] = {"ID",         "STREAM",   "OPERATION",
-                                            "DOCUMENT KEY", "ERROR TYPE", "ATTEMPTS",
-                                            "REPROCESSED", "AGE",      "STATUS"};
+/* The sequence columns come last, so a DLQ with no sequence prints the
+ * table it always did and the others keep their column positions. */
+#define N_ENTRY_COLS 11
+#define N_PLAIN_COLS 9
+static const char *const entry_headers[N_ENTRY_COLS] = {
+   "ID",       "STREAM",      "OPERATION", "DOCUMENT KEY", "ERROR TYPE", "ATTEMPTS",
+   "REPROCESSED", "AGE",      "STATUS",    "SEQUENCE",     "INDEX"};
+
+#define N_SEQUENCE_COLS 8
+static const char *const sequence_headers[N_SEQUENCE_COLS] = {
+   "SEQUENCE", "STREAM", "STATE", "SIZE", "HEAD", "ERROR TYPE", "MESSAGE", "AGE"};
 
 /* Fields that hold the event's documents: personal data, shown only with
  * --documents. */
@@ -22,14 +30,65 @@ static const char *const document_fields[] = {"fullDocument", "fullDocumentBefor
                                               "updateDescription"};
 
 struct fw_dlq_table {
-   char **cells; /* rows * N_COLS */
+   const char *const *headers;
+   int n_cols;   /* cells per row */
+   int n_shown;  /* columns printed: an entry table's sequence columns once a row has one */
+   char **cells; /* rows * n_cols */
    int rows;
 };
+
+static fw_dlq_table_t *
+table_new (const char *const *headers, int n_cols, int n_shown)
+{
+   fw_dlq_table_t *table = calloc (1, sizeof (fw_dlq_table_t));
+   if (table) {
+      table->headers = headers;
+      table->n_cols = n_cols;
+      table->n_shown = n_shown;
+   }
+   return table;
+}
 
 fw_dlq_table_t *
 fw_dlq_table_new (void)
 {
-   return calloc (1, sizeof (fw_dlq_table_t));
+   return table_new (entry_headers, N_ENTRY_COLS, N_PLAIN_COLS);
+}
+
+fw_dlq_table_t *
+fw_dlq_sequence_table_new (void)
+{
+   return table_new (sequence_headers, N_SEQUENCE_COLS, N_SEQUENCE_COLS);
+}
+
+/* A new row of NULL cells, counted (so freed with the table); NULL when out
+ * of memory. */
+static char **
+add_row (fw_dlq_table_t *table)
+{
+   size_t n = (size_t) (table->rows + 1) * (size_t) table->n_cols;
+   char **grown = realloc (table->cells, n * sizeof (char *));
+   char **row;
+
+   if (!grown) {
+      return NULL;
+   }
+   table->cells = grown;
+   row = grown + (size_t) table->rows * (size_t) table->n_cols;
+   memset (row, 0, (size_t) table->n_cols * sizeof (char *));
+   table->rows++;
+   return row;
+}
+
+static bool
+row_complete (const fw_dlq_table_t *table, char **row)
+{
+   for (int c = 0; c < table->n_cols; c++) {
+      if (!row[c]) {
+         return false;
+      }
+   }
+   return true;
 }
 
 void
@@ -38,7 +97,7 @@ fw_dlq_table_destroy (fw_dlq_table_t *table)
    if (!table) {
       return;
    }
-   for (int i = 0; i < table->rows * N_COLS; i++) {
+   for (int i = 0; i < table->rows * table->n_cols; i++) {
       free (table->cells[i]);
    }
    free (table->cells);
@@ -221,48 +280,96 @@ age_cell (const bson_t *entry, int64_t now_ms)
 bool
 fw_dlq_table_add (fw_dlq_table_t *table, const bson_t *entry, int64_t now_ms)
 {
-   char **grown = realloc (table->cells, (size_t) (table->rows + 1) * N_COLS * sizeof (char *));
-   char **row;
+   char **row = add_row (table);
    bson_iter_t it;
-   bool ok = true;
+   bool in_sequence = bson_iter_init_find (&it, entry, "sequenceId");
 
-   if (!grown) {
+   if (!row) {
       return false;
    }
-   table->cells = grown;
-   row = grown + table->rows * N_COLS;
    row[0] = bson_iter_init_find (&it, entry, "_id") ? cell (value_text (&it)) : strdup ("?");
    row[1] = string_cell (entry, "streamName");
    row[2] = string_cell (entry, "operationType");
    row[3] = key_cell (entry);
-   row[4] = string_cell (entry, "error.type");
+   /* Parked behind its sequence's head, the entry has no error of its own. */
+   row[4] = in_sequence && !bson_iter_init_find (&it, entry, "error")
+               ? strdup ("(parked)")
+               : string_cell (entry, "error.type");
    row[5] = int_cell (entry, "attempts", "?");
    row[6] = int_cell (entry, "reprocessAttempts", "0");
    row[7] = age_cell (entry, now_ms);
    row[8] = string_cell (entry, "status");
-   for (int c = 0; c < N_COLS; c++) {
-      ok = ok && row[c];
+   row[9] = in_sequence ? string_cell (entry, "sequenceId") : strdup ("-");
+   row[10] = int_cell (entry, "sequenceIndex", "-");
+   if (in_sequence) {
+      table->n_shown = N_ENTRY_COLS;
    }
-   table->rows++; /* freed with the table even when a cell is missing */
-   return ok;
+   return row_complete (table, row);
+}
+
+/* The head's cell at path: "-" when nothing waits, parked when the head has
+ * no error, else the string there or "?". */
+static char *
+head_cell (const bson_t *seq, const char *path, const char *parked)
+{
+   bson_iter_t it, f;
+   if (!bson_iter_init_find (&it, seq, "head") || !BSON_ITER_HOLDS_DOCUMENT (&it)) {
+      return strdup ("-");
+   }
+   if (strncmp (path, "head.error.", 11) == 0 && bson_iter_init (&it, seq) &&
+       bson_iter_find_descendant (&it, "head.error", &f) && BSON_ITER_HOLDS_NULL (&f)) {
+      return strdup (parked);
+   }
+   if (strcmp (path, "head._id") == 0 && bson_iter_init (&it, seq) &&
+       bson_iter_find_descendant (&it, path, &f)) {
+      return cell (value_text (&f));
+   }
+   return string_cell (seq, path);
+}
+
+bool
+fw_dlq_sequence_table_add (fw_dlq_table_t *table, const bson_t *seq)
+{
+   char **row = add_row (table);
+   bson_iter_t it;
+
+   if (!row) {
+      return false;
+   }
+   row[0] = string_cell (seq, "sequenceId");
+   row[1] = string_cell (seq, "streamName");
+   row[2] = strdup (!bson_iter_init_find (&it, seq, "open") || !BSON_ITER_HOLDS_BOOL (&it) ? "?"
+                    : bson_iter_bool (&it)                                               ? "open"
+                                                                                         : "closed");
+   row[3] = int_cell (seq, "size", "?");
+   row[4] = head_cell (seq, "head._id", "-");
+   row[5] = head_cell (seq, "head.error.type", "(parked)");
+   row[6] = head_cell (seq, "head.error.message", "-");
+   row[7] = bson_iter_init_find (&it, seq, "ageSeconds") && BSON_ITER_HOLDS_INT64 (&it)
+               ? age_text (bson_iter_int64 (&it) * 1000)
+               : strdup ("-");
+   return row_complete (table, row);
 }
 
 void
 fw_dlq_table_print (const fw_dlq_table_t *table, FILE *out)
 {
-   int width[N_COLS];
+   int width[N_ENTRY_COLS > N_SEQUENCE_COLS ? N_ENTRY_COLS : N_SEQUENCE_COLS];
+   int n = table->n_shown;
 
-   for (int c = 0; c < N_COLS; c++) {
-      width[c] = (int) strlen (headers[c]);
+   for (int c = 0; c < n; c++) {
+      width[c] = (int) strlen (table->headers[c]);
       for (int r = 0; r < table->rows; r++) {
-         int w = (int) strlen (table->cells[r * N_COLS + c]);
+         const char *text = table->cells[r * table->n_cols + c];
+         int w = text ? (int) strlen (text) : 1;
          width[c] = w > width[c] ? w : width[c];
       }
    }
    for (int r = -1; r < table->rows; r++) {
-      for (int c = 0; c < N_COLS; c++) {
-         const char *text = r < 0 ? headers[c] : table->cells[r * N_COLS + c];
-         if (c == N_COLS - 1) {
+      for (int c = 0; c < n; c++) {
+         const char *text = r < 0 ? table->headers[c] : table->cells[r * table->n_cols + c];
+         text = text ? text : "?";
+         if (c == n - 1) {
             fprintf (out, "%s\n", text);
          } else {
             fprintf (out, "%-*s  ", width[c], text);
@@ -368,6 +475,32 @@ print_counts (const bson_t *stats, const char *key, const char *title, FILE *out
    }
 }
 
+static int64_t
+int_at (const bson_iter_t *doc, const char *key)
+{
+   bson_iter_t it;
+   return bson_iter_recurse (doc, &it) && bson_iter_find (&it, key) && BSON_ITER_HOLDS_NUMBER (&it)
+             ? bson_iter_as_int64 (&it)
+             : 0;
+}
+
+/* The per-stream sequence figures, when fw_dlq_admin_stats gave any. */
+static void
+print_sequences (const bson_t *stats, FILE *out)
+{
+   bson_iter_t it, sub;
+   if (!bson_iter_init_find (&it, stats, "sequences") || !bson_iter_recurse (&it, &sub)) {
+      return;
+   }
+   fprintf (out, "\n%-30s %-15s %-15s %s\n", "SEQUENCED STREAM", "OPEN SEQUENCES",
+            "PARKED ENTRIES", "LARGEST");
+   while (bson_iter_next (&sub)) {
+      fprintf (out, "%-30s %-15lld %-15lld %lld\n", bson_iter_key (&sub),
+               (long long) int_at (&sub, "open"), (long long) int_at (&sub, "parked"),
+               (long long) int_at (&sub, "largest"));
+   }
+}
+
 void
 fw_dlq_print_stats (const bson_t *stats, bool json, FILE *out)
 {
@@ -390,4 +523,5 @@ fw_dlq_print_stats (const bson_t *stats, bool json, FILE *out)
    print_counts (stats, "by_stream", "STREAM", out);
    print_counts (stats, "by_status", "STATUS", out);
    print_counts (stats, "by_error_type", "ERROR TYPE", out);
+   print_sequences (stats, out);
 }

@@ -1,6 +1,7 @@
 /*
  * dlq_admin-private.h - what dlq_admin.c (the script's targets, reading,
- * stats) and dlq_admin_change.c (discard, purge, import) share.
+ * stats), dlq_admin_change.c (discard, purge, import) and
+ * dlq_admin_sequences.c (the sequences of a sequenced DLQ) share.
  */
 #ifndef FLOWWARDEN_DLQ_ADMIN_PRIVATE_H
 #define FLOWWARDEN_DLQ_ADMIN_PRIVATE_H
@@ -21,6 +22,8 @@ struct fw_dlq_admin {
    int n_streams;
    client_t *clients;    /* one per distinct URI, made on first use */
    int n_clients;
+   char **seq_streams;   /* the streams declaring dlq = { sequenced = true } */
+   int n_seq_streams;
 };
 
 bool fw_dlq__same (const char *a, const char *b);
@@ -40,5 +43,15 @@ void fw_dlq__set_error_at (fw_error_t *error, const fw_dlq_target_t *t, const ch
 
 /* The string at path in doc, or "?" when it is missing or not a string. */
 const char *fw_dlq__string_at (const bson_t *doc, const char *path);
+
+/* The sequences collection of target i ("<collection>_sequences", on the
+ * target's client), like fw_dlq_admin_collection. */
+mongoc_collection_t *fw_dlq__sequence_collection (fw_dlq_admin_t *admin, int i,
+                                                  fw_error_t *error);
+
+/* Appends fw_dlq_admin_stats's "sequences" to out when there is anything
+ * to say about stream's (NULL: every stream's) sequences. */
+bool fw_dlq__sequence_stats (fw_dlq_admin_t *admin, const char *stream, bson_t *out,
+                             fw_error_t *error);
 
 #endif

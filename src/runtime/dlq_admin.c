@@ -10,6 +10,7 @@
 #include <lauxlib.h>
 
 #include "dlq_admin-private.h"
+#include "flowwarden/dlq_sequence.h"
 #include "flowwarden/lua_host.h"
 #include "flowwarden/runtime.h"
 #include "flowwarden/stream_config.h"
@@ -166,6 +167,11 @@ fw_dlq_admin_new (const char *script, const char *option_uri, fw_error_t *error)
       if (!cfg->dlq.enabled) {
          continue;
       }
+      if (cfg->dlq.sequenced &&
+          !fw_dlq__push_string (&admin->seq_streams, &admin->n_seq_streams, cfg->name)) {
+         fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
+         goto done;
+      }
       for (int c = 0; cfg->dlq.connection && c < a.n_conns; c++) {
          if (fw_dlq__same (a.conn_names[c], cfg->dlq.connection)) {
             uri = a.conn_uris[c];
@@ -225,6 +231,10 @@ fw_dlq_admin_destroy (fw_dlq_admin_t *admin)
    for (int i = 0; i < admin->n_streams; i++) {
       free (admin->streams[i]);
    }
+   for (int i = 0; i < admin->n_seq_streams; i++) {
+      free (admin->seq_streams[i]);
+   }
+   free (admin->seq_streams);
    for (int i = 0; i < admin->n_clients; i++) {
       mongoc_client_destroy (admin->clients[i].client);
       free (admin->clients[i].uri);
@@ -306,8 +316,9 @@ fw_dlq__selected (const fw_dlq_admin_t *admin, int i)
    return admin->only < 0 || admin->only == i;
 }
 
-mongoc_collection_t *
-fw_dlq_admin_collection (fw_dlq_admin_t *admin, int i, fw_error_t *error)
+/* The client of target i's URI, made on first use (owned by the admin). */
+static mongoc_client_t *
+client_of (fw_dlq_admin_t *admin, int i, fw_error_t *error)
 {
    fw_dlq_target_t *t = &admin->targets[i];
    mongoc_client_t *client = NULL;
@@ -340,13 +351,49 @@ fw_dlq_admin_collection (fw_dlq_admin_t *admin, int i, fw_error_t *error)
          return NULL;
       }
       admin->clients = grown;
-      grown[admin->n_clients].uri = strdup (t->uri);
+      if (!(grown[admin->n_clients].uri = strdup (t->uri))) {
+         fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
+         mongoc_client_destroy (client);
+         return NULL;
+      }
       grown[admin->n_clients].client = client;
       admin->n_clients++;
       mongoc_client_set_error_api (client, MONGOC_ERROR_API_VERSION_2);
       mongoc_client_set_appname (client, "flowwarden-dlq");
    }
-   return mongoc_client_get_collection (client, t->database, t->collection);
+   return client;
+}
+
+mongoc_collection_t *
+fw_dlq_admin_collection (fw_dlq_admin_t *admin, int i, fw_error_t *error)
+{
+   mongoc_client_t *client = client_of (admin, i, error);
+   mongoc_collection_t *coll;
+
+   if (!client) {
+      return NULL;
+   }
+   if (!(coll = mongoc_client_get_collection (client, admin->targets[i].database,
+                                              admin->targets[i].collection))) {
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
+   }
+   return coll;
+}
+
+mongoc_collection_t *
+fw_dlq__sequence_collection (fw_dlq_admin_t *admin, int i, fw_error_t *error)
+{
+   mongoc_client_t *client = client_of (admin, i, error);
+   mongoc_collection_t *coll;
+
+   if (!client) {
+      return NULL;
+   }
+   if (!(coll = fw_dlq_sequence_collection (client, admin->targets[i].database,
+                                            admin->targets[i].collection))) {
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
+   }
+   return coll;
 }
 
 /* --- reading ------------------------------------------------------------ */
@@ -495,7 +542,20 @@ fw_dlq__string_at (const bson_t *doc, const char *path)
    return "?";
 }
 
-/* One target's counts by (stream, status, error type), grouped by the server. */
+/* A group's error type: an entry parked behind its sequence's head has no
+ * error of its own, which is not the "?" of an entry edited into nonsense. */
+static const char *
+error_type_of (const bson_t *group)
+{
+   if (strcmp (fw_dlq__string_at (group, "_id.e"), "missing") == 0 &&
+       strcmp (fw_dlq__string_at (group, "_id.q"), "?") != 0) {
+      return "(parked)";
+   }
+   return fw_dlq__string_at (group, "_id.t");
+}
+
+/* One target's counts by (stream, status, error type), grouped by the server
+ * (and by sequence, to tell parked entries apart). */
 static bool
 stats_of (fw_dlq_admin_t *admin, int i, const bson_t *query, counter_t c[3], int64_t *total,
           int64_t *oldest_ms, fw_error_t *error)
@@ -513,7 +573,9 @@ stats_of (fw_dlq_admin_t *admin, int i, const bson_t *query, counter_t c[3], int
    }
    pipeline = BCON_NEW ("pipeline", "[", "{", "$match", BCON_DOCUMENT (query), "}", "{",
                         "$group", "{", "_id", "{", "s", BCON_UTF8 ("$streamName"), "st",
-                        BCON_UTF8 ("$status"), "t", BCON_UTF8 ("$error.type"), "}", "n", "{",
+                        BCON_UTF8 ("$status"), "t", BCON_UTF8 ("$error.type"), "q",
+                        BCON_UTF8 ("$sequenceId"), "e", "{", "$type", BCON_UTF8 ("$error"), "}",
+                        "}", "n", "{",
                         "$sum", BCON_INT32 (1), "}", "}", "}", "]");
    cursor = mongoc_collection_aggregate (coll, MONGOC_QUERY_NONE, pipeline, NULL, NULL);
    while (ok && mongoc_cursor_next (cursor, &doc)) {
@@ -522,7 +584,7 @@ stats_of (fw_dlq_admin_t *admin, int i, const bson_t *query, counter_t c[3], int
       *total += n;
       ok = count_add (&c[0], fw_dlq__string_at (doc, "_id.s"), n) &&
            count_add (&c[1], fw_dlq__string_at (doc, "_id.st"), n) &&
-           count_add (&c[2], fw_dlq__string_at (doc, "_id.t"), n);
+           count_add (&c[2], error_type_of (doc), n);
       if (!ok) {
          fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
       }
@@ -583,6 +645,7 @@ fw_dlq_admin_stats (fw_dlq_admin_t *admin, const fw_dlq_filter_t *filter,
       } else {
          BSON_APPEND_INT64 (out, "oldest_pending_age_s", (now_ms - oldest_ms) / 1000);
       }
+      ok = fw_dlq__sequence_stats (admin, filter->stream, out, error);
    }
    for (int k = 0; k < 3; k++) {
       count_free (&c[k]);
