@@ -540,10 +540,15 @@ core_deliver (lua_State *L)
    r = parsed ? fw_event_dispatch (w, &ev) : fw_event_dispatch_unreadable (w, &ev, err.message);
    end_capture (app);
    fw_stream_worker_stats (w, &after);
-   u->entry = bson_new ();
-   if (!fw_dlq_store_memory_take_last (app->store, u->entry)) {
-      bson_destroy (u->entry);
-      u->entry = NULL;
+   {
+      /* The store initialises what it fills, so it gets a stack document:
+       * bson_init on a bson_new'd one would orphan the struct. */
+      bson_t last;
+      if (fw_dlq_store_memory_take_last (app->store, &last) && !(u->entry = bson_copy (&last))) {
+         bson_destroy (&last);
+         return luaL_error (L, "deliver: not enough memory");
+      }
+      bson_destroy (&last);
    }
 
    if (r == FW_DISPATCH_NO_DLQ) {
@@ -754,8 +759,14 @@ core_dlq_entries (lua_State *L)
    capture_ud_t *u = push_capture (L); /* owns the array while it is pushed */
    fw_error_t err;
 
-   if (!(u->entry = bson_new ()) || !app->store->find_by_stream (app->store, stream, u->entry, &err)) {
-      return luaL_error (L, "dlq: cannot read the in-memory DLQ");
+   {
+      bson_t all; /* initialised by the store (see core_deliver) */
+      bool ok = app->store->find_by_stream (app->store, stream, &all, &err) &&
+                (u->entry = bson_copy (&all)) != NULL;
+      bson_destroy (&all);
+      if (!ok) {
+         return luaL_error (L, "dlq: cannot read the in-memory DLQ");
+      }
    }
    if (!fw_bson_lua_push_array (L, u->entry, "dlq", &err)) {
       return luaL_error (L, "dlq: %s", err.message);
