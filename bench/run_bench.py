@@ -17,7 +17,8 @@ Scenarios: S1 no-op handler, S2 three fields of the full document (one nested), 
 whole full document; each on `small` (~300-byte documents) and `large` (~4 KB) data sets with
 checkpoint save_every = 100. S4: S2 with save_every = 1 vs 100 on the `ckpt` data set. S5:
 insert-to-handler latency at a steady 2,000 inserts/s. S6/S7 (bench/io_scenarios.py): one
-MongoDB upsert / one loopback HTTP POST per event. Plus the in-process per-event path
+MongoDB upsert / one loopback HTTP POST per event. net (bench/net_scenarios.py): S2 against
+stand-ins with 0, 1 and 5 ms of network latency (--latency-ms). Plus the in-process per-event path
 (build/fw_event_path_bench) on events recorded from the stand-in. Every figure is the median
 of --repeat runs. See docs/performance.md.
 """
@@ -46,6 +47,7 @@ import pymongo  # noqa: E402
 from bson.raw_bson import RawBSONDocument  # noqa: E402
 
 import io_scenarios  # noqa: E402
+import net_scenarios  # noqa: E402
 from bench_docs import io_doc, large_doc, small_doc  # noqa: E402
 from bench_proc import Child, log, proc_cpu_s  # noqa: E402
 from standin_process import StandIn  # noqa: E402
@@ -107,7 +109,7 @@ LUA_WORK = {
 }
 
 
-def fw_script(path, coll, scenario, save_every, n=None, latency=False):
+def fw_script(path, coll, scenario, save_every, n=None, latency=False, ckpt_mode=None, dlq=None):
     prelude, body = LUA_WORK[scenario]
     lines = ['local fw = require("flowwarden")', prelude]
     if latency:
@@ -121,10 +123,13 @@ def fw_script(path, coll, scenario, save_every, n=None, latency=False):
         handler = body + ("    n = n + 1\n"
                           "    if n == 1 then fw.log.info(\"BENCH first\")\n"
                           "    elseif n == N then fw.log.info(\"BENCH done\") end\n")
-    lines.append("fw.stream {\n  name = %s,\n  database = %s,\n  collection = %s,\n"
-                 "  checkpoint = { save_every = %d },\n"
-                 "  on_insert = function(ctx)\n%s  end,\n}\n"
-                 % (json.dumps(STREAM), json.dumps(DB), json.dumps(coll), save_every, handler))
+    lines.append(("fw.stream {\n  name = %s,\n  database = %s,\n  collection = %s,\n"
+                  % (json.dumps(STREAM), json.dumps(DB), json.dumps(coll)))
+                 + ("  dlq = %s,\n" % dlq if dlq else "")
+                 + ("  checkpoint = { save_every = %d%s },\n"
+                    "  on_insert = function(ctx)\n%s  end,\n}\n"
+                    % (save_every, ", mode = %s" % json.dumps(ckpt_mode) if ckpt_mode else "",
+                       handler)))
     with open(path, "w") as f:
         f.write("\n".join(lines))
 
@@ -219,10 +224,15 @@ class Bench:
             events = int(m[0].group(1))
             seconds = float(m[0].group(2))  # from just before the watch (aggregate) call
             t_first = t_last = None
-        elif system == "flowwarden":
+        elif system in ("flowwarden", "flowwarden-sync", "flowwarden-dlq", "flowwarden-seq"):
+            # flowwarden-sync: the checkpoint write on the handler's path (before issue 16);
+            # -dlq / -seq: a DLQ, plain or sequenced with no open sequence (issue 14)
             self.seed_checkpoint(coll)
             script = os.path.join(self.tmp, "bench_%s.lua" % scenario)
-            fw_script(script, coll, scenario, save_every, n=n)
+            fw_script(script, coll, scenario, save_every, n=n,
+                      ckpt_mode="sync" if system == "flowwarden-sync" else None,
+                      dlq={"flowwarden-dlq": "{ sequenced = false }",
+                           "flowwarden-seq": "{ sequenced = true }"}.get(system))
             c = Child([os.path.join(BUILD, "flowwarden"), "run", script, "--uri", self.s.uri,
                        "--log-format", "json", "--log-level", "info"])
 
@@ -431,6 +441,7 @@ def print_table(R):
                        "true value is up to 1 ms more): p50 %.2f..%.2f, p99 %.2f..%.2f ms"
                        % (fl["log_clock_p50_ms"], fl["log_clock_p50_ms"] + 1,
                           fl["log_clock_p99_ms"], fl["log_clock_p99_ms"] + 1))
+    out += net_scenarios.table(R)
     if R.get("inprocess"):
         out.append("")
         out.append("In process (build/fw_event_path_bench on recorded events; events/s per core,"
@@ -468,6 +479,7 @@ def markdown(R):
             L.append("| %s | %s | %s | %s | %s | %s |" % (
                 k, fmt(v["p50_ms"], "%.2f"), fmt(v["p99_ms"], "%.2f"), fmt(v["max_ms"], "%.1f"),
                 fmt(v["insert_rate"]), fmt(v["maxrss_kb"] and v["maxrss_kb"] / 1024, "%.1f")))
+    L += net_scenarios.markdown(R)
     if R.get("inprocess"):
         names = ["parse", "walk", "table", "s1", "s2", "s3"]
         L += ["", "| data | event bytes | " + " | ".join(names) + " |",
@@ -511,7 +523,14 @@ def goals(R):
             G.append({"goal": "S2 CPU/event <= 1/%d of %s's" % (k, other), "met": r >= k,
                       "measured": "%s uses %.2fx flowwarden's CPU/event (%.2f vs %.2f us)"
                       % (other, r, o["cpu_us_per_event"], fw_["cpu_us_per_event"])})
+    plain, seq = T.get(("small", "S2-dlq", "flowwarden")), T.get(("small", "S2-seq", "flowwarden"))
+    if plain and seq and plain["events_per_s"]:
+        r = seq["events_per_s"] / plain["events_per_s"]
+        G.append({"goal": "S2 with dlq.sequenced (no open sequence) >= 95% of a plain dlq",
+                  "met": r >= 0.95, "measured": "%.0f%% (%.0f vs %.0f ev/s)" % (
+                      100 * r, seq["events_per_s"], plain["events_per_s"])})
     G += io_scenarios.goals(T)
+    G += net_scenarios.goals(R)
     fw_rows = [r for r in R["table"] if r["system"] == "flowwarden"]
     small = [r for r in fw_rows if r["data"] == "small"]
     if small:
@@ -549,7 +568,14 @@ def main():
     p.add_argument("--inprocess-events", type=int, default=500000)
     p.add_argument("--io-events", type=int, default=None,
                    help="events of S6/S7, one round trip each (default min(20000, events))")
-    p.add_argument("--only", default="inprocess,throughput,s4,s5,s6,s7",
+    p.add_argument("--net-events", type=int, default=None,
+                   help="events of the net part, S2 at each latency (default min(100000, "
+                        "events))")
+    p.add_argument("--net-latencies", default="0,1,5",
+                   help="comma list of stand-in round-trip times (ms) of the net part")
+    p.add_argument("--net-systems", default=",".join(net_scenarios.SYSTEMS),
+                   help="systems of the net part (flowwarden-sync: checkpoint mode \"sync\")")
+    p.add_argument("--only", default="inprocess,throughput,seq,s4,s5,s6,s7,net",
                    help="comma list of parts to run (default all)")
     p.add_argument("--systems", default="flowwarden,pymongo,node,drain")
     p.add_argument("--markdown", default=None, help="also write the tables as Markdown here")
@@ -565,6 +591,7 @@ def main():
     large_n = a.large_events if a.large_events is not None else max(1000, a.events // 10)
     ckpt_n = a.ckpt_events if a.ckpt_events is not None else min(20000, a.events)
     io_n = a.io_events if a.io_events is not None else min(20000, a.events)
+    net_n = a.net_events if a.net_events is not None else min(100000, a.events)
 
     if a.from_json:
         R = json.load(open(a.from_json))
@@ -594,7 +621,7 @@ def main():
         with StandIn() as s:
             B = Bench(a, s, tmp)
             R["load"] = {}
-            if parts & {"inprocess", "throughput"}:
+            if parts & {"inprocess", "throughput", "seq"}:
                 R["load"]["small"] = B.load("small", a.events, small_doc)
                 R["load"]["large"] = B.load("large", large_n, large_doc)
             if "s4" in parts:
@@ -627,7 +654,7 @@ def main():
                     log("in-process %s: %s" % (data, R["inprocess"][data]["events_per_cpu_s"]))
 
             R["idle"] = {}
-            if parts & {"throughput", "s4", "s6", "s7"}:
+            if parts & {"throughput", "seq", "s4", "s6", "s7"}:
                 for sysname in [x for x in systems if x != "drain"]:
                     R["idle"][sysname] = B.idle(sysname)
                     log("idle %s: %s" % (sysname, R["idle"][sysname]))
@@ -649,6 +676,15 @@ def main():
                             log("rep %d %s %s %-10s %8.0f ev/s  %.2f us/ev  %.1f MB" % (
                                 rep + 1, data, sc, sysname, r["events_per_s"],
                                 r["cpu_s"] / r["events"] * 1e6, r["maxrss_kb"] / 1024))
+            if "seq" in parts:
+                # Issue 14: a sequenced DLQ with no open sequence vs a plain DLQ, S2.
+                for rep in range(a.repeat):
+                    for sysname in ("flowwarden-dlq", "flowwarden-seq"):
+                        r = B.run(sysname, "small", "s2", save_every=100)
+                        raw.setdefault(("small", "S2-" + sysname[11:], "flowwarden"),
+                                       []).append(r)
+                        log("rep %d S2 %-15s %8.0f ev/s  %.2f us/ev" % (
+                            rep + 1, sysname, r["events_per_s"], r["cpu_s"] / r["events"] * 1e6))
             if "s4" in parts:
                 for rep in range(a.repeat):
                     for se in (1, 100):
@@ -692,7 +728,7 @@ def main():
                        "runs": s["runs"]}
                 table.append(row)
             order = {"drain": 0, "S1": 1, "S2": 2, "S3": 3, "S1-nockpt": 4, "S2-nockpt": 5,
-                     "S4/1": 6, "S4/100": 7, "S6": 8, "S7": 9}
+                     "S4/1": 6, "S4/100": 7, "S6": 8, "S7": 9, "S2-dlq": 10, "S2-seq": 11}
             sorder = {"drain": 0, "flowwarden": 1, "pymongo": 2, "node": 3}
             dorder = {"small": 0, "large": 1, "ckpt": 2, "io": 3}
             table.sort(key=lambda r: (dorder[r["data"]], order[r["scenario"]], sorder[r["system"]]))
@@ -709,6 +745,11 @@ def main():
                                r["received"], r["inserted"], r["insert_rate"]))
                 R["latency"] = {k: dict({m: median_of(v, m) for m in v[0] if m != "runs"},
                                         runs=v) for k, v in lat.items()}
+        if net_scenarios.PART in parts:
+            R["net"] = net_scenarios.run(
+                lambda standin: Bench(a, standin, tmp), StandIn,
+                [float(x) for x in a.net_latencies.split(",")],
+                a.net_systems.split(","), a.repeat, net_n)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

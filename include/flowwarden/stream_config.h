@@ -59,6 +59,9 @@ typedef struct {
    int64_t timeout_ms;
    size_t memory_limit;
    size_t state_max_bytes;          /* fw.state's bound (fw.defaults { state = ... }) */
+   bool ha_leader;                  /* ha.mode = "leader": one instance holds the stream's
+                                     * lease and handles its events (lease.h, issue 17) */
+   int64_t ha_lease_ms;             /* ha.lease */
 } fw_stream_config_t;
 
 /* Fills cfg from the spec table at stack index idx. Must run inside a

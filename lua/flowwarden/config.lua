@@ -86,6 +86,8 @@ THE EFFECTIVE CONFIGURATION (every field always present unless "| nil"):
     timeout_ms = 30000,
     memory_limit_bytes = 268435456,
     state = { max_bytes = 67108864 },         -- fw.state's bound (fw.defaults only)
+    ha = { mode = "none" | "leader", lease_ms = 10000 },
+                                              -- one leader per stream (fw.defaults only)
     handlers = { insert = f, update = f, replace = f, delete = f, change = f },
                                               -- only those declared; dispatch
                                               -- handlers[op] or handlers.change
@@ -147,6 +149,8 @@ M.SEED = {
   oversize = "fail",
   oversize_threshold_bytes = 16 * 1024 * 1024 - 64 * 1024,
   state = { max_bytes = 64 * 1024 * 1024 },
+  -- Issue 17: "none" keeps every instance handling every event.
+  ha = { mode = "none", lease_ms = 10000 },
 }
 
 -- Part of this module's interface (describe.lua and the tests use them).
@@ -165,6 +169,7 @@ local DLQ = fields.DLQ
 local STATE = fields.STATE
 local HTTP = fields.HTTP
 local ADMIN = fields.ADMIN
+local HA = fields.HA
 local repr = fields.repr
 local new_ctx = fields.new_ctx
 local enum = fields.enum
@@ -319,7 +324,7 @@ local function validate_defaults(decl)
   end
   for _, sub in ipairs({ { "retry", RETRY }, { "dlq", DLQ }, { "checkpoint", CHECKPOINT },
                          { "restart", RESTART }, { "state", STATE }, { "http", HTTP },
-                         { "admin", ADMIN } }) do
+                         { "admin", ADMIN }, { "ha", HA } }) do
     local key = sub[1]
     if t[key] ~= nil and type(t[key]) ~= "table" then
       local hint = ""
@@ -430,7 +435,12 @@ local function validate_stream(decl, defaults, opts, seen_names)
     end
   end
 
-  check_unknown_keys(ctx, nil, t, STREAM_KEYS)
+  if t.ha ~= nil then
+    -- Not a stream key; said plainly rather than as an unknown key.
+    ctx:fail("ha", 'is set for the whole script: fw.defaults { ha = { mode = "leader" } } '
+      .. "(every stream then has one leader among the instances running the script)")
+  end
+  check_unknown_keys(ctx, nil, t, STREAM_KEYS, { ha = true })
 
   local ok, v
   if t.database ~= nil then
@@ -496,10 +506,6 @@ local function validate_stream(decl, defaults, opts, seen_names)
     elseif dlq.connection == "default" then
       dlq.connection = nil
     end
-    if dlq.enabled and dlq.sequenced and dlq.store == "memory" then
-      ctx:fail("dlq.store", 'the in-memory store keeps no sequences: a sequenced DLQ (sequenced = '
-        .. 'true) needs store = "mongo"')
-    end
     if dlq.enabled then
       dlq.enabled = nil
       spec.dlq = dlq
@@ -536,6 +542,7 @@ local function validate_stream(decl, defaults, opts, seen_names)
   end
 
   spec.state = merge(M.SEED.state, defaults.state, nil)
+  spec.ha = merge(M.SEED.ha, defaults.ha, nil)
 
   spec.handlers = {}
   local any_handler = false

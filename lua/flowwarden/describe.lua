@@ -114,6 +114,14 @@ function M.stream(spec)
   add("timeout", ms(spec.timeout_ms))
   add("memory_limit", duration.format_size(spec.memory_limit_bytes))
   add("state.max_bytes", duration.format_size(spec.state.max_bytes))
+  local ha = spec.ha or { mode = "none" }
+  if ha.mode == "leader" then
+    add("ha.mode", "leader (one instance at a time handles this stream)")
+    add("ha.lease", string.format("%s (renewed every %s; a standby takes over within %s)",
+      ms(ha.lease_ms), ms(ha.lease_ms // 3), ms(ha.lease_ms + ha.lease_ms // 3)))
+  else
+    add("ha.mode", "none")
+  end
 
   local c = spec.checkpoint
   add("checkpoint.save_every", tostring(c.save_every))
@@ -210,6 +218,10 @@ local function stream_warnings(cfg, spec, out)
   end
   if not spec.dlq and cfg.defaults.dlq and cfg.defaults.dlq.enabled ~= false then
     warn("no dlq: the dlq settings in fw.defaults only apply to streams that set dlq (dlq = true)")
+  end
+  if spec.ha and spec.ha.mode == "leader" and spec.checkpoint.start_position == "latest" then
+    warn('checkpoint.start_position = "latest" with ha.mode = "leader": a standby taking over '
+      .. "starts from now and skips what came since the leader's last event")
   end
   if retry.enabled and retry.max_attempts == 1 then
     warn("retry.max_attempts is 1: events are never retried")

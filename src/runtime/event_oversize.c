@@ -5,6 +5,7 @@
  * an event oversize = "skip" left out.
  */
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "flowwarden/log.h"
@@ -187,4 +188,68 @@ fw_oversize_stage_rejected (const bson_error_t *berr)
    /* Servers before 6.0.9 / 7.0 do not know the stage (40324 "Unrecognized
     * pipeline stage name"); any refusal naming it counts. */
    return berr->code == 40324 || strstr (berr->message, SPLIT_STAGE) != NULL;
+}
+
+fw_oversize_step_t
+fw_oversize_take (fw_stream_worker_t *w, fw_split_buffer_t *split, const bson_t **doc,
+                  fw_event_t *ev, bool *parsed, fw_error_t *error)
+{
+   char eid[1024];
+   int64_t size;
+   fw_dispatch_result_t r;
+
+   /* A fragment moves neither the position nor the checkpoint: until the
+    * last one is handled, a restart resumes before the first. */
+   if (fw_event_has (ev, FW_EV_SPLIT) || fw_split_buffer_active (split)) {
+      switch (fw_split_buffer_add (split, *doc, doc, error)) {
+      case FW_SPLIT_PENDING:
+         return FW_OVERSIZE_FRAGMENT;
+      case FW_SPLIT_BROKEN:
+         return FW_OVERSIZE_BROKEN;
+      default:
+         *parsed = fw_event_parse (*doc, ev, error); /* the reassembled event */
+         break;
+      }
+   }
+   if (!*parsed || !w->cfg.oversize_skip || !fw_oversize_stub_size (*doc, &size)) {
+      return FW_OVERSIZE_EVENT;
+   }
+   if ((r = fw_event_dispatch_oversize (w, ev, size)) == FW_DISPATCH_STOPPED) {
+      return FW_OVERSIZE_STOPPED;
+   }
+   if (r == FW_DISPATCH_FAILED) {
+      fw_error_set (error, FW_ERROR_INVALID, "%s", w->failure);
+      return FW_OVERSIZE_FAILED;
+   }
+   if (!fw_event_id (ev, eid, sizeof eid)) {
+      snprintf (eid, sizeof eid, "(long)");
+   }
+   if (r == FW_DISPATCH_NO_DLQ) {
+      fw_error_set (error, FW_ERROR_INVALID,
+                    "change event %s of %lld bytes is over oversize_threshold and the stream "
+                    "has no DLQ to record it (oversize = \"skip\" needs dlq); the checkpoint "
+                    "stays before it",
+                    eid, (long long) size);
+      return FW_OVERSIZE_FAILED;
+   }
+   fw_log (FW_LOG_WARN, w->cfg.name,
+           "oversize change event %s (%lld bytes) skipped and dead-lettered", eid,
+           (long long) size);
+   return FW_OVERSIZE_SKIPPED;
+}
+
+void
+fw_oversize_failure (const bson_t *position, bool split, const bson_error_t *berr, char *what,
+                     size_t size)
+{
+   char *pos = position ? bson_as_relaxed_extended_json (position, NULL) : NULL;
+   snprintf (what, size,
+             "the change event after position %.600s is larger than 16 MiB (BSONObjectTooLarge "
+             "10334: %.600s) and %s; the checkpoint stays before it. Use a server that supports "
+             "$changeStreamSplitLargeEvent (6.0.9+, 7.0+) with split_large_events = true, or set "
+             "oversize = \"skip\" to dead-letter such events without their document",
+             pos ? pos : "(the stream's start)", berr->message,
+             split ? "cannot be split (one field alone is over the limit)"
+                   : "oversize = \"fail\"");
+   bson_free (pos);
 }

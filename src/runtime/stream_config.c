@@ -10,6 +10,7 @@
 #include "flowwarden/stream_config.h"
 
 #define FW_CHECKPOINT_COLLECTION "_fw_checkpoints"
+#define FW_LEASE_COLLECTION "_fw_leases" /* lease.h */
 
 /* Each getter leaves the stack as it found it. */
 static char *
@@ -110,13 +111,20 @@ build_pipeline (lua_State *L, int t, fw_stream_config_t *cfg, fw_error_t *error)
       BSON_APPEND_DOCUMENT_BEGIN (&stage, "$match", &match);
       BSON_APPEND_DOCUMENT_BEGIN (&match, "ns.coll", &in);
       BSON_APPEND_ARRAY_BEGIN (&in, "$nin", &arr);
+      const char *next_key = "1";
       BSON_APPEND_UTF8 (&arr, "0", FW_CHECKPOINT_COLLECTION);
       if (cfg->dlq.enabled) {
          BSON_APPEND_UTF8 (&arr, "1", cfg->dlq.collection);
+         next_key = "2";
       } else if (cfg->dlq_fallback.enabled &&
                  (!cfg->dlq_fallback.database ||
                   strcmp (cfg->dlq_fallback.database, cfg->database) == 0)) {
          BSON_APPEND_UTF8 (&arr, "1", cfg->dlq_fallback.collection);
+         next_key = "2";
+      }
+      if (cfg->ha_leader) {
+         /* Renewals write every lease / 3: they must not feed the stream. */
+         BSON_APPEND_UTF8 (&arr, next_key, FW_LEASE_COLLECTION);
       }
       bson_append_array_end (&in, &arr);
       bson_append_document_end (&match, &in);
@@ -244,6 +252,16 @@ fw_stream_config_read (lua_State *L, int idx, fw_stream_config_t *cfg, fw_error_
    cfg->state_max_bytes = 64 * 1024 * 1024;
    if (lua_getfield (L, t, "state") == LUA_TTABLE) {
       cfg->state_max_bytes = (size_t) int_field (L, lua_gettop (L), "max_bytes", 64 * 1024 * 1024);
+   }
+   lua_pop (L, 1);
+
+   cfg->ha_lease_ms = 10000;
+   if (lua_getfield (L, t, "ha") == LUA_TTABLE) {
+      int s = lua_gettop (L);
+      char *mode = dup_field (L, s, "mode");
+      cfg->ha_leader = mode && strcmp (mode, "leader") == 0;
+      cfg->ha_lease_ms = int_field (L, s, "lease_ms", 10000);
+      free (mode);
    }
    lua_pop (L, 1);
 

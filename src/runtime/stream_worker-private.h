@@ -7,7 +7,9 @@
 
 #include <pthread.h>
 
+#include "flowwarden/checkpoint_writer.h"
 #include "flowwarden/connections.h"
+#include "flowwarden/dlq_sequence.h"
 #include "flowwarden/dlq_store.h"
 #include "flowwarden/event.h"
 #include "flowwarden/event_ctx.h"
@@ -41,6 +43,18 @@ typedef struct fw_replay_hook {
    char error_message[1024];
 } fw_replay_hook_t;
 
+/* Set on a worker that `flowwarden test` drives (test_app.c); NULL in run,
+ * where each use costs one pointer test on a failure path. */
+typedef struct fw_dispatch_hooks {
+   int64_t (*now_ms) (void *ud);           /* the wall clock (DLQ entry times) */
+   bool (*wait_ms) (void *ud, int64_t ms); /* a retry's backoff wait; true: stop */
+   /* After every failed attempt, with the decided error and its action
+    * ("retry", "dlq", "skip", "drop"). */
+   void (*attempt_failed) (void *ud, int attempt, const char *type, const char *message,
+                           const char *traceback, const char *action);
+   void *ud;
+} fw_dispatch_hooks_t;
+
 struct fw_stream_worker {
    fw_stream_config_t cfg;
    fw_lua_host_t *host;
@@ -49,6 +63,7 @@ struct fw_stream_worker {
    int on_failure_ref;         /* flowwarden.dispatch.on_failure */
    mongoc_client_pool_t *pool;
    mongoc_client_t *client;    /* popped by the thread */
+   mongoc_client_t *read_client; /* the change stream's, used by its reader (read-ahead) */
    fw_shutdown_t *shutdown;    /* points at own_shutdown */
    fw_shutdown_t own_shutdown; /* this stream's stop: SIGTERM, or a reload removing it */
    pthread_mutex_t pending_mu;
@@ -79,6 +94,20 @@ struct fw_stream_worker {
    int64_t finished_ms;        /* when the dispatcher last finished an event (with metrics) */
    int64_t wall_offset_ns;     /* CLOCK_REALTIME - CLOCK_MONOTONIC, read ... */
    int64_t wall_offset_until_ns; /* ... again from this CLOCK_MONOTONIC time on */
+   fw_checkpoint_writer_t *ckpt; /* checkpoint.mode = "async": started on first use by the
+                                  * stream's thread, destroyed as it ends */
+   bool ckpt_unavailable;      /* the writer could not start: checkpoints are synchronous */
+   const fw_dispatch_hooks_t *hooks; /* flowwarden test's clock and recorder, else NULL */
+   /* A sequenced DLQ (event_park.c): */
+   const struct fw_park_ops *park_ops; /* its store's sequence operations (fw_park_ops_t);
+                                        * NULL: chosen by cfg.dlq.memory */
+   fw_dlq_sequences_t *open_seqs; /* the stream's open sequences; NULL until loaded */
+   int64_t seqs_loaded_ms;     /* when they were last read (CLOCK_MONOTONIC) */
+   bool seq_indexed;           /* the DLQ's sequence index exists */
+   char *seq_key;              /* the current event's sequence id (bson_malloc), or NULL */
+   bool seq_key_done;          /* seq_key is computed (NULL then: the event has none) */
+   int64_t seq_index;          /* the index taken for the entry being stored; -1: none */
+   char failure[1200];         /* why the stream stops, with FW_DISPATCH_FAILED */
 };
 
 /* What the admin endpoint asked the stream's thread to do. */
@@ -87,7 +116,8 @@ enum { W_CONTROL_NONE = 0, W_CONTROL_PAUSE, W_CONTROL_RESUME, W_CONTROL_RESTART 
 typedef enum {
    FW_DISPATCH_DONE,    /* the event is finished with: checkpoint may pass it */
    FW_DISPATCH_STOPPED, /* shutdown came first: the event must come back */
-   FW_DISPATCH_NO_DLQ   /* an unreadable event and no DLQ to keep it: the stream stops */
+   FW_DISPATCH_NO_DLQ,  /* an unreadable event and no DLQ to keep it: the stream stops */
+   FW_DISPATCH_FAILED   /* the stream must stop before the event (w->failure says why) */
 } fw_dispatch_result_t;
 
 /* Runs the handlers for one parsed event with the stream's retry and DLQ
@@ -153,6 +183,162 @@ bool fw_oversize_stub_size (const bson_t *doc, int64_t *size);
 
 /* True when the server refused the $changeStreamSplitLargeEvent stage. */
 bool fw_oversize_stage_rejected (const bson_error_t *berr);
+
+/* Writes into what (size bytes) why the stream stops on BSONObjectTooLarge
+ * (berr): the event after position (NULL: the stream's start) is over 16 MiB
+ * and split says whether the split stage was in use, then what to do. */
+void fw_oversize_failure (const bson_t *position, bool split, const bson_error_t *berr,
+                          char *what, size_t size);
+
+typedef enum {
+   FW_OVERSIZE_EVENT,    /* a whole event for the dispatcher (*parsed: readable) */
+   FW_OVERSIZE_FRAGMENT, /* a fragment kept in the buffer: read on */
+   FW_OVERSIZE_SKIPPED,  /* an oversize stub, dead-lettered: the event is done */
+   FW_OVERSIZE_STOPPED,  /* shutdown came while dead-lettering a stub */
+   FW_OVERSIZE_FAILED,   /* a stub and no DLQ: the stream stops (error says why) */
+   FW_OVERSIZE_BROKEN    /* fragments out of order (error says which): re-open */
+} fw_oversize_step_t;
+
+/* Takes one change event *doc as fw_event_parse left it in *ev (*parsed: it
+ * succeeded): keeps a fragment of a split event, turns the last one into the
+ * reassembled event (*doc, *ev and *parsed then describe it; *doc is
+ * borrowed from split, valid until its next use), and dead-letters an
+ * oversize = "skip" stub. */
+fw_oversize_step_t fw_oversize_take (fw_stream_worker_t *w, fw_split_buffer_t *split,
+                                     const bson_t **doc, fw_event_t *ev, bool *parsed,
+                                     fw_error_t *error);
+
+/* --- event_park.c: a sequenced DLQ's live side (dlq_sequence.h) ---------- */
+
+/* The sequence operations of dlq_sequence.h's protocol on the backend of
+ * the stream's DLQ store (event_park_store.c): the sequences collection
+ * beside a MongoDB DLQ, or the records an in-memory store keeps beside its
+ * entries. Chosen with the store (fw_event_dispatch_open_dlq); flowwarden
+ * test sets the memory ones on its workers. Called on the stream's thread;
+ * false with error filled when the backend fails (the caller retries). */
+typedef struct fw_park_ops {
+   /* The stream's open sequences into into, their inflight counts reset. */
+   bool (*load) (fw_stream_worker_t *w, fw_dlq_sequences_t *into, fw_error_t *error);
+   /* The next index of sequence id: open = true opens it, false only while
+    * it is open (*result FW_SEQ_CLOSED otherwise). */
+   bool (*take) (fw_stream_worker_t *w, const char *id, bool open, int64_t *index,
+                 fw_seq_take_t *result, fw_error_t *error);
+   /* The entry of an index taken is stored: gives the request back. */
+   bool (*settle) (fw_stream_worker_t *w, const char *id, fw_error_t *error);
+   /* The entries of sequence id waiting in the DLQ (PENDING, REPROCESSING). */
+   bool (*size) (fw_stream_worker_t *w, const char *id, int64_t *out, fw_error_t *error);
+} fw_park_ops_t;
+
+extern const fw_park_ops_t fw_park_mongo_ops;
+extern const fw_park_ops_t fw_park_memory_ops;
+
+/* dlq.sequenced on the stream's own DLQ. */
+bool fw_park_enabled (const fw_stream_worker_t *w);
+
+/* At start-up and every reconnect: reads the stream's open sequences,
+ * retrying with the restart backoff. False only on shutdown. */
+bool fw_park_load (fw_stream_worker_t *w);
+
+/* Whether ev, a live event, must be looked up in the open sequences: none
+ * are open (the common case) costs one comparison. */
+bool fw_park_check_needed (fw_stream_worker_t *w, const fw_event_t *ev);
+
+typedef enum {
+   FW_PARK_KEY_OK,     /* w->seq_key holds the event's sequence id */
+   FW_PARK_KEY_NONE,   /* the event has no key: never sequenced */
+   FW_PARK_KEY_FAILED  /* dlq.sequence_key failed: its failure table is on the Lua stack */
+} fw_park_key_t;
+
+/* Computes the event's sequence id once per event (w->seq_key). */
+fw_park_key_t fw_park_key (fw_stream_worker_t *w, const fw_event_t *ev, fw_lua_stop_t *stop);
+
+/* The event's sequence (w->seq_key) is open in the stream's memory. */
+bool fw_park_is_open (const fw_stream_worker_t *w);
+
+typedef enum {
+   FW_PARK_TAKEN,    /* w->seq_index is the entry's sequenceIndex */
+   FW_PARK_CLOSED,   /* park: the sequence was closed meanwhile; handle the event */
+   FW_PARK_OVERFLOW, /* max_sequences or max_sequence_size: w->failure says which */
+   FW_PARK_STOPPED   /* shutdown while the server failed */
+} fw_park_take_t;
+
+/* Takes the next index of the event's sequence: open = true opens it (the
+ * event is its head), false parks behind it. Retries server errors. */
+fw_park_take_t fw_park_take (fw_stream_worker_t *w, bool open);
+
+/* The entry of the taken index is stored: gives the index request back and
+ * remembers the sequence as open. */
+void fw_park_settle (fw_stream_worker_t *w);
+
+/* The event is finished with: forgets its key. */
+void fw_park_end (fw_stream_worker_t *w);
+
+/* --- stream_position.c ------------------------------------------------- */
+
+/* Where the stream's thread has read to and what it has handled. */
+typedef struct fw_position {
+   bson_t resume;       /* where the stream has read to (event or post-batch token) */
+   bool has_resume;
+   bson_t processed;    /* last event handled */
+   bool has_processed;
+   int since_save;
+   int64_t last_save_ms;
+   bool dirty;
+   bool invalidated;    /* the last event was an invalidate: re-open with startAfter */
+   char error[600];     /* why the change stream last failed, for the stream's status */
+   fw_split_buffer_t split; /* fragments of a split event, not yet handled */
+   bool split_rejected; /* the server refused $changeStreamSplitLargeEvent */
+} fw_position_t;
+
+/* dst = a copy of src (dst initialized). */
+void fw_position_set_token (bson_t *dst, const bson_t *src);
+
+/* Saves p as the checkpoint on the stream's thread, after the checkpoint
+ * writer's write in flight (if any): mode = "sync", and in async mode the
+ * final save (shutdown, pause, restart) and the rare ones (start,
+ * invalidate). A failure is logged and counted (why names the occasion). */
+void fw_position_save (fw_stream_worker_t *w, fw_position_t *p, const char *why);
+
+/* checkpoint.mode = "async": hands p to the stream's checkpoint writer
+ * (started on first use) and goes on; as fw_position_save with mode = "sync"
+ * or when the writer cannot start. */
+void fw_position_save_async (fw_stream_worker_t *w, fw_position_t *p, const char *why);
+
+/* Counts the checkpoint writer's outcomes in the stream's metrics. */
+void fw_position_writer_results (fw_stream_worker_t *w);
+
+/* --- stream_reader.c --------------------------------------------------- */
+
+/* Read-ahead: a thread reading a change stream ahead of the stream's thread,
+ * which calls the functions below in place of libmongoc's, with the same
+ * results in the same order. */
+typedef struct fw_stream_reader fw_stream_reader_t;
+
+/* Starts reading cs (created on a client that only the reader uses from now
+ * on) into a queue of at most max_events events and, past one event, at most
+ * max_bytes bytes. While hold(hold_ud) (called on the reader's thread) is
+ * true, the reader asks for nothing more and hands over one idle mark: the
+ * caller is about to stop it. Without a thread (it could not start) the
+ * calls go to cs on the caller's thread. NULL when out of memory. */
+fw_stream_reader_t *fw_stream_reader_start (mongoc_change_stream_t *cs, int max_events,
+                                            size_t max_bytes, bool (*hold) (void *ud),
+                                            void *hold_ud);
+
+/* As mongoc_change_stream_next: the next event (*doc valid until the next
+ * call), or false when idle or after the error. Waits for the reader. */
+bool fw_stream_reader_next (fw_stream_reader_t *r, const bson_t **doc);
+
+/* As mongoc_change_stream_error_document, after a false next. */
+bool fw_stream_reader_error (fw_stream_reader_t *r, bson_error_t *error);
+
+/* As mongoc_change_stream_get_resume_token, as it was after what next
+ * returned (empty, never NULL). Valid until the next call to next. */
+const bson_t *fw_stream_reader_resume_token (fw_stream_reader_t *r);
+
+/* Stops and joins the thread (after its getMore in flight: at most
+ * maxAwaitTimeMS when the stream is idle), frees what it read ahead; cs is
+ * the caller's again. NULL is a no-op. */
+void fw_stream_reader_stop (fw_stream_reader_t *r);
 
 /* --- stream_control.c -------------------------------------------------- */
 

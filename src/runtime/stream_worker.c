@@ -19,6 +19,10 @@
 
 #define FW_MAX_AWAIT_MS 1000
 #define FW_BATCH_SIZE 1000
+/* Read-ahead: at most two batches wait for the handler (and 8 MiB past one
+ * event), so memory stays flat whatever the server has. */
+#define FW_READ_AHEAD_EVENTS (2 * FW_BATCH_SIZE)
+#define FW_READ_AHEAD_BYTES ((size_t) 8 * 1024 * 1024)
 #define FW_ERR_HISTORY_LOST 286
 #define FW_ERR_CHANGE_STREAM_FATAL 280 /* ChangeStreamFatalError: re-opening fails the same way */
 #define FW_ERR_OBJECT_TOO_LARGE 10334  /* BSONObjectTooLarge: an event over 16 MiB */
@@ -125,6 +129,7 @@ fw_stream_worker_new (fw_lua_host_t *host, int index, mongoc_client_pool_t *pool
       w->handler_ref[i] = LUA_NOREF;
    }
    w->spec_ref = w->on_failure_ref = LUA_NOREF;
+   w->seq_index = -1;
    w->dispatch.cache_ref = LUA_NOREF;
    w->at_attempt_boundary = apply_pending;
    lua_pushcfunction (L, pread_spec);
@@ -159,6 +164,12 @@ const char *
 fw_stream_worker_name (const fw_stream_worker_t *w)
 {
    return w->cfg.name;
+}
+
+bool
+fw_stream_worker_sequenced (const fw_stream_worker_t *w)
+{
+   return w->cfg.dlq.enabled && w->cfg.dlq.sequenced;
 }
 
 void
@@ -216,7 +227,7 @@ same_dlq (const fw_dlq_config_t *a, const fw_dlq_config_t *b)
    return a->enabled == b->enabled && same_string (a->collection, b->collection) &&
           same_string (a->connection, b->connection) && same_string (a->database, b->database) &&
           same_string (a->write_concern_tag, b->write_concern_tag) &&
-          a->write_concern_w == b->write_concern_w;
+          a->write_concern_w == b->write_concern_w && a->memory == b->memory;
 }
 
 /* Switches to the program a reload left pending (handlers, policies, Lua
@@ -264,54 +275,6 @@ apply_pending (fw_stream_worker_t *w)
    return true;
 }
 
-/* --- position ------------------------------------------------------------ */
-
-typedef struct {
-   bson_t resume;       /* where the stream has read to (event or post-batch token) */
-   bool has_resume;
-   bson_t processed;    /* last event handled */
-   bool has_processed;
-   int since_save;
-   int64_t last_save_ms;
-   bool dirty;
-   bool invalidated;    /* the last event was an invalidate: re-open with startAfter */
-   char error[600];     /* why the change stream last failed, for the stream's status */
-   fw_split_buffer_t split; /* fragments of a split event, not yet handled */
-   bool split_rejected; /* the server refused $changeStreamSplitLargeEvent */
-} position_t;
-
-static void
-set_token (bson_t *dst, const bson_t *src)
-{
-   bson_reinit (dst);
-   bson_concat (dst, src);
-}
-
-static void
-save_position (fw_stream_worker_t *w, position_t *p, const char *why)
-{
-   fw_error_t err;
-   if (!p->has_processed && !p->has_resume) {
-      return;
-   }
-   if (!fw_checkpoint_save (w->client, w->cfg.database, w->cfg.name,
-                            p->has_processed ? &p->processed : NULL,
-                            p->has_resume ? &p->resume : NULL, fw_lua_host_version (w->host),
-                            &err)) {
-      fw_log (FW_LOG_ERROR, w->cfg.name, "%s (%s); will try again", err.message, why);
-      if (w->metrics) {
-         fw_stream_metrics_checkpoint (w->metrics, false, 0);
-      }
-      return;
-   }
-   p->since_save = 0;
-   p->dirty = false;
-   p->last_save_ms = fw_now_ms ();
-   if (w->metrics) {
-      fw_stream_metrics_checkpoint (w->metrics, true, p->last_save_ms);
-   }
-}
-
 /* --- opening ------------------------------------------------------------- */
 
 static mongoc_change_stream_t *
@@ -340,11 +303,11 @@ open_stream (fw_stream_worker_t *w, const bson_t *start_after, bool split)
    fw_oversize_pipeline (&w->cfg, split, &pipeline);
    if (w->cfg.collection) {
       mongoc_collection_t *coll =
-         mongoc_client_get_collection (w->client, w->cfg.database, w->cfg.collection);
+         mongoc_client_get_collection (w->read_client, w->cfg.database, w->cfg.collection);
       cs = mongoc_collection_watch (coll, &pipeline, &opts);
       mongoc_collection_destroy (coll);
    } else {
-      mongoc_database_t *db = mongoc_client_get_database (w->client, w->cfg.database);
+      mongoc_database_t *db = mongoc_client_get_database (w->read_client, w->cfg.database);
       cs = mongoc_database_watch (db, &pipeline, &opts);
       mongoc_database_destroy (db);
    }
@@ -369,23 +332,13 @@ fatal_stream_error (fw_stream_worker_t *w, const bson_error_t *berr)
    stream_failed (w, what);
 }
 
-/* BSONObjectTooLarge: an event over 16 MiB that the stream cannot split (or
- * a single field over 16 MiB). Re-opening would hit it again for ever. */
+/* BSONObjectTooLarge: re-opening would hit the event again for ever. */
 static void
-oversize_failed (fw_stream_worker_t *w, const position_t *p, const bson_error_t *berr)
+oversize_failed (fw_stream_worker_t *w, const fw_position_t *p, const bson_error_t *berr)
 {
    char what[2400];
-   char *pos = p->has_resume ? bson_as_relaxed_extended_json (&p->resume, NULL) : NULL;
-   snprintf (what, sizeof what,
-             "the change event after position %.600s is larger than 16 MiB (BSONObjectTooLarge "
-             "10334: %.600s) and %s; the checkpoint stays before it. Use a server that supports "
-             "$changeStreamSplitLargeEvent (6.0.9+, 7.0+) with split_large_events = true, or set "
-             "oversize = \"skip\" to dead-letter such events without their document",
-             pos ? pos : "(the stream's start)", berr->message,
-             w->cfg.split_large_events && !p->split_rejected
-                ? "cannot be split (one field alone is over the limit)"
-                : "oversize = \"fail\"");
-   bson_free (pos);
+   fw_oversize_failure (p->has_resume ? &p->resume : NULL,
+                        w->cfg.split_large_events && !p->split_rejected, berr, what, sizeof what);
    stream_failed (w, what);
 }
 
@@ -402,51 +355,52 @@ typedef enum {
 
 /* Reads until shutdown, an error or an invalidate. */
 static read_end_t
-consume (fw_stream_worker_t *w, mongoc_change_stream_t *cs, position_t *p, bool *progressed)
+consume_events (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p, bool *progressed)
 {
    const bson_t *doc;
    bson_error_t berr;
-   const bson_t *reply;
 
    while (!fw_shutdown_requested (w->shutdown)) {
       int control = fw_stream_control_peek (w);
       if (control == W_CONTROL_PAUSE || control == W_CONTROL_RESTART) {
          /* An event boundary: nothing is in flight. */
-         save_position (w, p, control == W_CONTROL_PAUSE ? "pause" : "restart");
+         fw_position_save (w, p, control == W_CONTROL_PAUSE ? "pause" : "restart");
          return control == W_CONTROL_PAUSE ? READ_PAUSE : READ_RESTART;
       }
       if (control == W_CONTROL_RESUME) {
          fw_stream_control_take (w); /* not paused: nothing to do */
       }
       apply_pending (w);
-      if (mongoc_change_stream_next (cs, &doc)) {
+      if (fw_stream_reader_next (rd, &doc)) {
          fw_event_t ev;
          fw_error_t err;
          bson_iter_t id;
-         int64_t oversize;
 
          /* The parse's one scan tells a fragment (splitEvent) from a whole
           * event; fields a fragment lacks make it fail, which is fine here. */
          bool parsed = fw_event_parse (doc, &ev, &err);
+         fw_oversize_step_t step = fw_oversize_take (w, &p->split, &doc, &ev, &parsed, &err);
 
-         /* A fragment moves neither the position nor the checkpoint: until
-          * the last one is handled, a restart resumes before the first. */
-         if (fw_event_has (&ev, FW_EV_SPLIT) || fw_split_buffer_active (&p->split)) {
-            switch (fw_split_buffer_add (&p->split, doc, &doc, &err)) {
-            case FW_SPLIT_PENDING:
-               *progressed = true;
-               continue;
-            case FW_SPLIT_BROKEN:
-               fw_log (FW_LOG_WARN, w->cfg.name, "%s; re-opening before the split event",
-                       err.message);
-               snprintf (p->error, sizeof p->error, "%.500s", err.message);
-               return READ_ERROR;
-            default:
-               parsed = fw_event_parse (doc, &ev, &err); /* the reassembled event */
-               break;
-            }
+         switch (step) {
+         case FW_OVERSIZE_FRAGMENT:
+            *progressed = true;
+            continue;
+         case FW_OVERSIZE_BROKEN:
+            fw_log (FW_LOG_WARN, w->cfg.name, "%s; re-opening before the split event",
+                    err.message);
+            snprintf (p->error, sizeof p->error, "%.500s", err.message);
+            return READ_ERROR;
+         case FW_OVERSIZE_STOPPED:
+            return READ_STOP;
+         case FW_OVERSIZE_FAILED:
+            stream_failed (w, err.message);
+            return READ_FAILED;
+         default:
+            break;
          }
-         if (!parsed) {
+         if (step == FW_OVERSIZE_SKIPPED) {
+            /* dead-lettered without its document by fw_oversize_take */
+         } else if (!parsed) {
             /* An event the runtime cannot read is never skipped in silence:
              * with its resume token it goes to the DLQ whole; without a DLQ
              * (or a token) the stream stops before it, so nothing is lost. */
@@ -469,34 +423,17 @@ consume (fw_stream_worker_t *w, mongoc_change_stream_t *cs, position_t *p, bool 
             }
             fw_log (FW_LOG_ERROR, w->cfg.name, "unreadable change event %s dead-lettered: %s",
                     eid, err.message);
-         } else if (w->cfg.oversize_skip && fw_oversize_stub_size (doc, &oversize)) {
-            char eid[1024];
-            fw_dispatch_result_t r = fw_event_dispatch_oversize (w, &ev, oversize);
-            if (r == FW_DISPATCH_STOPPED) {
-               return READ_STOP;
-            }
-            if (!fw_event_id (&ev, eid, sizeof eid)) {
-               snprintf (eid, sizeof eid, "(long)");
-            }
-            if (r == FW_DISPATCH_NO_DLQ) {
-               char what[1400];
-               snprintf (what, sizeof what,
-                         "change event %s of %lld bytes is over oversize_threshold and the stream "
-                         "has no DLQ to record it (oversize = \"skip\" needs dlq); the checkpoint "
-                         "stays before it",
-                         eid, (long long) oversize);
-               stream_failed (w, what);
-               return READ_FAILED;
-            }
-            fw_log (FW_LOG_WARN, w->cfg.name,
-                    "oversize change event %s (%lld bytes) skipped and dead-lettered", eid,
-                    (long long) oversize);
          } else {
             if (w->metrics) {
                fw_stream_count_received (w, &ev);
             }
-            if (fw_event_dispatch (w, &ev) == FW_DISPATCH_STOPPED) {
+            fw_dispatch_result_t r = fw_event_dispatch (w, &ev);
+            if (r == FW_DISPATCH_STOPPED) {
                return READ_STOP;
+            }
+            if (r == FW_DISPATCH_FAILED) {
+               stream_failed (w, w->failure); /* a sequenced DLQ overflowed */
+               return READ_FAILED;
             }
             if (w->metrics) {
                fw_stream_count_dispatched (w);
@@ -512,24 +449,24 @@ consume (fw_stream_worker_t *w, mongoc_change_stream_t *cs, position_t *p, bool 
             bson_t view;
             bson_iter_document (&id, &len, &data);
             if (bson_init_static (&view, data, len)) {
-               set_token (&p->processed, &view);
+               fw_position_set_token (&p->processed, &view);
                p->has_processed = true;
             }
          }
-         set_token (&p->resume, mongoc_change_stream_get_resume_token (cs));
+         fw_position_set_token (&p->resume, fw_stream_reader_resume_token (rd));
          p->has_resume = true;
          p->dirty = true;
          if (++p->since_save >= w->cfg.save_every) {
-            save_position (w, p, "save_every");
+            fw_position_save_async (w, p, "save_every");
          }
          if (strcmp (ev.operation_type, "invalidate") == 0) {
             p->invalidated = true;
-            save_position (w, p, "invalidate");
+            fw_position_save (w, p, "invalidate");
             return READ_INVALIDATED;
          }
          continue;
       }
-      if (mongoc_change_stream_error_document (cs, &berr, &reply)) {
+      if (fw_stream_reader_error (rd, &berr)) {
          if (berr.code == FW_ERR_HISTORY_LOST) {
             return READ_HISTORY_LOST;
          }
@@ -560,7 +497,7 @@ consume (fw_stream_worker_t *w, mongoc_change_stream_t *cs, position_t *p, bool 
       }
       /* Idle: the post-batch token moves the seen position forward. */
       {
-         const bson_t *tok = mongoc_change_stream_get_resume_token (cs);
+         const bson_t *tok = fw_stream_reader_resume_token (rd);
          int64_t now = fw_now_ms ();
          if (w->metrics) {
             fw_stream_metrics_caught_up (w->metrics);
@@ -568,17 +505,48 @@ consume (fw_stream_worker_t *w, mongoc_change_stream_t *cs, position_t *p, bool 
          }
          if (tok && !bson_empty (tok) && !fw_split_buffer_active (&p->split) &&
              (!p->has_resume || !bson_equal (tok, &p->resume))) {
-            set_token (&p->resume, tok);
+            fw_position_set_token (&p->resume, tok);
             p->has_resume = true;
             p->dirty = true;
          }
          if ((p->dirty && now - p->last_save_ms >= w->cfg.save_interval_ms) ||
              now - p->last_save_ms >= w->cfg.idle_heartbeat_ms) {
-            save_position (w, p, "interval");
+            fw_position_save_async (w, p, "interval");
          }
+         fw_position_writer_results (w);
       }
    }
    return READ_STOP;
+}
+
+/* The reader's hold: shutdown, or a pause or restart asked. */
+static bool
+reader_hold (void *ud)
+{
+   fw_stream_worker_t *w = ud;
+   int control = fw_stream_control_peek (w);
+   return control == W_CONTROL_PAUSE || control == W_CONTROL_RESTART ||
+          fw_shutdown_requested (w->shutdown);
+}
+
+/* Reads (ahead, on the reader's thread) until shutdown, an error or an
+ * invalidate. What was read ahead and not handled is dropped when it ends:
+ * the position re-opens the change stream before it. */
+static read_end_t
+consume (fw_stream_worker_t *w, mongoc_change_stream_t *cs, fw_position_t *p, bool *progressed)
+{
+   read_end_t end;
+   fw_stream_reader_t *rd =
+      fw_stream_reader_start (cs, FW_READ_AHEAD_EVENTS, FW_READ_AHEAD_BYTES, reader_hold, w);
+
+   if (!rd) {
+      snprintf (p->error, sizeof p->error, "out of memory starting the change stream's reader");
+      fw_log (FW_LOG_ERROR, w->cfg.name, "%s", p->error);
+      return READ_ERROR;
+   }
+   end = consume_events (w, rd, p, progressed);
+   fw_stream_reader_stop (rd);
+   return end;
 }
 
 /* --- the thread ----------------------------------------------------------- */
@@ -606,7 +574,7 @@ worker_main (void *arg)
 {
    fw_stream_worker_t *w = arg;
    fw_checkpoint_t cp = {0};
-   position_t p = {0};
+   fw_position_t p = {0};
    fw_error_t err;
    int restarts = 0;
    int candidate = 0; /* 0: processed token, 1: seen token, 2: from now */
@@ -618,6 +586,7 @@ worker_main (void *arg)
    bson_init (&cp.processed);
    bson_init (&cp.seen);
    w->client = mongoc_client_pool_pop (w->pool);
+   w->read_client = mongoc_client_pool_pop (w->pool);
    p.last_save_ms = fw_now_ms ();
    set_state (w, FW_STREAM_STARTING, "starting: reading its checkpoint");
    if (w->metrics) {
@@ -639,13 +608,13 @@ worker_main (void *arg)
          }
       }
       if (cp.has_processed) {
-         set_token (&p.processed, &cp.processed);
+         fw_position_set_token (&p.processed, &cp.processed);
          p.has_processed = true;
-         set_token (&p.resume, &cp.processed);
+         fw_position_set_token (&p.resume, &cp.processed);
          p.has_resume = true;
          from_checkpoint = true;
       } else if (cp.has_seen) {
-         set_token (&p.resume, &cp.seen);
+         fw_position_set_token (&p.resume, &cp.seen);
          p.has_resume = true;
          candidate = 1;
          from_checkpoint = true;
@@ -665,7 +634,7 @@ worker_main (void *arg)
       if (fw_stream_control_peek (w) == W_CONTROL_PAUSE) {
          /* Asked while the change stream was closed (a restart delay). */
          fw_stream_control_take (w);
-         save_position (w, &p, "pause");
+         fw_position_save (w, &p, "pause");
          if (fw_stream_paused (w) == W_CONTROL_NONE) {
             break;
          }
@@ -673,6 +642,10 @@ worker_main (void *arg)
          continue;
       }
       fw_split_buffer_reset (&p.split);
+      /* A sequenced DLQ: its open sequences, read again on every (re)open. */
+      if (!fw_park_load (w)) {
+         break;
+      }
       cs = open_stream (w, p.has_resume ? &p.resume : NULL,
                         w->cfg.split_large_events && !p.split_rejected);
       if (cs && mongoc_change_stream_error_document (cs, &berr, &reply)) {
@@ -710,9 +683,9 @@ worker_main (void *arg)
             /* Save where a new stream starts at once (before saying it is
              * open), so that a crash or an error before its first event
              * cannot move it to a later "now" and lose what came between. */
-            set_token (&p.resume, start);
+            fw_position_set_token (&p.resume, start);
             p.has_resume = true;
-            save_position (w, &p, "start");
+            fw_position_save (w, &p, "start");
          }
          fw_log (FW_LOG_INFO, w->cfg.name, "change stream open%s",
                  resuming ? " (resuming)" : " (from now)");
@@ -755,7 +728,7 @@ worker_main (void *arg)
             fw_log (FW_LOG_WARN, w->cfg.name,
                     "resume point of the last processed event is no longer in the oplog; "
                     "trying the last seen position");
-            set_token (&p.resume, &cp.seen);
+            fw_position_set_token (&p.resume, &cp.seen);
             candidate = 1;
             if (w->metrics) {
                fw_stream_metrics_restart (w->metrics, FW_METRICS_RESTART_HISTORY_LOST);
@@ -816,7 +789,9 @@ worker_main (void *arg)
    }
 
 done:
-   save_position (w, &p, "shutdown");
+   fw_position_save (w, &p, "shutdown");
+   fw_checkpoint_writer_destroy (w->ckpt); /* idle since the save: gives its client back */
+   w->ckpt = NULL;
    if (!w->stats.failed) {
       set_state (w, FW_STREAM_STOPPED, "stopped");
    }
@@ -831,7 +806,9 @@ done:
    fw_mongo_lua_attach (fw_lua_host_state (w->host), NULL);
    fw_connection_clients_release (w->clients);
    mongoc_client_pool_push (w->pool, w->client);
+   mongoc_client_pool_push (w->pool, w->read_client);
    w->client = NULL;
+   w->read_client = NULL;
    __atomic_store_n (&w->finished, true, __ATOMIC_RELEASE);
    return NULL;
 }
@@ -881,6 +858,8 @@ fw_stream_worker_destroy (fw_stream_worker_t *w)
    fw_lua_host_destroy (w->host);
    fw_state_store_destroy (w->state);
    fw_connection_clients_destroy (w->clients);
+   fw_dlq_sequences_destroy (w->open_seqs);
+   bson_free (w->seq_key);
    pthread_mutex_destroy (&w->pending_mu);
    fw_shutdown_cleanup (&w->own_shutdown);
    free (w);

@@ -91,7 +91,7 @@ CASES = [
     ("unknown_checkpoint_key",
      "fw.stream { name = 's', database = 'shop', checkpoint = { every = 5 }, on_change = h }",
      [S + 'checkpoint: unknown key "every" (valid keys: save_every, save_interval, '
-      "idle_heartbeat, start_position, on_history_lost)"]),
+      "idle_heartbeat, start_position, on_history_lost, mode)"]),
     ("restart_max_delay_below_initial_delay",
      "fw.stream { name = 's', database = 'shop', restart = { max_delay = '500ms' }, on_change = h }",
      [S + 'restart.max_delay: must be >= restart.initial_delay ("1s", the default), got "500ms"']),

@@ -259,6 +259,26 @@ local BAD = {
   { "a misspelt state key",
     "fw.defaults { state = { max_byte = '1MB' } }\nfw.stream { name = 's', database = 'shop', on_change = h }",
     { P .. 'defaults: state: unknown key "max_byte" (did you mean "max_bytes"?)' } },
+  { "an unknown ha mode",
+    "fw.defaults { ha = { mode = 'leeder' } }\nfw.stream { name = 's', database = 'shop', on_change = h }",
+    { P .. 'defaults: ha.mode: invalid value "leeder" (did you mean "leader"? expected "none" or "leader")' } },
+  { "a lease under a second",
+    "fw.defaults { ha = { mode = 'leader', lease = '500ms' } }\nfw.stream { name = 's', database = 'shop', on_change = h }",
+    { P .. 'defaults: ha.lease: "500ms" is out of range (from "1s" to "1h"; a standby takes over within '
+      .. 'lease + lease / 3 of a crash)' } },
+  { "a lease without a unit",
+    "fw.defaults { ha = { mode = 'leader', lease = 10 } }\nfw.stream { name = 's', database = 'shop', on_change = h }",
+    { P .. 'defaults: ha.lease: expected a duration string, got 10 (a number has no unit: write "10s" or "10ms")' } },
+  { "ha that is not a table",
+    "fw.defaults { ha = 'leader' }\nfw.stream { name = 's', database = 'shop', on_change = h }",
+    { P .. 'defaults: ha: expected a table of ha settings, got "leader"' } },
+  { "a misspelt ha key",
+    "fw.defaults { ha = { mode = 'leader', leese = '5s' } }\nfw.stream { name = 's', database = 'shop', on_change = h }",
+    { P .. 'defaults: ha: unknown key "leese" (did you mean "lease"?)' } },
+  { "ha set on a stream",
+    "fw.stream { name = 's', database = 'shop', ha = { mode = 'leader' }, on_change = h }",
+    { S .. 'ha: is set for the whole script: fw.defaults { ha = { mode = "leader" } } (every stream then '
+      .. 'has one leader among the instances running the script)' } },
   { "fw.defaults { retry = true }",
     "fw.defaults { retry = true }\nfw.stream { name = 's', database = 'shop', on_change = h }",
     { P .. "defaults: retry: expected a table of retry settings, got true (defaults only hold settings; "
@@ -397,6 +417,7 @@ describe("config: effective settings", function()
       oversize = "fail",
       oversize_threshold_bytes = 16 * 1024 * 1024 - 64 * 1024,
       state = { max_bytes = 64 * 1024 * 1024 },
+      ha = { mode = "none", lease_ms = 10000 },
       handlers = { change = spec.handlers.change },
     }, spec)
     assert.is_function(spec.handlers.change)
@@ -556,6 +577,15 @@ fw.stream { name = "s", retry = { max_attempts = 5 }, dlq = { ttl_days = 0 },
     assert.are.same({ "Validation" }, spec.retry.no_retry_on)
   end)
 
+  it("gives every stream the script's ha settings", function()
+    local spec = spec_of("fw.defaults { ha = { mode = 'leader', lease = '3s' } }\n"
+      .. "fw.stream { name = 's', database = 'shop', on_change = h }")
+    assert.are.same({ mode = "leader", lease_ms = 3000 }, spec.ha)
+    spec = spec_of("fw.defaults { ha = { mode = 'leader' } }\n"
+      .. "fw.stream { name = 's', database = 'shop', on_change = h }")
+    assert.are.same({ mode = "leader", lease_ms = 10000 }, spec.ha)
+  end)
+
   it("applies even when declared after the streams", function()
     local spec = spec_of("fw.stream { name = 's', on_change = h }\nfw.defaults { database = 'late' }")
     assert.are.equal("late", spec.database)
@@ -697,9 +727,10 @@ describe("config: fw.connection and fw.defaults.http", function()
       errors_of("fw.stream { name = 's', database = 'shop', dlq = { connection = 'audti' }, on_change = h }"))
   end)
 
-  it("rejects a sequenced DLQ on the in-memory store, which keeps no sequences", function()
-    assert.are.same({ S .. 'dlq.store: the in-memory store keeps no sequences: a sequenced DLQ (sequenced = true) needs store = "mongo"' },
-      errors_of("fw.stream { name = 's', database = 'shop', dlq = { sequenced = true, store = 'memory' }, on_change = h }"))
+  it("accepts a sequenced DLQ on the in-memory store, which keeps its sequences too", function()
+    local spec = spec_of("fw.stream { name = 's', database = 'shop', dlq = { sequenced = true, store = 'memory' }, on_change = h }")
+    assert.is_true(spec.dlq.sequenced)
+    assert.are.equal("memory", spec.dlq.store)
   end)
 
   it("normalizes http.allow_hosts and rejects malformed entries", function()

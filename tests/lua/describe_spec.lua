@@ -46,6 +46,7 @@ stream "order-watcher"
   timeout                        30s
   memory_limit                   256MB
   state.max_bytes                64MB
+  ha.mode                        none
   checkpoint.save_every          1
   checkpoint.save_interval       5s
   checkpoint.idle_heartbeat      5m
@@ -88,6 +89,7 @@ stream "audit"
   timeout                        30s
   memory_limit                   256MB
   state.max_bytes                64MB
+  ha.mode                        none
   checkpoint.save_every          50
   checkpoint.save_interval       5s
   checkpoint.idle_heartbeat      5m

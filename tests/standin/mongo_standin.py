@@ -46,6 +46,13 @@ def _seconds(text):
     return value
 
 
+def _latency(text):
+    value = float(text)
+    if not 0 <= value <= 10000:
+        raise argparse.ArgumentTypeError("must be between 0 and 10000 ms, got %s" % text)
+    return value
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(
         prog="mongo_standin.py",
@@ -61,6 +68,10 @@ def parse_args(argv):
                    help="seconds between TTL monitor passes (default 60, like mongod)")
     p.add_argument("--log", default=None,
                    help="append one JSON line per command received to this file")
+    p.add_argument("--latency-ms", type=_latency, default=0.0,
+                   help="send every reply this many ms after it is ready, per connection and "
+                        "in order (pipelined requests keep theirs): a network with that "
+                        "round-trip time (default 0)")
     return p.parse_args(argv)
 
 
@@ -69,7 +80,8 @@ def main(argv=None):
     try:
         server = Server(replset=args.replset, data_dir=args.data_dir,
                         oplog_max_entries=args.oplog_max_entries,
-                        ttl_interval=args.ttl_interval, log_path=args.log)
+                        ttl_interval=args.ttl_interval, log_path=args.log,
+                        latency_ms=args.latency_ms)
     except DataDirInUse as e:
         sys.stderr.write("mongo_standin: %s\n" % e)
         return 1

@@ -30,7 +30,7 @@ local STREAM_KEYS = {
 }
 local DEFAULTS_KEYS = {
   "database", "uri", "retry", "dlq", "checkpoint", "restart", "timeout", "memory_limit", "state",
-  "http", "admin",
+  "http", "admin", "ha",
 }
 
 ---------------------------------------------------------------------------
@@ -526,6 +526,31 @@ local STATE = {
   { "max_bytes", state_size },
 }
 
+-- High availability (fw.defaults only, issue 17): one leader per stream,
+-- holding a lease it renews every lease / 3. Under a second, a renewal's
+-- round trip and the safety margin would eat the lease; over an hour, a
+-- crashed leader's streams would wait that long for a standby.
+M.MIN_LEASE_MS = 1000
+M.MAX_LEASE_MS = 60 * 60 * 1000
+
+local function lease_duration(ctx, path, v)
+  local ok, ms = positive_duration(ctx, path, v)
+  if not ok then
+    return false
+  end
+  if ms < M.MIN_LEASE_MS or ms > M.MAX_LEASE_MS then
+    ctx:fail(path, '%s is out of range (from "1s" to "1h"; a standby takes over within lease + '
+      .. 'lease / 3 of a crash)', repr(v))
+    return false
+  end
+  return true, ms
+end
+
+local HA = {
+  { "mode", enum({ "none", "leader" }) },
+  { "lease", lease_duration, "lease_ms" },
+}
+
 -- The admin endpoint (fw.defaults only). The C host checks the address and
 -- the token together (core.admin_check); here only their types.
 local ADMIN = {
@@ -542,9 +567,13 @@ local function key_names(schema)
 end
 
 -- Reports every key of `t` that is not in `known`, sorted, with a hint.
-local function check_unknown_keys(ctx, path, t, known)
+local function check_unknown_keys(ctx, path, t, known, reported)
   local is_known = {}
   for _, k in ipairs(known) do
+    is_known[k] = true
+  end
+  -- Keys the caller has already reported with a better message.
+  for k in pairs(reported or {}) do
     is_known[k] = true
   end
   local named, positional = {}, {}
@@ -734,6 +763,7 @@ M.DLQ = DLQ
 M.REPROCESS = REPROCESS
 M.STATE = STATE
 M.ADMIN = ADMIN
+M.HA = HA
 M.HTTP = HTTP
 M.connection_name = connection_name
 M.quote = quote

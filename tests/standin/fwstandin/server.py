@@ -4,6 +4,7 @@ One thread per connection keeps blocking semantics simple: an awaitable hello or
 getMore just waits (on an Event or the store's Condition) without affecting other clients.
 """
 
+import collections
 import datetime
 import gc
 import json
@@ -29,8 +30,9 @@ MAX_MESSAGE = 48000000 + 16 * 1024 * 1024
 
 class Server:
     def __init__(self, replset="rs0", data_dir=None, oplog_max_entries=10_000_000,
-                 ttl_interval=60.0, log_path=None):
+                 ttl_interval=60.0, log_path=None, latency_ms=0.0):
         self.replset = replset
+        self.latency = float(latency_ms) / 1000.0
         self.persistent = data_dir is not None
         self.journal = Journal(data_dir) if data_dir else None
         self.store = Store(oplog_max_entries, self.journal)
@@ -118,6 +120,8 @@ class Server:
     def _serve_connection(self, sock, conn):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         rfile = sock.makefile("rb", buffering=1 << 16)
+        delayed = DelayedSender(sock, self.latency) if self.latency > 0 else None
+        send = delayed.send if delayed else sock.sendall
         try:
             while not self.shutdown_event.is_set():
                 hdr = rfile.read(16)
@@ -135,18 +139,20 @@ class Server:
                 except MongoError as e:
                     body = bsonutil.encode(e.to_reply())
                     if header[3] == wire.OP_QUERY:
-                        sock.sendall(wire.op_reply(header[1], body))
+                        send(wire.op_reply(header[1], body))
                     else:
-                        sock.sendall(wire.op_msg_reply(header[1], body))
+                        send(wire.op_msg_reply(header[1], body))
                     continue
                 reply = commands.execute(self, conn, req)
                 if reply is commands.CLOSE:
                     break
                 if reply:
-                    sock.sendall(reply)
+                    send(reply)
         except (OSError, ValueError):
             pass
         finally:
+            if delayed:
+                delayed.close()
             try:
                 rfile.close()
                 sock.shutdown(socket.SHUT_RDWR)
@@ -200,6 +206,53 @@ class Server:
                 self._log.write(json.dumps({"t": datetime.datetime.utcnow().isoformat() + "Z",
                                             "cmd": name, "internalError": repr(exc)}) + "\n")
                 self._log.flush()
+
+
+class DelayedSender:
+    """--latency-ms: a connection's replies leave `delay` seconds after they are ready, in the
+    order they were made, as over a network with that round-trip time. The connection's thread
+    goes on reading (and answering) pipelined requests meanwhile; this thread sends."""
+
+    def __init__(self, sock, delay):
+        self.sock = sock
+        self.delay = delay
+        self.queue = collections.deque()
+        self.cond = threading.Condition()
+        self.closed = False
+        self.broken = False
+        self.thread = threading.Thread(target=self._run, name="delayed-send", daemon=True)
+        self.thread.start()
+
+    def send(self, data):
+        if self.broken:
+            raise OSError("the connection is closed")
+        with self.cond:
+            self.queue.append((time.monotonic() + self.delay, data))
+            self.cond.notify()
+
+    def _run(self):
+        while True:
+            with self.cond:
+                while not self.queue and not self.closed:
+                    self.cond.wait()
+                if not self.queue:
+                    return
+                due, data = self.queue.popleft()
+            wait = due - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            try:
+                self.sock.sendall(data)
+            except OSError:
+                self.broken = True
+                return
+
+    def close(self):
+        """Sends what is queued (each reply at its time), then returns."""
+        with self.cond:
+            self.closed = True
+            self.cond.notify()
+        self.thread.join(self.delay + 10.0)
 
 
 def summarize(name, req):

@@ -1,0 +1,310 @@
+/*
+ * checkpoint_writer.c - a stream's checkpoint writes on a thread of their own
+ * (checkpoint.mode = "async"; see checkpoint_writer.h).
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "flowwarden/checkpoint_store.h"
+#include "flowwarden/checkpoint_writer.h"
+#include "flowwarden/log.h"
+
+/* A failed write is tried again after this long, unless a newer position
+ * comes first (it is then written at once). */
+#define RETRY_MS 1000
+
+/* One position, as raw BSON: no bson_t lives on the heap. */
+typedef struct {
+   uint8_t *processed;
+   uint32_t processed_len; /* 0: none */
+   uint8_t *seen;
+   uint32_t seen_len;      /* 0: none */
+   char *version;          /* NULL: none */
+   uint64_t seq;           /* the hand-over it came from, 1, 2, ... */
+} slot_t;
+
+struct fw_checkpoint_writer {
+   mongoc_client_pool_t *pool;
+   char *database;
+   char *stream;
+   pthread_t thread;
+   pthread_mutex_t mu;
+   pthread_cond_t work; /* the thread waits here for a position or stop */
+   pthread_cond_t done; /* callers wait here for a write to end */
+   slot_t pending;
+   bool has_pending;
+   slot_t flight;       /* the position being written (the thread's) */
+   bool in_flight;
+   uint64_t submitted;  /* seq of the last position handed over */
+   uint64_t tried;      /* every position up to this seq was tried or superseded */
+   uint64_t retry_seq;  /* a failed position waiting for its retry; 0: none */
+   int64_t retry_at_ms; /* ... not before this CLOCK_MONOTONIC time */
+   bool stop;
+   int ok;
+   int failed;
+   int64_t last_ok_ms;
+};
+
+static int64_t
+clock_ms (clockid_t clock)
+{
+   struct timespec ts;
+   clock_gettime (clock, &ts);
+   return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Copies len bytes of src into *buf (grown as needed). False when out of
+ * memory: *len is then 0 and the field is left out of the write. */
+static bool
+copy_bytes (uint8_t **buf, uint32_t *len, const bson_t *src)
+{
+   uint8_t *grown;
+   *len = 0;
+   if (!src) {
+      return true;
+   }
+   if (!(grown = realloc (*buf, src->len))) {
+      return false;
+   }
+   *buf = grown;
+   memcpy (*buf, bson_get_data (src), src->len);
+   *len = src->len;
+   return true;
+}
+
+static void
+slot_free (slot_t *s)
+{
+   free (s->processed);
+   free (s->seen);
+   free (s->version);
+   memset (s, 0, sizeof *s);
+}
+
+static bool
+write_slot (fw_checkpoint_writer_t *cw, mongoc_client_t *client, const slot_t *s,
+            fw_error_t *error)
+{
+   bson_t processed, seen;
+   bool has_processed = s->processed_len > 0 && bson_init_static (&processed, s->processed,
+                                                                  s->processed_len);
+   bool has_seen = s->seen_len > 0 && bson_init_static (&seen, s->seen, s->seen_len);
+
+   if (!client) {
+      fw_error_set (error, FW_ERROR_MONGO,
+                    "cannot save checkpoint of stream \"%s\": no client for the checkpoint "
+                    "writer",
+                    cw->stream);
+      return false;
+   }
+   return fw_checkpoint_save (client, cw->database, cw->stream,
+                              has_processed ? &processed : NULL, has_seen ? &seen : NULL,
+                              s->version, error);
+}
+
+/* With the lock held: true when pending may be written now; else *wait_ms
+ * says how long to wait for its retry (-1: until signalled). */
+static bool
+writable (const fw_checkpoint_writer_t *cw, int64_t *wait_ms)
+{
+   int64_t now;
+   *wait_ms = -1;
+   if (!cw->has_pending) {
+      return false;
+   }
+   if (cw->retry_seq == 0 || cw->pending.seq > cw->retry_seq) {
+      return true;
+   }
+   now = clock_ms (CLOCK_MONOTONIC);
+   if (now >= cw->retry_at_ms) {
+      return true;
+   }
+   *wait_ms = cw->retry_at_ms - now;
+   return false;
+}
+
+static void *
+writer_main (void *arg)
+{
+   fw_checkpoint_writer_t *cw = arg;
+   mongoc_client_t *client = mongoc_client_pool_pop (cw->pool);
+
+   pthread_mutex_lock (&cw->mu);
+   for (;;) {
+      int64_t wait_ms;
+      fw_error_t err;
+      slot_t swap;
+      bool ok;
+
+      while (!cw->stop && !writable (cw, &wait_ms)) {
+         if (wait_ms < 0) {
+            pthread_cond_wait (&cw->work, &cw->mu);
+         } else {
+            struct timespec until;
+            clock_gettime (CLOCK_MONOTONIC, &until);
+            until.tv_sec += wait_ms / 1000;
+            until.tv_nsec += (wait_ms % 1000) * 1000000;
+            if (until.tv_nsec >= 1000000000) {
+               until.tv_sec++;
+               until.tv_nsec -= 1000000000;
+            }
+            pthread_cond_timedwait (&cw->work, &cw->mu, &until);
+         }
+      }
+      if (cw->stop) {
+         break;
+      }
+      /* The slots trade buffers: the next hand-over reuses the old ones. */
+      swap = cw->flight;
+      cw->flight = cw->pending;
+      cw->pending = swap;
+      cw->has_pending = false;
+      cw->in_flight = true;
+      pthread_mutex_unlock (&cw->mu);
+
+      ok = write_slot (cw, client, &cw->flight, &err);
+
+      pthread_mutex_lock (&cw->mu);
+      cw->in_flight = false;
+      if (cw->flight.seq > cw->tried) {
+         cw->tried = cw->flight.seq;
+      }
+      if (ok) {
+         cw->ok++;
+         cw->last_ok_ms = clock_ms (CLOCK_REALTIME);
+         cw->retry_seq = 0;
+      } else {
+         cw->failed++;
+         fw_log (FW_LOG_ERROR, cw->stream, "%s (checkpoint writer); will try again",
+                 err.message);
+         if (!cw->has_pending) {
+            /* Nothing newer came: this position is the one to write. */
+            swap = cw->pending;
+            cw->pending = cw->flight;
+            cw->flight = swap;
+            cw->has_pending = true;
+         }
+         cw->retry_seq = cw->pending.seq;
+         cw->retry_at_ms = clock_ms (CLOCK_MONOTONIC) + RETRY_MS;
+      }
+      pthread_cond_broadcast (&cw->done);
+   }
+   pthread_mutex_unlock (&cw->mu);
+   if (client) {
+      mongoc_client_pool_push (cw->pool, client);
+   }
+   return NULL;
+}
+
+fw_checkpoint_writer_t *
+fw_checkpoint_writer_new (mongoc_client_pool_t *pool, const char *database, const char *stream,
+                          fw_error_t *error)
+{
+   fw_checkpoint_writer_t *cw = calloc (1, sizeof *cw);
+   pthread_condattr_t attr;
+   int rc;
+
+   if (!cw || !(cw->database = strdup (database)) || !(cw->stream = strdup (stream))) {
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory starting the checkpoint writer of "
+                                           "stream \"%s\"",
+                    stream);
+      if (cw) {
+         free (cw->database);
+      }
+      free (cw);
+      return NULL;
+   }
+   cw->pool = pool;
+   pthread_mutex_init (&cw->mu, NULL);
+   pthread_condattr_init (&attr);
+   pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
+   pthread_cond_init (&cw->work, &attr);
+   pthread_condattr_destroy (&attr);
+   pthread_cond_init (&cw->done, NULL);
+   if ((rc = pthread_create (&cw->thread, NULL, writer_main, cw)) != 0) {
+      fw_error_set (error, FW_ERROR_IO,
+                    "cannot start the checkpoint writer thread of stream \"%s\": %s", stream,
+                    strerror (rc));
+      pthread_cond_destroy (&cw->work);
+      pthread_cond_destroy (&cw->done);
+      pthread_mutex_destroy (&cw->mu);
+      free (cw->database);
+      free (cw->stream);
+      free (cw);
+      return NULL;
+   }
+   return cw;
+}
+
+void
+fw_checkpoint_writer_submit (fw_checkpoint_writer_t *cw, const bson_t *processed,
+                             const bson_t *seen, const char *script_version, int max_behind)
+{
+   pthread_mutex_lock (&cw->mu);
+   while (max_behind > 0 && cw->submitted - cw->tried >= (uint64_t) max_behind) {
+      pthread_cond_wait (&cw->done, &cw->mu);
+   }
+   /* Out of memory for a token: the field is left as it is in the store,
+    * which only holds it back (an older token, never a later one). */
+   if (!copy_bytes (&cw->pending.processed, &cw->pending.processed_len, processed) ||
+       !copy_bytes (&cw->pending.seen, &cw->pending.seen_len, seen)) {
+      fw_log (FW_LOG_ERROR, cw->stream,
+              "out of memory handing a checkpoint to its writer; the stored checkpoint stays "
+              "behind until the next one");
+   }
+   free (cw->pending.version);
+   cw->pending.version = script_version ? strdup (script_version) : NULL;
+   cw->pending.seq = ++cw->submitted;
+   cw->has_pending = true;
+   pthread_cond_signal (&cw->work);
+   pthread_mutex_unlock (&cw->mu);
+}
+
+void
+fw_checkpoint_writer_quiesce (fw_checkpoint_writer_t *cw)
+{
+   pthread_mutex_lock (&cw->mu);
+   cw->has_pending = false;
+   cw->retry_seq = 0;
+   while (cw->in_flight) {
+      pthread_cond_wait (&cw->done, &cw->mu);
+   }
+   cw->tried = cw->submitted; /* what was dropped is superseded by the caller */
+   pthread_mutex_unlock (&cw->mu);
+}
+
+void
+fw_checkpoint_writer_take_results (fw_checkpoint_writer_t *cw, int *ok, int *failed,
+                                   int64_t *last_ok_ms)
+{
+   pthread_mutex_lock (&cw->mu);
+   *ok = cw->ok;
+   *failed = cw->failed;
+   *last_ok_ms = cw->last_ok_ms;
+   cw->ok = cw->failed = 0;
+   pthread_mutex_unlock (&cw->mu);
+}
+
+void
+fw_checkpoint_writer_destroy (fw_checkpoint_writer_t *cw)
+{
+   if (!cw) {
+      return;
+   }
+   fw_checkpoint_writer_quiesce (cw);
+   pthread_mutex_lock (&cw->mu);
+   cw->stop = true;
+   pthread_cond_signal (&cw->work);
+   pthread_mutex_unlock (&cw->mu);
+   pthread_join (cw->thread, NULL);
+   slot_free (&cw->pending);
+   slot_free (&cw->flight);
+   pthread_cond_destroy (&cw->work);
+   pthread_cond_destroy (&cw->done);
+   pthread_mutex_destroy (&cw->mu);
+   free (cw->database);
+   free (cw->stream);
+   free (cw);
+}

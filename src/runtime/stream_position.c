@@ -1,0 +1,106 @@
+/*
+ * stream_position.c - where a stream has read to and what it has handled,
+ * and the checkpoint that keeps both: written on the stream's thread
+ * (checkpoint.mode = "sync", and the final save) or handed to the stream's
+ * checkpoint writer (mode = "async", issue 16).
+ */
+#include "flowwarden/checkpoint_store.h"
+#include "flowwarden/checkpoint_writer.h"
+#include "flowwarden/log.h"
+#include "stream_worker-private.h"
+
+/* checkpoint.mode = "async": saves that may wait to be written while the
+ * handler goes on; a crash repeats at most (this + 1) x save_every events.
+ * With one write in flight the stored checkpoint trails by the events of two
+ * round trips, so this caps a stream at about this / 2 x save_every events
+ * per checkpoint round trip: 1 (2 x save_every) held S2 to 69k events/s at
+ * 1 ms of latency, 9 to 308k, 19 leaves it unthrottled up to 5 ms
+ * (docs/performance.md, "Networks with latency"). */
+#define FW_CHECKPOINT_MAX_BEHIND 19
+
+void
+fw_position_set_token (bson_t *dst, const bson_t *src)
+{
+   bson_reinit (dst);
+   bson_concat (dst, src);
+}
+
+/* Counts the checkpoint writer's outcomes in the stream's metrics. */
+void
+fw_position_writer_results (fw_stream_worker_t *w)
+{
+   int ok, failed;
+   int64_t at;
+   if (!w->ckpt) {
+      return;
+   }
+   fw_checkpoint_writer_take_results (w->ckpt, &ok, &failed, &at);
+   for (int i = 0; w->metrics && i < failed + ok; i++) {
+      fw_stream_metrics_checkpoint (w->metrics, i >= failed, at);
+   }
+}
+
+/* Writes the checkpoint on the stream's thread: mode = "sync", and with
+ * "async" the final one (shutdown, pause, restart) and the rare ones (start,
+ * invalidate), after the writer's write in flight. */
+void
+fw_position_save (fw_stream_worker_t *w, fw_position_t *p, const char *why)
+{
+   fw_error_t err;
+   if (w->ckpt) {
+      fw_checkpoint_writer_quiesce (w->ckpt); /* nothing older can land after this */
+      fw_position_writer_results (w);
+   }
+   if (!p->has_processed && !p->has_resume) {
+      return;
+   }
+   if (!fw_checkpoint_save (w->client, w->cfg.database, w->cfg.name,
+                            p->has_processed ? &p->processed : NULL,
+                            p->has_resume ? &p->resume : NULL, fw_lua_host_version (w->host),
+                            &err)) {
+      fw_log (FW_LOG_ERROR, w->cfg.name, "%s (%s); will try again", err.message, why);
+      if (w->metrics) {
+         fw_stream_metrics_checkpoint (w->metrics, false, 0);
+      }
+      return;
+   }
+   p->since_save = 0;
+   p->dirty = false;
+   p->last_save_ms = fw_now_ms ();
+   if (w->metrics) {
+      fw_stream_metrics_checkpoint (w->metrics, true, p->last_save_ms);
+   }
+}
+
+/* checkpoint.mode = "async": hands the position to the stream's checkpoint
+ * writer and goes on; it waits only while FW_CHECKPOINT_MAX_BEHIND earlier
+ * saves are not yet written, so a crash repeats at most
+ * (FW_CHECKPOINT_MAX_BEHIND + 1) x save_every events (docs/reliability.md). */
+void
+fw_position_save_async (fw_stream_worker_t *w, fw_position_t *p, const char *why)
+{
+   fw_error_t err;
+   if (w->cfg.checkpoint_sync || w->ckpt_unavailable) {
+      fw_position_save (w, p, why);
+      return;
+   }
+   if (!p->has_processed && !p->has_resume) {
+      return;
+   }
+   if (!w->ckpt &&
+       !(w->ckpt = fw_checkpoint_writer_new (w->pool, w->cfg.database, w->cfg.name, &err))) {
+      fw_log (FW_LOG_WARN, w->cfg.name, "%s; checkpoints are written as with mode = \"sync\"",
+              err.message);
+      w->ckpt_unavailable = true;
+      fw_position_save (w, p, why);
+      return;
+   }
+   fw_checkpoint_writer_submit (w->ckpt, p->has_processed ? &p->processed : NULL,
+                                p->has_resume ? &p->resume : NULL, fw_lua_host_version (w->host),
+                                FW_CHECKPOINT_MAX_BEHIND);
+   fw_position_writer_results (w);
+   p->since_save = 0;
+   p->dirty = false;
+   p->last_save_ms = fw_now_ms ();
+}
+

@@ -1,0 +1,290 @@
+/*
+ * stream_reader.c - read-ahead (issue 16): a thread that owns a stream's
+ * change stream and asks for the next batch (getMore) while the stream's
+ * thread handles the events of the current one, through a bounded queue.
+ *
+ * The reader hands over what mongoc_change_stream_next gives, in order, as
+ * copies: each event with the resume token the change stream had after it,
+ * an "idle" mark (no event within maxAwaitTimeMS) with the post-batch token,
+ * and the error that ended the change stream. The stream's thread sees the
+ * same sequence it would have read itself, one call at a time (see the
+ * declarations in stream_worker-private.h).
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "flowwarden/bson_alloc.h"
+#include "stream_worker-private.h"
+
+typedef enum { ITEM_EVENT, ITEM_IDLE, ITEM_ERROR } item_kind_t;
+
+/* One thing read, as raw BSON: the event (doc_len 0 for idle and error)
+ * followed by the token, in one buffer. */
+typedef struct {
+   item_kind_t kind;
+   uint8_t *buf;
+   uint32_t doc_len;
+   uint32_t tok_len;
+   bson_error_t error;
+} item_t;
+
+struct fw_stream_reader {
+   bson_t cur_doc;         /* views of cur (first: bson_t wants the struct's alignment) */
+   bson_t cur_tok;
+   bson_t empty;
+   mongoc_change_stream_t *cs;
+   bool (*hold) (void *ud);
+   void *hold_ud;
+   bool direct;            /* no thread: the calls go straight to cs */
+   pthread_t thread;
+   pthread_mutex_t mu;
+   pthread_cond_t not_full;
+   pthread_cond_t not_empty;
+   item_t *ring;
+   int cap;
+   int head;
+   int count;
+   size_t bytes;           /* held in the ring */
+   size_t max_bytes;
+   bool stop;
+   bool ended;             /* the reader handed over an error and left */
+   bson_error_t end_error; /* ... that error */
+   item_t cur;             /* the item the stream's thread is on */
+   bool has_cur;
+};
+
+static void
+item_free (item_t *it)
+{
+   free (it->buf);
+   it->buf = NULL;
+   it->doc_len = it->tok_len = 0;
+}
+
+/* Copies doc and tok (either may be NULL) into it. False when out of memory. */
+static bool
+item_fill (item_t *it, item_kind_t kind, const bson_t *doc, const bson_t *tok)
+{
+   uint32_t dl = doc ? doc->len : 0;
+   uint32_t tl = tok ? tok->len : 0;
+   it->kind = kind;
+   it->doc_len = dl;
+   it->tok_len = tl;
+   if (!(it->buf = malloc ((size_t) dl + tl + 1))) {
+      return false;
+   }
+   if (dl) {
+      memcpy (it->buf, bson_get_data (doc), dl);
+   }
+   if (tl) {
+      memcpy (it->buf + dl, bson_get_data (tok), tl);
+   }
+   return true;
+}
+
+static void *
+reader_main (void *arg)
+{
+   fw_stream_reader_t *r = arg;
+   bool more = true;
+   bool held = false;
+
+   while (more) {
+      const bson_t *doc;
+      item_t it = {0};
+      bool ok;
+
+      pthread_mutex_lock (&r->mu);
+      /* At most cap items and max_bytes bytes wait (one always fits). */
+      while (!r->stop && (r->count == r->cap || (r->count > 0 && r->bytes >= r->max_bytes))) {
+         pthread_cond_wait (&r->not_full, &r->mu);
+      }
+      if (!r->stop && held) {
+         /* The stream's thread is about to stop reading: no new getMore,
+          * whose wait (maxAwaitTimeMS) would delay its stop. */
+         struct timespec until;
+         clock_gettime (CLOCK_REALTIME, &until);
+         until.tv_nsec += 100 * 1000000;
+         if (until.tv_nsec >= 1000000000) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000;
+         }
+         pthread_cond_timedwait (&r->not_full, &r->mu, &until);
+      }
+      if (r->stop) {
+         pthread_mutex_unlock (&r->mu);
+         break;
+      }
+      pthread_mutex_unlock (&r->mu);
+
+      if (r->hold && r->hold (r->hold_ud)) {
+         if (held) {
+            continue;
+         }
+         /* One idle mark wakes the stream's thread if it waits for events. */
+         held = true;
+         ok = item_fill (&it, ITEM_IDLE, NULL, mongoc_change_stream_get_resume_token (r->cs));
+      } else {
+         held = false;
+         if (mongoc_change_stream_next (r->cs, &doc)) {
+            ok = item_fill (&it, ITEM_EVENT, doc, mongoc_change_stream_get_resume_token (r->cs));
+         } else if (mongoc_change_stream_error_document (r->cs, &it.error, NULL)) {
+            ok = item_fill (&it, ITEM_ERROR, NULL, NULL);
+            more = false;
+         } else {
+            ok = item_fill (&it, ITEM_IDLE, NULL, mongoc_change_stream_get_resume_token (r->cs));
+         }
+      }
+      if (!ok) {
+         /* The change stream fails for the stream's thread, which re-opens
+          * it from its own position: nothing read ahead is lost. */
+         item_free (&it);
+         it.kind = ITEM_ERROR;
+         bson_set_error (&it.error, MONGOC_ERROR_CLIENT, MONGOC_ERROR_CLIENT_NO_ACCEPTABLE_PEER,
+                         "out of memory reading ahead");
+         more = false;
+      }
+      pthread_mutex_lock (&r->mu);
+      r->ring[(r->head + r->count) % r->cap] = it;
+      r->count++;
+      r->bytes += (size_t) it.doc_len + it.tok_len;
+      if (!more) {
+         r->ended = true;
+         r->end_error = it.error;
+      }
+      pthread_cond_signal (&r->not_empty);
+      pthread_mutex_unlock (&r->mu);
+   }
+   return NULL;
+}
+
+fw_stream_reader_t *
+fw_stream_reader_start (mongoc_change_stream_t *cs, int max_events, size_t max_bytes,
+                        bool (*hold) (void *ud), void *hold_ud)
+{
+   fw_stream_reader_t *r = fw_bson_aligned_calloc (sizeof *r);
+
+   if (!r) {
+      return NULL;
+   }
+   r->cs = cs;
+   r->hold = hold;
+   r->hold_ud = hold_ud;
+   bson_init (&r->empty);
+   bson_init (&r->cur_doc);
+   bson_init (&r->cur_tok);
+   r->cap = max_events > 0 ? max_events : 1;
+   r->max_bytes = max_bytes;
+   pthread_mutex_init (&r->mu, NULL);
+   pthread_cond_init (&r->not_empty, NULL);
+   pthread_cond_init (&r->not_full, NULL);
+   if (!(r->ring = calloc ((size_t) r->cap, sizeof *r->ring)) ||
+       pthread_create (&r->thread, NULL, reader_main, r) != 0) {
+      r->direct = true; /* read on the caller's thread, as without read-ahead */
+   }
+   return r;
+}
+
+bool
+fw_stream_reader_next (fw_stream_reader_t *r, const bson_t **doc)
+{
+   bool event;
+
+   if (r->direct) {
+      return mongoc_change_stream_next (r->cs, doc);
+   }
+   if (r->has_cur) {
+      item_free (&r->cur);
+      r->has_cur = false;
+   }
+   pthread_mutex_lock (&r->mu);
+   while (r->count == 0 && !r->ended) {
+      pthread_cond_wait (&r->not_empty, &r->mu);
+   }
+   if (r->count == 0) {
+      /* Asked again after the error: it stays, as with libmongoc. */
+      pthread_mutex_unlock (&r->mu);
+      r->cur = (item_t){.kind = ITEM_ERROR, .error = r->end_error};
+      r->has_cur = true;
+      return false;
+   }
+   r->cur = r->ring[r->head];
+   r->head = (r->head + 1) % r->cap;
+   r->count--;
+   r->bytes -= (size_t) r->cur.doc_len + r->cur.tok_len;
+   pthread_cond_signal (&r->not_full);
+   pthread_mutex_unlock (&r->mu);
+   r->has_cur = true;
+
+   event = r->cur.kind == ITEM_EVENT;
+   bson_destroy (&r->cur_doc);
+   bson_destroy (&r->cur_tok);
+   if (!r->cur.doc_len || !bson_init_static (&r->cur_doc, r->cur.buf, r->cur.doc_len)) {
+      bson_init (&r->cur_doc);
+   }
+   if (!r->cur.tok_len ||
+       !bson_init_static (&r->cur_tok, r->cur.buf + r->cur.doc_len, r->cur.tok_len)) {
+      bson_init (&r->cur_tok);
+   }
+   if (event) {
+      *doc = &r->cur_doc;
+   }
+   return event;
+}
+
+bool
+fw_stream_reader_error (fw_stream_reader_t *r, bson_error_t *error)
+{
+   if (r->direct) {
+      return mongoc_change_stream_error_document (r->cs, error, NULL);
+   }
+   if (r->has_cur && r->cur.kind == ITEM_ERROR) {
+      *error = r->cur.error;
+      return true;
+   }
+   return false;
+}
+
+const bson_t *
+fw_stream_reader_resume_token (fw_stream_reader_t *r)
+{
+   const bson_t *tok;
+   if (r->direct) {
+      tok = mongoc_change_stream_get_resume_token (r->cs);
+      return tok ? tok : &r->empty;
+   }
+   return r->has_cur ? &r->cur_tok : &r->empty;
+}
+
+void
+fw_stream_reader_stop (fw_stream_reader_t *r)
+{
+   if (!r) {
+      return;
+   }
+   if (!r->direct) {
+      pthread_mutex_lock (&r->mu);
+      r->stop = true;
+      pthread_cond_signal (&r->not_full);
+      pthread_mutex_unlock (&r->mu);
+      /* After its getMore in flight, if any: at most maxAwaitTimeMS when idle. */
+      pthread_join (r->thread, NULL);
+      while (r->count > 0) {
+         item_free (&r->ring[r->head]);
+         r->head = (r->head + 1) % r->cap;
+         r->count--;
+      }
+      if (r->has_cur) {
+         item_free (&r->cur);
+      }
+   }
+   bson_destroy (&r->cur_doc);
+   bson_destroy (&r->cur_tok);
+   free (r->ring);
+   bson_destroy (&r->empty);
+   pthread_cond_destroy (&r->not_empty);
+   pthread_cond_destroy (&r->not_full);
+   pthread_mutex_destroy (&r->mu);
+   free (r);
+}
