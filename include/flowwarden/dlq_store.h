@@ -19,6 +19,7 @@
 
 #include <mongoc/mongoc.h>
 
+#include "flowwarden/dlq_sequence.h"
 #include "flowwarden/error.h"
 
 typedef struct fw_dlq_store fw_dlq_store_t;
@@ -74,6 +75,37 @@ bool fw_dlq_store_memory_put (fw_dlq_store_t *store, const bson_t *entry, fw_err
  * stored, after an update) into out (initialised here, owned by the caller);
  * false when nothing was saved since the last call. Clears it. */
 bool fw_dlq_store_memory_take_last (fw_dlq_store_t *store, bson_t *out);
+
+/*
+ * A memory store only: the sequences of a sequenced DLQ (dlq_sequence.h),
+ * kept beside the entries under the store's lock: one record per (stream,
+ * sequence id) with the sequences collection's open, next and inflight, and
+ * the same semantics as the fw_dlq_sequence_* function of the same name
+ * (load resets inflight; take with open = false answers FW_SEQ_CLOSED for a
+ * sequence that is closed or unknown; size counts the sequence's PENDING and
+ * REPROCESSING entries). They live and die with the store: a process that
+ * exits loses them with the entries. They fail (error filled) only when
+ * store is not a memory store or memory runs out.
+ */
+bool fw_dlq_store_memory_seq_load (fw_dlq_store_t *store, const char *stream,
+                                   fw_dlq_sequences_t *into, fw_error_t *error);
+bool fw_dlq_store_memory_seq_take (fw_dlq_store_t *store, const char *stream, const char *id,
+                                   bool open, int64_t *index, fw_seq_take_t *result,
+                                   fw_error_t *error);
+bool fw_dlq_store_memory_seq_settle (fw_dlq_store_t *store, const char *stream, const char *id,
+                                     fw_error_t *error);
+bool fw_dlq_store_memory_seq_read (fw_dlq_store_t *store, const char *stream, const char *id,
+                                   fw_seq_state_t *out, fw_error_t *error);
+bool fw_dlq_store_memory_seq_close (fw_dlq_store_t *store, const char *stream, const char *id,
+                                    int64_t expected_next, bool *closed, fw_error_t *error);
+bool fw_dlq_store_memory_seq_size (fw_dlq_store_t *store, const char *stream, const char *id,
+                                   int64_t *out, fw_error_t *error);
+
+/* A memory store only: appends one document per sequence of stream (all
+ * streams when NULL), in the order they were first opened, to out (an array
+ * document initialised here, owned by the caller): { streamName, sequenceId,
+ * open, next, inflight }. False when store is not a memory store. */
+bool fw_dlq_store_memory_sequences (fw_dlq_store_t *store, const char *stream, bson_t *out);
 
 /* Destroys any store. NULL is a no-op. */
 void fw_dlq_store_destroy (fw_dlq_store_t *store);

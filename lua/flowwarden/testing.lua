@@ -20,6 +20,7 @@ Lua state has the C core "flowwarden.testing.core" (src/runtime/test_app.c).
   fwt.events_from(path)    the events `flowwarden record` wrote
 
   app:deliver(stream, event)   app:replay_dlq([opts])   app:dlq([stream])
+  app:dlq_sequences([stream])
   app.mongo (the fake)  app.http (stubs, calls)  app.clock  app.metrics
 ]]
 
@@ -401,6 +402,12 @@ function App:dlq(stream)
   return core.dlq_entries(self.handle, stream)
 end
 
+-- A sequenced DLQ's sequence documents: { streamName, sequenceId, open, next,
+-- inflight } each, in the order they were first opened.
+function App:dlq_sequences(stream)
+  return core.dlq_sequences(self.handle, stream)
+end
+
 ---------------------------------------------------------------------------
 -- Replaying dead letters: dlq_replay.c's life of an entry, on the in-memory
 -- store (claims cannot race in one process, but are written as run writes
@@ -431,16 +438,106 @@ local function replayable(e, now_ms)
     and e.claimedUntil.ms < now_ms)
 end
 
--- app:replay_dlq { stream = name, no_retry = false, ids = { ... } } -> a list
--- of { id, stream, status, what, attempts, error, logs } (status: resolved,
--- skipped, requeued, evicted, no_handler, invalid), oldest clusterTime first.
+local function waiting(e)
+  return e.status == "PENDING" or e.status == "REPROCESSING"
+end
+
+local function sequence_index(e)
+  return math.tointeger(e.sequenceIndex) or 0
+end
+
+-- Whether e is the head of its sequence: no earlier entry of it waits.
+local function is_head(entries, e)
+  for _, o in ipairs(entries) do
+    if o.sequenceId == e.sequenceId and waiting(o) and sequence_index(o) < sequence_index(e) then
+      return false
+    end
+  end
+  return true
+end
+
+-- An entry a sequence replay handled and may go on after.
+local DONE = { resolved = true, skipped = true, evicted = true }
+
+-- dlq_replay_sequence.c's fw_dlq_replay_sequence on the in-memory store:
+-- the waiting entries by sequenceIndex, the first one not done stops it;
+-- when none is left it closes with the protocol's conditional close
+-- (dlq_sequence.h), reading again if next moved. Appends each entry's result
+-- to out and returns "closed" or "open" and why.
+function App:_replay_sequence(stream, seq, no_retry, out)
+  local h = self.handle
+  local quiet = 0
+  while true do
+    -- next as it is before the entries are read: the close holds only if
+    -- no live event took an index since.
+    local st = core.seq_read(h, stream, seq)
+    local entries = {}
+    for _, e in ipairs(core.dlq_entries(h, stream)) do
+      if e.sequenceId == seq and waiting(e) then
+        entries[#entries + 1] = e
+      end
+    end
+    table.sort(entries, function(a, b) return sequence_index(a) < sequence_index(b) end)
+    local now = core.now(h)
+    for _, e in ipairs(entries) do
+      local r
+      if replayable(e, now) then
+        r = self:_replay_entry(e, no_retry)
+      else
+        r = { id = e._id, stream = stream, status = "busy",
+          what = "claimed by " .. tostring(e.claimedBy) .. ": not touched" }
+      end
+      r.sequence_id, r.sequence_index = seq, sequence_index(e)
+      out[#out + 1] = r
+      if not DONE[r.status] then
+        return "open", string.format("stopped at index %d (%s): it stays head", r.sequence_index,
+          r.status)
+      end
+    end
+    if not st.exists or not st.open then
+      return "closed", "closed already"
+    end
+    if st.inflight > 0 then
+      -- Nothing else runs while a spec replays: an index left in flight is
+      -- one no delivery will give back.
+      return "open", "a live event is still being parked behind it; left open (replay it again)"
+    end
+    if #entries == 0 then
+      if core.seq_close(h, stream, seq, st.next) then
+        return "closed", "resolved and closed"
+      end
+      quiet = quiet + 1
+      if quiet > 1 then
+        return "open", "its sequence document changed while it was being closed; left open"
+      end
+    end
+  end
+end
+
+-- app:replay_dlq { stream = name, no_retry = false, ids = { ... }, sequence = id }
+-- -> a list of { id, stream, status, what, attempts, error, logs } (status:
+-- resolved, skipped, requeued, evicted, no_handler, invalid; on a sequenced
+-- DLQ also behind and busy, with sequence_id and sequence_index), oldest
+-- clusterTime first, a sequence whole where its head is selected; and
+-- .sequences: one { stream, id, state = "closed" | "open", what } per
+-- sequence replayed.
 function App:replay_dlq(opts)
   opts = opts or {}
   if type(opts) ~= "table" then
     error("app:replay_dlq: opts must be a table, got " .. type(opts), 2)
   end
+  for k in pairs(opts) do
+    if k ~= "stream" and k ~= "no_retry" and k ~= "ids" and k ~= "sequence" then
+      error(string.format("app:replay_dlq: unknown option %q (the options are stream, ids, "
+        .. "sequence, no_retry)", tostring(k)), 2)
+    end
+  end
   if opts.stream and not stream_of(self, opts.stream) then
     error(string.format('app:replay_dlq: unknown stream "%s"', tostring(opts.stream)), 2)
+  end
+  if opts.sequence ~= nil and type(opts.sequence) ~= "string" then
+    error("app:replay_dlq: sequence must be a sequence id as app:dlq() shows it (sequenceId, "
+      .. "e.g. '{\"_id\":{\"$numberInt\":\"1\"}}'), got " .. type(opts.sequence), 2)
   end
   local wanted
   if opts.ids then
@@ -450,9 +547,11 @@ function App:replay_dlq(opts)
     end
   end
   local now = core.now(self.handle)
+  local all = core.dlq_entries(self.handle, opts.stream)
   local todo = {}
-  for _, e in ipairs(core.dlq_entries(self.handle, opts.stream)) do
-    if replayable(e, now) and (not wanted or wanted[e._id]) and stream_of(self, e.streamName) then
+  for _, e in ipairs(all) do
+    if replayable(e, now) and (not wanted or wanted[e._id]) and stream_of(self, e.streamName)
+        and (opts.sequence == nil or e.sequenceId == opts.sequence) then
       todo[#todo + 1] = e
     end
   end
@@ -463,9 +562,40 @@ function App:replay_dlq(opts)
     end
     return a.createdAt.ms < b.createdAt.ms
   end)
-  local out = {}
+  local out = { sequences = {} }
+  local function sequence(stream, seq)
+    local state, what = self:_replay_sequence(stream, seq, opts.no_retry, out)
+    out.sequences[#out.sequences + 1] = { stream = stream, id = seq, state = state, what = what }
+  end
+  -- A sequence whose entries were all resolved or discarded by hand: nothing
+  -- to select, but it still closes (as --sequence does).
+  if opts.sequence and #todo == 0 then
+    for _, s in ipairs(self.streams) do
+      if (not opts.stream or opts.stream == s.name)
+          and core.seq_read(self.handle, s.name, opts.sequence).open then
+        sequence(s.name, opts.sequence)
+      end
+    end
+  end
+  local seen = {}
   for _, e in ipairs(todo) do
-    out[#out + 1] = self:_replay_entry(e, opts.no_retry)
+    local seq = type(e.sequenceId) == "string" and e.sequenceId or nil
+    local key = seq and e.streamName .. "\0" .. seq
+    if not seq then
+      out[#out + 1] = self:_replay_entry(e, opts.no_retry)
+    elseif not seen[key] then
+      -- A sequence runs whole, once: its other entries were in it.
+      seen[key] = true
+      local entries = core.dlq_entries(self.handle, e.streamName)
+      if is_head(entries, e) then
+        sequence(e.streamName, seq)
+      else
+        out[#out + 1] = { id = e._id, stream = e.streamName, status = "behind",
+          sequence_id = seq, sequence_index = sequence_index(e),
+          what = "waits behind an earlier entry of sequence " .. seq .. ", which the filters "
+            .. "did not select: not touched (replay the sequence with sequence = ...)" }
+      end
+    end
   end
   return out
 end
@@ -488,6 +618,10 @@ function App:_replay_entry(e, no_retry)
     message = e.error and e.error.message or "" }, diagnostics = e.diagnostics or {},
     enqueued_at = e.createdAt, last_touched = e.lastTouched or e.createdAt,
     reprocess_attempts = e.reprocessAttempts or 0 }
+  if type(e.sequenceId) == "string" then
+    -- A sequenced DLQ: where the letter stands in its sequence.
+    letter.sequence_id, letter.sequence_index = e.sequenceId, sequence_index(e)
+  end
   local now = fw.date(core.now(h))
   -- claim
   e.status, e.claimedBy = "REPROCESSING", ACTOR

@@ -9,12 +9,23 @@
 #include "flowwarden/dlq_entry.h"
 #include "flowwarden/dlq_store.h"
 
+/* One sequence of a sequenced DLQ: the sequences collection's document. */
+typedef struct {
+   char *stream;
+   char *id;
+   bool open;
+   int64_t next;
+   int64_t inflight;
+} memory_seq_t;
+
 typedef struct {
    fw_dlq_store_t base; /* first: a store pointer is a memory_store pointer */
    pthread_mutex_t mu;
    bson_t **entries;    /* in the order they were first saved: oldest first */
    size_t n, cap;
    bson_t *last;        /* what the last save wrote, for fw_dlq_store_memory_take_last */
+   memory_seq_t *seqs;  /* in the order they were first opened */
+   size_t n_seqs, cap_seqs;
 } memory_store_t;
 
 static bool memory_save (fw_dlq_store_t *store, const bson_t *entry, fw_error_t *error);
@@ -253,6 +264,11 @@ memory_destroy (fw_dlq_store_t *store)
    }
    free (m->entries);
    bson_destroy (m->last);
+   for (size_t i = 0; i < m->n_seqs; i++) {
+      free (m->seqs[i].stream);
+      free (m->seqs[i].id);
+   }
+   free (m->seqs);
    pthread_mutex_destroy (&m->mu);
    free (m);
 }
@@ -324,4 +340,234 @@ fw_dlq_store_memory_take_last (fw_dlq_store_t *store, bson_t *out)
    }
    pthread_mutex_unlock (&m->mu);
    return got;
+}
+
+/* --- the sequences of a sequenced DLQ -------------------------------------------- */
+
+static memory_store_t *
+seq_store (fw_dlq_store_t *store, fw_error_t *error)
+{
+   memory_store_t *m = as_memory (store);
+   if (!m) {
+      fw_error_set (error, FW_ERROR_INVALID, "in-memory DLQ sequences: the store is not in memory");
+   }
+   return m;
+}
+
+/* The sequence (stream, id), or NULL. Under the lock. */
+static memory_seq_t *
+find_seq (memory_store_t *m, const char *stream, const char *id)
+{
+   for (size_t i = 0; i < m->n_seqs; i++) {
+      if (strcmp (m->seqs[i].id, id) == 0 && strcmp (m->seqs[i].stream, stream) == 0) {
+         return &m->seqs[i];
+      }
+   }
+   return NULL;
+}
+
+/* A new closed sequence (stream, id) with next 0, or NULL when memory runs
+ * out. Under the lock. */
+static memory_seq_t *
+add_seq (memory_store_t *m, const char *stream, const char *id)
+{
+   memory_seq_t *s;
+   if (m->n_seqs == m->cap_seqs) {
+      size_t cap = m->cap_seqs ? m->cap_seqs * 2 : 8;
+      memory_seq_t *grown = realloc (m->seqs, cap * sizeof *grown);
+      if (!grown) {
+         return NULL;
+      }
+      m->seqs = grown;
+      m->cap_seqs = cap;
+   }
+   s = &m->seqs[m->n_seqs];
+   memset (s, 0, sizeof *s);
+   if (!(s->stream = strdup (stream)) || !(s->id = strdup (id))) {
+      free (s->stream);
+      free (s->id);
+      return NULL;
+   }
+   m->n_seqs++;
+   return s;
+}
+
+bool
+fw_dlq_store_memory_seq_load (fw_dlq_store_t *store, const char *stream,
+                              fw_dlq_sequences_t *into, fw_error_t *error)
+{
+   memory_store_t *m = seq_store (store, error);
+   bool ok = true;
+
+   if (!m) {
+      return false;
+   }
+   fw_dlq_sequences_clear (into);
+   pthread_mutex_lock (&m->mu);
+   for (size_t i = 0; i < m->n_seqs; i++) {
+      memory_seq_t *s = &m->seqs[i];
+      if (!s->open || strcmp (s->stream, stream) != 0) {
+         continue;
+      }
+      s->inflight = 0; /* the caller is the stream: none of its requests is in flight */
+      if (ok && !fw_dlq_sequences_add (into, s->id)) {
+         fw_error_set (error, FW_ERROR_NOMEM, "not enough memory for the open sequences");
+         ok = false;
+      }
+   }
+   pthread_mutex_unlock (&m->mu);
+   return ok;
+}
+
+bool
+fw_dlq_store_memory_seq_take (fw_dlq_store_t *store, const char *stream, const char *id,
+                              bool open, int64_t *index, fw_seq_take_t *result,
+                              fw_error_t *error)
+{
+   memory_store_t *m = seq_store (store, error);
+   memory_seq_t *s;
+   bool ok = true;
+
+   *result = FW_SEQ_CLOSED;
+   if (!m) {
+      return false;
+   }
+   pthread_mutex_lock (&m->mu);
+   s = find_seq (m, stream, id);
+   if (!s && open && !(s = add_seq (m, stream, id))) {
+      fw_error_set (error, FW_ERROR_NOMEM, "in-memory DLQ: out of memory opening sequence %.200s",
+                    id);
+      ok = false;
+   }
+   if (s && (open || s->open)) {
+      s->open = true;
+      *index = s->next++;
+      s->inflight++;
+      *result = FW_SEQ_TAKEN;
+   }
+   pthread_mutex_unlock (&m->mu);
+   return ok;
+}
+
+bool
+fw_dlq_store_memory_seq_settle (fw_dlq_store_t *store, const char *stream, const char *id,
+                                fw_error_t *error)
+{
+   memory_store_t *m = seq_store (store, error);
+   memory_seq_t *s;
+
+   if (!m) {
+      return false;
+   }
+   pthread_mutex_lock (&m->mu);
+   if ((s = find_seq (m, stream, id)) && s->inflight > 0) {
+      s->inflight--;
+   }
+   pthread_mutex_unlock (&m->mu);
+   return true;
+}
+
+bool
+fw_dlq_store_memory_seq_read (fw_dlq_store_t *store, const char *stream, const char *id,
+                              fw_seq_state_t *out, fw_error_t *error)
+{
+   memory_store_t *m = seq_store (store, error);
+   memory_seq_t *s;
+
+   memset (out, 0, sizeof *out);
+   if (!m) {
+      return false;
+   }
+   pthread_mutex_lock (&m->mu);
+   if ((s = find_seq (m, stream, id))) {
+      out->exists = true;
+      out->open = s->open;
+      out->next = s->next;
+      out->inflight = s->inflight;
+   }
+   pthread_mutex_unlock (&m->mu);
+   return true;
+}
+
+bool
+fw_dlq_store_memory_seq_close (fw_dlq_store_t *store, const char *stream, const char *id,
+                               int64_t expected_next, bool *closed, fw_error_t *error)
+{
+   memory_store_t *m = seq_store (store, error);
+   memory_seq_t *s;
+
+   *closed = false;
+   if (!m) {
+      return false;
+   }
+   pthread_mutex_lock (&m->mu);
+   if ((s = find_seq (m, stream, id)) && s->open && s->next == expected_next &&
+       s->inflight == 0) {
+      s->open = false;
+      *closed = true;
+   }
+   pthread_mutex_unlock (&m->mu);
+   return true;
+}
+
+static bool
+waiting (const bson_t *entry)
+{
+   const char *status = utf8_field (entry, "status");
+   return status && (strcmp (status, "PENDING") == 0 || strcmp (status, "REPROCESSING") == 0);
+}
+
+bool
+fw_dlq_store_memory_seq_size (fw_dlq_store_t *store, const char *stream, const char *id,
+                              int64_t *out, fw_error_t *error)
+{
+   memory_store_t *m = seq_store (store, error);
+
+   *out = 0;
+   if (!m) {
+      return false;
+   }
+   pthread_mutex_lock (&m->mu);
+   for (size_t i = 0; i < m->n; i++) {
+      const char *name = utf8_field (m->entries[i], "streamName");
+      const char *seq = utf8_field (m->entries[i], "sequenceId");
+      if (name && seq && strcmp (seq, id) == 0 && strcmp (name, stream) == 0 &&
+          waiting (m->entries[i])) {
+         (*out)++;
+      }
+   }
+   pthread_mutex_unlock (&m->mu);
+   return true;
+}
+
+bool
+fw_dlq_store_memory_sequences (fw_dlq_store_t *store, const char *stream, bson_t *out)
+{
+   memory_store_t *m = as_memory (store);
+   uint32_t k = 0;
+
+   bson_init (out);
+   if (!m) {
+      return false;
+   }
+   pthread_mutex_lock (&m->mu);
+   for (size_t i = 0; i < m->n_seqs; i++) {
+      const memory_seq_t *s = &m->seqs[i];
+      char key[16];
+      const char *kk;
+      bson_t doc;
+      if (stream && strcmp (s->stream, stream) != 0) {
+         continue;
+      }
+      bson_uint32_to_string (k++, &kk, key, sizeof key);
+      BSON_APPEND_DOCUMENT_BEGIN (out, kk, &doc);
+      BSON_APPEND_UTF8 (&doc, "streamName", s->stream);
+      BSON_APPEND_UTF8 (&doc, "sequenceId", s->id);
+      BSON_APPEND_BOOL (&doc, "open", s->open);
+      BSON_APPEND_INT64 (&doc, "next", s->next);
+      BSON_APPEND_INT64 (&doc, "inflight", s->inflight);
+      bson_append_document_end (out, &doc);
+   }
+   pthread_mutex_unlock (&m->mu);
+   return true;
 }

@@ -695,13 +695,16 @@ fw_event_dispatch_open_dlq (fw_stream_worker_t *w)
    const fw_dlq_config_t *dlq = dlq_config (w);
 
    if (dlq->memory) {
-      /* Seed 004's in-memory variant: nothing to connect to. */
+      /* Seed 004's in-memory variant: nothing to connect to; a sequenced
+       * DLQ's sequences are kept beside its entries. */
       w->dlq = fw_dlq_store_memory_new (&err);
+      w->park_ops = &fw_park_memory_ops;
       if (!w->dlq) {
          fw_log (FW_LOG_ERROR, w->cfg.name, "%s", err.message);
       }
       return w->dlq != NULL;
    }
+   w->park_ops = &fw_park_mongo_ops;
    for (int tries = 1;; tries++) {
       /* A DLQ on a named connection (seed 002's roadmap: mongoTemplateRef). */
       mongoc_client_t *client = dlq->connection

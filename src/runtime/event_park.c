@@ -2,7 +2,9 @@
  * event_park.c - the live side of a sequenced DLQ (issue 14; the protocol
  * is in dlq_sequence.h): an event's sequence key, the stream's open
  * sequences in memory, and the index requests that open a sequence or park
- * an event behind it. fw_event_dispatch drives it; it calls nothing above.
+ * an event behind it, made through the DLQ store's fw_park_ops_t
+ * (event_park_store.c: MongoDB or in memory). fw_event_dispatch drives it;
+ * it calls nothing above.
  */
 #include <stdio.h>
 #include <string.h>
@@ -42,57 +44,29 @@ fw_park_end (fw_stream_worker_t *w)
    w->seq_index = -1;
 }
 
-/* The DLQ's client (the stream's, or its dlq.connection's). */
-static mongoc_client_t *
-dlq_client (fw_stream_worker_t *w, fw_error_t *error)
+/* The sequence operations of the stream's DLQ store: chosen when it was
+ * opened; by the configuration while a reload that changed the DLQ has
+ * closed it (it is reopened on first use). */
+static const fw_park_ops_t *
+park_ops (const fw_stream_worker_t *w)
 {
-   if (w->cfg.dlq.connection) {
-      return fw_connection_clients_get (w->clients, w->cfg.dlq.connection, error);
+   if (w->park_ops && w->dlq) {
+      return w->park_ops;
    }
-   if (!w->client) {
-      fw_error_set (error, FW_ERROR_MONGO, "stream \"%s\" has no client", w->cfg.name);
-   }
-   return w->client;
+   return w->cfg.dlq.memory ? &fw_park_memory_ops : &fw_park_mongo_ops;
 }
 
-static const char *
-dlq_database (const fw_stream_worker_t *w)
-{
-   return w->cfg.dlq.database ? w->cfg.dlq.database : w->cfg.database;
-}
-
-static mongoc_collection_t *
-seqs_collection (fw_stream_worker_t *w, fw_error_t *error)
-{
-   mongoc_client_t *client = dlq_client (w, error);
-   return client ? fw_dlq_sequence_collection (client, dlq_database (w), w->cfg.dlq.collection)
-                 : NULL;
-}
-
-/* Reads the open sequences; false with error filled when the server fails. */
+/* Reads the open sequences; false with error filled when the backend fails. */
 static bool
 load_once (fw_stream_worker_t *w, fw_error_t *error)
 {
-   mongoc_collection_t *seqs = seqs_collection (w, error);
-   mongoc_client_t *client;
-   mongoc_collection_t *dlq;
    bool ok;
 
-   if (!seqs) {
-      return false;
-   }
    if (!w->open_seqs && !(w->open_seqs = fw_dlq_sequences_new ())) {
-      mongoc_collection_destroy (seqs);
       fw_error_set (error, FW_ERROR_NOMEM, "not enough memory for the open sequences");
       return false;
    }
-   ok = fw_dlq_sequence_load (seqs, w->cfg.name, w->open_seqs, error);
-   mongoc_collection_destroy (seqs);
-   if (ok && !w->seq_indexed && (client = dlq_client (w, error))) {
-      dlq = mongoc_client_get_collection (client, dlq_database (w), w->cfg.dlq.collection);
-      ok = w->seq_indexed = fw_dlq_sequence_indexes (dlq, error);
-      mongoc_collection_destroy (dlq);
-   }
+   ok = park_ops (w)->load (w, w->open_seqs, error);
    w->seqs_loaded_ms = mono_ms ();
    return ok;
 }
@@ -230,31 +204,17 @@ fw_park_is_open (const fw_stream_worker_t *w)
    return w->seq_key && fw_dlq_sequences_has (w->open_seqs, w->seq_key);
 }
 
-/* One index request; the verdict in *out. False on a server error. */
+/* One index request; the verdict in *out. False when the backend fails. */
 static bool
 take_once (fw_stream_worker_t *w, bool open, fw_park_take_t *out, fw_error_t *error)
 {
-   mongoc_collection_t *seqs = seqs_collection (w, error);
-   mongoc_client_t *client;
-   mongoc_collection_t *dlq;
+   const fw_park_ops_t *ops = park_ops (w);
    fw_seq_take_t taken;
    int64_t size;
-   bool ok;
 
-   if (!seqs) {
-      return false;
-   }
    if (!open) {
       /* seed 004's max_sequence_size: counted, not kept, so it is exact. */
-      if (!(client = dlq_client (w, error))) {
-         mongoc_collection_destroy (seqs);
-         return false;
-      }
-      dlq = mongoc_client_get_collection (client, dlq_database (w), w->cfg.dlq.collection);
-      ok = fw_dlq_sequence_size (dlq, w->cfg.name, w->seq_key, &size, error);
-      mongoc_collection_destroy (dlq);
-      if (!ok) {
-         mongoc_collection_destroy (seqs);
+      if (!ops->size (w, w->seq_key, &size, error)) {
          return false;
       }
       if (size >= w->cfg.dlq.max_sequence_size) {
@@ -263,17 +223,15 @@ take_once (fw_stream_worker_t *w, bool open, fw_park_take_t *out, fw_error_t *er
                    "the event is not checkpointed: replay or discard the sequence's entries "
                    "(flowwarden dlq replay --sequence ...), then restart",
                    w->seq_key, (long long) size, (long long) w->cfg.dlq.max_sequence_size);
-         mongoc_collection_destroy (seqs);
          *out = FW_PARK_OVERFLOW;
          return true;
       }
    }
-   ok = fw_dlq_sequence_take (seqs, w->cfg.name, w->seq_key, open, &w->seq_index, &taken, error);
-   mongoc_collection_destroy (seqs);
-   if (ok) {
-      *out = taken == FW_SEQ_TAKEN ? FW_PARK_TAKEN : FW_PARK_CLOSED;
+   if (!ops->take (w, w->seq_key, open, &w->seq_index, &taken, error)) {
+      return false;
    }
-   return ok;
+   *out = taken == FW_SEQ_TAKEN ? FW_PARK_TAKEN : FW_PARK_CLOSED;
+   return true;
 }
 
 fw_park_take_t
@@ -320,7 +278,6 @@ fw_park_take (fw_stream_worker_t *w, bool open)
 void
 fw_park_settle (fw_stream_worker_t *w)
 {
-   mongoc_collection_t *seqs;
    fw_error_t err;
 
    if (w->seq_index < 0) {
@@ -328,14 +285,10 @@ fw_park_settle (fw_stream_worker_t *w)
    }
    /* Best effort: a settle that fails leaves inflight > 0, which only keeps
     * replays from closing the sequence until the stream's next start. */
-   if (!(seqs = seqs_collection (w, &err)) ||
-       !fw_dlq_sequence_settle (seqs, w->cfg.name, w->seq_key, &err)) {
+   if (!park_ops (w)->settle (w, w->seq_key, &err)) {
       fw_log (FW_LOG_WARN, w->cfg.name,
               "%s: the sequence cannot be closed by a replay until this stream restarts",
               err.message);
-   }
-   if (seqs) {
-      mongoc_collection_destroy (seqs);
    }
    if (!fw_dlq_sequences_add (w->open_seqs, w->seq_key)) {
       fw_log (FW_LOG_WARN, w->cfg.name, "not enough memory to remember open sequence %.300s",

@@ -375,17 +375,6 @@ core_load (lua_State *L)
             return lua_error (L);
          }
          app->workers[app->n++] = w;
-         /* The sequences live in "<dlq>_sequences" on a server (event_park.c
-          * reaches it through the stream's client): nothing to fake yet. */
-         if (fw_stream_worker_sequenced (w)) {
-            fw_metrics_rollback (app->metrics);
-            lua_pushfstring (L,
-                             "%s: stream \"%s\": sequenced DLQs are not supported by "
-                             "flowwarden.testing yet (dlq.sequenced = true; see "
-                             "docs/testing-scripts.md)",
-                             path, w->cfg.name);
-            return lua_error (L);
-         }
       }
    }
    fw_metrics_commit (app->metrics);
@@ -394,6 +383,8 @@ core_load (lua_State *L)
       fw_stream_worker_set_metrics (w, app->metrics);
       w->hooks = &app->hooks;
       w->dlq = app->store;
+      /* A sequenced DLQ's sequences live beside the entries. */
+      w->park_ops = &fw_park_memory_ops;
       /* Jitter off under test unless asked, and then from a fixed seed. */
       w->cfg.retry.jitter = w->cfg.retry.jitter && jitter;
       w->rng = (uint64_t) seed + (uint64_t) i;
@@ -523,7 +514,7 @@ core_deliver (lua_State *L)
    fw_error_t err;
    const char *outcome;
    char id[1024] = "";
-   bool parsed;
+   bool parsed, ran; /* ran: a handler attempt was made */
    int t;
 
    u = push_capture (L);
@@ -538,6 +529,10 @@ core_deliver (lua_State *L)
    w->dispatch.attempt = 0;
    begin_capture (app, u);
    r = parsed ? fw_event_dispatch (w, &ev) : fw_event_dispatch_unreadable (w, &ev, err.message);
+   if (r == FW_DISPATCH_FAILED) {
+      /* As run logs it; the next deliver goes on (run's restart would). */
+      fw_log (FW_LOG_ERROR, w->cfg.name, "STREAM STOPPED: %s", w->failure);
+   }
    end_capture (app);
    fw_stream_worker_stats (w, &after);
    {
@@ -551,12 +546,18 @@ core_deliver (lua_State *L)
       bson_destroy (&last);
    }
 
-   if (r == FW_DISPATCH_NO_DLQ) {
-      outcome = "stopped"; /* an unreadable event and no DLQ: run would stop the stream */
+   ran = parsed;
+   if (r == FW_DISPATCH_NO_DLQ || r == FW_DISPATCH_FAILED) {
+      /* run would stop the stream before the event: an unreadable event and
+       * no DLQ, or a sequenced DLQ's overflow (w->failure says which): in
+       * opening a sequence after failed attempts, or in parking before any. */
+      outcome = "stopped";
+      ran = ran && u->c.n_errors > 0;
    } else if (r == FW_DISPATCH_STOPPED) {
       outcome = "stopped";
    } else if (after.parked > before.parked) {
-      outcome = "parked"; /* behind an open sequence (unreachable while load refuses them) */
+      outcome = "parked"; /* behind an open sequence */
+      ran = false;
    } else if (after.dead_lettered > before.dead_lettered) {
       outcome = "dlq";
    } else if (after.lost > before.lost) {
@@ -567,18 +568,24 @@ core_deliver (lua_State *L)
       outcome = "handled";
    } else {
       outcome = "no_handler"; /* the script has no handler for this operation type */
+      ran = false;
    }
 
    lua_createtable (L, 0, 8);
    t = lua_gettop (L);
    lua_pushstring (L, outcome);
    lua_setfield (L, t, "outcome");
-   /* Attempts made: none when no handler ran (no handler, or unreadable). */
-   lua_pushinteger (L, !parsed || strcmp (outcome, "no_handler") == 0 ? 0 : w->dispatch.attempt);
+   /* Attempts made: none when no handler ran (no handler, unreadable, or
+    * parked behind its sequence). */
+   lua_pushinteger (L, ran ? w->dispatch.attempt : 0);
    lua_setfield (L, t, "attempts");
    lua_pushstring (L, id);
    lua_setfield (L, t, "event_id");
    push_capture_fields (L, t, &u->c);
+   if (r == FW_DISPATCH_FAILED) {
+      lua_pushstring (L, w->failure);
+      lua_setfield (L, t, "failure");
+   }
    if (u->entry) {
       if (!fw_bson_lua_push_document (L, u->entry, "dlq_entry", &err)) {
          return luaL_error (L, "deliver: %s", err.message);
@@ -789,6 +796,81 @@ core_dlq_put (lua_State *L)
    return 0;
 }
 
+/* --- a sequenced DLQ's sequences, for replay_dlq ------------------------------ */
+
+/* core.seq_read(app, stream, id) -> { exists, open, next, inflight } */
+static int
+core_seq_read (lua_State *L)
+{
+   fw_test_app_t *app = check_app (L, 1);
+   const char *stream = luaL_checkstring (L, 2);
+   const char *id = luaL_checkstring (L, 3);
+   fw_seq_state_t st;
+   fw_error_t err;
+
+   if (!fw_dlq_store_memory_seq_read (app->store, stream, id, &st, &err)) {
+      return luaL_error (L, "replay_dlq: %s", err.message);
+   }
+   lua_createtable (L, 0, 4);
+   lua_pushboolean (L, st.exists);
+   lua_setfield (L, -2, "exists");
+   lua_pushboolean (L, st.open);
+   lua_setfield (L, -2, "open");
+   lua_pushinteger (L, (lua_Integer) st.next);
+   lua_setfield (L, -2, "next");
+   lua_pushinteger (L, (lua_Integer) st.inflight);
+   lua_setfield (L, -2, "inflight");
+   return 1;
+}
+
+/* core.seq_close(app, stream, id, expected_next) -> closed: the replay's
+ * conditional close (dlq_sequence.h); a closed sequence leaves the stream's
+ * open sequences at once, as a replay inside run does. */
+static int
+core_seq_close (lua_State *L)
+{
+   fw_test_app_t *app = check_app (L, 1);
+   fw_stream_worker_t *w = find_worker (L, app, "replay_dlq", luaL_checkstring (L, 2));
+   const char *id = luaL_checkstring (L, 3);
+   lua_Integer next = luaL_checkinteger (L, 4);
+   fw_error_t err;
+   bool closed;
+
+   if (!fw_dlq_store_memory_seq_close (app->store, w->cfg.name, id, (int64_t) next, &closed,
+                                       &err)) {
+      return luaL_error (L, "replay_dlq: %s", err.message);
+   }
+   if (closed) {
+      fw_dlq_sequences_remove (w->open_seqs, id);
+   }
+   lua_pushboolean (L, closed);
+   return 1;
+}
+
+/* core.dlq_sequences(app [, stream]) -> the sequence documents */
+static int
+core_dlq_sequences (lua_State *L)
+{
+   fw_test_app_t *app = check_app (L, 1);
+   const char *stream = luaL_optstring (L, 2, NULL);
+   capture_ud_t *u = push_capture (L); /* owns the array while it is pushed */
+   fw_error_t err;
+
+   {
+      bson_t all; /* initialised by the store (see core_deliver) */
+      bool ok = fw_dlq_store_memory_sequences (app->store, stream, &all) &&
+                (u->entry = bson_copy (&all)) != NULL;
+      bson_destroy (&all);
+      if (!ok) {
+         return luaL_error (L, "dlq_sequences: cannot read the in-memory DLQ");
+      }
+   }
+   if (!fw_bson_lua_push_array (L, u->entry, "dlq_sequences", &err)) {
+      return luaL_error (L, "dlq_sequences: %s", err.message);
+   }
+   return 1;
+}
+
 static int
 core_metrics_text (lua_State *L)
 {
@@ -815,6 +897,9 @@ fw_test_app_open (lua_State *L)
                                   {"advance", core_advance},
                                   {"dlq_entries", core_dlq_entries},
                                   {"dlq_put", core_dlq_put},
+                                  {"seq_read", core_seq_read},
+                                  {"seq_close", core_seq_close},
+                                  {"dlq_sequences", core_dlq_sequences},
                                   {"metrics_text", core_metrics_text},
                                   {"events_from", fw_test_events_from},
                                   {NULL, NULL}};

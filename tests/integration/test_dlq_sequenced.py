@@ -111,6 +111,23 @@ class LiveParking(SequencedTestCase):
         self.assertEqual(p.stop(), 0)
         self.assertIn("parked=2", " ".join(p.messages()))
 
+    def test_the_in_memory_store_parks_and_keeps_its_sequences_in_the_process(self):
+        # store = "memory": the entries and the sequences stay in run's
+        # process; nothing is written to the server's DLQ collections.
+        script = self.write(dlq=', store = "memory"')
+        p = self.run_fw(script)
+        p.wait_open()
+        self.insert(("k1", 1, True), ("k1", 2, False), ("k2", 1, False), ("k1", 3, False))
+        self.wait_for(lambda: self.model().get("k2") == [1], what="k2 handled")
+        p.wait_until(lambda: sum("behind DLQ sequence" in m for m in p.messages()) == 2, 30,
+                     "two k1 events parked")
+        self.assertIn('DLQ sequence "k1" is open (index 0)', " ".join(p.messages()))
+        self.assertNotIn("k1", self.model())
+        self.assertEqual(self.entries(), [])
+        self.assertEqual(self.sequences(), [])
+        self.assertEqual(p.stop(), 0)
+        self.assertIn("parked=2", " ".join(p.messages()))
+
 
 class ReplayInOrder(SequencedTestCase):
 
@@ -382,6 +399,33 @@ class BadInput(SequencedTestCase):
         self.assertEqual(by_id[101]["error"]["type"], "NilError")
         for i in (100, 101):
             self.assertNotIn("sequenceId", by_id[i])
+        self.assertEqual(p.stop(), 0)
+
+
+class ReprocessInsideRun(SequencedTestCase):
+
+    def test_automatic_rounds_replay_whole_sequences_and_the_stream_stops_parking(self):
+        # The handler fails while the "switch" document says broken; the
+        # stream's own dlq.reprocess round replays the sequence once it is
+        # flipped, and the closed key is handled live right away.
+        gate = ('local sw = fw.mongo.collection("%s", "switch"):find_one({ _id = 1 }) '
+                'if doc.bad and sw and sw.broken then error(fw.error("Validation", "broken")) end'
+                % self.db_name)
+        body = script_text(self.db_name, False, before=gate,
+                           dlq=', reprocess = { every = "1s" }')
+        self.db.switch.insert_one({"_id": 1, "broken": True})
+        p = self.run_fw(self.script(body))
+        p.wait_open()
+        self.insert(("k1", 1, True), ("k1", 2, False), ("k2", 1, False))
+        self.wait_for(lambda: len(self.entries()) == 2 and "k2" in self.model(),
+                      what="k1 open with one parked event")
+        self.db.switch.update_one({"_id": 1}, {"$set": {"broken": False}})
+        self.wait_for(lambda: self.model().get("k1") == [1, 2], timeout=30,
+                      what="the round to replay k1's sequence in order")
+        p.wait_log('DLQ sequence "k1" resolved and closed')
+        self.insert(("k1", 3, False))
+        self.wait_for(lambda: self.model().get("k1") == [1, 2, 3], what="k1 v3 handled live")
+        self.assertEqual(len(self.entries()), 2)
         self.assertEqual(p.stop(), 0)
 
 

@@ -22,20 +22,13 @@ describe("flowwarden.testing bad input", function()
       "fwt.delete: expected the deleted document's key (a table with _id, or the _id), got nil")
   end)
 
-  it("refuses a sequenced DLQ, which it cannot fake yet", function()
-    local path = os.tmpname()
-    local f = assert(io.open(path, "w"))
-    f:write([[
-local fw = require("flowwarden")
-fw.stream { name = "s", database = "shop", collection = "orders",
-  dlq = { sequenced = true }, on_insert = function() end }
-]])
-    f:close()
-    local ok, err = pcall(fwt.load, path)
-    os.remove(path)
-    assert.is_false(ok)
-    assert.equal(path .. ': stream "s": sequenced DLQs are not supported by flowwarden.testing '
-      .. "yet (dlq.sequenced = true; see docs/testing-scripts.md)", err)
+  it("refuses bad replay_dlq options", function()
+    local app = fwt.load(DIR .. "../../examples/orders.lua")
+    assert.has_error(function() app:replay_dlq { sequense = '"k1"' } end,
+      'app:replay_dlq: unknown option "sequense" (the options are stream, ids, sequence, no_retry)')
+    assert.has_error(function() app:replay_dlq { sequence = 1 } end,
+      "app:replay_dlq: sequence must be a sequence id as app:dlq() shows it (sequenceId, e.g. "
+        .. "'{\"_id\":{\"$numberInt\":\"1\"}}'), got number")
   end)
 
   it("names the line of a malformed events file", function()
