@@ -30,7 +30,10 @@ bool fw_log_enabled (fw_log_level_t level);
 
 /* Copies uri into buf (len bytes, always terminated) with the password of
  * its userinfo replaced by "***": "mongodb://u:secret@h/" -> "mongodb://u:***@h/".
- * Anything that is not scheme://userinfo@ is copied as it is. Returns buf. */
+ * The userinfo runs to the last '@', so a password that is not percent-encoded
+ * ("u:pa/ss@h") is hidden too; so are the values of the options
+ * tlsCertificateKeyFilePassword and sslClientCertificateKeyPassword. The rest
+ * is copied as it is. Returns buf. */
 const char *fw_log_redact_uri (const char *uri, char *buf, size_t len);
 
 /* Where records go instead of stderr: `flowwarden test` collects a delivered

@@ -2,6 +2,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -138,30 +139,77 @@ fw_log (fw_log_level_t level, const char *stream, const char *fmt, ...)
    }
 }
 
+/* URI options whose values are secrets, masked like the password. */
+static const char *const secret_options[] = {"tlsCertificateKeyFilePassword=",
+                                             "sslClientCertificateKeyPassword="};
+
+/* Appends s[0..n) to buf at *used (bounded by len). */
+static void
+append (char *buf, size_t len, size_t *used, const char *s, size_t n)
+{
+   if (*used + 1 >= len) {
+      return;
+   }
+   if (n > len - 1 - *used) {
+      n = len - 1 - *used;
+   }
+   memcpy (buf + *used, s, n);
+   *used += n;
+   buf[*used] = '\0';
+}
+
+static bool
+is_secret_option (const char *p)
+{
+   for (size_t i = 0; i < sizeof secret_options / sizeof secret_options[0]; i++) {
+      if (!strncasecmp (p, secret_options[i], strlen (secret_options[i]))) {
+         return true;
+      }
+   }
+   return false;
+}
+
 const char *
 fw_log_redact_uri (const char *uri, char *buf, size_t len)
 {
    const char *scheme_end = strstr (uri, "://");
-   const char *rest, *at, *colon;
+   const char *rest, *at, *colon, *p;
+   size_t used = 0;
 
    if (!len) {
       return buf;
    }
-   snprintf (buf, len, "%s", uri);
+   buf[0] = '\0';
    if (!scheme_end) {
+      append (buf, len, &used, uri, strlen (uri));
       return buf;
    }
    rest = scheme_end + 3;
-   /* userinfo ends at the last '@' before the host list's first '/' */
-   at = NULL;
-   for (const char *p = rest; *p && *p != '/' && *p != '?'; p++) {
-      if (*p == '@') {
-         at = p;
-      }
-   }
+   /* The userinfo ends at the last '@': a host list never holds one, and a
+    * password the user forgot to percent-encode may hold '/', '?', '#' or '@'
+    * (libmongoc then rejects the URI, and its error message must not show the
+    * password). An '@' in the options can only hide more than needed. */
+   at = strrchr (rest, '@');
    colon = at ? memchr (rest, ':', (size_t) (at - rest)) : NULL;
    if (colon) {
-      snprintf (buf, len, "%.*s***%s", (int) (colon + 1 - uri), uri, at);
+      append (buf, len, &used, uri, (size_t) (colon + 1 - uri));
+      append (buf, len, &used, "***", 3);
+      p = at;
+   } else {
+      p = uri;
+   }
+   /* The rest as it is, but for the values of the secret options. */
+   while (*p) {
+      const char *opt = (p > uri && (p[-1] == '?' || p[-1] == '&')) ? p : NULL;
+      if (opt && is_secret_option (opt)) {
+         const char *eq = strchr (opt, '=');
+         append (buf, len, &used, opt, (size_t) (eq + 1 - opt));
+         append (buf, len, &used, "***", 3);
+         p = eq + 1 + strcspn (eq + 1, "&");
+         continue;
+      }
+      append (buf, len, &used, p, 1);
+      p++;
    }
    return buf;
 }

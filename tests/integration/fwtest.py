@@ -4,10 +4,21 @@ flowwarden process per scenario, and the records it logs.
 Handlers report what they saw by logging one JSON object through fw.log.info
 (`report(ctx_values)` in the scripts); the harness runs flowwarden with
 --log-format json and collects those reports in order. Waits are always for a
-condition with a deadline, never a bare sleep."""
+condition with a deadline, never a bare sleep.
+
+FW_TEST_AUTH=1 (ctest's integration-auth/*): every stand-in requires a user with
+a recognisable password, every URI the harness hands out carries it, every
+flowwarden process runs through a wrapper that copies its stdout and stderr
+aside, and each test ends by scanning those copies and every DLQ entry for the
+password (see docs/testing.md)."""
+import atexit
+import base64
+import hashlib
 import json
 import os
 import queue
+import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -17,14 +28,114 @@ import textwrap
 import threading
 import time
 import unittest
+import urllib.parse
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE_DIR = os.environ.get("FW_SOURCE_DIR", os.path.dirname(os.path.dirname(HERE)))
 BINARY = os.environ.get("FW_BINARY", os.path.join(SOURCE_DIR, "build", "flowwarden"))
 sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "standin"))
 
-from standin_process import StandIn, wait_until  # noqa: E402,F401
+import standin_process  # noqa: E402
+from standin_process import wait_until  # noqa: E402,F401
 import pymongo  # noqa: E402
+from bson.raw_bson import RawBSONDocument  # noqa: E402
+
+# --- FW_TEST_AUTH=1: credentials everywhere, and a scan for the password ---
+
+AUTH_MODE = os.environ.get("FW_TEST_AUTH") == "1"
+AUTH_USER = "fwtest"
+# Recognisable, and its URL-encoded form differs from it ("/" and "@").
+AUTH_PASSWORD = "Fw-S3cret/Pa55word@7f3a"
+REAL_BINARY = BINARY
+
+
+def default_credentials():
+    """(user, password) every stand-in requires in FW_TEST_AUTH mode, else None."""
+    return (AUTH_USER, AUTH_PASSWORD) if AUTH_MODE else None
+
+
+def with_credentials(uri, credentials):
+    """`uri` with user:password (URL-encoded) and authSource=admin added, or
+    unchanged when credentials is None or the URI already has user info."""
+    if not credentials or not uri.startswith("mongodb://"):
+        return uri
+    rest = uri[len("mongodb://"):]
+    end = min([i for i in (rest.find("/"), rest.find("?")) if i >= 0] or [len(rest)])
+    if "@" in rest[:end]:
+        return uri
+    user, password = (urllib.parse.quote(x, safe="") for x in credentials)
+    out = "mongodb://%s:%s@%s" % (user, password, rest)
+    if "?" in out:
+        return out + ("" if out.endswith(("?", "&")) else "&") + "authSource=admin"
+    if "/" in rest:
+        return out + "?authSource=admin"
+    return out + "/?authSource=admin"
+
+
+def auth_uri(uri):
+    """For tests that build a URI of their own to the harness's stand-ins."""
+    return with_credentials(uri, default_credentials())
+
+
+def secret_forms(secret):
+    """The strings a leaked `secret` may take: itself, URL-encoded, base64 (at
+    each of the three alignments, without the edge characters the neighbouring
+    bytes change) and MongoDB's SCRAM-SHA-1 digest of it."""
+    forms = {secret, urllib.parse.quote(secret, safe=""), urllib.parse.quote_plus(secret)}
+    raw = secret.encode("utf-8")
+    for pad in range(3):
+        enc = base64.b64encode(b"\0" * pad + raw).decode("ascii").rstrip("=")
+        start = (pad * 8 + 5) // 6
+        stop = len(enc) - (1 if (pad + len(raw)) % 3 else 0)
+        forms.add(enc[start:stop])
+    forms.add(hashlib.md5(("%s:mongo:%s" % (AUTH_USER, secret)).encode()).hexdigest())
+    return sorted(forms)
+
+
+class StandIn(standin_process.StandIn):
+    """standin_process.StandIn requiring `credentials` (default: FW_TEST_AUTH's);
+    .uri carries them."""
+
+    def __init__(self, args=(), replset="rs0", startup_timeout=30.0, credentials=None):
+        super().__init__(args, replset, startup_timeout)
+        self.credentials = credentials or default_credentials()
+
+    def start(self):
+        args = self.args
+        if self.credentials:
+            self.args = list(args) + ["--auth", "%s:%s" % self.credentials]
+        try:
+            super().start()
+        finally:
+            self.args = args
+        return self.uri
+
+    @property
+    def uri(self):
+        return with_credentials(standin_process.StandIn.uri.fget(self), self.credentials)
+
+
+# In FW_TEST_AUTH mode every flowwarden the tests start is this wrapper: it
+# execs flowwarden (same pid, argv[0] the real binary) with stdout and stderr
+# copied into CAPTURE_DIR/<pid>.out|.err, so the scan sees every line even of
+# processes whose output a test discards or reads itself. An output that is a
+# terminal is passed through untouched (the tests that need a tty).
+CAPTURE_DIR = None
+if AUTH_MODE:
+    CAPTURE_DIR = tempfile.mkdtemp(prefix="fw-capture-")
+    atexit.register(shutil.rmtree, CAPTURE_DIR, True)
+    BINARY = os.path.join(CAPTURE_DIR, "flowwarden")
+    with open(BINARY, "w") as f:
+        f.write(textwrap.dedent("""\
+            #!/bin/bash
+            if [ -t 1 ] || [ -t 2 ]; then exec %(fw)s "$@"; fi
+            exec 3>&1 4>&2
+            exec %(fw)s "$@" > >(tee -a %(dir)s/$$.out >&3 3>&- 4>&-) \\
+                2> >(tee -a %(dir)s/$$.err >&4 3>&- 4>&-) 3>&- 4>&-
+            """) % {"fw": shlex.quote(REAL_BINARY), "dir": shlex.quote(CAPTURE_DIR)})
+    os.chmod(BINARY, 0o755)
+
+_CLI_RUNS = []      # run_cli's results since the current test began
 
 REPORT_PREFIX = "REPORT "
 
@@ -79,6 +190,7 @@ def run_cli(args, env=None, timeout=20):
                         env=env if env is not None else clean_env(), timeout=timeout,
                         stdin=subprocess.DEVNULL)
     cp.elapsed = time.monotonic() - t0
+    _CLI_RUNS.append(cp)
     return cp
 
 
@@ -238,11 +350,38 @@ class Flowwarden:
         return rc
 
 
+def mask(text, forms):
+    for f in sorted(forms, key=len, reverse=True):
+        text = text.replace(f, "<SECRET>")
+    return text
+
+
+def _capture_sizes():
+    """{path: size} of the wrapper's capture files (FW_TEST_AUTH)."""
+    if CAPTURE_DIR is None:
+        return {}
+    out = {}
+    for name in os.listdir(CAPTURE_DIR):
+        if name.endswith((".out", ".err")):
+            path = os.path.join(CAPTURE_DIR, name)
+            out[path] = os.path.getsize(path)
+    return out
+
+
+def _capture_new(seen):
+    """(path, text) of what the capture files gained since `seen`."""
+    for path in sorted(_capture_sizes()):
+        with open(path, "rb") as f:
+            f.seek(seen.get(path, 0))
+            yield path, f.read().decode("utf-8", "replace")
+
+
 class StandInTestCase(unittest.TestCase):
     """One stand-in for the whole class; a fresh database per test."""
 
     standin_args = ()
     command_log = False     # True: the stand-in logs every command (see commands())
+    standin_auth = None     # (user, password) the stand-in requires; None: FW_TEST_AUTH's
 
     @classmethod
     def setUpClass(cls):
@@ -252,7 +391,8 @@ class StandInTestCase(unittest.TestCase):
             cls._log_dir = tempfile.TemporaryDirectory()
             cls.command_log_path = os.path.join(cls._log_dir.name, "commands.jsonl")
             args += ["--log", cls.command_log_path]
-        cls.standin = StandIn(args=args)
+        cls.credentials = cls.standin_auth or default_credentials()
+        cls.standin = StandIn(args=args, credentials=cls.credentials)
         cls.standin.start()
         cls.client = pymongo.MongoClient(cls.base_uri())
 
@@ -280,7 +420,8 @@ class StandInTestCase(unittest.TestCase):
 
     @classmethod
     def base_uri(cls, db=""):
-        return "mongodb://127.0.0.1:%d/%s?replicaSet=rs0" % (cls.standin.port, db)
+        return with_credentials("mongodb://127.0.0.1:%d/%s?replicaSet=rs0"
+                                % (cls.standin.port, db), cls.credentials)
 
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
@@ -289,6 +430,8 @@ class StandInTestCase(unittest.TestCase):
         self.uri = self.base_uri(self.db_name)
         self.procs = []
         self._fail_points = set()
+        del _CLI_RUNS[:]
+        self._capture_seen = _capture_sizes()
 
     def tearDown(self):
         for name in self._fail_points:
@@ -306,6 +449,60 @@ class StandInTestCase(unittest.TestCase):
                 raw = [r["_raw"] for r in p.records if r.get("level") == "raw"
                        and not r["_raw"].startswith(("==", "    #", "SUMMARY:"))]
                 self.assertEqual(raw, [], "lines of --log-format json output that are not JSON")
+        # A stand-in that died on its own fails the test that saw it, with the
+        # reason (kill9() and stop() forget the process, so no test trips this).
+        s = self.standin
+        if s.proc is not None and s.proc.poll() is not None:
+            self.fail("the stand-in exited with status %s during the test; its stderr:\n%s"
+                      % (s.proc.returncode, s.stderr_text()[-4000:]))
+        if self.credentials:
+            self.assert_no_secret(self.credentials[1])
+
+    def assert_no_secret(self, secret):
+        """Fails if `secret` (in any of its secret_forms) is in a log line or
+        output of a flowwarden this test ran, or in a DLQ document on the
+        stand-in (any database, any collection named like a DLQ or _fw_*)."""
+        forms = secret_forms(secret)
+        found = []
+
+        def scan(where, text):
+            for line in text.splitlines():
+                if any(f in line for f in forms):
+                    found.append("%s: %s" % (where, mask(line, forms)))
+
+        for p in self.procs:
+            p._reader.join(timeout=5)
+            scan("flowwarden run log", "\n".join(p.raw_lines()))
+        for cp in _CLI_RUNS:
+            scan("flowwarden %s output" % " ".join(cp.args[1:2]),
+                 "%s\n%s" % (cp.stdout or "", cp.stderr or ""))
+        for path, text in _capture_new(self._capture_seen):
+            scan("output of flowwarden pid %s" % os.path.basename(path), text)
+        for where, raw in self._dlq_documents():
+            if any(f.encode() in raw for f in forms):
+                found.append("%s: %s" % (where, mask(repr(raw), forms)[:400]))
+        if found:
+            self.fail("a secret leaked (shown as <SECRET>):\n" + "\n".join(found))
+
+    def _dlq_documents(self):
+        """(where, raw BSON) of every document in a DLQ-like collection."""
+        try:
+            client = pymongo.MongoClient(self.base_uri(), serverSelectionTimeoutMS=2000,
+                                         document_class=RawBSONDocument)
+        except pymongo.errors.PyMongoError:
+            return
+        try:
+            for db in client.list_database_names():
+                if db in ("admin", "local", "config"):
+                    continue
+                for coll in client[db].list_collection_names():
+                    if "dlq" in coll.lower() or coll.startswith("_fw"):
+                        for doc in client[db][coll].find():
+                            yield "%s.%s" % (db, coll), doc.raw
+        except pymongo.errors.ServerSelectionTimeoutError:
+            pass        # the test left its stand-in stopped: nothing to read
+        finally:
+            client.close()
 
     def script(self, body, name="script.lua"):
         return write_script(self.tmp.name, body, name)

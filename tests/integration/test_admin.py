@@ -14,8 +14,8 @@ import unittest
 import urllib.error
 import urllib.request
 
-from fwtest import (SOURCE_DIR, StandIn, StandInTestCase, clean_env, run_cli, wait_until,
-                    write_script)
+from fwtest import (SOURCE_DIR, StandIn, StandInTestCase, auth_uri, clean_env, run_cli,
+                    wait_until, write_script)
 
 PROMTOOL = shutil.which("promtool")
 
@@ -200,7 +200,8 @@ class Metrics(StandInTestCase):
         standin = StandIn(["--data-dir", data.name])
         standin.start()
         self.addCleanup(standin.stop)
-        uri = "mongodb://%s/rz?replicaSet=rs0&serverSelectionTimeoutMS=2000" % standin.host
+        uri = auth_uri("mongodb://%s/rz?replicaSet=rs0&serverSelectionTimeoutMS=2000"
+                       % standin.host)
         p = self.run_fw(self.script("""
             fw.stream { name = "rz", collection = "c", restart = { initial_delay = "200ms",
                         max_delay = "1s" }, on_insert = function(ctx) report({}) end }

@@ -12,10 +12,11 @@ import unittest
 from unittest import mock
 
 import fwtest
-from fwtest import BINARY, SOURCE_DIR, StandInTestCase, clean_env
+from fwtest import REAL_BINARY, SOURCE_DIR, StandInTestCase, clean_env
 
 CPACK = shutil.which("cpack")
-BUILD_DIR = os.path.dirname(os.path.abspath(BINARY))
+# REAL_BINARY: under FW_TEST_AUTH, BINARY is the harness's wrapper in a temporary directory.
+BUILD_DIR = os.path.dirname(os.path.abspath(REAL_BINARY))
 CPACK_TIMEOUT = 90   # cpack re-runs `make preinstall`: quick when the build tree is up to date
 NEEDED = re.compile(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]")
 
@@ -58,7 +59,8 @@ class DebPackage(StandInTestCase):
         config = os.path.join(BUILD_DIR, "CPackConfig.cmake")
         if not os.path.exists(config):
             raise AssertionError("%s is missing: configure the build tree of %s again "
-                                 "(cmake -S %s -B %s)" % (config, BINARY, SOURCE_DIR, BUILD_DIR))
+                                 "(cmake -S %s -B %s)"
+                                 % (config, REAL_BINARY, SOURCE_DIR, BUILD_DIR))
         cls.work = tempfile.TemporaryDirectory()
         cls.addClassCleanup(cls.work.cleanup)
         out = os.path.join(cls.work.name, "out")
@@ -81,7 +83,7 @@ class DebPackage(StandInTestCase):
         return output(["dpkg-deb", "-f", self.deb, name]).strip()
 
     def test_the_package_is_named_flowwarden_version_arch(self):
-        version = output([BINARY, "version"]).split()[1]
+        version = output([REAL_BINARY, "version"]).split()[1]
         arch = output(["dpkg", "--print-architecture"]).strip()
         self.assertEqual(self.debs, ["flowwarden_%s_%s.deb" % (version, arch)])
         self.assertEqual((self.field("Package"), self.field("Version"),

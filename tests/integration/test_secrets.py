@@ -1,15 +1,24 @@
 """Secrets never leak: a password in a connection URI and a value read with
 fw.env, used by handlers whose IO fails, appear in no log line, no `check`
-output, no error message and no DLQ entry."""
+output, no error message and no DLQ entry.
+
+Against a stand-in that requires authentication, flowwarden (libmongoc) logs
+in with the password of its URI, and a wrong or mistyped one is never shown.
+The harness's scan (StandInTestCase.assert_no_secret, run at the end of every
+test against such a stand-in, and of the whole suite under FW_TEST_AUTH=1) is
+itself tested here: it must find a leak when there is one."""
 import http.server
 import json
 import socket
 import threading
 
-from fwtest import StandInTestCase, clean_env, run_cli
+import fwtest
+from fwtest import StandInTestCase, clean_env, run_cli, with_credentials
 
 PASSWORD = "Pw-s3cr3t-1f2e"      # recognisable, and not a substring of anything else
 TOKEN = "tok-s3cr3t-9c8d"
+# The stand-in's user's password: '/' and '@' must be percent-encoded in a URI.
+AUTH_PASSWORD = "Au7h-s3cr3t/4b5c@9e1d"
 
 
 class Refuse(http.server.BaseHTTPRequestHandler):
@@ -81,3 +90,111 @@ class SecretsTest(StandInTestCase):
             entries, default=str)
         for secret in (PASSWORD, TOKEN):
             self.assertNotIn(secret, seen)
+
+
+AUTH_SCRIPT = """
+    fw.stream {
+      name = "s", collection = "orders", dlq = true,
+      on_insert = function(ctx)
+        local doc = ctx:full_document()
+        if doc.bad then error(fw.error("Validation", "rejected " .. tostring(doc._id))) end
+        fw.mongo.collection("%s", "effects"):insert_one({ _id = doc._id })
+        report({ id = doc._id })
+      end,
+    }
+"""
+
+
+class AuthenticatedServer(StandInTestCase):
+    """A stand-in that requires authentication (--auth): the tearDown of every
+    test scans for AUTH_PASSWORD (fwtest's assert_no_secret)."""
+
+    standin_auth = ("writer", AUTH_PASSWORD)
+
+    def plain_uri(self):
+        return "mongodb://127.0.0.1:%d/%s?replicaSet=rs0" % (self.standin.port, self.db_name)
+
+    def test_flowwarden_logs_in_with_the_password_of_its_uri(self):
+        script = self.script(AUTH_SCRIPT % self.db_name)
+        self.assertIn("writer:Au7h-s3cr3t%2F4b5c%409e1d@", self.uri)
+        check = run_cli(["check", script], env=clean_env({"FLOWWARDEN_URI": self.uri}))
+        self.assertEqual(check.returncode, 0, check.stderr)
+        self.assertIn("uri: mongodb://writer:***@127.0.0.1:%d/%s?replicaSet=rs0&authSource=admin "
+                      "(from --uri or FLOWWARDEN_URI)\n" % (self.standin.port, self.db_name),
+                      check.stdout)
+        p = self.run_fw(script, extra=["--log-level", "debug"])
+        p.wait_open()
+        self.db.orders.insert_many([{"_id": 1}, {"_id": 2, "bad": True}])
+        self.assertEqual(p.wait_reports(1), [{"id": 1}])
+        self.wait_for(lambda: self.db["_fw_dlq"].count_documents({}) == 1, 30, "the DLQ entry")
+        self.assertEqual(self.db.effects.count_documents({}), 1)
+        listed = run_cli(["dlq", "list", script, "--uri", self.uri])
+        self.assertEqual(listed.returncode, 0, listed.stderr)
+        self.assertIn("Validation", listed.stdout)
+        self.assertEqual(p.stop(), 0)
+        self.assert_no_secret(AUTH_PASSWORD)
+
+    def test_a_wrong_password_is_refused_and_never_shown(self):
+        wrong = "Wr0ng-s3cr3t/6a7b"
+        uri = with_credentials(self.plain_uri() + "&serverSelectionTimeoutMS=2000",
+                               ("writer", wrong))
+        script = self.script(AUTH_SCRIPT % self.db_name)
+        p = self.run_fw(script, uri=uri, extra=["--log-level", "debug"])
+        p.wait_log("Authentication failed.")
+        self.assertEqual(p.stop(), 0)
+        stats = run_cli(["dlq", "stats", script, "--uri", uri])
+        self.assertNotEqual(stats.returncode, 0)
+        self.assertIn("Authentication failed.", stats.stderr)
+        self.assert_no_secret(wrong)
+
+    def test_a_password_that_is_not_percent_encoded_is_never_shown(self):
+        # The regression: libmongoc rejects the URI ('/' ends the host list), and
+        # the error message and `check` printed it, password and all.
+        raw = "mongodb://writer:%s@127.0.0.1:%d/%s?replicaSet=rs0" % (
+            AUTH_PASSWORD, self.standin.port, self.db_name)
+        shown = "mongodb://writer:***@127.0.0.1:%d/%s?replicaSet=rs0" % (
+            self.standin.port, self.db_name)
+        script = self.script(AUTH_SCRIPT % self.db_name)
+        r = run_cli(["run", script, "--uri", raw])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn('invalid MongoDB URI "%s"' % shown, r.stderr)
+        r = run_cli(["check", script], env=clean_env({"FLOWWARDEN_URI": raw}))
+        self.assertIn("uri: %s (from --uri or FLOWWARDEN_URI)" % shown, r.stdout)
+        conn = self.script('''fw.connection { name = "audit", uri = fw.env("AUDIT_URI") }\n'''
+                           + AUTH_SCRIPT % self.db_name, "conn.lua")
+        r = run_cli(["check", conn], env=clean_env({"AUDIT_URI": raw, "FLOWWARDEN_URI": self.uri}))
+        self.assertIn('connection "audit": uri: invalid MongoDB URI', r.stdout + r.stderr)
+        self.assert_no_secret(AUTH_PASSWORD)
+
+
+class ScanFindsLeaks(StandInTestCase):
+    """The scan must fail when a secret is there: else a clean run proves nothing."""
+
+    def test_the_scan_finds_a_secret_in_a_log_line_and_in_a_dlq_entry(self):
+        leak = "Leak-s3cr3t/5d6e"
+        script = self.script("""
+            fw.stream {
+              name = "s", collection = "orders", dlq = true,
+              on_insert = function(ctx)
+                fw.log.info("token", fw.env("LEAK"))
+                fw.log.info("encoded", fw.env("LEAK_URL"))
+                error(fw.error("Validation", "token " .. fw.env("LEAK")))
+              end,
+            }
+        """)
+        p = self.run_fw(script, env=clean_env({"LEAK": leak, "LEAK_URL": "Leak-s3cr3t%2F5d6e"}))
+        p.wait_open()
+        self.db.orders.insert_one({"_id": 1})
+        self.wait_for(lambda: self.db["_fw_dlq"].count_documents({}) == 1, 30, "the DLQ entry")
+        self.assertEqual(p.stop(), 0)
+        with self.assertRaises(AssertionError) as cm:
+            self.assert_no_secret(leak)
+        report = str(cm.exception)
+        self.assertIn('"msg" : "token <SECRET>"', report)
+        self.assertIn('"msg" : "encoded <SECRET>"', report)     # its URL-encoded form
+        self.assertIn("%s._fw_dlq: " % self.db_name, report)
+        self.assertIn("<SECRET>", report)
+        self.assertNotIn(leak, report)
+        if fwtest.CAPTURE_DIR:      # FW_TEST_AUTH: the wrapper's copy of its stderr too
+            self.assertIn("output of flowwarden pid %d.err: " % p.proc.pid, report)
+        self.client.drop_database(self.db_name)

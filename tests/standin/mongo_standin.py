@@ -21,6 +21,7 @@ except ImportError:
                      "run this with /usr/bin/python3\n")
     sys.exit(2)
 
+from fwstandin.auth import Users  # noqa: E402
 from fwstandin.journal import DataDirInUse  # noqa: E402
 from fwstandin.server import Server  # noqa: E402
 
@@ -53,6 +54,13 @@ def _latency(text):
     return value
 
 
+def _auth(text):
+    try:
+        return Users.parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e))
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(
         prog="mongo_standin.py",
@@ -72,6 +80,9 @@ def parse_args(argv):
                    help="send every reply this many ms after it is ready, per connection and "
                         "in order (pipelined requests keep theirs): a network with that "
                         "round-trip time (default 0)")
+    p.add_argument("--auth", type=_auth, default=None, metavar="USER:PASSWORD",
+                   help="require authentication (SCRAM-SHA-256 or SCRAM-SHA-1) as USER, "
+                        "a user of the admin database with every privilege (default: none)")
     return p.parse_args(argv)
 
 
@@ -81,7 +92,7 @@ def main(argv=None):
         server = Server(replset=args.replset, data_dir=args.data_dir,
                         oplog_max_entries=args.oplog_max_entries,
                         ttl_interval=args.ttl_interval, log_path=args.log,
-                        latency_ms=args.latency_ms)
+                        latency_ms=args.latency_ms, auth=args.auth)
     except DataDirInUse as e:
         sys.stderr.write("mongo_standin: %s\n" % e)
         return 1

@@ -8,6 +8,7 @@ import time
 from bson.int64 import Int64
 from bson.objectid import ObjectId
 
+from . import auth
 from .cmd_crud import check_fields, coll_name, make_result_cursor
 from .bsonutil import encode
 from .errors import MongoError
@@ -67,6 +68,7 @@ def cmd_hello(ctx):
     reply["minWireVersion"] = 0
     reply["maxWireVersion"] = 17
     reply["readOnly"] = False
+    auth.hello_fields(ctx, reply)
     return reply
 
 

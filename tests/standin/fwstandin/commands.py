@@ -11,7 +11,7 @@ import time
 from bson.binary import Binary
 from bson.int64 import Int64
 
-from . import bsonutil, cmd_admin, cmd_crud, wire
+from . import auth, bsonutil, cmd_admin, cmd_crud, wire
 from .bsonutil import ts_value
 from .cursors import RawReply, cursor_reply
 from .errors import MongoError
@@ -20,6 +20,7 @@ from .failpoints import failpoint_error
 COMMANDS = {}
 COMMANDS.update(cmd_crud.COMMANDS)
 COMMANDS.update(cmd_admin.COMMANDS)
+COMMANDS.update(auth.COMMANDS)
 
 GENERIC_FIELDS = frozenset((
     "$db", "lsid", "txnNumber", "$clusterTime", "$readPreference", "writeConcern",
@@ -45,6 +46,8 @@ class Connection:
         self.id = conn_id
         self.peer = peer
         self.app_name = None
+        self.user = None        # "db.user" once authenticated (--auth)
+        self.sasl = None        # the SASL conversation under way (auth.Conversation)
 
 
 class Context:
@@ -93,6 +96,7 @@ def execute(server, conn, req):
         server.log_command(name, req)
         if handler is None:
             raise MongoError(59, "CommandNotFound", "no such command: '%s'" % name)
+        auth.check(server, conn, name)
         with server.store.lock:
             server.store.stats["command"] += 1
         if "startTransaction" in body or "autocommit" in body:

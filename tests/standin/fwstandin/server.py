@@ -30,8 +30,9 @@ MAX_MESSAGE = 48000000 + 16 * 1024 * 1024
 
 class Server:
     def __init__(self, replset="rs0", data_dir=None, oplog_max_entries=10_000_000,
-                 ttl_interval=60.0, log_path=None, latency_ms=0.0):
+                 ttl_interval=60.0, log_path=None, latency_ms=0.0, auth=None):
         self.replset = replset
+        self.auth = auth            # auth.Users (--auth), or None: no authentication
         self.latency = float(latency_ms) / 1000.0
         self.persistent = data_dir is not None
         self.journal = Journal(data_dir) if data_dir else None
