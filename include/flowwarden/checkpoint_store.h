@@ -38,6 +38,22 @@ bool fw_checkpoint_save (mongoc_client_t *client, const char *database, const ch
                          const bson_t *processed, const bson_t *seen,
                          const char *script_version, fw_error_t *error);
 
+/* Fencing (ha.mode = "leader", lease.h). A new leader first raises the
+ * checkpoint's epoch field to its lease's epoch ($max, upserting a document
+ * without tokens when there is none); *stored is the epoch stored afterwards
+ * (-1 when it is not an integer): greater than epoch means a newer leader
+ * fenced it first. */
+bool fw_checkpoint_fence (mongoc_client_t *client, const char *database, const char *stream,
+                          int64_t epoch, int64_t *stored, fw_error_t *error);
+
+/* As fw_checkpoint_save, but only while the stored epoch is still epoch: a
+ * deposed leader's late write matches nothing and moves nothing (false,
+ * *fenced true, error says so). Never upserts: the fence made the document. */
+bool fw_checkpoint_save_fenced (mongoc_client_t *client, const char *database, const char *stream,
+                                const bson_t *processed, const bson_t *seen,
+                                const char *script_version, int64_t epoch, bool *fenced,
+                                fw_error_t *error);
+
 void fw_checkpoint_cleanup (fw_checkpoint_t *cp);
 
 #endif

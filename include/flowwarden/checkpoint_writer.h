@@ -44,6 +44,11 @@ void fw_checkpoint_writer_submit (fw_checkpoint_writer_t *cw, const bson_t *proc
  * Afterwards the writer writes nothing until the next submit. */
 void fw_checkpoint_writer_quiesce (fw_checkpoint_writer_t *cw);
 
+/* ha.mode = "leader": the writes that start from now on are fenced with
+ * epoch (fw_checkpoint_save_fenced); 0 (the default): plain saves. Quiesce
+ * first so that no write of the old epoch is left. */
+void fw_checkpoint_writer_set_epoch (fw_checkpoint_writer_t *cw, int64_t epoch);
+
 /* Outcomes since the last call: *ok writes done, *failed writes failed, and
  * when *ok > 0, *last_ok_ms the wall-clock time (ms) of the last one. */
 void fw_checkpoint_writer_take_results (fw_checkpoint_writer_t *cw, int *ok, int *failed,

@@ -39,6 +39,8 @@ typedef struct {
                                  * BSON; left out when the entry must be slimmed) */
    const char *sequence_id;     /* a sequenced DLQ: sequenceId, or NULL */
    int64_t sequence_index;      /* sequenceIndex, with sequence_id */
+   int64_t epoch;               /* ha.mode = "leader": the lease epoch of the instance that
+                                 * wrote it (lease.h), stored as epoch; 0: left out */
 } fw_dlq_failure_t;
 
 /* Keeps the last FW_DLQ_HISTORY_MAX items of an entry's history. */

@@ -161,18 +161,20 @@ print_table (lua_State *L, int streams)
 {
    int n = (int) lua_rawlen (L, streams);
    int width = 6;
+   bool roles = false; /* ha.mode = "leader": a ROLE column */
 
    for (int i = 1; i <= n; i++) {
       const char *name;
       lua_rawgeti (L, streams, i);
       name = lua_istable (L, -1) ? field_string (L, lua_gettop (L), "name") : NULL;
+      roles = roles || (lua_istable (L, -1) && field_string (L, lua_gettop (L), "role"));
       if (name && (int) strlen (name) > width) {
          width = (int) strlen (name);
       }
       lua_pop (L, 1);
    }
-   printf ("%-*s  %-10s  %9s  %9s  %11s  %s\n", width, "STREAM", "STATE", "LAG", "EVENTS/S",
-           "DLQ PENDING", "LAST ERROR");
+   printf ("%-*s  %-10s  %s%9s  %9s  %11s  %s\n", width, "STREAM", "STATE",
+           roles ? "ROLE     " : "", "LAG", "EVENTS/S", "DLQ PENDING", "LAST ERROR");
    for (int i = 1; i <= n; i++) {
       int t;
       const char *name, *state, *error;
@@ -196,8 +198,15 @@ print_table (lua_State *L, int streams)
          snprintf (pending_text, sizeof pending_text, "-");
       }
       format_duration (lag, lag_text, sizeof lag_text);
-      printf ("%-*s  %-10s  %9s  %9.1f  %11s  %s\n", width, name ? name : "?",
-              state ? state : "?", lag_text, rate, pending_text, error ? error : "-");
+      if (roles) {
+         const char *role = field_string (L, t, "role");
+         printf ("%-*s  %-10s  %-7s  %9s  %9.1f  %11s  %s\n", width, name ? name : "?",
+                 state ? state : "?", role ? role : "-", lag_text, rate, pending_text,
+                 error ? error : "-");
+      } else {
+         printf ("%-*s  %-10s  %9s  %9.1f  %11s  %s\n", width, name ? name : "?",
+                 state ? state : "?", lag_text, rate, pending_text, error ? error : "-");
+      }
       lua_pop (L, 1);
    }
    /* Why streams are not running, under the table. */

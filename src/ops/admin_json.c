@@ -43,6 +43,11 @@ fw_admin_json_stream (fw_strbuf_t *out, const fw_stream_snapshot_t *s)
    fw_strbuf_json_string (out, empty_to_null (s->reason));
    fw_strbuf_puts (out, ",\"script_version\":");
    fw_strbuf_json_string (out, empty_to_null (s->script_version));
+   if (s->role != FW_STREAM_ROLE_NONE) {
+      /* ha.mode = "leader" only: the key is absent otherwise. */
+      fw_strbuf_puts (out, ",\"role\":");
+      fw_strbuf_json_string (out, s->role == FW_STREAM_ROLE_LEADER ? "leader" : "standby");
+   }
    fw_strbuf_puts (out, ",\"last_event_time\":");
    json_time (out, s->last_event_ms);
    fw_strbuf_puts (out, ",\"lag_seconds\":");

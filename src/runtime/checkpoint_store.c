@@ -67,20 +67,30 @@ fw_checkpoint_load (mongoc_client_t *client, const char *database, const char *s
    return ok;
 }
 
-bool
-fw_checkpoint_save (mongoc_client_t *client, const char *database, const char *stream,
-                    const bson_t *processed, const bson_t *seen, const char *script_version,
-                    fw_error_t *error)
+/* epoch 0: the unconditional upsert of ha.mode = "none". Else the update
+ * matches only a checkpoint fenced with epoch (fw_checkpoint_fence), and
+ * *fenced says when it did not. */
+static bool
+save_checkpoint (mongoc_client_t *client, const char *database, const char *stream,
+                 const bson_t *processed, const bson_t *seen, const char *script_version,
+                 int64_t epoch, bool *fenced, fw_error_t *error)
 {
    mongoc_collection_t *coll;
    bson_t selector = BSON_INITIALIZER;
    bson_t update = BSON_INITIALIZER;
    bson_t set;
    bson_t opts = BSON_INITIALIZER;
+   bson_t reply;
    bson_error_t berr;
    bool ok;
 
+   if (fenced) {
+      *fenced = false;
+   }
    BSON_APPEND_UTF8 (&selector, "_id", stream);
+   if (epoch > 0) {
+      BSON_APPEND_INT64 (&selector, "epoch", epoch);
+   }
    BSON_APPEND_DOCUMENT_BEGIN (&update, "$set", &set);
    if (processed) {
       BSON_APPEND_DOCUMENT (&set, "lastProcessedToken", processed);
@@ -93,18 +103,103 @@ fw_checkpoint_save (mongoc_client_t *client, const char *database, const char *s
    }
    BSON_APPEND_DATE_TIME (&set, "updatedAt", now_ms ());
    bson_append_document_end (&update, &set);
-   BSON_APPEND_BOOL (&opts, "upsert", true);
+   BSON_APPEND_BOOL (&opts, "upsert", epoch <= 0);
 
    coll = mongoc_client_get_collection (client, database, FW_CHECKPOINT_COLLECTION);
-   ok = mongoc_collection_update_one (coll, &selector, &update, &opts, NULL, &berr);
+   ok = mongoc_collection_update_one (coll, &selector, &update, &opts, &reply, &berr);
    if (!ok) {
       fw_error_set (error, FW_ERROR_MONGO, "cannot save checkpoint of stream \"%s\": %s",
                     stream, berr.message);
+   } else if (epoch > 0) {
+      bson_iter_t it;
+      if (!bson_iter_init_find (&it, &reply, "matchedCount") ||
+          bson_iter_as_int64 (&it) < 1) {
+         fw_error_set (error, FW_ERROR_MONGO,
+                       "checkpoint of stream \"%s\" NOT saved: this instance's lease (epoch "
+                       "%lld) was taken over by a newer leader, which fenced the checkpoint; the "
+                       "stored position stays the newer leader's",
+                       stream, (long long) epoch);
+         if (fenced) {
+            *fenced = true;
+         }
+         ok = false;
+      }
    }
+   bson_destroy (&reply);
    mongoc_collection_destroy (coll);
    bson_destroy (&selector);
    bson_destroy (&update);
    bson_destroy (&opts);
+   return ok;
+}
+
+bool
+fw_checkpoint_save (mongoc_client_t *client, const char *database, const char *stream,
+                    const bson_t *processed, const bson_t *seen, const char *script_version,
+                    fw_error_t *error)
+{
+   return save_checkpoint (client, database, stream, processed, seen, script_version, 0, NULL,
+                           error);
+}
+
+bool
+fw_checkpoint_save_fenced (mongoc_client_t *client, const char *database, const char *stream,
+                           const bson_t *processed, const bson_t *seen,
+                           const char *script_version, int64_t epoch, bool *fenced,
+                           fw_error_t *error)
+{
+   if (epoch <= 0) {
+      fw_error_set (error, FW_ERROR_INVALID, "fenced checkpoint of stream \"%s\" without an "
+                    "epoch", stream);
+      if (fenced) {
+         *fenced = false;
+      }
+      return false;
+   }
+   return save_checkpoint (client, database, stream, processed, seen, script_version, epoch,
+                           fenced, error);
+}
+
+bool
+fw_checkpoint_fence (mongoc_client_t *client, const char *database, const char *stream,
+                     int64_t epoch, int64_t *stored, fw_error_t *error)
+{
+   mongoc_collection_t *coll;
+   bson_t *query = BCON_NEW ("_id", BCON_UTF8 (stream));
+   bson_t *update = BCON_NEW ("$max", "{", "epoch", BCON_INT64 (epoch), "}");
+   mongoc_find_and_modify_opts_t *opts = mongoc_find_and_modify_opts_new ();
+   bson_t reply;
+   bson_iter_t it, v;
+   bson_error_t berr;
+   bool ok;
+
+   *stored = -1;
+   if (!query || !update || !opts) {
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory fencing the checkpoint of stream "
+                    "\"%s\"", stream);
+      bson_destroy (query);
+      bson_destroy (update);
+      mongoc_find_and_modify_opts_destroy (opts);
+      return false;
+   }
+   mongoc_find_and_modify_opts_set_update (opts, update);
+   mongoc_find_and_modify_opts_set_flags (
+      opts, MONGOC_FIND_AND_MODIFY_UPSERT | MONGOC_FIND_AND_MODIFY_RETURN_NEW);
+   coll = mongoc_client_get_collection (client, database, FW_CHECKPOINT_COLLECTION);
+   ok = mongoc_collection_find_and_modify_with_opts (coll, query, opts, &reply, &berr);
+   if (!ok) {
+      fw_error_set (error, FW_ERROR_MONGO, "cannot fence the checkpoint of stream \"%s\" with "
+                    "epoch %lld: %s", stream, (long long) epoch, berr.message);
+   } else if (bson_iter_init_find (&it, &reply, "value") && BSON_ITER_HOLDS_DOCUMENT (&it) &&
+              bson_iter_recurse (&it, &v) && bson_iter_find (&v, "epoch") &&
+              (BSON_ITER_HOLDS_INT64 (&v) || BSON_ITER_HOLDS_INT32 (&v))) {
+      *stored = bson_iter_as_int64 (&v);
+   }
+   bson_destroy (&reply);
+   mongoc_collection_destroy (coll);
+   mongoc_find_and_modify_opts_destroy (opts);
+   bson_destroy (query);
+   bson_destroy (update);
    return ok;
 }
 

@@ -42,6 +42,7 @@ struct fw_checkpoint_writer {
    uint64_t retry_seq;  /* a failed position waiting for its retry; 0: none */
    int64_t retry_at_ms; /* ... not before this CLOCK_MONOTONIC time */
    bool stop;
+   int64_t epoch;       /* ha.mode = "leader": writes are fenced with it; 0: plain */
    int ok;
    int failed;
    int64_t last_ok_ms;
@@ -84,7 +85,7 @@ slot_free (slot_t *s)
 }
 
 static bool
-write_slot (fw_checkpoint_writer_t *cw, mongoc_client_t *client, const slot_t *s,
+write_slot (fw_checkpoint_writer_t *cw, mongoc_client_t *client, const slot_t *s, int64_t epoch,
             fw_error_t *error)
 {
    bson_t processed, seen;
@@ -98,6 +99,13 @@ write_slot (fw_checkpoint_writer_t *cw, mongoc_client_t *client, const slot_t *s
                     "writer",
                     cw->stream);
       return false;
+   }
+   if (epoch > 0) {
+      bool fenced;
+      return fw_checkpoint_save_fenced (client, cw->database, cw->stream,
+                                        has_processed ? &processed : NULL,
+                                        has_seen ? &seen : NULL, s->version, epoch, &fenced,
+                                        error);
    }
    return fw_checkpoint_save (client, cw->database, cw->stream,
                               has_processed ? &processed : NULL, has_seen ? &seen : NULL,
@@ -133,7 +141,7 @@ writer_main (void *arg)
 
    pthread_mutex_lock (&cw->mu);
    for (;;) {
-      int64_t wait_ms;
+      int64_t wait_ms, epoch;
       fw_error_t err;
       slot_t swap;
       bool ok;
@@ -162,9 +170,10 @@ writer_main (void *arg)
       cw->pending = swap;
       cw->has_pending = false;
       cw->in_flight = true;
+      epoch = cw->epoch;
       pthread_mutex_unlock (&cw->mu);
 
-      ok = write_slot (cw, client, &cw->flight, &err);
+      ok = write_slot (cw, client, &cw->flight, epoch, &err);
 
       pthread_mutex_lock (&cw->mu);
       cw->in_flight = false;
@@ -272,6 +281,14 @@ fw_checkpoint_writer_quiesce (fw_checkpoint_writer_t *cw)
       pthread_cond_wait (&cw->done, &cw->mu);
    }
    cw->tried = cw->submitted; /* what was dropped is superseded by the caller */
+   pthread_mutex_unlock (&cw->mu);
+}
+
+void
+fw_checkpoint_writer_set_epoch (fw_checkpoint_writer_t *cw, int64_t epoch)
+{
+   pthread_mutex_lock (&cw->mu);
+   cw->epoch = epoch;
    pthread_mutex_unlock (&cw->mu);
 }
 

@@ -221,6 +221,9 @@ build (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg,
       BSON_APPEND_UTF8 (out, "sequenceId", f->sequence_id);
       BSON_APPEND_INT64 (out, "sequenceIndex", f->sequence_index);
    }
+   if (f->epoch > 0) {
+      BSON_APPEND_INT64 (out, "epoch", f->epoch);
+   }
 
    /* The entry's life (issue 12). Fields set later by replays and
     * operators (lastReprocessAt, resolvedAt, claimedBy, ...) are absent

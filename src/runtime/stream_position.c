@@ -54,10 +54,18 @@ fw_position_save (fw_stream_worker_t *w, fw_position_t *p, const char *why)
    if (!p->has_processed && !p->has_resume) {
       return;
    }
-   if (!fw_checkpoint_save (w->client, w->cfg.database, w->cfg.name,
-                            p->has_processed ? &p->processed : NULL,
-                            p->has_resume ? &p->resume : NULL, fw_lua_host_version (w->host),
-                            &err)) {
+   if (w->lease && w->epoch <= 0) {
+      return; /* a standby has nothing to save: the leader's checkpoint stands */
+   }
+   if (!(w->lease ? fw_checkpoint_save_fenced (w->client, w->cfg.database, w->cfg.name,
+                                               p->has_processed ? &p->processed : NULL,
+                                               p->has_resume ? &p->resume : NULL,
+                                               fw_lua_host_version (w->host), w->epoch, NULL,
+                                               &err)
+                  : fw_checkpoint_save (w->client, w->cfg.database, w->cfg.name,
+                                        p->has_processed ? &p->processed : NULL,
+                                        p->has_resume ? &p->resume : NULL,
+                                        fw_lua_host_version (w->host), &err))) {
       fw_log (FW_LOG_ERROR, w->cfg.name, "%s (%s); will try again", err.message, why);
       if (w->metrics) {
          fw_stream_metrics_checkpoint (w->metrics, false, 0);
@@ -87,6 +95,9 @@ fw_position_save_async (fw_stream_worker_t *w, fw_position_t *p, const char *why
    if (!p->has_processed && !p->has_resume) {
       return;
    }
+   if (w->lease && w->epoch <= 0) {
+      return;
+   }
    if (!w->ckpt &&
        !(w->ckpt = fw_checkpoint_writer_new (w->pool, w->cfg.database, w->cfg.name, &err))) {
       fw_log (FW_LOG_WARN, w->cfg.name, "%s; checkpoints are written as with mode = \"sync\"",
@@ -94,6 +105,13 @@ fw_position_save_async (fw_stream_worker_t *w, fw_position_t *p, const char *why
       w->ckpt_unavailable = true;
       fw_position_save (w, p, why);
       return;
+   }
+   if (w->lease && w->ckpt_epoch != w->epoch) {
+      /* A new leadership: nothing of the old one is in flight (the fence
+       * made its writes fail anyway). */
+      fw_checkpoint_writer_quiesce (w->ckpt);
+      fw_checkpoint_writer_set_epoch (w->ckpt, w->epoch);
+      w->ckpt_epoch = w->epoch;
    }
    fw_checkpoint_writer_submit (w->ckpt, p->has_processed ? &p->processed : NULL,
                                 p->has_resume ? &p->resume : NULL, fw_lua_host_version (w->host),

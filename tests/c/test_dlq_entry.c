@@ -282,6 +282,25 @@ dlq_entry_include_flags_off_leave_fields_out (void **state)
 }
 
 static void
+dlq_entry_carries_the_leaders_epoch_only_in_ha_mode (void **state)
+{
+   fixture_t *f = *state;
+   fw_dlq_failure_t fl = failure (f);
+   fw_error_t err;
+   bson_t entry;
+   bson_iter_t it;
+
+   assert_true (fw_dlq_entry_build (&entry, &f->ev, &defaults, &fl, &err));
+   assert_int_equal (type_of (&entry, "epoch"), BSON_TYPE_EOD);
+   bson_destroy (&entry);
+   fl.epoch = 42;
+   assert_true (fw_dlq_entry_build (&entry, &f->ev, &defaults, &fl, &err));
+   assert_true (bson_iter_init_find (&it, &entry, "epoch") && BSON_ITER_HOLDS_INT64 (&it));
+   assert_int_equal (bson_iter_int64 (&it), 42);
+   bson_destroy (&entry);
+}
+
+static void
 dlq_entry_ttl_zero_stores_null_expires_at (void **state)
 {
    fixture_t *f = *state;
@@ -704,6 +723,8 @@ main (void)
                                        setup, teardown),
       cmocka_unit_test_setup_teardown (dlq_entry_over_16_mib_drops_the_bulky_parts_and_says_so,
                                        setup, teardown),
+      cmocka_unit_test_setup_teardown (dlq_entry_carries_the_leaders_epoch_only_in_ha_mode, setup,
+                                       teardown),
       cmocka_unit_test (dlq_operation_type_is_seed_upper_case),
       cmocka_unit_test (dlq_operation_type_truncates_within_the_buffer),
    };

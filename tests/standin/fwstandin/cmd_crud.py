@@ -15,6 +15,7 @@ from .bsonutil import encode, value_key
 from .changestream import ChangeStream, RESUMABLE_CODES
 from .cursors import ResultCursor, cursor_not_found
 from .errors import MongoError
+from .expressions import operation_now
 from .failpoints import code_name
 from .storage import DuplicateKey, check_collection_name
 
@@ -146,7 +147,9 @@ def cmd_insert(ctx):
 
 def _apply_one(c, doc, u, replacement, now):
     update = _engine()[1]
-    if replacement:
+    if replacement == PIPELINE:
+        new, ud = update.apply_pipeline_update(doc, update.check_pipeline_update(u))
+    elif replacement:
         new = update.apply_replacement(doc, u)
         ud = None
     else:
@@ -161,7 +164,10 @@ def _apply_one(c, doc, u, replacement, now):
 def _upsert_doc(flt, u, replacement, now):
     update = _engine()[1]
     seed = update.upsert_seed(flt)
-    if replacement:
+    if replacement == PIPELINE:
+        new, _ = update.apply_pipeline_update(seed, update.check_pipeline_update(u),
+                                              is_upsert_insert=True)
+    elif replacement:
         new = dict(u)
         if "_id" not in new and "_id" in seed:
             new = dict(_id=seed["_id"], **new)
@@ -172,11 +178,16 @@ def _upsert_doc(flt, u, replacement, now):
     return new
 
 
+# _check_update_spec's answer for an update given as an aggregation pipeline.
+PIPELINE = "pipeline"
+
+
 def _check_update_spec(u, multi, where):
+    """False: operator update, True: replacement, PIPELINE: an update pipeline."""
     update = _engine()[1]
     if isinstance(u, list):
-        raise MongoError(2, "BadValue", "%s: pipeline-style updates are not supported by the "
-                         "flowwarden stand-in" % where)
+        update.check_pipeline_update(u)
+        return PIPELINE
     if not isinstance(u, dict):
         raise MongoError(14, "TypeMismatch", "%s: update must be an object" % where)
     replacement = update.is_replacement(u)
@@ -203,7 +214,7 @@ def cmd_update(ctx):
     upserted = []
     errors = []
     now = datetime.datetime.utcnow()
-    with store.lock:
+    with store.lock, operation_now(now):
         for i, st in enumerate(stmts):
             try:
                 if isinstance(st, bytes):
@@ -328,7 +339,7 @@ def cmd_find_and_modify(ctx):
     fields = body.get("fields")
     store = ctx.store
     now = datetime.datetime.utcnow()
-    with store.lock:
+    with store.lock, operation_now(now):
         c = store.coll(ctx.db, name)
         docs = matching(c, flt)
         if body.get("sort"):

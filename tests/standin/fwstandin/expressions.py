@@ -6,8 +6,10 @@ same pipeline for every event; parse errors therefore surface at compile time
 like mongod's, and evaluation errors per document.
 """
 
+import contextlib
 import datetime
 import math
+import threading
 
 from bson.objectid import ObjectId
 
@@ -116,9 +118,28 @@ def _compile_path(text, scope):
 _BUILTIN_VARS = {"CURRENT", "ROOT", "REMOVE", "NOW", "KEEP", "PRUNE", "DESCEND"}
 
 
+_operation = threading.local()
+
+
 def _now():
+    # $$NOW is one value for the whole operation, as in mongod: a filter's $expr and an update
+    # pipeline of the same command see the same instant (operation_now below).
+    fixed = getattr(_operation, "now", None)
+    if fixed is not None:
+        return fixed
     d = datetime.datetime.utcnow()
     return d.replace(microsecond=d.microsecond // 1000 * 1000)
+
+
+@contextlib.contextmanager
+def operation_now(now):
+    """Within the block $$NOW is `now` (truncated to milliseconds, as a BSON date)."""
+    prev = getattr(_operation, "now", None)
+    _operation.now = now.replace(microsecond=now.microsecond // 1000 * 1000)
+    try:
+        yield
+    finally:
+        _operation.now = prev
 
 
 # ------------------------------------------------------------ compilation

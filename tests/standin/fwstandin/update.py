@@ -54,11 +54,11 @@ def is_replacement(update):
     """True for a replacement document, False for an operator update.
 
     The first key decides, as in mongod; a later key of the other kind is an
-    error. Pipeline-style (array) updates are not supported by the stand-in.
+    error. Pipeline-style (array) updates go to check_pipeline_update instead.
     """
     if isinstance(update, list):
         raise MongoError(238, "NotImplemented",
-                         "pipeline-style updates are not supported by the flowwarden stand-in")
+                         "a pipeline-style update goes through check_pipeline_update")
     if not isinstance(update, dict):
         raise failed_to_parse("Update argument must be either an object or an array")
     keys = list(update)
@@ -739,3 +739,66 @@ def upsert_seed(filt):
             node = node.setdefault(p, {})
         node[parts[-1]] = copy.deepcopy(by_path[path])
     return seed
+
+
+# ------------------------------------------------------------ pipeline-style updates
+
+# The stages mongod allows in an update pipeline (isAllowedWithinUpdatePipeline).
+_UPDATE_PIPELINE_STAGES = ("$addFields", "$set", "$project", "$unset", "$replaceRoot",
+                           "$replaceWith")
+
+
+def check_pipeline_update(pipeline):
+    """Validate an update given as an array -> the compiled pipeline, as mongod refuses it."""
+    from .aggregate import compile_pipeline
+    for stage in pipeline:
+        if not isinstance(stage, dict):
+            raise MongoError(14, "TypeMismatch", "Each element of the 'pipeline' array must be "
+                             "an object")
+        if len(stage) != 1:
+            raise MongoError(40323, "Location40323", "A pipeline stage specification object "
+                             "must contain exactly one field.")
+        name = next(iter(stage))
+        if name not in _UPDATE_PIPELINE_STAGES and name.startswith("$"):
+            compile_pipeline([stage])  # an unknown stage name is reported as such first
+            raise MongoError(72, "InvalidOptions",
+                             "%s is not allowed to be used within an update" % name)
+    return compile_pipeline(pipeline)
+
+
+def _diff(old, new, prefix, updated, removed):
+    """The $v:2 delta between two documents, as the change event reports it: changed or new
+    fields at their dotted path, sub-documents present on both sides compared field by field,
+    any other changed value (arrays included) reported whole."""
+    for k, v in new.items():
+        path = prefix + k
+        if k not in old:
+            updated[path] = v
+        elif isinstance(v, dict) and isinstance(old[k], dict) and list(v) == list(old[k]):
+            _diff(old[k], v, path + ".", updated, removed)
+        elif not identical(old[k], v):
+            updated[path] = v
+    for k in old:
+        if k not in new:
+            removed.append(prefix + k)
+
+
+def apply_pipeline_update(doc, compiled, *, is_upsert_insert=False):
+    """Run a compiled update pipeline over doc -> (new document, updateDescription).
+
+    As mongod's PipelineExecutor: the stages see the document as their only input, a
+    document left without _id gets the original back, and the event's description is the
+    delta between the two versions ($$NOW: see expressions.operation_now).
+    """
+    out = compiled([doc])
+    new = dict(out[0]) if out else {}
+    if "_id" not in new and "_id" in doc:
+        new = dict(_id=doc["_id"], **new)
+    elif "_id" in new and "_id" in doc and not values_equal(new["_id"], doc["_id"]):
+        raise MongoError(66, "ImmutableField", "Performing an update on the path '_id' would "
+                         "modify the immutable field '_id'")
+    if is_upsert_insert and "_id" in new and next(iter(new)) != "_id":
+        new = dict(_id=new["_id"], **{k: v for k, v in new.items() if k != "_id"})
+    updated, removed = {}, []
+    _diff(doc, new, "", updated, removed)
+    return new, {"updatedFields": updated, "removedFields": removed, "truncatedArrays": []}

@@ -1,0 +1,823 @@
+/*
+ * lease.c - a stream's leader lease in _fw_leases (see lease.h).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "flowwarden/checkpoint_store.h"
+#include "flowwarden/lease.h"
+#include "flowwarden/log.h"
+
+#define MIN_MARGIN_MS 200
+/* A standby reads a held lease at least this often (a released one is taken
+ * within it). */
+#define STANDBY_READ_MS 250
+#define ERR_DUPLICATE_KEY 11000
+
+struct fw_lease {
+   mongoc_uri_t *uri;
+   char *owner;           /* this instance's owner id */
+   bool owner_given;      /* by fw_lease_new's caller (tests) */
+   char *database;
+   char *stream;
+   int64_t lease_ms;
+   int64_t margin_ms;
+   pthread_t thread;
+   pthread_mutex_t mu;
+   pthread_cond_t cond; /* CLOCK_MONOTONIC: the thread's waits; changes of role */
+   /* Under mu: */
+   fw_lease_role_t role;
+   bool holding;          /* the last acquisition or renewal succeeded and was not lost */
+   int64_t epoch;
+   int64_t deadline_ms;   /* CLOCK_MONOTONIC: leading until then */
+   char holder[256];
+   int64_t clock_offset_ms;
+   int acquisitions;
+   bool stop;
+   bool release_asked;
+   bool release_done;
+   bool release_ok;
+};
+
+/* --- clocks ---------------------------------------------------------------- */
+
+static int64_t
+mono_ms (void)
+{
+   struct timespec ts;
+   clock_gettime (CLOCK_MONOTONIC, &ts);
+   return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static pthread_once_t skew_once = PTHREAD_ONCE_INIT;
+static int64_t skew_ms;
+
+/* FW_TEST_CLOCK_SKEW_MS, a test hook (docs/operations.md): shifts the wall
+ * clock this module reads, as a host whose clock is off would. Read here and
+ * nowhere else; leases never decide anything by it (only the reported
+ * clock_offset_ms shows it), which is what the clock-skew test proves. */
+static void
+read_skew (void)
+{
+   const char *v = getenv ("FW_TEST_CLOCK_SKEW_MS");
+   char *end = NULL;
+   long long n;
+   if (v && *v) {
+      errno = 0;
+      n = strtoll (v, &end, 10);
+      if (errno == 0 && end && *end == '\0' && n > -86400000LL && n < 86400000LL) {
+         skew_ms = (int64_t) n;
+      }
+   }
+}
+
+static int64_t
+wall_ms (void)
+{
+   struct timespec ts;
+   pthread_once (&skew_once, read_skew);
+   clock_gettime (CLOCK_REALTIME, &ts);
+   return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + skew_ms;
+}
+
+/* --- the owner id ------------------------------------------------------------ */
+
+static pthread_once_t owner_once = PTHREAD_ONCE_INIT;
+static char owner_id[200];
+
+static void
+make_owner_id (void)
+{
+   unsigned char r[16];
+   char host[128] = "unknown-host";
+   char hex[33];
+   size_t got = 0;
+
+   while (got < sizeof r) {
+      ssize_t n = getrandom (r + got, sizeof r - got, 0);
+      if (n <= 0) {
+         break;
+      }
+      got += (size_t) n;
+   }
+   if (got < sizeof r) {
+      /* No entropy source: time and pid still tell processes apart. */
+      uint64_t x = (uint64_t) mono_ms () ^ ((uint64_t) getpid () << 32) ^ (uint64_t) wall_ms ();
+      for (size_t i = 0; i < sizeof r; i++) {
+         x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+         r[i] = (unsigned char) (x >> 56);
+      }
+   }
+   if (gethostname (host, sizeof host - 1) != 0) {
+      snprintf (host, sizeof host, "unknown-host");
+   }
+   host[sizeof host - 1] = '\0';
+   for (size_t i = 0; i < sizeof r; i++) {
+      snprintf (hex + 2 * i, 3, "%02x", r[i]);
+   }
+   snprintf (owner_id, sizeof owner_id, "%.120s:%d:%.8s-%.4s-%.4s-%.4s-%.12s", host, (int) getpid (),
+             hex, hex + 8, hex + 12, hex + 16, hex + 20);
+}
+
+const char *
+fw_lease_owner_id (void)
+{
+   pthread_once (&owner_once, make_owner_id);
+   return owner_id;
+}
+
+int64_t
+fw_lease_margin_ms (int64_t lease_ms)
+{
+   return lease_ms / 10 > MIN_MARGIN_MS ? lease_ms / 10 : MIN_MARGIN_MS;
+}
+
+const char *
+fw_lease_role_name (fw_lease_role_t role)
+{
+   switch (role) {
+   case FW_LEASE_LEADER:
+      return "leader";
+   case FW_LEASE_RELEASED:
+      return "released";
+   default:
+      return "standby";
+   }
+}
+
+/* --- the server's side ------------------------------------------------------- */
+
+/* A BSON int32/int64/double as an int64, else false. */
+static bool
+iter_int64 (const bson_iter_t *it, int64_t *out)
+{
+   if (BSON_ITER_HOLDS_INT32 (it) || BSON_ITER_HOLDS_INT64 (it)) {
+      *out = bson_iter_as_int64 (it);
+      return true;
+   }
+   if (BSON_ITER_HOLDS_DOUBLE (it)) {
+      double d = bson_iter_double (it);
+      if (d >= 0 && d < 9.0e18) {
+         *out = (int64_t) d;
+         return true;
+      }
+   }
+   return false;
+}
+
+/* What a read of the lease document says. */
+typedef struct {
+   bool exists;
+   bool owner_is_string;
+   char owner[256];
+   bool has_epoch;
+   int64_t epoch;
+   bool has_expires;
+   int64_t expires_ms;
+   bool has_now;
+   int64_t server_now_ms;
+} lease_doc_t;
+
+static void
+parse_lease (const bson_t *doc, lease_doc_t *out)
+{
+   bson_iter_t it;
+   memset (out, 0, sizeof *out);
+   out->exists = true;
+   if (bson_iter_init_find (&it, doc, "owner") && BSON_ITER_HOLDS_UTF8 (&it)) {
+      out->owner_is_string = true;
+      snprintf (out->owner, sizeof out->owner, "%s", bson_iter_utf8 (&it, NULL));
+   }
+   if (bson_iter_init_find (&it, doc, "epoch")) {
+      out->has_epoch = iter_int64 (&it, &out->epoch);
+   }
+   if (bson_iter_init_find (&it, doc, "expiresAt") && BSON_ITER_HOLDS_DATE_TIME (&it)) {
+      out->has_expires = true;
+      out->expires_ms = bson_iter_date_time (&it);
+   }
+   /* The server's $$NOW: added by read_lease, or renewedAt in what an
+    * acquisition returns. */
+   if ((bson_iter_init_find (&it, doc, "fwServerNow") ||
+        bson_iter_init_find (&it, doc, "renewedAt")) &&
+       BSON_ITER_HOLDS_DATE_TIME (&it)) {
+      out->has_now = true;
+      out->server_now_ms = bson_iter_date_time (&it);
+   }
+}
+
+/* Reads the lease with the server's $$NOW beside it. */
+static bool
+read_lease (fw_lease_t *l, mongoc_client_t *client, lease_doc_t *out, bson_error_t *berr)
+{
+   mongoc_collection_t *coll = mongoc_client_get_collection (client, l->database,
+                                                             FW_LEASE_COLLECTION);
+   bson_t *pipeline = BCON_NEW ("pipeline", "[", "{", "$match", "{", "_id", BCON_UTF8 (l->stream),
+                                "}", "}", "{", "$addFields", "{", "fwServerNow",
+                                BCON_UTF8 ("$$NOW"), "}", "}", "]");
+   mongoc_cursor_t *cursor;
+   const bson_t *doc;
+   bool ok;
+
+   memset (out, 0, sizeof *out);
+   if (!pipeline) {
+      bson_set_error (berr, MONGOC_ERROR_BSON, 0, "out of memory");
+      mongoc_collection_destroy (coll);
+      return false;
+   }
+   cursor = mongoc_collection_aggregate (coll, MONGOC_QUERY_NONE, pipeline, NULL, NULL);
+   if (mongoc_cursor_next (cursor, &doc)) {
+      parse_lease (doc, out);
+   }
+   ok = !mongoc_cursor_error (cursor, berr);
+   mongoc_cursor_destroy (cursor);
+   bson_destroy (pipeline);
+   mongoc_collection_destroy (coll);
+   return ok;
+}
+
+/* The highest epoch a leader has fenced the checkpoint with: a lease
+ * document deleted (by hand, by a TTL index) must not restart epochs below
+ * it. 0 when none. */
+static bool
+read_fence_floor (fw_lease_t *l, mongoc_client_t *client, int64_t *floor, bson_error_t *berr)
+{
+   mongoc_collection_t *coll = mongoc_client_get_collection (client, l->database,
+                                                             FW_CHECKPOINT_COLLECTION);
+   bson_t *filter = BCON_NEW ("_id", BCON_UTF8 (l->stream));
+   bson_t *opts = BCON_NEW ("projection", "{", "epoch", BCON_INT32 (1), "}");
+   mongoc_cursor_t *cursor;
+   const bson_t *doc;
+   bson_iter_t it;
+   bool ok;
+
+   *floor = 0;
+   if (!filter || !opts) {
+      bson_set_error (berr, MONGOC_ERROR_BSON, 0, "out of memory");
+      bson_destroy (filter);
+      bson_destroy (opts);
+      mongoc_collection_destroy (coll);
+      return false;
+   }
+   cursor = mongoc_collection_find_with_opts (coll, filter, opts, NULL);
+   if (mongoc_cursor_next (cursor, &doc) && bson_iter_init_find (&it, doc, "epoch") &&
+       !iter_int64 (&it, floor)) {
+      *floor = 0;
+   }
+   ok = !mongoc_cursor_error (cursor, berr);
+   mongoc_cursor_destroy (cursor);
+   bson_destroy (filter);
+   bson_destroy (opts);
+   mongoc_collection_destroy (coll);
+   return ok;
+}
+
+static void
+append_majority (bson_t *opts)
+{
+   bson_t wc;
+   BSON_APPEND_DOCUMENT_BEGIN (opts, "writeConcern", &wc);
+   BSON_APPEND_UTF8 (&wc, "w", "majority");
+   bson_append_document_end (opts, &wc);
+}
+
+typedef enum { TAKE_OK, TAKE_HELD, TAKE_ERROR } take_t;
+
+/* One conditional findAndModify: free, ours, or expired by the server's
+ * clock (a non-date expiresAt counts as expired; a non-integer epoch counts
+ * as 0). An upsert losing to a held lease fails with a duplicate key. */
+static take_t
+take_lease (fw_lease_t *l, mongoc_client_t *client, int64_t floor, lease_doc_t *got,
+            bson_error_t *berr)
+{
+   const char *me = l->owner;
+   bson_t *cmd = BCON_NEW (
+      "findAndModify", BCON_UTF8 (FW_LEASE_COLLECTION),
+      "query", "{", "_id", BCON_UTF8 (l->stream), "$or", "[",
+         "{", "owner", BCON_NULL, "}",
+         "{", "owner", BCON_UTF8 (me), "}",
+         "{", "$expr", "{", "$or", "[",
+            "{", "$ne", "[", "{", "$type", BCON_UTF8 ("$expiresAt"), "}", BCON_UTF8 ("date"), "]", "}",
+            "{", "$lte", "[", BCON_UTF8 ("$expiresAt"), BCON_UTF8 ("$$NOW"), "]", "}",
+         "]", "}", "}",
+      "]", "}",
+      "update", "[", "{", "$set", "{",
+         "owner", BCON_UTF8 (me),
+         "epoch", "{", "$add", "[", "{", "$max", "[",
+            "{", "$cond", "[", "{", "$in", "[", "{", "$type", BCON_UTF8 ("$epoch"), "}",
+                                                "[", BCON_UTF8 ("int"), BCON_UTF8 ("long"), "]", "]", "}",
+                               BCON_UTF8 ("$epoch"), BCON_INT64 (0), "]", "}",
+            BCON_INT64 (floor), "]", "}", BCON_INT64 (1), "]", "}",
+         "renewedAt", BCON_UTF8 ("$$NOW"),
+         "expiresAt", "{", "$add", "[", BCON_UTF8 ("$$NOW"), BCON_INT64 (l->lease_ms), "]", "}",
+      "}", "}", "]",
+      "upsert", BCON_BOOL (true), "new", BCON_BOOL (true));
+   bson_t opts = BSON_INITIALIZER;
+   bson_t reply;
+   bson_iter_t it;
+   take_t result = TAKE_ERROR;
+
+   if (!cmd) {
+      bson_set_error (berr, MONGOC_ERROR_BSON, 0, "out of memory");
+      bson_destroy (&opts);
+      return TAKE_ERROR;
+   }
+   append_majority (&opts);
+   if (!mongoc_client_write_command_with_opts (client, l->database, cmd, &opts, &reply, berr)) {
+      result = berr->code == ERR_DUPLICATE_KEY ? TAKE_HELD : TAKE_ERROR;
+   } else if (bson_iter_init_find (&it, &reply, "value") && BSON_ITER_HOLDS_DOCUMENT (&it)) {
+      uint32_t len;
+      const uint8_t *data;
+      bson_t value;
+      bson_iter_document (&it, &len, &data);
+      if (bson_init_static (&value, data, len)) {
+         parse_lease (&value, got);
+         result = got->owner_is_string && strcmp (got->owner, me) == 0 && got->has_epoch
+                     ? TAKE_OK
+                     : TAKE_HELD;
+      }
+   } else {
+      result = TAKE_HELD; /* no document came back: not ours */
+   }
+   bson_destroy (&reply);
+   bson_destroy (&opts);
+   bson_destroy (cmd);
+   return result;
+}
+
+/* One conditional update on owner and epoch. *matched: whether the lease was
+ * still ours (no other acquisition since ours). release: give it up instead
+ * of renewing it. */
+static bool
+update_held (fw_lease_t *l, mongoc_client_t *client, int64_t epoch, bool release, bool *matched,
+             bson_error_t *berr)
+{
+   bson_t *cmd;
+   bson_t opts = BSON_INITIALIZER;
+   bson_t reply;
+   bson_iter_t it;
+   int64_t n = 0;
+   bool ok;
+
+   if (release) {
+      cmd = BCON_NEW ("update", BCON_UTF8 (FW_LEASE_COLLECTION), "updates", "[", "{",
+                      "q", "{", "_id", BCON_UTF8 (l->stream), "owner",
+                      BCON_UTF8 (l->owner), "epoch", BCON_INT64 (epoch), "}",
+                      "u", "[", "{", "$set", "{", "owner", BCON_NULL, "expiresAt",
+                      BCON_UTF8 ("$$NOW"), "}", "}", "]", "}", "]");
+   } else {
+      cmd = BCON_NEW ("update", BCON_UTF8 (FW_LEASE_COLLECTION), "updates", "[", "{",
+                      "q", "{", "_id", BCON_UTF8 (l->stream), "owner",
+                      BCON_UTF8 (l->owner), "epoch", BCON_INT64 (epoch), "}",
+                      "u", "[", "{", "$set", "{", "renewedAt", BCON_UTF8 ("$$NOW"),
+                      "expiresAt", "{", "$add", "[", BCON_UTF8 ("$$NOW"),
+                      BCON_INT64 (l->lease_ms), "]", "}", "}", "}", "]", "}", "]");
+   }
+   *matched = false;
+   if (!cmd) {
+      bson_set_error (berr, MONGOC_ERROR_BSON, 0, "out of memory");
+      bson_destroy (&opts);
+      return false;
+   }
+   append_majority (&opts);
+   ok = mongoc_client_write_command_with_opts (client, l->database, cmd, &opts, &reply, berr);
+   if (ok && bson_iter_init_find (&it, &reply, "writeErrors")) {
+      bson_set_error (berr, MONGOC_ERROR_SERVER, 0, "the lease update was refused: %s",
+                      "writeErrors in the reply");
+      ok = false;
+   }
+   if (ok && bson_iter_init_find (&it, &reply, "n")) {
+      iter_int64 (&it, &n);
+   }
+   *matched = ok && n > 0;
+   bson_destroy (&reply);
+   bson_destroy (&opts);
+   bson_destroy (cmd);
+   return ok;
+}
+
+/* --- the thread -------------------------------------------------------------- */
+
+static void
+set_standby (fw_lease_t *l, const lease_doc_t *seen)
+{
+   pthread_mutex_lock (&l->mu);
+   if (l->role != FW_LEASE_RELEASED) {
+      l->role = FW_LEASE_STANDBY;
+   }
+   l->holding = false;
+   l->deadline_ms = 0;
+   if (seen) {
+      snprintf (l->holder, sizeof l->holder, "%s", seen->owner_is_string ? seen->owner : "");
+      if (seen->has_epoch) {
+         l->epoch = seen->epoch;
+      }
+   }
+   pthread_cond_broadcast (&l->cond);
+   pthread_mutex_unlock (&l->mu);
+}
+
+static void
+note_offset (fw_lease_t *l, const lease_doc_t *d)
+{
+   if (d->has_now) {
+      pthread_mutex_lock (&l->mu);
+      l->clock_offset_ms = d->server_now_ms - wall_ms ();
+      pthread_mutex_unlock (&l->mu);
+   }
+}
+
+/* Standby: read, and take the lease when the read says it can be taken.
+ * Returns how long to wait before the next try. */
+static int64_t
+standby_step (fw_lease_t *l, mongoc_client_t *client, bool *warned)
+{
+   const char *me = l->owner;
+   int64_t interval = l->lease_ms / 3;
+   lease_doc_t seen, got;
+   bson_error_t berr;
+   int64_t floor = 0, sent;
+   take_t t;
+
+   if (!read_lease (l, client, &seen, &berr)) {
+      if (!*warned) {
+         fw_log (FW_LOG_WARN, l->stream, "cannot read the lease in %s.%s: %s; trying again every "
+                 "%lld ms", l->database, FW_LEASE_COLLECTION, berr.message, (long long) interval);
+         *warned = true;
+      }
+      return interval;
+   }
+   note_offset (l, &seen);
+   if (seen.exists && seen.owner_is_string && strcmp (seen.owner, me) != 0 && seen.has_expires &&
+       seen.has_now && seen.expires_ms > seen.server_now_ms) {
+      /* Held: look again when it would expire (the server's time), and at
+       * least every STANDBY_READ_MS, so that a released lease (SIGTERM on the
+       * leader) is taken within that; reads only, never a failing update. */
+      int64_t left = seen.expires_ms - seen.server_now_ms + 20;
+      int64_t every = interval < STANDBY_READ_MS ? interval : STANDBY_READ_MS;
+      set_standby (l, &seen);
+      return left < every ? left : every;
+   }
+   if (!read_fence_floor (l, client, &floor, &berr)) {
+      fw_log (FW_LOG_WARN, l->stream, "cannot read the checkpoint's epoch: %s", berr.message);
+      return interval;
+   }
+   sent = mono_ms ();
+   t = take_lease (l, client, floor, &got, &berr);
+   if (t == TAKE_ERROR) {
+      if (!*warned) {
+         fw_log (FW_LOG_WARN, l->stream, "cannot take the lease: %s (code %u); trying again "
+                 "every %lld ms", berr.message, berr.code, (long long) interval);
+         *warned = true;
+      }
+      return interval;
+   }
+   *warned = false;
+   if (t == TAKE_HELD) {
+      set_standby (l, NULL);
+      return interval;
+   }
+   note_offset (l, &got);
+   pthread_mutex_lock (&l->mu);
+   if (l->role == FW_LEASE_RELEASED) {
+      pthread_mutex_unlock (&l->mu);
+      return interval; /* given up meanwhile: the release step gives it back */
+   }
+   l->holding = true;
+   l->epoch = got.epoch;
+   l->deadline_ms = sent + l->lease_ms - l->margin_ms;
+   l->role = FW_LEASE_LEADER;
+   l->acquisitions++;
+   snprintf (l->holder, sizeof l->holder, "%.250s", me);
+   pthread_cond_broadcast (&l->cond);
+   pthread_mutex_unlock (&l->mu);
+   fw_log (FW_LOG_INFO, l->stream,
+           "role: leader (took the lease, epoch %lld, for %lld ms; renewing every %lld ms; this "
+           "host's clock reads %+lld ms against the server's, which alone decides expiry)",
+           (long long) got.epoch, (long long) l->lease_ms, (long long) interval,
+           (long long) -l->clock_offset_ms);
+   return interval;
+}
+
+/* Leader: renew. Returns how long to wait before the next step. */
+static int64_t
+leader_step (fw_lease_t *l, mongoc_client_t *client, int64_t epoch, bool *failing)
+{
+   int64_t interval = l->lease_ms / 3;
+   int64_t retry = l->lease_ms / 10 > 100 ? l->lease_ms / 10 : 100;
+   int64_t sent = mono_ms (), left;
+   bson_error_t berr;
+   bool matched;
+
+   if (update_held (l, client, epoch, false, &matched, &berr)) {
+      if (!matched) {
+         set_standby (l, NULL);
+         fw_log (FW_LOG_WARN, l->stream,
+                 "role: standby (the lease, epoch %lld, was taken by another instance: "
+                 "handling stops)", (long long) epoch);
+         *failing = false;
+         return 0;
+      }
+      pthread_mutex_lock (&l->mu);
+      if (l->holding && l->epoch == epoch) {
+         l->deadline_ms = sent + l->lease_ms - l->margin_ms;
+      }
+      pthread_mutex_unlock (&l->mu);
+      if (*failing) {
+         fw_log (FW_LOG_INFO, l->stream, "lease renewed again (epoch %lld)", (long long) epoch);
+         *failing = false;
+      }
+      return interval;
+   }
+   left = fw_lease_remaining_ms (l);
+   if (left <= 0) {
+      set_standby (l, NULL);
+      fw_log (FW_LOG_WARN, l->stream,
+              "role: standby (could not renew the lease, epoch %lld, before its deadline: %s; "
+              "handling stopped %lld ms before the lease expires on the server)",
+              (long long) epoch, berr.message, (long long) l->margin_ms);
+      *failing = false;
+      return 0;
+   }
+   fw_log (FW_LOG_WARN, l->stream,
+           "cannot renew the lease (epoch %lld): %s (code %u); handling stops in %lld ms unless "
+           "a renewal succeeds", (long long) epoch, berr.message, berr.code, (long long) left);
+   *failing = true;
+   return retry < left ? retry : left;
+}
+
+static void
+release_step (fw_lease_t *l, mongoc_client_t *client)
+{
+   bson_error_t berr;
+   bool matched = false, held, ok = true;
+   int64_t epoch;
+
+   pthread_mutex_lock (&l->mu);
+   held = l->holding;
+   epoch = l->epoch;
+   pthread_mutex_unlock (&l->mu);
+   if (held) {
+      ok = update_held (l, client, epoch, true, &matched, &berr);
+      if (!ok) {
+         fw_log (FW_LOG_WARN, l->stream, "cannot release the lease (epoch %lld): %s; a standby "
+                 "takes over when it expires", (long long) epoch, berr.message);
+      } else {
+         fw_log (FW_LOG_INFO, l->stream, "role: released (gave up the lease, epoch %lld%s)",
+                 (long long) epoch, matched ? "" : ": it was no longer ours");
+      }
+   }
+   pthread_mutex_lock (&l->mu);
+   l->role = FW_LEASE_RELEASED;
+   l->holding = false;
+   l->deadline_ms = 0;
+   l->release_done = true;
+   l->release_ok = ok;
+   pthread_cond_broadcast (&l->cond);
+   pthread_mutex_unlock (&l->mu);
+}
+
+static void
+wait_until (fw_lease_t *l, int64_t at_ms)
+{
+   struct timespec until = {.tv_sec = at_ms / 1000, .tv_nsec = (at_ms % 1000) * 1000000};
+   pthread_mutex_lock (&l->mu);
+   while (!l->stop && !(l->release_asked && !l->release_done) && mono_ms () < at_ms) {
+      pthread_cond_timedwait (&l->cond, &l->mu, &until);
+   }
+   pthread_mutex_unlock (&l->mu);
+}
+
+static void *
+lease_main (void *arg)
+{
+   fw_lease_t *l = arg;
+   mongoc_client_t *client = mongoc_client_new_from_uri (l->uri);
+   bool warned = false, failing = false;
+
+   if (!client) {
+      fw_log (FW_LOG_ERROR, l->stream, "cannot create the lease's MongoDB client: this instance "
+              "stays a standby");
+   } else {
+      mongoc_client_set_error_api (client, MONGOC_ERROR_API_VERSION_2);
+      char app[128];
+      /* One name per instance, so that a fail point can cut one leader off. */
+      if (l->owner_given) {
+         snprintf (app, sizeof app, "%s-%.100s", FW_LEASE_APPNAME, l->owner);
+      } else {
+         snprintf (app, sizeof app, "%s-%d", FW_LEASE_APPNAME, (int) getpid ());
+      }
+      mongoc_client_set_appname (client, app);
+   }
+   for (;;) {
+      int64_t wait, epoch;
+      bool holding, stop, release;
+
+      pthread_mutex_lock (&l->mu);
+      stop = l->stop;
+      release = l->release_asked && !l->release_done;
+      holding = l->holding;
+      epoch = l->epoch;
+      pthread_mutex_unlock (&l->mu);
+      if (stop) {
+         break;
+      }
+      if (release) {
+         if (client) {
+            release_step (l, client);
+         } else {
+            pthread_mutex_lock (&l->mu);
+            l->role = FW_LEASE_RELEASED;
+            l->release_done = l->release_ok = true;
+            pthread_cond_broadcast (&l->cond);
+            pthread_mutex_unlock (&l->mu);
+         }
+         continue;
+      }
+      pthread_mutex_lock (&l->mu);
+      release = l->role == FW_LEASE_RELEASED;
+      pthread_mutex_unlock (&l->mu);
+      if (!client || release) {
+         wait = 60000;
+      } else if (holding) {
+         wait = leader_step (l, client, epoch, &failing);
+      } else {
+         wait = standby_step (l, client, &warned);
+      }
+      wait_until (l, mono_ms () + wait);
+   }
+   if (client) {
+      mongoc_client_destroy (client);
+   }
+   return NULL;
+}
+
+/* --- the interface ----------------------------------------------------------- */
+
+fw_lease_t *
+fw_lease_new (const mongoc_uri_t *uri, const char *database, const char *stream,
+              int64_t lease_ms, const char *owner, fw_error_t *error)
+{
+   fw_lease_t *l = calloc (1, sizeof *l);
+   pthread_condattr_t attr;
+   int32_t timeout_ms;
+   int rc;
+
+   if (lease_ms < 1000) {
+      lease_ms = 1000;
+   }
+   if (!l || !(l->database = strdup (database)) || !(l->stream = strdup (stream)) ||
+       !(l->owner = strdup (owner ? owner : fw_lease_owner_id ())) ||
+       !(l->uri = mongoc_uri_copy (uri))) {
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory creating the lease of stream \"%s\"",
+                    stream);
+      if (l) {
+         free (l->database);
+         free (l->stream);
+         free (l->owner);
+      }
+      free (l);
+      return NULL;
+   }
+   /* A renewal that hangs must end before the leader's deadline passes
+    * unnoticed: every wait of the lease's client is at most lease / 3. */
+   timeout_ms = (int32_t) (lease_ms / 3 > 100 ? lease_ms / 3 : 100);
+   mongoc_uri_set_option_as_int32 (l->uri, MONGOC_URI_SOCKETTIMEOUTMS, timeout_ms);
+   mongoc_uri_set_option_as_int32 (l->uri, MONGOC_URI_CONNECTTIMEOUTMS, timeout_ms);
+   mongoc_uri_set_option_as_int32 (l->uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS, timeout_ms);
+   l->owner_given = owner != NULL;
+   l->lease_ms = lease_ms;
+   l->margin_ms = fw_lease_margin_ms (lease_ms);
+   fw_lease_owner_id ();
+   pthread_mutex_init (&l->mu, NULL);
+   pthread_condattr_init (&attr);
+   pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
+   pthread_cond_init (&l->cond, &attr);
+   pthread_condattr_destroy (&attr);
+   if ((rc = pthread_create (&l->thread, NULL, lease_main, l)) != 0) {
+      fw_error_set (error, FW_ERROR_IO, "cannot start the lease thread of stream \"%s\": %s",
+                    stream, strerror (rc));
+      pthread_cond_destroy (&l->cond);
+      pthread_mutex_destroy (&l->mu);
+      mongoc_uri_destroy (l->uri);
+      free (l->database);
+      free (l->stream);
+      free (l->owner);
+      free (l);
+      return NULL;
+   }
+   return l;
+}
+
+/* With the lock held. */
+static bool
+leading (fw_lease_t *l, int64_t now)
+{
+   return l->holding && l->role == FW_LEASE_LEADER && now < l->deadline_ms;
+}
+
+bool
+fw_lease_is_leader (fw_lease_t *l, int64_t *epoch)
+{
+   bool yes;
+   pthread_mutex_lock (&l->mu);
+   yes = leading (l, mono_ms ());
+   if (yes && epoch) {
+      *epoch = l->epoch;
+   }
+   pthread_mutex_unlock (&l->mu);
+   return yes;
+}
+
+bool
+fw_lease_wait_leader (fw_lease_t *l, int64_t ms, int64_t *epoch)
+{
+   int64_t end = mono_ms () + (ms > 0 ? ms : 0);
+   struct timespec until = {.tv_sec = end / 1000, .tv_nsec = (end % 1000) * 1000000};
+   bool yes;
+
+   pthread_mutex_lock (&l->mu);
+   while (!(yes = leading (l, mono_ms ())) && !l->stop && l->role != FW_LEASE_RELEASED &&
+          mono_ms () < end) {
+      pthread_cond_timedwait (&l->cond, &l->mu, &until);
+   }
+   if (yes && epoch) {
+      *epoch = l->epoch;
+   }
+   pthread_mutex_unlock (&l->mu);
+   return yes;
+}
+
+int64_t
+fw_lease_remaining_ms (fw_lease_t *l)
+{
+   int64_t now = mono_ms (), left = 0;
+   pthread_mutex_lock (&l->mu);
+   if (leading (l, now)) {
+      left = l->deadline_ms - now;
+   }
+   pthread_mutex_unlock (&l->mu);
+   return left;
+}
+
+bool
+fw_lease_release (fw_lease_t *l, int64_t wait_ms)
+{
+   int64_t end = mono_ms () + wait_ms;
+   struct timespec until = {.tv_sec = end / 1000, .tv_nsec = (end % 1000) * 1000000};
+   bool ok;
+
+   pthread_mutex_lock (&l->mu);
+   /* Handlers stop now, whatever the server answers. */
+   l->deadline_ms = 0;
+   l->release_asked = true;
+   pthread_cond_broadcast (&l->cond);
+   while (!l->release_done && mono_ms () < end) {
+      pthread_cond_timedwait (&l->cond, &l->mu, &until);
+   }
+   ok = l->release_done && l->release_ok;
+   pthread_mutex_unlock (&l->mu);
+   return ok;
+}
+
+void
+fw_lease_status (fw_lease_t *l, fw_lease_status_t *out)
+{
+   int64_t now = mono_ms ();
+   memset (out, 0, sizeof *out);
+   pthread_mutex_lock (&l->mu);
+   out->role = l->role == FW_LEASE_RELEASED ? FW_LEASE_RELEASED
+               : leading (l, now)            ? FW_LEASE_LEADER
+                                             : FW_LEASE_STANDBY;
+   out->epoch = l->epoch;
+   snprintf (out->holder, sizeof out->holder, "%s", l->holder);
+   out->remaining_ms = out->role == FW_LEASE_LEADER ? l->deadline_ms - now : 0;
+   out->clock_offset_ms = l->clock_offset_ms;
+   out->acquisitions = l->acquisitions;
+   pthread_mutex_unlock (&l->mu);
+}
+
+void
+fw_lease_destroy (fw_lease_t *l)
+{
+   if (!l) {
+      return;
+   }
+   pthread_mutex_lock (&l->mu);
+   l->stop = true;
+   pthread_cond_broadcast (&l->cond);
+   pthread_mutex_unlock (&l->mu);
+   pthread_join (l->thread, NULL);
+   pthread_cond_destroy (&l->cond);
+   pthread_mutex_destroy (&l->mu);
+   mongoc_uri_destroy (l->uri);
+   free (l->database);
+   free (l->stream);
+   free (l->owner);
+   free (l);
+}
