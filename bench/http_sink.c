@@ -6,7 +6,12 @@
  * the clients it serves, and be the same for all of them. libmicrohttpd, one epoll thread,
  * HTTP/1.1 keep-alive: a few microseconds of CPU per request.
  *
- *   fw_http_sink [--max-seconds S]
+ *   fw_http_sink [--max-seconds S] [--delay-ms MS]
+ *
+ * --delay-ms MS (the lanes benchmark, issue 16): every POST /events is answered MS ms after
+ * it arrived, as a web hook on a real network would; the daemon then runs a thread per
+ * connection (so clients on several connections wait in parallel) and the counters below
+ * are kept under a mutex.
  *
  * Listens on 127.0.0.1 only, on a free port, and prints "ready 127.0.0.1:<port>".
  *   POST /events    body {"id": {"$oid": "<24 hex>"}, "k": "..."}: 200 {"ok":true}
@@ -20,6 +25,7 @@
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -29,7 +35,7 @@
 
 #define MAX_BODY 4096
 
-/* Everything below is touched by the daemon's one thread only. */
+/* Everything below is touched by the daemon's one thread only (with --delay-ms: under mu). */
 typedef struct {
    uint64_t requests, bad, bytes, distinct, connections;
    /* the ids seen, an open-addressing set of 96-bit ObjectIds (all-zero = empty slot) */
@@ -44,6 +50,9 @@ typedef struct {
 } upload_t;
 
 static sink_stats_t stats;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static long delay_ms;
+static __thread bool answered_ok; /* handle_locked queued a 200 to /events */
 
 static uint64_t
 hash_id (const unsigned char *id)
@@ -151,8 +160,9 @@ reply (struct MHD_Connection *conn, unsigned int status, const char *text)
 }
 
 static enum MHD_Result
-handle (void *cls, struct MHD_Connection *conn, const char *url, const char *method,
-        const char *version, const char *upload_data, size_t *upload_data_size, void **req_cls)
+handle_locked (void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+               const char *version, const char *upload_data, size_t *upload_data_size,
+               void **req_cls)
 {
    static struct MHD_Response *ok;
    upload_t *up = *req_cls;
@@ -217,7 +227,25 @@ handle (void *cls, struct MHD_Connection *conn, const char *url, const char *met
       }
       MHD_add_response_header (ok, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
    }
+   answered_ok = true;
    return MHD_queue_response (conn, MHD_HTTP_OK, ok);
+}
+
+static enum MHD_Result
+handle (void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+        const char *version, const char *upload_data, size_t *upload_data_size, void **req_cls)
+{
+   enum MHD_Result r;
+
+   answered_ok = false;
+   pthread_mutex_lock (&mu);
+   r = handle_locked (cls, conn, url, method, version, upload_data, upload_data_size, req_cls);
+   pthread_mutex_unlock (&mu);
+   if (answered_ok && delay_ms > 0) {
+      /* This connection's thread: the answer goes out when the handler returns. */
+      usleep ((useconds_t) delay_ms * 1000);
+   }
+   return r;
 }
 
 static void
@@ -228,7 +256,9 @@ connection_event (void *cls, struct MHD_Connection *conn, void **socket_context,
    (void) conn;
    (void) socket_context;
    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+      pthread_mutex_lock (&mu);
       stats.connections++;
+      pthread_mutex_unlock (&mu);
    }
 }
 
@@ -250,8 +280,10 @@ main (int argc, char **argv)
    for (int i = 1; i < argc; i++) {
       if (strcmp (argv[i], "--max-seconds") == 0 && i + 1 < argc) {
          max_seconds = atol (argv[++i]);
+      } else if (strcmp (argv[i], "--delay-ms") == 0 && i + 1 < argc) {
+         delay_ms = atol (argv[++i]);
       } else {
-         fprintf (stderr, "usage: %s [--max-seconds S]\n", argv[0]);
+         fprintf (stderr, "usage: %s [--max-seconds S] [--delay-ms MS]\n", argv[0]);
          return 2;
       }
    }
@@ -260,7 +292,11 @@ main (int argc, char **argv)
    addr.sin_addr.s_addr = htonl (INADDR_LOOPBACK);
    addr.sin_port = 0;
    struct MHD_Daemon *d =
-      MHD_start_daemon (MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL,
+      MHD_start_daemon ((delay_ms > 0 ? MHD_USE_THREAD_PER_CONNECTION |
+                                            MHD_USE_INTERNAL_POLLING_THREAD
+                                      : MHD_USE_EPOLL_INTERNAL_THREAD) |
+                           MHD_USE_ERROR_LOG,
+                        0, NULL, NULL,
                         handle, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *) &addr,
                         MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
                         MHD_OPTION_NOTIFY_CONNECTION, connection_event, NULL,

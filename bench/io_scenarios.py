@@ -53,8 +53,9 @@ class HttpSink:
     to in S7. It exits when its stdin (a pipe from us) closes, so it cannot outlive the
     benchmark, and after max_seconds in any case."""
 
-    def __init__(self, binary, max_seconds=7200):
-        self.proc = subprocess.Popen([binary, "--max-seconds", str(int(max_seconds))],
+    def __init__(self, binary, max_seconds=7200, delay_ms=0):
+        self.proc = subprocess.Popen([binary, "--max-seconds", str(int(max_seconds))]
+                                     + (["--delay-ms", str(int(delay_ms))] if delay_ms else []),
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         line = self.proc.stdout.readline().decode().strip()
         if not line.startswith("ready 127.0.0.1:"):

@@ -18,7 +18,9 @@ whole full document; each on `small` (~300-byte documents) and `large` (~4 KB) d
 checkpoint save_every = 100. S4: S2 with save_every = 1 vs 100 on the `ckpt` data set. S5:
 insert-to-handler latency at a steady 2,000 inserts/s. S6/S7 (bench/io_scenarios.py): one
 MongoDB upsert / one loopback HTTP POST per event. net (bench/net_scenarios.py): S2 against
-stand-ins with 0, 1 and 5 ms of network latency (--latency-ms). Plus the in-process per-event path
+stand-ins with 0, 1 and 5 ms of network latency (--latency-ms). lanes (bench/lanes_scenarios.py):
+S3 with lanes = 1 vs 2, and S8 (a POST answered after 5 ms) with lanes = 1 vs 16, issue 16.
+Plus the in-process per-event path
 (build/fw_event_path_bench) on events recorded from the stand-in. Every figure is the median
 of --repeat runs. See docs/performance.md.
 """
@@ -47,6 +49,7 @@ import pymongo  # noqa: E402
 from bson.raw_bson import RawBSONDocument  # noqa: E402
 
 import io_scenarios  # noqa: E402
+import lanes_scenarios  # noqa: E402
 import net_scenarios  # noqa: E402
 from bench_docs import io_doc, large_doc, small_doc  # noqa: E402
 from bench_proc import Child, log, proc_cpu_s  # noqa: E402
@@ -109,7 +112,8 @@ LUA_WORK = {
 }
 
 
-def fw_script(path, coll, scenario, save_every, n=None, latency=False, ckpt_mode=None, dlq=None):
+def fw_script(path, coll, scenario, save_every, n=None, latency=False, ckpt_mode=None, dlq=None,
+              lanes=None):
     prelude, body = LUA_WORK[scenario]
     lines = ['local fw = require("flowwarden")', prelude]
     if latency:
@@ -120,12 +124,14 @@ def fw_script(path, coll, scenario, save_every, n=None, latency=False, ckpt_mode
     else:
         # The counter and the two log lines are the whole measurement overhead.
         lines.append("local N, n = %d, 0" % n)
-        handler = body + ("    n = n + 1\n"
-                          "    if n == 1 then fw.log.info(\"BENCH first\")\n"
+        # With lanes each lane has its own Lua state: the count is fw.state's (shared).
+        handler = body + ("    n = %s\n" % ('fw.state.incr("bench_n")' if lanes else "n + 1")
+                          + "    if n == 1 then fw.log.info(\"BENCH first\")\n"
                           "    elseif n == N then fw.log.info(\"BENCH done\") end\n")
     lines.append(("fw.stream {\n  name = %s,\n  database = %s,\n  collection = %s,\n"
                   % (json.dumps(STREAM), json.dumps(DB), json.dumps(coll)))
                  + ("  dlq = %s,\n" % dlq if dlq else "")
+                 + ("  lanes = %d,\n" % lanes if lanes else "")
                  + ("  checkpoint = { save_every = %d%s },\n"
                     "  on_insert = function(ctx)\n%s  end,\n}\n"
                     % (save_every, ", mode = %s" % json.dumps(ckpt_mode) if ckpt_mode else "",
@@ -203,7 +209,7 @@ class Bench:
             {"_id": STREAM}, {"_id": STREAM, "lastProcessedToken": self.tokens[coll]}, upsert=True)
 
     # -- one throughput run --
-    def run(self, system, coll, scenario, save_every=100, extra=(), timeout=None):
+    def run(self, system, coll, scenario, save_every=100, extra=(), timeout=None, lanes=None):
         """One consumer over the N pre-loaded events of coll; extra: more arguments for the
         pymongo and Node loops."""
         n = self.counts[coll]
@@ -232,7 +238,7 @@ class Bench:
             fw_script(script, coll, scenario, save_every, n=n,
                       ckpt_mode="sync" if system == "flowwarden-sync" else None,
                       dlq={"flowwarden-dlq": "{ sequenced = false }",
-                           "flowwarden-seq": "{ sequenced = true }"}.get(system))
+                           "flowwarden-seq": "{ sequenced = true }"}.get(system), lanes=lanes)
             c = Child([os.path.join(BUILD, "flowwarden"), "run", script, "--uri", self.s.uri,
                        "--log-format", "json", "--log-level", "info"])
 
@@ -575,7 +581,10 @@ def main():
                    help="comma list of stand-in round-trip times (ms) of the net part")
     p.add_argument("--net-systems", default=",".join(net_scenarios.SYSTEMS),
                    help="systems of the net part (flowwarden-sync: checkpoint mode \"sync\")")
-    p.add_argument("--only", default="inprocess,throughput,seq,s4,s5,s6,s7,net",
+    p.add_argument("--lanes-events", type=int, default=None,
+                   help="events of the lanes part (default min(20000, --events)); its IO "
+                        "scenario uses a tenth (5 ms each with one lane)")
+    p.add_argument("--only", default="inprocess,throughput,seq,s4,s5,s6,s7,net,lanes",
                    help="comma list of parts to run (default all)")
     p.add_argument("--systems", default="flowwarden,pymongo,node,drain")
     p.add_argument("--markdown", default=None, help="also write the tables as Markdown here")
@@ -745,6 +754,10 @@ def main():
                                r["received"], r["inserted"], r["insert_rate"]))
                 R["latency"] = {k: dict({m: median_of(v, m) for m in v[0] if m != "runs"},
                                         runs=v) for k, v in lat.items()}
+        if lanes_scenarios.PART in parts:
+            with StandIn() as s:
+                R["lanes"] = lanes_scenarios.run(Bench(a, s, tmp), DB, a.repeat, LUA_WORK, BUILD,
+                                                 a.lanes_events or min(20000, a.events))
         if net_scenarios.PART in parts:
             R["net"] = net_scenarios.run(
                 lambda standin: Bench(a, standin, tmp), StandIn,
@@ -757,6 +770,7 @@ def main():
     R["goals"] = goals(R)
     R["total_seconds"] = round(time.monotonic() - t_begin, 1)
     print_table(R)
+    lanes_scenarios.print_table(R.get("lanes"))
     print("\n(total %.0f s)" % R["total_seconds"])
     if a.json:
         with open(a.json, "w") as f:

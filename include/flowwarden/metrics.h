@@ -204,6 +204,12 @@ void fw_stream_metrics_set_lua_memory (fw_stream_metrics_t *b, uint64_t bytes);
 /* The script version the stream runs (copied). Takes a short lock. */
 void fw_stream_metrics_set_script_version (fw_stream_metrics_t *b, const char *version);
 
+/* ha.mode = "leader" (issue 17): whether this instance leads the stream
+ * (flowwarden_stream_leader, status, /v1/streams). Streams that never set it
+ * have no role (NONE): no such series, no role in /v1/streams. */
+enum { FW_STREAM_ROLE_NONE = 0, FW_STREAM_ROLE_STANDBY = 1, FW_STREAM_ROLE_LEADER = 2 };
+void fw_stream_metrics_set_role (fw_stream_metrics_t *b, int role);
+
 /* A handler's IO call (fw.mongo, fw.http) ended with result after duration_ns. */
 void fw_stream_metrics_io (fw_stream_metrics_t *b, fw_metrics_io_client_t client,
                            fw_metrics_io_result_t result, int64_t duration_ns);
@@ -233,6 +239,7 @@ typedef struct {
    int64_t dlq_pending;            /* -1: not counted (yet) */
    double dlq_oldest_age_seconds;
    uint64_t lua_memory_bytes;
+   int role;                       /* FW_STREAM_ROLE_* */
 } fw_stream_snapshot_t;
 
 /* Copies b's current values (now_ms: the wall clock, for the lag and the

@@ -56,6 +56,8 @@ typedef struct {
    fw_dlq_config_t dlq_fallback;    /* a stream without a DLQ: the script's default DLQ
                                      * (the first stream declaring one), used only by
                                      * ctx:send_to_dlq; enabled = false when none */
+   int lanes;                       /* Lua states and threads handling keys in parallel (1..64,
+                                     * issue 16; 1: the stream's own thread handles events) */
    int64_t timeout_ms;
    size_t memory_limit;
    size_t state_max_bytes;          /* fw.state's bound (fw.defaults { state = ... }) */

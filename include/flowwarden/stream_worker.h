@@ -41,6 +41,20 @@ fw_stream_worker_t *fw_stream_worker_new (fw_lua_host_t *host, int index,
                                           mongoc_client_pool_t *pool, fw_connections_t *conns,
                                           fw_error_t *error);
 
+/* Loads the script into a new host for one lane (see below): the host is
+ * the caller's; NULL with error filled. */
+typedef fw_lua_host_t *(*fw_stream_lane_loader_t) (void *ud, fw_error_t *error);
+
+/*
+ * lanes = N > 1 (issue 16): builds the stream's N lane programs, each in a
+ * host load(ud) returns, sharing w's fw.state store; nothing for lanes = 1.
+ * Call it right after fw_stream_worker_new, before set_metrics; a reload's
+ * new program builds its own, so the reload is rolled back when one fails.
+ * False with error filled (w unchanged but usable for destroy).
+ */
+bool fw_stream_worker_build_lanes (fw_stream_worker_t *w, fw_stream_lane_loader_t load, void *ud,
+                                   fw_error_t *error);
+
 /* Asks the stream to stop: the in-flight handler finishes, a backoff wait
  * ends at once, the final checkpoint is written. Returns at once; join to
  * wait. */

@@ -53,6 +53,7 @@ THE EFFECTIVE CONFIGURATION (every field always present unless "| nil"):
     split_large_events = true,                -- append $changeStreamSplitLargeEvent
     oversize = "fail",                        -- | "skip" (without the split stage)
     oversize_threshold_bytes = 16711680,      -- 16 MiB - 64 KiB
+    lanes = 1,                                -- 1..64: Lua states handling keys in parallel
     checkpoint = { save_every = 1, save_interval_ms = 5000,
                    idle_heartbeat_ms = 300000, start_position = "resume",
                    on_history_lost = "fail",    -- | "latest", | "resume_from_now"
@@ -108,6 +109,9 @@ local fields = require("flowwarden.config.fields")
 local M = {}
 
 M.DEFAULT_URI = "mongodb://127.0.0.1:27017/?replicaSet=rs0"
+
+-- lanes = N at most (issue 16): each lane is a Lua state and a thread.
+M.MAX_LANES = 64
 
 -- Seeds 001 (RetryPolicy) and 002 (DeadLetterQueue), issue 3 (checkpoint,
 -- restart, change-stream options) and issue 4 (budgets), already normalized.
@@ -539,6 +543,19 @@ local function validate_stream(decl, defaults, opts, seen_names)
   if t.oversize_threshold ~= nil then
     ok, v = event_size(ctx, "oversize_threshold", t.oversize_threshold)
     spec.oversize_threshold_bytes = ok and v or spec.oversize_threshold_bytes
+  end
+
+  -- Issue 16's per-key lanes: one Lua state and thread per lane.
+  spec.lanes = 1
+  if t.lanes ~= nil then
+    local i = math.type(t.lanes) == "integer" and t.lanes
+      or (math.type(t.lanes) == "float" and math.tointeger(t.lanes))
+    if not i or i < 1 or i > M.MAX_LANES then
+      ctx:fail("lanes", "expected an integer from 1 to %d (Lua states handling events of "
+        .. "different keys in parallel), got %s", M.MAX_LANES, repr(t.lanes))
+    else
+      spec.lanes = i
+    end
   end
 
   spec.state = merge(M.SEED.state, defaults.state, nil)

@@ -44,12 +44,26 @@ local function list_text(list, empty)
   return table.concat(list, ", ")
 end
 
--- Hides the password of "mongodb://user:secret@host" as "user:***".
+-- URI options whose values are secrets (lower case).
+local SECRET_OPTIONS = { tlscertificatekeyfilepassword = true,
+                         sslclientcertificatekeypassword = true }
+
+-- Hides the password of "mongodb://user:secret@host" as "user:***", as
+-- fw_log_redact_uri does: the userinfo runs to the last '@' (a password that
+-- is not percent-encoded may hold '/', '?' or '@'), and the values of the
+-- secret options are hidden too.
 function M.redact_uri(uri)
-  return (uri:gsub("^(mongodb[%+%w]*://)([^@/]*)@", function(scheme, userinfo)
+  local shown = uri:gsub("^(mongodb[%+%w]*://)(.*)@", function(scheme, userinfo)
     local user = userinfo:match("^([^:]*):")
     return scheme .. (user and (user .. ":***") or userinfo) .. "@"
-  end))
+  end)
+  shown = shown:gsub("([?&])([%w]+)=([^&]*)", function(sep, key, value)
+    if SECRET_OPTIONS[key:lower()] then
+      return sep .. key .. "=***"
+    end
+    return sep .. key .. "=" .. value
+  end)
+  return shown
 end
 
 -- Delays before attempts 2..max_attempts, as the seed's formula gives them
@@ -101,6 +115,8 @@ function M.stream(spec)
   add("full_document", spec.full_document)
   add("full_document_before_change", spec.full_document_before_change)
   add("split_large_events", tostring(spec.split_large_events))
+  add("lanes", (spec.lanes or 1) == 1 and "1 (events handled one at a time, in order)"
+    or string.format("%d (in order per key, keys in parallel)", spec.lanes))
   add("oversize", spec.oversize)
   add("oversize_threshold", duration.format_size(spec.oversize_threshold_bytes))
   local handlers = {}

@@ -63,6 +63,7 @@ struct fw_stream_metrics {
    int attempt;
    int state;
    uint64_t lua_memory;
+   int role;                  /* FW_STREAM_ROLE_* (ha.mode = "leader") */
    int64_t dlq_pending;
    uint64_t dlq_oldest_bits;  /* a double */
    fw_duration_hist_t handler;
@@ -132,7 +133,9 @@ count_get (const uint64_t *c)
 static inline void
 count_add (uint64_t *c, uint64_t n)
 {
-   __atomic_store_n (c, __atomic_load_n (c, __ATOMIC_RELAXED) + n, __ATOMIC_RELAXED);
+   /* An atomic add: a stream with lanes (issue 16) counts from several
+    * threads into one block. */
+   __atomic_fetch_add (c, n, __ATOMIC_RELAXED);
 }
 
 static inline double

@@ -200,7 +200,7 @@ fw_stream_metrics_event_received (fw_stream_metrics_t *b, fw_metrics_op_t op, in
       op = FW_METRICS_OP_OTHER;
    }
    count_add (&b->events[op], 1);
-   b->w_events++;
+   __atomic_fetch_add (&b->w_events, 1, __ATOMIC_RELAXED);
    store_i64 (&b->inflight_ms, event_ms > 0 ? event_ms : 0);
 }
 
@@ -239,9 +239,9 @@ rate_sample (fw_stream_metrics_t *b, int64_t now_ms)
    __atomic_store_n (&s->seq, seq + 1, __ATOMIC_RELAXED);
    __atomic_thread_fence (__ATOMIC_RELEASE);
    __atomic_store_n (&s->t_ms, now_ms, __ATOMIC_RELAXED);
-   __atomic_store_n (&s->events, b->w_events, __ATOMIC_RELAXED);
+   __atomic_store_n (&s->events, __atomic_load_n (&b->w_events, __ATOMIC_RELAXED),
+                     __ATOMIC_RELAXED);
    __atomic_store_n (&s->seq, seq + 2, __ATOMIC_RELEASE);
-   b->w_next_sample_ms = now_ms + FW_RATE_SLOT_MS;
 }
 
 void
@@ -262,8 +262,15 @@ fw_stream_metrics_event_finished (fw_stream_metrics_t *b, fw_metrics_outcome_t o
       __atomic_store_n (&b->attempt, 0, __ATOMIC_RELAXED);
    }
    store_i64 (&b->finished_ms, now_ms);
-   if (now_ms >= b->w_next_sample_ms) {
-      rate_sample (b, now_ms);
+   {
+      /* The one thread that moves the next sample time takes the sample (a
+       * stream's lanes, issue 16, finish events on several threads). */
+      int64_t next = __atomic_load_n (&b->w_next_sample_ms, __ATOMIC_RELAXED);
+      if (now_ms >= next &&
+          __atomic_compare_exchange_n (&b->w_next_sample_ms, &next, now_ms + FW_RATE_SLOT_MS,
+                                       false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+         rate_sample (b, now_ms);
+      }
    }
 }
 
@@ -306,14 +313,14 @@ fw_stream_metrics_handler_error (fw_stream_metrics_t *b, const char *type)
    if (!type) {
       type = "";
    }
+   /* Under the lock: a stream's lanes (issue 16) fail on several threads. */
+   pthread_mutex_lock (&b->mu);
    count_add (&b->handler_errors[error_type_index (b, type)], 1);
-   /* The lock is taken only when the type changes. */
    if (strcmp (b->w_last_error, type) != 0) {
       snprintf (b->w_last_error, sizeof b->w_last_error, "%s", type);
-      pthread_mutex_lock (&b->mu);
       memcpy (b->last_error_type, b->w_last_error, sizeof b->last_error_type);
-      pthread_mutex_unlock (&b->mu);
    }
+   pthread_mutex_unlock (&b->mu);
 }
 
 void
@@ -380,6 +387,12 @@ void
 fw_stream_metrics_set_lua_memory (fw_stream_metrics_t *b, uint64_t bytes)
 {
    __atomic_store_n (&b->lua_memory, bytes, __ATOMIC_RELAXED);
+}
+
+void
+fw_stream_metrics_set_role (fw_stream_metrics_t *b, int role)
+{
+   __atomic_store_n (&b->role, role, __ATOMIC_RELAXED);
 }
 
 void
@@ -507,6 +520,7 @@ fw_stream_metrics_snapshot (const fw_stream_metrics_t *b, int64_t now_ms,
    out->dlq_oldest_age_seconds =
       bits_to_double (__atomic_load_n (&b->dlq_oldest_bits, __ATOMIC_RELAXED));
    out->lua_memory_bytes = __atomic_load_n (&b->lua_memory, __ATOMIC_RELAXED);
+   out->role = __atomic_load_n (&b->role, __ATOMIC_RELAXED);
 }
 
 int

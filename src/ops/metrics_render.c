@@ -254,6 +254,25 @@ render_state (render_t *r)
       sample_u64 (r->out, "flowwarden_lua_memory_bytes", b, NULL, NULL,
                   __atomic_load_n (&b->lua_memory, __ATOMIC_RELAXED));
    }
+   {
+      bool any = false;
+      FOREACH_ACTIVE (r, b)
+      {
+         any = any || __atomic_load_n (&b->role, __ATOMIC_RELAXED) != FW_STREAM_ROLE_NONE;
+      }
+      if (any) {
+         family (r->out, "flowwarden_stream_leader", "gauge",
+                 "1 while this instance holds the stream's lease (ha.mode = \"leader\"), else 0.");
+         FOREACH_ACTIVE (r, b)
+         {
+            int role = __atomic_load_n (&b->role, __ATOMIC_RELAXED);
+            if (role != FW_STREAM_ROLE_NONE) {
+               sample_u64 (r->out, "flowwarden_stream_leader", b, NULL, NULL,
+                           role == FW_STREAM_ROLE_LEADER);
+            }
+         }
+      }
+   }
 }
 
 static const char *const io_clients[FW_METRICS_IO_CLIENT_COUNT] = {"mongo", "http"};

@@ -602,8 +602,12 @@ fw_metric_series_get (fw_metric_t *x, fw_stream_metrics_t *stream, const char *c
 void
 fw_metric_series_add (fw_metric_series_t *s, double v)
 {
-   double now = bits_to_double (__atomic_load_n (&s->value_bits, __ATOMIC_RELAXED));
-   __atomic_store_n (&s->value_bits, double_to_bits (now + v), __ATOMIC_RELAXED);
+   /* Compare-and-swap: a stream's lanes (issue 16) add from several threads. */
+   uint64_t old = __atomic_load_n (&s->value_bits, __ATOMIC_RELAXED);
+   while (!__atomic_compare_exchange_n (&s->value_bits, &old,
+                                        double_to_bits (bits_to_double (old) + v), true,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+   }
 }
 
 void

@@ -310,6 +310,7 @@ dead_letter_raw (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t *
                  int64_t first_ms, int64_t last_ms, const bson_t *raw)
 {
    fw_dlq_failure_t f = {0};
+   f.epoch = w->epoch; /* ha.mode = "leader": who wrote it */
    bson_t metadata, entry;
    fw_error_t err;
    char id[1024];
@@ -539,6 +540,11 @@ dispatch (fw_stream_worker_t *w, const fw_event_t *ev)
       fw_lua_stop_t stop;
       bool ok, key_failed = false;
 
+      /* ha.mode = "leader": no handler call past the lease's deadline; the
+       * event comes back to the next leader. */
+      if (w->lease && !fw_lease_is_leader (w->lease, NULL)) {
+         return FW_DISPATCH_STOPPED;
+      }
       /* A reload takes effect here: this attempt runs the new code, and the
        * attempt count carries on. */
       if (w->at_attempt_boundary && w->at_attempt_boundary (w)) {

@@ -173,6 +173,14 @@ free_workers (fw_stream_worker_t **ws, int n)
    free (ws);
 }
 
+/* A lane's Lua state (lanes = N): the script loaded once more. */
+static fw_lua_host_t *
+lane_load (void *ud, fw_error_t *error)
+{
+   fw_runtime_t *rt = ud;
+   return load (rt->opts->script, option_uri (rt->opts), rt->metrics, error);
+}
+
 /* Loads the script once per stream (each stream gets a Lua state of its
  * own) and builds every worker without starting any: a failure leaves
  * nothing behind. */
@@ -204,8 +212,9 @@ build_workers (fw_runtime_t *rt, fw_stream_worker_t ***out, int *n_out, char **v
    for (int i = 0; i < n; i++) {
       fw_lua_host_t *host =
          i == 0 ? first : load (rt->opts->script, option_uri (rt->opts), rt->metrics, error);
-      if (!host || !(ws[i] = fw_stream_worker_new (host, i, rt->pool, rt->conns, error))) {
-         free_workers (ws, i);
+      if (!host || !(ws[i] = fw_stream_worker_new (host, i, rt->pool, rt->conns, error)) ||
+          !fw_stream_worker_build_lanes (ws[i], lane_load, rt, error)) {
+         free_workers (ws, i + 1);
          free (*version);
          *version = NULL;
          fw_metrics_rollback (rt->metrics);

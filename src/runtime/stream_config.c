@@ -247,6 +247,10 @@ fw_stream_config_read (lua_State *L, int idx, fw_stream_config_t *cfg, fw_error_
    read_backoff (L, t, "retry", &cfg->retry);
    read_dlq (L, t, "dlq", &cfg->dlq);
    read_dlq (L, t, "dlq_fallback", &cfg->dlq_fallback);
+   cfg->lanes = (int) int_field (L, t, "lanes", 1);
+   if (cfg->lanes < 1 || cfg->lanes > 64) {
+      cfg->lanes = 1;
+   }
    cfg->timeout_ms = int_field (L, t, "timeout_ms", 30000);
    cfg->memory_limit = (size_t) int_field (L, t, "memory_limit_bytes", 256 * 1024 * 1024);
    cfg->state_max_bytes = 64 * 1024 * 1024;

@@ -18,6 +18,9 @@ fw_stream_worker_set_metrics (fw_stream_worker_t *w, fw_metrics_t *registry)
 {
    w->metrics = registry ? fw_metrics_stream (registry, w->cfg.name) : NULL;
    fw_metrics_lua_bind_stream (fw_lua_host_state (w->host), w->metrics);
+   for (int i = 0; i < w->n_lane_w; i++) {
+      fw_stream_worker_set_metrics (w->lane_w[i], registry); /* one block: the stream's */
+   }
 }
 
 fw_stream_metrics_t *

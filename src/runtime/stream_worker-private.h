@@ -13,6 +13,7 @@
 #include "flowwarden/dlq_store.h"
 #include "flowwarden/event.h"
 #include "flowwarden/event_ctx.h"
+#include "flowwarden/lease.h"
 #include "flowwarden/metrics.h"
 #include "flowwarden/mongo_lua.h"
 #include "flowwarden/state_store.h"
@@ -97,6 +98,10 @@ struct fw_stream_worker {
    fw_checkpoint_writer_t *ckpt; /* checkpoint.mode = "async": started on first use by the
                                   * stream's thread, destroyed as it ends */
    bool ckpt_unavailable;      /* the writer could not start: checkpoints are synchronous */
+   /* ha.mode = "leader" (lease.h): */
+   fw_lease_t *lease;          /* the stream's lease, NULL without ha */
+   int64_t epoch;              /* the epoch this thread leads with; 0: not leading */
+   int64_t ckpt_epoch;         /* the epoch the checkpoint writer fences with */
    const fw_dispatch_hooks_t *hooks; /* flowwarden test's clock and recorder, else NULL */
    /* A sequenced DLQ (event_park.c): */
    const struct fw_park_ops *park_ops; /* its store's sequence operations (fw_park_ops_t);
@@ -108,6 +113,16 @@ struct fw_stream_worker {
    bool seq_key_done;          /* seq_key is computed (NULL then: the event has none) */
    int64_t seq_index;          /* the index taken for the entry being stored; -1: none */
    char failure[1200];         /* why the stream stops, with FW_DISPATCH_FAILED */
+   /* Per-key lanes (stream_lanes.c, issue 16), cfg.lanes > 1: */
+   int index;                  /* the stream's index in its script */
+   fw_connections_t *conns;    /* borrowed (fw_stream_worker_new's) */
+   fw_stream_worker_t **lane_w; /* the lanes' programs (cfg.lanes workers, each with a Lua
+                                * state of its own, never started as streams): built with
+                                * the program, swapped with it by a reload; NULL: no lanes */
+   int n_lane_w;
+   fw_stream_worker_t *coord;  /* on a lane's program: the stream's worker, else NULL */
+   struct fw_stream_lanes *lanes; /* the running lanes (threads, queues, watermark), owned
+                                   * by the stream's thread; NULL: events handled here */
 };
 
 /* What the admin endpoint asked the stream's thread to do. */
@@ -339,6 +354,62 @@ const bson_t *fw_stream_reader_resume_token (fw_stream_reader_t *r);
  * maxAwaitTimeMS when the stream is idle), frees what it read ahead; cs is
  * the caller's again. NULL is a no-op. */
 void fw_stream_reader_stop (fw_stream_reader_t *r);
+
+/* --- stream_reload.c --------------------------------------------------- */
+
+/* Switches to the program a reload left pending (handlers, policies, Lua
+ * state, lane programs), if any; the dispatcher calls it at attempt
+ * boundaries. Never while lanes run (w->lanes): fw_stream_lanes_boundary
+ * applies it then. Returns true when it switched. */
+bool fw_stream_reload_apply (fw_stream_worker_t *w);
+
+/* Points w's Lua state (and its lane programs') at w's fw.state store, and
+ * w's fw.mongo at w's clients. */
+void fw_stream_state_attach (fw_stream_worker_t *w);
+
+/* --- stream_lanes.c: per-key lanes (issue 16) ------------------------------
+ *
+ * With cfg.lanes = N > 1 the stream's thread reads, parses and routes: each
+ * event goes to the lane of hash(its sequence key) (the sequenced DLQ's key:
+ * dlq.sequence_key, else the documentKey; events without one go to lane 0),
+ * where a thread with a Lua state of its own handles the lane's events in
+ * order. The checkpoint is the watermark: the newest event that, with every
+ * earlier one, is handled or dead-lettered.
+ */
+typedef struct fw_stream_lanes fw_stream_lanes_t;
+
+typedef enum {
+   FW_LANES_NEXT,        /* read on */
+   FW_LANES_INVALIDATED, /* an invalidate, handled: checkpoint written */
+   FW_LANES_STOPPED,     /* shutdown */
+   FW_LANES_FAILED       /* the stream must stop (w->failure says why) */
+} fw_lanes_step_t;
+
+/* At an event boundary of the stream's thread, instead of
+ * fw_stream_reload_apply when the stream has (or had) lanes: a pending
+ * reload waits for the lanes to finish what they hold, stops them, switches
+ * every program and starts the lanes again, so all lanes run the new
+ * version after the same event; lanes not running yet are started. False
+ * when the stream must stop (shutdown, or w->failure says why). */
+bool fw_stream_lanes_boundary (fw_stream_worker_t *w, fw_position_t *p);
+
+/* Takes one event read (ev: fw_event_parse's result, to_lane: handled by a
+ * lane, else already dead-lettered on this thread), token: the change
+ * stream's resume token after it; moves p up to the watermark and saves
+ * every save_every events. */
+fw_lanes_step_t fw_stream_lanes_take (fw_stream_worker_t *w, fw_position_t *p,
+                                      const fw_event_t *ev, bool to_lane, const bson_t *token);
+
+/* Moves p up to the watermark; true when nothing is in flight. */
+bool fw_stream_lanes_advance (fw_stream_worker_t *w, fw_position_t *p);
+
+/* Waits for the lanes to finish what they hold (not on shutdown, nor after
+ * a lane failed), stops and joins them, moves p to the watermark and adds
+ * the lanes' counts to w's. NULL lanes: a no-op. */
+void fw_stream_lanes_stop (fw_stream_worker_t *w, fw_position_t *p);
+
+/* The lane programs' counts added to w's (and zeroed). */
+void fw_stream_lanes_fold_stats (fw_stream_worker_t *w);
 
 /* --- stream_control.c -------------------------------------------------- */
 

@@ -74,37 +74,12 @@ pread_spec (lua_State *L)
    return 0;
 }
 
-static bool apply_pending (fw_stream_worker_t *w);
-
-/* --- fw.state: the worker owns the store, its Lua state borrows it ------- */
-
 /* fw.mongo asks the worker for the client of a connection. */
 static mongoc_client_t *
 mongo_client_for (void *ud, const char *name, fw_error_t *error)
 {
    fw_stream_worker_t *w = ud;
    return fw_connection_clients_get (w->clients, name, error);
-}
-
-/* Points w's Lua state at w's store (bound applied) and w's clients. */
-static void
-state_attach (fw_stream_worker_t *w)
-{
-   fw_mongo_lua_attach (fw_lua_host_state (w->host), &w->mongo);
-   fw_lua_state_attach (fw_lua_host_state (w->host), w->state);
-   fw_state_store_set_label (w->state, w->cfg.name);
-   fw_state_store_set_max_bytes (w->state, w->cfg.state_max_bytes);
-}
-
-void
-fw_stream_worker_take_state (fw_stream_worker_t *w, fw_stream_worker_t *from)
-{
-   fw_state_store_t *mine = w->state;
-
-   w->state = from->state;
-   from->state = mine;
-   fw_lua_state_attach (fw_lua_host_state (from->host), from->state);
-   state_attach (w);
 }
 
 fw_stream_worker_t *
@@ -122,6 +97,8 @@ fw_stream_worker_new (fw_lua_host_t *host, int index, mongoc_client_pool_t *pool
    }
    w->host = host;
    w->pool = pool;
+   w->index = index;
+   w->conns = conns;
    fw_shutdown_init (&w->own_shutdown);
    pthread_mutex_init (&w->pending_mu, NULL);
    w->shutdown = &w->own_shutdown;
@@ -131,7 +108,7 @@ fw_stream_worker_new (fw_lua_host_t *host, int index, mongoc_client_pool_t *pool
    w->spec_ref = w->on_failure_ref = LUA_NOREF;
    w->seq_index = -1;
    w->dispatch.cache_ref = LUA_NOREF;
-   w->at_attempt_boundary = apply_pending;
+   w->at_attempt_boundary = fw_stream_reload_apply;
    lua_pushcfunction (L, pread_spec);
    lua_pushlightuserdata (L, &a);
    if (lua_pcall (L, 1, 0, 0) != LUA_OK) {
@@ -156,7 +133,7 @@ fw_stream_worker_new (fw_lua_host_t *host, int index, mongoc_client_pool_t *pool
    }
    w->mongo.client_for = mongo_client_for;
    w->mongo.ud = w;
-   state_attach (w);
+   fw_stream_state_attach (w);
    return w;
 }
 
@@ -182,97 +159,6 @@ bool
 fw_stream_worker_finished (const fw_stream_worker_t *w)
 {
    return __atomic_load_n (&w->finished, __ATOMIC_ACQUIRE);
-}
-
-static bool
-same_string (const char *a, const char *b)
-{
-   return (!a && !b) || (a && b && strcmp (a, b) == 0);
-}
-
-bool
-fw_stream_worker_same_source (const fw_stream_worker_t *w, const fw_stream_worker_t *next)
-{
-   return same_string (w->cfg.database, next->cfg.database) &&
-          same_string (w->cfg.collection, next->cfg.collection) &&
-          same_string (w->cfg.full_document, next->cfg.full_document) &&
-          same_string (w->cfg.full_document_before_change,
-                       next->cfg.full_document_before_change) &&
-          bson_equal (w->cfg.pipeline, next->cfg.pipeline);
-}
-
-void
-fw_stream_worker_replace_program (fw_stream_worker_t *w, fw_stream_worker_t *next)
-{
-   fw_stream_worker_t *dropped;
-
-   pthread_mutex_lock (&w->pending_mu);
-   dropped = w->pending;
-   w->pending = next;
-   __atomic_store_n (&w->has_pending, 1, __ATOMIC_RELEASE);
-   pthread_mutex_unlock (&w->pending_mu);
-   fw_stream_worker_destroy (dropped);
-}
-
-#define SWAP(a, b)                 \
-   do {                            \
-      __typeof__ (a) swap_tmp = a; \
-      a = b;                       \
-      b = swap_tmp;                \
-   } while (0)
-
-static bool
-same_dlq (const fw_dlq_config_t *a, const fw_dlq_config_t *b)
-{
-   return a->enabled == b->enabled && same_string (a->collection, b->collection) &&
-          same_string (a->connection, b->connection) && same_string (a->database, b->database) &&
-          same_string (a->write_concern_tag, b->write_concern_tag) &&
-          a->write_concern_w == b->write_concern_w && a->memory == b->memory;
-}
-
-/* Switches to the program a reload left pending (handlers, policies, Lua
- * state), if any; the dispatcher calls it at attempt boundaries. */
-static bool
-apply_pending (fw_stream_worker_t *w)
-{
-   fw_stream_worker_t *next;
-
-   if (!__atomic_load_n (&w->has_pending, __ATOMIC_ACQUIRE)) {
-      return false;
-   }
-   pthread_mutex_lock (&w->pending_mu);
-   next = w->pending;
-   w->pending = NULL;
-   __atomic_store_n (&w->has_pending, 0, __ATOMIC_RELEASE);
-   pthread_mutex_unlock (&w->pending_mu);
-   if (!next) {
-      return false;
-   }
-   if (!same_dlq (&w->cfg.dlq, &next->cfg.dlq) ||
-       !same_dlq (&w->cfg.dlq_fallback, &next->cfg.dlq_fallback)) {
-      fw_dlq_store_destroy (w->dlq); /* reopened on first use with the new settings */
-      w->dlq = NULL;
-   }
-   SWAP (w->host, next->host);
-   SWAP (w->cfg, next->cfg);
-   for (int i = 0; i < H_COUNT; i++) {
-      SWAP (w->handler_ref[i], next->handler_ref[i]);
-   }
-   SWAP (w->spec_ref, next->spec_ref);
-   SWAP (w->on_failure_ref, next->on_failure_ref);
-   /* The event cache lived in the old state, which goes away with next. */
-   w->dispatch.cache_ref = LUA_NOREF;
-   w->dispatch.stream_name = w->cfg.name;
-   w->dispatch.dlq_enabled = w->cfg.dlq.enabled || w->cfg.dlq_fallback.enabled;
-   w->reprocess_at_ms = 0; /* dlq.reprocess as the new script says */
-   state_attach (w); /* fw.state survives the reload: the new state gets our store */
-   fw_stream_worker_destroy (next);
-   if (w->metrics) {
-      fw_stream_metrics_set_script_version (w->metrics, fw_lua_host_version (w->host));
-   }
-   fw_log (FW_LOG_INFO, w->cfg.name, "now running script version %s",
-           fw_lua_host_version (w->host));
-   return true;
 }
 
 /* --- opening ------------------------------------------------------------- */
@@ -349,8 +235,16 @@ typedef enum {
    READ_INVALIDATED,
    READ_HISTORY_LOST,
    READ_PAUSE,  /* the admin endpoint asked to pause: checkpoint written */
-   READ_RESTART /* the admin endpoint asked to restart: checkpoint written */
+   READ_RESTART, /* the admin endpoint asked to restart: checkpoint written */
+   READ_LOST    /* ha: the lease's deadline passed: handling stopped */
 } read_end_t;
+
+/* ha.mode = "leader": whether this thread may still call handlers. */
+static bool
+lease_lost (fw_stream_worker_t *w)
+{
+   return w->lease && !fw_lease_is_leader (w->lease, NULL);
+}
 
 
 /* Reads until shutdown, an error or an invalidate. */
@@ -363,14 +257,28 @@ consume_events (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
    while (!fw_shutdown_requested (w->shutdown)) {
       int control = fw_stream_control_peek (w);
       if (control == W_CONTROL_PAUSE || control == W_CONTROL_RESTART) {
-         /* An event boundary: nothing is in flight. */
+         /* An event boundary: nothing is in flight (once the lanes finished). */
+         fw_stream_lanes_stop (w, p);
          fw_position_save (w, p, control == W_CONTROL_PAUSE ? "pause" : "restart");
          return control == W_CONTROL_PAUSE ? READ_PAUSE : READ_RESTART;
       }
       if (control == W_CONTROL_RESUME) {
          fw_stream_control_take (w); /* not paused: nothing to do */
       }
-      apply_pending (w);
+      if (w->lanes || w->n_lane_w > 1) {
+         if (!fw_stream_lanes_boundary (w, p)) { /* a reload waits for every lane */
+            if (fw_shutdown_requested (w->shutdown)) {
+               return READ_STOP;
+            }
+            stream_failed (w, w->failure);
+            return READ_FAILED;
+         }
+      } else {
+         fw_stream_reload_apply (w);
+      }
+      if (lease_lost (w)) {
+         return READ_LOST;
+      }
       if (fw_stream_reader_next (rd, &doc)) {
          fw_event_t ev;
          fw_error_t err;
@@ -423,13 +331,18 @@ consume_events (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
             }
             fw_log (FW_LOG_ERROR, w->cfg.name, "unreadable change event %s dead-lettered: %s",
                     eid, err.message);
-         } else {
+         } else if (!w->lanes) {
             if (w->metrics) {
                fw_stream_count_received (w, &ev);
             }
-            fw_dispatch_result_t r = fw_event_dispatch (w, &ev);
+            fw_dispatch_result_t r;
+            if (lease_lost (w)) {
+               return READ_LOST; /* checked again here: the read may have waited */
+            }
+            r = fw_event_dispatch (w, &ev);
             if (r == FW_DISPATCH_STOPPED) {
-               return READ_STOP;
+               return lease_lost (w) && !fw_shutdown_requested (w->shutdown) ? READ_LOST
+                                                                            : READ_STOP;
             }
             if (r == FW_DISPATCH_FAILED) {
                stream_failed (w, w->failure); /* a sequenced DLQ overflowed */
@@ -440,6 +353,18 @@ consume_events (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
             }
          }
          *progressed = true;
+         if (w->lanes) {
+            fw_lanes_step_t s = fw_stream_lanes_take (w, p, &ev, parsed && step != FW_OVERSIZE_SKIPPED,
+                                                      fw_stream_reader_resume_token (rd));
+            if (s == FW_LANES_FAILED) {
+               stream_failed (w, w->failure);
+               return READ_FAILED;
+            }
+            if (s != FW_LANES_NEXT) {
+               return s == FW_LANES_INVALIDATED ? READ_INVALIDATED : READ_STOP;
+            }
+            continue;
+         }
          if (w->reprocess_at_ms >= 0) {
             fw_dlq_reprocess_tick (w); /* a due dlq.reprocess round, between events */
          }
@@ -492,7 +417,8 @@ consume_events (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
                    berr.code);
          return READ_ERROR;
       }
-      if (w->reprocess_at_ms >= 0) {
+      /* With lanes: only once they are idle too (the round runs here). */
+      if (w->reprocess_at_ms >= 0 && (!w->lanes || fw_stream_lanes_advance (w, p))) {
          fw_dlq_reprocess_tick (w); /* a due dlq.reprocess round, while idle */
       }
       /* Idle: the post-batch token moves the seen position forward. */
@@ -503,7 +429,8 @@ consume_events (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
             fw_stream_metrics_caught_up (w->metrics);
             fw_stream_dlq_count_tick (w, now);
          }
-         if (tok && !bson_empty (tok) && !fw_split_buffer_active (&p->split) &&
+         if ((!w->lanes || fw_stream_lanes_advance (w, p)) && tok && !bson_empty (tok) &&
+             !fw_split_buffer_active (&p->split) &&
              (!p->has_resume || !bson_equal (tok, &p->resume))) {
             fw_position_set_token (&p->resume, tok);
             p->has_resume = true;
@@ -526,7 +453,7 @@ reader_hold (void *ud)
    fw_stream_worker_t *w = ud;
    int control = fw_stream_control_peek (w);
    return control == W_CONTROL_PAUSE || control == W_CONTROL_RESTART ||
-          fw_shutdown_requested (w->shutdown);
+          fw_shutdown_requested (w->shutdown) || lease_lost (w);
 }
 
 /* Reads (ahead, on the reader's thread) until shutdown, an error or an
@@ -545,6 +472,7 @@ consume (fw_stream_worker_t *w, mongoc_change_stream_t *cs, fw_position_t *p, bo
       return READ_ERROR;
    }
    end = consume_events (w, rd, p, progressed);
+   fw_stream_lanes_stop (w, p); /* p: the watermark once they finished */
    fw_stream_reader_stop (rd);
    return end;
 }
@@ -567,6 +495,99 @@ set_state (fw_stream_worker_t *w, fw_stream_state_t state, const char *why)
    if (w->metrics) {
       fw_stream_metrics_set_state (w->metrics, state, why);
    }
+}
+
+/* Reads the checkpoint into p (unless start_position = "latest"), retrying
+ * with the restart backoff. False only on shutdown. */
+static bool
+load_checkpoint (fw_stream_worker_t *w, fw_checkpoint_t *cp, fw_position_t *p, int *candidate,
+                 bool *from_checkpoint)
+{
+   fw_error_t err;
+
+   if (w->cfg.start_latest) {
+      return true;
+   }
+   for (int tries = 1; !fw_checkpoint_load (w->client, w->cfg.database, w->cfg.name, cp, &err);
+        tries++) {
+      int64_t delay = fw_backoff_delay_ms (&w->cfg.restart, tries, fw_backoff_random (&w->rng));
+      fw_log (FW_LOG_ERROR, w->cfg.name, "%s; retrying in %lld ms", err.message,
+              (long long) delay);
+      fw_checkpoint_cleanup (cp);
+      if (fw_shutdown_wait_ms (w->shutdown, delay)) {
+         return false;
+      }
+   }
+   if (cp->has_processed) {
+      fw_position_set_token (&p->processed, &cp->processed);
+      p->has_processed = true;
+      fw_position_set_token (&p->resume, &cp->processed);
+      p->has_resume = true;
+      *from_checkpoint = true;
+   } else if (cp->has_seen) {
+      fw_position_set_token (&p->resume, &cp->seen);
+      p->has_resume = true;
+      *candidate = 1;
+      *from_checkpoint = true;
+   }
+   return true;
+}
+
+static void
+set_role (fw_stream_worker_t *w, int role)
+{
+   if (w->metrics) {
+      fw_stream_metrics_set_role (w->metrics, role);
+   }
+}
+
+/* ha.mode = "leader": waits as a standby until this instance holds the
+ * stream's lease, then fences the checkpoint with the lease's epoch (after
+ * which a deposed leader's checkpoint writes move nothing). False only on
+ * shutdown. */
+static bool
+ha_wait_lead (fw_stream_worker_t *w)
+{
+   bool said = false;
+
+   w->epoch = 0;
+   set_role (w, FW_STREAM_ROLE_STANDBY);
+   set_state (w, FW_STREAM_STARTING, "standby: another instance holds the stream's lease");
+   while (!fw_shutdown_requested (w->shutdown)) {
+      int64_t epoch, stored;
+      fw_error_t err;
+
+      if (!fw_lease_wait_leader (w->lease, 250, &epoch)) {
+         if (!said) {
+            fw_log (FW_LOG_INFO, w->cfg.name, "role: standby (waiting for the stream's lease)");
+            said = true;
+         }
+         continue;
+      }
+      if (!fw_checkpoint_fence (w->client, w->cfg.database, w->cfg.name, epoch, &stored, &err)) {
+         fw_log (FW_LOG_WARN, w->cfg.name, "%s; trying again", err.message);
+         fw_shutdown_wait_ms (w->shutdown, 250);
+         continue;
+      }
+      if (stored != epoch) {
+         fw_log (FW_LOG_ERROR, w->cfg.name,
+                 "the checkpoint is fenced with epoch %lld, not this lease's %lld: waiting (a "
+                 "lease document removed while a leader ran?)",
+                 (long long) stored, (long long) epoch);
+         fw_shutdown_wait_ms (w->shutdown, 1000);
+         continue;
+      }
+      if (!fw_lease_is_leader (w->lease, NULL)) {
+         continue;
+      }
+      w->epoch = epoch;
+      set_role (w, FW_STREAM_ROLE_LEADER);
+      fw_log (FW_LOG_INFO, w->cfg.name,
+              "role: leader (epoch %lld): the checkpoint is fenced, opening the change stream",
+              (long long) epoch);
+      return true;
+   }
+   return false;
 }
 
 static void *
@@ -596,29 +617,18 @@ worker_main (void *arg)
    if (w->cfg.dlq.enabled && !fw_event_dispatch_open_dlq (w)) {
       goto done;
    }
-   if (!w->cfg.start_latest) {
-      for (int tries = 1; !fw_checkpoint_load (w->client, w->cfg.database, w->cfg.name, &cp, &err);
-           tries++) {
-         int64_t delay = fw_backoff_delay_ms (&w->cfg.restart, tries, fw_backoff_random (&w->rng));
-         fw_log (FW_LOG_ERROR, w->cfg.name, "%s; retrying in %lld ms", err.message,
-                 (long long) delay);
-         fw_checkpoint_cleanup (&cp);
-         if (fw_shutdown_wait_ms (w->shutdown, delay)) {
-            goto done;
-         }
+   if (w->cfg.ha_leader) {
+      if (!(w->lease = fw_lease_new (mongoc_client_get_uri (w->client), w->cfg.database,
+                                     w->cfg.name, w->cfg.ha_lease_ms, NULL, &err))) {
+         stream_failed (w, err.message);
+         goto done;
       }
-      if (cp.has_processed) {
-         fw_position_set_token (&p.processed, &cp.processed);
-         p.has_processed = true;
-         fw_position_set_token (&p.resume, &cp.processed);
-         p.has_resume = true;
-         from_checkpoint = true;
-      } else if (cp.has_seen) {
-         fw_position_set_token (&p.resume, &cp.seen);
-         p.has_resume = true;
-         candidate = 1;
-         from_checkpoint = true;
+      if (!ha_wait_lead (w)) {
+         goto done;
       }
+   }
+   if (!load_checkpoint (w, &cp, &p, &candidate, &from_checkpoint)) {
+      goto done;
    }
    fw_log (FW_LOG_INFO, w->cfg.name, "starting on %s%s%s %s", w->cfg.database,
            w->cfg.collection ? "." : "", w->cfg.collection ? w->cfg.collection : " (all collections)",
@@ -720,6 +730,28 @@ worker_main (void *arg)
          continue;
       }
 
+      if (end == READ_LOST && !fw_shutdown_requested (w->shutdown)) {
+         /* Handlers stopped before the lease could expire. The last save is
+          * fenced: it lands only if no newer leader fenced the checkpoint. */
+         fw_position_save (w, &p, "lease lost");
+         fw_log (FW_LOG_WARN, w->cfg.name,
+                 "role: standby (stopped handling: the lease, epoch %lld, could not be kept; "
+                 "change stream closed)",
+                 (long long) w->epoch);
+         p.has_processed = p.has_resume = false;
+         p.since_save = 0;
+         p.dirty = false;
+         p.invalidated = false;
+         fw_checkpoint_cleanup (&cp);
+         bson_init (&cp.processed);
+         bson_init (&cp.seen);
+         candidate = 0;
+         if (!ha_wait_lead (w) || !load_checkpoint (w, &cp, &p, &candidate, &from_checkpoint)) {
+            break;
+         }
+         restarts = 0;
+         continue;
+      }
       if (end == READ_STOP || end == READ_FAILED || fw_shutdown_requested (w->shutdown)) {
          break;
       }
@@ -792,6 +824,16 @@ done:
    fw_position_save (w, &p, "shutdown");
    fw_checkpoint_writer_destroy (w->ckpt); /* idle since the save: gives its client back */
    w->ckpt = NULL;
+   w->ckpt_epoch = 0;
+   if (w->lease) {
+      /* After the final checkpoint: the standby that takes over at once
+       * starts where this leader stopped. */
+      fw_lease_release (w->lease, 2000);
+      fw_lease_destroy (w->lease);
+      w->lease = NULL;
+      w->epoch = 0;
+      set_role (w, FW_STREAM_ROLE_STANDBY);
+   }
    if (!w->stats.failed) {
       set_state (w, FW_STREAM_STOPPED, "stopped");
    }
@@ -856,7 +898,13 @@ fw_stream_worker_destroy (fw_stream_worker_t *w)
    fw_stream_worker_destroy (w->pending);
    fw_stream_config_cleanup (&w->cfg);
    fw_lua_host_destroy (w->host);
-   fw_state_store_destroy (w->state);
+   for (int i = 0; i < w->n_lane_w; i++) {
+      fw_stream_worker_destroy (w->lane_w[i]);
+   }
+   free (w->lane_w);
+   if (!w->coord) {
+      fw_state_store_destroy (w->state); /* a lane's is the stream's */
+   }
    fw_connection_clients_destroy (w->clients);
    fw_dlq_sequences_destroy (w->open_seqs);
    bson_free (w->seq_key);

@@ -5,7 +5,7 @@ without it, oversize = "fail" stops the stream with a message naming the
 position (no re-open loop) and oversize = "skip" dead-letters the event's key
 and size without its document. A 10 MiB document updated with updateLookup
 and its pre-image makes a ~20 MiB event."""
-from fwtest import StandInTestCase
+from fwtest import StandInTestCase, clean_env
 
 MIB = 1024 * 1024
 
@@ -72,6 +72,46 @@ class OversizeTest(StandInTestCase):
         self.assertEqual([(r["op"], r["before"]) for r in reports],
                          [("insert", 0), ("update", 10 * MIB)])
         self.assertEqual(p.stop(), 0)
+
+    def test_kill_9_while_a_split_event_is_handled_resumes_before_its_first_fragment(self):
+        # Every fragment of the update has been read when its handler runs; the
+        # handler then blocks until the process is killed. Had a fragment's
+        # token been checkpointed (by save_every = 1, the idle post-batch
+        # token or the interval save), the restart would resume inside the
+        # split event and could not put it back together.
+        import os
+        flag = os.path.join(self.tmp.name, "release")
+        handler = HANDLER.replace(
+            "on_change = function(ctx)",
+            "on_change = function(ctx)\n"
+            "    if ctx:operation_type() == 'update' and os.getenv('FW_BLOCK') then\n"
+            "      report({ blocked = true })\n"
+            "      while not io.open(%r) do end\n"
+            "    end" % flag)
+        block = self.script("""
+            fw.stream {
+              name = "s", collection = "orders", full_document = "updateLookup",
+              full_document_before_change = "whenAvailable",
+              checkpoint = { save_every = 1, save_interval = "10ms" },
+              %s
+            }
+        """ % handler)
+        p = self.run_fw(block, env=clean_env({"FW_BLOCK": "1"}))
+        p.wait_open()
+        self.wait_checkpoint("s")
+        self.big_update()
+        p.wait_until(lambda: any(r.get("blocked") for r in p.reports()), 60, "update handler")
+        before = self.checkpoint("s")
+        p.kill9()
+        p.wait_exit()
+        self.assertEqual(self.checkpoint("s"), before)
+        p2 = self.run_fw(block)
+        p2.wait_open()
+        reports = p2.wait_reports(2, timeout=60)
+        self.assertEqual([(r["op"], r["id"], r["big"], r["before"], r["n"]) for r in reports],
+                         [("update", 1, 10 * MIB, 10 * MIB, 7), ("insert", 2, 0, 0, 0)])
+        self.assertEqual(p2.count_log("re-opening before the split event"), 0)
+        self.assertEqual(p2.stop(), 0)
 
     def test_without_split_oversize_fail_stops_the_stream_naming_the_position(self):
         p = self.run_fw(self.stream("split_large_events = false,"))

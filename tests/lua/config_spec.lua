@@ -52,8 +52,20 @@ local BAD = {
     "fw.stream { name = 's', database = 'shop', color = 'red', on_change = h }",
     { S .. 'unknown key "color" (valid keys: name, database, collection, operation_types, pipeline, '
       .. "full_document, full_document_before_change, checkpoint, restart, retry, dlq, timeout, "
-      .. "memory_limit, split_large_events, oversize, oversize_threshold, on_insert, on_update, "
-      .. "on_replace, on_delete, on_change, on_error)" } },
+      .. "memory_limit, split_large_events, oversize, oversize_threshold, lanes, on_insert, "
+      .. "on_update, on_replace, on_delete, on_change, on_error)" } },
+  { "lanes = 0",
+    "fw.stream { name = 's', database = 'shop', lanes = 0, on_change = h }",
+    { S .. "lanes: expected an integer from 1 to 64 (Lua states handling events of different keys "
+      .. "in parallel), got 0" } },
+  { "lanes = 65",
+    "fw.stream { name = 's', database = 'shop', lanes = 65, on_change = h }",
+    { S .. "lanes: expected an integer from 1 to 64 (Lua states handling events of different keys "
+      .. "in parallel), got 65" } },
+  { "lanes = 2.5",
+    "fw.stream { name = 's', database = 'shop', lanes = 2.5, on_change = h }",
+    { S .. "lanes: expected an integer from 1 to 64 (Lua states handling events of different keys "
+      .. "in parallel), got 2.5" } },
   { "a wrong split_large_events",
     "fw.stream { name = 's', database = 'shop', split_large_events = 'yes', on_change = h }",
     { S .. 'split_large_events: expected true or false, got "yes"' } },
@@ -416,6 +428,7 @@ describe("config: effective settings", function()
       split_large_events = true,
       oversize = "fail",
       oversize_threshold_bytes = 16 * 1024 * 1024 - 64 * 1024,
+      lanes = 1,
       state = { max_bytes = 64 * 1024 * 1024 },
       ha = { mode = "none", lease_ms = 10000 },
       handlers = { change = spec.handlers.change },

@@ -39,6 +39,7 @@ stream "order-watcher"
   full_document                  updateLookup
   full_document_before_change    off
   split_large_events             true
+  lanes                          1 (events handled one at a time, in order)
   oversize                       fail
   oversize_threshold             16320KB
   handlers                       on_insert, on_update
@@ -82,6 +83,7 @@ stream "audit"
   full_document                  default
   full_document_before_change    off
   split_large_events             true
+  lanes                          1 (events handled one at a time, in order)
   oversize                       fail
   oversize_threshold             16320KB
   handlers                       on_change
@@ -254,5 +256,15 @@ describe("describe.redact_uri", function()
     assert.are.equal("mongodb://u:***@h/db", describe_mod.redact_uri("mongodb://u:p%40ss@h/db"))
     assert.are.equal("mongodb://u@h/db", describe_mod.redact_uri("mongodb://u@h/db"))
     assert.are.equal("mongodb://h:27017/?replicaSet=rs0", describe_mod.redact_uri("mongodb://h:27017/?replicaSet=rs0"))
+  end)
+  it("hides a password that is not percent-encoded (it printed in full)", function()
+    assert.are.equal("mongodb://writer:***@127.0.0.1:1/shop",
+                     describe_mod.redact_uri("mongodb://writer:Pa/ss0rd@127.0.0.1:1/shop"))
+    assert.are.equal("mongodb://writer:***@h/shop?replicaSet=rs0",
+                     describe_mod.redact_uri("mongodb://writer:a@b/c?d@h/shop?replicaSet=rs0"))
+  end)
+  it("hides the values of secret options", function()
+    assert.are.equal("mongodb://h/?tls=true&tlsCertificateKeyFilePassword=***&w=1",
+                     describe_mod.redact_uri("mongodb://h/?tls=true&tlsCertificateKeyFilePassword=k&w=1"))
   end)
 end)

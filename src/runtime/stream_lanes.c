@@ -1,0 +1,677 @@
+/*
+ * stream_lanes.c - per-key lanes (issue 16, lanes = N > 1): the stream's
+ * thread reads and routes, N lane threads handle, the checkpoint follows the
+ * watermark.
+ *
+ * Each event goes to the lane of hash(its sequence key): the sequenced DLQ's
+ * key (dlq.sequence_key, else the documentKey, as fw_dlq_sequence_id
+ * writes it), lane 0 for events without one. A lane is a thread with a
+ * program of its own (a fw_stream_worker_t built by
+ * fw_stream_worker_build_lanes: Lua state, handler refs, DLQ store, client,
+ * open DLQ sequences, counts) that handles its events one at a time, in
+ * order, through fw_event_dispatch as the stream's thread would: retries,
+ * budgets, ctx, on_error, the DLQ and parking all work per lane. A key's
+ * events and its DLQ sequence live in one lane, so parking holds; each lane
+ * owns its own set of open sequences (no lock: a lane only looks up keys
+ * routed to it).
+ *
+ * Every event read takes the next slot of a window of WINDOW tickets; the
+ * watermark is the newest ticket that, with every earlier one, is done
+ * (handled or dead-lettered), and its tokens become the position the
+ * checkpoint saves. A key stuck in retries holds back its own lane and the
+ * watermark; the other lanes go on until its lane's queue (LANE_QUEUE
+ * events) or the window is full.
+ *
+ * Threads and ownership:
+ * - the stream's thread owns fw_stream_lanes_t, every slot's tokens, the
+ *   position, and its own Lua state (a custom sequence key runs there);
+ * - lane i's thread owns lane i's program while the lanes run; the stream's
+ *   thread touches a lane's program only when its thread is joined;
+ * - a lane's queue is shared under the lane's mutex, the slots' done flags
+ *   and the failure under the lanes' mutex.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <lauxlib.h>
+
+#include "flowwarden/dlq_sequence.h"
+#include "flowwarden/log.h"
+#include "flowwarden/mongo_lua.h"
+#include "stream_worker-private.h"
+
+/* Events one lane holds before the reader waits for it. */
+#define LANE_QUEUE 256
+/* Events read past the watermark at most: with a key in retries, how far
+ * the other lanes run ahead, and what a kill -9 may repeat beyond the
+ * checkpoint writer's own bound (docs/reliability.md). */
+#define WINDOW 4096
+/* Waits are cut in slices this long so a shutdown is seen soon. */
+#define WAIT_SLICE_MS 50
+
+typedef struct {
+   uint8_t *doc; /* the change event (raw BSON, malloc) */
+   uint32_t len;
+   uint64_t ticket;
+} item_t;
+
+typedef struct {
+   struct fw_stream_lanes *ls;
+   fw_stream_worker_t *w; /* the lane's program, borrowed from the stream's lane_w */
+   pthread_t thread;
+   bool started;
+   pthread_mutex_t mu;
+   pthread_cond_t has_items;
+   pthread_cond_t has_room;
+   item_t ring[LANE_QUEUE];
+   int head;
+   int count;
+   bool stop;
+} lane_t;
+
+typedef struct {
+   bson_t processed; /* the event's _id (stream's thread) */
+   bson_t resume;    /* the change stream's token after it (stream's thread) */
+   bool has_processed;
+   bool done;        /* under the lanes' mutex */
+} slot_t;
+
+struct fw_stream_lanes {
+   fw_stream_worker_t *w;
+   int n;
+   lane_t *lane;
+   bool custom_key;       /* dlq.sequence_key: routed by it (stream's Lua state) */
+   pthread_mutex_t mu;
+   pthread_cond_t moved;  /* a slot done, or a lane failed */
+   slot_t *slot;          /* WINDOW slots, ticket % WINDOW */
+   uint64_t base;         /* the oldest ticket not yet past the watermark */
+   uint64_t next;         /* the next ticket */
+   bool failed;
+   char failure[sizeof ((fw_stream_worker_t *) 0)->failure];
+};
+
+bool
+fw_stream_worker_build_lanes (fw_stream_worker_t *w, fw_stream_lane_loader_t load, void *ud,
+                              fw_error_t *error)
+{
+   int n = w->cfg.lanes;
+
+   if (n <= 1) {
+      return true;
+   }
+   if (!(w->lane_w = calloc ((size_t) n, sizeof *w->lane_w))) {
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory building the lanes of stream \"%s\"",
+                    w->cfg.name);
+      return false;
+   }
+   for (int i = 0; i < n; i++) {
+      fw_lua_host_t *host = load (ud, error);
+      fw_stream_worker_t *lw =
+         host ? fw_stream_worker_new (host, w->index, w->pool, w->conns, error) : NULL;
+      if (!lw) {
+         return false; /* the lanes built so far go with w */
+      }
+      /* fw.state is the stream's: the lane borrows w's store. */
+      fw_state_store_destroy (lw->state);
+      lw->state = w->state;
+      lw->coord = w;
+      lw->reprocess_at_ms = -1; /* DLQ rounds run on the stream's thread */
+      w->lane_w[w->n_lane_w++] = lw;
+   }
+   fw_stream_state_attach (w);
+   return true;
+}
+
+void
+fw_stream_lanes_fold_stats (fw_stream_worker_t *w)
+{
+   for (int i = 0; i < w->n_lane_w; i++) {
+      fw_stream_stats_t *s = &w->lane_w[i]->stats;
+      w->stats.handled += s->handled;
+      w->stats.handler_errors += s->handler_errors;
+      w->stats.retries += s->retries;
+      w->stats.dead_lettered += s->dead_lettered;
+      w->stats.skipped += s->skipped;
+      w->stats.lost += s->lost;
+      w->stats.parked += s->parked;
+      memset (s, 0, sizeof *s);
+   }
+}
+
+static void
+wait_slice (pthread_cond_t *cond, pthread_mutex_t *mu)
+{
+   struct timespec ts;
+   clock_gettime (CLOCK_REALTIME, &ts);
+   ts.tv_nsec += WAIT_SLICE_MS * 1000000L;
+   if (ts.tv_nsec >= 1000000000L) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000L;
+   }
+   pthread_cond_timedwait (cond, mu, &ts);
+}
+
+/* --- a lane's thread ------------------------------------------------------ */
+
+static void
+lane_failed (fw_stream_lanes_t *ls, const char *why)
+{
+   pthread_mutex_lock (&ls->mu);
+   if (!ls->failed) {
+      ls->failed = true;
+      snprintf (ls->failure, sizeof ls->failure, "%s", why);
+   }
+   pthread_cond_broadcast (&ls->moved);
+   pthread_mutex_unlock (&ls->mu);
+}
+
+static void
+lane_done (fw_stream_lanes_t *ls, uint64_t ticket)
+{
+   pthread_mutex_lock (&ls->mu);
+   ls->slot[ticket % WINDOW].done = true;
+   if (ticket == ls->base) {
+      pthread_cond_signal (&ls->moved); /* only the oldest moves the watermark */
+   }
+   pthread_mutex_unlock (&ls->mu);
+}
+
+/* The next event of the lane, or false when the lane must end. */
+static bool
+lane_pop (lane_t *l, item_t *out)
+{
+   bool ok = false;
+
+   pthread_mutex_lock (&l->mu);
+   while (!l->stop && !l->count && !fw_shutdown_requested (l->w->shutdown)) {
+      wait_slice (&l->has_items, &l->mu);
+   }
+   if (!l->stop && l->count && !fw_shutdown_requested (l->w->shutdown)) {
+      *out = l->ring[l->head];
+      l->head = (l->head + 1) % LANE_QUEUE;
+      l->count--;
+      pthread_cond_signal (&l->has_room);
+      ok = true;
+   }
+   pthread_mutex_unlock (&l->mu);
+   return ok;
+}
+
+static void *
+lane_main (void *arg)
+{
+   lane_t *l = arg;
+   fw_stream_worker_t *w = l->w;
+   lua_State *L = fw_lua_host_state (w->host);
+   item_t it;
+
+   /* Clients are thread-bound: this thread's own, given back as it ends. */
+   w->client = mongoc_client_pool_pop (w->pool);
+   fw_mongo_lua_attach (L, &w->mongo);
+   if (w->cfg.dlq.enabled && !fw_event_dispatch_open_dlq (w)) {
+      goto done; /* only on shutdown */
+   }
+   if (!fw_park_load (w)) {
+      goto done;
+   }
+   while (lane_pop (l, &it)) {
+      bson_t doc;
+      fw_event_t ev;
+      fw_error_t err;
+      fw_dispatch_result_t r;
+
+      if (!bson_init_static (&doc, it.doc, it.len) || !fw_event_parse (&doc, &ev, &err)) {
+         /* The stream's thread parsed the same bytes: cannot happen. */
+         free (it.doc);
+         lane_failed (l->ls, "a lane could not read an event the stream read");
+         break;
+      }
+      if (w->metrics) {
+         fw_stream_count_received (w, &ev);
+      }
+      r = fw_event_dispatch (w, &ev);
+      free (it.doc);
+      if (r == FW_DISPATCH_STOPPED) {
+         break; /* shutdown: the event stays after the watermark */
+      }
+      if (r != FW_DISPATCH_DONE) {
+         lane_failed (l->ls, w->failure); /* a sequenced DLQ overflowed */
+         break;
+      }
+      if (w->metrics) {
+         fw_stream_metrics_set_lua_memory (w->metrics, fw_lua_host_memory_used (w->host));
+      }
+      lane_done (l->ls, it.ticket);
+   }
+done:
+   fw_dlq_store_destroy (w->dlq);
+   w->dlq = NULL;
+   fw_mongo_lua_attach (L, NULL); /* closes fw.mongo's cursors before the clients go */
+   fw_connection_clients_release (w->clients);
+   mongoc_client_pool_push (w->pool, w->client);
+   w->client = NULL;
+   return NULL;
+}
+
+/* --- the stream's thread -------------------------------------------------- */
+
+static void
+lanes_free (fw_stream_lanes_t *ls)
+{
+   if (!ls) {
+      return;
+   }
+   for (int i = 0; ls->lane && i < ls->n; i++) {
+      lane_t *l = &ls->lane[i];
+      for (int k = 0; k < l->count; k++) {
+         free (l->ring[(l->head + k) % LANE_QUEUE].doc);
+      }
+      pthread_cond_destroy (&l->has_items);
+      pthread_cond_destroy (&l->has_room);
+      pthread_mutex_destroy (&l->mu);
+   }
+   for (int i = 0; ls->slot && i < WINDOW; i++) {
+      bson_destroy (&ls->slot[i].processed);
+      bson_destroy (&ls->slot[i].resume);
+   }
+   pthread_cond_destroy (&ls->moved);
+   pthread_mutex_destroy (&ls->mu);
+   free (ls->lane);
+   free (ls->slot);
+   free (ls);
+}
+
+/* Tells the lanes to end and joins them. */
+static void
+lanes_join (fw_stream_lanes_t *ls)
+{
+   for (int i = 0; i < ls->n; i++) {
+      lane_t *l = &ls->lane[i];
+      pthread_mutex_lock (&l->mu);
+      l->stop = true;
+      pthread_cond_broadcast (&l->has_items);
+      pthread_mutex_unlock (&l->mu);
+   }
+   for (int i = 0; i < ls->n; i++) {
+      if (ls->lane[i].started) {
+         pthread_join (ls->lane[i].thread, NULL);
+         ls->lane[i].started = false;
+      }
+   }
+}
+
+/* Whether the stream's spec has dlq.sequence_key (a function). */
+static bool
+has_custom_key (fw_stream_worker_t *w)
+{
+   lua_State *L = fw_lua_host_state (w->host);
+   int top = lua_gettop (L);
+   bool custom;
+
+   lua_rawgeti (L, LUA_REGISTRYINDEX, w->spec_ref);
+   custom = lua_type (L, -1) == LUA_TTABLE && lua_getfield (L, -1, "dlq") == LUA_TTABLE &&
+            lua_getfield (L, -1, "sequence_key") == LUA_TFUNCTION;
+   lua_settop (L, top);
+   return custom;
+}
+
+static bool
+lanes_start (fw_stream_worker_t *w)
+{
+   fw_stream_lanes_t *ls = calloc (1, sizeof *ls);
+   int n = w->n_lane_w;
+
+   if (!ls || !(ls->lane = calloc ((size_t) n, sizeof *ls->lane)) ||
+       !(ls->slot = calloc (WINDOW, sizeof *ls->slot))) {
+      free (ls ? ls->lane : NULL);
+      free (ls);
+      snprintf (w->failure, sizeof w->failure, "out of memory starting %d lanes", n);
+      return false;
+   }
+   ls->w = w;
+   ls->n = n;
+   pthread_mutex_init (&ls->mu, NULL);
+   pthread_cond_init (&ls->moved, NULL);
+   for (int i = 0; i < WINDOW; i++) {
+      bson_init (&ls->slot[i].processed);
+      bson_init (&ls->slot[i].resume);
+   }
+   ls->custom_key = has_custom_key (w);
+   for (int i = 0; i < n; i++) {
+      lane_t *l = &ls->lane[i];
+      l->ls = ls;
+      l->w = w->lane_w[i];
+      pthread_mutex_init (&l->mu, NULL);
+      pthread_cond_init (&l->has_items, NULL);
+      pthread_cond_init (&l->has_room, NULL);
+      /* The lane stops with the stream, counts in its metrics block. */
+      l->w->shutdown = w->shutdown;
+      l->w->metrics = w->metrics;
+   }
+   for (int i = 0; i < n; i++) {
+      if (pthread_create (&ls->lane[i].thread, NULL, lane_main, &ls->lane[i]) != 0) {
+         lanes_join (ls);
+         lanes_free (ls);
+         snprintf (w->failure, sizeof w->failure, "cannot start the thread of lane %d of %d", i,
+                   n);
+         return false;
+      }
+      ls->lane[i].started = true;
+   }
+   w->lanes = ls;
+   fw_log (FW_LOG_INFO, w->cfg.name,
+           "%d lanes running script version %s: in order per key, keys in parallel", n,
+           fw_lua_host_version (w->host));
+   return true;
+}
+
+/* Copies the lanes' failure (if any) to w->failure; true when there was one. */
+static bool
+take_failure (fw_stream_lanes_t *ls)
+{
+   bool failed;
+
+   pthread_mutex_lock (&ls->mu);
+   failed = ls->failed;
+   if (failed) {
+      snprintf (ls->w->failure, sizeof ls->w->failure, "%s", ls->failure);
+   }
+   pthread_mutex_unlock (&ls->mu);
+   return failed;
+}
+
+bool
+fw_stream_lanes_advance (fw_stream_worker_t *w, fw_position_t *p)
+{
+   fw_stream_lanes_t *ls = w->lanes;
+   uint64_t moved = 0;
+   bool empty;
+
+   pthread_mutex_lock (&ls->mu);
+   while (ls->base < ls->next && ls->slot[ls->base % WINDOW].done) {
+      ls->base++;
+      moved++;
+   }
+   empty = ls->base == ls->next;
+   pthread_mutex_unlock (&ls->mu);
+   if (moved) {
+      /* Only this thread fills slots: the newest one passed stays as it is. */
+      slot_t *s = &ls->slot[(ls->base - 1) % WINDOW];
+      if (s->has_processed) {
+         fw_position_set_token (&p->processed, &s->processed);
+         p->has_processed = true;
+      }
+      if (!bson_empty (&s->resume)) {
+         fw_position_set_token (&p->resume, &s->resume);
+         p->has_resume = true;
+      }
+      p->dirty = true;
+      p->since_save += (int) (moved < (uint64_t) WINDOW ? moved : WINDOW);
+   }
+   return empty;
+}
+
+/* Waits until every event read is done. False on shutdown or when a lane
+ * failed (w->failure then says why). */
+static bool
+settle (fw_stream_worker_t *w, fw_position_t *p)
+{
+   fw_stream_lanes_t *ls = w->lanes;
+
+   while (!fw_stream_lanes_advance (w, p)) {
+      if (fw_shutdown_requested (w->shutdown) || take_failure (ls)) {
+         return false;
+      }
+      pthread_mutex_lock (&ls->mu);
+      if (!ls->slot[ls->base % WINDOW].done && !ls->failed) {
+         wait_slice (&ls->moved, &ls->mu);
+      }
+      pthread_mutex_unlock (&ls->mu);
+   }
+   return !take_failure (ls);
+}
+
+void
+fw_stream_lanes_stop (fw_stream_worker_t *w, fw_position_t *p)
+{
+   fw_stream_lanes_t *ls = w->lanes;
+
+   if (!ls) {
+      return;
+   }
+   settle (w, p); /* lanes finish what they hold, unless a shutdown or failure came */
+   lanes_join (ls);
+   fw_stream_lanes_advance (w, p); /* what finished as the lanes stopped */
+   lanes_free (ls);
+   w->lanes = NULL;
+   fw_stream_lanes_fold_stats (w);
+}
+
+bool
+fw_stream_lanes_boundary (fw_stream_worker_t *w, fw_position_t *p)
+{
+   if (__atomic_load_n (&w->has_pending, __ATOMIC_ACQUIRE)) {
+      if (w->lanes) {
+         /* Every event read so far is handled by the old version, every
+          * later one by the new, in all lanes. */
+         if (!settle (w, p)) {
+            fw_stream_lanes_stop (w, p);
+            return false;
+         }
+         fw_stream_lanes_stop (w, p);
+      }
+      if (fw_stream_reload_apply (w) && w->n_lane_w > 1) {
+         fw_log (FW_LOG_INFO, w->cfg.name,
+                 "reload: all %d lanes switch to version %s after the same event (lanes drained)",
+                 w->n_lane_w, fw_lua_host_version (w->host));
+      }
+   }
+   if (!w->lanes && w->n_lane_w > 1) {
+      return lanes_start (w);
+   }
+   return true;
+}
+
+static uint64_t
+hash_string (const char *s)
+{
+   uint64_t h = 1469598103934665603ULL;
+   for (; *s; s++) {
+      h = (h ^ (unsigned char) *s) * 1099511628211ULL;
+   }
+   return h;
+}
+
+/* The lane of ev: hash of its sequence key. */
+static int
+route (fw_stream_lanes_t *ls, const fw_event_t *ev)
+{
+   fw_stream_worker_t *w = ls->w;
+   bson_iter_t it;
+   char *id = NULL;
+   uint64_t h;
+
+   if (ev->op == FW_OP_OTHER) {
+      return 0; /* drop, rename, ...: no key */
+   }
+   if (ls->custom_key) {
+      lua_State *L = fw_lua_host_state (w->host);
+      int top = lua_gettop (L);
+      fw_lua_stop_t stop;
+      fw_event_ctx_begin (L, &w->dispatch, ev);
+      if (fw_park_key (w, ev, &stop) == FW_PARK_KEY_OK) {
+         id = w->seq_key;
+         w->seq_key = NULL;
+      }
+      /* A key function that fails here fails in the lane too, under its
+       * retry policy; meanwhile the documentKey routes the event. */
+      lua_settop (L, top);
+      fw_park_end (w);
+   }
+   if (id) {
+      h = hash_string (id);
+      bson_free (id);
+      return (int) (h % (uint64_t) ls->n);
+   }
+   if (fw_event_field (ev, FW_EV_DOCUMENT_KEY, &it) && BSON_ITER_HOLDS_DOCUMENT (&it)) {
+      /* The documentKey's bytes: equal exactly when its sequence id
+       * (fw_dlq_sequence_id, canonical Extended JSON, which keeps types) is,
+       * without writing the JSON for every event. */
+      uint32_t len;
+      const uint8_t *data;
+      bson_iter_document (&it, &len, &data);
+      h = 1469598103934665603ULL;
+      for (uint32_t i = 0; i < len; i++) {
+         h = (h ^ data[i]) * 1099511628211ULL;
+      }
+      return (int) (h % (uint64_t) ls->n);
+   }
+   return 0;
+}
+
+/* A stop asked while waiting for room: shutdown, or a lane failed. */
+static fw_lanes_step_t
+interrupted (fw_stream_lanes_t *ls)
+{
+   return take_failure (ls) ? FW_LANES_FAILED : FW_LANES_STOPPED;
+}
+
+static bool
+must_stop (fw_stream_lanes_t *ls)
+{
+   bool failed;
+   pthread_mutex_lock (&ls->mu);
+   failed = ls->failed;
+   pthread_mutex_unlock (&ls->mu);
+   return failed || fw_shutdown_requested (ls->w->shutdown);
+}
+
+/* Takes the next ticket, waiting while the window is full. */
+static fw_lanes_step_t
+reserve (fw_stream_worker_t *w, fw_position_t *p, const fw_event_t *ev, const bson_t *token,
+         bool done, uint64_t *ticket)
+{
+   fw_stream_lanes_t *ls = w->lanes;
+   bson_iter_t id;
+   slot_t *s;
+
+   while (ls->next - ls->base >= WINDOW) {
+      if (must_stop (ls)) {
+         return interrupted (ls);
+      }
+      if (fw_stream_lanes_advance (w, p) || ls->next - ls->base < WINDOW) {
+         break;
+      }
+      pthread_mutex_lock (&ls->mu);
+      if (!ls->slot[ls->base % WINDOW].done && !ls->failed) {
+         wait_slice (&ls->moved, &ls->mu);
+      }
+      pthread_mutex_unlock (&ls->mu);
+   }
+   *ticket = ls->next;
+   s = &ls->slot[*ticket % WINDOW];
+   s->has_processed = false;
+   if (fw_event_field (ev, FW_EV_ID, &id) && BSON_ITER_HOLDS_DOCUMENT (&id)) {
+      uint32_t len;
+      const uint8_t *data;
+      bson_t view;
+      bson_iter_document (&id, &len, &data);
+      if (bson_init_static (&view, data, len)) {
+         fw_position_set_token (&s->processed, &view);
+         s->has_processed = true;
+      }
+   }
+   if (token) {
+      fw_position_set_token (&s->resume, token);
+   } else {
+      bson_reinit (&s->resume);
+   }
+   pthread_mutex_lock (&ls->mu);
+   s->done = done;
+   ls->next++;
+   pthread_mutex_unlock (&ls->mu);
+   return FW_LANES_NEXT;
+}
+
+/* Hands the event of ticket to lane l, waiting while its queue is full. */
+static fw_lanes_step_t
+hand_over (fw_stream_worker_t *w, lane_t *l, const fw_event_t *ev, uint64_t ticket)
+{
+   fw_stream_lanes_t *ls = w->lanes;
+   item_t it = {NULL, ev->doc->len, ticket};
+
+   if (!(it.doc = malloc (it.len))) {
+      snprintf (w->failure, sizeof w->failure,
+                "out of memory handing an event to its lane; the checkpoint stays before it");
+      return FW_LANES_FAILED;
+   }
+   memcpy (it.doc, bson_get_data (ev->doc), it.len);
+   pthread_mutex_lock (&l->mu);
+   while (l->count == LANE_QUEUE) {
+      pthread_mutex_unlock (&l->mu);
+      if (must_stop (ls)) {
+         free (it.doc);
+         return interrupted (ls);
+      }
+      pthread_mutex_lock (&l->mu);
+      if (l->count == LANE_QUEUE) {
+         wait_slice (&l->has_room, &l->mu);
+      }
+   }
+   l->ring[(l->head + l->count) % LANE_QUEUE] = it;
+   l->count++;
+   pthread_cond_signal (&l->has_items);
+   pthread_mutex_unlock (&l->mu);
+   return FW_LANES_NEXT;
+}
+
+/* The program a reload left pending has lanes too. */
+static bool
+pending_has_lanes (fw_stream_worker_t *w)
+{
+   bool lanes;
+   pthread_mutex_lock (&w->pending_mu);
+   lanes = w->pending && w->pending->n_lane_w > 1;
+   pthread_mutex_unlock (&w->pending_mu);
+   return lanes;
+}
+
+fw_lanes_step_t
+fw_stream_lanes_take (fw_stream_worker_t *w, fw_position_t *p, const fw_event_t *ev,
+                      bool to_lane, const bson_t *token)
+{
+   fw_stream_lanes_t *ls = w->lanes;
+   fw_lanes_step_t step;
+   uint64_t ticket;
+
+   if (__atomic_load_n (&w->has_pending, __ATOMIC_ACQUIRE) && pending_has_lanes (w)) {
+      /* A reload came while the reader waited: this event runs the new
+       * version, in every lane. (A reload to lanes = 1 applies at the next
+       * boundary, after this event.) */
+      if (!fw_stream_lanes_boundary (w, p)) {
+         return fw_shutdown_requested (w->shutdown) ? FW_LANES_STOPPED : FW_LANES_FAILED;
+      }
+      ls = w->lanes;
+   }
+   if ((step = reserve (w, p, ev, token, !to_lane, &ticket)) != FW_LANES_NEXT) {
+      return step;
+   }
+   if (to_lane && (step = hand_over (w, &ls->lane[route (ls, ev)], ev, ticket)) != FW_LANES_NEXT) {
+      return step;
+   }
+   fw_stream_lanes_advance (w, p);
+   if (p->since_save >= w->cfg.save_every) {
+      fw_position_save_async (w, p, "save_every");
+   }
+   if (ev->operation_type && strcmp (ev->operation_type, "invalidate") == 0) {
+      /* The change stream ends here: every lane finishes first. */
+      if (!settle (w, p)) {
+         return take_failure (ls) ? FW_LANES_FAILED : FW_LANES_STOPPED;
+      }
+      p->invalidated = true;
+      fw_position_save (w, p, "invalidate");
+      return FW_LANES_INVALIDATED;
+   }
+   return FW_LANES_NEXT;
+}
