@@ -8,6 +8,7 @@
 #include <pthread.h>
 
 #include "flowwarden/checkpoint_writer.h"
+#include "flowwarden/checkpoint_store.h"
 #include "flowwarden/connections.h"
 #include "flowwarden/dlq_sequence.h"
 #include "flowwarden/dlq_store.h"
@@ -410,6 +411,23 @@ void fw_stream_lanes_stop (fw_stream_worker_t *w, fw_position_t *p);
 
 /* The lane programs' counts added to w's (and zeroed). */
 void fw_stream_lanes_fold_stats (fw_stream_worker_t *w);
+
+/* --- stream_lead.c: the checkpoint and leadership a stream reads with ---- */
+
+/* Reads the checkpoint into p (unless start_position = "latest"), retrying
+ * with the restart backoff. False only on shutdown. */
+bool fw_stream_load_checkpoint (fw_stream_worker_t *w, fw_checkpoint_t *cp, fw_position_t *p,
+                                int *candidate, bool *from_checkpoint);
+
+/* With metrics: the stream's role (FW_STREAM_ROLE_*). */
+void fw_stream_set_role (fw_stream_worker_t *w, int role);
+
+/* ha.mode = "leader": waits as a standby until this instance holds the
+ * lease, then fences the checkpoint with its epoch. False only on shutdown. */
+bool fw_stream_wait_lead (fw_stream_worker_t *w);
+
+/* ha.mode = "leader": whether this thread may no longer call handlers. */
+bool fw_stream_lease_lost (fw_stream_worker_t *w);
 
 /* --- stream_control.c -------------------------------------------------- */
 

@@ -239,14 +239,6 @@ typedef enum {
    READ_LOST    /* ha: the lease's deadline passed: handling stopped */
 } read_end_t;
 
-/* ha.mode = "leader": whether this thread may still call handlers. */
-static bool
-lease_lost (fw_stream_worker_t *w)
-{
-   return w->lease && !fw_lease_is_leader (w->lease, NULL);
-}
-
-
 /* Reads until shutdown, an error or an invalidate. */
 static read_end_t
 consume_events (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p, bool *progressed)
@@ -276,7 +268,7 @@ consume_events (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
       } else {
          fw_stream_reload_apply (w);
       }
-      if (lease_lost (w)) {
+      if (fw_stream_lease_lost (w)) {
          return READ_LOST;
       }
       if (fw_stream_reader_next (rd, &doc)) {
@@ -336,12 +328,12 @@ consume_events (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
                fw_stream_count_received (w, &ev);
             }
             fw_dispatch_result_t r;
-            if (lease_lost (w)) {
+            if (fw_stream_lease_lost (w)) {
                return READ_LOST; /* checked again here: the read may have waited */
             }
             r = fw_event_dispatch (w, &ev);
             if (r == FW_DISPATCH_STOPPED) {
-               return lease_lost (w) && !fw_shutdown_requested (w->shutdown) ? READ_LOST
+               return fw_stream_lease_lost (w) && !fw_shutdown_requested (w->shutdown) ? READ_LOST
                                                                             : READ_STOP;
             }
             if (r == FW_DISPATCH_FAILED) {
@@ -453,7 +445,7 @@ reader_hold (void *ud)
    fw_stream_worker_t *w = ud;
    int control = fw_stream_control_peek (w);
    return control == W_CONTROL_PAUSE || control == W_CONTROL_RESTART ||
-          fw_shutdown_requested (w->shutdown) || lease_lost (w);
+          fw_shutdown_requested (w->shutdown) || fw_stream_lease_lost (w);
 }
 
 /* Reads (ahead, on the reader's thread) until shutdown, an error or an
@@ -497,99 +489,6 @@ set_state (fw_stream_worker_t *w, fw_stream_state_t state, const char *why)
    }
 }
 
-/* Reads the checkpoint into p (unless start_position = "latest"), retrying
- * with the restart backoff. False only on shutdown. */
-static bool
-load_checkpoint (fw_stream_worker_t *w, fw_checkpoint_t *cp, fw_position_t *p, int *candidate,
-                 bool *from_checkpoint)
-{
-   fw_error_t err;
-
-   if (w->cfg.start_latest) {
-      return true;
-   }
-   for (int tries = 1; !fw_checkpoint_load (w->client, w->cfg.database, w->cfg.name, cp, &err);
-        tries++) {
-      int64_t delay = fw_backoff_delay_ms (&w->cfg.restart, tries, fw_backoff_random (&w->rng));
-      fw_log (FW_LOG_ERROR, w->cfg.name, "%s; retrying in %lld ms", err.message,
-              (long long) delay);
-      fw_checkpoint_cleanup (cp);
-      if (fw_shutdown_wait_ms (w->shutdown, delay)) {
-         return false;
-      }
-   }
-   if (cp->has_processed) {
-      fw_position_set_token (&p->processed, &cp->processed);
-      p->has_processed = true;
-      fw_position_set_token (&p->resume, &cp->processed);
-      p->has_resume = true;
-      *from_checkpoint = true;
-   } else if (cp->has_seen) {
-      fw_position_set_token (&p->resume, &cp->seen);
-      p->has_resume = true;
-      *candidate = 1;
-      *from_checkpoint = true;
-   }
-   return true;
-}
-
-static void
-set_role (fw_stream_worker_t *w, int role)
-{
-   if (w->metrics) {
-      fw_stream_metrics_set_role (w->metrics, role);
-   }
-}
-
-/* ha.mode = "leader": waits as a standby until this instance holds the
- * stream's lease, then fences the checkpoint with the lease's epoch (after
- * which a deposed leader's checkpoint writes move nothing). False only on
- * shutdown. */
-static bool
-ha_wait_lead (fw_stream_worker_t *w)
-{
-   bool said = false;
-
-   w->epoch = 0;
-   set_role (w, FW_STREAM_ROLE_STANDBY);
-   set_state (w, FW_STREAM_STARTING, "standby: another instance holds the stream's lease");
-   while (!fw_shutdown_requested (w->shutdown)) {
-      int64_t epoch, stored;
-      fw_error_t err;
-
-      if (!fw_lease_wait_leader (w->lease, 250, &epoch)) {
-         if (!said) {
-            fw_log (FW_LOG_INFO, w->cfg.name, "role: standby (waiting for the stream's lease)");
-            said = true;
-         }
-         continue;
-      }
-      if (!fw_checkpoint_fence (w->client, w->cfg.database, w->cfg.name, epoch, &stored, &err)) {
-         fw_log (FW_LOG_WARN, w->cfg.name, "%s; trying again", err.message);
-         fw_shutdown_wait_ms (w->shutdown, 250);
-         continue;
-      }
-      if (stored != epoch) {
-         fw_log (FW_LOG_ERROR, w->cfg.name,
-                 "the checkpoint is fenced with epoch %lld, not this lease's %lld: waiting (a "
-                 "lease document removed while a leader ran?)",
-                 (long long) stored, (long long) epoch);
-         fw_shutdown_wait_ms (w->shutdown, 1000);
-         continue;
-      }
-      if (!fw_lease_is_leader (w->lease, NULL)) {
-         continue;
-      }
-      w->epoch = epoch;
-      set_role (w, FW_STREAM_ROLE_LEADER);
-      fw_log (FW_LOG_INFO, w->cfg.name,
-              "role: leader (epoch %lld): the checkpoint is fenced, opening the change stream",
-              (long long) epoch);
-      return true;
-   }
-   return false;
-}
-
 static void *
 worker_main (void *arg)
 {
@@ -623,11 +522,11 @@ worker_main (void *arg)
          stream_failed (w, err.message);
          goto done;
       }
-      if (!ha_wait_lead (w)) {
+      if (!fw_stream_wait_lead (w)) {
          goto done;
       }
    }
-   if (!load_checkpoint (w, &cp, &p, &candidate, &from_checkpoint)) {
+   if (!fw_stream_load_checkpoint (w, &cp, &p, &candidate, &from_checkpoint)) {
       goto done;
    }
    fw_log (FW_LOG_INFO, w->cfg.name, "starting on %s%s%s %s", w->cfg.database,
@@ -746,7 +645,7 @@ worker_main (void *arg)
          bson_init (&cp.processed);
          bson_init (&cp.seen);
          candidate = 0;
-         if (!ha_wait_lead (w) || !load_checkpoint (w, &cp, &p, &candidate, &from_checkpoint)) {
+         if (!fw_stream_wait_lead (w) || !fw_stream_load_checkpoint (w, &cp, &p, &candidate, &from_checkpoint)) {
             break;
          }
          restarts = 0;
@@ -832,7 +731,7 @@ done:
       fw_lease_destroy (w->lease);
       w->lease = NULL;
       w->epoch = 0;
-      set_role (w, FW_STREAM_ROLE_STANDBY);
+      fw_stream_set_role (w, FW_STREAM_ROLE_STANDBY);
    }
    if (!w->stats.failed) {
       set_state (w, FW_STREAM_STOPPED, "stopped");

@@ -1,0 +1,110 @@
+/*
+ * stream_lead.c - how a stream's thread gets to read: its checkpoint, and with
+ * ha.mode = "leader" the stream's lease (lease.h) and the checkpoint fenced
+ * with the lease's epoch. Called by worker_main (stream_worker.c) only.
+ */
+#include "flowwarden/log.h"
+#include "stream_worker-private.h"
+
+/* ha.mode = "leader": whether this thread may still call handlers. */
+bool
+fw_stream_lease_lost (fw_stream_worker_t *w)
+{
+   return w->lease && !fw_lease_is_leader (w->lease, NULL);
+}
+
+/* Reads the checkpoint into p (unless start_position = "latest"), retrying
+ * with the restart backoff. False only on shutdown. */
+bool
+fw_stream_load_checkpoint (fw_stream_worker_t *w, fw_checkpoint_t *cp, fw_position_t *p,
+                           int *candidate, bool *from_checkpoint)
+{
+   fw_error_t err;
+
+   if (w->cfg.start_latest) {
+      return true;
+   }
+   for (int tries = 1; !fw_checkpoint_load (w->client, w->cfg.database, w->cfg.name, cp, &err);
+        tries++) {
+      int64_t delay = fw_backoff_delay_ms (&w->cfg.restart, tries, fw_backoff_random (&w->rng));
+      fw_log (FW_LOG_ERROR, w->cfg.name, "%s; retrying in %lld ms", err.message,
+              (long long) delay);
+      fw_checkpoint_cleanup (cp);
+      if (fw_shutdown_wait_ms (w->shutdown, delay)) {
+         return false;
+      }
+   }
+   if (cp->has_processed) {
+      fw_position_set_token (&p->processed, &cp->processed);
+      p->has_processed = true;
+      fw_position_set_token (&p->resume, &cp->processed);
+      p->has_resume = true;
+      *from_checkpoint = true;
+   } else if (cp->has_seen) {
+      fw_position_set_token (&p->resume, &cp->seen);
+      p->has_resume = true;
+      *candidate = 1;
+      *from_checkpoint = true;
+   }
+   return true;
+}
+
+void
+fw_stream_set_role (fw_stream_worker_t *w, int role)
+{
+   if (w->metrics) {
+      fw_stream_metrics_set_role (w->metrics, role);
+   }
+}
+
+/* ha.mode = "leader": waits as a standby until this instance holds the
+ * stream's lease, then fences the checkpoint with the lease's epoch (after
+ * which a deposed leader's checkpoint writes move nothing). False only on
+ * shutdown. */
+bool
+fw_stream_wait_lead (fw_stream_worker_t *w)
+{
+   bool said = false;
+
+   w->epoch = 0;
+   fw_stream_set_role (w, FW_STREAM_ROLE_STANDBY);
+   if (w->metrics) {
+      fw_stream_metrics_set_state (w->metrics, FW_STREAM_STARTING,
+                                   "standby: another instance holds the stream's lease");
+   }
+   while (!fw_shutdown_requested (w->shutdown)) {
+      int64_t epoch, stored;
+      fw_error_t err;
+
+      if (!fw_lease_wait_leader (w->lease, 250, &epoch)) {
+         if (!said) {
+            fw_log (FW_LOG_INFO, w->cfg.name, "role: standby (waiting for the stream's lease)");
+            said = true;
+         }
+         continue;
+      }
+      if (!fw_checkpoint_fence (w->client, w->cfg.database, w->cfg.name, epoch, &stored, &err)) {
+         fw_log (FW_LOG_WARN, w->cfg.name, "%s; trying again", err.message);
+         fw_shutdown_wait_ms (w->shutdown, 250);
+         continue;
+      }
+      if (stored != epoch) {
+         fw_log (FW_LOG_ERROR, w->cfg.name,
+                 "the checkpoint is fenced with epoch %lld, not this lease's %lld: waiting (a "
+                 "lease document removed while a leader ran?)",
+                 (long long) stored, (long long) epoch);
+         fw_shutdown_wait_ms (w->shutdown, 1000);
+         continue;
+      }
+      if (!fw_lease_is_leader (w->lease, NULL)) {
+         continue;
+      }
+      w->epoch = epoch;
+      fw_stream_set_role (w, FW_STREAM_ROLE_LEADER);
+      fw_log (FW_LOG_INFO, w->cfg.name,
+              "role: leader (epoch %lld): the checkpoint is fenced, opening the change stream",
+              (long long) epoch);
+      return true;
+   }
+   return false;
+}
