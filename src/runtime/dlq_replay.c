@@ -415,12 +415,11 @@ ppolicy (lua_State *L)
    return 0;
 }
 
-/* "requeue" or "evict", and the diagnostics to merge (into diagnostics,
- * initialised by the caller). */
-static bool
-run_policy (fw_stream_worker_t *w, const fw_replay_hook_t *hook, bson_t *diagnostics)
+bool
+fw_dlq_replay_policy (fw_stream_worker_t *w, const fw_replay_hook_t *hook, bson_t *diagnostics)
 {
    lua_State *L = fw_lua_host_state (w->host);
+   int top = lua_gettop (L);
    policy_args_t a = {w, hook, "requeue", diagnostics, {0}, true};
    fw_lua_stop_t stop;
 
@@ -435,9 +434,11 @@ run_policy (fw_stream_worker_t *w, const fw_replay_hook_t *hook, bson_t *diagnos
               stop == FW_LUA_STOP_TIMEOUT ? "it exceeded the stream's timeout"
               : msg                       ? msg
                                           : "no message");
-      lua_settop (L, 0);
+      lua_settop (L, top);
+      bson_reinit (diagnostics);
       return false;
    }
+   lua_settop (L, top);
    if (!a.diag_ok) {
       fw_log (FW_LOG_ERROR, w->cfg.name,
               "dlq.enqueue_policy: diagnostics cannot be stored (%s); they are left as they were",
@@ -498,7 +499,7 @@ record_failure (const claim_t *c, const fw_replay_hook_t *hook, fw_replay_result
 {
    int64_t now = fw_now_ms ();
    bson_t update = BSON_INITIALIZER, set, inc, e, diagnostics = BSON_INITIALIZER;
-   bool evict = run_policy (c->w, hook, &diagnostics);
+   bool evict = fw_dlq_replay_policy (c->w, hook, &diagnostics);
    char result[1200];
    bson_iter_t it;
    fw_error_t err;
@@ -632,52 +633,48 @@ fw_dlq_replay_entry (fw_stream_worker_t *w, mongoc_collection_t *coll, const bso
 
 /* --- the stream's clients ----------------------------------------------------- */
 
+/* The client of dlq (the stream's, or its dlq.connection's); NULL with error
+ * filled when there is none. */
+static mongoc_client_t *
+dlq_client (fw_stream_worker_t *w, const fw_dlq_config_t *dlq, fw_error_t *error)
+{
+   mongoc_client_t *client;
+
+   if (!dlq->enabled) {
+      fw_error_set (error, FW_ERROR_INVALID, "stream \"%s\" has no dead-letter queue",
+                    w->cfg.name);
+      return NULL;
+   }
+   client = dlq->connection ? fw_connection_clients_get (w->clients, dlq->connection, error)
+                            : w->client;
+   if (!client && !dlq->connection) {
+      fw_error_set (error, FW_ERROR_MONGO, "stream \"%s\" has no client", w->cfg.name);
+   }
+   return client;
+}
+
 mongoc_collection_t *
 fw_dlq_replay_collection (fw_stream_worker_t *w, fw_error_t *error)
 {
    /* A stream without a DLQ of its own may have sent entries to the
     * script's default DLQ with ctx:send_to_dlq. */
    const fw_dlq_config_t *dlq = w->cfg.dlq.enabled ? &w->cfg.dlq : &w->cfg.dlq_fallback;
-   mongoc_client_t *client;
+   mongoc_client_t *client = dlq_client (w, dlq, error);
 
-   if (!dlq->enabled) {
-      fw_error_set (error, FW_ERROR_INVALID, "stream \"%s\" has no dead-letter queue",
-                    w->cfg.name);
-      return NULL;
-   }
-   client = dlq->connection ? fw_connection_clients_get (w->clients, dlq->connection, error)
-                            : w->client;
-   if (!client) {
-      if (!dlq->connection) {
-         fw_error_set (error, FW_ERROR_MONGO, "stream \"%s\" has no client", w->cfg.name);
-      }
-      return NULL;
-   }
-   return mongoc_client_get_collection (client, dlq->database ? dlq->database : w->cfg.database,
-                                        dlq->collection);
+   return client ? mongoc_client_get_collection (
+                      client, dlq->database ? dlq->database : w->cfg.database, dlq->collection)
+                 : NULL;
 }
 
 mongoc_collection_t *
 fw_dlq_replay_sequences_collection (fw_stream_worker_t *w, fw_error_t *error)
 {
-   const fw_dlq_config_t *dlq = &w->cfg.dlq;
-   mongoc_client_t *client;
+   const fw_dlq_config_t *dlq = &w->cfg.dlq; /* sequences only on a stream's own DLQ */
+   mongoc_client_t *client = dlq_client (w, dlq, error);
 
-   if (!dlq->enabled) {
-      fw_error_set (error, FW_ERROR_INVALID, "stream \"%s\" has no dead-letter queue",
-                    w->cfg.name);
-      return NULL;
-   }
-   client = dlq->connection ? fw_connection_clients_get (w->clients, dlq->connection, error)
-                            : w->client;
-   if (!client) {
-      if (!dlq->connection) {
-         fw_error_set (error, FW_ERROR_MONGO, "stream \"%s\" has no client", w->cfg.name);
-      }
-      return NULL;
-   }
-   return fw_dlq_sequence_collection (client, dlq->database ? dlq->database : w->cfg.database,
-                                      dlq->collection);
+   return client ? fw_dlq_sequence_collection (
+                      client, dlq->database ? dlq->database : w->cfg.database, dlq->collection)
+                 : NULL;
 }
 
 void

@@ -45,6 +45,13 @@ typedef struct fw_replay_hook {
    char error_message[1024];
 } fw_replay_hook_t;
 
+/* dlq_replay.c: runs dlq.enqueue_policy for a replay that failed for good
+ * (hook's error; ctx:dead_letter()'s letter in w->dispatch). True: evict;
+ * false: requeue, the diagnostics to merge in diagnostics (initialised by
+ * the caller; emptied when the policy fails or they have no BSON form). */
+bool fw_dlq_replay_policy (fw_stream_worker_t *w, const fw_replay_hook_t *hook,
+                           bson_t *diagnostics);
+
 /* Set on a worker that `flowwarden test` drives (test_app.c); NULL in run,
  * where each use costs one pointer test on a failure path. */
 typedef struct fw_dispatch_hooks {

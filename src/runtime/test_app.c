@@ -597,75 +597,6 @@ core_deliver (lua_State *L)
 
 /* --- replaying a dead letter --------------------------------------------------- */
 
-typedef struct {
-   fw_stream_worker_t *w;
-   const fw_replay_hook_t *hook;
-   bool evict;
-   bson_t *diagnostics;
-   bool diag_ok;
-   fw_error_t err;
-} policy_t;
-
-/* Protected, in the script's state: flowwarden.dlq.decide(spec, letter, err),
- * as dlq_replay.c's enqueue policy step. */
-static int
-ppolicy (lua_State *L)
-{
-   policy_t *a = lua_touserdata (L, 1);
-   const char *action;
-
-   lua_getglobal (L, "require");
-   lua_pushliteral (L, "flowwarden.dlq");
-   lua_call (L, 1, 1);
-   lua_getfield (L, -1, "decide");
-   lua_rawgeti (L, LUA_REGISTRYINDEX, a->w->spec_ref);
-   fw_event_ctx_push_dead_letter (L, &a->w->dispatch);
-   lua_createtable (L, 0, 2);
-   lua_pushstring (L, a->hook->error_type);
-   lua_setfield (L, -2, "type");
-   lua_pushstring (L, a->hook->error_message);
-   lua_setfield (L, -2, "message");
-   lua_call (L, 3, 2);
-   action = lua_tostring (L, -2);
-   a->evict = action && strcmp (action, "evict") == 0;
-   if (lua_istable (L, -1)) {
-      a->diag_ok = fw_bson_lua_to_bson (L, lua_gettop (L), "diagnostics", a->diagnostics, &a->err);
-   }
-   return 0;
-}
-
-static void
-run_policy (fw_stream_worker_t *w, const fw_replay_hook_t *hook, policy_t *a)
-{
-   lua_State *L = fw_lua_host_state (w->host);
-   int top = lua_gettop (L);
-   fw_lua_stop_t stop;
-
-   a->w = w;
-   a->hook = hook;
-   a->diag_ok = true;
-   lua_pushcfunction (L, ppolicy);
-   lua_pushlightuserdata (L, a);
-   if (!fw_lua_host_call (w->host, 1, 0, w->cfg.timeout_ms, &stop)) {
-      const char *msg = NULL;
-      if (lua_istable (L, -1) && lua_getfield (L, -1, "value") == LUA_TSTRING) {
-         msg = lua_tostring (L, -1);
-      }
-      fw_log (FW_LOG_ERROR, w->cfg.name, "dlq.enqueue_policy failed (%s); the entry is requeued",
-              stop == FW_LUA_STOP_TIMEOUT ? "it exceeded the stream's timeout"
-              : msg                       ? msg
-                                          : "no message");
-      a->evict = false;
-      bson_reinit (a->diagnostics);
-   } else if (!a->diag_ok) {
-      fw_log (FW_LOG_ERROR, w->cfg.name,
-              "dlq.enqueue_policy: diagnostics cannot be stored (%s); they are left as they were",
-              a->err.message);
-      bson_reinit (a->diagnostics);
-   }
-   lua_settop (L, top);
-}
-
 /* core.replay_one(app, stream, event, letter, no_retry) */
 static int
 core_replay_one (lua_State *L)
@@ -674,7 +605,7 @@ core_replay_one (lua_State *L)
    fw_test_app_t *app = check_app (L, 1);
    fw_stream_worker_t *w = find_worker (L, app, "replay_dlq", luaL_checkstring (L, 2));
    fw_replay_hook_t hook = {0};
-   policy_t policy = {0};
+   bool evict = false;
    capture_ud_t *u;
    fw_dispatch_result_t r;
    fw_event_t ev;
@@ -705,8 +636,7 @@ core_replay_one (lua_State *L)
    begin_capture (app, u);
    r = fw_event_dispatch (w, &ev);
    if (r != FW_DISPATCH_STOPPED && hook.result == FW_REPLAYED_FAILED) {
-      policy.diagnostics = u->diagnostics;
-      run_policy (w, &hook, &policy);
+      evict = fw_dlq_replay_policy (w, &hook, u->diagnostics);
    }
    end_capture (app);
    w->dispatch.dead_letter = NULL;
@@ -727,7 +657,7 @@ core_replay_one (lua_State *L)
       lua_pushstring (L, hook.error_message);
       lua_setfield (L, -2, "message");
       lua_setfield (L, t, "error");
-      lua_pushboolean (L, policy.evict);
+      lua_pushboolean (L, evict);
       lua_setfield (L, t, "evict");
       if (!fw_bson_lua_push_document (L, u->diagnostics, "diagnostics", &err)) {
          return luaL_error (L, "replay_dlq: %s", err.message);
