@@ -123,22 +123,6 @@ fw_stream_worker_build_lanes (fw_stream_worker_t *w, fw_stream_lane_loader_t loa
    return true;
 }
 
-void
-fw_stream_lanes_fold_stats (fw_stream_worker_t *w)
-{
-   for (int i = 0; i < w->n_lane_w; i++) {
-      fw_stream_stats_t *s = &w->lane_w[i]->stats;
-      w->stats.handled += s->handled;
-      w->stats.handler_errors += s->handler_errors;
-      w->stats.retries += s->retries;
-      w->stats.dead_lettered += s->dead_lettered;
-      w->stats.skipped += s->skipped;
-      w->stats.lost += s->lost;
-      w->stats.parked += s->parked;
-      memset (s, 0, sizeof *s);
-   }
-}
-
 static void
 wait_slice (pthread_cond_t *cond, pthread_mutex_t *mu)
 {
@@ -445,7 +429,7 @@ fw_stream_lanes_stop (fw_stream_worker_t *w, fw_position_t *p)
    fw_stream_lanes_advance (w, p); /* what finished as the lanes stopped */
    lanes_free (ls);
    w->lanes = NULL;
-   fw_stream_lanes_fold_stats (w);
+   fw_stream_fold_lane_stats (w);
 }
 
 bool

@@ -17,22 +17,6 @@
 #include "flowwarden/state_lua.h"
 #include "stream_worker-private.h"
 
-/* Points w's Lua state at w's store (bound applied) and w's clients; and
- * each lane program's state at the same store (fw.state is the stream's). */
-void
-fw_stream_state_attach (fw_stream_worker_t *w)
-{
-   fw_mongo_lua_attach (fw_lua_host_state (w->host), &w->mongo);
-   fw_lua_state_attach (fw_lua_host_state (w->host), w->state);
-   fw_state_store_set_label (w->state, w->cfg.name);
-   fw_state_store_set_max_bytes (w->state, w->cfg.state_max_bytes);
-   for (int i = 0; i < w->n_lane_w; i++) {
-      w->lane_w[i]->state = w->state;
-      w->lane_w[i]->coord = w;
-      fw_lua_state_attach (fw_lua_host_state (w->lane_w[i]->host), w->state);
-   }
-}
-
 void
 fw_stream_worker_take_state (fw_stream_worker_t *w, fw_stream_worker_t *from)
 {
@@ -126,7 +110,7 @@ fw_stream_reload_apply (fw_stream_worker_t *w)
    SWAP (w->on_failure_ref, next->on_failure_ref);
    /* The lanes are stopped: their programs go with the rest (the old ones,
     * folded into w's counts, are destroyed with next). */
-   fw_stream_lanes_fold_stats (w);
+   fw_stream_fold_lane_stats (w);
    SWAP (w->lane_w, next->lane_w);
    SWAP (w->n_lane_w, next->n_lane_w);
    /* The event cache lived in the old state, which goes away with next. */

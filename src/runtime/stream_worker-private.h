@@ -363,6 +363,15 @@ const bson_t *fw_stream_reader_resume_token (fw_stream_reader_t *r);
  * the caller's again. NULL is a no-op. */
 void fw_stream_reader_stop (fw_stream_reader_t *r);
 
+/* --- stream_program.c: a worker's program, the lowest stream file ------- */
+
+/* Points w's Lua state (and its lane programs') at w's fw.state store, and
+ * w's fw.mongo at w's clients. */
+void fw_stream_state_attach (fw_stream_worker_t *w);
+
+/* The lane programs' counts added to w's (and zeroed). */
+void fw_stream_fold_lane_stats (fw_stream_worker_t *w);
+
 /* --- stream_reload.c --------------------------------------------------- */
 
 /* Switches to the program a reload left pending (handlers, policies, Lua
@@ -370,10 +379,6 @@ void fw_stream_reader_stop (fw_stream_reader_t *r);
  * boundaries. Never while lanes run (w->lanes): fw_stream_lanes_boundary
  * applies it then. Returns true when it switched. */
 bool fw_stream_reload_apply (fw_stream_worker_t *w);
-
-/* Points w's Lua state (and its lane programs') at w's fw.state store, and
- * w's fw.mongo at w's clients. */
-void fw_stream_state_attach (fw_stream_worker_t *w);
 
 /* --- stream_lanes.c: per-key lanes (issue 16) ------------------------------
  *
@@ -415,9 +420,6 @@ bool fw_stream_lanes_advance (fw_stream_worker_t *w, fw_position_t *p);
  * a lane failed), stops and joins them, moves p to the watermark and adds
  * the lanes' counts to w's. NULL lanes: a no-op. */
 void fw_stream_lanes_stop (fw_stream_worker_t *w, fw_position_t *p);
-
-/* The lane programs' counts added to w's (and zeroed). */
-void fw_stream_lanes_fold_stats (fw_stream_worker_t *w);
 
 /* --- stream_lead.c: the checkpoint and leadership a stream reads with ---- */
 

@@ -27,116 +27,6 @@
 #define FW_ERR_CHANGE_STREAM_FATAL 280 /* ChangeStreamFatalError: re-opening fails the same way */
 #define FW_ERR_OBJECT_TOO_LARGE 10334  /* BSONObjectTooLarge: an event over 16 MiB */
 
-static const char *const handler_keys[H_COUNT] = {"insert", "update", "replace", "delete",
-                                                  "change"};
-
-typedef struct {
-   lua_State *L;
-   fw_stream_worker_t *w;
-   int index;
-   fw_error_t *error;
-   bool ok;
-} read_args_t;
-
-/* Protected: copies the spec into C and keeps refs to its functions. */
-static int
-pread_spec (lua_State *L)
-{
-   read_args_t *a = lua_touserdata (L, 1);
-   int spec;
-
-   fw_lua_host_push_spec (a->w->host, a->index);
-   spec = lua_gettop (L);
-   if (!fw_stream_config_read (L, spec, &a->w->cfg, a->error)) {
-      return 0;
-   }
-   if (lua_getfield (L, spec, "handlers") == LUA_TTABLE) {
-      for (int i = 0; i < H_COUNT; i++) {
-         if (lua_getfield (L, -1, handler_keys[i]) == LUA_TFUNCTION) {
-            a->w->handler_ref[i] = luaL_ref (L, LUA_REGISTRYINDEX);
-         } else {
-            lua_pop (L, 1);
-         }
-      }
-   }
-   lua_pop (L, 1);
-   lua_pushvalue (L, spec);
-   a->w->spec_ref = luaL_ref (L, LUA_REGISTRYINDEX);
-
-   lua_getglobal (L, "require");
-   lua_pushliteral (L, "flowwarden.dispatch");
-   lua_call (L, 1, 1);
-   lua_getfield (L, -1, "on_failure");
-   luaL_checktype (L, -1, LUA_TFUNCTION);
-   a->w->on_failure_ref = luaL_ref (L, LUA_REGISTRYINDEX);
-   fw_event_ctx_open (L);
-   a->ok = true;
-   return 0;
-}
-
-/* fw.mongo asks the worker for the client of a connection. */
-static mongoc_client_t *
-mongo_client_for (void *ud, const char *name, fw_error_t *error)
-{
-   fw_stream_worker_t *w = ud;
-   return fw_connection_clients_get (w->clients, name, error);
-}
-
-fw_stream_worker_t *
-fw_stream_worker_new (fw_lua_host_t *host, int index, mongoc_client_pool_t *pool,
-                      fw_connections_t *conns, fw_error_t *error)
-{
-   fw_stream_worker_t *w = calloc (1, sizeof *w);
-   lua_State *L = fw_lua_host_state (host);
-   read_args_t a = {L, w, index, error, false};
-
-   if (!w) {
-      fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
-      fw_lua_host_destroy (host);
-      return NULL;
-   }
-   w->host = host;
-   w->pool = pool;
-   w->index = index;
-   w->conns = conns;
-   fw_shutdown_init (&w->own_shutdown);
-   pthread_mutex_init (&w->pending_mu, NULL);
-   w->shutdown = &w->own_shutdown;
-   for (int i = 0; i < H_COUNT; i++) {
-      w->handler_ref[i] = LUA_NOREF;
-   }
-   w->spec_ref = w->on_failure_ref = LUA_NOREF;
-   w->seq_index = -1;
-   w->dispatch.cache_ref = LUA_NOREF;
-   w->at_attempt_boundary = fw_stream_reload_apply;
-   lua_pushcfunction (L, pread_spec);
-   lua_pushlightuserdata (L, &a);
-   if (lua_pcall (L, 1, 0, 0) != LUA_OK) {
-      fw_error_set (error, FW_ERROR_LUA, "cannot read stream %d: %s", index,
-                    lua_tostring (L, -1));
-      lua_pop (L, 1);
-   }
-   if (!a.ok) {
-      fw_stream_worker_destroy (w);
-      return NULL;
-   }
-   w->dispatch.stream_name = w->cfg.name;
-   fw_lua_core_set_stream (L, w->cfg.name);
-   w->dispatch.dlq_enabled = w->cfg.dlq.enabled || w->cfg.dlq_fallback.enabled;
-   w->rng = (uint64_t) fw_now_ms () ^ ((uint64_t) (uintptr_t) w << 16) ^ (uint64_t) getpid ();
-   fw_lua_host_set_memory_limit (host, w->cfg.memory_limit);
-   if (!(w->state = fw_state_store_new (w->cfg.state_max_bytes)) ||
-       !(w->clients = fw_connection_clients_new (conns))) {
-      fw_error_set (error, FW_ERROR_NOMEM, "out of memory creating a stream");
-      fw_stream_worker_destroy (w);
-      return NULL;
-   }
-   w->mongo.client_for = mongo_client_for;
-   w->mongo.ud = w;
-   fw_stream_state_attach (w);
-   return w;
-}
-
 const char *
 fw_stream_worker_name (const fw_stream_worker_t *w)
 {
@@ -764,6 +654,9 @@ fw_stream_worker_start (fw_stream_worker_t *w, fw_error_t *error)
       w->stats.failed = false;
       w->control = W_CONTROL_NONE;
    }
+   /* The stream's thread switches to a reloaded program at attempt
+    * boundaries (lane programs never do: their stream's thread does). */
+   w->at_attempt_boundary = fw_stream_reload_apply;
    if (pthread_create (&w->thread, NULL, worker_main, w) != 0) {
       fw_error_set (error, FW_ERROR_IO, "cannot start thread for stream \"%s\"", w->cfg.name);
       return false;
@@ -772,42 +665,3 @@ fw_stream_worker_start (fw_stream_worker_t *w, fw_error_t *error)
    return true;
 }
 
-void
-fw_stream_worker_join (fw_stream_worker_t *w)
-{
-   if (w->started && !w->joined) {
-      pthread_join (w->thread, NULL);
-      w->joined = true;
-   }
-}
-
-void
-fw_stream_worker_stats (const fw_stream_worker_t *w, fw_stream_stats_t *out)
-{
-   *out = w->stats;
-}
-
-void
-fw_stream_worker_destroy (fw_stream_worker_t *w)
-{
-   if (!w) {
-      return;
-   }
-   fw_stream_worker_join (w);
-   fw_stream_worker_destroy (w->pending);
-   fw_stream_config_cleanup (&w->cfg);
-   fw_lua_host_destroy (w->host);
-   for (int i = 0; i < w->n_lane_w; i++) {
-      fw_stream_worker_destroy (w->lane_w[i]);
-   }
-   free (w->lane_w);
-   if (!w->coord) {
-      fw_state_store_destroy (w->state); /* a lane's is the stream's */
-   }
-   fw_connection_clients_destroy (w->clients);
-   fw_dlq_sequences_destroy (w->open_seqs);
-   bson_free (w->seq_key);
-   pthread_mutex_destroy (&w->pending_mu);
-   fw_shutdown_cleanup (&w->own_shutdown);
-   free (w);
-}
