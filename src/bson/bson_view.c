@@ -31,6 +31,11 @@ typedef struct {
    const uint8_t *data;
    uint32_t len;
    bool is_array;
+   /* Arrays: where the last lookup ended (the element after the one found)
+    * and that element's 1-based index, so a[i] read front to back in a loop
+    * continues from there instead of rescanning from the first element. */
+   uint32_t hint_pos;
+   lua_Integer hint_index;
 } view_t;
 
 static view_t *
@@ -75,6 +80,8 @@ fw_bson_view_push (lua_State *L, int anchor_idx, const uint8_t *data, uint32_t l
    v->data = data;
    v->len = len;
    v->is_array = is_array;
+   v->hint_pos = 4;
+   v->hint_index = 0;
    lua_pushvalue (L, anchor_idx);
    lua_setiuservalue (L, -2, ANCHOR);
    set_view_mt (L);
@@ -84,13 +91,15 @@ void
 fw_bson_view_push_copy (lua_State *L, const uint8_t *data, uint32_t len, bool is_array)
 {
    /* The bytes live right after the header in the same userdata: one
-    * allocation, and the view is its own anchor. */
-   view_t *v = lua_newuserdatauv (L, sizeof *v + len, 1);
+    * allocation, and the view is its own anchor (no user value). */
+   view_t *v = lua_newuserdatauv (L, sizeof *v + len, 0);
    uint8_t *copy = (uint8_t *) (v + 1);
    memcpy (copy, data, len);
    v->data = copy;
    v->len = len;
    v->is_array = is_array;
+   v->hint_pos = 4;
+   v->hint_index = 0;
    set_view_mt (L);
 }
 
@@ -99,7 +108,8 @@ fw_bson_view_push_copy (lua_State *L, const uint8_t *data, uint32_t len, bool is
 static void
 push_anchor (lua_State *L, int idx)
 {
-   if (lua_getiuservalue (L, idx, ANCHOR) == LUA_TNIL) {
+   /* A view that owns its bytes has no user value: LUA_TNONE. */
+   if (lua_getiuservalue (L, idx, ANCHOR) <= LUA_TNIL) {
       lua_pop (L, 1);
       lua_pushvalue (L, idx);
    }
@@ -207,6 +217,23 @@ push_elem (lua_State *L, int view_idx, const view_t *v, const fw_bson_elem_t *e)
    lua_pushnil (L);
 }
 
+/* Scans from the element at offset `from` for the element named key
+ * (document) or the want-th one counting from there (array). */
+static bool
+find_elem (const view_t *v, uint32_t from, const char *key, size_t klen, lua_Integer want,
+           fw_bson_elem_t *e, uint32_t *after)
+{
+   uint32_t pos = from;
+
+   while (fw_bson_scan_next (v->data, v->len, &pos, e)) {
+      if (v->is_array ? --want == 0 : (e->nlen == klen && memcmp (e->name, key, klen) == 0)) {
+         *after = pos;
+         return true;
+      }
+   }
+   return false;
+}
+
 /* __index: a string key on a document, a 1-based integer on an array. */
 static int
 view_index (lua_State *L)
@@ -215,8 +242,9 @@ view_index (lua_State *L)
    const char *key = NULL;
    size_t klen = 0;
    lua_Integer want = 0;
-   uint32_t pos = 4;
+   uint32_t after;
    fw_bson_elem_t e;
+   bool found;
 
    if (v->is_array) {
       int isnum;
@@ -225,19 +253,28 @@ view_index (lua_State *L)
          lua_pushnil (L);
          return 1;
       }
+      /* Past the last element read: go on from there. */
+      found = want > v->hint_index
+                 ? find_elem (v, v->hint_pos, NULL, 0, want - v->hint_index, &e, &after)
+                 : find_elem (v, 4, NULL, 0, want, &e, &after);
+      if (found) {
+         v->hint_pos = after;
+         v->hint_index = want;
+      }
    } else if (lua_type (L, 2) == LUA_TSTRING) {
+      /* Always from the start: with a key twice in a document (valid
+       * BSON) the first one wins, whatever was read before. */
       key = lua_tolstring (L, 2, &klen);
+      found = find_elem (v, 4, key, klen, 0, &e, &after);
    } else {
       lua_pushnil (L);
       return 1;
    }
-   while (fw_bson_scan_next (v->data, v->len, &pos, &e)) {
-      if (v->is_array ? --want == 0 : (e.nlen == klen && memcmp (e.name, key, klen) == 0)) {
-         push_elem (L, 1, v, &e);
-         return 1;
-      }
+   if (found) {
+      push_elem (L, 1, v, &e);
+   } else {
+      lua_pushnil (L);
    }
-   lua_pushnil (L);
    return 1;
 }
 

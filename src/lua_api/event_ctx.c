@@ -38,15 +38,17 @@ typedef struct {
    uint64_t generation;
 } ctx_ud_t;
 
+/* Every ctx method has the ctx metatable as upvalue 1: comparing with it
+ * costs no registry look-up, and anything else passed as self (through
+ * debug.getmetatable, or ctx.method(other)) is refused. */
 static ctx_ud_t *
 test_ctx (lua_State *L, int idx)
 {
    ctx_ud_t *c = lua_touserdata (L, idx);
    bool ok = false;
    if (c && lua_getmetatable (L, idx)) {
-      lua_rawgetp (L, LUA_REGISTRYINDEX, &ctx_mt_key);
-      ok = lua_rawequal (L, -1, -2);
-      lua_pop (L, 2);
+      ok = lua_rawequal (L, -1, lua_upvalueindex (1));
+      lua_pop (L, 1);
    }
    return ok ? c : NULL;
 }
@@ -126,6 +128,7 @@ push_cached_field (lua_State *L, fw_dispatch_t *d, int slot, const char *key,
    }
    lua_pushvalue (L, -1);
    lua_rawseti (L, -3, slot);
+   d->cache_slots |= 1u << slot;
    return 1;
 }
 
@@ -147,12 +150,13 @@ static const field_accessor_t accessors[] = {
    {"wall_time", "wallTime", FW_EV_WALL_TIME},
 };
 
-/* Upvalue 1: the accessor (light userdata); upvalue 2: its cache slot. */
+/* Upvalue 1: the ctx metatable; 2: the accessor (light userdata); 3: its
+ * cache slot. */
 static int
 ctx_field (lua_State *L)
 {
-   const field_accessor_t *a = lua_touserdata (L, lua_upvalueindex (1));
-   int slot = (int) lua_tointeger (L, lua_upvalueindex (2));
+   const field_accessor_t *a = lua_touserdata (L, lua_upvalueindex (2));
+   int slot = (int) lua_tointeger (L, lua_upvalueindex (3));
    fw_dispatch_t *d = check_ctx (L);
 
    return push_cached_field (L, d, slot, a->field, a->id);
@@ -253,6 +257,7 @@ ctx_add_metadata (lua_State *L)
       lua_newtable (L);
       lua_pushvalue (L, -1);
       lua_rawseti (L, -3, SLOT_METADATA);
+      d->cache_slots |= 1u << SLOT_METADATA;
    }
    lua_pushvalue (L, 2);
    lua_pushvalue (L, 3);
@@ -313,6 +318,7 @@ fw_event_ctx_push_dead_letter (lua_State *L, fw_dispatch_t *d)
       }
       lua_pushvalue (L, -1);
       lua_rawseti (L, -3, SLOT_DEAD_LETTER);
+      d->cache_slots |= 1u << SLOT_DEAD_LETTER;
    }
    lua_remove (L, -2);
 }
@@ -353,11 +359,14 @@ fw_event_ctx_open (lua_State *L)
 {
    fw_bson_view_open (L, 0);
    luaL_newmetatable (L, CTX_MT);
-   luaL_newlib (L, ctx_methods);
+   lua_newtable (L);
+   lua_pushvalue (L, -2);
+   luaL_setfuncs (L, ctx_methods, 1);
    for (size_t i = 0; i < sizeof accessors / sizeof accessors[0]; i++) {
+      lua_pushvalue (L, -2);
       lua_pushlightuserdata (L, (void *) &accessors[i]);
       lua_pushinteger (L, SLOT_FULL_DOCUMENT + (lua_Integer) i);
-      lua_pushcclosure (L, ctx_field, 2);
+      lua_pushcclosure (L, ctx_field, 3);
       lua_setfield (L, -2, accessors[i].method);
    }
    lua_setfield (L, -2, "__index");
@@ -371,18 +380,19 @@ fw_event_ctx_open (lua_State *L)
 void
 fw_event_ctx_begin (lua_State *L, fw_dispatch_t *d, const fw_event_t *ev)
 {
-   if (d->cache_used && d->cache_ref != LUA_NOREF) {
-      /* Clearing existing fields allocates nothing, so this cannot raise. */
+   if (d->cache_slots && d->cache_ref != LUA_NOREF) {
+      /* Only the slots this event filled. Setting existing fields to nil
+       * allocates nothing, so this cannot raise. */
       lua_rawgeti (L, LUA_REGISTRYINDEX, d->cache_ref);
-      lua_pushnil (L);
-      while (lua_next (L, -2)) {
-         lua_pop (L, 1);
-         lua_pushvalue (L, -1);
-         lua_pushnil (L);
-         lua_rawset (L, -4);
+      for (int slot = SLOT_FULL_DOCUMENT; slot <= SLOT_COUNT; slot++) {
+         if (d->cache_slots & (1u << slot)) {
+            lua_pushnil (L);
+            lua_rawseti (L, -2, slot);
+         }
       }
       lua_pop (L, 1);
    }
+   d->cache_slots = 0;
    d->cache_used = false;
    d->generation++;
    d->event = ev;

@@ -90,6 +90,29 @@ bson_view_iterates_with_pairs_and_ipairs_in_bson_order (void **state)
    bson_destroy (d);
 }
 
+/* Array lookups go on from the last element read: any order of indexes
+ * must still give each index its own element. */
+static void
+bson_view_array_index_in_any_order (void **state)
+{
+   bson_t *d = BCON_NEW ("a", "[", BCON_INT32 (10), BCON_INT32 (20), BCON_INT32 (30),
+                         BCON_INT32 (40), "]", "k", "first", "k", "second");
+   lua_State *L = state_with_doc (d);
+   (void) state;
+   run (L, "local a = doc.a\n"
+           "for i = 1, 4 do assert(a[i] == i * 10, i) end\n"
+           "assert(a[5] == nil and a[4] == 40)\n"
+           "for i = 4, 1, -1 do assert(a[i] == i * 10, i) end\n"
+           "assert(a[3] == 30 and a[1] == 10 and a[4] == 40 and a[2] == 20)\n"
+           "assert(a[0] == nil and a[-1] == nil and a[2.5] == nil and a.x == nil)\n"
+           "assert(a[2] == 20 and a[100] == nil and a[3] == 30)\n"
+           /* a key twice in a document (valid BSON): the first wins, whatever
+            * was read before */
+           "assert(doc.k == 'first' and doc.a[1] == 10 and doc.k == 'first')\n");
+   lua_close (L);
+   bson_destroy (d);
+}
+
 static void
 bson_view_is_read_only_and_fw_table_gives_a_mutable_copy (void **state)
 {
@@ -156,6 +179,7 @@ main (void)
    const struct CMUnitTest tests[] = {
       cmocka_unit_test (bson_view_reads_fields_like_a_table),
       cmocka_unit_test (bson_view_iterates_with_pairs_and_ipairs_in_bson_order),
+      cmocka_unit_test (bson_view_array_index_in_any_order),
       cmocka_unit_test (bson_view_is_read_only_and_fw_table_gives_a_mutable_copy),
       cmocka_unit_test (bson_view_round_trips_byte_identical),
       cmocka_unit_test (bson_view_outlives_its_source),
