@@ -25,93 +25,12 @@
 
 #include "flowwarden/checkpoint_store.h"
 #include "flowwarden/lease.h"
+#include "standin_process.h"
 
-#ifndef FW_SOURCE_DIR
-#error "FW_SOURCE_DIR must be defined (the source tree root, as a string)"
-#endif
-
-#define STANDIN_SCRIPT FW_SOURCE_DIR "/tests/standin/mongo_standin.py"
 #define LEASE_MS 1000
 #define SKEW_MS 3000
 
-static double
-now_s (void)
-{
-   struct timespec ts;
-   clock_gettime (CLOCK_MONOTONIC, &ts);
-   return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
-}
-
-typedef struct {
-   pid_t pid;
-   char uri[128];
-} standin_t;
-
 static standin_t g_standin;
-
-/* Start the stand-in and wait (at most 30 s) for its "ready 127.0.0.1:<port>" line. */
-static bool
-standin_start (standin_t *s)
-{
-   int fds[2];
-   if (pipe (fds) != 0) {
-      return false;
-   }
-   pid_t pid = fork ();
-   if (pid < 0) {
-      return false;
-   }
-   if (pid == 0) {
-      /* A test that dies (an abort, a sanitizer report) takes the stand-in
-       * with it: an orphan would hold ctest's output pipe open forever. */
-      prctl (PR_SET_PDEATHSIG, SIGKILL);
-      dup2 (fds[1], STDOUT_FILENO);
-      close (fds[0]);
-      close (fds[1]);
-      execl ("/usr/bin/python3", "python3", STANDIN_SCRIPT, "--port", "0", (char *) NULL);
-      fprintf (stderr, "exec /usr/bin/python3 failed: %s\n", strerror (errno));
-      _exit (127);
-   }
-   close (fds[1]);
-   char line[256] = {0};
-   size_t len = 0;
-   double deadline = now_s () + 30.0;
-   while (len < sizeof line - 1 && (len == 0 || line[len - 1] != '\n')) {
-      struct pollfd p = {.fd = fds[0], .events = POLLIN};
-      int left_ms = (int) ((deadline - now_s ()) * 1000);
-      if (left_ms <= 0 || poll (&p, 1, left_ms) <= 0) {
-         break;
-      }
-      ssize_t n = read (fds[0], line + len, 1);
-      if (n <= 0) {
-         break;
-      }
-      len += (size_t) n;
-   }
-   close (fds[0]);
-   unsigned int port = 0;
-   if (sscanf (line, "ready 127.0.0.1:%u", &port) != 1) {
-      fprintf (stderr, "stand-in did not become ready (got: '%s')\n", line);
-      kill (pid, SIGKILL);
-      waitpid (pid, NULL, 0);
-      return false;
-   }
-   s->pid = pid;
-   snprintf (s->uri, sizeof s->uri, "mongodb://127.0.0.1:%u/?replicaSet=rs0", port);
-   return true;
-}
-
-static int
-standin_stop (standin_t *s)
-{
-   int status = -1;
-   if (s->pid > 0) {
-      kill (s->pid, SIGTERM);
-      waitpid (s->pid, &status, 0);
-      s->pid = 0;
-   }
-   return status;
-}
 
 static int
 group_setup (void **state)

@@ -29,12 +29,8 @@
 #include "flowwarden/lua_call.h"
 #include "flowwarden/lua_host.h"
 #include "flowwarden/mongo_lua.h"
+#include "standin_process.h"
 
-#ifndef FW_SOURCE_DIR
-#error "FW_SOURCE_DIR must be defined (the source tree root, as a string)"
-#endif
-
-#define STANDIN_SCRIPT FW_SOURCE_DIR "/tests/standin/mongo_standin.py"
 #define APP_NAME "fwmongo-test"
 
 static pid_t g_pid;
@@ -43,56 +39,16 @@ static mongoc_client_pool_t *g_pool;
 static mongoc_client_t *g_client; /* fw.mongo's, popped from the pool */
 static mongoc_client_t *g_admin;  /* the test's own, for fail points */
 
-static double
-now_s (void)
-{
-   struct timespec ts;
-   clock_gettime (CLOCK_MONOTONIC, &ts);
-   return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
-}
-
-/* Starts the stand-in and waits (at most 30 s) for "ready 127.0.0.1:<port>". */
+/* Starts the stand-in into g_pid and g_uri. */
 static bool
-standin_start (void)
+start_standin (void)
 {
-   int fds[2];
-   char line[256] = {0};
-   size_t len = 0;
-   unsigned int port = 0;
-   double deadline = now_s () + 30.0;
-   pid_t pid;
-
-   if (pipe (fds) != 0 || (pid = fork ()) < 0) {
+   standin_t s;
+   if (!standin_start (&s)) {
       return false;
    }
-   if (pid == 0) {
-      /* A test that dies (an abort, a sanitizer report) takes the stand-in
-       * with it: an orphan would hold ctest's output pipe open forever. */
-      prctl (PR_SET_PDEATHSIG, SIGKILL);
-      dup2 (fds[1], STDOUT_FILENO);
-      close (fds[0]);
-      close (fds[1]);
-      execl ("/usr/bin/python3", "python3", STANDIN_SCRIPT, "--port", "0", (char *) NULL);
-      _exit (127);
-   }
-   close (fds[1]);
-   while (len < sizeof line - 1 && (len == 0 || line[len - 1] != '\n')) {
-      struct pollfd p = {.fd = fds[0], .events = POLLIN};
-      int left_ms = (int) ((deadline - now_s ()) * 1000);
-      if (left_ms <= 0 || poll (&p, 1, left_ms) <= 0 || read (fds[0], line + len, 1) <= 0) {
-         break;
-      }
-      len++;
-   }
-   close (fds[0]);
-   if (sscanf (line, "ready 127.0.0.1:%u", &port) != 1) {
-      fprintf (stderr, "stand-in did not become ready (got: '%s')\n", line);
-      kill (pid, SIGKILL);
-      waitpid (pid, NULL, 0);
-      return false;
-   }
-   g_pid = pid;
-   snprintf (g_uri, sizeof g_uri, "mongodb://127.0.0.1:%u/?replicaSet=rs0", port);
+   g_pid = s.pid;
+   snprintf (g_uri, sizeof g_uri, "%s", s.uri);
    return true;
 }
 
@@ -136,7 +92,7 @@ group_setup (void **state)
 
    (void) state;
    mongoc_init ();
-   if (!standin_start ()) {
+   if (!start_standin ()) {
       return -1;
    }
    snprintf (uri, sizeof uri, "%s&appname=%s&serverSelectionTimeoutMS=5000", g_uri, APP_NAME);
