@@ -56,4 +56,59 @@ int fw_test_events_from (lua_State *L);
 /* Appends one record to the capture: false when out of memory. */
 bool fw_test_capture_add (char ***list, size_t *n, size_t *cap, char *line);
 
+/* What a delivery or replay saw, owned by a userdata on the Lua stack (so a
+ * raise frees it): the records and the BSON documents behind the result. */
+typedef struct {
+   fw_test_capture_t c;
+   bson_t *entry;  /* the DLQ entry the delivery wrote */
+   bson_t *event;  /* the event delivered */
+   bson_t *letter; /* a replay's dead letter */
+   bson_t *diagnostics;
+} fw_test_capture_ud_t;
+
+/* --- test_app.c's helpers for test_app_replay.c ------------------------------- */
+
+/* The app at idx; raises when it is not a loaded app. */
+fw_test_app_t *fw_test__check_app (lua_State *L, int idx);
+
+/* Pushes a new, empty capture userdata (freed by the collector). */
+fw_test_capture_ud_t *fw_test__push_capture (lua_State *L);
+
+/* The worker of stream name; raises "<call>: unknown stream ..." naming the
+ * script's streams otherwise. */
+fw_stream_worker_t *fw_test__find_worker (lua_State *L, fw_test_app_t *app, const char *call,
+                                          const char *name);
+
+/* Routes logs and the dispatcher's records into u until end_capture. */
+void fw_test__begin_capture (fw_test_app_t *app, fw_test_capture_ud_t *u);
+void fw_test__end_capture (fw_test_app_t *app);
+
+/* The event table at idx as BSON into *out (owned by the capture); raises
+ * naming call on a non-table or an unconvertible value. */
+void fw_test__event_arg (lua_State *L, int idx, const char *call, bson_t **out);
+
+/* Sets delays, errors and logs of the result table at t from c. */
+void fw_test__push_capture_fields (lua_State *L, int t, const fw_test_capture_t *c);
+
+/* --- test_app.c: core functions flowwarden.testing calls ----------------------- */
+
+int fw_test__load (lua_State *L);         /* core.load(script, opts) -> app */
+int fw_test__streams (lua_State *L);      /* core.streams(app) -> names */
+int fw_test__deliver (lua_State *L);      /* core.deliver(app, stream, event) */
+int fw_test__now (lua_State *L);          /* core.now(app) -> ms */
+int fw_test__advance (lua_State *L);      /* core.advance(app, ms) -> ms */
+int fw_test__metrics_text (lua_State *L); /* core.metrics_text(app) */
+
+/* Registers the app's and the capture's metatables (their __gc). */
+void fw_test__open_metatables (lua_State *L);
+
+/* --- test_app_replay.c: core functions flowwarden.testing calls ---------------- */
+
+int fw_test__replay_one (lua_State *L);   /* core.replay_one(app, stream, event, letter, no_retry) */
+int fw_test__dlq_entries (lua_State *L);  /* core.dlq_entries(app[, stream]) */
+int fw_test__dlq_put (lua_State *L);      /* core.dlq_put(app, entry) */
+int fw_test__seq_read (lua_State *L);     /* core.seq_read(app, stream, id) */
+int fw_test__seq_close (lua_State *L);    /* core.seq_close(app, stream, id) */
+int fw_test__dlq_sequences (lua_State *L); /* core.dlq_sequences(app, stream) */
+
 #endif

@@ -1,8 +1,9 @@
 /*
  * test_app.c - flowwarden.testing's C core (test_app.h): loads a script the
  * way run does, one worker per stream with no MongoDB client, and drives
- * events and dead-letter replays through the real dispatcher on a virtual
- * clock, recording what happened.
+ * events through the real dispatcher on a virtual clock, recording what
+ * happened. Dead-letter replays are in test_app_replay.c, the module table
+ * in test_app_open.c.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,14 +27,6 @@
 
 /* --- what a delivery saw ---------------------------------------------------- */
 
-typedef struct {
-   fw_test_capture_t c;
-   bson_t *entry;  /* the DLQ entry the delivery wrote */
-   bson_t *event;  /* the event delivered */
-   bson_t *letter; /* a replay's dead letter */
-   bson_t *diagnostics;
-} capture_ud_t;
-
 static void
 free_list (char **list, size_t n)
 {
@@ -46,7 +39,7 @@ free_list (char **list, size_t n)
 static int
 capture_gc (lua_State *L)
 {
-   capture_ud_t *u = luaL_checkudata (L, 1, CAPTURE_MT);
+   fw_test_capture_ud_t *u = luaL_checkudata (L, 1, CAPTURE_MT);
    free (u->c.delays);
    free_list (u->c.errors, u->c.n_errors);
    free_list (u->c.logs, u->c.n_logs);
@@ -58,10 +51,10 @@ capture_gc (lua_State *L)
    return 0;
 }
 
-static capture_ud_t *
-push_capture (lua_State *L)
+fw_test_capture_ud_t *
+fw_test__push_capture (lua_State *L)
 {
-   capture_ud_t *u = lua_newuserdatauv (L, sizeof *u, 0);
+   fw_test_capture_ud_t *u = lua_newuserdatauv (L, sizeof *u, 0);
    memset (u, 0, sizeof *u);
    luaL_setmetatable (L, CAPTURE_MT);
    return u;
@@ -188,8 +181,8 @@ log_sink (void *ud, fw_log_level_t level, const char *stream, const char *messag
 
 /* --- the app ------------------------------------------------------------------ */
 
-static fw_test_app_t *
-check_app (lua_State *L, int idx)
+fw_test_app_t *
+fw_test__check_app (lua_State *L, int idx)
 {
    fw_test_app_t *app = luaL_checkudata (L, idx, APP_MT);
    if (!app->workers) {
@@ -228,8 +221,8 @@ app_gc (lua_State *L)
    return 0;
 }
 
-static fw_stream_worker_t *
-find_worker (lua_State *L, fw_test_app_t *app, const char *call, const char *name)
+fw_stream_worker_t *
+fw_test__find_worker (lua_State *L, fw_test_app_t *app, const char *call, const char *name)
 {
    luaL_Buffer b;
 
@@ -279,8 +272,8 @@ opt_bool (lua_State *L, int t, const char *key)
 }
 
 /* core.load(path, opts) */
-static int
-core_load (lua_State *L)
+int
+fw_test__load (lua_State *L)
 {
    const char *path = luaL_checkstring (L, 1);
    fw_test_app_t *app;
@@ -394,10 +387,10 @@ core_load (lua_State *L)
    return 1;
 }
 
-static int
-core_streams (lua_State *L)
+int
+fw_test__streams (lua_State *L)
 {
-   fw_test_app_t *app = check_app (L, 1);
+   fw_test_app_t *app = fw_test__check_app (L, 1);
    lua_createtable (L, app->n, 0);
    for (int i = 0; i < app->n; i++) {
       const fw_stream_config_t *cfg = &app->workers[i]->cfg;
@@ -437,8 +430,8 @@ push_record (lua_State *L, const char *line, const char *const *names, int n)
 }
 
 /* Fills the fields every result has: attempts, delays, errors, logs. */
-static void
-push_capture_fields (lua_State *L, int t, const fw_test_capture_t *c)
+void
+fw_test__push_capture_fields (lua_State *L, int t, const fw_test_capture_t *c)
 {
    static const char *const error_names[] = {"attempt", "type", "message", "action", "traceback"};
    static const char *const log_names[] = {"level", "stream", "message"};
@@ -465,8 +458,8 @@ push_capture_fields (lua_State *L, int t, const fw_test_capture_t *c)
 
 /* Converts the table at idx (an event built by fwt.insert ...) into *out,
  * owned by the capture. */
-static void
-event_arg (lua_State *L, int idx, const char *call, bson_t **out)
+void
+fw_test__event_arg (lua_State *L, int idx, const char *call, bson_t **out)
 {
    fw_error_t err;
 
@@ -484,8 +477,8 @@ event_arg (lua_State *L, int idx, const char *call, bson_t **out)
    }
 }
 
-static void
-begin_capture (fw_test_app_t *app, capture_ud_t *u)
+void
+fw_test__begin_capture (fw_test_app_t *app, fw_test_capture_ud_t *u)
 {
    bson_t junk;
    app->capture = &u->c;
@@ -494,20 +487,20 @@ begin_capture (fw_test_app_t *app, capture_ud_t *u)
    bson_destroy (&junk);
 }
 
-static void
-end_capture (fw_test_app_t *app)
+void
+fw_test__end_capture (fw_test_app_t *app)
 {
    fw_log_set_sink (NULL, NULL);
    app->capture = NULL;
 }
 
 /* core.deliver(app, stream, event) */
-static int
-core_deliver (lua_State *L)
+int
+fw_test__deliver (lua_State *L)
 {
-   fw_test_app_t *app = check_app (L, 1);
-   fw_stream_worker_t *w = find_worker (L, app, "deliver", luaL_checkstring (L, 2));
-   capture_ud_t *u;
+   fw_test_app_t *app = fw_test__check_app (L, 1);
+   fw_stream_worker_t *w = fw_test__find_worker (L, app, "deliver", luaL_checkstring (L, 2));
+   fw_test_capture_ud_t *u;
    fw_stream_stats_t before, after;
    fw_dispatch_result_t r;
    fw_event_t ev;
@@ -517,8 +510,8 @@ core_deliver (lua_State *L)
    bool parsed, ran; /* ran: a handler attempt was made */
    int t;
 
-   u = push_capture (L);
-   event_arg (L, 3, "deliver", &u->event);
+   u = fw_test__push_capture (L);
+   fw_test__event_arg (L, 3, "deliver", &u->event);
    memset (&ev, 0, sizeof ev);
    parsed = fw_event_parse (u->event, &ev, &err);
    if (!parsed && !fw_event_has (&ev, FW_EV_ID)) {
@@ -527,13 +520,13 @@ core_deliver (lua_State *L)
    fw_event_id (&ev, id, sizeof id);
    fw_stream_worker_stats (w, &before);
    w->dispatch.attempt = 0;
-   begin_capture (app, u);
+   fw_test__begin_capture (app, u);
    r = parsed ? fw_event_dispatch (w, &ev) : fw_event_dispatch_unreadable (w, &ev, err.message);
    if (r == FW_DISPATCH_FAILED) {
       /* As run logs it; the next deliver goes on (run's restart would). */
       fw_log (FW_LOG_ERROR, w->cfg.name, "STREAM STOPPED: %s", w->failure);
    }
-   end_capture (app);
+   fw_test__end_capture (app);
    fw_stream_worker_stats (w, &after);
    {
       /* The store initialises what it fills, so it gets a stack document:
@@ -581,7 +574,7 @@ core_deliver (lua_State *L)
    lua_setfield (L, t, "attempts");
    lua_pushstring (L, id);
    lua_setfield (L, t, "event_id");
-   push_capture_fields (L, t, &u->c);
+   fw_test__push_capture_fields (L, t, &u->c);
    if (r == FW_DISPATCH_FAILED) {
       lua_pushstring (L, w->failure);
       lua_setfield (L, t, "failure");
@@ -595,92 +588,19 @@ core_deliver (lua_State *L)
    return 1;
 }
 
-/* --- replaying a dead letter --------------------------------------------------- */
+/* --- the clock, the metrics ----------------------------------------------------- */
 
-/* core.replay_one(app, stream, event, letter, no_retry) */
-static int
-core_replay_one (lua_State *L)
+int
+fw_test__now (lua_State *L)
 {
-   static const char *const results[] = {"no_handler", "ok", "skipped", "failed"};
-   fw_test_app_t *app = check_app (L, 1);
-   fw_stream_worker_t *w = find_worker (L, app, "replay_dlq", luaL_checkstring (L, 2));
-   fw_replay_hook_t hook = {0};
-   bool evict = false;
-   capture_ud_t *u;
-   fw_dispatch_result_t r;
-   fw_event_t ev;
-   fw_error_t err;
-   int t;
-
-   u = push_capture (L);
-   event_arg (L, 3, "replay_dlq", &u->event);
-   luaL_checktype (L, 4, LUA_TTABLE);
-   if (!(u->letter = bson_new ()) || !(u->diagnostics = bson_new ())) {
-      return luaL_error (L, "not enough memory");
-   }
-   if (!fw_bson_lua_to_bson (L, 4, "letter", u->letter, &err)) {
-      return luaL_error (L, "replay_dlq: %s", err.message);
-   }
-   if (!fw_event_parse (u->event, &ev, &err)) {
-      lua_createtable (L, 0, 2);
-      lua_pushliteral (L, "invalid");
-      lua_setfield (L, -2, "result");
-      lua_pushstring (L, err.message);
-      lua_setfield (L, -2, "why");
-      return 1;
-   }
-   hook.no_retry = lua_toboolean (L, 5);
-   hook.result = FW_REPLAYED_NO_HANDLER;
-   w->replay = &hook;
-   w->dispatch.dead_letter = u->letter;
-   begin_capture (app, u);
-   r = fw_event_dispatch (w, &ev);
-   if (r != FW_DISPATCH_STOPPED && hook.result == FW_REPLAYED_FAILED) {
-      evict = fw_dlq_replay_policy (w, &hook, u->diagnostics);
-   }
-   end_capture (app);
-   w->dispatch.dead_letter = NULL;
-   w->replay = NULL;
-
-   lua_createtable (L, 0, 8);
-   t = lua_gettop (L);
-   lua_pushstring (L, r == FW_DISPATCH_STOPPED ? "stopped"
-                      : (unsigned) hook.result < 4 ? results[hook.result]
-                                                   : "failed");
-   lua_setfield (L, t, "result");
-   lua_pushinteger (L, hook.attempts);
-   lua_setfield (L, t, "attempts");
-   if (hook.result == FW_REPLAYED_FAILED) {
-      lua_createtable (L, 0, 2);
-      lua_pushstring (L, hook.error_type);
-      lua_setfield (L, -2, "type");
-      lua_pushstring (L, hook.error_message);
-      lua_setfield (L, -2, "message");
-      lua_setfield (L, t, "error");
-      lua_pushboolean (L, evict);
-      lua_setfield (L, t, "evict");
-      if (!fw_bson_lua_push_document (L, u->diagnostics, "diagnostics", &err)) {
-         return luaL_error (L, "replay_dlq: %s", err.message);
-      }
-      lua_setfield (L, t, "diagnostics");
-   }
-   push_capture_fields (L, t, &u->c);
+   lua_pushinteger (L, fw_test__check_app (L, 1)->now_ms);
    return 1;
 }
 
-/* --- the clock, the DLQ, the metrics ------------------------------------------ */
-
-static int
-core_now (lua_State *L)
+int
+fw_test__advance (lua_State *L)
 {
-   lua_pushinteger (L, check_app (L, 1)->now_ms);
-   return 1;
-}
-
-static int
-core_advance (lua_State *L)
-{
-   fw_test_app_t *app = check_app (L, 1);
+   fw_test_app_t *app = fw_test__check_app (L, 1);
    lua_Integer ms = luaL_checkinteger (L, 2);
    luaL_argcheck (L, ms >= 0, 2, "the clock only moves forward");
    app->now_ms += ms;
@@ -688,124 +608,11 @@ core_advance (lua_State *L)
    return 1;
 }
 
-static int
-core_dlq_entries (lua_State *L)
+int
+fw_test__metrics_text (lua_State *L)
 {
-   fw_test_app_t *app = check_app (L, 1);
-   const char *stream = luaL_optstring (L, 2, NULL);
-   capture_ud_t *u = push_capture (L); /* owns the array while it is pushed */
-   fw_error_t err;
-
-   {
-      bson_t all; /* initialised by the store (see core_deliver) */
-      bool ok = app->store->find_by_stream (app->store, stream, &all, &err) &&
-                (u->entry = bson_copy (&all)) != NULL;
-      bson_destroy (&all);
-      if (!ok) {
-         return luaL_error (L, "dlq: cannot read the in-memory DLQ");
-      }
-   }
-   if (!fw_bson_lua_push_array (L, u->entry, "dlq", &err)) {
-      return luaL_error (L, "dlq: %s", err.message);
-   }
-   return 1;
-}
-
-static int
-core_dlq_put (lua_State *L)
-{
-   fw_test_app_t *app = check_app (L, 1);
-   capture_ud_t *u = push_capture (L);
-   fw_error_t err;
-
-   luaL_checktype (L, 2, LUA_TTABLE);
-   if (!(u->entry = bson_new ()) || !fw_bson_lua_to_bson (L, 2, "entry", u->entry, &err) ||
-       !fw_dlq_store_memory_put (app->store, u->entry, &err)) {
-      return luaL_error (L, "dlq: %s", u->entry ? err.message : "not enough memory");
-   }
-   return 0;
-}
-
-/* --- a sequenced DLQ's sequences, for replay_dlq ------------------------------ */
-
-/* core.seq_read(app, stream, id) -> { exists, open, next, inflight } */
-static int
-core_seq_read (lua_State *L)
-{
-   fw_test_app_t *app = check_app (L, 1);
-   const char *stream = luaL_checkstring (L, 2);
-   const char *id = luaL_checkstring (L, 3);
-   fw_seq_state_t st;
-   fw_error_t err;
-
-   if (!fw_dlq_store_memory_seq_read (app->store, stream, id, &st, &err)) {
-      return luaL_error (L, "replay_dlq: %s", err.message);
-   }
-   lua_createtable (L, 0, 4);
-   lua_pushboolean (L, st.exists);
-   lua_setfield (L, -2, "exists");
-   lua_pushboolean (L, st.open);
-   lua_setfield (L, -2, "open");
-   lua_pushinteger (L, (lua_Integer) st.next);
-   lua_setfield (L, -2, "next");
-   lua_pushinteger (L, (lua_Integer) st.inflight);
-   lua_setfield (L, -2, "inflight");
-   return 1;
-}
-
-/* core.seq_close(app, stream, id, expected_next) -> closed: the replay's
- * conditional close (dlq_sequence.h); a closed sequence leaves the stream's
- * open sequences at once, as a replay inside run does. */
-static int
-core_seq_close (lua_State *L)
-{
-   fw_test_app_t *app = check_app (L, 1);
-   fw_stream_worker_t *w = find_worker (L, app, "replay_dlq", luaL_checkstring (L, 2));
-   const char *id = luaL_checkstring (L, 3);
-   lua_Integer next = luaL_checkinteger (L, 4);
-   fw_error_t err;
-   bool closed;
-
-   if (!fw_dlq_store_memory_seq_close (app->store, w->cfg.name, id, (int64_t) next, &closed,
-                                       &err)) {
-      return luaL_error (L, "replay_dlq: %s", err.message);
-   }
-   if (closed) {
-      fw_dlq_sequences_remove (w->open_seqs, id);
-   }
-   lua_pushboolean (L, closed);
-   return 1;
-}
-
-/* core.dlq_sequences(app [, stream]) -> the sequence documents */
-static int
-core_dlq_sequences (lua_State *L)
-{
-   fw_test_app_t *app = check_app (L, 1);
-   const char *stream = luaL_optstring (L, 2, NULL);
-   capture_ud_t *u = push_capture (L); /* owns the array while it is pushed */
-   fw_error_t err;
-
-   {
-      bson_t all; /* initialised by the store (see core_deliver) */
-      bool ok = fw_dlq_store_memory_sequences (app->store, stream, &all) &&
-                (u->entry = bson_copy (&all)) != NULL;
-      bson_destroy (&all);
-      if (!ok) {
-         return luaL_error (L, "dlq_sequences: cannot read the in-memory DLQ");
-      }
-   }
-   if (!fw_bson_lua_push_array (L, u->entry, "dlq_sequences", &err)) {
-      return luaL_error (L, "dlq_sequences: %s", err.message);
-   }
-   return 1;
-}
-
-static int
-core_metrics_text (lua_State *L)
-{
-   fw_test_app_t *app = check_app (L, 1);
-   capture_ud_t *u = push_capture (L); /* owns the text while it is pushed */
+   fw_test_app_t *app = fw_test__check_app (L, 1);
+   fw_test_capture_ud_t *u = fw_test__push_capture (L); /* owns the text while it is pushed */
    size_t len;
    char *text = fw_metrics_render (app->metrics, &len);
 
@@ -816,24 +623,9 @@ core_metrics_text (lua_State *L)
    return 1;
 }
 
-int
-fw_test_app_open (lua_State *L)
+void
+fw_test__open_metatables (lua_State *L)
 {
-   static const luaL_Reg fns[] = {{"load", core_load},
-                                  {"streams", core_streams},
-                                  {"deliver", core_deliver},
-                                  {"replay_one", core_replay_one},
-                                  {"now", core_now},
-                                  {"advance", core_advance},
-                                  {"dlq_entries", core_dlq_entries},
-                                  {"dlq_put", core_dlq_put},
-                                  {"seq_read", core_seq_read},
-                                  {"seq_close", core_seq_close},
-                                  {"dlq_sequences", core_dlq_sequences},
-                                  {"metrics_text", core_metrics_text},
-                                  {"events_from", fw_test_events_from},
-                                  {NULL, NULL}};
-
    luaL_newmetatable (L, APP_MT);
    lua_pushcfunction (L, app_gc);
    lua_setfield (L, -2, "__gc");
@@ -841,6 +633,4 @@ fw_test_app_open (lua_State *L)
    lua_pushcfunction (L, capture_gc);
    lua_setfield (L, -2, "__gc");
    lua_pop (L, 2);
-   luaL_newlib (L, fns);
-   return 1;
 }

@@ -1,0 +1,203 @@
+/*
+ * test_app_replay.c - flowwarden.testing's dead-letter side (test_app.h):
+ * replaying one letter through the real dispatcher, the in-memory DLQ a spec
+ * reads and fills, and a sequenced DLQ's sequences for replay_dlq.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <lauxlib.h>
+
+#include "flowwarden/bson_lua.h"
+#include "flowwarden/dlq_sequence.h"
+#include "flowwarden/log.h"
+#include "flowwarden/test_app.h"
+#include "test_app-private.h"
+
+/* --- replaying a dead letter --------------------------------------------------- */
+
+/* core.replay_one(app, stream, event, letter, no_retry) */
+int
+fw_test__replay_one (lua_State *L)
+{
+   static const char *const results[] = {"no_handler", "ok", "skipped", "failed"};
+   fw_test_app_t *app = fw_test__check_app (L, 1);
+   fw_stream_worker_t *w = fw_test__find_worker (L, app, "replay_dlq", luaL_checkstring (L, 2));
+   fw_replay_hook_t hook = {0};
+   bool evict = false;
+   fw_test_capture_ud_t *u;
+   fw_dispatch_result_t r;
+   fw_event_t ev;
+   fw_error_t err;
+   int t;
+
+   u = fw_test__push_capture (L);
+   fw_test__event_arg (L, 3, "replay_dlq", &u->event);
+   luaL_checktype (L, 4, LUA_TTABLE);
+   if (!(u->letter = bson_new ()) || !(u->diagnostics = bson_new ())) {
+      return luaL_error (L, "not enough memory");
+   }
+   if (!fw_bson_lua_to_bson (L, 4, "letter", u->letter, &err)) {
+      return luaL_error (L, "replay_dlq: %s", err.message);
+   }
+   if (!fw_event_parse (u->event, &ev, &err)) {
+      lua_createtable (L, 0, 2);
+      lua_pushliteral (L, "invalid");
+      lua_setfield (L, -2, "result");
+      lua_pushstring (L, err.message);
+      lua_setfield (L, -2, "why");
+      return 1;
+   }
+   hook.no_retry = lua_toboolean (L, 5);
+   hook.result = FW_REPLAYED_NO_HANDLER;
+   w->replay = &hook;
+   w->dispatch.dead_letter = u->letter;
+   fw_test__begin_capture (app, u);
+   r = fw_event_dispatch (w, &ev);
+   if (r != FW_DISPATCH_STOPPED && hook.result == FW_REPLAYED_FAILED) {
+      evict = fw_dlq_replay_policy (w, &hook, u->diagnostics);
+   }
+   fw_test__end_capture (app);
+   w->dispatch.dead_letter = NULL;
+   w->replay = NULL;
+
+   lua_createtable (L, 0, 8);
+   t = lua_gettop (L);
+   lua_pushstring (L, r == FW_DISPATCH_STOPPED ? "stopped"
+                      : (unsigned) hook.result < 4 ? results[hook.result]
+                                                   : "failed");
+   lua_setfield (L, t, "result");
+   lua_pushinteger (L, hook.attempts);
+   lua_setfield (L, t, "attempts");
+   if (hook.result == FW_REPLAYED_FAILED) {
+      lua_createtable (L, 0, 2);
+      lua_pushstring (L, hook.error_type);
+      lua_setfield (L, -2, "type");
+      lua_pushstring (L, hook.error_message);
+      lua_setfield (L, -2, "message");
+      lua_setfield (L, t, "error");
+      lua_pushboolean (L, evict);
+      lua_setfield (L, t, "evict");
+      if (!fw_bson_lua_push_document (L, u->diagnostics, "diagnostics", &err)) {
+         return luaL_error (L, "replay_dlq: %s", err.message);
+      }
+      lua_setfield (L, t, "diagnostics");
+   }
+   fw_test__push_capture_fields (L, t, &u->c);
+   return 1;
+}
+
+/* --- the in-memory DLQ ------------------------------------------------------------ */
+
+int
+fw_test__dlq_entries (lua_State *L)
+{
+   fw_test_app_t *app = fw_test__check_app (L, 1);
+   const char *stream = luaL_optstring (L, 2, NULL);
+   fw_test_capture_ud_t *u = fw_test__push_capture (L); /* owns the array while it is pushed */
+   fw_error_t err;
+
+   {
+      bson_t all; /* initialised by the store (see core_deliver) */
+      bool ok = app->store->find_by_stream (app->store, stream, &all, &err) &&
+                (u->entry = bson_copy (&all)) != NULL;
+      bson_destroy (&all);
+      if (!ok) {
+         return luaL_error (L, "dlq: cannot read the in-memory DLQ");
+      }
+   }
+   if (!fw_bson_lua_push_array (L, u->entry, "dlq", &err)) {
+      return luaL_error (L, "dlq: %s", err.message);
+   }
+   return 1;
+}
+
+int
+fw_test__dlq_put (lua_State *L)
+{
+   fw_test_app_t *app = fw_test__check_app (L, 1);
+   fw_test_capture_ud_t *u = fw_test__push_capture (L);
+   fw_error_t err;
+
+   luaL_checktype (L, 2, LUA_TTABLE);
+   if (!(u->entry = bson_new ()) || !fw_bson_lua_to_bson (L, 2, "entry", u->entry, &err) ||
+       !fw_dlq_store_memory_put (app->store, u->entry, &err)) {
+      return luaL_error (L, "dlq: %s", u->entry ? err.message : "not enough memory");
+   }
+   return 0;
+}
+
+/* --- a sequenced DLQ's sequences, for replay_dlq ------------------------------ */
+
+/* core.seq_read(app, stream, id) -> { exists, open, next, inflight } */
+int
+fw_test__seq_read (lua_State *L)
+{
+   fw_test_app_t *app = fw_test__check_app (L, 1);
+   const char *stream = luaL_checkstring (L, 2);
+   const char *id = luaL_checkstring (L, 3);
+   fw_seq_state_t st;
+   fw_error_t err;
+
+   if (!fw_dlq_store_memory_seq_read (app->store, stream, id, &st, &err)) {
+      return luaL_error (L, "replay_dlq: %s", err.message);
+   }
+   lua_createtable (L, 0, 4);
+   lua_pushboolean (L, st.exists);
+   lua_setfield (L, -2, "exists");
+   lua_pushboolean (L, st.open);
+   lua_setfield (L, -2, "open");
+   lua_pushinteger (L, (lua_Integer) st.next);
+   lua_setfield (L, -2, "next");
+   lua_pushinteger (L, (lua_Integer) st.inflight);
+   lua_setfield (L, -2, "inflight");
+   return 1;
+}
+
+/* core.seq_close(app, stream, id, expected_next) -> closed: the replay's
+ * conditional close (dlq_sequence.h); a closed sequence leaves the stream's
+ * open sequences at once, as a replay inside run does. */
+int
+fw_test__seq_close (lua_State *L)
+{
+   fw_test_app_t *app = fw_test__check_app (L, 1);
+   fw_stream_worker_t *w = fw_test__find_worker (L, app, "replay_dlq", luaL_checkstring (L, 2));
+   const char *id = luaL_checkstring (L, 3);
+   lua_Integer next = luaL_checkinteger (L, 4);
+   fw_error_t err;
+   bool closed;
+
+   if (!fw_dlq_store_memory_seq_close (app->store, w->cfg.name, id, (int64_t) next, &closed,
+                                       &err)) {
+      return luaL_error (L, "replay_dlq: %s", err.message);
+   }
+   if (closed) {
+      fw_dlq_sequences_remove (w->open_seqs, id);
+   }
+   lua_pushboolean (L, closed);
+   return 1;
+}
+
+/* core.dlq_sequences(app [, stream]) -> the sequence documents */
+int
+fw_test__dlq_sequences (lua_State *L)
+{
+   fw_test_app_t *app = fw_test__check_app (L, 1);
+   const char *stream = luaL_optstring (L, 2, NULL);
+   fw_test_capture_ud_t *u = fw_test__push_capture (L); /* owns the array while it is pushed */
+   fw_error_t err;
+
+   {
+      bson_t all; /* initialised by the store (see core_deliver) */
+      bool ok = fw_dlq_store_memory_sequences (app->store, stream, &all) &&
+                (u->entry = bson_copy (&all)) != NULL;
+      bson_destroy (&all);
+      if (!ok) {
+         return luaL_error (L, "dlq_sequences: cannot read the in-memory DLQ");
+      }
+   }
+   if (!fw_bson_lua_push_array (L, u->entry, "dlq_sequences", &err)) {
+      return luaL_error (L, "dlq_sequences: %s", err.message);
+   }
+   return 1;
+}
