@@ -143,7 +143,10 @@ function M.next(s, t)
   local start = (math.floor(t) // 60 + 1) * 60 -- the next whole minute after t
   local day = start // 86400
   local from = (start % 86400) // 60
-  for _ = 1, 366 * 8 + 2 do
+  -- Days start .. start + 8 x 366: a match is at most 8 x 366 days and a
+  -- minute after t, as "within 8 years" promises (one day more was looked
+  -- at before, and its match came later than that; found by fuzz_cron).
+  for _ = 1, 366 * 8 + 1 do
     if day_matches(s, day) then
       local m = first_time(s, from)
       if m then

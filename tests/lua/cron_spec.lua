@@ -75,6 +75,13 @@ describe("cron.next", function()
   it("returns nil for a date that never comes", function()
     assert.are.equal("none", next_of("0 0 30 2 *", "2026-01-15T10:30"))
   end)
+
+  it("looks 8 x 366 days ahead, not a day more", function()
+    -- January 8th on a Sunday (both day fields restricted, */8 counts as
+    -- *: both must hold): 1978 is the first after 1970, 2,929 days on.
+    assert.are.equal("none", next_of("1 0 8 JAN */8", "1970-01-01T00:00"))
+    assert.are.equal("1978-01-08T00:01:00Z", next_of("1 0 8 JAN */8", "1970-01-02T00:00"))
+  end)
 end)
 
 describe("cron.parse", function()
