@@ -25,41 +25,8 @@
 #define FW_WATCHDOG_TICK_NS 5000000 /* timeouts are enforced within 5 ms */
 #define FW_WATCHDOG_SIGNAL (SIGRTMIN + 3)
 
-/* Small blocks freed by the state are kept for its next allocations of the
- * same size class: a handler makes and drops a few small objects per event
- * (ctx, views, strings), and a free list pop is much cheaper than malloc +
- * free (glibc's own cache holds only 7 blocks a size, and the collector
- * frees a few hundred at once). Every block of up to SMALL_MAX bytes is
- * allocated with its size rounded up to its class, so any block freed into
- * a class can serve any request of that class. At most SMALL_KEEP bytes are
- * kept a state (about what the collector frees in one young collection
- * after a small handler), all freed with the state. */
-#define SMALL_GRAIN 16
-#define SMALL_MAX 512
-#define SMALL_CLASSES (SMALL_MAX / SMALL_GRAIN)
-/* Under AddressSanitizer nothing is kept: a block reused by the state
- * would hide a use after free from it. */
-#if defined(__SANITIZE_ADDRESS__)
-#define FW_SMALL_KEEP_NONE 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define FW_SMALL_KEEP_NONE 1
-#endif
-#endif
-#ifdef FW_SMALL_KEEP_NONE
-#define SMALL_KEEP 0
-#else
-#define SMALL_KEEP (64 * 1024)
-#endif
-
-typedef struct small_block {
-   struct small_block *next;
-} small_block_t;
-
 struct fw_lua_host {
    lua_State *L;
-   small_block_t *small[SMALL_CLASSES]; /* free blocks by size class */
-   size_t small_bytes;                  /* kept in them */
    size_t used;
    size_t limit;
    bool refused;        /* the allocator refused a request over the limit */
@@ -76,12 +43,6 @@ struct fw_lua_host {
    int64_t call_started_ns; /* CLOCK_MONOTONIC start of the last call with a timeout */
 };
 
-static size_t
-small_class (size_t n)
-{
-   return (n - 1) / SMALL_GRAIN; /* n in 1..SMALL_MAX */
-}
-
 /* Counts bytes so the state can be held to its memory_limit. Per the
  * lua_Alloc contract osize is meaningless when ptr is NULL. */
 static void *
@@ -94,37 +55,15 @@ host_alloc (void *ud, void *ptr, size_t osize, size_t nsize)
       osize = 0;
    }
    if (nsize == 0) {
-      if (ptr) {
-         host->used -= osize;
-         size_t c = small_class (osize);
-         if (osize >= 1 && osize <= SMALL_MAX &&
-             host->small_bytes + (c + 1) * SMALL_GRAIN <= SMALL_KEEP) {
-            small_block_t *b = ptr;
-            b->next = host->small[c];
-            host->small[c] = b;
-            host->small_bytes += (c + 1) * SMALL_GRAIN;
-         } else {
-            free (ptr);
-         }
-      }
+      free (ptr);
+      host->used -= osize;
       return NULL;
    }
    if (host->limit && nsize > osize && host->used + (nsize - osize) > host->limit) {
       host->refused = true;
       return NULL;
    }
-   if (nsize <= SMALL_MAX) {
-      size_t c = small_class (nsize);
-      if (!ptr && host->small[c]) {
-         p = host->small[c];
-         host->small[c] = host->small[c]->next;
-         host->small_bytes -= (c + 1) * SMALL_GRAIN;
-      } else {
-         p = realloc (ptr, (c + 1) * SMALL_GRAIN);
-      }
-   } else {
-      p = realloc (ptr, nsize);
-   }
+   p = realloc (ptr, nsize);
    if (!p) {
       return NULL;
    }
@@ -345,13 +284,6 @@ fw_lua_host_destroy (fw_lua_host_t *host)
    unwatch (host);
    if (host->L) {
       lua_close (host->L);
-   }
-   for (int c = 0; c < SMALL_CLASSES; c++) {
-      while (host->small[c]) {
-         small_block_t *b = host->small[c];
-         host->small[c] = b->next;
-         free (b);
-      }
    }
    free (host);
 }
