@@ -29,8 +29,7 @@ typedef struct {
    char dlq_reason[FW_DLQ_REASON_MAX];
    uint64_t generation;      /* bumped per event; stale ctx detection */
    int cache_ref;            /* registry ref of the per-event cache, or LUA_NOREF */
-   bool cache_used;          /* the cache holds values of the current event */
-   uint32_t cache_slots;     /* bit i: slot i of the cache holds a value */
+   uint32_t cache_slots;     /* bit i: slot i of the cache holds a value of the current event */
    /* During a replay, the dead letter ctx:dead_letter() shows (Axon's
     * nullable DeadLetter parameter): { id, cause = { type, message },
     * diagnostics, enqueued_at, last_touched, reprocess_attempts } as BSON,

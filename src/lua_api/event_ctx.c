@@ -80,7 +80,16 @@ push_cache (lua_State *L, fw_dispatch_t *d)
    } else {
       lua_rawgeti (L, LUA_REGISTRYINDEX, d->cache_ref);
    }
-   d->cache_used = true;
+}
+
+/* Stores the value on top of the stack in slot of the cache just below it
+ * (push_cache's), keeping the value on top, and notes the slot as filled. */
+static void
+cache_keep (lua_State *L, fw_dispatch_t *d, int slot)
+{
+   lua_pushvalue (L, -1);
+   lua_rawseti (L, -3, slot);
+   d->cache_slots |= 1u << slot;
 }
 
 /* Pushes a lazy view of the document or array at it, owning a copy of its
@@ -126,9 +135,7 @@ push_cached_field (lua_State *L, fw_dispatch_t *d, int slot, const char *key,
    } else if (!fw_bson_lua_push_value (L, &copy, key, &err)) {
       return luaL_error (L, "%s", err.message);
    }
-   lua_pushvalue (L, -1);
-   lua_rawseti (L, -3, slot);
-   d->cache_slots |= 1u << slot;
+   cache_keep (L, d, slot);
    return 1;
 }
 
@@ -255,9 +262,7 @@ ctx_add_metadata (lua_State *L)
    if (lua_rawgeti (L, -1, SLOT_METADATA) != LUA_TTABLE) {
       lua_pop (L, 1);
       lua_newtable (L);
-      lua_pushvalue (L, -1);
-      lua_rawseti (L, -3, SLOT_METADATA);
-      d->cache_slots |= 1u << SLOT_METADATA;
+      cache_keep (L, d, SLOT_METADATA);
    }
    lua_pushvalue (L, 2);
    lua_pushvalue (L, 3);
@@ -316,9 +321,7 @@ fw_event_ctx_push_dead_letter (lua_State *L, fw_dispatch_t *d)
          luaL_error (L, "%s", err.message);
          return;
       }
-      lua_pushvalue (L, -1);
-      lua_rawseti (L, -3, SLOT_DEAD_LETTER);
-      d->cache_slots |= 1u << SLOT_DEAD_LETTER;
+      cache_keep (L, d, SLOT_DEAD_LETTER);
    }
    lua_remove (L, -2);
 }
@@ -393,7 +396,6 @@ fw_event_ctx_begin (lua_State *L, fw_dispatch_t *d, const fw_event_t *ev)
       lua_pop (L, 1);
    }
    d->cache_slots = 0;
-   d->cache_used = false;
    d->generation++;
    d->event = ev;
    d->attempt = 1;
@@ -414,7 +416,7 @@ fw_event_ctx_push (lua_State *L, fw_dispatch_t *d)
 void
 fw_event_ctx_push_metadata (lua_State *L, fw_dispatch_t *d)
 {
-   if (d->cache_ref == LUA_NOREF || !d->cache_used) {
+   if (d->cache_ref == LUA_NOREF || !(d->cache_slots & (1u << SLOT_METADATA))) {
       lua_pushnil (L);
       return;
    }

@@ -13,7 +13,6 @@
 #include <lua.h>
 #include <lauxlib.h>
 #include "flowwarden/log.h"
-#include "flowwarden/mongo_lua.h"
 #include "flowwarden/state_lua.h"
 #include "stream_worker-private.h"
 
@@ -115,6 +114,7 @@ fw_stream_reload_apply (fw_stream_worker_t *w)
    SWAP (w->n_lane_w, next->n_lane_w);
    /* The event cache lived in the old state, which goes away with next. */
    w->dispatch.cache_ref = LUA_NOREF;
+   w->dispatch.cache_slots = 0;
    w->dispatch.stream_name = w->cfg.name;
    w->dispatch.dlq_enabled = w->cfg.dlq.enabled || w->cfg.dlq_fallback.enabled;
    w->reprocess_at_ms = 0; /* dlq.reprocess as the new script says */
