@@ -89,27 +89,36 @@ fw_test__replay_one (lua_State *L)
 
 /* --- the in-memory DLQ ------------------------------------------------------------ */
 
+/* What the in-memory store read into *all (ok: it did) as a Lua array; the
+ * copy lives in u (the capture on the stack) so a raise frees it. what
+ * names the call in messages. */
+static int
+push_read_array (lua_State *L, fw_test_capture_ud_t *u, bson_t *all, bool ok, const char *what)
+{
+   fw_error_t err;
+
+   ok = ok && (u->entry = bson_copy (all)) != NULL;
+   bson_destroy (all);
+   if (!ok) {
+      return luaL_error (L, "%s: cannot read the in-memory DLQ", what);
+   }
+   if (!fw_bson_lua_push_array (L, u->entry, what, &err)) {
+      return luaL_error (L, "%s: %s", what, err.message);
+   }
+   return 1;
+}
+
 int
 fw_test__dlq_entries (lua_State *L)
 {
    fw_test_app_t *app = fw_test__check_app (L, 1);
    const char *stream = luaL_optstring (L, 2, NULL);
-   fw_test_capture_ud_t *u = fw_test__push_capture (L); /* owns the array while it is pushed */
+   fw_test_capture_ud_t *u = fw_test__push_capture (L);
+   bson_t all; /* initialised by the store (see core_deliver) */
    fw_error_t err;
+   bool ok = app->store->find_by_stream (app->store, stream, &all, &err);
 
-   {
-      bson_t all; /* initialised by the store (see core_deliver) */
-      bool ok = app->store->find_by_stream (app->store, stream, &all, &err) &&
-                (u->entry = bson_copy (&all)) != NULL;
-      bson_destroy (&all);
-      if (!ok) {
-         return luaL_error (L, "dlq: cannot read the in-memory DLQ");
-      }
-   }
-   if (!fw_bson_lua_push_array (L, u->entry, "dlq", &err)) {
-      return luaL_error (L, "dlq: %s", err.message);
-   }
-   return 1;
+   return push_read_array (L, u, &all, ok, "dlq");
 }
 
 int
@@ -184,20 +193,9 @@ fw_test__dlq_sequences (lua_State *L)
 {
    fw_test_app_t *app = fw_test__check_app (L, 1);
    const char *stream = luaL_optstring (L, 2, NULL);
-   fw_test_capture_ud_t *u = fw_test__push_capture (L); /* owns the array while it is pushed */
-   fw_error_t err;
+   fw_test_capture_ud_t *u = fw_test__push_capture (L);
+   bson_t all; /* initialised by the store (see core_deliver) */
+   bool ok = fw_dlq_store_memory_sequences (app->store, stream, &all);
 
-   {
-      bson_t all; /* initialised by the store (see core_deliver) */
-      bool ok = fw_dlq_store_memory_sequences (app->store, stream, &all) &&
-                (u->entry = bson_copy (&all)) != NULL;
-      bson_destroy (&all);
-      if (!ok) {
-         return luaL_error (L, "dlq_sequences: cannot read the in-memory DLQ");
-      }
-   }
-   if (!fw_bson_lua_push_array (L, u->entry, "dlq_sequences", &err)) {
-      return luaL_error (L, "dlq_sequences: %s", err.message);
-   }
-   return 1;
+   return push_read_array (L, u, &all, ok, "dlq_sequences");
 }
