@@ -25,7 +25,6 @@ typedef struct {
    uint32_t offset; /* of the element's type byte, from the start of the document */
 } fw_bson_elem_t;
 
-
 static inline uint32_t
 fw_bson_read_u32 (const uint8_t *p)
 {
@@ -38,9 +37,9 @@ fw_bson_read_u64 (const uint8_t *p)
    return (uint64_t) fw_bson_read_u32 (p) | (uint64_t) fw_bson_read_u32 (p + 4) << 32;
 }
 
-/* Bytes taken by a value of BSON type t at p, or 0 when it would run past
- * end (or the type is unknown): the scan stops rather than read out of
- * bounds. Cheaper than bson_iter_next, which decodes every element. */
+/* Bytes taken by a value of BSON type t at p, or SIZE_MAX when it would
+ * run past end (or the type is unknown): the scan stops rather than read out
+ * of bounds. Cheaper than bson_iter_next, which decodes every element. */
 static inline size_t
 fw_bson_scan_value_size (uint8_t t, const uint8_t *p, const uint8_t *end)
 {

@@ -5,16 +5,13 @@
  */
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <lauxlib.h>
 
 #include "flowwarden/checkpoint_store.h"
 #include "flowwarden/dlq_replay.h"
 #include "flowwarden/log.h"
-#include "flowwarden/lua_core.h"
 #include "flowwarden/mongo_lua.h"
-#include "flowwarden/state_lua.h"
 #include "stream_worker-private.h"
 
 #define FW_MAX_AWAIT_MS 1000
