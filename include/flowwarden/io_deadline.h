@@ -27,7 +27,7 @@
 #include "flowwarden/error.h"
 
 /* Sets the calling thread's deadline: a CLOCK_MONOTONIC time in nanoseconds
- * (see fw_lua_call_now_ns), or 0 for none. Set it around an operation and
+ * (see fw_mono_ns in clock.h), or 0 for none. Set it around an operation and
  * clear it (0) afterwards. Setting a deadline (not 0) also clears the "hit"
  * flag below. Never fails. */
 void fw_io_deadline_set (int64_t deadline_ns);

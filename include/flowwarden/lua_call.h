@@ -27,9 +27,6 @@ void fw_lua_call_attach (lua_State *L, fw_lua_call_t *call);
 /* The call attached to L, or NULL. Never raises. */
 fw_lua_call_t *fw_lua_call_get (lua_State *L);
 
-/* Now on CLOCK_MONOTONIC, in nanoseconds. */
-int64_t fw_lua_call_now_ns (void);
-
 /*
  * For an IO function named what ("fw.mongo", "fw.http"): raises
  * "<what> is available inside handlers only" when no handler runs in L.

@@ -93,7 +93,7 @@ bool fw_lua_host_call (fw_lua_host_t *host, int nargs, int nresults,
                        int64_t timeout_ms, fw_lua_stop_t *stop);
 
 /* When the last fw_lua_host_call with a timeout began (CLOCK_MONOTONIC, as
- * fw_lua_call_now_ns), 0 when it had none: the clock read its deadline
+ * fw_mono_ns), 0 when it had none: the clock read its deadline
  * needed, so a caller can time the call with one more read. */
 int64_t fw_lua_host_call_started_ns (const fw_lua_host_t *host);
 

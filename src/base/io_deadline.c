@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <time.h>
 
+#include "flowwarden/clock.h"
 #include "flowwarden/io_deadline.h"
 
 /* Exported by libmongoc 1.23 but declared only in its private headers.
@@ -47,18 +48,10 @@ fw_io_deadline_get (void)
    return thread_deadline_ns;
 }
 
-static int64_t
-now_ns (void)
-{
-   struct timespec ts;
-   clock_gettime (CLOCK_MONOTONIC, &ts);
-   return (int64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 bool
 fw_io_deadline_passed (void)
 {
-   return thread_deadline_ns && now_ns () >= thread_deadline_ns;
+   return thread_deadline_ns && fw_mono_ns () >= thread_deadline_ns;
 }
 
 /*
@@ -76,7 +69,7 @@ clamp_timeout (int32_t *timeout_msec, bool *clamped)
    if (!thread_deadline_ns) {
       return true;
    }
-   left_ms = thread_deadline_ns - now_ns ();
+   left_ms = thread_deadline_ns - fw_mono_ns ();
    if (left_ms <= 0) {
       thread_hit = true;
       return false;

@@ -1,6 +1,7 @@
 #include <errno.h>
 #include <time.h>
 
+#include "flowwarden/clock.h"
 #include "flowwarden/shutdown.h"
 
 void
@@ -47,13 +48,7 @@ fw_shutdown_wait_ms (fw_shutdown_t *s, int64_t ms)
    struct timespec until;
    bool v;
 
-   clock_gettime (CLOCK_MONOTONIC, &until);
-   until.tv_sec += ms / 1000;
-   until.tv_nsec += (ms % 1000) * 1000000;
-   if (until.tv_nsec >= 1000000000) {
-      until.tv_sec++;
-      until.tv_nsec -= 1000000000;
-   }
+   until = fw_clock_after (CLOCK_MONOTONIC, ms);
    pthread_mutex_lock (&s->mu);
    while (!s->stopping) {
       if (pthread_cond_timedwait (&s->cond, &s->mu, &until) == ETIMEDOUT) {

@@ -9,10 +9,10 @@
 #include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 #include "dlq_cli.h"
+#include "flowwarden/clock.h"
 #include "flowwarden/dlq_admin.h"
 #include "flowwarden/dlq_replay.h"
 
@@ -155,14 +155,6 @@ unknown_verb (const char *name)
    return fail ("unknown verb \"%s\" (use list, show, stats, discard, purge, export, import or "
                 "replay; flowwarden dlq --help)",
                 name);
-}
-
-static int64_t
-now_ms (void)
-{
-   struct timeval tv;
-   gettimeofday (&tv, NULL);
-   return (int64_t) tv.tv_sec * 1000 + tv.tv_usec / 1000;
 }
 
 /* Parses argv (argv[0] is the verb) into o; returns -1 on success, else the
@@ -442,7 +434,7 @@ cmd_change (fw_dlq_admin_t *admin, opts_t *o, bool discard)
    }
    if (discard) {
       actor (who, sizeof who);
-      ok = fw_dlq_admin_discard (admin, sel, o->reason, who, now_ms (), &touched, &err);
+      ok = fw_dlq_admin_discard (admin, sel, o->reason, who, fw_now_ms (), &touched, &err);
    } else {
       ok = fw_dlq_admin_purge (admin, sel, &touched, &err);
    }
@@ -595,7 +587,7 @@ fw_dlq_cli_main (int argc, char **argv)
    if (strcmp (o.verb->name, "replay") == 0) {
       return fw_dlq_replay_main (argc - 1, argv + 1);
    }
-   o.now_ms = now_ms ();
+   o.now_ms = fw_now_ms ();
    if ((rc = parse (argc - 1, argv + 1, &o)) >= 0) {
       return rc;
    }

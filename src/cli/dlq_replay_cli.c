@@ -15,6 +15,7 @@
 
 #include <lua.h>
 
+#include "flowwarden/clock.h"
 #include "flowwarden/connections.h"
 #include "flowwarden/dlq_admin.h"
 #include "flowwarden/dlq_entry.h"
@@ -62,22 +63,6 @@ usage (const char *fmt, const char *arg)
    return 1;
 }
 
-static int64_t
-now_ms (void)
-{
-   struct timespec ts;
-   clock_gettime (CLOCK_REALTIME, &ts);
-   return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t
-mono_ms (void)
-{
-   struct timespec ts;
-   clock_gettime (CLOCK_MONOTONIC, &ts);
-   return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* "500ms", "1s", "5m", "1h" -> milliseconds; false for anything else. */
 static bool
 parse_duration (const char *text, int64_t *out)
@@ -123,7 +108,7 @@ parse (int argc, char **argv, options_t *o)
       {"log-format", required_argument, NULL, 'F'}, {"help", no_argument, NULL, 'h'},
       {"sequence", required_argument, NULL, 'q'}, {"any", no_argument, NULL, 'A'},
       {NULL, 0, NULL, 0}};
-   int64_t now = now_ms ();
+   int64_t now = fw_now_ms ();
    fw_error_t err;
    char *end;
    int c, idx = 0;
@@ -464,7 +449,7 @@ select_entries (session_t *s, const options_t *o, candidate_t **out, size_t *n_o
          bson_append_document_end (&or, &alt);
          BSON_APPEND_DOCUMENT_BEGIN (&or, "1", &alt);
          BSON_APPEND_DOCUMENT_BEGIN (&alt, "claimedUntil", &cond);
-         BSON_APPEND_DATE_TIME (&cond, "$lt", now_ms ());
+         BSON_APPEND_DATE_TIME (&cond, "$lt", fw_now_ms ());
          bson_append_document_end (&alt, &cond);
          bson_append_document_end (&or, &alt);
          bson_append_array_end (&part, &or);
@@ -621,7 +606,7 @@ print_result (void *ud, const bson_t *entry, const fw_replay_result_t *r)
            r->notes[0] ? " (" : "", r->notes, r->notes[0] ? ")" : "");
    fflush (stdout);
    if (pr->tty) {
-      double secs = (double) (mono_ms () - pr->t0) / 1000.0;
+      double secs = (double) (fw_mono_ms () - pr->t0) / 1000.0;
       fprintf (stderr, "replay: %zu/%zu done, %.1f/s, %zu failed", pr->done,
                pr->done > pr->total ? pr->done : pr->total,
                secs > 0 ? (double) pr->done / secs : 0.0, pr->failed);
@@ -678,7 +663,7 @@ fw_dlq_replay_main (int argc, char **argv)
            n == 1 ? "y" : "ies");
    fflush (stdout);
 
-   t0 = mono_ms ();
+   t0 = fw_mono_ms ();
    pr.counts = counts;
    pr.total = n;
    pr.tty = tty;
@@ -725,7 +710,7 @@ fw_dlq_replay_main (int argc, char **argv)
       }
       if (o.rate > 0) {
          int64_t due = t0 + (int64_t) llround ((double) pr.done * 1000.0 / o.rate);
-         int64_t wait = due - mono_ms ();
+         int64_t wait = due - fw_mono_ms ();
          if (wait > 0 && fw_shutdown_wait_ms (&s.stop, wait)) {
             break;
          }

@@ -13,6 +13,7 @@
 
 #include <lauxlib.h>
 
+#include "flowwarden/clock.h"
 #include "flowwarden/http_lua.h"
 #include "flowwarden/http_transfer.h"
 #include "flowwarden/log.h"
@@ -218,7 +219,7 @@ count_io (lua_State *L, fw_metrics_io_result_t result, int64_t started_ns)
    fw_stream_metrics_t *metrics = fw_metrics_lua_stream (L);
    if (metrics) {
       fw_stream_metrics_io (metrics, FW_METRICS_IO_HTTP, result,
-                            fw_lua_call_now_ns () - started_ns);
+                            fw_mono_ns () - started_ns);
    }
 }
 
@@ -322,7 +323,7 @@ http_call (lua_State *L)
       return fake_exchange (L, 3, *t);
    }
    lua_pop (L, 1);
-   started = fw_lua_call_now_ns ();
+   started = fw_mono_ns ();
    if (!fw_http_transfer_perform (*t, get_session (L), timeout_ms, budget_bound, &failure)) {
       count_io (L, failure.type && strcmp (failure.type, "Http.Timeout") == 0
                       ? FW_METRICS_IO_TIMEOUT
@@ -337,7 +338,7 @@ http_call (lua_State *L)
    count_io (L, fw_http_transfer_status (*t) < 400 ? FW_METRICS_IO_OK : FW_METRICS_IO_ERROR,
              started);
    snprintf (outcome, sizeof outcome, "-> %ld in %lld ms", fw_http_transfer_status (*t),
-             (long long) ((fw_lua_call_now_ns () - started) / 1000000));
+             (long long) ((fw_mono_ns () - started) / 1000000));
    log_debug (L, fw_http_transfer_target (*t), outcome);
 
    lua_createtable (L, 0, 3);

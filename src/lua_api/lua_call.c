@@ -9,6 +9,7 @@
 
 #include <lauxlib.h>
 
+#include "flowwarden/clock.h"
 #include "flowwarden/lua_call.h"
 
 static const char call_key = 'c'; /* registry key: its address */
@@ -31,14 +32,6 @@ fw_lua_call_get (lua_State *L)
 }
 
 int64_t
-fw_lua_call_now_ns (void)
-{
-   struct timespec ts;
-   clock_gettime (CLOCK_MONOTONIC, &ts);
-   return (int64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-int64_t
 fw_lua_call_budget_ms (lua_State *L, const char *what)
 {
    fw_lua_call_t *call = fw_lua_call_get (L);
@@ -51,7 +44,7 @@ fw_lua_call_budget_ms (lua_State *L, const char *what)
    if (!deadline) {
       return -1;
    }
-   left = deadline - fw_lua_call_now_ns ();
+   left = deadline - fw_mono_ns ();
    if (left <= 0) {
       return 0;
    }

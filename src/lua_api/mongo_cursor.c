@@ -13,6 +13,7 @@
 
 #include <lauxlib.h>
 
+#include "flowwarden/clock.h"
 #include "flowwarden/bson_lua.h"
 #include "flowwarden/io_deadline.h"
 #include "flowwarden/log.h"
@@ -48,7 +49,7 @@ static void
 destroy_bounded (mongoc_cursor_t *c)
 {
    int64_t saved = fw_io_deadline_get ();
-   int64_t limit = fw_lua_call_now_ns () + KILL_TIMEOUT_NS;
+   int64_t limit = fw_mono_ns () + KILL_TIMEOUT_NS;
 
    if (!c) {
       return;

@@ -12,6 +12,7 @@
 
 #include <lauxlib.h>
 
+#include "flowwarden/clock.h"
 #include "flowwarden/bson_lua.h"
 #include "flowwarden/io_deadline.h"
 #include "flowwarden/lua_call.h"
@@ -235,7 +236,7 @@ fw_mongo_raise (lua_State *L, fw_mongo_op_t *op, const fw_mongo_ctx_t *ctx,
                 const bson_error_t *error, const bson_t *reply)
 {
    bool passed = ctx->deadline_ns && (ctx->deadline_hit || fw_io_deadline_hit () ||
-                                      fw_lua_call_now_ns () >= ctx->deadline_ns);
+                                      fw_mono_ns () >= ctx->deadline_ns);
    const char *type = fw_mongo_error_type (error, reply, passed);
    const char *name;
    bool timed_out = passed && strcmp (type, T_TIMEOUT) == 0 && !is_server_domain (error->domain);

@@ -9,6 +9,7 @@
 
 #include <lauxlib.h>
 
+#include "flowwarden/clock.h"
 #include "flowwarden/lua_call.h"
 #include "flowwarden/metrics_lua.h"
 #include "mongo_lua-private.h"
@@ -156,7 +157,7 @@ fw_mongo_ctx_budget (lua_State *L, fw_mongo_ctx_t *ctx, const char *method, cons
       luaL_error (L, "fw.mongo: no MongoDB connection is available in this state");
    }
    if ((ctx->metrics = fw_metrics_lua_stream (L))) {
-      ctx->started_ns = fw_lua_call_now_ns ();
+      ctx->started_ns = fw_mono_ns ();
    }
 }
 
@@ -165,7 +166,7 @@ fw_mongo_ctx_done (const fw_mongo_ctx_t *ctx, fw_metrics_io_result_t result)
 {
    if (ctx->metrics) {
       fw_stream_metrics_io (ctx->metrics, FW_METRICS_IO_MONGO, result,
-                            fw_lua_call_now_ns () - ctx->started_ns);
+                            fw_mono_ns () - ctx->started_ns);
    }
 }
 

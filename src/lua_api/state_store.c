@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "flowwarden/clock.h"
 #include "flowwarden/log.h"
 #include "flowwarden/state_store.h"
 
@@ -48,10 +49,8 @@ struct fw_state_store {
 static int64_t
 monotonic_ms (void *ud)
 {
-   struct timespec ts;
    (void) ud;
-   clock_gettime (CLOCK_MONOTONIC, &ts);
-   return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+   return fw_mono_ms ();
 }
 
 static uint64_t

@@ -12,6 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "flowwarden/clock.h"
+
 #include "metrics-private.h"
 
 typedef struct {
@@ -488,15 +490,13 @@ char *
 fw_metrics_render (fw_metrics_t *m, size_t *len)
 {
    fw_strbuf_t out;
-   struct timespec ts;
    render_t r;
 
-   clock_gettime (CLOCK_REALTIME, &ts);
    fw_strbuf_init (&out);
    r.out = &out;
    r.first = __atomic_load_n (&m->streams, __ATOMIC_ACQUIRE);
    render_events (&r);
-   render_position (&r, (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+   render_position (&r, fw_now_ms ());
    render_dlq (&r);
    render_state (&r);
    render_io (&r);

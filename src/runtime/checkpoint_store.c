@@ -3,6 +3,7 @@
  */
 #include <time.h>
 
+#include "flowwarden/clock.h"
 #include "flowwarden/checkpoint_store.h"
 
 /* Copies the sub-document field of doc into out (already initialised). */
@@ -24,14 +25,6 @@ copy_token (const bson_t *doc, const char *field, bson_t *out)
    bson_destroy (out);
    bson_copy_to (&view, out);
    return true;
-}
-
-static int64_t
-now_ms (void)
-{
-   struct timespec ts;
-   clock_gettime (CLOCK_REALTIME, &ts);
-   return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 bool
@@ -101,7 +94,7 @@ save_checkpoint (mongoc_client_t *client, const char *database, const char *stre
    if (script_version) {
       BSON_APPEND_UTF8 (&set, "scriptVersion", script_version);
    }
-   BSON_APPEND_DATE_TIME (&set, "updatedAt", now_ms ());
+   BSON_APPEND_DATE_TIME (&set, "updatedAt", fw_now_ms ());
    bson_append_document_end (&update, &set);
    BSON_APPEND_BOOL (&opts, "upsert", epoch <= 0);
 

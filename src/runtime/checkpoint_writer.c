@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "flowwarden/clock.h"
 #include "flowwarden/checkpoint_store.h"
 #include "flowwarden/checkpoint_writer.h"
 #include "flowwarden/log.h"
@@ -47,14 +48,6 @@ struct fw_checkpoint_writer {
    int failed;
    int64_t last_ok_ms;
 };
-
-static int64_t
-clock_ms (clockid_t clock)
-{
-   struct timespec ts;
-   clock_gettime (clock, &ts);
-   return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Copies len bytes of src into *buf (grown as needed). False when out of
  * memory: *len is then 0 and the field is left out of the write. */
@@ -125,7 +118,7 @@ writable (const fw_checkpoint_writer_t *cw, int64_t *wait_ms)
    if (cw->retry_seq == 0 || cw->pending.seq > cw->retry_seq) {
       return true;
    }
-   now = clock_ms (CLOCK_MONOTONIC);
+   now = fw_mono_ms ();
    if (now >= cw->retry_at_ms) {
       return true;
    }
@@ -150,14 +143,7 @@ writer_main (void *arg)
          if (wait_ms < 0) {
             pthread_cond_wait (&cw->work, &cw->mu);
          } else {
-            struct timespec until;
-            clock_gettime (CLOCK_MONOTONIC, &until);
-            until.tv_sec += wait_ms / 1000;
-            until.tv_nsec += (wait_ms % 1000) * 1000000;
-            if (until.tv_nsec >= 1000000000) {
-               until.tv_sec++;
-               until.tv_nsec -= 1000000000;
-            }
+            struct timespec until = fw_clock_after (CLOCK_MONOTONIC, wait_ms);
             pthread_cond_timedwait (&cw->work, &cw->mu, &until);
          }
       }
@@ -182,7 +168,7 @@ writer_main (void *arg)
       }
       if (ok) {
          cw->ok++;
-         cw->last_ok_ms = clock_ms (CLOCK_REALTIME);
+         cw->last_ok_ms = fw_now_ms ();
          cw->retry_seq = 0;
       } else {
          cw->failed++;
@@ -196,7 +182,7 @@ writer_main (void *arg)
             cw->has_pending = true;
          }
          cw->retry_seq = cw->pending.seq;
-         cw->retry_at_ms = clock_ms (CLOCK_MONOTONIC) + RETRY_MS;
+         cw->retry_at_ms = fw_mono_ms () + RETRY_MS;
       }
       pthread_cond_broadcast (&cw->done);
    }

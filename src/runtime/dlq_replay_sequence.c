@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "flowwarden/clock.h"
 #include "flowwarden/dlq_replay.h"
 #include "flowwarden/dlq_sequence.h"
 #include "flowwarden/log.h"
@@ -118,14 +119,6 @@ fw_dlq_replay_is_head (mongoc_collection_t *dlq, const bson_t *entry, bool *head
    return true;
 }
 
-static int64_t
-mono_ms (void)
-{
-   struct timespec ts;
-   clock_gettime (CLOCK_MONOTONIC, &ts);
-   return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static bool
 done_with (fw_replay_status_t s)
 {
@@ -204,8 +197,8 @@ fw_dlq_replay_sequence (fw_stream_worker_t *w, mongoc_collection_t *dlq, const c
        * have joined meanwhile), or a live event is storing its entry. */
       if (st.inflight > 0) {
          if (!waited_since) {
-            waited_since = mono_ms ();
-         } else if (mono_ms () - waited_since >= INFLIGHT_WAIT_MS) {
+            waited_since = fw_mono_ms ();
+         } else if (fw_mono_ms () - waited_since >= INFLIGHT_WAIT_MS) {
             fw_log (FW_LOG_WARN, w->cfg.name,
                     "DLQ sequence %.300s: a live event is still being parked behind it after "
                     "%d ms; left open (replay it again)",

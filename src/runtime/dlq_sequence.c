@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "flowwarden/clock.h"
 #include "flowwarden/dlq_sequence.h"
 
 /* --- the set ------------------------------------------------------------------ */
@@ -196,14 +197,6 @@ fw_dlq_sequence_id (const bson_value_t *value)
 
 /* --- the sequences collection ------------------------------------------------------- */
 
-static int64_t
-now_ms (void)
-{
-   struct timespec ts;
-   clock_gettime (CLOCK_REALTIME, &ts);
-   return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 mongoc_collection_t *
 fw_dlq_sequence_collection (mongoc_client_t *client, const char *database,
                             const char *dlq_collection)
@@ -278,7 +271,7 @@ bool
 fw_dlq_sequence_take (mongoc_collection_t *seqs, const char *stream, const char *id, bool open,
                       int64_t *index, fw_seq_take_t *result, fw_error_t *error)
 {
-   int64_t now = now_ms ();
+   int64_t now = fw_now_ms ();
    bson_t query = BSON_INITIALIZER, update = BSON_INITIALIZER, child, reply;
    mongoc_find_and_modify_opts_t *fam = mongoc_find_and_modify_opts_new ();
    bson_error_t berr;
@@ -404,7 +397,7 @@ fw_dlq_sequence_close (mongoc_collection_t *seqs, const char *stream, const char
    bson_t query = BSON_INITIALIZER, update = BSON_INITIALIZER, child, reply;
    bson_error_t berr;
    bson_iter_t it;
-   int64_t now = now_ms ();
+   int64_t now = fw_now_ms ();
    bool ok;
 
    append_key (&query, stream, id);

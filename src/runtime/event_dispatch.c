@@ -11,6 +11,7 @@
 
 #include <lauxlib.h>
 
+#include "flowwarden/clock.h"
 #include "flowwarden/bson_lua.h"
 #include "flowwarden/dlq_entry.h"
 #include "flowwarden/log.h"
@@ -26,14 +27,6 @@ typedef struct {
    char traceback[8192];
 } decision_t;
 
-int64_t
-fw_now_ms (void)
-{
-   struct timespec ts;
-   clock_gettime (CLOCK_REALTIME, &ts);
-   return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* The wall clock (ms) at mono_ns (CLOCK_MONOTONIC): handler calls are timed
  * on the monotonic clock the Lua host reads anyway, and converted with an
  * offset read at most once a second. */
@@ -44,7 +37,7 @@ wall_ms_at (fw_stream_worker_t *w, int64_t mono_ns)
       return w->hooks->now_ms (w->hooks->ud); /* flowwarden test's virtual clock */
    }
    if (mono_ns >= w->wall_offset_until_ns) {
-      w->wall_offset_ns = fw_now_ms () * 1000000 - fw_lua_call_now_ns ();
+      w->wall_offset_ns = fw_now_ms () * 1000000 - fw_mono_ns ();
       w->wall_offset_until_ns = mono_ns + 1000000000;
    }
    return (mono_ns + w->wall_offset_ns) / 1000000;
@@ -576,7 +569,7 @@ dispatch (fw_stream_worker_t *w, const fw_event_t *ev)
       /* The attempt's start is the clock read the host makes for its
        * deadline (or ours, without one); with metrics, one read after it
        * times the handler. */
-      start_ns = w->cfg.timeout_ms > 0 ? 0 : fw_lua_call_now_ns ();
+      start_ns = w->cfg.timeout_ms > 0 ? 0 : fw_mono_ns ();
       if (key_failed) {
          ok = false;
       } else {
@@ -591,7 +584,7 @@ dispatch (fw_stream_worker_t *w, const fw_event_t *ev)
          first_ns = start_ns;
       }
       if (w->metrics) {
-         end_ns = fw_lua_call_now_ns ();
+         end_ns = fw_mono_ns ();
          fw_stream_metrics_handler_call (w->metrics, end_ns - start_ns);
       }
       /* A cursor a handler left open holds a server cursor and this

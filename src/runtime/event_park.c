@@ -12,6 +12,7 @@
 
 #include <lauxlib.h>
 
+#include "flowwarden/clock.h"
 #include "flowwarden/bson_lua.h"
 #include "flowwarden/dlq_sequence.h"
 #include "flowwarden/log.h"
@@ -20,14 +21,6 @@
 /* How often a stream with open sequences reads them again, so sequences a
  * separate `flowwarden dlq replay` closed leave its set (and its status). */
 #define REFRESH_MS 2000
-
-static int64_t
-mono_ms (void)
-{
-   struct timespec ts;
-   clock_gettime (CLOCK_MONOTONIC, &ts);
-   return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 bool
 fw_park_enabled (const fw_stream_worker_t *w)
@@ -67,7 +60,7 @@ load_once (fw_stream_worker_t *w, fw_error_t *error)
       return false;
    }
    ok = park_ops (w)->load (w, w->open_seqs, error);
-   w->seqs_loaded_ms = mono_ms ();
+   w->seqs_loaded_ms = fw_mono_ms ();
    return ok;
 }
 
@@ -116,7 +109,7 @@ fw_park_check_needed (fw_stream_worker_t *w, const fw_event_t *ev)
    if (ev->op == FW_OP_OTHER) {
       return false;
    }
-   if (mono_ms () - w->seqs_loaded_ms >= REFRESH_MS) {
+   if (fw_mono_ms () - w->seqs_loaded_ms >= REFRESH_MS) {
       fw_error_t err;
       if (!load_once (w, &err)) {
          fw_log (FW_LOG_WARN, w->cfg.name, "%s (keeping the open sequences known)", err.message);

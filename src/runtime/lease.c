@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "flowwarden/clock.h"
 #include "flowwarden/lease.h"
 #include "flowwarden/log.h"
 #include "lease-private.h"
@@ -21,14 +22,6 @@
 
 
 /* --- clocks ---------------------------------------------------------------- */
-
-static int64_t
-mono_ms (void)
-{
-   struct timespec ts;
-   clock_gettime (CLOCK_MONOTONIC, &ts);
-   return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static pthread_once_t skew_once = PTHREAD_ONCE_INIT;
 static int64_t skew_ms;
@@ -55,10 +48,8 @@ read_skew (void)
 static int64_t
 wall_ms (void)
 {
-   struct timespec ts;
    pthread_once (&skew_once, read_skew);
-   clock_gettime (CLOCK_REALTIME, &ts);
-   return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + skew_ms;
+   return fw_now_ms () + skew_ms;
 }
 
 /* --- the owner id ------------------------------------------------------------ */
@@ -83,7 +74,7 @@ make_owner_id (void)
    }
    if (got < sizeof r) {
       /* No entropy source: time and pid still tell processes apart. */
-      uint64_t x = (uint64_t) mono_ms () ^ ((uint64_t) getpid () << 32) ^ (uint64_t) wall_ms ();
+      uint64_t x = (uint64_t) fw_mono_ms () ^ ((uint64_t) getpid () << 32) ^ (uint64_t) wall_ms ();
       for (size_t i = 0; i < sizeof r; i++) {
          x = x * 6364136223846793005ULL + 1442695040888963407ULL;
          r[i] = (unsigned char) (x >> 56);
@@ -192,7 +183,7 @@ standby_step (fw_lease_t *l, mongoc_client_t *client, bool *warned)
       fw_log (FW_LOG_WARN, l->stream, "cannot read the checkpoint's epoch: %s", berr.message);
       return interval;
    }
-   sent = mono_ms ();
+   sent = fw_mono_ms ();
    t = fw_lease__take (l, client, floor, &got, &berr);
    if (t == FW_LEASE_TAKE_ERROR) {
       if (!*warned) {
@@ -235,7 +226,7 @@ leader_step (fw_lease_t *l, mongoc_client_t *client, int64_t epoch, bool *failin
 {
    int64_t interval = l->lease_ms / 3;
    int64_t retry = l->lease_ms / 10 > 100 ? l->lease_ms / 10 : 100;
-   int64_t sent = mono_ms (), left;
+   int64_t sent = fw_mono_ms (), left;
    bson_error_t berr;
    bool matched;
 
@@ -312,7 +303,7 @@ wait_until (fw_lease_t *l, int64_t at_ms)
 {
    struct timespec until = {.tv_sec = at_ms / 1000, .tv_nsec = (at_ms % 1000) * 1000000};
    pthread_mutex_lock (&l->mu);
-   while (!l->stop && !(l->release_asked && !l->release_done) && mono_ms () < at_ms) {
+   while (!l->stop && !(l->release_asked && !l->release_done) && fw_mono_ms () < at_ms) {
       pthread_cond_timedwait (&l->cond, &l->mu, &until);
    }
    pthread_mutex_unlock (&l->mu);
@@ -374,7 +365,7 @@ lease_main (void *arg)
       } else {
          wait = standby_step (l, client, &warned);
       }
-      wait_until (l, mono_ms () + wait);
+      wait_until (l, fw_mono_ms () + wait);
    }
    if (client) {
       mongoc_client_destroy (client);
@@ -451,7 +442,7 @@ fw_lease_is_leader (fw_lease_t *l, int64_t *epoch)
 {
    bool yes;
    pthread_mutex_lock (&l->mu);
-   yes = leading (l, mono_ms ());
+   yes = leading (l, fw_mono_ms ());
    if (yes && epoch) {
       *epoch = l->epoch;
    }
@@ -462,13 +453,13 @@ fw_lease_is_leader (fw_lease_t *l, int64_t *epoch)
 bool
 fw_lease_wait_leader (fw_lease_t *l, int64_t ms, int64_t *epoch)
 {
-   int64_t end = mono_ms () + (ms > 0 ? ms : 0);
+   int64_t end = fw_mono_ms () + (ms > 0 ? ms : 0);
    struct timespec until = {.tv_sec = end / 1000, .tv_nsec = (end % 1000) * 1000000};
    bool yes;
 
    pthread_mutex_lock (&l->mu);
-   while (!(yes = leading (l, mono_ms ())) && !l->stop && l->role != FW_LEASE_RELEASED &&
-          mono_ms () < end) {
+   while (!(yes = leading (l, fw_mono_ms ())) && !l->stop && l->role != FW_LEASE_RELEASED &&
+          fw_mono_ms () < end) {
       pthread_cond_timedwait (&l->cond, &l->mu, &until);
    }
    if (yes && epoch) {
@@ -481,7 +472,7 @@ fw_lease_wait_leader (fw_lease_t *l, int64_t ms, int64_t *epoch)
 int64_t
 fw_lease_remaining_ms (fw_lease_t *l)
 {
-   int64_t now = mono_ms (), left = 0;
+   int64_t now = fw_mono_ms (), left = 0;
    pthread_mutex_lock (&l->mu);
    if (leading (l, now)) {
       left = l->deadline_ms - now;
@@ -493,7 +484,7 @@ fw_lease_remaining_ms (fw_lease_t *l)
 bool
 fw_lease_release (fw_lease_t *l, int64_t wait_ms)
 {
-   int64_t end = mono_ms () + wait_ms;
+   int64_t end = fw_mono_ms () + wait_ms;
    struct timespec until = {.tv_sec = end / 1000, .tv_nsec = (end % 1000) * 1000000};
    bool ok;
 
@@ -502,7 +493,7 @@ fw_lease_release (fw_lease_t *l, int64_t wait_ms)
    l->deadline_ms = 0;
    l->release_asked = true;
    pthread_cond_broadcast (&l->cond);
-   while (!l->release_done && mono_ms () < end) {
+   while (!l->release_done && fw_mono_ms () < end) {
       pthread_cond_timedwait (&l->cond, &l->mu, &until);
    }
    ok = l->release_done && l->release_ok;
@@ -513,7 +504,7 @@ fw_lease_release (fw_lease_t *l, int64_t wait_ms)
 void
 fw_lease_status (fw_lease_t *l, fw_lease_status_t *out)
 {
-   int64_t now = mono_ms ();
+   int64_t now = fw_mono_ms ();
    memset (out, 0, sizeof *out);
    pthread_mutex_lock (&l->mu);
    out->role = l->role == FW_LEASE_RELEASED ? FW_LEASE_RELEASED

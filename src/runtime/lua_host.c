@@ -12,6 +12,7 @@
 #include <lauxlib.h>
 #include <lualib.h>
 
+#include "flowwarden/clock.h"
 #include "flowwarden/lua_call.h"
 #include "flowwarden/lua_core.h"
 #include "flowwarden/lua_host.h"
@@ -103,7 +104,7 @@ watchdog_main (void *arg)
       struct timespec tick = {0, FW_WATCHDOG_TICK_NS};
       int64_t now;
       nanosleep (&tick, NULL);
-      now = fw_lua_call_now_ns ();
+      now = fw_mono_ns ();
       pthread_mutex_lock (&watch_mu);
       for (fw_lua_host_t *h = watched; h; h = h->next) {
          int64_t deadline = __atomic_load_n (&h->call.deadline_ns, __ATOMIC_ACQUIRE);
@@ -512,7 +513,7 @@ count_hook (lua_State *L, lua_Debug *ar)
    fw_lua_host_t *host = host_of (L);
    int64_t deadline = __atomic_load_n (&host->call.deadline_ns, __ATOMIC_ACQUIRE);
    (void) ar;
-   if (host->timed_out || (deadline && fw_lua_call_now_ns () > deadline)) {
+   if (host->timed_out || (deadline && fw_mono_ns () > deadline)) {
       host->timed_out = true;
       luaL_error (L, "handler exceeded its timeout");
    }
@@ -556,7 +557,7 @@ fw_lua_host_call (fw_lua_host_t *host, int nargs, int nresults, int64_t timeout_
       host->caller = pthread_self ();
       __atomic_store_n (&host->poked, 0, __ATOMIC_RELEASE);
       calling = host;
-      host->call_started_ns = fw_lua_call_now_ns ();
+      host->call_started_ns = fw_mono_ns ();
       __atomic_store_n (&host->call.deadline_ns, host->call_started_ns + timeout_ms * 1000000,
                         __ATOMIC_RELEASE);
    }

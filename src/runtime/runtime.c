@@ -15,6 +15,7 @@
 #include <lua.h>
 #include <mongoc/mongoc.h>
 
+#include "flowwarden/clock.h"
 #include "flowwarden/admin.h"
 #include "flowwarden/connections.h"
 #include "flowwarden/log.h"
@@ -261,14 +262,6 @@ hook_find_stream (void *ud, const char *name)
    return NULL;
 }
 
-static int64_t
-mono_ms (void)
-{
-   struct timespec ts;
-   clock_gettime (CLOCK_MONOTONIC, &ts);
-   return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /*
  * SIGHUP: load and validate the script again while the old one runs, then
  * swap all streams at once. Unchanged sources keep their cursor and switch
@@ -281,7 +274,7 @@ reload (fw_runtime_t *rt, char *message, size_t len)
    fw_error_t err;
    char *version = NULL;
    int n = 0, kept = 0, restarted = 0, added = 0, removed = 0;
-   int64_t t0 = mono_ms ();
+   int64_t t0 = fw_mono_ms ();
 
    if (!build_workers (rt, &next, &n, &version, &err)) {
       rt->reload_failures++;
@@ -351,7 +344,7 @@ reload (fw_runtime_t *rt, char *message, size_t len)
    snprintf (message, len,
              "reloaded %s: version %s -> %s in %lld ms (%d kept their position, %d restarted, "
              "%d added, %d removed)",
-             rt->opts->script, rt->version, version, (long long) (mono_ms () - t0), kept,
+             rt->opts->script, rt->version, version, (long long) (fw_mono_ms () - t0), kept,
              restarted, added, removed);
    fw_log (FW_LOG_INFO, NULL, "%s", message);
    free (rt->version);

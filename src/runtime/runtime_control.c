@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "flowwarden/clock.h"
 #include "flowwarden/dlq_admin.h"
 #include "flowwarden/log.h"
 #include "runtime-private.h"
@@ -90,9 +91,7 @@ post (fw_runtime_control_t *ctl, request_t *req)
 static fw_stream_state_t
 state_of (fw_stream_metrics_t *block, fw_stream_snapshot_t *snap)
 {
-   struct timespec ts;
-   clock_gettime (CLOCK_REALTIME, &ts);
-   fw_stream_metrics_snapshot (block, (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000, snap);
+   fw_stream_metrics_snapshot (block, fw_now_ms (), snap);
    return snap->state;
 }
 
@@ -177,11 +176,8 @@ static int
 list_streams (void *ud, fw_stream_snapshot_t **out)
 {
    fw_runtime_control_t *ctl = ud;
-   struct timespec ts;
 
-   clock_gettime (CLOCK_REALTIME, &ts);
-   return fw_metrics_snapshot_all (ctl->metrics, (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000,
-                                   out);
+   return fw_metrics_snapshot_all (ctl->metrics, fw_now_ms (), out);
 }
 
 /* True once the asked action shows in the stream's block. */
@@ -276,7 +272,6 @@ dlq_stats (void *ud, char **json, char *message, size_t len)
    fw_dlq_filter_t filter;
    fw_dlq_admin_t *admin;
    const char *script, *uri;
-   struct timespec now;
    fw_error_t err;
    bson_t stats;
    char *text;
@@ -287,9 +282,7 @@ dlq_stats (void *ud, char **json, char *message, size_t len)
       snprintf (message, len, "%s", err.message);
       return FW_CONTROL_NOT_FOUND;
    }
-   clock_gettime (CLOCK_REALTIME, &now);
-   if (!fw_dlq_admin_stats (admin, &filter, NULL,
-                            (int64_t) now.tv_sec * 1000 + now.tv_nsec / 1000000, &stats, &err)) {
+   if (!fw_dlq_admin_stats (admin, &filter, NULL, fw_now_ms (), &stats, &err)) {
       snprintf (message, len, "%s", err.message);
       fw_dlq_admin_destroy (admin);
       return FW_CONTROL_FAILED;

@@ -36,6 +36,7 @@
 
 #include <lauxlib.h>
 
+#include "flowwarden/clock.h"
 #include "flowwarden/dlq_sequence.h"
 #include "flowwarden/log.h"
 #include "flowwarden/mongo_lua.h"
@@ -126,13 +127,7 @@ fw_stream_worker_build_lanes (fw_stream_worker_t *w, fw_stream_lane_loader_t loa
 static void
 wait_slice (pthread_cond_t *cond, pthread_mutex_t *mu)
 {
-   struct timespec ts;
-   clock_gettime (CLOCK_REALTIME, &ts);
-   ts.tv_nsec += WAIT_SLICE_MS * 1000000L;
-   if (ts.tv_nsec >= 1000000000L) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000L;
-   }
+   struct timespec ts = fw_clock_after (CLOCK_REALTIME, WAIT_SLICE_MS);
    pthread_cond_timedwait (cond, mu, &ts);
 }
 

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "flowwarden/clock.h"
 #include "flowwarden/bson_alloc.h"
 #include "stream_worker-private.h"
 
@@ -103,13 +104,7 @@ reader_main (void *arg)
       if (!r->stop && held) {
          /* The stream's thread is about to stop reading: no new getMore,
           * whose wait (maxAwaitTimeMS) would delay its stop. */
-         struct timespec until;
-         clock_gettime (CLOCK_REALTIME, &until);
-         until.tv_nsec += 100 * 1000000;
-         if (until.tv_nsec >= 1000000000) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000;
-         }
+         struct timespec until = fw_clock_after (CLOCK_REALTIME, 100);
          pthread_cond_timedwait (&r->not_full, &r->mu, &until);
       }
       if (r->stop) {

@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 
+#include "flowwarden/clock.h"
 #include "flowwarden/checkpoint_writer.h"
 #include "flowwarden/checkpoint_store.h"
 #include "flowwarden/connections.h"
@@ -162,8 +163,6 @@ fw_dispatch_result_t fw_event_dispatch_oversize (fw_stream_worker_t *w, const fw
 /* Opens the DLQ store, retrying with the restart backoff until it works or a
  * shutdown is asked. Returns false only on shutdown. */
 bool fw_event_dispatch_open_dlq (fw_stream_worker_t *w);
-
-int64_t fw_now_ms (void);
 
 /* --- event_oversize.c -------------------------------------------------- */
 

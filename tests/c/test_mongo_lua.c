@@ -24,6 +24,7 @@
 #include <lauxlib.h>
 #include <mongoc/mongoc.h>
 
+#include "flowwarden/clock.h"
 #include "flowwarden/bson_view.h"
 #include "flowwarden/io_deadline.h"
 #include "flowwarden/lua_call.h"
@@ -214,7 +215,7 @@ run_in (fw_lua_host_t *host, int64_t deadline_ns, const char *coll, const char *
 static bool
 run (fw_lua_host_t *host, const char *coll, const char *code)
 {
-   return run_in (host, fw_lua_call_now_ns () + 20000 * 1000000LL, coll, code);
+   return run_in (host, fw_mono_ns () + 20000 * 1000000LL, coll, code);
 }
 
 #define ASSERT_RUN(host, coll, code)          \
@@ -447,7 +448,7 @@ mongo_lua_socket_deadline_turns_a_hung_server_into_a_timeout (void **state)
           "{\"failCommands\": [\"find\"], \"blockConnection\": true, \"blockTimeMS\": 2000, "
           "\"appName\": \"" APP_NAME "\"}}");
    t0 = now_s ();
-   run_in (host, fw_lua_call_now_ns () + 300 * 1000000LL, "slow",
+   run_in (host, fw_mono_ns () + 300 * 1000000LL, "slow",
            "local e = fails(c.find_one, c, { _id = 1 })\n"
            "return e.type .. '|' .. e.message");
    elapsed = now_s () - t0;
@@ -460,7 +461,7 @@ mongo_lua_socket_deadline_turns_a_hung_server_into_a_timeout (void **state)
    assert_true (elapsed >= 0.25 && elapsed < 1.0);
    assert_int_equal (fw_io_deadline_get (), 0);
    /* A spent budget fails at once, before any IO. */
-   run_in (host, fw_lua_call_now_ns () - 1, "slow",
+   run_in (host, fw_mono_ns () - 1, "slow",
            "local e = fails(c.count, c, {}) return e.type .. '|' .. e.message");
    assert_string_equal (result, "Mongo.Timeout|fw.mongo: count on fwtest.slow: the handler's "
                                 "time budget is spent");
