@@ -2,11 +2,13 @@
 flowwarden.duration: the duration strings of the seeds ("500ms", "1s", "1m")
 and the size strings of memory_limit ("256MB"), to and from integers.
 
-Durations: a number, then one of ms, s, m, h, with nothing around or between
-("5 sec", " 1s", "1S", "-1s", "1d" and "" are rejected). A decimal point is
-accepted when the result is a whole number of milliseconds ("1.5s" = 1500,
-"0.5ms" is rejected). "0s" parses to 0: whether zero is allowed is the
-caller's rule.
+Durations: a number, then one of ms, s, m, h, d (24 h), w (7 d), with nothing
+around or between ("5 sec", " 1s", "1S", "-1s", "1y" and "" are rejected). A
+decimal point is accepted when the result is a whole number of milliseconds
+("1.5s" = 1500, "0.5ms" is rejected). "0s" parses to 0: whether zero is
+allowed is the caller's rule. The command line's durations (--since,
+--claim-ttl) follow the same grammar (include/flowwarden/duration.h);
+tests/data/durations.txt holds the cases both must agree on.
 
 Sizes: an integer, then B, KB, MB or GB, 1024-based ("64KB" = 65536).
 
@@ -16,14 +18,17 @@ value and says what is expected, ready to follow "field: ".
 
 local M = {}
 
-local DURATION_UNITS = { ms = 1, s = 1000, m = 60 * 1000, h = 60 * 60 * 1000 }
+local DURATION_UNITS = {
+  ms = 1, s = 1000, m = 60 * 1000, h = 60 * 60 * 1000,
+  d = 24 * 60 * 60 * 1000, w = 7 * 24 * 60 * 60 * 1000,
+}
 local SIZE_UNITS = { B = 1, KB = 1024, MB = 1024 * 1024, GB = 1024 * 1024 * 1024 }
 
 -- Beyond 2^53 milliseconds (285,000 years) numbers stop being exact anywhere
 -- a C double might hold them; nothing sensible is that long.
 M.MAX_MS = 1 << 53
 
-local EXPECTED = 'expected a number followed by ms, s, m or h, e.g. "500ms"'
+local EXPECTED = 'expected a number followed by ms, s, m, h, d or w, e.g. "500ms"'
 
 function M.parse(text)
   if type(text) ~= "string" then
@@ -32,25 +37,23 @@ function M.parse(text)
   local int, frac, unit = text:match("^(%d+)(%.?%d*)(%a+)$")
   local scale = DURATION_UNITS[unit or ""]
   if not int or frac == "." or not scale then
-    local hint = ""
-    if unit == "d" then
-      hint = '; days are written in hours, e.g. "24h"'
-    end
-    return nil, string.format("invalid duration %q (%s%s)", text, EXPECTED, hint)
+    return nil, string.format("invalid duration %q (%s)", text, EXPECTED)
   end
   -- Whole part and fraction are kept apart and bounded before multiplying,
   -- so that no integer product can wrap around.
-  if (tonumber(int) + 0.0) * scale > M.MAX_MS then
+  int = int:gsub("^0+(%d)", "%1")
+  local whole = #int <= 16 and math.tointeger(tonumber(int))
+  if not whole or whole > M.MAX_MS // scale then
     return nil, string.format("invalid duration %q (too large)", text)
   end
-  local whole = math.tointeger(tonumber(int)) * scale
+  whole = whole * scale
   local digits = frac:sub(2):gsub("0+$", "")
   if digits == "" then
     return whole
   end
-  -- scale is at most 2^7 * 3^2 * 5^5 ms, so a fraction of more than 7
+  -- scale is at most 2^10 * 3^3 * 5^5 * 7 ms, so a fraction of more than 10
   -- significant decimals can never come to whole milliseconds.
-  local part = #digits <= 7 and math.tointeger(tonumber(digits)) * scale
+  local part = #digits <= 10 and math.tointeger(tonumber(digits)) * scale
   local divisor = math.tointeger(10 ^ #digits)
   if not part or part % divisor ~= 0 then
     return nil, string.format("invalid duration %q (not a whole number of milliseconds)", text)

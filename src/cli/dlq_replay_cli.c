@@ -15,6 +15,7 @@
 
 #include <lua.h>
 
+#include "flowwarden/duration.h"
 #include "flowwarden/clock.h"
 #include "flowwarden/connections.h"
 #include "flowwarden/dlq_admin.h"
@@ -61,24 +62,6 @@ usage (const char *fmt, const char *arg)
    fprintf (stderr, fmt, arg);
    fprintf (stderr, "\n(flowwarden dlq replay --help lists the options)\n");
    return 1;
-}
-
-/* "500ms", "1s", "5m", "1h" -> milliseconds; false for anything else. */
-static bool
-parse_duration (const char *text, int64_t *out)
-{
-   char *end;
-   double v = strtod (text, &end);
-   double scale = strcmp (end, "ms") == 0  ? 1
-                  : strcmp (end, "s") == 0 ? 1000
-                  : strcmp (end, "m") == 0 ? 60000
-                  : strcmp (end, "h") == 0 ? 3600000
-                                           : 0;
-   if (end == text || scale == 0 || !(v > 0) || v * scale > 1e12) {
-      return false;
-   }
-   *out = (int64_t) llround (v * scale);
-   return *out > 0;
 }
 
 typedef struct {
@@ -155,9 +138,11 @@ parse (int argc, char **argv, options_t *o)
          o->no_retry = true;
          break;
       case 't':
-         if (!parse_duration (optarg, &o->claim_ttl_ms)) {
-            return usage ("--claim-ttl: expected a duration such as \"30s\" or \"5m\", got \"%s\"",
-                          optarg);
+         if (!fw_duration_parse (optarg, &o->claim_ttl_ms, &err)) {
+            return usage ("--claim-ttl: %s", err.message);
+         }
+         if (o->claim_ttl_ms <= 0) {
+            return usage ("--claim-ttl: must be greater than zero, got \"%s\"", optarg);
          }
          break;
       case 'u':

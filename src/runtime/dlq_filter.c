@@ -9,6 +9,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "flowwarden/duration.h"
 #include "flowwarden/dlq_admin.h"
 
 static const char *const statuses[] = {"PENDING", "REPROCESSING", "RESOLVED", "DISCARDED"};
@@ -148,42 +149,6 @@ fw_dlq_filter_to_query (const fw_dlq_filter_t *filter, const char *default_statu
    return true;
 }
 
-/* "2h", "30m", "7d", "500ms", "45s", "2w": a whole number and a unit. */
-static bool
-parse_duration (const char *text, int64_t *out_ms)
-{
-   static const struct {
-      const char *unit;
-      int64_t ms;
-   } units[] = {{"ms", 1},
-                {"s", 1000},
-                {"m", 60 * 1000},
-                {"h", 3600 * 1000},
-                {"d", 24 * 3600 * 1000LL},
-                {"w", 7 * 24 * 3600 * 1000LL}};
-   char *end;
-   long long n;
-
-   if (!isdigit ((unsigned char) text[0])) {
-      return false;
-   }
-   errno = 0;
-   n = strtoll (text, &end, 10);
-   if (errno || end == text) {
-      return false;
-   }
-   for (size_t i = 0; i < sizeof units / sizeof *units; i++) {
-      if (strcmp (end, units[i].unit) == 0) {
-         if (n > INT64_MAX / units[i].ms) {
-            return false;
-         }
-         *out_ms = n * units[i].ms;
-         return true;
-      }
-   }
-   return false;
-}
-
 /* "2026-01-15", "2026-01-15T10:30", "2026-01-15T10:30:00[.123]", each
  * optionally followed by "Z" or an offset ("+02:00", "+0200"); no zone
  * means UTC. */
@@ -257,7 +222,7 @@ fw_dlq_parse_time (const char *option, const char *text, int64_t now_ms, int64_t
 {
    int64_t ms;
 
-   if (parse_duration (text, &ms)) {
+   if (fw_duration_parse (text, &ms, NULL)) {
       *out_ms = now_ms - ms;
       return true;
    }
@@ -265,7 +230,7 @@ fw_dlq_parse_time (const char *option, const char *text, int64_t now_ms, int64_t
       return true;
    }
    fw_error_set (error, FW_ERROR_INVALID,
-                 "%s: \"%s\" is neither a duration (a whole number and ms, s, m, h, d or w, e.g. "
+                 "%s: \"%s\" is neither a duration (a number and ms, s, m, h, d or w, e.g. "
                  "\"2h\" or \"7d\") nor an ISO date (e.g. \"2026-01-15\" or "
                  "\"2026-01-15T10:30:00Z\")",
                  option, text);

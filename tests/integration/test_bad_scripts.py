@@ -77,12 +77,12 @@ CASES = [
      "fw.stream { name = 's', database = 'shop', checkpoint = { save_interval = '5 sec' }, "
      "on_change = h }",
      [S + 'checkpoint.save_interval: invalid duration "5 sec" (expected a number followed by ms, '
-      's, m or h, e.g. "500ms")']),
-    ("duration_in_days",
-     "fw.stream { name = 's', database = 'shop', checkpoint = { idle_heartbeat = '1d' }, "
+      's, m, h, d or w, e.g. "500ms")']),
+    ("duration_in_years",
+     "fw.stream { name = 's', database = 'shop', checkpoint = { idle_heartbeat = '1y' }, "
      "on_change = h }",
-     [S + 'checkpoint.idle_heartbeat: invalid duration "1d" (expected a number followed by ms, s, '
-      'm or h, e.g. "500ms"; days are written in hours, e.g. "24h")']),
+     [S + 'checkpoint.idle_heartbeat: invalid duration "1y" (expected a number followed by ms, s, '
+      'm, h, d or w, e.g. "500ms")']),
     ("unknown_on_history_lost",
      "fw.stream { name = 's', database = 'shop', checkpoint = { on_history_lost = "
      "'resume-from-now' }, on_change = h }",
@@ -144,8 +144,8 @@ CASES = [
      ["{S}:3: Config: ORDERS_URL is not set"]),
     ("multi_line_declaration_reports_its_first_line",
      "\n\nfw.stream {\n  name = 's',\n  database = 'shop',\n  timeout = '1x',\n  on_change = h,\n}",
-     ['{S}:5: stream "s": timeout: invalid duration "1x" (expected a number followed by ms, s, m '
-      'or h, e.g. "500ms")']),
+     ['{S}:5: stream "s": timeout: invalid duration "1x" (expected a number followed by ms, s, m, '
+      'h, d or w, e.g. "500ms")']),
     # Longer than 512 bytes: the error list was once cut there
     # (FW_ERROR_MESSAGE_MAX).
     ("every_error_of_every_stream_in_order",

@@ -300,7 +300,9 @@ class ReplayControls(ReplayTestCase):
         script = self.script(fixed(self.db_name), "fixed.lua")
         for args, text in (
                 (["--rate", "0"], '--rate: expected a number of entries per second > 0, got "0"'),
-                (["--claim-ttl", "soon"], '--claim-ttl: expected a duration'),
+                (["--claim-ttl", "soon"], '--claim-ttl: invalid duration "soon" (expected a '
+                 'number followed by ms, s, m, h, d or w, e.g. "500ms")'),
+                (["--claim-ttl", "0s"], '--claim-ttl: must be greater than zero, got "0s"'),
                 (["--status", "LOST"], 'unknown status "LOST"'),
                 (["--stream", "nope"], "has no such stream")):
             cp = run_cli(["dlq", "replay", script, "--uri", self.uri] + args)

@@ -405,7 +405,7 @@ class HttpTest(StandInTestCase):
             "!#$%&'*+-.^_`|~ only)",
             'fw.http.get: url must be a string, got number',
             'fw.http.get: timeout: invalid duration "soon" (expected a number followed by ms, s, '
-            'm or h, e.g. "500ms")',
+            'm, h, d or w, e.g. "500ms")',
             'fw.http.get: timeout must be a positive number of seconds or a duration such as '
             '"2s", got -1',
             'fw.http.get: max_body: invalid size "lots" (expected an integer followed by B, KB, '

@@ -139,16 +139,16 @@ local BAD = {
     { S .. "checkpoint.save_every: expected an integer >= 1, got 0" } },
   { "a duration with a spelled-out unit",
     "fw.stream { name = 's', database = 'shop', checkpoint = { save_interval = '5 sec' }, on_change = h }",
-    { S .. 'checkpoint.save_interval: invalid duration "5 sec" (expected a number followed by ms, s, m or h, '
-      .. 'e.g. "500ms")' } },
-  { "a duration in days",
-    "fw.stream { name = 's', database = 'shop', checkpoint = { idle_heartbeat = '1d' }, on_change = h }",
-    { S .. 'checkpoint.idle_heartbeat: invalid duration "1d" (expected a number followed by ms, s, m or h, '
-      .. 'e.g. "500ms"; days are written in hours, e.g. "24h")' } },
+    { S .. 'checkpoint.save_interval: invalid duration "5 sec" (expected a number followed by ms, s, m, h, '
+      .. 'd or w, e.g. "500ms")' } },
+  { "a duration in years",
+    "fw.stream { name = 's', database = 'shop', checkpoint = { idle_heartbeat = '1y' }, on_change = h }",
+    { S .. 'checkpoint.idle_heartbeat: invalid duration "1y" (expected a number followed by ms, s, m, h, '
+      .. 'd or w, e.g. "500ms")' } },
   { "a negative duration",
     "fw.stream { name = 's', database = 'shop', checkpoint = { save_interval = '-1s' }, on_change = h }",
-    { S .. 'checkpoint.save_interval: invalid duration "-1s" (expected a number followed by ms, s, m or h, '
-      .. 'e.g. "500ms")' } },
+    { S .. 'checkpoint.save_interval: invalid duration "-1s" (expected a number followed by ms, s, m, h, '
+      .. 'd or w, e.g. "500ms")' } },
   { "an unknown start_position",
     "fw.stream { name = 's', database = 'shop', checkpoint = { start_position = 'earliest' }, on_change = h }",
     { S .. 'checkpoint.start_position: invalid value "earliest" (expected "resume" or "latest")' } },
@@ -354,7 +354,7 @@ fw.stream { name = 'a', database = 'shop', on_updte = h }]])
       SCRIPT .. ':3: stream "a": retry.max_attempts: expected an integer >= 1, got 0',
       SCRIPT .. ':3: stream "a": retry.jitter: expected true or false, got 1',
       SCRIPT .. ':4: defaults: timeout: invalid duration "1 minute" (expected a number followed by ms, s, '
-        .. 'm or h, e.g. "500ms")',
+        .. 'm, h, d or w, e.g. "500ms")',
       SCRIPT .. ':5: stream #2: name: missing (every stream needs a unique name, e.g. name = "order-watcher")',
       SCRIPT .. ":5: stream #2: handlers: none declared (define at least one of on_insert, on_update, "
         .. "on_replace, on_delete, on_change)",
@@ -370,7 +370,7 @@ fw.stream { name = 'a', database = 'shop', on_updte = h }]])
       .. "  on_change = h,\n}")
     -- The position is the line where the call's arguments start.
     assert.are.same({ SCRIPT .. ':5: stream "s": timeout: invalid duration "1x" (expected a number '
-      .. 'followed by ms, s, m or h, e.g. "500ms")' }, errs)
+      .. 'followed by ms, s, m, h, d or w, e.g. "500ms")' }, errs)
   end)
 
   it("reports the call site when fw.stream is tail-called from a helper", function()
