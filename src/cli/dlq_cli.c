@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "dlq_cli.h"
+#include "flowwarden/suggest.h"
 #include "flowwarden/clock.h"
 #include "flowwarden/dlq_admin.h"
 #include "flowwarden/dlq_replay.h"
@@ -115,42 +116,17 @@ usage_error (const char *fmt, const char *arg)
    return 1;
 }
 
-/* Edit distance with transpositions, for "did you mean". */
-static int
-distance (const char *a, const char *b)
-{
-   int la = (int) strlen (a), lb = (int) strlen (b);
-   int d[16][16];
-   if (la > 14 || lb > 14) {
-      return 99;
-   }
-   for (int i = 0; i <= la; i++) {
-      for (int j = 0; j <= lb; j++) {
-         if (i == 0 || j == 0) {
-            d[i][j] = i + j;
-            continue;
-         }
-         int cost = a[i - 1] != b[j - 1];
-         int best = d[i - 1][j - 1] + cost;
-         best = d[i - 1][j] + 1 < best ? d[i - 1][j] + 1 : best;
-         best = d[i][j - 1] + 1 < best ? d[i][j - 1] + 1 : best;
-         if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
-             d[i - 2][j - 2] + 1 < best) {
-            best = d[i - 2][j - 2] + 1;
-         }
-         d[i][j] = best;
-      }
-   }
-   return d[la][lb];
-}
-
 static int
 unknown_verb (const char *name)
 {
+   const char *names[N_VERBS + 1], *hint;
+
    for (int i = 0; i < N_VERBS; i++) {
-      if (distance (name, verbs[i].name) <= 2) {
-         return fail ("unknown verb \"%s\" (did you mean \"%s\"?)", name, verbs[i].name);
-      }
+      names[i] = verbs[i].name;
+   }
+   names[N_VERBS] = NULL;
+   if ((hint = fw_suggest (name, names))) {
+      return fail ("unknown verb \"%s\" (did you mean \"%s\"?)", name, hint);
    }
    return fail ("unknown verb \"%s\" (use list, show, stats, discard, purge, export, import or "
                 "replay; flowwarden dlq --help)",

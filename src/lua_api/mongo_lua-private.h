@@ -182,8 +182,4 @@ int fw_mongo_bulk_write (lua_State *L);
  * the message formatted as lua_pushfstring does. Never returns. */
 int fw_mongo_arg_error (lua_State *L, const char *fmt, ...);
 
-/* The closest of names (NULL-terminated) to word, or NULL if none is close
- * enough to be a likely typo. */
-const char *fw_mongo_suggest (const char *word, const char *const *names);
-
 #endif

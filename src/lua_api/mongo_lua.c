@@ -9,6 +9,7 @@
 
 #include <lauxlib.h>
 
+#include "flowwarden/suggest.h"
 #include "flowwarden/bson_lua.h"
 #include "flowwarden/io_deadline.h"
 #include "flowwarden/lua_call.h"
@@ -248,7 +249,7 @@ fw_mongo_check_opts (lua_State *L, int idx, const char *method, const char *cons
       if (known) {
          continue;
       }
-      if ((hint = fw_mongo_suggest (key, allowed))) {
+      if ((hint = fw_suggest (key, allowed))) {
          fw_mongo_arg_error (L, "%s: unknown option \"%s\" (did you mean \"%s\"?)", method, key,
                              hint);
       }

@@ -8,6 +8,7 @@
 
 #include <lauxlib.h>
 
+#include "flowwarden/suggest.h"
 #include "flowwarden/bson_lua.h"
 #include "flowwarden/io_deadline.h"
 #include "mongo_lua-private.h"
@@ -477,7 +478,7 @@ bulk_add (lua_State *L, fw_mongo_op_t *op, lua_Integer i)
    }
    if (!bulk_kinds[k]) {
       fw_mongo_op_release (op);
-      if ((hint = fw_mongo_suggest (kind, bulk_kinds))) {
+      if ((hint = fw_suggest (kind, bulk_kinds))) {
          fw_mongo_arg_error (L, "%s: unknown operation \"%s\" (did you mean \"%s\"?)", where, kind,
                              hint);
       }

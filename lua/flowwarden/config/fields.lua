@@ -62,7 +62,8 @@ local function squash(s)
   return (s:lower():gsub("[_%-%s]", ""))
 end
 
--- Optimal string alignment distance (Levenshtein plus transpositions).
+-- Optimal string alignment distance (Levenshtein plus swaps of two
+-- neighbours), as fw_edit_distance in C: every "did you mean" measures with it.
 local function distance(a, b)
   local d = {}
   for i = 0, #a do
@@ -83,6 +84,8 @@ local function distance(a, b)
   end
   return d[#a][#b]
 end
+
+M.distance = distance
 
 -- The candidate `word` was most likely meant to be, or nil. Case, "_" and "-"
 -- are ignored first, so "maxAttempts" finds "max_attempts".

@@ -268,24 +268,9 @@ end
 ---------------------------------------------------------------------------
 -- Options, checked as fw_mongo_check_opts and the option readers do
 
--- Levenshtein distance (fw_mongo_suggest's rule: up to 2 edits, fewer than
--- half the word).
-local function distance(a, b)
-  local row = {}
-  for j = 0, #b do
-    row[j] = j
-  end
-  for i = 1, #a do
-    local diag = row[0]
-    row[0] = i
-    for j = 1, #b do
-      local up = row[j]
-      row[j] = math.min(diag + (a:byte(i) == b:byte(j) and 0 or 1), up + 1, row[j - 1] + 1)
-      diag = up
-    end
-  end
-  return row[#b]
-end
+-- fw_suggest's rule: the closest name, when it is at most 2 edits away and
+-- fewer than half the word's length.
+local distance = require("flowwarden.config.fields").distance
 
 local function suggest(word, names)
   local best, best_d
