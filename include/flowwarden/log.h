@@ -36,6 +36,11 @@ bool fw_log_enabled (fw_log_level_t level);
  * is copied as it is. Returns buf. */
 const char *fw_log_redact_uri (const char *uri, char *buf, size_t len);
 
+/* Copies message (libmongoc's reason for refusing uri, which may quote a
+ * part of it) into buf (len bytes, always terminated) with every secret of
+ * uri that fw_log_redact_uri hides replaced by "***". Returns buf. */
+const char *fw_log_redact_uri_error (const char *uri, const char *message, char *buf, size_t len);
+
 /* Where records go instead of stderr: `flowwarden test` collects a delivered
  * event's records (issue 15). message is the formatted text, valid during
  * the call. */

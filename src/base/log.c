@@ -213,3 +213,60 @@ fw_log_redact_uri (const char *uri, char *buf, size_t len)
    }
    return buf;
 }
+
+/* The secrets of uri, as fw_log_redact_uri finds them: the password and the
+ * values of the secret options. Fills up to max spans; returns how many. */
+static size_t
+uri_secrets (const char *uri, const char **at_, size_t *lens, size_t max)
+{
+   const char *scheme_end = strstr (uri, "://"), *at, *colon;
+   size_t n = 0;
+
+   if (!scheme_end) {
+      return 0;
+   }
+   at = strrchr (scheme_end + 3, '@');
+   colon = at ? memchr (scheme_end + 3, ':', (size_t) (at - scheme_end - 3)) : NULL;
+   if (colon && at > colon + 1) {
+      at_[n] = colon + 1;
+      lens[n++] = (size_t) (at - colon - 1);
+   }
+   for (const char *p = uri + 1; *p && n < max; p++) {
+      if ((p[-1] == '?' || p[-1] == '&') && is_secret_option (p)) {
+         const char *eq = strchr (p, '=');
+         size_t vlen = strcspn (eq + 1, "&");
+         if (vlen > 0) {
+            at_[n] = eq + 1;
+            lens[n++] = vlen;
+         }
+      }
+   }
+   return n;
+}
+
+const char *
+fw_log_redact_uri_error (const char *uri, const char *message, char *buf, size_t len)
+{
+   const char *secret[8];
+   size_t slen[8], n = uri_secrets (uri, secret, slen, 8), used = 0;
+   const char *p = message;
+
+   if (!len) {
+      return buf;
+   }
+   buf[0] = '\0';
+   while (*p) {
+      size_t hit = 0;
+      for (size_t i = 0; i < n && !hit; i++) {
+         hit = strncmp (p, secret[i], slen[i]) == 0 ? slen[i] : 0;
+      }
+      if (hit) {
+         append (buf, len, &used, "***", 3);
+         p += hit;
+      } else {
+         append (buf, len, &used, p, 1);
+         p++;
+      }
+   }
+   return buf;
+}

@@ -260,14 +260,18 @@ open_session (session_t *s, const options_t *o)
    lua_pop (fw_lua_host_state (first), 1);
    s->uri = mongoc_uri_new_with_error (uri_text, &berr);
    if (!s->uri) {
-      fprintf (stderr, "flowwarden dlq replay: invalid MongoDB URI: %s\n", berr.message);
+      char why[512];
+      fprintf (stderr, "flowwarden dlq replay: invalid MongoDB URI: %s\n",
+               fw_log_redact_uri_error (uri_text, berr.message, why, sizeof why));
       free (uri_text);
       fw_lua_host_destroy (first);
       return 1;
    }
    /* An operator's tool: say the server is unreachable in seconds, not 30. */
    if (!mongoc_uri_has_option (s->uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS)) {
-      mongoc_uri_set_option_as_int32 (s->uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS, 5000);
+      if (!mongoc_uri_set_option_as_int32 (s->uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS, 5000)) {
+         fprintf (stderr, "flowwarden dlq replay: warning: cannot set serverSelectionTimeoutMS\n");
+      }
    }
    s->pool = mongoc_client_pool_new (s->uri);
    s->conns = fw_connections_new ();
@@ -281,7 +285,9 @@ open_session (session_t *s, const options_t *o)
    }
    free (uri_text);
    mongoc_client_pool_set_error_api (s->pool, MONGOC_ERROR_API_VERSION_2);
-   mongoc_client_pool_set_appname (s->pool, "flowwarden-dlq-replay");
+   if (!mongoc_client_pool_set_appname (s->pool, "flowwarden-dlq-replay")) {
+      fprintf (stderr, "flowwarden dlq replay: warning: cannot set the pool's appname\n");
+   }
 
    count = fw_lua_host_stream_count (first);
    s->workers = calloc ((size_t) count + 1, sizeof *s->workers);

@@ -17,6 +17,7 @@
 #include <lauxlib.h>
 #include <mongoc/mongoc.h>
 
+#include "flowwarden/log.h"
 #include "flowwarden/lua_host.h"
 #include "flowwarden/runtime.h"
 #include "flowwarden/stream_config.h"
@@ -220,17 +221,24 @@ fw_record_cli_main (int argc, char **argv)
       lua_State *L = fw_lua_host_state (host);
       bson_error_t berr;
       mongoc_uri_t *uri;
+      const char *text;
+      char why[512];
       fw_lua_host_push_uri (host);
-      uri = mongoc_uri_new_with_error (lua_isstring (L, -1) ? lua_tostring (L, -1) : FW_DEFAULT_URI,
-                                       &berr);
-      lua_pop (L, 1);
+      text = lua_isstring (L, -1) ? lua_tostring (L, -1) : FW_DEFAULT_URI;
+      uri = mongoc_uri_new_with_error (text, &berr);
       if (!uri || !(client = mongoc_client_new_from_uri_with_error (uri, &berr))) {
-         fprintf (stderr, "flowwarden: record: %s\n", berr.message);
+         fprintf (stderr, "flowwarden: record: %s\n",
+                  fw_log_redact_uri_error (text, berr.message, why, sizeof why));
+         lua_pop (L, 1);
          mongoc_uri_destroy (uri);
          goto done;
       }
+      lua_pop (L, 1);
       mongoc_uri_destroy (uri);
-      mongoc_client_set_appname (client, "flowwarden-record");
+      if (!mongoc_client_set_appname (client, "flowwarden-record")) {
+         fprintf (stderr, "flowwarden: record: cannot set the client's appname\n");
+         goto done;
+      }
    }
    {
       bson_t opts = BSON_INITIALIZER, empty = BSON_INITIALIZER;

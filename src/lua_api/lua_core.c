@@ -117,8 +117,9 @@ core_uri_check (lua_State *L)
       lua_pushboolean (L, 1);
       return 1;
    }
+   char why[512];
    lua_pushboolean (L, 0);
-   lua_pushstring (L, berr.message);
+   lua_pushstring (L, fw_log_redact_uri_error (text, berr.message, why, sizeof why));
    return 2;
 }
 

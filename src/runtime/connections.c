@@ -79,8 +79,9 @@ fw_connections_set (fw_connections_t *conns, const char *name, const char *uri,
       return true;
    }
    if (!(parsed = mongoc_uri_new_with_error (uri, &berr))) {
+      char why[512];
       fw_error_set (error, FW_ERROR_INVALID, "connection \"%s\": invalid MongoDB URI: %s", name,
-                    berr.message);
+                    fw_log_redact_uri_error (uri, berr.message, why, sizeof why));
       return false;
    }
    e = calloc (1, sizeof *e);
@@ -100,7 +101,9 @@ fw_connections_set (fw_connections_t *conns, const char *name, const char *uri,
    mongoc_client_pool_set_error_api (e->pool, MONGOC_ERROR_API_VERSION_2);
    /* Apart from the runtime's own "flowwarden" (change streams,
     * checkpoints): server logs and fail points can tell handler IO from it. */
-   mongoc_client_pool_set_appname (e->pool, "flowwarden-io");
+   if (!mongoc_client_pool_set_appname (e->pool, "flowwarden-io")) {
+      fw_log (FW_LOG_WARN, NULL, "connection \"%s\": cannot set the appname of its pool", name);
+   }
    pthread_mutex_lock (&conns->mu);
    e->next = conns->entries;
    conns->entries = e;

@@ -10,6 +10,7 @@
 #include <lauxlib.h>
 
 #include "dlq_admin-private.h"
+#include "flowwarden/log.h"
 #include "flowwarden/dlq_sequence.h"
 #include "flowwarden/lua_host.h"
 #include "flowwarden/runtime.h"
@@ -334,8 +335,9 @@ client_of (fw_dlq_admin_t *admin, int i, fw_error_t *error)
       client_t *grown;
       /* The message never shows the URI: it may hold a password. */
       if (!(uri = mongoc_uri_new_with_error (t->uri, &berr))) {
+         char why[512];
          fw_error_set (error, FW_ERROR_INVALID, "invalid MongoDB URI of connection \"%s\": %s",
-                       t->connection, berr.message);
+                       t->connection, fw_log_redact_uri_error (t->uri, berr.message, why, sizeof why));
          return NULL;
       }
       client = mongoc_client_new_from_uri_with_error (uri, &berr);
@@ -359,7 +361,9 @@ client_of (fw_dlq_admin_t *admin, int i, fw_error_t *error)
       grown[admin->n_clients].client = client;
       admin->n_clients++;
       mongoc_client_set_error_api (client, MONGOC_ERROR_API_VERSION_2);
-      mongoc_client_set_appname (client, "flowwarden-dlq");
+      if (!mongoc_client_set_appname (client, "flowwarden-dlq")) {
+         fw_log (FW_LOG_WARN, NULL, "cannot set the appname of the DLQ client");
+      }
    }
    return client;
 }

@@ -328,7 +328,9 @@ lease_main (void *arg)
       } else {
          snprintf (app, sizeof app, "%s-%d", FW_LEASE_APPNAME, (int) getpid ());
       }
-      mongoc_client_set_appname (client, app);
+      if (!mongoc_client_set_appname (client, app)) {
+         fw_log (FW_LOG_WARN, l->stream, "cannot set the lease client's appname \"%s\"", app);
+      }
    }
    for (;;) {
       int64_t wait, epoch;
@@ -403,9 +405,12 @@ fw_lease_new (const mongoc_uri_t *uri, const char *database, const char *stream,
    /* A renewal that hangs must end before the leader's deadline passes
     * unnoticed: every wait of the lease's client is at most lease / 3. */
    timeout_ms = (int32_t) (lease_ms / 3 > 100 ? lease_ms / 3 : 100);
-   mongoc_uri_set_option_as_int32 (l->uri, MONGOC_URI_SOCKETTIMEOUTMS, timeout_ms);
-   mongoc_uri_set_option_as_int32 (l->uri, MONGOC_URI_CONNECTTIMEOUTMS, timeout_ms);
-   mongoc_uri_set_option_as_int32 (l->uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS, timeout_ms);
+   if (!mongoc_uri_set_option_as_int32 (l->uri, MONGOC_URI_SOCKETTIMEOUTMS, timeout_ms) ||
+       !mongoc_uri_set_option_as_int32 (l->uri, MONGOC_URI_CONNECTTIMEOUTMS, timeout_ms) ||
+       !mongoc_uri_set_option_as_int32 (l->uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS, timeout_ms)) {
+      fw_log (FW_LOG_WARN, stream, "the lease's client keeps the URI's timeouts: cannot set them "
+              "to %d ms", (int) timeout_ms);
+   }
    l->owner_given = owner != NULL;
    l->lease_ms = lease_ms;
    l->margin_ms = fw_lease_margin_ms (lease_ms);

@@ -407,6 +407,7 @@ fw_runtime_run (const fw_run_options_t *opts)
    fw_runtime_t rt = {opts, NULL, NULL, NULL, 0, NULL, 0, 0, NULL, NULL};
    fw_runtime_hooks_t hooks = {hook_find_stream, hook_reload, hook_script, &rt};
    fw_error_t err;
+   bson_error_t berr;
    fw_lua_host_t *probe = NULL;
    mongoc_uri_t *uri = NULL;
    sigset_t sigs, hup;
@@ -448,11 +449,12 @@ fw_runtime_run (const fw_run_options_t *opts)
       goto done;
    }
    fw_metrics_set_build_info (rt.metrics, FW_VERSION, MONGOC_VERSION_S, LUA_RELEASE);
-   uri = mongoc_uri_new_with_error (uri_string, NULL);
+   uri = mongoc_uri_new_with_error (uri_string, &berr);
    if (!uri) {
-      char shown[512];
-      fw_log (FW_LOG_ERROR, NULL, "invalid MongoDB URI \"%s\"",
-              fw_log_redact_uri (uri_string, shown, sizeof shown));
+      char shown[512], why[512];
+      fw_log (FW_LOG_ERROR, NULL, "invalid MongoDB URI \"%s\": %s",
+              fw_log_redact_uri (uri_string, shown, sizeof shown),
+              fw_log_redact_uri_error (uri_string, berr.message, why, sizeof why));
       goto done;
    }
    rt.pool = mongoc_client_pool_new (uri);
@@ -463,7 +465,9 @@ fw_runtime_run (const fw_run_options_t *opts)
       goto done;
    }
    mongoc_client_pool_set_error_api (rt.pool, MONGOC_ERROR_API_VERSION_2);
-   mongoc_client_pool_set_appname (rt.pool, "flowwarden");
+   if (!mongoc_client_pool_set_appname (rt.pool, "flowwarden")) {
+      fw_log (FW_LOG_WARN, NULL, "cannot set the client pool's appname");
+   }
    /* fw.mongo's "default" connection: the run URI, in a pool of its own so
     * handler IO never waits behind (or times out) the change stream's. */
    if (!(rt.conns = fw_connections_new ()) ||

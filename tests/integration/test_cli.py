@@ -103,8 +103,23 @@ class Usage(unittest.TestCase):
     def test_an_invalid_uri_is_logged_without_its_password(self):
         r = run_cli(["run", self.valid, "--uri", "mongodb://writer:s3cr3t@h:notaport/shop"])
         self.assertEqual(r.returncode, 1)
-        self.assertIn('invalid MongoDB URI "mongodb://writer:***@h:notaport/shop"', r.stderr)
+        self.assertIn('invalid MongoDB URI "mongodb://writer:***@h:notaport/shop": '
+                      'Invalid host string in URI', r.stderr)
         self.assertNotIn("s3cr3t", r.stderr + r.stdout)
+
+    def test_an_invalid_uri_says_why(self):
+        r = run_cli(["run", self.valid, "--uri", "mongodb//127.0.0.1:1"])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn('invalid MongoDB URI "mongodb//127.0.0.1:1": Invalid URI Schema, expecting '
+                      "'mongodb://' or 'mongodb+srv://'", r.stderr)
+
+    def test_the_reason_for_refusing_a_uri_never_shows_its_password(self):
+        # libmongoc's reason quotes a password holding an unencoded ':'.
+        r = run_cli(["run", self.valid, "--uri", "mongodb://writer:pa:ss@h/shop"])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn('invalid MongoDB URI "mongodb://writer:***@h/shop": Password "***" must '
+                      "not have unescaped chars", r.stderr)
+        self.assertNotIn("pa:ss", r.stderr + r.stdout)
 
     def test_check_prints_effective_settings_and_exits_0(self):
         r = run_cli(["check", self.valid])
