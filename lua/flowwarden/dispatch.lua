@@ -10,7 +10,6 @@ take the policy down with it:
   2. on_error(err, ctx)                      (the host calls the user's function)
   3. decide(spec, c, attempt, ok, value, stopped) -> decision
 
-on_failure does all three in one call (for callers that need no budget split).
 The decision is a plain table:
 
   { action = "retry" | "dlq" | "skip" | "drop",
@@ -115,16 +114,6 @@ function M.sequence_key(spec, ctx)
     error(e, 0)
   end
   return v
-end
-
--- All three steps in one call: on_error runs under the caller's budget.
-function M.on_failure(spec, failure, ctx, attempt, stopped)
-  local c, err = M.classify(spec, failure, stopped)
-  local ok, value
-  if spec.on_error then
-    ok, value = pcall(spec.on_error, err, ctx)
-  end
-  return M.decide(spec, c, attempt, ok, value)
 end
 
 return M

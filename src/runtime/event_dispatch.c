@@ -3,7 +3,8 @@
  * on_error, and the durable hand-off to the dead-letter queue.
  *
  * The success path stays in C. Only a failed attempt goes to the Lua side
- * (flowwarden.dispatch.on_failure) to classify the error and decide.
+ * (flowwarden.dispatch): classify, then the script's on_error, then decide,
+ * each a call of its own with its own budget.
  */
 #include <stdlib.h>
 #include <string.h>

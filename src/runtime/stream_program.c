@@ -53,12 +53,12 @@ pread_spec (lua_State *L)
    lua_pushvalue (L, spec);
    a->w->spec_ref = luaL_ref (L, LUA_REGISTRYINDEX);
 
+   /* Loaded now, so that the failure path (event_dispatch.c) finds it in
+    * package.loaded without a require that could fail mid-event. */
    lua_getglobal (L, "require");
    lua_pushliteral (L, "flowwarden.dispatch");
    lua_call (L, 1, 1);
-   lua_getfield (L, -1, "on_failure");
-   luaL_checktype (L, -1, LUA_TFUNCTION);
-   a->w->on_failure_ref = luaL_ref (L, LUA_REGISTRYINDEX);
+   luaL_checktype (L, -1, LUA_TTABLE);
    fw_event_ctx_open (L);
    a->ok = true;
    return 0;
@@ -95,7 +95,7 @@ fw_stream_worker_new (fw_lua_host_t *host, int index, mongoc_client_pool_t *pool
    for (int i = 0; i < H_COUNT; i++) {
       w->handler_ref[i] = LUA_NOREF;
    }
-   w->spec_ref = w->on_failure_ref = LUA_NOREF;
+   w->spec_ref = LUA_NOREF;
    w->seq_index = -1;
    w->dispatch.cache_ref = LUA_NOREF;
    lua_pushcfunction (L, pread_spec);

@@ -106,7 +106,6 @@ fw_stream_reload_apply (fw_stream_worker_t *w)
       SWAP (w->handler_ref[i], next->handler_ref[i]);
    }
    SWAP (w->spec_ref, next->spec_ref);
-   SWAP (w->on_failure_ref, next->on_failure_ref);
    /* The lanes are stopped: their programs go with the rest (the old ones,
     * folded into w's counts, are destroyed with next). */
    fw_stream_fold_lane_stats (w);

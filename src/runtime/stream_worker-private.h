@@ -70,7 +70,6 @@ struct fw_stream_worker {
    fw_lua_host_t *host;
    int handler_ref[H_COUNT];   /* registry refs, LUA_NOREF when not declared */
    int spec_ref;               /* the stream's spec table */
-   int on_failure_ref;         /* flowwarden.dispatch.on_failure */
    mongoc_client_pool_t *pool;
    mongoc_client_t *client;    /* popped by the thread */
    mongoc_client_t *read_client; /* the change stream's, used by its reader (read-ahead) */
