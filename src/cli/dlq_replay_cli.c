@@ -460,6 +460,9 @@ select_entries (session_t *s, const options_t *o, candidate_t **out, size_t *n_o
       if (o->filter.limit > 0) {
          BSON_APPEND_INT64 (&opts, "limit", o->filter.limit);
       }
+      /* streamName_clusterTime_createdAt__id serves the sort; where it is
+       * missing, MongoDB 5.0 fails a blocking sort over 100 MB without this. */
+      BSON_APPEND_BOOL (&opts, "allowDiskUse", true);
       cur = mongoc_collection_find_with_opts (coll, &q, &opts, NULL);
       while (ok && mongoc_cursor_next (cur, &doc)) {
          bson_iter_t it;

@@ -10,6 +10,9 @@
 
 /* --- reading ------------------------------------------------------------ */
 
+/* Oldest first. With --stream the DLQ's streamName_createdAt__id index
+ * serves the sort; without it (or on a DLQ a runtime never indexed) the sort
+ * blocks, and MongoDB 5.0 refuses one over 100 MB unless it may use disk. */
 static void
 append_sort (bson_t *opts)
 {
@@ -18,6 +21,7 @@ append_sort (bson_t *opts)
    BSON_APPEND_INT32 (&sort, "createdAt", 1);
    BSON_APPEND_INT32 (&sort, "_id", 1);
    bson_append_document_end (opts, &sort);
+   BSON_APPEND_BOOL (opts, "allowDiskUse", true);
 }
 
 bool

@@ -135,6 +135,10 @@ round_entries (fw_stream_worker_t *w, mongoc_collection_t *coll, const schedule_
    BSON_APPEND_INT32 (&sort, "createdAt", 1);
    bson_append_document_end (&opts, &sort);
    BSON_APPEND_INT64 (&opts, "limit", s->batch_size);
+   /* The DLQ's index serves this sort; allowDiskUse keeps it working where
+    * the index is missing (MongoDB 5.0 refuses a blocking sort over 100 MB
+    * without it; find accepts it since 4.4). */
+   BSON_APPEND_BOOL (&opts, "allowDiskUse", true);
    cur = mongoc_collection_find_with_opts (coll, &q, &opts, NULL);
    *docs = fw_bson_aligned_calloc ((size_t) s->batch_size * sizeof **docs);
    *n = 0;

@@ -436,6 +436,14 @@ bool fw_stream_wait_lead (fw_stream_worker_t *w);
 /* ha.mode = "leader": whether this thread may no longer call handlers. */
 bool fw_stream_lease_lost (fw_stream_worker_t *w);
 
+/* --- stream_server.c: what the stream's server can take ------------------ */
+
+/* False when the stream asks for a change stream option the server
+ * (selected with w->read_client) is too old for, by its maxWireVersion: the
+ * reason, naming the option, the stream and the server's version, is written
+ * to what[len]. True when it can, or its version is not known yet. */
+bool fw_stream_server_supports (fw_stream_worker_t *w, char *what, size_t len);
+
 /* --- stream_control.c -------------------------------------------------- */
 
 /* The admin endpoint's pending request (W_CONTROL_*), left in place. */

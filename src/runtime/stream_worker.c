@@ -23,6 +23,9 @@
 #define FW_ERR_HISTORY_LOST 286
 #define FW_ERR_CHANGE_STREAM_FATAL 280 /* ChangeStreamFatalError: re-opening fails the same way */
 #define FW_ERR_OBJECT_TOO_LARGE 10334  /* BSONObjectTooLarge: an event over 16 MiB */
+/* Before 6.0, a fullDocument other than "default" or "updateLookup"
+ * (document_source_change_stream.cpp): every open fails the same way. */
+#define FW_ERR_FULL_DOCUMENT_REFUSED 40575
 
 const char *
 fw_stream_worker_name (const fw_stream_worker_t *w)
@@ -442,6 +445,15 @@ worker_main (void *arg)
       if (!fw_park_load (w)) {
          break;
       }
+      {
+         /* Checked at every open: a 6.0-only option on an older server is
+          * refused every time, so the stream stops instead of re-opening. */
+         char unsupported[800];
+         if (!fw_stream_server_supports (w, unsupported, sizeof unsupported)) {
+            stream_failed (w, unsupported);
+            break;
+         }
+      }
       cs = open_stream (w, p.has_resume ? &p.resume : NULL,
                         w->cfg.split_large_events && !p.split_rejected);
       if (cs && mongoc_change_stream_error_document (cs, &berr, &reply)) {
@@ -451,6 +463,15 @@ worker_main (void *arg)
             end = READ_FAILED;
          } else if (berr.code == FW_ERR_OBJECT_TOO_LARGE) {
             oversize_failed (w, &p, &berr);
+            end = READ_FAILED;
+         } else if (berr.code == FW_ERR_FULL_DOCUMENT_REFUSED) {
+            char what[1400];
+            snprintf (what, sizeof what,
+                      "the server refuses full_document = \"%s\" (it needs MongoDB 6.0 or "
+                      "later): %.1000s (code %u); the stream is stopped",
+                      w->cfg.full_document ? w->cfg.full_document : "default", berr.message,
+                      berr.code);
+            stream_failed (w, what);
             end = READ_FAILED;
          } else if (w->cfg.split_large_events && !p.split_rejected &&
                     fw_oversize_stage_rejected (&berr)) {

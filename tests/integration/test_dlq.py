@@ -212,11 +212,14 @@ class DlqIndexesAndSharing(FailureTestCase):
 
     def test_indexes_are_created_at_start_and_idempotently(self):
         p = self.start(lua_stream(dlq='{ collection = "orders_dlq" }'))
-        idx = wait_for(lambda: (lambda i: i if len(i) >= 4 else None)(
+        idx = wait_for(lambda: (lambda i: i if len(i) >= 6 else None)(
             self.indexes("orders_dlq")), what="DLQ indexes")
         ttl = idx[(("expiresAt", 1),)]
         self.assertEqual(ttl["expireAfterSeconds"], 0)
         self.assertIn((("streamName", 1), ("createdAt", 1)), idx)
+        # The readers' sorts (dlq.reprocess and dlq replay; dlq list --stream).
+        self.assertIn((("streamName", 1), ("clusterTime", 1), ("createdAt", 1), ("_id", 1)), idx)
+        self.assertIn((("streamName", 1), ("createdAt", 1), ("_id", 1)), idx)
         unique = idx[(("streamName", 1), ("eventId", 1))]
         self.assertEqual((unique["name"], unique["unique"], unique["partialFilterExpression"]),
                          ("fw_stream_event_unique", True, {"eventId": {"$exists": True}}))

@@ -61,6 +61,13 @@ def _auth(text):
         raise argparse.ArgumentTypeError(str(e))
 
 
+def _server_version(text):
+    versions = {"5.0": (5, 0), "6.0": (6, 0)}
+    if text not in versions:
+        raise argparse.ArgumentTypeError("must be 5.0 or 6.0, got %s" % text)
+    return versions[text]
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(
         prog="mongo_standin.py",
@@ -83,6 +90,10 @@ def parse_args(argv):
     p.add_argument("--auth", type=_auth, default=None, metavar="USER:PASSWORD",
                    help="require authentication (SCRAM-SHA-256 or SCRAM-SHA-1) as USER, "
                         "a user of the admin database with every privilege (default: none)")
+    p.add_argument("--server-version", type=_server_version, default=(6, 0), metavar="X.Y",
+                   help="the MongoDB version to play: 6.0 (default) or 5.0 (hello's "
+                        "maxWireVersion 13; refuses what 5.0 refuses: blocking sorts over "
+                        "100 MB without allowDiskUse, 6.0-only change stream options)")
     return p.parse_args(argv)
 
 
@@ -92,7 +103,8 @@ def main(argv=None):
         server = Server(replset=args.replset, data_dir=args.data_dir,
                         oplog_max_entries=args.oplog_max_entries,
                         ttl_interval=args.ttl_interval, log_path=args.log,
-                        latency_ms=args.latency_ms, auth=args.auth)
+                        latency_ms=args.latency_ms, auth=args.auth,
+                        server_version=args.server_version)
     except DataDirInUse as e:
         sys.stderr.write("mongo_standin: %s\n" % e)
         return 1

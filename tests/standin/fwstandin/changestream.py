@@ -100,8 +100,9 @@ class ChangeStream:
 
     is_change_stream = True
 
-    def __init__(self, store, db, coll, spec, stages):
+    def __init__(self, store, db, coll, spec, stages, version=(6, 0)):
         self.store = store
+        self.version = version
         self.id = 0
         self.killed = False
         self.closed = False
@@ -125,7 +126,7 @@ class ChangeStream:
 
     def _parse_level(self, db, coll, spec):
         for key in spec:
-            if key not in SPEC_FIELDS:
+            if key not in SPEC_FIELDS or (key == "showExpandedEvents" and self.version < (6, 0)):
                 raise MongoError(40415, "Location40415",
                                  "BSON field '$changeStream.%s' is an unknown field." % key)
         if spec.get("showExpandedEvents"):
@@ -158,6 +159,14 @@ class ChangeStream:
 
     def _parse_modes(self, spec):
         fd = spec.get("fullDocument", "default")
+        if self.version < (6, 0) and fd not in ("default", "updateLookup"):
+            # 5.0's spec has fullDocument as a plain string, checked after parsing
+            # (document_source_change_stream.cpp at r5.0, uassert 40575); the enum with
+            # whenAvailable/required (and BadValue for other values) came with 6.0.
+            raise MongoError(40575, "Location40575",
+                             "unrecognized value for the 'fullDocument' option to the "
+                             "$changeStream stage. Expected \"default\" or \"updateLookup\", "
+                             "got \"%s\"" % (fd,))
         if fd not in FULL_DOCUMENT_MODES:
             raise MongoError(2, "BadValue", "Enumeration value '%s' for field "
                              "'$changeStream.fullDocument' is not a valid value." % (fd,))
@@ -370,7 +379,17 @@ class ChangeStream:
                                      "for event: " + _event_summary(ev))
                 ev["fullDocument"] = post
         if self.before_change != "off" and op in ("update", "replace", "delete"):
-            if not e.images:
+            if self.version < (6, 0):
+                # 5.0 accepts fullDocumentBeforeChange but takes pre-images from the oplog of a
+                # collection with recordPreImages (not played here), never from 6.0's
+                # changeStreamPreAndPostImages (document_source_lookup_change_pre_image.cpp
+                # at r5.0): "required" fails every such event, "whenAvailable" omits them.
+                if self.before_change == "required":
+                    raise MongoError(51770, "Location51770",
+                                     "Change stream was configured to require a pre-image for "
+                                     "all update, delete and replace events, but no pre-image "
+                                     "optime was recorded for event: " + _event_summary(ev))
+            elif not e.images:
                 if self.before_change == "required":
                     raise MongoError(51770, "Location51770",
                                      "Change stream was configured to require a pre-image for "

@@ -18,6 +18,14 @@ MAX_BSON = 16 * 1024 * 1024
 MAX_MESSAGE = 48000000
 MAX_WRITE_BATCH = 100000
 VERSION = "6.0.0"
+# What hello and buildInfo say for each version the stand-in can play (--server-version):
+# maxWireVersion 13 is MongoDB 5.0, 17 is 6.0 (src/mongo/db/wire_version.h).
+WIRE_VERSIONS = {(5, 0): 13, (6, 0): 17}
+
+
+def version_string(server):
+    major, minor = getattr(server, "version", (6, 0))
+    return "%d.%d.0" % (major, minor)
 
 
 # ---- handshake and diagnostics ----
@@ -66,7 +74,7 @@ def cmd_hello(ctx):
     reply["logicalSessionTimeoutMinutes"] = 30
     reply["connectionId"] = ctx.conn.id
     reply["minWireVersion"] = 0
-    reply["maxWireVersion"] = 17
+    reply["maxWireVersion"] = WIRE_VERSIONS[getattr(server, "version", (6, 0))]
     reply["readOnly"] = False
     auth.hello_fields(ctx, reply)
     return reply
@@ -77,9 +85,10 @@ def cmd_ping(ctx):
 
 
 def cmd_build_info(ctx):
-    return {"version": VERSION, "gitVersion": "flowwarden-standin",
+    major, minor = getattr(ctx.server, "version", (6, 0))
+    return {"version": version_string(ctx.server), "gitVersion": "flowwarden-standin",
             "modules": [], "allocator": "system", "javascriptEngine": "none",
-            "sysInfo": "deprecated", "versionArray": [6, 0, 0, 0],
+            "sysInfo": "deprecated", "versionArray": [major, minor, 0, 0],
             "openssl": {"running": "disabled", "compiled": "disabled"},
             "buildEnvironment": {}, "bits": 64, "debug": False,
             "maxBsonObjectSize": MAX_BSON, "storageEngines": ["wiredTiger"]}
@@ -93,7 +102,7 @@ def cmd_server_status(ctx):
         oplog_len = len(ctx.store.oplog)
         tsv = ctx.store.clock.last
     from .bsonutil import ts_value
-    return {"host": server.host, "version": VERSION, "process": "mongod", "pid": Int64(os.getpid()),
+    return {"host": server.host, "version": version_string(server), "process": "mongod", "pid": Int64(os.getpid()),
             "uptime": float(int(uptime)), "uptimeMillis": Int64(int(uptime * 1000)),
             "uptimeEstimate": Int64(int(uptime)), "localTime": datetime.datetime.utcnow(),
             "connections": {"current": server.open_connections,

@@ -10,7 +10,7 @@ import time
 from bson.int64 import Int64
 from bson.objectid import ObjectId
 
-from . import bsonutil
+from . import bsonutil, sortlimit
 from .bsonutil import encode, value_key
 from .changestream import ChangeStream, RESUMABLE_CODES
 from .cursors import ResultCursor, cursor_not_found
@@ -407,9 +407,12 @@ def cmd_find(ctx):
     store = ctx.store
     with store.lock:
         store.stats["query"] += 1
-        docs = matching(store.coll(ctx.db, name), flt)
+        c = store.coll(ctx.db, name)
+        docs = matching(c, flt)
         if body.get("sort"):
             docs = compare.sort_documents(docs, body["sort"])
+            sortlimit.check(ctx.server, c, flt, body["sort"], docs, skip + limit if limit else 0,
+                            body.get("allowDiskUse"), "Executor error during find command")
         if skip:
             docs = docs[skip:]
         if limit:
@@ -508,9 +511,37 @@ def cmd_aggregate(ctx):
     with ctx.store.lock:
         c = ctx.store.coll(ctx.db, target)
         docs = [copy.deepcopy(d) for d in c.docs.values()] if c is not None else []
-        results = aggregate.run_pipeline(docs, pipeline)
+        if ctx.server.version < (6, 0) and body.get("allowDiskUse") is not True:
+            results = _run_pipeline_5_0(ctx, c, docs, pipeline)
+        else:
+            results = aggregate.run_pipeline(docs, pipeline)
         raw = [encode(d) for d in results]
     return make_result_cursor(ctx, ctx.db + "." + target, raw, batch_size)
+
+
+def _run_pipeline_5_0(ctx, c, docs, pipeline):
+    """The pipeline stage by stage, each $sort checked against 5.0's blocking-sort limit. A
+    $sort preceded only by $match stages may be served by an index (its filter: their $and); a
+    later one never is (sortlimit.py). A $limit right after a $sort makes it a top-k sort."""
+    aggregate = _engine()[2]
+    aggregate.compile_pipeline(pipeline)    # every stage's errors first, as before
+    leading, flt = True, {"$and": []}
+    for i, stage in enumerate(pipeline):
+        name = next(iter(stage)) if isinstance(stage, dict) and stage else None
+        if name == "$sort" and isinstance(stage["$sort"], dict):
+            docs = aggregate.run_pipeline(docs, [stage])
+            nxt = pipeline[i + 1] if i + 1 < len(pipeline) else None
+            limit = nxt.get("$limit") if isinstance(nxt, dict) else None
+            limit = limit if isinstance(limit, int) and not isinstance(limit, bool) else 0
+            sortlimit.check(ctx.server, c, flt, stage["$sort"], docs, limit, False,
+                            "PlanExecutor error during aggregation", indexable=leading)
+        else:
+            docs = aggregate.run_pipeline(docs, [stage])
+        if name == "$match" and leading:
+            flt["$and"].append(stage["$match"])
+        elif name != "$match":
+            leading = False
+    return docs
 
 
 def open_change_stream(ctx, target, pipeline, batch_size):
@@ -519,6 +550,13 @@ def open_change_stream(ctx, target, pipeline, batch_size):
         raise MongoError(50808, "Location50808", "$changeStream stage expects a document as "
                          "argument")
     stages = pipeline[1:]
+    if ctx.server.version < (6, 0):
+        for stage in stages:
+            if isinstance(stage, dict) and "$changeStreamSplitLargeEvent" in stage:
+                # The stage came with 6.0.9 and 7.0 (document_source_change_stream_split_large
+                # _event.cpp); a 5.0 parser does not know its name.
+                raise MongoError(40324, "Location40324", "Unrecognized pipeline stage name: "
+                                 "'$changeStreamSplitLargeEvent'")
     if isinstance(target, str):
         coll = target
     elif target == 1 and not isinstance(target, bool):
@@ -528,7 +566,7 @@ def open_change_stream(ctx, target, pipeline, batch_size):
                          "'aggregate' field must be a collection name or 1")
     store = ctx.store
     with store.lock:
-        cs = ChangeStream(store, ctx.db, coll, spec, stages)
+        cs = ChangeStream(store, ctx.db, coll, spec, stages, ctx.server.version)
         batch = cs.fill(batch_size) if batch_size else []
         cid = 0 if cs.closed else ctx.server.cursors.register(cs)
         ctx.op_time = cs.start_tsv if not any(
