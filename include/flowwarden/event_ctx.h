@@ -44,8 +44,10 @@ void fw_event_ctx_open (lua_State *L);
 /* Starts a new event on d: bumps the generation and drops the old cache. */
 void fw_event_ctx_begin (lua_State *L, fw_dispatch_t *d, const fw_event_t *ev);
 
-/* Pushes a ctx for d's current event. May raise (memory). */
-void fw_event_ctx_push (lua_State *L, fw_dispatch_t *d);
+/* Pushes a ctx for the current event of dispatch (an fw_dispatch_t *) and
+ * returns 1. May raise (memory): call it protected, e.g. as the push
+ * function of fw_lua_host_call_with. */
+int fw_event_ctx_push (lua_State *L, void *dispatch);
 
 /* Pushes the metadata table handlers filled with ctx:add_metadata (or nil). */
 void fw_event_ctx_push_metadata (lua_State *L, fw_dispatch_t *d);

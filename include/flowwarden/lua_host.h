@@ -92,6 +92,33 @@ char *fw_lua_host_describe (fw_lua_host_t *host, fw_error_t *error);
 bool fw_lua_host_call (fw_lua_host_t *host, int nargs, int nresults,
                        int64_t timeout_ms, fw_lua_stop_t *stop);
 
+/* Pushes the arguments of a call and returns how many; may raise (an
+ * allocation over the memory limit, for one). */
+typedef int (*fw_lua_push_fn) (lua_State *L, void *ud);
+
+/*
+ * As fw_lua_host_call, with more arguments after the nargs on the stack:
+ * push (L, ud) adds them inside a protected call, under the state's memory
+ * limit. If push raises, the function is not called and the failure is
+ * reported as the call's own ({value, traceback}; *stop is
+ * FW_LUA_STOP_MEMORY for an allocation failure).
+ */
+bool fw_lua_host_call_with (fw_lua_host_t *host, int nargs, fw_lua_push_fn push, void *ud,
+                            int nresults, int64_t timeout_ms, fw_lua_stop_t *stop);
+
+/*
+ * Runs fn (ud) with a recovery point for a Lua panic (an error raised
+ * outside every protected call: a bug, never a script's doing). Without one
+ * Lua logs and aborts the process; here the panic is logged, the host is
+ * marked panicked and false returned, so the caller can stop what used the
+ * state. Otherwise returns what fn returned. A panicked host must not run
+ * Lua again; fw_lua_host_destroy still frees it.
+ */
+bool fw_lua_host_guard (fw_lua_host_t *host, bool (*fn) (void *ud), void *ud);
+
+/* True once a panic was caught by fw_lua_host_guard. */
+bool fw_lua_host_panicked (const fw_lua_host_t *host);
+
 /* When the last fw_lua_host_call with a timeout began (CLOCK_MONOTONIC, as
  * fw_mono_ns), 0 when it had none: the clock read its deadline
  * needed, so a caller can time the call with one more read. */

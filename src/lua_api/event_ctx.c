@@ -403,14 +403,16 @@ fw_event_ctx_begin (lua_State *L, fw_dispatch_t *d, const fw_event_t *ev)
    d->dlq_reason[0] = '\0';
 }
 
-void
-fw_event_ctx_push (lua_State *L, fw_dispatch_t *d)
+int
+fw_event_ctx_push (lua_State *L, void *dispatch)
 {
+   fw_dispatch_t *d = dispatch;
    ctx_ud_t *c = lua_newuserdatauv (L, sizeof *c, 0);
    c->d = d;
    c->generation = d->generation;
    lua_rawgetp (L, LUA_REGISTRYINDEX, &ctx_mt_key);
    lua_setmetatable (L, -2);
+   return 1;
 }
 
 void

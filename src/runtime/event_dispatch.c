@@ -156,8 +156,8 @@ decide (fw_stream_worker_t *w, int attempt, fw_lua_stop_t stop, decision_t *out)
    lua_remove (L, -2);
    if (has_on_error) {
       lua_pushvalue (L, user_err);
-      fw_event_ctx_push (L, &w->dispatch);
-      on_error_ok = fw_lua_host_call (w->host, 2, 1, w->cfg.timeout_ms, &inner);
+      on_error_ok = fw_lua_host_call_with (w->host, 1, fw_event_ctx_push, &w->dispatch, 1,
+                                           w->cfg.timeout_ms, &inner);
       fw_mongo_lua_close_cursors (L);
       if (!on_error_ok) {
          lua_getfield (L, -1, "value");
@@ -575,8 +575,8 @@ dispatch (fw_stream_worker_t *w, const fw_event_t *ev)
          ok = false;
       } else {
          lua_rawgeti (L, LUA_REGISTRYINDEX, ref);
-         fw_event_ctx_push (L, &w->dispatch);
-         ok = fw_lua_host_call (w->host, 1, 0, w->cfg.timeout_ms, &stop);
+         ok = fw_lua_host_call_with (w->host, 0, fw_event_ctx_push, &w->dispatch, 0,
+                                     w->cfg.timeout_ms, &stop);
       }
       if (!start_ns) {
          start_ns = fw_lua_host_call_started_ns (w->host);

@@ -170,8 +170,8 @@ fw_park_key (fw_stream_worker_t *w, const fw_event_t *ev, fw_lua_stop_t *stop)
    lua_replace (L, -3);
    lua_pop (L, 1);
    lua_rawgeti (L, LUA_REGISTRYINDEX, w->spec_ref);
-   fw_event_ctx_push (L, &w->dispatch);
-   if (!fw_lua_host_call (w->host, 2, 1, w->cfg.timeout_ms, stop)) {
+   if (!fw_lua_host_call_with (w->host, 1, fw_event_ctx_push, &w->dispatch, 1, w->cfg.timeout_ms,
+                               stop)) {
       return FW_PARK_KEY_FAILED; /* the failure table is on the stack */
    }
    w->seq_key = id_of_lua (L, &err);

@@ -3,6 +3,7 @@
  * calls into them under a time and memory budget.
  */
 #include <pthread.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include "flowwarden/clock.h"
 #include "flowwarden/lua_call.h"
 #include "flowwarden/lua_core.h"
+#include "flowwarden/log.h"
 #include "flowwarden/lua_host.h"
 #include "flowwarden/lua_sources.h"
 
@@ -42,6 +44,10 @@ struct fw_lua_host {
    int config_ref;      /* registry ref: the whole effective configuration */
    char version[17];    /* hash of the script and its modules */
    int64_t call_started_ns; /* CLOCK_MONOTONIC start of the last call with a timeout */
+   fw_lua_push_fn push;     /* fw_lua_host_call_with's argument builder ... */
+   void *push_ud;           /* ... and its data, for protected_push */
+   jmp_buf *recover;        /* fw_lua_host_guard's recovery point, or NULL */
+   bool panicked;           /* a panic left the state unusable */
 };
 
 /* Counts bytes so the state can be held to its memory_limit. Per the
@@ -243,6 +249,48 @@ pmain_open (lua_State *L)
    return 0;
 }
 
+/* An error raised outside any protected call: a bug of the host's callers.
+ * Lua aborts the process when this returns; inside fw_lua_host_guard it
+ * does not return. */
+static int
+on_panic (lua_State *L)
+{
+   fw_lua_host_t *host = host_of (L);
+   const char *msg = lua_type (L, -1) == LUA_TSTRING ? lua_tostring (L, -1) : NULL;
+
+   fw_log (FW_LOG_ERROR, NULL, "Lua panic (an error outside any protected call): %s%s",
+           msg ? msg : "an error object that is not a string",
+           host->recover ? "" : "; no recovery point: the process aborts");
+   if (host->recover) {
+      host->panicked = true;
+      longjmp (*host->recover, 1);
+   }
+   return 0;
+}
+
+bool
+fw_lua_host_guard (fw_lua_host_t *host, bool (*fn) (void *ud), void *ud)
+{
+   jmp_buf here;
+   jmp_buf *volatile outer = host->recover;
+   bool ok;
+
+   if (setjmp (here) != 0) {
+      host->recover = outer;
+      return false;
+   }
+   host->recover = &here;
+   ok = fn (ud);
+   host->recover = outer;
+   return ok;
+}
+
+bool
+fw_lua_host_panicked (const fw_lua_host_t *host)
+{
+   return host->panicked;
+}
+
 fw_lua_host_t *
 fw_lua_host_new (fw_error_t *error)
 {
@@ -262,6 +310,7 @@ fw_lua_host_new (fw_error_t *error)
       return NULL;
    }
    *(fw_lua_host_t **) lua_getextraspace (host->L) = host;
+   lua_atpanic (host->L, on_panic);
    watch (host);
    /* Handlers make many short-lived objects per event (ctx, views, strings):
     * the generational collector is built for that pattern. */
@@ -520,6 +569,27 @@ count_hook (lua_State *L, lua_Debug *ar)
    lua_sethook (L, NULL, 0, 0);
 }
 
+/* Gives a failure the shape fw_lua_host_call promises, {value, traceback}:
+ * Lua skips the message handler for memory errors. The ceiling is lifted
+ * while doing so, then the collector takes back what the failed call held. */
+static void
+shape_failure (fw_lua_host_t *host, int status)
+{
+   lua_State *L = host->L;
+   size_t saved_limit = host->limit;
+
+   if (status == LUA_ERRMEM || !lua_istable (L, -1)) {
+      host->limit = 0;
+      lua_createtable (L, 0, 2);
+      lua_insert (L, -2);
+      lua_setfield (L, -2, "value");
+      lua_pushliteral (L, "");
+      lua_setfield (L, -2, "traceback");
+      host->limit = saved_limit;
+   }
+   lua_gc (L, LUA_GCCOLLECT);
+}
+
 /* Message handler: keeps what was raised and adds the traceback. */
 static int
 message_handler (lua_State *L)
@@ -545,7 +615,6 @@ fw_lua_host_call (fw_lua_host_t *host, int nargs, int nresults, int64_t timeout_
    lua_State *L = host->L;
    int base = lua_gettop (L) - nargs; /* index of the function */
    int status;
-   size_t saved_limit = host->limit;
 
    host->refused = false;
    host->timed_out = false;
@@ -583,19 +652,45 @@ fw_lua_host_call (fw_lua_host_t *host, int nargs, int nresults, int64_t timeout_
        * pcall and then raised its own error keeps its error's type. */
       *stop = FW_LUA_STOP_MEMORY;
    }
-   if (status == LUA_ERRMEM || !lua_istable (L, -1)) {
-      /* Lua skips the message handler for memory errors; give the caller
-       * the same shape anyway. Lift the ceiling while doing so, then let the
-       * collector take back what the failed handler held. */
-      host->limit = 0;
-      lua_createtable (L, 0, 2);
-      lua_insert (L, -2);
-      lua_setfield (L, -2, "value");
-      lua_pushliteral (L, "");
-      lua_setfield (L, -2, "traceback");
-      host->limit = saved_limit;
+   shape_failure (host, status);
+   return false;
+}
+
+static int
+protected_push (lua_State *L)
+{
+   fw_lua_host_t *host = host_of (L);
+   return host->push (L, host->push_ud);
+}
+
+bool
+fw_lua_host_call_with (fw_lua_host_t *host, int nargs, fw_lua_push_fn push, void *ud,
+                       int nresults, int64_t timeout_ms, fw_lua_stop_t *stop)
+{
+   lua_State *L = host->L;
+   int top = lua_gettop (L), status;
+
+   host->push = push;
+   host->push_ud = ud;
+   /* Neither lua_checkstack nor pushing a C function without upvalues can
+    * raise: nothing here runs unprotected. */
+   if (!lua_checkstack (L, LUA_MINSTACK)) {
+      lua_settop (L, top - nargs - 1);
+      lua_pushliteral (L, "not enough memory");
+      status = LUA_ERRMEM;
+   } else {
+      lua_pushcfunction (L, protected_push);
+      status = lua_pcall (L, 0, LUA_MULTRET, 0);
+      if (status == LUA_OK) {
+         return fw_lua_host_call (host, nargs + lua_gettop (L) - top, nresults, timeout_ms,
+                                  stop);
+      }
+      /* The call is not made: what was raised takes the function's place. */
+      lua_replace (L, top - nargs);
+      lua_settop (L, top - nargs);
    }
-   lua_gc (L, LUA_GCCOLLECT);
+   *stop = status == LUA_ERRMEM ? FW_LUA_STOP_MEMORY : FW_LUA_STOP_NONE;
+   shape_failure (host, status);
    return false;
 }
 

@@ -159,6 +159,99 @@ lua_host_error_keeps_value_and_traceback (void **state)
    fw_lua_host_destroy (host);
 }
 
+/* Fills the state's memory to its limit with live objects (global "kept"),
+ * then collects, so nothing is left to reclaim. */
+static void
+fill_to_limit (fw_lua_host_t *host)
+{
+   lua_State *L = fw_lua_host_state (host);
+   fw_lua_stop_t stop;
+
+   luaL_loadstring (L, "kept = {} local more = {} kept.more = more local n = 0 "
+                       "local f1 = function() while true do n = n + 1 kept[n] = {} end end "
+                       "local f2 = function() while true do more[1] = {} more = more[1] end end "
+                       "pcall(f1) pcall(f2)");
+   assert_true (fw_lua_host_call (host, 0, 0, 0, &stop));
+   lua_gc (L, LUA_GCCOLLECT);
+}
+
+static int
+push_big_userdata (lua_State *L, void *ud)
+{
+   (void) ud;
+   lua_newuserdatauv (L, 64 * 1024, 0);
+   lua_pushinteger (L, 7);
+   return 2;
+}
+
+/* What is built for a call (a handler's ctx) when the state is full fails
+ * as that call, not outside every protected call. */
+static void
+lua_host_call_with_fails_the_call_when_its_arguments_cannot_be_built (void **state)
+{
+   fw_lua_host_t *host = fw_lua_host_new (NULL);
+   lua_State *L = fw_lua_host_state (host);
+   fw_lua_stop_t stop;
+   int top;
+   (void) state;
+
+   fw_lua_host_set_memory_limit (host, fw_lua_host_memory_used (host) + 2 * 1024 * 1024);
+   fill_to_limit (host);
+   top = lua_gettop (L);
+   luaL_loadstring (L, "return select('#', ...)");
+   lua_pushinteger (L, 1);
+   assert_false (fw_lua_host_call_with (host, 1, push_big_userdata, NULL, 1, 0, &stop));
+   assert_int_equal (stop, FW_LUA_STOP_MEMORY);
+   assert_int_equal (lua_gettop (L), top + 1);
+   lua_getfield (L, -1, "value");
+   assert_string_equal (lua_tostring (L, -1), "not enough memory");
+   lua_pop (L, 2);
+
+   /* With room again, the same call runs with all three arguments. */
+   luaL_loadstring (L, "kept = nil");
+   assert_true (fw_lua_host_call (host, 0, 0, 0, &stop));
+   lua_gc (L, LUA_GCCOLLECT);
+   luaL_loadstring (L, "return select('#', ...)");
+   lua_pushinteger (L, 1);
+   assert_true (fw_lua_host_call_with (host, 1, push_big_userdata, NULL, 1, 0, &stop));
+   assert_int_equal (lua_tointeger (L, -1), 3);
+   lua_pop (L, 1);
+   assert_int_equal (lua_gettop (L), top);
+   fw_lua_host_destroy (host);
+}
+
+static bool
+table_outside_protection (void *ud)
+{
+   lua_State *L = ud;
+   lua_createtable (L, 1024 * 1024, 0); /* raises: no protected call */
+   return true;
+}
+
+static bool
+returns_true (void *ud)
+{
+   (void) ud;
+   return true;
+}
+
+/* An error outside every protected call (a bug) stops what used the state
+ * instead of aborting the process. */
+static void
+lua_host_guard_turns_a_panic_into_false (void **state)
+{
+   fw_lua_host_t *host = fw_lua_host_new (NULL);
+   lua_State *L = fw_lua_host_state (host);
+   (void) state;
+
+   assert_true (fw_lua_host_guard (host, returns_true, NULL));
+   assert_false (fw_lua_host_panicked (host));
+   fw_lua_host_set_memory_limit (host, fw_lua_host_memory_used (host) + 64 * 1024);
+   assert_false (fw_lua_host_guard (host, table_outside_protection, L));
+   assert_true (fw_lua_host_panicked (host));
+   fw_lua_host_destroy (host);
+}
+
 int
 main (void)
 {
@@ -169,6 +262,8 @@ main (void)
       cmocka_unit_test (lua_host_timeout_stops_endless_loop),
       cmocka_unit_test (lua_host_memory_limit_stops_hungry_handler),
       cmocka_unit_test (lua_host_error_keeps_value_and_traceback),
+      cmocka_unit_test (lua_host_call_with_fails_the_call_when_its_arguments_cannot_be_built),
+      cmocka_unit_test (lua_host_guard_turns_a_panic_into_false),
    };
    return cmocka_run_group_tests_name ("lua_host", tests, NULL, NULL);
 }
