@@ -416,6 +416,12 @@ settle (fw_stream_worker_t *w, fw_position_t *p)
    return !take_failure (ls);
 }
 
+bool
+fw_stream_lanes_settle (fw_stream_worker_t *w, fw_position_t *p)
+{
+   return !w->lanes || settle (w, p);
+}
+
 void
 fw_stream_lanes_stop (fw_stream_worker_t *w, fw_position_t *p)
 {
