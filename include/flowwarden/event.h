@@ -66,6 +66,18 @@ const char *fw_event_ns_coll (const fw_event_t *ev);
  * among it, when fw_event_has (ev, FW_EV_ID)). */
 bool fw_event_parse (const bson_t *doc, fw_event_t *ev, fw_error_t *error);
 
+/* The key that orders the event (lanes, the sequenced DLQ's default
+ * sequence): { _id: documentKey._id }, into key, which the caller
+ * bson_destroys after a true return (it may borrow the event's bytes: valid
+ * while the event is). On a sharded collection documentKey is
+ * { shard key..., _id } and its shard-key part changes with
+ * refineCollectionShardKey or resharding while the document stays the same:
+ * _id alone keeps one document's events together. On an unsharded one the
+ * result is the documentKey itself. A documentKey without _id (never from a
+ * server) is the key whole. False when the event has no documentKey
+ * document, or memory runs out. */
+bool fw_event_order_key (const fw_event_t *ev, bson_t *key);
+
 /* Writes the stable event id (the resume token's _data, or its hex bytes)
  * into buf. Returns false if it did not fit. */
 bool fw_event_id (const fw_event_t *ev, char *buf, size_t len);

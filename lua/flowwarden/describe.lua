@@ -193,7 +193,7 @@ function M.stream(spec)
     end
     if d.sequenced then
       add("dlq.sequenced", string.format("true (key: %s; max_sequences %d, max_sequence_size %d)",
-        d.sequence_key and "dlq.sequence_key" or "the documentKey", d.max_sequences,
+        d.sequence_key and "dlq.sequence_key" or "the documentKey's _id", d.max_sequences,
         d.max_sequence_size))
     end
     local r = d.reprocess

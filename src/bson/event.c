@@ -175,3 +175,32 @@ fw_event_summary (const fw_event_t *ev, char *buf, size_t len)
    snprintf (buf, len, "%s %s%s%s%sevent=%s", ev->operation_type, db, *coll ? "." : "", coll,
              *db || *coll ? " " : "", id);
 }
+
+bool
+fw_event_order_key (const fw_event_t *ev, bson_t *key)
+{
+   bson_iter_t it, id;
+   uint32_t len;
+   const uint8_t *data;
+   bson_t dk;
+
+   if (!fw_event_field (ev, FW_EV_DOCUMENT_KEY, &it) || !BSON_ITER_HOLDS_DOCUMENT (&it)) {
+      return false;
+   }
+   bson_iter_document (&it, &len, &data);
+   if (!bson_init_static (&dk, data, len)) {
+      return false;
+   }
+   if (!bson_iter_init_find (&id, &dk, "_id") || bson_count_keys (&dk) == 1) {
+      /* No _id (the key whole), or _id alone (unsharded): the documentKey
+       * itself, borrowed from the event. */
+      return bson_init_static (key, data, len);
+   }
+   /* Shard-key fields beside _id: a copy of _id alone. */
+   bson_init (key);
+   if (!bson_append_iter (key, "_id", 3, &id)) {
+      bson_destroy (key);
+      return false;
+   }
+   return true;
+}

@@ -39,14 +39,26 @@ static const code_entry_t codes[] = {
    {11000, "DuplicateKey", T_DUPLICATE_KEY},
    {11001, "DuplicateKey", T_DUPLICATE_KEY},
 
+   /* MongoDB's ExceededTimeLimitError category (src/mongo/base/error_codes.yml);
+    * 202 and 407 come from a mongos or a shard waiting on another node. */
    {50, "MaxTimeMSExpired", T_TIMEOUT},
+   {202, "NetworkInterfaceExceededTimeLimit", T_TIMEOUT},
    {262, "ExceededTimeLimit", T_TIMEOUT},
+   {407, "PooledConnectionAcquisitionExceededTimeLimit", T_TIMEOUT},
 
    {6, "HostUnreachable", T_NETWORK},
    {7, "HostNotFound", T_NETWORK},
    {89, "NetworkTimeout", T_NETWORK},
    {9001, "SocketException", T_NETWORK},
 
+   /* Not primary, recovering, or (sharded clusters) the node reached cannot
+    * serve it now and a later attempt goes to one that can: no primary for
+    * the read preference (133), majority reads not ready yet (134,
+    * RetriableError), stale routing (150, 13388, NeedRetargettingError). */
+   {133, "FailedToSatisfyReadPreference", T_NOT_PRIMARY},
+   {134, "ReadConcernMajorityNotAvailableYet", T_NOT_PRIMARY},
+   {150, "StaleEpoch", T_NOT_PRIMARY},
+   {13388, "StaleConfig", T_NOT_PRIMARY},
    {91, "ShutdownInProgress", T_NOT_PRIMARY},
    {189, "PrimarySteppedDown", T_NOT_PRIMARY},
    {10058, "LegacyNotPrimary", T_NOT_PRIMARY},

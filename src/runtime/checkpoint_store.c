@@ -5,6 +5,7 @@
 
 #include "flowwarden/clock.h"
 #include "flowwarden/checkpoint_store.h"
+#include "flowwarden/sharding.h"
 
 /* Copies the sub-document field of doc into out (already initialised). */
 static bool
@@ -101,8 +102,11 @@ save_checkpoint (mongoc_client_t *client, const char *database, const char *stre
    coll = mongoc_client_get_collection (client, database, FW_CHECKPOINT_COLLECTION);
    ok = mongoc_collection_update_one (coll, &selector, &update, &opts, &reply, &berr);
    if (!ok) {
-      fw_error_set (error, FW_ERROR_MONGO, "cannot save checkpoint of stream \"%s\": %s",
-                    stream, berr.message);
+      char hint[300];
+      fw_error_set (error, FW_ERROR_MONGO, "cannot save checkpoint of stream \"%s\": %s%s",
+                    stream, berr.message,
+                    fw_sharding_hint (&berr, FW_CHECKPOINT_COLLECTION, FW_SHARD_KEY_BY_ID, hint,
+                                      sizeof hint));
    } else if (epoch > 0) {
       bson_iter_t it;
       if (!bson_iter_init_find (&it, &reply, "matchedCount") ||
@@ -181,8 +185,11 @@ fw_checkpoint_fence (mongoc_client_t *client, const char *database, const char *
    coll = mongoc_client_get_collection (client, database, FW_CHECKPOINT_COLLECTION);
    ok = mongoc_collection_find_and_modify_with_opts (coll, query, opts, &reply, &berr);
    if (!ok) {
+      char hint[300];
       fw_error_set (error, FW_ERROR_MONGO, "cannot fence the checkpoint of stream \"%s\" with "
-                    "epoch %lld: %s", stream, (long long) epoch, berr.message);
+                    "epoch %lld: %s%s", stream, (long long) epoch, berr.message,
+                    fw_sharding_hint (&berr, FW_CHECKPOINT_COLLECTION, FW_SHARD_KEY_BY_ID, hint,
+                                      sizeof hint));
    } else if (bson_iter_init_find (&it, &reply, "value") && BSON_ITER_HOLDS_DOCUMENT (&it) &&
               bson_iter_recurse (&it, &v) && bson_iter_find (&v, "epoch") &&
               (BSON_ITER_HOLDS_INT64 (&v) || BSON_ITER_HOLDS_INT32 (&v))) {

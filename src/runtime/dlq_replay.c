@@ -14,6 +14,7 @@
 #include "flowwarden/dlq_entry.h"
 #include "flowwarden/dlq_replay.h"
 #include "flowwarden/log.h"
+#include "flowwarden/sharding.h"
 #include "flowwarden/mongo_lua.h"
 #include "stream_worker-private.h"
 
@@ -243,7 +244,10 @@ claim (const claim_t *c, bson_t *out, bool *got, fw_error_t *error)
    *got = false;
    bson_init (out);
    if (!ok) {
-      fw_error_set (error, FW_ERROR_MONGO, "cannot claim the entry: %s", berr.message);
+      char hint[400];
+      fw_error_set (error, FW_ERROR_MONGO, "cannot claim the entry: %s%s", berr.message,
+                    fw_sharding_hint (&berr, mongoc_collection_get_name (c->coll),
+                                      FW_SHARD_KEY_DLQ, hint, sizeof hint));
    } else if (bson_iter_init_find (&it, &reply, "value") && BSON_ITER_HOLDS_DOCUMENT (&it)) {
       uint32_t len;
       const uint8_t *data;

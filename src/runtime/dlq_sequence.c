@@ -10,6 +10,7 @@
 
 #include "flowwarden/clock.h"
 #include "flowwarden/dlq_sequence.h"
+#include "flowwarden/sharding.h"
 
 /* --- the set ------------------------------------------------------------------ */
 
@@ -306,8 +307,11 @@ fw_dlq_sequence_take (mongoc_collection_t *seqs, const char *stream, const char 
    ok = mongoc_collection_find_and_modify_with_opts (seqs, &query, fam, &reply, &berr);
    *result = FW_SEQ_CLOSED;
    if (!ok) {
-      fw_error_set (error, FW_ERROR_MONGO, "cannot take an index in DLQ sequence %.200s: %s", id,
-                    berr.message);
+      char hint[400];
+      fw_error_set (error, FW_ERROR_MONGO, "cannot take an index in DLQ sequence %.200s: %s%s", id,
+                    berr.message,
+                    fw_sharding_hint (&berr, mongoc_collection_get_name (seqs), FW_SHARD_KEY_BY_ID,
+                                      hint, sizeof hint));
    } else if (bson_iter_init_find (&it, &reply, "value") && BSON_ITER_HOLDS_DOCUMENT (&it)) {
       bson_iter_t value, next;
       if (bson_iter_recurse (&it, &value) && bson_iter_find (&value, "next") &&

@@ -8,6 +8,7 @@
 #include "flowwarden/dlq_entry.h"
 #include "flowwarden/dlq_store.h"
 #include "flowwarden/log.h"
+#include "flowwarden/sharding.h"
 
 typedef struct {
    fw_dlq_store_t base; /* first: a store pointer is a mongo_store pointer */
@@ -188,7 +189,9 @@ mongo_save (fw_dlq_store_t *store, const bson_t *entry, fw_error_t *error)
    }
    m->unsure = !ok;
    if (!ok) {
-      fw_error_set (error, FW_ERROR_MONGO, "DLQ write to %s failed: %s", m->name, berr.message);
+      char hint[400];
+      fw_error_set (error, FW_ERROR_MONGO, "DLQ write to %s failed: %s%s", m->name, berr.message,
+                    fw_sharding_hint (&berr, m->name, FW_SHARD_KEY_DLQ, hint, sizeof hint));
    }
    bson_destroy (&key);
    bson_destroy (&opts);
@@ -417,8 +420,10 @@ ensure_indexes (mongo_store_t *m, fw_error_t *error)
       return true;
    }
    if (berr.code != FW_ERR_DUPLICATE_KEY) {
-      fw_error_set (error, FW_ERROR_MONGO, "cannot create the DLQ index %s on %s: %s",
-                    FW_UNIQUE_INDEX, m->name, berr.message);
+      char hint[400];
+      fw_error_set (error, FW_ERROR_MONGO, "cannot create the DLQ index %s on %s: %s%s",
+                    FW_UNIQUE_INDEX, m->name, berr.message,
+                    fw_sharding_hint (&berr, m->name, FW_SHARD_KEY_DLQ, hint, sizeof hint));
       return false;
    }
    {

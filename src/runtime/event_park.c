@@ -136,11 +136,31 @@ id_of_lua (lua_State *L, fw_error_t *error)
    return id;
 }
 
+/* The default sequence id: { _id: documentKey._id } (fw_event_order_key),
+ * which is the documentKey itself on an unsharded collection, so sequences
+ * opened before shard keys were left out keep their ids. NULL: none. */
+static char *
+default_key (const fw_event_t *ev)
+{
+   bson_t key;
+   bson_value_t v;
+   char *id;
+
+   if (!fw_event_order_key (ev, &key)) {
+      return NULL;
+   }
+   v.value_type = BSON_TYPE_DOCUMENT;
+   v.value.v_doc.data = (uint8_t *) bson_get_data (&key);
+   v.value.v_doc.data_len = key.len;
+   id = fw_dlq_sequence_id (&v);
+   bson_destroy (&key);
+   return id;
+}
+
 fw_park_key_t
 fw_park_key (fw_stream_worker_t *w, const fw_event_t *ev, fw_lua_stop_t *stop)
 {
    lua_State *L = fw_lua_host_state (w->host);
-   bson_iter_t it;
    fw_error_t err;
    bool custom;
 
@@ -157,9 +177,7 @@ fw_park_key (fw_stream_worker_t *w, const fw_event_t *ev, fw_lua_stop_t *stop)
    lua_settop (L, lua_gettop (L) - (custom ? 3 : 2));
    if (!custom) {
       w->seq_key_done = true;
-      if (fw_event_field (ev, FW_EV_DOCUMENT_KEY, &it)) {
-         w->seq_key = fw_dlq_sequence_id (bson_iter_value (&it));
-      }
+      w->seq_key = default_key (ev);
       return w->seq_key ? FW_PARK_KEY_OK : FW_PARK_KEY_NONE;
    }
 

@@ -4,8 +4,8 @@
  * watermark.
  *
  * Each event goes to the lane of hash(its sequence key): the sequenced DLQ's
- * key (dlq.sequence_key, else the documentKey, as fw_dlq_sequence_id
- * writes it), lane 0 for events without one. A lane is a thread with a
+ * key (dlq.sequence_key, else documentKey._id: fw_event_order_key, as
+ * fw_dlq_sequence_id writes it), lane 0 for events without one. A lane is a thread with a
  * program of its own (a fw_stream_worker_t built by
  * fw_stream_worker_build_lanes: Lua state, handler refs, DLQ store, client,
  * open DLQ sequences, counts) that handles its events one at a time, in
@@ -411,6 +411,12 @@ settle (fw_stream_worker_t *w, fw_position_t *p)
    return !take_failure (ls);
 }
 
+bool
+fw_stream_lanes_settle (fw_stream_worker_t *w, fw_position_t *p)
+{
+   return !w->lanes || settle (w, p);
+}
+
 void
 fw_stream_lanes_stop (fw_stream_worker_t *w, fw_position_t *p)
 {
@@ -467,7 +473,7 @@ static int
 route (fw_stream_lanes_t *ls, const fw_event_t *ev)
 {
    fw_stream_worker_t *w = ls->w;
-   bson_iter_t it;
+   bson_t key;
    char *id = NULL;
    uint64_t h;
 
@@ -493,17 +499,17 @@ route (fw_stream_lanes_t *ls, const fw_event_t *ev)
       bson_free (id);
       return (int) (h % (uint64_t) ls->n);
    }
-   if (fw_event_field (ev, FW_EV_DOCUMENT_KEY, &it) && BSON_ITER_HOLDS_DOCUMENT (&it)) {
-      /* The documentKey's bytes: equal exactly when its sequence id
-       * (fw_dlq_sequence_id, canonical Extended JSON, which keeps types) is,
-       * without writing the JSON for every event. */
-      uint32_t len;
-      const uint8_t *data;
-      bson_iter_document (&it, &len, &data);
+   if (fw_event_order_key (ev, &key)) {
+      /* The key's bytes ({ _id }, not the shard key beside it): equal
+       * exactly when its sequence id (fw_dlq_sequence_id, canonical Extended
+       * JSON, which keeps types) is, without writing the JSON for every
+       * event. */
+      const uint8_t *data = bson_get_data (&key);
       h = 1469598103934665603ULL;
-      for (uint32_t i = 0; i < len; i++) {
+      for (uint32_t i = 0; i < key.len; i++) {
          h = (h ^ data[i]) * 1099511628211ULL;
       }
+      bson_destroy (&key);
       return (int) (h % (uint64_t) ls->n);
    }
    return 0;

@@ -6,7 +6,7 @@
  * The reader hands over what mongoc_change_stream_next gives, in order, as
  * copies: each event with the resume token the change stream had after it,
  * an "idle" mark (no event within maxAwaitTimeMS) with the post-batch token,
- * and the error that ended the change stream. The stream's thread sees the
+ * and the error that ended the change stream with the token it had then. The stream's thread sees the
  * same sequence it would have read itself, one call at a time (see the
  * declarations in stream_worker-private.h).
  */
@@ -125,7 +125,9 @@ reader_main (void *arg)
          if (mongoc_change_stream_next (r->cs, &doc)) {
             ok = item_fill (&it, ITEM_EVENT, doc, mongoc_change_stream_get_resume_token (r->cs));
          } else if (mongoc_change_stream_error_document (r->cs, &it.error, NULL)) {
-            ok = item_fill (&it, ITEM_ERROR, NULL, NULL);
+            /* With the token, as libmongoc keeps it: where a change stream
+             * the server closed without an error stopped (issue 23). */
+            ok = item_fill (&it, ITEM_ERROR, NULL, mongoc_change_stream_get_resume_token (r->cs));
             more = false;
          } else {
             ok = item_fill (&it, ITEM_IDLE, NULL, mongoc_change_stream_get_resume_token (r->cs));

@@ -419,6 +419,11 @@ bool fw_stream_lanes_advance (fw_stream_worker_t *w, fw_position_t *p);
  * the lanes' counts to w's. NULL lanes: a no-op. */
 void fw_stream_lanes_stop (fw_stream_worker_t *w, fw_position_t *p);
 
+/* Waits for the lanes to finish what they hold and moves p to the
+ * watermark; the lanes go on. False on shutdown or when a lane failed
+ * (w->failure says why). NULL lanes: true. */
+bool fw_stream_lanes_settle (fw_stream_worker_t *w, fw_position_t *p);
+
 /* --- stream_lead.c: the checkpoint and leadership a stream reads with ---- */
 
 /* Reads the checkpoint into p (unless start_position = "latest"), retrying

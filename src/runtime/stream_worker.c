@@ -26,6 +26,7 @@
 /* Before 6.0, a fullDocument other than "default" or "updateLookup"
  * (document_source_change_stream.cpp): every open fails the same way. */
 #define FW_ERR_FULL_DOCUMENT_REFUSED 40575
+#define FW_ERR_INVALID_RESUME_TOKEN 260 /* InvalidResumeToken: resumeAfter an invalidate */
 
 const char *
 fw_stream_worker_name (const fw_stream_worker_t *w)
@@ -118,6 +119,25 @@ oversize_failed (fw_stream_worker_t *w, const fw_position_t *p, const bson_error
    stream_failed (w, what);
 }
 
+/* The server closed the change stream without an error: it does so at an
+ * invalidate (drop, rename, dropDatabase) even when the stream's pipeline
+ * (operation_types without "invalidate") filtered the event out, with the
+ * invalidate's token as postBatchResumeToken. libmongoc then returns nothing
+ * (no event, no error) once, and on the next call takes the closed cursor for
+ * a resumable error and resumes with resumeAfter that token, which the server
+ * refuses (1.23: InvalidResumeToken 260); later versions say "Cannot advance
+ * a closed change stream" (INVALID_CURSOR). Either way the change stream is
+ * over and only startAfter its token goes on (issue 23). */
+static bool
+closed_without_error (const bson_error_t *berr)
+{
+   if (berr->code == FW_ERR_INVALID_RESUME_TOKEN &&
+       (berr->domain == MONGOC_ERROR_QUERY || berr->domain == MONGOC_ERROR_SERVER)) {
+      return true;
+   }
+   return berr->domain == MONGOC_ERROR_CURSOR && berr->code == MONGOC_ERROR_CURSOR_INVALID_CURSOR;
+}
+
 typedef enum {
    READ_STOP,
    READ_FAILED, /* the stream stopped for good (stream_failed said why) */
@@ -128,6 +148,36 @@ typedef enum {
    READ_RESTART, /* the admin endpoint asked to restart: checkpoint written */
    READ_LOST    /* ha: the lease's deadline passed: handling stopped */
 } read_end_t;
+
+/* The change stream was closed at an invalidate its pipeline filtered out
+ * (closed_without_error): once every event read is handled, the position
+ * moves to the token it closed at and the stream re-opens with startAfter,
+ * as after an invalidate event. */
+static read_end_t
+closed_at_invalidate (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
+                      const bson_error_t *berr)
+{
+   const bson_t *tok = fw_stream_reader_resume_token (rd);
+
+   if (!fw_stream_lanes_settle (w, p)) {
+      if (fw_shutdown_requested (w->shutdown)) {
+         return READ_STOP;
+      }
+      stream_failed (w, w->failure);
+      return READ_FAILED;
+   }
+   if (!bson_empty (tok) && !fw_split_buffer_active (&p->split)) {
+      fw_position_set_token (&p->resume, tok);
+      p->has_resume = true;
+   }
+   fw_log (FW_LOG_INFO, w->cfg.name,
+           "the server closed the change stream (an invalidate the pipeline filtered out: %s, "
+           "code %u)",
+           berr->message, berr->code);
+   p->invalidated = true;
+   fw_position_save (w, p, "invalidate");
+   return READ_INVALIDATED;
+}
 
 /* Reads until shutdown, an error or an invalidate. */
 static read_end_t
@@ -284,6 +334,9 @@ consume_events (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
          if (berr.code == FW_ERR_OBJECT_TOO_LARGE) {
             oversize_failed (w, p, &berr);
             return READ_FAILED;
+         }
+         if (closed_without_error (&berr)) {
+            return closed_at_invalidate (w, rd, p, &berr);
          }
          if (berr.domain == MONGOC_ERROR_CURSOR &&
              berr.code == MONGOC_ERROR_CHANGE_STREAM_NO_RESUME_TOKEN) {

@@ -415,6 +415,46 @@ mongo_lua_not_writable_primary_from_a_fail_point (void **state)
    fw_lua_host_destroy (host);
 }
 
+/* What a mongos (or a shard behind it) answers, typed by MongoDB's
+ * error_codes.yml categories: ExceededTimeLimitError is Mongo.Timeout;
+ * RetriableError and NeedRetargettingError (and 133, which has no category)
+ * are Mongo.NotWritablePrimary: a later attempt reaches a node that can
+ * serve it. One fail point per code, alwaysOn: libmongoc retries some reads
+ * once by itself. */
+static void
+mongo_lua_sharded_cluster_codes_are_typed (void **state)
+{
+   static const struct {
+      int code;
+      const char *expect;
+   } cases[] = {
+      {133, "Mongo.NotWritablePrimary|133|FailedToSatisfyReadPreference"},
+      {134, "Mongo.NotWritablePrimary|134|ReadConcernMajorityNotAvailableYet"},
+      {150, "Mongo.NotWritablePrimary|150|StaleEpoch"},
+      {202, "Mongo.Timeout|202|NetworkInterfaceExceededTimeLimit"},
+      {407, "Mongo.Timeout|407|PooledConnectionAcquisitionExceededTimeLimit"},
+      {13388, "Mongo.NotWritablePrimary|13388|StaleConfig"},
+   };
+   fw_lua_host_t *host = new_host ();
+   (void) state;
+
+   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+      char cmd[300];
+      snprintf (cmd, sizeof cmd,
+                "{\"configureFailPoint\": \"failCommand\", \"mode\": \"alwaysOn\", \"data\": "
+                "{\"failCommands\": [\"find\"], \"errorCode\": %d, \"appName\": \"" APP_NAME
+                "\"}}",
+                cases[i].code);
+      admin (cmd);
+      run (host, "shard",
+           "local e = fails(c.find_one, c, { _id = 1 })\n"
+           "return e.type .. '|' .. e.fields.code .. '|' .. e.fields.code_name");
+      fail_point_off ();
+      assert_string_equal (result, cases[i].expect);
+   }
+   fw_lua_host_destroy (host);
+}
+
 static void
 mongo_lua_closed_connection_is_a_network_error (void **state)
 {
@@ -679,6 +719,7 @@ main (void)
       cmocka_unit_test (mongo_lua_bson_types_survive_a_round_trip),
       cmocka_unit_test (mongo_lua_duplicate_key_is_typed_with_write_errors),
       cmocka_unit_test (mongo_lua_not_writable_primary_from_a_fail_point),
+      cmocka_unit_test (mongo_lua_sharded_cluster_codes_are_typed),
       cmocka_unit_test (mongo_lua_closed_connection_is_a_network_error),
       cmocka_unit_test (mongo_lua_socket_deadline_turns_a_hung_server_into_a_timeout),
       cmocka_unit_test (mongo_lua_write_concern_error_is_typed),

@@ -13,7 +13,7 @@ CAP = 100
 STREAM = """
 fw.stream { name = "s", collection = "c",
   checkpoint = { save_every = 1, save_interval = "100ms"%(cp)s },
-  restart = { initial_delay = "200ms", max_delay = "1s" },
+  restart = { initial_delay = "200ms", max_delay = "1s" },%(extra)s
   on_change = function(ctx)
     local d = ctx:full_document()
     %(busy)s
@@ -38,7 +38,8 @@ class HistoryLostWhileRunning(StandInTestCase):
         self.db.c.insert_many([{"n": n} for n in range(50, 50 + 3 * CAP)])
 
     def test_fail_policy_stops_the_stream_without_a_hot_loop(self):
-        p = self.run_fw(self.script(STREAM % {"cp": ', on_history_lost = "fail"', "busy": SLOW}))
+        p = self.run_fw(self.script(STREAM % {"cp": ', on_history_lost = "fail"', "busy": SLOW,
+                                                "extra": ""}))
         p.wait_open()
         started = time.monotonic()
         self.overtake(p)
@@ -55,7 +56,7 @@ class HistoryLostWhileRunning(StandInTestCase):
 
     def test_resume_from_now_policy_goes_on_without_a_hot_loop(self):
         p = self.run_fw(self.script(STREAM % {"cp": ', on_history_lost = "resume_from_now"',
-                                              "busy": SLOW}))
+                                              "busy": SLOW, "extra": ""}))
         p.wait_open()
         started = time.monotonic()
         rounds = 2 * SCALE
@@ -77,7 +78,18 @@ class HistoryLostWhileRunning(StandInTestCase):
 class InvalidateUnderLoad(StandInTestCase):
 
     def test_drops_under_load_reopen_with_start_after_and_lose_nothing(self):
-        p = self.run_fw(self.script(STREAM % {"cp": "", "busy": ""}))
+        self.drops_under_load("", "after invalidate, with startAfter", "invalidate_under_load")
+
+    def test_filtered_out_invalidates_under_load_reopen_and_lose_nothing(self):
+        # operation_types without "invalidate": the server closes the cursor
+        # without the event (issue 23, section 6); the stream re-opens all the
+        # same, with startAfter the invalidate's token.
+        self.drops_under_load('\n  operation_types = { "insert" },',
+                              "the server closed the change stream",
+                              "filtered_invalidate_under_load")
+
+    def drops_under_load(self, extra, reopen_line, name):
+        p = self.run_fw(self.script(STREAM % {"cp": "", "busy": "", "extra": extra}))
         p.wait_open()
         drops = 3 * SCALE
         written = []
@@ -97,7 +109,7 @@ class InvalidateUnderLoad(StandInTestCase):
         for d in range(drops):
             time.sleep(0.5)
             self.db.c.drop()
-            p.wait_log("after invalidate, with startAfter", count=d + 1, timeout=30)
+            p.wait_log(reopen_line, count=d + 1, timeout=30)
         time.sleep(0.5)
         stop.set()
         t.join()
@@ -110,14 +122,16 @@ class InvalidateUnderLoad(StandInTestCase):
         duplicates = len(inserts) - len(set(inserts))
         invalidates = sum(1 for r in p.reports() if r["op"] == "invalidate")
         attempts = reopen_attempts(p)
-        figures("invalidate_under_load", events=len(written), handled=len(inserts), lost=lost,
+        figures(name, events=len(written), handled=len(inserts), lost=lost,
                 duplicates=duplicates, invalidates=invalidates,
                 reopens=p.count_log("change stream open") - 1, reopen_attempts=attempts,
                 seconds="%.1f" % (time.monotonic() - started))
         self.assertEqual(lost, 0)
         self.assertEqual(duplicates, 0)
         self.assertEqual(inserts, sorted(inserts))
-        self.assertEqual(invalidates, drops)
+        self.assertEqual(invalidates, 0 if extra else drops)
+        self.assertEqual(p.count_log("after invalidate, with startAfter"), drops)
+        self.assertEqual(p.count_log("change stream failed"), 0)
         self.assertEqual(p.count_log("change stream open") - 1, drops)
         self.assertEqual(p.count_log("cannot open change stream"), 0)
 

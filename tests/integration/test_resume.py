@@ -180,6 +180,30 @@ class Invalidate(StandInTestCase):
         self.assertEqual(p2.count_log("cannot open change stream"), 0)
 
 
+    def test_a_filtered_out_invalidate_still_reopens_the_stream(self):
+        # operation_types without "invalidate": the server closes the cursor
+        # (id 0, the invalidate's token as postBatchResumeToken) and libmongoc
+        # reports neither an event nor an error (issue 23, section 6).
+        self.filtered_invalidate('\n  operation_types = { "insert", "update" },')
+
+    def test_a_filtered_out_invalidate_reopens_a_stream_with_lanes(self):
+        self.filtered_invalidate('\n  operation_types = { "insert", "update" }, lanes = 2,')
+
+    def filtered_invalidate(self, extra):
+        p = self.run_fw(self.script(stream(extra=extra)))
+        p.wait_open()
+        self.db.c.insert_one({"n": 1})
+        p.wait_reports(1)
+        self.db.c.drop()
+        p.wait_log("after invalidate, with startAfter")
+        p.wait_open(2)
+        self.db.c.insert_one({"n": 2})      # recreates the collection
+        reps = p.wait_reports(2)
+        self.assertEqual([(r["op"], r["n"]) for r in reps], [("insert", 1), ("insert", 2)])
+        self.assertEqual(p.count_log("cannot open change stream"), 0)
+        self.assertEqual(p.count_log("change stream failed"), 0)
+        self.assertEqual(p.stop(), 0)
+
     def test_drop_database_invalidates_a_database_stream_which_reopens(self):
         p = self.run_fw(self.script("""
             fw.stream { name = "db", restart = { initial_delay = "100ms" },

@@ -319,6 +319,38 @@ class ResumeTest(unittest.TestCase):
             self.c.insert_one({"_id": 2})
             self.assertEqual(next_event(cs2)["documentKey"], {"_id": 2})
 
+    def test_a_filtered_out_invalidate_still_closes_the_cursor_at_its_token(self):
+        # MongoDB's check-invalidate stage runs before the user's stages: it
+        # queues the invalidate, then throws ChangeStreamInvalidated with the
+        # invalidate's token, which getmore_cmd.cpp turns into a closed cursor
+        # (id 0) with that token as postBatchResumeToken, whether or not a
+        # user $match let the event through
+        # (document_source_change_stream_check_invalidate.cpp, getmore_cmd.cpp).
+        self.c.insert_one({"_id": 1})
+        only = [{"$match": {"operationType": {"$in": ["insert", "update"]}}}]
+        filtered = RawStream(self.db, self.c.name, {}, only)
+        whole = RawStream(self.db, self.c.name, {})
+        self.c.insert_one({"_id": 2})
+        self.assertEqual(filtered.next()["documentKey"], {"_id": 2})
+        self.c.drop()
+        _ins, _drop, inval = whole.next(), whole.next(), whole.next()
+        self.assertEqual(inval["operationType"], "invalidate")
+        more = self.db.command("getMore", filtered.id, collection=self.c.name, maxTimeMS=200)
+        self.assertEqual(more["cursor"]["nextBatch"], [])
+        self.assertEqual(more["cursor"]["id"], 0)
+        self.assertEqual(more["cursor"]["postBatchResumeToken"], inval["_id"])
+        # The cursor is gone: a driver that asks again is told so (43), and
+        # resuming from the token needs startAfter (260 with resumeAfter).
+        with self.assertRaises(OperationFailure) as cm:
+            self.db.command("getMore", filtered.id, collection=self.c.name, maxTimeMS=50)
+        self.assertEqual(cm.exception.code, 43)
+        with self.assertRaises(OperationFailure) as cm:
+            self.c.watch(only, resume_after=inval["_id"])
+        self.assertEqual(cm.exception.code, 260)
+        with self.c.watch(only, start_after=inval["_id"], max_await_time_ms=200) as cs:
+            self.c.insert_one({"_id": 3})
+            self.assertEqual(next_event(cs)["documentKey"], {"_id": 3})
+
     def test_tokens_are_totally_ordered_and_pbrt_never_regresses(self):
         cs = self.db.watch(max_await_time_ms=100)
         toks = []
