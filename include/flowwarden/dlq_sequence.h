@@ -74,7 +74,8 @@ char *fw_dlq_sequence_id (const bson_value_t *value);
 
 /* --- the sequences collection -------------------------------------------------- */
 
-/* "<dlq_collection>_sequences" in database, on client. Owned by the caller. */
+/* "<dlq_collection>_sequences" (fw_dlq_sequences_name) in database, on
+ * client. Owned by the caller; NULL when out of memory. */
 mongoc_collection_t *fw_dlq_sequence_collection (mongoc_client_t *client, const char *database,
                                                  const char *dlq_collection);
 

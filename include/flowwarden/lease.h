@@ -8,8 +8,10 @@
  *     renewedAt: <date>, expiresAt: <date> }
  *
  * Every decision about time is the server's: an instance takes the lease with
- * one conditional update (free, its own, or expiresAt <= $$NOW) that sets
- * expiresAt = $$NOW + lease and increments epoch; renewals (every lease / 3)
+ * one findAndModify upsert on _id whose update pipeline decides (free, its
+ * own, or expiresAt <= $$NOW: MongoDB refuses $expr in an upsert's query) and
+ * then sets expiresAt = $$NOW + lease and increments epoch, the returned
+ * lease saying who holds it; renewals (every lease / 3)
  * are conditional on owner and epoch; a standby reads the lease (with the
  * server's $$NOW) before it tries, so it never hammers the server with
  * updates that must fail. The instances' own clocks never decide who leads,

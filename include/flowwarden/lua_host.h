@@ -65,6 +65,10 @@ int fw_lua_host_stream_count (fw_lua_host_t *host);
 /* Pushes the validated spec table of stream i (0-based) onto the stack. */
 void fw_lua_host_push_spec (fw_lua_host_t *host, int i);
 
+/* Pushes the array of every stream's validated spec (the table, not a copy:
+ * do not change it). */
+void fw_lua_host_push_specs (fw_lua_host_t *host);
+
 /* Pushes the effective URI (option, script or default) as a string. */
 void fw_lua_host_push_uri (fw_lua_host_t *host);
 

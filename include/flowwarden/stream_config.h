@@ -68,8 +68,12 @@ typedef struct {
 
 /* Fills cfg from the spec table at stack index idx. Must run inside a
  * protected call (it may raise); on a malformed spec returns false. cfg is
- * owned by the caller and released with fw_stream_config_cleanup. */
-bool fw_stream_config_read (lua_State *L, int idx, fw_stream_config_t *cfg,
+ * owned by the caller and released with fw_stream_config_cleanup.
+ * specs: the stack index of the script's array of specs (0: none), or a
+ * database-wide stream cannot keep out the DLQs other streams write in its
+ * database (owned_collections.h); the stream's own collections are always
+ * kept out. */
+bool fw_stream_config_read (lua_State *L, int idx, int specs, fw_stream_config_t *cfg,
                             fw_error_t *error);
 
 /* Frees what fw_stream_config_read allocated. Safe on a zeroed struct. */

@@ -50,12 +50,16 @@ pfind (lua_State *L)
 {
    find_t *a = lua_touserdata (L, 1);
    int n = fw_lua_host_stream_count (a->host);
+   int specs;
+
+   fw_lua_host_push_specs (a->host);
+   specs = lua_gettop (L);
    for (int i = 0; i < n && !a->found; i++) {
       fw_lua_host_push_spec (a->host, i);
       lua_getfield (L, -1, "name");
       if (lua_type (L, -1) == LUA_TSTRING && strcmp (lua_tostring (L, -1), a->stream) == 0) {
          a->found = true;
-         if (!fw_stream_config_read (L, lua_gettop (L) - 1, a->cfg, a->error)) {
+         if (!fw_stream_config_read (L, lua_gettop (L) - 1, specs, a->cfg, a->error)) {
             return luaL_error (L, "%s", a->error->message);
          }
       }

@@ -62,7 +62,8 @@ pload (lua_State *L)
 
    for (int i = 0; i < a->n; i++) {
       fw_lua_host_push_spec (a->host, i);
-      if (!fw_stream_config_read (L, -1, &a->cfgs[i], a->error)) {
+      /* The admin never opens a change stream: no other stream's DLQ to keep out. */
+      if (!fw_stream_config_read (L, -1, 0, &a->cfgs[i], a->error)) {
          return 0;
       }
       lua_pop (L, 1);

@@ -675,10 +675,15 @@ fw_dlq_replay_sequences_collection (fw_stream_worker_t *w, fw_error_t *error)
 {
    const fw_dlq_config_t *dlq = &w->cfg.dlq; /* sequences only on a stream's own DLQ */
    mongoc_client_t *client = dlq_client (w, dlq, error);
+   mongoc_collection_t *seqs =
+      client ? fw_dlq_sequence_collection (
+                  client, dlq->database ? dlq->database : w->cfg.database, dlq->collection)
+             : NULL;
 
-   return client ? fw_dlq_sequence_collection (
-                      client, dlq->database ? dlq->database : w->cfg.database, dlq->collection)
-                 : NULL;
+   if (client && !seqs) {
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
+   }
+   return seqs;
 }
 
 void

@@ -10,6 +10,7 @@
 
 #include "flowwarden/clock.h"
 #include "flowwarden/dlq_sequence.h"
+#include "flowwarden/owned_collections.h"
 #include "flowwarden/sharding.h"
 
 /* --- the set ------------------------------------------------------------------ */
@@ -202,9 +203,15 @@ mongoc_collection_t *
 fw_dlq_sequence_collection (mongoc_client_t *client, const char *database,
                             const char *dlq_collection)
 {
-   char name[300];
-   snprintf (name, sizeof name, "%s_sequences", dlq_collection);
-   return mongoc_client_get_collection (client, database, name);
+   char *name = fw_dlq_sequences_name (dlq_collection);
+   mongoc_collection_t *coll;
+
+   if (!name) {
+      return NULL;
+   }
+   coll = mongoc_client_get_collection (client, database, name);
+   bson_free (name);
+   return coll;
 }
 
 static void

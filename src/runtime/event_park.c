@@ -163,6 +163,7 @@ fw_park_key (fw_stream_worker_t *w, const fw_event_t *ev, fw_lua_stop_t *stop)
    lua_State *L = fw_lua_host_state (w->host);
    fw_error_t err;
    bool custom;
+   int top;
 
    if (w->seq_key_done) {
       return w->seq_key ? FW_PARK_KEY_OK : FW_PARK_KEY_NONE;
@@ -171,10 +172,14 @@ fw_park_key (fw_stream_worker_t *w, const fw_event_t *ev, fw_lua_stop_t *stop)
       w->seq_key_done = true;
       return FW_PARK_KEY_NONE;
    }
+   /* Back to the top it had: a dlq table without a sequence_key function
+    * pushed three values, not two, and each event behind an open sequence
+    * left one behind until parked events ran past the stack's end. */
+   top = lua_gettop (L);
    lua_rawgeti (L, LUA_REGISTRYINDEX, w->spec_ref);
    custom = lua_getfield (L, -1, "dlq") == LUA_TTABLE &&
             lua_getfield (L, -1, "sequence_key") == LUA_TFUNCTION;
-   lua_settop (L, lua_gettop (L) - (custom ? 3 : 2));
+   lua_settop (L, top);
    if (!custom) {
       w->seq_key_done = true;
       w->seq_key = default_key (ev);

@@ -34,8 +34,13 @@ static mongoc_collection_t *
 seqs_collection (fw_stream_worker_t *w, fw_error_t *error)
 {
    mongoc_client_t *client = dlq_client (w, error);
-   return client ? fw_dlq_sequence_collection (client, dlq_database (w), w->cfg.dlq.collection)
-                 : NULL;
+   mongoc_collection_t *seqs =
+      client ? fw_dlq_sequence_collection (client, dlq_database (w), w->cfg.dlq.collection)
+             : NULL;
+   if (client && !seqs) {
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
+   }
+   return seqs;
 }
 
 static bool

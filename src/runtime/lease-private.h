@@ -63,7 +63,10 @@ bool fw_lease__read_fence_floor (fw_lease_t *l, mongoc_client_t *client, int64_t
                                  bson_error_t *berr);
 
 /* Takes the lease if it is free, ours or expired by the server's clock, with
- * an epoch above floor; got: the lease as the server left it. */
+ * an epoch above floor (one upsert on _id, the decision in its update
+ * pipeline). got: the lease as the server left it: ours (FW_LEASE_TAKE_OK)
+ * or the holder's (FW_LEASE_TAKE_HELD; got->exists false when the server
+ * answered a duplicate key instead). */
 fw_lease_take_t fw_lease__take (fw_lease_t *l, mongoc_client_t *client, int64_t floor,
                                 fw_lease_doc_t *got, bson_error_t *berr);
 

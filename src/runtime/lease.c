@@ -195,7 +195,8 @@ standby_step (fw_lease_t *l, mongoc_client_t *client, bool *warned)
    }
    *warned = false;
    if (t == FW_LEASE_TAKE_HELD) {
-      set_standby (l, NULL);
+      /* Lost a race: the take answered with the holder's lease. */
+      set_standby (l, got.exists ? &got : NULL);
       return interval;
    }
    note_offset (l, &got);

@@ -134,40 +134,61 @@ append_majority (bson_t *opts)
 }
 
 
-/* One conditional findAndModify: free, ours, or expired by the server's
- * clock (a non-date expiresAt counts as expired; a non-integer epoch counts
- * as 0). An upsert losing to a held lease fails with a duplicate key. */
+/* The take: one findAndModify upserting by _id alone, the decision inside
+ * the update pipeline. MongoDB refuses $expr (hence $$NOW) in the query of
+ * any upsert (224 QueryFeatureNotAllowed, parsed_update.cpp,
+ * parsed_update_base.cpp, canonical_update.cpp), so the query names only
+ * _id and $replaceWith keeps the document as it is unless the lease is free
+ * (no or null owner), ours, or expired by the server's clock (a non-date
+ * expiresAt counts as expired; a non-integer epoch counts as 0). A missing
+ * lease is inserted from {_id}, which is free. The post-image says who won:
+ * ours with our owner id, else the holder's lease, unchanged. Two racing
+ * inserts: the loser gets the holder's lease (the server retries the
+ * upsert) or a duplicate key; both mean held. Owner ids go through $literal
+ * so that none is ever read as a field path. */
+static bson_t *
+take_command (fw_lease_t *l, int64_t floor)
+{
+   const char *me = l->owner;
+   return BCON_NEW (
+      "findAndModify", BCON_UTF8 (FW_LEASE_COLLECTION),
+      "query", "{", "_id", BCON_UTF8 (l->stream), "}",
+      "update", "[", "{", "$replaceWith", "{", "$cond", "[",
+         "{", "$or", "[",
+            "{", "$in", "[", "{", "$type", BCON_UTF8 ("$owner"), "}",
+                             "[", BCON_UTF8 ("missing"), BCON_UTF8 ("null"), "]", "]", "}",
+            "{", "$eq", "[", BCON_UTF8 ("$owner"), "{", "$literal", BCON_UTF8 (me), "}", "]", "}",
+            "{", "$ne", "[", "{", "$type", BCON_UTF8 ("$expiresAt"), "}", BCON_UTF8 ("date"), "]", "}",
+            "{", "$lte", "[", BCON_UTF8 ("$expiresAt"), BCON_UTF8 ("$$NOW"), "]", "}",
+         "]", "}",
+         "{", "$mergeObjects", "[", BCON_UTF8 ("$$ROOT"), "{",
+            "owner", "{", "$literal", BCON_UTF8 (me), "}",
+            "epoch", "{", "$add", "[", "{", "$max", "[",
+               "{", "$cond", "[", "{", "$in", "[", "{", "$type", BCON_UTF8 ("$epoch"), "}",
+                                                   "[", BCON_UTF8 ("int"), BCON_UTF8 ("long"), "]", "]", "}",
+                                  BCON_UTF8 ("$epoch"), BCON_INT64 (0), "]", "}",
+               BCON_INT64 (floor), "]", "}", BCON_INT64 (1), "]", "}",
+            "renewedAt", BCON_UTF8 ("$$NOW"),
+            "expiresAt", "{", "$add", "[", BCON_UTF8 ("$$NOW"), BCON_INT64 (l->lease_ms), "]", "}",
+         "}", "]", "}",
+         BCON_UTF8 ("$$ROOT"),
+      "]", "}", "}", "]",
+      "upsert", BCON_BOOL (true), "new", BCON_BOOL (true));
+}
+
+/* Takes the lease (see take_command). got: the lease as the server left it,
+ * ours or the holder's (got->exists false when none came back). */
 fw_lease_take_t
 fw_lease__take (fw_lease_t *l, mongoc_client_t *client, int64_t floor, fw_lease_doc_t *got,
                 bson_error_t *berr)
 {
-   const char *me = l->owner;
-   bson_t *cmd = BCON_NEW (
-      "findAndModify", BCON_UTF8 (FW_LEASE_COLLECTION),
-      "query", "{", "_id", BCON_UTF8 (l->stream), "$or", "[",
-         "{", "owner", BCON_NULL, "}",
-         "{", "owner", BCON_UTF8 (me), "}",
-         "{", "$expr", "{", "$or", "[",
-            "{", "$ne", "[", "{", "$type", BCON_UTF8 ("$expiresAt"), "}", BCON_UTF8 ("date"), "]", "}",
-            "{", "$lte", "[", BCON_UTF8 ("$expiresAt"), BCON_UTF8 ("$$NOW"), "]", "}",
-         "]", "}", "}",
-      "]", "}",
-      "update", "[", "{", "$set", "{",
-         "owner", BCON_UTF8 (me),
-         "epoch", "{", "$add", "[", "{", "$max", "[",
-            "{", "$cond", "[", "{", "$in", "[", "{", "$type", BCON_UTF8 ("$epoch"), "}",
-                                                "[", BCON_UTF8 ("int"), BCON_UTF8 ("long"), "]", "]", "}",
-                               BCON_UTF8 ("$epoch"), BCON_INT64 (0), "]", "}",
-            BCON_INT64 (floor), "]", "}", BCON_INT64 (1), "]", "}",
-         "renewedAt", BCON_UTF8 ("$$NOW"),
-         "expiresAt", "{", "$add", "[", BCON_UTF8 ("$$NOW"), BCON_INT64 (l->lease_ms), "]", "}",
-      "}", "}", "]",
-      "upsert", BCON_BOOL (true), "new", BCON_BOOL (true));
+   bson_t *cmd = take_command (l, floor);
    bson_t opts = BSON_INITIALIZER;
    bson_t reply;
    bson_iter_t it;
    fw_lease_take_t result = FW_LEASE_TAKE_ERROR;
 
+   memset (got, 0, sizeof *got);
    if (!cmd) {
       bson_set_error (berr, MONGOC_ERROR_BSON, 0, "out of memory");
       bson_destroy (&opts);
@@ -183,7 +204,7 @@ fw_lease__take (fw_lease_t *l, mongoc_client_t *client, int64_t floor, fw_lease_
       bson_iter_document (&it, &len, &data);
       if (bson_init_static (&value, data, len)) {
          parse_lease (&value, got);
-         result = got->owner_is_string && strcmp (got->owner, me) == 0 && got->has_epoch
+         result = got->owner_is_string && strcmp (got->owner, l->owner) == 0 && got->has_epoch
                      ? FW_LEASE_TAKE_OK
                      : FW_LEASE_TAKE_HELD;
       }

@@ -494,6 +494,12 @@ fw_lua_host_push_spec (fw_lua_host_t *host, int i)
 }
 
 void
+fw_lua_host_push_specs (fw_lua_host_t *host)
+{
+   lua_rawgeti (host->L, LUA_REGISTRYINDEX, host->specs_ref);
+}
+
+void
 fw_lua_host_push_uri (fw_lua_host_t *host)
 {
    lua_rawgeti (host->L, LUA_REGISTRYINDEX, host->uri_ref);

@@ -7,10 +7,8 @@
 #include <lauxlib.h>
 
 #include "flowwarden/bson_lua.h"
+#include "flowwarden/owned_collections.h"
 #include "flowwarden/stream_config.h"
-
-#define FW_CHECKPOINT_COLLECTION "_fw_checkpoints"
-#define FW_LEASE_COLLECTION "_fw_leases" /* lease.h */
 
 /* Each getter leaves the stack as it found it. */
 static char *
@@ -72,11 +70,85 @@ read_backoff (lua_State *L, int t, const char *key, fw_backoff_t *b)
    lua_pop (L, 1);
 }
 
+/* The $nin list of a database-wide stream, as fw_owned_collections_each
+ * gives the collections: those in the stream's database, each once. */
+typedef struct {
+   const char *database;
+   bson_t names;
+   uint32_t n;
+   bool oom;
+} exclusions_t;
+
+static bool
+exclude (void *ud, const char *database, const char *collection)
+{
+   exclusions_t *x = ud;
+   char key[16];
+   const char *k;
+   bson_iter_t it;
+
+   if (strcmp (database, x->database) != 0) {
+      return true;
+   }
+   if (bson_iter_init (&it, &x->names)) {
+      while (bson_iter_next (&it)) {
+         if (strcmp (bson_iter_utf8 (&it, NULL), collection) == 0) {
+            return true;
+         }
+      }
+   }
+   bson_uint32_to_string (x->n++, &k, key, sizeof key);
+   x->oom = !BSON_APPEND_UTF8 (&x->names, k, collection);
+   return !x->oom;
+}
+
+static void read_dlq (lua_State *L, int t, const char *field, fw_dlq_config_t *dlq);
+static void read_owned (lua_State *L, int t, fw_stream_config_t *cfg);
+
+/* Adds (as key k) the $match keeping out every collection flowwarden writes
+ * in the stream's database: its own, and those of each spec of the array at
+ * stack index specs (0: none), where other streams keep their DLQs. */
+static bool
+append_exclusions (lua_State *L, int t, int specs, fw_stream_config_t *cfg, const char *k,
+                   fw_error_t *error)
+{
+   exclusions_t x = {cfg->database, BSON_INITIALIZER, 0, false};
+   bool ok = fw_owned_collections_each (cfg, exclude, &x);
+
+   for (lua_Integer i = 1; ok && specs && i <= (lua_Integer) lua_rawlen (L, specs); i++) {
+      fw_stream_config_t other;
+      memset (&other, 0, sizeof other);
+      if (lua_rawgeti (L, specs, i) == LUA_TTABLE && !lua_rawequal (L, -1, t)) {
+         other.database = dup_field (L, lua_gettop (L), "database");
+         read_owned (L, lua_gettop (L), &other);
+         ok = !other.database || fw_owned_collections_each (&other, exclude, &x);
+      }
+      lua_pop (L, 1);
+      fw_stream_config_cleanup (&other);
+   }
+   if (ok) {
+      bson_t stage, match, coll;
+      BSON_APPEND_DOCUMENT_BEGIN (cfg->pipeline, k, &stage);
+      BSON_APPEND_DOCUMENT_BEGIN (&stage, "$match", &match);
+      BSON_APPEND_DOCUMENT_BEGIN (&match, "ns.coll", &coll);
+      BSON_APPEND_ARRAY (&coll, "$nin", &x.names);
+      bson_append_document_end (&match, &coll);
+      bson_append_document_end (&stage, &match);
+      ok = bson_append_document_end (cfg->pipeline, &stage);
+   }
+   bson_destroy (&x.names);
+   if (!ok) {
+      fw_error_set (error, FW_ERROR_NOMEM, "stream \"%s\": out of memory building the pipeline",
+                    cfg->name);
+   }
+   return ok;
+}
+
 /* Builds the stages that follow $changeStream: the operation_types filter,
  * flowwarden's own collections kept out of database-wide streams (their
  * writes would otherwise feed back into the stream), then the user's. */
 static bool
-build_pipeline (lua_State *L, int t, fw_stream_config_t *cfg, fw_error_t *error)
+build_pipeline (lua_State *L, int t, int specs, fw_stream_config_t *cfg, fw_error_t *error)
 {
    bson_t stage, match, in, arr;
    uint32_t n = 0;
@@ -107,29 +179,9 @@ build_pipeline (lua_State *L, int t, fw_stream_config_t *cfg, fw_error_t *error)
 
    if (!cfg->collection) {
       bson_uint32_to_string (n++, &k, key, sizeof key);
-      BSON_APPEND_DOCUMENT_BEGIN (cfg->pipeline, k, &stage);
-      BSON_APPEND_DOCUMENT_BEGIN (&stage, "$match", &match);
-      BSON_APPEND_DOCUMENT_BEGIN (&match, "ns.coll", &in);
-      BSON_APPEND_ARRAY_BEGIN (&in, "$nin", &arr);
-      const char *next_key = "1";
-      BSON_APPEND_UTF8 (&arr, "0", FW_CHECKPOINT_COLLECTION);
-      if (cfg->dlq.enabled) {
-         BSON_APPEND_UTF8 (&arr, "1", cfg->dlq.collection);
-         next_key = "2";
-      } else if (cfg->dlq_fallback.enabled &&
-                 (!cfg->dlq_fallback.database ||
-                  strcmp (cfg->dlq_fallback.database, cfg->database) == 0)) {
-         BSON_APPEND_UTF8 (&arr, "1", cfg->dlq_fallback.collection);
-         next_key = "2";
+      if (!append_exclusions (L, t, specs, cfg, k, error)) {
+         return false;
       }
-      if (cfg->ha_leader) {
-         /* Renewals write every lease / 3: they must not feed the stream. */
-         BSON_APPEND_UTF8 (&arr, next_key, FW_LEASE_COLLECTION);
-      }
-      bson_append_array_end (&in, &arr);
-      bson_append_document_end (&match, &in);
-      bson_append_document_end (&stage, &match);
-      bson_append_document_end (cfg->pipeline, &stage);
    }
 
    if (lua_getfield (L, t, "pipeline") == LUA_TTABLE) {
@@ -194,12 +246,23 @@ read_dlq (lua_State *L, int t, const char *field, fw_dlq_config_t *dlq)
    lua_pop (L, 1);
 }
 
+/* What decides the collections flowwarden writes for a stream
+ * (owned_collections.h) besides its database: its DLQs. */
+static void
+read_owned (lua_State *L, int t, fw_stream_config_t *cfg)
+{
+   read_dlq (L, t, "dlq", &cfg->dlq);
+   read_dlq (L, t, "dlq_fallback", &cfg->dlq_fallback);
+}
+
 bool
-fw_stream_config_read (lua_State *L, int idx, fw_stream_config_t *cfg, fw_error_t *error)
+fw_stream_config_read (lua_State *L, int idx, int specs, fw_stream_config_t *cfg,
+                       fw_error_t *error)
 {
    int t = lua_absindex (L, idx);
    int top = lua_gettop (L);
 
+   specs = specs ? lua_absindex (L, specs) : 0;
    memset (cfg, 0, sizeof *cfg);
    cfg->name = dup_field (L, t, "name");
    cfg->declared_at = dup_field (L, t, "declared_at");
@@ -245,8 +308,7 @@ fw_stream_config_read (lua_State *L, int idx, fw_stream_config_t *cfg, fw_error_
    read_backoff (L, t, "restart", &cfg->restart);
    cfg->retry = (fw_backoff_t){1, 500, 30000, 2.0, true};
    read_backoff (L, t, "retry", &cfg->retry);
-   read_dlq (L, t, "dlq", &cfg->dlq);
-   read_dlq (L, t, "dlq_fallback", &cfg->dlq_fallback);
+   read_owned (L, t, cfg);
    cfg->lanes = (int) int_field (L, t, "lanes", 1);
    if (cfg->lanes < 1 || cfg->lanes > 64) {
       cfg->lanes = 1;
@@ -269,7 +331,7 @@ fw_stream_config_read (lua_State *L, int idx, fw_stream_config_t *cfg, fw_error_
    }
    lua_pop (L, 1);
 
-   if (!build_pipeline (L, t, cfg, error)) {
+   if (!build_pipeline (L, t, specs, cfg, error)) {
       return false;
    }
    BSON_ASSERT (lua_gettop (L) == top);

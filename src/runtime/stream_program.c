@@ -33,11 +33,13 @@ static int
 pread_spec (lua_State *L)
 {
    read_args_t *a = lua_touserdata (L, 1);
-   int spec;
+   int spec, specs;
 
+   fw_lua_host_push_specs (a->w->host);
+   specs = lua_gettop (L);
    fw_lua_host_push_spec (a->w->host, a->index);
    spec = lua_gettop (L);
-   if (!fw_stream_config_read (L, spec, &a->w->cfg, a->error)) {
+   if (!fw_stream_config_read (L, spec, specs, &a->w->cfg, a->error)) {
       return 0;
    }
    if (lua_getfield (L, spec, "handlers") == LUA_TTABLE) {

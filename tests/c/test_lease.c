@@ -258,6 +258,46 @@ a_leader_whose_renewals_hang_stops_before_the_standby_starts (void **state)
                 "\"flowwarden-lease-a\"}}");
 }
 
+/* Four instances start together on a lease nobody holds: their takes race, exactly one leads,
+ * and the others learn from their own take who holds it (no error, no second leader). */
+static void
+racing_takes_make_one_leader_and_standbys_that_name_it (void **state)
+{
+   (void) state;
+   const char *owners[] = {"r1", "r2", "r3", "r4"};
+   fw_lease_t *ls[4];
+   fw_lease_status_t st;
+   int leader = -1, named = 0, i;
+   double t0;
+
+   for (i = 0; i < 4; i++) {
+      ls[i] = lease ("race", owners[i]);
+   }
+   for (t0 = now_s (); now_s () - t0 < 5.0 && (leader < 0 || named < 3);) {
+      int leading = 0;
+      named = 0;
+      for (i = 0; i < 4; i++) {
+         if (fw_lease_is_leader (ls[i], NULL)) {
+            leading++;
+            leader = i;
+         }
+      }
+      assert_true (leading <= 1);
+      for (i = 0; leader >= 0 && i < 4; i++) {
+         fw_lease_status (ls[i], &st);
+         named += i != leader && st.role == FW_LEASE_STANDBY &&
+                  strcmp (st.holder, owners[leader]) == 0;
+      }
+      usleep (2000);
+   }
+   assert_true (leader >= 0);
+   assert_int_equal (named, 3);
+   assert_int_equal (epoch_of (ls[leader]), 1);
+   for (i = 0; i < 4; i++) {
+      fw_lease_destroy (ls[i]);
+   }
+}
+
 static void
 a_malformed_lease_is_taken_and_never_crashes (void **state)
 {
@@ -367,6 +407,7 @@ main (void)
       cmocka_unit_test (a_released_lease_is_taken_over_at_once),
       cmocka_unit_test (a_leader_whose_renewals_fail_stops_before_the_standby_starts),
       cmocka_unit_test (a_leader_whose_renewals_hang_stops_before_the_standby_starts),
+      cmocka_unit_test (racing_takes_make_one_leader_and_standbys_that_name_it),
       cmocka_unit_test (a_malformed_lease_is_taken_and_never_crashes),
       cmocka_unit_test (a_lease_held_far_into_the_future_is_never_taken),
       cmocka_unit_test (the_servers_clock_decides_not_a_skewed_host),

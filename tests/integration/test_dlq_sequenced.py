@@ -429,5 +429,32 @@ class ReprocessInsideRun(SequencedTestCase):
         self.assertEqual(p.stop(), 0)
 
 
+class DefaultKeyParking(SequencedTestCase):
+
+    def test_many_events_parked_behind_the_default_key_leave_the_lua_state_sound(self):
+        # The default key (the documentKey) with a dlq table but no sequence_key: each event
+        # looked up behind an open sequence left one value on the Lua stack, and 400 parked
+        # updates in a row wrote past its end (heap corruption: "malloc(): ... corrupted").
+        p = self.run_fw(self.script("""
+            fw.stream { name = "s", collection = "orders", dlq = { sequenced = true },
+              on_change = function(ctx)
+                local d = ctx:full_document()
+                report({ id = d and d._id or nil })
+                if d and d.bad then error(fw.error("Validation", "bad")) end
+              end }
+            """))
+        p.wait_open()
+        self.db.orders.insert_one({"_id": 1, "bad": True})
+        self.wait_for(lambda: self.sequences(), what="the open sequence")
+        for i in range(400):
+            self.db.orders.update_one({"_id": 1}, {"$set": {"n": i}})
+        self.db.orders.insert_one({"_id": 2})
+        self.wait_for(lambda: any(r.get("id") == 2 for r in p.reports()), what="doc 2 handled")
+        self.wait_for(lambda: self.db["_fw_dlq"].count_documents({}) == 401,
+                      what="400 parked entries")
+        self.assertEqual(p.stop(), 0)
+        self.assertIn("parked=400", " ".join(p.messages()))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -1,7 +1,7 @@
-"""Stand-in conformance: what flowwarden's leases (issue 17) ask of the server, checked with
-pymongo as MongoDB answers it: update pipelines with $$NOW, conditional findAndModify and
-upserts that lose to a held lease with a duplicate key, and failCommand's appName filter with
-blockConnection (a renewal that hangs for one client only)."""
+"""Stand-in conformance: what flowwarden's leases (issues 17, 23) ask of the server, checked
+with pymongo as MongoDB answers it: update pipelines with $$NOW, the take (an upsert on _id
+alone that decides inside its update pipeline), the refusal of $expr in any upsert's query, and
+failCommand's appName filter with blockConnection (a renewal that hangs for one client only)."""
 
 import datetime
 import os
@@ -13,7 +13,7 @@ import unittest
 import pymongo
 from bson.int64 import Int64
 from pymongo import ReturnDocument
-from pymongo.errors import DuplicateKeyError, OperationFailure, WriteError
+from pymongo.errors import OperationFailure, WriteError
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from standin_process import StandIn  # noqa: E402
@@ -36,21 +36,41 @@ def tearDownModule():
     assert S.stop() == 0
 
 
-def acquire_filter(stream, owner):
-    """Free, held by owner, or expired by the server's clock (a non-date counts as expired)."""
+# The take as src/runtime/lease_store.c sends it: the query is the _id alone (MongoDB refuses
+# $expr in an upsert's query), and $replaceWith keeps the document unless the lease is free,
+# the taker's, or expired by the server's $$NOW (a non-date expiresAt counts as expired).
+def takeable(owner):
+    return {"$or": [{"$in": [{"$type": "$owner"}, ["missing", "null"]]},
+                    {"$eq": ["$owner", {"$literal": owner}]},
+                    {"$ne": [{"$type": "$expiresAt"}, "date"]},
+                    {"$lte": ["$expiresAt", "$$NOW"]}]}
+
+
+def take_update(owner, floor=0):
+    epoch = {"$add": [{"$max": [{"$cond": [{"$in": [{"$type": "$epoch"}, ["int", "long"]]},
+                                           "$epoch", Int64(0)]}, Int64(floor)]}, Int64(1)]}
+    return [{"$replaceWith": {"$cond": [
+        takeable(owner),
+        {"$mergeObjects": ["$$ROOT", {"owner": {"$literal": owner}, "epoch": epoch,
+                                      "renewedAt": "$$NOW",
+                                      "expiresAt": {"$add": ["$$NOW", LEASE_MS]}}]},
+        "$$ROOT"]}}]
+
+
+def take(coll, stream, owner, floor=0):
+    return coll.find_one_and_update({"_id": stream}, take_update(owner, floor), upsert=True,
+                                    return_document=ReturnDocument.AFTER)
+
+
+# The old take's query, refused by every MongoDB from 5.0 to 8.x.
+def expr_filter(stream, owner):
     return {"_id": stream, "$or": [
         {"owner": None}, {"owner": owner},
         {"$expr": {"$or": [{"$ne": [{"$type": "$expiresAt"}, "date"]},
                            {"$lte": ["$expiresAt", "$$NOW"]}]}}]}
 
 
-def acquire_update(owner, floor=0):
-    return [{"$set": {
-        "owner": owner,
-        "epoch": {"$add": [{"$max": [{"$cond": [{"$in": [{"$type": "$epoch"}, ["int", "long"]]},
-                                                "$epoch", Int64(0)]}, Int64(floor)]}, 1]},
-        "renewedAt": "$$NOW",
-        "expiresAt": {"$add": ["$$NOW", LEASE_MS]}}}]
+EXPR_UPSERT_MSG = "$expr is not allowed in the query predicate for an upsert"
 
 
 class PipelineUpdateTest(unittest.TestCase):
@@ -76,33 +96,54 @@ class PipelineUpdateTest(unittest.TestCase):
         self.c.update_one({"_id": "s"}, [{"$set": {"n": {"$add": ["$n", 1]}}}])
         self.assertEqual(self.c.find_one()["n"], 2)
 
-    def test_a_held_lease_makes_the_upsert_fail_with_a_duplicate_key(self):
-        self.c.update_one(acquire_filter("s", "a"), acquire_update("a"), upsert=True)
-        with self.assertRaises(DuplicateKeyError):
-            self.c.update_one(acquire_filter("s", "b"), acquire_update("b"), upsert=True)
-        doc = self.c.find_one()
-        self.assertEqual((doc["owner"], doc["epoch"]), ("a", 1))
+    def test_a_missing_lease_is_inserted_with_the_epoch_above_the_floor(self):
+        doc = take(self.c, "s", "a", floor=6)
+        self.assertEqual(list(doc), ["_id", "owner", "epoch", "renewedAt", "expiresAt"])
+        self.assertEqual((doc["_id"], doc["owner"], doc["epoch"]), ("s", "a", 7))
+        self.assertIsInstance(doc["epoch"], Int64)
+        self.assertEqual(doc["expiresAt"] - doc["renewedAt"], datetime.timedelta(seconds=10))
+
+    def test_a_held_lease_comes_back_unchanged_and_is_not_written(self):
+        held = take(self.c, "s", "a")
+        with self.c.watch() as cs:
+            got = take(self.c, "s", "b")
+            self.assertEqual(got, held)  # the loser learns who holds it, and the epoch
+            self.c.insert_one({"_id": "marker"})
+            ev = cs.next()
+        # No write for the losing take: the first event after it is the marker's.
+        self.assertEqual((ev["operationType"], ev["documentKey"]["_id"]), ("insert", "marker"))
+        self.assertEqual(self.c.find_one({"_id": "s"}), held)
         # Its own lease: taken again, with the next epoch.
-        self.c.update_one(acquire_filter("s", "a"), acquire_update("a"), upsert=True)
-        self.assertEqual(self.c.find_one()["epoch"], 2)
+        self.assertEqual(take(self.c, "s", "a")["epoch"], 2)
+
+    def test_a_released_lease_is_free(self):
+        take(self.c, "s", "a")
+        self.c.update_one({"_id": "s", "owner": "a"}, [{"$set": {"owner": None,
+                                                                 "expiresAt": "$$NOW"}}])
+        doc = take(self.c, "s", "b")
+        self.assertEqual((doc["owner"], doc["epoch"]), ("b", 2))
+
+    def test_an_owner_id_is_never_read_as_a_field_path(self):
+        self.c.insert_one({"_id": "s", "owner": "x", "epoch": Int64(1),
+                           "expiresAt": datetime.datetime(2999, 1, 1)})
+        doc = take(self.c, "s", "$owner")
+        self.assertEqual(doc["owner"], "x")
 
     def test_an_expired_lease_is_taken_by_the_servers_clock(self):
         past = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=5)
         self.c.insert_one({"_id": "s", "owner": "a", "epoch": Int64(7), "expiresAt": past})
-        doc = self.c.find_one_and_update(acquire_filter("s", "b"), acquire_update("b"),
-                                         upsert=True, return_document=ReturnDocument.AFTER)
+        doc = take(self.c, "s", "b")
         self.assertEqual((doc["owner"], doc["epoch"]), ("b", 8))
         self.assertIsInstance(doc["epoch"], Int64)
         self.assertEqual(doc["expiresAt"] - doc["renewedAt"], datetime.timedelta(seconds=10))
 
     def test_a_malformed_lease_counts_as_expired_and_its_epoch_restarts_from_the_floor(self):
         self.c.insert_one({"_id": "s", "owner": 12, "epoch": "x", "expiresAt": "soon"})
-        doc = self.c.find_one_and_update(acquire_filter("s", "b"), acquire_update("b", floor=41),
-                                         upsert=True, return_document=ReturnDocument.AFTER)
+        doc = take(self.c, "s", "b", floor=41)
         self.assertEqual((doc["owner"], doc["epoch"]), ("b", 42))
 
     def test_conditional_renewal_matches_only_owner_and_epoch(self):
-        self.c.update_one(acquire_filter("s", "a"), acquire_update("a"), upsert=True)
+        take(self.c, "s", "a")
         renew = [{"$set": {"renewedAt": "$$NOW", "expiresAt": {"$add": ["$$NOW", LEASE_MS]}}}]
         self.assertEqual(self.c.update_one({"_id": "s", "owner": "a", "epoch": 2}, renew)
                          .matched_count, 0)
@@ -145,6 +186,61 @@ class PipelineUpdateTest(unittest.TestCase):
         self.c.insert_many([{"_id": 1, "t": past}, {"_id": 2, "t": future}])
         got = [d["_id"] for d in self.c.find({"$expr": {"$lte": ["$t", "$$NOW"]}})]
         self.assertEqual(got, [1])
+
+
+class ExprInUpsertQueryTest(unittest.TestCase):
+    """MongoDB parses an upsert's query without the $expr feature, at any depth, and rewords
+    the refusal: parsed_update.cpp (5.0, 6.x), parsed_update_base.cpp (7.0),
+    canonical_update.cpp (8.x); the matcher's own refusal is parseExpr in
+    matcher/expression_parser.cpp, which first refuses $expr below the top-level document."""
+
+    def setUp(self):
+        self.c = CLIENT.lease[self._testMethodName]
+        self.c.insert_one({"_id": "s", "owner": None})
+
+    QUERIES = [
+        expr_filter("s", "a"),
+        {"$expr": {"$eq": ["$_id", "s"]}},
+        {"_id": "s", "$and": [{"$nor": [{"$expr": {"$eq": ["$owner", 1]}}]}]},
+    ]
+
+    def test_find_and_modify_upsert_is_refused(self):
+        for q in self.QUERIES:
+            with self.subTest(q=q):
+                with self.assertRaises(OperationFailure) as cm:
+                    self.c.find_one_and_update(q, take_update("a"), upsert=True)
+                self.assertEqual(cm.exception.code, 224)
+                self.assertEqual(cm.exception.details["codeName"], "QueryFeatureNotAllowed")
+                self.assertEqual(cm.exception.details["errmsg"], EXPR_UPSERT_MSG)
+        self.assertEqual(self.c.find_one(), {"_id": "s", "owner": None})
+
+    def test_update_upsert_is_refused_as_a_write_error(self):
+        for q in self.QUERIES:
+            with self.subTest(q=q):
+                with self.assertRaises(WriteError) as cm:
+                    self.c.update_one(q, {"$set": {"owner": "a"}}, upsert=True)
+                self.assertEqual(cm.exception.code, 224)
+                self.assertEqual(cm.exception.details["errmsg"], EXPR_UPSERT_MSG)
+        with self.assertRaises(WriteError) as cm:
+            self.c.replace_one({"$expr": {"$eq": ["$_id", "t"]}}, {"a": 1}, upsert=True)
+        self.assertEqual(cm.exception.code, 224)
+        self.assertEqual(self.c.count_documents({}), 1)
+
+    def test_without_upsert_expr_is_allowed(self):
+        q = expr_filter("s", "a")
+        self.assertEqual(self.c.update_one(q, {"$set": {"owner": "a"}}).matched_count, 1)
+        doc = self.c.find_one_and_update({"$expr": {"$eq": ["$owner", "a"]}},
+                                         {"$set": {"owner": "b"}},
+                                         return_document=ReturnDocument.AFTER)
+        self.assertEqual(doc["owner"], "b")
+
+    def test_expr_below_the_top_level_document_is_a_bad_value(self):
+        self.c.insert_one({"_id": "arr", "a": [{"b": 1}]})
+        with self.assertRaises(OperationFailure) as cm:
+            list(self.c.find({"a": {"$elemMatch": {"$expr": {"$eq": ["$b", 1]}}}}))
+        self.assertEqual(cm.exception.code, 2)
+        self.assertEqual(cm.exception.details["errmsg"],
+                         "$expr can only be applied to the top-level document")
 
 
 class BlockedRenewalTest(unittest.TestCase):

@@ -232,7 +232,7 @@ def cmd_update(ctx):
                 u = st.get("u")
                 multi = bool(st.get("multi", False))
                 replacement = _check_update_spec(u, multi, "update")
-                query.validate_filter(flt)
+                query.validate_filter(flt, upsert=bool(st.get("upsert")))
                 c = store.coll(ctx.db, name)
                 docs = matching(c, flt)
                 if not multi:
@@ -335,7 +335,7 @@ def cmd_find_and_modify(ctx):
                          else "Cannot specify both new=true and remove=true; 'remove' always "
                          "returns the deleted document")
     replacement = False if remove else _check_update_spec(u, False, "findAndModify")
-    query.validate_filter(flt)
+    query.validate_filter(flt, upsert=bool(body.get("upsert")))
     fields = body.get("fields")
     store = ctx.store
     now = datetime.datetime.utcnow()

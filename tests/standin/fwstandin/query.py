@@ -443,7 +443,7 @@ def _elem_match_node(arg):
     if first is not None and first.startswith("$") and first not in _PATHLESS:
         inner = _elem_pred(_compile_operators(arg, ""))
     else:
-        sub = compile_filter(arg)
+        sub = compile_filter(arg, top=False)
 
         def inner(e):
             return isinstance(e, dict) and sub(e)
@@ -565,7 +565,7 @@ def _field_matcher(path, value):
     return _doc_matcher(_leaf(_eq_pred(value)), parts)
 
 
-def _logical_matcher(op, arg):
+def _logical_matcher(op, arg, allow_expr, top):
     if not isinstance(arg, list):
         raise bad_value("%s must be an array" % op)
     if not arg:
@@ -574,7 +574,7 @@ def _logical_matcher(op, arg):
     for clause in arg:
         if not isinstance(clause, dict):
             raise bad_value("$or/$and/$nor entries need to be full objects")
-        subs.append(compile_filter(clause))
+        subs.append(compile_filter(clause, allow_expr=allow_expr, top=top))
     if op == "$and":
         return _all_of(subs)
     if op == "$or":
@@ -582,10 +582,15 @@ def _logical_matcher(op, arg):
     return lambda doc: not any(m(doc) for m in subs)
 
 
-def _top_level_matcher(op, arg):
+def _top_level_matcher(op, arg, allow_expr, top):
     if op in _LOGICAL:
-        return _logical_matcher(op, arg)
+        return _logical_matcher(op, arg, allow_expr, top)
     if op == "$expr":
+        # mongod's parseExpr (expression_parser.cpp): the level first, then the feature.
+        if not top:
+            raise bad_value("$expr can only be applied to the top-level document")
+        if not allow_expr:
+            raise MongoError(224, "QueryFeatureNotAllowed", "$expr is not allowed in this context")
         f = compile_expression(arg)
         return lambda doc: truthy(f(root_vars(doc)))
     if op == "$comment":
@@ -605,14 +610,17 @@ def _top_level_matcher(op, arg):
 
 # ------------------------------------------------------------ public API
 
-def compile_filter(filt):
-    """Compile a query filter into a callable doc -> bool (raises MongoError if invalid)."""
+def compile_filter(filt, allow_expr=True, top=True):
+    """Compile a query filter into a callable doc -> bool (raises MongoError if invalid).
+
+    allow_expr False: $expr at any depth is refused (224), as mongod's parser does without the
+    kExpr feature; top False: the filter is an $elemMatch's, where $expr is a BadValue."""
     if not isinstance(filt, dict):
         raise MongoError(14, "TypeMismatch", "filter must be an object")
     matchers = []
     for key, value in filt.items():
         if key.startswith("$"):
-            m = _top_level_matcher(key, value)
+            m = _top_level_matcher(key, value, allow_expr, top)
             if m is not None:
                 matchers.append(m)
         else:
@@ -622,9 +630,19 @@ def compile_filter(filt):
     return _all_of(matchers)
 
 
-def validate_filter(filt):
-    """Raise MongoError exactly where mongod would reject the filter."""
-    compile_filter(filt)
+def validate_filter(filt, upsert=False):
+    """Raise MongoError exactly where mongod would reject the filter.
+
+    upsert: the query of an upsert (update or findAndModify with upsert: true), parsed without
+    $expr, and the refusal reworded as mongod's update parser does (parsed_update.cpp in
+    5.0/6.x, parsed_update_base.cpp in 7.0, canonical_update.cpp in 8.x)."""
+    try:
+        compile_filter(filt, allow_expr=not upsert)
+    except MongoError as e:
+        if upsert and e.code == 224:
+            raise MongoError(224, "QueryFeatureNotAllowed",
+                             "$expr is not allowed in the query predicate for an upsert")
+        raise
 
 
 _FILTER_CACHE = {}
