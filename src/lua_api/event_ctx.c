@@ -252,6 +252,24 @@ ctx_summary (lua_State *L)
    return 1;
 }
 
+/* ctx:field_names(): the event's top-level field names, in its order. */
+static int
+ctx_field_names (lua_State *L)
+{
+   fw_dispatch_t *d = check_ctx (L);
+   bson_iter_t it;
+   lua_Integer i = 0;
+
+   lua_newtable (L);
+   if (bson_iter_init (&it, d->event->doc)) {
+      while (bson_iter_next (&it)) {
+         lua_pushlstring (L, bson_iter_key (&it), bson_iter_key_len (&it));
+         lua_rawseti (L, -2, ++i);
+      }
+   }
+   return 1;
+}
+
 static int
 ctx_add_metadata (lua_State *L)
 {
@@ -351,6 +369,7 @@ static const luaL_Reg ctx_methods[] = {
    {"collection_name", ctx_collection_name},
    {"transaction", ctx_transaction},
    {"summary", ctx_summary},
+   {"field_names", ctx_field_names},
    {"add_metadata", ctx_add_metadata},
    {"metadata", ctx_metadata},
    {"send_to_dlq", ctx_send_to_dlq},

@@ -64,6 +64,53 @@ split_numbers (const bson_t *doc, int32_t *fragment, int32_t *of)
    return true;
 }
 
+/* The top-level fields of a change event in the order mongod gives them in
+ * an unsplit one: the transform (change_stream_event_transform.cpp) adds the
+ * transaction fields, _id, operationType, clusterTime, ..., updateDescription;
+ * the pre-image stage appends fullDocumentBeforeChange after them
+ * (document_source_change_stream_add_pre_image.cpp). Fragments bring them
+ * ordered by size instead (change_stream_split_event_helpers.cpp). */
+static const char *const event_order[] = {
+   "txnNumber",         "lsid",        "_id",  "operationType",        "clusterTime",
+   "collectionUUID",    "wallTime",    "fullDocument", "ns",           "documentKey",
+   "operationDescription", "updateDescription", "fullDocumentBeforeChange", NULL};
+
+static bool
+ordered_field (const char *key)
+{
+   for (int i = 0; event_order[i]; i++) {
+      if (strcmp (key, event_order[i]) == 0) {
+         return true;
+      }
+   }
+   return false;
+}
+
+/* b->whole: the fragments' fields in event_order, then any other field (a
+ * user stage's) in the order the fragments brought them. The event takes
+ * the last fragment's _id: resuming from it goes on after the event, never
+ * into its middle. */
+static void
+rebuild (fw_split_buffer_t *b, const bson_t *last)
+{
+   bson_iter_t it;
+
+   bson_reinit (&b->whole);
+   for (int i = 0; event_order[i]; i++) {
+      const bson_t *from = strcmp (event_order[i], "_id") == 0 ? last : &b->fields;
+      if (bson_iter_init_find (&it, from, event_order[i])) {
+         bson_append_iter (&b->whole, event_order[i], -1, &it);
+      }
+   }
+   if (bson_iter_init (&it, &b->fields)) {
+      while (bson_iter_next (&it)) {
+         if (!ordered_field (bson_iter_key (&it))) {
+            bson_append_iter (&b->whole, bson_iter_key (&it), -1, &it);
+         }
+      }
+   }
+}
+
 fw_split_t
 fw_split_buffer_add (fw_split_buffer_t *b, const bson_t *doc, const bson_t **whole,
                      fw_error_t *error)
@@ -106,13 +153,7 @@ fw_split_buffer_add (fw_split_buffer_t *b, const bson_t *doc, const bson_t **who
    if (fragment < of) {
       return FW_SPLIT_PENDING;
    }
-   /* The whole event takes the last fragment's _id: resuming from it goes on
-    * after the event, never into its middle. */
-   bson_reinit (&b->whole);
-   if (bson_iter_init_find (&it, doc, "_id")) {
-      bson_append_iter (&b->whole, "_id", 3, &it);
-   }
-   bson_concat (&b->whole, &b->fields);
+   rebuild (b, doc);
    fw_split_buffer_reset (b);
    *whole = &b->whole;
    return FW_SPLIT_DONE;
@@ -238,17 +279,25 @@ fw_oversize_take (fw_stream_worker_t *w, fw_split_buffer_t *split, const bson_t 
    return FW_OVERSIZE_SKIPPED;
 }
 
+bool
+fw_oversize_error (const bson_error_t *berr)
+{
+   return berr->code == FW_ERR_OBJECT_TOO_LARGE || berr->code == FW_ERR_SPLIT_FAILED;
+}
+
 void
 fw_oversize_failure (const bson_t *position, bool split, const bson_error_t *berr, char *what,
                      size_t size)
 {
    char *pos = position ? bson_as_relaxed_extended_json (position, NULL) : NULL;
    snprintf (what, size,
-             "the change event after position %.600s is larger than 16 MiB (BSONObjectTooLarge "
-             "10334: %.600s) and %s; the checkpoint stays before it. Use a server that supports "
+             "the change event after position %.600s is larger than 16 MiB (%s %u: %.600s) and "
+             "%s; the checkpoint stays before it. Use a server that supports "
              "$changeStreamSplitLargeEvent (6.0.9+, 7.0+) with split_large_events = true, or set "
              "oversize = \"skip\" to dead-letter such events without their document",
-             pos ? pos : "(the stream's start)", berr->message,
+             pos ? pos : "(the stream's start)",
+             berr->code == FW_ERR_SPLIT_FAILED ? "split failed" : "BSONObjectTooLarge",
+             berr->code, berr->message,
              split ? "cannot be split (one field alone is over the limit)"
                    : "oversize = \"fail\"");
    bson_free (pos);

@@ -22,7 +22,6 @@
 #define FW_READ_AHEAD_BYTES ((size_t) 8 * 1024 * 1024)
 #define FW_ERR_HISTORY_LOST 286
 #define FW_ERR_CHANGE_STREAM_FATAL 280 /* ChangeStreamFatalError: re-opening fails the same way */
-#define FW_ERR_OBJECT_TOO_LARGE 10334  /* BSONObjectTooLarge: an event over 16 MiB */
 
 const char *
 fw_stream_worker_name (const fw_stream_worker_t *w)
@@ -105,7 +104,26 @@ fatal_stream_error (fw_stream_worker_t *w, const bson_error_t *berr)
    stream_failed (w, what);
 }
 
-/* BSONObjectTooLarge: re-opening would hit the event again for ever. */
+/* An event the split stage cannot cut (7182500) under oversize = "skip":
+ * true when the stream is to re-open without the stage, so that the skip
+ * stage stubs the event and it is dead-lettered; false when the stream stops
+ * (oversize = "fail", or without the stage it was already read). */
+static bool
+read_unsplittable (fw_stream_worker_t *w, fw_position_t *p, const bson_error_t *berr)
+{
+   if (berr->code != FW_ERR_SPLIT_FAILED || !w->cfg.oversize_skip || p->unsplittable) {
+      return false;
+   }
+   fw_log (FW_LOG_WARN, w->cfg.name,
+           "a change event cannot be split (%u: %.500s): reading it without "
+           "$changeStreamSplitLargeEvent so that oversize = \"skip\" dead-letters it",
+           berr->code, berr->message);
+   p->unsplittable = true;
+   return true;
+}
+
+/* BSONObjectTooLarge or a failed split: re-opening would hit the event again
+ * for ever. */
 static void
 oversize_failed (fw_stream_worker_t *w, const fw_position_t *p, const bson_error_t *berr)
 {
@@ -117,6 +135,7 @@ oversize_failed (fw_stream_worker_t *w, const fw_position_t *p, const bson_error
 
 typedef enum {
    READ_STOP,
+   READ_REOPEN, /* re-open at once where the position is (no backoff) */
    READ_FAILED, /* the stream stopped for good (stream_failed said why) */
    READ_ERROR,
    READ_INVALIDATED,
@@ -125,6 +144,21 @@ typedef enum {
    READ_RESTART, /* the admin endpoint asked to restart: checkpoint written */
    READ_LOST    /* ha: the lease's deadline passed: handling stopped */
 } read_end_t;
+
+/* After the event the split stage could not cut (read without the stage):
+ * true when the stream is to re-open with the stage again. */
+static bool
+split_back (fw_stream_worker_t *w, fw_position_t *p)
+{
+   if (!p->unsplittable) {
+      return false;
+   }
+   p->unsplittable = false;
+   fw_log (FW_LOG_INFO, w->cfg.name,
+           "the event that could not be split is done: re-opening with "
+           "$changeStreamSplitLargeEvent");
+   return true;
+}
 
 /* Reads until shutdown, an error or an invalidate. */
 static read_end_t
@@ -242,6 +276,9 @@ consume_events (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
             if (s != FW_LANES_NEXT) {
                return s == FW_LANES_INVALIDATED ? READ_INVALIDATED : READ_STOP;
             }
+            if (split_back (w, p)) {
+               return READ_REOPEN;
+            }
             continue;
          }
          if (w->reprocess_at_ms >= 0) {
@@ -268,6 +305,9 @@ consume_events (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
             fw_position_save (w, p, "invalidate");
             return READ_INVALIDATED;
          }
+         if (split_back (w, p)) {
+            return READ_REOPEN;
+         }
          continue;
       }
       if (fw_stream_reader_error (rd, &berr)) {
@@ -278,7 +318,10 @@ consume_events (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
             fatal_stream_error (w, &berr);
             return READ_FAILED;
          }
-         if (berr.code == FW_ERR_OBJECT_TOO_LARGE) {
+         if (fw_oversize_error (&berr)) {
+            if (read_unsplittable (w, p, &berr)) {
+               return READ_REOPEN;
+            }
             oversize_failed (w, p, &berr);
             return READ_FAILED;
          }
@@ -443,15 +486,17 @@ worker_main (void *arg)
          break;
       }
       cs = open_stream (w, p.has_resume ? &p.resume : NULL,
-                        w->cfg.split_large_events && !p.split_rejected);
+                        w->cfg.split_large_events && !p.split_rejected && !p.unsplittable);
       if (cs && mongoc_change_stream_error_document (cs, &berr, &reply)) {
          end = berr.code == FW_ERR_HISTORY_LOST ? READ_HISTORY_LOST : READ_ERROR;
          if (berr.code == FW_ERR_CHANGE_STREAM_FATAL) {
             fatal_stream_error (w, &berr);
             end = READ_FAILED;
-         } else if (berr.code == FW_ERR_OBJECT_TOO_LARGE) {
-            oversize_failed (w, &p, &berr);
-            end = READ_FAILED;
+         } else if (fw_oversize_error (&berr)) {
+            end = read_unsplittable (w, &p, &berr) ? READ_REOPEN : READ_FAILED;
+            if (end == READ_FAILED) {
+               oversize_failed (w, &p, &berr);
+            }
          } else if (w->cfg.split_large_events && !p.split_rejected &&
                     fw_oversize_stage_rejected (&berr)) {
             fw_log (FW_LOG_WARN, w->cfg.name,
@@ -502,6 +547,9 @@ worker_main (void *arg)
             fw_stream_metrics_restart (w->metrics, FW_METRICS_RESTART_ADMIN);
          }
          restarts = 0;
+         continue;
+      }
+      if (end == READ_REOPEN && !fw_shutdown_requested (w->shutdown)) {
          continue;
       }
       if (end == READ_RESTART) {
