@@ -211,11 +211,19 @@ static int
 ctx_event_id (lua_State *L)
 {
    fw_dispatch_t *d = check_ctx (L);
-   char id[1024];
-   if (!fw_event_id (d->event, id, sizeof id)) {
-      return luaL_error (L, "resume token too long for an event id");
+   /* A token holds the event's documentKey: no fixed bound fits it. The
+    * buffer belongs to Lua, so nothing leaks if the push raises. */
+   size_t n = fw_event_id_len (d->event);
+   luaL_Buffer b;
+   char *id;
+   if (n == 0) {
+      return luaL_error (L, "the change event has no _id (resume token)");
    }
-   lua_pushstring (L, id);
+   id = luaL_buffinitsize (L, &b, n + 1);
+   if (!fw_event_id (d->event, id, n + 1)) {
+      return luaL_error (L, "the change event's _id cannot be read");
+   }
+   luaL_pushresultsize (&b, n);
    return 1;
 }
 

@@ -228,8 +228,10 @@ consume_events (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
             char eid[1024], what[2200];
             fw_dispatch_result_t r = FW_DISPATCH_NO_DLQ;
             bson_iter_t tok;
-            bool named = fw_event_field (&ev, FW_EV_ID, &tok) &&
-                         BSON_ITER_HOLDS_DOCUMENT (&tok) && fw_event_id (&ev, eid, sizeof eid);
+            bool named = fw_event_field (&ev, FW_EV_ID, &tok) && BSON_ITER_HOLDS_DOCUMENT (&tok);
+            if (named && !fw_event_id (&ev, eid, sizeof eid)) {
+               snprintf (eid, sizeof eid, "(long token)");
+            }
             if (named && (r = fw_event_dispatch_unreadable (w, &ev, err.message)) ==
                             FW_DISPATCH_STOPPED) {
                return READ_STOP;
