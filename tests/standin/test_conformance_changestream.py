@@ -621,6 +621,24 @@ class SplitLargeEventTest(unittest.TestCase):
             self.open([{"$changeStreamSplitLargeEvent": {"x": 1}}])
         self.assertEqual(cm.exception.code, 7182800)
 
+    # expression.cpp ExpressionBsonSize::evaluate: Document::toBson() with the default limit,
+    # BSONObjMaxInternalSize (16 MiB + 16 KiB); above it BSONObjectTooLarge (10334).
+    def test_bson_size_of_an_event_over_16_mib_plus_16_kib_fails_with_10334(self):
+        size = {"$replaceRoot": {"newRoot": {"_id": "$_id",
+                                             "size": {"$bsonSize": "$$ROOT"}}}}
+        rs = self.open([size])
+        self.db.command("collMod", self.c.name, changeStreamPreAndPostImages={"enabled": True})
+        self.c.insert_one({"_id": 1, "big": "a" * (9 * MIB)})
+        self.assertGreater(rs.next()["size"], 9 * MIB)     # the insert: 9 MiB, measured
+        self.c.update_one({"_id": 1}, {"$set": {"big": "b" * (9 * MIB)}})
+        with self.assertRaises(OperationFailure) as cm:
+            rs.next()                                       # the update: ~18 MiB
+        self.assertEqual(cm.exception.code, 10334)
+        self.assertRegex(cm.exception.details["errmsg"],
+                         r"^BSONObj size: \d+ \(0x[0-9A-F]+\) is invalid\. Size must be between "
+                         r"0 and 16793600\(16MB\)$")
+        rs.close()
+
     def test_bson_size_expression_lets_a_stage_shrink_large_events(self):
         stub = {"$replaceRoot": {"newRoot": {"$cond": {
             "if": {"$lte": [{"$bsonSize": "$$ROOT"}, 1000]}, "then": "$$ROOT",
