@@ -219,10 +219,10 @@ bool fw_oversize_error (const bson_error_t *berr);
 
 /* Writes into what (size bytes) why the stream stops on BSONObjectTooLarge
  * or a failed split (berr): the event after position (NULL: the stream's
- * start) is over 16 MiB and split says whether the split stage was in use,
- * then what to do. */
-void fw_oversize_failure (const bson_t *position, bool split, const bson_error_t *berr,
-                          char *what, size_t size);
+ * start) is over 16 MiB; split says whether the split stage was in use, skip
+ * whether the oversize = "skip" stage was; then what to do. */
+void fw_oversize_failure (const bson_t *position, bool split, bool skip,
+                          const bson_error_t *berr, char *what, size_t size);
 
 typedef enum {
    FW_OVERSIZE_EVENT,    /* a whole event for the dispatcher (*parsed: readable) */

@@ -129,7 +129,8 @@ oversize_failed (fw_stream_worker_t *w, const fw_position_t *p, const bson_error
 {
    char what[2400];
    fw_oversize_failure (p->has_resume ? &p->resume : NULL,
-                        w->cfg.split_large_events && !p->split_rejected, berr, what, sizeof what);
+                        w->cfg.split_large_events && !p->split_rejected && !p->unsplittable,
+                        w->cfg.oversize_skip, berr, what, sizeof what);
    stream_failed (w, what);
 }
 
