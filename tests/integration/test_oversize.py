@@ -226,6 +226,13 @@ class SplitOrderAndUnsplittableTest(StandInTestCase):
         self.assertIn("cannot be split (one field alone is over the limit)", stopped[0])
         self.assertEqual(p.count_log("re-opening the change stream"), 0)
         self.assertEqual(p.report_count(), 1)   # the insert before it
+        # Started again, the stream opens before the event: the aggregate itself fails.
+        p2 = self.run_fw(self.stream("pipeline = %s," % BOTH))
+        self.assertEqual(p2.wait_exit(60), 1)
+        self.assertEqual(len([m for m in p2.messages("error") if "split failed 7182500" in m]),
+                         1, p2.raw_lines())
+        self.assertEqual(p2.count_log("re-opening the change stream"), 0)
+        self.assertEqual(p2.report_count(), 0)
 
     def test_a_field_too_large_to_split_is_dead_lettered_with_oversize_skip(self):
         p = self.run_fw(self.stream('pipeline = %s, oversize = "skip", dlq = true, '
