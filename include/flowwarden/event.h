@@ -79,8 +79,17 @@ bool fw_event_parse (const bson_t *doc, fw_event_t *ev, fw_error_t *error);
 bool fw_event_order_key (const fw_event_t *ev, bson_t *key);
 
 /* Writes the stable event id (the resume token's _data, or its hex bytes)
- * into buf. Returns false if it did not fit. */
+ * into buf. Returns false if it did not fit: a server's token has no bound
+ * (it holds the documentKey), so a fixed buffer suits only log lines. */
 bool fw_event_id (const fw_event_t *ev, char *buf, size_t len);
+
+/* The length of the event id (without its NUL), 0 when the event has no _id:
+ * a buffer of fw_event_id_len () + 1 bytes always fits it. */
+size_t fw_event_id_len (const fw_event_t *ev);
+
+/* The whole event id in a new string the caller frees with bson_free (), or
+ * NULL when the event has no _id. */
+char *fw_event_id_dup (const fw_event_t *ev);
 
 /* One line for logs: operation, namespace and event id. Never document
  * contents. */

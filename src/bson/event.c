@@ -127,6 +127,42 @@ fw_event_ns_coll (const fw_event_t *ev)
    return ns_part (ev, "coll");
 }
 
+size_t
+fw_event_id_len (const fw_event_t *ev)
+{
+   bson_iter_t id, child;
+   const uint8_t *data;
+   uint32_t dlen;
+
+   if (!fw_event_field (ev, FW_EV_ID, &id)) {
+      return 0;
+   }
+   if (bson_iter_recurse (&id, &child) && bson_iter_find (&child, "_data") &&
+       BSON_ITER_HOLDS_UTF8 (&child)) {
+      uint32_t slen;
+      bson_iter_utf8 (&child, &slen);
+      return slen;
+   }
+   bson_iter_document (&id, &dlen, &data);
+   return (size_t) dlen * 2;
+}
+
+char *
+fw_event_id_dup (const fw_event_t *ev)
+{
+   size_t n = fw_event_id_len (ev);
+   char *id;
+
+   if (n == 0 || !(id = bson_malloc (n + 1))) {
+      return NULL;
+   }
+   if (!fw_event_id (ev, id, n + 1)) {
+      bson_free (id);
+      return NULL;
+   }
+   return id;
+}
+
 bool
 fw_event_id (const fw_event_t *ev, char *buf, size_t len)
 {
@@ -162,14 +198,22 @@ fw_event_id (const fw_event_t *ev, char *buf, size_t len)
 void
 fw_event_summary (const fw_event_t *ev, char *buf, size_t len)
 {
-   char id[160];
+   /* A server's token holds the documentKey (~180 characters for a small
+    * key): a long one is cut, saying how long it is. */
+   char id[640];
    const char *db = fw_event_ns_db (ev);
    const char *coll = fw_event_ns_coll (ev);
 
    db = db ? db : "";
    coll = coll ? coll : "";
    if (!fw_event_id (ev, id, sizeof id)) {
-      snprintf (id, sizeof id, "(long)");
+      char *whole = fw_event_id_dup (ev);
+      if (whole) {
+         snprintf (id, sizeof id, "%.500s...(%zu characters)", whole, strlen (whole));
+         bson_free (whole);
+      } else {
+         snprintf (id, sizeof id, "(none)");
+      }
    }
    /* An invalidate has no namespace: no empty field (and double space) then. */
    snprintf (buf, len, "%s %s%s%s%sevent=%s", ev->operation_type, db, *coll ? "." : "", coll,

@@ -211,11 +211,19 @@ static int
 ctx_event_id (lua_State *L)
 {
    fw_dispatch_t *d = check_ctx (L);
-   char id[1024];
-   if (!fw_event_id (d->event, id, sizeof id)) {
-      return luaL_error (L, "resume token too long for an event id");
+   /* A token holds the event's documentKey: no fixed bound fits it. The
+    * buffer belongs to Lua, so nothing leaks if the push raises. */
+   size_t n = fw_event_id_len (d->event);
+   luaL_Buffer b;
+   char *id;
+   if (n == 0) {
+      return luaL_error (L, "the change event has no _id (resume token)");
    }
-   lua_pushstring (L, id);
+   id = luaL_buffinitsize (L, &b, n + 1);
+   if (!fw_event_id (d->event, id, n + 1)) {
+      return luaL_error (L, "the change event's _id cannot be read");
+   }
+   luaL_pushresultsize (&b, n);
    return 1;
 }
 
@@ -249,6 +257,24 @@ ctx_summary (lua_State *L)
    char line[1400];
    fw_event_summary (d->event, line, sizeof line);
    lua_pushfstring (L, "[%s] %s attempt=%d", d->stream_name, line, d->attempt);
+   return 1;
+}
+
+/* ctx:field_names(): the event's top-level field names, in its order. */
+static int
+ctx_field_names (lua_State *L)
+{
+   fw_dispatch_t *d = check_ctx (L);
+   bson_iter_t it;
+   lua_Integer i = 0;
+
+   lua_newtable (L);
+   if (bson_iter_init (&it, d->event->doc)) {
+      while (bson_iter_next (&it)) {
+         lua_pushlstring (L, bson_iter_key (&it), bson_iter_key_len (&it));
+         lua_rawseti (L, -2, ++i);
+      }
+   }
    return 1;
 }
 
@@ -351,6 +377,7 @@ static const luaL_Reg ctx_methods[] = {
    {"collection_name", ctx_collection_name},
    {"transaction", ctx_transaction},
    {"summary", ctx_summary},
+   {"field_names", ctx_field_names},
    {"add_metadata", ctx_add_metadata},
    {"metadata", ctx_metadata},
    {"send_to_dlq", ctx_send_to_dlq},

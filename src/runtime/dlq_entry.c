@@ -154,7 +154,7 @@ build (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg,
 {
    char id[37];
    char op[64];
-   char event_id[1024];
+   char *event_id;
    char actor[300];
    bool original = cfg->include_original_document && !slim;
    bson_t err, ns, history, item, empty = BSON_INITIALIZER;
@@ -202,8 +202,12 @@ build (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg,
    }
    BSON_APPEND_DOCUMENT (out, "metadata", f->metadata ? f->metadata : &empty);
    /* Added to the seed's schema, never renaming any of it. */
-   if (fw_event_id (ev, event_id, sizeof event_id)) {
+   /* The whole id, however long the token: the unique (streamName, eventId)
+    * index needs it on every entry (index keys have no size limit from
+    * MongoDB 4.2, FCV 4.2). */
+   if ((event_id = fw_event_id_dup (ev))) {
       BSON_APPEND_UTF8 (out, "eventId", event_id);
+      bson_free (event_id);
    }
    BSON_APPEND_DOCUMENT_BEGIN (out, "ns", &ns);
    if (fw_event_ns_db (ev)) {

@@ -64,6 +64,53 @@ split_numbers (const bson_t *doc, int32_t *fragment, int32_t *of)
    return true;
 }
 
+/* The top-level fields of a change event in the order mongod gives them in
+ * an unsplit one: the transform (change_stream_event_transform.cpp) adds the
+ * transaction fields, _id, operationType, clusterTime, ..., updateDescription;
+ * the pre-image stage appends fullDocumentBeforeChange after them
+ * (document_source_change_stream_add_pre_image.cpp). Fragments bring them
+ * ordered by size instead (change_stream_split_event_helpers.cpp). */
+static const char *const event_order[] = {
+   "txnNumber",         "lsid",        "_id",  "operationType",        "clusterTime",
+   "collectionUUID",    "wallTime",    "fullDocument", "ns",           "documentKey",
+   "operationDescription", "updateDescription", "fullDocumentBeforeChange", NULL};
+
+static bool
+ordered_field (const char *key)
+{
+   for (int i = 0; event_order[i]; i++) {
+      if (strcmp (key, event_order[i]) == 0) {
+         return true;
+      }
+   }
+   return false;
+}
+
+/* b->whole: the fragments' fields in event_order, then any other field (a
+ * user stage's) in the order the fragments brought them. The event takes
+ * the last fragment's _id: resuming from it goes on after the event, never
+ * into its middle. */
+static void
+rebuild (fw_split_buffer_t *b, const bson_t *last)
+{
+   bson_iter_t it;
+
+   bson_reinit (&b->whole);
+   for (int i = 0; event_order[i]; i++) {
+      const bson_t *from = strcmp (event_order[i], "_id") == 0 ? last : &b->fields;
+      if (bson_iter_init_find (&it, from, event_order[i])) {
+         bson_append_iter (&b->whole, event_order[i], -1, &it);
+      }
+   }
+   if (bson_iter_init (&it, &b->fields)) {
+      while (bson_iter_next (&it)) {
+         if (!ordered_field (bson_iter_key (&it))) {
+            bson_append_iter (&b->whole, bson_iter_key (&it), -1, &it);
+         }
+      }
+   }
+}
+
 fw_split_t
 fw_split_buffer_add (fw_split_buffer_t *b, const bson_t *doc, const bson_t **whole,
                      fw_error_t *error)
@@ -106,22 +153,67 @@ fw_split_buffer_add (fw_split_buffer_t *b, const bson_t *doc, const bson_t **who
    if (fragment < of) {
       return FW_SPLIT_PENDING;
    }
-   /* The whole event takes the last fragment's _id: resuming from it goes on
-    * after the event, never into its middle. */
-   bson_reinit (&b->whole);
-   if (bson_iter_init_find (&it, doc, "_id")) {
-      bson_append_iter (&b->whole, "_id", 3, &it);
-   }
-   bson_concat (&b->whole, &b->fields);
+   rebuild (b, doc);
    fw_split_buffer_reset (b);
    *whole = &b->whole;
    return FW_SPLIT_DONE;
 }
 
+/* The fields that make an event large, each a stored document (at most
+ * 16 MiB) or derived from one. */
+static const char *const measured[] = {"$fullDocument", "$fullDocumentBeforeChange",
+                                       "$updateDescription", "$documentKey"};
+
+/* {$add: [{$ifNull: [{$bsonSize: "$<field>"}, 0]}, ...]}: the size of the
+ * event's documents. $bsonSize of the whole event cannot be used: MongoDB
+ * builds the measured BSON with the default limit (ExpressionBsonSize::
+ * evaluate), so an event over 16 MiB + 16 KiB - the very events to stub -
+ * fails there with BSONObjectTooLarge (10334). */
+static void
+append_size (bson_t *parent, const char *key)
+{
+   bson_t size, add, part, if_null, bsize;
+   char ik[16];
+   const char *ikp;
+
+   BSON_APPEND_DOCUMENT_BEGIN (parent, key, &size);
+   BSON_APPEND_ARRAY_BEGIN (&size, "$add", &add);
+   for (uint32_t i = 0; i < sizeof measured / sizeof measured[0]; i++) {
+      bson_uint32_to_string (i, &ikp, ik, sizeof ik);
+      BSON_APPEND_DOCUMENT_BEGIN (&add, ikp, &part);
+      BSON_APPEND_ARRAY_BEGIN (&part, "$ifNull", &if_null);
+      BSON_APPEND_DOCUMENT_BEGIN (&if_null, "0", &bsize);
+      BSON_APPEND_UTF8 (&bsize, "$bsonSize", measured[i]);
+      bson_append_document_end (&if_null, &bsize);
+      BSON_APPEND_INT32 (&if_null, "1", 0);
+      bson_append_array_end (&part, &if_null);
+      bson_append_document_end (&add, &part);
+   }
+   bson_append_array_end (&size, &add);
+   bson_append_document_end (parent, &size);
+}
+
+/* The stub of an event over the threshold: what identifies it, and size. */
+static void
+append_stub (bson_t *parent, const char *key)
+{
+   bson_t stub;
+
+   BSON_APPEND_DOCUMENT_BEGIN (parent, key, &stub);
+   BSON_APPEND_UTF8 (&stub, "_id", "$_id");
+   BSON_APPEND_UTF8 (&stub, "operationType", "$operationType");
+   BSON_APPEND_UTF8 (&stub, "clusterTime", "$clusterTime");
+   BSON_APPEND_UTF8 (&stub, "wallTime", "$wallTime");
+   BSON_APPEND_UTF8 (&stub, "ns", "$ns");
+   BSON_APPEND_UTF8 (&stub, "documentKey", "$documentKey");
+   BSON_APPEND_UTF8 (&stub, FW_OVERSIZE_FIELD, "$$size");
+   bson_append_document_end (parent, &stub);
+}
+
 void
 fw_oversize_pipeline (const fw_stream_config_t *cfg, bool split, bson_t *out)
 {
-   bson_t stage, spec, root, cond, lte, arr, size, stub, size2;
+   bson_t stage, spec, let, vars, cond, lte, arr;
    char key[16];
    const char *k;
 
@@ -143,30 +235,28 @@ fw_oversize_pipeline (const fw_stream_config_t *cfg, bool split, bson_t *out)
     * runtime dead-letters. _id stays as it was, so resuming still works. */
    BSON_APPEND_DOCUMENT_BEGIN (out, k, &stage);
    BSON_APPEND_DOCUMENT_BEGIN (&stage, "$replaceRoot", &spec);
-   BSON_APPEND_DOCUMENT_BEGIN (&spec, "newRoot", &root);
-   BSON_APPEND_DOCUMENT_BEGIN (&root, "$cond", &cond);
-   BSON_APPEND_DOCUMENT_BEGIN (&cond, "if", &lte);
-   BSON_APPEND_ARRAY_BEGIN (&lte, "$lte", &arr);
-   BSON_APPEND_DOCUMENT_BEGIN (&arr, "0", &size);
-   BSON_APPEND_UTF8 (&size, "$bsonSize", "$$ROOT");
-   bson_append_document_end (&arr, &size);
-   BSON_APPEND_INT64 (&arr, "1", cfg->oversize_threshold);
-   bson_append_array_end (&lte, &arr);
-   bson_append_document_end (&cond, &lte);
-   BSON_APPEND_UTF8 (&cond, "then", "$$ROOT");
-   BSON_APPEND_DOCUMENT_BEGIN (&cond, "else", &stub);
-   BSON_APPEND_UTF8 (&stub, "_id", "$_id");
-   BSON_APPEND_UTF8 (&stub, "operationType", "$operationType");
-   BSON_APPEND_UTF8 (&stub, "clusterTime", "$clusterTime");
-   BSON_APPEND_UTF8 (&stub, "wallTime", "$wallTime");
-   BSON_APPEND_UTF8 (&stub, "ns", "$ns");
-   BSON_APPEND_UTF8 (&stub, "documentKey", "$documentKey");
-   BSON_APPEND_DOCUMENT_BEGIN (&stub, FW_OVERSIZE_FIELD, &size2);
-   BSON_APPEND_UTF8 (&size2, "$bsonSize", "$$ROOT");
-   bson_append_document_end (&stub, &size2);
-   bson_append_document_end (&cond, &stub);
-   bson_append_document_end (&root, &cond);
-   bson_append_document_end (&spec, &root);
+   BSON_APPEND_DOCUMENT_BEGIN (&spec, "newRoot", &let);
+   BSON_APPEND_DOCUMENT_BEGIN (&let, "$let", &vars);
+   {
+      bson_t v, in;
+      BSON_APPEND_DOCUMENT_BEGIN (&vars, "vars", &v);
+      append_size (&v, "size");
+      bson_append_document_end (&vars, &v);
+      BSON_APPEND_DOCUMENT_BEGIN (&vars, "in", &in);
+      BSON_APPEND_DOCUMENT_BEGIN (&in, "$cond", &cond);
+      BSON_APPEND_DOCUMENT_BEGIN (&cond, "if", &lte);
+      BSON_APPEND_ARRAY_BEGIN (&lte, "$lte", &arr);
+      BSON_APPEND_UTF8 (&arr, "0", "$$size");
+      BSON_APPEND_INT64 (&arr, "1", cfg->oversize_threshold);
+      bson_append_array_end (&lte, &arr);
+      bson_append_document_end (&cond, &lte);
+      BSON_APPEND_UTF8 (&cond, "then", "$$ROOT");
+      append_stub (&cond, "else");
+      bson_append_document_end (&in, &cond);
+      bson_append_document_end (&vars, &in);
+   }
+   bson_append_document_end (&let, &vars);
+   bson_append_document_end (&spec, &let);
    bson_append_document_end (&stage, &spec);
    bson_append_document_end (out, &stage);
 }
@@ -238,18 +328,29 @@ fw_oversize_take (fw_stream_worker_t *w, fw_split_buffer_t *split, const bson_t 
    return FW_OVERSIZE_SKIPPED;
 }
 
+bool
+fw_oversize_error (const bson_error_t *berr)
+{
+   return berr->code == FW_ERR_OBJECT_TOO_LARGE || berr->code == FW_ERR_SPLIT_FAILED;
+}
+
 void
-fw_oversize_failure (const bson_t *position, bool split, const bson_error_t *berr, char *what,
-                     size_t size)
+fw_oversize_failure (const bson_t *position, bool split, bool skip, const bson_error_t *berr,
+                     char *what, size_t size)
 {
    char *pos = position ? bson_as_relaxed_extended_json (position, NULL) : NULL;
    snprintf (what, size,
-             "the change event after position %.600s is larger than 16 MiB (BSONObjectTooLarge "
-             "10334: %.600s) and %s; the checkpoint stays before it. Use a server that supports "
+             "the change event after position %.600s is larger than 16 MiB (%s %u: %.600s) and "
+             "%s; the checkpoint stays before it. Use a server that supports "
              "$changeStreamSplitLargeEvent (6.0.9+, 7.0+) with split_large_events = true, or set "
              "oversize = \"skip\" to dead-letter such events without their document",
-             pos ? pos : "(the stream's start)", berr->message,
-             split ? "cannot be split (one field alone is over the limit)"
-                   : "oversize = \"fail\"");
+             pos ? pos : "(the stream's start)",
+             berr->code == FW_ERR_SPLIT_FAILED ? "split failed" : "BSONObjectTooLarge",
+             berr->code, berr->message,
+             split  ? "cannot be split (one field alone is over the limit)"
+             : skip ? "the oversize = \"skip\" stage did not stub it (what makes it large is not "
+                      "in fullDocument, fullDocumentBeforeChange, updateDescription or "
+                      "documentKey: a field a pipeline stage added?)"
+                    : "oversize = \"fail\"");
    bson_free (pos);
 }

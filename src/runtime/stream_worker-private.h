@@ -205,11 +205,22 @@ bool fw_oversize_stub_size (const bson_t *doc, int64_t *size);
 /* True when the server refused the $changeStreamSplitLargeEvent stage. */
 bool fw_oversize_stage_rejected (const bson_error_t *berr);
 
+/* MongoDB's errors for an event too large to send: BSONObjectTooLarge, and
+ * the split stage's "fragment size ... is greater than maximum allowed
+ * fragment size" when one field alone fills a fragment
+ * (change_stream_split_event_helpers.cpp). */
+#define FW_ERR_OBJECT_TOO_LARGE 10334
+#define FW_ERR_SPLIT_FAILED 7182500
+
+/* True when berr is one of them: the oversize policy applies. */
+bool fw_oversize_error (const bson_error_t *berr);
+
 /* Writes into what (size bytes) why the stream stops on BSONObjectTooLarge
- * (berr): the event after position (NULL: the stream's start) is over 16 MiB
- * and split says whether the split stage was in use, then what to do. */
-void fw_oversize_failure (const bson_t *position, bool split, const bson_error_t *berr,
-                          char *what, size_t size);
+ * or a failed split (berr): the event after position (NULL: the stream's
+ * start) is over 16 MiB; split says whether the split stage was in use, skip
+ * whether the oversize = "skip" stage was; then what to do. */
+void fw_oversize_failure (const bson_t *position, bool split, bool skip,
+                          const bson_error_t *berr, char *what, size_t size);
 
 typedef enum {
    FW_OVERSIZE_EVENT,    /* a whole event for the dispatcher (*parsed: readable) */
@@ -309,6 +320,9 @@ typedef struct fw_position {
    char error[600];     /* why the change stream last failed, for the stream's status */
    fw_split_buffer_t split; /* fragments of a split event, not yet handled */
    bool split_rejected; /* the server refused $changeStreamSplitLargeEvent */
+   bool unsplittable;   /* the server could not split the next event (7182500):
+                         * read without the stage until oversize = "skip" has
+                         * dead-lettered it */
 } fw_position_t;
 
 /* dst = a copy of src (dst initialized). */

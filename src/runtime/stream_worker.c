@@ -22,7 +22,6 @@
 #define FW_READ_AHEAD_BYTES ((size_t) 8 * 1024 * 1024)
 #define FW_ERR_HISTORY_LOST 286
 #define FW_ERR_CHANGE_STREAM_FATAL 280 /* ChangeStreamFatalError: re-opening fails the same way */
-#define FW_ERR_OBJECT_TOO_LARGE 10334  /* BSONObjectTooLarge: an event over 16 MiB */
 /* Before 6.0, a fullDocument other than "default" or "updateLookup"
  * (document_source_change_stream.cpp): every open fails the same way. */
 #define FW_ERR_FULL_DOCUMENT_REFUSED 40575
@@ -109,13 +108,33 @@ fatal_stream_error (fw_stream_worker_t *w, const bson_error_t *berr)
    stream_failed (w, what);
 }
 
-/* BSONObjectTooLarge: re-opening would hit the event again for ever. */
+/* An event the split stage cannot cut (7182500) under oversize = "skip":
+ * true when the stream is to re-open without the stage, so that the skip
+ * stage stubs the event and it is dead-lettered; false when the stream stops
+ * (oversize = "fail", or without the stage it was already read). */
+static bool
+read_unsplittable (fw_stream_worker_t *w, fw_position_t *p, const bson_error_t *berr)
+{
+   if (berr->code != FW_ERR_SPLIT_FAILED || !w->cfg.oversize_skip || p->unsplittable) {
+      return false;
+   }
+   fw_log (FW_LOG_WARN, w->cfg.name,
+           "a change event cannot be split (%u: %.500s): reading it without "
+           "$changeStreamSplitLargeEvent so that oversize = \"skip\" dead-letters it",
+           berr->code, berr->message);
+   p->unsplittable = true;
+   return true;
+}
+
+/* BSONObjectTooLarge or a failed split: re-opening would hit the event again
+ * for ever. */
 static void
 oversize_failed (fw_stream_worker_t *w, const fw_position_t *p, const bson_error_t *berr)
 {
    char what[2400];
    fw_oversize_failure (p->has_resume ? &p->resume : NULL,
-                        w->cfg.split_large_events && !p->split_rejected, berr, what, sizeof what);
+                        w->cfg.split_large_events && !p->split_rejected && !p->unsplittable,
+                        w->cfg.oversize_skip, berr, what, sizeof what);
    stream_failed (w, what);
 }
 
@@ -140,6 +159,7 @@ closed_without_error (const bson_error_t *berr)
 
 typedef enum {
    READ_STOP,
+   READ_REOPEN, /* re-open at once where the position is (no backoff) */
    READ_FAILED, /* the stream stopped for good (stream_failed said why) */
    READ_ERROR,
    READ_INVALIDATED,
@@ -177,6 +197,21 @@ closed_at_invalidate (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position
    p->invalidated = true;
    fw_position_save (w, p, "invalidate");
    return READ_INVALIDATED;
+}
+
+/* After the event the split stage could not cut (read without the stage):
+ * true when the stream is to re-open with the stage again. */
+static bool
+split_back (fw_stream_worker_t *w, fw_position_t *p)
+{
+   if (!p->unsplittable) {
+      return false;
+   }
+   p->unsplittable = false;
+   fw_log (FW_LOG_INFO, w->cfg.name,
+           "the event that could not be split is done: re-opening with "
+           "$changeStreamSplitLargeEvent");
+   return true;
 }
 
 /* Reads until shutdown, an error or an invalidate. */
@@ -247,8 +282,10 @@ consume_events (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
             char eid[1024], what[2200];
             fw_dispatch_result_t r = FW_DISPATCH_NO_DLQ;
             bson_iter_t tok;
-            bool named = fw_event_field (&ev, FW_EV_ID, &tok) &&
-                         BSON_ITER_HOLDS_DOCUMENT (&tok) && fw_event_id (&ev, eid, sizeof eid);
+            bool named = fw_event_field (&ev, FW_EV_ID, &tok) && BSON_ITER_HOLDS_DOCUMENT (&tok);
+            if (named && !fw_event_id (&ev, eid, sizeof eid)) {
+               snprintf (eid, sizeof eid, "(long token)");
+            }
             if (named && (r = fw_event_dispatch_unreadable (w, &ev, err.message)) ==
                             FW_DISPATCH_STOPPED) {
                return READ_STOP;
@@ -295,6 +332,9 @@ consume_events (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
             if (s != FW_LANES_NEXT) {
                return s == FW_LANES_INVALIDATED ? READ_INVALIDATED : READ_STOP;
             }
+            if (split_back (w, p)) {
+               return READ_REOPEN;
+            }
             continue;
          }
          if (w->reprocess_at_ms >= 0) {
@@ -321,6 +361,9 @@ consume_events (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
             fw_position_save (w, p, "invalidate");
             return READ_INVALIDATED;
          }
+         if (split_back (w, p)) {
+            return READ_REOPEN;
+         }
          continue;
       }
       if (fw_stream_reader_error (rd, &berr)) {
@@ -331,7 +374,10 @@ consume_events (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
             fatal_stream_error (w, &berr);
             return READ_FAILED;
          }
-         if (berr.code == FW_ERR_OBJECT_TOO_LARGE) {
+         if (fw_oversize_error (&berr)) {
+            if (read_unsplittable (w, p, &berr)) {
+               return READ_REOPEN;
+            }
             oversize_failed (w, p, &berr);
             return READ_FAILED;
          }
@@ -508,15 +554,17 @@ worker_main (void *arg)
          }
       }
       cs = open_stream (w, p.has_resume ? &p.resume : NULL,
-                        w->cfg.split_large_events && !p.split_rejected);
+                        w->cfg.split_large_events && !p.split_rejected && !p.unsplittable);
       if (cs && mongoc_change_stream_error_document (cs, &berr, &reply)) {
          end = berr.code == FW_ERR_HISTORY_LOST ? READ_HISTORY_LOST : READ_ERROR;
          if (berr.code == FW_ERR_CHANGE_STREAM_FATAL) {
             fatal_stream_error (w, &berr);
             end = READ_FAILED;
-         } else if (berr.code == FW_ERR_OBJECT_TOO_LARGE) {
-            oversize_failed (w, &p, &berr);
-            end = READ_FAILED;
+         } else if (fw_oversize_error (&berr)) {
+            end = read_unsplittable (w, &p, &berr) ? READ_REOPEN : READ_FAILED;
+            if (end == READ_FAILED) {
+               oversize_failed (w, &p, &berr);
+            }
          } else if (berr.code == FW_ERR_FULL_DOCUMENT_REFUSED) {
             char what[1400];
             snprintf (what, sizeof what,
@@ -576,6 +624,9 @@ worker_main (void *arg)
             fw_stream_metrics_restart (w->metrics, FW_METRICS_RESTART_ADMIN);
          }
          restarts = 0;
+         continue;
+      }
+      if (end == READ_REOPEN && !fw_shutdown_requested (w->shutdown)) {
          continue;
       }
       if (end == READ_RESTART) {

@@ -506,7 +506,9 @@ fw_test__deliver (lua_State *L)
    fw_event_t ev;
    fw_error_t err;
    const char *outcome;
-   char id[1024] = "";
+   size_t id_len;
+   luaL_Buffer idb;
+   char *id;
    bool parsed, ran; /* ran: a handler attempt was made */
    int t;
 
@@ -517,7 +519,6 @@ fw_test__deliver (lua_State *L)
    if (!parsed && !fw_event_has (&ev, FW_EV_ID)) {
       return luaL_error (L, "deliver: the event is not a change event: %s", err.message);
    }
-   fw_event_id (&ev, id, sizeof id);
    fw_stream_worker_stats (w, &before);
    w->dispatch.attempt = 0;
    fw_test__begin_capture (app, u);
@@ -572,7 +573,13 @@ fw_test__deliver (lua_State *L)
     * parked behind its sequence). */
    lua_pushinteger (L, ran ? w->dispatch.attempt : 0);
    lua_setfield (L, t, "attempts");
-   lua_pushstring (L, id);
+   /* The whole id, however long the token (a Lua buffer: nothing to free). */
+   id_len = fw_event_id_len (&ev);
+   id = luaL_buffinitsize (L, &idb, id_len + 1);
+   if (!fw_event_id (&ev, id, id_len + 1)) {
+      id_len = 0;
+   }
+   luaL_pushresultsize (&idb, id_len);
    lua_setfield (L, t, "event_id");
    fw_test__push_capture_fields (L, t, &u->c);
    if (r == FW_DISPATCH_FAILED) {

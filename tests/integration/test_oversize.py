@@ -161,3 +161,102 @@ class OversizeTest(StandInTestCase):
         self.assertEqual(p.count_log("does not support $changeStreamSplitLargeEvent",
                                      level="warn"), 1)
         self.assertEqual(p.stop(), 0)
+
+
+FIELDS_HANDLER = """
+  on_change = function(ctx)
+    report({ op = ctx:operation_type(), id = ctx:document_key()._id,
+             fields = ctx:field_names() })
+  end,
+"""
+
+# A user stage that makes one field of an update twice its 9 MiB update
+# description: no fragment can hold it (the split stage fails with 7182500).
+BOTH = '{ { ["$addFields"] = { both = { "$updateDescription", "$updateDescription" } } } }'
+
+
+class SplitOrderAndUnsplittableTest(StandInTestCase):
+    """MongoDB's split stage fills fragments with the fields ordered by size
+    (change_stream_split_event_helpers.cpp) and fails with 7182500 when one
+    field cannot fit a fragment."""
+
+    def setUp(self):
+        super().setUp()
+        self.db.create_collection("orders")
+
+    def stream(self, extra="", handler=HANDLER):
+        return self.script("""
+            fw.stream {
+              name = "s", collection = "orders", full_document = "updateLookup",
+              %s
+              %s
+            }
+        """ % (extra, handler))
+
+    def test_a_split_event_reaches_the_handler_with_the_fields_of_an_unsplit_one(self):
+        p = self.run_fw(self.stream('full_document_before_change = "whenAvailable",',
+                                    FIELDS_HANDLER))
+        p.wait_open()
+        self.wait_checkpoint("s")
+        self.db.command({"collMod": "orders", "changeStreamPreAndPostImages": {"enabled": True}})
+        self.db.orders.insert_one({"_id": 1, "big": "a" * (10 * MIB)})
+        self.db.orders.update_one({"_id": 1}, {"$set": {"big": "b" * (10 * MIB)}})
+        self.db.orders.insert_one({"_id": 2})
+        self.db.orders.update_one({"_id": 2}, {"$set": {"small": True}})
+        reports = p.wait_reports(4, timeout=60)
+        self.assertEqual([(r["op"], r["id"]) for r in reports],
+                         [("insert", 1), ("update", 1), ("insert", 2), ("update", 2)])
+        order = ["_id", "operationType", "clusterTime", "wallTime", "fullDocument", "ns",
+                 "documentKey", "updateDescription", "fullDocumentBeforeChange"]
+        self.assertEqual(reports[1]["fields"], order)     # split, put back together
+        self.assertEqual(reports[3]["fields"], order)     # small: as the server sent it
+        self.assertEqual(p.stop(), 0)
+
+    def test_a_field_too_large_to_split_stops_the_stream_with_oversize_fail(self):
+        p = self.run_fw(self.stream("pipeline = %s," % BOTH))
+        p.wait_open()
+        self.wait_checkpoint("s")
+        self.db.orders.insert_one({"_id": 1})
+        self.db.orders.update_one({"_id": 1}, {"$set": {"big": "b" * (9 * MIB)}})
+        self.assertEqual(p.wait_exit(60), 1)
+        stopped = [m for m in p.messages("error") if "STREAM STOPPED" in m]
+        self.assertEqual(len(stopped), 1, p.raw_lines())
+        self.assertIn("is larger than 16 MiB (split failed 7182500: Splitting change event "
+                      "failed: fragment size", stopped[0])
+        self.assertIn("cannot be split (one field alone is over the limit)", stopped[0])
+        self.assertEqual(p.count_log("re-opening the change stream"), 0)
+        self.assertEqual(p.report_count(), 1)   # the insert before it
+        # Started again, the stream opens before the event: the aggregate itself fails.
+        p2 = self.run_fw(self.stream("pipeline = %s," % BOTH))
+        self.assertEqual(p2.wait_exit(60), 1)
+        self.assertEqual(len([m for m in p2.messages("error") if "split failed 7182500" in m]),
+                         1, p2.raw_lines())
+        self.assertEqual(p2.count_log("re-opening the change stream"), 0)
+        self.assertEqual(p2.report_count(), 0)
+
+    def test_a_field_too_large_to_split_is_dead_lettered_with_oversize_skip(self):
+        p = self.run_fw(self.stream('pipeline = %s, oversize = "skip", dlq = true, '
+                                    'full_document_before_change = "whenAvailable",' % BOTH))
+        p.wait_open()
+        self.wait_checkpoint("s")
+        self.db.command({"collMod": "orders", "changeStreamPreAndPostImages": {"enabled": True}})
+        self.db.orders.insert_one({"_id": 1})
+        self.db.orders.update_one({"_id": 1}, {"$set": {"big": "b" * (9 * MIB)}})
+        self.db.orders.insert_one({"_id": 2})
+        reports = p.wait_reports(2, timeout=60)
+        self.assertEqual([(r["op"], r["id"]) for r in reports], [("insert", 1), ("insert", 2)])
+        (e,) = list(self.db["_fw_dlq"].find())
+        self.assertEqual((e["error"]["type"], e["documentKey"], e["operationType"]),
+                         ("OversizeEvent", {"_id": 1}, "UPDATE"))
+        self.assertEqual(p.count_log("cannot be split (7182500", level="warn"), 1)
+        self.assertEqual(p.count_log("re-opening with $changeStreamSplitLargeEvent"), 1)
+        self.assertEqual(p.count_log("STREAM STOPPED"), 0)
+        # Split again after it: a later event over 16 MiB (9 MiB post- and pre-image) with a
+        # small update description is split and put back together.
+        self.db.orders.insert_one({"_id": 3, "big": "c" * (9 * MIB)})
+        self.db.orders.update_one({"_id": 3}, {"$set": {"n": 3}})
+        self.assertEqual([(r["op"], r["id"], r["big"], r["before"], r["n"])
+                          for r in p.wait_reports(4, timeout=60)[2:]],
+                         [("insert", 3, 9 * MIB, 0, 0), ("update", 3, 9 * MIB, 9 * MIB, 3)])
+        self.assertEqual(len(list(self.db["_fw_dlq"].find())), 1)
+        self.assertEqual(p.stop(), 0)

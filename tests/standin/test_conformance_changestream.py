@@ -418,6 +418,33 @@ class ResumeTest(unittest.TestCase):
             self.c.watch(resume_after={"_data": "nonsense"})
 
 
+class LongTokenTest(unittest.TestCase):
+    """resume_token.cpp: an event token is a hex KeyString of clusterTime, version, tokenType,
+    txnOpIndex, fromInvalidate, the collection UUID and the event identifier (the documentKey,
+    with operationType in v2 tokens), so a long _id makes a long token."""
+
+    def test_a_2000_byte_string_id_gives_a_token_longer_than_the_id_and_resumes(self):
+        c = CLIENT.cs_long.tokens
+        cs = c.watch(max_await_time_ms=100)
+        big = "k" * 2000
+        c.insert_one({"_id": big})
+        c.insert_one({"_id": "short"})
+        first, second = drain(cs, 2)
+        cs.close()
+        self.assertEqual(first["documentKey"], {"_id": big})
+        self.assertGreater(len(token(first)), 4000)
+        self.assertRegex(token(first), r"^[0-9A-F]+$")
+        self.assertLess(len(token(second)), 300)
+        self.assertLess(token(first), token(second))
+        for option in ("resume_after", "start_after"):
+            again = c.watch(max_await_time_ms=100, **{option: first["_id"]})
+            self.assertEqual(next_event(again)["documentKey"], {"_id": "short"})
+            again.close()
+        # The token is opaque: a changed identifier is not one this deployment issued.
+        with self.assertRaises(OperationFailure):
+            c.watch(resume_after={"_data": token(first)[:-8]}).try_next()
+
+
 class HistoryLostTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -539,6 +566,85 @@ class SplitLargeEventTest(unittest.TestCase):
             self.open(resumeAfter=frags[0]["_id"])
         self.assertEqual(cm.exception.code, 280)
 
+    # MongoDB's change_stream_split_event_helpers.cpp (splitChangeEvent): the fields but _id,
+    # ordered by BSON element size then name, fill fragment after fragment.
+    def test_split_fragments_take_fields_by_size_not_in_the_event_order(self):
+        rs = self.open([{"$changeStreamSplitLargeEvent": {}}])
+        self.make_big_update()
+        rs.next()
+        frags = [rs.next()]
+        while frags[-1]["splitEvent"]["fragment"] < frags[-1]["splitEvent"]["of"]:
+            frags.append(rs.next())
+        rs.close()
+        keys = []
+        merged = {}
+        for f in frags:
+            self.assertEqual(list(f)[:2], ["_id", "splitEvent"])
+            keys += list(f)[2:]
+            merged.update((k, f[k]) for k in list(f)[2:])
+        by_size = sorted(keys, key=lambda k: (len(bson_encode({k: merged[k]})), k.encode()))
+        self.assertEqual(keys, by_size)
+        # The manual's order (change events page) is not what the fragments give back.
+        self.assertNotEqual(keys, ["operationType", "clusterTime", "wallTime", "fullDocument",
+                                   "ns", "documentKey", "updateDescription",
+                                   "fullDocumentBeforeChange"])
+        self.assertIn(keys[-1], ("fullDocument", "fullDocumentBeforeChange",
+                                 "updateDescription"))
+        # Each fragment has its own token; all resume after the event's earlier fragments.
+        self.assertEqual(len({token(f) for f in frags}), len(frags))
+
+    def event_size_with(self, stream, big, pad):
+        """(size of the update event for a `big`-long field set on a document padded by
+        `pad` characters, the stream's next event)."""
+        self.c.delete_many({})
+        self.c.insert_one({"_id": 1, "pad": "p" * pad, "big": "a"})
+        self.c.update_one({"_id": 1}, {"$set": {"big": "b" * big}})
+        stream.next()   # the delete of the previous round, or nothing
+        ev = stream.next()
+        while ev["operationType"] != "update" and "splitEvent" not in ev:
+            ev = stream.next()
+        return len(bson_encode(ev)), ev
+
+    # document_source_change_stream_split_large_event.h: kBSONObjMaxChangeEventSize is
+    # BSONObjMaxInternalSize (16 MiB + 16 KiB) - 8 KiB; 6.0.9/7.0 split only an event larger.
+    def test_split_starts_above_16_mib_plus_8_kib(self):
+        limit = 16 * MIB + 8 * 1024
+        rs = self.open([{"$changeStreamSplitLargeEvent": {}}], fullDocumentBeforeChange="off")
+        size, _ = self.event_size_with(rs, 1000, 100)
+        fixed = size - 2 * 1000 - 100    # big is in fullDocument and updateDescription
+        for target, split in ((limit, False), (limit + 1, True)):
+            pad = 100 + (target - fixed - 100) % 2
+            big = (target - fixed - pad) // 2
+            size, ev = self.event_size_with(rs, big, pad)
+            if split:
+                self.assertIn("splitEvent", ev)
+                while ev["splitEvent"]["fragment"] < ev["splitEvent"]["of"]:
+                    ev = rs.next()
+            else:
+                self.assertEqual(size, target)
+                self.assertNotIn("splitEvent", ev)
+        rs.close()
+
+    # change_stream_split_event_helpers.cpp: a fragment that one field alone makes too large
+    # fails with 7182500 (not 10334 BSONObjectTooLarge).
+    def test_a_field_too_large_for_a_fragment_fails_with_7182500(self):
+        both = {"$addFields": {"both": ["$fullDocument", "$fullDocument"]}}
+        rs = self.open([both, {"$changeStreamSplitLargeEvent": {}}])
+        self.c.insert_one({"_id": 1})
+        self.c.update_one({"_id": 1}, {"$set": {"big": "b" * (9 * MIB)}})
+        first = rs.next()
+        self.assertEqual(first["operationType"], "insert")
+        with self.assertRaises(OperationFailure) as cm:
+            rs.next()
+        self.assertEqual(cm.exception.code, 7182500)
+        # The limit is 16 MiB + 8 KiB less the event's token ({_data}); the update's token is
+        # as long as the insert's (same key, operation names of the same length).
+        limit = 16 * MIB + 8 * 1024 - len(bson_encode(first["_id"]))
+        self.assertRegex(cm.exception.details["errmsg"],
+                         r"^Splitting change event failed: fragment size \d+ is greater than "
+                         r"maximum allowed fragment size %d$" % limit)
+        self.assertNotIn("errorLabels", cm.exception.details)
+
     def test_split_stage_must_be_last_and_empty(self):
         with self.assertRaises(OperationFailure) as cm:
             self.open([{"$changeStreamSplitLargeEvent": {}}, {"$match": {}}])
@@ -546,6 +652,24 @@ class SplitLargeEventTest(unittest.TestCase):
         with self.assertRaises(OperationFailure) as cm:
             self.open([{"$changeStreamSplitLargeEvent": {"x": 1}}])
         self.assertEqual(cm.exception.code, 7182800)
+
+    # expression.cpp ExpressionBsonSize::evaluate: Document::toBson() with the default limit,
+    # BSONObjMaxInternalSize (16 MiB + 16 KiB); above it BSONObjectTooLarge (10334).
+    def test_bson_size_of_an_event_over_16_mib_plus_16_kib_fails_with_10334(self):
+        size = {"$replaceRoot": {"newRoot": {"_id": "$_id",
+                                             "size": {"$bsonSize": "$$ROOT"}}}}
+        rs = self.open([size])
+        self.db.command("collMod", self.c.name, changeStreamPreAndPostImages={"enabled": True})
+        self.c.insert_one({"_id": 1, "big": "a" * (9 * MIB)})
+        self.assertGreater(rs.next()["size"], 9 * MIB)     # the insert: 9 MiB, measured
+        self.c.update_one({"_id": 1}, {"$set": {"big": "b" * (9 * MIB)}})
+        with self.assertRaises(OperationFailure) as cm:
+            rs.next()                                       # the update: ~18 MiB
+        self.assertEqual(cm.exception.code, 10334)
+        self.assertRegex(cm.exception.details["errmsg"],
+                         r"^BSONObj size: \d+ \(0x[0-9A-F]+\) is invalid\. Size must be between "
+                         r"0 and 16793600\(16MB\)$")
+        rs.close()
 
     def test_bson_size_expression_lets_a_stage_shrink_large_events(self):
         stub = {"$replaceRoot": {"newRoot": {"$cond": {

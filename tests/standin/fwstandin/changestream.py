@@ -56,36 +56,59 @@ def _split_stage(stages):
     spec = stages[-1][SPLIT_STAGE]
     if not isinstance(spec, dict) or spec:
         raise MongoError(7182800, "Location7182800",
-                         "$changeStreamSplitLargeEvent accepts only an empty object as its "
-                         "specification")
+                         "$changeStreamSplitLargeEvent spec should be an empty object")
     return stages[:-1], True
 
 
-def split_event(raw, tsv):
-    """The fragments of an event over 16 MiB: its top-level fields in order, each fragment at
-    most 16 MiB with its own _id and splitEvent {fragment, of}, as mongod cuts them."""
+# $changeStreamSplitLargeEvent (document_source_change_stream_split_large_event.h): an event
+# is split only when its BSON is larger than kBSONObjMaxChangeEventSize, BSONObjMaxInternalSize
+# (16 MiB + 16 KiB) less 8 KiB. 6.0.9/7.0 compare the event alone (8.x adds its token's size).
+MAX_CHANGE_EVENT_SIZE = MAX_BSON + 16 * 1024 - 8 * 1024
+
+
+def unsplittable(size, limit):
+    return MongoError(7182500, "Location7182500",
+                      "Splitting change event failed: fragment size %d is greater than maximum "
+                      "allowed fragment size %d" % (size, limit))
+
+
+def split_event(raw, token):
+    """The fragments of an event over MAX_CHANGE_EVENT_SIZE, cut as MongoDB's splitChangeEvent
+    (change_stream_split_event_helpers.cpp) cuts them: the fields but _id ordered by their BSON
+    element size, then name; each fragment opens with its own _id (the event's token with the
+    0-based fragment number) and splitEvent {fragment, of}, and takes fields in that order while
+    they fit in MAX_CHANGE_EVENT_SIZE less the token's size (the fragment's size is measured
+    with its $sortKey metadata, as mongod does). A fragment over the limit (one field too large)
+    raises 7182500. The fragments therefore do not keep the event's field order."""
     ev = bsonutil.decode(raw)
-    head = len(bsonutil.encode({"_id": {"_data": oplogmod.make_fragment_token(tsv, 1)},
-                                "splitEvent": {"fragment": 1, "of": 1}}))
-    groups, cur, size = [], [], head
-    for k, v in ev.items():
-        if k == "_id":
-            continue
-        n = len(bsonutil.encode({k: v})) - 5
-        if head + n > MAX_BSON:
-            raise too_large(head + n)
-        if cur and size + n > MAX_BSON:
-            groups.append(cur)
-            cur, size = [], head
-        cur.append((k, v))
-        size += n
-    groups.append(cur)
+    token_doc = {"_data": token}
+    limit = MAX_CHANGE_EVENT_SIZE - len(bsonutil.encode(token_doc))
+    fields = sorted(((len(bsonutil.encode({k: v})) - 5, k.encode(), k, v)
+                     for k, v in ev.items() if k != "_id"), key=lambda f: f[:2])
+    if not fields:
+        raise MongoError(7182502, "Location7182502",
+                         "Cannot split an empty event or an event containing solely '_id' field")
+    groups = []
+    i = 0
+    while i < len(fields):
+        frag_token = {"_data": oplogmod.make_fragment_token(token, len(groups))}
+        head = {"_id": frag_token, "splitEvent": {"fragment": len(groups) + 1, "of": 0}}
+        size = len(bsonutil.encode(dict(head, **{"$sortKey": {"": frag_token}})))
+        group = [head]
+        while True:
+            group.append(fields[i])
+            size += fields[i][0]
+            i += 1
+            if i >= len(fields) or size + fields[i][0] > limit:
+                break
+        if size > limit:
+            raise unsplittable(size, limit)
+        groups.append(group)
     out = []
-    for i, fields in enumerate(groups, 1):
-        frag = {"_id": {"_data": oplogmod.make_fragment_token(tsv, i)},
-                "splitEvent": {"fragment": i, "of": len(groups)}}
-        frag.update(fields)
-        out.append(bsonutil.encode(frag))
+    for head, *members in groups:
+        head["splitEvent"]["of"] = len(groups)
+        head.update((k, v) for _, _, k, v in members)
+        out.append(bsonutil.encode(head))
     return out
 
 
@@ -226,7 +249,7 @@ class ChangeStream:
             raise non_resumable(280, "ChangeStreamFatalError",
                                 "cannot resume stream; the resume token was not found. "
                                 "{_data: \"%s\"}" % token.data)
-        if token.fragment:
+        if token.fragment is not None:
             if not self.split:
                 raise non_resumable(280, "ChangeStreamFatalError",
                                     "cannot resume from a split event's fragment token without "
@@ -294,16 +317,24 @@ class ChangeStream:
             resumed = self.resume_fragment
             self.resume_fragment = None
             if raw is not None:
-                if len(raw) > MAX_BSON:
+                if len(raw) > (MAX_CHANGE_EVENT_SIZE if self.split else MAX_BSON):
                     if not self.split:
                         raise too_large(len(raw))
                     if out:
                         break   # fragments travel in batches of their own
-                    frags = split_event(raw, e.tsv)
-                    start = resumed[1] if resumed and resumed[0] == base + i else 0
+                    token = oplogmod.entry_token(e)
+                    frags = split_event(raw, token)
+                    # A fragment token's number is the fragment it was read with (0-based):
+                    # resuming from it goes on with the one after.
+                    start = resumed[1] + 1 if resumed and resumed[0] == base + i else 0
                     self.pos = base + i
-                    self.pending_fragments = [base + i, e.tsv, frags, start]
+                    self.pending_fragments = [base + i, token, frags, start]
                     return self._emit_fragments(out, limit)
+                if resumed and resumed[0] == base + i:
+                    raise non_resumable(280, "ChangeStreamFatalError",
+                                        "Attempted to resume from a split event fragment, but "
+                                        "the event in the resumed stream was not large enough "
+                                        "to be split")
                 if out and size + len(raw) > MAX_BATCH_BYTES:
                     break
                 out.append(raw)
@@ -320,7 +351,7 @@ class ChangeStream:
         return out
 
     def _emit_fragments(self, out, limit):
-        seq, tsv, frags, k = self.pending_fragments
+        seq, token, frags, k = self.pending_fragments
         size = 0
         while k < len(frags) and len(out) < limit:
             if out and size + len(frags[k]) > MAX_BATCH_BYTES:
@@ -330,7 +361,7 @@ class ChangeStream:
             k += 1
         if k:
             # The position is the last fragment handed out, never the whole event's token.
-            self.pbrt = oplogmod.make_fragment_token(tsv, k)
+            self.pbrt = oplogmod.make_fragment_token(token, k - 1)
         if k >= len(frags):
             self.pending_fragments = None
             self.pos = seq + 1
@@ -341,7 +372,7 @@ class ChangeStream:
     def _set_pbrt(self, last_event_entry, last_scanned):
         best = self.pbrt
         if last_event_entry is not None:
-            tok = oplogmod.make_token(last_event_entry.tsv)
+            tok = oplogmod.entry_token(last_event_entry)
             if tok > best:
                 best = tok
         if last_scanned is not None and last_scanned is not last_event_entry:
@@ -356,7 +387,7 @@ class ChangeStream:
             raw = self._run_stages(bsonutil.decode(raw))
         if raw is not None:
             out.append(raw)
-        self.pbrt = oplogmod.make_token(entry.tsv, True, from_invalidate=True)
+        self.pbrt = oplogmod.invalidate_token(entry)
         self.pending_invalidate = None
         self.closed = True
         return out

@@ -19,6 +19,9 @@ from .compare import (MISSING, RANK_MINKEY, bson_type_name, canonical_rank, comp
 from .errors import MongoError
 
 
+BSON_MAX_INTERNAL_SIZE = 16 * 1024 * 1024 + 16 * 1024
+
+
 def located(code, msg):
     """mongod reports assertion-site codes with codeName 'Location<code>'."""
     return MongoError(code, "Location%d" % code, msg)
@@ -491,7 +494,14 @@ def _op_bson_size(name, arg, scope):
         if not isinstance(v, dict):
             raise located(31393, "$bsonSize requires a document input, found: %s"
                           % bson_type_name(v))
-        return len(bsonutil.encode(v))
+        size = len(bsonutil.encode(v))
+        # ExpressionBsonSize::evaluate builds the BSON with the default size limit
+        # (BSONObjMaxInternalSize, 16 MiB + 16 KiB): a larger document fails there.
+        if size > BSON_MAX_INTERNAL_SIZE:
+            raise MongoError(10334, "BSONObjectTooLarge",
+                             "BSONObj size: %d (0x%X) is invalid. Size must be between 0 and "
+                             "16793600(16MB)" % (size, size))
+        return size
     return bson_size
 
 

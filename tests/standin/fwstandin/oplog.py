@@ -4,17 +4,25 @@ Why pre-encoded: a change-stream getMore on the fast path is then a slice of thi
 into one reply, which is what lets one Python thread feed a C client hundreds of thousands of
 events per second.
 
-Resume tokens are our own KeyString-like hex strings. Fixed width, upper-case hex, so string
-order equals event order:
+Resume tokens are our own KeyString-like hex strings. They start with a fixed-width, upper-case
+hex prefix, so string order equals event order:
 
     82 | clusterTime (16 hex: seconds, increment) | 01 version | token type (00 high-water-mark,
     80 event) | txnOpIndex (8 hex) | fromInvalidate (00/01)
+
+A high-water-mark token is that prefix alone. An event token goes on, as MongoDB's do
+(resume_token.cpp: clusterTime, version, tokenType, txnOpIndex, fromInvalidate, collection UUID,
+eventIdentifier), with the collection UUID (01 + 32 hex, or 00 when there is none) and the event
+identifier, the hex of the BSON {operationType, documentKey} (v2 tokens; {operationType} for
+events without a documentKey). A long string _id therefore makes a long token, as on a real
+server: a 2,000-byte _id gives a token of over 4,000 characters.
 
 A high-water-mark token at time T sorts before every event at T, so resuming from it replays
 events with clusterTime >= T; an event token resumes strictly after that event.
 
 A fragment of an event split by $changeStreamSplitLargeEvent has the event's token followed by
-the fragment number (4 hex, 1-based); resuming from it goes on with the next fragment.
+the fragment number (8 hex, 0-based as MongoDB's fragmentNum); resuming from it goes on with the
+next fragment.
 """
 
 import bisect
@@ -25,17 +33,57 @@ from . import bsonutil
 from .bsonutil import e_date, e_doc, e_str, e_ts, make_doc
 from .errors import MongoError
 
-TOKEN_LEN = 32
-FRAGMENT_TOKEN_LEN = 36
+PREFIX_LEN = 32
 
 
-def make_fragment_token(tsv, fragment):
-    return make_token(tsv) + "%04X" % fragment
+def make_fragment_token(token, fragment_num):
+    """The token of fragment `fragment_num` (0-based) of the event whose token is `token`."""
+    return token + "%08X" % fragment_num
 
 
-def make_token(tsv, event=True, from_invalidate=False, txn_index=0):
-    return "82%016X01%02X%08X%02X" % (tsv, 0x80 if event else 0, txn_index,
-                                      1 if from_invalidate else 0)
+def make_token(tsv, event=True, from_invalidate=False, txn_index=0, ident=""):
+    """`ident` (event tokens): the hex of the collection UUID and the event identifier, as
+    event_ident() makes it."""
+    return "82%016X01%02X%08X%02X%s" % (tsv, 0x80 if event else 0, txn_index,
+                                        1 if from_invalidate else 0, ident if event else "")
+
+
+def event_ident(op, key_raw=None, cuuid=None):
+    """The hex tail of an event token: collection UUID, then BSON {operationType, documentKey}."""
+    ident = e_str(b"operationType", op)
+    if key_raw is not None:
+        ident += e_doc(b"documentKey", key_raw)
+    uuid_hex = "01" + cuuid.bytes.hex().upper() if cuuid is not None else "00"
+    return uuid_hex + make_doc(ident).hex().upper()
+
+
+def _bad_token(data, why):
+    return MongoError(2, "BadValue", "Invalid resume token: %r %s" % (
+        data if len(data) <= 80 else data[:80] + "...", why))
+
+
+def _parse_tail(data):
+    """(fragment number or None) of an event token's tail; raises on a malformed one."""
+    rest = data[PREFIX_LEN:]
+    if rest.startswith("01"):
+        bytes.fromhex(rest[2:34])
+        if len(rest) < 34:
+            raise ValueError("short uuid")
+        rest = rest[34:]
+    elif rest.startswith("00"):
+        rest = rest[2:]
+    else:
+        raise ValueError("no uuid")
+    size = int.from_bytes(bytes.fromhex(rest[:8]), "little")
+    if len(rest) < 8 or size < 5 or len(rest) < 2 * size:
+        raise ValueError("short identifier")
+    bsonutil.decode(bytes.fromhex(rest[:2 * size]))
+    rest = rest[2 * size:]
+    if not rest:
+        return None
+    if len(rest) != 8:
+        raise ValueError("bad fragment")
+    return int(rest, 16)
 
 
 class Token:
@@ -44,23 +92,28 @@ class Token:
     __slots__ = ("tsv", "is_event", "txn_index", "from_invalidate", "data", "fragment")
 
     def __init__(self, data):
-        if (not isinstance(data, str) or len(data) not in (TOKEN_LEN, FRAGMENT_TOKEN_LEN)
-                or not data.startswith("82")
+        if (not isinstance(data, str) or len(data) < PREFIX_LEN or not data.startswith("82")
                 or data[18:20] != "01"):
-            raise MongoError(
-                2, "BadValue",
-                "Invalid resume token: %r is not a token issued by this deployment" % (data,))
+            raise _bad_token(data if isinstance(data, str) else repr(data),
+                             "is not a token issued by this deployment")
         try:
             self.tsv = int(data[2:18], 16)
             kind = int(data[20:22], 16)
             self.txn_index = int(data[22:30], 16)
             inval = int(data[30:32], 16)
-            self.fragment = int(data[32:36], 16) if len(data) == FRAGMENT_TOKEN_LEN else 0
         except ValueError:
-            raise MongoError(2, "BadValue", "Invalid resume token: %r is not hex" % (data,))
+            raise _bad_token(data, "is not hex")
+        self.fragment = None
+        if kind == 0x80:
+            try:
+                self.fragment = _parse_tail(data)
+            except Exception:
+                raise _bad_token(data, "has no valid event identifier")
+        elif len(data) != PREFIX_LEN:
+            raise _bad_token(data, "is a high-water-mark token with an event identifier")
         if (kind not in (0, 0x80) or inval not in (0, 1)
-                or (self.fragment and (kind != 0x80 or inval))):
-            raise MongoError(2, "BadValue", "Invalid resume token: %r" % (data,))
+                or (self.fragment is not None and inval)):
+            raise _bad_token(data, "is malformed")
         self.is_event = kind == 0x80
         self.from_invalidate = inval == 1
         self.data = data
@@ -119,15 +172,33 @@ def id_element(token):
     return e_doc(b"_id", make_doc(e_str(b"_data", token)))
 
 
-def build_event(op, tsv, wall, rest, from_invalidate=False):
-    """Encode one event: _id, operationType, clusterTime, wallTime, then `rest` (bytes)."""
-    token = make_token(tsv, True, from_invalidate)
+def build_event(op, tsv, wall, rest, key_raw=None, cuuid=None):
+    """Encode one event: _id, operationType, clusterTime, wallTime, then `rest` (bytes).
+    `key_raw` is the encoded documentKey (None for events without one)."""
+    token = make_token(tsv, True, False, 0, event_ident(op, key_raw, cuuid))
     return make_doc(id_element(token) + _OPTYPE[op] + e_ts(b"clusterTime", tsv)
                     + e_date(b"wallTime", wall) + rest)
 
 
+def entry_token(entry):
+    """The token of the event an entry holds: its `_id._data` (the entry's raw event starts
+    with it: _id document, then its _data string)."""
+    raw = entry.raw
+    n = int.from_bytes(raw[20:24], "little")
+    return raw[24:24 + n - 1].decode("ascii")
+
+
+def invalidate_token(entry):
+    """The invalidate after a drop, rename or dropDatabase has that event's token, marked
+    fromInvalidate (as MongoDB makes it)."""
+    token = entry_token(entry)
+    return token[:30] + "01" + token[PREFIX_LEN:]
+
+
 def invalidate_event(entry):
-    return build_event("invalidate", entry.tsv, entry.wall, b"", from_invalidate=True)
+    token = invalidate_token(entry)
+    return make_doc(id_element(token) + _OPTYPE["invalidate"] + e_ts(b"clusterTime", entry.tsv)
+                    + e_date(b"wallTime", entry.wall))
 
 
 class Entry:

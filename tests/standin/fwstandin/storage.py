@@ -225,7 +225,7 @@ class Store:
         else:
             key_raw = encode({"_id": doc["_id"]})
         ev = oplogmod.build_event("insert", tsv, wall, e_doc(b"fullDocument", raw) + c.ns_elem
-                                  + e_doc(b"documentKey", key_raw))
+                                  + e_doc(b"documentKey", key_raw), key_raw, c.uuid)
         self.oplog.append(oplogmod.Entry(tsv, wall, "i", c.db, c.name, ev, k))
         self.clock.advance_past(tsv)
 
@@ -235,7 +235,8 @@ class Store:
         c.index_remove(old, k)
         c.docs[k] = new
         c.index_add(new, k)
-        key_elem = e_doc(b"documentKey", encode({"_id": new["_id"]}))
+        key_raw = encode({"_id": new["_id"]})
+        key_elem = e_doc(b"documentKey", key_raw)
         if ud is None:
             op = "replace"
             rest = e_doc(b"fullDocument", encode(new)) + c.ns_elem + key_elem
@@ -245,7 +246,7 @@ class Store:
                     "removedFields": ud.get("removedFields", []),
                     "truncatedArrays": ud.get("truncatedArrays", [])}
             rest = c.ns_elem + key_elem + e_doc(b"updateDescription", encode(desc))
-        ev = oplogmod.build_event(op, tsv, wall, rest)
+        ev = oplogmod.build_event(op, tsv, wall, rest, key_raw, c.uuid)
         pp = c.pre_post
         self.oplog.append(oplogmod.Entry(
             tsv, wall, op[0], c.db, c.name, ev, k, images=pp, pre=old if pp else None,
@@ -256,8 +257,9 @@ class Store:
         k = value_key(doc["_id"])
         c.index_remove(doc, k)
         del c.docs[k]
-        rest = c.ns_elem + e_doc(b"documentKey", encode({"_id": doc["_id"]}))
-        ev = oplogmod.build_event("delete", tsv, wall, rest)
+        key_raw = encode({"_id": doc["_id"]})
+        rest = c.ns_elem + e_doc(b"documentKey", key_raw)
+        ev = oplogmod.build_event("delete", tsv, wall, rest, key_raw, c.uuid)
         pp = c.pre_post
         self.oplog.append(oplogmod.Entry(tsv, wall, "d", c.db, c.name, ev, k, images=pp,
                                          pre=doc if pp else None))
@@ -265,10 +267,11 @@ class Store:
 
     def _do_drop(self, db, name, tsv, wall):
         colls = self.dbs.get(db, {})
-        colls.pop(name, None)
+        c = colls.pop(name, None)
         if not colls:
             self.dbs.pop(db, None)
-        ev = oplogmod.build_event("drop", tsv, wall, oplogmod.ns_element(db, name))
+        ev = oplogmod.build_event("drop", tsv, wall, oplogmod.ns_element(db, name),
+                                  cuuid=c.uuid if c is not None else None)
         self.oplog.append(oplogmod.Entry(tsv, wall, "drop", db, name, ev))
         self.clock.advance_past(tsv)
 
@@ -287,7 +290,7 @@ class Store:
         c.set_name(to_db, to_name)
         self.dbs.setdefault(to_db, {})[to_name] = c
         to_elem = e_doc(b"to", make_doc(e_str(b"db", to_db) + e_str(b"coll", to_name)))
-        ev = oplogmod.build_event("rename", tsv, wall, src_ns + to_elem)
+        ev = oplogmod.build_event("rename", tsv, wall, src_ns + to_elem, cuuid=c.uuid)
         self.oplog.append(oplogmod.Entry(tsv, wall, "rename", db, name, ev,
                                          to=(to_db, to_name)))
         self.clock.advance_past(tsv)
