@@ -261,8 +261,8 @@ state_lua_errors_are_clear (void **state)
                                     "numbers and strings; store a table as text with fw.json.encode"));
    assert_false (run (host, "fw.state.get(1)"));
    assert_non_null (strstr (result, "fw.state.get: key must be a string, got number"));
-   assert_false (run (host, "fw.state.set('x', 1, { ttl = '1d' })"));
-   assert_non_null (strstr (result, "fw.state.set: ttl: invalid duration \"1d\""));
+   assert_false (run (host, "fw.state.set('x', 1, { ttl = '1y' })"));
+   assert_non_null (strstr (result, "fw.state.set: ttl: invalid duration \"1y\""));
    assert_false (run (host, "fw.state.set('x', 1, { tll = '1s' })"));
    assert_non_null (strstr (result, "fw.state.set: unknown option tll (the only option is ttl)"));
    assert_false (run (host, "fw.state.set('x', 'a') return fw.state.incr('x')"));
