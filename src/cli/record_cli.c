@@ -108,7 +108,7 @@ redact_doc (const bson_t *doc, const char *path, bson_t *out)
 
 /* The event with every --redact path replaced, in the event's documents. */
 static void
-redact_event (const bson_t *ev, char **paths, int n, bson_t *out)
+redact_event (const bson_t *ev, char *const *paths, int n, bson_t *out)
 {
    static const char *const docs[] = {"fullDocument", "fullDocumentBeforeChange",
                                       "updateDescription.updatedFields"};
@@ -128,8 +128,16 @@ redact_event (const bson_t *ev, char **paths, int n, bson_t *out)
    bson_steal (out, &cur);
 }
 
-int
-fw_record_cli_main (int argc, char **argv)
+typedef struct {
+   const char *stream, *uri_opt, *out_path, *script;
+   char *paths[64];
+   int n_paths;
+   long limit;
+} record_args_t;
+
+/* Reads the command line into a; returns -1 to go on, else the exit code. */
+static int
+parse_args (int argc, char **argv, record_args_t *a)
 {
    static const struct option longopts[] = {{"stream", required_argument, NULL, 's'},
                                             {"uri", required_argument, NULL, 'u'},
@@ -138,37 +146,26 @@ fw_record_cli_main (int argc, char **argv)
                                             {"redact", required_argument, NULL, 'r'},
                                             {"help", no_argument, NULL, 'h'},
                                             {NULL, 0, NULL, 0}};
-   const char *stream = NULL, *uri_opt = NULL, *out_path = NULL, *script;
-   char *redact = NULL, *paths[64];
-   int n_paths = 0, c, rc = 1;
-   long limit = 0, recorded = 0;
-   fw_stream_config_t cfg;
-   fw_lua_host_t *host = NULL;
-   mongoc_client_t *client = NULL;
-   mongoc_change_stream_t *cs = NULL;
-   FILE *out = NULL;
-   fw_error_t err;
-   find_t find;
-   sigset_t stop;
+   char *redact = NULL;
+   int c;
 
-   memset (&cfg, 0, sizeof cfg);
    opterr = 0;
    optind = 1;
    while ((c = getopt_long (argc, argv, ":h", longopts, NULL)) != -1) {
       switch (c) {
       case 's':
-         stream = optarg;
+         a->stream = optarg;
          break;
       case 'u':
-         uri_opt = optarg;
+         a->uri_opt = optarg;
          break;
       case 'o':
-         out_path = optarg;
+         a->out_path = optarg;
          break;
       case 'l': {
          char *end;
-         limit = strtol (optarg, &end, 10);
-         if (*end || limit <= 0) {
+         a->limit = strtol (optarg, &end, 10);
+         if (*end || a->limit <= 0) {
             return bad_usage ("--limit: expected an integer >= 1, got \"%s\"", optarg);
          }
          break;
@@ -191,100 +188,123 @@ fw_record_cli_main (int argc, char **argv)
    if (optind + 1 < argc) {
       return bad_usage ("unexpected argument \"%s\"", argv[optind + 1]);
    }
-   if (!stream || !out_path) {
-      return bad_usage ("%s is required", !stream ? "--stream NAME" : "--out FILE");
+   if (!a->stream || !a->out_path) {
+      return bad_usage ("%s is required", !a->stream ? "--stream NAME" : "--out FILE");
    }
-   script = argv[optind];
+   a->script = argv[optind];
    if (redact) {
-      for (char *p = strtok (redact, ","); p && n_paths < 64; p = strtok (NULL, ",")) {
+      for (char *p = strtok (redact, ","); p && a->n_paths < 64; p = strtok (NULL, ",")) {
          if (*p) {
-            paths[n_paths++] = p;
+            a->paths[a->n_paths++] = p;
          }
       }
    }
-   if (!uri_opt && getenv ("FLOWWARDEN_URI") && *getenv ("FLOWWARDEN_URI")) {
-      uri_opt = getenv ("FLOWWARDEN_URI");
+   if (!a->uri_opt && getenv ("FLOWWARDEN_URI") && *getenv ("FLOWWARDEN_URI")) {
+      a->uri_opt = getenv ("FLOWWARDEN_URI");
    }
+   return -1;
+}
 
-   if (!(host = fw_lua_host_new (&err)) || !fw_lua_host_load_script (host, script, uri_opt, &err)) {
-      fprintf (stderr, "%s\n", err.message);
-      goto done;
-   }
-   find = (find_t){host, stream, &cfg, &err, false};
+/* Fills cfg with the settings of stream a->stream of the loaded script; says why not on stderr. */
+static bool
+find_stream (fw_lua_host_t *host, const record_args_t *a, fw_stream_config_t *cfg)
+{
+   fw_error_t err;
+   find_t find = {host, a->stream, cfg, &err, false};
+
    lua_pushcfunction (fw_lua_host_state (host), pfind);
    lua_pushlightuserdata (fw_lua_host_state (host), &find);
    if (lua_pcall (fw_lua_host_state (host), 1, 0, 0) != LUA_OK) {
       fprintf (stderr, "flowwarden: record: %s\n", lua_tostring (fw_lua_host_state (host), -1));
-      goto done;
+      return false;
    }
    if (!find.found) {
-      fprintf (stderr, "flowwarden: record: unknown stream \"%s\" in %s\n", stream, script);
-      goto done;
+      fprintf (stderr, "flowwarden: record: unknown stream \"%s\" in %s\n", a->stream, a->script);
+      return false;
    }
-   {
-      lua_State *L = fw_lua_host_state (host);
-      bson_error_t berr;
-      mongoc_uri_t *uri;
-      const char *text;
-      char why[512];
-      fw_lua_host_push_uri (host);
-      text = lua_isstring (L, -1) ? lua_tostring (L, -1) : FW_DEFAULT_URI;
-      uri = mongoc_uri_new_with_error (text, &berr);
-      if (!uri || !(client = mongoc_client_new_from_uri_with_error (uri, &berr))) {
-         fprintf (stderr, "flowwarden: record: %s\n",
-                  fw_log_redact_uri_error (text, berr.message, why, sizeof why));
-         lua_pop (L, 1);
-         mongoc_uri_destroy (uri);
-         goto done;
-      }
+   return true;
+}
+
+/* A client for the script's URI, or NULL after saying why on stderr. */
+static mongoc_client_t *
+connect_client (fw_lua_host_t *host)
+{
+   lua_State *L = fw_lua_host_state (host);
+   mongoc_client_t *client = NULL;
+   bson_error_t berr;
+   mongoc_uri_t *uri;
+   const char *text;
+   char why[512];
+
+   fw_lua_host_push_uri (host);
+   text = lua_isstring (L, -1) ? lua_tostring (L, -1) : FW_DEFAULT_URI;
+   uri = mongoc_uri_new_with_error (text, &berr);
+   if (!uri || !(client = mongoc_client_new_from_uri_with_error (uri, &berr))) {
+      fprintf (stderr, "flowwarden: record: %s\n",
+               fw_log_redact_uri_error (text, berr.message, why, sizeof why));
       lua_pop (L, 1);
       mongoc_uri_destroy (uri);
-      if (!mongoc_client_set_appname (client, "flowwarden-record")) {
-         fprintf (stderr, "flowwarden: record: cannot set the client's appname\n");
-         goto done;
-      }
+      return NULL;
    }
-   {
-      bson_t opts = BSON_INITIALIZER, empty = BSON_INITIALIZER;
-      const bson_t *reply;
-      bson_error_t berr;
-      if (cfg.full_document && strcmp (cfg.full_document, "default") != 0) {
-         BSON_APPEND_UTF8 (&opts, "fullDocument", cfg.full_document);
-      }
-      if (cfg.full_document_before_change &&
-          strcmp (cfg.full_document_before_change, "off") != 0) {
-         BSON_APPEND_UTF8 (&opts, "fullDocumentBeforeChange", cfg.full_document_before_change);
-      }
-      BSON_APPEND_INT32 (&opts, "maxAwaitTimeMS", 500);
-      if (cfg.collection) {
-         mongoc_collection_t *coll =
-            mongoc_client_get_collection (client, cfg.database, cfg.collection);
-         cs = mongoc_collection_watch (coll, cfg.pipeline ? cfg.pipeline : &empty, &opts);
-         mongoc_collection_destroy (coll);
-      } else {
-         mongoc_database_t *db = mongoc_client_get_database (client, cfg.database);
-         cs = mongoc_database_watch (db, cfg.pipeline ? cfg.pipeline : &empty, &opts);
-         mongoc_database_destroy (db);
-      }
-      bson_destroy (&opts);
-      if (mongoc_change_stream_error_document (cs, &berr, &reply)) {
-         fprintf (stderr, "flowwarden: record: cannot open the change stream of %s: %s\n", stream,
-                  berr.message);
-         goto done;
-      }
+   lua_pop (L, 1);
+   mongoc_uri_destroy (uri);
+   if (!mongoc_client_set_appname (client, "flowwarden-record")) {
+      fprintf (stderr, "flowwarden: record: cannot set the client's appname\n");
+      mongoc_client_destroy (client);
+      return NULL;
    }
-   if (!(out = fopen (out_path, "w"))) {
-      fprintf (stderr, "flowwarden: record: cannot write %s: %s\n", out_path, strerror (errno));
-      goto done;
+   return client;
+}
+
+/* The stream's change stream opened as run opens it, or NULL after saying why on stderr. */
+static mongoc_change_stream_t *
+open_change_stream (mongoc_client_t *client, const fw_stream_config_t *cfg, const char *stream)
+{
+   bson_t opts = BSON_INITIALIZER, empty = BSON_INITIALIZER;
+   mongoc_change_stream_t *cs;
+   const bson_t *reply;
+   bson_error_t berr;
+
+   if (cfg->full_document && strcmp (cfg->full_document, "default") != 0) {
+      BSON_APPEND_UTF8 (&opts, "fullDocument", cfg->full_document);
    }
-   fprintf (stderr, "recording stream %s (%s%s%s) to %s; SIGINT or SIGTERM stops\n", stream,
-            cfg.database, cfg.collection ? "." : "", cfg.collection ? cfg.collection : "",
-            out_path);
+   if (cfg->full_document_before_change &&
+       strcmp (cfg->full_document_before_change, "off") != 0) {
+      BSON_APPEND_UTF8 (&opts, "fullDocumentBeforeChange", cfg->full_document_before_change);
+   }
+   BSON_APPEND_INT32 (&opts, "maxAwaitTimeMS", 500);
+   if (cfg->collection) {
+      mongoc_collection_t *coll =
+         mongoc_client_get_collection (client, cfg->database, cfg->collection);
+      cs = mongoc_collection_watch (coll, cfg->pipeline ? cfg->pipeline : &empty, &opts);
+      mongoc_collection_destroy (coll);
+   } else {
+      mongoc_database_t *db = mongoc_client_get_database (client, cfg->database);
+      cs = mongoc_database_watch (db, cfg->pipeline ? cfg->pipeline : &empty, &opts);
+      mongoc_database_destroy (db);
+   }
+   bson_destroy (&opts);
+   if (mongoc_change_stream_error_document (cs, &berr, &reply)) {
+      fprintf (stderr, "flowwarden: record: cannot open the change stream of %s: %s\n", stream,
+               berr.message);
+      mongoc_change_stream_destroy (cs);
+      return NULL;
+   }
+   return cs;
+}
+
+/* Writes events of cs to out until the limit, SIGINT/SIGTERM or an error; returns the exit code. */
+static int
+record_events (mongoc_change_stream_t *cs, FILE *out, const record_args_t *a)
+{
+   long recorded = 0;
+   sigset_t stop;
+   int rc = 0;
+
    sigemptyset (&stop);
    sigaddset (&stop, SIGINT);
    sigaddset (&stop, SIGTERM);
-   rc = 0;
-   while (!limit || recorded < limit) {
+   while (!a->limit || recorded < a->limit) {
       const bson_t *doc;
       struct timespec zero = {0, 0};
       bson_error_t berr;
@@ -294,11 +314,11 @@ fw_record_cli_main (int argc, char **argv)
       if (mongoc_change_stream_next (cs, &doc)) {
          bson_t red;
          char *json;
-         redact_event (doc, paths, n_paths, &red);
+         redact_event (doc, a->paths, a->n_paths, &red);
          json = bson_as_canonical_extended_json (&red, NULL);
          bson_destroy (&red);
          if (!json || fprintf (out, "%s\n", json) < 0 || fflush (out) != 0) {
-            fprintf (stderr, "flowwarden: record: cannot write %s: %s\n", out_path,
+            fprintf (stderr, "flowwarden: record: cannot write %s: %s\n", a->out_path,
                      strerror (errno));
             bson_free (json);
             rc = 1;
@@ -312,7 +332,45 @@ fw_record_cli_main (int argc, char **argv)
          break;
       }
    }
-   fprintf (stderr, "recorded %ld event(s) to %s\n", recorded, out_path);
+   fprintf (stderr, "recorded %ld event(s) to %s\n", recorded, a->out_path);
+   return rc;
+}
+
+int
+fw_record_cli_main (int argc, char **argv)
+{
+   record_args_t a;
+   fw_stream_config_t cfg;
+   fw_lua_host_t *host = NULL;
+   mongoc_client_t *client = NULL;
+   mongoc_change_stream_t *cs = NULL;
+   FILE *out = NULL;
+   fw_error_t err;
+   int rc = 1;
+
+   memset (&a, 0, sizeof a);
+   memset (&cfg, 0, sizeof cfg);
+   if ((rc = parse_args (argc, argv, &a)) >= 0) {
+      return rc;
+   }
+   rc = 1;
+   if (!(host = fw_lua_host_new (&err)) ||
+       !fw_lua_host_load_script (host, a.script, a.uri_opt, &err)) {
+      fprintf (stderr, "%s\n", err.message);
+      goto done;
+   }
+   if (!find_stream (host, &a, &cfg) || !(client = connect_client (host)) ||
+       !(cs = open_change_stream (client, &cfg, a.stream))) {
+      goto done;
+   }
+   if (!(out = fopen (a.out_path, "w"))) {
+      fprintf (stderr, "flowwarden: record: cannot write %s: %s\n", a.out_path, strerror (errno));
+      goto done;
+   }
+   fprintf (stderr, "recording stream %s (%s%s%s) to %s; SIGINT or SIGTERM stops\n", a.stream,
+            cfg.database, cfg.collection ? "." : "", cfg.collection ? cfg.collection : "",
+            a.out_path);
+   rc = record_events (cs, out, &a);
 
 done:
    if (out && fclose (out) != 0) {

@@ -205,12 +205,6 @@ fake_exchange (lua_State *L, int req_idx, fw_http_transfer_t *t)
    return 1;
 }
 
-/*
- * fw.http.request / get / post / ... Upvalues: 1 prepare (flowwarden.http),
- * 2 the response metatable, 3 the public name, 4 the method (nil for
- * request). Stack: 1, 2 the arguments, 3 the request table, 4 the transfer,
- * 5 allow_hosts, 6 the policy's array (when there is a list).
- */
 /* One request in the stream's flowwarden_io_* metrics (none outside a
  * stream). */
 static void
@@ -223,24 +217,12 @@ count_io (lua_State *L, fw_metrics_io_result_t result, int64_t started_ns)
    }
 }
 
+/* Calls prepare() (upvalue 1) with the public name, the method and the
+ * arguments at 1 and 2; pushes the request table it returns (stack index 3)
+ * or raises, an ArgumentError when prepare() worded the problem. */
 static int
-http_call (lua_State *L)
+push_prepared_request (lua_State *L)
 {
-   const char *call = lua_tostring (L, lua_upvalueindex (3));
-   fw_http_request_t rq;
-   fw_http_policy_t policy = {NULL, 0};
-   fw_http_failure_t failure;
-   fw_http_transfer_t **t;
-   const char *body;
-   size_t body_len;
-   int64_t budget, started;
-   long timeout_ms;
-   bool budget_bound = false;
-   char outcome[64];
-
-   (void) fw_lua_call_budget_ms (L, "fw.http"); /* raises outside handlers */
-   lua_settop (L, 2);
-   luaL_checkstack (L, 12, call);
    lua_pushvalue (L, lua_upvalueindex (1));
    lua_pushvalue (L, lua_upvalueindex (3));
    lua_pushvalue (L, lua_upvalueindex (4));
@@ -248,7 +230,7 @@ http_call (lua_State *L)
    lua_pushvalue (L, 2);
    switch (lua_pcall (L, 4, 1, 0)) {
    case LUA_OK:
-      break;
+      return 1;
    case LUA_ERRRUN:
       if (lua_type (L, -1) == LUA_TSTRING) { /* bad input, worded by prepare() */
          return fw_lua_raise_typed (L, "ArgumentError", 0, "%s", lua_tostring (L, -1));
@@ -257,105 +239,191 @@ http_call (lua_State *L)
    default:
       return lua_error (L);
    }
+}
 
-   memset (&rq, 0, sizeof rq);
-   rq.method = field_string (L, 3, "method", NULL);
-   rq.url = field_string (L, 3, "url", NULL);
+/* The request table at 3 as a transfer's request (its strings live as long
+ * as the table) and its timeout; raises when the table is malformed. */
+static void
+read_request (lua_State *L, const char *call, fw_http_request_t *rq, long *timeout_ms)
+{
+   const char *body;
+   size_t body_len;
+
+   memset (rq, 0, sizeof *rq);
+   rq->method = field_string (L, 3, "method", NULL);
+   rq->url = field_string (L, 3, "url", NULL);
    body = field_string (L, 3, "body", &body_len);
-   rq.body = body;
-   rq.body_len = body ? body_len : 0;
-   rq.ca_file = field_string (L, 3, "ca_file", NULL);
-   rq.connect_timeout_ms = field_integer (L, 3, "connect_timeout_ms");
-   rq.max_body = (size_t) field_integer (L, 3, "max_body");
-   rq.follow_redirects = field_boolean (L, 3, "follow_redirects");
-   rq.verify_tls = field_boolean (L, 3, "verify_tls");
-   timeout_ms = (long) field_integer (L, 3, "timeout_ms");
-   if (!rq.method || !rq.url || timeout_ms <= 0 || rq.max_body == 0) {
-      return luaL_error (L, "%s: flowwarden.http returned a malformed request (a bug)", call);
+   rq->body = body;
+   rq->body_len = body ? body_len : 0;
+   rq->ca_file = field_string (L, 3, "ca_file", NULL);
+   rq->connect_timeout_ms = field_integer (L, 3, "connect_timeout_ms");
+   rq->max_body = (size_t) field_integer (L, 3, "max_body");
+   rq->follow_redirects = field_boolean (L, 3, "follow_redirects");
+   rq->verify_tls = field_boolean (L, 3, "verify_tls");
+   *timeout_ms = (long) field_integer (L, 3, "timeout_ms");
+   if (!rq->method || !rq->url || *timeout_ms <= 0 || rq->max_body == 0) {
+      luaL_error (L, "%s: flowwarden.http returned a malformed request (a bug)", call);
    }
+}
 
-   t = lua_newuserdatauv (L, sizeof *t, 0);
+/* Pushes a new transfer, owned by its userdata (stack index 4). */
+static fw_http_transfer_t *
+push_transfer (lua_State *L)
+{
+   fw_http_transfer_t **t = lua_newuserdatauv (L, sizeof *t, 0);
+
    *t = NULL;
    luaL_setmetatable (L, TRANSFER_MT);
    if (!(*t = fw_http_transfer_new ())) {
-      return luaL_error (L, "not enough memory");
+      luaL_error (L, "not enough memory");
    }
-   if (lua_getfield (L, 3, "allow_hosts") == LUA_TTABLE) {
-      const char **hosts;
-      policy.n_hosts = lua_rawlen (L, 5);
-      hosts = lua_newuserdatauv (L, (policy.n_hosts + 1) * sizeof *hosts, 0);
-      for (size_t i = 0; i < policy.n_hosts; i++) {
-         lua_rawgeti (L, 5, (lua_Integer) i + 1);
-         hosts[i] = lua_type (L, -1) == LUA_TSTRING ? lua_tostring (L, -1) : "";
-         lua_pop (L, 1); /* the allow_hosts table keeps it */
-      }
-      policy.hosts = hosts;
-   }
-   if (!fw_http_transfer_prepare (*t, call, &rq, &policy, &failure)) {
-      return raise_failure (L, &failure);
-   }
+   return *t;
+}
 
-   /* The budget is read after prepare(), which may have encoded JSON. */
-   budget = fw_lua_call_budget_ms (L, "fw.http");
+/* Pushes the request's allow_hosts (stack index 5) and, when it is a list,
+ * the array of its hosts that policy then points to (a userdata, index 6;
+ * the strings stay alive in the list). */
+static void
+push_allow_hosts (lua_State *L, fw_http_policy_t *policy)
+{
+   const char **hosts;
+
+   if (lua_getfield (L, 3, "allow_hosts") != LUA_TTABLE) {
+      return;
+   }
+   policy->n_hosts = lua_rawlen (L, 5);
+   hosts = lua_newuserdatauv (L, (policy->n_hosts + 1) * sizeof *hosts, 0);
+   for (size_t i = 0; i < policy->n_hosts; i++) {
+      lua_rawgeti (L, 5, (lua_Integer) i + 1);
+      hosts[i] = lua_type (L, -1) == LUA_TSTRING ? lua_tostring (L, -1) : "";
+      lua_pop (L, 1); /* the allow_hosts table keeps it */
+   }
+   policy->hosts = hosts;
+}
+
+/* Shortens *timeout_ms to the handler's remaining time budget (less the IO
+ * margin), setting *budget_bound when it does; raises Http.Timeout when the
+ * budget is spent. */
+static void
+apply_budget (lua_State *L, fw_http_transfer_t *t, long *timeout_ms, bool *budget_bound)
+{
+   int64_t budget = fw_lua_call_budget_ms (L, "fw.http");
+
    if (budget == 0) {
-      return fw_lua_raise_typed (L, "Http.Timeout", 0,
-                                 "fw.http: %s: the handler's time budget is spent",
-                                 fw_http_transfer_target (*t));
+      fw_lua_raise_typed (L, "Http.Timeout", 0, "fw.http: %s: the handler's time budget is spent",
+                          fw_http_transfer_target (t));
    }
    if (budget > 0) {
       budget -= fw_lua_call_io_margin_ms (budget);
    }
-   if (budget > 0 && budget < timeout_ms) {
-      timeout_ms = (long) budget;
-      budget_bound = true;
+   if (budget > 0 && budget < *timeout_ms) {
+      *timeout_ms = (long) budget;
+      *budget_bound = true;
    }
+}
 
+/* Adds the request table's headers (a list of "Name: value") to t. */
+static void
+add_headers (lua_State *L, fw_http_transfer_t *t)
+{
    lua_getfield (L, 3, "headers");
    for (lua_Integer i = 1; lua_rawgeti (L, -1, i) == LUA_TSTRING; i++) {
-      if (!fw_http_transfer_add_header (*t, lua_tostring (L, -1))) {
-         return luaL_error (L, "not enough memory");
+      if (!fw_http_transfer_add_header (t, lua_tostring (L, -1))) {
+         luaL_error (L, "not enough memory");
       }
       lua_pop (L, 1);
    }
    lua_pop (L, 2);
+}
 
-   if (lua_getfield (L, LUA_REGISTRYINDEX, FW_HTTP_TRANSPORT_KEY) == LUA_TFUNCTION) {
-      return fake_exchange (L, 3, *t);
-   }
-   lua_pop (L, 1);
-   started = fw_mono_ns ();
-   if (!fw_http_transfer_perform (*t, get_session (L), timeout_ms, budget_bound, &failure)) {
+/* Runs the exchange over the network, counted in the metrics and logged at
+ * debug level; raises its failure. */
+static void
+perform_exchange (lua_State *L, fw_http_transfer_t *t, long timeout_ms, bool budget_bound)
+{
+   fw_http_failure_t failure;
+   int64_t started = fw_mono_ns ();
+   char outcome[64];
+
+   if (!fw_http_transfer_perform (t, get_session (L), timeout_ms, budget_bound, &failure)) {
       count_io (L, failure.type && strcmp (failure.type, "Http.Timeout") == 0
                       ? FW_METRICS_IO_TIMEOUT
                       : FW_METRICS_IO_ERROR,
                 started);
       snprintf (outcome, sizeof outcome, "failed (%s)",
                 failure.type ? failure.type : "out of memory");
-      log_debug (L, fw_http_transfer_target (*t), outcome);
-      return raise_failure (L, &failure);
+      log_debug (L, fw_http_transfer_target (t), outcome);
+      raise_failure (L, &failure);
    }
    /* A response is an error for the metrics when its status says so. */
-   count_io (L, fw_http_transfer_status (*t) < 400 ? FW_METRICS_IO_OK : FW_METRICS_IO_ERROR,
+   count_io (L, fw_http_transfer_status (t) < 400 ? FW_METRICS_IO_OK : FW_METRICS_IO_ERROR,
              started);
-   snprintf (outcome, sizeof outcome, "-> %ld in %lld ms", fw_http_transfer_status (*t),
+   snprintf (outcome, sizeof outcome, "-> %ld in %lld ms", fw_http_transfer_status (t),
              (long long) ((fw_mono_ns () - started) / 1000000));
-   log_debug (L, fw_http_transfer_target (*t), outcome);
+   log_debug (L, fw_http_transfer_target (t), outcome);
+}
+
+/* Pushes t's response { status, headers, body } with the response metatable
+ * (upvalue 2); raises for its status when the request asked to. */
+static void
+push_response (lua_State *L, fw_http_transfer_t *t)
+{
+   const char *body;
+   size_t body_len;
 
    lua_createtable (L, 0, 3);
-   lua_pushinteger (L, fw_http_transfer_status (*t));
+   lua_pushinteger (L, fw_http_transfer_status (t));
    lua_setfield (L, -2, "status");
-   push_headers (L, *t);
+   push_headers (L, t);
    lua_setfield (L, -2, "headers");
-   body = fw_http_transfer_body (*t, &body_len);
+   body = fw_http_transfer_body (t, &body_len);
    lua_pushlstring (L, body, body_len);
    lua_setfield (L, -2, "body");
-   fw_http_transfer_drop_body (*t); /* now a Lua string: no need to wait for the GC */
+   fw_http_transfer_drop_body (t); /* now a Lua string: no need to wait for the GC */
    lua_pushvalue (L, lua_upvalueindex (2));
    lua_setmetatable (L, -2);
-   if (field_boolean (L, 3, "raise_for_status") && fw_http_transfer_status (*t) >= 400) {
-      raise_for_status (L, lua_gettop (L), fw_http_transfer_status (*t),
-                        fw_http_transfer_target (*t));
+   if (field_boolean (L, 3, "raise_for_status") && fw_http_transfer_status (t) >= 400) {
+      raise_for_status (L, lua_gettop (L), fw_http_transfer_status (t),
+                        fw_http_transfer_target (t));
    }
+}
+
+/*
+ * fw.http.request / get / post / ... Upvalues: 1 prepare (flowwarden.http),
+ * 2 the response metatable, 3 the public name, 4 the method (nil for
+ * request). Stack: 1, 2 the arguments, 3 the request table, 4 the transfer,
+ * 5 allow_hosts, 6 the policy's array (when there is a list).
+ */
+static int
+http_call (lua_State *L)
+{
+   const char *call = lua_tostring (L, lua_upvalueindex (3));
+   fw_http_request_t rq;
+   fw_http_policy_t policy = {NULL, 0};
+   fw_http_failure_t failure;
+   fw_http_transfer_t *t;
+   long timeout_ms;
+   bool budget_bound = false;
+
+   (void) fw_lua_call_budget_ms (L, "fw.http"); /* raises outside handlers */
+   lua_settop (L, 2);
+   luaL_checkstack (L, 12, call);
+   push_prepared_request (L);
+   read_request (L, call, &rq, &timeout_ms);
+   t = push_transfer (L);
+   push_allow_hosts (L, &policy);
+   if (!fw_http_transfer_prepare (t, call, &rq, &policy, &failure)) {
+      return raise_failure (L, &failure);
+   }
+   /* The budget is read after prepare(), which may have encoded JSON. */
+   apply_budget (L, t, &timeout_ms, &budget_bound);
+   add_headers (L, t);
+   if (lua_getfield (L, LUA_REGISTRYINDEX, FW_HTTP_TRANSPORT_KEY) == LUA_TFUNCTION) {
+      return fake_exchange (L, 3, t);
+   }
+   lua_pop (L, 1);
+   perform_exchange (L, t, timeout_ms, budget_bound);
+   push_response (L, t);
    return 1;
 }
 

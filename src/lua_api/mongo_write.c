@@ -451,15 +451,15 @@ static const char *const bulk_update_fields[] = {"filter", "update", "upsert", N
 static const char *const bulk_replace_fields[] = {"filter", "replacement", "upsert", NULL};
 static const char *const bulk_delete_fields[] = {"filter", NULL};
 
-/* Adds the operation at the top of the stack (ops[i]) to op->bulk. */
-static void
-bulk_add (lua_State *L, fw_mongo_op_t *op, lua_Integer i)
+/* Checks that ops[i], at the top of the stack, is { <operation> = body } and
+ * pushes its key and its body; returns the operation's index in bulk_kinds
+ * and its name through kind (valid while the key stays on the stack). */
+static int
+push_bulk_op (lua_State *L, fw_mongo_op_t *op, lua_Integer i, const char **kind)
 {
-   const char *kind, *hint;
-   char path[96], where[128];
-   bson_error_t error;
-   int body, k;
-   bool ok, upsert = false;
+   const char *hint;
+   char where[128];
+   int k;
 
    snprintf (where, sizeof where, "bulk_write: ops[%d]", (int) i);
    if (!lua_istable (L, -1)) {
@@ -473,80 +473,108 @@ bulk_add (lua_State *L, fw_mongo_op_t *op, lua_Integer i)
       fw_mongo_arg_error (L, "%s must have one key naming the operation, such as insert_one",
                           where);
    }
-   kind = lua_tostring (L, -2);
-   for (k = 0; bulk_kinds[k] && strcmp (bulk_kinds[k], kind) != 0; k++) {
+   *kind = lua_tostring (L, -2);
+   for (k = 0; bulk_kinds[k] && strcmp (bulk_kinds[k], *kind) != 0; k++) {
    }
    if (!bulk_kinds[k]) {
       fw_mongo_op_release (op);
-      if ((hint = fw_suggest (kind, bulk_kinds))) {
-         fw_mongo_arg_error (L, "%s: unknown operation \"%s\" (did you mean \"%s\"?)", where, kind,
+      if ((hint = fw_suggest (*kind, bulk_kinds))) {
+         fw_mongo_arg_error (L, "%s: unknown operation \"%s\" (did you mean \"%s\"?)", where, *kind,
                              hint);
       }
       fw_mongo_arg_error (
          L,
          "%s: unknown operation \"%s\" (the operations are insert_one, update_one, "
          "update_many, replace_one, delete_one and delete_many)",
-         where, kind);
+         where, *kind);
    }
    lua_pushvalue (L, -2);
    if (lua_next (L, -4)) {
       fw_mongo_op_release (op);
       fw_mongo_arg_error (L, "%s must have exactly one key naming the operation", where);
    }
-   body = lua_gettop (L);
+   return k;
+}
+
+/* Converts the body at index body of ops[i], an update, a replacement or a
+ * delete (bulk_kinds[k], k >= 1), into op->filter, op->update and, for
+ * upsert, op->sort (the operation's options). */
+static void
+read_bulk_write (lua_State *L, fw_mongo_op_t *op, int body, lua_Integer i, const char *kind, int k)
+{
+   const char *const *fields = k <= 2   ? bulk_update_fields
+                               : k == 3 ? bulk_replace_fields
+                                        : bulk_delete_fields;
+   char path[96], where[128];
+
    snprintf (path, sizeof path, "ops[%d].%s", (int) i, kind);
+   snprintf (where, sizeof where, "bulk_write: %s", path);
+   fw_mongo_check_opts (L, body, where, fields);
+   lua_getfield (L, body, "filter");
+   snprintf (path, sizeof path, "ops[%d].%s.filter", (int) i, kind);
+   fw_mongo_arg_document (L, op, -1, "bulk_write", path, &op->filter);
+   lua_pop (L, 1);
+   if (k > 3) {
+      return;
+   }
+   if (fw_mongo_opt_bool (L, body, where, "upsert", false) &&
+       !BSON_APPEND_BOOL (&op->sort, "upsert", true)) {
+      fw_mongo_op_release (op);
+      luaL_error (L, "%s: cannot build the options", where);
+   }
+   lua_getfield (L, body, k == 3 ? "replacement" : "update");
+   snprintf (path, sizeof path, "ops[%d].%s.%s", (int) i, kind, k == 3 ? "replacement" : "update");
+   if (k == 3) {
+      arg_replacement (L, op, -1, "bulk_write", path, &op->update);
+   } else {
+      arg_update (L, op, -1, "bulk_write", path, &op->update);
+   }
+   lua_pop (L, 1);
+}
+
+/* Appends the update, replacement or delete bulk_kinds[k] (k >= 1) that
+ * read_bulk_write built in op to op->bulk. */
+static bool
+append_bulk_write (fw_mongo_op_t *op, int k, bson_error_t *error)
+{
+   switch (k) {
+   case 1:
+      return mongoc_bulk_operation_update_one_with_opts (op->bulk, &op->filter, &op->update,
+                                                         &op->sort, error);
+   case 2:
+      return mongoc_bulk_operation_update_many_with_opts (op->bulk, &op->filter, &op->update,
+                                                          &op->sort, error);
+   case 3:
+      return mongoc_bulk_operation_replace_one_with_opts (op->bulk, &op->filter, &op->update,
+                                                          &op->sort, error);
+   case 4:
+      return mongoc_bulk_operation_remove_one_with_opts (op->bulk, &op->filter, NULL, error);
+   default:
+      return mongoc_bulk_operation_remove_many_with_opts (op->bulk, &op->filter, NULL, error);
+   }
+}
+
+/* Adds the operation at the top of the stack (ops[i]) to op->bulk. */
+static void
+bulk_add (lua_State *L, fw_mongo_op_t *op, lua_Integer i)
+{
+   const char *kind;
+   bson_error_t error;
+   int k = push_bulk_op (L, op, i, &kind);
+   int body = lua_gettop (L);
+   bool ok;
+
    bson_reinit (&op->filter);
    bson_reinit (&op->update);
    bson_reinit (&op->sort);
    if (k == 0) {
+      char path[96];
+      snprintf (path, sizeof path, "ops[%d].%s", (int) i, kind);
       fw_mongo_arg_document (L, op, body, "bulk_write", path, &op->update);
       ok = mongoc_bulk_operation_insert_with_opts (op->bulk, &op->update, NULL, &error);
    } else {
-      const char *const *fields = k <= 2   ? bulk_update_fields
-                                  : k == 3 ? bulk_replace_fields
-                                           : bulk_delete_fields;
-      snprintf (where, sizeof where, "bulk_write: %s", path);
-      fw_mongo_check_opts (L, body, where, fields);
-      lua_getfield (L, body, "filter");
-      snprintf (path, sizeof path, "ops[%d].%s.filter", (int) i, kind);
-      fw_mongo_arg_document (L, op, -1, "bulk_write", path, &op->filter);
-      lua_pop (L, 1);
-      if (k <= 3) {
-         upsert = fw_mongo_opt_bool (L, body, where, "upsert", false);
-         if (upsert && !BSON_APPEND_BOOL (&op->sort, "upsert", true)) {
-            fw_mongo_op_release (op);
-            luaL_error (L, "%s: cannot build the options", where);
-         }
-         lua_getfield (L, body, k == 3 ? "replacement" : "update");
-         snprintf (path, sizeof path, "ops[%d].%s.%s", (int) i, kind,
-                   k == 3 ? "replacement" : "update");
-         if (k == 3) {
-            arg_replacement (L, op, -1, "bulk_write", path, &op->update);
-         } else {
-            arg_update (L, op, -1, "bulk_write", path, &op->update);
-         }
-         lua_pop (L, 1);
-      }
-      switch (k) {
-      case 1:
-         ok = mongoc_bulk_operation_update_one_with_opts (op->bulk, &op->filter, &op->update,
-                                                          &op->sort, &error);
-         break;
-      case 2:
-         ok = mongoc_bulk_operation_update_many_with_opts (op->bulk, &op->filter, &op->update,
-                                                           &op->sort, &error);
-         break;
-      case 3:
-         ok = mongoc_bulk_operation_replace_one_with_opts (op->bulk, &op->filter, &op->update,
-                                                           &op->sort, &error);
-         break;
-      case 4:
-         ok = mongoc_bulk_operation_remove_one_with_opts (op->bulk, &op->filter, NULL, &error);
-         break;
-      default:
-         ok = mongoc_bulk_operation_remove_many_with_opts (op->bulk, &op->filter, NULL, &error);
-         break;
-      }
+      read_bulk_write (L, op, body, i, kind, k);
+      ok = append_bulk_write (op, k, &error);
    }
    if (!ok) {
       fw_mongo_op_release (op);

@@ -99,15 +99,11 @@ non_base_unit (const char *name, char *unit, size_t len, const char **base)
    return false;
 }
 
-bool
-fw_metrics_check_name (const char *name, fw_metric_type_t type, fw_error_t *error)
+/* Prometheus's name syntax as flowwarden narrows it: 1 to 200 letters,
+ * digits and '_', no ':', no leading digit or "__", snake_case. */
+static bool
+check_syntax (const char *name, size_t n, fw_error_t *error)
 {
-   static const char *const type_words[] = {"counter", "gauge", "histogram", "summary",
-                                             "gauge_histogram"};
-   char lower[256], unit[64];
-   const char *base;
-   size_t n = name ? strlen (name) : 0;
-
    if (n == 0 || n > 200) {
       fw_error_set (error, FW_ERROR_INVALID, "metric name must be 1 to 200 characters, got %zu",
                     n);
@@ -141,16 +137,14 @@ fw_metrics_check_name (const char *name, fw_metric_type_t type, fw_error_t *erro
                     name);
       return false;
    }
-   for (size_t i = 0; i <= n; i++) {
-      lower[i] = (char) tolower ((unsigned char) name[i]);
-   }
-   if (strncmp (lower, "flowwarden_", 11) == 0 || strncmp (lower, "process_", 8) == 0) {
-      fw_error_set (error, FW_ERROR_INVALID,
-                    "metric name \"%s\" is reserved: flowwarden_* and process_* are flowwarden's "
-                    "own metrics; choose a name of your own, e.g. \"shop_%s\"",
-                    name, name);
-      return false;
-   }
+   return true;
+}
+
+/* The suffixes a metric's type claims: _total for counters only, _bucket,
+ * _count and _sum for histograms only. */
+static bool
+check_type_suffix (const char *name, fw_metric_type_t type, fw_error_t *error)
+{
    if (type == FW_METRIC_COUNTER && !ends_with (name, "_total")) {
       fw_error_set (error, FW_ERROR_INVALID,
                     "counter name \"%s\" must end in _total (Prometheus convention): use "
@@ -172,6 +166,19 @@ fw_metrics_check_name (const char *name, fw_metric_type_t type, fw_error_t *erro
                     fw_metric_type_name (type), name);
       return false;
    }
+   return true;
+}
+
+/* The words a name must not hold (lower: the name in lower case): a type
+ * word, a unit other than the base one, an abbreviated unit. */
+static bool
+check_words (const char *name, const char *lower, fw_error_t *error)
+{
+   static const char *const type_words[] = {"counter", "gauge", "histogram", "summary",
+                                             "gauge_histogram"};
+   char unit[64];
+   const char *base;
+
    for (size_t i = 0; i < sizeof type_words / sizeof type_words[0]; i++) {
       if (has_word (lower, type_words[i])) {
          fw_error_set (error, FW_ERROR_INVALID,
@@ -196,6 +203,28 @@ fw_metrics_check_name (const char *name, fw_metric_type_t type, fw_error_t *erro
       }
    }
    return true;
+}
+
+bool
+fw_metrics_check_name (const char *name, fw_metric_type_t type, fw_error_t *error)
+{
+   char lower[256];
+   size_t n = name ? strlen (name) : 0;
+
+   if (!check_syntax (name, n, error)) {
+      return false;
+   }
+   for (size_t i = 0; i <= n; i++) {
+      lower[i] = (char) tolower ((unsigned char) name[i]);
+   }
+   if (strncmp (lower, "flowwarden_", 11) == 0 || strncmp (lower, "process_", 8) == 0) {
+      fw_error_set (error, FW_ERROR_INVALID,
+                    "metric name \"%s\" is reserved: flowwarden_* and process_* are flowwarden's "
+                    "own metrics; choose a name of your own, e.g. \"shop_%s\"",
+                    name, name);
+      return false;
+   }
+   return check_type_suffix (name, type, error) && check_words (name, lower, error);
 }
 
 static bool

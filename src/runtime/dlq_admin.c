@@ -127,44 +127,43 @@ add_target (fw_dlq_admin_t *admin, const fw_stream_config_t *cfg, const char *ur
    return fw_dlq__push_string (&t->streams, &t->n_streams, cfg->name) != NULL;
 }
 
-fw_dlq_admin_t *
-fw_dlq_admin_new (const char *script, const char *option_uri, fw_error_t *error)
+/* Loads the script into a->host and reads, protected, its URI, connections
+ * and every stream's settings into a; false with error filled. */
+static bool
+read_script (load_args_t *a, const char *script, const char *option_uri, fw_error_t *error)
 {
-   load_args_t a = {0};
-   fw_dlq_admin_t *admin = calloc (1, sizeof *admin);
    lua_State *L;
-   bool ok = false;
 
-   a.error = error;
-   if (!admin || !(a.host = fw_lua_host_new (error))) {
-      goto done;
+   if (!fw_lua_host_load_script (a->host, script, option_uri, error)) {
+      return false;
    }
-   admin->only = -1;
-   if (!fw_lua_host_load_script (a.host, script, option_uri, error)) {
-      goto done;
-   }
-   a.n = fw_lua_host_stream_count (a.host);
-   if (a.n > 0 && !(a.cfgs = calloc ((size_t) a.n, sizeof *a.cfgs))) {
+   a->n = fw_lua_host_stream_count (a->host);
+   if (a->n > 0 && !(a->cfgs = calloc ((size_t) a->n, sizeof *a->cfgs))) {
       fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
-      goto done;
+      return false;
    }
-   L = fw_lua_host_state (a.host);
+   L = fw_lua_host_state (a->host);
    lua_pushcfunction (L, pload);
-   lua_pushlightuserdata (L, &a);
+   lua_pushlightuserdata (L, a);
    if (lua_pcall (L, 1, 0, 0) != LUA_OK) {
       fw_error_set (error, FW_ERROR_LUA, "cannot read %s: %s", script, lua_tostring (L, -1));
       lua_pop (L, 1);
-      goto done;
+      return false;
    }
-   if (!a.ok) {
-      goto done;
-   }
-   for (int i = 0; i < a.n; i++) {
-      const fw_stream_config_t *cfg = &a.cfgs[i];
-      const char *uri = a.run_uri;
+   return a->ok;
+}
+
+/* Adds every stream of a to admin: its name, a sequenced DLQ's stream, and
+ * its DLQ collection on the URI of its connection; false with error filled. */
+static bool
+add_streams (fw_dlq_admin_t *admin, const load_args_t *a, fw_error_t *error)
+{
+   for (int i = 0; i < a->n; i++) {
+      const fw_stream_config_t *cfg = &a->cfgs[i];
+      const char *uri = a->run_uri;
       if (!fw_dlq__push_string (&admin->streams, &admin->n_streams, cfg->name)) {
          fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
-         goto done;
+         return false;
       }
       if (!cfg->dlq.enabled) {
          continue;
@@ -172,17 +171,53 @@ fw_dlq_admin_new (const char *script, const char *option_uri, fw_error_t *error)
       if (cfg->dlq.sequenced &&
           !fw_dlq__push_string (&admin->seq_streams, &admin->n_seq_streams, cfg->name)) {
          fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
-         goto done;
+         return false;
       }
-      for (int c = 0; cfg->dlq.connection && c < a.n_conns; c++) {
-         if (fw_dlq__same (a.conn_names[c], cfg->dlq.connection)) {
-            uri = a.conn_uris[c];
+      for (int c = 0; cfg->dlq.connection && c < a->n_conns; c++) {
+         if (fw_dlq__same (a->conn_names[c], cfg->dlq.connection)) {
+            uri = a->conn_uris[c];
          }
       }
       if (!add_target (admin, cfg, uri)) {
          fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
-         goto done;
+         return false;
       }
+   }
+   return true;
+}
+
+/* Frees what a owns, the host included. */
+static void
+load_args_cleanup (load_args_t *a)
+{
+   for (int i = 0; i < a->n_conns; i++) {
+      free (a->conn_names[i]);
+      free (a->conn_uris[i]);
+   }
+   free (a->conn_names);
+   free (a->conn_uris);
+   for (int i = 0; a->cfgs && i < a->n; i++) {
+      fw_stream_config_cleanup (&a->cfgs[i]);
+   }
+   free (a->cfgs);
+   free (a->run_uri);
+   fw_lua_host_destroy (a->host);
+}
+
+fw_dlq_admin_t *
+fw_dlq_admin_new (const char *script, const char *option_uri, fw_error_t *error)
+{
+   load_args_t a = {0};
+   fw_dlq_admin_t *admin = calloc (1, sizeof *admin);
+   bool ok = false;
+
+   a.error = error;
+   if (!admin || !(a.host = fw_lua_host_new (error))) {
+      goto done;
+   }
+   admin->only = -1;
+   if (!read_script (&a, script, option_uri, error) || !add_streams (admin, &a, error)) {
+      goto done;
    }
    if (admin->n_targets == 0) {
       fw_error_set (error, FW_ERROR_INVALID,
@@ -194,18 +229,7 @@ fw_dlq_admin_new (const char *script, const char *option_uri, fw_error_t *error)
    ok = true;
 
 done:
-   for (int i = 0; i < a.n_conns; i++) {
-      free (a.conn_names[i]);
-      free (a.conn_uris[i]);
-   }
-   free (a.conn_names);
-   free (a.conn_uris);
-   for (int i = 0; a.cfgs && i < a.n; i++) {
-      fw_stream_config_cleanup (&a.cfgs[i]);
-   }
-   free (a.cfgs);
-   free (a.run_uri);
-   fw_lua_host_destroy (a.host);
+   load_args_cleanup (&a);
    if (!ok) {
       fw_dlq_admin_destroy (admin);
       return NULL;

@@ -262,30 +262,13 @@ hook_find_stream (void *ud, const char *name)
    return NULL;
 }
 
-/*
- * SIGHUP: load and validate the script again while the old one runs, then
- * swap all streams at once. Unchanged sources keep their cursor and switch
- * code at their next attempt; changed sources restart from their checkpoint.
- */
-static bool
-reload (fw_runtime_t *rt, char *message, size_t len)
+/* Stops the running streams that next (the reloaded script's) no longer
+ * declares; returns how many. */
+static int
+remove_dropped_streams (fw_runtime_t *rt, fw_stream_worker_t **next, int n)
 {
-   fw_stream_worker_t **next = NULL;
-   fw_error_t err;
-   char *version = NULL;
-   int n = 0, kept = 0, restarted = 0, added = 0, removed = 0;
-   int64_t t0 = fw_mono_ms ();
+   int removed = 0;
 
-   if (!build_workers (rt, &next, &n, &version, &err)) {
-      rt->reload_failures++;
-      fw_metrics_count_reload (rt->metrics, false);
-      fw_log (FW_LOG_ERROR, NULL,
-              "reload failed (failures so far: %llu); still running script version %s:\n%s",
-              (unsigned long long) rt->reload_failures, rt->version, err.message);
-      snprintf (message, len, "reload failed; still running script version %s: %s", rt->version,
-                err.message);
-      return false;
-   }
    for (int i = 0; i < rt->n; i++) {
       fw_stream_worker_t *old = rt->workers[i];
       bool found = false;
@@ -302,38 +285,84 @@ reload (fw_runtime_t *rt, char *message, size_t len)
          removed++;
       }
    }
+   return removed;
+}
+
+/* Takes the running worker of stream name out of rt->workers (NULL: none). */
+static fw_stream_worker_t *
+take_running (fw_runtime_t *rt, const char *name)
+{
+   for (int i = 0; i < rt->n; i++) {
+      fw_stream_worker_t *old = rt->workers[i];
+      if (old && strcmp (fw_stream_worker_name (old), name) == 0) {
+         rt->workers[i] = NULL;
+         return old;
+      }
+   }
+   return NULL;
+}
+
+typedef enum { STREAM_KEPT, STREAM_RESTARTED, STREAM_ADDED } reload_fate_t;
+
+/* Puts the reloaded worker *slot in place of the running stream of its name:
+ * an unchanged source keeps the old worker (and its cursor) with the new
+ * program, *slot then holding the old worker; otherwise *slot starts. */
+static reload_fate_t
+swap_stream (fw_runtime_t *rt, fw_stream_worker_t **slot)
+{
+   fw_stream_worker_t *old = take_running (rt, fw_stream_worker_name (*slot));
+   reload_fate_t fate = STREAM_ADDED;
+   fw_error_t err;
+
+   if (old && !fw_stream_worker_finished (old) && fw_stream_worker_same_source (old, *slot)) {
+      fw_stream_worker_replace_program (old, *slot);
+      *slot = old;
+      return STREAM_KEPT;
+   }
+   if (old) {
+      /* fw.state outlives the restart: hand the joined worker's store on. */
+      fw_stream_worker_stop (old);
+      fw_stream_worker_join (old);
+      fw_stream_worker_take_state (*slot, old);
+      stop_and_forget (old, " (source changed by reload)");
+      if (fw_stream_worker_metrics (*slot)) {
+         fw_stream_metrics_restart (fw_stream_worker_metrics (*slot), FW_METRICS_RESTART_RELOAD);
+      }
+      fate = STREAM_RESTARTED;
+   }
+   if (!fw_stream_worker_start (*slot, &err)) {
+      fw_log (FW_LOG_ERROR, fw_stream_worker_name (*slot), "%s", err.message);
+   }
+   return fate;
+}
+
+/*
+ * SIGHUP: load and validate the script again while the old one runs, then
+ * swap all streams at once. Unchanged sources keep their cursor and switch
+ * code at their next attempt; changed sources restart from their checkpoint.
+ */
+static bool
+reload (fw_runtime_t *rt, char *message, size_t len)
+{
+   fw_stream_worker_t **next = NULL;
+   fw_error_t err;
+   char *version = NULL;
+   int n = 0, fates[3] = {0, 0, 0}, removed;
+   int64_t t0 = fw_mono_ms ();
+
+   if (!build_workers (rt, &next, &n, &version, &err)) {
+      rt->reload_failures++;
+      fw_metrics_count_reload (rt->metrics, false);
+      fw_log (FW_LOG_ERROR, NULL,
+              "reload failed (failures so far: %llu); still running script version %s:\n%s",
+              (unsigned long long) rt->reload_failures, rt->version, err.message);
+      snprintf (message, len, "reload failed; still running script version %s: %s", rt->version,
+                err.message);
+      return false;
+   }
+   removed = remove_dropped_streams (rt, next, n);
    for (int j = 0; j < n; j++) {
-      fw_stream_worker_t *old = NULL;
-      for (int i = 0; i < rt->n && !old; i++) {
-         if (rt->workers[i] &&
-             strcmp (fw_stream_worker_name (rt->workers[i]), fw_stream_worker_name (next[j])) == 0) {
-            old = rt->workers[i];
-            rt->workers[i] = NULL;
-         }
-      }
-      if (old && !fw_stream_worker_finished (old) && fw_stream_worker_same_source (old, next[j])) {
-         fw_stream_worker_replace_program (old, next[j]);
-         next[j] = old;
-         kept++;
-         continue;
-      }
-      if (old) {
-         /* fw.state outlives the restart: hand the joined worker's store on. */
-         fw_stream_worker_stop (old);
-         fw_stream_worker_join (old);
-         fw_stream_worker_take_state (next[j], old);
-         stop_and_forget (old, " (source changed by reload)");
-         if (fw_stream_worker_metrics (next[j])) {
-            fw_stream_metrics_restart (fw_stream_worker_metrics (next[j]),
-                                       FW_METRICS_RESTART_RELOAD);
-         }
-         restarted++;
-      } else {
-         added++;
-      }
-      if (!fw_stream_worker_start (next[j], &err)) {
-         fw_log (FW_LOG_ERROR, fw_stream_worker_name (next[j]), "%s", err.message);
-      }
+      fates[swap_stream (rt, &next[j])]++;
    }
    free (rt->workers); /* every old worker was kept, stopped or moved */
    rt->workers = next;
@@ -344,8 +373,8 @@ reload (fw_runtime_t *rt, char *message, size_t len)
    snprintf (message, len,
              "reloaded %s: version %s -> %s in %lld ms (%d kept their position, %d restarted, "
              "%d added, %d removed)",
-             rt->opts->script, rt->version, version, (long long) (fw_mono_ms () - t0), kept,
-             restarted, added, removed);
+             rt->opts->script, rt->version, version, (long long) (fw_mono_ms () - t0),
+             fates[STREAM_KEPT], fates[STREAM_RESTARTED], fates[STREAM_ADDED], removed);
    fw_log (FW_LOG_INFO, NULL, "%s", message);
    free (rt->version);
    rt->version = version;
@@ -401,46 +430,193 @@ all_failed (fw_runtime_t *rt)
    return rt->n > 0;
 }
 
+/* Signals are taken by the runtime's thread only (sigtimedwait); threads
+ * created later inherit the mask. sigs: every signal it waits for; hup:
+ * SIGHUP alone. */
+static void
+block_signals (sigset_t *sigs, sigset_t *hup)
+{
+   sigemptyset (sigs);
+   sigaddset (sigs, SIGINT);
+   sigaddset (sigs, SIGTERM);
+   sigaddset (sigs, SIGHUP);
+   sigaddset (sigs, FW_RUNTIME_CONTROL_SIGNAL); /* an admin endpoint request */
+   sigemptyset (hup);
+   sigaddset (hup, SIGHUP);
+   pthread_sigmask (SIG_BLOCK, sigs, NULL);
+   signal (SIGPIPE, SIG_IGN);
+}
+
+/* The URI and the admin endpoint's address and token, from a first load of
+ * the script (the URI can come from the script, so it is read before the
+ * pool is built). What it sets is malloc'd (NULL: none), also when it fails;
+ * a failure is logged. */
+static bool
+read_settings (const fw_run_options_t *opts, char **uri_string, char **admin_listen,
+               char **admin_token)
+{
+   const char *admin_what;
+   fw_error_t err;
+   fw_lua_host_t *probe = load (opts->script, option_uri (opts), NULL, &err);
+
+   if (!probe) {
+      fw_log (FW_LOG_ERROR, NULL, "invalid script:\n%s", err.message);
+      return false;
+   }
+   *uri_string = effective_uri (probe);
+   admin_settings (opts, probe, admin_listen, admin_token, &admin_what);
+   fw_lua_host_destroy (probe);
+   /* A bad admin address (or an open one without a token) is refused
+    * before anything starts. */
+   if (*admin_listen && !fw_admin_check_options (*admin_listen, *admin_token, admin_what, &err)) {
+      fw_log (FW_LOG_ERROR, NULL, "%s", err.message);
+      return false;
+   }
+   return true;
+}
+
+/* The change streams' client pool (rt->pool, for *uri, which the caller
+ * destroys) and fw.mongo's "default" connection; a failure is logged. */
+static bool
+open_pools (fw_runtime_t *rt, const char *uri_string, mongoc_uri_t **uri)
+{
+   bson_error_t berr;
+   fw_error_t err;
+
+   *uri = mongoc_uri_new_with_error (uri_string, &berr);
+   if (!*uri) {
+      char shown[512], why[512];
+      fw_log (FW_LOG_ERROR, NULL, "invalid MongoDB URI \"%s\": %s",
+              fw_log_redact_uri (uri_string, shown, sizeof shown),
+              fw_log_redact_uri_error (uri_string, berr.message, why, sizeof why));
+      return false;
+   }
+   rt->pool = mongoc_client_pool_new (*uri);
+   if (!rt->pool) {
+      char shown[512];
+      fw_log (FW_LOG_ERROR, NULL, "cannot create a client pool for \"%s\"",
+              fw_log_redact_uri (uri_string, shown, sizeof shown));
+      return false;
+   }
+   mongoc_client_pool_set_error_api (rt->pool, MONGOC_ERROR_API_VERSION_2);
+   if (!mongoc_client_pool_set_appname (rt->pool, "flowwarden")) {
+      fw_log (FW_LOG_WARN, NULL, "cannot set the client pool's appname");
+   }
+   /* fw.mongo's "default" connection: the run URI, in a pool of its own so
+    * handler IO never waits behind (or times out) the change stream's. */
+   if (!(rt->conns = fw_connections_new ()) ||
+       !fw_connections_set (rt->conns, "default", uri_string, &err)) {
+      fw_log (FW_LOG_ERROR, NULL, "%s", rt->conns ? err.message : "out of memory");
+      return false;
+   }
+   return true;
+}
+
+/* Builds every stream, writes the pid file and opens the admin endpoint, in
+ * that order, without starting a stream; a failure is logged (and removes
+ * the pid file it wrote). */
+static bool
+prepare_streams (fw_runtime_t *rt, const char *admin_listen, const char *admin_token)
+{
+   const fw_run_options_t *opts = rt->opts;
+   fw_error_t err;
+
+   if (!build_workers (rt, &rt->workers, &rt->n, &rt->version, &err)) {
+      fw_log (FW_LOG_ERROR, NULL, "invalid script:\n%s", err.message);
+      return false;
+   }
+   if (opts->pid_file && !write_pid_file (opts->pid_file)) {
+      return false;
+   }
+   fw_metrics_set_script_version (rt->metrics, rt->version);
+   if (admin_listen &&
+       !fw_runtime_control_start_admin (rt->control, admin_listen, admin_token, &err)) {
+      fw_log (FW_LOG_ERROR, NULL, "%s", err.message);
+      if (opts->pid_file) {
+         unlink (opts->pid_file);
+      }
+      return false;
+   }
+   return true;
+}
+
+/* Starts every stream; false (logged) when one could not start. */
+static bool
+start_streams (fw_runtime_t *rt)
+{
+   fw_error_t err;
+
+   for (int i = 0; i < rt->n; i++) {
+      if (!fw_stream_worker_start (rt->workers[i], &err)) {
+         fw_log (FW_LOG_ERROR, NULL, "%s", err.message);
+         return false;
+      }
+   }
+   return true;
+}
+
+/* Waits for SIGTERM or SIGINT, serving SIGHUP (reload) and the admin
+ * endpoint's requests meanwhile; returns true when it stopped because every
+ * stream had stopped on an error instead. */
+static bool
+serve_until_stopped (fw_runtime_t *rt, const sigset_t *sigs, const sigset_t *hup)
+{
+   for (;;) {
+      struct timespec tick = {1, 0};
+      int sig = sigtimedwait (sigs, NULL, &tick);
+      if (sig == SIGTERM || sig == SIGINT) {
+         fw_log (FW_LOG_INFO, NULL, "%s received: stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+         return false;
+      } else if (sig == SIGHUP) {
+         struct timespec zero = {0, 0};
+         char message[FW_ERROR_MESSAGE_MAX + 256];
+         /* A burst of SIGHUPs becomes one reload; reloads run on this
+          * thread, so they never overlap. */
+         while (sigtimedwait (hup, NULL, &zero) == SIGHUP) {
+         }
+         fw_log (FW_LOG_INFO, NULL, "SIGHUP received: reloading %s", rt->opts->script);
+         reload (rt, message, sizeof message);
+      } else if (sig == FW_RUNTIME_CONTROL_SIGNAL) {
+         fw_runtime_control_run (rt->control);
+      } else if (all_failed (rt)) {
+         fw_log (FW_LOG_ERROR, NULL, "every stream has stopped on an error: exiting");
+         return true;
+      }
+   }
+}
+
+/* Stops and joins every stream, with their summaries once they had started. */
+static void
+stop_streams (fw_runtime_t *rt, bool started)
+{
+   for (int i = 0; i < rt->n; i++) {
+      fw_stream_worker_stop (rt->workers[i]);
+   }
+   for (int i = 0; i < rt->n; i++) {
+      fw_stream_worker_join (rt->workers[i]);
+      if (started) {
+         log_summary (rt->workers[i], "");
+      }
+   }
+   if (started && (rt->reloads || rt->reload_failures)) {
+      fw_log (FW_LOG_INFO, NULL, "reloads: %llu succeeded, %llu failed",
+              (unsigned long long) rt->reloads, (unsigned long long) rt->reload_failures);
+   }
+}
+
 int
 fw_runtime_run (const fw_run_options_t *opts)
 {
    fw_runtime_t rt = {opts, NULL, NULL, NULL, 0, NULL, 0, 0, NULL, NULL};
    fw_runtime_hooks_t hooks = {hook_find_stream, hook_reload, hook_script, &rt};
-   fw_error_t err;
-   bson_error_t berr;
-   fw_lua_host_t *probe = NULL;
    mongoc_uri_t *uri = NULL;
    sigset_t sigs, hup;
    char *uri_string = NULL, *admin_listen = NULL, *admin_token = NULL;
-   const char *admin_what;
-   bool started = false, failed_all = false, stopping = false;
+   bool started = false;
    int rc = 1;
 
-   /* Signals are taken by this thread only (sigtimedwait below); threads
-    * created later inherit the mask. */
-   sigemptyset (&sigs);
-   sigaddset (&sigs, SIGINT);
-   sigaddset (&sigs, SIGTERM);
-   sigaddset (&sigs, SIGHUP);
-   sigaddset (&sigs, FW_RUNTIME_CONTROL_SIGNAL); /* an admin endpoint request */
-   sigemptyset (&hup);
-   sigaddset (&hup, SIGHUP);
-   pthread_sigmask (SIG_BLOCK, &sigs, NULL);
-   signal (SIGPIPE, SIG_IGN);
-
-   /* The URI can come from the script, so read it before building the pool. */
-   probe = load (opts->script, option_uri (opts), NULL, &err);
-   if (!probe) {
-      fw_log (FW_LOG_ERROR, NULL, "invalid script:\n%s", err.message);
-      goto done;
-   }
-   uri_string = effective_uri (probe);
-   admin_settings (opts, probe, &admin_listen, &admin_token, &admin_what);
-   fw_lua_host_destroy (probe);
-   /* A bad admin address (or an open one without a token) is refused
-    * before anything starts. */
-   if (admin_listen && !fw_admin_check_options (admin_listen, admin_token, admin_what, &err)) {
-      fw_log (FW_LOG_ERROR, NULL, "%s", err.message);
+   block_signals (&sigs, &hup);
+   if (!read_settings (opts, &uri_string, &admin_listen, &admin_token)) {
       goto done;
    }
    if (!(rt.metrics = fw_metrics_new ()) ||
@@ -449,102 +625,22 @@ fw_runtime_run (const fw_run_options_t *opts)
       goto done;
    }
    fw_metrics_set_build_info (rt.metrics, FW_VERSION, MONGOC_VERSION_S, LUA_RELEASE);
-   uri = mongoc_uri_new_with_error (uri_string, &berr);
-   if (!uri) {
-      char shown[512], why[512];
-      fw_log (FW_LOG_ERROR, NULL, "invalid MongoDB URI \"%s\": %s",
-              fw_log_redact_uri (uri_string, shown, sizeof shown),
-              fw_log_redact_uri_error (uri_string, berr.message, why, sizeof why));
-      goto done;
-   }
-   rt.pool = mongoc_client_pool_new (uri);
-   if (!rt.pool) {
-      char shown[512];
-      fw_log (FW_LOG_ERROR, NULL, "cannot create a client pool for \"%s\"",
-              fw_log_redact_uri (uri_string, shown, sizeof shown));
-      goto done;
-   }
-   mongoc_client_pool_set_error_api (rt.pool, MONGOC_ERROR_API_VERSION_2);
-   if (!mongoc_client_pool_set_appname (rt.pool, "flowwarden")) {
-      fw_log (FW_LOG_WARN, NULL, "cannot set the client pool's appname");
-   }
-   /* fw.mongo's "default" connection: the run URI, in a pool of its own so
-    * handler IO never waits behind (or times out) the change stream's. */
-   if (!(rt.conns = fw_connections_new ()) ||
-       !fw_connections_set (rt.conns, "default", uri_string, &err)) {
-      fw_log (FW_LOG_ERROR, NULL, "%s", rt.conns ? err.message : "out of memory");
-      goto done;
-   }
-
-   if (!build_workers (&rt, &rt.workers, &rt.n, &rt.version, &err)) {
-      fw_log (FW_LOG_ERROR, NULL, "invalid script:\n%s", err.message);
-      goto done;
-   }
-   if (opts->pid_file && !write_pid_file (opts->pid_file)) {
-      goto done;
-   }
-   fw_metrics_set_script_version (rt.metrics, rt.version);
-   if (admin_listen &&
-       !fw_runtime_control_start_admin (rt.control, admin_listen, admin_token, &err)) {
-      fw_log (FW_LOG_ERROR, NULL, "%s", err.message);
-      if (opts->pid_file) {
-         unlink (opts->pid_file);
-      }
+   if (!open_pools (&rt, uri_string, &uri) || !prepare_streams (&rt, admin_listen, admin_token)) {
       goto done;
    }
    fw_log (FW_LOG_INFO, NULL, "flowwarden %s running %s (script version %s): %d stream(s)",
            FW_VERSION, opts->script, rt.version, rt.n);
    started = true;
-   for (int i = 0; i < rt.n; i++) {
-      if (!fw_stream_worker_start (rt.workers[i], &err)) {
-         fw_log (FW_LOG_ERROR, NULL, "%s", err.message);
-         stopping = failed_all = true; /* exit 1: not every stream could start */
-         break;
-      }
+   /* exit 1 when not every stream could start, or every one stopped on an error */
+   if (start_streams (&rt) && !serve_until_stopped (&rt, &sigs, &hup)) {
+      rc = 0;
    }
-
-   while (!stopping) {
-      struct timespec tick = {1, 0};
-      int sig = sigtimedwait (&sigs, NULL, &tick);
-      if (sig == SIGTERM || sig == SIGINT) {
-         fw_log (FW_LOG_INFO, NULL, "%s received: stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-         stopping = true;
-      } else if (sig == SIGHUP) {
-         struct timespec zero = {0, 0};
-         char message[FW_ERROR_MESSAGE_MAX + 256];
-         /* A burst of SIGHUPs becomes one reload; reloads run on this
-          * thread, so they never overlap. */
-         while (sigtimedwait (&hup, NULL, &zero) == SIGHUP) {
-         }
-         fw_log (FW_LOG_INFO, NULL, "SIGHUP received: reloading %s", opts->script);
-         reload (&rt, message, sizeof message);
-      } else if (sig == FW_RUNTIME_CONTROL_SIGNAL) {
-         fw_runtime_control_run (rt.control);
-      } else if (all_failed (&rt)) {
-         failed_all = true;
-         fw_log (FW_LOG_ERROR, NULL, "every stream has stopped on an error: exiting");
-         stopping = true;
-      }
-   }
-   rc = failed_all ? 1 : 0;
 
 done:
    /* The endpoint goes first: it reads the streams' blocks and posts to
     * this thread. */
    fw_runtime_control_destroy (rt.control);
-   for (int i = 0; i < rt.n; i++) {
-      fw_stream_worker_stop (rt.workers[i]);
-   }
-   for (int i = 0; i < rt.n; i++) {
-      fw_stream_worker_join (rt.workers[i]);
-      if (started) {
-         log_summary (rt.workers[i], "");
-      }
-   }
-   if (started && (rt.reloads || rt.reload_failures)) {
-      fw_log (FW_LOG_INFO, NULL, "reloads: %llu succeeded, %llu failed",
-              (unsigned long long) rt.reloads, (unsigned long long) rt.reload_failures);
-   }
+   stop_streams (&rt, started);
    free_workers (rt.workers, rt.n);
    fw_connections_destroy (rt.conns);
    mongoc_client_pool_destroy (rt.pool);

@@ -271,47 +271,42 @@ opt_bool (lua_State *L, int t, const char *key)
    return v;
 }
 
-/* core.load(path, opts) */
-int
-fw_test__load (lua_State *L)
-{
-   const char *path = luaL_checkstring (L, 1);
-   fw_test_app_t *app;
-   fw_lua_host_t *first;
-   const char *uri = NULL, *mongo_uri = NULL;
+/* What core.load's opts say beyond what goes into the app itself. The
+ * strings stay on the Lua stack for the whole call. */
+typedef struct {
    bool jitter;
-   lua_Integer seed = 1;
-   int env_idx = 0, app_idx;
-   fw_error_t err;
+   lua_Integer seed;
+   const char *uri, *mongo_uri;
+   int env_idx; /* opts.env's stack index, or 0 */
+} load_opts_t;
 
-   luaL_checktype (L, 2, LUA_TTABLE);
-   lua_settop (L, 2);
-   app = lua_newuserdatauv (L, sizeof *app, 0);
-   memset (app, 0, sizeof *app);
-   app->bridge_ref = app->dispatch_ref = LUA_NOREF;
-   luaL_setmetatable (L, APP_MT);
-   app_idx = lua_gettop (L);
-
-   jitter = opt_bool (L, 2, "jitter");
+/* Reads the opts table at 2: the virtual clock's start and the bridge go into
+ * app, the rest into o (values pushed on the stack to keep them alive). */
+static void
+read_load_opts (lua_State *L, fw_test_app_t *app, load_opts_t *o)
+{
+   memset (o, 0, sizeof *o);
+   o->seed = 1;
+   o->jitter = opt_bool (L, 2, "jitter");
    if (lua_getfield (L, 2, "seed") != LUA_TNIL) {
-      seed = luaL_checkinteger (L, -1);
+      o->seed = luaL_checkinteger (L, -1);
    }
    app->now_ms = FW_TEST_EPOCH_MS;
    if (lua_getfield (L, 2, "now_ms") != LUA_TNIL) {
       app->now_ms = luaL_checkinteger (L, -1);
    }
    if (lua_getfield (L, 2, "mongo_uri") == LUA_TSTRING) {
-      mongo_uri = lua_tostring (L, -1);
+      o->mongo_uri = lua_tostring (L, -1);
    }
    /* The run URI, as --uri: the scripts' default database comes from its
     * path. Without opts.mongo it is never connected to. */
    if (lua_getfield (L, 2, "uri") == LUA_TSTRING) {
-      uri = lua_tostring (L, -1);
+      o->uri = lua_tostring (L, -1);
    } else {
-      uri = mongo_uri;
+      o->uri = o->mongo_uri;
    }
    if (lua_getfield (L, 2, "env") == LUA_TTABLE) {
-      env_idx = lua_gettop (L);
+      o->env_idx = lua_gettop (L);
    }
    lua_getfield (L, 2, "bridge");
    luaL_checktype (L, -1, LUA_TFUNCTION);
@@ -321,55 +316,75 @@ fw_test__load (lua_State *L)
    lua_rawgeti (L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
    app->spec = lua_tothread (L, -1);
    lua_pop (L, 1);
+}
+
+/* Gives app its script path, DLQ store, metrics, fw.mongo connection (with
+ * opts.mongo_uri) and the dispatcher's hooks; raises when it cannot. */
+static void
+init_app (lua_State *L, fw_test_app_t *app, const char *path, const char *mongo_uri)
+{
+   fw_error_t err;
 
    app->script = strdup (path);
    app->store = fw_dlq_store_memory_new (&err);
    app->metrics = fw_metrics_new ();
    if (!app->script || !app->store || !app->metrics) {
-      return luaL_error (L, "flowwarden.testing: out of memory loading %s", path);
+      luaL_error (L, "flowwarden.testing: out of memory loading %s", path);
    }
    if (mongo_uri) {
       if (!(app->conns = fw_connections_new ()) ||
           !fw_connections_set (app->conns, "default", mongo_uri, &err)) {
-         return luaL_error (L, "fwt.load: opts.mongo: %s", app->conns ? err.message : "out of memory");
+         luaL_error (L, "fwt.load: opts.mongo: %s", app->conns ? err.message : "out of memory");
       }
    }
    app->hooks.now_ms = hook_now_ms;
    app->hooks.wait_ms = hook_wait_ms;
    app->hooks.attempt_failed = hook_attempt_failed;
    app->hooks.ud = app;
+}
 
-   /* As run: the script once to validate it (its message is check's), then
-    * once more per stream, each in a fresh state. */
-   if (!(first = load_host (app, L, env_idx, uri, &err))) {
+/* As run: the script once to validate it (its message is check's), then
+ * once more per stream, each in a fresh state, each made a worker the app
+ * owns; raises with the load's message when one fails. */
+static void
+build_app_workers (lua_State *L, fw_test_app_t *app, const load_opts_t *o, const char *path)
+{
+   fw_lua_host_t *first;
+   fw_error_t err;
+   int n;
+
+   if (!(first = load_host (app, L, o->env_idx, o->uri, &err))) {
       fw_metrics_rollback (app->metrics);
       lua_pushstring (L, err.message);
-      return lua_error (L);
+      lua_error (L);
    }
    if (app->conns && !fw_connections_set_declared (app->conns, first, &err)) {
       fw_lua_host_destroy (first);
       lua_pushstring (L, err.message);
-      return lua_error (L);
+      lua_error (L);
    }
    app->n = 0;
-   {
-      int n = fw_lua_host_stream_count (first);
-      if (n == 0 || !(app->workers = calloc ((size_t) n, sizeof *app->workers))) {
-         fw_lua_host_destroy (first);
-         return luaL_error (L, "%s declares no stream (use fw.stream { ... })", path);
-      }
-      for (int i = 0; i < n; i++) {
-         fw_lua_host_t *host = i == 0 ? first : load_host (app, L, env_idx, uri, &err);
-         fw_stream_worker_t *w =
-            host ? fw_stream_worker_new (host, i, NULL, app->conns, &err) : NULL;
-         if (!w) {
-            fw_metrics_rollback (app->metrics);
-            lua_pushstring (L, err.message);
-            return lua_error (L);
-         }
-         app->workers[app->n++] = w;
-      }
+   n = fw_lua_host_stream_count (first);
+   if (n == 0 || !(app->workers = calloc ((size_t) n, sizeof *app->workers))) {
+      fw_lua_host_destroy (first);
+      luaL_error (L, "%s declares no stream (use fw.stream { ... })", path);
    }
+   for (int i = 0; i < n; i++) {
+      fw_lua_host_t *host = i == 0 ? first : load_host (app, L, o->env_idx, o->uri, &err);
+      fw_stream_worker_t *w = host ? fw_stream_worker_new (host, i, NULL, app->conns, &err) : NULL;
+      if (!w) {
+         fw_metrics_rollback (app->metrics);
+         lua_pushstring (L, err.message);
+         lua_error (L);
+      }
+      app->workers[app->n++] = w;
+   }
+}
+
+/* Puts the app's workers on its metrics, clock, hooks and in-memory DLQ. */
+static void
+wire_app_workers (fw_test_app_t *app, const load_opts_t *o)
+{
    fw_metrics_commit (app->metrics);
    for (int i = 0; i < app->n; i++) {
       fw_stream_worker_t *w = app->workers[i];
@@ -379,10 +394,33 @@ fw_test__load (lua_State *L)
       /* A sequenced DLQ's sequences live beside the entries. */
       w->park_ops = &fw_park_memory_ops;
       /* Jitter off under test unless asked, and then from a fixed seed. */
-      w->cfg.retry.jitter = w->cfg.retry.jitter && jitter;
-      w->rng = (uint64_t) seed + (uint64_t) i;
+      w->cfg.retry.jitter = w->cfg.retry.jitter && o->jitter;
+      w->rng = (uint64_t) o->seed + (uint64_t) i;
       fw_state_store_set_clock (w->state, state_clock, app);
    }
+}
+
+/* core.load(path, opts) */
+int
+fw_test__load (lua_State *L)
+{
+   const char *path = luaL_checkstring (L, 1);
+   fw_test_app_t *app;
+   load_opts_t o;
+   int app_idx;
+
+   luaL_checktype (L, 2, LUA_TTABLE);
+   lua_settop (L, 2);
+   app = lua_newuserdatauv (L, sizeof *app, 0);
+   memset (app, 0, sizeof *app);
+   app->bridge_ref = app->dispatch_ref = LUA_NOREF;
+   luaL_setmetatable (L, APP_MT);
+   app_idx = lua_gettop (L);
+
+   read_load_opts (L, app, &o);
+   init_app (L, app, path, o.mongo_uri);
+   build_app_workers (L, app, &o, path);
+   wire_app_workers (app, &o);
    lua_pushvalue (L, app_idx);
    return 1;
 }
@@ -494,6 +532,112 @@ fw_test__end_capture (fw_test_app_t *app)
    app->capture = NULL;
 }
 
+/* Runs the event through w's dispatcher (the unreadable path when it did not
+ * parse, why saying how) with what it does recorded in u. */
+static fw_dispatch_result_t
+dispatch_captured (fw_test_app_t *app, fw_stream_worker_t *w, fw_test_capture_ud_t *u,
+                   fw_event_t *ev, bool parsed, const char *why)
+{
+   fw_dispatch_result_t r;
+
+   w->dispatch.attempt = 0;
+   fw_test__begin_capture (app, u);
+   r = parsed ? fw_event_dispatch (w, ev) : fw_event_dispatch_unreadable (w, ev, why);
+   if (r == FW_DISPATCH_FAILED) {
+      /* As run logs it; the next deliver goes on (run's restart would). */
+      fw_log (FW_LOG_ERROR, w->cfg.name, "STREAM STOPPED: %s", w->failure);
+   }
+   fw_test__end_capture (app);
+   return r;
+}
+
+/* Moves the DLQ entry the delivery wrote, if any, into u->entry. */
+static void
+take_dlq_entry (lua_State *L, fw_test_app_t *app, fw_test_capture_ud_t *u)
+{
+   /* The store initialises what it fills, so it gets a stack document:
+    * bson_init on a bson_new'd one would orphan the struct. */
+   bson_t last;
+
+   if (fw_dlq_store_memory_take_last (app->store, &last) && !(u->entry = bson_copy (&last))) {
+      bson_destroy (&last);
+      luaL_error (L, "deliver: not enough memory");
+   }
+   bson_destroy (&last);
+}
+
+/* What became of the delivered event, from the dispatcher's result and the
+ * stream's counters before and after it; *ran: a handler attempt counts
+ * (it starts as whether the event parsed). */
+static const char *
+deliver_outcome (fw_dispatch_result_t r, const fw_stream_stats_t *before,
+                 const fw_stream_stats_t *after, const fw_test_capture_ud_t *u, bool *ran)
+{
+   if (r == FW_DISPATCH_NO_DLQ || r == FW_DISPATCH_FAILED) {
+      /* run would stop the stream before the event: an unreadable event and
+       * no DLQ, or a sequenced DLQ's overflow (w->failure says which): in
+       * opening a sequence after failed attempts, or in parking before any. */
+      *ran = *ran && u->c.n_errors > 0;
+      return "stopped";
+   } else if (r == FW_DISPATCH_STOPPED) {
+      return "stopped";
+   } else if (after->parked > before->parked) {
+      *ran = false;
+      return "parked"; /* behind an open sequence */
+   } else if (after->dead_lettered > before->dead_lettered) {
+      return "dlq";
+   } else if (after->lost > before->lost) {
+      return "lost";
+   } else if (after->skipped > before->skipped) {
+      return "skipped";
+   } else if (after->handled > before->handled) {
+      return "handled";
+   }
+   *ran = false;
+   return "no_handler"; /* the script has no handler for this operation type */
+}
+
+/* Pushes deliver's result table: outcome, attempts, event_id, the capture's
+ * records, failure and dlq_entry. */
+static void
+push_delivery (lua_State *L, fw_stream_worker_t *w, fw_dispatch_result_t r, const char *outcome,
+               bool ran, const fw_event_t *ev, const fw_test_capture_ud_t *u)
+{
+   fw_error_t err;
+   size_t id_len;
+   luaL_Buffer idb;
+   char *id;
+   int t;
+
+   lua_createtable (L, 0, 8);
+   t = lua_gettop (L);
+   lua_pushstring (L, outcome);
+   lua_setfield (L, t, "outcome");
+   /* Attempts made: none when no handler ran (no handler, unreadable, or
+    * parked behind its sequence). */
+   lua_pushinteger (L, ran ? w->dispatch.attempt : 0);
+   lua_setfield (L, t, "attempts");
+   /* The whole id, however long the token (a Lua buffer: nothing to free). */
+   id_len = fw_event_id_len (ev);
+   id = luaL_buffinitsize (L, &idb, id_len + 1);
+   if (!fw_event_id (ev, id, id_len + 1)) {
+      id_len = 0;
+   }
+   luaL_pushresultsize (&idb, id_len);
+   lua_setfield (L, t, "event_id");
+   fw_test__push_capture_fields (L, t, &u->c);
+   if (r == FW_DISPATCH_FAILED) {
+      lua_pushstring (L, w->failure);
+      lua_setfield (L, t, "failure");
+   }
+   if (u->entry) {
+      if (!fw_bson_lua_push_document (L, u->entry, "dlq_entry", &err)) {
+         luaL_error (L, "deliver: %s", err.message);
+      }
+      lua_setfield (L, t, "dlq_entry");
+   }
+}
+
 /* core.deliver(app, stream, event) */
 int
 fw_test__deliver (lua_State *L)
@@ -506,11 +650,7 @@ fw_test__deliver (lua_State *L)
    fw_event_t ev;
    fw_error_t err;
    const char *outcome;
-   size_t id_len;
-   luaL_Buffer idb;
-   char *id;
    bool parsed, ran; /* ran: a handler attempt was made */
-   int t;
 
    u = fw_test__push_capture (L);
    fw_test__event_arg (L, 3, "deliver", &u->event);
@@ -520,78 +660,12 @@ fw_test__deliver (lua_State *L)
       return luaL_error (L, "deliver: the event is not a change event: %s", err.message);
    }
    fw_stream_worker_stats (w, &before);
-   w->dispatch.attempt = 0;
-   fw_test__begin_capture (app, u);
-   r = parsed ? fw_event_dispatch (w, &ev) : fw_event_dispatch_unreadable (w, &ev, err.message);
-   if (r == FW_DISPATCH_FAILED) {
-      /* As run logs it; the next deliver goes on (run's restart would). */
-      fw_log (FW_LOG_ERROR, w->cfg.name, "STREAM STOPPED: %s", w->failure);
-   }
-   fw_test__end_capture (app);
+   r = dispatch_captured (app, w, u, &ev, parsed, err.message);
    fw_stream_worker_stats (w, &after);
-   {
-      /* The store initialises what it fills, so it gets a stack document:
-       * bson_init on a bson_new'd one would orphan the struct. */
-      bson_t last;
-      if (fw_dlq_store_memory_take_last (app->store, &last) && !(u->entry = bson_copy (&last))) {
-         bson_destroy (&last);
-         return luaL_error (L, "deliver: not enough memory");
-      }
-      bson_destroy (&last);
-   }
-
+   take_dlq_entry (L, app, u);
    ran = parsed;
-   if (r == FW_DISPATCH_NO_DLQ || r == FW_DISPATCH_FAILED) {
-      /* run would stop the stream before the event: an unreadable event and
-       * no DLQ, or a sequenced DLQ's overflow (w->failure says which): in
-       * opening a sequence after failed attempts, or in parking before any. */
-      outcome = "stopped";
-      ran = ran && u->c.n_errors > 0;
-   } else if (r == FW_DISPATCH_STOPPED) {
-      outcome = "stopped";
-   } else if (after.parked > before.parked) {
-      outcome = "parked"; /* behind an open sequence */
-      ran = false;
-   } else if (after.dead_lettered > before.dead_lettered) {
-      outcome = "dlq";
-   } else if (after.lost > before.lost) {
-      outcome = "lost";
-   } else if (after.skipped > before.skipped) {
-      outcome = "skipped";
-   } else if (after.handled > before.handled) {
-      outcome = "handled";
-   } else {
-      outcome = "no_handler"; /* the script has no handler for this operation type */
-      ran = false;
-   }
-
-   lua_createtable (L, 0, 8);
-   t = lua_gettop (L);
-   lua_pushstring (L, outcome);
-   lua_setfield (L, t, "outcome");
-   /* Attempts made: none when no handler ran (no handler, unreadable, or
-    * parked behind its sequence). */
-   lua_pushinteger (L, ran ? w->dispatch.attempt : 0);
-   lua_setfield (L, t, "attempts");
-   /* The whole id, however long the token (a Lua buffer: nothing to free). */
-   id_len = fw_event_id_len (&ev);
-   id = luaL_buffinitsize (L, &idb, id_len + 1);
-   if (!fw_event_id (&ev, id, id_len + 1)) {
-      id_len = 0;
-   }
-   luaL_pushresultsize (&idb, id_len);
-   lua_setfield (L, t, "event_id");
-   fw_test__push_capture_fields (L, t, &u->c);
-   if (r == FW_DISPATCH_FAILED) {
-      lua_pushstring (L, w->failure);
-      lua_setfield (L, t, "failure");
-   }
-   if (u->entry) {
-      if (!fw_bson_lua_push_document (L, u->entry, "dlq_entry", &err)) {
-         return luaL_error (L, "deliver: %s", err.message);
-      }
-      lua_setfield (L, t, "dlq_entry");
-   }
+   outcome = deliver_outcome (r, &before, &after, u, &ran);
+   push_delivery (L, w, r, outcome, ran, &ev, u);
    return 1;
 }
 
