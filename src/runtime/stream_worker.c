@@ -214,6 +214,64 @@ split_back (fw_stream_worker_t *w, fw_position_t *p)
    return true;
 }
 
+/* What an error of the change stream means for this read, at its open (rd
+ * NULL) or while reading from rd: the one classification of both. Says what
+ * the user is to see (log, p->error, the stream's failure). */
+static read_end_t
+error_end (fw_stream_worker_t *w, fw_position_t *p, fw_stream_reader_t *rd,
+           const bson_error_t *berr)
+{
+   if (berr->code == FW_ERR_HISTORY_LOST) {
+      return READ_HISTORY_LOST;
+   }
+   if (berr->code == FW_ERR_CHANGE_STREAM_FATAL) {
+      fatal_stream_error (w, berr);
+      return READ_FAILED;
+   }
+   if (fw_oversize_error (berr)) {
+      if (read_unsplittable (w, p, berr)) {
+         return READ_REOPEN;
+      }
+      oversize_failed (w, p, berr);
+      return READ_FAILED;
+   }
+   if (berr->code == FW_ERR_FULL_DOCUMENT_REFUSED) {
+      char what[1400];
+      snprintf (what, sizeof what,
+                "the server refuses full_document = \"%s\" (it needs MongoDB 6.0 or later): "
+                "%.1000s (code %u); the stream is stopped",
+                w->cfg.full_document ? w->cfg.full_document : "default", berr->message,
+                berr->code);
+      stream_failed (w, what);
+      return READ_FAILED;
+   }
+   if (w->cfg.split_large_events && !p->split_rejected && fw_oversize_stage_rejected (berr)) {
+      fw_log (FW_LOG_WARN, w->cfg.name,
+              "the server does not support $changeStreamSplitLargeEvent (%s, code %u): "
+              "reading without it; events over 16 MiB follow oversize = \"%s\"",
+              berr->message, berr->code, w->cfg.oversize_skip ? "skip" : "fail");
+      p->split_rejected = true;
+      return READ_REOPEN;
+   }
+   if (rd && closed_without_error (berr)) {
+      return closed_at_invalidate (w, rd, p, berr);
+   }
+   if (berr->domain == MONGOC_ERROR_CURSOR &&
+       berr->code == MONGOC_ERROR_CHANGE_STREAM_NO_RESUME_TOKEN) {
+      /* Re-opening would fail the same way for ever. */
+      stream_failed (w, "a change event has no _id (resume token), so it can be neither "
+                        "handled nor checkpointed: a pipeline stage must not remove or "
+                        "change _id; the checkpoint stays before it");
+      return READ_FAILED;
+   }
+   fw_log (FW_LOG_WARN, w->cfg.name, "%s: %s (code %u)",
+           rd ? "change stream failed" : "cannot open change stream", berr->message, berr->code);
+   snprintf (p->error, sizeof p->error, "%s: %s (code %u)",
+             rd ? "change stream failed" : "cannot open the change stream", berr->message,
+             berr->code);
+   return READ_ERROR;
+}
+
 /* Reads until shutdown, an error or an invalidate. */
 static read_end_t
 consume_events (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p, bool *progressed)
@@ -367,36 +425,7 @@ consume_events (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
          continue;
       }
       if (fw_stream_reader_error (rd, &berr)) {
-         if (berr.code == FW_ERR_HISTORY_LOST) {
-            return READ_HISTORY_LOST;
-         }
-         if (berr.code == FW_ERR_CHANGE_STREAM_FATAL) {
-            fatal_stream_error (w, &berr);
-            return READ_FAILED;
-         }
-         if (fw_oversize_error (&berr)) {
-            if (read_unsplittable (w, p, &berr)) {
-               return READ_REOPEN;
-            }
-            oversize_failed (w, p, &berr);
-            return READ_FAILED;
-         }
-         if (closed_without_error (&berr)) {
-            return closed_at_invalidate (w, rd, p, &berr);
-         }
-         if (berr.domain == MONGOC_ERROR_CURSOR &&
-             berr.code == MONGOC_ERROR_CHANGE_STREAM_NO_RESUME_TOKEN) {
-            /* Re-opening would fail the same way for ever. */
-            stream_failed (w, "a change event has no _id (resume token), so it can be neither "
-                              "handled nor checkpointed: a pipeline stage must not remove or "
-                              "change _id; the checkpoint stays before it");
-            return READ_FAILED;
-         }
-         fw_log (FW_LOG_WARN, w->cfg.name, "change stream failed: %s (code %u)", berr.message,
-                 berr.code);
-         snprintf (p->error, sizeof p->error, "change stream failed: %s (code %u)", berr.message,
-                   berr.code);
-         return READ_ERROR;
+         return error_end (w, p, rd, &berr);
       }
       /* With lanes: only once they are idle too (the round runs here). */
       if (w->reprocess_at_ms >= 0 && (!w->lanes || fw_stream_lanes_advance (w, p))) {
@@ -556,39 +585,7 @@ worker_main (void *arg)
       cs = open_stream (w, p.has_resume ? &p.resume : NULL,
                         w->cfg.split_large_events && !p.split_rejected && !p.unsplittable);
       if (cs && mongoc_change_stream_error_document (cs, &berr, &reply)) {
-         end = berr.code == FW_ERR_HISTORY_LOST ? READ_HISTORY_LOST : READ_ERROR;
-         if (berr.code == FW_ERR_CHANGE_STREAM_FATAL) {
-            fatal_stream_error (w, &berr);
-            end = READ_FAILED;
-         } else if (fw_oversize_error (&berr)) {
-            end = read_unsplittable (w, &p, &berr) ? READ_REOPEN : READ_FAILED;
-            if (end == READ_FAILED) {
-               oversize_failed (w, &p, &berr);
-            }
-         } else if (berr.code == FW_ERR_FULL_DOCUMENT_REFUSED) {
-            char what[1400];
-            snprintf (what, sizeof what,
-                      "the server refuses full_document = \"%s\" (it needs MongoDB 6.0 or "
-                      "later): %.1000s (code %u); the stream is stopped",
-                      w->cfg.full_document ? w->cfg.full_document : "default", berr.message,
-                      berr.code);
-            stream_failed (w, what);
-            end = READ_FAILED;
-         } else if (w->cfg.split_large_events && !p.split_rejected &&
-                    fw_oversize_stage_rejected (&berr)) {
-            fw_log (FW_LOG_WARN, w->cfg.name,
-                    "the server does not support $changeStreamSplitLargeEvent (%s, code %u): "
-                    "reading without it; events over 16 MiB follow oversize = \"%s\"",
-                    berr.message, berr.code, w->cfg.oversize_skip ? "skip" : "fail");
-            p.split_rejected = true;
-            mongoc_change_stream_destroy (cs);
-            continue;
-         } else if (end == READ_ERROR) {
-            fw_log (FW_LOG_WARN, w->cfg.name, "cannot open change stream: %s (code %u)",
-                    berr.message, berr.code);
-            snprintf (p.error, sizeof p.error, "cannot open the change stream: %s (code %u)",
-                      berr.message, berr.code);
-         }
+         end = error_end (w, &p, NULL, &berr);
       } else if (!cs) {
          end = READ_ERROR;
          snprintf (p.error, sizeof p.error, "cannot open the change stream");
