@@ -49,7 +49,7 @@
 #include "flowwarden/event.h"
 #include "flowwarden/lua_host.h"
 #include "flowwarden/metrics.h"
-#include "../src/runtime/stream_worker-private.h"
+#include "../src/runtime/stream/stream_worker-private.h"
 
 #define RING 1024
 

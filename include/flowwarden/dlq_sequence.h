@@ -36,7 +36,7 @@
  * The functions below are the MongoDB side. An in-memory DLQ store keeps the
  * same documents beside its entries (fw_dlq_store_memory_seq_* in
  * dlq_store.h); a stream reaches either through its store's fw_park_ops_t
- * (src/runtime/event_park_store.c).
+ * (src/runtime/dlq/event_park_store.c).
  */
 #ifndef FLOWWARDEN_DLQ_SEQUENCE_H
 #define FLOWWARDEN_DLQ_SEQUENCE_H

@@ -5,7 +5,7 @@ flowwarden.dlq: what a replay of dead letters asks the Lua side (issue 12).
                                   back to PENDING, diagnostics merged
   fw.dlq.evict()                  an enqueue policy's decision: DISCARDED
 
-For the C host (src/runtime/dlq_replay.c):
+For the C host (src/runtime/dlq/dlq_replay.c):
 
   dlq.decide(spec, letter, err) -> "requeue" | "evict", diagnostics | nil
       runs spec.dlq.enqueue_policy(letter, err) (Axon's EnqueuePolicy). No

@@ -1,7 +1,7 @@
 --[[
 flowwarden.testing: testing handler scripts offline with busted (issue 15;
 docs/testing-scripts.md). Available in `flowwarden test` (and `replay`), whose
-Lua state has the C core "flowwarden.testing.core" (src/runtime/test_app.c).
+Lua state has the C core "flowwarden.testing.core" (src/runtime/testing/test_app.c).
 
   local fwt = require("flowwarden.testing")
   local app = fwt.load("orders.lua", { env = { HOOK_TOKEN = "t" } })

@@ -24,7 +24,7 @@
 #include "flowwarden/metrics_lua.h"
 #include "flowwarden/runtime.h"
 #include "flowwarden/stream_worker.h"
-#include "runtime-private.h"
+#include "runtime/runtime-private.h"
 
 /* --uri, else FLOWWARDEN_URI, else NULL (the script's or the default URI
  * then applies: flowwarden.config resolves the rest of the precedence). */

@@ -17,7 +17,7 @@
 #include "flowwarden/clock.h"
 #include "flowwarden/dlq_admin.h"
 #include "flowwarden/log.h"
-#include "runtime-private.h"
+#include "runtime/runtime-private.h"
 
 /* How long a pause, resume or restart is waited for before the answer is
  * "accepted" (202): a handler in the middle of its retries finishes first. */

@@ -103,7 +103,7 @@ class StopAndRestart(StandInTestCase):
         self.assertLessEqual(len(repeated), 1, repeated)
 
     def test_kill9_of_a_new_stream_before_its_first_save_loses_nothing(self):
-        # Regression (fixed in src/runtime/stream_worker.c, worker_main/consume): a stream with no
+        # Regression (fixed in src/runtime/stream/stream_worker.c, worker_main/consume): a stream with no
         # checkpoint starts "from now" but does not save that position when
         # its change stream opens; the first save waits for save_interval (or
         # an event and save_every). A crash before then leaves no checkpoint,

@@ -91,7 +91,7 @@ class MidStreamErrors(StandInTestCase):
         self.assertEqual(p.stop(), 0)
 
     def test_error_before_the_first_event_does_not_lose_what_follows(self):
-        # Regression (fixed in src/runtime/stream_worker.c, consume/worker_main): a stream started
+        # Regression (fixed in src/runtime/stream/stream_worker.c, consume/worker_main): a stream started
         # "from now" whose first getMore fails with a non-resumable error
         # has not stored any position yet (the aggregate's post-batch token
         # is only taken on the idle path, which an error skips), so it is
@@ -391,7 +391,7 @@ class HistoryLost(StandInTestCase):
         self.assertEqual(p2.stop(), 0)
 
     def test_seen_token_fallback_survives_a_transient_error_at_start(self):
-        # Regression (fixed in src/runtime/stream_worker.c, worker_main): any failed open sets
+        # Regression (fixed in src/runtime/stream/stream_worker.c, worker_main): any failed open sets
         # candidate = 2, so when the first open fails for a passing reason
         # (network, a refused aggregate) and the next one reports the
         # processed token lost, the seen token is never tried and the stream

@@ -226,7 +226,7 @@ class IndexTest(unittest.TestCase):
         self.assertEqual(cm.exception.code, 11000)
 
     def test_dlq_upsert_keyed_on_two_fields_with_partial_unique_index(self):
-        # What flowwarden's DLQ store does (src/runtime/dlq_store.c): a
+        # What flowwarden's DLQ store does (src/runtime/dlq/dlq_store.c): a
         # partial unique index on (streamName, eventId), refused with 11000
         # over duplicates; an upsert that inserts with $setOnInsert (its _id
         # included) and later only $set/$inc/$push ... $slice.

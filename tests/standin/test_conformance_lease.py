@@ -36,7 +36,7 @@ def tearDownModule():
     assert S.stop() == 0
 
 
-# The take as src/runtime/lease_store.c sends it: the query is the _id alone (MongoDB refuses
+# The take as src/runtime/ha/lease_store.c sends it: the query is the _id alone (MongoDB refuses
 # $expr in an upsert's query), and $replaceWith keeps the document unless the lease is free,
 # the taker's, or expired by the server's $$NOW (a non-date expiresAt counts as expired).
 def takeable(owner):

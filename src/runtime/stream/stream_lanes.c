@@ -40,7 +40,7 @@
 #include "flowwarden/dlq_sequence.h"
 #include "flowwarden/log.h"
 #include "flowwarden/mongo_lua.h"
-#include "stream_worker-private.h"
+#include "runtime/stream/stream_worker-private.h"
 
 /* Events one lane holds before the reader waits for it. */
 #define LANE_QUEUE 256

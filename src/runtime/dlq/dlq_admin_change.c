@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "flowwarden/bson_alloc.h"
-#include "dlq_admin-private.h"
+#include "runtime/dlq/dlq_admin-private.h"
 
 /* _ids per updateMany / deleteMany: small enough for any BSON limit. */
 #define BATCH 500

@@ -14,7 +14,7 @@
 #include "flowwarden/dlq_replay.h"
 #include "flowwarden/dlq_sequence.h"
 #include "flowwarden/log.h"
-#include "stream_worker-private.h"
+#include "runtime/stream/stream_worker-private.h"
 
 /* How long a replay waits for live index requests in flight (inflight >
  * 0: a stream is storing a parked entry) before leaving the sequence open. */

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "flowwarden/log.h"
-#include "stream_worker-private.h"
+#include "runtime/stream/stream_worker-private.h"
 
 #define SPLIT_STAGE "$changeStreamSplitLargeEvent"
 

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dlq_admin-private.h"
+#include "runtime/dlq/dlq_admin-private.h"
 #include "flowwarden/dlq_sequence.h"
 
 typedef struct {

@@ -10,7 +10,7 @@
 #include "flowwarden/connections.h"
 #include "flowwarden/dlq_store.h"
 #include "flowwarden/metrics.h"
-#include "stream_worker-private.h"
+#include "runtime/stream/stream_worker-private.h"
 
 /* What one deliver or replay saw, owned by a userdata of the spec's state
  * (so nothing leaks when pushing the result raises). */

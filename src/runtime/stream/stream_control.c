@@ -7,7 +7,7 @@
 
 #include "flowwarden/log.h"
 #include "flowwarden/metrics_lua.h"
-#include "stream_worker-private.h"
+#include "runtime/stream/stream_worker-private.h"
 
 /* Waits are cut in slices this long so a request is seen soon. */
 #define CONTROL_SLICE_MS 100

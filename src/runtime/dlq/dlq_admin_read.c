@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dlq_admin-private.h"
+#include "runtime/dlq/dlq_admin-private.h"
 
 /* --- reading ------------------------------------------------------------ */
 

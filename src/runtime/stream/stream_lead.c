@@ -4,7 +4,7 @@
  * with the lease's epoch. Called by worker_main (stream_worker.c) only.
  */
 #include "flowwarden/log.h"
-#include "stream_worker-private.h"
+#include "runtime/stream/stream_worker-private.h"
 
 /* ha.mode = "leader": whether this thread may still call handlers. */
 bool

@@ -15,7 +15,7 @@
 #include "flowwarden/dlq_entry.h"
 #include "flowwarden/dlq_replay.h"
 #include "flowwarden/log.h"
-#include "stream_worker-private.h"
+#include "runtime/stream/stream_worker-private.h"
 
 /* The entry's _id, as text for the log. */
 static void

@@ -7,7 +7,7 @@
 #include <lauxlib.h>
 
 #include "flowwarden/test_app.h"
-#include "test_app-private.h"
+#include "runtime/testing/test_app-private.h"
 
 int
 fw_test_app_open (lua_State *L)

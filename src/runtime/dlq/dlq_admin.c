@@ -9,7 +9,7 @@
 
 #include <lauxlib.h>
 
-#include "dlq_admin-private.h"
+#include "runtime/dlq/dlq_admin-private.h"
 #include "flowwarden/log.h"
 #include "flowwarden/dlq_sequence.h"
 #include "flowwarden/lua_host.h"

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "stream_worker-private.h"
+#include "runtime/stream/stream_worker-private.h"
 
 #define FW_WIRE_6_0 17 /* maxWireVersion of MongoDB 6.0 (wire_version.h) */
 

@@ -13,7 +13,7 @@
 #include "flowwarden/clock.h"
 #include "flowwarden/lease.h"
 #include "flowwarden/log.h"
-#include "lease-private.h"
+#include "runtime/ha/lease-private.h"
 
 #define MIN_MARGIN_MS 200
 /* A standby reads a held lease at least this often (a released one is taken

@@ -17,7 +17,7 @@
 #include "flowwarden/dlq_entry.h"
 #include "flowwarden/log.h"
 #include "flowwarden/lua_call.h"
-#include "stream_worker-private.h"
+#include "runtime/stream/stream_worker-private.h"
 
 typedef enum { ACT_RETRY, ACT_DLQ, ACT_SKIP, ACT_DROP } action_t;
 

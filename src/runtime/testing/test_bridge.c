@@ -19,7 +19,7 @@
 #include "flowwarden/bson_lua.h"
 #include "flowwarden/http_lua.h"
 #include "flowwarden/lua_call.h"
-#include "test_app-private.h"
+#include "runtime/testing/test_app-private.h"
 
 const char fw_test_app_key = 'a';
 

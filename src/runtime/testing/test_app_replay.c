@@ -12,7 +12,7 @@
 #include "flowwarden/dlq_sequence.h"
 #include "flowwarden/log.h"
 #include "flowwarden/test_app.h"
-#include "test_app-private.h"
+#include "runtime/testing/test_app-private.h"
 
 /* --- replaying a dead letter --------------------------------------------------- */
 

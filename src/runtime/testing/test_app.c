@@ -17,7 +17,7 @@
 #include "flowwarden/metrics_lua.h"
 #include "flowwarden/state_store.h"
 #include "flowwarden/test_app.h"
-#include "test_app-private.h"
+#include "runtime/testing/test_app-private.h"
 
 #define APP_MT "flowwarden.testing.app"
 #define CAPTURE_MT "flowwarden.testing.capture"

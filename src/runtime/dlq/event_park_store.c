@@ -7,7 +7,7 @@
  */
 #include "flowwarden/dlq_sequence.h"
 #include "flowwarden/dlq_store.h"
-#include "stream_worker-private.h"
+#include "runtime/stream/stream_worker-private.h"
 
 /* --- MongoDB: "<dlq collection>_sequences" ----------------------------------- */
 

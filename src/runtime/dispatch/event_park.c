@@ -16,7 +16,7 @@
 #include "flowwarden/bson_lua.h"
 #include "flowwarden/dlq_sequence.h"
 #include "flowwarden/log.h"
-#include "stream_worker-private.h"
+#include "runtime/stream/stream_worker-private.h"
 
 /* How often a stream with open sequences reads them again, so sequences a
  * separate `flowwarden dlq replay` closed leave its set (and its status). */

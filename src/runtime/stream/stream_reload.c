@@ -14,7 +14,7 @@
 #include <lauxlib.h>
 #include "flowwarden/log.h"
 #include "flowwarden/state_lua.h"
-#include "stream_worker-private.h"
+#include "runtime/stream/stream_worker-private.h"
 
 void
 fw_stream_worker_take_state (fw_stream_worker_t *w, fw_stream_worker_t *from)

@@ -15,7 +15,7 @@
 #include "flowwarden/lua_core.h"
 #include "flowwarden/mongo_lua.h"
 #include "flowwarden/state_lua.h"
-#include "stream_worker-private.h"
+#include "runtime/stream/stream_worker-private.h"
 
 static const char *const handler_keys[H_COUNT] = {"insert", "update", "replace", "delete",
                                                   "change"};

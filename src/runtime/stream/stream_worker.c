@@ -12,7 +12,7 @@
 #include "flowwarden/dlq_replay.h"
 #include "flowwarden/log.h"
 #include "flowwarden/mongo_lua.h"
-#include "stream_worker-private.h"
+#include "runtime/stream/stream_worker-private.h"
 
 #define FW_MAX_AWAIT_MS 1000
 #define FW_BATCH_SIZE 1000

@@ -16,7 +16,7 @@
 #include "flowwarden/log.h"
 #include "flowwarden/sharding.h"
 #include "flowwarden/mongo_lua.h"
-#include "stream_worker-private.h"
+#include "runtime/stream/stream_worker-private.h"
 
 #define HISTORY_MAX 20
 

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "flowwarden/checkpoint_store.h"
-#include "lease-private.h"
+#include "runtime/ha/lease-private.h"
 
 #define ERR_DUPLICATE_KEY 11000
 
