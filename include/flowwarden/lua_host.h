@@ -96,14 +96,16 @@ char *fw_lua_host_describe (fw_lua_host_t *host, fw_error_t *error);
 bool fw_lua_host_call (fw_lua_host_t *host, int nargs, int nresults,
                        int64_t timeout_ms, fw_lua_stop_t *stop);
 
-/* Pushes the arguments of a call and returns how many; may raise (an
- * allocation over the memory limit, for one). */
+/* Pushes the arguments of a call and returns how many. May raise only by
+ * failing to allocate, and allocates less than FW_LUA_PUSH_MAX_BYTES. */
 typedef int (*fw_lua_push_fn) (lua_State *L, void *ud);
+#define FW_LUA_PUSH_MAX_BYTES 4096
 
 /*
  * As fw_lua_host_call, with more arguments after the nargs on the stack:
- * push (L, ud) adds them inside a protected call, under the state's memory
- * limit. If push raises, the function is not called and the failure is
+ * push (L, ud) adds them, inside a protected call when the state is within
+ * FW_LUA_PUSH_MAX_BYTES of its memory limit (further below, it cannot
+ * fail). If push raises, the function is not called and the failure is
  * reported as the call's own ({value, traceback}; *stop is
  * FW_LUA_STOP_MEMORY for an allocation failure).
  */
