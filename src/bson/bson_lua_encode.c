@@ -590,7 +590,7 @@ run (lua_State *L, int idx, const char *root_path, bson_t *out, const char *key,
       if (status == LUA_ERRMEM) {
          fail (&c, "not enough memory");
          if (error) {
-            error->code = FW_ERROR_NOMEM;
+            error->domain = FW_ERROR_NOMEM;
          }
       } else {
          fail (&c, "%s", lua_tostring (L, -1) ? lua_tostring (L, -1) : "Lua error");

@@ -67,7 +67,7 @@ core_code_w_scope (lua_State *L)
    bool ok;
    int status = LUA_OK;
 
-   err.code = 0;
+   err.domain = 0;
    if (lua_type (L, 1) != LUA_TSTRING || memchr (code, '\0', len)) {
       return luaL_error (L, "code_w_scope: code must be a string without NUL bytes");
    }
@@ -95,7 +95,7 @@ core_code_w_scope (lua_State *L)
    }
    if (!ok) {
       return luaL_error (L, "code_w_scope: %s",
-                         err.code ? err.message : "the scope does not fit in a BSON document");
+                         err.domain ? err.message : "the scope does not fit in a BSON document");
    }
    return 1;
 }

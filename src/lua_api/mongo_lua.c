@@ -45,11 +45,11 @@ fw_mongo_ctx_begin (lua_State *L, fw_mongo_ctx_t *ctx, const char *method, const
    fw_error_t err;
 
    fw_mongo_ctx_budget (L, ctx, method, db, coll, connection);
-   err.code = 0;
+   err.domain = 0;
    err.message[0] = '\0';
    ctx->client = ctx->provider->client_for (ctx->provider->ud, connection, &err);
    if (!ctx->client) {
-      if (err.code == FW_ERROR_INVALID || !err.code) {
+      if (err.domain == FW_ERROR_INVALID || !err.domain) {
          fw_mongo_arg_error (L, "%s: %s", method,
                              err.message[0] ? err.message : "unknown connection");
       }

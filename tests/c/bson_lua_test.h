@@ -186,7 +186,7 @@ assert_to_bson_error (lua_State *L, const char *chunk, const char *root, const c
 
    eval (L, chunk);
    assert_false (fw_bson_lua_to_bson (L, -1, root, &out, &err));
-   assert_int_equal (err.code, FW_ERROR_INVALID);
+   assert_int_equal (err.domain, FW_ERROR_INVALID);
    assert_string_equal (err.message, message);
    assert_int_equal (lua_gettop (L), top + 1);
    lua_settop (L, top);

@@ -214,7 +214,7 @@ memory_errors_are_contained (void **state)
    lua_setallocf (L, tight_alloc, &t);
 
    assert_false (fw_bson_lua_to_bson (L, -1, "doc", &out, &err));
-   assert_int_equal (err.code, FW_ERROR_NOMEM);
+   assert_int_equal (err.domain, FW_ERROR_NOMEM);
    assert_string_equal (err.message, "doc: not enough memory");
    assert_int_equal (lua_gettop (L), 1);
 

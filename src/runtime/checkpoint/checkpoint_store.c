@@ -51,8 +51,9 @@ fw_checkpoint_load (mongoc_client_t *client, const char *database, const char *s
       cp->has_seen = copy_token (doc, "lastSeenToken", &cp->seen);
    }
    if (mongoc_cursor_error (cursor, &berr)) {
-      fw_error_set (error, FW_ERROR_MONGO, "cannot read checkpoint of stream \"%s\" from %s.%s: %s",
-                    stream, database, FW_CHECKPOINT_COLLECTION, berr.message);
+      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
+                         "cannot read checkpoint of stream \"%s\" from %s.%s: %s",
+                         stream, database, FW_CHECKPOINT_COLLECTION, berr.message);
       ok = false;
    }
    mongoc_cursor_destroy (cursor);
@@ -103,10 +104,11 @@ save_checkpoint (mongoc_client_t *client, const char *database, const char *stre
    ok = mongoc_collection_update_one (coll, &selector, &update, &opts, &reply, &berr);
    if (!ok) {
       char hint[300];
-      fw_error_set (error, FW_ERROR_MONGO, "cannot save checkpoint of stream \"%s\": %s%s",
-                    stream, berr.message,
-                    fw_sharding_hint (&berr, FW_CHECKPOINT_COLLECTION, FW_SHARD_KEY_BY_ID, hint,
-                                      sizeof hint));
+      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
+                         "cannot save checkpoint of stream \"%s\": %s%s",
+                         stream, berr.message,
+                         fw_sharding_hint (&berr, FW_CHECKPOINT_COLLECTION, FW_SHARD_KEY_BY_ID,
+                                           hint, sizeof hint));
    } else if (epoch > 0) {
       bson_iter_t it;
       if (!bson_iter_init_find (&it, &reply, "matchedCount") ||
@@ -186,10 +188,11 @@ fw_checkpoint_fence (mongoc_client_t *client, const char *database, const char *
    ok = mongoc_collection_find_and_modify_with_opts (coll, query, opts, &reply, &berr);
    if (!ok) {
       char hint[300];
-      fw_error_set (error, FW_ERROR_MONGO, "cannot fence the checkpoint of stream \"%s\" with "
-                    "epoch %lld: %s%s", stream, (long long) epoch, berr.message,
-                    fw_sharding_hint (&berr, FW_CHECKPOINT_COLLECTION, FW_SHARD_KEY_BY_ID, hint,
-                                      sizeof hint));
+      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
+                         "cannot fence the checkpoint of stream \"%s\" with "
+                         "epoch %lld: %s%s", stream, (long long) epoch, berr.message,
+                         fw_sharding_hint (&berr, FW_CHECKPOINT_COLLECTION, FW_SHARD_KEY_BY_ID,
+                                           hint, sizeof hint));
    } else if (bson_iter_init_find (&it, &reply, "value") && BSON_ITER_HOLDS_DOCUMENT (&it) &&
               bson_iter_recurse (&it, &v) && bson_iter_find (&v, "epoch") &&
               (BSON_ITER_HOLDS_INT64 (&v) || BSON_ITER_HOLDS_INT32 (&v))) {

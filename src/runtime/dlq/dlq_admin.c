@@ -369,8 +369,9 @@ client_of (fw_dlq_admin_t *admin, int i, fw_error_t *error)
       mongoc_uri_destroy (uri);
       grown = realloc (admin->clients, (size_t) (admin->n_clients + 1) * sizeof *grown);
       if (!client || !grown) {
-         fw_error_set (error, FW_ERROR_MONGO, "cannot create a client for connection \"%s\": %s",
-                       t->connection, client ? "out of memory" : berr.message);
+         fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
+                            "cannot create a client for connection \"%s\": %s",
+                            t->connection, client ? "out of memory" : berr.message);
          mongoc_client_destroy (client);
          if (grown) {
             admin->clients = grown;
@@ -431,8 +432,9 @@ void
 fw_dlq__set_error_at (fw_error_t *error, const fw_dlq_target_t *t, const char *what,
               const bson_error_t *berr)
 {
-   fw_error_set (error, FW_ERROR_MONGO, "%s on %s.%s (connection \"%s\") failed: %s", what,
-                 t->database, t->collection, t->connection, berr->message);
+   fw_error_set_code (error, FW_ERROR_MONGO, (int) berr->code,
+                      "%s on %s.%s (connection \"%s\") failed: %s", what,
+                      t->database, t->collection, t->connection, berr->message);
 }
 
 /* The string at path in doc, or "?" when it is missing or not a string. */

@@ -245,9 +245,10 @@ claim (const claim_t *c, bson_t *out, bool *got, fw_error_t *error)
    bson_init (out);
    if (!ok) {
       char hint[400];
-      fw_error_set (error, FW_ERROR_MONGO, "cannot claim the entry: %s%s", berr.message,
-                    fw_sharding_hint (&berr, mongoc_collection_get_name (c->coll),
-                                      FW_SHARD_KEY_DLQ, hint, sizeof hint));
+      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
+                         "cannot claim the entry: %s%s", berr.message,
+                         fw_sharding_hint (&berr, mongoc_collection_get_name (c->coll),
+                                           FW_SHARD_KEY_DLQ, hint, sizeof hint));
    } else if (bson_iter_init_find (&it, &reply, "value") && BSON_ITER_HOLDS_DOCUMENT (&it)) {
       uint32_t len;
       const uint8_t *data;
@@ -282,7 +283,8 @@ update_claimed (const claim_t *c, const bson_t *update, bool *held, fw_error_t *
    *held = ok && bson_iter_init_find (&it, &reply, "matchedCount") &&
            bson_iter_as_int64 (&it) > 0;
    if (!ok) {
-      fw_error_set (error, FW_ERROR_MONGO, "cannot update the entry: %s", berr.message);
+      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
+                         "cannot update the entry: %s", berr.message);
    }
    bson_destroy (&reply);
    bson_destroy (&filter);

@@ -251,7 +251,8 @@ fw_dlq_sequence_load (mongoc_collection_t *seqs, const char *stream, fw_dlq_sequ
       }
    }
    if (ok && mongoc_cursor_error (cursor, &berr)) {
-      fw_error_set (error, FW_ERROR_MONGO, "cannot read the open DLQ sequences: %s", berr.message);
+      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
+                         "cannot read the open DLQ sequences: %s", berr.message);
       ok = false;
    }
    mongoc_cursor_destroy (cursor);
@@ -264,8 +265,9 @@ fw_dlq_sequence_load (mongoc_collection_t *seqs, const char *stream, fw_dlq_sequ
       BSON_APPEND_INT64 (&set, "inflight", 0);
       bson_append_document_end (&update, &set);
       if (!mongoc_collection_update_many (seqs, &filter, &update, NULL, NULL, &berr)) {
-         fw_error_set (error, FW_ERROR_MONGO, "cannot reset the DLQ sequences' inflight counts: %s",
-                       berr.message);
+         fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
+                            "cannot reset the DLQ sequences' inflight counts: %s",
+                            berr.message);
          ok = false;
       }
    }
@@ -315,10 +317,11 @@ fw_dlq_sequence_take (mongoc_collection_t *seqs, const char *stream, const char 
    *result = FW_SEQ_CLOSED;
    if (!ok) {
       char hint[400];
-      fw_error_set (error, FW_ERROR_MONGO, "cannot take an index in DLQ sequence %.200s: %s%s", id,
-                    berr.message,
-                    fw_sharding_hint (&berr, mongoc_collection_get_name (seqs), FW_SHARD_KEY_BY_ID,
-                                      hint, sizeof hint));
+      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
+                         "cannot take an index in DLQ sequence %.200s: %s%s", id,
+                         berr.message,
+                         fw_sharding_hint (&berr, mongoc_collection_get_name (seqs),
+                                           FW_SHARD_KEY_BY_ID, hint, sizeof hint));
    } else if (bson_iter_init_find (&it, &reply, "value") && BSON_ITER_HOLDS_DOCUMENT (&it)) {
       bson_iter_t value, next;
       if (bson_iter_recurse (&it, &value) && bson_iter_find (&value, "next") &&
@@ -360,8 +363,9 @@ fw_dlq_sequence_settle (mongoc_collection_t *seqs, const char *stream, const cha
    bson_append_document_end (&update, &child);
    ok = mongoc_collection_update_one (seqs, &query, &update, NULL, NULL, &berr);
    if (!ok) {
-      fw_error_set (error, FW_ERROR_MONGO, "cannot settle DLQ sequence %.200s: %s", id,
-                    berr.message);
+      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
+                         "cannot settle DLQ sequence %.200s: %s", id,
+                         berr.message);
    }
    bson_destroy (&query);
    bson_destroy (&update);
@@ -392,8 +396,9 @@ fw_dlq_sequence_read (mongoc_collection_t *seqs, const char *stream, const char 
                          ? bson_iter_as_int64 (&it)
                          : 0;
    } else if (mongoc_cursor_error (cursor, &berr)) {
-      fw_error_set (error, FW_ERROR_MONGO, "cannot read DLQ sequence %.200s: %s", id,
-                    berr.message);
+      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
+                         "cannot read DLQ sequence %.200s: %s", id,
+                         berr.message);
       ok = false;
    }
    mongoc_cursor_destroy (cursor);
@@ -424,8 +429,9 @@ fw_dlq_sequence_close (mongoc_collection_t *seqs, const char *stream, const char
    *closed = ok && bson_iter_init_find (&it, &reply, "modifiedCount") &&
              bson_iter_as_int64 (&it) > 0;
    if (!ok) {
-      fw_error_set (error, FW_ERROR_MONGO, "cannot close DLQ sequence %.200s: %s", id,
-                    berr.message);
+      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
+                         "cannot close DLQ sequence %.200s: %s", id,
+                         berr.message);
    }
    bson_destroy (&reply);
    bson_destroy (&query);
@@ -451,8 +457,9 @@ fw_dlq_sequence_size (mongoc_collection_t *dlq, const char *stream, const char *
    *out = mongoc_collection_count_documents (dlq, &filter, NULL, NULL, NULL, &berr);
    bson_destroy (&filter);
    if (*out < 0) {
-      fw_error_set (error, FW_ERROR_MONGO, "cannot count DLQ sequence %.200s: %s", id,
-                    berr.message);
+      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
+                         "cannot count DLQ sequence %.200s: %s", id,
+                         berr.message);
       return false;
    }
    return true;
@@ -483,8 +490,9 @@ fw_dlq_sequence_indexes (mongoc_collection_t *dlq, fw_error_t *error)
    bson_append_array_end (&cmd, &indexes);
    ok = mongoc_collection_write_command_with_opts (dlq, &cmd, NULL, NULL, &berr);
    if (!ok) {
-      fw_error_set (error, FW_ERROR_MONGO, "cannot create the DLQ's sequence index: %s",
-                    berr.message);
+      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
+                         "cannot create the DLQ's sequence index: %s",
+                         berr.message);
    }
    bson_destroy (&cmd);
    return ok;
