@@ -15,6 +15,7 @@ import atexit
 import base64
 import hashlib
 import json
+import re
 import os
 import queue
 import shlex
@@ -138,6 +139,20 @@ if AUTH_MODE:
 _CLI_RUNS = []      # run_cli's results since the current test began
 
 REPORT_PREFIX = "REPORT "
+
+
+def reports_of(cp):
+    """What report(t) logged in a finished CLI run (cp: run_cli's result), in order."""
+    out = []
+    for line in cp.stderr.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        msg = rec.get("msg", "")
+        if isinstance(msg, str) and msg.startswith(REPORT_PREFIX):
+            out.append(json.loads(msg[len(REPORT_PREFIX):]))
+    return out
 
 # Prepended to every test script: report(t) logs t as one JSON line;
 # plain(v) deep-copies a document (a view or a table) into plain tables that
@@ -324,6 +339,15 @@ class Flowwarden:
     def wait_log(self, needle, count=1, timeout=30, stream=None):
         self.wait_until(lambda: self.count_log(needle, stream) >= count,
                         timeout, "log line %r x%d" % (needle, count))
+
+    def admin_port(self):
+        """The port flowwarden reports after binding its admin endpoint to 127.0.0.1:0."""
+        self.wait_log("admin endpoint on")
+        for m in self.messages():
+            found = re.search(r"admin endpoint on \S+ \(port (\d+)\)", m)
+            if found:
+                return int(found.group(1))
+        raise AssertionError("no admin endpoint line")
 
     def wait_open(self, streams=1, timeout=30):
         self.wait_log("change stream open", streams, timeout)

@@ -60,16 +60,6 @@ def free_port():
         return s.getsockname()[1]
 
 
-def admin_port(p):
-    """The port flowwarden reports after binding 127.0.0.1:0."""
-    p.wait_log("admin endpoint on")
-    for m in p.messages():
-        found = re.search(r"admin endpoint on \S+ \(port (\d+)\)", m)
-        if found:
-            return int(found.group(1))
-    raise AssertionError("no admin endpoint line")
-
-
 WORKLOAD = """
 local processed = fw.metrics.counter("shop_processed_total", "Orders a handler processed.",
                                      { labels = { "kind" } })
@@ -106,7 +96,7 @@ class Metrics(StandInTestCase):
         port = free_port()
         p = self.run_fw(self.script(WORKLOAD % {"db": self.db_name, "port": port}),
                         extra=["--admin", "127.0.0.1:%d" % port])
-        self.assertEqual(admin_port(p), port)
+        self.assertEqual(p.admin_port(), port)
         p.wait_open()
         # 200 idle connections to the endpoint meanwhile: they must not slow
         # the events down nor block /metrics.
@@ -206,7 +196,7 @@ class Metrics(StandInTestCase):
             fw.stream { name = "rz", collection = "c", restart = { initial_delay = "200ms",
                         max_delay = "1s" }, on_insert = function(ctx) report({}) end }
             """), uri=uri, extra=["--admin", "127.0.0.1:0"])
-        port = admin_port(p)
+        port = p.admin_port()
         p.wait_open()
         wait_until(lambda: http(port, "GET", "/readyz")[0] == 200, 10, message="ready")
         status, body, _ = http(port, "GET", "/healthz")
@@ -244,7 +234,7 @@ class Control(StandInTestCase):
 
     def test_pause_holds_events_and_resume_delivers_them_in_order(self):
         p = self.run_fw(self.script(self.SCRIPT), extra=["--admin", "127.0.0.1:0"])
-        port = admin_port(p)
+        port = p.admin_port()
         p.wait_open(2)
         url = "http://127.0.0.1:%d" % port
         r = run_cli(["pause", "s", "--admin", url])
@@ -285,7 +275,7 @@ class Control(StandInTestCase):
     def test_restart_reload_and_errors_through_the_endpoint(self):
         path = self.script(self.SCRIPT)
         p = self.run_fw(path, extra=["--admin", "127.0.0.1:0"])
-        port = admin_port(p)
+        port = p.admin_port()
         p.wait_open(2)
         status, body, _ = http(port, "POST", "/v1/streams/s/restart")
         self.assertEqual(status, 200, body)
@@ -340,7 +330,7 @@ class Control(StandInTestCase):
                         on_insert = function(ctx) end }
             fw.stream { name = "ok", collection = "o", on_insert = function(ctx) end }
             """), extra=["--admin", "127.0.0.1:0"])
-        port = admin_port(p)
+        port = p.admin_port()
         p.wait_log("STREAM STOPPED", stream="doomed")
         status, body, _ = http(port, "GET", "/v1/streams/doomed")
         doc = json.loads(body)
@@ -370,7 +360,7 @@ class Control(StandInTestCase):
             """
         path = self.script(body % ("gauge", "set"))
         p = self.run_fw(path, extra=["--admin", "127.0.0.1:0"])
-        port = admin_port(p)
+        port = p.admin_port()
         p.wait_open()
         self.db.c.insert_one({})
         p.wait_reports(1)
@@ -400,7 +390,7 @@ class Token(StandInTestCase):
             fw.stream { name = "s", collection = "c", on_insert = function(ctx) end }
             """)
         p = self.run_fw(script, env=clean_env({"FW_ADMIN_TOKEN": "t0ken-123"}))
-        port = admin_port(p)
+        port = p.admin_port()
         p.wait_open()
         self.assertEqual(http(port, "POST", "/v1/streams/s/pause")[0], 401)
         self.assertEqual(http(port, "POST", "/v1/streams/s/pause", token="wrong")[0], 401)
@@ -437,7 +427,7 @@ class Token(StandInTestCase):
         # With a token (here from FLOWWARDEN_ADMIN_TOKEN) it starts.
         p = self.run_fw(script, extra=["--admin", "0.0.0.0:0"],
                         env=clean_env({"FLOWWARDEN_ADMIN_TOKEN": "t0ken-123"}))
-        admin_port(p)
+        p.admin_port()
         p.wait_open()
         p.stop()
         # `check` reports the script's own open address without a token.
@@ -474,7 +464,7 @@ class Examples(StandInTestCase):
             fw.stream { name = "s", collection = "c", dlq = true,
                         on_insert = function(ctx) end }
             """), extra=["--admin", "127.0.0.1:0"])
-        port = admin_port(p)
+        port = p.admin_port()
         p.wait_open()
         text = http(port, "GET", "/metrics")[1]
         families = set(re.findall(r"(?m)^# TYPE (\S+) ", text))

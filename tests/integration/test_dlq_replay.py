@@ -2,7 +2,6 @@
 automatic rounds (dlq.reprocess): claims, outcomes, the enqueue policy,
 ctx:dead_letter(), --dry-run, --rate, exit codes."""
 import datetime
-import json
 import signal
 import subprocess
 import time
@@ -13,7 +12,7 @@ from bson.codec_options import CodecOptions
 from bson.raw_bson import RawBSONDocument
 from bson.timestamp import Timestamp
 
-from fwtest import BINARY, REPORT_PREFIX, StandInTestCase, clean_env, run_cli
+from fwtest import BINARY, StandInTestCase, clean_env, reports_of, run_cli
 
 RAW = CodecOptions(document_class=RawBSONDocument)
 
@@ -37,19 +36,6 @@ fw.stream { name = "s", collection = "orders", dlq = %(dlq)s, on_insert = effect
 
 def fixed(db, dlq="true", extra="", more=""):
     return FIXED % {"db": db, "dlq": dlq, "extra": extra, "more": more}
-
-
-def reports_of(cp):
-    out = []
-    for line in cp.stderr.splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        msg = rec.get("msg", "")
-        if isinstance(msg, str) and msg.startswith(REPORT_PREFIX):
-            out.append(json.loads(msg[len(REPORT_PREFIX):]))
-    return out
 
 
 class ReplayTestCase(StandInTestCase):

@@ -4,9 +4,8 @@ token of over 4,000 characters. Such an event is handled with its whole
 ctx:event_id(), checkpointed and resumed from, dead-lettered once however
 often it fails (the unique (streamName, eventId) index keys the whole id),
 and replayed by `flowwarden dlq replay`."""
-import json
 
-from fwtest import REPORT_PREFIX, StandInTestCase, run_cli
+from fwtest import StandInTestCase, reports_of, run_cli
 
 BIG_ID = "k" * 2000
 
@@ -24,19 +23,6 @@ fw.stream { name = "s", collection = "orders", dlq = true,
     %(extra)s
   end }
 """
-
-
-def reports_of(cp):
-    out = []
-    for line in cp.stderr.splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        msg = rec.get("msg", "")
-        if isinstance(msg, str) and msg.startswith(REPORT_PREFIX):
-            out.append(json.loads(msg[len(REPORT_PREFIX):]))
-    return out
 
 
 class LongTokenTest(StandInTestCase):

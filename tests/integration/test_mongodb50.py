@@ -9,7 +9,6 @@
 """
 import datetime
 import json
-import re
 import time
 import uuid
 
@@ -123,15 +122,6 @@ class DlqOver100MB(StandInTestCase):
         self.assertEqual(n, N_ENTRIES)
 
 
-def admin_port(p):
-    p.wait_log("admin endpoint on")
-    for m in p.messages():
-        found = re.search(r"admin endpoint on \S+ \(port (\d+)\)", m)
-        if found:
-            return int(found.group(1))
-    raise AssertionError("no admin endpoint line")
-
-
 class OptionsThatNeed60(StandInTestCase):
     standin_args = ("--server-version", "5.0")
     command_log = True
@@ -152,7 +142,7 @@ class OptionsThatNeed60(StandInTestCase):
             fw.stream { name = "ok", collection = "other", full_document = "updateLookup",
                         on_insert = function(ctx) report({ id = ctx:document_key()._id }) end }
             """), extra=["--admin", "127.0.0.1:0"])
-        port = admin_port(p)
+        port = p.admin_port()
         p.wait_log("STREAM STOPPED", stream="req")
         p.wait_log("STREAM STOPPED", stream="pre")
         req = self.expected("req", 'full_document = "required"',
