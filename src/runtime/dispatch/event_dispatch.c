@@ -308,55 +308,59 @@ fw_event_dispatch_oversize (fw_stream_worker_t *w, const fw_event_t *ev, int64_t
    return dead_letter_raw (w, ev, &d, 0, now, now, NULL);
 }
 
-static fw_dispatch_result_t
-dead_letter_raw (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t *d, int attempts,
-                 int64_t first_ms, int64_t last_ms, const bson_t *raw)
+/* What the DLQ entry records of the failure (f->epoch is set by the caller).
+ * metadata: ctx:add_metadata's, converted; the caller owns it. */
+static void
+failure_of (fw_stream_worker_t *w, const decision_t *d, int attempts, int64_t first_ms,
+            int64_t last_ms, const bson_t *raw, const bson_t *metadata, fw_dlq_failure_t *f)
 {
-   fw_dlq_failure_t f = {0};
-   f.epoch = w->epoch; /* ha.mode = "leader": who wrote it */
-   bson_t metadata, entry;
+   f->stream_name = w->cfg.name;
+   f->error_type = d->type[0] ? d->type : NULL; /* NULL: parked behind its sequence */
+   f->sequence_id = w->seq_index >= 0 ? w->seq_key : NULL;
+   f->sequence_index = w->seq_index;
+   f->error_message = d->message;
+   f->stack_trace = d->traceback;
+   f->attempts = attempts;
+   f->first_attempt_ms = first_ms;
+   f->last_attempt_ms = last_ms;
+   f->created_ms = w->hooks ? w->hooks->now_ms (w->hooks->ud) : fw_now_ms ();
+   f->metadata = metadata;
+   f->script_version = fw_lua_host_version (w->host);
+   f->raw_event = raw;
+}
+
+/* Builds the DLQ entry into *entry, which the caller then owns (bson_destroy).
+ * Building fails only when the system cannot give random bytes for the entry
+ * id: wait and try again, holding the event meanwhile. False when a shutdown
+ * came first (nothing to destroy then). */
+static bool
+build_entry (fw_stream_worker_t *w, const fw_event_t *ev, const fw_dlq_config_t *dlq,
+             const fw_dlq_failure_t *f, const char *id, bson_t *entry)
+{
    fw_error_t err;
-   char id[1024];
-   const fw_dlq_config_t *dlq = dlq_config (w);
 
-   /* A stream using the default DLQ opens it on its first send_to_dlq. */
-   if (!w->dlq && !fw_event_dispatch_open_dlq (w)) {
-      return FW_DISPATCH_STOPPED;
-   }
-
-   metadata_to_bson (w, &metadata);
-   f.stream_name = w->cfg.name;
-   f.error_type = d->type[0] ? d->type : NULL; /* NULL: parked behind its sequence */
-   f.sequence_id = w->seq_index >= 0 ? w->seq_key : NULL;
-   f.sequence_index = w->seq_index;
-   f.error_message = d->message;
-   f.stack_trace = d->traceback;
-   f.attempts = attempts;
-   f.first_attempt_ms = first_ms;
-   f.last_attempt_ms = last_ms;
-   f.created_ms = w->hooks ? w->hooks->now_ms (w->hooks->ud) : fw_now_ms ();
-   f.metadata = &metadata;
-   f.script_version = fw_lua_host_version (w->host);
-   f.raw_event = raw;
-   if (!fw_event_id (ev, id, sizeof id)) {
-      snprintf (id, sizeof id, "(long)");
-   }
-   /* Building fails only when the system cannot give random bytes for the
-    * entry id: wait and try again, holding the event meanwhile. */
-   while (!fw_dlq_entry_build (&entry, ev, dlq, &f, &err)) {
+   while (!fw_dlq_entry_build (entry, ev, dlq, f, &err)) {
       fw_log (FW_LOG_ERROR, w->cfg.name, "cannot build DLQ entry for event %s: %s", id,
               err.message);
-      bson_destroy (&entry);
+      bson_destroy (entry);
       if (fw_shutdown_wait_ms (w->shutdown, 1000)) {
-         bson_destroy (&metadata);
-         return FW_DISPATCH_STOPPED;
+         return false;
       }
    }
-   bson_destroy (&metadata);
+   return true;
+}
+
+/* Saves the entry, trying again with the restart backoff (and opening the
+ * store again if it is not open) until the store acknowledges it. False when
+ * a shutdown came first. The caller still owns entry. */
+static bool
+save_entry (fw_stream_worker_t *w, const bson_t *entry, const char *id)
+{
+   fw_error_t err;
 
    for (int tries = 1;; tries++) {
-      if (w->dlq && w->dlq->save (w->dlq, &entry, &err)) {
-         break;
+      if (w->dlq && w->dlq->save (w->dlq, entry, &err)) {
+         return true;
       }
       if (!w->dlq) {
          snprintf (err.message, sizeof err.message, "DLQ store is not open");
@@ -367,19 +371,24 @@ dead_letter_raw (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t *
               "tries again in %lld ms",
               id, tries, err.message, (long long) delay);
       if (fw_shutdown_wait_ms (w->shutdown, delay)) {
-         bson_destroy (&entry);
-         return FW_DISPATCH_STOPPED;
+         return false;
       }
       if (!w->dlq && !fw_event_dispatch_open_dlq (w)) {
-         bson_destroy (&entry);
-         return FW_DISPATCH_STOPPED;
+         return false;
       }
    }
-   bson_destroy (&entry);
+}
+
+/* The entry is stored: counts and logs it, as parked behind its sequence or
+ * as dead-lettered (and the sequence it opens). */
+static fw_dispatch_result_t
+dead_lettered (fw_stream_worker_t *w, const fw_dlq_config_t *dlq, const fw_dlq_failure_t *f,
+               const decision_t *d, int attempts, const char *id)
+{
    if (w->metrics) {
       fw_stream_metrics_dlq_write (w->metrics);
    }
-   if (!f.error_type) {
+   if (!f->error_type) {
       w->stats.parked++;
       fw_log (FW_LOG_WARN, w->cfg.name,
               "event %s parked in %s behind DLQ sequence %.300s (index %lld): an earlier event "
@@ -391,13 +400,46 @@ dead_letter_raw (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t *
    fw_log (FW_LOG_WARN, w->cfg.name, "event %s dead-lettered to %s%s after %d attempt(s): %s: %s",
            id, dlq->collection, w->cfg.dlq.enabled ? "" : " (the script's default DLQ)",
            attempts, d->type, d->message);
-   if (f.sequence_id) {
+   if (f->sequence_id) {
       fw_log (FW_LOG_WARN, w->cfg.name,
               "DLQ sequence %.300s is open (index %lld): later events of its key are parked "
               "until a replay resolves it",
-              f.sequence_id, (long long) f.sequence_index);
+              f->sequence_id, (long long) f->sequence_index);
    }
    return FW_DISPATCH_DONE;
+}
+
+static fw_dispatch_result_t
+dead_letter_raw (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t *d, int attempts,
+                 int64_t first_ms, int64_t last_ms, const bson_t *raw)
+{
+   fw_dlq_failure_t f = {0};
+   f.epoch = w->epoch; /* ha.mode = "leader": who wrote it */
+   bson_t metadata, entry;
+   char id[1024];
+   const fw_dlq_config_t *dlq = dlq_config (w);
+   bool ok;
+
+   /* A stream using the default DLQ opens it on its first send_to_dlq. */
+   if (!w->dlq && !fw_event_dispatch_open_dlq (w)) {
+      return FW_DISPATCH_STOPPED;
+   }
+
+   metadata_to_bson (w, &metadata);
+   failure_of (w, d, attempts, first_ms, last_ms, raw, &metadata, &f);
+   log_id (ev, id, sizeof id);
+   ok = build_entry (w, ev, dlq, &f, id, &entry);
+   bson_destroy (&metadata);
+   if (!ok) {
+      return FW_DISPATCH_STOPPED;
+   }
+
+   ok = save_entry (w, &entry, id);
+   bson_destroy (&entry);
+   if (!ok) {
+      return FW_DISPATCH_STOPPED;
+   }
+   return dead_lettered (w, dlq, &f, d, attempts, id);
 }
 
 /* ctx:send_to_dlq(reason) was called: dead-letter now, no retry. */
@@ -489,9 +531,7 @@ dead_letter_head (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t 
       const char *msg = lua_istable (L, -1) && lua_getfield (L, -1, "value") == LUA_TSTRING
                            ? lua_tostring (L, -1)
                            : "(no message)";
-      if (!fw_event_id (ev, id, sizeof id)) {
-         snprintf (id, sizeof id, "(long)");
-      }
+      log_id (ev, id, sizeof id);
       fw_log (FW_LOG_ERROR, w->cfg.name,
               "event %s: dlq.sequence_key failed (%s): its DLQ entry opens no sequence", id, msg);
       lua_settop (L, 0);
