@@ -239,6 +239,15 @@ metadata_to_bson (fw_stream_worker_t *w, bson_t *out)
    }
 }
 
+/* The event's id for a log line; "(long)" when it does not fit. */
+static void
+log_id (const fw_event_t *ev, char *id, size_t len)
+{
+   if (!fw_event_id (ev, id, len)) {
+      snprintf (id, len, "(long)");
+   }
+}
+
 /* The DLQ this stream writes to: its own, or, on a stream without one, the
  * script's default DLQ (seed 000: the store exists when any stream declares a
  * DLQ), which only ctx:send_to_dlq uses. */
@@ -299,55 +308,59 @@ fw_event_dispatch_oversize (fw_stream_worker_t *w, const fw_event_t *ev, int64_t
    return dead_letter_raw (w, ev, &d, 0, now, now, NULL);
 }
 
-static fw_dispatch_result_t
-dead_letter_raw (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t *d, int attempts,
-                 int64_t first_ms, int64_t last_ms, const bson_t *raw)
+/* What the DLQ entry records of the failure (f->epoch is set by the caller).
+ * metadata: ctx:add_metadata's, converted; the caller owns it. */
+static void
+failure_of (fw_stream_worker_t *w, const decision_t *d, int attempts, int64_t first_ms,
+            int64_t last_ms, const bson_t *raw, const bson_t *metadata, fw_dlq_failure_t *f)
 {
-   fw_dlq_failure_t f = {0};
-   f.epoch = w->epoch; /* ha.mode = "leader": who wrote it */
-   bson_t metadata, entry;
+   f->stream_name = w->cfg.name;
+   f->error_type = d->type[0] ? d->type : NULL; /* NULL: parked behind its sequence */
+   f->sequence_id = w->seq_index >= 0 ? w->seq_key : NULL;
+   f->sequence_index = w->seq_index;
+   f->error_message = d->message;
+   f->stack_trace = d->traceback;
+   f->attempts = attempts;
+   f->first_attempt_ms = first_ms;
+   f->last_attempt_ms = last_ms;
+   f->created_ms = w->hooks ? w->hooks->now_ms (w->hooks->ud) : fw_now_ms ();
+   f->metadata = metadata;
+   f->script_version = fw_lua_host_version (w->host);
+   f->raw_event = raw;
+}
+
+/* Builds the DLQ entry into *entry, which the caller then owns (bson_destroy).
+ * Building fails only when the system cannot give random bytes for the entry
+ * id: wait and try again, holding the event meanwhile. False when a shutdown
+ * came first (nothing to destroy then). */
+static bool
+build_entry (fw_stream_worker_t *w, const fw_event_t *ev, const fw_dlq_config_t *dlq,
+             const fw_dlq_failure_t *f, const char *id, bson_t *entry)
+{
    fw_error_t err;
-   char id[1024];
-   const fw_dlq_config_t *dlq = dlq_config (w);
 
-   /* A stream using the default DLQ opens it on its first send_to_dlq. */
-   if (!w->dlq && !fw_event_dispatch_open_dlq (w)) {
-      return FW_DISPATCH_STOPPED;
-   }
-
-   metadata_to_bson (w, &metadata);
-   f.stream_name = w->cfg.name;
-   f.error_type = d->type[0] ? d->type : NULL; /* NULL: parked behind its sequence */
-   f.sequence_id = w->seq_index >= 0 ? w->seq_key : NULL;
-   f.sequence_index = w->seq_index;
-   f.error_message = d->message;
-   f.stack_trace = d->traceback;
-   f.attempts = attempts;
-   f.first_attempt_ms = first_ms;
-   f.last_attempt_ms = last_ms;
-   f.created_ms = w->hooks ? w->hooks->now_ms (w->hooks->ud) : fw_now_ms ();
-   f.metadata = &metadata;
-   f.script_version = fw_lua_host_version (w->host);
-   f.raw_event = raw;
-   if (!fw_event_id (ev, id, sizeof id)) {
-      snprintf (id, sizeof id, "(long)");
-   }
-   /* Building fails only when the system cannot give random bytes for the
-    * entry id: wait and try again, holding the event meanwhile. */
-   while (!fw_dlq_entry_build (&entry, ev, dlq, &f, &err)) {
+   while (!fw_dlq_entry_build (entry, ev, dlq, f, &err)) {
       fw_log (FW_LOG_ERROR, w->cfg.name, "cannot build DLQ entry for event %s: %s", id,
               err.message);
-      bson_destroy (&entry);
+      bson_destroy (entry);
       if (fw_shutdown_wait_ms (w->shutdown, 1000)) {
-         bson_destroy (&metadata);
-         return FW_DISPATCH_STOPPED;
+         return false;
       }
    }
-   bson_destroy (&metadata);
+   return true;
+}
+
+/* Saves the entry, trying again with the restart backoff (and opening the
+ * store again if it is not open) until the store acknowledges it. False when
+ * a shutdown came first. The caller still owns entry. */
+static bool
+save_entry (fw_stream_worker_t *w, const bson_t *entry, const char *id)
+{
+   fw_error_t err;
 
    for (int tries = 1;; tries++) {
-      if (w->dlq && w->dlq->save (w->dlq, &entry, &err)) {
-         break;
+      if (w->dlq && w->dlq->save (w->dlq, entry, &err)) {
+         return true;
       }
       if (!w->dlq) {
          snprintf (err.message, sizeof err.message, "DLQ store is not open");
@@ -358,19 +371,24 @@ dead_letter_raw (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t *
               "tries again in %lld ms",
               id, tries, err.message, (long long) delay);
       if (fw_shutdown_wait_ms (w->shutdown, delay)) {
-         bson_destroy (&entry);
-         return FW_DISPATCH_STOPPED;
+         return false;
       }
       if (!w->dlq && !fw_event_dispatch_open_dlq (w)) {
-         bson_destroy (&entry);
-         return FW_DISPATCH_STOPPED;
+         return false;
       }
    }
-   bson_destroy (&entry);
+}
+
+/* The entry is stored: counts and logs it, as parked behind its sequence or
+ * as dead-lettered (and the sequence it opens). */
+static fw_dispatch_result_t
+dead_lettered (fw_stream_worker_t *w, const fw_dlq_config_t *dlq, const fw_dlq_failure_t *f,
+               const decision_t *d, int attempts, const char *id)
+{
    if (w->metrics) {
       fw_stream_metrics_dlq_write (w->metrics);
    }
-   if (!f.error_type) {
+   if (!f->error_type) {
       w->stats.parked++;
       fw_log (FW_LOG_WARN, w->cfg.name,
               "event %s parked in %s behind DLQ sequence %.300s (index %lld): an earlier event "
@@ -382,13 +400,46 @@ dead_letter_raw (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t *
    fw_log (FW_LOG_WARN, w->cfg.name, "event %s dead-lettered to %s%s after %d attempt(s): %s: %s",
            id, dlq->collection, w->cfg.dlq.enabled ? "" : " (the script's default DLQ)",
            attempts, d->type, d->message);
-   if (f.sequence_id) {
+   if (f->sequence_id) {
       fw_log (FW_LOG_WARN, w->cfg.name,
               "DLQ sequence %.300s is open (index %lld): later events of its key are parked "
               "until a replay resolves it",
-              f.sequence_id, (long long) f.sequence_index);
+              f->sequence_id, (long long) f->sequence_index);
    }
    return FW_DISPATCH_DONE;
+}
+
+static fw_dispatch_result_t
+dead_letter_raw (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t *d, int attempts,
+                 int64_t first_ms, int64_t last_ms, const bson_t *raw)
+{
+   fw_dlq_failure_t f = {0};
+   f.epoch = w->epoch; /* ha.mode = "leader": who wrote it */
+   bson_t metadata, entry;
+   char id[1024];
+   const fw_dlq_config_t *dlq = dlq_config (w);
+   bool ok;
+
+   /* A stream using the default DLQ opens it on its first send_to_dlq. */
+   if (!w->dlq && !fw_event_dispatch_open_dlq (w)) {
+      return FW_DISPATCH_STOPPED;
+   }
+
+   metadata_to_bson (w, &metadata);
+   failure_of (w, d, attempts, first_ms, last_ms, raw, &metadata, &f);
+   log_id (ev, id, sizeof id);
+   ok = build_entry (w, ev, dlq, &f, id, &entry);
+   bson_destroy (&metadata);
+   if (!ok) {
+      return FW_DISPATCH_STOPPED;
+   }
+
+   ok = save_entry (w, &entry, id);
+   bson_destroy (&entry);
+   if (!ok) {
+      return FW_DISPATCH_STOPPED;
+   }
+   return dead_lettered (w, dlq, &f, d, attempts, id);
 }
 
 /* ctx:send_to_dlq(reason) was called: dead-letter now, no retry. */
@@ -480,9 +531,7 @@ dead_letter_head (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t 
       const char *msg = lua_istable (L, -1) && lua_getfield (L, -1, "value") == LUA_TSTRING
                            ? lua_tostring (L, -1)
                            : "(no message)";
-      if (!fw_event_id (ev, id, sizeof id)) {
-         snprintf (id, sizeof id, "(long)");
-      }
+      log_id (ev, id, sizeof id);
       fw_log (FW_LOG_ERROR, w->cfg.name,
               "event %s: dlq.sequence_key failed (%s): its DLQ entry opens no sequence", id, msg);
       lua_settop (L, 0);
@@ -503,6 +552,266 @@ dead_letter_head (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t 
    return FW_DISPATCH_DONE;
 }
 
+/* The handler's attempts, on CLOCK_MONOTONIC: the first attempt's start, the
+ * current one's, and (with metrics) the current one's end. */
+typedef struct {
+   int64_t first_ns, start_ns, end_ns;
+} attempt_times_t;
+
+/* Whether the next attempt may run. False with *r set when the event ends
+ * here; *L and *ref follow a reload. */
+static bool
+attempt_may_start (fw_stream_worker_t *w, const fw_event_t *ev, lua_State **L, int *ref,
+                   fw_dispatch_result_t *r)
+{
+   /* ha.mode = "leader": no handler call past the lease's deadline; the
+    * event comes back to the next leader. */
+   if (w->lease && !fw_lease_is_leader (w->lease, NULL)) {
+      *r = FW_DISPATCH_STOPPED;
+      return false;
+   }
+   /* A reload takes effect here: this attempt runs the new code, and the
+    * attempt count carries on. */
+   if (w->at_attempt_boundary && w->at_attempt_boundary (w)) {
+      *L = fw_lua_host_state (w->host);
+      if ((*ref = handler_for (w, ev->op)) == LUA_NOREF) {
+         /* the new script has no handler for it */
+         *r = finished (w, FW_METRICS_OUTCOME_NONE, 0);
+         return false;
+      }
+   }
+   return true;
+}
+
+/* A sequenced DLQ with open sequences: the event's key, and the event parked
+ * when its sequence is open. A key function that fails fails the attempt,
+ * under the policy (*key_failed, *stop), and is asked again on the next one.
+ * True with *r set when the event ends here. */
+static bool
+park_if_open (fw_stream_worker_t *w, const fw_event_t *ev, bool *check_park, bool *key_failed,
+              fw_lua_stop_t *stop, fw_dispatch_result_t *r)
+{
+   fw_park_key_t k = fw_park_key (w, ev, stop);
+
+   *key_failed = k == FW_PARK_KEY_FAILED;
+   if (k != FW_PARK_KEY_FAILED) {
+      *check_park = false;
+   }
+   if (k == FW_PARK_KEY_OK && fw_park_is_open (w)) {
+      *r = park (w, ev);
+      if (*r != FW_DISPATCH_NO_DLQ) {
+         return true;
+      }
+   }
+   return false;
+}
+
+/* One call of the handler (none when the key function failed: the attempt
+ * failed), timed into *t. Returns whether it returned; if not, its failure
+ * table is on top of the stack. */
+static bool
+call_handler (fw_stream_worker_t *w, lua_State *L, int ref, int attempt, bool key_failed,
+              fw_lua_stop_t *stop, attempt_times_t *t)
+{
+   bool ok;
+
+   if (w->metrics) {
+      fw_stream_metrics_set_attempt (w->metrics, attempt);
+   }
+   /* The attempt's start is the clock read the host makes for its
+    * deadline (or ours, without one); with metrics, one read after it
+    * times the handler. */
+   t->start_ns = w->cfg.timeout_ms > 0 ? 0 : fw_mono_ns ();
+   if (key_failed) {
+      ok = false;
+   } else {
+      lua_rawgeti (L, LUA_REGISTRYINDEX, ref);
+      ok = fw_lua_host_call_with (w->host, 0, fw_event_ctx_push, &w->dispatch, 0,
+                                  w->cfg.timeout_ms, stop);
+   }
+   if (!t->start_ns) {
+      t->start_ns = fw_lua_host_call_started_ns (w->host);
+   }
+   if (attempt == 1) {
+      t->first_ns = t->start_ns;
+   }
+   if (w->metrics) {
+      t->end_ns = fw_mono_ns ();
+      fw_stream_metrics_handler_call (w->metrics, t->end_ns - t->start_ns);
+   }
+   /* A cursor a handler left open holds a server cursor and this
+    * thread's client: close it now, not when the collector runs. */
+   fw_mongo_lua_close_cursors (L);
+   return ok;
+}
+
+/* The handler returned and asked for nothing else. end_ns: its end on
+ * CLOCK_MONOTONIC, 0 without metrics. */
+static fw_dispatch_result_t
+handled (fw_stream_worker_t *w, int attempt, int64_t end_ns)
+{
+   w->stats.handled++;
+   if (w->replay) {
+      return replayed (w, FW_REPLAYED_OK, NULL, attempt);
+   }
+   return finished (w, FW_METRICS_OUTCOME_OK, end_ns);
+}
+
+/* What to do after an attempt that failed (ok false: its failure table is on
+ * top of the stack, and taken off) or called ctx:send_to_dlq. */
+static void
+attempt_decision (fw_stream_worker_t *w, lua_State *L, bool ok, int attempt, fw_lua_stop_t stop,
+                  decision_t *d)
+{
+   if (w->dispatch.dlq_requested) {
+      if (!ok) {
+         lua_pop (L, 1);
+      }
+      dlq_requested (w, d);
+      return;
+   }
+   w->stats.handler_errors++;
+   decide (w, attempt, stop, d);
+   if (w->metrics) {
+      fw_stream_metrics_handler_error (w->metrics, d->type);
+   }
+   if (w->dispatch.dlq_requested) {
+      /* on_error called ctx:send_to_dlq: that dead-letters the event
+       * now, whatever on_error returned. */
+      dlq_requested (w, d);
+   }
+}
+
+/* flowwarden test's harness sees every failed attempt and its decision. */
+static void
+report_attempt_failed (fw_stream_worker_t *w, int attempt, const decision_t *d)
+{
+   if (w->hooks) {
+      static const char *const names[] = {"retry", "dlq", "skip", "drop"};
+      w->hooks->attempt_failed (w->hooks->ud, attempt, d->type, d->message, d->traceback,
+                                (unsigned) d->action < 4 ? names[d->action] : "other");
+   }
+}
+
+/* A replayed dead letter ends after a decision other than retry, or after
+ * its first attempt when the replay allows no retry. True with *r set when
+ * it ends here. */
+static bool
+replay_ends (fw_stream_worker_t *w, const decision_t *d, int attempt, fw_dispatch_result_t *r)
+{
+   if (w->replay && d->action != ACT_RETRY) {
+      *r = replayed (w, d->action == ACT_SKIP ? FW_REPLAYED_SKIPPED : FW_REPLAYED_FAILED, d,
+                     attempt);
+      return true;
+   }
+   if (w->replay && w->replay->no_retry) {
+      *r = replayed (w, FW_REPLAYED_FAILED, d, attempt);
+      return true;
+   }
+   return false;
+}
+
+/* The decision is retry: waits out the backoff. False when a shutdown came
+ * first. */
+static bool
+retry_wait (fw_stream_worker_t *w, int attempt, const decision_t *d, const char *id)
+{
+   int64_t delay = fw_backoff_delay_ms (&w->cfg.retry, attempt, fw_backoff_random (&w->rng));
+
+   fw_log (FW_LOG_WARN, w->cfg.name, "event %s attempt %d failed: %s: %s; retrying in %lld ms",
+           id, attempt, d->type, d->message, (long long) delay);
+   w->stats.retries++;
+   if (w->metrics) {
+      fw_stream_metrics_retry (w->metrics);
+      fw_stream_metrics_set_state (w->metrics, FW_STREAM_RETRYING, NULL);
+   }
+   if (w->hooks ? w->hooks->wait_ms (w->hooks->ud, delay)
+                : fw_shutdown_wait_ms (w->shutdown, delay)) {
+      return false;
+   }
+   if (w->metrics) {
+      fw_stream_metrics_set_state (w->metrics, FW_STREAM_RUNNING, NULL);
+   }
+   if (w->replay && w->replay->before_retry) {
+      w->replay->before_retry (w->replay);
+   }
+   return true;
+}
+
+/* The decision is dlq: the event goes to the DLQ, or is lost when the stream
+ * has none to take it. */
+static fw_dispatch_result_t
+dead_letter_after (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t *d, int attempt,
+                   const attempt_times_t *t, const char *id)
+{
+   fw_dispatch_result_t r;
+
+   if (!w->cfg.dlq.enabled && !(w->dispatch.dlq_requested && w->cfg.dlq_fallback.enabled)) {
+      w->stats.lost++;
+      fw_log (FW_LOG_ERROR, w->cfg.name,
+              "event %s LOST: on_error asked for the DLQ but the stream has none: %s: %s", id,
+              d->type, d->message);
+      return finished (w, FW_METRICS_OUTCOME_LOST, 0);
+   }
+   r = dead_letter_head (w, ev, d, attempt, wall_ms_at (w, t->first_ns),
+                         wall_ms_at (w, t->start_ns));
+   if (r != FW_DISPATCH_DONE) {
+      return r;
+   }
+   return finished (w, FW_METRICS_OUTCOME_DLQ, 0);
+}
+
+/* The event's end under a decision other than retry: dead-lettered, skipped
+ * or lost. */
+static fw_dispatch_result_t
+decided_end (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t *d, int attempt,
+             const attempt_times_t *t, const char *id)
+{
+   switch (d->action) {
+   case ACT_DLQ:
+      return dead_letter_after (w, ev, d, attempt, t, id);
+   case ACT_SKIP:
+      w->stats.skipped++;
+      fw_log (FW_LOG_INFO, w->cfg.name, "event %s skipped by on_error after attempt %d: %s: %s",
+              id, attempt, d->type, d->message);
+      return finished (w, FW_METRICS_OUTCOME_SKIPPED, 0);
+   case ACT_DROP:
+   default:
+      w->stats.lost++;
+      fw_log (FW_LOG_ERROR, w->cfg.name,
+              "event %s LOST after %d attempt(s) (no dead-letter queue): %s: %s", id, attempt,
+              d->type, d->message);
+      return finished (w, FW_METRICS_OUTCOME_LOST, 0);
+   }
+}
+
+/* After an attempt that failed or called ctx:send_to_dlq: decides, and ends
+ * the event or waits out the retry backoff. True to try again, false with *r
+ * set when the event ends here. */
+static bool
+after_failure (fw_stream_worker_t *w, const fw_event_t *ev, lua_State *L, bool ok, int attempt,
+               fw_lua_stop_t stop, const attempt_times_t *t, fw_dispatch_result_t *r)
+{
+   decision_t d;
+   char id[1024];
+
+   attempt_decision (w, L, ok, attempt, stop, &d);
+   log_id (ev, id, sizeof id);
+   report_attempt_failed (w, attempt, &d);
+   if (replay_ends (w, &d, attempt, r)) {
+      return false;
+   }
+   if (d.action != ACT_RETRY) {
+      *r = decided_end (w, ev, &d, attempt, t, id);
+      return false;
+   }
+   if (!retry_wait (w, attempt, &d, id)) {
+      *r = FW_DISPATCH_STOPPED;
+      return false;
+   }
+   return true;
+}
+
 static fw_dispatch_result_t dispatch (fw_stream_worker_t *w, const fw_event_t *ev);
 
 fw_dispatch_result_t
@@ -517,10 +826,8 @@ static fw_dispatch_result_t
 dispatch (fw_stream_worker_t *w, const fw_event_t *ev)
 {
    lua_State *L = fw_lua_host_state (w->host);
-   decision_t d;
    int ref;
-   int64_t first_ns = 0, start_ns, end_ns = 0; /* CLOCK_MONOTONIC */
-   char id[1024];
+   attempt_times_t t = {0, 0, 0};
    /* A sequenced DLQ with open sequences: is this event's one of them? */
    bool check_park = fw_park_check_needed (w, ev);
 
@@ -533,157 +840,21 @@ dispatch (fw_stream_worker_t *w, const fw_event_t *ev)
    for (int attempt = 1;; attempt++) {
       fw_lua_stop_t stop;
       bool ok, key_failed = false;
+      fw_dispatch_result_t r;
 
-      /* ha.mode = "leader": no handler call past the lease's deadline; the
-       * event comes back to the next leader. */
-      if (w->lease && !fw_lease_is_leader (w->lease, NULL)) {
-         return FW_DISPATCH_STOPPED;
+      if (!attempt_may_start (w, ev, &L, &ref, &r)) {
+         return r;
       }
-      /* A reload takes effect here: this attempt runs the new code, and the
-       * attempt count carries on. */
-      if (w->at_attempt_boundary && w->at_attempt_boundary (w)) {
-         L = fw_lua_host_state (w->host);
-         if ((ref = handler_for (w, ev->op)) == LUA_NOREF) {
-            /* the new script has no handler for it */
-            return finished (w, FW_METRICS_OUTCOME_NONE, 0);
-         }
-      }
-
       w->dispatch.attempt = attempt;
-      if (check_park) {
-         /* A key function that fails fails the attempt, under the policy. */
-         fw_park_key_t k = fw_park_key (w, ev, &stop);
-         key_failed = k == FW_PARK_KEY_FAILED;
-         if (k != FW_PARK_KEY_FAILED) {
-            check_park = false;
-         }
-         if (k == FW_PARK_KEY_OK && fw_park_is_open (w)) {
-            fw_dispatch_result_t r = park (w, ev);
-            if (r != FW_DISPATCH_NO_DLQ) {
-               return r;
-            }
-         }
+      if (check_park && park_if_open (w, ev, &check_park, &key_failed, &stop, &r)) {
+         return r;
       }
-      if (w->metrics) {
-         fw_stream_metrics_set_attempt (w->metrics, attempt);
-      }
-      /* The attempt's start is the clock read the host makes for its
-       * deadline (or ours, without one); with metrics, one read after it
-       * times the handler. */
-      start_ns = w->cfg.timeout_ms > 0 ? 0 : fw_mono_ns ();
-      if (key_failed) {
-         ok = false;
-      } else {
-         lua_rawgeti (L, LUA_REGISTRYINDEX, ref);
-         ok = fw_lua_host_call_with (w->host, 0, fw_event_ctx_push, &w->dispatch, 0,
-                                     w->cfg.timeout_ms, &stop);
-      }
-      if (!start_ns) {
-         start_ns = fw_lua_host_call_started_ns (w->host);
-      }
-      if (attempt == 1) {
-         first_ns = start_ns;
-      }
-      if (w->metrics) {
-         end_ns = fw_mono_ns ();
-         fw_stream_metrics_handler_call (w->metrics, end_ns - start_ns);
-      }
-      /* A cursor a handler left open holds a server cursor and this
-       * thread's client: close it now, not when the collector runs. */
-      fw_mongo_lua_close_cursors (L);
+      ok = call_handler (w, L, ref, attempt, key_failed, &stop, &t);
       if (ok && !w->dispatch.dlq_requested) {
-         w->stats.handled++;
-         if (w->replay) {
-            return replayed (w, FW_REPLAYED_OK, NULL, attempt);
-         }
-         return finished (w, FW_METRICS_OUTCOME_OK, end_ns);
+         return handled (w, attempt, t.end_ns);
       }
-      if (w->dispatch.dlq_requested) {
-         if (!ok) {
-            lua_pop (L, 1);
-         }
-         dlq_requested (w, &d);
-      } else {
-         w->stats.handler_errors++;
-         decide (w, attempt, stop, &d);
-         if (w->metrics) {
-            fw_stream_metrics_handler_error (w->metrics, d.type);
-         }
-         if (w->dispatch.dlq_requested) {
-            /* on_error called ctx:send_to_dlq: that dead-letters the event
-             * now, whatever on_error returned. */
-            dlq_requested (w, &d);
-         }
-      }
-      if (!fw_event_id (ev, id, sizeof id)) {
-         snprintf (id, sizeof id, "(long)");
-      }
-      if (w->hooks) {
-         static const char *const names[] = {"retry", "dlq", "skip", "drop"};
-         w->hooks->attempt_failed (w->hooks->ud, attempt, d.type, d.message, d.traceback,
-                                   (unsigned) d.action < 4 ? names[d.action] : "other");
-      }
-      if (w->replay && d.action != ACT_RETRY) {
-         return replayed (w, d.action == ACT_SKIP ? FW_REPLAYED_SKIPPED : FW_REPLAYED_FAILED, &d,
-                          attempt);
-      }
-      if (w->replay && w->replay->no_retry) {
-         return replayed (w, FW_REPLAYED_FAILED, &d, attempt);
-      }
-
-      switch (d.action) {
-      case ACT_RETRY: {
-         int64_t delay =
-            fw_backoff_delay_ms (&w->cfg.retry, attempt, fw_backoff_random (&w->rng));
-         fw_log (FW_LOG_WARN, w->cfg.name,
-                 "event %s attempt %d failed: %s: %s; retrying in %lld ms", id, attempt,
-                 d.type, d.message, (long long) delay);
-         w->stats.retries++;
-         if (w->metrics) {
-            fw_stream_metrics_retry (w->metrics);
-            fw_stream_metrics_set_state (w->metrics, FW_STREAM_RETRYING, NULL);
-         }
-         if (w->hooks ? w->hooks->wait_ms (w->hooks->ud, delay)
-                      : fw_shutdown_wait_ms (w->shutdown, delay)) {
-            return FW_DISPATCH_STOPPED;
-         }
-         if (w->metrics) {
-            fw_stream_metrics_set_state (w->metrics, FW_STREAM_RUNNING, NULL);
-         }
-         if (w->replay && w->replay->before_retry) {
-            w->replay->before_retry (w->replay);
-         }
-         continue;
-      }
-      case ACT_DLQ:
-         if (!w->cfg.dlq.enabled && !(w->dispatch.dlq_requested && w->cfg.dlq_fallback.enabled)) {
-            w->stats.lost++;
-            fw_log (FW_LOG_ERROR, w->cfg.name,
-                    "event %s LOST: on_error asked for the DLQ but the stream has none: %s: %s",
-                    id, d.type, d.message);
-            return finished (w, FW_METRICS_OUTCOME_LOST, 0);
-         }
-         {
-            fw_dispatch_result_t r = dead_letter_head (w, ev, &d, attempt,
-                                                       wall_ms_at (w, first_ns),
-                                                       wall_ms_at (w, start_ns));
-            if (r != FW_DISPATCH_DONE) {
-               return r;
-            }
-         }
-         return finished (w, FW_METRICS_OUTCOME_DLQ, 0);
-      case ACT_SKIP:
-         w->stats.skipped++;
-         fw_log (FW_LOG_INFO, w->cfg.name, "event %s skipped by on_error after attempt %d: %s: %s",
-                 id, attempt, d.type, d.message);
-         return finished (w, FW_METRICS_OUTCOME_SKIPPED, 0);
-      case ACT_DROP:
-      default:
-         w->stats.lost++;
-         fw_log (FW_LOG_ERROR, w->cfg.name,
-                 "event %s LOST after %d attempt(s) (no dead-letter queue): %s: %s", id, attempt,
-                 d.type, d.message);
-         return finished (w, FW_METRICS_OUTCOME_LOST, 0);
+      if (!after_failure (w, ev, L, ok, attempt, stop, &t, &r)) {
+         return r;
       }
    }
 }
