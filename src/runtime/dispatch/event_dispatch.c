@@ -34,8 +34,8 @@ typedef struct {
 static int64_t
 wall_ms_at (fw_stream_worker_t *w, int64_t mono_ns)
 {
-   if (w->hooks) {
-      return w->hooks->now_ms (w->hooks->ud); /* flowwarden test's virtual clock */
+   if (w->clock.is_virtual) {
+      return w->clock.now_ms (w->clock.ud);
    }
    if (mono_ns >= w->wall_offset_until_ns) {
       w->wall_offset_ns = fw_now_ms () * 1000000 - fw_mono_ns ();
@@ -275,7 +275,7 @@ fw_dispatch_result_t
 fw_event_dispatch_unreadable (fw_stream_worker_t *w, fw_event_t *ev, const char *why)
 {
    decision_t d;
-   int64_t now = fw_now_ms ();
+   int64_t now = w->clock.now_ms (w->clock.ud);
 
    if (!w->dispatch.dlq_enabled) {
       return FW_DISPATCH_NO_DLQ;
@@ -294,7 +294,7 @@ fw_dispatch_result_t
 fw_event_dispatch_oversize (fw_stream_worker_t *w, const fw_event_t *ev, int64_t size)
 {
    decision_t d;
-   int64_t now = fw_now_ms ();
+   int64_t now = w->clock.now_ms (w->clock.ud);
 
    if (!w->dispatch.dlq_enabled) {
       return FW_DISPATCH_NO_DLQ;
@@ -323,7 +323,7 @@ failure_of (fw_stream_worker_t *w, const decision_t *d, int attempts, int64_t fi
    f->attempts = attempts;
    f->first_attempt_ms = first_ms;
    f->last_attempt_ms = last_ms;
-   f->created_ms = w->hooks ? w->hooks->now_ms (w->hooks->ud) : fw_now_ms ();
+   f->created_ms = w->clock.now_ms (w->clock.ud);
    f->metadata = metadata;
    f->script_version = fw_lua_host_version (w->host);
    f->raw_event = raw;
@@ -343,7 +343,7 @@ build_entry (fw_stream_worker_t *w, const fw_event_t *ev, const fw_dlq_config_t 
       fw_log (FW_LOG_ERROR, w->cfg.name, "cannot build DLQ entry for event %s: %s", id,
               err.message);
       bson_destroy (entry);
-      if (fw_shutdown_wait_ms (w->shutdown, 1000)) {
+      if (w->clock.wait_ms (w->clock.ud, 1000)) {
          return false;
       }
    }
@@ -370,7 +370,7 @@ save_entry (fw_stream_worker_t *w, const bson_t *entry, const char *id)
               "DLQ insert for event %s failed (try %d): %s; the stream holds this event and "
               "tries again in %lld ms",
               id, tries, err.message, (long long) delay);
-      if (fw_shutdown_wait_ms (w->shutdown, delay)) {
+      if (w->clock.wait_ms (w->clock.ud, delay)) {
          return false;
       }
       if (!w->dlq && !fw_event_dispatch_open_dlq (w)) {
@@ -473,7 +473,7 @@ static fw_dispatch_result_t
 finished (fw_stream_worker_t *w, fw_metrics_outcome_t outcome, int64_t mono_ns)
 {
    if (w->metrics && !w->replay) {
-      w->finished_ms = mono_ns ? wall_ms_at (w, mono_ns) : fw_now_ms ();
+      w->finished_ms = mono_ns ? wall_ms_at (w, mono_ns) : w->clock.now_ms (w->clock.ud);
       fw_stream_metrics_event_finished (w->metrics, outcome, w->finished_ms);
    }
    return FW_DISPATCH_DONE;
@@ -496,7 +496,7 @@ static fw_dispatch_result_t
 park (fw_stream_worker_t *w, const fw_event_t *ev)
 {
    decision_t d;
-   int64_t now = fw_now_ms ();
+   int64_t now = w->clock.now_ms (w->clock.ud);
 
    switch (fw_park_take (w, false)) {
    case FW_PARK_CLOSED:
@@ -725,8 +725,7 @@ retry_wait (fw_stream_worker_t *w, int attempt, const decision_t *d, const char 
       fw_stream_metrics_retry (w->metrics);
       fw_stream_metrics_set_state (w->metrics, FW_STREAM_RETRYING, NULL);
    }
-   if (w->hooks ? w->hooks->wait_ms (w->hooks->ud, delay)
-                : fw_shutdown_wait_ms (w->shutdown, delay)) {
+   if (w->clock.wait_ms (w->clock.ud, delay)) {
       return false;
    }
    if (w->metrics) {
@@ -892,7 +891,7 @@ fw_event_dispatch_open_dlq (fw_stream_worker_t *w)
       int64_t delay = fw_backoff_delay_ms (&w->cfg.restart, tries, fw_backoff_random (&w->rng));
       fw_log (FW_LOG_ERROR, w->cfg.name, "%s; retrying in %lld ms", err.message,
               (long long) delay);
-      if (fw_shutdown_wait_ms (w->shutdown, delay)) {
+      if (w->clock.wait_ms (w->clock.ud, delay)) {
          return false;
       }
    }

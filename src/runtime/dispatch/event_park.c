@@ -76,7 +76,7 @@ fw_park_load (fw_stream_worker_t *w)
       int64_t delay = fw_backoff_delay_ms (&w->cfg.restart, tries, fw_backoff_random (&w->rng));
       fw_log (FW_LOG_ERROR, w->cfg.name, "%s; retrying in %lld ms", err.message,
               (long long) delay);
-      if (fw_shutdown_wait_ms (w->shutdown, delay)) {
+      if (w->clock.wait_ms (w->clock.ud, delay)) {
          return false;
       }
    }
@@ -280,7 +280,7 @@ fw_park_take (fw_stream_worker_t *w, bool open)
       fw_log (FW_LOG_ERROR, w->cfg.name, "%s (try %d); the stream holds this event and tries "
                                          "again in %lld ms",
               err.message, tries, (long long) delay);
-      if (fw_shutdown_wait_ms (w->shutdown, delay)) {
+      if (w->clock.wait_ms (w->clock.ud, delay)) {
          return FW_PARK_STOPPED;
       }
    }

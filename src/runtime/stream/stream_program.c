@@ -74,6 +74,20 @@ mongo_client_for (void *ud, const char *name, fw_error_t *error)
    return fw_connection_clients_get (w->clients, name, error);
 }
 
+/* The real clock: the wall clock, and waits a shutdown ends early. */
+static int64_t
+real_now_ms (void *ud)
+{
+   (void) ud;
+   return fw_now_ms ();
+}
+
+static bool
+real_wait_ms (void *ud, int64_t ms)
+{
+   return fw_shutdown_wait_ms (((fw_stream_worker_t *) ud)->shutdown, ms);
+}
+
 fw_stream_worker_t *
 fw_stream_worker_new (fw_lua_host_t *host, int index, mongoc_client_pool_t *pool,
                       fw_connections_t *conns, fw_error_t *error)
@@ -94,6 +108,7 @@ fw_stream_worker_new (fw_lua_host_t *host, int index, mongoc_client_pool_t *pool
    fw_shutdown_init (&w->own_shutdown);
    pthread_mutex_init (&w->pending_mu, NULL);
    w->shutdown = &w->own_shutdown;
+   w->clock = (fw_stream_clock_t){real_now_ms, real_wait_ms, w, false};
    for (int i = 0; i < H_COUNT; i++) {
       w->handler_ref[i] = LUA_NOREF;
    }

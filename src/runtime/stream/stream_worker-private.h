@@ -55,15 +55,25 @@ bool fw_dlq_replay_policy (fw_stream_worker_t *w, const fw_replay_hook_t *hook,
 
 /* Set on a worker that `flowwarden test` drives (test_app.c); NULL in run,
  * where each use costs one pointer test on a failure path. */
+/* flowwarden test's recorder: after every failed attempt, the decided error
+ * and its action ("retry", "dlq", "skip", "drop"). */
 typedef struct fw_dispatch_hooks {
-   int64_t (*now_ms) (void *ud);           /* the wall clock (DLQ entry times) */
-   bool (*wait_ms) (void *ud, int64_t ms); /* a retry's backoff wait; true: stop */
-   /* After every failed attempt, with the decided error and its action
-    * ("retry", "dlq", "skip", "drop"). */
    void (*attempt_failed) (void *ud, int attempt, const char *type, const char *message,
                            const char *traceback, const char *action);
    void *ud;
 } fw_dispatch_hooks_t;
+
+/* The clock a stream's dispatcher reads and waits on: the wall clock for the
+ * times it writes down (DLQ entries, metrics) and every wait it makes (a
+ * retry's backoff, a DLQ that cannot be written yet). The real one by
+ * default (fw_stream_worker_new: waits end early at a shutdown);
+ * flowwarden test plugs its virtual clock in (testing/test_app.c). */
+typedef struct {
+   int64_t (*now_ms) (void *ud);
+   bool (*wait_ms) (void *ud, int64_t ms); /* true: a stop came first */
+   void *ud;
+   bool is_virtual; /* now_ms is not the wall clock: never derived from the monotonic one */
+} fw_stream_clock_t;
 
 struct fw_stream_worker {
    fw_stream_config_t cfg;
@@ -110,7 +120,8 @@ struct fw_stream_worker {
    fw_lease_t *lease;          /* the stream's lease, NULL without ha */
    int64_t epoch;              /* the epoch this thread leads with; 0: not leading */
    int64_t ckpt_epoch;         /* the epoch the checkpoint writer fences with */
-   const fw_dispatch_hooks_t *hooks; /* flowwarden test's clock and recorder, else NULL */
+   const fw_dispatch_hooks_t *hooks; /* flowwarden test's recorder, else NULL */
+   fw_stream_clock_t clock;          /* see fw_stream_clock_t */
    /* A sequenced DLQ (event_park.c): */
    const struct fw_park_ops *park_ops; /* its store's sequence operations (fw_park_ops_t);
                                         * NULL: chosen by cfg.dlq.memory */

@@ -337,8 +337,6 @@ init_app (lua_State *L, fw_test_app_t *app, const char *path, const char *mongo_
          luaL_error (L, "fwt.load: opts.mongo: %s", app->conns ? err.message : "out of memory");
       }
    }
-   app->hooks.now_ms = hook_now_ms;
-   app->hooks.wait_ms = hook_wait_ms;
    app->hooks.attempt_failed = hook_attempt_failed;
    app->hooks.ud = app;
 }
@@ -390,6 +388,7 @@ wire_app_workers (fw_test_app_t *app, const load_opts_t *o)
       fw_stream_worker_t *w = app->workers[i];
       fw_stream_worker_set_metrics (w, app->metrics);
       w->hooks = &app->hooks;
+      w->clock = (fw_stream_clock_t){hook_now_ms, hook_wait_ms, app, true};
       w->dlq = app->store;
       /* A sequenced DLQ's sequences live beside the entries. */
       w->park_ops = &fw_park_memory_ops;
