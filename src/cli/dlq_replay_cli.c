@@ -76,31 +76,96 @@ typedef struct {
    fw_log_level_t level;
 } options_t;
 
+static const struct option longopts[] = {
+   {"stream", required_argument, NULL, 's'},   {"status", required_argument, NULL, 'S'},
+   {"error-type", required_argument, NULL, 'e'}, {"since", required_argument, NULL, 'a'},
+   {"until", required_argument, NULL, 'b'},    {"id", required_argument, NULL, 'i'},
+   {"limit", required_argument, NULL, 'n'},    {"filter", required_argument, NULL, 'f'},
+   {"dry-run", no_argument, NULL, 'd'},        {"rate", required_argument, NULL, 'r'},
+   {"no-retry", no_argument, NULL, 'R'},       {"claim-ttl", required_argument, NULL, 't'},
+   {"uri", required_argument, NULL, 'u'},      {"log-level", required_argument, NULL, 'l'},
+   {"log-format", required_argument, NULL, 'F'}, {"help", no_argument, NULL, 'h'},
+   {"sequence", required_argument, NULL, 'q'}, {"any", no_argument, NULL, 'A'},
+   {NULL, 0, NULL, 0}};
+
+/* The parse_* functions below return -1 when the value is good, else the
+ * exit code (usage's). */
+
+/* --rate N: entries per second, a finite number > 0. */
+static int
+parse_rate (const char *arg, double *rate)
+{
+   char *end;
+
+   *rate = strtod (arg, &end);
+   if (*end || end == arg || !(*rate > 0) || isinf (*rate)) {
+      return usage ("--rate: expected a number of entries per second > 0, got \"%s\"", arg);
+   }
+   return -1;
+}
+
+/* --claim-ttl DUR: a duration greater than zero. */
+static int
+parse_claim_ttl (const char *arg, int64_t *ms)
+{
+   fw_error_t err;
+
+   if (!fw_duration_parse (arg, ms, &err)) {
+      return usage ("--claim-ttl: %s", err.message);
+   }
+   if (*ms <= 0) {
+      return usage ("--claim-ttl: must be greater than zero, got \"%s\"", arg);
+   }
+   return -1;
+}
+
+/* --log-level (c 'l') and --log-format (c 'F'): the handlers' logs. */
+static int
+parse_log_option (int c, const char *arg, options_t *o)
+{
+   if (c == 'l') {
+      if (!fw_log_level_parse (arg, &o->level)) {
+         return usage ("--log-level: unknown level \"%s\" (use debug, info, warn or error)", arg);
+      }
+      return -1;
+   }
+   if (strcmp (arg, "json") != 0 && strcmp (arg, "text") != 0) {
+      return usage ("--log-format: unknown format \"%s\" (use text or json)", arg);
+   }
+   o->json = strcmp (arg, "json") == 0;
+   return -1;
+}
+
+/* SCRIPT, alone after the options, and --any or --sequence, not both. */
+static int
+parse_script (int argc, char **argv, options_t *o)
+{
+   if (optind >= argc) {
+      return usage ("missing SCRIPT%s", "");
+   }
+   if (optind + 1 < argc) {
+      return usage ("unexpected argument \"%s\"", argv[optind + 1]);
+   }
+   if (o->any && o->sequence) {
+      return usage ("%s", "--any and --sequence select sequences in two different ways: use one");
+   }
+   o->script = argv[optind];
+   return -1;
+}
+
 /* Returns -1 to go on, else the exit code. */
 static int
 parse (int argc, char **argv, options_t *o)
 {
-   static const struct option longopts[] = {
-      {"stream", required_argument, NULL, 's'},   {"status", required_argument, NULL, 'S'},
-      {"error-type", required_argument, NULL, 'e'}, {"since", required_argument, NULL, 'a'},
-      {"until", required_argument, NULL, 'b'},    {"id", required_argument, NULL, 'i'},
-      {"limit", required_argument, NULL, 'n'},    {"filter", required_argument, NULL, 'f'},
-      {"dry-run", no_argument, NULL, 'd'},        {"rate", required_argument, NULL, 'r'},
-      {"no-retry", no_argument, NULL, 'R'},       {"claim-ttl", required_argument, NULL, 't'},
-      {"uri", required_argument, NULL, 'u'},      {"log-level", required_argument, NULL, 'l'},
-      {"log-format", required_argument, NULL, 'F'}, {"help", no_argument, NULL, 'h'},
-      {"sequence", required_argument, NULL, 'q'}, {"any", no_argument, NULL, 'A'},
-      {NULL, 0, NULL, 0}};
    int64_t now = fw_now_ms ();
    fw_error_t err;
-   char *end;
-   int c, idx = 0;
+   int c, idx = 0, rc = -1;
 
    o->claim_ttl_ms = FW_DLQ_CLAIM_TTL_MS;
    o->level = FW_LOG_INFO;
    opterr = 0;
    optind = 1;
-   while ((c = getopt_long (argc, argv, ":h", longopts, &idx)) != -1) {
+   while (rc < 0 && (c = getopt_long (argc, argv, ":h", longopts, &idx)) != -1) {
       switch (c) {
       case 's':
       case 'S':
@@ -128,37 +193,20 @@ parse (int argc, char **argv, options_t *o)
          o->any = true;
          break;
       case 'r':
-         o->rate = strtod (optarg, &end);
-         if (*end || end == optarg || !(o->rate > 0) || isinf (o->rate)) {
-            return usage ("--rate: expected a number of entries per second > 0, got \"%s\"",
-                          optarg);
-         }
+         rc = parse_rate (optarg, &o->rate);
          break;
       case 'R':
          o->no_retry = true;
          break;
       case 't':
-         if (!fw_duration_parse (optarg, &o->claim_ttl_ms, &err)) {
-            return usage ("--claim-ttl: %s", err.message);
-         }
-         if (o->claim_ttl_ms <= 0) {
-            return usage ("--claim-ttl: must be greater than zero, got \"%s\"", optarg);
-         }
+         rc = parse_claim_ttl (optarg, &o->claim_ttl_ms);
          break;
       case 'u':
          o->uri = optarg;
          break;
       case 'l':
-         if (!fw_log_level_parse (optarg, &o->level)) {
-            return usage ("--log-level: unknown level \"%s\" (use debug, info, warn or error)",
-                          optarg);
-         }
-         break;
       case 'F':
-         if (strcmp (optarg, "json") != 0 && strcmp (optarg, "text") != 0) {
-            return usage ("--log-format: unknown format \"%s\" (use text or json)", optarg);
-         }
-         o->json = strcmp (optarg, "json") == 0;
+         rc = parse_log_option (c, optarg, o);
          break;
       case 'h':
          fputs (replay_help, stdout);
@@ -169,17 +217,7 @@ parse (int argc, char **argv, options_t *o)
          return usage ("unknown option %s", argv[optind - 1]);
       }
    }
-   if (optind >= argc) {
-      return usage ("missing SCRIPT%s", "");
-   }
-   if (optind + 1 < argc) {
-      return usage ("unexpected argument \"%s\"", argv[optind + 1]);
-   }
-   if (o->any && o->sequence) {
-      return usage ("%s", "--any and --sequence select sequences in two different ways: use one");
-   }
-   o->script = argv[optind];
-   return -1;
+   return rc >= 0 ? rc : parse_script (argc, argv, o);
 }
 
 /* --- the session: one worker per stream with a DLQ, driven from here ------ */
