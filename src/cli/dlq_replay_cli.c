@@ -271,39 +271,34 @@ load (const char *script, const char *uri, fw_error_t *error)
    return host;
 }
 
-/* Loads the script once per stream with a DLQ (each its own Lua state, as
- * `run` does) and connects. Returns the exit code on failure, -1 on success. */
-static int
-open_session (session_t *s, const options_t *o)
+/* The script's URI (fw.uri or the default), malloc'd. */
+static char *
+script_uri (fw_lua_host_t *first)
 {
-   const char *env = getenv ("FLOWWARDEN_URI");
-   const char *option_uri = o->uri ? o->uri : (env && *env ? env : NULL);
-   fw_error_t err;
-   fw_lua_host_t *first = load (o->script, option_uri, &err);
-   bson_error_t berr;
-   bson_t ping = BSON_INITIALIZER;
-   mongoc_client_t *client;
    char *uri_text;
-   int count;
-   bool known = !o->filter.stream;
 
-   if (!first) {
-      fprintf (stderr, "flowwarden dlq replay: invalid script:\n%s\n", err.message);
-      return 1;
-   }
    fw_lua_host_push_uri (first);
    uri_text = strdup (lua_isstring (fw_lua_host_state (first), -1)
                          ? lua_tostring (fw_lua_host_state (first), -1)
                          : DEFAULT_URI);
    lua_pop (fw_lua_host_state (first), 1);
+   return uri_text;
+}
+
+/* s->uri, s->pool and s->conns (with first's declared connections) for
+ * uri_text; says what failed on stderr and returns false when one did. */
+static bool
+open_pool (session_t *s, const char *uri_text, fw_lua_host_t *first)
+{
+   bson_error_t berr;
+   fw_error_t err;
+
    s->uri = mongoc_uri_new_with_error (uri_text, &berr);
    if (!s->uri) {
       char why[512];
       fprintf (stderr, "flowwarden dlq replay: invalid MongoDB URI: %s\n",
                fw_log_redact_uri_error (uri_text, berr.message, why, sizeof why));
-      free (uri_text);
-      fw_lua_host_destroy (first);
-      return 1;
+      return false;
    }
    /* An operator's tool: say the server is unreachable in seconds, not 30. */
    if (!mongoc_uri_has_option (s->uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS)) {
@@ -317,46 +312,66 @@ open_session (session_t *s, const options_t *o)
        !fw_connections_set_declared (s->conns, first, &err)) {
       fprintf (stderr, "flowwarden dlq replay: %s\n",
                s->pool && s->conns ? err.message : "cannot create a client pool");
-      free (uri_text);
-      fw_lua_host_destroy (first);
-      return 1;
+      return false;
    }
-   free (uri_text);
    mongoc_client_pool_set_error_api (s->pool, MONGOC_ERROR_API_VERSION_2);
    if (!mongoc_client_pool_set_appname (s->pool, "flowwarden-dlq-replay")) {
       fprintf (stderr, "flowwarden dlq replay: warning: cannot set the pool's appname\n");
    }
+   return true;
+}
 
-   count = fw_lua_host_stream_count (first);
+/* Adds w to the session when it is a stream the filters select and it has
+ * a DLQ, else destroys it. True when added. */
+static bool
+add_worker (session_t *s, const options_t *o, fw_stream_worker_t *w)
+{
+   fw_error_t err;
+   mongoc_collection_t *coll;
+
+   if (o->filter.stream && strcmp (o->filter.stream, fw_stream_worker_name (w)) != 0) {
+      fw_stream_worker_destroy (w);
+      return false;
+   }
+   /* Handlers update their fw.metrics as under `run` (this process
+    * serves no metrics: the updates only keep them from raising). */
+   if (!s->metrics) {
+      s->metrics = fw_metrics_new ();
+   }
+   fw_stream_worker_set_metrics (w, s->metrics);
+   fw_dlq_replay_bind (w);
+   if (!(coll = fw_dlq_replay_collection (w, &err))) {
+      /* No DLQ at all: nothing of this stream can be waiting. */
+      fw_dlq_replay_unbind (w);
+      fw_stream_worker_destroy (w);
+      return false;
+   }
+   mongoc_collection_destroy (coll);
+   s->workers[s->n++] = w;
+   return true;
+}
+
+/* One worker per stream with a DLQ (the filters' stream only, if any), the
+ * first on first, the others on their own load of the script. Returns the
+ * exit code on failure, -1 on success. */
+static int
+open_workers (session_t *s, const options_t *o, fw_lua_host_t *first, const char *option_uri)
+{
+   fw_error_t err;
+   int count = fw_lua_host_stream_count (first);
+   bool known = !o->filter.stream;
+
    s->workers = calloc ((size_t) count + 1, sizeof *s->workers);
    for (int i = 0; i < count && s->workers; i++) {
       fw_lua_host_t *host = i == 0 ? first : load (o->script, option_uri, &err);
       fw_stream_worker_t *w = host ? fw_stream_worker_new (host, i, s->pool, s->conns, &err) : NULL;
-      mongoc_collection_t *coll;
       if (!w) {
          fprintf (stderr, "flowwarden dlq replay: %s\n", err.message);
          return 1;
       }
-      if (o->filter.stream && strcmp (o->filter.stream, fw_stream_worker_name (w)) != 0) {
-         fw_stream_worker_destroy (w);
-         continue;
+      if (add_worker (s, o, w)) {
+         known = true;
       }
-      /* Handlers update their fw.metrics as under `run` (this process
-       * serves no metrics: the updates only keep them from raising). */
-      if (!s->metrics) {
-         s->metrics = fw_metrics_new ();
-      }
-      fw_stream_worker_set_metrics (w, s->metrics);
-      fw_dlq_replay_bind (w);
-      if (!(coll = fw_dlq_replay_collection (w, &err))) {
-         /* No DLQ at all: nothing of this stream can be waiting. */
-         fw_dlq_replay_unbind (w);
-         fw_stream_worker_destroy (w);
-         continue;
-      }
-      mongoc_collection_destroy (coll);
-      known = true;
-      s->workers[s->n++] = w;
    }
    if (!s->workers) {
       fprintf (stderr, "flowwarden dlq replay: out of memory\n");
@@ -369,20 +384,59 @@ open_session (session_t *s, const options_t *o)
                o->filter.stream ? "such stream" : "stream");
       return 1;
    }
-   client = mongoc_client_pool_pop (s->pool);
+   return -1;
+}
+
+/* A ping, so that an unreachable server is said before anything else. */
+static bool
+ping_server (session_t *s)
+{
+   mongoc_client_t *client = mongoc_client_pool_pop (s->pool);
+   bson_t ping = BSON_INITIALIZER;
+   bson_error_t berr;
+   bool ok = true;
+
    BSON_APPEND_INT32 (&ping, "ping", 1);
    if (!mongoc_client_command_simple (client, "admin", &ping, NULL, NULL, &berr)) {
       char redacted[2048];
       fprintf (stderr, "flowwarden dlq replay: cannot connect to %s: %s\n",
                fw_log_redact_uri (mongoc_uri_get_string (s->uri), redacted, sizeof redacted),
                berr.message);
-      mongoc_client_pool_push (s->pool, client);
-      bson_destroy (&ping);
-      return 1;
+      ok = false;
    }
    mongoc_client_pool_push (s->pool, client);
    bson_destroy (&ping);
-   return -1;
+   return ok;
+}
+
+/* Loads the script once per stream with a DLQ (each its own Lua state, as
+ * `run` does) and connects. Returns the exit code on failure, -1 on success. */
+static int
+open_session (session_t *s, const options_t *o)
+{
+   const char *env = getenv ("FLOWWARDEN_URI");
+   const char *option_uri = o->uri ? o->uri : (env && *env ? env : NULL);
+   fw_error_t err;
+   fw_lua_host_t *first = load (o->script, option_uri, &err);
+   char *uri_text;
+   bool ok;
+   int rc;
+
+   if (!first) {
+      fprintf (stderr, "flowwarden dlq replay: invalid script:\n%s\n", err.message);
+      return 1;
+   }
+   uri_text = script_uri (first);
+   ok = open_pool (s, uri_text, first);
+   free (uri_text);
+   if (!ok) {
+      fw_lua_host_destroy (first);
+      return 1;
+   }
+   if ((rc = open_workers (s, o, first, option_uri)) >= 0) {
+      return rc;
+   }
+   return ping_server (s) ? -1 : 1;
 }
 
 static void
