@@ -484,14 +484,157 @@ by_cluster_time (const void *a, const void *b)
    return x->worker - y->worker;
 }
 
+/* Candidates as they are gathered: v[0..n), room for cap. */
+typedef struct {
+   candidate_t *v;
+   size_t n, cap;
+} candidates_t;
+
+/* Frees the ids and sequence ids of list[from..n). */
+static void
+free_candidates (candidate_t *list, size_t from, size_t n)
+{
+   for (size_t i = from; i < n; i++) {
+      bson_value_destroy (&list[i].id);
+      free (list[i].seq);
+   }
+}
+
+/* q = { $and: [ base, this stream (and sequence), no live claim ] }: a
+ * REPROCESSING entry only when its claim expired. */
+static void
+append_entries_query (bson_t *q, const bson_t *base, const char *stream, const options_t *o)
+{
+   bson_t and, part, or, alt, cond;
+
+   BSON_APPEND_ARRAY_BEGIN (q, "$and", &and);
+   BSON_APPEND_DOCUMENT (&and, "0", base);
+   BSON_APPEND_DOCUMENT_BEGIN (&and, "1", &part);
+   BSON_APPEND_UTF8 (&part, "streamName", stream);
+   if (o->sequence) {
+      BSON_APPEND_UTF8 (&part, "sequenceId", o->sequence);
+   } else if (o->any) {
+      bson_t exists;
+      BSON_APPEND_DOCUMENT_BEGIN (&part, "sequenceId", &exists);
+      BSON_APPEND_BOOL (&exists, "$exists", true);
+      bson_append_document_end (&part, &exists);
+   }
+   bson_append_document_end (&and, &part);
+   BSON_APPEND_DOCUMENT_BEGIN (&and, "2", &part);
+   BSON_APPEND_ARRAY_BEGIN (&part, "$or", &or);
+   BSON_APPEND_DOCUMENT_BEGIN (&or, "0", &alt);
+   BSON_APPEND_DOCUMENT_BEGIN (&alt, "status", &cond);
+   BSON_APPEND_UTF8 (&cond, "$ne", "REPROCESSING");
+   bson_append_document_end (&alt, &cond);
+   bson_append_document_end (&or, &alt);
+   BSON_APPEND_DOCUMENT_BEGIN (&or, "1", &alt);
+   BSON_APPEND_DOCUMENT_BEGIN (&alt, "claimedUntil", &cond);
+   BSON_APPEND_DATE_TIME (&cond, "$lt", fw_now_ms ());
+   bson_append_document_end (&alt, &cond);
+   bson_append_document_end (&or, &alt);
+   bson_append_array_end (&part, &or);
+   bson_append_document_end (&and, &part);
+   bson_append_array_end (q, &and);
+}
+
+/* The find's options: oldest clusterTime first, only the fields a
+ * candidate keeps, the limit. */
+static void
+append_entries_opts (bson_t *opts, const options_t *o)
+{
+   bson_t sort, proj;
+
+   BSON_APPEND_DOCUMENT_BEGIN (opts, "sort", &sort);
+   BSON_APPEND_INT32 (&sort, "clusterTime", 1);
+   BSON_APPEND_INT32 (&sort, "createdAt", 1);
+   BSON_APPEND_INT32 (&sort, "_id", 1);
+   bson_append_document_end (opts, &sort);
+   BSON_APPEND_DOCUMENT_BEGIN (opts, "projection", &proj);
+   BSON_APPEND_INT32 (&proj, "clusterTime", 1);
+   BSON_APPEND_INT32 (&proj, "createdAt", 1);
+   BSON_APPEND_INT32 (&proj, "sequenceId", 1);
+   bson_append_document_end (opts, &proj);
+   if (o->filter.limit > 0) {
+      BSON_APPEND_INT64 (opts, "limit", o->filter.limit);
+   }
+   /* streamName_clusterTime_createdAt__id serves the sort; where it is
+    * missing, MongoDB 5.0 fails a blocking sort over 100 MB without this. */
+   BSON_APPEND_BOOL (opts, "allowDiskUse", true);
+}
+
+/* Appends the entry doc of worker's stream to c; false when out of memory. */
+static bool
+add_candidate (candidates_t *c, const bson_t *doc, int worker)
+{
+   candidate_t *e;
+   bson_iter_t it;
+
+   if (c->n == c->cap) {
+      candidate_t *grown = realloc (c->v, (c->cap = c->cap ? c->cap * 2 : 64) * sizeof *c->v);
+      if (!grown) {
+         return false;
+      }
+      c->v = grown;
+   }
+   e = &c->v[c->n];
+   memset (e, 0, sizeof *e);
+   e->worker = worker;
+   if (bson_iter_init_find (&it, doc, "_id")) {
+      bson_value_copy (bson_iter_value (&it), &e->id);
+   }
+   if (bson_iter_init_find (&it, doc, "clusterTime") && BSON_ITER_HOLDS_TIMESTAMP (&it)) {
+      bson_iter_timestamp (&it, &e->ct_t, &e->ct_i);
+   }
+   if (bson_iter_init_find (&it, doc, "createdAt") && BSON_ITER_HOLDS_DATE_TIME (&it)) {
+      e->created = bson_iter_date_time (&it);
+   }
+   if (bson_iter_init_find (&it, doc, "sequenceId") && BSON_ITER_HOLDS_UTF8 (&it) &&
+       !(e->seq = strdup (bson_iter_utf8 (&it, NULL)))) {
+      bson_value_destroy (&e->id);
+      return false;
+   }
+   c->n++;
+   return true;
+}
+
+/* The selected entries of the session's stream i (base: the filters'
+ * query) onto c. */
+static bool
+select_from_stream (session_t *s, const options_t *o, int i, const bson_t *base, candidates_t *c)
+{
+   fw_error_t err;
+   mongoc_collection_t *coll = fw_dlq_replay_collection (s->workers[i], &err);
+   bson_t q = BSON_INITIALIZER, opts = BSON_INITIALIZER;
+   mongoc_cursor_t *cur;
+   const bson_t *doc;
+   bson_error_t berr;
+   bool ok = true;
+
+   append_entries_query (&q, base, fw_stream_worker_name (s->workers[i]), o);
+   append_entries_opts (&opts, o);
+   cur = mongoc_collection_find_with_opts (coll, &q, &opts, NULL);
+   while (ok && mongoc_cursor_next (cur, &doc)) {
+      ok = add_candidate (c, doc, i);
+   }
+   if (mongoc_cursor_error (cur, &berr)) {
+      fprintf (stderr, "flowwarden dlq replay: cannot read the DLQ of stream \"%s\": %s\n",
+               fw_stream_worker_name (s->workers[i]), berr.message);
+      ok = false;
+   }
+   mongoc_cursor_destroy (cur);
+   mongoc_collection_destroy (coll);
+   bson_destroy (&q);
+   bson_destroy (&opts);
+   return ok;
+}
+
 /* Every selected entry of every stream, oldest clusterTime first. */
 static bool
 select_entries (session_t *s, const options_t *o, candidate_t **out, size_t *n_out)
 {
    bson_t base = BSON_INITIALIZER;
    fw_error_t err;
-   candidate_t *list = NULL;
-   size_t n = 0, cap = 0;
+   candidates_t c = {NULL, 0, 0};
    bool ok = true;
 
    /* PENDING, and REPROCESSING whose claim expired (a replay killed with -9):
@@ -502,121 +645,24 @@ select_entries (session_t *s, const options_t *o, candidate_t **out, size_t *n_o
       return false;
    }
    for (int i = 0; ok && i < s->n; i++) {
-      mongoc_collection_t *coll = fw_dlq_replay_collection (s->workers[i], &err);
-      bson_t q = BSON_INITIALIZER, opts = BSON_INITIALIZER, and, part, sort, proj;
-      mongoc_cursor_t *cur;
-      const bson_t *doc;
-      bson_error_t berr;
-
-      BSON_APPEND_ARRAY_BEGIN (&q, "$and", &and);
-      BSON_APPEND_DOCUMENT (&and, "0", &base);
-      BSON_APPEND_DOCUMENT_BEGIN (&and, "1", &part);
-      BSON_APPEND_UTF8 (&part, "streamName", fw_stream_worker_name (s->workers[i]));
-      if (o->sequence) {
-         BSON_APPEND_UTF8 (&part, "sequenceId", o->sequence);
-      } else if (o->any) {
-         bson_t exists;
-         BSON_APPEND_DOCUMENT_BEGIN (&part, "sequenceId", &exists);
-         BSON_APPEND_BOOL (&exists, "$exists", true);
-         bson_append_document_end (&part, &exists);
-      }
-      bson_append_document_end (&and, &part);
-      {
-         bson_t or, alt, cond;
-         BSON_APPEND_DOCUMENT_BEGIN (&and, "2", &part);
-         BSON_APPEND_ARRAY_BEGIN (&part, "$or", &or);
-         BSON_APPEND_DOCUMENT_BEGIN (&or, "0", &alt);
-         BSON_APPEND_DOCUMENT_BEGIN (&alt, "status", &cond);
-         BSON_APPEND_UTF8 (&cond, "$ne", "REPROCESSING");
-         bson_append_document_end (&alt, &cond);
-         bson_append_document_end (&or, &alt);
-         BSON_APPEND_DOCUMENT_BEGIN (&or, "1", &alt);
-         BSON_APPEND_DOCUMENT_BEGIN (&alt, "claimedUntil", &cond);
-         BSON_APPEND_DATE_TIME (&cond, "$lt", fw_now_ms ());
-         bson_append_document_end (&alt, &cond);
-         bson_append_document_end (&or, &alt);
-         bson_append_array_end (&part, &or);
-         bson_append_document_end (&and, &part);
-      }
-      bson_append_array_end (&q, &and);
-      BSON_APPEND_DOCUMENT_BEGIN (&opts, "sort", &sort);
-      BSON_APPEND_INT32 (&sort, "clusterTime", 1);
-      BSON_APPEND_INT32 (&sort, "createdAt", 1);
-      BSON_APPEND_INT32 (&sort, "_id", 1);
-      bson_append_document_end (&opts, &sort);
-      BSON_APPEND_DOCUMENT_BEGIN (&opts, "projection", &proj);
-      BSON_APPEND_INT32 (&proj, "clusterTime", 1);
-      BSON_APPEND_INT32 (&proj, "createdAt", 1);
-      BSON_APPEND_INT32 (&proj, "sequenceId", 1);
-      bson_append_document_end (&opts, &proj);
-      if (o->filter.limit > 0) {
-         BSON_APPEND_INT64 (&opts, "limit", o->filter.limit);
-      }
-      /* streamName_clusterTime_createdAt__id serves the sort; where it is
-       * missing, MongoDB 5.0 fails a blocking sort over 100 MB without this. */
-      BSON_APPEND_BOOL (&opts, "allowDiskUse", true);
-      cur = mongoc_collection_find_with_opts (coll, &q, &opts, NULL);
-      while (ok && mongoc_cursor_next (cur, &doc)) {
-         bson_iter_t it;
-         if (n == cap) {
-            candidate_t *grown = realloc (list, (cap = cap ? cap * 2 : 64) * sizeof *list);
-            if (!grown) {
-               ok = false;
-               break;
-            }
-            list = grown;
-         }
-         memset (&list[n], 0, sizeof list[n]);
-         list[n].worker = i;
-         if (bson_iter_init_find (&it, doc, "_id")) {
-            bson_value_copy (bson_iter_value (&it), &list[n].id);
-         }
-         if (bson_iter_init_find (&it, doc, "clusterTime") && BSON_ITER_HOLDS_TIMESTAMP (&it)) {
-            bson_iter_timestamp (&it, &list[n].ct_t, &list[n].ct_i);
-         }
-         if (bson_iter_init_find (&it, doc, "createdAt") && BSON_ITER_HOLDS_DATE_TIME (&it)) {
-            list[n].created = bson_iter_date_time (&it);
-         }
-         if (bson_iter_init_find (&it, doc, "sequenceId") && BSON_ITER_HOLDS_UTF8 (&it) &&
-             !(list[n].seq = strdup (bson_iter_utf8 (&it, NULL)))) {
-            bson_value_destroy (&list[n].id);
-            ok = false;
-            break;
-         }
-         n++;
-      }
-      if (mongoc_cursor_error (cur, &berr)) {
-         fprintf (stderr, "flowwarden dlq replay: cannot read the DLQ of stream \"%s\": %s\n",
-                  fw_stream_worker_name (s->workers[i]), berr.message);
-         ok = false;
-      }
-      mongoc_cursor_destroy (cur);
-      mongoc_collection_destroy (coll);
-      bson_destroy (&q);
-      bson_destroy (&opts);
+      ok = select_from_stream (s, o, i, &base, &c);
    }
    bson_destroy (&base);
-   if (n > 1) {
-      qsort (list, n, sizeof *list, by_cluster_time);
+   if (c.n > 1) {
+      qsort (c.v, c.n, sizeof *c.v, by_cluster_time);
    }
    /* --any: the oldest open sequence (Axon's processAny()), by its oldest
     * waiting entry. */
-   if (o->any && n > 1) {
-      for (size_t i = 1; i < n; i++) {
-         bson_value_destroy (&list[i].id);
-         free (list[i].seq);
-      }
-      n = 1;
+   if (o->any && c.n > 1) {
+      free_candidates (c.v, 1, c.n);
+      c.n = 1;
    }
-   if (o->filter.limit > 0 && (int64_t) n > o->filter.limit) {
-      for (size_t i = (size_t) o->filter.limit; i < n; i++) {
-         bson_value_destroy (&list[i].id);
-         free (list[i].seq);
-      }
-      n = (size_t) o->filter.limit;
+   if (o->filter.limit > 0 && (int64_t) c.n > o->filter.limit) {
+      free_candidates (c.v, (size_t) o->filter.limit, c.n);
+      c.n = (size_t) o->filter.limit;
    }
-   *out = list;
-   *n_out = n;
+   *out = c.v;
+   *n_out = c.n;
    return ok;
 }
 
