@@ -760,6 +760,123 @@ print_sequence (progress_t *pr, const char *seq, fw_seq_replay_t out, size_t *le
    fflush (stdout);
 }
 
+/* --sequence of a sequence whose entries were all resolved or discarded by
+ * hand: nothing to select, but it still closes. */
+static void
+close_emptied_sequence (session_t *s, const options_t *o, const fw_replay_options_t *ropts,
+                        progress_t *pr, size_t *left_open)
+{
+   for (int i = 0; i < s->n; i++) {
+      mongoc_collection_t *coll = fw_dlq_replay_collection (s->workers[i], NULL);
+      fw_seq_replay_t out;
+      fw_error_t err;
+      pr->w = s->workers[i];
+      if (coll && fw_stream_worker_sequenced (s->workers[i])) {
+         out = fw_dlq_replay_sequence (s->workers[i], coll, o->sequence, ropts, print_result, pr,
+                                       &err);
+         if (out == FW_SEQ_REPLAY_ERROR) {
+            fprintf (stderr, "flowwarden dlq replay: %s\n", err.message);
+            pr->failed++;
+         } else if (out == FW_SEQ_REPLAY_CLOSED) {
+            print_sequence (pr, o->sequence, out, left_open);
+         }
+      }
+      if (coll) {
+         mongoc_collection_destroy (coll);
+      }
+   }
+}
+
+/* True when list[i] belongs to a sequence an earlier candidate of its
+ * stream already ran: a sequence runs whole, once. */
+static bool
+ran_with_its_sequence (const candidate_t *list, size_t i)
+{
+   const candidate_t *c = &list[i];
+   bool seen = false;
+
+   for (size_t j = 0; j < i && !seen; j++) {
+      seen = list[j].seq && list[j].worker == c->worker && strcmp (list[j].seq, c->seq) == 0;
+   }
+   return seen;
+}
+
+/* --rate: waits until the next entry is due (done entries since t0 at rate
+ * per second); true when a shutdown ended the wait. */
+static bool
+wait_for_rate (fw_shutdown_t *stop, double rate, int64_t t0, size_t done)
+{
+   int64_t due = t0 + (int64_t) llround ((double) done * 1000.0 / rate);
+   int64_t wait = due - fw_mono_ms ();
+   return wait > 0 && fw_shutdown_wait_ms (stop, wait);
+}
+
+/* Replays the candidate as its entry is now (or its whole sequence), each
+ * result a line; counts in *behind an entry waiting behind an unselected
+ * head, in *left_open a sequence left open. */
+static void
+replay_candidate (session_t *s, const candidate_t *c, const fw_replay_options_t *ropts,
+                  progress_t *pr, size_t *behind, size_t *left_open)
+{
+   fw_stream_worker_t *w = s->workers[c->worker];
+   fw_replay_result_t r;
+   bson_t entry;
+   char id[200];
+
+   id_text (&c->id, id, sizeof id);
+   memset (&r, 0, sizeof r);
+   pr->w = w;
+   if (!fetch (s, c, &entry, r.what, sizeof r.what)) {
+      bson_t stub = BSON_INITIALIZER;
+      BSON_APPEND_VALUE (&stub, "_id", &c->id);
+      r.status = strstr (r.what, "no longer") ? FW_REPLAY_BUSY : FW_REPLAY_ERROR;
+      print_result (pr, &stub, &r);
+      bson_destroy (&stub);
+   } else {
+      mongoc_collection_t *coll = fw_dlq_replay_collection (w, NULL);
+      fw_error_t err;
+      fw_seq_replay_t out = fw_dlq_replay_select (w, coll, &entry, ropts, print_result, pr, &err);
+      if (out == FW_SEQ_REPLAY_ERROR) {
+         r.status = FW_REPLAY_ERROR;
+         snprintf (r.what, sizeof r.what, "%.1000s", err.message);
+         print_result (pr, &entry, &r);
+      } else if (out == FW_SEQ_REPLAY_BEHIND) {
+         (*behind)++;
+         printf ("%s [%s]: waits behind an earlier entry of sequence %s, which the filters "
+                 "did not select: not touched (replay the sequence with --sequence)\n",
+                 id, fw_stream_worker_name (w), c->seq);
+      } else if (out != FW_SEQ_REPLAY_NONE) {
+         print_sequence (pr, c->seq, out, left_open);
+      }
+      mongoc_collection_destroy (coll);
+      bson_destroy (&entry);
+   }
+}
+
+/* The last lines: what ran, what failed, what was left. */
+static void
+print_summary (const options_t *o, const int *counts, bool stopped, size_t left_open,
+               size_t behind)
+{
+   if (o->dry_run) {
+      printf ("dry run: %d would run, %d would not (no handler or invalid); nothing was changed\n",
+              counts[FW_REPLAY_WOULD_RUN], counts[FW_REPLAY_UNHANDLED] + counts[FW_REPLAY_INVALID]);
+      return;
+   }
+   printf ("summary: resolved=%d skipped=%d requeued=%d evicted=%d errors=%d "
+           "(no handler=%d, invalid=%d, claimed elsewhere=%d%s)\n",
+           counts[FW_REPLAY_RESOLVED], counts[FW_REPLAY_SKIPPED], counts[FW_REPLAY_REQUEUED],
+           counts[FW_REPLAY_EVICTED],
+           counts[FW_REPLAY_UNHANDLED] + counts[FW_REPLAY_INVALID] + counts[FW_REPLAY_ERROR] +
+              counts[FW_REPLAY_STOPPED],
+           counts[FW_REPLAY_UNHANDLED], counts[FW_REPLAY_INVALID], counts[FW_REPLAY_BUSY],
+           stopped ? ", stopped before the end" : "");
+   if (left_open || behind) {
+      printf ("sequences: %zu left open, %zu entr%s waiting behind an unselected head\n",
+              left_open, behind, behind == 1 ? "y" : "ies");
+   }
+}
+
 int
 fw_dlq_replay_main (int argc, char **argv)
 {
@@ -800,109 +917,25 @@ fw_dlq_replay_main (int argc, char **argv)
    pr.total = n;
    pr.tty = tty;
    pr.t0 = t0;
-   /* --sequence of a sequence whose entries were all resolved or discarded
-    * by hand: nothing to select, but it still closes. */
    if (o.sequence && n == 0 && !o.dry_run) {
-      for (int i = 0; i < s.n; i++) {
-         mongoc_collection_t *coll = fw_dlq_replay_collection (s.workers[i], NULL);
-         fw_seq_replay_t out;
-         fw_error_t err;
-         pr.w = s.workers[i];
-         if (coll && fw_stream_worker_sequenced (s.workers[i])) {
-            out = fw_dlq_replay_sequence (s.workers[i], coll, o.sequence, &ropts, print_result,
-                                          &pr, &err);
-            if (out == FW_SEQ_REPLAY_ERROR) {
-               fprintf (stderr, "flowwarden dlq replay: %s\n", err.message);
-               pr.failed++;
-            } else if (out == FW_SEQ_REPLAY_CLOSED) {
-               print_sequence (&pr, o.sequence, out, &left_open);
-            }
-         }
-         if (coll) {
-            mongoc_collection_destroy (coll);
-         }
-      }
+      close_emptied_sequence (&s, &o, &ropts, &pr, &left_open);
    }
    for (size_t i = 0; i < n && !fw_shutdown_requested (&s.stop); i++) {
-      candidate_t *c = &list[i];
-      fw_stream_worker_t *w = s.workers[c->worker];
-      fw_replay_result_t r;
-      bson_t entry;
-      char id[200];
-
-      if (c->seq) {
-         /* A sequence runs whole, once: its other entries were in it. */
-         bool seen = false;
-         for (size_t j = 0; j < i && !seen; j++) {
-            seen = list[j].seq && list[j].worker == c->worker && strcmp (list[j].seq, c->seq) == 0;
-         }
-         if (seen) {
-            continue;
-         }
+      if (list[i].seq && ran_with_its_sequence (list, i)) {
+         continue;
       }
-      if (o.rate > 0) {
-         int64_t due = t0 + (int64_t) llround ((double) pr.done * 1000.0 / o.rate);
-         int64_t wait = due - fw_mono_ms ();
-         if (wait > 0 && fw_shutdown_wait_ms (&s.stop, wait)) {
-            break;
-         }
+      if (o.rate > 0 && wait_for_rate (&s.stop, o.rate, t0, pr.done)) {
+         break;
       }
-      id_text (&c->id, id, sizeof id);
-      memset (&r, 0, sizeof r);
-      pr.w = w;
-      if (!fetch (&s, c, &entry, r.what, sizeof r.what)) {
-         bson_t stub = BSON_INITIALIZER;
-         BSON_APPEND_VALUE (&stub, "_id", &c->id);
-         r.status = strstr (r.what, "no longer") ? FW_REPLAY_BUSY : FW_REPLAY_ERROR;
-         print_result (&pr, &stub, &r);
-         bson_destroy (&stub);
-      } else {
-         mongoc_collection_t *coll = fw_dlq_replay_collection (w, NULL);
-         fw_error_t err;
-         fw_seq_replay_t out =
-            fw_dlq_replay_select (w, coll, &entry, &ropts, print_result, &pr, &err);
-         if (out == FW_SEQ_REPLAY_ERROR) {
-            r.status = FW_REPLAY_ERROR;
-            snprintf (r.what, sizeof r.what, "%.1000s", err.message);
-            print_result (&pr, &entry, &r);
-         } else if (out == FW_SEQ_REPLAY_BEHIND) {
-            behind++;
-            printf ("%s [%s]: waits behind an earlier entry of sequence %s, which the filters "
-                    "did not select: not touched (replay the sequence with --sequence)\n",
-                    id, fw_stream_worker_name (w), c->seq);
-         } else if (out != FW_SEQ_REPLAY_NONE) {
-            print_sequence (&pr, c->seq, out, &left_open);
-         }
-         mongoc_collection_destroy (coll);
-         bson_destroy (&entry);
-      }
+      replay_candidate (&s, &list[i], &ropts, &pr, &behind, &left_open);
    }
    stopped = fw_shutdown_requested (&s.stop);
    if (tty) {
       fputs ("\r\033[K", stderr);
    }
-   if (o.dry_run) {
-      printf ("dry run: %d would run, %d would not (no handler or invalid); nothing was changed\n",
-              counts[FW_REPLAY_WOULD_RUN], counts[FW_REPLAY_UNHANDLED] + counts[FW_REPLAY_INVALID]);
-   } else {
-      printf ("summary: resolved=%d skipped=%d requeued=%d evicted=%d errors=%d "
-              "(no handler=%d, invalid=%d, claimed elsewhere=%d%s)\n",
-              counts[FW_REPLAY_RESOLVED], counts[FW_REPLAY_SKIPPED], counts[FW_REPLAY_REQUEUED],
-              counts[FW_REPLAY_EVICTED],
-              counts[FW_REPLAY_UNHANDLED] + counts[FW_REPLAY_INVALID] + counts[FW_REPLAY_ERROR] +
-                 counts[FW_REPLAY_STOPPED],
-              counts[FW_REPLAY_UNHANDLED], counts[FW_REPLAY_INVALID], counts[FW_REPLAY_BUSY],
-              stopped ? ", stopped before the end" : "");
-      if (left_open || behind) {
-         printf ("sequences: %zu left open, %zu entr%s waiting behind an unselected head\n",
-                 left_open, behind, behind == 1 ? "y" : "ies");
-      }
-   }
+   print_summary (&o, counts, stopped, left_open, behind);
    rc = pr.failed > 0 || stopped || (left_open > 0 && !o.dry_run) ? 3 : 0;
-   for (size_t i = 0; i < n; i++) {
-      bson_value_destroy (&list[i].id);
-      free (list[i].seq);
-   }
+   free_candidates (list, 0, n);
    free (list);
    close_session (&s);
    return rc;
