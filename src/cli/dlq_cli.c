@@ -133,21 +133,21 @@ unknown_verb (const char *name)
                 name);
 }
 
-/* Parses argv (argv[0] is the verb) into o; returns -1 on success, else the
- * exit code. */
-static int
-parse (int argc, char **argv, opts_t *o)
+static const struct option longopts[] = {
+   {"uri", required_argument, NULL, 'u'},       {"json", no_argument, NULL, 'j'},
+   {"documents", no_argument, NULL, 'D'},       {"yes", no_argument, NULL, 'y'},
+   {"reason", required_argument, NULL, 'r'},    {"older-than", required_argument, NULL, 'o'},
+   {"out", required_argument, NULL, 'O'},       {"stream", required_argument, NULL, 's'},
+   {"status", required_argument, NULL, 'S'},    {"error-type", required_argument, NULL, 'e'},
+   {"since", required_argument, NULL, 'a'},     {"until", required_argument, NULL, 'b'},
+   {"id", required_argument, NULL, 'i'},        {"limit", required_argument, NULL, 'l'},
+   {"filter", required_argument, NULL, 'f'},    {"help", no_argument, NULL, 'h'},
+   {"sequences", no_argument, NULL, 'Q'},       {NULL, 0, NULL, 0}};
+
+/* True when the verb takes option c (the value getopt_long returned for it). */
+static bool
+verb_takes (const verb_t *verb, int c)
 {
-   static const struct option longopts[] = {
-      {"uri", required_argument, NULL, 'u'},       {"json", no_argument, NULL, 'j'},
-      {"documents", no_argument, NULL, 'D'},       {"yes", no_argument, NULL, 'y'},
-      {"reason", required_argument, NULL, 'r'},    {"older-than", required_argument, NULL, 'o'},
-      {"out", required_argument, NULL, 'O'},       {"stream", required_argument, NULL, 's'},
-      {"status", required_argument, NULL, 'S'},    {"error-type", required_argument, NULL, 'e'},
-      {"since", required_argument, NULL, 'a'},     {"until", required_argument, NULL, 'b'},
-      {"id", required_argument, NULL, 'i'},        {"limit", required_argument, NULL, 'l'},
-      {"filter", required_argument, NULL, 'f'},    {"help", no_argument, NULL, 'h'},
-      {"sequences", no_argument, NULL, 'Q'},       {NULL, 0, NULL, 0}};
    static const struct {
       int c;
       int flag;
@@ -155,17 +155,81 @@ parse (int argc, char **argv, opts_t *o)
                 {'r', O_REASON},  {'o', O_OLDER},    {'O', O_OUT},     {'s', O_STREAM},
                 {'S', O_FILTERS}, {'e', O_FILTERS},  {'a', O_FILTERS}, {'b', O_FILTERS},
                 {'i', O_FILTERS}, {'l', O_FILTERS},  {'f', O_FILTERS}, {'Q', O_SEQS}};
+
+   for (size_t k = 0; k < sizeof needs / sizeof *needs; k++) {
+      if (needs[k].c == c && !(verb->options & needs[k].flag)) {
+         return false;
+      }
+   }
+   return true;
+}
+
+/* SCRIPT, then show's ID or import's FILE, from argv[optind] on; returns -1
+ * when they are all there and nothing follows, else the exit code. */
+static int
+parse_positionals (int argc, char **argv, opts_t *o)
+{
+   if (optind >= argc) {
+      return fail ("%s: missing SCRIPT (flowwarden dlq %s SCRIPT%s)", o->verb->name,
+                   o->verb->name, strcmp (o->verb->name, "show") == 0     ? " ID"
+                                  : strcmp (o->verb->name, "import") == 0 ? " FILE"
+                                                                          : "");
+   }
+   o->script = argv[optind++];
+   if (o->verb->positionals == 1) {
+      if (optind >= argc) {
+         return fail ("%s: missing %s", o->verb->name,
+                      strcmp (o->verb->name, "show") == 0 ? "ID" : "FILE");
+      }
+      o->arg = argv[optind++];
+   }
+   if (optind < argc) {
+      return fail ("%s: unexpected argument \"%s\"", o->verb->name, argv[optind]);
+   }
+   return -1;
+}
+
+/* The options that are wrong together or missing; the filters checked
+ * before the script is even loaded. Returns -1 when all is well, else the
+ * exit code. */
+static int
+check_options (opts_t *o)
+{
+   fw_error_t err;
+
+   if (o->sequences && o->documents) {
+      return fail ("list --sequences does not take --documents (it prints no entry; "
+                   "flowwarden dlq list --documents does)");
+   }
+   if (strcmp (o->verb->name, "discard") == 0 && (!o->reason || !*o->reason)) {
+      return fail ("discard: --reason TEXT is required (it is stored as discardReason)");
+   }
+   /* Bad filters are reported before the script is even loaded. */
+   {
+      bson_t scratch = BSON_INITIALIZER;
+      bool ok = fw_dlq_filter_to_query (&o->filter, NULL, &scratch, &err);
+      bson_destroy (&scratch);
+      if (!ok) {
+         return fail ("%s", err.message);
+      }
+   }
+   return -1;
+}
+
+/* Parses argv (argv[0] is the verb) into o; returns -1 on success, else the
+ * exit code. */
+static int
+parse (int argc, char **argv, opts_t *o)
+{
    fw_error_t err;
    int64_t older = 0;
-   int c, idx = 0;
+   int c, idx = 0, rc;
 
    opterr = 0;
    optind = 1;
    while ((c = getopt_long (argc, argv, ":h", longopts, &idx)) != -1) {
-      for (size_t k = 0; k < sizeof needs / sizeof *needs; k++) {
-         if (needs[k].c == c && !(o->verb->options & needs[k].flag)) {
-            return fail ("%s does not take --%s", o->verb->name, longopts[idx].name);
-         }
+      if (!verb_takes (o->verb, c)) {
+         return fail ("%s does not take --%s", o->verb->name, longopts[idx].name);
       }
       switch (c) {
       case 'u': o->uri = optarg; break;
@@ -204,40 +268,10 @@ parse (int argc, char **argv, opts_t *o)
    if (older && (!o->filter.until_ms || older < o->filter.until_ms)) {
       o->filter.until_ms = older;
    }
-   if (optind >= argc) {
-      return fail ("%s: missing SCRIPT (flowwarden dlq %s SCRIPT%s)", o->verb->name,
-                   o->verb->name, strcmp (o->verb->name, "show") == 0     ? " ID"
-                                  : strcmp (o->verb->name, "import") == 0 ? " FILE"
-                                                                          : "");
+   if ((rc = parse_positionals (argc, argv, o)) >= 0) {
+      return rc;
    }
-   o->script = argv[optind++];
-   if (o->verb->positionals == 1) {
-      if (optind >= argc) {
-         return fail ("%s: missing %s", o->verb->name,
-                      strcmp (o->verb->name, "show") == 0 ? "ID" : "FILE");
-      }
-      o->arg = argv[optind++];
-   }
-   if (optind < argc) {
-      return fail ("%s: unexpected argument \"%s\"", o->verb->name, argv[optind]);
-   }
-   if (o->sequences && o->documents) {
-      return fail ("list --sequences does not take --documents (it prints no entry; "
-                   "flowwarden dlq list --documents does)");
-   }
-   if (strcmp (o->verb->name, "discard") == 0 && (!o->reason || !*o->reason)) {
-      return fail ("discard: --reason TEXT is required (it is stored as discardReason)");
-   }
-   /* Bad filters are reported before the script is even loaded. */
-   {
-      bson_t scratch = BSON_INITIALIZER;
-      bool ok = fw_dlq_filter_to_query (&o->filter, NULL, &scratch, &err);
-      bson_destroy (&scratch);
-      if (!ok) {
-         return fail ("%s", err.message);
-      }
-   }
-   return -1;
+   return check_options (o);
 }
 
 /* --- the verbs ------------------------------------------------------------ */

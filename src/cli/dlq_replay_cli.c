@@ -76,31 +76,96 @@ typedef struct {
    fw_log_level_t level;
 } options_t;
 
+static const struct option longopts[] = {
+   {"stream", required_argument, NULL, 's'},   {"status", required_argument, NULL, 'S'},
+   {"error-type", required_argument, NULL, 'e'}, {"since", required_argument, NULL, 'a'},
+   {"until", required_argument, NULL, 'b'},    {"id", required_argument, NULL, 'i'},
+   {"limit", required_argument, NULL, 'n'},    {"filter", required_argument, NULL, 'f'},
+   {"dry-run", no_argument, NULL, 'd'},        {"rate", required_argument, NULL, 'r'},
+   {"no-retry", no_argument, NULL, 'R'},       {"claim-ttl", required_argument, NULL, 't'},
+   {"uri", required_argument, NULL, 'u'},      {"log-level", required_argument, NULL, 'l'},
+   {"log-format", required_argument, NULL, 'F'}, {"help", no_argument, NULL, 'h'},
+   {"sequence", required_argument, NULL, 'q'}, {"any", no_argument, NULL, 'A'},
+   {NULL, 0, NULL, 0}};
+
+/* The parse_* functions below return -1 when the value is good, else the
+ * exit code (usage's). */
+
+/* --rate N: entries per second, a finite number > 0. */
+static int
+parse_rate (const char *arg, double *rate)
+{
+   char *end;
+
+   *rate = strtod (arg, &end);
+   if (*end || end == arg || !(*rate > 0) || isinf (*rate)) {
+      return usage ("--rate: expected a number of entries per second > 0, got \"%s\"", arg);
+   }
+   return -1;
+}
+
+/* --claim-ttl DUR: a duration greater than zero. */
+static int
+parse_claim_ttl (const char *arg, int64_t *ms)
+{
+   fw_error_t err;
+
+   if (!fw_duration_parse (arg, ms, &err)) {
+      return usage ("--claim-ttl: %s", err.message);
+   }
+   if (*ms <= 0) {
+      return usage ("--claim-ttl: must be greater than zero, got \"%s\"", arg);
+   }
+   return -1;
+}
+
+/* --log-level (c 'l') and --log-format (c 'F'): the handlers' logs. */
+static int
+parse_log_option (int c, const char *arg, options_t *o)
+{
+   if (c == 'l') {
+      if (!fw_log_level_parse (arg, &o->level)) {
+         return usage ("--log-level: unknown level \"%s\" (use debug, info, warn or error)", arg);
+      }
+      return -1;
+   }
+   if (strcmp (arg, "json") != 0 && strcmp (arg, "text") != 0) {
+      return usage ("--log-format: unknown format \"%s\" (use text or json)", arg);
+   }
+   o->json = strcmp (arg, "json") == 0;
+   return -1;
+}
+
+/* SCRIPT, alone after the options, and --any or --sequence, not both. */
+static int
+parse_script (int argc, char **argv, options_t *o)
+{
+   if (optind >= argc) {
+      return usage ("missing SCRIPT%s", "");
+   }
+   if (optind + 1 < argc) {
+      return usage ("unexpected argument \"%s\"", argv[optind + 1]);
+   }
+   if (o->any && o->sequence) {
+      return usage ("%s", "--any and --sequence select sequences in two different ways: use one");
+   }
+   o->script = argv[optind];
+   return -1;
+}
+
 /* Returns -1 to go on, else the exit code. */
 static int
 parse (int argc, char **argv, options_t *o)
 {
-   static const struct option longopts[] = {
-      {"stream", required_argument, NULL, 's'},   {"status", required_argument, NULL, 'S'},
-      {"error-type", required_argument, NULL, 'e'}, {"since", required_argument, NULL, 'a'},
-      {"until", required_argument, NULL, 'b'},    {"id", required_argument, NULL, 'i'},
-      {"limit", required_argument, NULL, 'n'},    {"filter", required_argument, NULL, 'f'},
-      {"dry-run", no_argument, NULL, 'd'},        {"rate", required_argument, NULL, 'r'},
-      {"no-retry", no_argument, NULL, 'R'},       {"claim-ttl", required_argument, NULL, 't'},
-      {"uri", required_argument, NULL, 'u'},      {"log-level", required_argument, NULL, 'l'},
-      {"log-format", required_argument, NULL, 'F'}, {"help", no_argument, NULL, 'h'},
-      {"sequence", required_argument, NULL, 'q'}, {"any", no_argument, NULL, 'A'},
-      {NULL, 0, NULL, 0}};
    int64_t now = fw_now_ms ();
    fw_error_t err;
-   char *end;
-   int c, idx = 0;
+   int c, idx = 0, rc = -1;
 
    o->claim_ttl_ms = FW_DLQ_CLAIM_TTL_MS;
    o->level = FW_LOG_INFO;
    opterr = 0;
    optind = 1;
-   while ((c = getopt_long (argc, argv, ":h", longopts, &idx)) != -1) {
+   while (rc < 0 && (c = getopt_long (argc, argv, ":h", longopts, &idx)) != -1) {
       switch (c) {
       case 's':
       case 'S':
@@ -128,37 +193,20 @@ parse (int argc, char **argv, options_t *o)
          o->any = true;
          break;
       case 'r':
-         o->rate = strtod (optarg, &end);
-         if (*end || end == optarg || !(o->rate > 0) || isinf (o->rate)) {
-            return usage ("--rate: expected a number of entries per second > 0, got \"%s\"",
-                          optarg);
-         }
+         rc = parse_rate (optarg, &o->rate);
          break;
       case 'R':
          o->no_retry = true;
          break;
       case 't':
-         if (!fw_duration_parse (optarg, &o->claim_ttl_ms, &err)) {
-            return usage ("--claim-ttl: %s", err.message);
-         }
-         if (o->claim_ttl_ms <= 0) {
-            return usage ("--claim-ttl: must be greater than zero, got \"%s\"", optarg);
-         }
+         rc = parse_claim_ttl (optarg, &o->claim_ttl_ms);
          break;
       case 'u':
          o->uri = optarg;
          break;
       case 'l':
-         if (!fw_log_level_parse (optarg, &o->level)) {
-            return usage ("--log-level: unknown level \"%s\" (use debug, info, warn or error)",
-                          optarg);
-         }
-         break;
       case 'F':
-         if (strcmp (optarg, "json") != 0 && strcmp (optarg, "text") != 0) {
-            return usage ("--log-format: unknown format \"%s\" (use text or json)", optarg);
-         }
-         o->json = strcmp (optarg, "json") == 0;
+         rc = parse_log_option (c, optarg, o);
          break;
       case 'h':
          fputs (replay_help, stdout);
@@ -169,17 +217,7 @@ parse (int argc, char **argv, options_t *o)
          return usage ("unknown option %s", argv[optind - 1]);
       }
    }
-   if (optind >= argc) {
-      return usage ("missing SCRIPT%s", "");
-   }
-   if (optind + 1 < argc) {
-      return usage ("unexpected argument \"%s\"", argv[optind + 1]);
-   }
-   if (o->any && o->sequence) {
-      return usage ("%s", "--any and --sequence select sequences in two different ways: use one");
-   }
-   o->script = argv[optind];
-   return -1;
+   return rc >= 0 ? rc : parse_script (argc, argv, o);
 }
 
 /* --- the session: one worker per stream with a DLQ, driven from here ------ */
@@ -233,39 +271,34 @@ load (const char *script, const char *uri, fw_error_t *error)
    return host;
 }
 
-/* Loads the script once per stream with a DLQ (each its own Lua state, as
- * `run` does) and connects. Returns the exit code on failure, -1 on success. */
-static int
-open_session (session_t *s, const options_t *o)
+/* The script's URI (fw.uri or the default), malloc'd. */
+static char *
+script_uri (fw_lua_host_t *first)
 {
-   const char *env = getenv ("FLOWWARDEN_URI");
-   const char *option_uri = o->uri ? o->uri : (env && *env ? env : NULL);
-   fw_error_t err;
-   fw_lua_host_t *first = load (o->script, option_uri, &err);
-   bson_error_t berr;
-   bson_t ping = BSON_INITIALIZER;
-   mongoc_client_t *client;
    char *uri_text;
-   int count;
-   bool known = !o->filter.stream;
 
-   if (!first) {
-      fprintf (stderr, "flowwarden dlq replay: invalid script:\n%s\n", err.message);
-      return 1;
-   }
    fw_lua_host_push_uri (first);
    uri_text = strdup (lua_isstring (fw_lua_host_state (first), -1)
                          ? lua_tostring (fw_lua_host_state (first), -1)
                          : DEFAULT_URI);
    lua_pop (fw_lua_host_state (first), 1);
+   return uri_text;
+}
+
+/* s->uri, s->pool and s->conns (with first's declared connections) for
+ * uri_text; says what failed on stderr and returns false when one did. */
+static bool
+open_pool (session_t *s, const char *uri_text, fw_lua_host_t *first)
+{
+   bson_error_t berr;
+   fw_error_t err;
+
    s->uri = mongoc_uri_new_with_error (uri_text, &berr);
    if (!s->uri) {
       char why[512];
       fprintf (stderr, "flowwarden dlq replay: invalid MongoDB URI: %s\n",
                fw_log_redact_uri_error (uri_text, berr.message, why, sizeof why));
-      free (uri_text);
-      fw_lua_host_destroy (first);
-      return 1;
+      return false;
    }
    /* An operator's tool: say the server is unreachable in seconds, not 30. */
    if (!mongoc_uri_has_option (s->uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS)) {
@@ -279,46 +312,66 @@ open_session (session_t *s, const options_t *o)
        !fw_connections_set_declared (s->conns, first, &err)) {
       fprintf (stderr, "flowwarden dlq replay: %s\n",
                s->pool && s->conns ? err.message : "cannot create a client pool");
-      free (uri_text);
-      fw_lua_host_destroy (first);
-      return 1;
+      return false;
    }
-   free (uri_text);
    mongoc_client_pool_set_error_api (s->pool, MONGOC_ERROR_API_VERSION_2);
    if (!mongoc_client_pool_set_appname (s->pool, "flowwarden-dlq-replay")) {
       fprintf (stderr, "flowwarden dlq replay: warning: cannot set the pool's appname\n");
    }
+   return true;
+}
 
-   count = fw_lua_host_stream_count (first);
+/* Adds w to the session when it is a stream the filters select and it has
+ * a DLQ, else destroys it. True when added. */
+static bool
+add_worker (session_t *s, const options_t *o, fw_stream_worker_t *w)
+{
+   fw_error_t err;
+   mongoc_collection_t *coll;
+
+   if (o->filter.stream && strcmp (o->filter.stream, fw_stream_worker_name (w)) != 0) {
+      fw_stream_worker_destroy (w);
+      return false;
+   }
+   /* Handlers update their fw.metrics as under `run` (this process
+    * serves no metrics: the updates only keep them from raising). */
+   if (!s->metrics) {
+      s->metrics = fw_metrics_new ();
+   }
+   fw_stream_worker_set_metrics (w, s->metrics);
+   fw_dlq_replay_bind (w);
+   if (!(coll = fw_dlq_replay_collection (w, &err))) {
+      /* No DLQ at all: nothing of this stream can be waiting. */
+      fw_dlq_replay_unbind (w);
+      fw_stream_worker_destroy (w);
+      return false;
+   }
+   mongoc_collection_destroy (coll);
+   s->workers[s->n++] = w;
+   return true;
+}
+
+/* One worker per stream with a DLQ (the filters' stream only, if any), the
+ * first on first, the others on their own load of the script. Returns the
+ * exit code on failure, -1 on success. */
+static int
+open_workers (session_t *s, const options_t *o, fw_lua_host_t *first, const char *option_uri)
+{
+   fw_error_t err;
+   int count = fw_lua_host_stream_count (first);
+   bool known = !o->filter.stream;
+
    s->workers = calloc ((size_t) count + 1, sizeof *s->workers);
    for (int i = 0; i < count && s->workers; i++) {
       fw_lua_host_t *host = i == 0 ? first : load (o->script, option_uri, &err);
       fw_stream_worker_t *w = host ? fw_stream_worker_new (host, i, s->pool, s->conns, &err) : NULL;
-      mongoc_collection_t *coll;
       if (!w) {
          fprintf (stderr, "flowwarden dlq replay: %s\n", err.message);
          return 1;
       }
-      if (o->filter.stream && strcmp (o->filter.stream, fw_stream_worker_name (w)) != 0) {
-         fw_stream_worker_destroy (w);
-         continue;
+      if (add_worker (s, o, w)) {
+         known = true;
       }
-      /* Handlers update their fw.metrics as under `run` (this process
-       * serves no metrics: the updates only keep them from raising). */
-      if (!s->metrics) {
-         s->metrics = fw_metrics_new ();
-      }
-      fw_stream_worker_set_metrics (w, s->metrics);
-      fw_dlq_replay_bind (w);
-      if (!(coll = fw_dlq_replay_collection (w, &err))) {
-         /* No DLQ at all: nothing of this stream can be waiting. */
-         fw_dlq_replay_unbind (w);
-         fw_stream_worker_destroy (w);
-         continue;
-      }
-      mongoc_collection_destroy (coll);
-      known = true;
-      s->workers[s->n++] = w;
    }
    if (!s->workers) {
       fprintf (stderr, "flowwarden dlq replay: out of memory\n");
@@ -331,20 +384,59 @@ open_session (session_t *s, const options_t *o)
                o->filter.stream ? "such stream" : "stream");
       return 1;
    }
-   client = mongoc_client_pool_pop (s->pool);
+   return -1;
+}
+
+/* A ping, so that an unreachable server is said before anything else. */
+static bool
+ping_server (session_t *s)
+{
+   mongoc_client_t *client = mongoc_client_pool_pop (s->pool);
+   bson_t ping = BSON_INITIALIZER;
+   bson_error_t berr;
+   bool ok = true;
+
    BSON_APPEND_INT32 (&ping, "ping", 1);
    if (!mongoc_client_command_simple (client, "admin", &ping, NULL, NULL, &berr)) {
       char redacted[2048];
       fprintf (stderr, "flowwarden dlq replay: cannot connect to %s: %s\n",
                fw_log_redact_uri (mongoc_uri_get_string (s->uri), redacted, sizeof redacted),
                berr.message);
-      mongoc_client_pool_push (s->pool, client);
-      bson_destroy (&ping);
-      return 1;
+      ok = false;
    }
    mongoc_client_pool_push (s->pool, client);
    bson_destroy (&ping);
-   return -1;
+   return ok;
+}
+
+/* Loads the script once per stream with a DLQ (each its own Lua state, as
+ * `run` does) and connects. Returns the exit code on failure, -1 on success. */
+static int
+open_session (session_t *s, const options_t *o)
+{
+   const char *env = getenv ("FLOWWARDEN_URI");
+   const char *option_uri = o->uri ? o->uri : (env && *env ? env : NULL);
+   fw_error_t err;
+   fw_lua_host_t *first = load (o->script, option_uri, &err);
+   char *uri_text;
+   bool ok;
+   int rc;
+
+   if (!first) {
+      fprintf (stderr, "flowwarden dlq replay: invalid script:\n%s\n", err.message);
+      return 1;
+   }
+   uri_text = script_uri (first);
+   ok = open_pool (s, uri_text, first);
+   free (uri_text);
+   if (!ok) {
+      fw_lua_host_destroy (first);
+      return 1;
+   }
+   if ((rc = open_workers (s, o, first, option_uri)) >= 0) {
+      return rc;
+   }
+   return ping_server (s) ? -1 : 1;
 }
 
 static void
@@ -392,14 +484,157 @@ by_cluster_time (const void *a, const void *b)
    return x->worker - y->worker;
 }
 
+/* Candidates as they are gathered: v[0..n), room for cap. */
+typedef struct {
+   candidate_t *v;
+   size_t n, cap;
+} candidates_t;
+
+/* Frees the ids and sequence ids of list[from..n). */
+static void
+free_candidates (candidate_t *list, size_t from, size_t n)
+{
+   for (size_t i = from; i < n; i++) {
+      bson_value_destroy (&list[i].id);
+      free (list[i].seq);
+   }
+}
+
+/* q = { $and: [ base, this stream (and sequence), no live claim ] }: a
+ * REPROCESSING entry only when its claim expired. */
+static void
+append_entries_query (bson_t *q, const bson_t *base, const char *stream, const options_t *o)
+{
+   bson_t and, part, or, alt, cond;
+
+   BSON_APPEND_ARRAY_BEGIN (q, "$and", &and);
+   BSON_APPEND_DOCUMENT (&and, "0", base);
+   BSON_APPEND_DOCUMENT_BEGIN (&and, "1", &part);
+   BSON_APPEND_UTF8 (&part, "streamName", stream);
+   if (o->sequence) {
+      BSON_APPEND_UTF8 (&part, "sequenceId", o->sequence);
+   } else if (o->any) {
+      bson_t exists;
+      BSON_APPEND_DOCUMENT_BEGIN (&part, "sequenceId", &exists);
+      BSON_APPEND_BOOL (&exists, "$exists", true);
+      bson_append_document_end (&part, &exists);
+   }
+   bson_append_document_end (&and, &part);
+   BSON_APPEND_DOCUMENT_BEGIN (&and, "2", &part);
+   BSON_APPEND_ARRAY_BEGIN (&part, "$or", &or);
+   BSON_APPEND_DOCUMENT_BEGIN (&or, "0", &alt);
+   BSON_APPEND_DOCUMENT_BEGIN (&alt, "status", &cond);
+   BSON_APPEND_UTF8 (&cond, "$ne", "REPROCESSING");
+   bson_append_document_end (&alt, &cond);
+   bson_append_document_end (&or, &alt);
+   BSON_APPEND_DOCUMENT_BEGIN (&or, "1", &alt);
+   BSON_APPEND_DOCUMENT_BEGIN (&alt, "claimedUntil", &cond);
+   BSON_APPEND_DATE_TIME (&cond, "$lt", fw_now_ms ());
+   bson_append_document_end (&alt, &cond);
+   bson_append_document_end (&or, &alt);
+   bson_append_array_end (&part, &or);
+   bson_append_document_end (&and, &part);
+   bson_append_array_end (q, &and);
+}
+
+/* The find's options: oldest clusterTime first, only the fields a
+ * candidate keeps, the limit. */
+static void
+append_entries_opts (bson_t *opts, const options_t *o)
+{
+   bson_t sort, proj;
+
+   BSON_APPEND_DOCUMENT_BEGIN (opts, "sort", &sort);
+   BSON_APPEND_INT32 (&sort, "clusterTime", 1);
+   BSON_APPEND_INT32 (&sort, "createdAt", 1);
+   BSON_APPEND_INT32 (&sort, "_id", 1);
+   bson_append_document_end (opts, &sort);
+   BSON_APPEND_DOCUMENT_BEGIN (opts, "projection", &proj);
+   BSON_APPEND_INT32 (&proj, "clusterTime", 1);
+   BSON_APPEND_INT32 (&proj, "createdAt", 1);
+   BSON_APPEND_INT32 (&proj, "sequenceId", 1);
+   bson_append_document_end (opts, &proj);
+   if (o->filter.limit > 0) {
+      BSON_APPEND_INT64 (opts, "limit", o->filter.limit);
+   }
+   /* streamName_clusterTime_createdAt__id serves the sort; where it is
+    * missing, MongoDB 5.0 fails a blocking sort over 100 MB without this. */
+   BSON_APPEND_BOOL (opts, "allowDiskUse", true);
+}
+
+/* Appends the entry doc of worker's stream to c; false when out of memory. */
+static bool
+add_candidate (candidates_t *c, const bson_t *doc, int worker)
+{
+   candidate_t *e;
+   bson_iter_t it;
+
+   if (c->n == c->cap) {
+      candidate_t *grown = realloc (c->v, (c->cap = c->cap ? c->cap * 2 : 64) * sizeof *c->v);
+      if (!grown) {
+         return false;
+      }
+      c->v = grown;
+   }
+   e = &c->v[c->n];
+   memset (e, 0, sizeof *e);
+   e->worker = worker;
+   if (bson_iter_init_find (&it, doc, "_id")) {
+      bson_value_copy (bson_iter_value (&it), &e->id);
+   }
+   if (bson_iter_init_find (&it, doc, "clusterTime") && BSON_ITER_HOLDS_TIMESTAMP (&it)) {
+      bson_iter_timestamp (&it, &e->ct_t, &e->ct_i);
+   }
+   if (bson_iter_init_find (&it, doc, "createdAt") && BSON_ITER_HOLDS_DATE_TIME (&it)) {
+      e->created = bson_iter_date_time (&it);
+   }
+   if (bson_iter_init_find (&it, doc, "sequenceId") && BSON_ITER_HOLDS_UTF8 (&it) &&
+       !(e->seq = strdup (bson_iter_utf8 (&it, NULL)))) {
+      bson_value_destroy (&e->id);
+      return false;
+   }
+   c->n++;
+   return true;
+}
+
+/* The selected entries of the session's stream i (base: the filters'
+ * query) onto c. */
+static bool
+select_from_stream (session_t *s, const options_t *o, int i, const bson_t *base, candidates_t *c)
+{
+   fw_error_t err;
+   mongoc_collection_t *coll = fw_dlq_replay_collection (s->workers[i], &err);
+   bson_t q = BSON_INITIALIZER, opts = BSON_INITIALIZER;
+   mongoc_cursor_t *cur;
+   const bson_t *doc;
+   bson_error_t berr;
+   bool ok = true;
+
+   append_entries_query (&q, base, fw_stream_worker_name (s->workers[i]), o);
+   append_entries_opts (&opts, o);
+   cur = mongoc_collection_find_with_opts (coll, &q, &opts, NULL);
+   while (ok && mongoc_cursor_next (cur, &doc)) {
+      ok = add_candidate (c, doc, i);
+   }
+   if (mongoc_cursor_error (cur, &berr)) {
+      fprintf (stderr, "flowwarden dlq replay: cannot read the DLQ of stream \"%s\": %s\n",
+               fw_stream_worker_name (s->workers[i]), berr.message);
+      ok = false;
+   }
+   mongoc_cursor_destroy (cur);
+   mongoc_collection_destroy (coll);
+   bson_destroy (&q);
+   bson_destroy (&opts);
+   return ok;
+}
+
 /* Every selected entry of every stream, oldest clusterTime first. */
 static bool
 select_entries (session_t *s, const options_t *o, candidate_t **out, size_t *n_out)
 {
    bson_t base = BSON_INITIALIZER;
    fw_error_t err;
-   candidate_t *list = NULL;
-   size_t n = 0, cap = 0;
+   candidates_t c = {NULL, 0, 0};
    bool ok = true;
 
    /* PENDING, and REPROCESSING whose claim expired (a replay killed with -9):
@@ -410,121 +645,24 @@ select_entries (session_t *s, const options_t *o, candidate_t **out, size_t *n_o
       return false;
    }
    for (int i = 0; ok && i < s->n; i++) {
-      mongoc_collection_t *coll = fw_dlq_replay_collection (s->workers[i], &err);
-      bson_t q = BSON_INITIALIZER, opts = BSON_INITIALIZER, and, part, sort, proj;
-      mongoc_cursor_t *cur;
-      const bson_t *doc;
-      bson_error_t berr;
-
-      BSON_APPEND_ARRAY_BEGIN (&q, "$and", &and);
-      BSON_APPEND_DOCUMENT (&and, "0", &base);
-      BSON_APPEND_DOCUMENT_BEGIN (&and, "1", &part);
-      BSON_APPEND_UTF8 (&part, "streamName", fw_stream_worker_name (s->workers[i]));
-      if (o->sequence) {
-         BSON_APPEND_UTF8 (&part, "sequenceId", o->sequence);
-      } else if (o->any) {
-         bson_t exists;
-         BSON_APPEND_DOCUMENT_BEGIN (&part, "sequenceId", &exists);
-         BSON_APPEND_BOOL (&exists, "$exists", true);
-         bson_append_document_end (&part, &exists);
-      }
-      bson_append_document_end (&and, &part);
-      {
-         bson_t or, alt, cond;
-         BSON_APPEND_DOCUMENT_BEGIN (&and, "2", &part);
-         BSON_APPEND_ARRAY_BEGIN (&part, "$or", &or);
-         BSON_APPEND_DOCUMENT_BEGIN (&or, "0", &alt);
-         BSON_APPEND_DOCUMENT_BEGIN (&alt, "status", &cond);
-         BSON_APPEND_UTF8 (&cond, "$ne", "REPROCESSING");
-         bson_append_document_end (&alt, &cond);
-         bson_append_document_end (&or, &alt);
-         BSON_APPEND_DOCUMENT_BEGIN (&or, "1", &alt);
-         BSON_APPEND_DOCUMENT_BEGIN (&alt, "claimedUntil", &cond);
-         BSON_APPEND_DATE_TIME (&cond, "$lt", fw_now_ms ());
-         bson_append_document_end (&alt, &cond);
-         bson_append_document_end (&or, &alt);
-         bson_append_array_end (&part, &or);
-         bson_append_document_end (&and, &part);
-      }
-      bson_append_array_end (&q, &and);
-      BSON_APPEND_DOCUMENT_BEGIN (&opts, "sort", &sort);
-      BSON_APPEND_INT32 (&sort, "clusterTime", 1);
-      BSON_APPEND_INT32 (&sort, "createdAt", 1);
-      BSON_APPEND_INT32 (&sort, "_id", 1);
-      bson_append_document_end (&opts, &sort);
-      BSON_APPEND_DOCUMENT_BEGIN (&opts, "projection", &proj);
-      BSON_APPEND_INT32 (&proj, "clusterTime", 1);
-      BSON_APPEND_INT32 (&proj, "createdAt", 1);
-      BSON_APPEND_INT32 (&proj, "sequenceId", 1);
-      bson_append_document_end (&opts, &proj);
-      if (o->filter.limit > 0) {
-         BSON_APPEND_INT64 (&opts, "limit", o->filter.limit);
-      }
-      /* streamName_clusterTime_createdAt__id serves the sort; where it is
-       * missing, MongoDB 5.0 fails a blocking sort over 100 MB without this. */
-      BSON_APPEND_BOOL (&opts, "allowDiskUse", true);
-      cur = mongoc_collection_find_with_opts (coll, &q, &opts, NULL);
-      while (ok && mongoc_cursor_next (cur, &doc)) {
-         bson_iter_t it;
-         if (n == cap) {
-            candidate_t *grown = realloc (list, (cap = cap ? cap * 2 : 64) * sizeof *list);
-            if (!grown) {
-               ok = false;
-               break;
-            }
-            list = grown;
-         }
-         memset (&list[n], 0, sizeof list[n]);
-         list[n].worker = i;
-         if (bson_iter_init_find (&it, doc, "_id")) {
-            bson_value_copy (bson_iter_value (&it), &list[n].id);
-         }
-         if (bson_iter_init_find (&it, doc, "clusterTime") && BSON_ITER_HOLDS_TIMESTAMP (&it)) {
-            bson_iter_timestamp (&it, &list[n].ct_t, &list[n].ct_i);
-         }
-         if (bson_iter_init_find (&it, doc, "createdAt") && BSON_ITER_HOLDS_DATE_TIME (&it)) {
-            list[n].created = bson_iter_date_time (&it);
-         }
-         if (bson_iter_init_find (&it, doc, "sequenceId") && BSON_ITER_HOLDS_UTF8 (&it) &&
-             !(list[n].seq = strdup (bson_iter_utf8 (&it, NULL)))) {
-            bson_value_destroy (&list[n].id);
-            ok = false;
-            break;
-         }
-         n++;
-      }
-      if (mongoc_cursor_error (cur, &berr)) {
-         fprintf (stderr, "flowwarden dlq replay: cannot read the DLQ of stream \"%s\": %s\n",
-                  fw_stream_worker_name (s->workers[i]), berr.message);
-         ok = false;
-      }
-      mongoc_cursor_destroy (cur);
-      mongoc_collection_destroy (coll);
-      bson_destroy (&q);
-      bson_destroy (&opts);
+      ok = select_from_stream (s, o, i, &base, &c);
    }
    bson_destroy (&base);
-   if (n > 1) {
-      qsort (list, n, sizeof *list, by_cluster_time);
+   if (c.n > 1) {
+      qsort (c.v, c.n, sizeof *c.v, by_cluster_time);
    }
    /* --any: the oldest open sequence (Axon's processAny()), by its oldest
     * waiting entry. */
-   if (o->any && n > 1) {
-      for (size_t i = 1; i < n; i++) {
-         bson_value_destroy (&list[i].id);
-         free (list[i].seq);
-      }
-      n = 1;
+   if (o->any && c.n > 1) {
+      free_candidates (c.v, 1, c.n);
+      c.n = 1;
    }
-   if (o->filter.limit > 0 && (int64_t) n > o->filter.limit) {
-      for (size_t i = (size_t) o->filter.limit; i < n; i++) {
-         bson_value_destroy (&list[i].id);
-         free (list[i].seq);
-      }
-      n = (size_t) o->filter.limit;
+   if (o->filter.limit > 0 && (int64_t) c.n > o->filter.limit) {
+      free_candidates (c.v, (size_t) o->filter.limit, c.n);
+      c.n = (size_t) o->filter.limit;
    }
-   *out = list;
-   *n_out = n;
+   *out = c.v;
+   *n_out = c.n;
    return ok;
 }
 
@@ -622,6 +760,123 @@ print_sequence (progress_t *pr, const char *seq, fw_seq_replay_t out, size_t *le
    fflush (stdout);
 }
 
+/* --sequence of a sequence whose entries were all resolved or discarded by
+ * hand: nothing to select, but it still closes. */
+static void
+close_emptied_sequence (session_t *s, const options_t *o, const fw_replay_options_t *ropts,
+                        progress_t *pr, size_t *left_open)
+{
+   for (int i = 0; i < s->n; i++) {
+      mongoc_collection_t *coll = fw_dlq_replay_collection (s->workers[i], NULL);
+      fw_seq_replay_t out;
+      fw_error_t err;
+      pr->w = s->workers[i];
+      if (coll && fw_stream_worker_sequenced (s->workers[i])) {
+         out = fw_dlq_replay_sequence (s->workers[i], coll, o->sequence, ropts, print_result, pr,
+                                       &err);
+         if (out == FW_SEQ_REPLAY_ERROR) {
+            fprintf (stderr, "flowwarden dlq replay: %s\n", err.message);
+            pr->failed++;
+         } else if (out == FW_SEQ_REPLAY_CLOSED) {
+            print_sequence (pr, o->sequence, out, left_open);
+         }
+      }
+      if (coll) {
+         mongoc_collection_destroy (coll);
+      }
+   }
+}
+
+/* True when list[i] belongs to a sequence an earlier candidate of its
+ * stream already ran: a sequence runs whole, once. */
+static bool
+ran_with_its_sequence (const candidate_t *list, size_t i)
+{
+   const candidate_t *c = &list[i];
+   bool seen = false;
+
+   for (size_t j = 0; j < i && !seen; j++) {
+      seen = list[j].seq && list[j].worker == c->worker && strcmp (list[j].seq, c->seq) == 0;
+   }
+   return seen;
+}
+
+/* --rate: waits until the next entry is due (done entries since t0 at rate
+ * per second); true when a shutdown ended the wait. */
+static bool
+wait_for_rate (fw_shutdown_t *stop, double rate, int64_t t0, size_t done)
+{
+   int64_t due = t0 + (int64_t) llround ((double) done * 1000.0 / rate);
+   int64_t wait = due - fw_mono_ms ();
+   return wait > 0 && fw_shutdown_wait_ms (stop, wait);
+}
+
+/* Replays the candidate as its entry is now (or its whole sequence), each
+ * result a line; counts in *behind an entry waiting behind an unselected
+ * head, in *left_open a sequence left open. */
+static void
+replay_candidate (session_t *s, const candidate_t *c, const fw_replay_options_t *ropts,
+                  progress_t *pr, size_t *behind, size_t *left_open)
+{
+   fw_stream_worker_t *w = s->workers[c->worker];
+   fw_replay_result_t r;
+   bson_t entry;
+   char id[200];
+
+   id_text (&c->id, id, sizeof id);
+   memset (&r, 0, sizeof r);
+   pr->w = w;
+   if (!fetch (s, c, &entry, r.what, sizeof r.what)) {
+      bson_t stub = BSON_INITIALIZER;
+      BSON_APPEND_VALUE (&stub, "_id", &c->id);
+      r.status = strstr (r.what, "no longer") ? FW_REPLAY_BUSY : FW_REPLAY_ERROR;
+      print_result (pr, &stub, &r);
+      bson_destroy (&stub);
+   } else {
+      mongoc_collection_t *coll = fw_dlq_replay_collection (w, NULL);
+      fw_error_t err;
+      fw_seq_replay_t out = fw_dlq_replay_select (w, coll, &entry, ropts, print_result, pr, &err);
+      if (out == FW_SEQ_REPLAY_ERROR) {
+         r.status = FW_REPLAY_ERROR;
+         snprintf (r.what, sizeof r.what, "%.1000s", err.message);
+         print_result (pr, &entry, &r);
+      } else if (out == FW_SEQ_REPLAY_BEHIND) {
+         (*behind)++;
+         printf ("%s [%s]: waits behind an earlier entry of sequence %s, which the filters "
+                 "did not select: not touched (replay the sequence with --sequence)\n",
+                 id, fw_stream_worker_name (w), c->seq);
+      } else if (out != FW_SEQ_REPLAY_NONE) {
+         print_sequence (pr, c->seq, out, left_open);
+      }
+      mongoc_collection_destroy (coll);
+      bson_destroy (&entry);
+   }
+}
+
+/* The last lines: what ran, what failed, what was left. */
+static void
+print_summary (const options_t *o, const int *counts, bool stopped, size_t left_open,
+               size_t behind)
+{
+   if (o->dry_run) {
+      printf ("dry run: %d would run, %d would not (no handler or invalid); nothing was changed\n",
+              counts[FW_REPLAY_WOULD_RUN], counts[FW_REPLAY_UNHANDLED] + counts[FW_REPLAY_INVALID]);
+      return;
+   }
+   printf ("summary: resolved=%d skipped=%d requeued=%d evicted=%d errors=%d "
+           "(no handler=%d, invalid=%d, claimed elsewhere=%d%s)\n",
+           counts[FW_REPLAY_RESOLVED], counts[FW_REPLAY_SKIPPED], counts[FW_REPLAY_REQUEUED],
+           counts[FW_REPLAY_EVICTED],
+           counts[FW_REPLAY_UNHANDLED] + counts[FW_REPLAY_INVALID] + counts[FW_REPLAY_ERROR] +
+              counts[FW_REPLAY_STOPPED],
+           counts[FW_REPLAY_UNHANDLED], counts[FW_REPLAY_INVALID], counts[FW_REPLAY_BUSY],
+           stopped ? ", stopped before the end" : "");
+   if (left_open || behind) {
+      printf ("sequences: %zu left open, %zu entr%s waiting behind an unselected head\n",
+              left_open, behind, behind == 1 ? "y" : "ies");
+   }
+}
+
 int
 fw_dlq_replay_main (int argc, char **argv)
 {
@@ -662,109 +917,25 @@ fw_dlq_replay_main (int argc, char **argv)
    pr.total = n;
    pr.tty = tty;
    pr.t0 = t0;
-   /* --sequence of a sequence whose entries were all resolved or discarded
-    * by hand: nothing to select, but it still closes. */
    if (o.sequence && n == 0 && !o.dry_run) {
-      for (int i = 0; i < s.n; i++) {
-         mongoc_collection_t *coll = fw_dlq_replay_collection (s.workers[i], NULL);
-         fw_seq_replay_t out;
-         fw_error_t err;
-         pr.w = s.workers[i];
-         if (coll && fw_stream_worker_sequenced (s.workers[i])) {
-            out = fw_dlq_replay_sequence (s.workers[i], coll, o.sequence, &ropts, print_result,
-                                          &pr, &err);
-            if (out == FW_SEQ_REPLAY_ERROR) {
-               fprintf (stderr, "flowwarden dlq replay: %s\n", err.message);
-               pr.failed++;
-            } else if (out == FW_SEQ_REPLAY_CLOSED) {
-               print_sequence (&pr, o.sequence, out, &left_open);
-            }
-         }
-         if (coll) {
-            mongoc_collection_destroy (coll);
-         }
-      }
+      close_emptied_sequence (&s, &o, &ropts, &pr, &left_open);
    }
    for (size_t i = 0; i < n && !fw_shutdown_requested (&s.stop); i++) {
-      candidate_t *c = &list[i];
-      fw_stream_worker_t *w = s.workers[c->worker];
-      fw_replay_result_t r;
-      bson_t entry;
-      char id[200];
-
-      if (c->seq) {
-         /* A sequence runs whole, once: its other entries were in it. */
-         bool seen = false;
-         for (size_t j = 0; j < i && !seen; j++) {
-            seen = list[j].seq && list[j].worker == c->worker && strcmp (list[j].seq, c->seq) == 0;
-         }
-         if (seen) {
-            continue;
-         }
+      if (list[i].seq && ran_with_its_sequence (list, i)) {
+         continue;
       }
-      if (o.rate > 0) {
-         int64_t due = t0 + (int64_t) llround ((double) pr.done * 1000.0 / o.rate);
-         int64_t wait = due - fw_mono_ms ();
-         if (wait > 0 && fw_shutdown_wait_ms (&s.stop, wait)) {
-            break;
-         }
+      if (o.rate > 0 && wait_for_rate (&s.stop, o.rate, t0, pr.done)) {
+         break;
       }
-      id_text (&c->id, id, sizeof id);
-      memset (&r, 0, sizeof r);
-      pr.w = w;
-      if (!fetch (&s, c, &entry, r.what, sizeof r.what)) {
-         bson_t stub = BSON_INITIALIZER;
-         BSON_APPEND_VALUE (&stub, "_id", &c->id);
-         r.status = strstr (r.what, "no longer") ? FW_REPLAY_BUSY : FW_REPLAY_ERROR;
-         print_result (&pr, &stub, &r);
-         bson_destroy (&stub);
-      } else {
-         mongoc_collection_t *coll = fw_dlq_replay_collection (w, NULL);
-         fw_error_t err;
-         fw_seq_replay_t out =
-            fw_dlq_replay_select (w, coll, &entry, &ropts, print_result, &pr, &err);
-         if (out == FW_SEQ_REPLAY_ERROR) {
-            r.status = FW_REPLAY_ERROR;
-            snprintf (r.what, sizeof r.what, "%.1000s", err.message);
-            print_result (&pr, &entry, &r);
-         } else if (out == FW_SEQ_REPLAY_BEHIND) {
-            behind++;
-            printf ("%s [%s]: waits behind an earlier entry of sequence %s, which the filters "
-                    "did not select: not touched (replay the sequence with --sequence)\n",
-                    id, fw_stream_worker_name (w), c->seq);
-         } else if (out != FW_SEQ_REPLAY_NONE) {
-            print_sequence (&pr, c->seq, out, &left_open);
-         }
-         mongoc_collection_destroy (coll);
-         bson_destroy (&entry);
-      }
+      replay_candidate (&s, &list[i], &ropts, &pr, &behind, &left_open);
    }
    stopped = fw_shutdown_requested (&s.stop);
    if (tty) {
       fputs ("\r\033[K", stderr);
    }
-   if (o.dry_run) {
-      printf ("dry run: %d would run, %d would not (no handler or invalid); nothing was changed\n",
-              counts[FW_REPLAY_WOULD_RUN], counts[FW_REPLAY_UNHANDLED] + counts[FW_REPLAY_INVALID]);
-   } else {
-      printf ("summary: resolved=%d skipped=%d requeued=%d evicted=%d errors=%d "
-              "(no handler=%d, invalid=%d, claimed elsewhere=%d%s)\n",
-              counts[FW_REPLAY_RESOLVED], counts[FW_REPLAY_SKIPPED], counts[FW_REPLAY_REQUEUED],
-              counts[FW_REPLAY_EVICTED],
-              counts[FW_REPLAY_UNHANDLED] + counts[FW_REPLAY_INVALID] + counts[FW_REPLAY_ERROR] +
-                 counts[FW_REPLAY_STOPPED],
-              counts[FW_REPLAY_UNHANDLED], counts[FW_REPLAY_INVALID], counts[FW_REPLAY_BUSY],
-              stopped ? ", stopped before the end" : "");
-      if (left_open || behind) {
-         printf ("sequences: %zu left open, %zu entr%s waiting behind an unselected head\n",
-                 left_open, behind, behind == 1 ? "y" : "ies");
-      }
-   }
+   print_summary (&o, counts, stopped, left_open, behind);
    rc = pr.failed > 0 || stopped || (left_open > 0 && !o.dry_run) ? 3 : 0;
-   for (size_t i = 0; i < n; i++) {
-      bson_value_destroy (&list[i].id);
-      free (list[i].seq);
-   }
+   free_candidates (list, 0, n);
    free (list);
    close_session (&s);
    return rc;

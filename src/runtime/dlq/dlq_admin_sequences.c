@@ -264,6 +264,61 @@ by_head_key (const void *a, const void *b)
    return strcmp (x->head_key, y->head_key);
 }
 
+/* query = { $and: [ head, { _id: { $in: [the head of each sequence] } } ] };
+ * index[] (room for seqs->n) gets the sequences with a head, *n their
+ * number. */
+static void
+append_head_query (bson_t *query, const bson_t *head, seqs_t *seqs, seq_t **index, size_t *n)
+{
+   bson_t and, in, arr, ids;
+
+   BSON_APPEND_ARRAY_BEGIN (query, "$and", &and);
+   BSON_APPEND_DOCUMENT (&and, "0", head);
+   BSON_APPEND_DOCUMENT_BEGIN (&and, "1", &in);
+   BSON_APPEND_DOCUMENT_BEGIN (&in, "_id", &arr);
+   BSON_APPEND_ARRAY_BEGIN (&arr, "$in", &ids);
+   for (size_t i = 0; i < seqs->n; i++) {
+      bson_iter_t it;
+      char key[24];
+      const char *k;
+      if (!seqs->v[i].group || !seqs->v[i].head_key ||
+          !bson_iter_init_find (&it, seqs->v[i].group, "head")) {
+         continue;
+      }
+      bson_uint32_to_string ((uint32_t) *n, &k, key, sizeof key);
+      bson_append_iter (&ids, k, -1, &it);
+      index[(*n)++] = &seqs->v[i];
+   }
+   bson_append_array_end (&arr, &ids);
+   bson_append_document_end (&in, &arr);
+   bson_append_document_end (&and, &in);
+   bson_append_array_end (query, &and);
+}
+
+/* Marks selected every sequence of index (n of them, sorted by head_key)
+ * whose head is the entry doc. */
+static void
+select_head_of (const bson_t *doc, seq_t **index, size_t n)
+{
+   bson_iter_t it;
+   seq_t probe, *p = &probe, **hit;
+
+   if (!bson_iter_init_find (&it, doc, "_id") ||
+       !(probe.head_key = fw_dlq_sequence_id (bson_iter_value (&it)))) {
+      return;
+   }
+   /* Several sequences may share a head only in a DLQ edited by hand. */
+   if ((hit = bsearch (&p, index, n, sizeof *index, by_head_key))) {
+      while (hit > index && by_head_key (hit - 1, &p) == 0) {
+         hit--;
+      }
+      for (; hit < index + n && by_head_key (hit, &p) == 0; hit++) {
+         (*hit)->selected = true;
+      }
+   }
+   bson_free (probe.head_key);
+}
+
 /* Keeps selected only the sequences whose head entry the filters (other
  * than stream and limit) select. */
 static bool
@@ -271,7 +326,7 @@ select_by_head (mongoc_collection_t *coll, const fw_dlq_target_t *t,
                 const fw_dlq_filter_t *filter, seqs_t *seqs, fw_error_t *error)
 {
    fw_dlq_filter_t hf = *filter;
-   bson_t query = BSON_INITIALIZER, head = BSON_INITIALIZER, and, in, arr;
+   bson_t query = BSON_INITIALIZER, head = BSON_INITIALIZER;
    bson_t *opts = BCON_NEW ("projection", "{", "_id", BCON_INT32 (1), "}");
    seq_t **index = NULL;
    size_t n = 0;
@@ -292,30 +347,7 @@ select_by_head (mongoc_collection_t *coll, const fw_dlq_target_t *t,
       fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
       goto done;
    }
-   BSON_APPEND_ARRAY_BEGIN (&query, "$and", &and);
-   BSON_APPEND_DOCUMENT (&and, "0", &head);
-   BSON_APPEND_DOCUMENT_BEGIN (&and, "1", &in);
-   BSON_APPEND_DOCUMENT_BEGIN (&in, "_id", &arr);
-   {
-      bson_t ids;
-      BSON_APPEND_ARRAY_BEGIN (&arr, "$in", &ids);
-      for (size_t i = 0; i < seqs->n; i++) {
-         bson_iter_t it;
-         char key[24];
-         const char *k;
-         if (!seqs->v[i].group || !seqs->v[i].head_key ||
-             !bson_iter_init_find (&it, seqs->v[i].group, "head")) {
-            continue;
-         }
-         bson_uint32_to_string ((uint32_t) n, &k, key, sizeof key);
-         bson_append_iter (&ids, k, -1, &it);
-         index[n++] = &seqs->v[i];
-      }
-      bson_append_array_end (&arr, &ids);
-   }
-   bson_append_document_end (&in, &arr);
-   bson_append_document_end (&and, &in);
-   bson_append_array_end (&query, &and);
+   append_head_query (&query, &head, seqs, index, &n);
    if (n == 0) {
       ok = true;
       goto done;
@@ -324,22 +356,7 @@ select_by_head (mongoc_collection_t *coll, const fw_dlq_target_t *t,
 
    cursor = mongoc_collection_find_with_opts (coll, &query, opts, NULL);
    while (mongoc_cursor_next (cursor, &doc)) {
-      bson_iter_t it;
-      seq_t probe, *p = &probe, **hit;
-      if (!bson_iter_init_find (&it, doc, "_id") ||
-          !(probe.head_key = fw_dlq_sequence_id (bson_iter_value (&it)))) {
-         continue;
-      }
-      /* Several sequences may share a head only in a DLQ edited by hand. */
-      if ((hit = bsearch (&p, index, n, sizeof *index, by_head_key))) {
-         while (hit > index && by_head_key (hit - 1, &p) == 0) {
-            hit--;
-         }
-         for (; hit < index + n && by_head_key (hit, &p) == 0; hit++) {
-            (*hit)->selected = true;
-         }
-      }
-      bson_free (probe.head_key);
+      select_head_of (doc, index, n);
    }
    if (mongoc_cursor_error (cursor, &berr)) {
       fw_dlq__set_error_at (error, t, "selecting sequences by their head", &berr);

@@ -148,60 +148,34 @@ append_omitted (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg, b
    bson_append_array_end (out, &arr);
 }
 
-static bool
-build (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg,
-       const fw_dlq_failure_t *f, bool slim, fw_error_t *error)
+/* The failure: type, message and (unless slimmed) stack trace. An event
+ * parked behind its sequence has no error of its own (Axon: the cause of a
+ * letter enqueued as part of a sequence is empty). */
+static void
+append_error (bson_t *out, const fw_dlq_config_t *cfg, const fw_dlq_failure_t *f, bool slim)
 {
-   char id[37];
-   char op[64];
+   bson_t err;
+
+   if (!f->error_type) {
+      return;
+   }
+   BSON_APPEND_DOCUMENT_BEGIN (out, "error", &err);
+   BSON_APPEND_UTF8 (&err, "type", f->error_type);
+   BSON_APPEND_UTF8 (&err, "message", f->error_message);
+   if (cfg->include_stack_trace && !slim) {
+      BSON_APPEND_UTF8 (&err, "stackTrace", f->stack_trace ? f->stack_trace : "");
+   }
+   bson_append_document_end (out, &err);
+}
+
+/* Added to the seed's schema, never renaming any of it: the event's id,
+ * namespace and clusterTime, the script version, the sequence, the epoch. */
+static void
+append_additions (bson_t *out, const fw_event_t *ev, const fw_dlq_failure_t *f)
+{
    char *event_id;
-   char actor[300];
-   bool original = cfg->include_original_document && !slim;
-   bson_t err, ns, history, item, empty = BSON_INITIALIZER;
+   bson_t ns;
 
-   bson_init (out);
-   if (!uuid4 (id)) {
-      fw_error_set (error, FW_ERROR_IO, "cannot draw random bytes for a DLQ entry id");
-      return false;
-   }
-   fw_dlq_operation_type (ev->operation_type, op, sizeof op);
-   if (f->actor) {
-      snprintf (actor, sizeof actor, "%s", f->actor);
-   } else {
-      fw_dlq_actor (actor, sizeof actor);
-   }
-
-   BSON_APPEND_UTF8 (out, "_id", id);
-   BSON_APPEND_UTF8 (out, "streamName", f->stream_name);
-   BSON_APPEND_UTF8 (out, "operationType", op);
-   append_or_null (out, "documentKey", ev, FW_EV_DOCUMENT_KEY);
-   if (original) {
-      append_or_null (out, "fullDocument", ev, FW_EV_FULL_DOCUMENT);
-   }
-   append_or_null (out, "resumeToken", ev, FW_EV_ID);
-   /* An event parked behind its sequence has no error of its own (Axon: the
-    * cause of a letter enqueued as part of a sequence is empty). */
-   if (f->error_type) {
-      BSON_APPEND_DOCUMENT_BEGIN (out, "error", &err);
-      BSON_APPEND_UTF8 (&err, "type", f->error_type);
-      BSON_APPEND_UTF8 (&err, "message", f->error_message);
-      if (cfg->include_stack_trace && !slim) {
-         BSON_APPEND_UTF8 (&err, "stackTrace", f->stack_trace ? f->stack_trace : "");
-      }
-      bson_append_document_end (out, &err);
-   }
-   BSON_APPEND_INT32 (out, "attempts", f->attempts);
-   BSON_APPEND_UTF8 (out, "status", "PENDING");
-   BSON_APPEND_DATE_TIME (out, "firstAttemptAt", f->first_attempt_ms);
-   BSON_APPEND_DATE_TIME (out, "lastAttemptAt", f->last_attempt_ms);
-   BSON_APPEND_DATE_TIME (out, "createdAt", f->created_ms);
-   if (cfg->ttl_days > 0) {
-      BSON_APPEND_DATE_TIME (out, "expiresAt", f->created_ms + cfg->ttl_days * MS_PER_DAY);
-   } else {
-      BSON_APPEND_NULL (out, "expiresAt");
-   }
-   BSON_APPEND_DOCUMENT (out, "metadata", f->metadata ? f->metadata : &empty);
-   /* Added to the seed's schema, never renaming any of it. */
    /* The whole id, however long the token: the unique (streamName, eventId)
     * index needs it on every entry (index keys have no size limit from
     * MongoDB 4.2, FCV 4.2). */
@@ -228,10 +202,15 @@ build (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg,
    if (f->epoch > 0) {
       BSON_APPEND_INT64 (out, "epoch", f->epoch);
    }
+}
 
-   /* The entry's life (issue 12). Fields set later by replays and
-    * operators (lastReprocessAt, resolvedAt, claimedBy, ...) are absent
-    * until then. */
+/* The entry's life (issue 12). Fields set later by replays and operators
+ * (lastReprocessAt, resolvedAt, claimedBy, ...) are absent until then. */
+static void
+append_life (bson_t *out, const fw_dlq_failure_t *f, const char *actor)
+{
+   bson_t history, item, empty = BSON_INITIALIZER;
+
    BSON_APPEND_DATE_TIME (out, "lastTouched", f->created_ms);
    BSON_APPEND_INT32 (out, "reprocessAttempts", 0);
    BSON_APPEND_DOCUMENT (out, "diagnostics", &empty);
@@ -243,8 +222,13 @@ build (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg,
    BSON_APPEND_UTF8 (&item, "result", f->error_type ? f->error_type : "parked");
    bson_append_document_end (&history, &item);
    bson_append_array_end (out, &history);
+}
 
-   /* What a replay needs to hand the event over again as it first came. */
+/* What a replay needs to hand the event over again as it first came. */
+static void
+append_for_replay (bson_t *out, const fw_event_t *ev, const fw_dlq_failure_t *f, bool original,
+                   bool slim)
+{
    if (original) {
       append_if_present (out, "updateDescription", ev, FW_EV_UPDATE_DESCRIPTION);
       append_if_present (out, "fullDocumentBeforeChange", ev, FW_EV_BEFORE);
@@ -262,6 +246,53 @@ build (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg,
                              f->raw_event->len);
       }
    }
+}
+
+static bool
+build (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg,
+       const fw_dlq_failure_t *f, bool slim, fw_error_t *error)
+{
+   char id[37];
+   char op[64];
+   char actor[300];
+   bool original = cfg->include_original_document && !slim;
+   bson_t empty = BSON_INITIALIZER;
+
+   bson_init (out);
+   if (!uuid4 (id)) {
+      fw_error_set (error, FW_ERROR_IO, "cannot draw random bytes for a DLQ entry id");
+      return false;
+   }
+   fw_dlq_operation_type (ev->operation_type, op, sizeof op);
+   if (f->actor) {
+      snprintf (actor, sizeof actor, "%s", f->actor);
+   } else {
+      fw_dlq_actor (actor, sizeof actor);
+   }
+
+   BSON_APPEND_UTF8 (out, "_id", id);
+   BSON_APPEND_UTF8 (out, "streamName", f->stream_name);
+   BSON_APPEND_UTF8 (out, "operationType", op);
+   append_or_null (out, "documentKey", ev, FW_EV_DOCUMENT_KEY);
+   if (original) {
+      append_or_null (out, "fullDocument", ev, FW_EV_FULL_DOCUMENT);
+   }
+   append_or_null (out, "resumeToken", ev, FW_EV_ID);
+   append_error (out, cfg, f, slim);
+   BSON_APPEND_INT32 (out, "attempts", f->attempts);
+   BSON_APPEND_UTF8 (out, "status", "PENDING");
+   BSON_APPEND_DATE_TIME (out, "firstAttemptAt", f->first_attempt_ms);
+   BSON_APPEND_DATE_TIME (out, "lastAttemptAt", f->last_attempt_ms);
+   BSON_APPEND_DATE_TIME (out, "createdAt", f->created_ms);
+   if (cfg->ttl_days > 0) {
+      BSON_APPEND_DATE_TIME (out, "expiresAt", f->created_ms + cfg->ttl_days * MS_PER_DAY);
+   } else {
+      BSON_APPEND_NULL (out, "expiresAt");
+   }
+   BSON_APPEND_DOCUMENT (out, "metadata", f->metadata ? f->metadata : &empty);
+   append_additions (out, ev, f);
+   append_life (out, f, actor);
+   append_for_replay (out, ev, f, original, slim);
    append_omitted (out, ev, cfg, slim);
    return true;
 }

@@ -126,6 +126,54 @@ done_with (fw_replay_status_t s)
           s == FW_REPLAY_WOULD_RUN;
 }
 
+/* Replays the waiting entries (docs, by sequenceIndex) in order, reporting
+ * each; true when one was not done with, which stops the sequence there. */
+static bool
+replay_waiting (fw_stream_worker_t *w, mongoc_collection_t *dlq, const bson_t *docs,
+                const fw_replay_options_t *opts, fw_replay_report_fn report, void *ud)
+{
+   bson_iter_t it;
+
+   if (!bson_iter_init (&it, docs)) {
+      return false;
+   }
+   while (bson_iter_next (&it)) {
+      uint32_t len;
+      const uint8_t *data;
+      bson_t entry;
+      fw_replay_result_t r;
+
+      bson_iter_document (&it, &len, &data);
+      if (!bson_init_static (&entry, data, len)) {
+         continue;
+      }
+      fw_dlq_replay_entry (w, dlq, &entry, opts, &r);
+      report (ud, &entry, &r);
+      if (!done_with (r.status)) {
+         return true; /* the entry stays head; the rest stay behind it */
+      }
+   }
+   return false;
+}
+
+/* A live event is storing its entry (inflight > 0): waits a poll for it,
+ * from *waited_since on; true when the replay should leave the sequence
+ * open instead (waited INFLIGHT_WAIT_MS already, or shutdown). */
+static bool
+wait_for_inflight (fw_stream_worker_t *w, const char *seq, int64_t *waited_since)
+{
+   if (!*waited_since) {
+      *waited_since = fw_mono_ms ();
+   } else if (fw_mono_ms () - *waited_since >= INFLIGHT_WAIT_MS) {
+      fw_log (FW_LOG_WARN, w->cfg.name,
+              "DLQ sequence %.300s: a live event is still being parked behind it after "
+              "%d ms; left open (replay it again)",
+              seq, INFLIGHT_WAIT_MS);
+      return true;
+   }
+   return fw_shutdown_wait_ms (w->shutdown, INFLIGHT_POLL_MS);
+}
+
 fw_seq_replay_t
 fw_dlq_replay_sequence (fw_stream_worker_t *w, mongoc_collection_t *dlq, const char *seq,
                         const fw_replay_options_t *opts, fw_replay_report_fn report, void *ud,
@@ -141,8 +189,7 @@ fw_dlq_replay_sequence (fw_stream_worker_t *w, mongoc_collection_t *dlq, const c
    for (;;) {
       fw_seq_state_t st;
       bson_t docs = BSON_INITIALIZER;
-      bson_iter_t it;
-      bool stopped = false, closed;
+      bool stopped, closed;
       int n;
 
       if (fw_shutdown_requested (w->shutdown)) {
@@ -157,25 +204,7 @@ fw_dlq_replay_sequence (fw_stream_worker_t *w, mongoc_collection_t *dlq, const c
          bson_destroy (&docs);
          break;
       }
-      if (bson_iter_init (&it, &docs)) {
-         while (bson_iter_next (&it)) {
-            uint32_t len;
-            const uint8_t *data;
-            bson_t entry;
-            fw_replay_result_t r;
-
-            bson_iter_document (&it, &len, &data);
-            if (!bson_init_static (&entry, data, len)) {
-               continue;
-            }
-            fw_dlq_replay_entry (w, dlq, &entry, opts, &r);
-            report (ud, &entry, &r);
-            if (!done_with (r.status)) {
-               stopped = true; /* the entry stays head; the rest stay behind it */
-               break;
-            }
-         }
-      }
+      stopped = replay_waiting (w, dlq, &docs, opts, report, ud);
       bson_destroy (&docs);
       if (stopped || opts->dry_run) {
          out = FW_SEQ_REPLAY_OPEN;
@@ -196,17 +225,7 @@ fw_dlq_replay_sequence (fw_stream_worker_t *w, mongoc_collection_t *dlq, const c
       /* Entries were resolved this round (read again: a live event may
        * have joined meanwhile), or a live event is storing its entry. */
       if (st.inflight > 0) {
-         if (!waited_since) {
-            waited_since = fw_mono_ms ();
-         } else if (fw_mono_ms () - waited_since >= INFLIGHT_WAIT_MS) {
-            fw_log (FW_LOG_WARN, w->cfg.name,
-                    "DLQ sequence %.300s: a live event is still being parked behind it after "
-                    "%d ms; left open (replay it again)",
-                    seq, INFLIGHT_WAIT_MS);
-            out = FW_SEQ_REPLAY_OPEN;
-            break;
-         }
-         if (fw_shutdown_wait_ms (w->shutdown, INFLIGHT_POLL_MS)) {
+         if (wait_for_inflight (w, seq, &waited_since)) {
             out = FW_SEQ_REPLAY_OPEN;
             break;
          }

@@ -357,15 +357,12 @@ append_index (bson_t *indexes, const char *pos, const char *name, const char *co
    bson_append_document_end (indexes, &idx);
 }
 
-/* The indexes are declared with the same keys and options every start, so
- * createIndexes is a no-op once they exist. The unique index is created on
- * its own: entries written before it existed may already hold duplicates,
- * which must not stop the stream (see mongo_save). */
+/* The TTL index on expiresAt and the indexes of the readers' sorts. */
 static bool
-ensure_indexes (mongo_store_t *m, fw_error_t *error)
+create_plain_indexes (mongo_store_t *m, fw_error_t *error)
 {
    bson_t indexes = BSON_INITIALIZER;
-   bson_t idx, key, partial, cond;
+   bson_t idx, key;
    bson_error_t berr;
    bool ok;
 
@@ -395,11 +392,42 @@ ensure_indexes (mongo_store_t *m, fw_error_t *error)
                     berr.message);
       return false;
    }
+   return true;
+}
 
-   /* Only entries with an eventId are keyed: a document without one (an
-    * event id too long to store, or one written by another tool) is not
-    * "the same event" as another. */
-   bson_init (&indexes);
+/* The unique index cannot be built over existing duplicates: says how many
+ * groups of them there are and that the stream carries on without it. */
+static void
+warn_duplicates (mongo_store_t *m)
+{
+   int64_t groups = count_duplicate_groups (m);
+   char count[32];
+
+   if (groups >= 0) {
+      snprintf (count, sizeof count, "%lld", (long long) groups);
+   } else {
+      snprintf (count, sizeof count, "an unknown number of");
+   }
+   fw_log (FW_LOG_WARN, NULL,
+           "DLQ collection %s holds %s group(s) of entries with the same (streamName, "
+           "eventId), so its unique index %s cannot be built: carrying on without it (a "
+           "later failure of such an event updates one of its entries); remove the extra "
+           "entries and the index is built at the next start",
+           m->name, count, FW_UNIQUE_INDEX);
+}
+
+/* The unique (streamName, eventId) index; m->unique_index says whether it
+ * exists. Only entries with an eventId are keyed: a document without one
+ * (an event id too long to store, or one written by another tool) is not
+ * "the same event" as another. */
+static bool
+create_unique_index (mongo_store_t *m, fw_error_t *error)
+{
+   bson_t indexes = BSON_INITIALIZER;
+   bson_t idx, key, partial, cond;
+   bson_error_t berr;
+   bool ok;
+
    BSON_APPEND_DOCUMENT_BEGIN (&indexes, "0", &idx);
    BSON_APPEND_DOCUMENT_BEGIN (&idx, "key", &key);
    BSON_APPEND_INT32 (&key, "streamName", 1);
@@ -426,23 +454,19 @@ ensure_indexes (mongo_store_t *m, fw_error_t *error)
                     fw_sharding_hint (&berr, m->name, FW_SHARD_KEY_DLQ, hint, sizeof hint));
       return false;
    }
-   {
-      int64_t groups = count_duplicate_groups (m);
-      char count[32];
-      if (groups >= 0) {
-         snprintf (count, sizeof count, "%lld", (long long) groups);
-      } else {
-         snprintf (count, sizeof count, "an unknown number of");
-      }
-      fw_log (FW_LOG_WARN, NULL,
-              "DLQ collection %s holds %s group(s) of entries with the same (streamName, "
-              "eventId), so its unique index %s cannot be built: carrying on without it (a "
-              "later failure of such an event updates one of its entries); remove the extra "
-              "entries and the index is built at the next start",
-              m->name, count, FW_UNIQUE_INDEX);
-   }
+   warn_duplicates (m);
    m->unique_index = false;
    return true;
+}
+
+/* The indexes are declared with the same keys and options every start, so
+ * createIndexes is a no-op once they exist. The unique index is created on
+ * its own: entries written before it existed may already hold duplicates,
+ * which must not stop the stream (see mongo_save). */
+static bool
+ensure_indexes (mongo_store_t *m, fw_error_t *error)
+{
+   return create_plain_indexes (m, error) && create_unique_index (m, error);
 }
 
 fw_dlq_store_t *
