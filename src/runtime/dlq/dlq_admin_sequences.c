@@ -246,10 +246,10 @@ read_documents (mongoc_collection_t *scoll, const fw_dlq_target_t *t, const char
       }
    }
    if (ok && mongoc_cursor_error (cursor, &berr)) {
-      fw_error_set (error, FW_ERROR_MONGO,
-                    "reading the sequence documents on %s.%s_sequences (connection \"%s\") "
-                    "failed: %s",
-                    t->database, t->collection, t->connection, berr.message);
+      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
+                         "reading the sequence documents on %s.%s_sequences (connection \"%s\") "
+                         "failed: %s",
+                         t->database, t->collection, t->connection, berr.message);
       ok = false;
    }
    mongoc_cursor_destroy (cursor);

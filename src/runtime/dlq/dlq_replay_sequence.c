@@ -75,8 +75,9 @@ waiting_entries (mongoc_collection_t *dlq, const char *stream, const char *seq, 
       BSON_APPEND_DOCUMENT (docs, key, doc);
    }
    if (mongoc_cursor_error (cur, &berr)) {
-      fw_error_set (error, FW_ERROR_MONGO, "cannot read DLQ sequence %.200s: %s", seq,
-                    berr.message);
+      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
+                         "cannot read DLQ sequence %.200s: %s", seq,
+                         berr.message);
       ok = false;
    }
    mongoc_cursor_destroy (cur);
@@ -111,8 +112,9 @@ fw_dlq_replay_is_head (mongoc_collection_t *dlq, const bson_t *entry, bool *head
    before = mongoc_collection_count_documents (dlq, &q, NULL, NULL, NULL, &berr);
    bson_destroy (&q);
    if (before < 0) {
-      fw_error_set (error, FW_ERROR_MONGO, "cannot read DLQ sequence %.200s: %s", seq,
-                    berr.message);
+      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
+                         "cannot read DLQ sequence %.200s: %s", seq,
+                         berr.message);
       return false;
    }
    *head = before == 0;

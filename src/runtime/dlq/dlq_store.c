@@ -190,8 +190,9 @@ mongo_save (fw_dlq_store_t *store, const bson_t *entry, fw_error_t *error)
    m->unsure = !ok;
    if (!ok) {
       char hint[400];
-      fw_error_set (error, FW_ERROR_MONGO, "DLQ write to %s failed: %s%s", m->name, berr.message,
-                    fw_sharding_hint (&berr, m->name, FW_SHARD_KEY_DLQ, hint, sizeof hint));
+      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
+                         "DLQ write to %s failed: %s%s", m->name, berr.message,
+                         fw_sharding_hint (&berr, m->name, FW_SHARD_KEY_DLQ, hint, sizeof hint));
    }
    bson_destroy (&key);
    bson_destroy (&opts);
@@ -228,8 +229,9 @@ mongo_find (mongo_store_t *m, const bson_t *filter, const bson_t *opts, bson_t *
       }
    }
    if (mongoc_cursor_error (cursor, &berr)) {
-      fw_error_set (error, FW_ERROR_MONGO, "DLQ query on %s failed: %s", m->name,
-                    berr.message);
+      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
+                         "DLQ query on %s failed: %s", m->name,
+                         berr.message);
       ok = false;
    }
    mongoc_cursor_destroy (cursor);
@@ -280,7 +282,8 @@ mongo_count (fw_dlq_store_t *store, const char *stream, int64_t *out, fw_error_t
    n = mongoc_collection_count_documents (m->coll, &filter, NULL, NULL, NULL, &berr);
    bson_destroy (&filter);
    if (n < 0) {
-      fw_error_set (error, FW_ERROR_MONGO, "DLQ count on %s failed: %s", m->name, berr.message);
+      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
+                         "DLQ count on %s failed: %s", m->name, berr.message);
       return false;
    }
    *out = n;
@@ -388,8 +391,9 @@ create_plain_indexes (mongo_store_t *m, fw_error_t *error)
    ok = create_indexes (m, &indexes, &berr);
    bson_destroy (&indexes);
    if (!ok) {
-      fw_error_set (error, FW_ERROR_MONGO, "cannot create the DLQ indexes on %s: %s", m->name,
-                    berr.message);
+      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
+                         "cannot create the DLQ indexes on %s: %s", m->name,
+                         berr.message);
       return false;
    }
    return true;
@@ -449,9 +453,10 @@ create_unique_index (mongo_store_t *m, fw_error_t *error)
    }
    if (berr.code != FW_ERR_DUPLICATE_KEY) {
       char hint[400];
-      fw_error_set (error, FW_ERROR_MONGO, "cannot create the DLQ index %s on %s: %s%s",
-                    FW_UNIQUE_INDEX, m->name, berr.message,
-                    fw_sharding_hint (&berr, m->name, FW_SHARD_KEY_DLQ, hint, sizeof hint));
+      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
+                         "cannot create the DLQ index %s on %s: %s%s",
+                         FW_UNIQUE_INDEX, m->name, berr.message,
+                         fw_sharding_hint (&berr, m->name, FW_SHARD_KEY_DLQ, hint, sizeof hint));
       return false;
    }
    warn_duplicates (m);
