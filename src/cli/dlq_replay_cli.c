@@ -426,7 +426,11 @@ open_session (session_t *s, const options_t *o)
       fprintf (stderr, "flowwarden dlq replay: invalid script:\n%s\n", err.message);
       return 1;
    }
-   uri_text = script_uri (first);
+   if (!(uri_text = script_uri (first))) {
+      fprintf (stderr, "flowwarden dlq replay: out of memory\n");
+      fw_lua_host_destroy (first);
+      return 1;
+   }
    ok = open_pool (s, uri_text, first);
    free (uri_text);
    if (!ok) {
@@ -570,11 +574,13 @@ add_candidate (candidates_t *c, const bson_t *doc, int worker)
    bson_iter_t it;
 
    if (c->n == c->cap) {
-      candidate_t *grown = realloc (c->v, (c->cap = c->cap ? c->cap * 2 : 64) * sizeof *c->v);
+      size_t cap = c->cap ? c->cap * 2 : 64;
+      candidate_t *grown = realloc (c->v, cap * sizeof *c->v);
       if (!grown) {
          return false;
       }
       c->v = grown;
+      c->cap = cap;
    }
    e = &c->v[c->n];
    memset (e, 0, sizeof *e);
@@ -610,11 +616,18 @@ select_from_stream (session_t *s, const options_t *o, int i, const bson_t *base,
    bson_error_t berr;
    bool ok = true;
 
+   if (!coll) {
+      fprintf (stderr, "flowwarden dlq replay: cannot read the DLQ of stream \"%s\": %s\n",
+               fw_stream_worker_name (s->workers[i]), err.message);
+      return false;
+   }
    append_entries_query (&q, base, fw_stream_worker_name (s->workers[i]), o);
    append_entries_opts (&opts, o);
    cur = mongoc_collection_find_with_opts (coll, &q, &opts, NULL);
    while (ok && mongoc_cursor_next (cur, &doc)) {
-      ok = add_candidate (c, doc, i);
+      if (!(ok = add_candidate (c, doc, i))) {
+         fprintf (stderr, "flowwarden dlq replay: out of memory selecting the entries\n");
+      }
    }
    if (mongoc_cursor_error (cur, &berr)) {
       fprintf (stderr, "flowwarden dlq replay: cannot read the DLQ of stream \"%s\": %s\n",
@@ -678,6 +691,11 @@ fetch (session_t *s, const candidate_t *c, bson_t *out, char *error, size_t len)
    bson_error_t berr;
    bool found = false;
 
+   if (!coll) {
+      snprintf (error, len, "cannot read the entry: %.1000s", err.message);
+      bson_destroy (&q);
+      return false;
+   }
    BSON_APPEND_VALUE (&q, "_id", &c->id);
    cur = mongoc_collection_find_with_opts (coll, &q, NULL, NULL);
    if (mongoc_cursor_next (cur, &doc)) {
@@ -833,9 +851,11 @@ replay_candidate (session_t *s, const candidate_t *c, const fw_replay_options_t 
       print_result (pr, &stub, &r);
       bson_destroy (&stub);
    } else {
-      mongoc_collection_t *coll = fw_dlq_replay_collection (w, NULL);
       fw_error_t err;
-      fw_seq_replay_t out = fw_dlq_replay_select (w, coll, &entry, ropts, print_result, pr, &err);
+      mongoc_collection_t *coll = fw_dlq_replay_collection (w, &err);
+      fw_seq_replay_t out = coll ? fw_dlq_replay_select (w, coll, &entry, ropts, print_result,
+                                                         pr, &err)
+                                 : FW_SEQ_REPLAY_ERROR;
       if (out == FW_SEQ_REPLAY_ERROR) {
          r.status = FW_REPLAY_ERROR;
          snprintf (r.what, sizeof r.what, "%.1000s", err.message);

@@ -54,7 +54,10 @@ pload (lua_State *L)
           lua_getfield (L, -2, "uri") == LUA_TSTRING) {
          a->conn_uris[a->n_conns] = strdup (lua_tostring (L, -1));
          a->conn_names[a->n_conns] = strdup (lua_tostring (L, -2));
-         a->n_conns++;
+         a->n_conns++; /* counted even when a copy failed: the cleanup frees both arrays */
+         if (!a->conn_uris[a->n_conns - 1] || !a->conn_names[a->n_conns - 1]) {
+            return luaL_error (L, "out of memory");
+         }
       }
       lua_settop (L, 2);
    }
