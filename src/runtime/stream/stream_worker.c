@@ -166,7 +166,8 @@ typedef enum {
    READ_HISTORY_LOST,
    READ_PAUSE,  /* the admin endpoint asked to pause: checkpoint written */
    READ_RESTART, /* the admin endpoint asked to restart: checkpoint written */
-   READ_LOST    /* ha: the lease's deadline passed: handling stopped */
+   READ_LOST,   /* ha: the lease's deadline passed: handling stopped */
+   READ_NEXT    /* within a read only: no end, read on */
 } read_end_t;
 
 /* The change stream was closed at an invalidate its pipeline filtered out
@@ -272,186 +273,254 @@ error_end (fw_stream_worker_t *w, fw_position_t *p, fw_stream_reader_t *rd,
    return READ_ERROR;
 }
 
+/* At an event boundary of the read: a pause or restart asked ends it (the
+ * checkpoint written), a pending reload is applied, a lost lease ends it.
+ * READ_NEXT: read on. */
+static read_end_t
+event_boundary (fw_stream_worker_t *w, fw_position_t *p)
+{
+   int control = fw_stream_control_peek (w);
+   if (control == W_CONTROL_PAUSE || control == W_CONTROL_RESTART) {
+      /* An event boundary: nothing is in flight (once the lanes finished). */
+      fw_stream_lanes_stop (w, p);
+      fw_position_save (w, p, control == W_CONTROL_PAUSE ? "pause" : "restart");
+      return control == W_CONTROL_PAUSE ? READ_PAUSE : READ_RESTART;
+   }
+   if (control == W_CONTROL_RESUME) {
+      fw_stream_control_take (w); /* not paused: nothing to do */
+   }
+   if (w->lanes || w->n_lane_w > 1) {
+      if (!fw_stream_lanes_boundary (w, p)) { /* a reload waits for every lane */
+         if (fw_shutdown_requested (w->shutdown)) {
+            return READ_STOP;
+         }
+         stream_failed (w, w->failure);
+         return READ_FAILED;
+      }
+   } else {
+      fw_stream_reload_apply (w);
+   }
+   if (fw_stream_lease_lost (w)) {
+      return READ_LOST;
+   }
+   return READ_NEXT;
+}
+
+/* An event the runtime cannot read is never skipped in silence: with its
+ * resume token it goes to the DLQ whole; without a DLQ (or a token) the
+ * stream stops before it, so nothing is lost. READ_NEXT: dead-lettered. */
+static read_end_t
+unreadable_event (fw_stream_worker_t *w, fw_event_t *ev, const fw_error_t *err)
+{
+   char eid[1024], what[2200];
+   fw_dispatch_result_t r = FW_DISPATCH_NO_DLQ;
+   bson_iter_t tok;
+   bool named = fw_event_field (ev, FW_EV_ID, &tok) && BSON_ITER_HOLDS_DOCUMENT (&tok);
+   if (named && !fw_event_id (ev, eid, sizeof eid)) {
+      snprintf (eid, sizeof eid, "(long token)");
+   }
+   if (named && (r = fw_event_dispatch_unreadable (w, ev, err->message)) == FW_DISPATCH_STOPPED) {
+      return READ_STOP;
+   }
+   if (r == FW_DISPATCH_NO_DLQ) {
+      snprintf (what, sizeof what,
+                "unreadable change event %s: %.1000s; the checkpoint stays before it (add "
+                "dlq = true to keep such events in the dead-letter queue and go on)",
+                named ? eid : "(no usable resume token)", err->message);
+      stream_failed (w, what);
+      return READ_FAILED;
+   }
+   fw_log (FW_LOG_ERROR, w->cfg.name, "unreadable change event %s dead-lettered: %s", eid,
+           err->message);
+   return READ_NEXT;
+}
+
+/* Without lanes: the handlers run for ev on this thread. READ_NEXT: it is
+ * finished with. */
+static read_end_t
+dispatch_here (fw_stream_worker_t *w, const fw_event_t *ev)
+{
+   fw_dispatch_result_t r;
+
+   if (w->metrics) {
+      fw_stream_count_received (w, ev);
+   }
+   if (fw_stream_lease_lost (w)) {
+      return READ_LOST; /* checked again here: the read may have waited */
+   }
+   r = fw_event_dispatch (w, ev);
+   if (r == FW_DISPATCH_STOPPED) {
+      return fw_stream_lease_lost (w) && !fw_shutdown_requested (w->shutdown) ? READ_LOST
+                                                                              : READ_STOP;
+   }
+   if (r == FW_DISPATCH_FAILED) {
+      stream_failed (w, w->failure); /* a sequenced DLQ overflowed */
+      return READ_FAILED;
+   }
+   if (w->metrics) {
+      fw_stream_count_dispatched (w);
+   }
+   return READ_NEXT;
+}
+
+/* With lanes: ev goes to its lane (to_lane), or was dead-lettered here; the
+ * position follows the watermark. READ_NEXT: read on. */
+static read_end_t
+lanes_event (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
+             const fw_event_t *ev, bool to_lane)
+{
+   fw_lanes_step_t s =
+      fw_stream_lanes_take (w, p, ev, to_lane, fw_stream_reader_resume_token (rd));
+   if (s == FW_LANES_FAILED) {
+      stream_failed (w, w->failure);
+      return READ_FAILED;
+   }
+   if (s != FW_LANES_NEXT) {
+      return s == FW_LANES_INVALIDATED ? READ_INVALIDATED : READ_STOP;
+   }
+   return split_back (w, p) ? READ_REOPEN : READ_NEXT;
+}
+
+/* Without lanes, ev finished with: the position moves past it, saved every
+ * save_every events and at an invalidate, which ends the read. READ_NEXT:
+ * read on. */
+static read_end_t
+event_done (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
+            const fw_event_t *ev)
+{
+   bson_iter_t id;
+
+   if (fw_event_field (ev, FW_EV_ID, &id)) {
+      uint32_t len;
+      const uint8_t *data;
+      bson_t view;
+      bson_iter_document (&id, &len, &data);
+      if (bson_init_static (&view, data, len)) {
+         fw_position_set_token (&p->processed, &view);
+         p->has_processed = true;
+      }
+   }
+   fw_position_set_token (&p->resume, fw_stream_reader_resume_token (rd));
+   p->has_resume = true;
+   p->dirty = true;
+   if (++p->since_save >= w->cfg.save_every) {
+      fw_position_save_async (w, p, "save_every");
+   }
+   if (strcmp (ev->operation_type, "invalidate") == 0) {
+      p->invalidated = true;
+      fw_position_save (w, p, "invalidate");
+      return READ_INVALIDATED;
+   }
+   return split_back (w, p) ? READ_REOPEN : READ_NEXT;
+}
+
+/* One change event (or a fragment of one) doc taken from the reader:
+ * reassembled or dead-lettered by the oversize policy, dead-lettered when
+ * unreadable, handled here or handed to the lanes. READ_NEXT: read on. */
+static read_end_t
+take_event (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p, const bson_t *doc,
+            bool *progressed)
+{
+   fw_event_t ev;
+   fw_error_t err;
+   read_end_t end = READ_NEXT;
+
+   /* The parse's one scan tells a fragment (splitEvent) from a whole
+    * event; fields a fragment lacks make it fail, which is fine here. */
+   bool parsed = fw_event_parse (doc, &ev, &err);
+   fw_oversize_step_t step = fw_oversize_take (w, &p->split, &doc, &ev, &parsed, &err);
+
+   switch (step) {
+   case FW_OVERSIZE_FRAGMENT:
+      *progressed = true;
+      return READ_NEXT;
+   case FW_OVERSIZE_BROKEN:
+      fw_log (FW_LOG_WARN, w->cfg.name, "%s; re-opening before the split event", err.message);
+      snprintf (p->error, sizeof p->error, "%.500s", err.message);
+      return READ_ERROR;
+   case FW_OVERSIZE_STOPPED:
+      return READ_STOP;
+   case FW_OVERSIZE_FAILED:
+      stream_failed (w, err.message);
+      return READ_FAILED;
+   default:
+      break;
+   }
+   if (step == FW_OVERSIZE_SKIPPED) {
+      /* dead-lettered without its document by fw_oversize_take */
+   } else if (!parsed) {
+      end = unreadable_event (w, &ev, &err);
+   } else if (!w->lanes) {
+      end = dispatch_here (w, &ev);
+   }
+   if (end != READ_NEXT) {
+      return end;
+   }
+   *progressed = true;
+   if (w->lanes) {
+      return lanes_event (w, rd, p, &ev, parsed && step != FW_OVERSIZE_SKIPPED);
+   }
+   if (w->reprocess_at_ms >= 0) {
+      fw_dlq_reprocess_tick (w); /* a due dlq.reprocess round, between events */
+   }
+   return event_done (w, rd, p, &ev);
+}
+
+/* The reader is idle (no event, no error): a due dlq.reprocess round, the
+ * post-batch token as the seen position, and the interval's saves. */
+static void
+idle_step (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p)
+{
+   const bson_t *tok;
+   int64_t now;
+
+   /* With lanes: only once they are idle too (the round runs here). */
+   if (w->reprocess_at_ms >= 0 && (!w->lanes || fw_stream_lanes_advance (w, p))) {
+      fw_dlq_reprocess_tick (w); /* a due dlq.reprocess round, while idle */
+   }
+   /* Idle: the post-batch token moves the seen position forward. */
+   tok = fw_stream_reader_resume_token (rd);
+   now = fw_now_ms ();
+   if (w->metrics) {
+      fw_stream_metrics_caught_up (w->metrics);
+      fw_stream_dlq_count_tick (w, now);
+   }
+   if ((!w->lanes || fw_stream_lanes_advance (w, p)) && tok && !bson_empty (tok) &&
+       !fw_split_buffer_active (&p->split) &&
+       (!p->has_resume || !bson_equal (tok, &p->resume))) {
+      fw_position_set_token (&p->resume, tok);
+      p->has_resume = true;
+      p->dirty = true;
+   }
+   if ((p->dirty && now - p->last_save_ms >= w->cfg.save_interval_ms) ||
+       now - p->last_save_ms >= w->cfg.idle_heartbeat_ms) {
+      fw_position_save_async (w, p, "interval");
+   }
+   fw_position_writer_results (w);
+}
+
 /* Reads until shutdown, an error or an invalidate. */
 static read_end_t
 consume_events (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p, bool *progressed)
 {
    const bson_t *doc;
    bson_error_t berr;
+   read_end_t end;
 
    while (!fw_shutdown_requested (w->shutdown)) {
-      int control = fw_stream_control_peek (w);
-      if (control == W_CONTROL_PAUSE || control == W_CONTROL_RESTART) {
-         /* An event boundary: nothing is in flight (once the lanes finished). */
-         fw_stream_lanes_stop (w, p);
-         fw_position_save (w, p, control == W_CONTROL_PAUSE ? "pause" : "restart");
-         return control == W_CONTROL_PAUSE ? READ_PAUSE : READ_RESTART;
-      }
-      if (control == W_CONTROL_RESUME) {
-         fw_stream_control_take (w); /* not paused: nothing to do */
-      }
-      if (w->lanes || w->n_lane_w > 1) {
-         if (!fw_stream_lanes_boundary (w, p)) { /* a reload waits for every lane */
-            if (fw_shutdown_requested (w->shutdown)) {
-               return READ_STOP;
-            }
-            stream_failed (w, w->failure);
-            return READ_FAILED;
-         }
-      } else {
-         fw_stream_reload_apply (w);
-      }
-      if (fw_stream_lease_lost (w)) {
-         return READ_LOST;
+      if ((end = event_boundary (w, p)) != READ_NEXT) {
+         return end;
       }
       if (fw_stream_reader_next (rd, &doc)) {
-         fw_event_t ev;
-         fw_error_t err;
-         bson_iter_t id;
-
-         /* The parse's one scan tells a fragment (splitEvent) from a whole
-          * event; fields a fragment lacks make it fail, which is fine here. */
-         bool parsed = fw_event_parse (doc, &ev, &err);
-         fw_oversize_step_t step = fw_oversize_take (w, &p->split, &doc, &ev, &parsed, &err);
-
-         switch (step) {
-         case FW_OVERSIZE_FRAGMENT:
-            *progressed = true;
-            continue;
-         case FW_OVERSIZE_BROKEN:
-            fw_log (FW_LOG_WARN, w->cfg.name, "%s; re-opening before the split event",
-                    err.message);
-            snprintf (p->error, sizeof p->error, "%.500s", err.message);
-            return READ_ERROR;
-         case FW_OVERSIZE_STOPPED:
-            return READ_STOP;
-         case FW_OVERSIZE_FAILED:
-            stream_failed (w, err.message);
-            return READ_FAILED;
-         default:
-            break;
-         }
-         if (step == FW_OVERSIZE_SKIPPED) {
-            /* dead-lettered without its document by fw_oversize_take */
-         } else if (!parsed) {
-            /* An event the runtime cannot read is never skipped in silence:
-             * with its resume token it goes to the DLQ whole; without a DLQ
-             * (or a token) the stream stops before it, so nothing is lost. */
-            char eid[1024], what[2200];
-            fw_dispatch_result_t r = FW_DISPATCH_NO_DLQ;
-            bson_iter_t tok;
-            bool named = fw_event_field (&ev, FW_EV_ID, &tok) && BSON_ITER_HOLDS_DOCUMENT (&tok);
-            if (named && !fw_event_id (&ev, eid, sizeof eid)) {
-               snprintf (eid, sizeof eid, "(long token)");
-            }
-            if (named && (r = fw_event_dispatch_unreadable (w, &ev, err.message)) ==
-                            FW_DISPATCH_STOPPED) {
-               return READ_STOP;
-            }
-            if (r == FW_DISPATCH_NO_DLQ) {
-               snprintf (what, sizeof what,
-                         "unreadable change event %s: %.1000s; the checkpoint stays before it (add "
-                         "dlq = true to keep such events in the dead-letter queue and go on)",
-                         named ? eid : "(no usable resume token)", err.message);
-               stream_failed (w, what);
-               return READ_FAILED;
-            }
-            fw_log (FW_LOG_ERROR, w->cfg.name, "unreadable change event %s dead-lettered: %s",
-                    eid, err.message);
-         } else if (!w->lanes) {
-            if (w->metrics) {
-               fw_stream_count_received (w, &ev);
-            }
-            fw_dispatch_result_t r;
-            if (fw_stream_lease_lost (w)) {
-               return READ_LOST; /* checked again here: the read may have waited */
-            }
-            r = fw_event_dispatch (w, &ev);
-            if (r == FW_DISPATCH_STOPPED) {
-               return fw_stream_lease_lost (w) && !fw_shutdown_requested (w->shutdown) ? READ_LOST
-                                                                            : READ_STOP;
-            }
-            if (r == FW_DISPATCH_FAILED) {
-               stream_failed (w, w->failure); /* a sequenced DLQ overflowed */
-               return READ_FAILED;
-            }
-            if (w->metrics) {
-               fw_stream_count_dispatched (w);
-            }
-         }
-         *progressed = true;
-         if (w->lanes) {
-            fw_lanes_step_t s = fw_stream_lanes_take (w, p, &ev, parsed && step != FW_OVERSIZE_SKIPPED,
-                                                      fw_stream_reader_resume_token (rd));
-            if (s == FW_LANES_FAILED) {
-               stream_failed (w, w->failure);
-               return READ_FAILED;
-            }
-            if (s != FW_LANES_NEXT) {
-               return s == FW_LANES_INVALIDATED ? READ_INVALIDATED : READ_STOP;
-            }
-            if (split_back (w, p)) {
-               return READ_REOPEN;
-            }
-            continue;
-         }
-         if (w->reprocess_at_ms >= 0) {
-            fw_dlq_reprocess_tick (w); /* a due dlq.reprocess round, between events */
-         }
-         if (fw_event_field (&ev, FW_EV_ID, &id)) {
-            uint32_t len;
-            const uint8_t *data;
-            bson_t view;
-            bson_iter_document (&id, &len, &data);
-            if (bson_init_static (&view, data, len)) {
-               fw_position_set_token (&p->processed, &view);
-               p->has_processed = true;
-            }
-         }
-         fw_position_set_token (&p->resume, fw_stream_reader_resume_token (rd));
-         p->has_resume = true;
-         p->dirty = true;
-         if (++p->since_save >= w->cfg.save_every) {
-            fw_position_save_async (w, p, "save_every");
-         }
-         if (strcmp (ev.operation_type, "invalidate") == 0) {
-            p->invalidated = true;
-            fw_position_save (w, p, "invalidate");
-            return READ_INVALIDATED;
-         }
-         if (split_back (w, p)) {
-            return READ_REOPEN;
+         if ((end = take_event (w, rd, p, doc, progressed)) != READ_NEXT) {
+            return end;
          }
          continue;
       }
       if (fw_stream_reader_error (rd, &berr)) {
          return error_end (w, p, rd, &berr);
       }
-      /* With lanes: only once they are idle too (the round runs here). */
-      if (w->reprocess_at_ms >= 0 && (!w->lanes || fw_stream_lanes_advance (w, p))) {
-         fw_dlq_reprocess_tick (w); /* a due dlq.reprocess round, while idle */
-      }
-      /* Idle: the post-batch token moves the seen position forward. */
-      {
-         const bson_t *tok = fw_stream_reader_resume_token (rd);
-         int64_t now = fw_now_ms ();
-         if (w->metrics) {
-            fw_stream_metrics_caught_up (w->metrics);
-            fw_stream_dlq_count_tick (w, now);
-         }
-         if ((!w->lanes || fw_stream_lanes_advance (w, p)) && tok && !bson_empty (tok) &&
-             !fw_split_buffer_active (&p->split) &&
-             (!p->has_resume || !bson_equal (tok, &p->resume))) {
-            fw_position_set_token (&p->resume, tok);
-            p->has_resume = true;
-            p->dirty = true;
-         }
-         if ((p->dirty && now - p->last_save_ms >= w->cfg.save_interval_ms) ||
-             now - p->last_save_ms >= w->cfg.idle_heartbeat_ms) {
-            fw_position_save_async (w, p, "interval");
-         }
-         fw_position_writer_results (w);
-      }
+      idle_step (w, rd, p);
    }
    return READ_STOP;
 }
