@@ -503,4 +503,39 @@ void fw_stream_count_dispatched (fw_stream_worker_t *w);
  * entries for the flowwarden_dlq_pending gauges. */
 void fw_stream_dlq_count_tick (fw_stream_worker_t *w, int64_t now_ms);
 
+/* --- stream_restart.c: what follows the end of a read ------------------- */
+
+/* How a read of the change stream ended (stream_worker.c). */
+typedef enum {
+   FW_READ_STOP,
+   FW_READ_REOPEN,       /* re-open at once where the position is (no backoff) */
+   FW_READ_FAILED,       /* the stream stopped for good (fw_stream_failed said why) */
+   FW_READ_ERROR,
+   FW_READ_INVALIDATED,
+   FW_READ_HISTORY_LOST,
+   FW_READ_PAUSE,        /* the admin endpoint asked to pause: checkpoint written */
+   FW_READ_RESTART,      /* the admin endpoint asked to restart: checkpoint written */
+   FW_READ_LOST,         /* ha: the lease's deadline passed: handling stopped */
+   FW_READ_NEXT          /* within a read only: no end, read on */
+} fw_read_end_t;
+
+/* What the stream's thread keeps from one change stream to the next. */
+typedef struct fw_stream_run {
+   fw_checkpoint_t cp;   /* the checkpoint it started from */
+   fw_position_t p;
+   int restarts;         /* failed reads in a row, for the restart backoff */
+   int candidate;        /* 0: processed token, 1: seen token, 2: from now */
+   bool from_checkpoint;
+} fw_stream_run_t;
+
+/* stream_worker.c: the stream stops for good; what says why (status,
+ * metrics, log). */
+void fw_stream_failed (fw_stream_worker_t *w, const char *what);
+
+/* After a read ended with end (not FW_READ_NEXT): a pause waited out, a
+ * restart counted, after a lost lease the wait to lead again, after lost
+ * history its fallback, else the restart backoff. True: open the change
+ * stream again; false: the stream's thread ends. */
+bool fw_stream_read_ended (fw_stream_worker_t *w, fw_stream_run_t *run, fw_read_end_t end);
+
 #endif

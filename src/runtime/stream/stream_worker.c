@@ -92,8 +92,6 @@ open_stream (fw_stream_worker_t *w, const bson_t *start_after, bool split)
    return cs;
 }
 
-static void stream_failed (fw_stream_worker_t *w, const char *what);
-
 /* The server ended the change stream for good (ChangeStreamFatalError), e.g.
  * a pipeline stage changed the events' _id: stop and say so instead of
  * re-opening into the same error for ever. */
@@ -105,7 +103,7 @@ fatal_stream_error (fw_stream_worker_t *w, const bson_error_t *berr)
              "the server ended the change stream for good (ChangeStreamFatalError 280): %.1000s; "
              "the checkpoint stays before the event (check the stream's pipeline)",
              berr->message);
-   stream_failed (w, what);
+   fw_stream_failed (w, what);
 }
 
 /* An event the split stage cannot cut (7182500) under oversize = "skip":
@@ -135,7 +133,7 @@ oversize_failed (fw_stream_worker_t *w, const fw_position_t *p, const bson_error
    fw_oversize_failure (p->has_resume ? &p->resume : NULL,
                         w->cfg.split_large_events && !p->split_rejected && !p->unsplittable,
                         w->cfg.oversize_skip, berr, what, sizeof what);
-   stream_failed (w, what);
+   fw_stream_failed (w, what);
 }
 
 /* The server closed the change stream without an error: it does so at an
@@ -157,23 +155,11 @@ closed_without_error (const bson_error_t *berr)
    return berr->domain == MONGOC_ERROR_CURSOR && berr->code == MONGOC_ERROR_CURSOR_INVALID_CURSOR;
 }
 
-typedef enum {
-   READ_STOP,
-   READ_REOPEN, /* re-open at once where the position is (no backoff) */
-   READ_FAILED, /* the stream stopped for good (stream_failed said why) */
-   READ_ERROR,
-   READ_INVALIDATED,
-   READ_HISTORY_LOST,
-   READ_PAUSE,  /* the admin endpoint asked to pause: checkpoint written */
-   READ_RESTART, /* the admin endpoint asked to restart: checkpoint written */
-   READ_LOST    /* ha: the lease's deadline passed: handling stopped */
-} read_end_t;
-
 /* The change stream was closed at an invalidate its pipeline filtered out
  * (closed_without_error): once every event read is handled, the position
  * moves to the token it closed at and the stream re-opens with startAfter,
  * as after an invalidate event. */
-static read_end_t
+static fw_read_end_t
 closed_at_invalidate (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
                       const bson_error_t *berr)
 {
@@ -181,10 +167,10 @@ closed_at_invalidate (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position
 
    if (!fw_stream_lanes_settle (w, p)) {
       if (fw_shutdown_requested (w->shutdown)) {
-         return READ_STOP;
+         return FW_READ_STOP;
       }
-      stream_failed (w, w->failure);
-      return READ_FAILED;
+      fw_stream_failed (w, w->failure);
+      return FW_READ_FAILED;
    }
    if (!bson_empty (tok) && !fw_split_buffer_active (&p->split)) {
       fw_position_set_token (&p->resume, tok);
@@ -196,7 +182,7 @@ closed_at_invalidate (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position
            berr->message, berr->code);
    p->invalidated = true;
    fw_position_save (w, p, "invalidate");
-   return READ_INVALIDATED;
+   return FW_READ_INVALIDATED;
 }
 
 /* After the event the split stage could not cut (read without the stage):
@@ -217,23 +203,23 @@ split_back (fw_stream_worker_t *w, fw_position_t *p)
 /* What an error of the change stream means for this read, at its open (rd
  * NULL) or while reading from rd: the one classification of both. Says what
  * the user is to see (log, p->error, the stream's failure). */
-static read_end_t
+static fw_read_end_t
 error_end (fw_stream_worker_t *w, fw_position_t *p, fw_stream_reader_t *rd,
            const bson_error_t *berr)
 {
    if (berr->code == FW_ERR_HISTORY_LOST) {
-      return READ_HISTORY_LOST;
+      return FW_READ_HISTORY_LOST;
    }
    if (berr->code == FW_ERR_CHANGE_STREAM_FATAL) {
       fatal_stream_error (w, berr);
-      return READ_FAILED;
+      return FW_READ_FAILED;
    }
    if (fw_oversize_error (berr)) {
       if (read_unsplittable (w, p, berr)) {
-         return READ_REOPEN;
+         return FW_READ_REOPEN;
       }
       oversize_failed (w, p, berr);
-      return READ_FAILED;
+      return FW_READ_FAILED;
    }
    if (berr->code == FW_ERR_FULL_DOCUMENT_REFUSED) {
       char what[1400];
@@ -242,8 +228,8 @@ error_end (fw_stream_worker_t *w, fw_position_t *p, fw_stream_reader_t *rd,
                 "%.1000s (code %u); the stream is stopped",
                 w->cfg.full_document ? w->cfg.full_document : "default", berr->message,
                 berr->code);
-      stream_failed (w, what);
-      return READ_FAILED;
+      fw_stream_failed (w, what);
+      return FW_READ_FAILED;
    }
    if (w->cfg.split_large_events && !p->split_rejected && fw_oversize_stage_rejected (berr)) {
       fw_log (FW_LOG_WARN, w->cfg.name,
@@ -251,7 +237,7 @@ error_end (fw_stream_worker_t *w, fw_position_t *p, fw_stream_reader_t *rd,
               "reading without it; events over 16 MiB follow oversize = \"%s\"",
               berr->message, berr->code, w->cfg.oversize_skip ? "skip" : "fail");
       p->split_rejected = true;
-      return READ_REOPEN;
+      return FW_READ_REOPEN;
    }
    if (rd && closed_without_error (berr)) {
       return closed_at_invalidate (w, rd, p, berr);
@@ -259,201 +245,269 @@ error_end (fw_stream_worker_t *w, fw_position_t *p, fw_stream_reader_t *rd,
    if (berr->domain == MONGOC_ERROR_CURSOR &&
        berr->code == MONGOC_ERROR_CHANGE_STREAM_NO_RESUME_TOKEN) {
       /* Re-opening would fail the same way for ever. */
-      stream_failed (w, "a change event has no _id (resume token), so it can be neither "
+      fw_stream_failed (w, "a change event has no _id (resume token), so it can be neither "
                         "handled nor checkpointed: a pipeline stage must not remove or "
                         "change _id; the checkpoint stays before it");
-      return READ_FAILED;
+      return FW_READ_FAILED;
    }
    fw_log (FW_LOG_WARN, w->cfg.name, "%s: %s (code %u)",
            rd ? "change stream failed" : "cannot open change stream", berr->message, berr->code);
    snprintf (p->error, sizeof p->error, "%s: %s (code %u)",
              rd ? "change stream failed" : "cannot open the change stream", berr->message,
              berr->code);
-   return READ_ERROR;
+   return FW_READ_ERROR;
+}
+
+/* At an event boundary of the read: a pause or restart asked ends it (the
+ * checkpoint written), a pending reload is applied, a lost lease ends it.
+ * FW_READ_NEXT: read on. */
+static fw_read_end_t
+event_boundary (fw_stream_worker_t *w, fw_position_t *p)
+{
+   int control = fw_stream_control_peek (w);
+   if (control == W_CONTROL_PAUSE || control == W_CONTROL_RESTART) {
+      /* An event boundary: nothing is in flight (once the lanes finished). */
+      fw_stream_lanes_stop (w, p);
+      fw_position_save (w, p, control == W_CONTROL_PAUSE ? "pause" : "restart");
+      return control == W_CONTROL_PAUSE ? FW_READ_PAUSE : FW_READ_RESTART;
+   }
+   if (control == W_CONTROL_RESUME) {
+      fw_stream_control_take (w); /* not paused: nothing to do */
+   }
+   if (w->lanes || w->n_lane_w > 1) {
+      if (!fw_stream_lanes_boundary (w, p)) { /* a reload waits for every lane */
+         if (fw_shutdown_requested (w->shutdown)) {
+            return FW_READ_STOP;
+         }
+         fw_stream_failed (w, w->failure);
+         return FW_READ_FAILED;
+      }
+   } else {
+      fw_stream_reload_apply (w);
+   }
+   if (fw_stream_lease_lost (w)) {
+      return FW_READ_LOST;
+   }
+   return FW_READ_NEXT;
+}
+
+/* An event the runtime cannot read is never skipped in silence: with its
+ * resume token it goes to the DLQ whole; without a DLQ (or a token) the
+ * stream stops before it, so nothing is lost. FW_READ_NEXT: dead-lettered. */
+static fw_read_end_t
+unreadable_event (fw_stream_worker_t *w, fw_event_t *ev, const fw_error_t *err)
+{
+   char eid[1024], what[2200];
+   fw_dispatch_result_t r = FW_DISPATCH_NO_DLQ;
+   bson_iter_t tok;
+   bool named = fw_event_field (ev, FW_EV_ID, &tok) && BSON_ITER_HOLDS_DOCUMENT (&tok);
+   if (named && !fw_event_id (ev, eid, sizeof eid)) {
+      snprintf (eid, sizeof eid, "(long token)");
+   }
+   if (named && (r = fw_event_dispatch_unreadable (w, ev, err->message)) == FW_DISPATCH_STOPPED) {
+      return FW_READ_STOP;
+   }
+   if (r == FW_DISPATCH_NO_DLQ) {
+      snprintf (what, sizeof what,
+                "unreadable change event %s: %.1000s; the checkpoint stays before it (add "
+                "dlq = true to keep such events in the dead-letter queue and go on)",
+                named ? eid : "(no usable resume token)", err->message);
+      fw_stream_failed (w, what);
+      return FW_READ_FAILED;
+   }
+   fw_log (FW_LOG_ERROR, w->cfg.name, "unreadable change event %s dead-lettered: %s", eid,
+           err->message);
+   return FW_READ_NEXT;
+}
+
+/* Without lanes: the handlers run for ev on this thread. FW_READ_NEXT: it is
+ * finished with. */
+static fw_read_end_t
+dispatch_here (fw_stream_worker_t *w, const fw_event_t *ev)
+{
+   fw_dispatch_result_t r;
+
+   if (w->metrics) {
+      fw_stream_count_received (w, ev);
+   }
+   if (fw_stream_lease_lost (w)) {
+      return FW_READ_LOST; /* checked again here: the read may have waited */
+   }
+   r = fw_event_dispatch (w, ev);
+   if (r == FW_DISPATCH_STOPPED) {
+      return fw_stream_lease_lost (w) && !fw_shutdown_requested (w->shutdown) ? FW_READ_LOST
+                                                                              : FW_READ_STOP;
+   }
+   if (r == FW_DISPATCH_FAILED) {
+      fw_stream_failed (w, w->failure); /* a sequenced DLQ overflowed */
+      return FW_READ_FAILED;
+   }
+   if (w->metrics) {
+      fw_stream_count_dispatched (w);
+   }
+   return FW_READ_NEXT;
+}
+
+/* With lanes: ev goes to its lane (to_lane), or was dead-lettered here; the
+ * position follows the watermark. FW_READ_NEXT: read on. */
+static fw_read_end_t
+lanes_event (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
+             const fw_event_t *ev, bool to_lane)
+{
+   fw_lanes_step_t s =
+      fw_stream_lanes_take (w, p, ev, to_lane, fw_stream_reader_resume_token (rd));
+   if (s == FW_LANES_FAILED) {
+      fw_stream_failed (w, w->failure);
+      return FW_READ_FAILED;
+   }
+   if (s != FW_LANES_NEXT) {
+      return s == FW_LANES_INVALIDATED ? FW_READ_INVALIDATED : FW_READ_STOP;
+   }
+   return split_back (w, p) ? FW_READ_REOPEN : FW_READ_NEXT;
+}
+
+/* Without lanes, ev finished with: the position moves past it, saved every
+ * save_every events and at an invalidate, which ends the read. FW_READ_NEXT:
+ * read on. */
+static fw_read_end_t
+event_done (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
+            const fw_event_t *ev)
+{
+   bson_iter_t id;
+
+   if (fw_event_field (ev, FW_EV_ID, &id)) {
+      uint32_t len;
+      const uint8_t *data;
+      bson_t view;
+      bson_iter_document (&id, &len, &data);
+      if (bson_init_static (&view, data, len)) {
+         fw_position_set_token (&p->processed, &view);
+         p->has_processed = true;
+      }
+   }
+   fw_position_set_token (&p->resume, fw_stream_reader_resume_token (rd));
+   p->has_resume = true;
+   p->dirty = true;
+   if (++p->since_save >= w->cfg.save_every) {
+      fw_position_save_async (w, p, "save_every");
+   }
+   if (strcmp (ev->operation_type, "invalidate") == 0) {
+      p->invalidated = true;
+      fw_position_save (w, p, "invalidate");
+      return FW_READ_INVALIDATED;
+   }
+   return split_back (w, p) ? FW_READ_REOPEN : FW_READ_NEXT;
+}
+
+/* One change event (or a fragment of one) doc taken from the reader:
+ * reassembled or dead-lettered by the oversize policy, dead-lettered when
+ * unreadable, handled here or handed to the lanes. FW_READ_NEXT: read on. */
+static fw_read_end_t
+take_event (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p, const bson_t *doc,
+            bool *progressed)
+{
+   fw_event_t ev;
+   fw_error_t err;
+   fw_read_end_t end = FW_READ_NEXT;
+
+   /* The parse's one scan tells a fragment (splitEvent) from a whole
+    * event; fields a fragment lacks make it fail, which is fine here. */
+   bool parsed = fw_event_parse (doc, &ev, &err);
+   fw_oversize_step_t step = fw_oversize_take (w, &p->split, &doc, &ev, &parsed, &err);
+
+   switch (step) {
+   case FW_OVERSIZE_FRAGMENT:
+      *progressed = true;
+      return FW_READ_NEXT;
+   case FW_OVERSIZE_BROKEN:
+      fw_log (FW_LOG_WARN, w->cfg.name, "%s; re-opening before the split event", err.message);
+      snprintf (p->error, sizeof p->error, "%.500s", err.message);
+      return FW_READ_ERROR;
+   case FW_OVERSIZE_STOPPED:
+      return FW_READ_STOP;
+   case FW_OVERSIZE_FAILED:
+      fw_stream_failed (w, err.message);
+      return FW_READ_FAILED;
+   default:
+      break;
+   }
+   if (step == FW_OVERSIZE_SKIPPED) {
+      /* dead-lettered without its document by fw_oversize_take */
+   } else if (!parsed) {
+      end = unreadable_event (w, &ev, &err);
+   } else if (!w->lanes) {
+      end = dispatch_here (w, &ev);
+   }
+   if (end != FW_READ_NEXT) {
+      return end;
+   }
+   *progressed = true;
+   if (w->lanes) {
+      return lanes_event (w, rd, p, &ev, parsed && step != FW_OVERSIZE_SKIPPED);
+   }
+   if (w->reprocess_at_ms >= 0) {
+      fw_dlq_reprocess_tick (w); /* a due dlq.reprocess round, between events */
+   }
+   return event_done (w, rd, p, &ev);
+}
+
+/* The reader is idle (no event, no error): a due dlq.reprocess round, the
+ * post-batch token as the seen position, and the interval's saves. */
+static void
+idle_step (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p)
+{
+   const bson_t *tok;
+   int64_t now;
+
+   /* With lanes: only once they are idle too (the round runs here). */
+   if (w->reprocess_at_ms >= 0 && (!w->lanes || fw_stream_lanes_advance (w, p))) {
+      fw_dlq_reprocess_tick (w); /* a due dlq.reprocess round, while idle */
+   }
+   /* Idle: the post-batch token moves the seen position forward. */
+   tok = fw_stream_reader_resume_token (rd);
+   now = fw_now_ms ();
+   if (w->metrics) {
+      fw_stream_metrics_caught_up (w->metrics);
+      fw_stream_dlq_count_tick (w, now);
+   }
+   if ((!w->lanes || fw_stream_lanes_advance (w, p)) && tok && !bson_empty (tok) &&
+       !fw_split_buffer_active (&p->split) &&
+       (!p->has_resume || !bson_equal (tok, &p->resume))) {
+      fw_position_set_token (&p->resume, tok);
+      p->has_resume = true;
+      p->dirty = true;
+   }
+   if ((p->dirty && now - p->last_save_ms >= w->cfg.save_interval_ms) ||
+       now - p->last_save_ms >= w->cfg.idle_heartbeat_ms) {
+      fw_position_save_async (w, p, "interval");
+   }
+   fw_position_writer_results (w);
 }
 
 /* Reads until shutdown, an error or an invalidate. */
-static read_end_t
+static fw_read_end_t
 consume_events (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p, bool *progressed)
 {
    const bson_t *doc;
    bson_error_t berr;
+   fw_read_end_t end;
 
    while (!fw_shutdown_requested (w->shutdown)) {
-      int control = fw_stream_control_peek (w);
-      if (control == W_CONTROL_PAUSE || control == W_CONTROL_RESTART) {
-         /* An event boundary: nothing is in flight (once the lanes finished). */
-         fw_stream_lanes_stop (w, p);
-         fw_position_save (w, p, control == W_CONTROL_PAUSE ? "pause" : "restart");
-         return control == W_CONTROL_PAUSE ? READ_PAUSE : READ_RESTART;
-      }
-      if (control == W_CONTROL_RESUME) {
-         fw_stream_control_take (w); /* not paused: nothing to do */
-      }
-      if (w->lanes || w->n_lane_w > 1) {
-         if (!fw_stream_lanes_boundary (w, p)) { /* a reload waits for every lane */
-            if (fw_shutdown_requested (w->shutdown)) {
-               return READ_STOP;
-            }
-            stream_failed (w, w->failure);
-            return READ_FAILED;
-         }
-      } else {
-         fw_stream_reload_apply (w);
-      }
-      if (fw_stream_lease_lost (w)) {
-         return READ_LOST;
+      if ((end = event_boundary (w, p)) != FW_READ_NEXT) {
+         return end;
       }
       if (fw_stream_reader_next (rd, &doc)) {
-         fw_event_t ev;
-         fw_error_t err;
-         bson_iter_t id;
-
-         /* The parse's one scan tells a fragment (splitEvent) from a whole
-          * event; fields a fragment lacks make it fail, which is fine here. */
-         bool parsed = fw_event_parse (doc, &ev, &err);
-         fw_oversize_step_t step = fw_oversize_take (w, &p->split, &doc, &ev, &parsed, &err);
-
-         switch (step) {
-         case FW_OVERSIZE_FRAGMENT:
-            *progressed = true;
-            continue;
-         case FW_OVERSIZE_BROKEN:
-            fw_log (FW_LOG_WARN, w->cfg.name, "%s; re-opening before the split event",
-                    err.message);
-            snprintf (p->error, sizeof p->error, "%.500s", err.message);
-            return READ_ERROR;
-         case FW_OVERSIZE_STOPPED:
-            return READ_STOP;
-         case FW_OVERSIZE_FAILED:
-            stream_failed (w, err.message);
-            return READ_FAILED;
-         default:
-            break;
-         }
-         if (step == FW_OVERSIZE_SKIPPED) {
-            /* dead-lettered without its document by fw_oversize_take */
-         } else if (!parsed) {
-            /* An event the runtime cannot read is never skipped in silence:
-             * with its resume token it goes to the DLQ whole; without a DLQ
-             * (or a token) the stream stops before it, so nothing is lost. */
-            char eid[1024], what[2200];
-            fw_dispatch_result_t r = FW_DISPATCH_NO_DLQ;
-            bson_iter_t tok;
-            bool named = fw_event_field (&ev, FW_EV_ID, &tok) && BSON_ITER_HOLDS_DOCUMENT (&tok);
-            if (named && !fw_event_id (&ev, eid, sizeof eid)) {
-               snprintf (eid, sizeof eid, "(long token)");
-            }
-            if (named && (r = fw_event_dispatch_unreadable (w, &ev, err.message)) ==
-                            FW_DISPATCH_STOPPED) {
-               return READ_STOP;
-            }
-            if (r == FW_DISPATCH_NO_DLQ) {
-               snprintf (what, sizeof what,
-                         "unreadable change event %s: %.1000s; the checkpoint stays before it (add "
-                         "dlq = true to keep such events in the dead-letter queue and go on)",
-                         named ? eid : "(no usable resume token)", err.message);
-               stream_failed (w, what);
-               return READ_FAILED;
-            }
-            fw_log (FW_LOG_ERROR, w->cfg.name, "unreadable change event %s dead-lettered: %s",
-                    eid, err.message);
-         } else if (!w->lanes) {
-            if (w->metrics) {
-               fw_stream_count_received (w, &ev);
-            }
-            fw_dispatch_result_t r;
-            if (fw_stream_lease_lost (w)) {
-               return READ_LOST; /* checked again here: the read may have waited */
-            }
-            r = fw_event_dispatch (w, &ev);
-            if (r == FW_DISPATCH_STOPPED) {
-               return fw_stream_lease_lost (w) && !fw_shutdown_requested (w->shutdown) ? READ_LOST
-                                                                            : READ_STOP;
-            }
-            if (r == FW_DISPATCH_FAILED) {
-               stream_failed (w, w->failure); /* a sequenced DLQ overflowed */
-               return READ_FAILED;
-            }
-            if (w->metrics) {
-               fw_stream_count_dispatched (w);
-            }
-         }
-         *progressed = true;
-         if (w->lanes) {
-            fw_lanes_step_t s = fw_stream_lanes_take (w, p, &ev, parsed && step != FW_OVERSIZE_SKIPPED,
-                                                      fw_stream_reader_resume_token (rd));
-            if (s == FW_LANES_FAILED) {
-               stream_failed (w, w->failure);
-               return READ_FAILED;
-            }
-            if (s != FW_LANES_NEXT) {
-               return s == FW_LANES_INVALIDATED ? READ_INVALIDATED : READ_STOP;
-            }
-            if (split_back (w, p)) {
-               return READ_REOPEN;
-            }
-            continue;
-         }
-         if (w->reprocess_at_ms >= 0) {
-            fw_dlq_reprocess_tick (w); /* a due dlq.reprocess round, between events */
-         }
-         if (fw_event_field (&ev, FW_EV_ID, &id)) {
-            uint32_t len;
-            const uint8_t *data;
-            bson_t view;
-            bson_iter_document (&id, &len, &data);
-            if (bson_init_static (&view, data, len)) {
-               fw_position_set_token (&p->processed, &view);
-               p->has_processed = true;
-            }
-         }
-         fw_position_set_token (&p->resume, fw_stream_reader_resume_token (rd));
-         p->has_resume = true;
-         p->dirty = true;
-         if (++p->since_save >= w->cfg.save_every) {
-            fw_position_save_async (w, p, "save_every");
-         }
-         if (strcmp (ev.operation_type, "invalidate") == 0) {
-            p->invalidated = true;
-            fw_position_save (w, p, "invalidate");
-            return READ_INVALIDATED;
-         }
-         if (split_back (w, p)) {
-            return READ_REOPEN;
+         if ((end = take_event (w, rd, p, doc, progressed)) != FW_READ_NEXT) {
+            return end;
          }
          continue;
       }
       if (fw_stream_reader_error (rd, &berr)) {
          return error_end (w, p, rd, &berr);
       }
-      /* With lanes: only once they are idle too (the round runs here). */
-      if (w->reprocess_at_ms >= 0 && (!w->lanes || fw_stream_lanes_advance (w, p))) {
-         fw_dlq_reprocess_tick (w); /* a due dlq.reprocess round, while idle */
-      }
-      /* Idle: the post-batch token moves the seen position forward. */
-      {
-         const bson_t *tok = fw_stream_reader_resume_token (rd);
-         int64_t now = fw_now_ms ();
-         if (w->metrics) {
-            fw_stream_metrics_caught_up (w->metrics);
-            fw_stream_dlq_count_tick (w, now);
-         }
-         if ((!w->lanes || fw_stream_lanes_advance (w, p)) && tok && !bson_empty (tok) &&
-             !fw_split_buffer_active (&p->split) &&
-             (!p->has_resume || !bson_equal (tok, &p->resume))) {
-            fw_position_set_token (&p->resume, tok);
-            p->has_resume = true;
-            p->dirty = true;
-         }
-         if ((p->dirty && now - p->last_save_ms >= w->cfg.save_interval_ms) ||
-             now - p->last_save_ms >= w->cfg.idle_heartbeat_ms) {
-            fw_position_save_async (w, p, "interval");
-         }
-         fw_position_writer_results (w);
-      }
+      idle_step (w, rd, p);
    }
-   return READ_STOP;
+   return FW_READ_STOP;
 }
 
 /* The reader's hold: shutdown, or a pause or restart asked. */
@@ -469,17 +523,17 @@ reader_hold (void *ud)
 /* Reads (ahead, on the reader's thread) until shutdown, an error or an
  * invalidate. What was read ahead and not handled is dropped when it ends:
  * the position re-opens the change stream before it. */
-static read_end_t
+static fw_read_end_t
 consume (fw_stream_worker_t *w, mongoc_change_stream_t *cs, fw_position_t *p, bool *progressed)
 {
-   read_end_t end;
+   fw_read_end_t end;
    fw_stream_reader_t *rd =
       fw_stream_reader_start (cs, FW_READ_AHEAD_EVENTS, FW_READ_AHEAD_BYTES, reader_hold, w);
 
    if (!rd) {
       snprintf (p->error, sizeof p->error, "out of memory starting the change stream's reader");
       fw_log (FW_LOG_ERROR, w->cfg.name, "%s", p->error);
-      return READ_ERROR;
+      return FW_READ_ERROR;
    }
    end = consume_events (w, rd, p, progressed);
    fw_stream_lanes_stop (w, p); /* p: the watermark once they finished */
@@ -489,8 +543,8 @@ consume (fw_stream_worker_t *w, mongoc_change_stream_t *cs, fw_position_t *p, bo
 
 /* --- the thread ----------------------------------------------------------- */
 
-static void
-stream_failed (fw_stream_worker_t *w, const char *what)
+void
+fw_stream_failed (fw_stream_worker_t *w, const char *what)
 {
    w->stats.failed = true;
    if (w->metrics) {
@@ -507,229 +561,57 @@ set_state (fw_stream_worker_t *w, fw_stream_state_t state, const char *why)
    }
 }
 
-static void *
-worker_main (void *arg)
+/* The thread's setup: its run's buffers, its clients, then the DLQ store,
+ * with ha the lease (and the wait to lead), and the checkpoint. False when
+ * the thread is to end (shutdown, or the stream failed); run_teardown undoes
+ * it either way. */
+static bool
+run_setup (fw_stream_worker_t *w, fw_stream_run_t *run)
 {
-   fw_stream_worker_t *w = arg;
-   fw_checkpoint_t cp = {0};
-   fw_position_t p = {0};
    fw_error_t err;
-   int restarts = 0;
-   int candidate = 0; /* 0: processed token, 1: seen token, 2: from now */
-   bool from_checkpoint = false;
 
-   bson_init (&p.resume);
-   bson_init (&p.processed);
-   fw_split_buffer_init (&p.split);
-   bson_init (&cp.processed);
-   bson_init (&cp.seen);
+   bson_init (&run->p.resume);
+   bson_init (&run->p.processed);
+   fw_split_buffer_init (&run->p.split);
+   bson_init (&run->cp.processed);
+   bson_init (&run->cp.seen);
    w->client = mongoc_client_pool_pop (w->pool);
    w->read_client = mongoc_client_pool_pop (w->pool);
-   p.last_save_ms = fw_now_ms ();
+   run->p.last_save_ms = fw_now_ms ();
    set_state (w, FW_STREAM_STARTING, "starting: reading its checkpoint");
    if (w->metrics) {
       fw_stream_metrics_set_script_version (w->metrics, fw_lua_host_version (w->host));
    }
 
    if (w->cfg.dlq.enabled && !fw_event_dispatch_open_dlq (w)) {
-      goto done;
+      return false;
    }
    if (w->cfg.ha_leader) {
       if (!(w->lease = fw_lease_new (mongoc_client_get_uri (w->client), w->cfg.database,
                                      w->cfg.name, w->cfg.ha_lease_ms, NULL, &err))) {
-         stream_failed (w, err.message);
-         goto done;
+         fw_stream_failed (w, err.message);
+         return false;
       }
       if (!fw_stream_wait_lead (w)) {
-         goto done;
+         return false;
       }
    }
-   if (!fw_stream_load_checkpoint (w, &cp, &p, &candidate, &from_checkpoint)) {
-      goto done;
+   if (!fw_stream_load_checkpoint (w, &run->cp, &run->p, &run->candidate,
+                                   &run->from_checkpoint)) {
+      return false;
    }
    fw_log (FW_LOG_INFO, w->cfg.name, "starting on %s%s%s %s", w->cfg.database,
            w->cfg.collection ? "." : "", w->cfg.collection ? w->cfg.collection : " (all collections)",
-           from_checkpoint ? "from its checkpoint" : "from now");
+           run->from_checkpoint ? "from its checkpoint" : "from now");
+   return true;
+}
 
-   while (!fw_shutdown_requested (w->shutdown)) {
-      mongoc_change_stream_t *cs;
-      bson_error_t berr;
-      const bson_t *reply;
-      read_end_t end;
-      bool progressed = false;
-
-      if (fw_stream_control_peek (w) == W_CONTROL_PAUSE) {
-         /* Asked while the change stream was closed (a restart delay). */
-         fw_stream_control_take (w);
-         fw_position_save (w, &p, "pause");
-         if (fw_stream_paused (w) == W_CONTROL_NONE) {
-            break;
-         }
-         restarts = 0;
-         continue;
-      }
-      fw_split_buffer_reset (&p.split);
-      /* A sequenced DLQ: its open sequences, read again on every (re)open. */
-      if (!fw_park_load (w)) {
-         break;
-      }
-      {
-         /* Checked at every open: a 6.0-only option on an older server is
-          * refused every time, so the stream stops instead of re-opening. */
-         char unsupported[800];
-         if (!fw_stream_server_supports (w, unsupported, sizeof unsupported)) {
-            stream_failed (w, unsupported);
-            break;
-         }
-      }
-      cs = open_stream (w, p.has_resume ? &p.resume : NULL,
-                        w->cfg.split_large_events && !p.split_rejected && !p.unsplittable);
-      if (cs && mongoc_change_stream_error_document (cs, &berr, &reply)) {
-         end = error_end (w, &p, NULL, &berr);
-      } else if (!cs) {
-         end = READ_ERROR;
-         snprintf (p.error, sizeof p.error, "cannot open the change stream");
-      } else {
-         const bson_t *start = mongoc_change_stream_get_resume_token (cs);
-         bool resuming = p.has_resume;
-         /* Only a stream that opened gives up the checkpoint's fallbacks. */
-         candidate = 2;
-         if (!p.has_resume && start && !bson_empty (start)) {
-            /* Save where a new stream starts at once (before saying it is
-             * open), so that a crash or an error before its first event
-             * cannot move it to a later "now" and lose what came between. */
-            fw_position_set_token (&p.resume, start);
-            p.has_resume = true;
-            fw_position_save (w, &p, "start");
-         }
-         fw_log (FW_LOG_INFO, w->cfg.name, "change stream open%s",
-                 resuming ? " (resuming)" : " (from now)");
-         set_state (w, FW_STREAM_RUNNING, NULL);
-         end = consume (w, cs, &p, &progressed);
-      }
-      mongoc_change_stream_destroy (cs);
-      if (progressed) {
-         restarts = 0;
-      }
-      if (end == READ_PAUSE) {
-         int next;
-         fw_stream_control_take (w);
-         if ((next = fw_stream_paused (w)) == W_CONTROL_NONE) {
-            break;
-         }
-         if (next == W_CONTROL_RESTART && w->metrics) {
-            fw_stream_metrics_restart (w->metrics, FW_METRICS_RESTART_ADMIN);
-         }
-         restarts = 0;
-         continue;
-      }
-      if (end == READ_REOPEN && !fw_shutdown_requested (w->shutdown)) {
-         continue;
-      }
-      if (end == READ_RESTART) {
-         fw_stream_control_take (w);
-         fw_log (FW_LOG_INFO, w->cfg.name,
-                 "restarting: checkpoint written, re-opening the change stream (asked by the "
-                 "admin endpoint)");
-         if (w->metrics) {
-            fw_stream_metrics_restart (w->metrics, FW_METRICS_RESTART_ADMIN);
-         }
-         restarts = 0;
-         continue;
-      }
-
-      if (end == READ_LOST && !fw_shutdown_requested (w->shutdown)) {
-         /* Handlers stopped before the lease could expire. The last save is
-          * fenced: it lands only if no newer leader fenced the checkpoint. */
-         fw_position_save (w, &p, "lease lost");
-         fw_log (FW_LOG_WARN, w->cfg.name,
-                 "role: standby (stopped handling: the lease, epoch %lld, could not be kept; "
-                 "change stream closed)",
-                 (long long) w->epoch);
-         p.has_processed = p.has_resume = false;
-         p.since_save = 0;
-         p.dirty = false;
-         p.invalidated = false;
-         fw_checkpoint_cleanup (&cp);
-         bson_init (&cp.processed);
-         bson_init (&cp.seen);
-         candidate = 0;
-         if (!fw_stream_wait_lead (w) || !fw_stream_load_checkpoint (w, &cp, &p, &candidate, &from_checkpoint)) {
-            break;
-         }
-         restarts = 0;
-         continue;
-      }
-      if (end == READ_STOP || end == READ_FAILED || fw_shutdown_requested (w->shutdown)) {
-         break;
-      }
-      if (end == READ_HISTORY_LOST) {
-         if (candidate == 0 && cp.has_seen && !bson_equal (&cp.seen, &p.resume)) {
-            fw_log (FW_LOG_WARN, w->cfg.name,
-                    "resume point of the last processed event is no longer in the oplog; "
-                    "trying the last seen position");
-            fw_position_set_token (&p.resume, &cp.seen);
-            candidate = 1;
-            if (w->metrics) {
-               fw_stream_metrics_restart (w->metrics, FW_METRICS_RESTART_HISTORY_LOST);
-            }
-            continue;
-         }
-         if (!w->cfg.resume_from_now) {
-            stream_failed (w, "the change stream history is lost (the resume point left the "
-                              "oplog) and on_history_lost = \"fail\"; events after the last "
-                              "checkpoint may be missing. Set checkpoint.on_history_lost = "
-                              "\"resume_from_now\" to accept the gap");
-            break;
-         }
-         fw_log (FW_LOG_ERROR, w->cfg.name,
-                 "change stream history lost: resuming from now; events between the last "
-                 "checkpoint and now were NOT delivered (on_history_lost = resume_from_now)");
-         p.has_resume = false;
-         candidate = 2;
-         if (w->metrics) {
-            fw_stream_metrics_restart (w->metrics, FW_METRICS_RESTART_HISTORY_LOST);
-         }
-         continue;
-      }
-      restarts++;
-      if (w->cfg.restart.max_attempts > 0 && restarts > w->cfg.restart.max_attempts) {
-         stream_failed (w, "the change stream kept failing: restart.max_attempts reached");
-         break;
-      }
-      {
-         int64_t delay =
-            fw_backoff_delay_ms (&w->cfg.restart, restarts, fw_backoff_random (&w->rng));
-         fw_log (FW_LOG_INFO, w->cfg.name, "re-opening the change stream in %lld ms%s",
-                 (long long) delay, p.invalidated ? " (after invalidate, with startAfter)" : "");
-         if (w->metrics) {
-            char why[800];
-            snprintf (why, sizeof why, "%s; re-opening it in %lld ms (restart %d)",
-                      p.invalidated ? "the change stream was invalidated"
-                      : p.error[0]  ? p.error
-                                    : "the change stream failed",
-                      (long long) delay, restarts);
-            fw_stream_metrics_set_state (w->metrics, FW_STREAM_RESTARTING, why);
-            fw_stream_metrics_restart (w->metrics, p.invalidated ? FW_METRICS_RESTART_INVALIDATE
-                                                                 : FW_METRICS_RESTART_ERROR);
-         }
-         p.invalidated = false;
-         p.error[0] = '\0';
-         /* An admin request (restart now, pause) cuts the delay short. */
-         if (fw_stream_wait (w, delay)) {
-            break;
-         }
-         if (fw_stream_control_peek (w) == W_CONTROL_RESTART) {
-            fw_stream_control_take (w);
-            if (w->metrics) {
-               fw_stream_metrics_restart (w->metrics, FW_METRICS_RESTART_ADMIN);
-            }
-         }
-      }
-   }
-
-done:
-   fw_position_save (w, &p, "shutdown");
+/* The thread's end: the final checkpoint, then the lease released, the DLQ
+ * store closed and the clients given back. */
+static void
+run_teardown (fw_stream_worker_t *w, fw_stream_run_t *run)
+{
+   fw_position_save (w, &run->p, "shutdown");
    fw_checkpoint_writer_destroy (w->ckpt); /* idle since the save: gives its client back */
    w->ckpt = NULL;
    w->ckpt_epoch = 0;
@@ -745,10 +627,10 @@ done:
    if (!w->stats.failed) {
       set_state (w, FW_STREAM_STOPPED, "stopped");
    }
-   fw_checkpoint_cleanup (&cp);
-   bson_destroy (&p.resume);
-   bson_destroy (&p.processed);
-   fw_split_buffer_cleanup (&p.split);
+   fw_checkpoint_cleanup (&run->cp);
+   bson_destroy (&run->p.resume);
+   bson_destroy (&run->p.processed);
+   fw_split_buffer_cleanup (&run->p.split);
    fw_dlq_store_destroy (w->dlq);
    w->dlq = NULL;
    /* Clients are thread-bound: give them back on the thread that used them,
@@ -759,6 +641,115 @@ done:
    mongoc_client_pool_push (w->pool, w->read_client);
    w->client = NULL;
    w->read_client = NULL;
+}
+
+/* A pause asked while the change stream was closed (a restart delay): the
+ * checkpoint written, waits for resume or restart. False on shutdown. */
+static bool
+paused_while_closed (fw_stream_worker_t *w, fw_stream_run_t *run)
+{
+   fw_stream_control_take (w);
+   fw_position_save (w, &run->p, "pause");
+   if (fw_stream_paused (w) == W_CONTROL_NONE) {
+      return false;
+   }
+   run->restarts = 0;
+   return true;
+}
+
+/* The change stream cs opened: where a new stream starts is saved at once,
+ * and the stream is running. */
+static void
+stream_opened (fw_stream_worker_t *w, fw_stream_run_t *run, mongoc_change_stream_t *cs)
+{
+   fw_position_t *p = &run->p;
+   const bson_t *start = mongoc_change_stream_get_resume_token (cs);
+   bool resuming = p->has_resume;
+
+   /* Only a stream that opened gives up the checkpoint's fallbacks. */
+   run->candidate = 2;
+   if (!p->has_resume && start && !bson_empty (start)) {
+      /* Save where a new stream starts at once (before saying it is
+       * open), so that a crash or an error before its first event
+       * cannot move it to a later "now" and lose what came between. */
+      fw_position_set_token (&p->resume, start);
+      p->has_resume = true;
+      fw_position_save (w, p, "start");
+   }
+   fw_log (FW_LOG_INFO, w->cfg.name, "change stream open%s",
+           resuming ? " (resuming)" : " (from now)");
+   set_state (w, FW_STREAM_RUNNING, NULL);
+}
+
+/* One open of the change stream where the position is (once the server is
+ * known to take the stream's options), and its read until it ends; the
+ * change stream is closed again. */
+static fw_read_end_t
+open_and_read (fw_stream_worker_t *w, fw_stream_run_t *run, bool *progressed)
+{
+   fw_position_t *p = &run->p;
+   mongoc_change_stream_t *cs;
+   bson_error_t berr;
+   const bson_t *reply;
+   fw_read_end_t end;
+   char unsupported[800];
+
+   fw_split_buffer_reset (&p->split);
+   /* A sequenced DLQ: its open sequences, read again on every (re)open. */
+   if (!fw_park_load (w)) {
+      return FW_READ_STOP; /* false only on shutdown */
+   }
+   /* Checked at every open: a 6.0-only option on an older server is
+    * refused every time, so the stream stops instead of re-opening. */
+   if (!fw_stream_server_supports (w, unsupported, sizeof unsupported)) {
+      fw_stream_failed (w, unsupported);
+      return FW_READ_FAILED;
+   }
+   cs = open_stream (w, p->has_resume ? &p->resume : NULL,
+                     w->cfg.split_large_events && !p->split_rejected && !p->unsplittable);
+   if (cs && mongoc_change_stream_error_document (cs, &berr, &reply)) {
+      end = error_end (w, p, NULL, &berr);
+   } else if (!cs) {
+      end = FW_READ_ERROR;
+      snprintf (p->error, sizeof p->error, "cannot open the change stream");
+   } else {
+      stream_opened (w, run, cs);
+      end = consume (w, cs, p, progressed);
+   }
+   mongoc_change_stream_destroy (cs);
+   return end;
+}
+
+static void *
+worker_main (void *arg)
+{
+   fw_stream_worker_t *w = arg;
+   fw_stream_run_t run = {0};
+
+   if (!run_setup (w, &run)) {
+      goto done;
+   }
+   while (!fw_shutdown_requested (w->shutdown)) {
+      fw_read_end_t end;
+      bool progressed = false;
+
+      if (fw_stream_control_peek (w) == W_CONTROL_PAUSE) {
+         if (!paused_while_closed (w, &run)) {
+            break;
+         }
+         continue;
+      }
+      end = open_and_read (w, &run, &progressed);
+      if (progressed) {
+         run.restarts = 0;
+      }
+      if (!fw_stream_read_ended (w, &run, end)) {
+         break;
+      }
+   }
+
+done:
+   run_teardown (w, &run);
    __atomic_store_n (&w->finished, true, __ATOMIC_RELEASE);
    return NULL;
 }
