@@ -114,15 +114,16 @@ bool fw_lua_host_call_with (fw_lua_host_t *host, int nargs, fw_lua_push_fn push,
 
 /*
  * Runs fn (ud) with a recovery point for a Lua panic (an error raised
- * outside every protected call: a bug, never a script's doing). Without one
- * Lua logs and aborts the process; here the panic is logged, the host is
- * marked panicked and false returned, so the caller can stop what used the
- * state. Otherwise returns what fn returned. A panicked host must not run
- * Lua again; fw_lua_host_destroy still frees it.
+ * outside every protected call: a bug, never a script's doing) in any state
+ * the calling thread runs. Without one, Lua logs and aborts the process;
+ * here the panic is logged, the state's host is marked panicked and false
+ * returned at once (what fn's frames held is left behind), so the caller
+ * can stop what used the state. Otherwise returns what fn returned. A
+ * panicked host must not run Lua again; fw_lua_host_destroy still frees it.
  */
-bool fw_lua_host_guard (fw_lua_host_t *host, bool (*fn) (void *ud), void *ud);
+bool fw_lua_host_guard (bool (*fn) (void *ud), void *ud);
 
-/* True once a panic was caught by fw_lua_host_guard. */
+/* True once a panic hit the host's state. */
 bool fw_lua_host_panicked (const fw_lua_host_t *host);
 
 /* When the last fw_lua_host_call with a timeout began (CLOCK_MONOTONIC, as

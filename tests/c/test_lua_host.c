@@ -244,10 +244,10 @@ lua_host_guard_turns_a_panic_into_false (void **state)
    lua_State *L = fw_lua_host_state (host);
    (void) state;
 
-   assert_true (fw_lua_host_guard (host, returns_true, NULL));
+   assert_true (fw_lua_host_guard (returns_true, NULL));
    assert_false (fw_lua_host_panicked (host));
    fw_lua_host_set_memory_limit (host, fw_lua_host_memory_used (host) + 64 * 1024);
-   assert_false (fw_lua_host_guard (host, table_outside_protection, L));
+   assert_false (fw_lua_host_guard (table_outside_protection, L));
    assert_true (fw_lua_host_panicked (host));
    fw_lua_host_destroy (host);
 }

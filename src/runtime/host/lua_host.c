@@ -46,7 +46,6 @@ struct fw_lua_host {
    int64_t call_started_ns; /* CLOCK_MONOTONIC start of the last call with a timeout */
    fw_lua_push_fn push;     /* fw_lua_host_call_with's argument builder ... */
    void *push_ud;           /* ... and its data, for protected_push */
-   jmp_buf *recover;        /* fw_lua_host_guard's recovery point, or NULL */
    bool panicked;           /* a panic left the state unusable */
 };
 
@@ -249,6 +248,10 @@ pmain_open (lua_State *L)
    return 0;
 }
 
+/* The calling thread's innermost fw_lua_host_guard, whatever state it
+ * runs (a reload may give the thread a new one). */
+static __thread jmp_buf *recover_point;
+
 /* An error raised outside any protected call: a bug of the host's callers.
  * Lua aborts the process when this returns; inside fw_lua_host_guard it
  * does not return. */
@@ -260,28 +263,28 @@ on_panic (lua_State *L)
 
    fw_log (FW_LOG_ERROR, NULL, "Lua panic (an error outside any protected call): %s%s",
            msg ? msg : "an error object that is not a string",
-           host->recover ? "" : "; no recovery point: the process aborts");
-   if (host->recover) {
-      host->panicked = true;
-      longjmp (*host->recover, 1);
+           recover_point ? "" : "; no recovery point: the process aborts");
+   host->panicked = true;
+   if (recover_point) {
+      longjmp (*recover_point, 1);
    }
    return 0;
 }
 
 bool
-fw_lua_host_guard (fw_lua_host_t *host, bool (*fn) (void *ud), void *ud)
+fw_lua_host_guard (bool (*fn) (void *ud), void *ud)
 {
    jmp_buf here;
-   jmp_buf *volatile outer = host->recover;
+   jmp_buf *volatile outer = recover_point;
    bool ok;
 
    if (setjmp (here) != 0) {
-      host->recover = outer;
+      recover_point = outer;
       return false;
    }
-   host->recover = &here;
+   recover_point = &here;
    ok = fn (ud);
-   host->recover = outer;
+   recover_point = outer;
    return ok;
 }
 

@@ -177,23 +177,15 @@ lane_pop (lane_t *l, item_t *out)
    return ok;
 }
 
-static void *
-lane_main (void *arg)
+/* Dispatches what the lane is given until it stops (run under
+ * fw_lua_host_guard: true unless a panic ended it). */
+static bool
+lane_loop (void *arg)
 {
    lane_t *l = arg;
    fw_stream_worker_t *w = l->w;
-   lua_State *L = fw_lua_host_state (w->host);
    item_t it;
 
-   /* Clients are thread-bound: this thread's own, given back as it ends. */
-   w->client = mongoc_client_pool_pop (w->pool);
-   fw_mongo_lua_attach (L, &w->mongo);
-   if (w->cfg.dlq.enabled && !fw_event_dispatch_open_dlq (w)) {
-      goto done; /* only on shutdown */
-   }
-   if (!fw_park_load (w)) {
-      goto done;
-   }
    while (lane_pop (l, &it)) {
       bson_t doc;
       fw_event_t ev;
@@ -223,10 +215,35 @@ lane_main (void *arg)
       }
       lane_done (l->ls, it.ticket);
    }
+   return true;
+}
+
+static void *
+lane_main (void *arg)
+{
+   lane_t *l = arg;
+   fw_stream_worker_t *w = l->w;
+   lua_State *L = fw_lua_host_state (w->host);
+
+   /* Clients are thread-bound: this thread's own, given back as it ends. */
+   w->client = mongoc_client_pool_pop (w->pool);
+   fw_mongo_lua_attach (L, &w->mongo);
+   if (w->cfg.dlq.enabled && !fw_event_dispatch_open_dlq (w)) {
+      goto done; /* only on shutdown */
+   }
+   if (!fw_park_load (w)) {
+      goto done;
+   }
+   if (!fw_lua_host_guard (lane_loop, l)) {
+      lane_failed (l->ls, "a Lua panic (an error outside every protected call, logged above: a "
+                          "flowwarden bug) stopped a lane");
+   }
 done:
    fw_dlq_store_destroy (w->dlq);
    w->dlq = NULL;
-   fw_mongo_lua_attach (L, NULL); /* closes fw.mongo's cursors before the clients go */
+   if (!fw_lua_host_panicked (w->host)) {
+      fw_mongo_lua_attach (L, NULL); /* closes fw.mongo's cursors before the clients go */
+   }
    fw_connection_clients_release (w->clients);
    mongoc_client_pool_push (w->pool, w->client);
    w->client = NULL;

@@ -635,7 +635,9 @@ run_teardown (fw_stream_worker_t *w, fw_stream_run_t *run)
    w->dlq = NULL;
    /* Clients are thread-bound: give them back on the thread that used them,
     * after fw.mongo let go of them (the detach closes its cursors). */
-   fw_mongo_lua_attach (fw_lua_host_state (w->host), NULL);
+   if (!fw_lua_host_panicked (w->host)) {
+      fw_mongo_lua_attach (fw_lua_host_state (w->host), NULL);
+   }
    fw_connection_clients_release (w->clients);
    mongoc_client_pool_push (w->pool, w->client);
    mongoc_client_pool_push (w->pool, w->read_client);
@@ -720,6 +722,40 @@ open_and_read (fw_stream_worker_t *w, fw_stream_run_t *run, bool *progressed)
    return end;
 }
 
+typedef struct {
+   fw_stream_worker_t *w;
+   fw_stream_run_t *run;
+} run_args_t;
+
+/* Opens, reads and re-opens until the stream stops. True: a panic did not
+ * end it (run under fw_lua_host_guard). */
+static bool
+run_until_stopped (void *ud)
+{
+   run_args_t *a = ud;
+   fw_stream_worker_t *w = a->w;
+
+   while (!fw_shutdown_requested (w->shutdown)) {
+      fw_read_end_t end;
+      bool progressed = false;
+
+      if (fw_stream_control_peek (w) == W_CONTROL_PAUSE) {
+         if (!paused_while_closed (w, a->run)) {
+            break;
+         }
+         continue;
+      }
+      end = open_and_read (w, a->run, &progressed);
+      if (progressed) {
+         a->run->restarts = 0;
+      }
+      if (!fw_stream_read_ended (w, a->run, end)) {
+         break;
+      }
+   }
+   return true;
+}
+
 static void *
 worker_main (void *arg)
 {
@@ -729,22 +765,12 @@ worker_main (void *arg)
    if (!run_setup (w, &run)) {
       goto done;
    }
-   while (!fw_shutdown_requested (w->shutdown)) {
-      fw_read_end_t end;
-      bool progressed = false;
-
-      if (fw_stream_control_peek (w) == W_CONTROL_PAUSE) {
-         if (!paused_while_closed (w, &run)) {
-            break;
-         }
-         continue;
-      }
-      end = open_and_read (w, &run, &progressed);
-      if (progressed) {
-         run.restarts = 0;
-      }
-      if (!fw_stream_read_ended (w, &run, end)) {
-         break;
+   {
+      run_args_t a = {w, &run};
+      if (!fw_lua_host_guard (run_until_stopped, &a)) {
+         fw_stream_failed (w, "a Lua panic (an error outside every protected call, logged "
+                              "above: a flowwarden bug) stopped the stream; the checkpoint "
+                              "stays where it was saved last");
       }
    }
 
