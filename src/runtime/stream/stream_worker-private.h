@@ -1,6 +1,9 @@
 /*
- * stream_worker-private.h - the worker's state, shared by stream_worker.c
- * (reading and checkpointing) and event_dispatch.c (handlers, retries, DLQ).
+ * stream_worker-private.h - a stream worker's state (fw_stream_worker_t),
+ * shared by the stream's parts (stream/), its dispatcher (dispatch/) and
+ * the DLQ's replays (dlq/). Too many files reach into it: the redesign of
+ * issue 24 (docs/architecture.md) is to give those parts interfaces of
+ * their own instead.
  */
 #ifndef FLOWWARDEN_STREAM_WORKER_PRIVATE_H
 #define FLOWWARDEN_STREAM_WORKER_PRIVATE_H
