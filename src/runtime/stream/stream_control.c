@@ -198,3 +198,14 @@ fw_stream_dlq_count_tick (fw_stream_worker_t *w, int64_t now_ms)
       fw_stream_metrics_set_dlq_pending (w->metrics, pending, oldest);
    }
 }
+
+/* The stream stops for good: says why (log, status, metrics). */
+void
+fw_stream_failed (fw_stream_worker_t *w, const char *what)
+{
+   w->stats.failed = true;
+   if (w->metrics) {
+      fw_stream_metrics_set_state (w->metrics, FW_STREAM_FAILED, what);
+   }
+   fw_log (FW_LOG_ERROR, w->cfg.name, "STREAM STOPPED: %s", what);
+}

@@ -543,16 +543,6 @@ consume (fw_stream_worker_t *w, mongoc_change_stream_t *cs, fw_position_t *p, bo
 
 /* --- the thread ----------------------------------------------------------- */
 
-void
-fw_stream_failed (fw_stream_worker_t *w, const char *what)
-{
-   w->stats.failed = true;
-   if (w->metrics) {
-      fw_stream_metrics_set_state (w->metrics, FW_STREAM_FAILED, what);
-   }
-   fw_log (FW_LOG_ERROR, w->cfg.name, "STREAM STOPPED: %s", what);
-}
-
 static void
 set_state (fw_stream_worker_t *w, fw_stream_state_t state, const char *why)
 {
