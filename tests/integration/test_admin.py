@@ -352,6 +352,26 @@ class Control(StandInTestCase):
         self.assertIsNone(p.proc.poll())
         p.stop()
 
+    def test_a_restart_after_a_pause_taken_between_opens_is_counted(self):
+        # The server refuses the pipeline: the stream waits out its restart
+        # backoff with its change stream closed, and is paused there.
+        p = self.run_fw(self.script("""
+            fw.stream { name = "s", collection = "c", pipeline = { { ["$nope"] = {} } },
+                        restart = { max_attempts = 100, initial_delay = "30s" },
+                        on_insert = function(ctx) end }
+            """), extra=["--admin", "127.0.0.1:0"])
+        port = p.admin_port()
+        p.wait_log("cannot open change stream", stream="s")
+        status, body, _ = http(port, "POST", "/v1/streams/s/pause")
+        self.assertEqual(status, 200, body)
+        status, body, _ = http(port, "POST", "/v1/streams/s/restart")
+        self.assertEqual(status, 200, body)
+        p.wait_log("cannot open change stream", count=2, stream="s")
+        got = parse_metrics(http(port, "GET", "/metrics")[1])
+        self.assertEqual(value(got, "flowwarden_stream_restarts_total", stream="s",
+                               reason="admin"), 1)
+        p.stop()
+
     def test_a_reload_that_changes_a_metric_fails_and_keeps_it(self):
         body = """
             local c = fw.metrics.%s("shop_depth", "Depth.")

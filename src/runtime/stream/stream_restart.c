@@ -8,14 +8,15 @@
 #include "flowwarden/log.h"
 #include "runtime/stream/stream_worker-private.h"
 
-/* The admin endpoint paused the stream (checkpoint written): waits for
- * resume or restart. False on shutdown. */
-static bool
-paused (fw_stream_worker_t *w, fw_stream_run_t *run)
+bool
+fw_stream_pause (fw_stream_worker_t *w, fw_stream_run_t *run, bool save)
 {
    int next;
 
    fw_stream_control_take (w);
+   if (save) {
+      fw_position_save (w, &run->p, "pause");
+   }
    if ((next = fw_stream_paused (w)) == W_CONTROL_NONE) {
       return false;
    }
@@ -154,7 +155,7 @@ bool
 fw_stream_read_ended (fw_stream_worker_t *w, fw_stream_run_t *run, fw_read_end_t end)
 {
    if (end == FW_READ_PAUSE) {
-      return paused (w, run);
+      return fw_stream_pause (w, run, false); /* the read saved at its end */
    }
    if (end == FW_READ_REOPEN && !fw_shutdown_requested (w->shutdown)) {
       return true;

@@ -531,9 +531,14 @@ typedef struct fw_stream_run {
    bool from_checkpoint;
 } fw_stream_run_t;
 
-/* stream_worker.c: the stream stops for good; what says why (status,
+/* stream_control.c: the stream stops for good; what says why (status,
  * metrics, log). */
 void fw_stream_failed (fw_stream_worker_t *w, const char *what);
+
+/* The admin endpoint paused the stream: takes the request (saving the
+ * position first when save), waits for resume or restart (an admin restart
+ * is counted) and resets the restart backoff. False on shutdown. */
+bool fw_stream_pause (fw_stream_worker_t *w, fw_stream_run_t *run, bool save);
 
 /* After a read ended with end (not FW_READ_NEXT): a pause waited out, a
  * restart counted, after a lost lease the wait to lead again, after lost

@@ -640,13 +640,7 @@ run_teardown (fw_stream_worker_t *w, fw_stream_run_t *run)
 static bool
 paused_while_closed (fw_stream_worker_t *w, fw_stream_run_t *run)
 {
-   fw_stream_control_take (w);
-   fw_position_save (w, &run->p, "pause");
-   if (fw_stream_paused (w) == W_CONTROL_NONE) {
-      return false;
-   }
-   run->restarts = 0;
-   return true;
+   return fw_stream_pause (w, run, true);
 }
 
 /* The change stream cs opened: where a new stream starts is saved at once,
