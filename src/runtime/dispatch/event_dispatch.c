@@ -271,41 +271,47 @@ dead_letter (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t *d, i
    return dead_letter_raw (w, ev, d, attempts, first_ms, last_ms, NULL);
 }
 
-fw_dispatch_result_t
-fw_event_dispatch_unreadable (fw_stream_worker_t *w, fw_event_t *ev, const char *why)
+/* An event dead-lettered without a handler attempt (attempts 0), its error
+ * type and message; raw: the event's bytes to keep whole, or NULL. */
+static fw_dispatch_result_t
+dead_letter_unhandled (fw_stream_worker_t *w, const fw_event_t *ev, const char *type,
+                       const char *message, const bson_t *raw)
 {
    decision_t d;
    int64_t now = w->clock.now_ms (w->clock.ud);
 
+   memset (&d, 0, sizeof d);
+   snprintf (d.type, sizeof d.type, "%s", type);
+   snprintf (d.message, sizeof d.message, "%s", message);
+   return dead_letter_raw (w, ev, &d, 0, now, now, raw);
+}
+
+fw_dispatch_result_t
+fw_event_dispatch_unreadable (fw_stream_worker_t *w, fw_event_t *ev, const char *why)
+{
    if (!w->dispatch.dlq_enabled) {
       return FW_DISPATCH_NO_DLQ;
    }
-   memset (&d, 0, sizeof d);
-   snprintf (d.type, sizeof d.type, "MalformedEvent");
-   snprintf (d.message, sizeof d.message, "%s", why);
    if (!ev->operation_type) {
       ev->operation_type = "unknown";
       ev->op = FW_OP_OTHER;
    }
-   return dead_letter_raw (w, ev, &d, 0, now, now, ev->doc);
+   return dead_letter_unhandled (w, ev, "MalformedEvent", why, ev->doc);
 }
 
 fw_dispatch_result_t
 fw_event_dispatch_oversize (fw_stream_worker_t *w, const fw_event_t *ev, int64_t size)
 {
-   decision_t d;
-   int64_t now = w->clock.now_ms (w->clock.ud);
+   char message[300];
 
    if (!w->dispatch.dlq_enabled) {
       return FW_DISPATCH_NO_DLQ;
    }
-   memset (&d, 0, sizeof d);
-   snprintf (d.type, sizeof d.type, "OversizeEvent");
-   snprintf (d.message, sizeof d.message,
+   snprintf (message, sizeof message,
              "change event of %lld bytes is larger than oversize_threshold (%lld bytes): left "
              "out by the server (oversize = \"skip\"); its document is not kept",
              (long long) size, (long long) w->cfg.oversize_threshold);
-   return dead_letter_raw (w, ev, &d, 0, now, now, NULL);
+   return dead_letter_unhandled (w, ev, "OversizeEvent", message, NULL);
 }
 
 /* What the DLQ entry records of the failure (f->epoch is set by the caller).
