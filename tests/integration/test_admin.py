@@ -111,6 +111,11 @@ class Metrics(StandInTestCase):
             p.wait_reports(n - m)
             self.wait_for(lambda: self.db["_fw_dlq"].count_documents({}) == m, what="DLQ entries")
             elapsed = time.monotonic() - t0
+            # A handler reports before it returns; its event is counted after.
+            self.wait_for(lambda: value(parse_metrics(http(port, "GET", "/metrics", timeout=5)[1]),
+                                        "flowwarden_events_handled_total", outcome="ok",
+                                        stream="orders") == n - m,
+                          what="the last handled event counted")
             status, text, headers = http(port, "GET", "/metrics", timeout=5)
         finally:
             for s in idle:
