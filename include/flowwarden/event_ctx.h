@@ -44,6 +44,11 @@ void fw_event_ctx_open (lua_State *L);
 /* Starts a new event on d: bumps the generation and drops the old cache. */
 void fw_event_ctx_begin (lua_State *L, fw_dispatch_t *d, const fw_event_t *ev);
 
+/* Pushes the event's whole id (the resume token's _data, any length) and
+ * returns true; pushes nothing and returns false when it has none or it
+ * cannot be read. May raise (memory). */
+bool fw_event_push_id (lua_State *L, const fw_event_t *ev);
+
 /* Pushes a ctx for the current event of dispatch (an fw_dispatch_t *) and
  * returns 1. May raise (memory): call it protected, e.g. as the push
  * function of fw_lua_host_call_with. */

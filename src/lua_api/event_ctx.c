@@ -207,23 +207,37 @@ ctx_attempt_number (lua_State *L)
    return 1;
 }
 
+bool
+fw_event_push_id (lua_State *L, const fw_event_t *ev)
+{
+   /* A token holds the event's documentKey: no fixed bound fits it. The
+    * buffer belongs to Lua, so nothing leaks if the push raises. */
+   size_t n = fw_event_id_len (ev);
+   luaL_Buffer b;
+   char *id;
+
+   if (n == 0) {
+      return false;
+   }
+   id = luaL_buffinitsize (L, &b, n + 1);
+   if (!fw_event_id (ev, id, n + 1)) {
+      luaL_pushresultsize (&b, 0);
+      lua_pop (L, 1);
+      return false;
+   }
+   luaL_pushresultsize (&b, n);
+   return true;
+}
+
 static int
 ctx_event_id (lua_State *L)
 {
    fw_dispatch_t *d = check_ctx (L);
-   /* A token holds the event's documentKey: no fixed bound fits it. The
-    * buffer belongs to Lua, so nothing leaks if the push raises. */
-   size_t n = fw_event_id_len (d->event);
-   luaL_Buffer b;
-   char *id;
-   if (n == 0) {
-      return luaL_error (L, "the change event has no _id (resume token)");
+   if (!fw_event_push_id (L, d->event)) {
+      return luaL_error (L, fw_event_id_len (d->event) == 0
+                               ? "the change event has no _id (resume token)"
+                               : "the change event's _id cannot be read");
    }
-   id = luaL_buffinitsize (L, &b, n + 1);
-   if (!fw_event_id (d->event, id, n + 1)) {
-      return luaL_error (L, "the change event's _id cannot be read");
-   }
-   luaL_pushresultsize (&b, n);
    return 1;
 }
 

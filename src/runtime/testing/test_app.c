@@ -603,9 +603,6 @@ push_delivery (lua_State *L, fw_stream_worker_t *w, fw_dispatch_result_t r, cons
                bool ran, const fw_event_t *ev, const fw_test_capture_ud_t *u)
 {
    fw_error_t err;
-   size_t id_len;
-   luaL_Buffer idb;
-   char *id;
    int t;
 
    lua_createtable (L, 0, 8);
@@ -616,13 +613,10 @@ push_delivery (lua_State *L, fw_stream_worker_t *w, fw_dispatch_result_t r, cons
     * parked behind its sequence). */
    lua_pushinteger (L, ran ? w->dispatch.attempt : 0);
    lua_setfield (L, t, "attempts");
-   /* The whole id, however long the token (a Lua buffer: nothing to free). */
-   id_len = fw_event_id_len (ev);
-   id = luaL_buffinitsize (L, &idb, id_len + 1);
-   if (!fw_event_id (ev, id, id_len + 1)) {
-      id_len = 0;
+   /* The whole id, however long the token. */
+   if (!fw_event_push_id (L, ev)) {
+      lua_pushliteral (L, "");
    }
-   luaL_pushresultsize (&idb, id_len);
    lua_setfield (L, t, "event_id");
    fw_test__push_capture_fields (L, t, &u->c);
    if (r == FW_DISPATCH_FAILED) {
