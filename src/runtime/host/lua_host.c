@@ -679,23 +679,20 @@ fw_lua_host_call_with (fw_lua_host_t *host, int nargs, fw_lua_push_fn push, void
    lua_State *L = host->L;
    int top = lua_gettop (L), status;
 
-   host->push = push;
-   host->push_ud = ud;
    /* Neither lua_checkstack nor pushing a C function without upvalues can
     * raise: nothing here runs unprotected. Far enough below the memory
     * limit, push cannot fail either (the allocator refuses only growth past
     * the limit; the system's malloc failing is a panic, fw_lua_host_guard's
     * business), so the common case pays no second protected call. */
-   if (lua_checkstack (L, LUA_MINSTACK) &&
-       (!host->limit || host->used + FW_LUA_PUSH_MAX_BYTES <= host->limit)) {
-      int pushed = push (L, ud);
-      return fw_lua_host_call (host, nargs + pushed, nresults, timeout_ms, stop);
-   }
    if (!lua_checkstack (L, LUA_MINSTACK)) {
       lua_settop (L, top - nargs - 1);
       lua_pushliteral (L, "not enough memory");
       status = LUA_ERRMEM;
+   } else if (!host->limit || host->used + FW_LUA_PUSH_MAX_BYTES <= host->limit) {
+      return fw_lua_host_call (host, nargs + push (L, ud), nresults, timeout_ms, stop);
    } else {
+      host->push = push;
+      host->push_ud = ud;
       lua_pushcfunction (L, protected_push);
       status = lua_pcall (L, 0, LUA_MULTRET, 0);
       if (status == LUA_OK) {
