@@ -485,17 +485,6 @@ finished (fw_stream_worker_t *w, fw_metrics_outcome_t outcome, int64_t mono_ns)
    return FW_DISPATCH_DONE;
 }
 
-static int
-handler_for (const fw_stream_worker_t *w, fw_op_t op)
-{
-   int specific = op == FW_OP_INSERT    ? w->handler_ref[H_INSERT]
-                  : op == FW_OP_UPDATE  ? w->handler_ref[H_UPDATE]
-                  : op == FW_OP_REPLACE ? w->handler_ref[H_REPLACE]
-                  : op == FW_OP_DELETE  ? w->handler_ref[H_DELETE]
-                                        : LUA_NOREF;
-   return specific != LUA_NOREF ? specific : w->handler_ref[H_CHANGE];
-}
-
 /* A sequenced DLQ: the event's sequence is open, so the event is stored
  * behind it (no error, attempts 0) instead of handled. */
 static fw_dispatch_result_t
@@ -580,7 +569,7 @@ attempt_may_start (fw_stream_worker_t *w, const fw_event_t *ev, lua_State **L, i
     * attempt count carries on. */
    if (w->at_attempt_boundary && w->at_attempt_boundary (w)) {
       *L = fw_lua_host_state (w->host);
-      if ((*ref = handler_for (w, ev->op)) == LUA_NOREF) {
+      if ((*ref = fw_stream_handler_for (w, ev->op)) == LUA_NOREF) {
          /* the new script has no handler for it */
          *r = finished (w, FW_METRICS_OUTCOME_NONE, 0);
          return false;
@@ -836,7 +825,7 @@ dispatch (fw_stream_worker_t *w, const fw_event_t *ev)
    /* A sequenced DLQ with open sequences: is this event's one of them? */
    bool check_park = fw_park_check_needed (w, ev);
 
-   ref = handler_for (w, ev->op);
+   ref = fw_stream_handler_for (w, ev->op);
    if (ref == LUA_NOREF) {
       return finished (w, FW_METRICS_OUTCOME_NONE, 0); /* no handler for this operation type */
    }

@@ -178,17 +178,6 @@ build_letter (const bson_t *entry, const bson_t *before_claim, bson_t *letter)
    }
 }
 
-static bool
-has_handler (const fw_stream_worker_t *w, fw_op_t op)
-{
-   int specific = op == FW_OP_INSERT    ? w->handler_ref[H_INSERT]
-                  : op == FW_OP_UPDATE  ? w->handler_ref[H_UPDATE]
-                  : op == FW_OP_REPLACE ? w->handler_ref[H_REPLACE]
-                  : op == FW_OP_DELETE  ? w->handler_ref[H_DELETE]
-                                        : LUA_NOREF;
-   return specific != LUA_NOREF || w->handler_ref[H_CHANGE] != LUA_NOREF;
-}
-
 /* --- writing the outcome ---------------------------------------------------- */
 
 typedef struct {
@@ -614,7 +603,7 @@ fw_dlq_replay_entry (fw_stream_worker_t *w, mongoc_collection_t *coll, const bso
    bson_value_copy (bson_iter_value (&it), &c.id);
    if (!build_event (entry, &event, &ev, why, sizeof why)) {
       set_result (out, FW_REPLAY_INVALID, "cannot be replayed: %s; left as it is", why);
-   } else if (!has_handler (w, ev.op)) {
+   } else if (fw_stream_handler_for (w, ev.op) == LUA_NOREF) {
       if (!opts->dry_run) {
          release_stale (&c);
       }

@@ -10,6 +10,8 @@
 
 #include <pthread.h>
 
+#include <lauxlib.h>
+
 #include "flowwarden/clock.h"
 #include "flowwarden/checkpoint_writer.h"
 #include "flowwarden/checkpoint_store.h"
@@ -146,6 +148,19 @@ struct fw_stream_worker {
    struct fw_stream_lanes *lanes; /* the running lanes (threads, queues, watermark), owned
                                    * by the stream's thread; NULL: events handled here */
 };
+
+/* The registry ref of the handler for an event of operation op: its own
+ * (on_insert, ...), else on_change, else LUA_NOREF. Inline: once per event. */
+static inline int
+fw_stream_handler_for (const fw_stream_worker_t *w, fw_op_t op)
+{
+   int specific = op == FW_OP_INSERT    ? w->handler_ref[H_INSERT]
+                  : op == FW_OP_UPDATE  ? w->handler_ref[H_UPDATE]
+                  : op == FW_OP_REPLACE ? w->handler_ref[H_REPLACE]
+                  : op == FW_OP_DELETE  ? w->handler_ref[H_DELETE]
+                                        : LUA_NOREF;
+   return specific != LUA_NOREF ? specific : w->handler_ref[H_CHANGE];
+}
 
 /* What the admin endpoint asked the stream's thread to do. */
 enum { W_CONTROL_NONE = 0, W_CONTROL_PAUSE, W_CONTROL_RESUME, W_CONTROL_RESTART };
