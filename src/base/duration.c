@@ -20,12 +20,6 @@ is_digit (char c)
    return c >= '0' && c <= '9';
 }
 
-static bool
-is_letter (char c)
-{
-   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-}
-
 /* The milliseconds of a unit's name [s, s + len), or 0. */
 static int64_t
 unit_ms (const char *s, size_t len)
@@ -57,9 +51,6 @@ fw_duration_parse (const char *text, int64_t *out_ms, fw_error_t *error)
       frac_end = p;
    }
    scale = unit_ms (p, strlen (p));
-   for (const char *u = p; *u; u++) {
-      scale = is_letter (*u) ? scale : 0;
-   }
    if (int_end == text || (frac && frac == frac_end) || scale == 0) {
       fw_error_set (error, 1, "invalid duration \"%s\" (" EXPECTED ")", text);
       return false;
