@@ -169,90 +169,70 @@ is_secret_option (const char *p)
    return false;
 }
 
+/* The next secret of uri at or after from, as [*start, *start + *n): the
+ * password of the userinfo, then the values of the secret options. The
+ * userinfo ends at the last '@': a host list never holds one, and a password
+ * the user forgot to percent-encode may hold '/', '?', '#' or '@' (libmongoc
+ * then rejects the URI, and its error message must not show the password).
+ * An '@' in the options can only hide more than needed. False: no more. */
+static bool
+next_secret (const char *uri, const char *from, const char **start, size_t *n)
+{
+   const char *scheme_end = strstr (uri, "://"), *at, *colon;
+
+   if (!scheme_end) {
+      return false;
+   }
+   at = strrchr (scheme_end + 3, '@');
+   colon = at ? memchr (scheme_end + 3, ':', (size_t) (at - scheme_end - 3)) : NULL;
+   if (colon && from <= colon + 1) {
+      *start = colon + 1;
+      *n = (size_t) (at - colon - 1);
+      return true;
+   }
+   for (const char *p = colon && from < at ? at : from; *p; p++) {
+      if (p > uri && (p[-1] == '?' || p[-1] == '&') && is_secret_option (p)) {
+         const char *eq = strchr (p, '=');
+         *start = eq + 1;
+         *n = strcspn (eq + 1, "&");
+         return true;
+      }
+   }
+   return false;
+}
+
 const char *
 fw_log_redact_uri (const char *uri, char *buf, size_t len)
 {
-   const char *scheme_end = strstr (uri, "://");
-   const char *rest, *at, *colon, *p;
-   size_t used = 0;
+   const char *p = uri, *secret;
+   size_t used = 0, n;
 
    if (!len) {
       return buf;
    }
    buf[0] = '\0';
-   if (!scheme_end) {
-      append (buf, len, &used, uri, strlen (uri));
-      return buf;
-   }
-   rest = scheme_end + 3;
-   /* The userinfo ends at the last '@': a host list never holds one, and a
-    * password the user forgot to percent-encode may hold '/', '?', '#' or '@'
-    * (libmongoc then rejects the URI, and its error message must not show the
-    * password). An '@' in the options can only hide more than needed. */
-   at = strrchr (rest, '@');
-   colon = at ? memchr (rest, ':', (size_t) (at - rest)) : NULL;
-   if (colon) {
-      append (buf, len, &used, uri, (size_t) (colon + 1 - uri));
+   while (next_secret (uri, p, &secret, &n)) {
+      append (buf, len, &used, p, (size_t) (secret - p));
       append (buf, len, &used, "***", 3);
-      p = at;
-   } else {
-      p = uri;
+      p = secret + n;
    }
-   /* The rest as it is, but for the values of the secret options. */
-   while (*p) {
-      const char *opt = (p > uri && (p[-1] == '?' || p[-1] == '&')) ? p : NULL;
-      if (opt && is_secret_option (opt)) {
-         const char *eq = strchr (opt, '=');
-         append (buf, len, &used, opt, (size_t) (eq + 1 - opt));
-         append (buf, len, &used, "***", 3);
-         p = eq + 1 + strcspn (eq + 1, "&");
-         continue;
-      }
-      append (buf, len, &used, p, 1);
-      p++;
-   }
+   append (buf, len, &used, p, strlen (p));
    return buf;
-}
-
-/* The secrets of uri, as fw_log_redact_uri finds them: the password and the
- * values of the secret options. Fills up to max spans; returns how many. */
-static size_t
-uri_secrets (const char *uri, const char **at_, size_t *lens, size_t max)
-{
-   const char *scheme_end = strstr (uri, "://"), *at, *colon;
-   size_t n = 0;
-
-   if (!scheme_end) {
-      return 0;
-   }
-   at = strrchr (scheme_end + 3, '@');
-   colon = at ? memchr (scheme_end + 3, ':', (size_t) (at - scheme_end - 3)) : NULL;
-   if (colon && at > colon + 1) {
-      at_[n] = colon + 1;
-      lens[n++] = (size_t) (at - colon - 1);
-   }
-   for (const char *p = uri + 1; *p && n < max; p++) {
-      if ((p[-1] == '?' || p[-1] == '&') && is_secret_option (p)) {
-         const char *eq = strchr (p, '=');
-         size_t vlen = strcspn (eq + 1, "&");
-         if (vlen > 0) {
-            at_[n] = eq + 1;
-            lens[n++] = vlen;
-         }
-      }
-   }
-   return n;
 }
 
 const char *
 fw_log_redact_uri_error (const char *uri, const char *message, char *buf, size_t len)
 {
-   const char *secret[8];
-   size_t slen[8], n = uri_secrets (uri, secret, slen, 8), used = 0;
+   const char *secret[16], *from = uri;
+   size_t slen[16], n = 0, used = 0;
    const char *p = message;
 
    if (!len) {
       return buf;
+   }
+   while (n < 16 && next_secret (uri, from, &secret[n], &slen[n])) {
+      from = secret[n] + slen[n];
+      n += slen[n] > 0; /* an empty value hides nothing */
    }
    buf[0] = '\0';
    while (*p) {
