@@ -49,7 +49,7 @@
 #include "flowwarden/event.h"
 #include "flowwarden/lua_host.h"
 #include "flowwarden/metrics.h"
-#include "../src/runtime/stream/stream_worker-private.h"
+#include "flowwarden/dispatcher.h"
 
 #define RING 1024
 
@@ -360,7 +360,11 @@ run_dispatch (const char *name, const char *prelude, const char *body, const rin
    char path[64];
    fw_error_t err;
    fw_lua_host_t *host;
-   fw_stream_worker_t *w;
+   fw_dispatcher_t *d;
+   fw_shutdown_t stop;
+   fw_stream_metrics_t *m;
+   fw_stream_stats_t st;
+   bool ok = true;
    uint64_t warm = n / 10 + 1;
    double w0 = 0, c0 = 0;
 
@@ -381,16 +385,19 @@ run_dispatch (const char *name, const char *prelude, const char *body, const rin
       return false;
    }
    unlink (path);
-   /* No pool: the worker only pops a client when its thread starts, which
-    * this benchmark never does. */
-   w = fw_stream_worker_new (host, 0, NULL, NULL, &err);
-   if (!w) {
+   /* No client: the dispatcher needs one only for a DLQ or fw.mongo, which
+    * these scenarios do not use. */
+   fw_shutdown_init (&stop);
+   d = fw_dispatcher_new (host, 0, NULL, &stop, &err);
+   if (!d) {
       fprintf (stderr, "%s: %s\n", name, err.message);
+      fw_shutdown_cleanup (&stop);
       return false;
    }
    /* Counted as `run` counts them (the admin endpoint's metrics), unless
     * --no-metrics. */
-   fw_stream_worker_set_metrics (w, metrics);
+   m = metrics ? fw_metrics_stream (metrics, fw_dispatcher_config (d)->name) : NULL;
+   fw_dispatcher_set_metrics (d, m);
    for (uint64_t i = 0; i < warm + n; i++) {
       if (i == warm) {
          w0 = clock_s (CLOCK_MONOTONIC);
@@ -399,32 +406,33 @@ run_dispatch (const char *name, const char *prelude, const char *body, const rin
       fw_event_t parsed;
       if (!fw_event_parse (r->ev[i % r->n], &parsed, &err)) {
          fprintf (stderr, "%s: dispatch stopped\n", name);
-         return false;
+         ok = false;
+         break;
       }
-      if (w->metrics) {
-         fw_stream_count_received (w, &parsed);
-      }
-      if (fw_event_dispatch (w, &parsed) != FW_DISPATCH_DONE) {
+      fw_dispatcher_count_received (d, &parsed);
+      if (fw_event_dispatch (d, &parsed) != FW_DISPATCH_DONE) {
          fprintf (stderr, "%s: dispatch stopped\n", name);
-         return false;
+         ok = false;
+         break;
       }
-      if (w->metrics) {
-         fw_stream_count_dispatched (w);
+      if (m) {
+         fw_stream_metrics_set_lua_memory (m, fw_lua_host_memory_used (fw_dispatcher_host (d)));
       }
    }
    out->wall_s = clock_s (CLOCK_MONOTONIC) - w0;
    out->cpu_s = clock_s (CLOCK_PROCESS_CPUTIME_ID) - c0;
    out->n = n;
-   out->lua_kb = fw_lua_host_memory_used (w->host) / 1024;
-   if (w->stats.handled != warm + n) {
+   out->lua_kb = fw_lua_host_memory_used (fw_dispatcher_host (d)) / 1024;
+   fw_dispatcher_stats (d, &st);
+   if (ok && st.handled != warm + n) {
       fprintf (stderr, "%s: %" PRIu64 " of %" PRIu64 " events handled (handler errors: %" PRIu64
                        ")\n",
-               name, w->stats.handled, warm + n, w->stats.handler_errors);
-      fw_stream_worker_destroy (w);
-      return false;
+               name, st.handled, warm + n, st.handler_errors);
+      ok = false;
    }
-   fw_stream_worker_destroy (w);
-   return true;
+   fw_dispatcher_destroy (d);
+   fw_shutdown_cleanup (&stop);
+   return ok;
 }
 
 static int

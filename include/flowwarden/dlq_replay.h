@@ -26,7 +26,7 @@
 #include <mongoc/mongoc.h>
 
 #include "flowwarden/error.h"
-#include "flowwarden/stream_worker.h"
+#include "flowwarden/dispatcher.h"
 
 /*
  * The whole `replay` verb: argv[0] is "replay", the rest its arguments
@@ -66,40 +66,33 @@ typedef struct {
 } fw_replay_result_t;
 
 /*
- * The DLQ collection of w's stream, on the client of w's thread (or of its
+ * The DLQ collection of d's stream, on the client of d's thread (or of its
  * dlq.connection). The caller owns it (mongoc_collection_destroy). NULL with
  * error filled when the connection cannot be had.
  */
-mongoc_collection_t *fw_dlq_replay_collection (fw_stream_worker_t *w, fw_error_t *error);
+mongoc_collection_t *fw_dlq_replay_collection (fw_dispatcher_t *d, fw_error_t *error);
 
 /*
- * Replays one entry of w's stream (entry: the document as last read, borrowed)
- * on the calling thread, which must be the one using w's clients. Fills out.
+ * Replays one entry of d's stream (entry: the document as last read, borrowed)
+ * on the calling thread, which must be the one using d's clients. Fills out.
  */
-void fw_dlq_replay_entry (fw_stream_worker_t *w, mongoc_collection_t *coll, const bson_t *entry,
+void fw_dlq_replay_entry (fw_dispatcher_t *d, mongoc_collection_t *coll, const bson_t *entry,
                           const fw_replay_options_t *opts, fw_replay_result_t *out);
-
-/*
- * For the command line: gives w (built, never started) a client of its pool
- * so it can be driven from the calling thread; fw_dlq_replay_unbind gives it
- * back. Both on the same thread.
- */
-void fw_dlq_replay_bind (fw_stream_worker_t *w);
-void fw_dlq_replay_unbind (fw_stream_worker_t *w);
 
 /*
  * Called by a stream's thread between events: when the stream has
  * dlq.reprocess and its round is due, replays up to batch_size of its own
  * PENDING entries with reprocessAttempts < max_attempts, oldest clusterTime
- * first, then schedules the next round. Returns at once otherwise. Stops
- * between entries when the stream is asked to stop.
+ * first, then schedules the next round (*next_ms: when it is due; 0: not
+ * read yet, -1: never). Returns at once otherwise. Stops between entries
+ * when the stream is asked to stop.
  */
-void fw_dlq_reprocess_tick (fw_stream_worker_t *w);
+void fw_dlq_reprocess_tick (fw_dispatcher_t *d, int64_t *next_ms);
 
 /* --- a sequenced DLQ (issue 14; dlq_sequence.h) ------------------------------ */
 
 /* The sequences collection beside fw_dlq_replay_collection's DLQ. */
-mongoc_collection_t *fw_dlq_replay_sequences_collection (fw_stream_worker_t *w,
+mongoc_collection_t *fw_dlq_replay_sequences_collection (fw_dispatcher_t *d,
                                                          fw_error_t *error);
 
 /* Called for every entry a sequence replay ran (entry: as read before). */
@@ -115,21 +108,21 @@ typedef enum {
 } fw_seq_replay_t;
 
 /*
- * Replays sequence seq of w's stream: its waiting entries by sequenceIndex,
+ * Replays sequence seq of d's stream: its waiting entries by sequenceIndex,
  * each through fw_dlq_replay_entry and then report. The first entry that
  * is not resolved, skipped or evicted stops it. When none is left it closes
  * the sequence (conditional on no live event having joined it since it read
  * the entries; if one has, it replays that one too) and removes it from the
  * stream's open sequences.
  */
-fw_seq_replay_t fw_dlq_replay_sequence (fw_stream_worker_t *w, mongoc_collection_t *dlq,
+fw_seq_replay_t fw_dlq_replay_sequence (fw_dispatcher_t *d, mongoc_collection_t *dlq,
                                         const char *seq, const fw_replay_options_t *opts,
                                         fw_replay_report_fn report, void *ud, fw_error_t *error);
 
 /* Replays entry as a selection does: alone when it has no sequenceId, its
  * whole sequence when it is the head (the lowest waiting sequenceIndex), and
  * nothing (FW_SEQ_REPLAY_BEHIND) when an earlier entry of its sequence waits. */
-fw_seq_replay_t fw_dlq_replay_select (fw_stream_worker_t *w, mongoc_collection_t *dlq,
+fw_seq_replay_t fw_dlq_replay_select (fw_dispatcher_t *d, mongoc_collection_t *dlq,
                                       const bson_t *entry, const fw_replay_options_t *opts,
                                       fw_replay_report_fn report, void *ud, fw_error_t *error);
 

@@ -124,6 +124,18 @@ void fw_stream_worker_join (fw_stream_worker_t *w);
 /* Copies the counters. Safe after join. */
 void fw_stream_worker_stats (const fw_stream_worker_t *w, fw_stream_stats_t *out);
 
+typedef struct fw_dispatcher fw_dispatcher_t;
+
+/* w's dispatcher (flowwarden/dispatcher.h), owned by w: what replays drive. */
+fw_dispatcher_t *fw_stream_worker_dispatcher (fw_stream_worker_t *w);
+
+/* For the command line: gives w (built, never started) a client of its pool
+ * so its dispatcher can be driven from the calling thread;
+ * fw_stream_worker_unbind closes what it opened and gives the client back.
+ * Both on the same thread. */
+void fw_stream_worker_bind (fw_stream_worker_t *w);
+void fw_stream_worker_unbind (fw_stream_worker_t *w);
+
 /* Joins if needed and frees everything. NULL is a no-op. */
 void fw_stream_worker_destroy (fw_stream_worker_t *w);
 

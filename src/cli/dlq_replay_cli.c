@@ -339,10 +339,10 @@ add_worker (session_t *s, const options_t *o, fw_stream_worker_t *w)
       s->metrics = fw_metrics_new ();
    }
    fw_stream_worker_set_metrics (w, s->metrics);
-   fw_dlq_replay_bind (w);
-   if (!(coll = fw_dlq_replay_collection (w, &err))) {
+   fw_stream_worker_bind (w);
+   if (!(coll = fw_dlq_replay_collection (fw_stream_worker_dispatcher (w), &err))) {
       /* No DLQ at all: nothing of this stream can be waiting. */
-      fw_dlq_replay_unbind (w);
+      fw_stream_worker_unbind (w);
       fw_stream_worker_destroy (w);
       return false;
    }
@@ -451,7 +451,7 @@ close_session (session_t *s)
       pthread_join (s->signals, NULL);
    }
    for (int i = 0; i < s->n; i++) {
-      fw_dlq_replay_unbind (s->workers[i]);
+      fw_stream_worker_unbind (s->workers[i]);
       fw_stream_worker_destroy (s->workers[i]);
    }
    free (s->workers);
@@ -609,7 +609,7 @@ static bool
 select_from_stream (session_t *s, const options_t *o, int i, const bson_t *base, candidates_t *c)
 {
    fw_error_t err;
-   mongoc_collection_t *coll = fw_dlq_replay_collection (s->workers[i], &err);
+   mongoc_collection_t *coll = fw_dlq_replay_collection (fw_stream_worker_dispatcher (s->workers[i]), &err);
    bson_t q = BSON_INITIALIZER, opts = BSON_INITIALIZER;
    mongoc_cursor_t *cur;
    const bson_t *doc;
@@ -684,7 +684,7 @@ static bool
 fetch (session_t *s, const candidate_t *c, bson_t *out, char *error, size_t len)
 {
    fw_error_t err;
-   mongoc_collection_t *coll = fw_dlq_replay_collection (s->workers[c->worker], &err);
+   mongoc_collection_t *coll = fw_dlq_replay_collection (fw_stream_worker_dispatcher (s->workers[c->worker]), &err);
    bson_t q = BSON_INITIALIZER;
    mongoc_cursor_t *cur;
    const bson_t *doc;
@@ -785,12 +785,12 @@ close_emptied_sequence (session_t *s, const options_t *o, const fw_replay_option
                         progress_t *pr, size_t *left_open)
 {
    for (int i = 0; i < s->n; i++) {
-      mongoc_collection_t *coll = fw_dlq_replay_collection (s->workers[i], NULL);
+      mongoc_collection_t *coll = fw_dlq_replay_collection (fw_stream_worker_dispatcher (s->workers[i]), NULL);
       fw_seq_replay_t out;
       fw_error_t err;
       pr->w = s->workers[i];
       if (coll && fw_stream_worker_sequenced (s->workers[i])) {
-         out = fw_dlq_replay_sequence (s->workers[i], coll, o->sequence, ropts, print_result, pr,
+         out = fw_dlq_replay_sequence (fw_stream_worker_dispatcher (s->workers[i]), coll, o->sequence, ropts, print_result, pr,
                                        &err);
          if (out == FW_SEQ_REPLAY_ERROR) {
             fprintf (stderr, "flowwarden dlq replay: %s\n", err.message);
@@ -852,8 +852,8 @@ replay_candidate (session_t *s, const candidate_t *c, const fw_replay_options_t 
       bson_destroy (&stub);
    } else {
       fw_error_t err;
-      mongoc_collection_t *coll = fw_dlq_replay_collection (w, &err);
-      fw_seq_replay_t out = coll ? fw_dlq_replay_select (w, coll, &entry, ropts, print_result,
+      mongoc_collection_t *coll = fw_dlq_replay_collection (fw_stream_worker_dispatcher (w), &err);
+      fw_seq_replay_t out = coll ? fw_dlq_replay_select (fw_stream_worker_dispatcher (w), coll, &entry, ropts, print_result,
                                                          pr, &err)
                                  : FW_SEQ_REPLAY_ERROR;
       if (out == FW_SEQ_REPLAY_ERROR) {

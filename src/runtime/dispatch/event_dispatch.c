@@ -17,7 +17,7 @@
 #include "flowwarden/dlq_entry.h"
 #include "flowwarden/log.h"
 #include "flowwarden/lua_call.h"
-#include "runtime/stream/stream_worker-private.h"
+#include "runtime/dispatch/dispatcher-private.h"
 
 typedef enum { ACT_RETRY, ACT_DLQ, ACT_SKIP, ACT_DROP } action_t;
 
@@ -32,16 +32,16 @@ typedef struct {
  * on the monotonic clock the Lua host reads anyway, and converted with an
  * offset read at most once a second. */
 static int64_t
-wall_ms_at (fw_stream_worker_t *w, int64_t mono_ns)
+wall_ms_at (fw_dispatcher_t *d, int64_t mono_ns)
 {
-   if (w->clock.is_virtual) {
-      return w->clock.now_ms (w->clock.ud);
+   if (d->clock.is_virtual) {
+      return d->clock.now_ms (d->clock.ud);
    }
-   if (mono_ns >= w->wall_offset_until_ns) {
-      w->wall_offset_ns = fw_now_ms () * 1000000 - fw_mono_ns ();
-      w->wall_offset_until_ns = mono_ns + 1000000000;
+   if (mono_ns >= d->wall.until_ns) {
+      d->wall.offset_ns = fw_now_ms () * 1000000 - fw_mono_ns ();
+      d->wall.until_ns = mono_ns + 1000000000;
    }
-   return (mono_ns + w->wall_offset_ns) / 1000000;
+   return (mono_ns + d->wall.offset_ns) / 1000000;
 }
 
 static void
@@ -106,17 +106,17 @@ push_dispatch_fn (lua_State *L, const char *name)
  * safest outcome the declaration allows. The failure table of the failed call
  * is on top of the stack. */
 static void
-policy_failed (fw_stream_worker_t *w, lua_State *L, decision_t *out)
+policy_failed (fw_dispatcher_t *d, lua_State *L, decision_t *out)
 {
    const char *msg = NULL;
    if (lua_istable (L, -1) && lua_getfield (L, -1, "value") == LUA_TSTRING) {
       msg = lua_tostring (L, -1);
    }
-   fw_log (FW_LOG_ERROR, w->cfg.name, "error policy failed: %s", msg ? msg : "(no message)");
+   fw_log (FW_LOG_ERROR, d->prog.cfg.name, "error policy failed: %s", msg ? msg : "(no message)");
    snprintf (out->type, sizeof out->type, "RuntimeError");
    snprintf (out->message, sizeof out->message, "handler failed and its error policy failed");
    out->traceback[0] = '\0';
-   out->action = w->cfg.dlq.enabled ? ACT_DLQ : ACT_DROP;
+   out->action = d->prog.cfg.dlq.enabled ? ACT_DLQ : ACT_DROP;
 }
 
 /*
@@ -129,9 +129,9 @@ policy_failed (fw_stream_worker_t *w, lua_State *L, decision_t *out)
  * as fw.RETHROW, and the standard policy still gets a budget of its own.
  */
 static void
-decide (fw_stream_worker_t *w, int attempt, fw_lua_stop_t stop, decision_t *out)
+decide (fw_dispatcher_t *d, int attempt, fw_lua_stop_t stop, decision_t *out)
 {
-   lua_State *L = fw_lua_host_state (w->host);
+   lua_State *L = fw_lua_host_state (d->prog.host);
    int failure = lua_gettop (L);
    int classified, user_err, value;
    fw_lua_stop_t inner = FW_LUA_STOP_NONE;
@@ -139,11 +139,11 @@ decide (fw_stream_worker_t *w, int attempt, fw_lua_stop_t stop, decision_t *out)
 
    /* 1. classify: c, err */
    push_dispatch_fn (L, "classify");
-   lua_rawgeti (L, LUA_REGISTRYINDEX, w->spec_ref);
+   lua_rawgeti (L, LUA_REGISTRYINDEX, d->prog.spec_ref);
    lua_pushvalue (L, failure);
    push_string_or_nil (L, stop_name (stop));
-   if (!fw_lua_host_call (w->host, 3, 2, w->cfg.timeout_ms, &inner)) {
-      policy_failed (w, L, out);
+   if (!fw_lua_host_call (d->prog.host, 3, 2, d->prog.cfg.timeout_ms, &inner)) {
+      policy_failed (d, L, out);
       lua_settop (L, failure - 1);
       return;
    }
@@ -151,13 +151,13 @@ decide (fw_stream_worker_t *w, int attempt, fw_lua_stop_t stop, decision_t *out)
    user_err = failure + 2;
 
    /* 2. on_error(err, ctx): what it returned, or what it raised */
-   lua_rawgeti (L, LUA_REGISTRYINDEX, w->spec_ref);
+   lua_rawgeti (L, LUA_REGISTRYINDEX, d->prog.spec_ref);
    has_on_error = lua_getfield (L, -1, "on_error") == LUA_TFUNCTION;
    lua_remove (L, -2);
    if (has_on_error) {
       lua_pushvalue (L, user_err);
-      on_error_ok = fw_lua_host_call_with (w->host, 1, fw_event_ctx_push, &w->dispatch, 1,
-                                           w->cfg.timeout_ms, &inner);
+      on_error_ok = fw_lua_host_call_with (d->prog.host, 1, fw_event_ctx_push, &d->dispatch, 1,
+                                           d->prog.cfg.timeout_ms, &inner);
       fw_mongo_lua_close_cursors (L);
       if (!on_error_ok) {
          lua_getfield (L, -1, "value");
@@ -171,7 +171,7 @@ decide (fw_stream_worker_t *w, int attempt, fw_lua_stop_t stop, decision_t *out)
 
    /* 3. decide */
    push_dispatch_fn (L, "decide");
-   lua_rawgeti (L, LUA_REGISTRYINDEX, w->spec_ref);
+   lua_rawgeti (L, LUA_REGISTRYINDEX, d->prog.spec_ref);
    lua_pushvalue (L, classified);
    lua_pushinteger (L, attempt);
    if (has_on_error) {
@@ -181,19 +181,19 @@ decide (fw_stream_worker_t *w, int attempt, fw_lua_stop_t stop, decision_t *out)
    }
    lua_pushvalue (L, value);
    push_string_or_nil (L, has_on_error && !on_error_ok ? stop_name (inner) : NULL);
-   if (fw_lua_host_call (w->host, 6, 1, w->cfg.timeout_ms, &inner) && lua_istable (L, -1)) {
-      int d = lua_gettop (L);
+   if (fw_lua_host_call (d->prog.host, 6, 1, d->prog.cfg.timeout_ms, &inner) && lua_istable (L, -1)) {
+      int dec = lua_gettop (L);
       char action[16];
-      copy_field (L, d, "action", action, sizeof action);
-      copy_field (L, d, "type", out->type, sizeof out->type);
-      copy_field (L, d, "message", out->message, sizeof out->message);
-      copy_field (L, d, "traceback", out->traceback, sizeof out->traceback);
+      copy_field (L, dec, "action", action, sizeof action);
+      copy_field (L, dec, "type", out->type, sizeof out->type);
+      copy_field (L, dec, "message", out->message, sizeof out->message);
+      copy_field (L, dec, "traceback", out->traceback, sizeof out->traceback);
       out->action = strcmp (action, "retry") == 0  ? ACT_RETRY
                     : strcmp (action, "dlq") == 0  ? ACT_DLQ
                     : strcmp (action, "skip") == 0 ? ACT_SKIP
                                                    : ACT_DROP;
    } else {
-      policy_failed (w, L, out);
+      policy_failed (d, L, out);
    }
    lua_settop (L, failure - 1);
 }
@@ -215,15 +215,15 @@ pmetadata (lua_State *L)
 /* Converts ctx:add_metadata's table to BSON. A value with no BSON form is
  * reported in the entry rather than losing the event. */
 static void
-metadata_to_bson (fw_stream_worker_t *w, bson_t *out)
+metadata_to_bson (fw_dispatcher_t *d, bson_t *out)
 {
-   lua_State *L = fw_lua_host_state (w->host);
+   lua_State *L = fw_lua_host_state (d->prog.host);
    fw_error_t err = {0};
    metadata_args_t a = {out, &err, false};
 
    bson_init (out);
    lua_pushcfunction (L, pmetadata);
-   fw_event_ctx_push_metadata (L, &w->dispatch);
+   fw_event_ctx_push_metadata (L, &d->dispatch);
    if (lua_isnil (L, -1)) {
       lua_pop (L, 2);
       return;
@@ -252,86 +252,86 @@ log_id (const fw_event_t *ev, char *id, size_t len)
  * script's default DLQ (seed 000: the store exists when any stream declares a
  * DLQ), which only ctx:send_to_dlq uses. */
 static const fw_dlq_config_t *
-dlq_config (const fw_stream_worker_t *w)
+dlq_config (const fw_dispatcher_t *d)
 {
-   return w->cfg.dlq.enabled ? &w->cfg.dlq : &w->cfg.dlq_fallback;
+   return d->prog.cfg.dlq.enabled ? &d->prog.cfg.dlq : &d->prog.cfg.dlq_fallback;
 }
 
 /* Hands the event to the DLQ and does not return until the store
  * acknowledged it (or a shutdown came first): the checkpoint must never pass
  * an event that is neither handled nor dead-lettered. */
 static fw_dispatch_result_t
-dead_letter_raw (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t *d, int attempts,
+dead_letter_raw (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec, int attempts,
                  int64_t first_ms, int64_t last_ms, const bson_t *raw);
 
 static fw_dispatch_result_t
-dead_letter (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t *d, int attempts,
+dead_letter (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec, int attempts,
              int64_t first_ms, int64_t last_ms)
 {
-   return dead_letter_raw (w, ev, d, attempts, first_ms, last_ms, NULL);
+   return dead_letter_raw (d, ev, dec, attempts, first_ms, last_ms, NULL);
 }
 
 /* An event dead-lettered without a handler attempt (attempts 0), its error
  * type and message; raw: the event's bytes to keep whole, or NULL. */
 static fw_dispatch_result_t
-dead_letter_unhandled (fw_stream_worker_t *w, const fw_event_t *ev, const char *type,
+dead_letter_unhandled (fw_dispatcher_t *d, const fw_event_t *ev, const char *type,
                        const char *message, const bson_t *raw)
 {
-   decision_t d;
-   int64_t now = w->clock.now_ms (w->clock.ud);
+   decision_t dec;
+   int64_t now = d->clock.now_ms (d->clock.ud);
 
-   memset (&d, 0, sizeof d);
-   snprintf (d.type, sizeof d.type, "%s", type);
-   snprintf (d.message, sizeof d.message, "%s", message);
-   return dead_letter_raw (w, ev, &d, 0, now, now, raw);
+   memset (&dec, 0, sizeof dec);
+   snprintf (dec.type, sizeof dec.type, "%s", type);
+   snprintf (dec.message, sizeof dec.message, "%s", message);
+   return dead_letter_raw (d, ev, &dec, 0, now, now, raw);
 }
 
 fw_dispatch_result_t
-fw_event_dispatch_unreadable (fw_stream_worker_t *w, fw_event_t *ev, const char *why)
+fw_event_dispatch_unreadable (fw_dispatcher_t *d, fw_event_t *ev, const char *why)
 {
-   if (!w->dispatch.dlq_enabled) {
+   if (!d->dispatch.dlq_enabled) {
       return FW_DISPATCH_NO_DLQ;
    }
    if (!ev->operation_type) {
       ev->operation_type = "unknown";
       ev->op = FW_OP_OTHER;
    }
-   return dead_letter_unhandled (w, ev, "MalformedEvent", why, ev->doc);
+   return dead_letter_unhandled (d, ev, "MalformedEvent", why, ev->doc);
 }
 
 fw_dispatch_result_t
-fw_event_dispatch_oversize (fw_stream_worker_t *w, const fw_event_t *ev, int64_t size)
+fw_event_dispatch_oversize (fw_dispatcher_t *d, const fw_event_t *ev, int64_t size)
 {
    char message[300];
 
-   if (!w->dispatch.dlq_enabled) {
+   if (!d->dispatch.dlq_enabled) {
       return FW_DISPATCH_NO_DLQ;
    }
    snprintf (message, sizeof message,
              "change event of %lld bytes is larger than oversize_threshold (%lld bytes): left "
              "out by the server (oversize = \"skip\"); its document is not kept",
-             (long long) size, (long long) w->cfg.oversize_threshold);
-   return dead_letter_unhandled (w, ev, "OversizeEvent", message, NULL);
+             (long long) size, (long long) d->prog.cfg.oversize_threshold);
+   return dead_letter_unhandled (d, ev, "OversizeEvent", message, NULL);
 }
 
 /* What the DLQ entry records of the failure (f->epoch is set by the caller).
  * metadata: ctx:add_metadata's, converted; the caller owns it. */
 static void
-failure_of (fw_stream_worker_t *w, const decision_t *d, int attempts, int64_t first_ms,
+failure_of (fw_dispatcher_t *d, const decision_t *dec, int attempts, int64_t first_ms,
             int64_t last_ms, const bson_t *raw, const bson_t *metadata, fw_dlq_failure_t *f)
 {
-   f->stream_name = w->cfg.name;
-   f->error_type = d->type[0] ? d->type : NULL; /* NULL: parked behind its sequence */
-   f->sequence_id = w->seq_index >= 0 ? w->seq_key : NULL;
-   f->sequence_index = w->seq_index;
-   f->error_message = d->message;
-   f->stack_trace = d->traceback;
+   f->stream_name = d->prog.cfg.name;
+   f->error_type = dec->type[0] ? dec->type : NULL; /* NULL: parked behind its sequence */
+   f->sequence_id = d->park.index >= 0 ? d->park.key : NULL;
+   f->sequence_index = d->park.index;
+   f->error_message = dec->message;
+   f->stack_trace = dec->traceback;
    f->attempts = attempts;
    f->first_attempt_ms = first_ms;
    f->last_attempt_ms = last_ms;
-   f->created_ms = w->clock.now_ms (w->clock.ud);
+   f->created_ms = d->clock.now_ms (d->clock.ud);
    f->metadata = metadata;
-   f->script_version = fw_lua_host_version (w->host);
+   f->script_version = fw_lua_host_version (d->prog.host);
    f->raw_event = raw;
 }
 
@@ -340,16 +340,16 @@ failure_of (fw_stream_worker_t *w, const decision_t *d, int attempts, int64_t fi
  * id: wait and try again, holding the event meanwhile. False when a shutdown
  * came first (nothing to destroy then). */
 static bool
-build_entry (fw_stream_worker_t *w, const fw_event_t *ev, const fw_dlq_config_t *dlq,
+build_entry (fw_dispatcher_t *d, const fw_event_t *ev, const fw_dlq_config_t *dlq,
              const fw_dlq_failure_t *f, const char *id, bson_t *entry)
 {
    fw_error_t err;
 
    while (!fw_dlq_entry_build (entry, ev, dlq, f, &err)) {
-      fw_log (FW_LOG_ERROR, w->cfg.name, "cannot build DLQ entry for event %s: %s", id,
+      fw_log (FW_LOG_ERROR, d->prog.cfg.name, "cannot build DLQ entry for event %s: %s", id,
               err.message);
       bson_destroy (entry);
-      if (w->clock.wait_ms (w->clock.ud, 1000)) {
+      if (d->clock.wait_ms (d->clock.ud, 1000)) {
          return false;
       }
    }
@@ -360,26 +360,26 @@ build_entry (fw_stream_worker_t *w, const fw_event_t *ev, const fw_dlq_config_t 
  * store again if it is not open) until the store acknowledges it. False when
  * a shutdown came first. The caller still owns entry. */
 static bool
-save_entry (fw_stream_worker_t *w, const bson_t *entry, const char *id)
+save_entry (fw_dispatcher_t *d, const bson_t *entry, const char *id)
 {
    fw_error_t err;
 
    for (int tries = 1;; tries++) {
-      if (w->dlq && w->dlq->save (w->dlq, entry, &err)) {
+      if (d->dlq && d->dlq->save (d->dlq, entry, &err)) {
          return true;
       }
-      if (!w->dlq) {
+      if (!d->dlq) {
          snprintf (err.message, sizeof err.message, "DLQ store is not open");
       }
-      int64_t delay = fw_backoff_delay_ms (&w->cfg.restart, tries, fw_backoff_random (&w->rng));
-      fw_log (FW_LOG_ERROR, w->cfg.name,
-              "DLQ insert for event %s failed (try %d): %s; the stream holds this event and "
+      int64_t delay = fw_backoff_delay_ms (&d->prog.cfg.restart, tries, fw_backoff_random (&d->rng));
+      fw_log (FW_LOG_ERROR, d->prog.cfg.name,
+              "DLQ insert for event %s failed (try %dec): %s; the stream holds this event and "
               "tries again in %lld ms",
               id, tries, err.message, (long long) delay);
-      if (w->clock.wait_ms (w->clock.ud, delay)) {
+      if (d->clock.wait_ms (d->clock.ud, delay)) {
          return false;
       }
-      if (!w->dlq && !fw_event_dispatch_open_dlq (w)) {
+      if (!d->dlq && !fw_dispatcher_open_dlq (d)) {
          return false;
       }
    }
@@ -388,26 +388,26 @@ save_entry (fw_stream_worker_t *w, const bson_t *entry, const char *id)
 /* The entry is stored: counts and logs it, as parked behind its sequence or
  * as dead-lettered (and the sequence it opens). */
 static fw_dispatch_result_t
-dead_lettered (fw_stream_worker_t *w, const fw_dlq_config_t *dlq, const fw_dlq_failure_t *f,
-               const decision_t *d, int attempts, const char *id)
+dead_lettered (fw_dispatcher_t *d, const fw_dlq_config_t *dlq, const fw_dlq_failure_t *f,
+               const decision_t *dec, int attempts, const char *id)
 {
-   if (w->metrics) {
-      fw_stream_metrics_dlq_write (w->metrics);
+   if (d->metrics) {
+      fw_stream_metrics_dlq_write (d->metrics);
    }
    if (!f->error_type) {
-      w->stats.parked++;
-      fw_log (FW_LOG_WARN, w->cfg.name,
+      d->stats.parked++;
+      fw_log (FW_LOG_WARN, d->prog.cfg.name,
               "event %s parked in %s behind DLQ sequence %.300s (index %lld): an earlier event "
               "of its key is dead-lettered",
-              id, dlq->collection, w->seq_key, (long long) w->seq_index);
+              id, dlq->collection, d->park.key, (long long) d->park.index);
       return FW_DISPATCH_DONE;
    }
-   w->stats.dead_lettered++;
-   fw_log (FW_LOG_WARN, w->cfg.name, "event %s dead-lettered to %s%s after %d attempt(s): %s: %s",
-           id, dlq->collection, w->cfg.dlq.enabled ? "" : " (the script's default DLQ)",
-           attempts, d->type, d->message);
+   d->stats.dead_lettered++;
+   fw_log (FW_LOG_WARN, d->prog.cfg.name, "event %s dead-lettered to %s%s after %d attempt(s): %s: %s",
+           id, dlq->collection, d->prog.cfg.dlq.enabled ? "" : " (the script's default DLQ)",
+           attempts, dec->type, dec->message);
    if (f->sequence_id) {
-      fw_log (FW_LOG_WARN, w->cfg.name,
+      fw_log (FW_LOG_WARN, d->prog.cfg.name,
               "DLQ sequence %.300s is open (index %lld): later events of its key are parked "
               "until a replay resolves it",
               f->sequence_id, (long long) f->sequence_index);
@@ -416,59 +416,59 @@ dead_lettered (fw_stream_worker_t *w, const fw_dlq_config_t *dlq, const fw_dlq_f
 }
 
 static fw_dispatch_result_t
-dead_letter_raw (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t *d, int attempts,
+dead_letter_raw (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec, int attempts,
                  int64_t first_ms, int64_t last_ms, const bson_t *raw)
 {
    fw_dlq_failure_t f = {0};
-   f.epoch = w->epoch; /* ha.mode = "leader": who wrote it */
+   f.epoch = d->epoch; /* ha.mode = "leader": who wrote it */
    bson_t metadata, entry;
    char id[1024];
-   const fw_dlq_config_t *dlq = dlq_config (w);
+   const fw_dlq_config_t *dlq = dlq_config (d);
    bool ok;
 
    /* A stream using the default DLQ opens it on its first send_to_dlq. */
-   if (!w->dlq && !fw_event_dispatch_open_dlq (w)) {
+   if (!d->dlq && !fw_dispatcher_open_dlq (d)) {
       return FW_DISPATCH_STOPPED;
    }
 
-   metadata_to_bson (w, &metadata);
-   failure_of (w, d, attempts, first_ms, last_ms, raw, &metadata, &f);
+   metadata_to_bson (d, &metadata);
+   failure_of (d, dec, attempts, first_ms, last_ms, raw, &metadata, &f);
    log_id (ev, id, sizeof id);
-   ok = build_entry (w, ev, dlq, &f, id, &entry);
+   ok = build_entry (d, ev, dlq, &f, id, &entry);
    bson_destroy (&metadata);
    if (!ok) {
       return FW_DISPATCH_STOPPED;
    }
 
-   ok = save_entry (w, &entry, id);
+   ok = save_entry (d, &entry, id);
    bson_destroy (&entry);
    if (!ok) {
       return FW_DISPATCH_STOPPED;
    }
-   return dead_lettered (w, dlq, &f, d, attempts, id);
+   return dead_lettered (d, dlq, &f, dec, attempts, id);
 }
 
 /* ctx:send_to_dlq(reason) was called: dead-letter now, no retry. */
 static void
-dlq_requested (const fw_stream_worker_t *w, decision_t *d)
+dlq_requested (const fw_dispatcher_t *d, decision_t *dec)
 {
-   d->action = ACT_DLQ;
-   snprintf (d->type, sizeof d->type, "DlqRequested");
-   snprintf (d->message, sizeof d->message, "%s", w->dispatch.dlq_reason);
-   d->traceback[0] = '\0';
+   dec->action = ACT_DLQ;
+   snprintf (dec->type, sizeof dec->type, "DlqRequested");
+   snprintf (dec->message, sizeof dec->message, "%s", d->dispatch.dlq_reason);
+   dec->traceback[0] = '\0';
 }
 
 /* A replayed dead letter ends here instead of in a new DLQ entry: its
  * outcome goes back to the replay (dlq_replay.c), which updates the entry. */
 static fw_dispatch_result_t
-replayed (fw_stream_worker_t *w, fw_replayed_t result, const decision_t *d, int attempts)
+replayed (fw_dispatcher_t *d, fw_replayed_t result, const decision_t *dec, int attempts)
 {
-   fw_replay_hook_t *h = w->replay;
+   fw_replay_hook_t *h = d->replay;
 
    h->result = result;
    h->attempts = attempts;
-   snprintf (h->error_type, sizeof h->error_type, "%s", d ? d->type : "");
-   snprintf (h->error_message, sizeof h->error_message, "%s", d ? d->message : "");
+   snprintf (h->error_type, sizeof h->error_type, "%s", dec ? dec->type : "");
+   snprintf (h->error_message, sizeof h->error_message, "%s", dec ? dec->message : "");
    return FW_DISPATCH_DONE;
 }
 
@@ -476,11 +476,11 @@ replayed (fw_stream_worker_t *w, fw_replayed_t result, const decision_t *d, int 
  * letter, which is no change event). mono_ns: now on CLOCK_MONOTONIC, 0 to
  * read the wall clock instead. */
 static fw_dispatch_result_t
-finished (fw_stream_worker_t *w, fw_metrics_outcome_t outcome, int64_t mono_ns)
+finished (fw_dispatcher_t *d, fw_metrics_outcome_t outcome, int64_t mono_ns)
 {
-   if (w->metrics && !w->replay) {
-      w->finished_ms = mono_ns ? wall_ms_at (w, mono_ns) : w->clock.now_ms (w->clock.ud);
-      fw_stream_metrics_event_finished (w->metrics, outcome, w->finished_ms);
+   if (d->metrics && !d->replay) {
+      d->finished_ms = mono_ns ? wall_ms_at (d, mono_ns) : d->clock.now_ms (d->clock.ud);
+      fw_stream_metrics_event_finished (d->metrics, outcome, d->finished_ms);
    }
    return FW_DISPATCH_DONE;
 }
@@ -488,12 +488,12 @@ finished (fw_stream_worker_t *w, fw_metrics_outcome_t outcome, int64_t mono_ns)
 /* A sequenced DLQ: the event's sequence is open, so the event is stored
  * behind it (no error, attempts 0) instead of handled. */
 static fw_dispatch_result_t
-park (fw_stream_worker_t *w, const fw_event_t *ev)
+park (fw_dispatcher_t *d, const fw_event_t *ev)
 {
-   decision_t d;
-   int64_t now = w->clock.now_ms (w->clock.ud);
+   decision_t dec;
+   int64_t now = d->clock.now_ms (d->clock.ud);
 
-   switch (fw_park_take (w, false)) {
+   switch (fw_park_take (d, false)) {
    case FW_PARK_CLOSED:
       return FW_DISPATCH_NO_DLQ; /* not parked: the caller handles it */
    case FW_PARK_OVERFLOW:
@@ -503,35 +503,35 @@ park (fw_stream_worker_t *w, const fw_event_t *ev)
    default:
       break;
    }
-   memset (&d, 0, sizeof d);
-   if (dead_letter_raw (w, ev, &d, 0, now, now, NULL) == FW_DISPATCH_STOPPED) {
+   memset (&dec, 0, sizeof dec);
+   if (dead_letter_raw (d, ev, &dec, 0, now, now, NULL) == FW_DISPATCH_STOPPED) {
       return FW_DISPATCH_STOPPED;
    }
-   fw_park_settle (w);
-   return finished (w, FW_METRICS_OUTCOME_PARKED, 0);
+   fw_park_settle (d);
+   return finished (d, FW_METRICS_OUTCOME_PARKED, 0);
 }
 
 /* Dead-letters ev after its attempts; on a sequenced DLQ it opens the
  * event's sequence, whose head the entry becomes. */
 static fw_dispatch_result_t
-dead_letter_head (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t *d, int attempts,
+dead_letter_head (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec, int attempts,
                   int64_t first_ms, int64_t last_ms)
 {
    fw_lua_stop_t stop;
    char id[1024];
 
-   if (fw_park_enabled (w) && w->cfg.dlq.enabled &&
-       fw_park_key (w, ev, &stop) == FW_PARK_KEY_FAILED) {
-      lua_State *L = fw_lua_host_state (w->host);
+   if (fw_park_enabled (d) && d->prog.cfg.dlq.enabled &&
+       fw_park_key (d, ev, &stop) == FW_PARK_KEY_FAILED) {
+      lua_State *L = fw_lua_host_state (d->prog.host);
       const char *msg = lua_istable (L, -1) && lua_getfield (L, -1, "value") == LUA_TSTRING
                            ? lua_tostring (L, -1)
                            : "(no message)";
       log_id (ev, id, sizeof id);
-      fw_log (FW_LOG_ERROR, w->cfg.name,
+      fw_log (FW_LOG_ERROR, d->prog.cfg.name,
               "event %s: dlq.sequence_key failed (%s): its DLQ entry opens no sequence", id, msg);
       lua_settop (L, 0);
-   } else if (fw_park_enabled (w) && w->seq_key) {
-      switch (fw_park_take (w, true)) {
+   } else if (fw_park_enabled (d) && d->park.key) {
+      switch (fw_park_take (d, true)) {
       case FW_PARK_OVERFLOW:
          return FW_DISPATCH_FAILED;
       case FW_PARK_STOPPED:
@@ -540,10 +540,10 @@ dead_letter_head (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t 
          break;
       }
    }
-   if (dead_letter (w, ev, d, attempts, first_ms, last_ms) == FW_DISPATCH_STOPPED) {
+   if (dead_letter (d, ev, dec, attempts, first_ms, last_ms) == FW_DISPATCH_STOPPED) {
       return FW_DISPATCH_STOPPED;
    }
-   fw_park_settle (w);
+   fw_park_settle (d);
    return FW_DISPATCH_DONE;
 }
 
@@ -556,22 +556,22 @@ typedef struct {
 /* Whether the next attempt may run. False with *r set when the event ends
  * here; *L and *ref follow a reload. */
 static bool
-attempt_may_start (fw_stream_worker_t *w, const fw_event_t *ev, lua_State **L, int *ref,
+attempt_may_start (fw_dispatcher_t *d, const fw_event_t *ev, lua_State **L, int *ref,
                    fw_dispatch_result_t *r)
 {
    /* ha.mode = "leader": no handler call past the lease's deadline; the
     * event comes back to the next leader. */
-   if (w->lease && !fw_lease_is_leader (w->lease, NULL)) {
+   if (d->lease && !fw_lease_is_leader (d->lease, NULL)) {
       *r = FW_DISPATCH_STOPPED;
       return false;
    }
    /* A reload takes effect here: this attempt runs the new code, and the
     * attempt count carries on. */
-   if (w->at_attempt_boundary && w->at_attempt_boundary (w)) {
-      *L = fw_lua_host_state (w->host);
-      if ((*ref = fw_stream_handler_for (w, ev->op)) == LUA_NOREF) {
+   if (d->at_attempt_boundary && d->at_attempt_boundary (d->boundary_ud)) {
+      *L = fw_lua_host_state (d->prog.host);
+      if ((*ref = fw_program_handler_for (&d->prog, ev->op)) == LUA_NOREF) {
          /* the new script has no handler for it */
-         *r = finished (w, FW_METRICS_OUTCOME_NONE, 0);
+         *r = finished (d, FW_METRICS_OUTCOME_NONE, 0);
          return false;
       }
    }
@@ -583,17 +583,17 @@ attempt_may_start (fw_stream_worker_t *w, const fw_event_t *ev, lua_State **L, i
  * under the policy (*key_failed, *stop), and is asked again on the next one.
  * True with *r set when the event ends here. */
 static bool
-park_if_open (fw_stream_worker_t *w, const fw_event_t *ev, bool *check_park, bool *key_failed,
+park_if_open (fw_dispatcher_t *d, const fw_event_t *ev, bool *check_park, bool *key_failed,
               fw_lua_stop_t *stop, fw_dispatch_result_t *r)
 {
-   fw_park_key_t k = fw_park_key (w, ev, stop);
+   fw_park_key_t k = fw_park_key (d, ev, stop);
 
    *key_failed = k == FW_PARK_KEY_FAILED;
    if (k != FW_PARK_KEY_FAILED) {
       *check_park = false;
    }
-   if (k == FW_PARK_KEY_OK && fw_park_is_open (w)) {
-      *r = park (w, ev);
+   if (k == FW_PARK_KEY_OK && fw_park_is_open (d)) {
+      *r = park (d, ev);
       if (*r != FW_DISPATCH_NO_DLQ) {
          return true;
       }
@@ -605,34 +605,34 @@ park_if_open (fw_stream_worker_t *w, const fw_event_t *ev, bool *check_park, boo
  * failed), timed into *t. Returns whether it returned; if not, its failure
  * table is on top of the stack. */
 static bool
-call_handler (fw_stream_worker_t *w, lua_State *L, int ref, int attempt, bool key_failed,
+call_handler (fw_dispatcher_t *d, lua_State *L, int ref, int attempt, bool key_failed,
               fw_lua_stop_t *stop, attempt_times_t *t)
 {
    bool ok;
 
-   if (w->metrics) {
-      fw_stream_metrics_set_attempt (w->metrics, attempt);
+   if (d->metrics) {
+      fw_stream_metrics_set_attempt (d->metrics, attempt);
    }
    /* The attempt's start is the clock read the host makes for its
     * deadline (or ours, without one); with metrics, one read after it
     * times the handler. */
-   t->start_ns = w->cfg.timeout_ms > 0 ? 0 : fw_mono_ns ();
+   t->start_ns = d->prog.cfg.timeout_ms > 0 ? 0 : fw_mono_ns ();
    if (key_failed) {
       ok = false;
    } else {
       lua_rawgeti (L, LUA_REGISTRYINDEX, ref);
-      ok = fw_lua_host_call_with (w->host, 0, fw_event_ctx_push, &w->dispatch, 0,
-                                  w->cfg.timeout_ms, stop);
+      ok = fw_lua_host_call_with (d->prog.host, 0, fw_event_ctx_push, &d->dispatch, 0,
+                                  d->prog.cfg.timeout_ms, stop);
    }
    if (!t->start_ns) {
-      t->start_ns = fw_lua_host_call_started_ns (w->host);
+      t->start_ns = fw_lua_host_call_started_ns (d->prog.host);
    }
    if (attempt == 1) {
       t->first_ns = t->start_ns;
    }
-   if (w->metrics) {
+   if (d->metrics) {
       t->end_ns = fw_mono_ns ();
-      fw_stream_metrics_handler_call (w->metrics, t->end_ns - t->start_ns);
+      fw_stream_metrics_handler_call (d->metrics, t->end_ns - t->start_ns);
    }
    /* A cursor a handler left open holds a server cursor and this
     * thread's client: close it now, not when the collector runs. */
@@ -643,48 +643,48 @@ call_handler (fw_stream_worker_t *w, lua_State *L, int ref, int attempt, bool ke
 /* The handler returned and asked for nothing else. end_ns: its end on
  * CLOCK_MONOTONIC, 0 without metrics. */
 static fw_dispatch_result_t
-handled (fw_stream_worker_t *w, int attempt, int64_t end_ns)
+handled (fw_dispatcher_t *d, int attempt, int64_t end_ns)
 {
-   w->stats.handled++;
-   if (w->replay) {
-      return replayed (w, FW_REPLAYED_OK, NULL, attempt);
+   d->stats.handled++;
+   if (d->replay) {
+      return replayed (d, FW_REPLAYED_OK, NULL, attempt);
    }
-   return finished (w, FW_METRICS_OUTCOME_OK, end_ns);
+   return finished (d, FW_METRICS_OUTCOME_OK, end_ns);
 }
 
 /* What to do after an attempt that failed (ok false: its failure table is on
  * top of the stack, and taken off) or called ctx:send_to_dlq. */
 static void
-attempt_decision (fw_stream_worker_t *w, lua_State *L, bool ok, int attempt, fw_lua_stop_t stop,
-                  decision_t *d)
+attempt_decision (fw_dispatcher_t *d, lua_State *L, bool ok, int attempt, fw_lua_stop_t stop,
+                  decision_t *dec)
 {
-   if (w->dispatch.dlq_requested) {
+   if (d->dispatch.dlq_requested) {
       if (!ok) {
          lua_pop (L, 1);
       }
-      dlq_requested (w, d);
+      dlq_requested (d, dec);
       return;
    }
-   w->stats.handler_errors++;
-   decide (w, attempt, stop, d);
-   if (w->metrics) {
-      fw_stream_metrics_handler_error (w->metrics, d->type);
+   d->stats.handler_errors++;
+   decide (d, attempt, stop, dec);
+   if (d->metrics) {
+      fw_stream_metrics_handler_error (d->metrics, dec->type);
    }
-   if (w->dispatch.dlq_requested) {
+   if (d->dispatch.dlq_requested) {
       /* on_error called ctx:send_to_dlq: that dead-letters the event
        * now, whatever on_error returned. */
-      dlq_requested (w, d);
+      dlq_requested (d, dec);
    }
 }
 
 /* flowwarden test's harness sees every failed attempt and its decision. */
 static void
-report_attempt_failed (fw_stream_worker_t *w, int attempt, const decision_t *d)
+report_attempt_failed (fw_dispatcher_t *d, int attempt, const decision_t *dec)
 {
-   if (w->hooks) {
+   if (d->hooks) {
       static const char *const names[] = {"retry", "dlq", "skip", "drop"};
-      w->hooks->attempt_failed (w->hooks->ud, attempt, d->type, d->message, d->traceback,
-                                (unsigned) d->action < 4 ? names[d->action] : "other");
+      d->hooks->attempt_failed (d->hooks->ud, attempt, dec->type, dec->message, dec->traceback,
+                                (unsigned) dec->action < 4 ? names[dec->action] : "other");
    }
 }
 
@@ -692,15 +692,15 @@ report_attempt_failed (fw_stream_worker_t *w, int attempt, const decision_t *d)
  * its first attempt when the replay allows no retry. True with *r set when
  * it ends here. */
 static bool
-replay_ends (fw_stream_worker_t *w, const decision_t *d, int attempt, fw_dispatch_result_t *r)
+replay_ends (fw_dispatcher_t *d, const decision_t *dec, int attempt, fw_dispatch_result_t *r)
 {
-   if (w->replay && d->action != ACT_RETRY) {
-      *r = replayed (w, d->action == ACT_SKIP ? FW_REPLAYED_SKIPPED : FW_REPLAYED_FAILED, d,
+   if (d->replay && dec->action != ACT_RETRY) {
+      *r = replayed (d, dec->action == ACT_SKIP ? FW_REPLAYED_SKIPPED : FW_REPLAYED_FAILED, dec,
                      attempt);
       return true;
    }
-   if (w->replay && w->replay->no_retry) {
-      *r = replayed (w, FW_REPLAYED_FAILED, d, attempt);
+   if (d->replay && d->replay->no_retry) {
+      *r = replayed (d, FW_REPLAYED_FAILED, dec, attempt);
       return true;
    }
    return false;
@@ -709,25 +709,25 @@ replay_ends (fw_stream_worker_t *w, const decision_t *d, int attempt, fw_dispatc
 /* The decision is retry: waits out the backoff. False when a shutdown came
  * first. */
 static bool
-retry_wait (fw_stream_worker_t *w, int attempt, const decision_t *d, const char *id)
+retry_wait (fw_dispatcher_t *d, int attempt, const decision_t *dec, const char *id)
 {
-   int64_t delay = fw_backoff_delay_ms (&w->cfg.retry, attempt, fw_backoff_random (&w->rng));
+   int64_t delay = fw_backoff_delay_ms (&d->prog.cfg.retry, attempt, fw_backoff_random (&d->rng));
 
-   fw_log (FW_LOG_WARN, w->cfg.name, "event %s attempt %d failed: %s: %s; retrying in %lld ms",
-           id, attempt, d->type, d->message, (long long) delay);
-   w->stats.retries++;
-   if (w->metrics) {
-      fw_stream_metrics_retry (w->metrics);
-      fw_stream_metrics_set_state (w->metrics, FW_STREAM_RETRYING, NULL);
+   fw_log (FW_LOG_WARN, d->prog.cfg.name, "event %s attempt %d failed: %s: %s; retrying in %lld ms",
+           id, attempt, dec->type, dec->message, (long long) delay);
+   d->stats.retries++;
+   if (d->metrics) {
+      fw_stream_metrics_retry (d->metrics);
+      fw_stream_metrics_set_state (d->metrics, FW_STREAM_RETRYING, NULL);
    }
-   if (w->clock.wait_ms (w->clock.ud, delay)) {
+   if (d->clock.wait_ms (d->clock.ud, delay)) {
       return false;
    }
-   if (w->metrics) {
-      fw_stream_metrics_set_state (w->metrics, FW_STREAM_RUNNING, NULL);
+   if (d->metrics) {
+      fw_stream_metrics_set_state (d->metrics, FW_STREAM_RUNNING, NULL);
    }
-   if (w->replay && w->replay->before_retry) {
-      w->replay->before_retry (w->replay);
+   if (d->replay && d->replay->before_retry) {
+      d->replay->before_retry (d->replay);
    }
    return true;
 }
@@ -735,47 +735,47 @@ retry_wait (fw_stream_worker_t *w, int attempt, const decision_t *d, const char 
 /* The decision is dlq: the event goes to the DLQ, or is lost when the stream
  * has none to take it. */
 static fw_dispatch_result_t
-dead_letter_after (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t *d, int attempt,
+dead_letter_after (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec, int attempt,
                    const attempt_times_t *t, const char *id)
 {
    fw_dispatch_result_t r;
 
-   if (!w->cfg.dlq.enabled && !(w->dispatch.dlq_requested && w->cfg.dlq_fallback.enabled)) {
-      w->stats.lost++;
-      fw_log (FW_LOG_ERROR, w->cfg.name,
+   if (!d->prog.cfg.dlq.enabled && !(d->dispatch.dlq_requested && d->prog.cfg.dlq_fallback.enabled)) {
+      d->stats.lost++;
+      fw_log (FW_LOG_ERROR, d->prog.cfg.name,
               "event %s LOST: on_error asked for the DLQ but the stream has none: %s: %s", id,
-              d->type, d->message);
-      return finished (w, FW_METRICS_OUTCOME_LOST, 0);
+              dec->type, dec->message);
+      return finished (d, FW_METRICS_OUTCOME_LOST, 0);
    }
-   r = dead_letter_head (w, ev, d, attempt, wall_ms_at (w, t->first_ns),
-                         wall_ms_at (w, t->start_ns));
+   r = dead_letter_head (d, ev, dec, attempt, wall_ms_at (d, t->first_ns),
+                         wall_ms_at (d, t->start_ns));
    if (r != FW_DISPATCH_DONE) {
       return r;
    }
-   return finished (w, FW_METRICS_OUTCOME_DLQ, 0);
+   return finished (d, FW_METRICS_OUTCOME_DLQ, 0);
 }
 
 /* The event's end under a decision other than retry: dead-lettered, skipped
  * or lost. */
 static fw_dispatch_result_t
-decided_end (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t *d, int attempt,
+decided_end (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec, int attempt,
              const attempt_times_t *t, const char *id)
 {
-   switch (d->action) {
+   switch (dec->action) {
    case ACT_DLQ:
-      return dead_letter_after (w, ev, d, attempt, t, id);
+      return dead_letter_after (d, ev, dec, attempt, t, id);
    case ACT_SKIP:
-      w->stats.skipped++;
-      fw_log (FW_LOG_INFO, w->cfg.name, "event %s skipped by on_error after attempt %d: %s: %s",
-              id, attempt, d->type, d->message);
-      return finished (w, FW_METRICS_OUTCOME_SKIPPED, 0);
+      d->stats.skipped++;
+      fw_log (FW_LOG_INFO, d->prog.cfg.name, "event %s skipped by on_error after attempt %d: %s: %s",
+              id, attempt, dec->type, dec->message);
+      return finished (d, FW_METRICS_OUTCOME_SKIPPED, 0);
    case ACT_DROP:
    default:
-      w->stats.lost++;
-      fw_log (FW_LOG_ERROR, w->cfg.name,
+      d->stats.lost++;
+      fw_log (FW_LOG_ERROR, d->prog.cfg.name,
               "event %s LOST after %d attempt(s) (no dead-letter queue): %s: %s", id, attempt,
-              d->type, d->message);
-      return finished (w, FW_METRICS_OUTCOME_LOST, 0);
+              dec->type, dec->message);
+      return finished (d, FW_METRICS_OUTCOME_LOST, 0);
    }
 }
 
@@ -783,110 +783,110 @@ decided_end (fw_stream_worker_t *w, const fw_event_t *ev, const decision_t *d, i
  * the event or waits out the retry backoff. True to try again, false with *r
  * set when the event ends here. */
 static bool
-after_failure (fw_stream_worker_t *w, const fw_event_t *ev, lua_State *L, bool ok, int attempt,
+after_failure (fw_dispatcher_t *d, const fw_event_t *ev, lua_State *L, bool ok, int attempt,
                fw_lua_stop_t stop, const attempt_times_t *t, fw_dispatch_result_t *r)
 {
-   decision_t d;
+   decision_t dec;
    char id[1024];
 
-   attempt_decision (w, L, ok, attempt, stop, &d);
+   attempt_decision (d, L, ok, attempt, stop, &dec);
    log_id (ev, id, sizeof id);
-   report_attempt_failed (w, attempt, &d);
-   if (replay_ends (w, &d, attempt, r)) {
+   report_attempt_failed (d, attempt, &dec);
+   if (replay_ends (d, &dec, attempt, r)) {
       return false;
    }
-   if (d.action != ACT_RETRY) {
-      *r = decided_end (w, ev, &d, attempt, t, id);
+   if (dec.action != ACT_RETRY) {
+      *r = decided_end (d, ev, &dec, attempt, t, id);
       return false;
    }
-   if (!retry_wait (w, attempt, &d, id)) {
+   if (!retry_wait (d, attempt, &dec, id)) {
       *r = FW_DISPATCH_STOPPED;
       return false;
    }
    return true;
 }
 
-static fw_dispatch_result_t dispatch (fw_stream_worker_t *w, const fw_event_t *ev);
+static fw_dispatch_result_t dispatch (fw_dispatcher_t *d, const fw_event_t *ev);
 
 fw_dispatch_result_t
-fw_event_dispatch (fw_stream_worker_t *w, const fw_event_t *ev)
+fw_event_dispatch (fw_dispatcher_t *d, const fw_event_t *ev)
 {
-   fw_dispatch_result_t r = dispatch (w, ev);
-   fw_park_end (w);
+   fw_dispatch_result_t r = dispatch (d, ev);
+   fw_park_end (d);
    return r;
 }
 
 static fw_dispatch_result_t
-dispatch (fw_stream_worker_t *w, const fw_event_t *ev)
+dispatch (fw_dispatcher_t *d, const fw_event_t *ev)
 {
-   lua_State *L = fw_lua_host_state (w->host);
+   lua_State *L = fw_lua_host_state (d->prog.host);
    int ref;
    attempt_times_t t = {0, 0, 0};
    /* A sequenced DLQ with open sequences: is this event's one of them? */
-   bool check_park = fw_park_check_needed (w, ev);
+   bool check_park = fw_park_check_needed (d, ev);
 
-   ref = fw_stream_handler_for (w, ev->op);
+   ref = fw_program_handler_for (&d->prog, ev->op);
    if (ref == LUA_NOREF) {
-      return finished (w, FW_METRICS_OUTCOME_NONE, 0); /* no handler for this operation type */
+      return finished (d, FW_METRICS_OUTCOME_NONE, 0); /* no handler for this operation type */
    }
-   fw_event_ctx_begin (L, &w->dispatch, ev);
+   fw_event_ctx_begin (L, &d->dispatch, ev);
 
    for (int attempt = 1;; attempt++) {
       fw_lua_stop_t stop;
       bool ok, key_failed = false;
       fw_dispatch_result_t r;
 
-      if (!attempt_may_start (w, ev, &L, &ref, &r)) {
+      if (!attempt_may_start (d, ev, &L, &ref, &r)) {
          return r;
       }
-      w->dispatch.attempt = attempt;
-      if (check_park && park_if_open (w, ev, &check_park, &key_failed, &stop, &r)) {
+      d->dispatch.attempt = attempt;
+      if (check_park && park_if_open (d, ev, &check_park, &key_failed, &stop, &r)) {
          return r;
       }
-      ok = call_handler (w, L, ref, attempt, key_failed, &stop, &t);
-      if (ok && !w->dispatch.dlq_requested) {
-         return handled (w, attempt, t.end_ns);
+      ok = call_handler (d, L, ref, attempt, key_failed, &stop, &t);
+      if (ok && !d->dispatch.dlq_requested) {
+         return handled (d, attempt, t.end_ns);
       }
-      if (!after_failure (w, ev, L, ok, attempt, stop, &t, &r)) {
+      if (!after_failure (d, ev, L, ok, attempt, stop, &t, &r)) {
          return r;
       }
    }
 }
 
 bool
-fw_event_dispatch_open_dlq (fw_stream_worker_t *w)
+fw_dispatcher_open_dlq (fw_dispatcher_t *d)
 {
    fw_error_t err;
-   const fw_dlq_config_t *dlq = dlq_config (w);
+   const fw_dlq_config_t *dlq = dlq_config (d);
 
    if (dlq->memory) {
       /* Seed 004's in-memory variant: nothing to connect to; a sequenced
        * DLQ's sequences are kept beside its entries. */
-      w->dlq = fw_dlq_store_memory_new (&err);
-      w->park_ops = &fw_park_memory_ops;
-      if (!w->dlq) {
-         fw_log (FW_LOG_ERROR, w->cfg.name, "%s", err.message);
+      d->dlq = fw_dlq_store_memory_new (&err);
+      d->park.ops = &fw_park_memory_ops;
+      if (!d->dlq) {
+         fw_log (FW_LOG_ERROR, d->prog.cfg.name, "%s", err.message);
       }
-      return w->dlq != NULL;
+      return d->dlq != NULL;
    }
-   w->park_ops = &fw_park_mongo_ops;
+   d->park.ops = &fw_park_mongo_ops;
    for (int tries = 1;; tries++) {
       /* A DLQ on a named connection (seed 002's roadmap: mongoTemplateRef). */
       mongoc_client_t *client = dlq->connection
-                                   ? fw_connection_clients_get (w->clients, dlq->connection, &err)
-                                   : w->client;
-      w->dlq = client ? fw_dlq_store_mongo_new (client,
-                                                dlq->database ? dlq->database : w->cfg.database,
+                                   ? fw_connection_clients_get (d->clients, dlq->connection, &err)
+                                   : d->client;
+      d->dlq = client ? fw_dlq_store_mongo_new (client,
+                                                dlq->database ? dlq->database : d->prog.cfg.database,
                                                 dlq->collection, dlq->write_concern_tag,
                                                 dlq->write_concern_w, &err)
                       : NULL;
-      if (w->dlq) {
+      if (d->dlq) {
          return true;
       }
-      int64_t delay = fw_backoff_delay_ms (&w->cfg.restart, tries, fw_backoff_random (&w->rng));
-      fw_log (FW_LOG_ERROR, w->cfg.name, "%s; retrying in %lld ms", err.message,
+      int64_t delay = fw_backoff_delay_ms (&d->prog.cfg.restart, tries, fw_backoff_random (&d->rng));
+      fw_log (FW_LOG_ERROR, d->prog.cfg.name, "%s; retrying in %lld ms", err.message,
               (long long) delay);
-      if (w->clock.wait_ms (w->clock.ud, delay)) {
+      if (d->clock.wait_ms (d->clock.ud, delay)) {
          return false;
       }
    }

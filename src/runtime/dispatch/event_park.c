@@ -16,106 +16,106 @@
 #include "flowwarden/bson_lua.h"
 #include "flowwarden/dlq_sequence.h"
 #include "flowwarden/log.h"
-#include "runtime/stream/stream_worker-private.h"
+#include "runtime/dispatch/dispatcher-private.h"
 
 /* How often a stream with open sequences reads them again, so sequences a
  * separate `flowwarden dlq replay` closed leave its set (and its status). */
 #define REFRESH_MS 2000
 
 bool
-fw_park_enabled (const fw_stream_worker_t *w)
+fw_park_enabled (const fw_dispatcher_t *d)
 {
-   return w->cfg.dlq.enabled && w->cfg.dlq.sequenced;
+   return d->prog.cfg.dlq.enabled && d->prog.cfg.dlq.sequenced;
 }
 
 void
-fw_park_end (fw_stream_worker_t *w)
+fw_park_end (fw_dispatcher_t *d)
 {
-   bson_free (w->seq_key);
-   w->seq_key = NULL;
-   w->seq_key_done = false;
-   w->seq_index = -1;
+   bson_free (d->park.key);
+   d->park.key = NULL;
+   d->park.key_done = false;
+   d->park.index = -1;
 }
 
 /* The sequence operations of the stream's DLQ store: chosen when it was
  * opened; by the configuration while a reload that changed the DLQ has
  * closed it (it is reopened on first use). */
 static const fw_park_ops_t *
-park_ops (const fw_stream_worker_t *w)
+park_ops (const fw_dispatcher_t *d)
 {
-   if (w->park_ops && w->dlq) {
-      return w->park_ops;
+   if (d->park.ops && d->dlq) {
+      return d->park.ops;
    }
-   return w->cfg.dlq.memory ? &fw_park_memory_ops : &fw_park_mongo_ops;
+   return d->prog.cfg.dlq.memory ? &fw_park_memory_ops : &fw_park_mongo_ops;
 }
 
 /* Reads the open sequences; false with error filled when the backend fails. */
 static bool
-load_once (fw_stream_worker_t *w, fw_error_t *error)
+load_once (fw_dispatcher_t *d, fw_error_t *error)
 {
    bool ok;
 
-   if (!w->open_seqs && !(w->open_seqs = fw_dlq_sequences_new ())) {
+   if (!d->park.open_seqs && !(d->park.open_seqs = fw_dlq_sequences_new ())) {
       fw_error_set (error, FW_ERROR_NOMEM, "not enough memory for the open sequences");
       return false;
    }
-   ok = park_ops (w)->load (w, w->open_seqs, error);
-   w->seqs_loaded_ms = fw_mono_ms ();
+   ok = park_ops (d)->load (d, d->park.open_seqs, error);
+   d->park.loaded_ms = fw_mono_ms ();
    return ok;
 }
 
 bool
-fw_park_load (fw_stream_worker_t *w)
+fw_dispatcher_load_sequences (fw_dispatcher_t *d)
 {
    fw_error_t err;
 
-   if (!fw_park_enabled (w)) {
+   if (!fw_park_enabled (d)) {
       return true;
    }
-   for (int tries = 1; !load_once (w, &err); tries++) {
-      int64_t delay = fw_backoff_delay_ms (&w->cfg.restart, tries, fw_backoff_random (&w->rng));
-      fw_log (FW_LOG_ERROR, w->cfg.name, "%s; retrying in %lld ms", err.message,
+   for (int tries = 1; !load_once (d, &err); tries++) {
+      int64_t delay = fw_backoff_delay_ms (&d->prog.cfg.restart, tries, fw_backoff_random (&d->rng));
+      fw_log (FW_LOG_ERROR, d->prog.cfg.name, "%s; retrying in %lld ms", err.message,
               (long long) delay);
-      if (w->clock.wait_ms (w->clock.ud, delay)) {
+      if (d->clock.wait_ms (d->clock.ud, delay)) {
          return false;
       }
    }
-   if (fw_dlq_sequences_count (w->open_seqs)) {
-      fw_log (FW_LOG_INFO, w->cfg.name,
+   if (fw_dlq_sequences_count (d->park.open_seqs)) {
+      fw_log (FW_LOG_INFO, d->prog.cfg.name,
               "%zu open DLQ sequence(s): later events of their keys are parked behind them",
-              fw_dlq_sequences_count (w->open_seqs));
+              fw_dlq_sequences_count (d->park.open_seqs));
    }
    return true;
 }
 
 bool
-fw_park_check_needed (fw_stream_worker_t *w, const fw_event_t *ev)
+fw_park_check_needed (fw_dispatcher_t *d, const fw_event_t *ev)
 {
-   if (w->replay || !fw_park_enabled (w)) {
+   if (d->replay || !fw_park_enabled (d)) {
       return false;
    }
-   if (!w->open_seqs) {
+   if (!d->park.open_seqs) {
       /* Turned on by a reload: read them once now. */
       fw_error_t err;
-      if (!load_once (w, &err)) {
-         fw_log (FW_LOG_WARN, w->cfg.name, "%s (reading them again in %d ms)", err.message,
+      if (!load_once (d, &err)) {
+         fw_log (FW_LOG_WARN, d->prog.cfg.name, "%s (reading them again in %d ms)", err.message,
                  REFRESH_MS);
       }
    }
-   if (fw_dlq_sequences_count (w->open_seqs) == 0) {
+   if (fw_dlq_sequences_count (d->park.open_seqs) == 0) {
       return false;
    }
    /* Events with no key (drop, rename, ...) are never sequenced. */
    if (ev->op == FW_OP_OTHER) {
       return false;
    }
-   if (fw_mono_ms () - w->seqs_loaded_ms >= REFRESH_MS) {
+   if (fw_mono_ms () - d->park.loaded_ms >= REFRESH_MS) {
       fw_error_t err;
-      if (!load_once (w, &err)) {
-         fw_log (FW_LOG_WARN, w->cfg.name, "%s (keeping the open sequences known)", err.message);
+      if (!load_once (d, &err)) {
+         fw_log (FW_LOG_WARN, d->prog.cfg.name, "%s (keeping the open sequences known)", err.message);
       }
    }
-   return fw_dlq_sequences_count (w->open_seqs) > 0;
+   return fw_dlq_sequences_count (d->park.open_seqs) > 0;
 }
 
 /* The sequence_key function's result (on top of the stack) as an id. */
@@ -158,32 +158,32 @@ default_key (const fw_event_t *ev)
 }
 
 fw_park_key_t
-fw_park_key (fw_stream_worker_t *w, const fw_event_t *ev, fw_lua_stop_t *stop)
+fw_park_key (fw_dispatcher_t *d, const fw_event_t *ev, fw_lua_stop_t *stop)
 {
-   lua_State *L = fw_lua_host_state (w->host);
+   lua_State *L = fw_lua_host_state (d->prog.host);
    fw_error_t err;
    bool custom;
    int top;
 
-   if (w->seq_key_done) {
-      return w->seq_key ? FW_PARK_KEY_OK : FW_PARK_KEY_NONE;
+   if (d->park.key_done) {
+      return d->park.key ? FW_PARK_KEY_OK : FW_PARK_KEY_NONE;
    }
    if (ev->op == FW_OP_OTHER) {
-      w->seq_key_done = true;
+      d->park.key_done = true;
       return FW_PARK_KEY_NONE;
    }
    /* Back to the top it had: a dlq table without a sequence_key function
     * pushed three values, not two, and each event behind an open sequence
     * left one behind until parked events ran past the stack's end. */
    top = lua_gettop (L);
-   lua_rawgeti (L, LUA_REGISTRYINDEX, w->spec_ref);
+   lua_rawgeti (L, LUA_REGISTRYINDEX, d->prog.spec_ref);
    custom = lua_getfield (L, -1, "dlq") == LUA_TTABLE &&
             lua_getfield (L, -1, "sequence_key") == LUA_TFUNCTION;
    lua_settop (L, top);
    if (!custom) {
-      w->seq_key_done = true;
-      w->seq_key = default_key (ev);
-      return w->seq_key ? FW_PARK_KEY_OK : FW_PARK_KEY_NONE;
+      d->park.key_done = true;
+      d->park.key = default_key (ev);
+      return d->park.key ? FW_PARK_KEY_OK : FW_PARK_KEY_NONE;
    }
 
    /* flowwarden.dispatch.sequence_key(spec, ctx), with the handler's budget. */
@@ -192,14 +192,14 @@ fw_park_key (fw_stream_worker_t *w, const fw_event_t *ev, fw_lua_stop_t *stop)
    lua_getfield (L, -1, "sequence_key");
    lua_replace (L, -3);
    lua_pop (L, 1);
-   lua_rawgeti (L, LUA_REGISTRYINDEX, w->spec_ref);
-   if (!fw_lua_host_call_with (w->host, 1, fw_event_ctx_push, &w->dispatch, 1, w->cfg.timeout_ms,
+   lua_rawgeti (L, LUA_REGISTRYINDEX, d->prog.spec_ref);
+   if (!fw_lua_host_call_with (d->prog.host, 1, fw_event_ctx_push, &d->dispatch, 1, d->prog.cfg.timeout_ms,
                                stop)) {
       return FW_PARK_KEY_FAILED; /* the failure table is on the stack */
    }
-   w->seq_key = id_of_lua (L, &err);
+   d->park.key = id_of_lua (L, &err);
    lua_pop (L, 1);
-   if (!w->seq_key) {
+   if (!d->park.key) {
       /* A failure the policy classifies, as if the function had raised it. */
       lua_createtable (L, 0, 2);
       lua_pushfstring (L, "dlq.sequence_key returned a value that cannot be a key: %s",
@@ -210,40 +210,40 @@ fw_park_key (fw_stream_worker_t *w, const fw_event_t *ev, fw_lua_stop_t *stop)
       *stop = FW_LUA_STOP_NONE;
       return FW_PARK_KEY_FAILED;
    }
-   w->seq_key_done = true;
+   d->park.key_done = true;
    return FW_PARK_KEY_OK;
 }
 
 bool
-fw_park_is_open (const fw_stream_worker_t *w)
+fw_park_is_open (const fw_dispatcher_t *d)
 {
-   return w->seq_key && fw_dlq_sequences_has (w->open_seqs, w->seq_key);
+   return d->park.key && fw_dlq_sequences_has (d->park.open_seqs, d->park.key);
 }
 
 /* One index request; the verdict in *out. False when the backend fails. */
 static bool
-take_once (fw_stream_worker_t *w, bool open, fw_park_take_t *out, fw_error_t *error)
+take_once (fw_dispatcher_t *d, bool open, fw_park_take_t *out, fw_error_t *error)
 {
-   const fw_park_ops_t *ops = park_ops (w);
+   const fw_park_ops_t *ops = park_ops (d);
    fw_seq_take_t taken;
    int64_t size;
 
    if (!open) {
       /* seed 004's max_sequence_size: counted, not kept, so it is exact. */
-      if (!ops->size (w, w->seq_key, &size, error)) {
+      if (!ops->size (d, d->park.key, &size, error)) {
          return false;
       }
-      if (size >= w->cfg.dlq.max_sequence_size) {
-         snprintf (w->failure, sizeof w->failure,
+      if (size >= d->prog.cfg.dlq.max_sequence_size) {
+         snprintf (d->failure, sizeof d->failure,
                    "dlq overflow: sequence %.300s holds %lld entries (max_sequence_size %lld); "
                    "the event is not checkpointed: replay or discard the sequence's entries "
                    "(flowwarden dlq replay --sequence ...), then restart",
-                   w->seq_key, (long long) size, (long long) w->cfg.dlq.max_sequence_size);
+                   d->park.key, (long long) size, (long long) d->prog.cfg.dlq.max_sequence_size);
          *out = FW_PARK_OVERFLOW;
          return true;
       }
    }
-   if (!ops->take (w, w->seq_key, open, &w->seq_index, &taken, error)) {
+   if (!ops->take (d, d->park.key, open, &d->park.index, &taken, error)) {
       return false;
    }
    *out = taken == FW_SEQ_TAKEN ? FW_PARK_TAKEN : FW_PARK_CLOSED;
@@ -251,63 +251,63 @@ take_once (fw_stream_worker_t *w, bool open, fw_park_take_t *out, fw_error_t *er
 }
 
 fw_park_take_t
-fw_park_take (fw_stream_worker_t *w, bool open)
+fw_park_take (fw_dispatcher_t *d, bool open)
 {
    fw_park_take_t out = FW_PARK_CLOSED;
    fw_error_t err;
 
-   w->seq_index = -1;
-   if (!w->open_seqs && !(w->open_seqs = fw_dlq_sequences_new ())) {
-      snprintf (w->failure, sizeof w->failure, "not enough memory for the open DLQ sequences");
+   d->park.index = -1;
+   if (!d->park.open_seqs && !(d->park.open_seqs = fw_dlq_sequences_new ())) {
+      snprintf (d->failure, sizeof d->failure, "not enough memory for the open DLQ sequences");
       return FW_PARK_OVERFLOW;
    }
-   if (open && !fw_dlq_sequences_has (w->open_seqs, w->seq_key) &&
-       fw_dlq_sequences_count (w->open_seqs) >= (size_t) w->cfg.dlq.max_sequences) {
+   if (open && !fw_dlq_sequences_has (d->park.open_seqs, d->park.key) &&
+       fw_dlq_sequences_count (d->park.open_seqs) >= (size_t) d->prog.cfg.dlq.max_sequences) {
       /* Sequences a separate replay closed may still be in the set. */
-      if (!load_once (w, &err) ||
-          fw_dlq_sequences_count (w->open_seqs) >= (size_t) w->cfg.dlq.max_sequences) {
-         snprintf (w->failure, sizeof w->failure,
+      if (!load_once (d, &err) ||
+          fw_dlq_sequences_count (d->park.open_seqs) >= (size_t) d->prog.cfg.dlq.max_sequences) {
+         snprintf (d->failure, sizeof d->failure,
                    "dlq overflow: %zu open sequences (max_sequences %lld): the event opening "
                    "sequence %.300s is not checkpointed: replay or discard open sequences "
                    "(flowwarden dlq replay), then restart",
-                   fw_dlq_sequences_count (w->open_seqs), (long long) w->cfg.dlq.max_sequences,
-                   w->seq_key);
+                   fw_dlq_sequences_count (d->park.open_seqs), (long long) d->prog.cfg.dlq.max_sequences,
+                   d->park.key);
          return FW_PARK_OVERFLOW;
       }
    }
-   for (int tries = 1; !take_once (w, open, &out, &err); tries++) {
-      int64_t delay = fw_backoff_delay_ms (&w->cfg.restart, tries, fw_backoff_random (&w->rng));
-      fw_log (FW_LOG_ERROR, w->cfg.name, "%s (try %d); the stream holds this event and tries "
+   for (int tries = 1; !take_once (d, open, &out, &err); tries++) {
+      int64_t delay = fw_backoff_delay_ms (&d->prog.cfg.restart, tries, fw_backoff_random (&d->rng));
+      fw_log (FW_LOG_ERROR, d->prog.cfg.name, "%s (try %d); the stream holds this event and tries "
                                          "again in %lld ms",
               err.message, tries, (long long) delay);
-      if (w->clock.wait_ms (w->clock.ud, delay)) {
+      if (d->clock.wait_ms (d->clock.ud, delay)) {
          return FW_PARK_STOPPED;
       }
    }
    if (out == FW_PARK_CLOSED) {
       /* A replay closed it: the event is handled as any other. */
-      fw_dlq_sequences_remove (w->open_seqs, w->seq_key);
+      fw_dlq_sequences_remove (d->park.open_seqs, d->park.key);
    }
    return out;
 }
 
 void
-fw_park_settle (fw_stream_worker_t *w)
+fw_park_settle (fw_dispatcher_t *d)
 {
    fw_error_t err;
 
-   if (w->seq_index < 0) {
+   if (d->park.index < 0) {
       return;
    }
    /* Best effort: a settle that fails leaves inflight > 0, which only keeps
     * replays from closing the sequence until the stream's next start. */
-   if (!park_ops (w)->settle (w, w->seq_key, &err)) {
-      fw_log (FW_LOG_WARN, w->cfg.name,
+   if (!park_ops (d)->settle (d, d->park.key, &err)) {
+      fw_log (FW_LOG_WARN, d->prog.cfg.name,
               "%s: the sequence cannot be closed by a replay until this stream restarts",
               err.message);
    }
-   if (!fw_dlq_sequences_add (w->open_seqs, w->seq_key)) {
-      fw_log (FW_LOG_WARN, w->cfg.name, "not enough memory to remember open sequence %.300s",
-              w->seq_key);
+   if (!fw_dlq_sequences_add (d->park.open_seqs, d->park.key)) {
+      fw_log (FW_LOG_WARN, d->prog.cfg.name, "not enough memory to remember open sequence %.300s",
+              d->park.key);
    }
 }

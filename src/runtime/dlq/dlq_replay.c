@@ -16,7 +16,8 @@
 #include "flowwarden/log.h"
 #include "flowwarden/sharding.h"
 #include "flowwarden/mongo_lua.h"
-#include "runtime/stream/stream_worker-private.h"
+#include "flowwarden/clock.h"
+#include "runtime/dispatch/dispatcher-private.h"
 
 #define HISTORY_MAX 20
 
@@ -181,7 +182,7 @@ build_letter (const bson_t *entry, const bson_t *before_claim, bson_t *letter)
 /* --- writing the outcome ---------------------------------------------------- */
 
 typedef struct {
-   fw_stream_worker_t *w;
+   fw_dispatcher_t *d;
    mongoc_collection_t *coll;
    bson_value_t id;
    const fw_replay_options_t *opts;
@@ -207,7 +208,7 @@ claim (const claim_t *c, bson_t *out, bool *got, fw_error_t *error)
    bool ok;
 
    append_id_filter (&query, c);
-   BSON_APPEND_UTF8 (&query, "streamName", c->w->cfg.name);
+   BSON_APPEND_UTF8 (&query, "streamName", c->d->prog.cfg.name);
    BSON_APPEND_ARRAY_BEGIN (&query, "$or", &or);
    BSON_APPEND_DOCUMENT_BEGIN (&or, "0", &alt);
    BSON_APPEND_UTF8 (&alt, "status", "PENDING");
@@ -293,7 +294,7 @@ extend_claim (fw_replay_hook_t *hook)
    BSON_APPEND_DATE_TIME (&set, "claimedUntil", fw_now_ms () + c->opts->claim_ttl_ms);
    bson_append_document_end (&update, &set);
    if (!update_claimed (c, &update, &held, &err)) {
-      fw_log (FW_LOG_WARN, c->w->cfg.name, "%s", err.message);
+      fw_log (FW_LOG_WARN, c->d->prog.cfg.name, "%s", err.message);
    }
    bson_destroy (&update);
 }
@@ -342,7 +343,7 @@ release (const claim_t *c)
    bson_append_document_end (&update, &set);
    append_unset_claim (&update);
    if (!update_claimed (c, &update, &held, &err)) {
-      fw_log (FW_LOG_WARN, c->w->cfg.name, "%s", err.message);
+      fw_log (FW_LOG_WARN, c->d->prog.cfg.name, "%s", err.message);
    }
    bson_destroy (&update);
 }
@@ -365,7 +366,7 @@ release_stale (const claim_t *c)
    bson_append_document_end (&update, &set);
    append_unset_claim (&update);
    if (!mongoc_collection_update_one (c->coll, &filter, &update, NULL, NULL, &berr)) {
-      fw_log (FW_LOG_WARN, c->w->cfg.name, "cannot release a stale claim: %s", berr.message);
+      fw_log (FW_LOG_WARN, c->d->prog.cfg.name, "cannot release a stale claim: %s", berr.message);
    }
    bson_destroy (&filter);
    bson_destroy (&update);
@@ -374,7 +375,7 @@ release_stale (const claim_t *c)
 /* --- the enqueue policy ----------------------------------------------------- */
 
 typedef struct {
-   fw_stream_worker_t *w;
+   fw_dispatcher_t *d;
    const fw_replay_hook_t *hook;
    char action[16];
    bson_t *diagnostics;
@@ -393,8 +394,8 @@ ppolicy (lua_State *L)
    lua_pushliteral (L, "flowwarden.dlq");
    lua_call (L, 1, 1);
    lua_getfield (L, -1, "decide");
-   lua_rawgeti (L, LUA_REGISTRYINDEX, a->w->spec_ref);
-   fw_event_ctx_push_dead_letter (L, &a->w->dispatch);
+   lua_rawgeti (L, LUA_REGISTRYINDEX, a->d->prog.spec_ref);
+   fw_event_ctx_push_dead_letter (L, &a->d->dispatch);
    lua_createtable (L, 0, 2);
    lua_pushstring (L, a->hook->error_type);
    lua_setfield (L, -2, "type");
@@ -411,21 +412,21 @@ ppolicy (lua_State *L)
 }
 
 bool
-fw_dlq_replay_policy (fw_stream_worker_t *w, const fw_replay_hook_t *hook, bson_t *diagnostics)
+fw_dlq_replay_policy (fw_dispatcher_t *d, const fw_replay_hook_t *hook, bson_t *diagnostics)
 {
-   lua_State *L = fw_lua_host_state (w->host);
+   lua_State *L = fw_lua_host_state (d->prog.host);
    int top = lua_gettop (L);
-   policy_args_t a = {w, hook, "requeue", diagnostics, {0}, true};
+   policy_args_t a = {d, hook, "requeue", diagnostics, {0}, true};
    fw_lua_stop_t stop;
 
    lua_pushcfunction (L, ppolicy);
    lua_pushlightuserdata (L, &a);
-   if (!fw_lua_host_call (w->host, 1, 0, w->cfg.timeout_ms, &stop)) {
+   if (!fw_lua_host_call (d->prog.host, 1, 0, d->prog.cfg.timeout_ms, &stop)) {
       const char *msg = NULL;
       if (lua_istable (L, -1) && lua_getfield (L, -1, "value") == LUA_TSTRING) {
          msg = lua_tostring (L, -1);
       }
-      fw_log (FW_LOG_ERROR, w->cfg.name, "dlq.enqueue_policy failed (%s); the entry is requeued",
+      fw_log (FW_LOG_ERROR, d->prog.cfg.name, "dlq.enqueue_policy failed (%s); the entry is requeued",
               stop == FW_LUA_STOP_TIMEOUT ? "it exceeded the stream's timeout"
               : msg                       ? msg
                                           : "no message");
@@ -435,7 +436,7 @@ fw_dlq_replay_policy (fw_stream_worker_t *w, const fw_replay_hook_t *hook, bson_
    }
    lua_settop (L, top);
    if (!a.diag_ok) {
-      fw_log (FW_LOG_ERROR, w->cfg.name,
+      fw_log (FW_LOG_ERROR, d->prog.cfg.name,
               "dlq.enqueue_policy: diagnostics cannot be stored (%s); they are left as they were",
               a.err.message);
       bson_reinit (diagnostics);
@@ -494,7 +495,7 @@ record_failure (const claim_t *c, const fw_replay_hook_t *hook, fw_replay_result
 {
    int64_t now = fw_now_ms ();
    bson_t update = BSON_INITIALIZER, set, inc, e, diagnostics = BSON_INITIALIZER;
-   bool evict = fw_dlq_replay_policy (c->w, hook, &diagnostics);
+   bool evict = fw_dlq_replay_policy (c->d, hook, &diagnostics);
    char result[1200];
    bson_iter_t it;
    fw_error_t err;
@@ -543,7 +544,7 @@ static void
 run_claimed (const claim_t *c, const bson_t *claimed, const bson_t *before,
              fw_replay_result_t *out)
 {
-   fw_stream_worker_t *w = c->w;
+   fw_dispatcher_t *d = c->d;
    fw_replay_hook_t hook = {0};
    bson_t event, letter;
    fw_event_t ev;
@@ -561,9 +562,9 @@ run_claimed (const claim_t *c, const bson_t *claimed, const bson_t *before,
    hook.before_retry = extend_claim;
    hook.ud = (void *) c;
    hook.result = FW_REPLAYED_NO_HANDLER;
-   w->replay = &hook;
-   w->dispatch.dead_letter = &letter;
-   r = fw_event_dispatch (w, &ev);
+   d->replay = &hook;
+   d->dispatch.dead_letter = &letter;
+   r = fw_event_dispatch (d, &ev);
    if (r == FW_DISPATCH_STOPPED) {
       release (c);
       set_result (out, FW_REPLAY_STOPPED, "stopped before it was handled; left PENDING");
@@ -576,17 +577,17 @@ run_claimed (const claim_t *c, const bson_t *claimed, const bson_t *before,
    } else {
       record_success (c, hook.result == FW_REPLAYED_SKIPPED, hook.attempts, out);
    }
-   w->dispatch.dead_letter = NULL;
-   w->replay = NULL;
+   d->dispatch.dead_letter = NULL;
+   d->replay = NULL;
    bson_destroy (&letter);
    bson_destroy (&event);
 }
 
 void
-fw_dlq_replay_entry (fw_stream_worker_t *w, mongoc_collection_t *coll, const bson_t *entry,
+fw_dlq_replay_entry (fw_dispatcher_t *d, mongoc_collection_t *coll, const bson_t *entry,
                      const fw_replay_options_t *opts, fw_replay_result_t *out)
 {
-   claim_t c = {w, coll, {0}, opts};
+   claim_t c = {d, coll, {0}, opts};
    bson_t event, claimed;
    fw_event_t ev;
    bson_iter_t it;
@@ -603,7 +604,7 @@ fw_dlq_replay_entry (fw_stream_worker_t *w, mongoc_collection_t *coll, const bso
    bson_value_copy (bson_iter_value (&it), &c.id);
    if (!build_event (entry, &event, &ev, why, sizeof why)) {
       set_result (out, FW_REPLAY_INVALID, "cannot be replayed: %s; left as it is", why);
-   } else if (fw_stream_handler_for (w, ev.op) == LUA_NOREF) {
+   } else if (fw_program_handler_for (&d->prog, ev.op) == LUA_NOREF) {
       if (!opts->dry_run) {
          release_stale (&c);
       }
@@ -631,65 +632,48 @@ fw_dlq_replay_entry (fw_stream_worker_t *w, mongoc_collection_t *coll, const bso
 /* The client of dlq (the stream's, or its dlq.connection's); NULL with error
  * filled when there is none. */
 static mongoc_client_t *
-dlq_client (fw_stream_worker_t *w, const fw_dlq_config_t *dlq, fw_error_t *error)
+dlq_client (fw_dispatcher_t *d, const fw_dlq_config_t *dlq, fw_error_t *error)
 {
    mongoc_client_t *client;
 
    if (!dlq->enabled) {
       fw_error_set (error, FW_ERROR_INVALID, "stream \"%s\" has no dead-letter queue",
-                    w->cfg.name);
+                    d->prog.cfg.name);
       return NULL;
    }
-   client = dlq->connection ? fw_connection_clients_get (w->clients, dlq->connection, error)
-                            : w->client;
+   client = dlq->connection ? fw_connection_clients_get (d->clients, dlq->connection, error)
+                            : d->client;
    if (!client && !dlq->connection) {
-      fw_error_set (error, FW_ERROR_MONGO, "stream \"%s\" has no client", w->cfg.name);
+      fw_error_set (error, FW_ERROR_MONGO, "stream \"%s\" has no client", d->prog.cfg.name);
    }
    return client;
 }
 
 mongoc_collection_t *
-fw_dlq_replay_collection (fw_stream_worker_t *w, fw_error_t *error)
+fw_dlq_replay_collection (fw_dispatcher_t *d, fw_error_t *error)
 {
    /* A stream without a DLQ of its own may have sent entries to the
     * script's default DLQ with ctx:send_to_dlq. */
-   const fw_dlq_config_t *dlq = w->cfg.dlq.enabled ? &w->cfg.dlq : &w->cfg.dlq_fallback;
-   mongoc_client_t *client = dlq_client (w, dlq, error);
+   const fw_dlq_config_t *dlq = d->prog.cfg.dlq.enabled ? &d->prog.cfg.dlq : &d->prog.cfg.dlq_fallback;
+   mongoc_client_t *client = dlq_client (d, dlq, error);
 
    return client ? mongoc_client_get_collection (
-                      client, dlq->database ? dlq->database : w->cfg.database, dlq->collection)
+                      client, dlq->database ? dlq->database : d->prog.cfg.database, dlq->collection)
                  : NULL;
 }
 
 mongoc_collection_t *
-fw_dlq_replay_sequences_collection (fw_stream_worker_t *w, fw_error_t *error)
+fw_dlq_replay_sequences_collection (fw_dispatcher_t *d, fw_error_t *error)
 {
-   const fw_dlq_config_t *dlq = &w->cfg.dlq; /* sequences only on a stream's own DLQ */
-   mongoc_client_t *client = dlq_client (w, dlq, error);
+   const fw_dlq_config_t *dlq = &d->prog.cfg.dlq; /* sequences only on a stream's own DLQ */
+   mongoc_client_t *client = dlq_client (d, dlq, error);
    mongoc_collection_t *seqs =
       client ? fw_dlq_sequence_collection (
-                  client, dlq->database ? dlq->database : w->cfg.database, dlq->collection)
+                  client, dlq->database ? dlq->database : d->prog.cfg.database, dlq->collection)
              : NULL;
 
    if (client && !seqs) {
       fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
    }
    return seqs;
-}
-
-void
-fw_dlq_replay_bind (fw_stream_worker_t *w)
-{
-   w->client = w->pool ? mongoc_client_pool_pop (w->pool) : NULL;
-}
-
-void
-fw_dlq_replay_unbind (fw_stream_worker_t *w)
-{
-   fw_mongo_lua_attach (fw_lua_host_state (w->host), NULL);
-   fw_connection_clients_release (w->clients);
-   if (w->client) {
-      mongoc_client_pool_push (w->pool, w->client);
-   }
-   w->client = NULL;
 }

@@ -14,7 +14,7 @@
 #include "flowwarden/dlq_replay.h"
 #include "flowwarden/dlq_sequence.h"
 #include "flowwarden/log.h"
-#include "runtime/stream/stream_worker-private.h"
+#include "runtime/dispatch/dispatcher-private.h"
 
 /* How long a replay waits for live index requests in flight (inflight >
  * 0: a stream is storing a parked entry) before leaving the sequence open. */
@@ -131,7 +131,7 @@ done_with (fw_replay_status_t s)
 /* Replays the waiting entries (docs, by sequenceIndex) in order, reporting
  * each; true when one was not done with, which stops the sequence there. */
 static bool
-replay_waiting (fw_stream_worker_t *w, mongoc_collection_t *dlq, const bson_t *docs,
+replay_waiting (fw_dispatcher_t *d, mongoc_collection_t *dlq, const bson_t *docs,
                 const fw_replay_options_t *opts, fw_replay_report_fn report, void *ud)
 {
    bson_iter_t it;
@@ -149,7 +149,7 @@ replay_waiting (fw_stream_worker_t *w, mongoc_collection_t *dlq, const bson_t *d
       if (!bson_init_static (&entry, data, len)) {
          continue;
       }
-      fw_dlq_replay_entry (w, dlq, &entry, opts, &r);
+      fw_dlq_replay_entry (d, dlq, &entry, opts, &r);
       report (ud, &entry, &r);
       if (!done_with (r.status)) {
          return true; /* the entry stays head; the rest stay behind it */
@@ -162,26 +162,26 @@ replay_waiting (fw_stream_worker_t *w, mongoc_collection_t *dlq, const bson_t *d
  * from *waited_since on; true when the replay should leave the sequence
  * open instead (waited INFLIGHT_WAIT_MS already, or shutdown). */
 static bool
-wait_for_inflight (fw_stream_worker_t *w, const char *seq, int64_t *waited_since)
+wait_for_inflight (fw_dispatcher_t *d, const char *seq, int64_t *waited_since)
 {
    if (!*waited_since) {
       *waited_since = fw_mono_ms ();
    } else if (fw_mono_ms () - *waited_since >= INFLIGHT_WAIT_MS) {
-      fw_log (FW_LOG_WARN, w->cfg.name,
+      fw_log (FW_LOG_WARN, d->prog.cfg.name,
               "DLQ sequence %.300s: a live event is still being parked behind it after "
               "%d ms; left open (replay it again)",
               seq, INFLIGHT_WAIT_MS);
       return true;
    }
-   return fw_shutdown_wait_ms (w->shutdown, INFLIGHT_POLL_MS);
+   return fw_shutdown_wait_ms (d->shutdown, INFLIGHT_POLL_MS);
 }
 
 fw_seq_replay_t
-fw_dlq_replay_sequence (fw_stream_worker_t *w, mongoc_collection_t *dlq, const char *seq,
+fw_dlq_replay_sequence (fw_dispatcher_t *d, mongoc_collection_t *dlq, const char *seq,
                         const fw_replay_options_t *opts, fw_replay_report_fn report, void *ud,
                         fw_error_t *error)
 {
-   mongoc_collection_t *seqs = fw_dlq_replay_sequences_collection (w, error);
+   mongoc_collection_t *seqs = fw_dlq_replay_sequences_collection (d, error);
    int64_t waited_since = 0;
    fw_seq_replay_t out = FW_SEQ_REPLAY_ERROR;
 
@@ -194,19 +194,19 @@ fw_dlq_replay_sequence (fw_stream_worker_t *w, mongoc_collection_t *dlq, const c
       bool stopped, closed;
       int n;
 
-      if (fw_shutdown_requested (w->shutdown)) {
+      if (fw_shutdown_requested (d->shutdown)) {
          out = FW_SEQ_REPLAY_OPEN;
          bson_destroy (&docs);
          break;
       }
       /* next as it is before the entries are read: the close below holds
        * only if no live event took an index since. */
-      if (!fw_dlq_sequence_read (seqs, w->cfg.name, seq, &st, error) ||
-          !waiting_entries (dlq, w->cfg.name, seq, &docs, &n, error)) {
+      if (!fw_dlq_sequence_read (seqs, d->prog.cfg.name, seq, &st, error) ||
+          !waiting_entries (dlq, d->prog.cfg.name, seq, &docs, &n, error)) {
          bson_destroy (&docs);
          break;
       }
-      stopped = replay_waiting (w, dlq, &docs, opts, report, ud);
+      stopped = replay_waiting (d, dlq, &docs, opts, report, ud);
       bson_destroy (&docs);
       if (stopped || opts->dry_run) {
          out = FW_SEQ_REPLAY_OPEN;
@@ -217,7 +217,7 @@ fw_dlq_replay_sequence (fw_stream_worker_t *w, mongoc_collection_t *dlq, const c
          break;
       }
       if (st.inflight == 0 && n == 0 &&
-          !fw_dlq_sequence_close (seqs, w->cfg.name, seq, st.next, &closed, error)) {
+          !fw_dlq_sequence_close (seqs, d->prog.cfg.name, seq, st.next, &closed, error)) {
          break;
       }
       if (st.inflight == 0 && n == 0 && closed) {
@@ -227,7 +227,7 @@ fw_dlq_replay_sequence (fw_stream_worker_t *w, mongoc_collection_t *dlq, const c
       /* Entries were resolved this round (read again: a live event may
        * have joined meanwhile), or a live event is storing its entry. */
       if (st.inflight > 0) {
-         if (wait_for_inflight (w, seq, &waited_since)) {
+         if (wait_for_inflight (d, seq, &waited_since)) {
             out = FW_SEQ_REPLAY_OPEN;
             break;
          }
@@ -237,15 +237,15 @@ fw_dlq_replay_sequence (fw_stream_worker_t *w, mongoc_collection_t *dlq, const c
    }
    if (out == FW_SEQ_REPLAY_CLOSED) {
       /* A replay inside run: the stream stops parking the key at once. */
-      fw_dlq_sequences_remove (w->open_seqs, seq);
-      fw_log (FW_LOG_INFO, w->cfg.name, "DLQ sequence %.300s resolved and closed", seq);
+      fw_dlq_sequences_remove (d->park.open_seqs, seq);
+      fw_log (FW_LOG_INFO, d->prog.cfg.name, "DLQ sequence %.300s resolved and closed", seq);
    }
    mongoc_collection_destroy (seqs);
    return out;
 }
 
 fw_seq_replay_t
-fw_dlq_replay_select (fw_stream_worker_t *w, mongoc_collection_t *dlq, const bson_t *entry,
+fw_dlq_replay_select (fw_dispatcher_t *d, mongoc_collection_t *dlq, const bson_t *entry,
                       const fw_replay_options_t *opts, fw_replay_report_fn report, void *ud,
                       fw_error_t *error)
 {
@@ -254,7 +254,7 @@ fw_dlq_replay_select (fw_stream_worker_t *w, mongoc_collection_t *dlq, const bso
    bool head;
 
    if (!seq) {
-      fw_dlq_replay_entry (w, dlq, entry, opts, &r);
+      fw_dlq_replay_entry (d, dlq, entry, opts, &r);
       report (ud, entry, &r);
       return FW_SEQ_REPLAY_NONE;
    }
@@ -264,5 +264,5 @@ fw_dlq_replay_select (fw_stream_worker_t *w, mongoc_collection_t *dlq, const bso
    if (!head) {
       return FW_SEQ_REPLAY_BEHIND;
    }
-   return fw_dlq_replay_sequence (w, dlq, seq, opts, report, ud, error);
+   return fw_dlq_replay_sequence (d, dlq, seq, opts, report, ud, error);
 }

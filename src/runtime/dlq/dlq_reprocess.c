@@ -15,7 +15,8 @@
 #include "flowwarden/dlq_entry.h"
 #include "flowwarden/dlq_replay.h"
 #include "flowwarden/log.h"
-#include "runtime/stream/stream_worker-private.h"
+#include "flowwarden/clock.h"
+#include "runtime/dispatch/dispatcher-private.h"
 
 /* The entry's _id, as text for the log. */
 static void
@@ -40,12 +41,12 @@ static int
 pschedule (lua_State *L)
 {
    schedule_t *s = lua_touserdata (L, 1);
-   fw_stream_worker_t *w = lua_touserdata (L, 2);
+   fw_dispatcher_t *d = lua_touserdata (L, 2);
    lua_getglobal (L, "require");
    lua_pushliteral (L, "flowwarden.dlq");
    lua_call (L, 1, 1);
    lua_getfield (L, -1, "schedule");
-   lua_rawgeti (L, LUA_REGISTRYINDEX, w->spec_ref);
+   lua_rawgeti (L, LUA_REGISTRYINDEX, d->prog.spec_ref);
    lua_pushinteger (L, fw_now_ms ());
    lua_call (L, 2, 3);
    s->has = lua_isinteger (L, -3);
@@ -56,18 +57,18 @@ pschedule (lua_State *L)
 }
 
 static bool
-read_schedule (fw_stream_worker_t *w, schedule_t *s)
+read_schedule (fw_dispatcher_t *d, schedule_t *s)
 {
-   lua_State *L = fw_lua_host_state (w->host);
+   lua_State *L = fw_lua_host_state (d->prog.host);
    memset (s, 0, sizeof *s);
-   if (!w->cfg.dlq.enabled) {
+   if (!d->prog.cfg.dlq.enabled) {
       return false;
    }
    lua_pushcfunction (L, pschedule);
    lua_pushlightuserdata (L, s);
-   lua_pushlightuserdata (L, w);
+   lua_pushlightuserdata (L, d);
    if (lua_pcall (L, 2, 0, 0) != LUA_OK) {
-      fw_log (FW_LOG_ERROR, w->cfg.name, "dlq.reprocess: cannot schedule a round: %s",
+      fw_log (FW_LOG_ERROR, d->prog.cfg.name, "dlq.reprocess: cannot schedule a round: %s",
               lua_tostring (L, -1));
       lua_pop (L, 1);
       return false;
@@ -94,7 +95,7 @@ append_range (bson_t *doc, const char *key, const char *op, bson_type_t type, in
  * its claim expired) with reprocessAttempts < max_attempts (missing counts
  * as 0), oldest clusterTime first. */
 static bool
-round_entries (fw_stream_worker_t *w, mongoc_collection_t *coll, const schedule_t *s,
+round_entries (fw_dispatcher_t *d, mongoc_collection_t *coll, const schedule_t *s,
                bson_t **docs, int *n)
 {
    bson_t q = BSON_INITIALIZER, opts = BSON_INITIALIZER, and, part, or, alt, sort;
@@ -105,7 +106,7 @@ round_entries (fw_stream_worker_t *w, mongoc_collection_t *coll, const schedule_
 
    BSON_APPEND_ARRAY_BEGIN (&q, "$and", &and);
    BSON_APPEND_DOCUMENT_BEGIN (&and, "0", &part);
-   BSON_APPEND_UTF8 (&part, "streamName", w->cfg.name);
+   BSON_APPEND_UTF8 (&part, "streamName", d->prog.cfg.name);
    bson_append_document_end (&and, &part);
    BSON_APPEND_DOCUMENT_BEGIN (&and, "1", &part);
    BSON_APPEND_ARRAY_BEGIN (&part, "$or", &or);
@@ -147,7 +148,7 @@ round_entries (fw_stream_worker_t *w, mongoc_collection_t *coll, const schedule_
    }
    ok = *docs && !mongoc_cursor_error (cur, &berr);
    if (!ok) {
-      fw_log (FW_LOG_ERROR, w->cfg.name, "dlq.reprocess: cannot read the DLQ: %s",
+      fw_log (FW_LOG_ERROR, d->prog.cfg.name, "dlq.reprocess: cannot read the DLQ: %s",
               *docs ? berr.message : "out of memory");
    }
    mongoc_cursor_destroy (cur);
@@ -157,7 +158,7 @@ round_entries (fw_stream_worker_t *w, mongoc_collection_t *coll, const schedule_
 }
 
 typedef struct {
-   fw_stream_worker_t *w;
+   fw_dispatcher_t *d;
    int *counts;
    int done;
 } round_t;
@@ -174,7 +175,7 @@ report_entry (void *ud, const bson_t *entry, const fw_replay_result_t *r)
    entry_id_text (entry, id, sizeof id);
    fw_log (r->status == FW_REPLAY_RESOLVED || r->status == FW_REPLAY_SKIPPED ? FW_LOG_INFO
                                                                              : FW_LOG_WARN,
-           round->w->cfg.name, "dlq.reprocess: entry %s %s%s%s%s", id, r->what,
+           round->d->prog.cfg.name, "dlq.reprocess: entry %s %s%s%s%s", id, r->what,
            r->notes[0] ? " (" : "", r->notes, r->notes[0] ? ")" : "");
 }
 
@@ -194,7 +195,7 @@ sequence_done (fw_dlq_sequences_t *done, const bson_t *entry)
 }
 
 static void
-run_round (fw_stream_worker_t *w, const schedule_t *s)
+run_round (fw_dispatcher_t *d, const schedule_t *s)
 {
    fw_replay_options_t opts = {NULL, FW_DLQ_CLAIM_TTL_MS, false, false};
    int counts[FW_REPLAY_ERROR + 1] = {0};
@@ -206,24 +207,24 @@ run_round (fw_stream_worker_t *w, const schedule_t *s)
 
    fw_dlq_actor (actor, sizeof actor);
    opts.actor = actor;
-   if (!(coll = fw_dlq_replay_collection (w, &err))) {
-      fw_log (FW_LOG_ERROR, w->cfg.name, "dlq.reprocess: %s", err.message);
+   if (!(coll = fw_dlq_replay_collection (d, &err))) {
+      fw_log (FW_LOG_ERROR, d->prog.cfg.name, "dlq.reprocess: %s", err.message);
       return;
    }
-   if (round_entries (w, coll, s, &docs, &n)) {
-      round_t round = {w, counts, 0};
+   if (round_entries (d, coll, s, &docs, &n)) {
+      round_t round = {d, counts, 0};
       /* A sequenced DLQ: an entry of a sequence runs its whole sequence once. */
       fw_dlq_sequences_t *sequences = fw_dlq_sequences_new ();
-      for (int i = 0; i < n && !fw_shutdown_requested (w->shutdown); i++) {
-         fw_stream_stats_t live = w->stats; /* replays are not live events */
+      for (int i = 0; i < n && !fw_shutdown_requested (d->shutdown); i++) {
+         fw_stream_stats_t live = d->stats; /* replays are not live events */
          if (sequence_done (sequences, &docs[i])) {
             continue;
          }
-         if (fw_dlq_replay_select (w, coll, &docs[i], &opts, report_entry, &round, &err) ==
+         if (fw_dlq_replay_select (d, coll, &docs[i], &opts, report_entry, &round, &err) ==
              FW_SEQ_REPLAY_ERROR) {
-            fw_log (FW_LOG_ERROR, w->cfg.name, "dlq.reprocess: %s", err.message);
+            fw_log (FW_LOG_ERROR, d->prog.cfg.name, "dlq.reprocess: %s", err.message);
          }
-         w->stats = live;
+         d->stats = live;
       }
       fw_dlq_sequences_destroy (sequences);
       done = round.done;
@@ -234,7 +235,7 @@ run_round (fw_stream_worker_t *w, const schedule_t *s)
    free (docs);
    mongoc_collection_destroy (coll);
    if (done > 0) {
-      fw_log (FW_LOG_INFO, w->cfg.name,
+      fw_log (FW_LOG_INFO, d->prog.cfg.name,
               "dlq.reprocess round: %d entries: resolved=%d skipped=%d requeued=%d evicted=%d "
               "errors=%d",
               done, counts[FW_REPLAY_RESOLVED], counts[FW_REPLAY_SKIPPED],
@@ -244,26 +245,26 @@ run_round (fw_stream_worker_t *w, const schedule_t *s)
 }
 
 void
-fw_dlq_reprocess_tick (fw_stream_worker_t *w)
+fw_dlq_reprocess_tick (fw_dispatcher_t *d, int64_t *next_ms)
 {
    schedule_t s;
    int64_t now;
 
-   if (w->reprocess_at_ms < 0) {
+   if (*next_ms < 0) {
       return;
    }
    now = fw_now_ms ();
-   if (w->reprocess_at_ms == 0) {
-      w->reprocess_at_ms = read_schedule (w, &s) ? s.next_ms : -1;
+   if (*next_ms == 0) {
+      *next_ms = read_schedule (d, &s) ? s.next_ms : -1;
       return;
    }
-   if (now < w->reprocess_at_ms) {
+   if (now < *next_ms) {
       return;
    }
-   if (read_schedule (w, &s)) {
-      run_round (w, &s);
-      w->reprocess_at_ms = read_schedule (w, &s) ? s.next_ms : -1;
+   if (read_schedule (d, &s)) {
+      run_round (d, &s);
+      *next_ms = read_schedule (d, &s) ? s.next_ms : -1;
    } else {
-      w->reprocess_at_ms = -1;
+      *next_ms = -1;
    }
 }

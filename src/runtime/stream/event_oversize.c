@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "flowwarden/log.h"
-#include "runtime/stream/stream_worker-private.h"
+#include "runtime/stream/stream_read-private.h"
 
 #define SPLIT_STAGE "$changeStreamSplitLargeEvent"
 
@@ -281,7 +281,7 @@ fw_oversize_stage_rejected (const bson_error_t *berr)
 }
 
 fw_oversize_step_t
-fw_oversize_take (fw_stream_worker_t *w, fw_split_buffer_t *split, const bson_t **doc,
+fw_oversize_take (fw_dispatcher_t *d, fw_split_buffer_t *split, const bson_t **doc,
                   fw_event_t *ev, bool *parsed, fw_error_t *error)
 {
    char eid[1024];
@@ -301,14 +301,14 @@ fw_oversize_take (fw_stream_worker_t *w, fw_split_buffer_t *split, const bson_t 
          break;
       }
    }
-   if (!*parsed || !w->cfg.oversize_skip || !fw_oversize_stub_size (*doc, &size)) {
+   if (!*parsed || !fw_dispatcher_config (d)->oversize_skip || !fw_oversize_stub_size (*doc, &size)) {
       return FW_OVERSIZE_EVENT;
    }
-   if ((r = fw_event_dispatch_oversize (w, ev, size)) == FW_DISPATCH_STOPPED) {
+   if ((r = fw_event_dispatch_oversize (d, ev, size)) == FW_DISPATCH_STOPPED) {
       return FW_OVERSIZE_STOPPED;
    }
    if (r == FW_DISPATCH_FAILED) {
-      fw_error_set (error, FW_ERROR_INVALID, "%s", w->failure);
+      fw_error_set (error, FW_ERROR_INVALID, "%s", fw_dispatcher_failure (d));
       return FW_OVERSIZE_FAILED;
    }
    if (!fw_event_id (ev, eid, sizeof eid)) {
@@ -322,7 +322,7 @@ fw_oversize_take (fw_stream_worker_t *w, fw_split_buffer_t *split, const bson_t 
                     eid, (long long) size);
       return FW_OVERSIZE_FAILED;
    }
-   fw_log (FW_LOG_WARN, w->cfg.name,
+   fw_log (FW_LOG_WARN, fw_dispatcher_config (d)->name,
            "oversize change event %s (%lld bytes) skipped and dead-lettered", eid,
            (long long) size);
    return FW_OVERSIZE_SKIPPED;

@@ -14,22 +14,6 @@
 #define DLQ_COUNT_EVERY_MS 30000
 
 void
-fw_stream_worker_set_metrics (fw_stream_worker_t *w, fw_metrics_t *registry)
-{
-   w->metrics = registry ? fw_metrics_stream (registry, w->cfg.name) : NULL;
-   fw_metrics_lua_bind_stream (fw_lua_host_state (w->host), w->metrics);
-   for (int i = 0; i < w->n_lane_w; i++) {
-      fw_stream_worker_set_metrics (w->lane_w[i], registry); /* one block: the stream's */
-   }
-}
-
-fw_stream_metrics_t *
-fw_stream_worker_metrics (const fw_stream_worker_t *w)
-{
-   return w->metrics;
-}
-
-void
 fw_stream_worker_control (fw_stream_worker_t *w, fw_stream_action_t action)
 {
    int c = action == FW_STREAM_PAUSE    ? W_CONTROL_PAUSE
@@ -74,14 +58,14 @@ fw_stream_paused (fw_stream_worker_t *w)
       snprintf (why, sizeof why,
                 "paused by the operator (POST /v1/streams/%s/resume or `flowwarden resume %s` "
                 "resumes it)",
-                w->cfg.name, w->cfg.name);
+                w->cfg->name, w->cfg->name);
       fw_stream_metrics_set_state (w->metrics, FW_STREAM_PAUSED, why);
    }
-   fw_log (FW_LOG_INFO, w->cfg.name, "paused: checkpoint written, change stream closed");
+   fw_log (FW_LOG_INFO, w->cfg->name, "paused: checkpoint written, change stream closed");
    for (;;) {
       int c = fw_stream_control_take (w);
       if (c == W_CONTROL_RESUME || c == W_CONTROL_RESTART) {
-         fw_log (FW_LOG_INFO, w->cfg.name, "%s: re-opening the change stream from its checkpoint",
+         fw_log (FW_LOG_INFO, w->cfg->name, "%s: re-opening the change stream from its checkpoint",
                  c == W_CONTROL_RESUME ? "resumed" : "restarted");
          return c;
       }
@@ -93,36 +77,11 @@ fw_stream_paused (fw_stream_worker_t *w)
 
 /* --- counting events ------------------------------------------------------ */
 
-/* The server's time of the event (wallTime, else clusterTime), for the lag. */
-static int64_t
-event_time_ms (const fw_event_t *ev)
-{
-   bson_iter_t it;
-   uint32_t t, i;
-
-   if (fw_event_field (ev, FW_EV_WALL_TIME, &it) && BSON_ITER_HOLDS_DATE_TIME (&it)) {
-      return bson_iter_date_time (&it);
-   }
-   if (fw_event_field (ev, FW_EV_CLUSTER_TIME, &it) && BSON_ITER_HOLDS_TIMESTAMP (&it)) {
-      bson_iter_timestamp (&it, &t, &i);
-      return (int64_t) t * 1000;
-   }
-   return 0;
-}
-
-void
-fw_stream_count_received (fw_stream_worker_t *w, const fw_event_t *ev)
-{
-   fw_metrics_op_t op = ev->op != FW_OP_OTHER ? (fw_metrics_op_t) ev->op
-                                              : fw_metrics_op_from_name (ev->operation_type);
-   fw_stream_metrics_event_received (w->metrics, op, event_time_ms (ev));
-}
-
 void
 fw_stream_count_dispatched (fw_stream_worker_t *w)
 {
-   fw_stream_metrics_set_lua_memory (w->metrics, fw_lua_host_memory_used (w->host));
-   fw_stream_dlq_count_tick (w, w->finished_ms);
+   fw_stream_metrics_set_lua_memory (w->metrics, fw_lua_host_memory_used (fw_dispatcher_host (w->d)));
+   fw_stream_dlq_count_tick (w, fw_dispatcher_finished_ms (w->d));
 }
 
 /* --- the DLQ's pending entries -------------------------------------------- */
@@ -131,8 +90,8 @@ fw_stream_count_dispatched (fw_stream_worker_t *w)
 static bool
 count_pending (fw_stream_worker_t *w, int64_t now_ms, int64_t *pending, double *oldest_age)
 {
-   const fw_dlq_config_t *dlq = &w->cfg.dlq;
-   mongoc_client_t *client = w->client;
+   const fw_dlq_config_t *dlq = &w->cfg->dlq;
+   mongoc_client_t *client;
    mongoc_collection_t *coll;
    mongoc_cursor_t *cursor;
    bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, sort, projection;
@@ -142,19 +101,16 @@ count_pending (fw_stream_worker_t *w, int64_t now_ms, int64_t *pending, double *
    fw_error_t err;
    bool ok = false;
 
-   if (dlq->connection && !(client = fw_connection_clients_get (w->clients, dlq->connection, &err))) {
+   if (!(client = fw_dispatcher_client_for (w->d, dlq->connection, &err))) {
       return false;
    }
-   if (!client) {
-      return false;
-   }
-   coll = mongoc_client_get_collection (client, dlq->database ? dlq->database : w->cfg.database,
+   coll = mongoc_client_get_collection (client, dlq->database ? dlq->database : w->cfg->database,
                                         dlq->collection);
-   BSON_APPEND_UTF8 (&filter, "streamName", w->cfg.name);
+   BSON_APPEND_UTF8 (&filter, "streamName", w->cfg->name);
    BSON_APPEND_UTF8 (&filter, "status", "PENDING");
    *pending = mongoc_collection_count_documents (coll, &filter, NULL, NULL, NULL, &berr);
    if (*pending < 0) {
-      fw_log (FW_LOG_DEBUG, w->cfg.name, "cannot count the DLQ's pending entries: %s",
+      fw_log (FW_LOG_DEBUG, w->cfg->name, "cannot count the DLQ's pending entries: %s",
               berr.message);
       goto done;
    }
@@ -190,7 +146,7 @@ fw_stream_dlq_count_tick (fw_stream_worker_t *w, int64_t now_ms)
    int64_t pending = -1;
    double oldest = 0;
 
-   if (!w->metrics || !w->cfg.dlq.enabled || now_ms < w->dlq_count_at_ms) {
+   if (!w->metrics || !w->cfg->dlq.enabled || now_ms < w->dlq_count_at_ms) {
       return;
    }
    w->dlq_count_at_ms = now_ms + DLQ_COUNT_EVERY_MS;
@@ -203,9 +159,9 @@ fw_stream_dlq_count_tick (fw_stream_worker_t *w, int64_t now_ms)
 void
 fw_stream_failed (fw_stream_worker_t *w, const char *what)
 {
-   w->stats.failed = true;
+   w->failed = true;
    if (w->metrics) {
       fw_stream_metrics_set_state (w->metrics, FW_STREAM_FAILED, what);
    }
-   fw_log (FW_LOG_ERROR, w->cfg.name, "STREAM STOPPED: %s", what);
+   fw_log (FW_LOG_ERROR, w->cfg->name, "STREAM STOPPED: %s", what);
 }

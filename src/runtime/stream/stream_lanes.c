@@ -59,7 +59,10 @@ typedef struct {
 
 typedef struct {
    struct fw_stream_lanes *ls;
-   fw_stream_worker_t *w; /* the lane's program, borrowed from the stream's lane_w */
+   fw_dispatcher_t *d;    /* the lane's dispatcher, borrowed from the stream's lane_d */
+   mongoc_client_pool_t *pool;
+   fw_shutdown_t *shutdown;
+   fw_stream_metrics_t *metrics;
    pthread_t thread;
    bool started;
    pthread_mutex_t mu;
@@ -96,29 +99,24 @@ bool
 fw_stream_worker_build_lanes (fw_stream_worker_t *w, fw_stream_lane_loader_t load, void *ud,
                               fw_error_t *error)
 {
-   int n = w->cfg.lanes;
+   int n = w->cfg->lanes;
 
    if (n <= 1) {
       return true;
    }
-   if (!(w->lane_w = calloc ((size_t) n, sizeof *w->lane_w))) {
+   if (!(w->lane_d = calloc ((size_t) n, sizeof *w->lane_d))) {
       fw_error_set (error, FW_ERROR_NOMEM, "out of memory building the lanes of stream \"%s\"",
-                    w->cfg.name);
+                    w->cfg->name);
       return false;
    }
    for (int i = 0; i < n; i++) {
       fw_lua_host_t *host = load (ud, error);
-      fw_stream_worker_t *lw =
-         host ? fw_stream_worker_new (host, w->index, w->pool, w->conns, error) : NULL;
-      if (!lw) {
+      fw_dispatcher_t *ld =
+         host ? fw_dispatcher_new (host, w->index, w->conns, w->shutdown, error) : NULL;
+      if (!ld) {
          return false; /* the lanes built so far go with w */
       }
-      /* fw.state is the stream's: the lane borrows w's store. */
-      fw_state_store_destroy (lw->state);
-      lw->state = w->state;
-      lw->coord = w;
-      lw->reprocess_at_ms = -1; /* DLQ rounds run on the stream's thread */
-      w->lane_w[w->n_lane_w++] = lw;
+      w->lane_d[w->n_lane_d++] = ld; /* fw.state is the stream's: shared below */
    }
    fw_stream_state_attach (w);
    return true;
@@ -163,10 +161,10 @@ lane_pop (lane_t *l, item_t *out)
    bool ok = false;
 
    pthread_mutex_lock (&l->mu);
-   while (!l->stop && !l->count && !fw_shutdown_requested (l->w->shutdown)) {
+   while (!l->stop && !l->count && !fw_shutdown_requested (l->shutdown)) {
       wait_slice (&l->has_items, &l->mu);
    }
-   if (!l->stop && l->count && !fw_shutdown_requested (l->w->shutdown)) {
+   if (!l->stop && l->count && !fw_shutdown_requested (l->shutdown)) {
       *out = l->ring[l->head];
       l->head = (l->head + 1) % LANE_QUEUE;
       l->count--;
@@ -183,7 +181,7 @@ static bool
 lane_loop (void *arg)
 {
    lane_t *l = arg;
-   fw_stream_worker_t *w = l->w;
+   fw_dispatcher_t *d = l->d;
    item_t it;
 
    while (lane_pop (l, &it)) {
@@ -198,20 +196,19 @@ lane_loop (void *arg)
          lane_failed (l->ls, "a lane could not read an event the stream read");
          break;
       }
-      if (w->metrics) {
-         fw_stream_count_received (w, &ev);
-      }
-      r = fw_event_dispatch (w, &ev);
+      fw_dispatcher_count_received (d, &ev);
+      r = fw_event_dispatch (d, &ev);
       free (it.doc);
       if (r == FW_DISPATCH_STOPPED) {
          break; /* shutdown: the event stays after the watermark */
       }
       if (r != FW_DISPATCH_DONE) {
-         lane_failed (l->ls, w->failure); /* a sequenced DLQ overflowed */
+         lane_failed (l->ls, fw_dispatcher_failure (d)); /* a sequenced DLQ overflowed */
          break;
       }
-      if (w->metrics) {
-         fw_stream_metrics_set_lua_memory (w->metrics, fw_lua_host_memory_used (w->host));
+      if (l->metrics) {
+         fw_stream_metrics_set_lua_memory (l->metrics,
+                                           fw_lua_host_memory_used (fw_dispatcher_host (d)));
       }
       lane_done (l->ls, it.ticket);
    }
@@ -222,16 +219,15 @@ static void *
 lane_main (void *arg)
 {
    lane_t *l = arg;
-   fw_stream_worker_t *w = l->w;
-   lua_State *L = fw_lua_host_state (w->host);
-
+   fw_dispatcher_t *d = l->d;
    /* Clients are thread-bound: this thread's own, given back as it ends. */
-   w->client = mongoc_client_pool_pop (w->pool);
-   fw_mongo_lua_attach (L, &w->mongo);
-   if (w->cfg.dlq.enabled && !fw_event_dispatch_open_dlq (w)) {
+   mongoc_client_t *client = mongoc_client_pool_pop (l->pool);
+
+   fw_dispatcher_bind (d, client);
+   if (fw_dispatcher_config (d)->dlq.enabled && !fw_dispatcher_open_dlq (d)) {
       goto done; /* only on shutdown */
    }
-   if (!fw_park_load (w)) {
+   if (!fw_dispatcher_load_sequences (d)) {
       goto done;
    }
    if (!fw_lua_host_guard (lane_loop, l)) {
@@ -239,14 +235,8 @@ lane_main (void *arg)
                           "flowwarden bug) stopped a lane");
    }
 done:
-   fw_dlq_store_destroy (w->dlq);
-   w->dlq = NULL;
-   if (!fw_lua_host_panicked (w->host)) {
-      fw_mongo_lua_attach (L, NULL); /* closes fw.mongo's cursors before the clients go */
-   }
-   fw_connection_clients_release (w->clients);
-   mongoc_client_pool_push (w->pool, w->client);
-   w->client = NULL;
+   fw_dispatcher_release (d); /* closes fw.mongo's cursors before the client goes */
+   mongoc_client_pool_push (l->pool, client);
    return NULL;
 }
 
@@ -297,26 +287,11 @@ lanes_join (fw_stream_lanes_t *ls)
    }
 }
 
-/* Whether the stream's spec has dlq.sequence_key (a function). */
-static bool
-has_custom_key (fw_stream_worker_t *w)
-{
-   lua_State *L = fw_lua_host_state (w->host);
-   int top = lua_gettop (L);
-   bool custom;
-
-   lua_rawgeti (L, LUA_REGISTRYINDEX, w->spec_ref);
-   custom = lua_type (L, -1) == LUA_TTABLE && lua_getfield (L, -1, "dlq") == LUA_TTABLE &&
-            lua_getfield (L, -1, "sequence_key") == LUA_TFUNCTION;
-   lua_settop (L, top);
-   return custom;
-}
-
 static bool
 lanes_start (fw_stream_worker_t *w)
 {
    fw_stream_lanes_t *ls = calloc (1, sizeof *ls);
-   int n = w->n_lane_w;
+   int n = w->n_lane_d;
 
    if (!ls || !(ls->lane = calloc ((size_t) n, sizeof *ls->lane)) ||
        !(ls->slot = calloc (WINDOW, sizeof *ls->slot))) {
@@ -333,17 +308,20 @@ lanes_start (fw_stream_worker_t *w)
       bson_init (&ls->slot[i].processed);
       bson_init (&ls->slot[i].resume);
    }
-   ls->custom_key = has_custom_key (w);
+   ls->custom_key = fw_dispatcher_custom_key (w->d);
    for (int i = 0; i < n; i++) {
       lane_t *l = &ls->lane[i];
       l->ls = ls;
-      l->w = w->lane_w[i];
+      l->d = w->lane_d[i];
+      l->pool = w->pool;
+      l->shutdown = w->shutdown;
+      l->metrics = w->metrics;
       pthread_mutex_init (&l->mu, NULL);
       pthread_cond_init (&l->has_items, NULL);
       pthread_cond_init (&l->has_room, NULL);
       /* The lane stops with the stream, counts in its metrics block. */
-      l->w->shutdown = w->shutdown;
-      l->w->metrics = w->metrics;
+      fw_dispatcher_set_shutdown (l->d, w->shutdown);
+      fw_dispatcher_set_metrics (l->d, w->metrics);
    }
    for (int i = 0; i < n; i++) {
       if (pthread_create (&ls->lane[i].thread, NULL, lane_main, &ls->lane[i]) != 0) {
@@ -356,9 +334,9 @@ lanes_start (fw_stream_worker_t *w)
       ls->lane[i].started = true;
    }
    w->lanes = ls;
-   fw_log (FW_LOG_INFO, w->cfg.name,
+   fw_log (FW_LOG_INFO, w->cfg->name,
            "%d lanes running script version %s: in order per key, keys in parallel", n,
-           fw_lua_host_version (w->host));
+           fw_lua_host_version (fw_dispatcher_host (w->d)));
    return true;
 }
 
@@ -453,7 +431,7 @@ fw_stream_lanes_stop (fw_stream_worker_t *w, fw_position_t *p)
 bool
 fw_stream_lanes_boundary (fw_stream_worker_t *w, fw_position_t *p)
 {
-   if (__atomic_load_n (&w->has_pending, __ATOMIC_ACQUIRE)) {
+   if (__atomic_load_n (&w->pending.has, __ATOMIC_ACQUIRE)) {
       if (w->lanes) {
          /* Every event read so far is handled by the old version, every
           * later one by the new, in all lanes. */
@@ -463,13 +441,13 @@ fw_stream_lanes_boundary (fw_stream_worker_t *w, fw_position_t *p)
          }
          fw_stream_lanes_stop (w, p);
       }
-      if (fw_stream_reload_apply (w) && w->n_lane_w > 1) {
-         fw_log (FW_LOG_INFO, w->cfg.name,
+      if (fw_stream_reload_apply (w) && w->n_lane_d > 1) {
+         fw_log (FW_LOG_INFO, w->cfg->name,
                  "reload: all %d lanes switch to version %s after the same event (lanes drained)",
-                 w->n_lane_w, fw_lua_host_version (w->host));
+                 w->n_lane_d, fw_lua_host_version (fw_dispatcher_host (w->d)));
       }
    }
-   if (!w->lanes && w->n_lane_w > 1) {
+   if (!w->lanes && w->n_lane_d > 1) {
       return lanes_start (w);
    }
    return true;
@@ -498,18 +476,9 @@ route (fw_stream_lanes_t *ls, const fw_event_t *ev)
       return 0; /* drop, rename, ...: no key */
    }
    if (ls->custom_key) {
-      lua_State *L = fw_lua_host_state (w->host);
-      int top = lua_gettop (L);
-      fw_lua_stop_t stop;
-      fw_event_ctx_begin (L, &w->dispatch, ev);
-      if (fw_park_key (w, ev, &stop) == FW_PARK_KEY_OK) {
-         id = w->seq_key;
-         w->seq_key = NULL;
-      }
       /* A key function that fails here fails in the lane too, under its
        * retry policy; meanwhile the documentKey routes the event. */
-      lua_settop (L, top);
-      fw_park_end (w);
+      id = fw_dispatcher_sequence_key (w->d, ev);
    }
    if (id) {
       h = hash_string (id);
@@ -633,9 +602,9 @@ static bool
 pending_has_lanes (fw_stream_worker_t *w)
 {
    bool lanes;
-   pthread_mutex_lock (&w->pending_mu);
-   lanes = w->pending && w->pending->n_lane_w > 1;
-   pthread_mutex_unlock (&w->pending_mu);
+   pthread_mutex_lock (&w->pending.mu);
+   lanes = w->pending.next && w->pending.next->n_lane_d > 1;
+   pthread_mutex_unlock (&w->pending.mu);
    return lanes;
 }
 
@@ -647,7 +616,7 @@ fw_stream_lanes_take (fw_stream_worker_t *w, fw_position_t *p, const fw_event_t 
    fw_lanes_step_t step;
    uint64_t ticket;
 
-   if (__atomic_load_n (&w->has_pending, __ATOMIC_ACQUIRE) && pending_has_lanes (w)) {
+   if (__atomic_load_n (&w->pending.has, __ATOMIC_ACQUIRE) && pending_has_lanes (w)) {
       /* A reload came while the reader waited: this event runs the new
        * version, in every lane. (A reload to lanes = 1 applies at the next
        * boundary, after this event.) */
@@ -663,7 +632,7 @@ fw_stream_lanes_take (fw_stream_worker_t *w, fw_position_t *p, const fw_event_t 
       return step;
    }
    fw_stream_lanes_advance (w, p);
-   if (p->since_save >= w->cfg.save_every) {
+   if (p->since_save >= w->cfg->save_every) {
       fw_position_save_async (w, p, "save_every");
    }
    if (ev->operation_type && strcmp (ev->operation_type, "invalidate") == 0) {

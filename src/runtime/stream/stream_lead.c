@@ -21,13 +21,13 @@ fw_stream_load_checkpoint (fw_stream_worker_t *w, fw_checkpoint_t *cp, fw_positi
 {
    fw_error_t err;
 
-   if (w->cfg.start_latest) {
+   if (w->cfg->start_latest) {
       return true;
    }
-   for (int tries = 1; !fw_checkpoint_load (w->client, w->cfg.database, w->cfg.name, cp, &err);
+   for (int tries = 1; !fw_checkpoint_load (w->client, w->cfg->database, w->cfg->name, cp, &err);
         tries++) {
-      int64_t delay = fw_backoff_delay_ms (&w->cfg.restart, tries, fw_backoff_random (&w->rng));
-      fw_log (FW_LOG_ERROR, w->cfg.name, "%s; retrying in %lld ms", err.message,
+      int64_t delay = fw_backoff_delay_ms (&w->cfg->restart, tries, fw_backoff_random (&w->rng));
+      fw_log (FW_LOG_ERROR, w->cfg->name, "%s; retrying in %lld ms", err.message,
               (long long) delay);
       fw_checkpoint_cleanup (cp);
       if (fw_shutdown_wait_ms (w->shutdown, delay)) {
@@ -67,6 +67,7 @@ fw_stream_wait_lead (fw_stream_worker_t *w)
    bool said = false;
 
    w->epoch = 0;
+   fw_dispatcher_set_lead (w->d, w->lease, 0);
    fw_stream_set_role (w, FW_STREAM_ROLE_STANDBY);
    if (w->metrics) {
       fw_stream_metrics_set_state (w->metrics, FW_STREAM_STARTING,
@@ -78,18 +79,18 @@ fw_stream_wait_lead (fw_stream_worker_t *w)
 
       if (!fw_lease_wait_leader (w->lease, 250, &epoch)) {
          if (!said) {
-            fw_log (FW_LOG_INFO, w->cfg.name, "role: standby (waiting for the stream's lease)");
+            fw_log (FW_LOG_INFO, w->cfg->name, "role: standby (waiting for the stream's lease)");
             said = true;
          }
          continue;
       }
-      if (!fw_checkpoint_fence (w->client, w->cfg.database, w->cfg.name, epoch, &stored, &err)) {
-         fw_log (FW_LOG_WARN, w->cfg.name, "%s; trying again", err.message);
+      if (!fw_checkpoint_fence (w->client, w->cfg->database, w->cfg->name, epoch, &stored, &err)) {
+         fw_log (FW_LOG_WARN, w->cfg->name, "%s; trying again", err.message);
          fw_shutdown_wait_ms (w->shutdown, 250);
          continue;
       }
       if (stored != epoch) {
-         fw_log (FW_LOG_ERROR, w->cfg.name,
+         fw_log (FW_LOG_ERROR, w->cfg->name,
                  "the checkpoint is fenced with epoch %lld, not this lease's %lld: waiting (a "
                  "lease document removed while a leader ran?)",
                  (long long) stored, (long long) epoch);
@@ -100,8 +101,9 @@ fw_stream_wait_lead (fw_stream_worker_t *w)
          continue;
       }
       w->epoch = epoch;
+      fw_dispatcher_set_lead (w->d, w->lease, epoch);
       fw_stream_set_role (w, FW_STREAM_ROLE_LEADER);
-      fw_log (FW_LOG_INFO, w->cfg.name,
+      fw_log (FW_LOG_INFO, w->cfg->name,
               "role: leader (epoch %lld): the checkpoint is fenced, opening the change stream",
               (long long) epoch);
       return true;

@@ -31,10 +31,10 @@ fw_position_writer_results (fw_stream_worker_t *w)
 {
    int ok, failed;
    int64_t at;
-   if (!w->ckpt) {
+   if (!w->ckpt.writer) {
       return;
    }
-   fw_checkpoint_writer_take_results (w->ckpt, &ok, &failed, &at);
+   fw_checkpoint_writer_take_results (w->ckpt.writer, &ok, &failed, &at);
    for (int i = 0; w->metrics && i < failed + ok; i++) {
       fw_stream_metrics_checkpoint (w->metrics, i >= failed, at);
    }
@@ -47,8 +47,8 @@ void
 fw_position_save (fw_stream_worker_t *w, fw_position_t *p, const char *why)
 {
    fw_error_t err;
-   if (w->ckpt) {
-      fw_checkpoint_writer_quiesce (w->ckpt); /* nothing older can land after this */
+   if (w->ckpt.writer) {
+      fw_checkpoint_writer_quiesce (w->ckpt.writer); /* nothing older can land after this */
       fw_position_writer_results (w);
    }
    if (!p->has_processed && !p->has_resume) {
@@ -57,16 +57,16 @@ fw_position_save (fw_stream_worker_t *w, fw_position_t *p, const char *why)
    if (w->lease && w->epoch <= 0) {
       return; /* a standby has nothing to save: the leader's checkpoint stands */
    }
-   if (!(w->lease ? fw_checkpoint_save_fenced (w->client, w->cfg.database, w->cfg.name,
+   if (!(w->lease ? fw_checkpoint_save_fenced (w->client, w->cfg->database, w->cfg->name,
                                                p->has_processed ? &p->processed : NULL,
                                                p->has_resume ? &p->resume : NULL,
-                                               fw_lua_host_version (w->host), w->epoch, NULL,
+                                               fw_lua_host_version (fw_dispatcher_host (w->d)), w->epoch, NULL,
                                                &err)
-                  : fw_checkpoint_save (w->client, w->cfg.database, w->cfg.name,
+                  : fw_checkpoint_save (w->client, w->cfg->database, w->cfg->name,
                                         p->has_processed ? &p->processed : NULL,
                                         p->has_resume ? &p->resume : NULL,
-                                        fw_lua_host_version (w->host), &err))) {
-      fw_log (FW_LOG_ERROR, w->cfg.name, "%s (%s); will try again", err.message, why);
+                                        fw_lua_host_version (fw_dispatcher_host (w->d)), &err))) {
+      fw_log (FW_LOG_ERROR, w->cfg->name, "%s (%s); will try again", err.message, why);
       if (w->metrics) {
          fw_stream_metrics_checkpoint (w->metrics, false, 0);
       }
@@ -88,7 +88,7 @@ void
 fw_position_save_async (fw_stream_worker_t *w, fw_position_t *p, const char *why)
 {
    fw_error_t err;
-   if (w->cfg.checkpoint_sync || w->ckpt_unavailable) {
+   if (w->cfg->checkpoint_sync || w->ckpt.unavailable) {
       fw_position_save (w, p, why);
       return;
    }
@@ -98,23 +98,23 @@ fw_position_save_async (fw_stream_worker_t *w, fw_position_t *p, const char *why
    if (w->lease && w->epoch <= 0) {
       return;
    }
-   if (!w->ckpt &&
-       !(w->ckpt = fw_checkpoint_writer_new (w->pool, w->cfg.database, w->cfg.name, &err))) {
-      fw_log (FW_LOG_WARN, w->cfg.name, "%s; checkpoints are written as with mode = \"sync\"",
+   if (!w->ckpt.writer &&
+       !(w->ckpt.writer = fw_checkpoint_writer_new (w->pool, w->cfg->database, w->cfg->name, &err))) {
+      fw_log (FW_LOG_WARN, w->cfg->name, "%s; checkpoints are written as with mode = \"sync\"",
               err.message);
-      w->ckpt_unavailable = true;
+      w->ckpt.unavailable = true;
       fw_position_save (w, p, why);
       return;
    }
-   if (w->lease && w->ckpt_epoch != w->epoch) {
+   if (w->lease && w->ckpt.epoch != w->epoch) {
       /* A new leadership: nothing of the old one is in flight (the fence
        * made its writes fail anyway). */
-      fw_checkpoint_writer_quiesce (w->ckpt);
-      fw_checkpoint_writer_set_epoch (w->ckpt, w->epoch);
-      w->ckpt_epoch = w->epoch;
+      fw_checkpoint_writer_quiesce (w->ckpt.writer);
+      fw_checkpoint_writer_set_epoch (w->ckpt.writer, w->epoch);
+      w->ckpt.epoch = w->epoch;
    }
-   fw_checkpoint_writer_submit (w->ckpt, p->has_processed ? &p->processed : NULL,
-                                p->has_resume ? &p->resume : NULL, fw_lua_host_version (w->host),
+   fw_checkpoint_writer_submit (w->ckpt.writer, p->has_processed ? &p->processed : NULL,
+                                p->has_resume ? &p->resume : NULL, fw_lua_host_version (fw_dispatcher_host (w->d)),
                                 FW_CHECKPOINT_MAX_BEHIND);
    fw_position_writer_results (w);
    p->since_save = 0;

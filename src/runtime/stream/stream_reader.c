@@ -16,7 +16,7 @@
 
 #include "flowwarden/clock.h"
 #include "flowwarden/bson_alloc.h"
-#include "runtime/stream/stream_worker-private.h"
+#include "runtime/stream/stream_read-private.h"
 
 typedef enum { ITEM_EVENT, ITEM_IDLE, ITEM_ERROR } item_kind_t;
 

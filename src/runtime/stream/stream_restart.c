@@ -32,7 +32,7 @@ static void
 restart_asked (fw_stream_worker_t *w, fw_stream_run_t *run)
 {
    fw_stream_control_take (w);
-   fw_log (FW_LOG_INFO, w->cfg.name,
+   fw_log (FW_LOG_INFO, w->cfg->name,
            "restarting: checkpoint written, re-opening the change stream (asked by the "
            "admin endpoint)");
    if (w->metrics) {
@@ -51,7 +51,7 @@ stand_by (fw_stream_worker_t *w, fw_stream_run_t *run)
    /* Handlers stopped before the lease could expire. The last save is
     * fenced: it lands only if no newer leader fenced the checkpoint. */
    fw_position_save (w, p, "lease lost");
-   fw_log (FW_LOG_WARN, w->cfg.name,
+   fw_log (FW_LOG_WARN, w->cfg->name,
            "role: standby (stopped handling: the lease, epoch %lld, could not be kept; "
            "change stream closed)",
            (long long) w->epoch);
@@ -80,7 +80,7 @@ history_lost (fw_stream_worker_t *w, fw_stream_run_t *run)
    fw_position_t *p = &run->p;
 
    if (run->candidate == 0 && run->cp.has_seen && !bson_equal (&run->cp.seen, &p->resume)) {
-      fw_log (FW_LOG_WARN, w->cfg.name,
+      fw_log (FW_LOG_WARN, w->cfg->name,
               "resume point of the last processed event is no longer in the oplog; "
               "trying the last seen position");
       fw_position_set_token (&p->resume, &run->cp.seen);
@@ -90,14 +90,14 @@ history_lost (fw_stream_worker_t *w, fw_stream_run_t *run)
       }
       return true;
    }
-   if (!w->cfg.resume_from_now) {
+   if (!w->cfg->resume_from_now) {
       fw_stream_failed (w, "the change stream history is lost (the resume point left the "
                            "oplog) and on_history_lost = \"fail\"; events after the last "
                            "checkpoint may be missing. Set checkpoint.on_history_lost = "
                            "\"resume_from_now\" to accept the gap");
       return false;
    }
-   fw_log (FW_LOG_ERROR, w->cfg.name,
+   fw_log (FW_LOG_ERROR, w->cfg->name,
            "change stream history lost: resuming from now; events between the last "
            "checkpoint and now were NOT delivered (on_history_lost = resume_from_now)");
    p->has_resume = false;
@@ -118,12 +118,12 @@ restart_backoff (fw_stream_worker_t *w, fw_stream_run_t *run)
    int64_t delay;
 
    run->restarts++;
-   if (w->cfg.restart.max_attempts > 0 && run->restarts > w->cfg.restart.max_attempts) {
+   if (w->cfg->restart.max_attempts > 0 && run->restarts > w->cfg->restart.max_attempts) {
       fw_stream_failed (w, "the change stream kept failing: restart.max_attempts reached");
       return false;
    }
-   delay = fw_backoff_delay_ms (&w->cfg.restart, run->restarts, fw_backoff_random (&w->rng));
-   fw_log (FW_LOG_INFO, w->cfg.name, "re-opening the change stream in %lld ms%s",
+   delay = fw_backoff_delay_ms (&w->cfg->restart, run->restarts, fw_backoff_random (&w->rng));
+   fw_log (FW_LOG_INFO, w->cfg->name, "re-opening the change stream in %lld ms%s",
            (long long) delay, p->invalidated ? " (after invalidate, with startAfter)" : "");
    if (w->metrics) {
       char why[800];

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime/stream/stream_worker-private.h"
+#include "runtime/stream/stream_read-private.h"
 
 #define FW_WIRE_6_0 17 /* maxWireVersion of MongoDB 6.0 (wire_version.h) */
 
@@ -49,7 +49,8 @@ option_needing_6_0 (const fw_stream_config_t *cfg, char *opt, size_t len, const 
 }
 
 bool
-fw_stream_server_supports (fw_stream_worker_t *w, char *what, size_t len)
+fw_stream_server_supports (const fw_stream_config_t *cfg, mongoc_client_t *client, char *what,
+                           size_t len)
 {
    char opt[160];
    const char *advice = NULL;
@@ -60,11 +61,11 @@ fw_stream_server_supports (fw_stream_worker_t *w, char *what, size_t len)
    int64_t wire = -1;
    const char *release;
 
-   if (!option_needing_6_0 (&w->cfg, opt, sizeof opt, &advice)) {
+   if (!option_needing_6_0 (cfg, opt, sizeof opt, &advice)) {
       return true;
    }
    /* The server the change stream will open on (a read, primary). */
-   if (!(sd = mongoc_client_select_server (w->read_client, false, NULL, &berr))) {
+   if (!(sd = mongoc_client_select_server (client, false, NULL, &berr))) {
       return true; /* not known yet: opening the change stream will say why */
    }
    hello = mongoc_server_description_hello_response (sd);
@@ -80,7 +81,7 @@ fw_stream_server_supports (fw_stream_worker_t *w, char *what, size_t len)
    snprintf (what, len,
              "stream \"%s\": %s needs MongoDB 6.0 or later, but the server %s is MongoDB %s "
              "(maxWireVersion %lld): the stream is stopped; %s",
-             w->cfg.name, opt, mongoc_server_description_host (sd)->host_and_port,
+             cfg->name, opt, mongoc_server_description_host (sd)->host_and_port,
              release ? release : "older than 6.0", (long long) wire, advice);
    mongoc_server_description_destroy (sd);
    return false;

@@ -30,13 +30,13 @@
 const char *
 fw_stream_worker_name (const fw_stream_worker_t *w)
 {
-   return w->cfg.name;
+   return w->cfg->name;
 }
 
 bool
 fw_stream_worker_sequenced (const fw_stream_worker_t *w)
 {
-   return w->cfg.dlq.enabled && w->cfg.dlq.sequenced;
+   return w->cfg->dlq.enabled && w->cfg->dlq.sequenced;
 }
 
 void
@@ -48,7 +48,7 @@ fw_stream_worker_stop (fw_stream_worker_t *w)
 bool
 fw_stream_worker_finished (const fw_stream_worker_t *w)
 {
-   return __atomic_load_n (&w->finished, __ATOMIC_ACQUIRE);
+   return __atomic_load_n (&w->thread.finished, __ATOMIC_ACQUIRE);
 }
 
 /* --- opening ------------------------------------------------------------- */
@@ -60,12 +60,12 @@ open_stream (fw_stream_worker_t *w, const bson_t *start_after, bool split)
    bson_t pipeline;
    mongoc_change_stream_t *cs;
 
-   if (w->cfg.full_document && strcmp (w->cfg.full_document, "default") != 0) {
-      BSON_APPEND_UTF8 (&opts, "fullDocument", w->cfg.full_document);
+   if (w->cfg->full_document && strcmp (w->cfg->full_document, "default") != 0) {
+      BSON_APPEND_UTF8 (&opts, "fullDocument", w->cfg->full_document);
    }
-   if (w->cfg.full_document_before_change &&
-       strcmp (w->cfg.full_document_before_change, "off") != 0) {
-      BSON_APPEND_UTF8 (&opts, "fullDocumentBeforeChange", w->cfg.full_document_before_change);
+   if (w->cfg->full_document_before_change &&
+       strcmp (w->cfg->full_document_before_change, "off") != 0) {
+      BSON_APPEND_UTF8 (&opts, "fullDocumentBeforeChange", w->cfg->full_document_before_change);
    }
    BSON_APPEND_INT32 (&opts, "maxAwaitTimeMS", FW_MAX_AWAIT_MS);
    /* Without a batch size a getMore may carry 16 MiB; smaller batches keep
@@ -76,14 +76,14 @@ open_stream (fw_stream_worker_t *w, const bson_t *start_after, bool split)
       /* startAfter, unlike resumeAfter, also accepts an invalidate token. */
       BSON_APPEND_DOCUMENT (&opts, "startAfter", start_after);
    }
-   fw_oversize_pipeline (&w->cfg, split, &pipeline);
-   if (w->cfg.collection) {
+   fw_oversize_pipeline (w->cfg, split, &pipeline);
+   if (w->cfg->collection) {
       mongoc_collection_t *coll =
-         mongoc_client_get_collection (w->read_client, w->cfg.database, w->cfg.collection);
+         mongoc_client_get_collection (w->read_client, w->cfg->database, w->cfg->collection);
       cs = mongoc_collection_watch (coll, &pipeline, &opts);
       mongoc_collection_destroy (coll);
    } else {
-      mongoc_database_t *db = mongoc_client_get_database (w->read_client, w->cfg.database);
+      mongoc_database_t *db = mongoc_client_get_database (w->read_client, w->cfg->database);
       cs = mongoc_database_watch (db, &pipeline, &opts);
       mongoc_database_destroy (db);
    }
@@ -113,10 +113,10 @@ fatal_stream_error (fw_stream_worker_t *w, const bson_error_t *berr)
 static bool
 read_unsplittable (fw_stream_worker_t *w, fw_position_t *p, const bson_error_t *berr)
 {
-   if (berr->code != FW_ERR_SPLIT_FAILED || !w->cfg.oversize_skip || p->unsplittable) {
+   if (berr->code != FW_ERR_SPLIT_FAILED || !w->cfg->oversize_skip || p->unsplittable) {
       return false;
    }
-   fw_log (FW_LOG_WARN, w->cfg.name,
+   fw_log (FW_LOG_WARN, w->cfg->name,
            "a change event cannot be split (%u: %.500s): reading it without "
            "$changeStreamSplitLargeEvent so that oversize = \"skip\" dead-letters it",
            berr->code, berr->message);
@@ -131,8 +131,8 @@ oversize_failed (fw_stream_worker_t *w, const fw_position_t *p, const bson_error
 {
    char what[2400];
    fw_oversize_failure (p->has_resume ? &p->resume : NULL,
-                        w->cfg.split_large_events && !p->split_rejected && !p->unsplittable,
-                        w->cfg.oversize_skip, berr, what, sizeof what);
+                        w->cfg->split_large_events && !p->split_rejected && !p->unsplittable,
+                        w->cfg->oversize_skip, berr, what, sizeof what);
    fw_stream_failed (w, what);
 }
 
@@ -176,7 +176,7 @@ closed_at_invalidate (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position
       fw_position_set_token (&p->resume, tok);
       p->has_resume = true;
    }
-   fw_log (FW_LOG_INFO, w->cfg.name,
+   fw_log (FW_LOG_INFO, w->cfg->name,
            "the server closed the change stream (an invalidate the pipeline filtered out: %s, "
            "code %u)",
            berr->message, berr->code);
@@ -194,7 +194,7 @@ split_back (fw_stream_worker_t *w, fw_position_t *p)
       return false;
    }
    p->unsplittable = false;
-   fw_log (FW_LOG_INFO, w->cfg.name,
+   fw_log (FW_LOG_INFO, w->cfg->name,
            "the event that could not be split is done: re-opening with "
            "$changeStreamSplitLargeEvent");
    return true;
@@ -226,16 +226,16 @@ error_end (fw_stream_worker_t *w, fw_position_t *p, fw_stream_reader_t *rd,
       snprintf (what, sizeof what,
                 "the server refuses full_document = \"%s\" (it needs MongoDB 6.0 or later): "
                 "%.1000s (code %u); the stream is stopped",
-                w->cfg.full_document ? w->cfg.full_document : "default", berr->message,
+                w->cfg->full_document ? w->cfg->full_document : "default", berr->message,
                 berr->code);
       fw_stream_failed (w, what);
       return FW_READ_FAILED;
    }
-   if (w->cfg.split_large_events && !p->split_rejected && fw_oversize_stage_rejected (berr)) {
-      fw_log (FW_LOG_WARN, w->cfg.name,
+   if (w->cfg->split_large_events && !p->split_rejected && fw_oversize_stage_rejected (berr)) {
+      fw_log (FW_LOG_WARN, w->cfg->name,
               "the server does not support $changeStreamSplitLargeEvent (%s, code %u): "
               "reading without it; events over 16 MiB follow oversize = \"%s\"",
-              berr->message, berr->code, w->cfg.oversize_skip ? "skip" : "fail");
+              berr->message, berr->code, w->cfg->oversize_skip ? "skip" : "fail");
       p->split_rejected = true;
       return FW_READ_REOPEN;
    }
@@ -250,7 +250,7 @@ error_end (fw_stream_worker_t *w, fw_position_t *p, fw_stream_reader_t *rd,
                         "change _id; the checkpoint stays before it");
       return FW_READ_FAILED;
    }
-   fw_log (FW_LOG_WARN, w->cfg.name, "%s: %s (code %u)",
+   fw_log (FW_LOG_WARN, w->cfg->name, "%s: %s (code %u)",
            rd ? "change stream failed" : "cannot open change stream", berr->message, berr->code);
    snprintf (p->error, sizeof p->error, "%s: %s (code %u)",
              rd ? "change stream failed" : "cannot open the change stream", berr->message,
@@ -274,7 +274,7 @@ event_boundary (fw_stream_worker_t *w, fw_position_t *p)
    if (control == W_CONTROL_RESUME) {
       fw_stream_control_take (w); /* not paused: nothing to do */
    }
-   if (w->lanes || w->n_lane_w > 1) {
+   if (w->lanes || w->n_lane_d > 1) {
       if (!fw_stream_lanes_boundary (w, p)) { /* a reload waits for every lane */
          if (fw_shutdown_requested (w->shutdown)) {
             return FW_READ_STOP;
@@ -304,7 +304,7 @@ unreadable_event (fw_stream_worker_t *w, fw_event_t *ev, const fw_error_t *err)
    if (named && !fw_event_id (ev, eid, sizeof eid)) {
       snprintf (eid, sizeof eid, "(long token)");
    }
-   if (named && (r = fw_event_dispatch_unreadable (w, ev, err->message)) == FW_DISPATCH_STOPPED) {
+   if (named && (r = fw_event_dispatch_unreadable (w->d, ev, err->message)) == FW_DISPATCH_STOPPED) {
       return FW_READ_STOP;
    }
    if (r == FW_DISPATCH_NO_DLQ) {
@@ -315,7 +315,7 @@ unreadable_event (fw_stream_worker_t *w, fw_event_t *ev, const fw_error_t *err)
       fw_stream_failed (w, what);
       return FW_READ_FAILED;
    }
-   fw_log (FW_LOG_ERROR, w->cfg.name, "unreadable change event %s dead-lettered: %s", eid,
+   fw_log (FW_LOG_ERROR, w->cfg->name, "unreadable change event %s dead-lettered: %s", eid,
            err->message);
    return FW_READ_NEXT;
 }
@@ -327,19 +327,17 @@ dispatch_here (fw_stream_worker_t *w, const fw_event_t *ev)
 {
    fw_dispatch_result_t r;
 
-   if (w->metrics) {
-      fw_stream_count_received (w, ev);
-   }
+   fw_dispatcher_count_received (w->d, ev);
    if (fw_stream_lease_lost (w)) {
       return FW_READ_LOST; /* checked again here: the read may have waited */
    }
-   r = fw_event_dispatch (w, ev);
+   r = fw_event_dispatch (w->d, ev);
    if (r == FW_DISPATCH_STOPPED) {
       return fw_stream_lease_lost (w) && !fw_shutdown_requested (w->shutdown) ? FW_READ_LOST
                                                                               : FW_READ_STOP;
    }
    if (r == FW_DISPATCH_FAILED) {
-      fw_stream_failed (w, w->failure); /* a sequenced DLQ overflowed */
+      fw_stream_failed (w, fw_dispatcher_failure (w->d)); /* a sequenced DLQ overflowed */
       return FW_READ_FAILED;
    }
    if (w->metrics) {
@@ -388,7 +386,7 @@ event_done (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
    fw_position_set_token (&p->resume, fw_stream_reader_resume_token (rd));
    p->has_resume = true;
    p->dirty = true;
-   if (++p->since_save >= w->cfg.save_every) {
+   if (++p->since_save >= w->cfg->save_every) {
       fw_position_save_async (w, p, "save_every");
    }
    if (strcmp (ev->operation_type, "invalidate") == 0) {
@@ -413,14 +411,14 @@ take_event (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p, con
    /* The parse's one scan tells a fragment (splitEvent) from a whole
     * event; fields a fragment lacks make it fail, which is fine here. */
    bool parsed = fw_event_parse (doc, &ev, &err);
-   fw_oversize_step_t step = fw_oversize_take (w, &p->split, &doc, &ev, &parsed, &err);
+   fw_oversize_step_t step = fw_oversize_take (w->d, &p->split, &doc, &ev, &parsed, &err);
 
    switch (step) {
    case FW_OVERSIZE_FRAGMENT:
       *progressed = true;
       return FW_READ_NEXT;
    case FW_OVERSIZE_BROKEN:
-      fw_log (FW_LOG_WARN, w->cfg.name, "%s; re-opening before the split event", err.message);
+      fw_log (FW_LOG_WARN, w->cfg->name, "%s; re-opening before the split event", err.message);
       snprintf (p->error, sizeof p->error, "%.500s", err.message);
       return FW_READ_ERROR;
    case FW_OVERSIZE_STOPPED:
@@ -446,7 +444,7 @@ take_event (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p, con
       return lanes_event (w, rd, p, &ev, parsed && step != FW_OVERSIZE_SKIPPED);
    }
    if (w->reprocess_at_ms >= 0) {
-      fw_dlq_reprocess_tick (w); /* a due dlq.reprocess round, between events */
+      fw_dlq_reprocess_tick (w->d, &w->reprocess_at_ms); /* a due dlq.reprocess round, between events */
    }
    return event_done (w, rd, p, &ev);
 }
@@ -461,7 +459,7 @@ idle_step (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p)
 
    /* With lanes: only once they are idle too (the round runs here). */
    if (w->reprocess_at_ms >= 0 && (!w->lanes || fw_stream_lanes_advance (w, p))) {
-      fw_dlq_reprocess_tick (w); /* a due dlq.reprocess round, while idle */
+      fw_dlq_reprocess_tick (w->d, &w->reprocess_at_ms); /* a due dlq.reprocess round, while idle */
    }
    /* Idle: the post-batch token moves the seen position forward. */
    tok = fw_stream_reader_resume_token (rd);
@@ -477,8 +475,8 @@ idle_step (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p)
       p->has_resume = true;
       p->dirty = true;
    }
-   if ((p->dirty && now - p->last_save_ms >= w->cfg.save_interval_ms) ||
-       now - p->last_save_ms >= w->cfg.idle_heartbeat_ms) {
+   if ((p->dirty && now - p->last_save_ms >= w->cfg->save_interval_ms) ||
+       now - p->last_save_ms >= w->cfg->idle_heartbeat_ms) {
       fw_position_save_async (w, p, "interval");
    }
    fw_position_writer_results (w);
@@ -532,7 +530,7 @@ consume (fw_stream_worker_t *w, mongoc_change_stream_t *cs, fw_position_t *p, bo
 
    if (!rd) {
       snprintf (p->error, sizeof p->error, "out of memory starting the change stream's reader");
-      fw_log (FW_LOG_ERROR, w->cfg.name, "%s", p->error);
+      fw_log (FW_LOG_ERROR, w->cfg->name, "%s", p->error);
       return FW_READ_ERROR;
    }
    end = consume_events (w, rd, p, progressed);
@@ -566,19 +564,20 @@ run_setup (fw_stream_worker_t *w, fw_stream_run_t *run)
    bson_init (&run->cp.processed);
    bson_init (&run->cp.seen);
    w->client = mongoc_client_pool_pop (w->pool);
+   fw_dispatcher_bind (w->d, w->client);
    w->read_client = mongoc_client_pool_pop (w->pool);
    run->p.last_save_ms = fw_now_ms ();
    set_state (w, FW_STREAM_STARTING, "starting: reading its checkpoint");
    if (w->metrics) {
-      fw_stream_metrics_set_script_version (w->metrics, fw_lua_host_version (w->host));
+      fw_stream_metrics_set_script_version (w->metrics, fw_lua_host_version (fw_dispatcher_host (w->d)));
    }
 
-   if (w->cfg.dlq.enabled && !fw_event_dispatch_open_dlq (w)) {
+   if (w->cfg->dlq.enabled && !fw_dispatcher_open_dlq (w->d)) {
       return false;
    }
-   if (w->cfg.ha_leader) {
-      if (!(w->lease = fw_lease_new (mongoc_client_get_uri (w->client), w->cfg.database,
-                                     w->cfg.name, w->cfg.ha_lease_ms, NULL, &err))) {
+   if (w->cfg->ha_leader) {
+      if (!(w->lease = fw_lease_new (mongoc_client_get_uri (w->client), w->cfg->database,
+                                     w->cfg->name, w->cfg->ha_lease_ms, NULL, &err))) {
          fw_stream_failed (w, err.message);
          return false;
       }
@@ -590,8 +589,8 @@ run_setup (fw_stream_worker_t *w, fw_stream_run_t *run)
                                    &run->from_checkpoint)) {
       return false;
    }
-   fw_log (FW_LOG_INFO, w->cfg.name, "starting on %s%s%s %s", w->cfg.database,
-           w->cfg.collection ? "." : "", w->cfg.collection ? w->cfg.collection : " (all collections)",
+   fw_log (FW_LOG_INFO, w->cfg->name, "starting on %s%s%s %s", w->cfg->database,
+           w->cfg->collection ? "." : "", w->cfg->collection ? w->cfg->collection : " (all collections)",
            run->from_checkpoint ? "from its checkpoint" : "from now");
    return true;
 }
@@ -602,9 +601,9 @@ static void
 run_teardown (fw_stream_worker_t *w, fw_stream_run_t *run)
 {
    fw_position_save (w, &run->p, "shutdown");
-   fw_checkpoint_writer_destroy (w->ckpt); /* idle since the save: gives its client back */
-   w->ckpt = NULL;
-   w->ckpt_epoch = 0;
+   fw_checkpoint_writer_destroy (w->ckpt.writer); /* idle since the save: gives its client back */
+   w->ckpt.writer = NULL;
+   w->ckpt.epoch = 0;
    if (w->lease) {
       /* After the final checkpoint: the standby that takes over at once
        * starts where this leader stopped. */
@@ -612,23 +611,17 @@ run_teardown (fw_stream_worker_t *w, fw_stream_run_t *run)
       fw_lease_destroy (w->lease);
       w->lease = NULL;
       w->epoch = 0;
+      fw_dispatcher_set_lead (w->d, NULL, 0);
       fw_stream_set_role (w, FW_STREAM_ROLE_STANDBY);
    }
-   if (!w->stats.failed) {
+   if (!w->failed) {
       set_state (w, FW_STREAM_STOPPED, "stopped");
    }
    fw_checkpoint_cleanup (&run->cp);
    bson_destroy (&run->p.resume);
    bson_destroy (&run->p.processed);
    fw_split_buffer_cleanup (&run->p.split);
-   fw_dlq_store_destroy (w->dlq);
-   w->dlq = NULL;
-   /* Clients are thread-bound: give them back on the thread that used them,
-    * after fw.mongo let go of them (the detach closes its cursors). */
-   if (!fw_lua_host_panicked (w->host)) {
-      fw_mongo_lua_attach (fw_lua_host_state (w->host), NULL);
-   }
-   fw_connection_clients_release (w->clients);
+   fw_dispatcher_release (w->d); /* the DLQ store, fw.mongo's cursors and clients */
    mongoc_client_pool_push (w->pool, w->client);
    mongoc_client_pool_push (w->pool, w->read_client);
    w->client = NULL;
@@ -662,7 +655,7 @@ stream_opened (fw_stream_worker_t *w, fw_stream_run_t *run, mongoc_change_stream
       p->has_resume = true;
       fw_position_save (w, p, "start");
    }
-   fw_log (FW_LOG_INFO, w->cfg.name, "change stream open%s",
+   fw_log (FW_LOG_INFO, w->cfg->name, "change stream open%s",
            resuming ? " (resuming)" : " (from now)");
    set_state (w, FW_STREAM_RUNNING, NULL);
 }
@@ -682,17 +675,17 @@ open_and_read (fw_stream_worker_t *w, fw_stream_run_t *run, bool *progressed)
 
    fw_split_buffer_reset (&p->split);
    /* A sequenced DLQ: its open sequences, read again on every (re)open. */
-   if (!fw_park_load (w)) {
+   if (!fw_dispatcher_load_sequences (w->d)) {
       return FW_READ_STOP; /* false only on shutdown */
    }
    /* Checked at every open: a 6.0-only option on an older server is
     * refused every time, so the stream stops instead of re-opening. */
-   if (!fw_stream_server_supports (w, unsupported, sizeof unsupported)) {
+   if (!fw_stream_server_supports (w->cfg, w->read_client, unsupported, sizeof unsupported)) {
       fw_stream_failed (w, unsupported);
       return FW_READ_FAILED;
    }
    cs = open_stream (w, p->has_resume ? &p->resume : NULL,
-                     w->cfg.split_large_events && !p->split_rejected && !p->unsplittable);
+                     w->cfg->split_large_events && !p->split_rejected && !p->unsplittable);
    if (cs && mongoc_change_stream_error_document (cs, &berr, &reply)) {
       end = error_end (w, p, NULL, &berr);
    } else if (!cs) {
@@ -760,28 +753,35 @@ worker_main (void *arg)
 
 done:
    run_teardown (w, &run);
-   __atomic_store_n (&w->finished, true, __ATOMIC_RELEASE);
+   __atomic_store_n (&w->thread.finished, true, __ATOMIC_RELEASE);
    return NULL;
+}
+
+/* The dispatcher's attempt boundary: a reload left pending is applied. */
+static bool
+reload_boundary (void *ud)
+{
+   return fw_stream_reload_apply (ud);
 }
 
 bool
 fw_stream_worker_start (fw_stream_worker_t *w, fw_error_t *error)
 {
-   if (w->started && w->joined) {
+   if (w->thread.started && w->thread.joined) {
       /* Started again after its thread ended on an error. */
-      w->started = w->joined = false;
-      w->finished = false;
-      w->stats.failed = false;
+      w->thread.started = w->thread.joined = false;
+      w->thread.finished = false;
+      w->failed = false;
       w->control = W_CONTROL_NONE;
    }
    /* The stream's thread switches to a reloaded program at attempt
     * boundaries (lane programs never do: their stream's thread does). */
-   w->at_attempt_boundary = fw_stream_reload_apply;
-   if (pthread_create (&w->thread, NULL, worker_main, w) != 0) {
-      fw_error_set (error, FW_ERROR_IO, "cannot start thread for stream \"%s\"", w->cfg.name);
+   fw_dispatcher_set_boundary (w->d, reload_boundary, w);
+   if (pthread_create (&w->thread.id, NULL, worker_main, w) != 0) {
+      fw_error_set (error, FW_ERROR_IO, "cannot start thread for stream \"%s\"", w->cfg->name);
       return false;
    }
-   w->started = true;
+   w->thread.started = true;
    return true;
 }
 

@@ -10,7 +10,7 @@
 #include "flowwarden/connections.h"
 #include "flowwarden/dlq_store.h"
 #include "flowwarden/metrics.h"
-#include "runtime/stream/stream_worker-private.h"
+#include "runtime/dispatch/dispatcher-private.h"
 
 /* What one deliver or replay saw, owned by a userdata of the spec's state
  * (so nothing leaks when pushing the result raises). */
@@ -26,7 +26,9 @@ typedef struct {
 
 typedef struct fw_test_app {
    char *script;
-   fw_stream_worker_t **workers;
+   fw_dispatcher_t **disp;        /* one per stream, each its own Lua state */
+   fw_shutdown_t shutdown;     /* never asked: the dispatchers' waits are the virtual clock's */
+   bool has_shutdown;          /* shutdown is initialised */
    int n;
    fw_dlq_store_t *store;      /* every stream's DLQ: one in-memory store */
    fw_metrics_t *metrics;
@@ -74,9 +76,9 @@ fw_test_app_t *fw_test__check_app (lua_State *L, int idx);
 /* Pushes a new, empty capture userdata (freed by the collector). */
 fw_test_capture_ud_t *fw_test__push_capture (lua_State *L);
 
-/* The worker of stream name; raises "<call>: unknown stream ..." naming the
+/* The dispatcher of stream name; raises "<call>: unknown stream ..." naming the
  * script's streams otherwise. */
-fw_stream_worker_t *fw_test__find_worker (lua_State *L, fw_test_app_t *app, const char *call,
+fw_dispatcher_t *fw_test__find_worker (lua_State *L, fw_test_app_t *app, const char *call,
                                           const char *name);
 
 /* Routes logs and the dispatcher's records into u until end_capture. */

@@ -185,7 +185,7 @@ fw_test_app_t *
 fw_test__check_app (lua_State *L, int idx)
 {
    fw_test_app_t *app = luaL_checkudata (L, idx, APP_MT);
-   if (!app->workers) {
+   if (!app->disp) {
       luaL_error (L, "flowwarden.testing: this app was not loaded (or is closed)");
    }
    return app;
@@ -195,10 +195,14 @@ static void
 app_free (lua_State *L, fw_test_app_t *app)
 {
    for (int i = 0; i < app->n; i++) {
-      fw_stream_worker_destroy (app->workers[i]);
+      fw_dispatcher_destroy (app->disp[i]);
    }
-   free (app->workers);
-   app->workers = NULL;
+   free (app->disp);
+   app->disp = NULL;
+   if (app->has_shutdown) {
+      fw_shutdown_cleanup (&app->shutdown);
+      app->has_shutdown = false;
+   }
    app->n = 0;
    fw_dlq_store_destroy (app->store);
    app->store = NULL;
@@ -221,20 +225,20 @@ app_gc (lua_State *L)
    return 0;
 }
 
-fw_stream_worker_t *
+fw_dispatcher_t *
 fw_test__find_worker (lua_State *L, fw_test_app_t *app, const char *call, const char *name)
 {
    luaL_Buffer b;
 
    for (int i = 0; i < app->n; i++) {
-      if (strcmp (fw_stream_worker_name (app->workers[i]), name) == 0) {
-         return app->workers[i];
+      if (strcmp (fw_dispatcher_config (app->disp[i])->name, name) == 0) {
+         return app->disp[i];
       }
    }
    luaL_buffinit (L, &b);
    for (int i = 0; i < app->n; i++) {
       luaL_addstring (&b, i ? ", \"" : "\"");
-      luaL_addstring (&b, fw_stream_worker_name (app->workers[i]));
+      luaL_addstring (&b, fw_dispatcher_config (app->disp[i])->name);
       luaL_addstring (&b, "\"");
    }
    luaL_pushresult (&b);
@@ -325,6 +329,8 @@ init_app (lua_State *L, fw_test_app_t *app, const char *path, const char *mongo_
 {
    fw_error_t err;
 
+   fw_shutdown_init (&app->shutdown);
+   app->has_shutdown = true;
    app->script = strdup (path);
    app->store = fw_dlq_store_memory_new (&err);
    app->metrics = fw_metrics_new ();
@@ -345,7 +351,7 @@ init_app (lua_State *L, fw_test_app_t *app, const char *path, const char *mongo_
  * once more per stream, each in a fresh state, each made a worker the app
  * owns; raises with the load's message when one fails. */
 static void
-build_app_workers (lua_State *L, fw_test_app_t *app, const load_opts_t *o, const char *path)
+build_app_dispatchers (lua_State *L, fw_test_app_t *app, const load_opts_t *o, const char *path)
 {
    fw_lua_host_t *first;
    fw_error_t err;
@@ -363,39 +369,40 @@ build_app_workers (lua_State *L, fw_test_app_t *app, const load_opts_t *o, const
    }
    app->n = 0;
    n = fw_lua_host_stream_count (first);
-   if (n == 0 || !(app->workers = calloc ((size_t) n, sizeof *app->workers))) {
+   if (n == 0 || !(app->disp = calloc ((size_t) n, sizeof *app->disp))) {
       fw_lua_host_destroy (first);
       luaL_error (L, "%s declares no stream (use fw.stream { ... })", path);
    }
    for (int i = 0; i < n; i++) {
       fw_lua_host_t *host = i == 0 ? first : load_host (app, L, o->env_idx, o->uri, &err);
-      fw_stream_worker_t *w = host ? fw_stream_worker_new (host, i, NULL, app->conns, &err) : NULL;
-      if (!w) {
+      fw_dispatcher_t *d =
+         host ? fw_dispatcher_new (host, i, app->conns, &app->shutdown, &err) : NULL;
+      if (!d) {
          fw_metrics_rollback (app->metrics);
          lua_pushstring (L, err.message);
          lua_error (L);
       }
-      app->workers[app->n++] = w;
+      app->disp[app->n++] = d;
    }
 }
 
-/* Puts the app's workers on its metrics, clock, hooks and in-memory DLQ. */
+/* Puts the app's dispatchers on its metrics, clock, hooks and in-memory DLQ. */
 static void
-wire_app_workers (fw_test_app_t *app, const load_opts_t *o)
+wire_app_dispatchers (fw_test_app_t *app, const load_opts_t *o)
 {
    fw_metrics_commit (app->metrics);
    for (int i = 0; i < app->n; i++) {
-      fw_stream_worker_t *w = app->workers[i];
-      fw_stream_worker_set_metrics (w, app->metrics);
-      w->hooks = &app->hooks;
-      w->clock = (fw_stream_clock_t){hook_now_ms, hook_wait_ms, app, true};
-      w->dlq = app->store;
+      fw_dispatcher_t *d = app->disp[i];
+      fw_dispatcher_set_metrics (d, fw_metrics_stream (app->metrics, d->prog.cfg.name));
+      d->hooks = &app->hooks;
+      d->clock = (fw_stream_clock_t){hook_now_ms, hook_wait_ms, app, true};
+      d->dlq = app->store;
       /* A sequenced DLQ's sequences live beside the entries. */
-      w->park_ops = &fw_park_memory_ops;
+      d->park.ops = &fw_park_memory_ops;
       /* Jitter off under test unless asked, and then from a fixed seed. */
-      w->cfg.retry.jitter = w->cfg.retry.jitter && o->jitter;
-      w->rng = (uint64_t) o->seed + (uint64_t) i;
-      fw_state_store_set_clock (w->state, state_clock, app);
+      d->prog.cfg.retry.jitter = d->prog.cfg.retry.jitter && o->jitter;
+      d->rng = (uint64_t) o->seed + (uint64_t) i;
+      fw_state_store_set_clock (d->state, state_clock, app);
    }
 }
 
@@ -418,8 +425,8 @@ fw_test__load (lua_State *L)
 
    read_load_opts (L, app, &o);
    init_app (L, app, path, o.mongo_uri);
-   build_app_workers (L, app, &o, path);
-   wire_app_workers (app, &o);
+   build_app_dispatchers (L, app, &o, path);
+   wire_app_dispatchers (app, &o);
    lua_pushvalue (L, app_idx);
    return 1;
 }
@@ -430,7 +437,7 @@ fw_test__streams (lua_State *L)
    fw_test_app_t *app = fw_test__check_app (L, 1);
    lua_createtable (L, app->n, 0);
    for (int i = 0; i < app->n; i++) {
-      const fw_stream_config_t *cfg = &app->workers[i]->cfg;
+      const fw_stream_config_t *cfg = fw_dispatcher_config (app->disp[i]);
       lua_createtable (L, 0, 3);
       lua_pushstring (L, cfg->name);
       lua_setfield (L, -2, "name");
@@ -534,17 +541,17 @@ fw_test__end_capture (fw_test_app_t *app)
 /* Runs the event through w's dispatcher (the unreadable path when it did not
  * parse, why saying how) with what it does recorded in u. */
 static fw_dispatch_result_t
-dispatch_captured (fw_test_app_t *app, fw_stream_worker_t *w, fw_test_capture_ud_t *u,
+dispatch_captured (fw_test_app_t *app, fw_dispatcher_t *d, fw_test_capture_ud_t *u,
                    fw_event_t *ev, bool parsed, const char *why)
 {
    fw_dispatch_result_t r;
 
-   w->dispatch.attempt = 0;
+   d->dispatch.attempt = 0;
    fw_test__begin_capture (app, u);
-   r = parsed ? fw_event_dispatch (w, ev) : fw_event_dispatch_unreadable (w, ev, why);
+   r = parsed ? fw_event_dispatch (d, ev) : fw_event_dispatch_unreadable (d, ev, why);
    if (r == FW_DISPATCH_FAILED) {
       /* As run logs it; the next deliver goes on (run's restart would). */
-      fw_log (FW_LOG_ERROR, w->cfg.name, "STREAM STOPPED: %s", w->failure);
+      fw_log (FW_LOG_ERROR, d->prog.cfg.name, "STREAM STOPPED: %s", d->failure);
    }
    fw_test__end_capture (app);
    return r;
@@ -574,7 +581,7 @@ deliver_outcome (fw_dispatch_result_t r, const fw_stream_stats_t *before,
 {
    if (r == FW_DISPATCH_NO_DLQ || r == FW_DISPATCH_FAILED) {
       /* run would stop the stream before the event: an unreadable event and
-       * no DLQ, or a sequenced DLQ's overflow (w->failure says which): in
+       * no DLQ, or a sequenced DLQ's overflow (d->failure says which): in
        * opening a sequence after failed attempts, or in parking before any. */
       *ran = *ran && u->c.n_errors > 0;
       return "stopped";
@@ -599,7 +606,7 @@ deliver_outcome (fw_dispatch_result_t r, const fw_stream_stats_t *before,
 /* Pushes deliver's result table: outcome, attempts, event_id, the capture's
  * records, failure and dlq_entry. */
 static void
-push_delivery (lua_State *L, fw_stream_worker_t *w, fw_dispatch_result_t r, const char *outcome,
+push_delivery (lua_State *L, fw_dispatcher_t *d, fw_dispatch_result_t r, const char *outcome,
                bool ran, const fw_event_t *ev, const fw_test_capture_ud_t *u)
 {
    fw_error_t err;
@@ -611,7 +618,7 @@ push_delivery (lua_State *L, fw_stream_worker_t *w, fw_dispatch_result_t r, cons
    lua_setfield (L, t, "outcome");
    /* Attempts made: none when no handler ran (no handler, unreadable, or
     * parked behind its sequence). */
-   lua_pushinteger (L, ran ? w->dispatch.attempt : 0);
+   lua_pushinteger (L, ran ? d->dispatch.attempt : 0);
    lua_setfield (L, t, "attempts");
    /* The whole id, however long the token. */
    if (!fw_event_push_id (L, ev)) {
@@ -620,7 +627,7 @@ push_delivery (lua_State *L, fw_stream_worker_t *w, fw_dispatch_result_t r, cons
    lua_setfield (L, t, "event_id");
    fw_test__push_capture_fields (L, t, &u->c);
    if (r == FW_DISPATCH_FAILED) {
-      lua_pushstring (L, w->failure);
+      lua_pushstring (L, d->failure);
       lua_setfield (L, t, "failure");
    }
    if (u->entry) {
@@ -636,7 +643,7 @@ int
 fw_test__deliver (lua_State *L)
 {
    fw_test_app_t *app = fw_test__check_app (L, 1);
-   fw_stream_worker_t *w = fw_test__find_worker (L, app, "deliver", luaL_checkstring (L, 2));
+   fw_dispatcher_t *d = fw_test__find_worker (L, app, "deliver", luaL_checkstring (L, 2));
    fw_test_capture_ud_t *u;
    fw_stream_stats_t before, after;
    fw_dispatch_result_t r;
@@ -652,13 +659,13 @@ fw_test__deliver (lua_State *L)
    if (!parsed && !fw_event_has (&ev, FW_EV_ID)) {
       return luaL_error (L, "deliver: the event is not a change event: %s", err.message);
    }
-   fw_stream_worker_stats (w, &before);
-   r = dispatch_captured (app, w, u, &ev, parsed, err.message);
-   fw_stream_worker_stats (w, &after);
+   fw_dispatcher_stats (d, &before);
+   r = dispatch_captured (app, d, u, &ev, parsed, err.message);
+   fw_dispatcher_stats (d, &after);
    take_dlq_entry (L, app, u);
    ran = parsed;
    outcome = deliver_outcome (r, &before, &after, u, &ran);
-   push_delivery (L, w, r, outcome, ran, &ev, u);
+   push_delivery (L, d, r, outcome, ran, &ev, u);
    return 1;
 }
 

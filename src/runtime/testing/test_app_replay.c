@@ -22,7 +22,7 @@ fw_test__replay_one (lua_State *L)
 {
    static const char *const results[] = {"no_handler", "ok", "skipped", "failed"};
    fw_test_app_t *app = fw_test__check_app (L, 1);
-   fw_stream_worker_t *w = fw_test__find_worker (L, app, "replay_dlq", luaL_checkstring (L, 2));
+   fw_dispatcher_t *d = fw_test__find_worker (L, app, "replay_dlq", luaL_checkstring (L, 2));
    fw_replay_hook_t hook = {0};
    bool evict = false;
    fw_test_capture_ud_t *u;
@@ -50,16 +50,16 @@ fw_test__replay_one (lua_State *L)
    }
    hook.no_retry = lua_toboolean (L, 5);
    hook.result = FW_REPLAYED_NO_HANDLER;
-   w->replay = &hook;
-   w->dispatch.dead_letter = u->letter;
+   d->replay = &hook;
+   d->dispatch.dead_letter = u->letter;
    fw_test__begin_capture (app, u);
-   r = fw_event_dispatch (w, &ev);
+   r = fw_event_dispatch (d, &ev);
    if (r != FW_DISPATCH_STOPPED && hook.result == FW_REPLAYED_FAILED) {
-      evict = fw_dlq_replay_policy (w, &hook, u->diagnostics);
+      evict = fw_dlq_replay_policy (d, &hook, u->diagnostics);
    }
    fw_test__end_capture (app);
-   w->dispatch.dead_letter = NULL;
-   w->replay = NULL;
+   d->dispatch.dead_letter = NULL;
+   d->replay = NULL;
 
    lua_createtable (L, 0, 8);
    t = lua_gettop (L);
@@ -170,18 +170,18 @@ int
 fw_test__seq_close (lua_State *L)
 {
    fw_test_app_t *app = fw_test__check_app (L, 1);
-   fw_stream_worker_t *w = fw_test__find_worker (L, app, "replay_dlq", luaL_checkstring (L, 2));
+   fw_dispatcher_t *d = fw_test__find_worker (L, app, "replay_dlq", luaL_checkstring (L, 2));
    const char *id = luaL_checkstring (L, 3);
    lua_Integer next = luaL_checkinteger (L, 4);
    fw_error_t err;
    bool closed;
 
-   if (!fw_dlq_store_memory_seq_close (app->store, w->cfg.name, id, (int64_t) next, &closed,
+   if (!fw_dlq_store_memory_seq_close (app->store, d->prog.cfg.name, id, (int64_t) next, &closed,
                                        &err)) {
       return luaL_error (L, "replay_dlq: %s", err.message);
    }
    if (closed) {
-      fw_dlq_sequences_remove (w->open_seqs, id);
+      fw_dlq_sequences_remove (d->park.open_seqs, id);
    }
    lua_pushboolean (L, closed);
    return 1;

@@ -1,0 +1,154 @@
+/*
+ * dispatcher.h - one stream's dispatcher: its program (the script's stream
+ * spec read into C, the Lua state that runs it, fw.state and fw.mongo) and
+ * what takes one event through its handler: attempts, backoff, on_error,
+ * the decision and the outcome (handled, skipped, dead-lettered, parked).
+ *
+ * A stream's thread owns one; with lanes = N each lane owns one more. A
+ * dispatcher knows nothing of change streams: its stream gives it events,
+ * its thread's client, its metrics block and (ha) its lease. Used on one
+ * thread at a time.
+ */
+#ifndef FLOWWARDEN_DISPATCHER_H
+#define FLOWWARDEN_DISPATCHER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <mongoc/mongoc.h>
+
+#include "flowwarden/connections.h"
+#include "flowwarden/error.h"
+#include "flowwarden/event.h"
+#include "flowwarden/lease.h"
+#include "flowwarden/lua_host.h"
+#include "flowwarden/metrics.h"
+#include "flowwarden/shutdown.h"
+#include "flowwarden/state_store.h"
+#include "flowwarden/stream_config.h"
+#include "flowwarden/stream_worker.h"
+
+typedef struct fw_dispatcher fw_dispatcher_t;
+
+/* The dispatcher of stream `index` of the script loaded in host, which it
+ * takes over (also on failure). conns (fw.mongo's connections, may be NULL)
+ * and shutdown (its waits end early when it is asked) are borrowed and must
+ * outlive it. NULL with error filled when the spec cannot be read. */
+fw_dispatcher_t *fw_dispatcher_new (fw_lua_host_t *host, int index, fw_connections_t *conns,
+                                    fw_shutdown_t *shutdown, fw_error_t *error);
+
+/* Frees d, its Lua state, its DLQ store and its fw.state store (unless
+ * shared from another, fw_dispatcher_share_state). NULL is a no-op. */
+void fw_dispatcher_destroy (fw_dispatcher_t *d);
+
+/* The stream's settings: a pointer valid as long as d, whose contents a
+ * reload (fw_dispatcher_take_program) replaces. */
+const fw_stream_config_t *fw_dispatcher_config (const fw_dispatcher_t *d);
+
+/* The Lua state's host: changes at fw_dispatcher_take_program. Borrowed. */
+fw_lua_host_t *fw_dispatcher_host (const fw_dispatcher_t *d);
+
+/* A reload's switch: d takes from's program (settings, Lua state, handlers),
+ * from gets d's old one (to destroy). d's fw.state store, clients, counts and
+ * DLQ sequences stay; its DLQ store is closed when the DLQ settings differ. */
+void fw_dispatcher_take_program (fw_dispatcher_t *d, fw_dispatcher_t *from);
+
+/* fw.state: d's store (owned by d unless shared). */
+fw_state_store_t *fw_dispatcher_state (const fw_dispatcher_t *d);
+
+/* d's Lua state uses store (borrowed from another dispatcher, which must
+ * outlive d; d's own is destroyed). */
+void fw_dispatcher_share_state (fw_dispatcher_t *d, fw_state_store_t *store);
+
+/* d's Lua state uses store as fw.state, with the stream's label and bound;
+ * and d's fw.mongo its clients. Called again after a reload. */
+void fw_dispatcher_attach (fw_dispatcher_t *d);
+
+/* Exchanges the fw.state stores of d and from (a reload keeps the running
+ * stream's store). */
+void fw_dispatcher_swap_state (fw_dispatcher_t *d, fw_dispatcher_t *from);
+
+/* The client of the thread that runs d (DLQ writes, the default fw.mongo
+ * connection); borrowed; NULL: none. */
+void fw_dispatcher_bind (fw_dispatcher_t *d, mongoc_client_t *client);
+
+/* The client of the named connection (d's own for that thread), or with
+ * connection NULL the bound one; NULL with error filled when there is none.
+ * Borrowed, on d's thread. */
+mongoc_client_t *fw_dispatcher_client_for (fw_dispatcher_t *d, const char *connection,
+                                           fw_error_t *error);
+
+/* The thread that ran d is done with it: closes its DLQ store, fw.mongo's
+ * cursors (unless its Lua state panicked) and gives its clients back. */
+void fw_dispatcher_release (fw_dispatcher_t *d);
+
+/* The stream's metrics block (borrowed, may be NULL) for d's counts; and
+ * bound to the Lua state's fw.metrics. */
+void fw_dispatcher_set_metrics (fw_dispatcher_t *d, fw_stream_metrics_t *metrics);
+
+/* The stop d's waits end early at (borrowed, must outlive d). */
+void fw_dispatcher_set_shutdown (fw_dispatcher_t *d, fw_shutdown_t *shutdown);
+
+/* ha.mode = "leader": no handler is called while lease (borrowed, may be
+ * NULL) is not held; DLQ entries carry epoch. */
+void fw_dispatcher_set_lead (fw_dispatcher_t *d, fw_lease_t *lease, int64_t epoch);
+
+/* fn(ud) is called at every attempt boundary; true when it switched the
+ * program (a reload). */
+void fw_dispatcher_set_boundary (fw_dispatcher_t *d, bool (*fn) (void *ud), void *ud);
+
+/* Adds from's counts (a lane's) to d's and zeroes from's. */
+void fw_dispatcher_add_stats (fw_dispatcher_t *d, fw_dispatcher_t *from);
+
+/* d's counts so far. */
+void fw_dispatcher_stats (const fw_dispatcher_t *d, fw_stream_stats_t *out);
+
+/* Why the stream must stop after FW_DISPATCH_FAILED. */
+const char *fw_dispatcher_failure (const fw_dispatcher_t *d);
+
+/* When the dispatcher last finished an event (wall clock, ms; with metrics). */
+int64_t fw_dispatcher_finished_ms (const fw_dispatcher_t *d);
+
+typedef enum {
+   FW_DISPATCH_DONE,    /* the event is finished with: checkpoint may pass it */
+   FW_DISPATCH_STOPPED, /* shutdown came first: the event must come back */
+   FW_DISPATCH_NO_DLQ,  /* an unreadable event and no DLQ to keep it: the stream stops */
+   FW_DISPATCH_FAILED   /* the stream must stop before the event (fw_dispatcher_failure) */
+} fw_dispatch_result_t;
+
+/* Runs the handlers for one parsed event with the stream's retry and DLQ
+ * policy. The event must stay valid until it returns. */
+fw_dispatch_result_t fw_event_dispatch (fw_dispatcher_t *d, const fw_event_t *ev);
+
+/* An event fw_event_parse refused (why says how) but that has its resume
+ * token: dead-lettered whole (rawEvent, error type MalformedEvent) so the
+ * stream can go on; FW_DISPATCH_NO_DLQ when the stream has no DLQ. */
+fw_dispatch_result_t fw_event_dispatch_unreadable (fw_dispatcher_t *d, fw_event_t *ev,
+                                                  const char *why);
+
+/* An event oversize = "skip" turned into a stub: dead-lettered without its
+ * document (error type OversizeEvent, the message gives its size), so the
+ * stream goes on and nothing vanishes unseen. */
+fw_dispatch_result_t fw_event_dispatch_oversize (fw_dispatcher_t *d, const fw_event_t *ev,
+                                                int64_t size);
+
+/* Opens the DLQ store, retrying with the restart backoff until it works or a
+ * shutdown is asked. Returns false only on shutdown. */
+bool fw_dispatcher_open_dlq (fw_dispatcher_t *d);
+
+/* A sequenced DLQ: at start-up and every reconnect, reads the stream's open
+ * sequences, retrying with the restart backoff. False only on shutdown. */
+bool fw_dispatcher_load_sequences (fw_dispatcher_t *d);
+
+/* dlq.sequence_key is a function (routing by it needs d's Lua state). */
+bool fw_dispatcher_custom_key (const fw_dispatcher_t *d);
+
+/* ev's sequence key by dlq.sequence_key, as bson_malloc'd text the caller
+ * frees; NULL when it has none or the function failed. */
+char *fw_dispatcher_sequence_key (fw_dispatcher_t *d, const fw_event_t *ev);
+
+/* With a metrics block: counts ev as received (its operation, its server
+ * time for the lag), before fw_event_dispatch. */
+void fw_dispatcher_count_received (fw_dispatcher_t *d, const fw_event_t *ev);
+
+#endif

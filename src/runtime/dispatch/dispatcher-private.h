@@ -1,0 +1,196 @@
+/*
+ * dispatcher-private.h - a dispatcher's state (fw_dispatcher_t), shared by
+ * the files that take an event through it: dispatch/ (attempts, decision,
+ * parking), the DLQ's replays and reprocess rounds (dlq/), and
+ * flowwarden.testing, which plugs in its virtual clock, recorder and
+ * in-memory store. Everything else goes through flowwarden/dispatcher.h.
+ */
+#ifndef FLOWWARDEN_DISPATCHER_PRIVATE_H
+#define FLOWWARDEN_DISPATCHER_PRIVATE_H
+
+#include <lauxlib.h>
+
+#include "flowwarden/dispatcher.h"
+#include "flowwarden/dlq_sequence.h"
+#include "flowwarden/dlq_store.h"
+#include "flowwarden/event_ctx.h"
+#include "flowwarden/mongo_lua.h"
+
+enum { H_INSERT, H_UPDATE, H_REPLACE, H_DELETE, H_CHANGE, H_COUNT };
+
+/* How a replayed dead letter ended in fw_event_dispatch (dlq_replay.c). */
+typedef enum {
+   FW_REPLAYED_NO_HANDLER = 0, /* the (possibly reloaded) script has no handler for it */
+   FW_REPLAYED_OK,
+   FW_REPLAYED_SKIPPED,        /* on_error returned fw.SKIP */
+   FW_REPLAYED_FAILED          /* failed for good: the enqueue policy decides */
+} fw_replayed_t;
+
+/* Set on the dispatcher while a dead letter is replayed: the final failure
+ * then comes back here instead of becoming a new DLQ entry. */
+typedef struct fw_replay_hook {
+   bool no_retry;              /* --no-retry: one attempt */
+   /* Called before every retry attempt (extends the entry's claim). */
+   void (*before_retry) (struct fw_replay_hook *hook);
+   void *ud;
+   /* Filled by fw_event_dispatch. */
+   fw_replayed_t result;
+   int attempts;
+   char error_type[128];
+   char error_message[1024];
+} fw_replay_hook_t;
+
+/* dlq_replay.c: runs dlq.enqueue_policy for a replay that failed for good
+ * (hook's error; ctx:dead_letter()'s letter in d->dispatch). True: evict;
+ * false: requeue, the diagnostics to merge in diagnostics (initialised by
+ * the caller; emptied when the policy fails or they have no BSON form). */
+bool fw_dlq_replay_policy (fw_dispatcher_t *d, const fw_replay_hook_t *hook,
+                           bson_t *diagnostics);
+
+/* flowwarden test's recorder: after every failed attempt, the decided error
+ * and its action ("retry", "dlq", "skip", "drop"). */
+typedef struct fw_dispatch_hooks {
+   void (*attempt_failed) (void *ud, int attempt, const char *type, const char *message,
+                           const char *traceback, const char *action);
+   void *ud;
+} fw_dispatch_hooks_t;
+
+/* The clock a dispatcher reads and waits on: the wall clock for the times
+ * it writes down (DLQ entries, metrics) and every wait it makes (a retry's
+ * backoff, a DLQ that cannot be written yet). The real one by default
+ * (waits end early at a shutdown); flowwarden test plugs its virtual clock
+ * in (testing/test_app.c). */
+typedef struct {
+   int64_t (*now_ms) (void *ud);
+   bool (*wait_ms) (void *ud, int64_t ms); /* true: a stop came first */
+   void *ud;
+   bool is_virtual; /* now_ms is not the wall clock: never derived from the monotonic one */
+} fw_stream_clock_t;
+
+struct fw_park_ops;
+
+/* A sequenced DLQ's live side (event_park.c): the stream's open sequences
+ * and the current event's place in them. */
+typedef struct {
+   const struct fw_park_ops *ops; /* its store's sequence operations; NULL: chosen by
+                                   * cfg.dlq.memory */
+   fw_dlq_sequences_t *open_seqs; /* the stream's open sequences; NULL until loaded */
+   int64_t loaded_ms;          /* when they were last read (CLOCK_MONOTONIC) */
+   bool indexed;               /* the DLQ's sequence index exists */
+   char *key;                  /* the current event's sequence id (bson_malloc), or NULL */
+   bool key_done;              /* key is computed (NULL then: the event has none) */
+   int64_t index;              /* the index taken for the entry being stored; -1: none */
+} fw_park_state_t;
+
+/* The program: what a reload replaces whole (fw_dispatcher_take_program). */
+typedef struct {
+   fw_stream_config_t cfg;
+   fw_lua_host_t *host;
+   int handler_ref[H_COUNT];   /* registry refs, LUA_NOREF when not declared */
+   int spec_ref;               /* the stream's spec table */
+} fw_program_t;
+
+struct fw_dispatcher {
+   fw_program_t prog;
+   fw_state_store_t *state;    /* fw.state: kept across reloads */
+   bool state_shared;          /* state is another dispatcher's (a lane's) */
+   fw_connection_clients_t *clients; /* fw.mongo's and a named DLQ connection's clients */
+   fw_mongo_provider_t mongo;  /* hands fw.mongo the clients above */
+   mongoc_client_t *client;    /* the running thread's (fw_dispatcher_bind) */
+   fw_shutdown_t *shutdown;    /* borrowed: the stream's stop */
+   fw_stream_metrics_t *metrics; /* borrowed: the stream's block, or NULL */
+   fw_lease_t *lease;          /* borrowed: ha.mode = "leader", else NULL */
+   int64_t epoch;              /* the epoch the stream leads with; 0: not leading */
+   bool (*at_attempt_boundary) (void *ud); /* see fw_dispatcher_set_boundary */
+   void *boundary_ud;
+   fw_stream_clock_t clock;
+   const fw_dispatch_hooks_t *hooks; /* flowwarden test's recorder, else NULL */
+   fw_replay_hook_t *replay;   /* a dead letter is being replayed, else NULL */
+   fw_dispatch_t dispatch;     /* the ctx's view of the event in hand */
+   fw_dlq_store_t *dlq;        /* opened on demand (fw_dispatcher_open_dlq) */
+   uint64_t rng;
+   fw_stream_stats_t stats;
+   int64_t finished_ms;        /* when it last finished an event (with metrics) */
+   struct {
+      int64_t offset_ns;       /* CLOCK_REALTIME - CLOCK_MONOTONIC, read ... */
+      int64_t until_ns;        /* ... again from this CLOCK_MONOTONIC time on */
+   } wall;
+   fw_park_state_t park;
+   char failure[1200];         /* why the stream stops, with FW_DISPATCH_FAILED */
+};
+
+/* The registry ref of the handler for an event of operation op: its own
+ * (on_insert, ...), else on_change, else LUA_NOREF. Inline: once per event. */
+static inline int
+fw_program_handler_for (const fw_program_t *p, fw_op_t op)
+{
+   int specific = op == FW_OP_INSERT    ? p->handler_ref[H_INSERT]
+                  : op == FW_OP_UPDATE  ? p->handler_ref[H_UPDATE]
+                  : op == FW_OP_REPLACE ? p->handler_ref[H_REPLACE]
+                  : op == FW_OP_DELETE  ? p->handler_ref[H_DELETE]
+                                        : LUA_NOREF;
+   return specific != LUA_NOREF ? specific : p->handler_ref[H_CHANGE];
+}
+
+/* --- event_park.c: a sequenced DLQ's live side (dlq_sequence.h) ---------- */
+
+/* The sequence operations of dlq_sequence.h's protocol on the backend of
+ * the dispatcher's DLQ store (event_park_store.c): the sequences collection
+ * beside a MongoDB DLQ, or the records an in-memory store keeps beside its
+ * entries. Chosen with the store (fw_dispatcher_open_dlq); flowwarden test
+ * sets the memory ones. False with error filled when the backend fails (the
+ * caller retries). */
+typedef struct fw_park_ops {
+   /* The stream's open sequences into into, their inflight counts reset. */
+   bool (*load) (fw_dispatcher_t *d, fw_dlq_sequences_t *into, fw_error_t *error);
+   /* The next index of sequence id: open = true opens it, false only while
+    * it is open (*result FW_SEQ_CLOSED otherwise). */
+   bool (*take) (fw_dispatcher_t *d, const char *id, bool open, int64_t *index,
+                 fw_seq_take_t *result, fw_error_t *error);
+   /* The entry of an index taken is stored: gives the request back. */
+   bool (*settle) (fw_dispatcher_t *d, const char *id, fw_error_t *error);
+   /* The entries of sequence id waiting in the DLQ (PENDING, REPROCESSING). */
+   bool (*size) (fw_dispatcher_t *d, const char *id, int64_t *out, fw_error_t *error);
+} fw_park_ops_t;
+
+extern const fw_park_ops_t fw_park_mongo_ops;
+extern const fw_park_ops_t fw_park_memory_ops;
+
+/* dlq.sequenced on the stream's own DLQ. */
+bool fw_park_enabled (const fw_dispatcher_t *d);
+
+/* Whether ev, a live event, must be looked up in the open sequences: none
+ * are open (the common case) costs one comparison. */
+bool fw_park_check_needed (fw_dispatcher_t *d, const fw_event_t *ev);
+
+typedef enum {
+   FW_PARK_KEY_OK,     /* d->park.key holds the event's sequence id */
+   FW_PARK_KEY_NONE,   /* the event has no key: never sequenced */
+   FW_PARK_KEY_FAILED  /* dlq.sequence_key failed: its failure table is on the Lua stack */
+} fw_park_key_t;
+
+/* Computes the event's sequence id once per event (d->park.key). */
+fw_park_key_t fw_park_key (fw_dispatcher_t *d, const fw_event_t *ev, fw_lua_stop_t *stop);
+
+/* The event's sequence (d->park.key) is open in the stream's memory. */
+bool fw_park_is_open (const fw_dispatcher_t *d);
+
+typedef enum {
+   FW_PARK_TAKEN,    /* d->park.index is the entry's sequenceIndex */
+   FW_PARK_CLOSED,   /* park: the sequence was closed meanwhile; handle the event */
+   FW_PARK_OVERFLOW, /* max_sequences or max_sequence_size: d->failure says which */
+   FW_PARK_STOPPED   /* shutdown while the server failed */
+} fw_park_take_t;
+
+/* Takes the next index of the event's sequence: open = true opens it (the
+ * event is its head), false parks behind it. Retries server errors. */
+fw_park_take_t fw_park_take (fw_dispatcher_t *d, bool open);
+
+/* The entry of the taken index is stored: gives the index request back and
+ * remembers the sequence as open. */
+void fw_park_settle (fw_dispatcher_t *d);
+
+/* The event is finished with: forgets its key. */
+void fw_park_end (fw_dispatcher_t *d);
+
+#endif

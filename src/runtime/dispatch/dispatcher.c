@@ -1,0 +1,412 @@
+/*
+ * dispatcher.c - a dispatcher's life: its program read from the script's
+ * stream spec (settings, handler refs), its Lua state's fw.state and
+ * fw.mongo, what its stream gives it (client, metrics, lease, boundary), a
+ * reload's switch of programs, and its counts. The event's way through it
+ * is event_dispatch.c's.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <lauxlib.h>
+
+#include "flowwarden/clock.h"
+#include "flowwarden/log.h"
+#include "flowwarden/lua_core.h"
+#include "flowwarden/metrics_lua.h"
+#include "flowwarden/state_lua.h"
+#include "runtime/dispatch/dispatcher-private.h"
+
+static const char *const handler_keys[H_COUNT] = {"insert", "update", "replace", "delete",
+                                                  "change"};
+
+typedef struct {
+   fw_program_t *prog;
+   int index;
+   fw_error_t *error;
+   bool ok;
+} read_args_t;
+
+/* Protected: copies the spec into C and keeps refs to its functions. */
+static int
+pread_spec (lua_State *L)
+{
+   read_args_t *a = lua_touserdata (L, 1);
+   fw_program_t *p = a->prog;
+   int spec, specs;
+
+   fw_lua_host_push_specs (p->host);
+   specs = lua_gettop (L);
+   fw_lua_host_push_spec (p->host, a->index);
+   spec = lua_gettop (L);
+   if (!fw_stream_config_read (L, spec, specs, &p->cfg, a->error)) {
+      return 0;
+   }
+   if (lua_getfield (L, spec, "handlers") == LUA_TTABLE) {
+      for (int i = 0; i < H_COUNT; i++) {
+         if (lua_getfield (L, -1, handler_keys[i]) == LUA_TFUNCTION) {
+            p->handler_ref[i] = luaL_ref (L, LUA_REGISTRYINDEX);
+         } else {
+            lua_pop (L, 1);
+         }
+      }
+   }
+   lua_pop (L, 1);
+   lua_pushvalue (L, spec);
+   p->spec_ref = luaL_ref (L, LUA_REGISTRYINDEX);
+
+   /* Loaded now, so that the failure path (event_dispatch.c) finds it in
+    * package.loaded without a require that could fail mid-event. */
+   lua_getglobal (L, "require");
+   lua_pushliteral (L, "flowwarden.dispatch");
+   lua_call (L, 1, 1);
+   luaL_checktype (L, -1, LUA_TTABLE);
+   fw_event_ctx_open (L);
+   a->ok = true;
+   return 0;
+}
+
+/* Reads stream index's spec of p->host into p. */
+static bool
+program_read (fw_program_t *p, int index, fw_error_t *error)
+{
+   lua_State *L = fw_lua_host_state (p->host);
+   read_args_t a = {p, index, error, false};
+
+   for (int i = 0; i < H_COUNT; i++) {
+      p->handler_ref[i] = LUA_NOREF;
+   }
+   p->spec_ref = LUA_NOREF;
+   lua_pushcfunction (L, pread_spec);
+   lua_pushlightuserdata (L, &a);
+   if (lua_pcall (L, 1, 0, 0) != LUA_OK) {
+      fw_error_set (error, FW_ERROR_LUA, "cannot read stream %d: %s", index,
+                    lua_tostring (L, -1));
+      lua_pop (L, 1);
+   }
+   return a.ok;
+}
+
+/* fw.mongo asks the dispatcher for the client of a connection. */
+static mongoc_client_t *
+mongo_client_for (void *ud, const char *name, fw_error_t *error)
+{
+   fw_dispatcher_t *d = ud;
+   return fw_connection_clients_get (d->clients, name, error);
+}
+
+/* The real clock: the wall clock, and waits a shutdown ends early. */
+static int64_t
+real_now_ms (void *ud)
+{
+   (void) ud;
+   return fw_now_ms ();
+}
+
+static bool
+real_wait_ms (void *ud, int64_t ms)
+{
+   return fw_shutdown_wait_ms (((fw_dispatcher_t *) ud)->shutdown, ms);
+}
+
+/* The ctx's settings that follow the program. */
+static void
+program_changed (fw_dispatcher_t *d)
+{
+   d->dispatch.cache_ref = LUA_NOREF; /* the cache lived in the old Lua state */
+   d->dispatch.cache_slots = 0;
+   d->dispatch.stream_name = d->prog.cfg.name;
+   d->dispatch.dlq_enabled = d->prog.cfg.dlq.enabled || d->prog.cfg.dlq_fallback.enabled;
+}
+
+fw_dispatcher_t *
+fw_dispatcher_new (fw_lua_host_t *host, int index, fw_connections_t *conns,
+                   fw_shutdown_t *shutdown, fw_error_t *error)
+{
+   fw_dispatcher_t *d = calloc (1, sizeof *d);
+
+   if (!d) {
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
+      fw_lua_host_destroy (host);
+      return NULL;
+   }
+   d->prog.host = host;
+   d->shutdown = shutdown;
+   d->clock = (fw_stream_clock_t){real_now_ms, real_wait_ms, d, false};
+   d->park.index = -1;
+   if (!program_read (&d->prog, index, error)) {
+      fw_dispatcher_destroy (d);
+      return NULL;
+   }
+   program_changed (d);
+   fw_lua_core_set_stream (fw_lua_host_state (host), d->prog.cfg.name);
+   d->rng = (uint64_t) fw_now_ms () ^ ((uint64_t) (uintptr_t) d << 16) ^ (uint64_t) getpid ();
+   fw_lua_host_set_memory_limit (host, d->prog.cfg.memory_limit);
+   if (!(d->state = fw_state_store_new (d->prog.cfg.state_max_bytes)) ||
+       !(d->clients = fw_connection_clients_new (conns))) {
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory creating a stream");
+      fw_dispatcher_destroy (d);
+      return NULL;
+   }
+   d->mongo.client_for = mongo_client_for;
+   d->mongo.ud = d;
+   fw_dispatcher_attach (d);
+   return d;
+}
+
+void
+fw_dispatcher_destroy (fw_dispatcher_t *d)
+{
+   if (!d) {
+      return;
+   }
+   fw_stream_config_cleanup (&d->prog.cfg);
+   fw_lua_host_destroy (d->prog.host);
+   if (!d->state_shared) {
+      fw_state_store_destroy (d->state);
+   }
+   fw_connection_clients_destroy (d->clients); /* the DLQ store: closed by fw_dispatcher_release */
+   fw_dlq_sequences_destroy (d->park.open_seqs);
+   bson_free (d->park.key);
+   free (d);
+}
+
+const fw_stream_config_t *
+fw_dispatcher_config (const fw_dispatcher_t *d)
+{
+   return &d->prog.cfg;
+}
+
+fw_lua_host_t *
+fw_dispatcher_host (const fw_dispatcher_t *d)
+{
+   return d->prog.host;
+}
+
+static bool
+same_string (const char *a, const char *b)
+{
+   return (!a && !b) || (a && b && strcmp (a, b) == 0);
+}
+
+static bool
+same_dlq (const fw_dlq_config_t *a, const fw_dlq_config_t *b)
+{
+   return a->enabled == b->enabled && same_string (a->collection, b->collection) &&
+          same_string (a->connection, b->connection) && same_string (a->database, b->database) &&
+          same_string (a->write_concern_tag, b->write_concern_tag) &&
+          a->write_concern_w == b->write_concern_w && a->memory == b->memory;
+}
+
+void
+fw_dispatcher_take_program (fw_dispatcher_t *d, fw_dispatcher_t *from)
+{
+   fw_program_t mine = d->prog;
+
+   if (!same_dlq (&d->prog.cfg.dlq, &from->prog.cfg.dlq) ||
+       !same_dlq (&d->prog.cfg.dlq_fallback, &from->prog.cfg.dlq_fallback)) {
+      fw_dlq_store_destroy (d->dlq); /* reopened on first use with the new settings */
+      d->dlq = NULL;
+   }
+   d->prog = from->prog;
+   from->prog = mine;
+   program_changed (d);
+   fw_dispatcher_attach (d); /* fw.state survives the reload: the new state gets our store */
+   fw_metrics_lua_bind_stream (fw_lua_host_state (d->prog.host), d->metrics);
+}
+
+fw_state_store_t *
+fw_dispatcher_state (const fw_dispatcher_t *d)
+{
+   return d->state;
+}
+
+void
+fw_dispatcher_share_state (fw_dispatcher_t *d, fw_state_store_t *store)
+{
+   if (!d->state_shared) {
+      fw_state_store_destroy (d->state);
+   }
+   d->state = store;
+   d->state_shared = true;
+   fw_dispatcher_attach (d);
+}
+
+void
+fw_dispatcher_swap_state (fw_dispatcher_t *d, fw_dispatcher_t *from)
+{
+   fw_state_store_t *mine = d->state;
+
+   d->state = from->state;
+   from->state = mine;
+   fw_dispatcher_attach (d);
+   fw_dispatcher_attach (from);
+}
+
+void
+fw_dispatcher_attach (fw_dispatcher_t *d)
+{
+   lua_State *L = fw_lua_host_state (d->prog.host);
+
+   fw_mongo_lua_attach (L, &d->mongo);
+   fw_lua_state_attach (L, d->state);
+   if (!d->state_shared) {
+      fw_state_store_set_label (d->state, d->prog.cfg.name);
+      fw_state_store_set_max_bytes (d->state, d->prog.cfg.state_max_bytes);
+   }
+}
+
+void
+fw_dispatcher_bind (fw_dispatcher_t *d, mongoc_client_t *client)
+{
+   d->client = client;
+   if (client) {
+      fw_mongo_lua_attach (fw_lua_host_state (d->prog.host), &d->mongo);
+   }
+}
+
+mongoc_client_t *
+fw_dispatcher_client_for (fw_dispatcher_t *d, const char *connection, fw_error_t *error)
+{
+   mongoc_client_t *client =
+      connection ? fw_connection_clients_get (d->clients, connection, error) : d->client;
+
+   if (!client && !connection) {
+      fw_error_set (error, FW_ERROR_MONGO, "stream \"%s\" has no client", d->prog.cfg.name);
+   }
+   return client;
+}
+
+void
+fw_dispatcher_release (fw_dispatcher_t *d)
+{
+   fw_dlq_store_destroy (d->dlq);
+   d->dlq = NULL;
+   /* Clients are thread-bound: given back on the thread that used them,
+    * after fw.mongo let go of them (the detach closes its cursors). */
+   if (!fw_lua_host_panicked (d->prog.host)) {
+      fw_mongo_lua_attach (fw_lua_host_state (d->prog.host), NULL);
+   }
+   fw_connection_clients_release (d->clients);
+   d->client = NULL;
+}
+
+void
+fw_dispatcher_set_metrics (fw_dispatcher_t *d, fw_stream_metrics_t *metrics)
+{
+   d->metrics = metrics;
+   fw_metrics_lua_bind_stream (fw_lua_host_state (d->prog.host), metrics);
+}
+
+void
+fw_dispatcher_set_shutdown (fw_dispatcher_t *d, fw_shutdown_t *shutdown)
+{
+   d->shutdown = shutdown;
+}
+
+void
+fw_dispatcher_set_lead (fw_dispatcher_t *d, fw_lease_t *lease, int64_t epoch)
+{
+   d->lease = lease;
+   d->epoch = epoch;
+}
+
+void
+fw_dispatcher_set_boundary (fw_dispatcher_t *d, bool (*fn) (void *ud), void *ud)
+{
+   d->at_attempt_boundary = fn;
+   d->boundary_ud = ud;
+}
+
+void
+fw_dispatcher_add_stats (fw_dispatcher_t *d, fw_dispatcher_t *from)
+{
+   fw_stream_stats_t *s = &from->stats;
+
+   d->stats.handled += s->handled;
+   d->stats.handler_errors += s->handler_errors;
+   d->stats.retries += s->retries;
+   d->stats.dead_lettered += s->dead_lettered;
+   d->stats.skipped += s->skipped;
+   d->stats.lost += s->lost;
+   d->stats.parked += s->parked;
+   memset (s, 0, sizeof *s);
+}
+
+void
+fw_dispatcher_stats (const fw_dispatcher_t *d, fw_stream_stats_t *out)
+{
+   *out = d->stats;
+}
+
+const char *
+fw_dispatcher_failure (const fw_dispatcher_t *d)
+{
+   return d->failure;
+}
+
+int64_t
+fw_dispatcher_finished_ms (const fw_dispatcher_t *d)
+{
+   return d->finished_ms;
+}
+
+/* The server's time of the event (wallTime, else clusterTime), for the lag. */
+static int64_t
+event_time_ms (const fw_event_t *ev)
+{
+   bson_iter_t it;
+   uint32_t t, i;
+
+   if (fw_event_field (ev, FW_EV_WALL_TIME, &it) && BSON_ITER_HOLDS_DATE_TIME (&it)) {
+      return bson_iter_date_time (&it);
+   }
+   if (fw_event_field (ev, FW_EV_CLUSTER_TIME, &it) && BSON_ITER_HOLDS_TIMESTAMP (&it)) {
+      bson_iter_timestamp (&it, &t, &i);
+      return (int64_t) t * 1000;
+   }
+   return 0;
+}
+
+void
+fw_dispatcher_count_received (fw_dispatcher_t *d, const fw_event_t *ev)
+{
+   fw_metrics_op_t op = ev->op != FW_OP_OTHER ? (fw_metrics_op_t) ev->op
+                                              : fw_metrics_op_from_name (ev->operation_type);
+   if (d->metrics) {
+      fw_stream_metrics_event_received (d->metrics, op, event_time_ms (ev));
+   }
+}
+
+bool
+fw_dispatcher_custom_key (const fw_dispatcher_t *d)
+{
+   lua_State *L = fw_lua_host_state (d->prog.host);
+   int top = lua_gettop (L);
+   bool custom;
+
+   lua_rawgeti (L, LUA_REGISTRYINDEX, d->prog.spec_ref);
+   custom = lua_type (L, -1) == LUA_TTABLE && lua_getfield (L, -1, "dlq") == LUA_TTABLE &&
+            lua_getfield (L, -1, "sequence_key") == LUA_TFUNCTION;
+   lua_settop (L, top);
+   return custom;
+}
+
+char *
+fw_dispatcher_sequence_key (fw_dispatcher_t *d, const fw_event_t *ev)
+{
+   lua_State *L = fw_lua_host_state (d->prog.host);
+   int top = lua_gettop (L);
+   fw_lua_stop_t stop;
+   char *id = NULL;
+
+   fw_event_ctx_begin (L, &d->dispatch, ev);
+   if (fw_park_key (d, ev, &stop) == FW_PARK_KEY_OK) {
+      id = d->park.key;
+      d->park.key = NULL;
+   }
+   lua_settop (L, top);
+   fw_park_end (d);
+   return id;
+}

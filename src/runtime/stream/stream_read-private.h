@@ -1,0 +1,136 @@
+/*
+ * stream_read-private.h - what a stream's thread reads with, below the
+ * stream itself: the reader (read-ahead), split and oversize events, and
+ * what the server can take. None of it knows the stream worker; the
+ * oversize policy hands its stubs to the dispatcher.
+ */
+#ifndef FLOWWARDEN_STREAM_READ_PRIVATE_H
+#define FLOWWARDEN_STREAM_READ_PRIVATE_H
+
+#include <mongoc/mongoc.h>
+
+#include "flowwarden/dispatcher.h"
+#include "flowwarden/error.h"
+#include "flowwarden/event.h"
+#include "flowwarden/stream_config.h"
+
+/* --- event_oversize.c -------------------------------------------------- */
+
+/* The field of an oversize stub that holds the event's $bsonSize. */
+#define FW_OVERSIZE_FIELD "fwOversizeBytes"
+
+/* Gathers the fragments of one split event ($changeStreamSplitLargeEvent). */
+typedef struct {
+   bson_t fields; /* the top-level fields of the fragments so far */
+   bson_t whole;  /* the last reassembled event */
+   int32_t next;  /* the fragment expected next (1-based); 0: none pending */
+   int32_t of;
+} fw_split_buffer_t;
+
+typedef enum {
+   FW_SPLIT_WHOLE,   /* not a fragment: *whole is the event itself */
+   FW_SPLIT_PENDING, /* a fragment kept: more are to come */
+   FW_SPLIT_DONE,    /* the last fragment: *whole is the reassembled event */
+   FW_SPLIT_BROKEN   /* a fragment out of order (error says which): buffer emptied */
+} fw_split_t;
+
+void fw_split_buffer_init (fw_split_buffer_t *b);
+void fw_split_buffer_reset (fw_split_buffer_t *b);
+void fw_split_buffer_cleanup (fw_split_buffer_t *b);
+bool fw_split_buffer_active (const fw_split_buffer_t *b);
+
+/* Adds one change event. *whole is borrowed: doc itself, or the buffer's
+ * reassembled event, valid until the next call with the same buffer. */
+fw_split_t fw_split_buffer_add (fw_split_buffer_t *b, const bson_t *doc, const bson_t **whole,
+                                fw_error_t *error);
+
+/* The stream's pipeline (cfg->pipeline) plus, with split, the
+ * $changeStreamSplitLargeEvent stage, or else with oversize = "skip" the stage
+ * that turns events over the threshold into stubs. out is initialized here,
+ * owned by the caller. */
+void fw_oversize_pipeline (const fw_stream_config_t *cfg, bool split, bson_t *out);
+
+/* True (and *size) when doc is an oversize stub. */
+bool fw_oversize_stub_size (const bson_t *doc, int64_t *size);
+
+/* True when the server refused the $changeStreamSplitLargeEvent stage. */
+bool fw_oversize_stage_rejected (const bson_error_t *berr);
+
+/* MongoDB's errors for an event too large to send: BSONObjectTooLarge, and
+ * the split stage's "fragment size ... is greater than maximum allowed
+ * fragment size" when one field alone fills a fragment
+ * (change_stream_split_event_helpers.cpp). */
+#define FW_ERR_OBJECT_TOO_LARGE 10334
+#define FW_ERR_SPLIT_FAILED 7182500
+
+/* True when berr is one of them: the oversize policy applies. */
+bool fw_oversize_error (const bson_error_t *berr);
+
+/* Writes into what (size bytes) why the stream stops on BSONObjectTooLarge
+ * or a failed split (berr): the event after position (NULL: the stream's
+ * start) is over 16 MiB; split says whether the split stage was in use, skip
+ * whether the oversize = "skip" stage was; then what to do. */
+void fw_oversize_failure (const bson_t *position, bool split, bool skip,
+                          const bson_error_t *berr, char *what, size_t size);
+
+typedef enum {
+   FW_OVERSIZE_EVENT,    /* a whole event for the dispatcher (*parsed: readable) */
+   FW_OVERSIZE_FRAGMENT, /* a fragment kept in the buffer: read on */
+   FW_OVERSIZE_SKIPPED,  /* an oversize stub, dead-lettered: the event is done */
+   FW_OVERSIZE_STOPPED,  /* shutdown came while dead-lettering a stub */
+   FW_OVERSIZE_FAILED,   /* a stub and no DLQ: the stream stops (error says why) */
+   FW_OVERSIZE_BROKEN    /* fragments out of order (error says which): re-open */
+} fw_oversize_step_t;
+
+/* Takes one change event *doc as fw_event_parse left it in *ev (*parsed: it
+ * succeeded): keeps a fragment of a split event, turns the last one into the
+ * reassembled event (*doc, *ev and *parsed then describe it; *doc is
+ * borrowed from split, valid until its next use), and dead-letters an
+ * oversize = "skip" stub. */
+fw_oversize_step_t fw_oversize_take (fw_dispatcher_t *d, fw_split_buffer_t *split,
+                                     const bson_t **doc, fw_event_t *ev, bool *parsed,
+                                     fw_error_t *error);
+
+/* --- stream_reader.c --------------------------------------------------- */
+
+/* Read-ahead: a thread reading a change stream ahead of the stream's thread,
+ * which calls the functions below in place of libmongoc's, with the same
+ * results in the same order. */
+typedef struct fw_stream_reader fw_stream_reader_t;
+
+/* Starts reading cs (created on a client that only the reader uses from now
+ * on) into a queue of at most max_events events and, past one event, at most
+ * max_bytes bytes. While hold(hold_ud) (called on the reader's thread) is
+ * true, the reader asks for nothing more and hands over one idle mark: the
+ * caller is about to stop it. Without a thread (it could not start) the
+ * calls go to cs on the caller's thread. NULL when out of memory. */
+fw_stream_reader_t *fw_stream_reader_start (mongoc_change_stream_t *cs, int max_events,
+                                            size_t max_bytes, bool (*hold) (void *ud),
+                                            void *hold_ud);
+
+/* As mongoc_change_stream_next: the next event (*doc valid until the next
+ * call), or false when idle or after the error. Waits for the reader. */
+bool fw_stream_reader_next (fw_stream_reader_t *r, const bson_t **doc);
+
+/* As mongoc_change_stream_error_document, after a false next. */
+bool fw_stream_reader_error (fw_stream_reader_t *r, bson_error_t *error);
+
+/* As mongoc_change_stream_get_resume_token, as it was after what next
+ * returned (empty, never NULL). Valid until the next call to next. */
+const bson_t *fw_stream_reader_resume_token (fw_stream_reader_t *r);
+
+/* Stops and joins the thread (after its getMore in flight: at most
+ * maxAwaitTimeMS when the stream is idle), frees what it read ahead; cs is
+ * the caller's again. NULL is a no-op. */
+void fw_stream_reader_stop (fw_stream_reader_t *r);
+
+/* --- stream_server.c: what the stream's server can take ------------------ */
+
+/* False when the stream (cfg) asks for a change stream option the server
+ * (selected with client) is too old for, by its maxWireVersion: the
+ * reason, naming the option, the stream and the server's version, is written
+ * to what[len]. True when it can, or its version is not known yet. */
+bool fw_stream_server_supports (const fw_stream_config_t *cfg, mongoc_client_t *client,
+                                char *what, size_t len);
+
+#endif
