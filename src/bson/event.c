@@ -152,6 +152,35 @@ static const part_t update_parts[] = {{"updatedFields", 13, T (BSON_TYPE_DOCUMEN
                                       {"truncatedArrays", 15, T (BSON_TYPE_ARRAY)},
                                       {"disambiguatedPaths", 18, T (BSON_TYPE_DOCUMENT)}};
 
+/* True when ns (doc) is, as a server sends it, { db: string, coll: string }
+ * or { db: string }: checked in place, without finding where each key ends
+ * (the scan's dearest part), as this runs for every event. Any other shape
+ * goes through check_parts. */
+static bool
+ns_plain (const fw_bson_elem_t *doc)
+{
+   const uint8_t *p = doc->value + 4, *end = doc->value + doc->vsize - 1;
+   static const uint8_t db[] = {BSON_TYPE_UTF8, 'd', 'b', 0};
+   static const uint8_t coll[] = {BSON_TYPE_UTF8, 'c', 'o', 'l', 'l', 0};
+   const uint8_t *key = db;
+   size_t klen = sizeof db;
+
+   for (int i = 0; i < 2 && p < end; i++) {
+      uint32_t n;
+      if ((size_t) (end - p) < klen + 4 || memcmp (p, key, klen) != 0) {
+         return false;
+      }
+      n = fw_bson_read_u32 (p + klen);
+      if (n < 1 || n > (size_t) (end - p) - klen - 4 || p[klen + 4 + n - 1] != 0) {
+         return false;
+      }
+      p += klen + 4 + n;
+      key = coll;
+      klen = sizeof coll;
+   }
+   return p == end && *end == 0;
+}
+
 /* The fields of the document doc (ns or updateDescription: parent) that
  * the manual types, parts[0..n): a wrong one into *w. Their values are
  * skipped, not walked. False when the document's own bytes do not add up. */
@@ -201,9 +230,10 @@ fw_event_parse (const bson_t *doc, fw_event_t *ev, fw_error_t *error)
    const uint8_t *data = bson_get_data (doc);
    uint32_t pos = 4;
    fw_bson_elem_t e;
-   wrong_t wrong = {.n = 0};
+   wrong_t wrong;
    const char *broken = NULL;
 
+   wrong.n = 0; /* not the whole struct: this runs for every event */
    memset (ev, 0, sizeof *ev);
    ev->doc = doc;
    while (fw_bson_scan_next (data, doc->len, &pos, &e)) {
@@ -223,7 +253,8 @@ fw_event_parse (const bson_t *doc, fw_event_t *ev, fw_error_t *error)
          ev->keylen[f] = (uint32_t) e.nlen;
          if (!type_in (e.type, field_types[f])) {
             wrong_set (&wrong, NULL, &e, field_types[f]);
-         } else if (f == FW_EV_NS && !check_parts ("ns", &e, ns_parts, 2, &wrong)) {
+         } else if (f == FW_EV_NS && !ns_plain (&e) &&
+                    !check_parts ("ns", &e, ns_parts, 2, &wrong)) {
             broken = "ns";
          } else if (f == FW_EV_UPDATE_DESCRIPTION &&
                     !check_parts ("updateDescription", &e, update_parts, 4, &wrong)) {
