@@ -380,6 +380,40 @@ event_parse_refuses_the_insert_of_the_issue (void **state)
    bson_destroy (doc);
 }
 
+/* ns in another shape than a server's { db, coll } is checked all the same. */
+static void
+event_parse_checks_ns_in_any_shape (void **state)
+{
+   bson_t *reversed = BCON_NEW ("_id", "{", "_data", "82AB", "}", "operationType", "drop", "ns",
+                                "{", "coll", "c", "db", "d", "}");
+   bson_t *extra = BCON_NEW ("_id", "{", "_data", "82AB", "}", "operationType", "drop", "ns", "{",
+                             "db", "d", "coll", "c", "x", BCON_INT32 (1), "}");
+   bson_t *empty = BCON_NEW ("_id", "{", "_data", "82AB", "}", "operationType", "invalidate",
+                             "ns", "{", "}");
+   bson_t *late = BCON_NEW ("_id", "{", "_data", "82AB", "}", "operationType", "drop", "ns", "{",
+                            "x", BCON_INT32 (1), "coll", BCON_INT64 (2), "db", "d", "}");
+   bson_t *empty_db = BCON_NEW ("_id", "{", "_data", "82AB", "}", "operationType", "drop", "ns",
+                                "{", "db", "", "coll", "c", "}");
+   fw_event_t ev;
+   fw_error_t err;
+   (void) state;
+
+   assert_string_equal (parse (reversed, &ev, &err), "");
+   assert_string_equal (fw_event_ns_db (&ev), "d");
+   assert_string_equal (fw_event_ns_coll (&ev), "c");
+   assert_string_equal (parse (extra, &ev, &err), "");
+   assert_string_equal (parse (empty, &ev, &err), "");
+   assert_string_equal (parse (empty_db, &ev, &err), "");
+   assert_string_equal (
+      parse (late, &ev, &err),
+      "change event field ns.coll is long, expected string (MongoDB's change-event schema)");
+   bson_destroy (reversed);
+   bson_destroy (extra);
+   bson_destroy (empty);
+   bson_destroy (late);
+   bson_destroy (empty_db);
+}
+
 /* Every field wrong: the first four are named, in the event's order. */
 static void
 event_parse_names_the_first_four_wrong_fields (void **state)
@@ -432,6 +466,7 @@ main (void)
       cmocka_unit_test (event_parse_accepts_the_manual_s_types),
       cmocka_unit_test (event_parse_refuses_each_wrong_typed_field),
       cmocka_unit_test (event_parse_refuses_the_insert_of_the_issue),
+      cmocka_unit_test (event_parse_checks_ns_in_any_shape),
       cmocka_unit_test (event_parse_names_the_first_four_wrong_fields),
       cmocka_unit_test (event_parse_refuses_a_broken_ns),
    };
