@@ -3,7 +3,7 @@ they are dead-lettered whole (rawEvent, MalformedEvent) and the stream goes
 on; without one the stream stops before them and the checkpoint does not pass
 them. A user pipeline that drops operationType, or gives a field another type
 than MongoDB's change-event schema, makes such events."""
-from fwtest import StandInTestCase
+from fwtest import StandInTestCase, reports_of, run_cli
 
 DROP_OP = '{ { ["$project"] = { operationType = 0 } } }'
 
@@ -79,6 +79,19 @@ class UnreadableEventsTest(StandInTestCase):
         self.wait_checkpoint("s", lambda cp: cp.get("lastProcessedToken", {}).get("_data") ==
                              r["id"], what="checkpoint past both events")
         self.assertEqual(p.stop(), 0)
+        # A replay refuses the entry, whose fields are still the wrong ones, naming them (in
+        # the order the replay rebuilds the event in), and leaves it for a correction by hand.
+        fixed = self.script("""
+            fw.stream { name = "s", collection = "orders", dlq = true,
+              on_insert = function(ctx) report({ replayed = true }) end }
+        """, "fixed.lua")
+        cp = run_cli(["dlq", "replay", fixed, "--uri", self.uri], timeout=60)
+        self.assertEqual(cp.returncode, 3, cp.stdout + cp.stderr)
+        self.assertIn("%s [s]: cannot be replayed: change event field documentKey is string, "
+                      "expected document; field fullDocument is int, expected document or null "
+                      "(MongoDB's change-event schema); left as it is" % entry["_id"], cp.stdout)
+        self.assertEqual(reports_of(cp), [])
+        self.assertEqual(self.db["_fw_dlq"].find_one({})["status"], "PENDING")
 
     def test_without_a_dlq_the_stream_stops_before_the_event(self):
         p = self.run_fw(self.script("""
