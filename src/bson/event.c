@@ -139,66 +139,102 @@ wrong_set (wrong_t *w, const char *parent, const fw_bson_elem_t *e, uint32_t exp
    }
 }
 
-/* A field inside ns or updateDescription and its types. */
-typedef struct {
-   const char *name;
-   size_t nlen;
-   uint32_t types;
-} part_t;
+/* The types the manual gives a field inside ns (db, coll) or
+ * updateDescription (updatedFields, removedFields, truncatedArrays,
+ * disambiguatedPaths), by length then bytes (constant-size compares, which
+ * the compiler inlines); 0 for any other field. */
+static uint32_t
+part_types (bool in_ns, const uint8_t *k, size_t n)
+{
+#define IS(lit) (n == sizeof (lit) - 1 && memcmp (k, lit, sizeof (lit) - 1) == 0)
+   if (in_ns) {
+      return IS ("db") || IS ("coll") ? T (BSON_TYPE_UTF8) : 0;
+   }
+   switch (n) {
+   case 13:
+      return IS ("updatedFields")   ? T (BSON_TYPE_DOCUMENT)
+             : IS ("removedFields") ? T (BSON_TYPE_ARRAY)
+                                    : 0;
+   case 15:
+      return IS ("truncatedArrays") ? T (BSON_TYPE_ARRAY) : 0;
+   case 18:
+      return IS ("disambiguatedPaths") ? T (BSON_TYPE_DOCUMENT) : 0;
+   default:
+      return 0;
+   }
+#undef IS
+}
 
-static const part_t ns_parts[] = {{"db", 2, T (BSON_TYPE_UTF8)}, {"coll", 4, T (BSON_TYPE_UTF8)}};
-static const part_t update_parts[] = {{"updatedFields", 13, T (BSON_TYPE_DOCUMENT)},
-                                      {"removedFields", 13, T (BSON_TYPE_ARRAY)},
-                                      {"truncatedArrays", 15, T (BSON_TYPE_ARRAY)},
-                                      {"disambiguatedPaths", 18, T (BSON_TYPE_DOCUMENT)}};
+/* Moves *p past the element there when it is head (a literal: the type
+ * byte, the key and its NUL) with a value of that type's length, before
+ * end. Inline with a literal, the compare is a few word compares. */
+static inline bool
+take (const uint8_t **p, const uint8_t *end, const char *head, size_t hlen)
+{
+   const uint8_t *q = *p;
+   size_t avail = (size_t) (end - q);
+   uint32_t len;
 
-/* True when ns (doc) is, as a server sends it, { db: string, coll: string }
- * or { db: string }: checked in place, without finding where each key ends
- * (the scan's dearest part), as this runs for every event. Any other shape
- * goes through check_parts. */
+   if (avail < hlen + 4 || memcmp (q, head, hlen) != 0) {
+      return false;
+   }
+   len = fw_bson_read_u32 (q + hlen);
+   avail -= hlen;
+   if (head[0] == BSON_TYPE_UTF8) { /* the length, then the bytes and their NUL */
+      if (len < 1 || len > avail - 4 || q[hlen + 4 + len - 1] != 0) {
+         return false;
+      }
+      *p = q + hlen + 4 + len;
+   } else { /* a document or array: its length counts itself and its NUL */
+      if (len < 5 || len > avail || q[hlen + len - 1] != 0) {
+         return false;
+      }
+      *p = q + hlen + len;
+   }
+   return true;
+}
+
+#define TAKE(p, end, type, key) ((p) < (end) && take (&(p), (end), type key, sizeof (type key)))
+
+/* True when ns (doc) has the shape a server sends, { db, coll } or { db }
+ * (strings), or updateDescription { updatedFields, removedFields,
+ * truncatedArrays, disambiguatedPaths } in that order, any absent, of the
+ * manual's types: checked in place without finding where each key ends,
+ * as this runs for every event. Any other shape goes to check_parts. */
 static bool
-ns_plain (const fw_bson_elem_t *doc)
+plain_ns (const fw_bson_elem_t *doc)
 {
    const uint8_t *p = doc->value + 4, *end = doc->value + doc->vsize - 1;
-   static const uint8_t db[] = {BSON_TYPE_UTF8, 'd', 'b', 0};
-   static const uint8_t coll[] = {BSON_TYPE_UTF8, 'c', 'o', 'l', 'l', 0};
-   const uint8_t *key = db;
-   size_t klen = sizeof db;
-
-   for (int i = 0; i < 2 && p < end; i++) {
-      uint32_t n;
-      if ((size_t) (end - p) < klen + 4 || memcmp (p, key, klen) != 0) {
-         return false;
-      }
-      n = fw_bson_read_u32 (p + klen);
-      if (n < 1 || n > (size_t) (end - p) - klen - 4 || p[klen + 4 + n - 1] != 0) {
-         return false;
-      }
-      p += klen + 4 + n;
-      key = coll;
-      klen = sizeof coll;
-   }
+   (void) TAKE (p, end, "\x02", "db");
+   (void) TAKE (p, end, "\x02", "coll");
    return p == end && *end == 0;
 }
 
-/* The fields of the document doc (ns or updateDescription: parent) that
- * the manual types, parts[0..n): a wrong one into *w. Their values are
- * skipped, not walked. False when the document's own bytes do not add up. */
 static bool
-check_parts (const char *parent, const fw_bson_elem_t *doc, const part_t *parts, size_t n,
-             wrong_t *w)
+plain_update (const fw_bson_elem_t *doc)
 {
-   uint32_t len = (uint32_t) doc->vsize, pos = 4;
+   const uint8_t *p = doc->value + 4, *end = doc->value + doc->vsize - 1;
+   (void) TAKE (p, end, "\x03", "updatedFields");
+   (void) TAKE (p, end, "\x04", "removedFields");
+   (void) TAKE (p, end, "\x04", "truncatedArrays");
+   (void) TAKE (p, end, "\x03", "disambiguatedPaths");
+   return p == end && *end == 0;
+}
+#undef TAKE
+
+/* Checks the fields of doc (ns or updateDescription: parent) that the
+ * manual types: a wrong one into *w. Their values are skipped, not walked.
+ * False when the document's own bytes do not add up. */
+static bool
+check_parts (const char *parent, const fw_bson_elem_t *doc, wrong_t *w)
+{
+   bool in_ns = parent[0] == 'n';
+   uint32_t len = (uint32_t) doc->vsize, pos = 4, types;
    fw_bson_elem_t e;
 
    while (fw_bson_scan_next (doc->value, len, &pos, &e)) {
-      for (size_t i = 0; i < n; i++) {
-         if (e.nlen == parts[i].nlen && memcmp (e.name, parts[i].name, e.nlen) == 0) {
-            if (!type_in (e.type, parts[i].types)) {
-               wrong_set (w, parent, &e, parts[i].types);
-            }
-            break;
-         }
+      if ((types = part_types (in_ns, e.name, e.nlen)) != 0 && !type_in (e.type, types)) {
+         wrong_set (w, parent, &e, types);
       }
    }
    return pos == len - 1 && doc->value[len - 1] == '\0';
@@ -253,11 +289,10 @@ fw_event_parse (const bson_t *doc, fw_event_t *ev, fw_error_t *error)
          ev->keylen[f] = (uint32_t) e.nlen;
          if (!type_in (e.type, field_types[f])) {
             wrong_set (&wrong, NULL, &e, field_types[f]);
-         } else if (f == FW_EV_NS && !ns_plain (&e) &&
-                    !check_parts ("ns", &e, ns_parts, 2, &wrong)) {
+         } else if (f == FW_EV_NS && !plain_ns (&e) && !check_parts ("ns", &e, &wrong)) {
             broken = "ns";
-         } else if (f == FW_EV_UPDATE_DESCRIPTION &&
-                    !check_parts ("updateDescription", &e, update_parts, 4, &wrong)) {
+         } else if (f == FW_EV_UPDATE_DESCRIPTION && !plain_update (&e) &&
+                    !check_parts ("updateDescription", &e, &wrong)) {
             broken = "updateDescription";
          }
       }

@@ -380,9 +380,10 @@ event_parse_refuses_the_insert_of_the_issue (void **state)
    bson_destroy (doc);
 }
 
-/* ns in another shape than a server's { db, coll } is checked all the same. */
+/* ns and updateDescription in another shape than a server's are checked
+ * all the same. */
 static void
-event_parse_checks_ns_in_any_shape (void **state)
+event_parse_checks_ns_and_update_description_in_any_shape (void **state)
 {
    bson_t *reversed = BCON_NEW ("_id", "{", "_data", "82AB", "}", "operationType", "drop", "ns",
                                 "{", "coll", "c", "db", "d", "}");
@@ -407,6 +408,23 @@ event_parse_checks_ns_in_any_shape (void **state)
    assert_string_equal (
       parse (late, &ev, &err),
       "change event field ns.coll is long, expected string (MongoDB's change-event schema)");
+   bson_destroy (reversed);
+   bson_destroy (extra);
+   bson_destroy (late);
+   /* updateDescription the same. */
+   reversed = BCON_NEW ("_id", "{", "_data", "82AB", "}", "operationType", "update",
+                        "updateDescription", "{", "removedFields", "[", "]", "updatedFields", "{",
+                        "}", "}");
+   extra = BCON_NEW ("_id", "{", "_data", "82AB", "}", "operationType", "update",
+                     "updateDescription", "{", "updatedFields", "{", "}", "removedFields", "[",
+                     "]", "specialFields", BCON_INT32 (1), "}");
+   late = BCON_NEW ("_id", "{", "_data", "82AB", "}", "operationType", "update",
+                    "updateDescription", "{", "x", BCON_INT32 (1), "removedFields", "a", "}");
+   assert_string_equal (parse (reversed, &ev, &err), "");
+   assert_string_equal (parse (extra, &ev, &err), "");
+   assert_string_equal (parse (late, &ev, &err),
+                        "change event field updateDescription.removedFields is string, expected "
+                        "array (MongoDB's change-event schema)");
    bson_destroy (reversed);
    bson_destroy (extra);
    bson_destroy (empty);
@@ -466,7 +484,7 @@ main (void)
       cmocka_unit_test (event_parse_accepts_the_manual_s_types),
       cmocka_unit_test (event_parse_refuses_each_wrong_typed_field),
       cmocka_unit_test (event_parse_refuses_the_insert_of_the_issue),
-      cmocka_unit_test (event_parse_checks_ns_in_any_shape),
+      cmocka_unit_test (event_parse_checks_ns_and_update_description_in_any_shape),
       cmocka_unit_test (event_parse_names_the_first_four_wrong_fields),
       cmocka_unit_test (event_parse_refuses_a_broken_ns),
    };
