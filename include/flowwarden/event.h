@@ -61,9 +61,20 @@ const char *fw_event_ns_db (const fw_event_t *ev);
 const char *fw_event_ns_coll (const fw_event_t *ev);
 
 /* Parses doc into ev. Fails (with a message naming the field) when the event
- * lacks _id or operationType, which the change-stream spec requires, or is
- * not valid BSON; ev then holds what was read before the problem (its _id
- * among it, when fw_event_has (ev, FW_EV_ID)). */
+ * lacks _id or operationType, which the change-stream spec requires, is not
+ * valid BSON, or has a field of another type than MongoDB's change-event
+ * schema gives it: _id, ns, documentKey, updateDescription, lsid and
+ * splitEvent documents, fullDocument and fullDocumentBeforeChange documents
+ * or null, operationType, ns.db and ns.coll strings, clusterTime a
+ * timestamp, wallTime a date, txnNumber a long, updateDescription's
+ * updatedFields (and disambiguatedPaths) a document, its removedFields and
+ * truncatedArrays arrays. Absent fields are not an error (a pipeline may
+ * leave them out), nor are fields the runtime does not read. The message
+ * names the first wrong field, its type and the expected one. ev then holds
+ * what was read (its _id among it, when fw_event_has (ev, FW_EV_ID)), with
+ * the wrong-typed fields located as they came. Types are checked during the
+ * one scan of the top level; ns and updateDescription have their own top
+ * level scanned, no deeper. */
 bool fw_event_parse (const bson_t *doc, fw_event_t *ev, fw_error_t *error);
 
 /* The key that orders the event (lanes, the sequenced DLQ's default

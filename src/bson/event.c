@@ -56,26 +56,245 @@ field_of (const uint8_t *k, size_t n)
 #undef IS
 }
 
+/* The change-event schema of MongoDB's manual, for the fields the runtime
+ * reads: the BSON types each may have, a bit per type (every type a server
+ * sends is below 32). */
+#define T(t) (1u << (t))
+static const uint32_t field_types[FW_EV_FIELD_COUNT] = {
+   [FW_EV_ID] = T (BSON_TYPE_DOCUMENT),
+   [FW_EV_CLUSTER_TIME] = T (BSON_TYPE_TIMESTAMP),
+   [FW_EV_WALL_TIME] = T (BSON_TYPE_DATE_TIME),
+   [FW_EV_NS] = T (BSON_TYPE_DOCUMENT),
+   [FW_EV_DOCUMENT_KEY] = T (BSON_TYPE_DOCUMENT),
+   [FW_EV_FULL_DOCUMENT] = T (BSON_TYPE_DOCUMENT) | T (BSON_TYPE_NULL),
+   [FW_EV_BEFORE] = T (BSON_TYPE_DOCUMENT) | T (BSON_TYPE_NULL),
+   [FW_EV_UPDATE_DESCRIPTION] = T (BSON_TYPE_DOCUMENT),
+   [FW_EV_LSID] = T (BSON_TYPE_DOCUMENT),
+   [FW_EV_TXN_NUMBER] = T (BSON_TYPE_INT64),
+   [FW_EV_SPLIT] = T (BSON_TYPE_DOCUMENT),
+};
+
+static bool
+type_in (uint8_t type, uint32_t types)
+{
+   return type < 32 && (types & T (type)) != 0;
+}
+
+/* MongoDB's names of the BSON types ($type), "document" for an object as
+ * the manual's change-event tables say. */
+static const char *
+type_name (uint8_t type)
+{
+   static const char *const names[] = {
+      "?",         "double",    "string", "document",  "array",
+      "binData",   "undefined", "objectId", "bool",    "date",
+      "null",      "regex",     "dbPointer", "javascript", "symbol",
+      "javascriptWithScope", "int", "timestamp", "long", "decimal"};
+   if (type < sizeof names / sizeof names[0]) {
+      return names[type];
+   }
+   return type == BSON_TYPE_MAXKEY ? "maxKey" : type == BSON_TYPE_MINKEY ? "minKey" : "?";
+}
+
+/* Names the types of a mask, as "document or null". */
+static void
+types_text (uint32_t types, char *buf, size_t len)
+{
+   size_t o = 0;
+   buf[0] = '\0';
+   for (uint8_t t = 0; t < 32 && o < len; t++) {
+      if (types & T (t)) {
+         o += (size_t) snprintf (buf + o, len - o, "%s%s", o ? " or " : "", type_name (t));
+      }
+   }
+}
+
+/* A field of the wrong type, kept for the parse's message. */
+typedef struct {
+   const char *parent; /* "ns", "updateDescription", or NULL at the top */
+   const uint8_t *name;
+   size_t nlen;
+   uint8_t found;
+   uint32_t expected;
+} wrong_field_t;
+
+/* The first few, in the event's order (a pipeline that gets one type wrong
+ * often gets more wrong: the message names them all at once). */
+#define WRONG_MAX 4
+typedef struct {
+   wrong_field_t field[WRONG_MAX];
+   int n;
+} wrong_t;
+
+static void
+wrong_set (wrong_t *w, const char *parent, const fw_bson_elem_t *e, uint32_t expected)
+{
+   if (w->n < WRONG_MAX) {
+      wrong_field_t *f = &w->field[w->n++];
+      f->parent = parent;
+      f->name = e->name;
+      f->nlen = e->nlen;
+      f->found = e->type;
+      f->expected = expected;
+   }
+}
+
+/* The types the manual gives a field inside ns (db, coll) or
+ * updateDescription (updatedFields, removedFields, truncatedArrays,
+ * disambiguatedPaths), by length then bytes (constant-size compares, which
+ * the compiler inlines); 0 for any other field. */
+static uint32_t
+part_types (bool in_ns, const uint8_t *k, size_t n)
+{
+#define IS(lit) (n == sizeof (lit) - 1 && memcmp (k, lit, sizeof (lit) - 1) == 0)
+   if (in_ns) {
+      return IS ("db") || IS ("coll") ? T (BSON_TYPE_UTF8) : 0;
+   }
+   switch (n) {
+   case 13:
+      return IS ("updatedFields")   ? T (BSON_TYPE_DOCUMENT)
+             : IS ("removedFields") ? T (BSON_TYPE_ARRAY)
+                                    : 0;
+   case 15:
+      return IS ("truncatedArrays") ? T (BSON_TYPE_ARRAY) : 0;
+   case 18:
+      return IS ("disambiguatedPaths") ? T (BSON_TYPE_DOCUMENT) : 0;
+   default:
+      return 0;
+   }
+#undef IS
+}
+
+/* Moves *p past the element there when it is head (a literal: the type
+ * byte, the key and its NUL) with a value of that type's length, before
+ * end. Inline with a literal, the compare is a few word compares. */
+static inline bool
+take (const uint8_t **p, const uint8_t *end, const char *head, size_t hlen)
+{
+   const uint8_t *q = *p;
+   size_t avail = (size_t) (end - q);
+   uint32_t len;
+
+   if (avail < hlen + 4 || memcmp (q, head, hlen) != 0) {
+      return false;
+   }
+   len = fw_bson_read_u32 (q + hlen);
+   avail -= hlen;
+   if (head[0] == BSON_TYPE_UTF8) { /* the length, then the bytes and their NUL */
+      if (len < 1 || len > avail - 4 || q[hlen + 4 + len - 1] != 0) {
+         return false;
+      }
+      *p = q + hlen + 4 + len;
+   } else { /* a document or array: its length counts itself and its NUL */
+      if (len < 5 || len > avail || q[hlen + len - 1] != 0) {
+         return false;
+      }
+      *p = q + hlen + len;
+   }
+   return true;
+}
+
+#define TAKE(p, end, type, key) ((p) < (end) && take (&(p), (end), type key, sizeof (type key)))
+
+/* True when ns (doc) has the shape a server sends, { db, coll } or { db }
+ * (strings), or updateDescription { updatedFields, removedFields,
+ * truncatedArrays, disambiguatedPaths } in that order, any absent, of the
+ * manual's types: checked in place without finding where each key ends,
+ * as this runs for every event. Any other shape goes to check_parts. */
+static bool
+plain_ns (const fw_bson_elem_t *doc)
+{
+   const uint8_t *p = doc->value + 4, *end = doc->value + doc->vsize - 1;
+   (void) TAKE (p, end, "\x02", "db");
+   (void) TAKE (p, end, "\x02", "coll");
+   return p == end && *end == 0;
+}
+
+static bool
+plain_update (const fw_bson_elem_t *doc)
+{
+   const uint8_t *p = doc->value + 4, *end = doc->value + doc->vsize - 1;
+   (void) TAKE (p, end, "\x03", "updatedFields");
+   (void) TAKE (p, end, "\x04", "removedFields");
+   (void) TAKE (p, end, "\x04", "truncatedArrays");
+   (void) TAKE (p, end, "\x03", "disambiguatedPaths");
+   return p == end && *end == 0;
+}
+#undef TAKE
+
+/* Checks the fields of doc (ns or updateDescription: parent) that the
+ * manual types: a wrong one into *w. Their values are skipped, not walked.
+ * False when the document's own bytes do not add up. */
+static bool
+check_parts (const char *parent, const fw_bson_elem_t *doc, wrong_t *w)
+{
+   bool in_ns = parent[0] == 'n';
+   uint32_t len = (uint32_t) doc->vsize, pos = 4, types;
+   fw_bson_elem_t e;
+
+   while (fw_bson_scan_next (doc->value, len, &pos, &e)) {
+      if ((types = part_types (in_ns, e.name, e.nlen)) != 0 && !type_in (e.type, types)) {
+         wrong_set (w, parent, &e, types);
+      }
+   }
+   return pos == len - 1 && doc->value[len - 1] == '\0';
+}
+
+/* Sets the parse's error for the wrong-typed fields w. */
+static void
+wrong_error (const wrong_t *w, fw_error_t *error)
+{
+   char text[600], expected[64]; /* 4 fields of known names: enough */
+   size_t o = 0;
+
+   text[0] = '\0';
+   for (int i = 0; i < w->n && o < sizeof text; i++) {
+      const wrong_field_t *f = &w->field[i];
+      types_text (f->expected, expected, sizeof expected);
+      o += (size_t) snprintf (text + o, sizeof text - o, "%s%s%s%s%.*s is %s, expected %s",
+                              i ? "; " : "", i ? "field " : "", f->parent ? f->parent : "",
+                              f->parent ? "." : "", (int) f->nlen, (const char *) f->name,
+                              type_name (f->found), expected);
+   }
+   fw_error_set (error, FW_ERROR_INVALID,
+                 "change event field %s (MongoDB's change-event schema)", text);
+}
+
 bool
 fw_event_parse (const bson_t *doc, fw_event_t *ev, fw_error_t *error)
 {
    const uint8_t *data = bson_get_data (doc);
    uint32_t pos = 4;
    fw_bson_elem_t e;
+   wrong_t wrong;
+   const char *broken = NULL;
 
+   wrong.n = 0; /* not the whole struct: this runs for every event */
    memset (ev, 0, sizeof *ev);
    ev->doc = doc;
    while (fw_bson_scan_next (data, doc->len, &pos, &e)) {
       int f;
       if (e.nlen == 13 && memcmp (e.name, "operationType", 13) == 0) {
          uint32_t n = fw_bson_read_u32 (e.value);
-         if (e.type == BSON_TYPE_UTF8 && n >= 1 && e.value[4 + n - 1] == '\0') {
+         if (e.type != BSON_TYPE_UTF8) {
+            wrong_set (&wrong, NULL, &e, T (BSON_TYPE_UTF8));
+         } else if (n >= 1 && e.value[4 + n - 1] == '\0') {
             ev->operation_type = (const char *) e.value + 4;
             ev->op = op_of (ev->operation_type);
          }
       } else if ((f = field_of (e.name, e.nlen)) >= 0) {
+         /* Located whatever its type: a refused event is dead-lettered
+          * with its fields as they came. */
          ev->offset[f] = e.offset;
          ev->keylen[f] = (uint32_t) e.nlen;
+         if (!type_in (e.type, field_types[f])) {
+            wrong_set (&wrong, NULL, &e, field_types[f]);
+         } else if (f == FW_EV_NS && !plain_ns (&e) && !check_parts ("ns", &e, &wrong)) {
+            broken = "ns";
+         } else if (f == FW_EV_UPDATE_DESCRIPTION && !plain_update (&e) &&
+                    !check_parts ("updateDescription", &e, &wrong)) {
+            broken = "updateDescription";
+         }
       }
    }
    if (pos != doc->len - 1) {
@@ -88,12 +307,21 @@ fw_event_parse (const bson_t *doc, fw_event_t *ev, fw_error_t *error)
                     "remove or change _id");
       return false;
    }
+   if (broken) {
+      fw_error_set (error, FW_ERROR_INVALID, "change event field %s is not valid BSON", broken);
+      return false;
+   }
+   if (wrong.n > 0) {
+      wrong_error (&wrong, error);
+      return false;
+   }
    if (!ev->operation_type) {
       fw_error_set (error, FW_ERROR_INVALID, "change event has no operationType");
       return false;
    }
    return true;
 }
+#undef T
 
 bool
 fw_event_field (const fw_event_t *ev, fw_event_field_t f, bson_iter_t *out)

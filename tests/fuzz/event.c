@@ -5,7 +5,8 @@
  * method a handler can call on it.
  *
  * Invariants: parse succeeds only with an _id document and an operationType
- * string; every field it located is found again by fw_event_field with the
+ * string, and every field located has a type of MongoDB's change-event
+ * schema; every field it located is found again by fw_event_field with the
  * same key; the id and summary are NUL-terminated within their buffers;
  * ctx methods return or raise a message, never crash.
  */
@@ -17,7 +18,14 @@
 
 static const char *const field_names[FW_EV_FIELD_COUNT] = {
    "_id", "clusterTime", "wallTime", "ns", "documentKey", "fullDocument",
-   "fullDocumentBeforeChange", "updateDescription", "lsid", "txnNumber"};
+   "fullDocumentBeforeChange", "updateDescription", "lsid", "txnNumber", "splitEvent"};
+
+/* Each field's type in MongoDB's change-event schema (fullDocument and
+ * fullDocumentBeforeChange: or null). */
+static const uint8_t field_types[FW_EV_FIELD_COUNT] = {
+   BSON_TYPE_DOCUMENT, BSON_TYPE_TIMESTAMP, BSON_TYPE_DATE_TIME, BSON_TYPE_DOCUMENT,
+   BSON_TYPE_DOCUMENT, BSON_TYPE_DOCUMENT,  BSON_TYPE_DOCUMENT,  BSON_TYPE_DOCUMENT,
+   BSON_TYPE_DOCUMENT, BSON_TYPE_INT64,     BSON_TYPE_DOCUMENT};
 
 static const char harness[] =
    "local METHODS = { 'operation_type', 'attempt_number', 'event_id', 'stream_name',\n"
@@ -100,7 +108,12 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
                 "operationType is not inside the event");
    for (int f = 0; f < FW_EV_FIELD_COUNT; f++) {
       if (fw_event_has (&ev, f)) {
+         uint8_t t;
          FUZZ_ASSERT (ev.offset[f] < size, "field %d located past the end", f);
+         t = data[ev.offset[f]];
+         FUZZ_ASSERT (t == field_types[f] || (t == BSON_TYPE_NULL && (f == FW_EV_FULL_DOCUMENT ||
+                                                                      f == FW_EV_BEFORE)),
+                      "field %d of type 0x%02x accepted", f, t);
          if (fw_event_field (&ev, f, &it)) {
             FUZZ_ASSERT (strcmp (bson_iter_key (&it), field_names[f]) == 0,
                          "field %d found as \"%s\"", f, bson_iter_key (&it));

@@ -247,10 +247,12 @@ class HandlerContext(StandInTestCase):
 
     def test_transaction_reports_lsid_and_txn_number_when_the_event_has_them(self):
         # The stand-in has no transactions; a pipeline stage gives the events
-        # the two fields a transaction's events carry.
+        # the two fields a transaction's events carry (txnNumber a long, as
+        # MongoDB's: an int is refused as a wrong-typed field).
         p = self.run_fw(self.script("""
             fw.stream { name = "tx", collection = "c",
-              pipeline = { { ["$addFields"] = { lsid = { id = "session-1" }, txnNumber = 42 } } },
+              pipeline = { { ["$addFields"] = { lsid = { id = "session-1" },
+                                                txnNumber = fw.int64(42) } } },
               on_insert = function(ctx)
                 local doc = ctx:full_document()   -- fills the event's cache first
                 local t = ctx:transaction()

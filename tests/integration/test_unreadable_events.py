@@ -1,10 +1,19 @@
 """Events the runtime cannot read are never skipped in silence: with a DLQ
 they are dead-lettered whole (rawEvent, MalformedEvent) and the stream goes
 on; without one the stream stops before them and the checkpoint does not pass
-them. A user pipeline that drops operationType makes such events."""
-from fwtest import StandInTestCase
+them. A user pipeline that drops operationType, or gives a field another type
+than MongoDB's change-event schema, makes such events."""
+from fwtest import StandInTestCase, reports_of, run_cli
 
 DROP_OP = '{ { ["$project"] = { operationType = 0 } } }'
+
+# The issue's event: for a document with bad = true, an insert whose documentKey
+# is a string and whose fullDocument is a number; other events are untouched.
+WRONG_TYPES = """{ { ["$addFields"] = {
+    documentKey = { ["$cond"] = { { ["$eq"] = { "$fullDocument.bad", true } }, "k1",
+                                  "$documentKey" } },
+    fullDocument = { ["$cond"] = { { ["$eq"] = { "$fullDocument.bad", true } }, 5,
+                                   "$fullDocument" } } } } }"""
 
 
 class UnreadableEventsTest(StandInTestCase):
@@ -31,6 +40,58 @@ class UnreadableEventsTest(StandInTestCase):
         self.wait_checkpoint("s", lambda cp: cp.get("lastProcessedToken") ==
                              entries[1]["resumeToken"], what="checkpoint past both events")
         self.assertEqual(p.stop(), 0)
+
+    def test_a_wrong_typed_event_is_dead_lettered_whole_before_any_handler(self):
+        p = self.run_fw(self.script("""
+            fw.stream {
+              name = "s", collection = "orders", dlq = true, pipeline = %s,
+              on_insert = function(ctx)
+                report({ key = tostring(ctx:document_key()), id = ctx:event_id() })
+              end,
+              on_change = function(ctx) report({ on_change = true }) end,
+            }
+        """ % WRONG_TYPES))
+        p.wait_open()
+        self.db.orders.insert_one({"_id": 1, "bad": True})
+        self.db.orders.insert_one({"_id": 2, "total": 7})
+        # The next event is handled: the stream went on past the wrong one.
+        (r,) = p.wait_reports(1)
+        self.assertEqual(self.db["_fw_dlq"].count_documents({}), 1)
+        entry = self.db["_fw_dlq"].find_one({})
+        self.assertEqual(entry["error"]["type"], "MalformedEvent")
+        self.assertEqual(entry["error"]["message"],
+                         "change event field fullDocument is int, expected document or "
+                         "null; field documentKey is string, expected document (MongoDB's "
+                         "change-event schema)")
+        self.assertEqual(entry["attempts"], 0)
+        self.assertEqual(entry["operationType"], "INSERT")
+        # Whole, as it came: the wrong-typed fields and the rest.
+        raw = entry["rawEvent"]
+        self.assertEqual(raw["_id"], entry["resumeToken"])
+        self.assertEqual(raw["operationType"], "insert")
+        self.assertEqual(raw["documentKey"], "k1")
+        self.assertEqual(raw["fullDocument"], 5)
+        self.assertEqual(raw["ns"], {"db": self.db.name, "coll": "orders"})
+        # No handler saw it: the one report is the next event's.
+        self.assertEqual(p.reports(), [r])
+        self.assertNotEqual(r["id"], entry["eventId"])
+        self.assertEqual(p.count_log("unreadable change event", level="error"), 1)
+        self.wait_checkpoint("s", lambda cp: cp.get("lastProcessedToken", {}).get("_data") ==
+                             r["id"], what="checkpoint past both events")
+        self.assertEqual(p.stop(), 0)
+        # A replay refuses the entry, whose fields are still the wrong ones, naming them (in
+        # the order the replay rebuilds the event in), and leaves it for a correction by hand.
+        fixed = self.script("""
+            fw.stream { name = "s", collection = "orders", dlq = true,
+              on_insert = function(ctx) report({ replayed = true }) end }
+        """, "fixed.lua")
+        cp = run_cli(["dlq", "replay", fixed, "--uri", self.uri], timeout=60)
+        self.assertEqual(cp.returncode, 3, cp.stdout + cp.stderr)
+        self.assertIn("%s [s]: cannot be replayed: change event field documentKey is string, "
+                      "expected document; field fullDocument is int, expected document or null "
+                      "(MongoDB's change-event schema); left as it is" % entry["_id"], cp.stdout)
+        self.assertEqual(reports_of(cp), [])
+        self.assertEqual(self.db["_fw_dlq"].find_one({})["status"], "PENDING")
 
     def test_without_a_dlq_the_stream_stops_before_the_event(self):
         p = self.run_fw(self.script("""
