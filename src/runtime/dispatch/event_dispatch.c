@@ -17,6 +17,7 @@
 #include "flowwarden/dlq_entry.h"
 #include "flowwarden/log.h"
 #include "flowwarden/lua_call.h"
+#include "flowwarden/secrets.h"
 #include "runtime/stream/stream_worker-private.h"
 
 typedef enum { ACT_RETRY, ACT_DLQ, ACT_SKIP, ACT_DROP } action_t;
@@ -44,8 +45,10 @@ wall_ms_at (fw_stream_worker_t *w, int64_t mono_ns)
    return (mono_ns + w->wall_offset_ns) / 1000000;
 }
 
+/* Copies t[key] (a string, else "") into buf; with redact, the values of
+ * fw.env are hidden before the text is cut to len (secrets.h). */
 static void
-copy_field (lua_State *L, int t, const char *key, char *buf, size_t len)
+copy_field (lua_State *L, int t, const char *key, char *buf, size_t len, bool redact)
 {
    size_t n = 0;
    const char *s = NULL;
@@ -56,11 +59,13 @@ copy_field (lua_State *L, int t, const char *key, char *buf, size_t len)
       s = "";
       n = 0;
    }
-   if (n >= len) {
-      n = len - 1;
+   if (redact) {
+      fw_secrets_copy (buf, len, s, n);
+   } else {
+      n = n >= len ? len - 1 : n;
+      memcpy (buf, s, n);
+      buf[n] = '\0';
    }
-   memcpy (buf, s, n);
-   buf[n] = '\0';
    lua_pop (L, 1);
 }
 
@@ -184,10 +189,10 @@ decide (fw_stream_worker_t *w, int attempt, fw_lua_stop_t stop, decision_t *out)
    if (fw_lua_host_call (w->host, 6, 1, w->cfg.timeout_ms, &inner) && lua_istable (L, -1)) {
       int d = lua_gettop (L);
       char action[16];
-      copy_field (L, d, "action", action, sizeof action);
-      copy_field (L, d, "type", out->type, sizeof out->type);
-      copy_field (L, d, "message", out->message, sizeof out->message);
-      copy_field (L, d, "traceback", out->traceback, sizeof out->traceback);
+      copy_field (L, d, "action", action, sizeof action, false);
+      copy_field (L, d, "type", out->type, sizeof out->type, true);
+      copy_field (L, d, "message", out->message, sizeof out->message, true);
+      copy_field (L, d, "traceback", out->traceback, sizeof out->traceback, true);
       out->action = strcmp (action, "retry") == 0  ? ACT_RETRY
                     : strcmp (action, "dlq") == 0  ? ACT_DLQ
                     : strcmp (action, "skip") == 0 ? ACT_SKIP
