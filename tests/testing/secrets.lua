@@ -7,6 +7,9 @@ fw.stream {
   name = "s", database = "shop", collection = "orders", dlq = true, retry = { max_attempts = 1 },
   on_insert = function(ctx)
     fw.log.info("calling with", token, "in", region)
+    if ctx:full_document().send then
+      return ctx:send_to_dlq("sent aside, token " .. token)
+    end
     if ctx:full_document().typed then
       error(fw.error("Auth.Failed", "refused " .. token .. " in " .. region))
     end
