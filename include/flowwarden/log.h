@@ -51,7 +51,8 @@ typedef void (*fw_log_sink_t) (void *ud, fw_log_level_t level, const char *strea
  * stderr). Not for a process whose streams run: one thread at a time. */
 void fw_log_set_sink (fw_log_sink_t sink, void *ud);
 
-/* Writes one record. stream may be NULL. */
+/* Writes one record. stream may be NULL. The values a script read with
+ * fw.env are replaced in the message, sink's included (secrets.h). */
 void fw_log (fw_log_level_t level, const char *stream, const char *fmt, ...)
    __attribute__ ((format (printf, 3, 4)));
 

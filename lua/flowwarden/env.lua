@@ -1,16 +1,21 @@
 --[[
-flowwarden.env: fw.env(name [, default]), an environment variable for the
-script (typically read at load time, for tokens and hosts).
+flowwarden.env: fw.env(name [, default] [, opts]), an environment variable for
+the script (typically read at load time, for tokens and hosts).
 
   fw.env("HOOK_TOKEN")            the value; unset: an error that stops the load
   fw.env("HOOK_TOKEN", "dev")     the value, or "dev" when unset
   fw.env("HOOK_TOKEN", nil)       the value, or nil when unset (explicitly optional)
+  fw.env("REGION", { secret = false })          required, and not a secret
+  fw.env("REGION", "eu", { secret = false })    defaulted, and not a secret
 
-Values are never logged. Every non-empty string fw.env returns (the
-variable's value or the default) is remembered, per Lua state, in the set
-values() returns (value -> true), so the runtime can keep them out of logs.
-The set is the registry field "flowwarden.env_values" (C:
-lua_getfield(L, LUA_REGISTRYINDEX, "flowwarden.env_values")).
+Every value fw.env returns (the variable's value or the default) is a secret
+unless opts.secret is false: the runtime replaces it by "[redacted]" in
+every text it writes (log lines, DLQ entries, status, metrics labels, check
+output). Values shorter than 4 bytes are exempt (FW_SECRETS_MIN_LEN,
+include/flowwarden/secrets.h). The host gives M.register (the core's
+process-wide set); the secret values are also remembered per Lua state in
+the set values() returns (value -> true), the registry field
+"flowwarden.env_values".
 ]]
 
 local M = {}
@@ -33,30 +38,62 @@ function M.values()
   return set
 end
 
+-- Set by the host (flowwarden.core's secret): registers a value for
+-- redaction. nil under plain busted.
+M.register = nil
+
+-- The options of fw.env: { secret = boolean }.
+local function check_opts(name, opts)
+  if type(opts) ~= "table" then
+    error(string.format("fw.env: the options for %s must be a table, got %s", name, type(opts)), 3)
+  end
+  for k, v in pairs(opts) do
+    if k ~= "secret" then
+      error(string.format("fw.env: unknown option %s for %s (the option is secret)", tostring(k), name), 3)
+    end
+    if type(v) ~= "boolean" then
+      error(string.format("fw.env: option secret for %s must be a boolean, got %s", name, type(v)), 3)
+    end
+  end
+  return opts.secret ~= false
+end
+
 function M.env(...)
   local n = select("#", ...)
-  local name, default = ...
-  if n == 0 or n > 2 then
-    error(string.format("fw.env: expected (name [, default]), got %d arguments", n), 2)
+  local name, default, opts = ...
+  if n == 0 or n > 3 then
+    error(string.format("fw.env: expected (name [, default] [, opts]), got %d arguments", n), 2)
   end
   if type(name) ~= "string" or name == "" or name:find("[%z=]") then
     error(string.format("fw.env: name must be a non-empty string without '=', got %s",
       type(name) == "string" and string.format("%q", name) or type(name)), 2)
   end
-  if n == 2 and default ~= nil and type(default) ~= "string" then
+  local optional = n >= 2
+  if n == 2 and type(default) == "table" then
+    -- fw.env(name, opts): required, with options
+    opts, default, optional = default, nil, false
+  end
+  if default ~= nil and type(default) ~= "string" then
     error(string.format("fw.env: the default for %s must be a string or nil, got %s", name,
       type(default)), 2)
   end
+  local secret = true
+  if opts ~= nil then
+    secret = check_opts(name, opts)
+  end
   local value = M.getenv(name)
   if value == nil then
-    if n < 2 then
+    if not optional then
       error(string.format('fw.env: environment variable %s is not set (give a default: '
         .. 'fw.env("%s", "..."))', name, name), 2)
     end
     value = default
   end
-  if value ~= nil and value ~= "" then
+  if secret and value ~= nil and value ~= "" then
     M.values()[value] = true
+    if M.register then
+      M.register(value)
+    end
   end
   return value
 end

@@ -9,7 +9,7 @@ flowwarden: the module operator scripts load with require("flowwarden").
   fw.dlq.requeue { ... }, fw.dlq.evict()  what dlq.enqueue_policy may return
   fw.log.debug/info/warn/error(...)       log through the runtime
   fw.json.encode/decode        JSON and Extended JSON (flowwarden.json)
-  fw.env(name [, default])     an environment variable (flowwarden.env)
+  fw.env(name [, default] [, opts])  an environment variable, redacted (flowwarden.env)
 
 The C host adds its functions (fw.object_id, fw.date, fw.null, ...) by
 preloading a module "flowwarden.core" that returns a table; its fields are
@@ -108,6 +108,9 @@ local function load_core()
       fw.log.set_level(v)
     elseif k == "uri_check" or k == "admin_check" then
       -- flowwarden.config's, not the script's: it asks the core directly
+    elseif k == "secret" then
+      -- fw.env's: every value it returns is hidden in the runtime's output
+      require("flowwarden.env").register = v
     elseif fw[k] ~= nil then
       error(string.format("flowwarden.core: field %q collides with the Lua library's fw.%s", k, k), 0)
     else

@@ -1,6 +1,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>
@@ -9,6 +10,7 @@
 #include <bson/bson.h>
 
 #include "flowwarden/log.h"
+#include "flowwarden/secrets.h"
 
 static fw_log_level_t threshold = FW_LOG_INFO;
 static bool as_json = false;
@@ -76,6 +78,32 @@ fw_log_set_sink (fw_log_sink_t fn, void *ud)
    sink_ud = ud;
 }
 
+/* Formats into msg (len bytes) with the values of fw.env hidden. A message
+ * cut at len is formatted whole first, so no part of a secret that
+ * straddles the cut is shown. */
+static void
+format_redacted (char *msg, size_t len, const char *fmt, va_list ap)
+{
+   va_list again;
+   int n;
+
+   va_copy (again, ap);
+   n = vsnprintf (msg, len, fmt, ap);
+   if (fw_secrets_any () && n >= 0) {
+      char *whole = (size_t) n >= len ? malloc ((size_t) n + 1) : NULL;
+      if (whole) {
+         vsnprintf (whole, (size_t) n + 1, fmt, again);
+         fw_secrets_copy (msg, len, whole, (size_t) n);
+         free (whole);
+      } else if ((size_t) n >= len) {
+         snprintf (msg, len, "(a message too long to redact: out of memory)");
+      } else {
+         fw_secrets_redact_in_place (msg, len);
+      }
+   }
+   va_end (again);
+}
+
 void
 fw_log (fw_log_level_t level, const char *stream, const char *fmt, ...)
 {
@@ -88,7 +116,7 @@ fw_log (fw_log_level_t level, const char *stream, const char *fmt, ...)
    }
    format_time (when, sizeof when);
    va_start (ap, fmt);
-   vsnprintf (msg, sizeof msg, fmt, ap);
+   format_redacted (msg, sizeof msg, fmt, ap);
    va_end (ap);
 
    if (sink) {

@@ -10,6 +10,7 @@
 #include "flowwarden/bson_lua.h"
 #include "flowwarden/bson_view.h"
 #include "flowwarden/event_ctx.h"
+#include "flowwarden/secrets.h"
 
 #define CTX_MT "flowwarden.ctx"
 
@@ -336,11 +337,8 @@ ctx_send_to_dlq (lua_State *L)
                             "(add dlq = true to its declaration)",
                          d->stream_name);
    }
-   if (len >= sizeof d->dlq_reason) {
-      len = sizeof d->dlq_reason - 1;
-   }
-   memcpy (d->dlq_reason, reason, len);
-   d->dlq_reason[len] = '\0';
+   /* The reason becomes the entry's error.message: fw.env's values hidden. */
+   fw_secrets_copy (d->dlq_reason, sizeof d->dlq_reason, reason, len);
    d->dlq_requested = true;
    return 0;
 }

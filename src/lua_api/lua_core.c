@@ -16,6 +16,7 @@
 #include "flowwarden/lua_core.h"
 #include "flowwarden/metrics_lua.h"
 #include "flowwarden/mongo_lua.h"
+#include "flowwarden/secrets.h"
 #include "flowwarden/state_lua.h"
 
 #define STREAM_KEY "flowwarden.stream_name"
@@ -144,6 +145,19 @@ core_admin_check (lua_State *L)
    return 2;
 }
 
+/* core.secret(value): flowwarden.env registers each value fw.env returns
+ * (secrets.h); never the script's. */
+static int
+core_secret (lua_State *L)
+{
+   size_t n;
+   const char *value = luaL_checklstring (L, 1, &n);
+   if (!fw_secrets_add (value, n)) {
+      return luaL_error (L, "fw.env: out of memory remembering a secret");
+   }
+   return 0;
+}
+
 int
 fw_lua_core_open (lua_State *L)
 {
@@ -160,6 +174,8 @@ fw_lua_core_open (lua_State *L)
    lua_setfield (L, -2, "uri_check");
    lua_pushcfunction (L, core_admin_check);
    lua_setfield (L, -2, "admin_check");
+   lua_pushcfunction (L, core_secret);
+   lua_setfield (L, -2, "secret");
    /* fw.json encodes through lua-cjson, linked into the binary: a cjson.so
     * found on package.cpath would bring its own copy of Lua. */
    luaL_getsubtable (L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flowwarden/secrets.h"
 #include "strbuf.h"
 
 void
@@ -209,9 +210,16 @@ fw_utf8_valid (const char *s, size_t n)
 
 typedef enum { ESC_LABEL, ESC_HELP, ESC_JSON } esc_t;
 
+/* Appends s escaped for mode, with the values of fw.env hidden (label
+ * values, help and status strings all pass here). */
 static void
 append_escaped (fw_strbuf_t *b, const char *s, esc_t mode)
 {
+   char *owned = NULL;
+
+   if (fw_secrets_any ()) {
+      s = fw_secrets_redact (s, strlen (s), &owned, NULL);
+   }
    while (*s) {
       unsigned char c = (unsigned char) *s;
       int k = fw_utf8_sequence_length (s);
@@ -238,6 +246,7 @@ append_escaped (fw_strbuf_t *b, const char *s, esc_t mode)
       }
       s++;
    }
+   free (owned);
 }
 
 void

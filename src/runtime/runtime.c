@@ -23,6 +23,7 @@
 #include "flowwarden/metrics.h"
 #include "flowwarden/metrics_lua.h"
 #include "flowwarden/runtime.h"
+#include "flowwarden/secrets.h"
 #include "flowwarden/stream_worker.h"
 #include "runtime/runtime-private.h"
 
@@ -73,16 +74,22 @@ fw_runtime_check (const char *script)
    char *text;
    int rc = 1;
 
+   /* The values the script read with fw.env are hidden in what check
+    * prints (secrets.h): a load error may quote one, the description too. */
    if (!host) {
+      fw_secrets_redact_in_place (err.message, sizeof err.message);
       fprintf (stderr, "%s\n", err.message);
       return 1;
    }
    text = fw_lua_host_describe (host, &err);
    if (!text) {
+      fw_secrets_redact_in_place (err.message, sizeof err.message);
       fprintf (stderr, "%s\n", err.message);
    } else {
+      char *owned;
       printf ("script: %s (version %s)\n", script, fw_lua_host_version (host));
-      fputs (text, stdout);
+      fputs (fw_secrets_redact (text, strlen (text), &owned, NULL), stdout);
+      free (owned);
       free (text);
       rc = 0;
    }

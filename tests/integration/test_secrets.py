@@ -11,6 +11,7 @@ import http.server
 import json
 import socket
 import threading
+import urllib.request
 
 import fwtest
 from fwtest import StandInTestCase, clean_env, run_cli, with_credentials
@@ -167,6 +168,114 @@ class AuthenticatedServer(StandInTestCase):
         self.assert_no_secret(AUTH_PASSWORD)
 
 
+def get(port, path):
+    with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=30) as r:
+        return r.read().decode()
+
+
+# Issue 25, 1: a handler's own message quoting a value of fw.env. The token
+# must be absent and the marker present in each place flowwarden writes.
+HANDLER_SCRIPT = """
+    local token = fw.env("HOOK_TOKEN")
+    local region = fw.env("REGION", { secret = false })
+    local short = fw.env("SHORT")
+    local calls = fw.metrics.counter("hook_calls_total", "Hook calls, by token.",
+                                     { labels = { "token" } })
+    fw.stream {
+      name = "s", collection = "orders", dlq = true, retry = { max_attempts = 1 },
+      on_insert = function(ctx)
+        calls:inc(1, { token = token })
+        fw.log.info("calling with", token, "in", region, "as", short)
+        if ctx:full_document().typed then
+          error(fw.error("Auth.Failed", "refused " .. token .. " in " .. region))
+        end
+        error("cannot reach https://svc/?token=" .. token)
+      end,
+    }
+    fw.stream {
+      name = "doomed", collection = "c", pipeline = { { ["$x" .. token] = {} } },
+      restart = { max_attempts = 1, initial_delay = "50ms" },
+      on_insert = function(ctx) end,
+    }
+"""
+MARK = "[redacted]"
+
+
+class EnvValuesAreRedacted(StandInTestCase):
+
+    def env(self):
+        return clean_env({"HOOK_TOKEN": TOKEN, "REGION": "eu-west-1", "SHORT": "abc",
+                          "FLOWWARDEN_URI": self.uri})
+
+    def run_handlers(self, log_format):
+        script = self.script(HANDLER_SCRIPT)
+        p = self.run_fw(script, env=self.env(), log_format=log_format,
+                        extra=["--admin", "127.0.0.1:0"])
+        port = p.admin_port()
+        p.wait_log("STREAM STOPPED")          # doomed: its reason quotes the stage
+        p.wait_log("change stream open")      # s (doomed never opens)
+        self.db.orders.insert_many([{"_id": 1}, {"_id": 2, "typed": True}])
+        self.wait_for(lambda: self.db["_fw_dlq"].count_documents({"streamName": "s"}) == 2, 60,
+                      "two DLQ entries")
+        metrics = get(port, "/metrics")
+        status = get(port, "/v1/streams/doomed")
+        cli_status = run_cli(["status", "--admin", "http://127.0.0.1:%d" % port])
+        self.assertEqual(p.stop(), 0)
+        return p, metrics, status, cli_status
+
+    def check_dlq_entries(self):
+        entries = {e["_id"]: e for e in (doc | {"_id": doc["documentKey"]["_id"]}
+                                         for doc in self.db["_fw_dlq"].find({"streamName": "s"}))}
+        plain, typed = entries[1]["error"], entries[2]["error"]
+        self.assertEqual(plain["type"], "RuntimeError")
+        self.assertTrue(plain["message"].endswith("cannot reach https://svc/?token=" + MARK),
+                        plain["message"])
+        self.assertEqual(typed["type"], "Auth.Failed")
+        self.assertEqual(typed["message"], "refused %s in eu-west-1" % MARK)
+        for e in (plain, typed):
+            self.assertNotIn(TOKEN, e["message"] + e.get("stackTrace", ""))
+
+    def check_logs(self, p):
+        lines = "\n".join(p.raw_lines())
+        self.assertNotIn(TOKEN, lines)
+        dead = [line for line in p.raw_lines() if "dead-lettered" in line]
+        self.assertEqual(len(dead), 2, lines)
+        self.assertTrue(all(MARK in line for line in dead), dead)
+        self.assertIn("calling with %s in eu-west-1 as abc" % MARK, lines)
+        return lines
+
+    def test_a_handler_error_quoting_an_env_value_is_redacted_in_text_logs_and_the_dlq(self):
+        p, metrics, status, cli_status = self.run_handlers("text")
+        self.check_logs(p)
+        self.check_dlq_entries()
+        self.assert_no_secret(TOKEN)
+
+    def test_json_logs_status_and_metrics_labels_show_the_marker(self):
+        p, metrics, status, cli_status = self.run_handlers("json")
+        lines = self.check_logs(p)
+        self.assertIn('"msg" : "calling with %s in eu-west-1 as abc"' % MARK, lines)
+        self.check_dlq_entries()
+        self.assertIn('hook_calls_total{stream="s",token="%s"} 2' % MARK, metrics)
+        self.assertNotIn(TOKEN, metrics)
+        # Status carries no script text here but the error type; it is
+        # written by the same escaper as the labels (ops/strbuf.c).
+        self.assertEqual(json.loads(status)["state"], "failed")
+        self.assertIn("Auth.Failed", cli_status.stdout)
+        self.assertNotIn(TOKEN, status + cli_status.stdout + cli_status.stderr)
+        self.assert_no_secret(TOKEN)
+
+    def test_check_output_and_its_load_errors_hide_env_values(self):
+        script = self.script(HANDLER_SCRIPT)
+        check = run_cli(["check", script], env=self.env())
+        self.assertEqual(check.returncode, 0, check.stderr)
+        self.assertNotIn(TOKEN, check.stdout + check.stderr)
+        broken = self.script('error("bad token " .. fw.env("HOOK_TOKEN"))', "broken.lua")
+        check = run_cli(["check", broken], env=self.env())
+        self.assertEqual(check.returncode, 1)
+        self.assertIn("bad token " + MARK, check.stderr)
+        self.assertNotIn(TOKEN, check.stdout + check.stderr)
+
+
 class ScanFindsLeaks(StandInTestCase):
     """The scan must fail when a secret is there: else a clean run proves nothing."""
 
@@ -176,9 +285,11 @@ class ScanFindsLeaks(StandInTestCase):
             fw.stream {
               name = "s", collection = "orders", dlq = true,
               on_insert = function(ctx)
-                fw.log.info("token", fw.env("LEAK"))
-                fw.log.info("encoded", fw.env("LEAK_URL"))
-                error(fw.error("Validation", "token " .. fw.env("LEAK")))
+                -- secret = false: else flowwarden hides them and nothing leaks
+                local leak = fw.env("LEAK", { secret = false })
+                fw.log.info("token", leak)
+                fw.log.info("encoded", fw.env("LEAK_URL", { secret = false }))
+                error(fw.error("Validation", "token " .. leak))
               end,
             }
         """)

@@ -24,8 +24,47 @@ describe("fw.env", function()
     assert.are.equal(set, env.env("HOME", nil))
   end)
 
+  it("registers secret values with the host, not the ones marked secret = false", function()
+    local registered = {}
+    env.register = function(v) registered[#registered + 1] = v end
+    local saved = env.getenv
+    env.getenv = function(name)
+      return ({ TOKEN = "tok-1", REGION = "eu-west-1", HOST = "db.internal" })[name]
+    end
+    local ok, err = pcall(function()
+      assert.are.equal("tok-1", env.env("TOKEN"))
+      assert.are.equal("eu-west-1", env.env("REGION", { secret = false }))
+      assert.are.equal("db.internal", env.env("HOST", "localhost", { secret = false }))
+      assert.are.equal("dflt-2", env.env(unset, "dflt-2", { secret = true }))
+      assert.are.equal("dflt-3", env.env(unset, "dflt-3", nil))
+      assert.is_nil(env.env(unset, nil, { secret = false }))
+    end)
+    env.register, env.getenv = nil, saved
+    assert(ok, err)
+    assert.are.same({ "tok-1", "dflt-2", "dflt-3" }, registered)
+    assert.is_nil(env.values()["eu-west-1"])
+    assert.is_true(env.values()["tok-1"])
+  end)
+
+  it("with options but no default, the variable is still required", function()
+    assert.has_error(function() env.env(unset, { secret = false }) end,
+      'fw.env: environment variable ' .. unset .. ' is not set (give a default: fw.env("'
+        .. unset .. '", "..."))')
+  end)
+
+  it("rejects bad options", function()
+    assert.has_error(function() env.env("HOME", nil, { secrets = false }) end,
+      "fw.env: unknown option secrets for HOME (the option is secret)")
+    assert.has_error(function() env.env("HOME", nil, { secret = "no" }) end,
+      "fw.env: option secret for HOME must be a boolean, got string")
+    assert.has_error(function() env.env("HOME", nil, "x") end,
+      "fw.env: the options for HOME must be a table, got string")
+  end)
+
   it("rejects bad arguments", function()
-    assert.has_error(function() env.env() end, "fw.env: expected (name [, default]), got 0 arguments")
+    assert.has_error(function() env.env() end, "fw.env: expected (name [, default] [, opts]), got 0 arguments")
+    assert.has_error(function() env.env("X", nil, {}, 1) end,
+      "fw.env: expected (name [, default] [, opts]), got 4 arguments")
     assert.has_error(function() env.env(5) end,
       "fw.env: name must be a non-empty string without '=', got number")
     assert.has_error(function() env.env("X", 5) end, "fw.env: the default for X must be a string or nil, got number")

@@ -17,6 +17,7 @@
 #include "flowwarden/dlq_entry.h"
 #include "flowwarden/log.h"
 #include "flowwarden/lua_call.h"
+#include "flowwarden/secrets.h"
 #include "runtime/dispatch/dispatcher-private.h"
 
 typedef enum { ACT_RETRY, ACT_DLQ, ACT_SKIP, ACT_DROP } action_t;
@@ -44,8 +45,10 @@ wall_ms_at (fw_dispatcher_t *d, int64_t mono_ns)
    return (mono_ns + d->wall.offset_ns) / 1000000;
 }
 
+/* Copies t[key] (a string, else "") into buf; with redact, the values of
+ * fw.env are hidden before the text is cut to len (secrets.h). */
 static void
-copy_field (lua_State *L, int t, const char *key, char *buf, size_t len)
+copy_field (lua_State *L, int t, const char *key, char *buf, size_t len, bool redact)
 {
    size_t n = 0;
    const char *s = NULL;
@@ -56,11 +59,13 @@ copy_field (lua_State *L, int t, const char *key, char *buf, size_t len)
       s = "";
       n = 0;
    }
-   if (n >= len) {
-      n = len - 1;
+   if (redact) {
+      fw_secrets_copy (buf, len, s, n);
+   } else {
+      n = n >= len ? len - 1 : n;
+      memcpy (buf, s, n);
+      buf[n] = '\0';
    }
-   memcpy (buf, s, n);
-   buf[n] = '\0';
    lua_pop (L, 1);
 }
 
@@ -182,12 +187,12 @@ decide (fw_dispatcher_t *d, int attempt, fw_lua_stop_t stop, decision_t *out)
    lua_pushvalue (L, value);
    push_string_or_nil (L, has_on_error && !on_error_ok ? stop_name (inner) : NULL);
    if (fw_lua_host_call (d->prog.host, 6, 1, d->prog.cfg.timeout_ms, &inner) && lua_istable (L, -1)) {
-      int dec = lua_gettop (L);
+      int answer = lua_gettop (L);
       char action[16];
-      copy_field (L, dec, "action", action, sizeof action);
-      copy_field (L, dec, "type", out->type, sizeof out->type);
-      copy_field (L, dec, "message", out->message, sizeof out->message);
-      copy_field (L, dec, "traceback", out->traceback, sizeof out->traceback);
+      copy_field (L, answer, "action", action, sizeof action, false);
+      copy_field (L, answer, "type", out->type, sizeof out->type, true);
+      copy_field (L, answer, "message", out->message, sizeof out->message, true);
+      copy_field (L, answer, "traceback", out->traceback, sizeof out->traceback, true);
       out->action = strcmp (action, "retry") == 0  ? ACT_RETRY
                     : strcmp (action, "dlq") == 0  ? ACT_DLQ
                     : strcmp (action, "skip") == 0 ? ACT_SKIP
