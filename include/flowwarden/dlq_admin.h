@@ -20,24 +20,8 @@
 
 #include <mongoc/mongoc.h>
 
+#include "flowwarden/dlq_store.h"
 #include "flowwarden/error.h"
-
-#define FW_DLQ_MAX_IDS 64
-
-/* The filters every `flowwarden dlq` verb shares. Strings are borrowed
- * (usually argv). Zero/NULL fields filter nothing. */
-typedef struct {
-   const char *stream;           /* --stream NAME */
-   const char *status;           /* --status S: PENDING, REPROCESSING, RESOLVED, DISCARDED;
-                                  * may be a comma-separated list */
-   const char *error_type;       /* --error-type T: T and its subtypes (T.*) */
-   int64_t since_ms;             /* --since: createdAt >= (ms since the epoch); 0 = none */
-   int64_t until_ms;             /* --until: createdAt < ; 0 = none */
-   const char *ids[FW_DLQ_MAX_IDS]; /* --id ID, repeatable */
-   int n_ids;
-   int64_t limit;                /* --limit N; 0 = none */
-   const char *filter_json;      /* --filter JSON: Extended JSON query, ANDed with the rest */
-} fw_dlq_filter_t;
 
 /*
  * Appends the MongoDB query selecting filter's entries to query (an

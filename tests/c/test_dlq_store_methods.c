@@ -1,0 +1,298 @@
+/*
+ * test_dlq_store_methods.c - the DLQ store's reading and changing methods
+ * (dlq_store.h) on the in-memory store: the filters of `flowwarden dlq`,
+ * oldest first; the tally's groups; discard, purge and put; the sequences'
+ * documents and waiting groups. The MongoDB store's answers are what the
+ * integration tests of `flowwarden dlq` check.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "flowwarden/dlq_store.h"
+
+static int
+setup (void **state)
+{
+   fw_error_t err;
+   *state = fw_dlq_store_memory_new (&err);
+   return *state ? 0 : -1;
+}
+
+static int
+teardown (void **state)
+{
+   fw_dlq_store_destroy (*state);
+   return 0;
+}
+
+/* An entry; error_type NULL: no error (parked when seq is set). */
+static void
+put (fw_dlq_store_t *store, const char *id, const char *stream, const char *status,
+     const char *error_type, int64_t created_ms, const char *seq, int64_t seq_index)
+{
+   bson_t e = BSON_INITIALIZER;
+   fw_error_t err;
+   bool inserted;
+   BSON_APPEND_UTF8 (&e, "_id", id);
+   BSON_APPEND_UTF8 (&e, "streamName", stream);
+   BSON_APPEND_UTF8 (&e, "status", status);
+   if (error_type) {
+      BCON_APPEND (&e, "error", "{", "type", BCON_UTF8 (error_type), "}");
+   }
+   BSON_APPEND_DATE_TIME (&e, "createdAt", created_ms);
+   BCON_APPEND (&e, "fullDocument", "{", "secret", BCON_UTF8 ("x"), "}");
+   if (seq) {
+      BSON_APPEND_UTF8 (&e, "sequenceId", seq);
+      BSON_APPEND_INT64 (&e, "sequenceIndex", seq_index);
+   }
+   assert_true (store->put (store, &e, &inserted, &err));
+   assert_true (inserted);
+   bson_destroy (&e);
+}
+
+typedef struct {
+   char ids[256];
+   bool saw_document;
+} seen_t;
+
+static bool
+note_id (const bson_t *entry, void *ud, fw_error_t *error)
+{
+   seen_t *s = ud;
+   bson_iter_t it;
+   (void) error;
+   if (bson_iter_init_find (&it, entry, "_id")) {
+      strcat (s->ids, bson_iter_utf8 (&it, NULL));
+      strcat (s->ids, " ");
+   }
+   s->saw_document |= bson_iter_init_find (&it, entry, "fullDocument");
+   return true;
+}
+
+static void
+query_ids (fw_dlq_store_t *store, const fw_dlq_query_t *q, const char *want)
+{
+   seen_t s = {{0}, false};
+   fw_error_t err;
+   assert_true (store->query (store, q, note_id, &s, &err));
+   assert_string_equal (s.ids, want);
+   assert_int_equal (s.saw_document, q->with_documents);
+}
+
+static void
+three (fw_dlq_store_t *store)
+{
+   put (store, "c", "s", "PENDING", "Net.Timeout", 3000, NULL, 0);
+   put (store, "a", "s", "RESOLVED", "Net", 1000, NULL, 0);
+   put (store, "b", "t", "PENDING", "Network", 2000, NULL, 0);
+}
+
+static void
+query_filters_oldest_first_without_documents (void **state)
+{
+   fw_dlq_store_t *store = *state;
+   fw_dlq_filter_t f = {0};
+   fw_dlq_query_t q = {&f, NULL, NULL, 0, false};
+
+   three (store);
+   query_ids (store, &q, "a b c ");
+   f.stream = "s";
+   query_ids (store, &q, "a c ");
+   f.stream = NULL;
+   f.status = "pending";
+   query_ids (store, &q, "b c ");
+   f.status = NULL;
+   q.default_status = "RESOLVED";
+   query_ids (store, &q, "a ");
+   q.default_status = NULL;
+   f.error_type = "Net"; /* Net and Net.*, not Network */
+   query_ids (store, &q, "a c ");
+   f.error_type = NULL;
+   f.since_ms = 2000;
+   f.until_ms = 3000;
+   q.with_documents = true;
+   query_ids (store, &q, "b ");
+   f.since_ms = f.until_ms = 0;
+   q.limit = 2;
+   query_ids (store, &q, "a b ");
+}
+
+static void
+query_refuses_a_bad_status_and_a_mongodb_filter (void **state)
+{
+   fw_dlq_store_t *store = *state;
+   fw_dlq_filter_t f = {0};
+   fw_dlq_query_t q = {&f, NULL, NULL, 0, false};
+   seen_t s = {{0}, false};
+   fw_error_t err;
+
+   three (store);
+   f.status = "PENDING,LOST";
+   assert_false (store->query (store, &q, note_id, &s, &err));
+   assert_non_null (strstr (err.message, "unknown status \"LOST\""));
+   f.status = NULL;
+   f.filter_json = "{\"attempts\": 3}";
+   assert_false (store->query (store, &q, note_id, &s, &err));
+   assert_non_null (strstr (err.message, "--filter"));
+}
+
+static bool
+note_group (const fw_dlq_group_t *g, void *ud, fw_error_t *error)
+{
+   char *out = ud;
+   char line[128];
+   (void) error;
+   snprintf (line, sizeof line, "%s/%s/%s%s=%lld ", g->stream, g->status, g->error_type,
+             g->parked ? "(parked)" : "", (long long) g->n);
+   strcat (out, line);
+   return true;
+}
+
+static void
+tally_groups_and_finds_the_oldest_pending (void **state)
+{
+   fw_dlq_store_t *store = *state;
+   fw_dlq_query_t q = {0};
+   char out[512] = "";
+   int64_t oldest = INT64_MAX, count, oldest_ms;
+   fw_error_t err;
+
+   three (store);
+   put (store, "d", "s", "PENDING", "Net.Timeout", 4000, NULL, 0);
+   put (store, "e", "s", "PENDING", NULL, 5000, "\"k\"", 1);
+   assert_true (store->tally (store, &q, note_group, out, &oldest, &err));
+   /* In the order of each group's oldest entry. */
+   assert_string_equal (out, "s/RESOLVED/Net=1 t/PENDING/Network=1 s/PENDING/Net.Timeout=2 "
+                             "s/PENDING/?(parked)=1 ");
+   assert_int_equal (oldest, 2000);
+   assert_true (store->pending (store, "s", &count, &oldest_ms, &err));
+   assert_int_equal (count, 3);
+   assert_int_equal (oldest_ms, 3000);
+   assert_true (store->pending (store, "none", &count, &oldest_ms, &err));
+   assert_int_equal (count, 0);
+   assert_int_equal (oldest_ms, 0);
+}
+
+static void
+discard_and_purge_touch_only_the_selected_ids_still_matching (void **state)
+{
+   fw_dlq_store_t *store = *state;
+   fw_dlq_filter_t f = {0};
+   bson_t *ids = BCON_NEW ("0", BCON_UTF8 ("a"), "1", BCON_UTF8 ("c"));
+   fw_dlq_query_t q = {&f, "PENDING", ids, 0, false};
+   bson_t entry;
+   bool found;
+   int64_t n;
+   fw_error_t err;
+   char *json;
+
+   three (store);
+   assert_true (store->discard (store, &q, "bad data", "ops@host", 9000, &n, &err));
+   assert_int_equal (n, 1); /* a is RESOLVED: not selected */
+   assert_true (store->find_by_id (store, "c", &entry, &found, &err));
+   assert_true (found);
+   json = bson_as_relaxed_extended_json (&entry, NULL);
+   assert_non_null (strstr (json, "\"status\" : \"DISCARDED\""));
+   assert_non_null (strstr (json, "\"discardReason\" : \"bad data\""));
+   assert_non_null (strstr (json, "\"action\" : \"discarded\", \"actor\" : \"ops@host\""));
+   bson_free (json);
+   bson_destroy (&entry);
+
+   q.default_status = NULL;
+   assert_true (store->purge (store, &q, &n, &err));
+   assert_int_equal (n, 2);
+   assert_true (store->count (store, NULL, &n, &err));
+   assert_int_equal (n, 1);
+   bson_destroy (ids);
+}
+
+static void
+put_replaces_an_entry_with_the_same_id (void **state)
+{
+   fw_dlq_store_t *store = *state;
+   bson_t *e = BCON_NEW ("_id", BCON_UTF8 ("a"), "streamName", BCON_UTF8 ("s"), "status",
+                         BCON_UTF8 ("DISCARDED"));
+   bson_t *no_id = BCON_NEW ("streamName", BCON_UTF8 ("s"));
+   bool inserted = true;
+   int64_t n;
+   fw_error_t err;
+
+   three (store);
+   assert_true (store->put (store, e, &inserted, &err));
+   assert_false (inserted);
+   assert_true (store->count (store, NULL, &n, &err));
+   assert_int_equal (n, 3);
+   assert_false (store->put (store, no_id, &inserted, &err));
+   bson_destroy (e);
+   bson_destroy (no_id);
+}
+
+static bool
+note_json (const bson_t *doc, void *ud, fw_error_t *error)
+{
+   char *json = bson_as_relaxed_extended_json (doc, NULL);
+   (void) error;
+   strcat (ud, json);
+   strcat (ud, "\n");
+   bson_free (json);
+   return true;
+}
+
+static void
+sequences_list_documents_and_waiting_groups (void **state)
+{
+   fw_dlq_store_t *store = *state;
+   bson_t *ids = BCON_NEW ("0", BCON_UTF8 ("\"k2\""));
+   char out[2048] = "";
+   int64_t index;
+   fw_seq_take_t taken;
+   bool closed;
+   fw_error_t err;
+
+   assert_true (store->seq_take (store, "s", "\"k1\"", true, &index, &taken, &err));
+   assert_true (store->seq_take (store, "s", "\"k2\"", true, &index, &taken, &err));
+   assert_true (store->seq_settle (store, "s", "\"k2\"", &err));
+   assert_true (store->seq_close (store, "s", "\"k2\"", 1, &closed, &err));
+   assert_true (closed);
+   assert_true (store->seq_list (store, "s", NULL, note_json, out, &err));
+   assert_null (strstr (out, "k2"));
+   assert_non_null (strstr (out, "k1"));
+   out[0] = '\0';
+   assert_true (store->seq_list (store, "s", ids, note_json, out, &err));
+   assert_non_null (strstr (out, "k2"));
+
+   put (store, "h2", "s", "PENDING", NULL, 2000, "\"k1\"", 1);
+   put (store, "h1", "s", "PENDING", "E", 1000, "\"k1\"", 0);
+   put (store, "x", "s", "RESOLVED", "E", 500, "\"k1\"", 2);
+   out[0] = '\0';
+   assert_true (store->seq_waiting (store, NULL, note_json, out, &err));
+   assert_string_equal (out, "{ \"_id\" : { \"s\" : \"s\", \"q\" : \"\\\"k1\\\"\" }, \"n\" : 2, "
+                             "\"head\" : \"h1\", \"sequenceIndex\" : 0, \"status\" : "
+                             "\"PENDING\", \"error\" : { \"type\" : \"E\" }, \"createdAt\" : "
+                             "{ \"$date\" : \"1970-01-01T00:00:01Z\" } }\n");
+   bson_destroy (ids);
+}
+
+int
+main (void)
+{
+   const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown (query_filters_oldest_first_without_documents, setup,
+                                       teardown),
+      cmocka_unit_test_setup_teardown (query_refuses_a_bad_status_and_a_mongodb_filter, setup,
+                                       teardown),
+      cmocka_unit_test_setup_teardown (tally_groups_and_finds_the_oldest_pending, setup,
+                                       teardown),
+      cmocka_unit_test_setup_teardown (
+         discard_and_purge_touch_only_the_selected_ids_still_matching, setup, teardown),
+      cmocka_unit_test_setup_teardown (put_replaces_an_entry_with_the_same_id, setup, teardown),
+      cmocka_unit_test_setup_teardown (sequences_list_documents_and_waiting_groups, setup,
+                                       teardown),
+   };
+   return cmocka_run_group_tests (tests, NULL, NULL);
+}
