@@ -32,6 +32,11 @@
 bool fw_dlq_filter_to_query (const fw_dlq_filter_t *filter, const char *default_status,
                              bson_t *query, fw_error_t *error);
 
+/* Whether filter is valid (a known status, a --filter that is a JSON
+ * object): false with error filled as fw_dlq_filter_to_query does. */
+bool fw_dlq_filter_check (const fw_dlq_filter_t *filter, const char *default_status,
+                          fw_error_t *error);
+
 /*
  * Applies one filter option of the command line to filter: name is its long
  * name without dashes ("stream", "status", "error-type", "since", "until",
@@ -92,13 +97,6 @@ bool fw_dlq_admin_restrict (fw_dlq_admin_t *admin, const char *stream, fw_error_
 
 /* The target stream name writes to, or NULL. Borrowed. */
 const fw_dlq_target_t *fw_dlq_admin_target_of (const fw_dlq_admin_t *admin, const char *stream);
-
-/*
- * The collection of target i on a client of its URI (created on first use,
- * owned by the admin; the collection is the caller's: mongoc_collection_destroy).
- * NULL with error filled when libmongoc rejects the URI.
- */
-mongoc_collection_t *fw_dlq_admin_collection (fw_dlq_admin_t *admin, int i, fw_error_t *error);
 
 /* Called for every entry found; entry is borrowed for the call. Returning
  * false stops the search (the visitor fills error). */

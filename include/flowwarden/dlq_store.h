@@ -81,6 +81,18 @@ typedef struct {
 
 typedef bool (*fw_dlq_group_fn) (const fw_dlq_group_t *group, void *ud, fw_error_t *error);
 
+/* A sequence's record (dlq_sequence.h), as a store lists it; the strings are
+ * borrowed for the call, "?" when a record edited by hand lacks them. */
+typedef struct {
+   const char *stream;
+   const char *id;
+   int open; /* 1, 0, or -1: missing or not a bool */
+   int64_t next;
+   int64_t inflight;
+} fw_dlq_seq_t;
+
+typedef bool (*fw_dlq_seq_fn) (const fw_dlq_seq_t *seq, void *ud, fw_error_t *error);
+
 typedef struct fw_dlq_store fw_dlq_store_t;
 
 /*
@@ -116,6 +128,15 @@ struct fw_dlq_store {
    /* Visits the entries q selects, oldest first, at most q->limit. */
    bool (*query) (fw_dlq_store_t *store, const fw_dlq_query_t *q, fw_dlq_entry_fn visit,
                   void *ud, fw_error_t *error);
+   /* What a replay may claim: the entries q selects, of sequence (NULL: in
+    * any sequence or none; with in_sequence, only entries in a sequence),
+    * but no entry a live replay holds (REPROCESSING with claimedUntil not
+    * before now_ms). Oldest clusterTime first (then createdAt, _id), at most
+    * q->limit; each entry visited has at least _id, clusterTime, createdAt
+    * and sequenceId (those it has). */
+   bool (*claimable) (fw_dlq_store_t *store, const fw_dlq_query_t *q, const char *sequence,
+                      bool in_sequence, int64_t now_ms, fw_dlq_entry_fn visit, void *ud,
+                      fw_error_t *error);
    /* Visits the groups of the entries q selects (q->limit ignored), and
     * lowers *oldest_pending_ms (the caller's, left alone when nothing is
     * older) to the createdAt of the oldest selected PENDING entry with a
@@ -162,13 +183,11 @@ struct fw_dlq_store {
    /* The sequence's entries still waiting (PENDING or REPROCESSING). */
    bool (*seq_size) (fw_dlq_store_t *store, const char *stream, const char *id, int64_t *out,
                      fw_error_t *error);
-   /* Visits the sequence documents of stream (all streams when NULL) that
-    * are not closed (open is not false), and those whose sequenceId is in
-    * ids (an array of strings, borrowed; NULL: none): { streamName,
-    * sequenceId, open, next, inflight, ... } as stored (a document edited by
-    * hand may lack any of them), borrowed for the call. */
+   /* Visits the sequences of stream (all streams when NULL) that are not
+    * closed (open is not false), and those whose sequenceId is in ids (an
+    * array of strings, borrowed; NULL: none). */
    bool (*seq_list) (fw_dlq_store_t *store, const char *stream, const bson_t *ids,
-                     fw_dlq_entry_fn visit, void *ud, fw_error_t *error);
+                     fw_dlq_seq_fn visit, void *ud, fw_error_t *error);
    /* Visits one group per sequence of stream (all when NULL) with waiting
     * entries (PENDING or REPROCESSING, with a string sequenceId), by
     * (stream, sequenceId), borrowed for the call: { _id: { s: stream, q:

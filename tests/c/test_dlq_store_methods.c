@@ -243,6 +243,17 @@ note_json (const bson_t *doc, void *ud, fw_error_t *error)
    return true;
 }
 
+static bool
+note_seq (const fw_dlq_seq_t *seq, void *ud, fw_error_t *error)
+{
+   char line[128];
+   (void) error;
+   snprintf (line, sizeof line, "%s/%s open=%d next=%lld inflight=%lld\n", seq->stream, seq->id,
+             seq->open, (long long) seq->next, (long long) seq->inflight);
+   strcat (ud, line);
+   return true;
+}
+
 static void
 sequences_list_documents_and_waiting_groups (void **state)
 {
@@ -259,12 +270,15 @@ sequences_list_documents_and_waiting_groups (void **state)
    assert_true (store->seq_settle (store, "s", "\"k2\"", &err));
    assert_true (store->seq_close (store, "s", "\"k2\"", 1, &closed, &err));
    assert_true (closed);
-   assert_true (store->seq_list (store, "s", NULL, note_json, out, &err));
-   assert_null (strstr (out, "k2"));
-   assert_non_null (strstr (out, "k1"));
+   assert_true (store->seq_list (store, "s", NULL, note_seq, out, &err));
+   assert_string_equal (out, "s/\"k1\" open=1 next=1 inflight=1\n");
    out[0] = '\0';
-   assert_true (store->seq_list (store, "s", ids, note_json, out, &err));
-   assert_non_null (strstr (out, "k2"));
+   assert_true (store->seq_list (store, "s", ids, note_seq, out, &err));
+   assert_string_equal (out, "s/\"k1\" open=1 next=1 inflight=1\n"
+                             "s/\"k2\" open=0 next=1 inflight=0\n");
+   out[0] = '\0';
+   assert_true (store->seq_list (store, "t", ids, note_seq, out, &err));
+   assert_string_equal (out, "");
 
    put (store, "h2", "s", "PENDING", NULL, 2000, "\"k1\"", 1);
    put (store, "h1", "s", "PENDING", "E", 1000, "\"k1\"", 0);
@@ -276,6 +290,55 @@ sequences_list_documents_and_waiting_groups (void **state)
                              "\"PENDING\", \"error\" : { \"type\" : \"E\" }, \"createdAt\" : "
                              "{ \"$date\" : \"1970-01-01T00:00:01Z\" } }\n");
    bson_destroy (ids);
+}
+
+/* An entry of stream s with a clusterTime and, when claimed_until is set,
+ * held by a replay until then. */
+static void
+put_claim (fw_dlq_store_t *store, const char *id, uint32_t ct, const char *seq,
+           int64_t claimed_until)
+{
+   bson_t *e = BCON_NEW ("_id", BCON_UTF8 (id), "streamName", BCON_UTF8 ("s"), "status",
+                         BCON_UTF8 (claimed_until ? "REPROCESSING" : "PENDING"), "clusterTime",
+                         BCON_TIMESTAMP (ct, 1), "createdAt", BCON_DATE_TIME (1000 - ct));
+   bool inserted;
+   fw_error_t err;
+   if (seq) {
+      BSON_APPEND_UTF8 (e, "sequenceId", seq);
+   }
+   if (claimed_until) {
+      BSON_APPEND_DATE_TIME (e, "claimedUntil", claimed_until);
+   }
+   assert_true (store->put (store, e, &inserted, &err));
+   bson_destroy (e);
+}
+
+static void
+claim_ids (fw_dlq_store_t *store, const fw_dlq_query_t *q, const char *seq, bool in_seq,
+           const char *want)
+{
+   seen_t s = {{0}, false};
+   fw_error_t err;
+   assert_true (store->claimable (store, q, seq, in_seq, 5000, note_id, &s, &err));
+   assert_string_equal (s.ids, want);
+}
+
+static void
+claimable_leaves_live_claims_out_oldest_cluster_time_first (void **state)
+{
+   fw_dlq_store_t *store = *state;
+   fw_dlq_filter_t f = {0};
+   fw_dlq_query_t q = {&f, "PENDING,REPROCESSING", NULL, 0, false};
+
+   put_claim (store, "late", 30, NULL, 0);
+   put_claim (store, "early", 10, "\"k\"", 0);
+   put_claim (store, "held", 5, NULL, 9000);   /* a live claim */
+   put_claim (store, "expired", 20, "\"j\"", 4000);
+   claim_ids (store, &q, NULL, false, "early expired late ");
+   claim_ids (store, &q, NULL, true, "early expired ");
+   claim_ids (store, &q, "\"j\"", false, "expired ");
+   q.limit = 1;
+   claim_ids (store, &q, NULL, false, "early ");
 }
 
 int
@@ -293,6 +356,8 @@ main (void)
       cmocka_unit_test_setup_teardown (put_replaces_an_entry_with_the_same_id, setup, teardown),
       cmocka_unit_test_setup_teardown (sequences_list_documents_and_waiting_groups, setup,
                                        teardown),
+      cmocka_unit_test_setup_teardown (claimable_leaves_live_claims_out_oldest_cluster_time_first,
+                                       setup, teardown),
    };
    return cmocka_run_group_tests (tests, NULL, NULL);
 }

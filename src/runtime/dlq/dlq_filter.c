@@ -399,3 +399,13 @@ fw_dlq_query_matches (const fw_dlq_query_t *q, const bson_t *entry, bool *match,
             (!q->ids || id_in (entry, q->ids));
    return true;
 }
+
+bool
+fw_dlq_filter_check (const fw_dlq_filter_t *filter, const char *default_status,
+                     fw_error_t *error)
+{
+   bson_t scratch = BSON_INITIALIZER;
+   bool ok = fw_dlq_filter_to_query (filter, default_status, &scratch, error);
+   bson_destroy (&scratch);
+   return ok;
+}

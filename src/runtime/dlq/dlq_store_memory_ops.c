@@ -108,6 +108,73 @@ memory_query (fw_dlq_store_t *store, const fw_dlq_query_t *q, fw_dlq_entry_fn vi
    return ok;
 }
 
+/* Whether a replay may claim entry: of sequence (or, with in_sequence, of
+ * one), and not held by a live claim. */
+static bool
+claimable_entry (const bson_t *entry, const char *sequence, bool in_sequence, int64_t now_ms)
+{
+   const char *status = utf8_field (entry, "status");
+   const char *seq = utf8_field (entry, "sequenceId");
+   bson_iter_t it;
+   bool expired = bson_iter_init_find (&it, entry, "claimedUntil") &&
+                  BSON_ITER_HOLDS_DATE_TIME (&it) && bson_iter_date_time (&it) < now_ms;
+
+   if (sequence ? !seq || strcmp (seq, sequence) != 0
+                : in_sequence && !bson_iter_init_find (&it, entry, "sequenceId")) {
+      return false;
+   }
+   return !status || strcmp (status, "REPROCESSING") != 0 || expired;
+}
+
+/* clusterTime (missing first), then createdAt and _id. */
+static int
+by_cluster_time (const void *a, const void *b)
+{
+   const bson_t *x = *(bson_t *const *) a, *y = *(bson_t *const *) b;
+   uint32_t tx = 0, ix = 0, ty = 0, iy = 0;
+   bson_iter_t it;
+   if (bson_iter_init_find (&it, x, "clusterTime") && BSON_ITER_HOLDS_TIMESTAMP (&it)) {
+      bson_iter_timestamp (&it, &tx, &ix);
+   }
+   if (bson_iter_init_find (&it, y, "clusterTime") && BSON_ITER_HOLDS_TIMESTAMP (&it)) {
+      bson_iter_timestamp (&it, &ty, &iy);
+   }
+   if (tx != ty || ix != iy) {
+      return tx < ty || (tx == ty && ix < iy) ? -1 : 1;
+   }
+   return oldest_first (a, b);
+}
+
+static bool
+memory_claimable (fw_dlq_store_t *store, const fw_dlq_query_t *q, const char *sequence,
+                  bool in_sequence, int64_t now_ms, fw_dlq_entry_fn visit, void *ud,
+                  fw_error_t *error)
+{
+   fw_dlq_query_t all = *q;
+   copies_t c;
+   size_t n = 0;
+   bool ok;
+
+   all.limit = 0;
+   ok = select_copies ((fw_memory_store_t *) store, &all, &c, error);
+   for (size_t i = 0; ok && i < c.n; i++) {
+      if (claimable_entry (c.v[i], sequence, in_sequence, now_ms)) {
+         c.v[n++] = c.v[i];
+      } else {
+         bson_destroy (c.v[i]);
+      }
+   }
+   c.n = ok ? n : c.n;
+   if (ok && n > 1) {
+      qsort (c.v, n, sizeof *c.v, by_cluster_time);
+   }
+   for (size_t i = 0; ok && i < n && (q->limit <= 0 || (int64_t) i < q->limit); i++) {
+      ok = visit (c.v[i], ud, error);
+   }
+   copies_free (&c);
+   return ok;
+}
+
 static bool
 memory_pending (fw_dlq_store_t *store, const char *stream, int64_t *count, int64_t *oldest_ms,
                 fw_error_t *error)
@@ -318,33 +385,74 @@ memory_purge (fw_dlq_store_t *store, const fw_dlq_query_t *q, int64_t *touched,
 /* --- the sequences' documents and waiting entries --------------------------- */
 
 static bool
-memory_seq_list (fw_dlq_store_t *store, const char *stream, const bson_t *ids,
-                 fw_dlq_entry_fn visit, void *ud, fw_error_t *error)
+id_listed (const bson_t *ids, const char *id)
 {
-   fw_dlq_store_t *s = store;
-   bson_t all;
-   bson_iter_t it, d;
-   bool ok = fw_dlq_store_memory_sequences (s, stream, &all) && bson_iter_init (&it, &all);
+   bson_iter_t it;
+   if (!ids || !bson_iter_init (&it, ids)) {
+      return false;
+   }
+   while (bson_iter_next (&it)) {
+      if (BSON_ITER_HOLDS_UTF8 (&it) && strcmp (bson_iter_utf8 (&it, NULL), id) == 0) {
+         return true;
+      }
+   }
+   return false;
+}
 
-   while (ok && bson_iter_next (&it)) {
-      bson_t doc;
-      uint32_t len;
-      const uint8_t *data;
-      bool wanted = false;
-      bson_iter_document (&it, &len, &data);
-      if (!bson_init_static (&doc, data, len)) {
+static void
+seqs_free (fw_memory_seq_t *v, size_t n)
+{
+   for (size_t i = 0; i < n; i++) {
+      free (v[i].stream);
+      free (v[i].id);
+   }
+   free (v);
+}
+
+/* Copies of the sequences seq_list visits into *out (*n of them). */
+static bool
+copy_seqs (fw_memory_store_t *m, const char *stream, const bson_t *ids, fw_memory_seq_t **out,
+           size_t *n)
+{
+   bool ok = true;
+
+   *n = 0;
+   pthread_mutex_lock (&m->mu);
+   *out = m->n_seqs ? calloc (m->n_seqs, sizeof **out) : NULL;
+   ok = !m->n_seqs || *out;
+   for (size_t i = 0; ok && i < m->n_seqs; i++) {
+      const fw_memory_seq_t *s = &m->seqs[i];
+      fw_memory_seq_t *c = &(*out)[*n];
+      if ((stream && strcmp (s->stream, stream) != 0) || (!s->open && !id_listed (ids, s->id))) {
          continue;
       }
-      wanted = bson_iter_init_find (&d, &doc, "open") && bson_iter_bool (&d);
-      if (!wanted && ids && bson_iter_init (&d, ids)) {
-         const char *id = utf8_field (&doc, "sequenceId");
-         while (!wanted && bson_iter_next (&d)) {
-            wanted = BSON_ITER_HOLDS_UTF8 (&d) && strcmp (bson_iter_utf8 (&d, NULL), id) == 0;
-         }
-      }
-      ok = !wanted || visit (&doc, ud, error);
+      *c = *s;
+      c->stream = strdup (s->stream);
+      c->id = strdup (s->id);
+      (*n)++;
+      ok = c->stream && c->id;
    }
-   bson_destroy (&all);
+   pthread_mutex_unlock (&m->mu);
+   return ok;
+}
+
+static bool
+memory_seq_list (fw_dlq_store_t *store, const char *stream, const bson_t *ids,
+                 fw_dlq_seq_fn visit, void *ud, fw_error_t *error)
+{
+   fw_memory_seq_t *copy;
+   size_t n;
+   bool ok = copy_seqs ((fw_memory_store_t *) store, stream, ids, &copy, &n);
+
+   if (!ok) {
+      fw_error_set (error, FW_ERROR_NOMEM, "in-memory DLQ: out of memory");
+   }
+   for (size_t i = 0; ok && i < n; i++) {
+      fw_dlq_seq_t seq = {copy[i].stream, copy[i].id, copy[i].open, copy[i].next,
+                          copy[i].inflight};
+      ok = visit (&seq, ud, error);
+   }
+   seqs_free (copy, n);
    return ok;
 }
 
@@ -436,6 +544,7 @@ fw_dlq__memory_methods (fw_dlq_store_t *s)
 {
    s->pending = memory_pending;
    s->query = memory_query;
+   s->claimable = memory_claimable;
    s->tally = memory_tally;
    s->discard = memory_discard;
    s->purge = memory_purge;

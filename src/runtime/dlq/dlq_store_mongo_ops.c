@@ -4,6 +4,7 @@
  * the sequenced DLQ ask of the collection, as the queries of seed 002's
  * schema. Saving and the indexes are in dlq_store.c.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "flowwarden/dlq_admin.h"
@@ -144,6 +145,71 @@ mongo_query (fw_dlq_store_t *store, const fw_dlq_query_t *q, fw_dlq_entry_fn vis
    }
    bson_destroy (&opts);
    bson_destroy (&query);
+   return ok;
+}
+
+/* { $and: [ q's query, sequence, no live claim ] }: a REPROCESSING entry only
+ * when its claim expired. */
+static void
+append_claimable (bson_t *out, const bson_t *query, const char *sequence, bool in_sequence,
+                  int64_t now_ms)
+{
+   bson_t and, part;
+
+   BSON_APPEND_ARRAY_BEGIN (out, "$and", &and);
+   BSON_APPEND_DOCUMENT (&and, "0", query);
+   BSON_APPEND_DOCUMENT_BEGIN (&and, "1", &part);
+   if (sequence) {
+      BSON_APPEND_UTF8 (&part, "sequenceId", sequence);
+   } else if (in_sequence) {
+      BCON_APPEND (&part, "sequenceId", "{", "$exists", BCON_BOOL (true), "}");
+   }
+   bson_append_document_end (&and, &part);
+   BSON_APPEND_DOCUMENT_BEGIN (&and, "2", &part);
+   BCON_APPEND (&part, "$or", "[", "{", "status", "{", "$ne", BCON_UTF8 ("REPROCESSING"), "}",
+                "}", "{", "claimedUntil", "{", "$lt", BCON_DATE_TIME (now_ms), "}", "}", "]");
+   bson_append_document_end (&and, &part);
+   bson_append_array_end (out, &and);
+}
+
+static bool
+mongo_claimable (fw_dlq_store_t *store, const fw_dlq_query_t *q, const char *sequence,
+                 bool in_sequence, int64_t now_ms, fw_dlq_entry_fn visit, void *ud,
+                 fw_error_t *error)
+{
+   fw_mongo_store_t *m = (fw_mongo_store_t *) store;
+   bson_t query, filter = BSON_INITIALIZER;
+   /* streamName_clusterTime_createdAt__id serves the sort; where it is
+    * missing, MongoDB 5.0 fails a blocking sort over 100 MB without
+    * allowDiskUse. */
+   bson_t *opts = BCON_NEW ("sort", "{", "clusterTime", BCON_INT32 (1), "createdAt",
+                            BCON_INT32 (1), "_id", BCON_INT32 (1), "}", "projection", "{",
+                            "clusterTime", BCON_INT32 (1), "createdAt", BCON_INT32 (1),
+                            "sequenceId", BCON_INT32 (1), "}");
+   mongoc_cursor_t *cursor;
+   const bson_t *doc;
+   bson_error_t berr;
+   bool ok = query_of (q, &query, error);
+
+   if (q->limit > 0) {
+      BSON_APPEND_INT64 (opts, "limit", q->limit);
+   }
+   BSON_APPEND_BOOL (opts, "allowDiskUse", true);
+   if (ok) {
+      append_claimable (&filter, &query, sequence, in_sequence, now_ms);
+      cursor = mongoc_collection_find_with_opts (m->coll, &filter, opts, NULL);
+      while (ok && mongoc_cursor_next (cursor, &doc)) {
+         ok = visit (doc, ud, error);
+      }
+      if (ok && mongoc_cursor_error (cursor, &berr)) {
+         fw_dlq__mongo_error (error, "the replay's query", m->name, &berr);
+         ok = false;
+      }
+      mongoc_cursor_destroy (cursor);
+   }
+   bson_destroy (&filter);
+   bson_destroy (&query);
+   bson_destroy (opts);
    return ok;
 }
 
@@ -357,9 +423,46 @@ mongo_seq_size (fw_dlq_store_t *store, const char *stream, const char *id, int64
    return fw_dlq_sequence_size (((fw_mongo_store_t *) store)->coll, stream, id, out, error);
 }
 
+/* The string at key, else at _id.key (the document's key), else "?". */
+static const char *
+key_string (const bson_t *doc, const char *key)
+{
+   const char *s = string_at (doc, key);
+   char path[64];
+   if (strcmp (s, "?") != 0) {
+      return s;
+   }
+   snprintf (path, sizeof path, "_id.%s", key);
+   return string_at (doc, path);
+}
+
+static int64_t
+number_at (const bson_t *doc, const char *key)
+{
+   bson_iter_t it;
+   return bson_iter_init_find (&it, doc, key) && BSON_ITER_HOLDS_NUMBER (&it)
+             ? bson_iter_as_int64 (&it)
+             : 0;
+}
+
+static bool
+visit_record (const bson_t *doc, fw_dlq_seq_fn visit, void *ud, fw_error_t *error)
+{
+   fw_dlq_seq_t seq;
+   bson_iter_t it;
+   seq.stream = key_string (doc, "streamName");
+   seq.id = key_string (doc, "sequenceId");
+   seq.open = bson_iter_init_find (&it, doc, "open") && BSON_ITER_HOLDS_BOOL (&it)
+                 ? bson_iter_bool (&it)
+                 : -1;
+   seq.next = number_at (doc, "next");
+   seq.inflight = number_at (doc, "inflight");
+   return visit (&seq, ud, error);
+}
+
 static bool
 mongo_seq_list (fw_dlq_store_t *store, const char *stream, const bson_t *ids,
-                fw_dlq_entry_fn visit, void *ud, fw_error_t *error)
+                fw_dlq_seq_fn visit, void *ud, fw_error_t *error)
 {
    fw_mongo_store_t *m = (fw_mongo_store_t *) store;
    bson_t query = BSON_INITIALIZER, or, alt, ne, in;
@@ -387,7 +490,7 @@ mongo_seq_list (fw_dlq_store_t *store, const char *stream, const bson_t *ids,
    bson_append_array_end (&query, &or);
    cursor = mongoc_collection_find_with_opts (m->seqs, &query, NULL, NULL);
    while (ok && mongoc_cursor_next (cursor, &doc)) {
-      ok = visit (doc, ud, error);
+      ok = visit_record (doc, visit, ud, error);
    }
    if (ok && mongoc_cursor_error (cursor, &berr)) {
       fw_dlq__mongo_error (error, "reading the sequence documents", m->seqs_name, &berr);
@@ -444,6 +547,7 @@ fw_dlq__mongo_methods (fw_dlq_store_t *s)
 {
    s->pending = mongo_pending;
    s->query = mongo_query;
+   s->claimable = mongo_claimable;
    s->tally = mongo_tally;
    s->discard = mongo_discard;
    s->purge = mongo_purge;
