@@ -56,6 +56,14 @@ typedef struct {
    bool with_documents;
 } fw_dlq_query_t;
 
+/* What claimable selects beyond its query. */
+typedef struct {
+   const char *sequence;  /* only the entries of this sequence; NULL: any or none */
+   bool in_sequence;      /* only entries in a sequence */
+   int64_t max_attempts;  /* only entries with reprocessAttempts below (missing: 0); 0: any */
+   int64_t now_ms;        /* a claim that ends before this has expired */
+} fw_dlq_claimable_t;
+
 /* Whether entry matches q (the in-memory store's filter; the MongoDB store
  * makes a query of it, fw_dlq_filter_to_query). False with error filled for
  * a bad status name, or a --filter (a MongoDB query only MongoDB runs). */
@@ -128,14 +136,14 @@ struct fw_dlq_store {
    /* Visits the entries q selects, oldest first, at most q->limit. */
    bool (*query) (fw_dlq_store_t *store, const fw_dlq_query_t *q, fw_dlq_entry_fn visit,
                   void *ud, fw_error_t *error);
-   /* What a replay may claim: the entries q selects, of sequence (NULL: in
-    * any sequence or none; with in_sequence, only entries in a sequence),
-    * but no entry a live replay holds (REPROCESSING with claimedUntil not
-    * before now_ms). Oldest clusterTime first (then createdAt, _id), at most
-    * q->limit; each entry visited has at least _id, clusterTime, createdAt
-    * and sequenceId (those it has). */
-   bool (*claimable) (fw_dlq_store_t *store, const fw_dlq_query_t *q, const char *sequence,
-                      bool in_sequence, int64_t now_ms, fw_dlq_entry_fn visit, void *ud,
+   /* What a replay or a reprocess round may claim: the entries q selects
+    * that c allows, but no entry a live replay holds (REPROCESSING with
+    * claimedUntil not before c->now_ms). Oldest clusterTime first (then
+    * createdAt, _id), at most q->limit. Each entry is whole with
+    * q->with_documents, else only _id, clusterTime, createdAt and
+    * sequenceId (those it has). */
+   bool (*claimable) (fw_dlq_store_t *store, const fw_dlq_query_t *q,
+                      const fw_dlq_claimable_t *c, fw_dlq_entry_fn visit, void *ud,
                       fw_error_t *error);
    /* Visits the groups of the entries q selects (q->limit ignored), and
     * lowers *oldest_pending_ms (the caller's, left alone when nothing is

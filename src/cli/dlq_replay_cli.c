@@ -570,12 +570,12 @@ select_from_stream (session_t *s, const options_t *o, int i, candidates_t *c)
    fw_dlq_store_t *store = fw_dlq_replay_store (s->workers[i], &err);
    fw_dlq_filter_t f = o->filter;
    fw_dlq_query_t q = {&f, "PENDING,REPROCESSING", NULL, o->filter.limit, false};
+   fw_dlq_claimable_t claimable = {o->sequence, o->any, 0, fw_now_ms ()};
    gather_t g = {c, i};
    bool ok;
 
    f.stream = name;
-   ok = store && store->claimable (store, &q, o->sequence, o->any, fw_now_ms (), gather, &g,
-                                   &err);
+   ok = store && store->claimable (store, &q, &claimable, gather, &g, &err);
    if (!ok) {
       fprintf (stderr, "flowwarden dlq replay: cannot read the DLQ of stream \"%s\": %s\n",
                name, err.message);

@@ -317,9 +317,10 @@ static void
 claim_ids (fw_dlq_store_t *store, const fw_dlq_query_t *q, const char *seq, bool in_seq,
            const char *want)
 {
+   fw_dlq_claimable_t c = {seq, in_seq, 0, 5000};
    seen_t s = {{0}, false};
    fw_error_t err;
-   assert_true (store->claimable (store, q, seq, in_seq, 5000, note_id, &s, &err));
+   assert_true (store->claimable (store, q, &c, note_id, &s, &err));
    assert_string_equal (s.ids, want);
 }
 
@@ -341,6 +342,29 @@ claimable_leaves_live_claims_out_oldest_cluster_time_first (void **state)
    claim_ids (store, &q, NULL, false, "early ");
 }
 
+static void
+claimable_leaves_entries_out_of_reprocess_attempts (void **state)
+{
+   fw_dlq_store_t *store = *state;
+   fw_dlq_query_t q = {NULL, "PENDING", NULL, 0, false};
+   fw_dlq_claimable_t c = {NULL, false, 2, 5000};
+   bson_t *tried = BCON_NEW ("_id", BCON_UTF8 ("tried"), "status", BCON_UTF8 ("PENDING"),
+                             "reprocessAttempts", BCON_INT32 (2));
+   bson_t *once = BCON_NEW ("_id", BCON_UTF8 ("once"), "status", BCON_UTF8 ("PENDING"),
+                            "reprocessAttempts", BCON_INT64 (1));
+   seen_t s = {{0}, false};
+   bool inserted;
+   fw_error_t err;
+
+   put_claim (store, "never", 1, NULL, 0);
+   assert_true (store->put (store, tried, &inserted, &err));
+   assert_true (store->put (store, once, &inserted, &err));
+   assert_true (store->claimable (store, &q, &c, note_id, &s, &err));
+   assert_string_equal (s.ids, "once never ");
+   bson_destroy (tried);
+   bson_destroy (once);
+}
+
 int
 main (void)
 {
@@ -358,6 +382,8 @@ main (void)
                                        teardown),
       cmocka_unit_test_setup_teardown (claimable_leaves_live_claims_out_oldest_cluster_time_first,
                                        setup, teardown),
+      cmocka_unit_test_setup_teardown (claimable_leaves_entries_out_of_reprocess_attempts, setup,
+                                       teardown),
    };
    return cmocka_run_group_tests (tests, NULL, NULL);
 }

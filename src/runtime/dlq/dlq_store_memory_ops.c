@@ -108,19 +108,22 @@ memory_query (fw_dlq_store_t *store, const fw_dlq_query_t *q, fw_dlq_entry_fn vi
    return ok;
 }
 
-/* Whether a replay may claim entry: of sequence (or, with in_sequence, of
- * one), and not held by a live claim. */
+/* Whether c allows entry, and no live claim holds it. */
 static bool
-claimable_entry (const bson_t *entry, const char *sequence, bool in_sequence, int64_t now_ms)
+claimable_entry (const bson_t *entry, const fw_dlq_claimable_t *c)
 {
    const char *status = utf8_field (entry, "status");
    const char *seq = utf8_field (entry, "sequenceId");
    bson_iter_t it;
    bool expired = bson_iter_init_find (&it, entry, "claimedUntil") &&
-                  BSON_ITER_HOLDS_DATE_TIME (&it) && bson_iter_date_time (&it) < now_ms;
+                  BSON_ITER_HOLDS_DATE_TIME (&it) && bson_iter_date_time (&it) < c->now_ms;
 
-   if (sequence ? !seq || strcmp (seq, sequence) != 0
-                : in_sequence && !bson_iter_init_find (&it, entry, "sequenceId")) {
+   if (c->sequence ? !seq || strcmp (seq, c->sequence) != 0
+                   : c->in_sequence && !bson_iter_init_find (&it, entry, "sequenceId")) {
+      return false;
+   }
+   if (c->max_attempts > 0 && bson_iter_init_find (&it, entry, "reprocessAttempts") &&
+       !(BSON_ITER_HOLDS_NUMBER (&it) && bson_iter_as_int64 (&it) < c->max_attempts)) {
       return false;
    }
    return !status || strcmp (status, "REPROCESSING") != 0 || expired;
@@ -146,9 +149,8 @@ by_cluster_time (const void *a, const void *b)
 }
 
 static bool
-memory_claimable (fw_dlq_store_t *store, const fw_dlq_query_t *q, const char *sequence,
-                  bool in_sequence, int64_t now_ms, fw_dlq_entry_fn visit, void *ud,
-                  fw_error_t *error)
+memory_claimable (fw_dlq_store_t *store, const fw_dlq_query_t *q, const fw_dlq_claimable_t *cl,
+                  fw_dlq_entry_fn visit, void *ud, fw_error_t *error)
 {
    fw_dlq_query_t all = *q;
    copies_t c;
@@ -158,7 +160,7 @@ memory_claimable (fw_dlq_store_t *store, const fw_dlq_query_t *q, const char *se
    all.limit = 0;
    ok = select_copies ((fw_memory_store_t *) store, &all, &c, error);
    for (size_t i = 0; ok && i < c.n; i++) {
-      if (claimable_entry (c.v[i], sequence, in_sequence, now_ms)) {
+      if (claimable_entry (c.v[i], cl)) {
          c.v[n++] = c.v[i];
       } else {
          bson_destroy (c.v[i]);

@@ -148,55 +148,69 @@ mongo_query (fw_dlq_store_t *store, const fw_dlq_query_t *q, fw_dlq_entry_fn vis
    return ok;
 }
 
-/* { $and: [ q's query, sequence, no live claim ] }: a REPROCESSING entry only
- * when its claim expired. */
+/* { $and: [ q's query, c's sequence and attempts, no live claim ] }: a
+ * REPROCESSING entry only when its claim expired. */
 static void
-append_claimable (bson_t *out, const bson_t *query, const char *sequence, bool in_sequence,
-                  int64_t now_ms)
+append_claimable (bson_t *out, const bson_t *query, const fw_dlq_claimable_t *c)
 {
    bson_t and, part;
 
    BSON_APPEND_ARRAY_BEGIN (out, "$and", &and);
    BSON_APPEND_DOCUMENT (&and, "0", query);
    BSON_APPEND_DOCUMENT_BEGIN (&and, "1", &part);
-   if (sequence) {
-      BSON_APPEND_UTF8 (&part, "sequenceId", sequence);
-   } else if (in_sequence) {
+   if (c->sequence) {
+      BSON_APPEND_UTF8 (&part, "sequenceId", c->sequence);
+   } else if (c->in_sequence) {
       BCON_APPEND (&part, "sequenceId", "{", "$exists", BCON_BOOL (true), "}");
+   }
+   if (c->max_attempts > 0) {
+      BCON_APPEND (&part, "$or", "[", "{", "reprocessAttempts", "{", "$lt",
+                   BCON_INT64 (c->max_attempts), "}", "}", "{", "reprocessAttempts", "{",
+                   "$exists", BCON_BOOL (false), "}", "}", "]");
    }
    bson_append_document_end (&and, &part);
    BSON_APPEND_DOCUMENT_BEGIN (&and, "2", &part);
    BCON_APPEND (&part, "$or", "[", "{", "status", "{", "$ne", BCON_UTF8 ("REPROCESSING"), "}",
-                "}", "{", "claimedUntil", "{", "$lt", BCON_DATE_TIME (now_ms), "}", "}", "]");
+                "}", "{", "claimedUntil", "{", "$lt", BCON_DATE_TIME (c->now_ms), "}", "}", "]");
    bson_append_document_end (&and, &part);
    bson_append_array_end (out, &and);
 }
 
-static bool
-mongo_claimable (fw_dlq_store_t *store, const fw_dlq_query_t *q, const char *sequence,
-                 bool in_sequence, int64_t now_ms, fw_dlq_entry_fn visit, void *ud,
-                 fw_error_t *error)
+/* Oldest clusterTime first; only the fields a selection keeps unless the
+ * whole entries are asked for. */
+static bson_t *
+claimable_opts (const fw_dlq_query_t *q)
 {
-   fw_mongo_store_t *m = (fw_mongo_store_t *) store;
-   bson_t query, filter = BSON_INITIALIZER;
    /* streamName_clusterTime_createdAt__id serves the sort; where it is
     * missing, MongoDB 5.0 fails a blocking sort over 100 MB without
     * allowDiskUse. */
    bson_t *opts = BCON_NEW ("sort", "{", "clusterTime", BCON_INT32 (1), "createdAt",
-                            BCON_INT32 (1), "_id", BCON_INT32 (1), "}", "projection", "{",
-                            "clusterTime", BCON_INT32 (1), "createdAt", BCON_INT32 (1),
-                            "sequenceId", BCON_INT32 (1), "}");
+                            BCON_INT32 (1), "_id", BCON_INT32 (1), "}", "allowDiskUse",
+                            BCON_BOOL (true));
+   if (!q->with_documents) {
+      BCON_APPEND (opts, "projection", "{", "clusterTime", BCON_INT32 (1), "createdAt",
+                   BCON_INT32 (1), "sequenceId", BCON_INT32 (1), "}");
+   }
+   if (q->limit > 0) {
+      BSON_APPEND_INT64 (opts, "limit", q->limit);
+   }
+   return opts;
+}
+
+static bool
+mongo_claimable (fw_dlq_store_t *store, const fw_dlq_query_t *q, const fw_dlq_claimable_t *c,
+                 fw_dlq_entry_fn visit, void *ud, fw_error_t *error)
+{
+   fw_mongo_store_t *m = (fw_mongo_store_t *) store;
+   bson_t query, filter = BSON_INITIALIZER;
+   bson_t *opts = claimable_opts (q);
    mongoc_cursor_t *cursor;
    const bson_t *doc;
    bson_error_t berr;
    bool ok = query_of (q, &query, error);
 
-   if (q->limit > 0) {
-      BSON_APPEND_INT64 (opts, "limit", q->limit);
-   }
-   BSON_APPEND_BOOL (opts, "allowDiskUse", true);
    if (ok) {
-      append_claimable (&filter, &query, sequence, in_sequence, now_ms);
+      append_claimable (&filter, &query, c);
       cursor = mongoc_collection_find_with_opts (m->coll, &filter, opts, NULL);
       while (ok && mongoc_cursor_next (cursor, &doc)) {
          ok = visit (doc, ud, error);
