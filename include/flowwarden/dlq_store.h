@@ -101,6 +101,28 @@ typedef struct {
 
 typedef bool (*fw_dlq_seq_fn) (const fw_dlq_seq_t *seq, void *ud, fw_error_t *error);
 
+/* What becomes of an entry a replay claimed (the store's settle). */
+typedef enum {
+   FW_DLQ_RELEASE, /* back to PENDING as it was (lastTouched) */
+   FW_DLQ_RESOLVE, /* RESOLVED, resolution REPLAYED (SKIPPED with skipped), resolvedAt;
+                    * history "resolved" with result "ok" ("skipped") */
+   FW_DLQ_REQUEUE, /* PENDING after a failed replay: lastReprocessAt, lastReprocessError
+                    * {type, message}, reprocessAttempts + 1, diagnostics.<key> set from
+                    * diagnostics; history "requeued" with result "type: message" */
+   FW_DLQ_EVICT    /* DISCARDED by the enqueue policy: as REQUEUE but no diagnostics,
+                    * discardedAt and discardReason "evicted by enqueue policy"; history
+                    * "discarded" */
+} fw_dlq_settle_t;
+
+typedef struct {
+   fw_dlq_settle_t kind;
+   int64_t now_ms;            /* lastTouched, and the history item's at */
+   bool skipped;              /* FW_DLQ_RESOLVE */
+   const char *error_type;    /* FW_DLQ_REQUEUE, FW_DLQ_EVICT */
+   const char *error_message;
+   const bson_t *diagnostics; /* FW_DLQ_REQUEUE; NULL: none */
+} fw_dlq_outcome_t;
+
 typedef struct fw_dlq_store fw_dlq_store_t;
 
 /*
@@ -164,6 +186,30 @@ struct fw_dlq_store {
     * replay's outcome), or adds it; *inserted says which. False when entry
     * has no _id. */
    bool (*put) (fw_dlq_store_t *store, const bson_t *entry, bool *inserted, fw_error_t *error);
+
+   /* --- a replay's claim on an entry (id: its _id, borrowed) -------------- */
+
+   /* Claims the entry of stream with _id id when it is PENDING, or
+    * REPROCESSING with a claim that ended before now_ms: REPROCESSING,
+    * claimedBy actor, claimedUntil until_ms, lastTouched now_ms. *got says
+    * whether it was claimable; out (initialised by the callee, also on
+    * failure; the caller's) is then the entry as claimed. */
+   bool (*claim) (fw_dlq_store_t *store, const char *stream, const bson_value_t *id,
+                  const char *actor, int64_t now_ms, int64_t until_ms, bson_t *out, bool *got,
+                  fw_error_t *error);
+   /* Pushes actor's claim on the entry to until_ms. *held is false when
+    * the claim was lost (expired and taken meanwhile). */
+   bool (*extend) (fw_dlq_store_t *store, const bson_value_t *id, const char *actor,
+                   int64_t until_ms, bool *held, fw_error_t *error);
+   /* Applies what became of the entry while actor still holds its claim,
+    * and gives the claim up (claimedBy, claimedUntil removed). *held as
+    * extend's. */
+   bool (*settle) (fw_dlq_store_t *store, const bson_value_t *id, const char *actor,
+                   const fw_dlq_outcome_t *outcome, bool *held, fw_error_t *error);
+   /* A claim a killed replay left (REPROCESSING, claimedUntil before
+    * now_ms): back to PENDING, the claim removed. */
+   bool (*release_stale) (fw_dlq_store_t *store, const bson_value_t *id, int64_t now_ms,
+                          fw_error_t *error);
 
    /* --- the sequences of a sequenced DLQ (dlq_sequence.h) --------------- */
 

@@ -365,6 +365,91 @@ claimable_leaves_entries_out_of_reprocess_attempts (void **state)
    bson_destroy (once);
 }
 
+static char *
+json_of (fw_dlq_store_t *store, const char *id)
+{
+   bson_t entry;
+   bool found;
+   fw_error_t err;
+   char *json;
+   assert_true (store->find_by_id (store, id, &entry, &found, &err));
+   assert_true (found);
+   json = bson_as_relaxed_extended_json (&entry, NULL);
+   bson_destroy (&entry);
+   return json;
+}
+
+static void
+claim_extend_settle_and_release_a_stale_claim (void **state)
+{
+   fw_dlq_store_t *store = *state;
+   bson_value_t id = {.value_type = BSON_TYPE_UTF8};
+   bson_t *diag = BCON_NEW ("note", BCON_UTF8 ("n1"));
+   fw_dlq_outcome_t requeue = {FW_DLQ_REQUEUE, 6000, false, "E", "boom", diag};
+   fw_dlq_outcome_t resolve = {FW_DLQ_RESOLVE, 8000, true, NULL, NULL, NULL};
+   bson_t out;
+   bool got, held;
+   fw_error_t err;
+   char *json;
+
+   id.value.v_utf8.str = (char *) "c";
+   id.value.v_utf8.len = 1;
+   three (store);
+   assert_true (store->claim (store, "t", &id, "me", 5000, 9000, &out, &got, &err));
+   assert_false (got); /* c is of stream s */
+   bson_destroy (&out);
+   assert_true (store->claim (store, "s", &id, "me", 5000, 9000, &out, &got, &err));
+   assert_true (got);
+   json = bson_as_relaxed_extended_json (&out, NULL);
+   assert_non_null (strstr (json, "\"status\" : \"REPROCESSING\""));
+   assert_non_null (strstr (json, "\"claimedBy\" : \"me\""));
+   bson_free (json);
+   bson_destroy (&out);
+   assert_true (store->claim (store, "s", &id, "you", 5000, 9000, &out, &got, &err));
+   assert_false (got); /* a live claim */
+   bson_destroy (&out);
+   assert_true (store->extend (store, &id, "you", 9500, &held, &err));
+   assert_false (held);
+   assert_true (store->extend (store, &id, "me", 9500, &held, &err));
+   assert_true (held);
+
+   assert_true (store->settle (store, &id, "me", &requeue, &held, &err));
+   assert_true (held);
+   json = json_of (store, "c");
+   assert_non_null (strstr (json, "\"status\" : \"PENDING\""));
+   assert_null (strstr (json, "claimedBy"));
+   assert_non_null (strstr (json, "\"reprocessAttempts\" : 1"));
+   assert_non_null (strstr (json, "\"lastReprocessError\" : { \"type\" : \"E\", "
+                               "\"message\" : \"boom\" }"));
+   assert_non_null (strstr (json, "\"diagnostics\" : { \"note\" : \"n1\" }"));
+   assert_non_null (strstr (json, "\"action\" : \"requeued\", \"actor\" : \"me\", "
+                               "\"result\" : \"E: boom\""));
+   bson_free (json);
+
+   assert_true (store->claim (store, "s", &id, "me", 7000, 7500, &out, &got, &err));
+   assert_true (got);
+   bson_destroy (&out);
+   assert_true (store->release_stale (store, &id, 7400, &err)); /* not stale yet */
+   assert_true (store->settle (store, &id, "me", &resolve, &held, &err));
+   assert_true (held);
+   json = json_of (store, "c");
+   assert_non_null (strstr (json, "\"status\" : \"RESOLVED\""));
+   assert_non_null (strstr (json, "\"resolution\" : \"SKIPPED\""));
+   bson_free (json);
+   assert_true (store->settle (store, &id, "me", &resolve, &held, &err));
+   assert_false (held); /* no claim any more */
+
+   id.value.v_utf8.str = (char *) "b";
+   assert_true (store->claim (store, "t", &id, "gone", 7000, 7500, &out, &got, &err));
+   bson_destroy (&out);
+   assert_true (store->release_stale (store, &id, 8000, &err));
+   json = json_of (store, "b");
+   assert_non_null (strstr (json, "\"status\" : \"PENDING\""));
+   assert_null (strstr (json, "claimedUntil"));
+   bson_free (json);
+   bson_destroy (diag);
+}
+
 int
 main (void)
 {
@@ -383,6 +468,8 @@ main (void)
       cmocka_unit_test_setup_teardown (claimable_leaves_live_claims_out_oldest_cluster_time_first,
                                        setup, teardown),
       cmocka_unit_test_setup_teardown (claimable_leaves_entries_out_of_reprocess_attempts, setup,
+                                       teardown),
+      cmocka_unit_test_setup_teardown (claim_extend_settle_and_release_a_stale_claim, setup,
                                        teardown),
    };
    return cmocka_run_group_tests (tests, NULL, NULL);

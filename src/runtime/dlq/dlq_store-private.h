@@ -23,6 +23,9 @@ typedef struct {
  * and destroy (dlq_store_mongo_ops.c). */
 void fw_dlq__mongo_methods (fw_dlq_store_t *store);
 
+/* Fills store's claim methods (dlq_store_mongo_claim.c). */
+void fw_dlq__mongo_claim_methods (fw_dlq_store_t *store);
+
 /* "<what> on <m->name> failed: <berr's message>" */
 void fw_dlq__mongo_error (fw_error_t *error, const char *what, const char *name,
                           const bson_error_t *berr);

@@ -35,4 +35,17 @@ const char *fw_dlq__utf8_field (const bson_t *doc, const char *key);
 /* Fills store's reading and changing methods (dlq_store_memory_ops.c). */
 void fw_dlq__memory_methods (fw_dlq_store_t *store);
 
+/* Fills store's claim methods (dlq_store_memory_claim.c). */
+void fw_dlq__memory_claim_methods (fw_dlq_store_t *store);
+
+/* entry as a MongoDB update leaves it (NULL when out of memory; the
+ * caller's): the fields of set ($set, not dotted) replaced or added, those
+ * of removed (NULL-terminated, may be NULL: $unset) left out,
+ * reprocessAttempts + 1 when inc_attempts, diagnostics' fields set in the
+ * entry's diagnostics (NULL: none), history_item pushed on its history, the
+ * last FW_DLQ_HISTORY_MAX kept (NULL: none). */
+bson_t *fw_dlq__memory_rebuilt (const bson_t *entry, const bson_t *set,
+                                const char *const *removed, bool inc_attempts,
+                                const bson_t *diagnostics, const bson_t *history_item);
+
 #endif

@@ -284,55 +284,14 @@ memory_tally (fw_dlq_store_t *store, const fw_dlq_query_t *q, fw_dlq_group_fn vi
 static bson_t *
 discarded (const bson_t *entry, const char *reason, const char *actor, int64_t now_ms)
 {
-   bson_t *out = bson_new ();
-   bson_t change = BSON_INITIALIZER, arr, item;
-   bson_iter_t it;
-
-   bson_copy_to_excluding_noinit (entry, out, "status", "discardedAt", "discardReason",
-                                  "lastTouched", "history", NULL);
-   BCON_APPEND (out, "status", BCON_UTF8 ("DISCARDED"), "discardedAt", BCON_DATE_TIME (now_ms),
-                "discardReason", BCON_UTF8 (reason), "lastTouched", BCON_DATE_TIME (now_ms));
-   /* history: the entry's, then the new item, the last FW_DLQ_HISTORY_MAX. */
-   BSON_APPEND_ARRAY_BEGIN (&change, "history", &arr);
-   BSON_APPEND_DOCUMENT_BEGIN (&arr, "0", &item);
-   BCON_APPEND (&item, "at", BCON_DATE_TIME (now_ms), "action", BCON_UTF8 ("discarded"), "actor",
-                BCON_UTF8 (actor), "result", BCON_UTF8 (reason));
-   bson_append_document_end (&arr, &item);
-   bson_append_array_end (&change, &arr);
-   {
-      uint32_t total = 0, skip, k = 0;
-      bson_iter_t h;
-      bson_t hist;
-      bool has = bson_iter_init_find (&it, entry, "history") && BSON_ITER_HOLDS_ARRAY (&it);
-      if (has && bson_iter_recurse (&it, &h)) {
-         while (bson_iter_next (&h)) {
-            total++;
-         }
-      }
-      skip = total + 1 > FW_DLQ_HISTORY_MAX ? total + 1 - FW_DLQ_HISTORY_MAX : 0;
-      BSON_APPEND_ARRAY_BEGIN (out, "history", &hist);
-      if (has && bson_iter_recurse (&it, &h)) {
-         while (bson_iter_next (&h)) {
-            char key[16];
-            const char *kk;
-            if (skip > 0) {
-               skip--;
-               continue;
-            }
-            bson_uint32_to_string (k++, &kk, key, sizeof key);
-            bson_append_iter (&hist, kk, -1, &h);
-         }
-      }
-      if (bson_iter_init_find (&it, &change, "history") && bson_iter_recurse (&it, &h) &&
-          bson_iter_next (&h)) {
-         char key[16];
-         const char *kk;
-         bson_uint32_to_string (k, &kk, key, sizeof key);
-         bson_append_iter (&hist, kk, -1, &h);
-      }
-      bson_append_array_end (out, &hist);
-   }
-   bson_destroy (&change);
+   bson_t *set = BCON_NEW ("status", BCON_UTF8 ("DISCARDED"), "discardedAt",
+                           BCON_DATE_TIME (now_ms), "discardReason", BCON_UTF8 (reason),
+                           "lastTouched", BCON_DATE_TIME (now_ms));
+   bson_t *item = BCON_NEW ("at", BCON_DATE_TIME (now_ms), "action", BCON_UTF8 ("discarded"),
+                            "actor", BCON_UTF8 (actor), "result", BCON_UTF8 (reason));
+   bson_t *out = fw_dlq__memory_rebuilt (entry, set, NULL, false, NULL, item);
+   bson_destroy (set);
+   bson_destroy (item);
    return out;
 }
 
@@ -552,4 +511,5 @@ fw_dlq__memory_methods (fw_dlq_store_t *s)
    s->purge = memory_purge;
    s->seq_list = memory_seq_list;
    s->seq_waiting = memory_seq_waiting;
+   fw_dlq__memory_claim_methods (s);
 }

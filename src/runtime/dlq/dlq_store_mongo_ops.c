@@ -574,4 +574,5 @@ fw_dlq__mongo_methods (fw_dlq_store_t *s)
    s->seq_size = mongo_seq_size;
    s->seq_list = mongo_seq_list;
    s->seq_waiting = mongo_seq_waiting;
+   fw_dlq__mongo_claim_methods (s);
 }
