@@ -242,6 +242,14 @@ struct fw_dlq_store {
     * array of strings, borrowed; NULL: none). */
    bool (*seq_list) (fw_dlq_store_t *store, const char *stream, const bson_t *ids,
                      fw_dlq_seq_fn visit, void *ud, fw_error_t *error);
+   /* Visits the waiting entries (PENDING or REPROCESSING) of sequence id,
+    * whole, lowest sequenceIndex first. */
+   bool (*seq_entries) (fw_dlq_store_t *store, const char *stream, const char *id,
+                        fw_dlq_entry_fn visit, void *ud, fw_error_t *error);
+   /* How many waiting entries of sequence id have a sequenceIndex below
+    * index (none: the entry at index is the sequence's head). */
+   bool (*seq_before) (fw_dlq_store_t *store, const char *stream, const char *id,
+                       int64_t index, int64_t *out, fw_error_t *error);
    /* Visits one group per sequence of stream (all when NULL) with waiting
     * entries (PENDING or REPROCESSING, with a string sequenceId), by
     * (stream, sequenceId), borrowed for the call: { _id: { s: stream, q:

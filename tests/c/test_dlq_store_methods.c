@@ -289,6 +289,16 @@ sequences_list_documents_and_waiting_groups (void **state)
                              "\"head\" : \"h1\", \"sequenceIndex\" : 0, \"status\" : "
                              "\"PENDING\", \"error\" : { \"type\" : \"E\" }, \"createdAt\" : "
                              "{ \"$date\" : \"1970-01-01T00:00:01Z\" } }\n");
+   {
+      seen_t seen = {{0}, false};
+      int64_t before;
+      assert_true (store->seq_entries (store, "s", "\"k1\"", note_id, &seen, &err));
+      assert_string_equal (seen.ids, "h1 h2 "); /* x is RESOLVED */
+      assert_true (store->seq_before (store, "s", "\"k1\"", 1, &before, &err));
+      assert_int_equal (before, 1);
+      assert_true (store->seq_before (store, "s", "\"k1\"", 0, &before, &err));
+      assert_int_equal (before, 0);
+   }
    bson_destroy (ids);
 }
 

@@ -457,6 +457,64 @@ by_sequence (const void *a, const void *b)
    return c ? c : ix < iy ? -1 : ix > iy;
 }
 
+/* Copies of the waiting entries of sequence id of stream, lowest
+ * sequenceIndex first. */
+static bool
+sequence_copies (fw_dlq_store_t *store, const char *stream, const char *id, copies_t *c,
+                 fw_error_t *error)
+{
+   fw_dlq_filter_t f = {0};
+   fw_dlq_query_t q = {&f, "PENDING,REPROCESSING", NULL, 0, true};
+   size_t n = 0;
+
+   f.stream = stream;
+   if (!select_copies ((fw_memory_store_t *) store, &q, c, error)) {
+      return false;
+   }
+   for (size_t i = 0; i < c->n; i++) {
+      const char *seq = utf8_field (c->v[i], "sequenceId");
+      if (seq && strcmp (seq, id) == 0) {
+         c->v[n++] = c->v[i];
+      } else {
+         bson_destroy (c->v[i]);
+      }
+   }
+   c->n = n;
+   if (n > 1) {
+      qsort (c->v, n, sizeof *c->v, by_sequence);
+   }
+   return true;
+}
+
+static bool
+memory_seq_entries (fw_dlq_store_t *store, const char *stream, const char *id,
+                    fw_dlq_entry_fn visit, void *ud, fw_error_t *error)
+{
+   copies_t c;
+   bool ok = sequence_copies (store, stream, id, &c, error);
+   for (size_t i = 0; ok && i < c.n; i++) {
+      ok = visit (c.v[i], ud, error);
+   }
+   copies_free (&c);
+   return ok;
+}
+
+static bool
+memory_seq_before (fw_dlq_store_t *store, const char *stream, const char *id, int64_t index,
+                   int64_t *out, fw_error_t *error)
+{
+   copies_t c;
+   bool ok = sequence_copies (store, stream, id, &c, error);
+   *out = 0;
+   for (size_t i = 0; ok && i < c.n; i++) {
+      bson_iter_t it;
+      *out += bson_iter_init_find (&it, c.v[i], "sequenceIndex") &&
+              BSON_ITER_HOLDS_NUMBER (&it) && bson_iter_as_int64 (&it) < index;
+   }
+   copies_free (&c);
+   return ok;
+}
+
 static bool
 memory_seq_waiting (fw_dlq_store_t *store, const char *stream, fw_dlq_entry_fn visit, void *ud,
                     fw_error_t *error)
@@ -511,5 +569,7 @@ fw_dlq__memory_methods (fw_dlq_store_t *s)
    s->purge = memory_purge;
    s->seq_list = memory_seq_list;
    s->seq_waiting = memory_seq_waiting;
+   s->seq_entries = memory_seq_entries;
+   s->seq_before = memory_seq_before;
    fw_dlq__memory_claim_methods (s);
 }

@@ -515,6 +515,59 @@ mongo_seq_list (fw_dlq_store_t *store, const char *stream, const bson_t *ids,
    return ok;
 }
 
+/* { streamName, sequenceId, status: waiting } */
+static bson_t *
+waiting_of (const char *stream, const char *id)
+{
+   return BCON_NEW ("streamName", BCON_UTF8 (stream), "sequenceId", BCON_UTF8 (id), "status",
+                    "{", "$in", "[", BCON_UTF8 ("PENDING"), BCON_UTF8 ("REPROCESSING"), "]", "}");
+}
+
+static bool
+mongo_seq_entries (fw_dlq_store_t *store, const char *stream, const char *id,
+                   fw_dlq_entry_fn visit, void *ud, fw_error_t *error)
+{
+   fw_mongo_store_t *m = (fw_mongo_store_t *) store;
+   bson_t *filter = waiting_of (stream, id);
+   bson_t *opts = BCON_NEW ("sort", "{", "sequenceIndex", BCON_INT32 (1), "}");
+   mongoc_cursor_t *cursor = mongoc_collection_find_with_opts (m->coll, filter, opts, NULL);
+   const bson_t *doc;
+   bson_error_t berr;
+   bool ok = true;
+
+   while (ok && mongoc_cursor_next (cursor, &doc)) {
+      ok = visit (doc, ud, error);
+   }
+   if (ok && mongoc_cursor_error (cursor, &berr)) {
+      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
+                         "cannot read DLQ sequence %.200s: %s", id, berr.message);
+      ok = false;
+   }
+   mongoc_cursor_destroy (cursor);
+   bson_destroy (filter);
+   bson_destroy (opts);
+   return ok;
+}
+
+static bool
+mongo_seq_before (fw_dlq_store_t *store, const char *stream, const char *id, int64_t index,
+                  int64_t *out, fw_error_t *error)
+{
+   fw_mongo_store_t *m = (fw_mongo_store_t *) store;
+   bson_t *filter = waiting_of (stream, id);
+   bson_error_t berr;
+
+   BCON_APPEND (filter, "sequenceIndex", "{", "$lt", BCON_INT64 (index), "}");
+   *out = mongoc_collection_count_documents (m->coll, filter, NULL, NULL, NULL, &berr);
+   bson_destroy (filter);
+   if (*out < 0) {
+      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
+                         "cannot read DLQ sequence %.200s: %s", id, berr.message);
+      return false;
+   }
+   return true;
+}
+
 /* The sort follows the DLQ's (streamName, sequenceId, sequenceIndex) index,
  * so the server needs no in-memory sort. */
 static bool
@@ -574,5 +627,7 @@ fw_dlq__mongo_methods (fw_dlq_store_t *s)
    s->seq_size = mongo_seq_size;
    s->seq_list = mongo_seq_list;
    s->seq_waiting = mongo_seq_waiting;
+   s->seq_entries = mongo_seq_entries;
+   s->seq_before = mongo_seq_before;
    fw_dlq__mongo_claim_methods (s);
 }
