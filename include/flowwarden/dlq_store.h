@@ -255,7 +255,7 @@ struct fw_dlq_store {
     * (stream, sequenceId), borrowed for the call: { _id: { s: stream, q:
     * sequenceId }, n: how many wait, and of the one with the lowest
     * sequenceIndex (its head): head: its _id, sequenceIndex, status, error,
-    * createdAt (each missing when the entry lacks it) }. */
+    * createdAt (each null or missing when the entry lacks it) }. */
    bool (*seq_waiting) (fw_dlq_store_t *store, const char *stream, fw_dlq_entry_fn visit,
                         void *ud, fw_error_t *error);
 
