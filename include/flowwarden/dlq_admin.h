@@ -167,8 +167,9 @@ typedef struct fw_dlq_selection fw_dlq_selection_t;
 /*
  * Selects (at most filter->limit) entries. With filter->ids, an id that
  * selects nothing is an error ("no DLQ entry with _id ..."), so a typo
- * never passes for "0 entries". The caller owns the result:
- * fw_dlq_selection_destroy.
+ * never passes for "0 entries". The selection keeps filter's and
+ * default_status's strings borrowed: they must outlive it. The caller owns
+ * the result: fw_dlq_selection_destroy.
  */
 fw_dlq_selection_t *fw_dlq_admin_select (fw_dlq_admin_t *admin, const fw_dlq_filter_t *filter,
                                          const char *default_status, fw_error_t *error);

@@ -1,15 +1,23 @@
 /*
- * dlq_store.h - where dead-lettered events go: the DlqStore SPI of seed 002.
+ * dlq_store.h - where dead-lettered events go: the DlqStore SPI of seed 002,
+ * and the one interface to dead letters.
  *
  * A store is a table of functions plus its own state, so another backend
  * (a file, a queue) can be added by filling an fw_dlq_store_t. flowwarden
- * ships the MongoDB store (fw_dlq_store_mongo_new), which writes seed 002's
- * document to the stream's DLQ collection.
+ * ships the MongoDB store (fw_dlq_store_mongo_new for a stream,
+ * fw_dlq_store_mongo_open for a reader), which writes seed 002's document
+ * to the stream's DLQ collection and a sequenced DLQ's sequences beside it,
+ * and the in-memory store (fw_dlq_store_memory_new), with the same answers.
+ * Whoever saves, lists, counts, claims, settles, discards or purges entries,
+ * or takes a sequence's indexes, does it through these methods: the
+ * collections' field names are the stores' business (and dlq_entry.c's,
+ * which builds the document).
  *
  * Entries are BSON documents shaped exactly as seed 002's "DLQ Document
  * Schema", plus eventId, ns {db, coll}, clusterTime, scriptVersion, the
  * entry's life fields and the event fields a replay needs (dlq_entry.h).
- * A store keeps one entry per (streamName, eventId).
+ * A store keeps one entry per (streamName, eventId). A store is used by
+ * one thread at a time, except the in-memory store, which is thread-safe.
  */
 #ifndef FLOWWARDEN_DLQ_STORE_H
 #define FLOWWARDEN_DLQ_STORE_H
@@ -292,9 +300,9 @@ fw_dlq_store_t *fw_dlq_store_mongo_open (mongoc_client_t *client, const char *da
  */
 fw_dlq_store_t *fw_dlq_store_memory_new (fw_error_t *error);
 
-/* A memory store only: replaces the entry whose _id is entry's _id (a
- * replay's outcome), or adds it. False when out of memory or entry has no
- * _id. */
+/* A memory store only: store->put without its inserted flag, kept for the
+ * callers not yet moved onto the method. False when out of memory or entry
+ * has no string _id. */
 bool fw_dlq_store_memory_put (fw_dlq_store_t *store, const bson_t *entry, fw_error_t *error);
 
 /* A memory store only: copies the entry the last successful save wrote (as
