@@ -78,6 +78,12 @@ void fw_dispatcher_bind (fw_dispatcher_t *d, mongoc_client_t *client);
 mongoc_client_t *fw_dispatcher_client_for (fw_dispatcher_t *d, const char *connection,
                                            fw_error_t *error);
 
+/* The stream's PENDING dead letters (*pending) and the oldest one's
+ * createdAt (*oldest_ms, 0: none), through d's DLQ store or, while it is
+ * closed, a reader of its collection. False with error filled. */
+bool fw_dispatcher_dlq_pending (fw_dispatcher_t *d, int64_t *pending, int64_t *oldest_ms,
+                                fw_error_t *error);
+
 /* The thread that ran d is done with it: closes its DLQ store, fw.mongo's
  * cursors (unless its Lua state panicked) and gives its clients back. */
 void fw_dispatcher_release (fw_dispatcher_t *d);

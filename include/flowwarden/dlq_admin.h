@@ -20,24 +20,8 @@
 
 #include <mongoc/mongoc.h>
 
+#include "flowwarden/dlq_store.h"
 #include "flowwarden/error.h"
-
-#define FW_DLQ_MAX_IDS 64
-
-/* The filters every `flowwarden dlq` verb shares. Strings are borrowed
- * (usually argv). Zero/NULL fields filter nothing. */
-typedef struct {
-   const char *stream;           /* --stream NAME */
-   const char *status;           /* --status S: PENDING, REPROCESSING, RESOLVED, DISCARDED;
-                                  * may be a comma-separated list */
-   const char *error_type;       /* --error-type T: T and its subtypes (T.*) */
-   int64_t since_ms;             /* --since: createdAt >= (ms since the epoch); 0 = none */
-   int64_t until_ms;             /* --until: createdAt < ; 0 = none */
-   const char *ids[FW_DLQ_MAX_IDS]; /* --id ID, repeatable */
-   int n_ids;
-   int64_t limit;                /* --limit N; 0 = none */
-   const char *filter_json;      /* --filter JSON: Extended JSON query, ANDed with the rest */
-} fw_dlq_filter_t;
 
 /*
  * Appends the MongoDB query selecting filter's entries to query (an
@@ -47,6 +31,11 @@ typedef struct {
  */
 bool fw_dlq_filter_to_query (const fw_dlq_filter_t *filter, const char *default_status,
                              bson_t *query, fw_error_t *error);
+
+/* Whether filter is valid (a known status, a --filter that is a JSON
+ * object): false with error filled as fw_dlq_filter_to_query does. */
+bool fw_dlq_filter_check (const fw_dlq_filter_t *filter, const char *default_status,
+                          fw_error_t *error);
 
 /*
  * Applies one filter option of the command line to filter: name is its long
@@ -108,13 +97,6 @@ bool fw_dlq_admin_restrict (fw_dlq_admin_t *admin, const char *stream, fw_error_
 
 /* The target stream name writes to, or NULL. Borrowed. */
 const fw_dlq_target_t *fw_dlq_admin_target_of (const fw_dlq_admin_t *admin, const char *stream);
-
-/*
- * The collection of target i on a client of its URI (created on first use,
- * owned by the admin; the collection is the caller's: mongoc_collection_destroy).
- * NULL with error filled when libmongoc rejects the URI.
- */
-mongoc_collection_t *fw_dlq_admin_collection (fw_dlq_admin_t *admin, int i, fw_error_t *error);
 
 /* Called for every entry found; entry is borrowed for the call. Returning
  * false stops the search (the visitor fills error). */
@@ -185,8 +167,9 @@ typedef struct fw_dlq_selection fw_dlq_selection_t;
 /*
  * Selects (at most filter->limit) entries. With filter->ids, an id that
  * selects nothing is an error ("no DLQ entry with _id ..."), so a typo
- * never passes for "0 entries". The caller owns the result:
- * fw_dlq_selection_destroy.
+ * never passes for "0 entries". The selection keeps filter's and
+ * default_status's strings borrowed: they must outlive it. The caller owns
+ * the result: fw_dlq_selection_destroy.
  */
 fw_dlq_selection_t *fw_dlq_admin_select (fw_dlq_admin_t *admin, const fw_dlq_filter_t *filter,
                                          const char *default_status, fw_error_t *error);

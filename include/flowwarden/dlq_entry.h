@@ -50,6 +50,10 @@ typedef struct {
 bool fw_dlq_entry_build (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg,
                          const fw_dlq_failure_t *f, fw_error_t *error);
 
+/* The entry's streamName, or NULL when it has none that is a string.
+ * Borrowed from entry. */
+const char *fw_dlq_entry_stream (const bson_t *entry);
+
 /* Writes "INSERT", "UPDATE", "DROP_DATABASE"...: seed 002's spelling of a
  * MongoDB operation type. */
 void fw_dlq_operation_type (const char *op, char *buf, size_t len);

@@ -33,10 +33,12 @@
  *   starts (the event itself comes back after the restart and is parked
  *   again under a new index).
  *
- * The functions below are the MongoDB side. An in-memory DLQ store keeps the
- * same documents beside its entries (fw_dlq_store_memory_seq_* in
- * dlq_store.h); a stream reaches either through its store's fw_park_ops_t
- * (src/runtime/dlq/event_park_store.c).
+ * A DLQ store's seq_* methods (dlq_store.h) are the way to both sides: the
+ * in-memory store keeps the same documents beside its entries, and the
+ * MongoDB store's methods call the functions below on its collections. The
+ * functions on a collection are that store's internals, still public for
+ * the callers not yet moved onto the methods (event_park_store.c and the
+ * replay's dlq_replay*.c).
  */
 #ifndef FLOWWARDEN_DLQ_SEQUENCE_H
 #define FLOWWARDEN_DLQ_SEQUENCE_H

@@ -1,15 +1,23 @@
 /*
- * dlq_store.h - where dead-lettered events go: the DlqStore SPI of seed 002.
+ * dlq_store.h - where dead-lettered events go: the DlqStore SPI of seed 002,
+ * and the one interface to dead letters.
  *
  * A store is a table of functions plus its own state, so another backend
  * (a file, a queue) can be added by filling an fw_dlq_store_t. flowwarden
- * ships the MongoDB store (fw_dlq_store_mongo_new), which writes seed 002's
- * document to the stream's DLQ collection.
+ * ships the MongoDB store (fw_dlq_store_mongo_new for a stream,
+ * fw_dlq_store_mongo_open for a reader), which writes seed 002's document
+ * to the stream's DLQ collection and a sequenced DLQ's sequences beside it,
+ * and the in-memory store (fw_dlq_store_memory_new), with the same answers.
+ * Whoever saves, lists, counts, claims, settles, discards or purges entries,
+ * or takes a sequence's indexes, does it through these methods: the
+ * collections' field names are the stores' business (and dlq_entry.c's,
+ * which builds the document).
  *
  * Entries are BSON documents shaped exactly as seed 002's "DLQ Document
  * Schema", plus eventId, ns {db, coll}, clusterTime, scriptVersion, the
  * entry's life fields and the event fields a replay needs (dlq_entry.h).
- * A store keeps one entry per (streamName, eventId).
+ * A store keeps one entry per (streamName, eventId). A store is used by
+ * one thread at a time, except the in-memory store, which is thread-safe.
  */
 #ifndef FLOWWARDEN_DLQ_STORE_H
 #define FLOWWARDEN_DLQ_STORE_H
@@ -22,8 +30,115 @@
 #include "flowwarden/dlq_sequence.h"
 #include "flowwarden/error.h"
 
+#define FW_DLQ_MAX_IDS 64
+
+/* The filters every `flowwarden dlq` verb shares, and what a store's query
+ * selects. Strings are borrowed (usually argv). Zero/NULL fields filter
+ * nothing. */
+typedef struct {
+   const char *stream;           /* --stream NAME */
+   const char *status;           /* --status S: PENDING, REPROCESSING, RESOLVED, DISCARDED;
+                                  * may be a comma-separated list */
+   const char *error_type;       /* --error-type T: T and its subtypes (T.*) */
+   int64_t since_ms;             /* --since: createdAt >= (ms since the epoch); 0 = none */
+   int64_t until_ms;             /* --until: createdAt < ; 0 = none */
+   const char *ids[FW_DLQ_MAX_IDS]; /* --id ID, repeatable */
+   int n_ids;
+   int64_t limit;                /* --limit N; 0 = none */
+   const char *filter_json;      /* --filter JSON: Extended JSON query, ANDed with the rest
+                                  * (the MongoDB store only) */
+} fw_dlq_filter_t;
+
+/* What a store's query, tally, discard and purge select: the entries filter
+ * matches (NULL: every entry), default_status standing in for an unset
+ * filter->status (NULL: any status), and, when ids (an array document,
+ * borrowed) is set, whose _id is one of ids. limit caps query's entries (0: none;
+ * filter->limit is not used: the caller splits it between stores). Unless
+ * with_documents, query leaves fullDocument, fullDocumentBeforeChange and
+ * updateDescription out (they may hold personal data). */
+typedef struct {
+   const fw_dlq_filter_t *filter;
+   const char *default_status;
+   const bson_t *ids;
+   int64_t limit;
+   bool with_documents;
+} fw_dlq_query_t;
+
+/* What claimable selects beyond its query. */
+typedef struct {
+   const char *sequence;  /* only the entries of this sequence; NULL: any or none */
+   bool in_sequence;      /* only entries in a sequence */
+   int64_t max_attempts;  /* only entries with reprocessAttempts below (missing: 0); 0: any */
+   int64_t now_ms;        /* a claim that ends before this has expired */
+} fw_dlq_claimable_t;
+
+/* Whether entry matches q (the in-memory store's filter; the MongoDB store
+ * makes a query of it, fw_dlq_filter_to_query). False with error filled for
+ * a bad status name, or a --filter (a MongoDB query only MongoDB runs). */
+bool fw_dlq_query_matches (const fw_dlq_query_t *q, const bson_t *entry, bool *match,
+                           fw_error_t *error);
+
+/* Called for every entry a query finds, oldest first (createdAt, then _id);
+ * entry is borrowed for the call. Returning false stops the query (the
+ * visitor fills error). */
+typedef bool (*fw_dlq_entry_fn) (const bson_t *entry, void *ud, fw_error_t *error);
+
+/* One group of a tally: the entries with the same stream, status and error
+ * type (each borrowed for the call; "?" when missing or not a string).
+ * parked: the entries have no error and a sequenceId (parked behind their
+ * sequence's head). */
+typedef struct {
+   const char *stream;
+   const char *status;
+   const char *error_type;
+   bool parked;
+   int64_t n;
+} fw_dlq_group_t;
+
+typedef bool (*fw_dlq_group_fn) (const fw_dlq_group_t *group, void *ud, fw_error_t *error);
+
+/* A sequence's record (dlq_sequence.h), as a store lists it; the strings are
+ * borrowed for the call, "?" when a record edited by hand lacks them. */
+typedef struct {
+   const char *stream;
+   const char *id;
+   int open; /* 1, 0, or -1: missing or not a bool */
+   int64_t next;
+   int64_t inflight;
+} fw_dlq_seq_t;
+
+typedef bool (*fw_dlq_seq_fn) (const fw_dlq_seq_t *seq, void *ud, fw_error_t *error);
+
+/* What becomes of an entry a replay claimed (the store's settle). */
+typedef enum {
+   FW_DLQ_RELEASE, /* back to PENDING as it was (lastTouched) */
+   FW_DLQ_RESOLVE, /* RESOLVED, resolution REPLAYED (SKIPPED with skipped), resolvedAt;
+                    * history "resolved" with result "ok" ("skipped") */
+   FW_DLQ_REQUEUE, /* PENDING after a failed replay: lastReprocessAt, lastReprocessError
+                    * {type, message}, reprocessAttempts + 1, diagnostics.<key> set from
+                    * diagnostics; history "requeued" with result "type: message" */
+   FW_DLQ_EVICT    /* DISCARDED by the enqueue policy: as REQUEUE but no diagnostics,
+                    * discardedAt and discardReason "evicted by enqueue policy"; history
+                    * "discarded" */
+} fw_dlq_settle_t;
+
+typedef struct {
+   fw_dlq_settle_t kind;
+   int64_t now_ms;            /* lastTouched, and the history item's at */
+   bool skipped;              /* FW_DLQ_RESOLVE */
+   const char *error_type;    /* FW_DLQ_REQUEUE, FW_DLQ_EVICT */
+   const char *error_message;
+   const bson_t *diagnostics; /* FW_DLQ_REQUEUE; NULL: none */
+} fw_dlq_outcome_t;
+
 typedef struct fw_dlq_store fw_dlq_store_t;
 
+/*
+ * Every method returns false with error filled when the backend fails (or
+ * memory runs out); out parameters are then unspecified unless said. A
+ * method never takes ownership of its arguments; strings are borrowed for
+ * the call.
+ */
 struct fw_dlq_store {
    /* Persists entry (as fw_dlq_entry_build made it) durably; true only once
     * the backend acknowledged it. An entry for an event already stored
@@ -34,19 +149,129 @@ struct fw_dlq_store {
     * already applied counts as saved. */
    bool (*save) (fw_dlq_store_t *store, const bson_t *entry, fw_error_t *error);
    /* Finds the entry with _id == id; *found tells whether it exists. out is
-    * initialised by the callee and owned by the caller. */
+    * initialised by the callee (also on failure) and owned by the caller. */
    bool (*find_by_id) (fw_dlq_store_t *store, const char *id, bson_t *out, bool *found,
                        fw_error_t *error);
    /* Appends every entry of stream, oldest first, to out (an array document
-    * initialised by the callee, owned by the caller). */
+    * initialised by the callee, also on failure; owned by the caller). */
    bool (*find_by_stream) (fw_dlq_store_t *store, const char *stream, bson_t *out,
                            fw_error_t *error);
-   /* Counts the entries of stream (all streams when stream is NULL). */
+   /* Counts the entries of stream (all streams when stream is NULL) into
+    * *out. */
    bool (*count) (fw_dlq_store_t *store, const char *stream, int64_t *out, fw_error_t *error);
+   /* The PENDING entries of stream: how many (*count), and the createdAt of
+    * the oldest (*oldest_ms; 0 when there is none or it has no date). */
+   bool (*pending) (fw_dlq_store_t *store, const char *stream, int64_t *count,
+                    int64_t *oldest_ms, fw_error_t *error);
+   /* Visits the entries q selects, oldest first, at most q->limit. */
+   bool (*query) (fw_dlq_store_t *store, const fw_dlq_query_t *q, fw_dlq_entry_fn visit,
+                  void *ud, fw_error_t *error);
+   /* What a replay or a reprocess round may claim: the entries q selects
+    * that c allows, but no entry a live replay holds (REPROCESSING with
+    * claimedUntil not before c->now_ms). Oldest clusterTime first (then
+    * createdAt, _id), at most q->limit. Each entry is whole with
+    * q->with_documents, else only _id, clusterTime, createdAt and
+    * sequenceId (those it has). */
+   bool (*claimable) (fw_dlq_store_t *store, const fw_dlq_query_t *q,
+                      const fw_dlq_claimable_t *c, fw_dlq_entry_fn visit, void *ud,
+                      fw_error_t *error);
+   /* Visits the groups of the entries q selects (q->limit ignored), and
+    * lowers *oldest_pending_ms (the caller's, left alone when nothing is
+    * older) to the createdAt of the oldest selected PENDING entry with a
+    * date. */
+   bool (*tally) (fw_dlq_store_t *store, const fw_dlq_query_t *q, fw_dlq_group_fn visit,
+                  void *ud, int64_t *oldest_pending_ms, fw_error_t *error);
+   /* Marks the entries q selects DISCARDED: discardedAt and lastTouched =
+    * now_ms, discardReason = reason, and a history item {at, action:
+    * "discarded", actor, result: reason}, the last FW_DLQ_HISTORY_MAX kept.
+    * *touched: how many changed. */
+   bool (*discard) (fw_dlq_store_t *store, const fw_dlq_query_t *q, const char *reason, const char *actor, int64_t now_ms, int64_t *touched,
+                    fw_error_t *error);
+   /* Deletes the entries q selects; *touched: how many. */
+   bool (*purge) (fw_dlq_store_t *store, const fw_dlq_query_t *q, int64_t *touched,
+                  fw_error_t *error);
+   /* Stores entry as it is in place of the entry with its _id (an import, a
+    * replay's outcome), or adds it; *inserted says which. False when entry
+    * has no _id. */
+   bool (*put) (fw_dlq_store_t *store, const bson_t *entry, bool *inserted, fw_error_t *error);
+
+   /* --- a replay's claim on an entry (id: its _id, borrowed) -------------- */
+
+   /* Claims the entry of stream with _id id when it is PENDING, or
+    * REPROCESSING with a claim that ended before now_ms: REPROCESSING,
+    * claimedBy actor, claimedUntil until_ms, lastTouched now_ms. *got says
+    * whether it was claimable; out (initialised by the callee, also on
+    * failure; the caller's) is then the entry as claimed. */
+   bool (*claim) (fw_dlq_store_t *store, const char *stream, const bson_value_t *id,
+                  const char *actor, int64_t now_ms, int64_t until_ms, bson_t *out, bool *got,
+                  fw_error_t *error);
+   /* Pushes actor's claim on the entry to until_ms. *held is false when
+    * the claim was lost (expired and taken meanwhile). */
+   bool (*extend) (fw_dlq_store_t *store, const bson_value_t *id, const char *actor,
+                   int64_t until_ms, bool *held, fw_error_t *error);
+   /* Applies what became of the entry while actor still holds its claim,
+    * and gives the claim up (claimedBy, claimedUntil removed). *held as
+    * extend's. */
+   bool (*settle) (fw_dlq_store_t *store, const bson_value_t *id, const char *actor,
+                   const fw_dlq_outcome_t *outcome, bool *held, fw_error_t *error);
+   /* A claim a killed replay left (REPROCESSING, claimedUntil before
+    * now_ms): back to PENDING, the claim removed. */
+   bool (*release_stale) (fw_dlq_store_t *store, const bson_value_t *id, int64_t now_ms,
+                          fw_error_t *error);
+
+   /* --- the sequences of a sequenced DLQ (dlq_sequence.h) --------------- */
+
+   /* Replaces into's content (the caller's) with stream's open sequences
+    * and resets their inflight counts (the caller is the stream, starting:
+    * none of its index requests is in flight). */
+   bool (*seq_load) (fw_dlq_store_t *store, const char *stream, fw_dlq_sequences_t *into,
+                     fw_error_t *error);
+   /* Takes the next index of sequence id into *index (*result FW_SEQ_TAKEN).
+    * open = true (the head is dead-lettered): opens or reopens it; open =
+    * false (a later event parks): only while it is open, else *result is
+    * FW_SEQ_CLOSED. */
+   bool (*seq_take) (fw_dlq_store_t *store, const char *stream, const char *id, bool open,
+                     int64_t *index, fw_seq_take_t *result, fw_error_t *error);
+   /* The entry of an index seq_take gave is stored: gives inflight back. */
+   bool (*seq_settle) (fw_dlq_store_t *store, const char *stream, const char *id,
+                       fw_error_t *error);
+   /* The sequence's state into *out (out->exists false when it has none). */
+   bool (*seq_read) (fw_dlq_store_t *store, const char *stream, const char *id,
+                     fw_seq_state_t *out, fw_error_t *error);
+   /* Closes the sequence if it is still open with next == expected_next and
+    * nothing in flight; *closed says whether it was. */
+   bool (*seq_close) (fw_dlq_store_t *store, const char *stream, const char *id,
+                      int64_t expected_next, bool *closed, fw_error_t *error);
+   /* The sequence's entries still waiting (PENDING or REPROCESSING). */
+   bool (*seq_size) (fw_dlq_store_t *store, const char *stream, const char *id, int64_t *out,
+                     fw_error_t *error);
+   /* Visits the sequences of stream (all streams when NULL) that are not
+    * closed (open is not false), and those whose sequenceId is in ids (an
+    * array of strings, borrowed; NULL: none). */
+   bool (*seq_list) (fw_dlq_store_t *store, const char *stream, const bson_t *ids,
+                     fw_dlq_seq_fn visit, void *ud, fw_error_t *error);
+   /* Visits the waiting entries (PENDING or REPROCESSING) of sequence id,
+    * whole, lowest sequenceIndex first. */
+   bool (*seq_entries) (fw_dlq_store_t *store, const char *stream, const char *id,
+                        fw_dlq_entry_fn visit, void *ud, fw_error_t *error);
+   /* How many waiting entries of sequence id have a sequenceIndex below
+    * index (none: the entry at index is the sequence's head). */
+   bool (*seq_before) (fw_dlq_store_t *store, const char *stream, const char *id,
+                       int64_t index, int64_t *out, fw_error_t *error);
+   /* Visits one group per sequence of stream (all when NULL) with waiting
+    * entries (PENDING or REPROCESSING, with a string sequenceId), by
+    * (stream, sequenceId), borrowed for the call: { _id: { s: stream, q:
+    * sequenceId }, n: how many wait, and of the one with the lowest
+    * sequenceIndex (its head): head: its _id, sequenceIndex, status, error,
+    * createdAt (each null or missing when the entry lacks it) }. */
+   bool (*seq_waiting) (fw_dlq_store_t *store, const char *stream, fw_dlq_entry_fn visit,
+                        void *ud, fw_error_t *error);
+
    void (*destroy) (fw_dlq_store_t *store);
 };
 
-/* The MongoDB store. client is borrowed and must outlive the store;
+/* The MongoDB store. Its sequences are in "<collection>_sequences" beside
+ * it (fw_dlq_sequences_name). client is borrowed and must outlive the store;
  * write_concern_tag ("majority") or, when NULL, write_concern_w is used for
  * saves. Ensures the TTL index on expiresAt, the {streamName, createdAt}
  * index and the unique {streamName, eventId} index (fw_stream_event_unique),
@@ -57,6 +282,15 @@ fw_dlq_store_t *fw_dlq_store_mongo_new (mongoc_client_t *client, const char *dat
                                         const char *collection, const char *write_concern_tag,
                                         int write_concern_w, fw_error_t *error);
 
+/* The MongoDB store of a reader or an operator (`flowwarden dlq`, metrics):
+ * creates no index and writes with the client's write concern. Its error
+ * messages say "<what> on DB.COLL (connection "NAME") failed: <server's
+ * message>" (connection may be NULL: no parenthesis). client is borrowed
+ * and must outlive the store; NULL when out of memory. */
+fw_dlq_store_t *fw_dlq_store_mongo_open (mongoc_client_t *client, const char *database,
+                                         const char *collection, const char *connection,
+                                         fw_error_t *error);
+
 /*
  * Seed 004's in-memory variant (dlq = { store = "memory" }): the entries live
  * in the process and are lost when it exits, so it suits tests
@@ -66,9 +300,9 @@ fw_dlq_store_t *fw_dlq_store_mongo_new (mongoc_client_t *client, const char *dat
  */
 fw_dlq_store_t *fw_dlq_store_memory_new (fw_error_t *error);
 
-/* A memory store only: replaces the entry whose _id is entry's _id (a
- * replay's outcome), or adds it. False when out of memory or entry has no
- * _id. */
+/* A memory store only: store->put without its inserted flag, kept for the
+ * callers not yet moved onto the method. False when out of memory or entry
+ * has no string _id. */
 bool fw_dlq_store_memory_put (fw_dlq_store_t *store, const bson_t *entry, fw_error_t *error);
 
 /* A memory store only: copies the entry the last successful save wrote (as
@@ -77,15 +311,10 @@ bool fw_dlq_store_memory_put (fw_dlq_store_t *store, const bson_t *entry, fw_err
 bool fw_dlq_store_memory_take_last (fw_dlq_store_t *store, bson_t *out);
 
 /*
- * A memory store only: the sequences of a sequenced DLQ (dlq_sequence.h),
- * kept beside the entries under the store's lock: one record per (stream,
- * sequence id) with the sequences collection's open, next and inflight, and
- * the same semantics as the fw_dlq_sequence_* function of the same name
- * (load resets inflight; take with open = false answers FW_SEQ_CLOSED for a
- * sequence that is closed or unknown; size counts the sequence's PENDING and
- * REPROCESSING entries). They live and die with the store: a process that
- * exits loses them with the entries. They fail (error filled) only when
- * store is not a memory store or memory runs out.
+ * Before the sequence methods: the same as store->seq_load, seq_take,
+ * seq_settle, seq_read, seq_close and seq_size, kept for the files that
+ * still call them (to be removed once they call the methods). They fail
+ * (error filled) when store is not a memory store.
  */
 bool fw_dlq_store_memory_seq_load (fw_dlq_store_t *store, const char *stream,
                                    fw_dlq_sequences_t *into, fw_error_t *error);

@@ -205,13 +205,8 @@ check_options (opts_t *o)
       return fail ("discard: --reason TEXT is required (it is stored as discardReason)");
    }
    /* Bad filters are reported before the script is even loaded. */
-   {
-      bson_t scratch = BSON_INITIALIZER;
-      bool ok = fw_dlq_filter_to_query (&o->filter, NULL, &scratch, &err);
-      bson_destroy (&scratch);
-      if (!ok) {
-         return fail ("%s", err.message);
-      }
+   if (!fw_dlq_filter_check (&o->filter, NULL, &err)) {
+      return fail ("%s", err.message);
    }
    return -1;
 }

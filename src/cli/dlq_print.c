@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "dlq_cli.h"
+#include "flowwarden/dlq_entry.h"
 
 #define MAX_CELL 40
 
@@ -288,7 +289,8 @@ fw_dlq_table_add (fw_dlq_table_t *table, const bson_t *entry, int64_t now_ms)
       return false;
    }
    row[0] = bson_iter_init_find (&it, entry, "_id") ? cell (value_text (&it)) : strdup ("?");
-   row[1] = string_cell (entry, "streamName");
+   row[1] = fw_dlq_entry_stream (entry) ? cell (strdup (fw_dlq_entry_stream (entry)))
+                                        : strdup ("?");
    row[2] = string_cell (entry, "operationType");
    row[3] = key_cell (entry);
    /* Parked behind its sequence's head, the entry has no error of its own. */

@@ -21,6 +21,7 @@
 #include "flowwarden/dlq_admin.h"
 #include "flowwarden/dlq_entry.h"
 #include "flowwarden/dlq_replay.h"
+#include "flowwarden/dlq_replay_store.h"
 #include "flowwarden/log.h"
 #include "flowwarden/lua_host.h"
 #include "flowwarden/metrics.h"
@@ -504,72 +505,11 @@ free_candidates (candidate_t *list, size_t from, size_t n)
    }
 }
 
-/* q = { $and: [ base, this stream (and sequence), no live claim ] }: a
- * REPROCESSING entry only when its claim expired. */
-static void
-append_entries_query (bson_t *q, const bson_t *base, const char *stream, const options_t *o)
-{
-   bson_t and, part, or, alt, cond;
-
-   BSON_APPEND_ARRAY_BEGIN (q, "$and", &and);
-   BSON_APPEND_DOCUMENT (&and, "0", base);
-   BSON_APPEND_DOCUMENT_BEGIN (&and, "1", &part);
-   BSON_APPEND_UTF8 (&part, "streamName", stream);
-   if (o->sequence) {
-      BSON_APPEND_UTF8 (&part, "sequenceId", o->sequence);
-   } else if (o->any) {
-      bson_t exists;
-      BSON_APPEND_DOCUMENT_BEGIN (&part, "sequenceId", &exists);
-      BSON_APPEND_BOOL (&exists, "$exists", true);
-      bson_append_document_end (&part, &exists);
-   }
-   bson_append_document_end (&and, &part);
-   BSON_APPEND_DOCUMENT_BEGIN (&and, "2", &part);
-   BSON_APPEND_ARRAY_BEGIN (&part, "$or", &or);
-   BSON_APPEND_DOCUMENT_BEGIN (&or, "0", &alt);
-   BSON_APPEND_DOCUMENT_BEGIN (&alt, "status", &cond);
-   BSON_APPEND_UTF8 (&cond, "$ne", "REPROCESSING");
-   bson_append_document_end (&alt, &cond);
-   bson_append_document_end (&or, &alt);
-   BSON_APPEND_DOCUMENT_BEGIN (&or, "1", &alt);
-   BSON_APPEND_DOCUMENT_BEGIN (&alt, "claimedUntil", &cond);
-   BSON_APPEND_DATE_TIME (&cond, "$lt", fw_now_ms ());
-   bson_append_document_end (&alt, &cond);
-   bson_append_document_end (&or, &alt);
-   bson_append_array_end (&part, &or);
-   bson_append_document_end (&and, &part);
-   bson_append_array_end (q, &and);
-}
-
-/* The find's options: oldest clusterTime first, only the fields a
- * candidate keeps, the limit. */
-static void
-append_entries_opts (bson_t *opts, const options_t *o)
-{
-   bson_t sort, proj;
-
-   BSON_APPEND_DOCUMENT_BEGIN (opts, "sort", &sort);
-   BSON_APPEND_INT32 (&sort, "clusterTime", 1);
-   BSON_APPEND_INT32 (&sort, "createdAt", 1);
-   BSON_APPEND_INT32 (&sort, "_id", 1);
-   bson_append_document_end (opts, &sort);
-   BSON_APPEND_DOCUMENT_BEGIN (opts, "projection", &proj);
-   BSON_APPEND_INT32 (&proj, "clusterTime", 1);
-   BSON_APPEND_INT32 (&proj, "createdAt", 1);
-   BSON_APPEND_INT32 (&proj, "sequenceId", 1);
-   bson_append_document_end (opts, &proj);
-   if (o->filter.limit > 0) {
-      BSON_APPEND_INT64 (opts, "limit", o->filter.limit);
-   }
-   /* streamName_clusterTime_createdAt__id serves the sort; where it is
-    * missing, MongoDB 5.0 fails a blocking sort over 100 MB without this. */
-   BSON_APPEND_BOOL (opts, "allowDiskUse", true);
-}
-
 /* Appends the entry doc of worker's stream to c; false when out of memory. */
 static bool
 add_candidate (candidates_t *c, const bson_t *doc, int worker)
 {
+   /* doc: the fields fw_dlq_store_t's claimable gives. */
    candidate_t *e;
    bson_iter_t it;
 
@@ -603,41 +543,44 @@ add_candidate (candidates_t *c, const bson_t *doc, int worker)
    return true;
 }
 
-/* The selected entries of the session's stream i (base: the filters'
- * query) onto c. */
-static bool
-select_from_stream (session_t *s, const options_t *o, int i, const bson_t *base, candidates_t *c)
-{
-   fw_error_t err;
-   mongoc_collection_t *coll = fw_dlq_replay_collection (fw_stream_worker_dispatcher (s->workers[i]), &err);
-   bson_t q = BSON_INITIALIZER, opts = BSON_INITIALIZER;
-   mongoc_cursor_t *cur;
-   const bson_t *doc;
-   bson_error_t berr;
-   bool ok = true;
+typedef struct {
+   candidates_t *c;
+   int worker;
+} gather_t;
 
-   if (!coll) {
-      fprintf (stderr, "flowwarden dlq replay: cannot read the DLQ of stream \"%s\": %s\n",
-               fw_stream_worker_name (s->workers[i]), err.message);
+static bool
+gather (const bson_t *entry, void *ud, fw_error_t *error)
+{
+   gather_t *g = ud;
+   if (!add_candidate (g->c, entry, g->worker)) {
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory selecting the entries");
       return false;
    }
-   append_entries_query (&q, base, fw_stream_worker_name (s->workers[i]), o);
-   append_entries_opts (&opts, o);
-   cur = mongoc_collection_find_with_opts (coll, &q, &opts, NULL);
-   while (ok && mongoc_cursor_next (cur, &doc)) {
-      if (!(ok = add_candidate (c, doc, i))) {
-         fprintf (stderr, "flowwarden dlq replay: out of memory selecting the entries\n");
-      }
-   }
-   if (mongoc_cursor_error (cur, &berr)) {
+   return true;
+}
+
+/* The selected entries of the session's stream i onto c: PENDING, and
+ * REPROCESSING whose claim expired (a replay killed with -9); a live claim
+ * is never selected, whatever --status says. */
+static bool
+select_from_stream (session_t *s, const options_t *o, int i, candidates_t *c)
+{
+   fw_error_t err;
+   const char *name = fw_stream_worker_name (s->workers[i]);
+   fw_dlq_store_t *store = fw_dlq_replay_store (fw_stream_worker_dispatcher (s->workers[i]), &err);
+   fw_dlq_filter_t f = o->filter;
+   fw_dlq_query_t q = {&f, "PENDING,REPROCESSING", NULL, o->filter.limit, false};
+   fw_dlq_claimable_t claimable = {o->sequence, o->any, 0, fw_now_ms ()};
+   gather_t g = {c, i};
+   bool ok;
+
+   f.stream = name;
+   ok = store && store->claimable (store, &q, &claimable, gather, &g, &err);
+   if (!ok) {
       fprintf (stderr, "flowwarden dlq replay: cannot read the DLQ of stream \"%s\": %s\n",
-               fw_stream_worker_name (s->workers[i]), berr.message);
-      ok = false;
+               name, err.message);
    }
-   mongoc_cursor_destroy (cur);
-   mongoc_collection_destroy (coll);
-   bson_destroy (&q);
-   bson_destroy (&opts);
+   fw_dlq_store_destroy (store);
    return ok;
 }
 
@@ -645,22 +588,17 @@ select_from_stream (session_t *s, const options_t *o, int i, const bson_t *base,
 static bool
 select_entries (session_t *s, const options_t *o, candidate_t **out, size_t *n_out)
 {
-   bson_t base = BSON_INITIALIZER;
    fw_error_t err;
    candidates_t c = {NULL, 0, 0};
    bool ok = true;
 
-   /* PENDING, and REPROCESSING whose claim expired (a replay killed with -9):
-    * a live claim is never selected, whatever --status says. */
-   if (!fw_dlq_filter_to_query (&o->filter, "PENDING,REPROCESSING", &base, &err)) {
+   if (!fw_dlq_filter_check (&o->filter, "PENDING,REPROCESSING", &err)) {
       fprintf (stderr, "flowwarden dlq replay: %s\n", err.message);
-      bson_destroy (&base);
       return false;
    }
    for (int i = 0; ok && i < s->n; i++) {
-      ok = select_from_stream (s, o, i, &base, &c);
+      ok = select_from_stream (s, o, i, &c);
    }
-   bson_destroy (&base);
    if (c.n > 1) {
       qsort (c.v, c.n, sizeof *c.v, by_cluster_time);
    }
@@ -679,37 +617,47 @@ select_entries (session_t *s, const options_t *o, candidate_t **out, size_t *n_o
    return ok;
 }
 
-/* The entry as it is now, or false when it is gone. */
+typedef struct {
+   bson_t *out;
+   bool found;
+} fetched_t;
+
+static bool
+copy_entry (const bson_t *entry, void *ud, fw_error_t *error)
+{
+   fetched_t *f = ud;
+   (void) error;
+   if (!f->found) {
+      bson_copy_to (entry, f->out);
+      f->found = true;
+   }
+   return true;
+}
+
+/* The entry as it is now (out initialised then, the caller's), or false
+ * when it is gone. */
 static bool
 fetch (session_t *s, const candidate_t *c, bson_t *out, char *error, size_t len)
 {
    fw_error_t err;
-   mongoc_collection_t *coll = fw_dlq_replay_collection (fw_stream_worker_dispatcher (s->workers[c->worker]), &err);
-   bson_t q = BSON_INITIALIZER;
-   mongoc_cursor_t *cur;
-   const bson_t *doc;
-   bson_error_t berr;
-   bool found = false;
+   fw_dlq_store_t *store = fw_dlq_replay_store (fw_stream_worker_dispatcher (s->workers[c->worker]), &err);
+   bson_t ids = BSON_INITIALIZER;
+   fw_dlq_query_t q = {NULL, NULL, &ids, 1, true};
+   fetched_t f = {out, false};
 
-   if (!coll) {
+   BSON_APPEND_VALUE (&ids, "0", &c->id);
+   if (!store || !store->query (store, &q, copy_entry, &f, &err)) {
+      if (f.found) {
+         bson_destroy (out);
+         f.found = false;
+      }
       snprintf (error, len, "cannot read the entry: %.1000s", err.message);
-      bson_destroy (&q);
-      return false;
-   }
-   BSON_APPEND_VALUE (&q, "_id", &c->id);
-   cur = mongoc_collection_find_with_opts (coll, &q, NULL, NULL);
-   if (mongoc_cursor_next (cur, &doc)) {
-      bson_copy_to (doc, out);
-      found = true;
-   } else if (mongoc_cursor_error (cur, &berr)) {
-      snprintf (error, len, "cannot read the entry: %s", berr.message);
-   } else {
+   } else if (!f.found) {
       snprintf (error, len, "no longer in the DLQ");
    }
-   mongoc_cursor_destroy (cur);
-   mongoc_collection_destroy (coll);
-   bson_destroy (&q);
-   return found;
+   fw_dlq_store_destroy (store);
+   bson_destroy (&ids);
+   return f.found;
 }
 
 static void

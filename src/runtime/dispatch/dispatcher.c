@@ -278,6 +278,30 @@ fw_dispatcher_client_for (fw_dispatcher_t *d, const char *connection, fw_error_t
    return client;
 }
 
+bool
+fw_dispatcher_dlq_pending (fw_dispatcher_t *d, int64_t *pending, int64_t *oldest_ms,
+                           fw_error_t *error)
+{
+   const fw_dlq_config_t *dlq = &d->prog.cfg.dlq;
+   fw_dlq_store_t *reader = NULL, *store = d->dlq;
+   mongoc_client_t *client;
+   bool ok;
+
+   if (!store) {
+      /* Closed (before its first use, or after a reload): a reader of its
+       * collection. */
+      if (!(client = fw_dispatcher_client_for (d, dlq->connection, error)) ||
+          !(store = reader = fw_dlq_store_mongo_open (
+               client, dlq->database ? dlq->database : d->prog.cfg.database, dlq->collection,
+               NULL, error))) {
+         return false;
+      }
+   }
+   ok = store->pending (store, d->prog.cfg.name, pending, oldest_ms, error);
+   fw_dlq_store_destroy (reader);
+   return ok;
+}
+
 void
 fw_dispatcher_release (fw_dispatcher_t *d)
 {

@@ -21,6 +21,7 @@ struct fw_dlq_admin {
    char **streams;       /* every stream of the script, for messages */
    int n_streams;
    client_t *clients;    /* one per distinct URI, made on first use */
+   fw_dlq_store_t **stores; /* per target: its DLQ store, made on first use */
    int n_clients;
    char **seq_streams;   /* the streams declaring dlq = { sequenced = true } */
    int n_seq_streams;
@@ -37,17 +38,13 @@ void fw_dlq__name_list (char *const *names, int n, char *buf, size_t len);
 /* Whether target i is in the operation's scope (fw_dlq_admin_restrict). */
 bool fw_dlq__selected (const fw_dlq_admin_t *admin, int i);
 
-/* "<what> on DB.COLL (connection "NAME") failed: <libmongoc's message>" */
-void fw_dlq__set_error_at (fw_error_t *error, const fw_dlq_target_t *t, const char *what,
-                           const bson_error_t *berr);
-
 /* The string at path in doc, or "?" when it is missing or not a string. */
 const char *fw_dlq__string_at (const bson_t *doc, const char *path);
 
-/* The sequences collection of target i ("<collection>_sequences", on the
- * target's client), like fw_dlq_admin_collection. */
-mongoc_collection_t *fw_dlq__sequence_collection (fw_dlq_admin_t *admin, int i,
-                                                  fw_error_t *error);
+/* The DLQ store of target i (a reader's MongoDB store on a client of the
+ * target's URI), made on first use and owned by the admin. NULL with error
+ * filled when libmongoc rejects the URI or memory runs out. */
+fw_dlq_store_t *fw_dlq__store (fw_dlq_admin_t *admin, int i, fw_error_t *error);
 
 /* Appends fw_dlq_admin_stats's "sequences" to out when there is anything
  * to say about stream's (NULL: every stream's) sequences. */

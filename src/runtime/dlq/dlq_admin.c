@@ -11,7 +11,6 @@
 
 #include "runtime/dlq/dlq_admin-private.h"
 #include "flowwarden/log.h"
-#include "flowwarden/dlq_sequence.h"
 #include "flowwarden/lua_host.h"
 #include "flowwarden/runtime.h"
 #include "flowwarden/stream_config.h"
@@ -264,6 +263,10 @@ fw_dlq_admin_destroy (fw_dlq_admin_t *admin)
       free (admin->seq_streams[i]);
    }
    free (admin->seq_streams);
+   for (int i = 0; admin->stores && i < admin->n_targets; i++) {
+      fw_dlq_store_destroy (admin->stores[i]); /* before the clients they use */
+   }
+   free (admin->stores);
    for (int i = 0; i < admin->n_clients; i++) {
       mongoc_client_destroy (admin->clients[i].client);
       free (admin->clients[i].uri);
@@ -397,48 +400,25 @@ client_of (fw_dlq_admin_t *admin, int i, fw_error_t *error)
    return client;
 }
 
-mongoc_collection_t *
-fw_dlq_admin_collection (fw_dlq_admin_t *admin, int i, fw_error_t *error)
+fw_dlq_store_t *
+fw_dlq__store (fw_dlq_admin_t *admin, int i, fw_error_t *error)
 {
-   mongoc_client_t *client = client_of (admin, i, error);
-   mongoc_collection_t *coll;
+   const fw_dlq_target_t *t = &admin->targets[i];
+   mongoc_client_t *client;
 
-   if (!client) {
+   if (!admin->stores &&
+       !(admin->stores = calloc ((size_t) admin->n_targets, sizeof *admin->stores))) {
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
       return NULL;
    }
-   if (!(coll = mongoc_client_get_collection (client, admin->targets[i].database,
-                                              admin->targets[i].collection))) {
-      fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
+   if (!admin->stores[i] && (client = client_of (admin, i, error))) {
+      admin->stores[i] =
+         fw_dlq_store_mongo_open (client, t->database, t->collection, t->connection, error);
    }
-   return coll;
-}
-
-mongoc_collection_t *
-fw_dlq__sequence_collection (fw_dlq_admin_t *admin, int i, fw_error_t *error)
-{
-   mongoc_client_t *client = client_of (admin, i, error);
-   mongoc_collection_t *coll;
-
-   if (!client) {
-      return NULL;
-   }
-   if (!(coll = fw_dlq_sequence_collection (client, admin->targets[i].database,
-                                            admin->targets[i].collection))) {
-      fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
-   }
-   return coll;
+   return admin->stores[i];
 }
 
 /* --- helpers the reading and changing files share ---------------------- */
-
-void
-fw_dlq__set_error_at (fw_error_t *error, const fw_dlq_target_t *t, const char *what,
-              const bson_error_t *berr)
-{
-   fw_error_set_code (error, FW_ERROR_MONGO, (int) berr->code,
-                      "%s on %s.%s (connection \"%s\") failed: %s", what,
-                      t->database, t->collection, t->connection, berr->message);
-}
 
 /* The string at path in doc, or "?" when it is missing or not a string. */
 const char *

@@ -7,13 +7,15 @@
 #include <string.h>
 
 #include "flowwarden/bson_alloc.h"
+#include "flowwarden/dlq_entry.h"
 #include "runtime/dlq/dlq_admin-private.h"
 
 /* _ids per updateMany / deleteMany: small enough for any BSON limit. */
 #define BATCH 500
 
 struct fw_dlq_selection {
-   bson_t query;
+   fw_dlq_filter_t filter;     /* the caller's, its strings borrowed */
+   const char *default_status;
    bson_t *ids;          /* per target: an array document of the selected _ids */
    int64_t *counts;
    int n_targets;
@@ -31,7 +33,6 @@ fw_dlq_selection_destroy (fw_dlq_selection_t *sel)
    }
    free (sel->ids);
    free (sel->counts);
-   bson_destroy (&sel->query);
    free (sel);
 }
 
@@ -127,8 +128,9 @@ fw_dlq_admin_select (fw_dlq_admin_t *admin, const fw_dlq_filter_t *filter,
       fw_dlq_selection_destroy (sel);
       return NULL;
    }
-   bson_init (&sel->query);
-   ok = fw_dlq_filter_to_query (filter, default_status, &sel->query, error);
+   sel->filter = *filter;
+   sel->default_status = default_status;
+   ok = fw_dlq_filter_check (filter, default_status, error);
    /* One target at a time, so collect_id knows which target it is in. */
    for (int i = 0; ok && i < admin->n_targets; i++) {
       int saved = admin->only;
@@ -157,80 +159,50 @@ fw_dlq_admin_select (fw_dlq_admin_t *admin, const fw_dlq_filter_t *filter,
    return sel;
 }
 
-typedef bool (*batch_fn) (mongoc_collection_t *coll, const bson_t *filter, const void *ud,
-                          int64_t *n, bson_error_t *berr);
+typedef struct {
+   const char *reason; /* NULL: purge */
+   const char *actor;
+   int64_t now_ms;
+} change_t;
 
-/* Applies fn to the selection's entries that still match its query, BATCH
- * _ids at a time. */
+/* Applies the change to the selection's entries that still match its
+ * filters, BATCH _ids at a time. */
 static bool
-each_batch (fw_dlq_admin_t *admin, const fw_dlq_selection_t *sel, batch_fn fn, const void *ud,
-            const char *what, int64_t *touched, fw_error_t *error)
+each_batch (fw_dlq_admin_t *admin, const fw_dlq_selection_t *sel, const change_t *c,
+            int64_t *touched, fw_error_t *error)
 {
    bool ok = true;
 
    *touched = 0;
    for (int i = 0; ok && i < sel->n_targets; i++) {
-      mongoc_collection_t *coll;
+      fw_dlq_store_t *store;
       bson_iter_t it;
       bool more;
 
       if (sel->counts[i] == 0) {
          continue;
       }
-      if (!(coll = fw_dlq_admin_collection (admin, i, error)) ||
-          !bson_iter_init (&it, &sel->ids[i])) {
-         mongoc_collection_destroy (coll);
+      if (!(store = fw_dlq__store (admin, i, error)) || !bson_iter_init (&it, &sel->ids[i])) {
          return false;
       }
       more = bson_iter_next (&it);
       while (ok && more) {
-         bson_t filter = BSON_INITIALIZER, and, clause, in, arr;
-         bson_error_t berr;
+         bson_t ids = BSON_INITIALIZER;
+         fw_dlq_query_t q = {&sel->filter, sel->default_status, &ids, 0, false};
          int64_t n = 0;
 
-         BSON_APPEND_ARRAY_BEGIN (&filter, "$and", &and);
-         BSON_APPEND_DOCUMENT (&and, "0", &sel->query);
-         BSON_APPEND_DOCUMENT_BEGIN (&and, "1", &clause);
-         BSON_APPEND_DOCUMENT_BEGIN (&clause, "_id", &in);
-         BSON_APPEND_ARRAY_BEGIN (&in, "$in", &arr);
          for (uint32_t k = 0; more && k < BATCH; k++, more = bson_iter_next (&it)) {
             char key[16];
             const char *ks;
             bson_uint32_to_string (k, &ks, key, sizeof key);
-            bson_append_iter (&arr, ks, -1, &it);
+            bson_append_iter (&ids, ks, -1, &it);
          }
-         bson_append_array_end (&in, &arr);
-         bson_append_document_end (&clause, &in);
-         bson_append_document_end (&and, &clause);
-         bson_append_array_end (&filter, &and);
-         if (fn (coll, &filter, ud, &n, &berr)) {
-            *touched += n;
-         } else {
-            fw_dlq__set_error_at (error, &admin->targets[i], what, &berr);
-            ok = false;
-         }
-         bson_destroy (&filter);
+         ok = c->reason ? store->discard (store, &q, c->reason, c->actor, c->now_ms, &n, error)
+                        : store->purge (store, &q, &n, error);
+         *touched += n;
+         bson_destroy (&ids);
       }
-      mongoc_collection_destroy (coll);
    }
-   return ok;
-}
-
-static int64_t
-reply_count (const bson_t *reply, const char *key)
-{
-   bson_iter_t it;
-   return bson_iter_init_find (&it, reply, key) ? bson_iter_as_int64 (&it) : 0;
-}
-
-static bool
-discard_batch (mongoc_collection_t *coll, const bson_t *filter, const void *update, int64_t *n,
-               bson_error_t *berr)
-{
-   bson_t reply;
-   bool ok = mongoc_collection_update_many (coll, filter, update, NULL, &reply, berr);
-   *n = reply_count (&reply, "modifiedCount");
-   bson_destroy (&reply);
    return ok;
 }
 
@@ -238,34 +210,16 @@ bool
 fw_dlq_admin_discard (fw_dlq_admin_t *admin, const fw_dlq_selection_t *sel, const char *reason,
                       const char *actor, int64_t now_ms, int64_t *touched, fw_error_t *error)
 {
-   bson_t *update = BCON_NEW (
-      "$set", "{", "status", BCON_UTF8 ("DISCARDED"), "discardedAt", BCON_DATE_TIME (now_ms),
-      "discardReason", BCON_UTF8 (reason), "lastTouched", BCON_DATE_TIME (now_ms), "}", "$push",
-      "{", "history", "{", "$each", "[", "{", "at", BCON_DATE_TIME (now_ms), "action",
-      BCON_UTF8 ("discarded"), "actor", BCON_UTF8 (actor), "result", BCON_UTF8 (reason), "}",
-      "]", "$slice", BCON_INT32 (-20), "}", "}");
-   bool ok = each_batch (admin, sel, discard_batch, update, "discard", touched, error);
-   bson_destroy (update);
-   return ok;
-}
-
-static bool
-purge_batch (mongoc_collection_t *coll, const bson_t *filter, const void *ud, int64_t *n,
-             bson_error_t *berr)
-{
-   bson_t reply;
-   bool ok = mongoc_collection_delete_many (coll, filter, NULL, &reply, berr);
-   (void) ud;
-   *n = reply_count (&reply, "deletedCount");
-   bson_destroy (&reply);
-   return ok;
+   change_t c = {reason, actor, now_ms};
+   return each_batch (admin, sel, &c, touched, error);
 }
 
 bool
 fw_dlq_admin_purge (fw_dlq_admin_t *admin, const fw_dlq_selection_t *sel, int64_t *touched,
                     fw_error_t *error)
 {
-   return each_batch (admin, sel, purge_batch, NULL, "purge", touched, error);
+   change_t c = {NULL, NULL, 0};
+   return each_batch (admin, sel, &c, touched, error);
 }
 
 /* --- import ---------------------------------------------------------------- */
@@ -275,24 +229,20 @@ fw_dlq_admin_import (fw_dlq_admin_t *admin, const bson_t *entry, fw_dlq_import_r
                      fw_error_t *error)
 {
    const fw_dlq_target_t *t;
-   mongoc_collection_t *coll;
-   bson_iter_t id, stream;
-   bson_t filter = BSON_INITIALIZER, reply;
-   bson_t *opts;
-   bson_error_t berr;
+   fw_dlq_store_t *store;
+   bson_iter_t id;
    const char *name;
    char names[1024];
-   bool ok;
+   bool inserted;
 
    if (!bson_iter_init_find (&id, entry, "_id")) {
       fw_error_set (error, FW_ERROR_INVALID, "the entry has no _id");
       return false;
    }
-   if (!bson_iter_init_find (&stream, entry, "streamName") || !BSON_ITER_HOLDS_UTF8 (&stream)) {
+   if (!(name = fw_dlq_entry_stream (entry))) {
       fw_error_set (error, FW_ERROR_INVALID, "the entry has no streamName string");
       return false;
    }
-   name = bson_iter_utf8 (&stream, NULL);
    if (admin->only_stream && !fw_dlq__same (admin->only_stream, name)) {
       *result = FW_DLQ_IMPORT_SKIPPED;
       return true;
@@ -305,23 +255,10 @@ fw_dlq_admin_import (fw_dlq_admin_t *admin, const bson_t *entry, fw_dlq_import_r
                     name, names);
       return false;
    }
-   if (!(coll = fw_dlq_admin_collection (admin, (int) (t - admin->targets), error))) {
+   if (!(store = fw_dlq__store (admin, (int) (t - admin->targets), error)) ||
+       !store->put (store, entry, &inserted, error)) {
       return false;
    }
-   bson_append_iter (&filter, "_id", 3, &id);
-   /* validate: false: the entry is stored exactly as exported, field names
-    * with dots or dollars included (the server still checks it). */
-   opts = BCON_NEW ("upsert", BCON_BOOL (true), "validate", BCON_BOOL (false));
-   ok = mongoc_collection_replace_one (coll, &filter, entry, opts, &reply, &berr);
-   if (ok) {
-      *result = reply_count (&reply, "upsertedCount") > 0 ? FW_DLQ_IMPORT_INSERTED
-                                                           : FW_DLQ_IMPORT_REPLACED;
-   } else {
-      fw_dlq__set_error_at (error, t, "the upsert", &berr);
-   }
-   bson_destroy (&reply);
-   bson_destroy (opts);
-   bson_destroy (&filter);
-   mongoc_collection_destroy (coll);
-   return ok;
+   *result = inserted ? FW_DLQ_IMPORT_INSERTED : FW_DLQ_IMPORT_REPLACED;
+   return true;
 }

@@ -98,77 +98,38 @@ seqs_find (seqs_t *s, const char *stream, const char *id)
    return s->n_sorted ? bsearch (&key, s->v, s->n_sorted, sizeof *s->v, by_key) : NULL;
 }
 
-static void
-append_waiting_status (bson_t *query)
+/* One group of the waiting entries (the store's seq_waiting) into seqs. */
+static bool
+add_group (const bson_t *doc, void *ud, fw_error_t *error)
 {
-   bson_t in, arr;
-   BSON_APPEND_DOCUMENT_BEGIN (query, "status", &in);
-   BSON_APPEND_ARRAY_BEGIN (&in, "$in", &arr);
-   BSON_APPEND_UTF8 (&arr, "0", "PENDING");
-   BSON_APPEND_UTF8 (&arr, "1", "REPROCESSING");
-   bson_append_array_end (&in, &arr);
-   bson_append_document_end (query, &in);
+   seqs_t *seqs = ud;
+   seq_t *q = seqs_push (seqs, fw_dlq__string_at (doc, "_id.s"), fw_dlq__string_at (doc, "_id.q"));
+   bson_iter_t it;
+
+   if (!q || !(q->group = bson_copy (doc))) {
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
+      return false;
+   }
+   q->size = bson_iter_init_find (&it, doc, "n") && BSON_ITER_HOLDS_NUMBER (&it)
+                ? bson_iter_as_int64 (&it)
+                : 0;
+   if (bson_iter_init_find (&it, doc, "createdAt") && BSON_ITER_HOLDS_DATE_TIME (&it)) {
+      q->head_ms = bson_iter_date_time (&it);
+   }
+   if (bson_iter_init_find (&it, doc, "head")) {
+      /* NULL only when the _id has no JSON form; the head then matches no
+       * head filter. */
+      q->head_key = fw_dlq_sequence_id (bson_iter_value (&it));
+   }
+   return true;
 }
 
 /* One group per sequence with waiting entries: its size and its head's
- * fields. The sort follows the DLQ's (streamName, sequenceId,
- * sequenceIndex) index, so the server needs no in-memory sort. */
+ * fields. */
 static bool
-waiting_groups (mongoc_collection_t *coll, const fw_dlq_target_t *t, const char *stream,
-                seqs_t *seqs, fw_error_t *error)
+waiting_groups (fw_dlq_store_t *store, const char *stream, seqs_t *seqs, fw_error_t *error)
 {
-   bson_t *pipeline;
-   bson_t match = BSON_INITIALIZER, type;
-   mongoc_cursor_t *cursor;
-   const bson_t *doc;
-   bson_error_t berr;
-   bool ok = true;
-
-   if (stream) {
-      BSON_APPEND_UTF8 (&match, "streamName", stream);
-   }
-   BSON_APPEND_DOCUMENT_BEGIN (&match, "sequenceId", &type);
-   BSON_APPEND_UTF8 (&type, "$type", "string");
-   bson_append_document_end (&match, &type);
-   append_waiting_status (&match);
-   pipeline = BCON_NEW (
-      "pipeline", "[", "{", "$match", BCON_DOCUMENT (&match), "}", "{", "$sort", "{",
-      "streamName", BCON_INT32 (1), "sequenceId", BCON_INT32 (1), "sequenceIndex", BCON_INT32 (1),
-      "}", "}", "{", "$group", "{", "_id", "{", "s", BCON_UTF8 ("$streamName"), "q",
-      BCON_UTF8 ("$sequenceId"), "}", "n", "{", "$sum", BCON_INT32 (1), "}", "head", "{",
-      "$first", BCON_UTF8 ("$_id"), "}", "sequenceIndex", "{", "$first",
-      BCON_UTF8 ("$sequenceIndex"), "}", "status", "{", "$first", BCON_UTF8 ("$status"), "}",
-      "error", "{", "$first", BCON_UTF8 ("$error"), "}", "createdAt", "{", "$first",
-      BCON_UTF8 ("$createdAt"), "}", "}", "}", "]");
-   bson_destroy (&match);
-   cursor = mongoc_collection_aggregate (coll, MONGOC_QUERY_NONE, pipeline, NULL, NULL);
-   while (ok && mongoc_cursor_next (cursor, &doc)) {
-      seq_t *q = seqs_push (seqs, fw_dlq__string_at (doc, "_id.s"), fw_dlq__string_at (doc, "_id.q"));
-      bson_iter_t it;
-
-      if (!q || !(q->group = bson_copy (doc))) {
-         fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
-         ok = false;
-         break;
-      }
-      q->size = bson_iter_init_find (&it, doc, "n") && BSON_ITER_HOLDS_NUMBER (&it)
-                   ? bson_iter_as_int64 (&it)
-                   : 0;
-      if (bson_iter_init_find (&it, doc, "createdAt") && BSON_ITER_HOLDS_DATE_TIME (&it)) {
-         q->head_ms = bson_iter_date_time (&it);
-      }
-      if (bson_iter_init_find (&it, doc, "head")) {
-         /* NULL only when the _id has no JSON form; the head then matches no
-          * head filter. */
-         q->head_key = fw_dlq_sequence_id (bson_iter_value (&it));
-      }
-   }
-   if (ok && mongoc_cursor_error (cursor, &berr)) {
-      fw_dlq__set_error_at (error, t, "reading the sequences", &berr);
-      ok = false;
-   }
-   mongoc_cursor_destroy (cursor);
-   bson_destroy (pipeline);
+   bool ok = store->seq_waiting (store, stream, add_group, seqs, error);
    if (ok && seqs->n > 1) {
       qsort (seqs->v, seqs->n, sizeof *seqs->v, by_key);
    }
@@ -176,84 +137,40 @@ waiting_groups (mongoc_collection_t *coll, const fw_dlq_target_t *t, const char 
    return ok;
 }
 
-/* The string at key, else at _id.key (the document's key), else "?". */
-static const char *
-doc_string (const bson_t *doc, const char *key)
+/* One sequence's record (the store's seq_list) into seqs. */
+static bool
+add_record (const fw_dlq_seq_t *seq, void *ud, fw_error_t *error)
 {
-   const char *s = fw_dlq__string_at (doc, key);
-   char path[64];
-   if (strcmp (s, "?") != 0) {
-      return s;
+   seqs_t *seqs = ud;
+   seq_t *q = seqs_find (seqs, seq->stream, seq->id);
+
+   if (q) {
+      q->open = seq->open;
+   } else if (seq->open != 0 && !seqs_push (seqs, seq->stream, seq->id)) {
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
+      return false;
+   } else if (seq->open != 0) {
+      seqs->v[seqs->n - 1].open = seq->open;
    }
-   snprintf (path, sizeof path, "_id.%s", key);
-   return fw_dlq__string_at (doc, path);
+   return true;
 }
 
 /* Reads the sequence documents that matter: those not closed, and those of
  * the sequences with waiting entries (to tell closed from missing). */
 static bool
-read_documents (mongoc_collection_t *scoll, const fw_dlq_target_t *t, const char *stream,
-                seqs_t *seqs, fw_error_t *error)
+read_documents (fw_dlq_store_t *store, const char *stream, seqs_t *seqs, fw_error_t *error)
 {
-   bson_t query = BSON_INITIALIZER, or, alt, ne, in, arr;
-   mongoc_cursor_t *cursor;
-   const bson_t *doc;
-   bson_error_t berr;
-   bool ok = true;
+   bson_t ids = BSON_INITIALIZER;
+   bool ok;
 
-   if (stream) {
-      BSON_APPEND_UTF8 (&query, "streamName", stream);
+   for (size_t i = 0; i < seqs->n_sorted; i++) {
+      char key[24];
+      const char *k;
+      bson_uint32_to_string ((uint32_t) i, &k, key, sizeof key);
+      BSON_APPEND_UTF8 (&ids, k, seqs->v[i].id);
    }
-   BSON_APPEND_ARRAY_BEGIN (&query, "$or", &or);
-   BSON_APPEND_DOCUMENT_BEGIN (&or, "0", &alt);
-   BSON_APPEND_DOCUMENT_BEGIN (&alt, "open", &ne);
-   BSON_APPEND_BOOL (&ne, "$ne", false);
-   bson_append_document_end (&alt, &ne);
-   bson_append_document_end (&or, &alt);
-   if (seqs->n_sorted > 0) {
-      BSON_APPEND_DOCUMENT_BEGIN (&or, "1", &alt);
-      BSON_APPEND_DOCUMENT_BEGIN (&alt, "sequenceId", &in);
-      BSON_APPEND_ARRAY_BEGIN (&in, "$in", &arr);
-      for (size_t i = 0; i < seqs->n_sorted; i++) {
-         char key[24];
-         const char *k;
-         bson_uint32_to_string ((uint32_t) i, &k, key, sizeof key);
-         BSON_APPEND_UTF8 (&arr, k, seqs->v[i].id);
-      }
-      bson_append_array_end (&in, &arr);
-      bson_append_document_end (&alt, &in);
-      bson_append_document_end (&or, &alt);
-   }
-   bson_append_array_end (&query, &or);
-
-   cursor = mongoc_collection_find_with_opts (scoll, &query, NULL, NULL);
-   while (ok && mongoc_cursor_next (cursor, &doc)) {
-      const char *s = doc_string (doc, "streamName");
-      const char *id = doc_string (doc, "sequenceId");
-      bson_iter_t it;
-      int open = bson_iter_init_find (&it, doc, "open") && BSON_ITER_HOLDS_BOOL (&it)
-                    ? bson_iter_bool (&it)
-                    : -1;
-      seq_t *q = seqs_find (seqs, s, id);
-
-      if (q) {
-         q->open = open;
-      } else if (open != 0 && !seqs_push (seqs, s, id)) {
-         fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
-         ok = false;
-      } else if (open != 0) {
-         seqs->v[seqs->n - 1].open = open;
-      }
-   }
-   if (ok && mongoc_cursor_error (cursor, &berr)) {
-      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
-                         "reading the sequence documents on %s.%s_sequences (connection \"%s\") "
-                         "failed: %s",
-                         t->database, t->collection, t->connection, berr.message);
-      ok = false;
-   }
-   mongoc_cursor_destroy (cursor);
-   bson_destroy (&query);
+   ok = store->seq_list (store, stream, &ids, add_record, seqs, error);
+   bson_destroy (&ids);
    return ok;
 }
 
@@ -264,19 +181,11 @@ by_head_key (const void *a, const void *b)
    return strcmp (x->head_key, y->head_key);
 }
 
-/* query = { $and: [ head, { _id: { $in: [the head of each sequence] } } ] };
- * index[] (room for seqs->n) gets the sequences with a head, *n their
- * number. */
+/* ids gets the head of each sequence with one; index[] (room for seqs->n)
+ * those sequences, *n their number. */
 static void
-append_head_query (bson_t *query, const bson_t *head, seqs_t *seqs, seq_t **index, size_t *n)
+head_ids (seqs_t *seqs, bson_t *ids, seq_t **index, size_t *n)
 {
-   bson_t and, in, arr, ids;
-
-   BSON_APPEND_ARRAY_BEGIN (query, "$and", &and);
-   BSON_APPEND_DOCUMENT (&and, "0", head);
-   BSON_APPEND_DOCUMENT_BEGIN (&and, "1", &in);
-   BSON_APPEND_DOCUMENT_BEGIN (&in, "_id", &arr);
-   BSON_APPEND_ARRAY_BEGIN (&arr, "$in", &ids);
    for (size_t i = 0; i < seqs->n; i++) {
       bson_iter_t it;
       char key[24];
@@ -286,27 +195,31 @@ append_head_query (bson_t *query, const bson_t *head, seqs_t *seqs, seq_t **inde
          continue;
       }
       bson_uint32_to_string ((uint32_t) *n, &k, key, sizeof key);
-      bson_append_iter (&ids, k, -1, &it);
+      bson_append_iter (ids, k, -1, &it);
       index[(*n)++] = &seqs->v[i];
    }
-   bson_append_array_end (&arr, &ids);
-   bson_append_document_end (&in, &arr);
-   bson_append_document_end (&and, &in);
-   bson_append_array_end (query, &and);
 }
 
 /* Marks selected every sequence of index (n of them, sorted by head_key)
  * whose head is the entry doc. */
-static void
-select_head_of (const bson_t *doc, seq_t **index, size_t n)
+typedef struct {
+   seq_t **index;
+   size_t n;
+} heads_t;
+
+static bool
+select_head_of (const bson_t *doc, void *ud, fw_error_t *error)
 {
+   seq_t **index = ((heads_t *) ud)->index;
+   size_t n = ((heads_t *) ud)->n;
    bson_iter_t it;
    seq_t probe, *p = &probe, **hit;
 
    if (!bson_iter_init_find (&it, doc, "_id") ||
        !(probe.head_key = fw_dlq_sequence_id (bson_iter_value (&it)))) {
-      return;
+      return true;
    }
+   (void) error;
    /* Several sequences may share a head only in a DLQ edited by hand. */
    if ((hit = bsearch (&p, index, n, sizeof *index, by_head_key))) {
       while (hit > index && by_head_key (hit - 1, &p) == 0) {
@@ -317,59 +230,39 @@ select_head_of (const bson_t *doc, seq_t **index, size_t n)
       }
    }
    bson_free (probe.head_key);
+   return true;
 }
 
 /* Keeps selected only the sequences whose head entry the filters (other
  * than stream and limit) select. */
 static bool
-select_by_head (mongoc_collection_t *coll, const fw_dlq_target_t *t,
-                const fw_dlq_filter_t *filter, seqs_t *seqs, fw_error_t *error)
+select_by_head (fw_dlq_store_t *store, const fw_dlq_filter_t *filter, seqs_t *seqs,
+                fw_error_t *error)
 {
    fw_dlq_filter_t hf = *filter;
-   bson_t query = BSON_INITIALIZER, head = BSON_INITIALIZER;
-   bson_t *opts = BCON_NEW ("projection", "{", "_id", BCON_INT32 (1), "}");
-   seq_t **index = NULL;
-   size_t n = 0;
-   mongoc_cursor_t *cursor = NULL;
-   const bson_t *doc;
-   bson_error_t berr;
-   bool ok = false;
+   bson_t ids = BSON_INITIALIZER;
+   fw_dlq_query_t q = {&hf, NULL, &ids, 0, false};
+   heads_t heads = {NULL, 0};
+   bool ok = true;
 
    hf.stream = NULL;
    hf.limit = 0;
    for (size_t i = 0; i < seqs->n; i++) {
       seqs->v[i].selected = false;
    }
-   if (!fw_dlq_filter_to_query (&hf, NULL, &head, error)) {
-      goto done;
-   }
-   if (seqs->n && !(index = malloc (seqs->n * sizeof *index))) {
+   if (seqs->n && !(heads.index = malloc (seqs->n * sizeof *heads.index))) {
       fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
-      goto done;
+      ok = false;
    }
-   append_head_query (&query, &head, seqs, index, &n);
-   if (n == 0) {
-      ok = true;
-      goto done;
+   if (ok) {
+      head_ids (seqs, &ids, heads.index, &heads.n);
    }
-   qsort (index, n, sizeof *index, by_head_key);
-
-   cursor = mongoc_collection_find_with_opts (coll, &query, opts, NULL);
-   while (mongoc_cursor_next (cursor, &doc)) {
-      select_head_of (doc, index, n);
+   if (ok && heads.n > 0) {
+      qsort (heads.index, heads.n, sizeof *heads.index, by_head_key);
+      ok = store->query (store, &q, select_head_of, &heads, error);
    }
-   if (mongoc_cursor_error (cursor, &berr)) {
-      fw_dlq__set_error_at (error, t, "selecting sequences by their head", &berr);
-      goto done;
-   }
-   ok = true;
-
-done:
-   mongoc_cursor_destroy (cursor);
-   free (index);
-   bson_destroy (opts);
-   bson_destroy (&head);
-   bson_destroy (&query);
+   free (heads.index);
+   bson_destroy (&ids);
    return ok;
 }
 
@@ -385,21 +278,17 @@ static bool
 collect (fw_dlq_admin_t *admin, int i, const char *stream, const fw_dlq_filter_t *filter,
          seqs_t *seqs, fw_error_t *error)
 {
-   const fw_dlq_target_t *t = &admin->targets[i];
-   mongoc_collection_t *coll = fw_dlq_admin_collection (admin, i, error);
-   mongoc_collection_t *scoll = coll ? fw_dlq__sequence_collection (admin, i, error) : NULL;
-   bool ok = coll && scoll && waiting_groups (coll, t, stream, seqs, error) &&
-             read_documents (scoll, t, stream, seqs, error);
+   fw_dlq_store_t *store = fw_dlq__store (admin, i, error);
+   bool ok = store && waiting_groups (store, stream, seqs, error) &&
+             read_documents (store, stream, seqs, error);
 
    if (ok && filter && has_head_filter (filter)) {
-      ok = select_by_head (coll, t, filter, seqs, error);
+      ok = select_by_head (store, filter, seqs, error);
    }
    if (ok && seqs->n > 1) {
       qsort (seqs->v, seqs->n, sizeof *seqs->v, by_age);
       seqs->n_sorted = 0;
    }
-   mongoc_collection_destroy (scoll);
-   mongoc_collection_destroy (coll);
    return ok;
 }
 
@@ -481,10 +370,8 @@ fw_dlq_admin_sequences (fw_dlq_admin_t *admin, const fw_dlq_filter_t *filter,
                         int64_t now_ms, fw_dlq_visit_fn visit, void *ud, fw_error_t *error)
 {
    int64_t left = filter->limit;
-   bson_t scratch = BSON_INITIALIZER;
-   bool ok = fw_dlq_filter_to_query (filter, NULL, &scratch, error);
+   bool ok = fw_dlq_filter_check (filter, NULL, error);
 
-   bson_destroy (&scratch);
    for (int i = 0; ok && i < admin->n_targets && (filter->limit == 0 || left > 0); i++) {
       seqs_t seqs = {0};
       if (!fw_dlq__selected (admin, i)) {

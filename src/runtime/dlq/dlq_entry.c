@@ -296,3 +296,12 @@ build (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg,
    append_omitted (out, ev, cfg, slim);
    return true;
 }
+
+const char *
+fw_dlq_entry_stream (const bson_t *entry)
+{
+   bson_iter_t it;
+   return bson_iter_init_find (&it, entry, "streamName") && BSON_ITER_HOLDS_UTF8 (&it)
+             ? bson_iter_utf8 (&it, NULL)
+             : NULL;
+}

@@ -11,6 +11,7 @@
 
 #include "flowwarden/duration.h"
 #include "flowwarden/dlq_admin.h"
+#include "flowwarden/dlq_sequence.h"
 
 static const char *const statuses[] = {"PENDING", "REPROCESSING", "RESOLVED", "DISCARDED"};
 
@@ -276,4 +277,135 @@ fw_dlq_filter_option (fw_dlq_filter_t *filter, const char *name, const char *val
       return false;
    }
    return true;
+}
+
+/* --- the same filter, matched in memory ---------------------------------- */
+
+/* Whether status is in list (dlq --status's comma-separated names, any
+ * case); false with error filled for a name that is not a status. */
+static bool
+status_in (const char *list, const char *status, bool *in, fw_error_t *error)
+{
+   bson_t scratch = BSON_INITIALIZER;
+   bool ok = append_status (&scratch, list, error); /* validates the names */
+   const char *p = list;
+
+   bson_destroy (&scratch);
+   *in = false;
+   while (ok && status) {
+      size_t len = strcspn (p, ",");
+      if (len == strlen (status) && strncasecmp (p, status, len) == 0 &&
+          strspn (status, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") == len) {
+         *in = true;
+      }
+      if (p[len] == '\0') {
+         break;
+      }
+      p += len + 1;
+   }
+   return ok;
+}
+
+static const char *
+utf8_at (const bson_t *doc, const char *path)
+{
+   bson_iter_t it, f;
+   return bson_iter_init (&it, doc) && bson_iter_find_descendant (&it, path, &f) &&
+                BSON_ITER_HOLDS_UTF8 (&f)
+             ? bson_iter_utf8 (&f, NULL)
+             : NULL;
+}
+
+/* error.type T or one of its subtypes ("T." and more). */
+static bool
+error_type_matches (const bson_t *entry, const char *type)
+{
+   const char *t = utf8_at (entry, "error.type");
+   size_t len = strlen (type);
+   return t && strncmp (t, type, len) == 0 && (t[len] == '\0' || t[len] == '.');
+}
+
+static bool
+created_in (const bson_t *entry, int64_t since_ms, int64_t until_ms)
+{
+   bson_iter_t it;
+   int64_t at;
+   if (!since_ms && !until_ms) {
+      return true;
+   }
+   if (!bson_iter_init_find (&it, entry, "createdAt") || !BSON_ITER_HOLDS_DATE_TIME (&it)) {
+      return false;
+   }
+   at = bson_iter_date_time (&it);
+   return (!since_ms || at >= since_ms) && (!until_ms || at < until_ms);
+}
+
+/* Whether entry's _id is one of ids (an array document): the same value,
+ * compared by its canonical Extended JSON. */
+static bool
+id_in (const bson_t *entry, const bson_t *ids)
+{
+   bson_iter_t id, it;
+   char *mine;
+   bool in = false;
+
+   if (!bson_iter_init_find (&id, entry, "_id") || !bson_iter_init (&it, ids) ||
+       !(mine = fw_dlq_sequence_id (bson_iter_value (&id)))) {
+      return false;
+   }
+   while (!in && bson_iter_next (&it)) {
+      char *other = fw_dlq_sequence_id (bson_iter_value (&it));
+      in = other && strcmp (mine, other) == 0;
+      bson_free (other);
+   }
+   bson_free (mine);
+   return in;
+}
+
+static bool
+filter_ids_match (const fw_dlq_filter_t *f, const bson_t *entry)
+{
+   const char *id = utf8_at (entry, "_id");
+   for (int i = 0; id && i < f->n_ids; i++) {
+      if (strcmp (f->ids[i], id) == 0) {
+         return true;
+      }
+   }
+   return f->n_ids == 0;
+}
+
+bool
+fw_dlq_query_matches (const fw_dlq_query_t *q, const bson_t *entry, bool *match,
+                      fw_error_t *error)
+{
+   static const fw_dlq_filter_t none;
+   const fw_dlq_filter_t *f = q->filter ? q->filter : &none;
+   const char *status = f->status ? f->status : q->default_status;
+   const char *stream = utf8_at (entry, "streamName");
+   bool in = true;
+
+   *match = false;
+   if (f->filter_json) {
+      fw_error_set (error, FW_ERROR_INVALID,
+                    "--filter: a MongoDB query, which the in-memory DLQ store cannot run");
+      return false;
+   }
+   if (status && !status_in (status, utf8_at (entry, "status"), &in, error)) {
+      return false;
+   }
+   *match = in && (!f->stream || (stream && strcmp (stream, f->stream) == 0)) &&
+            (!f->error_type || error_type_matches (entry, f->error_type)) &&
+            created_in (entry, f->since_ms, f->until_ms) && filter_ids_match (f, entry) &&
+            (!q->ids || id_in (entry, q->ids));
+   return true;
+}
+
+bool
+fw_dlq_filter_check (const fw_dlq_filter_t *filter, const char *default_status,
+                     fw_error_t *error)
+{
+   bson_t scratch = BSON_INITIALIZER;
+   bool ok = fw_dlq_filter_to_query (filter, default_status, &scratch, error);
+   bson_destroy (&scratch);
+   return ok;
 }

@@ -6,18 +6,12 @@
 #include <string.h>
 
 #include "flowwarden/dlq_entry.h"
-#include "flowwarden/dlq_store.h"
+#include "flowwarden/dlq_sequence.h"
 #include "flowwarden/log.h"
 #include "flowwarden/sharding.h"
+#include "runtime/dlq/dlq_store-private.h"
 
-typedef struct {
-   fw_dlq_store_t base; /* first: a store pointer is a mongo_store pointer */
-   mongoc_collection_t *coll;
-   mongoc_write_concern_t *wc;
-   char *name;          /* db.collection, for messages */
-   bool unique_index;   /* fw_stream_event_unique exists: a first write can insert */
-   bool unsure;         /* the last save failed: it may have been applied all the same */
-} mongo_store_t;
+typedef fw_mongo_store_t mongo_store_t;
 
 #define FW_ERR_DUPLICATE_KEY 11000
 #define FW_UNIQUE_INDEX "fw_stream_event_unique"
@@ -295,8 +289,10 @@ mongo_destroy (fw_dlq_store_t *store)
 {
    mongo_store_t *m = (mongo_store_t *) store;
    mongoc_collection_destroy (m->coll);
+   mongoc_collection_destroy (m->seqs);
    mongoc_write_concern_destroy (m->wc);
-   free (m->name);
+   bson_free (m->name);
+   bson_free (m->seqs_name);
    free (m);
 }
 
@@ -474,14 +470,20 @@ ensure_indexes (mongo_store_t *m, fw_error_t *error)
    return create_plain_indexes (m, error) && create_unique_index (m, error);
 }
 
-fw_dlq_store_t *
-fw_dlq_store_mongo_new (mongoc_client_t *client, const char *database, const char *collection,
-                        const char *write_concern_tag, int write_concern_w, fw_error_t *error)
+/* A store on database.collection with no index ensured yet; NULL when out
+ * of memory (error filled). connection, when set, is named in messages. */
+static mongo_store_t *
+mongo_store_new (mongoc_client_t *client, const char *database, const char *collection,
+                 const char *connection, fw_error_t *error)
 {
    mongo_store_t *m = calloc (1, sizeof *m);
+   char *suffix = connection ? bson_strdup_printf (" (connection \"%s\")", connection)
+                             : bson_strdup ("");
 
-   if (!m) {
+   if (!m || !suffix) {
       fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
+      free (m);
+      bson_free (suffix);
       return NULL;
    }
    m->base.save = mongo_save;
@@ -489,12 +491,28 @@ fw_dlq_store_mongo_new (mongoc_client_t *client, const char *database, const cha
    m->base.find_by_stream = mongo_find_by_stream;
    m->base.count = mongo_count;
    m->base.destroy = mongo_destroy;
+   fw_dlq__mongo_methods (&m->base);
    m->coll = mongoc_client_get_collection (client, database, collection);
+   m->seqs = fw_dlq_sequence_collection (client, database, collection);
    m->wc = mongoc_write_concern_new ();
-   m->name = bson_strdup_printf ("%s.%s", database, collection);
-   if (!m->coll || !m->wc || !m->name) {
+   m->name = bson_strdup_printf ("%s.%s%s", database, collection, suffix);
+   m->seqs_name = bson_strdup_printf ("%s.%s_sequences%s", database, collection, suffix);
+   bson_free (suffix);
+   if (!m->coll || !m->seqs || !m->wc || !m->name || !m->seqs_name) {
       fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
       mongo_destroy (&m->base);
+      return NULL;
+   }
+   return m;
+}
+
+fw_dlq_store_t *
+fw_dlq_store_mongo_new (mongoc_client_t *client, const char *database, const char *collection,
+                        const char *write_concern_tag, int write_concern_w, fw_error_t *error)
+{
+   mongo_store_t *m = mongo_store_new (client, database, collection, NULL, error);
+
+   if (!m) {
       return NULL;
    }
    if (write_concern_tag && strcmp (write_concern_tag, "majority") == 0) {
@@ -509,6 +527,14 @@ fw_dlq_store_mongo_new (mongoc_client_t *client, const char *database, const cha
       return NULL;
    }
    return &m->base;
+}
+
+fw_dlq_store_t *
+fw_dlq_store_mongo_open (mongoc_client_t *client, const char *database, const char *collection,
+                         const char *connection, fw_error_t *error)
+{
+   mongo_store_t *m = mongo_store_new (client, database, collection, connection, error);
+   return m ? &m->base : NULL;
 }
 
 void

@@ -7,26 +7,10 @@
 #include <string.h>
 
 #include "flowwarden/dlq_entry.h"
-#include "flowwarden/dlq_store.h"
+#include "runtime/dlq/dlq_store_memory-private.h"
 
-/* One sequence of a sequenced DLQ: the sequences collection's document. */
-typedef struct {
-   char *stream;
-   char *id;
-   bool open;
-   int64_t next;
-   int64_t inflight;
-} memory_seq_t;
-
-typedef struct {
-   fw_dlq_store_t base; /* first: a store pointer is a memory_store pointer */
-   pthread_mutex_t mu;
-   bson_t **entries;    /* in the order they were first saved: oldest first */
-   size_t n, cap;
-   bson_t *last;        /* what the last save wrote, for fw_dlq_store_memory_take_last */
-   memory_seq_t *seqs;  /* in the order they were first opened */
-   size_t n_seqs, cap_seqs;
-} memory_store_t;
+typedef fw_memory_seq_t memory_seq_t;
+typedef fw_memory_store_t memory_store_t;
 
 static bool memory_save (fw_dlq_store_t *store, const bson_t *entry, fw_error_t *error);
 
@@ -36,8 +20,8 @@ as_memory (fw_dlq_store_t *store)
    return store && store->save == memory_save ? (memory_store_t *) store : NULL;
 }
 
-static const char *
-utf8_field (const bson_t *doc, const char *key)
+const char *
+fw_dlq__utf8_field (const bson_t *doc, const char *key)
 {
    bson_iter_t it;
    return bson_iter_init_find (&it, doc, key) && BSON_ITER_HOLDS_UTF8 (&it)
@@ -173,7 +157,7 @@ memory_save (fw_dlq_store_t *store, const bson_t *entry, fw_error_t *error)
    pthread_mutex_lock (&m->mu);
    if (find_index (m, entry, "_id", NULL) >= 0) {
       /* A retried save of an entry already stored. */
-   } else if (utf8_field (entry, "eventId") &&
+   } else if (fw_dlq__utf8_field (entry, "eventId") &&
               (i = find_index (m, entry, "streamName", "eventId")) >= 0) {
       bson_t *doc = updated (m->entries[i], entry);
       bson_destroy (m->entries[i]);
@@ -204,7 +188,7 @@ memory_find_by_id (fw_dlq_store_t *store, const char *id, bson_t *out, bool *fou
    *found = false;
    pthread_mutex_lock (&m->mu);
    for (size_t i = 0; i < m->n && !*found; i++) {
-      const char *eid = utf8_field (m->entries[i], "_id");
+      const char *eid = fw_dlq__utf8_field (m->entries[i], "_id");
       if (eid && strcmp (eid, id) == 0) {
          bson_concat (out, m->entries[i]);
          *found = true;
@@ -225,7 +209,7 @@ memory_find_by_stream (fw_dlq_store_t *store, const char *stream, bson_t *out,
    bson_init (out);
    pthread_mutex_lock (&m->mu);
    for (size_t i = 0; i < m->n; i++) {
-      const char *name = utf8_field (m->entries[i], "streamName");
+      const char *name = fw_dlq__utf8_field (m->entries[i], "streamName");
       if (!stream || (name && strcmp (name, stream) == 0)) {
          char key[16];
          const char *kk;
@@ -246,7 +230,7 @@ memory_count (fw_dlq_store_t *store, const char *stream, int64_t *out, fw_error_
    *out = 0;
    pthread_mutex_lock (&m->mu);
    for (size_t i = 0; i < m->n; i++) {
-      const char *name = utf8_field (m->entries[i], "streamName");
+      const char *name = fw_dlq__utf8_field (m->entries[i], "streamName");
       if (!stream || (name && strcmp (name, stream) == 0)) {
          (*out)++;
       }
@@ -273,6 +257,18 @@ memory_destroy (fw_dlq_store_t *store)
    free (m);
 }
 
+static bool memory_put (fw_dlq_store_t *, const bson_t *, bool *, fw_error_t *);
+static bool memory_seq_load (fw_dlq_store_t *, const char *, fw_dlq_sequences_t *, fw_error_t *);
+static bool memory_seq_take (fw_dlq_store_t *, const char *, const char *, bool, int64_t *,
+                             fw_seq_take_t *, fw_error_t *);
+static bool memory_seq_settle (fw_dlq_store_t *, const char *, const char *, fw_error_t *);
+static bool memory_seq_read (fw_dlq_store_t *, const char *, const char *, fw_seq_state_t *,
+                             fw_error_t *);
+static bool memory_seq_close (fw_dlq_store_t *, const char *, const char *, int64_t, bool *,
+                              fw_error_t *);
+static bool memory_seq_size (fw_dlq_store_t *, const char *, const char *, int64_t *,
+                             fw_error_t *);
+
 fw_dlq_store_t *
 fw_dlq_store_memory_new (fw_error_t *error)
 {
@@ -288,18 +284,28 @@ fw_dlq_store_memory_new (fw_error_t *error)
    m->base.find_by_stream = memory_find_by_stream;
    m->base.count = memory_count;
    m->base.destroy = memory_destroy;
+   m->base.put = memory_put;
+   m->base.seq_load = memory_seq_load;
+   m->base.seq_take = memory_seq_take;
+   m->base.seq_settle = memory_seq_settle;
+   m->base.seq_read = memory_seq_read;
+   m->base.seq_close = memory_seq_close;
+   m->base.seq_size = memory_seq_size;
+   fw_dlq__memory_methods (&m->base);
    return &m->base;
 }
 
-bool
-fw_dlq_store_memory_put (fw_dlq_store_t *store, const bson_t *entry, fw_error_t *error)
+/* The put method: replaces the entry with entry's _id, or adds it. */
+static bool
+memory_put (fw_dlq_store_t *store, const bson_t *entry, bool *inserted, fw_error_t *error)
 {
    memory_store_t *m = as_memory (store);
    bson_t *doc;
    bool ok = true;
    long i;
 
-   if (!m || !utf8_field (entry, "_id")) {
+   *inserted = false;
+   if (!m || !fw_dlq__utf8_field (entry, "_id")) {
       fw_error_set (error, FW_ERROR_INVALID,
                     "in-memory DLQ: the entry has no string _id (or the store is not in memory)");
       return false;
@@ -316,9 +322,18 @@ fw_dlq_store_memory_put (fw_dlq_store_t *store, const bson_t *entry, fw_error_t 
       bson_destroy (doc);
       fw_error_set (error, FW_ERROR_NOMEM, "in-memory DLQ: out of memory");
       ok = false;
+   } else {
+      *inserted = true;
    }
    pthread_mutex_unlock (&m->mu);
    return ok;
+}
+
+bool
+fw_dlq_store_memory_put (fw_dlq_store_t *store, const bson_t *entry, fw_error_t *error)
+{
+   bool inserted;
+   return memory_put (store, entry, &inserted, error);
 }
 
 bool
@@ -392,9 +407,9 @@ add_seq (memory_store_t *m, const char *stream, const char *id)
    return s;
 }
 
-bool
-fw_dlq_store_memory_seq_load (fw_dlq_store_t *store, const char *stream,
-                              fw_dlq_sequences_t *into, fw_error_t *error)
+static bool
+memory_seq_load (fw_dlq_store_t *store, const char *stream,
+                 fw_dlq_sequences_t *into, fw_error_t *error)
 {
    memory_store_t *m = seq_store (store, error);
    bool ok = true;
@@ -419,10 +434,10 @@ fw_dlq_store_memory_seq_load (fw_dlq_store_t *store, const char *stream,
    return ok;
 }
 
-bool
-fw_dlq_store_memory_seq_take (fw_dlq_store_t *store, const char *stream, const char *id,
-                              bool open, int64_t *index, fw_seq_take_t *result,
-                              fw_error_t *error)
+static bool
+memory_seq_take (fw_dlq_store_t *store, const char *stream, const char *id,
+                 bool open, int64_t *index, fw_seq_take_t *result,
+                 fw_error_t *error)
 {
    memory_store_t *m = seq_store (store, error);
    memory_seq_t *s;
@@ -449,9 +464,9 @@ fw_dlq_store_memory_seq_take (fw_dlq_store_t *store, const char *stream, const c
    return ok;
 }
 
-bool
-fw_dlq_store_memory_seq_settle (fw_dlq_store_t *store, const char *stream, const char *id,
-                                fw_error_t *error)
+static bool
+memory_seq_settle (fw_dlq_store_t *store, const char *stream, const char *id,
+                   fw_error_t *error)
 {
    memory_store_t *m = seq_store (store, error);
    memory_seq_t *s;
@@ -467,9 +482,9 @@ fw_dlq_store_memory_seq_settle (fw_dlq_store_t *store, const char *stream, const
    return true;
 }
 
-bool
-fw_dlq_store_memory_seq_read (fw_dlq_store_t *store, const char *stream, const char *id,
-                              fw_seq_state_t *out, fw_error_t *error)
+static bool
+memory_seq_read (fw_dlq_store_t *store, const char *stream, const char *id,
+                 fw_seq_state_t *out, fw_error_t *error)
 {
    memory_store_t *m = seq_store (store, error);
    memory_seq_t *s;
@@ -489,9 +504,9 @@ fw_dlq_store_memory_seq_read (fw_dlq_store_t *store, const char *stream, const c
    return true;
 }
 
-bool
-fw_dlq_store_memory_seq_close (fw_dlq_store_t *store, const char *stream, const char *id,
-                               int64_t expected_next, bool *closed, fw_error_t *error)
+static bool
+memory_seq_close (fw_dlq_store_t *store, const char *stream, const char *id,
+                  int64_t expected_next, bool *closed, fw_error_t *error)
 {
    memory_store_t *m = seq_store (store, error);
    memory_seq_t *s;
@@ -513,13 +528,13 @@ fw_dlq_store_memory_seq_close (fw_dlq_store_t *store, const char *stream, const 
 static bool
 waiting (const bson_t *entry)
 {
-   const char *status = utf8_field (entry, "status");
+   const char *status = fw_dlq__utf8_field (entry, "status");
    return status && (strcmp (status, "PENDING") == 0 || strcmp (status, "REPROCESSING") == 0);
 }
 
-bool
-fw_dlq_store_memory_seq_size (fw_dlq_store_t *store, const char *stream, const char *id,
-                              int64_t *out, fw_error_t *error)
+static bool
+memory_seq_size (fw_dlq_store_t *store, const char *stream, const char *id,
+                 int64_t *out, fw_error_t *error)
 {
    memory_store_t *m = seq_store (store, error);
 
@@ -529,8 +544,8 @@ fw_dlq_store_memory_seq_size (fw_dlq_store_t *store, const char *stream, const c
    }
    pthread_mutex_lock (&m->mu);
    for (size_t i = 0; i < m->n; i++) {
-      const char *name = utf8_field (m->entries[i], "streamName");
-      const char *seq = utf8_field (m->entries[i], "sequenceId");
+      const char *name = fw_dlq__utf8_field (m->entries[i], "streamName");
+      const char *seq = fw_dlq__utf8_field (m->entries[i], "sequenceId");
       if (name && seq && strcmp (seq, id) == 0 && strcmp (name, stream) == 0 &&
           waiting (m->entries[i])) {
          (*out)++;
@@ -570,4 +585,51 @@ fw_dlq_store_memory_sequences (fw_dlq_store_t *store, const char *stream, bson_t
    }
    pthread_mutex_unlock (&m->mu);
    return true;
+}
+
+/* --- the free functions of before the store's sequence methods -------------
+ * Kept for the files that still call them (flowwarden.testing's replay,
+ * event_park_store.c) until they call the methods. */
+
+bool
+fw_dlq_store_memory_seq_load (fw_dlq_store_t *store, const char *stream,
+                              fw_dlq_sequences_t *into, fw_error_t *error)
+{
+   return memory_seq_load (store, stream, into, error);
+}
+
+bool
+fw_dlq_store_memory_seq_take (fw_dlq_store_t *store, const char *stream, const char *id,
+                              bool open, int64_t *index, fw_seq_take_t *result,
+                              fw_error_t *error)
+{
+   return memory_seq_take (store, stream, id, open, index, result, error);
+}
+
+bool
+fw_dlq_store_memory_seq_settle (fw_dlq_store_t *store, const char *stream, const char *id,
+                                fw_error_t *error)
+{
+   return memory_seq_settle (store, stream, id, error);
+}
+
+bool
+fw_dlq_store_memory_seq_read (fw_dlq_store_t *store, const char *stream, const char *id,
+                              fw_seq_state_t *out, fw_error_t *error)
+{
+   return memory_seq_read (store, stream, id, out, error);
+}
+
+bool
+fw_dlq_store_memory_seq_close (fw_dlq_store_t *store, const char *stream, const char *id,
+                               int64_t expected_next, bool *closed, fw_error_t *error)
+{
+   return memory_seq_close (store, stream, id, expected_next, closed, error);
+}
+
+bool
+fw_dlq_store_memory_seq_size (fw_dlq_store_t *store, const char *stream, const char *id,
+                              int64_t *out, fw_error_t *error)
+{
+   return memory_seq_size (store, stream, id, out, error);
 }

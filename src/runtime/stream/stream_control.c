@@ -86,58 +86,22 @@ fw_stream_count_dispatched (fw_stream_worker_t *w)
 
 /* --- the DLQ's pending entries -------------------------------------------- */
 
-/* Counts the stream's PENDING entries and finds the oldest. */
+/* Counts the stream's PENDING entries and finds the oldest: through the
+ * stream's DLQ store, or, before it is (re)opened, a reader of its
+ * collection. */
 static bool
 count_pending (fw_stream_worker_t *w, int64_t now_ms, int64_t *pending, double *oldest_age)
 {
-   const fw_dlq_config_t *dlq = &w->cfg->dlq;
-   mongoc_client_t *client;
-   mongoc_collection_t *coll;
-   mongoc_cursor_t *cursor;
-   bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, sort, projection;
-   bson_error_t berr;
-   const bson_t *doc;
-   bson_iter_t it;
+   int64_t oldest_ms = 0;
    fw_error_t err;
-   bool ok = false;
 
-   if (!(client = fw_dispatcher_client_for (w->d, dlq->connection, &err))) {
+   if (!fw_dispatcher_dlq_pending (w->d, pending, &oldest_ms, &err)) {
+      fw_log (FW_LOG_DEBUG, w->cfg->name, "cannot count the DLQ's pending entries: %s",
+              err.message);
       return false;
    }
-   coll = mongoc_client_get_collection (client, dlq->database ? dlq->database : w->cfg->database,
-                                        dlq->collection);
-   BSON_APPEND_UTF8 (&filter, "streamName", w->cfg->name);
-   BSON_APPEND_UTF8 (&filter, "status", "PENDING");
-   *pending = mongoc_collection_count_documents (coll, &filter, NULL, NULL, NULL, &berr);
-   if (*pending < 0) {
-      fw_log (FW_LOG_DEBUG, w->cfg->name, "cannot count the DLQ's pending entries: %s",
-              berr.message);
-      goto done;
-   }
-   *oldest_age = 0;
-   if (*pending > 0) {
-      BSON_APPEND_DOCUMENT_BEGIN (&opts, "sort", &sort);
-      BSON_APPEND_INT32 (&sort, "createdAt", 1);
-      bson_append_document_end (&opts, &sort);
-      BSON_APPEND_DOCUMENT_BEGIN (&opts, "projection", &projection);
-      BSON_APPEND_INT32 (&projection, "createdAt", 1);
-      bson_append_document_end (&opts, &projection);
-      BSON_APPEND_INT64 (&opts, "limit", 1);
-      cursor = mongoc_collection_find_with_opts (coll, &filter, &opts, NULL);
-      if (mongoc_cursor_next (cursor, &doc) && bson_iter_init_find (&it, doc, "createdAt") &&
-          BSON_ITER_HOLDS_DATE_TIME (&it)) {
-         int64_t created = bson_iter_date_time (&it);
-         *oldest_age = now_ms > created ? (double) (now_ms - created) / 1000.0 : 0.0;
-      }
-      mongoc_cursor_destroy (cursor);
-   }
-   ok = true;
-
-done:
-   bson_destroy (&filter);
-   bson_destroy (&opts);
-   mongoc_collection_destroy (coll);
-   return ok;
+   *oldest_age = oldest_ms && now_ms > oldest_ms ? (double) (now_ms - oldest_ms) / 1000.0 : 0.0;
+   return true;
 }
 
 void

@@ -1,0 +1,33 @@
+/*
+ * dlq_store-private.h - what the MongoDB store's files share: dlq_store.c
+ * (saving, indexes, the constructors) and dlq_store_mongo_ops.c (reading,
+ * changing and the sequences).
+ */
+#ifndef FLOWWARDEN_DLQ_STORE_PRIVATE_H
+#define FLOWWARDEN_DLQ_STORE_PRIVATE_H
+
+#include "flowwarden/dlq_store.h"
+
+typedef struct {
+   fw_dlq_store_t base; /* first: a store pointer is a mongo_store pointer */
+   mongoc_collection_t *coll;
+   mongoc_collection_t *seqs; /* "<collection>_sequences" */
+   mongoc_write_concern_t *wc;
+   char *name;          /* db.collection [(connection "NAME")], for messages */
+   char *seqs_name;     /* db.collection_sequences [(connection "NAME")] */
+   bool unique_index;   /* fw_stream_event_unique exists: a first write can insert */
+   bool unsure;         /* the last save failed: it may have been applied all the same */
+} fw_mongo_store_t;
+
+/* Fills store's methods other than save, find_by_id, find_by_stream, count
+ * and destroy (dlq_store_mongo_ops.c). */
+void fw_dlq__mongo_methods (fw_dlq_store_t *store);
+
+/* Fills store's claim methods (dlq_store_mongo_claim.c). */
+void fw_dlq__mongo_claim_methods (fw_dlq_store_t *store);
+
+/* "<what> on <m->name> failed: <berr's message>" */
+void fw_dlq__mongo_error (fw_error_t *error, const char *what, const char *name,
+                          const bson_error_t *berr);
+
+#endif
