@@ -20,6 +20,9 @@
 #include "flowwarden/error.h"
 #include "flowwarden/lua_host.h"
 
+/* The URI used when neither --uri nor fw.defaults { uri = ... } gives one. */
+#define FW_DEFAULT_URI "mongodb://127.0.0.1:27017/?replicaSet=rs0"
+
 typedef struct fw_connections fw_connections_t;
 
 /* An empty registry. NULL when out of memory. The caller owns it. */

@@ -7,7 +7,6 @@
 
 #include <stdbool.h>
 
-#define FW_DEFAULT_URI "mongodb://127.0.0.1:27017/?replicaSet=rs0"
 
 typedef struct {
    const char *script;

@@ -13,6 +13,7 @@
 
 #include "dlq_cli.h"
 #include "flowwarden/log.h"
+#include "flowwarden/connections.h"
 #include "flowwarden/runtime.h"
 #include "flowwarden/status_cli.h"
 #include "test_cli.h"

@@ -19,6 +19,7 @@
 
 #include "flowwarden/log.h"
 #include "flowwarden/lua_host.h"
+#include "flowwarden/connections.h"
 #include "flowwarden/runtime.h"
 #include "flowwarden/stream_config.h"
 #include "test_cli.h"

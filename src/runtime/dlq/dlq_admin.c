@@ -12,7 +12,7 @@
 #include "runtime/dlq/dlq_admin-private.h"
 #include "flowwarden/log.h"
 #include "flowwarden/lua_host.h"
-#include "flowwarden/runtime.h"
+#include "flowwarden/connections.h"
 #include "flowwarden/stream_config.h"
 
 /* --- loading the script ------------------------------------------------- */
