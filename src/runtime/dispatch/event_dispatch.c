@@ -373,7 +373,7 @@ save_entry (fw_dispatcher_t *d, const bson_t *entry, const char *id)
       }
       int64_t delay = fw_backoff_delay_ms (&d->prog.cfg.restart, tries, fw_backoff_random (&d->rng));
       fw_log (FW_LOG_ERROR, d->prog.cfg.name,
-              "DLQ insert for event %s failed (try %dec): %s; the stream holds this event and "
+              "DLQ insert for event %s failed (try %d): %s; the stream holds this event and "
               "tries again in %lld ms",
               id, tries, err.message, (long long) delay);
       if (d->clock.wait_ms (d->clock.ud, delay)) {
