@@ -41,6 +41,10 @@
 #endif
 #define FW_TSAN_HOOK_COUNT 10000
 
+/* How many times the timeout hook lets an IO function finish building its
+ * typed timeout (a few dozen instructions) before raising its own. */
+#define FW_IO_TIMEOUT_WAITS 10000
+
 struct fw_lua_host {
    lua_State *L;
    size_t used;
@@ -48,6 +52,7 @@ struct fw_lua_host {
    bool refused;        /* the allocator refused a request over the limit */
    bool timed_out;
    fw_lua_call_t call;  /* in_call and deadline_ns (0 = no call under a deadline, atomic) */
+   int io_timeout_waits; /* count_hook's waits for an IO timeout (this call) */
    pthread_t caller; /* the thread running the call under the deadline (atomic:
                       * the watchdog reads it while the next call sets it) */
    int poked;           /* the watchdog signalled this call (watchdog's own flag) */
@@ -587,6 +592,16 @@ count_hook (lua_State *L, lua_Debug *ar)
    (void) ar;
    if (host->timed_out || (deadline && fw_mono_ns () > deadline)) {
       host->timed_out = true;
+      /* An IO function's wait, bounded by this deadline, ran out first: its
+       * typed timeout is the outcome. While it builds that error the hook
+       * waits (a bounded number of times: the build may fail), then raises
+       * it again wherever the handler goes. */
+      if (host->call.io_timeout == 1 && host->io_timeout_waits++ < FW_IO_TIMEOUT_WAITS) {
+         return;
+      }
+      if (fw_lua_call_push_io_timeout (L)) {
+         lua_error (L);
+      }
       luaL_error (L, "handler exceeded its timeout");
    }
 #ifdef FW_TSAN_BUILD
@@ -642,9 +657,12 @@ fw_lua_host_call (fw_lua_host_t *host, int nargs, int nresults, int64_t timeout_
    lua_State *L = host->L;
    int base = lua_gettop (L) - nargs; /* index of the function */
    int status;
+   bool io_timeout;
 
    host->refused = false;
    host->timed_out = false;
+   host->io_timeout_waits = 0;
+   fw_lua_call_clear_io_timeout (L);
    *stop = FW_LUA_STOP_NONE;
    lua_pushcfunction (L, message_handler);
    lua_insert (L, base);
@@ -671,11 +689,15 @@ fw_lua_host_call (fw_lua_host_t *host, int nargs, int nresults, int64_t timeout_
       }
    }
    lua_remove (L, base);
+   io_timeout = host->call.io_timeout == 2;
+   fw_lua_call_clear_io_timeout (L);
    if (status == LUA_OK) {
       return true;
    }
 
-   if (host->timed_out) {
+   /* Past the deadline, an IO function's typed timeout (it was what waited)
+    * is the failure, classified like any error it raises. */
+   if (host->timed_out && !io_timeout) {
       *stop = FW_LUA_STOP_TIMEOUT;
    } else if (status == LUA_ERRMEM) {
       /* Only an uncaught allocation failure: a handler that caught one with
