@@ -15,7 +15,7 @@
 # ./test.sh --tsan [ctest args] runs only the ThreadSanitizer pass instead
 # (build-tsan/, FW_SANITIZE=thread with clang): the C and integration tests
 # against a TSan flowwarden, failing on any report (docs/testing.md#threadsanitizer;
-# about 9 minutes on 2 cores, so not part of the default run).
+# about 11 minutes on 2 cores with the build, so not part of the default run).
 set -euo pipefail
 cd "$(dirname "$0")"
 ./setup.sh
