@@ -662,7 +662,9 @@ fw_lua_host_call (fw_lua_host_t *host, int nargs, int nresults, int64_t timeout_
    host->refused = false;
    host->timed_out = false;
    host->io_timeout_waits = 0;
-   fw_lua_call_clear_io_timeout (L);
+   if (host->call.io_timeout) {
+      fw_lua_call_clear_io_timeout (L);
+   }
    *stop = FW_LUA_STOP_NONE;
    lua_pushcfunction (L, message_handler);
    lua_insert (L, base);
@@ -690,7 +692,9 @@ fw_lua_host_call (fw_lua_host_t *host, int nargs, int nresults, int64_t timeout_
    }
    lua_remove (L, base);
    io_timeout = host->call.io_timeout == 2;
-   fw_lua_call_clear_io_timeout (L);
+   if (host->call.io_timeout) {
+      fw_lua_call_clear_io_timeout (L); /* and the error it kept */
+   }
    if (status == LUA_OK) {
       return true;
    }
