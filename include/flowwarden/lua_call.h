@@ -19,6 +19,8 @@
 typedef struct {
    int in_call;         /* a handler or on_error runs now (IO allowed) */
    int64_t deadline_ns; /* CLOCK_MONOTONIC end of its budget; 0 = none (atomic) */
+   int io_timeout;      /* an IO wait bounded by the deadline ran out in this call
+                         * (fw_lua_call_io_timed_out); the host clears it */
 } fw_lua_call_t;
 
 /* Stores call (borrowed: it must outlive the state) in L's registry. */
@@ -44,6 +46,27 @@ int64_t fw_lua_call_budget_ms (lua_State *L, const char *what);
  * (Mongo.Timeout, Http.Timeout) before that hook can replace it.
  */
 int64_t fw_lua_call_io_margin_ms (int64_t budget_ms);
+
+/*
+ * For an IO function whose wait, bounded by the handler's deadline (budget
+ * less the IO margin), has just run out: marks the call so that the typed
+ * timeout it raises next with fw_lua_raise_typed (Http.Timeout,
+ * Mongo.Timeout) stays the call's outcome when the deadline's hook fires
+ * meanwhile. Without it, which of the two errors a hung server gives would
+ * depend on the machine's load (issue 25). Never raises.
+ */
+void fw_lua_call_io_timed_out (lua_State *L);
+
+/*
+ * Pushes the error raised after fw_lua_call_io_timed_out in the current
+ * call and returns true; false, pushing nothing, while there is none (not
+ * marked, or the error is still being built). Never raises.
+ */
+bool fw_lua_call_push_io_timeout (lua_State *L);
+
+/* Forgets the mark and the error of fw_lua_call_io_timed_out (the host,
+ * around each call). Never raises. */
+void fw_lua_call_clear_io_timeout (lua_State *L);
 
 /*
  * Raises a typed flowwarden error (the same object fw.error builds, so

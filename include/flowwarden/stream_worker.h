@@ -66,7 +66,11 @@ bool fw_stream_worker_finished (const fw_stream_worker_t *w);
 /* True when next, a worker built (not started) from a newly loaded script,
  * reads the same change stream as w: same database, collection, pipeline
  * (operation_types included) and full_document options. */
-bool fw_stream_worker_same_source (const fw_stream_worker_t *w, const fw_stream_worker_t *next);
+bool fw_stream_worker_same_source (fw_stream_worker_t *w, const fw_stream_worker_t *next);
+
+/* True when w's stream is called name. Unlike comparing fw_stream_worker_name,
+ * safe on another thread while w runs (a reload's swap changes its config). */
+bool fw_stream_worker_is_named (fw_stream_worker_t *w, const char *name);
 
 /*
  * Hands w the handlers and policies of next (same name and source, not

@@ -353,6 +353,9 @@ perform_exchange (lua_State *L, fw_http_transfer_t *t, long timeout_ms, bool bud
       snprintf (outcome, sizeof outcome, "failed (%s)",
                 failure.type ? failure.type : "out of memory");
       log_debug (L, fw_http_transfer_target (t), outcome);
+      if (budget_bound && failure.type && strcmp (failure.type, "Http.Timeout") == 0) {
+         fw_lua_call_io_timed_out (L); /* the handler's deadline: this wait's type wins */
+      }
       raise_failure (L, &failure);
    }
    /* A response is an error for the metrics when its status says so. */

@@ -13,6 +13,7 @@
 #include "flowwarden/lua_call.h"
 
 static const char call_key = 'c'; /* registry key: its address */
+static const char io_timeout_key = 't'; /* the error fw_lua_call_io_timed_out announced */
 
 void
 fw_lua_call_attach (lua_State *L, fw_lua_call_t *call)
@@ -58,6 +59,53 @@ fw_lua_call_io_margin_ms (int64_t budget_ms)
    return quarter < 10 ? quarter : 10;
 }
 
+void
+fw_lua_call_io_timed_out (lua_State *L)
+{
+   fw_lua_call_t *call = fw_lua_call_get (L);
+
+   if (call && call->in_call) {
+      call->io_timeout = 1; /* 2 once fw_lua_raise_typed has kept the error */
+   }
+}
+
+bool
+fw_lua_call_push_io_timeout (lua_State *L)
+{
+   fw_lua_call_t *call = fw_lua_call_get (L);
+
+   if (!call || call->io_timeout != 2 || !lua_checkstack (L, 1)) {
+      return false;
+   }
+   lua_rawgetp (L, LUA_REGISTRYINDEX, &io_timeout_key);
+   return true;
+}
+
+void
+fw_lua_call_clear_io_timeout (lua_State *L)
+{
+   fw_lua_call_t *call = fw_lua_call_get (L);
+
+   if (call && call->io_timeout) {
+      call->io_timeout = 0;
+      lua_pushnil (L);
+      lua_rawsetp (L, LUA_REGISTRYINDEX, &io_timeout_key);
+   }
+}
+
+/* Keeps the error on top of the stack when an IO timeout announced it. */
+static void
+keep_io_timeout (lua_State *L)
+{
+   fw_lua_call_t *call = fw_lua_call_get (L);
+
+   if (call && call->io_timeout == 1) {
+      lua_pushvalue (L, -1);
+      lua_rawsetp (L, LUA_REGISTRYINDEX, &io_timeout_key);
+      call->io_timeout = 2;
+   }
+}
+
 int
 fw_lua_raise_typed (lua_State *L, const char *type, int fields_idx, const char *fmt, ...)
 {
@@ -73,6 +121,7 @@ fw_lua_raise_typed (lua_State *L, const char *type, int fields_idx, const char *
    lua_getfield (L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
    if (lua_getfield (L, -1, "flowwarden.errors") != LUA_TTABLE) {
       lua_pop (L, 2);
+      fw_lua_call_clear_io_timeout (L); /* no typed error to keep */
       return luaL_error (L, "%s: %s", type, msg);
    }
    lua_getfield (L, -1, "new");
@@ -92,5 +141,6 @@ fw_lua_raise_typed (lua_State *L, const char *type, int fields_idx, const char *
       lua_setfield (L, -3, "where");
    }
    lua_pop (L, 1);
+   keep_io_timeout (L);
    return lua_error (L);
 }

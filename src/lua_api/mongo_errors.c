@@ -273,6 +273,7 @@ fw_mongo_raise (lua_State *L, fw_mongo_op_t *op, const fw_mongo_ctx_t *ctx,
    /* The reply may live in op: read everything before releasing it. */
    fw_mongo_op_release (op);
    if (timed_out) {
+      fw_lua_call_io_timed_out (L); /* the handler's deadline: this wait's type wins */
       return fw_lua_raise_typed (L, type, -1,
                                  "fw.mongo: %s on %s.%s: the handler's time budget ran out (%s)",
                                  ctx->method, ctx->db, ctx->coll, error->message);

@@ -262,7 +262,7 @@ hook_find_stream (void *ud, const char *name)
 {
    fw_runtime_t *rt = ud;
    for (int i = 0; i < rt->n; i++) {
-      if (strcmp (fw_stream_worker_name (rt->workers[i]), name) == 0) {
+      if (fw_stream_worker_is_named (rt->workers[i], name)) {
          return rt->workers[i];
       }
    }
@@ -280,7 +280,7 @@ remove_dropped_streams (fw_runtime_t *rt, fw_stream_worker_t **next, int n)
       fw_stream_worker_t *old = rt->workers[i];
       bool found = false;
       for (int j = 0; j < n && !found; j++) {
-         found = strcmp (fw_stream_worker_name (old), fw_stream_worker_name (next[j])) == 0;
+         found = fw_stream_worker_is_named (old, fw_stream_worker_name (next[j]));
       }
       if (!found) {
          fw_stream_metrics_t *block = fw_stream_worker_metrics (old);
@@ -301,7 +301,7 @@ take_running (fw_runtime_t *rt, const char *name)
 {
    for (int i = 0; i < rt->n; i++) {
       fw_stream_worker_t *old = rt->workers[i];
-      if (old && strcmp (fw_stream_worker_name (old), name) == 0) {
+      if (old && fw_stream_worker_is_named (old, name)) {
          rt->workers[i] = NULL;
          return old;
       }
@@ -429,6 +429,11 @@ all_failed (fw_runtime_t *rt)
 {
    for (int i = 0; i < rt->n; i++) {
       fw_stream_stats_t s;
+      /* Its stats are its thread's until that thread finished (a data race
+       * ThreadSanitizer found): a failed stream's thread ends. */
+      if (!fw_stream_worker_finished (rt->workers[i])) {
+         return false;
+      }
       fw_stream_worker_stats (rt->workers[i], &s);
       if (!s.failed) {
          return false;

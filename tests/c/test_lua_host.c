@@ -6,11 +6,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 #include <lauxlib.h>
 
+#include "flowwarden/lua_call.h"
 #include "flowwarden/lua_host.h"
 
 static char script_path[64];
@@ -111,6 +113,75 @@ lua_host_timeout_stops_endless_loop (void **state)
    luaL_loadstring (L, "return 1 + 1");
    assert_true (fw_lua_host_call (host, 0, 1, 50, &stop));
    assert_int_equal (lua_tointeger (L, -1), 2);
+   lua_pop (L, 1);
+   fw_lua_host_destroy (host);
+}
+
+/* An IO function waiting past the handler's deadline (its wait ran out late,
+ * say on a loaded machine): sleeps arg ms, long enough for the watchdog to
+ * arm the timeout hook, then raises its own typed timeout as fw.http does. */
+static int
+late_io_timeout (lua_State *L)
+{
+   struct timespec ts = {0, (long) luaL_checkinteger (L, 1) * 1000000L};
+   nanosleep (&ts, NULL);
+   fw_lua_call_io_timed_out (L);
+   return fw_lua_raise_typed (L, "Http.Timeout", 0, "fw.http: GET /hang: no complete response");
+}
+
+/* The same wait ending with a response. */
+static int
+late_io_success (lua_State *L)
+{
+   struct timespec ts = {0, (long) luaL_checkinteger (L, 1) * 1000000L};
+   nanosleep (&ts, NULL);
+   return 0;
+}
+
+static void
+assert_failure_type (lua_State *L, const char *type)
+{
+   assert_true (lua_istable (L, -1));
+   lua_getfield (L, -1, "value");
+   assert_true (lua_istable (L, -1));
+   lua_getfield (L, -1, "type");
+   assert_string_equal (lua_tostring (L, -1), type);
+   lua_pop (L, 3);
+}
+
+/* Issue 25: the IO's deadline ending at or after the handler's (what load
+ * does to the 10 ms margin) still gives the IO's timeout type, whether the
+ * handler lets it through or tries to swallow it; the handler's own
+ * overrun after a successful wait is still the generic timeout. */
+static void
+lua_host_io_timeout_keeps_its_type_past_the_deadline (void **state)
+{
+   fw_lua_host_t *host = fw_lua_host_new (NULL);
+   lua_State *L = fw_lua_host_state (host);
+   fw_lua_stop_t stop;
+   (void) state;
+
+   lua_register (L, "late_io_timeout", late_io_timeout);
+   lua_register (L, "late_io_success", late_io_success);
+   luaL_loadstring (L, "require('flowwarden.errors') late_io_timeout(150)");
+   assert_false (fw_lua_host_call (host, 0, 0, 50, &stop));
+   assert_int_equal (stop, FW_LUA_STOP_NONE);
+   assert_failure_type (L, "Http.Timeout");
+
+   luaL_loadstring (L, "while true do pcall(late_io_timeout, 150) end");
+   assert_false (fw_lua_host_call (host, 0, 0, 50, &stop));
+   assert_int_equal (stop, FW_LUA_STOP_NONE);
+   assert_failure_type (L, "Http.Timeout");
+
+   luaL_loadstring (L, "late_io_success(150) while true do end");
+   assert_false (fw_lua_host_call (host, 0, 0, 50, &stop));
+   assert_int_equal (stop, FW_LUA_STOP_TIMEOUT);
+   lua_pop (L, 1);
+
+   /* The mark does not outlive its call. */
+   luaL_loadstring (L, "while true do end");
+   assert_false (fw_lua_host_call (host, 0, 0, 50, &stop));
+   assert_int_equal (stop, FW_LUA_STOP_TIMEOUT);
    lua_pop (L, 1);
    fw_lua_host_destroy (host);
 }
@@ -260,6 +331,7 @@ main (void)
       cmocka_unit_test_teardown (lua_host_runtime_error_at_load_names_line, teardown),
       cmocka_unit_test_teardown (lua_host_valid_script_declares_streams, teardown),
       cmocka_unit_test (lua_host_timeout_stops_endless_loop),
+      cmocka_unit_test (lua_host_io_timeout_keeps_its_type_past_the_deadline),
       cmocka_unit_test (lua_host_memory_limit_stops_hungry_handler),
       cmocka_unit_test (lua_host_error_keeps_value_and_traceback),
       cmocka_unit_test (lua_host_call_with_fails_the_call_when_its_arguments_cannot_be_built),

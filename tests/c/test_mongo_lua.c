@@ -201,11 +201,12 @@ run_in (fw_lua_host_t *host, int64_t deadline_ns, const char *coll, const char *
    if (luaL_loadstring (L, chunk) != LUA_OK) {
       fail_msg ("%s", lua_tostring (L, -1));
    }
+   /* Atomic, as fw_lua_host_call does: the watchdog thread reads it. */
    call->in_call = 1;
-   call->deadline_ns = deadline_ns;
+   __atomic_store_n (&call->deadline_ns, deadline_ns, __ATOMIC_RELEASE);
    status = lua_pcall (L, 0, 1, 0);
    call->in_call = 0;
-   call->deadline_ns = 0;
+   __atomic_store_n (&call->deadline_ns, 0, __ATOMIC_RELEASE);
    snprintf (result, sizeof result, "%s", luaL_tolstring (L, -1, NULL));
    lua_pop (L, 2);
    return status == LUA_OK;

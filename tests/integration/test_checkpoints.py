@@ -1,6 +1,8 @@
 """Checkpoints in _fw_checkpoints: a clean stop loses and repeats nothing, a
-kill -9 loses nothing and repeats at most save_every events, idle streams keep
-their seen position fresh (issue 3: runtime behaviour, checkpoints)."""
+kill -9 loses nothing and repeats at most save_every events with
+checkpoint.mode = "sync", at most 20 x save_every with "async" (the default;
+docs/configuration.md#checkpoint), idle streams keep their seen position
+fresh (issue 3: runtime behaviour, checkpoints)."""
 import unittest
 
 from fwtest import StandInTestCase, token_at
@@ -18,6 +20,13 @@ fw.stream { name = "seq", collection = "c",
 
 # About 2 ms of work per event, so a kill -9 lands in the middle of a run.
 BUSY = "local t = os.clock() + 0.002 while os.clock() < t do end"
+
+# The documented repeat bound after kill -9 is save_every with mode = "sync"
+# and ASYNC_FACTOR x save_every with "async" (saves pipelined behind the
+# handler: docs/configuration.md#checkpoint). A test asserts the bound of the
+# mode it runs, or it fails at random with the machine's load (issue 25).
+SYNC = ', mode = "sync"'
+ASYNC_FACTOR = 20
 
 
 def seq_script(save_every=1, busy="", extra_cp=""):
@@ -55,8 +64,13 @@ class StopAndRestart(StandInTestCase):
         self.assertEqual(len(p2.reports()), 31)
 
     def test_kill9_then_restart_loses_nothing_and_repeats_at_most_save_every(self):
-        save_every = 10
-        script = self.script(seq_script(save_every=save_every, busy=BUSY))
+        self.kill9_then_restart(save_every=10, extra_cp=SYNC, bound=10)
+
+    def test_async_kill9_then_restart_loses_nothing_and_repeats_at_most_20_save_every(self):
+        self.kill9_then_restart(save_every=10, extra_cp="", bound=ASYNC_FACTOR * 10)
+
+    def kill9_then_restart(self, save_every, extra_cp, bound):
+        script = self.script(seq_script(save_every=save_every, busy=BUSY, extra_cp=extra_cp))
         p = self.run_fw(script)
         p.wait_open()
         self.insert(range(300))
@@ -80,14 +94,20 @@ class StopAndRestart(StandInTestCase):
         ns = [r["n"] for r in second]
         self.assertEqual(ns, list(range(ns[0], 301)))
         repeated = [r for r in second if r["n"] in first_ids]
-        self.assertLessEqual(len(repeated), save_every)
+        self.assertLessEqual(len(repeated), bound)
         # A replayed event has the same event id as the first time.
         for r in repeated:
             self.assertEqual(r["eid"], first_ids[r["n"]])
         self.assertEqual(p2.stop(), 0)
 
     def test_kill9_with_save_every_1_repeats_at_most_one_event(self):
-        script = self.script(seq_script(save_every=1, busy=BUSY))
+        self.kill9_with_save_every_1(extra_cp=SYNC, bound=1)
+
+    def test_async_kill9_with_save_every_1_repeats_at_most_20_events(self):
+        self.kill9_with_save_every_1(extra_cp="", bound=ASYNC_FACTOR)
+
+    def kill9_with_save_every_1(self, extra_cp, bound):
+        script = self.script(seq_script(save_every=1, busy=BUSY, extra_cp=extra_cp))
         p = self.run_fw(script)
         p.wait_open()
         self.insert(range(200))
@@ -100,7 +120,7 @@ class StopAndRestart(StandInTestCase):
         p2.wait_until(lambda: have.union(r["n"] for r in p2.reports()) >= set(range(200)),
                       what="every event after the restart")
         repeated = [r["n"] for r in p2.reports() if r["n"] in have]
-        self.assertLessEqual(len(repeated), 1, repeated)
+        self.assertLessEqual(len(repeated), bound, repeated)
 
     def test_kill9_of_a_new_stream_before_its_first_save_loses_nothing(self):
         # Regression (fixed in src/runtime/stream/stream_worker.c, worker_main/consume): a stream with no

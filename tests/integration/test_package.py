@@ -149,6 +149,11 @@ class DebPackage(StandInTestCase):
             options = [o for o in env.get("ASAN_OPTIONS", "").split(":")
                        if o and not o.startswith(("log_path=", "detect_leaks="))]
             env["ASAN_OPTIONS"] = ":".join(options + ["detect_leaks=0"])
+            # The same for TSan's log_path, and its suppressions file lies in the
+            # source tree: `check` starts no libmongoc thread, so it needs none.
+            options = [o for o in env.get("TSAN_OPTIONS", "").split(":")
+                       if o and not o.startswith(("log_path=", "suppressions="))]
+            env["TSAN_OPTIONS"] = ":".join(options)
         r = subprocess.run([strace, "-f", "-qq", "-e", "trace=%file", "-o", trace, self.fw,
                             "check", os.path.join(self.examples, "orders.lua")],
                            capture_output=True, text=True, timeout=30, cwd=self.tmp.name,

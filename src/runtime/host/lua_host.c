@@ -28,6 +28,23 @@
 #define FW_WATCHDOG_TICK_NS 5000000 /* timeouts are enforced within 5 ms */
 #define FW_WATCHDOG_SIGNAL (SIGRTMIN + 3)
 
+/* ThreadSanitizer delivers a signal only when the thread next enters a
+ * function it intercepts, which a Lua loop never does: in a TSan build
+ * (FW_SANITIZE=thread, tests only) every call also arms the count hook
+ * every FW_TSAN_HOOK_COUNT instructions, so the deadline is still kept. */
+#if defined(__SANITIZE_THREAD__)
+#define FW_TSAN_BUILD 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define FW_TSAN_BUILD 1
+#endif
+#endif
+#define FW_TSAN_HOOK_COUNT 10000
+
+/* How many times the timeout hook lets an IO function finish building its
+ * typed timeout (a few dozen instructions) before raising its own. */
+#define FW_IO_TIMEOUT_WAITS 10000
+
 struct fw_lua_host {
    lua_State *L;
    size_t used;
@@ -35,7 +52,9 @@ struct fw_lua_host {
    bool refused;        /* the allocator refused a request over the limit */
    bool timed_out;
    fw_lua_call_t call;  /* in_call and deadline_ns (0 = no call under a deadline, atomic) */
-   pthread_t caller;    /* the thread running the call under the deadline */
+   int io_timeout_waits; /* count_hook's waits for an IO timeout (this call) */
+   pthread_t caller; /* the thread running the call under the deadline (atomic:
+                      * the watchdog reads it while the next call sets it) */
    int poked;           /* the watchdog signalled this call (watchdog's own flag) */
    fw_lua_host_t *next; /* the watchdog's list of hosts */
    fw_lua_host_t *prev;
@@ -115,7 +134,7 @@ watchdog_main (void *arg)
          int64_t deadline = __atomic_load_n (&h->call.deadline_ns, __ATOMIC_ACQUIRE);
          if (deadline && now > deadline && !__atomic_load_n (&h->poked, __ATOMIC_ACQUIRE)) {
             __atomic_store_n (&h->poked, 1, __ATOMIC_RELEASE);
-            pthread_kill (h->caller, FW_WATCHDOG_SIGNAL);
+            pthread_kill (__atomic_load_n (&h->caller, __ATOMIC_ACQUIRE), FW_WATCHDOG_SIGNAL);
          }
       }
       pthread_mutex_unlock (&watch_mu);
@@ -573,9 +592,23 @@ count_hook (lua_State *L, lua_Debug *ar)
    (void) ar;
    if (host->timed_out || (deadline && fw_mono_ns () > deadline)) {
       host->timed_out = true;
+      /* An IO function's wait, bounded by this deadline, ran out first: its
+       * typed timeout is the outcome. While it builds that error the hook
+       * waits (a bounded number of times: the build may fail), then raises
+       * it again wherever the handler goes. */
+      if (host->call.io_timeout == 1 && host->io_timeout_waits++ < FW_IO_TIMEOUT_WAITS) {
+         return;
+      }
+      if (fw_lua_call_push_io_timeout (L)) {
+         lua_error (L);
+      }
       luaL_error (L, "handler exceeded its timeout");
    }
+#ifdef FW_TSAN_BUILD
+   lua_sethook (L, count_hook, LUA_MASKCOUNT, FW_TSAN_HOOK_COUNT);
+#else
    lua_sethook (L, NULL, 0, 0);
+#endif
 }
 
 /* Gives a failure the shape fw_lua_host_call promises, {value, traceback}:
@@ -624,20 +657,28 @@ fw_lua_host_call (fw_lua_host_t *host, int nargs, int nresults, int64_t timeout_
    lua_State *L = host->L;
    int base = lua_gettop (L) - nargs; /* index of the function */
    int status;
+   bool io_timeout;
 
    host->refused = false;
    host->timed_out = false;
+   host->io_timeout_waits = 0;
+   if (host->call.io_timeout) {
+      fw_lua_call_clear_io_timeout (L);
+   }
    *stop = FW_LUA_STOP_NONE;
    lua_pushcfunction (L, message_handler);
    lua_insert (L, base);
    host->call_started_ns = 0;
    if (timeout_ms > 0) {
-      host->caller = pthread_self ();
+      __atomic_store_n (&host->caller, pthread_self (), __ATOMIC_RELEASE);
       __atomic_store_n (&host->poked, 0, __ATOMIC_RELEASE);
       calling = host;
       host->call_started_ns = fw_mono_ns ();
       __atomic_store_n (&host->call.deadline_ns, host->call_started_ns + timeout_ms * 1000000,
                         __ATOMIC_RELEASE);
+#ifdef FW_TSAN_BUILD
+      lua_sethook (L, count_hook, LUA_MASKCOUNT, FW_TSAN_HOOK_COUNT);
+#endif
    }
    host->call.in_call = 1;
    status = lua_pcall (L, nargs, nresults, base);
@@ -650,11 +691,17 @@ fw_lua_host_call (fw_lua_host_t *host, int nargs, int nresults, int64_t timeout_
       }
    }
    lua_remove (L, base);
+   io_timeout = host->call.io_timeout == 2;
+   if (host->call.io_timeout) {
+      fw_lua_call_clear_io_timeout (L); /* and the error it kept */
+   }
    if (status == LUA_OK) {
       return true;
    }
 
-   if (host->timed_out) {
+   /* Past the deadline, an IO function's typed timeout (it was what waited)
+    * is the failure, classified like any error it raises. */
+   if (host->timed_out && !io_timeout) {
       *stop = FW_LUA_STOP_TIMEOUT;
    } else if (status == LUA_ERRMEM) {
       /* Only an uncaught allocation failure: a handler that caught one with

@@ -5,8 +5,8 @@
  * dispatchers); fw.state's store outlives every switch.
  *
  * Called on the stream's thread (fw_stream_reload_apply) except
- * replace_program (the reload's thread, under the pending lock) and
- * take_state (the reload's thread, the worker not started).
+ * replace_program, same_source and is_named (the reload's thread, under the
+ * pending lock) and take_state (the reload's thread, the worker not started).
  */
 #include <string.h>
 
@@ -27,15 +27,33 @@ same_string (const char *a, const char *b)
    return (!a && !b) || (a && b && strcmp (a, b) == 0);
 }
 
+/* Both read w->cfg on the reload's thread while w's thread may swap it in
+ * fw_stream_reload_apply (a previous reload's program): under pending_mu. */
 bool
-fw_stream_worker_same_source (const fw_stream_worker_t *w, const fw_stream_worker_t *next)
+fw_stream_worker_same_source (fw_stream_worker_t *w, const fw_stream_worker_t *next)
 {
-   return same_string (w->cfg->database, next->cfg->database) &&
+   bool same;
+
+   pthread_mutex_lock (&w->pending.mu);
+   same = same_string (w->cfg->database, next->cfg->database) &&
           same_string (w->cfg->collection, next->cfg->collection) &&
           same_string (w->cfg->full_document, next->cfg->full_document) &&
           same_string (w->cfg->full_document_before_change,
                        next->cfg->full_document_before_change) &&
           bson_equal (w->cfg->pipeline, next->cfg->pipeline);
+   pthread_mutex_unlock (&w->pending.mu);
+   return same;
+}
+
+bool
+fw_stream_worker_is_named (fw_stream_worker_t *w, const char *name)
+{
+   bool same;
+
+   pthread_mutex_lock (&w->pending.mu);
+   same = strcmp (w->cfg->name, name) == 0;
+   pthread_mutex_unlock (&w->pending.mu);
+   return same;
 }
 
 void
@@ -76,7 +94,9 @@ fw_stream_reload_apply (fw_stream_worker_t *w)
    if (!next) {
       return false;
    }
+   pthread_mutex_lock (&w->pending.mu); /* see fw_stream_worker_same_source */
    fw_dispatcher_take_program (w->d, next->d);
+   pthread_mutex_unlock (&w->pending.mu);
    /* The lanes are stopped: their dispatchers go with the rest (the old
     * ones, folded into w's counts, are destroyed with next). */
    fw_stream_fold_lane_stats (w);
