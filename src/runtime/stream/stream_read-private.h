@@ -133,4 +133,31 @@ void fw_stream_reader_stop (fw_stream_reader_t *r);
 bool fw_stream_server_supports (const fw_stream_config_t *cfg, mongoc_client_t *client,
                                 char *what, size_t len);
 
+/* --- change_stream.c: opening a change stream, its errors ------------- */
+
+/* Events per batch the change stream asks for. */
+#define FW_CHANGE_BATCH_SIZE 1000
+
+/* Opens the change stream of cfg (its options, its pipeline with the split
+ * stage when split, else with oversize = "skip"'s) on client, after
+ * start_after (startAfter; NULL: from now). NULL only when libmongoc could
+ * not allocate it; an error of the open is the change stream's own
+ * (mongoc_change_stream_error_document). The caller owns it. */
+mongoc_change_stream_t *fw_change_stream_open (const fw_stream_config_t *cfg,
+                                               mongoc_client_t *client,
+                                               const bson_t *start_after, bool split);
+
+/* What an error of a change stream (at its open or while reading) is. */
+typedef enum {
+   FW_CHANGE_HISTORY_LOST,          /* ChangeStreamHistoryLost: the position left the oplog */
+   FW_CHANGE_FATAL,                 /* ChangeStreamFatalError: re-opening fails the same way */
+   FW_CHANGE_OVERSIZE,              /* an event over 16 MiB (fw_oversize_error) */
+   FW_CHANGE_FULL_DOCUMENT_REFUSED, /* a server before 6.0 refuses the fullDocument asked */
+   FW_CHANGE_CLOSED,                /* closed at an invalidate the pipeline filtered out */
+   FW_CHANGE_NO_RESUME_TOKEN,       /* an event without _id: neither handled nor resumable */
+   FW_CHANGE_OTHER                  /* anything else: re-open with backoff */
+} fw_change_error_t;
+
+fw_change_error_t fw_change_error_kind (const bson_error_t *berr);
+
 #endif

@@ -14,18 +14,10 @@
 #include "flowwarden/mongo_lua.h"
 #include "runtime/stream/stream_worker-private.h"
 
-#define FW_MAX_AWAIT_MS 1000
-#define FW_BATCH_SIZE 1000
 /* Read-ahead: at most two batches wait for the handler (and 8 MiB past one
  * event), so memory stays flat whatever the server has. */
-#define FW_READ_AHEAD_EVENTS (2 * FW_BATCH_SIZE)
+#define FW_READ_AHEAD_EVENTS (2 * FW_CHANGE_BATCH_SIZE)
 #define FW_READ_AHEAD_BYTES ((size_t) 8 * 1024 * 1024)
-#define FW_ERR_HISTORY_LOST 286
-#define FW_ERR_CHANGE_STREAM_FATAL 280 /* ChangeStreamFatalError: re-opening fails the same way */
-/* Before 6.0, a fullDocument other than "default" or "updateLookup"
- * (document_source_change_stream.cpp): every open fails the same way. */
-#define FW_ERR_FULL_DOCUMENT_REFUSED 40575
-#define FW_ERR_INVALID_RESUME_TOKEN 260 /* InvalidResumeToken: resumeAfter an invalidate */
 
 const char *
 fw_stream_worker_name (const fw_stream_worker_t *w)
@@ -52,45 +44,6 @@ fw_stream_worker_finished (const fw_stream_worker_t *w)
 }
 
 /* --- opening ------------------------------------------------------------- */
-
-static mongoc_change_stream_t *
-open_stream (fw_stream_worker_t *w, const bson_t *start_after, bool split)
-{
-   bson_t opts = BSON_INITIALIZER;
-   bson_t pipeline;
-   mongoc_change_stream_t *cs;
-
-   if (w->cfg->full_document && strcmp (w->cfg->full_document, "default") != 0) {
-      BSON_APPEND_UTF8 (&opts, "fullDocument", w->cfg->full_document);
-   }
-   if (w->cfg->full_document_before_change &&
-       strcmp (w->cfg->full_document_before_change, "off") != 0) {
-      BSON_APPEND_UTF8 (&opts, "fullDocumentBeforeChange", w->cfg->full_document_before_change);
-   }
-   BSON_APPEND_INT32 (&opts, "maxAwaitTimeMS", FW_MAX_AWAIT_MS);
-   /* Without a batch size a getMore may carry 16 MiB; smaller batches keep
-    * memory flat and cost no throughput (the next batch is a round trip of
-    * a few microseconds per thousand events). */
-   BSON_APPEND_INT32 (&opts, "batchSize", FW_BATCH_SIZE);
-   if (start_after) {
-      /* startAfter, unlike resumeAfter, also accepts an invalidate token. */
-      BSON_APPEND_DOCUMENT (&opts, "startAfter", start_after);
-   }
-   fw_oversize_pipeline (w->cfg, split, &pipeline);
-   if (w->cfg->collection) {
-      mongoc_collection_t *coll =
-         mongoc_client_get_collection (w->read_client, w->cfg->database, w->cfg->collection);
-      cs = mongoc_collection_watch (coll, &pipeline, &opts);
-      mongoc_collection_destroy (coll);
-   } else {
-      mongoc_database_t *db = mongoc_client_get_database (w->read_client, w->cfg->database);
-      cs = mongoc_database_watch (db, &pipeline, &opts);
-      mongoc_database_destroy (db);
-   }
-   bson_destroy (&opts);
-   bson_destroy (&pipeline);
-   return cs;
-}
 
 /* The server ended the change stream for good (ChangeStreamFatalError), e.g.
  * a pipeline stage changed the events' _id: stop and say so instead of
@@ -134,25 +87,6 @@ oversize_failed (fw_stream_worker_t *w, const fw_position_t *p, const bson_error
                         w->cfg->split_large_events && !p->split_rejected && !p->unsplittable,
                         w->cfg->oversize_skip, berr, what, sizeof what);
    fw_stream_failed (w, what);
-}
-
-/* The server closed the change stream without an error: it does so at an
- * invalidate (drop, rename, dropDatabase) even when the stream's pipeline
- * (operation_types without "invalidate") filtered the event out, with the
- * invalidate's token as postBatchResumeToken. libmongoc then returns nothing
- * (no event, no error) once, and on the next call takes the closed cursor for
- * a resumable error and resumes with resumeAfter that token, which the server
- * refuses (1.23: InvalidResumeToken 260); later versions say "Cannot advance
- * a closed change stream" (INVALID_CURSOR). Either way the change stream is
- * over and only startAfter its token goes on (issue 23). */
-static bool
-closed_without_error (const bson_error_t *berr)
-{
-   if (berr->code == FW_ERR_INVALID_RESUME_TOKEN &&
-       (berr->domain == MONGOC_ERROR_QUERY || berr->domain == MONGOC_ERROR_SERVER)) {
-      return true;
-   }
-   return berr->domain == MONGOC_ERROR_CURSOR && berr->code == MONGOC_ERROR_CURSOR_INVALID_CURSOR;
 }
 
 /* The change stream was closed at an invalidate its pipeline filtered out
@@ -207,21 +141,23 @@ static fw_read_end_t
 error_end (fw_stream_worker_t *w, fw_position_t *p, fw_stream_reader_t *rd,
            const bson_error_t *berr)
 {
-   if (berr->code == FW_ERR_HISTORY_LOST) {
+   fw_change_error_t kind = fw_change_error_kind (berr);
+
+   if (kind == FW_CHANGE_HISTORY_LOST) {
       return FW_READ_HISTORY_LOST;
    }
-   if (berr->code == FW_ERR_CHANGE_STREAM_FATAL) {
+   if (kind == FW_CHANGE_FATAL) {
       fatal_stream_error (w, berr);
       return FW_READ_FAILED;
    }
-   if (fw_oversize_error (berr)) {
+   if (kind == FW_CHANGE_OVERSIZE) {
       if (read_unsplittable (w, p, berr)) {
          return FW_READ_REOPEN;
       }
       oversize_failed (w, p, berr);
       return FW_READ_FAILED;
    }
-   if (berr->code == FW_ERR_FULL_DOCUMENT_REFUSED) {
+   if (kind == FW_CHANGE_FULL_DOCUMENT_REFUSED) {
       char what[1400];
       snprintf (what, sizeof what,
                 "the server refuses full_document = \"%s\" (it needs MongoDB 6.0 or later): "
@@ -239,11 +175,10 @@ error_end (fw_stream_worker_t *w, fw_position_t *p, fw_stream_reader_t *rd,
       p->split_rejected = true;
       return FW_READ_REOPEN;
    }
-   if (rd && closed_without_error (berr)) {
+   if (rd && kind == FW_CHANGE_CLOSED) {
       return closed_at_invalidate (w, rd, p, berr);
    }
-   if (berr->domain == MONGOC_ERROR_CURSOR &&
-       berr->code == MONGOC_ERROR_CHANGE_STREAM_NO_RESUME_TOKEN) {
+   if (kind == FW_CHANGE_NO_RESUME_TOKEN) {
       /* Re-opening would fail the same way for ever. */
       fw_stream_failed (w, "a change event has no _id (resume token), so it can be neither "
                         "handled nor checkpointed: a pipeline stage must not remove or "
@@ -684,8 +619,9 @@ open_and_read (fw_stream_worker_t *w, fw_stream_run_t *run, bool *progressed)
       fw_stream_failed (w, unsupported);
       return FW_READ_FAILED;
    }
-   cs = open_stream (w, p->has_resume ? &p->resume : NULL,
-                     w->cfg->split_large_events && !p->split_rejected && !p->unsplittable);
+   cs = fw_change_stream_open (w->cfg, w->read_client, p->has_resume ? &p->resume : NULL,
+                               w->cfg->split_large_events && !p->split_rejected &&
+                                  !p->unsplittable);
    if (cs && mongoc_change_stream_error_document (cs, &berr, &reply)) {
       end = error_end (w, p, NULL, &berr);
    } else if (!cs) {

@@ -1,0 +1,102 @@
+/*
+ * change_stream.c - the reader's side of a change stream that is not the
+ * read-ahead: opening it with the stream's settings (options, pipeline,
+ * where to start) and the one classification of its errors. Knows nothing
+ * of the stream worker; what each error means for the stream (re-open,
+ * stop, fall back) is stream_worker.c's.
+ */
+#include <string.h>
+
+#include "runtime/stream/stream_read-private.h"
+
+#define FW_MAX_AWAIT_MS 1000
+#define FW_ERR_HISTORY_LOST 286        /* ChangeStreamHistoryLost */
+#define FW_ERR_CHANGE_STREAM_FATAL 280 /* ChangeStreamFatalError: re-opening fails the same way */
+/* Before 6.0, a fullDocument other than "default" or "updateLookup"
+ * (document_source_change_stream.cpp): every open fails the same way. */
+#define FW_ERR_FULL_DOCUMENT_REFUSED 40575
+#define FW_ERR_INVALID_RESUME_TOKEN 260 /* InvalidResumeToken: resumeAfter an invalidate */
+
+mongoc_change_stream_t *
+fw_change_stream_open (const fw_stream_config_t *cfg, mongoc_client_t *client,
+                       const bson_t *start_after, bool split)
+{
+   bson_t opts = BSON_INITIALIZER;
+   bson_t pipeline;
+   mongoc_change_stream_t *cs;
+
+   if (cfg->full_document && strcmp (cfg->full_document, "default") != 0) {
+      BSON_APPEND_UTF8 (&opts, "fullDocument", cfg->full_document);
+   }
+   if (cfg->full_document_before_change &&
+       strcmp (cfg->full_document_before_change, "off") != 0) {
+      BSON_APPEND_UTF8 (&opts, "fullDocumentBeforeChange", cfg->full_document_before_change);
+   }
+   BSON_APPEND_INT32 (&opts, "maxAwaitTimeMS", FW_MAX_AWAIT_MS);
+   /* Without a batch size a getMore may carry 16 MiB; smaller batches keep
+    * memory flat and cost no throughput (the next batch is a round trip of
+    * a few microseconds per thousand events). */
+   BSON_APPEND_INT32 (&opts, "batchSize", FW_CHANGE_BATCH_SIZE);
+   if (start_after) {
+      /* startAfter, unlike resumeAfter, also accepts an invalidate token. */
+      BSON_APPEND_DOCUMENT (&opts, "startAfter", start_after);
+   }
+   fw_oversize_pipeline (cfg, split, &pipeline);
+   if (cfg->collection) {
+      mongoc_collection_t *coll =
+         mongoc_client_get_collection (client, cfg->database, cfg->collection);
+      cs = mongoc_collection_watch (coll, &pipeline, &opts);
+      mongoc_collection_destroy (coll);
+   } else {
+      mongoc_database_t *db = mongoc_client_get_database (client, cfg->database);
+      cs = mongoc_database_watch (db, &pipeline, &opts);
+      mongoc_database_destroy (db);
+   }
+   bson_destroy (&opts);
+   bson_destroy (&pipeline);
+   return cs;
+}
+
+/* The server closed the change stream without an error: it does so at an
+ * invalidate (drop, rename, dropDatabase) even when the stream's pipeline
+ * (operation_types without "invalidate") filtered the event out, with the
+ * invalidate's token as postBatchResumeToken. libmongoc then returns nothing
+ * (no event, no error) once, and on the next call takes the closed cursor for
+ * a resumable error and resumes with resumeAfter that token, which the server
+ * refuses (1.23: InvalidResumeToken 260); later versions say "Cannot advance
+ * a closed change stream" (INVALID_CURSOR). Either way the change stream is
+ * over and only startAfter its token goes on (issue 23). */
+static bool
+closed_without_error (const bson_error_t *berr)
+{
+   if (berr->code == FW_ERR_INVALID_RESUME_TOKEN &&
+       (berr->domain == MONGOC_ERROR_QUERY || berr->domain == MONGOC_ERROR_SERVER)) {
+      return true;
+   }
+   return berr->domain == MONGOC_ERROR_CURSOR && berr->code == MONGOC_ERROR_CURSOR_INVALID_CURSOR;
+}
+
+fw_change_error_t
+fw_change_error_kind (const bson_error_t *berr)
+{
+   if (berr->code == FW_ERR_HISTORY_LOST) {
+      return FW_CHANGE_HISTORY_LOST;
+   }
+   if (berr->code == FW_ERR_CHANGE_STREAM_FATAL) {
+      return FW_CHANGE_FATAL;
+   }
+   if (fw_oversize_error (berr)) {
+      return FW_CHANGE_OVERSIZE;
+   }
+   if (berr->code == FW_ERR_FULL_DOCUMENT_REFUSED) {
+      return FW_CHANGE_FULL_DOCUMENT_REFUSED;
+   }
+   if (closed_without_error (berr)) {
+      return FW_CHANGE_CLOSED;
+   }
+   if (berr->domain == MONGOC_ERROR_CURSOR &&
+       berr->code == MONGOC_ERROR_CHANGE_STREAM_NO_RESUME_TOKEN) {
+      return FW_CHANGE_NO_RESUME_TOKEN;
+   }
+   return FW_CHANGE_OTHER;
+}
