@@ -13,7 +13,8 @@ take the policy down with it:
 The decision is a plain table:
 
   { action = "retry" | "dlq" | "skip" | "drop",
-    type, message, traceback }      -- the classified error, for logs and the DLQ
+    type, message, traceback,       -- the classified error, for logs and the DLQ
+    where }                         -- "file:line" of the failing line, or nil
 
 "drop" means the event is given up without a dead-letter queue: seed 000's
 "retry only" and "neither" rows. The host logs it at error level and counts
@@ -91,7 +92,7 @@ function M.decide(spec, c, attempt, ok, value, stopped)
     decision = (retry and attempt < max_attempts) and "retry" or give_up
   end
   return { action = decision, type = c.type, message = c.message,
-           traceback = c.traceback or "" }
+           traceback = c.traceback or "", where = c.where }
 end
 
 -- Sequenced DLQ (issue 14): the event's sequence key from the stream's

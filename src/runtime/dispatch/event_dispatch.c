@@ -27,6 +27,7 @@ typedef struct {
    char type[128];
    char message[1024];
    char traceback[8192];
+   char where[256];   /* the failing line, "file:line" (redacted), or "" */
 } decision_t;
 
 /* The wall clock (ms) at mono_ns (CLOCK_MONOTONIC): handler calls are timed
@@ -121,6 +122,7 @@ policy_failed (fw_dispatcher_t *d, lua_State *L, decision_t *out)
    snprintf (out->type, sizeof out->type, "RuntimeError");
    snprintf (out->message, sizeof out->message, "handler failed and its error policy failed");
    out->traceback[0] = '\0';
+   out->where[0] = '\0';
    out->action = d->prog.cfg.dlq.enabled ? ACT_DLQ : ACT_DROP;
 }
 
@@ -193,6 +195,7 @@ decide (fw_dispatcher_t *d, int attempt, fw_lua_stop_t stop, decision_t *out)
       copy_field (L, answer, "type", out->type, sizeof out->type, true);
       copy_field (L, answer, "message", out->message, sizeof out->message, true);
       copy_field (L, answer, "traceback", out->traceback, sizeof out->traceback, true);
+      copy_field (L, answer, "where", out->where, sizeof out->where, true);
       out->action = strcmp (action, "retry") == 0  ? ACT_RETRY
                     : strcmp (action, "dlq") == 0  ? ACT_DLQ
                     : strcmp (action, "skip") == 0 ? ACT_SKIP
@@ -390,12 +393,70 @@ save_entry (fw_dispatcher_t *d, const bson_t *entry, const char *id)
    }
 }
 
+/* The stored entry's _id, for the dead-letter log line (`flowwarden dlq
+ * show` takes it); "" when it has none of type string. */
+static void
+entry_id_of (const bson_t *entry, char *buf, size_t len)
+{
+   bson_iter_t it;
+
+   buf[0] = '\0';
+   if (bson_iter_init_find (&it, entry, "_id") && BSON_ITER_HOLDS_UTF8 (&it)) {
+      snprintf (buf, len, "%s", bson_iter_utf8 (&it, NULL));
+   }
+}
+
+/* What a failure's log line ends with: " (at FILE:LINE; key {...}; entry
+ * ID)", each part when known: the failing line, the event's document key
+ * (never the document; cut at 200 bytes) and the DLQ entry (entry_id NULL
+ * or ""). Returns buf. */
+static const char *
+failure_context (const fw_event_t *ev, const decision_t *dec, const char *entry_id, char *buf,
+                 size_t len)
+{
+   bson_iter_t it;
+   char *key = NULL;
+   size_t n = 0;
+   const char *sep = " (";
+
+   buf[0] = '\0';
+   if (dec->where[0]) {
+      n += (size_t) snprintf (buf + n, len - n, "%sat %s", sep, dec->where);
+      sep = "; ";
+   }
+   if (n < len && fw_event_field (ev, FW_EV_DOCUMENT_KEY, &it) &&
+       BSON_ITER_HOLDS_DOCUMENT (&it)) {
+      bson_t view;
+      uint32_t dlen;
+      const uint8_t *data;
+      bson_iter_document (&it, &dlen, &data);
+      if (bson_init_static (&view, data, dlen) &&
+          (key = bson_as_relaxed_extended_json (&view, NULL))) {
+         n += (size_t) snprintf (buf + n, len - n, "%skey %.200s%s", sep, key,
+                                 strlen (key) > 200 ? "..." : "");
+         sep = "; ";
+         bson_free (key);
+      }
+   }
+   if (n < len && entry_id && entry_id[0]) {
+      n += (size_t) snprintf (buf + n, len - n, "%sentry %s", sep, entry_id);
+      sep = "; ";
+   }
+   if (n < len && buf[0]) {
+      snprintf (buf + n, len - n, ")");
+   }
+   return buf;
+}
+
 /* The entry is stored: counts and logs it, as parked behind its sequence or
  * as dead-lettered (and the sequence it opens). */
 static fw_dispatch_result_t
-dead_lettered (fw_dispatcher_t *d, const fw_dlq_config_t *dlq, const fw_dlq_failure_t *f,
-               const decision_t *dec, int attempts, const char *id)
+dead_lettered (fw_dispatcher_t *d, const fw_event_t *ev, const fw_dlq_config_t *dlq,
+               const fw_dlq_failure_t *f, const decision_t *dec, int attempts, const char *id,
+               const char *entry_id)
 {
+   char more[1600];
+
    if (d->metrics) {
       fw_stream_metrics_dlq_write (d->metrics);
    }
@@ -408,9 +469,10 @@ dead_lettered (fw_dispatcher_t *d, const fw_dlq_config_t *dlq, const fw_dlq_fail
       return FW_DISPATCH_DONE;
    }
    d->stats.dead_lettered++;
-   fw_log (FW_LOG_WARN, d->prog.cfg.name, "event %s dead-lettered to %s%s after %d attempt(s): %s: %s",
-           id, dlq->collection, d->prog.cfg.dlq.enabled ? "" : " (the script's default DLQ)",
-           attempts, dec->type, dec->message);
+   fw_log (FW_LOG_WARN, d->prog.cfg.name,
+           "event %s dead-lettered to %s%s after %d attempt(s): %s: %s%s", id, dlq->collection,
+           d->prog.cfg.dlq.enabled ? "" : " (the script's default DLQ)", attempts, dec->type,
+           dec->message, failure_context (ev, dec, entry_id, more, sizeof more));
    if (f->sequence_id) {
       fw_log (FW_LOG_WARN, d->prog.cfg.name,
               "DLQ sequence %.300s is open (index %lld): later events of its key are parked "
@@ -427,7 +489,7 @@ dead_letter_raw (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec
    fw_dlq_failure_t f = {0};
    f.epoch = d->epoch; /* ha.mode = "leader": who wrote it */
    bson_t metadata, entry;
-   char id[1024];
+   char id[1024], entry_id[128];
    const fw_dlq_config_t *dlq = dlq_config (d);
    bool ok;
 
@@ -446,11 +508,12 @@ dead_letter_raw (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec
    }
 
    ok = save_entry (d, &entry, id);
+   entry_id_of (&entry, entry_id, sizeof entry_id);
    bson_destroy (&entry);
    if (!ok) {
       return FW_DISPATCH_STOPPED;
    }
-   return dead_lettered (d, dlq, &f, dec, attempts, id);
+   return dead_lettered (d, ev, dlq, &f, dec, attempts, id, entry_id);
 }
 
 /* ctx:send_to_dlq(reason) was called: dead-letter now, no retry. */
@@ -461,6 +524,7 @@ dlq_requested (const fw_dispatcher_t *d, decision_t *dec)
    snprintf (dec->type, sizeof dec->type, "DlqRequested");
    snprintf (dec->message, sizeof dec->message, "%s", d->dispatch.dlq_reason);
    dec->traceback[0] = '\0';
+   dec->where[0] = '\0';
 }
 
 /* A replayed dead letter ends here instead of in a new DLQ entry: its
@@ -714,12 +778,15 @@ replay_ends (fw_dispatcher_t *d, const decision_t *dec, int attempt, fw_dispatch
 /* The decision is retry: waits out the backoff. False when a shutdown came
  * first. */
 static bool
-retry_wait (fw_dispatcher_t *d, int attempt, const decision_t *dec, const char *id)
+retry_wait (fw_dispatcher_t *d, const fw_event_t *ev, int attempt, const decision_t *dec,
+            const char *id)
 {
    int64_t delay = fw_backoff_delay_ms (&d->prog.cfg.retry, attempt, fw_backoff_random (&d->rng));
+   char more[1600];
 
-   fw_log (FW_LOG_WARN, d->prog.cfg.name, "event %s attempt %d failed: %s: %s; retrying in %lld ms",
-           id, attempt, dec->type, dec->message, (long long) delay);
+   fw_log (FW_LOG_WARN, d->prog.cfg.name,
+           "event %s attempt %d failed: %s: %s; retrying in %lld ms%s", id, attempt, dec->type,
+           dec->message, (long long) delay, failure_context (ev, dec, NULL, more, sizeof more));
    d->stats.retries++;
    if (d->metrics) {
       fw_stream_metrics_retry (d->metrics);
@@ -744,12 +811,14 @@ dead_letter_after (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *d
                    const attempt_times_t *t, const char *id)
 {
    fw_dispatch_result_t r;
+   char more[1600];
 
-   if (!d->prog.cfg.dlq.enabled && !(d->dispatch.dlq_requested && d->prog.cfg.dlq_fallback.enabled)) {
+   if (!d->prog.cfg.dlq.enabled &&
+       !(d->dispatch.dlq_requested && d->prog.cfg.dlq_fallback.enabled)) {
       d->stats.lost++;
       fw_log (FW_LOG_ERROR, d->prog.cfg.name,
-              "event %s LOST: on_error asked for the DLQ but the stream has none: %s: %s", id,
-              dec->type, dec->message);
+              "event %s LOST: on_error asked for the DLQ but the stream has none: %s: %s%s", id,
+              dec->type, dec->message, failure_context (ev, dec, NULL, more, sizeof more));
       return finished (d, FW_METRICS_OUTCOME_LOST, 0);
    }
    r = dead_letter_head (d, ev, dec, attempt, wall_ms_at (d, t->first_ns),
@@ -766,20 +835,23 @@ static fw_dispatch_result_t
 decided_end (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec, int attempt,
              const attempt_times_t *t, const char *id)
 {
+   char more[1600];
+
    switch (dec->action) {
    case ACT_DLQ:
       return dead_letter_after (d, ev, dec, attempt, t, id);
    case ACT_SKIP:
       d->stats.skipped++;
-      fw_log (FW_LOG_INFO, d->prog.cfg.name, "event %s skipped by on_error after attempt %d: %s: %s",
-              id, attempt, dec->type, dec->message);
+      fw_log (FW_LOG_INFO, d->prog.cfg.name,
+              "event %s skipped by on_error after attempt %d: %s: %s%s", id, attempt, dec->type,
+              dec->message, failure_context (ev, dec, NULL, more, sizeof more));
       return finished (d, FW_METRICS_OUTCOME_SKIPPED, 0);
    case ACT_DROP:
    default:
       d->stats.lost++;
       fw_log (FW_LOG_ERROR, d->prog.cfg.name,
-              "event %s LOST after %d attempt(s) (no dead-letter queue): %s: %s", id, attempt,
-              dec->type, dec->message);
+              "event %s LOST after %d attempt(s) (no dead-letter queue): %s: %s%s", id, attempt,
+              dec->type, dec->message, failure_context (ev, dec, NULL, more, sizeof more));
       return finished (d, FW_METRICS_OUTCOME_LOST, 0);
    }
 }
@@ -804,7 +876,7 @@ after_failure (fw_dispatcher_t *d, const fw_event_t *ev, lua_State *L, bool ok, 
       *r = decided_end (d, ev, &dec, attempt, t, id);
       return false;
    }
-   if (!retry_wait (d, attempt, &dec, id)) {
+   if (!retry_wait (d, ev, attempt, &dec, id)) {
       *r = FW_DISPATCH_STOPPED;
       return false;
    }
