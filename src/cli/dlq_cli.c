@@ -25,7 +25,7 @@ static const char dlq_help[] =
    "                           (and sequence id and index, for a sequenced DLQ)\n"
    "  list SCRIPT --sequences  one line per open sequence: id, stream, state, size, head\n"
    "                           entry, its error type and message, age\n"
-   "  show SCRIPT ID           the whole entry\n"
+   "  show SCRIPT ID           the whole entry (ID: its _id, or the event id a log line names)\n"
    "  stats SCRIPT             counts by stream, status and error type; oldest PENDING age;\n"
    "                           open sequences, parked entries, largest sequence\n"
    "  discard SCRIPT --reason TEXT   mark entries DISCARDED (default: PENDING ones)\n"
@@ -49,7 +49,7 @@ static const char dlq_help[] =
    "  --error-type T       error type T and its subtypes (T.*)\n"
    "  --since WHEN         created at or after WHEN: a duration back from now (2h, 7d) or\n"
    "  --until WHEN         an ISO date (2026-01-15, 2026-01-15T10:30:00Z); --until: before\n"
-   "  --id ID              this entry (repeatable)\n"
+   "  --id ID              this entry: its _id or its event id (repeatable)\n"
    "  --limit N            at most N entries (oldest first)\n"
    "  --filter JSON        any MongoDB query on the entry, in Extended JSON\n"
    "\n"
@@ -370,7 +370,7 @@ cmd_show (fw_dlq_admin_t *admin, opts_t *o)
       return fail ("%s", err.message);
    }
    if (o->filter.limit != -1) {
-      return fail ("no DLQ entry with _id \"%s\"%s%s", o->arg,
+      return fail ("no DLQ entry with _id or eventId \"%s\"%s%s", o->arg,
                    o->filter.stream ? " in stream " : "",
                    o->filter.stream ? o->filter.stream : "");
    }

@@ -42,7 +42,7 @@ static const char replay_help[] =
    "                       claimed by a running replay are never selected\n"
    "  --error-type T       error type T and its subtypes\n"
    "  --since T, --until T createdAt bounds: a duration back from now (2h, 7d) or a date\n"
-   "  --id ID              this entry (repeatable)\n"
+   "  --id ID              this entry: its _id or its event id (repeatable)\n"
    "  --limit N            at most N entries\n"
    "  --filter JSON        an Extended JSON query ANDed with the rest\n"
    "  --sequence ID        a sequenced DLQ: this sequence (its id as `dlq list` shows it)\n"

@@ -122,6 +122,37 @@ query_filters_oldest_first_without_documents (void **state)
    query_ids (store, &q, "a b ");
 }
 
+/* --id takes an entry's _id or its eventId (the id a log line names). */
+static void
+query_ids_match_the_entry_id_or_the_event_id (void **state)
+{
+   fw_dlq_store_t *store = *state;
+   fw_dlq_filter_t f = {0};
+   fw_dlq_query_t q = {&f, NULL, NULL, 0, false};
+   const char *events[] = {"826B01", "826B02"};
+   const char *ids[] = {"x", "y"};
+   fw_error_t err;
+   bool inserted;
+
+   for (int i = 0; i < 2; i++) {
+      bson_t e = BSON_INITIALIZER;
+      BSON_APPEND_UTF8 (&e, "_id", ids[i]);
+      BSON_APPEND_UTF8 (&e, "streamName", "s");
+      BSON_APPEND_UTF8 (&e, "status", "PENDING");
+      BSON_APPEND_UTF8 (&e, "eventId", events[i]);
+      BSON_APPEND_DATE_TIME (&e, "createdAt", 1000 + i);
+      assert_true (store->put (store, &e, &inserted, &err));
+      bson_destroy (&e);
+   }
+   f.ids[f.n_ids++] = "826B02";
+   query_ids (store, &q, "y ");
+   f.ids[f.n_ids++] = "x";
+   query_ids (store, &q, "x y ");
+   f.n_ids = 0;
+   f.ids[f.n_ids++] = "826B0"; /* a prefix is no id */
+   query_ids (store, &q, "");
+}
+
 static void
 query_refuses_a_bad_status_and_a_mongodb_filter (void **state)
 {
@@ -465,6 +496,8 @@ main (void)
 {
    const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown (query_filters_oldest_first_without_documents, setup,
+                                       teardown),
+      cmocka_unit_test_setup_teardown (query_ids_match_the_entry_id_or_the_event_id, setup,
                                        teardown),
       cmocka_unit_test_setup_teardown (query_refuses_a_bad_status_and_a_mongodb_filter, setup,
                                        teardown),

@@ -172,6 +172,21 @@ class ListShowStats(DlqCliTestCase):
             stored.pop(f, None)
         self.assertEqual(loads(js.stdout), stored)
 
+    def test_show_and_id_take_the_event_id_a_log_line_names(self):
+        e = entry(eventId="826B00AA", resumeToken={"_data": "826B00AA"})
+        other = entry(etype="Http.BadRequest", eventId="826B00BB",
+                      resumeToken={"_data": "826B00BB"})
+        self.insert(e, other)
+        by_event = self.dlq("show", e["eventId"], "--json")
+        self.assertEqual(by_event.returncode, 0, by_event.stderr)
+        self.assertEqual(loads(by_event.stdout)["_id"], e["_id"])
+        listed = self.dlq("list", "--id", other["eventId"], "--json")
+        self.assertEqual(listed.returncode, 0, listed.stderr)
+        self.assertEqual([loads(ln)["_id"] for ln in listed.stdout.splitlines()], [other["_id"]])
+        both = self.dlq("list", "--id", e["_id"], "--id", other["eventId"], "--json")
+        self.assertEqual(sorted(loads(ln)["_id"] for ln in both.stdout.splitlines()),
+                         sorted([e["_id"], other["_id"]]))
+
     def test_stats_counts_by_stream_status_and_error_type(self):
         self.insert(entry(age_h=5), entry(etype="Http.BadRequest", age_h=2),
                     entry(stream="payments", status="RESOLVED", age_h=9),
@@ -383,7 +398,7 @@ class DiscardAndPurge(DlqCliTestCase):
         self.insert(entry())
         before = self.raw()
         self.assert_fails(self.dlq("discard", "--reason", "r", "--yes", "--id", "nope"),
-                          'flowwarden dlq: no DLQ entry with _id "nope"; nothing was changed')
+                          'flowwarden dlq: no DLQ entry with _id or eventId "nope"; nothing was changed')
         done = entry(status="RESOLVED")
         self.insert(done)
         self.assert_fails(self.dlq("discard", "--reason", "r", "--yes", "--id", done["_id"]),
@@ -514,7 +529,7 @@ class BadInput(DlqCliTestCase):
              'flowwarden dlq: --limit: expected a positive whole number, got "0"'),
             (["list", "--limit", "-3"],
              'flowwarden dlq: --limit: expected a positive whole number, got "-3"'),
-            (["show", "no-such-id"], 'flowwarden dlq: no DLQ entry with _id "no-such-id"'),
+            (["show", "no-such-id"], 'flowwarden dlq: no DLQ entry with _id or eventId "no-such-id"'),
             (["list", "--filter", "{not json"], "flowwarden dlq: --filter: not valid Extended JSON"),
             (["list", "--filter", "[1]"], "flowwarden dlq: --filter: expected a JSON object"),
             (["list", "--reason", "x"], "flowwarden dlq: list does not take --reason"),

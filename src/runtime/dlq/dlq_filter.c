@@ -82,6 +82,10 @@ append_error_type (bson_t *query, const char *type)
    bson_free (hi);
 }
 
+static bool append_ids_and_user (const fw_dlq_filter_t *filter, bson_t *query,
+                                 fw_error_t *error);
+static bool parse_user_filter (const char *json, bson_t *user, fw_error_t *error);
+
 bool
 fw_dlq_filter_to_query (const fw_dlq_filter_t *filter, const char *default_status,
                         bson_t *query, fw_error_t *error)
@@ -108,44 +112,86 @@ fw_dlq_filter_to_query (const fw_dlq_filter_t *filter, const char *default_statu
       }
       bson_append_document_end (query, &range);
    }
-   if (filter->n_ids > 0) {
-      bson_t in, arr;
-      BSON_APPEND_DOCUMENT_BEGIN (query, "_id", &in);
+   return append_ids_and_user (filter, query, error);
+}
+
+/* --id ID matches an entry's _id or its eventId (the id a log line names). */
+static void
+append_ids (const fw_dlq_filter_t *filter, bson_t *and, const char *key)
+{
+   static const char *const fields[] = {"_id", "eventId"};
+   bson_t cond, or, alt, in, arr;
+
+   BSON_APPEND_DOCUMENT_BEGIN (and, key, &cond);
+   BSON_APPEND_ARRAY_BEGIN (&cond, "$or", &or);
+   for (int f = 0; f < 2; f++) {
+      BSON_APPEND_DOCUMENT_BEGIN (&or, f == 0 ? "0" : "1", &alt);
+      BSON_APPEND_DOCUMENT_BEGIN (&alt, fields[f], &in);
       BSON_APPEND_ARRAY_BEGIN (&in, "$in", &arr);
       for (int i = 0; i < filter->n_ids; i++) {
-         char key[16];
-         const char *k;
-         bson_uint32_to_string ((uint32_t) i, &k, key, sizeof key);
-         BSON_APPEND_UTF8 (&arr, k, filter->ids[i]);
+         char k[16];
+         const char *kp;
+         bson_uint32_to_string ((uint32_t) i, &kp, k, sizeof k);
+         BSON_APPEND_UTF8 (&arr, kp, filter->ids[i]);
       }
       bson_append_array_end (&in, &arr);
-      bson_append_document_end (query, &in);
+      bson_append_document_end (&alt, &in);
+      bson_append_document_end (&or, &alt);
    }
-   if (filter->filter_json) {
-      const char *p = filter->filter_json;
-      bson_t user, and;
-      bson_error_t berr;
+   bson_append_array_end (&cond, &or);
+   bson_append_document_end (and, &cond);
+}
 
-      while (isspace ((unsigned char) *p)) {
-         p++;
-      }
-      if (*p != '{') {
-         fw_error_set (error, FW_ERROR_INVALID,
-                       "--filter: expected a JSON object (a MongoDB query such as "
-                       "'{\"attempts\": {\"$gte\": 3}}'), got: %s",
-                       filter->filter_json);
-         return false;
-      }
-      if (!bson_init_from_json (&user, filter->filter_json, -1, &berr)) {
-         fw_error_set (error, FW_ERROR_INVALID, "--filter: not valid Extended JSON: %s",
-                       berr.message);
-         return false;
-      }
+/* The conditions that cannot sit at the query's top level beside the
+ * others (an $or of their own, a user's query) go into one $and. */
+static bool
+append_ids_and_user (const fw_dlq_filter_t *filter, bson_t *query, fw_error_t *error)
+{
+   bson_t user = BSON_INITIALIZER, and;
+
+   if (filter->filter_json && !parse_user_filter (filter->filter_json, &user, error)) {
+      bson_destroy (&user);
+      return false;
+   }
+   if (filter->n_ids > 0 || filter->filter_json) {
       /* In an $and, so a user's streamName or $or never overrides ours. */
       BSON_APPEND_ARRAY_BEGIN (query, "$and", &and);
-      BSON_APPEND_DOCUMENT (&and, "0", &user);
+      const char *user_key = filter->n_ids > 0 ? "1" : "0";
+      if (filter->n_ids > 0) {
+         append_ids (filter, &and, "0");
+      }
+      if (filter->filter_json) {
+         BSON_APPEND_DOCUMENT (&and, user_key, &user);
+      }
       bson_append_array_end (query, &and);
-      bson_destroy (&user);
+   }
+   bson_destroy (&user);
+   return true;
+}
+
+/* --filter JSON: an Extended JSON object into *user (initialised). */
+static bool
+parse_user_filter (const char *json, bson_t *user, fw_error_t *error)
+{
+   const char *p = json;
+   bson_error_t berr;
+
+   while (isspace ((unsigned char) *p)) {
+      p++;
+   }
+   if (*p != '{') {
+      fw_error_set (error, FW_ERROR_INVALID,
+                    "--filter: expected a JSON object (a MongoDB query such as "
+                    "'{\"attempts\": {\"$gte\": 3}}'), got: %s",
+                    json);
+      return false;
+   }
+   bson_destroy (user);
+   if (!bson_init_from_json (user, json, -1, &berr)) {
+      bson_init (user);
+      fw_error_set (error, FW_ERROR_INVALID, "--filter: not valid Extended JSON: %s",
+                    berr.message);
+      return false;
    }
    return true;
 }
@@ -362,12 +408,15 @@ id_in (const bson_t *entry, const bson_t *ids)
    return in;
 }
 
+/* --id: the entry's _id or its eventId. */
 static bool
 filter_ids_match (const fw_dlq_filter_t *f, const bson_t *entry)
 {
    const char *id = utf8_at (entry, "_id");
-   for (int i = 0; id && i < f->n_ids; i++) {
-      if (strcmp (f->ids[i], id) == 0) {
+   const char *event_id = utf8_at (entry, "eventId");
+   for (int i = 0; i < f->n_ids; i++) {
+      if ((id && strcmp (f->ids[i], id) == 0) ||
+          (event_id && strcmp (f->ids[i], event_id) == 0)) {
          return true;
       }
    }
