@@ -22,6 +22,19 @@ local M = {}
 
 M.REGISTRY_KEY = "flowwarden.env_values"
 
+-- Set to true in the registry by a host that loads the script only for its
+-- settings (`flowwarden dlq list|show|stats|export|import|discard|purge`): an
+-- unset required variable then gives a placeholder instead of stopping the
+-- load, so an operator needs none of the script's secrets. Those verbs run no
+-- handler; everything else (run, check, test, replay) keeps the error.
+M.PLACEHOLDER_KEY = "flowwarden.env_placeholders"
+
+-- What fw.env returns for an unset variable in that mode: a string no real
+-- value looks like, so that top-level code (concatenation, formats) runs on.
+function M.placeholder(name)
+  return "<unset " .. name .. ">"
+end
+
 -- Where values come from: the process's environment, or under
 -- flowwarden.testing the spec's opts.env only (a test sees no variable it did
 -- not give).
@@ -84,6 +97,9 @@ function M.env(...)
   local value = M.getenv(name)
   if value == nil then
     if not optional then
+      if debug.getregistry()[M.PLACEHOLDER_KEY] == true then
+        return M.placeholder(name)
+      end
       error(string.format('fw.env: environment variable %s is not set (give a default: '
         .. 'fw.env("%s", "..."))', name, name), 2)
     end

@@ -187,6 +187,22 @@ class ListShowStats(DlqCliTestCase):
         self.assertEqual(sorted(loads(ln)["_id"] for ln in both.stdout.splitlines()),
                          sorted([e["_id"], other["_id"]]))
 
+    def test_the_read_verbs_need_none_of_the_scripts_secrets(self):
+        path = self.script(
+            'local hook = fw.env("HOOK_URL") .. "/orders"\n'
+            'local token = fw.env("HOOK_TOKEN")\n'
+            'fw.stream { name = "orders", collection = "orders", dlq = true,\n'
+            '  on_insert = function() return hook .. token end }\n', name="hook.lua")
+        e = self.insert(entry())[0]
+        for args in (["list"], ["show", e["_id"]], ["stats"], ["export"]):
+            cp = self.dlq(*args, script=path)
+            self.assertEqual(cp.returncode, 0, (args, cp.stderr))
+            self.assertNotIn("HOOK_URL", cp.stderr)
+        self.assertIn(e["_id"], self.dlq("list", script=path).stdout)
+        checked = run_cli(["check", path])
+        self.assertNotEqual(checked.returncode, 0)
+        self.assertIn("fw.env: environment variable HOOK_URL is not set", checked.stderr)
+
     def test_stats_counts_by_stream_status_and_error_type(self):
         self.insert(entry(age_h=5), entry(etype="Http.BadRequest", age_h=2),
                     entry(stream="payments", status="RESOLVED", age_h=9),

@@ -18,6 +18,19 @@ describe("fw.env", function()
       .. 'fw.env("' .. unset .. '", "..."))', 1, true))
   end)
 
+  it("gives a placeholder for an unset variable when the host reads only settings", function()
+    local registry = debug.getregistry()
+    registry[env.PLACEHOLDER_KEY] = true
+    local ok, v = pcall(env.env, unset)
+    local dflt = env.env(unset, "dflt")
+    registry[env.PLACEHOLDER_KEY] = nil
+    assert.is_true(ok)
+    assert.are.equal("<unset " .. unset .. ">", v)
+    assert.is_nil(env.values()[v]) -- no secret to redact
+    assert.are.equal("dflt", dflt)
+    assert.is_false(pcall(env.env, unset)) -- the mode ends with the flag
+  end)
+
   it("gives the default, or nil when the default is an explicit nil", function()
     assert.are.equal("dflt", env.env(unset, "dflt"))
     assert.is_nil(env.env(unset, nil))

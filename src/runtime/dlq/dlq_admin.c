@@ -134,8 +134,12 @@ add_target (fw_dlq_admin_t *admin, const fw_stream_config_t *cfg, const char *ur
 static bool
 read_script (load_args_t *a, const char *script, const char *option_uri, fw_error_t *error)
 {
-   lua_State *L;
+   lua_State *L = fw_lua_host_state (a->host);
 
+   /* Only the settings are read and no handler runs: an fw.env variable the
+    * operator does not have gives a placeholder (flowwarden/env.lua). */
+   lua_pushboolean (L, 1);
+   lua_setfield (L, LUA_REGISTRYINDEX, "flowwarden.env_placeholders");
    if (!fw_lua_host_load_script (a->host, script, option_uri, error)) {
       return false;
    }
