@@ -223,7 +223,9 @@ struct fw_dlq_store {
 
    /* Replaces into's content (the caller's) with stream's open sequences
     * and resets their inflight counts (the caller is the stream, starting:
-    * none of its index requests is in flight). */
+    * none of its index requests is in flight). The MongoDB store also
+    * ensures the DLQ's {streamName, sequenceId, sequenceIndex} index the
+    * first time (failing when it cannot be created). */
    bool (*seq_load) (fw_dlq_store_t *store, const char *stream, fw_dlq_sequences_t *into,
                      fw_error_t *error);
    /* Takes the next index of sequence id into *index (*result FW_SEQ_TAKEN).

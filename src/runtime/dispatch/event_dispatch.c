@@ -868,13 +868,11 @@ fw_dispatcher_open_dlq (fw_dispatcher_t *d)
       /* Seed 004's in-memory variant: nothing to connect to; a sequenced
        * DLQ's sequences are kept beside its entries. */
       d->dlq = fw_dlq_store_memory_new (&err);
-      d->park.ops = &fw_park_memory_ops;
       if (!d->dlq) {
          fw_log (FW_LOG_ERROR, d->prog.cfg.name, "%s", err.message);
       }
       return d->dlq != NULL;
    }
-   d->park.ops = &fw_park_mongo_ops;
    for (int tries = 1;; tries++) {
       /* A DLQ on a named connection (seed 002's roadmap: mongoTemplateRef). */
       mongoc_client_t *client = dlq->connection
