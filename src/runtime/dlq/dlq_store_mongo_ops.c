@@ -9,7 +9,7 @@
 
 #include "flowwarden/dlq_admin.h"
 #include "flowwarden/dlq_entry.h"
-#include "flowwarden/dlq_sequence.h"
+#include "runtime/dlq/dlq_sequence-private.h"
 #include "runtime/dlq/dlq_store-private.h"
 
 void
