@@ -11,6 +11,7 @@
 #include <lauxlib.h>
 
 #include "flowwarden/bson_lua.h"
+#include "flowwarden/dlq_claim_keeper.h"
 #include "flowwarden/dlq_entry.h"
 #include "flowwarden/dlq_replay.h"
 #include "flowwarden/log.h"
@@ -211,6 +212,38 @@ extend_claim (fw_replay_hook_t *hook)
    }
 }
 
+/* A thread extending the claim while the handler runs (one attempt may
+ * outlast the TTL), on a client of its own from the DLQ connection's pool;
+ * NULL (the claim is then extended before each attempt only) when the
+ * dispatcher has no connection registry or the thread cannot start. */
+static fw_claim_keeper_t *
+start_keeper (const claim_t *c)
+{
+   const fw_stream_config_t *cfg = &c->d->prog.cfg;
+   const fw_dlq_config_t *dlq = cfg->dlq.enabled ? &cfg->dlq : &cfg->dlq_fallback;
+   fw_claim_keeper_opts_t o = {
+      .conns = fw_connection_clients_registry (c->d->clients),
+      .connection = dlq->connection,
+      .database = dlq->database ? dlq->database : cfg->database,
+      .collection = dlq->collection,
+      .stream = cfg->name,
+      .id = &c->id,
+      .actor = c->opts->actor,
+      .claim_ttl_ms = c->opts->claim_ttl_ms,
+   };
+   fw_claim_keeper_t *k;
+   fw_error_t err;
+
+   if (!o.conns) {
+      return NULL;
+   }
+   if (!(k = fw_claim_keeper_start (&o, &err))) {
+      fw_log (FW_LOG_WARN, cfg->name, "%s: the claim is extended before each attempt only",
+              err.message);
+   }
+   return k;
+}
+
 /* Applies outcome while this process still holds the claim, and gives the
  * claim up. */
 static bool
@@ -390,6 +423,7 @@ run_claimed (const claim_t *c, const bson_t *claimed, const bson_t *before,
    fw_event_t ev;
    char why[512];
    fw_dispatch_result_t r;
+   fw_claim_keeper_t *keeper;
 
    if (!build_event (claimed, &event, &ev, why, sizeof why)) {
       release (c);
@@ -404,7 +438,9 @@ run_claimed (const claim_t *c, const bson_t *claimed, const bson_t *before,
    hook.result = FW_REPLAYED_NO_HANDLER;
    d->replay = &hook;
    d->dispatch.dead_letter = &letter;
+   keeper = start_keeper (c);
    r = fw_event_dispatch (d, &ev);
+   fw_claim_keeper_stop (keeper); /* before the outcome is settled */
    if (r == FW_DISPATCH_STOPPED) {
       release (c);
       set_result (out, FW_REPLAY_STOPPED, "stopped before it was handled; left PENDING");
