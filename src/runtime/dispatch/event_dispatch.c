@@ -154,6 +154,7 @@ decide (fw_dispatcher_t *d, int attempt, fw_lua_stop_t stop, decision_t *out)
    }
    classified = failure + 1;
    user_err = failure + 2;
+   fw_dlq_replay_keep_error (d, L, user_err);
 
    /* 2. on_error(err, ctx): what it returned, or what it raised */
    lua_rawgeti (L, LUA_REGISTRYINDEX, d->prog.spec_ref);
@@ -663,6 +664,7 @@ static void
 attempt_decision (fw_dispatcher_t *d, lua_State *L, bool ok, int attempt, fw_lua_stop_t stop,
                   decision_t *dec)
 {
+   fw_dlq_replay_keep_error (d, L, 0);
    if (d->dispatch.dlq_requested) {
       if (!ok) {
          lua_pop (L, 1);

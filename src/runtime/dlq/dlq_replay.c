@@ -288,6 +288,71 @@ typedef struct {
    bool diag_ok;
 } policy_args_t;
 
+void
+fw_dlq_replay_keep_error (fw_dispatcher_t *d, lua_State *L, int index)
+{
+   fw_replay_hook_t *hook = d->replay;
+
+   if (!hook) {
+      return;
+   }
+   if (hook->has_error_ref) {
+      luaL_unref (L, LUA_REGISTRYINDEX, hook->error_ref);
+      hook->has_error_ref = false;
+   }
+   if (index != 0) {
+      lua_pushvalue (L, index);
+      hook->error_ref = luaL_ref (L, LUA_REGISTRYINDEX);
+      hook->has_error_ref = hook->error_ref != LUA_REFNIL && hook->error_ref != LUA_NOREF;
+   }
+}
+
+void
+fw_dlq_replay_forget_error (fw_dispatcher_t *d, fw_replay_hook_t *hook)
+{
+   if (hook->has_error_ref) {
+      luaL_unref (fw_lua_host_state (d->prog.host), LUA_REGISTRYINDEX, hook->error_ref);
+      hook->has_error_ref = false;
+   }
+}
+
+/* The policy's err, as on_error's: type and message (the decided ones),
+ * where, fields ({} when none) and traceback ("" when none) of the last
+ * failed attempt. A fresh table: what on_error did to its own is not seen. */
+static void
+push_policy_error (lua_State *L, const fw_replay_hook_t *hook)
+{
+   int err, kept = 0;
+
+   lua_createtable (L, 0, 5);
+   err = lua_gettop (L);
+   lua_pushstring (L, hook->error_type);
+   lua_setfield (L, err, "type");
+   lua_pushstring (L, hook->error_message);
+   lua_setfield (L, err, "message");
+   if (hook->has_error_ref &&
+       lua_rawgeti (L, LUA_REGISTRYINDEX, hook->error_ref) == LUA_TTABLE) {
+      kept = lua_gettop (L);
+      lua_getfield (L, kept, "where");
+      lua_setfield (L, err, "where");
+   }
+   if (!kept || lua_getfield (L, kept, "fields") != LUA_TTABLE) {
+      if (kept) {
+         lua_pop (L, 1);
+      }
+      lua_newtable (L);
+   }
+   lua_setfield (L, err, "fields");
+   if (!kept || lua_getfield (L, kept, "traceback") != LUA_TSTRING) {
+      if (kept) {
+         lua_pop (L, 1);
+      }
+      lua_pushliteral (L, "");
+   }
+   lua_setfield (L, err, "traceback");
+   lua_settop (L, err);
+}
+
 /* Protected: flowwarden.dlq.decide(spec, letter, err). */
 static int
 ppolicy (lua_State *L)
@@ -301,11 +366,7 @@ ppolicy (lua_State *L)
    lua_getfield (L, -1, "decide");
    lua_rawgeti (L, LUA_REGISTRYINDEX, a->d->prog.spec_ref);
    fw_event_ctx_push_dead_letter (L, &a->d->dispatch);
-   lua_createtable (L, 0, 2);
-   lua_pushstring (L, a->hook->error_type);
-   lua_setfield (L, -2, "type");
-   lua_pushstring (L, a->hook->error_message);
-   lua_setfield (L, -2, "message");
+   push_policy_error (L, a->hook);
    lua_call (L, 3, 2);
    action = lua_tostring (L, -2);
    snprintf (a->action, sizeof a->action, "%s", action ? action : "requeue");
@@ -453,6 +514,7 @@ run_claimed (const claim_t *c, const bson_t *claimed, const bson_t *before,
    } else {
       record_success (c, hook.result == FW_REPLAYED_SKIPPED, hook.attempts, out);
    }
+   fw_dlq_replay_forget_error (d, &hook);
    d->dispatch.dead_letter = NULL;
    d->replay = NULL;
    bson_destroy (&letter);
