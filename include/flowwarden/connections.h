@@ -67,6 +67,9 @@ fw_connection_clients_t *fw_connection_clients_new (fw_connections_t *conns);
 mongoc_client_t *fw_connection_clients_get (fw_connection_clients_t *set, const char *name,
                                             fw_error_t *error);
 
+/* The registry set draws from (borrowed), for another thread's own set. */
+fw_connections_t *fw_connection_clients_registry (const fw_connection_clients_t *set);
+
 /* Gives every client back to its pool. The set stays usable. */
 void fw_connection_clients_release (fw_connection_clients_t *set);
 

@@ -27,6 +27,7 @@
 
 #include "flowwarden/error.h"
 #include "flowwarden/dispatcher.h"
+#include "flowwarden/dlq_store.h"
 
 /*
  * The whole `replay` verb: argv[0] is "replay", the rest its arguments
@@ -66,17 +67,12 @@ typedef struct {
 } fw_replay_result_t;
 
 /*
- * The DLQ collection of d's stream, on the client of d's thread (or of its
- * dlq.connection). The caller owns it (mongoc_collection_destroy). NULL with
- * error filled when the connection cannot be had.
- */
-mongoc_collection_t *fw_dlq_replay_collection (fw_dispatcher_t *d, fw_error_t *error);
-
-/*
  * Replays one entry of d's stream (entry: the document as last read, borrowed)
- * on the calling thread, which must be the one using d's clients. Fills out.
+ * on the calling thread, which must be the one using d's clients; store is
+ * its DLQ (fw_dlq_replay_store; borrowed), where it claims, extends and
+ * settles the entry. Fills out.
  */
-void fw_dlq_replay_entry (fw_dispatcher_t *d, mongoc_collection_t *coll, const bson_t *entry,
+void fw_dlq_replay_entry (fw_dispatcher_t *d, fw_dlq_store_t *store, const bson_t *entry,
                           const fw_replay_options_t *opts, fw_replay_result_t *out);
 
 /*
@@ -90,10 +86,6 @@ void fw_dlq_replay_entry (fw_dispatcher_t *d, mongoc_collection_t *coll, const b
 void fw_dlq_reprocess_tick (fw_dispatcher_t *d, int64_t *next_ms);
 
 /* --- a sequenced DLQ (issue 14; dlq_sequence.h) ------------------------------ */
-
-/* The sequences collection beside fw_dlq_replay_collection's DLQ. */
-mongoc_collection_t *fw_dlq_replay_sequences_collection (fw_dispatcher_t *d,
-                                                         fw_error_t *error);
 
 /* Called for every entry a sequence replay ran (entry: as read before). */
 typedef void (*fw_replay_report_fn) (void *ud, const bson_t *entry, const fw_replay_result_t *r);
@@ -113,21 +105,22 @@ typedef enum {
  * is not resolved, skipped or evicted stops it. When none is left it closes
  * the sequence (conditional on no live event having joined it since it read
  * the entries; if one has, it replays that one too) and removes it from the
- * stream's open sequences.
+ * stream's open sequences. dlq: the stream's DLQ store (borrowed), which
+ * keeps the sequence's record beside the entries.
  */
-fw_seq_replay_t fw_dlq_replay_sequence (fw_dispatcher_t *d, mongoc_collection_t *dlq,
+fw_seq_replay_t fw_dlq_replay_sequence (fw_dispatcher_t *d, fw_dlq_store_t *dlq,
                                         const char *seq, const fw_replay_options_t *opts,
                                         fw_replay_report_fn report, void *ud, fw_error_t *error);
 
 /* Replays entry as a selection does: alone when it has no sequenceId, its
  * whole sequence when it is the head (the lowest waiting sequenceIndex), and
  * nothing (FW_SEQ_REPLAY_BEHIND) when an earlier entry of its sequence waits. */
-fw_seq_replay_t fw_dlq_replay_select (fw_dispatcher_t *d, mongoc_collection_t *dlq,
+fw_seq_replay_t fw_dlq_replay_select (fw_dispatcher_t *d, fw_dlq_store_t *dlq,
                                       const bson_t *entry, const fw_replay_options_t *opts,
                                       fw_replay_report_fn report, void *ud, fw_error_t *error);
 
 /* Whether entry is the head of its sequence (true for an entry in none). */
-bool fw_dlq_replay_is_head (mongoc_collection_t *dlq, const bson_t *entry, bool *head,
+bool fw_dlq_replay_is_head (fw_dlq_store_t *dlq, const bson_t *entry, bool *head,
                             fw_error_t *error);
 
 /* "resolved", "requeued", ...: the status as the summary names it. */

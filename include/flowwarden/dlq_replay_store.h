@@ -1,8 +1,8 @@
 /*
  * dlq_replay_store.h - the DLQ store a replay of a stream reads: the
  * stream's DLQ (or the script's default one, where ctx:send_to_dlq sends a
- * stream's entries when it has no DLQ of its own), the same collection as
- * fw_dlq_replay_collection.
+ * stream's entries when it has no DLQ of its own). A replay claims, extends
+ * and settles its entries, and reads and closes their sequences, through it.
  */
 #ifndef FLOWWARDEN_DLQ_REPLAY_STORE_H
 #define FLOWWARDEN_DLQ_REPLAY_STORE_H

@@ -35,10 +35,8 @@
  *
  * A DLQ store's seq_* methods (dlq_store.h) are the way to both sides: the
  * in-memory store keeps the same documents beside its entries, and the
- * MongoDB store's methods call the functions below on its collections. The
- * functions on a collection are that store's internals, still public for
- * the callers not yet moved onto the methods (event_park_store.c and the
- * replay's dlq_replay*.c).
+ * MongoDB store's methods are the requests above on its collections
+ * (dlq_sequence.c, private to the store: dlq_sequence-private.h).
  */
 #ifndef FLOWWARDEN_DLQ_SEQUENCE_H
 #define FLOWWARDEN_DLQ_SEQUENCE_H
@@ -48,7 +46,6 @@
 #include <stdint.h>
 
 #include <bson/bson.h>
-#include <mongoc/mongoc.h>
 
 #include "flowwarden/error.h"
 
@@ -74,33 +71,12 @@ void fw_dlq_sequences_clear (fw_dlq_sequences_t *s);
  * no JSON form. */
 char *fw_dlq_sequence_id (const bson_value_t *value);
 
-/* --- the sequences collection -------------------------------------------------- */
-
-/* "<dlq_collection>_sequences" (fw_dlq_sequences_name) in database, on
- * client. Owned by the caller; NULL when out of memory. */
-mongoc_collection_t *fw_dlq_sequence_collection (mongoc_client_t *client, const char *database,
-                                                 const char *dlq_collection);
-
-/* Replaces into's content with the stream's open sequences, and resets
- * their inflight counts (the caller is the stream, starting or
- * reconnecting: none of its index requests is in flight). */
-bool fw_dlq_sequence_load (mongoc_collection_t *seqs, const char *stream,
-                           fw_dlq_sequences_t *into, fw_error_t *error);
+/* --- what a store's seq_* methods answer ---------------------------------- */
 
 typedef enum {
    FW_SEQ_TAKEN,  /* *index holds the entry's sequenceIndex */
    FW_SEQ_CLOSED  /* park only: the sequence is closed (a replay resolved it) */
 } fw_seq_take_t;
-
-/* Takes the next index of sequence id. open = true (the head of a sequence
- * is dead-lettered): opens or reopens it, creating its document; open =
- * false (a later event is parked): only while it is open. */
-bool fw_dlq_sequence_take (mongoc_collection_t *seqs, const char *stream, const char *id,
-                           bool open, int64_t *index, fw_seq_take_t *result, fw_error_t *error);
-
-/* The entry of an index taken with fw_dlq_sequence_take is stored. */
-bool fw_dlq_sequence_settle (mongoc_collection_t *seqs, const char *stream, const char *id,
-                             fw_error_t *error);
 
 typedef struct {
    bool exists;
@@ -108,21 +84,5 @@ typedef struct {
    int64_t next;
    int64_t inflight;
 } fw_seq_state_t;
-
-bool fw_dlq_sequence_read (mongoc_collection_t *seqs, const char *stream, const char *id,
-                           fw_seq_state_t *out, fw_error_t *error);
-
-/* Closes the sequence if it is still open with next == expected_next and
- * nothing in flight; *closed says whether it was. */
-bool fw_dlq_sequence_close (mongoc_collection_t *seqs, const char *stream, const char *id,
-                            int64_t expected_next, bool *closed, fw_error_t *error);
-
-/* Entries of sequence id still waiting in the DLQ (PENDING or
- * REPROCESSING). */
-bool fw_dlq_sequence_size (mongoc_collection_t *dlq, const char *stream, const char *id,
-                           int64_t *out, fw_error_t *error);
-
-/* Creates the DLQ's index on (streamName, sequenceId, sequenceIndex). */
-bool fw_dlq_sequence_indexes (mongoc_collection_t *dlq, fw_error_t *error);
 
 #endif

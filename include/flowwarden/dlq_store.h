@@ -223,7 +223,9 @@ struct fw_dlq_store {
 
    /* Replaces into's content (the caller's) with stream's open sequences
     * and resets their inflight counts (the caller is the stream, starting:
-    * none of its index requests is in flight). */
+    * none of its index requests is in flight). The MongoDB store also
+    * ensures the DLQ's {streamName, sequenceId, sequenceIndex} index the
+    * first time (failing when it cannot be created). */
    bool (*seq_load) (fw_dlq_store_t *store, const char *stream, fw_dlq_sequences_t *into,
                      fw_error_t *error);
    /* Takes the next index of sequence id into *index (*result FW_SEQ_TAKEN).
@@ -300,35 +302,10 @@ fw_dlq_store_t *fw_dlq_store_mongo_open (mongoc_client_t *client, const char *da
  */
 fw_dlq_store_t *fw_dlq_store_memory_new (fw_error_t *error);
 
-/* A memory store only: store->put without its inserted flag, kept for the
- * callers not yet moved onto the method. False when out of memory or entry
- * has no string _id. */
-bool fw_dlq_store_memory_put (fw_dlq_store_t *store, const bson_t *entry, fw_error_t *error);
-
 /* A memory store only: copies the entry the last successful save wrote (as
  * stored, after an update) into out (initialised here, owned by the caller);
  * false when nothing was saved since the last call. Clears it. */
 bool fw_dlq_store_memory_take_last (fw_dlq_store_t *store, bson_t *out);
-
-/*
- * Before the sequence methods: the same as store->seq_load, seq_take,
- * seq_settle, seq_read, seq_close and seq_size, kept for the files that
- * still call them (to be removed once they call the methods). They fail
- * (error filled) when store is not a memory store.
- */
-bool fw_dlq_store_memory_seq_load (fw_dlq_store_t *store, const char *stream,
-                                   fw_dlq_sequences_t *into, fw_error_t *error);
-bool fw_dlq_store_memory_seq_take (fw_dlq_store_t *store, const char *stream, const char *id,
-                                   bool open, int64_t *index, fw_seq_take_t *result,
-                                   fw_error_t *error);
-bool fw_dlq_store_memory_seq_settle (fw_dlq_store_t *store, const char *stream, const char *id,
-                                     fw_error_t *error);
-bool fw_dlq_store_memory_seq_read (fw_dlq_store_t *store, const char *stream, const char *id,
-                                   fw_seq_state_t *out, fw_error_t *error);
-bool fw_dlq_store_memory_seq_close (fw_dlq_store_t *store, const char *stream, const char *id,
-                                    int64_t expected_next, bool *closed, fw_error_t *error);
-bool fw_dlq_store_memory_seq_size (fw_dlq_store_t *store, const char *stream, const char *id,
-                                   int64_t *out, fw_error_t *error);
 
 /* A memory store only: appends one document per sequence of stream (all
  * streams when NULL), in the order they were first opened, to out (an array

@@ -11,7 +11,8 @@ For the C host (src/runtime/dlq/dlq_replay.c):
       runs spec.dlq.enqueue_policy(letter, err) (Axon's EnqueuePolicy). No
       policy, a policy that raises or returns something else: "requeue"
       (logged). letter is the table ctx:dead_letter() returns; err the
-      classified error { type, message, traceback }.
+      last attempt's error as on_error's err: { type, message, where, fields,
+      traceback } (dlq_replay.c builds it).
   dlq.schedule(spec, now_ms) -> next_ms, batch_size, max_attempts | nil
       when spec.dlq.reprocess is set: the time of the next automatic round
       after now_ms (every: now + every; cron: the next matching minute, UTC)

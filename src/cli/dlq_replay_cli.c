@@ -328,7 +328,7 @@ static bool
 add_worker (session_t *s, const options_t *o, fw_stream_worker_t *w)
 {
    fw_error_t err;
-   mongoc_collection_t *coll;
+   fw_dlq_store_t *store;
 
    if (o->filter.stream && strcmp (o->filter.stream, fw_stream_worker_name (w)) != 0) {
       fw_stream_worker_destroy (w);
@@ -341,13 +341,13 @@ add_worker (session_t *s, const options_t *o, fw_stream_worker_t *w)
    }
    fw_stream_worker_set_metrics (w, s->metrics);
    fw_stream_worker_bind (w);
-   if (!(coll = fw_dlq_replay_collection (fw_stream_worker_dispatcher (w), &err))) {
+   if (!(store = fw_dlq_replay_store (fw_stream_worker_dispatcher (w), &err))) {
       /* No DLQ at all: nothing of this stream can be waiting. */
       fw_stream_worker_unbind (w);
       fw_stream_worker_destroy (w);
       return false;
    }
-   mongoc_collection_destroy (coll);
+   fw_dlq_store_destroy (store);
    s->workers[s->n++] = w;
    return true;
 }
@@ -733,12 +733,12 @@ close_emptied_sequence (session_t *s, const options_t *o, const fw_replay_option
                         progress_t *pr, size_t *left_open)
 {
    for (int i = 0; i < s->n; i++) {
-      mongoc_collection_t *coll = fw_dlq_replay_collection (fw_stream_worker_dispatcher (s->workers[i]), NULL);
-      fw_seq_replay_t out;
       fw_error_t err;
+      fw_dlq_store_t *store = fw_dlq_replay_store (fw_stream_worker_dispatcher (s->workers[i]), &err);
+      fw_seq_replay_t out;
       pr->w = s->workers[i];
-      if (coll && fw_stream_worker_sequenced (s->workers[i])) {
-         out = fw_dlq_replay_sequence (fw_stream_worker_dispatcher (s->workers[i]), coll, o->sequence, ropts, print_result, pr,
+      if (store && fw_stream_worker_sequenced (s->workers[i])) {
+         out = fw_dlq_replay_sequence (fw_stream_worker_dispatcher (s->workers[i]), store, o->sequence, ropts, print_result, pr,
                                        &err);
          if (out == FW_SEQ_REPLAY_ERROR) {
             fprintf (stderr, "flowwarden dlq replay: %s\n", err.message);
@@ -747,9 +747,7 @@ close_emptied_sequence (session_t *s, const options_t *o, const fw_replay_option
             print_sequence (pr, o->sequence, out, left_open);
          }
       }
-      if (coll) {
-         mongoc_collection_destroy (coll);
-      }
+      fw_dlq_store_destroy (store);
    }
 }
 
@@ -800,10 +798,10 @@ replay_candidate (session_t *s, const candidate_t *c, const fw_replay_options_t 
       bson_destroy (&stub);
    } else {
       fw_error_t err;
-      mongoc_collection_t *coll = fw_dlq_replay_collection (fw_stream_worker_dispatcher (w), &err);
-      fw_seq_replay_t out = coll ? fw_dlq_replay_select (fw_stream_worker_dispatcher (w), coll, &entry, ropts, print_result,
+      fw_dlq_store_t *store = fw_dlq_replay_store (fw_stream_worker_dispatcher (w), &err);
+      fw_seq_replay_t out = store ? fw_dlq_replay_select (fw_stream_worker_dispatcher (w), store, &entry, ropts, print_result,
                                                          pr, &err)
-                                 : FW_SEQ_REPLAY_ERROR;
+                                  : FW_SEQ_REPLAY_ERROR;
       if (out == FW_SEQ_REPLAY_ERROR) {
          r.status = FW_REPLAY_ERROR;
          snprintf (r.what, sizeof r.what, "%.1000s", err.message);
@@ -816,7 +814,7 @@ replay_candidate (session_t *s, const candidate_t *c, const fw_replay_options_t 
       } else if (out != FW_SEQ_REPLAY_NONE) {
          print_sequence (pr, c->seq, out, left_open);
       }
-      mongoc_collection_destroy (coll);
+      fw_dlq_store_destroy (store);
       bson_destroy (&entry);
    }
 }

@@ -13,6 +13,9 @@
 
 #include "flowwarden/dlq_store.h"
 
+/* The store the setup made. */
+#define STORE ((fw_dlq_store_t *) *state)
+
 static int
 setup (void **state)
 {
@@ -38,7 +41,8 @@ put_entry (fw_dlq_store_t *store, const char *id, const char *stream, const char
    BSON_APPEND_UTF8 (&e, "streamName", stream);
    BSON_APPEND_UTF8 (&e, "sequenceId", seq);
    BSON_APPEND_UTF8 (&e, "status", status);
-   assert_true (fw_dlq_store_memory_put (store, &e, &err));
+   bool inserted;
+   assert_true (store->put (store, &e, &inserted, &err));
    bson_destroy (&e);
 }
 
@@ -49,7 +53,7 @@ take (fw_dlq_store_t *store, const char *stream, const char *id, bool open, int6
    int64_t index = -1;
    fw_seq_take_t result;
    fw_error_t err;
-   assert_true (fw_dlq_store_memory_seq_take (store, stream, id, open, &index, &result, &err));
+   assert_true (store->seq_take (store, stream, id, open, &index, &result, &err));
    assert_int_equal (result, want);
    if (want == FW_SEQ_TAKEN) {
       assert_int_equal (index, want_index);
@@ -63,7 +67,7 @@ memory_seq_park_on_an_unknown_sequence_is_closed_and_creates_nothing (void **sta
    fw_error_t err;
 
    take (*state, "s", "\"k1\"", false, 0, FW_SEQ_CLOSED);
-   assert_true (fw_dlq_store_memory_seq_read (*state, "s", "\"k1\"", &st, &err));
+   assert_true (STORE->seq_read (STORE, "s", "\"k1\"", &st, &err));
    assert_false (st.exists);
 }
 
@@ -77,12 +81,12 @@ memory_seq_open_then_park_take_indexes_in_order_per_stream (void **state)
    take (*state, "s", "\"k1\"", false, 1, FW_SEQ_TAKEN);
    take (*state, "t", "\"k1\"", false, 0, FW_SEQ_CLOSED); /* another stream's key */
    take (*state, "s", "\"k1\"", false, 2, FW_SEQ_TAKEN);
-   assert_true (fw_dlq_store_memory_seq_read (*state, "s", "\"k1\"", &st, &err));
+   assert_true (STORE->seq_read (STORE, "s", "\"k1\"", &st, &err));
    assert_true (st.exists && st.open);
    assert_int_equal (st.next, 3);
    assert_int_equal (st.inflight, 3);
-   assert_true (fw_dlq_store_memory_seq_settle (*state, "s", "\"k1\"", &err));
-   assert_true (fw_dlq_store_memory_seq_read (*state, "s", "\"k1\"", &st, &err));
+   assert_true (STORE->seq_settle (STORE, "s", "\"k1\"", &err));
+   assert_true (STORE->seq_read (STORE, "s", "\"k1\"", &st, &err));
    assert_int_equal (st.inflight, 2);
 }
 
@@ -94,17 +98,17 @@ memory_seq_close_holds_only_with_the_next_read_and_nothing_in_flight (void **sta
    bool closed;
 
    take (*state, "s", "\"k1\"", true, 0, FW_SEQ_TAKEN);
-   assert_true (fw_dlq_store_memory_seq_close (*state, "s", "\"k1\"", 1, &closed, &err));
+   assert_true (STORE->seq_close (STORE, "s", "\"k1\"", 1, &closed, &err));
    assert_false (closed); /* inflight 1 */
-   assert_true (fw_dlq_store_memory_seq_settle (*state, "s", "\"k1\"", &err));
+   assert_true (STORE->seq_settle (STORE, "s", "\"k1\"", &err));
    /* A live event took index 1 after the replay read next = 1. */
    take (*state, "s", "\"k1\"", false, 1, FW_SEQ_TAKEN);
-   assert_true (fw_dlq_store_memory_seq_settle (*state, "s", "\"k1\"", &err));
-   assert_true (fw_dlq_store_memory_seq_close (*state, "s", "\"k1\"", 1, &closed, &err));
+   assert_true (STORE->seq_settle (STORE, "s", "\"k1\"", &err));
+   assert_true (STORE->seq_close (STORE, "s", "\"k1\"", 1, &closed, &err));
    assert_false (closed);
-   assert_true (fw_dlq_store_memory_seq_close (*state, "s", "\"k1\"", 2, &closed, &err));
+   assert_true (STORE->seq_close (STORE, "s", "\"k1\"", 2, &closed, &err));
    assert_true (closed);
-   assert_true (fw_dlq_store_memory_seq_read (*state, "s", "\"k1\"", &st, &err));
+   assert_true (STORE->seq_read (STORE, "s", "\"k1\"", &st, &err));
    assert_true (st.exists);
    assert_false (st.open);
    /* Closed: parking is refused, a new head reopens it after the last index. */
@@ -124,16 +128,16 @@ memory_seq_load_lists_the_streams_open_sequences_and_resets_inflight (void **sta
    take (*state, "s", "\"k1\"", true, 0, FW_SEQ_TAKEN);
    take (*state, "s", "\"k2\"", true, 0, FW_SEQ_TAKEN);
    take (*state, "t", "\"k3\"", true, 0, FW_SEQ_TAKEN);
-   assert_true (fw_dlq_store_memory_seq_settle (*state, "s", "\"k2\"", &err));
-   assert_true (fw_dlq_store_memory_seq_close (*state, "s", "\"k2\"", 1, &closed, &err));
+   assert_true (STORE->seq_settle (STORE, "s", "\"k2\"", &err));
+   assert_true (STORE->seq_close (STORE, "s", "\"k2\"", 1, &closed, &err));
    assert_true (closed);
    assert_true (fw_dlq_sequences_add (set, "stale"));
-   assert_true (fw_dlq_store_memory_seq_load (*state, "s", set, &err));
+   assert_true (STORE->seq_load (STORE, "s", set, &err));
    assert_int_equal (fw_dlq_sequences_count (set), 1);
    assert_true (fw_dlq_sequences_has (set, "\"k1\""));
-   assert_true (fw_dlq_store_memory_seq_read (*state, "s", "\"k1\"", &st, &err));
+   assert_true (STORE->seq_read (STORE, "s", "\"k1\"", &st, &err));
    assert_int_equal (st.inflight, 0);
-   assert_true (fw_dlq_store_memory_seq_read (*state, "t", "\"k3\"", &st, &err));
+   assert_true (STORE->seq_read (STORE, "t", "\"k3\"", &st, &err));
    assert_int_equal (st.inflight, 1); /* another stream's requests are left alone */
    fw_dlq_sequences_destroy (set);
 }
@@ -150,7 +154,7 @@ memory_seq_size_counts_the_waiting_entries_of_the_sequence (void **state)
    put_entry (*state, "d", "s", "\"k1\"", "DISCARDED");
    put_entry (*state, "e", "s", "\"k2\"", "PENDING");
    put_entry (*state, "f", "t", "\"k1\"", "PENDING");
-   assert_true (fw_dlq_store_memory_seq_size (*state, "s", "\"k1\"", &n, &err));
+   assert_true (STORE->seq_size (STORE, "s", "\"k1\"", &n, &err));
    assert_int_equal (n, 2);
 }
 
@@ -171,16 +175,12 @@ memory_seq_lists_the_sequence_documents (void **state)
 }
 
 static void
-memory_seq_functions_refuse_a_store_that_is_not_in_memory (void **state)
+memory_sequences_refuses_a_store_that_is_not_in_memory (void **state)
 {
    fw_dlq_store_t other = {0};
-   fw_seq_state_t st;
-   fw_error_t err;
    bson_t docs;
    (void) state;
 
-   assert_false (fw_dlq_store_memory_seq_read (&other, "s", "x", &st, &err));
-   assert_string_equal (err.message, "in-memory DLQ sequences: the store is not in memory");
    assert_false (fw_dlq_store_memory_sequences (&other, NULL, &docs));
    bson_destroy (&docs);
 }
@@ -200,7 +200,7 @@ main (void)
       cmocka_unit_test_setup_teardown (memory_seq_size_counts_the_waiting_entries_of_the_sequence,
                                        setup, teardown),
       cmocka_unit_test_setup_teardown (memory_seq_lists_the_sequence_documents, setup, teardown),
-      cmocka_unit_test (memory_seq_functions_refuse_a_store_that_is_not_in_memory),
+      cmocka_unit_test (memory_sequences_refuses_a_store_that_is_not_in_memory),
    };
    return cmocka_run_group_tests (tests, NULL, NULL);
 }

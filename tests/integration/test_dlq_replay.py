@@ -339,5 +339,40 @@ class ReplayClaims(ReplayTestCase):
         self.assertLessEqual(sum(n - 1 for n in effects.values()), 1)
 
 
+    def test_a_handler_longer_than_the_claim_ttl_keeps_its_claim(self):
+        """Issue 25 section 5: the claim is extended while the handler runs,
+        not only before each attempt, so a second replay started after the
+        TTL has passed does not take the entry."""
+        self.fill(1)
+        gate = (
+            'local gate = fw.mongo.collection("%s", "gate")\n'
+            '  local t0 = os.time()\n'
+            '  while not gate:find_one({ _id = "go" }) and os.time() - t0 < 30 do\n'
+            '    local t = os.clock() while os.clock() - t < 0.02 do end\n'
+            '  end' % self.db_name)
+        a = self.popen_replay(fixed(self.db_name, extra=gate), "--claim-ttl", "1s", name="a.lua")
+        try:
+            self.wait_for(lambda: self.db["_fw_dlq"].count_documents(
+                {"status": "REPROCESSING"}) == 1, what="replay a's claim")
+            first = self.db["_fw_dlq"].find_one()["claimedUntil"]
+            # Past the first claim's end by a whole TTL: only an extension keeps it.
+            self.wait_for(lambda: datetime.datetime.utcnow() > first + datetime.timedelta(
+                seconds=2), what="two TTLs after the claim", timeout=10)
+            entry = self.db["_fw_dlq"].find_one()
+            self.assertEqual(entry["status"], "REPROCESSING")
+            self.assertGreater(entry["claimedUntil"], first)
+            b = self.replay(fixed(self.db_name), "--claim-ttl", "1s")
+            self.assertEqual(b.returncode, 0, b.stdout + b.stderr)
+            self.assertNotIn("resolved=1", b.stdout)
+            self.assertEqual(self.effects(), {0: 1})  # a's, before its gate; b ran none
+        finally:
+            self.db.gate.insert_one({"_id": "go"})
+        out_a, err_a = a.communicate(timeout=60)
+        self.assertEqual(a.returncode, 0, out_a + err_a)
+        self.assertIn("summary: resolved=1 ", out_a)
+        self.assertEqual(self.effects(), {0: 1})
+        self.assertEqual(self.db["_fw_dlq"].find_one()["status"], "RESOLVED")
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -38,7 +38,22 @@ typedef struct fw_replay_hook {
    int attempts;
    char error_type[128];
    char error_message[1024];
+   /* The last failed attempt's error as on_error saw it (registry ref), for
+    * the enqueue policy's err (fw_dlq_replay_keep_error). */
+   bool has_error_ref;
+   int error_ref;
 } fw_replay_hook_t;
+
+/* dlq_replay.c: while a dead letter is replayed, remembers the error table
+ * at index of L (on_error's err: type, message, where, fields, traceback)
+ * for the enqueue policy, or forgets the one remembered (index 0: the
+ * attempt ended without a Lua error, e.g. ctx:send_to_dlq). No-op when d
+ * replays nothing. */
+void fw_dlq_replay_keep_error (fw_dispatcher_t *d, lua_State *L, int index);
+
+/* Drops what fw_dlq_replay_keep_error remembered; the replay calls it once
+ * the entry's outcome is decided. */
+void fw_dlq_replay_forget_error (fw_dispatcher_t *d, fw_replay_hook_t *hook);
 
 /* dlq_replay.c: runs dlq.enqueue_policy for a replay that failed for good
  * (hook's error; ctx:dead_letter()'s letter in d->dispatch). True: evict;
@@ -67,16 +82,11 @@ typedef struct {
    bool is_virtual; /* now_ms is not the wall clock: never derived from the monotonic one */
 } fw_stream_clock_t;
 
-struct fw_park_ops;
-
 /* A sequenced DLQ's live side (event_park.c): the stream's open sequences
  * and the current event's place in them. */
 typedef struct {
-   const struct fw_park_ops *ops; /* its store's sequence operations; NULL: chosen by
-                                   * cfg.dlq.memory */
    fw_dlq_sequences_t *open_seqs; /* the stream's open sequences; NULL until loaded */
    int64_t loaded_ms;          /* when they were last read (CLOCK_MONOTONIC) */
-   bool indexed;               /* the DLQ's sequence index exists */
    char *key;                  /* the current event's sequence id (bson_malloc), or NULL */
    bool key_done;              /* key is computed (NULL then: the event has none) */
    int64_t index;              /* the index taken for the entry being stored; -1: none */
@@ -133,28 +143,6 @@ fw_program_handler_for (const fw_program_t *p, fw_op_t op)
 }
 
 /* --- event_park.c: a sequenced DLQ's live side (dlq_sequence.h) ---------- */
-
-/* The sequence operations of dlq_sequence.h's protocol on the backend of
- * the dispatcher's DLQ store (event_park_store.c): the sequences collection
- * beside a MongoDB DLQ, or the records an in-memory store keeps beside its
- * entries. Chosen with the store (fw_dispatcher_open_dlq); flowwarden test
- * sets the memory ones. False with error filled when the backend fails (the
- * caller retries). */
-typedef struct fw_park_ops {
-   /* The stream's open sequences into into, their inflight counts reset. */
-   bool (*load) (fw_dispatcher_t *d, fw_dlq_sequences_t *into, fw_error_t *error);
-   /* The next index of sequence id: open = true opens it, false only while
-    * it is open (*result FW_SEQ_CLOSED otherwise). */
-   bool (*take) (fw_dispatcher_t *d, const char *id, bool open, int64_t *index,
-                 fw_seq_take_t *result, fw_error_t *error);
-   /* The entry of an index taken is stored: gives the request back. */
-   bool (*settle) (fw_dispatcher_t *d, const char *id, fw_error_t *error);
-   /* The entries of sequence id waiting in the DLQ (PENDING, REPROCESSING). */
-   bool (*size) (fw_dispatcher_t *d, const char *id, int64_t *out, fw_error_t *error);
-} fw_park_ops_t;
-
-extern const fw_park_ops_t fw_park_mongo_ops;
-extern const fw_park_ops_t fw_park_memory_ops;
 
 /* dlq.sequenced on the stream's own DLQ. */
 bool fw_park_enabled (const fw_dispatcher_t *d);

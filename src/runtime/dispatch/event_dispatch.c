@@ -156,6 +156,7 @@ decide (fw_dispatcher_t *d, int attempt, fw_lua_stop_t stop, decision_t *out)
    }
    classified = failure + 1;
    user_err = failure + 2;
+   fw_dlq_replay_keep_error (d, L, user_err);
 
    /* 2. on_error(err, ctx): what it returned, or what it raised */
    lua_rawgeti (L, LUA_REGISTRYINDEX, d->prog.spec_ref);
@@ -727,6 +728,7 @@ static void
 attempt_decision (fw_dispatcher_t *d, lua_State *L, bool ok, int attempt, fw_lua_stop_t stop,
                   decision_t *dec)
 {
+   fw_dlq_replay_keep_error (d, L, 0);
    if (d->dispatch.dlq_requested) {
       if (!ok) {
          lua_pop (L, 1);
@@ -940,13 +942,11 @@ fw_dispatcher_open_dlq (fw_dispatcher_t *d)
       /* Seed 004's in-memory variant: nothing to connect to; a sequenced
        * DLQ's sequences are kept beside its entries. */
       d->dlq = fw_dlq_store_memory_new (&err);
-      d->park.ops = &fw_park_memory_ops;
       if (!d->dlq) {
          fw_log (FW_LOG_ERROR, d->prog.cfg.name, "%s", err.message);
       }
       return d->dlq != NULL;
    }
-   d->park.ops = &fw_park_mongo_ops;
    for (int tries = 1;; tries++) {
       /* A DLQ on a named connection (seed 002's roadmap: mongoTemplateRef). */
       mongoc_client_t *client = dlq->connection

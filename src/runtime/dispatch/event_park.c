@@ -2,9 +2,9 @@
  * event_park.c - the live side of a sequenced DLQ (issue 14; the protocol
  * is in dlq_sequence.h): an event's sequence key, the stream's open
  * sequences in memory, and the index requests that open a sequence or park
- * an event behind it, made through the DLQ store's fw_park_ops_t
- * (event_park_store.c: MongoDB or in memory). fw_event_dispatch drives it;
- * it calls nothing above.
+ * an event behind it, made through the sequence methods of the
+ * dispatcher's DLQ store (dlq_store.h: MongoDB or in memory).
+ * fw_event_dispatch drives it; it calls nothing above.
  */
 #include <stdio.h>
 #include <string.h>
@@ -15,6 +15,7 @@
 #include "flowwarden/clock.h"
 #include "flowwarden/bson_lua.h"
 #include "flowwarden/dlq_sequence.h"
+#include "flowwarden/dlq_store.h"
 #include "flowwarden/log.h"
 #include "runtime/dispatch/dispatcher-private.h"
 
@@ -37,29 +38,34 @@ fw_park_end (fw_dispatcher_t *d)
    d->park.index = -1;
 }
 
-/* The sequence operations of the stream's DLQ store: chosen when it was
- * opened; by the configuration while a reload that changed the DLQ has
- * closed it (it is reopened on first use). */
-static const fw_park_ops_t *
-park_ops (const fw_dispatcher_t *d)
+/* The stream's DLQ store, where its sequences live beside its entries;
+ * opened if the stream has not opened it yet or a reload closed it. NULL
+ * with error filled when it cannot be opened (a stop came first, or memory
+ * ran out): the caller retries. */
+static fw_dlq_store_t *
+park_store (fw_dispatcher_t *d, fw_error_t *error)
 {
-   if (d->park.ops && d->dlq) {
-      return d->park.ops;
+   if (!d->dlq && !fw_dispatcher_open_dlq (d)) {
+      fw_error_set (error, FW_ERROR_MONGO, "the DLQ of stream \"%s\" cannot be opened",
+                    d->prog.cfg.name);
+      return NULL;
    }
-   return d->prog.cfg.dlq.memory ? &fw_park_memory_ops : &fw_park_mongo_ops;
+   return d->dlq;
 }
 
 /* Reads the open sequences; false with error filled when the backend fails. */
 static bool
 load_once (fw_dispatcher_t *d, fw_error_t *error)
 {
+   fw_dlq_store_t *store;
    bool ok;
 
    if (!d->park.open_seqs && !(d->park.open_seqs = fw_dlq_sequences_new ())) {
       fw_error_set (error, FW_ERROR_NOMEM, "not enough memory for the open sequences");
       return false;
    }
-   ok = park_ops (d)->load (d, d->park.open_seqs, error);
+   ok = (store = park_store (d, error)) &&
+        store->seq_load (store, d->prog.cfg.name, d->park.open_seqs, error);
    d->park.loaded_ms = fw_mono_ms ();
    return ok;
 }
@@ -224,13 +230,16 @@ fw_park_is_open (const fw_dispatcher_t *d)
 static bool
 take_once (fw_dispatcher_t *d, bool open, fw_park_take_t *out, fw_error_t *error)
 {
-   const fw_park_ops_t *ops = park_ops (d);
-   fw_seq_take_t taken;
+   fw_dlq_store_t *store = park_store (d, error);
+   fw_seq_take_t taken = FW_SEQ_CLOSED;
    int64_t size;
 
+   if (!store) {
+      return false;
+   }
    if (!open) {
       /* seed 004's max_sequence_size: counted, not kept, so it is exact. */
-      if (!ops->size (d, d->park.key, &size, error)) {
+      if (!store->seq_size (store, d->prog.cfg.name, d->park.key, &size, error)) {
          return false;
       }
       if (size >= d->prog.cfg.dlq.max_sequence_size) {
@@ -243,7 +252,8 @@ take_once (fw_dispatcher_t *d, bool open, fw_park_take_t *out, fw_error_t *error
          return true;
       }
    }
-   if (!ops->take (d, d->park.key, open, &d->park.index, &taken, error)) {
+   if (!store->seq_take (store, d->prog.cfg.name, d->park.key, open, &d->park.index, &taken,
+                         error)) {
       return false;
    }
    *out = taken == FW_SEQ_TAKEN ? FW_PARK_TAKEN : FW_PARK_CLOSED;
@@ -295,13 +305,15 @@ void
 fw_park_settle (fw_dispatcher_t *d)
 {
    fw_error_t err;
+   fw_dlq_store_t *store;
 
    if (d->park.index < 0) {
       return;
    }
    /* Best effort: a settle that fails leaves inflight > 0, which only keeps
     * replays from closing the sequence until the stream's next start. */
-   if (!park_ops (d)->settle (d, d->park.key, &err)) {
+   if (!(store = park_store (d, &err)) ||
+       !store->seq_settle (store, d->prog.cfg.name, d->park.key, &err)) {
       fw_log (FW_LOG_WARN, d->prog.cfg.name,
               "%s: the sequence cannot be closed by a replay until this stream restarts",
               err.message);

@@ -11,15 +11,14 @@
 #include <lauxlib.h>
 
 #include "flowwarden/bson_lua.h"
+#include "flowwarden/dlq_claim_keeper.h"
 #include "flowwarden/dlq_entry.h"
 #include "flowwarden/dlq_replay.h"
 #include "flowwarden/log.h"
-#include "flowwarden/sharding.h"
 #include "flowwarden/mongo_lua.h"
 #include "flowwarden/clock.h"
 #include "runtime/dispatch/dispatcher-private.h"
 
-#define HISTORY_MAX 20
 
 const char *
 fw_dlq_replay_status_name (fw_replay_status_t status)
@@ -183,102 +182,20 @@ build_letter (const bson_t *entry, const bson_t *before_claim, bson_t *letter)
 
 typedef struct {
    fw_dispatcher_t *d;
-   mongoc_collection_t *coll;
+   fw_dlq_store_t *store;
    bson_value_t id;
    const fw_replay_options_t *opts;
 } claim_t;
 
-static void
-append_id_filter (bson_t *filter, const claim_t *c)
-{
-   BSON_APPEND_VALUE (filter, "_id", &c->id);
-}
-
-/* Claims the entry: PENDING, or REPROCESSING with an expired claim. On
- * success out holds the claimed entry (caller destroys); *got says whether
- * it was claimable. */
+/* Claims the entry: PENDING, or REPROCESSING with an expired claim. out
+ * holds the claimed entry (caller destroys, also on failure); *got says
+ * whether it was claimable. */
 static bool
 claim (const claim_t *c, bson_t *out, bool *got, fw_error_t *error)
 {
    int64_t now = fw_now_ms ();
-   bson_t query = BSON_INITIALIZER, update = BSON_INITIALIZER, or, alt, set, lt, reply;
-   mongoc_find_and_modify_opts_t *fam = mongoc_find_and_modify_opts_new ();
-   bson_error_t berr;
-   bson_iter_t it;
-   bool ok;
-
-   append_id_filter (&query, c);
-   BSON_APPEND_UTF8 (&query, "streamName", c->d->prog.cfg.name);
-   BSON_APPEND_ARRAY_BEGIN (&query, "$or", &or);
-   BSON_APPEND_DOCUMENT_BEGIN (&or, "0", &alt);
-   BSON_APPEND_UTF8 (&alt, "status", "PENDING");
-   bson_append_document_end (&or, &alt);
-   BSON_APPEND_DOCUMENT_BEGIN (&or, "1", &alt);
-   BSON_APPEND_UTF8 (&alt, "status", "REPROCESSING");
-   BSON_APPEND_DOCUMENT_BEGIN (&alt, "claimedUntil", &lt);
-   BSON_APPEND_DATE_TIME (&lt, "$lt", now);
-   bson_append_document_end (&alt, &lt);
-   bson_append_document_end (&or, &alt);
-   bson_append_array_end (&query, &or);
-
-   BSON_APPEND_DOCUMENT_BEGIN (&update, "$set", &set);
-   BSON_APPEND_UTF8 (&set, "status", "REPROCESSING");
-   BSON_APPEND_UTF8 (&set, "claimedBy", c->opts->actor);
-   BSON_APPEND_DATE_TIME (&set, "claimedUntil", now + c->opts->claim_ttl_ms);
-   BSON_APPEND_DATE_TIME (&set, "lastTouched", now);
-   bson_append_document_end (&update, &set);
-
-   mongoc_find_and_modify_opts_set_update (fam, &update);
-   mongoc_find_and_modify_opts_set_flags (fam, MONGOC_FIND_AND_MODIFY_RETURN_NEW);
-   ok = mongoc_collection_find_and_modify_with_opts (c->coll, &query, fam, &reply, &berr);
-   *got = false;
-   bson_init (out);
-   if (!ok) {
-      char hint[400];
-      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
-                         "cannot claim the entry: %s%s", berr.message,
-                         fw_sharding_hint (&berr, mongoc_collection_get_name (c->coll),
-                                           FW_SHARD_KEY_DLQ, hint, sizeof hint));
-   } else if (bson_iter_init_find (&it, &reply, "value") && BSON_ITER_HOLDS_DOCUMENT (&it)) {
-      uint32_t len;
-      const uint8_t *data;
-      bson_t view;
-      bson_iter_document (&it, &len, &data);
-      if (bson_init_static (&view, data, len)) {
-         bson_concat (out, &view);
-         *got = true;
-      }
-   }
-   bson_destroy (&reply);
-   bson_destroy (&query);
-   bson_destroy (&update);
-   mongoc_find_and_modify_opts_destroy (fam);
-   return ok;
-}
-
-/* Applies update to the entry while this process still holds its claim.
- * *held is false when the claim was lost (expired and taken meanwhile). */
-static bool
-update_claimed (const claim_t *c, const bson_t *update, bool *held, fw_error_t *error)
-{
-   bson_t filter = BSON_INITIALIZER, reply;
-   bson_error_t berr;
-   bson_iter_t it;
-   bool ok;
-
-   append_id_filter (&filter, c);
-   BSON_APPEND_UTF8 (&filter, "status", "REPROCESSING");
-   BSON_APPEND_UTF8 (&filter, "claimedBy", c->opts->actor);
-   ok = mongoc_collection_update_one (c->coll, &filter, update, NULL, &reply, &berr);
-   *held = ok && bson_iter_init_find (&it, &reply, "matchedCount") &&
-           bson_iter_as_int64 (&it) > 0;
-   if (!ok) {
-      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
-                         "cannot update the entry: %s", berr.message);
-   }
-   bson_destroy (&reply);
-   bson_destroy (&filter);
-   return ok;
+   return c->store->claim (c->store, c->d->prog.cfg.name, &c->id, c->opts->actor, now,
+                           now + c->opts->claim_ttl_ms, out, got, error);
 }
 
 /* Pushes the claim forward while a handler works on the entry. */
@@ -286,66 +203,66 @@ static void
 extend_claim (fw_replay_hook_t *hook)
 {
    const claim_t *c = hook->ud;
-   bson_t update = BSON_INITIALIZER, set;
    fw_error_t err;
    bool held;
 
-   BSON_APPEND_DOCUMENT_BEGIN (&update, "$set", &set);
-   BSON_APPEND_DATE_TIME (&set, "claimedUntil", fw_now_ms () + c->opts->claim_ttl_ms);
-   bson_append_document_end (&update, &set);
-   if (!update_claimed (c, &update, &held, &err)) {
+   if (!c->store->extend (c->store, &c->id, c->opts->actor, fw_now_ms () + c->opts->claim_ttl_ms,
+                          &held, &err)) {
       fw_log (FW_LOG_WARN, c->d->prog.cfg.name, "%s", err.message);
    }
-   bson_destroy (&update);
 }
 
-static void
-append_unset_claim (bson_t *update)
+/* A thread extending the claim while the handler runs (one attempt may
+ * outlast the TTL), on a client of its own from the DLQ connection's pool;
+ * NULL (the claim is then extended before each attempt only) when the
+ * dispatcher has no connection registry or the thread cannot start. */
+static fw_claim_keeper_t *
+start_keeper (const claim_t *c)
 {
-   bson_t unset;
-   BSON_APPEND_DOCUMENT_BEGIN (update, "$unset", &unset);
-   BSON_APPEND_UTF8 (&unset, "claimedBy", "");
-   BSON_APPEND_UTF8 (&unset, "claimedUntil", "");
-   bson_append_document_end (update, &unset);
+   const fw_stream_config_t *cfg = &c->d->prog.cfg;
+   const fw_dlq_config_t *dlq = cfg->dlq.enabled ? &cfg->dlq : &cfg->dlq_fallback;
+   fw_claim_keeper_opts_t o = {
+      .conns = fw_connection_clients_registry (c->d->clients),
+      .connection = dlq->connection,
+      .database = dlq->database ? dlq->database : cfg->database,
+      .collection = dlq->collection,
+      .stream = cfg->name,
+      .id = &c->id,
+      .actor = c->opts->actor,
+      .claim_ttl_ms = c->opts->claim_ttl_ms,
+   };
+   fw_claim_keeper_t *k;
+   fw_error_t err;
+
+   if (!o.conns) {
+      return NULL;
+   }
+   if (!(k = fw_claim_keeper_start (&o, &err))) {
+      fw_log (FW_LOG_WARN, cfg->name, "%s: the claim is extended before each attempt only",
+              err.message);
+   }
+   return k;
 }
 
-static void
-append_history (bson_t *update, const char *actor, int64_t now, const char *action,
-                const char *result)
+/* Applies outcome while this process still holds the claim, and gives the
+ * claim up. */
+static bool
+settle (const claim_t *c, const fw_dlq_outcome_t *outcome, bool *held, fw_error_t *error)
 {
-   bson_t push, hist, each, item;
-   BSON_APPEND_DOCUMENT_BEGIN (update, "$push", &push);
-   BSON_APPEND_DOCUMENT_BEGIN (&push, "history", &hist);
-   BSON_APPEND_ARRAY_BEGIN (&hist, "$each", &each);
-   BSON_APPEND_DOCUMENT_BEGIN (&each, "0", &item);
-   BSON_APPEND_DATE_TIME (&item, "at", now);
-   BSON_APPEND_UTF8 (&item, "action", action);
-   BSON_APPEND_UTF8 (&item, "actor", actor);
-   BSON_APPEND_UTF8 (&item, "result", result);
-   bson_append_document_end (&each, &item);
-   bson_append_array_end (&hist, &each);
-   BSON_APPEND_INT32 (&hist, "$slice", -HISTORY_MAX);
-   bson_append_document_end (&push, &hist);
-   bson_append_document_end (update, &push);
+   return c->store->settle (c->store, &c->id, c->opts->actor, outcome, held, error);
 }
 
 /* Gives the claim up, leaving the entry PENDING as it was. */
 static void
 release (const claim_t *c)
 {
-   bson_t update = BSON_INITIALIZER, set;
+   fw_dlq_outcome_t outcome = {.kind = FW_DLQ_RELEASE, .now_ms = fw_now_ms ()};
    fw_error_t err;
    bool held;
 
-   BSON_APPEND_DOCUMENT_BEGIN (&update, "$set", &set);
-   BSON_APPEND_UTF8 (&set, "status", "PENDING");
-   BSON_APPEND_DATE_TIME (&set, "lastTouched", fw_now_ms ());
-   bson_append_document_end (&update, &set);
-   append_unset_claim (&update);
-   if (!update_claimed (c, &update, &held, &err)) {
+   if (!settle (c, &outcome, &held, &err)) {
       fw_log (FW_LOG_WARN, c->d->prog.cfg.name, "%s", err.message);
    }
-   bson_destroy (&update);
 }
 
 /* A claim a killed replay left behind, on an entry this script cannot run:
@@ -353,23 +270,11 @@ release (const claim_t *c)
 static void
 release_stale (const claim_t *c)
 {
-   bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER, set, lt;
-   bson_error_t berr;
+   fw_error_t err;
 
-   append_id_filter (&filter, c);
-   BSON_APPEND_UTF8 (&filter, "status", "REPROCESSING");
-   BSON_APPEND_DOCUMENT_BEGIN (&filter, "claimedUntil", &lt);
-   BSON_APPEND_DATE_TIME (&lt, "$lt", fw_now_ms ());
-   bson_append_document_end (&filter, &lt);
-   BSON_APPEND_DOCUMENT_BEGIN (&update, "$set", &set);
-   BSON_APPEND_UTF8 (&set, "status", "PENDING");
-   bson_append_document_end (&update, &set);
-   append_unset_claim (&update);
-   if (!mongoc_collection_update_one (c->coll, &filter, &update, NULL, NULL, &berr)) {
-      fw_log (FW_LOG_WARN, c->d->prog.cfg.name, "cannot release a stale claim: %s", berr.message);
+   if (!c->store->release_stale (c->store, &c->id, fw_now_ms (), &err)) {
+      fw_log (FW_LOG_WARN, c->d->prog.cfg.name, "%s", err.message);
    }
-   bson_destroy (&filter);
-   bson_destroy (&update);
 }
 
 /* --- the enqueue policy ----------------------------------------------------- */
@@ -382,6 +287,71 @@ typedef struct {
    fw_error_t err;
    bool diag_ok;
 } policy_args_t;
+
+void
+fw_dlq_replay_keep_error (fw_dispatcher_t *d, lua_State *L, int index)
+{
+   fw_replay_hook_t *hook = d->replay;
+
+   if (!hook) {
+      return;
+   }
+   if (hook->has_error_ref) {
+      luaL_unref (L, LUA_REGISTRYINDEX, hook->error_ref);
+      hook->has_error_ref = false;
+   }
+   if (index != 0) {
+      lua_pushvalue (L, index);
+      hook->error_ref = luaL_ref (L, LUA_REGISTRYINDEX);
+      hook->has_error_ref = hook->error_ref != LUA_REFNIL && hook->error_ref != LUA_NOREF;
+   }
+}
+
+void
+fw_dlq_replay_forget_error (fw_dispatcher_t *d, fw_replay_hook_t *hook)
+{
+   if (hook->has_error_ref) {
+      luaL_unref (fw_lua_host_state (d->prog.host), LUA_REGISTRYINDEX, hook->error_ref);
+      hook->has_error_ref = false;
+   }
+}
+
+/* The policy's err, as on_error's: type and message (the decided ones),
+ * where, fields ({} when none) and traceback ("" when none) of the last
+ * failed attempt. A fresh table: what on_error did to its own is not seen. */
+static void
+push_policy_error (lua_State *L, const fw_replay_hook_t *hook)
+{
+   int err, kept = 0;
+
+   lua_createtable (L, 0, 5);
+   err = lua_gettop (L);
+   lua_pushstring (L, hook->error_type);
+   lua_setfield (L, err, "type");
+   lua_pushstring (L, hook->error_message);
+   lua_setfield (L, err, "message");
+   if (hook->has_error_ref &&
+       lua_rawgeti (L, LUA_REGISTRYINDEX, hook->error_ref) == LUA_TTABLE) {
+      kept = lua_gettop (L);
+      lua_getfield (L, kept, "where");
+      lua_setfield (L, err, "where");
+   }
+   if (!kept || lua_getfield (L, kept, "fields") != LUA_TTABLE) {
+      if (kept) {
+         lua_pop (L, 1);
+      }
+      lua_newtable (L);
+   }
+   lua_setfield (L, err, "fields");
+   if (!kept || lua_getfield (L, kept, "traceback") != LUA_TSTRING) {
+      if (kept) {
+         lua_pop (L, 1);
+      }
+      lua_pushliteral (L, "");
+   }
+   lua_setfield (L, err, "traceback");
+   lua_settop (L, err);
+}
 
 /* Protected: flowwarden.dlq.decide(spec, letter, err). */
 static int
@@ -396,11 +366,7 @@ ppolicy (lua_State *L)
    lua_getfield (L, -1, "decide");
    lua_rawgeti (L, LUA_REGISTRYINDEX, a->d->prog.spec_ref);
    fw_event_ctx_push_dead_letter (L, &a->d->dispatch);
-   lua_createtable (L, 0, 2);
-   lua_pushstring (L, a->hook->error_type);
-   lua_setfield (L, -2, "type");
-   lua_pushstring (L, a->hook->error_message);
-   lua_setfield (L, -2, "message");
+   push_policy_error (L, a->hook);
    lua_call (L, 3, 2);
    action = lua_tostring (L, -2);
    snprintf (a->action, sizeof a->action, "%s", action ? action : "requeue");
@@ -463,20 +429,11 @@ set_result (fw_replay_result_t *out, fw_replay_status_t status, const char *fmt,
 static void
 record_success (const claim_t *c, bool skipped, int attempts, fw_replay_result_t *out)
 {
-   int64_t now = fw_now_ms ();
-   bson_t update = BSON_INITIALIZER, set;
+   fw_dlq_outcome_t outcome = {.kind = FW_DLQ_RESOLVE, .now_ms = fw_now_ms (), .skipped = skipped};
    fw_error_t err;
    bool held;
 
-   BSON_APPEND_DOCUMENT_BEGIN (&update, "$set", &set);
-   BSON_APPEND_UTF8 (&set, "status", "RESOLVED");
-   BSON_APPEND_UTF8 (&set, "resolution", skipped ? "SKIPPED" : "REPLAYED");
-   BSON_APPEND_DATE_TIME (&set, "resolvedAt", now);
-   BSON_APPEND_DATE_TIME (&set, "lastTouched", now);
-   bson_append_document_end (&update, &set);
-   append_unset_claim (&update);
-   append_history (&update, c->opts->actor, now, "resolved", skipped ? "skipped" : "ok");
-   if (!update_claimed (c, &update, &held, &err)) {
+   if (!settle (c, &outcome, &held, &err)) {
       set_result (out, FW_REPLAY_ERROR, "handled, but %s", err.message);
    } else if (!held) {
       set_result (out, FW_REPLAY_ERROR,
@@ -487,46 +444,24 @@ record_success (const claim_t *c, bool skipped, int attempts, fw_replay_result_t
    } else {
       set_result (out, FW_REPLAY_RESOLVED, "resolved after %d attempt(s)", attempts);
    }
-   bson_destroy (&update);
 }
 
 static void
 record_failure (const claim_t *c, const fw_replay_hook_t *hook, fw_replay_result_t *out)
 {
-   int64_t now = fw_now_ms ();
-   bson_t update = BSON_INITIALIZER, set, inc, e, diagnostics = BSON_INITIALIZER;
+   bson_t diagnostics = BSON_INITIALIZER;
    bool evict = fw_dlq_replay_policy (c->d, hook, &diagnostics);
+   fw_dlq_outcome_t outcome = {.kind = evict ? FW_DLQ_EVICT : FW_DLQ_REQUEUE,
+                               .now_ms = fw_now_ms (),
+                               .error_type = hook->error_type,
+                               .error_message = hook->error_message,
+                               .diagnostics = &diagnostics};
    char result[1200];
-   bson_iter_t it;
    fw_error_t err;
    bool held;
 
    snprintf (result, sizeof result, "%s: %s", hook->error_type, hook->error_message);
-   BSON_APPEND_DOCUMENT_BEGIN (&update, "$set", &set);
-   BSON_APPEND_UTF8 (&set, "status", evict ? "DISCARDED" : "PENDING");
-   BSON_APPEND_DATE_TIME (&set, "lastTouched", now);
-   BSON_APPEND_DATE_TIME (&set, "lastReprocessAt", now);
-   BSON_APPEND_DOCUMENT_BEGIN (&set, "lastReprocessError", &e);
-   BSON_APPEND_UTF8 (&e, "type", hook->error_type);
-   BSON_APPEND_UTF8 (&e, "message", hook->error_message);
-   bson_append_document_end (&set, &e);
-   if (evict) {
-      BSON_APPEND_DATE_TIME (&set, "discardedAt", now);
-      BSON_APPEND_UTF8 (&set, "discardReason", "evicted by enqueue policy");
-   } else if (bson_iter_init (&it, &diagnostics)) {
-      while (bson_iter_next (&it)) {
-         char key[300];
-         snprintf (key, sizeof key, "diagnostics.%s", bson_iter_key (&it));
-         bson_append_iter (&set, key, -1, &it);
-      }
-   }
-   bson_append_document_end (&update, &set);
-   BSON_APPEND_DOCUMENT_BEGIN (&update, "$inc", &inc);
-   BSON_APPEND_INT32 (&inc, "reprocessAttempts", 1);
-   bson_append_document_end (&update, &inc);
-   append_unset_claim (&update);
-   append_history (&update, c->opts->actor, now, evict ? "discarded" : "requeued", result);
-   if (!update_claimed (c, &update, &held, &err)) {
+   if (!settle (c, &outcome, &held, &err)) {
       set_result (out, FW_REPLAY_ERROR, "failed again (%s), and %s", result, err.message);
    } else if (!held) {
       set_result (out, FW_REPLAY_ERROR,
@@ -537,7 +472,6 @@ record_failure (const claim_t *c, const fw_replay_hook_t *hook, fw_replay_result
                   hook->attempts, result);
    }
    bson_destroy (&diagnostics);
-   bson_destroy (&update);
 }
 
 static void
@@ -550,6 +484,7 @@ run_claimed (const claim_t *c, const bson_t *claimed, const bson_t *before,
    fw_event_t ev;
    char why[512];
    fw_dispatch_result_t r;
+   fw_claim_keeper_t *keeper;
 
    if (!build_event (claimed, &event, &ev, why, sizeof why)) {
       release (c);
@@ -564,7 +499,9 @@ run_claimed (const claim_t *c, const bson_t *claimed, const bson_t *before,
    hook.result = FW_REPLAYED_NO_HANDLER;
    d->replay = &hook;
    d->dispatch.dead_letter = &letter;
+   keeper = start_keeper (c);
    r = fw_event_dispatch (d, &ev);
+   fw_claim_keeper_stop (keeper); /* before the outcome is settled */
    if (r == FW_DISPATCH_STOPPED) {
       release (c);
       set_result (out, FW_REPLAY_STOPPED, "stopped before it was handled; left PENDING");
@@ -577,6 +514,7 @@ run_claimed (const claim_t *c, const bson_t *claimed, const bson_t *before,
    } else {
       record_success (c, hook.result == FW_REPLAYED_SKIPPED, hook.attempts, out);
    }
+   fw_dlq_replay_forget_error (d, &hook);
    d->dispatch.dead_letter = NULL;
    d->replay = NULL;
    bson_destroy (&letter);
@@ -584,10 +522,10 @@ run_claimed (const claim_t *c, const bson_t *claimed, const bson_t *before,
 }
 
 void
-fw_dlq_replay_entry (fw_dispatcher_t *d, mongoc_collection_t *coll, const bson_t *entry,
+fw_dlq_replay_entry (fw_dispatcher_t *d, fw_dlq_store_t *store, const bson_t *entry,
                      const fw_replay_options_t *opts, fw_replay_result_t *out)
 {
-   claim_t c = {d, coll, {0}, opts};
+   claim_t c = {d, store, {0}, opts};
    bson_t event, claimed;
    fw_event_t ev;
    bson_iter_t it;
@@ -625,55 +563,4 @@ fw_dlq_replay_entry (fw_dispatcher_t *d, mongoc_collection_t *coll, const bson_t
    }
    bson_destroy (&event);
    bson_value_destroy (&c.id);
-}
-
-/* --- the stream's clients ----------------------------------------------------- */
-
-/* The client of dlq (the stream's, or its dlq.connection's); NULL with error
- * filled when there is none. */
-static mongoc_client_t *
-dlq_client (fw_dispatcher_t *d, const fw_dlq_config_t *dlq, fw_error_t *error)
-{
-   mongoc_client_t *client;
-
-   if (!dlq->enabled) {
-      fw_error_set (error, FW_ERROR_INVALID, "stream \"%s\" has no dead-letter queue",
-                    d->prog.cfg.name);
-      return NULL;
-   }
-   client = dlq->connection ? fw_connection_clients_get (d->clients, dlq->connection, error)
-                            : d->client;
-   if (!client && !dlq->connection) {
-      fw_error_set (error, FW_ERROR_MONGO, "stream \"%s\" has no client", d->prog.cfg.name);
-   }
-   return client;
-}
-
-mongoc_collection_t *
-fw_dlq_replay_collection (fw_dispatcher_t *d, fw_error_t *error)
-{
-   /* A stream without a DLQ of its own may have sent entries to the
-    * script's default DLQ with ctx:send_to_dlq. */
-   const fw_dlq_config_t *dlq = d->prog.cfg.dlq.enabled ? &d->prog.cfg.dlq : &d->prog.cfg.dlq_fallback;
-   mongoc_client_t *client = dlq_client (d, dlq, error);
-
-   return client ? mongoc_client_get_collection (
-                      client, dlq->database ? dlq->database : d->prog.cfg.database, dlq->collection)
-                 : NULL;
-}
-
-mongoc_collection_t *
-fw_dlq_replay_sequences_collection (fw_dispatcher_t *d, fw_error_t *error)
-{
-   const fw_dlq_config_t *dlq = &d->prog.cfg.dlq; /* sequences only on a stream's own DLQ */
-   mongoc_client_t *client = dlq_client (d, dlq, error);
-   mongoc_collection_t *seqs =
-      client ? fw_dlq_sequence_collection (
-                  client, dlq->database ? dlq->database : d->prog.cfg.database, dlq->collection)
-             : NULL;
-
-   if (client && !seqs) {
-      fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
-   }
-   return seqs;
 }

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "flowwarden/clock.h"
+#include "flowwarden/dlq_entry.h"
 #include "flowwarden/dlq_replay.h"
 #include "flowwarden/dlq_sequence.h"
 #include "flowwarden/log.h"
@@ -37,84 +38,51 @@ entry_sequence (const bson_t *entry, int64_t *index)
    return bson_iter_utf8 (&it, NULL);
 }
 
-static void
-append_waiting (bson_t *q, const char *stream, const char *seq)
+typedef struct {
+   bson_t *docs;
+   int n;
+} collect_t;
+
+static bool
+collect_entry (const bson_t *entry, void *ud, fw_error_t *error)
 {
-   bson_t in, arr;
-   BSON_APPEND_UTF8 (q, "streamName", stream);
-   BSON_APPEND_UTF8 (q, "sequenceId", seq);
-   BSON_APPEND_DOCUMENT_BEGIN (q, "status", &in);
-   BSON_APPEND_ARRAY_BEGIN (&in, "$in", &arr);
-   BSON_APPEND_UTF8 (&arr, "0", "PENDING");
-   BSON_APPEND_UTF8 (&arr, "1", "REPROCESSING");
-   bson_append_array_end (&in, &arr);
-   bson_append_document_end (q, &in);
+   collect_t *c = ud;
+   char key[16];
+
+   snprintf (key, sizeof key, "%d", c->n++);
+   if (!BSON_APPEND_DOCUMENT (c->docs, key, entry)) {
+      fw_error_set (error, FW_ERROR_NOMEM, "too many waiting entries to hold in one document");
+      return false;
+   }
+   return true;
 }
 
 /* The waiting entries of the sequence, by sequenceIndex, into docs (an
  * array document the caller initialised). */
 static bool
-waiting_entries (mongoc_collection_t *dlq, const char *stream, const char *seq, bson_t *docs,
+waiting_entries (fw_dlq_store_t *store, const char *stream, const char *seq, bson_t *docs,
                  int *n, fw_error_t *error)
 {
-   bson_t q = BSON_INITIALIZER, opts = BSON_INITIALIZER, sort;
-   mongoc_cursor_t *cur;
-   const bson_t *doc;
-   bson_error_t berr;
-   bool ok = true;
-   char key[16];
+   collect_t c = {docs, 0};
+   bool ok = store->seq_entries (store, stream, seq, collect_entry, &c, error);
 
-   append_waiting (&q, stream, seq);
-   BSON_APPEND_DOCUMENT_BEGIN (&opts, "sort", &sort);
-   BSON_APPEND_INT32 (&sort, "sequenceIndex", 1);
-   bson_append_document_end (&opts, &sort);
-   cur = mongoc_collection_find_with_opts (dlq, &q, &opts, NULL);
-   *n = 0;
-   while (mongoc_cursor_next (cur, &doc)) {
-      snprintf (key, sizeof key, "%d", (*n)++);
-      BSON_APPEND_DOCUMENT (docs, key, doc);
-   }
-   if (mongoc_cursor_error (cur, &berr)) {
-      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
-                         "cannot read DLQ sequence %.200s: %s", seq,
-                         berr.message);
-      ok = false;
-   }
-   mongoc_cursor_destroy (cur);
-   bson_destroy (&q);
-   bson_destroy (&opts);
+   *n = c.n;
    return ok;
 }
 
 bool
-fw_dlq_replay_is_head (mongoc_collection_t *dlq, const bson_t *entry, bool *head,
+fw_dlq_replay_is_head (fw_dlq_store_t *store, const bson_t *entry, bool *head,
                        fw_error_t *error)
 {
-   bson_t q = BSON_INITIALIZER, lt;
-   bson_iter_t it;
-   bson_error_t berr;
    int64_t index = 0, before;
    const char *seq = entry_sequence (entry, &index);
-   const char *stream = bson_iter_init_find (&it, entry, "streamName") &&
-                              BSON_ITER_HOLDS_UTF8 (&it)
-                           ? bson_iter_utf8 (&it, NULL)
-                           : "";
+   const char *stream = fw_dlq_entry_stream (entry) ? fw_dlq_entry_stream (entry) : "";
 
    *head = true;
    if (!seq) {
-      bson_destroy (&q);
       return true;
    }
-   append_waiting (&q, stream, seq);
-   BSON_APPEND_DOCUMENT_BEGIN (&q, "sequenceIndex", &lt);
-   BSON_APPEND_INT64 (&lt, "$lt", index);
-   bson_append_document_end (&q, &lt);
-   before = mongoc_collection_count_documents (dlq, &q, NULL, NULL, NULL, &berr);
-   bson_destroy (&q);
-   if (before < 0) {
-      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
-                         "cannot read DLQ sequence %.200s: %s", seq,
-                         berr.message);
+   if (!store->seq_before (store, stream, seq, index, &before, error)) {
       return false;
    }
    *head = before == 0;
@@ -131,7 +99,7 @@ done_with (fw_replay_status_t s)
 /* Replays the waiting entries (docs, by sequenceIndex) in order, reporting
  * each; true when one was not done with, which stops the sequence there. */
 static bool
-replay_waiting (fw_dispatcher_t *d, mongoc_collection_t *dlq, const bson_t *docs,
+replay_waiting (fw_dispatcher_t *d, fw_dlq_store_t *dlq, const bson_t *docs,
                 const fw_replay_options_t *opts, fw_replay_report_fn report, void *ud)
 {
    bson_iter_t it;
@@ -177,17 +145,13 @@ wait_for_inflight (fw_dispatcher_t *d, const char *seq, int64_t *waited_since)
 }
 
 fw_seq_replay_t
-fw_dlq_replay_sequence (fw_dispatcher_t *d, mongoc_collection_t *dlq, const char *seq,
+fw_dlq_replay_sequence (fw_dispatcher_t *d, fw_dlq_store_t *dlq, const char *seq,
                         const fw_replay_options_t *opts, fw_replay_report_fn report, void *ud,
                         fw_error_t *error)
 {
-   mongoc_collection_t *seqs = fw_dlq_replay_sequences_collection (d, error);
    int64_t waited_since = 0;
    fw_seq_replay_t out = FW_SEQ_REPLAY_ERROR;
 
-   if (!seqs) {
-      return FW_SEQ_REPLAY_ERROR;
-   }
    for (;;) {
       fw_seq_state_t st;
       bson_t docs = BSON_INITIALIZER;
@@ -201,7 +165,7 @@ fw_dlq_replay_sequence (fw_dispatcher_t *d, mongoc_collection_t *dlq, const char
       }
       /* next as it is before the entries are read: the close below holds
        * only if no live event took an index since. */
-      if (!fw_dlq_sequence_read (seqs, d->prog.cfg.name, seq, &st, error) ||
+      if (!dlq->seq_read (dlq, d->prog.cfg.name, seq, &st, error) ||
           !waiting_entries (dlq, d->prog.cfg.name, seq, &docs, &n, error)) {
          bson_destroy (&docs);
          break;
@@ -217,7 +181,7 @@ fw_dlq_replay_sequence (fw_dispatcher_t *d, mongoc_collection_t *dlq, const char
          break;
       }
       if (st.inflight == 0 && n == 0 &&
-          !fw_dlq_sequence_close (seqs, d->prog.cfg.name, seq, st.next, &closed, error)) {
+          !dlq->seq_close (dlq, d->prog.cfg.name, seq, st.next, &closed, error)) {
          break;
       }
       if (st.inflight == 0 && n == 0 && closed) {
@@ -240,12 +204,11 @@ fw_dlq_replay_sequence (fw_dispatcher_t *d, mongoc_collection_t *dlq, const char
       fw_dlq_sequences_remove (d->park.open_seqs, seq);
       fw_log (FW_LOG_INFO, d->prog.cfg.name, "DLQ sequence %.300s resolved and closed", seq);
    }
-   mongoc_collection_destroy (seqs);
    return out;
 }
 
 fw_seq_replay_t
-fw_dlq_replay_select (fw_dispatcher_t *d, mongoc_collection_t *dlq, const bson_t *entry,
+fw_dlq_replay_select (fw_dispatcher_t *d, fw_dlq_store_t *dlq, const bson_t *entry,
                       const fw_replay_options_t *opts, fw_replay_report_fn report, void *ud,
                       fw_error_t *error)
 {

@@ -8,7 +8,8 @@ fw_dlq_store_t *
 fw_dlq_replay_store (fw_dispatcher_t *d, fw_error_t *error)
 {
    const fw_stream_config_t *cfg = fw_dispatcher_config (d);
-   /* As fw_dlq_replay_collection chooses. */
+   /* A stream without a DLQ of its own may have sent entries to the
+    * script's default DLQ with ctx:send_to_dlq. */
    const fw_dlq_config_t *dlq = cfg->dlq.enabled ? &cfg->dlq : &cfg->dlq_fallback;
    mongoc_client_t *client;
 

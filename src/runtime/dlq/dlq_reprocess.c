@@ -14,6 +14,7 @@
 #include "flowwarden/bson_alloc.h"
 #include "flowwarden/dlq_entry.h"
 #include "flowwarden/dlq_replay.h"
+#include "flowwarden/dlq_replay_store.h"
 #include "flowwarden/log.h"
 #include "flowwarden/clock.h"
 #include "runtime/dispatch/dispatcher-private.h"
@@ -76,84 +77,51 @@ read_schedule (fw_dispatcher_t *d, schedule_t *s)
    return s->has && s->batch_size > 0;
 }
 
-static void
-append_range (bson_t *doc, const char *key, const char *op, bson_type_t type, int64_t v)
+typedef struct {
+   bson_t *docs;
+   int n;
+   int64_t cap;
+} round_docs_t;
+
+static bool
+keep_entry (const bson_t *entry, void *ud, fw_error_t *error)
 {
-   bson_t cond;
-   BSON_APPEND_DOCUMENT_BEGIN (doc, key, &cond);
-   if (type == BSON_TYPE_DATE_TIME) {
-      bson_append_date_time (&cond, op, -1, v);
-   } else if (type == BSON_TYPE_BOOL) {
-      bson_append_bool (&cond, op, -1, v != 0);
-   } else {
-      bson_append_int64 (&cond, op, -1, v);
+   round_docs_t *r = ud;
+
+   (void) error;
+   if (r->n < r->cap) {
+      bson_copy_to (entry, &r->docs[r->n++]);
    }
-   bson_append_document_end (doc, &cond);
+   return true;
 }
 
 /* The round's entries: PENDING (or left REPROCESSING by a process that died:
  * its claim expired) with reprocessAttempts < max_attempts (missing counts
- * as 0), oldest clusterTime first. */
+ * as 0), oldest clusterTime first, whole. */
 static bool
-round_entries (fw_dispatcher_t *d, mongoc_collection_t *coll, const schedule_t *s,
-               bson_t **docs, int *n)
+round_entries (fw_dispatcher_t *d, fw_dlq_store_t *store, const schedule_t *s, bson_t **docs,
+               int *n)
 {
-   bson_t q = BSON_INITIALIZER, opts = BSON_INITIALIZER, and, part, or, alt, sort;
-   mongoc_cursor_t *cur;
-   const bson_t *doc;
-   bson_error_t berr;
+   fw_dlq_filter_t f = {.stream = d->prog.cfg.name};
+   fw_dlq_query_t q = {&f, "PENDING,REPROCESSING", NULL, s->batch_size, true};
+   fw_dlq_claimable_t c = {NULL, false, s->max_attempts, fw_now_ms ()};
+   round_docs_t r = {fw_bson_aligned_calloc ((size_t) s->batch_size * sizeof (bson_t)), 0,
+                     s->batch_size};
+   fw_error_t err;
    bool ok;
 
-   BSON_APPEND_ARRAY_BEGIN (&q, "$and", &and);
-   BSON_APPEND_DOCUMENT_BEGIN (&and, "0", &part);
-   BSON_APPEND_UTF8 (&part, "streamName", d->prog.cfg.name);
-   bson_append_document_end (&and, &part);
-   BSON_APPEND_DOCUMENT_BEGIN (&and, "1", &part);
-   BSON_APPEND_ARRAY_BEGIN (&part, "$or", &or);
-   BSON_APPEND_DOCUMENT_BEGIN (&or, "0", &alt);
-   BSON_APPEND_UTF8 (&alt, "status", "PENDING");
-   bson_append_document_end (&or, &alt);
-   BSON_APPEND_DOCUMENT_BEGIN (&or, "1", &alt);
-   BSON_APPEND_UTF8 (&alt, "status", "REPROCESSING");
-   append_range (&alt, "claimedUntil", "$lt", BSON_TYPE_DATE_TIME, fw_now_ms ());
-   bson_append_document_end (&or, &alt);
-   bson_append_array_end (&part, &or);
-   bson_append_document_end (&and, &part);
-   BSON_APPEND_DOCUMENT_BEGIN (&and, "2", &part);
-   BSON_APPEND_ARRAY_BEGIN (&part, "$or", &or);
-   BSON_APPEND_DOCUMENT_BEGIN (&or, "0", &alt);
-   append_range (&alt, "reprocessAttempts", "$lt", BSON_TYPE_INT64, s->max_attempts);
-   bson_append_document_end (&or, &alt);
-   BSON_APPEND_DOCUMENT_BEGIN (&or, "1", &alt);
-   append_range (&alt, "reprocessAttempts", "$exists", BSON_TYPE_BOOL, 0);
-   bson_append_document_end (&or, &alt);
-   bson_append_array_end (&part, &or);
-   bson_append_document_end (&and, &part);
-   bson_append_array_end (&q, &and);
-
-   BSON_APPEND_DOCUMENT_BEGIN (&opts, "sort", &sort);
-   BSON_APPEND_INT32 (&sort, "clusterTime", 1);
-   BSON_APPEND_INT32 (&sort, "createdAt", 1);
-   bson_append_document_end (&opts, &sort);
-   BSON_APPEND_INT64 (&opts, "limit", s->batch_size);
-   /* The DLQ's index serves this sort; allowDiskUse keeps it working where
-    * the index is missing (MongoDB 5.0 refuses a blocking sort over 100 MB
-    * without it; find accepts it since 4.4). */
-   BSON_APPEND_BOOL (&opts, "allowDiskUse", true);
-   cur = mongoc_collection_find_with_opts (coll, &q, &opts, NULL);
-   *docs = fw_bson_aligned_calloc ((size_t) s->batch_size * sizeof **docs);
-   *n = 0;
-   while (*docs && *n < s->batch_size && mongoc_cursor_next (cur, &doc)) {
-      bson_copy_to (doc, &(*docs)[(*n)++]);
+   if (!r.docs) {
+      fw_error_set (&err, FW_ERROR_NOMEM, "out of memory");
+      ok = false;
+   } else {
+      ok = store->claimable (store, &q, &c, keep_entry, &r, &err);
    }
-   ok = *docs && !mongoc_cursor_error (cur, &berr);
    if (!ok) {
       fw_log (FW_LOG_ERROR, d->prog.cfg.name, "dlq.reprocess: cannot read the DLQ: %s",
-              *docs ? berr.message : "out of memory");
+              err.message);
    }
-   mongoc_cursor_destroy (cur);
-   bson_destroy (&q);
-   bson_destroy (&opts);
+   *docs = r.docs;
+   *n = r.n;
    return ok;
 }
 
@@ -199,7 +167,7 @@ run_round (fw_dispatcher_t *d, const schedule_t *s)
 {
    fw_replay_options_t opts = {NULL, FW_DLQ_CLAIM_TTL_MS, false, false};
    int counts[FW_REPLAY_ERROR + 1] = {0};
-   mongoc_collection_t *coll;
+   fw_dlq_store_t *store;
    bson_t *docs = NULL;
    fw_error_t err;
    char actor[300];
@@ -207,11 +175,11 @@ run_round (fw_dispatcher_t *d, const schedule_t *s)
 
    fw_dlq_actor (actor, sizeof actor);
    opts.actor = actor;
-   if (!(coll = fw_dlq_replay_collection (d, &err))) {
+   if (!(store = fw_dlq_replay_store (d, &err))) {
       fw_log (FW_LOG_ERROR, d->prog.cfg.name, "dlq.reprocess: %s", err.message);
       return;
    }
-   if (round_entries (d, coll, s, &docs, &n)) {
+   if (round_entries (d, store, s, &docs, &n)) {
       round_t round = {d, counts, 0};
       /* A sequenced DLQ: an entry of a sequence runs its whole sequence once. */
       fw_dlq_sequences_t *sequences = fw_dlq_sequences_new ();
@@ -220,7 +188,7 @@ run_round (fw_dispatcher_t *d, const schedule_t *s)
          if (sequence_done (sequences, &docs[i])) {
             continue;
          }
-         if (fw_dlq_replay_select (d, coll, &docs[i], &opts, report_entry, &round, &err) ==
+         if (fw_dlq_replay_select (d, store, &docs[i], &opts, report_entry, &round, &err) ==
              FW_SEQ_REPLAY_ERROR) {
             fw_log (FW_LOG_ERROR, d->prog.cfg.name, "dlq.reprocess: %s", err.message);
          }
@@ -233,7 +201,7 @@ run_round (fw_dispatcher_t *d, const schedule_t *s)
       bson_destroy (&docs[i]);
    }
    free (docs);
-   mongoc_collection_destroy (coll);
+   fw_dlq_store_destroy (store);
    if (done > 0) {
       fw_log (FW_LOG_INFO, d->prog.cfg.name,
               "dlq.reprocess round: %d entries: resolved=%d skipped=%d requeued=%d evicted=%d "

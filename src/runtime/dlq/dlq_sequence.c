@@ -9,7 +9,7 @@
 #include <time.h>
 
 #include "flowwarden/clock.h"
-#include "flowwarden/dlq_sequence.h"
+#include "runtime/dlq/dlq_sequence-private.h"
 #include "flowwarden/owned_collections.h"
 #include "flowwarden/sharding.h"
 

@@ -17,6 +17,7 @@ typedef struct {
    char *seqs_name;     /* db.collection_sequences [(connection "NAME")] */
    bool unique_index;   /* fw_stream_event_unique exists: a first write can insert */
    bool unsure;         /* the last save failed: it may have been applied all the same */
+   bool seq_indexed;    /* seq_load ensured the DLQ's sequence index */
 } fw_mongo_store_t;
 
 /* Fills store's methods other than save, find_by_id, find_by_stream, count

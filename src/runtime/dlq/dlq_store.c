@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "flowwarden/dlq_entry.h"
-#include "flowwarden/dlq_sequence.h"
+#include "runtime/dlq/dlq_sequence-private.h"
 #include "flowwarden/log.h"
 #include "flowwarden/sharding.h"
 #include "runtime/dlq/dlq_store-private.h"

@@ -330,13 +330,6 @@ memory_put (fw_dlq_store_t *store, const bson_t *entry, bool *inserted, fw_error
 }
 
 bool
-fw_dlq_store_memory_put (fw_dlq_store_t *store, const bson_t *entry, fw_error_t *error)
-{
-   bool inserted;
-   return memory_put (store, entry, &inserted, error);
-}
-
-bool
 fw_dlq_store_memory_take_last (fw_dlq_store_t *store, bson_t *out)
 {
    memory_store_t *m = as_memory (store);
@@ -585,51 +578,4 @@ fw_dlq_store_memory_sequences (fw_dlq_store_t *store, const char *stream, bson_t
    }
    pthread_mutex_unlock (&m->mu);
    return true;
-}
-
-/* --- the free functions of before the store's sequence methods -------------
- * Kept for the files that still call them (flowwarden.testing's replay,
- * event_park_store.c) until they call the methods. */
-
-bool
-fw_dlq_store_memory_seq_load (fw_dlq_store_t *store, const char *stream,
-                              fw_dlq_sequences_t *into, fw_error_t *error)
-{
-   return memory_seq_load (store, stream, into, error);
-}
-
-bool
-fw_dlq_store_memory_seq_take (fw_dlq_store_t *store, const char *stream, const char *id,
-                              bool open, int64_t *index, fw_seq_take_t *result,
-                              fw_error_t *error)
-{
-   return memory_seq_take (store, stream, id, open, index, result, error);
-}
-
-bool
-fw_dlq_store_memory_seq_settle (fw_dlq_store_t *store, const char *stream, const char *id,
-                                fw_error_t *error)
-{
-   return memory_seq_settle (store, stream, id, error);
-}
-
-bool
-fw_dlq_store_memory_seq_read (fw_dlq_store_t *store, const char *stream, const char *id,
-                              fw_seq_state_t *out, fw_error_t *error)
-{
-   return memory_seq_read (store, stream, id, out, error);
-}
-
-bool
-fw_dlq_store_memory_seq_close (fw_dlq_store_t *store, const char *stream, const char *id,
-                               int64_t expected_next, bool *closed, fw_error_t *error)
-{
-   return memory_seq_close (store, stream, id, expected_next, closed, error);
-}
-
-bool
-fw_dlq_store_memory_seq_size (fw_dlq_store_t *store, const char *stream, const char *id,
-                              int64_t *out, fw_error_t *error)
-{
-   return memory_seq_size (store, stream, id, out, error);
 }

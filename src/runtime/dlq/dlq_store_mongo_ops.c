@@ -9,7 +9,7 @@
 
 #include "flowwarden/dlq_admin.h"
 #include "flowwarden/dlq_entry.h"
-#include "flowwarden/dlq_sequence.h"
+#include "runtime/dlq/dlq_sequence-private.h"
 #include "runtime/dlq/dlq_store-private.h"
 
 void
@@ -398,7 +398,16 @@ static bool
 mongo_seq_load (fw_dlq_store_t *store, const char *stream, fw_dlq_sequences_t *into,
                 fw_error_t *error)
 {
-   return fw_dlq_sequence_load (((fw_mongo_store_t *) store)->seqs, stream, into, error);
+   fw_mongo_store_t *m = (fw_mongo_store_t *) store;
+
+   if (!fw_dlq_sequence_load (m->seqs, stream, into, error)) {
+      return false;
+   }
+   /* The stream starts: the DLQ's sequence index, once per store. */
+   if (!m->seq_indexed) {
+      m->seq_indexed = fw_dlq_sequence_indexes (m->coll, error);
+   }
+   return m->seq_indexed;
 }
 
 static bool

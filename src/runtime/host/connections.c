@@ -213,6 +213,12 @@ fw_connection_clients_get (fw_connection_clients_t *set, const char *name, fw_er
    return client;
 }
 
+fw_connections_t *
+fw_connection_clients_registry (const fw_connection_clients_t *set)
+{
+   return set ? set->conns : NULL;
+}
+
 void
 fw_connection_clients_release (fw_connection_clients_t *set)
 {

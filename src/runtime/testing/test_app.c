@@ -396,9 +396,7 @@ wire_app_dispatchers (fw_test_app_t *app, const load_opts_t *o)
       fw_dispatcher_set_metrics (d, fw_metrics_stream (app->metrics, d->prog.cfg.name));
       d->hooks = &app->hooks;
       d->clock = (fw_stream_clock_t){hook_now_ms, hook_wait_ms, app, true};
-      d->dlq = app->store;
-      /* A sequenced DLQ's sequences live beside the entries. */
-      d->park.ops = &fw_park_memory_ops;
+      d->dlq = app->store; /* a sequenced DLQ's sequences live beside the entries */
       /* Jitter off under test unless asked, and then from a fixed seed. */
       d->prog.cfg.retry.jitter = d->prog.cfg.retry.jitter && o->jitter;
       d->rng = (uint64_t) o->seed + (uint64_t) i;

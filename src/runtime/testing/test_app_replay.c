@@ -57,6 +57,7 @@ fw_test__replay_one (lua_State *L)
    if (r != FW_DISPATCH_STOPPED && hook.result == FW_REPLAYED_FAILED) {
       evict = fw_dlq_replay_policy (d, &hook, u->diagnostics);
    }
+   fw_dlq_replay_forget_error (d, &hook);
    fw_test__end_capture (app);
    d->dispatch.dead_letter = NULL;
    d->replay = NULL;
@@ -127,10 +128,11 @@ fw_test__dlq_put (lua_State *L)
    fw_test_app_t *app = fw_test__check_app (L, 1);
    fw_test_capture_ud_t *u = fw_test__push_capture (L);
    fw_error_t err;
+   bool inserted;
 
    luaL_checktype (L, 2, LUA_TTABLE);
    if (!(u->entry = bson_new ()) || !fw_bson_lua_to_bson (L, 2, "entry", u->entry, &err) ||
-       !fw_dlq_store_memory_put (app->store, u->entry, &err)) {
+       !app->store->put (app->store, u->entry, &inserted, &err)) {
       return luaL_error (L, "dlq: %s", u->entry ? err.message : "not enough memory");
    }
    return 0;
@@ -148,7 +150,7 @@ fw_test__seq_read (lua_State *L)
    fw_seq_state_t st;
    fw_error_t err;
 
-   if (!fw_dlq_store_memory_seq_read (app->store, stream, id, &st, &err)) {
+   if (!app->store->seq_read (app->store, stream, id, &st, &err)) {
       return luaL_error (L, "replay_dlq: %s", err.message);
    }
    lua_createtable (L, 0, 4);
@@ -176,8 +178,8 @@ fw_test__seq_close (lua_State *L)
    fw_error_t err;
    bool closed;
 
-   if (!fw_dlq_store_memory_seq_close (app->store, d->prog.cfg.name, id, (int64_t) next, &closed,
-                                       &err)) {
+   if (!app->store->seq_close (app->store, d->prog.cfg.name, id, (int64_t) next, &closed,
+                               &err)) {
       return luaL_error (L, "replay_dlq: %s", err.message);
    }
    if (closed) {
