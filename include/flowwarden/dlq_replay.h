@@ -13,8 +13,8 @@
  * replays, or a replay and run's rounds, from handling one entry twice; a
  * claim left by a killed process expires and is taken again.
  *
- * The claim logic is in src/runtime/dlq/dlq_replay.c, run's rounds in
- * src/runtime/dlq/dlq_reprocess.c, the command line in src/cli/dlq_replay_cli.c.
+ * The claim logic is in src/runtime/replay/dlq_replay.c, run's rounds in
+ * src/runtime/replay/dlq_reprocess.c, the command line in src/cli/dlq_replay_cli.c.
  */
 #ifndef FLOWWARDEN_DLQ_REPLAY_H
 #define FLOWWARDEN_DLQ_REPLAY_H

@@ -1,7 +1,7 @@
 /*
  * dlq_replay_cli.c - `flowwarden dlq replay`: selects entries with the
  * shared dlq filters, replays them oldest clusterTime first through each
- * stream's current handler (src/runtime/dlq/dlq_replay.c), and reports.
+ * stream's current handler (src/runtime/replay/dlq_replay.c), and reports.
  */
 #include <getopt.h>
 #include <math.h>

@@ -39,21 +39,21 @@ typedef struct fw_replay_hook {
    char error_type[128];
    char error_message[1024];
    /* The last failed attempt's error as on_error saw it (registry ref), for
-    * the enqueue policy's err (fw_dlq_replay_keep_error). */
+    * the enqueue policy's err (fw_replay_hook_keep_error). */
    bool has_error_ref;
    int error_ref;
 } fw_replay_hook_t;
 
-/* dlq_replay.c: while a dead letter is replayed, remembers the error table
+/* dispatcher.c: while a dead letter is replayed, remembers the error table
  * at index of L (on_error's err: type, message, where, fields, traceback)
  * for the enqueue policy, or forgets the one remembered (index 0: the
  * attempt ended without a Lua error, e.g. ctx:send_to_dlq). No-op when d
  * replays nothing. */
-void fw_dlq_replay_keep_error (fw_dispatcher_t *d, lua_State *L, int index);
+void fw_replay_hook_keep_error (fw_dispatcher_t *d, lua_State *L, int index);
 
-/* Drops what fw_dlq_replay_keep_error remembered; the replay calls it once
+/* Drops what fw_replay_hook_keep_error remembered; the replay calls it once
  * the entry's outcome is decided. */
-void fw_dlq_replay_forget_error (fw_dispatcher_t *d, fw_replay_hook_t *hook);
+void fw_replay_hook_forget_error (fw_dispatcher_t *d, fw_replay_hook_t *hook);
 
 /* dlq_replay.c: runs dlq.enqueue_policy for a replay that failed for good
  * (hook's error; ctx:dead_letter()'s letter in d->dispatch). True: evict;

@@ -156,7 +156,7 @@ decide (fw_dispatcher_t *d, int attempt, fw_lua_stop_t stop, decision_t *out)
    }
    classified = failure + 1;
    user_err = failure + 2;
-   fw_dlq_replay_keep_error (d, L, user_err);
+   fw_replay_hook_keep_error (d, L, user_err);
 
    /* 2. on_error(err, ctx): what it returned, or what it raised */
    lua_rawgeti (L, LUA_REGISTRYINDEX, d->prog.spec_ref);
@@ -728,7 +728,7 @@ static void
 attempt_decision (fw_dispatcher_t *d, lua_State *L, bool ok, int attempt, fw_lua_stop_t stop,
                   decision_t *dec)
 {
-   fw_dlq_replay_keep_error (d, L, 0);
+   fw_replay_hook_keep_error (d, L, 0);
    if (d->dispatch.dlq_requested) {
       if (!ok) {
          lua_pop (L, 1);

@@ -57,7 +57,7 @@ fw_test__replay_one (lua_State *L)
    if (r != FW_DISPATCH_STOPPED && hook.result == FW_REPLAYED_FAILED) {
       evict = fw_dlq_replay_policy (d, &hook, u->diagnostics);
    }
-   fw_dlq_replay_forget_error (d, &hook);
+   fw_replay_hook_forget_error (d, &hook);
    fw_test__end_capture (app);
    d->dispatch.dead_letter = NULL;
    d->replay = NULL;

@@ -288,34 +288,6 @@ typedef struct {
    bool diag_ok;
 } policy_args_t;
 
-void
-fw_dlq_replay_keep_error (fw_dispatcher_t *d, lua_State *L, int index)
-{
-   fw_replay_hook_t *hook = d->replay;
-
-   if (!hook) {
-      return;
-   }
-   if (hook->has_error_ref) {
-      luaL_unref (L, LUA_REGISTRYINDEX, hook->error_ref);
-      hook->has_error_ref = false;
-   }
-   if (index != 0) {
-      lua_pushvalue (L, index);
-      hook->error_ref = luaL_ref (L, LUA_REGISTRYINDEX);
-      hook->has_error_ref = hook->error_ref != LUA_REFNIL && hook->error_ref != LUA_NOREF;
-   }
-}
-
-void
-fw_dlq_replay_forget_error (fw_dispatcher_t *d, fw_replay_hook_t *hook)
-{
-   if (hook->has_error_ref) {
-      luaL_unref (fw_lua_host_state (d->prog.host), LUA_REGISTRYINDEX, hook->error_ref);
-      hook->has_error_ref = false;
-   }
-}
-
 /* The policy's err, as on_error's: type and message (the decided ones),
  * where, fields ({} when none) and traceback ("" when none) of the last
  * failed attempt. A fresh table: what on_error did to its own is not seen. */
@@ -514,7 +486,7 @@ run_claimed (const claim_t *c, const bson_t *claimed, const bson_t *before,
    } else {
       record_success (c, hook.result == FW_REPLAYED_SKIPPED, hook.attempts, out);
    }
-   fw_dlq_replay_forget_error (d, &hook);
+   fw_replay_hook_forget_error (d, &hook);
    d->dispatch.dead_letter = NULL;
    d->replay = NULL;
    bson_destroy (&letter);
