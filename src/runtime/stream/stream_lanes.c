@@ -101,6 +101,8 @@ fw_stream_worker_build_lanes (fw_stream_worker_t *w, fw_stream_lane_loader_t loa
 {
    int n = w->cfg->lanes;
 
+   /* A full Lua state is rebuilt the way its lanes are loaded. */
+   fw_dispatcher_set_loader (w->d, load, ud);
    if (n <= 1) {
       return true;
    }
@@ -116,6 +118,7 @@ fw_stream_worker_build_lanes (fw_stream_worker_t *w, fw_stream_lane_loader_t loa
       if (!ld) {
          return false; /* the lanes built so far go with w */
       }
+      fw_dispatcher_set_loader (ld, load, ud);
       w->lane_d[w->n_lane_d++] = ld; /* fw.state is the stream's: shared below */
    }
    fw_stream_state_attach (w);
