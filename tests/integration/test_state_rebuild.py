@@ -95,7 +95,7 @@ class StateRebuild(FailureTestCase):
         self.assertEqual(p.count_log("Lua state rebuilt"), 1)
         self.stop_cleanly(p)
         s = summary(p, "s")
-        self.assertEqual((s["handled"], s["dead_lettered"]), (3, 0))
+        self.assertEqual((s["handled"], s["dead_lettered"], s["handler_errors"]), (3, 0, 1))
 
     def test_a_state_that_fills_up_at_once_again_stops_the_stream(self):
         p = self.start_leaky()

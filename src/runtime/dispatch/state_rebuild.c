@@ -99,6 +99,11 @@ fw_state_check (fw_dispatcher_t *d, bool ok, int attempt)
    if (ok) {
       return FW_STATE_OK; /* the event is done: the next attempt, of another, sees to it */
    }
+   /* The attempt failed all the same: counted as a MemoryError. */
+   d->stats.handler_errors++;
+   if (d->metrics) {
+      fw_stream_metrics_handler_error (d->metrics, "MemoryError");
+   }
    report_attempt (d, attempt);
    lua_pop (L, 1); /* the failure: the state's, not the event's */
    d->dispatch.dlq_requested = false;
