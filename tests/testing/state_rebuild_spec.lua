@@ -61,6 +61,17 @@ describe("a full Lua state", function()
     assert.equal("handled", app:deliver("s", fwt.insert({ _id = 3, check = true })).outcome)
   end)
 
+  it("is not what a big event alone makes: its values are let go before the state is measured",
+     function()
+    local app = load()
+    -- ctx:full_document() copies the event's 7 MB into the 8 MB state; once
+    -- the handler returned, that copy is the event's, not the state's.
+    local r = app:deliver("s", fwt.insert({ _id = 1, big = string.rep("x", 7 * 1024 * 1024) }))
+    assert.equal("handled", r.outcome)
+    assert.equal("handled", app:deliver("s", fwt.insert({ _id = 2 })).outcome)
+    assert.equal(0, app.metrics:value("flowwarden_states_rebuilt_total", { stream = "s" }))
+  end)
+
   it("stops the stream when it fills up again at once", function()
     local app = load()
     local r = app:deliver("s", fwt.insert({ _id = 1, fill = "always" }))

@@ -206,7 +206,8 @@ lane_loop (void *arg)
          break; /* shutdown: the event stays after the watermark */
       }
       if (r != FW_DISPATCH_DONE) {
-         lane_failed (l->ls, fw_dispatcher_failure (d)); /* a sequenced DLQ overflowed */
+         /* a sequenced DLQ overflowed, or the Lua state filled up too soon */
+         lane_failed (l->ls, fw_dispatcher_failure (d));
          break;
       }
       if (l->metrics) {
