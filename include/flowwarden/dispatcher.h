@@ -103,6 +103,22 @@ void fw_dispatcher_set_lead (fw_dispatcher_t *d, fw_lease_t *lease, int64_t epoc
  * program (a reload). */
 void fw_dispatcher_set_boundary (fw_dispatcher_t *d, bool (*fn) (void *ud), void *ud);
 
+/* Loads the stream's script once more into a new host (the caller's), as
+ * the stream's own was loaded; NULL with error filled. */
+typedef fw_lua_host_t *(*fw_dispatcher_loader_t) (void *ud, fw_error_t *error);
+
+/* A Lua state still over 90% of its memory_limit after a full collection
+ * at the end of a handler call is rebuilt from the script with load(ud)
+ * (same script version; fw.state kept, globals start afresh) and the event
+ * retried on it. A state that fills up again within
+ * FW_STATE_REFILL_EVENTS events of its rebuild (the event it was rebuilt
+ * for counting as the first) stops the stream instead (FW_DISPATCH_FAILED,
+ * fw_dispatcher_failure says why). Without a loader (NULL, the default)
+ * nothing is rebuilt. ud is borrowed and must outlive d; load is called on
+ * the thread running d. */
+void fw_dispatcher_set_loader (fw_dispatcher_t *d, fw_dispatcher_loader_t load, void *ud);
+#define FW_STATE_REFILL_EVENTS 3
+
 /* Adds from's counts (a lane's) to d's and zeroes from's. */
 void fw_dispatcher_add_stats (fw_dispatcher_t *d, fw_dispatcher_t *from);
 

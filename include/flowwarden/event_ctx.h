@@ -44,6 +44,11 @@ void fw_event_ctx_open (lua_State *L);
 /* Starts a new event on d: bumps the generation and drops the old cache. */
 void fw_event_ctx_begin (lua_State *L, fw_dispatch_t *d, const fw_event_t *ev);
 
+/* Lets go of the values converted for the current event (they are
+ * converted again when asked), but ctx:add_metadata's table, so the
+ * collector can take them back. Allocates nothing: cannot raise. */
+void fw_event_ctx_drop_values (lua_State *L, fw_dispatch_t *d);
+
 /* Pushes the event's whole id (the resume token's _data, any length) and
  * returns true; pushes nothing and returns false when it has none or it
  * cannot be read. May raise (memory). */

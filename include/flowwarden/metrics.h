@@ -81,6 +81,13 @@ typedef enum {
    FW_METRICS_RESTART_COUNT
 } fw_metrics_restart_t;
 
+/* Why a stream's Lua state was rebuilt from its script:
+ * flowwarden_states_rebuilt_total{reason}. */
+typedef enum {
+   FW_METRICS_REBUILD_MEMORY = 0, /* still over 90% of memory_limit after a full collection */
+   FW_METRICS_REBUILD_COUNT
+} fw_metrics_rebuild_t;
+
 typedef enum { FW_METRICS_IO_MONGO = 0, FW_METRICS_IO_HTTP, FW_METRICS_IO_CLIENT_COUNT } fw_metrics_io_client_t;
 
 typedef enum {
@@ -100,6 +107,7 @@ const char *fw_metrics_op_name (fw_metrics_op_t op);
 const char *fw_metrics_outcome_name (fw_metrics_outcome_t outcome);
 const char *fw_stream_state_name (fw_stream_state_t state);
 const char *fw_metrics_restart_name (fw_metrics_restart_t reason);
+const char *fw_metrics_rebuild_name (fw_metrics_rebuild_t reason);
 
 /* Maps a change event's operationType ("insert", "dropDatabase", ...). */
 fw_metrics_op_t fw_metrics_op_from_name (const char *operation_type);
@@ -197,6 +205,9 @@ void fw_stream_metrics_set_state (fw_stream_metrics_t *b, fw_stream_state_t stat
 
 /* The change stream was re-opened for reason. */
 void fw_stream_metrics_restart (fw_stream_metrics_t *b, fw_metrics_restart_t reason);
+
+/* One of the stream's Lua states (its own or a lane's) was rebuilt. */
+void fw_stream_metrics_state_rebuilt (fw_stream_metrics_t *b, fw_metrics_rebuild_t reason);
 
 /* Bytes the stream's Lua state holds. */
 void fw_stream_metrics_set_lua_memory (fw_stream_metrics_t *b, uint64_t bytes);

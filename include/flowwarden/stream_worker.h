@@ -48,6 +48,9 @@ typedef fw_lua_host_t *(*fw_stream_lane_loader_t) (void *ud, fw_error_t *error);
 /*
  * lanes = N > 1 (issue 16): builds the stream's N lane programs, each in a
  * host load(ud) returns, sharing w's fw.state store; nothing for lanes = 1.
+ * Every dispatcher of w (its own, its lanes') also rebuilds a full Lua
+ * state with load(ud) (fw_dispatcher_set_loader): ud must outlive w and
+ * load may run on w's and its lanes' threads at once.
  * Call it right after fw_stream_worker_new, before set_metrics; a reload's
  * new program builds its own, so the reload is rolled back when one fails.
  * False with error filled (w unchanged but usable for destroy).

@@ -442,6 +442,24 @@ fw_event_ctx_begin (lua_State *L, fw_dispatch_t *d, const fw_event_t *ev)
    d->dlq_reason[0] = '\0';
 }
 
+void
+fw_event_ctx_drop_values (lua_State *L, fw_dispatch_t *d)
+{
+   uint32_t keep = d->cache_slots & (1u << SLOT_METADATA);
+
+   if (d->cache_slots & ~keep && d->cache_ref != LUA_NOREF) {
+      lua_rawgeti (L, LUA_REGISTRYINDEX, d->cache_ref);
+      for (int slot = SLOT_FULL_DOCUMENT; slot <= SLOT_COUNT; slot++) {
+         if (slot != SLOT_METADATA && (d->cache_slots & (1u << slot))) {
+            lua_pushnil (L);
+            lua_rawseti (L, -2, slot);
+         }
+      }
+      lua_pop (L, 1);
+   }
+   d->cache_slots = keep;
+}
+
 int
 fw_event_ctx_push (lua_State *L, void *dispatch)
 {

@@ -52,6 +52,7 @@ struct fw_stream_metrics {
    int n_error_types;         /* release-stored after the name is written */
    uint64_t retries;
    uint64_t restarts[FW_METRICS_RESTART_COUNT];
+   uint64_t rebuilds[FW_METRICS_REBUILD_COUNT];
    uint64_t checkpoint_writes;
    uint64_t checkpoint_errors;
    uint64_t dlq_writes;

@@ -22,6 +22,7 @@ static const char *const state_names[FW_STREAM_STATE_COUNT] = {
    "starting", "running", "paused", "retrying", "restarting", "stopped", "failed"};
 static const char *const restart_names[FW_METRICS_RESTART_COUNT] = {
    "error", "invalidate", "history_lost", "admin", "reload"};
+static const char *const rebuild_names[FW_METRICS_REBUILD_COUNT] = {"memory"};
 
 const char *
 fw_metrics_op_name (fw_metrics_op_t op)
@@ -45,6 +46,12 @@ const char *
 fw_metrics_restart_name (fw_metrics_restart_t reason)
 {
    return (unsigned) reason < FW_METRICS_RESTART_COUNT ? restart_names[reason] : "error";
+}
+
+const char *
+fw_metrics_rebuild_name (fw_metrics_rebuild_t reason)
+{
+   return (unsigned) reason < FW_METRICS_REBUILD_COUNT ? rebuild_names[reason] : "memory";
 }
 
 fw_metrics_op_t
@@ -381,6 +388,15 @@ fw_stream_metrics_restart (fw_stream_metrics_t *b, fw_metrics_restart_t reason)
       reason = FW_METRICS_RESTART_ERROR;
    }
    count_add (&b->restarts[reason], 1);
+}
+
+void
+fw_stream_metrics_state_rebuilt (fw_stream_metrics_t *b, fw_metrics_rebuild_t reason)
+{
+   if ((unsigned) reason >= FW_METRICS_REBUILD_COUNT) {
+      reason = FW_METRICS_REBUILD_MEMORY;
+   }
+   count_add (&b->rebuilds[reason], 1);
 }
 
 void

@@ -249,6 +249,17 @@ render_state (render_t *r)
                      count_get (&b->restarts[i]));
       }
    }
+   family (r->out, "flowwarden_states_rebuilt_total", "counter",
+           "Times a Lua state of the stream (its own or a lane's) was rebuilt from the script, "
+           "by reason.");
+   FOREACH_ACTIVE (r, b)
+   {
+      for (int i = 0; i < FW_METRICS_REBUILD_COUNT; i++) {
+         sample_u64 (r->out, "flowwarden_states_rebuilt_total", b, "reason",
+                     fw_metrics_rebuild_name ((fw_metrics_rebuild_t) i),
+                     count_get (&b->rebuilds[i]));
+      }
+   }
    family (r->out, "flowwarden_lua_memory_bytes", "gauge",
            "Memory held by the stream's Lua state.");
    FOREACH_ACTIVE (r, b)

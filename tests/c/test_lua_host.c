@@ -109,6 +109,17 @@ lua_host_timeout_stops_endless_loop (void **state)
    assert_int_equal (stop, FW_LUA_STOP_TIMEOUT);
    lua_pop (L, 1);
 
+   /* nor a loop inside a coroutine, which is a thread of its own */
+   luaL_loadstring (L, "coroutine.wrap(function() while true do end end)()");
+   assert_false (fw_lua_host_call (host, 0, 0, 50, &stop));
+   assert_int_equal (stop, FW_LUA_STOP_TIMEOUT);
+   lua_pop (L, 1);
+   luaL_loadstring (L, "local co = coroutine.create(function() while true do end end)\n"
+                       "while true do coroutine.resume(co) end");
+   assert_false (fw_lua_host_call (host, 0, 0, 50, &stop));
+   assert_int_equal (stop, FW_LUA_STOP_TIMEOUT);
+   lua_pop (L, 1);
+
    /* and the state keeps working afterwards */
    luaL_loadstring (L, "return 1 + 1");
    assert_true (fw_lua_host_call (host, 0, 1, 50, &stop));

@@ -119,6 +119,8 @@ busy_registry (void)
    fw_stream_metrics_set_dlq_pending (a, 7, 12.5);
    fw_stream_metrics_set_state (a, FW_STREAM_RUNNING, NULL);
    fw_stream_metrics_restart (a, FW_METRICS_RESTART_INVALIDATE);
+   fw_stream_metrics_state_rebuilt (a, FW_METRICS_REBUILD_MEMORY);
+   fw_stream_metrics_state_rebuilt (a, FW_METRICS_REBUILD_MEMORY);
    fw_stream_metrics_set_lua_memory (a, 123456);
    fw_stream_metrics_io (a, FW_METRICS_IO_MONGO, FW_METRICS_IO_OK, 2000000);
    fw_stream_metrics_io (a, FW_METRICS_IO_HTTP, FW_METRICS_IO_TIMEOUT, 5000000000LL);
@@ -195,6 +197,7 @@ metrics_exposition_has_every_value (void **state)
    assert_true (contains (text, "flowwarden_stream_state{stream=\"orders\",state=\"running\"} 1\n"));
    assert_true (contains (text, "flowwarden_stream_state{stream=\"orders\",state=\"failed\"} 0\n"));
    assert_true (contains (text, "flowwarden_stream_restarts_total{stream=\"orders\",reason=\"invalidate\"} 1\n"));
+   assert_true (contains (text, "flowwarden_states_rebuilt_total{stream=\"orders\",reason=\"memory\"} 2\n"));
    assert_true (contains (text, "flowwarden_lua_memory_bytes{stream=\"orders\"} 123456\n"));
    assert_true (contains (text, "flowwarden_io_requests_total{stream=\"orders\",client=\"http\",result=\"timeout\"} 1\n"));
    assert_true (contains (text, "flowwarden_io_duration_seconds_bucket{stream=\"orders\",client=\"mongo\",le=\"0.0025\"} 1\n"));

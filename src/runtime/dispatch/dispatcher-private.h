@@ -15,6 +15,7 @@
 #include "flowwarden/dlq_store.h"
 #include "flowwarden/event_ctx.h"
 #include "flowwarden/mongo_lua.h"
+#include "runtime/dispatch/state_rebuild.h"
 
 enum { H_INSERT, H_UPDATE, H_REPLACE, H_DELETE, H_CHANGE, H_COUNT };
 
@@ -127,6 +128,7 @@ struct fw_dispatcher {
    } wall;
    fw_park_state_t park;
    char failure[1200];         /* why the stream stops, with FW_DISPATCH_FAILED */
+   fw_state_rebuild_t rebuild; /* a full Lua state built afresh (state_rebuild.c) */
 };
 
 /* The registry ref of the handler for an event of operation op: its own

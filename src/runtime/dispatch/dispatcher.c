@@ -135,6 +135,7 @@ fw_dispatcher_new (fw_lua_host_t *host, int index, fw_connections_t *conns,
    d->shutdown = shutdown;
    d->clock = (fw_stream_clock_t){real_now_ms, real_wait_ms, d, false};
    d->park.index = -1;
+   d->rebuild.index = index;
    if (!program_read (&d->prog, index, error)) {
       fw_dispatcher_destroy (d);
       return NULL;
@@ -211,6 +212,7 @@ fw_dispatcher_take_program (fw_dispatcher_t *d, fw_dispatcher_t *from)
    }
    d->prog = from->prog;
    from->prog = mine;
+   d->rebuild.pending = d->rebuild.refilled = d->rebuild.rebuilt = false; /* a new state */
    program_changed (d);
    fw_dispatcher_attach (d); /* fw.state survives the reload: the new state gets our store */
    fw_metrics_lua_bind_stream (fw_lua_host_state (d->prog.host), d->metrics);

@@ -636,8 +636,16 @@ attempt_may_start (fw_dispatcher_t *d, const fw_event_t *ev, lua_State **L, int 
       return false;
    }
    /* A reload takes effect here: this attempt runs the new code, and the
-    * attempt count carries on. */
-   if (d->at_attempt_boundary && d->at_attempt_boundary (d->boundary_ud)) {
+    * attempt count carries on. So does a full state's rebuild. */
+   bool switched = d->at_attempt_boundary && d->at_attempt_boundary (d->boundary_ud);
+   if (!switched && d->rebuild.pending) {
+      if (!fw_state_rebuild (d)) {
+         *r = FW_DISPATCH_FAILED;
+         return false;
+      }
+      switched = true;
+   }
+   if (switched) {
       *L = fw_lua_host_state (d->prog.host);
       if ((*ref = fw_program_handler_for (&d->prog, ev->op)) == LUA_NOREF) {
          /* the new script has no handler for it */
@@ -923,6 +931,9 @@ dispatch (fw_dispatcher_t *d, const fw_event_t *ev)
          return r;
       }
       ok = call_handler (d, L, ref, attempt, key_failed, &stop, &t);
+      if (fw_state_over_mark (d) && fw_state_check (d, ok, attempt) == FW_STATE_RETRY) {
+         continue; /* failed in a full state: tried again on a rebuilt one */
+      }
       if (ok && !d->dispatch.dlq_requested) {
          return handled (d, attempt, t.end_ns);
       }

@@ -238,10 +238,78 @@ recording_searcher (lua_State *L)
    return n;
 }
 
+/* A coroutine is a thread of its own: the hook the watchdog arms on the
+ * state's main thread does not run in it, so a handler looping inside one
+ * was never stopped. Every coroutine gets a count hook of its own, which
+ * looks at the call's deadline every COROUTINE_CHECK instructions. */
+#define COROUTINE_CHECK 10000
+
+static void
+coroutine_hook (lua_State *L, lua_Debug *ar)
+{
+   fw_lua_host_t *host = host_of (L); /* a thread's extra space is its main thread's */
+   int64_t deadline = __atomic_load_n (&host->call.deadline_ns, __ATOMIC_ACQUIRE);
+   (void) ar;
+   if (host->timed_out || (deadline && fw_mono_ns () > deadline)) {
+      host->timed_out = true;
+      luaL_error (L, "handler exceeded its timeout");
+   }
+}
+
+static void
+watch_coroutine (lua_State *co)
+{
+   lua_sethook (co, coroutine_hook, LUA_MASKCOUNT, COROUTINE_CHECK);
+}
+
+/* coroutine.create, the original as upvalue 1: the new thread is watched. */
+static int
+watched_create (lua_State *L)
+{
+   lua_pushvalue (L, lua_upvalueindex (1));
+   lua_insert (L, 1);
+   lua_call (L, lua_gettop (L) - 1, 1);
+   if (lua_type (L, -1) == LUA_TTHREAD) {
+      watch_coroutine (lua_tothread (L, -1));
+   }
+   return 1;
+}
+
+/* coroutine.wrap, the original as upvalue 1: the function it returns holds
+ * its thread as its upvalue, which is watched. */
+static int
+watched_wrap (lua_State *L)
+{
+   lua_pushvalue (L, lua_upvalueindex (1));
+   lua_insert (L, 1);
+   lua_call (L, lua_gettop (L) - 1, 1);
+   if (lua_type (L, -1) == LUA_TFUNCTION && lua_getupvalue (L, -1, 1)) {
+      if (lua_type (L, -1) == LUA_TTHREAD) {
+         watch_coroutine (lua_tothread (L, -1));
+      }
+      lua_pop (L, 1);
+   }
+   return 1;
+}
+
+static void
+watch_coroutines (lua_State *L)
+{
+   lua_getglobal (L, "coroutine");
+   lua_getfield (L, -1, "create");
+   lua_pushcclosure (L, watched_create, 1);
+   lua_setfield (L, -2, "create");
+   lua_getfield (L, -1, "wrap");
+   lua_pushcclosure (L, watched_wrap, 1);
+   lua_setfield (L, -2, "wrap");
+   lua_pop (L, 1);
+}
+
 static int
 pmain_open (lua_State *L)
 {
    luaL_openlibs (L);
+   watch_coroutines (L);
    fw_lua_call_attach (L, &host_of (L)->call);
 
    /* package.searchers: preload, embedded, then the usual path searchers. */

@@ -101,6 +101,8 @@ fw_stream_worker_build_lanes (fw_stream_worker_t *w, fw_stream_lane_loader_t loa
 {
    int n = w->cfg->lanes;
 
+   /* A full Lua state is rebuilt the way its lanes are loaded. */
+   fw_dispatcher_set_loader (w->d, load, ud);
    if (n <= 1) {
       return true;
    }
@@ -116,6 +118,7 @@ fw_stream_worker_build_lanes (fw_stream_worker_t *w, fw_stream_lane_loader_t loa
       if (!ld) {
          return false; /* the lanes built so far go with w */
       }
+      fw_dispatcher_set_loader (ld, load, ud);
       w->lane_d[w->n_lane_d++] = ld; /* fw.state is the stream's: shared below */
    }
    fw_stream_state_attach (w);
@@ -203,7 +206,8 @@ lane_loop (void *arg)
          break; /* shutdown: the event stays after the watermark */
       }
       if (r != FW_DISPATCH_DONE) {
-         lane_failed (l->ls, fw_dispatcher_failure (d)); /* a sequenced DLQ overflowed */
+         /* a sequenced DLQ overflowed, or the Lua state filled up too soon */
+         lane_failed (l->ls, fw_dispatcher_failure (d));
          break;
       }
       if (l->metrics) {

@@ -40,6 +40,9 @@ typedef struct fw_test_app {
    int bridge_ref;             /* registry ref of that thread (spec's state) */
    int dispatch_ref;           /* registry ref of opts.bridge (spec's state) */
    lua_State *spec;            /* the spec's main state, owner of the refs */
+   int env_ref;                /* registry ref of opts.env (spec's state), or LUA_NOREF */
+   char *uri;                  /* opts.uri as load was given it (malloc), or NULL */
+   bool jitter;                /* opts.jitter: retry jitter stays on */
 } fw_test_app_t;
 
 /* Registry key (its address) of the app in each script state. */

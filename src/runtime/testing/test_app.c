@@ -212,9 +212,12 @@ app_free (lua_State *L, fw_test_app_t *app)
    app->conns = NULL;
    free (app->script);
    app->script = NULL;
+   free (app->uri);
+   app->uri = NULL;
    luaL_unref (L, LUA_REGISTRYINDEX, app->bridge_ref);
    luaL_unref (L, LUA_REGISTRYINDEX, app->dispatch_ref);
-   app->bridge_ref = app->dispatch_ref = LUA_NOREF;
+   luaL_unref (L, LUA_REGISTRYINDEX, app->env_ref);
+   app->bridge_ref = app->dispatch_ref = app->env_ref = LUA_NOREF;
    app->bridge = NULL;
 }
 
@@ -261,6 +264,55 @@ load_host (fw_test_app_t *app, lua_State *L, int env_idx, const char *uri, fw_er
        !fw_lua_host_load_script (host, app->script, uri, error)) {
       fw_lua_host_destroy (host);
       return NULL;
+   }
+   return host;
+}
+
+/* Protected: retry.jitter off in every spec of the state (opts.jitter). */
+static int
+pno_jitter (lua_State *L)
+{
+   int specs = lua_gettop (L);
+   for (lua_Integer i = 1; i <= (lua_Integer) lua_rawlen (L, specs); i++) {
+      if (lua_rawgeti (L, specs, i) == LUA_TTABLE && lua_getfield (L, -1, "retry") == LUA_TTABLE) {
+         lua_pushboolean (L, 0);
+         lua_setfield (L, -2, "jitter");
+      }
+      lua_settop (L, specs);
+   }
+   return 0;
+}
+
+/* A dispatcher's loader when its Lua state is full (state_rebuild.c): the
+ * script loaded as load did (opts.env pushed on the bridge thread, a thread
+ * of the spec's state that runs nothing meanwhile), jitter as the app has it. */
+static fw_lua_host_t *
+rebuild_load (void *ud, fw_error_t *error)
+{
+   fw_test_app_t *app = ud;
+   lua_State *S = app->bridge;
+   int top = lua_gettop (S), env_idx = 0;
+   fw_lua_host_t *host;
+
+   if (!lua_checkstack (S, LUA_MINSTACK)) {
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory loading %s", app->script);
+      return NULL;
+   }
+   if (app->env_ref != LUA_NOREF) {
+      lua_rawgeti (S, LUA_REGISTRYINDEX, app->env_ref);
+      env_idx = lua_gettop (S);
+   }
+   host = load_host (app, S, env_idx, app->uri, error);
+   lua_settop (S, top);
+   if (host && !app->jitter) {
+      lua_State *L = fw_lua_host_state (host);
+      lua_pushcfunction (L, pno_jitter);
+      fw_lua_host_push_specs (host);
+      if (lua_pcall (L, 1, 0, 0) != LUA_OK) {
+         fw_error_set (error, FW_ERROR_NOMEM, "out of memory loading %s", app->script);
+         fw_lua_host_destroy (host);
+         return NULL;
+      }
    }
    return host;
 }
@@ -323,15 +375,25 @@ read_load_opts (lua_State *L, fw_test_app_t *app, load_opts_t *o)
 }
 
 /* Gives app its script path, DLQ store, metrics, fw.mongo connection (with
- * opts.mongo_uri) and the dispatcher's hooks; raises when it cannot. */
+ * opts.mongo_uri), what a rebuild loads with (opts.env, uri, jitter) and the
+ * dispatcher's hooks; raises when it cannot. */
 static void
-init_app (lua_State *L, fw_test_app_t *app, const char *path, const char *mongo_uri)
+init_app (lua_State *L, fw_test_app_t *app, const char *path, const load_opts_t *o)
 {
+   const char *mongo_uri = o->mongo_uri;
    fw_error_t err;
 
    fw_shutdown_init (&app->shutdown);
    app->has_shutdown = true;
    app->script = strdup (path);
+   app->jitter = o->jitter;
+   if (o->env_idx) {
+      lua_pushvalue (L, o->env_idx);
+      app->env_ref = luaL_ref (L, LUA_REGISTRYINDEX);
+   }
+   if (o->uri && !(app->uri = strdup (o->uri))) {
+      luaL_error (L, "flowwarden.testing: out of memory loading %s", path);
+   }
    app->store = fw_dlq_store_memory_new (&err);
    app->metrics = fw_metrics_new ();
    if (!app->script || !app->store || !app->metrics) {
@@ -401,6 +463,7 @@ wire_app_dispatchers (fw_test_app_t *app, const load_opts_t *o)
       d->prog.cfg.retry.jitter = d->prog.cfg.retry.jitter && o->jitter;
       d->rng = (uint64_t) o->seed + (uint64_t) i;
       fw_state_store_set_clock (d->state, state_clock, app);
+      fw_dispatcher_set_loader (d, rebuild_load, app);
    }
 }
 
@@ -417,12 +480,12 @@ fw_test__load (lua_State *L)
    lua_settop (L, 2);
    app = lua_newuserdatauv (L, sizeof *app, 0);
    memset (app, 0, sizeof *app);
-   app->bridge_ref = app->dispatch_ref = LUA_NOREF;
+   app->bridge_ref = app->dispatch_ref = app->env_ref = LUA_NOREF;
    luaL_setmetatable (L, APP_MT);
    app_idx = lua_gettop (L);
 
    read_load_opts (L, app, &o);
-   init_app (L, app, path, o.mongo_uri);
+   init_app (L, app, path, &o);
    build_app_dispatchers (L, app, &o, path);
    wire_app_dispatchers (app, &o);
    lua_pushvalue (L, app_idx);
