@@ -477,6 +477,11 @@ run_claimed (const claim_t *c, const bson_t *claimed, const bson_t *before,
    if (r == FW_DISPATCH_STOPPED) {
       release (c);
       set_result (out, FW_REPLAY_STOPPED, "stopped before it was handled; left PENDING");
+   } else if (r == FW_DISPATCH_FAILED) {
+      /* The dispatcher cannot go on (its Lua state filled up again at once,
+       * a sequenced DLQ overflowed): the entry is untouched. */
+      release (c);
+      set_result (out, FW_REPLAY_ERROR, "%.900s; left PENDING", fw_dispatcher_failure (d));
    } else if (hook.result == FW_REPLAYED_NO_HANDLER) {
       release (c);
       set_result (out, FW_REPLAY_UNHANDLED,

@@ -272,7 +272,8 @@ dispatch_here (fw_stream_worker_t *w, const fw_event_t *ev)
                                                                               : FW_READ_STOP;
    }
    if (r == FW_DISPATCH_FAILED) {
-      fw_stream_failed (w, fw_dispatcher_failure (w->d)); /* a sequenced DLQ overflowed */
+      /* a sequenced DLQ overflowed, or the Lua state filled up too soon */
+      fw_stream_failed (w, fw_dispatcher_failure (w->d));
       return FW_READ_FAILED;
    }
    if (w->metrics) {
