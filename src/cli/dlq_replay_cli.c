@@ -27,6 +27,8 @@
 #include "flowwarden/metrics.h"
 #include "flowwarden/shutdown.h"
 #include "flowwarden/stream_worker.h"
+#include "flowwarden/suggest.h"
+#include "flowwarden/dispatcher.h"
 
 #define DEFAULT_URI "mongodb://127.0.0.1:27017/?replicaSet=rs0"
 
@@ -355,20 +357,51 @@ add_worker (session_t *s, const options_t *o, fw_stream_worker_t *w)
 /* One worker per stream with a DLQ (the filters' stream only, if any), the
  * first on first, the others on their own load of the script. Returns the
  * exit code on failure, -1 on success. */
+/* --stream NAME names no stream with a DLQ: say which there are (names:
+ * the script's, NULL-terminated) and the likely one. */
+static void
+unknown_stream (const options_t *o, const char *const *names)
+{
+   const char *guess = fw_suggest (o->filter.stream, names);
+
+   fprintf (stderr, "flowwarden dlq replay: %s: --stream %s: no such stream with a dead-letter "
+                    "queue%s%s%s; its streams are:",
+            o->script, o->filter.stream, guess ? " (did you mean " : "", guess ? guess : "",
+            guess ? "?)" : "");
+   for (int i = 0; names[i]; i++) {
+      fprintf (stderr, "%s %s", i ? "," : "", names[i]);
+   }
+   fprintf (stderr, "%s\n", names[0] ? "" : " none");
+}
+
+static void
+free_names (char **names, int n)
+{
+   for (int i = 0; names && i < n; i++) {
+      free (names[i]);
+   }
+   free (names);
+}
+
 static int
 open_workers (session_t *s, const options_t *o, fw_lua_host_t *first, const char *option_uri)
 {
    fw_error_t err;
-   int count = fw_lua_host_stream_count (first);
+   int count = fw_lua_host_stream_count (first), n_names = 0;
    bool known = !o->filter.stream;
+   char **names = calloc ((size_t) count + 1, sizeof *names);
 
-   s->workers = calloc ((size_t) count + 1, sizeof *s->workers);
+   s->workers = names ? calloc ((size_t) count + 1, sizeof *s->workers) : NULL;
    for (int i = 0; i < count && s->workers; i++) {
       fw_lua_host_t *host = i == 0 ? first : load (o->script, option_uri, &err);
       fw_stream_worker_t *w = host ? fw_stream_worker_new (host, i, s->pool, s->conns, &err) : NULL;
       if (!w) {
          fprintf (stderr, "flowwarden dlq replay: %s\n", err.message);
+         free_names (names, n_names);
          return 1;
+      }
+      if ((names[n_names] = strdup (fw_stream_worker_name (w)))) {
+         n_names++;
       }
       if (add_worker (s, o, w)) {
          known = true;
@@ -376,16 +409,53 @@ open_workers (session_t *s, const options_t *o, fw_lua_host_t *first, const char
    }
    if (!s->workers) {
       fprintf (stderr, "flowwarden dlq replay: out of memory\n");
+      free_names (names, n_names);
       return 1;
    }
-   if (!known || s->n == 0) {
-      fprintf (stderr, "flowwarden dlq replay: %s%s%s has no %s with a dead-letter queue\n",
-               o->script, o->filter.stream ? ": --stream " : "",
-               o->filter.stream ? o->filter.stream : "",
-               o->filter.stream ? "such stream" : "stream");
-      return 1;
+   if (!known && o->filter.stream) {
+      unknown_stream (o, (const char *const *) names);
+   } else if (s->n == 0) {
+      fprintf (stderr, "flowwarden dlq replay: %s has no stream with a dead-letter queue\n",
+               o->script);
    }
-   return -1;
+   free_names (names, n_names);
+   return !known || s->n == 0 ? 1 : -1;
+}
+
+/* False (said on stderr) when none of the selected streams' DLQ collections
+ * exists: a wrong database or collection would otherwise look like an empty
+ * DLQ. One missing beside others is only said. */
+static bool
+dlq_collections_exist (session_t *s)
+{
+   int found = 0;
+
+   for (int i = 0; i < s->n; i++) {
+      fw_dispatcher_t *d = fw_stream_worker_dispatcher (s->workers[i]);
+      const fw_stream_config_t *cfg = fw_dispatcher_config (d);
+      const fw_dlq_config_t *dlq = cfg->dlq.enabled ? &cfg->dlq : &cfg->dlq_fallback;
+      const char *db_name = dlq->database ? dlq->database : cfg->database;
+      fw_error_t err;
+      bson_error_t berr = {0};
+      mongoc_client_t *client = fw_dispatcher_client_for (d, dlq->connection, &err);
+      mongoc_database_t *db = client ? mongoc_client_get_database (client, db_name) : NULL;
+      bool exists = db && mongoc_database_has_collection (db, dlq->collection, &berr);
+
+      if (db && !exists && berr.code != 0) {
+         fprintf (stderr, "flowwarden dlq replay: cannot list the collections of %s: %s\n",
+                  db_name, berr.message);
+         exists = true; /* not known: the replay says what it finds */
+      }
+      mongoc_database_destroy (db);
+      if (exists) {
+         found++;
+      } else {
+         fprintf (stderr, "flowwarden dlq replay: stream \"%s\": its DLQ collection %s.%s does "
+                          "not exist (a wrong database in --uri or the script?)\n",
+                  cfg->name, db_name, dlq->collection);
+      }
+   }
+   return found > 0;
 }
 
 /* A ping, so that an unreachable server is said before anything else. */
@@ -594,6 +664,9 @@ select_entries (session_t *s, const options_t *o, candidate_t **out, size_t *n_o
 
    if (!fw_dlq_filter_check (&o->filter, "PENDING,REPROCESSING", &err)) {
       fprintf (stderr, "flowwarden dlq replay: %s\n", err.message);
+      return false;
+   }
+   if (!dlq_collections_exist (s)) {
       return false;
    }
    for (int i = 0; ok && i < s->n; i++) {

@@ -282,6 +282,28 @@ class ReplayControls(ReplayTestCase):
         cp = self.replay(fixed(self.db_name), "--limit", "2")
         self.assertEqual(self.effects(), {0: 1, 1: 1, 2: 1})
 
+    def test_a_wrong_stream_or_database_is_said_not_replayed_as_nothing(self):
+        script = self.script(
+            'fw.stream { name = "orders", collection = "orders", dlq = true,\n'
+            '  on_insert = function() end }\n'
+            'fw.stream { name = "payments", collection = "payments", dlq = true,\n'
+            '  on_insert = function() end }\n', "two.lua")
+        self.db["_fw_dlq"].insert_one(self.entry(1, stream="orders"))
+        cp = run_cli(["dlq", "replay", script, "--uri", self.uri, "--stream", "ordrs"])
+        self.assertEqual(cp.returncode, 1, cp.stdout + cp.stderr)
+        self.assertIn("--stream ordrs: no such stream with a dead-letter queue (did you mean "
+                      "orders?); its streams are: orders, payments", cp.stderr)
+        wrong = self.uri.replace("/%s?" % self.db_name, "/%s_typo?" % self.db_name)
+        self.assertNotEqual(wrong, self.uri)
+        cp = run_cli(["dlq", "replay", script, "--uri", wrong])
+        self.assertEqual(cp.returncode, 1, cp.stdout + cp.stderr)
+        self.assertIn("its DLQ collection %s_typo._fw_dlq does not exist" % self.db_name,
+                      cp.stderr)
+        self.assertNotIn("replaying", cp.stdout)
+        cp = run_cli(["dlq", "replay", script, "--uri", self.uri, "--dry-run"])
+        self.assertEqual(cp.returncode, 0, cp.stdout + cp.stderr)
+        self.assertIn("would replay 1 entry", cp.stdout)
+
     def test_exit_codes_for_bad_usage_and_connection_errors(self):
         script = self.script(fixed(self.db_name), "fixed.lua")
         for args, text in (
@@ -290,7 +312,7 @@ class ReplayControls(ReplayTestCase):
                  'number followed by ms, s, m, h, d or w, e.g. "500ms")'),
                 (["--claim-ttl", "0s"], '--claim-ttl: must be greater than zero, got "0s"'),
                 (["--status", "LOST"], 'unknown status "LOST"'),
-                (["--stream", "nope"], "has no such stream")):
+                (["--stream", "nope"], "--stream nope: no such stream with a dead-letter queue")):
             cp = run_cli(["dlq", "replay", script, "--uri", self.uri] + args)
             self.assertEqual(cp.returncode, 1, args)
             self.assertIn(text, cp.stderr)

@@ -30,7 +30,14 @@ typedef struct {
 } fw_memory_store_t;
 
 /* The string at key of doc, or NULL. */
-const char *fw_dlq__utf8_field (const bson_t *doc, const char *key);
+static inline const char *
+fw_dlq__utf8_field (const bson_t *doc, const char *key)
+{
+   bson_iter_t it;
+   return bson_iter_init_find (&it, doc, key) && BSON_ITER_HOLDS_UTF8 (&it)
+             ? bson_iter_utf8 (&it, NULL)
+             : NULL;
+}
 
 /* Fills store's reading and changing methods (dlq_store_memory_ops.c). */
 void fw_dlq__memory_methods (fw_dlq_store_t *store);

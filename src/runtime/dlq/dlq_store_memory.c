@@ -20,15 +20,6 @@ as_memory (fw_dlq_store_t *store)
    return store && store->save == memory_save ? (memory_store_t *) store : NULL;
 }
 
-const char *
-fw_dlq__utf8_field (const bson_t *doc, const char *key)
-{
-   bson_iter_t it;
-   return bson_iter_init_find (&it, doc, key) && BSON_ITER_HOLDS_UTF8 (&it)
-             ? bson_iter_utf8 (&it, NULL)
-             : NULL;
-}
-
 static bool
 same_value (const bson_t *a, const bson_t *b, const char *key)
 {

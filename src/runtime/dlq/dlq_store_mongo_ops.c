@@ -60,39 +60,30 @@ query_of (const fw_dlq_query_t *q, bson_t *out, fw_error_t *error)
    return ok;
 }
 
+static bool oldest_pending (fw_mongo_store_t *m, const bson_t *query, int64_t *oldest_ms,
+                            fw_error_t *error);
+
 static bool
 mongo_pending (fw_dlq_store_t *store, const char *stream, int64_t *count, int64_t *oldest_ms,
                fw_error_t *error)
 {
    fw_mongo_store_t *m = (fw_mongo_store_t *) store;
+   bson_t *query = BCON_NEW ("streamName", BCON_UTF8 (stream));
    bson_t *filter = BCON_NEW ("streamName", BCON_UTF8 (stream), "status", BCON_UTF8 ("PENDING"));
-   bson_t *opts = BCON_NEW ("sort", "{", "createdAt", BCON_INT32 (1), "}", "projection", "{",
-                            "createdAt", BCON_INT32 (1), "}", "limit", BCON_INT64 (1));
-   mongoc_cursor_t *cursor = NULL;
-   const bson_t *doc;
+   int64_t oldest = INT64_MAX;
    bson_error_t berr;
-   bson_iter_t it;
    bool ok = true;
 
-   *oldest_ms = 0;
    *count = mongoc_collection_count_documents (m->coll, filter, NULL, NULL, NULL, &berr);
    if (*count < 0) {
       fw_dlq__mongo_error (error, "counting the PENDING entries", m->name, &berr);
       ok = false;
    } else if (*count > 0) {
-      cursor = mongoc_collection_find_with_opts (m->coll, filter, opts, NULL);
-      if (mongoc_cursor_next (cursor, &doc) && bson_iter_init_find (&it, doc, "createdAt") &&
-          BSON_ITER_HOLDS_DATE_TIME (&it)) {
-         *oldest_ms = bson_iter_date_time (&it);
-      }
-      if (mongoc_cursor_error (cursor, &berr)) {
-         fw_dlq__mongo_error (error, "the oldest PENDING query", m->name, &berr);
-         ok = false;
-      }
+      ok = oldest_pending (m, query, &oldest, error);
    }
-   mongoc_cursor_destroy (cursor);
+   *oldest_ms = oldest == INT64_MAX ? 0 : oldest;
    bson_destroy (filter);
-   bson_destroy (opts);
+   bson_destroy (query);
    return ok;
 }
 
