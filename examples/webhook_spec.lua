@@ -29,8 +29,9 @@ describe("webhook.lua", function()
   it("sends plain JSON: the ObjectId as hex, the Decimal128 as a string", function()
     local fw = require("flowwarden")
     local id = fw.object_id("64f1a2b3c4d5e6f7a8b9c0d1")
-    local r = app:deliver("paid-orders-webhook", fwt.update({ _id = id, total = fw.decimal128("19.99") },
-      { set = { status = "PAID" }, full_document = true }))
+    local order = { _id = id, total = fw.decimal128("19.99") }
+    local r = app:deliver("paid-orders-webhook",
+      fwt.update(order, { set = { status = "PAID" }, full_document = true }))
     assert.equal("handled", r.outcome)
     local call = app.http.calls[1]
     assert.equal("application/json", call.headers["content-type"])

@@ -12,9 +12,9 @@ reads every number as a float) and name the path to a bad value.
 Encoding writes relaxed Extended JSON for the values JSON lacks (see
 docs/lua-api.md): integers beyond 2^53 and NaN/Infinity as {"$numberLong"} /
 {"$numberDouble"} wrappers; mode = "plain" writes plain JSON instead (an
-ObjectId as its hex string, a date as an ISO-8601 string, ...). Object keys: a view keeps its BSON order; a table
-is written `_id` first, then its other keys sorted bytewise (as tables go to
-BSON). Decoding gives plain tables, arrays marked as arrays (fw.array, so []
+ObjectId as its hex string, a date as an ISO-8601 string, ...). Object keys:
+a view keeps its BSON order; a table is written `_id` first, then its other
+keys sorted bytewise (as tables go to BSON). Decoding gives plain tables, arrays marked as arrays (fw.array, so []
 stays an array), JSON null as fw.null, integers as integers and numbers with
 a fraction or exponent as floats.
 

@@ -171,7 +171,8 @@ json_plain_mode_writes_every_bson_type_of_a_view_as_plain_json (void **state)
                            "n = fw.int64(-9007199254740992), m = fw.int64(-9007199254740993) }, "
                            "{ mode = 'plain' })"));
    assert_string_equal (result,
-                        "{\"at\":\"-000001-01-01T00:00:00.000Z\",\"far\":\"+275760-09-13T00:00:00.000Z\","
+                        "{\"at\":\"-000001-01-01T00:00:00.000Z\","
+                        "\"far\":\"+275760-09-13T00:00:00.000Z\","
                         "\"id\":\"64f1a2b3c4d5e6f7a8b9c0d1\",\"m\":\"-9007199254740993\","
                         "\"n\":-9007199254740992}");
    fw_lua_host_destroy (host);

@@ -142,7 +142,8 @@ describe("flowwarden.json_ext.to_plain", function()
 
   it("writes a date as ISO-8601 UTC with milliseconds, expanded years outside 0000 .. 9999",
     function()
-      assert.are.equal("2024-05-01T12:00:00.123Z", ext.to_plain(typed("date", { ms = 1714564800123 })))
+      assert.are.equal("2024-05-01T12:00:00.123Z",
+        ext.to_plain(typed("date", { ms = 1714564800123 })))
       assert.are.equal("1969-12-31T23:59:59.999Z", ext.to_plain(typed("date", { ms = -1 })))
       assert.are.equal("0000-01-01T00:00:00.000Z", ext.plain_date(-62167219200000))
       assert.are.equal("-000001-12-31T23:59:59.999Z", ext.plain_date(-62167219200001))
@@ -161,11 +162,13 @@ describe("flowwarden.json_ext.to_plain", function()
     assert.are.equal("integer", math.type(v))
     assert.are.equal(9007199254740992, ext.to_plain(typed("int64", { value = 1 << 53 })))
     assert.are.equal("9007199254740993", ext.to_plain(typed("int64", { value = (1 << 53) + 1 })))
-    assert.are.equal("-9223372036854775808", ext.to_plain(typed("int64", { value = math.mininteger })))
+    assert.are.equal("-9223372036854775808",
+      ext.to_plain(typed("int64", { value = math.mininteger })))
   end)
 
   it("writes binary as padded base64, whatever its subtype", function()
-    assert.are.equal("AQID/w==", ext.to_plain(typed("binary", { data = "\1\2\3\255", subtype = 0x80 })))
+    assert.are.equal("AQID/w==",
+      ext.to_plain(typed("binary", { data = "\1\2\3\255", subtype = 0x80 })))
   end)
 
   it("writes a timestamp as {t, i}", function()
