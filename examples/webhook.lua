@@ -31,9 +31,19 @@ fw.stream {
     if changed.status ~= "PAID" or order == nil then
       return
     end
+    -- Plain JSON for a service that knows nothing of MongoDB: an ObjectId
+    -- _id is sent as "64f1...", not {"$oid": "64f1..."}; a Decimal128 total
+    -- as "19.99", a date as "2024-05-01T12:00:00.000Z" (`json = {...}`
+    -- would send Extended JSON, the default).
+    local body = fw.json.encode({ event = ctx:event_id(), order = order._id, total = order.total },
+      { mode = "plain" })
     local res = fw.http.post(HOOK_URL, {
-      json = { event = ctx:event_id(), order = order._id, total = order.total },
-      headers = { Authorization = "Bearer " .. HOOK_TOKEN, ["Idempotency-Key"] = ctx:event_id() },
+      body = body,
+      headers = {
+        Authorization = "Bearer " .. HOOK_TOKEN,
+        ["Content-Type"] = "application/json",
+        ["Idempotency-Key"] = ctx:event_id(),
+      },
       timeout = "2s",
       raise_for_status = true,
     })

@@ -26,6 +26,21 @@ describe("webhook.lua", function()
     assert.equal(r.event_id, call.headers["idempotency-key"])
   end)
 
+  it("sends plain JSON: the ObjectId as hex, the Decimal128 as a string", function()
+    local fw = require("flowwarden")
+    local id = fw.object_id("64f1a2b3c4d5e6f7a8b9c0d1")
+    local order = { _id = id, total = fw.decimal128("19.99") }
+    local r = app:deliver("paid-orders-webhook",
+      fwt.update(order, { set = { status = "PAID" }, full_document = true }))
+    assert.equal("handled", r.outcome)
+    local call = app.http.calls[1]
+    assert.equal("application/json", call.headers["content-type"])
+    local body = fw.json.decode(call.body)
+    assert.equal("64f1a2b3c4d5e6f7a8b9c0d1", body.order)
+    assert.equal("19.99", body.total)
+    assert.equal(r.event_id, body.event)
+  end)
+
   it("retries when the web hook answers 503", function()
     app.http:stub("POST", HOOK, { status = 503 }, { times = 1 })
     local r = app:deliver("paid-orders-webhook", paid(2))

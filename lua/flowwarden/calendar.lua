@@ -10,7 +10,7 @@ local M = {}
 
 function M.days_from_civil(y, m, d)
   y = m <= 2 and y - 1 or y
-  local era = (y >= 0 and y or y - 399) // 400
+  local era = y // 400 -- Lua's // floors: no correction for negative years
   local yoe = y - era * 400
   local mp = (m + 9) % 12
   local doy = (153 * mp + 2) // 5 + d - 1
@@ -20,7 +20,7 @@ end
 
 function M.civil_from_days(z)
   z = z + 719468
-  local era = (z >= 0 and z or z - 146096) // 146097
+  local era = z // 146097
   local doe = z - era * 146097
   local yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
   local y = yoe + era * 400

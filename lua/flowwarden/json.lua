@@ -6,14 +6,15 @@ because the mapping must know flowwarden's values (views, typed BSON values,
 fw.null, tables marked as arrays), keep integers and floats apart (cjson 2.1
 reads every number as a float) and name the path to a bad value.
 
-  encode(value [, { pretty = true }]) -> text
+  encode(value [, { pretty = true, mode = "extended" | "plain" }]) -> text
   decode(text [, { extended = true }]) -> value
 
 Encoding writes relaxed Extended JSON for the values JSON lacks (see
 docs/lua-api.md): integers beyond 2^53 and NaN/Infinity as {"$numberLong"} /
-{"$numberDouble"} wrappers. Object keys: a view keeps its BSON order; a table
-is written `_id` first, then its other keys sorted bytewise (as tables go to
-BSON). Decoding gives plain tables, arrays marked as arrays (fw.array, so []
+{"$numberDouble"} wrappers; mode = "plain" writes plain JSON instead (an
+ObjectId as its hex string, a date as an ISO-8601 string, ...). Object keys:
+a view keeps its BSON order; a table is written `_id` first, then its other
+keys sorted bytewise (as tables go to BSON). Decoding gives plain tables, arrays marked as arrays (fw.array, so []
 stays an array), JSON null as fw.null, integers as integers and numbers with
 a fraction or exponent as floats.
 
@@ -30,6 +31,7 @@ M.MAX_BYTES = 64 * 1024 * 1024
 
 local TWO53 = 1 << 53
 local ORDERED = ext.ORDERED
+local PLAIN_NULL = ext.PLAIN_NULL
 local find, sub, byte, format = string.find, string.sub, string.byte, string.format
 
 local cjson
@@ -95,7 +97,7 @@ local function number_text(x)
   return s
 end
 
-local function new_encoder(fw, null, array_mt, pretty)
+local function new_encoder(fw, null, array_mt, pretty, plain)
   local out, n, bytes = {}, 0, 0
   local path, depth = {}, 0
   local seen = {}
@@ -264,17 +266,18 @@ local function new_encoder(fw, null, array_mt, pretty)
 
   function value(v)
     local t = type(v)
-    if v == nil or v == null then
+    if v == nil or v == null or v == PLAIN_NULL then
       put("null")
     elseif t == "string" then
       put(quote(st, v))
     elseif t == "number" then
       if math.type(v) == "integer" and (v > TWO53 or v < -TWO53) then
-        value(ext.long(v))
+        value(plain and ext.plain_integer(v) or ext.long(v))
       elseif v ~= v then
-        object(nil, { { "$numberDouble", "NaN" } })
+        value(plain and "NaN" or ext.wrap({ "$numberDouble", "NaN" }))
       elseif v == math.huge or v == -math.huge then
-        object(nil, { { "$numberDouble", v > 0 and "Infinity" or "-Infinity" } })
+        local name = v > 0 and "Infinity" or "-Infinity"
+        value(plain and name or ext.wrap({ "$numberDouble", name }))
       else
         put(number_text(v))
       end
@@ -305,7 +308,12 @@ local function new_encoder(fw, null, array_mt, pretty)
       if mt == "flowwarden.view" then
         view(v)
       elseif mt == "flowwarden.bson_value" then
-        local e = ext.to_ejson(v)
+        local e
+        if plain then
+          e = ext.to_plain(v)
+        else
+          e = ext.to_ejson(v)
+        end
         if e == nil then
           st.fail("cannot encode a " .. tostring(v.type) .. " value")
         end
@@ -530,6 +538,7 @@ end
 
 ---------------------------------------------------------------------------
 
+-- known: option name -> the type its value must have.
 local function check_options(fn, opts, known)
   if opts == nil then
     return {}
@@ -541,12 +550,15 @@ local function check_options(fn, opts, known)
     if not known[k] then
       error(format("fw.json.%s: unknown option %s", fn, tostring(k)), 3)
     end
-    if type(v) ~= "boolean" then
-      error(format("fw.json.%s: %s must be a boolean, got %s", fn, k, type(v)), 3)
+    if type(v) ~= known[k] then
+      error(format("fw.json.%s: %s must be a %s, got %s", fn, k, known[k], type(v)), 3)
     end
   end
   return opts
 end
+
+-- encode's modes: true for plain JSON.
+local MODES = { extended = false, plain = true }
 
 function M.new(fw)
   local json = {}
@@ -565,12 +577,17 @@ function M.new(fw)
   json.null = null
 
   function json.encode(v, opts)
-    opts = check_options("encode", opts, { pretty = true })
-    return new_encoder(fw, null, array_mt, opts.pretty)(v)
+    opts = check_options("encode", opts, { pretty = "boolean", mode = "string" })
+    local plain = MODES[opts.mode or "extended"]
+    if plain == nil then
+      error(format('fw.json.encode: unknown mode "%s" (expected "extended", the default, or '
+        .. '"plain")', opts.mode), 2)
+    end
+    return new_encoder(fw, null, array_mt, opts.pretty, plain)(v)
   end
 
   function json.decode(text, opts)
-    opts = check_options("decode", opts, { extended = true })
+    opts = check_options("decode", opts, { extended = "boolean" })
     if type(text) ~= "string" then
       error("fw.json.decode: text must be a string, got " .. type(text), 2)
     end

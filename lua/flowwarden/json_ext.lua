@@ -5,7 +5,8 @@ v2 wrappers ({"$oid": ...}, {"$date": ...}, ...) to flowwarden's typed
 values and back.
 
 to_ejson(v) turns a typed value into the plain table (with an explicit key
-order) that relaxed Extended JSON writes for it. from_ejson(t, fw) turns a
+order) that relaxed Extended JSON writes for it; to_plain(v) into the plain
+JSON value (a string, number or object) that mode = "plain" writes. from_ejson(t, fw) turns a
 decoded object into a typed value when it is one of the wrappers, returns
 nil when it is an ordinary object, and raises a message (without prefix)
 when it is a malformed wrapper.
@@ -124,6 +125,7 @@ M.ORDERED = {}
 local function wrap(...)
   return setmetatable({ ... }, M.ORDERED)
 end
+M.wrap = wrap
 
 local function long(i)
   return wrap({ "$numberLong", string.format("%d", i) })
@@ -174,6 +176,70 @@ function M.to_ejson(v)
   end
   return nil
 end
+
+---------------------------------------------------------------------------
+-- Typed values -> plain JSON (encode's mode = "plain"): what a consumer that
+-- knows nothing of Extended JSON expects. Lossy on purpose: the type is gone.
+
+-- ISO-8601 UTC with milliseconds; years outside 0000 to 9999 in ISO 8601's
+-- expanded form, sign and six digits ("+275760-09-13T00:00:00.000Z"), as
+-- JavaScript's Date#toISOString writes them.
+function M.plain_date(ms)
+  local days, rest = ms // 86400000, ms % 86400000
+  local y, m, d = civil_from_days(days)
+  local s = rest // 1000
+  local year = (y >= 0 and y <= 9999) and string.format("%04d", y)
+    or string.format("%s%06d", y < 0 and "-" or "+", math.abs(y))
+  return string.format("%s-%02d-%02dT%02d:%02d:%02d.%03dZ", year, m, d, s // 3600, s // 60 % 60,
+    s % 60, rest % 1000)
+end
+
+-- An integer JSON readers keep exactly (|i| <= 2^53) as a number, else its
+-- decimal digits as a string.
+function M.plain_integer(i)
+  if i > TWO53 or i < -TWO53 then
+    return string.format("%d", i)
+  end
+  return i
+end
+
+-- Returns the plain JSON value for typed value v, or nil for an unknown type.
+function M.to_plain(v)
+  local t = v.type
+  if t == "object_id" then
+    return v.hex
+  elseif t == "date" then
+    return M.plain_date(v.ms)
+  elseif t == "int64" then
+    return M.plain_integer(v.value)
+  elseif t == "decimal128" then
+    return v.string
+  elseif t == "binary" then
+    return M.base64_encode(v.data)
+  elseif t == "timestamp" then
+    return wrap({ "t", v.t }, { "i", v.i })
+  elseif t == "regex" then
+    return "/" .. v.pattern .. "/" .. v.options
+  elseif t == "min_key" then
+    return "MinKey"
+  elseif t == "max_key" then
+    return "MaxKey"
+  elseif t == "code" then
+    return v.code
+  elseif t == "code_w_scope" then
+    return wrap({ "code", v.code }, { "scope", v.scope })
+  elseif t == "symbol" then
+    return v.symbol
+  elseif t == "db_pointer" then
+    return wrap({ "ref", v.collection }, { "id", v.id.hex })
+  elseif t == "undefined" then
+    return M.PLAIN_NULL
+  end
+  return nil
+end
+
+-- Stands for JSON null in to_plain's results (the encoder writes it as null).
+M.PLAIN_NULL = setmetatable({}, { __name = "flowwarden.json_plain_null" })
 
 ---------------------------------------------------------------------------
 -- Extended JSON (canonical or relaxed) -> typed values

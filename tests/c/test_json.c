@@ -142,6 +142,42 @@ json_encodes_every_bson_type_of_a_view_as_relaxed_extended_json (void **state)
    fw_lua_host_destroy (host);
 }
 
+/* mode = "plain": what a web hook that knows nothing of Extended JSON reads. */
+static const char ALL_TYPES_PLAIN[] =
+   "{\"_id\":\"64f1a2b3c4d5e6f7a8b9c0d1\",\"dbl\":2.0,\"str\":\"a\\\"b/\xc3\xa9\","
+   "\"sub\":{\"z\":1,\"a\":2},\"arr\":[1,\"x\"],\"empty\":[],"
+   "\"bin\":\"AQID/w==\",\"undef\":null,\"yes\":true,\"date\":\"2024-05-01T12:00:00.123Z\","
+   "\"old\":\"1969-12-31T23:59:59.000Z\",\"nul\":null,\"re\":\"/^a.c/im\","
+   "\"ptr\":{\"ref\":\"orders\",\"id\":\"64f1a2b3c4d5e6f7a8b9c0d1\"},"
+   "\"code\":\"return 1\",\"sym\":\"legacy\",\"cws\":{\"code\":\"return x\",\"scope\":{\"x\":1}},"
+   "\"i32\":-7,\"ts\":{\"t\":1714564800,\"i\":3},\"i64\":5,\"big\":\"9007199254740993\","
+   "\"dec\":\"19.99\",\"min\":\"MinKey\",\"max\":\"MaxKey\"}";
+
+static void
+json_plain_mode_writes_every_bson_type_of_a_view_as_plain_json (void **state)
+{
+   fw_lua_host_t *host = new_host ();
+   (void) state;
+
+   push_all_types_view (fw_lua_host_state (host));
+   assert_true (run (host, "return fw.json.encode(doc, { mode = 'plain' })"));
+   assert_string_equal (result, ALL_TYPES_PLAIN);
+   /* The default stays Extended JSON, and "extended" names it. */
+   assert_true (run (host, "return fw.json.encode(doc, { mode = 'extended' })"));
+   assert_string_equal (result, ALL_TYPES_JSON);
+   /* Typed values built in Lua and nested in tables, and far-off dates. */
+   assert_true (run (host, "return fw.json.encode({ id = fw.object_id('64f1a2b3c4d5e6f7a8b9c0d1'), "
+                           "at = fw.date(-62198755200000), far = fw.date(8640000000000000), "
+                           "n = fw.int64(-9007199254740992), m = fw.int64(-9007199254740993) }, "
+                           "{ mode = 'plain' })"));
+   assert_string_equal (result,
+                        "{\"at\":\"-000001-01-01T00:00:00.000Z\","
+                        "\"far\":\"+275760-09-13T00:00:00.000Z\","
+                        "\"id\":\"64f1a2b3c4d5e6f7a8b9c0d1\",\"m\":\"-9007199254740993\","
+                        "\"n\":-9007199254740992}");
+   fw_lua_host_destroy (host);
+}
+
 static void
 json_extended_decode_gives_back_the_same_bson_bytes (void **state)
 {
@@ -294,6 +330,7 @@ main (void)
 {
    const struct CMUnitTest tests[] = {
       cmocka_unit_test (json_encodes_every_bson_type_of_a_view_as_relaxed_extended_json),
+      cmocka_unit_test (json_plain_mode_writes_every_bson_type_of_a_view_as_plain_json),
       cmocka_unit_test (json_extended_decode_gives_back_the_same_bson_bytes),
       cmocka_unit_test (json_canonical_extended_json_decodes_to_typed_values),
       cmocka_unit_test (json_errors_name_the_function_and_the_path),

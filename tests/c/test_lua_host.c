@@ -87,6 +87,57 @@ lua_host_valid_script_declares_streams (void **state)
    fw_lua_host_destroy (host);
 }
 
+/* The version of the script at path (a fresh host each time); NULL when it
+ * does not load. */
+static const char *
+version_of (const char *path, char *out, size_t size)
+{
+   fw_lua_host_t *host = fw_lua_host_new (NULL);
+   fw_error_t err;
+   bool ok;
+
+   assert_non_null (host);
+   ok = fw_lua_host_load_script (host, path, NULL, &err);
+   if (ok) {
+      snprintf (out, size, "%s", fw_lua_host_version (host));
+   }
+   fw_lua_host_destroy (host);
+   return ok ? out : NULL;
+}
+
+/* The version hashes the contents, never the path: spellings of one path and
+ * a copy under another name are one version, and the value is fixed for
+ * given bytes (so it is the same on every machine); other bytes, another. */
+static void
+lua_host_version_hashes_contents_not_paths (void **state)
+{
+   const char *text = "local fw = require('flowwarden')\n"
+                      "fw.stream { name = 'a', database = 'd', on_change = function() end }\n";
+   char a[32], b[32], c[32], copy[96], dotted[96];
+   FILE *f;
+   (void) state;
+
+   write_script (text);
+   assert_non_null (version_of (script_path, a, sizeof a));
+   assert_int_equal (strlen (a), 12);
+   snprintf (dotted, sizeof dotted, "/tmp/./%s", script_path + strlen ("/tmp/"));
+   assert_non_null (version_of (dotted, b, sizeof b));
+   assert_string_equal (a, b);
+   snprintf (copy, sizeof copy, "%s.copy.lua", script_path);
+   f = fopen (copy, "w");
+   assert_non_null (f);
+   fputs (text, f);
+   fclose (f);
+   assert_non_null (version_of (copy, c, sizeof c));
+   unlink (copy);
+   assert_string_equal (a, c);
+   assert_string_equal (a, "e6c77ef076bf");
+   write_script ("-- edited\nlocal fw = require('flowwarden')\n"
+                 "fw.stream { name = 'a', database = 'd', on_change = function() end }\n");
+   assert_non_null (version_of (script_path, b, sizeof b));
+   assert_string_not_equal (a, b);
+}
+
 /* A handler in an endless loop is stopped by the clock check in the count
  * hook, and the host says why. */
 static void
@@ -341,6 +392,7 @@ main (void)
       cmocka_unit_test_teardown (lua_host_syntax_error_names_script_and_line, teardown),
       cmocka_unit_test_teardown (lua_host_runtime_error_at_load_names_line, teardown),
       cmocka_unit_test_teardown (lua_host_valid_script_declares_streams, teardown),
+      cmocka_unit_test_teardown (lua_host_version_hashes_contents_not_paths, teardown),
       cmocka_unit_test (lua_host_timeout_stops_endless_loop),
       cmocka_unit_test (lua_host_io_timeout_keeps_its_type_past_the_deadline),
       cmocka_unit_test (lua_host_memory_limit_stops_hungry_handler),

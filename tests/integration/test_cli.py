@@ -143,6 +143,36 @@ class Usage(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("database                       fromhelper", r.stdout)
 
+    def check_version(self, script, cwd):
+        r = subprocess.run([BINARY, "check", script], capture_output=True, text=True,
+                           env=clean_env(), cwd=cwd, timeout=20, stdin=subprocess.DEVNULL)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        m = re.search(r"^script: .* \(version ([0-9a-f]{12})\)$", r.stdout, re.M)
+        self.assertIsNotNone(m, r.stdout)
+        return m.group(1)
+
+    def test_one_script_has_one_version_whatever_path_names_it(self):
+        """The version hashes the contents of the script and its modules, not
+        their paths: `totals.lua`, `./totals.lua`, its absolute path and a
+        copy in another folder are one version; editing a module changes it."""
+        d = tempfile.mkdtemp(dir=self.tmp.name)
+        write_script(d, "return { db = 'shop' }\n", "helpers.lua", prelude=False)
+        body = ("local helpers = require('helpers')\n"
+                "fw.stream { name = 's', database = helpers.db, on_change = function() end }\n")
+        path = write_script(d, body, "totals.lua")
+        versions = {self.check_version("totals.lua", d),
+                    self.check_version("./totals.lua", d),
+                    self.check_version(path, "/"),
+                    self.check_version(os.path.relpath(path, self.tmp.name), self.tmp.name)}
+        self.assertEqual(len(versions), 1, versions)
+        other = tempfile.mkdtemp(dir=self.tmp.name)
+        write_script(other, "return { db = 'shop' }\n", "helpers.lua", prelude=False)
+        write_script(other, body, "totals.lua")
+        self.assertEqual(self.check_version("totals.lua", other), versions.pop())
+        write_script(other, "return { db = 'shop2' }\n", "helpers.lua", prelude=False)
+        self.assertNotEqual(self.check_version("totals.lua", other),
+                            self.check_version("totals.lua", d))
+
 
 class UriPrecedence(unittest.TestCase):
     """--uri, then FLOWWARDEN_URI, then fw.defaults { uri }, then the default."""

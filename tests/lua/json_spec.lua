@@ -99,6 +99,98 @@ describe("fw.json.decode", function()
   end)
 end)
 
+-- Stand-ins for the host's typed values: to_plain reads only their fields.
+local function typed(kind, fields)
+  fields.type = kind
+  return fields
+end
+
+describe('fw.json.encode with mode = "plain"', function()
+  local plain = { mode = "plain" }
+
+  it("keeps Extended JSON as the default, also when named", function()
+    assert.are.equal('{"$numberLong":"9007199254740993"}',
+      json.encode(9007199254740993, { mode = "extended" }))
+    assert.are.equal('{"$numberLong":"9007199254740993"}', json.encode(9007199254740993))
+  end)
+
+  it("writes integers beyond 2^53 as decimal strings, those within as numbers", function()
+    assert.are.equal('["9007199254740993",9007199254740992,-9007199254740992,"-9007199254740993"]',
+      json.encode({ 9007199254740993, 9007199254740992, -9007199254740992, -9007199254740993 },
+        plain))
+    assert.are.equal('"9223372036854775807"', json.encode(math.maxinteger, plain))
+  end)
+
+  it("writes NaN and the infinities as strings", function()
+    assert.are.equal('["NaN","Infinity","-Infinity",1.5]',
+      json.encode({ 0 / 0, math.huge, -math.huge, 1.5 }, plain))
+  end)
+
+  it("refuses an unknown mode, naming the modes it knows", function()
+    assert.has_error(function() json.encode({}, { mode = "relaxed" }) end,
+      'fw.json.encode: unknown mode "relaxed" (expected "extended", the default, or "plain")')
+    assert.has_error(function() json.encode({}, { mode = true }) end,
+      "fw.json.encode: mode must be a string, got boolean")
+  end)
+end)
+
+describe("flowwarden.json_ext.to_plain", function()
+  it("writes an ObjectId as its 24 hex digits", function()
+    assert.are.equal("64f1a2b3c4d5e6f7a8b9c0d1",
+      ext.to_plain(typed("object_id", { hex = "64f1a2b3c4d5e6f7a8b9c0d1" })))
+  end)
+
+  it("writes a date as ISO-8601 UTC with milliseconds, expanded years outside 0000 .. 9999",
+    function()
+      assert.are.equal("2024-05-01T12:00:00.123Z",
+        ext.to_plain(typed("date", { ms = 1714564800123 })))
+      assert.are.equal("1969-12-31T23:59:59.999Z", ext.to_plain(typed("date", { ms = -1 })))
+      assert.are.equal("0000-01-01T00:00:00.000Z", ext.plain_date(-62167219200000))
+      assert.are.equal("-000001-12-31T23:59:59.999Z", ext.plain_date(-62167219200001))
+      assert.are.equal("+275760-09-13T00:00:00.000Z", ext.plain_date(8640000000000000))
+      assert.are.equal("-271821-04-20T00:00:00.000Z", ext.plain_date(-8640000000000000))
+    end)
+
+  it("writes a Decimal128 as its string", function()
+    assert.are.equal("19.99", ext.to_plain(typed("decimal128", { string = "19.99" })))
+    assert.are.equal("NaN", ext.to_plain(typed("decimal128", { string = "NaN" })))
+  end)
+
+  it("writes an Int64 as a number within 2^53, else as a decimal string", function()
+    local v = ext.to_plain(typed("int64", { value = 5 }))
+    assert.are.equal(5, v)
+    assert.are.equal("integer", math.type(v))
+    assert.are.equal(9007199254740992, ext.to_plain(typed("int64", { value = 1 << 53 })))
+    assert.are.equal("9007199254740993", ext.to_plain(typed("int64", { value = (1 << 53) + 1 })))
+    assert.are.equal("-9223372036854775808",
+      ext.to_plain(typed("int64", { value = math.mininteger })))
+  end)
+
+  it("writes binary as padded base64, whatever its subtype", function()
+    assert.are.equal("AQID/w==",
+      ext.to_plain(typed("binary", { data = "\1\2\3\255", subtype = 0x80 })))
+  end)
+
+  it("writes a timestamp as {t, i}", function()
+    assert.are.equal('{"t":1714564800,"i":3}',
+      json.encode(ext.to_plain(typed("timestamp", { t = 1714564800, i = 3 }))))
+  end)
+
+  it("writes the rare types as strings, objects or null", function()
+    assert.are.equal("/^a.c/im", ext.to_plain(typed("regex", { pattern = "^a.c", options = "im" })))
+    assert.are.equal("MinKey", ext.to_plain(typed("min_key", {})))
+    assert.are.equal("MaxKey", ext.to_plain(typed("max_key", {})))
+    assert.are.equal("return 1", ext.to_plain(typed("code", { code = "return 1" })))
+    assert.are.equal("legacy", ext.to_plain(typed("symbol", { symbol = "legacy" })))
+    assert.are.equal('{"code":"return x","scope":{"x":1}}',
+      json.encode(ext.to_plain(typed("code_w_scope", { code = "return x", scope = { x = 1 } }))))
+    assert.are.equal('{"ref":"orders","id":"64f1a2b3c4d5e6f7a8b9c0d1"}', json.encode(ext.to_plain(
+      typed("db_pointer", { collection = "orders", id = { hex = "64f1a2b3c4d5e6f7a8b9c0d1" } }))))
+    assert.are.equal("null", json.encode(ext.to_plain(typed("undefined", {}))))
+    assert.is_nil(ext.to_plain(typed("no_such_type", {})))
+  end)
+end)
+
 describe("flowwarden.json_ext", function()
   it("round-trips base64", function()
     for _, s in ipairs({ "", "f", "fo", "foo", "foob", "\0\255\1" }) do
@@ -118,5 +210,16 @@ describe("flowwarden.json_ext", function()
     assert.are.equal(1714564800000, ext.ms_from_iso("2024-05-01T14:00:00+02:00"))
     assert.are.equal(1714564800500, ext.ms_from_iso("2024-05-01T12:00:00.5Z"))
     assert.is_nil(ext.ms_from_iso("2024-13-01T00:00:00Z"))
+  end)
+
+  it("counts days right before the year 0 too (the calendar floors)", function()
+    local calendar = require("flowwarden.calendar")
+    for _, ymd in ipairs({ { -1, 1, 1 }, { -1, 12, 31 }, { -401, 2, 28 }, { 0, 2, 29 },
+      { -271821, 4, 20 }, { 1, 1, 1 } }) do
+      local days = calendar.days_from_civil(ymd[1], ymd[2], ymd[3])
+      assert.are.same(ymd, { calendar.civil_from_days(days) })
+    end
+    assert.are.equal(-719528, calendar.days_from_civil(0, 1, 1))
+    assert.are.equal(-719893, calendar.days_from_civil(-1, 1, 1))
   end)
 end)

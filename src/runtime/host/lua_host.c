@@ -220,17 +220,21 @@ embedded_searcher (lua_State *L)
 #define MODULE_FILES_KEY "flowwarden.module_files"
 
 /* Wraps Lua's own file searcher to note every module file a script loads,
- * so the script version covers the modules as well as the script. */
+ * so the script version covers the modules as well as the script. Each
+ * module adds two entries: its name as required, then the file found. */
 static int
 recording_searcher (lua_State *L)
 {
    int n;
+   luaL_checkstring (L, 1);
    lua_pushvalue (L, lua_upvalueindex (1));
    lua_pushvalue (L, 1);
    lua_call (L, 1, 2);
    n = 2;
    if (lua_isfunction (L, -2) && lua_type (L, -1) == LUA_TSTRING) {
       lua_getfield (L, LUA_REGISTRYINDEX, MODULE_FILES_KEY);
+      lua_pushvalue (L, 1);
+      lua_rawseti (L, -2, (lua_Integer) lua_rawlen (L, -2) + 1);
       lua_pushvalue (L, -2);
       lua_rawseti (L, -2, (lua_Integer) lua_rawlen (L, -2) + 1);
       lua_pop (L, 1);
@@ -504,25 +508,50 @@ fnv1a (uint64_t h, const unsigned char *p, size_t n)
    return h;
 }
 
+/* A 64-bit number, little-endian whatever the machine. */
+static uint64_t
+hash_u64 (uint64_t h, uint64_t v)
+{
+   unsigned char b[8];
+   for (int i = 0; i < 8; i++) {
+      b[i] = (unsigned char) (v >> (8 * i));
+   }
+   return fnv1a (h, b, sizeof b);
+}
+
+/* Bytes with their length first, so that the boundary between two hashed
+ * items is part of the hash. */
+static uint64_t
+hash_item (uint64_t h, const void *p, size_t n)
+{
+   return fnv1a (hash_u64 (h, (uint64_t) n), (const unsigned char *) p, n);
+}
+
+/* The file's contents only, never its path: one script has one version
+ * whatever path it is given by and on whatever machine. */
 static uint64_t
 hash_file (uint64_t h, const char *path)
 {
    unsigned char buf[8192];
    size_t n;
+   uint64_t total = 0;
+   uint64_t body = 0xcbf29ce484222325ULL;
    FILE *f = fopen (path, "rb");
 
-   h = fnv1a (h, (const unsigned char *) path, strlen (path) + 1);
    if (!f) {
-      return h;
+      return hash_item (h, "", 0); /* the loader read it a moment ago */
    }
    while ((n = fread (buf, 1, sizeof buf, f)) > 0) {
-      h = fnv1a (h, buf, n);
+      body = fnv1a (body, buf, n);
+      total += n;
    }
    fclose (f);
-   return h;
+   return hash_u64 (hash_u64 (h, total), body);
 }
 
-/* The version covers the script and every module it loaded from disk. */
+/* The version covers the script's contents and every module it loaded from
+ * disk (the module's name as required and the file's contents): not where
+ * the files are, so `a.lua`, `./a.lua` and `/abs/a.lua` are one version. */
 static void
 compute_version (fw_lua_host_t *host, const char *path)
 {
@@ -530,8 +559,15 @@ compute_version (fw_lua_host_t *host, const char *path)
    uint64_t h = hash_file (0xcbf29ce484222325ULL, path);
 
    lua_getfield (L, LUA_REGISTRYINDEX, MODULE_FILES_KEY);
-   for (lua_Integer i = 1; lua_istable (L, -1) && i <= (lua_Integer) lua_rawlen (L, -1); i++) {
+   for (lua_Integer i = 1; lua_istable (L, -1) && i + 1 <= (lua_Integer) lua_rawlen (L, -1);
+        i += 2) {
+      size_t len = 0;
+      const char *name;
       lua_rawgeti (L, -1, i);
+      name = lua_tolstring (L, -1, &len);
+      h = hash_item (h, name ? name : "", name ? len : 0);
+      lua_pop (L, 1);
+      lua_rawgeti (L, -1, i + 1);
       h = hash_file (h, lua_tostring (L, -1));
       lua_pop (L, 1);
    }
