@@ -344,6 +344,17 @@ swap_stream (fw_runtime_t *rt, fw_stream_worker_t **slot)
    return fate;
 }
 
+/* The reload's result for status, with the values read by fw.env hidden
+ * (a load error may quote one). */
+static void
+record_reload (fw_runtime_t *rt, bool ok, const char *message)
+{
+   char shown[2048];
+   snprintf (shown, sizeof shown, "%s", message);
+   fw_secrets_redact_in_place (shown, sizeof shown);
+   fw_metrics_set_last_reload (rt->metrics, ok, fw_now_ms (), shown);
+}
+
 /*
  * SIGHUP: load and validate the script again while the old one runs, then
  * swap all streams at once. Unchanged sources keep their cursor and switch
@@ -366,6 +377,7 @@ reload (fw_runtime_t *rt, char *message, size_t len)
               (unsigned long long) rt->reload_failures, rt->version, err.message);
       snprintf (message, len, "reload failed; still running script version %s: %s", rt->version,
                 err.message);
+      record_reload (rt, false, message);
       return false;
    }
    removed = remove_dropped_streams (rt, next, n);
@@ -384,6 +396,7 @@ reload (fw_runtime_t *rt, char *message, size_t len)
              rt->opts->script, rt->version, version, (long long) (fw_mono_ms () - t0),
              fates[STREAM_KEPT], fates[STREAM_RESTARTED], fates[STREAM_ADDED], removed);
    fw_log (FW_LOG_INFO, NULL, "%s", message);
+   record_reload (rt, true, message);
    free (rt->version);
    rt->version = version;
    return true;
