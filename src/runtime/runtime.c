@@ -622,7 +622,8 @@ wait_streams_finished (fw_runtime_t *rt, const sigset_t *sigs)
    bool told = false;
 
    for (int i = 0; i < rt->n; i++) {
-      while (!fw_stream_worker_finished (rt->workers[i])) {
+      /* A stream that could not start has no thread to wait for. */
+      while (fw_stream_worker_running (rt->workers[i])) {
          struct timespec slice = {0, 100 * 1000 * 1000};
          int sig = sigtimedwait (sigs, NULL, &slice);
          if (sig == SIGINT || sig == SIGTERM) {

@@ -43,6 +43,12 @@ fw_stream_worker_finished (const fw_stream_worker_t *w)
    return __atomic_load_n (&w->thread.finished, __ATOMIC_ACQUIRE);
 }
 
+bool
+fw_stream_worker_running (const fw_stream_worker_t *w)
+{
+   return w->thread.started && !w->thread.joined && !fw_stream_worker_finished (w);
+}
+
 /* --- opening ------------------------------------------------------------- */
 
 /* The server ended the change stream for good (ChangeStreamFatalError), e.g.
