@@ -131,6 +131,21 @@ void fw_metrics_set_script_version (fw_metrics_t *m, const char *version);
 /* Counts a reload in flowwarden_reloads_total{result="success|failure"}. */
 void fw_metrics_count_reload (fw_metrics_t *m, bool ok);
 
+/* The last reload, for status (/v1/streams). */
+typedef struct {
+   bool happened;     /* false: no reload since the start */
+   bool ok;
+   int64_t at_ms;     /* wall clock */
+   char message[2048];/* its "reloaded ..." line, or why it failed (truncated) */
+} fw_reload_result_t;
+
+/* Records the last reload's result (message copied; secrets already hidden
+ * by the caller). Any thread. */
+void fw_metrics_set_last_reload (fw_metrics_t *m, bool ok, int64_t now_ms, const char *message);
+
+/* Copies the last reload's result into *out; false when none happened. */
+bool fw_metrics_last_reload (fw_metrics_t *m, fw_reload_result_t *out);
+
 /*
  * The block of stream `name`, created on first use (NULL only when out of
  * memory). The same name always gives the same block. It belongs to the
@@ -188,11 +203,14 @@ void fw_stream_metrics_set_attempt (fw_stream_metrics_t *b, int attempt);
 /* A checkpoint write succeeded at now_ms, or failed. */
 void fw_stream_metrics_checkpoint (fw_stream_metrics_t *b, bool ok, int64_t now_ms);
 
-/* A DLQ entry was written. */
+/* A DLQ entry was written (PENDING): counted, and the pending gauge, once
+ * known, moves up with it until the next count corrects it. Any of the
+ * stream's threads (lanes). */
 void fw_stream_metrics_dlq_write (fw_stream_metrics_t *b);
 
 /* The DLQ's pending entries and the age of the oldest, from a count the
- * stream runs now and then (never per scrape); pending < 0: unknown. */
+ * stream runs now and then (never per scrape), which corrects what
+ * fw_stream_metrics_dlq_write added since; pending < 0: unknown. */
 void fw_stream_metrics_set_dlq_pending (fw_stream_metrics_t *b, int64_t pending,
                                         double oldest_age_seconds);
 
@@ -245,6 +263,8 @@ typedef struct {
    int attempt;                    /* of the event in flight; 0 when idle */
    int64_t last_event_ms;          /* time of the last finished event; 0: none */
    int64_t checkpoint_ms;          /* when the last checkpoint was written; 0: none */
+   int64_t last_error_ms;          /* when an attempt last failed (wall clock); 0: never */
+   double last_error_age_seconds;  /* now_ms - last_error_ms, in seconds; -1: never */
    double lag_seconds;
    double events_per_second;       /* over about the last minute */
    int64_t dlq_pending;            /* -1: not counted (yet) */

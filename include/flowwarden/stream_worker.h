@@ -66,6 +66,10 @@ void fw_stream_worker_stop (fw_stream_worker_t *w);
 /* True when the thread has ended (stopped or failed). */
 bool fw_stream_worker_finished (const fw_stream_worker_t *w);
 
+/* True while the stream's thread was started and has not finished yet (the
+ * thread that starts and joins it asks). */
+bool fw_stream_worker_running (const fw_stream_worker_t *w);
+
 /* True when next, a worker built (not started) from a newly loaded script,
  * reads the same change stream as w: same database, collection, pipeline
  * (operation_types included) and full_document options. */

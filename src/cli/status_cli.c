@@ -178,8 +178,8 @@ print_table (lua_State *L, int streams)
    for (int i = 1; i <= n; i++) {
       int t;
       const char *name, *state, *error;
-      double lag = -1, rate = 0, pending = -1;
-      char lag_text[32], pending_text[32];
+      double lag = -1, rate = 0, pending = -1, error_age = -1;
+      char lag_text[32], pending_text[32], age_text[32], error_text[200];
 
       lua_rawgeti (L, streams, i);
       if (!lua_istable (L, -1)) {
@@ -198,6 +198,13 @@ print_table (lua_State *L, int streams)
          snprintf (pending_text, sizeof pending_text, "-");
       }
       format_duration (lag, lag_text, sizeof lag_text);
+      /* The last error stays shown once everything resolved: its age says
+       * whether it is news. */
+      if (error && field_number (L, t, "last_error_age_seconds", &error_age)) {
+         format_duration (error_age, age_text, sizeof age_text);
+         snprintf (error_text, sizeof error_text, "%.150s (%s ago)", error, age_text);
+         error = error_text;
+      }
       if (roles) {
          const char *role = field_string (L, t, "role");
          printf ("%-*s  %-10s  %-7s  %9s  %9.1f  %11s  %s\n", width, name ? name : "?",
@@ -224,6 +231,27 @@ print_table (lua_State *L, int streams)
    }
 }
 
+/* A failed last reload, under the table (the old script runs on). */
+static void
+print_last_reload (lua_State *L, int doc)
+{
+   const char *result, *message;
+   double age = -1;
+   char age_text[32];
+
+   if (lua_getfield (L, doc, "last_reload") == LUA_TTABLE) {
+      int t = lua_gettop (L);
+      result = field_string (L, t, "result");
+      message = field_string (L, t, "message");
+      field_number (L, t, "age_seconds", &age);
+      format_duration (age, age_text, sizeof age_text);
+      if (result && strcmp (result, "failure") == 0) {
+         printf ("last reload FAILED %s ago: %s\n", age_text, message ? message : "?");
+      }
+   }
+   lua_pop (L, 1);
+}
+
 static int
 pshow (lua_State *L)
 {
@@ -243,6 +271,7 @@ pshow (lua_State *L)
          return luaL_error (L, "the answer has no streams");
       }
       print_table (L, lua_gettop (L));
+      print_last_reload (L, doc);
    } else if (a->mode == SHOW_ERROR) {
       const char *error = field_string (L, doc, "error");
       fprintf (stderr, "flowwarden %s: %s (HTTP %ld)\n", a->what, error ? error : "failed",

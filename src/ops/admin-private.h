@@ -11,8 +11,9 @@
 /* One stream's status object. */
 void fw_admin_json_stream (fw_strbuf_t *out, const fw_stream_snapshot_t *s);
 
-/* {"streams": [...]} */
-void fw_admin_json_streams (fw_strbuf_t *out, const fw_stream_snapshot_t *s, int n);
+/* {"streams": [...], "last_reload": ...}; reload may be NULL (none). */
+void fw_admin_json_streams (fw_strbuf_t *out, const fw_stream_snapshot_t *s, int n,
+                            const fw_reload_result_t *reload, int64_t now_ms);
 
 /* /readyz's body; returns whether every stream is ready (and there is one). */
 bool fw_admin_json_ready (fw_strbuf_t *out, const fw_stream_snapshot_t *s, int n);

@@ -20,6 +20,7 @@
 #include <microhttpd.h>
 
 #include "admin-private.h"
+#include "flowwarden/clock.h"
 #include "flowwarden/log.h"
 
 #define CONNECTION_LIMIT 512
@@ -318,7 +319,9 @@ answer_get (fw_admin_t *a, request_t *req)
    if (req->route == R_READYZ) {
       status = fw_admin_json_ready (&body, snaps, n) ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE;
    } else if (req->route == R_STREAMS) {
-      fw_admin_json_streams (&body, snaps, n);
+      fw_reload_result_t reload;
+      bool any = a->metrics && fw_metrics_last_reload (a->metrics, &reload);
+      fw_admin_json_streams (&body, snaps, n, any ? &reload : NULL, fw_now_ms ());
    } else if ((one = find_stream (snaps, n, req->stream))) {
       fw_admin_json_stream (&body, one);
       fw_strbuf_puts (&body, "\n");

@@ -71,6 +71,14 @@ fw_admin_json_stream (fw_strbuf_t *out, const fw_stream_snapshot_t *s)
                      (unsigned long long) s->handler_errors, (unsigned long long) s->retries,
                      (unsigned long long) s->restarts, s->attempt);
    fw_strbuf_json_string (out, empty_to_null (s->last_error_type));
+   fw_strbuf_puts (out, ",\"last_error_time\":");
+   json_time (out, s->last_error_ms);
+   fw_strbuf_puts (out, ",\"last_error_age_seconds\":");
+   if (s->last_error_age_seconds >= 0) {
+      fw_strbuf_json_double (out, s->last_error_age_seconds);
+   } else {
+      fw_strbuf_puts (out, "null");
+   }
    fw_strbuf_puts (out, ",\"checkpoint_time\":");
    json_time (out, s->checkpoint_ms);
    fw_strbuf_printf (out, ",\"checkpoint_writes\":%llu,\"checkpoint_errors\":%llu,"
@@ -89,8 +97,28 @@ fw_admin_json_stream (fw_strbuf_t *out, const fw_stream_snapshot_t *s)
                      (unsigned long long) s->lua_memory_bytes);
 }
 
+/* "last_reload": null, or its result, time, age and message. */
+static void
+json_last_reload (fw_strbuf_t *out, const fw_reload_result_t *reload, int64_t now_ms)
+{
+   fw_strbuf_puts (out, ",\"last_reload\":");
+   if (!reload || !reload->happened) {
+      fw_strbuf_puts (out, "null");
+      return;
+   }
+   fw_strbuf_printf (out, "{\"result\":\"%s\",\"time\":", reload->ok ? "success" : "failure");
+   json_time (out, reload->at_ms);
+   fw_strbuf_puts (out, ",\"age_seconds\":");
+   fw_strbuf_json_double (out, now_ms > reload->at_ms ? (double) (now_ms - reload->at_ms) / 1000.0
+                                                      : 0.0);
+   fw_strbuf_puts (out, ",\"message\":");
+   fw_strbuf_json_string (out, reload->message);
+   fw_strbuf_puts (out, "}");
+}
+
 void
-fw_admin_json_streams (fw_strbuf_t *out, const fw_stream_snapshot_t *s, int n)
+fw_admin_json_streams (fw_strbuf_t *out, const fw_stream_snapshot_t *s, int n,
+                       const fw_reload_result_t *reload, int64_t now_ms)
 {
    fw_strbuf_puts (out, "{\"streams\":[");
    for (int i = 0; i < n; i++) {
@@ -99,7 +127,9 @@ fw_admin_json_streams (fw_strbuf_t *out, const fw_stream_snapshot_t *s, int n)
       }
       fw_admin_json_stream (out, &s[i]);
    }
-   fw_strbuf_puts (out, "]}\n");
+   fw_strbuf_puts (out, "]");
+   json_last_reload (out, reload, now_ms);
+   fw_strbuf_puts (out, "}\n");
 }
 
 bool

@@ -66,7 +66,8 @@ struct fw_stream_metrics {
    uint64_t lua_memory;
    int role;                  /* FW_STREAM_ROLE_* (ha.mode = "leader") */
    int64_t dlq_pending;
-   uint64_t dlq_oldest_bits;  /* a double */
+   int64_t dlq_oldest_ms;     /* wall clock of the oldest PENDING entry; 0: none */
+   int64_t last_error_ms;     /* wall clock of the last failed attempt; 0: none */
    fw_duration_hist_t handler;
    fw_duration_hist_t io[FW_METRICS_IO_CLIENT_COUNT];
    uint64_t io_requests[FW_METRICS_IO_CLIENT_COUNT][FW_METRICS_IO_RESULT_COUNT];
@@ -118,6 +119,7 @@ struct fw_metrics {
    fw_metric_t *metrics;
    uint64_t reloads_ok;
    uint64_t reloads_failed;
+   fw_reload_result_t last_reload; /* under mu */
    char *script_version;
    char *build_version;
    char *build_libmongoc;
@@ -153,6 +155,15 @@ double_to_bits (double d)
    uint64_t bits;
    __builtin_memcpy (&bits, &d, sizeof bits);
    return bits;
+}
+
+/* The age of the oldest PENDING entry at now_ms (wall clock), growing
+ * between the counts; 0 when none waits. */
+static inline double
+dlq_oldest_age (const fw_stream_metrics_t *b, int64_t now_ms)
+{
+   int64_t oldest = __atomic_load_n (&b->dlq_oldest_ms, __ATOMIC_RELAXED);
+   return oldest > 0 && now_ms > oldest ? (double) (now_ms - oldest) / 1000.0 : 0.0;
 }
 
 /* Renders the handler-defined metrics (metrics_user.c). */

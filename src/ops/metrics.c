@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flowwarden/clock.h"
 #include "metrics-private.h"
 
 const int64_t fw_duration_bounds_ns[FW_DURATION_BUCKETS] = {
@@ -142,6 +143,27 @@ fw_metrics_count_reload (fw_metrics_t *m, bool ok)
    /* Reloads run on one thread, but count with a real increment anyway:
     * nothing here is on an event path. */
    __atomic_add_fetch (ok ? &m->reloads_ok : &m->reloads_failed, 1, __ATOMIC_RELAXED);
+}
+
+void
+fw_metrics_set_last_reload (fw_metrics_t *m, bool ok, int64_t now_ms, const char *message)
+{
+   pthread_mutex_lock (&m->mu);
+   m->last_reload.happened = true;
+   m->last_reload.ok = ok;
+   m->last_reload.at_ms = now_ms;
+   snprintf (m->last_reload.message, sizeof m->last_reload.message, "%s",
+             message ? message : "");
+   pthread_mutex_unlock (&m->mu);
+}
+
+bool
+fw_metrics_last_reload (fw_metrics_t *m, fw_reload_result_t *out)
+{
+   pthread_mutex_lock (&m->mu);
+   *out = m->last_reload;
+   pthread_mutex_unlock (&m->mu);
+   return out->happened;
 }
 
 fw_stream_metrics_t *
@@ -323,6 +345,7 @@ fw_stream_metrics_handler_error (fw_stream_metrics_t *b, const char *type)
    /* Under the lock: a stream's lanes (issue 16) fail on several threads. */
    pthread_mutex_lock (&b->mu);
    count_add (&b->handler_errors[error_type_index (b, type)], 1);
+   store_i64 (&b->last_error_ms, fw_now_ms ());
    if (strcmp (b->w_last_error, type) != 0) {
       snprintf (b->w_last_error, sizeof b->w_last_error, "%s", type);
       memcpy (b->last_error_type, b->w_last_error, sizeof b->last_error_type);
@@ -356,14 +379,28 @@ fw_stream_metrics_checkpoint (fw_stream_metrics_t *b, bool ok, int64_t now_ms)
 void
 fw_stream_metrics_dlq_write (fw_stream_metrics_t *b)
 {
+   int64_t pending = __atomic_load_n (&b->dlq_pending, __ATOMIC_RELAXED);
+
    count_add (&b->dlq_writes, 1);
+   /* Every entry is written PENDING: the gauge moves with the writes (of
+    * several lanes at once) and the periodic count corrects it (replays,
+    * discards, other instances). Unknown (-1) stays unknown until counted. */
+   while (pending >= 0 &&
+          !__atomic_compare_exchange_n (&b->dlq_pending, &pending, pending + 1, true,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+   }
+   if (pending == 0) {
+      /* The oldest pending entry is the one just written. */
+      store_i64 (&b->dlq_oldest_ms, fw_now_ms ());
+   }
 }
 
 void
 fw_stream_metrics_set_dlq_pending (fw_stream_metrics_t *b, int64_t pending,
                                    double oldest_age_seconds)
 {
-   __atomic_store_n (&b->dlq_oldest_bits, double_to_bits (oldest_age_seconds), __ATOMIC_RELAXED);
+   int64_t oldest_ms = pending > 0 ? fw_now_ms () - (int64_t) (oldest_age_seconds * 1000.0) : 0;
+   store_i64 (&b->dlq_oldest_ms, oldest_ms);
    store_i64 (&b->dlq_pending, pending < 0 ? -1 : pending);
 }
 
@@ -532,9 +569,13 @@ fw_stream_metrics_snapshot (const fw_stream_metrics_t *b, int64_t now_ms,
       out->lag_seconds = (double) load_i64 (&b->lag_ms) / 1000.0;
    }
    out->events_per_second = events_per_second (b, out->events, now_ms);
+   out->last_error_ms = load_i64 (&b->last_error_ms);
+   out->last_error_age_seconds =
+      out->last_error_ms <= 0 ? -1.0
+      : now_ms > out->last_error_ms ? (double) (now_ms - out->last_error_ms) / 1000.0
+                                    : 0.0;
    out->dlq_pending = load_i64 (&b->dlq_pending);
-   out->dlq_oldest_age_seconds =
-      bits_to_double (__atomic_load_n (&b->dlq_oldest_bits, __ATOMIC_RELAXED));
+   out->dlq_oldest_age_seconds = dlq_oldest_age (b, now_ms);
    out->lua_memory_bytes = __atomic_load_n (&b->lua_memory, __ATOMIC_RELAXED);
    out->role = __atomic_load_n (&b->role, __ATOMIC_RELAXED);
 }

@@ -195,10 +195,13 @@ render_position (render_t *r, int64_t now_ms)
 static void
 render_dlq (render_t *r)
 {
+   int64_t now_ms = fw_now_ms ();
+
    plain_counter (r, "flowwarden_dlq_writes_total", "Entries written to the dead-letter queue.",
                   offsetof (fw_stream_metrics_t, dlq_writes));
    family (r->out, "flowwarden_dlq_pending", "gauge",
-           "Entries waiting in the stream's dead-letter queue (counted every 30 s).");
+           "Entries waiting in the stream's dead-letter queue (counted as they are written, "
+           "corrected by a count every 30 s).");
    FOREACH_ACTIVE (r, b)
    {
       int64_t n = __atomic_load_n (&b->dlq_pending, __ATOMIC_RELAXED);
@@ -207,13 +210,13 @@ render_dlq (render_t *r)
       }
    }
    family (r->out, "flowwarden_dlq_oldest_pending_age_seconds", "gauge",
-           "Age of the oldest entry waiting in the dead-letter queue (counted every 30 s; 0 "
-           "when none waits).");
+           "Age of the oldest entry waiting in the dead-letter queue (found by the count "
+           "every 30 s; 0 when none waits).");
    FOREACH_ACTIVE (r, b)
    {
       if (__atomic_load_n (&b->dlq_pending, __ATOMIC_RELAXED) >= 0) {
          sample_double (r->out, "flowwarden_dlq_oldest_pending_age_seconds", b, NULL, NULL,
-                        bits_to_double (__atomic_load_n (&b->dlq_oldest_bits, __ATOMIC_RELAXED)));
+                        dlq_oldest_age (b, now_ms));
       }
    }
 }

@@ -24,6 +24,7 @@
 #include "flowwarden/metrics_lua.h"
 #include "flowwarden/runtime.h"
 #include "flowwarden/secrets.h"
+#include "flowwarden/server_probe.h"
 #include "flowwarden/stream_worker.h"
 #include "runtime/runtime-private.h"
 
@@ -343,6 +344,17 @@ swap_stream (fw_runtime_t *rt, fw_stream_worker_t **slot)
    return fate;
 }
 
+/* The reload's result for status, with the values read by fw.env hidden
+ * (a load error may quote one). */
+static void
+record_reload (fw_runtime_t *rt, bool ok, const char *message)
+{
+   char shown[2048];
+   snprintf (shown, sizeof shown, "%s", message);
+   fw_secrets_redact_in_place (shown, sizeof shown);
+   fw_metrics_set_last_reload (rt->metrics, ok, fw_now_ms (), shown);
+}
+
 /*
  * SIGHUP: load and validate the script again while the old one runs, then
  * swap all streams at once. Unchanged sources keep their cursor and switch
@@ -365,6 +377,7 @@ reload (fw_runtime_t *rt, char *message, size_t len)
               (unsigned long long) rt->reload_failures, rt->version, err.message);
       snprintf (message, len, "reload failed; still running script version %s: %s", rt->version,
                 err.message);
+      record_reload (rt, false, message);
       return false;
    }
    removed = remove_dropped_streams (rt, next, n);
@@ -383,6 +396,7 @@ reload (fw_runtime_t *rt, char *message, size_t len)
              rt->opts->script, rt->version, version, (long long) (fw_mono_ms () - t0),
              fates[STREAM_KEPT], fates[STREAM_RESTARTED], fates[STREAM_ADDED], removed);
    fw_log (FW_LOG_INFO, NULL, "%s", message);
+   record_reload (rt, true, message);
    free (rt->version);
    rt->version = version;
    return true;
@@ -597,12 +611,49 @@ serve_until_stopped (fw_runtime_t *rt, const sigset_t *sigs, const sigset_t *hup
    }
 }
 
+/* Waits until every started stream's thread has finished, serving SIGINT
+ * and SIGTERM meanwhile: a second one exits the process at once, with
+ * 128 + its number (130, 143) and without the final checkpoints (the events
+ * since the last one are delivered again at the next start). */
+static void
+wait_streams_finished (fw_runtime_t *rt, const sigset_t *sigs)
+{
+   int64_t t0 = fw_mono_ms ();
+   bool told = false;
+
+   for (int i = 0; i < rt->n; i++) {
+      /* A stream that could not start has no thread to wait for. */
+      while (fw_stream_worker_running (rt->workers[i])) {
+         struct timespec slice = {0, 100 * 1000 * 1000};
+         int sig = sigtimedwait (sigs, NULL, &slice);
+         if (sig == SIGINT || sig == SIGTERM) {
+            fw_log (FW_LOG_WARN, NULL,
+                    "%s received again: exiting at once (exit code %d) without the final "
+                    "checkpoints; events since the last checkpoint are delivered again",
+                    sig == SIGTERM ? "SIGTERM" : "SIGINT", 128 + sig);
+            fflush (NULL);
+            _exit (128 + sig);
+         }
+         if (!told && fw_mono_ms () - t0 >= 2000) {
+            told = true;
+            fw_log (FW_LOG_INFO, NULL,
+                    "waiting for stream %s to finish its event or MongoDB call (SIGINT again "
+                    "exits at once)",
+                    fw_stream_worker_name (rt->workers[i]));
+         }
+      }
+   }
+}
+
 /* Stops and joins every stream, with their summaries once they had started. */
 static void
-stop_streams (fw_runtime_t *rt, bool started)
+stop_streams (fw_runtime_t *rt, bool started, const sigset_t *sigs)
 {
    for (int i = 0; i < rt->n; i++) {
       fw_stream_worker_stop (rt->workers[i]);
+   }
+   if (started) {
+      wait_streams_finished (rt, sigs);
    }
    for (int i = 0; i < rt->n; i++) {
       fw_stream_worker_join (rt->workers[i]);
@@ -642,6 +693,11 @@ fw_runtime_run (const fw_run_options_t *opts)
    }
    fw_log (FW_LOG_INFO, NULL, "flowwarden %s running %s (script version %s): %d stream(s)",
            FW_VERSION, opts->script, rt.version, rt.n);
+   {
+      char where[512];
+      fw_server_describe (uri, where, sizeof where);
+      fw_log (FW_LOG_INFO, NULL, "connecting to %s ...", where);
+   }
    started = true;
    /* exit 1 when not every stream could start, or every one stopped on an error */
    if (start_streams (&rt) && !serve_until_stopped (&rt, &sigs, &hup)) {
@@ -652,7 +708,7 @@ done:
    /* The endpoint goes first: it reads the streams' blocks and posts to
     * this thread. */
    fw_runtime_control_destroy (rt.control);
-   stop_streams (&rt, started);
+   stop_streams (&rt, started, &sigs);
    free_workers (rt.workers, rt.n);
    fw_connections_destroy (rt.conns);
    mongoc_client_pool_destroy (rt.pool);

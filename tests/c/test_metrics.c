@@ -15,6 +15,7 @@
 #include <lauxlib.h>
 
 #include "flowwarden/lua_host.h"
+#include "flowwarden/clock.h"
 #include "flowwarden/metrics.h"
 #include "flowwarden/metrics_lua.h"
 
@@ -192,7 +193,8 @@ metrics_exposition_has_every_value (void **state)
    assert_true (contains (text, "flowwarden_checkpoint_errors_total{stream=\"orders\"} 1\n"));
    assert_true (contains (text, "flowwarden_dlq_writes_total{stream=\"orders\"} 1\n"));
    assert_true (contains (text, "flowwarden_dlq_pending{stream=\"orders\"} 7\n"));
-   assert_true (contains (text, "flowwarden_dlq_oldest_pending_age_seconds{stream=\"orders\"} 12.5\n"));
+   /* The age grows from the count on: 12.5 s then, a few ms more now. */
+   assert_true (contains (text, "flowwarden_dlq_oldest_pending_age_seconds{stream=\"orders\"} 12."));
    assert_true (contains (text, "flowwarden_stream_up{stream=\"orders\"} 1\n"));
    assert_true (contains (text, "flowwarden_stream_state{stream=\"orders\",state=\"running\"} 1\n"));
    assert_true (contains (text, "flowwarden_stream_state{stream=\"orders\",state=\"failed\"} 0\n"));
@@ -416,6 +418,72 @@ metrics_events_per_second_over_the_last_minute (void **state)
    assert_true (snap.events_per_second > 9.5 && snap.events_per_second < 10.5);
    fw_stream_metrics_snapshot (b, t + 120000, &snap);
    assert_true (snap.events_per_second == 0.0);
+   fw_metrics_destroy (m);
+}
+
+static void
+metrics_dlq_pending_moves_with_every_write_and_the_count_corrects_it (void **state)
+{
+   fw_metrics_t *m = fw_metrics_new ();
+   fw_stream_metrics_t *a = fw_metrics_stream (m, "orders");
+   fw_stream_snapshot_t snap;
+   (void) state;
+
+   /* Not counted yet: a write leaves it unknown (the count gives the base). */
+   fw_stream_metrics_dlq_write (a);
+   fw_stream_metrics_snapshot (a, fw_now_ms (), &snap);
+   assert_int_equal (snap.dlq_pending, -1);
+   fw_stream_metrics_set_dlq_pending (a, 0, 0);
+   for (int i = 0; i < 13; i++) {
+      fw_stream_metrics_dlq_write (a);
+   }
+   fw_stream_metrics_snapshot (a, fw_now_ms (), &snap);
+   assert_int_equal (snap.dlq_pending, 13);
+   assert_int_equal ((int) snap.dlq_writes, 14);
+   assert_true (snap.dlq_oldest_age_seconds >= 0 && snap.dlq_oldest_age_seconds < 5);
+   /* The periodic count wins (a replay resolved some meanwhile). */
+   fw_stream_metrics_set_dlq_pending (a, 4, 60);
+   fw_stream_metrics_snapshot (a, fw_now_ms (), &snap);
+   assert_int_equal (snap.dlq_pending, 4);
+   assert_true (snap.dlq_oldest_age_seconds >= 60 && snap.dlq_oldest_age_seconds < 65);
+   fw_metrics_destroy (m);
+}
+
+static void
+metrics_last_error_has_a_time_and_an_age (void **state)
+{
+   fw_metrics_t *m = fw_metrics_new ();
+   fw_stream_metrics_t *a = fw_metrics_stream (m, "orders");
+   fw_stream_snapshot_t snap;
+   int64_t before = fw_now_ms ();
+   (void) state;
+
+   fw_stream_metrics_snapshot (a, before, &snap);
+   assert_true (snap.last_error_age_seconds < 0);
+   assert_int_equal (snap.last_error_ms, 0);
+   fw_stream_metrics_handler_error (a, "Mongo.Network");
+   fw_stream_metrics_snapshot (a, fw_now_ms () + 90000, &snap);
+   assert_string_equal (snap.last_error_type, "Mongo.Network");
+   assert_true (snap.last_error_ms >= before);
+   assert_true (snap.last_error_age_seconds >= 90 && snap.last_error_age_seconds < 95);
+   fw_metrics_destroy (m);
+}
+
+static void
+metrics_last_reload_is_kept_with_its_time_and_message (void **state)
+{
+   fw_metrics_t *m = fw_metrics_new ();
+   fw_reload_result_t r;
+   (void) state;
+
+   assert_false (fw_metrics_last_reload (m, &r));
+   fw_metrics_set_last_reload (m, false, 1700000000000LL, "reload failed; still running ...");
+   assert_true (fw_metrics_last_reload (m, &r));
+   assert_false (r.ok);
+   assert_int_equal (r.at_ms, 1700000000000LL);
+   assert_string_equal (r.message, "reload failed; still running ...");
+   fw_metrics_set_last_reload (m, true, 1700000005000LL, "reloaded x");
+   assert_true (fw_metrics_last_reload (m, &r) && r.ok);
    fw_metrics_destroy (m);
 }
 
@@ -732,6 +800,9 @@ main (void)
       cmocka_unit_test (metrics_lag_grows_while_an_event_is_in_flight_then_freezes),
       cmocka_unit_test (metrics_events_per_second_over_the_last_minute),
       cmocka_unit_test (metrics_state_reason_is_kept_for_streams_not_ready),
+      cmocka_unit_test (metrics_dlq_pending_moves_with_every_write_and_the_count_corrects_it),
+      cmocka_unit_test (metrics_last_error_has_a_time_and_an_age),
+      cmocka_unit_test (metrics_last_reload_is_kept_with_its_time_and_message),
       cmocka_unit_test (metrics_names_follow_prometheus_rules),
       cmocka_unit_test (metrics_labels_and_buckets_are_checked),
       cmocka_unit_test (metrics_redefinition_returns_the_same_metric_or_fails_on_a_change),

@@ -207,6 +207,11 @@ int fw_stream_control_take (fw_stream_worker_t *w);
  * admin endpoint asks something (or when the time is up). */
 bool fw_stream_wait (fw_stream_worker_t *w, int64_t ms);
 
+/* Probes the deployment until a writable server answers (stream_connect.c):
+ * each new reason logged once, in status (in state) meanwhile. False on
+ * shutdown. */
+bool fw_stream_wait_server (fw_stream_worker_t *w, fw_stream_state_t state);
+
 /* The stream is paused (checkpoint written, change stream closed): waits for
  * resume or restart (returned, as W_CONTROL_*) or a shutdown
  * (W_CONTROL_NONE). */

@@ -43,6 +43,12 @@ fw_stream_worker_finished (const fw_stream_worker_t *w)
    return __atomic_load_n (&w->thread.finished, __ATOMIC_ACQUIRE);
 }
 
+bool
+fw_stream_worker_running (const fw_stream_worker_t *w)
+{
+   return w->thread.started && !w->thread.joined && !fw_stream_worker_finished (w);
+}
+
 /* --- opening ------------------------------------------------------------- */
 
 /* The server ended the change stream for good (ChangeStreamFatalError), e.g.
@@ -503,6 +509,11 @@ run_setup (fw_stream_worker_t *w, fw_stream_run_t *run)
    fw_dispatcher_bind (w->d, w->client);
    w->read_client = mongoc_client_pool_pop (w->pool);
    run->p.last_save_ms = fw_now_ms ();
+   /* Bounded probes first: every call below waits out a pooled server
+    * selection (30 s) when nothing answers. */
+   if (!fw_stream_wait_server (w, FW_STREAM_STARTING)) {
+      return false;
+   }
    set_state (w, FW_STREAM_STARTING, "starting: reading its checkpoint");
    if (w->metrics) {
       fw_stream_metrics_set_script_version (w->metrics, fw_lua_host_version (fw_dispatcher_host (w->d)));
