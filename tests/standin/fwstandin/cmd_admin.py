@@ -25,7 +25,8 @@ WIRE_VERSIONS = {(5, 0): 13, (6, 0): 17}
 
 def version_string(server):
     major, minor = getattr(server, "version", (6, 0))
-    return "%d.%d.0" % (major, minor)
+    # 6.0 plays 6.0.9, the first 6.0 with $changeStreamSplitLargeEvent (changestream.py).
+    return "%d.%d.%d" % (major, minor, 9 if (major, minor) == (6, 0) else 0)
 
 
 # ---- handshake and diagnostics ----
@@ -49,24 +50,27 @@ def cmd_hello(ctx):
     if body.get("helloOk"):
         reply["helloOk"] = True
     reply["topologyVersion"] = server.topology_version()
-    reply["hosts"] = [me]
-    reply["setName"] = server.replset
-    reply["setVersion"] = 1
+    if not getattr(server, "standalone", False):
+        reply["hosts"] = [me]
+        reply["setName"] = server.replset
+        reply["setVersion"] = 1
     if ctx.name == "hello":
         reply["isWritablePrimary"] = True
     else:
         reply["ismaster"] = True
     reply["secondary"] = False
-    reply["primary"] = me
-    reply["me"] = me
-    reply["electionId"] = ObjectId("7fffffff0000000000000001")
+    if not getattr(server, "standalone", False):
+        reply["primary"] = me
+        reply["me"] = me
+        reply["electionId"] = ObjectId("7fffffff0000000000000001")
     with ctx.store.lock:
         tsv = ctx.store.clock.last
     from .bsonutil import ts_value
     now = datetime.datetime.utcnow().replace(microsecond=0)
     optime = {"ts": ts_value(tsv), "t": Int64(1)}
-    reply["lastWrite"] = {"opTime": optime, "lastWriteDate": now, "majorityOpTime": optime,
-                          "majorityWriteDate": now}
+    if not getattr(server, "standalone", False):
+        reply["lastWrite"] = {"opTime": optime, "lastWriteDate": now, "majorityOpTime": optime,
+                              "majorityWriteDate": now}
     reply["maxBsonObjectSize"] = MAX_BSON
     reply["maxMessageSizeBytes"] = MAX_MESSAGE
     reply["maxWriteBatchSize"] = MAX_WRITE_BATCH
@@ -88,7 +92,7 @@ def cmd_build_info(ctx):
     major, minor = getattr(ctx.server, "version", (6, 0))
     return {"version": version_string(ctx.server), "gitVersion": "flowwarden-standin",
             "modules": [], "allocator": "system", "javascriptEngine": "none",
-            "sysInfo": "deprecated", "versionArray": [major, minor, 0, 0],
+            "sysInfo": "deprecated", "versionArray": [major, minor, 9 if (major, minor) == (6, 0) else 0, 0],
             "openssl": {"running": "disabled", "compiled": "disabled"},
             "buildEnvironment": {}, "bits": 64, "debug": False,
             "maxBsonObjectSize": MAX_BSON, "storageEngines": ["wiredTiger"]}
