@@ -108,12 +108,57 @@ class HealthyTest(DoctorCase):
                       text.stdout)
         self.assertIn("fix: " + c["fix"], text.stdout)
 
+    def test_database_wide_stream_names_collections_without_pre_images(self):
+        with self.client() as c:
+            c[DB].create_collection("with_images", changeStreamPreAndPostImages={"enabled": True})
+            c[DB].create_collection("bare")
+        body = """
+            fw.stream { name = "all", full_document = "required",
+              on_change = function(ctx) end }
+        """
+        text, checks = self.doctor(body)
+        self.assertEqual(text.returncode, 2, text.stdout)
+        c = self.check(checks, "pre_images", "all")
+        self.assertEqual(c["status"], "fail")
+        self.assertIn("bare", c["message"])
+        self.assertNotIn("with_images", c["message"])
+        self.assertNotIn("_fw_", c["message"])
+        with self.client() as cl:
+            cl[DB].command({"collMod": "bare", "changeStreamPreAndPostImages": {"enabled": True}})
+        text, checks = self.doctor(body)
+        self.assertEqual(self.check(checks, "pre_images", "all")["status"], "ok", text.stdout)
+
+    def test_clock_within_lease_margin_with_ha(self):
+        text, checks = self.doctor('fw.defaults { ha = { mode = "leader", lease = "10s" } }'
+                                   + stream())
+        c = self.check(checks, "clock")
+        self.assertEqual(c["status"], "ok", text.stdout)
+        self.assertIn("safety margin: 1000 ms", c["message"])
+
     def test_unreachable(self):
         path = script(self.tmp.name, stream())
         cp = run_cli(["doctor", path, "--uri",
                       "mongodb://127.0.0.1:1/doc?serverSelectionTimeoutMS=500"], env=clean_env())
         self.assertEqual(cp.returncode, 2)
         self.assertIn("fail  connection: cannot reach or authenticate", cp.stdout)
+
+
+class ClockTest(DoctorCase):
+    standin_args = ("--clock-offset-ms", "5000")
+
+    def test_clock_off_by_more_than_the_margin_warns_with_ha(self):
+        body = 'fw.defaults { ha = { mode = "leader", lease = "10s" } }' + stream()
+        text, checks = self.doctor(body)
+        self.assertEqual(text.returncode, 1, text.stdout)
+        c = self.check(checks, "clock")
+        self.assertEqual(c["status"], "warn")
+        self.assertIn("more than the lease's safety margin (1000 ms)", c["message"])
+        self.assertIn("NTP", c["fix"])
+
+    def test_without_ha_only_info(self):
+        text, checks = self.doctor(stream())
+        self.assertEqual(self.check(checks, "clock")["status"], "info")
+        self.assertEqual(text.returncode, 0, text.stdout)
 
 
 class StandaloneTest(DoctorCase):

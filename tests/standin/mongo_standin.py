@@ -96,6 +96,10 @@ def parse_args(argv):
     p.add_argument("--standalone", action="store_true",
                    help="play a standalone mongod: hello without setName, change streams "
                         "refused (40573)")
+    p.add_argument("--clock-offset-ms", type=int, default=0, metavar="MS",
+                   help="hello's and serverStatus's localTime run MS ms ahead of this "
+                        "machine's clock (negative: behind); $$NOW and the oplog keep the "
+                        "real clock (default 0)")
     p.add_argument("--server-version", type=_server_version, default=(6, 0), metavar="X.Y",
                    help="the MongoDB version to play: 6.0 (default) or 5.0 (hello's "
                         "maxWireVersion 13; refuses what 5.0 refuses: blocking sorts over "
@@ -118,7 +122,8 @@ def main(argv=None):
                         oplog_max_entries=args.oplog_max_entries,
                         ttl_interval=args.ttl_interval, log_path=args.log,
                         latency_ms=args.latency_ms, auth=args.auth,
-                        server_version=args.server_version, standalone=args.standalone)
+                        server_version=args.server_version, standalone=args.standalone,
+                        clock_offset_ms=args.clock_offset_ms)
     except DataDirInUse as e:
         sys.stderr.write("mongo_standin: %s\n" % e)
         return 1

@@ -4,10 +4,12 @@
   privileges of the built-in roles read, readWrite and root: manual reference/built-in-roles.
 - local.oplog.rs sorted by $natural: its first and last entries; a capped oplog's oldest entry
   moves (the stand-in's --oplog-max-entries).
+- --clock-offset-ms: hello's localTime (a server's clock that far ahead).
 - a standalone mongod: hello without setName; $changeStream refused with 40573
   (src/mongo/db/pipeline/document_source_change_stream.cpp).
 """
 
+import datetime
 import os
 import sys
 import unittest
@@ -87,6 +89,17 @@ class OplogEnds(unittest.TestCase):
                 c.shop.x.insert_one({"_id": 99})
                 moved = list(c.local["oplog.rs"].find().sort("$natural", 1).limit(1))
                 self.assertGreater(moved[0]["ts"], first[0]["ts"])
+
+
+class ClockOffset(unittest.TestCase):
+
+    def test_local_time_runs_ahead(self):
+        with StandIn(["--clock-offset-ms", "60000"]) as s:
+            with pymongo.MongoClient(s.uri) as c:
+                now = datetime.datetime.utcnow()
+                local = c.admin.command("hello")["localTime"]
+                self.assertGreater((local - now).total_seconds(), 55)
+                self.assertLess((local - now).total_seconds(), 65)
 
 
 class Standalone(unittest.TestCase):

@@ -129,14 +129,15 @@ server_version (mongoc_client_t *client, char *version, size_t len)
 }
 
 static void
-check_topology (const bson_t *hello_reply, const char *version, int32_t wire,
-                fw_doctor_report_t *r)
+check_topology (mongoc_client_t *client, const bson_t *hello_reply, const char *version,
+                int32_t wire, fw_doctor_report_t *r)
 {
    const char *set = utf8_of (hello_reply, "setName");
    const char *msg = utf8_of (hello_reply, "msg");
+   const char *user = mongoc_uri_get_username (mongoc_client_get_uri (client));
 
-   fw_doctor_add (r, NULL, "connection", FW_DOCTOR_OK, NULL,
-                  "connected and authenticated; MongoDB %s, maxWireVersion %d",
+   fw_doctor_add (r, NULL, "connection", FW_DOCTOR_OK, NULL, "connected%s; MongoDB %s, "
+                  "maxWireVersion %d", user ? " and authenticated" : " (no credentials)",
                   *version ? version : "(version unknown)", (int) wire);
    if (set) {
       fw_doctor_add (r, NULL, "topology", FW_DOCTOR_OK, NULL, "replica set %s", set);
@@ -305,7 +306,7 @@ fw_doctor_run (mongoc_client_t *client, const fw_stream_config_t *cfgs, size_t n
    srv.max_wire = bson_iter_init_find (&it, &reply, "maxWireVersion") && BSON_ITER_HOLDS_INT32 (&it)
                      ? bson_iter_int32 (&it)
                      : 0;
-   check_topology (&reply, version, srv.max_wire, r);
+   check_topology (client, &reply, version, srv.max_wire, r);
    check_clock (&reply, mid_ms, cfgs, n, r);
    check_oplog (client, &srv, r);
    fw_doctor_privileges (client, cfgs, n, r);

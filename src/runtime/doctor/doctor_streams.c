@@ -187,6 +187,15 @@ fw_doctor_privileges (mongoc_client_t *client, const fw_stream_config_t *cfgs, s
    bson_destroy (&cmd);
 }
 
+static bool
+doc_pre_images (const bson_t *doc)
+{
+   bson_iter_t it;
+   return bson_iter_init (&it, doc) &&
+          bson_iter_find_descendant (&it, "options.changeStreamPreAndPostImages.enabled", &it) &&
+          bson_iter_as_bool (&it);
+}
+
 /* 1: enabled, 0: not, -1: no such collection, -2: error (in berr). */
 static int
 pre_images_enabled (mongoc_client_t *client, const char *db, const char *coll,
@@ -196,16 +205,10 @@ pre_images_enabled (mongoc_client_t *client, const char *db, const char *coll,
    bson_t *opts = BCON_NEW ("filter", "{", "name", BCON_UTF8 (coll), "}");
    mongoc_cursor_t *cur = mongoc_database_find_collections_with_opts (d, opts);
    const bson_t *doc;
-   bson_iter_t it;
    int state = -1;
 
    if (mongoc_cursor_next (cur, &doc)) {
-      state = bson_iter_init (&it, doc) &&
-                    bson_iter_find_descendant (&it, "options.changeStreamPreAndPostImages.enabled",
-                                               &it) &&
-                    bson_iter_as_bool (&it)
-                 ? 1
-                 : 0;
+      state = doc_pre_images (doc) ? 1 : 0;
    }
    if (mongoc_cursor_error (cur, berr)) {
       state = -2;
@@ -214,6 +217,84 @@ pre_images_enabled (mongoc_client_t *client, const char *db, const char *coll,
    bson_destroy (opts);
    mongoc_database_destroy (d);
    return state;
+}
+
+typedef struct {
+   const char *name;
+   bool owned;
+} owned_probe_t;
+
+static bool
+is_owned (void *ud, const char *database, const char *collection)
+{
+   owned_probe_t *p = ud;
+   (void) database;
+   if (strcmp (p->name, collection) == 0) {
+      p->owned = true;
+      return false;
+   }
+   return true;
+}
+
+/* The collections of a database-wide stream's database (not system.*, not
+ * flowwarden's) without pre-images, into missing ("a, b, ..."); -1 on error. */
+static int
+database_without_pre_images (mongoc_client_t *client, const fw_stream_config_t *cfg,
+                             char *missing, size_t len, bson_error_t *berr)
+{
+   mongoc_database_t *d = mongoc_client_get_database (client, cfg->database);
+   mongoc_cursor_t *cur = mongoc_database_find_collections_with_opts (d, NULL);
+   const bson_t *doc;
+   bson_iter_t it;
+   int count = 0;
+
+   missing[0] = '\0';
+   while (mongoc_cursor_next (cur, &doc)) {
+      owned_probe_t probe = {NULL, false};
+      if (!bson_iter_init_find (&it, doc, "name") || !BSON_ITER_HOLDS_UTF8 (&it)) {
+         continue;
+      }
+      probe.name = bson_iter_utf8 (&it, NULL);
+      fw_owned_collections_each (cfg, is_owned, &probe);
+      if (probe.owned || strncmp (probe.name, "system.", 7) == 0 || doc_pre_images (doc)) {
+         continue;
+      }
+      if (count++ < 8) {
+         size_t used = strlen (missing);
+         snprintf (missing + used, len - used, "%s%s", used ? ", " : "", probe.name);
+      }
+   }
+   if (mongoc_cursor_error (cur, berr)) {
+      count = -1;
+   }
+   mongoc_cursor_destroy (cur);
+   mongoc_database_destroy (d);
+   return count;
+}
+
+static void
+database_pre_images (mongoc_client_t *client, const fw_stream_config_t *cfg, bool required,
+                     fw_doctor_report_t *r)
+{
+   bson_error_t berr;
+   char missing[512], fix[768];
+   int count = database_without_pre_images (client, cfg, missing, sizeof missing, &berr);
+
+   if (count < 0) {
+      fw_doctor_add (r, cfg->name, "pre_images", FW_DOCTOR_WARN, NULL,
+                     "cannot list the collections of %s: %s", cfg->database, berr.message);
+   } else if (count == 0) {
+      fw_doctor_add (r, cfg->name, "pre_images", FW_DOCTOR_OK, NULL,
+                     "every collection of %s has changeStreamPreAndPostImages enabled (a "
+                     "collection created later needs it too)", cfg->database);
+   } else {
+      snprintf (fix, sizeof fix,
+                "for each: db.getSiblingDB(\"%s\").runCommand({collMod: NAME, "
+                "changeStreamPreAndPostImages: {enabled: true}})", cfg->database);
+      fw_doctor_add (r, cfg->name, "pre_images", required ? FW_DOCTOR_FAIL : FW_DOCTOR_WARN, fix,
+                     "%d collection(s) of %s without changeStreamPreAndPostImages: %s%s", count,
+                     cfg->database, missing, count > 8 ? ", ..." : "");
+   }
 }
 
 void
@@ -242,10 +323,7 @@ fw_doctor_pre_images (mongoc_client_t *client, const fw_stream_config_t *cfg,
       return;
    }
    if (!cfg->collection) {
-      fw_doctor_add (r, cfg->name, "pre_images", FW_DOCTOR_INFO, NULL,
-                     "a database-wide stream: each collection of %s needs "
-                     "changeStreamPreAndPostImages enabled (not checked one by one)",
-                     cfg->database);
+      database_pre_images (client, cfg, required, r);
       return;
    }
    snprintf (fix, sizeof fix,

@@ -31,6 +31,13 @@ def version_string(server):
 
 # ---- handshake and diagnostics ----
 
+def local_time(server):
+    """The server's wall clock as hello and serverStatus report it (localTime), shifted by
+    --clock-offset-ms: a server whose clock is that far ahead (negative: behind)."""
+    return datetime.datetime.utcnow() + datetime.timedelta(
+        milliseconds=getattr(server, "clock_offset_ms", 0))
+
+
 def cmd_hello(ctx):
     body = ctx.body
     server = ctx.server
@@ -74,7 +81,7 @@ def cmd_hello(ctx):
     reply["maxBsonObjectSize"] = MAX_BSON
     reply["maxMessageSizeBytes"] = MAX_MESSAGE
     reply["maxWriteBatchSize"] = MAX_WRITE_BATCH
-    reply["localTime"] = datetime.datetime.utcnow()
+    reply["localTime"] = local_time(server)
     reply["logicalSessionTimeoutMinutes"] = 30
     reply["connectionId"] = ctx.conn.id
     reply["minWireVersion"] = 0
@@ -108,7 +115,7 @@ def cmd_server_status(ctx):
     from .bsonutil import ts_value
     return {"host": server.host, "version": version_string(server), "process": "mongod", "pid": Int64(os.getpid()),
             "uptime": float(int(uptime)), "uptimeMillis": Int64(int(uptime * 1000)),
-            "uptimeEstimate": Int64(int(uptime)), "localTime": datetime.datetime.utcnow(),
+            "uptimeEstimate": Int64(int(uptime)), "localTime": local_time(server),
             "connections": {"current": server.open_connections,
                             "available": 1000000 - server.open_connections,
                             "totalCreated": server.total_connections},
