@@ -52,7 +52,7 @@ class DoctorCase(unittest.TestCase):
     def uri(self, credentials=None, replset=True):
         return with_credentials("mongodb://127.0.0.1:%d/%s?%s" % (
             self.standin.port, DB, "replicaSet=rs0" if replset else "directConnection=true"),
-            credentials or self.credentials)
+            credentials or self.standin.credentials)
 
     def client(self, **kw):
         return pymongo.MongoClient(self.uri(**kw))
@@ -204,6 +204,22 @@ class PrivilegesTest(DoctorCase):
         self.assertIn('role: "readWrite", db: "doc"', c["fix"])
         self.assertEqual(self.check(checks, "oplog_window")["status"], "warn")
         self.assertNotIn("readerpw", text.stdout + text.stderr)
+
+    def test_wrong_password_fails_to_connect(self):
+        text, checks = self.doctor(stream(), credentials=("reader", "nope"))
+        self.assertEqual(text.returncode, 2, text.stdout)
+        c = self.check(checks, "connection")
+        self.assertEqual(c["status"], "fail")
+        self.assertIn("uthentication failed", c["message"])
+        self.assertEqual(len(checks), 1)
+
+    def test_no_credentials_fails(self):
+        path = script(self.tmp.name, stream())
+        cp = run_cli(["doctor", path, "--uri", "mongodb://127.0.0.1:%d/%s?replicaSet=rs0"
+                      % (self.standin.port, DB)], env=clean_env())
+        self.assertEqual(cp.returncode, 2, cp.stdout)
+        self.assertIn("connected (no credentials)", cp.stdout)
+        self.assertIn("fail  privileges: the server requires authentication", cp.stdout)
 
     def test_root_user_ok(self):
         text, checks = self.doctor(stream())

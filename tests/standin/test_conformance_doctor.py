@@ -70,6 +70,16 @@ class Privileges(unittest.TestCase):
                 list(c.local["oplog.rs"].find().limit(1))
             self.assertEqual(e.exception.code, 13)
 
+    def test_connection_status_needs_no_authentication(self):
+        # src/mongo/db/commands/connection_status.cpp: requiresAuth() returns false.
+        with pymongo.MongoClient("mongodb://127.0.0.1:%d/?replicaSet=rs0" % self.s.port) as c:
+            info = c.admin.command({"connectionStatus": 1, "showPrivileges": True})["authInfo"]
+            self.assertEqual(info["authenticatedUsers"], [])
+            self.assertEqual(info["authenticatedUserPrivileges"], [])
+            with self.assertRaises(OperationFailure) as e:
+                c.shop.command("listCollections")
+            self.assertEqual(e.exception.code, 13)
+
     def test_without_showprivileges_no_privileges(self):
         with pymongo.MongoClient(uri_of(self.s, "reader", "rpw")) as c:
             info = c.admin.command({"connectionStatus": 1})["authInfo"]

@@ -148,6 +148,33 @@ read_auth_info (const bson_t *reply, bson_t *privs, char *user, size_t len)
    return bson_init_static (privs, data, dlen);
 }
 
+/* No authenticated user: does the server enforce access control? A command
+ * that needs a user (listCollections) says. */
+static void
+unauthenticated (mongoc_client_t *client, const char *database, fw_doctor_report_t *r)
+{
+   bson_t *cmd = BCON_NEW ("listCollections", BCON_INT32 (1), "nameOnly", BCON_BOOL (true),
+                           "filter", "{", "name", BCON_UTF8 (FW_CHECKPOINT_COLLECTION), "}");
+   bson_t reply;
+   bson_error_t berr;
+
+   if (mongoc_client_command_simple (client, database, cmd, NULL, &reply, &berr)) {
+      fw_doctor_add (r, NULL, "privileges", FW_DOCTOR_OK, NULL,
+                     "no authenticated user: the server does not enforce access control");
+   } else if (berr.code == 13) {
+      fw_doctor_add (r, NULL, "privileges", FW_DOCTOR_FAIL,
+                     "put the user in the URI (mongodb://USER:PASSWORD@HOST/...?authSource=admin)",
+                     "the server requires authentication and the URI has no credentials: %s",
+                     berr.message);
+   } else {
+      fw_doctor_add (r, NULL, "privileges", FW_DOCTOR_WARN, NULL,
+                     "no authenticated user, and listCollections on %s failed: %s", database,
+                     berr.message);
+   }
+   bson_destroy (&reply);
+   bson_destroy (cmd);
+}
+
 void
 fw_doctor_privileges (mongoc_client_t *client, const fw_stream_config_t *cfgs, size_t n,
                       fw_doctor_report_t *r)
@@ -163,8 +190,7 @@ fw_doctor_privileges (mongoc_client_t *client, const fw_stream_config_t *cfgs, s
       fw_doctor_add (r, NULL, "privileges", FW_DOCTOR_WARN, NULL,
                      "cannot read this user's privileges (connectionStatus): %s", berr.message);
    } else if (!read_auth_info (&reply, &privs, user, sizeof user)) {
-      fw_doctor_add (r, NULL, "privileges", FW_DOCTOR_OK, NULL,
-                     "no authenticated user: the server does not enforce access control");
+      unauthenticated (client, n ? cfgs[0].database : "admin", r);
    } else {
       for (size_t i = 0; i < n; i++) {
          need_t nd;

@@ -37,7 +37,9 @@ MECHANISMS = ("SCRAM-SHA-1", "SCRAM-SHA-256")
 # (requiresAuth() false).
 NO_AUTH_COMMANDS = frozenset((
     "hello", "isMaster", "ismaster", "saslStart", "saslContinue", "ping", "buildInfo",
-    "buildinfo"))
+    "buildinfo",
+    # connection_status.cpp: requiresAuth() is false (it says who, if anyone, is logged in).
+    "connectionStatus"))
 
 _PARAMS = {  # hash, salt length, iterations: mongod's defaults
     "SCRAM-SHA-1": (hashlib.sha1, 16, 10000),
