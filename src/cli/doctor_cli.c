@@ -26,6 +26,17 @@
 
 static const char usage_text[] = "usage: flowwarden doctor SCRIPT [--uri URI] [--json]\n";
 
+static const char help_text[] =
+   "flowwarden doctor SCRIPT [--uri URI] [--json]: check the deployment against SCRIPT's\n"
+   "streams before running them: reachable and authenticated, version and topology (a\n"
+   "replica set or mongos), each stream's privileges, pre- and post-images, the split\n"
+   "stage, its checkpoint against the oplog window, and the clock. Each line: ok, info,\n"
+   "warn or fail, and what to do. Only reads.\n\n"
+   "  --uri URI   MongoDB connection string (else FLOWWARDEN_URI, the script's\n"
+   "              fw.defaults { uri = ... }, then " FW_DEFAULT_URI ")\n"
+   "  --json      one JSON document: {checks: [{stream, name, status, message, fix}], exit}\n\n"
+   "Exit code: 0 all good, 1 warnings, 2 failures (or a bad command line or script).\n";
+
 static int
 bad_usage (const char *msg, const char *arg)
 {
@@ -182,7 +193,7 @@ parse_args (int argc, char **argv, const char **script, const char **uri, bool *
          *json = true;
          break;
       case 'h':
-         fputs (usage_text, stdout);
+         fputs (help_text, stdout);
          return 0;
       case ':':
          return bad_usage ("option %s needs a value", argv[optind - 1]);

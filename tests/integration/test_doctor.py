@@ -199,7 +199,7 @@ class PrivilegesTest(DoctorCase):
         self.assertEqual(text.returncode, 2, text.stdout)
         c = self.check(checks, "privileges", "s")
         self.assertEqual(c["status"], "fail")
-        self.assertIn("insert on doc._fw_checkpoints", c["message"])
+        self.assertIn("insert/update/remove/createIndex on doc._fw_checkpoints", c["message"])
         self.assertNotIn("changeStream on doc.orders", c["message"])
         self.assertIn('role: "readWrite", db: "doc"', c["fix"])
         self.assertEqual(self.check(checks, "oplog_window")["status"], "warn")

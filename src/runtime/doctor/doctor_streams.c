@@ -88,27 +88,34 @@ typedef struct {
    const bson_t *privs;
    char missing[1024];
    char fix[1024];
-   bool write_missing;
    const char *user;
 } need_t;
 
+/* Appends to n->missing "a, b on db.coll" for the actions not granted there. */
 static void
 need (need_t *n, const char *db, const char *coll, const char *const *actions, bool write)
 {
+   char lacking[128] = "";
+   size_t used;
+
    for (const char *const *a = actions; *a; a++) {
       if (!granted (n->privs, db, coll, *a)) {
-         size_t used = strlen (n->missing);
-         snprintf (n->missing + used, sizeof n->missing - used, "%s%s on %s%s%s",
-                   used ? ", " : "", *a, db, *coll ? "." : "", coll);
-         if (!strstr (n->fix, db)) {
-            used = strlen (n->fix);
-            snprintf (n->fix + used, sizeof n->fix - used,
-                      "%sdb.getSiblingDB(\"admin\").grantRolesToUser(\"%s\", [{role: \"%s\", "
-                      "db: \"%s\"}])",
-                      used ? "; " : "", n->user, write ? "readWrite" : "read", db);
-         }
-         n->write_missing |= write;
+         used = strlen (lacking);
+         snprintf (lacking + used, sizeof lacking - used, "%s%s", used ? "/" : "", *a);
       }
+   }
+   if (!lacking[0]) {
+      return;
+   }
+   used = strlen (n->missing);
+   snprintf (n->missing + used, sizeof n->missing - used, "%s%s on %s%s%s", used ? ", " : "",
+             lacking, db, *coll ? "." : "", coll);
+   if (!strstr (n->fix, db)) {
+      used = strlen (n->fix);
+      snprintf (n->fix + used, sizeof n->fix - used,
+                "%sdb.getSiblingDB(\"admin\").grantRolesToUser(\"%s\", [{role: \"%s\", db: "
+                "\"%s\"}])",
+                used ? "; " : "", n->user, write ? "readWrite" : "read", db);
    }
 }
 
