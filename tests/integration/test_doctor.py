@@ -13,7 +13,7 @@ import unittest
 
 import pymongo
 
-from fwtest import StandIn, clean_env, run_cli, with_credentials, write_script
+from fwtest import StandIn, clean_env, run_cli, wait_until, with_credentials, write_script
 
 DB = "doc"
 HANDLER = "on_change = function(ctx) end"
@@ -243,6 +243,25 @@ class OplogWindowTest(DoctorCase):
         self.assertIn("resume_from_now", c["fix"])
         text, checks = self.doctor(stream('checkpoint = { on_history_lost = "resume_from_now" },'))
         self.assertIn("resume from now", self.check(checks, "checkpoint", "s")["message"])
+
+    def test_checkpoint_older_than_half_the_window_warns(self):
+        with self.client() as c:
+            c[DB].orders.insert_many([{"_id": "w%d" % i} for i in range(10)])
+            first = c.local["oplog.rs"].find({}, {"ts": 1}).sort("$natural", 1).limit(1)[0]
+            first_s = first["ts"].time
+            # A checkpoint a second after the first entry (the write below moves the first entry
+            # by one of these inserts, a second later at most); three seconds after it, the
+            # checkpoint is 2+ s old in a window of 3 s or less.
+            wait_until(lambda: time.time() >= first_s + 3, timeout=6,
+                       message="three seconds past the oplog's first entry")
+            at = datetime.datetime.fromtimestamp(first_s + 1, datetime.timezone.utc)
+            c[DB]["_fw_checkpoints"].replace_one({"_id": "w"}, {"updatedAt": at}, upsert=True)
+        text, checks = self.doctor(stream().replace('"s"', '"w"'))
+        self.assertEqual(text.returncode, 1, text.stdout)
+        c = self.check(checks, "checkpoint", "w")
+        self.assertEqual(c["status"], "warn")
+        self.assertIn("more than half the oplog window", c["message"])
+        self.assertIn("replSetResizeOplog", c["fix"])
 
 
 if __name__ == "__main__":
