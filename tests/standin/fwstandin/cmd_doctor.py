@@ -13,7 +13,8 @@ refusal of change streams.
   readWrite's actions on every database ({db: "", collection: ""}) and find on local.oplog.rs.
 - local.oplog.rs: find sorted by {$natural: 1} or {$natural: -1} with limit gives the oldest or
   newest entry {ts, t, v, op, ns, o, wall}; the stand-in's oplog is capped by
-  --oplog-max-entries, so its oldest entry moves.
+  --oplog-max-entries, so its oldest entry moves. Only ts and wall are real (op is "n", o a
+  placeholder) and the filter is ignored: what reads the window needs, no more.
 - A standalone mongod (--standalone) answers hello without setName and refuses $changeStream
   with 40573 "The $changeStream stage is only supported on replica sets"
   (document_source_change_stream.cpp, assertIsLegalSpecification).
