@@ -17,7 +17,7 @@ from .storage import check_collection_name, check_db_name
 MAX_BSON = 16 * 1024 * 1024
 MAX_MESSAGE = 48000000
 MAX_WRITE_BATCH = 100000
-VERSION = "6.0.0"
+VERSION = "6.0.9"  # what 6.0 plays (version_string)
 # What hello and buildInfo say for each version the stand-in can play (--server-version):
 # maxWireVersion 13 is MongoDB 5.0, 17 is 6.0 (src/mongo/db/wire_version.h).
 WIRE_VERSIONS = {(5, 0): 13, (6, 0): 17}
