@@ -1,5 +1,5 @@
 /*
- * main.c - the command line: flowwarden run | check | dlq | status | pause |
+ * main.c - the command line: flowwarden run | check | doctor | dlq | status | pause |
  * resume | restart | reload | test | record | replay | version.
  */
 #include <getopt.h>
@@ -22,6 +22,8 @@ static const char usage_text[] =
    "usage: flowwarden run SCRIPT [--uri URI] [--log-level debug|info|warn|error]\n"
    "                             [--log-format text|json] [--pid-file PATH] [--admin ADDR]\n"
    "       flowwarden check SCRIPT\n"
+   "       flowwarden doctor SCRIPT [--uri URI] [--json]   (what the deployment lacks;\n"
+   "                         exit 0 all good, 1 warnings, 2 failures)\n"
    "       flowwarden status [--admin URL] [--json]\n"
    "       flowwarden pause|resume|restart STREAM [--admin URL]\n"
    "       flowwarden reload [--admin URL]\n"
@@ -189,6 +191,8 @@ main (int argc, char **argv)
       } else {
          rc = fw_runtime_check (argv[2]);
       }
+   } else if (strcmp (argv[1], "doctor") == 0) {
+      rc = fw_doctor_cli_main (argc - 1, argv + 1);
    } else if (strcmp (argv[1], "test") == 0) {
       rc = fw_test_cli_main (argc - 1, argv + 1);
    } else if (strcmp (argv[1], "replay") == 0) {

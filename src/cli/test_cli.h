@@ -17,4 +17,8 @@ int fw_replay_cli_main (int argc, char **argv);
 /* A stream's live change events to a file, canonical Extended JSON lines. */
 int fw_record_cli_main (int argc, char **argv);
 
+/* `flowwarden doctor SCRIPT [--uri URI] [--json]` (doctor_cli.c): 0 all good,
+ * 1 warnings, 2 failures. */
+int fw_doctor_cli_main (int argc, char **argv);
+
 #endif

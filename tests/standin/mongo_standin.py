@@ -90,11 +90,29 @@ def parse_args(argv):
     p.add_argument("--auth", type=_auth, default=None, metavar="USER:PASSWORD",
                    help="require authentication (SCRAM-SHA-256 or SCRAM-SHA-1) as USER, "
                         "a user of the admin database with every privilege (default: none)")
+    p.add_argument("--user", action="append", default=[], metavar="USER:PASSWORD:ROLE@DB",
+                   help="with --auth, one more user of the admin database holding the "
+                        "built-in ROLE (read, readWrite or root) on DB; repeatable")
+    p.add_argument("--standalone", action="store_true",
+                   help="play a standalone mongod: hello without setName, change streams "
+                        "refused (40573)")
+    p.add_argument("--clock-offset-ms", type=int, default=0, metavar="MS",
+                   help="hello's and serverStatus's localTime run MS ms ahead of this "
+                        "machine's clock (negative: behind); $$NOW and the oplog keep the "
+                        "real clock (default 0)")
     p.add_argument("--server-version", type=_server_version, default=(6, 0), metavar="X.Y",
                    help="the MongoDB version to play: 6.0 (default) or 5.0 (hello's "
                         "maxWireVersion 13; refuses what 5.0 refuses: blocking sorts over "
                         "100 MB without allowDiskUse, 6.0-only change stream options)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.user and args.auth is None:
+        p.error("--user needs --auth")
+    for text in args.user:
+        try:
+            args.auth.add(text)
+        except ValueError as e:
+            p.error("--user: %s" % e)
+    return args
 
 
 def main(argv=None):
@@ -104,7 +122,8 @@ def main(argv=None):
                         oplog_max_entries=args.oplog_max_entries,
                         ttl_interval=args.ttl_interval, log_path=args.log,
                         latency_ms=args.latency_ms, auth=args.auth,
-                        server_version=args.server_version)
+                        server_version=args.server_version, standalone=args.standalone,
+                        clock_offset_ms=args.clock_offset_ms)
     except DataDirInUse as e:
         sys.stderr.write("mongo_standin: %s\n" % e)
         return 1

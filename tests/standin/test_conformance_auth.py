@@ -127,7 +127,7 @@ class Refused(unittest.TestCase):
                                  "command %s requires authentication" % name)
         # The handshake and diagnostics need no user.
         self.assertEqual(c.admin.command("ping")["ok"], 1.0)
-        self.assertEqual(c.admin.command("buildInfo")["version"], "6.0.0")
+        self.assertEqual(c.admin.command("buildInfo")["version"], "6.0.9")
         # An unknown command is unknown before it is unauthorized.
         with self.assertRaises(OperationFailure) as cm:
             c.admin.command("noSuchCommand")

@@ -37,7 +37,9 @@ MECHANISMS = ("SCRAM-SHA-1", "SCRAM-SHA-256")
 # (requiresAuth() false).
 NO_AUTH_COMMANDS = frozenset((
     "hello", "isMaster", "ismaster", "saslStart", "saslContinue", "ping", "buildInfo",
-    "buildinfo"))
+    "buildinfo",
+    # connection_status.cpp: requiresAuth() is false (it says who, if anyone, is logged in).
+    "connectionStatus"))
 
 _PARAMS = {  # hash, salt length, iterations: mongod's defaults
     "SCRAM-SHA-1": (hashlib.sha1, 16, 10000),
@@ -90,6 +92,24 @@ class Users:
             raise ValueError("the user name is empty")
         self.user = user
         self.credentials = {m: _Credential(m, user, password) for m in MECHANISMS}
+        self.others = {}    # more users of admin (--user): name -> (credentials, roles)
+
+    def add(self, text):
+        """Adds a user from "user:password:role@db" (role: read, readWrite or root)."""
+        user, _, rest = text.partition(":")
+        password, sep, grant = rest.rpartition(":")
+        role, at, db = grant.partition("@")
+        if not user or not sep or not at or not db or role not in ("read", "readWrite", "root"):
+            raise ValueError("expected USER:PASSWORD:ROLE@DB with ROLE read, readWrite or "
+                             "root, got %r" % text)
+        creds = {m: _Credential(m, user, password) for m in MECHANISMS}
+        self.others[user] = (creds, [(role, db)])
+
+    def roles_of(self, user):
+        """[(role, db)] of an admin user: the --auth one is root."""
+        if user == self.user:
+            return [("root", "admin")]
+        return self.others[user][1] if user in self.others else []
 
     @classmethod
     def parse(cls, text):
@@ -100,7 +120,11 @@ class Users:
 
     def lookup(self, db, user):
         """The credentials of db.user, or None."""
-        return self.credentials if db == AUTH_DB and user == self.user else None
+        if db != AUTH_DB:
+            return None
+        if user == self.user:
+            return self.credentials
+        return self.others[user][0] if user in self.others else None
 
 
 class Conversation:

@@ -17,7 +17,7 @@ from .storage import check_collection_name, check_db_name
 MAX_BSON = 16 * 1024 * 1024
 MAX_MESSAGE = 48000000
 MAX_WRITE_BATCH = 100000
-VERSION = "6.0.0"
+VERSION = "6.0.9"  # what 6.0 plays (version_string)
 # What hello and buildInfo say for each version the stand-in can play (--server-version):
 # maxWireVersion 13 is MongoDB 5.0, 17 is 6.0 (src/mongo/db/wire_version.h).
 WIRE_VERSIONS = {(5, 0): 13, (6, 0): 17}
@@ -25,10 +25,18 @@ WIRE_VERSIONS = {(5, 0): 13, (6, 0): 17}
 
 def version_string(server):
     major, minor = getattr(server, "version", (6, 0))
-    return "%d.%d.0" % (major, minor)
+    # 6.0 plays 6.0.9, the first 6.0 with $changeStreamSplitLargeEvent (changestream.py).
+    return "%d.%d.%d" % (major, minor, 9 if (major, minor) == (6, 0) else 0)
 
 
 # ---- handshake and diagnostics ----
+
+def local_time(server):
+    """The server's wall clock as hello and serverStatus report it (localTime), shifted by
+    --clock-offset-ms: a server whose clock is that far ahead (negative: behind)."""
+    return datetime.datetime.utcnow() + datetime.timedelta(
+        milliseconds=getattr(server, "clock_offset_ms", 0))
+
 
 def cmd_hello(ctx):
     body = ctx.body
@@ -49,28 +57,31 @@ def cmd_hello(ctx):
     if body.get("helloOk"):
         reply["helloOk"] = True
     reply["topologyVersion"] = server.topology_version()
-    reply["hosts"] = [me]
-    reply["setName"] = server.replset
-    reply["setVersion"] = 1
+    if not getattr(server, "standalone", False):
+        reply["hosts"] = [me]
+        reply["setName"] = server.replset
+        reply["setVersion"] = 1
     if ctx.name == "hello":
         reply["isWritablePrimary"] = True
     else:
         reply["ismaster"] = True
     reply["secondary"] = False
-    reply["primary"] = me
-    reply["me"] = me
-    reply["electionId"] = ObjectId("7fffffff0000000000000001")
+    if not getattr(server, "standalone", False):
+        reply["primary"] = me
+        reply["me"] = me
+        reply["electionId"] = ObjectId("7fffffff0000000000000001")
     with ctx.store.lock:
         tsv = ctx.store.clock.last
     from .bsonutil import ts_value
     now = datetime.datetime.utcnow().replace(microsecond=0)
     optime = {"ts": ts_value(tsv), "t": Int64(1)}
-    reply["lastWrite"] = {"opTime": optime, "lastWriteDate": now, "majorityOpTime": optime,
-                          "majorityWriteDate": now}
+    if not getattr(server, "standalone", False):
+        reply["lastWrite"] = {"opTime": optime, "lastWriteDate": now, "majorityOpTime": optime,
+                              "majorityWriteDate": now}
     reply["maxBsonObjectSize"] = MAX_BSON
     reply["maxMessageSizeBytes"] = MAX_MESSAGE
     reply["maxWriteBatchSize"] = MAX_WRITE_BATCH
-    reply["localTime"] = datetime.datetime.utcnow()
+    reply["localTime"] = local_time(server)
     reply["logicalSessionTimeoutMinutes"] = 30
     reply["connectionId"] = ctx.conn.id
     reply["minWireVersion"] = 0
@@ -88,7 +99,7 @@ def cmd_build_info(ctx):
     major, minor = getattr(ctx.server, "version", (6, 0))
     return {"version": version_string(ctx.server), "gitVersion": "flowwarden-standin",
             "modules": [], "allocator": "system", "javascriptEngine": "none",
-            "sysInfo": "deprecated", "versionArray": [major, minor, 0, 0],
+            "sysInfo": "deprecated", "versionArray": [major, minor, 9 if (major, minor) == (6, 0) else 0, 0],
             "openssl": {"running": "disabled", "compiled": "disabled"},
             "buildEnvironment": {}, "bits": 64, "debug": False,
             "maxBsonObjectSize": MAX_BSON, "storageEngines": ["wiredTiger"]}
@@ -104,7 +115,7 @@ def cmd_server_status(ctx):
     from .bsonutil import ts_value
     return {"host": server.host, "version": version_string(server), "process": "mongod", "pid": Int64(os.getpid()),
             "uptime": float(int(uptime)), "uptimeMillis": Int64(int(uptime * 1000)),
-            "uptimeEstimate": Int64(int(uptime)), "localTime": datetime.datetime.utcnow(),
+            "uptimeEstimate": Int64(int(uptime)), "localTime": local_time(server),
             "connections": {"current": server.open_connections,
                             "available": 1000000 - server.open_connections,
                             "totalCreated": server.total_connections},

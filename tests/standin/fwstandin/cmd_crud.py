@@ -389,6 +389,9 @@ def cmd_find(ctx):
                              "flowwarden stand-in" % unsupported)
     check_collation(body.get("collation"), "find")
     name = coll_name(ctx, "find")
+    if ctx.db == "local" and name == "oplog.rs":
+        from .cmd_doctor import find_oplog
+        return find_oplog(ctx, make_result_cursor)
     query, compare = _engine()[0], _engine()[3]
     flt = body.get("filter") or {}
     query.validate_filter(flt)
@@ -564,6 +567,8 @@ def open_change_stream(ctx, target, pipeline, batch_size):
     else:
         raise MongoError(73, "InvalidNamespace", "Invalid aggregate namespace: the "
                          "'aggregate' field must be a collection name or 1")
+    from .cmd_doctor import refuse_change_stream
+    refuse_change_stream(ctx)
     store = ctx.store
     with store.lock:
         cs = ChangeStream(store, ctx.db, coll, spec, stages, ctx.server.version)

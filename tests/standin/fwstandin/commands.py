@@ -11,7 +11,7 @@ import time
 from bson.binary import Binary
 from bson.int64 import Int64
 
-from . import auth, bsonutil, cmd_admin, cmd_crud, wire
+from . import auth, bsonutil, cmd_admin, cmd_crud, cmd_doctor, wire
 from .bsonutil import ts_value
 from .cursors import RawReply, cursor_reply
 from .errors import MongoError
@@ -21,6 +21,7 @@ COMMANDS = {}
 COMMANDS.update(cmd_crud.COMMANDS)
 COMMANDS.update(cmd_admin.COMMANDS)
 COMMANDS.update(auth.COMMANDS)
+COMMANDS.update(cmd_doctor.COMMANDS)
 
 GENERIC_FIELDS = frozenset((
     "$db", "lsid", "txnNumber", "$clusterTime", "$readPreference", "writeConcern",

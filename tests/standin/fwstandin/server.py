@@ -31,8 +31,13 @@ MAX_MESSAGE = 48000000 + 16 * 1024 * 1024
 class Server:
     def __init__(self, replset="rs0", data_dir=None, oplog_max_entries=10_000_000,
                  ttl_interval=60.0, log_path=None, latency_ms=0.0, auth=None,
-                 server_version=(6, 0)):
+                 server_version=(6, 0), standalone=False, clock_offset_ms=0):
         self.replset = replset
+        # --standalone: a mongod without --replSet (hello without setName, no change streams).
+        self.standalone = bool(standalone)
+        # --clock-offset-ms: what hello's and serverStatus's localTime add to this machine's
+        # clock (only those: $$NOW and the oplog's wall times keep the real clock).
+        self.clock_offset_ms = int(clock_offset_ms)
         # (major, minor) the stand-in plays: (6, 0), or (5, 0) with 5.0's refusals (the
         # blocking-sort limit, sortlimit.py; 6.0-only change stream options, changestream.py).
         self.version = tuple(server_version)

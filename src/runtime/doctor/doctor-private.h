@@ -1,0 +1,31 @@
+/*
+ * doctor-private.h - what doctor.c (the deployment's checks) and
+ * doctor_streams.c (each stream's) share.
+ */
+#ifndef FLOWWARDEN_DOCTOR_PRIVATE_H
+#define FLOWWARDEN_DOCTOR_PRIVATE_H
+
+#include "flowwarden/doctor.h"
+
+/* What the deployment's checks learnt, for the streams' checks. */
+typedef struct {
+   int32_t max_wire;
+   bool has_oplog;        /* the oplog's first entry could be read */
+   int64_t oplog_first_s; /* its ts, seconds */
+   int64_t oplog_last_s;
+} fw_doctor_server_t;
+
+/* Appends a check; message and fix are printf formats (fix may be NULL). */
+void fw_doctor_add (fw_doctor_report_t *r, const char *stream, const char *name,
+                    fw_doctor_status_t status, const char *fix, const char *fmt, ...)
+   BSON_GNUC_PRINTF (6, 7);
+
+/* The privileges, pre-images and checkpoint checks of one stream. */
+void fw_doctor_privileges (mongoc_client_t *client, const fw_stream_config_t *cfgs, size_t n,
+                           fw_doctor_report_t *r);
+void fw_doctor_pre_images (mongoc_client_t *client, const fw_stream_config_t *cfg,
+                           const fw_doctor_server_t *srv, fw_doctor_report_t *r);
+void fw_doctor_checkpoint (mongoc_client_t *client, const fw_stream_config_t *cfg,
+                           const fw_doctor_server_t *srv, fw_doctor_report_t *r);
+
+#endif
