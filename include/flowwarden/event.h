@@ -102,6 +102,11 @@ size_t fw_event_id_len (const fw_event_t *ev);
  * NULL when the event has no _id. */
 char *fw_event_id_dup (const fw_event_t *ev);
 
+/* The event's id for a log line into buf (len at least 64): whole when it
+ * fits, else its first len - 40 characters and its length; "(none)" without
+ * one. */
+void fw_event_log_id (const fw_event_t *ev, char *buf, size_t len);
+
 /* One line for logs: operation, namespace and event id. Never document
  * contents. */
 void fw_event_summary (const fw_event_t *ev, char *buf, size_t len);

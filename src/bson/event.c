@@ -424,25 +424,33 @@ fw_event_id (const fw_event_t *ev, char *buf, size_t len)
 }
 
 void
-fw_event_summary (const fw_event_t *ev, char *buf, size_t len)
+fw_event_log_id (const fw_event_t *ev, char *buf, size_t len)
 {
+   char *whole;
+
+   if (len < 64 || fw_event_id (ev, buf, len)) {
+      return;
+   }
    /* A server's token holds the documentKey (~180 characters for a small
     * key): a long one is cut, saying how long it is. */
-   char id[640];
+   if ((whole = fw_event_id_dup (ev))) {
+      snprintf (buf, len, "%.*s...(%zu characters)", (int) (len - 40), whole, strlen (whole));
+      bson_free (whole);
+   } else {
+      snprintf (buf, len, "(none)");
+   }
+}
+
+void
+fw_event_summary (const fw_event_t *ev, char *buf, size_t len)
+{
+   char id[540];
    const char *db = fw_event_ns_db (ev);
    const char *coll = fw_event_ns_coll (ev);
 
    db = db ? db : "";
    coll = coll ? coll : "";
-   if (!fw_event_id (ev, id, sizeof id)) {
-      char *whole = fw_event_id_dup (ev);
-      if (whole) {
-         snprintf (id, sizeof id, "%.500s...(%zu characters)", whole, strlen (whole));
-         bson_free (whole);
-      } else {
-         snprintf (id, sizeof id, "(none)");
-      }
-   }
+   fw_event_log_id (ev, id, sizeof id);
    /* An invalidate has no namespace: no empty field (and double space) then. */
    snprintf (buf, len, "%s %s%s%s%sevent=%s", ev->operation_type, db, *coll ? "." : "", coll,
              *db || *coll ? " " : "", id);

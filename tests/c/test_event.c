@@ -475,6 +475,39 @@ event_parse_refuses_a_broken_ns (void **state)
    bson_destroy (&doc);
 }
 
+/* A log line's event id: whole when it fits, else cut with its length. */
+static void
+event_log_id_cuts_a_long_id_and_says_its_length (void **state)
+{
+   char data[1501], buf[200], want[64];
+   bson_t doc, id;
+   fw_event_t ev;
+   fw_error_t err;
+   (void) state;
+
+   memset (data, 'A', sizeof data - 1);
+   data[sizeof data - 1] = '\0';
+   bson_init (&doc);
+   BSON_APPEND_DOCUMENT_BEGIN (&doc, "_id", &id);
+   BSON_APPEND_UTF8 (&id, "_data", data);
+   bson_append_document_end (&doc, &id);
+   BSON_APPEND_UTF8 (&doc, "operationType", "insert");
+   assert_true (fw_event_parse (&doc, &ev, &err));
+   fw_event_log_id (&ev, buf, sizeof buf);
+   snprintf (want, sizeof want, "...(%zu characters)", fw_event_id_len (&ev));
+   assert_int_equal (strlen (buf), 160 + strlen (want));
+   assert_int_equal (strncmp (buf, data, 160), 0);
+   assert_string_equal (buf + 160, want);
+   bson_destroy (&doc);
+
+   build (&doc, NULL);
+   assert_true (fw_event_parse (&doc, &ev, &err));
+   fw_event_log_id (&ev, buf, sizeof buf);
+   assert_true (fw_event_id (&ev, data, sizeof data));
+   assert_string_equal (buf, data);
+   bson_destroy (&doc);
+}
+
 int
 main (void)
 {
@@ -487,6 +520,7 @@ main (void)
       cmocka_unit_test (event_parse_checks_ns_and_update_description_in_any_shape),
       cmocka_unit_test (event_parse_names_the_first_four_wrong_fields),
       cmocka_unit_test (event_parse_refuses_a_broken_ns),
+      cmocka_unit_test (event_log_id_cuts_a_long_id_and_says_its_length),
    };
    return cmocka_run_group_tests (tests, NULL, NULL);
 }

@@ -248,15 +248,6 @@ metadata_to_bson (fw_dispatcher_t *d, bson_t *out)
    }
 }
 
-/* The event's id for a log line; "(long)" when it does not fit. */
-static void
-log_id (const fw_event_t *ev, char *id, size_t len)
-{
-   if (!fw_event_id (ev, id, len)) {
-      snprintf (id, len, "(long)");
-   }
-}
-
 /* The DLQ this stream writes to: its own, or, on a stream without one, the
  * script's default DLQ (seed 000: the store exists when any stream declares a
  * DLQ), which only ctx:send_to_dlq uses. */
@@ -501,7 +492,7 @@ dead_letter_raw (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec
 
    metadata_to_bson (d, &metadata);
    failure_of (d, dec, attempts, first_ms, last_ms, raw, &metadata, &f);
-   log_id (ev, id, sizeof id);
+   fw_event_log_id (ev, id, sizeof id);
    ok = build_entry (d, ev, dlq, &f, id, &entry);
    bson_destroy (&metadata);
    if (!ok) {
@@ -596,7 +587,7 @@ dead_letter_head (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *de
       const char *msg = lua_istable (L, -1) && lua_getfield (L, -1, "value") == LUA_TSTRING
                            ? lua_tostring (L, -1)
                            : "(no message)";
-      log_id (ev, id, sizeof id);
+      fw_event_log_id (ev, id, sizeof id);
       fw_log (FW_LOG_ERROR, d->prog.cfg.name,
               "event %s: dlq.sequence_key failed (%s): its DLQ entry opens no sequence", id, msg);
       lua_settop (L, 0);
@@ -877,7 +868,7 @@ after_failure (fw_dispatcher_t *d, const fw_event_t *ev, lua_State *L, bool ok, 
    char id[1024];
 
    attempt_decision (d, L, ok, attempt, stop, &dec);
-   log_id (ev, id, sizeof id);
+   fw_event_log_id (ev, id, sizeof id);
    report_attempt_failed (d, attempt, &dec);
    if (replay_ends (d, &dec, attempt, r)) {
       return false;

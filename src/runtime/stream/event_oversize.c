@@ -311,9 +311,7 @@ fw_oversize_take (fw_dispatcher_t *d, fw_split_buffer_t *split, const bson_t **d
       fw_error_set (error, FW_ERROR_INVALID, "%s", fw_dispatcher_failure (d));
       return FW_OVERSIZE_FAILED;
    }
-   if (!fw_event_id (ev, eid, sizeof eid)) {
-      snprintf (eid, sizeof eid, "(long)");
-   }
+   fw_event_log_id (ev, eid, sizeof eid);
    if (r == FW_DISPATCH_NO_DLQ) {
       fw_error_set (error, FW_ERROR_INVALID,
                     "change event %s of %lld bytes is over oversize_threshold and the stream "

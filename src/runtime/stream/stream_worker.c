@@ -242,8 +242,8 @@ unreadable_event (fw_stream_worker_t *w, fw_event_t *ev, const fw_error_t *err)
    fw_dispatch_result_t r = FW_DISPATCH_NO_DLQ;
    bson_iter_t tok;
    bool named = fw_event_field (ev, FW_EV_ID, &tok) && BSON_ITER_HOLDS_DOCUMENT (&tok);
-   if (named && !fw_event_id (ev, eid, sizeof eid)) {
-      snprintf (eid, sizeof eid, "(long token)");
+   if (named) {
+      fw_event_log_id (ev, eid, sizeof eid);
    }
    if (named && (r = fw_event_dispatch_unreadable (w->d, ev, err->message)) == FW_DISPATCH_STOPPED) {
       return FW_READ_STOP;
