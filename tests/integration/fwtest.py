@@ -19,6 +19,7 @@ control only the stand-in has: fault injection, a kill, an oplog size, a
 version mode, its users) are skipped with the control they need."""
 import atexit
 import base64
+import functools
 import hashlib
 import json
 import re
@@ -59,6 +60,41 @@ def needs_standin(control):
     when FW_TEST_MONGODB_URI points the suite at a real deployment."""
     return unittest.skipIf(REAL_MODE, "needs the stand-in's %s (FW_TEST_MONGODB_URI is set)"
                            % control)
+
+
+def _skip_if_older(client, want, feature):
+    have = tuple(client.server_info().get("versionArray", [0]))[:len(want)]
+    if have < want:
+        raise unittest.SkipTest("needs MongoDB %s+ for %s; the deployment is %s"
+                                % (".".join(map(str, want)), feature,
+                                   ".".join(map(str, have))))
+
+
+def needs_mongodb(version, feature):
+    """Marks a test (method or class) that needs MongoDB `version` ("6.0.9")
+    for `feature`: against a real deployment (FW_TEST_MONGODB_URI) of an
+    older version it is skipped naming both; the stand-in plays 6.0 with the
+    split stage, and the tests of its 5.0 mode say what 5.0 refuses."""
+    want = tuple(int(x) for x in version.split("."))
+
+    def decorate(obj):
+        if not REAL_MODE:
+            return obj
+        if isinstance(obj, type):
+            set_up = obj.setUp
+
+            def setUp(self):
+                _skip_if_older(self.client, want, feature)
+                set_up(self)
+            obj.setUp = setUp
+            return obj
+
+        @functools.wraps(obj)
+        def run(self, *args, **kwargs):
+            _skip_if_older(self.client, want, feature)
+            return obj(self, *args, **kwargs)
+        return run
+    return decorate
 
 
 def uri_parts(uri):

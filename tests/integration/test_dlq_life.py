@@ -6,7 +6,7 @@ import datetime
 import os
 import unittest
 
-from fwtest import needs_standin, clean_env, run_cli
+from fwtest import needs_mongodb, needs_standin, clean_env, run_cli
 from dlqtest import FailureTestCase, lua_stream, summary, wait_for
 
 # The checkpoint never moves while the test runs (it is saved when the
@@ -25,6 +25,7 @@ def by_event(entries):
 
 class EnqueueFields(FailureTestCase):
 
+    @needs_mongodb("6.0", "pre- and post-images")
     def test_new_entry_has_its_life_fields_and_what_a_replay_needs(self):
         self.db.create_collection("orders", changeStreamPreAndPostImages={"enabled": True})
         self.start(lua_stream(dlq="true", extra='on_update = misbehave, '

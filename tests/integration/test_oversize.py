@@ -5,7 +5,7 @@ without it, oversize = "fail" stops the stream with a message naming the
 position (no re-open loop) and oversize = "skip" dead-letters the event's key
 and size without its document. A 10 MiB document updated with updateLookup
 and its pre-image makes a ~20 MiB event."""
-from fwtest import needs_standin, StandInTestCase, clean_env
+from fwtest import needs_mongodb, needs_standin, StandInTestCase, clean_env
 
 MIB = 1024 * 1024
 
@@ -20,6 +20,7 @@ HANDLER = """
 """
 
 
+@needs_mongodb("6.0.9", "$changeStreamSplitLargeEvent")
 class OversizeTest(StandInTestCase):
 
     def stream(self, extra=""):
@@ -177,6 +178,7 @@ FIELDS_HANDLER = """
 BOTH = '{ { ["$addFields"] = { both = { "$updateDescription", "$updateDescription" } } } }'
 
 
+@needs_mongodb("6.0.9", "$changeStreamSplitLargeEvent")
 class SplitOrderAndUnsplittableTest(StandInTestCase):
     """MongoDB's split stage fills fragments with the fields ordered by size
     (change_stream_split_event_helpers.cpp) and fails with 7182500 when one

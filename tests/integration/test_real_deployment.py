@@ -19,7 +19,7 @@ from fwtest import (HERE, StandIn, needs_standin, uri_credentials, uri_with_data
 # Run by the child process with FW_TEST_MONGODB_URI set.
 MODULE = textwrap.dedent('''\
     import unittest
-    from fwtest import StandInTestCase, needs_standin
+    from fwtest import StandInTestCase, needs_mongodb, needs_standin
 
     class Deployment(StandInTestCase):
         def test_writes_in_its_own_databases(self):
@@ -38,6 +38,14 @@ MODULE = textwrap.dedent('''\
         @needs_standin("fault injection (failCommand)")
         def test_marked(self):
             raise AssertionError("ran")
+
+        @needs_mongodb("99.0", "a feature of the future")
+        def test_too_new(self):
+            raise AssertionError("ran")
+
+        @needs_mongodb("6.0", "pre- and post-images")
+        def test_new_enough(self):
+            print("NEW ENOUGH")
 
     @needs_standin("oplog size (--oplog-max-entries)")
     class MarkedClass(StandInTestCase):
@@ -98,13 +106,16 @@ class AgainstADeployment(unittest.TestCase):
             cp = subprocess.run([sys.executable, "-m", "unittest", "-v", "real_case"], cwd=d,
                                 env=env, capture_output=True, text=True, timeout=120)
         out = cp.stdout + cp.stderr
-        self.assertIn("Ran 5 tests", out)     # a skipped setUpClass is not counted
-        self.assertIn("FAILED (failures=2, skipped=3)", out)
+        self.assertIn("Ran 7 tests", out)     # a skipped setUpClass is not counted
+        self.assertIn("FAILED (failures=2, skipped=4)", out)
         self.assertRegex(out, r"test_writes_in_its_own_databases .*\.\.\. ok")
         self.assertRegex(out, r"test_marked .*skipped \"needs the stand-in's fault injection "
                               r"\(failCommand\) \(FW_TEST_MONGODB_URI is set\)\"")
         self.assertIn("skipped \"needs the stand-in's oplog size (--oplog-max-entries)", out)
         self.assertIn("skipped \"needs the stand-in's options ('--oplog-max-entries', '5')", out)
+        self.assertIn("skipped 'needs MongoDB 99.0+ for a feature of the future; the deployment "
+                      "is 6.0'", out)
+        self.assertIn("NEW ENOUGH", out)
         self.assertIn('mark the test @needs_standin("fault injection")', out)
         self.assertIn("this test uses the stand-in (standin.kill9) but FW_TEST_MONGODB_URI is set",
                       out)
