@@ -10,9 +10,16 @@ FW_TEST_AUTH=1 (ctest's integration-auth/*): every stand-in requires a user with
 a recognisable password, every URI the harness hands out carries it, every
 flowwarden process runs through a wrapper that copies its stdout and stderr
 aside, and each test ends by scanning those copies and every DLQ entry for the
-password (see docs/testing.md)."""
+password (see docs/testing.md).
+
+FW_TEST_MONGODB_URI=mongodb://... : no stand-in is started; every test runs
+against that deployment, in a database of its own (fwt<random>_<test name>)
+that it drops at the end, and the tests marked @needs_standin(...) (they use a
+control only the stand-in has: fault injection, a kill, an oplog size, a
+version mode, its users) are skipped with the control they need."""
 import atexit
 import base64
+import functools
 import hashlib
 import json
 import re
@@ -41,6 +48,93 @@ from standin_process import wait_until  # noqa: E402,F401
 import pymongo  # noqa: E402
 from bson.raw_bson import RawBSONDocument  # noqa: E402
 
+# --- FW_TEST_MONGODB_URI: the suite against a real deployment ---
+
+REAL_URI = os.environ.get("FW_TEST_MONGODB_URI") or None
+REAL_MODE = REAL_URI is not None
+
+
+def needs_standin(control):
+    """Marks a test (method or class) that needs the stand-in's own `control`
+    (fault injection, a kill, --oplog-max-entries, ...): skipped, naming it,
+    when FW_TEST_MONGODB_URI points the suite at a real deployment."""
+    return unittest.skipIf(REAL_MODE, "needs the stand-in's %s (FW_TEST_MONGODB_URI is set)"
+                           % control)
+
+
+def _skip_if_older(client, want, feature):
+    have = tuple(client.server_info().get("versionArray", [0]))[:len(want)]
+    if have < want:
+        raise unittest.SkipTest("needs MongoDB %s+ for %s; the deployment is %s"
+                                % (".".join(map(str, want)), feature,
+                                   ".".join(map(str, have))))
+
+
+def needs_mongodb(version, feature):
+    """Marks a test (method or class) that needs MongoDB `version` ("6.0.9")
+    for `feature`: against a real deployment (FW_TEST_MONGODB_URI) of an
+    older version it is skipped naming both; the stand-in plays 6.0 with the
+    split stage, and the tests of its 5.0 mode say what 5.0 refuses."""
+    want = tuple(int(x) for x in version.split("."))
+
+    def decorate(obj):
+        if not REAL_MODE:
+            return obj
+        if isinstance(obj, type):
+            set_up = obj.setUp
+
+            def setUp(self):
+                _skip_if_older(self.client, want, feature)
+                set_up(self)
+            obj.setUp = setUp
+            return obj
+
+        @functools.wraps(obj)
+        def run(self, *args, **kwargs):
+            _skip_if_older(self.client, want, feature)
+            return obj(self, *args, **kwargs)
+        return run
+    return decorate
+
+
+def uri_parts(uri):
+    """(scheme, userinfo-and-hosts, path database, query) of a MongoDB URI."""
+    scheme, _, rest = uri.partition("://")
+    end = min([i for i in (rest.find("/"), rest.find("?")) if i >= 0] or [len(rest)])
+    hosts, tail = rest[:end], rest[end:]
+    path, _, query = tail.lstrip("/").partition("?")
+    return scheme, hosts, path, query
+
+
+def uri_with_database(uri, db):
+    """`uri` with `db` as its path. A URI with credentials and no authSource
+    keeps authenticating where it did (its old path, else admin)."""
+    scheme, hosts, path, query = uri_parts(uri)
+    if "@" in hosts and "authsource=" not in query.lower():
+        query = "&".join(x for x in (query, "authSource=" + (path or "admin")) if x)
+    return "%s://%s/%s%s" % (scheme, hosts, db, "?" + query if query else "")
+
+
+def uri_credentials(uri):
+    """(user, password) of a URI's userinfo (decoded), or None."""
+    hosts = uri_parts(uri)[1]
+    if "@" not in hosts:
+        return None
+    user, _, password = hosts.rsplit("@", 1)[0].partition(":")
+    return (urllib.parse.unquote(user), urllib.parse.unquote(password)) if password else None
+
+
+class _NoStandIn:
+    """self.standin when FW_TEST_MONGODB_URI is set: any use names the
+    missing mark instead of touching the deployment."""
+
+    proc = None
+
+    def __getattr__(self, name):
+        raise AssertionError("this test uses the stand-in (standin.%s) but FW_TEST_MONGODB_URI "
+                             "is set: mark it @needs_standin(...)" % name)
+
+
 # --- FW_TEST_AUTH=1: credentials everywhere, and a scan for the password ---
 
 AUTH_MODE = os.environ.get("FW_TEST_AUTH") == "1"
@@ -51,7 +145,10 @@ REAL_BINARY = BINARY
 
 
 def default_credentials():
-    """(user, password) every stand-in requires in FW_TEST_AUTH mode, else None."""
+    """(user, password) every stand-in requires in FW_TEST_AUTH mode, else None;
+    against a real deployment, those of FW_TEST_MONGODB_URI (for the scan)."""
+    if REAL_MODE:
+        return uri_credentials(REAL_URI)
     return (AUTH_USER, AUTH_PASSWORD) if AUTH_MODE else None
 
 
@@ -409,6 +506,9 @@ class StandInTestCase(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
+        if REAL_MODE:
+            cls._setup_real()
+            return
         args = list(cls.standin_args)
         cls._log_dir = None
         if cls.command_log:
@@ -421,8 +521,26 @@ class StandInTestCase(unittest.TestCase):
         cls.client = pymongo.MongoClient(cls.base_uri())
 
     @classmethod
+    def _setup_real(cls):
+        """FW_TEST_MONGODB_URI: the deployment instead of a stand-in. A class
+        that configures the stand-in (standin_args, command_log, standin_auth)
+        is skipped, as its mark would say."""
+        for attr, control in (("standin_args", "options %s" % (cls.standin_args,)),
+                              ("command_log", "command log (--log)"),
+                              ("standin_auth", "users (--auth)")):
+            if getattr(cls, attr):
+                raise unittest.SkipTest("needs the stand-in's %s (FW_TEST_MONGODB_URI is set)"
+                                        % control)
+        cls._log_dir = None
+        cls.credentials = default_credentials()
+        cls.standin = _NoStandIn()
+        cls.client = pymongo.MongoClient(REAL_URI)
+
+    @classmethod
     def tearDownClass(cls):
         cls.client.close()
+        if REAL_MODE:
+            return
         cls.standin.stop()
         if cls._log_dir is not None:
             cls._log_dir.cleanup()
@@ -444,18 +562,57 @@ class StandInTestCase(unittest.TestCase):
 
     @classmethod
     def base_uri(cls, db=""):
+        if REAL_MODE:
+            return uri_with_database(REAL_URI, db)
         return with_credentials("mongodb://127.0.0.1:%d/%s?replicaSet=rs0"
                                 % (cls.standin.port, db), cls.credentials)
 
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
         self.db_name = "t_" + self.id().rsplit(".", 1)[-1][:40]
+        if REAL_MODE:
+            self._real_database()
         self.db = self.client[self.db_name]
         self.uri = self.base_uri(self.db_name)
         self.procs = []
         self._fail_points = set()
         del _CLI_RUNS[:]
         self._capture_seen = _capture_sizes()
+
+    def _real_database(self):
+        """A database name nobody uses on the deployment: fwt + 48 random
+        bits + the test's name; what exists before the test is never dropped."""
+        try:
+            self._existing = set(self.client.list_database_names())
+        except pymongo.errors.OperationFailure:
+            self._existing = None   # no listDatabases: the random part alone
+        while True:
+            self.db_name = "fwt%s_%s" % (os.urandom(6).hex(),
+                                         self.id().rsplit(".", 1)[-1][:40])
+            if not self._existing or not any(
+                    d.startswith(self.db_name) for d in self._existing):
+                break
+        self.addCleanup(self._drop_real_databases)
+
+    def _drop_real_databases(self):
+        """Drops this test's database and those it made by extending its name
+        (db_name + "_other"), none of which existed before it began."""
+        names = {self.db_name}
+        try:
+            names |= {d for d in self.client.list_database_names()
+                      if d.startswith(self.db_name + "_")}
+        except pymongo.errors.OperationFailure:
+            pass
+        for name in sorted(names):
+            if self._existing is None or name not in self._existing:
+                self.client.drop_database(name)
+
+    def _own_databases(self, names):
+        """Of `names`, those this test may read: all on the stand-in, only
+        its own on a real deployment."""
+        if not REAL_MODE:
+            return [d for d in names if d not in ("admin", "local", "config")]
+        return [d for d in names if d == self.db_name or d.startswith(self.db_name + "_")]
 
     def tearDown(self):
         for name in self._fail_points:
@@ -516,9 +673,7 @@ class StandInTestCase(unittest.TestCase):
         except pymongo.errors.PyMongoError:
             return
         try:
-            for db in client.list_database_names():
-                if db in ("admin", "local", "config"):
-                    continue
+            for db in self._own_databases(client.list_database_names()):
                 for coll in client[db].list_collection_names():
                     if "dlq" in coll.lower() or coll.startswith("_fw"):
                         for doc in client[db][coll].find():
@@ -542,6 +697,9 @@ class StandInTestCase(unittest.TestCase):
     def fail_point(self, mode, data=None, name="failCommand"):
         """configureFailPoint on the stand-in; turned off again in tearDown.
         Returns the reply ({count} = how often it fired before)."""
+        if REAL_MODE:
+            raise AssertionError("fail_point needs the stand-in but FW_TEST_MONGODB_URI is set: "
+                                 "mark the test @needs_standin(\"fault injection\")")
         cmd = {"configureFailPoint": name, "mode": mode}
         if data is not None:
             cmd["data"] = data

@@ -14,7 +14,7 @@ import unittest
 import urllib.error
 import urllib.request
 
-from fwtest import (SOURCE_DIR, StandIn, StandInTestCase, auth_uri, clean_env, run_cli,
+from fwtest import (needs_standin, SOURCE_DIR, StandIn, StandInTestCase, auth_uri, clean_env, run_cli,
                     wait_until, write_script)
 
 PROMTOOL = shutil.which("promtool")
@@ -189,6 +189,7 @@ class Metrics(StandInTestCase):
         self.assertEqual(http(port, "POST", "/v1/dlq/stats")[0], 405)
         p.stop()
 
+    @needs_standin("kill and restart (a stand-in of its own)")
     def test_readyz_follows_the_server(self):
         data = tempfile.TemporaryDirectory()
         self.addCleanup(data.cleanup)

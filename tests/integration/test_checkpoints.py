@@ -5,7 +5,7 @@ docs/configuration.md#checkpoint), idle streams keep their seen position
 fresh (issue 3: runtime behaviour, checkpoints)."""
 import unittest
 
-from fwtest import StandInTestCase, token_at
+from fwtest import needs_standin, StandInTestCase, token_at
 
 SEQ_STREAM = """
 fw.stream { name = "seq", collection = "c",
@@ -159,6 +159,7 @@ class StopAndRestart(StandInTestCase):
         self.assertEqual([r["n"] for r in p2.reports()], [3])
 
 
+@needs_standin("command log (--log)")
 class IdleStop(StandInTestCase):
     command_log = True
 

@@ -10,7 +10,7 @@ import tempfile
 import time
 import unittest
 
-from fwtest import (BINARY, ConnectionProbe, Flowwarden, StandInTestCase, clean_env, run_cli,
+from fwtest import (needs_standin, BINARY, ConnectionProbe, Flowwarden, StandInTestCase, clean_env, run_cli,
                     write_script)
 
 USAGE_FIRST = "usage: flowwarden run SCRIPT [--uri URI] [--log-level debug|info|warn|error]"
@@ -243,6 +243,7 @@ class UriPrecedence(unittest.TestCase):
         self.assertRegex(r.stdout, r"database +fromenv")
 
 
+@needs_standin("kill (kill -9 under a running stream)")
 class DriverLogs(StandInTestCase):
 
     def test_driver_messages_go_through_the_log_as_json_lines(self):

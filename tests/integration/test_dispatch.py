@@ -11,7 +11,7 @@ from bson.int64 import Int64
 from bson.objectid import ObjectId
 from bson.raw_bson import RawBSONDocument
 
-from fwtest import StandInTestCase
+from fwtest import needs_mongodb, StandInTestCase
 
 # Reports everything the ctx offers for one event. Documents are plain (ints,
 # strings), so cjson can encode them as they are.
@@ -56,6 +56,7 @@ def ms_of(dt):
 
 class HandlerContext(StandInTestCase):
 
+    @needs_mongodb("6.0", "pre- and post-images")
     def test_each_operation_type_reaches_its_handler_with_its_ctx(self):
         self.db.create_collection("orders")
         self.db.command({"collMod": "orders", "changeStreamPreAndPostImages": {"enabled": True}})

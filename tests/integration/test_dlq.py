@@ -18,6 +18,7 @@ from bson.regex import Regex
 from bson.timestamp import Timestamp
 
 from dlqtest import UUID4, FailureTestCase, lua_stream, summary, wait_for
+from fwtest import needs_standin
 
 FAST = 'initial_delay = "50ms", jitter = false'
 DAY_MS = 24 * 3600 * 1000
@@ -256,6 +257,7 @@ class DlqIndexesAndSharing(FailureTestCase):
         self.assertNotIn("_fw_dlq", self.db.list_collection_names())
 
 
+@needs_standin("fault injection (configureFailPoint failCommand)")
 class DurableHandoff(FailureTestCase):
     """The checkpoint never passes an event before its DLQ insert is
     acknowledged."""

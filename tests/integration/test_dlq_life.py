@@ -6,7 +6,7 @@ import datetime
 import os
 import unittest
 
-from fwtest import clean_env, run_cli
+from fwtest import needs_mongodb, needs_standin, clean_env, run_cli
 from dlqtest import FailureTestCase, lua_stream, summary, wait_for
 
 # The checkpoint never moves while the test runs (it is saved when the
@@ -25,6 +25,7 @@ def by_event(entries):
 
 class EnqueueFields(FailureTestCase):
 
+    @needs_mongodb("6.0", "pre- and post-images")
     def test_new_entry_has_its_life_fields_and_what_a_replay_needs(self):
         self.db.create_collection("orders", changeStreamPreAndPostImages={"enabled": True})
         self.start(lua_stream(dlq="true", extra='on_update = misbehave, '
@@ -126,6 +127,7 @@ class OneEntryPerEvent(FailureTestCase):
         self.assertEqual(summary(p2, "s")["dead_lettered"], 2)
         self.assertEqual([m for m in p2.messages("error")], [])
 
+    @needs_standin("fault injection (configureFailPoint failCommand)")
     def test_a_reenqueue_applied_but_not_acknowledged_counts_once(self):
         # The DLQ on a named connection, so a fail point can aim at its
         # writes alone (appName "flowwarden-io"; checkpoints use "flowwarden").

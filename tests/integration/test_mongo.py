@@ -8,7 +8,7 @@ import signal
 import textwrap
 import time
 
-from fwtest import PRELUDE, StandIn, StandInTestCase, clean_env, run_cli, write_script
+from fwtest import needs_standin, PRELUDE, StandIn, StandInTestCase, clean_env, run_cli, write_script
 import pymongo
 
 # Handler IO runs on its own pools, named so fail points can aim at it and
@@ -131,6 +131,7 @@ class MongoFromHandlersTest(StandInTestCase):
             }
         """ % (self.db_name, body))
 
+    @needs_standin("fault injection (failCommand closeConnection)")
     def test_network_error_is_retried_then_succeeds(self):
         self.fail_point({"times": 1}, {"failCommands": ["update"], "closeConnection": True,
                                        "appName": IO_APP})
@@ -157,6 +158,7 @@ class MongoFromHandlersTest(StandInTestCase):
         self.assertEqual(p.reports(), [{"type": "Mongo.DuplicateKey", "code": 11000, "attempt": 1}])
         self.assertEqual(p.stop(), 0)
 
+    @needs_standin("fault injection (failCommand blockConnection)")
     def test_a_hung_server_is_cut_by_the_handler_budget(self):
         self.fail_point("alwaysOn", {"failCommands": ["find"], "blockConnection": True,
                                      "blockTimeMS": 5000, "appName": IO_APP})
@@ -242,6 +244,7 @@ class MongoFromHandlersTest(StandInTestCase):
         self.assertEqual(p.stop(), 0)
 
 
+@needs_standin("second server started beside it (the audit connection)")
 class NamedConnectionTest(StandInTestCase):
 
     @classmethod

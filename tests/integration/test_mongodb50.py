@@ -15,12 +15,13 @@ import uuid
 from bson.timestamp import Timestamp
 from pymongo.errors import OperationFailure
 
-from fwtest import StandInTestCase, run_cli
+from fwtest import needs_standin, StandInTestCase, run_cli
 
 N_ENTRIES = 110
 PAD = "x" * (1024 * 1024)
 
 
+@needs_standin("version mode (--server-version 5.0)")
 class DlqOver100MB(StandInTestCase):
     standin_args = ("--server-version", "5.0")
 
@@ -122,6 +123,7 @@ class DlqOver100MB(StandInTestCase):
         self.assertEqual(n, N_ENTRIES)
 
 
+@needs_standin("version mode (--server-version 5.0)")
 class OptionsThatNeed60(StandInTestCase):
     standin_args = ("--server-version", "5.0")
     command_log = True

@@ -5,7 +5,7 @@ without it, oversize = "fail" stops the stream with a message naming the
 position (no re-open loop) and oversize = "skip" dead-letters the event's key
 and size without its document. A 10 MiB document updated with updateLookup
 and its pre-image makes a ~20 MiB event."""
-from fwtest import StandInTestCase, clean_env
+from fwtest import needs_mongodb, needs_standin, StandInTestCase, clean_env
 
 MIB = 1024 * 1024
 
@@ -20,6 +20,7 @@ HANDLER = """
 """
 
 
+@needs_mongodb("6.0.9", "$changeStreamSplitLargeEvent")
 class OversizeTest(StandInTestCase):
 
     def stream(self, extra=""):
@@ -57,6 +58,7 @@ class OversizeTest(StandInTestCase):
         self.assertEqual(p.report_count(), 3)
         self.assertIsNotNone(cp)
 
+    @needs_standin("fault injection (failCommand on getMore)")
     def test_a_resumable_error_between_fragments_still_delivers_the_event_once(self):
         # A getMore fails between fragments: libmongoc resumes from the fragment's token
         # and the server goes on with the next fragment; the handler sees the event once.
@@ -151,6 +153,7 @@ class OversizeTest(StandInTestCase):
         self.assertEqual(p.count_log("oversize change event", level="warn"), 1)
         self.assertEqual(p.stop(), 0)
 
+    @needs_standin("fault injection (failCommand 40324 on aggregate)")
     def test_a_server_without_the_split_stage_falls_back_to_the_oversize_policy(self):
         # An older server refuses the stage (40324 Unrecognized pipeline stage name).
         self.fail_point({"times": 1}, {"failCommands": ["aggregate"], "errorCode": 40324})
@@ -175,6 +178,7 @@ FIELDS_HANDLER = """
 BOTH = '{ { ["$addFields"] = { both = { "$updateDescription", "$updateDescription" } } } }'
 
 
+@needs_mongodb("6.0.9", "$changeStreamSplitLargeEvent")
 class SplitOrderAndUnsplittableTest(StandInTestCase):
     """MongoDB's split stage fills fragments with the fields ordered by size
     (change_stream_split_event_helpers.cpp) and fails with 7182500 when one

@@ -10,7 +10,7 @@ import subprocess
 import textwrap
 import threading
 
-from fwtest import (BINARY, SOURCE_DIR, StandInTestCase, clean_env, run_cli, wait_until)
+from fwtest import (needs_standin, BINARY, SOURCE_DIR, StandInTestCase, clean_env, run_cli, wait_until)
 
 ORDERS = os.path.join(SOURCE_DIR, "examples", "orders.lua")
 STREAM = "order-watcher"
@@ -64,6 +64,7 @@ def read_events(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
+@needs_standin("database named shop, which the tests drop (a fixed name)")
 class RecordReplayTest(StandInTestCase):
 
     def setUp(self):

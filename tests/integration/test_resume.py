@@ -5,7 +5,7 @@ history lost, isolation)."""
 import tempfile
 import unittest
 
-from fwtest import StandInTestCase, token_at
+from fwtest import needs_standin, StandInTestCase, token_at
 
 # A stream over collection `coll` reporting {s = stream, n = fullDocument.n,
 # op, eid} for every event; `extra` is more Lua fields of the declaration.
@@ -49,6 +49,7 @@ class MidStreamErrors(StandInTestCase):
         self.assertEqual(numbers(p.reports()), list(range(total + 1)))
         return p
 
+    @needs_standin("fault injection (failCommand closeConnection)")
     def test_close_connection_during_get_more_resumes_without_gap_or_duplicate(self):
         p = self.run_through_failure(lambda: self.fail_point(
             {"times": 1}, {"failCommands": ["getMore"], "closeConnection": True,
@@ -57,6 +58,7 @@ class MidStreamErrors(StandInTestCase):
         self.assertEqual(fired["count"], 1, "the fail point never fired")
         self.assertEqual(p.stop(), 0)
 
+    @needs_standin("fault injection (failCommand on getMore)")
     def test_resumable_labelled_get_more_error_resumes_without_gap_or_duplicate(self):
         # HostUnreachable (6): the server labels it ResumableChangeStreamError.
         p = self.run_through_failure(lambda: self.fail_point(
@@ -65,6 +67,7 @@ class MidStreamErrors(StandInTestCase):
         self.assertEqual(self.fail_point("off")["count"], 1)
         self.assertEqual(p.stop(), 0)
 
+    @needs_standin("fault injection (failCommand on getMore)")
     def test_explicitly_labelled_get_more_error_resumes_without_gap_or_duplicate(self):
         p = self.run_through_failure(lambda: self.fail_point(
             {"times": 1}, {"failCommands": ["getMore"], "errorCode": 2,
@@ -73,12 +76,14 @@ class MidStreamErrors(StandInTestCase):
         self.assertEqual(self.fail_point("off")["count"], 1)
         self.assertEqual(p.stop(), 0)
 
+    @needs_standin("fault injection (failGetMoreAfterCursorCheckout)")
     def test_cursor_killed_after_checkout_resumes_without_gap_or_duplicate(self):
         p = self.run_through_failure(lambda: self.fail_point(
             {"times": 1}, {"errorCode": 91}, name="failGetMoreAfterCursorCheckout"))
         self.assertEqual(self.fail_point("off", name="failGetMoreAfterCursorCheckout")["count"], 1)
         self.assertEqual(p.stop(), 0)
 
+    @needs_standin("fault injection (failCommand on getMore)")
     def test_non_resumable_error_reopens_with_backoff_without_gap_or_duplicate(self):
         # No label: libmongoc gives up, the stream's restart loop re-opens it
         # from the last position it read.
@@ -90,6 +95,7 @@ class MidStreamErrors(StandInTestCase):
         self.assertGreaterEqual(p.count_log("re-opening the change stream in"), 1)
         self.assertEqual(p.stop(), 0)
 
+    @needs_standin("fault injection (failCommand on getMore)")
     def test_error_before_the_first_event_does_not_lose_what_follows(self):
         # Regression (fixed in src/runtime/stream/stream_worker.c, consume/worker_main): a stream started
         # "from now" whose first getMore fails with a non-resumable error
@@ -112,6 +118,7 @@ class MidStreamErrors(StandInTestCase):
         p.wait_until(lambda: any(r["n"] == 6 for r in p.reports()), what="the last event")
         self.assertEqual(numbers(p.reports()), list(range(7)))
 
+    @needs_standin("fault injection (failCommand on aggregate)")
     def test_stream_keeps_retrying_while_the_server_refuses_to_open_it(self):
         # aggregate fails three times: the stream backs off and opens on the
         # fourth try, then delivers what was written meanwhile.
@@ -125,6 +132,7 @@ class MidStreamErrors(StandInTestCase):
         self.assertEqual(p2.count_log("cannot open change stream"), 3)
 
 
+    @needs_standin("fault injection (failCommand on aggregate)")
     def test_stream_stops_after_restart_max_attempts_and_the_process_exits_1(self):
         self.fail_point("alwaysOn", {"failCommands": ["aggregate"], "errorCode": 2,
                                      "errorLabels": [], "appName": "flowwarden"})
@@ -263,6 +271,7 @@ class Isolation(StandInTestCase):
         self.assertEqual([r["op"] for r in reps], ["insert", "drop", "invalidate", "insert"])
         self.assertEqual(p.count_log("change stream open", stream="steady"), 1)
 
+    @needs_standin("fault injection (failCommand on getMore)")
     def test_an_error_on_one_streams_cursor_does_not_disturb_another(self):
         p = self.run_fw(self.script(stream(name="x", coll="a") + stream(name="y", coll="b")))
         p.wait_open(2)
@@ -283,6 +292,7 @@ class Isolation(StandInTestCase):
         self.assertEqual(p.count_log("change stream failed"), 1)
 
 
+@needs_standin("kill and restart (kill -9, --data-dir)")
 class ServerRestart(StandInTestCase):
     """The server goes away (kill -9) and comes back on the same port with
     its data: the stream re-opens and picks up where it was."""
@@ -316,6 +326,7 @@ class ServerRestart(StandInTestCase):
         self.assertEqual(p.stop(), 0)
 
 
+@needs_standin("oplog size (--oplog-max-entries)")
 class HistoryLost(StandInTestCase):
     """An oplog of 100 entries: 150 writes while flowwarden is down push any
     saved position out of it."""
@@ -390,6 +401,7 @@ class HistoryLost(StandInTestCase):
         self.assertEqual(p2.count_log("STREAM STOPPED"), 0)
         self.assertEqual(p2.stop(), 0)
 
+    @needs_standin("fault injection (failCommand on aggregate)")
     def test_seen_token_fallback_survives_a_transient_error_at_start(self):
         # Regression (fixed in src/runtime/stream/stream_worker.c, worker_main): any failed open sets
         # candidate = 2, so when the first open fails for a passing reason

@@ -14,7 +14,7 @@ import threading
 import urllib.request
 
 import fwtest
-from fwtest import StandInTestCase, clean_env, run_cli, with_credentials
+from fwtest import needs_standin, StandInTestCase, clean_env, run_cli, with_credentials
 
 PASSWORD = "Pw-s3cr3t-1f2e"      # recognisable, and not a substring of anything else
 TOKEN = "tok-s3cr3t-9c8d"
@@ -106,6 +106,7 @@ AUTH_SCRIPT = """
 """
 
 
+@needs_standin("users (--auth writer:...)")
 class AuthenticatedServer(StandInTestCase):
     """A stand-in that requires authentication (--auth): the tearDown of every
     test scans for AUTH_PASSWORD (fwtest's assert_no_secret)."""

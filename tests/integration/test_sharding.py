@@ -6,7 +6,7 @@ answers with those codes, and the failure must say which key the collection
 may be sharded on (docs/compatibility.md)."""
 import unittest
 
-from fwtest import StandInTestCase
+from fwtest import needs_standin, StandInTestCase
 
 STREAM = """
 fw.stream { name = "s", collection = "c",
@@ -15,6 +15,7 @@ fw.stream { name = "s", collection = "c",
 """
 
 
+@needs_standin("fault injection (failCommand 61 / 67 as mongos answers)")
 class ShardedOwnCollections(StandInTestCase):
 
     def test_checkpoint_write_refused_for_its_shard_key_says_how_to_shard(self):
