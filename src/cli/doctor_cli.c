@@ -12,6 +12,7 @@
 #include <lauxlib.h>
 #include <mongoc/mongoc.h>
 
+#include "cli_client.h"
 #include "flowwarden/connections.h"
 #include "flowwarden/doctor.h"
 #include "flowwarden/log.h"
@@ -72,53 +73,6 @@ pread_all (lua_State *L)
       lua_pop (L, 1);
    }
    return 0;
-}
-
-/* A single-threaded client for the script's URI with a bounded server
- * selection, or NULL after saying why on stderr. */
-static mongoc_client_t *
-connect_client (fw_lua_host_t *host)
-{
-   lua_State *L = fw_lua_host_state (host);
-   mongoc_client_t *client = NULL;
-   bson_error_t berr;
-   mongoc_uri_t *uri;
-   const char *text;
-   char why[512];
-
-   fw_lua_host_push_uri (host);
-   text = lua_isstring (L, -1) ? lua_tostring (L, -1) : FW_DEFAULT_URI;
-   uri = mongoc_uri_new_with_error (text, &berr);
-   if (uri) {
-      if (!mongoc_uri_has_option (uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS) &&
-          !mongoc_uri_set_option_as_int32 (uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS,
-                                           DOCTOR_SELECTION_TIMEOUT_MS)) {
-         mongoc_uri_destroy (uri);
-         uri = NULL;
-         bson_set_error (&berr, 0, 0, "cannot set serverSelectionTimeoutMS");
-      } else if (!mongoc_uri_has_option (uri, MONGOC_URI_CONNECTTIMEOUTMS) &&
-                 !mongoc_uri_set_option_as_int32 (uri, MONGOC_URI_CONNECTTIMEOUTMS,
-                                                  FW_PROBE_CONNECT_TIMEOUT_MS)) {
-         mongoc_uri_destroy (uri);
-         uri = NULL;
-         bson_set_error (&berr, 0, 0, "cannot set connectTimeoutMS");
-      }
-   }
-   if (!uri || !(client = mongoc_client_new_from_uri_with_error (uri, &berr))) {
-      fprintf (stderr, "flowwarden: doctor: %s\n",
-               fw_log_redact_uri_error (text, berr.message, why, sizeof why));
-      lua_pop (L, 1);
-      mongoc_uri_destroy (uri);
-      return NULL;
-   }
-   lua_pop (L, 1);
-   mongoc_uri_destroy (uri);
-   if (!mongoc_client_set_appname (client, "flowwarden-doctor")) {
-      fprintf (stderr, "flowwarden: doctor: cannot set the client's appname\n");
-      mongoc_client_destroy (client);
-      return NULL;
-   }
-   return client;
 }
 
 static void
@@ -249,7 +203,8 @@ fw_doctor_cli_main (int argc, char **argv)
       fprintf (stderr, "flowwarden: doctor: %s\n", lua_tostring (fw_lua_host_state (host), -1));
       goto done;
    }
-   if (!(client = connect_client (host))) {
+   if (!(client = fw_cli_connect (host, "doctor", "flowwarden-doctor",
+                                  DOCTOR_SELECTION_TIMEOUT_MS))) {
       goto done;
    }
    fw_doctor_run (client, all.cfgs, all.n, &report);

@@ -17,6 +17,7 @@
 #include <lauxlib.h>
 #include <mongoc/mongoc.h>
 
+#include "cli_client.h"
 #include "flowwarden/log.h"
 #include "flowwarden/lua_host.h"
 #include "flowwarden/connections.h"
@@ -226,37 +227,6 @@ find_stream (fw_lua_host_t *host, const record_args_t *a, fw_stream_config_t *cf
    return true;
 }
 
-/* A client for the script's URI, or NULL after saying why on stderr. */
-static mongoc_client_t *
-connect_client (fw_lua_host_t *host)
-{
-   lua_State *L = fw_lua_host_state (host);
-   mongoc_client_t *client = NULL;
-   bson_error_t berr;
-   mongoc_uri_t *uri;
-   const char *text;
-   char why[512];
-
-   fw_lua_host_push_uri (host);
-   text = lua_isstring (L, -1) ? lua_tostring (L, -1) : FW_DEFAULT_URI;
-   uri = mongoc_uri_new_with_error (text, &berr);
-   if (!uri || !(client = mongoc_client_new_from_uri_with_error (uri, &berr))) {
-      fprintf (stderr, "flowwarden: record: %s\n",
-               fw_log_redact_uri_error (text, berr.message, why, sizeof why));
-      lua_pop (L, 1);
-      mongoc_uri_destroy (uri);
-      return NULL;
-   }
-   lua_pop (L, 1);
-   mongoc_uri_destroy (uri);
-   if (!mongoc_client_set_appname (client, "flowwarden-record")) {
-      fprintf (stderr, "flowwarden: record: cannot set the client's appname\n");
-      mongoc_client_destroy (client);
-      return NULL;
-   }
-   return client;
-}
-
 /* The stream's change stream opened as run opens it, or NULL after saying why on stderr. */
 static mongoc_change_stream_t *
 open_change_stream (mongoc_client_t *client, const fw_stream_config_t *cfg, const char *stream)
@@ -360,7 +330,8 @@ fw_record_cli_main (int argc, char **argv)
       fprintf (stderr, "%s\n", err.message);
       goto done;
    }
-   if (!find_stream (host, &a, &cfg) || !(client = connect_client (host)) ||
+   if (!find_stream (host, &a, &cfg) ||
+       !(client = fw_cli_connect (host, "record", "flowwarden-record", 0)) ||
        !(cs = open_change_stream (client, &cfg, a.stream))) {
       goto done;
    }
