@@ -119,8 +119,10 @@ class Unreachable(unittest.TestCase):
         self.addCleanup(silent.close)
         # connectTimeoutMS from the URI is kept: a probe then waits 60 s.
         p = self.run_fw("mongodb://127.0.0.1:%d/?replicaSet=rs0&connectTimeoutMS=60000"
-                        % silent.port)
-        p.wait_log("connecting to 127.0.0.1:%d" % silent.port, timeout=10)
+                        % silent.port, extra=["--log-level", "debug"])
+        # The stream's thread is in its probe (a SIGINT before it would stop
+        # the stream at once, with nothing to wait for).
+        p.wait_log("[orders] probing MongoDB at 127.0.0.1:%d" % silent.port, timeout=10)
         p.proc.send_signal(signal.SIGINT)
         p.wait_log("waiting for stream orders to finish its event or MongoDB call (SIGINT "
                    "again exits at once)", timeout=10)

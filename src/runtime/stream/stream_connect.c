@@ -22,6 +22,7 @@ fw_stream_wait_server (fw_stream_worker_t *w, fw_stream_state_t state)
    int64_t since = fw_mono_ms ();
 
    fw_server_describe (uri, where, sizeof where);
+   fw_log (FW_LOG_DEBUG, w->cfg->name, "probing MongoDB at %s", where);
    while (!fw_shutdown_requested (w->shutdown)) {
       if (fw_server_probe (uri, why, sizeof why)) {
          if (last[0]) {
@@ -32,8 +33,9 @@ fw_stream_wait_server (fw_stream_worker_t *w, fw_stream_state_t state)
       }
       /* Logged once per reason; status shows it the whole time. */
       if (strcmp (why, last) != 0) {
-         fw_log (FW_LOG_WARN, w->cfg->name, "cannot reach MongoDB at %s: %s; trying again every %d s",
-                 where, why, PROBE_EVERY_MS / 1000);
+         fw_log (FW_LOG_WARN, w->cfg->name,
+                 "cannot reach MongoDB at %s: %s; trying again every %d s", where, why,
+                 PROBE_EVERY_MS / 1000);
          memcpy (last, why, sizeof last);
       }
       if (w->metrics) {
