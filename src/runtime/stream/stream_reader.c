@@ -6,9 +6,9 @@
  * The reader hands over what mongoc_change_stream_next gives, in order, as
  * copies: each event with the resume token the change stream had after it,
  * an "idle" mark (no event within maxAwaitTimeMS) with the post-batch token,
- * and the error that ended the change stream with the token it had then. The stream's thread sees the
- * same sequence it would have read itself, one call at a time (see the
- * declarations in stream_worker-private.h).
+ * and the error that ended the change stream with the token it had then.
+ * The stream's thread sees the same sequence it would have read itself, one
+ * call at a time (see the declarations in stream_read-private.h).
  */
 #include <stdlib.h>
 #include <string.h>
