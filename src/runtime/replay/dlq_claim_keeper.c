@@ -2,21 +2,19 @@
  * dlq_claim_keeper.c - a thread that extends a replay's claim while its
  * handler runs (see dlq_claim_keeper.h).
  */
-#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "flowwarden/clock.h"
 #include "flowwarden/dlq_claim_keeper.h"
 #include "flowwarden/log.h"
+#include "flowwarden/shutdown.h"
 
 struct fw_claim_keeper {
    pthread_t thread;
-   pthread_mutex_t mu;
-   pthread_cond_t cond;
-   bool stop;               /* under mu */
+   pthread_mutex_t mu;      /* guards extensions */
+   fw_shutdown_t stop;      /* fw_claim_keeper_stop asks; the thread's waits end at once */
    int64_t extensions;      /* under mu */
    fw_dlq_store_t *shared;  /* o->store, borrowed */
    fw_connections_t *conns;
@@ -35,28 +33,6 @@ keeper_free (fw_claim_keeper_t *k)
    free (k->actor);
    bson_value_destroy (&k->id);
    free (k);
-}
-
-/* Waits ms on k->cond (CLOCK_MONOTONIC); true when asked to stop. */
-static bool
-wait_stop (fw_claim_keeper_t *k, int64_t ms)
-{
-   struct timespec until;
-   bool stop;
-
-   clock_gettime (CLOCK_MONOTONIC, &until);
-   until.tv_sec += ms / 1000;
-   until.tv_nsec += (ms % 1000) * 1000000L;
-   if (until.tv_nsec >= 1000000000L) {
-      until.tv_sec++;
-      until.tv_nsec -= 1000000000L;
-   }
-   pthread_mutex_lock (&k->mu);
-   while (!k->stop && pthread_cond_timedwait (&k->cond, &k->mu, &until) != ETIMEDOUT) {
-   }
-   stop = k->stop;
-   pthread_mutex_unlock (&k->mu);
-   return stop;
 }
 
 /* The keeper's own store: the shared thread-safe one, or a reader on a
@@ -89,7 +65,7 @@ keeper_main (void *arg)
    fw_error_t err;
    bool held = true;
 
-   while (held && !wait_stop (k, every)) {
+   while (held && !fw_shutdown_wait_ms (&k->stop, every)) {
       if (!store && !(store = open_store (k, &clients, &err))) {
          fw_log (FW_LOG_WARN, k->stream, "cannot extend the replay's claim: %s", err.message);
          continue; /* tries again at the next tick */
@@ -126,7 +102,6 @@ fw_claim_keeper_t *
 fw_claim_keeper_start (const fw_claim_keeper_opts_t *o, fw_error_t *error)
 {
    fw_claim_keeper_t *k = calloc (1, sizeof *k);
-   pthread_condattr_t attr;
    bool ok = k != NULL;
 
    if (!ok) {
@@ -149,13 +124,10 @@ fw_claim_keeper_start (const fw_claim_keeper_opts_t *o, fw_error_t *error)
       return NULL;
    }
    pthread_mutex_init (&k->mu, NULL);
-   pthread_condattr_init (&attr);
-   pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
-   pthread_cond_init (&k->cond, &attr);
-   pthread_condattr_destroy (&attr);
+   fw_shutdown_init (&k->stop);
    if (pthread_create (&k->thread, NULL, keeper_main, k) != 0) {
       fw_error_set (error, FW_ERROR_IO, "cannot start the claim keeper's thread");
-      pthread_cond_destroy (&k->cond);
+      fw_shutdown_cleanup (&k->stop);
       pthread_mutex_destroy (&k->mu);
       keeper_free (k);
       return NULL;
@@ -179,12 +151,9 @@ fw_claim_keeper_stop (fw_claim_keeper_t *k)
    if (!k) {
       return;
    }
-   pthread_mutex_lock (&k->mu);
-   k->stop = true;
-   pthread_cond_signal (&k->cond);
-   pthread_mutex_unlock (&k->mu);
+   fw_shutdown_request (&k->stop);
    pthread_join (k->thread, NULL);
-   pthread_cond_destroy (&k->cond);
+   fw_shutdown_cleanup (&k->stop);
    pthread_mutex_destroy (&k->mu);
    keeper_free (k);
 }
