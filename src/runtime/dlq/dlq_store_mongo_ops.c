@@ -111,28 +111,44 @@ append_find_opts (const fw_dlq_query_t *q, bson_t *opts)
    }
 }
 
+/* Hands every document of cursor to visit (which may stop it, filling
+ * error) and destroys the cursor. False also when the cursor failed: then
+ * *failed is set and berr says why, for the caller to name its query. */
+static bool
+visit_all (mongoc_cursor_t *cursor, fw_dlq_entry_fn visit, void *ud, bson_error_t *berr,
+           bool *failed, fw_error_t *error)
+{
+   const bson_t *doc;
+   bool ok = true;
+
+   *failed = false;
+   while (ok && mongoc_cursor_next (cursor, &doc)) {
+      ok = visit (doc, ud, error);
+   }
+   if (ok && mongoc_cursor_error (cursor, berr)) {
+      *failed = true;
+      ok = false;
+   }
+   mongoc_cursor_destroy (cursor);
+   return ok;
+}
+
 static bool
 mongo_query (fw_dlq_store_t *store, const fw_dlq_query_t *q, fw_dlq_entry_fn visit, void *ud,
              fw_error_t *error)
 {
    fw_mongo_store_t *m = (fw_mongo_store_t *) store;
    bson_t query, opts = BSON_INITIALIZER;
-   mongoc_cursor_t *cursor;
-   const bson_t *doc;
    bson_error_t berr;
-   bool ok = query_of (q, &query, error);
+   bool failed, ok = query_of (q, &query, error);
 
    if (ok) {
       append_find_opts (q, &opts);
-      cursor = mongoc_collection_find_with_opts (m->coll, &query, &opts, NULL);
-      while (ok && mongoc_cursor_next (cursor, &doc)) {
-         ok = visit (doc, ud, error);
-      }
-      if (ok && mongoc_cursor_error (cursor, &berr)) {
+      ok = visit_all (mongoc_collection_find_with_opts (m->coll, &query, &opts, NULL), visit, ud,
+                      &berr, &failed, error);
+      if (failed) {
          fw_dlq__mongo_error (error, "the query", m->name, &berr);
-         ok = false;
       }
-      mongoc_cursor_destroy (cursor);
    }
    bson_destroy (&opts);
    bson_destroy (&query);
@@ -195,22 +211,16 @@ mongo_claimable (fw_dlq_store_t *store, const fw_dlq_query_t *q, const fw_dlq_cl
    fw_mongo_store_t *m = (fw_mongo_store_t *) store;
    bson_t query, filter = BSON_INITIALIZER;
    bson_t *opts = claimable_opts (q);
-   mongoc_cursor_t *cursor;
-   const bson_t *doc;
    bson_error_t berr;
-   bool ok = query_of (q, &query, error);
+   bool failed, ok = query_of (q, &query, error);
 
    if (ok) {
       append_claimable (&filter, &query, c);
-      cursor = mongoc_collection_find_with_opts (m->coll, &filter, opts, NULL);
-      while (ok && mongoc_cursor_next (cursor, &doc)) {
-         ok = visit (doc, ud, error);
-      }
-      if (ok && mongoc_cursor_error (cursor, &berr)) {
+      ok = visit_all (mongoc_collection_find_with_opts (m->coll, &filter, opts, NULL), visit, ud,
+                      &berr, &failed, error);
+      if (failed) {
          fw_dlq__mongo_error (error, "the replay's query", m->name, &berr);
-         ok = false;
       }
-      mongoc_cursor_destroy (cursor);
    }
    bson_destroy (&filter);
    bson_destroy (&query);
@@ -530,20 +540,15 @@ mongo_seq_entries (fw_dlq_store_t *store, const char *stream, const char *id,
    fw_mongo_store_t *m = (fw_mongo_store_t *) store;
    bson_t *filter = waiting_of (stream, id);
    bson_t *opts = BCON_NEW ("sort", "{", "sequenceIndex", BCON_INT32 (1), "}");
-   mongoc_cursor_t *cursor = mongoc_collection_find_with_opts (m->coll, filter, opts, NULL);
-   const bson_t *doc;
    bson_error_t berr;
-   bool ok = true;
+   bool failed;
+   bool ok = visit_all (mongoc_collection_find_with_opts (m->coll, filter, opts, NULL), visit, ud,
+                        &berr, &failed, error);
 
-   while (ok && mongoc_cursor_next (cursor, &doc)) {
-      ok = visit (doc, ud, error);
-   }
-   if (ok && mongoc_cursor_error (cursor, &berr)) {
+   if (failed) {
       fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
                          "cannot read DLQ sequence %.200s: %s", id, berr.message);
-      ok = false;
    }
-   mongoc_cursor_destroy (cursor);
    bson_destroy (filter);
    bson_destroy (opts);
    return ok;
@@ -576,10 +581,8 @@ mongo_seq_waiting (fw_dlq_store_t *store, const char *stream, fw_dlq_entry_fn vi
 {
    fw_mongo_store_t *m = (fw_mongo_store_t *) store;
    bson_t match = BSON_INITIALIZER, *pipeline;
-   mongoc_cursor_t *cursor;
-   const bson_t *doc;
    bson_error_t berr;
-   bool ok = true;
+   bool failed, ok;
 
    if (stream) {
       BSON_APPEND_UTF8 (&match, "streamName", stream);
@@ -596,15 +599,11 @@ mongo_seq_waiting (fw_dlq_store_t *store, const char *stream, fw_dlq_entry_fn vi
       "error", "{", "$first", BCON_UTF8 ("$error"), "}", "createdAt", "{", "$first",
       BCON_UTF8 ("$createdAt"), "}", "}", "}", "]");
    bson_destroy (&match);
-   cursor = mongoc_collection_aggregate (m->coll, MONGOC_QUERY_NONE, pipeline, NULL, NULL);
-   while (ok && mongoc_cursor_next (cursor, &doc)) {
-      ok = visit (doc, ud, error);
-   }
-   if (ok && mongoc_cursor_error (cursor, &berr)) {
+   ok = visit_all (mongoc_collection_aggregate (m->coll, MONGOC_QUERY_NONE, pipeline, NULL, NULL),
+                   visit, ud, &berr, &failed, error);
+   if (failed) {
       fw_dlq__mongo_error (error, "reading the sequences", m->name, &berr);
-      ok = false;
    }
-   mongoc_cursor_destroy (cursor);
    bson_destroy (pipeline);
    return ok;
 }
