@@ -2,6 +2,7 @@
  * strbuf.c - the ops layer's text buffer and its escapes.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -211,15 +212,19 @@ fw_utf8_valid (const char *s, size_t n)
 typedef enum { ESC_LABEL, ESC_HELP, ESC_JSON } esc_t;
 
 /* Appends s escaped for mode, with the values of fw.env hidden (label
- * values, help and status strings all pass here). */
-static void
+ * values, help and status strings all pass here). Returns true when a
+ * secret was hidden. */
+static bool
 append_escaped (fw_strbuf_t *b, const char *s, esc_t mode)
 {
    char *owned = NULL;
+   const char *orig = s;
+   bool redacted;
 
    if (fw_secrets_any ()) {
       s = fw_secrets_redact (s, strlen (s), &owned, NULL);
    }
+   redacted = s != orig;
    while (*s) {
       unsigned char c = (unsigned char) *s;
       int k = fw_utf8_sequence_length (s);
@@ -247,12 +252,62 @@ append_escaped (fw_strbuf_t *b, const char *s, esc_t mode)
       s++;
    }
    free (owned);
+   return redacted;
+}
+
+/* The label values that had a secret in them, in the order first seen: the
+ * first renders as FW_SECRETS_MARKER, the n-th as FW_SECRETS_MARKER "#n", so
+ * two values that differ only in their secret stay two series. Grows with
+ * the process (a handful in practice); out of memory, the plain marker. */
+static struct {
+   pthread_mutex_t mu;
+   char **values;
+   size_t n, cap;
+} redacted_labels = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0};
+
+/* 1-based rank of label value s among the redacted ones (adding it), or 0
+ * when out of memory. */
+static size_t
+redacted_label_rank (const char *s)
+{
+   size_t i, rank = 0;
+
+   pthread_mutex_lock (&redacted_labels.mu);
+   for (i = 0; i < redacted_labels.n && !rank; i++) {
+      if (strcmp (redacted_labels.values[i], s) == 0) {
+         rank = i + 1;
+      }
+   }
+   if (!rank) {
+      if (redacted_labels.n == redacted_labels.cap) {
+         size_t cap = redacted_labels.cap ? 2 * redacted_labels.cap : 8;
+         char **v = realloc (redacted_labels.values, cap * sizeof *v);
+         if (v) {
+            redacted_labels.values = v;
+            redacted_labels.cap = cap;
+         }
+      }
+      if (redacted_labels.n < redacted_labels.cap &&
+          (redacted_labels.values[redacted_labels.n] = strdup (s)) != NULL) {
+         rank = ++redacted_labels.n;
+      }
+   }
+   pthread_mutex_unlock (&redacted_labels.mu);
+   return rank;
 }
 
 void
 fw_strbuf_prom_label (fw_strbuf_t *b, const char *s)
 {
-   append_escaped (b, s, ESC_LABEL);
+   size_t rank;
+
+   if (!append_escaped (b, s, ESC_LABEL)) {
+      return;
+   }
+   rank = redacted_label_rank (s);
+   if (rank > 1) {
+      fw_strbuf_printf (b, "#%zu", rank);
+   }
 }
 
 void

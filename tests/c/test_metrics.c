@@ -18,6 +18,7 @@
 #include "flowwarden/clock.h"
 #include "flowwarden/metrics.h"
 #include "flowwarden/metrics_lua.h"
+#include "flowwarden/secrets.h"
 
 static bool
 contains (const char *text, const char *line)
@@ -671,6 +672,42 @@ metrics_series_beyond_the_cap_are_dropped (void **state)
    fw_metrics_destroy (m);
 }
 
+/* Two label values that differ only in a secret stay two series (the
+ * marker alone would give two samples with the same labels). Registers
+ * secrets process-wide: runs last. */
+static void
+metrics_labels_hiding_different_secrets_stay_apart (void **state)
+{
+   fw_metrics_t *m = fw_metrics_new ();
+   fw_stream_metrics_t *b = fw_metrics_stream (m, "s");
+   const char *k[] = {"token"};
+   const char *one[] = {"tok-Alpha-1234"}, *two[] = {"tok-Bravo-5678"}, *plain[] = {"tok-x"};
+   fw_error_t err;
+   fw_metric_t *x = define (m, "hook_calls_total", FW_METRIC_COUNTER, k, 1, false, &err);
+   size_t len;
+   char *text;
+   (void) state;
+
+   assert_true (fw_secrets_add ("Alpha-1234", 10));
+   assert_true (fw_secrets_add ("Bravo-5678", 10));
+   fw_metric_series_add (fw_metric_series_get (x, b, one), 1);
+   fw_metric_series_add (fw_metric_series_get (x, b, two), 2);
+   fw_metric_series_add (fw_metric_series_get (x, b, plain), 3);
+   text = fw_metrics_render (m, &len);
+   assert_true (contains (text, "hook_calls_total{stream=\"s\",token=\"tok-[redacted]\"} 1\n"));
+   assert_true (contains (text, "hook_calls_total{stream=\"s\",token=\"tok-[redacted]#2\"} 2\n"));
+   assert_true (contains (text, "hook_calls_total{stream=\"s\",token=\"tok-x\"} 3\n"));
+   assert_null (strstr (text, "Alpha"));
+   assert_null (strstr (text, "Bravo"));
+   assert_promtool_clean (text, len);
+   free (text);
+   /* The same value keeps its rank on the next scrape. */
+   text = fw_metrics_render (m, NULL);
+   assert_true (contains (text, "token=\"tok-[redacted]#2\"} 2\n"));
+   free (text);
+   fw_metrics_destroy (m);
+}
+
 /* --- fw.metrics in a Lua state ------------------------------------------------ */
 
 static char result[2048];
@@ -810,6 +847,7 @@ main (void)
       cmocka_unit_test (metrics_series_beyond_the_cap_are_dropped),
       cmocka_unit_test (metrics_lua_handles_count_per_stream_and_survive_a_new_state),
       cmocka_unit_test (metrics_lua_misuse_is_reported_clearly),
+      cmocka_unit_test (metrics_labels_hiding_different_secrets_stay_apart),
    };
    return cmocka_run_group_tests (tests, NULL, NULL);
 }
