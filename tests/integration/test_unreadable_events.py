@@ -93,6 +93,42 @@ class UnreadableEventsTest(StandInTestCase):
         self.assertEqual(reports_of(cp), [])
         self.assertEqual(self.db["_fw_dlq"].find_one({})["status"], "PENDING")
 
+    def test_without_the_original_document_the_entry_keeps_none_and_a_replay_refuses_it(self):
+        # Only fullDocument is wrong: include_original_document = false keeps it out of
+        # the entry, rawEvent included, so a replay would rebuild an event without the
+        # very field that was wrong; it refuses the entry instead.
+        only_doc = """{ { ["$addFields"] = { fullDocument = { ["$cond"] = {
+            { ["$eq"] = { "$fullDocument.bad", true } }, 5, "$fullDocument" } } } } }"""
+        p = self.run_fw(self.script("""
+            fw.stream {
+              name = "s", collection = "orders", pipeline = %s,
+              dlq = { include_original_document = false },
+              on_insert = function(ctx) report({ key = ctx:document_key()._id }) end,
+            }
+        """ % only_doc))
+        p.wait_open()
+        self.db.orders.insert_one({"_id": 1, "bad": True, "card": "4111-secret"})
+        self.db.orders.insert_one({"_id": 2})
+        p.wait_reports(1)
+        self.assertEqual(p.stop(), 0)
+        entry = self.db["_fw_dlq"].find_one({})
+        self.assertEqual(entry["error"]["type"], "MalformedEvent")
+        self.assertNotIn("fullDocument", entry)
+        self.assertNotIn("fullDocument", entry["rawEvent"])
+        self.assertEqual(entry["rawEvent"]["documentKey"], {"_id": 1})
+        self.assertEqual(entry["omitted"], ["fullDocument"])
+        fixed = self.script("""
+            fw.stream { name = "s", collection = "orders", dlq = true,
+              on_insert = function(ctx) report({ replayed = true }) end }
+        """, "fixed.lua")
+        cp = run_cli(["dlq", "replay", fixed, "--uri", self.uri], timeout=60)
+        self.assertEqual(cp.returncode, 3, cp.stdout + cp.stderr)
+        self.assertIn("%s [s]: cannot be replayed: the event was unreadable (MalformedEvent) "
+                      "and the entry does not hold it whole (omitted: fullDocument)" % entry["_id"],
+                      cp.stdout)
+        self.assertEqual(reports_of(cp), [])
+        self.assertEqual(self.db["_fw_dlq"].find_one({})["status"], "PENDING")
+
     def test_without_a_dlq_the_stream_stops_before_the_event(self):
         p = self.run_fw(self.script("""
             fw.stream {

@@ -108,12 +108,23 @@ append_if_present (bson_t *out, const char *key, const fw_event_t *ev, fw_event_
    }
 }
 
+/* True when the failure's raw event (an event flowwarden could not read)
+ * is a document with a field name. */
+static bool
+raw_has (const fw_dlq_failure_t *f, const char *name)
+{
+   bson_iter_t it;
+   return f->raw_event && bson_validate (f->raw_event, BSON_VALIDATE_NONE, NULL) &&
+          bson_iter_init_find (&it, f->raw_event, name);
+}
+
 /* The event fields the entry leaves out although the event had them: the
  * original document when include_original_document is false or the entry
  * was slimmed, and the stack trace a slimmed entry drops. A replay reads
  * this list to tell "the event had none" from "it was not stored". */
 static void
-append_omitted (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg, bool slim)
+append_omitted (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg,
+                const fw_dlq_failure_t *f, bool slim)
 {
    static const struct {
       const char *name;
@@ -121,19 +132,23 @@ append_omitted (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg, b
    } original[] = {{"fullDocument", FW_EV_FULL_DOCUMENT},
                    {"fullDocumentBeforeChange", FW_EV_BEFORE},
                    {"updateDescription", FW_EV_UPDATE_DESCRIPTION}};
-   const char *names[4];
+   const char *names[5];
    uint32_t n = 0;
    bson_t arr;
 
    if (!cfg->include_original_document || slim) {
       for (size_t i = 0; i < sizeof original / sizeof original[0]; i++) {
-         if (has_value (ev, original[i].field)) {
+         if (has_value (ev, original[i].field) || raw_has (f, original[i].name)) {
             names[n++] = original[i].name;
          }
       }
    }
    if (slim && cfg->include_stack_trace) {
       names[n++] = "error.stackTrace";
+   }
+   if (!cfg->include_original_document && !slim && f->raw_event &&
+       !bson_validate (f->raw_event, BSON_VALIDATE_NONE, NULL)) {
+      names[n++] = "rawEvent";
    }
    if (n == 0) {
       return;
@@ -238,10 +253,21 @@ append_for_replay (bson_t *out, const fw_event_t *ev, const fw_dlq_failure_t *f,
    append_if_present (out, "lsid", ev, FW_EV_LSID);
    if (f->raw_event && !slim) {
       /* As a document when it is one; bytes that are not valid BSON are
-       * kept as they came, as binary. */
+       * kept as they came, as binary. Without the original document, the
+       * document without its fields that hold user data, and no bytes that
+       * could not be read (they may hold them). */
       if (bson_validate (f->raw_event, BSON_VALIDATE_NONE, NULL)) {
-         BSON_APPEND_DOCUMENT (out, "rawEvent", f->raw_event);
-      } else {
+         bson_t kept;
+         if (original) {
+            BSON_APPEND_DOCUMENT (out, "rawEvent", f->raw_event);
+            return;
+         }
+         bson_init (&kept);
+         bson_copy_to_excluding_noinit (f->raw_event, &kept, "fullDocument",
+                                        "fullDocumentBeforeChange", "updateDescription", NULL);
+         BSON_APPEND_DOCUMENT (out, "rawEvent", &kept);
+         bson_destroy (&kept);
+      } else if (original) {
          BSON_APPEND_BINARY (out, "rawEvent", BSON_SUBTYPE_BINARY, bson_get_data (f->raw_event),
                              f->raw_event->len);
       }
@@ -293,7 +319,7 @@ build (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg,
    append_additions (out, ev, f);
    append_life (out, f, actor);
    append_for_replay (out, ev, f, original, slim);
-   append_omitted (out, ev, cfg, slim);
+   append_omitted (out, ev, cfg, f, slim);
    return true;
 }
 

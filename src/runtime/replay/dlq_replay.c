@@ -68,6 +68,34 @@ event_operation (const char *upper)
    return NULL;
 }
 
+/* True (why filled) for an entry of an event flowwarden could not read
+ * whose fields were not all stored (include_original_document = false, or
+ * truncated): the rebuilt event would lack the very fields that were wrong,
+ * and a handler would run on an event that never came. */
+static bool
+malformed_and_cut (const bson_t *entry, char *why, size_t len)
+{
+   const char *type = entry_string (entry, "error.type");
+   bson_iter_t it, child;
+   size_t o;
+
+   if (!type || strcmp (type, "MalformedEvent") != 0 || !entry_field (entry, "omitted", &it) ||
+       !BSON_ITER_HOLDS_ARRAY (&it) || !bson_iter_recurse (&it, &child)) {
+      return false;
+   }
+   o = (size_t) snprintf (why, len, "the event was unreadable (MalformedEvent) and the entry "
+                                    "does not hold it whole (omitted:");
+   while (bson_iter_next (&child) && o < len) {
+      if (BSON_ITER_HOLDS_UTF8 (&child)) {
+         o += (size_t) snprintf (why + o, len - o, " %s", bson_iter_utf8 (&child, NULL));
+      }
+   }
+   if (o < len) {
+      snprintf (why + o, len - o, "); resolve it, or put the fields back by hand and remove omitted");
+   }
+   return true;
+}
+
 /* Rebuilds the change event the entry was made from into event (initialised
  * here, owned by the caller) and parses it into ev. False with why filled
  * when the entry cannot be one (edited by hand, say). */
@@ -83,6 +111,9 @@ build_event (const bson_t *entry, bson_t *event, fw_event_t *ev, char *why, size
    fw_error_t err;
 
    bson_init (event);
+   if (malformed_and_cut (entry, why, len)) {
+      return false;
+   }
    if (!entry_field (entry, "resumeToken", &it) || !BSON_ITER_HOLDS_DOCUMENT (&it)) {
       snprintf (why, len, "resumeToken is missing or not a document");
       return false;
