@@ -16,6 +16,14 @@
  * (document_source_change_stream.cpp): every open fails the same way. */
 #define FW_ERR_FULL_DOCUMENT_REFUSED 40575
 #define FW_ERR_INVALID_RESUME_TOKEN 260 /* InvalidResumeToken: resumeAfter an invalidate */
+/* A "required" image the server does not have for an event: NoMatchingDocument
+ * (the image was not found: never recorded, or expired) and 51770 (no pre-image
+ * was recorded for the event: before 6.0, or pre-images not enabled at the
+ * time), document_source_change_stream_add_pre_image.cpp and
+ * ..._add_post_image.cpp. The event stays without it: re-opening fails on it
+ * again, for ever. */
+#define FW_ERR_NO_MATCHING_DOCUMENT 47
+#define FW_ERR_NO_PRE_IMAGE_RECORDED 51770
 
 mongoc_change_stream_t *
 fw_change_stream_open (const fw_stream_config_t *cfg, mongoc_client_t *client,
@@ -90,6 +98,10 @@ fw_change_error_kind (const bson_error_t *berr)
    }
    if (berr->code == FW_ERR_FULL_DOCUMENT_REFUSED) {
       return FW_CHANGE_FULL_DOCUMENT_REFUSED;
+   }
+   if ((berr->code == FW_ERR_NO_MATCHING_DOCUMENT || berr->code == FW_ERR_NO_PRE_IMAGE_RECORDED) &&
+       strstr (berr->message, "Change stream was configured to require a ")) {
+      return FW_CHANGE_IMAGE_MISSING;
    }
    if (closed_without_error (berr)) {
       return FW_CHANGE_CLOSED;

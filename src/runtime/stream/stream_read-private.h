@@ -153,6 +153,7 @@ typedef enum {
    FW_CHANGE_FATAL,                 /* ChangeStreamFatalError: re-opening fails the same way */
    FW_CHANGE_OVERSIZE,              /* an event over 16 MiB (fw_oversize_error) */
    FW_CHANGE_FULL_DOCUMENT_REFUSED, /* a server before 6.0 refuses the fullDocument asked */
+   FW_CHANGE_IMAGE_MISSING,         /* "required" pre- or post-image the server has not */
    FW_CHANGE_CLOSED,                /* closed at an invalidate the pipeline filtered out */
    FW_CHANGE_NO_RESUME_TOKEN,       /* an event without _id: neither handled nor resumable */
    FW_CHANGE_OTHER                  /* anything else: re-open with backoff */

@@ -140,6 +140,26 @@ split_back (fw_stream_worker_t *w, fw_position_t *p)
    return true;
 }
 
+/* Stops the stream at an event whose "required" image the server has not:
+ * every re-open would fail on it again. Says which setting, and the way on. */
+static void
+image_missing (fw_stream_worker_t *w, const bson_error_t *berr)
+{
+   bool pre = strstr (berr->message, "pre-image") != NULL;
+   char what[1600];
+
+   snprintf (what, sizeof what,
+             "the server has no %s for an event and %s = \"required\": %.700s (code %u); the "
+             "stream is stopped before the event (the checkpoint stays there). Enable them "
+             "for later events with db.runCommand({collMod: \"%s\", "
+             "changeStreamPreAndPostImages: {enabled: true}}) (MongoDB 6.0 or later), and use "
+             "\"whenAvailable\" to read past events that have none",
+             pre ? "pre-image" : "post-image",
+             pre ? "full_document_before_change" : "full_document", berr->message, berr->code,
+             w->cfg->collection ? w->cfg->collection : "<collection>");
+   fw_stream_failed (w, what);
+}
+
 /* What an error of the change stream means for this read, at its open (rd
  * NULL) or while reading from rd: the one classification of both. Says what
  * the user is to see (log, p->error, the stream's failure). */
@@ -171,6 +191,10 @@ error_end (fw_stream_worker_t *w, fw_position_t *p, fw_stream_reader_t *rd,
                 w->cfg->full_document ? w->cfg->full_document : "default", berr->message,
                 berr->code);
       fw_stream_failed (w, what);
+      return FW_READ_FAILED;
+   }
+   if (kind == FW_CHANGE_IMAGE_MISSING) {
+      image_missing (w, berr);
       return FW_READ_FAILED;
    }
    if (w->cfg->split_large_events && !p->split_rejected && fw_oversize_stage_rejected (berr)) {
