@@ -25,6 +25,7 @@
 #include "flowwarden/log.h"
 #include "flowwarden/lua_host.h"
 #include "flowwarden/metrics.h"
+#include "flowwarden/metrics_lua.h"
 #include "flowwarden/shutdown.h"
 #include "flowwarden/stream_worker.h"
 #include "flowwarden/suggest.h"
@@ -236,6 +237,8 @@ typedef struct {
    volatile int finished;
    pthread_t signals;
    bool has_signals;
+   const char *script;     /* a full Lua state is loaded afresh from these */
+   const char *option_uri; /* (replay_load); not owned */
 } session_t;
 
 /* SIGINT / SIGTERM (blocked in every thread by main): stop between entries,
@@ -268,6 +271,24 @@ load (const char *script, const char *uri, fw_error_t *error)
 {
    fw_lua_host_t *host = fw_lua_host_new (error);
    if (host && !fw_lua_host_load_script (host, script, uri, error)) {
+      fw_lua_host_destroy (host);
+      return NULL;
+   }
+   return host;
+}
+
+/* A dispatcher's loader (state_rebuild.c): a replayed handler that fills its
+ * Lua state gets a new one from the script, as under `run`. */
+static fw_lua_host_t *
+replay_load (void *ud, fw_error_t *error)
+{
+   const session_t *s = ud;
+   fw_lua_host_t *host = fw_lua_host_new (error);
+
+   if (host && s->metrics) {
+      fw_metrics_lua_attach (fw_lua_host_state (host), s->metrics);
+   }
+   if (host && !fw_lua_host_load_script (host, s->script, s->option_uri, error)) {
       fw_lua_host_destroy (host);
       return NULL;
    }
@@ -400,6 +421,9 @@ open_workers (session_t *s, const options_t *o, fw_lua_host_t *first, const char
          free_names (names, n_names);
          return 1;
       }
+      s->script = o->script;
+      s->option_uri = option_uri;
+      fw_dispatcher_set_loader (fw_stream_worker_dispatcher (w), replay_load, s);
       if ((names[n_names] = strdup (fw_stream_worker_name (w)))) {
          n_names++;
       }

@@ -7,6 +7,7 @@ import subprocess
 import urllib.request
 
 from dlqtest import FailureTestCase, lua_stream, summary
+from fwtest import reports_of, run_cli
 
 PROMTOOL = shutil.which("promtool")
 
@@ -96,6 +97,25 @@ class StateRebuild(FailureTestCase):
         self.stop_cleanly(p)
         s = summary(p, "s")
         self.assertEqual((s["handled"], s["dead_lettered"], s["handler_errors"]), (3, 0, 1))
+
+    def test_dlq_replay_rebuilds_a_full_state_too(self):
+        # Two entries; their replay fills the state on the first one's first attempt:
+        # `dlq replay` rebuilds it as `run` does, and both entries are resolved.
+        failing = "local function leaky(ctx) error('sink down') end\n"
+        p = self.run_fw(self.script(failing + lua_stream(handler="leaky", dlq="true",
+                                                         retry="{ max_attempts = 1 }")))
+        p.wait_open()
+        self.db.orders.insert_many([{"_id": 1, "fill": "once"}, {"_id": 2}])
+        self.wait_dlq(2)
+        self.stop_cleanly(p)
+        fixed = self.script(LEAKY + lua_stream(handler="leaky", dlq="true",
+                                               extra='memory_limit = "8MB"'), "fixed.lua")
+        cp = run_cli(["dlq", "replay", fixed, "--uri", self.uri, "--log-format", "json"],
+                     timeout=120)
+        self.assertEqual(cp.returncode, 0, cp.stdout + cp.stderr)
+        self.assertIn("Lua state rebuilt", cp.stderr)
+        self.assertEqual(sorted(r["id"] for r in reports_of(cp) if r["attempt"] > 1), [1])
+        self.assertEqual([e["status"] for e in self.dlq_entries()], ["RESOLVED"] * 2)
 
     def test_a_state_that_fills_up_at_once_again_stops_the_stream(self):
         p = self.start_leaky()
