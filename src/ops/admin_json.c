@@ -32,6 +32,22 @@ empty_to_null (const char *s)
    return s && *s ? s : NULL;
 }
 
+/* "oplog_window_seconds" and "headroom_seconds" (the window less the lag:
+ * how long the stream may fall further behind before history is lost), both
+ * null when the window is unknown. */
+static void
+json_headroom (fw_strbuf_t *out, const fw_stream_snapshot_t *s)
+{
+   if (s->oplog_window_seconds < 0) {
+      fw_strbuf_puts (out, ",\"oplog_window_seconds\":null,\"headroom_seconds\":null");
+      return;
+   }
+   fw_strbuf_puts (out, ",\"oplog_window_seconds\":");
+   fw_strbuf_json_double (out, s->oplog_window_seconds);
+   fw_strbuf_puts (out, ",\"headroom_seconds\":");
+   fw_strbuf_json_double (out, s->oplog_window_seconds - s->lag_seconds);
+}
+
 void
 fw_admin_json_stream (fw_strbuf_t *out, const fw_stream_snapshot_t *s)
 {
@@ -52,6 +68,7 @@ fw_admin_json_stream (fw_strbuf_t *out, const fw_stream_snapshot_t *s)
    json_time (out, s->last_event_ms);
    fw_strbuf_puts (out, ",\"lag_seconds\":");
    fw_strbuf_json_double (out, s->lag_seconds);
+   json_headroom (out, s);
    fw_strbuf_puts (out, ",\"events_per_second\":");
    fw_strbuf_json_double (out, s->events_per_second);
    fw_strbuf_printf (out, ",\"events\":{\"total\":%llu", (unsigned long long) s->events);
