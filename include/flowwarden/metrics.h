@@ -279,7 +279,8 @@ typedef struct {
    double dlq_oldest_age_seconds;
    uint64_t lua_memory_bytes;
    int role;                       /* FW_STREAM_ROLE_* */
-   double oplog_window_seconds;    /* the deployment's (fw_metrics_oplog_window); -1: unknown */
+   bool has_oplog_window;          /* the deployment's oplog window is known: */
+   double oplog_window_seconds;    /* fw_metrics_oplog_window */
 } fw_stream_snapshot_t;
 
 /* Copies b's current values (now_ms: the wall clock, for the lag and the

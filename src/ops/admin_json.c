@@ -38,7 +38,7 @@ empty_to_null (const char *s)
 static void
 json_headroom (fw_strbuf_t *out, const fw_stream_snapshot_t *s)
 {
-   if (s->oplog_window_seconds < 0) {
+   if (!s->has_oplog_window) {
       fw_strbuf_puts (out, ",\"oplog_window_seconds\":null,\"headroom_seconds\":null");
       return;
    }

@@ -581,6 +581,7 @@ fw_stream_metrics_snapshot (const fw_stream_metrics_t *b, int64_t now_ms,
    out->last_event_ms = load_i64 (&b->last_event_ms);
    out->checkpoint_ms = load_i64 (&b->checkpoint_ms);
    out->oplog_window_seconds = b->registry ? fw_metrics_oplog_window (b->registry) : -1;
+   out->has_oplog_window = out->oplog_window_seconds >= 0;
    inflight = load_i64 (&b->inflight_ms);
    if (inflight) {
       out->lag_seconds = now_ms > inflight ? (double) (now_ms - inflight) / 1000.0 : 0.0;

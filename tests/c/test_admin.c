@@ -44,6 +44,8 @@ fake_list (void *ud, fw_stream_snapshot_t **out)
    s[0].state = FW_STREAM_RUNNING;
    s[0].events = 12;
    s[0].lag_seconds = 0.25;
+   s[0].has_oplog_window = true;
+   s[0].oplog_window_seconds = 3600;
    s[0].last_event_ms = 1700000000123LL;
    s[0].dlq_pending = 3;
    snprintf (s[0].last_error_type, sizeof s[0].last_error_type, "Payment.Timeout");
@@ -263,6 +265,7 @@ admin_every_route_answers (void **state)
    assert_has (r->body, "{\"streams\":[{\"name\":\"orders\",\"state\":\"running\",\"ready\":true,"
                         "\"reason\":null,\"script_version\":null,"
                         "\"last_event_time\":\"2023-11-14T22:13:20.123Z\",\"lag_seconds\":0.25,"
+                        "\"oplog_window_seconds\":3600,\"headroom_seconds\":3599.75,"
                         "\"events_per_second\":0,\"events\":{\"total\":12,");
    assert_has (r->body, "\"last_error_type\":\"Payment.Timeout\"");
    assert_has (r->body, "\"dlq_pending\":3,");
@@ -272,6 +275,7 @@ admin_every_route_answers (void **state)
    assert_int_equal (r->status, 200);
    assert_has (r->body, "{\"name\":\"audit\",\"state\":\"failed\"");
    assert_has (r->body, "\"dlq_pending\":null,");
+   assert_has (r->body, "\"oplog_window_seconds\":null,\"headroom_seconds\":null,");
    http ("GET", "/v1/streams/nope", NULL, 0, r);
    assert_int_equal (r->status, 404);
    assert_string_equal (r->body, "{\"error\":\"no stream named \\\"nope\\\"\",\"status\":404}\n");
