@@ -103,14 +103,15 @@ test_interval_ms (void)
    return errno == 0 && end && *end == '\0' && n >= 50 && n <= 86400000LL ? (int64_t) n : 0;
 }
 
-/* Once per stretch of unknown window: why, and what to do. An empty oplog
- * says nothing: a new replica set has none yet (the stand-in until its first
- * write), and a standalone server, which has no oplog, fails every stream
- * with its own error. */
+/* Once per stretch of unknown window: why, and what to do. Some reasons say
+ * nothing: an empty oplog (a new replica set has none yet, the stand-in until
+ * its first write; a standalone server has none and fails every stream with
+ * its own error), and a server that cannot be reached (the streams say so). */
 static void
 tell_unknown (fw_oplog_sampler_t *s, int got, const bson_error_t *berr)
 {
-   if (s->unknown_told || got == 0) {
+   if (s->unknown_told || got == 0 || berr->domain == MONGOC_ERROR_SERVER_SELECTION ||
+       berr->domain == MONGOC_ERROR_STREAM) {
       return;
    }
    s->unknown_told = true;
