@@ -39,8 +39,8 @@ typedef struct fw_oplog_sampler fw_oplog_sampler_t;
 /*
  * Starts a thread that reads the window at once and then every interval_ms
  * (<= 0: FW_OPLOG_WINDOW_INTERVAL_MS or the test hook), on a client of its
- * own for uri (copied; one server scan per read, a 2 s connect and a 7 s
- * socket timeout unless the URI sets them), and sets it in metrics
+ * own for uri (copied; one server scan per read, connect and socket
+ * timeouts of at most 2 s and 7 s whatever the URI says), and sets it in metrics
  * (fw_metrics_set_oplog_window). metrics is borrowed: it must outlive
  * fw_oplog_sampler_stop. Returns NULL with error filled when the client or
  * the thread cannot be made.

@@ -722,8 +722,10 @@ done:
    /* The endpoint goes first: it reads the streams' blocks and posts to
     * this thread. */
    fw_runtime_control_destroy (rt.control);
-   fw_oplog_sampler_stop (rt.oplog);
    stop_streams (&rt, started, &sigs);
+   /* After the streams (their wait serves a second SIGINT): its read in
+    * flight, if any, ends within the sampler's own short timeouts. */
+   fw_oplog_sampler_stop (rt.oplog);
    free_workers (rt.workers, rt.n);
    fw_connections_destroy (rt.conns);
    mongoc_client_pool_destroy (rt.pool);

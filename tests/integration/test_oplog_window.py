@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 import unittest
 import urllib.request
 
@@ -66,7 +67,10 @@ class WindowSampled(StandInTestCase):
                                places=3)
         self.assertRegex(status(port), r"\noplog window: \S+; headroom: orders \S+\n")
         self.assertEqual(p.count_log("oplog window is unknown"), 0, p.messages())
-        p.stop()
+        # The sampler stops with the streams: no wait for its next tick.
+        t0 = time.monotonic()
+        self.assertEqual(p.stop(), 0)
+        self.assertLess(time.monotonic() - t0, 3.0)
 
 
 class WindowUnreadable(StandInTestCase):

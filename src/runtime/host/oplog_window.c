@@ -14,6 +14,7 @@
 /* A read that takes longer is abandoned by the server (maxTimeMS). */
 #define READ_MAX_TIME_MS 5000
 #define ERR_UNAUTHORIZED 13
+#define CONNECT_TIMEOUT_MS 2000
 
 /* The ts (seconds) of the oplog's first (dir 1) or last (dir -1) entry:
  * 1 found, 0 none, -1 error. */
@@ -164,8 +165,18 @@ sampler_main (void *arg)
 }
 
 /* A single-threaded client of its own: one scan per server selection
- * (serverSelectionTryOnce) and short connect and socket timeouts unless the
- * URI sets them, so that a stop never waits long behind a read. */
+ * (serverSelectionTryOnce) and connect and socket timeouts of at most 2 s and
+ * 7 s whatever the URI says (its reads are two one-document finds), so that
+ * a stop never waits long behind a read. */
+static void
+cap_option (mongoc_uri_t *uri, const char *name, int32_t most)
+{
+   int32_t v = mongoc_uri_get_option_as_int32 (uri, name, 0);
+   if (v <= 0 || v > most) {
+      mongoc_uri_set_option_as_int32 (uri, name, most);
+   }
+}
+
 static mongoc_client_t *
 own_client (const mongoc_uri_t *uri, fw_error_t *error)
 {
@@ -177,12 +188,8 @@ own_client (const mongoc_uri_t *uri, fw_error_t *error)
       fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
       return NULL;
    }
-   if (!mongoc_uri_has_option (copy, MONGOC_URI_CONNECTTIMEOUTMS)) {
-      mongoc_uri_set_option_as_int32 (copy, MONGOC_URI_CONNECTTIMEOUTMS, 2000);
-   }
-   if (!mongoc_uri_has_option (copy, MONGOC_URI_SOCKETTIMEOUTMS)) {
-      mongoc_uri_set_option_as_int32 (copy, MONGOC_URI_SOCKETTIMEOUTMS, READ_MAX_TIME_MS + 2000);
-   }
+   cap_option (copy, MONGOC_URI_CONNECTTIMEOUTMS, CONNECT_TIMEOUT_MS);
+   cap_option (copy, MONGOC_URI_SOCKETTIMEOUTMS, READ_MAX_TIME_MS + 2000);
    mongoc_uri_set_option_as_bool (copy, MONGOC_URI_SERVERSELECTIONTRYONCE, true);
    if (!(client = mongoc_client_new_from_uri_with_error (copy, &berr))) {
       fw_error_set (error, FW_ERROR_MONGO, "cannot create the oplog window's client: %s",
