@@ -5,10 +5,11 @@ once the stream has a checkpoint the checkpoint wins. A start_at older than the 
 entry is history lost: on_history_lost = "fail" stops the stream saying so, "resume_from_now"
 starts from now."""
 import datetime
+import json
 import time
 import unittest
 
-from fwtest import StandInTestCase, wait_until
+from fwtest import StandInTestCase, clean_env, run_cli, wait_until
 
 STREAMS = """
 fw.stream {
@@ -76,7 +77,19 @@ class StartAtHistoryLost(StandInTestCase):
         hour_ago = '"%s"' % iso(int(time.time()) - 3600)
         body = (stream("strict", hour_ago)
                 + stream("lenient", hour_ago, ', on_history_lost = "resume_from_now"'))
-        p = self.run_fw(self.script(body))
+        path = self.script(body)
+        # doctor foresees it, with the fix.
+        cp = run_cli(["doctor", path, "--uri", self.uri, "--json"], env=clean_env())
+        self.assertEqual(cp.returncode, 2, cp.stdout + cp.stderr)
+        checks = {(c["stream"], c["name"]): c for c in json.loads(cp.stdout)["checks"]}
+        strict = checks[("strict", "checkpoint")]
+        self.assertEqual(strict["status"], "fail")
+        self.assertIn("checkpoint.start_at", strict["message"])
+        self.assertIn('stop (on_history_lost = "fail")', strict["message"])
+        self.assertIn("later start_at", strict["fix"])
+        self.assertIn("start from now", checks[("lenient", "checkpoint")]["message"])
+
+        p = self.run_fw(path)
         p.wait_log("checkpoint.start_at %s" % hour_ago.strip('"'), 2)
         strict = [m for m in p.messages(stream="strict") if "start_at" in m]
         self.assertTrue(any("older than the oplog's first entry, and on_history_lost = "
