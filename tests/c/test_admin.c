@@ -19,6 +19,7 @@
 #include <curl/curl.h>
 
 #include "flowwarden/admin.h"
+#include "flowwarden/clock.h"
 
 /* --- the fake runtime --------------------------------------------------- */
 
@@ -32,6 +33,7 @@ typedef struct {
    pthread_cond_t cond;
    bool hold;
    bool reloading;
+   bool audit_window; /* audit: an oplog window and a checkpoint 60 s old */
 } fake_t;
 
 static int
@@ -54,6 +56,11 @@ fake_list (void *ud, fw_stream_snapshot_t **out)
    s[1].dlq_pending = -1;
    if (!fw_stream_state_ready (f->audit_state)) {
       snprintf (s[1].reason, sizeof s[1].reason, "the change stream history is lost");
+   }
+   if (f->audit_window) {
+      s[1].has_oplog_window = true;
+      s[1].oplog_window_seconds = 3600;
+      s[1].checkpoint_ms = fw_now_ms () - 60000;
    }
    *out = s;
    return 2;
@@ -276,6 +283,15 @@ admin_every_route_answers (void **state)
    assert_has (r->body, "{\"name\":\"audit\",\"state\":\"failed\"");
    assert_has (r->body, "\"dlq_pending\":null,");
    assert_has (r->body, "\"oplog_window_seconds\":null,\"headroom_seconds\":null,");
+   /* A stream that does not read is behind by its checkpoint's age. */
+   fake.audit_window = true;
+   http ("GET", "/v1/streams/audit", NULL, 0, r);
+   assert_has (r->body, "\"oplog_window_seconds\":3600,\"headroom_seconds\":");
+   {
+      double headroom = strtod (strstr (r->body, "\"headroom_seconds\":") + 19, NULL);
+      assert_true (headroom > 3530 && headroom <= 3540);
+   }
+   fake.audit_window = false;
    http ("GET", "/v1/streams/nope", NULL, 0, r);
    assert_int_equal (r->status, 404);
    assert_string_equal (r->body, "{\"error\":\"no stream named \\\"nope\\\"\",\"status\":404}\n");
