@@ -146,6 +146,14 @@ void fw_metrics_set_last_reload (fw_metrics_t *m, bool ok, int64_t now_ms, const
 /* Copies the last reload's result into *out; false when none happened. */
 bool fw_metrics_last_reload (fw_metrics_t *m, fw_reload_result_t *out);
 
+/* flowwarden_oplog_window_seconds: the deployment's oplog window as last
+ * sampled (oplog_window.h); seconds < 0: unknown, and the metric is absent.
+ * Any thread. */
+void fw_metrics_set_oplog_window (fw_metrics_t *m, double seconds);
+
+/* The last sampled window in seconds, or -1 when unknown. Any thread. */
+double fw_metrics_oplog_window (fw_metrics_t *m);
+
 /*
  * The block of stream `name`, created on first use (NULL only when out of
  * memory). The same name always gives the same block. It belongs to the
@@ -271,6 +279,8 @@ typedef struct {
    double dlq_oldest_age_seconds;
    uint64_t lua_memory_bytes;
    int role;                       /* FW_STREAM_ROLE_* */
+   bool has_oplog_window;          /* the deployment's oplog window is known: */
+   double oplog_window_seconds;    /* fw_metrics_oplog_window */
 } fw_stream_snapshot_t;
 
 /* Copies b's current values (now_ms: the wall clock, for the lag and the

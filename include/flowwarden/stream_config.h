@@ -50,6 +50,8 @@ typedef struct {
    bool checkpoint_sync;            /* checkpoint.mode = "sync": written on the handler's path */
    bool start_latest;               /* start_position = "latest" */
    bool resume_from_now;            /* on_history_lost = "resume_from_now" */
+   uint64_t start_at;               /* checkpoint.start_at: (t << 32) | i of the Timestamp a
+                                     * stream without a checkpoint starts at; 0: from now */
    fw_backoff_t restart;
    fw_backoff_t retry;
    fw_dlq_config_t dlq;

@@ -483,6 +483,10 @@ local function validate_stream(decl, defaults, opts, seen_names)
 
   local own = check_subtable(ctx, "checkpoint", t.checkpoint, CHECKPOINT, "checkpoint")
   spec.checkpoint = merge(M.SEED.checkpoint, defaults.checkpoint, own)
+  if spec.checkpoint.start_at and spec.checkpoint.start_position == "latest" then
+    ctx:fail("checkpoint.start_at", 'cannot be used with start_position = "latest", which never '
+      .. "reads the checkpoint and starts from now: remove one of them")
+  end
 
   own = check_subtable(ctx, "restart", t.restart, RESTART, "restart")
   local from

@@ -144,6 +144,11 @@ function M.stream(spec)
   add("checkpoint.save_interval", ms(c.save_interval_ms))
   add("checkpoint.idle_heartbeat", ms(c.idle_heartbeat_ms))
   add("checkpoint.start_position", c.start_position)
+  if c.start_at then
+    local t, i = require("flowwarden.config.fields").start_at_parts(c.start_at)
+    add("checkpoint.start_at", string.format("%s = Timestamp(%d, %d) (without a checkpoint)",
+      require("flowwarden.json_ext").iso_from_ms(t * 1000), t, i))
+  end
   add("checkpoint.on_history_lost", c.on_history_lost)
   add("checkpoint.mode", c.mode)
 

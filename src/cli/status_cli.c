@@ -231,6 +231,45 @@ print_table (lua_State *L, int streams)
    }
 }
 
+/* The oplog window and each stream's headroom (the window less its lag),
+ * under the table: how far a stream may still fall behind before its
+ * history is lost (issue 27). */
+static void
+print_oplog_window (lua_State *L, int streams)
+{
+   int n = (int) lua_rawlen (L, streams);
+   double window = -1, headroom;
+   char text[32];
+
+   for (int i = 1; i <= n && window < 0; i++) {
+      lua_rawgeti (L, streams, i);
+      if (lua_istable (L, -1)) {
+         field_number (L, lua_gettop (L), "oplog_window_seconds", &window);
+      }
+      lua_pop (L, 1);
+   }
+   if (n == 0) {
+      return;
+   }
+   if (window < 0) {
+      printf ("oplog window: unknown (local.oplog.rs cannot be read: the log says why)\n");
+      return;
+   }
+   format_duration (window, text, sizeof text);
+   printf ("oplog window: %s; headroom:", text);
+   for (int i = 1; i <= n; i++) {
+      lua_rawgeti (L, streams, i);
+      if (lua_istable (L, -1) && field_number (L, lua_gettop (L), "headroom_seconds", &headroom)) {
+         const char *name = field_string (L, lua_gettop (L), "name");
+         format_duration (headroom < 0 ? 0 : headroom, text, sizeof text);
+         printf (" %s %s%s", name ? name : "?", headroom < 0 ? "0 (history lost)" : text,
+                 i < n ? "," : "");
+      }
+      lua_pop (L, 1);
+   }
+   printf ("\n");
+}
+
 /* A failed last reload, under the table (the old script runs on). */
 static void
 print_last_reload (lua_State *L, int doc)
@@ -271,6 +310,7 @@ pshow (lua_State *L)
          return luaL_error (L, "the answer has no streams");
       }
       print_table (L, lua_gettop (L));
+      print_oplog_window (L, lua_gettop (L));
       print_last_reload (L, doc);
    } else if (a->mode == SHOW_ERROR) {
       const char *error = field_string (L, doc, "error");

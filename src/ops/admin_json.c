@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "admin-private.h"
+#include "flowwarden/clock.h"
 
 /* "2026-11-22T02:09:22.867Z", or null for 0. */
 static void
@@ -32,6 +33,30 @@ empty_to_null (const char *s)
    return s && *s ? s : NULL;
 }
 
+/* "oplog_window_seconds" and "headroom_seconds" (the window less how far
+ * behind the stream is: how much further it may fall before its history is
+ * lost), both null when the window is unknown. A stream that does not read
+ * (paused, restarting, failed) is behind by its lag or, when more, its
+ * checkpoint's age. */
+static void
+json_headroom (fw_strbuf_t *out, const fw_stream_snapshot_t *s)
+{
+   double behind = s->lag_seconds;
+
+   if (!fw_stream_state_ready (s->state) && s->checkpoint_ms > 0 &&
+       (double) (fw_now_ms () - s->checkpoint_ms) / 1000.0 > behind) {
+      behind = (double) (fw_now_ms () - s->checkpoint_ms) / 1000.0;
+   }
+   if (!s->has_oplog_window) {
+      fw_strbuf_puts (out, ",\"oplog_window_seconds\":null,\"headroom_seconds\":null");
+      return;
+   }
+   fw_strbuf_puts (out, ",\"oplog_window_seconds\":");
+   fw_strbuf_json_double (out, s->oplog_window_seconds);
+   fw_strbuf_puts (out, ",\"headroom_seconds\":");
+   fw_strbuf_json_double (out, s->oplog_window_seconds - behind);
+}
+
 void
 fw_admin_json_stream (fw_strbuf_t *out, const fw_stream_snapshot_t *s)
 {
@@ -52,6 +77,7 @@ fw_admin_json_stream (fw_strbuf_t *out, const fw_stream_snapshot_t *s)
    json_time (out, s->last_event_ms);
    fw_strbuf_puts (out, ",\"lag_seconds\":");
    fw_strbuf_json_double (out, s->lag_seconds);
+   json_headroom (out, s);
    fw_strbuf_puts (out, ",\"events_per_second\":");
    fw_strbuf_json_double (out, s->events_per_second);
    fw_strbuf_printf (out, ",\"events\":{\"total\":%llu", (unsigned long long) s->events);

@@ -120,6 +120,8 @@ struct fw_metrics {
    uint64_t reloads_ok;
    uint64_t reloads_failed;
    fw_reload_result_t last_reload; /* under mu */
+   int64_t oplog_window_ms;  /* atomic; valid while oplog_window_known */
+   int oplog_window_known;   /* atomic */
    char *script_version;
    char *build_version;
    char *build_libmongoc;

@@ -166,6 +166,24 @@ fw_metrics_last_reload (fw_metrics_t *m, fw_reload_result_t *out)
    return out->happened;
 }
 
+void
+fw_metrics_set_oplog_window (fw_metrics_t *m, double seconds)
+{
+   if (seconds >= 0) {
+      __atomic_store_n (&m->oplog_window_ms, (int64_t) (seconds * 1000.0), __ATOMIC_RELAXED);
+   }
+   __atomic_store_n (&m->oplog_window_known, seconds >= 0, __ATOMIC_RELEASE);
+}
+
+double
+fw_metrics_oplog_window (fw_metrics_t *m)
+{
+   if (!__atomic_load_n (&m->oplog_window_known, __ATOMIC_ACQUIRE)) {
+      return -1;
+   }
+   return (double) __atomic_load_n (&m->oplog_window_ms, __ATOMIC_RELAXED) / 1000.0;
+}
+
 fw_stream_metrics_t *
 fw_metrics_stream (fw_metrics_t *m, const char *name)
 {
@@ -562,6 +580,8 @@ fw_stream_metrics_snapshot (const fw_stream_metrics_t *b, int64_t now_ms,
    out->attempt = __atomic_load_n (&b->attempt, __ATOMIC_RELAXED);
    out->last_event_ms = load_i64 (&b->last_event_ms);
    out->checkpoint_ms = load_i64 (&b->checkpoint_ms);
+   out->oplog_window_seconds = b->registry ? fw_metrics_oplog_window (b->registry) : -1;
+   out->has_oplog_window = out->oplog_window_seconds >= 0;
    inflight = load_i64 (&b->inflight_ms);
    if (inflight) {
       out->lag_seconds = now_ms > inflight ? (double) (now_ms - inflight) / 1000.0 : 0.0;

@@ -337,6 +337,13 @@ render_process_wide (fw_metrics_t *m, fw_strbuf_t *out)
                      (unsigned long long) count_get (&m->reloads_ok));
    fw_strbuf_printf (out, "flowwarden_reloads_total{result=\"failure\"} %llu\n",
                      (unsigned long long) count_get (&m->reloads_failed));
+   if (fw_metrics_oplog_window (m) >= 0) {
+      /* Absent where the oplog cannot be read (oplog_window.h). */
+      family (out, "flowwarden_oplog_window_seconds", "gauge",
+              "Time between the oplog's first and last entries, sampled every minute.");
+      fw_strbuf_printf (out, "flowwarden_oplog_window_seconds %.3f\n",
+                        fw_metrics_oplog_window (m));
+   }
    pthread_mutex_lock (&m->mu);
    family (out, "flowwarden_script_info", "gauge", "The running script's version (always 1).");
    if (m->script_version) {

@@ -22,6 +22,7 @@
 #include "flowwarden/lua_host.h"
 #include "flowwarden/metrics.h"
 #include "flowwarden/metrics_lua.h"
+#include "flowwarden/oplog_window.h"
 #include "flowwarden/runtime.h"
 #include "flowwarden/secrets.h"
 #include "flowwarden/server_probe.h"
@@ -153,6 +154,7 @@ typedef struct fw_runtime {
    uint64_t reload_failures;
    fw_metrics_t *metrics;        /* every stream's counters, fw.metrics */
    fw_runtime_control_t *control;/* the admin endpoint's requests to this thread */
+   fw_oplog_sampler_t *oplog;    /* flowwarden_oplog_window_seconds (NULL: not sampled) */
 } fw_runtime_t;
 
 static void
@@ -667,10 +669,21 @@ stop_streams (fw_runtime_t *rt, bool started, const sigset_t *sigs)
    }
 }
 
+/* The oplog window's sampler; a failure to start it is logged and the run
+ * goes on without the metric. */
+static void
+start_oplog_sampler (fw_runtime_t *rt, const mongoc_uri_t *uri)
+{
+   fw_error_t err;
+   if (!(rt->oplog = fw_oplog_sampler_start (uri, rt->metrics, 0, &err))) {
+      fw_log (FW_LOG_WARN, NULL, "the oplog window is not sampled: %s", err.message);
+   }
+}
+
 int
 fw_runtime_run (const fw_run_options_t *opts)
 {
-   fw_runtime_t rt = {opts, NULL, NULL, NULL, 0, NULL, 0, 0, NULL, NULL};
+   fw_runtime_t rt = {opts, NULL, NULL, NULL, 0, NULL, 0, 0, NULL, NULL, NULL};
    fw_runtime_hooks_t hooks = {hook_find_stream, hook_reload, hook_script, &rt};
    mongoc_uri_t *uri = NULL;
    sigset_t sigs, hup;
@@ -699,6 +712,7 @@ fw_runtime_run (const fw_run_options_t *opts)
       fw_log (FW_LOG_INFO, NULL, "connecting to %s ...", where);
    }
    started = true;
+   start_oplog_sampler (&rt, uri);
    /* exit 1 when not every stream could start, or every one stopped on an error */
    if (start_streams (&rt) && !serve_until_stopped (&rt, &sigs, &hup)) {
       rc = 0;
@@ -709,6 +723,9 @@ done:
     * this thread. */
    fw_runtime_control_destroy (rt.control);
    stop_streams (&rt, started, &sigs);
+   /* After the streams (their wait serves a second SIGINT): its read in
+    * flight, if any, ends within the sampler's own short timeouts. */
+   fw_oplog_sampler_stop (rt.oplog);
    free_workers (rt.workers, rt.n);
    fw_connections_destroy (rt.conns);
    mongoc_client_pool_destroy (rt.pool);

@@ -19,6 +19,7 @@
 #include <curl/curl.h>
 
 #include "flowwarden/admin.h"
+#include "flowwarden/clock.h"
 
 /* --- the fake runtime --------------------------------------------------- */
 
@@ -32,6 +33,7 @@ typedef struct {
    pthread_cond_t cond;
    bool hold;
    bool reloading;
+   bool audit_window; /* audit: an oplog window and a checkpoint 60 s old */
 } fake_t;
 
 static int
@@ -44,6 +46,8 @@ fake_list (void *ud, fw_stream_snapshot_t **out)
    s[0].state = FW_STREAM_RUNNING;
    s[0].events = 12;
    s[0].lag_seconds = 0.25;
+   s[0].has_oplog_window = true;
+   s[0].oplog_window_seconds = 3600;
    s[0].last_event_ms = 1700000000123LL;
    s[0].dlq_pending = 3;
    snprintf (s[0].last_error_type, sizeof s[0].last_error_type, "Payment.Timeout");
@@ -52,6 +56,11 @@ fake_list (void *ud, fw_stream_snapshot_t **out)
    s[1].dlq_pending = -1;
    if (!fw_stream_state_ready (f->audit_state)) {
       snprintf (s[1].reason, sizeof s[1].reason, "the change stream history is lost");
+   }
+   if (f->audit_window) {
+      s[1].has_oplog_window = true;
+      s[1].oplog_window_seconds = 3600;
+      s[1].checkpoint_ms = fw_now_ms () - 60000;
    }
    *out = s;
    return 2;
@@ -263,6 +272,7 @@ admin_every_route_answers (void **state)
    assert_has (r->body, "{\"streams\":[{\"name\":\"orders\",\"state\":\"running\",\"ready\":true,"
                         "\"reason\":null,\"script_version\":null,"
                         "\"last_event_time\":\"2023-11-14T22:13:20.123Z\",\"lag_seconds\":0.25,"
+                        "\"oplog_window_seconds\":3600,\"headroom_seconds\":3599.75,"
                         "\"events_per_second\":0,\"events\":{\"total\":12,");
    assert_has (r->body, "\"last_error_type\":\"Payment.Timeout\"");
    assert_has (r->body, "\"dlq_pending\":3,");
@@ -272,6 +282,16 @@ admin_every_route_answers (void **state)
    assert_int_equal (r->status, 200);
    assert_has (r->body, "{\"name\":\"audit\",\"state\":\"failed\"");
    assert_has (r->body, "\"dlq_pending\":null,");
+   assert_has (r->body, "\"oplog_window_seconds\":null,\"headroom_seconds\":null,");
+   /* A stream that does not read is behind by its checkpoint's age. */
+   fake.audit_window = true;
+   http ("GET", "/v1/streams/audit", NULL, 0, r);
+   assert_has (r->body, "\"oplog_window_seconds\":3600,\"headroom_seconds\":");
+   {
+      double headroom = strtod (strstr (r->body, "\"headroom_seconds\":") + 19, NULL);
+      assert_true (headroom > 3530 && headroom <= 3540);
+   }
+   fake.audit_window = false;
    http ("GET", "/v1/streams/nope", NULL, 0, r);
    assert_int_equal (r->status, 404);
    assert_string_equal (r->body, "{\"error\":\"no stream named \\\"nope\\\"\",\"status\":404}\n");

@@ -489,6 +489,39 @@ metrics_last_reload_is_kept_with_its_time_and_message (void **state)
 }
 
 static void
+metrics_oplog_window_is_absent_until_known_and_in_every_snapshot (void **state)
+{
+   fw_metrics_t *m = fw_metrics_new ();
+   fw_stream_metrics_t *b = fw_metrics_stream (m, "orders");
+   fw_stream_snapshot_t snap;
+   size_t len;
+   char *text;
+   (void) state;
+
+   text = fw_metrics_render (m, &len);
+   assert_false (contains (text, "flowwarden_oplog_window_seconds"));
+   free (text);
+   fw_stream_metrics_snapshot (b, 1700000000000LL, &snap);
+   assert_false (snap.has_oplog_window);
+
+   fw_metrics_set_oplog_window (m, 86400);
+   text = fw_metrics_render (m, &len);
+   assert_true (contains (text, "# TYPE flowwarden_oplog_window_seconds gauge\n"));
+   assert_true (contains (text, "\nflowwarden_oplog_window_seconds 86400.000\n"));
+   free (text);
+   fw_stream_metrics_snapshot (b, 1700000000000LL, &snap);
+   assert_true (snap.has_oplog_window);
+   assert_true (snap.oplog_window_seconds == 86400.0);
+
+   fw_metrics_set_oplog_window (m, -1); /* no longer readable */
+   text = fw_metrics_render (m, &len);
+   assert_false (contains (text, "flowwarden_oplog_window_seconds"));
+   free (text);
+   assert_true (fw_metrics_oplog_window (m) < 0);
+   fw_metrics_destroy (m);
+}
+
+static void
 metrics_state_reason_is_kept_for_streams_not_ready (void **state)
 {
    fw_metrics_t *m = fw_metrics_new ();
@@ -840,6 +873,7 @@ main (void)
       cmocka_unit_test (metrics_dlq_pending_moves_with_every_write_and_the_count_corrects_it),
       cmocka_unit_test (metrics_last_error_has_a_time_and_an_age),
       cmocka_unit_test (metrics_last_reload_is_kept_with_its_time_and_message),
+      cmocka_unit_test (metrics_oplog_window_is_absent_until_known_and_in_every_snapshot),
       cmocka_unit_test (metrics_names_follow_prometheus_rules),
       cmocka_unit_test (metrics_labels_and_buckets_are_checked),
       cmocka_unit_test (metrics_redefinition_returns_the_same_metric_or_fails_on_a_change),

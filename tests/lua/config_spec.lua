@@ -162,10 +162,29 @@ local BAD = {
   { "an unknown checkpoint key",
     "fw.stream { name = 's', database = 'shop', checkpoint = { every = 5 }, on_change = h }",
     { S .. 'checkpoint: unknown key "every" (valid keys: save_every, save_interval, idle_heartbeat, '
-      .. "start_position, on_history_lost, mode)" } },
+      .. "start_position, on_history_lost, mode, start_at)" } },
   { "an unknown checkpoint.mode",
     "fw.stream { name = 's', database = 'shop', checkpoint = { mode = 'asynchronous' }, on_change = h }",
     { S .. 'checkpoint.mode: invalid value "asynchronous" (expected "async" or "sync")' } },
+  { "checkpoint.start_at as words",
+    "fw.stream { name = 's', database = 'shop', checkpoint = { start_at = 'yesterday' }, on_change = h }",
+    { S .. 'checkpoint.start_at: expected an RFC 3339 date such as "2026-11-26T10:00:00Z" (with Z or an '
+      .. 'offset), got "yesterday"' } },
+  { "checkpoint.start_at as a number",
+    "fw.stream { name = 's', database = 'shop', checkpoint = { start_at = 1795600800 }, on_change = h }",
+    { S .. 'checkpoint.start_at: expected "2026-11-26T10:00:00Z", fw.timestamp(t, i) or '
+      .. "{ t = ..., i = ... }, got 1795600800" } },
+  { "checkpoint.start_at with t out of range",
+    "fw.stream { name = 's', database = 'shop', checkpoint = { start_at = { t = 4294967296, i = 0 } }, on_change = h }",
+    { S .. "checkpoint.start_at: t must be an integer from 1 to 4294967295, got 4294967296" } },
+  { "checkpoint.start_at with an unknown key",
+    "fw.stream { name = 's', database = 'shop', checkpoint = { start_at = { t = 5, inc = 1 } }, on_change = h }",
+    { S .. 'checkpoint.start_at: unknown key "inc" (a Timestamp has t and i)' } },
+  { "checkpoint.start_at with start_position = latest",
+    "fw.stream { name = 's', database = 'shop', checkpoint = { start_at = '2026-11-26T10:00:00Z', "
+      .. "start_position = 'latest' }, on_change = h }",
+    { S .. 'checkpoint.start_at: cannot be used with start_position = "latest", which never reads the '
+      .. "checkpoint and starts from now: remove one of them" } },
   { "a negative restart.max_attempts",
     "fw.stream { name = 's', database = 'shop', restart = { max_attempts = -1 }, on_change = h }",
     { S .. "restart.max_attempts: expected an integer >= 0 (0 = unlimited), got -1" } },
@@ -465,6 +484,18 @@ describe("config: effective settings", function()
   it("turns the DLQ off with dlq = { enabled = false }", function()
     local spec = spec_of("fw.stream { name = 's', database = 'shop', dlq = { enabled = false }, on_change = h }")
     assert.is_nil(spec.dlq)
+  end)
+
+  it("normalizes checkpoint.start_at to (t << 32) | i", function()
+    local fields = require("flowwarden.config.fields")
+    local date = spec_of([[fw.stream { name = "s", database = "shop",
+      checkpoint = { start_at = "2026-11-26T10:00:00.900+01:00" }, on_change = h }]])
+    assert.are.same({ 1795683600, 0 }, { fields.start_at_parts(date.checkpoint.start_at) })
+    local ts = spec_of([[fw.stream { name = "s", database = "shop",
+      checkpoint = { start_at = { t = 4294967295, i = 7 } }, on_change = h }]])
+    assert.are.same({ 4294967295, 7 }, { fields.start_at_parts(ts.checkpoint.start_at) })
+    local none = spec_of([[fw.stream { name = "s", database = "shop", on_change = h }]])
+    assert.is_nil(none.checkpoint.start_at)
   end)
 
   it("normalizes every setting of a full declaration", function()

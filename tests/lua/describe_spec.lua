@@ -118,6 +118,19 @@ stream "audit"
     assert.are.equal("\n", text:sub(-1))
   end)
 
+  it("prints checkpoint.start_at as a date and its Timestamp, only when set", function()
+    local text = describe_mod.text(load([[
+fw.stream { name = "a", database = "shop", checkpoint = { start_at = "2026-11-26T10:00:00Z" }, on_change = h }
+fw.stream { name = "b", database = "shop", checkpoint = { start_at = { t = 1795687200, i = 9 } }, on_change = h }
+fw.stream { name = "c", database = "shop", on_change = h }
+]]))
+    assert.truthy(text:find("  checkpoint.start_at            2026-11-26T10:00:00.000Z = "
+      .. "Timestamp(1795687200, 0) (without a checkpoint)\n", 1, true))
+    assert.truthy(text:find("Timestamp(1795687200, 9)", 1, true))
+    local _, n = text:gsub("checkpoint.start_at", "")
+    assert.are.equal(2, n)
+  end)
+
   it("names where the URI came from and hides its password", function()
     local cfg = load("fw.defaults { uri = 'mongodb://app:s3cret@db1,db2/shop?replicaSet=rs0' }\n"
       .. "fw.stream { name = 's', retry = true, dlq = true, on_change = h }")

@@ -376,6 +376,64 @@ local function type_list(ctx, path, v)
   return ok, out
 end
 
+-- checkpoint.start_at (issue 28): where in the server's history a stream
+-- without a checkpoint starts (startAtOperationTime). An RFC 3339 date
+-- ("2026-11-26T10:00:00Z": its whole second, as a Timestamp's t), a
+-- Timestamp (fw.timestamp(t, i)) or a table { t = ..., i = ... }; normalized
+-- to the integer (t << 32) | i, as the C side reads it.
+local UINT32_MAX = 4294967295
+local START_AT_EXAMPLE = '"2026-11-26T10:00:00Z", fw.timestamp(t, i) or { t = ..., i = ... }'
+
+local function timestamp_part(ctx, path, v, name, min)
+  local n = math.type(v) == "integer" and v or (math.type(v) == "float" and math.tointeger(v))
+  if not n or n < min or n > UINT32_MAX then
+    ctx:fail(path, "%s must be an integer from %d to %d, got %s", name, min, UINT32_MAX, repr(v))
+    return nil
+  end
+  return n
+end
+
+local function start_at(ctx, path, v)
+  local t, i
+  if type(v) == "string" then
+    local ms = require("flowwarden.json_ext").ms_from_iso(v)
+    if not ms or ms < 1000 or ms // 1000 > UINT32_MAX then
+      ctx:fail(path, "expected an RFC 3339 date such as \"2026-11-26T10:00:00Z\" (with Z or an "
+        .. "offset), got %s", repr(v))
+      return false
+    end
+    t, i = ms // 1000, 0
+  elseif type(v) == "userdata" and getmetatable(v) == "flowwarden.bson_value"
+      and v.type == "timestamp" then
+    t, i = v.t, v.i
+  elseif type(v) == "table" then
+    for k in pairs(v) do
+      if k ~= "t" and k ~= "i" then
+        ctx:fail(path, "unknown key %s (a Timestamp has t and i)", repr(k))
+        return false
+      end
+    end
+    t = timestamp_part(ctx, path, v.t, "t", 1)
+    i = t and timestamp_part(ctx, path, v.i == nil and 0 or v.i, "i", 0)
+    if not t or not i then
+      return false
+    end
+  else
+    ctx:fail(path, "expected %s, got %s", START_AT_EXAMPLE, repr(v))
+    return false
+  end
+  if t == 0 then
+    ctx:fail(path, "a Timestamp with t = 0 is not a point in the server's history")
+    return false
+  end
+  return true, (t << 32) | i
+end
+
+-- (t, i) of a normalized start_at.
+function M.start_at_parts(n)
+  return (n >> 32) & UINT32_MAX, n & UINT32_MAX
+end
+
 ---------------------------------------------------------------------------
 -- Tables of settings
 
@@ -386,6 +444,7 @@ local CHECKPOINT = {
   { "start_position", enum({ "resume", "latest" }) },
   { "on_history_lost", enum({ "fail", "resume_from_now" }) },
   { "mode", enum({ "async", "sync" }) },
+  { "start_at", start_at },
 }
 local RESTART = {
   { "max_attempts", int_min(0, " (0 = unlimited)") },

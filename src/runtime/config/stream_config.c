@@ -297,6 +297,7 @@ fw_stream_config_read (lua_State *L, int idx, int specs, fw_stream_config_t *cfg
       cfg->idle_heartbeat_ms = int_field (L, s, "idle_heartbeat_ms", 300000);
       cfg->start_latest = start && strcmp (start, "latest") == 0;
       cfg->resume_from_now = lost && strcmp (lost, "resume_from_now") == 0;
+      cfg->start_at = (uint64_t) int_field (L, s, "start_at", 0);
       cfg->checkpoint_sync = mode && strcmp (mode, "sync") == 0;
       free (start);
       free (lost);

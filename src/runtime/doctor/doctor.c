@@ -11,6 +11,7 @@
 #include "doctor-private.h"
 #include "flowwarden/clock.h"
 #include "flowwarden/lease.h"
+#include "flowwarden/oplog_window.h"
 
 /* maxWireVersion of MongoDB 7.0 (src/mongo/db/wire_version.h). */
 #define WIRE_7_0 21
@@ -199,45 +200,13 @@ check_split (const fw_stream_config_t *cfgs, size_t n, const char *version, int3
    }
 }
 
-/* The ts (seconds) of the oplog's first (dir 1) or last (dir -1) entry. */
-static int
-oplog_end (mongoc_client_t *client, int dir, int64_t *secs, bson_error_t *berr)
-{
-   mongoc_collection_t *coll = mongoc_client_get_collection (client, "local", "oplog.rs");
-   bson_t filter = BSON_INITIALIZER;
-   bson_t *opts = BCON_NEW ("sort", "{", "$natural", BCON_INT32 (dir), "}", "limit",
-                            BCON_INT64 (1), "projection", "{", "ts", BCON_INT32 (1), "}");
-   mongoc_cursor_t *cur = mongoc_collection_find_with_opts (coll, &filter, opts, NULL);
-   const bson_t *doc;
-   bson_iter_t it;
-   int found = 0;
-
-   if (mongoc_cursor_next (cur, &doc)) {
-      if (bson_iter_init_find (&it, doc, "ts") && BSON_ITER_HOLDS_TIMESTAMP (&it)) {
-         uint32_t t, inc;
-         bson_iter_timestamp (&it, &t, &inc);
-         *secs = t;
-         found = 1;
-      }
-   }
-   if (mongoc_cursor_error (cur, berr)) {
-      found = -1;
-   }
-   mongoc_cursor_destroy (cur);
-   bson_destroy (opts);
-   bson_destroy (&filter);
-   mongoc_collection_destroy (coll);
-   return found;
-}
-
 static void
 check_oplog (mongoc_client_t *client, fw_doctor_server_t *srv, fw_doctor_report_t *r)
 {
    bson_error_t berr;
-   int first = oplog_end (client, 1, &srv->oplog_first_s, &berr);
-   int last = first == 1 ? oplog_end (client, -1, &srv->oplog_last_s, &berr) : first;
+   int got = fw_oplog_window_read (client, &srv->oplog_first_s, &srv->oplog_last_s, &berr);
 
-   if (first < 0 || last < 0) {
+   if (got < 0) {
       fw_doctor_add (r, NULL, "oplog_window", FW_DOCTOR_WARN,
                      "grant find on local.oplog.rs (e.g. the clusterMonitor role) to see it "
                      "here, or watch the window where the deployment reports it (Atlas: the "
@@ -246,7 +215,7 @@ check_oplog (mongoc_client_t *client, fw_doctor_server_t *srv, fw_doctor_report_
                      "with the window", berr.message);
       return;
    }
-   if (first == 0 || last == 0) {
+   if (got == 0) {
       fw_doctor_add (r, NULL, "oplog_window", FW_DOCTOR_INFO, NULL, "the oplog is empty");
       return;
    }

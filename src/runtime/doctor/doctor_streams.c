@@ -408,6 +408,35 @@ checkpoint_time (mongoc_client_t *client, const fw_stream_config_t *cfg, bson_er
    return at;
 }
 
+/* No checkpoint and checkpoint.start_at: is that time still in the oplog? */
+static void
+check_start_at (const fw_stream_config_t *cfg, const fw_doctor_server_t *srv, int64_t now_s,
+                fw_doctor_report_t *r)
+{
+   int64_t t = (int64_t) (cfg->start_at >> 32);
+
+   if (!srv->has_oplog) {
+      fw_doctor_add (r, cfg->name, "checkpoint", FW_DOCTOR_INFO, NULL,
+                     "no checkpoint yet: the stream starts at checkpoint.start_at, %lld s ago "
+                     "(the oplog window is unknown)", (long long) (now_s - t));
+   } else if (t < srv->oplog_first_s) {
+      fw_doctor_add (r, cfg->name, "checkpoint", FW_DOCTOR_FAIL,
+                     "choose a later start_at (the oplog reaches back to its first entry)",
+                     "no checkpoint yet, and checkpoint.start_at (%lld s ago) is older than the "
+                     "oplog's first entry (%lld s ago): the stream will start with history lost "
+                     "and %s",
+                     (long long) (now_s - t), (long long) (now_s - srv->oplog_first_s),
+                     cfg->resume_from_now ? "start from now (on_history_lost = "
+                                            "\"resume_from_now\")"
+                                          : "stop (on_history_lost = \"fail\")");
+   } else {
+      fw_doctor_add (r, cfg->name, "checkpoint", FW_DOCTOR_OK, NULL,
+                     "no checkpoint yet: the stream starts at checkpoint.start_at, %lld s ago, "
+                     "within the oplog window (%lld s)",
+                     (long long) (now_s - t), (long long) (now_s - srv->oplog_first_s));
+   }
+}
+
 void
 fw_doctor_checkpoint (mongoc_client_t *client, const fw_stream_config_t *cfg,
                       const fw_doctor_server_t *srv, fw_doctor_report_t *r)
@@ -419,6 +448,10 @@ fw_doctor_checkpoint (mongoc_client_t *client, const fw_stream_config_t *cfg,
    if (at < 0) {
       fw_doctor_add (r, cfg->name, "checkpoint", FW_DOCTOR_WARN, NULL,
                      "cannot read the checkpoint: %s", berr.message);
+      return;
+   }
+   if (at == 0 && cfg->start_at) {
+      check_start_at (cfg, srv, now_s, r);
       return;
    }
    if (at == 0) {

@@ -11,6 +11,10 @@
 
 #define FW_MAX_AWAIT_MS 1000
 #define FW_ERR_HISTORY_LOST 286        /* ChangeStreamHistoryLost */
+/* OplogQueryMinTsMissing: the oplog scan's own "fallen off the oplog"; the
+ * change stream turns it into 286 (change_stream_check_resumability), but
+ * taken as history lost wherever it shows. */
+#define FW_ERR_OPLOG_MIN_TS_MISSING 326
 #define FW_ERR_CHANGE_STREAM_FATAL 280 /* ChangeStreamFatalError: re-opening fails the same way */
 /* Before 6.0, a fullDocument other than "default" or "updateLookup"
  * (document_source_change_stream.cpp): every open fails the same way. */
@@ -27,7 +31,7 @@
 
 mongoc_change_stream_t *
 fw_change_stream_open (const fw_stream_config_t *cfg, mongoc_client_t *client,
-                       const bson_t *start_after, bool split)
+                       const bson_t *start_after, uint64_t start_at, bool split)
 {
    bson_t opts = BSON_INITIALIZER;
    bson_t pipeline;
@@ -48,6 +52,10 @@ fw_change_stream_open (const fw_stream_config_t *cfg, mongoc_client_t *client,
    if (start_after) {
       /* startAfter, unlike resumeAfter, also accepts an invalidate token. */
       BSON_APPEND_DOCUMENT (&opts, "startAfter", start_after);
+   } else if (start_at) {
+      /* checkpoint.start_at: the server's history from that Timestamp on. */
+      BSON_APPEND_TIMESTAMP (&opts, "startAtOperationTime", (uint32_t) (start_at >> 32),
+                             (uint32_t) start_at);
    }
    fw_oversize_pipeline (cfg, split, &pipeline);
    if (cfg->collection) {
@@ -87,7 +95,7 @@ closed_without_error (const bson_error_t *berr)
 fw_change_error_t
 fw_change_error_kind (const bson_error_t *berr)
 {
-   if (berr->code == FW_ERR_HISTORY_LOST) {
+   if (berr->code == FW_ERR_HISTORY_LOST || berr->code == FW_ERR_OPLOG_MIN_TS_MISSING) {
       return FW_CHANGE_HISTORY_LOST;
    }
    if (berr->code == FW_ERR_CHANGE_STREAM_FATAL) {

@@ -90,6 +90,9 @@ history_lost (fw_stream_worker_t *w, fw_stream_run_t *run)
       }
       return true;
    }
+   if (!p->has_resume && w->cfg->start_at && !run->start_at_lost) {
+      return fw_stream_start_at_lost (w, run);
+   }
    if (!w->cfg->resume_from_now) {
       fw_stream_failed (w, "the change stream history is lost (the resume point left the "
                            "oplog) and on_history_lost = \"fail\"; events after the last "

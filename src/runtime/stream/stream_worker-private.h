@@ -248,7 +248,15 @@ typedef struct fw_stream_run {
    int restarts;         /* failed reads in a row, for the restart backoff */
    int candidate;        /* 0: processed token, 1: seen token, 2: from now */
    bool from_checkpoint;
+   bool start_at_lost;   /* checkpoint.start_at was older than the oplog: from now on */
 } fw_stream_run_t;
+
+/* --- stream_start_at.c ---------------------------------------------------- */
+
+/* A stream without a checkpoint opened at checkpoint.start_at and the server
+ * said that history is gone: on_history_lost decides (fail, or from now).
+ * False when the stream stops. */
+bool fw_stream_start_at_lost (fw_stream_worker_t *w, fw_stream_run_t *run);
 
 /* stream_control.c: the stream stops for good; what says why (status,
  * metrics, log). */

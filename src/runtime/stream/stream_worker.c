@@ -656,6 +656,7 @@ open_and_read (fw_stream_worker_t *w, fw_stream_run_t *run, bool *progressed)
       return FW_READ_FAILED;
    }
    cs = fw_change_stream_open (w->cfg, w->read_client, p->has_resume ? &p->resume : NULL,
+                               run->start_at_lost ? 0 : w->cfg->start_at,
                                w->cfg->split_large_events && !p->split_rejected &&
                                   !p->unsplittable);
    if (cs && mongoc_change_stream_error_document (cs, &berr, &reply)) {

@@ -1,0 +1,54 @@
+/*
+ * stream_start_at.c - checkpoint.start_at (issue 28): a stream without a
+ * checkpoint opens at that Timestamp of the server's history
+ * (startAtOperationTime, change_stream.c); here, what the stream does when
+ * the server says that history is already gone.
+ */
+#include <stdio.h>
+#include <time.h>
+
+#include "flowwarden/log.h"
+#include "runtime/stream/stream_worker-private.h"
+
+/* "2026-11-26T10:00:00Z (Timestamp(1795600800, 0))" */
+static void
+describe_start_at (uint64_t start_at, char *out, size_t len)
+{
+   time_t t = (time_t) (start_at >> 32);
+   struct tm tm;
+   char when[32] = "?";
+
+   if (gmtime_r (&t, &tm)) {
+      strftime (when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+   }
+   snprintf (out, len, "%s (Timestamp(%u, %u))", when, (unsigned) (start_at >> 32),
+             (unsigned) (start_at & 0xffffffffu));
+}
+
+bool
+fw_stream_start_at_lost (fw_stream_worker_t *w, fw_stream_run_t *run)
+{
+   char at[96], why[512];
+
+   describe_start_at (w->cfg->start_at, at, sizeof at);
+   if (!w->cfg->resume_from_now) {
+      snprintf (why, sizeof why,
+                "the change stream history is lost: checkpoint.start_at %s is older than the "
+                "oplog's first entry, and on_history_lost = \"fail\". Choose a later start_at, "
+                "or set checkpoint.on_history_lost = \"resume_from_now\" to start from now",
+                at);
+      fw_stream_failed (w, why);
+      return false;
+   }
+   fw_log (FW_LOG_ERROR, w->cfg->name,
+           "change stream history lost: checkpoint.start_at %s is older than the oplog's "
+           "first entry; starting from now: events between it and now were NOT delivered "
+           "(on_history_lost = resume_from_now)",
+           at);
+   run->start_at_lost = true;
+   run->candidate = 2;
+   if (w->metrics) {
+      fw_stream_metrics_restart (w->metrics, FW_METRICS_RESTART_HISTORY_LOST);
+   }
+   return true;
+}
