@@ -92,12 +92,11 @@ function M.check(ctx, t, spec)
   end
 end
 
--- The effective settings, for `flowwarden check` (add(key, value)).
+-- The effective settings, for `flowwarden check` (add(key, value)); a stream
+-- without them prints nothing (its exhausted attempts follow the DLQ policy).
 function M.describe(spec, add)
   local c = spec.circuit
-  if not c then
-    add("circuit", "off (exhausted attempts follow the DLQ policy)")
-  else
+  if c then
     add("circuit.on", table.concat(c.on, ", "))
     add("circuit.open_for", duration.format(c.open_for_ms) .. " (doubles after each failed probe)")
     add("circuit.max_open_for", duration.format(c.max_open_for_ms))
@@ -109,8 +108,6 @@ function M.describe(spec, add)
     local burst = math.max(1, r.count * 1000 // r.per_ms)
     add("rate_limit", string.format("%s (handler attempts, retries and probes included; "
       .. "burst %d)", spec.rate_limit, burst))
-  else
-    add("rate_limit", "(none)")
   end
 end
 
