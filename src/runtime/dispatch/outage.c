@@ -138,8 +138,8 @@ bool
 fw_outage_admit (fw_dispatcher_t *d)
 {
    /* Another lane's event holds the breaker open: this lane pauses too
-    * (they share the dependency). */
-   while (!d->outage.holder && !circuit_closed (d)) {
+    * (they share the dependency). Without circuit: no lock, no wait. */
+   while (d->prog.cfg.circuit.enabled && !d->outage.holder && !circuit_closed (d)) {
       if (wait_sliced (d, SLICE_MS, circuit_closed)) {
          return false;
       }
@@ -215,7 +215,7 @@ fw_outage_hold (fw_dispatcher_t *d, const char *id, int attempt, const char *typ
 {
    const fw_circuit_config_t *cfg = &d->prog.cfg.circuit;
    bool outage = giving_up && fw_circuit_config_matches (cfg, type);
-   int64_t now = d->clock.now_ms (d->clock.ud);
+   int64_t now;
    fw_circuit_view_t v;
 
    if (d->outage.holder && !outage) {
@@ -231,6 +231,7 @@ fw_outage_hold (fw_dispatcher_t *d, const char *id, int attempt, const char *typ
    if (!outage) {
       return FW_HOLD_NONE;
    }
+   now = d->clock.now_ms (d->clock.ud);
    if (d->outage.holder) {
       fw_circuit_probe_failed (d->outage.circuit, cfg, type, now);
       fw_circuit_view (d->outage.circuit, &v);
