@@ -7,12 +7,13 @@ Http.Connect (what fw.http raises when a hook refuses connections), while it
 says "bad" a Validation error; without it, the handler succeeds."""
 import json
 import os
+import subprocess
 import time
 import unittest
 
 from dlqtest import FailureTestCase, wait_for
 from fwtest import run_cli
-from test_admin import http, parse_metrics, value
+from test_admin import PROMTOOL, http, parse_metrics, value
 
 HANDLER = """
 local FLAG = %(flag)s
@@ -88,7 +89,12 @@ class Outage(FailureTestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertRegex(r.stdout, r"(?m)^s: circuit: open \(Http\.Connect\) since \S+Z; "
                                    r"next probe \S+Z$")
-        got = parse_metrics(http(port, "GET", "/metrics")[1])
+        text = http(port, "GET", "/metrics")[1]
+        if PROMTOOL:
+            r = subprocess.run([PROMTOOL, "check", "metrics"], input=text, text=True,
+                               capture_output=True)
+            self.assertEqual((r.returncode, r.stdout + r.stderr), (0, ""))
+        got = parse_metrics(text)
         self.assertEqual(value(got, "flowwarden_stream_circuit_state", stream="s"), 1)
         self.assertIsNone(value(got, "flowwarden_stream_circuit_state", stream="plain"))
         self.assertEqual(value(got, "flowwarden_circuit_opened_total", stream="s",
@@ -171,7 +177,7 @@ class Outage(FailureTestCase):
         before = p.report_count("s")
         # Events of other keys (other lanes) arrive while it is open.
         self.db.orders.insert_many([{"_id": i} for i in range(2, 9)])
-        p.wait_log("circuit half-open: probing")
+        p.wait_log("circuit open again")
         # Every lane paused: the probe is the only attempt since.
         self.assertEqual(p.report_count("s") - before, 1)
         self.set_dependency(None)
@@ -193,6 +199,8 @@ class Outage(FailureTestCase):
         p.wait_until(lambda: p.report_count("s") >= 150, timeout=20, what="150 attempts")
         times = self.attempt_times(p)
         self.assertGreaterEqual(len(times), 150)
+        # A burst of 50, then 50/s: the last 100 attempts need at least 2 s.
+        self.assertGreaterEqual(times[149] - times[0], 1990)
         # The documented bound: at most burst + rate * t attempts in any t seconds
         # (log times are ms; one extra for their rounding).
         for i in range(len(times)):
