@@ -123,8 +123,8 @@ void fw_dispatcher_set_loader (fw_dispatcher_t *d, fw_dispatcher_loader_t load, 
  * issue 29); from must outlive d. */
 void fw_dispatcher_share_outage (fw_dispatcher_t *d, fw_dispatcher_t *from);
 
-/* `flowwarden resume`: an open circuit breaker probes at once. Any thread.
- * True when the breaker was open. */
+/* `flowwarden resume`: an open circuit breaker probes at once. Any thread;
+ * d may be NULL. True when the breaker was open. */
 bool fw_dispatcher_circuit_probe_now (fw_dispatcher_t *d);
 
 /* Adds from's counts (a lane's) to d's and zeroes from's. */

@@ -66,7 +66,7 @@ fw_dispatcher_share_outage (fw_dispatcher_t *d, fw_dispatcher_t *from)
 bool
 fw_dispatcher_circuit_probe_now (fw_dispatcher_t *d)
 {
-   return d->outage.circuit && fw_circuit_probe_now (d->outage.circuit);
+   return d && d->outage.circuit && fw_circuit_probe_now (d->outage.circuit);
 }
 
 /* Shows the breaker as it is now in status and metrics. */
