@@ -7,14 +7,16 @@ Http.Connect (what fw.http raises when a hook refuses connections), while it
 says "bad" a Validation error; without it, the handler succeeds."""
 import json
 import os
+import threading
 import signal
 import subprocess
 import time
 import unittest
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from dlqtest import FailureTestCase, wait_for
 from fwtest import run_cli
-from test_admin import PROMTOOL, http, parse_metrics, value
+from test_admin import PROMTOOL, free_port, http, parse_metrics, value
 
 HANDLER = """
 local FLAG = %(flag)s
@@ -134,6 +136,57 @@ class Outage(FailureTestCase):
                          "closed")
         self.assertEqual(p.count_log("circuit OPEN", stream="s"), 1)
         self.assertEqual(p.count_log("circuit half-open: probing", stream="s"), 2)
+        self.stop_cleanly(p)
+
+    def test_a_hook_refusing_connections_then_back(self):
+        """fw.http against a local port that refuses, then answers: the default
+        circuit.on catches Http.Connect, the hook sees few requests, every event
+        arrives once the hook is back, in order, and the DLQ stays empty."""
+        port = free_port()
+        p, _ = self.start_outage("""
+            fw.stream { name = "s", collection = "orders", dlq = true,
+                        retry = %s, circuit = { open_for = "300ms", max_open_for = "1s" },
+                        on_insert = function(ctx)
+                          local doc = ctx:full_document()
+                          report({ id = doc._id, attempt = ctx:attempt_number() })
+                          fw.http.post("http://127.0.0.1:%d/hook", { json = { id = doc._id },
+                                       timeout = 2, raise_for_status = true })
+                        end }
+            """ % (RETRY, port), admin=False)
+        p.wait_open()
+        self.db.orders.insert_many([{"_id": i} for i in range(1, 31)])
+        p.wait_log("circuit OPEN")
+        self.assertIn("with Http.Connect", [m for m in p.messages() if "circuit OPEN" in m][0])
+        time.sleep(1.5)  # the outage goes on: probes at 300 ms, 600 ms, 1 s
+        during = p.report_count("s")
+        self.assertLessEqual(during, 8)
+
+        got = []
+
+        class Hook(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                got.append((time.monotonic(), json.loads(body)["id"]))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        ThreadingHTTPServer.allow_reuse_address = True
+        server = ThreadingHTTPServer(("127.0.0.1", port), Hook)
+        back = time.monotonic()
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            wait_for(lambda: len(got) >= 30, 15, "30 requests")
+        finally:
+            server.shutdown()
+            server.server_close()
+        self.assertEqual([i for _, i in got], list(range(1, 31)))
+        # Handling again within 2 x max_open_for + 1 s of the recovery.
+        self.assertLess(got[0][0] - back, 3.0)
+        self.assertEqual(self.dlq_entries(), [])
         self.stop_cleanly(p)
 
     def test_other_errors_dead_letter_and_give_up_after_lets_the_stream_go_on(self):
