@@ -118,6 +118,23 @@ rate_limit_without_a_limit_never_waits (void **state)
    fw_rate_limit_destroy (NULL);
 }
 
+/* A clock that is behind the one the bucket was made with (flowwarden
+ * test's virtual clock) still refills: the bucket starts over from it. */
+static void
+rate_limit_follows_a_clock_behind_its_start (void **state)
+{
+   fw_rate_limit_config_t cfg = {1, 1000};
+   fw_rate_limit_t *rl = fw_rate_limit_new (&cfg, 100 * SEC);
+   int64_t now = 5 * SEC, wait;
+   (void) state;
+
+   assert_int_equal (fw_rate_limit_take (rl, now), 0);
+   wait = fw_rate_limit_take (rl, now);
+   assert_true (wait > 0 && wait <= SEC + 1);
+   assert_int_equal (fw_rate_limit_take (rl, now + wait), 0);
+   fw_rate_limit_destroy (rl);
+}
+
 int
 main (void)
 {
@@ -127,6 +144,7 @@ main (void)
       cmocka_unit_test (rate_limit_bursts_one_second_then_keeps_the_rate),
       cmocka_unit_test (rate_limit_never_exceeds_burst_plus_rate),
       cmocka_unit_test (rate_limit_without_a_limit_never_waits),
+      cmocka_unit_test (rate_limit_follows_a_clock_behind_its_start),
    };
    return cmocka_run_group_tests (tests, NULL, NULL);
 }

@@ -1,4 +1,4 @@
--- A stream whose web hook may be down (issue 29's circuit breaker), for
+-- Streams whose web hook may be down (issue 29: circuit breaker, rate limit), for
 -- circuit_spec.lua.
 local fw = require("flowwarden")
 
@@ -19,3 +19,6 @@ fw.stream { name = "gives_up", database = "shop", collection = "orders2", on_ins
 fw.stream { name = "forever", database = "shop", collection = "orders3", on_insert = post,
   retry = { max_attempts = 2, initial_delay = "1s", jitter = false }, dlq = true,
   circuit = { on = { "Http.Status.Transient" }, open_for = "5s", max_open_for = "1h" } }
+
+fw.stream { name = "limited", database = "shop", collection = "orders4", on_insert = post,
+  rate_limit = "2/s" }

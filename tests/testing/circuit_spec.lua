@@ -1,10 +1,10 @@
--- flowwarden test: the circuit breaker (issue 29) on the virtual clock.
+-- flowwarden test: the circuit breaker and the rate limit (issue 29) on the virtual clock.
 local fwt = require("flowwarden.testing")
 
 local DIR = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
 local HOOK = "https://hooks.example/orders"
 
-describe("the circuit breaker", function()
+describe("dependency outages", function()
   local app
   before_each(function()
     app = fwt.load(DIR .. "circuit.lua")
@@ -43,5 +43,13 @@ describe("the circuit breaker", function()
     local r = app:deliver("forever", fwt.insert { _id = 4 })
     assert.equal("stopped", r.outcome)
     assert.equal(0, #app:dlq("forever"))
+  end)
+
+  it("rate_limit: a burst of one second, then the rate, on the virtual clock", function()
+    local waited = {}
+    for i = 1, 4 do
+      waited[i] = app:deliver("limited", fwt.insert { _id = 10 + i }).delays
+    end
+    assert.same({ {}, {}, { 0.5 }, { 0.5 } }, waited)
   end)
 end)

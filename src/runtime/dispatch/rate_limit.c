@@ -109,8 +109,10 @@ fw_rate_limit_take (fw_rate_limit_t *rl, int64_t now_ns)
       double r = rate_ns (&rl->cfg);
       if (now_ns > rl->last_ns) {
          rl->tokens += (double) (now_ns - rl->last_ns) * r;
-         rl->last_ns = now_ns;
       }
+      /* Time never runs back; a caller switching clocks (flowwarden test's
+       * virtual one) starts over from its now. */
+      rl->last_ns = now_ns;
       if (rl->tokens > burst) {
          rl->tokens = burst;
       }
