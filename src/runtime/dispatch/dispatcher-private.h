@@ -230,4 +230,9 @@ fw_hold_t fw_outage_hold (fw_dispatcher_t *d, const char *id, int attempt, const
 /* The event was handled: a probe's success closes the breaker. */
 void fw_outage_handled (fw_dispatcher_t *d);
 
+/* The event is finished with (or must come back): a breaker it still holds
+ * (its new script has no handler for it, the lease was lost, the stream
+ * fails) is closed, so the breaker never outlives its held event. */
+void fw_outage_event_end (fw_dispatcher_t *d);
+
 #endif

@@ -910,6 +910,7 @@ fw_event_dispatch (fw_dispatcher_t *d, const fw_event_t *ev)
 {
    fw_dispatch_result_t r = dispatch (d, ev);
    fw_park_end (d);
+   fw_outage_event_end (d);
    return r;
 }
 

@@ -274,3 +274,16 @@ fw_outage_handled (fw_dispatcher_t *d)
            "circuit closed: the probe succeeded after %d probe(s); the stream goes on", v.probes);
    show (d);
 }
+
+void
+fw_outage_event_end (fw_dispatcher_t *d)
+{
+   if (!d->outage.holder) {
+      return;
+   }
+   fw_circuit_close (d->outage.circuit);
+   d->outage.holder = false;
+   fw_log (FW_LOG_INFO, d->prog.cfg.name,
+           "circuit closed: the held event left the stream without a probe's outcome");
+   show (d);
+}
