@@ -119,6 +119,14 @@ typedef fw_lua_host_t *(*fw_dispatcher_loader_t) (void *ud, fw_error_t *error);
 void fw_dispatcher_set_loader (fw_dispatcher_t *d, fw_dispatcher_loader_t load, void *ud);
 #define FW_STATE_REFILL_EVENTS 3
 
+/* d (a lane's) uses from's circuit breaker and rate limit (the stream's,
+ * issue 29); from must outlive d. */
+void fw_dispatcher_share_outage (fw_dispatcher_t *d, fw_dispatcher_t *from);
+
+/* `flowwarden resume`: an open circuit breaker probes at once. Any thread;
+ * d may be NULL. True when the breaker was open. */
+bool fw_dispatcher_circuit_probe_now (fw_dispatcher_t *d);
+
 /* Adds from's counts (a lane's) to d's and zeroes from's. */
 void fw_dispatcher_add_stats (fw_dispatcher_t *d, fw_dispatcher_t *from);
 

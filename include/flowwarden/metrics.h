@@ -251,6 +251,38 @@ void fw_stream_metrics_set_role (fw_stream_metrics_t *b, int role);
 void fw_stream_metrics_io (fw_stream_metrics_t *b, fw_metrics_io_client_t client,
                            fw_metrics_io_result_t result, int64_t duration_ns);
 
+/* --- a stream's circuit breaker and rate limit (issue 29, metrics_outage.c) */
+
+/* The stream declares circuit (status shows its breaker, closed or not) and
+ * rate_limit as written ("200/s"; NULL or "": none). Copied. Any thread. */
+void fw_stream_metrics_set_outage_config (fw_stream_metrics_t *b, bool circuit,
+                                          const char *rate_limit);
+
+/* The breaker is now in state (0 closed, 1 open, 2 half-open: the gauge
+ * flowwarden_stream_circuit_state) on error type (copied; NULL when
+ * closed), open since since_ms, next probe at next_probe_ms (wall clock;
+ * 0: none). Takes the block's short lock. */
+void fw_stream_metrics_set_circuit (fw_stream_metrics_t *b, int state, const char *type,
+                                    int64_t since_ms, int64_t next_probe_ms);
+
+/* The breaker opened on an error of type:
+ * flowwarden_circuit_opened_total{stream,type} (the first 16 types by name,
+ * later ones as "other"). */
+void fw_stream_metrics_circuit_opened (fw_stream_metrics_t *b, const char *type);
+
+/* An attempt waited ns for a rate-limit token. Any of the stream's threads. */
+void fw_stream_metrics_rate_wait (fw_stream_metrics_t *b, int64_t ns);
+
+typedef struct {
+   bool circuit;                   /* the stream declares a breaker */
+   int circuit_state;              /* 0 closed, 1 open, 2 half-open */
+   char circuit_error_type[128];   /* "" when closed */
+   int64_t circuit_since_ms;       /* wall clock; 0 when closed */
+   int64_t circuit_next_probe_ms;  /* wall clock; 0 unless open */
+   char rate_limit[32];            /* as written; "" when none */
+   double rate_wait_seconds;       /* time attempts spent waiting for tokens */
+} fw_outage_snapshot_t;
+
 /* --- reading a block: any thread ----------------------------------------- */
 
 typedef struct {
@@ -281,6 +313,7 @@ typedef struct {
    int role;                       /* FW_STREAM_ROLE_* */
    bool has_oplog_window;          /* the deployment's oplog window is known: */
    double oplog_window_seconds;    /* fw_metrics_oplog_window */
+   fw_outage_snapshot_t outage;    /* circuit breaker, rate limit (issue 29) */
 } fw_stream_snapshot_t;
 
 /* Copies b's current values (now_ms: the wall clock, for the lag and the

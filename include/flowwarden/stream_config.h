@@ -14,7 +14,9 @@
 #include <lua.h>
 
 #include "flowwarden/backoff.h"
+#include "flowwarden/circuit.h"
 #include "flowwarden/error.h"
+#include "flowwarden/rate_limit.h"
 
 typedef struct {
    bool enabled;
@@ -66,6 +68,8 @@ typedef struct {
    bool ha_leader;                  /* ha.mode = "leader": one instance holds the stream's
                                      * lease and handles its events (lease.h, issue 17) */
    int64_t ha_lease_ms;             /* ha.lease */
+   fw_circuit_config_t circuit;     /* circuit = { ... } (issue 29); enabled false: none */
+   fw_rate_limit_config_t rate_limit; /* rate_limit = "N/s" (issue 29); count 0: none */
 } fw_stream_config_t;
 
 /* Fills cfg from the spec table at stack index idx. Must run inside a

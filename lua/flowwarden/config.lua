@@ -54,6 +54,8 @@ THE EFFECTIVE CONFIGURATION (every field always present unless "| nil"):
     oversize = "fail",                        -- | "skip" (without the split stage)
     oversize_threshold_bytes = 16711680,      -- 16 MiB - 64 KiB
     lanes = 1,                                -- 1..64: Lua states handling keys in parallel
+    circuit = { on = {...}, open_for_ms, max_open_for_ms, give_up_after_ms } | nil,
+    rate_limit = "200/s" | nil,               -- (flowwarden.config.outage, issue 29)
     checkpoint = { save_every = 1, save_interval_ms = 5000,
                    idle_heartbeat_ms = 300000, start_position = "resume",
                    on_history_lost = "fail",    -- | "latest", | "resume_from_now"
@@ -561,6 +563,9 @@ local function validate_stream(decl, defaults, opts, seen_names)
       spec.lanes = i
     end
   end
+
+  -- Issue 29: the circuit breaker and the rate limit.
+  require("flowwarden.config.outage").check(ctx, t, spec)
 
   spec.state = merge(M.SEED.state, defaults.state, nil)
   spec.ha = merge(M.SEED.ha, defaults.ha, nil)

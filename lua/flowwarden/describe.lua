@@ -119,6 +119,7 @@ function M.stream(spec)
     or string.format("%d (in order per key, keys in parallel)", spec.lanes))
   add("oversize", spec.oversize)
   add("oversize_threshold", duration.format_size(spec.oversize_threshold_bytes))
+  require("flowwarden.config.outage").describe(spec, add)
   local handlers = {}
   for _, key in ipairs(config.HANDLER_KEYS) do
     if spec.handlers[key:sub(4)] then

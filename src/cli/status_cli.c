@@ -270,6 +270,43 @@ print_oplog_window (lua_State *L, int streams)
    printf ("\n");
 }
 
+/* Issue 29: a breaker that is not closed, and a rate limit, under the table:
+ * "orders: circuit: open (Http.Connect) since T; next probe T". */
+static void
+print_outage (lua_State *L, int streams)
+{
+   int n = (int) lua_rawlen (L, streams);
+
+   for (int i = 1; i <= n; i++) {
+      const char *name, *state;
+      double wait = 0;
+      if (lua_rawgeti (L, streams, i) != LUA_TTABLE) {
+         lua_pop (L, 1);
+         continue;
+      }
+      name = field_string (L, lua_gettop (L), "name");
+      if (lua_getfield (L, -1, "circuit") == LUA_TTABLE) {
+         int c = lua_gettop (L);
+         state = field_string (L, c, "state");
+         if (state && strcmp (state, "closed") != 0) {
+            const char *type = field_string (L, c, "error_type");
+            const char *since = field_string (L, c, "since");
+            const char *next = field_string (L, c, "next_probe");
+            printf ("%s: circuit: %s (%s) since %s; next probe %s\n", name ? name : "?", state,
+                    type ? type : "?", since ? since : "?", next ? next : "now");
+         }
+      }
+      lua_pop (L, 1);
+      if (lua_getfield (L, -1, "rate_limit") == LUA_TTABLE) {
+         const char *rate = field_string (L, lua_gettop (L), "rate");
+         field_number (L, lua_gettop (L), "wait_seconds", &wait);
+         printf ("%s: rate_limit: %s (%.1f s waited for tokens)\n", name ? name : "?",
+                 rate ? rate : "?", wait);
+      }
+      lua_pop (L, 2);
+   }
+}
+
 /* A failed last reload, under the table (the old script runs on). */
 static void
 print_last_reload (lua_State *L, int doc)
@@ -311,6 +348,7 @@ pshow (lua_State *L)
       }
       print_table (L, lua_gettop (L));
       print_oplog_window (L, lua_gettop (L));
+      print_outage (L, lua_gettop (L));
       print_last_reload (L, doc);
    } else if (a->mode == SHOW_ERROR) {
       const char *error = field_string (L, doc, "error");

@@ -57,6 +57,32 @@ json_headroom (fw_strbuf_t *out, const fw_stream_snapshot_t *s)
    fw_strbuf_json_double (out, s->oplog_window_seconds - behind);
 }
 
+/* Issue 29: "circuit" (streams with a breaker) and "rate_limit" (streams
+ * with one); absent otherwise. */
+static void
+json_outage (fw_strbuf_t *out, const fw_outage_snapshot_t *o)
+{
+   static const char *const states[] = {"closed", "open", "half-open"};
+
+   if (o->circuit) {
+      fw_strbuf_printf (out, ",\"circuit\":{\"state\":\"%s\",\"error_type\":",
+                        (unsigned) o->circuit_state < 3 ? states[o->circuit_state] : "closed");
+      fw_strbuf_json_string (out, empty_to_null (o->circuit_error_type));
+      fw_strbuf_puts (out, ",\"since\":");
+      json_time (out, o->circuit_since_ms);
+      fw_strbuf_puts (out, ",\"next_probe\":");
+      json_time (out, o->circuit_next_probe_ms);
+      fw_strbuf_puts (out, "}");
+   }
+   if (o->rate_limit[0]) {
+      fw_strbuf_puts (out, ",\"rate_limit\":{\"rate\":");
+      fw_strbuf_json_string (out, o->rate_limit);
+      fw_strbuf_puts (out, ",\"wait_seconds\":");
+      fw_strbuf_json_double (out, o->rate_wait_seconds);
+      fw_strbuf_puts (out, "}");
+   }
+}
+
 void
 fw_admin_json_stream (fw_strbuf_t *out, const fw_stream_snapshot_t *s)
 {
@@ -119,6 +145,7 @@ fw_admin_json_stream (fw_strbuf_t *out, const fw_stream_snapshot_t *s)
    } else {
       fw_strbuf_puts (out, "null,\"dlq_oldest_pending_age_seconds\":null");
    }
+   json_outage (out, &s->outage);
    fw_strbuf_printf (out, ",\"lua_memory_bytes\":%llu}",
                      (unsigned long long) s->lua_memory_bytes);
 }

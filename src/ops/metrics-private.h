@@ -16,6 +16,7 @@
 #include <pthread.h>
 
 #include "flowwarden/metrics.h"
+#include "metrics_outage.h"
 #include "strbuf.h"
 
 /* Upper bounds of the duration histograms (handler calls, handler IO), in
@@ -84,6 +85,7 @@ struct fw_stream_metrics {
    char reason[256];
    char last_error_type[128];
    char script_version[32];
+   fw_outage_block_t outage;  /* issue 29 (metrics_outage.c) */
 };
 
 typedef enum { METRIC_PENDING = 0, METRIC_COMMITTED, METRIC_RETIRED } metric_state_t;
@@ -170,6 +172,11 @@ dlq_oldest_age (const fw_stream_metrics_t *b, int64_t now_ms)
 
 /* Renders the handler-defined metrics (metrics_user.c). */
 void fw_metrics_render_user (fw_metrics_t *m, fw_strbuf_t *out);
+
+/* The circuit breaker and rate limit families of every active block, and
+ * a block's part of a snapshot (metrics_outage.c). */
+void fw_metrics_render_outage (fw_stream_metrics_t *first, fw_strbuf_t *out);
+void fw_metrics_outage_snapshot (fw_stream_metrics_t *b, fw_outage_snapshot_t *out);
 
 /* Frees the handler-defined metrics (metrics_user.c). */
 void fw_metrics_free_user (fw_metrics_t *m);

@@ -559,6 +559,7 @@ fw_stream_metrics_snapshot (const fw_stream_metrics_t *b, int64_t now_ms,
    memcpy (out->last_error_type, b->last_error_type, sizeof out->last_error_type);
    memcpy (out->script_version, b->script_version, sizeof out->script_version);
    pthread_mutex_unlock (&mb->mu);
+   fw_metrics_outage_snapshot (mb, &out->outage);
 
    for (int i = 0; i < FW_METRICS_OP_COUNT; i++) {
       out->events_by_op[i] = count_get (&b->events[i]);

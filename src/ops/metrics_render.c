@@ -521,6 +521,7 @@ fw_metrics_render (fw_metrics_t *m, size_t *len)
    render_dlq (&r);
    render_state (&r);
    render_io (&r);
+   fw_metrics_render_outage (r.first, &out);
    render_process_wide (m, &out);
    render_process (&out);
    fw_metrics_render_user (m, &out);

@@ -228,6 +228,10 @@ stream_action (void *ud, const char *stream, fw_stream_action_t action, char *me
       snprintf (message, len, "already paused");
       return FW_CONTROL_OK;
    }
+   if (action == FW_STREAM_RESUME && was != FW_STREAM_PAUSED && before.outage.circuit_state) {
+      snprintf (message, len, "circuit open: probing now"); /* issue 29 */
+      return FW_CONTROL_OK;
+   }
    if (action == FW_STREAM_RESUME && was != FW_STREAM_PAUSED) {
       snprintf (message, len, "not paused: nothing to resume");
       return FW_CONTROL_OK;

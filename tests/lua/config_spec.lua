@@ -52,7 +52,8 @@ local BAD = {
     "fw.stream { name = 's', database = 'shop', color = 'red', on_change = h }",
     { S .. 'unknown key "color" (valid keys: name, database, collection, operation_types, pipeline, '
       .. "full_document, full_document_before_change, checkpoint, restart, retry, dlq, timeout, "
-      .. "memory_limit, split_large_events, oversize, oversize_threshold, lanes, on_insert, "
+      .. "memory_limit, split_large_events, oversize, oversize_threshold, lanes, circuit, rate_limit, "
+      .. "on_insert, "
       .. "on_update, on_replace, on_delete, on_change, on_error)" } },
   { "lanes = 0",
     "fw.stream { name = 's', database = 'shop', lanes = 0, on_change = h }",

@@ -9,6 +9,7 @@
 #include "flowwarden/bson_lua.h"
 #include "flowwarden/owned_collections.h"
 #include "flowwarden/stream_config.h"
+#include "runtime/config/outage_config.h"
 
 /* Each getter leaves the stack as it found it. */
 static char *
@@ -331,6 +332,9 @@ fw_stream_config_read (lua_State *L, int idx, int specs, fw_stream_config_t *cfg
       free (mode);
    }
    lua_pop (L, 1);
+   if (!fw_outage_config_read (L, t, cfg, error)) {
+      return false;
+   }
 
    if (!build_pipeline (L, t, specs, cfg, error)) {
       return false;
@@ -360,5 +364,6 @@ fw_stream_config_cleanup (fw_stream_config_t *cfg)
    free (cfg->dlq_fallback.connection);
    free (cfg->dlq_fallback.database);
    bson_destroy (cfg->pipeline);
+   fw_circuit_config_cleanup (&cfg->circuit);
    memset (cfg, 0, sizeof *cfg);
 }

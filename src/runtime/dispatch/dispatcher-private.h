@@ -10,11 +10,13 @@
 
 #include <lauxlib.h>
 
+#include "flowwarden/circuit.h"
 #include "flowwarden/dispatcher.h"
 #include "flowwarden/dlq_sequence.h"
 #include "flowwarden/dlq_store.h"
 #include "flowwarden/event_ctx.h"
 #include "flowwarden/mongo_lua.h"
+#include "flowwarden/rate_limit.h"
 #include "runtime/dispatch/state_rebuild.h"
 
 enum { H_INSERT, H_UPDATE, H_REPLACE, H_DELETE, H_CHANGE, H_COUNT };
@@ -93,6 +95,16 @@ typedef struct {
    int64_t index;              /* the index taken for the entry being stored; -1: none */
 } fw_park_state_t;
 
+/* A stream's guards against a dependency outage (outage.c, issue 29): its
+ * circuit breaker and rate limit, one of each per stream, its lanes'
+ * dispatchers sharing the stream's own dispatcher's. */
+typedef struct {
+   fw_circuit_t *circuit;
+   fw_rate_limit_t *rate;
+   bool shared;                /* another dispatcher's (fw_dispatcher_share_outage) */
+   bool holder;                /* this dispatcher's event holds the breaker open */
+} fw_outage_t;
+
 /* The program: what a reload replaces whole (fw_dispatcher_take_program). */
 typedef struct {
    fw_stream_config_t cfg;
@@ -129,6 +141,7 @@ struct fw_dispatcher {
    fw_park_state_t park;
    char failure[1200];         /* why the stream stops, with FW_DISPATCH_FAILED */
    fw_state_rebuild_t rebuild; /* a full Lua state built afresh (state_rebuild.c) */
+   fw_outage_t outage;         /* circuit breaker, rate limit (outage.c) */
 };
 
 /* The registry ref of the handler for an event of operation op: its own
@@ -182,5 +195,44 @@ void fw_park_settle (fw_dispatcher_t *d);
 
 /* The event is finished with: forgets its key. */
 void fw_park_end (fw_dispatcher_t *d);
+
+/* --- outage.c: the circuit breaker and the rate limit (issue 29) -------- */
+
+/* d's own breaker and bucket (fw_dispatcher_new); false when out of memory. */
+bool fw_outage_init (fw_dispatcher_t *d);
+
+/* Tells d's metrics block (if any) whether the stream has a breaker and its
+ * rate limit (at set_metrics and after a reload). */
+void fw_outage_show_config (fw_dispatcher_t *d);
+
+/* Frees them unless shared (fw_dispatcher_destroy). */
+void fw_outage_cleanup (fw_dispatcher_t *d);
+
+/* Before every handler attempt: waits while another lane's event holds the
+ * stream's breaker open, then for a rate-limit token. False: a stop came
+ * first. */
+bool fw_outage_admit (fw_dispatcher_t *d);
+
+typedef enum {
+   FW_HOLD_NONE,    /* the event ends under the normal policy */
+   FW_HOLD_PROBE,   /* the event is attempted once more (a probe) */
+   FW_HOLD_STOPPED  /* a stop came first: the event must come back */
+} fw_hold_t;
+
+/* An attempt failed and the decision ends the event (giving_up: it would be
+ * dead-lettered or dropped by the standard policy; false for fw.SKIP, an
+ * explicit DLQ request or a replay). With circuit.on matching type, opens
+ * the breaker (or, after a probe, opens it again) and waits for the next
+ * probe or give_up_after. id: the event's log id. */
+fw_hold_t fw_outage_hold (fw_dispatcher_t *d, const char *id, int attempt, const char *type,
+                          const char *message, bool giving_up);
+
+/* The event was handled: a probe's success closes the breaker. */
+void fw_outage_handled (fw_dispatcher_t *d);
+
+/* The event is finished with (or must come back): a breaker it still holds
+ * (its new script has no handler for it, the lease was lost, the stream
+ * fails) is closed, so the breaker never outlives its held event. */
+void fw_outage_event_end (fw_dispatcher_t *d);
 
 #endif

@@ -145,7 +145,7 @@ fw_dispatcher_new (fw_lua_host_t *host, int index, fw_connections_t *conns,
    d->rng = (uint64_t) fw_now_ms () ^ ((uint64_t) (uintptr_t) d << 16) ^ (uint64_t) getpid ();
    fw_lua_host_set_memory_limit (host, d->prog.cfg.memory_limit);
    if (!(d->state = fw_state_store_new (d->prog.cfg.state_max_bytes)) ||
-       !(d->clients = fw_connection_clients_new (conns))) {
+       !(d->clients = fw_connection_clients_new (conns)) || !fw_outage_init (d)) {
       fw_error_set (error, FW_ERROR_NOMEM, "out of memory creating a stream");
       fw_dispatcher_destroy (d);
       return NULL;
@@ -170,6 +170,7 @@ fw_dispatcher_destroy (fw_dispatcher_t *d)
    fw_connection_clients_destroy (d->clients); /* the DLQ store: closed by fw_dispatcher_release */
    fw_dlq_sequences_destroy (d->park.open_seqs);
    bson_free (d->park.key);
+   fw_outage_cleanup (d);
    free (d);
 }
 
@@ -214,6 +215,7 @@ fw_dispatcher_take_program (fw_dispatcher_t *d, fw_dispatcher_t *from)
    from->prog = mine;
    d->rebuild.pending = d->rebuild.refilled = d->rebuild.rebuilt = false; /* a new state */
    program_changed (d);
+   fw_outage_show_config (d);
    fw_dispatcher_attach (d); /* fw.state survives the reload: the new state gets our store */
    fw_metrics_lua_bind_stream (fw_lua_host_state (d->prog.host), d->metrics);
 }
@@ -323,6 +325,7 @@ fw_dispatcher_set_metrics (fw_dispatcher_t *d, fw_stream_metrics_t *metrics)
 {
    d->metrics = metrics;
    fw_metrics_lua_bind_stream (fw_lua_host_state (d->prog.host), metrics);
+   fw_outage_show_config (d);
 }
 
 void

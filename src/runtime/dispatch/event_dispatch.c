@@ -626,6 +626,12 @@ attempt_may_start (fw_dispatcher_t *d, const fw_event_t *ev, lua_State **L, int 
       *r = FW_DISPATCH_STOPPED;
       return false;
    }
+   /* Issue 29: no attempt while another lane holds the breaker open, nor
+    * beyond the rate limit. */
+   if (!fw_outage_admit (d)) {
+      *r = FW_DISPATCH_STOPPED;
+      return false;
+   }
    /* A reload takes effect here: this attempt runs the new code, and the
     * attempt count carries on. So does a full state's rebuild. */
    bool switched = d->at_attempt_boundary && d->at_attempt_boundary (d->boundary_ud);
@@ -715,6 +721,7 @@ static fw_dispatch_result_t
 handled (fw_dispatcher_t *d, int attempt, int64_t end_ns)
 {
    d->stats.handled++;
+   fw_outage_handled (d);
    if (d->replay) {
       return replayed (d, FW_REPLAYED_OK, NULL, attempt);
    }
@@ -874,6 +881,18 @@ after_failure (fw_dispatcher_t *d, const fw_event_t *ev, lua_State *L, bool ok, 
       return false;
    }
    if (dec.action != ACT_RETRY) {
+      /* Issue 29: an outage's error holds the event behind the breaker. */
+      switch (fw_outage_hold (d, id, attempt, dec.type, dec.message,
+                              (dec.action == ACT_DLQ || dec.action == ACT_DROP) &&
+                                 !d->dispatch.dlq_requested && !d->replay)) {
+      case FW_HOLD_PROBE:
+         return true;
+      case FW_HOLD_STOPPED:
+         *r = FW_DISPATCH_STOPPED;
+         return false;
+      default:
+         break;
+      }
       *r = decided_end (d, ev, &dec, attempt, t, id);
       return false;
    }
@@ -891,6 +910,7 @@ fw_event_dispatch (fw_dispatcher_t *d, const fw_event_t *ev)
 {
    fw_dispatch_result_t r = dispatch (d, ev);
    fw_park_end (d);
+   fw_outage_event_end (d);
    return r;
 }
 

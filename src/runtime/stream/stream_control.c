@@ -20,6 +20,9 @@ fw_stream_worker_control (fw_stream_worker_t *w, fw_stream_action_t action)
            : action == FW_STREAM_RESUME ? W_CONTROL_RESUME
                                         : W_CONTROL_RESTART;
    __atomic_store_n (&w->control, c, __ATOMIC_RELEASE);
+   if (action == FW_STREAM_RESUME) {
+      fw_dispatcher_circuit_probe_now (w->d); /* an open breaker probes at once */
+   }
 }
 
 int

@@ -68,6 +68,7 @@ fw_stream_state_attach (fw_stream_worker_t *w)
    fw_dispatcher_attach (w->d);
    for (int i = 0; i < w->n_lane_d; i++) {
       fw_dispatcher_share_state (w->lane_d[i], fw_dispatcher_state (w->d));
+      fw_dispatcher_share_outage (w->lane_d[i], w->d); /* one breaker, one bucket */
    }
 }
 

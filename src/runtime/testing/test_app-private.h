@@ -34,6 +34,7 @@ typedef struct fw_test_app {
    fw_metrics_t *metrics;
    fw_connections_t *conns;    /* opts.mongo_uri: a real server for fw.mongo, else NULL */
    int64_t now_ms;             /* the virtual clock */
+   int64_t capture_from_ms;    /* now_ms when the deliver or replay running began */
    fw_dispatch_hooks_t hooks;
    fw_test_capture_t *capture; /* the deliver or replay running, else NULL */
    lua_State *bridge;          /* a thread of the spec's state, for the fakes */

@@ -22,6 +22,9 @@
 #define APP_MT "flowwarden.testing.app"
 #define CAPTURE_MT "flowwarden.testing.capture"
 
+/* How much virtual time one delivery may wait (issue 29's breaker). */
+#define FW_TEST_MAX_WAIT_MS (7LL * 24 * 3600 * 1000)
+
 /* 2024-01-01T00:00:00Z: where the virtual clock starts unless opts.now_ms. */
 #define FW_TEST_EPOCH_MS 1704067200000LL
 
@@ -126,6 +129,11 @@ hook_wait_ms (void *ud, int64_t ms)
    fw_test_capture_t *c = app->capture;
 
    app->now_ms += ms;
+   /* A circuit breaker whose dependency never comes back would hold the
+    * event for ever: a delivery ends ("stopped") after a virtual week. */
+   if (c && app->now_ms - app->capture_from_ms > FW_TEST_MAX_WAIT_MS) {
+      return true;
+   }
    if (c) {
       if (c->n_delays == c->cap_delays) {
          size_t cap = c->cap_delays ? c->cap_delays * 2 : 8;
@@ -587,6 +595,7 @@ fw_test__begin_capture (fw_test_app_t *app, fw_test_capture_ud_t *u)
 {
    bson_t junk;
    app->capture = &u->c;
+   app->capture_from_ms = app->now_ms;
    fw_log_set_sink (log_sink, app);
    fw_dlq_store_memory_take_last (app->store, &junk);
    bson_destroy (&junk);

@@ -1,0 +1,289 @@
+/*
+ * outage.c - a dispatcher's guards against a dependency outage (issue 29):
+ * the circuit breaker that holds an event instead of dead-lettering it
+ * while the dependency is down (circuit.h), and the rate limit every
+ * handler attempt takes a token from (rate_limit.h).
+ *
+ * The breaker's times are on the dispatcher's clock (the wall clock, or
+ * flowwarden test's virtual one): status shows them as they are. Waits are
+ * cut into slices so a `flowwarden resume` (a probe at once) and a
+ * shutdown are seen within one.
+ */
+#include <string.h>
+
+#include "flowwarden/clock.h"
+#include "flowwarden/log.h"
+#include "runtime/dispatch/dispatcher-private.h"
+
+#define SLICE_MS 100
+
+bool
+fw_outage_init (fw_dispatcher_t *d)
+{
+   d->outage.circuit = fw_circuit_new ();
+   d->outage.rate = fw_rate_limit_new (&d->prog.cfg.rate_limit, fw_mono_ns ());
+   return d->outage.circuit && d->outage.rate;
+}
+
+void
+fw_outage_cleanup (fw_dispatcher_t *d)
+{
+   if (!d->outage.shared) {
+      fw_circuit_destroy (d->outage.circuit);
+      fw_rate_limit_destroy (d->outage.rate);
+   }
+   d->outage.circuit = NULL;
+   d->outage.rate = NULL;
+}
+
+void
+fw_outage_show_config (fw_dispatcher_t *d)
+{
+   char rate[32] = "";
+   const fw_rate_limit_config_t *r = &d->prog.cfg.rate_limit;
+
+   if (!d->metrics) {
+      return;
+   }
+   if (r->count > 0) {
+      snprintf (rate, sizeof rate, "%lld/%s", (long long) r->count, r->per_ms == 1000 ? "s" : "m");
+   }
+   fw_stream_metrics_set_outage_config (d->metrics, d->prog.cfg.circuit.enabled, rate);
+}
+
+void
+fw_dispatcher_share_outage (fw_dispatcher_t *d, fw_dispatcher_t *from)
+{
+   if (d->outage.circuit == from->outage.circuit) {
+      return;
+   }
+   fw_outage_cleanup (d);
+   d->outage.circuit = from->outage.circuit;
+   d->outage.rate = from->outage.rate;
+   d->outage.shared = true;
+}
+
+bool
+fw_dispatcher_circuit_probe_now (fw_dispatcher_t *d)
+{
+   return d && d->outage.circuit && fw_circuit_probe_now (d->outage.circuit);
+}
+
+/* Shows the breaker as it is now in status and metrics. */
+static void
+show (fw_dispatcher_t *d)
+{
+   fw_circuit_view_t v;
+
+   if (!d->metrics) {
+      return;
+   }
+   fw_circuit_view (d->outage.circuit, &v);
+   fw_stream_metrics_set_circuit (d->metrics, (int) v.state, v.error_type, v.since_ms,
+                                  v.next_probe_ms);
+   if (v.state == FW_CIRCUIT_CLOSED) {
+      fw_stream_metrics_set_state (d->metrics, FW_STREAM_RUNNING, NULL);
+   } else {
+      char why[200];
+      snprintf (why, sizeof why, "circuit open on %s", v.error_type);
+      fw_stream_metrics_set_state (d->metrics, FW_STREAM_RETRYING, why);
+   }
+}
+
+/* Waits up to ms on d's clock, in slices, ending early when stop (checked
+ * between slices) says so. True: a shutdown came first. A virtual clock
+ * (flowwarden test) moves at once by ms. */
+static bool
+wait_sliced (fw_dispatcher_t *d, int64_t ms, bool (*stop) (fw_dispatcher_t *d))
+{
+   if (d->clock.is_virtual) {
+      return d->clock.wait_ms (d->clock.ud, ms); /* flowwarden test: nobody resumes */
+   }
+   while (ms > 0) {
+      int64_t slice = ms < SLICE_MS ? ms : SLICE_MS;
+      if (d->clock.wait_ms (d->clock.ud, slice)) {
+         return true;
+      }
+      if (stop && stop (d)) {
+         return false;
+      }
+      ms -= slice;
+   }
+   return false;
+}
+
+static bool
+circuit_closed (fw_dispatcher_t *d)
+{
+   return fw_circuit_state (d->outage.circuit) == FW_CIRCUIT_CLOSED;
+}
+
+/* A rate-limit token, waited for; false: a shutdown came first. */
+static bool
+take_token (fw_dispatcher_t *d)
+{
+   fw_rate_limit_set (d->outage.rate, &d->prog.cfg.rate_limit, fw_mono_ns ());
+   for (;;) {
+      int64_t now_ns = d->clock.is_virtual ? d->clock.now_ms (d->clock.ud) * 1000000 : fw_mono_ns ();
+      int64_t wait_ns = fw_rate_limit_take (d->outage.rate, now_ns);
+      if (wait_ns <= 0) {
+         return true;
+      }
+      if (d->metrics) {
+         fw_stream_metrics_rate_wait (d->metrics, wait_ns);
+      }
+      if (d->clock.wait_ms (d->clock.ud, (wait_ns + 999999) / 1000000)) {
+         return false;
+      }
+   }
+}
+
+bool
+fw_outage_admit (fw_dispatcher_t *d)
+{
+   /* Another lane's event holds the breaker open: this lane pauses too
+    * (they share the dependency). Without circuit: no lock, no wait. */
+   while (d->prog.cfg.circuit.enabled && !d->outage.holder && !circuit_closed (d)) {
+      if (wait_sliced (d, SLICE_MS, circuit_closed)) {
+         return false;
+      }
+   }
+   return d->prog.cfg.rate_limit.count == 0 || take_token (d);
+}
+
+static bool
+probe_asked_or_due (fw_dispatcher_t *d)
+{
+   fw_circuit_view_t v;
+
+   fw_circuit_view (d->outage.circuit, &v);
+   return v.state != FW_CIRCUIT_OPEN || v.probe_asked ||
+          d->clock.now_ms (d->clock.ud) >= v.next_probe_ms;
+}
+
+/* The breaker is open and this dispatcher holds it: waits for the next
+ * probe (or give_up_after). */
+static fw_hold_t
+wait_for_probe (fw_dispatcher_t *d, const char *id, int attempt)
+{
+   const fw_circuit_config_t *cfg = &d->prog.cfg.circuit;
+
+   for (;;) {
+      int64_t wait;
+      switch (fw_circuit_next (d->outage.circuit, cfg, d->clock.now_ms (d->clock.ud), &wait)) {
+      case FW_CIRCUIT_PROBE:
+         fw_log (FW_LOG_INFO, d->prog.cfg.name, "circuit half-open: probing with event %s "
+                 "(attempt %d)", id, attempt + 1);
+         show (d);
+         return FW_HOLD_PROBE;
+      case FW_CIRCUIT_GIVE_UP:
+         fw_log (FW_LOG_WARN, d->prog.cfg.name,
+                 "circuit closed: give_up_after (%lld ms) passed; event %s follows the DLQ "
+                 "policy and the stream goes on",
+                 (long long) cfg->give_up_after_ms, id);
+         fw_circuit_close (d->outage.circuit);
+         d->outage.holder = false;
+         show (d);
+         return FW_HOLD_NONE;
+      default:
+         break;
+      }
+      if (wait_sliced (d, wait, probe_asked_or_due)) {
+         /* A stop: the held event comes back (from the checkpoint before
+          * it) and opens the breaker again if its dependency is still down. */
+         fw_circuit_close (d->outage.circuit);
+         d->outage.holder = false;
+         show (d);
+         return FW_HOLD_STOPPED;
+      }
+      /* fw_circuit_next sees a probe asked by `flowwarden resume` */
+   }
+}
+
+/* Another lane holds the breaker: waits until it closes, then the event
+ * gets one more attempt. */
+static fw_hold_t
+wait_for_holder (fw_dispatcher_t *d)
+{
+   while (!circuit_closed (d)) {
+      if (wait_sliced (d, SLICE_MS, circuit_closed)) {
+         return FW_HOLD_STOPPED;
+      }
+   }
+   return FW_HOLD_PROBE;
+}
+
+fw_hold_t
+fw_outage_hold (fw_dispatcher_t *d, const char *id, int attempt, const char *type,
+                const char *message, bool giving_up)
+{
+   const fw_circuit_config_t *cfg = &d->prog.cfg.circuit;
+   bool outage = giving_up && fw_circuit_config_matches (cfg, type);
+   int64_t now;
+   fw_circuit_view_t v;
+
+   if (d->outage.holder && !outage) {
+      fw_circuit_close (d->outage.circuit);
+      d->outage.holder = false;
+      fw_log (FW_LOG_WARN, d->prog.cfg.name,
+              "circuit closed: the probe with event %s failed with %s, not an outage type "
+              "(circuit.on): the event follows the normal policy",
+              id, type);
+      show (d);
+      return FW_HOLD_NONE;
+   }
+   if (!outage) {
+      return FW_HOLD_NONE;
+   }
+   now = d->clock.now_ms (d->clock.ud);
+   if (d->outage.holder) {
+      fw_circuit_probe_failed (d->outage.circuit, cfg, type, now);
+      fw_circuit_view (d->outage.circuit, &v);
+      fw_log (FW_LOG_WARN, d->prog.cfg.name,
+              "circuit open again: the probe with event %s failed with %s: %s; next probe in "
+              "%lld ms",
+              id, type, message, (long long) v.open_for_ms);
+   } else if (fw_circuit_open (d->outage.circuit, cfg, type, now)) {
+      d->outage.holder = true;
+      if (d->metrics) {
+         fw_stream_metrics_circuit_opened (d->metrics, type);
+      }
+      fw_log (FW_LOG_WARN, d->prog.cfg.name,
+              "circuit OPEN: event %s failed %d attempt(s) with %s: %s; the event is held (not "
+              "dead-lettered), no handler runs, first probe in %lld ms",
+              id, attempt, type, message, (long long) cfg->open_for_ms);
+   } else {
+      return wait_for_holder (d);
+   }
+   show (d);
+   return wait_for_probe (d, id, attempt);
+}
+
+void
+fw_outage_handled (fw_dispatcher_t *d)
+{
+   fw_circuit_view_t v;
+
+   if (!d->outage.holder) {
+      return;
+   }
+   fw_circuit_view (d->outage.circuit, &v);
+   fw_circuit_close (d->outage.circuit);
+   d->outage.holder = false;
+   fw_log (FW_LOG_INFO, d->prog.cfg.name,
+           "circuit closed: the probe succeeded after %d probe(s); the stream goes on", v.probes);
+   show (d);
+}
+
+void
+fw_outage_event_end (fw_dispatcher_t *d)
+{
+   if (!d->outage.holder) {
+      return;
+   }
+   fw_circuit_close (d->outage.circuit);
+   d->outage.holder = false;
+   fw_log (FW_LOG_INFO, d->prog.cfg.name,
+           "circuit closed: the held event left the stream without a probe's outcome");
+   show (d);
+}
