@@ -64,6 +64,9 @@ typedef struct {
    bool ha_leader;                  /* ha.mode = "leader": one instance holds the stream's
                                      * lease and handles its events (lease.h, issue 17) */
    int64_t ha_lease_ms;             /* ha.lease */
+   int partitions;                  /* issue 31: this is unit `partition` (0-based) of a stream
+                                     * with partitions = N (name "<stream>#k/N"); 0: none */
+   int partition;
 } fw_stream_config_t;
 
 /* Fills cfg from the spec table at stack index idx. Must run inside a

@@ -105,6 +105,7 @@ tie fields together (layering, precedence, cross-field checks).
 
 local errors = require("flowwarden.errors")
 local fields = require("flowwarden.config.fields")
+local partitions = require("flowwarden.config.partitions")
 
 local M = {}
 
@@ -429,6 +430,9 @@ local function validate_stream(decl, defaults, opts, seen_names)
     ctx:fail("name", "expected a non-empty string, got %s", repr(name))
   elseif name:find("%c") then
     ctx:fail("name", "must not contain control characters, got %s", repr(name))
+  elseif partitions.is_unit_name(name) then
+    ctx:fail("name", "must not end with #K/N (the names of a partitioned stream's units), got %s",
+      repr(name))
   else
     ctx.subject = string.format('stream "%s"', name)
     spec.name = name
@@ -558,6 +562,8 @@ local function validate_stream(decl, defaults, opts, seen_names)
     end
   end
 
+  partitions.read(ctx, t, spec, repr)  -- issue 31: spec.partitions, nil when not set
+
   spec.state = merge(M.SEED.state, defaults.state, nil)
   spec.ha = merge(M.SEED.ha, defaults.ha, nil)
 
@@ -669,6 +675,8 @@ function M.finish(opts)
       end
     end
   end
+
+  cfg.streams = partitions.expand(cfg.streams)  -- a partitioned stream runs as its units
 
   -- Seed 000: the DLQ store is there as soon as any stream declares a DLQ, so
   -- ctx:send_to_dlq works on every stream of the script. A stream without its

@@ -130,6 +130,17 @@ stream "audit"
     assert.are.equal("uri: mongodb+srv://cluster.example/ (from --uri or FLOWWARDEN_URI)", first)
   end)
 
+  it("prints a partitioned stream once, by its name, with its partitions and declared stages", function()
+    local cfg = load("fw.stream { name = 'o', database = 'x', partitions = 4, dlq = true, retry = true,\n"
+      .. "  on_change = h, pipeline = { { ['$project'] = { a = 1 } } } }")
+    local text = describe_mod.text(cfg)
+    local _, blocks = text:gsub('\nstream "', "")
+    assert.are.equal(1, blocks)
+    assert.matches('\nstream "o"\n', text, 1, true)
+    assert.matches("  pipeline                       1 stage: $project\n", text, 1, true)
+    assert.matches("  partitions                     4 (units o#0/4 .. o#3/4, 0-based", text, 1, true)
+  end)
+
   it("shortens a long retry schedule", function()
     local cfg = load("fw.stream { name = 's', database = 'x', dlq = true, on_change = h,\n"
       .. "  retry = { max_attempts = 12, jitter = false } }")

@@ -331,6 +331,9 @@ fw_stream_config_read (lua_State *L, int idx, int specs, fw_stream_config_t *cfg
    }
    lua_pop (L, 1);
 
+   cfg->partitions = (int) int_field (L, t, "partitions", 0); /* issue 31 */
+   cfg->partition = (int) int_field (L, t, "partition", 0);
+
    if (!build_pipeline (L, t, specs, cfg, error)) {
       return false;
    }
