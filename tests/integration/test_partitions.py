@@ -3,12 +3,13 @@ stream (a server-side $match on $toHashedIndexKey of documentKey._id), checkpoin
 state; every event handled once, in order per key, each key always in the partition its hash
 names; a restart resumes each partition from its own checkpoint; a different N than the stored
 checkpoints' is refused; a server without $toHashedIndexKey (older than 7.0) is refused."""
+import json
 import os
 import sys
 
 import pymongo
 
-from fwtest import StandInTestCase, needs_standin
+from fwtest import StandInTestCase, clean_env, needs_standin, run_cli
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "standin"))
 from fwstandin.hashing import hashed_index_key  # noqa: E402
@@ -35,6 +36,16 @@ SCRIPT = """
 """
 
 KEYS, UPDATES = 24, 240
+
+
+def doctor_check(case, n):
+    """flowwarden doctor's "partitions" check of stream "s" (partitions = n) and its exit."""
+    cp = run_cli(["doctor", case.script(SCRIPT % {"n": n}), "--uri", case.uri, "--json"],
+                 env=clean_env())
+    found = [c for c in json.loads(cp.stdout)["checks"]
+             if c["name"] == "partitions" and c["stream"] == "s"]
+    case.assertEqual(len(found), 1, cp.stdout)
+    return found[0], cp.returncode
 
 
 def partition_of(key, n):
@@ -90,6 +101,11 @@ class PartitionsTest(StandInTestCase):
         self.assertEqual(p2.stop(), 0)
         self.assertEqual(p2.report_count(), 40)
 
+    def test_doctor_says_the_server_hashes_keys(self):
+        check, _ = doctor_check(self, 4)
+        self.assertEqual(check["status"], "ok", check)
+        self.assertIn("4 partitions: the server has $toHashedIndexKey (7.0+)", check["message"])
+
     def test_a_different_number_of_partitions_is_refused(self):
         p = self.run_fw(self.script(SCRIPT % {"n": 4}))
         p.wait_open(streams=5)
@@ -122,3 +138,10 @@ class PartitionsNeed70(StandInTestCase):
                       msg)
         p.wait_open(streams=1)
         self.assertEqual(p.stop(), 0)
+
+    def test_doctor_fails_it(self):
+        check, code = doctor_check(self, 2)
+        self.assertEqual(check["status"], "fail", check)
+        self.assertIn("needs $toHashedIndexKey (MongoDB 7.0+); the server has maxWireVersion 17",
+                      check["message"])
+        self.assertNotEqual(code, 0)
