@@ -64,6 +64,8 @@ typedef struct {
    bool ha_leader;                  /* ha.mode = "leader": one instance holds the stream's
                                      * lease and handles its events (lease.h, issue 17) */
    int64_t ha_lease_ms;             /* ha.lease */
+   bool ha_shared;                  /* ha.mode = "shared" (issue 31): ha_leader too, each unit's
+                                     * lease gated by the instance's share (shared_units.h) */
    int partitions;                  /* issue 31: this is unit `partition` (0-based) of a stream
                                      * with partitions = N (name "<stream>#k/N"); 0: none */
    int partition;

@@ -87,7 +87,7 @@ THE EFFECTIVE CONFIGURATION (every field always present unless "| nil"):
     timeout_ms = 30000,
     memory_limit_bytes = 268435456,
     state = { max_bytes = 67108864 },         -- fw.state's bound (fw.defaults only)
-    ha = { mode = "none" | "leader", lease_ms = 10000 },
+    ha = { mode = "none" | "leader" | "shared", lease_ms = 10000 },
                                               -- one leader per stream (fw.defaults only)
     handlers = { insert = f, update = f, replace = f, delete = f, change = f },
                                               -- only those declared; dispatch

@@ -143,8 +143,9 @@ function M.stream(spec)
   add("memory_limit", duration.format_size(spec.memory_limit_bytes))
   add("state.max_bytes", duration.format_size(spec.state.max_bytes))
   local ha = spec.ha or { mode = "none" }
-  if ha.mode == "leader" then
-    add("ha.mode", "leader (one instance at a time handles this stream)")
+  if ha.mode == "leader" or ha.mode == "shared" then
+    add("ha.mode", ha.mode == "leader" and "leader (one instance at a time handles this stream)"
+      or "shared (the instances share the units, each at most ceil(units / members))")
     add("ha.lease", string.format("%s (renewed every %s; a standby takes over within %s)",
       ms(ha.lease_ms), ms(ha.lease_ms // 3), ms(ha.lease_ms + ha.lease_ms // 3)))
   else
@@ -247,7 +248,7 @@ local function stream_warnings(cfg, spec, out)
   if not spec.dlq and cfg.defaults.dlq and cfg.defaults.dlq.enabled ~= false then
     warn("no dlq: the dlq settings in fw.defaults only apply to streams that set dlq (dlq = true)")
   end
-  if spec.ha and spec.ha.mode == "leader" and spec.checkpoint.start_position == "latest" then
+  if spec.ha and spec.ha.mode ~= "none" and spec.checkpoint.start_position == "latest" then
     warn('checkpoint.start_position = "latest" with ha.mode = "leader": a standby taking over '
       .. "starts from now and skips what came since the leader's last event")
   end

@@ -550,7 +550,7 @@ local function lease_duration(ctx, path, v)
 end
 
 local HA = {
-  { "mode", enum({ "none", "leader" }) },
+  { "mode", enum({ "none", "leader", "shared" }) },  -- "shared": issue 31
   { "lease", lease_duration, "lease_ms" },
 }
 

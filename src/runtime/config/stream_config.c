@@ -325,7 +325,8 @@ fw_stream_config_read (lua_State *L, int idx, int specs, fw_stream_config_t *cfg
    if (lua_getfield (L, t, "ha") == LUA_TTABLE) {
       int s = lua_gettop (L);
       char *mode = dup_field (L, s, "mode");
-      cfg->ha_leader = mode && strcmp (mode, "leader") == 0;
+      cfg->ha_shared = mode && strcmp (mode, "shared") == 0; /* issue 31 */
+      cfg->ha_leader = (mode && strcmp (mode, "leader") == 0) || cfg->ha_shared;
       cfg->ha_lease_ms = int_field (L, s, "lease_ms", 10000);
       free (mode);
    }

@@ -10,7 +10,7 @@
 bool
 fw_stream_lease_lost (fw_stream_worker_t *w)
 {
-   return w->lease && !fw_lease_is_leader (w->lease, NULL);
+   return w->lease && (!fw_lease_is_leader (w->lease, NULL) || fw_stream_over_share (w));
 }
 
 /* Reads the checkpoint into p (unless start_position = "latest"), retrying

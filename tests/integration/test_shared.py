@@ -1,0 +1,83 @@
+"""ha.mode = "shared" (issue 31): instances running one script share its units (here the four
+units of a stream with partitions = 4), each at most ceil(units / live members). Two instances
+end with two units each (the first one, alone at first, gives two up at an event boundary, its
+checkpoint saved first); every event is handled once, each unit by one instance at a time; a
+killed instance's units are taken by the other after their leases expire; a lone instance
+holds every unit."""
+import time
+
+import pymongo
+
+from fwtest import StandInTestCase, needs_standin
+
+LEASE_MS = 1000
+N = 4
+SCRIPT = """
+fw.defaults { ha = { mode = "shared", lease = "%dms" } }
+fw.stream {
+  name = "s", collection = "c", partitions = %d,
+  checkpoint = { save_every = 1 },
+  on_insert = function(ctx)
+    report({ id = ctx:document_key()._id, unit = ctx:stream_name() })
+  end,
+}
+""" % (LEASE_MS, N)
+
+
+@needs_standin("version mode (--server-version 7.0) and kill -9")
+class SharedUnits(StandInTestCase):
+    standin_args = ("--server-version", "7.0")
+
+    def holders(self):
+        """{unit: owner} of the units' leases held now (expiresAt after now)."""
+        now = self.db.command("hello")["localTime"]
+        return {d["_id"]: d["owner"] for d in self.db["_fw_leases"].find()
+                if d.get("owner") and d["expiresAt"] > now}
+
+    def wait_for(self, pred, timeout, what):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if pred():
+                return
+            time.sleep(0.05)
+        raise AssertionError("timed out after %.1f s waiting for %s (holders %s)"
+                             % (timeout, what, self.holders()))
+
+    def split(self):
+        per = {}
+        for unit, owner in self.holders().items():
+            per.setdefault(owner, []).append(unit)
+        return per
+
+    def test_two_share_fairly_and_one_takes_the_killed_ones_units(self):
+        script = self.script(SCRIPT)
+        a = self.run_fw(script)
+        self.wait_for(lambda: len(self.holders()) == N, 10, "the lone instance holding every unit")
+        self.assertEqual(len(self.split()), 1)
+        b = self.run_fw(script)
+        # Within about two lease periods: two units each.
+        self.wait_for(lambda: sorted(len(u) for u in self.split().values()) == [2, 2], 10,
+                      "two units each")
+        self.assertGreaterEqual(a.count_log("shared: released the unit"), 2)
+        self.assertIn("2 members", "\n".join(a.messages()))
+
+        self.db.c.insert_many([{"_id": i} for i in range(200)])
+        self.wait_for(lambda: a.report_count() + b.report_count() >= 200, 30, "200 reports")
+        ra, rb = a.reports(), b.reports()
+        ids = sorted(r["id"] for r in ra + rb)
+        self.assertEqual(ids, list(range(200)))  # each once: no unit handled twice
+        self.assertFalse({r["unit"] for r in ra} & {r["unit"] for r in rb})
+        self.assertTrue(ra and rb, "both instances handled events")
+
+        # kill -9 of one: the other takes its units once their leases expire.
+        a.kill9()
+        killed = time.monotonic()
+        self.wait_for(lambda: len(self.split()) == 1 and len(self.holders()) == N,
+                      LEASE_MS / 1000 * 4 + 5, "the survivor holding every unit")
+        took = time.monotonic() - killed
+        self.db.c.insert_many([{"_id": i} for i in range(200, 260)])
+        self.wait_for(lambda: {r["id"] for r in b.reports()} >= set(range(200, 260)), 30,
+                      "the survivor handling every new event")
+        self.assertEqual(b.stop(), 0)
+        print("shared: survivor held all %d units %.2f s after the kill (lease %d ms)"
+              % (N, took, LEASE_MS))
