@@ -285,7 +285,7 @@ local BAD = {
     { P .. 'defaults: state: unknown key "max_byte" (did you mean "max_bytes"?)' } },
   { "an unknown ha mode",
     "fw.defaults { ha = { mode = 'leeder' } }\nfw.stream { name = 's', database = 'shop', on_change = h }",
-    { P .. 'defaults: ha.mode: invalid value "leeder" (did you mean "leader"? expected "none" or "leader")' } },
+    { P .. 'defaults: ha.mode: invalid value "leeder" (did you mean "leader"? expected "none", "leader" or "shared")' } },
   { "a lease under a second",
     "fw.defaults { ha = { mode = 'leader', lease = '500ms' } }\nfw.stream { name = 's', database = 'shop', on_change = h }",
     { P .. 'defaults: ha.lease: "500ms" is out of range (from "1s" to "1h"; a standby takes over within '
