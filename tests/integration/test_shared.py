@@ -4,9 +4,10 @@ end with two units each (the first one, alone at first, gives two up at an event
 checkpoint saved first); every event is handled once, each unit by one instance at a time; a
 killed instance's units are taken by the other after their leases expire; a lone instance
 holds every unit."""
+import json
+import re
 import time
-
-import pymongo
+import urllib.request
 
 from fwtest import StandInTestCase, needs_standin
 
@@ -43,6 +44,14 @@ class SharedUnits(StandInTestCase):
         raise AssertionError("timed out after %.1f s waiting for %s (holders %s)"
                              % (timeout, what, self.holders()))
 
+    def held_metric(self, port):
+        """(sum of flowwarden_units_held, max flowwarden_members) in b's /metrics."""
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port) as r:
+            text = r.read().decode()
+        held = sum(float(v) for v in re.findall(r"^flowwarden_units_held\{[^}]*\} (\S+)$", text, re.M))
+        members = [float(v) for v in re.findall(r"^flowwarden_members\{[^}]*\} (\S+)$", text, re.M)]
+        return int(held), int(max(members or [0]))
+
     def split(self):
         per = {}
         for unit, owner in self.holders().items():
@@ -54,12 +63,20 @@ class SharedUnits(StandInTestCase):
         a = self.run_fw(script)
         self.wait_for(lambda: len(self.holders()) == N, 10, "the lone instance holding every unit")
         self.assertEqual(len(self.split()), 1)
-        b = self.run_fw(script)
+        b = self.run_fw(script, extra=["--admin", "127.0.0.1:0"])
         # Within about two lease periods: two units each.
         self.wait_for(lambda: sorted(len(u) for u in self.split().values()) == [2, 2], 10,
                       "two units each")
         self.assertGreaterEqual(a.count_log("shared: released the unit"), 2)
         self.assertIn("2 members", "\n".join(a.messages()))
+        # What b shows: its units' roles and gauges, the standbys' holder.
+        port = b.admin_port()
+        self.wait_for(lambda: self.held_metric(port) == (2, 2), 5, "b's gauges")
+        with urllib.request.urlopen("http://127.0.0.1:%d/v1/streams" % port) as r:
+            streams = json.loads(r.read())
+        text = json.dumps(streams)
+        self.assertIn("standby (shared): unit held by", text)
+        self.assertEqual(text.count('"leader"'), 2, text)
 
         self.db.c.insert_many([{"_id": i} for i in range(200)])
         self.wait_for(lambda: a.report_count() + b.report_count() >= 200, 30, "200 reports")

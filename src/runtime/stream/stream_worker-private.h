@@ -64,6 +64,9 @@ struct fw_stream_worker {
    fw_lease_t *lease;          /* the stream's lease, NULL without ha */
    int64_t epoch;              /* the epoch this thread leads with; 0: not leading */
    struct fw_shared_group *shared; /* ha.mode = "shared": the units' group (stream_shared.c) */
+   fw_metric_series_t *shared_held;    /* ... its gauges flowwarden_units_held, _members */
+   fw_metric_series_t *shared_members;
+   int64_t shared_seen_ms;             /* when they were last set (atomic) */
    char failure[1200];         /* why the stream stops */
    /* Per-key lanes (stream_lanes.c, issue 16), cfg->lanes > 1: */
    int index;                  /* the stream's index in its script */
@@ -141,6 +144,13 @@ bool fw_stream_yield_unit (fw_stream_worker_t *w);
 
 /* Destroys the lease (and leaves the group). */
 void fw_stream_lease_destroy (fw_stream_worker_t *w);
+
+/* Defines the unit's gauges in registry (ha.mode = "shared" only). */
+void fw_stream_shared_set_metrics (fw_stream_worker_t *w, fw_metrics_t *registry);
+
+/* Sets the gauges, at most every 500 ms; the standby's status names the
+ * holder. Any of the stream's threads. */
+void fw_stream_shared_observe (fw_stream_worker_t *w);
 
 /* --- stream_reload.c --------------------------------------------------- */
 
