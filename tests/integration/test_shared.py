@@ -3,7 +3,8 @@ units of a stream with partitions = 4), each at most ceil(units / live members).
 end with two units each (the first one, alone at first, gives two up at an event boundary, its
 checkpoint saved first); every event is handled once, each unit by one instance at a time; a
 killed instance's units are taken by the other after their leases expire; a lone instance
-holds every unit."""
+holds every unit; a member stopped with SIGTERM hands its units over with nothing handled
+twice."""
 import json
 import re
 import time
@@ -95,6 +96,19 @@ class SharedUnits(StandInTestCase):
         self.db.c.insert_many([{"_id": i} for i in range(200, 260)])
         self.wait_for(lambda: {r["id"] for r in b.reports()} >= set(range(200, 260)), 30,
                       "the survivor handling every new event")
+        # A third joins, then b stops (SIGTERM): its units go over with their final
+        # checkpoints, so nothing is handled twice.
+        c = self.run_fw(script)
+        self.wait_for(lambda: sorted(len(u) for u in self.split().values()) == [2, 2], 10,
+                      "b and c with two units each")
         self.assertEqual(b.stop(), 0)
+        self.wait_for(lambda: len(self.split()) == 1 and len(self.holders()) == N, 10,
+                      "c holding every unit after b's SIGTERM")
+        self.db.c.insert_many([{"_id": i} for i in range(260, 300)])
+        self.wait_for(lambda: {r["id"] for r in c.reports()} >= set(range(260, 300)), 30,
+                      "c handling every new event")
+        after_kill = [r["id"] for r in b.reports() + c.reports() if r["id"] >= 200]
+        self.assertEqual(sorted(after_kill), list(range(200, 300)))  # once each
+        self.assertEqual(c.stop(), 0)
         print("shared: survivor held all %d units %.2f s after the kill (lease %d ms)"
               % (N, took, LEASE_MS))
