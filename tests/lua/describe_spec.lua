@@ -141,6 +141,13 @@ stream "audit"
     assert.matches("  partitions                     4 (units o#0/4 .. o#3/4, 0-based", text, 1, true)
   end)
 
+  it("says what ha.mode = \"shared\" does", function()
+    local cfg = load("fw.defaults { ha = { mode = 'shared', lease = '2s' } }\n"
+      .. "fw.stream { name = 's', database = 'x', dlq = true, retry = true, on_change = h }")
+    assert.matches("  ha.mode                        shared (the instances share the units, each at most "
+      .. "ceil(units / members))\n", describe_mod.text(cfg), 1, true)
+  end)
+
   it("shortens a long retry schedule", function()
     local cfg = load("fw.stream { name = 's', database = 'x', dlq = true, on_change = h,\n"
       .. "  retry = { max_attempts = 12, jitter = false } }")
