@@ -62,9 +62,6 @@ typedef struct {
 
 void fw_shared_group_figures (fw_shared_group_t *g, fw_shared_figures_t *out);
 
-/* The live members' ids, at most max, into ids[max][256]; their count. */
-int fw_shared_group_members (fw_shared_group_t *g, char (*ids)[256], int max);
-
 /* Drops the reference; the last one stops the thread and removes this
  * instance's member document. NULL is a no-op. */
 void fw_shared_group_leave (fw_shared_group_t *g);

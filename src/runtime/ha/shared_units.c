@@ -30,8 +30,6 @@ struct fw_shared_group {
    bool yielding[MAX_UNITS];
    int n;
    int members;              /* 0: not counted yet (no lease is taken before) */
-   char ids[MAX_MEMBERS][256];
-   int n_ids;
 };
 
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -103,14 +101,18 @@ note_members (fw_shared_group_t *g, char (*ids)[256], int n)
    pthread_mutex_lock (&g->mu);
    before = g->members;
    g->members = n > 0 ? n : 1; /* this instance counts itself once announced */
-   memcpy (g->ids, ids, sizeof g->ids);
-   g->n_ids = n;
    units = g->n;
    pthread_mutex_unlock (&g->mu);
    if (before != g->members) {
+      char list[1024] = "";
+      size_t used = 0;
+      for (int i = 0; i < n && used + 1 < sizeof list; i++) {
+         int w = snprintf (list + used, sizeof list - used, "%s%s", i ? ", " : "", ids[i]);
+         used += w > 0 ? (size_t) w : 0;
+      }
       fw_log (FW_LOG_INFO, NULL,
-              "shared: %d member%s in %s.%s; this instance's share: %d of %d unit%s",
-              g->members, g->members == 1 ? "" : "s", g->database, FW_MEMBERS_COLLECTION,
+              "shared: %d member%s in %s.%s (%s); this instance's share: %d of %d unit%s",
+              g->members, g->members == 1 ? "" : "s", g->database, FW_MEMBERS_COLLECTION, list,
               (units + g->members - 1) / g->members, units, units == 1 ? "" : "s");
    }
 }
@@ -354,17 +356,6 @@ fw_shared_group_figures (fw_shared_group_t *g, fw_shared_figures_t *out)
    out->held = held_locked (g);
    out->share = share_locked (g);
    pthread_mutex_unlock (&g->mu);
-}
-
-int
-fw_shared_group_members (fw_shared_group_t *g, char (*ids)[256], int max)
-{
-   int n;
-   pthread_mutex_lock (&g->mu);
-   n = g->n_ids < max ? g->n_ids : max;
-   memcpy (ids, g->ids, (size_t) n * 256);
-   pthread_mutex_unlock (&g->mu);
-   return n;
 }
 
 void
