@@ -77,11 +77,11 @@ fw_lease_t *fw_lease_new (const mongoc_uri_t *uri, const char *database, const c
  * lease now (its share of the units); called on the lease's thread. */
 typedef bool (*fw_lease_gate_fn) (void *ud);
 
-/* As fw_lease_new, but the thread takes a free lease only when gate (ud)
- * says so; gate and ud outlive the lease. */
+/* As fw_lease_new (owner as there), but the thread takes a free lease only
+ * when gate (ud) says so; gate and ud outlive the lease. */
 fw_lease_t *fw_lease_new_gated (const mongoc_uri_t *uri, const char *database,
-                                const char *stream, int64_t lease_ms, fw_lease_gate_fn gate,
-                                void *ud, fw_error_t *error);
+                                const char *stream, int64_t lease_ms, const char *owner,
+                                fw_lease_gate_fn gate, void *ud, fw_error_t *error);
 
 /* ha.mode = "shared": gives the lease up now (owner null, expiresAt now, as
  * fw_lease_release) but stays a standby that may take it again when the

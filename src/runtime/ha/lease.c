@@ -430,9 +430,10 @@ fw_lease_new (const mongoc_uri_t *uri, const char *database, const char *stream,
 
 fw_lease_t *
 fw_lease_new_gated (const mongoc_uri_t *uri, const char *database, const char *stream,
-                    int64_t lease_ms, fw_lease_gate_fn gate, void *ud, fw_error_t *error)
+                    int64_t lease_ms, const char *owner, fw_lease_gate_fn gate, void *ud,
+                    fw_error_t *error)
 {
-   return lease_start (uri, database, stream, lease_ms, NULL, gate, ud, error);
+   return lease_start (uri, database, stream, lease_ms, owner, gate, ud, error);
 }
 
 static fw_lease_t *

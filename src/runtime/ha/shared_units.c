@@ -316,7 +316,7 @@ fw_shared_group_lease (fw_shared_group_t *g, const mongoc_uri_t *uri, const char
    pthread_mutex_unlock (&g->mu);
    /* Until it is in the list it is counted neither as a unit nor as held:
     * the share is smaller for that moment, never larger. */
-   l = fw_lease_new_gated (uri, g->database, unit, g->lease_ms, gate, g, error);
+   l = fw_lease_new_gated (uri, g->database, unit, g->lease_ms, NULL, gate, g, error);
    pthread_mutex_lock (&g->mu);
    if (l && g->n >= MAX_UNITS) {
       pthread_mutex_unlock (&g->mu);
