@@ -4,7 +4,7 @@ end with two units each (the first one, alone at first, gives two up at an event
 checkpoint saved first); every event is handled once, each unit by one instance at a time; a
 killed instance's units are taken by the other after their leases expire; a lone instance
 holds every unit; a member stopped with SIGTERM hands its units over with nothing handled
-twice."""
+twice; two unpartitioned streams and two members: each leads one."""
 import json
 import re
 import time
@@ -112,3 +112,14 @@ class SharedUnits(StandInTestCase):
         self.assertEqual(c.stop(), 0)
         print("shared: survivor held all %d units %.2f s after the kill (lease %d ms)"
               % (N, took, LEASE_MS))
+
+    def test_two_streams_two_members_each_leads_one(self):
+        script = self.script("""
+            fw.defaults { ha = { mode = "shared", lease = "%dms" } }
+            fw.stream { name = "x", collection = "cx", on_insert = function(ctx) end }
+            fw.stream { name = "y", collection = "cy", on_insert = function(ctx) end }
+            """ % LEASE_MS)
+        self.run_fw(script)
+        self.run_fw(script)
+        self.wait_for(lambda: sorted(len(u) for u in self.split().values()) == [1, 1], 10,
+                      "one stream each")
