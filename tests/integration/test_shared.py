@@ -5,6 +5,7 @@ checkpoint saved first); every event is handled once, each unit by one instance 
 killed instance's units are taken by the other after their leases expire; a lone instance
 holds every unit; a member stopped with SIGTERM hands its units over with nothing handled
 twice; two unpartitioned streams and two members: each leads one."""
+import datetime
 import json
 import re
 import time
@@ -61,8 +62,12 @@ class SharedUnits(StandInTestCase):
 
     def test_two_share_fairly_and_one_takes_the_killed_ones_units(self):
         script = self.script(SCRIPT)
+        gone = self.db.command("hello")["localTime"] - datetime.timedelta(hours=2)
+        self.db["_fw_members"].insert_one({"_id": "gone:1:x", "expiresAt": gone})
         a = self.run_fw(script)
         self.wait_for(lambda: len(self.holders()) == N, 10, "the lone instance holding every unit")
+        # A member gone for over an hour is swept when an instance joins.
+        self.assertIsNone(self.db["_fw_members"].find_one({"_id": "gone:1:x"}))
         self.assertEqual(len(self.split()), 1)
         b = self.run_fw(script, extra=["--admin", "127.0.0.1:0"])
         # Within about two lease periods: two units each.

@@ -58,6 +58,26 @@ renew (fw_shared_group_t *g, mongoc_client_t *client, bson_error_t *berr)
    return ok;
 }
 
+/* Removes the documents of members gone for more than an hour (their
+ * processes' ids never come back), once when this instance joins. */
+static void
+sweep (fw_shared_group_t *g, mongoc_client_t *client)
+{
+   mongoc_collection_t *coll = mongoc_client_get_collection (client, g->database,
+                                                             FW_MEMBERS_COLLECTION);
+   bson_t *filter = BCON_NEW ("$expr", "{", "$lt", "[", BCON_UTF8 ("$expiresAt"), "{",
+                              "$subtract", "[", BCON_UTF8 ("$$NOW"), BCON_INT64 (3600000), "]",
+                              "}", "]", "}");
+   bson_error_t berr;
+
+   if (filter && !mongoc_collection_delete_many (coll, filter, NULL, NULL, &berr)) {
+      fw_log (FW_LOG_WARN, NULL, "shared: cannot remove old members from %s.%s: %s",
+              g->database, FW_MEMBERS_COLLECTION, berr.message);
+   }
+   bson_destroy (filter);
+   mongoc_collection_destroy (coll);
+}
+
 /* The live members (expiresAt after the server's $$NOW), sorted by id. */
 static int
 count (fw_shared_group_t *g, mongoc_client_t *client, char (*ids)[256], bson_error_t *berr)
@@ -130,7 +150,10 @@ members_main (void *arg)
               "takes no unit");
    } else {
       mongoc_client_set_error_api (client, MONGOC_ERROR_API_VERSION_2);
-      mongoc_client_set_appname (client, "flowwarden-members");
+      if (!mongoc_client_set_appname (client, "flowwarden-members")) {
+         fw_log (FW_LOG_WARN, NULL, "shared: cannot set the members' client's appname");
+      }
+      sweep (g, client);
    }
    pthread_mutex_lock (&g->mu);
    while (!g->stop) {
@@ -161,8 +184,10 @@ members_main (void *arg)
       bson_t *filter = BCON_NEW ("_id", BCON_UTF8 (fw_lease_owner_id ()));
       mongoc_collection_t *coll = mongoc_client_get_collection (client, g->database,
                                                                 FW_MEMBERS_COLLECTION);
-      if (filter) {
-         mongoc_collection_delete_one (coll, filter, NULL, NULL, NULL);
+      bson_error_t berr;
+      if (filter && !mongoc_collection_delete_one (coll, filter, NULL, NULL, &berr)) {
+         fw_log (FW_LOG_WARN, NULL, "shared: cannot remove this member from %s.%s: %s (it "
+                 "expires after the lease)", g->database, FW_MEMBERS_COLLECTION, berr.message);
       }
       bson_destroy (filter);
       mongoc_collection_destroy (coll);
