@@ -23,8 +23,13 @@ SCRIPT = """
     end
     fw.stream {
       name = "s", collection = "c", partitions = %(n)d,
+      restart = { initial_delay = "100ms" },
       on_insert = function(ctx) seen(ctx, 0) end,
       on_update = function(ctx) seen(ctx, ctx:update_description().updatedFields.n) end,
+      on_change = function(ctx)  -- drop, invalidate
+        local k = ctx:partition()
+        report({ op = ctx:operation_type(), k = k })
+      end,
     }
     fw.stream {
       name = "plain", collection = "other",
@@ -64,7 +69,7 @@ class PartitionsTest(StandInTestCase):
 
     def check_reports(self, got, n):
         per_key = {}
-        for r in got:
+        for r in (r for r in got if "key" in r):
             self.assertEqual(r["parts"], n)
             self.assertEqual(r["unit"], "s#%d/%d" % (r["k"], n))
             self.assertEqual(r["k"], partition_of(r["key"], n), r)
@@ -98,8 +103,19 @@ class PartitionsTest(StandInTestCase):
         per_key = self.check_reports(got, 4)
         self.assertEqual(sorted(n for ns in per_key.values() for n in ns),
                          list(range(UPDATES + 1, UPDATES + 41)))  # nothing again, none lost
+
+        # A drop: its events have no documentKey and hash as null, so one partition handles
+        # drop and invalidate once; the others re-open, and every later insert is handled.
+        self.db.c.drop()
+        self.db.c.insert_many([{"_id": "z%d" % j, "n": 0} for j in range(8)])
+        got = p2.wait_reports(40 + 2 + 8, timeout=30)
+        ops = [(r["op"], r["k"]) for r in got if r.get("op")]
+        null_k = partition_of(None, 4)
+        self.assertEqual(ops, [("drop", null_k), ("invalidate", null_k)])
+        self.assertEqual(sorted(r["key"] for r in got if r.get("key", "").startswith("z")),
+                         ["z%d" % j for j in range(8)])
         self.assertEqual(p2.stop(), 0)
-        self.assertEqual(p2.report_count(), 40)
+        self.assertEqual(p2.report_count(), 50)
 
     def test_doctor_says_the_server_hashes_keys(self):
         check, _ = doctor_check(self, 4)
