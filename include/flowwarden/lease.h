@@ -73,6 +73,22 @@ const char *fw_lease_owner_id (void);
 fw_lease_t *fw_lease_new (const mongoc_uri_t *uri, const char *database, const char *stream,
                           int64_t lease_ms, const char *owner, fw_error_t *error);
 
+/* ha.mode = "shared" (issue 31): whether this instance may take one more
+ * lease now (its share of the units); called on the lease's thread. */
+typedef bool (*fw_lease_gate_fn) (void *ud);
+
+/* As fw_lease_new (owner as there), but the thread takes a free lease only
+ * when gate (ud) says so; gate and ud outlive the lease. */
+fw_lease_t *fw_lease_new_gated (const mongoc_uri_t *uri, const char *database,
+                                const char *stream, int64_t lease_ms, const char *owner,
+                                fw_lease_gate_fn gate, void *ud, fw_error_t *error);
+
+/* ha.mode = "shared": gives the lease up now (owner null, expiresAt now, as
+ * fw_lease_release) but stays a standby that may take it again when the
+ * gate lets it. Waits up to wait_ms; true when given up (or not held). The
+ * caller saved its final checkpoint first. */
+bool fw_lease_yield (fw_lease_t *lease, int64_t wait_ms);
+
 /* True while this instance holds the lease and its deadline is ahead; *epoch
  * (may be NULL) is then the epoch of the holding. Cheap: a lock and a clock
  * read; any thread. */

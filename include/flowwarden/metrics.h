@@ -373,6 +373,11 @@ bool fw_metrics_check_name (const char *name, fw_metric_type_t type, fw_error_t 
 fw_metric_t *fw_metrics_define (fw_metrics_t *m, const fw_metric_spec_t *spec, bool pending,
                                 fw_error_t *error);
 
+/* As fw_metrics_define (committed at once), for a metric of flowwarden's own
+ * named flowwarden_* (issue 31's ha.mode = "shared" gauges). */
+fw_metric_t *fw_metrics_define_own (fw_metrics_t *m, const fw_metric_spec_t *spec,
+                                    fw_error_t *error);
+
 /* Commits every pending definition. */
 void fw_metrics_commit (fw_metrics_t *m);
 

@@ -70,6 +70,11 @@ typedef struct {
    int64_t ha_lease_ms;             /* ha.lease */
    fw_circuit_config_t circuit;     /* circuit = { ... } (issue 29); enabled false: none */
    fw_rate_limit_config_t rate_limit; /* rate_limit = "N/s" (issue 29); count 0: none */
+   bool ha_shared;                  /* ha.mode = "shared" (issue 31): ha_leader too, each unit's
+                                     * lease gated by the instance's share (shared_units.h) */
+   int partitions;                  /* issue 31: this is unit `partition` (0-based) of a stream
+                                     * with partitions = N (name "<stream>#k/N"); 0: none */
+   int partition;
 } fw_stream_config_t;
 
 /* Fills cfg from the spec table at stack index idx. Must run inside a

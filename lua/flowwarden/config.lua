@@ -89,7 +89,7 @@ THE EFFECTIVE CONFIGURATION (every field always present unless "| nil"):
     timeout_ms = 30000,
     memory_limit_bytes = 268435456,
     state = { max_bytes = 67108864 },         -- fw.state's bound (fw.defaults only)
-    ha = { mode = "none" | "leader", lease_ms = 10000 },
+    ha = { mode = "none" | "leader" | "shared", lease_ms = 10000 },
                                               -- one leader per stream (fw.defaults only)
     handlers = { insert = f, update = f, replace = f, delete = f, change = f },
                                               -- only those declared; dispatch
@@ -107,6 +107,7 @@ tie fields together (layering, precedence, cross-field checks).
 
 local errors = require("flowwarden.errors")
 local fields = require("flowwarden.config.fields")
+local partitions = require("flowwarden.config.partitions")
 
 local M = {}
 
@@ -431,6 +432,9 @@ local function validate_stream(decl, defaults, opts, seen_names)
     ctx:fail("name", "expected a non-empty string, got %s", repr(name))
   elseif name:find("%c") then
     ctx:fail("name", "must not contain control characters, got %s", repr(name))
+  elseif partitions.is_unit_name(name) then
+    ctx:fail("name", "must not end with #K/N (the names of a partitioned stream's units), got %s",
+      repr(name))
   else
     ctx.subject = string.format('stream "%s"', name)
     spec.name = name
@@ -566,6 +570,7 @@ local function validate_stream(decl, defaults, opts, seen_names)
 
   -- Issue 29: the circuit breaker and the rate limit.
   require("flowwarden.config.outage").check(ctx, t, spec)
+  partitions.read(ctx, t, spec, repr)  -- issue 31: spec.partitions, nil when not set
 
   spec.state = merge(M.SEED.state, defaults.state, nil)
   spec.ha = merge(M.SEED.ha, defaults.ha, nil)
@@ -678,6 +683,8 @@ function M.finish(opts)
       end
     end
   end
+
+  cfg.streams = partitions.expand(cfg.streams)  -- a partitioned stream runs as its units
 
   -- Seed 000: the DLQ store is there as soon as any stream declares a DLQ, so
   -- ctx:send_to_dlq works on every stream of the script. A stream without its

@@ -18,6 +18,7 @@ same script always gives the same text, so tests and diffs can rely on it.
 ]]
 
 local config = require("flowwarden.config")
+local partitions = require("flowwarden.config.partitions")
 local duration = require("flowwarden.duration")
 local errors = require("flowwarden.errors")
 local cron = require("flowwarden.cron")
@@ -93,10 +94,18 @@ local function schedule_text(retry)
   return text
 end
 
+-- Issue 31: a partitioned stream is described once, by its unit 0 (config/partitions.lua).
+local function partitions_text(spec)
+  local n = spec.partitions
+  return string.format("%d (units %s .. %s, 0-based: each its own change stream and checkpoint, "
+    .. "keys split by $toHashedIndexKey of documentKey._id, in order per key; MongoDB 7.0+)",
+    n, partitions.unit_name(spec.stream, 0, n), partitions.unit_name(spec.stream, n - 1, n))
+end
+
 local SOURCE_NOTE = { stream = "", defaults = " (from fw.defaults)", uri = " (from the URI)" }
 
 function M.stream(spec)
-  local lines = { string.format('stream "%s"', spec.name) }
+  local lines = { string.format('stream "%s"', spec.stream or spec.name) }
   local function add(key, value)
     lines[#lines + 1] = string.format("  %-" .. KEY_WIDTH .. "s%s", key, value)
   end
@@ -107,7 +116,7 @@ function M.stream(spec)
   add("collection", spec.collection or "(whole database)")
   add("operation_types", list_text(spec.operation_types, "(all)"))
   local stages = {}
-  for i, stage in ipairs(spec.pipeline) do
+  for i, stage in ipairs(spec.declared_pipeline or spec.pipeline) do
     stages[i] = tostring(next(stage))
   end
   add("pipeline", #stages == 0 and "(none)"
@@ -117,6 +126,9 @@ function M.stream(spec)
   add("split_large_events", tostring(spec.split_large_events))
   add("lanes", (spec.lanes or 1) == 1 and "1 (events handled one at a time, in order)"
     or string.format("%d (in order per key, keys in parallel)", spec.lanes))
+  if spec.partitions then
+    add("partitions", partitions_text(spec))
+  end
   add("oversize", spec.oversize)
   add("oversize_threshold", duration.format_size(spec.oversize_threshold_bytes))
   require("flowwarden.config.outage").describe(spec, add)
@@ -132,8 +144,9 @@ function M.stream(spec)
   add("memory_limit", duration.format_size(spec.memory_limit_bytes))
   add("state.max_bytes", duration.format_size(spec.state.max_bytes))
   local ha = spec.ha or { mode = "none" }
-  if ha.mode == "leader" then
-    add("ha.mode", "leader (one instance at a time handles this stream)")
+  if ha.mode == "leader" or ha.mode == "shared" then
+    add("ha.mode", ha.mode == "leader" and "leader (one instance at a time handles this stream)"
+      or "shared (the instances share the units, each at most ceil(units / members))")
     add("ha.lease", string.format("%s (renewed every %s; a standby takes over within %s)",
       ms(ha.lease_ms), ms(ha.lease_ms // 3), ms(ha.lease_ms + ha.lease_ms // 3)))
   else
@@ -223,7 +236,7 @@ end
 
 local function stream_warnings(cfg, spec, out)
   local function warn(fmt, ...)
-    out[#out + 1] = string.format('%s: warning: stream "%s": ' .. fmt, spec.declared_at, spec.name, ...)
+    out[#out + 1] = string.format('%s: warning: stream "%s": ' .. fmt, spec.declared_at, spec.stream or spec.name, ...)
   end
   local retry = spec.retry
 
@@ -241,7 +254,7 @@ local function stream_warnings(cfg, spec, out)
   if not spec.dlq and cfg.defaults.dlq and cfg.defaults.dlq.enabled ~= false then
     warn("no dlq: the dlq settings in fw.defaults only apply to streams that set dlq (dlq = true)")
   end
-  if spec.ha and spec.ha.mode == "leader" and spec.checkpoint.start_position == "latest" then
+  if spec.ha and spec.ha.mode ~= "none" and spec.checkpoint.start_position == "latest" then
     warn('checkpoint.start_position = "latest" with ha.mode = "leader": a standby taking over '
       .. "starts from now and skips what came since the leader's last event")
   end
@@ -304,7 +317,9 @@ end
 function M.warnings(cfg)
   local out = {}
   for _, spec in ipairs(cfg.streams) do
-    stream_warnings(cfg, spec, out)
+    if (spec.partition or 0) == 0 then
+      stream_warnings(cfg, spec, out)
+    end
   end
   local any_dlq = false
   for _, spec in ipairs(cfg.streams) do
@@ -340,7 +355,9 @@ function M.text(cfg)
     parts[#parts + 1] = string.format("http.allow_hosts: %s\n", list_text(allow, "(none: every request is refused)"))
   end
   for _, spec in ipairs(cfg.streams) do
-    parts[#parts + 1] = "\n" .. M.stream(spec)
+    if (spec.partition or 0) == 0 then
+      parts[#parts + 1] = "\n" .. M.stream(spec)
+    end
   end
   local warnings = M.warnings(cfg)
   if #warnings > 0 then

@@ -3,6 +3,7 @@
  */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <lauxlib.h>
@@ -249,6 +250,22 @@ ctx_stream_name (lua_State *L)
    return 1;
 }
 
+/* Issue 31: k, N (0-based) from a partition's unit name "<stream>#k/N";
+ * nothing (nil) on an unpartitioned stream (the config reserves the suffix). */
+static int
+ctx_partition (lua_State *L)
+{
+   const char *name = check_ctx (L)->stream_name, *hash = name ? strrchr (name, '#') : NULL;
+   int k, n, used = 0;
+   if (!hash || sscanf (hash, "#%d/%d%n", &k, &n, &used) != 2 || hash[used] != '\0') {
+      lua_pushnil (L);
+      return 1;
+   }
+   lua_pushinteger (L, k);
+   lua_pushinteger (L, n);
+   return 2;
+}
+
 static int
 ctx_database_name (lua_State *L)
 {
@@ -385,6 +402,7 @@ static const luaL_Reg ctx_methods[] = {
    {"attempt_number", ctx_attempt_number},
    {"event_id", ctx_event_id},
    {"stream_name", ctx_stream_name},
+   {"partition", ctx_partition},
    {"database_name", ctx_database_name},
    {"collection_name", ctx_collection_name},
    {"transaction", ctx_transaction},

@@ -335,11 +335,16 @@ describe_labels (char *buf, size_t len, const char *const *labels, int n)
    }
 }
 
+/* Set by fw_metrics_define_own on its thread for the call it makes. */
+static __thread bool own_definition;
+
 static bool
 check_spec (const fw_metric_spec_t *spec, const double **buckets, int *n_buckets,
             fw_error_t *error)
 {
-   if (!fw_metrics_check_name (spec->name, spec->type, error)) {
+   /* flowwarden's own (fw_metrics_define_own) skip the name rule reserving flowwarden_*. */
+   if (!(own_definition && strncmp (spec->name, "flowwarden_", 11) == 0) &&
+       !fw_metrics_check_name (spec->name, spec->type, error)) {
       return false;
    }
    if (!spec->help || !*spec->help || !fw_utf8_valid (spec->help, strlen (spec->help))) {
@@ -428,6 +433,16 @@ new_metric (const fw_metric_spec_t *spec, const double *buckets, int n_buckets, 
       free_metric (x);
       return NULL;
    }
+   return x;
+}
+
+fw_metric_t *
+fw_metrics_define_own (fw_metrics_t *m, const fw_metric_spec_t *spec, fw_error_t *error)
+{
+   fw_metric_t *x;
+   own_definition = true;
+   x = fw_metrics_define (m, spec, false, error);
+   own_definition = false;
    return x;
 }
 

@@ -204,6 +204,49 @@ a_released_lease_is_taken_over_at_once (void **state)
    fw_lease_destroy (b);
 }
 
+/* ha.mode = "shared" (issue 31): a gated lease is taken only when its gate says so; a
+ * yielded one is given up at once and taken again later, unlike a released one. */
+static bool g_allow;
+
+static bool
+allow (void *ud)
+{
+   (void) ud;
+   return __atomic_load_n (&g_allow, __ATOMIC_RELAXED);
+}
+
+static void
+a_gated_lease_waits_for_its_gate_and_a_yielded_one_can_be_taken_again (void **state)
+{
+   (void) state;
+   fw_error_t err;
+   fw_lease_t *a, *b;
+   fw_lease_status_t st;
+   double took;
+
+   __atomic_store_n (&g_allow, false, __ATOMIC_RELAXED);
+   a = fw_lease_new_gated (g_uri, "ha", "gated", LEASE_MS, "a", allow, NULL, &err);
+   assert_non_null (a);
+   usleep (LEASE_MS * 1000); /* free all along, but the gate says no */
+   assert_false (fw_lease_is_leader (a, NULL));
+   __atomic_store_n (&g_allow, true, __ATOMIC_RELAXED);
+   time_to_lead (a, 1.0);
+   b = lease ("gated", "b");
+   usleep (50000);
+   __atomic_store_n (&g_allow, false, __ATOMIC_RELAXED); /* over its share now */
+   assert_true (fw_lease_yield (a, 2000));
+   assert_false (fw_lease_is_leader (a, NULL));
+   took = time_to_lead (b, 2.0);
+   assert_true (took * 1000 <= LEASE_MS / 3 + 100);
+   fw_lease_status (a, &st);
+   assert_int_equal (st.role, FW_LEASE_STANDBY); /* not released: it may lead again */
+   fw_lease_destroy (b); /* as kill -9 */
+   __atomic_store_n (&g_allow, true, __ATOMIC_RELAXED);
+   time_to_lead (a, 3.0);
+   assert_int_equal (epoch_of (a), 3);
+   fw_lease_destroy (a);
+}
+
 /* The renewals of the leader fail (or hang): it must stop leading before the standby can
  * start, every time. */
 static void
@@ -405,6 +448,7 @@ main (void)
       cmocka_unit_test (lease_is_taken_at_once_and_kept_by_renewals),
       cmocka_unit_test (a_crashed_leader_is_replaced_within_lease_and_a_third),
       cmocka_unit_test (a_released_lease_is_taken_over_at_once),
+      cmocka_unit_test (a_gated_lease_waits_for_its_gate_and_a_yielded_one_can_be_taken_again),
       cmocka_unit_test (a_leader_whose_renewals_fail_stops_before_the_standby_starts),
       cmocka_unit_test (a_leader_whose_renewals_hang_stops_before_the_standby_starts),
       cmocka_unit_test (racing_takes_make_one_leader_and_standbys_that_name_it),

@@ -53,7 +53,7 @@ local BAD = {
     { S .. 'unknown key "color" (valid keys: name, database, collection, operation_types, pipeline, '
       .. "full_document, full_document_before_change, checkpoint, restart, retry, dlq, timeout, "
       .. "memory_limit, split_large_events, oversize, oversize_threshold, lanes, circuit, rate_limit, "
-      .. "on_insert, "
+      .. "partitions, on_insert, "
       .. "on_update, on_replace, on_delete, on_change, on_error)" } },
   { "lanes = 0",
     "fw.stream { name = 's', database = 'shop', lanes = 0, on_change = h }",
@@ -67,6 +67,18 @@ local BAD = {
     "fw.stream { name = 's', database = 'shop', lanes = 2.5, on_change = h }",
     { S .. "lanes: expected an integer from 1 to 64 (Lua states handling events of different keys "
       .. "in parallel), got 2.5" } },
+  { "partitions = 0",
+    "fw.stream { name = 's', database = 'shop', partitions = 0, on_change = h }",
+    { S .. "partitions: expected an integer from 1 to 256 (units of the stream, each with its "
+      .. "own change stream and checkpoint, keys split by hash), got 0" } },
+  { "partitions = 300",
+    "fw.stream { name = 's', database = 'shop', partitions = 300, on_change = h }",
+    { S .. "partitions: expected an integer from 1 to 256 (units of the stream, each with its "
+      .. "own change stream and checkpoint, keys split by hash), got 300" } },
+  { "a name of a partition's unit",
+    "fw.stream { name = 's#1/2', database = 'shop', on_change = h }",
+    { "/s/bad.lua:3: stream #1: name: must not end with #K/N (the names of a partitioned "
+      .. 'stream\'s units), got "s#1/2"' } },
   { "a wrong split_large_events",
     "fw.stream { name = 's', database = 'shop', split_large_events = 'yes', on_change = h }",
     { S .. 'split_large_events: expected true or false, got "yes"' } },
@@ -293,7 +305,7 @@ local BAD = {
     { P .. 'defaults: state: unknown key "max_byte" (did you mean "max_bytes"?)' } },
   { "an unknown ha mode",
     "fw.defaults { ha = { mode = 'leeder' } }\nfw.stream { name = 's', database = 'shop', on_change = h }",
-    { P .. 'defaults: ha.mode: invalid value "leeder" (did you mean "leader"? expected "none" or "leader")' } },
+    { P .. 'defaults: ha.mode: invalid value "leeder" (did you mean "leader"? expected "none", "leader" or "shared")' } },
   { "a lease under a second",
     "fw.defaults { ha = { mode = 'leader', lease = '500ms' } }\nfw.stream { name = 's', database = 'shop', on_change = h }",
     { P .. 'defaults: ha.lease: "500ms" is out of range (from "1s" to "1h"; a standby takes over within '
@@ -841,5 +853,32 @@ describe("config: the default DLQ of send_to_dlq (seed 000)", function()
     local spec = spec_of("fw.stream { name = 's', database = 'shop', on_change = h }\n"
       .. "fw.stream { name = 't', database = 'shop', on_change = h, dlq = false }\n")
     assert.is_nil(spec.dlq_fallback)
+  end)
+end)
+
+describe("config: partitions (issue 31)", function()
+  it("runs a partitioned stream as its units, 0-based, each with the hash $match first", function()
+    local _, cfg = spec_of("fw.stream { name = 'o', database = 'x', partitions = 3, on_change = h,\n"
+      .. "  pipeline = { { ['$match'] = { a = 1 } } } }\n"
+      .. "fw.stream { name = 'p', database = 'x', on_change = h }")
+    assert.are.equal(4, #cfg.streams)
+    for k = 0, 2 do
+      local u = cfg.streams[k + 1]
+      assert.are.equal(string.format("o#%d/3", k), u.name)
+      assert.are.same({ "o", k, 3 }, { u.stream, u.partition, u.partitions })
+      assert.are.same({ ["$match"] = { ["$expr"] = { ["$eq"] = {
+        { ["$abs"] = { ["$mod"] = { { ["$toHashedIndexKey"] = "$documentKey._id" }, 3 } } }, k,
+      } } } }, u.pipeline[1])
+      assert.are.same({ ["$match"] = { a = 1 } }, u.pipeline[2])
+      assert.are.equal(1, #u.declared_pipeline)
+    end
+    assert.are.equal("p", cfg.streams[4].name)
+    assert.is_nil(cfg.streams[4].partitions)
+  end)
+
+  it("adds no $match for partitions = 1", function()
+    local spec = spec_of("fw.stream { name = 'o', database = 'x', partitions = 1, on_change = h }")
+    assert.are.equal("o#0/1", spec.name)
+    assert.are.same({}, spec.pipeline)
   end)
 end)

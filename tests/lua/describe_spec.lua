@@ -143,6 +143,24 @@ fw.stream { name = "c", database = "shop", on_change = h }
     assert.are.equal("uri: mongodb+srv://cluster.example/ (from --uri or FLOWWARDEN_URI)", first)
   end)
 
+  it("prints a partitioned stream once, by its name, with its partitions and declared stages", function()
+    local cfg = load("fw.stream { name = 'o', database = 'x', partitions = 4, dlq = true, retry = true,\n"
+      .. "  on_change = h, pipeline = { { ['$project'] = { a = 1 } } } }")
+    local text = describe_mod.text(cfg)
+    local _, blocks = text:gsub('\nstream "', "")
+    assert.are.equal(1, blocks)
+    assert.matches('\nstream "o"\n', text, 1, true)
+    assert.matches("  pipeline                       1 stage: $project\n", text, 1, true)
+    assert.matches("  partitions                     4 (units o#0/4 .. o#3/4, 0-based", text, 1, true)
+  end)
+
+  it("says what ha.mode = \"shared\" does", function()
+    local cfg = load("fw.defaults { ha = { mode = 'shared', lease = '2s' } }\n"
+      .. "fw.stream { name = 's', database = 'x', dlq = true, retry = true, on_change = h }")
+    assert.matches("  ha.mode                        shared (the instances share the units, each at most "
+      .. "ceil(units / members))\n", describe_mod.text(cfg), 1, true)
+  end)
+
   it("shortens a long retry schedule", function()
     local cfg = load("fw.stream { name = 's', database = 'x', dlq = true, on_change = h,\n"
       .. "  retry = { max_attempts = 12, jitter = false } }")

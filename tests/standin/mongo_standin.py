@@ -62,9 +62,9 @@ def _auth(text):
 
 
 def _server_version(text):
-    versions = {"5.0": (5, 0), "6.0": (6, 0)}
+    versions = {"5.0": (5, 0), "6.0": (6, 0), "7.0": (7, 0)}
     if text not in versions:
-        raise argparse.ArgumentTypeError("must be 5.0 or 6.0, got %s" % text)
+        raise argparse.ArgumentTypeError("must be 5.0, 6.0 or 7.0, got %s" % text)
     return versions[text]
 
 
@@ -101,9 +101,11 @@ def parse_args(argv):
                         "machine's clock (negative: behind); $$NOW and the oplog keep the "
                         "real clock (default 0)")
     p.add_argument("--server-version", type=_server_version, default=(6, 0), metavar="X.Y",
-                   help="the MongoDB version to play: 6.0 (default) or 5.0 (hello's "
+                   help="the MongoDB version to play: 6.0 (default), 5.0 (hello's "
                         "maxWireVersion 13; refuses what 5.0 refuses: blocking sorts over "
-                        "100 MB without allowDiskUse, 6.0-only change stream options)")
+                        "100 MB without allowDiskUse, 6.0-only change stream options) "
+                        "or 7.0 (maxWireVersion 21; 6.0's behaviour plus $toHashedIndexKey, "
+                        "which 5.0 and 6.0 do not know)")
     args = p.parse_args(argv)
     if args.user and args.auth is None:
         p.error("--user needs --auth")

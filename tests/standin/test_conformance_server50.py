@@ -73,7 +73,7 @@ class IdentityTest(unittest.TestCase):
         s = StandIn(["--server-version", "4.2"])
         with self.assertRaises(Exception) as cm:
             s.start()
-        self.assertIn("must be 5.0 or 6.0, got 4.2", str(cm.exception))
+        self.assertIn("must be 5.0, 6.0 or 7.0, got 4.2", str(cm.exception))
 
 
 class BlockingSortTest(unittest.TestCase):

@@ -26,7 +26,7 @@ local STREAM_KEYS = {
   "name", "database", "collection", "operation_types", "pipeline", "full_document",
   "full_document_before_change", "checkpoint", "restart", "retry", "dlq", "timeout",
   "memory_limit", "split_large_events", "oversize", "oversize_threshold", "lanes", "circuit",
-  "rate_limit", "on_insert",
+  "rate_limit", "partitions", "on_insert",
   "on_update", "on_replace", "on_delete", "on_change", "on_error",
 }
 local DEFAULTS_KEYS = {
@@ -610,7 +610,7 @@ local function lease_duration(ctx, path, v)
 end
 
 local HA = {
-  { "mode", enum({ "none", "leader" }) },
+  { "mode", enum({ "none", "leader", "shared" }) },  -- "shared": issue 31
   { "lease", lease_duration, "lease_ms" },
 }
 

@@ -327,7 +327,8 @@ fw_stream_config_read (lua_State *L, int idx, int specs, fw_stream_config_t *cfg
    if (lua_getfield (L, t, "ha") == LUA_TTABLE) {
       int s = lua_gettop (L);
       char *mode = dup_field (L, s, "mode");
-      cfg->ha_leader = mode && strcmp (mode, "leader") == 0;
+      cfg->ha_shared = mode && strcmp (mode, "shared") == 0; /* issue 31 */
+      cfg->ha_leader = (mode && strcmp (mode, "leader") == 0) || cfg->ha_shared;
       cfg->ha_lease_ms = int_field (L, s, "lease_ms", 10000);
       free (mode);
    }
@@ -335,6 +336,9 @@ fw_stream_config_read (lua_State *L, int idx, int specs, fw_stream_config_t *cfg
    if (!fw_outage_config_read (L, t, cfg, error)) {
       return false;
    }
+
+   cfg->partitions = (int) int_field (L, t, "partitions", 0); /* issue 31 */
+   cfg->partition = (int) int_field (L, t, "partition", 0);
 
    if (!build_pipeline (L, t, specs, cfg, error)) {
       return false;

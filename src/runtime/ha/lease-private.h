@@ -36,6 +36,11 @@ struct fw_lease {
    bool release_asked;
    bool release_done;
    bool release_ok;
+   /* ha.mode = "shared" (issue 31, shared_units.c): */
+   fw_lease_gate_fn gate;  /* consulted before each take; NULL: always take */
+   void *gate_ud;
+   bool yield_asked;      /* give the lease up now, stay a standby (under mu) */
+   bool yield_done;
 };
 
 /* What a read of the lease document says. */

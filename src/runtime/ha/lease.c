@@ -179,6 +179,10 @@ standby_step (fw_lease_t *l, mongoc_client_t *client, bool *warned)
       set_standby (l, &seen);
       return left < every ? left : every;
    }
+   if (l->gate && !l->gate (l->gate_ud)) {
+      set_standby (l, &seen); /* takeable, but over this instance's share (shared mode) */
+      return interval < STANDBY_READ_MS ? interval : STANDBY_READ_MS;
+   }
    if (!fw_lease__read_fence_floor (l, client, &floor, &berr)) {
       fw_log (FW_LOG_WARN, l->stream, "cannot read the checkpoint's epoch: %s", berr.message);
       return interval;
@@ -299,12 +303,42 @@ release_step (fw_lease_t *l, mongoc_client_t *client)
    pthread_mutex_unlock (&l->mu);
 }
 
+/* ha.mode = "shared": gives the lease up and stays a standby. */
+static void
+yield_step (fw_lease_t *l, mongoc_client_t *client)
+{
+   bson_error_t berr;
+   bool matched = false, held;
+   int64_t epoch;
+
+   pthread_mutex_lock (&l->mu);
+   held = l->holding;
+   epoch = l->epoch;
+   pthread_mutex_unlock (&l->mu);
+   if (held && client && !fw_lease__update_held (l, client, epoch, true, &matched, &berr)) {
+      fw_log (FW_LOG_WARN, l->stream, "cannot give the lease up (epoch %lld): %s; another "
+              "instance takes it when it expires", (long long) epoch, berr.message);
+   }
+   pthread_mutex_lock (&l->mu);
+   if (l->role != FW_LEASE_RELEASED) {
+      l->role = FW_LEASE_STANDBY;
+   }
+   l->holding = false;
+   l->deadline_ms = 0;
+   l->holder[0] = '\0';
+   l->yield_asked = false;
+   l->yield_done = true;
+   pthread_cond_broadcast (&l->cond);
+   pthread_mutex_unlock (&l->mu);
+}
+
 static void
 wait_until (fw_lease_t *l, int64_t at_ms)
 {
    struct timespec until = {.tv_sec = at_ms / 1000, .tv_nsec = (at_ms % 1000) * 1000000};
    pthread_mutex_lock (&l->mu);
-   while (!l->stop && !(l->release_asked && !l->release_done) && fw_mono_ms () < at_ms) {
+   while (!l->stop && !(l->release_asked && !l->release_done) && !l->yield_asked &&
+          fw_mono_ms () < at_ms) {
       pthread_cond_timedwait (&l->cond, &l->mu, &until);
    }
    pthread_mutex_unlock (&l->mu);
@@ -360,6 +394,11 @@ lease_main (void *arg)
       }
       pthread_mutex_lock (&l->mu);
       release = l->role == FW_LEASE_RELEASED;
+      if (l->yield_asked && !release) {
+         pthread_mutex_unlock (&l->mu);
+         yield_step (l, client);
+         continue;
+      }
       pthread_mutex_unlock (&l->mu);
       if (!client || release) {
          wait = 60000;
@@ -378,9 +417,29 @@ lease_main (void *arg)
 
 /* --- the interface ----------------------------------------------------------- */
 
+static fw_lease_t *lease_start (const mongoc_uri_t *uri, const char *database,
+                                const char *stream, int64_t lease_ms, const char *owner,
+                                fw_lease_gate_fn gate, void *ud, fw_error_t *error);
+
 fw_lease_t *
 fw_lease_new (const mongoc_uri_t *uri, const char *database, const char *stream,
               int64_t lease_ms, const char *owner, fw_error_t *error)
+{
+   return lease_start (uri, database, stream, lease_ms, owner, NULL, NULL, error);
+}
+
+fw_lease_t *
+fw_lease_new_gated (const mongoc_uri_t *uri, const char *database, const char *stream,
+                    int64_t lease_ms, const char *owner, fw_lease_gate_fn gate, void *ud,
+                    fw_error_t *error)
+{
+   return lease_start (uri, database, stream, lease_ms, owner, gate, ud, error);
+}
+
+static fw_lease_t *
+lease_start (const mongoc_uri_t *uri, const char *database, const char *stream,
+             int64_t lease_ms, const char *owner, fw_lease_gate_fn gate, void *ud,
+             fw_error_t *error)
 {
    fw_lease_t *l = calloc (1, sizeof *l);
    pthread_condattr_t attr;
@@ -413,6 +472,8 @@ fw_lease_new (const mongoc_uri_t *uri, const char *database, const char *stream,
               "to %d ms", (int) timeout_ms);
    }
    l->owner_given = owner != NULL;
+   l->gate = gate;
+   l->gate_ud = ud;
    l->lease_ms = lease_ms;
    l->margin_ms = fw_lease_margin_ms (lease_ms);
    fw_lease_owner_id ();
@@ -503,6 +564,26 @@ fw_lease_release (fw_lease_t *l, int64_t wait_ms)
       pthread_cond_timedwait (&l->cond, &l->mu, &until);
    }
    ok = l->release_done && l->release_ok;
+   pthread_mutex_unlock (&l->mu);
+   return ok;
+}
+
+bool
+fw_lease_yield (fw_lease_t *l, int64_t wait_ms)
+{
+   int64_t end = fw_mono_ms () + wait_ms;
+   struct timespec until = {.tv_sec = end / 1000, .tv_nsec = (end % 1000) * 1000000};
+   bool ok;
+
+   pthread_mutex_lock (&l->mu);
+   l->deadline_ms = 0; /* handlers stop now */
+   l->yield_done = false;
+   l->yield_asked = true;
+   pthread_cond_broadcast (&l->cond);
+   while (!l->yield_done && fw_mono_ms () < end) {
+      pthread_cond_timedwait (&l->cond, &l->mu, &until);
+   }
+   ok = l->yield_done;
    pthread_mutex_unlock (&l->mu);
    return ok;
 }

@@ -10,7 +10,8 @@
 bool
 fw_stream_lease_lost (fw_stream_worker_t *w)
 {
-   return w->lease && !fw_lease_is_leader (w->lease, NULL);
+   fw_stream_shared_observe (w); /* ha.mode = "shared" only */
+   return w->lease && (!fw_lease_is_leader (w->lease, NULL) || fw_stream_over_share (w));
 }
 
 /* Reads the checkpoint into p (unless start_position = "latest"), retrying
@@ -77,6 +78,7 @@ fw_stream_wait_lead (fw_stream_worker_t *w)
       int64_t epoch, stored;
       fw_error_t err;
 
+      fw_stream_shared_observe (w);
       if (!fw_lease_wait_leader (w->lease, 250, &epoch)) {
          if (!said) {
             fw_log (FW_LOG_INFO, w->cfg->name, "role: standby (waiting for the stream's lease)");

@@ -88,6 +88,7 @@ fw_stream_worker_set_metrics (fw_stream_worker_t *w, fw_metrics_t *registry)
    for (int i = 0; i < w->n_lane_d; i++) {
       fw_dispatcher_set_metrics (w->lane_d[i], w->metrics); /* one block: the stream's */
    }
+   fw_stream_shared_set_metrics (w, registry); /* ha.mode = "shared" (stream_shared.c) */
 }
 
 fw_stream_metrics_t *

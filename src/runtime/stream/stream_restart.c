@@ -51,10 +51,12 @@ stand_by (fw_stream_worker_t *w, fw_stream_run_t *run)
    /* Handlers stopped before the lease could expire. The last save is
     * fenced: it lands only if no newer leader fenced the checkpoint. */
    fw_position_save (w, p, "lease lost");
-   fw_log (FW_LOG_WARN, w->cfg->name,
-           "role: standby (stopped handling: the lease, epoch %lld, could not be kept; "
-           "change stream closed)",
-           (long long) w->epoch);
+   if (!fw_stream_yield_unit (w)) { /* ha.mode = "shared": over the share (stream_shared.c) */
+      fw_log (FW_LOG_WARN, w->cfg->name,
+              "role: standby (stopped handling: the lease, epoch %lld, could not be kept; "
+              "change stream closed)",
+              (long long) w->epoch);
+   }
    p->has_processed = p->has_resume = false;
    p->since_save = 0;
    p->dirty = false;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "runtime/stream/stream_partition-private.h"
 #include "runtime/stream/stream_read-private.h"
 
 #define FW_WIRE_6_0 17 /* maxWireVersion of MongoDB 6.0 (wire_version.h) */
@@ -61,6 +62,9 @@ fw_stream_server_supports (const fw_stream_config_t *cfg, mongoc_client_t *clien
    int64_t wire = -1;
    const char *release;
 
+   if (!fw_stream_partition_check (cfg, client, what, len)) {
+      return false; /* issue 31: stream_partition.c */
+   }
    if (!option_needing_6_0 (cfg, opt, sizeof opt, &advice)) {
       return true;
    }

@@ -63,6 +63,10 @@ struct fw_stream_worker {
    /* ha.mode = "leader" (lease.h): */
    fw_lease_t *lease;          /* the stream's lease, NULL without ha */
    int64_t epoch;              /* the epoch this thread leads with; 0: not leading */
+   struct fw_shared_group *shared; /* ha.mode = "shared": the units' group (stream_shared.c) */
+   fw_metric_series_t *shared_held;    /* ... its gauges flowwarden_units_held, _members */
+   fw_metric_series_t *shared_members;
+   int64_t shared_seen_ms;             /* when they were last set (atomic) */
    char failure[1200];         /* why the stream stops */
    /* Per-key lanes (stream_lanes.c, issue 16), cfg->lanes > 1: */
    int index;                  /* the stream's index in its script */
@@ -123,6 +127,30 @@ void fw_stream_state_attach (fw_stream_worker_t *w);
 
 /* The lane programs' counts added to w's (and zeroed). */
 void fw_stream_fold_lane_stats (fw_stream_worker_t *w);
+
+/* --- stream_shared.c: ha.mode = "shared" (issue 31) ----------------------- */
+
+/* The stream's lease: a unit lease of its group with ha.mode = "shared",
+ * else fw_lease_new's. NULL (err set) on failure. */
+fw_lease_t *fw_stream_lease_new (fw_stream_worker_t *w, fw_error_t *err);
+
+/* ha.mode = "shared": this unit is over the instance's share (sticky until
+ * fw_stream_yield_unit gave it up). False otherwise. */
+bool fw_stream_over_share (fw_stream_worker_t *w);
+
+/* Gives the unit's lease up when it is over the share (its checkpoint
+ * saved by the caller); true when it did. */
+bool fw_stream_yield_unit (fw_stream_worker_t *w);
+
+/* Destroys the lease (and leaves the group). */
+void fw_stream_lease_destroy (fw_stream_worker_t *w);
+
+/* Defines the unit's gauges in registry (ha.mode = "shared" only). */
+void fw_stream_shared_set_metrics (fw_stream_worker_t *w, fw_metrics_t *registry);
+
+/* Sets the gauges, at most every 500 ms; the standby's status names the
+ * holder. Any of the stream's threads. */
+void fw_stream_shared_observe (fw_stream_worker_t *w);
 
 /* --- stream_reload.c --------------------------------------------------- */
 

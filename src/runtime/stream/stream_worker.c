@@ -547,8 +547,7 @@ run_setup (fw_stream_worker_t *w, fw_stream_run_t *run)
       return false;
    }
    if (w->cfg->ha_leader) {
-      if (!(w->lease = fw_lease_new (mongoc_client_get_uri (w->client), w->cfg->database,
-                                     w->cfg->name, w->cfg->ha_lease_ms, NULL, &err))) {
+      if (!(w->lease = fw_stream_lease_new (w, &err))) { /* stream_shared.c */
          fw_stream_failed (w, err.message);
          return false;
       }
@@ -579,7 +578,7 @@ run_teardown (fw_stream_worker_t *w, fw_stream_run_t *run)
       /* After the final checkpoint: the standby that takes over at once
        * starts where this leader stopped. */
       fw_lease_release (w->lease, 2000);
-      fw_lease_destroy (w->lease);
+      fw_stream_lease_destroy (w);
       w->lease = NULL;
       w->epoch = 0;
       fw_dispatcher_set_lead (w->d, NULL, 0);

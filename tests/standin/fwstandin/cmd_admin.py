@@ -19,8 +19,9 @@ MAX_MESSAGE = 48000000
 MAX_WRITE_BATCH = 100000
 VERSION = "6.0.9"  # what 6.0 plays (version_string)
 # What hello and buildInfo say for each version the stand-in can play (--server-version):
-# maxWireVersion 13 is MongoDB 5.0, 17 is 6.0 (src/mongo/db/wire_version.h).
-WIRE_VERSIONS = {(5, 0): 13, (6, 0): 17}
+# maxWireVersion 13 is MongoDB 5.0, 17 is 6.0, 21 is 7.0 (src/mongo/db/wire_version.h).
+# 7.0 plays 6.0's behaviour plus what 7.0 added that flowwarden uses ($toHashedIndexKey).
+WIRE_VERSIONS = {(5, 0): 13, (6, 0): 17, (7, 0): 21}
 
 
 def version_string(server):

@@ -11,12 +11,14 @@ import datetime
 import math
 import threading
 
+from bson.int64 import Int64
 from bson.objectid import ObjectId
 
 from . import numbers as num
 from .compare import (MISSING, RANK_MINKEY, bson_type_name, canonical_rank, compare_values,
                       datetime_ms, fmt_value, is_number, num_value)
 from .errors import MongoError
+from .hashing import hashed_index_key, known as hashing_known
 
 
 BSON_MAX_INTERNAL_SIZE = 16 * 1024 * 1024 + 16 * 1024
@@ -401,6 +403,14 @@ def _op_abs(name, arg, scope):
     return abs_
 
 
+def _op_to_hashed_index_key(name, arg, scope):
+    """$toHashedIndexKey (7.0+): the value's hashed-index key as a long; missing hashes as null."""
+    if not hashing_known():
+        raise MongoError(168, "InvalidPipelineOperator", "Unrecognized expression '%s'" % name)
+    (f,) = _args(name, arg, scope, count=1)
+    return lambda vars_: Int64(hashed_index_key(f(vars_)))
+
+
 def _op_concat(name, arg, scope):
     fs = _args(name, arg, scope)
 
@@ -748,6 +758,7 @@ _OPERATORS = {
     "$cond": _op_cond, "$ifNull": _op_if_null,
     "$add": _op_add, "$subtract": _op_subtract, "$multiply": _op_multiply,
     "$divide": _op_divide, "$mod": _op_mod, "$abs": _op_abs,
+    "$toHashedIndexKey": _op_to_hashed_index_key,
     "$concat": _op_concat, "$toUpper": _case_op(str.upper), "$toLower": _case_op(str.lower),
     "$toString": _op_to_string, "$strLenCP": _op_str_len_cp,
     "$size": _op_size, "$bsonSize": _op_bson_size, "$isArray": _op_is_array, "$arrayElemAt": _op_array_elem_at,

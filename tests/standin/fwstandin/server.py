@@ -24,6 +24,7 @@ from .failpoints import FailPoints
 from .journal import Journal
 from .storage import Store
 from . import bsonutil
+from . import hashing
 
 MAX_MESSAGE = 48000000 + 16 * 1024 * 1024
 
@@ -41,6 +42,7 @@ class Server:
         # (major, minor) the stand-in plays: (6, 0), or (5, 0) with 5.0's refusals (the
         # blocking-sort limit, sortlimit.py; 6.0-only change stream options, changestream.py).
         self.version = tuple(server_version)
+        hashing.play_version(self.version)  # $toHashedIndexKey is 7.0's (hashing.py)
         self.auth = auth            # auth.Users (--auth), or None: no authentication
         self.latency = float(latency_ms) / 1000.0
         self.persistent = data_dir is not None
