@@ -64,6 +64,8 @@ typedef struct {
    bool ha_leader;                  /* ha.mode = "leader": one instance holds the stream's
                                      * lease and handles its events (lease.h, issue 17) */
    int64_t ha_lease_ms;             /* ha.lease */
+   int batch_max_events;            /* on_batch (issue 30): events per call at most; 0: no on_batch */
+   int64_t batch_max_wait_ms;       /* batch.max_wait: how long a batch waits for more events */
 } fw_stream_config_t;
 
 /* Fills cfg from the spec table at stack index idx. Must run inside a

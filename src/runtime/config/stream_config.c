@@ -331,6 +331,12 @@ fw_stream_config_read (lua_State *L, int idx, int specs, fw_stream_config_t *cfg
    }
    lua_pop (L, 1);
 
+   if (lua_getfield (L, t, "batch") == LUA_TTABLE) { /* issue 30: on_batch */
+      cfg->batch_max_events = (int) int_field (L, lua_gettop (L), "max_events", 500);
+      cfg->batch_max_wait_ms = int_field (L, lua_gettop (L), "max_wait_ms", 20);
+   }
+   lua_pop (L, 1);
+
    if (!build_pipeline (L, t, specs, cfg, error)) {
       return false;
    }
