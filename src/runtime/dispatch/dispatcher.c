@@ -16,10 +16,12 @@
 #include "flowwarden/lua_core.h"
 #include "flowwarden/metrics_lua.h"
 #include "flowwarden/state_lua.h"
+#include "flowwarden/batch_lua.h"
+#include "runtime/dispatch/batch-private.h"
 #include "runtime/dispatch/dispatcher-private.h"
 
 static const char *const handler_keys[H_COUNT] = {"insert", "update", "replace", "delete",
-                                                  "change"};
+                                                  "change", "batch"};
 
 typedef struct {
    fw_program_t *prog;
@@ -63,6 +65,7 @@ pread_spec (lua_State *L)
    lua_call (L, 1, 1);
    luaL_checktype (L, -1, LUA_TTABLE);
    fw_event_ctx_open (L);
+   fw_batch_lua_open (L);
    a->ok = true;
    return 0;
 }
@@ -170,6 +173,7 @@ fw_dispatcher_destroy (fw_dispatcher_t *d)
    fw_connection_clients_destroy (d->clients); /* the DLQ store: closed by fw_dispatcher_release */
    fw_dlq_sequences_destroy (d->park.open_seqs);
    bson_free (d->park.key);
+   fw_batch_state_free (d->batch);
    free (d);
 }
 
