@@ -1,0 +1,122 @@
+"""on_batch (issue 30), seen from outside: batches under a backlog, poison
+events isolated by bisection (one raised, one marked with batch:fail) and
+dead-lettered alone with their own error while every other event is
+applied once, the checkpoint after a restart, a quiet stream's batch of
+one, and bad batch settings refused."""
+import os
+import unittest
+
+from dlqtest import FailureTestCase, wait_for
+from fwtest import run_cli, write_script
+
+# Applies a batch to `applied` ({_id, n}: how often each event was applied)
+# unless an event of it raises; events whose document says poison = "mark"
+# are marked failed. Every call reports its size, attempt and ids.
+ON_BATCH = """
+local applied
+fw.stream { name = "b", collection = "orders",
+  retry = { max_attempts = 2, initial_delay = "20ms", jitter = false }, dlq = true,
+  batch = { max_events = 50, max_wait = "50ms" },
+  on_batch = function(batch)
+    local ids, ops, last = {}, {}, nil
+    applied = applied or fw.mongo.collection(batch:get(1):database_name(), "applied")
+    for i, ctx in batch:events() do
+      local d = ctx:full_document()
+      ids[#ids + 1] = d._id
+      last = ctx:event_id()
+      if d.poison == "raise" then
+        report({ n = #batch, attempt = ctx:attempt_number(), ids = ids, raised = d._id })
+        error(fw.error("Boom", "raised by " .. d._id))
+      elseif d.poison == "mark" then
+        batch:fail(i, fw.error("Poison", "bad " .. d._id))
+      else
+        ops[#ops + 1] = d._id
+      end
+    end
+    for _, id in ipairs(ops) do
+      applied:update_one({ _id = id }, { ["$inc"] = { n = 1 } }, { upsert = true })
+    end
+    report({ n = #batch, attempt = batch:get(1):attempt_number(), ids = ids, eid = last })
+  end,
+  on_error = function(err, ctx)
+    report({ on_error = ctx:full_document()._id, type = err.type })
+  end }
+"""
+
+N = 200
+
+
+class BatchHandlers(FailureTestCase):
+
+    def test_backlog_batches_poison_isolated_checkpoint_after_restart(self):
+        path = self.fw_script(ON_BATCH)
+        p = self.run_fw(path)
+        p.wait_open(1)
+        docs = [{"_id": i} for i in range(1, N + 1)]
+        docs[16]["poison"] = "mark"    # _id 17
+        docs[122]["poison"] = "raise"  # _id 123
+        self.db.orders.insert_many(docs)
+
+        entries = self.wait_dlq(2)
+        wait_for(lambda: self.db.applied.count_documents({}) >= N - 2, what="events applied")
+        self.assertEqual(sorted((e["documentKey"]["_id"], e["error"]["type"]) for e in entries),
+                         [(17, "Poison"), (123, "Boom")])
+        by_id = {e["documentKey"]["_id"]: e for e in entries}
+        self.assertEqual(by_id[17]["error"]["message"], "bad 17")
+        self.assertEqual(by_id[123]["error"]["message"], "raised by 123")
+        applied = {d["_id"]: d["n"] for d in self.db.applied.find()}
+        self.assertEqual(sorted(applied), [i for i in range(1, N + 1) if i not in (17, 123)])
+        self.assertEqual(set(applied.values()), {1}, "every other event applied exactly once")
+
+        sizes = [r["n"] for r in p.reports() if "eid" in r]
+        self.assertGreater(max(sizes), 1, "a backlog gives batches of more than one event")
+        self.assertLessEqual(max(sizes), 50, "at most batch.max_events")
+        # on_error saw each poison event alone, with its own ctx.
+        self.assertEqual(sorted({r["on_error"] for r in p.reports() if "on_error" in r}),
+                         [17, 123])
+        last = max(r["eid"] for r in p.reports() if "eid" in r)
+        self.wait_checkpoint_at_least("b", last)
+        self.stop_cleanly(p)
+
+        # After a restart nothing before the checkpoint comes back; a lone
+        # event makes a batch of one.
+        p = self.run_fw(path)
+        p.wait_open(1)
+        self.db.orders.insert_one({"_id": 1000})
+        p.wait_until(lambda: [r for r in p.reports() if 1000 in r.get("ids", [])],
+                     what="event 1000 handled")
+        r = [r for r in p.reports() if 1000 in r.get("ids", [])]
+        self.assertEqual(r[0]["n"], 1)
+        self.stop_cleanly(p)
+        applied = {d["_id"]: d["n"] for d in self.db.applied.find()}
+        self.assertEqual(set(applied.values()), {1}, "nothing applied twice after the restart")
+        self.assertEqual(len(self.dlq_entries()), 2)
+
+
+class BadBatchSettings(unittest.TestCase):
+
+    def test_check_refuses_bad_batch_declarations(self):
+        import tempfile
+        with tempfile.TemporaryDirectory() as tmp:
+            path = write_script(tmp, """
+                fw.stream { name = "a", database = "shop", batch = { max_events = 0, max_wait = "x" },
+                  on_batch = function(b) end, on_insert = function(ctx) end }
+                fw.stream { name = "b", database = "shop", batch = { max_events = 5 },
+                  on_change = function(ctx) end }
+                fw.stream { name = "c", database = "shop", batch = 3, on_batch = 1 }
+                """)
+            cp = run_cli(["check", path])
+        self.assertNotEqual(cp.returncode, 0)
+        err = cp.stderr
+        for needle in ('stream "a": on_batch: declared together with on_insert',
+                       'stream "a": batch.max_events: expected an integer from 1 to 10000',
+                       'stream "a": batch.max_wait: invalid duration "x"',
+                       'stream "b": batch: set without on_batch',
+                       'stream "c": on_batch: expected a function(batch), got 1',
+                       'stream "c": batch: expected a table'):
+            self.assertIn(needle, err)
+        self.assertTrue(os.path.basename(path))
+
+
+if __name__ == "__main__":
+    unittest.main()
