@@ -93,6 +93,55 @@ class BatchHandlers(FailureTestCase):
         self.assertEqual(len(self.dlq_entries()), 2)
 
 
+# The issue's read model: one bulk_write of upserts per batch, unordered;
+# an operation the server refuses marks its event failed (write_errors
+# number operations from 1, as the events of the batch).
+BULK = """
+fw.stream { name = "m", collection = "people",
+  retry = { max_attempts = 2, initial_delay = "20ms", jitter = false }, dlq = true,
+  batch = { max_events = 100, max_wait = "50ms" },
+  on_batch = function(batch)
+    local model = fw.mongo.collection(batch:get(1):database_name(), "model")
+    local ops = {}
+    for _, ctx in batch:events() do
+      local d = ctx:full_document()
+      ops[#ops + 1] = { replace_one = { filter = { _id = d._id },
+        replacement = { email = d.email }, upsert = true } }
+    end
+    report({ n = #batch })
+    local ok, err = pcall(model.bulk_write, model, ops, { ordered = false })
+    if not ok then
+      local we = type(err) == "table" and err.fields and err.fields.write_errors or {}
+      if #we == 0 then error(err, 0) end
+      for _, e in ipairs(we) do batch:fail(e.index, err) end
+    end
+  end }
+"""
+
+
+class BulkWriteReadModel(FailureTestCase):
+
+    def test_unique_index_violation_dead_letters_only_its_event(self):
+        self.db.model.create_index("email", unique=True)
+        self.db.model.insert_one({"_id": 0, "email": "taken@example.com"})
+        p = self.run_fw(self.fw_script(BULK))
+        p.wait_open(1)
+        docs = [{"_id": i, "email": "u%d@example.com" % i} for i in range(1, 121)]
+        docs[49]["email"] = "taken@example.com"  # _id 50
+        self.db.people.insert_many(docs)
+        entries = self.wait_dlq(1)
+        wait_for(lambda: self.db.model.count_documents({}) >= 120, what="model upserts")
+        self.assertEqual([e["documentKey"]["_id"] for e in entries], [50])
+        self.assertIn("Mongo", entries[0]["error"]["type"])
+        self.assertIn("duplicate key", entries[0]["error"]["message"].lower())
+        model = {d["_id"]: d["email"] for d in self.db.model.find()}
+        self.assertEqual(len(model), 120)  # 0 and the 119 others
+        self.assertNotIn(50, model)
+        self.assertGreater(max(r["n"] for r in p.reports()), 1)
+        self.stop_cleanly(p)
+        self.assertEqual(len(self.dlq_entries()), 1)
+
+
 class BadBatchSettings(unittest.TestCase):
 
     def test_check_refuses_bad_batch_declarations(self):
