@@ -4,7 +4,9 @@ dead-lettered alone with their own error while every other event is
 applied once, the checkpoint after a restart, a quiet stream's batch of
 one, and bad batch settings refused."""
 import os
+import re
 import unittest
+import urllib.request
 
 from dlqtest import FailureTestCase, wait_for
 from fwtest import run_cli, write_script
@@ -124,7 +126,8 @@ class BulkWriteReadModel(FailureTestCase):
     def test_unique_index_violation_dead_letters_only_its_event(self):
         self.db.model.create_index("email", unique=True)
         self.db.model.insert_one({"_id": 0, "email": "taken@example.com"})
-        p = self.run_fw(self.fw_script(BULK))
+        p = self.run_fw(self.fw_script(BULK), extra=["--admin", "127.0.0.1:0"])
+        port = p.admin_port()
         p.wait_open(1)
         docs = [{"_id": i, "email": "u%d@example.com" % i} for i in range(1, 121)]
         docs[49]["email"] = "taken@example.com"  # _id 50
@@ -138,6 +141,12 @@ class BulkWriteReadModel(FailureTestCase):
         self.assertEqual(len(model), 120)  # 0 and the 119 others
         self.assertNotIn(50, model)
         self.assertGreater(max(r["n"] for r in p.reports()), 1)
+        # Each event is counted in one batch, however often it was retried.
+        metrics = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5).read()
+        counts = dict(re.findall(r'^(flowwarden_batch\w+)\{stream="m"\} (\d+)',
+                                 metrics.decode(), re.M))
+        self.assertEqual(counts.get("flowwarden_batch_events_total"), "120", counts)
+        self.assertLess(int(counts.get("flowwarden_batches_total", 0)), 120, counts)
         self.stop_cleanly(p)
         self.assertEqual(len(self.dlq_entries()), 1)
 

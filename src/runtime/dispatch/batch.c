@@ -266,8 +266,16 @@ fw_batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n)
    if (boundary) {
       boundary (d->boundary_ud);
    }
-   if (!fw_dispatcher_batching (d, NULL, NULL) || n == 1 || !(s = state_for (d, n))) {
+   if (!fw_dispatcher_batching (d, NULL, NULL) || !(s = state_for (d, n))) {
       return one_by_one (d, evs, n);
+   }
+   if (n == 1) { /* a quiet stream's batch: the per-event path at once */
+      if (d->metrics) {
+         fw_stream_metrics_batch (d->metrics, 1, 0);
+      }
+      s->batches++;
+      s->events++;
+      return fw_event_dispatch (d, evs[0]);
    }
    fw_batch_ops_t ops = {op_call, op_retry_wait, op_succeeded, op_single, s,
                          d->prog.cfg.retry.max_attempts > 0 ? d->prog.cfg.retry.max_attempts : 1};
@@ -276,8 +284,12 @@ fw_batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n)
    s->result = FW_DISPATCH_DONE;
    s->last_error[0] = '\0';
    d->at_attempt_boundary = NULL;
+   int64_t splits = s->stats.splits;
    ok = fw_batch_run (&ops, n, &s->stats);
    d->at_attempt_boundary = boundary;
+   if (d->metrics) {
+      fw_stream_metrics_batch (d->metrics, n, (uint64_t) (s->stats.splits - splits));
+   }
    s->batches++;
    s->events += (int64_t) n;
    s->evs = NULL;
