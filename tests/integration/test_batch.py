@@ -151,6 +151,49 @@ class BulkWriteReadModel(FailureTestCase):
         self.assertEqual(len(self.dlq_entries()), 1)
 
 
+# lanes = 4: each lane takes its own batches; per-key order holds.
+LANES = """
+local STATE = string.format("%p", {})
+fw.stream { name = "l", collection = "c", lanes = 4, checkpoint = { save_every = 50 },
+  batch = { max_events = 64, max_wait = "20ms" },
+  on_batch = function(batch)
+    local seen = {}
+    for _, ctx in batch:events() do
+      local u = ctx:operation_type() == "update" and ctx:update_description().updatedFields
+      seen[#seen + 1] = { k = ctx:document_key()._id, n = u and u.n or 0 }
+    end
+    report({ size = #batch, st = STATE, seen = seen, eid = batch:get(#batch):event_id() })
+  end }
+"""
+
+
+class BatchLanes(FailureTestCase):
+
+    def test_lanes_take_batches_in_key_order(self):
+        import pymongo
+        keys, updates = 20, 600
+        p = self.run_fw(self.fw_script(LANES))
+        p.wait_open(1)
+        self.db.c.insert_many([{"_id": "k%d" % j, "n": 0} for j in range(keys)])
+        self.db.c.bulk_write([pymongo.UpdateOne({"_id": "k%d" % (i % keys)},
+                                                {"$set": {"n": i + 1}}) for i in range(updates)])
+        p.wait_until(lambda: sum(r["size"] for r in p.reports()) >= keys + updates,
+                     what="every event in a batch")
+        got = {}
+        for r in p.reports():
+            for e in r["seen"]:
+                got.setdefault(e["k"], []).append(e["n"])
+        want = {"k%d" % j: [0] + [i + 1 for i in range(updates) if i % keys == j]
+                for j in range(keys)}
+        self.assertEqual(got, want)  # each event once, in key order
+        sizes = [r["size"] for r in p.reports()]
+        self.assertGreater(max(sizes), 1)
+        self.assertLessEqual(max(sizes), 64)
+        self.assertGreater(len({r["st"] for r in p.reports()}), 1, "all batches in one lane")
+        self.wait_checkpoint_at_least("l", max(r["eid"] for r in p.reports()))
+        self.stop_cleanly(p)
+
+
 class BadBatchSettings(unittest.TestCase):
 
     def test_check_refuses_bad_batch_declarations(self):
