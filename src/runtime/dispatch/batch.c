@@ -88,7 +88,10 @@ fw_dispatcher_batching (const fw_dispatcher_t *d, int *max_events, int64_t *max_
       return false;
    }
    if (max_events) {
-      *max_events = d->prog.cfg.batch_max_events;
+      /* A sequenced DLQ: batches of one. In a larger batch, an event could be
+       * applied while an earlier event of its key is being dead-lettered,
+       * which the sequence exists to prevent. */
+      *max_events = fw_park_enabled (d) ? 1 : d->prog.cfg.batch_max_events;
    }
    if (max_wait_ms) {
       *max_wait_ms = d->prog.cfg.batch_max_wait_ms;
