@@ -19,13 +19,23 @@
  * (may be NULL) are its batch settings. */
 bool fw_dispatcher_batching (const fw_dispatcher_t *d, int *max_events, int64_t *max_wait_ms);
 
+/* What became of one event of a batch. */
+typedef enum {
+   FW_BATCH_OUT_NONE = 0, /* not finished with (the batch stopped), or no handler */
+   FW_BATCH_OUT_HANDLED,
+   FW_BATCH_OUT_DLQ,
+   FW_BATCH_OUT_SKIPPED,
+   FW_BATCH_OUT_LOST,
+   FW_BATCH_OUT_PARKED
+} fw_batch_outcome_t;
+
 /* Runs the n events evs[0..n) (parsed, valid until it returns, in stream
  * order) through on_batch. FW_DISPATCH_DONE: every event is finished with
  * (handled, or given to on_error / the DLQ); otherwise the batch must come
  * back (STOPPED) or the stream stop before it (FAILED, NO_DLQ), as with
- * fw_event_dispatch. */
+ * fw_event_dispatch. outcomes (n entries, or NULL) gets each event's. */
 fw_dispatch_result_t fw_batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs,
-                                        size_t n);
+                                        size_t n, fw_batch_outcome_t *outcomes);
 
 /* d's batch counts so far (summed over its batches). */
 void fw_batch_stats (const fw_dispatcher_t *d, fw_batch_stats_t *out, int64_t *batches,

@@ -30,6 +30,7 @@ typedef struct fw_batch_state {
    fw_dispatcher_t *d;
    const fw_event_t *const *evs; /* the batch in hand */
    size_t n;
+   fw_batch_outcome_t *outcomes; /* the caller's, or NULL */
    fw_dispatch_result_t result; /* why the batch ended early */
    char last_error[512];     /* the last failed call's error, for the log */
    fw_batch_stats_t stats;
@@ -224,7 +225,9 @@ op_succeeded (void *ud, size_t i)
    fw_batch_state_t *s = ud;
    fw_dispatcher_t *d = s->d;
 
-   (void) i;
+   if (s->outcomes) {
+      s->outcomes[i] = FW_BATCH_OUT_HANDLED;
+   }
    d->stats.handled++;
    if (d->metrics && !d->replay) {
       d->finished_ms = d->clock.now_ms (d->clock.ud);
@@ -232,11 +235,32 @@ op_succeeded (void *ud, size_t i)
    }
 }
 
+/* ev on the per-event path; *out (may be NULL) says how it ended, from
+ * d's counts around it. */
+static fw_dispatch_result_t
+dispatch_one (fw_dispatcher_t *d, const fw_event_t *ev, fw_batch_outcome_t *out)
+{
+   fw_stream_stats_t a = d->stats, b;
+   fw_dispatch_result_t r = fw_event_dispatch (d, ev);
+
+   if (out) {
+      b = d->stats;
+      *out = r != FW_DISPATCH_DONE            ? FW_BATCH_OUT_NONE
+             : b.parked > a.parked             ? FW_BATCH_OUT_PARKED
+             : b.dead_lettered > a.dead_lettered ? FW_BATCH_OUT_DLQ
+             : b.lost > a.lost                 ? FW_BATCH_OUT_LOST
+             : b.skipped > a.skipped           ? FW_BATCH_OUT_SKIPPED
+             : b.handled > a.handled           ? FW_BATCH_OUT_HANDLED
+                                               : FW_BATCH_OUT_NONE;
+   }
+   return r;
+}
+
 static bool
 op_single (void *ud, size_t i)
 {
    fw_batch_state_t *s = ud;
-   fw_dispatch_result_t r = fw_event_dispatch (s->d, s->evs[i]);
+   fw_dispatch_result_t r = dispatch_one (s->d, s->evs[i], s->outcomes ? &s->outcomes[i] : NULL);
 
    if (r != FW_DISPATCH_DONE) {
       s->result = r;
@@ -247,10 +271,11 @@ op_single (void *ud, size_t i)
 
 /* Without on_batch (a reload took it away) or its state: one by one. */
 static fw_dispatch_result_t
-one_by_one (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n)
+one_by_one (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
+            fw_batch_outcome_t *outcomes)
 {
    for (size_t i = 0; i < n; i++) {
-      fw_dispatch_result_t r = fw_event_dispatch (d, evs[i]);
+      fw_dispatch_result_t r = dispatch_one (d, evs[i], outcomes ? &outcomes[i] : NULL);
       if (r != FW_DISPATCH_DONE) {
          return r;
       }
@@ -259,7 +284,8 @@ one_by_one (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n)
 }
 
 fw_dispatch_result_t
-fw_batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n)
+fw_batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
+                   fw_batch_outcome_t *outcomes)
 {
    fw_batch_state_t *s;
    bool (*boundary) (void *ud) = d->at_attempt_boundary;
@@ -269,8 +295,11 @@ fw_batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n)
    if (boundary) {
       boundary (d->boundary_ud);
    }
+   if (outcomes) {
+      memset (outcomes, 0, n * sizeof *outcomes);
+   }
    if (!fw_dispatcher_batching (d, NULL, NULL) || !(s = state_for (d, n))) {
-      return one_by_one (d, evs, n);
+      return one_by_one (d, evs, n, outcomes);
    }
    if (n == 1) { /* a quiet stream's batch: the per-event path at once */
       if (d->metrics) {
@@ -278,12 +307,13 @@ fw_batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n)
       }
       s->batches++;
       s->events++;
-      return fw_event_dispatch (d, evs[0]);
+      return dispatch_one (d, evs[0], outcomes);
    }
    fw_batch_ops_t ops = {op_call, op_retry_wait, op_succeeded, op_single, s,
                          d->prog.cfg.retry.max_attempts > 0 ? d->prog.cfg.retry.max_attempts : 1};
    s->evs = evs;
    s->n = n;
+   s->outcomes = outcomes;
    s->result = FW_DISPATCH_DONE;
    s->last_error[0] = '\0';
    d->at_attempt_boundary = NULL;
@@ -296,6 +326,7 @@ fw_batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n)
    s->batches++;
    s->events += (int64_t) n;
    s->evs = NULL;
+   s->outcomes = NULL;
    if (!ok && s->result == FW_DISPATCH_DONE) {
       snprintf (d->failure, sizeof d->failure, "out of memory taking a batch of %zu events", n);
       return FW_DISPATCH_FAILED;

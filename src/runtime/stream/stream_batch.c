@@ -153,7 +153,7 @@ fw_stream_batch_take (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position
       batch_free (&b);
       return FW_READ_LOST;
    }
-   r = fw_batch_dispatch (w->d, b.ptrs, b.n);
+   r = fw_batch_dispatch (w->d, b.ptrs, b.n, NULL);
    if (r != FW_DISPATCH_DONE) {
       batch_free (&b);
       w->batch_held = NULL; /* the read ends: the position re-reads it all */

@@ -228,7 +228,7 @@ lane_batch (lane_t *l, item_t *first, int max, int64_t wait_ms)
          ptrs[k] = &evs[k];
          fw_dispatcher_count_received (l->d, &evs[k]);
       }
-      r = fw_batch_dispatch (l->d, ptrs, (size_t) n);
+      r = fw_batch_dispatch (l->d, ptrs, (size_t) n, NULL);
    } else {
       lane_failed (l->ls, "out of memory taking a batch"); /* the lane ends: r is not DONE */
       r = FW_DISPATCH_STOPPED;
