@@ -194,6 +194,49 @@ class BatchLanes(FailureTestCase):
         self.stop_cleanly(p)
 
 
+# Applies each event, then holds the batch until the test opens the gate.
+HELD = """
+fw.stream { name = "k", collection = "orders", batch = { max_events = 30, max_wait = "50ms" },
+  on_batch = function(batch)
+    local db = batch:get(1):database_name()
+    local applied, ids = fw.mongo.collection(db, "applied"), {}
+    for _, ctx in batch:events() do
+      local id = ctx:full_document()._id
+      ids[#ids + 1] = id
+      applied:update_one({ _id = id }, { ["$inc"] = { n = 1 } }, { upsert = true })
+    end
+    report({ ids = ids, eid = batch:get(#batch):event_id() })
+    local gate = fw.mongo.collection(db, "gate")
+    while not gate:find_one({ _id = "go" }) do end
+  end }
+"""
+
+
+class BatchKilled(FailureTestCase):
+
+    def test_kill9_mid_batch_delivers_the_batch_again_nothing_lost(self):
+        path = self.fw_script(HELD)
+        p = self.run_fw(path)
+        p.wait_open(1)
+        self.db.orders.insert_many([{"_id": i} for i in range(1, 101)])
+        p.wait_until(lambda: p.reports(), what="the first batch applied and held")
+        first = p.reports()[0]["ids"]
+        self.assertGreater(len(first), 1)
+        p.kill9()
+
+        self.db.gate.insert_one({"_id": "go"})
+        p = self.run_fw(path)
+        wait_for(lambda: self.db.applied.count_documents({}) == 100, what="all 100 applied")
+        p.wait_until(lambda: sum(len(r["ids"]) for r in p.reports()) >= 100,
+                     what="every event handled after the restart")
+        self.wait_checkpoint_at_least("k", max(r["eid"] for r in p.reports()))
+        self.stop_cleanly(p)
+        n = {d["_id"]: d["n"] for d in self.db.applied.find()}
+        # The held batch was not checkpointed: its events came again, once.
+        self.assertEqual({i for i in n if n[i] == 2}, set(first))
+        self.assertEqual({i for i in n if n[i] == 1}, set(range(1, 101)) - set(first))
+
+
 class BadBatchSettings(unittest.TestCase):
 
     def test_check_refuses_bad_batch_declarations(self):
