@@ -31,7 +31,7 @@ COLL = "io"  # the data set
 TOTALS = "s6_totals"
 PARTS = ("s6", "s7", "s6b")
 # S6b (issue 30): S6's upserts as one unordered bulk_write per on_batch batch
-# (the defaults: up to 500 events, 20 ms); flowwarden only.
+# (the defaults: up to 500 events, 20 ms); flowwarden and pymongo (its loop batches the same way).
 BATCH_BODY = ("    local ops = {}\n"
               "    for _, ctx in batch:events() do\n"
               "      local d = ctx:full_document()\n"
@@ -112,7 +112,7 @@ def run(bench, db, parts, systems, repeat, raw, fw_work, build_dir):
         for rep in range(repeat):
             for sc in parts:
                 for sysname in [x for x in systems if x != "drain"
-                                and (sc != "s6b" or x == "flowwarden")]:
+                                and (sc != "s6b" or x in ("flowwarden", "pymongo"))]:
                     extra = []
                     if sc in ("s6", "s6b"):
                         bench.db[TOTALS].drop()
