@@ -40,8 +40,8 @@ check_index (lua_State *L, const fw_batch_view_t *view, int arg, const char *fn)
 {
    lua_Integer i = luaL_checkinteger (L, arg);
    if (i < 1 || (size_t) i > view->n) {
-      luaL_error (L, "batch:%s: index %d is out of range (the batch has %d events)", fn, (int) i,
-                  (int) view->n);
+      luaL_error (L, "batch:%s: index %d is out of range (the batch has %d event%s)", fn, (int) i,
+                  (int) view->n, view->n == 1 ? "" : "s");
    }
    return (size_t) i;
 }
