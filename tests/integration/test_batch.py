@@ -5,11 +5,12 @@ applied once, the checkpoint after a restart, a quiet stream's batch of
 one, and bad batch settings refused."""
 import os
 import re
+import signal
 import unittest
 import urllib.request
 
-from dlqtest import FailureTestCase, wait_for
-from fwtest import run_cli, write_script
+from dlqtest import MISBEHAVE, FailureTestCase, wait_for
+from fwtest import PRELUDE, run_cli, write_script
 
 # Applies a batch to `applied` ({_id, n}: how often each event was applied)
 # unless an event of it raises; events whose document says poison = "mark"
@@ -171,7 +172,7 @@ class BatchLanes(FailureTestCase):
 
     def test_lanes_take_batches_in_key_order(self):
         import pymongo
-        keys, updates = 20, 600
+        keys, updates = 20, 300
         p = self.run_fw(self.fw_script(LANES))
         p.wait_open(1)
         self.db.c.insert_many([{"_id": "k%d" % j, "n": 0} for j in range(keys)])
@@ -235,6 +236,44 @@ class BatchKilled(FailureTestCase):
         # The held batch was not checkpointed: its events came again, once.
         self.assertEqual({i for i in n if n[i] == 2}, set(first))
         self.assertEqual({i for i in n if n[i] == 1}, set(range(1, 101)) - set(first))
+
+
+def versioned(v):
+    """The script at version v: on_batch for 1 and 2, on_insert from 3 on."""
+    handler = ("on_insert = function(ctx) report({ v = V, ids = { ctx:full_document()._id } }) end"
+               if v >= 3 else
+               "on_batch = function(batch) local ids = {} "
+               "for _, ctx in batch:events() do ids[#ids + 1] = ctx:full_document()._id end "
+               "report({ v = V, ids = ids }) end")
+    return ('local V = %d\nfw.stream { name = "r", collection = "orders", %s%s }\n'
+            % (v, "batch = { max_wait = '50ms' }, " if v < 3 else "", handler))
+
+
+class BatchReload(FailureTestCase):
+
+    def reload(self, p, v):
+        before = sum("reloaded " in m for m in p.messages())
+        with open(p.script, "w") as f:
+            f.write(PRELUDE + MISBEHAVE + versioned(v))
+        p.proc.send_signal(signal.SIGHUP)
+        p.wait_until(lambda: sum("reloaded " in m for m in p.messages()) > before, 30, "reload")
+
+    def test_reload_between_batches_and_from_on_batch_to_on_insert(self):
+        p = self.run_fw(self.fw_script(versioned(1)))
+        p.wait_open(1)
+        for v, ids in ((2, range(1, 101)), (3, range(101, 201)), (None, range(201, 251))):
+            self.db.orders.insert_many([{"_id": i} for i in ids])
+            p.wait_until(lambda: sum(len(r["ids"]) for r in p.reports()) >= ids[-1],
+                         what="events up to %d" % ids[-1])
+            if v:
+                self.reload(p, v)
+        got = [(i, r["v"]) for r in p.reports() for i in r["ids"]]
+        self.assertEqual([i for i, _ in got], list(range(1, 251)))  # once each, in order
+        versions = [v for _, v in got]
+        self.assertEqual(versions, sorted(versions))  # never an older script after a newer one
+        self.assertEqual([versions[0], versions[100], versions[-1]], [1, 2, 3])
+        self.assertGreater(max(len(r["ids"]) for r in p.reports()), 1)
+        self.stop_cleanly(p)
 
 
 class BadBatchSettings(unittest.TestCase):
