@@ -37,8 +37,4 @@ typedef enum {
 fw_dispatch_result_t fw_batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs,
                                         size_t n, fw_batch_outcome_t *outcomes);
 
-/* d's batch counts so far (summed over its batches). */
-void fw_batch_stats (const fw_dispatcher_t *d, fw_batch_stats_t *out, int64_t *batches,
-                     int64_t *events);
-
 #endif

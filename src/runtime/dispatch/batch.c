@@ -33,8 +33,7 @@ typedef struct fw_batch_state {
    fw_batch_outcome_t *outcomes; /* the caller's, or NULL */
    fw_dispatch_result_t result; /* why the batch ended early */
    char last_error[512];     /* the last failed call's error, for the log */
-   fw_batch_stats_t stats;
-   int64_t batches, events;
+   fw_batch_stats_t stats;   /* batch_run's counts over d's life (splits go to the metrics) */
 } fw_batch_state_t;
 
 void
@@ -305,8 +304,6 @@ fw_batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
       if (d->metrics) {
          fw_stream_metrics_batch (d->metrics, 1, 0);
       }
-      s->batches++;
-      s->events++;
       return dispatch_one (d, evs[0], outcomes);
    }
    fw_batch_ops_t ops = {op_call, op_retry_wait, op_succeeded, op_single, s,
@@ -323,8 +320,6 @@ fw_batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
    if (d->metrics) {
       fw_stream_metrics_batch (d->metrics, n, (uint64_t) (s->stats.splits - splits));
    }
-   s->batches++;
-   s->events += (int64_t) n;
    s->evs = NULL;
    s->outcomes = NULL;
    if (!ok && s->result == FW_DISPATCH_DONE) {
@@ -334,24 +329,18 @@ fw_batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
    return s->result;
 }
 
-void
-fw_batch_stats (const fw_dispatcher_t *d, fw_batch_stats_t *out, int64_t *batches,
-                int64_t *events)
-{
-   const fw_batch_state_t *s = d->batch;
-
-   *out = s ? s->stats : (fw_batch_stats_t){0, 0, 0};
-   *batches = s ? s->batches : 0;
-   *events = s ? s->events : 0;
-}
-
-/* Protected: the failure table { value = batch:fail's error, traceback = "" }. */
+/* Protected: the failure table { value = batch:fail's error (view non-NULL)
+ * or the message at 2, traceback = "" }. */
 static int
 pfailure (lua_State *L)
 {
    const fw_batch_view_t *view = lua_touserdata (L, 1);
    lua_createtable (L, 0, 2);
-   fw_batch_lua_push_error (L, view, 1);
+   if (view) {
+      fw_batch_lua_push_error (L, view, 1);
+   } else {
+      lua_pushvalue (L, 2);
+   }
    lua_setfield (L, -2, "value");
    lua_pushliteral (L, "");
    lua_setfield (L, -2, "traceback");
@@ -366,8 +355,11 @@ fw_batch_call_one (fw_dispatcher_t *d, fw_lua_stop_t *stop)
    bool ok;
 
    if (!s) {
-      lua_pop (L, 1);
-      lua_pushliteral (L, "not enough memory");
+      lua_pop (L, 1); /* the handler */
+      lua_pushcfunction (L, pfailure);
+      lua_pushnil (L);
+      lua_pushliteral (L, "not enough memory for the batch");
+      lua_pcall (L, 2, 1, 0); /* a memory error's message stands in for the table */
       *stop = FW_LUA_STOP_MEMORY;
       return false;
    }
