@@ -14,6 +14,10 @@
  * value), as fw_lua_host_call leaves it. */
 bool fw_batch_call_one (fw_dispatcher_t *d, fw_lua_stop_t *stop);
 
+/* The program changed (a reload, a rebuilt state): the items' cache tables
+ * lived in the old Lua state. NULL: no-op. */
+void fw_batch_state_forget (struct fw_batch_state *s);
+
 /* Frees d's batch state (NULL: none). */
 void fw_batch_state_free (struct fw_batch_state *s);
 

@@ -123,8 +123,18 @@ note_error (fw_batch_state_t *s, lua_State *L)
    lua_settop (L, top);
 }
 
+void
+fw_batch_state_forget (fw_batch_state_t *s)
+{
+   for (size_t i = 0; s && i < s->cap; i++) {
+      s->items[i]->cache_ref = LUA_NOREF;
+      s->items[i]->cache_slots = 0;
+   }
+}
+
 /* The call is over: the ctx of its events and the batch object refuse use,
- * their cached values are let go. Cannot raise. */
+ * their cached values are let go (each item's cache table stays, for the
+ * next batch, as the per-event path keeps its one). Cannot raise. */
 static void
 end_call (lua_State *L, fw_batch_state_t *s, size_t n)
 {
@@ -134,11 +144,7 @@ end_call (lua_State *L, fw_batch_state_t *s, size_t n)
       if (item == s->one) {
          continue; /* d->dispatch: the per-event path owns its cache */
       }
-      if (item->cache_ref != LUA_NOREF) {
-         luaL_unref (L, LUA_REGISTRYINDEX, item->cache_ref);
-      }
-      item->cache_ref = LUA_NOREF;
-      item->cache_slots = 0;
+      fw_event_ctx_drop_values (L, item);
       item->generation++;
       item->event = NULL;
    }

@@ -119,6 +119,7 @@ program_changed (fw_dispatcher_t *d)
 {
    d->dispatch.cache_ref = LUA_NOREF; /* the cache lived in the old Lua state */
    d->dispatch.cache_slots = 0;
+   fw_batch_state_forget (d->batch);  /* so did on_batch's */
    d->dispatch.stream_name = d->prog.cfg.name;
    d->dispatch.dlq_enabled = d->prog.cfg.dlq.enabled || d->prog.cfg.dlq_fallback.enabled;
 }
