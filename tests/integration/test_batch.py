@@ -155,7 +155,8 @@ class BulkWriteReadModel(FailureTestCase):
 # lanes = 4: each lane takes its own batches; per-key order holds.
 LANES = """
 local STATE = string.format("%p", {})
-fw.stream { name = "l", collection = "c", lanes = 4, checkpoint = { save_every = 50 },
+fw.stream { name = "l", collection = "c", lanes = 4,
+  checkpoint = { save_every = 50, save_interval = "200ms" },
   batch = { max_events = 64, max_wait = "20ms" },
   on_batch = function(batch)
     local seen = {}
