@@ -8,11 +8,11 @@
 
 #include <lauxlib.h>
 
+#include "flowwarden/batch_dispatch.h"
 #include "flowwarden/checkpoint_store.h"
 #include "flowwarden/dlq_replay.h"
 #include "flowwarden/log.h"
 #include "flowwarden/mongo_lua.h"
-#include "flowwarden/batch_dispatch.h"
 #include "runtime/stream/stream_worker-private.h"
 
 /* Read-ahead: at most two batches wait for the handler (and 8 MiB past one
