@@ -79,6 +79,26 @@ describe("on_batch", function()
     assert.same({ "marked 2", "marked 5" }, { dlq[1].error.message, dlq[2].error.message })
   end)
 
+  it("with a sequenced DLQ, takes events one at a time: a later event of a failed key is parked", function()
+    local path = os.tmpname()
+    local f = assert(io.open(path, "w"))
+    f:write([=[
+local fw = require("flowwarden")
+fw.stream { name = "q", database = "shop", collection = "orders", dlq = { sequenced = true },
+  on_batch = function(batch)
+    for _, ctx in batch:events() do
+      if ctx:full_document().bad then error("bad") end
+    end
+  end }
+]=])
+    f:close()
+    finally(function() os.remove(path) end)
+    local app = fwt.load(path)
+    local r = app:deliver_batch("q", { fwt.insert { _id = 1, bad = true }, fwt.insert { _id = 2 },
+      fwt.update({ _id = 1 }, { set = { x = 1 } }, { fullDocument = { _id = 1 } }) })
+    assert.same({ "dlq", "handled", "parked" }, r.outcomes)
+  end)
+
   it("refuses misuse with a clear error", function()
     local app = load()
     local r = app:deliver_batch("s", events(2, { [1] = { misuse = "get" } }))

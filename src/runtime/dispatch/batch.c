@@ -303,8 +303,9 @@ fw_batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
    if (outcomes) {
       memset (outcomes, 0, n * sizeof *outcomes);
    }
-   if (!fw_dispatcher_batching (d, NULL, NULL) || !(s = state_for (d, n))) {
-      return one_by_one (d, evs, n, outcomes);
+   if (!fw_dispatcher_batching (d, NULL, NULL) || fw_park_enabled (d) ||
+       !(s = state_for (d, n))) {
+      return one_by_one (d, evs, n, outcomes); /* a sequenced DLQ: see fw_dispatcher_batching */
    }
    if (n == 1) { /* a quiet stream's batch: the per-event path at once */
       if (d->metrics) {
