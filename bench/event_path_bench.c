@@ -12,6 +12,8 @@
  *   S2  reads three fields of the full document, one of them nested
  *       (d.seq, d.amount, d.customer.name)
  *   S3  walks the whole full document recursively with pairs()
+ *   B1, B2  S1's and S2's work in on_batch over batches of 500 events (issue
+ *       30), through fw_batch_dispatch: for i, ctx in batch:events() do ... end
  *
  * and, for reference, what the same events cost without Lua:
  *
@@ -22,7 +24,7 @@
  *           conversion a plain-table handler pays), then lua_pop
  *
  *   fw_event_path_bench [--events N] [--size small|large] [--file EVENTS.bson]
- *                       [--only s1,s2,s3,parse,walk,table] [--json] [--no-metrics]
+ *                       [--only s1,s2,s3,b1,b2,parse,walk,table] [--json] [--no-metrics]
  *
  * The workers count in a metrics registry as under `flowwarden run` (what the
  * admin endpoint exposes); --no-metrics leaves that out, to measure its cost.
@@ -49,6 +51,7 @@
 #include "flowwarden/event.h"
 #include "flowwarden/lua_host.h"
 #include "flowwarden/metrics.h"
+#include "flowwarden/batch_dispatch.h"
 #include "flowwarden/dispatcher.h"
 
 #define RING 1024
@@ -79,6 +82,23 @@ static const char *const S3_PRELUDE =
 static const char *const S3_BODY =
    "  on_insert = function(ctx)\n"
    "    leaves = leaves + walk(ctx:full_document())\n"
+   "  end,\n";
+
+/* B1, B2: the same work in on_batch, batches of BATCH events. */
+#define BATCH 500
+static const char *const B1_BODY =
+   "  batch = { max_events = 500 },\n"
+   "  on_batch = function(batch)\n"
+   "    for _, ctx in batch:events() do end\n"
+   "  end,\n";
+static const char *const B2_BODY =
+   "  batch = { max_events = 500 },\n"
+   "  on_batch = function(batch)\n"
+   "    for _, ctx in batch:events() do\n"
+   "      local d = ctx:full_document()\n"
+   "      acc = acc + d.seq + d.amount\n"
+   "      nlen = nlen + #d.customer.name\n"
+   "    end\n"
    "  end,\n";
 
 typedef struct {
@@ -353,6 +373,24 @@ write_script (char *path, size_t len, const char *prelude, const char *body)
    return true;
 }
 
+/* Events i .. i + k - 1 of the ring as one batch through d. */
+static bool
+dispatch_batch (fw_dispatcher_t *d, const ring_t *r, uint64_t i, size_t k)
+{
+   static fw_event_t evs[BATCH];
+   static const fw_event_t *ptrs[BATCH];
+   fw_error_t err;
+
+   for (size_t j = 0; j < k; j++) {
+      if (!fw_event_parse (r->ev[(i + j) % r->n], &evs[j], &err)) {
+         return false;
+      }
+      ptrs[j] = &evs[j];
+      fw_dispatcher_count_received (d, &evs[j]);
+   }
+   return fw_batch_dispatch (d, ptrs, k, NULL) == FW_DISPATCH_DONE;
+}
+
 static bool
 run_dispatch (const char *name, const char *prelude, const char *body, const ring_t *r,
               uint64_t n, result_t *out)
@@ -403,6 +441,17 @@ run_dispatch (const char *name, const char *prelude, const char *body, const rin
          w0 = clock_s (CLOCK_MONOTONIC);
          c0 = clock_s (CLOCK_PROCESS_CPUTIME_ID);
       }
+      if (name[0] == 'b') { /* a batch, ending at the warm-up's end or N's */
+         uint64_t end = i < warm ? warm : warm + n;
+         size_t k = end - i < BATCH ? (size_t) (end - i) : BATCH;
+         if (!dispatch_batch (d, r, i, k)) {
+            fprintf (stderr, "%s: dispatch stopped\n", name);
+            ok = false;
+            break;
+         }
+         i += k - 1;
+         continue;
+      }
       fw_event_t parsed;
       if (!fw_event_parse (r->ev[i % r->n], &parsed, &err)) {
          fprintf (stderr, "%s: dispatch stopped\n", name);
@@ -440,7 +489,7 @@ usage (const char *prog)
 {
    fprintf (stderr,
             "usage: %s [--events N] [--size small|large] [--file EVENTS.bson]\n"
-            "          [--only s1,s2,s3,parse,walk,table] [--json] [--no-metrics]\n",
+            "          [--only s1,s2,s3,b1,b2,parse,walk,table] [--json] [--no-metrics]\n",
             prog);
    return 2;
 }
@@ -452,7 +501,7 @@ main (int argc, char **argv)
    bool large = false, json = false, no_metrics = false;
    const char *file = NULL, *only = "parse,walk,table,s1,s2,s3";
    ring_t ring = {0};
-   result_t res[6];
+   result_t res[8];
    int nres = 0;
 
    for (int i = 1; i < argc; i++) {
@@ -496,8 +545,8 @@ main (int argc, char **argv)
       ring.n = RING;
    }
 
-   const char *order[] = {"parse", "walk", "table", "s1", "s2", "s3"};
-   for (int k = 0; k < 6; k++) {
+   const char *order[] = {"parse", "walk", "table", "s1", "s2", "s3", "b1", "b2"};
+   for (int k = 0; k < 8; k++) {
       const char *name = order[k];
       size_t l = strlen (name);
       const char *p = only;
@@ -516,7 +565,10 @@ main (int argc, char **argv)
       memset (r, 0, sizeof *r);
       r->name = name;
       bool ok;
-      if (name[0] == 's') {
+      if (name[0] == 'b') {
+         ok = run_dispatch (name, name[1] == '2' ? S2_PRELUDE : NULL,
+                            name[1] == '2' ? B2_BODY : B1_BODY, &ring, n, r);
+      } else if (name[0] == 's') {
          const char *pre = name[1] == '1' ? NULL : name[1] == '2' ? S2_PRELUDE : S3_PRELUDE;
          const char *body = name[1] == '1' ? S1_BODY : name[1] == '2' ? S2_BODY : S3_BODY;
          ok = run_dispatch (name, pre, body, &ring, n, r);

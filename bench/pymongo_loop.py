@@ -14,6 +14,10 @@ S6 and S7 (bench/io_scenarios.py) do one round trip per event, waiting for its a
 update_one upsert {_id: group} {$inc: {n: 1}} into DB.s6_totals; S7 a POST of
 {"id": {"$oid": ...}, "k": group} to --http-url with http.client (one keep-alive connection).
 
+S6b (issue 30) batches the same way flowwarden's on_batch does: the changes read are kept until
+500 of them are there, the stream has nothing more at once, or 20 ms passed since the first; then
+one unordered bulk_write of their update_one upserts, and the checkpoint after it.
+
 Throughput mode (--events N): stops after N events, saves the checkpoint and prints one JSON
 line {"events", "first_ns", "last_ns", "checksum"} (CLOCK_MONOTONIC, taken after the first and
 the Nth event were handled, and "open_ns" just before the change stream is opened) and
@@ -73,6 +77,29 @@ def io_handler(scenario, db, url):
     return s7
 
 
+def batched(stream, totals, events, save, max_events=500, max_wait_s=0.02):
+    """S6b: up to max_events changes within max_wait_s of the first, one bulk_write of their
+    upserts, then the checkpoint. Returns (events, first_ns, last_ns)."""
+    n, first, buf, since = 0, 0, [], None
+    last_change = None
+    while n < events:
+        change = stream.try_next()  # None: nothing more at once (after one getMore)
+        if change is not None:
+            buf.append(pymongo.UpdateOne({"_id": change["fullDocument"]["group"]},
+                                         {"$inc": {"n": 1}}, upsert=True))
+            last_change = change
+            since = since or time.monotonic()
+        if buf and (change is None or len(buf) >= max_events or n + len(buf) >= events
+                    or time.monotonic() - since >= max_wait_s):
+            totals.bulk_write(buf, ordered=False)
+            n += len(buf)
+            if not first:
+                first = time.monotonic_ns()
+            buf, since = [], None
+            save(last_change, stream)
+    return n, first, time.monotonic_ns()
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--uri", required=True)
@@ -80,7 +107,7 @@ def main():
     p.add_argument("--coll", required=True)
     p.add_argument("--resume-after", default=None, help="resume token as JSON ({\"_data\": ...})")
     p.add_argument("--events", type=int, default=0)
-    p.add_argument("--scenario", default="s2", choices=["s1", "s2", "s3", "s6", "s7"])
+    p.add_argument("--scenario", default="s2", choices=["s1", "s2", "s3", "s6", "s7", "s6b"])
     p.add_argument("--save-every", type=int, default=100)
     p.add_argument("--name", default="bench")
     p.add_argument("--latency", action="store_true")
@@ -92,7 +119,9 @@ def main():
     coll = client[a.db][a.coll]
     ckpt = client[a.db]["_fw_checkpoints"]
     work = Work()
-    if a.scenario in ("s6", "s7"):
+    if a.scenario == "s6b":
+        handle = None
+    elif a.scenario in ("s6", "s7"):
         handle = io_handler(a.scenario, client[a.db], a.http_url)
     else:
         handle = getattr(work, a.scenario)
@@ -123,6 +152,12 @@ def main():
                 if since >= a.save_every:
                     save(change, stream)
                     since = 0
+            return 0
+        if a.scenario == "s6b":
+            n, first, last = batched(stream, client[a.db]["s6_totals"], a.events, save)
+            out.write(json.dumps({"events": n, "open_ns": opened, "first_ns": first,
+                                  "last_ns": last, "hwm_kb": vm_hwm_kb(), "checksum": 0}) + "\n")
+            out.flush()
             return 0
         change = None
         for change in stream:

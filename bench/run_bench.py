@@ -65,7 +65,7 @@ BINARIES = ["flowwarden", "fw_drain", "fw_event_path_bench", "fw_http_sink"]
 
 # ---- set-up -------------------------------------------------------------------
 
-def setup(skip_build):
+def setup(skip_build, node=True):
     if not skip_build:
         if not os.path.exists(os.path.join(BUILD, "CMakeCache.txt")):
             subprocess.run(["cmake", "-S", ROOT, "-B", BUILD, "-DCMAKE_BUILD_TYPE=Release"],
@@ -81,6 +81,8 @@ def setup(skip_build):
     for b in BINARIES:
         if not os.access(os.path.join(BUILD, b), os.X_OK):
             sys.exit("missing %s: build first (cmake --build build)" % os.path.join(BUILD, b))
+    if not node:  # --systems without node: its driver is not needed
+        return {"pymongo": pymongo.version, "pymongo_c": pymongo.has_c()}
     if not os.path.exists(os.path.join(NODE_DIR, "node_modules", "mongodb", "package.json")):
         log("installing the npm mongodb driver into bench/node ...")
         cmd = ["npm", "ci" if os.path.exists(os.path.join(NODE_DIR, "package-lock.json"))
@@ -114,7 +116,8 @@ LUA_WORK = {
 
 def fw_script(path, coll, scenario, save_every, n=None, latency=False, ckpt_mode=None, dlq=None,
               lanes=None):
-    prelude, body = LUA_WORK[scenario]
+    prelude, body = LUA_WORK[scenario][:2]
+    batched = len(LUA_WORK[scenario]) > 2  # on_batch (issue 30): body sees `batch`
     lines = ['local fw = require("flowwarden")', prelude]
     if latency:
         handler = ("    local d0 = ctx:full_document()\n"
@@ -128,13 +131,18 @@ def fw_script(path, coll, scenario, save_every, n=None, latency=False, ckpt_mode
         handler = body + ("    n = %s\n" % ('fw.state.incr("bench_n")' if lanes else "n + 1")
                           + "    if n == 1 then fw.log.info(\"BENCH first\")\n"
                           "    elseif n == N then fw.log.info(\"BENCH done\") end\n")
+        if batched:
+            handler = body + ("    local was = n\n    n = n + #batch\n"
+                              "    if was == 0 then fw.log.info(\"BENCH first\") end\n"
+                              "    if n >= N and was < N then fw.log.info(\"BENCH done\") end\n")
     lines.append(("fw.stream {\n  name = %s,\n  database = %s,\n  collection = %s,\n"
                   % (json.dumps(STREAM), json.dumps(DB), json.dumps(coll)))
                  + ("  dlq = %s,\n" % dlq if dlq else "")
                  + ("  lanes = %d,\n" % lanes if lanes else "")
                  + ("  checkpoint = { save_every = %d%s },\n"
-                    "  on_insert = function(ctx)\n%s  end,\n}\n"
+                    "  %s\n%s  end,\n}\n"
                     % (save_every, ", mode = %s" % json.dumps(ckpt_mode) if ckpt_mode else "",
+                       "on_batch = function(batch)" if batched else "on_insert = function(ctx)",
                        handler)))
     with open(path, "w") as f:
         f.write("\n".join(lines))
@@ -610,7 +618,7 @@ def main():
                 f.write(markdown(R))
         return 0
     t_begin = time.monotonic()
-    versions = setup(a.skip_build)
+    versions = setup(a.skip_build, "node" in systems)
     R = {"machine": {"cpus": os.cpu_count(), "uname": " ".join(os.uname()[2:5])},
          "versions": versions, "repeat": a.repeat, "events": a.events,
          "large_events": large_n, "ckpt_events": ckpt_n, "io_events": io_n,
@@ -737,7 +745,7 @@ def main():
                        "runs": s["runs"]}
                 table.append(row)
             order = {"drain": 0, "S1": 1, "S2": 2, "S3": 3, "S1-nockpt": 4, "S2-nockpt": 5,
-                     "S4/1": 6, "S4/100": 7, "S6": 8, "S7": 9, "S2-dlq": 10, "S2-seq": 11}
+                     "S4/1": 6, "S4/100": 7, "S6": 8, "S6B": 8.5, "S7": 9, "S2-dlq": 10, "S2-seq": 11}
             sorder = {"drain": 0, "flowwarden": 1, "pymongo": 2, "node": 3}
             dorder = {"small": 0, "large": 1, "ckpt": 2, "io": 3}
             table.sort(key=lambda r: (dorder[r["data"]], order[r["scenario"]], sorder[r["system"]]))

@@ -205,6 +205,10 @@ void fw_stream_metrics_handler_error (fw_stream_metrics_t *b, const char *type);
 /* A retry was scheduled. */
 void fw_stream_metrics_retry (fw_stream_metrics_t *b);
 
+/* on_batch was given a batch of events, whose failing sets were split
+ * splits times. */
+void fw_stream_metrics_batch (fw_stream_metrics_t *b, uint64_t events, uint64_t splits);
+
 /* The attempt now running (1, 2, ...), 0 when no event is in flight. */
 void fw_stream_metrics_set_attempt (fw_stream_metrics_t *b, int attempt);
 

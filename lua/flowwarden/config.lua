@@ -588,6 +588,8 @@ local function validate_stream(decl, defaults, opts, seen_names)
       end
     end
   end
+  -- Issue 30: on_batch instead of the per-operation handlers.
+  any_handler = require("flowwarden.config.batch").check(ctx, t, spec) or any_handler
   if not any_handler then
     ctx:fail("handlers", "none declared (define at least one of %s)",
       table.concat(M.HANDLER_KEYS, ", "))

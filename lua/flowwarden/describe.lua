@@ -138,6 +138,11 @@ function M.stream(spec)
       handlers[#handlers + 1] = key
     end
   end
+  if spec.batch then
+    handlers[#handlers + 1] = "on_batch"
+    add("batch.max_events", tostring(spec.batch.max_events))
+    add("batch.max_wait", ms(spec.batch.max_wait_ms))
+  end
   add("handlers", table.concat(handlers, ", "))
   add("on_error", spec.on_error and "declared" or "(none)")
   add("timeout", ms(spec.timeout_ms))

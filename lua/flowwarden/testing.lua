@@ -384,6 +384,29 @@ local function stream_of(app, name)
   end
 end
 
+-- Issue 30: events through a stream's on_batch as one batch (its retries and
+-- bisection on the virtual clock). Returns { outcomes = { "handled" | "dlq" |
+-- "skipped" | "lost" | "parked" | "none", ... } (one per event, in order),
+-- result = "done" | "stopped", errors, logs, delays }.
+function App:deliver_batch(stream, events)
+  if type(stream) ~= "string" then
+    error("app:deliver_batch: expected the stream's name, got " .. type(stream), 2)
+  end
+  if type(events) ~= "table" then
+    error("app:deliver_batch: expected an array of events, got " .. type(events), 2)
+  end
+  local s = stream_of(self, stream)
+  local list = {}
+  for i, event in ipairs(events) do
+    if type(event) == "table" and event.ns == nil and s then
+      event = shallow_copy(event)
+      event.ns = { db = s.database, coll = s.collection }
+    end
+    list[i] = event
+  end
+  return core.deliver_batch(self.handle, stream, list)
+end
+
 function App:deliver(stream, event)
   if type(stream) ~= "string" then
     error("app:deliver: expected the stream's name, got " .. type(stream), 2)

@@ -52,6 +52,7 @@ struct fw_stream_metrics {
    char error_types[FW_METRICS_MAX_ERROR_TYPES][64];
    int n_error_types;         /* release-stored after the name is written */
    uint64_t retries;
+   uint64_t batches, batch_events, batch_splits; /* on_batch (issue 30) */
    uint64_t restarts[FW_METRICS_RESTART_COUNT];
    uint64_t rebuilds[FW_METRICS_REBUILD_COUNT];
    uint64_t checkpoint_writes;

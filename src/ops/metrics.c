@@ -378,6 +378,14 @@ fw_stream_metrics_retry (fw_stream_metrics_t *b)
 }
 
 void
+fw_stream_metrics_batch (fw_stream_metrics_t *b, uint64_t events, uint64_t splits)
+{
+   count_add (&b->batches, 1);
+   count_add (&b->batch_events, events);
+   count_add (&b->batch_splits, splits);
+}
+
+void
 fw_stream_metrics_set_attempt (fw_stream_metrics_t *b, int attempt)
 {
    __atomic_store_n (&b->attempt, attempt, __ATOMIC_RELAXED);

@@ -144,6 +144,13 @@ render_events (render_t *r)
    }
    plain_counter (r, "flowwarden_retries_total", "Retries scheduled after a failed attempt.",
                   offsetof (fw_stream_metrics_t, retries));
+   plain_counter (r, "flowwarden_batches_total", "Batches on_batch was given (issue 30).",
+                  offsetof (fw_stream_metrics_t, batches));
+   plain_counter (r, "flowwarden_batch_events_total", "Events taken in those batches.",
+                  offsetof (fw_stream_metrics_t, batch_events));
+   plain_counter (r, "flowwarden_batch_splits_total",
+                  "Failed sets of a batch split in halves to isolate failing events.",
+                  offsetof (fw_stream_metrics_t, batch_splits));
    family (r->out, "flowwarden_handler_duration_seconds", "histogram",
            "Time a handler call (one attempt) took.");
    FOREACH_ACTIVE (r, b)

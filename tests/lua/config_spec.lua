@@ -54,7 +54,7 @@ local BAD = {
       .. "full_document, full_document_before_change, checkpoint, restart, retry, dlq, timeout, "
       .. "memory_limit, split_large_events, oversize, oversize_threshold, lanes, circuit, rate_limit, "
       .. "partitions, on_insert, "
-      .. "on_update, on_replace, on_delete, on_change, on_error)" } },
+      .. "on_update, on_replace, on_delete, on_change, on_error, batch, on_batch)" } },
   { "lanes = 0",
     "fw.stream { name = 's', database = 'shop', lanes = 0, on_change = h }",
     { S .. "lanes: expected an integer from 1 to 64 (Lua states handling events of different keys "

@@ -167,6 +167,29 @@ describe("mongo_fake", function()
     assert.equal("find_one: call it as a method: coll:find_one(...)", err.message)
   end)
 
+  it("bulk_write: counts what it did; unordered, a refused write is a write error of its op", function()
+    c:insert_one({ _id = 1, n = 0 })
+    local r = c:bulk_write({
+      { insert_one = { _id = 2 } },
+      { update_one = { filter = { _id = 1 }, update = { ["$inc"] = { n = 1 } } } },
+      { update_one = { filter = { _id = 9 }, update = { ["$set"] = { n = 9 } }, upsert = true } },
+      { delete_one = { filter = { _id = 2 } } },
+    })
+    assert.same({ 1, 1, 1, 1, 1 }, { r.inserted, r.matched, r.modified, r.upserted, r.deleted })
+    assert.equal(9, r.upserted_ids[3])
+    local err = raised(c.bulk_write, c, {
+      { insert_one = { _id = 1 } }, { insert_one = { _id = 3 } }, { insert_one = { _id = 9 } },
+    }, { ordered = false })
+    assert.equal("Mongo.DuplicateKey", err.type)
+    assert.same({ 1, 3 }, { err.fields.write_errors[1].index, err.fields.write_errors[2].index })
+    assert.equal(1, c:count({ _id = 3 }))   -- the others were applied
+    err = raised(c.bulk_write, c, { { insert_one = { _id = 1 } }, { insert_one = { _id = 4 } } })
+    assert.equal(1, err.fields.write_errors[1].index)
+    assert.equal(0, c:count({ _id = 4 }))   -- ordered: stopped at the first
+    err = raised(c.bulk_write, c, { { upsert_one = {} } })
+    assert.matches('ops[1]: unknown operation "upsert_one"', err.message, 1, true)
+  end)
+
   it("refuses what it does not support instead of answering wrongly", function()
     c:insert_one({ _id = 1, name = "ann" })
     for _, call in ipairs({
@@ -175,7 +198,6 @@ describe("mongo_fake", function()
       function() return c:update_one({}, { ["$rename"] = { name = "n" } }) end,
       function() return c:update_one({}, { ["$push"] = { t = { ["$each"] = { 1 }, ["$slice"] = 1 } } }) end,
       function() return c:aggregate({ { ["$group"] = { _id = 1 } } }):to_array() end,
-      function() return c:bulk_write({ { insert_one = { _id = 2 } } }) end,
     }) do
       local err = raised(call)
       assert.equal("Testing.Unsupported", err.type)

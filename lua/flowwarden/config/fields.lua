@@ -27,7 +27,7 @@ local STREAM_KEYS = {
   "full_document_before_change", "checkpoint", "restart", "retry", "dlq", "timeout",
   "memory_limit", "split_large_events", "oversize", "oversize_threshold", "lanes", "circuit",
   "rate_limit", "partitions", "on_insert",
-  "on_update", "on_replace", "on_delete", "on_change", "on_error",
+  "on_update", "on_replace", "on_delete", "on_change", "on_error", "batch", "on_batch",
 }
 local DEFAULTS_KEYS = {
   "database", "uri", "retry", "dlq", "checkpoint", "restart", "timeout", "memory_limit", "state",

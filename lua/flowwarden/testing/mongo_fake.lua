@@ -616,10 +616,10 @@ function methods.find_one_and_update(h, filter, upd, opts)
   return self.export(project and project(doc) or V.copy(doc))
 end
 
-function methods.bulk_write(h)
-  local _, op = begin("bulk_write", h, 2)
-  op.fail.unsupported("bulk_write")
-end
+require("flowwarden.testing.mongo_bulk").install(methods, {
+  begin = begin, docs_of = docs_of, matching = matching, find_index = find_index,
+  insert_doc = insert_doc, with_id = with_id, apply_update = apply_update,
+  raise_write_errors = raise_write_errors })
 
 ---------------------------------------------------------------------------
 -- The fake

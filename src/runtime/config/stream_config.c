@@ -340,6 +340,12 @@ fw_stream_config_read (lua_State *L, int idx, int specs, fw_stream_config_t *cfg
    cfg->partitions = (int) int_field (L, t, "partitions", 0); /* issue 31 */
    cfg->partition = (int) int_field (L, t, "partition", 0);
 
+   if (lua_getfield (L, t, "batch") == LUA_TTABLE) { /* issue 30: on_batch */
+      cfg->batch_max_events = (int) int_field (L, lua_gettop (L), "max_events", 500);
+      cfg->batch_max_wait_ms = int_field (L, lua_gettop (L), "max_wait_ms", 20);
+   }
+   lua_pop (L, 1);
+
    if (!build_pipeline (L, t, specs, cfg, error)) {
       return false;
    }

@@ -19,7 +19,7 @@
 #include "flowwarden/rate_limit.h"
 #include "runtime/dispatch/state_rebuild.h"
 
-enum { H_INSERT, H_UPDATE, H_REPLACE, H_DELETE, H_CHANGE, H_COUNT };
+enum { H_INSERT, H_UPDATE, H_REPLACE, H_DELETE, H_CHANGE, H_BATCH, H_COUNT };
 
 /* How a replayed dead letter ended in fw_event_dispatch (dlq_replay.c). */
 typedef enum {
@@ -142,6 +142,7 @@ struct fw_dispatcher {
    char failure[1200];         /* why the stream stops, with FW_DISPATCH_FAILED */
    fw_state_rebuild_t rebuild; /* a full Lua state built afresh (state_rebuild.c) */
    fw_outage_t outage;         /* circuit breaker, rate limit (outage.c) */
+   struct fw_batch_state *batch; /* on_batch's per-call state (batch.c), NULL until used */
 };
 
 /* The registry ref of the handler for an event of operation op: its own
@@ -154,7 +155,8 @@ fw_program_handler_for (const fw_program_t *p, fw_op_t op)
                   : op == FW_OP_REPLACE ? p->handler_ref[H_REPLACE]
                   : op == FW_OP_DELETE  ? p->handler_ref[H_DELETE]
                                         : LUA_NOREF;
-   return specific != LUA_NOREF ? specific : p->handler_ref[H_CHANGE];
+   specific = specific != LUA_NOREF ? specific : p->handler_ref[H_CHANGE];
+   return specific != LUA_NOREF ? specific : p->handler_ref[H_BATCH]; /* on_batch: a batch of one */
 }
 
 /* --- event_park.c: a sequenced DLQ's live side (dlq_sequence.h) ---------- */

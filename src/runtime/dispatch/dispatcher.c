@@ -11,15 +11,17 @@
 
 #include <lauxlib.h>
 
+#include "flowwarden/batch_lua.h"
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
 #include "flowwarden/lua_core.h"
 #include "flowwarden/metrics_lua.h"
 #include "flowwarden/state_lua.h"
+#include "runtime/dispatch/batch-private.h"
 #include "runtime/dispatch/dispatcher-private.h"
 
 static const char *const handler_keys[H_COUNT] = {"insert", "update", "replace", "delete",
-                                                  "change"};
+                                                  "change", "batch"};
 
 typedef struct {
    fw_program_t *prog;
@@ -63,6 +65,7 @@ pread_spec (lua_State *L)
    lua_call (L, 1, 1);
    luaL_checktype (L, -1, LUA_TTABLE);
    fw_event_ctx_open (L);
+   fw_batch_lua_open (L);
    a->ok = true;
    return 0;
 }
@@ -116,6 +119,7 @@ program_changed (fw_dispatcher_t *d)
 {
    d->dispatch.cache_ref = LUA_NOREF; /* the cache lived in the old Lua state */
    d->dispatch.cache_slots = 0;
+   fw_batch_state_forget (d->batch);  /* so did on_batch's */
    d->dispatch.stream_name = d->prog.cfg.name;
    d->dispatch.dlq_enabled = d->prog.cfg.dlq.enabled || d->prog.cfg.dlq_fallback.enabled;
 }
@@ -171,6 +175,7 @@ fw_dispatcher_destroy (fw_dispatcher_t *d)
    fw_dlq_sequences_destroy (d->park.open_seqs);
    bson_free (d->park.key);
    fw_outage_cleanup (d);
+   fw_batch_state_free (d->batch);
    free (d);
 }
 

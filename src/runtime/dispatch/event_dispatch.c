@@ -18,6 +18,7 @@
 #include "flowwarden/log.h"
 #include "flowwarden/lua_call.h"
 #include "flowwarden/secrets.h"
+#include "runtime/dispatch/batch-private.h"
 #include "runtime/dispatch/dispatcher-private.h"
 
 typedef enum { ACT_RETRY, ACT_DLQ, ACT_SKIP, ACT_DROP } action_t;
@@ -696,8 +697,10 @@ call_handler (fw_dispatcher_t *d, lua_State *L, int ref, int attempt, bool key_f
       ok = false;
    } else {
       lua_rawgeti (L, LUA_REGISTRYINDEX, ref);
-      ok = fw_lua_host_call_with (d->prog.host, 0, fw_event_ctx_push, &d->dispatch, 0,
-                                  d->prog.cfg.timeout_ms, stop);
+      ok = ref == d->prog.handler_ref[H_BATCH] /* on_batch: a batch of one */
+              ? fw_batch_call_one (d, stop)
+              : fw_lua_host_call_with (d->prog.host, 0, fw_event_ctx_push, &d->dispatch, 0,
+                                       d->prog.cfg.timeout_ms, stop);
    }
    if (!t->start_ns) {
       t->start_ns = fw_lua_host_call_started_ns (d->prog.host);

@@ -36,6 +36,7 @@
 
 #include <lauxlib.h>
 
+#include "flowwarden/batch_dispatch.h"
 #include "flowwarden/clock.h"
 #include "flowwarden/dlq_sequence.h"
 #include "flowwarden/log.h"
@@ -178,6 +179,76 @@ lane_pop (lane_t *l, item_t *out)
    return ok;
 }
 
+/* The next event of the lane if one comes by deadline_ms (CLOCK_MONOTONIC). */
+static bool
+lane_pop_by (lane_t *l, item_t *out, int64_t deadline_ms)
+{
+   bool ok = false;
+
+   pthread_mutex_lock (&l->mu);
+   while (!l->stop && !l->count && !fw_shutdown_requested (l->shutdown) &&
+          fw_mono_ms () < deadline_ms) {
+      struct timespec ts = fw_clock_after (CLOCK_REALTIME, deadline_ms - fw_mono_ms ());
+      pthread_cond_timedwait (&l->has_items, &l->mu, &ts);
+   }
+   if (!l->stop && l->count && !fw_shutdown_requested (l->shutdown)) {
+      *out = l->ring[l->head];
+      l->head = (l->head + 1) % LANE_QUEUE;
+      l->count--;
+      pthread_cond_signal (&l->has_room);
+      ok = true;
+   }
+   pthread_mutex_unlock (&l->mu);
+   return ok;
+}
+
+/* on_batch (issue 30): first and the events that come behind it in the
+ * lane within batch.max_wait, up to batch.max_events, as one batch; each
+ * is done (and freed) once the batch is. */
+static fw_dispatch_result_t
+lane_batch (lane_t *l, item_t *first, int max, int64_t wait_ms)
+{
+   item_t *items = malloc ((size_t) max * sizeof *items);
+   bson_t *docs = malloc ((size_t) max * sizeof *docs);
+   fw_event_t *evs = malloc ((size_t) max * sizeof *evs);
+   const fw_event_t **ptrs = malloc ((size_t) max * sizeof *ptrs);
+   int64_t deadline = fw_mono_ms () + wait_ms;
+   fw_dispatch_result_t r = FW_DISPATCH_FAILED;
+   int n = 0;
+
+   if (items && docs && evs && ptrs) {
+      fw_error_t err;
+      items[n++] = *first;
+      while (n < max && lane_pop_by (l, &items[n], deadline)) {
+         n++;
+      }
+      for (int k = 0; k < n; k++) { /* the stream's thread parsed the same bytes */
+         bson_init_static (&docs[k], items[k].doc, items[k].len);
+         fw_event_parse (&docs[k], &evs[k], &err);
+         ptrs[k] = &evs[k];
+         fw_dispatcher_count_received (l->d, &evs[k]);
+      }
+      r = fw_batch_dispatch (l->d, ptrs, (size_t) n, NULL);
+   } else {
+      lane_failed (l->ls, "out of memory taking a batch"); /* the lane ends: r is not DONE */
+      r = FW_DISPATCH_STOPPED;
+   }
+   for (int k = 0; k < n; k++) {
+      if (r == FW_DISPATCH_DONE) {
+         lane_done (l->ls, items[k].ticket);
+      }
+      free (items[k].doc);
+   }
+   if (!n) {
+      free (first->doc);
+   }
+   free (items);
+   free (docs);
+   free (evs);
+   free (ptrs);
+   return r;
+}
+
 /* Dispatches what the lane is given until it stops (run under
  * fw_lua_host_guard: true unless a panic ended it). */
 static bool
@@ -192,7 +263,19 @@ lane_loop (void *arg)
       fw_event_t ev;
       fw_error_t err;
       fw_dispatch_result_t r;
+      int max;
+      int64_t wait_ms;
 
+      if (fw_dispatcher_batching (d, &max, &wait_ms)) { /* on_batch: this lane's batch */
+         if ((r = lane_batch (l, &it, max, wait_ms)) == FW_DISPATCH_STOPPED) {
+            break;
+         }
+         if (r != FW_DISPATCH_DONE) {
+            lane_failed (l->ls, fw_dispatcher_failure (d));
+            break;
+         }
+         continue;
+      }
       if (!bson_init_static (&doc, it.doc, it.len) || !fw_event_parse (&doc, &ev, &err)) {
          /* The stream's thread parsed the same bytes: cannot happen. */
          free (it.doc);

@@ -112,6 +112,11 @@ fw_stream_reader_t *fw_stream_reader_start (mongoc_change_stream_t *cs, int max_
  * call), or false when idle or after the error. Waits for the reader. */
 bool fw_stream_reader_next (fw_stream_reader_t *r, const bson_t **doc);
 
+/* Whether next would return at once (an event, an idle mark or the error
+ * is there), waiting for one until deadline_ms (CLOCK_MONOTONIC, as
+ * fw_mono_ms) at most. Without a thread: true (next reads cs itself). */
+bool fw_stream_reader_ready (fw_stream_reader_t *r, int64_t deadline_ms);
+
 /* As mongoc_change_stream_error_document, after a false next. */
 bool fw_stream_reader_error (fw_stream_reader_t *r, bson_error_t *error);
 

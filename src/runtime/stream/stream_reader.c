@@ -231,6 +231,28 @@ fw_stream_reader_next (fw_stream_reader_t *r, const bson_t **doc)
 }
 
 bool
+fw_stream_reader_ready (fw_stream_reader_t *r, int64_t deadline_ms)
+{
+   bool ready;
+
+   if (r->direct) {
+      return true; /* next reads cs itself, as it always does */
+   }
+   pthread_mutex_lock (&r->mu);
+   while (r->count == 0 && !r->ended) {
+      int64_t left = deadline_ms - fw_mono_ms ();
+      if (left <= 0) {
+         break;
+      }
+      struct timespec until = fw_clock_after (CLOCK_REALTIME, left);
+      pthread_cond_timedwait (&r->not_empty, &r->mu, &until);
+   }
+   ready = r->count > 0 || r->ended;
+   pthread_mutex_unlock (&r->mu);
+   return ready;
+}
+
+bool
 fw_stream_reader_error (fw_stream_reader_t *r, bson_error_t *error)
 {
    if (r->direct) {

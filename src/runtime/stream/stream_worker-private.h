@@ -77,6 +77,8 @@ struct fw_stream_worker {
    int n_lane_d;
    struct fw_stream_lanes *lanes; /* the running lanes (threads, queues, watermark), owned
                                    * by the stream's thread; NULL: events handled here */
+   const bson_t *batch_held;   /* on_batch: read while taking a batch but not of it, to be
+                                * taken next (the reader's, stream_batch.c); else NULL */
 };
 
 /* What the admin endpoint asked the stream's thread to do. */
@@ -300,5 +302,18 @@ bool fw_stream_pause (fw_stream_worker_t *w, fw_stream_run_t *run, bool save);
  * history its fallback, else the restart backoff. True: open the change
  * stream again; false: the stream's thread ends. */
 bool fw_stream_read_ended (fw_stream_worker_t *w, fw_stream_run_t *run, fw_read_end_t end);
+
+/* --- stream_batch.c: on_batch without lanes (issue 30) -------------------- */
+
+/* ev (parsed from the reader's current event, not a fragment, stub or
+ * invalidate) is the first of a batch: takes up to batch.max_events events
+ * within batch.max_wait, hands them to the dispatcher as one batch and
+ * moves the position past them. An event read that cannot join the batch
+ * is left in w->batch_held. FW_READ_NEXT: read on. */
+fw_read_end_t fw_stream_batch_take (fw_stream_worker_t *w, fw_stream_reader_t *rd,
+                                    fw_position_t *p, const fw_event_t *ev);
+
+/* Whether doc (a change event read) may join a batch. */
+bool fw_stream_batch_joins (const bson_t *doc, const fw_event_t *ev);
 
 #endif

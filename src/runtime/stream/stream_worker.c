@@ -8,6 +8,7 @@
 
 #include <lauxlib.h>
 
+#include "flowwarden/batch_dispatch.h"
 #include "flowwarden/checkpoint_store.h"
 #include "flowwarden/dlq_replay.h"
 #include "flowwarden/log.h"
@@ -399,6 +400,12 @@ take_event (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p, con
       /* dead-lettered without its document by fw_oversize_take */
    } else if (!parsed) {
       end = unreadable_event (w, &ev, &err);
+   } else if (!w->lanes && fw_dispatcher_batching (w->d, NULL, NULL) &&
+              fw_stream_batch_joins (doc, &ev)) {
+      /* on_batch: ev starts a batch, which moves the position itself */
+      *progressed = true;
+      end = fw_stream_batch_take (w, rd, p, &ev);
+      return end == FW_READ_NEXT && split_back (w, p) ? FW_READ_REOPEN : end;
    } else if (!w->lanes) {
       end = dispatch_here (w, &ev);
    }
@@ -464,6 +471,12 @@ consume_events (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
          if ((end = take_event (w, rd, p, doc, progressed)) != FW_READ_NEXT) {
             return end;
          }
+         while ((doc = w->batch_held)) { /* read by a batch, not of it */
+            w->batch_held = NULL;
+            if ((end = take_event (w, rd, p, doc, progressed)) != FW_READ_NEXT) {
+               return end;
+            }
+         }
          continue;
       }
       if (fw_stream_reader_error (rd, &berr)) {
@@ -500,6 +513,7 @@ consume (fw_stream_worker_t *w, mongoc_change_stream_t *cs, fw_position_t *p, bo
       return FW_READ_ERROR;
    }
    end = consume_events (w, rd, p, progressed);
+   w->batch_held = NULL; /* the reader's: re-read after the position */
    fw_stream_lanes_stop (w, p); /* p: the watermark once they finished */
    fw_stream_reader_stop (rd);
    return end;

@@ -15,6 +15,7 @@ fw_test_app_open (lua_State *L)
    static const luaL_Reg fns[] = {{"load", fw_test__load},
                                   {"streams", fw_test__streams},
                                   {"deliver", fw_test__deliver},
+                                  {"deliver_batch", fw_test__deliver_batch},
                                   {"replay_one", fw_test__replay_one},
                                   {"now", fw_test__now},
                                   {"advance", fw_test__advance},

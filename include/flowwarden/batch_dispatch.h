@@ -1,0 +1,40 @@
+/*
+ * batch_dispatch.h - a stream with on_batch (issue 30): a batch of events
+ * through its dispatcher, by batch_run.h's attempts and bisection. The
+ * stream assembles the batch (stream/stream_batch.c); events the batch
+ * cannot settle go the per-event path (fw_event_dispatch), where on_batch
+ * is called with a batch of one.
+ */
+#ifndef FLOWWARDEN_BATCH_DISPATCH_H
+#define FLOWWARDEN_BATCH_DISPATCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "flowwarden/batch_run.h"
+#include "flowwarden/dispatcher.h"
+
+/* True when d's program declares on_batch: *max_events and *max_wait_ms
+ * (may be NULL) are its batch settings. */
+bool fw_dispatcher_batching (const fw_dispatcher_t *d, int *max_events, int64_t *max_wait_ms);
+
+/* What became of one event of a batch. */
+typedef enum {
+   FW_BATCH_OUT_NONE = 0, /* not finished with (the batch stopped), or no handler */
+   FW_BATCH_OUT_HANDLED,
+   FW_BATCH_OUT_DLQ,
+   FW_BATCH_OUT_SKIPPED,
+   FW_BATCH_OUT_LOST,
+   FW_BATCH_OUT_PARKED
+} fw_batch_outcome_t;
+
+/* Runs the n events evs[0..n) (parsed, valid until it returns, in stream
+ * order) through on_batch. FW_DISPATCH_DONE: every event is finished with
+ * (handled, or given to on_error / the DLQ); otherwise the batch must come
+ * back (STOPPED) or the stream stop before it (FAILED, NO_DLQ), as with
+ * fw_event_dispatch. outcomes (n entries, or NULL) gets each event's. */
+fw_dispatch_result_t fw_batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs,
+                                        size_t n, fw_batch_outcome_t *outcomes);
+
+#endif

@@ -1,0 +1,386 @@
+/*
+ * batch.c - on_batch through a dispatcher (batch_dispatch.h): one call of
+ * the handler over a set of the batch's events, the retry wait between a
+ * batch's attempts, and the per-event path for the events bisection leaves
+ * alone (batch_run.c decides which call comes next).
+ *
+ * Each event of a call gets a ctx over an fw_dispatch_t of its own; the
+ * dispatcher keeps them (and the batch object's view) for its life, so a
+ * ctx or batch kept past its call raises instead of reading freed memory.
+ * The stream's `timeout` is the budget of one call of on_batch, whatever
+ * the number of events in it.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <lauxlib.h>
+
+#include "flowwarden/batch_dispatch.h"
+#include "flowwarden/batch_lua.h"
+#include "flowwarden/clock.h"
+#include "flowwarden/log.h"
+#include "runtime/dispatch/batch-private.h"
+
+typedef struct fw_batch_state {
+   fw_batch_view_t view;     /* the batch object's view: lives as long as d */
+   fw_dispatch_t **items;    /* cap ctx states, each its own allocation */
+   size_t cap;
+   fw_dispatch_t *one;       /* fw_batch_call_one's single item: d->dispatch */
+   bool one_marked;
+   fw_dispatcher_t *d;
+   const fw_event_t *const *evs; /* the batch in hand */
+   size_t n;
+   fw_batch_outcome_t *outcomes; /* the caller's, or NULL */
+   fw_dispatch_result_t result; /* why the batch ended early */
+   char last_error[512];     /* the last failed call's error, for the log */
+   fw_batch_stats_t stats;   /* batch_run's counts over d's life (splits go to the metrics) */
+} fw_batch_state_t;
+
+void
+fw_batch_state_free (fw_batch_state_t *s)
+{
+   if (!s) {
+      return;
+   }
+   for (size_t i = 0; i < s->cap; i++) {
+      free (s->items[i]);
+   }
+   free (s->items);
+   free (s);
+}
+
+/* d's batch state with room for n events; NULL when out of memory. Items
+ * are never moved: a stale ctx may still point at one. */
+static fw_batch_state_t *
+state_for (fw_dispatcher_t *d, size_t n)
+{
+   fw_batch_state_t *s = d->batch;
+   fw_dispatch_t **items;
+
+   if (!s) {
+      if (!(s = calloc (1, sizeof *s))) {
+         return NULL;
+      }
+      s->view.errors_ref = LUA_NOREF;
+      d->batch = s;
+   }
+   s->d = d;
+   if (n <= s->cap) {
+      return s;
+   }
+   if (!(items = realloc (s->items, n * sizeof *items))) {
+      return NULL;
+   }
+   s->items = items;
+   for (; s->cap < n; s->cap++) {
+      if (!(items[s->cap] = calloc (1, sizeof **items))) {
+         return NULL;
+      }
+      items[s->cap]->cache_ref = LUA_NOREF;
+   }
+   return s;
+}
+
+bool
+fw_dispatcher_batching (const fw_dispatcher_t *d, int *max_events, int64_t *max_wait_ms)
+{
+   if (d->prog.handler_ref[H_BATCH] == LUA_NOREF || d->prog.cfg.batch_max_events < 1) {
+      return false;
+   }
+   if (max_events) {
+      /* A sequenced DLQ: batches of one. In a larger batch, an event could be
+       * applied while an earlier event of its key is being dead-lettered,
+       * which the sequence exists to prevent. */
+      *max_events = fw_park_enabled (d) ? 1 : d->prog.cfg.batch_max_events;
+   }
+   if (max_wait_ms) {
+      *max_wait_ms = d->prog.cfg.batch_max_wait_ms;
+   }
+   return true;
+}
+
+/* Copies what the failed call raised (the failure table on top of L) into
+ * s->last_error: an fw.error's type and message, or the value as text. */
+static void
+note_error (fw_batch_state_t *s, lua_State *L)
+{
+   const char *type = NULL, *msg = NULL;
+   int top = lua_gettop (L);
+
+   if (lua_istable (L, -1)) {
+      lua_getfield (L, top, "value");
+      if (lua_istable (L, -1)) {
+         lua_getfield (L, top + 1, "type");
+         lua_getfield (L, top + 1, "message");
+         type = lua_tostring (L, -2);
+         msg = lua_tostring (L, -1);
+      } else {
+         msg = lua_tostring (L, -1);
+      }
+   }
+   snprintf (s->last_error, sizeof s->last_error, "%s%s%s", type ? type : "",
+             type ? ": " : "", msg ? msg : "(an error without a message)");
+   lua_settop (L, top);
+}
+
+void
+fw_batch_state_forget (fw_batch_state_t *s)
+{
+   for (size_t i = 0; s && i < s->cap; i++) {
+      s->items[i]->cache_ref = LUA_NOREF;
+      s->items[i]->cache_slots = 0;
+   }
+}
+
+/* The call is over: the ctx of its events and the batch object refuse use,
+ * their cached values are let go (each item's cache table stays, for the
+ * next batch, as the per-event path keeps its one). Cannot raise. */
+static void
+end_call (lua_State *L, fw_batch_state_t *s, size_t n)
+{
+   fw_batch_lua_end (L, &s->view);
+   for (size_t k = 0; k < n; k++) {
+      fw_dispatch_t *item = s->view.items[k];
+      if (item == s->one) {
+         continue; /* d->dispatch: the per-event path owns its cache */
+      }
+      fw_event_ctx_drop_values (L, item);
+      item->generation++;
+      item->event = NULL;
+   }
+}
+
+static fw_batch_call_t
+op_call (void *ud, const size_t *idx, size_t n, int attempt, bool *marked)
+{
+   fw_batch_state_t *s = ud;
+   fw_dispatcher_t *d = s->d;
+   lua_State *L = fw_lua_host_state (d->prog.host);
+   fw_lua_stop_t stop;
+   int64_t start = fw_mono_ns ();
+   bool ok;
+
+   if (d->lease && !fw_lease_is_leader (d->lease, NULL)) {
+      s->result = FW_DISPATCH_STOPPED; /* ha: the batch comes back to the next leader */
+      return FW_BATCH_CALL_STOPPED;
+   }
+   for (size_t k = 0; k < n; k++) {
+      fw_dispatch_t *item = s->items[k];
+      fw_event_ctx_begin (L, item, s->evs[idx[k]]);
+      item->attempt = attempt;
+      item->stream_name = d->dispatch.stream_name;
+      item->dlq_enabled = d->dispatch.dlq_enabled;
+   }
+   s->view = (fw_batch_view_t){s->items, n, marked, LUA_NOREF, s->view.generation};
+   if (d->metrics) {
+      fw_stream_metrics_set_attempt (d->metrics, attempt);
+   }
+   lua_rawgeti (L, LUA_REGISTRYINDEX, d->prog.handler_ref[H_BATCH]);
+   ok = fw_lua_host_call_with (d->prog.host, 0, fw_batch_lua_push, &s->view, 0,
+                               d->prog.cfg.timeout_ms, &stop);
+   if (d->metrics) {
+      fw_stream_metrics_handler_call (d->metrics, fw_mono_ns () - start);
+   }
+   fw_mongo_lua_close_cursors (L);
+   if (ok) {
+      for (size_t k = 0; k < n; k++) {
+         marked[k] = marked[k] || s->items[k]->dlq_requested; /* settled on its own path */
+      }
+   } else {
+      note_error (s, L);
+      lua_pop (L, 1);
+      d->stats.handler_errors++;
+   }
+   end_call (L, s, n);
+   return ok ? FW_BATCH_CALL_OK : FW_BATCH_CALL_FAILED;
+}
+
+static bool
+op_retry_wait (void *ud, int attempt, size_t n)
+{
+   fw_batch_state_t *s = ud;
+   fw_dispatcher_t *d = s->d;
+   int64_t delay = fw_backoff_delay_ms (&d->prog.cfg.retry, attempt, fw_backoff_random (&d->rng));
+   char id[1024];
+
+   fw_event_log_id (s->evs[0], id, sizeof id);
+   fw_log (FW_LOG_WARN, d->prog.cfg.name,
+           "batch of %zu event(s) from %s: attempt %d failed%s%s; retrying %s in %lld ms", s->n,
+           id, attempt, s->last_error[0] ? ": " : "", s->last_error,
+           n == s->n ? "the whole batch" : "the events it failed", (long long) delay);
+   s->last_error[0] = '\0';
+   d->stats.retries++;
+   if (d->metrics) {
+      fw_stream_metrics_retry (d->metrics);
+      fw_stream_metrics_set_state (d->metrics, FW_STREAM_RETRYING, NULL);
+   }
+   if (d->clock.wait_ms (d->clock.ud, delay)) {
+      s->result = FW_DISPATCH_STOPPED;
+      return false;
+   }
+   if (d->metrics) {
+      fw_stream_metrics_set_state (d->metrics, FW_STREAM_RUNNING, NULL);
+   }
+   return true;
+}
+
+static void
+op_succeeded (void *ud, size_t i)
+{
+   fw_batch_state_t *s = ud;
+   fw_dispatcher_t *d = s->d;
+
+   if (s->outcomes) {
+      s->outcomes[i] = FW_BATCH_OUT_HANDLED;
+   }
+   d->stats.handled++;
+   if (d->metrics && !d->replay) {
+      d->finished_ms = d->clock.now_ms (d->clock.ud);
+      fw_stream_metrics_event_finished (d->metrics, FW_METRICS_OUTCOME_OK, d->finished_ms);
+   }
+}
+
+/* ev on the per-event path; *out (may be NULL) says how it ended, from
+ * d's counts around it. */
+static fw_dispatch_result_t
+dispatch_one (fw_dispatcher_t *d, const fw_event_t *ev, fw_batch_outcome_t *out)
+{
+   fw_stream_stats_t a = d->stats, b;
+   fw_dispatch_result_t r = fw_event_dispatch (d, ev);
+
+   if (out) {
+      b = d->stats;
+      *out = r != FW_DISPATCH_DONE            ? FW_BATCH_OUT_NONE
+             : b.parked > a.parked             ? FW_BATCH_OUT_PARKED
+             : b.dead_lettered > a.dead_lettered ? FW_BATCH_OUT_DLQ
+             : b.lost > a.lost                 ? FW_BATCH_OUT_LOST
+             : b.skipped > a.skipped           ? FW_BATCH_OUT_SKIPPED
+             : b.handled > a.handled           ? FW_BATCH_OUT_HANDLED
+                                               : FW_BATCH_OUT_NONE;
+   }
+   return r;
+}
+
+static bool
+op_single (void *ud, size_t i)
+{
+   fw_batch_state_t *s = ud;
+   fw_dispatch_result_t r = dispatch_one (s->d, s->evs[i], s->outcomes ? &s->outcomes[i] : NULL);
+
+   if (r != FW_DISPATCH_DONE) {
+      s->result = r;
+      return false;
+   }
+   return true;
+}
+
+/* Without on_batch (a reload took it away) or its state: one by one. */
+static fw_dispatch_result_t
+one_by_one (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
+            fw_batch_outcome_t *outcomes)
+{
+   for (size_t i = 0; i < n; i++) {
+      fw_dispatch_result_t r = dispatch_one (d, evs[i], outcomes ? &outcomes[i] : NULL);
+      if (r != FW_DISPATCH_DONE) {
+         return r;
+      }
+   }
+   return FW_DISPATCH_DONE;
+}
+
+fw_dispatch_result_t
+fw_batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
+                   fw_batch_outcome_t *outcomes)
+{
+   fw_batch_state_t *s;
+   bool (*boundary) (void *ud) = d->at_attempt_boundary;
+   bool ok;
+
+   /* A reload takes effect between batches, never inside one. */
+   if (boundary) {
+      boundary (d->boundary_ud);
+   }
+   if (outcomes) {
+      memset (outcomes, 0, n * sizeof *outcomes);
+   }
+   if (!fw_dispatcher_batching (d, NULL, NULL) || fw_park_enabled (d) ||
+       !(s = state_for (d, n))) {
+      return one_by_one (d, evs, n, outcomes); /* a sequenced DLQ: see fw_dispatcher_batching */
+   }
+   if (n == 1) { /* a quiet stream's batch: the per-event path at once */
+      if (d->metrics) {
+         fw_stream_metrics_batch (d->metrics, 1, 0);
+      }
+      return dispatch_one (d, evs[0], outcomes);
+   }
+   fw_batch_ops_t ops = {op_call, op_retry_wait, op_succeeded, op_single, s,
+                         d->prog.cfg.retry.max_attempts > 0 ? d->prog.cfg.retry.max_attempts : 1};
+   s->evs = evs;
+   s->n = n;
+   s->outcomes = outcomes;
+   s->result = FW_DISPATCH_DONE;
+   s->last_error[0] = '\0';
+   d->at_attempt_boundary = NULL;
+   int64_t splits = s->stats.splits;
+   ok = fw_batch_run (&ops, n, &s->stats);
+   d->at_attempt_boundary = boundary;
+   if (d->metrics) {
+      fw_stream_metrics_batch (d->metrics, n, (uint64_t) (s->stats.splits - splits));
+   }
+   s->evs = NULL;
+   s->outcomes = NULL;
+   if (!ok && s->result == FW_DISPATCH_DONE) {
+      snprintf (d->failure, sizeof d->failure, "out of memory taking a batch of %zu events", n);
+      return FW_DISPATCH_FAILED;
+   }
+   return s->result;
+}
+
+/* Protected: the failure table { value = batch:fail's error (view non-NULL)
+ * or the message at 2, traceback = "" }. */
+static int
+pfailure (lua_State *L)
+{
+   const fw_batch_view_t *view = lua_touserdata (L, 1);
+   lua_createtable (L, 0, 2);
+   if (view) {
+      fw_batch_lua_push_error (L, view, 1);
+   } else {
+      lua_pushvalue (L, 2);
+   }
+   lua_setfield (L, -2, "value");
+   lua_pushliteral (L, "");
+   lua_setfield (L, -2, "traceback");
+   return 1;
+}
+
+bool
+fw_batch_call_one (fw_dispatcher_t *d, fw_lua_stop_t *stop)
+{
+   lua_State *L = fw_lua_host_state (d->prog.host);
+   fw_batch_state_t *s = state_for (d, 0);
+   bool ok;
+
+   if (!s) {
+      lua_pop (L, 1); /* the handler */
+      lua_pushcfunction (L, pfailure);
+      lua_pushnil (L);
+      lua_pushliteral (L, "not enough memory for the batch");
+      lua_pcall (L, 2, 1, 0); /* a memory error's message stands in for the table */
+      *stop = FW_LUA_STOP_MEMORY;
+      return false;
+   }
+   s->one = &d->dispatch;
+   s->one_marked = false;
+   s->view = (fw_batch_view_t){&s->one, 1, &s->one_marked, LUA_NOREF, s->view.generation};
+   ok = fw_lua_host_call_with (d->prog.host, 0, fw_batch_lua_push, &s->view, 0,
+                               d->prog.cfg.timeout_ms, stop);
+   if (ok && s->one_marked) {
+      lua_pushcfunction (L, pfailure);
+      lua_pushlightuserdata (L, &s->view);
+      lua_pcall (L, 1, 1, 0); /* a memory error's message stands in for the table */
+      ok = false;
+   }
+   fw_batch_lua_end (L, &s->view);
+   return ok;
+}

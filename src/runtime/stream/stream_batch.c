@@ -1,0 +1,171 @@
+/*
+ * stream_batch.c - on_batch on the stream's own thread (issue 30): taking a
+ * batch from the reader, handing it to the dispatcher, and moving the
+ * position past it once every event of it is finished with.
+ *
+ * A batch starts with the first event there and takes what the reader has
+ * or brings within batch.max_wait, up to batch.max_events: a backlog gives
+ * full batches, a quiet stream batches of one with no wait. An event that
+ * cannot join (a fragment of a split event, an oversize stub, an
+ * invalidate) ends the batch and is taken next, on its usual path. The
+ * events read are copies: the reader's buffer lasts only until its next
+ * event.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "flowwarden/batch_dispatch.h"
+#include "flowwarden/clock.h"
+#include "flowwarden/dlq_replay.h"
+#include "flowwarden/log.h"
+#include "runtime/stream/stream_worker-private.h"
+
+typedef struct {
+   bson_t **docs;
+   fw_event_t *evs;
+   const fw_event_t **ptrs;
+   size_t n;
+   bson_t resume; /* the reader's resume token after the last event taken */
+} batch_t;
+
+bool
+fw_stream_batch_joins (const bson_t *doc, const fw_event_t *ev)
+{
+   int64_t size;
+
+   return !fw_event_has (ev, FW_EV_SPLIT) && !fw_oversize_stub_size (doc, &size) &&
+          strcmp (ev->operation_type, "invalidate") != 0;
+}
+
+/* Adds a copy of ev (read from rd just now) to b. False when out of
+ * memory or the copy does not parse (it did before). */
+static bool
+batch_add (fw_stream_worker_t *w, fw_stream_reader_t *rd, batch_t *b, const fw_event_t *ev)
+{
+   fw_error_t err;
+   bson_t *copy = bson_copy (ev->doc);
+
+   if (!copy || !fw_event_parse (copy, &b->evs[b->n], &err)) {
+      bson_destroy (copy);
+      return false;
+   }
+   b->docs[b->n] = copy;
+   b->ptrs[b->n] = &b->evs[b->n];
+   b->n++;
+   fw_position_set_token (&b->resume, fw_stream_reader_resume_token (rd));
+   fw_dispatcher_count_received (w->d, ev);
+   return true;
+}
+
+/* Reads on into b until it is full, max_wait passed or an event that cannot
+ * join comes (left in w->batch_held). */
+static void
+batch_fill (fw_stream_worker_t *w, fw_stream_reader_t *rd, batch_t *b, size_t max,
+            int64_t deadline_ms)
+{
+   const bson_t *doc;
+
+   while (b->n < max && fw_stream_reader_ready (rd, deadline_ms)) {
+      fw_event_t ev;
+      fw_error_t err;
+      if (!fw_stream_reader_next (rd, &doc)) {
+         return; /* idle, or the error, which the next read gives again */
+      }
+      if (!fw_event_parse (doc, &ev, &err) || !fw_stream_batch_joins (doc, &ev) ||
+          !batch_add (w, rd, b, &ev)) {
+         w->batch_held = doc;
+         return;
+      }
+   }
+}
+
+static void
+batch_free (batch_t *b)
+{
+   for (size_t i = 0; i < b->n; i++) {
+      bson_destroy (b->docs[i]);
+   }
+   free (b->docs);
+   free (b->evs);
+   free (b->ptrs);
+   bson_destroy (&b->resume);
+}
+
+/* Every event of b is finished with: the position moves past the last. */
+static void
+batch_done (fw_stream_worker_t *w, fw_position_t *p, batch_t *b)
+{
+   bson_iter_t id;
+   const fw_event_t *last = b->ptrs[b->n - 1];
+
+   if (fw_event_field (last, FW_EV_ID, &id) && BSON_ITER_HOLDS_DOCUMENT (&id)) {
+      uint32_t len;
+      const uint8_t *data;
+      bson_t view;
+      bson_iter_document (&id, &len, &data);
+      if (bson_init_static (&view, data, len)) {
+         fw_position_set_token (&p->processed, &view);
+         p->has_processed = true;
+      }
+   }
+   fw_position_set_token (&p->resume, &b->resume);
+   p->has_resume = true;
+   p->dirty = true;
+   p->since_save += (int) b->n;
+   if (p->since_save >= w->cfg->save_every) {
+      fw_position_save_async (w, p, "save_every");
+   }
+}
+
+/* What the dispatcher's result means for the read. */
+static fw_read_end_t
+batch_end (fw_stream_worker_t *w, fw_dispatch_result_t r)
+{
+   if (r == FW_DISPATCH_STOPPED) {
+      return fw_stream_lease_lost (w) && !fw_shutdown_requested (w->shutdown) ? FW_READ_LOST
+                                                                              : FW_READ_STOP;
+   }
+   fw_stream_failed (w, r == FW_DISPATCH_FAILED ? fw_dispatcher_failure (w->d)
+                                                : "a batch's event could not be dead-lettered");
+   return FW_READ_FAILED;
+}
+
+fw_read_end_t
+fw_stream_batch_take (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
+                      const fw_event_t *ev)
+{
+   int max = 1;
+   int64_t wait_ms = 0;
+   batch_t b = {NULL, NULL, NULL, 0, BSON_INITIALIZER};
+   fw_dispatch_result_t r;
+
+   fw_dispatcher_batching (w->d, &max, &wait_ms);
+   b.docs = malloc ((size_t) max * sizeof *b.docs);
+   b.evs = malloc ((size_t) max * sizeof *b.evs);
+   b.ptrs = malloc ((size_t) max * sizeof *b.ptrs);
+   if (!b.docs || !b.evs || !b.ptrs || !batch_add (w, rd, &b, ev)) {
+      batch_free (&b);
+      fw_stream_failed (w, "out of memory taking a batch");
+      return FW_READ_FAILED;
+   }
+   batch_fill (w, rd, &b, (size_t) max, fw_mono_ms () + wait_ms);
+   if (fw_stream_lease_lost (w)) {
+      batch_free (&b);
+      return FW_READ_LOST;
+   }
+   r = fw_batch_dispatch (w->d, b.ptrs, b.n, NULL);
+   if (r != FW_DISPATCH_DONE) {
+      batch_free (&b);
+      w->batch_held = NULL; /* the read ends: the position re-reads it all */
+      return batch_end (w, r);
+   }
+   if (w->metrics) {
+      fw_stream_count_dispatched (w);
+   }
+   if (w->reprocess_at_ms >= 0) {
+      fw_dlq_reprocess_tick (w->d, &w->reprocess_at_ms); /* between batches */
+   }
+   batch_done (w, p, &b);
+   batch_free (&b);
+   return FW_READ_NEXT;
+}

@@ -1,0 +1,238 @@
+/* Unit tests for a batch's attempts and bisection (batch_run.h), with a
+ * fake handler failing on chosen events: which events are applied, which
+ * reach the per-event path (on_error / the DLQ), and how many calls it
+ * takes. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "flowwarden/batch_run.h"
+
+#define MAX_N 1024
+
+typedef struct {
+   bool poison[MAX_N];   /* fails on its own */
+   bool mark;            /* poison is marked with batch:fail (else the call raises) */
+   int fail_first;       /* the first calls raise whatever they hold (transient) */
+   int stop_at_call;     /* that call stops (0: never) */
+   int applied[MAX_N];   /* succeeded */
+   int singled[MAX_N];   /* given to the per-event path */
+   int dead[MAX_N];      /* ... where it failed on its own: the DLQ */
+   int calls, waits, max_attempts;
+   bool single_attempts; /* count the per-event path's attempts as calls */
+} fake_t;
+
+static fw_batch_call_t
+fake_call (void *ud, const size_t *idx, size_t n, int attempt, bool *marked)
+{
+   fake_t *f = ud;
+   bool raise = false;
+
+   (void) attempt;
+   assert_true (n >= 2);
+   f->calls++;
+   if (f->stop_at_call && f->calls == f->stop_at_call) {
+      return FW_BATCH_CALL_STOPPED;
+   }
+   if (f->calls <= f->fail_first) {
+      return FW_BATCH_CALL_FAILED;
+   }
+   for (size_t k = 0; k < n; k++) {
+      assert_true (k == 0 || idx[k] > idx[k - 1]); /* stream order */
+      if (f->poison[idx[k]]) {
+         marked[k] = f->mark;
+         raise = raise || !f->mark;
+      }
+   }
+   return raise ? FW_BATCH_CALL_FAILED : FW_BATCH_CALL_OK;
+}
+
+static bool
+fake_wait (void *ud, int attempt, size_t n)
+{
+   fake_t *f = ud;
+   (void) attempt;
+   (void) n;
+   f->waits++;
+   return true;
+}
+
+static void
+fake_succeeded (void *ud, size_t i)
+{
+   ((fake_t *) ud)->applied[i]++;
+}
+
+/* The per-event path: a poison event fails all its attempts and is
+ * dead-lettered; any other is applied on its first. */
+static bool
+fake_single (void *ud, size_t i)
+{
+   fake_t *f = ud;
+   f->singled[i]++;
+   if (f->poison[i]) {
+      f->dead[i]++;
+      f->calls += f->max_attempts;
+   } else {
+      f->applied[i]++;
+      f->calls++;
+   }
+   return true;
+}
+
+static bool
+run (fake_t *f, size_t n, fw_batch_stats_t *stats)
+{
+   fw_batch_ops_t ops = {fake_call, fake_wait, fake_succeeded, fake_single, f, f->max_attempts};
+   return fw_batch_run (&ops, n, stats);
+}
+
+/* Every event finished with exactly once: applied, or dead-lettered. */
+static void
+assert_each_once (const fake_t *f, size_t n)
+{
+   for (size_t i = 0; i < n; i++) {
+      if (f->poison[i]) {
+         assert_int_equal (f->dead[i], 1);
+         assert_int_equal (f->applied[i], 0);
+      } else {
+         assert_int_equal (f->applied[i], 1);
+         assert_int_equal (f->dead[i], 0);
+      }
+   }
+}
+
+static int
+ceil_log2 (size_t n)
+{
+   int l = 0;
+   while (((size_t) 1 << l) < n) {
+      l++;
+   }
+   return l;
+}
+
+static void
+one_poison_among_512_alone_in_the_dlq (void **state)
+{
+   static fake_t f;
+   fw_batch_stats_t st = {0, 0, 0};
+   (void) state;
+   memset (&f, 0, sizeof f);
+   f.max_attempts = 3;
+   f.poison[300] = true;
+   assert_true (run (&f, 512, &st));
+   assert_each_once (&f, 512);
+   /* A whole-batch attempts, then two halves a level for 8 levels, then
+    * the last two events alone: 3 + 16 + 1 + 3 = 23 calls. */
+   assert_int_equal (f.calls, 23);
+   assert_true (f.calls <= 3 + 1 * (2 * ceil_log2 (512) + 3));
+   assert_int_equal (f.waits, 2); /* backoff only between the whole batch's attempts */
+   assert_int_equal (st.singles, 2);
+}
+
+static void
+ten_poison_events_ten_dead_letters_bounded_calls (void **state)
+{
+   static fake_t f;
+   const size_t n = 1000;
+   int dead = 0;
+   (void) state;
+   memset (&f, 0, sizeof f);
+   f.max_attempts = 2;
+   for (size_t i = 7; i < n; i += 97) {
+      f.poison[i] = true;
+   }
+   assert_true (run (&f, n, NULL));
+   assert_each_once (&f, n);
+   for (size_t i = 0; i < n; i++) {
+      dead += f.dead[i];
+   }
+   assert_int_equal (dead, 11);
+   assert_true (f.calls <= 2 + 11 * (2 * ceil_log2 (n) + 2));
+}
+
+static void
+marked_events_retried_alone_then_bisected (void **state)
+{
+   static fake_t f;
+   fw_batch_stats_t st = {0, 0, 0};
+   (void) state;
+   memset (&f, 0, sizeof f);
+   f.max_attempts = 3;
+   f.mark = true;
+   f.poison[3] = f.poison[40] = f.poison[41] = true;
+   assert_true (run (&f, 100, &st));
+   assert_each_once (&f, 100);
+   /* call 1 settles the 97 others; calls 2 and 3 are the three marked
+    * events alone; then they are split ({3}, {40, 41}): 3 alone, {40, 41}
+    * tried once and split into two single events. */
+   assert_int_equal (f.waits, 2);
+   assert_int_equal (st.calls, 4);
+   assert_int_equal (st.singles, 3);
+   assert_int_equal (f.singled[3] + f.singled[40] + f.singled[41], 3);
+}
+
+static void
+transient_failure_retried_whole_no_bisection (void **state)
+{
+   static fake_t f;
+   fw_batch_stats_t st = {0, 0, 0};
+   (void) state;
+   memset (&f, 0, sizeof f);
+   f.max_attempts = 3;
+   f.fail_first = 2;
+   assert_true (run (&f, 50, &st));
+   assert_each_once (&f, 50);
+   assert_int_equal (f.calls, 3);
+   assert_int_equal (f.waits, 2);
+   assert_int_equal (st.splits, 0);
+   assert_int_equal (st.singles, 0);
+}
+
+static void
+one_event_goes_the_per_event_path (void **state)
+{
+   static fake_t f;
+   (void) state;
+   memset (&f, 0, sizeof f);
+   f.max_attempts = 3;
+   f.poison[0] = true;
+   assert_true (run (&f, 1, NULL));
+   assert_int_equal (f.singled[0], 1);
+   assert_int_equal (f.dead[0], 1);
+   assert_int_equal (f.waits, 0);
+}
+
+static void
+a_stop_ends_the_batch_unfinished (void **state)
+{
+   static fake_t f;
+   (void) state;
+   memset (&f, 0, sizeof f);
+   f.max_attempts = 1;
+   f.poison[5] = true;
+   f.stop_at_call = 2; /* the first half after the whole batch failed */
+   assert_false (run (&f, 16, NULL));
+   for (size_t i = 0; i < 16; i++) {
+      assert_int_equal (f.dead[i], 0);
+   }
+}
+
+int
+main (void)
+{
+   const struct CMUnitTest tests[] = {
+      cmocka_unit_test (one_poison_among_512_alone_in_the_dlq),
+      cmocka_unit_test (ten_poison_events_ten_dead_letters_bounded_calls),
+      cmocka_unit_test (marked_events_retried_alone_then_bisected),
+      cmocka_unit_test (transient_failure_retried_whole_no_bisection),
+      cmocka_unit_test (one_event_goes_the_per_event_path),
+      cmocka_unit_test (a_stop_ends_the_batch_unfinished),
+   };
+   return cmocka_run_group_tests (tests, NULL, NULL);
+}
