@@ -22,3 +22,8 @@ fw.stream { name = "forever", database = "shop", collection = "orders3", on_inse
 
 fw.stream { name = "limited", database = "shop", collection = "orders4", on_insert = post,
   rate_limit = "2/s" }
+
+-- on_batch: one token per call, whatever the batch's size.
+fw.stream { name = "limited_batch", database = "shop", collection = "orders5",
+  rate_limit = "2/s", batch = { max_events = 10 },
+  on_batch = function(batch) for _, ctx in batch:events() do post(ctx) end end }

@@ -52,4 +52,15 @@ describe("dependency outages", function()
     end
     assert.same({ {}, {}, { 0.5 }, { 0.5 } }, waited)
   end)
+  it("rate_limit with on_batch: one token per call, whatever the batch's size", function()
+    local waited = {}
+    for i = 1, 4 do
+      local evs = {}
+      for k = 1, 5 do evs[k] = fwt.insert { _id = 100 * i + k } end
+      local r = app:deliver_batch("limited_batch", evs)
+      assert.equal("done", r.result)
+      waited[i] = r.delays
+    end
+    assert.same({ {}, {}, { 0.5 }, { 0.5 } }, waited)
+  end)
 end)

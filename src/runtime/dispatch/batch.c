@@ -164,6 +164,12 @@ op_call (void *ud, const size_t *idx, size_t n, int attempt, bool *marked)
       s->result = FW_DISPATCH_STOPPED; /* ha: the batch comes back to the next leader */
       return FW_BATCH_CALL_STOPPED;
    }
+   /* Issue 29: no call while the stream's breaker is open (another lane's
+    * event holds it), and one rate-limit token per call, as per attempt. */
+   if (!fw_outage_admit (d)) {
+      s->result = FW_DISPATCH_STOPPED;
+      return FW_BATCH_CALL_STOPPED;
+   }
    for (size_t k = 0; k < n; k++) {
       fw_dispatch_t *item = s->items[k];
       fw_event_ctx_begin (L, item, s->evs[idx[k]]);
