@@ -50,6 +50,12 @@ typedef struct {
    bool checkpoint_sync;            /* checkpoint.mode = "sync": written on the handler's path */
    bool start_latest;               /* start_position = "latest" */
    bool resume_from_now;            /* on_history_lost = "resume_from_now" */
+   struct {
+      bool at_start;                /* start_position = "snapshot" (issue 28) */
+      int64_t chunk_size;           /* rows read per chunk */
+      int64_t pause_ms;             /* between chunks */
+      int read_mode;                /* mongoc_read_mode_t of read_preference */
+   } snapshot;
    fw_backoff_t restart;
    fw_backoff_t retry;
    fw_dlq_config_t dlq;

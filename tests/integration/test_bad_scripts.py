@@ -113,7 +113,7 @@ CASES = [
     ("no_handler",
      "fw.stream { name = 's', database = 'shop' }",
      [S + "handlers: none declared (define at least one of on_insert, on_update, on_replace, "
-      "on_delete, on_change)"]),
+      "on_delete, on_change, on_snapshot)"]),
     ("handler_not_a_function",
      "fw.stream { name = 's', database = 'shop', on_insert = 'process' }",
      [S + 'on_insert: expected a function, got "process"']),
@@ -158,11 +158,11 @@ CASES = [
       '{S}:4: stream #2: name: missing (every stream needs a unique name, e.g. name = '
       '"order-watcher")',
       "{S}:4: stream #2: handlers: none declared (define at least one of on_insert, on_update, "
-      "on_replace, on_delete, on_change)",
+      "on_replace, on_delete, on_change, on_snapshot)",
       '{S}:5: stream "a": name: duplicate stream name (first declared at {S}:3)',
       '{S}:5: stream "a": unknown key "on_updte" (did you mean "on_update"?)',
       '{S}:5: stream "a": handlers: none declared (define at least one of on_insert, on_update, '
-      "on_replace, on_delete, on_change)"]),
+      "on_replace, on_delete, on_change, on_snapshot)"]),
     ("error_in_a_required_module",
      "local helper = require('badhelper')\nfw.stream { name = 's', database = 'shop', on_change = h }",
      ["{D}/badhelper.lua:2: attempt to perform arithmetic on a nil value"]),

@@ -73,6 +73,10 @@ struct fw_stream_worker {
    int n_lane_d;
    struct fw_stream_lanes *lanes; /* the running lanes (threads, queues, watermark), owned
                                    * by the stream's thread; NULL: events handled here */
+   struct fw_stream_snap *snap; /* the incremental snapshot running (stream_snapshot.c),
+                                 * owned by the stream's thread; NULL: none */
+   bson_t *snap_request;        /* an on-demand snapshot asked (its filter; empty: all),
+                                 * exchanged atomically with the admin endpoint */
 };
 
 /* What the admin endpoint asked the stream's thread to do. */
@@ -264,5 +268,31 @@ bool fw_stream_pause (fw_stream_worker_t *w, fw_stream_run_t *run, bool save);
  * history its fallback, else the restart backoff. True: open the change
  * stream again; false: the stream's thread ends. */
 bool fw_stream_read_ended (fw_stream_worker_t *w, fw_stream_run_t *run, fw_read_end_t end);
+
+/* --- stream_snapshot.c: the incremental snapshot (issue 28, snapshot.h) --- */
+
+/* After the checkpoint was read (cp): resumes a snapshot its progress says
+ * is running, or starts one (start_position = "snapshot", no checkpoint),
+ * storing it before the change stream opens. False only on shutdown. */
+bool fw_stream_snapshot_setup (fw_stream_worker_t *w, const fw_checkpoint_t *cp);
+
+/* At the loop's top, between live events: an on-demand request taken, the
+ * last chunk's progress stored, the next chunk read when due. */
+fw_read_end_t fw_stream_snapshot_between (fw_stream_worker_t *w, fw_position_t *p);
+
+/* A live event, before it is handled: the open chunk's rows are handed out
+ * first when the event is past the high watermark. */
+fw_read_end_t fw_stream_snapshot_live (fw_stream_worker_t *w, fw_position_t *p,
+                                       const fw_event_t *ev);
+
+/* Idle, with the post-batch resume token: as fw_stream_snapshot_live. */
+fw_read_end_t fw_stream_snapshot_idle (fw_stream_worker_t *w, fw_position_t *p,
+                                       const bson_t *token);
+
+/* The change stream (re)opened: an open chunk is read again. */
+void fw_stream_snapshot_reopened (fw_stream_worker_t *w);
+
+/* The thread ends: the snapshot state freed (its progress is stored). */
+void fw_stream_snapshot_teardown (fw_stream_worker_t *w);
 
 #endif
