@@ -182,3 +182,45 @@ class Snapshot(StandInTestCase):
         _, stale = self.model(second)
         self.assertEqual(stale, [], "snapshot events after a newer live change of their key")
         self.assertEqual(p2.stop(), 0)
+
+    def test_snapshot_command_on_a_running_stream_with_a_filter(self):
+        self.db.c.insert_many([{"_id": i, "v": i} for i in range(300)])
+        self.db.other.insert_one({"_id": 1})
+        script = self.script("""
+            fw.stream { name = "s", collection = "c", snapshot = { chunk_size = 40 },
+              on_insert = function(ctx)
+                report({ op = ctx:operation_type(), id = ctx:document_key()._id })
+              end }
+            fw.stream { name = "all",
+              on_change = function(ctx)
+                report({ op = ctx:operation_type(), coll = ctx:collection_name() })
+              end }
+            """)
+        p = self.run_fw(script, extra=["--admin", "127.0.0.1:0"])
+        url = "http://127.0.0.1:%d" % p.admin_port()
+        p.wait_open(2)
+        # start_position = "resume" (the default): nothing existing is read.
+        self.db.c.insert_one({"_id": "live", "v": 0})
+        p.wait_reports(1, stream="s")
+        r = run_cli(["snapshot", "s", "--filter", '{"v": {"$gte": 250}}', "--admin", url])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("snapshot s: accepted: snapshot asked: the stream reads its collection "
+                      "(the documents matching the filter)", r.stdout)
+        self.wait_for(lambda: (self.checkpoint("s").get("snapshot") or {}).get("state") == "done",
+                      what="the snapshot to finish")
+        snaps = sorted(r["id"] for r in p.reports("s") if r["op"] == "snapshot")
+        self.assertEqual(snaps, list(range(250, 300)))
+        r = run_cli(["status", "--admin", url])
+        self.assertIn("s: snapshot finished: 50 documents handed out", r.stdout)
+        metrics = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
+        self.assertIn('flowwarden_snapshot_documents_total{stream="s"} 50', metrics)
+        # The database-wide stream never saw the watermarks, and cannot snapshot.
+        self.assertNotIn("_fw_snapshot_marks", [r.get("coll") for r in p.reports("all")])
+        r = run_cli(["snapshot", "all", "--admin", url])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn('stream "all" watches a whole database: a snapshot needs a collection',
+                      r.stderr)
+        r = run_cli(["snapshot", "s", "--filter", "{not json", "--admin", url])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("the filter is not a JSON document", r.stderr)
+        self.assertEqual(p.stop(), 0)

@@ -5,6 +5,7 @@
 #include "flowwarden/checkpoint_store.h"
 #include "flowwarden/lease.h"
 #include "flowwarden/owned_collections.h"
+#include "flowwarden/snapshot.h"
 
 char *
 fw_dlq_sequences_name (const char *dlq_collection)
@@ -42,6 +43,7 @@ fw_owned_collections_each (const fw_stream_config_t *cfg, fw_owned_collection_fn
    /* The lease is listed whatever the stream's ha.mode: another instance or
     * script may lead a stream in this database. */
    return fn (ud, cfg->database, FW_CHECKPOINT_COLLECTION) &&
-          fn (ud, cfg->database, FW_LEASE_COLLECTION) && each_of_dlq (cfg, &cfg->dlq, fn, ud) &&
+          fn (ud, cfg->database, FW_LEASE_COLLECTION) &&
+          fn (ud, cfg->database, FW_SNAPSHOT_MARKS_COLLECTION) && each_of_dlq (cfg, &cfg->dlq, fn, ud) &&
           each_of_dlq (cfg, &cfg->dlq_fallback, fn, ud);
 }
