@@ -56,8 +56,8 @@ void fw_snapshot_progress_cleanup (fw_snapshot_progress_t *p);
  * leaves the stack as it found it. */
 void fw_stream_config_read_snapshot (lua_State *L, int t, fw_stream_config_t *cfg);
 
-/* A snapshot of cfg's collection (cfg borrowed: it must outlive the
- * snapshot), from progress (its after and filter copied; NULL: from the
+/* A snapshot of cfg's collection (what it needs of cfg is copied), from
+ * progress (its after and filter copied; NULL: from the
  * start, whole). NULL when out of memory. */
 fw_snapshot_t *fw_snapshot_new (const fw_stream_config_t *cfg,
                                 const fw_snapshot_progress_t *progress);

@@ -206,7 +206,7 @@ class Snapshot(StandInTestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("snapshot s: accepted: snapshot asked: the stream reads its collection "
                       "(the documents matching the filter)", r.stdout)
-        self.wait_for(lambda: (self.checkpoint("s").get("snapshot") or {}).get("state") == "done",
+        self.wait_for(lambda: self.snapshot_state() == "done",
                       what="the snapshot to finish")
         snaps = sorted(r["id"] for r in p.reports("s") if r["op"] == "snapshot")
         self.assertEqual(snaps, list(range(250, 300)))
@@ -223,4 +223,30 @@ class Snapshot(StandInTestCase):
         r = run_cli(["snapshot", "s", "--filter", "{not json", "--admin", url])
         self.assertEqual(r.returncode, 1)
         self.assertIn("the filter is not a JSON document", r.stderr)
+        self.assertEqual(p.stop(), 0)
+
+    def test_snapshot_events_go_through_lanes_retries_and_the_dlq(self):
+        self.db.c.insert_many([{"_id": i, "v": i} for i in range(120)])
+        p = self.run_fw(self.script("""
+            fw.stream { name = "s", collection = "c", lanes = 2, dlq = true,
+              retry = { max_attempts = 2, initial_delay = "10ms" },
+              checkpoint = { start_position = "snapshot" }, snapshot = { chunk_size = 25 },
+              on_snapshot = function(ctx)
+                local id = ctx:document_key()._id
+                if id == 7 then error(fw.error("Validation", "no seven")) end
+                report({ op = ctx:operation_type(), id = id, attempt = ctx:attempt_number() })
+              end,
+              on_insert = function(ctx) report({ op = "insert", id = ctx:document_key()._id }) end }
+            """))
+        self.wait_for(lambda: self.snapshot_state() == "done",
+                      what="the snapshot to finish")
+        self.wait_for(lambda: self.db["_fw_dlq"].find_one({"documentKey._id": 7}),
+                      what="the dead letter of 7")
+        entry = self.db["_fw_dlq"].find_one({"documentKey._id": 7})
+        self.assertEqual(entry["operationType"], "SNAPSHOT")
+        self.assertEqual(entry["fullDocument"], {"_id": 7, "v": 7})
+        # Validation is retried as any type outside no_retry_on: two attempts.
+        self.assertEqual(entry["attempts"], 2)
+        ids = sorted(r["id"] for r in p.reports("s") if r["op"] == "snapshot")
+        self.assertEqual(ids, [i for i in range(120) if i != 7])
         self.assertEqual(p.stop(), 0)

@@ -32,7 +32,11 @@ typedef struct {
 #define MAX_CHUNKS 8
 
 struct fw_snapshot {
-   const fw_stream_config_t *cfg;
+   struct {
+      char *name, *database, *collection;
+      int64_t chunk_size;
+      int read_mode;
+   } cfg;              /* copied: a reload frees the stream's settings */
    fw_snapshot_progress_t progress; /* after: the last row handed out of a whole chunk */
    bson_t read_after;  /* { _id: the last row read }; empty: from the start */
    chunk_t chunk[MAX_CHUNKS]; /* a queue, oldest first */
@@ -80,7 +84,11 @@ fw_snapshot_new (const fw_stream_config_t *cfg, const fw_snapshot_progress_t *pr
    if (!s) {
       return NULL;
    }
-   s->cfg = cfg;
+   s->cfg.name = bson_strdup (cfg->name);
+   s->cfg.database = bson_strdup (cfg->database);
+   s->cfg.collection = bson_strdup (cfg->collection);
+   s->cfg.chunk_size = cfg->snapshot.chunk_size;
+   s->cfg.read_mode = cfg->snapshot.read_mode;
    fw_snapshot_progress_init (&s->progress);
    bson_init (&s->event);
    bson_init (&s->read_after);
@@ -136,6 +144,9 @@ fw_snapshot_destroy (fw_snapshot_t *s)
    bson_destroy (&s->event);
    bson_destroy (&s->read_after);
    fw_snapshot_progress_cleanup (&s->progress);
+   bson_free (s->cfg.name);
+   bson_free (s->cfg.database);
+   bson_free (s->cfg.collection);
    free (s);
 }
 
@@ -312,8 +323,8 @@ build_event (fw_snapshot_t *s, const chunk_t *ch, const row_t *r, int index)
                                  (uint32_t) ch->high) &&
           BSON_APPEND_DATE_TIME (e, "wallTime", fw_now_ms ()) &&
           BSON_APPEND_DOCUMENT_BEGIN (e, "ns", &ns) &&
-          BSON_APPEND_UTF8 (&ns, "db", s->cfg->database) &&
-          BSON_APPEND_UTF8 (&ns, "coll", s->cfg->collection) &&
+          BSON_APPEND_UTF8 (&ns, "db", s->cfg.database) &&
+          BSON_APPEND_UTF8 (&ns, "coll", s->cfg.collection) &&
           bson_append_document_end (e, &ns) && BSON_APPEND_DOCUMENT_BEGIN (e, "documentKey", &dk) &&
           bson_append_iter (&dk, "_id", 3, &it) && bson_append_document_end (e, &dk) &&
           BSON_APPEND_DOCUMENT (e, "fullDocument", r->doc);
@@ -461,8 +472,8 @@ write_mark (fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_session_t *
             const char *which, uint64_t *at, fw_error_t *error)
 {
    mongoc_collection_t *coll =
-      mongoc_client_get_collection (client, s->cfg->database, FW_SNAPSHOT_MARKS_COLLECTION);
-   bson_t *sel = BCON_NEW ("_id", BCON_UTF8 (s->cfg->name));
+      mongoc_client_get_collection (client, s->cfg.database, FW_SNAPSHOT_MARKS_COLLECTION);
+   bson_t *sel = BCON_NEW ("_id", BCON_UTF8 (s->cfg.name));
    bson_t *upd = BCON_NEW ("$inc", "{", "marks", BCON_INT64 (1), "}", "$set", "{", "mark",
                            BCON_UTF8 (which), "at", BCON_DATE_TIME (fw_now_ms ()), "}");
    bson_t opts = BSON_INITIALIZER;
@@ -477,7 +488,7 @@ write_mark (fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_session_t *
    if (ok && !mongoc_collection_update_one (coll, sel, upd, &opts, NULL, &berr)) {
       fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
                          "cannot write the snapshot's %s watermark into %s.%s: %s", which,
-                         s->cfg->database, FW_SNAPSHOT_MARKS_COLLECTION, berr.message);
+                         s->cfg.database, FW_SNAPSHOT_MARKS_COLLECTION, berr.message);
       ok = false;
    } else if (!ok) {
       fw_error_set (error, FW_ERROR_NOMEM, "out of memory writing the snapshot's watermark");
@@ -505,23 +516,23 @@ find_chunk (fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_session_t *
             fw_error_t *error)
 {
    mongoc_collection_t *coll =
-      mongoc_client_get_collection (client, s->cfg->database, s->cfg->collection);
+      mongoc_client_get_collection (client, s->cfg.database, s->cfg.collection);
    bson_t filter = BSON_INITIALIZER;
    bson_t *opts = BCON_NEW ("sort", "{", "_id", BCON_INT32 (1), "}", "limit",
-                            BCON_INT64 (s->cfg->snapshot.chunk_size));
-   mongoc_read_prefs_t *rp = mongoc_read_prefs_new ((mongoc_read_mode_t) s->cfg->snapshot.read_mode);
+                            BCON_INT64 (s->cfg.chunk_size));
+   mongoc_read_prefs_t *rp = mongoc_read_prefs_new ((mongoc_read_mode_t) s->cfg.read_mode);
    mongoc_cursor_t *cur = NULL;
    const bson_t *doc;
    bson_error_t berr;
    bool ok = opts && rp && chunk_filter (s, &filter) &&
              mongoc_client_session_append (cs, opts, &berr) &&
-             (ch->rows = calloc ((size_t) s->cfg->snapshot.chunk_size, sizeof *ch->rows));
+             (ch->rows = calloc ((size_t) s->cfg.chunk_size, sizeof *ch->rows));
 
    if (!ok) {
       fw_error_set (error, FW_ERROR_NOMEM, "out of memory reading the snapshot's chunk");
    } else {
       cur = mongoc_collection_find_with_opts (coll, &filter, opts, rp);
-      while (ok && ch->n_rows < s->cfg->snapshot.chunk_size && mongoc_cursor_next (cur, &doc)) {
+      while (ok && ch->n_rows < s->cfg.chunk_size && mongoc_cursor_next (cur, &doc)) {
          row_t *r = &ch->rows[ch->n_rows];
          bson_iter_t it;
          if (!bson_iter_init_find (&it, doc, "_id") || !key_of (&it, &r->key, &r->hash)) {
@@ -537,8 +548,8 @@ find_chunk (fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_session_t *
       }
       if (ok && mongoc_cursor_error (cur, &berr)) {
          fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
-                            "cannot read the snapshot's chunk of %s.%s: %s", s->cfg->database,
-                            s->cfg->collection, berr.message);
+                            "cannot read the snapshot's chunk of %s.%s: %s", s->cfg.database,
+                            s->cfg.collection, berr.message);
          ok = false;
       }
    }

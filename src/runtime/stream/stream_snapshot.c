@@ -270,16 +270,21 @@ fw_stream_snapshot_between (fw_stream_worker_t *w, fw_position_t *p)
          return FW_READ_NEXT;
       }
    }
-   now = fw_mono_ms ();
-   if (!fw_snapshot_wants_chunk (w->snap->engine) || now < w->snap->next_ms) {
-      return FW_READ_NEXT;
-   }
-   w->snap->next_ms = now + w->cfg->snapshot.pause_ms;
-   if (!fw_snapshot_read_chunk (w->snap->engine, w->client, &err)) {
-      fw_log (FW_LOG_WARN, w->cfg->name, "%s (the snapshot tries again in %d ms; the live "
-              "stream goes on)", err.message, RETRY_MS);
-      w->snap->next_ms = now + RETRY_MS;
-   }
+   /* Without a pause the chunks that may wait are read at once: on an idle
+    * collection this loop turns once a getMore (up to a second). */
+   do {
+      now = fw_mono_ms ();
+      if (!fw_snapshot_wants_chunk (w->snap->engine) || now < w->snap->next_ms) {
+         return FW_READ_NEXT;
+      }
+      w->snap->next_ms = now + w->cfg->snapshot.pause_ms;
+      if (!fw_snapshot_read_chunk (w->snap->engine, w->client, &err)) {
+         fw_log (FW_LOG_WARN, w->cfg->name, "%s (the snapshot tries again in %d ms; the live "
+                 "stream goes on)", err.message, RETRY_MS);
+         w->snap->next_ms = now + RETRY_MS;
+         return FW_READ_NEXT;
+      }
+   } while (w->cfg->snapshot.pause_ms == 0 && !fw_shutdown_requested (w->shutdown));
    return FW_READ_NEXT;
 }
 
