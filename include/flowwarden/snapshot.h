@@ -11,7 +11,9 @@
  * clusterTime (the order the change stream delivers them in): every live
  * event between L and H drops the chunk's row of its key, and the remaining
  * rows are handed out as snapshot events once the stream has read past H
- * (an event after H, or a post-batch resume token at or after H). Per key,
+ * (an event after H, or a post-batch resume token at or after H). The
+ * chunks stop at the largest _id the collection had when the snapshot began
+ * (documents inserted later reach the stream as inserts). Per key,
  * a snapshot event is never handled after a newer live change of that key;
  * a key may be handled twice (snapshot then live), never stale.
  *
@@ -45,6 +47,8 @@ typedef struct {
    bson_t after;
    bool has_filter;    /* an on-demand snapshot's filter */
    bson_t filter;
+   bool has_until;     /* until: { _id: <the largest _id when the snapshot began> }: */
+   bson_t until;       /* later documents come as live inserts, not chunks */
    int64_t documents;  /* snapshot events handed out so far */
 } fw_snapshot_progress_t;
 
@@ -74,7 +78,7 @@ bool fw_snapshot_read_chunk (fw_snapshot_t *s, mongoc_client_t *client, fw_error
 /* True while a chunk read waits for the stream to pass its high watermark. */
 bool fw_snapshot_chunk_open (const fw_snapshot_t *s);
 
-/* True while the collection has rows left to read and fewer than 8 chunks
+/* True while the collection has rows left to read and fewer than 16 chunks
  * wait: on an idle collection the stream passes a high watermark only with
  * a getMore's post-batch resume token (up to maxAwaitTimeMS later), so
  * chunks are read ahead and handed out together. */

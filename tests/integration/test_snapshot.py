@@ -158,7 +158,7 @@ class Snapshot(StandInTestCase):
     @needs_standin("a kill -9 of flowwarden during its snapshot")
     def test_kill_at_30_percent_resumes_from_the_last_finished_chunk(self):
         counter = self.seed()
-        script = self.script(SCRIPT % {"chunk": 50, "pause": "20ms"})
+        script = self.script(SCRIPT % {"chunk": 50, "pause": "0ms"})
         p = self.run_fw(script)
         w = Writer(self.db.c, counter, M, seed=9)
         w.start()
@@ -249,4 +249,22 @@ class Snapshot(StandInTestCase):
         self.assertEqual(entry["attempts"], 2)
         ids = sorted(r["id"] for r in p.reports("s") if r["op"] == "snapshot")
         self.assertEqual(ids, [i for i in range(120) if i != 7])
+        self.assertEqual(p.stop(), 0)
+
+    def test_ids_of_several_types_are_all_read_in_mongodb_order(self):
+        from bson import ObjectId
+        docs = ([{"_id": i} for i in range(20)] + [{"_id": 2.5}] +
+                [{"_id": "k%02d" % i} for i in range(15)] + [{"_id": {"a": 1}}] +
+                [{"_id": ObjectId()} for _ in range(9)] + [{"_id": True}])
+        self.db.c.insert_many(docs)
+        p = self.run_fw(self.script("""
+            fw.stream { name = "s", collection = "c", snapshot = { chunk_size = 7 },
+              checkpoint = { start_position = "snapshot" },
+              on_snapshot = function(ctx) report({ id = tostring(ctx:document_key()._id) }) end }
+            """))
+        self.wait_for(lambda: self.snapshot_state() == "done", what="the snapshot to finish")
+        ids = [r["id"] for r in p.reports("s")]
+        self.assertEqual(len(set(ids)), len(docs), "a document missed or read twice")
+        self.assertEqual(len(ids), len(docs))
+        self.assertEqual(self.checkpoint("s")["snapshot"]["documents"], len(docs))
         self.assertEqual(p.stop(), 0)

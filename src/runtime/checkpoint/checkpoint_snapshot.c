@@ -3,7 +3,8 @@
  * kept in the stream's checkpoint document, field "snapshot":
  *
  *   { state: "running" | "done", after: { _id: <boundary> } (absent: from
- *     the start), filter: <an on-demand snapshot's filter>, documents: n }
+ *     the start), until: { _id: <the largest _id when it began> }, filter: <an
+ *     on-demand snapshot's filter>, documents: n }
  */
 #include <string.h>
 
@@ -49,6 +50,8 @@ read_progress (const bson_t *doc, fw_snapshot_progress_t *out)
          out->has_after = copy_doc (&f, &out->after);
       } else if (strcmp (k, "filter") == 0) {
          out->has_filter = copy_doc (&f, &out->filter);
+      } else if (strcmp (k, "until") == 0) {
+         out->has_until = copy_doc (&f, &out->until);
       } else if (strcmp (k, "documents") == 0 && BSON_ITER_HOLDS_NUMBER (&f)) {
          out->documents = bson_iter_as_int64 (&f);
       }
@@ -106,6 +109,7 @@ fw_checkpoint_snapshot_save (mongoc_client_t *client, const char *database, cons
              BSON_APPEND_UTF8 (&snap, "state", p->done ? "done" : "running") &&
              (!p->has_after || BSON_APPEND_DOCUMENT (&snap, "after", &p->after)) &&
              (!p->has_filter || BSON_APPEND_DOCUMENT (&snap, "filter", &p->filter)) &&
+             (!p->has_until || BSON_APPEND_DOCUMENT (&snap, "until", &p->until)) &&
              BSON_APPEND_INT64 (&snap, "documents", p->documents) &&
              BSON_APPEND_DATE_TIME (&snap, "updatedAt", fw_now_ms ()) &&
              bson_append_document_end (&set, &snap) && bson_append_document_end (&upd, &set) &&

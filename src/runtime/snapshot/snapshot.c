@@ -29,7 +29,7 @@ typedef struct {
  * high watermark only with its next post-batch resume token (a getMore waits
  * up to maxAwaitTimeMS, and writes to other collections do not end the wait),
  * so several chunks wait together and are handed out at once. */
-#define MAX_CHUNKS 8
+#define MAX_CHUNKS 16
 
 struct fw_snapshot {
    struct {
@@ -41,7 +41,9 @@ struct fw_snapshot {
    bson_t read_after;  /* { _id: the last row read }; empty: from the start */
    chunk_t chunk[MAX_CHUNKS]; /* a queue, oldest first */
    int n_chunks;
-   bool exhausted;     /* a read found no row after read_after */
+   bool jump;          /* a read found no row after read_after of its type: the next
+                        * one reads the types MongoDB orders after it */
+   bool exhausted;     /* no row is left after read_after */
    uint64_t passed;    /* the stream has read everything before this time */
    bson_t event;       /* the snapshot event handed out last */
    int64_t read, dropped, chunks;
@@ -53,6 +55,7 @@ fw_snapshot_progress_init (fw_snapshot_progress_t *p)
    memset (p, 0, sizeof *p);
    bson_init (&p->after);
    bson_init (&p->filter);
+   bson_init (&p->until);
 }
 
 void
@@ -63,6 +66,7 @@ fw_snapshot_progress_cleanup (fw_snapshot_progress_t *p)
    }
    bson_destroy (&p->after);
    bson_destroy (&p->filter);
+   bson_destroy (&p->until);
    memset (p, 0, sizeof *p);
 }
 
@@ -104,6 +108,10 @@ fw_snapshot_new (const fw_stream_config_t *cfg, const fw_snapshot_progress_t *pr
          bson_destroy (&s->progress.filter);
          bson_copy_to (&progress->filter, &s->progress.filter);
       }
+      if ((s->progress.has_until = progress->has_until)) {
+         bson_destroy (&s->progress.until);
+         bson_copy_to (&progress->until, &s->progress.until);
+      }
    }
    s->progress.present = true;
    return s;
@@ -128,6 +136,7 @@ fw_snapshot_discard (fw_snapshot_t *s)
    }
    s->n_chunks = 0;
    s->exhausted = false;
+   s->jump = false;
    bson_reinit (&s->read_after);
    if (s->progress.has_after) {
       bson_concat (&s->read_after, &s->progress.after);
@@ -420,41 +429,65 @@ static const struct {
    {"javascriptWithScope", 15}, {"maxKey", 16},
 };
 
-/* The chunk's filter: _id after the boundary (in MongoDB's order of all
- * types), and the snapshot's own filter. */
+/* The types MongoDB orders after a value of type t, as $type aliases, into
+ * the array types; false when none is (or out of memory). */
 static bool
-chunk_filter (const fw_snapshot_t *s, bson_t *out)
+later_types (bson_type_t t, int last_rank, bson_t *types)
 {
-   bson_t and, c, or, a, b, id, types;
-   bson_iter_t it;
-   int n = 0, k = 0, rank;
+   int rank = canonical (t), k = 0;
+   char key[16];
+   const char *kp;
+
+   for (size_t i = 0; i < sizeof type_aliases / sizeof type_aliases[0]; i++) {
+      if (type_aliases[i].rank > rank && type_aliases[i].rank <= last_rank) {
+         bson_uint32_to_string ((uint32_t) k++, &kp, key, sizeof key);
+         if (!BSON_APPEND_UTF8 (types, kp, type_aliases[i].alias)) {
+            return false;
+         }
+      }
+   }
+   return k > 0;
+}
+
+/* The chunk's filter: _id after the boundary, with $gt (an index range
+ * scan, within the boundary's type), or after a read found nothing more of
+ * that type (s->jump), the types ordered after it; and the snapshot's own
+ * filter. False when no type is left (*none) or out of memory. */
+static bool
+chunk_filter (const fw_snapshot_t *s, bson_t *out, bool *none)
+{
+   bson_t and, c, id, types;
+   bson_iter_t it, until;
+   int n = 0, last_rank = 16;
    char key[16];
    const char *kp;
    bool ok = BSON_APPEND_ARRAY_BEGIN (out, "$and", &and);
 
-   if (bson_iter_init_find (&it, &s->read_after, "_id")) {
-      rank = canonical (bson_iter_type (&it));
+   *none = false;
+   if (s->progress.has_until && bson_iter_init_find (&until, &s->progress.until, "_id")) {
+      last_rank = canonical (bson_iter_type (&until));
+   }
+   if (ok && bson_iter_init_find (&it, &s->read_after, "_id")) {
+      int rank = canonical (bson_iter_type (&it));
+      if (rank > last_rank || (s->jump && rank == last_rank)) {
+         *none = true; /* past the largest _id the snapshot began with */
+         return false;
+      }
       bson_uint32_to_string ((uint32_t) n++, &kp, key, sizeof key);
-      ok = ok && BSON_APPEND_DOCUMENT_BEGIN (&and, kp, &c) && BSON_APPEND_ARRAY_BEGIN (&c, "$or", &or);
-      ok = ok && BSON_APPEND_DOCUMENT_BEGIN (&or, "0", &a) && BSON_APPEND_DOCUMENT_BEGIN (&a, "_id", &id) &&
-           bson_append_iter (&id, "$gt", 3, &it) && bson_append_document_end (&a, &id) &&
-           bson_append_document_end (&or, &a);
-      ok = ok && BSON_APPEND_DOCUMENT_BEGIN (&or, "1", &b) && BSON_APPEND_DOCUMENT_BEGIN (&b, "_id", &id) &&
-           BSON_APPEND_ARRAY_BEGIN (&id, "$type", &types);
-      for (size_t i = 0; ok && i < sizeof type_aliases / sizeof type_aliases[0]; i++) {
-         if (type_aliases[i].rank > rank) {
-            char tk[16];
-            const char *tkp;
-            bson_uint32_to_string ((uint32_t) k++, &tkp, tk, sizeof tk);
-            ok = BSON_APPEND_UTF8 (&types, tkp, type_aliases[i].alias);
+      ok = BSON_APPEND_DOCUMENT_BEGIN (&and, kp, &c) && BSON_APPEND_DOCUMENT_BEGIN (&c, "_id", &id);
+      if (ok && !s->jump) {
+         ok = bson_append_iter (&id, "$gt", 3, &it) &&
+              (rank != last_rank || !s->progress.has_until ||
+               bson_append_iter (&id, "$lte", 4, &until));
+      } else if (ok) {
+         ok = BSON_APPEND_ARRAY_BEGIN (&id, "$type", &types);
+         if (ok && !later_types (bson_iter_type (&it), last_rank, &types)) {
+            *none = true;
+            ok = false;
          }
+         ok = ok && bson_append_array_end (&id, &types);
       }
-      if (ok && k == 0) {
-         ok = BSON_APPEND_UTF8 (&types, "0", "maxKey"); /* matches nothing after MaxKey */
-      }
-      ok = ok && bson_append_array_end (&id, &types) && bson_append_document_end (&b, &id) &&
-           bson_append_document_end (&or, &b) && bson_append_array_end (&c, &or) &&
-           bson_append_document_end (&and, &c);
+      ok = ok && bson_append_document_end (&c, &id) && bson_append_document_end (&and, &c);
    }
    if (ok && s->progress.has_filter) {
       bson_uint32_to_string ((uint32_t) n++, &kp, key, sizeof key);
@@ -524,11 +557,14 @@ find_chunk (fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_session_t *
    mongoc_cursor_t *cur = NULL;
    const bson_t *doc;
    bson_error_t berr;
-   bool ok = opts && rp && chunk_filter (s, &filter) &&
+   bool none = false;
+   bool ok = opts && rp && chunk_filter (s, &filter, &none) &&
              mongoc_client_session_append (cs, opts, &berr) &&
              (ch->rows = calloc ((size_t) s->cfg.chunk_size, sizeof *ch->rows));
 
-   if (!ok) {
+   if (none) {
+      ok = true; /* no type after the boundary's: an empty chunk */
+   } else if (!ok) {
       fw_error_set (error, FW_ERROR_NOMEM, "out of memory reading the snapshot's chunk");
    } else {
       cur = mongoc_collection_find_with_opts (coll, &filter, opts, rp);
@@ -561,6 +597,50 @@ find_chunk (fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_session_t *
    return ok;
 }
 
+/* The largest _id (of the documents matching the filter) when the
+ * snapshot begins: the chunks stop there. False on an error; an empty
+ * collection leaves the snapshot exhausted. */
+static bool
+find_until (fw_snapshot_t *s, mongoc_client_t *client, fw_error_t *error)
+{
+   mongoc_collection_t *coll =
+      mongoc_client_get_collection (client, s->cfg.database, s->cfg.collection);
+   bson_t *opts = BCON_NEW ("sort", "{", "_id", BCON_INT32 (-1), "}", "limit", BCON_INT64 (1),
+                            "projection", "{", "_id", BCON_INT32 (1), "}");
+   bson_t empty = BSON_INITIALIZER;
+   mongoc_read_prefs_t *rp = mongoc_read_prefs_new ((mongoc_read_mode_t) s->cfg.read_mode);
+   mongoc_cursor_t *cur = NULL;
+   const bson_t *doc;
+   bson_error_t berr;
+   bson_iter_t it;
+   bool ok = opts && rp;
+
+   if (ok) {
+      cur = mongoc_collection_find_with_opts (
+         coll, s->progress.has_filter ? &s->progress.filter : &empty, opts, rp);
+      if (mongoc_cursor_next (cur, &doc) && bson_iter_init_find (&it, doc, "_id")) {
+         bson_reinit (&s->progress.until);
+         s->progress.has_until = bson_append_iter (&s->progress.until, "_id", 3, &it);
+      } else if (!mongoc_cursor_error (cur, &berr)) {
+         s->exhausted = true;
+         s->progress.done = fw_snapshot_finished (s);
+      }
+      if (mongoc_cursor_error (cur, &berr)) {
+         fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
+                            "cannot read the largest _id of %s.%s: %s", s->cfg.database,
+                            s->cfg.collection, berr.message);
+         ok = false;
+      }
+   } else {
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory starting the snapshot");
+   }
+   mongoc_cursor_destroy (cur);
+   mongoc_read_prefs_destroy (rp);
+   bson_destroy (opts);
+   mongoc_collection_destroy (coll);
+   return ok;
+}
+
 bool
 fw_snapshot_read_chunk (fw_snapshot_t *s, mongoc_client_t *client, fw_error_t *error)
 {
@@ -572,6 +652,14 @@ fw_snapshot_read_chunk (fw_snapshot_t *s, mongoc_client_t *client, fw_error_t *e
 
    if (!fw_snapshot_wants_chunk (s)) {
       return true;
+   }
+   if (!s->progress.has_until && !s->progress.has_after) {
+      if (!find_until (s, client, error)) {
+         return false;
+      }
+      if (s->exhausted) {
+         return true; /* nothing to read */
+      }
    }
    if (!(cs = mongoc_client_start_session (client, NULL, &berr))) {
       fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
@@ -590,6 +678,12 @@ fw_snapshot_read_chunk (fw_snapshot_t *s, mongoc_client_t *client, fw_error_t *e
       return false;
    }
    s->read += ch.n_rows;
+   if (ch.n_rows == 0 && !s->jump && s->read_after.len > 5) {
+      s->jump = true; /* nothing more of the boundary's type: the types after it next */
+      chunk_clear (&ch);
+      return true;
+   }
+   s->jump = false;
    if (ch.n_rows == 0) {
       s->exhausted = true;
       s->progress.done = fw_snapshot_finished (s);

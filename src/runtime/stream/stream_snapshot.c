@@ -14,11 +14,12 @@
 
 #define RETRY_MS 2000       /* after a chunk could not be read */
 #define LOG_EVERY_MS 10000  /* progress lines */
+#define READ_BUDGET_MS 100  /* chunk reads between two live events at most */
 
 struct fw_stream_snap {
    fw_snapshot_t *engine;
    int64_t next_ms;   /* the next chunk not before (monotonic) */
-   bool save_due;     /* a chunk was handed out: its progress is to be stored */
+   bool live;         /* a live event came since the last chunk read */
    bool on_demand;
    int64_t started_ms, logged_ms;
 };
@@ -134,6 +135,37 @@ fw_stream_snapshot_teardown (fw_stream_worker_t *w)
    bson_destroy (__atomic_exchange_n (&w->snap_request, NULL, __ATOMIC_ACQ_REL));
 }
 
+/* After a chunk was handed out, or the snapshot found nothing more to
+ * read: the position first, then the progress, so the stored boundary is
+ * never ahead of the stored position. A chunk is handed out once every
+ * event before its high watermark was handled (with lanes: settled), so
+ * the position then is after the last of them, and a restart from it
+ * delivers only events after the watermark. */
+static void
+save_progress (fw_stream_worker_t *w, fw_position_t *p)
+{
+   const fw_snapshot_progress_t *pr = fw_snapshot_progress (w->snap->engine);
+   fw_error_t err;
+   int64_t now = fw_mono_ms ();
+
+   fw_position_save (w, p, "snapshot");
+   if (!fw_checkpoint_snapshot_save (w->client, w->cfg->database, w->cfg->name, pr, w->epoch,
+                                     &err)) {
+      fw_log (FW_LOG_WARN, w->cfg->name, "%s (the chunk is read again after a restart)",
+              err.message);
+   }
+   if (pr->done) {
+      fw_log (FW_LOG_INFO, w->cfg->name, "snapshot finished: %lld documents handed out in %.1f s",
+              (long long) pr->documents, (double) (now - w->snap->started_ms) / 1000.0);
+      publish (w, false, true);
+      snap_free (w);
+   } else if (now - w->snap->logged_ms >= LOG_EVERY_MS) {
+      w->snap->logged_ms = now;
+      fw_log (FW_LOG_INFO, w->cfg->name, "snapshot: %lld documents handed out so far",
+              (long long) pr->documents);
+   }
+}
+
 /* The chunk's rows, handled as any event; with lanes, after the lanes
  * finished every earlier event (the rows run on the stream's thread). */
 static fw_read_end_t
@@ -149,9 +181,10 @@ hand_out (fw_stream_worker_t *w, fw_position_t *p)
       fw_stream_failed (w, w->failure);
       return FW_READ_FAILED;
    }
-   while (fw_snapshot_due (w->snap->engine)) {
+   while (w->snap && fw_snapshot_due (w->snap->engine)) {
       if (!fw_snapshot_next_event (w->snap->engine, &ev)) {
-         continue; /* a chunk closed: the next one may be due too */
+         save_progress (w, p); /* a chunk closed (frees w->snap once done) */
+         continue;             /* the next one may be due too */
       }
       fw_dispatcher_count_received (w->d, &ev);
       if (fw_stream_lease_lost (w)) {
@@ -170,15 +203,20 @@ hand_out (fw_stream_worker_t *w, fw_position_t *p)
          fw_stream_count_dispatched (w);
       }
    }
-   w->snap->save_due = true;
-   publish (w, true, false);
+   if (w->snap) {
+      publish (w, true, false);
+   }
    return FW_READ_NEXT;
 }
 
 fw_read_end_t
 fw_stream_snapshot_live (fw_stream_worker_t *w, fw_position_t *p, const fw_event_t *ev)
 {
-   if (!w->snap || !fw_snapshot_live (w->snap->engine, ev)) {
+   if (!w->snap) {
+      return FW_READ_NEXT;
+   }
+   w->snap->live = true;
+   if (!fw_snapshot_live (w->snap->engine, ev)) {
       return FW_READ_NEXT;
    }
    return hand_out (w, p);
@@ -191,38 +229,6 @@ fw_stream_snapshot_idle (fw_stream_worker_t *w, fw_position_t *p, const bson_t *
       return FW_READ_NEXT;
    }
    return hand_out (w, p);
-}
-
-/* After a chunk was handed out: the position first (past the high
- * watermark), then the progress, so the stored boundary is never ahead of
- * the stored position. */
-static void
-save_progress (fw_stream_worker_t *w, fw_position_t *p)
-{
-   const fw_snapshot_progress_t *pr = fw_snapshot_progress (w->snap->engine);
-   fw_error_t err;
-   int64_t now = fw_mono_ms ();
-
-   if (w->lanes) {
-      fw_stream_lanes_advance (w, p);
-   }
-   fw_position_save (w, p, "snapshot");
-   if (!fw_checkpoint_snapshot_save (w->client, w->cfg->database, w->cfg->name, pr, w->epoch,
-                                     &err)) {
-      fw_log (FW_LOG_WARN, w->cfg->name, "%s (the chunk is read again after a restart)",
-              err.message);
-   }
-   w->snap->save_due = false;
-   if (pr->done) {
-      fw_log (FW_LOG_INFO, w->cfg->name, "snapshot finished: %lld documents handed out in %.1f s",
-              (long long) pr->documents, (double) (now - w->snap->started_ms) / 1000.0);
-      publish (w, false, true);
-      snap_free (w);
-   } else if (now - w->snap->logged_ms >= LOG_EVERY_MS) {
-      w->snap->logged_ms = now;
-      fw_log (FW_LOG_INFO, w->cfg->name, "snapshot: %lld documents handed out so far",
-              (long long) pr->documents);
-   }
 }
 
 /* An on-demand snapshot asked through the admin endpoint. */
@@ -264,27 +270,39 @@ fw_stream_snapshot_between (fw_stream_worker_t *w, fw_position_t *p)
    if (!w->snap) {
       return FW_READ_NEXT;
    }
-   if (w->snap->save_due || fw_snapshot_finished (w->snap->engine)) {
+   if (fw_snapshot_finished (w->snap->engine)) {
       save_progress (w, p);
       if (!w->snap) {
          return FW_READ_NEXT;
       }
    }
-   /* Without a pause the chunks that may wait are read at once: on an idle
-    * collection this loop turns once a getMore (up to a second). */
+   /* Idle, without a pause, the chunks that may wait are read at once, for at
+    * most READ_BUDGET_MS (on an idle collection this loop turns once a
+    * getMore, up to a second). While live events flow, one chunk at a time,
+    * and the stream's thread spends at most half its time on the reads: a
+    * live event waits for one read at most. */
+   int64_t began = fw_mono_ms ();
    do {
+      int64_t cost;
+      bool busy = w->snap->live;
       now = fw_mono_ms ();
       if (!fw_snapshot_wants_chunk (w->snap->engine) || now < w->snap->next_ms) {
          return FW_READ_NEXT;
       }
-      w->snap->next_ms = now + w->cfg->snapshot.pause_ms;
+      w->snap->live = false;
       if (!fw_snapshot_read_chunk (w->snap->engine, w->client, &err)) {
          fw_log (FW_LOG_WARN, w->cfg->name, "%s (the snapshot tries again in %d ms; the live "
                  "stream goes on)", err.message, RETRY_MS);
          w->snap->next_ms = now + RETRY_MS;
          return FW_READ_NEXT;
       }
-   } while (w->cfg->snapshot.pause_ms == 0 && !fw_shutdown_requested (w->shutdown));
+      cost = fw_mono_ms () - now;
+      w->snap->next_ms = now + cost + (busy ? cost : 0) + w->cfg->snapshot.pause_ms;
+      if (busy) {
+         return FW_READ_NEXT;
+      }
+   } while (w->cfg->snapshot.pause_ms == 0 && fw_mono_ms () - began < READ_BUDGET_MS &&
+            !fw_shutdown_requested (w->shutdown));
    return FW_READ_NEXT;
 }
 
