@@ -22,6 +22,7 @@ from fwtest import StandInTestCase, needs_standin, run_cli
 LONG = os.environ.get("FW_CHAOS_LONG") == "1"
 N = 20000 if LONG else 2000
 M = 5000 if LONG else 500
+WAIT = 600 if LONG else 120   # the stand-in scans the collection for each chunk's find
 
 # Every write sets v to the next value of one counter, so a larger v is a
 # newer write. The handler reports what it saw: the key, the operation and
@@ -126,14 +127,14 @@ class Snapshot(StandInTestCase):
 
     def test_snapshot_interleaved_with_writes_is_exact_and_never_stale(self):
         counter = self.seed()
-        p = self.run_fw(self.script(SCRIPT % {"chunk": 100, "pause": "10ms"}))
+        p = self.run_fw(self.script(SCRIPT % {"chunk": N // 20, "pause": "10ms"}))
         p.wait_log("snapshot starting", timeout=30)
         w = Writer(self.db.c, counter, M, seed=28)
         w.start()
-        self.wait_for(lambda: self.snapshot_state() == "done", timeout=120,
+        self.wait_for(lambda: self.snapshot_state() == "done", timeout=WAIT,
                       what="the snapshot to finish")
         writes_during = w.done_writes
-        w.join(timeout=120)
+        w.join(timeout=WAIT)
         self.wait_quiet(p, "a")
         reports = p.reports("s")
         state, stale = self.model(reports)
@@ -158,20 +159,20 @@ class Snapshot(StandInTestCase):
     @needs_standin("a kill -9 of flowwarden during its snapshot")
     def test_kill_at_30_percent_resumes_from_the_last_finished_chunk(self):
         counter = self.seed()
-        script = self.script(SCRIPT % {"chunk": 50, "pause": "0ms"})
+        script = self.script(SCRIPT % {"chunk": N // 40, "pause": "0ms"})
         p = self.run_fw(script)
         w = Writer(self.db.c, counter, M, seed=9)
         w.start()
         self.wait_for(lambda: sum(1 for r in p.reports("s") if r["op"] == "snapshot")
-                      >= 0.3 * N, timeout=120, what="30% of the snapshot")
+                      >= 0.3 * N, timeout=WAIT, what="30% of the snapshot")
         p.kill9()
         first = p.reports("s")
         self.assertEqual(self.snapshot_state(), "running")
         p2 = self.run_fw(script)
         p2.wait_log("snapshot resuming after its last finished chunk", timeout=30)
-        self.wait_for(lambda: self.snapshot_state() == "done", timeout=120,
+        self.wait_for(lambda: self.snapshot_state() == "done", timeout=WAIT,
                       what="the snapshot to finish after the restart")
-        w.join(timeout=120)
+        w.join(timeout=WAIT)
         self.wait_quiet(p2, "b")
         second = p2.reports("s")
         again = sum(1 for r in second if r["op"] == "snapshot")
