@@ -43,9 +43,14 @@ typedef enum {
    FW_CONTROL_UNAVAILABLE  /* 503: flowwarden is stopping */
 } fw_control_result_t;
 
-typedef enum { FW_STREAM_PAUSE = 0, FW_STREAM_RESUME, FW_STREAM_RESTART } fw_stream_action_t;
+typedef enum {
+   FW_STREAM_PAUSE = 0,
+   FW_STREAM_RESUME,
+   FW_STREAM_RESTART,
+   FW_STREAM_SNAPSHOT /* an incremental snapshot on the running stream (issue 28) */
+} fw_stream_action_t;
 
-/* "pause", "resume", "restart". */
+/* "pause", "resume", "restart", "snapshot". */
 const char *fw_stream_action_name (fw_stream_action_t action);
 
 /*
@@ -68,6 +73,11 @@ typedef struct {
     * block): *json gets a malloc'd JSON object the endpoint frees. NULL:
     * the route answers 404. */
    fw_control_result_t (*dlq_stats) (void *ud, char **json, char *message, size_t len);
+   /* POST /v1/streams/NAME/snapshot[?filter=JSON]: starts an incremental
+    * snapshot of the stream's collection, limited by filter (extended JSON;
+    * NULL: every document). NULL: the route answers 503. */
+   fw_control_result_t (*snapshot) (void *ud, const char *stream, const char *filter,
+                                    char *message, size_t len);
 } fw_admin_control_t;
 
 typedef struct {

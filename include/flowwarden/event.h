@@ -18,7 +18,8 @@ typedef enum {
    FW_OP_UPDATE,
    FW_OP_REPLACE,
    FW_OP_DELETE,
-   FW_OP_OTHER
+   FW_OP_OTHER,
+   FW_OP_SNAPSHOT /* a snapshot's row (snapshot.h): keyed, handled by on_snapshot or on_insert */
 } fw_op_t;
 
 /* The top-level fields of a change event the runtime reads. */

@@ -240,6 +240,11 @@ void fw_stream_metrics_restart (fw_stream_metrics_t *b, fw_metrics_restart_t rea
 void fw_stream_metrics_state_rebuilt (fw_stream_metrics_t *b, fw_metrics_rebuild_t reason);
 
 /* Bytes the stream's Lua state holds. */
+/* The stream's incremental snapshot (issue 28): running or finished, the
+ * snapshot events handed out and the chunks read. */
+void fw_stream_metrics_set_snapshot (fw_stream_metrics_t *b, bool running, bool done,
+                                     int64_t documents, int64_t chunks);
+
 void fw_stream_metrics_set_lua_memory (fw_stream_metrics_t *b, uint64_t bytes);
 
 /* The script version the stream runs (copied). Takes a short lock. */
@@ -318,6 +323,9 @@ typedef struct {
    bool has_oplog_window;          /* the deployment's oplog window is known: */
    double oplog_window_seconds;    /* fw_metrics_oplog_window */
    fw_outage_snapshot_t outage;    /* circuit breaker, rate limit (issue 29) */
+   int snapshot_state;             /* incremental snapshot: 0 none, 1 running, 2 finished */
+   int64_t snapshot_documents;
+   int64_t snapshot_chunks;
 } fw_stream_snapshot_t;
 
 /* Copies b's current values (now_ms: the wall clock, for the lag and the

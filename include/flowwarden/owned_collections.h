@@ -18,7 +18,8 @@
 typedef bool (*fw_owned_collection_fn) (void *ud, const char *database, const char *collection);
 
 /* Calls fn for each collection flowwarden writes for the stream cfg:
- * _fw_checkpoints and _fw_leases in cfg->database; the stream's DLQ and its
+ * _fw_checkpoints, _fw_leases and _fw_snapshot_marks (snapshot.h) in
+ * cfg->database; the stream's DLQ and its
  * sequences collection (dlq_sequence.h) in the DLQ's database, and so the
  * script's default DLQ that ctx:send_to_dlq writes for a stream without
  * one. A DLQ kept in memory (store = "memory") writes no collection. A DLQ on

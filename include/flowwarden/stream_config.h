@@ -54,6 +54,12 @@ typedef struct {
    bool resume_from_now;            /* on_history_lost = "resume_from_now" */
    uint64_t start_at;               /* checkpoint.start_at: (t << 32) | i of the Timestamp a
                                      * stream without a checkpoint starts at; 0: from now */
+   struct {
+      bool at_start;                /* start_position = "snapshot" (issue 28) */
+      int64_t chunk_size;           /* rows read per chunk */
+      int64_t pause_ms;             /* between chunks */
+      int read_mode;                /* mongoc_read_mode_t of read_preference */
+   } snapshot;
    fw_backoff_t restart;
    fw_backoff_t retry;
    fw_dlq_config_t dlq;

@@ -128,6 +128,12 @@ bool fw_stream_worker_sequenced (const fw_stream_worker_t *w);
  * checkpoint. */
 bool fw_stream_worker_start (fw_stream_worker_t *w, fw_error_t *error);
 
+/* Asks the running stream for an incremental snapshot of its collection
+ * (issue 28), limited by filter (copied; NULL: every document); the
+ * stream's thread starts it between two live events. False (error says why)
+ * for a database-wide stream or a stream not running. */
+bool fw_stream_worker_snapshot (fw_stream_worker_t *w, const bson_t *filter, fw_error_t *error);
+
 /* Waits for the thread to end (after a shutdown request or a terminal
  * error), having written its final checkpoint. */
 void fw_stream_worker_join (fw_stream_worker_t *w);

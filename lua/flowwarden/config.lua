@@ -91,7 +91,8 @@ THE EFFECTIVE CONFIGURATION (every field always present unless "| nil"):
     state = { max_bytes = 67108864 },         -- fw.state's bound (fw.defaults only)
     ha = { mode = "none" | "leader" | "shared", lease_ms = 10000 },
                                               -- one leader per stream (fw.defaults only)
-    handlers = { insert = f, update = f, replace = f, delete = f, change = f },
+    snapshot = { chunk_size = 1000, pause_ms = 0, read_preference = "primary" },
+    handlers = { insert = f, update = f, replace = f, delete = f, change = f, snapshot = f },
                                               -- only those declared; dispatch
                                               -- handlers[op] or handlers.change
     on_error = f | nil,
@@ -125,6 +126,9 @@ M.SEED = {
     save_every = 1, save_interval_ms = 5000, idle_heartbeat_ms = 300000,
     start_position = "resume", on_history_lost = "fail", mode = "async",
   },
+  -- Incremental snapshots (issue 28): rows per chunk, the pause between
+  -- chunks, where the chunks are read.
+  snapshot = { chunk_size = 1000, pause_ms = 0, read_preference = "primary" },
   restart = {
     max_attempts = 0, initial_delay_ms = 1000, max_delay_ms = 60000,
     multiplier = 2.0, jitter = false,
@@ -492,6 +496,13 @@ local function validate_stream(decl, defaults, opts, seen_names)
   if spec.checkpoint.start_at and spec.checkpoint.start_position == "latest" then
     ctx:fail("checkpoint.start_at", 'cannot be used with start_position = "latest", which never '
       .. "reads the checkpoint and starts from now: remove one of them")
+  end
+
+  own = check_subtable(ctx, "snapshot", t.snapshot, fields.SNAPSHOT, "snapshot")
+  spec.snapshot = merge(M.SEED.snapshot, nil, own)
+  if spec.checkpoint.start_position == "snapshot" and not spec.collection then
+    ctx:fail("checkpoint.start_position", '"snapshot" needs a collection: a database-wide stream '
+      .. "cannot take a snapshot (declare one stream per collection to backfill)")
   end
 
   own = check_subtable(ctx, "restart", t.restart, RESTART, "restart")

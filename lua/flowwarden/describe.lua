@@ -170,6 +170,10 @@ function M.stream(spec)
   end
   add("checkpoint.on_history_lost", c.on_history_lost)
   add("checkpoint.mode", c.mode)
+  local snap = spec.snapshot
+  add("snapshot.chunk_size", tostring(snap.chunk_size))
+  add("snapshot.pause", ms(snap.pause_ms))
+  add("snapshot.read_preference", snap.read_preference)
 
   local r = spec.restart
   add("restart.max_attempts", r.max_attempts == 0 and "0 (unlimited)" or tostring(r.max_attempts))

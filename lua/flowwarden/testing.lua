@@ -15,6 +15,7 @@ Lua state has the C core "flowwarden.testing.core" (src/runtime/testing/test_app
                            on that server, not the fake)
   fwt.insert(doc [, fields]) fwt.replace(doc [, fields]) fwt.delete(key [, fields])
   fwt.update(doc, { set =, unset =, full_document = table | true } [, fields])
+  fwt.snapshot(doc [, fields]) a document read by an incremental snapshot
                            change events as the server sends them; fields
                            override top-level fields (ns, clusterTime, ...)
   fwt.events_from(path)    the events `flowwarden record` wrote
@@ -104,6 +105,16 @@ function M.replace(doc, overrides)
   doc = with_id(doc)
   return with_overrides(next_event("replace", { fullDocument = doc, documentKey = { _id = doc._id } }),
     "replace", overrides)
+end
+
+-- A document read by an incremental snapshot (issue 28), as the runtime
+-- hands it to on_snapshot (else on_insert): an insert's shape with
+-- operationType "snapshot".
+function M.snapshot(doc, overrides)
+  need_document("snapshot", "the snapshotted document", doc)
+  doc = with_id(doc)
+  return with_overrides(next_event("snapshot", { fullDocument = doc, documentKey = { _id = doc._id } }),
+    "snapshot", overrides)
 end
 
 function M.delete(key, overrides)
@@ -437,7 +448,8 @@ end
 -- them).
 
 local OPERATIONS = { INSERT = "insert", UPDATE = "update", REPLACE = "replace", DELETE = "delete",
-  DROP = "drop", RENAME = "rename", DROP_DATABASE = "dropDatabase", INVALIDATE = "invalidate" }
+  DROP = "drop", RENAME = "rename", DROP_DATABASE = "dropDatabase", INVALIDATE = "invalidate",
+  SNAPSHOT = "snapshot" }
 local COPIED = { "clusterTime", "wallTime", "ns", "documentKey", "fullDocument",
   "fullDocumentBeforeChange", "updateDescription", "txnNumber", "lsid" }
 local ACTOR = "flowwarden.testing"

@@ -19,6 +19,8 @@ op_of (const char *s)
       return strcmp (s, "replace") == 0 ? FW_OP_REPLACE : FW_OP_OTHER;
    case 'd':
       return strcmp (s, "delete") == 0 ? FW_OP_DELETE : FW_OP_OTHER;
+   case 's':
+      return strcmp (s, "snapshot") == 0 ? FW_OP_SNAPSHOT : FW_OP_OTHER;
    default:
       return FW_OP_OTHER;
    }

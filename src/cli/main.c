@@ -1,6 +1,6 @@
 /*
  * main.c - the command line: flowwarden run | check | doctor | dlq | status | pause |
- * resume | restart | reload | test | record | replay | version.
+ * resume | restart | snapshot | reload | test | record | replay | version.
  */
 #include <getopt.h>
 #include <pthread.h>
@@ -26,6 +26,7 @@ static const char usage_text[] =
    "                         exit 0 all good, 1 warnings, 2 failures)\n"
    "       flowwarden status [--admin URL] [--json]\n"
    "       flowwarden pause|resume|restart STREAM [--admin URL]\n"
+   "       flowwarden snapshot STREAM [--filter JSON] [--admin URL]\n"
    "       flowwarden reload [--admin URL]\n"
    "       flowwarden dlq list|show|stats|discard|purge|export|import|replay SCRIPT ...\n"
    "       flowwarden test [busted options] [SPEC...]\n"
@@ -203,7 +204,7 @@ main (int argc, char **argv)
       rc = fw_dlq_cli_main (argc - 1, argv + 1);
    } else if (strcmp (argv[1], "status") == 0 || strcmp (argv[1], "pause") == 0 ||
               strcmp (argv[1], "resume") == 0 || strcmp (argv[1], "restart") == 0 ||
-              strcmp (argv[1], "reload") == 0) {
+              strcmp (argv[1], "reload") == 0 || strcmp (argv[1], "snapshot") == 0) {
       rc = fw_status_cli_main (argc - 1, argv + 1);
    } else {
       rc = bad_usage ("unknown command \"%s\"", argv[1]);

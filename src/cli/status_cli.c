@@ -1,5 +1,5 @@
 /*
- * status_cli.c - flowwarden status | pause | resume | restart | reload: a
+ * status_cli.c - flowwarden status | pause | resume | restart | snapshot | reload: a
  * libcurl client of the admin endpoint. Answers are JSON, read with
  * lua-cjson in a small Lua state of its own (inside a protected call).
  */
@@ -19,9 +19,10 @@
 static const char usage_text[] =
    "usage: flowwarden status [--admin URL] [--json]\n"
    "       flowwarden pause|resume|restart STREAM [--admin URL]\n"
+   "       flowwarden snapshot STREAM [--filter JSON] [--admin URL]\n"
    "       flowwarden reload [--admin URL]\n"
    "URL defaults to FLOWWARDEN_ADMIN, else " FW_ADMIN_DEFAULT_URL "; the token for pause,\n"
-   "resume, restart and reload comes from FLOWWARDEN_ADMIN_TOKEN.\n";
+   "resume, restart, snapshot and reload comes from FLOWWARDEN_ADMIN_TOKEN.\n";
 
 static int
 bad_usage (const char *cmd, const char *fmt, const char *arg)
@@ -307,6 +308,34 @@ print_outage (lua_State *L, int streams)
    }
 }
 
+/* Incremental snapshots (issue 28), under the table: one line a stream
+ * that took one. */
+static void
+print_snapshots (lua_State *L, int streams)
+{
+   int n = (int) lua_rawlen (L, streams);
+
+   for (int i = 1; i <= n; i++) {
+      const char *name, *state;
+      double docs = 0, chunks = 0;
+      lua_rawgeti (L, streams, i);
+      if (lua_istable (L, -1)) {
+         name = field_string (L, lua_gettop (L), "name");
+         if (lua_getfield (L, -1, "snapshot") == LUA_TTABLE) {
+            int t = lua_gettop (L);
+            state = field_string (L, t, "state");
+            field_number (L, t, "documents", &docs);
+            field_number (L, t, "chunks", &chunks);
+            printf ("%s: snapshot %s: %.0f documents handed out%s\n", name ? name : "?",
+                    state ? state : "?", docs,
+                    state && strcmp (state, "running") == 0 ? " so far" : "");
+         }
+         lua_pop (L, 1);
+      }
+      lua_pop (L, 1);
+   }
+}
+
 /* A failed last reload, under the table (the old script runs on). */
 static void
 print_last_reload (lua_State *L, int doc)
@@ -349,6 +378,7 @@ pshow (lua_State *L)
       print_table (L, lua_gettop (L));
       print_oplog_window (L, lua_gettop (L));
       print_outage (L, lua_gettop (L));
+      print_snapshots (L, lua_gettop (L));
       print_last_reload (L, doc);
    } else if (a->mode == SHOW_ERROR) {
       const char *error = field_string (L, doc, "error");
@@ -421,9 +451,9 @@ base_url (const char *given)
 }
 
 static int
-run (const char *cmd, const char *admin, const char *stream, bool json)
+run (const char *cmd, const char *admin, const char *stream, const char *filter, bool json)
 {
-   char *base = base_url (admin), *escaped = NULL;
+   char *base = base_url (admin), *escaped = NULL, *query = NULL;
    char url[2048], what[512], err[CURL_ERROR_SIZE + 64];
    body_t body = {0};
    long status = 0;
@@ -440,7 +470,21 @@ run (const char *cmd, const char *admin, const char *stream, bool json)
          free (base);
          return 1;
       }
-      snprintf (url, sizeof url, "%s/v1/streams/%s/%s", base, escaped, cmd);
+      if (filter && !(query = curl_easy_escape (NULL, filter, 0))) {
+         fprintf (stderr, "flowwarden %s: out of memory\n", cmd);
+         curl_free (escaped);
+         free (base);
+         return 1;
+      }
+      if (snprintf (url, sizeof url, "%s/v1/streams/%s/%s%s%s", base, escaped, cmd,
+                    query ? "?filter=" : "", query ? query : "") >= (int) sizeof url) {
+         fprintf (stderr, "flowwarden %s: the filter is too long (at most about 1,500 "
+                  "characters)\n", cmd);
+         curl_free (query);
+         curl_free (escaped);
+         free (base);
+         return 2;
+      }
       snprintf (what, sizeof what, "%s %s", cmd, stream);
    } else if (is_status) {
       snprintf (url, sizeof url, "%s/v1/streams", base);
@@ -466,6 +510,7 @@ run (const char *cmd, const char *admin, const char *stream, bool json)
    } else if (show (is_status ? SHOW_TABLE : SHOW_RESULT, what, status, &body)) {
       rc = 0;
    }
+   curl_free (query);
    curl_free (escaped);
    free (body.data);
    free (base);
@@ -477,14 +522,15 @@ fw_status_cli_main (int argc, char **argv)
 {
    static const struct option longopts[] = {{"admin", required_argument, NULL, 'a'},
                                             {"json", no_argument, NULL, 'j'},
+                                            {"filter", required_argument, NULL, 'f'},
                                             {"help", no_argument, NULL, 'h'},
                                             {NULL, 0, NULL, 0}};
-   const char *cmd = argv[0], *admin = NULL, *stream = NULL;
+   const char *cmd = argv[0], *admin = NULL, *stream = NULL, *filter = NULL;
    bool json = false, needs_stream;
    int c, rc;
 
    needs_stream = strcmp (cmd, "pause") == 0 || strcmp (cmd, "resume") == 0 ||
-                  strcmp (cmd, "restart") == 0;
+                  strcmp (cmd, "restart") == 0 || strcmp (cmd, "snapshot") == 0;
    opterr = 0;
    optind = 1;
    while ((c = getopt_long (argc, argv, ":h", longopts, NULL)) != -1) {
@@ -497,6 +543,12 @@ fw_status_cli_main (int argc, char **argv)
             return bad_usage (cmd, "--json is an option of status only%s", "");
          }
          json = true;
+         break;
+      case 'f':
+         if (strcmp (cmd, "snapshot") != 0) {
+            return bad_usage (cmd, "--filter is an option of snapshot only%s", "");
+         }
+         filter = optarg;
          break;
       case 'h':
          fputs (usage_text, stdout);
@@ -517,7 +569,7 @@ fw_status_cli_main (int argc, char **argv)
       return bad_usage (cmd, "unexpected argument \"%s\"", argv[optind]);
    }
    curl_global_init (CURL_GLOBAL_DEFAULT);
-   rc = run (cmd, admin, stream, json);
+   rc = run (cmd, admin, stream, filter, json);
    curl_global_cleanup ();
    return rc;
 }

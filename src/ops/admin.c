@@ -42,6 +42,7 @@ typedef struct request {
    struct MHD_Connection *conn;
    route_t route;
    char *stream;         /* R_STREAM, R_ACTION */
+   char *filter;         /* R_ACTION snapshot: its ?filter=, or NULL */
    fw_stream_action_t action;
    size_t body;          /* bytes of body seen */
    bool answered;        /* a response is queued */
@@ -73,6 +74,8 @@ fw_stream_action_name (fw_stream_action_t action)
       return "pause";
    case FW_STREAM_RESUME:
       return "resume";
+   case FW_STREAM_SNAPSHOT:
+      return "snapshot";
    default:
       return "restart";
    }
@@ -407,6 +410,11 @@ run_control (fw_admin_t *a, request_t *req)
       req->result = a->control.reload
                        ? a->control.reload (a->control.ud, req->message, sizeof req->message)
                        : FW_CONTROL_UNAVAILABLE;
+   } else if (req->action == FW_STREAM_SNAPSHOT) {
+      req->result = a->control.snapshot
+                       ? a->control.snapshot (a->control.ud, req->stream, req->filter,
+                                              req->message, sizeof req->message)
+                       : FW_CONTROL_UNAVAILABLE;
    } else {
       req->result = a->control.stream_action
                        ? a->control.stream_action (a->control.ud, req->stream, req->action,
@@ -509,10 +517,10 @@ token_matches (const char *expected, const char *header)
 static bool
 ends_with_action (const char *rest, fw_stream_action_t *action, size_t *name_len)
 {
-   static const char *const suffixes[] = {"/pause", "/resume", "/restart"};
+   static const char *const suffixes[] = {"/pause", "/resume", "/restart", "/snapshot"};
    size_t n = strlen (rest);
 
-   for (int i = 0; i < 3; i++) {
+   for (int i = 0; i < 4; i++) {
       size_t k = strlen (suffixes[i]);
       if (n > k && strcmp (rest + n - k, suffixes[i]) == 0) {
          *action = (fw_stream_action_t) i;
@@ -595,6 +603,13 @@ begin (fw_admin_t *a, request_t *req, const char *url, const char *method)
                           "admin token (the flowwarden CLI reads it from "
                           "FLOWWARDEN_ADMIN_TOKEN)");
    }
+   if (req->route == R_ACTION && req->action == FW_STREAM_SNAPSHOT) {
+      const char *filter =
+         MHD_lookup_connection_value (req->conn, MHD_GET_ARGUMENT_KIND, "filter");
+      if (filter && !(req->filter = strdup (filter))) {
+         return MHD_NO;
+      }
+   }
    length = MHD_lookup_connection_value (req->conn, MHD_HEADER_KIND,
                                          MHD_HTTP_HEADER_CONTENT_LENGTH);
    if (length && strtoull (length, NULL, 10) > FW_ADMIN_MAX_BODY) {
@@ -653,6 +668,7 @@ completed (void *cls, struct MHD_Connection *conn, void **con_cls,
    (void) toe;
    if (req) {
       free (req->stream);
+      free (req->filter);
       free (req->json);
       free (req);
       *con_cls = NULL;

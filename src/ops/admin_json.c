@@ -146,8 +146,15 @@ fw_admin_json_stream (fw_strbuf_t *out, const fw_stream_snapshot_t *s)
       fw_strbuf_puts (out, "null,\"dlq_oldest_pending_age_seconds\":null");
    }
    json_outage (out, &s->outage);
-   fw_strbuf_printf (out, ",\"lua_memory_bytes\":%llu}",
+   fw_strbuf_printf (out, ",\"lua_memory_bytes\":%llu,\"snapshot\":",
                      (unsigned long long) s->lua_memory_bytes);
+   if (s->snapshot_state == 0) {
+      fw_strbuf_puts (out, "null}");
+   } else {
+      fw_strbuf_printf (out, "{\"state\":\"%s\",\"documents\":%lld,\"chunks\":%lld}}",
+                        s->snapshot_state == 1 ? "running" : "finished",
+                        (long long) s->snapshot_documents, (long long) s->snapshot_chunks);
+   }
 }
 
 /* "last_reload": null, or its result, time, age and message. */

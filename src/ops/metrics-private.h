@@ -66,6 +66,9 @@ struct fw_stream_metrics {
    int attempt;
    int state;
    uint64_t lua_memory;
+   int64_t snapshot_docs;     /* snapshot events handed out (issue 28) */
+   int64_t snapshot_chunks;
+   int snapshot_state;        /* 0: none, 1: running, 2: finished */
    int role;                  /* FW_STREAM_ROLE_* (ha.mode = "leader") */
    int64_t dlq_pending;
    int64_t dlq_oldest_ms;     /* wall clock of the oldest PENDING entry; 0: none */

@@ -463,6 +463,15 @@ fw_stream_metrics_state_rebuilt (fw_stream_metrics_t *b, fw_metrics_rebuild_t re
 }
 
 void
+fw_stream_metrics_set_snapshot (fw_stream_metrics_t *b, bool running, bool done,
+                                int64_t documents, int64_t chunks)
+{
+   __atomic_store_n (&b->snapshot_docs, documents, __ATOMIC_RELAXED);
+   __atomic_store_n (&b->snapshot_chunks, chunks, __ATOMIC_RELAXED);
+   __atomic_store_n (&b->snapshot_state, running ? 1 : done ? 2 : 0, __ATOMIC_RELAXED);
+}
+
+void
 fw_stream_metrics_set_lua_memory (fw_stream_metrics_t *b, uint64_t bytes)
 {
    __atomic_store_n (&b->lua_memory, bytes, __ATOMIC_RELAXED);
@@ -607,6 +616,9 @@ fw_stream_metrics_snapshot (const fw_stream_metrics_t *b, int64_t now_ms,
    out->dlq_oldest_age_seconds = dlq_oldest_age (b, now_ms);
    out->lua_memory_bytes = __atomic_load_n (&b->lua_memory, __ATOMIC_RELAXED);
    out->role = __atomic_load_n (&b->role, __ATOMIC_RELAXED);
+   out->snapshot_state = __atomic_load_n (&b->snapshot_state, __ATOMIC_RELAXED);
+   out->snapshot_documents = __atomic_load_n (&b->snapshot_docs, __ATOMIC_RELAXED);
+   out->snapshot_chunks = __atomic_load_n (&b->snapshot_chunks, __ATOMIC_RELAXED);
 }
 
 int

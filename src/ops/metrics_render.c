@@ -103,6 +103,38 @@ duration_histogram (fw_strbuf_t *out, const char *name, const fw_stream_metrics_
    sample_u64 (out, sub, b, key, value, cumulative);
 }
 
+/* The incremental snapshot (issue 28), only for streams that took one. */
+static void
+render_snapshot (render_t *r)
+{
+   bool any = false;
+   FOREACH_ACTIVE (r, b)
+   {
+      any = any || __atomic_load_n (&b->snapshot_state, __ATOMIC_RELAXED) != 0;
+   }
+   if (!any) {
+      return;
+   }
+   family (r->out, "flowwarden_snapshot_documents_total", "counter",
+           "Snapshot events the stream's incremental snapshot handed to its handlers.");
+   FOREACH_ACTIVE (r, b)
+   {
+      if (__atomic_load_n (&b->snapshot_state, __ATOMIC_RELAXED) != 0) {
+         sample_u64 (r->out, "flowwarden_snapshot_documents_total", b, NULL, NULL,
+                     (uint64_t) __atomic_load_n (&b->snapshot_docs, __ATOMIC_RELAXED));
+      }
+   }
+   family (r->out, "flowwarden_snapshot_running", "gauge",
+           "1 while the stream's snapshot has chunks left to read, 0 once it finished.");
+   FOREACH_ACTIVE (r, b)
+   {
+      int st = __atomic_load_n (&b->snapshot_state, __ATOMIC_RELAXED);
+      if (st != 0) {
+         sample_u64 (r->out, "flowwarden_snapshot_running", b, NULL, NULL, st == 1);
+      }
+   }
+}
+
 static void
 render_events (render_t *r)
 {
@@ -270,6 +302,7 @@ render_state (render_t *r)
                      count_get (&b->rebuilds[i]));
       }
    }
+   render_snapshot (r);
    family (r->out, "flowwarden_lua_memory_bytes", "gauge",
            "Memory held by the stream's Lua state.");
    FOREACH_ACTIVE (r, b)

@@ -27,6 +27,8 @@
 typedef struct request {
    struct request *next;
    bool reload;
+   bool snapshot;        /* an on-demand snapshot, of filter (JSON, or NULL) */
+   const char *filter;
    const char *stream;
    fw_stream_action_t action;
    /* filled by the runtime's thread */
@@ -145,6 +147,40 @@ run_stream_action (fw_runtime_control_t *ctl, request_t *req)
    }
 }
 
+/* Runtime's thread: asks the stream for an incremental snapshot. */
+static void
+run_snapshot (fw_runtime_control_t *ctl, request_t *req)
+{
+   fw_stream_worker_t *w = ctl->rt.find_stream (ctl->rt.ud, req->stream);
+   bson_t *filter = NULL;
+   bson_error_t berr;
+   fw_error_t err;
+
+   if (!w) {
+      req->result = FW_CONTROL_NOT_FOUND;
+      snprintf (req->message, req->len, "no stream named \"%s\"", req->stream);
+      return;
+   }
+   if (req->filter && !(filter = bson_new_from_json ((const uint8_t *) req->filter, -1, &berr))) {
+      req->result = FW_CONTROL_FAILED;
+      snprintf (req->message, req->len, "the filter is not a JSON document: %s", berr.message);
+      return;
+   }
+   if (!fw_stream_worker_snapshot (w, filter, &err)) {
+      req->result = FW_CONTROL_CONFLICT;
+      snprintf (req->message, req->len, "%s", err.message);
+   } else {
+      fw_log (FW_LOG_INFO, req->stream, "snapshot%s asked through the admin endpoint",
+              filter ? " (filtered)" : "");
+      req->result = FW_CONTROL_ACCEPTED;
+      snprintf (req->message, req->len,
+                "snapshot asked: the stream reads its collection%s in chunks between its live "
+                "events (progress in flowwarden status)",
+                filter ? " (the documents matching the filter)" : "");
+   }
+   bson_destroy (filter);
+}
+
 void
 fw_runtime_control_run (fw_runtime_control_t *ctl)
 {
@@ -160,6 +196,8 @@ fw_runtime_control_run (fw_runtime_control_t *ctl)
          fw_log (FW_LOG_INFO, NULL, "reload asked through the admin endpoint");
          req->result = ctl->rt.reload (ctl->rt.ud, req->message, req->len) ? FW_CONTROL_OK
                                                                             : FW_CONTROL_FAILED;
+      } else if (req->snapshot) {
+         run_snapshot (ctl, req);
       } else {
          run_stream_action (ctl, req);
       }
@@ -256,6 +294,20 @@ stream_action (void *ud, const char *stream, fw_stream_action_t action, char *me
 }
 
 static fw_control_result_t
+snapshot_action (void *ud, const char *stream, const char *filter, char *message, size_t len)
+{
+   request_t req = {0};
+
+   req.snapshot = true;
+   req.stream = stream;
+   req.filter = filter;
+   req.message = message;
+   req.len = len;
+   post (ud, &req);
+   return req.result;
+}
+
+static fw_control_result_t
 reload (void *ud, char *message, size_t len)
 {
    request_t req = {0};
@@ -312,7 +364,8 @@ fw_runtime_control_start_admin (fw_runtime_control_t *ctl, const char *listen,
    opts.listen = listen;
    opts.token = token;
    opts.metrics = ctl->metrics;
-   opts.control = (fw_admin_control_t){list_streams, stream_action, reload, ctl, dlq_stats};
+   opts.control =
+      (fw_admin_control_t){list_streams, stream_action, reload, ctl, dlq_stats, snapshot_action};
    if (!(ctl->admin = fw_admin_start (&opts, error))) {
       return false;
    }

@@ -53,9 +53,10 @@ a_stream_without_dlq_owns_its_checkpoints_and_leases (void **state)
    (void) state;
    fw_stream_config_t cfg = stream_in ("shop");
    list_t l = {0};
-   const char *const want[] = {"shop._fw_checkpoints", "shop._fw_leases", "shop._fw_members"};
+   const char *const want[] = {"shop._fw_checkpoints", "shop._fw_leases", "shop._fw_members",
+                               "shop._fw_snapshot_marks"};
    assert_true (fw_owned_collections_each (&cfg, collect, &l));
-   assert_list (&l, want, 3);
+   assert_list (&l, want, 4);
 }
 
 static void
@@ -64,12 +65,13 @@ a_dlq_brings_its_sequences_sequenced_or_not (void **state)
    (void) state;
    fw_stream_config_t cfg = stream_in ("shop");
    list_t l = {0};
-   const char *const want[] = {"shop._fw_checkpoints", "shop._fw_leases", "shop._fw_members", "shop.orders_dlq",
+   const char *const want[] = {"shop._fw_checkpoints", "shop._fw_leases", "shop._fw_members",
+                               "shop._fw_snapshot_marks", "shop.orders_dlq",
                                "shop.orders_dlq_sequences"};
    cfg.dlq.enabled = true;
    cfg.dlq.collection = "orders_dlq";
    assert_true (fw_owned_collections_each (&cfg, collect, &l));
-   assert_list (&l, want, 5);
+   assert_list (&l, want, 6);
 }
 
 static void
@@ -78,13 +80,14 @@ a_dlq_in_another_database_is_listed_there (void **state)
    (void) state;
    fw_stream_config_t cfg = stream_in ("shop");
    list_t l = {0};
-   const char *const want[] = {"shop._fw_checkpoints", "shop._fw_leases", "shop._fw_members", "ops._fw_dlq",
+   const char *const want[] = {"shop._fw_checkpoints", "shop._fw_leases", "shop._fw_members",
+                               "shop._fw_snapshot_marks", "ops._fw_dlq",
                                "ops._fw_dlq_sequences"};
    cfg.dlq.enabled = true;
    cfg.dlq.collection = "_fw_dlq";
    cfg.dlq.database = "ops";
    assert_true (fw_owned_collections_each (&cfg, collect, &l));
-   assert_list (&l, want, 5);
+   assert_list (&l, want, 6);
 }
 
 static void
@@ -93,7 +96,8 @@ the_default_dlq_of_send_to_dlq_is_listed_and_a_memory_dlq_is_not (void **state)
    (void) state;
    fw_stream_config_t cfg = stream_in ("shop");
    list_t l = {0};
-   const char *const want[] = {"shop._fw_checkpoints", "shop._fw_leases", "shop._fw_members", "shop._fw_dlq",
+   const char *const want[] = {"shop._fw_checkpoints", "shop._fw_leases", "shop._fw_members",
+                               "shop._fw_snapshot_marks", "shop._fw_dlq",
                                "shop._fw_dlq_sequences"};
    cfg.dlq.enabled = true;
    cfg.dlq.memory = true;
@@ -101,7 +105,7 @@ the_default_dlq_of_send_to_dlq_is_listed_and_a_memory_dlq_is_not (void **state)
    cfg.dlq_fallback.enabled = true;
    cfg.dlq_fallback.collection = "_fw_dlq";
    assert_true (fw_owned_collections_each (&cfg, collect, &l));
-   assert_list (&l, want, 5);
+   assert_list (&l, want, 6);
 }
 
 static void

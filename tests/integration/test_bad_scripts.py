@@ -91,7 +91,7 @@ CASES = [
     ("unknown_checkpoint_key",
      "fw.stream { name = 's', database = 'shop', checkpoint = { every = 5 }, on_change = h }",
      [S + 'checkpoint: unknown key "every" (valid keys: save_every, save_interval, '
-      "idle_heartbeat, start_position, on_history_lost, mode)"]),
+      "idle_heartbeat, start_position, on_history_lost, mode, start_at)"]),
     ("restart_max_delay_below_initial_delay",
      "fw.stream { name = 's', database = 'shop', restart = { max_delay = '500ms' }, on_change = h }",
      [S + 'restart.max_delay: must be >= restart.initial_delay ("1s", the default), got "500ms"']),
@@ -113,7 +113,7 @@ CASES = [
     ("no_handler",
      "fw.stream { name = 's', database = 'shop' }",
      [S + "handlers: none declared (define at least one of on_insert, on_update, on_replace, "
-      "on_delete, on_change)"]),
+      "on_delete, on_change, on_snapshot)"]),
     ("handler_not_a_function",
      "fw.stream { name = 's', database = 'shop', on_insert = 'process' }",
      [S + 'on_insert: expected a function, got "process"']),
@@ -158,11 +158,11 @@ CASES = [
       '{S}:4: stream #2: name: missing (every stream needs a unique name, e.g. name = '
       '"order-watcher")',
       "{S}:4: stream #2: handlers: none declared (define at least one of on_insert, on_update, "
-      "on_replace, on_delete, on_change)",
+      "on_replace, on_delete, on_change, on_snapshot)",
       '{S}:5: stream "a": name: duplicate stream name (first declared at {S}:3)',
       '{S}:5: stream "a": unknown key "on_updte" (did you mean "on_update"?)',
       '{S}:5: stream "a": handlers: none declared (define at least one of on_insert, on_update, '
-      "on_replace, on_delete, on_change)"]),
+      "on_replace, on_delete, on_change, on_snapshot)"]),
     ("error_in_a_required_module",
      "local helper = require('badhelper')\nfw.stream { name = 's', database = 'shop', on_change = h }",
      ["{D}/badhelper.lua:2: attempt to perform arithmetic on a nil value"]),

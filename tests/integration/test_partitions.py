@@ -158,3 +158,33 @@ class PartitionsNeed70(StandInTestCase):
         self.assertIn("needs $toHashedIndexKey (MongoDB 7.0+); the server has maxWireVersion 17",
                       check["message"])
         self.assertNotEqual(code, 0)
+
+
+SNAPSHOT_SCRIPT = """
+    fw.stream {
+      name = "s", collection = "c", partitions = 3,
+      checkpoint = { start_position = "snapshot" }, snapshot = { chunk_size = 7 },
+      on_snapshot = function(ctx)
+        local k = ctx:partition()
+        report({ key = ctx:document_key()._id, k = k })
+      end,
+      on_insert = function(ctx) end,
+    }
+"""
+
+
+@needs_standin("version mode (--server-version 7.0)")
+class PartitionedSnapshotTest(StandInTestCase):
+    standin_args = ("--server-version", "7.0")
+
+    def test_each_unit_snapshots_only_its_own_keys(self):
+        keys = ["k%d" % i for i in range(40)]
+        self.db.c.insert_many([{"_id": k} for k in keys])
+        p = self.run_fw(self.script(SNAPSHOT_SCRIPT))
+        p.wait_log("snapshot finished", count=3, timeout=60)
+        got = [r for r in p.reports() if "key" in r]
+        # Every document once, in the unit its hash names (as its live events are).
+        self.assertEqual(sorted(r["key"] for r in got), sorted(keys))
+        for r in got:
+            self.assertEqual(r["k"], partition_of(r["key"], 3), r)
+        self.assertEqual(p.stop(), 0)

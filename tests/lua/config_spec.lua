@@ -54,7 +54,8 @@ local BAD = {
       .. "full_document, full_document_before_change, checkpoint, restart, retry, dlq, timeout, "
       .. "memory_limit, split_large_events, oversize, oversize_threshold, lanes, circuit, rate_limit, "
       .. "partitions, on_insert, "
-      .. "on_update, on_replace, on_delete, on_change, on_error, batch, on_batch)" } },
+      .. "on_update, on_replace, on_delete, on_change, on_error, batch, on_batch, on_snapshot, "
+      .. "snapshot)" } },
   { "lanes = 0",
     "fw.stream { name = 's', database = 'shop', lanes = 0, on_change = h }",
     { S .. "lanes: expected an integer from 1 to 64 (Lua states handling events of different keys "
@@ -164,7 +165,7 @@ local BAD = {
       .. 'd or w, e.g. "500ms")' } },
   { "an unknown start_position",
     "fw.stream { name = 's', database = 'shop', checkpoint = { start_position = 'earliest' }, on_change = h }",
-    { S .. 'checkpoint.start_position: invalid value "earliest" (expected "resume" or "latest")' } },
+    { S .. 'checkpoint.start_position: invalid value "earliest" (expected "resume", "latest" or "snapshot")' } },
   { "an unknown on_history_lost",
     "fw.stream { name = 's', database = 'shop', checkpoint = { on_history_lost = 'resume-from-now' }, on_change = h }",
     { S .. 'checkpoint.on_history_lost: invalid value "resume-from-now" (did you mean "resume_from_now"? '
@@ -278,7 +279,7 @@ local BAD = {
   { "no handler",
     "fw.stream { name = 's', database = 'shop' }",
     { S .. "handlers: none declared (define at least one of on_insert, on_update, on_replace, on_delete, "
-      .. "on_change)" } },
+      .. "on_change, on_snapshot)" } },
   { "a handler that is not a function",
     "fw.stream { name = 's', database = 'shop', on_insert = 'process' }",
     { S .. 'on_insert: expected a function, got "process"' } },
@@ -389,11 +390,11 @@ fw.stream { name = 'a', database = 'shop', on_updte = h }]])
         .. 'm, h, d or w, e.g. "500ms")',
       SCRIPT .. ':5: stream #2: name: missing (every stream needs a unique name, e.g. name = "order-watcher")',
       SCRIPT .. ":5: stream #2: handlers: none declared (define at least one of on_insert, on_update, "
-        .. "on_replace, on_delete, on_change)",
+        .. "on_replace, on_delete, on_change, on_snapshot)",
       SCRIPT .. ':6: stream "a": name: duplicate stream name (first declared at /s/bad.lua:3)',
       SCRIPT .. ':6: stream "a": unknown key "on_updte" (did you mean "on_update"?)',
       SCRIPT .. ':6: stream "a": handlers: none declared (define at least one of on_insert, on_update, '
-        .. "on_replace, on_delete, on_change)",
+        .. "on_replace, on_delete, on_change, on_snapshot)",
     }, errs)
   end)
 
@@ -463,6 +464,7 @@ describe("config: effective settings", function()
       lanes = 1,
       state = { max_bytes = 64 * 1024 * 1024 },
       ha = { mode = "none", lease_ms = 10000 },
+      snapshot = { chunk_size = 1000, pause_ms = 0, read_preference = "primary" },
       handlers = { change = spec.handlers.change },
     }, spec)
     assert.is_function(spec.handlers.change)
@@ -881,4 +883,39 @@ describe("config: partitions (issue 31)", function()
     assert.are.equal("o#0/1", spec.name)
     assert.are.same({}, spec.pipeline)
   end)
+end)
+
+describe("config: incremental snapshots (issue 28)", function()
+  it("reads start_position = \"snapshot\", on_snapshot and the snapshot settings", function()
+    local spec = spec_of("fw.stream { name = 's', database = 'shop', collection = 'c', "
+      .. "checkpoint = { start_position = 'snapshot' }, snapshot = { chunk_size = 50, "
+      .. "pause = '20ms', read_preference = 'secondaryPreferred' }, on_snapshot = h }")
+    assert.are.equal("snapshot", spec.checkpoint.start_position)
+    assert.are.same({ chunk_size = 50, pause_ms = 20, read_preference = "secondaryPreferred" },
+      spec.snapshot)
+    assert.is_function(spec.handlers.snapshot)
+  end)
+
+  it("takes a pause of 0ms", function()
+    local spec = spec_of("fw.stream { name = 's', database = 'shop', collection = 'c', "
+      .. "snapshot = { pause = '0ms' }, on_insert = h }")
+    assert.are.equal(0, spec.snapshot.pause_ms)
+  end)
+
+  it("rejects a snapshot of a whole database, a chunk_size of 0 and an unknown read preference",
+    function()
+      assert.are.same({ S .. 'checkpoint.start_position: "snapshot" needs a collection: a '
+        .. "database-wide stream cannot take a snapshot (declare one stream per collection to "
+        .. "backfill)" },
+        errors_of("fw.stream { name = 's', database = 'shop', "
+          .. "checkpoint = { start_position = 'snapshot' }, on_insert = h }"))
+      assert.are.same({ S .. "snapshot.chunk_size: expected an integer >= 1, got 0" },
+        errors_of("fw.stream { name = 's', database = 'shop', collection = 'c', "
+          .. "snapshot = { chunk_size = 0 }, on_insert = h }"))
+      assert.are.same({ S .. 'snapshot.read_preference: invalid value "secondry" (did you mean '
+        .. '"secondary"? expected "primary", "primaryPreferred", "secondary", '
+        .. '"secondaryPreferred" or "nearest")' },
+        errors_of("fw.stream { name = 's', database = 'shop', collection = 'c', "
+          .. "snapshot = { read_preference = 'secondry' }, on_insert = h }"))
+    end)
 end)

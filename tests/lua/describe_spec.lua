@@ -54,6 +54,9 @@ stream "order-watcher"
   checkpoint.start_position      resume
   checkpoint.on_history_lost     fail
   checkpoint.mode                async
+  snapshot.chunk_size            1000
+  snapshot.pause                 0ms
+  snapshot.read_preference       primary
   restart.max_attempts           0 (unlimited)
   restart.initial_delay          1s
   restart.max_delay              1m
@@ -98,6 +101,9 @@ stream "audit"
   checkpoint.start_position      resume
   checkpoint.on_history_lost     fail
   checkpoint.mode                async
+  snapshot.chunk_size            1000
+  snapshot.pause                 0ms
+  snapshot.read_preference       primary
   restart.max_attempts           0 (unlimited)
   restart.initial_delay          1s
   restart.max_delay              1m

@@ -20,7 +20,7 @@ M.MIN_MEMORY_LIMIT = 1024 * 1024
 M.OPERATION_TYPES = {
   "insert", "update", "replace", "delete", "drop", "rename", "dropDatabase", "invalidate",
 }
-M.HANDLER_KEYS = { "on_insert", "on_update", "on_replace", "on_delete", "on_change" }
+M.HANDLER_KEYS = { "on_insert", "on_update", "on_replace", "on_delete", "on_change", "on_snapshot" }
 
 local STREAM_KEYS = {
   "name", "database", "collection", "operation_types", "pipeline", "full_document",
@@ -28,6 +28,7 @@ local STREAM_KEYS = {
   "memory_limit", "split_large_events", "oversize", "oversize_threshold", "lanes", "circuit",
   "rate_limit", "partitions", "on_insert",
   "on_update", "on_replace", "on_delete", "on_change", "on_error", "batch", "on_batch",
+  "on_snapshot", "snapshot",
 }
 local DEFAULTS_KEYS = {
   "database", "uri", "retry", "dlq", "checkpoint", "restart", "timeout", "memory_limit", "state",
@@ -442,10 +443,23 @@ local CHECKPOINT = {
   { "save_every", int_min(1) },
   { "save_interval", positive_duration, "save_interval_ms" },
   { "idle_heartbeat", positive_duration, "idle_heartbeat_ms" },
-  { "start_position", enum({ "resume", "latest" }) },
+  { "start_position", enum({ "resume", "latest", "snapshot" }) },
   { "on_history_lost", enum({ "fail", "resume_from_now" }) },
   { "mode", enum({ "async", "sync" }) },
   { "start_at", start_at },
+}
+-- Incremental snapshots (issue 28, flowwarden.snapshot_settings).
+local function pause_duration(ctx, path, v)
+  if v == "0ms" or v == "0s" then
+    return true, 0
+  end
+  return positive_duration(ctx, path, v)
+end
+local SNAPSHOT = {
+  { "chunk_size", int_min(1) },
+  { "pause", pause_duration, "pause_ms" },
+  { "read_preference", enum({ "primary", "primaryPreferred", "secondary", "secondaryPreferred",
+    "nearest" }) },
 }
 local RESTART = {
   { "max_attempts", int_min(0, " (0 = unlimited)") },
@@ -820,6 +834,7 @@ end
 M.STREAM_KEYS = STREAM_KEYS
 M.DEFAULTS_KEYS = DEFAULTS_KEYS
 M.CHECKPOINT = CHECKPOINT
+M.SNAPSHOT = SNAPSHOT
 M.RESTART = RESTART
 M.RETRY = RETRY
 M.DLQ = DLQ

@@ -6,6 +6,7 @@
 #include "flowwarden/lease.h"
 #include "flowwarden/owned_collections.h"
 #include "flowwarden/shared_units.h"
+#include "flowwarden/snapshot.h"
 
 char *
 fw_dlq_sequences_name (const char *dlq_collection)
@@ -45,6 +46,7 @@ fw_owned_collections_each (const fw_stream_config_t *cfg, fw_owned_collection_fn
    return fn (ud, cfg->database, FW_CHECKPOINT_COLLECTION) &&
           fn (ud, cfg->database, FW_LEASE_COLLECTION) &&
           fn (ud, cfg->database, FW_MEMBERS_COLLECTION) && /* ha.mode = "shared" (issue 31) */
+          fn (ud, cfg->database, FW_SNAPSHOT_MARKS_COLLECTION) && /* issue 28 */
           each_of_dlq (cfg, &cfg->dlq, fn, ud) &&
           each_of_dlq (cfg, &cfg->dlq_fallback, fn, ud);
 }

@@ -8,6 +8,7 @@
 
 #include "flowwarden/bson_lua.h"
 #include "flowwarden/owned_collections.h"
+#include "flowwarden/snapshot.h"
 #include "flowwarden/stream_config.h"
 #include "runtime/config/outage_config.h"
 
@@ -297,6 +298,7 @@ fw_stream_config_read (lua_State *L, int idx, int specs, fw_stream_config_t *cfg
       cfg->save_interval_ms = int_field (L, s, "save_interval_ms", 5000);
       cfg->idle_heartbeat_ms = int_field (L, s, "idle_heartbeat_ms", 300000);
       cfg->start_latest = start && strcmp (start, "latest") == 0;
+      cfg->snapshot.at_start = start && strcmp (start, "snapshot") == 0;
       cfg->resume_from_now = lost && strcmp (lost, "resume_from_now") == 0;
       cfg->start_at = (uint64_t) int_field (L, s, "start_at", 0);
       cfg->checkpoint_sync = mode && strcmp (mode, "sync") == 0;
@@ -305,6 +307,8 @@ fw_stream_config_read (lua_State *L, int idx, int specs, fw_stream_config_t *cfg
       free (mode);
    }
    lua_pop (L, 1);
+
+   fw_stream_config_read_snapshot (L, t, cfg);
 
    cfg->restart = (fw_backoff_t){0, 1000, 60000, 2.0, false};
    read_backoff (L, t, "restart", &cfg->restart);

@@ -19,7 +19,7 @@
 #include "flowwarden/rate_limit.h"
 #include "runtime/dispatch/state_rebuild.h"
 
-enum { H_INSERT, H_UPDATE, H_REPLACE, H_DELETE, H_CHANGE, H_BATCH, H_COUNT };
+enum { H_INSERT, H_UPDATE, H_REPLACE, H_DELETE, H_CHANGE, H_BATCH, H_SNAPSHOT, H_COUNT };
 
 /* How a replayed dead letter ended in fw_event_dispatch (dlq_replay.c). */
 typedef enum {
@@ -155,6 +155,10 @@ fw_program_handler_for (const fw_program_t *p, fw_op_t op)
                   : op == FW_OP_REPLACE ? p->handler_ref[H_REPLACE]
                   : op == FW_OP_DELETE  ? p->handler_ref[H_DELETE]
                                         : LUA_NOREF;
+   if (op == FW_OP_SNAPSHOT) { /* on_snapshot, else on_insert (issue 28) */
+      specific = p->handler_ref[H_SNAPSHOT] != LUA_NOREF ? p->handler_ref[H_SNAPSHOT]
+                                                         : p->handler_ref[H_INSERT];
+   }
    specific = specific != LUA_NOREF ? specific : p->handler_ref[H_CHANGE];
    return specific != LUA_NOREF ? specific : p->handler_ref[H_BATCH]; /* on_batch: a batch of one */
 }

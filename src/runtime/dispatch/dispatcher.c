@@ -21,7 +21,7 @@
 #include "runtime/dispatch/dispatcher-private.h"
 
 static const char *const handler_keys[H_COUNT] = {"insert", "update", "replace", "delete",
-                                                  "change", "batch"};
+                                                  "change", "batch", "snapshot"};
 
 typedef struct {
    fw_program_t *prog;
@@ -406,7 +406,7 @@ event_time_ms (const fw_event_t *ev)
 void
 fw_dispatcher_count_received (fw_dispatcher_t *d, const fw_event_t *ev)
 {
-   fw_metrics_op_t op = ev->op != FW_OP_OTHER ? (fw_metrics_op_t) ev->op
+   fw_metrics_op_t op = ev->op < FW_OP_OTHER ? (fw_metrics_op_t) ev->op
                                               : fw_metrics_op_from_name (ev->operation_type);
    if (d->metrics) {
       fw_stream_metrics_event_received (d->metrics, op, event_time_ms (ev));

@@ -53,8 +53,8 @@ entry_field (const bson_t *entry, const char *key, bson_iter_t *it)
 static const char *
 event_operation (const char *upper)
 {
-   static const char *const ops[] = {"insert", "update", "replace",      "delete",
-                                     "drop",   "rename", "dropDatabase", "invalidate"};
+   static const char *const ops[] = {"insert", "update",       "replace",    "delete", "drop",
+                                     "rename", "dropDatabase", "invalidate", "snapshot"};
    char buf[64];
    if (!upper) {
       return NULL;

@@ -79,6 +79,10 @@ struct fw_stream_worker {
                                    * by the stream's thread; NULL: events handled here */
    const bson_t *batch_held;   /* on_batch: read while taking a batch but not of it, to be
                                 * taken next (the reader's, stream_batch.c); else NULL */
+   struct fw_stream_snap *snap; /* the incremental snapshot running (stream_snapshot.c),
+                                 * owned by the stream's thread; NULL: none */
+   bson_t *snap_request;        /* an on-demand snapshot asked (its filter; empty: all),
+                                 * exchanged atomically with the admin endpoint */
 };
 
 /* What the admin endpoint asked the stream's thread to do. */
@@ -315,5 +319,31 @@ fw_read_end_t fw_stream_batch_take (fw_stream_worker_t *w, fw_stream_reader_t *r
 
 /* Whether doc (a change event read) may join a batch. */
 bool fw_stream_batch_joins (const bson_t *doc, const fw_event_t *ev);
+
+/* --- stream_snapshot.c: the incremental snapshot (issue 28, snapshot.h) --- */
+
+/* After the checkpoint was read (cp): resumes a snapshot its progress says
+ * is running, or starts one (start_position = "snapshot", no checkpoint),
+ * storing it before the change stream opens. False only on shutdown. */
+bool fw_stream_snapshot_setup (fw_stream_worker_t *w, const fw_checkpoint_t *cp);
+
+/* At the loop's top, between live events: an on-demand request taken, the
+ * last chunk's progress stored, the next chunk read when due. */
+fw_read_end_t fw_stream_snapshot_between (fw_stream_worker_t *w, fw_position_t *p);
+
+/* A live event, before it is handled: the open chunk's rows are handed out
+ * first when the event is past the high watermark. */
+fw_read_end_t fw_stream_snapshot_live (fw_stream_worker_t *w, fw_position_t *p,
+                                       const fw_event_t *ev);
+
+/* Idle, with the post-batch resume token: as fw_stream_snapshot_live. */
+fw_read_end_t fw_stream_snapshot_idle (fw_stream_worker_t *w, fw_position_t *p,
+                                       const bson_t *token);
+
+/* The change stream (re)opened: an open chunk is read again. */
+void fw_stream_snapshot_reopened (fw_stream_worker_t *w);
+
+/* The thread ends: the snapshot state freed (its progress is stored). */
+void fw_stream_snapshot_teardown (fw_stream_worker_t *w);
 
 #endif

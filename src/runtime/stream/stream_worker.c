@@ -396,6 +396,9 @@ take_event (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p, con
    default:
       break;
    }
+   if (parsed && (end = fw_stream_snapshot_live (w, p, &ev)) != FW_READ_NEXT) {
+      return end;
+   }
    if (step == FW_OVERSIZE_SKIPPED) {
       /* dead-lettered without its document by fw_oversize_take */
    } else if (!parsed) {
@@ -464,7 +467,8 @@ consume_events (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
    fw_read_end_t end;
 
    while (!fw_shutdown_requested (w->shutdown)) {
-      if ((end = event_boundary (w, p)) != FW_READ_NEXT) {
+      if ((end = event_boundary (w, p)) != FW_READ_NEXT ||
+          (end = fw_stream_snapshot_between (w, p)) != FW_READ_NEXT) {
          return end;
       }
       if (fw_stream_reader_next (rd, &doc)) {
@@ -483,6 +487,10 @@ consume_events (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
          return error_end (w, p, rd, &berr);
       }
       idle_step (w, rd, p);
+      if ((end = fw_stream_snapshot_idle (w, p, fw_stream_reader_resume_token (rd))) !=
+          FW_READ_NEXT) {
+         return end;
+      }
    }
    return FW_READ_STOP;
 }
@@ -512,6 +520,7 @@ consume (fw_stream_worker_t *w, mongoc_change_stream_t *cs, fw_position_t *p, bo
       fw_log (FW_LOG_ERROR, w->cfg->name, "%s", p->error);
       return FW_READ_ERROR;
    }
+   fw_stream_snapshot_reopened (w);
    end = consume_events (w, rd, p, progressed);
    w->batch_held = NULL; /* the reader's: re-read after the position */
    fw_stream_lanes_stop (w, p); /* p: the watermark once they finished */
@@ -573,6 +582,9 @@ run_setup (fw_stream_worker_t *w, fw_stream_run_t *run)
                                    &run->from_checkpoint)) {
       return false;
    }
+   if (!fw_stream_snapshot_setup (w, &run->cp)) {
+      return false;
+   }
    fw_log (FW_LOG_INFO, w->cfg->name, "starting on %s%s%s %s", w->cfg->database,
            w->cfg->collection ? "." : "", w->cfg->collection ? w->cfg->collection : " (all collections)",
            run->from_checkpoint ? "from its checkpoint" : "from now");
@@ -601,6 +613,7 @@ run_teardown (fw_stream_worker_t *w, fw_stream_run_t *run)
    if (!w->failed) {
       set_state (w, FW_STREAM_STOPPED, "stopped");
    }
+   fw_stream_snapshot_teardown (w);
    fw_checkpoint_cleanup (&run->cp);
    bson_destroy (&run->p.resume);
    bson_destroy (&run->p.processed);

@@ -1,0 +1,134 @@
+#!/usr/bin/python3
+"""Benchmark incremental snapshots (issue 28): snapshot documents/s against a plain find drain.
+
+    /usr/bin/python3 bench/snapshot_bench.py [--docs 50000] [--chunk-size 1000]
+                                             [--binary build/flowwarden]
+
+Starts a stand-in, inserts --docs small (~300 byte) documents (bench_docs.small_doc), then
+  drain     one find sorted by _id over the collection, batches of 1,000, documents kept as raw
+            BSON (pymongo's RawBSONDocument: no decoding), the rate the server gives a reader;
+  snapshot  flowwarden with checkpoint.start_position = "snapshot", snapshot.chunk_size and a
+            handler that does nothing, timed by its own log lines ("snapshot finished: N
+            documents handed out in S s"), while a live insert every 50 ms measures the live
+            stream's latency (insert sent -> the handler's log line read), median and max,
+            during the snapshot and for 40 inserts after it (the baseline).
+Prints one line each, and the snapshot's rate as a percentage of the drain's (goal >= 70%).
+"""
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests", "standin"))
+
+import pymongo  # noqa: E402
+from bson.raw_bson import RawBSONDocument  # noqa: E402
+
+from bench_docs import small_doc  # noqa: E402
+from standin_process import StandIn  # noqa: E402
+
+SCRIPT = """
+local fw = require("flowwarden")
+fw.stream { name = "snap", database = "bench", collection = "events",
+  checkpoint = { start_position = "snapshot" }, snapshot = { chunk_size = %d },
+  on_snapshot = function(ctx) end,
+  on_insert = function(ctx) fw.log.info("LIVE " .. ctx:full_document().k) end }
+"""
+
+
+def drain(uri):
+    client = pymongo.MongoClient(uri, document_class=RawBSONDocument)
+    t0 = time.monotonic()
+    n = sum(1 for _ in client.bench.events.find({}, sort=[("_id", 1)], batch_size=1000))
+    dt = time.monotonic() - t0
+    client.close()
+    return n, dt
+
+
+def snapshot(uri, binary, chunk_size):
+    """(documents, seconds, live latencies in s) of one run of flowwarden."""
+    d = tempfile.mkdtemp()
+    path = os.path.join(d, "snap.lua")
+    with open(path, "w") as f:
+        f.write(SCRIPT % chunk_size)
+    proc = subprocess.Popen([binary, "run", path, "--uri", uri, "--log-format", "json"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            universal_newlines=True)
+    sent, seen, result = {}, {}, {}
+    started = threading.Event()
+
+    def read():
+        for line in proc.stderr:
+            try:
+                msg = json.loads(line).get("msg", "")
+            except ValueError:
+                continue
+            if msg.startswith("LIVE "):
+                seen[int(msg[5:])] = time.monotonic()
+            elif msg.startswith("snapshot starting"):
+                started.set()
+            m = re.match(r"snapshot finished: (\d+) documents handed out in ([\d.]+) s", msg)
+            if m:
+                result["docs"], result["s"] = int(m.group(1)), float(m.group(2))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    client = pymongo.MongoClient(uri)
+    if not started.wait(60):
+        raise SystemExit("flowwarden did not start its snapshot")
+    k, after = 0, []
+    deadline = time.monotonic() + 600
+    while len(after) < 40 and time.monotonic() < deadline:
+        if "s" in result:
+            after.append(k)   # the snapshot finished: the baseline
+        sent[k] = time.monotonic()
+        client.bench.events.insert_one({"k": k})
+        k += 1
+        time.sleep(0.05)
+    client.close()
+    time.sleep(1.5)
+    proc.terminate()
+    proc.wait(30)
+    if "s" not in result:
+        raise SystemExit("the snapshot did not finish")
+    base = set(after)
+    lat = [seen[i] - sent[i] for i in sent if i in seen and i not in base]
+    lat_after = [seen[i] - sent[i] for i in base if i in seen]
+    return result["docs"], result["s"], lat, lat_after
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    p.add_argument("--docs", type=int, default=50000)
+    p.add_argument("--chunk-size", type=int, default=1000)
+    p.add_argument("--binary", default=os.path.join(ROOT, "build", "flowwarden"))
+    args = p.parse_args()
+
+    with StandIn() as s:
+        client = pymongo.MongoClient(s.uri)
+        client.bench.events.insert_many([small_doc(i) for i in range(args.docs)], ordered=True)
+        client.close()
+        n, dt = drain(s.uri)
+        print("drain     %7d docs in %6.2f s: %8.0f docs/s (one find by _id, raw BSON)"
+              % (n, dt, n / dt))
+        sn, sdt, lat, lat_after = snapshot(s.uri, args.binary, args.chunk_size)
+        print("snapshot  %7d docs in %6.2f s: %8.0f docs/s (chunk_size %d), %.0f%% of the drain"
+              % (sn, sdt, sn / sdt, args.chunk_size, 100.0 * (sn / sdt) / (n / dt)))
+        for what, v in (("during the snapshot", lat), ("after it", lat_after)):
+            if v:
+                print("live latency %-19s %4d inserts, median %7.1f ms, max %7.1f ms"
+                      % (what + ":", len(v), statistics.median(v) * 1000, max(v) * 1000))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

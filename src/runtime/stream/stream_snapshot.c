@@ -1,0 +1,329 @@
+/*
+ * stream_snapshot.c - a stream's incremental snapshot (issue 28) on its
+ * thread: when to read a chunk (between two live events), the live events
+ * shown to the engine (snapshot/snapshot.c), the snapshot events handed to
+ * the dispatcher once the stream passed the chunk's high watermark, and the
+ * progress kept with the checkpoint after each chunk.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "flowwarden/log.h"
+#include "flowwarden/snapshot.h"
+#include "runtime/stream/stream_worker-private.h"
+
+#define RETRY_MS 2000       /* after a chunk could not be read */
+#define LOG_EVERY_MS 10000  /* progress lines */
+#define READ_BUDGET_MS 100  /* chunk reads between two live events at most */
+
+struct fw_stream_snap {
+   fw_snapshot_t *engine;
+   int64_t next_ms;   /* the next chunk not before (monotonic) */
+   bool live;         /* a live event came since the last chunk read */
+   bool on_demand;
+   int64_t started_ms, logged_ms;
+};
+
+static void
+snap_free (fw_stream_worker_t *w)
+{
+   if (w->snap) {
+      fw_snapshot_destroy (w->snap->engine);
+      free (w->snap);
+      w->snap = NULL;
+   }
+}
+
+static void
+publish (fw_stream_worker_t *w, bool running, bool done)
+{
+   int64_t read = 0, dropped = 0, chunks = 0;
+   int64_t docs = 0;
+
+   if (!w->metrics) {
+      return;
+   }
+   if (w->snap) {
+      fw_snapshot_counts (w->snap->engine, &read, &dropped, &chunks);
+      docs = fw_snapshot_progress (w->snap->engine)->documents;
+   }
+   fw_stream_metrics_set_snapshot (w->metrics, running, done, docs, chunks);
+}
+
+/* Starts the engine from progress (NULL: from the start). */
+static bool
+snap_begin (fw_stream_worker_t *w, const fw_snapshot_progress_t *progress, bool on_demand)
+{
+   struct fw_stream_snap *s = calloc (1, sizeof *s);
+
+   if (!s || !(s->engine = fw_snapshot_new (w->cfg, progress))) {
+      free (s);
+      fw_log (FW_LOG_ERROR, w->cfg->name, "out of memory starting the snapshot");
+      return false;
+   }
+   s->on_demand = on_demand;
+   s->started_ms = s->logged_ms = fw_mono_ms ();
+   w->snap = s;
+   fw_log (FW_LOG_INFO, w->cfg->name,
+           "snapshot %s of %s.%s%s: chunks of %lld documents by _id, interleaved with the live "
+           "stream",
+           progress && progress->has_after ? "resuming after its last finished chunk" : "starting",
+           w->cfg->database, w->cfg->collection,
+           progress && progress->has_filter ? " (filtered)" : "",
+           (long long) w->cfg->snapshot.chunk_size);
+   publish (w, true, false);
+   return true;
+}
+
+bool
+fw_stream_snapshot_setup (fw_stream_worker_t *w, const fw_checkpoint_t *cp)
+{
+   fw_snapshot_progress_t progress;
+   fw_error_t err;
+   bool ok = true;
+
+   if (!w->cfg->collection) {
+      return true;
+   }
+   fw_snapshot_progress_init (&progress);
+   for (;;) {
+      if (fw_checkpoint_snapshot_load (w->client, w->cfg->database, w->cfg->name, &progress, &err)) {
+         break;
+      }
+      fw_log (FW_LOG_WARN, w->cfg->name, "%s (retrying)", err.message);
+      if (fw_stream_wait (w, RETRY_MS) && fw_shutdown_requested (w->shutdown)) {
+         fw_snapshot_progress_cleanup (&progress);
+         return false;
+      }
+   }
+   if (progress.present && !progress.done) {
+      ok = snap_begin (w, &progress, progress.has_filter);
+   } else if (!progress.present && w->cfg->snapshot.at_start && !cp->has_processed &&
+              !cp->has_seen) {
+      /* Stored before the change stream opens (and saves where it starts):
+       * a crash before the first chunk still snapshots on the restart. */
+      ok = snap_begin (w, NULL, false);
+      while (ok && !fw_checkpoint_snapshot_save (w->client, w->cfg->database, w->cfg->name,
+                                                 fw_snapshot_progress (w->snap->engine),
+                                                 w->epoch, &err)) {
+         fw_log (FW_LOG_WARN, w->cfg->name, "%s (retrying)", err.message);
+         if (fw_stream_wait (w, RETRY_MS) && fw_shutdown_requested (w->shutdown)) {
+            ok = false;
+         }
+      }
+   } else if (progress.done && w->metrics) {
+      fw_stream_metrics_set_snapshot (w->metrics, false, true, progress.documents, 0);
+   }
+   fw_snapshot_progress_cleanup (&progress);
+   return ok || !fw_shutdown_requested (w->shutdown);
+}
+
+void
+fw_stream_snapshot_reopened (fw_stream_worker_t *w)
+{
+   if (w->snap && fw_snapshot_chunk_open (w->snap->engine)) {
+      /* The live events of the chunk's window may not all be read again
+       * (history lost, a restart from now): the chunk is read again. */
+      fw_snapshot_discard (w->snap->engine);
+   }
+}
+
+void
+fw_stream_snapshot_teardown (fw_stream_worker_t *w)
+{
+   snap_free (w);
+   bson_destroy (__atomic_exchange_n (&w->snap_request, NULL, __ATOMIC_ACQ_REL));
+}
+
+/* After a chunk was handed out, or the snapshot found nothing more to
+ * read: the position first, then the progress, so the stored boundary is
+ * never ahead of the stored position. A chunk is handed out once every
+ * event before its high watermark was handled (with lanes: settled), so
+ * the position then is after the last of them, and a restart from it
+ * delivers only events after the watermark. */
+static void
+save_progress (fw_stream_worker_t *w, fw_position_t *p)
+{
+   const fw_snapshot_progress_t *pr = fw_snapshot_progress (w->snap->engine);
+   fw_error_t err;
+   int64_t now = fw_mono_ms ();
+
+   fw_position_save (w, p, "snapshot");
+   if (!fw_checkpoint_snapshot_save (w->client, w->cfg->database, w->cfg->name, pr, w->epoch,
+                                     &err)) {
+      fw_log (FW_LOG_WARN, w->cfg->name, "%s (the chunk is read again after a restart)",
+              err.message);
+   }
+   if (pr->done) {
+      fw_log (FW_LOG_INFO, w->cfg->name, "snapshot finished: %lld documents handed out in %.1f s",
+              (long long) pr->documents, (double) (now - w->snap->started_ms) / 1000.0);
+      publish (w, false, true);
+      snap_free (w);
+   } else if (now - w->snap->logged_ms >= LOG_EVERY_MS) {
+      w->snap->logged_ms = now;
+      fw_log (FW_LOG_INFO, w->cfg->name, "snapshot: %lld documents handed out so far",
+              (long long) pr->documents);
+   }
+}
+
+/* The chunk's rows, handled as any event; with lanes, after the lanes
+ * finished every earlier event (the rows run on the stream's thread). */
+static fw_read_end_t
+hand_out (fw_stream_worker_t *w, fw_position_t *p)
+{
+   fw_event_t ev;
+   fw_dispatch_result_t r;
+
+   if (w->lanes && !fw_stream_lanes_settle (w, p)) {
+      if (fw_shutdown_requested (w->shutdown)) {
+         return FW_READ_STOP;
+      }
+      fw_stream_failed (w, w->failure);
+      return FW_READ_FAILED;
+   }
+   while (w->snap && fw_snapshot_due (w->snap->engine)) {
+      if (!fw_snapshot_next_event (w->snap->engine, &ev)) {
+         save_progress (w, p); /* a chunk closed (frees w->snap once done) */
+         continue;             /* the next one may be due too */
+      }
+      fw_dispatcher_count_received (w->d, &ev);
+      if (fw_stream_lease_lost (w)) {
+         return FW_READ_LOST;
+      }
+      r = fw_event_dispatch (w->d, &ev);
+      if (r == FW_DISPATCH_STOPPED) {
+         return fw_stream_lease_lost (w) && !fw_shutdown_requested (w->shutdown) ? FW_READ_LOST
+                                                                                 : FW_READ_STOP;
+      }
+      if (r == FW_DISPATCH_FAILED) {
+         fw_stream_failed (w, fw_dispatcher_failure (w->d));
+         return FW_READ_FAILED;
+      }
+      if (w->metrics) {
+         fw_stream_count_dispatched (w);
+      }
+   }
+   if (w->snap) {
+      publish (w, true, false);
+   }
+   return FW_READ_NEXT;
+}
+
+fw_read_end_t
+fw_stream_snapshot_live (fw_stream_worker_t *w, fw_position_t *p, const fw_event_t *ev)
+{
+   if (!w->snap) {
+      return FW_READ_NEXT;
+   }
+   w->snap->live = true;
+   if (!fw_snapshot_live (w->snap->engine, ev)) {
+      return FW_READ_NEXT;
+   }
+   return hand_out (w, p);
+}
+
+fw_read_end_t
+fw_stream_snapshot_idle (fw_stream_worker_t *w, fw_position_t *p, const bson_t *token)
+{
+   if (!w->snap || !fw_snapshot_token_past (w->snap->engine, token)) {
+      return FW_READ_NEXT;
+   }
+   return hand_out (w, p);
+}
+
+/* An on-demand snapshot asked through the admin endpoint. */
+static void
+take_request (fw_stream_worker_t *w)
+{
+   bson_t *req = __atomic_exchange_n (&w->snap_request, NULL, __ATOMIC_ACQ_REL);
+   fw_snapshot_progress_t progress;
+
+   if (!req) {
+      return;
+   }
+   if (w->snap) {
+      fw_log (FW_LOG_WARN, w->cfg->name, "a snapshot is already running: the one asked is "
+              "ignored");
+      bson_destroy (req);
+      return;
+   }
+   fw_snapshot_progress_init (&progress);
+   if (!bson_empty (req)) {
+      bson_destroy (&progress.filter);
+      bson_copy_to (req, &progress.filter);
+      progress.has_filter = true;
+   }
+   bson_destroy (req);
+   snap_begin (w, &progress, true);
+   fw_snapshot_progress_cleanup (&progress);
+}
+
+fw_read_end_t
+fw_stream_snapshot_between (fw_stream_worker_t *w, fw_position_t *p)
+{
+   fw_error_t err;
+   int64_t now;
+
+   if (__atomic_load_n (&w->snap_request, __ATOMIC_ACQUIRE)) {
+      take_request (w);
+   }
+   if (!w->snap) {
+      return FW_READ_NEXT;
+   }
+   if (fw_snapshot_finished (w->snap->engine)) {
+      save_progress (w, p);
+      if (!w->snap) {
+         return FW_READ_NEXT;
+      }
+   }
+   /* Idle, without a pause, the chunks that may wait are read at once, for at
+    * most READ_BUDGET_MS (on an idle collection this loop turns once a
+    * getMore, up to a second). While live events flow, one chunk at a time,
+    * and the stream's thread spends at most half its time on the reads: a
+    * live event waits for one read at most. */
+   int64_t began = fw_mono_ms ();
+   do {
+      int64_t cost;
+      bool busy = w->snap->live;
+      now = fw_mono_ms ();
+      if (!fw_snapshot_wants_chunk (w->snap->engine) || now < w->snap->next_ms) {
+         return FW_READ_NEXT;
+      }
+      w->snap->live = false;
+      if (!fw_snapshot_read_chunk (w->snap->engine, w->client, &err)) {
+         fw_log (FW_LOG_WARN, w->cfg->name, "%s (the snapshot tries again in %d ms; the live "
+                 "stream goes on)", err.message, RETRY_MS);
+         w->snap->next_ms = now + RETRY_MS;
+         return FW_READ_NEXT;
+      }
+      cost = fw_mono_ms () - now;
+      w->snap->next_ms = now + cost + (busy ? cost : 0) + w->cfg->snapshot.pause_ms;
+      if (busy) {
+         return FW_READ_NEXT;
+      }
+   } while (w->cfg->snapshot.pause_ms == 0 && fw_mono_ms () - began < READ_BUDGET_MS &&
+            !fw_shutdown_requested (w->shutdown));
+   return FW_READ_NEXT;
+}
+
+bool
+fw_stream_worker_snapshot (fw_stream_worker_t *w, const bson_t *filter, fw_error_t *error)
+{
+   bson_t *req;
+
+   if (!w->cfg->collection) {
+      fw_error_set (error, FW_ERROR_INVALID, "stream \"%s\" watches a whole database: a snapshot "
+                    "needs a collection", w->cfg->name);
+      return false;
+   }
+   if (!fw_stream_worker_running (w)) {
+      fw_error_set (error, FW_ERROR_INVALID, "stream \"%s\" is not running", w->cfg->name);
+      return false;
+   }
+   if (!(req = filter ? bson_copy (filter) : bson_new ())) {
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory asking for a snapshot");
+      return false;
+   }
+   bson_destroy (__atomic_exchange_n (&w->snap_request, req, __ATOMIC_ACQ_REL));
+   return true;
+}
