@@ -10,6 +10,11 @@
 #include "runtime/stream/stream_read-private.h"
 
 #define FW_MAX_AWAIT_MS 1000
+/* While a snapshot runs its chunks wait for the stream to pass their high
+ * watermark: on an idle collection only a getMore's post-batch resume token
+ * does, once per maxAwaitTimeMS, which would bound the snapshot to 16
+ * chunks a second (snapshot.c's MAX_CHUNKS). */
+#define FW_SNAPSHOT_AWAIT_MS 100
 #define FW_ERR_HISTORY_LOST 286        /* ChangeStreamHistoryLost */
 /* OplogQueryMinTsMissing: the oplog scan's own "fallen off the oplog"; the
  * change stream turns it into 286 (change_stream_check_resumability), but
@@ -31,7 +36,8 @@
 
 mongoc_change_stream_t *
 fw_change_stream_open (const fw_stream_config_t *cfg, mongoc_client_t *client,
-                       const bson_t *start_after, uint64_t start_at, bool split)
+                       const bson_t *start_after, uint64_t start_at, bool split,
+                       bool snapshot)
 {
    bson_t opts = BSON_INITIALIZER;
    bson_t pipeline;
@@ -44,7 +50,7 @@ fw_change_stream_open (const fw_stream_config_t *cfg, mongoc_client_t *client,
        strcmp (cfg->full_document_before_change, "off") != 0) {
       BSON_APPEND_UTF8 (&opts, "fullDocumentBeforeChange", cfg->full_document_before_change);
    }
-   BSON_APPEND_INT32 (&opts, "maxAwaitTimeMS", FW_MAX_AWAIT_MS);
+   BSON_APPEND_INT32 (&opts, "maxAwaitTimeMS", snapshot ? FW_SNAPSHOT_AWAIT_MS : FW_MAX_AWAIT_MS);
    /* Without a batch size a getMore may carry 16 MiB; smaller batches keep
     * memory flat and cost no throughput (the next batch is a round trip of
     * a few microseconds per thousand events). */

@@ -95,18 +95,8 @@ batch_free (batch_t *b)
 static void
 batch_done (fw_stream_worker_t *w, fw_position_t *p, batch_t *b)
 {
-   bson_iter_t id;
-   const fw_event_t *last = b->ptrs[b->n - 1];
-
-   if (fw_event_field (last, FW_EV_ID, &id) && BSON_ITER_HOLDS_DOCUMENT (&id)) {
-      uint32_t len;
-      const uint8_t *data;
-      bson_t view;
-      bson_iter_document (&id, &len, &data);
-      if (bson_init_static (&view, data, len)) {
-         fw_position_set_token (&p->processed, &view);
-         p->has_processed = true;
-      }
+   if (fw_position_set_event_token (&p->processed, b->ptrs[b->n - 1])) {
+      p->has_processed = true;
    }
    fw_position_set_token (&p->resume, &b->resume);
    p->has_resume = true;

@@ -158,23 +158,32 @@ lane_done (fw_stream_lanes_t *ls, uint64_t ticket)
    pthread_mutex_unlock (&ls->mu);
 }
 
+/* Under l->mu: takes the lane's oldest event into out, unless the lane is
+ * to end or is empty. */
+static bool
+lane_take (lane_t *l, item_t *out)
+{
+   if (l->stop || !l->count || fw_shutdown_requested (l->shutdown)) {
+      return false;
+   }
+   *out = l->ring[l->head];
+   l->head = (l->head + 1) % LANE_QUEUE;
+   l->count--;
+   pthread_cond_signal (&l->has_room);
+   return true;
+}
+
 /* The next event of the lane, or false when the lane must end. */
 static bool
 lane_pop (lane_t *l, item_t *out)
 {
-   bool ok = false;
+   bool ok;
 
    pthread_mutex_lock (&l->mu);
    while (!l->stop && !l->count && !fw_shutdown_requested (l->shutdown)) {
       wait_slice (&l->has_items, &l->mu);
    }
-   if (!l->stop && l->count && !fw_shutdown_requested (l->shutdown)) {
-      *out = l->ring[l->head];
-      l->head = (l->head + 1) % LANE_QUEUE;
-      l->count--;
-      pthread_cond_signal (&l->has_room);
-      ok = true;
-   }
+   ok = lane_take (l, out);
    pthread_mutex_unlock (&l->mu);
    return ok;
 }
@@ -183,7 +192,7 @@ lane_pop (lane_t *l, item_t *out)
 static bool
 lane_pop_by (lane_t *l, item_t *out, int64_t deadline_ms)
 {
-   bool ok = false;
+   bool ok;
 
    pthread_mutex_lock (&l->mu);
    while (!l->stop && !l->count && !fw_shutdown_requested (l->shutdown) &&
@@ -191,13 +200,7 @@ lane_pop_by (lane_t *l, item_t *out, int64_t deadline_ms)
       struct timespec ts = fw_clock_after (CLOCK_REALTIME, deadline_ms - fw_mono_ms ());
       pthread_cond_timedwait (&l->has_items, &l->mu, &ts);
    }
-   if (!l->stop && l->count && !fw_shutdown_requested (l->shutdown)) {
-      *out = l->ring[l->head];
-      l->head = (l->head + 1) % LANE_QUEUE;
-      l->count--;
-      pthread_cond_signal (&l->has_room);
-      ok = true;
-   }
+   ok = lane_take (l, out);
    pthread_mutex_unlock (&l->mu);
    return ok;
 }
@@ -611,7 +614,6 @@ reserve (fw_stream_worker_t *w, fw_position_t *p, const fw_event_t *ev, const bs
          bool done, uint64_t *ticket)
 {
    fw_stream_lanes_t *ls = w->lanes;
-   bson_iter_t id;
    slot_t *s;
 
    while (ls->next - ls->base >= WINDOW) {
@@ -629,17 +631,7 @@ reserve (fw_stream_worker_t *w, fw_position_t *p, const fw_event_t *ev, const bs
    }
    *ticket = ls->next;
    s = &ls->slot[*ticket % WINDOW];
-   s->has_processed = false;
-   if (fw_event_field (ev, FW_EV_ID, &id) && BSON_ITER_HOLDS_DOCUMENT (&id)) {
-      uint32_t len;
-      const uint8_t *data;
-      bson_t view;
-      bson_iter_document (&id, &len, &data);
-      if (bson_init_static (&view, data, len)) {
-         fw_position_set_token (&s->processed, &view);
-         s->has_processed = true;
-      }
-   }
+   s->has_processed = fw_position_set_event_token (&s->processed, ev);
    if (token) {
       fw_position_set_token (&s->resume, token);
    } else {

@@ -25,6 +25,25 @@ fw_position_set_token (bson_t *dst, const bson_t *src)
    bson_concat (dst, src);
 }
 
+bool
+fw_position_set_event_token (bson_t *dst, const fw_event_t *ev)
+{
+   bson_iter_t id;
+   uint32_t len;
+   const uint8_t *data;
+   bson_t view;
+
+   if (!fw_event_field (ev, FW_EV_ID, &id) || !BSON_ITER_HOLDS_DOCUMENT (&id)) {
+      return false;
+   }
+   bson_iter_document (&id, &len, &data);
+   if (!bson_init_static (&view, data, len)) {
+      return false;
+   }
+   fw_position_set_token (dst, &view);
+   return true;
+}
+
 /* Counts the checkpoint writer's outcomes in the stream's metrics. */
 void
 fw_position_writer_results (fw_stream_worker_t *w)

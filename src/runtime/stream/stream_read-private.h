@@ -146,13 +146,14 @@ bool fw_stream_server_supports (const fw_stream_config_t *cfg, mongoc_client_t *
 /* Opens the change stream of cfg (its options, its pipeline with the split
  * stage when split, else with oversize = "skip"'s) on client, after
  * start_after (startAfter), else at start_at (startAtOperationTime, a
- * Timestamp as (t << 32) | i), else (NULL, 0) from now. NULL only when
+ * Timestamp as (t << 32) | i), else (NULL, 0) from now; with a snapshot
+ * running, a shorter maxAwaitTimeMS. NULL only when
  * libmongoc could not allocate it; an error of the open is the change
  * stream's own (mongoc_change_stream_error_document). The caller owns it. */
 mongoc_change_stream_t *fw_change_stream_open (const fw_stream_config_t *cfg,
                                                mongoc_client_t *client,
                                                const bson_t *start_after, uint64_t start_at,
-                                               bool split);
+                                               bool split, bool snapshot);
 
 /* What an error of a change stream (at its open or while reading) is. */
 typedef enum {

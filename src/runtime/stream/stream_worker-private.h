@@ -111,6 +111,10 @@ typedef struct fw_position {
 /* dst = a copy of src (dst initialized). */
 void fw_position_set_token (bson_t *dst, const bson_t *src);
 
+/* dst = a copy of ev's resume token (its _id) when that is a document;
+ * false (dst untouched) otherwise. */
+bool fw_position_set_event_token (bson_t *dst, const fw_event_t *ev);
+
 /* Saves p as the checkpoint on the stream's thread, after the checkpoint
  * writer's write in flight (if any): mode = "sync", and in async mode the
  * final save (shutdown, pause, restart) and the rare ones (start,

@@ -338,17 +338,8 @@ static fw_read_end_t
 event_done (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
             const fw_event_t *ev)
 {
-   bson_iter_t id;
-
-   if (fw_event_field (ev, FW_EV_ID, &id)) {
-      uint32_t len;
-      const uint8_t *data;
-      bson_t view;
-      bson_iter_document (&id, &len, &data);
-      if (bson_init_static (&view, data, len)) {
-         fw_position_set_token (&p->processed, &view);
-         p->has_processed = true;
-      }
+   if (fw_position_set_event_token (&p->processed, ev)) {
+      p->has_processed = true;
    }
    fw_position_set_token (&p->resume, fw_stream_reader_resume_token (rd));
    p->has_resume = true;
@@ -684,7 +675,8 @@ open_and_read (fw_stream_worker_t *w, fw_stream_run_t *run, bool *progressed)
    cs = fw_change_stream_open (w->cfg, w->read_client, p->has_resume ? &p->resume : NULL,
                                run->start_at_lost ? 0 : w->cfg->start_at,
                                w->cfg->split_large_events && !p->split_rejected &&
-                                  !p->unsplittable);
+                                  !p->unsplittable,
+                               w->snap != NULL);
    if (cs && mongoc_change_stream_error_document (cs, &berr, &reply)) {
       end = error_end (w, p, NULL, &berr);
    } else if (!cs) {
