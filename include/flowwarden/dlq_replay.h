@@ -123,6 +123,22 @@ fw_seq_replay_t fw_dlq_replay_select (fw_dispatcher_t *d, fw_dlq_store_t *dlq,
 bool fw_dlq_replay_is_head (fw_dlq_store_t *dlq, const bson_t *entry, bool *head,
                             fw_error_t *error);
 
+/* Rebuilds the change event entry was made from into event (initialised
+ * here, owned by the caller, also on failure) and parses it into ev, which
+ * points into event. False with why filled when the entry cannot be one. */
+bool fw_dlq_replay_build_event (const bson_t *entry, bson_t *event, fw_event_t *ev, char *why,
+                                size_t len);
+
+/* Deferred retries (retry.mode = "deferred", issue 29; deferred_retry.c):
+ * called by a stream's thread between events and while idle. When its next
+ * check is due, claims the stream's due SCHEDULED entries one by one, runs
+ * each once through fw_event_dispatch (as a replay, no blocking retry) and
+ * settles it: RESOLVED (a sequenced DLQ's parked followers then replayed,
+ * as fw_dlq_replay_sequence does), SCHEDULED again after the retry backoff,
+ * or PENDING once retry.max_attempts attempts were made. Then counts what
+ * is scheduled into the stream's metrics. No-op for other streams. */
+void fw_deferred_tick (fw_dispatcher_t *d);
+
 /* "resolved", "requeued", ...: the status as the summary names it. */
 const char *fw_dlq_replay_status_name (fw_replay_status_t status);
 

@@ -117,9 +117,13 @@ typedef enum {
    FW_DLQ_REQUEUE, /* PENDING after a failed replay: lastReprocessAt, lastReprocessError
                     * {type, message}, reprocessAttempts + 1, diagnostics.<key> set from
                     * diagnostics; history "requeued" with result "type: message" */
-   FW_DLQ_EVICT    /* DISCARDED by the enqueue policy: as REQUEUE but no diagnostics,
+   FW_DLQ_EVICT,   /* DISCARDED by the enqueue policy: as REQUEUE but no diagnostics,
                     * discardedAt and discardReason "evicted by enqueue policy"; history
                     * "discarded" */
+   FW_DLQ_RESCHEDULE /* a deferred retry failed (issue 29): attempts + 1, error {type,
+                      * message} and lastAttemptAt replaced; SCHEDULED with nextAttemptAt
+                      * next_attempt_ms, or (next_attempt_ms 0: no attempt left) PENDING
+                      * without it; history "rescheduled" / "requeued" */
 } fw_dlq_settle_t;
 
 typedef struct {
@@ -129,6 +133,8 @@ typedef struct {
    const char *error_type;    /* FW_DLQ_REQUEUE, FW_DLQ_EVICT */
    const char *error_message;
    const bson_t *diagnostics; /* FW_DLQ_REQUEUE; NULL: none */
+   int64_t next_attempt_ms;   /* FW_DLQ_RESCHEDULE */
+   int attempts_added;        /* FW_DLQ_RESCHEDULE: attempts made (0: released unrun) */
 } fw_dlq_outcome_t;
 
 typedef struct fw_dlq_store fw_dlq_store_t;
@@ -214,6 +220,19 @@ struct fw_dlq_store {
     * extend's. */
    bool (*settle) (fw_dlq_store_t *store, const bson_value_t *id, const char *actor,
                    const fw_dlq_outcome_t *outcome, bool *held, fw_error_t *error);
+   /* Deferred retries (issue 29): claims the SCHEDULED entry of stream
+    * whose nextAttemptAt is earliest and not after now_ms (or one a killed
+    * process left REPROCESSING with a nextAttemptAt and an expired claim):
+    * as claim does. *got false when none is due; out as claim's. NULL in a
+    * store without deferred retries. */
+   bool (*claim_due) (fw_dlq_store_t *store, const char *stream, const char *actor,
+                      int64_t now_ms, int64_t until_ms, bson_t *out, bool *got,
+                      fw_error_t *error);
+   /* The SCHEDULED entries of stream: how many (*count), the oldest one's
+    * createdAt (*oldest_ms) and the earliest nextAttemptAt (*next_ms); 0:
+    * none. NULL as claim_due. */
+   bool (*scheduled) (fw_dlq_store_t *store, const char *stream, int64_t *count,
+                      int64_t *oldest_ms, int64_t *next_ms, fw_error_t *error);
    /* A claim a killed replay left (REPROCESSING, claimedUntil before
     * now_ms): back to PENDING, the claim removed. */
    bool (*release_stale) (fw_dlq_store_t *store, const bson_value_t *id, int64_t now_ms,

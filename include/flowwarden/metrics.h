@@ -226,6 +226,12 @@ void fw_stream_metrics_dlq_write (fw_stream_metrics_t *b);
 void fw_stream_metrics_set_dlq_pending (fw_stream_metrics_t *b, int64_t pending,
                                         double oldest_age_seconds);
 
+/* retry.mode = "deferred" (issue 29): the stream's SCHEDULED retries and
+ * the age of the oldest (since its event first failed), from the count its
+ * thread runs when it looks for due retries; count < 0: unknown. */
+void fw_stream_metrics_set_retries_scheduled (fw_stream_metrics_t *b, int64_t count,
+                                              double oldest_age_seconds);
+
 /* Moves the stream to state; reason (may be NULL) says why when the state is
  * not running, e.g. the error that failed it (copied, truncated to 255
  * bytes). Takes a short lock: not for the event path, except for the

@@ -62,6 +62,8 @@ typedef struct {
    } snapshot;
    fw_backoff_t restart;
    fw_backoff_t retry;
+   bool retry_deferred;             /* retry.mode = "deferred" (issue 29): a failed event waits
+                                     * in the DLQ as SCHEDULED (deferred_retry.h) */
    fw_dlq_config_t dlq;
    fw_dlq_config_t dlq_fallback;    /* a stream without a DLQ: the script's default DLQ
                                      * (the first stream declaring one), used only by

@@ -66,6 +66,8 @@ THE EFFECTIVE CONFIGURATION (every field always present unless "| nil"):
                                               -- and then max_attempts is 1
               max_attempts = 3, initial_delay_ms = 500, max_delay_ms = 30000,
               multiplier = 2.0, jitter = true,
+              mode = "blocking",              -- | "deferred": stored as SCHEDULED in the
+                                              -- DLQ, retried later (issue 29); needs a dlq
               retry_on = { "Timeout", ... },  -- {} = every type not in no_retry_on
               no_retry_on = { "NilError", "TypeError", "ArgumentError", "Mongo.DuplicateKey",
                               "Mongo.Invalid", "Http.TLS", "Http.Denied",
@@ -135,7 +137,7 @@ M.SEED = {
   },
   retry = {
     max_attempts = 3, initial_delay_ms = 500, max_delay_ms = 30000,
-    multiplier = 2.0, jitter = true,
+    multiplier = 2.0, jitter = true, mode = "blocking",
     retry_on = {},
     -- Seed 001's programming errors, then handler IO failures that cannot
     -- succeed on a retry (issue 11).
@@ -518,6 +520,7 @@ local function validate_stream(decl, defaults, opts, seen_names)
   else
     spec.retry.enabled = false
     spec.retry.max_attempts = 1
+    spec.retry.mode = "blocking"
   end
 
   own = check_switchable(ctx, "dlq", t.dlq, DLQ, "dlq")
@@ -534,6 +537,17 @@ local function validate_stream(decl, defaults, opts, seen_names)
     if dlq.enabled then
       dlq.enabled = nil
       spec.dlq = dlq
+    end
+  end
+
+  -- Deferred retries wait in the stream's DLQ (issue 29).
+  if spec.retry.mode == "deferred" then
+    if not spec.dlq then
+      ctx:fail("retry.mode", '"deferred" needs a dlq: scheduled retries are stored in the '
+        .. "stream's DLQ collection (declare dlq = { ... } or use mode = \"blocking\")")
+    elseif spec.dlq.store == "memory" then
+      ctx:fail("retry.mode", '"deferred" needs a MongoDB DLQ (dlq.store = "memory" keeps no '
+        .. "scheduled retries)")
     end
   end
 

@@ -186,6 +186,9 @@ function M.stream(spec)
   if not t.enabled then
     add("retry", "(none: one attempt per event)")
   else
+    add("retry.mode", t.mode == "deferred"
+      and "deferred (failed events wait in the DLQ as SCHEDULED; the stream goes on)"
+      or "blocking (the stream waits out each retry)")
     add("retry.max_attempts", tostring(t.max_attempts))
     add("retry.initial_delay", ms(t.initial_delay_ms))
     add("retry.max_delay", ms(t.max_delay_ms))

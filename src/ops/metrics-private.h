@@ -72,6 +72,8 @@ struct fw_stream_metrics {
    int role;                  /* FW_STREAM_ROLE_* (ha.mode = "leader") */
    int64_t dlq_pending;
    int64_t dlq_oldest_ms;     /* wall clock of the oldest PENDING entry; 0: none */
+   int64_t retries_scheduled; /* SCHEDULED entries (retry.mode = "deferred"); -1: not counted */
+   int64_t retry_oldest_ms;   /* wall clock of the oldest one's createdAt; 0: none */
    int64_t last_error_ms;     /* wall clock of the last failed attempt; 0: none */
    fw_duration_hist_t handler;
    fw_duration_hist_t io[FW_METRICS_IO_CLIENT_COUNT];

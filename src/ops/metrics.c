@@ -202,6 +202,7 @@ fw_metrics_stream (fw_metrics_t *m, const char *name)
       } else {
          b->registry = m;
          b->dlq_pending = -1;
+         b->retries_scheduled = -1;
          pthread_mutex_init (&b->mu, NULL);
          /* Appended, so the exposition lists streams in creation order. */
          __atomic_store_n (tail, b, __ATOMIC_RELEASE);
@@ -428,6 +429,15 @@ fw_stream_metrics_set_dlq_pending (fw_stream_metrics_t *b, int64_t pending,
    int64_t oldest_ms = pending > 0 ? fw_now_ms () - (int64_t) (oldest_age_seconds * 1000.0) : 0;
    store_i64 (&b->dlq_oldest_ms, oldest_ms);
    store_i64 (&b->dlq_pending, pending < 0 ? -1 : pending);
+}
+
+void
+fw_stream_metrics_set_retries_scheduled (fw_stream_metrics_t *b, int64_t count,
+                                         double oldest_age_seconds)
+{
+   int64_t oldest_ms = count > 0 ? fw_now_ms () - (int64_t) (oldest_age_seconds * 1000.0) : 0;
+   store_i64 (&b->retry_oldest_ms, oldest_ms);
+   store_i64 (&b->retries_scheduled, count < 0 ? -1 : count);
 }
 
 void

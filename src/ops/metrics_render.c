@@ -260,6 +260,36 @@ render_dlq (render_t *r)
    }
 }
 
+/* retry.mode = "deferred" (issue 29): only streams that counted some. */
+static void
+render_scheduled (render_t *r)
+{
+   int64_t now_ms = fw_now_ms ();
+
+   family (r->out, "flowwarden_retries_scheduled", "gauge",
+           "Deferred retries waiting in the stream's DLQ as SCHEDULED (retry.mode = "
+           "\"deferred\"; counted when the stream looks for due ones).");
+   FOREACH_ACTIVE (r, b)
+   {
+      int64_t n = __atomic_load_n (&b->retries_scheduled, __ATOMIC_RELAXED);
+      if (n >= 0) {
+         sample_u64 (r->out, "flowwarden_retries_scheduled", b, NULL, NULL, (uint64_t) n);
+      }
+   }
+   family (r->out, "flowwarden_oldest_retry_age_seconds", "gauge",
+           "Age of the oldest scheduled deferred retry, since its event first failed (0 when "
+           "none waits).");
+   FOREACH_ACTIVE (r, b)
+   {
+      if (__atomic_load_n (&b->retries_scheduled, __ATOMIC_RELAXED) >= 0) {
+         int64_t oldest = __atomic_load_n (&b->retry_oldest_ms, __ATOMIC_RELAXED);
+         sample_double (r->out, "flowwarden_oldest_retry_age_seconds", b, NULL, NULL,
+                        oldest > 0 && now_ms > oldest ? (double) (now_ms - oldest) / 1000.0
+                                                      : 0.0);
+      }
+   }
+}
+
 static void
 render_state (render_t *r)
 {
@@ -559,6 +589,7 @@ fw_metrics_render (fw_metrics_t *m, size_t *len)
    render_events (&r);
    render_position (&r, fw_now_ms ());
    render_dlq (&r);
+   render_scheduled (&r);
    render_state (&r);
    render_io (&r);
    fw_metrics_render_outage (r.first, &out);

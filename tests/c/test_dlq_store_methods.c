@@ -426,8 +426,8 @@ claim_extend_settle_and_release_a_stale_claim (void **state)
    fw_dlq_store_t *store = *state;
    bson_value_t id = {.value_type = BSON_TYPE_UTF8};
    bson_t *diag = BCON_NEW ("note", BCON_UTF8 ("n1"));
-   fw_dlq_outcome_t requeue = {FW_DLQ_REQUEUE, 6000, false, "E", "boom", diag};
-   fw_dlq_outcome_t resolve = {FW_DLQ_RESOLVE, 8000, true, NULL, NULL, NULL};
+   fw_dlq_outcome_t requeue = {FW_DLQ_REQUEUE, 6000, false, "E", "boom", diag, 0, 0};
+   fw_dlq_outcome_t resolve = {FW_DLQ_RESOLVE, 8000, true, NULL, NULL, NULL, 0, 0};
    bson_t out;
    bool got, held;
    fw_error_t err;

@@ -476,6 +476,9 @@ local RETRY = {
   { "jitter", boolean },
   { "retry_on", type_list },
   { "no_retry_on", type_list },
+  -- Issue 29: "deferred" stores a failed event in the DLQ as SCHEDULED and
+  -- retries it later from the stream's thread (docs/retry-and-dlq.md).
+  { "mode", enum({ "blocking", "deferred" }) },
 }
 -- A connection name as fw.connection declares it ("default" is the run URI);
 -- whether it was declared is checked once every declaration is known.

@@ -314,6 +314,13 @@ fw_stream_config_read (lua_State *L, int idx, int specs, fw_stream_config_t *cfg
    read_backoff (L, t, "restart", &cfg->restart);
    cfg->retry = (fw_backoff_t){1, 500, 30000, 2.0, true};
    read_backoff (L, t, "retry", &cfg->retry);
+   cfg->retry_deferred = false;
+   if (lua_getfield (L, t, "retry") == LUA_TTABLE) {
+      char *mode = dup_field (L, lua_gettop (L), "mode");
+      cfg->retry_deferred = mode && strcmp (mode, "deferred") == 0;
+      free (mode);
+   }
+   lua_pop (L, 1);
    read_owned (L, t, cfg);
    cfg->lanes = (int) int_field (L, t, "lanes", 1);
    if (cfg->lanes < 1 || cfg->lanes > 64) {

@@ -33,6 +33,7 @@ typedef enum {
  * then comes back here instead of becoming a new DLQ entry. */
 typedef struct fw_replay_hook {
    bool no_retry;              /* --no-retry: one attempt */
+   bool retry_asked;           /* filled: the last failure's decision was retry */
    /* Called before every retry attempt (extends the entry's claim). */
    void (*before_retry) (struct fw_replay_hook *hook);
    void *ud;
@@ -46,6 +47,11 @@ typedef struct fw_replay_hook {
    bool has_error_ref;
    int error_ref;
 } fw_replay_hook_t;
+
+/* deferred_retry.c: rewrites entry (the caller's, as fw_dlq_entry_build
+ * made it) into a scheduled retry: status SCHEDULED, nextAttemptAt next_ms,
+ * after it. False when out of memory (entry unchanged). */
+bool fw_deferred_mark_entry (bson_t *entry, int64_t next_ms);
 
 /* dispatcher.c: while a dead letter is replayed, remembers the error table
  * at index of L (on_error's err: type, message, where, fields, traceback)
@@ -143,6 +149,12 @@ struct fw_dispatcher {
    fw_state_rebuild_t rebuild; /* a full Lua state built afresh (state_rebuild.c) */
    fw_outage_t outage;         /* circuit breaker, rate limit (outage.c) */
    struct fw_batch_state *batch; /* on_batch's per-call state (batch.c), NULL until used */
+   struct {
+      int64_t next_ms;         /* the entry being written is a deferred retry due then
+                                * (retry.mode = "deferred"); 0: a dead letter */
+      int64_t check_at_ms;     /* when the stream next looks for due retries */
+      int attempt_base;        /* a deferred retry runs: the attempts made before it */
+   } deferred;
 };
 
 /* The registry ref of the handler for an event of operation op: its own

@@ -450,7 +450,7 @@ dead_lettered (fw_dispatcher_t *d, const fw_event_t *ev, const fw_dlq_config_t *
 {
    char more[1600];
 
-   if (d->metrics) {
+   if (d->metrics && !d->deferred.next_ms) {
       fw_stream_metrics_dlq_write (d->metrics);
    }
    if (!f->error_type) {
@@ -459,6 +459,15 @@ dead_lettered (fw_dispatcher_t *d, const fw_event_t *ev, const fw_dlq_config_t *
               "event %s parked in %s behind DLQ sequence %.300s (index %lld): an earlier event "
               "of its key is dead-lettered",
               id, dlq->collection, d->park.key, (long long) d->park.index);
+      return FW_DISPATCH_DONE;
+   }
+   if (d->deferred.next_ms) {
+      fw_log (FW_LOG_WARN, d->prog.cfg.name,
+              "event %s attempt %d failed: %s: %s; scheduled in %s for a deferred retry in "
+              "%lld ms; the stream goes on%s",
+              id, attempts, dec->type, dec->message, dlq->collection,
+              (long long) (d->deferred.next_ms - f->created_ms),
+              failure_context (ev, dec, entry_id, more, sizeof more));
       return FW_DISPATCH_DONE;
    }
    d->stats.dead_lettered++;
@@ -498,6 +507,12 @@ dead_letter_raw (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec
    bson_destroy (&metadata);
    if (!ok) {
       return FW_DISPATCH_STOPPED;
+   }
+   while (d->deferred.next_ms && !fw_deferred_mark_entry (&entry, d->deferred.next_ms)) {
+      if (d->clock.wait_ms (d->clock.ud, 1000)) { /* out of memory: hold the event */
+         bson_destroy (&entry);
+         return FW_DISPATCH_STOPPED;
+      }
    }
 
    ok = save_entry (d, &entry, id);
@@ -880,7 +895,24 @@ after_failure (fw_dispatcher_t *d, const fw_event_t *ev, lua_State *L, bool ok, 
    attempt_decision (d, L, ok, attempt, stop, &dec);
    fw_event_log_id (ev, id, sizeof id);
    report_attempt_failed (d, attempt, &dec);
+   if (d->replay) {
+      d->replay->retry_asked = dec.action == ACT_RETRY;
+   }
    if (replay_ends (d, &dec, attempt, r)) {
+      return false;
+   }
+   if (dec.action == ACT_RETRY && d->prog.cfg.retry_deferred && d->prog.cfg.dlq.enabled &&
+       !d->dispatch.dlq_requested) {
+      /* Issue 29: the retry waits in the DLQ; the stream goes on. */
+      d->deferred.next_ms =
+         d->clock.now_ms (d->clock.ud) +
+         fw_backoff_delay_ms (&d->prog.cfg.retry, attempt, fw_backoff_random (&d->rng));
+      d->stats.retries++;
+      if (d->metrics) {
+         fw_stream_metrics_retry (d->metrics);
+      }
+      *r = dead_letter_after (d, ev, &dec, attempt, t, id);
+      d->deferred.next_ms = 0;
       return false;
    }
    if (dec.action != ACT_RETRY) {
@@ -940,7 +972,7 @@ dispatch (fw_dispatcher_t *d, const fw_event_t *ev)
       if (!attempt_may_start (d, ev, &L, &ref, &r)) {
          return r;
       }
-      d->dispatch.attempt = attempt;
+      d->dispatch.attempt = attempt + d->deferred.attempt_base; /* a deferred retry's: all */
       if (check_park && park_if_open (d, ev, &check_park, &key_failed, &stop, &r)) {
          return r;
       }

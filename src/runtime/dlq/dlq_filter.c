@@ -13,7 +13,8 @@
 #include "flowwarden/dlq_admin.h"
 #include "flowwarden/dlq_sequence.h"
 
-static const char *const statuses[] = {"PENDING", "REPROCESSING", "RESOLVED", "DISCARDED"};
+static const char *const statuses[] = {"PENDING", "REPROCESSING", "RESOLVED", "DISCARDED",
+                                             "SCHEDULED"};
 
 /* Appends status: {$in: [...]} for a comma-separated list of statuses (any
  * case); false for a name that is not a status. */
@@ -36,8 +37,8 @@ append_status (bson_t *query, const char *list, fw_error_t *error)
       }
       if (!match) {
          fw_error_set (error, FW_ERROR_INVALID,
-                       "--status: unknown status \"%.*s\" (use PENDING, REPROCESSING, RESOLVED "
-                       "or DISCARDED, or several separated by commas)",
+                       "--status: unknown status \"%.*s\" (use PENDING, REPROCESSING, RESOLVED, "
+                       "DISCARDED or SCHEDULED, or several separated by commas)",
                        (int) len, p);
          bson_append_array_end (&in, &arr);
          bson_append_document_end (query, &in);

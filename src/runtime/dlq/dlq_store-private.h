@@ -27,6 +27,14 @@ void fw_dlq__mongo_methods (fw_dlq_store_t *store);
 /* Fills store's claim methods (dlq_store_mongo_claim.c). */
 void fw_dlq__mongo_claim_methods (fw_dlq_store_t *store);
 
+/* Fills store's deferred-retry methods (dlq_store_mongo_deferred.c). */
+void fw_dlq__mongo_deferred_methods (fw_dlq_store_t *store);
+
+/* The update of a settled FW_DLQ_RESCHEDULE (dlq_store_mongo_deferred.c),
+ * appended to update (the caller's, empty). */
+void fw_dlq__mongo_reschedule_update (const fw_dlq_outcome_t *o, const char *actor,
+                                      bson_t *update);
+
 /* "<what> on <m->name> failed: <berr's message>" */
 void fw_dlq__mongo_error (fw_error_t *error, const char *what, const char *name,
                           const bson_error_t *berr);

@@ -168,7 +168,11 @@ mongo_settle (fw_dlq_store_t *store, const bson_value_t *id, const char *actor,
    bson_t update = BSON_INITIALIZER;
    bool ok;
 
-   settle_update (outcome, actor, &update);
+   if (outcome->kind == FW_DLQ_RESCHEDULE) {
+      fw_dlq__mongo_reschedule_update (outcome, actor, &update);
+   } else {
+      settle_update (outcome, actor, &update);
+   }
    ok = update_claimed ((fw_mongo_store_t *) store, id, actor, &update, held, error);
    bson_destroy (&update);
    return ok;
@@ -205,4 +209,5 @@ fw_dlq__mongo_claim_methods (fw_dlq_store_t *s)
    s->extend = mongo_extend;
    s->settle = mongo_settle;
    s->release_stale = mongo_release_stale;
+   fw_dlq__mongo_deferred_methods (s);
 }

@@ -525,12 +525,14 @@ mongo_seq_list (fw_dlq_store_t *store, const char *stream, const bson_t *ids,
    return ok;
 }
 
-/* { streamName, sequenceId, status: waiting } */
+/* { streamName, sequenceId, status: waiting } (a SCHEDULED head is a
+ * deferred retry still to run: it waits too) */
 static bson_t *
 waiting_of (const char *stream, const char *id)
 {
    return BCON_NEW ("streamName", BCON_UTF8 (stream), "sequenceId", BCON_UTF8 (id), "status",
-                    "{", "$in", "[", BCON_UTF8 ("PENDING"), BCON_UTF8 ("REPROCESSING"), "]", "}");
+                    "{", "$in", "[", BCON_UTF8 ("PENDING"), BCON_UTF8 ("REPROCESSING"),
+                    BCON_UTF8 ("SCHEDULED"), "]", "}");
 }
 
 static bool
@@ -588,7 +590,8 @@ mongo_seq_waiting (fw_dlq_store_t *store, const char *stream, fw_dlq_entry_fn vi
       BSON_APPEND_UTF8 (&match, "streamName", stream);
    }
    BCON_APPEND (&match, "sequenceId", "{", "$type", BCON_UTF8 ("string"), "}", "status", "{",
-                "$in", "[", BCON_UTF8 ("PENDING"), BCON_UTF8 ("REPROCESSING"), "]", "}");
+                "$in", "[", BCON_UTF8 ("PENDING"), BCON_UTF8 ("REPROCESSING"),
+                    BCON_UTF8 ("SCHEDULED"), "]", "}");
    pipeline = BCON_NEW (
       "pipeline", "[", "{", "$match", BCON_DOCUMENT (&match), "}", "{", "$sort", "{",
       "streamName", BCON_INT32 (1), "sequenceId", BCON_INT32 (1), "sequenceIndex", BCON_INT32 (1),

@@ -140,6 +140,13 @@ build_event (const bson_t *entry, bson_t *event, fw_event_t *ev, char *why, size
    return true;
 }
 
+bool
+fw_dlq_replay_build_event (const bson_t *entry, bson_t *event, fw_event_t *ev, char *why,
+                           size_t len)
+{
+   return build_event (entry, event, ev, why, len);
+}
+
 /* What the entry did not keep of its event: its omitted list, and a
  * fullDocument that is null or absent where the operation has one. */
 static void

@@ -413,6 +413,7 @@ take_event (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p, con
    if (w->reprocess_at_ms >= 0) {
       fw_dlq_reprocess_tick (w->d, &w->reprocess_at_ms); /* a due dlq.reprocess round, between events */
    }
+   fw_deferred_tick (w->d); /* due deferred retries (issue 29), between events */
    return event_done (w, rd, p, &ev);
 }
 
@@ -427,6 +428,9 @@ idle_step (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p)
    /* With lanes: only once they are idle too (the round runs here). */
    if (w->reprocess_at_ms >= 0 && (!w->lanes || fw_stream_lanes_advance (w, p))) {
       fw_dlq_reprocess_tick (w->d, &w->reprocess_at_ms); /* a due dlq.reprocess round, while idle */
+   }
+   if (!w->lanes || fw_stream_lanes_advance (w, p)) {
+      fw_deferred_tick (w->d); /* due deferred retries (issue 29), while idle */
    }
    /* Idle: the post-batch token moves the seen position forward. */
    tok = fw_stream_reader_resume_token (rd);

@@ -1,0 +1,276 @@
+/*
+ * deferred_retry.c - retry.mode = "deferred" (issue 29): a failed event
+ * waits in the stream's DLQ as a SCHEDULED entry with nextAttemptAt while the
+ * stream goes on; the stream's thread runs it again once it is due (see
+ * dlq_replay.h, fw_deferred_tick, and docs/retry-and-dlq.md).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "flowwarden/dlq_entry.h"
+#include "flowwarden/dlq_replay.h"
+#include "flowwarden/log.h"
+#include "runtime/dispatch/dispatcher-private.h"
+
+/* How often an idle stream looks for due retries at most; and how many it
+ * runs in one go before handing back to live events. */
+#define DEFERRED_CHECK_EVERY_MS 1000
+#define DEFERRED_PER_TICK 16
+
+bool
+fw_deferred_mark_entry (bson_t *entry, int64_t next_ms)
+{
+   bson_t out = BSON_INITIALIZER;
+   bson_iter_t it;
+   bool ok = bson_iter_init (&it, entry);
+
+   while (ok && bson_iter_next (&it)) {
+      if (strcmp (bson_iter_key (&it), "status") == 0) {
+         ok = BSON_APPEND_UTF8 (&out, "status", "SCHEDULED") &&
+              BSON_APPEND_DATE_TIME (&out, "nextAttemptAt", next_ms);
+      } else {
+         ok = bson_append_iter (&out, NULL, 0, &it);
+      }
+   }
+   if (!ok) {
+      bson_destroy (&out);
+      return false;
+   }
+   bson_destroy (entry);
+   bson_steal (entry, &out);
+   return true;
+}
+
+static int64_t
+int_at (const bson_t *doc, const char *key)
+{
+   bson_iter_t it;
+   return bson_iter_init_find (&it, doc, key) && BSON_ITER_HOLDS_NUMBER (&it)
+             ? bson_iter_as_int64 (&it)
+             : 0;
+}
+
+static const char *
+string_at (const bson_t *doc, const char *key)
+{
+   bson_iter_t it;
+   return bson_iter_init_find (&it, doc, key) && BSON_ITER_HOLDS_UTF8 (&it)
+             ? bson_iter_utf8 (&it, NULL)
+             : NULL;
+}
+
+/* Runs the claimed entry's event once (attempt n), as a replay; fills hook. */
+static fw_dispatch_result_t
+attempt (fw_dispatcher_t *d, const bson_t *entry, int64_t n, fw_replay_hook_t *hook,
+         bool *invalid)
+{
+   bson_t event;
+   fw_event_t ev;
+   char why[512];
+   fw_dispatch_result_t r = FW_DISPATCH_DONE;
+
+   *invalid = !fw_dlq_replay_build_event (entry, &event, &ev, why, sizeof why);
+   if (*invalid) {
+      snprintf (hook->error_type, sizeof hook->error_type, "InvalidEntry");
+      snprintf (hook->error_message, sizeof hook->error_message, "%s", why);
+   } else {
+      hook->no_retry = true;
+      hook->result = FW_REPLAYED_NO_HANDLER;
+      d->replay = hook;
+      d->deferred.attempt_base = (int) (n - 1); /* ctx:attempt_number() counts them all */
+      r = fw_event_dispatch (d, &ev);
+      d->deferred.attempt_base = 0;
+      fw_replay_hook_forget_error (d, hook);
+      d->replay = NULL;
+   }
+   bson_destroy (&event);
+   return r;
+}
+
+/* The outcome of attempt n (1-based, all attempts counted) of entry. */
+static void
+outcome_of (fw_dispatcher_t *d, fw_dispatch_result_t r, const fw_replay_hook_t *hook,
+            bool invalid, int64_t n, int64_t due_ms, fw_dlq_outcome_t *o)
+{
+   const fw_backoff_t *b = &d->prog.cfg.retry;
+   int64_t now = d->clock.now_ms (d->clock.ud);
+
+   memset (o, 0, sizeof *o);
+   o->now_ms = now;
+   o->kind = FW_DLQ_RESCHEDULE;
+   if (!invalid && r == FW_DISPATCH_DONE && hook->result == FW_REPLAYED_OK) {
+      o->kind = FW_DLQ_RESOLVE;
+   } else if (!invalid && r == FW_DISPATCH_DONE && hook->result == FW_REPLAYED_SKIPPED) {
+      o->kind = FW_DLQ_RESOLVE;
+      o->skipped = true;
+   } else if (!invalid && r == FW_DISPATCH_DONE && hook->result == FW_REPLAYED_FAILED) {
+      o->attempts_added = hook->attempts > 0 ? hook->attempts : 1;
+      o->error_type = hook->error_type;
+      o->error_message = hook->error_message;
+      if (hook->retry_asked && n < b->max_attempts) {
+         o->next_attempt_ms = now + fw_backoff_delay_ms (b, (int) n, fw_backoff_random (&d->rng));
+      }
+   } else if (r == FW_DISPATCH_STOPPED) {
+      o->next_attempt_ms = due_ms > 0 ? due_ms : now; /* not run: as it was */
+   } else {
+      /* No handler for it, an entry edited into something else, or a
+       * dispatcher that cannot go on: an ordinary dead letter to look at. */
+      o->error_type = hook->error_type[0] ? hook->error_type : "DeferredRetry";
+      o->error_message = hook->error_message[0] ? hook->error_message
+                         : r == FW_DISPATCH_FAILED ? fw_dispatcher_failure (d)
+                                                   : "the current script has no handler for it";
+      o->attempts_added = 0;
+   }
+}
+
+/* Logs what became of a parked follower. */
+static void
+report_follower (void *ud, const bson_t *entry, const fw_replay_result_t *r)
+{
+   fw_dispatcher_t *d = ud;
+   const char *id = string_at (entry, "_id");
+
+   fw_log (r->status == FW_REPLAY_RESOLVED || r->status == FW_REPLAY_SKIPPED ? FW_LOG_INFO
+                                                                              : FW_LOG_WARN,
+           d->prog.cfg.name, "parked entry %s behind a deferred retry: %s", id ? id : "?",
+           r->what);
+}
+
+/* A resolved head of a sequence: its parked followers go as a replay of the
+ * sequence would take them. */
+static void
+release_followers (fw_dispatcher_t *d, const char *seq, const char *actor)
+{
+   fw_replay_options_t opts = {actor, FW_DLQ_CLAIM_TTL_MS, false, false};
+   fw_error_t err;
+
+   if (fw_dlq_replay_sequence (d, d->dlq, seq, &opts, report_follower, d, &err) == FW_SEQ_REPLAY_ERROR) {
+      fw_log (FW_LOG_WARN, d->prog.cfg.name,
+              "deferred retry of sequence %.300s resolved, but replaying its parked events "
+              "failed: %s (flowwarden dlq replay --sequence takes them)",
+              seq, err.message);
+   }
+}
+
+static void
+log_outcome (fw_dispatcher_t *d, const char *id, const fw_dlq_outcome_t *o, int64_t n)
+{
+   const char *name = d->prog.cfg.name;
+
+   if (o->kind == FW_DLQ_RESOLVE) {
+      fw_log (FW_LOG_INFO, name, "deferred retry of entry %s: handled on attempt %lld%s", id,
+              (long long) n, o->skipped ? " (skipped by on_error)" : "");
+   } else if (o->next_attempt_ms && o->attempts_added) {
+      fw_log (FW_LOG_WARN, name,
+              "deferred retry of entry %s: attempt %lld failed: %s: %s; next attempt in %lld ms",
+              id, (long long) n, o->error_type, o->error_message,
+              (long long) (o->next_attempt_ms - o->now_ms));
+   } else if (o->attempts_added) {
+      fw_log (FW_LOG_WARN, name,
+              "deferred retry of entry %s: attempt %lld failed: %s: %s; no attempt left: "
+              "dead-lettered (PENDING)",
+              id, (long long) n, o->error_type, o->error_message);
+   } else if (!o->next_attempt_ms) {
+      fw_log (FW_LOG_WARN, name, "deferred retry of entry %s not run: %s: %s; left PENDING", id,
+              o->error_type, o->error_message);
+   }
+}
+
+/* Runs one claimed entry and settles it. */
+static void
+run_one (fw_dispatcher_t *d, const bson_t *entry, const char *actor)
+{
+   fw_replay_hook_t hook = {0};
+   fw_dlq_outcome_t o;
+   bson_iter_t it;
+   fw_error_t err;
+   bool invalid, held;
+   const char *id = string_at (entry, "_id");
+   const char *seq = string_at (entry, "sequenceId");
+   int64_t n = int_at (entry, "attempts") + 1;
+   char seq_copy[1024];
+   fw_dispatch_result_t r;
+
+   if (!bson_iter_init_find (&it, entry, "_id")) {
+      return;
+   }
+   snprintf (seq_copy, sizeof seq_copy, "%s", seq ? seq : "");
+   r = attempt (d, entry, n, &hook, &invalid);
+   outcome_of (d, r, &hook, invalid, n, 0, &o);
+   if (!d->dlq->settle (d->dlq, bson_iter_value (&it), actor, &o, &held, &err)) {
+      fw_log (FW_LOG_ERROR, d->prog.cfg.name,
+              "deferred retry of entry %s: %s (its claim expires and it is run again)",
+              id ? id : "?", err.message);
+      return;
+   }
+   log_outcome (d, id ? id : "?", &o, n);
+   if (d->metrics && o.kind == FW_DLQ_RESCHEDULE && o.attempts_added && o.next_attempt_ms) {
+      fw_stream_metrics_retry (d->metrics);
+   }
+   if (held && o.kind == FW_DLQ_RESOLVE && seq_copy[0] && d->park.open_seqs) {
+      release_followers (d, seq_copy, actor);
+   }
+}
+
+/* Counts the scheduled retries into the metrics; *next_ms: the earliest due. */
+static void
+count_scheduled (fw_dispatcher_t *d, int64_t now, int64_t *next_ms)
+{
+   int64_t count, oldest_ms;
+   fw_error_t err;
+
+   *next_ms = 0;
+   if (!d->dlq->scheduled (d->dlq, d->prog.cfg.name, &count, &oldest_ms, next_ms, &err)) {
+      fw_log (FW_LOG_DEBUG, d->prog.cfg.name, "cannot count the scheduled retries: %s",
+              err.message);
+      return;
+   }
+   if (d->metrics) {
+      fw_stream_metrics_set_retries_scheduled (
+         d->metrics, count, oldest_ms && now > oldest_ms ? (double) (now - oldest_ms) / 1000.0 : 0);
+   }
+}
+
+void
+fw_deferred_tick (fw_dispatcher_t *d)
+{
+   int64_t now = d->clock.now_ms (d->clock.ud), next_ms;
+   char actor[300];
+
+   if (!d->prog.cfg.retry_deferred || !d->prog.cfg.dlq.enabled || now < d->deferred.check_at_ms) {
+      return;
+   }
+   if (!d->dlq && !fw_dispatcher_open_dlq (d)) {
+      return;
+   }
+   if (!d->dlq->claim_due || !d->dlq->scheduled) {
+      return;
+   }
+   fw_dlq_actor (actor, sizeof actor);
+   for (int i = 0; i < DEFERRED_PER_TICK && !fw_shutdown_requested (d->shutdown); i++) {
+      bson_t entry;
+      fw_error_t err;
+      bool got;
+
+      now = d->clock.now_ms (d->clock.ud);
+      if (!d->dlq->claim_due (d->dlq, d->prog.cfg.name, actor, now, now + FW_DLQ_CLAIM_TTL_MS,
+                              &entry, &got, &err)) {
+         fw_log (FW_LOG_WARN, d->prog.cfg.name, "%s", err.message);
+         bson_destroy (&entry);
+         break;
+      }
+      if (got) {
+         run_one (d, &entry, actor);
+      }
+      bson_destroy (&entry);
+      if (!got) {
+         break;
+      }
+   }
+   now = d->clock.now_ms (d->clock.ud);
+   count_scheduled (d, now, &next_ms);
+   d->deferred.check_at_ms = now + DEFERRED_CHECK_EVERY_MS;
+   if (next_ms > 0 && next_ms < d->deferred.check_at_ms) {
+      d->deferred.check_at_ms = next_ms > now ? next_ms : now;
+   }
+}
