@@ -230,6 +230,16 @@ local BAD = {
   { "retry.max_delay below retry.initial_delay",
     "fw.stream { name = 's', database = 'shop', retry = { initial_delay = '2s', max_delay = '1s' }, on_change = h }",
     { S .. 'retry.max_delay: must be >= retry.initial_delay ("2s"), got "1s"' } },
+  { "an unknown retry.mode",
+    "fw.stream { name = 's', database = 'shop', retry = { mode = 'deffered' }, dlq = true, on_change = h }",
+    { S .. 'retry.mode: invalid value "deffered" (did you mean "deferred"? expected "blocking" or "deferred")' } },
+  { "a deferred retry without a dlq",
+    "fw.stream { name = 's', database = 'shop', retry = { mode = 'deferred' }, on_change = h }",
+    { S .. 'retry.mode: "deferred" needs a dlq: scheduled retries are stored in the stream\'s DLQ '
+      .. 'collection (declare dlq = { ... } or use mode = "blocking")' } },
+  { "a deferred retry with the in-memory DLQ",
+    "fw.stream { name = 's', database = 'shop', retry = { mode = 'deferred' }, dlq = { store = 'memory' }, on_change = h }",
+    { S .. 'retry.mode: "deferred" needs a MongoDB DLQ (dlq.store = "memory" keeps no scheduled retries)' } },
   { "retry given as a string",
     "fw.stream { name = 's', database = 'shop', retry = 'yes', on_change = h }",
     { S .. 'retry: expected true, false or a table of retry settings, got "yes"' } },
@@ -454,7 +464,7 @@ describe("config: effective settings", function()
       restart = { max_attempts = 0, initial_delay_ms = 1000, max_delay_ms = 60000,
                   multiplier = 2.0, jitter = false },
       retry = { enabled = false, max_attempts = 1, initial_delay_ms = 500, max_delay_ms = 30000,
-                multiplier = 2.0, jitter = true, retry_on = {},
+                multiplier = 2.0, jitter = true, mode = "blocking", retry_on = {},
                 no_retry_on = DEFAULT_NO_RETRY },
       timeout_ms = 30000,
       memory_limit_bytes = 268435456,
@@ -477,8 +487,25 @@ describe("config: effective settings", function()
   it("gives retry = true the seed's RetryPolicy defaults", function()
     local spec = spec_of("fw.stream { name = 's', database = 'shop', retry = true, on_change = h }")
     assert.are.same({ enabled = true, max_attempts = 3, initial_delay_ms = 500, max_delay_ms = 30000,
-                      multiplier = 2.0, jitter = true, retry_on = {},
+                      multiplier = 2.0, jitter = true, mode = "blocking", retry_on = {},
                       no_retry_on = DEFAULT_NO_RETRY }, spec.retry)
+  end)
+
+  it("reads retry.mode = \"deferred\" with the issue's backoff", function()
+    local spec = spec_of("fw.stream { name = 's', database = 'shop', dlq = true, on_change = h, "
+      .. "retry = { mode = 'deferred', max_attempts = 5, initial_delay = '30s', multiplier = 4, "
+      .. "max_delay = '2h' } }")
+    assert.are.equal("deferred", spec.retry.mode)
+    assert.are.same({ 5, 30000, 7200000, 4.0 }, { spec.retry.max_attempts, spec.retry.initial_delay_ms,
+                                                  spec.retry.max_delay_ms, spec.retry.multiplier })
+  end)
+
+  it("takes retry.mode from fw.defaults, and keeps blocking without a retry policy", function()
+    local _, cfg = spec_of("fw.defaults { database = 'shop', retry = { mode = 'deferred' } }\n"
+      .. "fw.stream { name = 'a', dlq = true, retry = { max_attempts = 2 }, on_change = h }\n"
+      .. "fw.stream { name = 'b', retry = false, on_change = h }")
+    assert.are.equal("deferred", cfg.streams[1].retry.mode)
+    assert.are.equal("blocking", cfg.streams[2].retry.mode)
   end)
 
   it("gives dlq = true the seed's DeadLetterQueue defaults", function()
@@ -543,7 +570,8 @@ fw.stream {
                       multiplier = 3.0, jitter = true }, spec.restart)
     assert.are.equal("float", math.type(spec.restart.multiplier))
     assert.are.same({ enabled = true, max_attempts = 5, initial_delay_ms = 1500, max_delay_ms = 30000,
-                      multiplier = 1.5, jitter = false, retry_on = { "Timeout", "Http" },
+                      multiplier = 1.5, jitter = false, mode = "blocking",
+                      retry_on = { "Timeout", "Http" },
                       no_retry_on = { "Validation" } }, spec.retry)
     assert.are.equal("integer", math.type(spec.retry.max_attempts))
     assert.are.same({ collection = "orders_dlq", ttl_days = 90, include_original_document = false,
@@ -603,7 +631,7 @@ fw.stream { name = "s", retry = { max_attempts = 5 }, dlq = { ttl_days = 0 },
     assert.are.equal("shop", spec.database)
     assert.are.equal("defaults", spec.database_source)
     assert.are.same({ enabled = true, max_attempts = 5, initial_delay_ms = 1000, max_delay_ms = 30000,
-                      multiplier = 2.0, jitter = false, retry_on = {},
+                      multiplier = 2.0, jitter = false, mode = "blocking", retry_on = {},
                       no_retry_on = DEFAULT_NO_RETRY }, spec.retry)
     assert.are.same({ collection = "all_dlq", ttl_days = 0, include_original_document = true,
                       include_stack_trace = true, write_concern = "majority", store = "mongo",

@@ -62,6 +62,7 @@ stream "order-watcher"
   restart.max_delay              1m
   restart.multiplier             2.0
   restart.jitter                 false
+  retry.mode                     blocking (the stream waits out each retry)
   retry.max_attempts             4
   retry.initial_delay            1s
   retry.max_delay                30s
