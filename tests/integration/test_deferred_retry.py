@@ -7,6 +7,8 @@ import time
 import unittest
 
 from dlqtest import FailureTestCase, lua_stream, timed_reports, wait_for
+from fwtest import run_cli
+from test_admin import http, parse_metrics, value
 
 DEFERRED = ('{ mode = "deferred", max_attempts = %d, initial_delay = "%s", multiplier = 2, '
             'max_delay = "5s", jitter = false }')
@@ -40,11 +42,28 @@ class DeferredRetry(FailureTestCase):
         self.stop_cleanly(p)
 
     def test_kill9_while_it_waits_then_retried_after_restart(self):
-        p = self.start(lua_stream(retry=DEFERRED % (3, "1500ms"), dlq="true"))
+        stream = lua_stream(retry=DEFERRED % (3, "1500ms"), dlq="true")
+        p = self.run_fw(self.fw_script(stream), extra=["--admin", "127.0.0.1:0"])
+        p.wait_open(1)
+        port = p.admin_port()
         self.db.orders.insert_one({"_id": 1, "fail": "Http.Timeout", "fail_until": 2})
         wait_for(lambda: self.entries("SCHEDULED"), 10, "a SCHEDULED entry")
         self.db.orders.insert_one({"_id": 2})
         p.wait_until(lambda: 2 in [r["id"] for r in p.reports()], 10, "event 2 handled")
+        # Seen while it waits: dlq list (status filter) and the metrics.
+        r = run_cli(["dlq", "list", p.script, "--uri", self.uri, "--status", "SCHEDULED"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("SCHEDULED", r.stdout)
+        # dlq replay leaves it to the stream.
+        r = run_cli(["dlq", "replay", p.script, "--uri", self.uri])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertNotIn('"id":1', r.stdout.replace(" ", ""))  # no handler ran there
+        self.assertEqual(len(self.entries("SCHEDULED")), 1)
+        self.assertEqual(self.attempts_of(p, 1), [1])
+        got = wait_for(lambda: (lambda m: m if value(m, "flowwarden_retries_scheduled", stream="s")
+                                == 1 else None)(parse_metrics(http(port, "GET", "/metrics")[1])),
+                       10, "flowwarden_retries_scheduled 1")
+        self.assertGreaterEqual(value(got, "flowwarden_oldest_retry_age_seconds", stream="s"), 0)
         p.kill9()
         self.assertEqual(self.attempts_of(p, 1), [1])
         q = self.start(lua_stream(retry=DEFERRED % (3, "1500ms"), dlq="true"))
