@@ -534,7 +534,7 @@ class BadInput(DlqCliTestCase):
              'flowwarden dlq: --stream: stream "nodlq" has no dead-letter queue'),
             (["list", "--status", "DONE"],
              'flowwarden dlq: --status: unknown status "DONE" (use PENDING, REPROCESSING, '
-             'RESOLVED or DISCARDED'),
+             'RESOLVED, DISCARDED or SCHEDULED'),
             (["list", "--since", "2 hours"],
              'flowwarden dlq: --since: "2 hours" is neither a duration'),
             (["list", "--until", "2026-02-31"],
