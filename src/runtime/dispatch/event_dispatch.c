@@ -902,8 +902,9 @@ after_failure (fw_dispatcher_t *d, const fw_event_t *ev, lua_State *L, bool ok, 
       return false;
    }
    if (dec.action == ACT_RETRY && d->prog.cfg.retry_deferred && d->prog.cfg.dlq.enabled &&
-       !d->dispatch.dlq_requested) {
-      /* Issue 29: the retry waits in the DLQ; the stream goes on. */
+       !d->dispatch.dlq_requested && (!d->dlq || d->dlq->claim_due)) {
+      /* Issue 29: the retry waits in the DLQ; the stream goes on. (A store
+       * that keeps no scheduled retries, flowwarden test's, retries here.) */
       d->deferred.next_ms =
          d->clock.now_ms (d->clock.ud) +
          fw_backoff_delay_ms (&d->prog.cfg.retry, attempt, fw_backoff_random (&d->rng));
