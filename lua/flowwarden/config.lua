@@ -615,6 +615,10 @@ local function validate_stream(decl, defaults, opts, seen_names)
   end
   -- Issue 30: on_batch instead of the per-operation handlers.
   any_handler = require("flowwarden.config.batch").check(ctx, t, spec) or any_handler
+  if spec.handlers.batch and spec.retry.mode == "deferred" then
+    ctx:fail("retry.mode", '"deferred" is for per-event handlers: an on_batch call is retried '
+      .. "and bisected in place (use mode = \"blocking\")")
+  end
   if not any_handler then
     ctx:fail("handlers", "none declared (define at least one of %s)",
       table.concat(M.HANDLER_KEYS, ", "))

@@ -240,6 +240,10 @@ local BAD = {
   { "a deferred retry with the in-memory DLQ",
     "fw.stream { name = 's', database = 'shop', retry = { mode = 'deferred' }, dlq = { store = 'memory' }, on_change = h }",
     { S .. 'retry.mode: "deferred" needs a MongoDB DLQ (dlq.store = "memory" keeps no scheduled retries)' } },
+  { "a deferred retry with on_batch",
+    "fw.stream { name = 's', database = 'shop', retry = { mode = 'deferred' }, dlq = true, on_batch = h }",
+    { S .. 'retry.mode: "deferred" is for per-event handlers: an on_batch call is retried and bisected '
+      .. 'in place (use mode = "blocking")' } },
   { "retry given as a string",
     "fw.stream { name = 's', database = 'shop', retry = 'yes', on_change = h }",
     { S .. 'retry: expected true, false or a table of retry settings, got "yes"' } },
