@@ -204,8 +204,11 @@ run_one (fw_dispatcher_t *d, const bson_t *entry, const char *actor)
       return;
    }
    log_outcome (d, id ? id : "?", &o, n);
-   if (d->metrics && o.kind == FW_DLQ_RESCHEDULE && o.attempts_added && o.next_attempt_ms) {
-      fw_stream_metrics_retry (d->metrics);
+   if (o.kind == FW_DLQ_RESCHEDULE && o.attempts_added && o.next_attempt_ms) {
+      d->stats.retries++; /* one more retry to come, as a blocking retry counts it */
+      if (d->metrics) {
+         fw_stream_metrics_retry (d->metrics);
+      }
    }
    if (held && o.kind == FW_DLQ_RESOLVE && seq_copy[0] && d->park.open_seqs) {
       release_followers (d, seq_copy, actor);
@@ -247,7 +250,8 @@ fw_deferred_tick (fw_dispatcher_t *d)
       return;
    }
    fw_dlq_actor (actor, sizeof actor);
-   for (int i = 0; i < DEFERRED_PER_TICK && !fw_shutdown_requested (d->shutdown); i++) {
+   for (int i = 0; i < DEFERRED_PER_TICK && !(d->shutdown && fw_shutdown_requested (d->shutdown));
+        i++) {
       bson_t entry;
       fw_error_t err;
       bool got;
