@@ -2,7 +2,8 @@
 stream (a server-side $match on $toHashedIndexKey of documentKey._id), checkpoint and Lua
 state; every event handled once, in order per key, each key always in the partition its hash
 names; a restart resumes each partition from its own checkpoint; a different N than the stored
-checkpoints' is refused; a server without $toHashedIndexKey (older than 7.0) is refused."""
+checkpoints' is refused, and so is removing partitions (doctor says so too); a server without
+$toHashedIndexKey (older than 7.0) is refused."""
 import json
 import os
 import sys
@@ -138,6 +139,28 @@ class PartitionsTest(StandInTestCase):
         self.assertEqual(p2.stop(), 0)
         # Nothing of the new generation was written.
         self.assertIsNone(self.checkpoint("s#0/2"))
+
+    def test_removing_partitions_is_refused(self):
+        # A checkpoint of a run with partitions = 2; the script now declares none.
+        self.db["_fw_checkpoints"].insert_one({"_id": "s#1/2"})
+        p = self.run_fw(self.script(SCRIPT.replace("partitions = %(n)d,", "")))
+        p.wait_log("STREAM STOPPED", stream="s")
+        msg = "\n".join(p.messages("error", stream="s"))
+        self.assertIn('stream "s": %s._fw_checkpoints holds checkpoint "s#1/2"' % self.db_name,
+                      msg)
+        self.assertIn("of the stream with partitions = 2, but the script says no partitions",
+                      msg)
+        p.wait_open(streams=1)  # the other stream runs
+        self.assertEqual(p.stop(), 0)
+        self.assertIsNone(self.checkpoint("s"))
+
+    def test_doctor_fails_another_generation(self):
+        self.db["_fw_checkpoints"].insert_one({"_id": "s#3/4"})
+        check, code = doctor_check(self, 2)
+        self.assertEqual(check["status"], "fail", check)
+        self.assertIn('holds checkpoint "s#3/4", of the stream with partitions = 4, but the '
+                      'script says partitions = 2', check["message"])
+        self.assertNotEqual(code, 0)
 
 
 @needs_standin("version mode (default 6.0)")

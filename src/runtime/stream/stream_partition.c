@@ -13,11 +13,12 @@
 
 #define FW_WIRE_7_0 21 /* maxWireVersion of MongoDB 7.0 (wire_version.h): $toHashedIndexKey */
 
-/* The stream's name: the unit name without its "#k/N". */
+/* The stream's name: a unit's name without its "#k/N" (an unpartitioned
+ * stream's whole name, which may hold a '#'). */
 static size_t
 base_len (const fw_stream_config_t *cfg)
 {
-   const char *hash = strrchr (cfg->name, '#');
+   const char *hash = cfg->partitions > 0 ? strrchr (cfg->name, '#') : NULL;
    return hash ? (size_t) (hash - cfg->name) : strlen (cfg->name);
 }
 
@@ -95,24 +96,24 @@ static void
 refuse (const fw_stream_config_t *cfg, int other, const char *id, char *what, size_t len)
 {
    int n = (int) base_len (cfg);
-   char was[64];
+   char was[64], now[64];
    snprintf (was, sizeof was, other ? "partitions = %d" : "no partitions", other);
+   snprintf (now, sizeof now, cfg->partitions > 0 ? "partitions = %d" : "no partitions",
+             cfg->partitions);
    snprintf (what, len,
              "stream \"%.*s\": %s.%s holds checkpoint \"%s\", of the stream with %s, but the "
-             "script says partitions = %d: a new number of partitions would start without "
+             "script says %s: a new number of partitions would start without "
              "those positions, and this version does not switch generations. The stream is "
              "stopped; set partitions back to the stored number, or stop every instance, "
              "delete the old generation's checkpoints (ids \"%.*s\" and \"%.*s#K/N\") and start "
              "again (the new units begin at start_position: events between the old checkpoints "
              "and then are not handled)",
-             n, cfg->name, cfg->database, FW_CHECKPOINT_COLLECTION, id, was, cfg->partitions,
+             n, cfg->name, cfg->database, FW_CHECKPOINT_COLLECTION, id, was, now,
              n, cfg->name, n, cfg->name);
 }
 
-/* False (why in what) when a checkpoint of another generation exists, or
- * when they cannot be read (the open would fail too: checked again then). */
-static bool
-same_generation (const fw_stream_config_t *cfg, mongoc_client_t *client, char *what, size_t len)
+bool
+fw_stream_partition_same_generation (const fw_stream_config_t *cfg, mongoc_client_t *client, char *what, size_t len)
 {
    size_t n = base_len (cfg);
    char *re = prefix_regex (cfg->name, n), id[600];
@@ -137,7 +138,7 @@ same_generation (const fw_stream_config_t *cfg, mongoc_client_t *client, char *w
       }
       snprintf (id, sizeof id, "%s", bson_iter_utf8 (&it, NULL));
       g = generation_of (id, cfg->name, n);
-      if (g >= 0 && g != cfg->partitions) {
+      if (g >= 0 && g != (cfg->partitions > 0 ? cfg->partitions : 0)) {
          other = g;
          refuse (cfg, g, id, what, len);
       }
@@ -156,8 +157,6 @@ bool
 fw_stream_partition_check (const fw_stream_config_t *cfg, mongoc_client_t *client, char *what,
                            size_t len)
 {
-   if (cfg->partitions <= 0) {
-      return true;
-   }
-   return hashes_keys (cfg, client, what, len) && same_generation (cfg, client, what, len);
+   return hashes_keys (cfg, client, what, len) &&
+          fw_stream_partition_same_generation (cfg, client, what, len);
 }
