@@ -2,8 +2,8 @@
  * doctor_partitions.c - doctor's check of a partitioned stream (issue 31):
  * partitions = N > 1 hashes keys with $toHashedIndexKey, which MongoDB has
  * from 7.0 (maxWireVersion 21). Reported once per stream, by its unit 0.
- * And every stream's stored checkpoints are of the declared generation (the
- * same number of partitions, or none): a start would refuse another one.
+ * And whether a stream's stored checkpoints are of another generation (another
+ * number of partitions, or none): the next start switches generations.
  */
 #include <stdio.h>
 #include <string.h>
@@ -13,7 +13,8 @@
 
 #define WIRE_7_0 21 /* maxWireVersion of MongoDB 7.0 (src/mongo/db/wire_version.h) */
 
-/* True (reported) when the stream's checkpoints are of another generation. */
+/* True (reported) when the stream's checkpoints are of another generation,
+ * which the next start switches from (stream_generation.c). */
 static bool
 other_generation (mongoc_client_t *client, const fw_stream_config_t *c, const char *stream,
                   fw_doctor_report_t *r)
@@ -23,9 +24,9 @@ other_generation (mongoc_client_t *client, const fw_stream_config_t *c, const ch
    if (fw_stream_partition_same_generation (c, client, why, sizeof why)) {
       return false;
    }
-   fw_doctor_add (r, stream, "partitions", FW_DOCTOR_FAIL,
-                  "set partitions back to the stored number (see docs/operations.md, "
-                  "\"Partitioned streams\")",
+   fw_doctor_add (r, stream, "partitions", FW_DOCTOR_WARN,
+                  "nothing, if the new number is meant; else set partitions back to the stored "
+                  "number",
                   "%s", why);
    return true;
 }

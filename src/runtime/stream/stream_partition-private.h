@@ -32,4 +32,16 @@ bool fw_stream_partition_check (const fw_stream_config_t *cfg, mongoc_client_t *
 bool fw_stream_partition_same_generation (const fw_stream_config_t *cfg, mongoc_client_t *client,
                                           char *what, size_t len);
 
+/* The stream's name in a unit's (its length: cfg->name without "#k/N"). */
+size_t fw_stream_partition_base_len (const fw_stream_config_t *cfg);
+
+/* The regex "^<base>(#|$)" of the stream's checkpoint ids; the caller
+ * frees it; NULL on no memory. */
+char *fw_stream_partition_regex (const char *base, size_t n);
+
+/* The generation (number of partitions) of checkpoint id of the stream
+ * base[0..n): 0 for the unpartitioned stream's, N for "<base>#k/N", -1 for
+ * another stream's (or the generation document). */
+int fw_stream_partition_generation_of (const char *id, const char *base, size_t n);
+
 #endif

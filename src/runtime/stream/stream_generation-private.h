@@ -1,0 +1,44 @@
+/*
+ * stream_generation-private.h - a change of a stream's number of partitions
+ * (issue 31): the new generation of units starts where the old one's
+ * checkpoints are, switched once by a conditional write of the generation
+ * document "<stream>#generation" in _fw_checkpoints.
+ */
+#ifndef FLOWWARDEN_STREAM_GENERATION_PRIVATE_H
+#define FLOWWARDEN_STREAM_GENERATION_PRIVATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <mongoc/mongoc.h>
+
+#include "flowwarden/stream_config.h"
+
+/* What a unit of a switched generation opens with. */
+typedef struct {
+   bson_t stage;      /* a $match stage, first in the pipeline; valid when has_stage */
+   bool has_stage;
+   uint64_t start_at; /* startAtOperationTime without a checkpoint of its own; 0: none */
+} fw_generation_t;
+
+void fw_generation_init (fw_generation_t *g);
+void fw_generation_cleanup (fw_generation_t *g);
+
+/* Whether id is the generation document of the stream base[0..n). */
+bool fw_stream_generation_is_doc (const char *id, const char *base, size_t n);
+
+/* Before a unit of cfg opens: when the stream's checkpoints are of another
+ * number of partitions M (or the generation document names M), switches the
+ * stream to cfg's number once (a conditional write: one instance or unit
+ * wins, the others read what it wrote), and fills g: a $match keeping, for
+ * each key, only the events after the checkpoint of the old unit that held
+ * it, and the clusterTime to start at (the oldest of those checkpoints).
+ * Nothing to do (g left empty) when there is no other generation. False,
+ * with why in what[len], when it cannot switch (old checkpoints without a
+ * position, several old generations, a read or write error). cfg, client:
+ * borrowed; g: initialised by the caller, owned by it. */
+bool fw_stream_generation_open (const fw_stream_config_t *cfg, mongoc_client_t *client,
+                                fw_generation_t *g, char *what, size_t len);
+
+#endif
