@@ -3,6 +3,7 @@ switches generations once (the generation document "<stream>#generation"); the n
 at the oldest old checkpoint's clusterTime and keep, per key, only the events after the
 checkpoint of the old unit that held it: while writes go on, every event is handled exactly
 once across the generations, in order per key. Back to no partitions switches the same way."""
+import datetime
 import os
 import signal
 import sys
@@ -109,3 +110,23 @@ class GenerationsTest(StandInTestCase):
         self.assertEqual(p.stop(), 0)
         self.assert_once_in_order(got, TOTAL)
         self.assertEqual({r["parts"] for r in got}, {2, 3})
+
+    def test_switch_waits_while_an_old_unit_is_held(self):
+        # An old unit held by a live member (its lease): the new units wait, re-opening after
+        # the restart delay, instead of running beside it; once released they go on (here to
+        # the refusal of an old checkpoint without a position).
+        self.db["_fw_checkpoints"].insert_one({"_id": "s#1/2"})
+        self.db["_fw_leases"].insert_one({
+            "_id": "s#1/2", "owner": "elsewhere:1", "epoch": 1,
+            "expiresAt": datetime.datetime.now(datetime.timezone.utc)
+            + datetime.timedelta(minutes=5)})
+        p = self.run_fw(self.script(body(3).replace('name = "s",', 'name = "s", restart = '
+                                                     '{ initial_delay = "100ms" },')))
+        p.wait_log('old unit "s#1/2" (held by elsewhere:1) is still running', count=2,
+                   stream="s#0/3")
+        self.assertEqual(p.count_log("STREAM STOPPED", stream="s#0/3"), 0)
+        self.db["_fw_leases"].delete_one({"_id": "s#1/2"})
+        p.wait_log("STREAM STOPPED", stream="s#0/3")
+        self.assertIn("none has a position", "\n".join(p.messages("error", stream="s#0/3")))
+        self.assertEqual(p.stop(), 0)
+        self.assertIsNone(self.generation())

@@ -28,17 +28,25 @@ void fw_generation_cleanup (fw_generation_t *g);
 /* Whether id is the generation document of the stream base[0..n). */
 bool fw_stream_generation_is_doc (const char *id, const char *base, size_t n);
 
+typedef enum {
+   FW_GENERATION_OPEN,  /* open (g filled when switched) */
+   FW_GENERATION_LATER, /* an old unit still runs: try again at the next re-open */
+   FW_GENERATION_STOP,  /* cannot switch: the unit stops */
+} fw_generation_open_t;
+
 /* Before a unit of cfg opens: when the stream's checkpoints are of another
  * number of partitions M (or the generation document names M), switches the
  * stream to cfg's number once (a conditional write: one instance or unit
  * wins, the others read what it wrote), and fills g: a $match keeping, for
  * each key, only the events after the checkpoint of the old unit that held
  * it, and the clusterTime to start at (the oldest of those checkpoints).
- * Nothing to do (g left empty) when there is no other generation. False,
- * with why in what[len], when it cannot switch (old checkpoints without a
+ * Nothing to do (g left empty) when there is no other generation. LATER
+ * (why in what[len]) while a unit of the old generation is held by a live
+ * member (a lease in _fw_leases): switching would run two generations at
+ * once. STOP (why in what) when it cannot switch (old checkpoints without a
  * position, several old generations, a read or write error). cfg, client:
  * borrowed; g: initialised by the caller, owned by it. */
-bool fw_stream_generation_open (const fw_stream_config_t *cfg, mongoc_client_t *client,
+fw_generation_open_t fw_stream_generation_open (const fw_stream_config_t *cfg, mongoc_client_t *client,
                                 fw_generation_t *g, char *what, size_t len);
 
 #endif

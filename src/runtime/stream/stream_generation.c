@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "flowwarden/checkpoint_store.h"
+#include "flowwarden/lease.h"
 #include "flowwarden/log.h"
 #include "runtime/stream/stream_generation-private.h"
 #include "runtime/stream/stream_partition-private.h"
@@ -208,6 +209,55 @@ describe (int parts, char *out, size_t len)
    snprintf (out, len, parts > 0 ? "partitions = %d" : "no partitions", parts);
 }
 
+/* Whether a unit of generation old is still held by a live member (a lease
+ * in _fw_leases with an owner, not expired on the server's clock): then the
+ * old generation runs somewhere, and switching would run two at once. */
+static bool
+old_units_held (const fw_stream_config_t *cfg, mongoc_client_t *client, int old, char *holder,
+                size_t hlen)
+{
+   size_t n = fw_stream_partition_base_len (cfg);
+   char *re = fw_stream_partition_regex (cfg->name, n), units[700];
+   mongoc_collection_t *coll = NULL;
+   mongoc_cursor_t *cur = NULL;
+   bson_t *pipeline = NULL;
+   const bson_t *doc;
+   bson_iter_t it;
+   bool held = false;
+
+   if (re) {
+      re[strlen (re) - 5] = '\0'; /* drop "(#|$)" */
+      if (old > 0) {
+         snprintf (units, sizeof units, "%s#[0-9]+/%d$", re, old);
+      } else {
+         snprintf (units, sizeof units, "%s$", re);
+      }
+      pipeline = BCON_NEW ("pipeline", "[", "{", "$match", "{", "_id", "{", "$regex",
+                           BCON_UTF8 (units), "}", "}", "}", "{", "$match", "{", "$expr", "{",
+                           "$and", "[", "{", "$eq", "[", "{", "$type", BCON_UTF8 ("$owner"), "}",
+                           BCON_UTF8 ("string"), "]", "}", "{", "$gt", "[",
+                           BCON_UTF8 ("$expiresAt"), BCON_UTF8 ("$$NOW"), "]", "}", "]", "}",
+                           "}", "}", "{", "$limit", BCON_INT32 (1), "}", "]");
+   }
+   if (pipeline &&
+       (coll = mongoc_client_get_collection (client, cfg->database, FW_LEASE_COLLECTION)) &&
+       (cur = mongoc_collection_aggregate (coll, MONGOC_QUERY_NONE, pipeline, NULL, NULL)) &&
+       mongoc_cursor_next (cur, &doc)) {
+      held = true;
+      snprintf (holder, hlen, "\"%s\" (held by %s)",
+                bson_iter_init_find (&it, doc, "_id") && BSON_ITER_HOLDS_UTF8 (&it)
+                   ? bson_iter_utf8 (&it, NULL) : "?",
+                bson_iter_init_find (&it, doc, "owner") && BSON_ITER_HOLDS_UTF8 (&it)
+                   ? bson_iter_utf8 (&it, NULL) : "?");
+   }
+   /* A read error counts as not held: the checkpoint reads of the open report it. */
+   mongoc_cursor_destroy (cur);
+   mongoc_collection_destroy (coll);
+   bson_destroy (pipeline);
+   free (re);
+   return held;
+}
+
 /* The one conditional write of the switch from generation old to cfg's,
  * with the positions s->old. True when written or lost to another writer
  * (the caller reads the document again); false (why in what) otherwise. */
@@ -337,14 +387,15 @@ build (const scan_t *s, fw_generation_t *g)
    bson_append_document_end (&g->stage, &match);
 }
 
-bool
+fw_generation_open_t
 fw_stream_generation_open (const fw_stream_config_t *cfg, mongoc_client_t *client,
                            fw_generation_t *g, char *what, size_t len)
 {
    int n = (int) fw_stream_partition_base_len (cfg), mine = cfg->partitions > 0 ? cfg->partitions : 0;
    int old;
    scan_t s;
-   bool ok;
+   bool ok, later = false;
+   char holder[700];
 
    memset (&s, 0, sizeof s);
    if (!(ok = scan (cfg, client, -1, &s, what, len)) || s.n == mine) {
@@ -360,6 +411,17 @@ fw_stream_generation_open (const fw_stream_config_t *cfg, mongoc_client_t *clien
                 "generations that no longer run",
                 n, cfg->name, cfg->database, FW_CHECKPOINT_COLLECTION, mine);
       ok = false;
+      goto done;
+   }
+   if (old_units_held (cfg, client, old, holder, sizeof holder)) {
+      char was[32], now[32];
+      describe (old, was, sizeof was);
+      describe (mine, now, sizeof now);
+      snprintf (what, len, "the stream's checkpoints are of %s and the script says %s, but old "
+                "unit %s is still running: the new generation waits until every old unit is "
+                "released (stopped) or its lease expired", was, now, holder);
+      ok = false;
+      later = true;
       goto done;
    }
    if (!(ok = scan (cfg, client, old, &s, what, len) && switch_to (cfg, client, &s, old, what, len) &&
@@ -381,5 +443,5 @@ done:
       build (&s, g);
    }
    scan_free (&s);
-   return ok;
+   return ok ? FW_GENERATION_OPEN : later ? FW_GENERATION_LATER : FW_GENERATION_STOP;
 }

@@ -662,6 +662,7 @@ open_and_read (fw_stream_worker_t *w, fw_stream_run_t *run, bool *progressed)
    fw_read_end_t end;
    char unsupported[800];
    fw_generation_t gen;
+   fw_generation_open_t gen_open;
 
    fw_split_buffer_reset (&p->split);
    /* A sequenced DLQ: its open sequences, read again on every (re)open. */
@@ -672,8 +673,13 @@ open_and_read (fw_stream_worker_t *w, fw_stream_run_t *run, bool *progressed)
     * refused every time, so the stream stops instead of re-opening. */
    /* Issue 31: a changed number of partitions switches generations first. */
    fw_generation_init (&gen);
-   if (!fw_stream_generation_open (w->cfg, w->read_client, &gen, unsupported,
-                                   sizeof unsupported) ||
+   if ((gen_open = fw_stream_generation_open (w->cfg, w->read_client, &gen, unsupported,
+                                              sizeof unsupported)) == FW_GENERATION_LATER) {
+      fw_log (FW_LOG_WARN, w->cfg->name, "%s", unsupported);
+      snprintf (p->error, sizeof p->error, "%.590s", unsupported);
+      return FW_READ_ERROR; /* re-opened after the restart delay */
+   }
+   if (gen_open == FW_GENERATION_STOP ||
        !fw_stream_server_supports (w->cfg, w->read_client, unsupported, sizeof unsupported)) {
       fw_generation_cleanup (&gen);
       fw_stream_failed (w, unsupported);
