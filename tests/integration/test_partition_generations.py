@@ -77,6 +77,7 @@ class GenerationsTest(StandInTestCase):
         old = p.reports()
         p2.wait_until(lambda: len(old) + p2.report_count() >= TOTAL, 60, "every event")
         p2.wait_log("partitions changed from 2 to 3")
+        self.assertEqual(p2.count_log("partitions changed from 2 to 3"), 1)  # one unit won
         self.assertEqual({r["parts"] for r in old}, {2})
         self.assertEqual({r["parts"] for r in p2.reports()}, {3})
         self.assertEqual(self.generation()["n"], 3)
@@ -110,6 +111,7 @@ class GenerationsTest(StandInTestCase):
         self.assertEqual(p.stop(), 0)
         self.assert_once_in_order(got, TOTAL)
         self.assertEqual({r["parts"] for r in got}, {2, 3})
+        self.assertEqual(p.count_log("partitions changed from 2 to 3"), 1)
 
     def test_switch_waits_while_an_old_unit_is_held(self):
         # An old unit held by a live member (its lease): the new units wait, re-opening after

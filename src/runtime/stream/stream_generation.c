@@ -259,9 +259,13 @@ old_units_held (const fw_stream_config_t *cfg, mongoc_client_t *client, int old,
 }
 
 /* The one conditional write of the switch from generation old to cfg's,
- * with the positions s->old. True when written or lost to another writer
- * (the caller reads the document again); false (why in what) otherwise. */
-static bool
+ * with the positions s->old: SWITCH_WON when this call wrote it,
+ * SWITCH_LOST when another writer did (the caller reads the document
+ * again), SWITCH_REFUSED (why in what) when the old positions cannot be
+ * switched from, SWITCH_ERROR (why in what) when the write failed. */
+enum { SWITCH_WON, SWITCH_LOST, SWITCH_REFUSED, SWITCH_ERROR };
+
+static int
 switch_to (const fw_stream_config_t *cfg, mongoc_client_t *client, const scan_t *s, int old,
            char *what, size_t len)
 {
@@ -273,7 +277,9 @@ switch_to (const fw_stream_config_t *cfg, mongoc_client_t *client, const scan_t 
    bson_t doc = BSON_INITIALIZER, sel = BSON_INITIALIZER, upd = BSON_INITIALIZER, cut, set;
    bson_error_t berr;
    mongoc_collection_t *coll;
+   bson_iter_t it;
    bool ok;
+   int res = SWITCH_WON;
 
    snprintf (id, sizeof id, "%.*s%s", n, cfg->name, GEN_SUFFIX);
    for (int j = 0; j < units; j++) {
@@ -282,7 +288,7 @@ switch_to (const fw_stream_config_t *cfg, mongoc_client_t *client, const scan_t 
          snprintf (what, len, "stream \"%.*s\": the checkpoint of old unit %d has a resume token "
                    "without a clusterTime: cannot switch from partitions = %d to %d",
                    n, cfg->name, j, old, mine);
-         return false;
+         return SWITCH_REFUSED;
       }
       at = t && (!at || t < at) ? t : at;
    }
@@ -297,7 +303,7 @@ switch_to (const fw_stream_config_t *cfg, mongoc_client_t *client, const scan_t 
                 "\"%.*s#K/N\") and start again from start_position",
                 n, cfg->name, cfg->database, FW_CHECKPOINT_COLLECTION, was, now, n, cfg->name, n,
                 cfg->name);
-      return false;
+      return SWITCH_REFUSED;
    }
    BSON_APPEND_UTF8 (&doc, "_id", id);
    BSON_APPEND_INT32 (&doc, "n", mine);
@@ -312,7 +318,11 @@ switch_to (const fw_stream_config_t *cfg, mongoc_client_t *client, const scan_t 
    BSON_APPEND_DATE_TIME (&doc, "switchedAt", (int64_t) time (NULL) * 1000);
    coll = mongoc_client_get_collection (client, cfg->database, FW_CHECKPOINT_COLLECTION);
    if (s->n < 0) {
-      ok = mongoc_collection_insert_one (coll, &doc, NULL, NULL, &berr) || berr.code == 11000;
+      ok = mongoc_collection_insert_one (coll, &doc, NULL, NULL, &berr);
+      if (!ok && berr.code == 11000) {
+         ok = true; /* a duplicate key: another unit or member switched first */
+         res = SWITCH_LOST;
+      }
    } else {
       bson_t reply;
       BSON_APPEND_UTF8 (&sel, "_id", id);
@@ -321,6 +331,10 @@ switch_to (const fw_stream_config_t *cfg, mongoc_client_t *client, const scan_t 
       bson_copy_to_excluding_noinit (&doc, &set, "_id", NULL);
       bson_append_document_end (&upd, &set);
       ok = mongoc_collection_update_one (coll, &sel, &upd, NULL, &reply, &berr);
+      if (ok && (!bson_iter_init_find (&it, &reply, "modifiedCount") ||
+                 bson_iter_as_int64 (&it) < 1)) {
+         res = SWITCH_LOST; /* the filter {n: old} matched nothing: switched already */
+      }
       bson_destroy (&reply);
    }
    if (!ok) {
@@ -332,7 +346,7 @@ switch_to (const fw_stream_config_t *cfg, mongoc_client_t *client, const scan_t 
    bson_destroy (&doc);
    bson_destroy (&sel);
    bson_destroy (&upd);
-   return ok;
+   return ok ? res : SWITCH_ERROR;
 }
 
 /* The $match of a switched generation: an event passes when its token is
@@ -396,10 +410,12 @@ fw_stream_generation_open (const fw_stream_config_t *cfg, mongoc_client_t *clien
    scan_t s;
    bool ok, later = false;
    char holder[700];
+   int sw;
 
    memset (&s, 0, sizeof s);
    if (!(ok = scan (cfg, client, -1, &s, what, len)) || s.n == mine) {
-      goto done; /* error, or switched to this N already */
+      later = !ok; /* a read error: tried again at the next open */
+      goto done;   /* or switched to this N already */
    }
    if ((old = s.n >= 0 ? s.n : s.found) == -1) {
       goto done; /* no other generation: nothing to do */
@@ -424,8 +440,14 @@ fw_stream_generation_open (const fw_stream_config_t *cfg, mongoc_client_t *clien
       later = true;
       goto done;
    }
-   if (!(ok = scan (cfg, client, old, &s, what, len) && switch_to (cfg, client, &s, old, what, len) &&
-              scan (cfg, client, -1, &s, what, len))) {
+   if (!(ok = scan (cfg, client, old, &s, what, len))) {
+      later = true;
+      goto done;
+   }
+   sw = switch_to (cfg, client, &s, old, what, len);
+   if (sw == SWITCH_REFUSED || sw == SWITCH_ERROR || !scan (cfg, client, -1, &s, what, len)) {
+      later = sw != SWITCH_REFUSED;
+      ok = false;
       goto done;
    }
    if (s.n != mine) {
@@ -435,9 +457,11 @@ fw_stream_generation_open (const fw_stream_config_t *cfg, mongoc_client_t *clien
       ok = false;
       goto done;
    }
-   fw_log (FW_LOG_INFO, cfg->name, "partitions changed from %d to %d: this generation starts "
-           "at Timestamp(%u, %u), each key after its old unit's checkpoint",
-           s.from, mine, s.t, s.i);
+   if (sw == SWITCH_WON) {
+      fw_log (FW_LOG_INFO, cfg->name, "partitions changed from %d to %d: this generation starts "
+              "at Timestamp(%u, %u), each key after its old unit's checkpoint",
+              s.from, mine, s.t, s.i);
+   }
 done:
    if (ok && s.n == mine && s.ncutoff > 0) {
       build (&s, g);
