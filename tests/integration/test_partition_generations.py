@@ -132,3 +132,25 @@ class GenerationsTest(StandInTestCase):
         self.assertIn("none has a position", "\n".join(p.messages("error", stream="s#0/3")))
         self.assertEqual(p.stop(), 0)
         self.assertIsNone(self.generation())
+
+    def test_a_snapshot_stream_does_not_snapshot_again_in_the_new_generation(self):
+        snap = """
+            fw.stream {
+              name = "s", collection = "c", partitions = %d,
+              checkpoint = { start_position = "snapshot" },
+              on_snapshot = function(ctx) report({ snap = ctx:document_key()._id }) end,
+              on_update = function(ctx) report({ key = ctx:document_key()._id }) end,
+            }
+        """
+        self.db.c.insert_many([{"_id": "k%d" % j, "n": -1} for j in range(KEYS)])
+        p = self.run_fw(self.script(snap % 2))
+        p.wait_log("snapshot finished", count=2, timeout=60)
+        self.assertEqual(len(p.wait_reports(KEYS)), KEYS)
+        self.assertEqual(p.stop(), 0)
+        p2 = self.run_fw(self.script(snap % 3))
+        p2.wait_open(streams=3)
+        self.db.c.update_one({"_id": "k1"}, {"$set": {"n": 1}})
+        self.assertEqual(p2.wait_reports(1), [{"key": "k1"}])  # no snapshot again
+        self.assertEqual(p2.count_log("partitions changed from 2 to 3"), 1)
+        self.assertEqual(p2.stop(), 0)
+        self.assertEqual(p2.reports(), [{"key": "k1"}])

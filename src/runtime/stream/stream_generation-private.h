@@ -49,4 +49,10 @@ typedef enum {
 fw_generation_open_t fw_stream_generation_open (const fw_stream_config_t *cfg, mongoc_client_t *client,
                                 fw_generation_t *g, char *what, size_t len);
 
+/* Whether the stream has a generation document or checkpoints of another
+ * number of partitions than cfg's (or they cannot be read): a unit without
+ * a checkpoint of its own then starts from the old generation's positions
+ * (fw_stream_generation_open), not with a snapshot. cfg, client: borrowed. */
+bool fw_stream_generation_has_past (const fw_stream_config_t *cfg, mongoc_client_t *client);
+
 #endif

@@ -469,3 +469,17 @@ done:
    scan_free (&s);
    return ok ? FW_GENERATION_OPEN : later ? FW_GENERATION_LATER : FW_GENERATION_STOP;
 }
+
+bool
+fw_stream_generation_has_past (const fw_stream_config_t *cfg, mongoc_client_t *client)
+{
+   scan_t s;
+   char what[256];
+   bool past;
+
+   memset (&s, 0, sizeof s);
+   /* A read error counts as a past: no snapshot now; the open reports the error. */
+   past = !scan (cfg, client, -1, &s, what, sizeof what) || s.n >= 0 || s.found != -1;
+   scan_free (&s);
+   return past;
+}
