@@ -108,10 +108,23 @@ class GenerationsTest(StandInTestCase):
         p.wait_log("partitions changed from 2 to 3", timeout=30)
         t.join()
         got = p.wait_reports(TOTAL, timeout=60)
-        self.assertEqual(p.stop(), 0)
         self.assert_once_in_order(got, TOTAL)
         self.assertEqual({r["parts"] for r in got}, {2, 3})
         self.assertEqual(p.count_log("partitions changed from 2 to 3"), 1)
+
+        # And back to 2: the units' own checkpoints are of the first run with 2, older than
+        # the switch; they start at the switch instead.
+        t = self.start_writer(TOTAL, 200)
+        with open(p.script, "w") as f:
+            f.write(PRELUDE + textwrap.dedent(body(2)))
+        p.proc.send_signal(signal.SIGHUP)
+        p.wait_log("partitions changed from 3 to 2", timeout=30)
+        t.join()
+        got = p.wait_reports(TOTAL + 200, timeout=60)
+        self.assertEqual(p.stop(), 0)
+        self.assert_once_in_order(got, TOTAL + 200)
+        self.assertEqual(self.generation()["n"], 2)
+        self.assertGreaterEqual(p.count_log("older than the generation switch"), 1)
 
     def test_switch_waits_while_an_old_unit_is_held(self):
         # An old unit held by a live member (its lease): the new units wait, re-opening after

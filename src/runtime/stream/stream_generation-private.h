@@ -55,4 +55,11 @@ fw_generation_open_t fw_stream_generation_open (const fw_stream_config_t *cfg, m
  * (fw_stream_generation_open), not with a snapshot. cfg, client: borrowed. */
 bool fw_stream_generation_has_past (const fw_stream_config_t *cfg, mongoc_client_t *client);
 
+/* Whether resume (a unit's own position) is older than the switch's start:
+ * a checkpoint of an earlier run with this number of partitions (N to M and
+ * back to N), from before the old generation's positions; the unit then
+ * starts at g->start_at instead (the events between were the old
+ * generation's). g, resume: borrowed. */
+bool fw_stream_generation_stale (const fw_generation_t *g, const bson_t *resume);
+
 #endif

@@ -483,3 +483,17 @@ fw_stream_generation_has_past (const fw_stream_config_t *cfg, mongoc_client_t *c
    scan_free (&s);
    return past;
 }
+
+bool
+fw_stream_generation_stale (const fw_generation_t *g, const bson_t *resume)
+{
+   bson_iter_t it;
+   uint64_t t;
+
+   if (!g->start_at || !resume || !bson_iter_init_find (&it, resume, "_data") ||
+       !BSON_ITER_HOLDS_UTF8 (&it)) {
+      return false;
+   }
+   t = token_time (bson_iter_utf8 (&it, NULL));
+   return t && t < g->start_at;
+}

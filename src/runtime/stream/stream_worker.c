@@ -685,6 +685,11 @@ open_and_read (fw_stream_worker_t *w, fw_stream_run_t *run, bool *progressed)
       fw_stream_failed (w, unsupported);
       return FW_READ_FAILED;
    }
+   if (p->has_resume && fw_stream_generation_stale (&gen, &p->resume)) {
+      fw_log (FW_LOG_INFO, w->cfg->name, "its checkpoint is older than the generation switch "
+              "(an earlier run with this number of partitions): starting at the switch");
+      p->has_resume = false;
+   }
    cs = fw_change_stream_open (w->cfg, w->read_client, p->has_resume ? &p->resume : NULL,
                                run->start_at_lost ? 0
                                : gen.start_at  ? gen.start_at
