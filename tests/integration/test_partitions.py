@@ -2,7 +2,9 @@
 stream (a server-side $match on $toHashedIndexKey of documentKey._id), checkpoint and Lua
 state; every event handled once, in order per key, each key always in the partition its hash
 names; a restart resumes each partition from its own checkpoint; a different N than the stored
-checkpoints' is refused; a server without $toHashedIndexKey (older than 7.0) is refused."""
+checkpoints' without positions is refused, and so is removing partitions (doctor warns of another
+generation; test_partition_generations.py switches); a server without $toHashedIndexKey (older
+than 7.0) is refused."""
 import json
 import os
 import sys
@@ -122,22 +124,43 @@ class PartitionsTest(StandInTestCase):
         self.assertEqual(check["status"], "ok", check)
         self.assertIn("4 partitions: the server has $toHashedIndexKey (7.0+)", check["message"])
 
-    def test_a_different_number_of_partitions_is_refused(self):
-        # A checkpoint of a run with partitions = 4 (the check reads only the ids).
+    def test_another_number_without_old_positions_is_refused(self):
+        # A checkpoint of a run with partitions = 4 but without a position: nothing to switch
+        # generations from (test_partition_generations.py switches with positions).
         self.db["_fw_checkpoints"].insert_one({"_id": "s#3/4"})
         p2 = self.run_fw(self.script(SCRIPT % {"n": 2}))
         p2.wait_log("STREAM STOPPED", stream="s#0/2")
         p2.wait_log("STREAM STOPPED", stream="s#1/2")
         msg = "\n".join(p2.messages("error", stream="s#0/2"))
-        self.assertIn('stream "s": %s._fw_checkpoints holds checkpoint "s#3/4"' % self.db_name,
-                      msg)
-        self.assertIn("of the stream with partitions = 4, but the script says partitions = 2",
-                      msg)
+        self.assertIn('stream "s": %s._fw_checkpoints holds checkpoints of the stream with '
+                      'partitions = 4, but none has a position, and the script says '
+                      'partitions = 2' % self.db_name, msg)
         self.assertIn("set partitions back to the stored number", msg)
         p2.wait_open(streams=1)  # the other stream runs
         self.assertEqual(p2.stop(), 0)
         # Nothing of the new generation was written.
         self.assertIsNone(self.checkpoint("s#0/2"))
+        self.assertIsNone(self.checkpoint("s#generation"))
+
+    def test_removing_partitions_without_old_positions_is_refused(self):
+        # A checkpoint of a run with partitions = 2; the script now declares none.
+        self.db["_fw_checkpoints"].insert_one({"_id": "s#1/2"})
+        p = self.run_fw(self.script(SCRIPT.replace("partitions = %(n)d,", "")))
+        p.wait_log("STREAM STOPPED", stream="s")
+        msg = "\n".join(p.messages("error", stream="s"))
+        self.assertIn('holds checkpoints of the stream with partitions = 2, but none has a '
+                      'position, and the script says no partitions', msg)
+        p.wait_open(streams=1)  # the other stream runs
+        self.assertEqual(p.stop(), 0)
+        self.assertIsNone(self.checkpoint("s"))
+
+    def test_doctor_warns_of_another_generation(self):
+        self.db["_fw_checkpoints"].insert_one({"_id": "s#3/4"})
+        check, _ = doctor_check(self, 2)
+        self.assertEqual(check["status"], "warn", check)
+        self.assertIn('holds checkpoint "s#3/4", of the stream with partitions = 4, but the '
+                      'script says partitions = 2: a start switches generations',
+                      check["message"])
 
 
 @needs_standin("version mode (default 6.0)")

@@ -28,9 +28,10 @@ void fw_doctor_pre_images (mongoc_client_t *client, const fw_stream_config_t *cf
 void fw_doctor_checkpoint (mongoc_client_t *client, const fw_stream_config_t *cfg,
                            const fw_doctor_server_t *srv, fw_doctor_report_t *r);
 
-/* Issue 31: whether the server can hash the keys of partitioned streams
- * (doctor_partitions.c). */
-void fw_doctor_partitions (const fw_stream_config_t *cfgs, size_t n, const fw_doctor_server_t *srv,
-                           fw_doctor_report_t *r);
+/* Issue 31: whether the server can hash the keys of partitioned streams,
+ * and whether each stream's checkpoints are of its declared number of
+ * partitions (doctor_partitions.c). */
+void fw_doctor_partitions (mongoc_client_t *client, const fw_stream_config_t *cfgs, size_t n,
+                           const fw_doctor_server_t *srv, fw_doctor_report_t *r);
 
 #endif

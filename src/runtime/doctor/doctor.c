@@ -286,7 +286,7 @@ fw_doctor_run (mongoc_client_t *client, const fw_stream_config_t *cfgs, size_t n
    check_oplog (client, &srv, r);
    fw_doctor_privileges (client, cfgs, n, r);
    check_split (cfgs, n, version, srv.max_wire, r);
-   fw_doctor_partitions (cfgs, n, &srv, r); /* issue 31 */
+   fw_doctor_partitions (client, cfgs, n, &srv, r); /* issue 31 */
    for (size_t i = 0; i < n; i++) {
       fw_doctor_pre_images (client, &cfgs[i], &srv, r);
       fw_doctor_checkpoint (client, &cfgs[i], &srv, r);

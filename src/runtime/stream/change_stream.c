@@ -34,10 +34,33 @@
 #define FW_ERR_NO_MATCHING_DOCUMENT 47
 #define FW_ERR_NO_PRE_IMAGE_RECORDED 51770
 
+/* pipeline with stage before its stages (renumbered). */
+static void
+prepend_stage (const bson_t *stage, bson_t *pipeline)
+{
+   bson_t out = BSON_INITIALIZER;
+   bson_iter_t it;
+   uint32_t i = 1;
+   char key[16];
+   const char *k;
+
+   BSON_APPEND_DOCUMENT (&out, "0", stage);
+   if (bson_iter_init (&it, pipeline)) {
+      while (bson_iter_next (&it)) {
+         bson_uint32_to_string (i++, &k, key, sizeof key);
+         bson_append_iter (&out, k, -1, &it);
+      }
+   }
+   bson_destroy (pipeline);
+   bson_init (pipeline);
+   bson_concat (pipeline, &out);
+   bson_destroy (&out);
+}
+
 mongoc_change_stream_t *
 fw_change_stream_open (const fw_stream_config_t *cfg, mongoc_client_t *client,
                        const bson_t *start_after, uint64_t start_at, bool split,
-                       bool snapshot)
+                       bool snapshot, const bson_t *first_stage)
 {
    bson_t opts = BSON_INITIALIZER;
    bson_t pipeline;
@@ -64,6 +87,9 @@ fw_change_stream_open (const fw_stream_config_t *cfg, mongoc_client_t *client,
                              (uint32_t) start_at);
    }
    fw_oversize_pipeline (cfg, split, &pipeline);
+   if (first_stage) {
+      prepend_stage (first_stage, &pipeline);
+   }
    if (cfg->collection) {
       mongoc_collection_t *coll =
          mongoc_client_get_collection (client, cfg->database, cfg->collection);

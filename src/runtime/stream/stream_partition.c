@@ -9,15 +9,17 @@
 #include <string.h>
 
 #include "flowwarden/checkpoint_store.h"
+#include "runtime/stream/stream_generation-private.h"
 #include "runtime/stream/stream_partition-private.h"
 
 #define FW_WIRE_7_0 21 /* maxWireVersion of MongoDB 7.0 (wire_version.h): $toHashedIndexKey */
 
-/* The stream's name: the unit name without its "#k/N". */
-static size_t
-base_len (const fw_stream_config_t *cfg)
+/* The stream's name: a unit's name without its "#k/N" (an unpartitioned
+ * stream's whole name, which may hold a '#'). */
+size_t
+fw_stream_partition_base_len (const fw_stream_config_t *cfg)
 {
-   const char *hash = strrchr (cfg->name, '#');
+   const char *hash = cfg->partitions > 0 ? strrchr (cfg->name, '#') : NULL;
    return hash ? (size_t) (hash - cfg->name) : strlen (cfg->name);
 }
 
@@ -53,8 +55,8 @@ hashes_keys (const fw_stream_config_t *cfg, mongoc_client_t *client, char *what,
 }
 
 /* The regex "^<base>(#|$)", ASCII punctuation escaped; NULL on no memory. */
-static char *
-prefix_regex (const char *base, size_t n)
+char *
+fw_stream_partition_regex (const char *base, size_t n)
 {
    char *re = malloc (2 * n + 8), *o = re;
    if (!re) {
@@ -75,8 +77,8 @@ prefix_regex (const char *base, size_t n)
 
 /* The generation (partitions) a checkpoint's id stands for: 0 for the
  * unpartitioned stream, N for "<base>#k/N", -1 for another stream's. */
-static int
-generation_of (const char *id, const char *base, size_t n)
+int
+fw_stream_partition_generation_of (const char *id, const char *base, size_t n)
 {
    int k, parts, used = 0;
    if (strncmp (id, base, n) != 0) {
@@ -94,50 +96,53 @@ generation_of (const char *id, const char *base, size_t n)
 static void
 refuse (const fw_stream_config_t *cfg, int other, const char *id, char *what, size_t len)
 {
-   int n = (int) base_len (cfg);
-   char was[64];
+   int n = (int) fw_stream_partition_base_len (cfg);
+   char was[64], now[64];
    snprintf (was, sizeof was, other ? "partitions = %d" : "no partitions", other);
+   snprintf (now, sizeof now, cfg->partitions > 0 ? "partitions = %d" : "no partitions",
+             cfg->partitions);
    snprintf (what, len,
              "stream \"%.*s\": %s.%s holds checkpoint \"%s\", of the stream with %s, but the "
-             "script says partitions = %d: a new number of partitions would start without "
-             "those positions, and this version does not switch generations. The stream is "
-             "stopped; set partitions back to the stored number, or stop every instance, "
-             "delete the old generation's checkpoints (ids \"%.*s\" and \"%.*s#K/N\") and start "
-             "again (the new units begin at start_position: events between the old checkpoints "
-             "and then are not handled)",
-             n, cfg->name, cfg->database, FW_CHECKPOINT_COLLECTION, id, was, cfg->partitions,
-             n, cfg->name, n, cfg->name);
+             "script says %s: a start switches generations (the new units begin after each old "
+             "unit's checkpoint, see docs/operations.md \"Changing N\"); an old checkpoint "
+             "without a position stops it. To keep the old units instead, set partitions back "
+             "to the stored number",
+             n, cfg->name, cfg->database, FW_CHECKPOINT_COLLECTION, id, was, now);
 }
 
-/* False (why in what) when a checkpoint of another generation exists, or
- * when they cannot be read (the open would fail too: checked again then). */
-static bool
-same_generation (const fw_stream_config_t *cfg, mongoc_client_t *client, char *what, size_t len)
+bool
+fw_stream_partition_same_generation (const fw_stream_config_t *cfg, mongoc_client_t *client, char *what, size_t len)
 {
-   size_t n = base_len (cfg);
-   char *re = prefix_regex (cfg->name, n), id[600];
+   size_t n = fw_stream_partition_base_len (cfg);
+   char *re = fw_stream_partition_regex (cfg->name, n), id[600];
    mongoc_collection_t *coll = NULL;
    mongoc_cursor_t *cur = NULL;
    bson_t *filter = NULL, *opts = NULL;
    const bson_t *doc;
    bson_iter_t it;
-   int other = -1;
+   int other = -1, switched = -1;
 
    if (!re || !(filter = BCON_NEW ("_id", "{", "$regex", BCON_UTF8 (re), "}")) ||
-       !(opts = BCON_NEW ("projection", "{", "_id", BCON_INT32 (1), "}")) ||
+       !(opts = BCON_NEW ("projection", "{", "_id", BCON_INT32 (1), "n", BCON_INT32 (1), "}")) ||
        !(coll = mongoc_client_get_collection (client, cfg->database, FW_CHECKPOINT_COLLECTION)) ||
        !(cur = mongoc_collection_find_with_opts (coll, filter, opts, NULL))) {
       snprintf (what, len, "stream \"%s\": out of memory reading its checkpoints", cfg->name);
       other = -2;
    }
-   while (other == -1 && cur && mongoc_cursor_next (cur, &doc)) {
+   while (other != -2 && cur && mongoc_cursor_next (cur, &doc)) {
       int g;
       if (!bson_iter_init_find (&it, doc, "_id") || !BSON_ITER_HOLDS_UTF8 (&it)) {
          continue;
       }
       snprintf (id, sizeof id, "%s", bson_iter_utf8 (&it, NULL));
-      g = generation_of (id, cfg->name, n);
-      if (g >= 0 && g != cfg->partitions) {
+      if (fw_stream_generation_is_doc (id, cfg->name, n)) {
+         switched = bson_iter_init_find (&it, doc, "n") && BSON_ITER_HOLDS_INT32 (&it)
+                       ? bson_iter_int32 (&it)
+                       : -1;
+         continue;
+      }
+      g = fw_stream_partition_generation_of (id, cfg->name, n);
+      if (g >= 0 && g != (cfg->partitions > 0 ? cfg->partitions : 0) && other == -1) {
          other = g;
          refuse (cfg, g, id, what, len);
       }
@@ -149,15 +154,14 @@ same_generation (const fw_stream_config_t *cfg, mongoc_client_t *client, char *w
    bson_destroy (opts);
    bson_destroy (filter);
    free (re);
-   return other == -1;
+   /* Switched to this N (stream_generation.c): older generations' checkpoints stay, unused. */
+   return other == -1 || switched == (cfg->partitions > 0 ? cfg->partitions : 0);
 }
 
 bool
 fw_stream_partition_check (const fw_stream_config_t *cfg, mongoc_client_t *client, char *what,
                            size_t len)
 {
-   if (cfg->partitions <= 0) {
-      return true;
-   }
-   return hashes_keys (cfg, client, what, len) && same_generation (cfg, client, what, len);
+   return hashes_keys (cfg, client, what, len) &&
+          fw_stream_partition_same_generation (cfg, client, what, len);
 }

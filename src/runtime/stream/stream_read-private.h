@@ -147,13 +147,15 @@ bool fw_stream_server_supports (const fw_stream_config_t *cfg, mongoc_client_t *
  * stage when split, else with oversize = "skip"'s) on client, after
  * start_after (startAfter), else at start_at (startAtOperationTime, a
  * Timestamp as (t << 32) | i), else (NULL, 0) from now; with a snapshot
- * running, a shorter maxAwaitTimeMS. NULL only when
+ * running, a shorter maxAwaitTimeMS; first_stage (may be NULL, borrowed):
+ * a stage before the pipeline's (a switched generation's, issue 31). NULL only when
  * libmongoc could not allocate it; an error of the open is the change
  * stream's own (mongoc_change_stream_error_document). The caller owns it. */
 mongoc_change_stream_t *fw_change_stream_open (const fw_stream_config_t *cfg,
                                                mongoc_client_t *client,
                                                const bson_t *start_after, uint64_t start_at,
-                                               bool split, bool snapshot);
+                                               bool split, bool snapshot,
+                                               const bson_t *first_stage);
 
 /* What an error of a change stream (at its open or while reading) is. */
 typedef enum {

@@ -10,6 +10,7 @@
 
 #include "flowwarden/log.h"
 #include "flowwarden/snapshot.h"
+#include "runtime/stream/stream_generation-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
 #define RETRY_MS 2000       /* after a chunk could not be read */
@@ -99,7 +100,7 @@ fw_stream_snapshot_setup (fw_stream_worker_t *w, const fw_checkpoint_t *cp)
    if (progress.present && !progress.done) {
       ok = snap_begin (w, &progress, progress.has_filter);
    } else if (!progress.present && w->cfg->snapshot.at_start && !cp->has_processed &&
-              !cp->has_seen) {
+              !cp->has_seen && !fw_stream_generation_has_past (w->cfg, w->client)) {
       /* Stored before the change stream opens (and saves where it starts):
        * a crash before the first chunk still snapshots on the restart. */
       ok = snap_begin (w, NULL, false);

@@ -13,6 +13,7 @@
 #include "flowwarden/dlq_replay.h"
 #include "flowwarden/log.h"
 #include "flowwarden/mongo_lua.h"
+#include "runtime/stream/stream_generation-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
 /* Read-ahead: at most two batches wait for the handler (and 8 MiB past one
@@ -664,6 +665,8 @@ open_and_read (fw_stream_worker_t *w, fw_stream_run_t *run, bool *progressed)
    const bson_t *reply;
    fw_read_end_t end;
    char unsupported[800];
+   fw_generation_t gen;
+   fw_generation_open_t gen_open;
 
    fw_split_buffer_reset (&p->split);
    /* A sequenced DLQ: its open sequences, read again on every (re)open. */
@@ -672,15 +675,33 @@ open_and_read (fw_stream_worker_t *w, fw_stream_run_t *run, bool *progressed)
    }
    /* Checked at every open: a 6.0-only option on an older server is
     * refused every time, so the stream stops instead of re-opening. */
-   if (!fw_stream_server_supports (w->cfg, w->read_client, unsupported, sizeof unsupported)) {
+   /* Issue 31: a changed number of partitions switches generations first. */
+   fw_generation_init (&gen);
+   if ((gen_open = fw_stream_generation_open (w->cfg, w->read_client, &gen, unsupported,
+                                              sizeof unsupported)) == FW_GENERATION_LATER) {
+      fw_log (FW_LOG_WARN, w->cfg->name, "%s", unsupported);
+      snprintf (p->error, sizeof p->error, "%.590s", unsupported);
+      return FW_READ_ERROR; /* re-opened after the restart delay */
+   }
+   if (gen_open == FW_GENERATION_STOP ||
+       !fw_stream_server_supports (w->cfg, w->read_client, unsupported, sizeof unsupported)) {
+      fw_generation_cleanup (&gen);
       fw_stream_failed (w, unsupported);
       return FW_READ_FAILED;
    }
+   if (p->has_resume && fw_stream_generation_stale (&gen, &p->resume)) {
+      fw_log (FW_LOG_INFO, w->cfg->name, "its checkpoint is older than the generation switch "
+              "(an earlier run with this number of partitions): starting at the switch");
+      p->has_resume = false;
+   }
    cs = fw_change_stream_open (w->cfg, w->read_client, p->has_resume ? &p->resume : NULL,
-                               run->start_at_lost ? 0 : w->cfg->start_at,
+                               run->start_at_lost ? 0
+                               : gen.start_at  ? gen.start_at
+                                               : w->cfg->start_at,
                                w->cfg->split_large_events && !p->split_rejected &&
                                   !p->unsplittable,
-                               w->snap != NULL);
+                               w->snap != NULL, gen.has_stage ? &gen.stage : NULL);
+   fw_generation_cleanup (&gen);
    if (cs && mongoc_change_stream_error_document (cs, &berr, &reply)) {
       end = error_end (w, p, NULL, &berr);
    } else if (!cs) {
