@@ -245,6 +245,7 @@ class UriPrecedence(unittest.TestCase):
 
 @needs_standin("kill (kill -9 under a running stream)")
 class DriverLogs(StandInTestCase):
+    command_log = True
 
     def test_driver_messages_go_through_the_log_as_json_lines(self):
         # When the server dies under a running stream, libmongoc complains.
@@ -256,6 +257,11 @@ class DriverLogs(StandInTestCase):
                            self.uri, stdout=out)
             self.procs.append(p)
             p.wait_open()
+            # Killed while a getMore waits (they follow each other back to back once one
+            # was sent): the driver then loses a connection mid-read and says so. Killed
+            # between the aggregate's reply and the first getMore, it would only find no
+            # server, 30 s later, and say nothing of its own.
+            self.wait_for(lambda: self.commands("getMore"), what="the stream's first getMore")
             self.standin.kill9()
             p.wait_until(lambda: any("Failed to buffer" in m or "libmongoc" in m
                                      for m in p.messages()), what="the driver's complaint")
