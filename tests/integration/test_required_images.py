@@ -25,6 +25,9 @@ class RequiredImagesTheServerHasNot(StandInTestCase):
         p = self.run_fw(self.script(SCRIPT))
         p.wait_open(streams=2)
         self.db.orders.insert_one({"_id": 1})
+        # The insert first, alone: in one batch with the update it would fail with it (the
+        # server fails the whole getMore), and the stream would stop before both.
+        p.wait_reports(1, stream="pre")
         self.db.orders.update_one({"_id": 1}, {"$set": {"x": 1}})
         p.wait_log("STREAM STOPPED", stream="pre")
         p.wait_log("STREAM STOPPED", stream="post")
