@@ -257,6 +257,30 @@ read_owned (lua_State *L, int t, fw_stream_config_t *cfg)
    read_dlq (L, t, "dlq_fallback", &cfg->dlq_fallback);
 }
 
+/* How the stream's work is held and cut: ha (leader, shared), partitions
+ * (issue 31) and on_batch's batches (issue 30), from spec table t. */
+static void
+read_units (lua_State *L, int t, fw_stream_config_t *cfg)
+{
+   cfg->ha_lease_ms = 10000;
+   if (lua_getfield (L, t, "ha") == LUA_TTABLE) {
+      int s = lua_gettop (L);
+      char *mode = dup_field (L, s, "mode");
+      cfg->ha_shared = mode && strcmp (mode, "shared") == 0;
+      cfg->ha_leader = (mode && strcmp (mode, "leader") == 0) || cfg->ha_shared;
+      cfg->ha_lease_ms = int_field (L, s, "lease_ms", 10000);
+      free (mode);
+   }
+   lua_pop (L, 1);
+   cfg->partitions = (int) int_field (L, t, "partitions", 0);
+   cfg->partition = (int) int_field (L, t, "partition", 0);
+   if (lua_getfield (L, t, "batch") == LUA_TTABLE) {
+      cfg->batch_max_events = (int) int_field (L, lua_gettop (L), "max_events", 500);
+      cfg->batch_max_wait_ms = int_field (L, lua_gettop (L), "max_wait_ms", 20);
+   }
+   lua_pop (L, 1);
+}
+
 bool
 fw_stream_config_read (lua_State *L, int idx, int specs, fw_stream_config_t *cfg,
                        fw_error_t *error)
@@ -334,29 +358,10 @@ fw_stream_config_read (lua_State *L, int idx, int specs, fw_stream_config_t *cfg
    }
    lua_pop (L, 1);
 
-   cfg->ha_lease_ms = 10000;
-   if (lua_getfield (L, t, "ha") == LUA_TTABLE) {
-      int s = lua_gettop (L);
-      char *mode = dup_field (L, s, "mode");
-      cfg->ha_shared = mode && strcmp (mode, "shared") == 0; /* issue 31 */
-      cfg->ha_leader = (mode && strcmp (mode, "leader") == 0) || cfg->ha_shared;
-      cfg->ha_lease_ms = int_field (L, s, "lease_ms", 10000);
-      free (mode);
-   }
-   lua_pop (L, 1);
+   read_units (L, t, cfg);
    if (!fw_outage_config_read (L, t, cfg, error)) {
       return false;
    }
-
-   cfg->partitions = (int) int_field (L, t, "partitions", 0); /* issue 31 */
-   cfg->partition = (int) int_field (L, t, "partition", 0);
-
-   if (lua_getfield (L, t, "batch") == LUA_TTABLE) { /* issue 30: on_batch */
-      cfg->batch_max_events = (int) int_field (L, lua_gettop (L), "max_events", 500);
-      cfg->batch_max_wait_ms = int_field (L, lua_gettop (L), "max_wait_ms", 20);
-   }
-   lua_pop (L, 1);
-
    if (!build_pipeline (L, t, specs, cfg, error)) {
       return false;
    }
