@@ -237,10 +237,16 @@ count_scheduled (fw_dispatcher_t *d, int64_t now, int64_t *next_ms)
 void
 fw_deferred_tick (fw_dispatcher_t *d)
 {
-   int64_t now = d->clock.now_ms (d->clock.ud), next_ms;
+   int64_t now, next_ms;
    char actor[300];
 
-   if (!d->prog.cfg.retry_deferred || !d->prog.cfg.dlq.enabled || now < d->deferred.check_at_ms) {
+   /* Called between every two events: a stream without deferred retries
+    * pays one test, not a clock read. */
+   if (!d->prog.cfg.retry_deferred || !d->prog.cfg.dlq.enabled) {
+      return;
+   }
+   now = d->clock.now_ms (d->clock.ud);
+   if (now < d->deferred.check_at_ms) {
       return;
    }
    if (!d->dlq && !fw_dispatcher_open_dlq (d)) {
