@@ -187,4 +187,11 @@ void fw_metrics_outage_snapshot (fw_stream_metrics_t *b, fw_outage_snapshot_t *o
 /* Frees the handler-defined metrics (metrics_user.c). */
 void fw_metrics_free_user (fw_metrics_t *m);
 
+/* Each stream block from first on that is active (its stream exists now),
+ * as b: the list only grows, so it is walked without the registry's lock. */
+#define FW_FOREACH_ACTIVE_STREAM(first, b)                                       \
+   for (fw_stream_metrics_t *b = (first); b;                                    \
+        b = __atomic_load_n (&b->next, __ATOMIC_ACQUIRE))                       \
+      if (__atomic_load_n (&b->active, __ATOMIC_ACQUIRE))
+
 #endif

@@ -100,11 +100,6 @@ series (fw_strbuf_t *out, const char *name, const fw_stream_metrics_t *b, const 
    fw_strbuf_puts (out, "\"}");
 }
 
-#define FOREACH_ACTIVE(first, b)                                                 \
-   for (fw_stream_metrics_t *b = (first); b;                                    \
-        b = __atomic_load_n (&b->next, __ATOMIC_ACQUIRE))                       \
-      if (__atomic_load_n (&b->active, __ATOMIC_ACQUIRE))
-
 /* A breaker's counters, read under the block's lock. */
 static void
 render_opened (fw_stream_metrics_t *b, fw_strbuf_t *out)
@@ -127,7 +122,7 @@ fw_metrics_render_outage (fw_stream_metrics_t *first, fw_strbuf_t *out)
    fw_strbuf_puts (out, "# HELP flowwarden_stream_circuit_state The stream's circuit breaker: "
                         "0 closed, 1 open, 2 half-open (a probe runs); streams with circuit.\n"
                         "# TYPE flowwarden_stream_circuit_state gauge\n");
-   FOREACH_ACTIVE (first, b)
+   FW_FOREACH_ACTIVE_STREAM (first, b)
    {
       pthread_mutex_lock (&b->mu);
       if (b->outage.circuit) {
@@ -139,7 +134,7 @@ fw_metrics_render_outage (fw_stream_metrics_t *first, fw_strbuf_t *out)
    fw_strbuf_puts (out, "# HELP flowwarden_circuit_opened_total Times the stream's circuit "
                         "breaker opened, by the error type that opened it.\n"
                         "# TYPE flowwarden_circuit_opened_total counter\n");
-   FOREACH_ACTIVE (first, b)
+   FW_FOREACH_ACTIVE_STREAM (first, b)
    {
       pthread_mutex_lock (&b->mu);
       render_opened (b, out);
@@ -148,7 +143,7 @@ fw_metrics_render_outage (fw_stream_metrics_t *first, fw_strbuf_t *out)
    fw_strbuf_puts (out, "# HELP flowwarden_rate_limit_wait_seconds_total Time handler attempts "
                         "waited for the stream's rate_limit; streams with rate_limit.\n"
                         "# TYPE flowwarden_rate_limit_wait_seconds_total counter\n");
-   FOREACH_ACTIVE (first, b)
+   FW_FOREACH_ACTIVE_STREAM (first, b)
    {
       pthread_mutex_lock (&b->mu);
       bool limited = b->outage.rate_limit[0] != '\0';

@@ -21,10 +21,7 @@ typedef struct {
    fw_stream_metrics_t *first; /* the registry's blocks */
 } render_t;
 
-#define FOREACH_ACTIVE(r, b)                                                     \
-   for (fw_stream_metrics_t *b = (r)->first; b;                                 \
-        b = __atomic_load_n (&b->next, __ATOMIC_ACQUIRE))                       \
-      if (__atomic_load_n (&b->active, __ATOMIC_ACQUIRE))
+#define FOREACH_ACTIVE(r, b) FW_FOREACH_ACTIVE_STREAM ((r)->first, b)
 
 static void
 family (fw_strbuf_t *out, const char *name, const char *type, const char *help)
