@@ -3,6 +3,7 @@
  * a time read by _id between a low and a high watermark, its rows dropped by
  * the live events between them, the rest handed out as snapshot events.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -452,6 +453,39 @@ later_types (bson_type_t t, int last_rank, bson_t *types)
    return k > 0;
 }
 
+/* Whether the value at it is a NaN (double or Decimal128). */
+static bool
+is_nan (const bson_iter_t *it)
+{
+   char text[BSON_DECIMAL128_STRING];
+   bson_decimal128_t d;
+
+   if (BSON_ITER_HOLDS_DOUBLE (it)) {
+      return isnan (bson_iter_double (it));
+   }
+   if (BSON_ITER_HOLDS_DECIMAL128 (it) && bson_iter_decimal128 (it, &d)) {
+      bson_decimal128_to_string (&d, text);
+      return strcmp (text, "NaN") == 0;
+   }
+   return false;
+}
+
+/* Appends the lower bound of the chunk after the boundary at it to id:
+ * {$gt: boundary}, but after a NaN {$gte: -Infinity}. MongoDB sorts NaN
+ * before every other number, and {$gt: NaN} matches nothing (NaN compares
+ * false to every number but NaN: src/mongo/db/matcher/expression_leaf.cpp,
+ * ComparisonMatchExpression::matchesSingleElement), so the numbers after a
+ * NaN boundary would all be skipped. The unique _id index holds at most one
+ * NaN (a double and a Decimal128 NaN are equal keys). */
+static bool
+append_after (bson_t *id, bson_iter_t *it)
+{
+   if (is_nan (it)) {
+      return BSON_APPEND_DOUBLE (id, "$gte", -INFINITY);
+   }
+   return bson_append_iter (id, "$gt", 3, it);
+}
+
 /* A unit of a stream with partitions = N reads only the documents whose _id
  * hashes to it, the same hash its change stream's $match takes of
  * documentKey._id (config/partitions.lua): {$expr: {$eq: [{$abs: {$mod:
@@ -497,7 +531,7 @@ chunk_filter (const fw_snapshot_t *s, bson_t *out, bool *none)
       bson_uint32_to_string ((uint32_t) n++, &kp, key, sizeof key);
       ok = BSON_APPEND_DOCUMENT_BEGIN (&and, kp, &c) && BSON_APPEND_DOCUMENT_BEGIN (&c, "_id", &id);
       if (ok && !s->jump) {
-         ok = bson_append_iter (&id, "$gt", 3, &it) &&
+         ok = append_after (&id, &it) &&
               (rank != last_rank || !s->progress.has_until ||
                bson_append_iter (&id, "$lte", 4, &until));
       } else if (ok) {
