@@ -657,10 +657,15 @@ find_chunk (fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_session_t *
 }
 
 /* The largest _id (of the documents matching the filter) when the
- * snapshot begins: the chunks stop there. False on an error; an empty
- * collection leaves the snapshot exhausted. */
+ * snapshot begins: the chunks stop there. Read on session cs after its low
+ * watermark, as the chunks are: a causally consistent read waits until the
+ * member it goes to has applied the watermark, so a lagging secondary (with
+ * read_preference secondary*) cannot give a stale bound, and the documents
+ * inserted before the stream opened but past that bound are read too. False
+ * on an error; an empty collection leaves the snapshot exhausted. */
 static bool
-find_until (fw_snapshot_t *s, mongoc_client_t *client, fw_error_t *error)
+find_until (fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_session_t *cs,
+            fw_error_t *error)
 {
    mongoc_collection_t *coll =
       mongoc_client_get_collection (client, s->cfg.database, s->cfg.collection);
@@ -672,7 +677,7 @@ find_until (fw_snapshot_t *s, mongoc_client_t *client, fw_error_t *error)
    const bson_t *doc;
    bson_error_t berr;
    bson_iter_t it;
-   bool ok = opts && rp;
+   bool ok = opts && rp && mongoc_client_session_append (cs, opts, &berr);
 
    if (ok) {
       cur = mongoc_collection_find_with_opts (
@@ -712,24 +717,23 @@ fw_snapshot_read_chunk (fw_snapshot_t *s, mongoc_client_t *client, fw_error_t *e
    if (!fw_snapshot_wants_chunk (s)) {
       return true;
    }
-   if (!s->progress.has_until && !s->progress.has_after) {
-      if (!find_until (s, client, error)) {
-         return false;
-      }
-      if (s->exhausted) {
-         return true; /* nothing to read */
-      }
-   }
    if (!(cs = mongoc_client_start_session (client, NULL, &berr))) {
       fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
                          "cannot start a session for the snapshot: %s", berr.message);
       return false;
    }
-   /* One causally consistent session: the find reads at or after the low
-    * watermark on whichever member it goes to, and the high watermark is
-    * written after it. */
-   ok = write_mark (s, client, cs, "low", &ch.low, error) &&
-        find_chunk (s, client, cs, &ch, error) &&
+   /* One causally consistent session: the reads (the first chunk's upper
+    * bound too) are at or after the low watermark on whichever member they
+    * go to, and the high watermark is written after them. */
+   ok = write_mark (s, client, cs, "low", &ch.low, error);
+   if (ok && !s->progress.has_until && !s->progress.has_after) {
+      ok = find_until (s, client, cs, error);
+      if (ok && s->exhausted) {
+         mongoc_client_session_destroy (cs);
+         return true; /* nothing to read */
+      }
+   }
+   ok = ok && find_chunk (s, client, cs, &ch, error) &&
         write_mark (s, client, cs, "high", &ch.high, error);
    mongoc_client_session_destroy (cs);
    if (!ok) {
