@@ -9,6 +9,7 @@
 #include "runtime/dlq/dlq_sequence-private.h"
 #include "flowwarden/log.h"
 #include "flowwarden/sharding.h"
+#include "flowwarden/write_reply.h"
 #include "runtime/dlq/dlq_store-private.h"
 
 typedef fw_mongo_store_t mongo_store_t;
@@ -331,11 +332,15 @@ static bool
 create_indexes (mongo_store_t *m, const bson_t *indexes, bson_error_t *berr)
 {
    bson_t cmd = BSON_INITIALIZER;
+   bson_t reply;
    bool ok;
 
    BSON_APPEND_UTF8 (&cmd, "createIndexes", mongoc_collection_get_name (m->coll));
    BSON_APPEND_ARRAY (&cmd, "indexes", indexes);
-   ok = mongoc_collection_write_command_with_opts (m->coll, &cmd, NULL, NULL, berr);
+   ok = fw_write_reply_ok (
+      mongoc_collection_write_command_with_opts (m->coll, &cmd, NULL, &reply, berr), &reply,
+      berr);
+   bson_destroy (&reply);
    bson_destroy (&cmd);
    return ok;
 }
