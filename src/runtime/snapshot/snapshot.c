@@ -4,6 +4,7 @@
  * the live events between them, the rest handed out as snapshot events.
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -602,6 +603,22 @@ write_mark (fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_session_t *
    return ok;
 }
 
+/* n zeroed rows. A row holds a bson_t, which libbson aligns to 128 bytes:
+ * calloc's alignment is not enough (a small chunk's rows were misaligned). */
+static row_t *
+rows_new (int64_t n)
+{
+   size_t size = (size_t) n * sizeof (row_t);
+   row_t *rows = n > 0 && (size_t) n <= SIZE_MAX / sizeof (row_t)
+                    ? aligned_alloc (_Alignof (row_t), size)
+                    : NULL;
+
+   if (rows) {
+      memset (rows, 0, size);
+   }
+   return rows;
+}
+
 /* The chunk's find on session cs into ch. */
 static bool
 find_chunk (fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_session_t *cs, chunk_t *ch,
@@ -619,7 +636,7 @@ find_chunk (fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_session_t *
    bool none = false;
    bool ok = opts && rp && chunk_filter (s, &filter, &none) &&
              mongoc_client_session_append (cs, opts, &berr) &&
-             (ch->rows = calloc ((size_t) s->cfg.chunk_size, sizeof *ch->rows));
+             (ch->rows = rows_new (s->cfg.chunk_size));
 
    if (none) {
       ok = true; /* no type after the boundary's: an empty chunk */
