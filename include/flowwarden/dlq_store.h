@@ -295,7 +295,9 @@ struct fw_dlq_store {
  * it (fw_dlq_sequences_name). client is borrowed and must outlive the store;
  * write_concern_tag ("majority") or, when NULL, write_concern_w is used for
  * saves. Ensures the TTL index on expiresAt, the {streamName, createdAt}
- * index and the unique {streamName, eventId} index (fw_stream_event_unique),
+ * index, the readers' sort indexes, the deferred retries' claim index
+ * {streamName, status, nextAttemptAt} and the unique {streamName, eventId}
+ * index (fw_stream_event_unique),
  * idempotently; fails if they cannot be created, except when the unique
  * index is refused because the collection already holds duplicates: then
  * it logs a warning and works without it (saves are upserts). */

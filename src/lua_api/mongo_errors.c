@@ -226,6 +226,78 @@ push_write_errors (lua_State *L, const bson_t *reply)
    }
 }
 
+/* Pushes applied: what the server acknowledged as done before the error,
+ * { inserted, matched, modified, deleted, upserted }, from a bulk reply
+ * (nInserted...) or a CRUD helper's (insertedCount...); false (nothing
+ * pushed) when the reply has no count. */
+static bool
+push_applied (lua_State *L, const bson_t *reply)
+{
+   static const char *const names[][3] = {
+      {"inserted", "nInserted", "insertedCount"}, {"matched", "nMatched", "matchedCount"},
+      {"modified", "nModified", "modifiedCount"}, {"deleted", "nRemoved", "deletedCount"},
+      {"upserted", "nUpserted", "upsertedCount"},
+   };
+   bson_iter_t it;
+   bool any = false;
+
+   if (!reply) {
+      return false;
+   }
+   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+      if ((bson_iter_init_find (&it, reply, names[i][1]) ||
+           bson_iter_init_find (&it, reply, names[i][2])) &&
+          BSON_ITER_HOLDS_NUMBER (&it)) {
+         if (!any) {
+            lua_createtable (L, 0, 5);
+            any = true;
+         }
+         lua_pushinteger (L, (lua_Integer) bson_iter_as_int64 (&it));
+         lua_setfield (L, -2, names[i][0]);
+      }
+   }
+   return any;
+}
+
+/* Pushes write_concern_error: { code, code_name, message } of the reply's
+ * (first) write concern error; false (nothing pushed) when it has none. */
+static bool
+push_write_concern_error (lua_State *L, const bson_t *reply)
+{
+   bson_iter_t it, wce;
+
+   if (!reply) {
+      return false;
+   }
+   if (bson_iter_init_find (&it, reply, "writeConcernErrors") && BSON_ITER_HOLDS_ARRAY (&it)) {
+      bson_iter_t arr;
+      if (!bson_iter_recurse (&it, &arr) || !bson_iter_next (&arr)) {
+         return false;
+      }
+      it = arr;
+   } else if (!bson_iter_init_find (&it, reply, "writeConcernError")) {
+      return false;
+   }
+   if (!BSON_ITER_HOLDS_DOCUMENT (&it) || !bson_iter_recurse (&it, &wce)) {
+      return false;
+   }
+   lua_createtable (L, 0, 3);
+   while (bson_iter_next (&wce)) {
+      const char *key = bson_iter_key (&wce);
+      if (strcmp (key, "code") == 0 && BSON_ITER_HOLDS_NUMBER (&wce)) {
+         lua_pushinteger (L, (lua_Integer) bson_iter_as_int64 (&wce));
+         lua_setfield (L, -2, "code");
+      } else if (strcmp (key, "codeName") == 0 && BSON_ITER_HOLDS_UTF8 (&wce)) {
+         lua_pushstring (L, bson_iter_utf8 (&wce, NULL));
+         lua_setfield (L, -2, "code_name");
+      } else if (strcmp (key, "errmsg") == 0 && BSON_ITER_HOLDS_UTF8 (&wce)) {
+         lua_pushstring (L, bson_iter_utf8 (&wce, NULL));
+         lua_setfield (L, -2, "message");
+      }
+   }
+   return true;
+}
+
 /* The server's codeName for error's code: from the reply's top level when it
  * is the reply of that error, else from the table. */
 static const char *
@@ -256,7 +328,7 @@ fw_mongo_raise (lua_State *L, fw_mongo_op_t *op, const fw_mongo_ctx_t *ctx,
    fw_mongo_ctx_done (ctx, strcmp (type, T_TIMEOUT) == 0 ? FW_METRICS_IO_TIMEOUT
                                                          : FW_METRICS_IO_ERROR);
 
-   luaL_checkstack (L, 6, "fw.mongo");
+   luaL_checkstack (L, 8, "fw.mongo");
    lua_createtable (L, 0, 4);
    if (is_server_domain (error->domain)) {
       lua_pushinteger (L, (lua_Integer) error->code);
@@ -270,6 +342,14 @@ fw_mongo_raise (lua_State *L, fw_mongo_op_t *op, const fw_mongo_ctx_t *ctx,
    lua_setfield (L, -2, "labels");
    push_write_errors (L, reply);
    lua_setfield (L, -2, "write_errors");
+   /* The methods whose writes may apply in part: what did. */
+   if ((strcmp (ctx->method, "bulk_write") == 0 || strcmp (ctx->method, "insert_many") == 0) &&
+       push_applied (L, reply)) {
+      lua_setfield (L, -2, "applied");
+   }
+   if (push_write_concern_error (L, reply)) {
+      lua_setfield (L, -2, "write_concern_error");
+   }
    /* The reply may live in op: read everything before releasing it. */
    fw_mongo_op_release (op);
    if (timed_out) {

@@ -535,6 +535,41 @@ mongo_lua_write_concern_error_is_typed (void **state)
    fw_lua_host_destroy (host);
 }
 
+/* Issue 37: an unordered bulk_write answered with a write concern error has
+ * no write_errors, yet every write was applied on the primary: the error is
+ * Mongo.WriteConcern and says what applied (fields.applied), so a handler
+ * does not send the $inc again. */
+static void
+mongo_lua_bulk_write_concern_error_says_what_applied (void **state)
+{
+   fw_lua_host_t *host = new_host ();
+   (void) state;
+
+   ASSERT_RUN (host, "bwce",
+               "c:insert_many({ { _id = 1, n = 0 }, { _id = 2, n = 0 } }) return 'ok'");
+   admin ("{\"configureFailPoint\": \"failCommand\", \"mode\": {\"times\": 1}, \"data\": "
+          "{\"failCommands\": [\"update\"], \"writeConcernError\": {\"code\": 64, "
+          "\"codeName\": \"WriteConcernFailed\", \"errmsg\": \"waiting for replication timed "
+          "out\"}, \"appName\": \"" APP_NAME "\"}}");
+   run (host, "bwce",
+        "local e = fails(c.bulk_write, c, {\n"
+        "  { update_one = { filter = { _id = 1 }, update = { ['$inc'] = { n = 5 } } } },\n"
+        "  { update_one = { filter = { _id = 2 }, update = { ['$inc'] = { n = 7 } } } },\n"
+        "  { update_one = { filter = { _id = 3 }, update = { ['$inc'] = { n = 1 } }, upsert = true "
+        "} },\n"
+        "}, { ordered = false })\n"
+        "local f = e.fields\n"
+        "return e.type .. '|' .. #f.write_errors .. '|' .. dump(f.applied) .. '|' ..\n"
+        "  dump(f.write_concern_error) .. '|' .. c:find_one({ _id = 1 }).n .. ',' ..\n"
+        "  c:find_one({ _id = 2 }).n .. ',' .. c:find_one({ _id = 3 }).n");
+   fail_point_off ();
+   assert_string_equal (result, "Mongo.WriteConcern|0|"
+                                "{deleted=0,inserted=0,matched=2,modified=2,upserted=1}|"
+                                "{code=64,code_name=WriteConcernFailed,"
+                                "message=waiting for replication timed out}|5,7,1");
+   fw_lua_host_destroy (host);
+}
+
 /* Each line: a call, then the exact message of the ArgumentError it raises
  * (a script bug: not retried by default), located at the call. */
 static const char *const bad_calls[][2] = {
@@ -724,6 +759,7 @@ main (void)
       cmocka_unit_test (mongo_lua_closed_connection_is_a_network_error),
       cmocka_unit_test (mongo_lua_socket_deadline_turns_a_hung_server_into_a_timeout),
       cmocka_unit_test (mongo_lua_write_concern_error_is_typed),
+      cmocka_unit_test (mongo_lua_bulk_write_concern_error_says_what_applied),
       cmocka_unit_test (mongo_lua_commands_carry_the_budget_as_max_time_ms),
       cmocka_unit_test (mongo_lua_bad_arguments_name_the_call),
       cmocka_unit_test (mongo_lua_is_for_handlers_only),

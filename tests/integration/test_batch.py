@@ -152,6 +152,50 @@ class BulkWriteReadModel(FailureTestCase):
         self.assertEqual(len(self.dlq_entries()), 1)
 
 
+def docs_batch_example():
+    """The on_batch example of docs/lua-api.md, as written there."""
+    from fwtest import SOURCE_DIR
+    with open(os.path.join(SOURCE_DIR, "docs", "lua-api.md"), encoding="utf-8") as f:
+        text = f.read()
+    section = text[text.index("## Batch handlers: on_batch"):]
+    return section[section.index("```lua\n") + 7:section.index("\n```\n")]
+
+
+class BatchDocsExample(FailureTestCase):
+
+    def test_docs_example_counts_once_after_a_write_concern_error(self):
+        """Issue 37: an unordered bulk_write answered with a writeConcernError has no
+        write_errors, but every write was applied on the primary. The docs' example must
+        not send its $inc again: each customer's total counts each order once."""
+        code = docs_batch_example().replace('"shop"', '"%s"' % self.db.name)
+        self.assertIn("bulk_write", code)
+        p = self.run_fw(self.script(code))
+        p.wait_open(1)
+        # fw.mongo's pool (appName flowwarden-io) gets the writeConcernError on its first
+        # update, after applying it (failCommand's writeConcernError, as mongod's).
+        self.fail_point({"times": 1}, {"failCommands": ["update"], "appName": "flowwarden-io",
+                                       "writeConcernError": {"code": 64,
+                                                             "codeName": "WriteConcernFailed",
+                                                             "errmsg": "waiting for replication "
+                                                                       "timed out"}})
+        orders = [{"_id": i, "customer": "c%d" % (i % 3), "total": i} for i in range(1, 31)]
+        self.db.orders.insert_many(orders)
+        want = {}
+        for o in orders:
+            want[o["customer"]] = want.get(o["customer"], 0) + o["total"]
+        wait_for(lambda: self.db.customer_totals.count_documents({}) == 3, what="the totals")
+        # A later batch: once it is written, the first one is finished with (retried or not).
+        self.db.orders.insert_one({"_id": 100, "customer": "end", "total": 1})
+        wait_for(lambda: self.db.customer_totals.find_one({"_id": "end"}), timeout=30,
+                 what="the later batch")
+        got = {d["_id"]: d["total"] for d in self.db.customer_totals.find({"_id": {"$ne": "end"}})}
+        self.assertEqual(got, want)
+        self.assertEqual(self.fail_point("off")["count"], 1)  # it did fire
+        self.assertEqual(p.count_log("write concern not met"), 1)
+        self.assertEqual(self.dlq_entries(), [])
+        self.stop_cleanly(p)
+
+
 # lanes = 4: each lane takes its own batches; per-key order holds.
 LANES = """
 local STATE = string.format("%p", {})

@@ -269,3 +269,36 @@ class Snapshot(StandInTestCase):
         self.assertEqual(len(ids), len(docs))
         self.assertEqual(self.checkpoint("s")["snapshot"]["documents"], len(docs))
         self.assertEqual(p.stop(), 0)
+
+    def test_nan_infinities_min_max_keys_and_mixed_numbers_at_chunk_boundaries(self):
+        """Every _id a boundary (chunk_size 1, then 2 and 3): NaN sorts before every
+        number, and MongoDB's $gt: NaN matches nothing (NaN compares false to every
+        other number: src/mongo/db/matcher/expression_leaf.cpp,
+        ComparisonMatchExpression::matchesSingleElement; jstests/core/nan.js), so a
+        chunk ending at NaN must go on with the numbers, not skip them."""
+        from bson import Decimal128, Int64, MaxKey, MinKey
+        docs = [{"_id": MinKey()}, {"_id": None}, {"_id": float("nan")},
+                {"_id": float("-inf")}, {"_id": Int64(-2 ** 62)}, {"_id": -7},
+                {"_id": Decimal128("-0.5")}, {"_id": 0}, {"_id": 0.25},
+                {"_id": Decimal128("0.3")}, {"_id": 1}, {"_id": Int64(2)}, {"_id": 2.5},
+                {"_id": Decimal128("3")}, {"_id": Int64(2 ** 53 + 1)}, {"_id": 1e300},
+                {"_id": Decimal128("1E+400")}, {"_id": float("inf")}, {"_id": "a"},
+                {"_id": MaxKey()}]
+        self.db.c.insert_many(docs)
+        self.assertEqual(self.db.c.count_documents({}), len(docs))
+        for chunk in (1, 2, 3):
+            self.db.drop_collection("_fw_checkpoints")
+            self.db.drop_collection("_fw_snapshot_marks")
+            p = self.run_fw(self.script("""
+                fw.stream { name = "s", collection = "c", snapshot = { chunk_size = %d },
+                  checkpoint = { start_position = "snapshot" },
+                  on_snapshot = function(ctx)
+                    report({ id = fw.json.encode({ v = ctx:document_key()._id }) })
+                  end }
+                """ % chunk))
+            self.wait_for(lambda: self.snapshot_state() == "done",
+                          what="the snapshot to finish (chunk_size %d)" % chunk)
+            ids = [r["id"] for r in p.reports("s")]
+            self.assertEqual(p.stop(), 0)
+            self.assertEqual(len(ids), len(docs), "chunk_size %d: %s" % (chunk, ids))
+            self.assertEqual(len(set(ids)), len(docs), "chunk_size %d: %s" % (chunk, ids))

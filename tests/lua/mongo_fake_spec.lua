@@ -183,6 +183,8 @@ describe("mongo_fake", function()
     assert.equal("Mongo.DuplicateKey", err.type)
     assert.same({ 1, 3 }, { err.fields.write_errors[1].index, err.fields.write_errors[2].index })
     assert.equal(1, c:count({ _id = 3 }))   -- the others were applied
+    assert.same({ inserted = 1, matched = 0, modified = 0, deleted = 0, upserted = 0 },
+      err.fields.applied)                    -- and say so, as fw.mongo does
     err = raised(c.bulk_write, c, { { insert_one = { _id = 1 } }, { insert_one = { _id = 4 } } })
     assert.equal(1, err.fields.write_errors[1].index)
     assert.equal(0, c:count({ _id = 4 }))   -- ordered: stopped at the first

@@ -80,6 +80,22 @@ class CrudTest(unittest.TestCase):
         order = [d["_id"] for d in self.c.find().sort([("v", 1), ("_id", 1)])]
         self.assertEqual(order, [3, 5, 6, 2, 1, 4])
 
+    def test_nan_compares_false_to_decimals_and_every_other_number(self):
+        # mongod: NaN equals NaN, sorts before every number, and otherwise compares false
+        # with $gt/$gte/$lt/$lte (src/mongo/db/matcher/expression_leaf.cpp,
+        # ComparisonMatchExpression::matchesSingleElement; jstests/core/nan.js).
+        from bson.decimal128 import Decimal128
+        self.c.insert_many([{"_id": float("nan")}, {"_id": float("-inf")},
+                            {"_id": Decimal128("-0.5")}, {"_id": 1}, {"_id": float("inf")}])
+        ids = lambda q: [repr(d["_id"]) for d in self.c.find(q).sort("_id", ASCENDING)]
+        self.assertEqual(ids({}), ["nan", "-inf", "Decimal128('-0.5')", "1", "inf"])
+        self.assertEqual(ids({"_id": {"$gt": Decimal128("-0.5")}}), ["1", "inf"])
+        self.assertEqual(ids({"_id": {"$lt": Decimal128("-0.5")}}), ["-inf"])
+        self.assertEqual(ids({"_id": {"$gt": float("nan")}}), [])
+        self.assertEqual(ids({"_id": {"$gte": float("nan")}}), ["nan"])
+        self.assertEqual(ids({"_id": {"$gte": float("-inf")}}),
+                         ["-inf", "Decimal128('-0.5')", "1", "inf"])
+
     def test_batch_size_and_get_more_and_kill_cursors(self):
         self.c.insert_many([{"_id": i} for i in range(250)])
         cur = self.c.find().batch_size(100)

@@ -113,7 +113,8 @@ function M.install(methods, h)
       end
     end
     if #errs > 0 then
-      h.raise_write_errors(op, errs)
+      h.raise_write_errors(op, errs, { inserted = res.inserted, matched = res.matched,
+        modified = res.modified, deleted = res.deleted, upserted = res.upserted })
     end
     return res
   end

@@ -439,10 +439,12 @@ function methods.insert_one(h, doc, opts)
 end
 
 -- libmongoc's message for several write errors: "Multiple write errors: "
--- then each message quoted, comma-separated.
-local function raise_write_errors(op, errs)
+-- then each message quoted, comma-separated. applied: what the writes that
+-- succeeded did (err.fields.applied, as fw.mongo gives it).
+local function raise_write_errors(op, errs, applied)
   local first = errs[1]
   if #errs == 1 then
+    first.fields.applied = applied
     error(first, 0)
   end
   local msgs, list = {}, {}
@@ -453,7 +455,7 @@ local function raise_write_errors(op, errs)
   end
   local last = errs[#errs]
   local fields = { code = last.fields.code, code_name = last.fields.code_name, labels = {},
-    write_errors = list }
+    write_errors = list, applied = applied }
   raise_typed(op, last.type, string.format("fw.mongo: %s on %s: Multiple write errors: %s",
     op.method, op.ns, table.concat(msgs, ", ")), fields)
 end
@@ -477,7 +479,7 @@ function methods.insert_many(h, docs, opts)
     with_id(self, d)
   end
   op.write = true
-  local errs = {}
+  local errs, inserted = {}, 0
   for i, d in ipairs(list) do
     op.index = i
     local ok, e = pcall(insert_doc, op, d)
@@ -486,10 +488,12 @@ function methods.insert_many(h, docs, opts)
       if ordered then
         break
       end
+    else
+      inserted = inserted + 1
     end
   end
   if #errs > 0 then
-    raise_write_errors(op, errs)
+    raise_write_errors(op, errs, { inserted = inserted })
   end
   local ids = {}
   for i, d in ipairs(list) do

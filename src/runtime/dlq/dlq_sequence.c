@@ -12,6 +12,7 @@
 #include "runtime/dlq/dlq_sequence-private.h"
 #include "flowwarden/owned_collections.h"
 #include "flowwarden/sharding.h"
+#include "flowwarden/write_reply.h"
 
 /* --- the set ------------------------------------------------------------------ */
 
@@ -468,7 +469,7 @@ fw_dlq_sequence_size (mongoc_collection_t *dlq, const char *stream, const char *
 bool
 fw_dlq_sequence_indexes (mongoc_collection_t *dlq, fw_error_t *error)
 {
-   bson_t cmd = BSON_INITIALIZER, indexes, index, key, partial, exists;
+   bson_t cmd = BSON_INITIALIZER, indexes, index, key, partial, exists, reply;
    bson_error_t berr;
    bool ok;
 
@@ -488,7 +489,10 @@ fw_dlq_sequence_indexes (mongoc_collection_t *dlq, fw_error_t *error)
    bson_append_document_end (&index, &partial);
    bson_append_document_end (&indexes, &index);
    bson_append_array_end (&cmd, &indexes);
-   ok = mongoc_collection_write_command_with_opts (dlq, &cmd, NULL, NULL, &berr);
+   ok = fw_write_reply_ok (mongoc_collection_write_command_with_opts (dlq, &cmd, NULL, &reply,
+                                                                     &berr),
+                           &reply, &berr);
+   bson_destroy (&reply);
    if (!ok) {
       fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
                          "cannot create the DLQ's sequence index: %s",

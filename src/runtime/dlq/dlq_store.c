@@ -9,12 +9,14 @@
 #include "runtime/dlq/dlq_sequence-private.h"
 #include "flowwarden/log.h"
 #include "flowwarden/sharding.h"
+#include "flowwarden/write_reply.h"
 #include "runtime/dlq/dlq_store-private.h"
 
 typedef fw_mongo_store_t mongo_store_t;
 
 #define FW_ERR_DUPLICATE_KEY 11000
 #define FW_UNIQUE_INDEX "fw_stream_event_unique"
+#define FW_DLQ_DUE_INDEX "streamName_status_nextAttemptAt"
 
 /* True when a document with entry's _id is already in the collection. */
 static bool
@@ -331,11 +333,15 @@ static bool
 create_indexes (mongo_store_t *m, const bson_t *indexes, bson_error_t *berr)
 {
    bson_t cmd = BSON_INITIALIZER;
+   bson_t reply;
    bool ok;
 
    BSON_APPEND_UTF8 (&cmd, "createIndexes", mongoc_collection_get_name (m->coll));
    BSON_APPEND_ARRAY (&cmd, "indexes", indexes);
-   ok = mongoc_collection_write_command_with_opts (m->coll, &cmd, NULL, NULL, berr);
+   ok = fw_write_reply_ok (
+      mongoc_collection_write_command_with_opts (m->coll, &cmd, NULL, &reply, berr), &reply,
+      berr);
+   bson_destroy (&reply);
    bson_destroy (&cmd);
    return ok;
 }
@@ -356,7 +362,8 @@ append_index (bson_t *indexes, const char *pos, const char *name, const char *co
    bson_append_document_end (indexes, &idx);
 }
 
-/* The TTL index on expiresAt and the indexes of the readers' sorts. */
+/* The TTL index on expiresAt, the indexes of the readers' sorts and the
+ * deferred retries' claim. */
 static bool
 create_plain_indexes (mongo_store_t *m, fw_error_t *error)
 {
@@ -383,6 +390,11 @@ create_plain_indexes (mongo_store_t *m, fw_error_t *error)
                  (const char *const[]){"streamName", "clusterTime", "createdAt", "_id", NULL});
    append_index (&indexes, "3", "streamName_createdAt__id",
                  (const char *const[]){"streamName", "createdAt", "_id", NULL});
+   /* Deferred retries' claim (dlq_store_mongo_deferred.c, due_query): equality
+    * on streamName and, in each $or branch, status; a range on and the sort
+    * by nextAttemptAt. Without it each claim reads the stream's whole DLQ. */
+   append_index (&indexes, "4", FW_DLQ_DUE_INDEX,
+                 (const char *const[]){"streamName", "status", "nextAttemptAt", NULL});
 
    ok = create_indexes (m, &indexes, &berr);
    bson_destroy (&indexes);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "flowwarden/checkpoint_store.h"
+#include "flowwarden/write_reply.h"
 #include "runtime/ha/lease-private.h"
 
 #define ERR_DUPLICATE_KEY 11000
@@ -195,7 +196,9 @@ fw_lease__take (fw_lease_t *l, mongoc_client_t *client, int64_t floor, fw_lease_
       return FW_LEASE_TAKE_ERROR;
    }
    append_majority (&opts);
-   if (!mongoc_client_write_command_with_opts (client, l->database, cmd, &opts, &reply, berr)) {
+   if (!fw_write_reply_ok (
+          mongoc_client_write_command_with_opts (client, l->database, cmd, &opts, &reply, berr),
+          &reply, berr)) {
       result = berr->code == ERR_DUPLICATE_KEY ? FW_LEASE_TAKE_HELD : FW_LEASE_TAKE_ERROR;
    } else if (bson_iter_init_find (&it, &reply, "value") && BSON_ITER_HOLDS_DOCUMENT (&it)) {
       uint32_t len;
@@ -252,12 +255,9 @@ fw_lease__update_held (fw_lease_t *l, mongoc_client_t *client, int64_t epoch, bo
       return false;
    }
    append_majority (&opts);
-   ok = mongoc_client_write_command_with_opts (client, l->database, cmd, &opts, &reply, berr);
-   if (ok && bson_iter_init_find (&it, &reply, "writeErrors")) {
-      bson_set_error (berr, MONGOC_ERROR_SERVER, 0, "the lease update was refused: %s",
-                      "writeErrors in the reply");
-      ok = false;
-   }
+   ok = fw_write_reply_ok (
+      mongoc_client_write_command_with_opts (client, l->database, cmd, &opts, &reply, berr),
+      &reply, berr);
    if (ok && bson_iter_init_find (&it, &reply, "n")) {
       iter_int64 (&it, &n);
    }

@@ -11,6 +11,7 @@
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
 #include "flowwarden/shared_units.h"
+#include "flowwarden/write_reply.h"
 
 #define MAX_UNITS 4096
 #define MAX_MEMBERS 64
@@ -52,7 +53,11 @@ renew (fw_shared_group_t *g, mongoc_client_t *client, bson_error_t *berr)
       bson_set_error (berr, MONGOC_ERROR_BSON, 0, "out of memory");
       return false;
    }
-   ok = mongoc_client_write_command_with_opts (client, g->database, cmd, NULL, &reply, berr);
+   /* ok: 1 with writeErrors (a validator, an index refusing the upsert) is
+    * a refused renew, not a renewed one. */
+   ok = fw_write_reply_ok (
+      mongoc_client_write_command_with_opts (client, g->database, cmd, NULL, &reply, berr),
+      &reply, berr);
    bson_destroy (&reply);
    bson_destroy (cmd);
    return ok;

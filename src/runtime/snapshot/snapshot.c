@@ -3,6 +3,8 @@
  * a time read by _id between a low and a high watermark, its rows dropped by
  * the live events between them, the rest handed out as snapshot events.
  */
+#include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -452,6 +454,39 @@ later_types (bson_type_t t, int last_rank, bson_t *types)
    return k > 0;
 }
 
+/* Whether the value at it is a NaN (double or Decimal128). */
+static bool
+is_nan (const bson_iter_t *it)
+{
+   char text[BSON_DECIMAL128_STRING];
+   bson_decimal128_t d;
+
+   if (BSON_ITER_HOLDS_DOUBLE (it)) {
+      return isnan (bson_iter_double (it));
+   }
+   if (BSON_ITER_HOLDS_DECIMAL128 (it) && bson_iter_decimal128 (it, &d)) {
+      bson_decimal128_to_string (&d, text);
+      return strcmp (text, "NaN") == 0;
+   }
+   return false;
+}
+
+/* Appends the lower bound of the chunk after the boundary at it to id:
+ * {$gt: boundary}, but after a NaN {$gte: -Infinity}. MongoDB sorts NaN
+ * before every other number, and {$gt: NaN} matches nothing (NaN compares
+ * false to every number but NaN: src/mongo/db/matcher/expression_leaf.cpp,
+ * ComparisonMatchExpression::matchesSingleElement), so the numbers after a
+ * NaN boundary would all be skipped. The unique _id index holds at most one
+ * NaN (a double and a Decimal128 NaN are equal keys). */
+static bool
+append_after (bson_t *id, bson_iter_t *it)
+{
+   if (is_nan (it)) {
+      return BSON_APPEND_DOUBLE (id, "$gte", -INFINITY);
+   }
+   return bson_append_iter (id, "$gt", 3, it);
+}
+
 /* A unit of a stream with partitions = N reads only the documents whose _id
  * hashes to it, the same hash its change stream's $match takes of
  * documentKey._id (config/partitions.lua): {$expr: {$eq: [{$abs: {$mod:
@@ -497,7 +532,7 @@ chunk_filter (const fw_snapshot_t *s, bson_t *out, bool *none)
       bson_uint32_to_string ((uint32_t) n++, &kp, key, sizeof key);
       ok = BSON_APPEND_DOCUMENT_BEGIN (&and, kp, &c) && BSON_APPEND_DOCUMENT_BEGIN (&c, "_id", &id);
       if (ok && !s->jump) {
-         ok = bson_append_iter (&id, "$gt", 3, &it) &&
+         ok = append_after (&id, &it) &&
               (rank != last_rank || !s->progress.has_until ||
                bson_append_iter (&id, "$lte", 4, &until));
       } else if (ok) {
@@ -568,6 +603,22 @@ write_mark (fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_session_t *
    return ok;
 }
 
+/* n zeroed rows. A row holds a bson_t, which libbson aligns to 128 bytes:
+ * calloc's alignment is not enough (a small chunk's rows were misaligned). */
+static row_t *
+rows_new (int64_t n)
+{
+   size_t size = (size_t) n * sizeof (row_t);
+   row_t *rows = n > 0 && (size_t) n <= SIZE_MAX / sizeof (row_t)
+                    ? aligned_alloc (_Alignof (row_t), size)
+                    : NULL;
+
+   if (rows) {
+      memset (rows, 0, size);
+   }
+   return rows;
+}
+
 /* The chunk's find on session cs into ch. */
 static bool
 find_chunk (fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_session_t *cs, chunk_t *ch,
@@ -585,7 +636,7 @@ find_chunk (fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_session_t *
    bool none = false;
    bool ok = opts && rp && chunk_filter (s, &filter, &none) &&
              mongoc_client_session_append (cs, opts, &berr) &&
-             (ch->rows = calloc ((size_t) s->cfg.chunk_size, sizeof *ch->rows));
+             (ch->rows = rows_new (s->cfg.chunk_size));
 
    if (none) {
       ok = true; /* no type after the boundary's: an empty chunk */
@@ -623,10 +674,15 @@ find_chunk (fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_session_t *
 }
 
 /* The largest _id (of the documents matching the filter) when the
- * snapshot begins: the chunks stop there. False on an error; an empty
- * collection leaves the snapshot exhausted. */
+ * snapshot begins: the chunks stop there. Read on session cs after its low
+ * watermark, as the chunks are: a causally consistent read waits until the
+ * member it goes to has applied the watermark, so a lagging secondary (with
+ * read_preference secondary*) cannot give a stale bound, and the documents
+ * inserted before the stream opened but past that bound are read too. False
+ * on an error; an empty collection leaves the snapshot exhausted. */
 static bool
-find_until (fw_snapshot_t *s, mongoc_client_t *client, fw_error_t *error)
+find_until (fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_session_t *cs,
+            fw_error_t *error)
 {
    mongoc_collection_t *coll =
       mongoc_client_get_collection (client, s->cfg.database, s->cfg.collection);
@@ -638,7 +694,7 @@ find_until (fw_snapshot_t *s, mongoc_client_t *client, fw_error_t *error)
    const bson_t *doc;
    bson_error_t berr;
    bson_iter_t it;
-   bool ok = opts && rp;
+   bool ok = opts && rp && mongoc_client_session_append (cs, opts, &berr);
 
    if (ok) {
       cur = mongoc_collection_find_with_opts (
@@ -678,24 +734,23 @@ fw_snapshot_read_chunk (fw_snapshot_t *s, mongoc_client_t *client, fw_error_t *e
    if (!fw_snapshot_wants_chunk (s)) {
       return true;
    }
-   if (!s->progress.has_until && !s->progress.has_after) {
-      if (!find_until (s, client, error)) {
-         return false;
-      }
-      if (s->exhausted) {
-         return true; /* nothing to read */
-      }
-   }
    if (!(cs = mongoc_client_start_session (client, NULL, &berr))) {
       fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
                          "cannot start a session for the snapshot: %s", berr.message);
       return false;
    }
-   /* One causally consistent session: the find reads at or after the low
-    * watermark on whichever member it goes to, and the high watermark is
-    * written after it. */
-   ok = write_mark (s, client, cs, "low", &ch.low, error) &&
-        find_chunk (s, client, cs, &ch, error) &&
+   /* One causally consistent session: the reads (the first chunk's upper
+    * bound too) are at or after the low watermark on whichever member they
+    * go to, and the high watermark is written after them. */
+   ok = write_mark (s, client, cs, "low", &ch.low, error);
+   if (ok && !s->progress.has_until && !s->progress.has_after) {
+      ok = find_until (s, client, cs, error);
+      if (ok && s->exhausted) {
+         mongoc_client_session_destroy (cs);
+         return true; /* nothing to read */
+      }
+   }
+   ok = ok && find_chunk (s, client, cs, &ch, error) &&
         write_mark (s, client, cs, "high", &ch.high, error);
    mongoc_client_session_destroy (cs);
    if (!ok) {

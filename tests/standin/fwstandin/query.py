@@ -313,6 +313,11 @@ def _cmp_pred(op, rhs):
 
         def num_cmp(v):
             tv = type(v)
+            if tv is float and v != v:
+                # mongod: a NaN compares false to every number but NaN
+                # (expression_leaf.cpp, ComparisonMatchExpression::matchesSingleElement);
+                # Python's Decimal would raise InvalidOperation on the comparison.
+                return False
             if tv is int or tv is float or tv is Int64:
                 return test(v, target)
             if tv is Decimal128:

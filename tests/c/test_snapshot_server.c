@@ -1,0 +1,194 @@
+/*
+ * snapshot.c's reads against the MongoDB stand-in (issue 37): the largest _id,
+ * where the chunks stop, is read on the chunks' causally consistent session
+ * after the low watermark. Read with the configured read preference and no
+ * session, a secondary that lags gives a stale bound, and the documents
+ * inserted in the lag before the change stream opened come neither as live
+ * events nor in a chunk. The stand-in has no secondary to lag, so the test
+ * reads the commands libmongoc sends (its command monitoring): the bound's
+ * find carries the session of the watermark and readConcern.afterClusterTime
+ * at or after the watermark's operationTime, which is what makes a secondary
+ * wait until it has applied the watermark (MongoDB manual, "Causal
+ * Consistency and Read and Write Concerns"; read concern afterClusterTime).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <mongoc/mongoc.h>
+
+#include "flowwarden/snapshot.h"
+#include "standin_process.h"
+
+static standin_t g_standin;
+
+#define MAX_SEEN 64
+
+/* The commands one chunk's read sent, in order, with the replies' times. */
+typedef struct {
+   char name[32];
+   bson_t *cmd;
+   uint64_t op_time; /* the reply's operationTime */
+} seen_t;
+
+static seen_t g_seen[MAX_SEEN];
+static int g_n_seen;
+
+static uint64_t
+timestamp_at (const bson_t *doc, const char *dotted)
+{
+   bson_iter_t it, sub;
+   uint32_t t, i;
+
+   if (!bson_iter_init (&it, doc) || !bson_iter_find_descendant (&it, dotted, &sub) ||
+       !BSON_ITER_HOLDS_TIMESTAMP (&sub)) {
+      return 0;
+   }
+   bson_iter_timestamp (&sub, &t, &i);
+   return (uint64_t) t << 32 | i;
+}
+
+static void
+started (const mongoc_apm_command_started_t *e)
+{
+   const char *name = mongoc_apm_command_started_get_command_name (e);
+
+   if (g_n_seen < MAX_SEEN && (strcmp (name, "find") == 0 || strcmp (name, "update") == 0)) {
+      seen_t *s = &g_seen[g_n_seen++];
+      snprintf (s->name, sizeof s->name, "%s", name);
+      s->cmd = bson_copy (mongoc_apm_command_started_get_command (e));
+      s->op_time = 0;
+   }
+}
+
+static void
+succeeded (const mongoc_apm_command_succeeded_t *e)
+{
+   const char *name = mongoc_apm_command_succeeded_get_command_name (e);
+
+   if (g_n_seen > 0 && strcmp (g_seen[g_n_seen - 1].name, name) == 0) {
+      g_seen[g_n_seen - 1].op_time =
+         timestamp_at (mongoc_apm_command_succeeded_get_reply (e), "operationTime");
+   }
+}
+
+static int
+group_setup (void **state)
+{
+   (void) state;
+   mongoc_init ();
+   return standin_start (&g_standin) ? 0 : -1;
+}
+
+static int
+group_teardown (void **state)
+{
+   (void) state;
+   int status = standin_stop (&g_standin);
+   for (int i = 0; i < g_n_seen; i++) {
+      bson_destroy (g_seen[i].cmd);
+   }
+   mongoc_cleanup ();
+   return (WIFEXITED (status) && WEXITSTATUS (status) == 0) ? 0 : -1;
+}
+
+/* Whether cmd has a sort on _id descending (the bound's find). */
+static bool
+is_bound_find (const bson_t *cmd)
+{
+   bson_iter_t it, sub;
+   return bson_iter_init (&it, cmd) && bson_iter_find_descendant (&it, "sort._id", &sub) &&
+          BSON_ITER_HOLDS_NUMBER (&sub) && bson_iter_as_int64 (&sub) == -1;
+}
+
+static bool
+same_lsid (const bson_t *a, const bson_t *b)
+{
+   bson_iter_t ia, ib;
+   const uint8_t *da, *db;
+   uint32_t la, lb;
+
+   if (!bson_iter_init_find (&ia, a, "lsid") || !bson_iter_init_find (&ib, b, "lsid") ||
+       !BSON_ITER_HOLDS_DOCUMENT (&ia) || !BSON_ITER_HOLDS_DOCUMENT (&ib)) {
+      return false;
+   }
+   bson_iter_document (&ia, &la, &da);
+   bson_iter_document (&ib, &lb, &db);
+   return la == lb && memcmp (da, db, la) == 0;
+}
+
+static void
+the_upper_bound_is_read_on_the_causal_session_after_the_low_watermark (void **state)
+{
+   mongoc_client_t *client = mongoc_client_new (g_standin.uri);
+   mongoc_apm_callbacks_t *cbs = mongoc_apm_callbacks_new ();
+   mongoc_collection_t *coll;
+   fw_stream_config_t cfg;
+   fw_snapshot_t *s;
+   fw_error_t err;
+   bson_error_t berr;
+   int low = -1, bound = -1;
+
+   (void) state;
+   assert_non_null (client);
+   coll = mongoc_client_get_collection (client, "snapdb", "orders");
+   for (int i = 0; i < 5; i++) {
+      bson_t *doc = BCON_NEW ("_id", BCON_INT32 (i));
+      assert_true (mongoc_collection_insert_one (coll, doc, NULL, NULL, &berr));
+      bson_destroy (doc);
+   }
+   mongoc_apm_set_command_started_cb (cbs, started);
+   mongoc_apm_set_command_succeeded_cb (cbs, succeeded);
+   assert_true (mongoc_client_set_apm_callbacks (client, cbs, NULL));
+
+   memset (&cfg, 0, sizeof cfg);
+   cfg.name = "s";
+   cfg.database = "snapdb";
+   cfg.collection = "orders";
+   cfg.snapshot.chunk_size = 2;
+   cfg.snapshot.read_mode = MONGOC_READ_SECONDARY_PREFERRED;
+   assert_non_null (s = fw_snapshot_new (&cfg, NULL));
+   memset (&err, 0, sizeof err);
+   assert_true (fw_snapshot_read_chunk (s, client, &err));
+
+   for (int i = 0; i < g_n_seen; i++) {
+      if (low < 0 && strcmp (g_seen[i].name, "update") == 0) {
+         low = i;
+      } else if (bound < 0 && strcmp (g_seen[i].name, "find") == 0 &&
+                 is_bound_find (g_seen[i].cmd)) {
+         bound = i;
+      }
+   }
+   assert_true (low >= 0);
+   assert_true (bound >= 0);
+   assert_true (low < bound);          /* the watermark first */
+   assert_true (g_seen[low].op_time > 0);
+   assert_true (same_lsid (g_seen[low].cmd, g_seen[bound].cmd));
+   assert_true (timestamp_at (g_seen[bound].cmd, "readConcern.afterClusterTime") >=
+                g_seen[low].op_time);
+   /* And the bound is the largest _id. */
+   {
+      bson_iter_t it;
+      assert_true (fw_snapshot_progress (s)->has_until);
+      assert_true (bson_iter_init_find (&it, &fw_snapshot_progress (s)->until, "_id"));
+      assert_int_equal (bson_iter_as_int64 (&it), 4);
+   }
+
+   fw_snapshot_destroy (s);
+   mongoc_collection_destroy (coll);
+   mongoc_client_destroy (client);
+   mongoc_apm_callbacks_destroy (cbs);
+}
+
+int
+main (void)
+{
+   const struct CMUnitTest tests[] = {
+      cmocka_unit_test (the_upper_bound_is_read_on_the_causal_session_after_the_low_watermark),
+   };
+   return cmocka_run_group_tests_name ("snapshot_server", tests, group_setup, group_teardown);
+}
