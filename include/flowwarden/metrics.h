@@ -45,6 +45,7 @@ typedef enum {
    FW_METRICS_OP_DROP,
    FW_METRICS_OP_RENAME,
    FW_METRICS_OP_DROP_DATABASE,
+   FW_METRICS_OP_SNAPSHOT, /* a row of an incremental snapshot (issue 38: was "other") */
    FW_METRICS_OP_OTHER,
    FW_METRICS_OP_COUNT
 } fw_metrics_op_t;

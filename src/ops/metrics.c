@@ -16,7 +16,7 @@ const int64_t fw_duration_bounds_ns[FW_DURATION_BUCKETS] = {
 
 static const char *const op_names[FW_METRICS_OP_COUNT] = {
    "insert", "update", "replace", "delete", "invalidate", "drop", "rename", "dropDatabase",
-   "other"};
+   "snapshot", "other"};
 static const char *const outcome_names[FW_METRICS_OUTCOME_COUNT] = {"ok", "skipped", "dlq",
                                                                     "lost", "parked"};
 static const char *const state_names[FW_STREAM_STATE_COUNT] = {
