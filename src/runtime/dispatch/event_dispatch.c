@@ -29,6 +29,8 @@ typedef struct {
    char message[1024];
    char traceback[8192];
    char where[256];   /* the failing line, "file:line" (redacted), or "" */
+   int status;        /* err.fields.status of an HTTP error, 0: none (issue 38) */
+   char body[600];    /* with it, the reply's first 512 bytes (redacted) */
 } decision_t;
 
 /* The wall clock (ms) at mono_ns (CLOCK_MONOTONIC): handler calls are timed
@@ -198,6 +200,10 @@ decide (fw_dispatcher_t *d, int attempt, fw_lua_stop_t stop, decision_t *out)
       copy_field (L, answer, "message", out->message, sizeof out->message, true);
       copy_field (L, answer, "traceback", out->traceback, sizeof out->traceback, true);
       copy_field (L, answer, "where", out->where, sizeof out->where, true);
+      copy_field (L, answer, "body", out->body, sizeof out->body, true);
+      lua_getfield (L, answer, "status");
+      out->status = lua_isinteger (L, -1) ? (int) lua_tointeger (L, -1) : 0;
+      lua_pop (L, 1);
       out->action = strcmp (action, "retry") == 0  ? ACT_RETRY
                     : strcmp (action, "dlq") == 0  ? ACT_DLQ
                     : strcmp (action, "skip") == 0 ? ACT_SKIP
@@ -327,6 +333,8 @@ failure_of (fw_dispatcher_t *d, const decision_t *dec, int attempts, int64_t fir
    f->sequence_index = d->park.index;
    f->error_message = dec->message;
    f->stack_trace = dec->traceback;
+   f->error_status = dec->status;
+   f->error_body = dec->status > 0 ? dec->body : NULL;
    f->attempts = attempts;
    f->first_attempt_ms = first_ms;
    f->last_attempt_ms = last_ms;
@@ -755,6 +763,8 @@ attempt_decision (fw_dispatcher_t *d, lua_State *L, bool ok, int attempt, fw_lua
                   decision_t *dec)
 {
    fw_replay_hook_keep_error (d, L, 0);
+   dec->status = 0;
+   dec->body[0] = '\0';
    if (d->dispatch.dlq_requested) {
       if (!ok) {
          lua_pop (L, 1);
