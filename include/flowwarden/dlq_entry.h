@@ -27,6 +27,8 @@ typedef struct {
    const char *error_type;      /* NULL: parked behind its sequence, no error (issue 14) */
    const char *error_message;
    const char *stack_trace;     /* may be NULL */
+   int error_status;            /* err.fields.status of an HTTP error (error.status); 0: none */
+   const char *error_body;      /* with it, the reply's first bytes (error.body), or NULL */
    int attempts;
    int64_t first_attempt_ms;    /* wall clock, ms since the epoch */
    int64_t last_attempt_ms;

@@ -108,6 +108,16 @@ char *fw_event_id_dup (const fw_event_t *ev);
  * one. */
 void fw_event_log_id (const fw_event_t *ev, char *buf, size_t len);
 
+/* The event's id for a warn or info line into buf (len at least 40): whole
+ * when it has at most FW_EVENT_SHORT_ID_MAX characters, else 12 hex digits
+ * of its FNV-1a 64-bit hash and, for a server's token ("82" + KeyString
+ * Timestamp), its clusterTime: "9f3a2c1b7e01@1795687200.3". "(none)"
+ * without one. When the log shows debug records it is followed by the whole
+ * token, " (token 826B...)", cut with "...)" when buf is too small (issue
+ * 38: a server's token is ~170 characters, which buried every warn line). */
+#define FW_EVENT_SHORT_ID_MAX 32
+void fw_event_short_id (const fw_event_t *ev, char *buf, size_t len);
+
 /* One line for logs: operation, namespace and event id. Never document
  * contents. */
 void fw_event_summary (const fw_event_t *ev, char *buf, size_t len);

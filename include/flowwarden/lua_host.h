@@ -82,8 +82,9 @@ void fw_lua_host_push_connections (fw_lua_host_t *host);
 void fw_lua_host_push_admin (fw_lua_host_t *host);
 
 /* Returns the text `flowwarden check` prints for the loaded script (streams
- * with effective settings, then warnings). Caller frees with free(). */
-char *fw_lua_host_describe (fw_lua_host_t *host, fw_error_t *error);
+ * with effective settings, then warnings), and the number of warnings in
+ * *warnings (may be NULL). Caller frees with free(). */
+char *fw_lua_host_describe (fw_lua_host_t *host, int *warnings, fw_error_t *error);
 
 /*
  * Calls the function below nargs arguments on the stack, protected, with a

@@ -45,6 +45,7 @@ typedef enum {
    FW_METRICS_OP_DROP,
    FW_METRICS_OP_RENAME,
    FW_METRICS_OP_DROP_DATABASE,
+   FW_METRICS_OP_SNAPSHOT, /* a row of an incremental snapshot (issue 38: was "other") */
    FW_METRICS_OP_OTHER,
    FW_METRICS_OP_COUNT
 } fw_metrics_op_t;
@@ -153,6 +154,22 @@ void fw_metrics_set_oplog_window (fw_metrics_t *m, double seconds);
 
 /* The last sampled window in seconds, or -1 when unknown. Any thread. */
 double fw_metrics_oplog_window (fw_metrics_t *m);
+
+/* Why the oplog window is unknown (issue 38: `status` said "the log says
+ * why" where the log rightly said nothing, an empty oplog). */
+typedef enum {
+   FW_OPLOG_UNKNOWN_NOT_SAMPLED = 0, /* no sample yet */
+   FW_OPLOG_UNKNOWN_EMPTY,           /* local.oplog.rs has no entry (yet) */
+   FW_OPLOG_UNKNOWN_UNREADABLE,      /* it cannot be read; a warning says why */
+   FW_OPLOG_UNKNOWN_UNREACHABLE,     /* the server cannot be reached (the streams say) */
+} fw_oplog_unknown_t;
+
+/* Marks the window unknown, for why (the metric is absent). Any thread. */
+void fw_metrics_set_oplog_window_unknown (fw_metrics_t *m, fw_oplog_unknown_t why);
+
+/* The short text /v1/streams and `status` give for why: "not sampled yet",
+ * "empty oplog", ... (static). */
+const char *fw_oplog_unknown_text (int why);
 
 /*
  * The block of stream `name`, created on first use (NULL only when out of
@@ -328,6 +345,7 @@ typedef struct {
    int role;                       /* FW_STREAM_ROLE_* */
    bool has_oplog_window;          /* the deployment's oplog window is known: */
    double oplog_window_seconds;    /* fw_metrics_oplog_window */
+   int oplog_window_unknown;       /* without it: why (fw_oplog_unknown_t) */
    fw_outage_snapshot_t outage;    /* circuit breaker, rate limit (issue 29) */
    int snapshot_state;             /* incremental snapshot: 0 none, 1 running, 2 finished */
    int64_t snapshot_documents;

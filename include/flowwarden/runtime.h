@@ -22,7 +22,8 @@ typedef struct {
 int fw_runtime_run (const fw_run_options_t *opts);
 
 /* Validates the script without connecting and prints the effective settings
- * to stdout (errors to stderr). Returns 0 or 1. */
-int fw_runtime_check (const char *script);
+ * to stdout (errors to stderr). Returns 0 or 1; with strict, a script that
+ * draws a warning also returns 1. */
+int fw_runtime_check (const char *script, bool strict);
 
 #endif

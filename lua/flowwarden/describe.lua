@@ -10,8 +10,11 @@ flowwarden.describe: the text `flowwarden check` prints for a valid script.
                           for settings that are valid but probably not meant
                           (no DLQ, handlers that can never run, ...), then
                           "SCRIPT:LINE: warning: ..." for the script as a whole
-                          (send_to_dlq called with no DLQ anywhere); the
+                          (send_to_dlq called with no DLQ anywhere, a
+                          quoted error type close to a built-in one); the
                           host may also log them when `run` starts
+  describe.text(cfg) also returns the number of warnings (check --strict
+  fails when there is one)
 
 `cfg` is what flowwarden.config.finish() returns. The output is stable: the
 same script always gives the same text, so tests and diffs can rely on it.
@@ -23,6 +26,7 @@ local duration = require("flowwarden.duration")
 local errors = require("flowwarden.errors")
 local cron = require("flowwarden.cron")
 local dlq = require("flowwarden.dlq")
+local fields = require("flowwarden.config.fields")
 
 local M = {}
 
@@ -246,6 +250,17 @@ function M.stream(spec)
   return table.concat(lines, "\n") .. "\n"
 end
 
+-- The built-in error type `name` was most likely meant to be, when it is
+-- close to one (fields.suggest: case, or at most two edits) but is not one.
+function M.near_builtin_type(name)
+  for _, t in ipairs(errors.BUILTIN_TYPES) do
+    if t == name then
+      return nil
+    end
+  end
+  return fields.suggest(name, errors.BUILTIN_TYPES)
+end
+
 local function stream_warnings(cfg, spec, out)
   local function warn(fmt, ...)
     out[#out + 1] = string.format('%s: warning: stream "%s": ' .. fmt, spec.declared_at, spec.stream or spec.name, ...)
@@ -279,6 +294,19 @@ local function stream_warnings(cfg, spec, out)
       if hit then
         warn("retry.retry_on: %q is also matched by no_retry_on %q, which wins: never retried",
           entry, by)
+      end
+    end
+  end
+
+  local lists = { { "retry.retry_on", retry.enabled and retry.retry_on },
+                  { "retry.no_retry_on", retry.enabled and retry.no_retry_on },
+                  { "circuit.on", spec.circuit and spec.circuit.on } }
+  for _, l in ipairs(lists) do
+    for _, entry in ipairs(l[2] or {}) do
+      local meant = M.near_builtin_type(entry)
+      if meant then
+        warn('%s: "%s" is not a built-in error type: did you mean "%s"? (a type nothing '
+          .. "raises never matches)", l[1], entry, meant)
       end
     end
   end
@@ -326,6 +354,38 @@ local function send_to_dlq_call(script)
   return found
 end
 
+-- "SCRIPT:LINE: warning: ..." for each quoted dotted name in the script
+-- that is close to a built-in error type but is not one, such as the
+-- `err.type == "Http.Conect"` of an on_error (a textual search, as
+-- send_to_dlq_call: names already warned about in `seen` are skipped, and
+-- a type the script raises itself with fw.error is its own).
+local function type_literal_warnings(script, seen, out)
+  local f = script and io.open(script, "r")
+  if not f then
+    return
+  end
+  local text = f:read("a")
+  f:close()
+  local own = {}
+  for name in text:gmatch("fw%.error%s*%(%s*[\"']([%w_.]+)[\"']") do
+    own[name] = true
+  end
+  local n = 0
+  for line in (text .. "\n"):gmatch("(.-)\n") do
+    n = n + 1
+    for _, q in ipairs({ '"', "'" }) do
+      for name in line:gmatch(q .. "([%a_][%w_]*%.[%w_.]+)" .. q) do
+        local meant = not seen[name] and not own[name] and M.near_builtin_type(name)
+        if meant then
+          seen[name] = true
+          out[#out + 1] = string.format('%s:%d: warning: "%s" is not a built-in error type: '
+            .. 'did you mean "%s"?', script, n, name, meant)
+        end
+      end
+    end
+  end
+end
+
 function M.warnings(cfg)
   local out = {}
   for _, spec in ipairs(cfg.streams) do
@@ -343,6 +403,14 @@ function M.warnings(cfg)
       .. "dlq, so it raises (add dlq = true to a stream; streams without one send to the first "
       .. "declared dlq)", where)
   end
+  local seen = {}
+  for _, line in ipairs(out) do
+    local name = line:match('warning: stream "[^"]*": [%w_.]+: "([^"]+)" is not a built%-in')
+    if name then
+      seen[name] = true
+    end
+  end
+  type_literal_warnings(cfg.script, seen, out)
   return out
 end
 
@@ -375,7 +443,7 @@ function M.text(cfg)
   if #warnings > 0 then
     parts[#parts + 1] = "\n" .. table.concat(warnings, "\n") .. "\n"
   end
-  return table.concat(parts)
+  return table.concat(parts), #warnings
 end
 
 return M

@@ -91,8 +91,39 @@ function M.decide(spec, c, attempt, ok, value, stopped)
     local retry = errors.should_retry(spec.retry, c.type)
     decision = (retry and attempt < max_attempts) and "retry" or give_up
   end
+  -- An HTTP server's refusal (fw.http's Http.Status.*): what it answered.
+  local f = c.fields
+  local status, body
+  if c.type:find("^Http%.Status%.") and type(f) == "table" and math.type(f.status) == "integer"
+      and f.status > 0 and f.status < 1000 then
+    status = f.status
+    body = type(f.body) == "string" and M.body_excerpt(f.body) or nil
+  end
   return { action = decision, type = c.type, message = c.message,
-           traceback = c.traceback or "", where = c.where }
+           traceback = c.traceback or "", where = c.where, status = status, body = body }
+end
+
+-- Issue 38: how much of an HTTP error's reply (err.fields.body) the DLQ
+-- entry keeps, as error.body.
+M.MAX_BODY = 512
+
+-- The first M.MAX_BODY bytes of body as valid UTF-8: a character the cut
+-- splits is left out, and a reply that is not UTF-8 has its bytes above 127
+-- replaced by "?" (BSON strings must be UTF-8).
+function M.body_excerpt(body)
+  local cut = body:sub(1, M.MAX_BODY)
+  if #body > M.MAX_BODY then
+    for drop = 0, 3 do
+      if utf8.len(cut, 1, #cut - drop) then
+        cut = cut:sub(1, #cut - drop)
+        break
+      end
+    end
+  end
+  if not utf8.len(cut) then
+    cut = cut:gsub("[\128-\255]", "?")
+  end
+  return cut
 end
 
 -- Sequenced DLQ (issue 14): the event's sequence key from the stream's

@@ -7,10 +7,21 @@ the script (typically read at load time, for tokens and hosts).
   fw.env("HOOK_TOKEN", nil)       the value, or nil when unset (explicitly optional)
   fw.env("REGION", { secret = false })          required, and not a secret
   fw.env("REGION", "eu", { secret = false })    defaulted, and not a secret
+  fw.env("HOOK_URL", { secret = "query" })      a URL whose path is not secret
+  fw.env("HOOK_URL", { secret = "all" })        a URL whose host is secret too
 
 Every value fw.env returns (the variable's value or the default) is a secret
 unless opts.secret is false: the runtime replaces it by "[redacted]" in
-every text it writes (log lines, DLQ entries, status, metrics labels, check
+every text it writes. For a URL ("scheme://host..."), what is secret
+depends on opts.secret (issue 38: "POST [redacted]" hid which dependency
+failed):
+  true (default)  everything but the scheme and host: userinfo, path, query
+                  and fragment ("POST https://hooks.example.com[redacted]")
+  "query"         the userinfo, each query value and the fragment only
+                  ("POST https://api.example.com/v1/orders")
+  "all"           the whole value, host included
+A value that is not a URL is secret whole under true, "query" and "all".
+It is hidden (log lines, DLQ entries, status, metrics labels, check
 output). Values shorter than 4 bytes are exempt (FW_SECRETS_MIN_LEN,
 include/flowwarden/secrets.h). The host gives M.register (the core's
 process-wide set); the secret values are also remembered per Lua state in
@@ -55,7 +66,8 @@ end
 -- redaction. nil under plain busted.
 M.register = nil
 
--- The options of fw.env: { secret = boolean }.
+-- The options of fw.env: { secret = true | false | "query" | "all" }.
+-- Returns the secret mode (true, "query", "all") or false.
 local function check_opts(name, opts)
   if type(opts) ~= "table" then
     error(string.format("fw.env: the options for %s must be a table, got %s", name, type(opts)), 3)
@@ -64,11 +76,57 @@ local function check_opts(name, opts)
     if k ~= "secret" then
       error(string.format("fw.env: unknown option %s for %s (the option is secret)", tostring(k), name), 3)
     end
-    if type(v) ~= "boolean" then
-      error(string.format("fw.env: option secret for %s must be a boolean, got %s", name, type(v)), 3)
+    if type(v) ~= "boolean" and v ~= "query" and v ~= "all" then
+      error(string.format('fw.env: option secret for %s must be true, false, "query" or "all", '
+        .. "got %s", name, type(v) == "string" and string.format("%q", v) or type(v)), 3)
     end
   end
-  return opts.secret ~= false
+  if opts.secret == nil then
+    return true
+  end
+  return opts.secret
+end
+
+-- The parts of value to hide under mode (see the top): the whole value,
+-- or for a URL the parts its mode makes secret.
+function M.secret_parts(value, mode)
+  local scheme, authority, rest = value:match("^(%a[%w+.-]*://)([^/?#]*)(.*)$")
+  if mode == "all" or not scheme or authority == "" then
+    return { value }
+  end
+  local parts = {}
+  local userinfo = authority:match("^(.*)@[^@]*$")
+  if userinfo and userinfo ~= "" then
+    parts[#parts + 1] = userinfo
+  end
+  local path, query, fragment = rest:match("^([^?#]*)%??([^#]*)#?(.*)$")
+  if mode == "query" then
+    for pair in query:gmatch("[^&;]+") do
+      local v = pair:match("=(.*)$")
+      if v and v ~= "" then
+        parts[#parts + 1] = v
+      end
+    end
+  else
+    -- The whole rest and each piece of it: a message that drops the query
+    -- string (fw.http's) still hides the path.
+    for _, p in ipairs({ rest, path, query }) do
+      if p ~= "" then
+        parts[#parts + 1] = p
+      end
+    end
+  end
+  if fragment ~= "" then
+    parts[#parts + 1] = fragment
+  end
+  -- As the C set: shorter values are never secrets (FW_SECRETS_MIN_LEN).
+  local out = {}
+  for _, p in ipairs(parts) do
+    if #p >= 4 then
+      out[#out + 1] = p
+    end
+  end
+  return out
 end
 
 function M.env(...)
@@ -106,9 +164,15 @@ function M.env(...)
     value = default
   end
   if secret and value ~= nil and value ~= "" then
-    M.values()[value] = true
-    if M.register then
-      M.register(value)
+    for _, part in ipairs(M.secret_parts(value, secret)) do
+      -- and as JSON writes it (fw.json and lua-cjson escape "/" as "\/")
+      local escaped = part:gsub("/", "\\/")
+      for _, form in ipairs({ part, escaped ~= part and escaped or nil }) do
+        M.values()[form] = true
+        if M.register then
+          M.register(form)
+        end
+      end
     end
   end
   return value

@@ -30,6 +30,18 @@ M.ARGUMENT_ERROR = "ArgumentError"
 M.MEMORY_ERROR = "MemoryError"
 M.RUNTIME_ERROR = "RuntimeError"
 
+-- Every type flowwarden itself raises or stores, and the families above
+-- them (docs/lua-api.md lists each): a retry_on or circuit.on entry close to
+-- one of these but not one is most likely a typo (flowwarden check warns).
+M.BUILTIN_TYPES = {
+  "NilError", "TypeError", "ArgumentError", "MemoryError", "RuntimeError", "Timeout",
+  "DlqRequested",
+  "Http", "Http.Timeout", "Http.Connect", "Http.TLS", "Http.TooLarge", "Http.Protocol",
+  "Http.Denied", "Http.Status", "Http.Status.Transient", "Http.Status.Permanent",
+  "Mongo", "Mongo.DuplicateKey", "Mongo.Invalid", "Mongo.Timeout", "Mongo.Network",
+  "Mongo.NotWritablePrimary", "Mongo.WriteConcern", "Mongo.Command",
+}
+
 local error_mt = { __name = "flowwarden.error" }
 error_mt.__index = error_mt
 error_mt.__tostring = function(e)

@@ -2,9 +2,11 @@
  * event.c - parses a change event's top level once.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "flowwarden/event.h"
+#include "flowwarden/log.h"
 #include "bson_scan.h"
 
 static fw_op_t
@@ -441,6 +443,56 @@ fw_event_log_id (const fw_event_t *ev, char *buf, size_t len)
    } else {
       snprintf (buf, len, "(none)");
    }
+}
+
+static uint64_t
+fnv1a64 (const char *s)
+{
+   uint64_t h = 14695981039346656037ULL;
+   for (; *s; s++) {
+      h ^= (unsigned char) *s;
+      h *= 1099511628211ULL;
+   }
+   return h;
+}
+
+void
+fw_event_short_id (const fw_event_t *ev, char *buf, size_t len)
+{
+   char *whole = fw_event_id_dup (ev);
+   size_t n = whole ? strlen (whole) : 0;
+   char hex[17] = "", *end = NULL;
+   uint64_t ts = 0;
+
+   if (!whole) {
+      snprintf (buf, len, "(none)");
+      return;
+   }
+   if (n <= FW_EVENT_SHORT_ID_MAX) {
+      snprintf (buf, len, "%s", whole);
+      bson_free (whole);
+      return;
+   }
+   if (strncmp (whole, "82", 2) == 0 && n >= 18) {
+      memcpy (hex, whole + 2, 16);
+      ts = strtoull (hex, &end, 16);
+      ts = end && *end == '\0' ? ts : 0;
+   }
+   if (ts) {
+      snprintf (buf, len, "%012llx@%u.%u",
+                (unsigned long long) (fnv1a64 (whole) >> 16), (unsigned) (ts >> 32),
+                (unsigned) (ts & 0xffffffffu));
+   } else {
+      snprintf (buf, len, "%012llx", (unsigned long long) (fnv1a64 (whole) >> 16));
+   }
+   if (fw_log_enabled (FW_LOG_DEBUG)) {
+      size_t used = strlen (buf);
+      snprintf (buf + used, len - used, " (token %s)", whole);
+      if (strlen (buf) + 1 >= len) { /* cut: say so rather than end mid-token */
+         snprintf (buf + len - 5, 5, "...)");
+      }
+   }
+   bson_free (whole);
 }
 
 void

@@ -21,7 +21,7 @@
 static const char usage_text[] =
    "usage: flowwarden run SCRIPT [--uri URI] [--log-level debug|info|warn|error]\n"
    "                             [--log-format text|json] [--pid-file PATH] [--admin ADDR]\n"
-   "       flowwarden check SCRIPT\n"
+   "       flowwarden check SCRIPT [--strict]   (--strict: warnings fail too)\n"
    "       flowwarden doctor SCRIPT [--uri URI] [--json]   (what the deployment lacks;\n"
    "                         exit 0 all good, 1 warnings, 2 failures)\n"
    "       flowwarden status [--admin URL] [--json]\n"
@@ -149,6 +149,37 @@ mongoc_log_to_fw (mongoc_log_level_t level, const char *domain, const char *mess
    }
 }
 
+/* flowwarden check SCRIPT [--strict], the option before or after SCRIPT. */
+static int
+cmd_check (int argc, char **argv)
+{
+   const char *script = NULL;
+   bool strict = false;
+   int i;
+
+   if (argc == 2 && strcmp (argv[1], "--help") == 0) {
+      puts ("flowwarden check SCRIPT [--strict]: validate SCRIPT without connecting and print "
+            "each stream with its effective settings, then warnings. Exit 1 when SCRIPT is "
+            "invalid; with --strict, also when there is a warning.");
+      return 0;
+   }
+   for (i = 1; i < argc; i++) {
+      if (strcmp (argv[i], "--strict") == 0) {
+         strict = true;
+      } else if (argv[i][0] == '-') {
+         return bad_usage ("check: unknown option %s", argv[i]);
+      } else if (script) {
+         return bad_usage ("check: unexpected argument \"%s\"", argv[i]);
+      } else {
+         script = argv[i];
+      }
+   }
+   if (!script) {
+      return bad_usage ("check: missing SCRIPT%s", "");
+   }
+   return fw_runtime_check (script, strict);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -180,18 +211,7 @@ main (int argc, char **argv)
    if (strcmp (argv[1], "run") == 0) {
       rc = cmd_run (argc - 1, argv + 1);
    } else if (strcmp (argv[1], "check") == 0) {
-      if (argc == 3 && strcmp (argv[2], "--help") == 0) {
-         puts ("flowwarden check SCRIPT: validate SCRIPT without connecting and print each "
-               "stream with its effective settings.");
-         rc = 0;
-      } else if (argc != 3) {
-         rc = bad_usage (argc < 3 ? "check: missing SCRIPT%s" : "check: unexpected argument \"%s\"",
-                         argc < 3 ? "" : argv[3]);
-      } else if (argv[2][0] == '-') {
-         rc = bad_usage ("check: unknown option %s", argv[2]);
-      } else {
-         rc = fw_runtime_check (argv[2]);
-      }
+      rc = cmd_check (argc - 1, argv + 1);
    } else if (strcmp (argv[1], "doctor") == 0) {
       rc = fw_doctor_cli_main (argc - 1, argv + 1);
    } else if (strcmp (argv[1], "test") == 0) {

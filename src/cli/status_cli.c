@@ -240,12 +240,16 @@ print_oplog_window (lua_State *L, int streams)
 {
    int n = (int) lua_rawlen (L, streams);
    double window = -1, headroom;
-   char text[32];
+   char text[64] = "";
 
    for (int i = 1; i <= n && window < 0; i++) {
       lua_rawgeti (L, streams, i);
       if (lua_istable (L, -1)) {
+         const char *why = field_string (L, lua_gettop (L), "oplog_window_unknown");
          field_number (L, lua_gettop (L), "oplog_window_seconds", &window);
+         if (why && !text[0]) {
+            snprintf (text, sizeof text, "%s", why);
+         }
       }
       lua_pop (L, 1);
    }
@@ -253,7 +257,8 @@ print_oplog_window (lua_State *L, int streams)
       return;
    }
    if (window < 0) {
-      printf ("oplog window: unknown (local.oplog.rs cannot be read: the log says why)\n");
+      /* The reason /v1/streams gives (an older instance gives none). */
+      printf ("oplog window: unknown (%s)\n", text[0] ? text : "the log may say why");
       return;
    }
    format_duration (window, text, sizeof text);

@@ -35,7 +35,8 @@ empty_to_null (const char *s)
 
 /* "oplog_window_seconds" and "headroom_seconds" (the window less how far
  * behind the stream is: how much further it may fall before its history is
- * lost), both null when the window is unknown. A stream that does not read
+ * lost), both null when the window is unknown, and then
+ * "oplog_window_unknown" says why ("empty oplog", ...). A stream that does not read
  * (paused, restarting, failed) is behind by its lag or, when more, its
  * checkpoint's age. */
 static void
@@ -48,7 +49,9 @@ json_headroom (fw_strbuf_t *out, const fw_stream_snapshot_t *s)
       behind = (double) (fw_now_ms () - s->checkpoint_ms) / 1000.0;
    }
    if (!s->has_oplog_window) {
-      fw_strbuf_puts (out, ",\"oplog_window_seconds\":null,\"headroom_seconds\":null");
+      fw_strbuf_puts (out, ",\"oplog_window_seconds\":null,\"headroom_seconds\":null,"
+                           "\"oplog_window_unknown\":");
+      fw_strbuf_json_string (out, fw_oplog_unknown_text (s->oplog_window_unknown));
       return;
    }
    fw_strbuf_puts (out, ",\"oplog_window_seconds\":");

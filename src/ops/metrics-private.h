@@ -130,6 +130,7 @@ struct fw_metrics {
    fw_reload_result_t last_reload; /* under mu */
    int64_t oplog_window_ms;  /* atomic; valid while oplog_window_known */
    int oplog_window_known;   /* atomic */
+   int oplog_window_unknown; /* atomic; while not known: why (fw_oplog_unknown_t) */
    char *script_version;
    char *build_version;
    char *build_libmongoc;

@@ -16,7 +16,7 @@ const int64_t fw_duration_bounds_ns[FW_DURATION_BUCKETS] = {
 
 static const char *const op_names[FW_METRICS_OP_COUNT] = {
    "insert", "update", "replace", "delete", "invalidate", "drop", "rename", "dropDatabase",
-   "other"};
+   "snapshot", "other"};
 static const char *const outcome_names[FW_METRICS_OUTCOME_COUNT] = {"ok", "skipped", "dlq",
                                                                     "lost", "parked"};
 static const char *const state_names[FW_STREAM_STATE_COUNT] = {
@@ -173,6 +173,28 @@ fw_metrics_set_oplog_window (fw_metrics_t *m, double seconds)
       __atomic_store_n (&m->oplog_window_ms, (int64_t) (seconds * 1000.0), __ATOMIC_RELAXED);
    }
    __atomic_store_n (&m->oplog_window_known, seconds >= 0, __ATOMIC_RELEASE);
+}
+
+void
+fw_metrics_set_oplog_window_unknown (fw_metrics_t *m, fw_oplog_unknown_t why)
+{
+   __atomic_store_n (&m->oplog_window_unknown, (int) why, __ATOMIC_RELAXED);
+   __atomic_store_n (&m->oplog_window_known, 0, __ATOMIC_RELEASE);
+}
+
+const char *
+fw_oplog_unknown_text (int why)
+{
+   switch (why) {
+   case FW_OPLOG_UNKNOWN_EMPTY:
+      return "empty oplog";
+   case FW_OPLOG_UNKNOWN_UNREADABLE:
+      return "local.oplog.rs cannot be read: the log says why";
+   case FW_OPLOG_UNKNOWN_UNREACHABLE:
+      return "MongoDB cannot be reached";
+   default:
+      return "not sampled yet";
+   }
 }
 
 double
@@ -610,6 +632,8 @@ fw_stream_metrics_snapshot (const fw_stream_metrics_t *b, int64_t now_ms,
    out->checkpoint_ms = load_i64 (&b->checkpoint_ms);
    out->oplog_window_seconds = b->registry ? fw_metrics_oplog_window (b->registry) : -1;
    out->has_oplog_window = out->oplog_window_seconds >= 0;
+   out->oplog_window_unknown =
+      b->registry ? __atomic_load_n (&b->registry->oplog_window_unknown, __ATOMIC_RELAXED) : 0;
    inflight = load_i64 (&b->inflight_ms);
    if (inflight) {
       out->lag_seconds = now_ms > inflight ? (double) (now_ms - inflight) / 1000.0 : 0.0;

@@ -136,7 +136,8 @@ static void
 render_events (render_t *r)
 {
    family (r->out, "flowwarden_events_total", "counter",
-           "Change events received, by operation type.");
+           "Change events received, by operation type (snapshot: a document an "
+           "incremental snapshot handed out).");
    FOREACH_ACTIVE (r, b)
    {
       for (int op = 0; op < FW_METRICS_OP_COUNT; op++) {

@@ -69,12 +69,12 @@ effective_uri (fw_lua_host_t *host)
 }
 
 int
-fw_runtime_check (const char *script)
+fw_runtime_check (const char *script, bool strict)
 {
    fw_error_t err;
    fw_lua_host_t *host = load (script, option_uri (NULL), NULL, &err);
    char *text;
-   int rc = 1;
+   int rc = 1, warnings = 0;
 
    /* The values the script read with fw.env are hidden in what check
     * prints (secrets.h): a load error may quote one, the description too. */
@@ -83,7 +83,7 @@ fw_runtime_check (const char *script)
       fprintf (stderr, "%s\n", err.message);
       return 1;
    }
-   text = fw_lua_host_describe (host, &err);
+   text = fw_lua_host_describe (host, &warnings, &err);
    if (!text) {
       fw_secrets_redact_in_place (err.message, sizeof err.message);
       fprintf (stderr, "%s\n", err.message);
@@ -94,6 +94,11 @@ fw_runtime_check (const char *script)
       free (owned);
       free (text);
       rc = 0;
+      if (strict && warnings > 0) {
+         fprintf (stderr, "check --strict: %d warning%s (above): fix %s or run check without "
+                  "--strict\n", warnings, warnings == 1 ? "" : "s", warnings == 1 ? "it" : "them");
+         rc = 1;
+      }
    }
    fw_lua_host_destroy (host);
    return rc;

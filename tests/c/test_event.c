@@ -475,6 +475,53 @@ event_parse_refuses_a_broken_ns (void **state)
    bson_destroy (&doc);
 }
 
+static void
+short_id_of (const char *data, char *buf, size_t len)
+{
+   bson_t doc, id;
+   fw_event_t ev;
+   fw_error_t err;
+
+   bson_init (&doc);
+   BSON_APPEND_DOCUMENT_BEGIN (&doc, "_id", &id);
+   BSON_APPEND_UTF8 (&id, "_data", data);
+   bson_append_document_end (&doc, &id);
+   BSON_APPEND_UTF8 (&doc, "operationType", "insert");
+   assert_true (fw_event_parse (&doc, &ev, &err));
+   fw_event_short_id (&ev, buf, len);
+   bson_destroy (&doc);
+}
+
+/* Issue 38: a warn line's event id. A server's token (~170 characters) is
+ * 12 hex digits of its hash and its clusterTime; a short id stays whole. */
+static void
+event_short_id_is_a_hash_and_the_cluster_time (void **state)
+{
+   char token[200], other[200], buf[64], buf2[64];
+   (void) state;
+
+   /* "82" + Timestamp(1795687200, 3) as 16 hex digits, then the rest. */
+   snprintf (token, sizeof token, "82%08X%08X%s", 1795687200u, 3u,
+             "2B022C0100296E5A1004A1B2C3D4E5F60718293A4B5C6D7E8F46645F6964006400000000000004");
+   short_id_of (token, buf, sizeof buf);
+   assert_int_equal (strlen (buf), 12 + 1 + strlen ("1795687200.3"));
+   assert_string_equal (buf + 12, "@1795687200.3");
+   assert_int_equal (strspn (buf, "0123456789abcdef"), 12);
+   /* Another event of the same clusterTime (a transaction's) differs. */
+   snprintf (other, sizeof other, "%s", token);
+   other[strlen (other) - 3] = '5';
+   short_id_of (other, buf2, sizeof buf2);
+   assert_string_not_equal (buf, buf2);
+   assert_string_equal (buf2 + 12, "@1795687200.3");
+   /* Not a server token: the hash alone. */
+   memset (other, 'z', 100);
+   other[100] = '\0';
+   short_id_of (other, buf, sizeof buf);
+   assert_int_equal (strlen (buf), 12);
+   short_id_of ("826B00AA", buf, sizeof buf);
+   assert_string_equal (buf, "826B00AA");
+}
+
 /* A log line's event id: whole when it fits, else cut with its length. */
 static void
 event_log_id_cuts_a_long_id_and_says_its_length (void **state)
@@ -521,6 +568,7 @@ main (void)
       cmocka_unit_test (event_parse_names_the_first_four_wrong_fields),
       cmocka_unit_test (event_parse_refuses_a_broken_ns),
       cmocka_unit_test (event_log_id_cuts_a_long_id_and_says_its_length),
+      cmocka_unit_test (event_short_id_is_a_hash_and_the_cluster_time),
    };
    return cmocka_run_group_tests (tests, NULL, NULL);
 }

@@ -65,6 +65,7 @@ class Usage(unittest.TestCase):
         r = run_cli(["check", "--help"])
         self.assertEqual(r.returncode, 0)
         self.assertIn("without connecting", r.stdout)
+        self.assertIn("--strict", r.stdout)
 
     def test_usage_errors_exit_2_with_a_one_line_reason_and_the_usage(self):
         v = self.valid
@@ -131,6 +132,56 @@ class Usage(unittest.TestCase):
                      "checkpoint.mode                async",
                      "restart.initial_delay          1s"):
             self.assertIn(line, r.stdout)
+
+    def test_check_warns_about_a_misspelt_builtin_error_type_and_strict_fails(self):
+        """Issue 38: "Http.Status.Transiant" in retry_on, "Http.Conect" in
+        circuit.on and in an on_error comparison passed check silently, and the
+        breaker never opened. A type the script raises itself is its own."""
+        d = tempfile.mkdtemp(dir=self.tmp.name)
+        path = write_script(d, """
+            fw.stream { name = 's', database = 'shop', dlq = true,
+              retry = { retry_on = { "Http.Status.Transiant", "Http.Timeout" },
+                        no_retry_on = { "mongo.duplicatekey" } },
+              circuit = { on = { "Http.Conect" } },
+              on_change = function(ctx)
+                error(fw.error("Http.Timeuot", "our own type"))
+              end,
+              on_error = function(err, ctx)
+                if err.type == "Mongo.Netwrok" or err.type == "Http.Timeuot" then
+                  return fw.RETRY
+                end
+              end,
+            }
+            """)
+        r = run_cli(["check", path])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = r.stdout
+        self.assertIn('stream "s": retry.retry_on: "Http.Status.Transiant" is not a built-in '
+                      'error type: did you mean "Http.Status.Transient"?', out)
+        self.assertIn('stream "s": retry.no_retry_on: "mongo.duplicatekey" is not a built-in '
+                      'error type: did you mean "Mongo.DuplicateKey"?', out)
+        self.assertIn('stream "s": circuit.on: "Http.Conect" is not a built-in error type: '
+                      'did you mean "Http.Connect"?', out)
+        self.assertRegex(out, r'script\.lua:\d+: warning: "Mongo\.Netwrok" is not a built-in '
+                              r'error type: did you mean "Mongo\.Network"\?')
+        self.assertNotIn('"Http.Timeuot" is not', out)
+        self.assertNotIn('"Http.Timeout" is not', out)
+        # Named once: the script's "Http.Conect" literal is the circuit.on entry.
+        self.assertEqual(out.count('"Http.Conect" is not'), 1, out)
+
+        strict = run_cli(["check", "--strict", path])
+        self.assertEqual(strict.returncode, 1, strict.stderr)
+        self.assertEqual(strict.stdout, out)
+        self.assertIn("check --strict: 4 warnings (above)", strict.stderr)
+        after = run_cli(["check", path, "--strict"])
+        self.assertEqual(after.returncode, 1)
+
+        clean = write_script(d, "fw.stream { name = 's', database = 'shop', dlq = true, "
+                                "retry = { retry_on = { 'Http.Status' } }, "
+                                "circuit = true, on_change = function() end }\n", "clean.lua")
+        r = run_cli(["check", "--strict", clean])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertNotIn("warning", r.stdout)
 
     def test_a_module_next_to_the_script_can_be_required(self):
         d = tempfile.mkdtemp(dir=self.tmp.name)

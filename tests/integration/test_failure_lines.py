@@ -59,6 +59,44 @@ class FailureLines(FailureTestCase):
         self.assertEqual(self.key_of(dead), '{"_id":43}')
         self.stop_cleanly(p)
 
+    def test_warn_lines_name_the_event_by_a_short_id_and_debug_maps_it(self):
+        """Issue 38: warn lines carried the whole resume token (~170
+        characters); they carry 12 hex digits of its hash and its
+        clusterTime, and the whole token only at --log-level debug (and in
+        the DLQ entry)."""
+        p = self.run_fw(self.fw_script(lua_stream(retry="{ max_attempts = 2, %s }" % FAST,
+                                                  dlq="true")),
+                        extra=["--log-level", "debug"])
+        p.wait_open(1)
+        self.db.orders.insert_one({"_id": 44, "fail": "plain"})
+        entry = self.wait_dlq(1)[0]
+        p.wait_log("dead-lettered to _fw_dlq")
+        token = entry["eventId"]
+        self.assertGreater(len(token), 100)
+        warn = [m for m in p.messages("warn") if "attempt 1 failed" in m or "dead-lettered" in m]
+        self.assertEqual(len(warn), 2, p.messages())
+        t, i = int(token[2:10], 16), int(token[10:18], 16)
+        short = None
+        for line in warn:
+            m = re.match(r"event ([0-9a-f]{12})@(\d+)\.(\d+) \(token (\w+)\) ", line)
+            self.assertIsNotNone(m, line)
+            self.assertEqual((int(m.group(2)), int(m.group(3)), m.group(4)), (t, i, token))
+            short = short or line.split(" ")[1]
+        self.assertTrue(warn[1].startswith("event %s (token %s) dead-lettered" % (short, token)),
+                        warn[1])
+        self.stop_cleanly(p)
+        # At the default level (info) the lines carry the short id alone.
+        p = self.start(lua_stream(retry="{ max_attempts = 2, %s }" % FAST, dlq="true"))
+        self.db.orders.insert_one({"_id": 45, "fail": "plain"})
+        token = self.wait_dlq(2)[-1]["eventId"]
+        p.wait_log("dead-lettered to _fw_dlq")
+        warn = [m for m in p.messages("warn") if "attempt 1 failed" in m or "dead-lettered" in m]
+        self.assertEqual(len(warn), 2, p.messages())
+        for line in warn:
+            self.assertNotIn(token, line)
+            self.assertRegex(line, r"^event [0-9a-f]{12}@\d+\.\d+ ")
+        self.stop_cleanly(p)
+
 
 if __name__ == "__main__":
     unittest.main()

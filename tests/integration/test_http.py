@@ -13,6 +13,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from fwtest import StandInTestCase, clean_env, run_cli, write_script
 
 BIG = 20 * 1024 * 1024
+# "é" straddles byte 512: the DLQ keeps the 511 bytes before it.
+REJECT_BODY = (b'{"error":"sku ABC-1 unknown","token":"BODYSECRET"}'
+               + b"z" * (511 - 50) + "é".encode() + b"z" * 1000)
 
 
 class Server(ThreadingHTTPServer):
@@ -73,6 +76,8 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(500 if first else 200, b"busy" if first else b"recovered")
         elif parts[0] == "status":
             self.reply(int(parts[1]), b"x" * 5000)
+        elif parts[0] == "reject":         # a refusal that says why, then 1000 bytes more
+            self.reply(422, REJECT_BODY)
         elif path == "/hang":
             srv.release.wait(30)
         elif path == "/big":               # announced: refused from Content-Length
@@ -275,6 +280,46 @@ class HttpTest(StandInTestCase):
         e = self.wait_for(lambda: self.db["_fw_dlq"].find_one({}), 20, "the DLQ entry")
         self.assertEqual((e["error"]["type"], e["attempts"]), ("Http.Status.Permanent", 1))
         self.assertEqual(len(self.server.requests), 1)
+
+    def test_dead_letter_names_the_host_keeps_the_reply_and_hides_the_secrets(self):
+        """Issue 38: a URL read with fw.env showed as "POST [redacted]" and
+        the reply's body was lost: the host (and with secret = "query" the
+        path) is shown, the secret parts are not, and error.body keeps the
+        reply's first 512 bytes (redacted)."""
+        script = self.script(SCRIPT % {"port": self.port, "timeout": "5s", "defaults": "", "cases": """
+            local BY_QUERY = fw.env("HOOK_URL", { secret = "query" })
+            local BY_DEFAULT = fw.env("HOOK_URL_DEFAULT")
+            fw.env("BODY_TOKEN")
+            cases.query = function()
+              fw.http.post(BY_QUERY, { body = "x", raise_for_status = true })
+            end
+            cases.default = function()
+              fw.http.post(BY_DEFAULT, { body = "x", raise_for_status = true })
+            end
+        """})
+        base = "http://127.0.0.1:%d" % self.port
+        env = clean_env({"no_proxy": "*", "NO_PROXY": "*",
+                         "HOOK_URL": base + "/reject/orders?token=QUERYSECRET1&v=2",
+                         "HOOK_URL_DEFAULT": base + "/reject/Tpath-SECRET",
+                         "BODY_TOKEN": "BODYSECRET"})
+        p = self.run_fw(script, env=env)
+        p.wait_open()
+        for case in ("query", "default"):
+            self.run_case(p, case)
+        entries = self.wait_for(lambda: (lambda e: e if len(e) == 2 else None)(
+            list(self.db["_fw_dlq"].find({}).sort("createdAt", 1))), 20, "two DLQ entries")
+        by_query, by_default = [e["error"] for e in entries]
+        self.assertEqual(by_query["message"], "fw.http: POST %s/reject/orders: HTTP 422" % base)
+        self.assertEqual(by_default["message"], "fw.http: POST %s[redacted]: HTTP 422" % base)
+        for err in (by_query, by_default):
+            self.assertEqual((err["type"], err["status"]), ("Http.Status.Permanent", 422))
+            self.assertEqual(err["body"], '{"error":"sku ABC-1 unknown","token":"[redacted]"}'
+                             + "z" * (511 - 50))
+        self.assertEqual(p.stop(), 0)
+        text = "\n".join(p.raw_lines()) + repr(entries)
+        for secret in ("QUERYSECRET1", "Tpath-SECRET", "BODYSECRET"):
+            self.assertNotIn(secret, text)
+        self.assertIn("POST %s/reject/orders" % base, text)
 
     # --- failures ----------------------------------------------------------
     def test_a_server_that_never_answers_times_out_within_the_budget(self):

@@ -7,12 +7,18 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import time
 import unittest
 import urllib.request
 
-from fwtest import StandInTestCase, clean_env, run_cli, wait_until, with_credentials
+import tempfile
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from fwtest import (Flowwarden, StandInTestCase, clean_env, run_cli, wait_until,
+                    with_credentials, write_script)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 INTERVAL_ENV = {"FW_TEST_OPLOG_WINDOW_INTERVAL_MS": "100"}
@@ -30,6 +36,14 @@ def metric(port, name="flowwarden_oplog_window_seconds"):
         text = f.read().decode()
     found = re.search(r"^%s (\S+)$" % name, text, re.M)
     return float(found.group(1)) if found else None, text
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
 
 
 def status(port, *extra):
@@ -104,8 +118,63 @@ class WindowUnreadable(StandInTestCase):
         s = status(port, "--json")["streams"][0]
         self.assertIsNone(s["oplog_window_seconds"])
         self.assertIsNone(s["headroom_seconds"])
-        self.assertIn("oplog window: unknown", status(port))
+        self.assertIn("oplog window: unknown (local.oplog.rs cannot be read: the log says why)",
+                      status(port))
+        self.assertEqual(s["oplog_window_unknown"],
+                         "local.oplog.rs cannot be read: the log says why")
         p.stop()
+
+
+class WindowUnknownSaysWhy(unittest.TestCase):
+    """Issue 38: `status` said "unknown (the log says why)" where the log
+    rightly said nothing: an empty oplog (a new replica set, whose first
+    entry a running flowwarden's own first checkpoint soon writes, so the
+    state cannot be held still against a server) and a server that cannot
+    be reached. The reason travels in /v1/streams (`oplog_window_unknown`,
+    c/test_admin); here `status` prints what an instance answers."""
+
+    def serve(self, streams):
+        body = json.dumps({"streams": streams}).encode()
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        self.addCleanup(srv.server_close)
+        self.addCleanup(srv.shutdown)
+        return srv.server_address[1]
+
+    def test_status_prints_the_reason_the_instance_gives(self):
+        stream = {"name": "orders", "state": "running", "ready": True, "reason": None,
+                  "lag_seconds": 0, "oplog_window_seconds": None, "headroom_seconds": None,
+                  "oplog_window_unknown": "empty oplog"}
+        self.assertIn("\noplog window: unknown (empty oplog)\n",
+                      status(self.serve([stream])))
+        del stream["oplog_window_unknown"]   # an instance from before the field
+        self.assertIn("\noplog window: unknown (the log may say why)\n",
+                      status(self.serve([stream])))
+
+    def test_an_unreachable_server_says_so(self):
+        with tempfile.TemporaryDirectory() as d:
+            p = Flowwarden(write_script(d, SCRIPT),
+                           "mongodb://127.0.0.1:%d/shop?replicaSet=rs0" % free_port(),
+                           extra=["--admin", "127.0.0.1:0"], env=clean_env(INTERVAL_ENV))
+            try:
+                port = p.admin_port()
+                wait_until(lambda: "\noplog window: unknown (MongoDB cannot be reached)\n"
+                           in status(port), 20, 0.1, "the sampler's verdict")
+                self.assertEqual(p.count_log("oplog window is unknown"), 0, p.messages())
+            finally:
+                p.stop()
 
 
 class AlertRule(unittest.TestCase):

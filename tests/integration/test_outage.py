@@ -282,6 +282,27 @@ class Outage(FailureTestCase):
         self.assertRegex(r.stdout, r"(?m)^s: rate_limit: 50/s \(\d+\.\d s waited for tokens\)$")
         self.stop_cleanly(p)
 
+    def test_rate_limit_burst_0_never_exceeds_the_rate_in_any_second(self):
+        """Issue 38: "50/s" let 99 attempts through in one second after a
+        pause (a full bucket, then the rate); { rate, burst = 0 } does not."""
+        self.set_dependency(None)
+        p, _ = self.start_outage("""
+            fw.stream { name = "s", collection = "orders", on_insert = deliver, dlq = true,
+                        rate_limit = { rate = "20/s", burst = 0 } }
+            """, admin=False)
+        p.wait_open()
+        self.db.orders.insert_many([{"_id": i} for i in range(1, 51)])
+        p.wait_until(lambda: p.report_count("s") >= 50, timeout=20, what="50 attempts")
+        times = self.attempt_times(p)
+        self.assertEqual(len(times), 50)
+        # 20/s from a bucket of one: 49 gaps of 50 ms (log times are ms).
+        self.assertGreaterEqual(times[49] - times[0], 49 * 50 - 2)
+        for i in range(len(times)):
+            # Any one-second window (less the log's rounding) holds at most 20.
+            inside = [t for t in times[i:] if t - times[i] < 1000 - 2]
+            self.assertLessEqual(len(inside), 20, "%d attempts within a second" % len(inside))
+        self.stop_cleanly(p)
+
     def attempt_times(self, p):
         from dlqtest import timed_reports
         return [ms for ms, _ in timed_reports(p, "s")]

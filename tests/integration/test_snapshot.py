@@ -215,6 +215,13 @@ class Snapshot(StandInTestCase):
         self.assertIn("s: snapshot finished: 50 documents handed out", r.stdout)
         metrics = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
         self.assertIn('flowwarden_snapshot_documents_total{stream="s"} 50', metrics)
+        # Issue 38: snapshot events have their own label, not "other".
+        self.assertIn('flowwarden_events_total{stream="s",operation="snapshot"} 50', metrics)
+        self.assertIn('flowwarden_events_total{stream="s",operation="other"} 0', metrics)
+        self.assertIn('flowwarden_events_total{stream="s",operation="insert"} 1', metrics)
+        st = json.loads(urllib.request.urlopen(url + "/v1/streams/s", timeout=10).read())
+        self.assertEqual(st["events"]["snapshot"], 50)
+        self.assertEqual(st["events"]["other"], 0)
         # The database-wide stream never saw the watermarks, and cannot snapshot.
         self.assertNotIn("_fw_snapshot_marks", [r.get("coll") for r in p.reports("all")])
         r = run_cli(["snapshot", "all", "--admin", url])

@@ -69,9 +69,35 @@ describe("fw.env", function()
     assert.has_error(function() env.env("HOME", nil, { secrets = false }) end,
       "fw.env: unknown option secrets for HOME (the option is secret)")
     assert.has_error(function() env.env("HOME", nil, { secret = "no" }) end,
-      "fw.env: option secret for HOME must be a boolean, got string")
+      'fw.env: option secret for HOME must be true, false, "query" or "all", got "no"')
+    assert.has_error(function() env.env("HOME", nil, { secret = 1 }) end,
+      'fw.env: option secret for HOME must be true, false, "query" or "all", got number')
     assert.has_error(function() env.env("HOME", nil, "x") end,
       "fw.env: the options for HOME must be a table, got string")
+  end)
+
+  it("hides a URL's secret parts by its mode (issue 38)", function()
+    local url = "https://svc:pa55w0rd@hooks.example.com:8443/services/T0/B1/XXXX?token=abcd1234&v=1#frag"
+    local function hidden(mode)
+      local set = {}
+      for _, p in ipairs(env.secret_parts(url, mode)) do
+        set[p] = true
+      end
+      return set
+    end
+    -- default: all but scheme and host
+    assert.are.same({ ["svc:pa55w0rd"] = true, ["/services/T0/B1/XXXX?token=abcd1234&v=1#frag"] = true,
+      ["/services/T0/B1/XXXX"] = true, ["token=abcd1234&v=1"] = true, frag = true }, hidden(true))
+    -- "query": userinfo, query values, fragment
+    assert.are.same({ ["svc:pa55w0rd"] = true, abcd1234 = true, frag = true }, hidden("query"))
+    assert.are.same({ [url] = true }, hidden("all"))
+    -- not a URL: whole, whatever the mode
+    assert.are.same({ "s3cret-token" }, env.secret_parts("s3cret-token", "query"))
+    assert.are.same({ "s3cret-token" }, env.secret_parts("s3cret-token", true))
+    assert.are.same({ "https://" }, env.secret_parts("https://", true))
+    -- a host alone has nothing secret but under "all"
+    assert.are.same({}, env.secret_parts("http://127.0.0.1:8080", true))
+    assert.are.same({}, env.secret_parts("http://127.0.0.1:8080/", "query"))
   end)
 
   it("rejects bad arguments", function()

@@ -59,7 +59,24 @@ describe("config: circuit", function()
       S .. 'circuit: unknown key "opn_for" (did you mean "open_for"?)' },
     { "rate_limit = 200",
       S .. 'rate_limit: expected "N/s" or "N/m" with N a whole number from 1 to 1000000000 '
-        .. '(handler attempts per second or minute), such as "200/s" or "12000/m", got 200' },
+        .. '(handler attempts per second or minute), such as "200/s" or "12000/m", got 200, '
+        .. 'or a table { rate = "50/s", burst = N }' },
+    { "rate_limit = { rate = '50/s', burst = -1 }",
+      S .. "rate_limit.burst: expected an integer >= 0, got -1" },
+    { "rate_limit = { rate = '50/s', burst = 1.5 }",
+      S .. "rate_limit.burst: expected an integer >= 0, got 1.5" },
+    { "rate_limit = { rate = '50/s', burst = '10' }",
+      S .. 'rate_limit.burst: expected an integer >= 0, got "10"' },
+    { "rate_limit = { rate = '50/s', burst = 2000000000 }",
+      S .. "rate_limit.burst: expected an integer from 0 to 1000000000, got 2000000000" },
+    { "rate_limit = { burst = 0 }",
+      S .. 'rate_limit.rate: missing: the rate, such as "50/s" (rate_limit = { rate = "50/s", '
+        .. 'burst = 0 })' },
+    { "rate_limit = { rate = '50/h' }",
+      S .. 'rate_limit.rate: expected "N/s" or "N/m" with N a whole number from 1 to 1000000000 '
+        .. '(handler attempts per second or minute), such as "200/s" or "12000/m", got "50/h"' },
+    { "rate_limit = { rate = '50/s', brust = 0 }",
+      S .. 'rate_limit: unknown key "brust" (did you mean "burst"?)' },
     { "rate_limit = '200/h'",
       S .. 'rate_limit: expected "N/s" or "N/m" with N a whole number from 1 to 1000000000 '
         .. '(handler attempts per second or minute), such as "200/s" or "12000/m", got "200/h"' },
@@ -81,6 +98,19 @@ describe("config: circuit", function()
     assert.matches("circuit.open_for%s+5s %(doubles after each failed probe%)", text)
     assert.matches("circuit.give_up_after%s+1h", text)
     assert.matches("rate_limit%s+100/s %(handler attempts, retries and probes included; burst "
-      .. "100%)", text)
+      .. "99 %(default%): at most 199 in any one second%)", text)
+  end)
+
+  it("accepts rate_limit = { rate, burst } and prints its window bound", function()
+    local cfg = assert(run(stream("rate_limit = { rate = '50/s', burst = 0 }")))
+    assert.are.equal("50/s", cfg.streams[1].rate_limit)
+    assert.are.equal(0, cfg.streams[1].rate_burst)
+    assert.matches("rate_limit%s+50/s %(handler attempts, retries and probes included; burst "
+      .. "0: at most 50 in any one second%)", describe_mod.text(cfg))
+    cfg = assert(run(stream("rate_limit = { rate = '600/m', burst = 30 }")))
+    assert.matches("burst 30: at most 630 in any one minute%)", describe_mod.text(cfg))
+    cfg = assert(run(stream("rate_limit = { rate = '50/s' }")))
+    assert.is_nil(cfg.streams[1].rate_burst)
+    assert.matches("burst 49 %(default%): at most 99 in any one second%)", describe_mod.text(cfg))
   end)
 end)

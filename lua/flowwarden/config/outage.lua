@@ -6,8 +6,11 @@ validated and normalized for the C host (src/runtime/config/outage_config.c).
                      max_open_for = "5m", give_up_after = "off" | "<duration>" }
     -> spec.circuit = { on = {...}, open_for_ms, max_open_for_ms,
                         give_up_after_ms (0: off) } | nil
-  rate_limit = "200/s" | "12000/m"
-    -> spec.rate_limit = "200/s" (as written) | nil
+  rate_limit = "200/s" | "12000/m" | { rate = "50/s", burst = 0 }
+    -> spec.rate_limit = "200/s" (the rate as written) | nil,
+       spec.rate_burst = N (attempts above the rate in any one period of
+       the rate: a second for "/s", a minute for "/m") | nil (the default,
+       one second's worth minus one: the bucket holds one second's worth)
 ]]
 
 local fields = require("flowwarden.config.fields")
@@ -79,15 +82,52 @@ function M.parse_rate(v)
   return { count = n, per_ms = unit == "s" and 1000 or 60000 }
 end
 
+-- The bucket's size: burst + 1 (burst = 0 lets no more than the rate
+-- through in any one period), else one second's worth, at least 1.
+function M.bucket_size(r, burst)
+  if burst then
+    return burst + 1
+  end
+  return math.max(1, r.count * 1000 // r.per_ms)
+end
+
+local RATE_LIMIT = {
+  { "rate", function(ctx, path, v)
+      local r, err = M.parse_rate(v)
+      if not r then
+        ctx:fail(path, "%s", err)
+        return false
+      end
+      return true, v
+    end },
+  { "burst", function(ctx, path, v)
+      local ok, n = fields.int_min(0)(ctx, path, v)
+      if ok and n > M.MAX_RATE then
+        ctx:fail(path, "expected an integer from 0 to %d, got %s", M.MAX_RATE, fields.repr(v))
+        return false
+      end
+      return ok, n
+    end },
+}
+
 -- Checks t.circuit and t.rate_limit of a stream declaration into spec.
 function M.check(ctx, t, spec)
   spec.circuit = check_circuit(ctx, t.circuit)
-  if t.rate_limit ~= nil then
-    local r, err = M.parse_rate(t.rate_limit)
+  local v = t.rate_limit
+  if type(v) == "table" then
+    local own = fields.check_table(ctx, "rate_limit", v, RATE_LIMIT)
+    if v.rate == nil then
+      ctx:fail("rate_limit.rate", 'missing: the rate, such as "50/s" (rate_limit = '
+        .. '{ rate = "50/s", burst = 0 })')
+    end
+    spec.rate_limit, spec.rate_burst = own.rate, own.burst
+  elseif v ~= nil then
+    local r, err = M.parse_rate(v)
     if r then
-      spec.rate_limit = t.rate_limit
+      spec.rate_limit = v
     else
-      ctx:fail("rate_limit", "%s", err)
+      ctx:fail("rate_limit", "%s%s", err, type(v) == "string" and ""
+        or ', or a table { rate = "50/s", burst = N }')
     end
   end
 end
@@ -105,9 +145,11 @@ function M.describe(spec, add)
   end
   if spec.rate_limit then
     local r = M.parse_rate(spec.rate_limit)
-    local burst = math.max(1, r.count * 1000 // r.per_ms)
+    local size = M.bucket_size(r, spec.rate_burst)
     add("rate_limit", string.format("%s (handler attempts, retries and probes included; "
-      .. "burst %d)", spec.rate_limit, burst))
+      .. "burst %d%s: at most %d in any one %s)", spec.rate_limit, size - 1,
+      spec.rate_burst and "" or " (default)", r.count + size - 1,
+      r.per_ms == 1000 and "second" or "minute"))
   end
 end
 

@@ -62,5 +62,11 @@ fw_outage_config_read (lua_State *L, int t, fw_stream_config_t *cfg, fw_error_t 
       ok = fw_rate_limit_parse (lua_tostring (L, -1), &cfg->rate_limit, error);
    }
    lua_pop (L, 1);
+   /* Validated in Lua (flowwarden.config.outage): an integer 0..1e9. */
+   if (lua_getfield (L, t, "rate_burst") == LUA_TNUMBER && ok) {
+      cfg->rate_limit.has_burst = true;
+      cfg->rate_limit.burst = (int64_t) lua_tointeger (L, -1);
+   }
+   lua_pop (L, 1);
    return ok;
 }

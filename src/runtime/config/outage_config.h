@@ -10,7 +10,7 @@
 
 #include "flowwarden/stream_config.h"
 
-/* Reads spec.circuit and spec.rate_limit of the spec table at stack index t
+/* Reads spec.circuit, spec.rate_limit and spec.rate_burst of the spec table at t
  * into cfg->circuit and cfg->rate_limit (released by
  * fw_stream_config_cleanup). Leaves the stack as it found it; false with
  * error filled when memory ran out or the rate is malformed. */

@@ -209,7 +209,7 @@ op_retry_wait (void *ud, int attempt, size_t n)
    int64_t delay = fw_backoff_delay_ms (&d->prog.cfg.retry, attempt, fw_backoff_random (&d->rng));
    char id[1024];
 
-   fw_event_log_id (s->evs[0], id, sizeof id);
+   fw_event_short_id (s->evs[0], id, sizeof id);
    fw_log (FW_LOG_WARN, d->prog.cfg.name,
            "batch of %zu event(s) from %s: attempt %d failed%s%s; retrying %s in %lld ms", s->n,
            id, attempt, s->last_error[0] ? ": " : "", s->last_error,

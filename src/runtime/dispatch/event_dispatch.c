@@ -29,6 +29,8 @@ typedef struct {
    char message[1024];
    char traceback[8192];
    char where[256];   /* the failing line, "file:line" (redacted), or "" */
+   int status;        /* err.fields.status of an HTTP error, 0: none (issue 38) */
+   char body[600];    /* with it, the reply's first 512 bytes (redacted) */
 } decision_t;
 
 /* The wall clock (ms) at mono_ns (CLOCK_MONOTONIC): handler calls are timed
@@ -198,6 +200,10 @@ decide (fw_dispatcher_t *d, int attempt, fw_lua_stop_t stop, decision_t *out)
       copy_field (L, answer, "message", out->message, sizeof out->message, true);
       copy_field (L, answer, "traceback", out->traceback, sizeof out->traceback, true);
       copy_field (L, answer, "where", out->where, sizeof out->where, true);
+      copy_field (L, answer, "body", out->body, sizeof out->body, true);
+      lua_getfield (L, answer, "status");
+      out->status = lua_isinteger (L, -1) ? (int) lua_tointeger (L, -1) : 0;
+      lua_pop (L, 1);
       out->action = strcmp (action, "retry") == 0  ? ACT_RETRY
                     : strcmp (action, "dlq") == 0  ? ACT_DLQ
                     : strcmp (action, "skip") == 0 ? ACT_SKIP
@@ -327,6 +333,8 @@ failure_of (fw_dispatcher_t *d, const decision_t *dec, int attempts, int64_t fir
    f->sequence_index = d->park.index;
    f->error_message = dec->message;
    f->stack_trace = dec->traceback;
+   f->error_status = dec->status;
+   f->error_body = dec->status > 0 ? dec->body : NULL;
    f->attempts = attempts;
    f->first_attempt_ms = first_ms;
    f->last_attempt_ms = last_ms;
@@ -445,11 +453,13 @@ failure_context (const fw_event_t *ev, const decision_t *dec, const char *entry_
  * as dead-lettered (and the sequence it opens). */
 static fw_dispatch_result_t
 dead_lettered (fw_dispatcher_t *d, const fw_event_t *ev, const fw_dlq_config_t *dlq,
-               const fw_dlq_failure_t *f, const decision_t *dec, int attempts, const char *id,
+               const fw_dlq_failure_t *f, const decision_t *dec, int attempts,
                const char *entry_id)
 {
-   char more[1600];
+   char more[1600], sid[1024];
 
+   /* Warn lines name the event by its short id; the entry has it whole. */
+   fw_event_short_id (ev, sid, sizeof sid);
    if (d->metrics && !d->deferred.next_ms) {
       fw_stream_metrics_dlq_write (d->metrics);
    }
@@ -458,21 +468,21 @@ dead_lettered (fw_dispatcher_t *d, const fw_event_t *ev, const fw_dlq_config_t *
       fw_log (FW_LOG_WARN, d->prog.cfg.name,
               "event %s parked in %s behind DLQ sequence %.300s (index %lld): an earlier event "
               "of its key is dead-lettered",
-              id, dlq->collection, d->park.key, (long long) d->park.index);
+              sid, dlq->collection, d->park.key, (long long) d->park.index);
       return FW_DISPATCH_DONE;
    }
    if (d->deferred.next_ms) {
       fw_log (FW_LOG_WARN, d->prog.cfg.name,
               "event %s attempt %d failed: %s: %s; scheduled in %s for a deferred retry in "
               "%lld ms; the stream goes on%s",
-              id, attempts, dec->type, dec->message, dlq->collection,
+              sid, attempts, dec->type, dec->message, dlq->collection,
               (long long) (d->deferred.next_ms - f->created_ms),
               failure_context (ev, dec, entry_id, more, sizeof more));
       return FW_DISPATCH_DONE;
    }
    d->stats.dead_lettered++;
    fw_log (FW_LOG_WARN, d->prog.cfg.name,
-           "event %s dead-lettered to %s%s after %d attempt(s): %s: %s%s", id, dlq->collection,
+           "event %s dead-lettered to %s%s after %d attempt(s): %s: %s%s", sid, dlq->collection,
            d->prog.cfg.dlq.enabled ? "" : " (the script's default DLQ)", attempts, dec->type,
            dec->message, failure_context (ev, dec, entry_id, more, sizeof more));
    if (f->sequence_id) {
@@ -521,7 +531,7 @@ dead_letter_raw (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec
    if (!ok) {
       return FW_DISPATCH_STOPPED;
    }
-   return dead_lettered (d, ev, dlq, &f, dec, attempts, id, entry_id);
+   return dead_lettered (d, ev, dlq, &f, dec, attempts, entry_id);
 }
 
 /* ctx:send_to_dlq(reason) was called: dead-letter now, no retry. */
@@ -753,6 +763,8 @@ attempt_decision (fw_dispatcher_t *d, lua_State *L, bool ok, int attempt, fw_lua
                   decision_t *dec)
 {
    fw_replay_hook_keep_error (d, L, 0);
+   dec->status = 0;
+   dec->body[0] = '\0';
    if (d->dispatch.dlq_requested) {
       if (!ok) {
          lua_pop (L, 1);
@@ -804,14 +816,14 @@ replay_ends (fw_dispatcher_t *d, const decision_t *dec, int attempt, fw_dispatch
 /* The decision is retry: waits out the backoff. False when a shutdown came
  * first. */
 static bool
-retry_wait (fw_dispatcher_t *d, const fw_event_t *ev, int attempt, const decision_t *dec,
-            const char *id)
+retry_wait (fw_dispatcher_t *d, const fw_event_t *ev, int attempt, const decision_t *dec)
 {
    int64_t delay = fw_backoff_delay_ms (&d->prog.cfg.retry, attempt, fw_backoff_random (&d->rng));
-   char more[1600];
+   char more[1600], sid[1024];
 
+   fw_event_short_id (ev, sid, sizeof sid);
    fw_log (FW_LOG_WARN, d->prog.cfg.name,
-           "event %s attempt %d failed: %s: %s; retrying in %lld ms%s", id, attempt, dec->type,
+           "event %s attempt %d failed: %s: %s; retrying in %lld ms%s", sid, attempt, dec->type,
            dec->message, (long long) delay, failure_context (ev, dec, NULL, more, sizeof more));
    d->stats.retries++;
    if (d->metrics) {
@@ -861,15 +873,16 @@ static fw_dispatch_result_t
 decided_end (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec, int attempt,
              const attempt_times_t *t, const char *id)
 {
-   char more[1600];
+   char more[1600], sid[1024];
 
    switch (dec->action) {
    case ACT_DLQ:
       return dead_letter_after (d, ev, dec, attempt, t, id);
    case ACT_SKIP:
       d->stats.skipped++;
+      fw_event_short_id (ev, sid, sizeof sid);
       fw_log (FW_LOG_INFO, d->prog.cfg.name,
-              "event %s skipped by on_error after attempt %d: %s: %s%s", id, attempt, dec->type,
+              "event %s skipped by on_error after attempt %d: %s: %s%s", sid, attempt, dec->type,
               dec->message, failure_context (ev, dec, NULL, more, sizeof more));
       return finished (d, FW_METRICS_OUTCOME_SKIPPED, 0);
    case ACT_DROP:
@@ -932,7 +945,7 @@ after_failure (fw_dispatcher_t *d, const fw_event_t *ev, lua_State *L, bool ok, 
       *r = decided_end (d, ev, &dec, attempt, t, id);
       return false;
    }
-   if (!retry_wait (d, ev, attempt, &dec, id)) {
+   if (!retry_wait (d, ev, attempt, &dec)) {
       *r = FW_DISPATCH_STOPPED;
       return false;
    }

@@ -45,7 +45,12 @@ fw_rate_limit_parse (const char *text, fw_rate_limit_config_t *out, fw_error_t *
 int64_t
 fw_rate_limit_burst (const fw_rate_limit_config_t *cfg)
 {
-   int64_t b = cfg->per_ms > 0 ? cfg->count * 1000 / cfg->per_ms : 0;
+   int64_t b;
+
+   if (cfg->has_burst) {
+      return cfg->burst + 1;
+   }
+   b = cfg->per_ms > 0 ? cfg->count * 1000 / cfg->per_ms : 0;
    return b < 1 ? 1 : b;
 }
 
@@ -88,7 +93,8 @@ void
 fw_rate_limit_set (fw_rate_limit_t *rl, const fw_rate_limit_config_t *cfg, int64_t now_ns)
 {
    pthread_mutex_lock (&rl->mu);
-   if (rl->cfg.count != cfg->count || rl->cfg.per_ms != cfg->per_ms) {
+   if (rl->cfg.count != cfg->count || rl->cfg.per_ms != cfg->per_ms ||
+       fw_rate_limit_burst (&rl->cfg) != fw_rate_limit_burst (cfg)) {
       bool was_off = rl->cfg.count == 0;
       double burst = cfg->count > 0 ? (double) fw_rate_limit_burst (cfg) : 0;
       rl->cfg = *cfg;

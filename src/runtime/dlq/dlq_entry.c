@@ -180,6 +180,14 @@ append_error (bson_t *out, const fw_dlq_config_t *cfg, const fw_dlq_failure_t *f
    if (cfg->include_stack_trace && !slim) {
       BSON_APPEND_UTF8 (&err, "stackTrace", f->stack_trace ? f->stack_trace : "");
    }
+   /* Issue 38: what the HTTP server answered (bounded by flowwarden.dispatch,
+    * valid UTF-8, redacted), so the dead letter says why it refused. */
+   if (f->error_status > 0) {
+      BSON_APPEND_INT32 (&err, "status", f->error_status);
+      if (f->error_body) {
+         BSON_APPEND_UTF8 (&err, "body", f->error_body);
+      }
+   }
    bson_append_document_end (out, &err);
 }
 

@@ -664,24 +664,30 @@ pmain_describe (lua_State *L)
    lua_call (L, 1, 1);
    lua_getfield (L, -1, "text");
    lua_rawgeti (L, LUA_REGISTRYINDEX, host->config_ref);
-   lua_call (L, 1, 1);
-   luaL_checktype (L, -1, LUA_TSTRING);
-   return 1;
+   lua_call (L, 1, 2);
+   luaL_checktype (L, -2, LUA_TSTRING);
+   luaL_checkinteger (L, -1);
+   return 2;
 }
 
 char *
-fw_lua_host_describe (fw_lua_host_t *host, fw_error_t *error)
+fw_lua_host_describe (fw_lua_host_t *host, int *warnings, fw_error_t *error)
 {
    char *out = NULL;
 
    lua_pushcfunction (host->L, pmain_describe);
-   if (lua_pcall (host->L, 0, 1, 0) != LUA_OK) {
+   if (lua_pcall (host->L, 0, 2, 0) != LUA_OK) {
       fw_error_set (error, FW_ERROR_LUA, "cannot describe the script: %s",
                     lua_tostring (host->L, -1));
-   } else if (!(out = strdup (lua_tostring (host->L, -1)))) {
-      fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
+      lua_pop (host->L, 1);
+      return NULL;
    }
-   lua_pop (host->L, 1);
+   if (!(out = strdup (lua_tostring (host->L, -2)))) {
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
+   } else if (warnings) {
+      *warnings = (int) lua_tointeger (host->L, -1);
+   }
+   lua_pop (host->L, 2);
    return out;
 }
 

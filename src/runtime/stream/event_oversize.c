@@ -320,6 +320,7 @@ fw_oversize_take (fw_dispatcher_t *d, fw_split_buffer_t *split, const bson_t **d
                     eid, (long long) size);
       return FW_OVERSIZE_FAILED;
    }
+   fw_event_short_id (ev, eid, sizeof eid);
    fw_log (FW_LOG_WARN, fw_dispatcher_config (d)->name,
            "oversize change event %s (%lld bytes) skipped and dead-lettered", eid,
            (long long) size);
