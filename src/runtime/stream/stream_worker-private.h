@@ -67,6 +67,8 @@ struct fw_stream_worker {
    fw_metric_series_t *shared_held;    /* ... its gauges flowwarden_units_held, _members */
    fw_metric_series_t *shared_members;
    int64_t shared_seen_ms;             /* when they were last set (atomic) */
+   int64_t orphan_seen_ms;             /* ha: wall clock this member first saw the unit's
+                                        * holder gone (its member record); 0: not seen */
    char failure[1200];         /* why the stream stops */
    /* Per-key lanes (stream_lanes.c, issue 16), cfg->lanes > 1: */
    int index;                  /* the stream's index in its script */
@@ -158,8 +160,9 @@ void fw_stream_lease_destroy (fw_stream_worker_t *w);
 /* Defines the unit's gauges in registry (ha.mode = "shared" only). */
 void fw_stream_shared_set_metrics (fw_stream_worker_t *w, fw_metrics_t *registry);
 
-/* Sets the gauges, at most every 500 ms; the standby's status names the
- * holder. Any of the stream's threads. */
+/* ha: sets the gauges and, while this instance does not hold the unit, its
+ * state (standby, or orphaned with how long: issue 38), at most every
+ * 500 ms; the status names the holder. Any of the stream's threads. */
 void fw_stream_shared_observe (fw_stream_worker_t *w);
 
 /* --- stream_reload.c --------------------------------------------------- */
