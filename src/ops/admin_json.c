@@ -112,8 +112,7 @@ fw_admin_json_stream (fw_strbuf_t *out, const fw_stream_snapshot_t *s)
       /* Issue 38: the unit's holder as this member sees it, how long it has
        * had none, and the lease. */
       fw_strbuf_puts (out, ",\"holder\":");
-      fw_strbuf_json_string (out, s->role == FW_STREAM_ROLE_LEADER ? "self"
-                                  : empty_to_null (s->holder));
+      fw_strbuf_json_string (out, empty_to_null (s->holder));
       fw_strbuf_puts (out, ",\"orphaned_seconds\":");
       if (s->orphaned_seconds >= 0) {
          fw_strbuf_json_double (out, s->orphaned_seconds);

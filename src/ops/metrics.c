@@ -464,8 +464,8 @@ fw_stream_metrics_set_retries_scheduled (fw_stream_metrics_t *b, int64_t count,
 void
 fw_stream_metrics_set_state (fw_stream_metrics_t *b, fw_stream_state_t state, const char *reason)
 {
-   if (fw_stream_state_ready (state)) {
-      /* The reason is only read for states that are not ready. */
+   if (state == FW_STREAM_RUNNING || state == FW_STREAM_RETRYING) {
+      /* The reason is only read for states other than these. */
       __atomic_store_n (&b->state, (int) state, __ATOMIC_RELEASE);
       return;
    }
@@ -627,7 +627,7 @@ fw_stream_metrics_snapshot (const fw_stream_metrics_t *b, int64_t now_ms,
    snprintf (out->name, sizeof out->name, "%s", b->name);
    out->state = (fw_stream_state_t) __atomic_load_n (&b->state, __ATOMIC_ACQUIRE);
    pthread_mutex_lock (&mb->mu);
-   if (!fw_stream_state_ready (out->state)) {
+   if (out->state != FW_STREAM_RUNNING && out->state != FW_STREAM_RETRYING) {
       memcpy (out->reason, b->reason, sizeof out->reason);
    }
    memcpy (out->last_error_type, b->last_error_type, sizeof out->last_error_type);
