@@ -125,8 +125,9 @@ observe_standby (fw_stream_worker_t *w, const fw_shared_figures_t *f)
       return; /* stopping: the thread's own state stands */
    }
    orphaned = unit_orphaned (w, &st, &since);
-   /* "leader": every standby takes a free lease; "shared": below the share. */
-   short_of_share = !w->shared || f->held < f->share;
+   /* "leader": every standby takes a free lease; "shared": below the share
+    * (or before the first count of the members, when it holds nothing yet). */
+   short_of_share = !w->shared || f->members == 0 || f->held < f->share;
    if (w->shared) {
       snprintf (share, sizeof share, "; %d member%s, this instance holds %d of %d units (share %d)",
                 f->members, f->members == 1 ? "" : "s", f->held, f->units, f->share);
