@@ -78,7 +78,7 @@ fw_stream_wait_lead (fw_stream_worker_t *w)
       int64_t epoch, stored;
       fw_error_t err;
 
-      fw_stream_shared_observe (w);
+      fw_stream_standby_observe (w);
       if (!fw_lease_wait_leader (w->lease, 250, &epoch)) {
          if (!said) {
             fw_log (FW_LOG_INFO, w->cfg->name, "role: standby (waiting for the stream's lease)");

@@ -156,25 +156,38 @@ void
 fw_stream_shared_observe (fw_stream_worker_t *w)
 {
    int64_t now, seen = __atomic_load_n (&w->shared_seen_ms, __ATOMIC_RELAXED);
-   fw_shared_figures_t f = {0};
+   fw_shared_figures_t f;
    bool leading;
 
-   if (!w->lease || (now = fw_mono_ms ()) - seen < 500 ||
+   if (!w->shared || !w->lease || (now = fw_mono_ms ()) - seen < 500 ||
        !__atomic_compare_exchange_n (&w->shared_seen_ms, &seen, now, false, __ATOMIC_RELAXED,
                                      __ATOMIC_RELAXED)) {
       return;
    }
    leading = fw_lease_is_leader (w->lease, NULL);
+   fw_shared_group_figures (w->shared, &f);
+   if (w->shared_held) {
+      fw_metric_series_set (w->shared_held, leading ? 1.0 : 0.0);
+   }
+   if (w->shared_members) {
+      fw_metric_series_set (w->shared_members, (double) f.members);
+   }
+}
+
+void
+fw_stream_standby_observe (fw_stream_worker_t *w)
+{
+   fw_shared_figures_t f = {0};
+   int64_t now = fw_mono_ms ();
+
+   fw_stream_shared_observe (w);
+   if (!w->lease || !w->metrics || now - w->standby_seen_ms < 250 ||
+       fw_lease_is_leader (w->lease, NULL)) {
+      return;
+   }
+   w->standby_seen_ms = now;
    if (w->shared) {
       fw_shared_group_figures (w->shared, &f);
-      if (w->shared_held) {
-         fw_metric_series_set (w->shared_held, leading ? 1.0 : 0.0);
-      }
-      if (w->shared_members) {
-         fw_metric_series_set (w->shared_members, (double) f.members);
-      }
    }
-   if (!leading && w->metrics && w->epoch == 0) {
-      observe_standby (w, &f);
-   }
+   observe_standby (w, &f);
 }
