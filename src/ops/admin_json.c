@@ -165,7 +165,7 @@ fw_admin_json_stream (fw_strbuf_t *out, const fw_stream_snapshot_t *s)
                      (unsigned long long) s->checkpoint_writes,
                      (unsigned long long) s->checkpoint_errors,
                      (unsigned long long) s->dlq_writes);
-   if (s->dlq_pending >= 0) {
+   if (s->dlq_pending >= 0 && s->role != FW_STREAM_ROLE_STANDBY) { /* the holder's (ha) */
       fw_strbuf_printf (out, "%lld,\"dlq_oldest_pending_age_seconds\":",
                         (long long) s->dlq_pending);
       fw_strbuf_json_double (out, s->dlq_oldest_age_seconds);
