@@ -10,13 +10,14 @@ quiet again. A third member then killed with nothing in the way: the take-over t
 against the bound docs/operations.md states (lease + lease / 3 + 250 ms), and `flowwarden status`
 with both --admin addresses prints the group."""
 import json
+import os
 import re
 import threading
 import time
 import urllib.error
 import urllib.request
 
-from fwtest import StandInTestCase, clean_env, needs_standin, run_cli
+from fwtest import SOURCE_DIR, StandInTestCase, clean_env, needs_standin, run_cli
 
 LEASE_MS = 2000
 N = 4
@@ -124,6 +125,26 @@ class SharedHealth(StandInTestCase):
         self.assertTrue(all(len(v) == 1 for v in lag.values()), lag)
         return view
 
+    def assert_rule_tests_use_these_series(self, view):
+        """tests/prometheus/alerts_test.yml replays a group of two: each series it writes
+        exists in this group's /metrics with the same labels (a unit named as here), and
+        a standby's lag is absent there as here."""
+        path = os.path.join(SOURCE_DIR, "tests", "prometheus", "alerts_test.yml")
+        with open(path) as f:
+            written = re.findall(r"- series: '(\w+)\{([^}]*)\}'", f.read())
+        self.assertTrue(written)
+        real = {}
+        for _, metrics, _ in view.values():
+            for m in re.finditer(r"^(flowwarden_\w+)\{([^}]*)\} ", metrics, re.M):
+                keys = tuple(sorted(k for k, _ in re.findall(r'(\w+)="([^"]*)"', m.group(2))))
+                real.setdefault(m.group(1), set()).add(keys)
+        for name, labels in written:
+            keys = tuple(sorted(k for k, _ in re.findall(r'(\w+)="([^"]*)"', labels)
+                                if k not in ("job", "instance")))
+            self.assertIn(keys, real.get(name, set()), "%s{%s}" % (name, labels))
+            unit = re.search(r'unit="kv#(\d)/4"', labels) or re.search(r'stream="kv#(\d)/4"', labels)
+            self.assertTrue(unit, labels)
+
     def wait_quiet(self, ports, timeout):
         deadline = time.monotonic() + timeout
         while True:
@@ -143,7 +164,8 @@ class SharedHealth(StandInTestCase):
         self.writer()
         self.wait_for(lambda: b.report_count() > 20 and a.report_count() > 20, 30,
                       "both handling events")
-        self.wait_quiet([pa, pb], 10)
+        view = self.wait_quiet([pa, pb], 10)
+        self.assert_rule_tests_use_these_series(view)
         # Steady for two more lease periods: still quiet, and no standby grows a lag.
         time.sleep(2 * LEASE_MS / 1000)
         self.assert_quiet([pa, pb])
