@@ -133,14 +133,18 @@ observe_standby (fw_stream_worker_t *w, const fw_shared_figures_t *f)
                 f->members, f->members == 1 ? "" : "s", f->held, f->units, f->share);
    }
    if (orphaned) {
-      snprintf (msg, sizeof msg, "orphaned for %.1f s: %s%.200s%s%s%s",
-                (double) (fw_now_ms () - since) / 1000.0,
-                st.free_ms >= 0 ? "no live holder (the lease is free or expired"
-                                : "its holder ",
-                st.free_ms >= 0 ? "" : st.holder,
-                st.free_ms >= 0 ? ")" : " is no longer a member",
-                share, short_of_share ? "; this instance takes it at its next look"
-                                      : "; this instance holds its share");
+      char why[300];
+      if (st.free_ms < 0) {
+         snprintf (why, sizeof why, "its holder %.200s is no longer a member", st.holder);
+      } else if (st.holder[0]) {
+         snprintf (why, sizeof why, "the lease of %.200s expired", st.holder);
+      } else {
+         snprintf (why, sizeof why, "its lease is free (given up)");
+      }
+      snprintf (msg, sizeof msg, "orphaned for %.1f s: no live holder (%s)%s%s",
+                (double) (fw_now_ms () - since) / 1000.0, why, share,
+                short_of_share ? "; this instance takes it at its next look"
+                               : "; this instance holds its share");
       fw_stream_metrics_set_unit_view (w->metrics, st.holder, since, short_of_share);
       fw_stream_metrics_set_state (w->metrics, FW_STREAM_ORPHANED, msg);
       return;
