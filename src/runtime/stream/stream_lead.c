@@ -71,8 +71,8 @@ fw_stream_wait_lead (fw_stream_worker_t *w)
    fw_dispatcher_set_lead (w->d, w->lease, 0);
    fw_stream_set_role (w, FW_STREAM_ROLE_STANDBY);
    if (w->metrics) {
-      fw_stream_metrics_set_state (w->metrics, FW_STREAM_STANDBY,
-                                   "standby: reading the stream's lease");
+      fw_stream_metrics_set_state (w->metrics, FW_STREAM_STARTING,
+                                   "starting: reading the unit's lease");
    }
    while (!fw_shutdown_requested (w->shutdown)) {
       int64_t epoch, stored;

@@ -149,10 +149,16 @@ observe_standby (fw_stream_worker_t *w, const fw_shared_figures_t *f)
       fw_stream_metrics_set_state (w->metrics, FW_STREAM_ORPHANED, msg);
       return;
    }
+   if (!st.live_holder) {
+      /* Not read yet since this instance stopped holding it (or started). */
+      fw_stream_metrics_set_unit_view (w->metrics, NULL, 0, short_of_share);
+      fw_stream_metrics_set_state (w->metrics, FW_STREAM_STARTING,
+                                   "starting: reading the unit's lease");
+      return;
+   }
    snprintf (msg, sizeof msg, "standby%s: unit held by %.200s%s", w->shared ? " (shared)" : "",
-             st.live_holder ? st.holder : "nobody yet (reading its lease)", share);
-   fw_stream_metrics_set_unit_view (w->metrics, st.live_holder ? st.holder : NULL, 0,
-                                    short_of_share);
+             st.holder, share);
+   fw_stream_metrics_set_unit_view (w->metrics, st.holder, 0, short_of_share);
    fw_stream_metrics_set_state (w->metrics, FW_STREAM_STANDBY, msg);
 }
 
