@@ -58,6 +58,14 @@ typedef struct {
    int64_t clock_offset_ms; /* the server's clock minus this host's wall clock, as last seen
                              * (information only: no decision depends on it) */
    int acquisitions;        /* times this instance took the lease */
+   /* Issue 38: a standby's view of the lease at its last read. */
+   bool live_holder;        /* another instance held it, its expiresAt after the server's
+                             * $$NOW (false: free, released, expired, or not read yet) */
+   int64_t free_ms;         /* !live_holder and read: how long the lease has been without a
+                             * holder (since its expiresAt by the server's clock, else since
+                             * this instance first saw it free); -1: not read yet, or held */
+   int64_t expires_in_ms;   /* live_holder: the holder's expiresAt less the server's $$NOW at
+                             * the last read, less the time since (may be < 0) */
 } fw_lease_status_t;
 
 /* This process's owner id, "host:pid:uuid" (the same for all its leases).

@@ -69,6 +69,9 @@ typedef enum {
    FW_STREAM_RESTARTING,   /* the change stream failed; waiting to re-open it */
    FW_STREAM_STOPPED,      /* stopped (shutdown or removed) */
    FW_STREAM_FAILED,       /* stopped on an error it cannot get over */
+   FW_STREAM_STANDBY,      /* ha: another live member holds the unit and reads it */
+   FW_STREAM_ORPHANED,     /* ha: no live member holds the unit (its lease expired, or its
+                            * holder's member record is gone) and this one has not taken it */
    FW_STREAM_STATE_COUNT
 } fw_stream_state_t;
 
@@ -279,6 +282,18 @@ void fw_stream_metrics_set_script_version (fw_stream_metrics_t *b, const char *v
 enum { FW_STREAM_ROLE_NONE = 0, FW_STREAM_ROLE_STANDBY = 1, FW_STREAM_ROLE_LEADER = 2 };
 void fw_stream_metrics_set_role (fw_stream_metrics_t *b, int role);
 
+/* ha (issue 38): the unit's lease (flowwarden_unit_lease_seconds); 0: no
+ * ha. Any thread. */
+void fw_stream_metrics_set_lease (fw_stream_metrics_t *b, int64_t lease_ms);
+
+/* ha (issue 38): what this instance sees of a unit it does not hold: the
+ * holder's id (copied; NULL or "": none), since when (wall clock) the unit
+ * has had no live holder (0: it has one), and whether this instance holds
+ * fewer units than its share (it should take an orphaned unit, so it is
+ * not ready while one is). Takes the block's short lock. */
+void fw_stream_metrics_set_unit_view (fw_stream_metrics_t *b, const char *holder,
+                                      int64_t orphaned_since_ms, bool share_short);
+
 /* A handler's IO call (fw.mongo, fw.http) ended with result after duration_ns. */
 void fw_stream_metrics_io (fw_stream_metrics_t *b, fw_metrics_io_client_t client,
                            fw_metrics_io_result_t result, int64_t duration_ns);
@@ -343,6 +358,11 @@ typedef struct {
    double dlq_oldest_age_seconds;
    uint64_t lua_memory_bytes;
    int role;                       /* FW_STREAM_ROLE_* */
+   char holder[200];               /* ha, standby or orphaned: the lease's holder ("": none) */
+   double orphaned_seconds;        /* ha: how long the unit has had no live holder; -1: it
+                                    * has one (or no ha) */
+   bool share_short;               /* ha: this instance holds fewer units than its share */
+   double lease_seconds;           /* ha: the lease; 0: no ha */
    bool has_oplog_window;          /* the deployment's oplog window is known: */
    double oplog_window_seconds;    /* fw_metrics_oplog_window */
    int oplog_window_unknown;       /* without it: why (fw_oplog_unknown_t) */
@@ -364,8 +384,18 @@ void fw_stream_metrics_snapshot (const fw_stream_metrics_t *b, int64_t now_ms,
 int fw_metrics_snapshot_all (fw_metrics_t *m, int64_t now_ms, fw_stream_snapshot_t **out);
 
 /* True when a stream in state s counts as ready (/readyz): running, or
- * running and retrying an event. */
+ * running and retrying an event, or (ha) a standby while another member
+ * reads it. */
 bool fw_stream_state_ready (fw_stream_state_t s);
+
+/* Whether the stream holds the instance's readiness back: not ready (above),
+ * unless it is orphaned while this instance already holds its share (the
+ * members that should take it are elsewhere, issue 38). */
+bool fw_stream_snapshot_ready (const fw_stream_snapshot_t *s);
+
+/* The stream a unit belongs to: name less a trailing "#k/N" (names of that
+ * form are reserved for units), into out (size len). */
+void fw_metrics_unit_stream (const char *name, char *out, size_t len);
 
 /* --- metrics defined by scripts (fw.metrics) ----------------------------- */
 

@@ -62,6 +62,13 @@ typedef struct {
 
 void fw_shared_group_figures (fw_shared_group_t *g, fw_shared_figures_t *out);
 
+/* Whether member id (a holder named by a lease) was among the live members
+ * at this instance's last count: 1 yes, 0 no, -1 not counted yet;
+ * *counted_ms: when that count was sent (CLOCK_MONOTONIC). A holder absent
+ * from a count sent after one of its lease renewals has lost its member
+ * record (expired or removed): its units are orphaned (issue 38). */
+int fw_shared_group_member_live (fw_shared_group_t *g, const char *id, int64_t *counted_ms);
+
 /* Drops the reference; the last one stops the thread and removes this
  * instance's member document. NULL is a no-op. */
 void fw_shared_group_leave (fw_shared_group_t *g);

@@ -156,8 +156,15 @@ function M.stream(spec)
   if ha.mode == "leader" or ha.mode == "shared" then
     add("ha.mode", ha.mode == "leader" and "leader (one instance at a time handles this stream)"
       or "shared (the instances share the units, each at most ceil(units / members))")
-    add("ha.lease", string.format("%s (renewed every %s; a standby takes over within %s)",
-      ms(ha.lease_ms), ms(ha.lease_ms // 3), ms(ha.lease_ms + ha.lease_ms // 3)))
+    -- The take-over bound (docs/operations.md, "Take-over time"): a standby
+    -- reads a held lease at least every 250 ms; "shared" also waits for its
+    -- next count of the members (every lease / 3) to raise its share.
+    local takeover = ha.mode == "shared" and ha.lease_ms + ha.lease_ms // 3 + 250
+      or ha.lease_ms + 250
+    local clean = ha.mode == "shared" and ha.lease_ms // 3 + 250 or 250
+    add("ha.lease", string.format("%s (renewed every %s; a crashed holder's %s taken over within "
+      .. "%s, a stopped one's within %s)", ms(ha.lease_ms), ms(ha.lease_ms // 3),
+      ha.mode == "shared" and "units are" or "stream is", ms(takeover), ms(clean)))
   else
     add("ha.mode", "none")
   end

@@ -24,7 +24,7 @@ static const char usage_text[] =
    "       flowwarden check SCRIPT [--strict]   (--strict: warnings fail too)\n"
    "       flowwarden doctor SCRIPT [--uri URI] [--json]   (what the deployment lacks;\n"
    "                         exit 0 all good, 1 warnings, 2 failures)\n"
-   "       flowwarden status [--admin URL] [--json]\n"
+   "       flowwarden status [--admin URL]... [--json]\n"
    "       flowwarden pause|resume|restart STREAM [--admin URL]\n"
    "       flowwarden snapshot STREAM [--filter JSON] [--admin URL]\n"
    "       flowwarden reload [--admin URL]\n"

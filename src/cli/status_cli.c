@@ -17,12 +17,15 @@
 #include "flowwarden/status_cli.h"
 
 static const char usage_text[] =
-   "usage: flowwarden status [--admin URL] [--json]\n"
+   "usage: flowwarden status [--admin URL]... [--json]\n"
    "       flowwarden pause|resume|restart STREAM [--admin URL]\n"
    "       flowwarden snapshot STREAM [--filter JSON] [--admin URL]\n"
    "       flowwarden reload [--admin URL]\n"
    "URL defaults to FLOWWARDEN_ADMIN, else " FW_ADMIN_DEFAULT_URL "; the token for pause,\n"
-   "resume, restart, snapshot and reload comes from FLOWWARDEN_ADMIN_TOKEN.\n";
+   "resume, restart, snapshot and reload comes from FLOWWARDEN_ADMIN_TOKEN.\n"
+   "status with several --admin: the group's view (ha): each unit, its holder, lag, orphans.\n";
+
+#define MAX_ADMINS 32
 
 static int
 bad_usage (const char *cmd, const char *fmt, const char *arg)
@@ -263,13 +266,14 @@ print_oplog_window (lua_State *L, int streams)
    }
    format_duration (window, text, sizeof text);
    printf ("oplog window: %s; headroom:", text);
-   for (int i = 1; i <= n; i++) {
+   for (int i = 1, shown = 0; i <= n; i++) {
       lua_rawgeti (L, streams, i);
+      /* A standby's (ha) headroom is null: its holder's to say. */
       if (lua_istable (L, -1) && field_number (L, lua_gettop (L), "headroom_seconds", &headroom)) {
          const char *name = field_string (L, lua_gettop (L), "name");
          format_duration (headroom < 0 ? 0 : headroom, text, sizeof text);
-         printf (" %s %s%s", name ? name : "?", headroom < 0 ? "0 (history lost)" : text,
-                 i < n ? "," : "");
+         printf ("%s %s %s", shown++ ? "," : "", name ? name : "?",
+                 headroom < 0 ? "0 (history lost)" : text);
       }
       lua_pop (L, 1);
    }
@@ -427,6 +431,164 @@ show (show_mode_t mode, const char *what, long status, const body_t *body)
    return ok;
 }
 
+/* --- the group's view (issue 38) ------------------------------------------------ */
+
+static char *base_url (const char *given);
+
+/* Given answers = { {admin = URL, json = body | nil, err = why | nil}, ... }
+ * (the members' /v1/streams), prints each member, then each unit once: who
+ * holds it (the member whose unit is the leader; else the holder the
+ * others name), its state there, its lag, and how long it has had no live
+ * holder. Returns the number of members that did not answer. */
+static const char group_lua[] =
+   "local answers = ...\n"
+   "local cjson = require('cjson')\n"
+   "local function dur(s)\n"
+   "  if type(s) ~= 'number' then return '-' end\n"
+   "  if s < 10 then return string.format('%.3fs', s) end\n"
+   "  if s < 60 then return string.format('%ds', math.floor(s)) end\n"
+   "  if s < 3600 then return string.format('%dm%02ds', s // 60, math.floor(s % 60)) end\n"
+   "  return string.format('%dh%02dm', s // 3600, math.floor(s % 3600) // 60)\n"
+   "end\n"
+   "local units, order, ids, failed = {}, {}, {}, 0\n"
+   "for _, a in ipairs(answers) do\n"
+   "  local ok, doc = pcall(cjson.decode, a.json or '')\n"
+   "  if a.json and ok and type(doc) == 'table' and type(doc.streams) == 'table' then\n"
+   "    a.doc = doc\n"
+   "    for _, st in ipairs(doc.streams) do\n"
+   "      if type(st) == 'table' and type(st.name) == 'string' then\n"
+   "        if not units[st.name] then units[st.name] = {}; order[#order + 1] = st.name end\n"
+   "        table.insert(units[st.name], {a = a, s = st})\n"
+   "        if st.role == 'leader' and type(st.holder) == 'string' then ids[st.holder] = a.admin; a.id = st.holder end\n"
+   "      end\n"
+   "    end\n"
+   "  else\n"
+   "    failed = failed + 1\n"
+   "    a.err = a.err or 'not a flowwarden status answer'\n"
+   "  end\n"
+   "end\n"
+   "print(string.format('group: %d member%s asked, %d answered', #answers, #answers == 1 and '' or 's', #answers - failed))\n"
+   "for _, a in ipairs(answers) do\n"
+   "  if a.doc then\n"
+   "    local held, total, notready = 0, 0, {}\n"
+   "    for _, st in ipairs(a.doc.streams) do\n"
+   "      total = total + 1\n"
+   "      if st.role == 'leader' or st.role == nil then held = held + 1 end\n"
+   "      if st.ready == false then notready[#notready + 1] = st.name end\n"
+   "    end\n"
+   "    print(string.format('  %s  %s  holds %d of %d units, %s', a.admin, a.id or '(member id unknown: holds no unit)', held, total,\n"
+   "      #notready == 0 and 'ready' or ('NOT ready: ' .. table.concat(notready, ', '))))\n"
+   "  else\n"
+   "    print(string.format('  %s  DOES NOT ANSWER: %s', a.admin, a.err))\n"
+   "  end\n"
+   "end\n"
+   "local w = 4\n"
+   "for _, n in ipairs(order) do if #n > w then w = #n end end\n"
+   "print(string.format('%-' .. w .. 's  %-28s  %-10s  %9s  %9s  %s', 'UNIT', 'HOLDER', 'STATE', 'LAG', 'EVENTS/S', 'ORPHANED'))\n"
+   "local orphans = 0\n"
+   "for _, n in ipairs(order) do\n"
+   "  local lead, named, orphaned, seen, noha = nil, nil, nil, 0, false\n"
+   "  for _, r in ipairs(units[n]) do\n"
+   "    if r.s.role == nil then noha = true end\n"
+   "    if r.s.role == 'leader' then lead = r end\n"
+   "    if r.s.role == 'standby' and type(r.s.holder) == 'string' then named = r.s.holder end\n"
+   "    if type(r.s.orphaned_seconds) == 'number' then\n"
+   "      seen = seen + 1\n"
+   "      if not orphaned or r.s.orphaned_seconds > orphaned then orphaned = r.s.orphaned_seconds end\n"
+   "    end\n"
+   "  end\n"
+   "  local holder, state, lag, rate = 'none', '-', nil, nil\n"
+   "  if noha then holder = 'each member (no ha)'; state = units[n][1].s.state; lag = units[n][1].s.lag_seconds; rate = units[n][1].s.events_per_second\n"
+   "  elseif lead then holder = lead.a.admin; state = lead.s.state; lag = lead.s.lag_seconds; rate = lead.s.events_per_second\n"
+   "  elseif named and not orphaned then holder = ids[named] or (named .. ' (not asked)'); state = 'standby here'\n"
+   "  end\n"
+   "  local otext = '-'\n"
+   "  if orphaned and not lead then\n"
+   "    orphans = orphans + 1\n"
+   "    otext = string.format('%s (seen by %d member%s)', dur(orphaned), seen, seen == 1 and '' or 's')\n"
+   "    state = 'orphaned'\n"
+   "  end\n"
+   "  print(string.format('%-' .. w .. 's  %-28s  %-10s  %9s  %9s  %s', n, holder, state, dur(lag),\n"
+   "    type(rate) == 'number' and string.format('%.1f', rate) or '-', otext))\n"
+   "end\n"
+   "if orphans > 0 then print(string.format('%d unit%s without a live holder', orphans, orphans == 1 and '' or 's')) end\n"
+   "return failed\n";
+
+static int
+group_status (const char **admins, int n, bool json)
+{
+   body_t bodies[MAX_ADMINS];
+   char errs[MAX_ADMINS][CURL_ERROR_SIZE + 64];
+   char *bases[MAX_ADMINS];
+   lua_State *L;
+   int failed = 0, rc = 1;
+
+   memset (bodies, 0, sizeof bodies);
+   for (int i = 0; i < n; i++) {
+      char url[2048];
+      long status = 0;
+      errs[i][0] = '\0';
+      if (!(bases[i] = base_url (admins[i]))) {
+         snprintf (errs[i], sizeof errs[i], "out of memory");
+         continue;
+      }
+      snprintf (url, sizeof url, "%s/v1/streams", bases[i]);
+      if (!request ("GET", url, 10L, &status, &bodies[i], errs[i], sizeof errs[i])) {
+         free (bodies[i].data);
+         bodies[i].data = NULL;
+      } else if (status != 200) {
+         snprintf (errs[i], sizeof errs[i], "HTTP %ld", status);
+         free (bodies[i].data);
+         bodies[i].data = NULL;
+      }
+   }
+   if (json) {
+      printf ("{\"members\":[");
+      for (int i = 0; i < n; i++) {
+         printf ("%s{\"admin\":\"%s\",\"answer\":%s}", i ? "," : "", bases[i] ? bases[i] : "",
+                 bodies[i].data ? bodies[i].data : "null");
+         failed += !bodies[i].data;
+      }
+      printf ("]}\n");
+      rc = failed ? 1 : 0;
+   } else if (!(L = luaL_newstate ())) {
+      fprintf (stderr, "flowwarden status: out of memory\n");
+   } else {
+      luaL_openlibs (L);
+      luaL_requiref (L, "cjson", luaopen_cjson, 0);
+      lua_pop (L, 1);
+      if (luaL_loadbuffer (L, group_lua, sizeof group_lua - 1, "=status") != LUA_OK) {
+         fprintf (stderr, "flowwarden status: %s\n", lua_tostring (L, -1));
+      } else {
+         lua_createtable (L, n, 0);
+         for (int i = 0; i < n; i++) {
+            lua_createtable (L, 0, 3);
+            lua_pushstring (L, bases[i] ? bases[i] : admins[i]);
+            lua_setfield (L, -2, "admin");
+            if (bodies[i].data) {
+               lua_pushlstring (L, bodies[i].data, bodies[i].len);
+               lua_setfield (L, -2, "json");
+            } else {
+               lua_pushstring (L, errs[i][0] ? errs[i] : "no answer");
+               lua_setfield (L, -2, "err");
+            }
+            lua_rawseti (L, -2, i + 1);
+         }
+         if (lua_pcall (L, 1, 1, 0) != LUA_OK) {
+            fprintf (stderr, "flowwarden status: %s\n", lua_tostring (L, -1));
+         } else {
+            rc = lua_tointeger (L, -1) > 0 ? 1 : 0;
+         }
+      }
+      lua_close (L);
+   }
+   for (int i = 0; i < n; i++) {
+      free (bodies[i].data);
+      free (bases[i]);
+   }
+   return rc;
+}
+
 /* --- the commands ------------------------------------------------------------ */
 
 /* URL with its scheme (http:// added when missing) and no trailing '/'. */
@@ -531,8 +693,9 @@ fw_status_cli_main (int argc, char **argv)
                                             {"help", no_argument, NULL, 'h'},
                                             {NULL, 0, NULL, 0}};
    const char *cmd = argv[0], *admin = NULL, *stream = NULL, *filter = NULL;
+   const char *admins[MAX_ADMINS];
    bool json = false, needs_stream;
-   int c, rc;
+   int c, rc, n_admins = 0;
 
    needs_stream = strcmp (cmd, "pause") == 0 || strcmp (cmd, "resume") == 0 ||
                   strcmp (cmd, "restart") == 0 || strcmp (cmd, "snapshot") == 0;
@@ -541,7 +704,13 @@ fw_status_cli_main (int argc, char **argv)
    while ((c = getopt_long (argc, argv, ":h", longopts, NULL)) != -1) {
       switch (c) {
       case 'a':
-         admin = optarg;
+         if (n_admins > 0 && strcmp (cmd, "status") != 0) {
+            return bad_usage (cmd, "--admin is given once here (several: status only)%s", "");
+         }
+         if (n_admins == MAX_ADMINS) {
+            return bad_usage (cmd, "at most 32 --admin addresses%s", "");
+         }
+         admin = admins[n_admins++] = optarg;
          break;
       case 'j':
          if (strcmp (cmd, "status") != 0) {
@@ -574,7 +743,8 @@ fw_status_cli_main (int argc, char **argv)
       return bad_usage (cmd, "unexpected argument \"%s\"", argv[optind]);
    }
    curl_global_init (CURL_GLOBAL_DEFAULT);
-   rc = run (cmd, admin, stream, filter, json);
+   rc = n_admins > 1 ? group_status (admins, n_admins, json)
+                     : run (cmd, admin, stream, filter, json);
    curl_global_cleanup ();
    return rc;
 }

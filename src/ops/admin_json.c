@@ -44,6 +44,17 @@ json_headroom (fw_strbuf_t *out, const fw_stream_snapshot_t *s)
 {
    double behind = s->lag_seconds;
 
+   if (s->role == FW_STREAM_ROLE_STANDBY) {
+      /* Another member reads the unit: its headroom is that member's (issue 38). */
+      fw_strbuf_puts (out, ",\"oplog_window_seconds\":");
+      if (s->has_oplog_window) {
+         fw_strbuf_json_double (out, s->oplog_window_seconds);
+      } else {
+         fw_strbuf_puts (out, "null");
+      }
+      fw_strbuf_puts (out, ",\"headroom_seconds\":null");
+      return;
+   }
    if (!fw_stream_state_ready (s->state) && s->checkpoint_ms > 0 &&
        (double) (fw_now_ms () - s->checkpoint_ms) / 1000.0 > behind) {
       behind = (double) (fw_now_ms () - s->checkpoint_ms) / 1000.0;
@@ -93,7 +104,7 @@ fw_admin_json_stream (fw_strbuf_t *out, const fw_stream_snapshot_t *s)
    fw_strbuf_json_string (out, s->name);
    fw_strbuf_printf (out, ",\"state\":\"%s\",\"ready\":%s,\"reason\":",
                      fw_stream_state_name (s->state),
-                     fw_stream_state_ready (s->state) ? "true" : "false");
+                     fw_stream_snapshot_ready (s) ? "true" : "false");
    fw_strbuf_json_string (out, empty_to_null (s->reason));
    fw_strbuf_puts (out, ",\"script_version\":");
    fw_strbuf_json_string (out, empty_to_null (s->script_version));
@@ -101,11 +112,27 @@ fw_admin_json_stream (fw_strbuf_t *out, const fw_stream_snapshot_t *s)
       /* ha.mode = "leader" only: the key is absent otherwise. */
       fw_strbuf_puts (out, ",\"role\":");
       fw_strbuf_json_string (out, s->role == FW_STREAM_ROLE_LEADER ? "leader" : "standby");
+      /* Issue 38: the unit's holder as this member sees it, how long it has
+       * had none, and the lease. */
+      fw_strbuf_puts (out, ",\"holder\":");
+      fw_strbuf_json_string (out, empty_to_null (s->holder));
+      fw_strbuf_puts (out, ",\"orphaned_seconds\":");
+      if (s->orphaned_seconds >= 0) {
+         fw_strbuf_json_double (out, s->orphaned_seconds);
+      } else {
+         fw_strbuf_puts (out, "null");
+      }
+      fw_strbuf_puts (out, ",\"lease_seconds\":");
+      fw_strbuf_json_double (out, s->lease_seconds);
    }
    fw_strbuf_puts (out, ",\"last_event_time\":");
    json_time (out, s->last_event_ms);
    fw_strbuf_puts (out, ",\"lag_seconds\":");
-   fw_strbuf_json_double (out, s->lag_seconds);
+   if (s->role == FW_STREAM_ROLE_STANDBY) {
+      fw_strbuf_puts (out, "null"); /* the holder's to say (issue 38) */
+   } else {
+      fw_strbuf_json_double (out, s->lag_seconds);
+   }
    json_headroom (out, s);
    fw_strbuf_puts (out, ",\"events_per_second\":");
    fw_strbuf_json_double (out, s->events_per_second);
@@ -141,7 +168,7 @@ fw_admin_json_stream (fw_strbuf_t *out, const fw_stream_snapshot_t *s)
                      (unsigned long long) s->checkpoint_writes,
                      (unsigned long long) s->checkpoint_errors,
                      (unsigned long long) s->dlq_writes);
-   if (s->dlq_pending >= 0) {
+   if (s->dlq_pending >= 0 && s->role != FW_STREAM_ROLE_STANDBY) { /* the holder's (ha) */
       fw_strbuf_printf (out, "%lld,\"dlq_oldest_pending_age_seconds\":",
                         (long long) s->dlq_pending);
       fw_strbuf_json_double (out, s->dlq_oldest_age_seconds);
@@ -202,12 +229,12 @@ fw_admin_json_ready (fw_strbuf_t *out, const fw_stream_snapshot_t *s, int n)
    bool first = true;
 
    for (int i = 0; i < n; i++) {
-      ready = ready && fw_stream_state_ready (s[i].state);
+      ready = ready && fw_stream_snapshot_ready (&s[i]);
    }
    fw_strbuf_printf (out, "{\"ready\":%s,\"streams\":%d,\"not_ready\":[",
                      ready ? "true" : "false", n);
    for (int i = 0; i < n; i++) {
-      if (fw_stream_state_ready (s[i].state)) {
+      if (fw_stream_snapshot_ready (&s[i])) {
          continue;
       }
       fw_strbuf_puts (out, first ? "{\"stream\":" : ",{\"stream\":");

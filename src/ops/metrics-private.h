@@ -70,6 +70,10 @@ struct fw_stream_metrics {
    int64_t snapshot_chunks;
    int snapshot_state;        /* 0: none, 1: running, 2: finished */
    int role;                  /* FW_STREAM_ROLE_* (ha.mode = "leader") */
+   int64_t lease_ms;          /* ha: the unit's lease; 0: no ha (issue 38) */
+   int64_t orphaned_since_ms; /* ha: wall clock since the unit has had no live holder; 0: it
+                               * has one */
+   int share_short;           /* ha: this instance holds fewer units than its share */
    int64_t dlq_pending;
    int64_t dlq_oldest_ms;     /* wall clock of the oldest PENDING entry; 0: none */
    int64_t retries_scheduled; /* SCHEDULED entries (retry.mode = "deferred"); -1: not counted */
@@ -91,6 +95,7 @@ struct fw_stream_metrics {
    char reason[256];
    char last_error_type[128];
    char script_version[32];
+   char holder[200];          /* ha: the unit's holder as this instance last saw it */
    fw_outage_block_t outage;  /* issue 29 (metrics_outage.c) */
 };
 
@@ -175,6 +180,26 @@ dlq_oldest_age (const fw_stream_metrics_t *b, int64_t now_ms)
 {
    int64_t oldest = __atomic_load_n (&b->dlq_oldest_ms, __ATOMIC_RELAXED);
    return oldest > 0 && now_ms > oldest ? (double) (now_ms - oldest) / 1000.0 : 0.0;
+}
+
+/* ha (issue 38): how long the unit has had no live holder at now_ms (wall
+ * clock), -1 when it has one (or no ha, or this instance holds it). */
+static inline double
+fw_metrics_orphaned_seconds (const fw_stream_metrics_t *b, int64_t now_ms)
+{
+   int64_t since = __atomic_load_n (&b->orphaned_since_ms, __ATOMIC_RELAXED);
+   if (since <= 0 || __atomic_load_n (&b->role, __ATOMIC_RELAXED) == FW_STREAM_ROLE_LEADER) {
+      return -1.0;
+   }
+   return now_ms > since ? (double) (now_ms - since) / 1000.0 : 0.0;
+}
+
+/* A standby's (ha) lag, position and DLQ gauges are another member's to
+ * export: this instance's copies are stale (issue 38). */
+static inline bool
+fw_metrics_holder_only_hidden (const fw_stream_metrics_t *b)
+{
+   return __atomic_load_n (&b->role, __ATOMIC_RELAXED) == FW_STREAM_ROLE_STANDBY;
 }
 
 /* Renders the handler-defined metrics (metrics_user.c). */

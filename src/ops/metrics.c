@@ -20,7 +20,8 @@ static const char *const op_names[FW_METRICS_OP_COUNT] = {
 static const char *const outcome_names[FW_METRICS_OUTCOME_COUNT] = {"ok", "skipped", "dlq",
                                                                     "lost", "parked"};
 static const char *const state_names[FW_STREAM_STATE_COUNT] = {
-   "starting", "running", "paused", "retrying", "restarting", "stopped", "failed"};
+   "starting", "running", "paused", "retrying", "restarting", "stopped", "failed", "standby",
+   "orphaned"};
 static const char *const restart_names[FW_METRICS_RESTART_COUNT] = {
    "error", "invalidate", "history_lost", "admin", "reload"};
 static const char *const rebuild_names[FW_METRICS_REBUILD_COUNT] = {"memory"};
@@ -69,7 +70,27 @@ fw_metrics_op_from_name (const char *operation_type)
 bool
 fw_stream_state_ready (fw_stream_state_t s)
 {
-   return s == FW_STREAM_RUNNING || s == FW_STREAM_RETRYING;
+   return s == FW_STREAM_RUNNING || s == FW_STREAM_RETRYING || s == FW_STREAM_STANDBY;
+}
+
+bool
+fw_stream_snapshot_ready (const fw_stream_snapshot_t *s)
+{
+   return fw_stream_state_ready (s->state) || (s->state == FW_STREAM_ORPHANED && !s->share_short);
+}
+
+void
+fw_metrics_unit_stream (const char *name, char *out, size_t len)
+{
+   const char *hash = strrchr (name, '#');
+   size_t n = strlen (name);
+   int k, total, used = 0;
+
+   if (hash && sscanf (hash, "#%d/%d%n", &k, &total, &used) == 2 && hash[used] == '\0' &&
+       hash[1] >= '0' && hash[1] <= '9') {
+      n = (size_t) (hash - name);
+   }
+   snprintf (out, len, "%.*s", (int) n, name);
 }
 
 /* --- the registry -------------------------------------------------------- */
@@ -465,8 +486,8 @@ fw_stream_metrics_set_retries_scheduled (fw_stream_metrics_t *b, int64_t count,
 void
 fw_stream_metrics_set_state (fw_stream_metrics_t *b, fw_stream_state_t state, const char *reason)
 {
-   if (fw_stream_state_ready (state)) {
-      /* The reason is only read for states that are not ready. */
+   if (state == FW_STREAM_RUNNING || state == FW_STREAM_RETRYING) {
+      /* The reason is only read for states other than these. */
       __atomic_store_n (&b->state, (int) state, __ATOMIC_RELEASE);
       return;
    }
@@ -512,7 +533,33 @@ fw_stream_metrics_set_lua_memory (fw_stream_metrics_t *b, uint64_t bytes)
 void
 fw_stream_metrics_set_role (fw_stream_metrics_t *b, int role)
 {
+   if (role == FW_STREAM_ROLE_STANDBY) {
+      /* Another member reads the unit now: this block's lag (an event read
+       * ahead and dropped would grow it for ever) and position are stale,
+       * and are no longer shown (issue 38). */
+      store_i64 (&b->inflight_ms, 0);
+      store_i64 (&b->lag_ms, 0);
+   } else if (role == FW_STREAM_ROLE_LEADER) {
+      fw_stream_metrics_set_unit_view (b, NULL, 0, false);
+   }
    __atomic_store_n (&b->role, role, __ATOMIC_RELAXED);
+}
+
+void
+fw_stream_metrics_set_lease (fw_stream_metrics_t *b, int64_t lease_ms)
+{
+   store_i64 (&b->lease_ms, lease_ms > 0 ? lease_ms : 0);
+}
+
+void
+fw_stream_metrics_set_unit_view (fw_stream_metrics_t *b, const char *holder,
+                                 int64_t orphaned_since_ms, bool share_short)
+{
+   pthread_mutex_lock (&b->mu);
+   snprintf (b->holder, sizeof b->holder, "%s", holder ? holder : "");
+   store_i64 (&b->orphaned_since_ms, orphaned_since_ms > 0 ? orphaned_since_ms : 0);
+   __atomic_store_n (&b->share_short, share_short ? 1 : 0, __ATOMIC_RELAXED);
+   pthread_mutex_unlock (&b->mu);
 }
 
 void
@@ -602,11 +649,12 @@ fw_stream_metrics_snapshot (const fw_stream_metrics_t *b, int64_t now_ms,
    snprintf (out->name, sizeof out->name, "%s", b->name);
    out->state = (fw_stream_state_t) __atomic_load_n (&b->state, __ATOMIC_ACQUIRE);
    pthread_mutex_lock (&mb->mu);
-   if (!fw_stream_state_ready (out->state)) {
+   if (out->state != FW_STREAM_RUNNING && out->state != FW_STREAM_RETRYING) {
       memcpy (out->reason, b->reason, sizeof out->reason);
    }
    memcpy (out->last_error_type, b->last_error_type, sizeof out->last_error_type);
    memcpy (out->script_version, b->script_version, sizeof out->script_version);
+   memcpy (out->holder, b->holder, sizeof out->holder);
    pthread_mutex_unlock (&mb->mu);
    fw_metrics_outage_snapshot (mb, &out->outage);
 
@@ -650,6 +698,9 @@ fw_stream_metrics_snapshot (const fw_stream_metrics_t *b, int64_t now_ms,
    out->dlq_oldest_age_seconds = dlq_oldest_age (b, now_ms);
    out->lua_memory_bytes = __atomic_load_n (&b->lua_memory, __ATOMIC_RELAXED);
    out->role = __atomic_load_n (&b->role, __ATOMIC_RELAXED);
+   out->lease_seconds = (double) load_i64 (&b->lease_ms) / 1000.0;
+   out->orphaned_seconds = fw_metrics_orphaned_seconds (b, now_ms);
+   out->share_short = __atomic_load_n (&b->share_short, __ATOMIC_RELAXED) != 0;
    out->snapshot_state = __atomic_load_n (&b->snapshot_state, __ATOMIC_RELAXED);
    out->snapshot_documents = __atomic_load_n (&b->snapshot_docs, __ATOMIC_RELAXED);
    out->snapshot_chunks = __atomic_load_n (&b->snapshot_chunks, __ATOMIC_RELAXED);

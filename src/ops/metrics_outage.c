@@ -125,7 +125,8 @@ fw_metrics_render_outage (fw_stream_metrics_t *first, fw_strbuf_t *out)
    FW_FOREACH_ACTIVE_STREAM (first, b)
    {
       pthread_mutex_lock (&b->mu);
-      if (b->outage.circuit) {
+      /* A standby's (ha) breaker is stale: the holder's is shown (issue 38). */
+      if (b->outage.circuit && !fw_metrics_holder_only_hidden (b)) {
          series (out, "flowwarden_stream_circuit_state", b, NULL);
          fw_strbuf_printf (out, " %d\n", b->outage.circuit_state);
       }

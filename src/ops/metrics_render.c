@@ -196,10 +196,13 @@ render_position (render_t *r, int64_t now_ms)
    family (r->out, "flowwarden_lag_seconds", "gauge",
            "How far behind the source the stream is: now minus the server time of the event "
            "being handled, else the same for the last event when it was finished; 0 once the "
-           "change stream has nothing more.");
+           "change stream has nothing more. Exported by the unit's holder only (ha).");
    FOREACH_ACTIVE (r, b)
    {
       fw_stream_snapshot_t snap;
+      if (fw_metrics_holder_only_hidden (b)) {
+         continue;
+      }
       fw_stream_metrics_snapshot (b, now_ms, &snap);
       sample_double (r->out, "flowwarden_lag_seconds", b, NULL, NULL, snap.lag_seconds);
    }
@@ -208,7 +211,7 @@ render_position (render_t *r, int64_t now_ms)
    FOREACH_ACTIVE (r, b)
    {
       int64_t ms = __atomic_load_n (&b->last_event_ms, __ATOMIC_RELAXED);
-      if (ms) {
+      if (ms && !fw_metrics_holder_only_hidden (b)) {
          sample_double (r->out, "flowwarden_last_event_timestamp_seconds", b, NULL, NULL,
                         (double) ms / 1000.0);
       }
@@ -218,7 +221,7 @@ render_position (render_t *r, int64_t now_ms)
    FOREACH_ACTIVE (r, b)
    {
       int64_t ms = __atomic_load_n (&b->checkpoint_ms, __ATOMIC_RELAXED);
-      if (ms) {
+      if (ms && !fw_metrics_holder_only_hidden (b)) {
          sample_double (r->out, "flowwarden_checkpoint_timestamp_seconds", b, NULL, NULL,
                         (double) ms / 1000.0);
       }
@@ -242,7 +245,7 @@ render_dlq (render_t *r)
    FOREACH_ACTIVE (r, b)
    {
       int64_t n = __atomic_load_n (&b->dlq_pending, __ATOMIC_RELAXED);
-      if (n >= 0) {
+      if (n >= 0 && !fw_metrics_holder_only_hidden (b)) {
          sample_u64 (r->out, "flowwarden_dlq_pending", b, NULL, NULL, (uint64_t) n);
       }
    }
@@ -251,7 +254,8 @@ render_dlq (render_t *r)
            "every 30 s; 0 when none waits).");
    FOREACH_ACTIVE (r, b)
    {
-      if (__atomic_load_n (&b->dlq_pending, __ATOMIC_RELAXED) >= 0) {
+      if (__atomic_load_n (&b->dlq_pending, __ATOMIC_RELAXED) >= 0 &&
+          !fw_metrics_holder_only_hidden (b)) {
          sample_double (r->out, "flowwarden_dlq_oldest_pending_age_seconds", b, NULL, NULL,
                         dlq_oldest_age (b, now_ms));
       }
@@ -292,7 +296,8 @@ static void
 render_state (render_t *r)
 {
    family (r->out, "flowwarden_stream_up", "gauge",
-           "1 while the stream runs with its change stream open, else 0.");
+           "1 while the stream does its part here: runs with its change stream open, or (ha) "
+           "stands by while another member reads it; else 0.");
    FOREACH_ACTIVE (r, b)
    {
       int s = __atomic_load_n (&b->state, __ATOMIC_ACQUIRE);
@@ -355,6 +360,62 @@ render_state (render_t *r)
                            role == FW_STREAM_ROLE_LEADER);
             }
          }
+      }
+   }
+}
+
+/* name{stream="<the unit's stream>",unit="<unit>"} value */
+static void
+unit_sample (fw_strbuf_t *out, const char *name, const fw_stream_metrics_t *b, double v)
+{
+   char stream[FW_METRICS_NAME_MAX];
+
+   fw_metrics_unit_stream (b->name, stream, sizeof stream);
+   fw_strbuf_printf (out, "%s{stream=\"", name);
+   fw_strbuf_prom_label (out, stream);
+   fw_strbuf_puts (out, "\",unit=\"");
+   fw_strbuf_prom_label (out, b->name);
+   fw_strbuf_puts (out, "\"} ");
+   fw_strbuf_prom_double (out, v);
+   fw_strbuf_puts (out, "\n");
+}
+
+/* Issue 38: who holds each unit, on every member. Without ha the instance
+ * holds its units itself (1). */
+static void
+render_units (render_t *r, int64_t now_ms)
+{
+   bool ha = false;
+
+   family (r->out, "flowwarden_unit_held", "gauge",
+           "1 while this instance holds the unit (its lease with ha; always without ha), else "
+           "0: sum by (stream, unit) over a healthy group is 1.");
+   FOREACH_ACTIVE (r, b)
+   {
+      int role = __atomic_load_n (&b->role, __ATOMIC_RELAXED);
+      ha = ha || __atomic_load_n (&b->lease_ms, __ATOMIC_RELAXED) > 0;
+      unit_sample (r->out, "flowwarden_unit_held", b, role != FW_STREAM_ROLE_STANDBY ? 1 : 0);
+   }
+   if (!ha) {
+      return;
+   }
+   family (r->out, "flowwarden_unit_orphaned_seconds", "gauge",
+           "ha: how long the unit has had no live holder (its lease expired, or its holder's "
+           "member record is gone), as this member sees it; 0 while it has one.");
+   FOREACH_ACTIVE (r, b)
+   {
+      if (__atomic_load_n (&b->lease_ms, __ATOMIC_RELAXED) > 0) {
+         double o = fw_metrics_orphaned_seconds (b, now_ms);
+         unit_sample (r->out, "flowwarden_unit_orphaned_seconds", b, o > 0 ? o : 0);
+      }
+   }
+   family (r->out, "flowwarden_unit_lease_seconds", "gauge",
+           "ha: the unit's lease (ha.lease), for alerts on orphaned units.");
+   FOREACH_ACTIVE (r, b)
+   {
+      int64_t lease = __atomic_load_n (&b->lease_ms, __ATOMIC_RELAXED);
+      if (lease > 0) {
+         unit_sample (r->out, "flowwarden_unit_lease_seconds", b, (double) lease / 1000.0);
       }
    }
 }
@@ -589,6 +650,7 @@ fw_metrics_render (fw_metrics_t *m, size_t *len)
    render_dlq (&r);
    render_scheduled (&r);
    render_state (&r);
+   render_units (&r, fw_now_ms ());
    render_io (&r);
    fw_metrics_render_outage (r.first, &out);
    render_process_wide (m, &out);

@@ -163,7 +163,7 @@ lease_is_taken_at_once_and_kept_by_renewals (void **state)
 }
 
 static void
-a_crashed_leader_is_replaced_within_lease_and_a_third (void **state)
+a_crashed_leader_is_replaced_within_lease_and_250_ms (void **state)
 {
    (void) state;
    fw_lease_t *a = lease ("crash", "a"), *b;
@@ -174,9 +174,12 @@ a_crashed_leader_is_replaced_within_lease_and_a_third (void **state)
    usleep (100000);
    fw_lease_destroy (a); /* no release: as kill -9 */
    took = time_to_lead (b, 3.0);
+   /* The bound of docs/operations.md ("Take-over time"): the lease expires
+    * within LEASE_MS and a standby reads it at least every 250 ms; room for
+    * the round trips. */
    fprintf (stderr, "LEASE takeover after a crash: %.0f ms (bound %d)\n", took * 1000,
-            LEASE_MS + LEASE_MS / 3);
-   assert_true (took * 1000 <= LEASE_MS + LEASE_MS / 3 + 100);
+            LEASE_MS + 250);
+   assert_true (took * 1000 <= LEASE_MS + 250 + 150);
    assert_int_equal (epoch_of (b), 2);
    fw_lease_destroy (b);
 }
@@ -194,8 +197,8 @@ a_released_lease_is_taken_over_at_once (void **state)
    assert_true (fw_lease_release (a, 2000));
    assert_false (fw_lease_is_leader (a, NULL));
    took = time_to_lead (b, 2.0);
-   fprintf (stderr, "LEASE takeover after a release: %.0f ms\n", took * 1000);
-   assert_true (took * 1000 <= LEASE_MS / 3 + 100);
+   fprintf (stderr, "LEASE takeover after a release: %.0f ms (bound 250)\n", took * 1000);
+   assert_true (took * 1000 <= 250 + 150); /* the standby's next read */
    assert_int_equal (epoch_of (b), 2);
    /* Released means given up for good. */
    usleep (LEASE_MS * 1000 * 2 / 3);
@@ -245,6 +248,55 @@ a_gated_lease_waits_for_its_gate_and_a_yielded_one_can_be_taken_again (void **st
    time_to_lead (a, 3.0);
    assert_int_equal (epoch_of (a), 3);
    fw_lease_destroy (a);
+}
+
+/* Issue 38: what a standby sees of the lease: a live holder while it renews; once it
+ * crashed, no live holder since the lease's expiry (the server's clock), growing while the
+ * gate keeps this one from taking it. */
+static void
+a_standby_sees_the_holder_then_how_long_the_lease_has_been_free (void **state)
+{
+   (void) state;
+   fw_error_t err;
+   fw_lease_t *a = lease ("orphan", "a"), *b;
+   fw_lease_status_t st;
+   double t0;
+
+   time_to_lead (a, 10.0);
+   __atomic_store_n (&g_allow, false, __ATOMIC_RELAXED);
+   b = fw_lease_new_gated (g_uri, "ha", "orphan", LEASE_MS, "b", allow, NULL, &err);
+   assert_non_null (b);
+   for (t0 = now_s (); ; usleep (10000)) {
+      fw_lease_status (b, &st);
+      if (st.live_holder || now_s () - t0 > 5.0) {
+         break;
+      }
+   }
+   assert_true (st.live_holder);
+   assert_string_equal (st.holder, "a");
+   assert_int_equal (st.free_ms, -1);
+   assert_true (st.expires_in_ms > 0 && st.expires_in_ms <= LEASE_MS + 100);
+   fw_lease_destroy (a); /* as kill -9 */
+   for (t0 = now_s (); ; usleep (10000)) {
+      fw_lease_status (b, &st);
+      if (!st.live_holder || now_s () - t0 > 5.0) {
+         break;
+      }
+   }
+   assert_false (st.live_holder);
+   /* Seen free within 250 ms of its expiry, itself within a lease of the crash. */
+   assert_true (now_s () - t0 <= (LEASE_MS + 250 + 150) / 1000.0);
+   assert_true (st.free_ms >= 0 && st.free_ms < 500);
+   usleep (600000);
+   fw_lease_status (b, &st);
+   assert_false (st.live_holder);
+   assert_true (st.free_ms >= 600 && st.free_ms < 1500);
+   assert_false (fw_lease_is_leader (b, NULL));
+   __atomic_store_n (&g_allow, true, __ATOMIC_RELAXED);
+   time_to_lead (b, 2.0);
+   fw_lease_status (b, &st);
+   assert_int_equal (st.free_ms, -1); /* the holder sees no orphan */
+   fw_lease_destroy (b);
 }
 
 /* The renewals of the leader fail (or hang): it must stop leading before the standby can
@@ -446,9 +498,10 @@ main (void)
 {
    const struct CMUnitTest tests[] = {
       cmocka_unit_test (lease_is_taken_at_once_and_kept_by_renewals),
-      cmocka_unit_test (a_crashed_leader_is_replaced_within_lease_and_a_third),
+      cmocka_unit_test (a_crashed_leader_is_replaced_within_lease_and_250_ms),
       cmocka_unit_test (a_released_lease_is_taken_over_at_once),
       cmocka_unit_test (a_gated_lease_waits_for_its_gate_and_a_yielded_one_can_be_taken_again),
+      cmocka_unit_test (a_standby_sees_the_holder_then_how_long_the_lease_has_been_free),
       cmocka_unit_test (a_leader_whose_renewals_fail_stops_before_the_standby_starts),
       cmocka_unit_test (a_leader_whose_renewals_hang_stops_before_the_standby_starts),
       cmocka_unit_test (racing_takes_make_one_leader_and_standbys_that_name_it),

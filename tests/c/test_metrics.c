@@ -858,6 +858,88 @@ metrics_lua_misuse_is_reported_clearly (void **state)
    fw_metrics_destroy (m);
 }
 
+/* Issue 38: a group's units. The holder exports lag and position; a
+ * standby (given up while an event was in flight) exports neither and is
+ * up; an orphaned unit says how long, and holds readiness back only where
+ * this instance is short of its share. */
+static void
+metrics_group_units_holder_standby_orphaned (void **state)
+{
+   fw_metrics_t *m = fw_metrics_new ();
+   fw_stream_metrics_t *held = fw_metrics_stream (m, "kv#0/4");
+   fw_stream_metrics_t *given = fw_metrics_stream (m, "kv#1/4");
+   fw_stream_metrics_t *orphan = fw_metrics_stream (m, "kv#2/4");
+   fw_stream_metrics_t *plain = fw_metrics_stream (m, "plain");
+   int64_t now = fw_now_ms ();
+   fw_stream_snapshot_t snap;
+   char name[64], *text;
+   (void) state;
+
+   for (int i = 0; i < 3; i++) {
+      fw_stream_metrics_t *b = i == 0 ? held : i == 1 ? given : orphan;
+      fw_stream_metrics_set_lease (b, 10000);
+      fw_stream_metrics_set_role (b, FW_STREAM_ROLE_LEADER);
+      fw_stream_metrics_set_state (b, FW_STREAM_RUNNING, NULL);
+      fw_stream_metrics_event_received (b, FW_METRICS_OP_INSERT, now - 60000);
+      fw_stream_metrics_checkpoint (b, true, now - 1000);
+   }
+   fw_stream_metrics_event_finished (held, FW_METRICS_OUTCOME_OK, now - 59750);
+   fw_stream_metrics_set_state (plain, FW_STREAM_RUNNING, NULL);
+   /* Given up with its event in flight (read ahead, dropped). */
+   fw_stream_metrics_set_role (given, FW_STREAM_ROLE_STANDBY);
+   fw_stream_metrics_set_unit_view (given, "host:1:abc", 0, false);
+   fw_stream_metrics_set_state (given, FW_STREAM_STANDBY, "standby (shared): unit held by host:1:abc");
+   fw_stream_metrics_set_role (orphan, FW_STREAM_ROLE_STANDBY);
+   fw_stream_metrics_set_unit_view (orphan, "host:2:def", now - 5000, true);
+   fw_stream_metrics_set_state (orphan, FW_STREAM_ORPHANED, "orphaned for 5.0 s");
+
+   text = fw_metrics_render (m, NULL);
+   assert_true (contains (text, "flowwarden_lag_seconds{stream=\"kv#0/4\"} 0.25\n"));
+   assert_false (contains (text, "flowwarden_lag_seconds{stream=\"kv#1/4\"}"));
+   assert_false (contains (text, "flowwarden_lag_seconds{stream=\"kv#2/4\"}"));
+   assert_false (contains (text, "flowwarden_checkpoint_timestamp_seconds{stream=\"kv#1/4\"}"));
+   assert_true (contains (text, "flowwarden_checkpoint_timestamp_seconds{stream=\"kv#0/4\"}"));
+   assert_true (contains (text, "flowwarden_stream_up{stream=\"kv#1/4\"} 1\n"));
+   assert_true (contains (text, "flowwarden_stream_up{stream=\"kv#2/4\"} 0\n"));
+   assert_true (contains (text, "flowwarden_stream_state{stream=\"kv#1/4\",state=\"standby\"} 1\n"));
+   assert_true (contains (text, "flowwarden_stream_state{stream=\"kv#2/4\",state=\"orphaned\"} 1\n"));
+   assert_true (contains (text, "flowwarden_unit_held{stream=\"kv\",unit=\"kv#0/4\"} 1\n"));
+   assert_true (contains (text, "flowwarden_unit_held{stream=\"kv\",unit=\"kv#1/4\"} 0\n"));
+   assert_true (contains (text, "flowwarden_unit_held{stream=\"plain\",unit=\"plain\"} 1\n"));
+   assert_true (contains (text, "flowwarden_unit_orphaned_seconds{stream=\"kv\",unit=\"kv#0/4\"} 0\n"));
+   assert_true (contains (text, "flowwarden_unit_orphaned_seconds{stream=\"kv\",unit=\"kv#2/4\"} 5"));
+   assert_false (contains (text, "flowwarden_unit_orphaned_seconds{stream=\"plain\""));
+   assert_true (contains (text, "flowwarden_unit_lease_seconds{stream=\"kv\",unit=\"kv#1/4\"} 10\n"));
+   free (text);
+
+   fw_stream_metrics_snapshot (given, fw_now_ms (), &snap);
+   assert_true (fw_stream_snapshot_ready (&snap));
+   assert_string_equal (snap.holder, "host:1:abc");
+   assert_string_equal (snap.reason, "standby (shared): unit held by host:1:abc");
+   assert_true (snap.orphaned_seconds < 0);
+   assert_true (snap.lag_seconds == 0.0); /* the dropped event's lag is gone */
+   fw_stream_metrics_snapshot (orphan, fw_now_ms (), &snap);
+   assert_false (fw_stream_snapshot_ready (&snap)); /* short of its share */
+   assert_true (snap.orphaned_seconds >= 5.0 && snap.orphaned_seconds < 60.0);
+   fw_stream_metrics_set_unit_view (orphan, "host:2:def", now - 5000, false);
+   fw_stream_metrics_snapshot (orphan, fw_now_ms (), &snap);
+   assert_true (fw_stream_snapshot_ready (&snap)); /* at its share: others should take it */
+   /* Taken: orphaned no more, a lag of its own again. */
+   fw_stream_metrics_set_role (orphan, FW_STREAM_ROLE_LEADER);
+   fw_stream_metrics_snapshot (orphan, fw_now_ms (), &snap);
+   assert_true (snap.orphaned_seconds < 0);
+
+   fw_metrics_unit_stream ("kv#12/16", name, sizeof name);
+   assert_string_equal (name, "kv");
+   fw_metrics_unit_stream ("a#b", name, sizeof name);
+   assert_string_equal (name, "a#b");
+   fw_metrics_unit_stream ("x#1/4z", name, sizeof name);
+   assert_string_equal (name, "x#1/4z");
+   fw_metrics_unit_stream ("x#-1/4", name, sizeof name);
+   assert_string_equal (name, "x#-1/4");
+   fw_metrics_destroy (m);
+}
+
 int
 main (void)
 {
@@ -882,6 +964,7 @@ main (void)
       cmocka_unit_test (metrics_lua_handles_count_per_stream_and_survive_a_new_state),
       cmocka_unit_test (metrics_lua_misuse_is_reported_clearly),
       cmocka_unit_test (metrics_labels_hiding_different_secrets_stay_apart),
+      cmocka_unit_test (metrics_group_units_holder_standby_orphaned),
    };
    return cmocka_run_group_tests (tests, NULL, NULL);
 }

@@ -4,7 +4,7 @@ call is a report in its instance's log, with the log's own time stamp (one
 machine, one wall clock): the side-effect log the checks read.
 
 - kill -9 of the leader at random points: a standby takes over within
-  lease + lease / 3, nothing lost, each crash repeats at most what a crash of
+  lease + 250 ms, nothing lost, each crash repeats at most what a crash of
   a lone instance repeats, per-key order kept;
 - SIGTERM of the leader under load: the standby handles the next event
   within 1 s, nothing handled twice;
@@ -152,7 +152,7 @@ class HighAvailability(StandInTestCase):
 
     # --- scenarios ------------------------------------------------------
 
-    def test_kill9_of_the_leader_is_taken_over_within_lease_and_a_third(self):
+    def test_kill9_of_the_leader_is_taken_over_within_lease_and_250_ms(self):
         seed = (int(os.environ.get("FW_CHAOS_SEED", "0"))
                 or random.SystemRandom().randrange(1, 2**31))
         rng = random.Random(seed)
@@ -192,11 +192,13 @@ class HighAvailability(StandInTestCase):
         figures("ha_kill9", seed=seed, events=events, kills=kills, lost=lost, duplicates=dups,
                 max_takeover_ms=int(max(takeovers) * 1000),
                 takeovers_ms="/".join(str(int(t * 1000)) for t in takeovers),
-                bound_ms=LEASE_MS + LEASE_MS // 3)
+                bound_ms=LEASE_MS + 250)
         self.assertEqual(lost, 0, "seed %d" % seed)
         self.assertLessEqual(dups, kills * BOUND)
         for t in takeovers:
-            self.assertLessEqual(t * 1000, LEASE_MS + LEASE_MS // 3 + 150, "seed %d" % seed)
+            # The bound `flowwarden check` states (docs/operations.md, "Take-over time"),
+            # with room for the fence, the open and a busy machine.
+            self.assertLessEqual(t * 1000, LEASE_MS + 250 + 400, "seed %d" % seed)
 
     def test_sigterm_hands_over_within_a_second_with_no_duplicate(self):
         a = self.start()

@@ -323,8 +323,8 @@ local BAD = {
     { P .. 'defaults: ha.mode: invalid value "leeder" (did you mean "leader"? expected "none", "leader" or "shared")' } },
   { "a lease under a second",
     "fw.defaults { ha = { mode = 'leader', lease = '500ms' } }\nfw.stream { name = 's', database = 'shop', on_change = h }",
-    { P .. 'defaults: ha.lease: "500ms" is out of range (from "1s" to "1h"; a standby takes over within '
-      .. 'lease + lease / 3 of a crash)' } },
+    { P .. 'defaults: ha.lease: "500ms" is out of range (from "1s" to "1h"; a crashed holder\'s streams are '
+      .. 'taken over within lease + 250 ms, lease + lease / 3 + 250 ms with mode = "shared")' } },
   { "a lease without a unit",
     "fw.defaults { ha = { mode = 'leader', lease = 10 } }\nfw.stream { name = 's', database = 'shop', on_change = h }",
     { P .. 'defaults: ha.lease: expected a duration string, got 10 (a number has no unit: write "10s" or "10ms")' } },

@@ -619,8 +619,8 @@ local function lease_duration(ctx, path, v)
     return false
   end
   if ms < M.MIN_LEASE_MS or ms > M.MAX_LEASE_MS then
-    ctx:fail(path, '%s is out of range (from "1s" to "1h"; a standby takes over within lease + '
-      .. 'lease / 3 of a crash)', repr(v))
+    ctx:fail(path, '%s is out of range (from "1s" to "1h"; a crashed holder\'s streams are taken '
+      .. 'over within lease + 250 ms, lease + lease / 3 + 250 ms with mode = "shared")', repr(v))
     return false
   end
   return true, ms

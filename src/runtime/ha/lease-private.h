@@ -32,6 +32,11 @@ struct fw_lease {
    char holder[256];
    int64_t clock_offset_ms;
    int acquisitions;
+   /* Issue 38: what the last read of a standby saw (CLOCK_MONOTONIC times). */
+   bool seen_read;        /* a read answered since the last holding */
+   bool seen_live;        /* ... and named a live holder */
+   int64_t seen_expires_mono; /* seen_live: when its expiresAt falls on this host's clock */
+   int64_t free_since_mono;   /* !seen_live: since when it has been without a holder */
    bool stop;
    bool release_asked;
    bool release_done;

@@ -119,6 +119,35 @@ fw_lease_role_name (fw_lease_role_t role)
 
 /* --- the thread -------------------------------------------------------------- */
 
+/* With the lock held: what a standby's read saw (issue 38: a live holder,
+ * or since when none). seen NULL: nothing known (the view is forgotten). */
+static void
+note_seen (fw_lease_t *l, const fw_lease_doc_t *seen)
+{
+   int64_t now = fw_mono_ms ();
+   bool live;
+
+   if (!seen) {
+      l->seen_read = l->seen_live = false;
+      return;
+   }
+   live = seen->exists && seen->owner_is_string && seen->owner[0] &&
+          strcmp (seen->owner, l->owner) != 0 && seen->has_expires && seen->has_now &&
+          seen->expires_ms > seen->server_now_ms;
+   if (live) {
+      l->seen_expires_mono = now + (seen->expires_ms - seen->server_now_ms);
+   } else if (!l->seen_read || l->seen_live) {
+      /* Free since its expiresAt by the server's clock (a released lease's
+       * is the release), else from now. */
+      int64_t ago = seen->has_expires && seen->has_now && seen->server_now_ms > seen->expires_ms
+                       ? seen->server_now_ms - seen->expires_ms
+                       : 0;
+      l->free_since_mono = now - ago;
+   }
+   l->seen_live = live;
+   l->seen_read = true;
+}
+
 static void
 set_standby (fw_lease_t *l, const fw_lease_doc_t *seen)
 {
@@ -128,6 +157,7 @@ set_standby (fw_lease_t *l, const fw_lease_doc_t *seen)
    }
    l->holding = false;
    l->deadline_ms = 0;
+   note_seen (l, seen);
    if (seen) {
       snprintf (l->holder, sizeof l->holder, "%s", seen->owner_is_string ? seen->owner : "");
       if (seen->has_epoch) {
@@ -157,7 +187,7 @@ standby_step (fw_lease_t *l, mongoc_client_t *client, bool *warned)
    int64_t interval = l->lease_ms / 3;
    fw_lease_doc_t seen, got;
    bson_error_t berr;
-   int64_t floor = 0, sent;
+   int64_t floor = 0, sent, free_ms;
    fw_lease_take_t t;
 
    if (!fw_lease__read (l, client, &seen, &berr)) {
@@ -169,6 +199,10 @@ standby_step (fw_lease_t *l, mongoc_client_t *client, bool *warned)
       return interval;
    }
    note_offset (l, &seen);
+   pthread_mutex_lock (&l->mu);
+   note_seen (l, &seen);
+   free_ms = l->seen_live ? -1 : fw_mono_ms () - l->free_since_mono;
+   pthread_mutex_unlock (&l->mu);
    if (seen.exists && seen.owner_is_string && strcmp (seen.owner, me) != 0 && seen.has_expires &&
        seen.has_now && seen.expires_ms > seen.server_now_ms) {
       /* Held: look again when it would expire (the server's time), and at
@@ -214,14 +248,27 @@ standby_step (fw_lease_t *l, mongoc_client_t *client, bool *warned)
    l->deadline_ms = sent + l->lease_ms - l->margin_ms;
    l->role = FW_LEASE_LEADER;
    l->acquisitions++;
+   note_seen (l, NULL);
    snprintf (l->holder, sizeof l->holder, "%.250s", me);
    pthread_cond_broadcast (&l->cond);
    pthread_mutex_unlock (&l->mu);
-   fw_log (FW_LOG_INFO, l->stream,
-           "role: leader (took the lease, epoch %lld, for %lld ms; renewing every %lld ms; this "
-           "host's clock reads %+lld ms against the server's, which alone decides expiry)",
-           (long long) got.epoch, (long long) l->lease_ms, (long long) interval,
-           (long long) -l->clock_offset_ms);
+   {
+      /* A lease taken from a holder that died (its lease expired, not given
+       * up): how long the unit went unread, as the server's clock says. */
+      char orphan[160] = "";
+      if (seen.exists && seen.owner_is_string && seen.owner[0] && strcmp (seen.owner, me) != 0 &&
+          free_ms >= 0) {
+         snprintf (orphan, sizeof orphan, "; it had no live holder for %lld ms since the lease "
+                   "of %.80s expired", (long long) (fw_mono_ms () - sent + free_ms),
+                   seen.owner);
+      }
+      fw_log (FW_LOG_INFO, l->stream,
+              "role: leader (took the lease, epoch %lld, for %lld ms; renewing every %lld ms; "
+              "this host's clock reads %+lld ms against the server's, which alone decides "
+              "expiry%s)",
+              (long long) got.epoch, (long long) l->lease_ms, (long long) interval,
+              (long long) -l->clock_offset_ms, orphan);
+   }
    return interval;
 }
 
@@ -326,6 +373,7 @@ yield_step (fw_lease_t *l, mongoc_client_t *client)
    l->holding = false;
    l->deadline_ms = 0;
    l->holder[0] = '\0';
+   note_seen (l, NULL);
    l->yield_asked = false;
    l->yield_done = true;
    pthread_cond_broadcast (&l->cond);
@@ -602,6 +650,15 @@ fw_lease_status (fw_lease_t *l, fw_lease_status_t *out)
    out->remaining_ms = out->role == FW_LEASE_LEADER ? l->deadline_ms - now : 0;
    out->clock_offset_ms = l->clock_offset_ms;
    out->acquisitions = l->acquisitions;
+   out->free_ms = -1;
+   if (out->role != FW_LEASE_LEADER && l->seen_read) {
+      out->live_holder = l->seen_live;
+      if (l->seen_live) {
+         out->expires_in_ms = l->seen_expires_mono - now;
+      } else {
+         out->free_ms = now - l->free_since_mono;
+      }
+   }
    pthread_mutex_unlock (&l->mu);
 }
 

@@ -31,6 +31,9 @@ struct fw_shared_group {
    bool yielding[MAX_UNITS];
    int n;
    int members;              /* 0: not counted yet (no lease is taken before) */
+   char (*live)[256];        /* the live members' ids at the last count (issue 38) */
+   int n_live;               /* -1: not counted yet */
+   int64_t live_at_ms;       /* CLOCK_MONOTONIC: when that count was sent */
 };
 
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -120,10 +123,15 @@ count (fw_shared_group_t *g, mongoc_client_t *client, char (*ids)[256], bson_err
 }
 
 static void
-note_members (fw_shared_group_t *g, char (*ids)[256], int n)
+note_members (fw_shared_group_t *g, char (*ids)[256], int n, int64_t sent_ms)
 {
    int before, units;
    pthread_mutex_lock (&g->mu);
+   if (g->live) {
+      memcpy (g->live, ids, (size_t) n * sizeof *ids);
+      g->n_live = n;
+      g->live_at_ms = sent_ms;
+   }
    before = g->members;
    g->members = n > 0 ? n : 1; /* this instance counts itself once announced */
    units = g->n;
@@ -168,8 +176,10 @@ members_main (void *arg)
       if (client && mine) {
          bson_error_t berr;
          int n = -1;
-         if (renew (g, client, &berr) && (n = count (g, client, mine, &berr)) >= 0) {
-            note_members (g, mine, n);
+         int64_t sent = 0;
+         if (renew (g, client, &berr) && (sent = fw_mono_ms (),
+                                          n = count (g, client, mine, &berr)) >= 0) {
+            note_members (g, mine, n, sent);
             warned = false;
          } else if (!warned) {
             fw_log (FW_LOG_WARN, NULL, "shared: cannot renew or count the members in %s.%s: %s; "
@@ -294,6 +304,14 @@ group_new (const mongoc_uri_t *uri, const char *database, int64_t lease_ms, fw_e
       return NULL;
    }
    g->lease_ms = lease_ms < 1000 ? 1000 : lease_ms;
+   g->n_live = -1;
+   if (!(g->live = calloc (MAX_MEMBERS, sizeof *g->live))) {
+      mongoc_uri_destroy (g->uri);
+      free (g->database);
+      free (g);
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory joining the shared units");
+      return NULL;
+   }
    pthread_mutex_init (&g->mu, NULL);
    pthread_condattr_init (&attr);
    pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
@@ -304,6 +322,7 @@ group_new (const mongoc_uri_t *uri, const char *database, int64_t lease_ms, fw_e
       pthread_cond_destroy (&g->cond);
       pthread_mutex_destroy (&g->mu);
       mongoc_uri_destroy (g->uri);
+      free (g->live);
       free (g->database);
       free (g);
       return NULL;
@@ -418,6 +437,23 @@ fw_shared_group_leave (fw_shared_group_t *g)
    pthread_cond_destroy (&g->cond);
    pthread_mutex_destroy (&g->mu);
    mongoc_uri_destroy (g->uri);
+   free (g->live);
    free (g->database);
    free (g);
+}
+
+int
+fw_shared_group_member_live (fw_shared_group_t *g, const char *id, int64_t *counted_ms)
+{
+   int live = -1;
+   pthread_mutex_lock (&g->mu);
+   *counted_ms = g->live_at_ms;
+   if (g->n_live >= 0) {
+      live = 0;
+      for (int i = 0; i < g->n_live && !live; i++) {
+         live = strcmp (g->live[i], id) == 0;
+      }
+   }
+   pthread_mutex_unlock (&g->mu);
+   return live;
 }

@@ -72,13 +72,13 @@ fw_stream_wait_lead (fw_stream_worker_t *w)
    fw_stream_set_role (w, FW_STREAM_ROLE_STANDBY);
    if (w->metrics) {
       fw_stream_metrics_set_state (w->metrics, FW_STREAM_STARTING,
-                                   "standby: another instance holds the stream's lease");
+                                   "starting: reading the unit's lease");
    }
    while (!fw_shutdown_requested (w->shutdown)) {
       int64_t epoch, stored;
       fw_error_t err;
 
-      fw_stream_shared_observe (w);
+      fw_stream_standby_observe (w);
       if (!fw_lease_wait_leader (w->lease, 250, &epoch)) {
          if (!said) {
             fw_log (FW_LOG_INFO, w->cfg->name, "role: standby (waiting for the stream's lease)");
@@ -105,6 +105,10 @@ fw_stream_wait_lead (fw_stream_worker_t *w)
       w->epoch = epoch;
       fw_dispatcher_set_lead (w->d, w->lease, epoch);
       fw_stream_set_role (w, FW_STREAM_ROLE_LEADER);
+      if (w->metrics) {
+         /* Named by its member id, as the other members name it (issue 38). */
+         fw_stream_metrics_set_unit_view (w->metrics, fw_lease_owner_id (), 0, false);
+      }
       fw_log (FW_LOG_INFO, w->cfg->name,
               "role: leader (epoch %lld): the checkpoint is fenced, opening the change stream",
               (long long) epoch);

@@ -17,6 +17,9 @@ fw_stream_lease_new (fw_stream_worker_t *w, fw_error_t *err)
    const mongoc_uri_t *uri = mongoc_client_get_uri (w->client);
    fw_lease_t *l;
 
+   if (w->metrics) {
+      fw_stream_metrics_set_lease (w->metrics, w->cfg->ha_lease_ms);
+   }
    if (!w->cfg->ha_shared) {
       return fw_lease_new (uri, w->cfg->database, w->cfg->name, w->cfg->ha_lease_ms, NULL, err);
    }
@@ -80,12 +83,90 @@ fw_stream_shared_set_metrics (fw_stream_worker_t *w, fw_metrics_t *registry)
    }
 }
 
+/* Whether the unit has had no live holder, and since when (wall clock):
+ * its lease is free or expired, or (shared) its holder was missing from a
+ * count of the members sent after one of its lease renewals. */
+static bool
+unit_orphaned (fw_stream_worker_t *w, const fw_lease_status_t *st, int64_t *since)
+{
+   int64_t counted, renewed, now = fw_mono_ms ();
+
+   if (st->free_ms >= 0) {
+      *since = fw_now_ms () - st->free_ms;
+      w->orphan_seen_ms = 0;
+      return true;
+   }
+   if (st->live_holder && w->shared &&
+       fw_shared_group_member_live (w->shared, st->holder, &counted) == 0) {
+      renewed = now + st->expires_in_ms - w->cfg->ha_lease_ms;
+      if (counted > renewed + 100) {
+         if (!w->orphan_seen_ms) {
+            w->orphan_seen_ms = fw_now_ms () - (now - counted);
+         }
+         *since = w->orphan_seen_ms;
+         return true;
+      }
+   }
+   w->orphan_seen_ms = 0;
+   return false;
+}
+
+/* A unit this instance does not hold: standby, or orphaned. */
+static void
+observe_standby (fw_stream_worker_t *w, const fw_shared_figures_t *f)
+{
+   char msg[600], share[200] = "";
+   fw_lease_status_t st;
+   int64_t since = 0;
+   bool orphaned, short_of_share;
+
+   fw_lease_status (w->lease, &st);
+   if (st.role == FW_LEASE_RELEASED) {
+      return; /* stopping: the thread's own state stands */
+   }
+   orphaned = unit_orphaned (w, &st, &since);
+   /* "leader": every standby takes a free lease; "shared": below the share
+    * (or before the first count of the members, when it holds nothing yet). */
+   short_of_share = !w->shared || f->members == 0 || f->held < f->share;
+   if (w->shared) {
+      snprintf (share, sizeof share, "; %d member%s, this instance holds %d of %d units (share %d)",
+                f->members, f->members == 1 ? "" : "s", f->held, f->units, f->share);
+   }
+   if (orphaned) {
+      char why[300];
+      if (st.free_ms < 0) {
+         snprintf (why, sizeof why, "its holder %.200s is no longer a member", st.holder);
+      } else if (st.holder[0]) {
+         snprintf (why, sizeof why, "the lease of %.200s expired", st.holder);
+      } else {
+         snprintf (why, sizeof why, "its lease is free (given up)");
+      }
+      snprintf (msg, sizeof msg, "orphaned for %.1f s: no live holder (%s)%s%s",
+                (double) (fw_now_ms () - since) / 1000.0, why, share,
+                short_of_share ? "; this instance takes it at its next look"
+                               : "; this instance holds its share");
+      fw_stream_metrics_set_unit_view (w->metrics, st.holder, since, short_of_share);
+      fw_stream_metrics_set_state (w->metrics, FW_STREAM_ORPHANED, msg);
+      return;
+   }
+   if (!st.live_holder) {
+      /* Not read yet since this instance stopped holding it (or started). */
+      fw_stream_metrics_set_unit_view (w->metrics, NULL, 0, short_of_share);
+      fw_stream_metrics_set_state (w->metrics, FW_STREAM_STARTING,
+                                   "starting: reading the unit's lease");
+      return;
+   }
+   snprintf (msg, sizeof msg, "standby%s: unit held by %.200s%s", w->shared ? " (shared)" : "",
+             st.holder, share);
+   fw_stream_metrics_set_unit_view (w->metrics, st.holder, 0, short_of_share);
+   fw_stream_metrics_set_state (w->metrics, FW_STREAM_STANDBY, msg);
+}
+
 void
 fw_stream_shared_observe (fw_stream_worker_t *w)
 {
    int64_t now, seen = __atomic_load_n (&w->shared_seen_ms, __ATOMIC_RELAXED);
    fw_shared_figures_t f;
-   fw_lease_status_t st;
    bool leading;
 
    if (!w->shared || !w->lease || (now = fw_mono_ms ()) - seen < 500 ||
@@ -93,21 +174,30 @@ fw_stream_shared_observe (fw_stream_worker_t *w)
                                      __ATOMIC_RELAXED)) {
       return;
    }
-   fw_shared_group_figures (w->shared, &f);
    leading = fw_lease_is_leader (w->lease, NULL);
+   fw_shared_group_figures (w->shared, &f);
    if (w->shared_held) {
       fw_metric_series_set (w->shared_held, leading ? 1.0 : 0.0);
    }
    if (w->shared_members) {
       fw_metric_series_set (w->shared_members, (double) f.members);
    }
-   if (!leading && w->metrics) {
-      char msg[400];
-      fw_lease_status (w->lease, &st);
-      snprintf (msg, sizeof msg,
-                "standby (shared): unit held by %s; %d member%s, this instance holds %d of %d "
-                "units (share %d)", st.holder[0] ? st.holder : "nobody (free)", f.members,
-                f.members == 1 ? "" : "s", f.held, f.units, f.share);
-      fw_stream_metrics_set_state (w->metrics, FW_STREAM_STARTING, msg);
+}
+
+void
+fw_stream_standby_observe (fw_stream_worker_t *w)
+{
+   fw_shared_figures_t f = {0};
+   int64_t now = fw_mono_ms ();
+
+   fw_stream_shared_observe (w);
+   if (!w->lease || !w->metrics || now - w->standby_seen_ms < 250 ||
+       fw_lease_is_leader (w->lease, NULL)) {
+      return;
    }
+   w->standby_seen_ms = now;
+   if (w->shared) {
+      fw_shared_group_figures (w->shared, &f);
+   }
+   observe_standby (w, &f);
 }

@@ -67,6 +67,10 @@ struct fw_stream_worker {
    fw_metric_series_t *shared_held;    /* ... its gauges flowwarden_units_held, _members */
    fw_metric_series_t *shared_members;
    int64_t shared_seen_ms;             /* when they were last set (atomic) */
+   int64_t orphan_seen_ms;             /* ha: wall clock this member first saw the unit's
+                                        * holder gone (its member record); 0: not seen */
+   int64_t standby_seen_ms;            /* ha: when fw_stream_standby_observe last looked
+                                        * (both: the stream's thread only) */
    char failure[1200];         /* why the stream stops */
    /* Per-key lanes (stream_lanes.c, issue 16), cfg->lanes > 1: */
    int index;                  /* the stream's index in its script */
@@ -158,9 +162,15 @@ void fw_stream_lease_destroy (fw_stream_worker_t *w);
 /* Defines the unit's gauges in registry (ha.mode = "shared" only). */
 void fw_stream_shared_set_metrics (fw_stream_worker_t *w, fw_metrics_t *registry);
 
-/* Sets the gauges, at most every 500 ms; the standby's status names the
- * holder. Any of the stream's threads. */
+/* ha.mode = "shared": sets the gauges, at most every 500 ms. Any of the
+ * stream's threads. */
 void fw_stream_shared_observe (fw_stream_worker_t *w);
+
+/* ha, while the stream's thread waits to lead (fw_stream_wait_lead): the
+ * gauges, and the unit's state as this member sees it: standby (naming the
+ * holder) or orphaned with how long (issue 38), at most every 250 ms. The
+ * stream's thread only. */
+void fw_stream_standby_observe (fw_stream_worker_t *w);
 
 /* --- stream_reload.c --------------------------------------------------- */
 
