@@ -155,6 +155,7 @@ typedef struct fw_runtime {
    fw_metrics_t *metrics;        /* every stream's counters, fw.metrics */
    fw_runtime_control_t *control;/* the admin endpoint's requests to this thread */
    fw_oplog_sampler_t *oplog;    /* flowwarden_oplog_window_seconds (NULL: not sampled) */
+   const mongoc_uri_t *uri;      /* the streams' server (a stop probes it), borrowed */
 } fw_runtime_t;
 
 static void
@@ -613,14 +614,46 @@ serve_until_stopped (fw_runtime_t *rt, const sigset_t *sigs, const sigset_t *hup
    }
 }
 
+/* A stop waits this long for a stream before it asks whether the server is
+ * there at all (docs/operations.md), then as often again. */
+#define STOP_PROBE_MS 1500
+
+/* A stream still runs STOP_PROBE_MS into a stop: when the server does not
+ * answer a bounded probe, its thread waits in a MongoDB call for server
+ * selection (serverSelectionTimeoutMS, 30 s by default, then its final
+ * checkpoint and the sessions' end as long again): exits the process with
+ * 0 at once, saying that the final checkpoints are not saved. Returns when
+ * the server answers (the stream is busy, not stuck on it). */
+static void
+exit_when_server_gone (fw_runtime_t *rt, int from)
+{
+   char why[512];
+
+   if (!rt->uri || fw_server_probe (rt->uri, why, sizeof why)) {
+      return;
+   }
+   for (int i = from; i < rt->n; i++) {
+      if (fw_stream_worker_running (rt->workers[i])) {
+         fw_log (FW_LOG_WARN, NULL,
+                 "stream %s: stopping without waiting for its MongoDB call: the server does "
+                 "not answer (%s); its final checkpoint is not saved: the next start resumes "
+                 "from the last saved one and delivers again the events handled since",
+                 fw_stream_worker_name (rt->workers[i]), why);
+      }
+   }
+   fflush (NULL);
+   _exit (0);
+}
+
 /* Waits until every started stream's thread has finished, serving SIGINT
  * and SIGTERM meanwhile: a second one exits the process at once, with
  * 128 + its number (130, 143) and without the final checkpoints (the events
- * since the last one are delivered again at the next start). */
+ * since the last one are delivered again at the next start); so does a
+ * server that has gone (exit_when_server_gone). */
 static void
 wait_streams_finished (fw_runtime_t *rt, const sigset_t *sigs)
 {
-   int64_t t0 = fw_mono_ms ();
+   int64_t t0 = fw_mono_ms (), probe_at = t0 + STOP_PROBE_MS;
    bool told = false;
 
    for (int i = 0; i < rt->n; i++) {
@@ -635,6 +668,10 @@ wait_streams_finished (fw_runtime_t *rt, const sigset_t *sigs)
                     sig == SIGTERM ? "SIGTERM" : "SIGINT", 128 + sig);
             fflush (NULL);
             _exit (128 + sig);
+         }
+         if (fw_mono_ms () >= probe_at) {
+            exit_when_server_gone (rt, i);
+            probe_at = fw_mono_ms () + STOP_PROBE_MS;
          }
          if (!told && fw_mono_ms () - t0 >= 2000) {
             told = true;
@@ -683,7 +720,7 @@ start_oplog_sampler (fw_runtime_t *rt, const mongoc_uri_t *uri)
 int
 fw_runtime_run (const fw_run_options_t *opts)
 {
-   fw_runtime_t rt = {opts, NULL, NULL, NULL, 0, NULL, 0, 0, NULL, NULL, NULL};
+   fw_runtime_t rt = {opts, NULL, NULL, NULL, 0, NULL, 0, 0, NULL, NULL, NULL, NULL};
    fw_runtime_hooks_t hooks = {hook_find_stream, hook_reload, hook_script, &rt};
    mongoc_uri_t *uri = NULL;
    sigset_t sigs, hup;
@@ -704,6 +741,7 @@ fw_runtime_run (const fw_run_options_t *opts)
    if (!open_pools (&rt, uri_string, &uri) || !prepare_streams (&rt, admin_listen, admin_token)) {
       goto done;
    }
+   rt.uri = uri;
    fw_log (FW_LOG_INFO, NULL, "flowwarden %s running %s (script version %s): %d stream(s)",
            FW_VERSION, opts->script, rt.version, rt.n);
    {
