@@ -614,22 +614,53 @@ serve_until_stopped (fw_runtime_t *rt, const sigset_t *sigs, const sigset_t *hup
    }
 }
 
-/* A stop waits this long for a stream before it asks whether the server is
- * there at all (docs/operations.md), then as often again. */
-#define STOP_PROBE_MS 1500
+/* A stream still running this long into a stop: flowwarden says it waits
+ * and asks whether the server is there at all (docs/operations.md), then
+ * again as often; the question waits at most STOP_PROBE_CONNECT_MS. */
+#define STOP_PROBE_MS 2000
+#define STOP_PROBE_CONNECT_MS 500
 
-/* A stream still runs STOP_PROBE_MS into a stop: when the server does not
- * answer a bounded probe, its thread waits in a MongoDB call for server
- * selection (serverSelectionTimeoutMS, 30 s by default, then its final
- * checkpoint and the sessions' end as long again): exits the process with
- * 0 at once, saying that the final checkpoints are not saved. Returns when
- * the server answers (the stream is busy, not stuck on it). */
+/* The exit of a second SIGINT or SIGTERM during a stop: at once, 128 + sig. */
 static void
-exit_when_server_gone (fw_runtime_t *rt, int from)
+exit_on_second_signal (int sig)
 {
-   char why[512];
+   fw_log (FW_LOG_WARN, NULL,
+           "%s received again: exiting at once (exit code %d) without the final "
+           "checkpoints; events since the last checkpoint are delivered again",
+           sig == SIGTERM ? "SIGTERM" : "SIGINT", 128 + sig);
+   fflush (NULL);
+   _exit (128 + sig);
+}
 
-   if (!rt->uri || fw_server_probe (rt->uri, why, sizeof why)) {
+/* Streams from `from` on still run into a stop: when the server does not
+ * answer a bounded probe, their threads wait in a MongoDB call for server
+ * selection (serverSelectionTimeoutMS, 30 s by default; their final
+ * checkpoints and the sessions' end as long again): exits the process with
+ * 0 at once, saying that their final checkpoints are not saved (a signal
+ * that came during the probe exits as a second one). Returns when the
+ * server answers: the streams are busy, not stuck on it. */
+static void
+exit_when_server_gone (fw_runtime_t *rt, int from, const sigset_t *sigs)
+{
+   struct timespec zero = {0, 0};
+   mongoc_uri_t *quick;
+   char why[512];
+   bool there;
+   int sig;
+
+   if (!rt->uri || !(quick = mongoc_uri_copy (rt->uri))) {
+      return;
+   }
+   if (mongoc_uri_get_option_as_int32 (quick, MONGOC_URI_CONNECTTIMEOUTMS, 10000) >
+       STOP_PROBE_CONNECT_MS) {
+      mongoc_uri_set_option_as_int32 (quick, MONGOC_URI_CONNECTTIMEOUTMS, STOP_PROBE_CONNECT_MS);
+   }
+   there = fw_server_probe (quick, why, sizeof why);
+   mongoc_uri_destroy (quick);
+   if ((sig = sigtimedwait (sigs, NULL, &zero)) == SIGINT || sig == SIGTERM) {
+      exit_on_second_signal (sig);
+   }
+   if (there) {
       return;
    }
    for (int i = from; i < rt->n; i++) {
@@ -649,7 +680,7 @@ exit_when_server_gone (fw_runtime_t *rt, int from)
  * and SIGTERM meanwhile: a second one exits the process at once, with
  * 128 + its number (130, 143) and without the final checkpoints (the events
  * since the last one are delivered again at the next start); so does a
- * server that has gone (exit_when_server_gone). */
+ * server that has gone (exit_when_server_gone, with 0). */
 static void
 wait_streams_finished (fw_runtime_t *rt, const sigset_t *sigs)
 {
@@ -662,24 +693,20 @@ wait_streams_finished (fw_runtime_t *rt, const sigset_t *sigs)
          struct timespec slice = {0, 100 * 1000 * 1000};
          int sig = sigtimedwait (sigs, NULL, &slice);
          if (sig == SIGINT || sig == SIGTERM) {
-            fw_log (FW_LOG_WARN, NULL,
-                    "%s received again: exiting at once (exit code %d) without the final "
-                    "checkpoints; events since the last checkpoint are delivered again",
-                    sig == SIGTERM ? "SIGTERM" : "SIGINT", 128 + sig);
-            fflush (NULL);
-            _exit (128 + sig);
+            exit_on_second_signal (sig);
          }
-         if (fw_mono_ms () >= probe_at) {
-            exit_when_server_gone (rt, i);
-            probe_at = fw_mono_ms () + STOP_PROBE_MS;
+         if (fw_mono_ms () < probe_at || !fw_stream_worker_running (rt->workers[i])) {
+            continue;
          }
-         if (!told && fw_mono_ms () - t0 >= 2000) {
+         if (!told) {
             told = true;
             fw_log (FW_LOG_INFO, NULL,
                     "waiting for stream %s to finish its event or MongoDB call (SIGINT again "
                     "exits at once)",
                     fw_stream_worker_name (rt->workers[i]));
          }
+         exit_when_server_gone (rt, i, sigs);
+         probe_at = fw_mono_ms () + STOP_PROBE_MS;
       }
    }
 }
