@@ -19,6 +19,7 @@
 #include "flowwarden/log.h"
 #include "flowwarden/lua_host.h"
 #include "flowwarden/lua_sources.h"
+#include "flowwarden/secrets.h"
 
 /* Handler timeouts: a watchdog thread looks at every host's deadline each
  * tick; when a call overruns, it signals the thread running it, whose signal
@@ -309,10 +310,47 @@ watch_coroutines (lua_State *L)
    lua_pop (L, 1);
 }
 
+/* print as Lua's (tostring of each argument, tabs between, a newline, to
+ * stdout), with the values of fw.env hidden as in every other text
+ * flowwarden writes (secrets.h). */
+static int
+redacting_print (lua_State *L)
+{
+   int n = lua_gettop (L);
+   luaL_Buffer b;
+   const char *text, *shown;
+   char *owned = NULL;
+   size_t len, shown_len;
+
+   luaL_buffinit (L, &b);
+   for (int i = 1; i <= n; i++) {
+      if (i > 1) {
+         luaL_addchar (&b, '\t');
+      }
+      luaL_tolstring (L, i, NULL); /* __tostring and __name as Lua's print */
+      luaL_addvalue (&b);
+   }
+   luaL_addchar (&b, '\n');
+   luaL_pushresult (&b);
+   text = lua_tolstring (L, -1, &len);
+   shown = fw_secrets_redact (text, len, &owned, &shown_len);
+   if (shown == text) {
+      shown_len = len;
+   } else if (!owned) {
+      shown_len = strlen (shown); /* out of memory: the marker alone */
+   }
+   fwrite (shown, 1, shown_len, stdout);
+   fflush (stdout);
+   free (owned);
+   return 0;
+}
+
 static int
 pmain_open (lua_State *L)
 {
    luaL_openlibs (L);
+   lua_pushcfunction (L, redacting_print);
+   lua_setglobal (L, "print");
    watch_coroutines (L);
    fw_lua_call_attach (L, &host_of (L)->call);
 
