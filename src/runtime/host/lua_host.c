@@ -3,6 +3,7 @@
  * calls into them under a time and memory budget.
  */
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
@@ -56,6 +57,10 @@ struct fw_lua_host {
    int io_timeout_waits; /* count_hook's waits for an IO timeout (this call) */
    pthread_t caller; /* the thread running the call under the deadline (atomic:
                       * the watchdog reads it while the next call sets it) */
+   int has_caller;      /* caller runs a call of fw_lua_host_call now (atomic): a
+                         * deadline set otherwise has no thread to signal */
+   int poking;          /* the watchdog is signalling caller (atomic): the call's end
+                         * waits for it, so the thread is alive when signalled */
    int poked;           /* the watchdog signalled this call (watchdog's own flag) */
    fw_lua_host_t *next; /* the watchdog's list of hosts */
    fw_lua_host_t *prev;
@@ -133,10 +138,18 @@ watchdog_main (void *arg)
       pthread_mutex_lock (&watch_mu);
       for (fw_lua_host_t *h = watched; h; h = h->next) {
          int64_t deadline = __atomic_load_n (&h->call.deadline_ns, __ATOMIC_ACQUIRE);
-         if (deadline && now > deadline && !__atomic_load_n (&h->poked, __ATOMIC_ACQUIRE)) {
+         if (!deadline || now <= deadline || __atomic_load_n (&h->poked, __ATOMIC_ACQUIRE) ||
+             !__atomic_load_n (&h->has_caller, __ATOMIC_SEQ_CST)) {
+            continue;
+         }
+         /* Announced, then checked again: a call that ends meanwhile either
+          * is seen ended here or, in fw_lua_host_call, waits for the signal. */
+         __atomic_store_n (&h->poking, 1, __ATOMIC_SEQ_CST);
+         if (__atomic_load_n (&h->has_caller, __ATOMIC_SEQ_CST)) {
             __atomic_store_n (&h->poked, 1, __ATOMIC_RELEASE);
             pthread_kill (__atomic_load_n (&h->caller, __ATOMIC_ACQUIRE), FW_WATCHDOG_SIGNAL);
          }
+         __atomic_store_n (&h->poking, 0, __ATOMIC_SEQ_CST);
       }
       pthread_mutex_unlock (&watch_mu);
    }
@@ -814,6 +827,7 @@ fw_lua_host_call (fw_lua_host_t *host, int nargs, int nresults, int64_t timeout_
    if (timeout_ms > 0) {
       __atomic_store_n (&host->caller, pthread_self (), __ATOMIC_RELEASE);
       __atomic_store_n (&host->poked, 0, __ATOMIC_RELEASE);
+      __atomic_store_n (&host->has_caller, 1, __ATOMIC_SEQ_CST);
       calling = host;
       host->call_started_ns = fw_mono_ns ();
       __atomic_store_n (&host->call.deadline_ns, host->call_started_ns + timeout_ms * 1000000,
@@ -828,6 +842,11 @@ fw_lua_host_call (fw_lua_host_t *host, int nargs, int nresults, int64_t timeout_
    if (timeout_ms > 0) {
       calling = NULL;
       __atomic_store_n (&host->call.deadline_ns, 0, __ATOMIC_RELEASE);
+      /* No signal for this thread after this: it may end once the call has. */
+      __atomic_store_n (&host->has_caller, 0, __ATOMIC_SEQ_CST);
+      while (__atomic_load_n (&host->poking, __ATOMIC_SEQ_CST)) {
+         sched_yield ();
+      }
       if (lua_gethook (L)) {
          lua_sethook (L, NULL, 0, 0);
       }
