@@ -214,7 +214,9 @@ class TokenVersionsTest(StandInTestCase):
             p2 = self.run_fw(self.script(body(3)))
             p2.wait_open(streams=3)
             self.start_writer(100, 100).join()
-            p2.wait_until(lambda: any(r["n"] == 199 for r in p2.reports()), 60, "the last event")
+            # the units run in parallel: wait for every event, then look for repeats
+            p2.wait_until(lambda: {r["n"] for r in old + p2.reports()} >= set(range(200)), 60,
+                          "every event")
             self.assertEqual(p2.stop(), 0)
         finally:
             self.restart_standin()
