@@ -672,6 +672,9 @@ exit_when_server_gone (fw_runtime_t *rt, int from, const sigset_t *sigs)
                  fw_stream_worker_name (rt->workers[i]), why);
       }
    }
+   if (rt->opts->pid_file) {
+      unlink (rt->opts->pid_file); /* removed at exit, as a clean stop does */
+   }
    fflush (NULL);
    _exit (0);
 }

@@ -2,6 +2,7 @@
 errors, labelled and unlabelled server errors, invalidate after a drop, lost
 history; one stream's trouble never stops another (issue 3: restart loop,
 history lost, isolation)."""
+import os
 import signal
 import tempfile
 import time
@@ -351,8 +352,10 @@ class StopWithoutServer(StandInTestCase):
 
     def test_sigterm_with_the_server_gone_stops_within_the_bound(self):
         script = self.script(stream())
-        p = self.run_fw(script)
+        pid_file = os.path.join(self.data_dir.name, "fw.pid")
+        p = self.run_fw(script, extra=["--pid-file", pid_file])
         p.wait_open()
+        self.assertTrue(os.path.exists(pid_file))
         self.db.c.insert_many([{"n": n} for n in range(10)])
         last = p.wait_reports(10)[-1]["eid"]
         saved = self.wait_checkpoint("s", lambda cp: cp.get("lastProcessedToken", {}).get(
@@ -366,6 +369,7 @@ class StopWithoutServer(StandInTestCase):
         took = time.monotonic() - sent
         self.assertLess(took, self.STOP_BOUND, "the stop took %.1f s" % took)
         self.assertEqual(rc, 0)
+        self.assertFalse(os.path.exists(pid_file))  # removed at exit, as a clean stop does
         self.assertTrue(any("final checkpoint" in m and "not saved" in m
                             for m in p.messages(level="warn")), p.messages())
         # The server back with its data: the next run resumes from what was saved.
