@@ -126,6 +126,15 @@ function M.body_excerpt(body)
   return cut
 end
 
+-- A whole on_batch call failed (failure and stopped as for classify): whether
+-- its error is one the stream retries (retry_on, no_retry_on), as an event's
+-- is; the batch is then retried whole, else bisected at once. The error
+-- itself reaches on_error with each event that fails alone.
+function M.batch_retries(spec, failure, stopped)
+  local c = M.classify(spec, failure, stopped)
+  return (errors.should_retry(spec.retry, c.type))
+end
+
 -- Sequenced DLQ (issue 14): the event's sequence key from the stream's
 -- dlq.sequence_key(ctx). A key function that raises, or returns nil, fails
 -- the attempt with a message naming it (the error keeps its type); the host

@@ -53,7 +53,7 @@ static const char replay_help[] =
    "  --dry-run            list what would run; change nothing\n"
    "  --rate N             at most N entries per second (N > 0)\n"
    "  --no-retry           one attempt per entry, whatever the retry policy says\n"
-   "  --claim-ttl DUR      how long a claim holds without renewal (default 5m)\n"
+   "  --claim-ttl DUR      how long a claim holds without renewal (default 30s)\n"
    "  --uri URI            MongoDB connection string (else FLOWWARDEN_URI, then the script's)\n"
    "  --log-level L, --log-format text|json   for the handlers' logs (stderr)\n\n"
    "exit codes: 0 every entry resolved; 3 some failed again or could not be replayed;\n"

@@ -160,6 +160,7 @@ typedef struct fw_runtime {
    fw_metrics_t *metrics;        /* every stream's counters, fw.metrics */
    fw_runtime_control_t *control;/* the admin endpoint's requests to this thread */
    fw_oplog_sampler_t *oplog;    /* flowwarden_oplog_window_seconds (NULL: not sampled) */
+   const mongoc_uri_t *uri;      /* the streams' server (a stop probes it), borrowed */
 } fw_runtime_t;
 
 static void
@@ -618,14 +619,80 @@ serve_until_stopped (fw_runtime_t *rt, const sigset_t *sigs, const sigset_t *hup
    }
 }
 
+/* A stream still running this long into a stop: flowwarden says it waits
+ * and asks whether the server is there at all (docs/operations.md), then
+ * again as often; the question waits at most STOP_PROBE_CONNECT_MS. */
+#define STOP_PROBE_MS 2000
+#define STOP_PROBE_CONNECT_MS 500
+
+/* The exit of a second SIGINT or SIGTERM during a stop: at once, 128 + sig. */
+static void
+exit_on_second_signal (int sig)
+{
+   fw_log (FW_LOG_WARN, NULL,
+           "%s received again: exiting at once (exit code %d) without the final "
+           "checkpoints; events since the last checkpoint are delivered again",
+           sig == SIGTERM ? "SIGTERM" : "SIGINT", 128 + sig);
+   fflush (NULL);
+   _exit (128 + sig);
+}
+
+/* Streams from `from` on still run into a stop: when the server does not
+ * answer a bounded probe, their threads wait in a MongoDB call for server
+ * selection (serverSelectionTimeoutMS, 30 s by default; their final
+ * checkpoints and the sessions' end as long again): exits the process with
+ * 0 at once, saying that their final checkpoints are not saved (a signal
+ * that came during the probe exits as a second one). Returns when the
+ * server answers: the streams are busy, not stuck on it. */
+static void
+exit_when_server_gone (fw_runtime_t *rt, int from, const sigset_t *sigs)
+{
+   struct timespec zero = {0, 0};
+   mongoc_uri_t *quick;
+   char why[512];
+   bool there;
+   int sig;
+
+   if (!rt->uri || !(quick = mongoc_uri_copy (rt->uri))) {
+      return;
+   }
+   if (mongoc_uri_get_option_as_int32 (quick, MONGOC_URI_CONNECTTIMEOUTMS, 10000) >
+       STOP_PROBE_CONNECT_MS) {
+      mongoc_uri_set_option_as_int32 (quick, MONGOC_URI_CONNECTTIMEOUTMS, STOP_PROBE_CONNECT_MS);
+   }
+   there = fw_server_probe (quick, why, sizeof why);
+   mongoc_uri_destroy (quick);
+   if ((sig = sigtimedwait (sigs, NULL, &zero)) == SIGINT || sig == SIGTERM) {
+      exit_on_second_signal (sig);
+   }
+   if (there) {
+      return;
+   }
+   for (int i = from; i < rt->n; i++) {
+      if (fw_stream_worker_running (rt->workers[i])) {
+         fw_log (FW_LOG_WARN, NULL,
+                 "stream %s: stopping without waiting for its MongoDB call: the server does "
+                 "not answer (%s); its final checkpoint is not saved: the next start resumes "
+                 "from the last saved one and delivers again the events handled since",
+                 fw_stream_worker_name (rt->workers[i]), why);
+      }
+   }
+   if (rt->opts->pid_file) {
+      unlink (rt->opts->pid_file); /* removed at exit, as a clean stop does */
+   }
+   fflush (NULL);
+   _exit (0);
+}
+
 /* Waits until every started stream's thread has finished, serving SIGINT
  * and SIGTERM meanwhile: a second one exits the process at once, with
  * 128 + its number (130, 143) and without the final checkpoints (the events
- * since the last one are delivered again at the next start). */
+ * since the last one are delivered again at the next start); so does a
+ * server that has gone (exit_when_server_gone, with 0). */
 static void
 wait_streams_finished (fw_runtime_t *rt, const sigset_t *sigs)
 {
-   int64_t t0 = fw_mono_ms ();
+   int64_t t0 = fw_mono_ms (), probe_at = t0 + STOP_PROBE_MS;
    bool told = false;
 
    for (int i = 0; i < rt->n; i++) {
@@ -634,20 +701,20 @@ wait_streams_finished (fw_runtime_t *rt, const sigset_t *sigs)
          struct timespec slice = {0, 100 * 1000 * 1000};
          int sig = sigtimedwait (sigs, NULL, &slice);
          if (sig == SIGINT || sig == SIGTERM) {
-            fw_log (FW_LOG_WARN, NULL,
-                    "%s received again: exiting at once (exit code %d) without the final "
-                    "checkpoints; events since the last checkpoint are delivered again",
-                    sig == SIGTERM ? "SIGTERM" : "SIGINT", 128 + sig);
-            fflush (NULL);
-            _exit (128 + sig);
+            exit_on_second_signal (sig);
          }
-         if (!told && fw_mono_ms () - t0 >= 2000) {
+         if (fw_mono_ms () < probe_at || !fw_stream_worker_running (rt->workers[i])) {
+            continue;
+         }
+         if (!told) {
             told = true;
             fw_log (FW_LOG_INFO, NULL,
                     "waiting for stream %s to finish its event or MongoDB call (SIGINT again "
                     "exits at once)",
                     fw_stream_worker_name (rt->workers[i]));
          }
+         exit_when_server_gone (rt, i, sigs);
+         probe_at = fw_mono_ms () + STOP_PROBE_MS;
       }
    }
 }
@@ -688,7 +755,7 @@ start_oplog_sampler (fw_runtime_t *rt, const mongoc_uri_t *uri)
 int
 fw_runtime_run (const fw_run_options_t *opts)
 {
-   fw_runtime_t rt = {opts, NULL, NULL, NULL, 0, NULL, 0, 0, NULL, NULL, NULL};
+   fw_runtime_t rt = {opts, NULL, NULL, NULL, 0, NULL, 0, 0, NULL, NULL, NULL, NULL};
    fw_runtime_hooks_t hooks = {hook_find_stream, hook_reload, hook_script, &rt};
    mongoc_uri_t *uri = NULL;
    sigset_t sigs, hup;
@@ -709,6 +776,7 @@ fw_runtime_run (const fw_run_options_t *opts)
    if (!open_pools (&rt, uri_string, &uri) || !prepare_streams (&rt, admin_listen, admin_token)) {
       goto done;
    }
+   rt.uri = uri;
    fw_log (FW_LOG_INFO, NULL, "flowwarden %s running %s (script version %s): %d stream(s)",
            FW_VERSION, opts->script, rt.version, rt.n);
    {

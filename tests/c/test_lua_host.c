@@ -12,6 +12,7 @@
 #include <cmocka.h>
 #include <lauxlib.h>
 
+#include "flowwarden/clock.h"
 #include "flowwarden/lua_call.h"
 #include "flowwarden/lua_host.h"
 
@@ -136,6 +137,27 @@ lua_host_version_hashes_contents_not_paths (void **state)
                  "fw.stream { name = 'a', database = 'd', on_change = function() end }\n");
    assert_non_null (version_of (script_path, b, sizeof b));
    assert_string_not_equal (a, b);
+}
+
+/* A deadline on the state's call that fw_lua_host_call did not set (fw.mongo's
+ * own tests set one to give its calls a budget) has no thread for the
+ * watchdog to signal: it leaves it alone. It signalled thread 0 (SIGSEGV in
+ * c/test_mongo_lua under load, when a call outlived such a deadline). */
+static void
+lua_host_a_deadline_set_outside_a_call_is_not_signalled (void **state)
+{
+   fw_lua_host_t *host = fw_lua_host_new (NULL);
+   lua_State *L = fw_lua_host_state (host);
+   fw_lua_call_t *call = fw_lua_call_get (L);
+   (void) state;
+
+   luaL_loadstring (L, "local t = os.clock() + 0.05 while os.clock() < t do end return 1");
+   __atomic_store_n (&call->deadline_ns, fw_mono_ns () - 1, __ATOMIC_RELEASE);
+   assert_int_equal (lua_pcall (L, 0, 1, 0), LUA_OK); /* > 5 watchdog ticks past it */
+   __atomic_store_n (&call->deadline_ns, 0, __ATOMIC_RELEASE);
+   assert_int_equal (lua_tointeger (L, -1), 1);
+   lua_pop (L, 1);
+   fw_lua_host_destroy (host);
 }
 
 /* A handler in an endless loop is stopped by the clock check in the count
@@ -394,6 +416,7 @@ main (void)
       cmocka_unit_test_teardown (lua_host_valid_script_declares_streams, teardown),
       cmocka_unit_test_teardown (lua_host_version_hashes_contents_not_paths, teardown),
       cmocka_unit_test (lua_host_timeout_stops_endless_loop),
+      cmocka_unit_test (lua_host_a_deadline_set_outside_a_call_is_not_signalled),
       cmocka_unit_test (lua_host_io_timeout_keeps_its_type_past_the_deadline),
       cmocka_unit_test (lua_host_memory_limit_stops_hungry_handler),
       cmocka_unit_test (lua_host_error_keeps_value_and_traceback),

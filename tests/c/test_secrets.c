@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "flowwarden/bson_redact.h"
 #include "flowwarden/log.h"
 #include "flowwarden/secrets.h"
 
@@ -151,6 +152,28 @@ the_log_hides_secrets_even_across_its_cut (void **state)
    fw_log_set_sink (NULL, NULL);
 }
 
+/* A document a script built (an enqueue policy's diagnostics): secrets in
+ * its strings and keys, at any depth, are replaced; other values stay. */
+static void
+a_bson_document_hides_secrets_in_strings_and_keys (void **state)
+{
+   bson_t *doc;
+   char *json;
+   (void) state;
+
+   add ("bs0n-s3cret");
+   doc = BCON_NEW ("a", BCON_UTF8 ("x bs0n-s3cret y"), "n", "{", "b", "[",
+                   BCON_UTF8 ("bs0n-s3cret"), BCON_INT32 (7), "]", "}", "k-bs0n-s3cret",
+                   BCON_INT32 (1), "plain", BCON_UTF8 ("stays"));
+   assert_true (fw_bson_redact (doc));
+   json = bson_as_relaxed_extended_json (doc, NULL);
+   assert_string_equal (json, "{ \"a\" : \"x [redacted] y\", \"n\" : { \"b\" : [ "
+                              "\"[redacted]\", 7 ] }, \"k-[redacted]\" : 1, \"plain\" : "
+                              "\"stays\" }");
+   bson_free (json);
+   bson_destroy (doc);
+}
+
 int
 main (void)
 {
@@ -163,6 +186,7 @@ main (void)
       cmocka_unit_test (a_value_not_registered_stays),
       cmocka_unit_test (copy_redacts_before_it_cuts),
       cmocka_unit_test (the_log_hides_secrets_even_across_its_cut),
+      cmocka_unit_test (a_bson_document_hides_secrets_in_strings_and_keys),
    };
    return cmocka_run_group_tests (tests, NULL, NULL);
 }

@@ -96,6 +96,45 @@ class BatchHandlers(FailureTestCase):
         self.assertEqual(len(self.dlq_entries()), 2)
 
 
+class BatchErrorClassified(FailureTestCase):
+    """A whole-batch failure is classified as an event's error is (retry_on, no_retry_on):
+    an error the stream does not retry is not retried as a whole batch either; bisection
+    starts at once and the raising event goes its own way (on_error, its DLQ entry)."""
+
+    def run_batch(self, retry):
+        script = ON_BATCH.replace(
+            'retry = { max_attempts = 2, initial_delay = "20ms", jitter = false }',
+            'retry = { max_attempts = 3, initial_delay = "20ms", jitter = false, %s }' % retry)
+        p = self.run_fw(self.fw_script(script))
+        p.wait_open(1)
+        docs = [{"_id": i} for i in range(1, 21)]
+        docs[9]["poison"] = "raise"  # _id 10
+        self.db.orders.insert_many(docs)
+        entries = self.wait_dlq(1)
+        wait_for(lambda: self.db.applied.count_documents({}) >= 19, what="events applied")
+        self.assertEqual([(e["documentKey"]["_id"], e["error"]["type"]) for e in entries],
+                         [(10, "Boom")])
+        self.stop_cleanly(p)
+        return p
+
+    def test_no_retry_on_is_not_retried_as_a_whole_batch(self):
+        p = self.run_batch('no_retry_on = { "Boom" }')
+        self.assertEqual(p.count_log("retrying the whole batch"), 0, p.messages())
+        self.assertEqual(p.count_log("retrying the events it failed"), 0)
+        # on_error saw it alone, and as no_retry_on says, it went to the DLQ at once
+        self.assertEqual([r["on_error"] for r in p.reports() if "on_error" in r], [10])
+
+    def test_a_type_outside_retry_on_is_not_retried_as_a_whole_batch(self):
+        p = self.run_batch('retry_on = { "Http" }')
+        self.assertEqual(p.count_log("retrying the whole batch"), 0, p.messages())
+
+    def test_a_retried_type_is_still_retried_as_a_whole_batch(self):
+        p = self.run_batch('retry_on = { "Boom" }')
+        first = next(r for r in p.reports() if "raised" in r)
+        if first["n"] > 1:  # the writes came as one batch of more than the poison event
+            self.assertGreaterEqual(p.count_log("retrying the whole batch"), 1, p.messages())
+
+
 # The issue's read model: one bulk_write of upserts per batch, unordered;
 # an operation the server refuses marks its event failed (write_errors
 # number operations from 1, as the events of the batch).

@@ -72,6 +72,27 @@ class DeferredRetry(FailureTestCase):
         self.assertEqual([r["id"] for r in q.reports()], [1])  # event 2 was checkpointed
         self.stop_cleanly(q)
 
+    def test_a_killed_attempts_claim_expires_within_a_few_keeper_periods(self):
+        # Attempt 2 reports, then works (a busy loop) until the process is killed: the entry
+        # stays REPROCESSING, claimed by a dead process, until claimedUntil. The claim keeper
+        # renews every third of the claim's TTL, so the TTL can be short: docs/retry-and-dlq.md
+        # says 30 s (it was 5 minutes).
+        slow = """function(ctx)
+          local doc = ctx:full_document()
+          report({ id = doc._id, attempt = ctx:attempt_number() })
+          if ctx:attempt_number() == 1 then error(fw.error("Http.Timeout", "first")) end
+          local t = os.clock() + 20
+          while os.clock() < t do end
+        end"""
+        p = self.start(lua_stream(retry=DEFERRED % (3, "300ms"), dlq="true", handler=slow))
+        self.db.orders.insert_one({"_id": 1})
+        p.wait_until(lambda: self.attempts_of(p, 1) == [1, 2], 15, "attempt 2")
+        entry = wait_for(lambda: self.entries("REPROCESSING"), 10, "the claimed entry")[0]
+        p.kill9()
+        left = (entry["claimedUntil"] - entry["lastTouched"]).total_seconds()
+        self.assertLessEqual(left, 30.5, entry)
+        self.assertGreater(left, 0, entry)
+
     def test_exhaustion_leaves_one_pending_entry_with_every_attempt(self):
         p = self.start(lua_stream(retry=DEFERRED % (3, "100ms"), dlq="true"))
         self.db.orders.insert_one({"_id": 1, "fail": "Http.Timeout"})

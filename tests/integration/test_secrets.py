@@ -10,6 +10,7 @@ itself tested here: it must find a leak when there is one."""
 import http.server
 import json
 import socket
+import tempfile
 import threading
 import urllib.request
 
@@ -275,6 +276,50 @@ class EnvValuesAreRedacted(StandInTestCase):
         self.assertEqual(check.returncode, 1)
         self.assertIn("bad token " + MARK, check.stderr)
         self.assertNotIn(TOKEN, check.stdout + check.stderr)
+
+
+# Issue 37, 9e: a handler's own print and log arguments (a table among them), an
+# fw.error's fields, and what an enqueue policy stores as diagnostics.
+OWN_TEXT_SCRIPT = """
+    local token = fw.env("HOOK_TOKEN")
+    fw.stream {
+      name = "s", collection = "orders", retry = { max_attempts = 1 },
+      dlq = { enqueue_policy = function(letter, err)
+        return fw.dlq.requeue { diagnostics = { last = "token " .. token,
+                                                 nested = { t = token } } }
+      end },
+      on_insert = function(ctx)
+        print("printing", token)
+        fw.log.warn("a table", { t = token })
+        error(fw.error("Auth.Failed", "refused", { header = "Bearer " .. token }))
+      end,
+    }
+"""
+
+
+class OwnTextIsRedacted(StandInTestCase):
+
+    def test_print_log_tables_error_fields_and_diagnostics_hide_env_values(self):
+        script = self.script(OWN_TEXT_SCRIPT)
+        env = clean_env({"HOOK_TOKEN": TOKEN, "FLOWWARDEN_URI": self.uri})
+        out = tempfile.TemporaryFile()
+        self.addCleanup(out.close)
+        p = fwtest.Flowwarden(script, self.uri, env=env, stdout=out)
+        self.procs.append(p)
+        p.wait_open()
+        self.db.orders.insert_one({"_id": 1})
+        self.wait_for(lambda: self.db["_fw_dlq"].count_documents({}) == 1, 30, "the DLQ entry")
+        r = run_cli(["dlq", "replay", script], env=env)
+        self.assertEqual(r.returncode, 3, r.stdout + r.stderr)  # failed again: requeued
+        self.assertEqual(p.stop(), 0)
+        entry = self.db["_fw_dlq"].find_one({})
+        self.assert_no_secret(TOKEN)
+        self.assertEqual(entry["diagnostics"]["last"], "token " + MARK)
+        self.assertEqual(entry["diagnostics"]["nested"], {"t": MARK})
+        out.seek(0)
+        printed = out.read().decode()
+        self.assertIn("printing\t" + MARK, printed)
+        self.assertNotIn(TOKEN, printed)
 
 
 class ScanFindsLeaks(StandInTestCase):

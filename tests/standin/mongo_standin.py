@@ -21,6 +21,7 @@ except ImportError:
                      "run this with /usr/bin/python3\n")
     sys.exit(2)
 
+from fwstandin import oplog as oplogmod  # noqa: E402
 from fwstandin.auth import Users  # noqa: E402
 from fwstandin.journal import DataDirInUse  # noqa: E402
 from fwstandin.server import Server  # noqa: E402
@@ -106,6 +107,11 @@ def parse_args(argv):
                         "100 MB without allowDiskUse, 6.0-only change stream options) "
                         "or 7.0 (maxWireVersion 21; 6.0's behaviour plus $toHashedIndexKey, "
                         "which 5.0 and 6.0 do not know)")
+    p.add_argument("--token-version", type=int, choices=(1, 2), default=1,
+                   help="the version of the resume tokens (resume_token.cpp): 1 (default) or "
+                        "2, which sorts after 1 at the same clusterTime; with --data-dir, the "
+                        "events already stored come with it too, as a server whose feature "
+                        "compatibility version moved renders them")
     args = p.parse_args(argv)
     if args.user and args.auth is None:
         p.error("--user needs --auth")
@@ -119,6 +125,7 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    oplogmod.TOKEN_VERSION = args.token_version
     try:
         server = Server(replset=args.replset, data_dir=args.data_dir,
                         oplog_max_entries=args.oplog_max_entries,

@@ -817,6 +817,16 @@ class ExpressionTest(MongoErrorAssertions):
         self.assertEqual(self.ev({"$toUpper": "$nope"}), "")
         self.assertMongoError(16702, self.ev, {"$concat": ["$s", 1]},
                               msg="$concat only supports strings, not int")
+        # $substrBytes (expression_string): bytes, a start past the end or null give "", a
+        # negative length the rest, a cut inside a character is refused.
+        self.assertEqual(self.ev({"$substrBytes": ["$s", 1, 5]}), "i")
+        self.assertEqual(self.ev({"$substrBytes": ["$s", 0, -1]}), "Hi")
+        self.assertEqual(self.ev({"$substrBytes": ["$s", 7, 1]}), "")
+        self.assertEqual(self.ev({"$substrBytes": ["$nul", 0, 1]}), "")
+        self.assertEqual(self.ev({"$substrBytes": ["h\u00e9", 1, 2]}), "\u00e9")
+        self.assertMongoError(28656, self.ev, {"$substrBytes": ["h\u00e9", 2, 1]})
+        self.assertMongoError(28657, self.ev, {"$substrBytes": ["h\u00e9", 0, 2]})
+        self.assertMongoError(16034, self.ev, {"$substrBytes": ["$s", "1", 1]})
 
     def test_comparison_and_boolean(self):
         self.assertTrue(self.ev({"$eq": ["$a", 5.0]}))

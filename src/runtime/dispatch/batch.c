@@ -123,6 +123,35 @@ note_error (fw_batch_state_t *s, lua_State *L)
    lua_settop (L, top);
 }
 
+/* Whether the stream retries the error of a failed call (the failure table
+ * on top of L, left there): classified as an event's error is
+ * (flowwarden.dispatch.batch_retries: retry_on, no_retry_on). A policy that
+ * cannot answer says retry, as before it was asked. */
+static bool
+retried (fw_dispatcher_t *d, lua_State *L, fw_lua_stop_t stop)
+{
+   int top = lua_gettop (L);
+   fw_lua_stop_t inner;
+   bool yes = true;
+
+   lua_getfield (L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+   if (lua_getfield (L, -1, "flowwarden.dispatch") == LUA_TTABLE &&
+       lua_getfield (L, -1, "batch_retries") == LUA_TFUNCTION) {
+      lua_rawgeti (L, LUA_REGISTRYINDEX, d->prog.spec_ref);
+      lua_pushvalue (L, top);
+      if (stop == FW_LUA_STOP_TIMEOUT || stop == FW_LUA_STOP_MEMORY) {
+         lua_pushstring (L, stop == FW_LUA_STOP_TIMEOUT ? "timeout" : "memory");
+      } else {
+         lua_pushnil (L);
+      }
+      if (fw_lua_host_call (d->prog.host, 3, 1, d->prog.cfg.timeout_ms, &inner)) {
+         yes = lua_toboolean (L, -1);
+      }
+   }
+   lua_settop (L, top);
+   return yes;
+}
+
 void
 fw_batch_state_forget (fw_batch_state_t *s)
 {
@@ -158,7 +187,7 @@ op_call (void *ud, const size_t *idx, size_t n, int attempt, bool *marked)
    lua_State *L = fw_lua_host_state (d->prog.host);
    fw_lua_stop_t stop;
    int64_t start = fw_mono_ns ();
-   bool ok;
+   bool ok, again = true;
 
    if (d->lease && !fw_lease_is_leader (d->lease, NULL)) {
       s->result = FW_DISPATCH_STOPPED; /* ha: the batch comes back to the next leader */
@@ -194,11 +223,12 @@ op_call (void *ud, const size_t *idx, size_t n, int attempt, bool *marked)
       }
    } else {
       note_error (s, L);
+      again = retried (d, L, stop);
       lua_pop (L, 1);
       d->stats.handler_errors++;
    }
    end_call (L, s, n);
-   return ok ? FW_BATCH_CALL_OK : FW_BATCH_CALL_FAILED;
+   return ok ? FW_BATCH_CALL_OK : again ? FW_BATCH_CALL_FAILED : FW_BATCH_CALL_FAILED_FINAL;
 }
 
 static bool

@@ -12,7 +12,7 @@ typedef struct {
    fw_batch_stats_t *stats;
 } run_t;
 
-typedef enum { SET_DONE, SET_MARKED, SET_FAILED, SET_STOPPED } set_t;
+typedef enum { SET_DONE, SET_MARKED, SET_FAILED, SET_FAILED_FINAL, SET_STOPPED } set_t;
 
 /* One call of the handler with idx[0..*n): settles the events it did not
  * mark and moves the marked ones, in order, to the front of idx (*n their
@@ -29,8 +29,8 @@ call_once (run_t *r, size_t *idx, size_t *n, int attempt)
    if (c == FW_BATCH_CALL_STOPPED) {
       return SET_STOPPED;
    }
-   if (c == FW_BATCH_CALL_FAILED) {
-      return SET_FAILED;
+   if (c == FW_BATCH_CALL_FAILED || c == FW_BATCH_CALL_FAILED_FINAL) {
+      return c == FW_BATCH_CALL_FAILED ? SET_FAILED : SET_FAILED_FINAL;
    }
    for (size_t k = 0; k < *n; k++) {
       if (r->marked[k]) {
@@ -86,7 +86,7 @@ attempts (run_t *r, size_t *idx, size_t *n)
       if (s == SET_STOPPED) {
          return false;
       }
-      if (s == SET_DONE || attempt >= r->ops->max_attempts) {
+      if (s == SET_DONE || s == SET_FAILED_FINAL || attempt >= r->ops->max_attempts) {
          return true;
       }
       if (!r->ops->retry_wait (r->ops->ud, attempt, *n)) {

@@ -3,6 +3,7 @@
  * calls into them under a time and memory budget.
  */
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 #include "flowwarden/log.h"
 #include "flowwarden/lua_host.h"
 #include "flowwarden/lua_sources.h"
+#include "flowwarden/secrets.h"
 
 /* Handler timeouts: a watchdog thread looks at every host's deadline each
  * tick; when a call overruns, it signals the thread running it, whose signal
@@ -55,6 +57,10 @@ struct fw_lua_host {
    int io_timeout_waits; /* count_hook's waits for an IO timeout (this call) */
    pthread_t caller; /* the thread running the call under the deadline (atomic:
                       * the watchdog reads it while the next call sets it) */
+   int has_caller;      /* caller runs a call of fw_lua_host_call now (atomic): a
+                         * deadline set otherwise has no thread to signal */
+   int poking;          /* the watchdog is signalling caller (atomic): the call's end
+                         * waits for it, so the thread is alive when signalled */
    int poked;           /* the watchdog signalled this call (watchdog's own flag) */
    fw_lua_host_t *next; /* the watchdog's list of hosts */
    fw_lua_host_t *prev;
@@ -132,10 +138,18 @@ watchdog_main (void *arg)
       pthread_mutex_lock (&watch_mu);
       for (fw_lua_host_t *h = watched; h; h = h->next) {
          int64_t deadline = __atomic_load_n (&h->call.deadline_ns, __ATOMIC_ACQUIRE);
-         if (deadline && now > deadline && !__atomic_load_n (&h->poked, __ATOMIC_ACQUIRE)) {
+         if (!deadline || now <= deadline || __atomic_load_n (&h->poked, __ATOMIC_ACQUIRE) ||
+             !__atomic_load_n (&h->has_caller, __ATOMIC_SEQ_CST)) {
+            continue;
+         }
+         /* Announced, then checked again: a call that ends meanwhile either
+          * is seen ended here or, in fw_lua_host_call, waits for the signal. */
+         __atomic_store_n (&h->poking, 1, __ATOMIC_SEQ_CST);
+         if (__atomic_load_n (&h->has_caller, __ATOMIC_SEQ_CST)) {
             __atomic_store_n (&h->poked, 1, __ATOMIC_RELEASE);
             pthread_kill (__atomic_load_n (&h->caller, __ATOMIC_ACQUIRE), FW_WATCHDOG_SIGNAL);
          }
+         __atomic_store_n (&h->poking, 0, __ATOMIC_SEQ_CST);
       }
       pthread_mutex_unlock (&watch_mu);
    }
@@ -309,10 +323,47 @@ watch_coroutines (lua_State *L)
    lua_pop (L, 1);
 }
 
+/* print as Lua's (tostring of each argument, tabs between, a newline, to
+ * stdout), with the values of fw.env hidden as in every other text
+ * flowwarden writes (secrets.h). */
+static int
+redacting_print (lua_State *L)
+{
+   int n = lua_gettop (L);
+   luaL_Buffer b;
+   const char *text, *shown;
+   char *owned = NULL;
+   size_t len, shown_len;
+
+   luaL_buffinit (L, &b);
+   for (int i = 1; i <= n; i++) {
+      if (i > 1) {
+         luaL_addchar (&b, '\t');
+      }
+      luaL_tolstring (L, i, NULL); /* __tostring and __name as Lua's print */
+      luaL_addvalue (&b);
+   }
+   luaL_addchar (&b, '\n');
+   luaL_pushresult (&b);
+   text = lua_tolstring (L, -1, &len);
+   shown = fw_secrets_redact (text, len, &owned, &shown_len);
+   if (shown == text) {
+      shown_len = len;
+   } else if (!owned) {
+      shown_len = strlen (shown); /* out of memory: the marker alone */
+   }
+   fwrite (shown, 1, shown_len, stdout);
+   fflush (stdout);
+   free (owned);
+   return 0;
+}
+
 static int
 pmain_open (lua_State *L)
 {
    luaL_openlibs (L);
+   lua_pushcfunction (L, redacting_print);
+   lua_setglobal (L, "print");
    watch_coroutines (L);
    fw_lua_call_attach (L, &host_of (L)->call);
 
@@ -782,6 +833,7 @@ fw_lua_host_call (fw_lua_host_t *host, int nargs, int nresults, int64_t timeout_
    if (timeout_ms > 0) {
       __atomic_store_n (&host->caller, pthread_self (), __ATOMIC_RELEASE);
       __atomic_store_n (&host->poked, 0, __ATOMIC_RELEASE);
+      __atomic_store_n (&host->has_caller, 1, __ATOMIC_SEQ_CST);
       calling = host;
       host->call_started_ns = fw_mono_ns ();
       __atomic_store_n (&host->call.deadline_ns, host->call_started_ns + timeout_ms * 1000000,
@@ -796,6 +848,11 @@ fw_lua_host_call (fw_lua_host_t *host, int nargs, int nresults, int64_t timeout_
    if (timeout_ms > 0) {
       calling = NULL;
       __atomic_store_n (&host->call.deadline_ns, 0, __ATOMIC_RELEASE);
+      /* No signal for this thread after this: it may end once the call has. */
+      __atomic_store_n (&host->has_caller, 0, __ATOMIC_SEQ_CST);
+      while (__atomic_load_n (&host->poking, __ATOMIC_SEQ_CST)) {
+         sched_yield ();
+      }
       if (lua_gethook (L)) {
          lua_sethook (L, NULL, 0, 0);
       }

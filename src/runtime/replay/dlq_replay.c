@@ -11,6 +11,7 @@
 #include <lauxlib.h>
 
 #include "flowwarden/bson_lua.h"
+#include "flowwarden/bson_redact.h"
 #include "flowwarden/dlq_claim_keeper.h"
 #include "flowwarden/dlq_entry.h"
 #include "flowwarden/dlq_replay.h"
@@ -383,6 +384,11 @@ ppolicy (lua_State *L)
    a->diag_ok = true;
    if (lua_istable (L, -1)) {
       a->diag_ok = fw_bson_lua_to_bson (L, lua_gettop (L), "diagnostics", a->diagnostics, &a->err);
+      /* stored in the entry: the values of fw.env hidden, as in the log */
+      if (a->diag_ok && !fw_bson_redact (a->diagnostics)) {
+         a->diag_ok = false;
+         fw_error_set (&a->err, FW_ERROR_NOMEM, "out of memory hiding secrets in them");
+      }
    }
    return 0;
 }

@@ -7,7 +7,8 @@
  * pipeline keeps, for each event, only what comes after the checkpoint of
  * the old unit its key hashed to: resume tokens compare in the order of the
  * change stream (their _data is hex of a KeyString, clusterTime first), so
- * "$_id._data" > that checkpoint's token. Every event is then handled by
+ * "$_id._data" > that checkpoint's token, leaving the token's version out
+ * at the same clusterTime when the two differ (build). Every event is then handled by
  * one generation only: up to the old unit's checkpoint by the old, after it
  * by the new. The switch is one conditional write of the generation
  * document "<stream>#generation" ({n, from, startAt, cutoffs}); whoever
@@ -349,56 +350,132 @@ switch_to (const fw_stream_config_t *cfg, mongoc_client_t *client, const scan_t 
    return ok ? res : SWITCH_ERROR;
 }
 
+/* The length in hex digits of the KeyString int at p (key_string.cpp: 29 is
+ * 0, 2B..32 a positive int of 1..8 bytes); 0 when p holds none. */
+static size_t
+ks_int_len (const char *p)
+{
+   unsigned kind;
+
+   if (strncmp (p, "29", 2) == 0) {
+      return 2;
+   }
+   if (sscanf (p, "%2X", &kind) != 1 || kind < 0x2B || kind > 0x32 ||
+       strlen (p) < 2 + 2 * (size_t) (kind - 0x2A)) {
+      return 0;
+   }
+   return 2 + 2 * (size_t) (kind - 0x2A);
+}
+
+/* The length of a resume token's head as MongoDB encodes it
+ * (resume_token.cpp): clusterTime ("82" + 16 hex), version (a 1-byte int
+ * at [18, 22)), tokenType and txnOpIndex (ints), fromInvalidate (6E/6F);
+ * the collection UUID and the event identifier follow. 0 when data does
+ * not start so. */
+static size_t
+token_head (const char *data)
+{
+   size_t at = 22, n;
+
+   if (strlen (data) < 22 || strncmp (data, "82", 2) != 0 || strncmp (data + 18, "2B", 2) != 0) {
+      return 0;
+   }
+   for (int field = 0; field < 2; field++) {
+      if (!(n = ks_int_len (data + at))) {
+         return 0;
+      }
+      at += n;
+   }
+   return strncmp (data + at, "6E", 2) == 0 || strncmp (data + at, "6F", 2) == 0 ? at + 2 : 0;
+}
+
+/* One old unit's cut-off as the $match reads it: {t: the token, v: its
+ * version's digits, p: its clusterTime's, m: what follows the version up to
+ * the end of the head, then "FF"}. A token of another version at the same
+ * clusterTime compares with p + its own version + m: after the cut-off only
+ * when its (tokenType, txnOpIndex, fromInvalidate) are, since "FF" sorts
+ * after whatever can follow a head; a cut-off of another layout gives m ""
+ * and every such token passes (handled again: never lost). */
+static bool
+append_cutoff (bson_t *arr, const char *key, const char *cut)
+{
+   size_t len = strlen (cut), head = token_head (cut);
+   char v[5] = "", pre[19] = "", *m;
+   bson_t d;
+   bool ok;
+
+   if (len >= 22) {
+      memcpy (pre, cut, 18);
+      memcpy (v, cut + 18, 4);
+   }
+   if (!(m = calloc (1, head ? head - 22 + 3 : 1))) {
+      return false;
+   }
+   if (head) {
+      memcpy (m, cut + 22, head - 22);
+      strcat (m, "FF");
+   }
+   ok = BSON_APPEND_DOCUMENT_BEGIN (arr, key, &d) && BSON_APPEND_UTF8 (&d, "t", cut) &&
+        BSON_APPEND_UTF8 (&d, "v", v) && BSON_APPEND_UTF8 (&d, "p", pre) &&
+        BSON_APPEND_UTF8 (&d, "m", m) && bson_append_document_end (arr, &d);
+   free (m);
+   return ok;
+}
+
 /* The $match of a switched generation: an event passes when its token is
- * after the checkpoint of the old unit its key hashed to:
- * { $match: { $expr: { $gt: [ "$_id._data", { $arrayElemAt: [ cutoffs,
- *   { $abs: { $mod: [ { $toHashedIndexKey: "$documentKey._id" }, M ] } } ] } ] } } }
- * (index 0 when the old generation had one unit or none). */
-static void
+ * after the checkpoint of the old unit its key hashed to. Resume tokens
+ * sort by clusterTime, then version, then the rest (resume_token.cpp), and
+ * a server renders every event in the version of the moment, so an old
+ * unit's cut-off may be of another version than the events read now; then
+ * (same clusterTime, other version) the event's version is left out of the
+ * comparison (append_cutoff):
+ * { $match: { $expr: { $let: { vars: { c: { $arrayElemAt: [ cutoffs, unit ] } },
+ *   in: { $gt: [ "$_id._data", { $cond: [ { $eq: [ V, "$$c.v" ] }, "$$c.t",
+ *     { $concat: [ "$$c.p", V, "$$c.m" ] } ] } ] } } } } }
+ * with V = { $substrBytes: [ "$_id._data", 18, 4 ] }. False: no memory. */
+static bool
 build (const scan_t *s, fw_generation_t *g)
 {
-   bson_t match, expr, gt, at, cut, abs, mod, hash;
+   bson_t *stage = NULL, *unit;
+   bson_t cut = BSON_INITIALIZER;
    char key[16];
    const char *k;
+   bool ok = true;
 
-   bson_init (&g->stage);
+   for (int j = 0; ok && j < s->ncutoff; j++) {
+      bson_uint32_to_string ((uint32_t) j, &k, key, sizeof key);
+      ok = append_cutoff (&cut, k, s->cutoff[j]);
+   }
+   /* the old unit of the event's key; 0 when the old generation had one or none */
+   unit = s->ncutoff > 1
+             ? BCON_NEW ("$abs", "{", "$mod", "[", "{", "$toHashedIndexKey",
+                         BCON_UTF8 ("$documentKey._id"), "}", BCON_INT32 (s->ncutoff), "]", "}")
+             : BCON_NEW ("$literal", BCON_INT32 (0));
+   stage = ok && unit ? BCON_NEW (
+      "$match", "{", "$expr", "{", "$let", "{",
+         "vars", "{", "c", "{", "$arrayElemAt", "[", BCON_ARRAY (&cut),
+                                                     BCON_DOCUMENT (unit), "]", "}", "}",
+         "in", "{", "$gt", "[", BCON_UTF8 ("$_id._data"), "{", "$cond", "[",
+            "{", "$eq", "[", "{", "$substrBytes", "[", BCON_UTF8 ("$_id._data"), BCON_INT32 (18),
+                                                       BCON_INT32 (4), "]", "}",
+                             BCON_UTF8 ("$$c.v"), "]", "}",
+            BCON_UTF8 ("$$c.t"),
+            "{", "$concat", "[", BCON_UTF8 ("$$c.p"),
+                 "{", "$substrBytes", "[", BCON_UTF8 ("$_id._data"), BCON_INT32 (18),
+                                           BCON_INT32 (4), "]", "}",
+                 BCON_UTF8 ("$$c.m"), "]", "}",
+         "]", "}", "]", "}",
+      "}", "}", "}") : NULL;
+   bson_destroy (&cut);
+   bson_destroy (unit);
+   if (!stage) {
+      return false;
+   }
+   bson_copy_to (stage, &g->stage);
+   bson_destroy (stage);
    g->has_stage = true;
    g->start_at = ((uint64_t) s->t << 32) | s->i;
-   BSON_APPEND_DOCUMENT_BEGIN (&g->stage, "$match", &match);
-   BSON_APPEND_DOCUMENT_BEGIN (&match, "$expr", &expr);
-   BSON_APPEND_ARRAY_BEGIN (&expr, "$gt", &gt);
-   BSON_APPEND_UTF8 (&gt, "0", "$_id._data");
-   BSON_APPEND_DOCUMENT_BEGIN (&gt, "1", &at);
-   BSON_APPEND_ARRAY_BEGIN (&at, "$arrayElemAt", &abs);
-   BSON_APPEND_ARRAY_BEGIN (&abs, "0", &cut);
-   for (int j = 0; j < s->ncutoff; j++) {
-      bson_uint32_to_string ((uint32_t) j, &k, key, sizeof key);
-      BSON_APPEND_UTF8 (&cut, k, s->cutoff[j]);
-   }
-   bson_append_array_end (&abs, &cut);
-   if (s->ncutoff > 1) {
-      bson_t outer;
-      BSON_APPEND_DOCUMENT_BEGIN (&abs, "1", &outer);
-      BSON_APPEND_DOCUMENT_BEGIN (&outer, "$abs", &mod);
-      BSON_APPEND_ARRAY_BEGIN (&mod, "$mod", &hash);
-      {
-         bson_t h;
-         BSON_APPEND_DOCUMENT_BEGIN (&hash, "0", &h);
-         BSON_APPEND_UTF8 (&h, "$toHashedIndexKey", "$documentKey._id");
-         bson_append_document_end (&hash, &h);
-      }
-      BSON_APPEND_INT32 (&hash, "1", s->ncutoff);
-      bson_append_array_end (&mod, &hash);
-      bson_append_document_end (&outer, &mod);
-      bson_append_document_end (&abs, &outer);
-   } else {
-      BSON_APPEND_INT32 (&abs, "1", 0);
-   }
-   bson_append_array_end (&at, &abs);
-   bson_append_document_end (&gt, &at);
-   bson_append_array_end (&expr, &gt);
-   bson_append_document_end (&match, &expr);
-   bson_append_document_end (&g->stage, &match);
+   return true;
 }
 
 fw_generation_open_t
@@ -463,8 +540,11 @@ fw_stream_generation_open (const fw_stream_config_t *cfg, mongoc_client_t *clien
               s.from, mine, s.t, s.i);
    }
 done:
-   if (ok && s.n == mine && s.ncutoff > 0) {
-      build (&s, g);
+   if (ok && s.n == mine && s.ncutoff > 0 && !build (&s, g)) {
+      snprintf (what, len, "stream \"%.*s\": out of memory building its generation's $match",
+                n, cfg->name);
+      ok = false;
+      later = true;
    }
    scan_free (&s);
    return ok ? FW_GENERATION_OPEN : later ? FW_GENERATION_LATER : FW_GENERATION_STOP;

@@ -427,6 +427,38 @@ def _op_concat(name, arg, scope):
     return concat
 
 
+def _op_substr_bytes(name, arg, scope):
+    """$substrBytes: [string, start, length] in UTF-8 bytes (expression_string's
+    ExpressionSubstrBytes): null gives "", a start past the end "", a negative length the rest;
+    a cut inside a character is an error."""
+    fs = _args(name, arg, scope, count=3)
+
+    def substr(vars_):
+        v, lo, n = (f(vars_) for f in fs)
+        if not is_number(lo):
+            raise located(16034, "%s: starting index must be a numeric type (is BSON type %s)"
+                          % (name, bson_type_name(lo)))
+        if not is_number(n):
+            raise located(16035, "%s: length must be a numeric type (is BSON type %s)"
+                          % (name, bson_type_name(n)))
+        if lo < 0:
+            raise located(50752, "%s: starting index must be non-negative (got: %d)"
+                          % (name, int(lo)))
+        raw = b"" if nullish(v) else to_string(v, name).encode("utf-8")
+        lo, n = int(lo), int(n)
+        if lo >= len(raw):
+            return ""
+        hi = len(raw) if n < 0 else min(len(raw), lo + n)
+        if raw[lo] & 0xC0 == 0x80:
+            raise located(28656, "%s:  Invalid range, starting index is a UTF-8 continuation byte."
+                          % name)
+        if hi < len(raw) and raw[hi] & 0xC0 == 0x80:
+            raise located(28657, "%s:  Invalid range, ending index is in the middle of a UTF-8 "
+                          "character." % name)
+        return raw[lo:hi].decode("utf-8")
+    return substr
+
+
 def to_string(v, name):
     """String conversion used by $toUpper/$toLower/$toString."""
     if isinstance(v, str):
@@ -759,7 +791,7 @@ _OPERATORS = {
     "$add": _op_add, "$subtract": _op_subtract, "$multiply": _op_multiply,
     "$divide": _op_divide, "$mod": _op_mod, "$abs": _op_abs,
     "$toHashedIndexKey": _op_to_hashed_index_key,
-    "$concat": _op_concat, "$toUpper": _case_op(str.upper), "$toLower": _case_op(str.lower),
+    "$concat": _op_concat, "$substrBytes": _op_substr_bytes, "$toUpper": _case_op(str.upper), "$toLower": _case_op(str.lower),
     "$toString": _op_to_string, "$strLenCP": _op_str_len_cp,
     "$size": _op_size, "$bsonSize": _op_bson_size, "$isArray": _op_is_array, "$arrayElemAt": _op_array_elem_at,
     "$in": _op_in, "$type": _op_type, "$concatArrays": _op_concat_arrays,
@@ -786,7 +818,7 @@ _KNOWN_UNSUPPORTED = {
     "$round", "$rtrim", "$sampleRate", "$second", "$setDifference", "$setEquals",
     "$setField", "$setIntersection", "$setIsSubset", "$setUnion", "$sin", "$sinh",
     "$slice", "$sortArray", "$split", "$sqrt", "$stdDevPop", "$stdDevSamp", "$strcasecmp",
-    "$strLenBytes", "$substr", "$substrBytes", "$substrCP", "$switch", "$tan", "$tanh",
+    "$strLenBytes", "$substr", "$substrCP", "$switch", "$tan", "$tanh",
     "$toBool", "$toDate", "$toDecimal", "$toDouble", "$toInt", "$toLong", "$toObjectId",
     "$trim", "$trunc", "$tsIncrement", "$tsSecond", "$unsetField", "$week", "$year", "$zip",
     "$firstN", "$lastN", "$maxN", "$minN", "$top", "$topN", "$bottom", "$bottomN",

@@ -4,18 +4,24 @@ Why pre-encoded: a change-stream getMore on the fast path is then a slice of thi
 into one reply, which is what lets one Python thread feed a C client hundreds of thousands of
 events per second.
 
-Resume tokens are our own KeyString-like hex strings. They start with a fixed-width, upper-case
-hex prefix, so string order equals event order:
+Resume tokens are hex strings whose head is encoded as MongoDB's (resume_token.cpp builds a
+KeyString of clusterTime, version, tokenType, txnOpIndex, fromInvalidate, collection UUID,
+eventIdentifier; key_string.cpp encodes a Timestamp as 82 + 8 bytes, an int 0 as 29 and a
+positive int as 2A + its byte count, then (value << 1) big-endian, a bool as 6E/6F):
 
-    82 | clusterTime (16 hex: seconds, increment) | 01 version | token type (00 high-water-mark,
-    80 event) | txnOpIndex (8 hex) | fromInvalidate (00/01)
+    82 | clusterTime (16 hex: seconds, increment) | version (2B02: 1, 2B04: 2) | token type
+    (29: high-water-mark, 2C0100: event, 128) | txnOpIndex (29: 0) | fromInvalidate (6E/6F)
 
-A high-water-mark token is that prefix alone. An event token goes on, as MongoDB's do
-(resume_token.cpp: clusterTime, version, tokenType, txnOpIndex, fromInvalidate, collection UUID,
-eventIdentifier), with the collection UUID (01 + 32 hex, or 00 when there is none) and the event
-identifier, the hex of the BSON {operationType, documentKey} (v2 tokens; {operationType} for
-events without a documentKey). A long string _id therefore makes a long token, as on a real
-server: a 2,000-byte _id gives a token of over 4,000 characters.
+so string order equals event order within one version, and the version sorts right after the
+clusterTime, as on a server: a version-2 token sorts after every version-1 token of its
+clusterTime (--token-version 2 makes every token version 2, the events already in the oplog
+included, as a server whose feature compatibility version moved renders them).
+
+A high-water-mark token is that head alone. An event token goes on with the collection UUID (01 +
+32 hex, or 00 when there is none; our own encoding from here on) and the event identifier, the
+hex of the BSON {operationType, documentKey} (MongoDB's v2 shape, which this stand-in also uses
+for version 1; {operationType} for events without a documentKey). A long string _id therefore
+makes a long token, as on a real server: a 2,000-byte _id gives a token of over 4,000 characters.
 
 A high-water-mark token at time T sorts before every event at T, so resuming from it replays
 events with clusterTime >= T; an event token resumes strictly after that event.
@@ -33,7 +39,50 @@ from . import bsonutil
 from .bsonutil import e_date, e_doc, e_str, e_ts, make_doc
 from .errors import MongoError
 
-PREFIX_LEN = 32
+PREFIX_LEN = 32   # the head of an event token with txnOpIndex 0
+
+# The version of the tokens made (--token-version); 1 by default.
+TOKEN_VERSION = 1
+_VERSION_AT = 18  # the version's 4 hex digits, right after the clusterTime
+
+
+def ks_int(n):
+    """A non-negative int as key_string.cpp encodes it, in hex."""
+    if n == 0:
+        return "29"
+    v = n << 1
+    size = (v.bit_length() + 7) // 8
+    return "%02X" % (0x2A + size) + v.to_bytes(size, "big").hex().upper()
+
+
+def _read_ks_int(data, at):
+    """(value, next position) of the int encoded at data[at]; ValueError when it is none."""
+    kind = int(data[at:at + 2], 16)
+    if kind == 0x29:
+        return 0, at + 2
+    size = kind - 0x2A
+    if not 1 <= size <= 8 or len(data) < at + 2 + 2 * size:
+        raise ValueError("not an int")
+    return int(data[at + 2:at + 2 + 2 * size], 16) >> 1, at + 2 + 2 * size
+
+
+def parse_head(data):
+    """(version, token type, txnOpIndex, fromInvalidate, end of the head) of a token."""
+    version, at = _read_ks_int(data, _VERSION_AT)
+    kind, at = _read_ks_int(data, at)
+    txn, at = _read_ks_int(data, at)
+    inval = data[at:at + 2]
+    if inval not in ("6E", "6F"):
+        raise ValueError("no fromInvalidate")
+    return version, kind, txn, inval == "6F", at + 2
+
+
+def with_token_version(raw):
+    """An encoded event (its _id._data first, at byte 24) with its token in TOKEN_VERSION."""
+    if TOKEN_VERSION == 1 or raw[24 + _VERSION_AT:24 + _VERSION_AT + 4] != b"2B02":
+        return raw
+    v = ks_int(TOKEN_VERSION).encode("ascii")
+    return raw[:24 + _VERSION_AT] + v + raw[24 + _VERSION_AT + 4:]
 
 
 def make_fragment_token(token, fragment_num):
@@ -44,8 +93,9 @@ def make_fragment_token(token, fragment_num):
 def make_token(tsv, event=True, from_invalidate=False, txn_index=0, ident=""):
     """`ident` (event tokens): the hex of the collection UUID and the event identifier, as
     event_ident() makes it."""
-    return "82%016X01%02X%08X%02X%s" % (tsv, 0x80 if event else 0, txn_index,
-                                        1 if from_invalidate else 0, ident if event else "")
+    return "82%016X%s%s%s%s%s" % (tsv, ks_int(TOKEN_VERSION), ks_int(0x80 if event else 0),
+                                  ks_int(txn_index), "6F" if from_invalidate else "6E",
+                                  ident if event else "")
 
 
 def event_ident(op, key_raw=None, cuuid=None):
@@ -62,9 +112,10 @@ def _bad_token(data, why):
         data if len(data) <= 80 else data[:80] + "...", why))
 
 
-def _parse_tail(data):
-    """(fragment number or None) of an event token's tail; raises on a malformed one."""
-    rest = data[PREFIX_LEN:]
+def _parse_tail(data, head):
+    """(fragment number or None) of an event token's tail (after `head` characters); raises on
+    a malformed one."""
+    rest = data[head:]
     if rest.startswith("01"):
         bytes.fromhex(rest[2:34])
         if len(rest) < 34:
@@ -92,30 +143,28 @@ class Token:
     __slots__ = ("tsv", "is_event", "txn_index", "from_invalidate", "data", "fragment")
 
     def __init__(self, data):
-        if (not isinstance(data, str) or len(data) < PREFIX_LEN or not data.startswith("82")
-                or data[18:20] != "01"):
+        if not isinstance(data, str) or len(data) < 28 or not data.startswith("82"):
             raise _bad_token(data if isinstance(data, str) else repr(data),
                              "is not a token issued by this deployment")
         try:
             self.tsv = int(data[2:18], 16)
-            kind = int(data[20:22], 16)
-            self.txn_index = int(data[22:30], 16)
-            inval = int(data[30:32], 16)
+            version, kind, self.txn_index, inval, head = parse_head(data)
         except ValueError:
-            raise _bad_token(data, "is not hex")
+            raise _bad_token(data, "is not a token issued by this deployment")
         self.fragment = None
         if kind == 0x80:
             try:
-                self.fragment = _parse_tail(data)
+                self.fragment = _parse_tail(data, head)
             except Exception:
                 raise _bad_token(data, "has no valid event identifier")
-        elif len(data) != PREFIX_LEN:
+        elif len(data) != head:
             raise _bad_token(data, "is a high-water-mark token with an event identifier")
-        if (kind not in (0, 0x80) or inval not in (0, 1)
+        # resume_token.cpp: versions 0, 1 and 2 (0 has another layout, never made here)
+        if (version not in (1, 2) or kind not in (0, 0x80)
                 or (self.fragment is not None and inval)):
             raise _bad_token(data, "is malformed")
         self.is_event = kind == 0x80
-        self.from_invalidate = inval == 1
+        self.from_invalidate = inval
         self.data = data
 
     @classmethod
@@ -192,7 +241,8 @@ def invalidate_token(entry):
     """The invalidate after a drop, rename or dropDatabase has that event's token, marked
     fromInvalidate (as MongoDB makes it)."""
     token = entry_token(entry)
-    return token[:30] + "01" + token[PREFIX_LEN:]
+    head = parse_head(token)[4]
+    return token[:head - 2] + "6F" + token[head:]
 
 
 def invalidate_event(entry):

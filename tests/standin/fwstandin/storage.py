@@ -479,7 +479,8 @@ class Store:
         elif o == "op":
             to = tuple(rec["to"]) if rec.get("to") else None
             self.oplog.append(oplogmod.Entry(
-                rec["t"], rec["w"], rec["op"], rec["db"], rec.get("c"), bytes(rec["e"]),
+                rec["t"], rec["w"], rec["op"], rec["db"], rec.get("c"),
+                oplogmod.with_token_version(bytes(rec["e"])),
                 value_key(rec["k"]["_id"]) if rec.get("k") else None, rec.get("img", False),
                 rec.get("pre"), rec.get("post"), to))
             self.clock.advance_past(rec["t"])
