@@ -426,6 +426,11 @@ class ChangeStream:
                                      "Change stream was configured to require a pre-image for "
                                      "all update, delete and replace events, but pre-image id "
                                      "was not available for event: " + _event_summary(ev))
+                # whenAvailable: the field is there, null (DocumentSourceChangeStreamAddPreImage,
+                # document_source_change_stream_add_pre_image.cpp; the spec test
+                # change-streams-pre_and_post_images "fullDocumentBeforeChange:whenAvailable
+                # with changeStreamPreAndPostImages disabled").
+                ev["fullDocumentBeforeChange"] = None
             else:
                 if e.pre is None and self.before_change == "required":
                     raise MongoError(47, "NoMatchingDocument",

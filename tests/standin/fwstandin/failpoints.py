@@ -129,21 +129,21 @@ class FailPoints:
             return dict(fp.data) if fp.fire() else None
 
 
-def failpoint_error(data, cmd_name, body, is_change_stream_getmore=False):
+def failpoint_error(data, cmd_name, body, is_change_stream=False):
     """The MongoError a fired failCommand with errorCode produces, labels as mongod adds them."""
     code = int(data["errorCode"])
     if "errorLabels" in data:
         labels = list(data["errorLabels"])
     else:
-        labels = default_labels(code, cmd_name, body, is_change_stream_getmore)
+        labels = default_labels(code, cmd_name, body, is_change_stream)
     return MongoError(code, code_name(code), "Failing command via 'failCommand' failpoint",
                       labels)
 
 
-def default_labels(code, cmd_name, body, is_change_stream_getmore):
+def default_labels(code, cmd_name, body, is_change_stream):
     from .changestream import RESUMABLE_CODES
     labels = []
-    if is_change_stream_getmore and code in RESUMABLE_CODES:
+    if is_change_stream and code in RESUMABLE_CODES:
         labels.append("ResumableChangeStreamError")
     if (cmd_name in WRITE_COMMANDS and "txnNumber" in body
             and code in RETRYABLE_WRITE_CODES):
