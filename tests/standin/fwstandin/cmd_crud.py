@@ -10,7 +10,7 @@ import time
 from bson.int64 import Int64
 from bson.objectid import ObjectId
 
-from . import bsonutil, sortlimit
+from . import bsonutil, sessions, sortlimit
 from .bsonutil import encode, value_key
 from .changestream import ChangeStream, RESUMABLE_CODES
 from .cursors import ResultCursor, cursor_not_found
@@ -119,10 +119,16 @@ def cmd_insert(ctx):
     store = ctx.store
     n = 0
     errors = []
+    txn = sessions.begin(ctx)
     with store.lock:
         c = store.get_or_create(ctx.db, name)
         for i, item in enumerate(docs):
+            if txn is not None and txn.executed(i) is not None:
+                n += 1      # a retried statement that ran already (sessions.py)
+                continue
             try:
+                if txn is not None:
+                    txn.about_to_write()
                 if isinstance(item, bytes):
                     doc = bsonutil.decode(item)
                     raw = item
@@ -133,6 +139,8 @@ def cmd_insert(ctx):
                     raw = None
                 store.insert(c, doc, raw)
                 n += 1
+                if txn is not None:
+                    txn.record(i, {"n": 1})
             except MongoError as e:
                 errors.append(write_error(i, e))
                 if ordered:
@@ -214,8 +222,17 @@ def cmd_update(ctx):
     upserted = []
     errors = []
     now = datetime.datetime.utcnow()
+    txn = sessions.begin(ctx)
     with store.lock, operation_now(now):
         for i, st in enumerate(stmts):
+            done = txn.executed(i) if txn is not None else None
+            if done is not None:
+                # A retried statement that ran already: its result, not a second run.
+                n += done["n"]
+                n_modified += done["nModified"]
+                if "upserted" in done:
+                    upserted.append({"index": i, "_id": done["upserted"]})
+                continue
             try:
                 if isinstance(st, bytes):
                     st = bsonutil.decode(st)
@@ -233,22 +250,28 @@ def cmd_update(ctx):
                 multi = bool(st.get("multi", False))
                 replacement = _check_update_spec(u, multi, "update")
                 query.validate_filter(flt, upsert=bool(st.get("upsert")))
+                if txn is not None:
+                    txn.about_to_write()
                 c = store.coll(ctx.db, name)
                 docs = matching(c, flt)
                 if not multi:
                     docs = docs[:1]
+                result = {"n": len(docs), "nModified": 0}
                 for doc in docs:
                     new, ud = _apply_one(c, doc, u, replacement, now)
                     if not _same(new, doc):
                         store.update(c, doc, new, ud)
-                        n_modified += 1
-                n += len(docs)
+                        result["nModified"] += 1
                 if not docs and st.get("upsert"):
                     new = _upsert_doc(flt, u, replacement, now)
                     c = store.get_or_create(ctx.db, name)
                     store.insert(c, new)
                     upserted.append({"index": i, "_id": new["_id"]})
-                    n += 1
+                    result = {"n": 1, "nModified": 0, "upserted": new["_id"]}
+                n += result["n"]
+                n_modified += result["nModified"]
+                if txn is not None:
+                    txn.record(i, result)
             except MongoError as e:
                 errors.append(write_error(i, e))
                 if ordered:
@@ -272,8 +295,13 @@ def cmd_delete(ctx):
     store = ctx.store
     n = 0
     errors = []
+    txn = sessions.begin(ctx)
     with store.lock:
         for i, st in enumerate(stmts):
+            done = txn.executed(i) if txn is not None else None
+            if done is not None:
+                n += done["n"]      # a retried statement that ran already (sessions.py)
+                continue
             try:
                 if isinstance(st, bytes):
                     st = bsonutil.decode(st)
@@ -292,6 +320,8 @@ def cmd_delete(ctx):
                 check_collation(st.get("collation"), "delete")
                 flt = st.get("q", {})
                 query.validate_filter(flt)
+                if txn is not None:
+                    txn.about_to_write()
                 c = store.coll(ctx.db, name)
                 docs = matching(c, flt)
                 if limit == 1:
@@ -299,6 +329,8 @@ def cmd_delete(ctx):
                 for doc in docs:
                     store.delete(c, doc)
                 n += len(docs)
+                if txn is not None:
+                    txn.record(i, {"n": len(docs)})
             except MongoError as e:
                 errors.append(write_error(i, e))
                 if ordered:
@@ -339,6 +371,12 @@ def cmd_find_and_modify(ctx):
     fields = body.get("fields")
     store = ctx.store
     now = datetime.datetime.utcnow()
+    txn = sessions.begin(ctx)
+    if txn is not None:
+        done = txn.executed(0)
+        if done is not None:
+            return dict(done)   # a retry of a findAndModify that ran: its reply again
+        txn.about_to_write()
     with store.lock, operation_now(now):
         c = store.coll(ctx.db, name)
         docs = matching(c, flt)
@@ -368,7 +406,10 @@ def cmd_find_and_modify(ctx):
         store.commit()
     if value is not None and fields:
         value = query.project(value, fields)
-    return {"lastErrorObject": leo, "value": value}
+    reply = {"lastErrorObject": leo, "value": value}
+    if txn is not None:
+        txn.record(0, dict(reply))
+    return reply
 
 
 # ---- reads ----

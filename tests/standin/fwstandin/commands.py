@@ -64,6 +64,7 @@ class Context:
         self.name = name
         self.op_time = None
         self.is_change_stream_getmore = False
+        self.close_connection = False
 
 
 def cluster_time_doc(tsv):
@@ -132,6 +133,8 @@ def execute(server, conn, req):
         server.log_exception(name, e)
         result = None
         error = MongoError(1, "InternalError", "stand-in internal error in %s: %r" % (name, e))
+    if ctx.close_connection:
+        return CLOSE    # onPrimaryTransactionalWrite ended the session (sessions.py)
     if req.more_to_come:
         return None
     with server.store.lock:

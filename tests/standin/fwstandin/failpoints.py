@@ -1,4 +1,5 @@
-"""Fail points with mongod's semantics: failCommand and failGetMoreAfterCursorCheckout.
+"""Fail points with mongod's semantics: failCommand, failGetMoreAfterCursorCheckout and
+onPrimaryTransactionalWrite (retryable writes, sessions.py).
 
 A fail point is armed by `configureFailPoint` with mode {times: n} | {skip: n} | "alwaysOn" |
 "off" and optional `data`. Each time it fires, {times: n} counts down and switches itself off at
@@ -9,7 +10,7 @@ import threading
 
 from .errors import MongoError
 
-KNOWN = ("failCommand", "failGetMoreAfterCursorCheckout")
+KNOWN = ("failCommand", "failGetMoreAfterCursorCheckout", "onPrimaryTransactionalWrite")
 
 # Commands that failCommand never intercepts, as in mongod.
 EXEMPT = ("configureFailPoint",)
@@ -120,6 +121,14 @@ class FailPoints:
             if not fp.fire():
                 return None
             return dict(data)
+
+    def check_transactional_write(self):
+        """onPrimaryTransactionalWrite's data if it fires for this statement (sessions.py)."""
+        fp = self.points["onPrimaryTransactionalWrite"]
+        if fp.mode == "off":
+            return None
+        with self.lock:
+            return dict(fp.data) if fp.fire() else None
 
     def check_getmore_checkout(self):
         fp = self.points["failGetMoreAfterCursorCheckout"]

@@ -810,8 +810,15 @@ def _array_diff(old, new, path, updated, removed, truncated):
         sub_updated["%s.%d" % (path, i)] = new[i]
     if len(new) < len(old):
         sub_truncated.append({"field": path, "newSize": len(new)})
-    size = len(bsonutil.encode({"u": sub_updated, "r": sub_removed, "t": sub_truncated}))
-    if size >= len(bsonutil.encode({"a": new})):
+    # The delta's size as mongod's ArrayNode counts it, near enough: {a: true, l: newSize?,
+    # u<i>: value...} (nested deltas are counted by the values they set).
+    delta = {"a": True}
+    if len(new) < len(old):
+        delta["l"] = len(new)
+    for k, v in sub_updated.items():
+        delta["u" + k[len(path) + 1:]] = v
+    size = len(bsonutil.encode(delta)) + 8 * (len(sub_removed) + len(sub_truncated))
+    if size >= len(bsonutil.encode({"a": new})) - 5:
         return False
     updated.update(sub_updated)
     removed.extend(sub_removed)
