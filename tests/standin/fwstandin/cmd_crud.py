@@ -9,6 +9,7 @@ import time
 
 from bson.int64 import Int64
 from bson.objectid import ObjectId
+from bson.regex import Regex
 
 from . import bsonutil, sessions, sortlimit
 from .bsonutil import encode, value_key
@@ -111,6 +112,59 @@ def documents_of(ctx, field):
 
 # ---- writes ----
 
+def _storage_valid_embedded(doc):
+    """mongod's BSONObj::storageValidEmbedded for an _id document: no $-prefixed field at any
+    depth but a DBRef's ($ref first, then $id, $db)."""
+    first = True
+    for k, v in doc.items():
+        if k.startswith("$") and not (
+                (first and k == "$ref") or (not first and k in ("$id", "$db"))):
+            raise MongoError(52, "DollarPrefixedFieldName", "%s is not valid for storage." % k)
+        first = False
+        if isinstance(v, dict):
+            _storage_valid_embedded(v)
+        elif isinstance(v, list):
+            for item in v:
+                if isinstance(item, dict):
+                    _storage_valid_embedded(item)
+
+
+def check_insert_id(doc):
+    """The _id checks of mongod's fixDocumentForInsert (ops/insert.cpp): no array, regex or
+    undefined, and an _id document valid for storage (the spec test insertOne-dots_and_dollars
+    "Inserting document with dollar-prefixed key in _id yields server-side error")."""
+    _id = doc.get("_id")
+    if isinstance(_id, list):
+        raise MongoError(2, "BadValue", "can't use an array for _id")
+    if isinstance(_id, Regex) or hasattr(_id, "pattern"):
+        raise MongoError(2, "BadValue", "can't use a regex for _id")
+    if isinstance(_id, dict):
+        _storage_valid_embedded(_id)
+
+
+def parse_statements(ctx, field, allowed, required=()):
+    """The command's statements, decoded, with their fields checked as mongod's IDL parser
+    checks them before anything runs: an unknown field (40415; e.g. `sort` in an update before
+    MongoDB 8.0) or a missing one (40414) fails the whole command, not one statement."""
+    stmts = []
+    for st in documents_of(ctx, field):
+        if isinstance(st, bytes):
+            st = bsonutil.decode(st)
+        if not isinstance(st, dict):
+            raise MongoError(14, "TypeMismatch", "BSON field '%s.%s' is the wrong type, "
+                             "expected type 'object'" % (ctx.name, field))
+        for key in st:
+            if key not in allowed:
+                raise MongoError(40415, "Location40415", "BSON field '%s.%s.%s' is an unknown "
+                                 "field." % (ctx.name, field, key))
+        for key in required:
+            if key not in st:
+                raise MongoError(40414, "Location40414", "BSON field '%s.%s.%s' is missing but "
+                                 "a required field" % (ctx.name, field, key))
+        stmts.append(st)
+    return stmts
+
+
 def cmd_insert(ctx):
     check_fields(ctx, ("insert", "documents", "ordered", "bypassDocumentValidation"))
     name = coll_name(ctx, "insert")
@@ -137,6 +191,7 @@ def cmd_insert(ctx):
                 if "_id" not in doc:
                     doc = dict(_id=ObjectId(), **doc)
                     raw = None
+                check_insert_id(doc)
                 store.insert(c, doc, raw)
                 n += 1
                 if txn is not None:
@@ -214,7 +269,8 @@ def cmd_update(ctx):
     if "let" in ctx.body:
         raise MongoError(2, "BadValue", "update: 'let' is not supported by the stand-in")
     name = coll_name(ctx, "update")
-    stmts = documents_of(ctx, "updates")
+    stmts = parse_statements(ctx, "updates", ("q", "u", "multi", "upsert", "hint", "collation",
+                                              "arrayFilters", "c", "upsertSupplied"))
     ordered = ctx.body.get("ordered", True)
     query = _engine()[0]
     store = ctx.store
@@ -234,13 +290,6 @@ def cmd_update(ctx):
                     upserted.append({"index": i, "_id": done["upserted"]})
                 continue
             try:
-                if isinstance(st, bytes):
-                    st = bsonutil.decode(st)
-                for key in st:
-                    if key not in ("q", "u", "multi", "upsert", "hint", "collation",
-                                   "arrayFilters", "c", "upsertSupplied"):
-                        raise MongoError(40415, "Location40415", "BSON field "
-                                         "'update.updates.%s' is an unknown field." % key)
                 if st.get("arrayFilters"):
                     raise MongoError(2, "BadValue", "arrayFilters are not supported by the "
                                      "flowwarden stand-in")
@@ -289,7 +338,7 @@ def cmd_update(ctx):
 def cmd_delete(ctx):
     check_fields(ctx, ("delete", "deletes", "ordered", "let"))
     name = coll_name(ctx, "delete")
-    stmts = documents_of(ctx, "deletes")
+    stmts = parse_statements(ctx, "deletes", ("q", "limit", "hint", "collation"), ("limit",))
     ordered = ctx.body.get("ordered", True)
     query = _engine()[0]
     store = ctx.store
@@ -303,15 +352,6 @@ def cmd_delete(ctx):
                 n += done["n"]      # a retried statement that ran already (sessions.py)
                 continue
             try:
-                if isinstance(st, bytes):
-                    st = bsonutil.decode(st)
-                for key in st:
-                    if key not in ("q", "limit", "hint", "collation"):
-                        raise MongoError(40415, "Location40415", "BSON field "
-                                         "'delete.deletes.%s' is an unknown field." % key)
-                if "limit" not in st:
-                    raise MongoError(40414, "Location40414", "BSON field 'delete.deletes.limit'"
-                                     " is missing but a required field")
                 limit = st["limit"]
                 if limit not in (0, 1):
                     raise MongoError(9, "FailedToParse",

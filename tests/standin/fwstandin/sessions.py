@@ -25,9 +25,17 @@ docs/testing.md).
 """
 
 import threading
+import uuid
 
 from .errors import MongoError
 from .failpoints import code_name
+
+
+def _lsid_text(lsid):
+    ident = lsid.get("id")
+    if isinstance(ident, (bytes, bytearray)) and len(ident) == 16:
+        return "%s" % uuid.UUID(bytes=bytes(ident))
+    return repr(ident)
 
 
 def _key(lsid):
@@ -67,7 +75,7 @@ class Sessions:
                 raise MongoError(225, "TransactionTooOld",
                                  "Cannot start transaction %d on session %s because a newer "
                                  "transaction %d has already started."
-                                 % (number, body["lsid"].get("id"), state[0]))
+                                 % (number, _lsid_text(body["lsid"]), state[0]))
         return Txn(ctx, state, body)
 
 
