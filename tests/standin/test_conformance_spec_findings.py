@@ -182,6 +182,20 @@ class ChangeStreamTest(unittest.TestCase):
         self.assertEqual(ud["updatedFields"], {"c.2": 4})
         self.assertEqual(ud["truncatedArrays"], [{"field": "a", "newSize": 2}])
 
+    def test_resume_after_another_collections_token_is_280(self):
+        # document_source_change_stream_check_resumability.cpp: the token's event is not in
+        # this stream, so it cannot be resumed after (the change streams spec's prose test).
+        other = self.db[self.c.name + "_other"]
+        with other.watch(max_await_time_ms=100) as cs:
+            other.insert_one({"_id": 1})
+            token = next_event(cs)["_id"]
+        with self.assertRaises(OperationFailure) as cm:
+            self.c.watch(resume_after=token)
+        self.assertEqual(cm.exception.code, 280)
+        self.assertIn("NonResumableChangeStreamError", cm.exception.details["errorLabels"])
+        # The database's stream shows that event: it resumes.
+        self.db.watch(resume_after=token).close()
+
     def test_unknown_stage_after_change_stream_is_40324(self):
         with self.assertRaises(OperationFailure) as cm:
             self.c.watch([{"$unsupported": "foo"}])

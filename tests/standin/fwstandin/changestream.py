@@ -245,7 +245,12 @@ class ChangeStream:
             self.pos = log.seq_at_or_after(token.tsv)
             return
         seq, entry = log.find(token.tsv)
-        if entry is None:
+        # The token's event must be one this stream would show: a collection's stream resumed
+        # with a token of another collection's event fails as mongod's
+        # DocumentSourceChangeStreamEnsureResumeTokenPresent fails it, never reading past it
+        # (document_source_change_stream_check_resumability.cpp; the change streams spec's
+        # prose test of resumeAfter with another collection's token).
+        if entry is None or not self._relevant(entry):
             raise non_resumable(280, "ChangeStreamFatalError",
                                 "cannot resume stream; the resume token was not found. "
                                 "{_data: \"%s\"}" % token.data)
