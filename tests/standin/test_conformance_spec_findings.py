@@ -55,13 +55,16 @@ class RetryableWritesTest(unittest.TestCase):
         fail_point("off", name="onPrimaryTransactionalWrite")
         self.session.end_session()
 
-    def run_cmd(self, *args, **kwargs):
+    def txn(self, n):
+        return Int64(self.base + n)
+
+    def cmd(self, *args, **kwargs):
         return self.db.command(*args, session=self.session, **kwargs)
 
     def test_a_retried_insert_is_not_applied_twice(self):
         for _ in range(2):
-            r = self.run_cmd("insert", self.c.name, documents=[{"_id": 1}, {"_id": 2}],
-                             txnNumber=Int64(self.base + 1))
+            r = self.cmd("insert", self.c.name, documents=[{"_id": 1}, {"_id": 2}],
+                             txnNumber=self.txn(1))
             self.assertEqual(r["n"], 2)
             self.assertNotIn("writeErrors", r)   # not E11000: the statements ran already
         self.assertEqual(self.c.count_documents({}), 2)
@@ -70,7 +73,7 @@ class RetryableWritesTest(unittest.TestCase):
         self.c.insert_one({"_id": 1, "x": 0})
         updates = [{"q": {"_id": 1}, "u": {"$inc": {"x": 1}}},
                    {"q": {"_id": 2}, "u": {"$inc": {"x": 1}}, "upsert": True}]
-        replies = [self.run_cmd("update", self.c.name, updates=updates, txnNumber=Int64(self.base + 7))
+        replies = [self.cmd("update", self.c.name, updates=updates, txnNumber=self.txn(7))
                    for _ in range(2)]
         for r in replies:
             self.assertEqual((r["n"], r["nModified"]), (2, 1))
@@ -78,21 +81,21 @@ class RetryableWritesTest(unittest.TestCase):
         self.assertEqual(list(self.c.find(sort=[("_id", 1)])),
                          [{"_id": 1, "x": 1}, {"_id": 2, "x": 1}])
         # A new txnNumber is a new write: it runs.
-        self.run_cmd("update", self.c.name, updates=updates[:1], txnNumber=Int64(self.base + 8))
+        self.cmd("update", self.c.name, updates=updates[:1], txnNumber=self.txn(8))
         self.assertEqual(self.c.find_one({"_id": 1})["x"], 2)
 
     def test_a_retried_find_and_modify_returns_its_first_reply(self):
         self.c.insert_one({"_id": 1, "x": 0})
-        replies = [self.run_cmd("findAndModify", self.c.name, query={"_id": 1},
-                                update={"$inc": {"x": 1}}, new=True, txnNumber=Int64(self.base + 3))
+        replies = [self.cmd("findAndModify", self.c.name, query={"_id": 1},
+                                update={"$inc": {"x": 1}}, new=True, txnNumber=self.txn(3))
                    for _ in range(2)]
         self.assertEqual([r["value"] for r in replies], [{"_id": 1, "x": 1}] * 2)
         self.assertEqual(self.c.find_one({"_id": 1})["x"], 1)
 
     def test_an_older_txn_number_is_refused(self):
-        self.run_cmd("insert", self.c.name, documents=[{"_id": 1}], txnNumber=Int64(self.base + 5))
+        self.cmd("insert", self.c.name, documents=[{"_id": 1}], txnNumber=self.txn(5))
         with self.assertRaises(OperationFailure) as cm:
-            self.run_cmd("insert", self.c.name, documents=[{"_id": 2}], txnNumber=Int64(self.base + 4))
+            self.cmd("insert", self.c.name, documents=[{"_id": 2}], txnNumber=self.txn(4))
         self.assertEqual((cm.exception.code, cm.exception.details["codeName"]),
                          (225, "TransactionTooOld"))
         self.assertEqual(self.c.count_documents({}), 1)
@@ -100,10 +103,10 @@ class RetryableWritesTest(unittest.TestCase):
     def test_on_primary_transactional_write_close_connection_applies_the_write(self):
         fail_point({"times": 1}, name="onPrimaryTransactionalWrite")
         with self.assertRaises(AutoReconnect):
-            self.run_cmd("update", self.c.name, txnNumber=Int64(self.base + 1),
+            self.cmd("update", self.c.name, txnNumber=self.txn(1),
                          updates=[{"q": {"_id": 1}, "u": {"$inc": {"x": 1}}, "upsert": True}])
         self.assertEqual(self.c.find_one({"_id": 1}), {"_id": 1, "x": 1})
-        r = self.run_cmd("update", self.c.name, txnNumber=Int64(self.base + 1),
+        r = self.cmd("update", self.c.name, txnNumber=self.txn(1),
                          updates=[{"q": {"_id": 1}, "u": {"$inc": {"x": 1}}, "upsert": True}])
         self.assertEqual(r["upserted"], [{"index": 0, "_id": 1}])
         self.assertEqual(self.c.find_one({"_id": 1}), {"_id": 1, "x": 1})
@@ -111,17 +114,17 @@ class RetryableWritesTest(unittest.TestCase):
     def test_on_primary_transactional_write_fail_before_commit_does_not_apply(self):
         fail_point({"times": 1}, {"closeConnection": False, "failBeforeCommitExceptionCode": 1},
                    name="onPrimaryTransactionalWrite")
-        r = self.run_cmd("insert", self.c.name, documents=[{"_id": 1}], txnNumber=Int64(self.base + 1))
+        r = self.cmd("insert", self.c.name, documents=[{"_id": 1}], txnNumber=self.txn(1))
         self.assertEqual((r["n"], r["writeErrors"][0]["code"]), (0, 1))
         self.assertEqual(self.c.count_documents({}), 0)
         # Not remembered: the retry runs it.
-        r = self.run_cmd("insert", self.c.name, documents=[{"_id": 1}], txnNumber=Int64(self.base + 1))
+        r = self.cmd("insert", self.c.name, documents=[{"_id": 1}], txnNumber=self.txn(1))
         self.assertEqual(r["n"], 1)
         self.assertEqual(self.c.count_documents({}), 1)
 
     def test_without_txn_number_nothing_is_remembered(self):
-        self.run_cmd("insert", self.c.name, documents=[{"_id": 1}])
-        r = self.run_cmd("insert", self.c.name, documents=[{"_id": 1}])
+        self.cmd("insert", self.c.name, documents=[{"_id": 1}])
+        r = self.cmd("insert", self.c.name, documents=[{"_id": 1}])
         self.assertEqual(r["writeErrors"][0]["code"], 11000)
 
 
