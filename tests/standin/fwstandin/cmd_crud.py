@@ -165,6 +165,10 @@ def parse_statements(ctx, field, allowed, required=()):
     return stmts
 
 
+# What a retryable write remembers of an inserted document (never modified).
+_INSERTED = {"n": 1}
+
+
 def cmd_insert(ctx):
     check_fields(ctx, ("insert", "documents", "ordered", "bypassDocumentValidation"))
     name = coll_name(ctx, "insert")
@@ -195,7 +199,7 @@ def cmd_insert(ctx):
                 store.insert(c, doc, raw)
                 n += 1
                 if txn is not None:
-                    txn.record(i, {"n": 1})
+                    txn.record(i, _INSERTED)
             except MongoError as e:
                 errors.append(write_error(i, e))
                 if ordered:
