@@ -15,7 +15,9 @@ NOT_CLAIMED = "stand-in: not played (flowwarden does not use it): "
 
 EXPECTED = [
     # --- change streams ---------------------------------------------------------------
-    ("change-streams", "change-streams-showExpandedEvents.json", None,
+    ("change-streams", "change-streams-showExpandedEvents.json", "showExpandedEvents is sent",
+     NOT_CLAIMED + "showExpandedEvents; refused with BadValue"),
+    ("change-streams", "change-streams-showExpandedEvents.json", "showExpandedEvents is true",
      NOT_CLAIMED + "showExpandedEvents (create, createIndexes, dropIndexes, modify events, "
      "collectionUUID, operationDescription); refused with BadValue"),
     ("change-streams", "change-streams-disambiguatedPaths.json",
