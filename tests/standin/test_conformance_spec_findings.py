@@ -148,6 +148,17 @@ class WritesTest(unittest.TestCase):
                                                                {"_id": {"$ref": "c", "$id": 1}}])
         self.assertEqual(r["n"], 2)
 
+    def test_let_is_refused_where_it_is_not_played(self):
+        # The stand-in does not play `let`: it says so rather than ignore it (a $$var in the
+        # filter then failed with a misleading "Use of undefined variable", 17276).
+        for cmd in (dict(delete=self.c.name, deletes=[{"q": {"$expr": {"$eq": ["$_id", "$$v"]}},
+                                                       "limit": 1}], let={"v": 1}),
+                    dict(aggregate=self.c.name, pipeline=[], cursor={}, let={"v": 1})):
+            with self.assertRaises(OperationFailure) as cm:
+                self.db.command(cmd)
+            self.assertEqual(cm.exception.code, 2)
+            self.assertIn("'let' is not supported", str(cm.exception))
+
     def test_sort_in_an_update_before_8_0_fails_the_whole_command(self):
         # MongoDB 8.0 added `sort` to update statements; before, the command's parser refuses
         # the unknown field before any statement runs (the spec test updateOne-sort's

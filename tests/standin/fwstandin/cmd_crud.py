@@ -341,6 +341,10 @@ def cmd_update(ctx):
 
 def cmd_delete(ctx):
     check_fields(ctx, ("delete", "deletes", "ordered", "let"))
+    if "let" in ctx.body:
+        # Refused, never ignored: a filter using $$var would otherwise fail with a misleading
+        # "Use of undefined variable" (17276).
+        raise MongoError(2, "BadValue", "delete: 'let' is not supported by the stand-in")
     name = coll_name(ctx, "delete")
     stmts = parse_statements(ctx, "deletes", ("q", "limit", "hint", "collation"), ("limit",))
     ordered = ctx.body.get("ordered", True)
@@ -569,6 +573,8 @@ def cmd_aggregate(ctx):
     check_fields(ctx, ("aggregate", "pipeline", "cursor", "explain", "allowDiskUse",
                        "collation", "hint", "let", "bypassDocumentValidation"))
     body = ctx.body
+    if "let" in body:
+        raise MongoError(2, "BadValue", "aggregate: 'let' is not supported by the stand-in")
     pipeline = body.get("pipeline")
     if not isinstance(pipeline, list):
         raise MongoError(14, "TypeMismatch", "'pipeline' option must be specified as an array")
