@@ -257,8 +257,11 @@ watch_resumes_after_labelled_getmore_error (void **state)
    assert_non_null (ev);
    assert_int_equal (event_int (ev, "documentKey._id"), 1);
 
-   run_admin (client, "{\"configureFailPoint\": \"failCommand\", \"mode\": {\"times\": 1},"
-                      " \"data\": {\"failCommands\": [\"getMore\"], \"errorCode\": 10107}}");
+   /* failGetMoreAfterCursorCheckout, not failCommand: mongod labels only an error it can tell
+    * is a change stream's, and failCommand fails the getMore before its cursor is checked out
+    * (error_labels.cpp, isResumableChangeStreamError; SERVER-46091). */
+   run_admin (client, "{\"configureFailPoint\": \"failGetMoreAfterCursorCheckout\","
+                      " \"mode\": {\"times\": 1}, \"data\": {\"errorCode\": 10107}}");
    insert_json (coll, "{\"_id\": 2}");
    ev = next_event (stream, 10.0);
    assert_non_null (ev);
@@ -311,8 +314,9 @@ watch_resume_without_token_never_repeats_an_event (void **state)
    mongoc_collection_t *coll = mongoc_client_get_collection (client, "libmongoc", "resume3");
    insert_json (coll, "{\"_id\": \"before\"}");
    mongoc_change_stream_t *stream = watch (coll, NULL);
-   run_admin (client, "{\"configureFailPoint\": \"failCommand\", \"mode\": {\"times\": 1},"
-                      " \"data\": {\"failCommands\": [\"getMore\"], \"errorCode\": 91}}");
+   /* A server-labelled resumable error (failCommand would carry no label, see above). */
+   run_admin (client, "{\"configureFailPoint\": \"failGetMoreAfterCursorCheckout\","
+                      " \"mode\": {\"times\": 1}, \"data\": {\"errorCode\": 91}}");
    insert_json (coll, "{\"_id\": \"after\"}");
    const bson_t *ev = next_event (stream, 10.0);
    assert_non_null (ev);

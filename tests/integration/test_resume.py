@@ -62,12 +62,18 @@ class MidStreamErrors(StandInTestCase):
         self.assertEqual(p.stop(), 0)
 
     @needs_standin("fault injection (failCommand on getMore)")
-    def test_resumable_labelled_get_more_error_resumes_without_gap_or_duplicate(self):
-        # HostUnreachable (6): the server labels it ResumableChangeStreamError.
+    def test_unlabelled_resumable_code_on_get_more_reopens_without_gap_or_duplicate(self):
+        # HostUnreachable (6) from failCommand carries no ResumableChangeStreamError label:
+        # mongod fails the getMore before checking its cursor out, so it cannot see a change
+        # stream (error_labels.cpp, isResumableChangeStreamError; SERVER-46091). libmongoc
+        # (4.4+ servers) resumes on the label only, so the stream's own restart loop
+        # re-opens it from the last position it read. A server-labelled error is
+        # test_cursor_killed_after_checkout_resumes_without_gap_or_duplicate.
         p = self.run_through_failure(lambda: self.fail_point(
             {"times": 1}, {"failCommands": ["getMore"], "errorCode": 6,
                            "appName": "flowwarden"}))
         self.assertEqual(self.fail_point("off")["count"], 1)
+        self.assertGreaterEqual(p.count_log("change stream failed"), 1)
         self.assertEqual(p.stop(), 0)
 
     @needs_standin("fault injection (failCommand on getMore)")

@@ -168,7 +168,7 @@ class ChangeStreamResumeTest(unittest.TestCase):
         fail_point("off")
         fail_point("off", name="failGetMoreAfterCursorCheckout")
 
-    def test_resumable_label_only_on_change_stream_get_more(self):
+    def test_fail_command_on_get_more_adds_no_resumable_label(self):
         db = CLIENT.fpcs
         db.plain.insert_many([{} for _ in range(5)])
         r = db.command("find", "plain", batchSize=1)
@@ -177,9 +177,13 @@ class ChangeStreamResumeTest(unittest.TestCase):
         with self.assertRaises(PyMongoError) as cm:
             db.command("getMore", r["cursor"]["id"], collection="plain")
         self.assertNotIn("errorLabels", cm.exception.details)
+        # Not on a change stream's either: failCommand fails the getMore before it checks
+        # its cursor out, so mongod cannot tell it is a change stream's (error_labels.cpp,
+        # isResumableChangeStreamError reads the cursor's originating command; SERVER-46091
+        # added failGetMoreAfterCursorCheckout for that reason).
         with self.assertRaises(PyMongoError) as cm:
             db.command("getMore", cs["cursor"]["id"], collection="cs", maxTimeMS=10)
-        self.assertEqual(cm.exception.details["errorLabels"], ["ResumableChangeStreamError"])
+        self.assertNotIn("errorLabels", cm.exception.details)
         # failCommand fires before the cursor is touched: it still works.
         db.command("getMore", cs["cursor"]["id"], collection="cs", maxTimeMS=10)
 
@@ -212,7 +216,22 @@ class ChangeStreamResumeTest(unittest.TestCase):
         client.close()
 
     def test_pymongo_resumes_after_labelled_error(self):
-        self._resumes({"failCommands": ["getMore"], "errorCode": 10107})
+        self._resumes({"failCommands": ["getMore"], "errorCode": 10107,
+                       "errorLabels": ["ResumableChangeStreamError"]})
+
+    def test_pymongo_does_not_resume_after_unlabelled_fail_command(self):
+        # As against mongod: no label on a failCommand getMore error (see above), so a
+        # 4.4+ driver raises it (the spec test "change stream does not resume if error does
+        # not contain ResumableChangeStreamError").
+        client, _ = monitored_client()
+        coll = client.fpcs["noresume_" + str(time.monotonic_ns())]
+        with coll.watch(max_await_time_ms=100) as cs:
+            fail_point({"times": 1}, {"failCommands": ["getMore"], "errorCode": 6})
+            coll.insert_one({"_id": 1})
+            with self.assertRaises(OperationFailure) as cm:
+                next_event(cs)
+            self.assertEqual(cm.exception.code, 6)
+        client.close()
 
     def test_pymongo_resumes_after_close_connection(self):
         self._resumes({"failCommands": ["getMore"], "closeConnection": True})

@@ -464,6 +464,12 @@ def check_change_stream_stages(stages):
         if name == "$changeStream":
             raise located(40602, "$changeStream is only valid as the first stage in a pipeline.")
         if name not in CHANGE_STREAM_ALLOWED_STAGES:
+            # A name no stage has is refused as in any pipeline, before the change-stream
+            # check (mongod parses the stage first: 40324, the spec test change-streams-errors
+            # "Change Stream should error when an invalid aggregation stage is passed in").
+            if (name not in _PER_DOCUMENT and name not in _WHOLE_LIST
+                    and name not in _UNSUPPORTED_STAGES):
+                raise located(40324, "Unrecognized pipeline stage name: '%s'" % name)
             raise MongoError(20, "IllegalOperation",
                              "%s is not permitted in a $changeStream pipeline" % name)
 

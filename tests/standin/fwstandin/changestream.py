@@ -245,7 +245,12 @@ class ChangeStream:
             self.pos = log.seq_at_or_after(token.tsv)
             return
         seq, entry = log.find(token.tsv)
-        if entry is None:
+        # The token's event must be one this stream would show: a collection's stream resumed
+        # with a token of another collection's event fails as mongod's
+        # DocumentSourceChangeStreamEnsureResumeTokenPresent fails it, never reading past it
+        # (document_source_change_stream_check_resumability.cpp; the change streams spec's
+        # prose test of resumeAfter with another collection's token).
+        if entry is None or not self._relevant(entry):
             raise non_resumable(280, "ChangeStreamFatalError",
                                 "cannot resume stream; the resume token was not found. "
                                 "{_data: \"%s\"}" % token.data)
@@ -426,6 +431,11 @@ class ChangeStream:
                                      "Change stream was configured to require a pre-image for "
                                      "all update, delete and replace events, but pre-image id "
                                      "was not available for event: " + _event_summary(ev))
+                # whenAvailable: the field is there, null (DocumentSourceChangeStreamAddPreImage,
+                # document_source_change_stream_add_pre_image.cpp; the spec test
+                # change-streams-pre_and_post_images "fullDocumentBeforeChange:whenAvailable
+                # with changeStreamPreAndPostImages disabled").
+                ev["fullDocumentBeforeChange"] = None
             else:
                 if e.pre is None and self.before_change == "required":
                     raise MongoError(47, "NoMatchingDocument",

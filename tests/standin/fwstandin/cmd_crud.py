@@ -9,8 +9,9 @@ import time
 
 from bson.int64 import Int64
 from bson.objectid import ObjectId
+from bson.regex import Regex
 
-from . import bsonutil, sortlimit
+from . import bsonutil, sessions, sortlimit
 from .bsonutil import encode, value_key
 from .changestream import ChangeStream, RESUMABLE_CODES
 from .cursors import ResultCursor, cursor_not_found
@@ -111,6 +112,63 @@ def documents_of(ctx, field):
 
 # ---- writes ----
 
+def _storage_valid_embedded(doc):
+    """mongod's BSONObj::storageValidEmbedded for an _id document: no $-prefixed field at any
+    depth but a DBRef's ($ref first, then $id, $db)."""
+    first = True
+    for k, v in doc.items():
+        if k.startswith("$") and not (
+                (first and k == "$ref") or (not first and k in ("$id", "$db"))):
+            raise MongoError(52, "DollarPrefixedFieldName", "%s is not valid for storage." % k)
+        first = False
+        if isinstance(v, dict):
+            _storage_valid_embedded(v)
+        elif isinstance(v, list):
+            for item in v:
+                if isinstance(item, dict):
+                    _storage_valid_embedded(item)
+
+
+def check_insert_id(doc):
+    """The _id checks of mongod's fixDocumentForInsert (ops/insert.cpp): no array, regex or
+    undefined, and an _id document valid for storage (the spec test insertOne-dots_and_dollars
+    "Inserting document with dollar-prefixed key in _id yields server-side error")."""
+    _id = doc.get("_id")
+    if isinstance(_id, list):
+        raise MongoError(2, "BadValue", "can't use an array for _id")
+    if isinstance(_id, Regex) or hasattr(_id, "pattern"):
+        raise MongoError(2, "BadValue", "can't use a regex for _id")
+    if isinstance(_id, dict):
+        _storage_valid_embedded(_id)
+
+
+def parse_statements(ctx, field, allowed, required=()):
+    """The command's statements, decoded, with their fields checked as mongod's IDL parser
+    checks them before anything runs: an unknown field (40415; e.g. `sort` in an update before
+    MongoDB 8.0) or a missing one (40414) fails the whole command, not one statement."""
+    stmts = []
+    for st in documents_of(ctx, field):
+        if isinstance(st, bytes):
+            st = bsonutil.decode(st)
+        if not isinstance(st, dict):
+            raise MongoError(14, "TypeMismatch", "BSON field '%s.%s' is the wrong type, "
+                             "expected type 'object'" % (ctx.name, field))
+        for key in st:
+            if key not in allowed:
+                raise MongoError(40415, "Location40415", "BSON field '%s.%s.%s' is an unknown "
+                                 "field." % (ctx.name, field, key))
+        for key in required:
+            if key not in st:
+                raise MongoError(40414, "Location40414", "BSON field '%s.%s.%s' is missing but "
+                                 "a required field" % (ctx.name, field, key))
+        stmts.append(st)
+    return stmts
+
+
+# What a retryable write remembers of an inserted document (never modified).
+_INSERTED = {"n": 1}
+
+
 def cmd_insert(ctx):
     check_fields(ctx, ("insert", "documents", "ordered", "bypassDocumentValidation"))
     name = coll_name(ctx, "insert")
@@ -119,10 +177,16 @@ def cmd_insert(ctx):
     store = ctx.store
     n = 0
     errors = []
+    txn = sessions.begin(ctx)
     with store.lock:
         c = store.get_or_create(ctx.db, name)
         for i, item in enumerate(docs):
+            if txn is not None and txn.executed(i) is not None:
+                n += 1      # a retried statement that ran already (sessions.py)
+                continue
             try:
+                if txn is not None:
+                    txn.about_to_write()
                 if isinstance(item, bytes):
                     doc = bsonutil.decode(item)
                     raw = item
@@ -131,8 +195,11 @@ def cmd_insert(ctx):
                 if "_id" not in doc:
                     doc = dict(_id=ObjectId(), **doc)
                     raw = None
+                check_insert_id(doc)
                 store.insert(c, doc, raw)
                 n += 1
+                if txn is not None:
+                    txn.record(i, _INSERTED)
             except MongoError as e:
                 errors.append(write_error(i, e))
                 if ordered:
@@ -206,7 +273,8 @@ def cmd_update(ctx):
     if "let" in ctx.body:
         raise MongoError(2, "BadValue", "update: 'let' is not supported by the stand-in")
     name = coll_name(ctx, "update")
-    stmts = documents_of(ctx, "updates")
+    stmts = parse_statements(ctx, "updates", ("q", "u", "multi", "upsert", "hint", "collation",
+                                              "arrayFilters", "c", "upsertSupplied"))
     ordered = ctx.body.get("ordered", True)
     query = _engine()[0]
     store = ctx.store
@@ -214,16 +282,18 @@ def cmd_update(ctx):
     upserted = []
     errors = []
     now = datetime.datetime.utcnow()
+    txn = sessions.begin(ctx)
     with store.lock, operation_now(now):
         for i, st in enumerate(stmts):
+            done = txn.executed(i) if txn is not None else None
+            if done is not None:
+                # A retried statement that ran already: its result, not a second run.
+                n += done["n"]
+                n_modified += done["nModified"]
+                if "upserted" in done:
+                    upserted.append({"index": i, "_id": done["upserted"]})
+                continue
             try:
-                if isinstance(st, bytes):
-                    st = bsonutil.decode(st)
-                for key in st:
-                    if key not in ("q", "u", "multi", "upsert", "hint", "collation",
-                                   "arrayFilters", "c", "upsertSupplied"):
-                        raise MongoError(40415, "Location40415", "BSON field "
-                                         "'update.updates.%s' is an unknown field." % key)
                 if st.get("arrayFilters"):
                     raise MongoError(2, "BadValue", "arrayFilters are not supported by the "
                                      "flowwarden stand-in")
@@ -233,22 +303,28 @@ def cmd_update(ctx):
                 multi = bool(st.get("multi", False))
                 replacement = _check_update_spec(u, multi, "update")
                 query.validate_filter(flt, upsert=bool(st.get("upsert")))
+                if txn is not None:
+                    txn.about_to_write()
                 c = store.coll(ctx.db, name)
                 docs = matching(c, flt)
                 if not multi:
                     docs = docs[:1]
+                result = {"n": len(docs), "nModified": 0}
                 for doc in docs:
                     new, ud = _apply_one(c, doc, u, replacement, now)
                     if not _same(new, doc):
                         store.update(c, doc, new, ud)
-                        n_modified += 1
-                n += len(docs)
+                        result["nModified"] += 1
                 if not docs and st.get("upsert"):
                     new = _upsert_doc(flt, u, replacement, now)
                     c = store.get_or_create(ctx.db, name)
                     store.insert(c, new)
                     upserted.append({"index": i, "_id": new["_id"]})
-                    n += 1
+                    result = {"n": 1, "nModified": 0, "upserted": new["_id"]}
+                n += result["n"]
+                n_modified += result["nModified"]
+                if txn is not None:
+                    txn.record(i, result)
             except MongoError as e:
                 errors.append(write_error(i, e))
                 if ordered:
@@ -265,25 +341,25 @@ def cmd_update(ctx):
 
 def cmd_delete(ctx):
     check_fields(ctx, ("delete", "deletes", "ordered", "let"))
+    if "let" in ctx.body:
+        # Refused, never ignored: a filter using $$var would otherwise fail with a misleading
+        # "Use of undefined variable" (17276).
+        raise MongoError(2, "BadValue", "delete: 'let' is not supported by the stand-in")
     name = coll_name(ctx, "delete")
-    stmts = documents_of(ctx, "deletes")
+    stmts = parse_statements(ctx, "deletes", ("q", "limit", "hint", "collation"), ("limit",))
     ordered = ctx.body.get("ordered", True)
     query = _engine()[0]
     store = ctx.store
     n = 0
     errors = []
+    txn = sessions.begin(ctx)
     with store.lock:
         for i, st in enumerate(stmts):
+            done = txn.executed(i) if txn is not None else None
+            if done is not None:
+                n += done["n"]      # a retried statement that ran already (sessions.py)
+                continue
             try:
-                if isinstance(st, bytes):
-                    st = bsonutil.decode(st)
-                for key in st:
-                    if key not in ("q", "limit", "hint", "collation"):
-                        raise MongoError(40415, "Location40415", "BSON field "
-                                         "'delete.deletes.%s' is an unknown field." % key)
-                if "limit" not in st:
-                    raise MongoError(40414, "Location40414", "BSON field 'delete.deletes.limit'"
-                                     " is missing but a required field")
                 limit = st["limit"]
                 if limit not in (0, 1):
                     raise MongoError(9, "FailedToParse",
@@ -292,6 +368,8 @@ def cmd_delete(ctx):
                 check_collation(st.get("collation"), "delete")
                 flt = st.get("q", {})
                 query.validate_filter(flt)
+                if txn is not None:
+                    txn.about_to_write()
                 c = store.coll(ctx.db, name)
                 docs = matching(c, flt)
                 if limit == 1:
@@ -299,6 +377,8 @@ def cmd_delete(ctx):
                 for doc in docs:
                     store.delete(c, doc)
                 n += len(docs)
+                if txn is not None:
+                    txn.record(i, {"n": len(docs)})
             except MongoError as e:
                 errors.append(write_error(i, e))
                 if ordered:
@@ -339,6 +419,12 @@ def cmd_find_and_modify(ctx):
     fields = body.get("fields")
     store = ctx.store
     now = datetime.datetime.utcnow()
+    txn = sessions.begin(ctx)
+    if txn is not None:
+        done = txn.executed(0)
+        if done is not None:
+            return dict(done)   # a retry of a findAndModify that ran: its reply again
+        txn.about_to_write()
     with store.lock, operation_now(now):
         c = store.coll(ctx.db, name)
         docs = matching(c, flt)
@@ -368,7 +454,10 @@ def cmd_find_and_modify(ctx):
         store.commit()
     if value is not None and fields:
         value = query.project(value, fields)
-    return {"lastErrorObject": leo, "value": value}
+    reply = {"lastErrorObject": leo, "value": value}
+    if txn is not None:
+        txn.record(0, dict(reply))
+    return reply
 
 
 # ---- reads ----
@@ -484,6 +573,8 @@ def cmd_aggregate(ctx):
     check_fields(ctx, ("aggregate", "pipeline", "cursor", "explain", "allowDiskUse",
                        "collation", "hint", "let", "bypassDocumentValidation"))
     body = ctx.body
+    if "let" in body:
+        raise MongoError(2, "BadValue", "aggregate: 'let' is not supported by the stand-in")
     pipeline = body.get("pipeline")
     if not isinstance(pipeline, list):
         raise MongoError(14, "TypeMismatch", "'pipeline' option must be specified as an array")

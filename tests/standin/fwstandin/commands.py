@@ -64,6 +64,7 @@ class Context:
         self.name = name
         self.op_time = None
         self.is_change_stream_getmore = False
+        self.close_connection = False
 
 
 def cluster_time_doc(tsv):
@@ -110,10 +111,17 @@ def execute(server, conn, req):
             if data.get("closeConnection"):
                 return CLOSE
             if "errorCode" in data:
-                is_cs = False
-                if name == "getMore":
-                    cur = server.cursors.get(body.get("getMore"))
-                    is_cs = bool(cur is not None and cur.is_change_stream)
+                # mongod labels ResumableChangeStreamError only what it can see is a change
+                # stream: an aggregate whose pipeline opens with $changeStream, or a getMore
+                # whose cursor's originating command does (error_labels.cpp,
+                # isResumableChangeStreamError). failCommand fires before the getMore checks
+                # its cursor out, so there is no originating command and no label: that is
+                # why the drivers' tests use failGetMoreAfterCursorCheckout (SERVER-46091;
+                # the spec test "change stream does not resume if error does not contain
+                # ResumableChangeStreamError").
+                pipeline = body.get("pipeline") if name == "aggregate" else None
+                is_cs = bool(pipeline and isinstance(pipeline[0], dict)
+                             and "$changeStream" in pipeline[0])
                 raise failpoint_error(data, name, body, is_cs)
             wce = data.get("writeConcernError")
         result = handler(ctx)
@@ -125,6 +133,8 @@ def execute(server, conn, req):
         server.log_exception(name, e)
         result = None
         error = MongoError(1, "InternalError", "stand-in internal error in %s: %r" % (name, e))
+    if ctx.close_connection:
+        return CLOSE    # onPrimaryTransactionalWrite ended the session (sessions.py)
     if req.more_to_come:
         return None
     with server.store.lock:
@@ -143,7 +153,12 @@ def execute(server, conn, req):
     if wce is not None:
         extra["writeConcernError"] = wce
         from .failpoints import RETRYABLE_WRITE_CODES, WRITE_COMMANDS
-        if (name in WRITE_COMMANDS and "txnNumber" in body
+        if "errorLabels" in data:
+            # The fail point's errorLabels replace the labels mongod would give
+            # (error_labels.cpp, getErrorLabels: errorLabelsOverride).
+            if data["errorLabels"]:
+                extra["errorLabels"] = list(data["errorLabels"])
+        elif (name in WRITE_COMMANDS and "txnNumber" in body
                 and wce.get("code") in RETRYABLE_WRITE_CODES):
             extra["errorLabels"] = ["RetryableWriteError"]
     if isinstance(result, cmd_crud.CursorResult):

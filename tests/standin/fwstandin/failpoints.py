@@ -1,4 +1,5 @@
-"""Fail points with mongod's semantics: failCommand and failGetMoreAfterCursorCheckout.
+"""Fail points with mongod's semantics: failCommand, failGetMoreAfterCursorCheckout and
+onPrimaryTransactionalWrite (retryable writes, sessions.py).
 
 A fail point is armed by `configureFailPoint` with mode {times: n} | {skip: n} | "alwaysOn" |
 "off" and optional `data`. Each time it fires, {times: n} counts down and switches itself off at
@@ -9,7 +10,7 @@ import threading
 
 from .errors import MongoError
 
-KNOWN = ("failCommand", "failGetMoreAfterCursorCheckout")
+KNOWN = ("failCommand", "failGetMoreAfterCursorCheckout", "onPrimaryTransactionalWrite")
 
 # Commands that failCommand never intercepts, as in mongod.
 EXEMPT = ("configureFailPoint",)
@@ -121,6 +122,14 @@ class FailPoints:
                 return None
             return dict(data)
 
+    def check_transactional_write(self):
+        """onPrimaryTransactionalWrite's data if it fires for this statement (sessions.py)."""
+        fp = self.points["onPrimaryTransactionalWrite"]
+        if fp.mode == "off":
+            return None
+        with self.lock:
+            return dict(fp.data) if fp.fire() else None
+
     def check_getmore_checkout(self):
         fp = self.points["failGetMoreAfterCursorCheckout"]
         if fp.mode == "off":
@@ -129,21 +138,21 @@ class FailPoints:
             return dict(fp.data) if fp.fire() else None
 
 
-def failpoint_error(data, cmd_name, body, is_change_stream_getmore=False):
+def failpoint_error(data, cmd_name, body, is_change_stream=False):
     """The MongoError a fired failCommand with errorCode produces, labels as mongod adds them."""
     code = int(data["errorCode"])
     if "errorLabels" in data:
         labels = list(data["errorLabels"])
     else:
-        labels = default_labels(code, cmd_name, body, is_change_stream_getmore)
+        labels = default_labels(code, cmd_name, body, is_change_stream)
     return MongoError(code, code_name(code), "Failing command via 'failCommand' failpoint",
                       labels)
 
 
-def default_labels(code, cmd_name, body, is_change_stream_getmore):
+def default_labels(code, cmd_name, body, is_change_stream):
     from .changestream import RESUMABLE_CODES
     labels = []
-    if is_change_stream_getmore and code in RESUMABLE_CODES:
+    if is_change_stream and code in RESUMABLE_CODES:
         labels.append("ResumableChangeStreamError")
     if (cmd_name in WRITE_COMMANDS and "txnNumber" in body
             and code in RETRYABLE_WRITE_CODES):

@@ -11,7 +11,7 @@ updateDescription comes out as mongod 6.0 reports it:
   component, with the whole new subtree as its value;
 * $push that only appends reports each new element ("tags.2"); other array
   operators report the whole array; truncatedArrays stays empty (only
-  pipeline updates and replacements produce it).
+  pipeline updates produce it: apply_pipeline_update, element by element).
 
 The input document is never mutated: containers on modified paths are copied
 on first touch (copy-on-write), everything else is shared.
@@ -766,21 +766,64 @@ def check_pipeline_update(pipeline):
     return compile_pipeline(pipeline)
 
 
-def _diff(old, new, prefix, updated, removed):
+def _diff(old, new, prefix, updated, removed, truncated):
     """The $v:2 delta between two documents, as the change event reports it: changed or new
     fields at their dotted path, sub-documents present on both sides compared field by field,
-    any other changed value (arrays included) reported whole."""
+    arrays on both sides element by element (_array_diff), any other changed value whole."""
     for k, v in new.items():
         path = prefix + k
         if k not in old:
             updated[path] = v
         elif isinstance(v, dict) and isinstance(old[k], dict) and list(v) == list(old[k]):
-            _diff(old[k], v, path + ".", updated, removed)
+            _diff(old[k], v, path + ".", updated, removed, truncated)
+        elif isinstance(v, list) and isinstance(old[k], list):
+            if not identical(old[k], v) and not _array_diff(old[k], v, path, updated, removed,
+                                                            truncated):
+                updated[path] = v
         elif not identical(old[k], v):
             updated[path] = v
     for k in old:
         if k not in new:
             removed.append(prefix + k)
+
+
+def _array_diff(old, new, path, updated, removed, truncated):
+    """An array's delta as mongod computes it for a pipeline update (computeArrayDiff in
+    document_diff_calculator.cpp): changed elements at "path.i", appended ones likewise, a
+    shorter array as a resize ({field, newSize} in truncatedArrays, MongoDB 5.0+). Like
+    mongod, gives up (returns False: the caller reports the whole array) when the delta would
+    be larger than the new array itself. Fills the caller's collections only on success."""
+    from . import bsonutil
+    sub_updated, sub_removed, sub_truncated = {}, [], []
+    for i, (a, b) in enumerate(zip(old, new)):
+        if identical(a, b):
+            continue
+        sub = "%s.%d" % (path, i)
+        if isinstance(a, dict) and isinstance(b, dict) and list(a) == list(b):
+            _diff(a, b, sub + ".", sub_updated, sub_removed, sub_truncated)
+        elif isinstance(a, list) and isinstance(b, list):
+            if not _array_diff(a, b, sub, sub_updated, sub_removed, sub_truncated):
+                sub_updated[sub] = b
+        else:
+            sub_updated[sub] = b
+    for i in range(len(old), len(new)):
+        sub_updated["%s.%d" % (path, i)] = new[i]
+    if len(new) < len(old):
+        sub_truncated.append({"field": path, "newSize": len(new)})
+    # The delta's size as mongod's ArrayNode counts it, near enough: {a: true, l: newSize?,
+    # u<i>: value...} (nested deltas are counted by the values they set).
+    delta = {"a": True}
+    if len(new) < len(old):
+        delta["l"] = len(new)
+    for k, v in sub_updated.items():
+        delta["u" + k[len(path) + 1:]] = v
+    size = len(bsonutil.encode(delta)) + 8 * (len(sub_removed) + len(sub_truncated))
+    if size >= len(bsonutil.encode({"a": new})) - 5:
+        return False
+    updated.update(sub_updated)
+    removed.extend(sub_removed)
+    truncated.extend(sub_truncated)
+    return True
 
 
 def apply_pipeline_update(doc, compiled, *, is_upsert_insert=False):
@@ -799,6 +842,7 @@ def apply_pipeline_update(doc, compiled, *, is_upsert_insert=False):
                          "modify the immutable field '_id'")
     if is_upsert_insert and "_id" in new and next(iter(new)) != "_id":
         new = dict(_id=new["_id"], **{k: v for k, v in new.items() if k != "_id"})
-    updated, removed = {}, []
-    _diff(doc, new, "", updated, removed)
-    return new, {"updatedFields": updated, "removedFields": removed, "truncatedArrays": []}
+    updated, removed, truncated = {}, [], []
+    _diff(doc, new, "", updated, removed, truncated)
+    return new, {"updatedFields": updated, "removedFields": removed,
+                 "truncatedArrays": truncated}
