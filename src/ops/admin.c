@@ -3,12 +3,14 @@
  * and the control thread POSTs run on.
  *
  * libmicrohttpd runs one internal thread with epoll: every GET is answered
- * there, from snapshots, without waiting on the runtime. A POST's
+ * there, from snapshots, without waiting on the runtime (but the dead-letter
+ * ones, which read MongoDB on the control thread). A POST's
  * connection is suspended and its request queued for the control thread,
  * which calls the runtime (that may take a while: a reload, a pause waiting
  * for the event in flight) and resumes the connection with the answer.
  */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -16,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include <microhttpd.h>
 
@@ -24,6 +28,12 @@
 #include "flowwarden/log.h"
 
 #define CONNECTION_LIMIT 512
+/* Every answer: scripts and styles from this origin only (no inline script,
+ * no eval, no other origin), no framing, no plugin, no form posted away. */
+#define CSP                                                                                      \
+   "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "                 \
+   "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
 #define CONNECTION_TIMEOUT_S 30
 
 typedef enum {
@@ -34,7 +44,11 @@ typedef enum {
    R_STREAM,
    R_ACTION,
    R_RELOAD,
-   R_DLQ_STATS
+   R_DLQ_STATS,
+   R_DLQ,      /* the dead-letter routes: req->dlq */
+   R_HISTORY,
+   R_CONSOLE,  /* a file of the console: req->file */
+   R_INFO      /* GET /v1/console: what the page needs to know first */
 } route_t;
 
 typedef struct request {
@@ -49,7 +63,9 @@ typedef struct request {
    bool submitted;       /* handed to the control thread */
    fw_control_result_t result;
    char message[1024];
-   char *json;           /* R_DLQ_STATS: the answer (malloc'd) */
+   char *json;           /* R_DLQ_STATS, R_DLQ: the answer (malloc'd) */
+   fw_admin_dlq_request_t dlq; /* R_DLQ; its strings malloc'd */
+   const fw_console_file_t *file; /* R_CONSOLE */
 } request_t;
 
 struct fw_admin {
@@ -64,6 +80,10 @@ struct fw_admin {
    pthread_cond_t cond;
    request_t *head, *tail;
    bool stopping;
+   fw_admin_history_t *history;
+   pthread_t sampler;
+   pthread_cond_t sampler_cond; /* on CLOCK_MONOTONIC; signalled on stop */
+   bool sampler_started;
 };
 
 const char *
@@ -180,6 +200,63 @@ check_token (const char *token, const char *what, fw_error_t *error)
    return true;
 }
 
+#define TOKEN_FILE_MAX 4096
+
+bool
+fw_admin_read_token_file (const char *path, char **token, fw_error_t *error)
+{
+   char buf[TOKEN_FILE_MAX + 2];
+   struct stat st;
+   size_t n;
+   FILE *f;
+
+   *token = NULL;
+   if (!(f = fopen (path, "r"))) {
+      fw_error_set (error, FW_ERROR_IO, "--admin-token-file: cannot read %s: %s", path,
+                    strerror (errno));
+      return false;
+   }
+   n = fread (buf, 1, sizeof buf - 1, f);
+   buf[n] = '\0';
+   if (fstat (fileno (f), &st) == 0 && (st.st_mode & (S_IROTH | S_IWOTH))) {
+      fw_log (FW_LOG_WARN, NULL,
+              "--admin-token-file: %s can be read by every user of this machine: "
+              "chmod 600 it (anyone who reads the token can pause streams and replay dead "
+              "letters)",
+              path);
+   }
+   fclose (f);
+   if (n > TOKEN_FILE_MAX) {
+      fw_error_set (error, FW_ERROR_INVALID, "--admin-token-file: %s is over %d bytes: it "
+                    "should hold the token alone", path, TOKEN_FILE_MAX);
+      return false;
+   }
+   if (n && buf[n - 1] == '\n') {
+      buf[--n] = '\0';
+      if (n && buf[n - 1] == '\r') {
+         buf[--n] = '\0';
+      }
+   }
+   if (n == 0) {
+      fw_error_set (error, FW_ERROR_INVALID, "--admin-token-file: %s is empty: write the token "
+                    "in it (e.g. head -c 32 /dev/urandom | base64 > %s)", path, path);
+      return false;
+   }
+   if (strlen (buf) != n || strchr (buf, '\n')) {
+      fw_error_set (error, FW_ERROR_INVALID, "--admin-token-file: %s: the token must be one line "
+                    "of printable ASCII without spaces", path);
+      return false;
+   }
+   if (!check_token (buf, "--admin-token-file", error)) {
+      return false;
+   }
+   if (!(*token = strdup (buf))) {
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
+      return false;
+   }
+   return true;
+}
+
 bool
 fw_admin_check_options (const char *listen, const char *token, const char *what,
                         fw_error_t *error)
@@ -229,6 +306,10 @@ reply (request_t *req, unsigned int status, const char *content_type, fw_strbuf_
    }
    MHD_add_response_header (resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
    MHD_add_response_header (resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+   MHD_add_response_header (resp, "Content-Security-Policy", CSP);
+   MHD_add_response_header (resp, "X-Content-Type-Options", "nosniff");
+   MHD_add_response_header (resp, "X-Frame-Options", "DENY");
+   MHD_add_response_header (resp, "Referrer-Policy", "no-referrer");
    if (allow) {
       MHD_add_response_header (resp, MHD_HTTP_HEADER_ALLOW, allow);
    }
@@ -312,6 +393,22 @@ answer_get (fw_admin_t *a, request_t *req)
    case R_HEALTHZ:
       fw_strbuf_puts (&body, "{\"status\":\"ok\"}\n");
       return reply_json (req, MHD_HTTP_OK, &body);
+   case R_CONSOLE:
+      fw_strbuf_append (&body, (const char *) req->file->data, req->file->len);
+      return reply (req, MHD_HTTP_OK, req->file->content_type, &body, NULL);
+   case R_INFO:
+      fw_strbuf_printf (&body,
+                        "{\"version\":\"%s\",\"token_required\":%s,\"dlq\":%s,"
+                        "\"history_step_seconds\":%d}\n",
+                        FW_VERSION, a->token ? "true" : "false",
+                        a->control.dlq ? "true" : "false", FW_ADMIN_HISTORY_STEP_MS / 1000);
+      return reply_json (req, MHD_HTTP_OK, &body);
+   case R_HISTORY:
+      if (!a->history) {
+         return reply_error (req, MHD_HTTP_NOT_FOUND, NULL, "no history is kept");
+      }
+      fw_admin_history_json (a->history, &body, fw_now_ms ());
+      return reply_json (req, MHD_HTTP_OK, &body);
    default:
       break;
    }
@@ -364,11 +461,11 @@ answer_post (fw_admin_t *a, request_t *req)
    unsigned int status = control_status (req->result);
    fw_strbuf_t body;
 
-   if (status >= 400) {
+   if (status >= 400 && !(req->route == R_DLQ && req->json)) {
       return reply_error (req, status, NULL, "%s", req->message);
    }
    fw_strbuf_init (&body);
-   if (req->route == R_DLQ_STATS) {
+   if (req->route == R_DLQ_STATS || req->route == R_DLQ) {
       fw_strbuf_puts (&body, req->json ? req->json : "{}");
       fw_strbuf_puts (&body, "\n");
       return reply_json (req, status, &body);
@@ -399,7 +496,14 @@ static void
 run_control (fw_admin_t *a, request_t *req)
 {
    req->message[0] = '\0';
-   if (req->route == R_DLQ_STATS) {
+   if (req->route == R_DLQ) {
+      req->result = a->control.dlq ? a->control.dlq (a->control.ud, &req->dlq, &req->json,
+                                                     req->message, sizeof req->message)
+                                   : FW_CONTROL_NOT_FOUND;
+      if (req->result == FW_CONTROL_NOT_FOUND && !req->message[0]) {
+         snprintf (req->message, sizeof req->message, "no dead-letter queue to read");
+      }
+   } else if (req->route == R_DLQ_STATS) {
       req->result = a->control.dlq_stats ? a->control.dlq_stats (a->control.ud, &req->json,
                                                                  req->message, sizeof req->message)
                                          : FW_CONTROL_NOT_FOUND;
@@ -531,6 +635,71 @@ ends_with_action (const char *rest, fw_stream_action_t *action, size_t *name_len
    return false;
 }
 
+const char *
+fw_admin_dlq_arg (const fw_admin_dlq_request_t *req, const char *key)
+{
+   for (int i = 0; i < req->n_args; i++) {
+      if (strcmp (req->keys[i], key) == 0) {
+         return req->values[i];
+      }
+   }
+   return NULL;
+}
+
+/* The dead-letter routes: /v1/dlq/entries[/ID[/replay|/discard]] and
+ * /v1/dlq/sequences. False: none of them (or out of memory). */
+static bool
+route_dlq (request_t *req, const char *url, const char **allow)
+{
+   static const char entries[] = "/v1/dlq/entries";
+   const char *rest, *slash;
+
+   req->route = R_DLQ;
+   if (strcmp (url, "/v1/dlq/sequences") == 0) {
+      req->dlq.verb = FW_ADMIN_DLQ_SEQUENCES;
+      return true;
+   }
+   if (strncmp (url, entries, sizeof entries - 1) != 0) {
+      return false;
+   }
+   rest = url + sizeof entries - 1;
+   if (!*rest || strcmp (rest, "/") == 0) {
+      req->dlq.verb = FW_ADMIN_DLQ_LIST;
+      return true;
+   }
+   if (*rest++ != '/' || !*rest) {
+      return false;
+   }
+   slash = strchr (rest, '/');
+   req->dlq.verb = FW_ADMIN_DLQ_SHOW;
+   if (slash) {
+      if (strcmp (slash, "/replay") == 0) {
+         req->dlq.verb = FW_ADMIN_DLQ_REPLAY;
+      } else if (strcmp (slash, "/discard") == 0) {
+         req->dlq.verb = FW_ADMIN_DLQ_DISCARD;
+      } else {
+         return false;
+      }
+      *allow = "POST";
+   }
+   req->dlq.id = slash ? strndup (rest, (size_t) (slash - rest)) : strdup (rest);
+   return req->dlq.id != NULL;
+}
+
+static const fw_console_file_t *
+console_file (const char *url)
+{
+   if (strcmp (url, "/index.html") == 0) {
+      url = "/";
+   }
+   for (const fw_console_file_t *f = fw_console_files; f->path; f++) {
+      if (strcmp (f->path, url) == 0) {
+         return f;
+      }
+   }
+   return NULL;
+}
+
 /* Finds the route of url; *allow is the method it takes. False: no such
  * route. */
 static bool
@@ -540,7 +709,15 @@ route (request_t *req, const char *url, const char **allow)
    size_t name_len;
 
    *allow = "GET, HEAD";
-   if (strcmp (url, "/metrics") == 0) {
+   if ((req->file = console_file (url))) {
+      req->route = R_CONSOLE;
+   } else if (strcmp (url, "/v1/console") == 0) {
+      req->route = R_INFO;
+   } else if (strcmp (url, "/v1/history") == 0) {
+      req->route = R_HISTORY;
+   } else if (strncmp (url, "/v1/dlq/", 8) == 0 && strcmp (url, "/v1/dlq/stats") != 0) {
+      return route_dlq (req, url, allow);
+   } else if (strcmp (url, "/metrics") == 0) {
       req->route = R_METRICS;
    } else if (strcmp (url, "/healthz") == 0) {
       req->route = R_HEALTHZ;
@@ -571,6 +748,56 @@ route (request_t *req, const char *url, const char **allow)
    return true;
 }
 
+/* Copies each query argument into req->dlq (at most FW_ADMIN_DLQ_MAX_ARGS:
+ * more is a 400 by begin). */
+static enum MHD_Result
+collect_arg (void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+   request_t *req = cls;
+   fw_admin_dlq_request_t *d = &req->dlq;
+
+   (void) kind;
+   if (d->n_args == FW_ADMIN_DLQ_MAX_ARGS) {
+      d->n_args++; /* too many: noticed by begin */
+      return MHD_NO;
+   }
+   if (d->n_args > FW_ADMIN_DLQ_MAX_ARGS) {
+      return MHD_NO;
+   }
+   d->keys[d->n_args] = strdup (key ? key : "");
+   d->values[d->n_args] = strdup (value ? value : "");
+   if (!d->keys[d->n_args] || !d->values[d->n_args]) {
+      free ((char *) d->keys[d->n_args]);
+      free ((char *) d->values[d->n_args]);
+      return MHD_NO;
+   }
+   d->n_args++;
+   return MHD_YES;
+}
+
+static bool
+authorized (fw_admin_t *a, request_t *req)
+{
+   return !a->token ||
+          token_matches (a->token, MHD_lookup_connection_value (req->conn, MHD_HEADER_KIND,
+                                                                MHD_HTTP_HEADER_AUTHORIZATION));
+}
+
+static enum MHD_Result
+refuse (request_t *req)
+{
+   const char *header =
+      MHD_lookup_connection_value (req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+   return reply_error (req, MHD_HTTP_UNAUTHORIZED, NULL,
+                       "%s: send \"Authorization: Bearer TOKEN\" with the admin token (the "
+                       "flowwarden CLI reads it from FLOWWARDEN_ADMIN_TOKEN; the console asks "
+                       "for it)",
+                       !header ? "missing token"
+                       : strncmp (header, "Bearer ", 7) != 0
+                          ? "the Authorization header is not \"Bearer TOKEN\""
+                          : "wrong token");
+}
+
 /* The first call for a request: the headers are in. */
 static enum MHD_Result
 begin (fw_admin_t *a, request_t *req, const char *url, const char *method)
@@ -581,27 +808,34 @@ begin (fw_admin_t *a, request_t *req, const char *url, const char *method)
 
    if (!route (req, url, &allow)) {
       return reply_error (req, MHD_HTTP_NOT_FOUND, NULL,
-                          "no such endpoint: %s (see GET /v1/streams, /v1/dlq/stats, /metrics, "
-                          "/healthz, /readyz)",
+                          "no such endpoint: %s (see GET /, /v1/streams, /v1/dlq/stats, "
+                          "/v1/dlq/entries, /v1/history, /metrics, /healthz, /readyz)",
                           url);
    }
    if (strcmp (allow, "POST") == 0 ? !is_post : !is_get) {
       return reply_error (req, MHD_HTTP_METHOD_NOT_ALLOWED, allow, "%s %s: use %s", method, url,
                           allow);
    }
-   if (is_get && req->route == R_DLQ_STATS) {
-      return MHD_YES; /* counted on the control thread: submitted by the next call */
+   if (req->route == R_DLQ) {
+      MHD_get_connection_values (req->conn, MHD_GET_ARGUMENT_KIND, collect_arg, req);
+      if (req->dlq.n_args > FW_ADMIN_DLQ_MAX_ARGS) {
+         return reply_error (req, MHD_HTTP_BAD_REQUEST, NULL, "more than %d query arguments",
+                             FW_ADMIN_DLQ_MAX_ARGS);
+      }
+      /* A document may hold personal data: with a token, only its holder
+       * sees one, as only its holder acts. */
+      if (is_get && fw_admin_dlq_arg (&req->dlq, "documents") && !authorized (a, req)) {
+         return refuse (req);
+      }
+   }
+   if (is_get && (req->route == R_DLQ_STATS || req->route == R_DLQ)) {
+      return MHD_YES; /* read on the control thread: submitted by the next call */
    }
    if (is_get) {
       return answer_get (a, req);
    }
-   if (a->token &&
-       !token_matches (a->token, MHD_lookup_connection_value (req->conn, MHD_HEADER_KIND,
-                                                              MHD_HTTP_HEADER_AUTHORIZATION))) {
-      return reply_error (req, MHD_HTTP_UNAUTHORIZED, NULL,
-                          "missing or wrong token: send \"Authorization: Bearer TOKEN\" with the "
-                          "admin token (the flowwarden CLI reads it from "
-                          "FLOWWARDEN_ADMIN_TOKEN)");
+   if (!authorized (a, req)) {
+      return refuse (req);
    }
    if (req->route == R_ACTION && req->action == FW_STREAM_SNAPSHOT) {
       const char *filter =
@@ -670,6 +904,11 @@ completed (void *cls, struct MHD_Connection *conn, void **con_cls,
       free (req->stream);
       free (req->filter);
       free (req->json);
+      free ((char *) req->dlq.id);
+      for (int i = 0; i < req->dlq.n_args && i < FW_ADMIN_DLQ_MAX_ARGS; i++) {
+         free ((char *) req->dlq.keys[i]);
+         free ((char *) req->dlq.values[i]);
+      }
       free (req);
       *con_cls = NULL;
    }
@@ -696,6 +935,47 @@ mhd_log (void *cls, const char *fmt, va_list ap)
    fw_log (FW_LOG_DEBUG, NULL, "admin endpoint: %s", buf);
 }
 
+/* --- the console's history ------------------------------------------------ */
+
+/* Samples every stream's lag and rate into the history, at start and every
+ * FW_ADMIN_HISTORY_STEP_MS, until the endpoint stops. */
+static void *
+sampler_main (void *arg)
+{
+   fw_admin_t *a = arg;
+   struct timespec next;
+
+   clock_gettime (CLOCK_MONOTONIC, &next);
+   pthread_mutex_lock (&a->mu);
+   while (!a->stopping) {
+      fw_stream_snapshot_t *snaps = NULL;
+      int n;
+
+      pthread_mutex_unlock (&a->mu);
+      if ((n = list_streams (a, &snaps)) >= 0) {
+         fw_admin_history_record (a->history, snaps, n, fw_now_ms ());
+      }
+      free (snaps);
+      next.tv_sec += FW_ADMIN_HISTORY_STEP_MS / 1000;
+      pthread_mutex_lock (&a->mu);
+      while (!a->stopping &&
+             pthread_cond_timedwait (&a->sampler_cond, &a->mu, &next) != ETIMEDOUT) {
+      }
+   }
+   pthread_mutex_unlock (&a->mu);
+   return NULL;
+}
+
+static bool
+start_sampler (fw_admin_t *a)
+{
+   if (!(a->history = fw_admin_history_new ())) {
+      return false;
+   }
+   a->sampler_started = pthread_create (&a->sampler, NULL, sampler_main, a) == 0;
+   return a->sampler_started;
+}
+
 /* --- start and stop ------------------------------------------------------- */
 
 fw_admin_t *
@@ -717,6 +997,13 @@ fw_admin_start (const fw_admin_options_t *opts, fw_error_t *error)
    }
    pthread_mutex_init (&a->mu, NULL);
    pthread_cond_init (&a->cond, NULL);
+   {
+      pthread_condattr_t attr;
+      pthread_condattr_init (&attr);
+      pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
+      pthread_cond_init (&a->sampler_cond, &attr);
+      pthread_condattr_destroy (&attr);
+   }
    a->metrics = opts->metrics;
    a->control = opts->control;
    if (opts->token && *opts->token && !(a->token = strdup (opts->token))) {
@@ -728,6 +1015,10 @@ fw_admin_start (const fw_admin_options_t *opts, fw_error_t *error)
       goto fail;
    }
    a->thread_started = true;
+   if (!start_sampler (a)) {
+      fw_error_set (error, FW_ERROR_IO, "cannot start the admin endpoint's history sampler");
+      goto fail;
+   }
    if (addr.v6) {
       flags |= MHD_USE_IPv6;
    }
@@ -768,7 +1059,11 @@ fw_admin_stop (fw_admin_t *a)
    pthread_mutex_lock (&a->mu);
    a->stopping = true;
    pthread_cond_broadcast (&a->cond);
+   pthread_cond_broadcast (&a->sampler_cond);
    pthread_mutex_unlock (&a->mu);
+   if (a->sampler_started) {
+      pthread_join (a->sampler, NULL);
+   }
    if (a->thread_started) {
       /* Every queued request is resumed (answered 503) before it returns,
        * as MHD_stop_daemon needs. */
@@ -778,7 +1073,9 @@ fw_admin_stop (fw_admin_t *a)
       MHD_stop_daemon (a->daemon);
    }
    pthread_cond_destroy (&a->cond);
+   pthread_cond_destroy (&a->sampler_cond);
    pthread_mutex_destroy (&a->mu);
+   fw_admin_history_destroy (a->history);
    free (a->token);
    free (a);
 }

@@ -127,7 +127,7 @@ start (const char *token)
    opts.listen = "127.0.0.1:0";
    opts.token = token;
    opts.metrics = fake.metrics;
-   opts.control = (fw_admin_control_t){fake_list, fake_action, fake_reload, &fake, NULL, NULL};
+   opts.control = (fw_admin_control_t){fake_list, fake_action, fake_reload, &fake, NULL, NULL, NULL};
    a = fw_admin_start (&opts, &err);
    if (!a) {
       fail_msg ("fw_admin_start: %s", err.message);
