@@ -128,6 +128,8 @@ try {
   await page.fill("#f-error-type", env.FW_FIND_TYPE);
   await page.click("#dlq-search");
   const findRow = `#dlq tbody tr[data-id="${env.FW_FIND_ID}"]`;
+  await until("the filtered list", async () =>
+    /error_type=/.test(await page.getAttribute("#dlq", "data-query")));
   await page.waitForSelector(findRow);
   const ids = await page.$$eval("#dlq tbody tr", (rows) => rows.map((r) => r.dataset.id));
   if (ids.length !== 1 || ids.includes(env.FW_OTHER_ID)) fail("filter found " + ids);
@@ -147,6 +149,8 @@ try {
   // 5. Markup in a document or an error is text: nothing runs, no element is made.
   await page.fill("#f-error-type", "");
   await page.click("#dlq-search");
+  await until("the unfiltered list", async () =>
+    !/error_type=/.test(await page.getAttribute("#dlq", "data-query")));
   const xssRow = `#dlq tbody tr[data-id="${env.FW_XSS_ID}"]`;
   await page.waitForSelector(xssRow);
   await page.click(xssRow);

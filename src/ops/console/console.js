@@ -360,14 +360,19 @@
     $("dlq-count").textContent = label.replace("%d", entries.length);
   }
 
+  let searches = 0;
   async function search() {
-    const r = await request("GET", "/v1/dlq/entries?" + filterQuery().toString(), false);
+    const query = filterQuery().toString();
+    const mine = ++searches;
+    const r = await request("GET", "/v1/dlq/entries?" + query, false);
+    if (mine !== searches) return; // a later search answers instead
     if (r.status !== 200) {
       notice("Dead letters: " + errorOf(r), true);
       return;
     }
     notice("");
     renderEntries(r.body.entries, "%d entries (oldest first, at most " + r.body.limit + ")");
+    $("dlq").dataset.query = query;
   }
 
   async function listSequences() {
