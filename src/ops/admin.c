@@ -789,13 +789,13 @@ refuse (request_t *req)
    const char *header =
       MHD_lookup_connection_value (req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
    return reply_error (req, MHD_HTTP_UNAUTHORIZED, NULL,
-                       "%s: send \"Authorization: Bearer TOKEN\" with the admin token (the "
-                       "flowwarden CLI reads it from FLOWWARDEN_ADMIN_TOKEN; the console asks "
-                       "for it)",
-                       !header ? "missing token"
+                       "missing or wrong token: send \"Authorization: Bearer TOKEN\" with the "
+                       "admin token (the flowwarden CLI reads it from FLOWWARDEN_ADMIN_TOKEN; "
+                       "the console asks for it). This request %s",
+                       !header ? "sent no token"
                        : strncmp (header, "Bearer ", 7) != 0
-                          ? "the Authorization header is not \"Bearer TOKEN\""
-                          : "wrong token");
+                          ? "has an Authorization header that is not \"Bearer TOKEN\""
+                          : "sent a wrong token");
 }
 
 /* The first call for a request: the headers are in. */

@@ -98,8 +98,8 @@ try {
     const wrong = await fetch(p, { method: "POST", headers: { Authorization: "Bearer nope" } });
     return [none.status, (await none.json()).error, wrong.status, (await wrong.json()).error];
   }, env.FW_PAUSE);
-  if (tried[0] !== 401 || !/missing token/.test(tried[1])) fail("no token: " + tried.slice(0, 2));
-  if (tried[2] !== 401 || !/wrong token/.test(tried[3])) fail("wrong token: " + tried.slice(2));
+  if (tried[0] !== 401 || !/sent no token/.test(tried[1])) fail("no token: " + tried.slice(0, 2));
+  if (tried[2] !== 401 || !/sent a wrong token/.test(tried[3])) fail("wrong token: " + tried.slice(2));
   ok("POST without or with a wrong token refused: " + tried[1] + " / " + tried[3]);
 
   // ... and through the page: the token is asked for, a wrong one is refused,
@@ -110,7 +110,7 @@ try {
   await page.fill("#token-input", "not-the-token");
   await page.click("#token-form button[type=submit]");
   await until("the refusal to be shown", async () =>
-    /wrong token/.test(await page.textContent("#notice")) &&
+    /sent a wrong token/.test(await page.textContent("#notice")) &&
     await page.isVisible("#token-form"));
   await page.fill("#token-input", env.FW_TOKEN);
   await page.click("#token-form button[type=submit]");

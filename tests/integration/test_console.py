@@ -119,9 +119,11 @@ class TheEndpoint(ConsoleTestCase):
         for verb in ("/v1/dlq/entries/%s/discard" % other, "/v1/dlq/entries/%s/replay" % found,
                      "/v1/streams/orders/pause", "/v1/reload"):
             status, body, _ = http(port, "POST", verb)
-            self.assertEqual((status, json.loads(body)["error"][:13]), (401, "missing token"))
+            self.assertEqual(status, 401)
+            self.assertIn("This request sent no token", json.loads(body)["error"])
             status, body, _ = http(port, "POST", verb, "wrong")
-            self.assertEqual((status, json.loads(body)["error"][:11]), (401, "wrong token"))
+            self.assertEqual(status, 401)
+            self.assertIn("This request sent a wrong token", json.loads(body)["error"])
 
         # Dry run changes nothing; replay resolves; discard discards, once.
         status, body, _ = http(port, "POST", "/v1/dlq/entries/%s/replay?dry_run=1" % found, token)
