@@ -21,6 +21,7 @@
 
 #include "flowwarden/admin.h"
 #include "flowwarden/clock.h"
+#include "../../src/ops/admin-private.h"
 
 /* --- the fake runtime --------------------------------------------------- */
 
@@ -704,6 +705,42 @@ admin_token_file_is_read_and_checked (void **state)
    rmdir (dir);
 }
 
+static void
+admin_history_keeps_the_last_15_minutes (void **state)
+{
+   fw_admin_history_t *h = fw_admin_history_new ();
+   fw_stream_snapshot_t s[2];
+   fw_strbuf_t out;
+   char *text, *t;
+   int commas = 0;
+   (void) state;
+
+   memset (s, 0, sizeof s);
+   snprintf (s[0].name, sizeof s[0].name, "orders");
+   snprintf (s[1].name, sizeof s[1].name, "gone");
+   /* 200 samples 5 s apart: the ring keeps the last 180; "gone" stops
+    * after the first and leaves once its newest sample is 15 min old. */
+   for (int i = 0; i < 200; i++) {
+      s[0].lag_seconds = i;
+      s[0].events_per_second = 0.5;
+      fw_admin_history_record (h, s, i == 0 ? 2 : 1, 1000000 + (int64_t) i * 5000);
+   }
+   fw_strbuf_init (&out);
+   fw_admin_history_json (h, &out, 2000000);
+   text = fw_strbuf_steal (&out, NULL);
+   assert_null (strstr (text, "\"gone\""));
+   assert_has (text, "\"orders\":{\"t\":[1100000,1105000,");
+   assert_has (text, ",1995000],\"lag_seconds\":[20,21,");
+   assert_has (text, ",199],\"events_per_second\":[0.5,");
+   t = strstr (text, "\"lag_seconds\":[");
+   for (; *t != ']'; t++) {
+      commas += *t == ',';
+   }
+   assert_int_equal (commas + 1, FW_ADMIN_HISTORY_SAMPLES);
+   free (text);
+   fw_admin_history_destroy (h);
+}
+
 int
 main (void)
 {
@@ -717,6 +754,7 @@ main (void)
       cmocka_unit_test (admin_serves_the_console_with_its_headers),
       cmocka_unit_test (admin_dlq_routes_reach_the_runtime_with_their_arguments),
       cmocka_unit_test (admin_token_file_is_read_and_checked),
+      cmocka_unit_test (admin_history_keeps_the_last_15_minutes),
    };
    int rc;
 
