@@ -84,6 +84,7 @@ struct fw_admin {
    pthread_t sampler;
    pthread_cond_t sampler_cond; /* on CLOCK_MONOTONIC; signalled on stop */
    bool sampler_started;
+   bool http_thread_named;
 };
 
 const char *
@@ -541,6 +542,7 @@ control_main (void *arg)
 {
    fw_admin_t *a = arg;
 
+   pthread_setname_np (pthread_self (), "fw-admin-ctl");
    pthread_mutex_lock (&a->mu);
    for (;;) {
       request_t *req;
@@ -862,6 +864,12 @@ handle (void *cls, struct MHD_Connection *conn, const char *url, const char *met
 
    (void) version;
    (void) upload_data;
+   if (!a->http_thread_named) {
+      /* libmicrohttpd's thread, named for top -H and the console's
+       * benchmark; only this thread reads or writes the flag. */
+      a->http_thread_named = true;
+      pthread_setname_np (pthread_self (), "fw-admin-http");
+   }
    if (!req) {
       if (!(req = calloc (1, sizeof *req))) {
          return MHD_NO;
@@ -945,6 +953,7 @@ sampler_main (void *arg)
    fw_admin_t *a = arg;
    struct timespec next;
 
+   pthread_setname_np (pthread_self (), "fw-admin-hist");
    clock_gettime (CLOCK_MONOTONIC, &next);
    pthread_mutex_lock (&a->mu);
    while (!a->stopping) {
