@@ -313,6 +313,8 @@ static int
 run_child (char *const argv[], const char *uri, bson_string_t *output, fw_error_t *error)
 {
    posix_spawn_file_actions_t fa;
+   posix_spawnattr_t attr;
+   sigset_t none, defaults;
    char *uri_var = NULL, **env;
    int fds[2], status = 0, rc;
    pid_t pid;
@@ -332,7 +334,21 @@ run_child (char *const argv[], const char *uri, bson_string_t *output, fw_error_
    posix_spawn_file_actions_addopen (&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
    posix_spawn_file_actions_adddup2 (&fa, fds[1], STDOUT_FILENO);
    posix_spawn_file_actions_adddup2 (&fa, fds[1], STDERR_FILENO);
-   rc = posix_spawn (&pid, "/proc/self/exe", &fa, NULL, argv, env);
+   /* The child holds none of the instance's sockets, and starts with the
+    * signals the runtime blocks unblocked (a replay stops on SIGTERM). */
+   posix_spawn_file_actions_addclosefrom_np (&fa, STDERR_FILENO + 1);
+   posix_spawnattr_init (&attr);
+   sigemptyset (&none);
+   sigemptyset (&defaults);
+   sigaddset (&defaults, SIGINT);
+   sigaddset (&defaults, SIGTERM);
+   sigaddset (&defaults, SIGHUP);
+   sigaddset (&defaults, SIGUSR1);
+   posix_spawnattr_setsigmask (&attr, &none);
+   posix_spawnattr_setsigdefault (&attr, &defaults);
+   posix_spawnattr_setflags (&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+   rc = posix_spawn (&pid, "/proc/self/exe", &fa, &attr, argv, env);
+   posix_spawnattr_destroy (&attr);
    posix_spawn_file_actions_destroy (&fa);
    close (fds[1]);
    free (env);
@@ -345,7 +361,8 @@ run_child (char *const argv[], const char *uri, bson_string_t *output, fw_error_
    finished = read_output (fds[0], output, fw_mono_ms () + REPLAY_TIMEOUT_MS);
    close (fds[0]);
    if (!finished) {
-      kill (pid, SIGTERM);
+      /* Its claim expires after the claim TTL, as a killed `dlq replay`'s. */
+      kill (pid, SIGKILL);
    }
    while (waitpid (pid, &status, 0) < 0 && errno == EINTR) {
    }
