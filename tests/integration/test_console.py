@@ -139,6 +139,22 @@ class TheEndpoint(ConsoleTestCase):
         status, body, _ = http(port, "POST", "/v1/dlq/entries/%s/discard" % other, token)
         self.assertEqual(status, 422, body)
 
+        # A sequence's parked events, in their order; the sequences of the DLQ.
+        parked = []
+        for idx in (2, 0, 1):
+            e = self.entry(10 + idx, "Http.Timeout" if idx == 0 else None)
+            e.update({"sequenceId": "customer-7", "sequenceIndex": idx})
+            if idx:
+                e["error"] = None
+            parked.append(e)
+        self.db["_fw_dlq"].insert_many(parked)
+        q = urllib.parse.urlencode({"stream": "orders", "sequence": "customer-7"})
+        listed = json.loads(http(port, "GET", "/v1/dlq/entries?" + q)[1])["entries"]
+        self.assertEqual(sorted(e["sequenceIndex"] for e in listed), [0, 1, 2])
+        seqs = json.loads(http(port, "GET", "/v1/dlq/sequences?stream=orders")[1])["sequences"]
+        self.assertEqual([(s["sequenceId"], s["size"], s["parked"]) for s in seqs],
+                         [("customer-7", 3, 2)])
+
         # The chart's history: a sample of each stream at start.
         hist = json.loads(http(port, "GET", "/v1/history")[1])
         self.assertEqual((hist["step_seconds"], hist["window_seconds"]), (5, 900))
