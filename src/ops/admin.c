@@ -102,183 +102,6 @@ fw_stream_action_name (fw_stream_action_t action)
    }
 }
 
-/* --- the address ----------------------------------------------------------- */
-
-typedef struct {
-   struct sockaddr_storage ss;
-   bool v6;
-   bool loopback;
-} address_t;
-
-static bool
-parse_listen (const char *listen, const char *what, address_t *out, fw_error_t *error)
-{
-   char host[128];
-   const char *port_text, *colon;
-   char *end;
-   long port;
-   struct sockaddr_in *v4 = (struct sockaddr_in *) &out->ss;
-   struct sockaddr_in6 *v6 = (struct sockaddr_in6 *) &out->ss;
-
-   memset (out, 0, sizeof *out);
-   if (!listen || !*listen) {
-      fw_error_set (error, FW_ERROR_INVALID,
-                    "%s: expected an address and port such as \"127.0.0.1:9464\", got nothing",
-                    what);
-      return false;
-   }
-   if (listen[0] == '[') {
-      const char *close = strchr (listen, ']');
-      if (!close || close[1] != ':' || (size_t) (close - listen - 1) >= sizeof host) {
-         goto bad;
-      }
-      memcpy (host, listen + 1, (size_t) (close - listen - 1));
-      host[close - listen - 1] = '\0';
-      port_text = close + 2;
-   } else {
-      if (!(colon = strrchr (listen, ':')) || (size_t) (colon - listen) >= sizeof host) {
-         goto bad;
-      }
-      if (memchr (listen, ':', (size_t) (colon - listen))) {
-         fw_error_set (error, FW_ERROR_INVALID,
-                       "%s: \"%s\": write an IPv6 address in brackets, e.g. \"[::1]:9464\"",
-                       what, listen);
-         return false;
-      }
-      memcpy (host, listen, (size_t) (colon - listen));
-      host[colon - listen] = '\0';
-      port_text = colon + 1;
-   }
-   port = strtol (port_text, &end, 10);
-   if (!*port_text || *end || port < 0 || port > 65535 || port_text[0] == '-' ||
-       port_text[0] == '+') {
-      fw_error_set (error, FW_ERROR_INVALID,
-                    "%s: \"%s\": the port must be a number from 0 to 65535", what, listen);
-      return false;
-   }
-   if (!*host) {
-      snprintf (host, sizeof host, "0.0.0.0");
-   } else if (strcmp (host, "localhost") == 0) {
-      snprintf (host, sizeof host, "127.0.0.1");
-   }
-   if (inet_pton (AF_INET, host, &v4->sin_addr) == 1) {
-      v4->sin_family = AF_INET;
-      v4->sin_port = htons ((uint16_t) port);
-      out->loopback = (ntohl (v4->sin_addr.s_addr) >> 24) == 127;
-      return true;
-   }
-   if (inet_pton (AF_INET6, host, &v6->sin6_addr) == 1) {
-      v6->sin6_family = AF_INET6;
-      v6->sin6_port = htons ((uint16_t) port);
-      out->v6 = true;
-      out->loopback = IN6_IS_ADDR_LOOPBACK (&v6->sin6_addr) ||
-                      (IN6_IS_ADDR_V4MAPPED (&v6->sin6_addr) && v6->sin6_addr.s6_addr[12] == 127);
-      return true;
-   }
-   fw_error_set (error, FW_ERROR_INVALID,
-                 "%s: \"%s\": \"%s\" is not an IP address (use e.g. \"127.0.0.1:9464\", "
-                 "\"[::1]:9464\" or \"localhost:9464\")",
-                 what, listen, host);
-   return false;
-
-bad:
-   fw_error_set (error, FW_ERROR_INVALID,
-                 "%s: expected an address and port such as \"127.0.0.1:9464\", got \"%s\"", what,
-                 listen);
-   return false;
-}
-
-static bool
-check_token (const char *token, const char *what, fw_error_t *error)
-{
-   for (const char *p = token; p && *p; p++) {
-      if (*p <= ' ' || *p > '~') {
-         fw_error_set (error, FW_ERROR_INVALID,
-                       "%s: the admin token must be printable ASCII without spaces", what);
-         return false;
-      }
-   }
-   return true;
-}
-
-#define TOKEN_FILE_MAX 4096
-
-bool
-fw_admin_read_token_file (const char *path, char **token, fw_error_t *error)
-{
-   char buf[TOKEN_FILE_MAX + 2];
-   struct stat st;
-   size_t n;
-   FILE *f;
-
-   *token = NULL;
-   if (!(f = fopen (path, "r"))) {
-      fw_error_set (error, FW_ERROR_IO, "--admin-token-file: cannot read %s: %s", path,
-                    strerror (errno));
-      return false;
-   }
-   n = fread (buf, 1, sizeof buf - 1, f);
-   buf[n] = '\0';
-   if (fstat (fileno (f), &st) == 0 && (st.st_mode & (S_IROTH | S_IWOTH))) {
-      fw_log (FW_LOG_WARN, NULL,
-              "--admin-token-file: %s can be read by every user of this machine: "
-              "chmod 600 it (anyone who reads the token can pause streams and replay dead "
-              "letters)",
-              path);
-   }
-   fclose (f);
-   if (n > TOKEN_FILE_MAX) {
-      fw_error_set (error, FW_ERROR_INVALID, "--admin-token-file: %s is over %d bytes: it "
-                    "should hold the token alone", path, TOKEN_FILE_MAX);
-      return false;
-   }
-   if (n && buf[n - 1] == '\n') {
-      buf[--n] = '\0';
-      if (n && buf[n - 1] == '\r') {
-         buf[--n] = '\0';
-      }
-   }
-   if (n == 0) {
-      fw_error_set (error, FW_ERROR_INVALID, "--admin-token-file: %s is empty: write the token "
-                    "in it (e.g. head -c 32 /dev/urandom | base64 > %s)", path, path);
-      return false;
-   }
-   if (strlen (buf) != n || strchr (buf, '\n')) {
-      fw_error_set (error, FW_ERROR_INVALID, "--admin-token-file: %s: the token must be one line "
-                    "of printable ASCII without spaces", path);
-      return false;
-   }
-   if (!check_token (buf, "--admin-token-file", error)) {
-      return false;
-   }
-   if (!(*token = strdup (buf))) {
-      fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
-      return false;
-   }
-   return true;
-}
-
-bool
-fw_admin_check_options (const char *listen, const char *token, const char *what,
-                        fw_error_t *error)
-{
-   address_t addr;
-
-   if (!parse_listen (listen, what, &addr, error) || !check_token (token, what, error)) {
-      return false;
-   }
-   if (!addr.loopback && (!token || !*token)) {
-      fw_error_set (error, FW_ERROR_INVALID,
-                    "%s: refusing to serve the admin endpoint on %s without a token: anyone who "
-                    "can reach that address could pause streams and reload the script. Set a "
-                    "token (fw.defaults { admin = { token = fw.env(\"FW_ADMIN_TOKEN\") } }) or "
-                    "listen on a loopback address such as 127.0.0.1",
-                    what, listen);
-      return false;
-   }
-   return true;
-}
-
 /* --- answering ------------------------------------------------------------- */
 
 static enum MHD_Result
@@ -637,71 +460,6 @@ ends_with_action (const char *rest, fw_stream_action_t *action, size_t *name_len
    return false;
 }
 
-const char *
-fw_admin_dlq_arg (const fw_admin_dlq_request_t *req, const char *key)
-{
-   for (int i = 0; i < req->n_args; i++) {
-      if (strcmp (req->keys[i], key) == 0) {
-         return req->values[i];
-      }
-   }
-   return NULL;
-}
-
-/* The dead-letter routes: /v1/dlq/entries[/ID[/replay|/discard]] and
- * /v1/dlq/sequences. False: none of them (or out of memory). */
-static bool
-route_dlq (request_t *req, const char *url, const char **allow)
-{
-   static const char entries[] = "/v1/dlq/entries";
-   const char *rest, *slash;
-
-   req->route = R_DLQ;
-   if (strcmp (url, "/v1/dlq/sequences") == 0) {
-      req->dlq.verb = FW_ADMIN_DLQ_SEQUENCES;
-      return true;
-   }
-   if (strncmp (url, entries, sizeof entries - 1) != 0) {
-      return false;
-   }
-   rest = url + sizeof entries - 1;
-   if (!*rest || strcmp (rest, "/") == 0) {
-      req->dlq.verb = FW_ADMIN_DLQ_LIST;
-      return true;
-   }
-   if (*rest++ != '/' || !*rest) {
-      return false;
-   }
-   slash = strchr (rest, '/');
-   req->dlq.verb = FW_ADMIN_DLQ_SHOW;
-   if (slash) {
-      if (strcmp (slash, "/replay") == 0) {
-         req->dlq.verb = FW_ADMIN_DLQ_REPLAY;
-      } else if (strcmp (slash, "/discard") == 0) {
-         req->dlq.verb = FW_ADMIN_DLQ_DISCARD;
-      } else {
-         return false;
-      }
-      *allow = "POST";
-   }
-   req->dlq.id = slash ? strndup (rest, (size_t) (slash - rest)) : strdup (rest);
-   return req->dlq.id != NULL;
-}
-
-static const fw_console_file_t *
-console_file (const char *url)
-{
-   if (strcmp (url, "/index.html") == 0) {
-      url = "/";
-   }
-   for (const fw_console_file_t *f = fw_console_files; f->path; f++) {
-      if (strcmp (f->path, url) == 0) {
-         return f;
-      }
-   }
-   return NULL;
-}
-
 /* Finds the route of url; *allow is the method it takes. False: no such
  * route. */
 static bool
@@ -711,14 +469,15 @@ route (request_t *req, const char *url, const char **allow)
    size_t name_len;
 
    *allow = "GET, HEAD";
-   if ((req->file = console_file (url))) {
+   if ((req->file = fw_console_file (url))) {
       req->route = R_CONSOLE;
    } else if (strcmp (url, "/v1/console") == 0) {
       req->route = R_INFO;
    } else if (strcmp (url, "/v1/history") == 0) {
       req->route = R_HISTORY;
    } else if (strncmp (url, "/v1/dlq/", 8) == 0 && strcmp (url, "/v1/dlq/stats") != 0) {
-      return route_dlq (req, url, allow);
+      req->route = R_DLQ;
+      return fw_admin_route_dlq (&req->dlq, url, allow);
    } else if (strcmp (url, "/metrics") == 0) {
       req->route = R_METRICS;
    } else if (strcmp (url, "/healthz") == 0) {
@@ -748,33 +507,6 @@ route (request_t *req, const char *url, const char **allow)
       return false;
    }
    return true;
-}
-
-/* Copies each query argument into req->dlq (at most FW_ADMIN_DLQ_MAX_ARGS:
- * more is a 400 by begin). */
-static enum MHD_Result
-collect_arg (void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
-{
-   request_t *req = cls;
-   fw_admin_dlq_request_t *d = &req->dlq;
-
-   (void) kind;
-   if (d->n_args == FW_ADMIN_DLQ_MAX_ARGS) {
-      d->n_args++; /* too many: noticed by begin */
-      return MHD_NO;
-   }
-   if (d->n_args > FW_ADMIN_DLQ_MAX_ARGS) {
-      return MHD_NO;
-   }
-   d->keys[d->n_args] = strdup (key ? key : "");
-   d->values[d->n_args] = strdup (value ? value : "");
-   if (!d->keys[d->n_args] || !d->values[d->n_args]) {
-      free ((char *) d->keys[d->n_args]);
-      free ((char *) d->values[d->n_args]);
-      return MHD_NO;
-   }
-   d->n_args++;
-   return MHD_YES;
 }
 
 static bool
@@ -819,7 +551,8 @@ begin (fw_admin_t *a, request_t *req, const char *url, const char *method)
                           allow);
    }
    if (req->route == R_DLQ) {
-      MHD_get_connection_values (req->conn, MHD_GET_ARGUMENT_KIND, collect_arg, req);
+      MHD_get_connection_values (req->conn, MHD_GET_ARGUMENT_KIND, fw_admin_collect_arg,
+                                 &req->dlq);
       if (req->dlq.n_args > FW_ADMIN_DLQ_MAX_ARGS) {
          return reply_error (req, MHD_HTTP_BAD_REQUEST, NULL, "more than %d query arguments",
                              FW_ADMIN_DLQ_MAX_ARGS);
@@ -997,7 +730,7 @@ fw_admin_start (const fw_admin_options_t *opts, fw_error_t *error)
                         MHD_USE_ERROR_LOG;
 
    if (!fw_admin_check_options (opts->listen, opts->token, "admin.listen", error) ||
-       !parse_listen (opts->listen, "admin.listen", &addr, error)) {
+       !fw_admin_parse_listen (opts->listen, "admin.listen", &addr, error)) {
       return NULL;
    }
    if (!(a = calloc (1, sizeof *a))) {
