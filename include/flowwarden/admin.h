@@ -93,7 +93,8 @@ const char *fw_admin_dlq_arg (const fw_admin_dlq_request_t *req, const char *key
 
 /*
  * What the runtime lets the endpoint see and do. list_streams runs on the
- * HTTP thread and must not block (copy snapshots out, e.g. with
+ * HTTP thread and on the console's history sampler, maybe at once: it must
+ * be thread-safe and must not block (copy snapshots out, e.g. with
  * fw_metrics_snapshot_all); stream_action and reload run on the endpoint's
  * control thread and may block until the work is done, but must return soon
  * once the runtime is stopping. message (len bytes) takes a one-line

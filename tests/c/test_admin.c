@@ -54,12 +54,13 @@ fake_list (void *ud, fw_stream_snapshot_t **out)
    s[0].dlq_pending = 3;
    snprintf (s[0].last_error_type, sizeof s[0].last_error_type, "Payment.Timeout");
    snprintf (s[1].name, sizeof s[1].name, "audit");
-   s[1].state = f->audit_state;
+   /* Read by the HTTP thread and the history sampler while a test changes it. */
+   s[1].state = __atomic_load_n (&f->audit_state, __ATOMIC_RELAXED);
    s[1].dlq_pending = -1;
-   if (!fw_stream_state_ready (f->audit_state)) {
+   if (!fw_stream_state_ready (s[1].state)) {
       snprintf (s[1].reason, sizeof s[1].reason, "the change stream history is lost");
    }
-   if (f->audit_window) {
+   if (__atomic_load_n (&f->audit_window, __ATOMIC_RELAXED)) {
       s[1].has_oplog_window = true;
       s[1].oplog_window_seconds = 3600;
       s[1].checkpoint_ms = fw_now_ms () - 60000;
@@ -293,11 +294,11 @@ admin_every_route_answers (void **state)
    assert_string_equal (r->body,
                         "{\"ready\":false,\"streams\":2,\"not_ready\":[{\"stream\":\"audit\","
                         "\"state\":\"failed\",\"reason\":\"the change stream history is lost\"}]}\n");
-   fake.audit_state = FW_STREAM_RETRYING;
+   __atomic_store_n (&fake.audit_state, FW_STREAM_RETRYING, __ATOMIC_RELAXED);
    http ("GET", "/readyz", NULL, 0, r);
    assert_int_equal (r->status, 200);
    assert_string_equal (r->body, "{\"ready\":true,\"streams\":2,\"not_ready\":[]}\n");
-   fake.audit_state = FW_STREAM_FAILED;
+   __atomic_store_n (&fake.audit_state, FW_STREAM_FAILED, __ATOMIC_RELAXED);
 
    http ("GET", "/v1/streams", NULL, 0, r);
    assert_int_equal (r->status, 200);
@@ -317,14 +318,14 @@ admin_every_route_answers (void **state)
    assert_has (r->body, "\"dlq_pending\":null,");
    assert_has (r->body, "\"oplog_window_seconds\":null,\"headroom_seconds\":null,");
    /* A stream that does not read is behind by its checkpoint's age. */
-   fake.audit_window = true;
+   __atomic_store_n (&fake.audit_window, true, __ATOMIC_RELAXED);
    http ("GET", "/v1/streams/audit", NULL, 0, r);
    assert_has (r->body, "\"oplog_window_seconds\":3600,\"headroom_seconds\":");
    {
       double headroom = strtod (strstr (r->body, "\"headroom_seconds\":") + 19, NULL);
       assert_true (headroom > 3530 && headroom <= 3540);
    }
-   fake.audit_window = false;
+   __atomic_store_n (&fake.audit_window, false, __ATOMIC_RELAXED);
    http ("GET", "/v1/streams/nope", NULL, 0, r);
    assert_int_equal (r->status, 404);
    assert_string_equal (r->body, "{\"error\":\"no stream named \\\"nope\\\"\",\"status\":404}\n");
