@@ -779,6 +779,13 @@ fw_admin_start (const fw_admin_options_t *opts, fw_error_t *error)
    }
    info = MHD_get_daemon_info (a->daemon, MHD_DAEMON_INFO_BIND_PORT);
    a->port = info ? info->port : 0;
+   if (!addr.loopback) {
+      fw_log (FW_LOG_WARN, NULL,
+              "admin endpoint on %s, beyond this machine: actions need the token, but reads "
+              "do not (/metrics, stream status, the console, dead letters' errors and keys; "
+              "documents need the token): let only operators reach that address",
+              opts->listen);
+   }
    return a;
 
 fail:

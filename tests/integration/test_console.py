@@ -54,13 +54,13 @@ class ConsoleTestCase(StandInTestCase):
                 "history": [{"at": now, "action": "enqueued", "actor": "test",
                              "result": error_type}]}
 
-    def start(self, token_mode=0o600, token="s3cret-Token_42"):
+    def start(self, token_mode=0o600, token="s3cret-Token_42", listen="127.0.0.1:0"):
         path = os.path.join(self.tmp.name, "token")
         with open(path, "w") as f:
             f.write(token + "\n")
         os.chmod(path, token_mode)
         script = write_script(self.tmp.name, SCRIPT)
-        fw = Flowwarden(script, self.uri, ["--admin", "127.0.0.1:0", "--admin-token-file", path])
+        fw = Flowwarden(script, self.uri, ["--admin", listen, "--admin-token-file", path])
         self.procs.append(fw)
         fw.wait_open(2)
         return fw, fw.admin_port(), token
@@ -174,8 +174,14 @@ class TheEndpoint(ConsoleTestCase):
                                 stdin=subprocess.DEVNULL)
             self.assertNotEqual(cp.returncode, 0)
             self.assertIn("--admin-token-file: " + says, cp.stderr)
-        fw, port, token = self.start(token_mode=0o644)
-        self.assertTrue(any("can be read by every user" in m for m in fw.messages("warn")))
+        # A token file others may read is used, with a warning; so is an address beyond
+        # loopback (it has a token), with a warning that reads need none.
+        fw, port, token = self.start(token_mode=0o644, listen="0.0.0.0:0")
+        warnings = fw.messages("warn")
+        self.assertTrue(any("can be read by every user" in m for m in warnings), warnings)
+        self.assertTrue(any("beyond this machine: actions need the token, but reads do not"
+                            in m for m in warnings), warnings)
+        self.assertEqual(http(port, "POST", "/v1/reload")[0], 401)
 
 
 @unittest.skipUnless(os.access(CHROMIUM, os.X_OK),
