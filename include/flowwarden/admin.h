@@ -10,10 +10,26 @@
  *   POST /v1/streams/NAME/pause|resume|restart
  *   POST /v1/reload                    as SIGHUP
  *   GET  /v1/dlq/stats                 `flowwarden dlq stats --json` of the script
+ *   GET  /v1/dlq/entries[?filters]     `dlq list --json` (filters as its options:
+ *                                      stream, status, error-type, since, until,
+ *                                      id, limit, filter; sequence=ID: one
+ *                                      sequence's entries)
+ *   GET  /v1/dlq/entries/ID[?documents=1]  `dlq show --json` (documents hidden
+ *                                      unless asked, as there)
+ *   GET  /v1/dlq/sequences[?stream=S]  `dlq list --sequences --json`
+ *   POST /v1/dlq/entries/ID/replay[?dry_run=1]   `dlq replay --id ID`
+ *   POST /v1/dlq/entries/ID/discard[?reason=R]   `dlq discard --id ID --yes`
+ *   GET  /v1/history                   lag and events/s of each stream over the
+ *                                      last 15 minutes (sampled every 5 s)
+ *   GET  /, /console.js, /console.css  the console (console/ in the sources,
+ *                                      embedded at build time)
  *
  * Errors are JSON ({"error": "...", "status": N}): 404 unknown route or
  * stream, 405 wrong method, 413 body over 64 KiB, 401 missing or wrong token.
- * When a token is set, every POST needs "Authorization: Bearer TOKEN".
+ * When a token is set, every POST needs "Authorization: Bearer TOKEN" (a
+ * header: a cross-site page cannot send it). Every answer carries a
+ * Content-Security-Policy allowing only this origin's scripts and styles,
+ * no inline script and no framing, and X-Content-Type-Options: nosniff.
  *
  * The endpoint knows nothing of the runtime: the runtime hands it a control
  * interface (function pointers) and the metrics registry. The HTTP thread
@@ -53,9 +69,32 @@ typedef enum {
 /* "pause", "resume", "restart", "snapshot". */
 const char *fw_stream_action_name (fw_stream_action_t action);
 
+/* A dead-letter route's request: what the console asks of `flowwarden dlq`. */
+typedef enum {
+   FW_ADMIN_DLQ_LIST = 0, /* GET /v1/dlq/entries */
+   FW_ADMIN_DLQ_SHOW,     /* GET /v1/dlq/entries/ID */
+   FW_ADMIN_DLQ_SEQUENCES,/* GET /v1/dlq/sequences */
+   FW_ADMIN_DLQ_REPLAY,   /* POST /v1/dlq/entries/ID/replay */
+   FW_ADMIN_DLQ_DISCARD   /* POST /v1/dlq/entries/ID/discard */
+} fw_admin_dlq_verb_t;
+
+#define FW_ADMIN_DLQ_MAX_ARGS 16
+
+typedef struct fw_admin_dlq_request {
+   fw_admin_dlq_verb_t verb;
+   const char *id;                               /* SHOW, REPLAY, DISCARD: the entry */
+   int n_args;                                   /* the query string's arguments */
+   const char *keys[FW_ADMIN_DLQ_MAX_ARGS];
+   const char *values[FW_ADMIN_DLQ_MAX_ARGS];    /* "" for a key without value */
+} fw_admin_dlq_request_t;
+
+/* The value of query argument key, or NULL. */
+const char *fw_admin_dlq_arg (const fw_admin_dlq_request_t *req, const char *key);
+
 /*
  * What the runtime lets the endpoint see and do. list_streams runs on the
- * HTTP thread and must not block (copy snapshots out, e.g. with
+ * HTTP thread and on the console's history sampler, maybe at once: it must
+ * be thread-safe and must not block (copy snapshots out, e.g. with
  * fw_metrics_snapshot_all); stream_action and reload run on the endpoint's
  * control thread and may block until the work is done, but must return soon
  * once the runtime is stopping. message (len bytes) takes a one-line
@@ -78,6 +117,12 @@ typedef struct {
     * NULL: every document). NULL: the route answers 503. */
    fw_control_result_t (*snapshot) (void *ud, const char *stream, const char *filter,
                                     char *message, size_t len);
+   /* The dead-letter routes (GET /v1/dlq/entries..., /v1/dlq/sequences, POST
+    * .../replay, .../discard): runs on the control thread, may block. *json
+    * gets a malloc'd JSON answer the endpoint frees (also with an error
+    * result, then sent as the body when set). NULL: the routes answer 404. */
+   fw_control_result_t (*dlq) (void *ud, const struct fw_admin_dlq_request *req, char **json,
+                               char *message, size_t len);
 } fw_admin_control_t;
 
 typedef struct {
@@ -98,6 +143,16 @@ typedef struct {
  */
 bool fw_admin_check_options (const char *listen, const char *token, const char *what,
                              fw_error_t *error);
+
+/*
+ * Reads the admin token from path (`run --admin-token-file`): the file's
+ * text less a final line break. *token gets it, malloc'd (the caller frees
+ * it). False with error naming path when the file cannot be read, is empty,
+ * is over 4 KiB or holds more than one line or a character that is not
+ * printable ASCII. A file other users may read is accepted with a warning in
+ * the log.
+ */
+bool fw_admin_read_token_file (const char *path, char **token, fw_error_t *error);
 
 /* Starts the endpoint (after fw_admin_check_options's checks). Returns NULL
  * with error filled when the address cannot be bound. The caller owns the

@@ -21,6 +21,7 @@
 static const char usage_text[] =
    "usage: flowwarden run SCRIPT [--uri URI] [--log-level debug|info|warn|error]\n"
    "                             [--log-format text|json] [--pid-file PATH] [--admin ADDR]\n"
+   "                             [--admin-token-file FILE]\n"
    "       flowwarden check SCRIPT [--strict]   (--strict: warnings fail too)\n"
    "       flowwarden doctor SCRIPT [--uri URI] [--json]   (what the deployment lacks;\n"
    "                         exit 0 all good, 1 warnings, 2 failures)\n"
@@ -46,7 +47,11 @@ static const char run_help[] =
    "  --pid-file PATH      write the process id to PATH while running\n"
    "  --admin ADDR         serve the admin endpoint (metrics, health, status, pause,\n"
    "                       reload) on ADDR, e.g. 127.0.0.1:9464 (else the script's\n"
-   "                       fw.defaults { admin = { listen = ... } }, else none)\n";
+   "                       fw.defaults { admin = { listen = ... } }, else none); its\n"
+   "                       console is at http://ADDR/\n"
+   "  --admin-token-file FILE  the admin token (one line): every action, from the\n"
+   "                       console or a POST, then needs \"Authorization: Bearer TOKEN\"\n"
+   "                       (else admin.token, else FLOWWARDEN_ADMIN_TOKEN, else none)\n";
 
 static int
 bad_usage (const char *fmt, const char *arg)
@@ -65,6 +70,7 @@ cmd_run (int argc, char **argv)
                                             {"log-format", required_argument, NULL, 'f'},
                                             {"pid-file", required_argument, NULL, 'p'},
                                             {"admin", required_argument, NULL, 'a'},
+                                            {"admin-token-file", required_argument, NULL, 't'},
                                             {"help", no_argument, NULL, 'h'},
                                             {NULL, 0, NULL, 0}};
    fw_run_options_t opts = {0};
@@ -97,6 +103,9 @@ cmd_run (int argc, char **argv)
          break;
       case 'a':
          opts.admin = optarg;
+         break;
+      case 't':
+         opts.admin_token_file = optarg;
          break;
       case 'h':
          fputs (run_help, stdout);

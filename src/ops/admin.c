@@ -3,12 +3,14 @@
  * and the control thread POSTs run on.
  *
  * libmicrohttpd runs one internal thread with epoll: every GET is answered
- * there, from snapshots, without waiting on the runtime. A POST's
+ * there, from snapshots, without waiting on the runtime (but the dead-letter
+ * ones, which read MongoDB on the control thread). A POST's
  * connection is suspended and its request queued for the control thread,
  * which calls the runtime (that may take a while: a reload, a pause waiting
  * for the event in flight) and resumes the connection with the answer.
  */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -16,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include <microhttpd.h>
 
@@ -24,6 +28,12 @@
 #include "flowwarden/log.h"
 
 #define CONNECTION_LIMIT 512
+/* Every answer: scripts and styles from this origin only (no inline script,
+ * no eval, no other origin), no framing, no plugin, no form posted away. */
+#define CSP                                                                                      \
+   "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "                 \
+   "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
 #define CONNECTION_TIMEOUT_S 30
 
 typedef enum {
@@ -34,7 +44,11 @@ typedef enum {
    R_STREAM,
    R_ACTION,
    R_RELOAD,
-   R_DLQ_STATS
+   R_DLQ_STATS,
+   R_DLQ,      /* the dead-letter routes: req->dlq */
+   R_HISTORY,
+   R_CONSOLE,  /* a file of the console: req->file */
+   R_INFO      /* GET /v1/console: what the page needs to know first */
 } route_t;
 
 typedef struct request {
@@ -49,7 +63,9 @@ typedef struct request {
    bool submitted;       /* handed to the control thread */
    fw_control_result_t result;
    char message[1024];
-   char *json;           /* R_DLQ_STATS: the answer (malloc'd) */
+   char *json;           /* R_DLQ_STATS, R_DLQ: the answer (malloc'd) */
+   fw_admin_dlq_request_t dlq; /* R_DLQ; its strings malloc'd */
+   const fw_console_file_t *file; /* R_CONSOLE */
 } request_t;
 
 struct fw_admin {
@@ -64,6 +80,11 @@ struct fw_admin {
    pthread_cond_t cond;
    request_t *head, *tail;
    bool stopping;
+   fw_admin_history_t *history;
+   pthread_t sampler;
+   pthread_cond_t sampler_cond; /* on CLOCK_MONOTONIC; signalled on stop */
+   bool sampler_started;
+   bool http_thread_named;
 };
 
 const char *
@@ -79,126 +100,6 @@ fw_stream_action_name (fw_stream_action_t action)
    default:
       return "restart";
    }
-}
-
-/* --- the address ----------------------------------------------------------- */
-
-typedef struct {
-   struct sockaddr_storage ss;
-   bool v6;
-   bool loopback;
-} address_t;
-
-static bool
-parse_listen (const char *listen, const char *what, address_t *out, fw_error_t *error)
-{
-   char host[128];
-   const char *port_text, *colon;
-   char *end;
-   long port;
-   struct sockaddr_in *v4 = (struct sockaddr_in *) &out->ss;
-   struct sockaddr_in6 *v6 = (struct sockaddr_in6 *) &out->ss;
-
-   memset (out, 0, sizeof *out);
-   if (!listen || !*listen) {
-      fw_error_set (error, FW_ERROR_INVALID,
-                    "%s: expected an address and port such as \"127.0.0.1:9464\", got nothing",
-                    what);
-      return false;
-   }
-   if (listen[0] == '[') {
-      const char *close = strchr (listen, ']');
-      if (!close || close[1] != ':' || (size_t) (close - listen - 1) >= sizeof host) {
-         goto bad;
-      }
-      memcpy (host, listen + 1, (size_t) (close - listen - 1));
-      host[close - listen - 1] = '\0';
-      port_text = close + 2;
-   } else {
-      if (!(colon = strrchr (listen, ':')) || (size_t) (colon - listen) >= sizeof host) {
-         goto bad;
-      }
-      if (memchr (listen, ':', (size_t) (colon - listen))) {
-         fw_error_set (error, FW_ERROR_INVALID,
-                       "%s: \"%s\": write an IPv6 address in brackets, e.g. \"[::1]:9464\"",
-                       what, listen);
-         return false;
-      }
-      memcpy (host, listen, (size_t) (colon - listen));
-      host[colon - listen] = '\0';
-      port_text = colon + 1;
-   }
-   port = strtol (port_text, &end, 10);
-   if (!*port_text || *end || port < 0 || port > 65535 || port_text[0] == '-' ||
-       port_text[0] == '+') {
-      fw_error_set (error, FW_ERROR_INVALID,
-                    "%s: \"%s\": the port must be a number from 0 to 65535", what, listen);
-      return false;
-   }
-   if (!*host) {
-      snprintf (host, sizeof host, "0.0.0.0");
-   } else if (strcmp (host, "localhost") == 0) {
-      snprintf (host, sizeof host, "127.0.0.1");
-   }
-   if (inet_pton (AF_INET, host, &v4->sin_addr) == 1) {
-      v4->sin_family = AF_INET;
-      v4->sin_port = htons ((uint16_t) port);
-      out->loopback = (ntohl (v4->sin_addr.s_addr) >> 24) == 127;
-      return true;
-   }
-   if (inet_pton (AF_INET6, host, &v6->sin6_addr) == 1) {
-      v6->sin6_family = AF_INET6;
-      v6->sin6_port = htons ((uint16_t) port);
-      out->v6 = true;
-      out->loopback = IN6_IS_ADDR_LOOPBACK (&v6->sin6_addr) ||
-                      (IN6_IS_ADDR_V4MAPPED (&v6->sin6_addr) && v6->sin6_addr.s6_addr[12] == 127);
-      return true;
-   }
-   fw_error_set (error, FW_ERROR_INVALID,
-                 "%s: \"%s\": \"%s\" is not an IP address (use e.g. \"127.0.0.1:9464\", "
-                 "\"[::1]:9464\" or \"localhost:9464\")",
-                 what, listen, host);
-   return false;
-
-bad:
-   fw_error_set (error, FW_ERROR_INVALID,
-                 "%s: expected an address and port such as \"127.0.0.1:9464\", got \"%s\"", what,
-                 listen);
-   return false;
-}
-
-static bool
-check_token (const char *token, const char *what, fw_error_t *error)
-{
-   for (const char *p = token; p && *p; p++) {
-      if (*p <= ' ' || *p > '~') {
-         fw_error_set (error, FW_ERROR_INVALID,
-                       "%s: the admin token must be printable ASCII without spaces", what);
-         return false;
-      }
-   }
-   return true;
-}
-
-bool
-fw_admin_check_options (const char *listen, const char *token, const char *what,
-                        fw_error_t *error)
-{
-   address_t addr;
-
-   if (!parse_listen (listen, what, &addr, error) || !check_token (token, what, error)) {
-      return false;
-   }
-   if (!addr.loopback && (!token || !*token)) {
-      fw_error_set (error, FW_ERROR_INVALID,
-                    "%s: refusing to serve the admin endpoint on %s without a token: anyone who "
-                    "can reach that address could pause streams and reload the script. Set a "
-                    "token (fw.defaults { admin = { token = fw.env(\"FW_ADMIN_TOKEN\") } }) or "
-                    "listen on a loopback address such as 127.0.0.1",
-                    what, listen);
-      return false;
-   }
-   return true;
 }
 
 /* --- answering ------------------------------------------------------------- */
@@ -229,6 +130,10 @@ reply (request_t *req, unsigned int status, const char *content_type, fw_strbuf_
    }
    MHD_add_response_header (resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
    MHD_add_response_header (resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+   MHD_add_response_header (resp, "Content-Security-Policy", CSP);
+   MHD_add_response_header (resp, "X-Content-Type-Options", "nosniff");
+   MHD_add_response_header (resp, "X-Frame-Options", "DENY");
+   MHD_add_response_header (resp, "Referrer-Policy", "no-referrer");
    if (allow) {
       MHD_add_response_header (resp, MHD_HTTP_HEADER_ALLOW, allow);
    }
@@ -312,6 +217,22 @@ answer_get (fw_admin_t *a, request_t *req)
    case R_HEALTHZ:
       fw_strbuf_puts (&body, "{\"status\":\"ok\"}\n");
       return reply_json (req, MHD_HTTP_OK, &body);
+   case R_CONSOLE:
+      fw_strbuf_append (&body, (const char *) req->file->data, req->file->len);
+      return reply (req, MHD_HTTP_OK, req->file->content_type, &body, NULL);
+   case R_INFO:
+      fw_strbuf_printf (&body,
+                        "{\"version\":\"%s\",\"token_required\":%s,\"dlq\":%s,"
+                        "\"history_step_seconds\":%d}\n",
+                        FW_VERSION, a->token ? "true" : "false",
+                        a->control.dlq ? "true" : "false", FW_ADMIN_HISTORY_STEP_MS / 1000);
+      return reply_json (req, MHD_HTTP_OK, &body);
+   case R_HISTORY:
+      if (!a->history) {
+         return reply_error (req, MHD_HTTP_NOT_FOUND, NULL, "no history is kept");
+      }
+      fw_admin_history_json (a->history, &body, fw_now_ms ());
+      return reply_json (req, MHD_HTTP_OK, &body);
    default:
       break;
    }
@@ -364,11 +285,11 @@ answer_post (fw_admin_t *a, request_t *req)
    unsigned int status = control_status (req->result);
    fw_strbuf_t body;
 
-   if (status >= 400) {
+   if (status >= 400 && !(req->route == R_DLQ && req->json)) {
       return reply_error (req, status, NULL, "%s", req->message);
    }
    fw_strbuf_init (&body);
-   if (req->route == R_DLQ_STATS) {
+   if (req->route == R_DLQ_STATS || req->route == R_DLQ) {
       fw_strbuf_puts (&body, req->json ? req->json : "{}");
       fw_strbuf_puts (&body, "\n");
       return reply_json (req, status, &body);
@@ -399,7 +320,14 @@ static void
 run_control (fw_admin_t *a, request_t *req)
 {
    req->message[0] = '\0';
-   if (req->route == R_DLQ_STATS) {
+   if (req->route == R_DLQ) {
+      req->result = a->control.dlq ? a->control.dlq (a->control.ud, &req->dlq, &req->json,
+                                                     req->message, sizeof req->message)
+                                   : FW_CONTROL_NOT_FOUND;
+      if (req->result == FW_CONTROL_NOT_FOUND && !req->message[0]) {
+         snprintf (req->message, sizeof req->message, "no dead-letter queue to read");
+      }
+   } else if (req->route == R_DLQ_STATS) {
       req->result = a->control.dlq_stats ? a->control.dlq_stats (a->control.ud, &req->json,
                                                                  req->message, sizeof req->message)
                                          : FW_CONTROL_NOT_FOUND;
@@ -437,6 +365,7 @@ control_main (void *arg)
 {
    fw_admin_t *a = arg;
 
+   pthread_setname_np (pthread_self (), "fw-admin-ctl");
    pthread_mutex_lock (&a->mu);
    for (;;) {
       request_t *req;
@@ -540,7 +469,16 @@ route (request_t *req, const char *url, const char **allow)
    size_t name_len;
 
    *allow = "GET, HEAD";
-   if (strcmp (url, "/metrics") == 0) {
+   if ((req->file = fw_console_file (url))) {
+      req->route = R_CONSOLE;
+   } else if (strcmp (url, "/v1/console") == 0) {
+      req->route = R_INFO;
+   } else if (strcmp (url, "/v1/history") == 0) {
+      req->route = R_HISTORY;
+   } else if (strncmp (url, "/v1/dlq/", 8) == 0 && strcmp (url, "/v1/dlq/stats") != 0) {
+      req->route = R_DLQ;
+      return fw_admin_route_dlq (&req->dlq, url, allow);
+   } else if (strcmp (url, "/metrics") == 0) {
       req->route = R_METRICS;
    } else if (strcmp (url, "/healthz") == 0) {
       req->route = R_HEALTHZ;
@@ -571,6 +509,29 @@ route (request_t *req, const char *url, const char **allow)
    return true;
 }
 
+static bool
+authorized (fw_admin_t *a, request_t *req)
+{
+   return !a->token ||
+          token_matches (a->token, MHD_lookup_connection_value (req->conn, MHD_HEADER_KIND,
+                                                                MHD_HTTP_HEADER_AUTHORIZATION));
+}
+
+static enum MHD_Result
+refuse (request_t *req)
+{
+   const char *header =
+      MHD_lookup_connection_value (req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+   return reply_error (req, MHD_HTTP_UNAUTHORIZED, NULL,
+                       "missing or wrong token: send \"Authorization: Bearer TOKEN\" with the "
+                       "admin token (the flowwarden CLI reads it from FLOWWARDEN_ADMIN_TOKEN; "
+                       "the console asks for it). This request %s",
+                       !header ? "sent no token"
+                       : strncmp (header, "Bearer ", 7) != 0
+                          ? "has an Authorization header that is not \"Bearer TOKEN\""
+                          : "sent a wrong token");
+}
+
 /* The first call for a request: the headers are in. */
 static enum MHD_Result
 begin (fw_admin_t *a, request_t *req, const char *url, const char *method)
@@ -581,27 +542,35 @@ begin (fw_admin_t *a, request_t *req, const char *url, const char *method)
 
    if (!route (req, url, &allow)) {
       return reply_error (req, MHD_HTTP_NOT_FOUND, NULL,
-                          "no such endpoint: %s (see GET /v1/streams, /v1/dlq/stats, /metrics, "
-                          "/healthz, /readyz)",
+                          "no such endpoint: %s (see GET /, /v1/streams, /v1/dlq/stats, "
+                          "/v1/dlq/entries, /v1/history, /metrics, /healthz, /readyz)",
                           url);
    }
    if (strcmp (allow, "POST") == 0 ? !is_post : !is_get) {
       return reply_error (req, MHD_HTTP_METHOD_NOT_ALLOWED, allow, "%s %s: use %s", method, url,
                           allow);
    }
-   if (is_get && req->route == R_DLQ_STATS) {
-      return MHD_YES; /* counted on the control thread: submitted by the next call */
+   if (req->route == R_DLQ) {
+      MHD_get_connection_values (req->conn, MHD_GET_ARGUMENT_KIND, fw_admin_collect_arg,
+                                 &req->dlq);
+      if (req->dlq.n_args > FW_ADMIN_DLQ_MAX_ARGS) {
+         return reply_error (req, MHD_HTTP_BAD_REQUEST, NULL, "more than %d query arguments",
+                             FW_ADMIN_DLQ_MAX_ARGS);
+      }
+      /* A document may hold personal data: with a token, only its holder
+       * sees one, as only its holder acts. */
+      if (is_get && fw_admin_dlq_arg (&req->dlq, "documents") && !authorized (a, req)) {
+         return refuse (req);
+      }
+   }
+   if (is_get && (req->route == R_DLQ_STATS || req->route == R_DLQ)) {
+      return MHD_YES; /* read on the control thread: submitted by the next call */
    }
    if (is_get) {
       return answer_get (a, req);
    }
-   if (a->token &&
-       !token_matches (a->token, MHD_lookup_connection_value (req->conn, MHD_HEADER_KIND,
-                                                              MHD_HTTP_HEADER_AUTHORIZATION))) {
-      return reply_error (req, MHD_HTTP_UNAUTHORIZED, NULL,
-                          "missing or wrong token: send \"Authorization: Bearer TOKEN\" with the "
-                          "admin token (the flowwarden CLI reads it from "
-                          "FLOWWARDEN_ADMIN_TOKEN)");
+   if (!authorized (a, req)) {
+      return refuse (req);
    }
    if (req->route == R_ACTION && req->action == FW_STREAM_SNAPSHOT) {
       const char *filter =
@@ -628,6 +597,12 @@ handle (void *cls, struct MHD_Connection *conn, const char *url, const char *met
 
    (void) version;
    (void) upload_data;
+   if (!a->http_thread_named) {
+      /* libmicrohttpd's thread, named for top -H and the console's
+       * benchmark; only this thread reads or writes the flag. */
+      a->http_thread_named = true;
+      pthread_setname_np (pthread_self (), "fw-admin-http");
+   }
    if (!req) {
       if (!(req = calloc (1, sizeof *req))) {
          return MHD_NO;
@@ -670,6 +645,11 @@ completed (void *cls, struct MHD_Connection *conn, void **con_cls,
       free (req->stream);
       free (req->filter);
       free (req->json);
+      free ((char *) req->dlq.id);
+      for (int i = 0; i < req->dlq.n_args && i < FW_ADMIN_DLQ_MAX_ARGS; i++) {
+         free ((char *) req->dlq.keys[i]);
+         free ((char *) req->dlq.values[i]);
+      }
       free (req);
       *con_cls = NULL;
    }
@@ -696,6 +676,48 @@ mhd_log (void *cls, const char *fmt, va_list ap)
    fw_log (FW_LOG_DEBUG, NULL, "admin endpoint: %s", buf);
 }
 
+/* --- the console's history ------------------------------------------------ */
+
+/* Samples every stream's lag and rate into the history, at start and every
+ * FW_ADMIN_HISTORY_STEP_MS, until the endpoint stops. */
+static void *
+sampler_main (void *arg)
+{
+   fw_admin_t *a = arg;
+   struct timespec next;
+
+   pthread_setname_np (pthread_self (), "fw-admin-hist");
+   clock_gettime (CLOCK_MONOTONIC, &next);
+   pthread_mutex_lock (&a->mu);
+   while (!a->stopping) {
+      fw_stream_snapshot_t *snaps = NULL;
+      int n;
+
+      pthread_mutex_unlock (&a->mu);
+      if ((n = list_streams (a, &snaps)) >= 0) {
+         fw_admin_history_record (a->history, snaps, n, fw_now_ms ());
+      }
+      free (snaps);
+      next.tv_sec += FW_ADMIN_HISTORY_STEP_MS / 1000;
+      pthread_mutex_lock (&a->mu);
+      while (!a->stopping &&
+             pthread_cond_timedwait (&a->sampler_cond, &a->mu, &next) != ETIMEDOUT) {
+      }
+   }
+   pthread_mutex_unlock (&a->mu);
+   return NULL;
+}
+
+static bool
+start_sampler (fw_admin_t *a)
+{
+   if (!(a->history = fw_admin_history_new ())) {
+      return false;
+   }
+   a->sampler_started = pthread_create (&a->sampler, NULL, sampler_main, a) == 0;
+   return a->sampler_started;
+}
+
 /* --- start and stop ------------------------------------------------------- */
 
 fw_admin_t *
@@ -708,7 +730,7 @@ fw_admin_start (const fw_admin_options_t *opts, fw_error_t *error)
                         MHD_USE_ERROR_LOG;
 
    if (!fw_admin_check_options (opts->listen, opts->token, "admin.listen", error) ||
-       !parse_listen (opts->listen, "admin.listen", &addr, error)) {
+       !fw_admin_parse_listen (opts->listen, "admin.listen", &addr, error)) {
       return NULL;
    }
    if (!(a = calloc (1, sizeof *a))) {
@@ -717,6 +739,13 @@ fw_admin_start (const fw_admin_options_t *opts, fw_error_t *error)
    }
    pthread_mutex_init (&a->mu, NULL);
    pthread_cond_init (&a->cond, NULL);
+   {
+      pthread_condattr_t attr;
+      pthread_condattr_init (&attr);
+      pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
+      pthread_cond_init (&a->sampler_cond, &attr);
+      pthread_condattr_destroy (&attr);
+   }
    a->metrics = opts->metrics;
    a->control = opts->control;
    if (opts->token && *opts->token && !(a->token = strdup (opts->token))) {
@@ -728,6 +757,10 @@ fw_admin_start (const fw_admin_options_t *opts, fw_error_t *error)
       goto fail;
    }
    a->thread_started = true;
+   if (!start_sampler (a)) {
+      fw_error_set (error, FW_ERROR_IO, "cannot start the admin endpoint's history sampler");
+      goto fail;
+   }
    if (addr.v6) {
       flags |= MHD_USE_IPv6;
    }
@@ -746,6 +779,13 @@ fw_admin_start (const fw_admin_options_t *opts, fw_error_t *error)
    }
    info = MHD_get_daemon_info (a->daemon, MHD_DAEMON_INFO_BIND_PORT);
    a->port = info ? info->port : 0;
+   if (!addr.loopback) {
+      fw_log (FW_LOG_WARN, NULL,
+              "admin endpoint on %s, beyond this machine: actions need the token, but reads "
+              "do not (/metrics, stream status, the console, dead letters' errors and keys; "
+              "documents need the token): let only operators reach that address",
+              opts->listen);
+   }
    return a;
 
 fail:
@@ -768,7 +808,11 @@ fw_admin_stop (fw_admin_t *a)
    pthread_mutex_lock (&a->mu);
    a->stopping = true;
    pthread_cond_broadcast (&a->cond);
+   pthread_cond_broadcast (&a->sampler_cond);
    pthread_mutex_unlock (&a->mu);
+   if (a->sampler_started) {
+      pthread_join (a->sampler, NULL);
+   }
    if (a->thread_started) {
       /* Every queued request is resumed (answered 503) before it returns,
        * as MHD_stop_daemon needs. */
@@ -778,7 +822,9 @@ fw_admin_stop (fw_admin_t *a)
       MHD_stop_daemon (a->daemon);
    }
    pthread_cond_destroy (&a->cond);
+   pthread_cond_destroy (&a->sampler_cond);
    pthread_mutex_destroy (&a->mu);
+   fw_admin_history_destroy (a->history);
    free (a->token);
    free (a);
 }

@@ -62,4 +62,13 @@ void fw_runtime_control_close (fw_runtime_control_t *ctl);
 /* Closes if needed and frees. NULL is a no-op. */
 void fw_runtime_control_destroy (fw_runtime_control_t *ctl);
 
+/* --- runtime_dlq_routes.c --------------------------------------------------- */
+
+/* The admin endpoint's dead-letter routes for script (option_uri: as `dlq`'s
+ * --uri, may be NULL): *json gets the malloc'd answer (the caller frees it),
+ * message the error. Control thread; may block (MongoDB, a replay). */
+fw_control_result_t fw_runtime_dlq_route (const char *script, const char *option_uri,
+                                          const fw_admin_dlq_request_t *req, char **json,
+                                          char *message, size_t len);
+
 #endif

@@ -446,6 +446,27 @@ admin_settings (const fw_run_options_t *opts, fw_lua_host_t *probe, char **liste
    lua_pop (L, 2);
 }
 
+/* --admin-token-file's token replaces *token; it is kept out of every log
+ * line. False (logged) when the file is unusable. */
+static bool
+admin_token_file (const fw_run_options_t *opts, char **token)
+{
+   fw_error_t err;
+   char *read;
+
+   if (!opts->admin_token_file) {
+      return true;
+   }
+   if (!fw_admin_read_token_file (opts->admin_token_file, &read, &err)) {
+      fw_log (FW_LOG_ERROR, NULL, "%s", err.message);
+      return false;
+   }
+   fw_secrets_add (read, strlen (read));
+   free (*token);
+   *token = read;
+   return true;
+}
+
 static bool
 all_failed (fw_runtime_t *rt)
 {
@@ -500,6 +521,13 @@ read_settings (const fw_run_options_t *opts, char **uri_string, char **admin_lis
    *uri_string = effective_uri (probe);
    admin_settings (opts, probe, admin_listen, admin_token, &admin_what);
    fw_lua_host_destroy (probe);
+   if (!admin_token_file (opts, admin_token)) {
+      return false;
+   }
+   if (opts->admin_token_file && !*admin_listen) {
+      fw_log (FW_LOG_WARN, NULL, "--admin-token-file given, but no admin endpoint: add --admin "
+              "ADDR (or fw.defaults { admin = { listen = ... } })");
+   }
    /* A bad admin address (or an open one without a token) is refused
     * before anything starts. */
    if (*admin_listen && !fw_admin_check_options (*admin_listen, *admin_token, admin_what, &err)) {

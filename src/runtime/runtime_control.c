@@ -355,6 +355,17 @@ dlq_stats (void *ud, char **json, char *message, size_t len)
    return FW_CONTROL_OK;
 }
 
+/* The console's dead-letter routes (runtime_dlq_routes.c). */
+static fw_control_result_t
+dlq_route (void *ud, const fw_admin_dlq_request_t *req, char **json, char *message, size_t len)
+{
+   fw_runtime_control_t *ctl = ud;
+   const char *script, *uri;
+
+   ctl->rt.script (ctl->rt.ud, &script, &uri);
+   return fw_runtime_dlq_route (script, uri, req, json, message, len);
+}
+
 bool
 fw_runtime_control_start_admin (fw_runtime_control_t *ctl, const char *listen,
                                 const char *token, fw_error_t *error)
@@ -365,12 +376,13 @@ fw_runtime_control_start_admin (fw_runtime_control_t *ctl, const char *listen,
    opts.token = token;
    opts.metrics = ctl->metrics;
    opts.control =
-      (fw_admin_control_t){list_streams, stream_action, reload, ctl, dlq_stats, snapshot_action};
+      (fw_admin_control_t){list_streams, stream_action, reload,   ctl,
+                           dlq_stats,    snapshot_action, dlq_route};
    if (!(ctl->admin = fw_admin_start (&opts, error))) {
       return false;
    }
-   fw_log (FW_LOG_INFO, NULL, "admin endpoint on %s (port %d)%s: /metrics, /healthz, /readyz, "
-           "/v1/streams",
+   fw_log (FW_LOG_INFO, NULL, "admin endpoint on %s (port %d)%s: the console at /, /metrics, "
+           "/healthz, /readyz, /v1/streams",
            listen, fw_admin_port (ctl->admin),
            token && *token ? ", token required for POST" : "");
    return true;

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@
 
 #include "flowwarden/admin.h"
 #include "flowwarden/clock.h"
+#include "../../src/ops/admin-private.h"
 
 /* --- the fake runtime --------------------------------------------------- */
 
@@ -52,13 +54,14 @@ fake_list (void *ud, fw_stream_snapshot_t **out)
    s[0].dlq_pending = 3;
    snprintf (s[0].last_error_type, sizeof s[0].last_error_type, "Payment.Timeout");
    snprintf (s[1].name, sizeof s[1].name, "audit");
-   s[1].state = f->audit_state;
+   /* Read by the HTTP thread and the history sampler while a test changes it. */
+   s[1].state = __atomic_load_n (&f->audit_state, __ATOMIC_RELAXED);
    s[1].dlq_pending = -1;
-   if (!fw_stream_state_ready (f->audit_state)) {
+   if (!fw_stream_state_ready (s[1].state)) {
       snprintf (s[1].reason, sizeof s[1].reason, "the change stream history is lost");
    }
    s[1].oplog_window_unknown = FW_OPLOG_UNKNOWN_EMPTY;
-   if (f->audit_window) {
+   if (__atomic_load_n (&f->audit_window, __ATOMIC_RELAXED)) {
       s[1].has_oplog_window = true;
       s[1].oplog_window_seconds = 3600;
       s[1].checkpoint_ms = fw_now_ms () - 60000;
@@ -108,6 +111,36 @@ fake_reload (void *ud, char *message, size_t len)
    return FW_CONTROL_OK;
 }
 
+/* The dead-letter routes: says what it was asked, as JSON; an id "broken"
+ * fails with an answer (as a replay that ran and did not resolve). */
+static fw_control_result_t
+fake_dlq (void *ud, const fw_admin_dlq_request_t *req, char **json, char *message, size_t len)
+{
+   fake_t *f = ud;
+   char buf[1024];
+   int n;
+
+   f->calls++;
+   n = snprintf (buf, sizeof buf, "{\"verb\":%d,\"id\":\"%s\",\"args\":\"", (int) req->verb,
+                 req->id ? req->id : "");
+   for (int i = 0; i < req->n_args && n < (int) sizeof buf; i++) {
+      n += snprintf (buf + n, sizeof buf - (size_t) n, "%s=%s;", req->keys[i], req->values[i]);
+   }
+   snprintf (buf + n, sizeof buf - (size_t) n, "\"}");
+   *json = strdup (buf);
+   if (req->id && strcmp (req->id, "broken") == 0) {
+      snprintf (message, len, "the replay did not resolve it");
+      return FW_CONTROL_FAILED;
+   }
+   if (req->id && strcmp (req->id, "gone") == 0) {
+      free (*json);
+      *json = NULL;
+      snprintf (message, len, "no DLQ entry with _id or eventId \"gone\"");
+      return FW_CONTROL_NOT_FOUND;
+   }
+   return FW_CONTROL_OK;
+}
+
 static fake_t fake;
 
 static fw_admin_t *
@@ -128,7 +161,8 @@ start (const char *token)
    opts.listen = "127.0.0.1:0";
    opts.token = token;
    opts.metrics = fake.metrics;
-   opts.control = (fw_admin_control_t){fake_list, fake_action, fake_reload, &fake, NULL, NULL};
+   opts.control = (fw_admin_control_t){fake_list, fake_action, fake_reload, &fake, NULL, NULL,
+                                       fake_dlq};
    a = fw_admin_start (&opts, &err);
    if (!a) {
       fail_msg ("fw_admin_start: %s", err.message);
@@ -261,11 +295,11 @@ admin_every_route_answers (void **state)
    assert_string_equal (r->body,
                         "{\"ready\":false,\"streams\":2,\"not_ready\":[{\"stream\":\"audit\","
                         "\"state\":\"failed\",\"reason\":\"the change stream history is lost\"}]}\n");
-   fake.audit_state = FW_STREAM_RETRYING;
+   __atomic_store_n (&fake.audit_state, FW_STREAM_RETRYING, __ATOMIC_RELAXED);
    http ("GET", "/readyz", NULL, 0, r);
    assert_int_equal (r->status, 200);
    assert_string_equal (r->body, "{\"ready\":true,\"streams\":2,\"not_ready\":[]}\n");
-   fake.audit_state = FW_STREAM_FAILED;
+   __atomic_store_n (&fake.audit_state, FW_STREAM_FAILED, __ATOMIC_RELAXED);
 
    http ("GET", "/v1/streams", NULL, 0, r);
    assert_int_equal (r->status, 200);
@@ -287,7 +321,7 @@ admin_every_route_answers (void **state)
    assert_has (r->body, "\"oplog_window_seconds\":null,\"headroom_seconds\":null,"
                         "\"oplog_window_unknown\":\"empty oplog\",");
    /* A stream that does not read is behind by its checkpoint's age. */
-   fake.audit_window = true;
+   __atomic_store_n (&fake.audit_window, true, __ATOMIC_RELAXED);
    http ("GET", "/v1/streams/audit", NULL, 0, r);
    assert_has (r->body, "\"oplog_window_seconds\":3600,\"headroom_seconds\":");
    assert_null (strstr (r->body, "oplog_window_unknown"));
@@ -295,7 +329,7 @@ admin_every_route_answers (void **state)
       double headroom = strtod (strstr (r->body, "\"headroom_seconds\":") + 19, NULL);
       assert_true (headroom > 3530 && headroom <= 3540);
    }
-   fake.audit_window = false;
+   __atomic_store_n (&fake.audit_window, false, __ATOMIC_RELAXED);
    http ("GET", "/v1/streams/nope", NULL, 0, r);
    assert_int_equal (r->status, 404);
    assert_string_equal (r->body, "{\"error\":\"no stream named \\\"nope\\\"\",\"status\":404}\n");
@@ -535,6 +569,183 @@ admin_gets_answer_while_a_post_is_worked_on (void **state)
    stop (a);
 }
 
+/* --- the console ------------------------------------------------------- */
+
+static void
+admin_serves_the_console_with_its_headers (void **state)
+{
+   fw_admin_t *a = start (NULL);
+   resp_t *r = malloc (sizeof *r);
+   (void) state;
+
+   port = fw_admin_port (a);
+   http ("GET", "/", NULL, 0, r);
+   assert_int_equal (r->status, 200);
+   assert_has (r->headers, "Content-Type: text/html; charset=utf-8");
+   assert_has (r->headers, "Content-Security-Policy: default-src 'none'; script-src 'self'; ");
+   assert_has (r->headers, "frame-ancestors 'none'");
+   assert_has (r->headers, "X-Content-Type-Options: nosniff");
+   assert_has (r->body, "<script src=\"/console.js\" defer></script>");
+   http ("GET", "/console.js", NULL, 0, r);
+   assert_int_equal (r->status, 200);
+   assert_has (r->headers, "Content-Type: text/javascript");
+   assert_null (strstr (r->body, "innerHTML"));
+   http ("GET", "/console.css", NULL, 0, r);
+   assert_has (r->headers, "Content-Type: text/css");
+   http ("POST", "/", NULL, 0, r);
+   assert_int_equal (r->status, 405);
+   /* Every answer, errors too, forbids framing and sniffing. */
+   http ("GET", "/nope", NULL, 0, r);
+   assert_int_equal (r->status, 404);
+   assert_has (r->headers, "Content-Security-Policy: ");
+   assert_has (r->headers, "X-Content-Type-Options: nosniff");
+
+   http ("GET", "/v1/console", NULL, 0, r);
+   assert_int_equal (r->status, 200);
+   assert_has (r->body, "\"token_required\":false,\"dlq\":true,\"history_step_seconds\":5}");
+   /* The sampler took one sample of each stream at start. */
+   http ("GET", "/v1/history", NULL, 0, r);
+   assert_int_equal (r->status, 200);
+   assert_has (r->body, "{\"step_seconds\":5,\"window_seconds\":900,\"now\":");
+   assert_has (r->body, "\"orders\":{\"t\":[");
+   assert_has (r->body, "\"lag_seconds\":[0.25]");
+   free (r);
+   stop (a);
+}
+
+static void
+admin_dlq_routes_reach_the_runtime_with_their_arguments (void **state)
+{
+   fw_admin_t *a = start ("s3cret-token");
+   resp_t *r = malloc (sizeof *r);
+   char many[1024] = "/v1/dlq/entries?";
+   (void) state;
+
+   port = fw_admin_port (a);
+   http ("GET", "/v1/dlq/entries?stream=orders&status=PENDING&error_type=Http", NULL, 0, r);
+   assert_int_equal (r->status, 200);
+   assert_string_equal (r->body, "{\"verb\":0,\"id\":\"\",\"args\":\"stream=orders;"
+                                 "status=PENDING;error_type=Http;\"}\n");
+   http ("GET", "/v1/dlq/entries/e%201", NULL, 0, r);
+   assert_int_equal (r->status, 200);
+   assert_has (r->body, "{\"verb\":1,\"id\":\"e 1\"");
+   http ("GET", "/v1/dlq/sequences?stream=orders", NULL, 0, r);
+   assert_has (r->body, "{\"verb\":2,\"id\":\"\",\"args\":\"stream=orders;\"}");
+   http ("GET", "/v1/dlq/entries/gone", NULL, 0, r);
+   assert_int_equal (r->status, 404);
+   assert_has (r->body, "{\"error\":\"no DLQ entry with _id or eventId \\\"gone\\\"\"");
+
+   /* Actions and documents need the token; the runtime is not asked. */
+   fake.calls = 0;
+   http ("POST", "/v1/dlq/entries/e1/replay?dry_run=1", NULL, 0, r);
+   assert_int_equal (r->status, 401);
+   assert_has (r->body, "This request sent no token");
+   http ("POST", "/v1/dlq/entries/e1/discard", "Bearer wrong", 0, r);
+   assert_int_equal (r->status, 401);
+   assert_has (r->body, "This request sent a wrong token");
+   http ("GET", "/v1/dlq/entries/e1?documents=1", NULL, 0, r);
+   assert_int_equal (r->status, 401);
+   assert_int_equal (fake.calls, 0);
+   http ("GET", "/v1/dlq/entries/e1?documents=1", "Bearer s3cret-token", 0, r);
+   assert_int_equal (r->status, 200);
+   assert_has (r->body, "\"args\":\"documents=1;\"");
+   http ("POST", "/v1/dlq/entries/e1/replay?dry_run=1", "Bearer s3cret-token", 0, r);
+   assert_int_equal (r->status, 200);
+   assert_has (r->body, "{\"verb\":3,\"id\":\"e1\",\"args\":\"dry_run=1;\"}");
+   http ("POST", "/v1/dlq/entries/e1/discard?reason=dup", "Bearer s3cret-token", 0, r);
+   assert_has (r->body, "{\"verb\":4,\"id\":\"e1\",\"args\":\"reason=dup;\"}");
+   /* A replay that ran and failed answers 422 with what it did. */
+   http ("POST", "/v1/dlq/entries/broken/replay", "Bearer s3cret-token", 0, r);
+   assert_int_equal (r->status, 422);
+   assert_has (r->body, "{\"verb\":3,\"id\":\"broken\"");
+   http ("GET", "/v1/dlq/entries/e1/replay", NULL, 0, r);
+   assert_int_equal (r->status, 405);
+   http ("POST", "/v1/dlq/entries/e1/explode", "Bearer s3cret-token", 0, r);
+   assert_int_equal (r->status, 404);
+   for (int i = 0; i <= FW_ADMIN_DLQ_MAX_ARGS; i++) {
+      snprintf (many + strlen (many), sizeof many - strlen (many), "a%d=1&", i);
+   }
+   http ("GET", many, NULL, 0, r);
+   assert_int_equal (r->status, 400);
+   free (r);
+   stop (a);
+}
+
+static void
+admin_token_file_is_read_and_checked (void **state)
+{
+   char dir[] = "/tmp/fw-token-XXXXXX", path[64];
+   fw_error_t err;
+   char *token;
+   FILE *f;
+   (void) state;
+
+   assert_non_null (mkdtemp (dir));
+   snprintf (path, sizeof path, "%s/token", dir);
+   umask (077); /* the file is private, as it should be: no warning */
+   assert_false (fw_admin_read_token_file (path, &token, &err));
+   assert_has (err.message, "--admin-token-file: cannot read ");
+   assert_has (err.message, "No such file or directory");
+   f = fopen (path, "w");
+   fclose (f);
+   assert_false (fw_admin_read_token_file (path, &token, &err));
+   assert_has (err.message, "is empty");
+   f = fopen (path, "w");
+   fputs ("two words\n", f);
+   fclose (f);
+   assert_false (fw_admin_read_token_file (path, &token, &err));
+   assert_has (err.message, "printable ASCII without spaces");
+   f = fopen (path, "w");
+   fputs ("one\ntwo\n", f);
+   fclose (f);
+   assert_false (fw_admin_read_token_file (path, &token, &err));
+   assert_has (err.message, "one line");
+   f = fopen (path, "w");
+   fputs ("s3cret\r\n", f);
+   fclose (f);
+   assert_true (fw_admin_read_token_file (path, &token, &err));
+   assert_string_equal (token, "s3cret");
+   free (token);
+   unlink (path);
+   rmdir (dir);
+}
+
+static void
+admin_history_keeps_the_last_15_minutes (void **state)
+{
+   fw_admin_history_t *h = fw_admin_history_new ();
+   fw_stream_snapshot_t s[2];
+   fw_strbuf_t out;
+   char *text, *t;
+   int commas = 0;
+   (void) state;
+
+   memset (s, 0, sizeof s);
+   snprintf (s[0].name, sizeof s[0].name, "orders");
+   snprintf (s[1].name, sizeof s[1].name, "gone");
+   /* 200 samples 5 s apart: the ring keeps the last 180; "gone" stops
+    * after the first and leaves once its newest sample is 15 min old. */
+   for (int i = 0; i < 200; i++) {
+      s[0].lag_seconds = i;
+      s[0].events_per_second = 0.5;
+      fw_admin_history_record (h, s, i == 0 ? 2 : 1, 1000000 + (int64_t) i * 5000);
+   }
+   fw_strbuf_init (&out);
+   fw_admin_history_json (h, &out, 2000000);
+   text = fw_strbuf_steal (&out, NULL);
+   assert_null (strstr (text, "\"gone\""));
+   assert_has (text, "\"orders\":{\"t\":[1100000,1105000,");
+   assert_has (text, ",1995000],\"lag_seconds\":[20,21,");
+   assert_has (text, ",199],\"events_per_second\":[0.5,");
+   t = strstr (text, "\"lag_seconds\":[");
+   for (; *t != ']'; t++) {
+      commas += *t == ',';
+   }
+   assert_int_equal (commas + 1, FW_ADMIN_HISTORY_SAMPLES);
+   free (text);
+   fw_admin_history_destroy (h);
+}
+
 int
 main (void)
 {
@@ -545,6 +756,10 @@ main (void)
       cmocka_unit_test (admin_busy_port_is_reported),
       cmocka_unit_test (admin_idle_connections_do_not_block_metrics),
       cmocka_unit_test (admin_gets_answer_while_a_post_is_worked_on),
+      cmocka_unit_test (admin_serves_the_console_with_its_headers),
+      cmocka_unit_test (admin_dlq_routes_reach_the_runtime_with_their_arguments),
+      cmocka_unit_test (admin_token_file_is_read_and_checked),
+      cmocka_unit_test (admin_history_keeps_the_last_15_minutes),
    };
    int rc;
 
