@@ -439,12 +439,16 @@ class Flowwarden:
 
     def admin_port(self):
         """The port flowwarden reports after binding its admin endpoint to 127.0.0.1:0."""
-        self.wait_log("admin endpoint on")
-        for m in self.messages():
-            found = re.search(r"admin endpoint on \S+ \(port (\d+)\)", m)
-            if found:
-                return int(found.group(1))
-        raise AssertionError("no admin endpoint line")
+        # Wait for the line with the port: an endpoint beyond loopback logs a
+        # warning starting with the same words first.
+        def port():
+            for m in self.messages():
+                found = re.search(r"admin endpoint on \S+ \(port (\d+)\)", m)
+                if found:
+                    return int(found.group(1))
+            return None
+        self.wait_until(lambda: port() is not None, 30, "admin endpoint line with its port")
+        return port()
 
     def wait_open(self, streams=1, timeout=30):
         self.wait_log("change stream open", streams, timeout)
