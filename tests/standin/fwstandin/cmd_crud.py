@@ -10,7 +10,7 @@ import time
 from bson.int64 import Int64
 from bson.objectid import ObjectId
 
-from . import bsonutil, sortlimit
+from . import bsonutil, idindex, sortlimit
 from .bsonutil import encode, value_key
 from .changestream import ChangeStream, RESUMABLE_CODES
 from .cursors import ResultCursor, cursor_not_found
@@ -89,6 +89,37 @@ def candidates(c, flt):
 def matching(c, flt):
     query = _engine()[0]
     return [d for d in candidates(c, flt) if query.matches(d, flt)]
+
+
+def _id_sort_direction(sort):
+    """1 or -1 when a (valid) sort spec is exactly {_id: 1} or {_id: -1}, else None."""
+    if not isinstance(sort, dict) or len(sort) != 1 or "_id" not in sort:
+        return None
+    fields = _engine()[3].parse_sort_spec(sort)
+    return fields[0][1]
+
+
+def matching_by_id(c, flt, direction, want):
+    """The documents matching flt in _id order (direction 1 or -1), at most `want` of them
+    (0: all), read from the _id index: only the _id range the filter allows is walked (mongod's
+    IXSCAN on _id_ with a limit). None when the index cannot serve it (an array _id)."""
+    if c is None:
+        return []
+    ix = c.id_index
+    if not ix.usable():
+        return None
+    query = _engine()[0]
+    rng = idindex.id_range(flt)
+    lo, hi = rng if rng else (None, None)
+    docs = c.docs
+    out = []
+    for vk in ix.scan(lo, hi, reverse=direction < 0):
+        d = docs[vk]
+        if query.matches(d, flt):
+            out.append(d)
+            if want and len(out) >= want:
+                break
+    return out
 
 
 def write_error(index, err):
@@ -411,9 +442,15 @@ def cmd_find(ctx):
     with store.lock:
         store.stats["query"] += 1
         c = store.coll(ctx.db, name)
-        docs = matching(c, flt)
+        direction = _id_sort_direction(body.get("sort"))
+        docs = None
+        if direction is not None:
+            docs = matching_by_id(c, flt, direction, skip + limit if limit else 0)
+        if docs is None:
+            docs = matching(c, flt)
+            if body.get("sort"):
+                docs = compare.sort_documents(docs, body["sort"])
         if body.get("sort"):
-            docs = compare.sort_documents(docs, body["sort"])
             sortlimit.check(ctx.server, c, flt, body["sort"], docs, skip + limit if limit else 0,
                             body.get("allowDiskUse"), "Executor error during find command")
         if skip:
