@@ -140,8 +140,23 @@ bool fw_stream_server_supports (const fw_stream_config_t *cfg, mongoc_client_t *
 
 /* --- change_stream.c: opening a change stream, its errors ------------- */
 
-/* Events per batch the change stream asks for. */
-#define FW_CHANGE_BATCH_SIZE 1000
+/* The change stream asks for no batchSize: each getMore returns what the
+ * server has, up to 16 MiB (the manual's getMore: "If batchSize is not set,
+ * getMore returns up to 16 mebibytes (MiB) for each batch"), so a stream
+ * that fell behind catches up in few round trips (with 1,000 events a
+ * batch, a 5 ms round trip capped it near 1,000 events per 5 ms plus the
+ * server's time to build the batch), and a caught-up one gets each event as
+ * soon as the server has it (an awaitData getMore waits maxAwaitTimeMS only
+ * while it has nothing to return). What a stream holds to read ahead is
+ * then at most: the batch libmongoc is on (16 MiB, or one event when it is
+ * larger), plus what the reader copied out of it for the handler: */
+
+/* ... at most this many bytes of events (one event always fits, whatever
+ * its size) ... */
+#define FW_READ_AHEAD_BYTES ((size_t) 4 * 1024 * 1024)
+/* ... and at most this many events (the ring's slots, 24 bytes each; it
+ * starts at 1,024 and grows only while the stream is behind). */
+#define FW_READ_AHEAD_EVENTS 65536
 
 /* Opens the change stream of cfg (its options, its pipeline with the split
  * stage when split, else with oversize = "skip"'s) on client, after
