@@ -24,12 +24,19 @@ DEFAULT_AWAIT_MS = 1000
 
 
 class _Engine:
-    """The document engine's modules, imported on first use (query, update, aggregate, compare)."""
+    """The document engine's modules, imported on first use (query, update, aggregate, compare)
+    and kept: a write asks for them once per statement."""
+
+    def __init__(self):
+        self.mods = [None] * 4
 
     def __getitem__(self, i):
-        import importlib
-        return importlib.import_module(
-            "." + ("query", "update", "aggregate", "compare")[i], __package__)
+        m = self.mods[i]
+        if m is None:
+            import importlib
+            m = self.mods[i] = importlib.import_module(
+                "." + ("query", "update", "aggregate", "compare")[i], __package__)
+        return m
 
 
 _ENGINE = _Engine()
@@ -228,8 +235,10 @@ def _check_update_spec(u, multi, where):
     return replacement
 
 
-def _same(a, b):
-    return encode(a) == encode(b)
+def _same(new, old):
+    """(whether new's bytes are old's, new's bytes): the bytes go on to store.update."""
+    raw = encode(new)
+    return raw == encode(old), raw
 
 
 def cmd_update(ctx):
@@ -270,8 +279,9 @@ def cmd_update(ctx):
                     docs = docs[:1]
                 for doc in docs:
                     new, ud = _apply_one(c, doc, u, replacement, now)
-                    if not _same(new, doc):
-                        store.update(c, doc, new, ud)
+                    same, raw = _same(new, doc)
+                    if not same:
+                        store.update(c, doc, new, ud, raw)
                         n_modified += 1
                 n += len(docs)
                 if not docs and st.get("upsert"):
@@ -384,8 +394,9 @@ def cmd_find_and_modify(ctx):
             value = doc
         elif doc is not None:
             new, ud = _apply_one(c, doc, u, replacement, now)
-            if not _same(new, doc):
-                new = store.update(c, doc, new, ud)
+            same, raw = _same(new, doc)
+            if not same:
+                new = store.update(c, doc, new, ud, raw)
             leo = {"n": 1, "updatedExisting": True}
             value = new if body.get("new") else doc
         elif not remove:

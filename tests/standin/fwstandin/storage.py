@@ -348,10 +348,13 @@ class Store:
                                          + e_int64(b"w", wall) + e_doc(b"d", raw)))
         return doc
 
-    def update(self, c, old, new, ud):
-        """Store `new` in place of `old`; ud None means replacement."""
-        new = _id_first(new)
-        if len(encode(new)) > MAX_BSON:
+    def update(self, c, old, new, ud, raw=None):
+        """Store `new` in place of `old`; ud None means replacement. raw: encode(new), when
+        the caller has it already."""
+        if raw is None or next(iter(new)) != "_id":
+            new = _id_first(new)
+            raw = encode(new)
+        if len(raw) > MAX_BSON:
             raise MongoError(17419, "Location17419",
                              "Resulting document after update is larger than 16777216")
         k = value_key(new["_id"])
