@@ -60,10 +60,19 @@ class IdIndex:
             return (RANK_MAXKEY + 1, id(_id)), True
 
     def add(self, _id, vk):
-        ok, odd = self._key(_id)
-        i = bisect.bisect_right(self.keys, ok)
-        self.keys.insert(i, ok)
-        self.vks.insert(i, vk)
+        if type(_id) is ObjectId:
+            ok, odd = (RANK_OBJECTID, _id.binary), False
+        else:
+            ok, odd = self._key(_id)
+        keys = self.keys
+        if not keys or not ok < keys[-1]:
+            # The common case: a driver's ObjectIds grow, so the new one goes last.
+            keys.append(ok)
+            self.vks.append(vk)
+        else:
+            i = bisect.bisect_right(keys, ok)
+            keys.insert(i, ok)
+            self.vks.insert(i, vk)
         self.odd += odd
 
     def remove(self, _id, vk):
