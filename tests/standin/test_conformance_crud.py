@@ -7,6 +7,7 @@ import unittest
 
 import pymongo
 from bson.int64 import Int64
+from bson.objectid import ObjectId
 from pymongo import ASCENDING, DESCENDING, ReturnDocument
 from pymongo.errors import (BulkWriteError, DuplicateKeyError, OperationFailure)
 
@@ -95,6 +96,30 @@ class CrudTest(unittest.TestCase):
         self.assertEqual(ids({"_id": {"$gte": float("nan")}}), ["nan"])
         self.assertEqual(ids({"_id": {"$gte": float("-inf")}}),
                          ["-inf", "Decimal128('-0.5')", "1", "inf"])
+
+    def test_sort_and_ranges_on_id_across_types(self):
+        # The _id index (idindex.py): MongoDB's order of BSON types (numbers, strings,
+        # objects, ObjectIds, booleans, dates: the manual's "Comparison/Sort Order"), ranges
+        # within the bound's type ("type bracketing"), limits, descending, and deletes.
+        oid = ObjectId("64b000000000000000000001")
+        day = datetime.datetime(2024, 1, 2)
+        ids = [day, "b", 7, True, oid, 2.5, {"k": 1}, "a", Int64(-3), 10]
+        self.c.insert_many([{"_id": v, "n": i} for i, v in enumerate(ids)])
+        self.c.delete_one({"_id": 10})
+        asc = [d["_id"] for d in self.c.find().sort("_id", 1)]
+        self.assertEqual(asc, [-3, 2.5, 7, "a", "b", {"k": 1}, oid, True, day])
+        self.assertEqual([d["_id"] for d in self.c.find().sort("_id", -1)], asc[::-1])
+        self.assertEqual([d["_id"] for d in self.c.find({"_id": {"$gt": 2.5}}).sort("_id", 1)],
+                         [7])
+        self.assertEqual([d["_id"] for d in self.c.find(
+            {"$and": [{"_id": {"$gte": "a", "$lte": "b"}}, {"n": {"$gte": 0}}]})
+            .sort("_id", -1).limit(1)], ["b"])
+        self.assertEqual([d["_id"] for d in self.c.find({"_id": {"$lt": 100}})
+                          .sort("_id", 1).skip(1).limit(1)], [2.5])
+        self.assertEqual(self.c.find_one({}, sort=[("_id", -1)])["_id"], day)
+        self.c.insert_one({"_id": 8})
+        self.assertEqual([d["_id"] for d in self.c.find({"_id": {"$gt": 7}}).sort("_id", 1)],
+                         [8])
 
     def test_batch_size_and_get_more_and_kill_cursors(self):
         self.c.insert_many([{"_id": i} for i in range(250)])

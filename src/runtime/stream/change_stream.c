@@ -74,10 +74,10 @@ fw_change_stream_open (const fw_stream_config_t *cfg, mongoc_client_t *client,
       BSON_APPEND_UTF8 (&opts, "fullDocumentBeforeChange", cfg->full_document_before_change);
    }
    BSON_APPEND_INT32 (&opts, "maxAwaitTimeMS", snapshot ? FW_SNAPSHOT_AWAIT_MS : FW_MAX_AWAIT_MS);
-   /* Without a batch size a getMore may carry 16 MiB; smaller batches keep
-    * memory flat and cost no throughput (the next batch is a round trip of
-    * a few microseconds per thousand events). */
-   BSON_APPEND_INT32 (&opts, "batchSize", FW_CHANGE_BATCH_SIZE);
+   /* A batch: FW_CHANGE_BATCH_SIZE events, 16 MiB at most (stream_read-private.h). */
+   if (FW_CHANGE_BATCH_SIZE > 0) {
+      BSON_APPEND_INT32 (&opts, "batchSize", FW_CHANGE_BATCH_SIZE);
+   }
    if (start_after) {
       /* startAfter, unlike resumeAfter, also accepts an invalidate token. */
       BSON_APPEND_DOCUMENT (&opts, "startAfter", start_after);

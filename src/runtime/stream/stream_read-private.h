@@ -140,8 +140,28 @@ bool fw_stream_server_supports (const fw_stream_config_t *cfg, mongoc_client_t *
 
 /* --- change_stream.c: opening a change stream, its errors ------------- */
 
-/* Events per batch the change stream asks for. */
-#define FW_CHANGE_BATCH_SIZE 1000
+/* Events per batch the change stream asks for; 0: no batchSize. A server
+ * caps every batch at 16 MiB whatever the batchSize (the manual's getMore:
+ * "If batchSize is set, getMore returns the lesser of batchSize documents or
+ * 16 MiB"), so large events come in fewer per batch, and a caught-up stream
+ * gets each event as soon as the server has it (an awaitData getMore waits
+ * maxAwaitTimeMS only while it has nothing to return). One batch costs a
+ * round trip plus the server's time to build it: with 1,000 events a
+ * stream that fell behind caught up at about 1,000 events per round trip
+ * (43% of its own rate at 5 ms); 4,096 small events are ~2 MiB. Without a
+ * batchSize (16 MiB batches) the stand-in measured less (it builds a batch
+ * holding its one lock, so the checkpoint writer waited behind it) and the
+ * stream's peak RSS went from 21 to 68 MB (docs/performance.md). What a
+ * stream holds to read ahead is at most: the batch libmongoc is on, plus
+ * what the reader copied out of it for the handler: */
+#define FW_CHANGE_BATCH_SIZE 4096
+
+/* ... at most this many bytes of events (one event always fits, whatever
+ * its size) ... */
+#define FW_READ_AHEAD_BYTES ((size_t) 4 * 1024 * 1024)
+/* ... and at most this many events (the ring's slots, 24 bytes each; it
+ * starts at 1,024 and grows only while the stream is behind). */
+#define FW_READ_AHEAD_EVENTS 65536
 
 /* Opens the change stream of cfg (its options, its pipeline with the split
  * stage when split, else with oversize = "skip"'s) on client, after

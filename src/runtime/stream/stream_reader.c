@@ -21,14 +21,18 @@
 typedef enum { ITEM_EVENT, ITEM_IDLE, ITEM_ERROR } item_kind_t;
 
 /* One thing read, as raw BSON: the event (doc_len 0 for idle and error)
- * followed by the token, in one buffer. */
+ * followed by the token, in one buffer. An error is the last item: its
+ * bson_error_t is the reader's end_error (an item stays 24 bytes). */
 typedef struct {
    item_kind_t kind;
    uint8_t *buf;
    uint32_t doc_len;
    uint32_t tok_len;
-   bson_error_t error;
 } item_t;
+
+/* The ring's first size; it doubles up to max_events while the stream is
+ * behind, so a quiet stream keeps a small one. */
+#define RING_FIRST 1024
 
 struct fw_stream_reader {
    bson_t cur_doc;         /* views of cur (first: bson_t wants the struct's alignment) */
@@ -43,7 +47,8 @@ struct fw_stream_reader {
    pthread_cond_t not_full;
    pthread_cond_t not_empty;
    item_t *ring;
-   int cap;
+   int cap;                /* slots in ring */
+   int max_cap;            /* at most this many events wait */
    int head;
    int count;
    size_t bytes;           /* held in the ring */
@@ -54,6 +59,27 @@ struct fw_stream_reader {
    item_t cur;             /* the item the stream's thread is on */
    bool has_cur;
 };
+
+/* Doubles the ring (up to max_cap slots), keeping the order; under mu.
+ * False when it is at max_cap or out of memory: the reader waits instead. */
+static bool
+ring_grow (fw_stream_reader_t *r)
+{
+   int cap = r->cap * 2 > r->max_cap ? r->max_cap : r->cap * 2;
+   item_t *ring;
+
+   if (cap <= r->cap || !(ring = malloc ((size_t) cap * sizeof *ring))) {
+      return false;
+   }
+   for (int i = 0; i < r->count; i++) {
+      ring[i] = r->ring[(r->head + i) % r->cap];
+   }
+   free (r->ring);
+   r->ring = ring;
+   r->cap = cap;
+   r->head = 0;
+   return true;
+}
 
 static void
 item_free (item_t *it)
@@ -94,11 +120,13 @@ reader_main (void *arg)
    while (more) {
       const bson_t *doc;
       item_t it = {0};
+      bson_error_t err;
       bool ok;
 
       pthread_mutex_lock (&r->mu);
-      /* At most cap items and max_bytes bytes wait (one always fits). */
-      while (!r->stop && (r->count == r->cap || (r->count > 0 && r->bytes >= r->max_bytes))) {
+      /* At most max_cap items and max_bytes bytes wait (one always fits). */
+      while (!r->stop && ((r->count == r->cap && !ring_grow (r)) ||
+                          (r->count > 0 && r->bytes >= r->max_bytes))) {
          pthread_cond_wait (&r->not_full, &r->mu);
       }
       if (!r->stop && held) {
@@ -124,7 +152,7 @@ reader_main (void *arg)
          held = false;
          if (mongoc_change_stream_next (r->cs, &doc)) {
             ok = item_fill (&it, ITEM_EVENT, doc, mongoc_change_stream_get_resume_token (r->cs));
-         } else if (mongoc_change_stream_error_document (r->cs, &it.error, NULL)) {
+         } else if (mongoc_change_stream_error_document (r->cs, &err, NULL)) {
             /* With the token, as libmongoc keeps it: where a change stream
              * the server closed without an error stopped (issue 23). */
             ok = item_fill (&it, ITEM_ERROR, NULL, mongoc_change_stream_get_resume_token (r->cs));
@@ -138,7 +166,7 @@ reader_main (void *arg)
           * it from its own position: nothing read ahead is lost. */
          item_free (&it);
          it.kind = ITEM_ERROR;
-         bson_set_error (&it.error, MONGOC_ERROR_CLIENT, MONGOC_ERROR_CLIENT_NO_ACCEPTABLE_PEER,
+         bson_set_error (&err, MONGOC_ERROR_CLIENT, MONGOC_ERROR_CLIENT_NO_ACCEPTABLE_PEER,
                          "out of memory reading ahead");
          more = false;
       }
@@ -148,7 +176,7 @@ reader_main (void *arg)
       r->bytes += (size_t) it.doc_len + it.tok_len;
       if (!more) {
          r->ended = true;
-         r->end_error = it.error;
+         r->end_error = err;
       }
       pthread_cond_signal (&r->not_empty);
       pthread_mutex_unlock (&r->mu);
@@ -171,7 +199,8 @@ fw_stream_reader_start (mongoc_change_stream_t *cs, int max_events, size_t max_b
    bson_init (&r->empty);
    bson_init (&r->cur_doc);
    bson_init (&r->cur_tok);
-   r->cap = max_events > 0 ? max_events : 1;
+   r->max_cap = max_events > 0 ? max_events : 1;
+   r->cap = r->max_cap < RING_FIRST ? r->max_cap : RING_FIRST;
    r->max_bytes = max_bytes;
    pthread_mutex_init (&r->mu, NULL);
    pthread_cond_init (&r->not_empty, NULL);
@@ -202,7 +231,7 @@ fw_stream_reader_next (fw_stream_reader_t *r, const bson_t **doc)
    if (r->count == 0) {
       /* Asked again after the error: it stays, as with libmongoc. */
       pthread_mutex_unlock (&r->mu);
-      r->cur = (item_t){.kind = ITEM_ERROR, .error = r->end_error};
+      r->cur = (item_t){.kind = ITEM_ERROR};
       r->has_cur = true;
       return false;
    }
@@ -259,7 +288,7 @@ fw_stream_reader_error (fw_stream_reader_t *r, bson_error_t *error)
       return mongoc_change_stream_error_document (r->cs, error, NULL);
    }
    if (r->has_cur && r->cur.kind == ITEM_ERROR) {
-      *error = r->cur.error;
+      *error = r->end_error; /* the last item: the reader wrote it before handing it over */
       return true;
    }
    return false;

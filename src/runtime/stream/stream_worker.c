@@ -16,11 +16,6 @@
 #include "runtime/stream/stream_generation-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
-/* Read-ahead: at most two batches wait for the handler (and 8 MiB past one
- * event), so memory stays flat whatever the server has. */
-#define FW_READ_AHEAD_EVENTS (2 * FW_CHANGE_BATCH_SIZE)
-#define FW_READ_AHEAD_BYTES ((size_t) 8 * 1024 * 1024)
-
 const char *
 fw_stream_worker_name (const fw_stream_worker_t *w)
 {

@@ -11,7 +11,7 @@ from bson.int64 import Int64
 from bson.objectid import ObjectId
 from bson.regex import Regex
 
-from . import bsonutil, sessions, sortlimit
+from . import bsonutil, idindex, sessions, sortlimit
 from .bsonutil import encode, value_key
 from .changestream import ChangeStream, RESUMABLE_CODES
 from .cursors import ResultCursor, cursor_not_found
@@ -25,12 +25,19 @@ DEFAULT_AWAIT_MS = 1000
 
 
 class _Engine:
-    """The document engine's modules, imported on first use (query, update, aggregate, compare)."""
+    """The document engine's modules, imported on first use (query, update, aggregate, compare)
+    and kept: a write asks for them once per statement."""
+
+    def __init__(self):
+        self.mods = [None] * 4
 
     def __getitem__(self, i):
-        import importlib
-        return importlib.import_module(
-            "." + ("query", "update", "aggregate", "compare")[i], __package__)
+        m = self.mods[i]
+        if m is None:
+            import importlib
+            m = self.mods[i] = importlib.import_module(
+                "." + ("query", "update", "aggregate", "compare")[i], __package__)
+        return m
 
 
 _ENGINE = _Engine()
@@ -90,6 +97,37 @@ def candidates(c, flt):
 def matching(c, flt):
     query = _engine()[0]
     return [d for d in candidates(c, flt) if query.matches(d, flt)]
+
+
+def _id_sort_direction(sort):
+    """1 or -1 when a (valid) sort spec is exactly {_id: 1} or {_id: -1}, else None."""
+    if not isinstance(sort, dict) or len(sort) != 1 or "_id" not in sort:
+        return None
+    fields = _engine()[3].parse_sort_spec(sort)
+    return fields[0][1]
+
+
+def matching_by_id(c, flt, direction, want):
+    """The documents matching flt in _id order (direction 1 or -1), at most `want` of them
+    (0: all), read from the _id index: only the _id range the filter allows is walked (mongod's
+    IXSCAN on _id_ with a limit). None when the index cannot serve it (an array _id)."""
+    if c is None:
+        return []
+    ix = c.id_index
+    if not ix.usable():
+        return None
+    query = _engine()[0]
+    rng = idindex.id_range(flt)
+    lo, hi = rng if rng else (None, None)
+    docs = c.docs
+    out = []
+    for vk in ix.scan(lo, hi, reverse=direction < 0):
+        d = docs[vk]
+        if query.matches(d, flt):
+            out.append(d)
+            if want and len(out) >= want:
+                break
+    return out
 
 
 def write_error(index, err):
@@ -264,8 +302,10 @@ def _check_update_spec(u, multi, where):
     return replacement
 
 
-def _same(a, b):
-    return encode(a) == encode(b)
+def _same(new, old):
+    """(whether new's bytes are old's, new's bytes): the bytes go on to store.update."""
+    raw = encode(new)
+    return raw == encode(old), raw
 
 
 def cmd_update(ctx):
@@ -312,8 +352,9 @@ def cmd_update(ctx):
                 result = {"n": len(docs), "nModified": 0}
                 for doc in docs:
                     new, ud = _apply_one(c, doc, u, replacement, now)
-                    if not _same(new, doc):
-                        store.update(c, doc, new, ud)
+                    same, raw = _same(new, doc)
+                    if not same:
+                        store.update(c, doc, new, ud, raw)
                         result["nModified"] += 1
                 if not docs and st.get("upsert"):
                     new = _upsert_doc(flt, u, replacement, now)
@@ -439,8 +480,9 @@ def cmd_find_and_modify(ctx):
             value = doc
         elif doc is not None:
             new, ud = _apply_one(c, doc, u, replacement, now)
-            if not _same(new, doc):
-                new = store.update(c, doc, new, ud)
+            same, raw = _same(new, doc)
+            if not same:
+                new = store.update(c, doc, new, ud, raw)
             leo = {"n": 1, "updatedExisting": True}
             value = new if body.get("new") else doc
         elif not remove:
@@ -500,9 +542,15 @@ def cmd_find(ctx):
     with store.lock:
         store.stats["query"] += 1
         c = store.coll(ctx.db, name)
-        docs = matching(c, flt)
+        direction = _id_sort_direction(body.get("sort"))
+        docs = None
+        if direction is not None:
+            docs = matching_by_id(c, flt, direction, skip + limit if limit else 0)
+        if docs is None:
+            docs = matching(c, flt)
+            if body.get("sort"):
+                docs = compare.sort_documents(docs, body["sort"])
         if body.get("sort"):
-            docs = compare.sort_documents(docs, body["sort"])
             sortlimit.check(ctx.server, c, flt, body["sort"], docs, skip + limit if limit else 0,
                             body.get("allowDiskUse"), "Executor error during find command")
         if skip:

@@ -18,6 +18,7 @@ from . import bsonutil
 from . import oplog as oplogmod
 from .bsonutil import (e_doc, e_int64, e_str, encode, make_doc, value_key, format_doc)
 from .errors import MongoError
+from .idindex import IdIndex
 
 MAX_BSON = 16 * 1024 * 1024
 INTERNAL_DBS = ("admin", "config", "local")
@@ -106,6 +107,7 @@ class Collection:
         self.uuid = cuuid or uuidmod.uuid4()
         self.options = dict(options or {})
         self.docs = {}
+        self.id_index = IdIndex()   # the _ids in order, for sorts and ranges on _id
         self.indexes = {"_id_": Index({"v": 2, "key": {"_id": 1}, "name": "_id_"})}
         self._unique = []
         self._unique_key = None
@@ -217,6 +219,7 @@ class Store:
     def _do_insert(self, c, doc, raw, tsv, wall):
         k = value_key(doc["_id"])
         c.docs[k] = doc
+        c.id_index.add(doc["_id"], k)
         if c.unique_indexes():
             c.index_add(doc, k)
         if raw[4:9] == b"\x07_id\x00":
@@ -257,6 +260,7 @@ class Store:
         k = value_key(doc["_id"])
         c.index_remove(doc, k)
         del c.docs[k]
+        c.id_index.remove(doc["_id"], k)
         key_raw = encode({"_id": doc["_id"]})
         rest = c.ns_elem + e_doc(b"documentKey", key_raw)
         ev = oplogmod.build_event("delete", tsv, wall, rest, key_raw, c.uuid)
@@ -344,10 +348,13 @@ class Store:
                                          + e_int64(b"w", wall) + e_doc(b"d", raw)))
         return doc
 
-    def update(self, c, old, new, ud):
-        """Store `new` in place of `old`; ud None means replacement."""
-        new = _id_first(new)
-        if len(encode(new)) > MAX_BSON:
+    def update(self, c, old, new, ud, raw=None):
+        """Store `new` in place of `old`; ud None means replacement. raw: encode(new), when
+        the caller has it already."""
+        if raw is None or next(iter(new)) != "_id":
+            new = _id_first(new)
+            raw = encode(new)
+        if len(raw) > MAX_BSON:
             raise MongoError(17419, "Location17419",
                              "Resulting document after update is larger than 16777216")
         k = value_key(new["_id"])
@@ -446,6 +453,7 @@ class Store:
             if o == "load":
                 k = value_key(doc["_id"])
                 c.docs[k] = doc
+                c.id_index.add(doc["_id"], k)
                 c.index_add(doc, k)
             else:
                 self._do_insert(c, doc, encode(doc), rec["t"], rec["w"])
