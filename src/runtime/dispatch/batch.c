@@ -30,8 +30,8 @@ typedef struct fw_batch_state {
    fw_dispatcher_t *d;
    const fw_event_t *const *evs; /* the batch in hand */
    size_t n;
-   fw_batch_outcome_t *outcomes; /* the caller's, or NULL */
-   fw_dispatch_result_t result; /* why the batch ended early */
+   fw_outcome_kind_t *outcomes; /* the caller's, or NULL */
+   fw_outcome_t result;      /* why the batch ended early; HANDLED: it did not */
    char last_error[512];     /* the last failed call's error, for the log */
    fw_batch_stats_t stats;   /* batch_run's counts over d's life (splits go to the metrics) */
 } fw_batch_state_t;
@@ -150,6 +150,12 @@ end_call (lua_State *L, fw_batch_state_t *s, size_t n)
    }
 }
 
+static fw_outcome_t
+stopped (void)
+{
+   return (fw_outcome_t){FW_OUTCOME_STOPPED, 0, 0, "", "", ""};
+}
+
 static fw_batch_call_t
 op_call (void *ud, const size_t *idx, size_t n, int attempt, bool *marked)
 {
@@ -161,13 +167,13 @@ op_call (void *ud, const size_t *idx, size_t n, int attempt, bool *marked)
    bool ok;
 
    if (d->lease && !fw_lease_is_leader (d->lease, NULL)) {
-      s->result = FW_DISPATCH_STOPPED; /* ha: the batch comes back to the next leader */
+      s->result = stopped (); /* ha: the batch comes back to the next leader */
       return FW_BATCH_CALL_STOPPED;
    }
    /* Issue 29: no call while the stream's breaker is open (another lane's
     * event holds it), and one rate-limit token per call, as per attempt. */
    if (!fw_outage_admit (d)) {
-      s->result = FW_DISPATCH_STOPPED;
+      s->result = stopped ();
       return FW_BATCH_CALL_STOPPED;
    }
    for (size_t k = 0; k < n; k++) {
@@ -221,7 +227,7 @@ op_retry_wait (void *ud, int attempt, size_t n)
       fw_stream_metrics_set_state (d->metrics, FW_STREAM_RETRYING, NULL);
    }
    if (d->clock.wait_ms (d->clock.ud, delay)) {
-      s->result = FW_DISPATCH_STOPPED;
+      s->result = stopped ();
       return false;
    }
    if (d->metrics) {
@@ -237,7 +243,7 @@ op_succeeded (void *ud, size_t i)
    fw_dispatcher_t *d = s->d;
 
    if (s->outcomes) {
-      s->outcomes[i] = FW_BATCH_OUT_HANDLED;
+      s->outcomes[i] = FW_OUTCOME_HANDLED;
    }
    d->stats.handled++;
    if (d->metrics && !d->replay) {
@@ -246,57 +252,55 @@ op_succeeded (void *ud, size_t i)
    }
 }
 
-/* ev on the per-event path; *out (may be NULL) says how it ended, from
- * d's counts around it. */
-static fw_dispatch_result_t
-dispatch_one (fw_dispatcher_t *d, const fw_event_t *ev, fw_batch_outcome_t *out)
+/* ev on the per-event path; *out (may be NULL) gets its outcome's kind. */
+static fw_outcome_t
+dispatch_one (fw_dispatcher_t *d, const fw_event_t *ev, fw_outcome_kind_t *out)
 {
-   fw_stream_stats_t a = d->stats, b;
-   fw_dispatch_result_t r = fw_event_dispatch (d, ev);
+   fw_outcome_t o = fw_event_dispatch (d, ev);
 
    if (out) {
-      b = d->stats;
-      *out = r != FW_DISPATCH_DONE            ? FW_BATCH_OUT_NONE
-             : b.parked > a.parked             ? FW_BATCH_OUT_PARKED
-             : b.dead_lettered > a.dead_lettered ? FW_BATCH_OUT_DLQ
-             : b.lost > a.lost                 ? FW_BATCH_OUT_LOST
-             : b.skipped > a.skipped           ? FW_BATCH_OUT_SKIPPED
-             : b.handled > a.handled           ? FW_BATCH_OUT_HANDLED
-                                               : FW_BATCH_OUT_NONE;
+      *out = o.kind;
    }
-   return r;
+   return o;
 }
 
 static bool
 op_single (void *ud, size_t i)
 {
    fw_batch_state_t *s = ud;
-   fw_dispatch_result_t r = dispatch_one (s->d, s->evs[i], s->outcomes ? &s->outcomes[i] : NULL);
+   fw_outcome_t o = dispatch_one (s->d, s->evs[i], s->outcomes ? &s->outcomes[i] : NULL);
 
-   if (r != FW_DISPATCH_DONE) {
-      s->result = r;
+   if (!fw_outcome_finished (o.kind)) {
+      s->result = o;
       return false;
    }
    return true;
 }
 
-/* Without on_batch (a reload took it away) or its state: one by one. */
-static fw_dispatch_result_t
-one_by_one (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
-            fw_batch_outcome_t *outcomes)
+/* The batch's outcome: HANDLED once every event is finished with. */
+static fw_outcome_t
+all_finished (void)
 {
-   for (size_t i = 0; i < n; i++) {
-      fw_dispatch_result_t r = dispatch_one (d, evs[i], outcomes ? &outcomes[i] : NULL);
-      if (r != FW_DISPATCH_DONE) {
-         return r;
-      }
-   }
-   return FW_DISPATCH_DONE;
+   return (fw_outcome_t){FW_OUTCOME_HANDLED, 0, 0, "", "", ""};
 }
 
-fw_dispatch_result_t
+/* Without on_batch (a reload took it away) or its state: one by one. */
+static fw_outcome_t
+one_by_one (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
+            fw_outcome_kind_t *outcomes)
+{
+   for (size_t i = 0; i < n; i++) {
+      fw_outcome_t o = dispatch_one (d, evs[i], outcomes ? &outcomes[i] : NULL);
+      if (!fw_outcome_finished (o.kind)) {
+         return o;
+      }
+   }
+   return all_finished ();
+}
+
+fw_outcome_t
 fw_batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
-                   fw_batch_outcome_t *outcomes)
+                   fw_outcome_kind_t *outcomes)
 {
    fw_batch_state_t *s;
    bool (*boundary) (void *ud) = d->at_attempt_boundary;
@@ -306,8 +310,8 @@ fw_batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
    if (boundary) {
       boundary (d->boundary_ud);
    }
-   if (outcomes) {
-      memset (outcomes, 0, n * sizeof *outcomes);
+   for (size_t i = 0; outcomes && i < n; i++) {
+      outcomes[i] = FW_OUTCOME_STOPPED; /* until it is finished with */
    }
    if (!fw_dispatcher_batching (d, NULL, NULL) || fw_park_enabled (d) ||
        !(s = state_for (d, n))) {
@@ -317,14 +321,15 @@ fw_batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
       if (d->metrics) {
          fw_stream_metrics_batch (d->metrics, 1, 0);
       }
-      return dispatch_one (d, evs[0], outcomes);
+      fw_outcome_t o = dispatch_one (d, evs[0], outcomes);
+      return fw_outcome_finished (o.kind) ? all_finished () : o;
    }
    fw_batch_ops_t ops = {op_call, op_retry_wait, op_succeeded, op_single, s,
                          d->prog.cfg.retry.max_attempts > 0 ? d->prog.cfg.retry.max_attempts : 1};
    s->evs = evs;
    s->n = n;
    s->outcomes = outcomes;
-   s->result = FW_DISPATCH_DONE;
+   s->result = all_finished ();
    s->last_error[0] = '\0';
    d->at_attempt_boundary = NULL;
    int64_t splits = s->stats.splits;
@@ -335,9 +340,9 @@ fw_batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
    }
    s->evs = NULL;
    s->outcomes = NULL;
-   if (!ok && s->result == FW_DISPATCH_DONE) {
+   if (!ok && fw_outcome_finished (s->result.kind)) {
       snprintf (d->failure, sizeof d->failure, "out of memory taking a batch of %zu events", n);
-      return FW_DISPATCH_FAILED;
+      s->result = (fw_outcome_t){FW_OUTCOME_FAILED, 0, 0, "", "", d->failure};
    }
    return s->result;
 }

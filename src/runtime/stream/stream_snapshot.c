@@ -167,13 +167,38 @@ save_progress (fw_stream_worker_t *w, fw_position_t *p)
    }
 }
 
+static void
+row_count (void *ud)
+{
+   fw_stream_worker_t *w = ud;
+   if (w->metrics) {
+      fw_stream_count_dispatched (w);
+   }
+}
+
+static void
+row_fail (void *ud, const char *why)
+{
+   fw_stream_failed (ud, why);
+}
+
+static bool
+row_lease_lost (void *ud)
+{
+   fw_stream_worker_t *w = ud;
+   return fw_stream_lease_lost (w) && !fw_shutdown_requested (w->shutdown);
+}
+
 /* The chunk's rows, handled as any event; with lanes, after the lanes
- * finished every earlier event (the rows run on the stream's thread). */
+ * finished every earlier event (the rows run on the stream's thread). A
+ * row moves no position: the chunk's progress is saved once it closed. */
 static fw_read_end_t
 hand_out (fw_stream_worker_t *w, fw_position_t *p)
 {
    fw_event_t ev;
-   fw_dispatch_result_t r;
+   fw_outcome_t o;
+   fw_read_end_t end;
+   fw_settle_place_t place = {w->d, w->metrics, row_count, NULL, row_fail, row_lease_lost, w, NULL};
 
    if (w->lanes && !fw_stream_lanes_settle (w, p)) {
       if (fw_shutdown_requested (w->shutdown)) {
@@ -191,17 +216,9 @@ hand_out (fw_stream_worker_t *w, fw_position_t *p)
       if (fw_stream_lease_lost (w)) {
          return FW_READ_LOST;
       }
-      r = fw_event_dispatch (w->d, &ev);
-      if (r == FW_DISPATCH_STOPPED) {
-         return fw_stream_lease_lost (w) && !fw_shutdown_requested (w->shutdown) ? FW_READ_LOST
-                                                                                 : FW_READ_STOP;
-      }
-      if (r == FW_DISPATCH_FAILED) {
-         fw_stream_failed (w, fw_dispatcher_failure (w->d));
-         return FW_READ_FAILED;
-      }
-      if (w->metrics) {
-         fw_stream_count_dispatched (w);
+      o = fw_event_dispatch (w->d, &ev);
+      if ((end = fw_stream_settle (&place, &o)) != FW_READ_NEXT) {
+         return end;
       }
    }
    if (w->snap) {

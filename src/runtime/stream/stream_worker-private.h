@@ -23,6 +23,7 @@
 #include "flowwarden/stream_config.h"
 #include "flowwarden/stream_worker.h"
 #include "runtime/stream/stream_read-private.h"
+#include "runtime/stream/stream_settle.h"
 
 /* A stream: its thread, its dispatcher (and its lanes'), its position and
  * checkpoint writer, its lease, what the admin endpoint and a reload ask of
@@ -265,19 +266,7 @@ void fw_stream_dlq_count_tick (fw_stream_worker_t *w, int64_t now_ms);
 
 /* --- stream_restart.c: what follows the end of a read ------------------- */
 
-/* How a read of the change stream ended (stream_worker.c). */
-typedef enum {
-   FW_READ_STOP,
-   FW_READ_REOPEN,       /* re-open at once where the position is (no backoff) */
-   FW_READ_FAILED,       /* the stream stopped for good (fw_stream_failed said why) */
-   FW_READ_ERROR,
-   FW_READ_INVALIDATED,
-   FW_READ_HISTORY_LOST,
-   FW_READ_PAUSE,        /* the admin endpoint asked to pause: checkpoint written */
-   FW_READ_RESTART,      /* the admin endpoint asked to restart: checkpoint written */
-   FW_READ_LOST,         /* ha: the lease's deadline passed: handling stopped */
-   FW_READ_NEXT          /* within a read only: no end, read on */
-} fw_read_end_t;
+/* fw_read_end_t: how a read of the change stream ended (stream_settle.h). */
 
 /* What the stream's thread keeps from one change stream to the next. */
 typedef struct fw_stream_run {
