@@ -17,6 +17,7 @@
 
 #include "flowwarden/batch_dispatch.h"
 #include "flowwarden/batch_lua.h"
+#include "flowwarden/check.h"
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
 #include "runtime/dispatch/batch-private.h"
@@ -298,9 +299,26 @@ one_by_one (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
    return all_finished ();
 }
 
+static fw_outcome_t batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
+                                    fw_outcome_kind_t *outcomes);
+
 fw_outcome_t
 fw_batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
                    fw_outcome_kind_t *outcomes)
+{
+#if FW_CHECKING
+   fw_lua_host_t *host = d->prog.host;
+   int top = lua_gettop (fw_lua_host_state (host));
+#endif
+   fw_outcome_t o = batch_dispatch (d, evs, n, outcomes);
+   /* The Lua stack is as it was, unless the program changed meanwhile. */
+   FW_ASSERT (d->prog.host != host || lua_gettop (fw_lua_host_state (host)) == top);
+   return o;
+}
+
+static fw_outcome_t
+batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
+                fw_outcome_kind_t *outcomes)
 {
    fw_batch_state_t *s;
    bool (*boundary) (void *ud) = d->at_attempt_boundary;

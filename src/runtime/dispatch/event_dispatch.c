@@ -12,8 +12,9 @@
 
 #include <lauxlib.h>
 
-#include "flowwarden/clock.h"
 #include "flowwarden/bson_lua.h"
+#include "flowwarden/check.h"
+#include "flowwarden/clock.h"
 #include "flowwarden/dlq_entry.h"
 #include "flowwarden/log.h"
 #include "flowwarden/lua_call.h"
@@ -164,8 +165,22 @@ policy_failed (fw_dispatcher_t *d, lua_State *L, decision_t *out)
  * stream's timeout: an on_error that runs away is stopped, logged and treated
  * as fw.RETHROW, and the standard policy still gets a budget of its own.
  */
+static void decide_in (fw_dispatcher_t *d, int attempt, fw_lua_stop_t stop, decision_t *out);
+
+/* decide takes the failure table off the stack, whatever path it took. */
 static void
 decide (fw_dispatcher_t *d, int attempt, fw_lua_stop_t stop, decision_t *out)
+{
+#if FW_CHECKING
+   lua_State *L = fw_lua_host_state (d->prog.host);
+   int top = lua_gettop (L);
+#endif
+   decide_in (d, attempt, stop, out);
+   FW_ASSERT (lua_gettop (L) == top - 1);
+}
+
+static void
+decide_in (fw_dispatcher_t *d, int attempt, fw_lua_stop_t stop, decision_t *out)
 {
    lua_State *L = fw_lua_host_state (d->prog.host);
    int failure = lua_gettop (L);
@@ -634,17 +649,18 @@ dead_letter_head (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *de
    fw_lua_stop_t stop;
    char id[1024];
    fw_outcome_t o;
+   lua_State *L = fw_lua_host_state (d->prog.host);
+   int top = lua_gettop (L);
 
    if (fw_park_enabled (d) && d->prog.cfg.dlq.enabled &&
        fw_park_key (d, ev, &stop) == FW_PARK_KEY_FAILED) {
-      lua_State *L = fw_lua_host_state (d->prog.host);
       const char *msg = lua_istable (L, -1) && lua_getfield (L, -1, "value") == LUA_TSTRING
                            ? lua_tostring (L, -1)
                            : "(no message)";
       fw_event_log_id (ev, id, sizeof id);
       fw_log (FW_LOG_ERROR, d->prog.cfg.name,
               "event %s: dlq.sequence_key failed (%s): its DLQ entry opens no sequence", id, msg);
-      lua_settop (L, 0);
+      lua_settop (L, top); /* its failure table and message */
    } else if (fw_park_enabled (d) && d->park.key) {
       switch (fw_park_take (d, true)) {
       case FW_PARK_OVERFLOW:
@@ -984,9 +1000,19 @@ static fw_outcome_t dispatch (fw_dispatcher_t *d, const fw_event_t *ev);
 fw_outcome_t
 fw_event_dispatch (fw_dispatcher_t *d, const fw_event_t *ev)
 {
+#if FW_CHECKING
+   fw_lua_host_t *host = d->prog.host;
+   int top = lua_gettop (fw_lua_host_state (host));
+#endif
    fw_outcome_t o = dispatch (d, ev);
    fw_park_end (d);
    fw_outage_event_end (d);
+   /* The Lua stack is as it was (unless a reload or a rebuild replaced
+    * the state), and a DLQ outcome names its entry. */
+   FW_ASSERT (d->prog.host != host || lua_gettop (fw_lua_host_state (host)) == top);
+   FW_ASSERT ((o.kind != FW_OUTCOME_DEAD_LETTERED && o.kind != FW_OUTCOME_PARKED &&
+               o.kind != FW_OUTCOME_DEFERRED) ||
+              o.entry_id[0]);
    return o;
 }
 

@@ -7,6 +7,7 @@
 #include "flowwarden/lua_host.h"
 #include "runtime/stream/stream_settle.h"
 
+#if FW_CHECKING
 /* A DLQ outcome names its stored entry. */
 static bool
 names_entry (const fw_outcome_t *o)
@@ -16,6 +17,7 @@ names_entry (const fw_outcome_t *o)
              ? true
              : o->entry_id && o->entry_id[0];
 }
+#endif
 
 fw_read_end_t
 fw_stream_settle (const fw_settle_place_t *place, const fw_outcome_t *o)
