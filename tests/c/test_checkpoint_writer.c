@@ -186,6 +186,8 @@ test_retries_after_error (void **state)
    cw = writer_over (&f, 20);
    submit (cw, 7, 0);
    assert_true (fake_wait (&f, 2));
+   /* The writer counts a write once the store answered it: wait for it. */
+   fw_checkpoint_writer_quiesce (cw);
    fw_checkpoint_writer_take_results (cw, &ok, &failed, &last_ok_ms);
    fw_checkpoint_writer_destroy (cw);
    assert_false (f.ok[0]);
