@@ -22,66 +22,6 @@
 #include "flowwarden/log.h"
 #include "runtime/dispatch/batch-private.h"
 
-typedef struct fw_batch_state {
-   fw_batch_view_t view;     /* the batch object's view: lives as long as d */
-   fw_dispatch_t **items;    /* cap ctx states, each its own allocation */
-   size_t cap;
-   fw_dispatch_t *one;       /* fw_batch_call_one's single item: d->dispatch */
-   bool one_marked;
-   fw_dispatcher_t *d;
-   const fw_event_t *const *evs; /* the batch in hand */
-   size_t n;
-   fw_outcome_kind_t *outcomes; /* the caller's, or NULL */
-   fw_outcome_t result;      /* why the batch ended early; HANDLED: it did not */
-   char last_error[512];     /* the last failed call's error, for the log */
-   fw_batch_stats_t stats;   /* batch_run's counts over d's life (splits go to the metrics) */
-} fw_batch_state_t;
-
-void
-fw_batch_state_free (fw_batch_state_t *s)
-{
-   if (!s) {
-      return;
-   }
-   for (size_t i = 0; i < s->cap; i++) {
-      free (s->items[i]);
-   }
-   free (s->items);
-   free (s);
-}
-
-/* d's batch state with room for n events; NULL when out of memory. Items
- * are never moved: a stale ctx may still point at one. */
-static fw_batch_state_t *
-state_for (fw_dispatcher_t *d, size_t n)
-{
-   fw_batch_state_t *s = d->batch;
-   fw_dispatch_t **items;
-
-   if (!s) {
-      if (!(s = calloc (1, sizeof *s))) {
-         return NULL;
-      }
-      s->view.errors_ref = LUA_NOREF;
-      d->batch = s;
-   }
-   s->d = d;
-   if (n <= s->cap) {
-      return s;
-   }
-   if (!(items = realloc (s->items, n * sizeof *items))) {
-      return NULL;
-   }
-   s->items = items;
-   for (; s->cap < n; s->cap++) {
-      if (!(items[s->cap] = calloc (1, sizeof **items))) {
-         return NULL;
-      }
-      items[s->cap]->cache_ref = LUA_NOREF;
-   }
-   return s;
-}
-
 bool
 fw_dispatcher_batching (const fw_dispatcher_t *d, int *max_events, int64_t *max_wait_ms)
 {
@@ -122,15 +62,6 @@ note_error (fw_batch_state_t *s, lua_State *L)
    snprintf (s->last_error, sizeof s->last_error, "%s%s%s", type ? type : "",
              type ? ": " : "", msg ? msg : "(an error without a message)");
    lua_settop (L, top);
-}
-
-void
-fw_batch_state_forget (fw_batch_state_t *s)
-{
-   for (size_t i = 0; s && i < s->cap; i++) {
-      s->items[i]->cache_ref = LUA_NOREF;
-      s->items[i]->cache_slots = 0;
-   }
 }
 
 /* The call is over: the ctx of its events and the batch object refuse use,
@@ -332,7 +263,7 @@ batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
       outcomes[i] = FW_OUTCOME_STOPPED; /* until it is finished with */
    }
    if (!fw_dispatcher_batching (d, NULL, NULL) || fw_park_enabled (d) ||
-       !(s = state_for (d, n))) {
+       !(s = fw_batch_state_for (d, n))) {
       return one_by_one (d, evs, n, outcomes); /* a sequenced DLQ: see fw_dispatcher_batching */
    }
    if (n == 1) { /* a quiet stream's batch: the per-event path at once */
@@ -363,53 +294,4 @@ batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
       s->result = (fw_outcome_t){FW_OUTCOME_FAILED, 0, 0, "", "", d->failure};
    }
    return s->result;
-}
-
-/* Protected: the failure table { value = batch:fail's error (view non-NULL)
- * or the message at 2, traceback = "" }. */
-static int
-pfailure (lua_State *L)
-{
-   const fw_batch_view_t *view = lua_touserdata (L, 1);
-   lua_createtable (L, 0, 2);
-   if (view) {
-      fw_batch_lua_push_error (L, view, 1);
-   } else {
-      lua_pushvalue (L, 2);
-   }
-   lua_setfield (L, -2, "value");
-   lua_pushliteral (L, "");
-   lua_setfield (L, -2, "traceback");
-   return 1;
-}
-
-bool
-fw_batch_call_one (fw_dispatcher_t *d, fw_lua_stop_t *stop)
-{
-   lua_State *L = fw_lua_host_state (d->prog.host);
-   fw_batch_state_t *s = state_for (d, 0);
-   bool ok;
-
-   if (!s) {
-      lua_pop (L, 1); /* the handler */
-      lua_pushcfunction (L, pfailure);
-      lua_pushnil (L);
-      lua_pushliteral (L, "not enough memory for the batch");
-      lua_pcall (L, 2, 1, 0); /* a memory error's message stands in for the table */
-      *stop = FW_LUA_STOP_MEMORY;
-      return false;
-   }
-   s->one = &d->dispatch;
-   s->one_marked = false;
-   s->view = (fw_batch_view_t){&s->one, 1, &s->one_marked, LUA_NOREF, s->view.generation};
-   ok = fw_lua_host_call_with (d->prog.host, 0, fw_batch_lua_push, &s->view, 0,
-                               d->prog.cfg.timeout_ms, stop);
-   if (ok && s->one_marked) {
-      lua_pushcfunction (L, pfailure);
-      lua_pushlightuserdata (L, &s->view);
-      lua_pcall (L, 1, 1, 0); /* a memory error's message stands in for the table */
-      ok = false;
-   }
-   fw_batch_lua_end (L, &s->view);
-   return ok;
 }

@@ -292,15 +292,6 @@ metadata_to_bson (fw_dispatcher_t *d, bson_t *out)
    }
 }
 
-/* The DLQ this stream writes to: its own, or, on a stream without one, the
- * script's default DLQ (seed 000: the store exists when any stream declares a
- * DLQ), which only ctx:send_to_dlq uses. */
-static const fw_dlq_config_t *
-dlq_config (const fw_dispatcher_t *d)
-{
-   return d->prog.cfg.dlq.enabled ? &d->prog.cfg.dlq : &d->prog.cfg.dlq_fallback;
-}
-
 /* The attempts of an event going to the DLQ: how many, when the first and
  * the last started (wall clock, ms), and, for a deferred retry, when the
  * next is due (0: a dead letter). */
@@ -544,7 +535,7 @@ dead_letter_raw (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec
    f.epoch = d->epoch; /* ha.mode = "leader": who wrote it */
    bson_t metadata, entry;
    char id[1024];
-   const fw_dlq_config_t *dlq = dlq_config (d);
+   const fw_dlq_config_t *dlq = fw_dispatcher_dlq_config (d);
    bool ok;
 
    /* A stream using the default DLQ opens it on its first send_to_dlq. */
@@ -612,7 +603,7 @@ finished (fw_dispatcher_t *d, fw_metrics_outcome_t outcome, int64_t mono_ns)
  * behind it (no error, attempts 0) instead of handled. False when it was
  * not parked (its sequence closed meanwhile): the caller handles it. */
 static bool
-park (fw_dispatcher_t *d, const fw_event_t *ev, fw_outcome_t *o)
+park_event (fw_dispatcher_t *d, const fw_event_t *ev, fw_outcome_t *o)
 {
    decision_t dec;
    int64_t now = d->clock.now_ms (d->clock.ud);
@@ -738,7 +729,7 @@ park_if_open (fw_dispatcher_t *d, const fw_event_t *ev, bool *check_park, bool *
    if (k != FW_PARK_KEY_FAILED) {
       *check_park = false;
    }
-   return k == FW_PARK_KEY_OK && fw_park_is_open (d) && park (d, ev, o);
+   return k == FW_PARK_KEY_OK && fw_park_is_open (d) && park_event (d, ev, o);
 }
 
 /* One call of the handler (none when the key function failed: the attempt
@@ -785,7 +776,7 @@ call_handler (fw_dispatcher_t *d, lua_State *L, int ref, int attempt, bool key_f
 /* The handler returned and asked for nothing else. end_ns: its end on
  * CLOCK_MONOTONIC, 0 without metrics. */
 static fw_outcome_t
-handled (fw_dispatcher_t *d, int attempt, int64_t end_ns)
+ended_handled (fw_dispatcher_t *d, int attempt, int64_t end_ns)
 {
    d->stats.handled++;
    fw_outage_handled (d);
@@ -995,7 +986,7 @@ after_failure (fw_dispatcher_t *d, const fw_event_t *ev, lua_State *L, bool ok, 
    return true;
 }
 
-static fw_outcome_t dispatch (fw_dispatcher_t *d, const fw_event_t *ev);
+static fw_outcome_t run_attempts (fw_dispatcher_t *d, const fw_event_t *ev);
 
 fw_outcome_t
 fw_event_dispatch (fw_dispatcher_t *d, const fw_event_t *ev)
@@ -1004,7 +995,7 @@ fw_event_dispatch (fw_dispatcher_t *d, const fw_event_t *ev)
    fw_lua_host_t *host = d->prog.host;
    int top = lua_gettop (fw_lua_host_state (host));
 #endif
-   fw_outcome_t o = dispatch (d, ev);
+   fw_outcome_t o = run_attempts (d, ev);
    fw_park_end (d);
    fw_outage_event_end (d);
    /* The Lua stack is as it was (unless a reload or a rebuild replaced
@@ -1017,7 +1008,7 @@ fw_event_dispatch (fw_dispatcher_t *d, const fw_event_t *ev)
 }
 
 static fw_outcome_t
-dispatch (fw_dispatcher_t *d, const fw_event_t *ev)
+run_attempts (fw_dispatcher_t *d, const fw_event_t *ev)
 {
    lua_State *L = fw_lua_host_state (d->prog.host);
    int ref;
@@ -1049,47 +1040,10 @@ dispatch (fw_dispatcher_t *d, const fw_event_t *ev)
          continue; /* failed in a full state: tried again on a rebuilt one */
       }
       if (ok && !d->dispatch.dlq_requested) {
-         return handled (d, attempt, t.end_ns);
+         return ended_handled (d, attempt, t.end_ns);
       }
       if (!after_failure (d, ev, L, ok, attempt, stop, &t, &o)) {
          return o;
-      }
-   }
-}
-
-bool
-fw_dispatcher_open_dlq (fw_dispatcher_t *d)
-{
-   fw_error_t err;
-   const fw_dlq_config_t *dlq = dlq_config (d);
-
-   if (dlq->memory) {
-      /* Seed 004's in-memory variant: nothing to connect to; a sequenced
-       * DLQ's sequences are kept beside its entries. */
-      d->dlq = fw_dlq_store_memory_new (&err);
-      if (!d->dlq) {
-         fw_log (FW_LOG_ERROR, d->prog.cfg.name, "%s", err.message);
-      }
-      return d->dlq != NULL;
-   }
-   for (int tries = 1;; tries++) {
-      /* A DLQ on a named connection (seed 002's roadmap: mongoTemplateRef). */
-      mongoc_client_t *client = dlq->connection
-                                   ? fw_connection_clients_get (d->clients, dlq->connection, &err)
-                                   : d->client;
-      d->dlq = client ? fw_dlq_store_mongo_new (client,
-                                                dlq->database ? dlq->database : d->prog.cfg.database,
-                                                dlq->collection, dlq->write_concern_tag,
-                                                dlq->write_concern_w, &err)
-                      : NULL;
-      if (d->dlq) {
-         return true;
-      }
-      int64_t delay = fw_backoff_delay_ms (&d->prog.cfg.restart, tries, fw_backoff_random (&d->rng));
-      fw_log (FW_LOG_ERROR, d->prog.cfg.name, "%s; retrying in %lld ms", err.message,
-              (long long) delay);
-      if (d->clock.wait_ms (d->clock.ud, delay)) {
-         return false;
       }
    }
 }

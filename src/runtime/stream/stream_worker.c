@@ -39,18 +39,6 @@ fw_stream_worker_stop (fw_stream_worker_t *w)
    fw_shutdown_request (w->shutdown);
 }
 
-bool
-fw_stream_worker_finished (const fw_stream_worker_t *w)
-{
-   return __atomic_load_n (&w->thread.finished, __ATOMIC_ACQUIRE);
-}
-
-bool
-fw_stream_worker_running (const fw_stream_worker_t *w)
-{
-   return w->thread.started && !w->thread.joined && !fw_stream_worker_finished (w);
-}
-
 /* --- opening ------------------------------------------------------------- */
 
 /* The server ended the change stream for good (ChangeStreamFatalError), e.g.
@@ -399,7 +387,7 @@ static bool
 oversize_stub (here_t *h, const fw_event_t *ev, int64_t size, fw_outcome_t *o,
                fw_read_end_t *end)
 {
-   char eid[1024], what[1400];
+   char eid[1024], what[2200];
    fw_settle_place_t place = here_place (h);
 
    *o = fw_event_dispatch_oversize (h->w->d, ev, size);
