@@ -375,8 +375,8 @@ unreadable_event (here_t *h, fw_event_t *ev, const fw_error_t *err)
              named ? eid : "(no usable resume token)", err->message);
    place.no_dlq_why = what;
    h->note_level = FW_LOG_ERROR;
-   snprintf (h->note, sizeof h->note, "unreadable change event %s dead-lettered: %.1000s", eid,
-             err->message);
+   snprintf (h->note, sizeof h->note, "unreadable change event %.300s dead-lettered: %.1000s",
+             eid, err->message);
    return fw_stream_settle (&place, &o);
 }
 
