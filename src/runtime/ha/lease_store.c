@@ -5,7 +5,7 @@
  */
 #include <string.h>
 
-#include "flowwarden/checkpoint_store.h"
+#include "flowwarden/collection_names.h"
 #include "runtime/ha/lease-private.h"
 
 #define ERR_DUPLICATE_KEY 11000
