@@ -98,7 +98,7 @@ op_call (void *ud, const size_t *idx, size_t n, int attempt, bool *marked)
    int64_t start = fw_mono_ns ();
    bool ok;
 
-   if (d->lease && !fw_lease_is_leader (d->lease, NULL)) {
+   if (d->lead.lease && !fw_lease_is_leader (d->lead.lease, NULL)) {
       s->result = stopped (); /* ha: the batch comes back to the next leader */
       return FW_BATCH_CALL_STOPPED;
    }
@@ -252,12 +252,12 @@ batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
                 fw_outcome_kind_t *outcomes)
 {
    fw_batch_state_t *s;
-   bool (*boundary) (void *ud) = d->at_attempt_boundary;
+   bool (*boundary) (void *ud) = d->boundary.fn;
    bool ok;
 
    /* A reload takes effect between batches, never inside one. */
    if (boundary) {
-      boundary (d->boundary_ud);
+      boundary (d->boundary.ud);
    }
    for (size_t i = 0; outcomes && i < n; i++) {
       outcomes[i] = FW_OUTCOME_STOPPED; /* until it is finished with */
@@ -280,18 +280,18 @@ batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
    s->outcomes = outcomes;
    s->result = all_finished ();
    s->last_error[0] = '\0';
-   d->at_attempt_boundary = NULL;
+   d->boundary.fn = NULL;
    int64_t splits = s->stats.splits;
    ok = fw_batch_run (&ops, n, &s->stats);
-   d->at_attempt_boundary = boundary;
+   d->boundary.fn = boundary;
    if (d->metrics) {
       fw_stream_metrics_batch (d->metrics, n, (uint64_t) (s->stats.splits - splits));
    }
    s->evs = NULL;
    s->outcomes = NULL;
    if (!ok && fw_outcome_finished (s->result.kind)) {
-      snprintf (d->failure, sizeof d->failure, "out of memory taking a batch of %zu events", n);
-      s->result = (fw_outcome_t){FW_OUTCOME_FAILED, 0, 0, "", "", d->failure};
+      snprintf (d->out.failure, sizeof d->out.failure, "out of memory taking a batch of %zu events", n);
+      s->result = (fw_outcome_t){FW_OUTCOME_FAILED, 0, 0, "", "", d->out.failure};
    }
    return s->result;
 }

@@ -61,6 +61,7 @@ typedef struct {
    char entry_id[128];
    char type[128];
    char message[1024];
+   char failure[1200];         /* why the stream stops, with FW_OUTCOME_FAILED */
 } fw_outcome_text_t;
 
 /* flowwarden test's recorder: after every failed attempt, the decided error
@@ -120,10 +121,14 @@ struct fw_dispatcher {
    mongoc_client_t *client;    /* the running thread's (fw_dispatcher_bind) */
    fw_shutdown_t *shutdown;    /* borrowed: the stream's stop */
    fw_stream_metrics_t *metrics; /* borrowed: the stream's block, or NULL */
-   fw_lease_t *lease;          /* borrowed: ha.mode = "leader", else NULL */
-   int64_t epoch;              /* the epoch the stream leads with; 0: not leading */
-   bool (*at_attempt_boundary) (void *ud); /* see fw_dispatcher_set_boundary */
-   void *boundary_ud;
+   struct {
+      fw_lease_t *lease;       /* borrowed: ha.mode = "leader", else NULL */
+      int64_t epoch;           /* the epoch the stream leads with; 0: not leading */
+   } lead;
+   struct {
+      bool (*fn) (void *ud);   /* see fw_dispatcher_set_boundary */
+      void *ud;
+   } boundary;
    fw_stream_clock_t clock;
    const fw_dispatch_hooks_t *hooks; /* flowwarden test's recorder, else NULL */
    fw_replay_hook_t *replay;   /* a dead letter is being replayed, else NULL */
@@ -137,7 +142,6 @@ struct fw_dispatcher {
       int64_t until_ns;        /* ... again from this CLOCK_MONOTONIC time on */
    } wall;
    fw_park_state_t park;
-   char failure[1200];         /* why the stream stops, with FW_OUTCOME_FAILED */
    fw_outcome_text_t out;      /* what the last outcome's strings point to */
    fw_state_rebuild_t rebuild; /* a full Lua state built afresh (state_rebuild.c) */
    fw_outage_t outage;         /* circuit breaker, rate limit (outage.c) */
@@ -195,7 +199,7 @@ bool fw_park_is_open (const fw_dispatcher_t *d);
 typedef enum {
    FW_PARK_TAKEN,    /* d->park.index is the entry's sequenceIndex */
    FW_PARK_CLOSED,   /* park: the sequence was closed meanwhile; handle the event */
-   FW_PARK_OVERFLOW, /* max_sequences or max_sequence_size: d->failure says which */
+   FW_PARK_OVERFLOW, /* max_sequences or max_sequence_size: d->out.failure says which */
    FW_PARK_STOPPED   /* shutdown while the server failed */
 } fw_park_take_t;
 

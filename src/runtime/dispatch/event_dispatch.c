@@ -39,12 +39,12 @@ outcome (fw_outcome_kind_t kind, int attempts)
    return (fw_outcome_t){kind, attempts, 0, "", "", ""};
 }
 
-/* The stream must stop before the event: d->failure says why. */
+/* The stream must stop before the event: d->out.failure says why. */
 static fw_outcome_t
 failed (fw_dispatcher_t *d, int attempts)
 {
    fw_outcome_t o = outcome (FW_OUTCOME_FAILED, attempts);
-   o.error = d->failure;
+   o.error = d->out.failure;
    return o;
 }
 
@@ -532,7 +532,7 @@ dead_letter_raw (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec
                  const dlq_attempts_t *a, const bson_t *raw)
 {
    fw_dlq_failure_t f = {0};
-   f.epoch = d->epoch; /* ha.mode = "leader": who wrote it */
+   f.epoch = d->lead.epoch; /* ha.mode = "leader": who wrote it */
    bson_t metadata, entry;
    char id[1024];
    const fw_dlq_config_t *dlq = fw_dispatcher_dlq_config (d);
@@ -683,7 +683,7 @@ attempt_may_start (fw_dispatcher_t *d, const fw_event_t *ev, int attempt, lua_St
 {
    /* ha.mode = "leader": no handler call past the lease's deadline; the
     * event comes back to the next leader. */
-   if (d->lease && !fw_lease_is_leader (d->lease, NULL)) {
+   if (d->lead.lease && !fw_lease_is_leader (d->lead.lease, NULL)) {
       *o = outcome (FW_OUTCOME_STOPPED, attempt - 1);
       return false;
    }
@@ -695,7 +695,7 @@ attempt_may_start (fw_dispatcher_t *d, const fw_event_t *ev, int attempt, lua_St
    }
    /* A reload takes effect here: this attempt runs the new code, and the
     * attempt count carries on. So does a full state's rebuild. */
-   bool switched = d->at_attempt_boundary && d->at_attempt_boundary (d->boundary_ud);
+   bool switched = d->boundary.fn && d->boundary.fn (d->boundary.ud);
    if (!switched && d->rebuild.pending) {
       if (!fw_state_rebuild (d)) {
          *o = failed (d, attempt - 1);

@@ -107,7 +107,7 @@ fw_stream_worker_build_lanes (fw_stream_worker_t *w, fw_stream_lane_loader_t loa
    if (n <= 1) {
       return true;
    }
-   if (!(w->lane_d = calloc ((size_t) n, sizeof *w->lane_d))) {
+   if (!(w->lane.d = calloc ((size_t) n, sizeof *w->lane.d))) {
       fw_error_set (error, FW_ERROR_NOMEM, "out of memory building the lanes of stream \"%s\"",
                     w->cfg->name);
       return false;
@@ -120,7 +120,7 @@ fw_stream_worker_build_lanes (fw_stream_worker_t *w, fw_stream_lane_loader_t loa
          return false; /* the lanes built so far go with w */
       }
       fw_dispatcher_set_loader (ld, load, ud);
-      w->lane_d[w->n_lane_d++] = ld; /* fw.state is the stream's: shared below */
+      w->lane.d[w->lane.n++] = ld; /* fw.state is the stream's: shared below */
    }
    fw_stream_state_attach (w);
    return true;
@@ -398,7 +398,7 @@ static bool
 lanes_start (fw_stream_worker_t *w)
 {
    fw_stream_lanes_t *ls = calloc (1, sizeof *ls);
-   int n = w->n_lane_d;
+   int n = w->lane.n;
 
    if (!ls || !(ls->lane = calloc ((size_t) n, sizeof *ls->lane)) ||
        !(ls->slot = calloc (WINDOW, sizeof *ls->slot))) {
@@ -419,7 +419,7 @@ lanes_start (fw_stream_worker_t *w)
    for (int i = 0; i < n; i++) {
       lane_t *l = &ls->lane[i];
       l->ls = ls;
-      l->d = w->lane_d[i];
+      l->d = w->lane.d[i];
       l->pool = w->pool;
       l->shutdown = w->shutdown;
       l->metrics = w->metrics;
@@ -548,13 +548,13 @@ fw_stream_lanes_boundary (fw_stream_worker_t *w, fw_position_t *p)
          }
          fw_stream_lanes_stop (w, p);
       }
-      if (fw_stream_reload_apply (w) && w->n_lane_d > 1) {
+      if (fw_stream_reload_apply (w) && w->lane.n > 1) {
          fw_log (FW_LOG_INFO, w->cfg->name,
                  "reload: all %d lanes switch to version %s after the same event (lanes drained)",
-                 w->n_lane_d, fw_lua_host_version (fw_dispatcher_host (w->d)));
+                 w->lane.n, fw_lua_host_version (fw_dispatcher_host (w->d)));
       }
    }
-   if (!w->lanes && w->n_lane_d > 1) {
+   if (!w->lanes && w->lane.n > 1) {
       return lanes_start (w);
    }
    return true;
@@ -699,7 +699,7 @@ pending_has_lanes (fw_stream_worker_t *w)
 {
    bool lanes;
    pthread_mutex_lock (&w->pending.mu);
-   lanes = w->pending.next && w->pending.next->n_lane_d > 1;
+   lanes = w->pending.next && w->pending.next->lane.n > 1;
    pthread_mutex_unlock (&w->pending.mu);
    return lanes;
 }

@@ -20,12 +20,12 @@ fw_stream_lease_new (fw_stream_worker_t *w, fw_error_t *err)
    if (!w->cfg->ha_shared) {
       return fw_lease_new (uri, w->cfg->database, w->cfg->name, w->cfg->ha_lease_ms, NULL, err);
    }
-   if (!(w->shared = fw_shared_group_join (uri, w->cfg->database, w->cfg->ha_lease_ms, err))) {
+   if (!(w->shared.group = fw_shared_group_join (uri, w->cfg->database, w->cfg->ha_lease_ms, err))) {
       return NULL;
    }
-   if (!(l = fw_shared_group_lease (w->shared, uri, w->cfg->name, err))) {
-      fw_shared_group_leave (w->shared);
-      w->shared = NULL;
+   if (!(l = fw_shared_group_lease (w->shared.group, uri, w->cfg->name, err))) {
+      fw_shared_group_leave (w->shared.group);
+      w->shared.group = NULL;
    }
    return l;
 }
@@ -33,7 +33,7 @@ fw_stream_lease_new (fw_stream_worker_t *w, fw_error_t *err)
 bool
 fw_stream_over_share (fw_stream_worker_t *w)
 {
-   return w->shared && w->lease && fw_shared_should_yield (w->shared, w->lease);
+   return w->shared.group && w->lead.lease && fw_shared_should_yield (w->shared.group, w->lead.lease);
 }
 
 bool
@@ -42,19 +42,19 @@ fw_stream_yield_unit (fw_stream_worker_t *w)
    if (!fw_stream_over_share (w)) {
       return false;
    }
-   fw_shared_yield (w->shared, w->lease, w->cfg->name);
+   fw_shared_yield (w->shared.group, w->lead.lease, w->cfg->name);
    return true;
 }
 
 void
 fw_stream_lease_destroy (fw_stream_worker_t *w)
 {
-   if (w->shared && w->lease) {
-      fw_shared_group_remove (w->shared, w->lease);
+   if (w->shared.group && w->lead.lease) {
+      fw_shared_group_remove (w->shared.group, w->lead.lease);
    }
-   fw_lease_destroy (w->lease);
-   fw_shared_group_leave (w->shared);
-   w->shared = NULL;
+   fw_lease_destroy (w->lead.lease);
+   fw_shared_group_leave (w->shared.group);
+   w->shared.group = NULL;
 }
 
 void
@@ -69,41 +69,41 @@ fw_stream_shared_set_metrics (fw_stream_worker_t *w, fw_metrics_t *registry)
    fw_metric_t *h, *m;
    fw_error_t err;
 
-   w->shared_held = w->shared_members = NULL;
+   w->shared.held = w->shared.members = NULL;
    if (!w->cfg->ha_shared || !registry || !w->metrics) {
       return;
    }
    if ((h = fw_metrics_define_own (registry, &held, &err)) &&
        (m = fw_metrics_define_own (registry, &members, &err))) {
-      w->shared_held = fw_metric_series_get (h, w->metrics, NULL);
-      w->shared_members = fw_metric_series_get (m, w->metrics, NULL);
+      w->shared.held = fw_metric_series_get (h, w->metrics, NULL);
+      w->shared.members = fw_metric_series_get (m, w->metrics, NULL);
    }
 }
 
 void
 fw_stream_shared_observe (fw_stream_worker_t *w)
 {
-   int64_t now, seen = __atomic_load_n (&w->shared_seen_ms, __ATOMIC_RELAXED);
+   int64_t now, seen = __atomic_load_n (&w->shared.seen_ms, __ATOMIC_RELAXED);
    fw_shared_figures_t f;
    fw_lease_status_t st;
    bool leading;
 
-   if (!w->shared || !w->lease || (now = fw_mono_ms ()) - seen < 500 ||
-       !__atomic_compare_exchange_n (&w->shared_seen_ms, &seen, now, false, __ATOMIC_RELAXED,
+   if (!w->shared.group || !w->lead.lease || (now = fw_mono_ms ()) - seen < 500 ||
+       !__atomic_compare_exchange_n (&w->shared.seen_ms, &seen, now, false, __ATOMIC_RELAXED,
                                      __ATOMIC_RELAXED)) {
       return;
    }
-   fw_shared_group_figures (w->shared, &f);
-   leading = fw_lease_is_leader (w->lease, NULL);
-   if (w->shared_held) {
-      fw_metric_series_set (w->shared_held, leading ? 1.0 : 0.0);
+   fw_shared_group_figures (w->shared.group, &f);
+   leading = fw_lease_is_leader (w->lead.lease, NULL);
+   if (w->shared.held) {
+      fw_metric_series_set (w->shared.held, leading ? 1.0 : 0.0);
    }
-   if (w->shared_members) {
-      fw_metric_series_set (w->shared_members, (double) f.members);
+   if (w->shared.members) {
+      fw_metric_series_set (w->shared.members, (double) f.members);
    }
    if (!leading && w->metrics) {
       char msg[400];
-      fw_lease_status (w->lease, &st);
+      fw_lease_status (w->lead.lease, &st);
       snprintf (msg, sizeof msg,
                 "standby (shared): unit held by %s; %d member%s, this instance holds %d of %d "
                 "units (share %d)", st.holder[0] ? st.holder : "nobody (free)", f.members,

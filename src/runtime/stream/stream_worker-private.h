@@ -61,29 +61,36 @@ struct fw_stream_worker {
       bool unavailable;         /* the writer could not start: checkpoints are synchronous */
       int64_t epoch;            /* the epoch the writer fences with */
    } ckpt;
-   /* ha.mode = "leader" (lease.h): */
-   fw_lease_t *lease;          /* the stream's lease, NULL without ha */
-   int64_t epoch;              /* the epoch this thread leads with; 0: not leading */
-   struct fw_shared_group *shared; /* ha.mode = "shared": the units' group (stream_shared.c) */
-   fw_metric_series_t *shared_held;    /* ... its gauges flowwarden_units_held, _members */
-   fw_metric_series_t *shared_members;
-   int64_t shared_seen_ms;             /* when they were last set (atomic) */
+   struct {                    /* ha.mode = "leader" (lease.h): */
+      fw_lease_t *lease;       /* the stream's lease, NULL without ha */
+      int64_t epoch;           /* the epoch this thread leads with; 0: not leading */
+   } lead;
+   struct {
+      struct fw_shared_group *group; /* ha.mode = "shared": the units' group (stream_shared.c) */
+      fw_metric_series_t *held;      /* ... its gauges flowwarden_units_held, _members */
+      fw_metric_series_t *members;
+      int64_t seen_ms;               /* when they were last set (atomic) */
+   } shared;
    char failure[1200];         /* why the stream stops */
    /* Per-key lanes (stream_lanes.c, issue 16), cfg->lanes > 1: */
    int index;                  /* the stream's index in its script */
    fw_connections_t *conns;    /* borrowed (fw_stream_worker_new's) */
-   fw_dispatcher_t **lane_d;   /* the lanes' dispatchers (cfg->lanes, each with a Lua state
+   struct {
+      fw_dispatcher_t **d;     /* the lanes' dispatchers (cfg->lanes, each with a Lua state
                                 * of its own): built with the program, swapped with it by a
                                 * reload; NULL: no lanes */
-   int n_lane_d;
+      int n;
+   } lane;
    struct fw_stream_lanes *lanes; /* the running lanes (threads, queues, watermark), owned
                                    * by the stream's thread; NULL: events handled here */
    const bson_t *batch_held;   /* on_batch: read while taking a batch but not of it, to be
                                 * taken next (the reader's, stream_batch.c); else NULL */
-   struct fw_stream_snap *snap; /* the incremental snapshot running (stream_snapshot.c),
-                                 * owned by the stream's thread; NULL: none */
-   bson_t *snap_request;        /* an on-demand snapshot asked (its filter; empty: all),
-                                 * exchanged atomically with the admin endpoint */
+   struct {
+      struct fw_stream_snap *run; /* the incremental snapshot running (stream_snapshot.c),
+                                   * owned by the stream's thread; NULL: none */
+      bson_t *request;            /* an on-demand snapshot asked (its filter; empty: all),
+                                   * exchanged atomically with the admin endpoint */
+   } snap;
 };
 
 /* What the admin endpoint asked the stream's thread to do. */

@@ -229,7 +229,7 @@ event_boundary (fw_stream_worker_t *w, fw_position_t *p)
    if (control == W_CONTROL_RESUME) {
       fw_stream_control_take (w); /* not paused: nothing to do */
    }
-   if (w->lanes || w->n_lane_d > 1) {
+   if (w->lanes || w->lane.n > 1) {
       if (!fw_stream_lanes_boundary (w, p)) { /* a reload waits for every lane */
          if (fw_shutdown_requested (w->shutdown)) {
             return FW_READ_STOP;
@@ -640,7 +640,7 @@ run_setup (fw_stream_worker_t *w, fw_stream_run_t *run)
       return false;
    }
    if (w->cfg->ha_leader) {
-      if (!(w->lease = fw_stream_lease_new (w, &err))) { /* stream_shared.c */
+      if (!(w->lead.lease = fw_stream_lease_new (w, &err))) { /* stream_shared.c */
          fw_stream_failed (w, err.message);
          return false;
       }
@@ -670,13 +670,13 @@ run_teardown (fw_stream_worker_t *w, fw_stream_run_t *run)
    fw_checkpoint_writer_destroy (w->ckpt.writer); /* idle since the save: gives its client back */
    w->ckpt.writer = NULL;
    w->ckpt.epoch = 0;
-   if (w->lease) {
+   if (w->lead.lease) {
       /* After the final checkpoint: the standby that takes over at once
        * starts where this leader stopped. */
-      fw_lease_release (w->lease, 2000);
+      fw_lease_release (w->lead.lease, 2000);
       fw_stream_lease_destroy (w);
-      w->lease = NULL;
-      w->epoch = 0;
+      w->lead.lease = NULL;
+      w->lead.epoch = 0;
       fw_dispatcher_set_lead (w->d, NULL, 0);
       fw_stream_set_role (w, FW_STREAM_ROLE_STANDBY);
    }
@@ -774,7 +774,7 @@ open_and_read (fw_stream_worker_t *w, fw_stream_run_t *run, bool *progressed)
                                                : w->cfg->start_at,
                                w->cfg->split_large_events && !p->split_rejected &&
                                   !p->unsplittable,
-                               w->snap != NULL, gen.has_stage ? &gen.stage : NULL);
+                               w->snap.run != NULL, gen.has_stage ? &gen.stage : NULL);
    fw_generation_cleanup (&gen);
    if (cs && mongoc_change_stream_error_document (cs, &berr, &reply)) {
       end = error_end (w, p, NULL, &berr);

@@ -621,7 +621,7 @@ dispatch_captured (fw_test_app_t *app, fw_dispatcher_t *d, fw_test_capture_ud_t 
    r = parsed ? fw_event_dispatch (d, ev) : fw_event_dispatch_unreadable (d, ev, why);
    if (r.kind == FW_OUTCOME_FAILED) {
       /* As run logs it; the next deliver goes on (run's restart would). */
-      fw_log (FW_LOG_ERROR, d->prog.cfg.name, "STREAM STOPPED: %s", d->failure);
+      fw_log (FW_LOG_ERROR, d->prog.cfg.name, "STREAM STOPPED: %s", d->out.failure);
    }
    fw_test__end_capture (app);
    return r;
@@ -651,7 +651,7 @@ deliver_outcome (const fw_outcome_t *r, const fw_test_capture_ud_t *u, bool *ran
    case FW_OUTCOME_NO_DLQ:
    case FW_OUTCOME_FAILED:
       /* run would stop the stream before the event: an unreadable event and
-       * no DLQ, or a sequenced DLQ's overflow (d->failure says which): in
+       * no DLQ, or a sequenced DLQ's overflow (d->out.failure says which): in
        * opening a sequence after failed attempts, or in parking before any. */
       *ran = *ran && u->c.n_errors > 0;
       return "stopped";
