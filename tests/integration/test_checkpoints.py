@@ -101,10 +101,10 @@ class StopAndRestart(StandInTestCase):
             self.assertEqual(r["eid"], first_ids[r["n"]])
         self.assertEqual(p2.stop(), 0)
 
-    def test_stored_checkpoint_keeps_up_while_running_sync(self):
+    def test_sync_checkpoint_keeps_up_while_running(self):
         self.checkpoint_keeps_up(save_every=5, extra_cp=SYNC, bound=5)
 
-    def test_stored_checkpoint_keeps_up_while_running_async(self):
+    def test_async_checkpoint_keeps_up_while_running(self):
         self.checkpoint_keeps_up(save_every=5, extra_cp="", bound=ASYNC_FACTOR * 5)
 
     def checkpoint_keeps_up(self, save_every, extra_cp, bound):
