@@ -1,15 +1,15 @@
 /*
  * stream_read-private.h - what a stream's thread reads with, below the
  * stream itself: the reader (read-ahead), split and oversize events, and
- * what the server can take. None of it knows the stream worker; the
- * oversize policy hands its stubs to the dispatcher.
+ * what the server can take. None of it knows the stream worker or the
+ * dispatcher: the oversize policy tells its stubs, the stream dead-letters
+ * them.
  */
 #ifndef FLOWWARDEN_STREAM_READ_PRIVATE_H
 #define FLOWWARDEN_STREAM_READ_PRIVATE_H
 
 #include <mongoc/mongoc.h>
 
-#include "flowwarden/dispatcher.h"
 #include "flowwarden/error.h"
 #include "flowwarden/event.h"
 #include "flowwarden/stream_config.h"
