@@ -388,7 +388,7 @@ dispatch_batch (fw_dispatcher_t *d, const ring_t *r, uint64_t i, size_t k)
       ptrs[j] = &evs[j];
       fw_dispatcher_count_received (d, &evs[j]);
    }
-   return fw_batch_dispatch (d, ptrs, k, NULL) == FW_DISPATCH_DONE;
+   return fw_outcome_finished (fw_batch_dispatch (d, ptrs, k, NULL).kind);
 }
 
 static bool
@@ -459,7 +459,7 @@ run_dispatch (const char *name, const char *prelude, const char *body, const rin
          break;
       }
       fw_dispatcher_count_received (d, &parsed);
-      if (fw_event_dispatch (d, &parsed) != FW_DISPATCH_DONE) {
+      if (!fw_outcome_finished (fw_event_dispatch (d, &parsed).kind)) {
          fprintf (stderr, "%s: dispatch stopped\n", name);
          ok = false;
          break;

@@ -19,22 +19,14 @@
  * (may be NULL) are its batch settings. */
 bool fw_dispatcher_batching (const fw_dispatcher_t *d, int *max_events, int64_t *max_wait_ms);
 
-/* What became of one event of a batch. */
-typedef enum {
-   FW_BATCH_OUT_NONE = 0, /* not finished with (the batch stopped), or no handler */
-   FW_BATCH_OUT_HANDLED,
-   FW_BATCH_OUT_DLQ,
-   FW_BATCH_OUT_SKIPPED,
-   FW_BATCH_OUT_LOST,
-   FW_BATCH_OUT_PARKED
-} fw_batch_outcome_t;
-
 /* Runs the n events evs[0..n) (parsed, valid until it returns, in stream
- * order) through on_batch. FW_DISPATCH_DONE: every event is finished with
- * (handled, or given to on_error / the DLQ); otherwise the batch must come
- * back (STOPPED) or the stream stop before it (FAILED, NO_DLQ), as with
- * fw_event_dispatch. outcomes (n entries, or NULL) gets each event's. */
-fw_dispatch_result_t fw_batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs,
-                                        size_t n, fw_batch_outcome_t *outcomes);
+ * order) through on_batch. Its outcome is FW_OUTCOME_HANDLED when every
+ * event is finished with (handled, or given to on_error / the DLQ);
+ * otherwise the one that ended the batch early, which must come back
+ * (fw_outcome_comes_back) or stop the stream before it, as with
+ * fw_event_dispatch. outcomes (n entries, or NULL) gets each event's kind
+ * (FW_OUTCOME_STOPPED for one not finished with). */
+fw_outcome_t fw_batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
+                                fw_outcome_kind_t *outcomes);
 
 #endif

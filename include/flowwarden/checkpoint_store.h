@@ -14,9 +14,9 @@
 
 #include <mongoc/mongoc.h>
 
+#include "flowwarden/collection_names.h"
 #include "flowwarden/error.h"
 
-#define FW_CHECKPOINT_COLLECTION "_fw_checkpoints"
 
 typedef struct {
    bool has_processed;

@@ -23,6 +23,26 @@
 
 typedef struct fw_checkpoint_writer fw_checkpoint_writer_t;
 
+/* Where a writer stores its positions: the checkpoint store on MongoDB
+ * (fw_checkpoint_writer_new), or a test's fake. Every call is on the
+ * writer's thread: open once as it starts, write per position (processed
+ * and seen may be NULL; epoch > 0: fenced with it), close as it ends. */
+typedef struct {
+   void (*open) (void *ud);
+   bool (*write) (void *ud, const bson_t *processed, const bson_t *seen, const char *version,
+                  int64_t epoch, fw_error_t *error);
+   void (*close) (void *ud);
+   void *ud;
+} fw_checkpoint_sink_t;
+
+/* A writer over sink (copied; its ud must outlive the writer) for the log
+ * lines of stream (copied). retry_ms: how long a failed write waits for
+ * its retry unless a newer position comes first. NULL (error set) when
+ * its thread cannot start. */
+fw_checkpoint_writer_t *fw_checkpoint_writer_start (const fw_checkpoint_sink_t *sink,
+                                                    const char *stream, int64_t retry_ms,
+                                                    fw_error_t *error);
+
 /* Starts the writer of stream's checkpoint in database (both copied). Its
  * thread pops a client from pool and pushes it back when destroyed. NULL
  * (error set) when the thread cannot start. */

@@ -23,6 +23,7 @@
 #include "flowwarden/lease.h"
 #include "flowwarden/lua_host.h"
 #include "flowwarden/metrics.h"
+#include "flowwarden/outcome.h"
 #include "flowwarden/shutdown.h"
 #include "flowwarden/state_store.h"
 #include "flowwarden/stream_config.h"
@@ -112,7 +113,7 @@ typedef fw_lua_host_t *(*fw_dispatcher_loader_t) (void *ud, fw_error_t *error);
  * (same script version; fw.state kept, globals start afresh) and the event
  * retried on it. A state that fills up again within
  * FW_STATE_REFILL_EVENTS events of its rebuild (the event it was rebuilt
- * for counting as the first) stops the stream instead (FW_DISPATCH_FAILED,
+ * for counting as the first) stops the stream instead (FW_OUTCOME_FAILED,
  * fw_dispatcher_failure says why). Without a loader (NULL, the default)
  * nothing is rebuilt. ud is borrowed and must outlive d; load is called on
  * the thread running d. */
@@ -133,34 +134,27 @@ void fw_dispatcher_add_stats (fw_dispatcher_t *d, fw_dispatcher_t *from);
 /* d's counts so far. */
 void fw_dispatcher_stats (const fw_dispatcher_t *d, fw_stream_stats_t *out);
 
-/* Why the stream must stop after FW_DISPATCH_FAILED. */
+/* Why the stream must stop after FW_OUTCOME_FAILED. */
 const char *fw_dispatcher_failure (const fw_dispatcher_t *d);
 
 /* When the dispatcher last finished an event (wall clock, ms; with metrics). */
 int64_t fw_dispatcher_finished_ms (const fw_dispatcher_t *d);
 
-typedef enum {
-   FW_DISPATCH_DONE,    /* the event is finished with: checkpoint may pass it */
-   FW_DISPATCH_STOPPED, /* shutdown came first: the event must come back */
-   FW_DISPATCH_NO_DLQ,  /* an unreadable event and no DLQ to keep it: the stream stops */
-   FW_DISPATCH_FAILED   /* the stream must stop before the event (fw_dispatcher_failure) */
-} fw_dispatch_result_t;
-
 /* Runs the handlers for one parsed event with the stream's retry and DLQ
- * policy. The event must stay valid until it returns. */
-fw_dispatch_result_t fw_event_dispatch (fw_dispatcher_t *d, const fw_event_t *ev);
+ * policy, and says what became of it (flowwarden/outcome.h): it moves no
+ * position, its caller settles the outcome. The event must stay valid
+ * until it returns; the outcome's strings until d's next event. */
+fw_outcome_t fw_event_dispatch (fw_dispatcher_t *d, const fw_event_t *ev);
 
 /* An event fw_event_parse refused (why says how) but that has its resume
  * token: dead-lettered whole (rawEvent, error type MalformedEvent) so the
- * stream can go on; FW_DISPATCH_NO_DLQ when the stream has no DLQ. */
-fw_dispatch_result_t fw_event_dispatch_unreadable (fw_dispatcher_t *d, fw_event_t *ev,
-                                                  const char *why);
+ * stream can go on; FW_OUTCOME_NO_DLQ when the stream has no DLQ. */
+fw_outcome_t fw_event_dispatch_unreadable (fw_dispatcher_t *d, fw_event_t *ev, const char *why);
 
 /* An event oversize = "skip" turned into a stub: dead-lettered without its
  * document (error type OversizeEvent, the message gives its size), so the
  * stream goes on and nothing vanishes unseen. */
-fw_dispatch_result_t fw_event_dispatch_oversize (fw_dispatcher_t *d, const fw_event_t *ev,
-                                                int64_t size);
+fw_outcome_t fw_event_dispatch_oversize (fw_dispatcher_t *d, const fw_event_t *ev, int64_t size);
 
 /* Opens the DLQ store, retrying with the restart backoff until it works or a
  * shutdown is asked. Returns false only on shutdown. */

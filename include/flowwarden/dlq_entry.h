@@ -64,4 +64,10 @@ void fw_dlq_operation_type (const char *op, char *buf, size_t len);
  * it, into buf (truncated to len). */
 void fw_dlq_actor (char *buf, size_t len);
 
+/* Rewrites entry (the caller's, as fw_dlq_entry_build made it) into a
+ * scheduled retry (retry.mode = "deferred"): status SCHEDULED,
+ * nextAttemptAt next_ms after it. False when out of memory (entry
+ * unchanged). */
+bool fw_dlq_entry_schedule (bson_t *entry, int64_t next_ms);
+
 #endif

@@ -36,9 +36,9 @@
 
 #include <mongoc/mongoc.h>
 
+#include "flowwarden/collection_names.h"
 #include "flowwarden/error.h"
 
-#define FW_LEASE_COLLECTION "_fw_leases"
 #define FW_LEASE_APPNAME "flowwarden-lease"
 
 typedef struct fw_lease fw_lease_t;

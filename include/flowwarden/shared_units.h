@@ -23,10 +23,10 @@
 
 #include <mongoc/mongoc.h>
 
+#include "flowwarden/collection_names.h"
 #include "flowwarden/error.h"
 #include "flowwarden/lease.h"
 
-#define FW_MEMBERS_COLLECTION "_fw_members"
 
 typedef struct fw_shared_group fw_shared_group_t;
 

@@ -30,11 +30,11 @@
 #include <lua.h>
 #include <mongoc/mongoc.h>
 
+#include "flowwarden/collection_names.h"
 #include "flowwarden/error.h"
 #include "flowwarden/event.h"
 #include "flowwarden/stream_config.h"
 
-#define FW_SNAPSHOT_MARKS_COLLECTION "_fw_snapshot_marks"
 
 typedef struct fw_snapshot fw_snapshot_t;
 

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "flowwarden/check.h"
 #include "flowwarden/clock.h"
 #include "flowwarden/checkpoint_store.h"
 #include "flowwarden/checkpoint_writer.h"
@@ -15,6 +16,14 @@
 /* A failed write is tried again after this long, unless a newer position
  * comes first (it is then written at once). */
 #define RETRY_MS 1000
+
+/* The MongoDB sink: a client of the stream's pool for the writer's life. */
+typedef struct {
+   mongoc_client_pool_t *pool;
+   mongoc_client_t *client;
+   char *database;
+   char *stream;
+} mongo_sink_t;
 
 /* One position, as raw BSON: no bson_t lives on the heap. */
 typedef struct {
@@ -27,8 +36,9 @@ typedef struct {
 } slot_t;
 
 struct fw_checkpoint_writer {
-   mongoc_client_pool_t *pool;
-   char *database;
+   fw_checkpoint_sink_t sink;
+   mongo_sink_t *mongo; /* the sink's ud when it is MongoDB's (owned), else NULL */
+   int64_t retry_ms;
    char *stream;
    pthread_t thread;
    pthread_mutex_t mu;
@@ -44,6 +54,8 @@ struct fw_checkpoint_writer {
    int64_t retry_at_ms; /* ... not before this CLOCK_MONOTONIC time */
    bool stop;
    int64_t epoch;       /* ha.mode = "leader": writes are fenced with it; 0: plain */
+   int64_t max_epoch;   /* the highest epoch set (checked: epochs only grow) */
+   uint64_t written;    /* seq of the last position written (checked: never back) */
    int ok;
    int failed;
    int64_t last_ok_ms;
@@ -77,32 +89,66 @@ slot_free (slot_t *s)
    memset (s, 0, sizeof *s);
 }
 
+static void
+mongo_open (void *ud)
+{
+   mongo_sink_t *m = ud;
+   m->client = mongoc_client_pool_pop (m->pool);
+}
+
+static void
+mongo_close (void *ud)
+{
+   mongo_sink_t *m = ud;
+   if (m->client) {
+      mongoc_client_pool_push (m->pool, m->client);
+      m->client = NULL;
+   }
+}
+
 static bool
-write_slot (fw_checkpoint_writer_t *cw, mongoc_client_t *client, const slot_t *s, int64_t epoch,
-            fw_error_t *error)
+mongo_write (void *ud, const bson_t *processed, const bson_t *seen, const char *version,
+             int64_t epoch, fw_error_t *error)
+{
+   mongo_sink_t *m = ud;
+   bool fenced;
+
+   if (!m->client) {
+      fw_error_set (error, FW_ERROR_MONGO,
+                    "cannot save checkpoint of stream \"%s\": no client for the checkpoint "
+                    "writer",
+                    m->stream);
+      return false;
+   }
+   if (epoch > 0) {
+      return fw_checkpoint_save_fenced (m->client, m->database, m->stream, processed, seen,
+                                        version, epoch, &fenced, error);
+   }
+   return fw_checkpoint_save (m->client, m->database, m->stream, processed, seen, version, error);
+}
+
+static void
+mongo_free (mongo_sink_t *m)
+{
+   if (m) {
+      free (m->database);
+      free (m->stream);
+      free (m);
+   }
+}
+
+static bool
+write_slot (fw_checkpoint_writer_t *cw, const slot_t *s, int64_t epoch, fw_error_t *error)
 {
    bson_t processed, seen;
    bool has_processed = s->processed_len > 0 && bson_init_static (&processed, s->processed,
                                                                   s->processed_len);
    bool has_seen = s->seen_len > 0 && bson_init_static (&seen, s->seen, s->seen_len);
 
-   if (!client) {
-      fw_error_set (error, FW_ERROR_MONGO,
-                    "cannot save checkpoint of stream \"%s\": no client for the checkpoint "
-                    "writer",
-                    cw->stream);
-      return false;
-   }
-   if (epoch > 0) {
-      bool fenced;
-      return fw_checkpoint_save_fenced (client, cw->database, cw->stream,
-                                        has_processed ? &processed : NULL,
-                                        has_seen ? &seen : NULL, s->version, epoch, &fenced,
-                                        error);
-   }
-   return fw_checkpoint_save (client, cw->database, cw->stream,
-                              has_processed ? &processed : NULL, has_seen ? &seen : NULL,
-                              s->version, error);
+   /* Positions are written in the order they were handed over. */
+   FW_ASSERT (s->seq > cw->written);
+   return cw->sink.write (cw->sink.ud, has_processed ? &processed : NULL,
+                          has_seen ? &seen : NULL, s->version, epoch, error);
 }
 
 /* With the lock held: true when pending may be written now; else *wait_ms
@@ -130,8 +176,10 @@ static void *
 writer_main (void *arg)
 {
    fw_checkpoint_writer_t *cw = arg;
-   mongoc_client_t *client = mongoc_client_pool_pop (cw->pool);
 
+   if (cw->sink.open) {
+      cw->sink.open (cw->sink.ud);
+   }
    pthread_mutex_lock (&cw->mu);
    for (;;) {
       int64_t wait_ms, epoch;
@@ -159,7 +207,7 @@ writer_main (void *arg)
       epoch = cw->epoch;
       pthread_mutex_unlock (&cw->mu);
 
-      ok = write_slot (cw, client, &cw->flight, epoch, &err);
+      ok = write_slot (cw, &cw->flight, epoch, &err);
 
       pthread_mutex_lock (&cw->mu);
       cw->in_flight = false;
@@ -167,6 +215,7 @@ writer_main (void *arg)
          cw->tried = cw->flight.seq;
       }
       if (ok) {
+         cw->written = cw->flight.seq;
          cw->ok++;
          cw->last_ok_ms = fw_now_ms ();
          cw->retry_seq = 0;
@@ -174,44 +223,44 @@ writer_main (void *arg)
          cw->failed++;
          fw_log (FW_LOG_ERROR, cw->stream, "%s (checkpoint writer); will try again",
                  err.message);
+         /* Nothing newer came: this position is the one to write, after
+          * the wait. A newer one that came while this one failed is
+          * written at once (it is past retry_seq). */
+         cw->retry_seq = cw->flight.seq;
          if (!cw->has_pending) {
-            /* Nothing newer came: this position is the one to write. */
             swap = cw->pending;
             cw->pending = cw->flight;
             cw->flight = swap;
             cw->has_pending = true;
          }
-         cw->retry_seq = cw->pending.seq;
-         cw->retry_at_ms = fw_mono_ms () + RETRY_MS;
+         cw->retry_at_ms = fw_mono_ms () + cw->retry_ms;
       }
       pthread_cond_broadcast (&cw->done);
    }
    pthread_mutex_unlock (&cw->mu);
-   if (client) {
-      mongoc_client_pool_push (cw->pool, client);
+   if (cw->sink.close) {
+      cw->sink.close (cw->sink.ud);
    }
    return NULL;
 }
 
 fw_checkpoint_writer_t *
-fw_checkpoint_writer_new (mongoc_client_pool_t *pool, const char *database, const char *stream,
-                          fw_error_t *error)
+fw_checkpoint_writer_start (const fw_checkpoint_sink_t *sink, const char *stream,
+                            int64_t retry_ms, fw_error_t *error)
 {
    fw_checkpoint_writer_t *cw = calloc (1, sizeof *cw);
    pthread_condattr_t attr;
    int rc;
 
-   if (!cw || !(cw->database = strdup (database)) || !(cw->stream = strdup (stream))) {
+   if (!cw || !(cw->stream = strdup (stream))) {
       fw_error_set (error, FW_ERROR_NOMEM, "out of memory starting the checkpoint writer of "
                                            "stream \"%s\"",
                     stream);
-      if (cw) {
-         free (cw->database);
-      }
       free (cw);
       return NULL;
    }
-   cw->pool = pool;
+   cw->sink = *sink;
+   cw->retry_ms = retry_ms;
    pthread_mutex_init (&cw->mu, NULL);
    pthread_condattr_init (&attr);
    pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
@@ -225,11 +274,34 @@ fw_checkpoint_writer_new (mongoc_client_pool_t *pool, const char *database, cons
       pthread_cond_destroy (&cw->work);
       pthread_cond_destroy (&cw->done);
       pthread_mutex_destroy (&cw->mu);
-      free (cw->database);
       free (cw->stream);
       free (cw);
       return NULL;
    }
+   return cw;
+}
+
+fw_checkpoint_writer_t *
+fw_checkpoint_writer_new (mongoc_client_pool_t *pool, const char *database, const char *stream,
+                          fw_error_t *error)
+{
+   mongo_sink_t *m = calloc (1, sizeof *m);
+   fw_checkpoint_writer_t *cw;
+
+   if (!m || !(m->database = strdup (database)) || !(m->stream = strdup (stream))) {
+      mongo_free (m);
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory starting the checkpoint writer of "
+                                           "stream \"%s\"",
+                    stream);
+      return NULL;
+   }
+   m->pool = pool;
+   fw_checkpoint_sink_t sink = {mongo_open, mongo_write, mongo_close, m};
+   if (!(cw = fw_checkpoint_writer_start (&sink, stream, RETRY_MS, error))) {
+      mongo_free (m);
+      return NULL;
+   }
+   cw->mongo = m;
    return cw;
 }
 
@@ -274,7 +346,12 @@ void
 fw_checkpoint_writer_set_epoch (fw_checkpoint_writer_t *cw, int64_t epoch)
 {
    pthread_mutex_lock (&cw->mu);
+   /* Fencing epochs only grow: a new lead has a higher one (0: none). */
+   FW_ASSERT (epoch == 0 || epoch >= cw->max_epoch);
    cw->epoch = epoch;
+   if (epoch > cw->max_epoch) {
+      cw->max_epoch = epoch;
+   }
    pthread_mutex_unlock (&cw->mu);
 }
 
@@ -307,7 +384,7 @@ fw_checkpoint_writer_destroy (fw_checkpoint_writer_t *cw)
    pthread_cond_destroy (&cw->work);
    pthread_cond_destroy (&cw->done);
    pthread_mutex_destroy (&cw->mu);
-   free (cw->database);
+   mongo_free (cw->mongo);
    free (cw->stream);
    free (cw);
 }

@@ -2,11 +2,8 @@
  * owned_collections.c - the collections flowwarden writes (see
  * owned_collections.h).
  */
-#include "flowwarden/checkpoint_store.h"
-#include "flowwarden/lease.h"
+#include "flowwarden/collection_names.h"
 #include "flowwarden/owned_collections.h"
-#include "flowwarden/shared_units.h"
-#include "flowwarden/snapshot.h"
 
 char *
 fw_dlq_sequences_name (const char *dlq_collection)

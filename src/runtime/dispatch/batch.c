@@ -17,69 +17,10 @@
 
 #include "flowwarden/batch_dispatch.h"
 #include "flowwarden/batch_lua.h"
+#include "flowwarden/check.h"
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
 #include "runtime/dispatch/batch-private.h"
-
-typedef struct fw_batch_state {
-   fw_batch_view_t view;     /* the batch object's view: lives as long as d */
-   fw_dispatch_t **items;    /* cap ctx states, each its own allocation */
-   size_t cap;
-   fw_dispatch_t *one;       /* fw_batch_call_one's single item: d->dispatch */
-   bool one_marked;
-   fw_dispatcher_t *d;
-   const fw_event_t *const *evs; /* the batch in hand */
-   size_t n;
-   fw_batch_outcome_t *outcomes; /* the caller's, or NULL */
-   fw_dispatch_result_t result; /* why the batch ended early */
-   char last_error[512];     /* the last failed call's error, for the log */
-   fw_batch_stats_t stats;   /* batch_run's counts over d's life (splits go to the metrics) */
-} fw_batch_state_t;
-
-void
-fw_batch_state_free (fw_batch_state_t *s)
-{
-   if (!s) {
-      return;
-   }
-   for (size_t i = 0; i < s->cap; i++) {
-      free (s->items[i]);
-   }
-   free (s->items);
-   free (s);
-}
-
-/* d's batch state with room for n events; NULL when out of memory. Items
- * are never moved: a stale ctx may still point at one. */
-static fw_batch_state_t *
-state_for (fw_dispatcher_t *d, size_t n)
-{
-   fw_batch_state_t *s = d->batch;
-   fw_dispatch_t **items;
-
-   if (!s) {
-      if (!(s = calloc (1, sizeof *s))) {
-         return NULL;
-      }
-      s->view.errors_ref = LUA_NOREF;
-      d->batch = s;
-   }
-   s->d = d;
-   if (n <= s->cap) {
-      return s;
-   }
-   if (!(items = realloc (s->items, n * sizeof *items))) {
-      return NULL;
-   }
-   s->items = items;
-   for (; s->cap < n; s->cap++) {
-      if (!(items[s->cap] = calloc (1, sizeof **items))) {
-         return NULL;
-      }
-      items[s->cap]->cache_ref = LUA_NOREF;
-   }
-   return s;
-}
 
 bool
 fw_dispatcher_batching (const fw_dispatcher_t *d, int *max_events, int64_t *max_wait_ms)
@@ -152,15 +93,6 @@ retried (fw_dispatcher_t *d, lua_State *L, fw_lua_stop_t stop)
    return yes;
 }
 
-void
-fw_batch_state_forget (fw_batch_state_t *s)
-{
-   for (size_t i = 0; s && i < s->cap; i++) {
-      s->items[i]->cache_ref = LUA_NOREF;
-      s->items[i]->cache_slots = 0;
-   }
-}
-
 /* The call is over: the ctx of its events and the batch object refuse use,
  * their cached values are let go (each item's cache table stays, for the
  * next batch, as the per-event path keeps its one). Cannot raise. */
@@ -179,6 +111,12 @@ end_call (lua_State *L, fw_batch_state_t *s, size_t n)
    }
 }
 
+static fw_outcome_t
+stopped (void)
+{
+   return (fw_outcome_t){FW_OUTCOME_STOPPED, 0, 0, "", "", ""};
+}
+
 static fw_batch_call_t
 op_call (void *ud, const size_t *idx, size_t n, int attempt, bool *marked)
 {
@@ -189,14 +127,14 @@ op_call (void *ud, const size_t *idx, size_t n, int attempt, bool *marked)
    int64_t start = fw_mono_ns ();
    bool ok, again = true;
 
-   if (d->lease && !fw_lease_is_leader (d->lease, NULL)) {
-      s->result = FW_DISPATCH_STOPPED; /* ha: the batch comes back to the next leader */
+   if (d->lead.lease && !fw_lease_is_leader (d->lead.lease, NULL)) {
+      s->result = stopped (); /* ha: the batch comes back to the next leader */
       return FW_BATCH_CALL_STOPPED;
    }
    /* Issue 29: no call while the stream's breaker is open (another lane's
     * event holds it), and one rate-limit token per call, as per attempt. */
    if (!fw_outage_admit (d)) {
-      s->result = FW_DISPATCH_STOPPED;
+      s->result = stopped ();
       return FW_BATCH_CALL_STOPPED;
    }
    for (size_t k = 0; k < n; k++) {
@@ -251,7 +189,7 @@ op_retry_wait (void *ud, int attempt, size_t n)
       fw_stream_metrics_set_state (d->metrics, FW_STREAM_RETRYING, NULL);
    }
    if (d->clock.wait_ms (d->clock.ud, delay)) {
-      s->result = FW_DISPATCH_STOPPED;
+      s->result = stopped ();
       return false;
    }
    if (d->metrics) {
@@ -267,7 +205,7 @@ op_succeeded (void *ud, size_t i)
    fw_dispatcher_t *d = s->d;
 
    if (s->outcomes) {
-      s->outcomes[i] = FW_BATCH_OUT_HANDLED;
+      s->outcomes[i] = FW_OUTCOME_HANDLED;
    }
    d->stats.handled++;
    if (d->metrics && !d->replay) {
@@ -276,147 +214,114 @@ op_succeeded (void *ud, size_t i)
    }
 }
 
-/* ev on the per-event path; *out (may be NULL) says how it ended, from
- * d's counts around it. */
-static fw_dispatch_result_t
-dispatch_one (fw_dispatcher_t *d, const fw_event_t *ev, fw_batch_outcome_t *out)
+/* ev on the per-event path; *out (may be NULL) gets its outcome's kind. */
+static fw_outcome_t
+dispatch_one (fw_dispatcher_t *d, const fw_event_t *ev, fw_outcome_kind_t *out)
 {
-   fw_stream_stats_t a = d->stats, b;
-   fw_dispatch_result_t r = fw_event_dispatch (d, ev);
+   fw_outcome_t o = fw_event_dispatch (d, ev);
 
    if (out) {
-      b = d->stats;
-      *out = r != FW_DISPATCH_DONE            ? FW_BATCH_OUT_NONE
-             : b.parked > a.parked             ? FW_BATCH_OUT_PARKED
-             : b.dead_lettered > a.dead_lettered ? FW_BATCH_OUT_DLQ
-             : b.lost > a.lost                 ? FW_BATCH_OUT_LOST
-             : b.skipped > a.skipped           ? FW_BATCH_OUT_SKIPPED
-             : b.handled > a.handled           ? FW_BATCH_OUT_HANDLED
-                                               : FW_BATCH_OUT_NONE;
+      *out = o.kind;
    }
-   return r;
+   return o;
 }
 
 static bool
 op_single (void *ud, size_t i)
 {
    fw_batch_state_t *s = ud;
-   fw_dispatch_result_t r = dispatch_one (s->d, s->evs[i], s->outcomes ? &s->outcomes[i] : NULL);
+   fw_outcome_t o = dispatch_one (s->d, s->evs[i], s->outcomes ? &s->outcomes[i] : NULL);
 
-   if (r != FW_DISPATCH_DONE) {
-      s->result = r;
+   if (!fw_outcome_finished (o.kind)) {
+      s->result = o;
       return false;
    }
    return true;
 }
 
-/* Without on_batch (a reload took it away) or its state: one by one. */
-static fw_dispatch_result_t
-one_by_one (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
-            fw_batch_outcome_t *outcomes)
+/* The batch's outcome: HANDLED once every event is finished with. */
+static fw_outcome_t
+all_finished (void)
 {
-   for (size_t i = 0; i < n; i++) {
-      fw_dispatch_result_t r = dispatch_one (d, evs[i], outcomes ? &outcomes[i] : NULL);
-      if (r != FW_DISPATCH_DONE) {
-         return r;
-      }
-   }
-   return FW_DISPATCH_DONE;
+   return (fw_outcome_t){FW_OUTCOME_HANDLED, 0, 0, "", "", ""};
 }
 
-fw_dispatch_result_t
+/* Without on_batch (a reload took it away) or its state: one by one. */
+static fw_outcome_t
+one_by_one (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
+            fw_outcome_kind_t *outcomes)
+{
+   for (size_t i = 0; i < n; i++) {
+      fw_outcome_t o = dispatch_one (d, evs[i], outcomes ? &outcomes[i] : NULL);
+      if (!fw_outcome_finished (o.kind)) {
+         return o;
+      }
+   }
+   return all_finished ();
+}
+
+static fw_outcome_t batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
+                                    fw_outcome_kind_t *outcomes);
+
+fw_outcome_t
 fw_batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
-                   fw_batch_outcome_t *outcomes)
+                   fw_outcome_kind_t *outcomes)
+{
+#if FW_CHECKING
+   fw_lua_host_t *host = d->prog.host;
+   int top = lua_gettop (fw_lua_host_state (host));
+#endif
+   fw_outcome_t o = batch_dispatch (d, evs, n, outcomes);
+   /* The Lua stack is as it was, unless the program changed meanwhile. */
+   FW_ASSERT (d->prog.host != host || lua_gettop (fw_lua_host_state (host)) == top);
+   return o;
+}
+
+static fw_outcome_t
+batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
+                fw_outcome_kind_t *outcomes)
 {
    fw_batch_state_t *s;
-   bool (*boundary) (void *ud) = d->at_attempt_boundary;
+   bool (*boundary) (void *ud) = d->boundary.fn;
    bool ok;
 
    /* A reload takes effect between batches, never inside one. */
    if (boundary) {
-      boundary (d->boundary_ud);
+      boundary (d->boundary.ud);
    }
-   if (outcomes) {
-      memset (outcomes, 0, n * sizeof *outcomes);
+   for (size_t i = 0; outcomes && i < n; i++) {
+      outcomes[i] = FW_OUTCOME_STOPPED; /* until it is finished with */
    }
    if (!fw_dispatcher_batching (d, NULL, NULL) || fw_park_enabled (d) ||
-       !(s = state_for (d, n))) {
+       !(s = fw_batch_state_for (d, n))) {
       return one_by_one (d, evs, n, outcomes); /* a sequenced DLQ: see fw_dispatcher_batching */
    }
    if (n == 1) { /* a quiet stream's batch: the per-event path at once */
       if (d->metrics) {
          fw_stream_metrics_batch (d->metrics, 1, 0);
       }
-      return dispatch_one (d, evs[0], outcomes);
+      fw_outcome_t o = dispatch_one (d, evs[0], outcomes);
+      return fw_outcome_finished (o.kind) ? all_finished () : o;
    }
    fw_batch_ops_t ops = {op_call, op_retry_wait, op_succeeded, op_single, s,
                          d->prog.cfg.retry.max_attempts > 0 ? d->prog.cfg.retry.max_attempts : 1};
    s->evs = evs;
    s->n = n;
    s->outcomes = outcomes;
-   s->result = FW_DISPATCH_DONE;
+   s->result = all_finished ();
    s->last_error[0] = '\0';
-   d->at_attempt_boundary = NULL;
+   d->boundary.fn = NULL;
    int64_t splits = s->stats.splits;
    ok = fw_batch_run (&ops, n, &s->stats);
-   d->at_attempt_boundary = boundary;
+   d->boundary.fn = boundary;
    if (d->metrics) {
       fw_stream_metrics_batch (d->metrics, n, (uint64_t) (s->stats.splits - splits));
    }
    s->evs = NULL;
    s->outcomes = NULL;
-   if (!ok && s->result == FW_DISPATCH_DONE) {
-      snprintf (d->failure, sizeof d->failure, "out of memory taking a batch of %zu events", n);
-      return FW_DISPATCH_FAILED;
+   if (!ok && fw_outcome_finished (s->result.kind)) {
+      snprintf (d->out.failure, sizeof d->out.failure, "out of memory taking a batch of %zu events", n);
+      s->result = (fw_outcome_t){FW_OUTCOME_FAILED, 0, 0, "", "", d->out.failure};
    }
    return s->result;
-}
-
-/* Protected: the failure table { value = batch:fail's error (view non-NULL)
- * or the message at 2, traceback = "" }. */
-static int
-pfailure (lua_State *L)
-{
-   const fw_batch_view_t *view = lua_touserdata (L, 1);
-   lua_createtable (L, 0, 2);
-   if (view) {
-      fw_batch_lua_push_error (L, view, 1);
-   } else {
-      lua_pushvalue (L, 2);
-   }
-   lua_setfield (L, -2, "value");
-   lua_pushliteral (L, "");
-   lua_setfield (L, -2, "traceback");
-   return 1;
-}
-
-bool
-fw_batch_call_one (fw_dispatcher_t *d, fw_lua_stop_t *stop)
-{
-   lua_State *L = fw_lua_host_state (d->prog.host);
-   fw_batch_state_t *s = state_for (d, 0);
-   bool ok;
-
-   if (!s) {
-      lua_pop (L, 1); /* the handler */
-      lua_pushcfunction (L, pfailure);
-      lua_pushnil (L);
-      lua_pushliteral (L, "not enough memory for the batch");
-      lua_pcall (L, 2, 1, 0); /* a memory error's message stands in for the table */
-      *stop = FW_LUA_STOP_MEMORY;
-      return false;
-   }
-   s->one = &d->dispatch;
-   s->one_marked = false;
-   s->view = (fw_batch_view_t){&s->one, 1, &s->one_marked, LUA_NOREF, s->view.generation};
-   ok = fw_lua_host_call_with (d->prog.host, 0, fw_batch_lua_push, &s->view, 0,
-                               d->prog.cfg.timeout_ms, stop);
-   if (ok && s->one_marked) {
-      lua_pushcfunction (L, pfailure);
-      lua_pushlightuserdata (L, &s->view);
-      lua_pcall (L, 1, 1, 0); /* a memory error's message stands in for the table */
-      ok = false;
-   }
-   fw_batch_lua_end (L, &s->view);
-   return ok;
 }

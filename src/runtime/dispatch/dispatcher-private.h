@@ -21,37 +21,20 @@
 
 enum { H_INSERT, H_UPDATE, H_REPLACE, H_DELETE, H_CHANGE, H_BATCH, H_SNAPSHOT, H_COUNT };
 
-/* How a replayed dead letter ended in fw_event_dispatch (dlq_replay.c). */
-typedef enum {
-   FW_REPLAYED_NO_HANDLER = 0, /* the (possibly reloaded) script has no handler for it */
-   FW_REPLAYED_OK,
-   FW_REPLAYED_SKIPPED,        /* on_error returned fw.SKIP */
-   FW_REPLAYED_FAILED          /* failed for good: the enqueue policy decides */
-} fw_replayed_t;
-
 /* Set on the dispatcher while a dead letter is replayed: the final failure
- * then comes back here instead of becoming a new DLQ entry. */
+ * then ends the event as FW_OUTCOME_GAVE_UP (the replay decides what
+ * becomes of its entry) instead of becoming a new DLQ entry. */
 typedef struct fw_replay_hook {
    bool no_retry;              /* --no-retry: one attempt */
    bool retry_asked;           /* filled: the last failure's decision was retry */
    /* Called before every retry attempt (extends the entry's claim). */
    void (*before_retry) (struct fw_replay_hook *hook);
    void *ud;
-   /* Filled by fw_event_dispatch. */
-   fw_replayed_t result;
-   int attempts;
-   char error_type[128];
-   char error_message[1024];
    /* The last failed attempt's error as on_error saw it (registry ref), for
     * the enqueue policy's err (fw_replay_hook_keep_error). */
    bool has_error_ref;
    int error_ref;
 } fw_replay_hook_t;
-
-/* deferred_retry.c: rewrites entry (the caller's, as fw_dlq_entry_build
- * made it) into a scheduled retry: status SCHEDULED, nextAttemptAt next_ms,
- * after it. False when out of memory (entry unchanged). */
-bool fw_deferred_mark_entry (bson_t *entry, int64_t next_ms);
 
 /* dispatcher.c: while a dead letter is replayed, remembers the error table
  * at index of L (on_error's err: type, message, where, fields, traceback)
@@ -65,11 +48,21 @@ void fw_replay_hook_keep_error (fw_dispatcher_t *d, lua_State *L, int index);
 void fw_replay_hook_forget_error (fw_dispatcher_t *d, fw_replay_hook_t *hook);
 
 /* dlq_replay.c: runs dlq.enqueue_policy for a replay that failed for good
- * (hook's error; ctx:dead_letter()'s letter in d->dispatch). True: evict;
+ * (o, FW_OUTCOME_GAVE_UP, and hook's error table; ctx:dead_letter()'s
+ * letter in d->dispatch). True: evict;
  * false: requeue, the diagnostics to merge in diagnostics (initialised by
  * the caller; emptied when the policy fails or they have no BSON form). */
 bool fw_dlq_replay_policy (fw_dispatcher_t *d, const fw_replay_hook_t *hook,
-                           bson_t *diagnostics);
+                           const fw_outcome_t *o, bson_t *diagnostics);
+
+/* The texts an event's outcome (fw_outcome_t) points to, kept by its
+ * dispatcher until the next event. */
+typedef struct {
+   char entry_id[128];
+   char type[128];
+   char message[1024];
+   char failure[1200];         /* why the stream stops, with FW_OUTCOME_FAILED */
+} fw_outcome_text_t;
 
 /* flowwarden test's recorder: after every failed attempt, the decided error
  * and its action ("retry", "dlq", "skip", "drop"). */
@@ -128,10 +121,14 @@ struct fw_dispatcher {
    mongoc_client_t *client;    /* the running thread's (fw_dispatcher_bind) */
    fw_shutdown_t *shutdown;    /* borrowed: the stream's stop */
    fw_stream_metrics_t *metrics; /* borrowed: the stream's block, or NULL */
-   fw_lease_t *lease;          /* borrowed: ha.mode = "leader", else NULL */
-   int64_t epoch;              /* the epoch the stream leads with; 0: not leading */
-   bool (*at_attempt_boundary) (void *ud); /* see fw_dispatcher_set_boundary */
-   void *boundary_ud;
+   struct {
+      fw_lease_t *lease;       /* borrowed: ha.mode = "leader", else NULL */
+      int64_t epoch;           /* the epoch the stream leads with; 0: not leading */
+   } lead;
+   struct {
+      bool (*fn) (void *ud);   /* see fw_dispatcher_set_boundary */
+      void *ud;
+   } boundary;
    fw_stream_clock_t clock;
    const fw_dispatch_hooks_t *hooks; /* flowwarden test's recorder, else NULL */
    fw_replay_hook_t *replay;   /* a dead letter is being replayed, else NULL */
@@ -145,13 +142,11 @@ struct fw_dispatcher {
       int64_t until_ns;        /* ... again from this CLOCK_MONOTONIC time on */
    } wall;
    fw_park_state_t park;
-   char failure[1200];         /* why the stream stops, with FW_DISPATCH_FAILED */
+   fw_outcome_text_t out;      /* what the last outcome's strings point to */
    fw_state_rebuild_t rebuild; /* a full Lua state built afresh (state_rebuild.c) */
    fw_outage_t outage;         /* circuit breaker, rate limit (outage.c) */
    struct fw_batch_state *batch; /* on_batch's per-call state (batch.c), NULL until used */
    struct {
-      int64_t next_ms;         /* the entry being written is a deferred retry due then
-                                * (retry.mode = "deferred"); 0: a dead letter */
       int64_t check_at_ms;     /* when the stream next looks for due retries */
       int attempt_base;        /* a deferred retry runs: the attempts made before it */
    } deferred;
@@ -174,6 +169,11 @@ fw_program_handler_for (const fw_program_t *p, fw_op_t op)
    specific = specific != LUA_NOREF ? specific : p->handler_ref[H_CHANGE];
    return specific != LUA_NOREF ? specific : p->handler_ref[H_BATCH]; /* on_batch: a batch of one */
 }
+
+/* dispatcher_dlq.c: the DLQ this stream writes to: its own, or, on a
+ * stream without one, the script's default DLQ (only ctx:send_to_dlq uses
+ * it). */
+const fw_dlq_config_t *fw_dispatcher_dlq_config (const fw_dispatcher_t *d);
 
 /* --- event_park.c: a sequenced DLQ's live side (dlq_sequence.h) ---------- */
 
@@ -199,7 +199,7 @@ bool fw_park_is_open (const fw_dispatcher_t *d);
 typedef enum {
    FW_PARK_TAKEN,    /* d->park.index is the entry's sequenceIndex */
    FW_PARK_CLOSED,   /* park: the sequence was closed meanwhile; handle the event */
-   FW_PARK_OVERFLOW, /* max_sequences or max_sequence_size: d->failure says which */
+   FW_PARK_OVERFLOW, /* max_sequences or max_sequence_size: d->out.failure says which */
    FW_PARK_STOPPED   /* shutdown while the server failed */
 } fw_park_take_t;
 

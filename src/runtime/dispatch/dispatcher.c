@@ -342,15 +342,15 @@ fw_dispatcher_set_shutdown (fw_dispatcher_t *d, fw_shutdown_t *shutdown)
 void
 fw_dispatcher_set_lead (fw_dispatcher_t *d, fw_lease_t *lease, int64_t epoch)
 {
-   d->lease = lease;
-   d->epoch = epoch;
+   d->lead.lease = lease;
+   d->lead.epoch = epoch;
 }
 
 void
 fw_dispatcher_set_boundary (fw_dispatcher_t *d, bool (*fn) (void *ud), void *ud)
 {
-   d->at_attempt_boundary = fn;
-   d->boundary_ud = ud;
+   d->boundary.fn = fn;
+   d->boundary.ud = ud;
 }
 
 void
@@ -377,7 +377,7 @@ fw_dispatcher_stats (const fw_dispatcher_t *d, fw_stream_stats_t *out)
 const char *
 fw_dispatcher_failure (const fw_dispatcher_t *d)
 {
-   return d->failure;
+   return d->out.failure;
 }
 
 int64_t

@@ -12,8 +12,9 @@
 
 #include <lauxlib.h>
 
-#include "flowwarden/clock.h"
 #include "flowwarden/bson_lua.h"
+#include "flowwarden/check.h"
+#include "flowwarden/clock.h"
 #include "flowwarden/dlq_entry.h"
 #include "flowwarden/log.h"
 #include "flowwarden/lua_call.h"
@@ -32,6 +33,34 @@ typedef struct {
    int status;        /* err.fields.status of an HTTP error, 0: none (issue 38) */
    char body[600];    /* with it, the reply's first 512 bytes (redacted) */
 } decision_t;
+
+/* An outcome with no DLQ entry and no error. */
+static inline fw_outcome_t
+outcome (fw_outcome_kind_t kind, int attempts)
+{
+   return (fw_outcome_t){kind, attempts, 0, "", "", ""};
+}
+
+/* The stream must stop before the event: d->out.failure says why. */
+static fw_outcome_t
+failed (fw_dispatcher_t *d, int attempts)
+{
+   fw_outcome_t o = outcome (FW_OUTCOME_FAILED, attempts);
+   o.error = d->out.failure;
+   return o;
+}
+
+/* An outcome after a failed attempt: dec's error, kept in d->out. */
+static fw_outcome_t
+outcome_after (fw_dispatcher_t *d, fw_outcome_kind_t kind, int attempts, const decision_t *dec)
+{
+   fw_outcome_t o = outcome (kind, attempts);
+   snprintf (d->out.type, sizeof d->out.type, "%s", dec->type);
+   snprintf (d->out.message, sizeof d->out.message, "%s", dec->message);
+   o.error_type = d->out.type;
+   o.error = d->out.message;
+   return o;
+}
 
 /* The wall clock (ms) at mono_ns (CLOCK_MONOTONIC): handler calls are timed
  * on the monotonic clock the Lua host reads anyway, and converted with an
@@ -138,8 +167,22 @@ policy_failed (fw_dispatcher_t *d, lua_State *L, decision_t *out)
  * stream's timeout: an on_error that runs away is stopped, logged and treated
  * as fw.RETHROW, and the standard policy still gets a budget of its own.
  */
+static void decide_in (fw_dispatcher_t *d, int attempt, fw_lua_stop_t stop, decision_t *out);
+
+/* decide takes the failure table off the stack, whatever path it took. */
 static void
 decide (fw_dispatcher_t *d, int attempt, fw_lua_stop_t stop, decision_t *out)
+{
+#if FW_CHECKING
+   lua_State *L = fw_lua_host_state (d->prog.host);
+   int top = lua_gettop (L);
+#endif
+   decide_in (d, attempt, stop, out);
+   FW_ASSERT (lua_gettop (L) == top - 1);
+}
+
+static void
+decide_in (fw_dispatcher_t *d, int attempt, fw_lua_stop_t stop, decision_t *out)
 {
    lua_State *L = fw_lua_host_state (d->prog.host);
    int failure = lua_gettop (L);
@@ -255,49 +298,43 @@ metadata_to_bson (fw_dispatcher_t *d, bson_t *out)
    }
 }
 
-/* The DLQ this stream writes to: its own, or, on a stream without one, the
- * script's default DLQ (seed 000: the store exists when any stream declares a
- * DLQ), which only ctx:send_to_dlq uses. */
-static const fw_dlq_config_t *
-dlq_config (const fw_dispatcher_t *d)
-{
-   return d->prog.cfg.dlq.enabled ? &d->prog.cfg.dlq : &d->prog.cfg.dlq_fallback;
-}
+/* The attempts of an event going to the DLQ: how many, when the first and
+ * the last started (wall clock, ms), and, for a deferred retry, when the
+ * next is due (0: a dead letter). */
+typedef struct {
+   int attempts;
+   int64_t first_ms, last_ms;
+   int64_t defer_until_ms;
+} dlq_attempts_t;
 
 /* Hands the event to the DLQ and does not return until the store
  * acknowledged it (or a shutdown came first): the checkpoint must never pass
  * an event that is neither handled nor dead-lettered. */
-static fw_dispatch_result_t
-dead_letter_raw (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec, int attempts,
-                 int64_t first_ms, int64_t last_ms, const bson_t *raw);
-
-static fw_dispatch_result_t
-dead_letter (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec, int attempts,
-             int64_t first_ms, int64_t last_ms)
-{
-   return dead_letter_raw (d, ev, dec, attempts, first_ms, last_ms, NULL);
-}
+static fw_outcome_t dead_letter_raw (fw_dispatcher_t *d, const fw_event_t *ev,
+                                     const decision_t *dec, const dlq_attempts_t *a,
+                                     const bson_t *raw);
 
 /* An event dead-lettered without a handler attempt (attempts 0), its error
  * type and message; raw: the event's bytes to keep whole, or NULL. */
-static fw_dispatch_result_t
+static fw_outcome_t
 dead_letter_unhandled (fw_dispatcher_t *d, const fw_event_t *ev, const char *type,
                        const char *message, const bson_t *raw)
 {
    decision_t dec;
    int64_t now = d->clock.now_ms (d->clock.ud);
+   dlq_attempts_t a = {0, now, now, 0};
 
    memset (&dec, 0, sizeof dec);
    snprintf (dec.type, sizeof dec.type, "%s", type);
    snprintf (dec.message, sizeof dec.message, "%s", message);
-   return dead_letter_raw (d, ev, &dec, 0, now, now, raw);
+   return dead_letter_raw (d, ev, &dec, &a, raw);
 }
 
-fw_dispatch_result_t
+fw_outcome_t
 fw_event_dispatch_unreadable (fw_dispatcher_t *d, fw_event_t *ev, const char *why)
 {
    if (!d->dispatch.dlq_enabled) {
-      return FW_DISPATCH_NO_DLQ;
+      return outcome (FW_OUTCOME_NO_DLQ, 0);
    }
    if (!ev->operation_type) {
       ev->operation_type = "unknown";
@@ -306,13 +343,13 @@ fw_event_dispatch_unreadable (fw_dispatcher_t *d, fw_event_t *ev, const char *wh
    return dead_letter_unhandled (d, ev, "MalformedEvent", why, ev->doc);
 }
 
-fw_dispatch_result_t
+fw_outcome_t
 fw_event_dispatch_oversize (fw_dispatcher_t *d, const fw_event_t *ev, int64_t size)
 {
    char message[300];
 
    if (!d->dispatch.dlq_enabled) {
-      return FW_DISPATCH_NO_DLQ;
+      return outcome (FW_OUTCOME_NO_DLQ, 0);
    }
    snprintf (message, sizeof message,
              "change event of %lld bytes is larger than oversize_threshold (%lld bytes): left "
@@ -324,8 +361,8 @@ fw_event_dispatch_oversize (fw_dispatcher_t *d, const fw_event_t *ev, int64_t si
 /* What the DLQ entry records of the failure (f->epoch is set by the caller).
  * metadata: ctx:add_metadata's, converted; the caller owns it. */
 static void
-failure_of (fw_dispatcher_t *d, const decision_t *dec, int attempts, int64_t first_ms,
-            int64_t last_ms, const bson_t *raw, const bson_t *metadata, fw_dlq_failure_t *f)
+failure_of (fw_dispatcher_t *d, const decision_t *dec, const dlq_attempts_t *a, const bson_t *raw,
+            const bson_t *metadata, fw_dlq_failure_t *f)
 {
    f->stream_name = d->prog.cfg.name;
    f->error_type = dec->type[0] ? dec->type : NULL; /* NULL: parked behind its sequence */
@@ -335,9 +372,9 @@ failure_of (fw_dispatcher_t *d, const decision_t *dec, int attempts, int64_t fir
    f->stack_trace = dec->traceback;
    f->error_status = dec->status;
    f->error_body = dec->status > 0 ? dec->body : NULL;
-   f->attempts = attempts;
-   f->first_attempt_ms = first_ms;
-   f->last_attempt_ms = last_ms;
+   f->attempts = a->attempts;
+   f->first_attempt_ms = a->first_ms;
+   f->last_attempt_ms = a->last_ms;
    f->created_ms = d->clock.now_ms (d->clock.ud);
    f->metadata = metadata;
    f->script_version = fw_lua_host_version (d->prog.host);
@@ -449,18 +486,20 @@ failure_context (const fw_event_t *ev, const decision_t *dec, const char *entry_
    return buf;
 }
 
-/* The entry is stored: counts and logs it, as parked behind its sequence or
- * as dead-lettered (and the sequence it opens). */
-static fw_dispatch_result_t
+/* The entry is stored: counts and logs it, as parked behind its sequence, a
+ * deferred retry or dead-lettered (and the sequence it opens). */
+static fw_outcome_t
 dead_lettered (fw_dispatcher_t *d, const fw_event_t *ev, const fw_dlq_config_t *dlq,
-               const fw_dlq_failure_t *f, const decision_t *dec, int attempts,
-               const char *entry_id)
+               const fw_dlq_failure_t *f, const decision_t *dec, const dlq_attempts_t *a)
 {
    char more[1600], sid[1024];
+   const char *entry_id = d->out.entry_id;
+   fw_outcome_t o = outcome_after (d, FW_OUTCOME_DEAD_LETTERED, a->attempts, dec);
 
+   o.entry_id = entry_id;
    /* Warn lines name the event by its short id; the entry has it whole. */
    fw_event_short_id (ev, sid, sizeof sid);
-   if (d->metrics && !d->deferred.next_ms) {
+   if (d->metrics && !a->defer_until_ms) {
       fw_stream_metrics_dlq_write (d->metrics);
    }
    if (!f->error_type) {
@@ -469,21 +508,24 @@ dead_lettered (fw_dispatcher_t *d, const fw_event_t *ev, const fw_dlq_config_t *
               "event %s parked in %s behind DLQ sequence %.300s (index %lld): an earlier event "
               "of its key is dead-lettered",
               sid, dlq->collection, d->park.key, (long long) d->park.index);
-      return FW_DISPATCH_DONE;
+      o.kind = FW_OUTCOME_PARKED;
+      return o;
    }
-   if (d->deferred.next_ms) {
+   if (a->defer_until_ms) {
       fw_log (FW_LOG_WARN, d->prog.cfg.name,
               "event %s attempt %d failed: %s: %s; scheduled in %s for a deferred retry in "
               "%lld ms; the stream goes on%s",
-              sid, attempts, dec->type, dec->message, dlq->collection,
-              (long long) (d->deferred.next_ms - f->created_ms),
+              sid, a->attempts, dec->type, dec->message, dlq->collection,
+              (long long) (a->defer_until_ms - f->created_ms),
               failure_context (ev, dec, entry_id, more, sizeof more));
-      return FW_DISPATCH_DONE;
+      o.kind = FW_OUTCOME_DEFERRED;
+      o.until_ms = a->defer_until_ms;
+      return o;
    }
    d->stats.dead_lettered++;
    fw_log (FW_LOG_WARN, d->prog.cfg.name,
            "event %s dead-lettered to %s%s after %d attempt(s): %s: %s%s", sid, dlq->collection,
-           d->prog.cfg.dlq.enabled ? "" : " (the script's default DLQ)", attempts, dec->type,
+           d->prog.cfg.dlq.enabled ? "" : " (the script's default DLQ)", a->attempts, dec->type,
            dec->message, failure_context (ev, dec, entry_id, more, sizeof more));
    if (f->sequence_id) {
       fw_log (FW_LOG_WARN, d->prog.cfg.name,
@@ -491,47 +533,47 @@ dead_lettered (fw_dispatcher_t *d, const fw_event_t *ev, const fw_dlq_config_t *
               "until a replay resolves it",
               f->sequence_id, (long long) f->sequence_index);
    }
-   return FW_DISPATCH_DONE;
+   return o;
 }
 
-static fw_dispatch_result_t
-dead_letter_raw (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec, int attempts,
-                 int64_t first_ms, int64_t last_ms, const bson_t *raw)
+static fw_outcome_t
+dead_letter_raw (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec,
+                 const dlq_attempts_t *a, const bson_t *raw)
 {
    fw_dlq_failure_t f = {0};
-   f.epoch = d->epoch; /* ha.mode = "leader": who wrote it */
+   f.epoch = d->lead.epoch; /* ha.mode = "leader": who wrote it */
    bson_t metadata, entry;
-   char id[1024], entry_id[128];
-   const fw_dlq_config_t *dlq = dlq_config (d);
+   char id[1024];
+   const fw_dlq_config_t *dlq = fw_dispatcher_dlq_config (d);
    bool ok;
 
    /* A stream using the default DLQ opens it on its first send_to_dlq. */
    if (!d->dlq && !fw_dispatcher_open_dlq (d)) {
-      return FW_DISPATCH_STOPPED;
+      return outcome (FW_OUTCOME_STOPPED, a->attempts);
    }
 
    metadata_to_bson (d, &metadata);
-   failure_of (d, dec, attempts, first_ms, last_ms, raw, &metadata, &f);
+   failure_of (d, dec, a, raw, &metadata, &f);
    fw_event_log_id (ev, id, sizeof id);
    ok = build_entry (d, ev, dlq, &f, id, &entry);
    bson_destroy (&metadata);
    if (!ok) {
-      return FW_DISPATCH_STOPPED;
+      return outcome (FW_OUTCOME_STOPPED, a->attempts);
    }
-   while (d->deferred.next_ms && !fw_deferred_mark_entry (&entry, d->deferred.next_ms)) {
+   while (a->defer_until_ms && !fw_dlq_entry_schedule (&entry, a->defer_until_ms)) {
       if (d->clock.wait_ms (d->clock.ud, 1000)) { /* out of memory: hold the event */
          bson_destroy (&entry);
-         return FW_DISPATCH_STOPPED;
+         return outcome (FW_OUTCOME_STOPPED, a->attempts);
       }
    }
 
    ok = save_entry (d, &entry, id);
-   entry_id_of (&entry, entry_id, sizeof entry_id);
+   entry_id_of (&entry, d->out.entry_id, sizeof d->out.entry_id);
    bson_destroy (&entry);
    if (!ok) {
-      return FW_DISPATCH_STOPPED;
+      return outcome (FW_OUTCOME_STOPPED, a->attempts);
    }
-   return dead_lettered (d, ev, dlq, &f, dec, attempts, entry_id);
+   return dead_lettered (d, ev, dlq, &f, dec, a);
 }
 
 /* ctx:send_to_dlq(reason) was called: dead-letter now, no retry. */
@@ -546,92 +588,94 @@ dlq_requested (const fw_dispatcher_t *d, decision_t *dec)
 }
 
 /* A replayed dead letter ends here instead of in a new DLQ entry: its
- * outcome goes back to the replay (dlq_replay.c), which updates the entry. */
-static fw_dispatch_result_t
-replayed (fw_dispatcher_t *d, fw_replayed_t result, const decision_t *dec, int attempts)
+ * outcome (HANDLED, SKIPPED, GAVE_UP) goes back to the replay
+ * (dlq_replay.c), which updates the entry. */
+static fw_outcome_t
+replayed (fw_dispatcher_t *d, fw_outcome_kind_t kind, const decision_t *dec, int attempts)
 {
-   fw_replay_hook_t *h = d->replay;
-
-   h->result = result;
-   h->attempts = attempts;
-   snprintf (h->error_type, sizeof h->error_type, "%s", dec ? dec->type : "");
-   snprintf (h->error_message, sizeof h->error_message, "%s", dec ? dec->message : "");
-   return FW_DISPATCH_DONE;
+   return outcome_after (d, kind, attempts, dec);
 }
 
 /* The event is finished with: counts its outcome (not for a replayed dead
  * letter, which is no change event). mono_ns: now on CLOCK_MONOTONIC, 0 to
  * read the wall clock instead. */
-static fw_dispatch_result_t
+static void
 finished (fw_dispatcher_t *d, fw_metrics_outcome_t outcome, int64_t mono_ns)
 {
    if (d->metrics && !d->replay) {
       d->finished_ms = mono_ns ? wall_ms_at (d, mono_ns) : d->clock.now_ms (d->clock.ud);
       fw_stream_metrics_event_finished (d->metrics, outcome, d->finished_ms);
    }
-   return FW_DISPATCH_DONE;
 }
 
 /* A sequenced DLQ: the event's sequence is open, so the event is stored
- * behind it (no error, attempts 0) instead of handled. */
-static fw_dispatch_result_t
-park (fw_dispatcher_t *d, const fw_event_t *ev)
+ * behind it (no error, attempts 0) instead of handled. False when it was
+ * not parked (its sequence closed meanwhile): the caller handles it. */
+static bool
+park_event (fw_dispatcher_t *d, const fw_event_t *ev, fw_outcome_t *o)
 {
    decision_t dec;
    int64_t now = d->clock.now_ms (d->clock.ud);
+   dlq_attempts_t a = {0, now, now, 0};
 
    switch (fw_park_take (d, false)) {
    case FW_PARK_CLOSED:
-      return FW_DISPATCH_NO_DLQ; /* not parked: the caller handles it */
+      return false;
    case FW_PARK_OVERFLOW:
-      return FW_DISPATCH_FAILED;
+      *o = failed (d, 0);
+      return true;
    case FW_PARK_STOPPED:
-      return FW_DISPATCH_STOPPED;
+      *o = outcome (FW_OUTCOME_STOPPED, 0);
+      return true;
    default:
       break;
    }
    memset (&dec, 0, sizeof dec);
-   if (dead_letter_raw (d, ev, &dec, 0, now, now, NULL) == FW_DISPATCH_STOPPED) {
-      return FW_DISPATCH_STOPPED;
+   *o = dead_letter_raw (d, ev, &dec, &a, NULL);
+   if (o->kind == FW_OUTCOME_STOPPED) {
+      return true;
    }
    fw_park_settle (d);
-   return finished (d, FW_METRICS_OUTCOME_PARKED, 0);
+   finished (d, FW_METRICS_OUTCOME_PARKED, 0);
+   return true;
 }
 
 /* Dead-letters ev after its attempts; on a sequenced DLQ it opens the
  * event's sequence, whose head the entry becomes. */
-static fw_dispatch_result_t
-dead_letter_head (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec, int attempts,
-                  int64_t first_ms, int64_t last_ms)
+static fw_outcome_t
+dead_letter_head (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec,
+                  const dlq_attempts_t *a)
 {
    fw_lua_stop_t stop;
    char id[1024];
+   fw_outcome_t o;
+   lua_State *L = fw_lua_host_state (d->prog.host);
+   int top = lua_gettop (L);
 
    if (fw_park_enabled (d) && d->prog.cfg.dlq.enabled &&
        fw_park_key (d, ev, &stop) == FW_PARK_KEY_FAILED) {
-      lua_State *L = fw_lua_host_state (d->prog.host);
       const char *msg = lua_istable (L, -1) && lua_getfield (L, -1, "value") == LUA_TSTRING
                            ? lua_tostring (L, -1)
                            : "(no message)";
       fw_event_log_id (ev, id, sizeof id);
       fw_log (FW_LOG_ERROR, d->prog.cfg.name,
               "event %s: dlq.sequence_key failed (%s): its DLQ entry opens no sequence", id, msg);
-      lua_settop (L, 0);
+      lua_settop (L, top); /* its failure table and message */
    } else if (fw_park_enabled (d) && d->park.key) {
       switch (fw_park_take (d, true)) {
       case FW_PARK_OVERFLOW:
-         return FW_DISPATCH_FAILED;
+         return failed (d, a->attempts);
       case FW_PARK_STOPPED:
-         return FW_DISPATCH_STOPPED;
+         return outcome (FW_OUTCOME_STOPPED, a->attempts);
       default:
          break;
       }
    }
-   if (dead_letter (d, ev, dec, attempts, first_ms, last_ms) == FW_DISPATCH_STOPPED) {
-      return FW_DISPATCH_STOPPED;
+   o = dead_letter_raw (d, ev, dec, a, NULL);
+   if (o.kind != FW_OUTCOME_STOPPED) {
+      fw_park_settle (d);
    }
-   fw_park_settle (d);
-   return FW_DISPATCH_DONE;
+   return o;
 }
 
 /* The handler's attempts, on CLOCK_MONOTONIC: the first attempt's start, the
@@ -640,30 +684,30 @@ typedef struct {
    int64_t first_ns, start_ns, end_ns;
 } attempt_times_t;
 
-/* Whether the next attempt may run. False with *r set when the event ends
+/* Whether the next attempt may run. False with *o set when the event ends
  * here; *L and *ref follow a reload. */
 static bool
-attempt_may_start (fw_dispatcher_t *d, const fw_event_t *ev, lua_State **L, int *ref,
-                   fw_dispatch_result_t *r)
+attempt_may_start (fw_dispatcher_t *d, const fw_event_t *ev, int attempt, lua_State **L,
+                   int *ref, fw_outcome_t *o)
 {
    /* ha.mode = "leader": no handler call past the lease's deadline; the
     * event comes back to the next leader. */
-   if (d->lease && !fw_lease_is_leader (d->lease, NULL)) {
-      *r = FW_DISPATCH_STOPPED;
+   if (d->lead.lease && !fw_lease_is_leader (d->lead.lease, NULL)) {
+      *o = outcome (FW_OUTCOME_STOPPED, attempt - 1);
       return false;
    }
    /* Issue 29: no attempt while another lane holds the breaker open, nor
     * beyond the rate limit. */
    if (!fw_outage_admit (d)) {
-      *r = FW_DISPATCH_STOPPED;
+      *o = outcome (FW_OUTCOME_STOPPED, attempt - 1);
       return false;
    }
    /* A reload takes effect here: this attempt runs the new code, and the
     * attempt count carries on. So does a full state's rebuild. */
-   bool switched = d->at_attempt_boundary && d->at_attempt_boundary (d->boundary_ud);
+   bool switched = d->boundary.fn && d->boundary.fn (d->boundary.ud);
    if (!switched && d->rebuild.pending) {
       if (!fw_state_rebuild (d)) {
-         *r = FW_DISPATCH_FAILED;
+         *o = failed (d, attempt - 1);
          return false;
       }
       switched = true;
@@ -672,7 +716,8 @@ attempt_may_start (fw_dispatcher_t *d, const fw_event_t *ev, lua_State **L, int 
       *L = fw_lua_host_state (d->prog.host);
       if ((*ref = fw_program_handler_for (&d->prog, ev->op)) == LUA_NOREF) {
          /* the new script has no handler for it */
-         *r = finished (d, FW_METRICS_OUTCOME_NONE, 0);
+         finished (d, FW_METRICS_OUTCOME_NONE, 0);
+         *o = outcome (FW_OUTCOME_NO_HANDLER, attempt - 1);
          return false;
       }
    }
@@ -682,10 +727,10 @@ attempt_may_start (fw_dispatcher_t *d, const fw_event_t *ev, lua_State **L, int 
 /* A sequenced DLQ with open sequences: the event's key, and the event parked
  * when its sequence is open. A key function that fails fails the attempt,
  * under the policy (*key_failed, *stop), and is asked again on the next one.
- * True with *r set when the event ends here. */
+ * True with *o set when the event ends here. */
 static bool
 park_if_open (fw_dispatcher_t *d, const fw_event_t *ev, bool *check_park, bool *key_failed,
-              fw_lua_stop_t *stop, fw_dispatch_result_t *r)
+              fw_lua_stop_t *stop, fw_outcome_t *o)
 {
    fw_park_key_t k = fw_park_key (d, ev, stop);
 
@@ -693,13 +738,7 @@ park_if_open (fw_dispatcher_t *d, const fw_event_t *ev, bool *check_park, bool *
    if (k != FW_PARK_KEY_FAILED) {
       *check_park = false;
    }
-   if (k == FW_PARK_KEY_OK && fw_park_is_open (d)) {
-      *r = park (d, ev);
-      if (*r != FW_DISPATCH_NO_DLQ) {
-         return true;
-      }
-   }
-   return false;
+   return k == FW_PARK_KEY_OK && fw_park_is_open (d) && park_event (d, ev, o);
 }
 
 /* One call of the handler (none when the key function failed: the attempt
@@ -745,15 +784,13 @@ call_handler (fw_dispatcher_t *d, lua_State *L, int ref, int attempt, bool key_f
 
 /* The handler returned and asked for nothing else. end_ns: its end on
  * CLOCK_MONOTONIC, 0 without metrics. */
-static fw_dispatch_result_t
-handled (fw_dispatcher_t *d, int attempt, int64_t end_ns)
+static fw_outcome_t
+ended_handled (fw_dispatcher_t *d, int attempt, int64_t end_ns)
 {
    d->stats.handled++;
    fw_outage_handled (d);
-   if (d->replay) {
-      return replayed (d, FW_REPLAYED_OK, NULL, attempt);
-   }
-   return finished (d, FW_METRICS_OUTCOME_OK, end_ns);
+   finished (d, FW_METRICS_OUTCOME_OK, end_ns);
+   return outcome (FW_OUTCOME_HANDLED, attempt);
 }
 
 /* What to do after an attempt that failed (ok false: its failure table is on
@@ -796,18 +833,18 @@ report_attempt_failed (fw_dispatcher_t *d, int attempt, const decision_t *dec)
 }
 
 /* A replayed dead letter ends after a decision other than retry, or after
- * its first attempt when the replay allows no retry. True with *r set when
+ * its first attempt when the replay allows no retry. True with *o set when
  * it ends here. */
 static bool
-replay_ends (fw_dispatcher_t *d, const decision_t *dec, int attempt, fw_dispatch_result_t *r)
+replay_ends (fw_dispatcher_t *d, const decision_t *dec, int attempt, fw_outcome_t *o)
 {
    if (d->replay && dec->action != ACT_RETRY) {
-      *r = replayed (d, dec->action == ACT_SKIP ? FW_REPLAYED_SKIPPED : FW_REPLAYED_FAILED, dec,
+      *o = replayed (d, dec->action == ACT_SKIP ? FW_OUTCOME_SKIPPED : FW_OUTCOME_GAVE_UP, dec,
                      attempt);
       return true;
    }
    if (d->replay && d->replay->no_retry) {
-      *r = replayed (d, FW_REPLAYED_FAILED, dec, attempt);
+      *o = replayed (d, FW_OUTCOME_GAVE_UP, dec, attempt);
       return true;
    }
    return false;
@@ -842,13 +879,13 @@ retry_wait (fw_dispatcher_t *d, const fw_event_t *ev, int attempt, const decisio
    return true;
 }
 
-/* The decision is dlq: the event goes to the DLQ, or is lost when the stream
- * has none to take it. */
-static fw_dispatch_result_t
+/* The decision is dlq (or a deferred retry due at defer_until_ms): the
+ * event goes to the DLQ, or is lost when the stream has none to take it. */
+static fw_outcome_t
 dead_letter_after (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec, int attempt,
-                   const attempt_times_t *t, const char *id)
+                   const attempt_times_t *t, int64_t defer_until_ms, const char *id)
 {
-   fw_dispatch_result_t r;
+   fw_outcome_t o;
    char more[1600];
 
    if (!d->prog.cfg.dlq.enabled &&
@@ -857,19 +894,21 @@ dead_letter_after (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *d
       fw_log (FW_LOG_ERROR, d->prog.cfg.name,
               "event %s LOST: on_error asked for the DLQ but the stream has none: %s: %s%s", id,
               dec->type, dec->message, failure_context (ev, dec, NULL, more, sizeof more));
-      return finished (d, FW_METRICS_OUTCOME_LOST, 0);
+      finished (d, FW_METRICS_OUTCOME_LOST, 0);
+      return outcome_after (d, FW_OUTCOME_LOST, attempt, dec);
    }
-   r = dead_letter_head (d, ev, dec, attempt, wall_ms_at (d, t->first_ns),
-                         wall_ms_at (d, t->start_ns));
-   if (r != FW_DISPATCH_DONE) {
-      return r;
+   dlq_attempts_t a = {attempt, wall_ms_at (d, t->first_ns), wall_ms_at (d, t->start_ns),
+                       defer_until_ms};
+   o = dead_letter_head (d, ev, dec, &a);
+   if (fw_outcome_finished (o.kind)) {
+      finished (d, FW_METRICS_OUTCOME_DLQ, 0);
    }
-   return finished (d, FW_METRICS_OUTCOME_DLQ, 0);
+   return o;
 }
 
 /* The event's end under a decision other than retry: dead-lettered, skipped
  * or lost. */
-static fw_dispatch_result_t
+static fw_outcome_t
 decided_end (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec, int attempt,
              const attempt_times_t *t, const char *id)
 {
@@ -877,30 +916,42 @@ decided_end (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec, in
 
    switch (dec->action) {
    case ACT_DLQ:
-      return dead_letter_after (d, ev, dec, attempt, t, id);
+      return dead_letter_after (d, ev, dec, attempt, t, 0, id);
    case ACT_SKIP:
       d->stats.skipped++;
       fw_event_short_id (ev, sid, sizeof sid);
       fw_log (FW_LOG_INFO, d->prog.cfg.name,
               "event %s skipped by on_error after attempt %d: %s: %s%s", sid, attempt, dec->type,
               dec->message, failure_context (ev, dec, NULL, more, sizeof more));
-      return finished (d, FW_METRICS_OUTCOME_SKIPPED, 0);
+      finished (d, FW_METRICS_OUTCOME_SKIPPED, 0);
+      return outcome_after (d, FW_OUTCOME_SKIPPED, attempt, dec);
    case ACT_DROP:
    default:
       d->stats.lost++;
       fw_log (FW_LOG_ERROR, d->prog.cfg.name,
               "event %s LOST after %d attempt(s) (no dead-letter queue): %s: %s%s", id, attempt,
               dec->type, dec->message, failure_context (ev, dec, NULL, more, sizeof more));
-      return finished (d, FW_METRICS_OUTCOME_LOST, 0);
+      finished (d, FW_METRICS_OUTCOME_LOST, 0);
+      return outcome_after (d, FW_OUTCOME_LOST, attempt, dec);
    }
 }
 
+/* The decision is retry and the stream defers its retries (issue 29): the
+ * retry waits in the DLQ and the stream goes on. (A store that keeps no
+ * scheduled retries, flowwarden test's, retries here.) */
+static bool
+defers_retry (const fw_dispatcher_t *d, const decision_t *dec)
+{
+   return dec->action == ACT_RETRY && d->prog.cfg.retry_deferred && d->prog.cfg.dlq.enabled &&
+          !d->dispatch.dlq_requested && (!d->dlq || d->dlq->claim_due);
+}
+
 /* After an attempt that failed or called ctx:send_to_dlq: decides, and ends
- * the event or waits out the retry backoff. True to try again, false with *r
+ * the event or waits out the retry backoff. True to try again, false with *o
  * set when the event ends here. */
 static bool
 after_failure (fw_dispatcher_t *d, const fw_event_t *ev, lua_State *L, bool ok, int attempt,
-               fw_lua_stop_t stop, const attempt_times_t *t, fw_dispatch_result_t *r)
+               fw_lua_stop_t stop, const attempt_times_t *t, fw_outcome_t *o)
 {
    decision_t dec;
    char id[1024];
@@ -911,22 +962,17 @@ after_failure (fw_dispatcher_t *d, const fw_event_t *ev, lua_State *L, bool ok, 
    if (d->replay) {
       d->replay->retry_asked = dec.action == ACT_RETRY;
    }
-   if (replay_ends (d, &dec, attempt, r)) {
+   if (replay_ends (d, &dec, attempt, o)) {
       return false;
    }
-   if (dec.action == ACT_RETRY && d->prog.cfg.retry_deferred && d->prog.cfg.dlq.enabled &&
-       !d->dispatch.dlq_requested && (!d->dlq || d->dlq->claim_due)) {
-      /* Issue 29: the retry waits in the DLQ; the stream goes on. (A store
-       * that keeps no scheduled retries, flowwarden test's, retries here.) */
-      d->deferred.next_ms =
-         d->clock.now_ms (d->clock.ud) +
-         fw_backoff_delay_ms (&d->prog.cfg.retry, attempt, fw_backoff_random (&d->rng));
+   if (defers_retry (d, &dec)) {
+      int64_t due = d->clock.now_ms (d->clock.ud) +
+                    fw_backoff_delay_ms (&d->prog.cfg.retry, attempt, fw_backoff_random (&d->rng));
       d->stats.retries++;
       if (d->metrics) {
          fw_stream_metrics_retry (d->metrics);
       }
-      *r = dead_letter_after (d, ev, &dec, attempt, t, id);
-      d->deferred.next_ms = 0;
+      *o = dead_letter_after (d, ev, &dec, attempt, t, due, id);
       return false;
    }
    if (dec.action != ACT_RETRY) {
@@ -937,34 +983,44 @@ after_failure (fw_dispatcher_t *d, const fw_event_t *ev, lua_State *L, bool ok, 
       case FW_HOLD_PROBE:
          return true;
       case FW_HOLD_STOPPED:
-         *r = FW_DISPATCH_STOPPED;
+         *o = outcome_after (d, FW_OUTCOME_HELD, attempt, &dec);
          return false;
       default:
          break;
       }
-      *r = decided_end (d, ev, &dec, attempt, t, id);
+      *o = decided_end (d, ev, &dec, attempt, t, id);
       return false;
    }
    if (!retry_wait (d, ev, attempt, &dec)) {
-      *r = FW_DISPATCH_STOPPED;
+      *o = outcome_after (d, FW_OUTCOME_STOPPED, attempt, &dec);
       return false;
    }
    return true;
 }
 
-static fw_dispatch_result_t dispatch (fw_dispatcher_t *d, const fw_event_t *ev);
+static fw_outcome_t run_attempts (fw_dispatcher_t *d, const fw_event_t *ev);
 
-fw_dispatch_result_t
+fw_outcome_t
 fw_event_dispatch (fw_dispatcher_t *d, const fw_event_t *ev)
 {
-   fw_dispatch_result_t r = dispatch (d, ev);
+#if FW_CHECKING
+   fw_lua_host_t *host = d->prog.host;
+   int top = lua_gettop (fw_lua_host_state (host));
+#endif
+   fw_outcome_t o = run_attempts (d, ev);
    fw_park_end (d);
    fw_outage_event_end (d);
-   return r;
+   /* The Lua stack is as it was (unless a reload or a rebuild replaced
+    * the state), and a DLQ outcome names its entry. */
+   FW_ASSERT (d->prog.host != host || lua_gettop (fw_lua_host_state (host)) == top);
+   FW_ASSERT ((o.kind != FW_OUTCOME_DEAD_LETTERED && o.kind != FW_OUTCOME_PARKED &&
+               o.kind != FW_OUTCOME_DEFERRED) ||
+              o.entry_id[0]);
+   return o;
 }
 
-static fw_dispatch_result_t
-dispatch (fw_dispatcher_t *d, const fw_event_t *ev)
+static fw_outcome_t
+run_attempts (fw_dispatcher_t *d, const fw_event_t *ev)
 {
    lua_State *L = fw_lua_host_state (d->prog.host);
    int ref;
@@ -974,68 +1030,32 @@ dispatch (fw_dispatcher_t *d, const fw_event_t *ev)
 
    ref = fw_program_handler_for (&d->prog, ev->op);
    if (ref == LUA_NOREF) {
-      return finished (d, FW_METRICS_OUTCOME_NONE, 0); /* no handler for this operation type */
+      finished (d, FW_METRICS_OUTCOME_NONE, 0); /* no handler for this operation type */
+      return outcome (FW_OUTCOME_NO_HANDLER, 0);
    }
    fw_event_ctx_begin (L, &d->dispatch, ev);
 
    for (int attempt = 1;; attempt++) {
       fw_lua_stop_t stop;
       bool ok, key_failed = false;
-      fw_dispatch_result_t r;
+      fw_outcome_t o;
 
-      if (!attempt_may_start (d, ev, &L, &ref, &r)) {
-         return r;
+      if (!attempt_may_start (d, ev, attempt, &L, &ref, &o)) {
+         return o;
       }
       d->dispatch.attempt = attempt + d->deferred.attempt_base; /* a deferred retry's: all */
-      if (check_park && park_if_open (d, ev, &check_park, &key_failed, &stop, &r)) {
-         return r;
+      if (check_park && park_if_open (d, ev, &check_park, &key_failed, &stop, &o)) {
+         return o;
       }
       ok = call_handler (d, L, ref, attempt, key_failed, &stop, &t);
       if (fw_state_over_mark (d) && fw_state_check (d, ok, attempt) == FW_STATE_RETRY) {
          continue; /* failed in a full state: tried again on a rebuilt one */
       }
       if (ok && !d->dispatch.dlq_requested) {
-         return handled (d, attempt, t.end_ns);
+         return ended_handled (d, attempt, t.end_ns);
       }
-      if (!after_failure (d, ev, L, ok, attempt, stop, &t, &r)) {
-         return r;
-      }
-   }
-}
-
-bool
-fw_dispatcher_open_dlq (fw_dispatcher_t *d)
-{
-   fw_error_t err;
-   const fw_dlq_config_t *dlq = dlq_config (d);
-
-   if (dlq->memory) {
-      /* Seed 004's in-memory variant: nothing to connect to; a sequenced
-       * DLQ's sequences are kept beside its entries. */
-      d->dlq = fw_dlq_store_memory_new (&err);
-      if (!d->dlq) {
-         fw_log (FW_LOG_ERROR, d->prog.cfg.name, "%s", err.message);
-      }
-      return d->dlq != NULL;
-   }
-   for (int tries = 1;; tries++) {
-      /* A DLQ on a named connection (seed 002's roadmap: mongoTemplateRef). */
-      mongoc_client_t *client = dlq->connection
-                                   ? fw_connection_clients_get (d->clients, dlq->connection, &err)
-                                   : d->client;
-      d->dlq = client ? fw_dlq_store_mongo_new (client,
-                                                dlq->database ? dlq->database : d->prog.cfg.database,
-                                                dlq->collection, dlq->write_concern_tag,
-                                                dlq->write_concern_w, &err)
-                      : NULL;
-      if (d->dlq) {
-         return true;
-      }
-      int64_t delay = fw_backoff_delay_ms (&d->prog.cfg.restart, tries, fw_backoff_random (&d->rng));
-      fw_log (FW_LOG_ERROR, d->prog.cfg.name, "%s; retrying in %lld ms", err.message,
-              (long long) delay);
-      if (d->clock.wait_ms (d->clock.ud, delay)) {
-         return false;
+      if (!after_failure (d, ev, L, ok, attempt, stop, &t, &o)) {
+         return o;
       }
    }
 }

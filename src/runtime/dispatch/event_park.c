@@ -243,7 +243,7 @@ take_once (fw_dispatcher_t *d, bool open, fw_park_take_t *out, fw_error_t *error
          return false;
       }
       if (size >= d->prog.cfg.dlq.max_sequence_size) {
-         snprintf (d->failure, sizeof d->failure,
+         snprintf (d->out.failure, sizeof d->out.failure,
                    "dlq overflow: sequence %.300s holds %lld entries (max_sequence_size %lld); "
                    "the event is not checkpointed: replay or discard the sequence's entries "
                    "(flowwarden dlq replay --sequence ...), then restart",
@@ -268,7 +268,7 @@ fw_park_take (fw_dispatcher_t *d, bool open)
 
    d->park.index = -1;
    if (!d->park.open_seqs && !(d->park.open_seqs = fw_dlq_sequences_new ())) {
-      snprintf (d->failure, sizeof d->failure, "not enough memory for the open DLQ sequences");
+      snprintf (d->out.failure, sizeof d->out.failure, "not enough memory for the open DLQ sequences");
       return FW_PARK_OVERFLOW;
    }
    if (open && !fw_dlq_sequences_has (d->park.open_seqs, d->park.key) &&
@@ -276,7 +276,7 @@ fw_park_take (fw_dispatcher_t *d, bool open)
       /* Sequences a separate replay closed may still be in the set. */
       if (!load_once (d, &err) ||
           fw_dlq_sequences_count (d->park.open_seqs) >= (size_t) d->prog.cfg.dlq.max_sequences) {
-         snprintf (d->failure, sizeof d->failure,
+         snprintf (d->out.failure, sizeof d->out.failure,
                    "dlq overflow: %zu open sequences (max_sequences %lld): the event opening "
                    "sequence %.300s is not checkpointed: replay or discard open sequences "
                    "(flowwarden dlq replay), then restart",

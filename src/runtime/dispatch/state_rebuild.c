@@ -48,7 +48,7 @@ static void
 refilled (fw_dispatcher_t *d, uint64_t events)
 {
    d->rebuild.refilled = true;
-   snprintf (d->failure, sizeof d->failure,
+   snprintf (d->out.failure, sizeof d->out.failure,
              "the Lua state of stream \"%s\" filled its memory_limit again (%zu of %zu bytes "
              "after a full collection) within %llu event(s) of being rebuilt (at most %d "
              "allowed): the handler keeps what it is given (a global, a cache without bound) "
@@ -141,7 +141,7 @@ fw_state_rebuild (fw_dispatcher_t *d)
       return false;
    }
    if (!(fresh = load_fresh (d, &err))) {
-      snprintf (d->failure, sizeof d->failure,
+      snprintf (d->out.failure, sizeof d->out.failure,
                 "the Lua state of stream \"%s\" is full (%zu of %zu bytes after a full "
                 "collection) and cannot be rebuilt: %.800s",
                 d->prog.cfg.name, held, d->prog.cfg.memory_limit, err.message);

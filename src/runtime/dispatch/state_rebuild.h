@@ -20,7 +20,7 @@ typedef struct {
    void *ud;
    int index;                   /* the stream's index in the script */
    bool pending;                /* the state is full: rebuilt before the next attempt */
-   bool refilled;               /* ... again, too soon: the stream stops (d->failure) */
+   bool refilled;               /* ... again, too soon: the stream stops (d->out.failure) */
    bool rebuilt;                /* the state running is a rebuilt one */
    uint64_t rebuilt_at;         /* dispatch.generation of the first event it ran */
    size_t held;                 /* bytes the full state held after a full collection */
@@ -44,7 +44,7 @@ fw_state_check_t fw_state_check (fw_dispatcher_t *d, bool ok, int attempt);
 
 /* Before an attempt, with d->rebuild.pending: loads the script afresh and
  * switches d's program to it. False when the stream must stop instead
- * (refilled too soon, or the script cannot be loaded as it was): d->failure
+ * (refilled too soon, or the script cannot be loaded as it was): d->out.failure
  * says why. */
 bool fw_state_rebuild (fw_dispatcher_t *d);
 

@@ -339,3 +339,27 @@ fw_dlq_entry_stream (const bson_t *entry)
              ? bson_iter_utf8 (&it, NULL)
              : NULL;
 }
+
+bool
+fw_dlq_entry_schedule (bson_t *entry, int64_t next_ms)
+{
+   bson_t out = BSON_INITIALIZER;
+   bson_iter_t it;
+   bool ok = bson_iter_init (&it, entry);
+
+   while (ok && bson_iter_next (&it)) {
+      if (strcmp (bson_iter_key (&it), "status") == 0) {
+         ok = BSON_APPEND_UTF8 (&out, "status", "SCHEDULED") &&
+              BSON_APPEND_DATE_TIME (&out, "nextAttemptAt", next_ms);
+      } else {
+         ok = bson_append_iter (&out, NULL, 0, &it);
+      }
+   }
+   if (!ok) {
+      bson_destroy (&out);
+      return false;
+   }
+   bson_destroy (entry);
+   bson_steal (entry, &out);
+   return true;
+}

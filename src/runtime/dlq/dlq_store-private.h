@@ -36,7 +36,12 @@ void fw_dlq__mongo_reschedule_update (const fw_dlq_outcome_t *o, const char *act
                                       bson_t *update);
 
 /* "<what> on <m->name> failed: <berr's message>" */
-void fw_dlq__mongo_error (fw_error_t *error, const char *what, const char *name,
-                          const bson_error_t *berr);
+static inline void
+fw_dlq__mongo_error (fw_error_t *error, const char *what, const char *name,
+                     const bson_error_t *berr)
+{
+   fw_error_set_code (error, FW_ERROR_MONGO, (int) berr->code, "%s on %s failed: %s", what, name,
+                      berr->message);
+}
 
 #endif

@@ -12,14 +12,6 @@
 #include "runtime/dlq/dlq_sequence-private.h"
 #include "runtime/dlq/dlq_store-private.h"
 
-void
-fw_dlq__mongo_error (fw_error_t *error, const char *what, const char *name,
-                     const bson_error_t *berr)
-{
-   fw_error_set_code (error, FW_ERROR_MONGO, (int) berr->code, "%s on %s failed: %s", what, name,
-                      berr->message);
-}
-
 /* The string at path in doc, or "?" when it is missing or not a string. */
 static const char *
 string_at (const bson_t *doc, const char *path)

@@ -5,7 +5,7 @@
  */
 #include <string.h>
 
-#include "flowwarden/checkpoint_store.h"
+#include "flowwarden/collection_names.h"
 #include "flowwarden/write_reply.h"
 #include "runtime/ha/lease-private.h"
 

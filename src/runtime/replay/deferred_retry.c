@@ -17,30 +17,6 @@
 #define DEFERRED_CHECK_EVERY_MS 1000
 #define DEFERRED_PER_TICK 16
 
-bool
-fw_deferred_mark_entry (bson_t *entry, int64_t next_ms)
-{
-   bson_t out = BSON_INITIALIZER;
-   bson_iter_t it;
-   bool ok = bson_iter_init (&it, entry);
-
-   while (ok && bson_iter_next (&it)) {
-      if (strcmp (bson_iter_key (&it), "status") == 0) {
-         ok = BSON_APPEND_UTF8 (&out, "status", "SCHEDULED") &&
-              BSON_APPEND_DATE_TIME (&out, "nextAttemptAt", next_ms);
-      } else {
-         ok = bson_append_iter (&out, NULL, 0, &it);
-      }
-   }
-   if (!ok) {
-      bson_destroy (&out);
-      return false;
-   }
-   bson_destroy (entry);
-   bson_steal (entry, &out);
-   return true;
-}
-
 static int64_t
 int_at (const bson_t *doc, const char *key)
 {
@@ -59,38 +35,34 @@ string_at (const bson_t *doc, const char *key)
              : NULL;
 }
 
-/* Runs the claimed entry's event once (attempt n), as a replay; fills hook. */
-static fw_dispatch_result_t
-attempt (fw_dispatcher_t *d, const bson_t *entry, int64_t n, fw_replay_hook_t *hook,
-         bool *invalid)
+/* Runs the claimed entry's event once (attempt n), as a replay. An entry
+ * that is no event to run comes back as NO_HANDLER with error
+ * type InvalidEntry, its message in why (len bytes, the caller's). */
+static fw_outcome_t
+attempt (fw_dispatcher_t *d, const bson_t *entry, int64_t n, fw_replay_hook_t *hook, char *why,
+         size_t len)
 {
    bson_t event;
    fw_event_t ev;
-   char why[512];
-   fw_dispatch_result_t r = FW_DISPATCH_DONE;
+   fw_outcome_t o = {FW_OUTCOME_NO_HANDLER, 0, 0, "", "InvalidEntry", why};
 
-   *invalid = !fw_dlq_replay_build_event (entry, &event, &ev, why, sizeof why);
-   if (*invalid) {
-      snprintf (hook->error_type, sizeof hook->error_type, "InvalidEntry");
-      snprintf (hook->error_message, sizeof hook->error_message, "%s", why);
-   } else {
+   if (fw_dlq_replay_build_event (entry, &event, &ev, why, len)) {
       hook->no_retry = true;
-      hook->result = FW_REPLAYED_NO_HANDLER;
       d->replay = hook;
       d->deferred.attempt_base = (int) (n - 1); /* ctx:attempt_number() counts them all */
-      r = fw_event_dispatch (d, &ev);
+      o = fw_event_dispatch (d, &ev);
       d->deferred.attempt_base = 0;
       fw_replay_hook_forget_error (d, hook);
       d->replay = NULL;
    }
    bson_destroy (&event);
-   return r;
+   return o;
 }
 
 /* The outcome of attempt n (1-based, all attempts counted) of entry. */
 static void
-outcome_of (fw_dispatcher_t *d, fw_dispatch_result_t r, const fw_replay_hook_t *hook,
-            bool invalid, int64_t n, int64_t due_ms, fw_dlq_outcome_t *o)
+outcome_of (fw_dispatcher_t *d, const fw_outcome_t *r, const fw_replay_hook_t *hook,
+            int64_t n, int64_t due_ms, fw_dlq_outcome_t *o)
 {
    const fw_backoff_t *b = &d->prog.cfg.retry;
    int64_t now = d->clock.now_ms (d->clock.ud);
@@ -98,27 +70,23 @@ outcome_of (fw_dispatcher_t *d, fw_dispatch_result_t r, const fw_replay_hook_t *
    memset (o, 0, sizeof *o);
    o->now_ms = now;
    o->kind = FW_DLQ_RESCHEDULE;
-   if (!invalid && r == FW_DISPATCH_DONE && hook->result == FW_REPLAYED_OK) {
+   if (r->kind == FW_OUTCOME_HANDLED || r->kind == FW_OUTCOME_SKIPPED) {
       o->kind = FW_DLQ_RESOLVE;
-   } else if (!invalid && r == FW_DISPATCH_DONE && hook->result == FW_REPLAYED_SKIPPED) {
-      o->kind = FW_DLQ_RESOLVE;
-      o->skipped = true;
-   } else if (!invalid && r == FW_DISPATCH_DONE && hook->result == FW_REPLAYED_FAILED) {
-      o->attempts_added = hook->attempts > 0 ? hook->attempts : 1;
-      o->error_type = hook->error_type;
-      o->error_message = hook->error_message;
+      o->skipped = r->kind == FW_OUTCOME_SKIPPED;
+   } else if (r->kind == FW_OUTCOME_GAVE_UP) {
+      o->attempts_added = r->attempts > 0 ? r->attempts : 1;
+      o->error_type = r->error_type;
+      o->error_message = r->error;
       if (hook->retry_asked && n < b->max_attempts) {
          o->next_attempt_ms = now + fw_backoff_delay_ms (b, (int) n, fw_backoff_random (&d->rng));
       }
-   } else if (r == FW_DISPATCH_STOPPED) {
+   } else if (fw_outcome_comes_back (r->kind)) {
       o->next_attempt_ms = due_ms > 0 ? due_ms : now; /* not run: as it was */
    } else {
       /* No handler for it, an entry edited into something else, or a
        * dispatcher that cannot go on: an ordinary dead letter to look at. */
-      o->error_type = hook->error_type[0] ? hook->error_type : "DeferredRetry";
-      o->error_message = hook->error_message[0] ? hook->error_message
-                         : r == FW_DISPATCH_FAILED ? fw_dispatcher_failure (d)
-                                                   : "the current script has no handler for it";
+      o->error_type = r->error_type[0] ? r->error_type : "DeferredRetry";
+      o->error_message = r->error[0] ? r->error : "the current script has no handler for it";
       o->attempts_added = 0;
    }
 }
@@ -184,19 +152,19 @@ run_one (fw_dispatcher_t *d, const bson_t *entry, const char *actor)
    fw_dlq_outcome_t o;
    bson_iter_t it;
    fw_error_t err;
-   bool invalid, held;
+   bool held;
    const char *id = string_at (entry, "_id");
    const char *seq = string_at (entry, "sequenceId");
    int64_t n = int_at (entry, "attempts") + 1;
-   char seq_copy[1024];
-   fw_dispatch_result_t r;
+   char seq_copy[1024], why[512];
+   fw_outcome_t r;
 
    if (!bson_iter_init_find (&it, entry, "_id")) {
       return;
    }
    snprintf (seq_copy, sizeof seq_copy, "%s", seq ? seq : "");
-   r = attempt (d, entry, n, &hook, &invalid);
-   outcome_of (d, r, &hook, invalid, n, 0, &o);
+   r = attempt (d, entry, n, &hook, why, sizeof why);
+   outcome_of (d, &r, &hook, n, 0, &o);
    if (!d->dlq->settle (d->dlq, bson_iter_value (&it), actor, &o, &held, &err)) {
       fw_log (FW_LOG_ERROR, d->prog.cfg.name,
               "deferred retry of entry %s: %s (its claim expires and it is run again)",

@@ -321,6 +321,7 @@ release_stale (const claim_t *c)
 typedef struct {
    fw_dispatcher_t *d;
    const fw_replay_hook_t *hook;
+   const fw_outcome_t *outcome;
    char action[16];
    bson_t *diagnostics;
    fw_error_t err;
@@ -331,15 +332,15 @@ typedef struct {
  * where, fields ({} when none) and traceback ("" when none) of the last
  * failed attempt. A fresh table: what on_error did to its own is not seen. */
 static void
-push_policy_error (lua_State *L, const fw_replay_hook_t *hook)
+push_policy_error (lua_State *L, const fw_replay_hook_t *hook, const fw_outcome_t *o)
 {
    int err, kept = 0;
 
    lua_createtable (L, 0, 5);
    err = lua_gettop (L);
-   lua_pushstring (L, hook->error_type);
+   lua_pushstring (L, o->error_type);
    lua_setfield (L, err, "type");
-   lua_pushstring (L, hook->error_message);
+   lua_pushstring (L, o->error);
    lua_setfield (L, err, "message");
    if (hook->has_error_ref &&
        lua_rawgeti (L, LUA_REGISTRYINDEX, hook->error_ref) == LUA_TTABLE) {
@@ -377,7 +378,7 @@ ppolicy (lua_State *L)
    lua_getfield (L, -1, "decide");
    lua_rawgeti (L, LUA_REGISTRYINDEX, a->d->prog.spec_ref);
    fw_event_ctx_push_dead_letter (L, &a->d->dispatch);
-   push_policy_error (L, a->hook);
+   push_policy_error (L, a->hook, a->outcome);
    lua_call (L, 3, 2);
    action = lua_tostring (L, -2);
    snprintf (a->action, sizeof a->action, "%s", action ? action : "requeue");
@@ -394,11 +395,12 @@ ppolicy (lua_State *L)
 }
 
 bool
-fw_dlq_replay_policy (fw_dispatcher_t *d, const fw_replay_hook_t *hook, bson_t *diagnostics)
+fw_dlq_replay_policy (fw_dispatcher_t *d, const fw_replay_hook_t *hook, const fw_outcome_t *o,
+                      bson_t *diagnostics)
 {
    lua_State *L = fw_lua_host_state (d->prog.host);
    int top = lua_gettop (L);
-   policy_args_t a = {d, hook, "requeue", diagnostics, {0}, true};
+   policy_args_t a = {d, hook, o, "requeue", diagnostics, {0}, true};
    fw_lua_stop_t stop;
 
    lua_pushcfunction (L, ppolicy);
@@ -463,20 +465,21 @@ record_success (const claim_t *c, bool skipped, int attempts, fw_replay_result_t
 }
 
 static void
-record_failure (const claim_t *c, const fw_replay_hook_t *hook, fw_replay_result_t *out)
+record_failure (const claim_t *c, const fw_replay_hook_t *hook, const fw_outcome_t *o,
+                fw_replay_result_t *out)
 {
    bson_t diagnostics = BSON_INITIALIZER;
-   bool evict = fw_dlq_replay_policy (c->d, hook, &diagnostics);
+   bool evict = fw_dlq_replay_policy (c->d, hook, o, &diagnostics);
    fw_dlq_outcome_t outcome = {.kind = evict ? FW_DLQ_EVICT : FW_DLQ_REQUEUE,
                                .now_ms = fw_now_ms (),
-                               .error_type = hook->error_type,
-                               .error_message = hook->error_message,
+                               .error_type = o->error_type,
+                               .error_message = o->error,
                                .diagnostics = &diagnostics};
    char result[1200];
    fw_error_t err;
    bool held;
 
-   snprintf (result, sizeof result, "%s: %s", hook->error_type, hook->error_message);
+   snprintf (result, sizeof result, "%s: %s", o->error_type, o->error);
    if (!settle (c, &outcome, &held, &err)) {
       set_result (out, FW_REPLAY_ERROR, "failed again (%s), and %s", result, err.message);
    } else if (!held) {
@@ -485,7 +488,7 @@ record_failure (const claim_t *c, const fw_replay_hook_t *hook, fw_replay_result
    } else {
       set_result (out, evict ? FW_REPLAY_EVICTED : FW_REPLAY_REQUEUED, "%s after %d attempt(s): %s",
                   evict ? "evicted by the enqueue policy" : "failed again, requeued",
-                  hook->attempts, result);
+                  o->attempts, result);
    }
    bson_destroy (&diagnostics);
 }
@@ -499,7 +502,7 @@ run_claimed (const claim_t *c, const bson_t *claimed, const bson_t *before,
    bson_t event, letter;
    fw_event_t ev;
    char why[512];
-   fw_dispatch_result_t r;
+   fw_outcome_t o;
    fw_claim_keeper_t *keeper;
 
    if (!build_event (claimed, &event, &ev, why, sizeof why)) {
@@ -512,28 +515,27 @@ run_claimed (const claim_t *c, const bson_t *claimed, const bson_t *before,
    hook.no_retry = c->opts->no_retry;
    hook.before_retry = extend_claim;
    hook.ud = (void *) c;
-   hook.result = FW_REPLAYED_NO_HANDLER;
    d->replay = &hook;
    d->dispatch.dead_letter = &letter;
    keeper = start_keeper (c);
-   r = fw_event_dispatch (d, &ev);
+   o = fw_event_dispatch (d, &ev);
    fw_claim_keeper_stop (keeper); /* before the outcome is settled */
-   if (r == FW_DISPATCH_STOPPED) {
+   if (fw_outcome_comes_back (o.kind)) {
       release (c);
       set_result (out, FW_REPLAY_STOPPED, "stopped before it was handled; left PENDING");
-   } else if (r == FW_DISPATCH_FAILED) {
+   } else if (o.kind == FW_OUTCOME_FAILED) {
       /* The dispatcher cannot go on (its Lua state filled up again at once,
        * a sequenced DLQ overflowed): the entry is untouched. */
       release (c);
-      set_result (out, FW_REPLAY_ERROR, "%.900s; left PENDING", fw_dispatcher_failure (d));
-   } else if (hook.result == FW_REPLAYED_NO_HANDLER) {
+      set_result (out, FW_REPLAY_ERROR, "%.900s; left PENDING", o.error);
+   } else if (o.kind == FW_OUTCOME_NO_HANDLER) {
       release (c);
       set_result (out, FW_REPLAY_UNHANDLED,
                   "the current script has no handler for %s; left PENDING", ev.operation_type);
-   } else if (hook.result == FW_REPLAYED_FAILED) {
-      record_failure (c, &hook, out); /* the policy sees ctx:dead_letter()'s table */
+   } else if (o.kind == FW_OUTCOME_GAVE_UP) {
+      record_failure (c, &hook, &o, out); /* the policy sees ctx:dead_letter()'s table */
    } else {
-      record_success (c, hook.result == FW_REPLAYED_SKIPPED, hook.attempts, out);
+      record_success (c, o.kind == FW_OUTCOME_SKIPPED, o.attempts, out);
    }
    fw_replay_hook_forget_error (d, &hook);
    d->dispatch.dead_letter = NULL;

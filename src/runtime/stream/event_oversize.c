@@ -281,13 +281,9 @@ fw_oversize_stage_rejected (const bson_error_t *berr)
 }
 
 fw_oversize_step_t
-fw_oversize_take (fw_dispatcher_t *d, fw_split_buffer_t *split, const bson_t **doc,
-                  fw_event_t *ev, bool *parsed, fw_error_t *error)
+fw_oversize_take (bool oversize_skip, fw_split_buffer_t *split, const bson_t **doc,
+                  fw_event_t *ev, bool *parsed, int64_t *size, fw_error_t *error)
 {
-   char eid[1024];
-   int64_t size;
-   fw_dispatch_result_t r;
-
    /* A fragment moves neither the position nor the checkpoint: until the
     * last one is handled, a restart resumes before the first. */
    if (fw_event_has (ev, FW_EV_SPLIT) || fw_split_buffer_active (split)) {
@@ -301,30 +297,10 @@ fw_oversize_take (fw_dispatcher_t *d, fw_split_buffer_t *split, const bson_t **d
          break;
       }
    }
-   if (!*parsed || !fw_dispatcher_config (d)->oversize_skip || !fw_oversize_stub_size (*doc, &size)) {
+   if (!*parsed || !oversize_skip || !fw_oversize_stub_size (*doc, size)) {
       return FW_OVERSIZE_EVENT;
    }
-   if ((r = fw_event_dispatch_oversize (d, ev, size)) == FW_DISPATCH_STOPPED) {
-      return FW_OVERSIZE_STOPPED;
-   }
-   if (r == FW_DISPATCH_FAILED) {
-      fw_error_set (error, FW_ERROR_INVALID, "%s", fw_dispatcher_failure (d));
-      return FW_OVERSIZE_FAILED;
-   }
-   fw_event_log_id (ev, eid, sizeof eid);
-   if (r == FW_DISPATCH_NO_DLQ) {
-      fw_error_set (error, FW_ERROR_INVALID,
-                    "change event %s of %lld bytes is over oversize_threshold and the stream "
-                    "has no DLQ to record it (oversize = \"skip\" needs dlq); the checkpoint "
-                    "stays before it",
-                    eid, (long long) size);
-      return FW_OVERSIZE_FAILED;
-   }
-   fw_event_short_id (ev, eid, sizeof eid);
-   fw_log (FW_LOG_WARN, fw_dispatcher_config (d)->name,
-           "oversize change event %s (%lld bytes) skipped and dead-lettered", eid,
-           (long long) size);
-   return FW_OVERSIZE_SKIPPED;
+   return FW_OVERSIZE_STUB;
 }
 
 bool

@@ -91,10 +91,35 @@ batch_free (batch_t *b)
    bson_destroy (&b->resume);
 }
 
-/* Every event of b is finished with: the position moves past the last. */
+/* Where a batch's outcome is settled. */
+typedef struct {
+   fw_stream_worker_t *w;
+   fw_position_t *p;
+   batch_t *b;
+} batch_place_t;
+
 static void
-batch_done (fw_stream_worker_t *w, fw_position_t *p, batch_t *b)
+batch_count (void *ud)
 {
+   fw_stream_worker_t *w = ((batch_place_t *) ud)->w;
+   if (w->metrics) {
+      fw_stream_count_dispatched (w);
+   }
+}
+
+/* Every event of the batch is finished with: a due dlq.reprocess round
+ * runs, and the position moves past the last. */
+static fw_read_end_t
+batch_done (void *ud)
+{
+   batch_place_t *at = ud;
+   fw_stream_worker_t *w = at->w;
+   fw_position_t *p = at->p;
+   batch_t *b = at->b;
+
+   if (w->reprocess_at_ms >= 0) {
+      fw_dlq_reprocess_tick (w->d, &w->reprocess_at_ms); /* between batches */
+   }
    if (fw_position_set_event_token (&p->processed, b->ptrs[b->n - 1])) {
       p->has_processed = true;
    }
@@ -105,19 +130,20 @@ batch_done (fw_stream_worker_t *w, fw_position_t *p, batch_t *b)
    if (p->since_save >= w->cfg->save_every) {
       fw_position_save_async (w, p, "save_every");
    }
+   return FW_READ_NEXT;
 }
 
-/* What the dispatcher's result means for the read. */
-static fw_read_end_t
-batch_end (fw_stream_worker_t *w, fw_dispatch_result_t r)
+static void
+batch_fail (void *ud, const char *why)
 {
-   if (r == FW_DISPATCH_STOPPED) {
-      return fw_stream_lease_lost (w) && !fw_shutdown_requested (w->shutdown) ? FW_READ_LOST
-                                                                              : FW_READ_STOP;
-   }
-   fw_stream_failed (w, r == FW_DISPATCH_FAILED ? fw_dispatcher_failure (w->d)
-                                                : "a batch's event could not be dead-lettered");
-   return FW_READ_FAILED;
+   fw_stream_failed (((batch_place_t *) ud)->w, why);
+}
+
+static bool
+batch_lease_lost (void *ud)
+{
+   fw_stream_worker_t *w = ((batch_place_t *) ud)->w;
+   return fw_stream_lease_lost (w) && !fw_shutdown_requested (w->shutdown);
 }
 
 fw_read_end_t
@@ -127,7 +153,11 @@ fw_stream_batch_take (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position
    int max = 1;
    int64_t wait_ms = 0;
    batch_t b = {NULL, NULL, NULL, 0, BSON_INITIALIZER};
-   fw_dispatch_result_t r;
+   batch_place_t at = {w, p, &b};
+   fw_settle_place_t place = {w->d,      w->metrics, batch_count, batch_done, batch_fail,
+                              batch_lease_lost, &at, "a batch's event could not be dead-lettered"};
+   fw_outcome_t o;
+   fw_read_end_t end;
 
    fw_dispatcher_batching (w->d, &max, &wait_ms);
    b.docs = malloc ((size_t) max * sizeof *b.docs);
@@ -143,19 +173,11 @@ fw_stream_batch_take (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position
       batch_free (&b);
       return FW_READ_LOST;
    }
-   r = fw_batch_dispatch (w->d, b.ptrs, b.n, NULL);
-   if (r != FW_DISPATCH_DONE) {
-      batch_free (&b);
+   o = fw_batch_dispatch (w->d, b.ptrs, b.n, NULL);
+   end = fw_stream_settle (&place, &o);
+   if (end != FW_READ_NEXT) {
       w->batch_held = NULL; /* the read ends: the position re-reads it all */
-      return batch_end (w, r);
    }
-   if (w->metrics) {
-      fw_stream_count_dispatched (w);
-   }
-   if (w->reprocess_at_ms >= 0) {
-      fw_dlq_reprocess_tick (w->d, &w->reprocess_at_ms); /* between batches */
-   }
-   batch_done (w, p, &b);
    batch_free (&b);
-   return FW_READ_NEXT;
+   return end;
 }

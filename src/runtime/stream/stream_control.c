@@ -1,13 +1,26 @@
 /*
  * stream_control.c - what the admin endpoint asks of a stream's thread
- * (pause, resume, restart), the waits that give way to those requests, and
- * the DLQ count behind the flowwarden_dlq_pending gauges.
+ * (pause, resume, restart), the waits that give way to those requests,
+ * whether its thread runs, and the DLQ count behind the
+ * flowwarden_dlq_pending gauges.
  */
 #include <lauxlib.h>
 
 #include "flowwarden/log.h"
 #include "flowwarden/metrics_lua.h"
 #include "runtime/stream/stream_worker-private.h"
+
+bool
+fw_stream_worker_finished (const fw_stream_worker_t *w)
+{
+   return __atomic_load_n (&w->thread.finished, __ATOMIC_ACQUIRE);
+}
+
+bool
+fw_stream_worker_running (const fw_stream_worker_t *w)
+{
+   return w->thread.started && !w->thread.joined && !fw_stream_worker_finished (w);
+}
 
 /* Waits are cut in slices this long so a request is seen soon. */
 #define CONTROL_SLICE_MS 100

@@ -25,8 +25,6 @@ typedef struct {
 void fw_generation_init (fw_generation_t *g);
 void fw_generation_cleanup (fw_generation_t *g);
 
-/* Whether id is the generation document of the stream base[0..n). */
-bool fw_stream_generation_is_doc (const char *id, const char *base, size_t n);
 
 typedef enum {
    FW_GENERATION_OPEN,  /* open (g filled when switched) */

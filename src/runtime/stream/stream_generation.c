@@ -26,7 +26,6 @@
 #include "runtime/stream/stream_generation-private.h"
 #include "runtime/stream/stream_partition-private.h"
 
-#define GEN_SUFFIX "#generation"
 #define MAX_OLD 256 /* partitions of a generation (config/partitions.lua) */
 
 typedef struct {
@@ -54,11 +53,6 @@ fw_generation_cleanup (fw_generation_t *g)
    }
 }
 
-bool
-fw_stream_generation_is_doc (const char *id, const char *base, size_t n)
-{
-   return strncmp (id, base, n) == 0 && strcmp (id + n, GEN_SUFFIX) == 0;
-}
 
 static void
 scan_free (scan_t *s)
@@ -167,7 +161,7 @@ scan (const fw_stream_config_t *cfg, mongoc_client_t *client, int want, scan_t *
           strncmp ((id = bson_iter_utf8 (&it, NULL)), cfg->name, n) != 0) {
          continue;
       }
-      ok = fw_stream_generation_is_doc (id, cfg->name, n) ? read_doc (s, doc)
+      ok = fw_stream_partition_is_generation_doc (id, cfg->name, n) ? read_doc (s, doc)
                                                           : scan_one (s, doc, id, n, mine, want);
    }
    if (!ok) {
@@ -282,7 +276,7 @@ switch_to (const fw_stream_config_t *cfg, mongoc_client_t *client, const scan_t 
    bool ok;
    int res = SWITCH_WON;
 
-   snprintf (id, sizeof id, "%.*s%s", n, cfg->name, GEN_SUFFIX);
+   snprintf (id, sizeof id, "%.*s%s", n, cfg->name, FW_GENERATION_SUFFIX);
    for (int j = 0; j < units; j++) {
       uint64_t t = s->old[j] ? token_time (s->old[j]) : 0;
       if (s->old[j] && !t) {

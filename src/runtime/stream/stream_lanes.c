@@ -107,7 +107,7 @@ fw_stream_worker_build_lanes (fw_stream_worker_t *w, fw_stream_lane_loader_t loa
    if (n <= 1) {
       return true;
    }
-   if (!(w->lane_d = calloc ((size_t) n, sizeof *w->lane_d))) {
+   if (!(w->lane.d = calloc ((size_t) n, sizeof *w->lane.d))) {
       fw_error_set (error, FW_ERROR_NOMEM, "out of memory building the lanes of stream \"%s\"",
                     w->cfg->name);
       return false;
@@ -120,7 +120,7 @@ fw_stream_worker_build_lanes (fw_stream_worker_t *w, fw_stream_lane_loader_t loa
          return false; /* the lanes built so far go with w */
       }
       fw_dispatcher_set_loader (ld, load, ud);
-      w->lane_d[w->n_lane_d++] = ld; /* fw.state is the stream's: shared below */
+      w->lane.d[w->lane.n++] = ld; /* fw.state is the stream's: shared below */
    }
    fw_stream_state_attach (w);
    return true;
@@ -205,10 +205,44 @@ lane_pop_by (lane_t *l, item_t *out, int64_t deadline_ms)
    return ok;
 }
 
+/* Where a lane settles what it ran: its events' tickets are done, or the
+ * lane fails; a stop ends the lane (the events stay after the watermark). */
+typedef struct {
+   lane_t *l;
+   const item_t *items;
+   int n;
+} lane_place_t;
+
+static fw_read_end_t
+lane_advance (void *ud)
+{
+   lane_place_t *at = ud;
+   for (int k = 0; k < at->n; k++) {
+      lane_done (at->l->ls, at->items[k].ticket);
+   }
+   return FW_READ_NEXT;
+}
+
+static void
+lane_fail (void *ud, const char *why)
+{
+   lane_failed (((lane_place_t *) ud)->l->ls, why);
+}
+
+/* Settles o for the n events items[0..n) of lane l: true to go on. */
+static bool
+lane_settle (lane_t *l, const item_t *items, int n, const fw_outcome_t *o)
+{
+   lane_place_t at = {l, items, n};
+   fw_settle_place_t place = {l->d,      l->metrics, NULL, lane_advance, lane_fail, NULL, &at,
+                              "a batch's event could not be dead-lettered"};
+   return fw_stream_settle (&place, o) == FW_READ_NEXT;
+}
+
 /* on_batch (issue 30): first and the events that come behind it in the
  * lane within batch.max_wait, up to batch.max_events, as one batch; each
- * is done (and freed) once the batch is. */
-static fw_dispatch_result_t
+ * is done (and freed) once the batch is. False when the lane ends. */
+static bool
 lane_batch (lane_t *l, item_t *first, int max, int64_t wait_ms)
 {
    item_t *items = malloc ((size_t) max * sizeof *items);
@@ -216,7 +250,7 @@ lane_batch (lane_t *l, item_t *first, int max, int64_t wait_ms)
    fw_event_t *evs = malloc ((size_t) max * sizeof *evs);
    const fw_event_t **ptrs = malloc ((size_t) max * sizeof *ptrs);
    int64_t deadline = fw_mono_ms () + wait_ms;
-   fw_dispatch_result_t r = FW_DISPATCH_FAILED;
+   bool go_on = false;
    int n = 0;
 
    if (items && docs && evs && ptrs) {
@@ -231,15 +265,12 @@ lane_batch (lane_t *l, item_t *first, int max, int64_t wait_ms)
          ptrs[k] = &evs[k];
          fw_dispatcher_count_received (l->d, &evs[k]);
       }
-      r = fw_batch_dispatch (l->d, ptrs, (size_t) n, NULL);
+      fw_outcome_t o = fw_batch_dispatch (l->d, ptrs, (size_t) n, NULL);
+      go_on = lane_settle (l, items, n, &o);
    } else {
-      lane_failed (l->ls, "out of memory taking a batch"); /* the lane ends: r is not DONE */
-      r = FW_DISPATCH_STOPPED;
+      lane_failed (l->ls, "out of memory taking a batch"); /* the lane ends */
    }
    for (int k = 0; k < n; k++) {
-      if (r == FW_DISPATCH_DONE) {
-         lane_done (l->ls, items[k].ticket);
-      }
       free (items[k].doc);
    }
    if (!n) {
@@ -249,7 +280,7 @@ lane_batch (lane_t *l, item_t *first, int max, int64_t wait_ms)
    free (docs);
    free (evs);
    free (ptrs);
-   return r;
+   return go_on;
 }
 
 /* Dispatches what the lane is given until it stops (run under
@@ -265,16 +296,12 @@ lane_loop (void *arg)
       bson_t doc;
       fw_event_t ev;
       fw_error_t err;
-      fw_dispatch_result_t r;
+      fw_outcome_t o;
       int max;
       int64_t wait_ms;
 
       if (fw_dispatcher_batching (d, &max, &wait_ms)) { /* on_batch: this lane's batch */
-         if ((r = lane_batch (l, &it, max, wait_ms)) == FW_DISPATCH_STOPPED) {
-            break;
-         }
-         if (r != FW_DISPATCH_DONE) {
-            lane_failed (l->ls, fw_dispatcher_failure (d));
+         if (!lane_batch (l, &it, max, wait_ms)) {
             break;
          }
          continue;
@@ -286,21 +313,11 @@ lane_loop (void *arg)
          break;
       }
       fw_dispatcher_count_received (d, &ev);
-      r = fw_event_dispatch (d, &ev);
+      o = fw_event_dispatch (d, &ev);
       free (it.doc);
-      if (r == FW_DISPATCH_STOPPED) {
-         break; /* shutdown: the event stays after the watermark */
+      if (!lane_settle (l, &it, 1, &o)) {
+         break; /* shutdown (the event stays after the watermark), or the lane failed */
       }
-      if (r != FW_DISPATCH_DONE) {
-         /* a sequenced DLQ overflowed, or the Lua state filled up too soon */
-         lane_failed (l->ls, fw_dispatcher_failure (d));
-         break;
-      }
-      if (l->metrics) {
-         fw_stream_metrics_set_lua_memory (l->metrics,
-                                           fw_lua_host_memory_used (fw_dispatcher_host (d)));
-      }
-      lane_done (l->ls, it.ticket);
    }
    return true;
 }
@@ -381,7 +398,7 @@ static bool
 lanes_start (fw_stream_worker_t *w)
 {
    fw_stream_lanes_t *ls = calloc (1, sizeof *ls);
-   int n = w->n_lane_d;
+   int n = w->lane.n;
 
    if (!ls || !(ls->lane = calloc ((size_t) n, sizeof *ls->lane)) ||
        !(ls->slot = calloc (WINDOW, sizeof *ls->slot))) {
@@ -402,7 +419,7 @@ lanes_start (fw_stream_worker_t *w)
    for (int i = 0; i < n; i++) {
       lane_t *l = &ls->lane[i];
       l->ls = ls;
-      l->d = w->lane_d[i];
+      l->d = w->lane.d[i];
       l->pool = w->pool;
       l->shutdown = w->shutdown;
       l->metrics = w->metrics;
@@ -531,13 +548,13 @@ fw_stream_lanes_boundary (fw_stream_worker_t *w, fw_position_t *p)
          }
          fw_stream_lanes_stop (w, p);
       }
-      if (fw_stream_reload_apply (w) && w->n_lane_d > 1) {
+      if (fw_stream_reload_apply (w) && w->lane.n > 1) {
          fw_log (FW_LOG_INFO, w->cfg->name,
                  "reload: all %d lanes switch to version %s after the same event (lanes drained)",
-                 w->n_lane_d, fw_lua_host_version (fw_dispatcher_host (w->d)));
+                 w->lane.n, fw_lua_host_version (fw_dispatcher_host (w->d)));
       }
    }
-   if (!w->lanes && w->n_lane_d > 1) {
+   if (!w->lanes && w->lane.n > 1) {
       return lanes_start (w);
    }
    return true;
@@ -682,7 +699,7 @@ pending_has_lanes (fw_stream_worker_t *w)
 {
    bool lanes;
    pthread_mutex_lock (&w->pending.mu);
-   lanes = w->pending.next && w->pending.next->n_lane_d > 1;
+   lanes = w->pending.next && w->pending.next->lane.n > 1;
    pthread_mutex_unlock (&w->pending.mu);
    return lanes;
 }

@@ -11,7 +11,7 @@ bool
 fw_stream_lease_lost (fw_stream_worker_t *w)
 {
    fw_stream_shared_observe (w); /* ha.mode = "shared" only */
-   return w->lease && (!fw_lease_is_leader (w->lease, NULL) || fw_stream_over_share (w));
+   return w->lead.lease && (!fw_lease_is_leader (w->lead.lease, NULL) || fw_stream_over_share (w));
 }
 
 /* Reads the checkpoint into p (unless start_position = "latest"), retrying
@@ -67,8 +67,8 @@ fw_stream_wait_lead (fw_stream_worker_t *w)
 {
    bool said = false;
 
-   w->epoch = 0;
-   fw_dispatcher_set_lead (w->d, w->lease, 0);
+   w->lead.epoch = 0;
+   fw_dispatcher_set_lead (w->d, w->lead.lease, 0);
    fw_stream_set_role (w, FW_STREAM_ROLE_STANDBY);
    if (w->metrics) {
       fw_stream_metrics_set_state (w->metrics, FW_STREAM_STARTING,
@@ -79,7 +79,7 @@ fw_stream_wait_lead (fw_stream_worker_t *w)
       fw_error_t err;
 
       fw_stream_standby_observe (w);
-      if (!fw_lease_wait_leader (w->lease, 250, &epoch)) {
+      if (!fw_lease_wait_leader (w->lead.lease, 250, &epoch)) {
          if (!said) {
             fw_log (FW_LOG_INFO, w->cfg->name, "role: standby (waiting for the stream's lease)");
             said = true;
@@ -99,11 +99,11 @@ fw_stream_wait_lead (fw_stream_worker_t *w)
          fw_shutdown_wait_ms (w->shutdown, 1000);
          continue;
       }
-      if (!fw_lease_is_leader (w->lease, NULL)) {
+      if (!fw_lease_is_leader (w->lead.lease, NULL)) {
          continue;
       }
-      w->epoch = epoch;
-      fw_dispatcher_set_lead (w->d, w->lease, epoch);
+      w->lead.epoch = epoch;
+      fw_dispatcher_set_lead (w->d, w->lead.lease, epoch);
       fw_stream_set_role (w, FW_STREAM_ROLE_LEADER);
       if (w->metrics) {
          /* Named by its member id, as the other members name it (issue 38). */

@@ -44,4 +44,10 @@ char *fw_stream_partition_regex (const char *base, size_t n);
  * another stream's (or the generation document). */
 int fw_stream_partition_generation_of (const char *id, const char *base, size_t n);
 
+/* The id of the stream's generation document: "<base>#generation". */
+#define FW_GENERATION_SUFFIX "#generation"
+
+/* id is base's generation document (base: its first n bytes). */
+bool fw_stream_partition_is_generation_doc (const char *id, const char *base, size_t n);
+
 #endif

@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "flowwarden/checkpoint_store.h"
-#include "runtime/stream/stream_generation-private.h"
 #include "runtime/stream/stream_partition-private.h"
 
 #define FW_WIRE_7_0 21 /* maxWireVersion of MongoDB 7.0 (wire_version.h): $toHashedIndexKey */
@@ -135,7 +134,7 @@ fw_stream_partition_same_generation (const fw_stream_config_t *cfg, mongoc_clien
          continue;
       }
       snprintf (id, sizeof id, "%s", bson_iter_utf8 (&it, NULL));
-      if (fw_stream_generation_is_doc (id, cfg->name, n)) {
+      if (fw_stream_partition_is_generation_doc (id, cfg->name, n)) {
          switched = bson_iter_init_find (&it, doc, "n") && BSON_ITER_HOLDS_INT32 (&it)
                        ? bson_iter_int32 (&it)
                        : -1;
@@ -164,4 +163,10 @@ fw_stream_partition_check (const fw_stream_config_t *cfg, mongoc_client_t *clien
 {
    return hashes_keys (cfg, client, what, len) &&
           fw_stream_partition_same_generation (cfg, client, what, len);
+}
+
+bool
+fw_stream_partition_is_generation_doc (const char *id, const char *base, size_t n)
+{
+   return strncmp (id, base, n) == 0 && strcmp (id + n, FW_GENERATION_SUFFIX) == 0;
 }

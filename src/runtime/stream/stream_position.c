@@ -73,13 +73,13 @@ fw_position_save (fw_stream_worker_t *w, fw_position_t *p, const char *why)
    if (!p->has_processed && !p->has_resume) {
       return;
    }
-   if (w->lease && w->epoch <= 0) {
+   if (w->lead.lease && w->lead.epoch <= 0) {
       return; /* a standby has nothing to save: the leader's checkpoint stands */
    }
-   if (!(w->lease ? fw_checkpoint_save_fenced (w->client, w->cfg->database, w->cfg->name,
+   if (!(w->lead.lease ? fw_checkpoint_save_fenced (w->client, w->cfg->database, w->cfg->name,
                                                p->has_processed ? &p->processed : NULL,
                                                p->has_resume ? &p->resume : NULL,
-                                               fw_lua_host_version (fw_dispatcher_host (w->d)), w->epoch, NULL,
+                                               fw_lua_host_version (fw_dispatcher_host (w->d)), w->lead.epoch, NULL,
                                                &err)
                   : fw_checkpoint_save (w->client, w->cfg->database, w->cfg->name,
                                         p->has_processed ? &p->processed : NULL,
@@ -114,7 +114,7 @@ fw_position_save_async (fw_stream_worker_t *w, fw_position_t *p, const char *why
    if (!p->has_processed && !p->has_resume) {
       return;
    }
-   if (w->lease && w->epoch <= 0) {
+   if (w->lead.lease && w->lead.epoch <= 0) {
       return;
    }
    if (!w->ckpt.writer &&
@@ -125,12 +125,12 @@ fw_position_save_async (fw_stream_worker_t *w, fw_position_t *p, const char *why
       fw_position_save (w, p, why);
       return;
    }
-   if (w->lease && w->ckpt.epoch != w->epoch) {
+   if (w->lead.lease && w->ckpt.epoch != w->lead.epoch) {
       /* A new leadership: nothing of the old one is in flight (the fence
        * made its writes fail anyway). */
       fw_checkpoint_writer_quiesce (w->ckpt.writer);
-      fw_checkpoint_writer_set_epoch (w->ckpt.writer, w->epoch);
-      w->ckpt.epoch = w->epoch;
+      fw_checkpoint_writer_set_epoch (w->ckpt.writer, w->lead.epoch);
+      w->ckpt.epoch = w->lead.epoch;
    }
    fw_checkpoint_writer_submit (w->ckpt.writer, p->has_processed ? &p->processed : NULL,
                                 p->has_resume ? &p->resume : NULL, fw_lua_host_version (fw_dispatcher_host (w->d)),

@@ -66,17 +66,17 @@ void
 fw_stream_state_attach (fw_stream_worker_t *w)
 {
    fw_dispatcher_attach (w->d);
-   for (int i = 0; i < w->n_lane_d; i++) {
-      fw_dispatcher_share_state (w->lane_d[i], fw_dispatcher_state (w->d));
-      fw_dispatcher_share_outage (w->lane_d[i], w->d); /* one breaker, one bucket */
+   for (int i = 0; i < w->lane.n; i++) {
+      fw_dispatcher_share_state (w->lane.d[i], fw_dispatcher_state (w->d));
+      fw_dispatcher_share_outage (w->lane.d[i], w->d); /* one breaker, one bucket */
    }
 }
 
 void
 fw_stream_fold_lane_stats (fw_stream_worker_t *w)
 {
-   for (int i = 0; i < w->n_lane_d; i++) {
-      fw_dispatcher_add_stats (w->d, w->lane_d[i]);
+   for (int i = 0; i < w->lane.n; i++) {
+      fw_dispatcher_add_stats (w->d, w->lane.d[i]);
    }
 }
 
@@ -85,8 +85,8 @@ fw_stream_worker_set_metrics (fw_stream_worker_t *w, fw_metrics_t *registry)
 {
    w->metrics = registry ? fw_metrics_stream (registry, w->cfg->name) : NULL;
    fw_dispatcher_set_metrics (w->d, w->metrics);
-   for (int i = 0; i < w->n_lane_d; i++) {
-      fw_dispatcher_set_metrics (w->lane_d[i], w->metrics); /* one block: the stream's */
+   for (int i = 0; i < w->lane.n; i++) {
+      fw_dispatcher_set_metrics (w->lane.d[i], w->metrics); /* one block: the stream's */
    }
    fw_stream_shared_set_metrics (w, registry); /* ha.mode = "shared" (stream_shared.c) */
 }
@@ -121,10 +121,10 @@ fw_stream_worker_destroy (fw_stream_worker_t *w)
    }
    fw_stream_worker_join (w);
    fw_stream_worker_destroy (w->pending.next);
-   for (int i = 0; i < w->n_lane_d; i++) {
-      fw_dispatcher_destroy (w->lane_d[i]); /* before w->d: they share its fw.state */
+   for (int i = 0; i < w->lane.n; i++) {
+      fw_dispatcher_destroy (w->lane.d[i]); /* before w->d: they share its fw.state */
    }
-   free (w->lane_d);
+   free (w->lane.d);
    fw_dispatcher_destroy (w->d);
    pthread_mutex_destroy (&w->pending.mu);
    fw_shutdown_cleanup (&w->own_shutdown);

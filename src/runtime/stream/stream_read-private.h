@@ -1,15 +1,15 @@
 /*
  * stream_read-private.h - what a stream's thread reads with, below the
  * stream itself: the reader (read-ahead), split and oversize events, and
- * what the server can take. None of it knows the stream worker; the
- * oversize policy hands its stubs to the dispatcher.
+ * what the server can take. None of it knows the stream worker or the
+ * dispatcher: the oversize policy tells its stubs, the stream dead-letters
+ * them.
  */
 #ifndef FLOWWARDEN_STREAM_READ_PRIVATE_H
 #define FLOWWARDEN_STREAM_READ_PRIVATE_H
 
 #include <mongoc/mongoc.h>
 
-#include "flowwarden/dispatcher.h"
 #include "flowwarden/error.h"
 #include "flowwarden/event.h"
 #include "flowwarden/stream_config.h"
@@ -76,20 +76,18 @@ void fw_oversize_failure (const bson_t *position, bool split, bool skip,
 typedef enum {
    FW_OVERSIZE_EVENT,    /* a whole event for the dispatcher (*parsed: readable) */
    FW_OVERSIZE_FRAGMENT, /* a fragment kept in the buffer: read on */
-   FW_OVERSIZE_SKIPPED,  /* an oversize stub, dead-lettered: the event is done */
-   FW_OVERSIZE_STOPPED,  /* shutdown came while dead-lettering a stub */
-   FW_OVERSIZE_FAILED,   /* a stub and no DLQ: the stream stops (error says why) */
+   FW_OVERSIZE_STUB,     /* an oversize = "skip" stub of *size bytes, to dead-letter */
    FW_OVERSIZE_BROKEN    /* fragments out of order (error says which): re-open */
 } fw_oversize_step_t;
 
 /* Takes one change event *doc as fw_event_parse left it in *ev (*parsed: it
  * succeeded): keeps a fragment of a split event, turns the last one into the
  * reassembled event (*doc, *ev and *parsed then describe it; *doc is
- * borrowed from split, valid until its next use), and dead-letters an
- * oversize = "skip" stub. */
-fw_oversize_step_t fw_oversize_take (fw_dispatcher_t *d, fw_split_buffer_t *split,
+ * borrowed from split, valid until its next use), and tells an oversize =
+ * "skip" stub (oversize_skip) from a whole event. */
+fw_oversize_step_t fw_oversize_take (bool oversize_skip, fw_split_buffer_t *split,
                                      const bson_t **doc, fw_event_t *ev, bool *parsed,
-                                     fw_error_t *error);
+                                     int64_t *size, fw_error_t *error);
 
 /* --- stream_reader.c --------------------------------------------------- */
 

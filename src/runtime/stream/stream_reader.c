@@ -10,6 +10,7 @@
  * The stream's thread sees the same sequence it would have read itself, one
  * call at a time (see the declarations in stream_read-private.h).
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>

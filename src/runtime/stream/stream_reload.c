@@ -100,8 +100,8 @@ fw_stream_reload_apply (fw_stream_worker_t *w)
    /* The lanes are stopped: their dispatchers go with the rest (the old
     * ones, folded into w's counts, are destroyed with next). */
    fw_stream_fold_lane_stats (w);
-   SWAP (w->lane_d, next->lane_d);
-   SWAP (w->n_lane_d, next->n_lane_d);
+   SWAP (w->lane.d, next->lane.d);
+   SWAP (w->lane.n, next->lane.n);
    w->reprocess_at_ms = 0; /* dlq.reprocess as the new script says */
    fw_stream_state_attach (w); /* the new lanes share w's fw.state */
    fw_stream_worker_destroy (next);

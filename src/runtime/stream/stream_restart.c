@@ -55,7 +55,7 @@ stand_by (fw_stream_worker_t *w, fw_stream_run_t *run)
       fw_log (FW_LOG_WARN, w->cfg->name,
               "role: standby (stopped handling: the lease, epoch %lld, could not be kept; "
               "change stream closed)",
-              (long long) w->epoch);
+              (long long) w->lead.epoch);
    }
    p->has_processed = p->has_resume = false;
    p->since_save = 0;

@@ -23,12 +23,12 @@ fw_stream_lease_new (fw_stream_worker_t *w, fw_error_t *err)
    if (!w->cfg->ha_shared) {
       return fw_lease_new (uri, w->cfg->database, w->cfg->name, w->cfg->ha_lease_ms, NULL, err);
    }
-   if (!(w->shared = fw_shared_group_join (uri, w->cfg->database, w->cfg->ha_lease_ms, err))) {
+   if (!(w->shared.group = fw_shared_group_join (uri, w->cfg->database, w->cfg->ha_lease_ms, err))) {
       return NULL;
    }
-   if (!(l = fw_shared_group_lease (w->shared, uri, w->cfg->name, err))) {
-      fw_shared_group_leave (w->shared);
-      w->shared = NULL;
+   if (!(l = fw_shared_group_lease (w->shared.group, uri, w->cfg->name, err))) {
+      fw_shared_group_leave (w->shared.group);
+      w->shared.group = NULL;
    }
    return l;
 }
@@ -36,7 +36,7 @@ fw_stream_lease_new (fw_stream_worker_t *w, fw_error_t *err)
 bool
 fw_stream_over_share (fw_stream_worker_t *w)
 {
-   return w->shared && w->lease && fw_shared_should_yield (w->shared, w->lease);
+   return w->shared.group && w->lead.lease && fw_shared_should_yield (w->shared.group, w->lead.lease);
 }
 
 bool
@@ -45,19 +45,19 @@ fw_stream_yield_unit (fw_stream_worker_t *w)
    if (!fw_stream_over_share (w)) {
       return false;
    }
-   fw_shared_yield (w->shared, w->lease, w->cfg->name);
+   fw_shared_yield (w->shared.group, w->lead.lease, w->cfg->name);
    return true;
 }
 
 void
 fw_stream_lease_destroy (fw_stream_worker_t *w)
 {
-   if (w->shared && w->lease) {
-      fw_shared_group_remove (w->shared, w->lease);
+   if (w->shared.group && w->lead.lease) {
+      fw_shared_group_remove (w->shared.group, w->lead.lease);
    }
-   fw_lease_destroy (w->lease);
-   fw_shared_group_leave (w->shared);
-   w->shared = NULL;
+   fw_lease_destroy (w->lead.lease);
+   fw_shared_group_leave (w->shared.group);
+   w->shared.group = NULL;
 }
 
 void
@@ -72,14 +72,14 @@ fw_stream_shared_set_metrics (fw_stream_worker_t *w, fw_metrics_t *registry)
    fw_metric_t *h, *m;
    fw_error_t err;
 
-   w->shared_held = w->shared_members = NULL;
+   w->shared.held = w->shared.members = NULL;
    if (!w->cfg->ha_shared || !registry || !w->metrics) {
       return;
    }
    if ((h = fw_metrics_define_own (registry, &held, &err)) &&
        (m = fw_metrics_define_own (registry, &members, &err))) {
-      w->shared_held = fw_metric_series_get (h, w->metrics, NULL);
-      w->shared_members = fw_metric_series_get (m, w->metrics, NULL);
+      w->shared.held = fw_metric_series_get (h, w->metrics, NULL);
+      w->shared.members = fw_metric_series_get (m, w->metrics, NULL);
    }
 }
 
@@ -93,21 +93,21 @@ unit_orphaned (fw_stream_worker_t *w, const fw_lease_status_t *st, int64_t *sinc
 
    if (st->free_ms >= 0) {
       *since = fw_now_ms () - st->free_ms;
-      w->orphan_seen_ms = 0;
+      w->standby.orphan_seen_ms = 0;
       return true;
    }
-   if (st->live_holder && w->shared &&
-       fw_shared_group_member_live (w->shared, st->holder, &counted) == 0) {
+   if (st->live_holder && w->shared.group &&
+       fw_shared_group_member_live (w->shared.group, st->holder, &counted) == 0) {
       renewed = now + st->expires_in_ms - w->cfg->ha_lease_ms;
       if (counted > renewed + 100) {
-         if (!w->orphan_seen_ms) {
-            w->orphan_seen_ms = fw_now_ms () - (now - counted);
+         if (!w->standby.orphan_seen_ms) {
+            w->standby.orphan_seen_ms = fw_now_ms () - (now - counted);
          }
-         *since = w->orphan_seen_ms;
+         *since = w->standby.orphan_seen_ms;
          return true;
       }
    }
-   w->orphan_seen_ms = 0;
+   w->standby.orphan_seen_ms = 0;
    return false;
 }
 
@@ -120,15 +120,15 @@ observe_standby (fw_stream_worker_t *w, const fw_shared_figures_t *f)
    int64_t since = 0;
    bool orphaned, short_of_share;
 
-   fw_lease_status (w->lease, &st);
+   fw_lease_status (w->lead.lease, &st);
    if (st.role == FW_LEASE_RELEASED) {
       return; /* stopping: the thread's own state stands */
    }
    orphaned = unit_orphaned (w, &st, &since);
    /* "leader": every standby takes a free lease; "shared": below the share
     * (or before the first count of the members, when it holds nothing yet). */
-   short_of_share = !w->shared || f->members == 0 || f->held < f->share;
-   if (w->shared) {
+   short_of_share = !w->shared.group || f->members == 0 || f->held < f->share;
+   if (w->shared.group) {
       snprintf (share, sizeof share, "; %d member%s, this instance holds %d of %d units (share %d)",
                 f->members, f->members == 1 ? "" : "s", f->held, f->units, f->share);
    }
@@ -156,7 +156,7 @@ observe_standby (fw_stream_worker_t *w, const fw_shared_figures_t *f)
                                    "starting: reading the unit's lease");
       return;
    }
-   snprintf (msg, sizeof msg, "standby%s: unit held by %.200s%s", w->shared ? " (shared)" : "",
+   snprintf (msg, sizeof msg, "standby%s: unit held by %.200s%s", w->shared.group ? " (shared)" : "",
              st.holder, share);
    fw_stream_metrics_set_unit_view (w->metrics, st.holder, 0, short_of_share);
    fw_stream_metrics_set_state (w->metrics, FW_STREAM_STANDBY, msg);
@@ -165,22 +165,22 @@ observe_standby (fw_stream_worker_t *w, const fw_shared_figures_t *f)
 void
 fw_stream_shared_observe (fw_stream_worker_t *w)
 {
-   int64_t now, seen = __atomic_load_n (&w->shared_seen_ms, __ATOMIC_RELAXED);
+   int64_t now, seen = __atomic_load_n (&w->shared.seen_ms, __ATOMIC_RELAXED);
    fw_shared_figures_t f;
    bool leading;
 
-   if (!w->shared || !w->lease || (now = fw_mono_ms ()) - seen < 500 ||
-       !__atomic_compare_exchange_n (&w->shared_seen_ms, &seen, now, false, __ATOMIC_RELAXED,
+   if (!w->shared.group || !w->lead.lease || (now = fw_mono_ms ()) - seen < 500 ||
+       !__atomic_compare_exchange_n (&w->shared.seen_ms, &seen, now, false, __ATOMIC_RELAXED,
                                      __ATOMIC_RELAXED)) {
       return;
    }
-   leading = fw_lease_is_leader (w->lease, NULL);
-   fw_shared_group_figures (w->shared, &f);
-   if (w->shared_held) {
-      fw_metric_series_set (w->shared_held, leading ? 1.0 : 0.0);
+   leading = fw_lease_is_leader (w->lead.lease, NULL);
+   fw_shared_group_figures (w->shared.group, &f);
+   if (w->shared.held) {
+      fw_metric_series_set (w->shared.held, leading ? 1.0 : 0.0);
    }
-   if (w->shared_members) {
-      fw_metric_series_set (w->shared_members, (double) f.members);
+   if (w->shared.members) {
+      fw_metric_series_set (w->shared.members, (double) f.members);
    }
 }
 
@@ -191,13 +191,13 @@ fw_stream_standby_observe (fw_stream_worker_t *w)
    int64_t now = fw_mono_ms ();
 
    fw_stream_shared_observe (w);
-   if (!w->lease || !w->metrics || now - w->standby_seen_ms < 250 ||
-       fw_lease_is_leader (w->lease, NULL)) {
+   if (!w->lead.lease || !w->metrics || now - w->standby.seen_ms < 250 ||
+       fw_lease_is_leader (w->lead.lease, NULL)) {
       return;
    }
-   w->standby_seen_ms = now;
-   if (w->shared) {
-      fw_shared_group_figures (w->shared, &f);
+   w->standby.seen_ms = now;
+   if (w->shared.group) {
+      fw_shared_group_figures (w->shared.group, &f);
    }
    observe_standby (w, &f);
 }

@@ -28,10 +28,10 @@ struct fw_stream_snap {
 static void
 snap_free (fw_stream_worker_t *w)
 {
-   if (w->snap) {
-      fw_snapshot_destroy (w->snap->engine);
-      free (w->snap);
-      w->snap = NULL;
+   if (w->snap.run) {
+      fw_snapshot_destroy (w->snap.run->engine);
+      free (w->snap.run);
+      w->snap.run = NULL;
    }
 }
 
@@ -44,9 +44,9 @@ publish (fw_stream_worker_t *w, bool running, bool done)
    if (!w->metrics) {
       return;
    }
-   if (w->snap) {
-      fw_snapshot_counts (w->snap->engine, &read, &dropped, &chunks);
-      docs = fw_snapshot_progress (w->snap->engine)->documents;
+   if (w->snap.run) {
+      fw_snapshot_counts (w->snap.run->engine, &read, &dropped, &chunks);
+      docs = fw_snapshot_progress (w->snap.run->engine)->documents;
    }
    fw_stream_metrics_set_snapshot (w->metrics, running, done, docs, chunks);
 }
@@ -64,7 +64,7 @@ snap_begin (fw_stream_worker_t *w, const fw_snapshot_progress_t *progress, bool 
    }
    s->on_demand = on_demand;
    s->started_ms = s->logged_ms = fw_mono_ms ();
-   w->snap = s;
+   w->snap.run = s;
    fw_log (FW_LOG_INFO, w->cfg->name,
            "snapshot %s of %s.%s%s: chunks of %lld documents by _id, interleaved with the live "
            "stream",
@@ -105,8 +105,8 @@ fw_stream_snapshot_setup (fw_stream_worker_t *w, const fw_checkpoint_t *cp)
        * a crash before the first chunk still snapshots on the restart. */
       ok = snap_begin (w, NULL, false);
       while (ok && !fw_checkpoint_snapshot_save (w->client, w->cfg->database, w->cfg->name,
-                                                 fw_snapshot_progress (w->snap->engine),
-                                                 w->epoch, &err)) {
+                                                 fw_snapshot_progress (w->snap.run->engine),
+                                                 w->lead.epoch, &err)) {
          fw_log (FW_LOG_WARN, w->cfg->name, "%s (retrying)", err.message);
          if (fw_stream_wait (w, RETRY_MS) && fw_shutdown_requested (w->shutdown)) {
             ok = false;
@@ -122,10 +122,10 @@ fw_stream_snapshot_setup (fw_stream_worker_t *w, const fw_checkpoint_t *cp)
 void
 fw_stream_snapshot_reopened (fw_stream_worker_t *w)
 {
-   if (w->snap && fw_snapshot_chunk_open (w->snap->engine)) {
+   if (w->snap.run && fw_snapshot_chunk_open (w->snap.run->engine)) {
       /* The live events of the chunk's window may not all be read again
        * (history lost, a restart from now): the chunk is read again. */
-      fw_snapshot_discard (w->snap->engine);
+      fw_snapshot_discard (w->snap.run->engine);
    }
 }
 
@@ -133,7 +133,7 @@ void
 fw_stream_snapshot_teardown (fw_stream_worker_t *w)
 {
    snap_free (w);
-   bson_destroy (__atomic_exchange_n (&w->snap_request, NULL, __ATOMIC_ACQ_REL));
+   bson_destroy (__atomic_exchange_n (&w->snap.request, NULL, __ATOMIC_ACQ_REL));
 }
 
 /* After a chunk was handed out, or the snapshot found nothing more to
@@ -145,35 +145,60 @@ fw_stream_snapshot_teardown (fw_stream_worker_t *w)
 static void
 save_progress (fw_stream_worker_t *w, fw_position_t *p)
 {
-   const fw_snapshot_progress_t *pr = fw_snapshot_progress (w->snap->engine);
+   const fw_snapshot_progress_t *pr = fw_snapshot_progress (w->snap.run->engine);
    fw_error_t err;
    int64_t now = fw_mono_ms ();
 
    fw_position_save (w, p, "snapshot");
-   if (!fw_checkpoint_snapshot_save (w->client, w->cfg->database, w->cfg->name, pr, w->epoch,
+   if (!fw_checkpoint_snapshot_save (w->client, w->cfg->database, w->cfg->name, pr, w->lead.epoch,
                                      &err)) {
       fw_log (FW_LOG_WARN, w->cfg->name, "%s (the chunk is read again after a restart)",
               err.message);
    }
    if (pr->done) {
       fw_log (FW_LOG_INFO, w->cfg->name, "snapshot finished: %lld documents handed out in %.1f s",
-              (long long) pr->documents, (double) (now - w->snap->started_ms) / 1000.0);
+              (long long) pr->documents, (double) (now - w->snap.run->started_ms) / 1000.0);
       publish (w, false, true);
       snap_free (w);
-   } else if (now - w->snap->logged_ms >= LOG_EVERY_MS) {
-      w->snap->logged_ms = now;
+   } else if (now - w->snap.run->logged_ms >= LOG_EVERY_MS) {
+      w->snap.run->logged_ms = now;
       fw_log (FW_LOG_INFO, w->cfg->name, "snapshot: %lld documents handed out so far",
               (long long) pr->documents);
    }
 }
 
+static void
+row_count (void *ud)
+{
+   fw_stream_worker_t *w = ud;
+   if (w->metrics) {
+      fw_stream_count_dispatched (w);
+   }
+}
+
+static void
+row_fail (void *ud, const char *why)
+{
+   fw_stream_failed (ud, why);
+}
+
+static bool
+row_lease_lost (void *ud)
+{
+   fw_stream_worker_t *w = ud;
+   return fw_stream_lease_lost (w) && !fw_shutdown_requested (w->shutdown);
+}
+
 /* The chunk's rows, handled as any event; with lanes, after the lanes
- * finished every earlier event (the rows run on the stream's thread). */
+ * finished every earlier event (the rows run on the stream's thread). A
+ * row moves no position: the chunk's progress is saved once it closed. */
 static fw_read_end_t
 hand_out (fw_stream_worker_t *w, fw_position_t *p)
 {
    fw_event_t ev;
-   fw_dispatch_result_t r;
+   fw_outcome_t o;
+   fw_read_end_t end;
+   fw_settle_place_t place = {w->d, w->metrics, row_count, NULL, row_fail, row_lease_lost, w, NULL};
 
    if (w->lanes && !fw_stream_lanes_settle (w, p)) {
       if (fw_shutdown_requested (w->shutdown)) {
@@ -182,29 +207,21 @@ hand_out (fw_stream_worker_t *w, fw_position_t *p)
       fw_stream_failed (w, w->failure);
       return FW_READ_FAILED;
    }
-   while (w->snap && fw_snapshot_due (w->snap->engine)) {
-      if (!fw_snapshot_next_event (w->snap->engine, &ev)) {
-         save_progress (w, p); /* a chunk closed (frees w->snap once done) */
+   while (w->snap.run && fw_snapshot_due (w->snap.run->engine)) {
+      if (!fw_snapshot_next_event (w->snap.run->engine, &ev)) {
+         save_progress (w, p); /* a chunk closed (frees w->snap.run once done) */
          continue;             /* the next one may be due too */
       }
       fw_dispatcher_count_received (w->d, &ev);
       if (fw_stream_lease_lost (w)) {
          return FW_READ_LOST;
       }
-      r = fw_event_dispatch (w->d, &ev);
-      if (r == FW_DISPATCH_STOPPED) {
-         return fw_stream_lease_lost (w) && !fw_shutdown_requested (w->shutdown) ? FW_READ_LOST
-                                                                                 : FW_READ_STOP;
-      }
-      if (r == FW_DISPATCH_FAILED) {
-         fw_stream_failed (w, fw_dispatcher_failure (w->d));
-         return FW_READ_FAILED;
-      }
-      if (w->metrics) {
-         fw_stream_count_dispatched (w);
+      o = fw_event_dispatch (w->d, &ev);
+      if ((end = fw_stream_settle (&place, &o)) != FW_READ_NEXT) {
+         return end;
       }
    }
-   if (w->snap) {
+   if (w->snap.run) {
       publish (w, true, false);
    }
    return FW_READ_NEXT;
@@ -213,11 +230,11 @@ hand_out (fw_stream_worker_t *w, fw_position_t *p)
 fw_read_end_t
 fw_stream_snapshot_live (fw_stream_worker_t *w, fw_position_t *p, const fw_event_t *ev)
 {
-   if (!w->snap) {
+   if (!w->snap.run) {
       return FW_READ_NEXT;
    }
-   w->snap->live = true;
-   if (!fw_snapshot_live (w->snap->engine, ev)) {
+   w->snap.run->live = true;
+   if (!fw_snapshot_live (w->snap.run->engine, ev)) {
       return FW_READ_NEXT;
    }
    return hand_out (w, p);
@@ -226,7 +243,7 @@ fw_stream_snapshot_live (fw_stream_worker_t *w, fw_position_t *p, const fw_event
 fw_read_end_t
 fw_stream_snapshot_idle (fw_stream_worker_t *w, fw_position_t *p, const bson_t *token)
 {
-   if (!w->snap || !fw_snapshot_token_past (w->snap->engine, token)) {
+   if (!w->snap.run || !fw_snapshot_token_past (w->snap.run->engine, token)) {
       return FW_READ_NEXT;
    }
    return hand_out (w, p);
@@ -236,13 +253,13 @@ fw_stream_snapshot_idle (fw_stream_worker_t *w, fw_position_t *p, const bson_t *
 static void
 take_request (fw_stream_worker_t *w)
 {
-   bson_t *req = __atomic_exchange_n (&w->snap_request, NULL, __ATOMIC_ACQ_REL);
+   bson_t *req = __atomic_exchange_n (&w->snap.request, NULL, __ATOMIC_ACQ_REL);
    fw_snapshot_progress_t progress;
 
    if (!req) {
       return;
    }
-   if (w->snap) {
+   if (w->snap.run) {
       fw_log (FW_LOG_WARN, w->cfg->name, "a snapshot is already running: the one asked is "
               "ignored");
       bson_destroy (req);
@@ -265,15 +282,15 @@ fw_stream_snapshot_between (fw_stream_worker_t *w, fw_position_t *p)
    fw_error_t err;
    int64_t now;
 
-   if (__atomic_load_n (&w->snap_request, __ATOMIC_ACQUIRE)) {
+   if (__atomic_load_n (&w->snap.request, __ATOMIC_ACQUIRE)) {
       take_request (w);
    }
-   if (!w->snap) {
+   if (!w->snap.run) {
       return FW_READ_NEXT;
    }
-   if (fw_snapshot_finished (w->snap->engine)) {
+   if (fw_snapshot_finished (w->snap.run->engine)) {
       save_progress (w, p);
-      if (!w->snap) {
+      if (!w->snap.run) {
          return FW_READ_NEXT;
       }
    }
@@ -285,20 +302,20 @@ fw_stream_snapshot_between (fw_stream_worker_t *w, fw_position_t *p)
    int64_t began = fw_mono_ms ();
    do {
       int64_t cost;
-      bool busy = w->snap->live;
+      bool busy = w->snap.run->live;
       now = fw_mono_ms ();
-      if (!fw_snapshot_wants_chunk (w->snap->engine) || now < w->snap->next_ms) {
+      if (!fw_snapshot_wants_chunk (w->snap.run->engine) || now < w->snap.run->next_ms) {
          return FW_READ_NEXT;
       }
-      w->snap->live = false;
-      if (!fw_snapshot_read_chunk (w->snap->engine, w->client, &err)) {
+      w->snap.run->live = false;
+      if (!fw_snapshot_read_chunk (w->snap.run->engine, w->client, &err)) {
          fw_log (FW_LOG_WARN, w->cfg->name, "%s (the snapshot tries again in %d ms; the live "
                  "stream goes on)", err.message, RETRY_MS);
-         w->snap->next_ms = now + RETRY_MS;
+         w->snap.run->next_ms = now + RETRY_MS;
          return FW_READ_NEXT;
       }
       cost = fw_mono_ms () - now;
-      w->snap->next_ms = now + cost + (busy ? cost : 0) + w->cfg->snapshot.pause_ms;
+      w->snap.run->next_ms = now + cost + (busy ? cost : 0) + w->cfg->snapshot.pause_ms;
       if (busy) {
          return FW_READ_NEXT;
       }
@@ -325,6 +342,6 @@ fw_stream_worker_snapshot (fw_stream_worker_t *w, const bson_t *filter, fw_error
       fw_error_set (error, FW_ERROR_NOMEM, "out of memory asking for a snapshot");
       return false;
    }
-   bson_destroy (__atomic_exchange_n (&w->snap_request, req, __ATOMIC_ACQ_REL));
+   bson_destroy (__atomic_exchange_n (&w->snap.request, req, __ATOMIC_ACQ_REL));
    return true;
 }

@@ -23,6 +23,7 @@
 #include "flowwarden/stream_config.h"
 #include "flowwarden/stream_worker.h"
 #include "runtime/stream/stream_read-private.h"
+#include "runtime/stream/stream_settle.h"
 
 /* A stream: its thread, its dispatcher (and its lanes'), its position and
  * checkpoint writer, its lease, what the admin endpoint and a reload ask of
@@ -60,33 +61,42 @@ struct fw_stream_worker {
       bool unavailable;         /* the writer could not start: checkpoints are synchronous */
       int64_t epoch;            /* the epoch the writer fences with */
    } ckpt;
-   /* ha.mode = "leader" (lease.h): */
-   fw_lease_t *lease;          /* the stream's lease, NULL without ha */
-   int64_t epoch;              /* the epoch this thread leads with; 0: not leading */
-   struct fw_shared_group *shared; /* ha.mode = "shared": the units' group (stream_shared.c) */
-   fw_metric_series_t *shared_held;    /* ... its gauges flowwarden_units_held, _members */
-   fw_metric_series_t *shared_members;
-   int64_t shared_seen_ms;             /* when they were last set (atomic) */
-   int64_t orphan_seen_ms;             /* ha: wall clock this member first saw the unit's
-                                        * holder gone (its member record); 0: not seen */
-   int64_t standby_seen_ms;            /* ha: when fw_stream_standby_observe last looked
-                                        * (both: the stream's thread only) */
+   struct {                    /* ha.mode = "leader" (lease.h): */
+      fw_lease_t *lease;       /* the stream's lease, NULL without ha */
+      int64_t epoch;           /* the epoch this thread leads with; 0: not leading */
+   } lead;
+   struct {
+      struct fw_shared_group *group; /* ha.mode = "shared": the units' group (stream_shared.c) */
+      fw_metric_series_t *held;      /* ... its gauges flowwarden_units_held, _members */
+      fw_metric_series_t *members;
+      int64_t seen_ms;               /* when they were last set (atomic) */
+   } shared;
+   struct {                    /* ha, this member's view of a unit it does not hold: */
+      int64_t orphan_seen_ms;  /* wall clock it first saw the unit's holder gone (its member
+                                * record); 0: not seen */
+      int64_t seen_ms;         /* when fw_stream_standby_observe last looked (both: the
+                                * stream's thread only) */
+   } standby;
    char failure[1200];         /* why the stream stops */
    /* Per-key lanes (stream_lanes.c, issue 16), cfg->lanes > 1: */
    int index;                  /* the stream's index in its script */
    fw_connections_t *conns;    /* borrowed (fw_stream_worker_new's) */
-   fw_dispatcher_t **lane_d;   /* the lanes' dispatchers (cfg->lanes, each with a Lua state
+   struct {
+      fw_dispatcher_t **d;     /* the lanes' dispatchers (cfg->lanes, each with a Lua state
                                 * of its own): built with the program, swapped with it by a
                                 * reload; NULL: no lanes */
-   int n_lane_d;
+      int n;
+   } lane;
    struct fw_stream_lanes *lanes; /* the running lanes (threads, queues, watermark), owned
                                    * by the stream's thread; NULL: events handled here */
    const bson_t *batch_held;   /* on_batch: read while taking a batch but not of it, to be
                                 * taken next (the reader's, stream_batch.c); else NULL */
-   struct fw_stream_snap *snap; /* the incremental snapshot running (stream_snapshot.c),
-                                 * owned by the stream's thread; NULL: none */
-   bson_t *snap_request;        /* an on-demand snapshot asked (its filter; empty: all),
-                                 * exchanged atomically with the admin endpoint */
+   struct {
+      struct fw_stream_snap *run; /* the incremental snapshot running (stream_snapshot.c),
+                                   * owned by the stream's thread; NULL: none */
+      bson_t *request;            /* an on-demand snapshot asked (its filter; empty: all),
+                                   * exchanged atomically with the admin endpoint */
+   } snap;
 };
 
 /* What the admin endpoint asked the stream's thread to do. */
@@ -275,19 +285,7 @@ void fw_stream_dlq_count_tick (fw_stream_worker_t *w, int64_t now_ms);
 
 /* --- stream_restart.c: what follows the end of a read ------------------- */
 
-/* How a read of the change stream ended (stream_worker.c). */
-typedef enum {
-   FW_READ_STOP,
-   FW_READ_REOPEN,       /* re-open at once where the position is (no backoff) */
-   FW_READ_FAILED,       /* the stream stopped for good (fw_stream_failed said why) */
-   FW_READ_ERROR,
-   FW_READ_INVALIDATED,
-   FW_READ_HISTORY_LOST,
-   FW_READ_PAUSE,        /* the admin endpoint asked to pause: checkpoint written */
-   FW_READ_RESTART,      /* the admin endpoint asked to restart: checkpoint written */
-   FW_READ_LOST,         /* ha: the lease's deadline passed: handling stopped */
-   FW_READ_NEXT          /* within a read only: no end, read on */
-} fw_read_end_t;
+/* fw_read_end_t: how a read of the change stream ended (stream_settle.h). */
 
 /* What the stream's thread keeps from one change stream to the next. */
 typedef struct fw_stream_run {

@@ -34,18 +34,6 @@ fw_stream_worker_stop (fw_stream_worker_t *w)
    fw_shutdown_request (w->shutdown);
 }
 
-bool
-fw_stream_worker_finished (const fw_stream_worker_t *w)
-{
-   return __atomic_load_n (&w->thread.finished, __ATOMIC_ACQUIRE);
-}
-
-bool
-fw_stream_worker_running (const fw_stream_worker_t *w)
-{
-   return w->thread.started && !w->thread.joined && !fw_stream_worker_finished (w);
-}
-
 /* --- opening ------------------------------------------------------------- */
 
 /* The server ended the change stream for good (ChangeStreamFatalError), e.g.
@@ -236,7 +224,7 @@ event_boundary (fw_stream_worker_t *w, fw_position_t *p)
    if (control == W_CONTROL_RESUME) {
       fw_stream_control_take (w); /* not paused: nothing to do */
    }
-   if (w->lanes || w->n_lane_d > 1) {
+   if (w->lanes || w->lane.n > 1) {
       if (!fw_stream_lanes_boundary (w, p)) { /* a reload waits for every lane */
          if (fw_shutdown_requested (w->shutdown)) {
             return FW_READ_STOP;
@@ -249,62 +237,6 @@ event_boundary (fw_stream_worker_t *w, fw_position_t *p)
    }
    if (fw_stream_lease_lost (w)) {
       return FW_READ_LOST;
-   }
-   return FW_READ_NEXT;
-}
-
-/* An event the runtime cannot read is never skipped in silence: with its
- * resume token it goes to the DLQ whole; without a DLQ (or a token) the
- * stream stops before it, so nothing is lost. FW_READ_NEXT: dead-lettered. */
-static fw_read_end_t
-unreadable_event (fw_stream_worker_t *w, fw_event_t *ev, const fw_error_t *err)
-{
-   char eid[1024], what[2200];
-   fw_dispatch_result_t r = FW_DISPATCH_NO_DLQ;
-   bson_iter_t tok;
-   bool named = fw_event_field (ev, FW_EV_ID, &tok) && BSON_ITER_HOLDS_DOCUMENT (&tok);
-   if (named) {
-      fw_event_log_id (ev, eid, sizeof eid);
-   }
-   if (named && (r = fw_event_dispatch_unreadable (w->d, ev, err->message)) == FW_DISPATCH_STOPPED) {
-      return FW_READ_STOP;
-   }
-   if (r == FW_DISPATCH_NO_DLQ) {
-      snprintf (what, sizeof what,
-                "unreadable change event %s: %.1000s; the checkpoint stays before it (add "
-                "dlq = true to keep such events in the dead-letter queue and go on)",
-                named ? eid : "(no usable resume token)", err->message);
-      fw_stream_failed (w, what);
-      return FW_READ_FAILED;
-   }
-   fw_log (FW_LOG_ERROR, w->cfg->name, "unreadable change event %s dead-lettered: %s", eid,
-           err->message);
-   return FW_READ_NEXT;
-}
-
-/* Without lanes: the handlers run for ev on this thread. FW_READ_NEXT: it is
- * finished with. */
-static fw_read_end_t
-dispatch_here (fw_stream_worker_t *w, const fw_event_t *ev)
-{
-   fw_dispatch_result_t r;
-
-   fw_dispatcher_count_received (w->d, ev);
-   if (fw_stream_lease_lost (w)) {
-      return FW_READ_LOST; /* checked again here: the read may have waited */
-   }
-   r = fw_event_dispatch (w->d, ev);
-   if (r == FW_DISPATCH_STOPPED) {
-      return fw_stream_lease_lost (w) && !fw_shutdown_requested (w->shutdown) ? FW_READ_LOST
-                                                                              : FW_READ_STOP;
-   }
-   if (r == FW_DISPATCH_FAILED) {
-      /* a sequenced DLQ overflowed, or the Lua state filled up too soon */
-      fw_stream_failed (w, fw_dispatcher_failure (w->d));
-      return FW_READ_FAILED;
-   }
-   if (w->metrics) {
-      fw_stream_count_dispatched (w);
    }
    return FW_READ_NEXT;
 }
@@ -351,6 +283,146 @@ event_done (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
    return split_back (w, p) ? FW_READ_REOPEN : FW_READ_NEXT;
 }
 
+/* An event the stream's thread finished with (handled here, or
+ * dead-lettered as unreadable or oversize): where fw_stream_settle moves
+ * its position. */
+typedef struct {
+   fw_stream_worker_t *w;
+   fw_stream_reader_t *rd;
+   fw_position_t *p;
+   const fw_event_t *ev;
+   bool *progressed;
+   fw_log_level_t note_level; /* a line about how it ended, or note[0] == '\0' */
+   char note[1400];
+} here_t;
+
+static void
+here_count (void *ud)
+{
+   here_t *h = ud;
+   if (h->w->metrics) {
+      fw_stream_count_dispatched (h->w);
+   }
+}
+
+static void
+here_fail (void *ud, const char *why)
+{
+   fw_stream_failed (((here_t *) ud)->w, why);
+}
+
+static bool
+here_lease_lost (void *ud)
+{
+   fw_stream_worker_t *w = ((here_t *) ud)->w;
+   return fw_stream_lease_lost (w) && !fw_shutdown_requested (w->shutdown);
+}
+
+/* The event is finished with: with lanes its slot is done; without, the due
+ * rounds between two events run, then the position passes it. */
+static fw_read_end_t
+here_advance (void *ud)
+{
+   here_t *h = ud;
+   fw_stream_worker_t *w = h->w;
+
+   if (h->note[0]) {
+      fw_log (h->note_level, w->cfg->name, "%s", h->note);
+   }
+   *h->progressed = true;
+   if (w->lanes) {
+      return lanes_event (w, h->rd, h->p, h->ev, false);
+   }
+   if (w->reprocess_at_ms >= 0) {
+      fw_dlq_reprocess_tick (w->d, &w->reprocess_at_ms); /* a due dlq.reprocess round, between events */
+   }
+   fw_deferred_tick (w->d); /* due deferred retries (issue 29), between events */
+   return event_done (w, h->rd, h->p, h->ev);
+}
+
+static fw_settle_place_t
+here_place (here_t *h)
+{
+   return (fw_settle_place_t){h->w->d, h->w->metrics, here_count, here_advance, here_fail,
+                              here_lease_lost, h, NULL};
+}
+
+/* An event the runtime cannot read is never skipped in silence: with its
+ * resume token it goes to the DLQ whole; without a DLQ (or a token) the
+ * stream stops before it, so nothing is lost. */
+static fw_read_end_t
+unreadable_event (here_t *h, fw_event_t *ev, const fw_error_t *err)
+{
+   char eid[1024], what[2200];
+   fw_outcome_t o = {FW_OUTCOME_NO_DLQ, 0, 0, "", "", ""};
+   fw_settle_place_t place = here_place (h);
+   bson_iter_t tok;
+   bool named = fw_event_field (ev, FW_EV_ID, &tok) && BSON_ITER_HOLDS_DOCUMENT (&tok);
+
+   eid[0] = '\0';
+   if (named) {
+      fw_event_log_id (ev, eid, sizeof eid);
+      o = fw_event_dispatch_unreadable (h->w->d, ev, err->message);
+   }
+   snprintf (what, sizeof what,
+             "unreadable change event %s: %.1000s; the checkpoint stays before it (add "
+             "dlq = true to keep such events in the dead-letter queue and go on)",
+             named ? eid : "(no usable resume token)", err->message);
+   place.no_dlq_why = what;
+   h->note_level = FW_LOG_ERROR;
+   snprintf (h->note, sizeof h->note, "unreadable change event %.300s dead-lettered: %.1000s",
+             eid, err->message);
+   return fw_stream_settle (&place, &o);
+}
+
+/* An oversize = "skip" stub of size bytes, dead-lettered without its
+ * document before the event's snapshot rows (see take_event). True with *end
+ * set when the stream cannot go on past it. */
+static bool
+oversize_stub (here_t *h, const fw_event_t *ev, int64_t size, fw_outcome_t *o,
+               fw_read_end_t *end)
+{
+   char eid[1024], what[2200];
+   fw_settle_place_t place = here_place (h);
+
+   *o = fw_event_dispatch_oversize (h->w->d, ev, size);
+   /* The warn line names the event by its short id; the entry has it whole. */
+   fw_event_short_id (ev, eid, sizeof eid);
+   h->note_level = FW_LOG_WARN;
+   snprintf (h->note, sizeof h->note,
+             "oversize change event %.1000s (%lld bytes) skipped and dead-lettered", eid,
+             (long long) size);
+   if (fw_outcome_finished (o->kind)) {
+      return false;
+   }
+   fw_event_log_id (ev, eid, sizeof eid);
+   snprintf (what, sizeof what,
+             "change event %.1000s of %lld bytes is over oversize_threshold and the stream "
+             "has no DLQ to record it (oversize = \"skip\" needs dlq); the checkpoint "
+             "stays before it",
+             eid, (long long) size);
+   place.no_dlq_why = what;
+   *end = fw_stream_settle (&place, o);
+   return true;
+}
+
+/* Without lanes: the handlers run for ev on this thread and its outcome is
+ * settled. */
+static fw_read_end_t
+dispatch_here (here_t *h, const fw_event_t *ev)
+{
+   fw_stream_worker_t *w = h->w;
+   fw_settle_place_t place = here_place (h);
+   fw_outcome_t o;
+
+   fw_dispatcher_count_received (w->d, ev);
+   if (fw_stream_lease_lost (w)) {
+      return FW_READ_LOST; /* checked again here: the read may have waited */
+   }
+   o = fw_event_dispatch (w->d, ev);
+   return fw_stream_settle (&place, &o);
+}
+
 /* One change event (or a fragment of one) doc taken from the reader:
  * reassembled or dead-lettered by the oversize policy, dead-lettered when
  * unreadable, handled here or handed to the lanes. FW_READ_NEXT: read on. */
@@ -360,13 +432,24 @@ take_event (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p, con
 {
    fw_event_t ev;
    fw_error_t err;
+   fw_outcome_t stub;
    fw_read_end_t end = FW_READ_NEXT;
+   int64_t size = 0;
+   here_t h;
 
    /* The parse's one scan tells a fragment (splitEvent) from a whole
     * event; fields a fragment lacks make it fail, which is fine here. */
    bool parsed = fw_event_parse (doc, &ev, &err);
-   fw_oversize_step_t step = fw_oversize_take (w->d, &p->split, &doc, &ev, &parsed, &err);
+   fw_oversize_step_t step =
+      fw_oversize_take (w->cfg->oversize_skip, &p->split, &doc, &ev, &parsed, &size, &err);
 
+   h.w = w;
+   h.rd = rd;
+   h.p = p;
+   h.ev = &ev;
+   h.progressed = progressed;
+   h.note_level = FW_LOG_INFO;
+   h.note[0] = '\0';
    switch (step) {
    case FW_OVERSIZE_FRAGMENT:
       *progressed = true;
@@ -375,42 +458,35 @@ take_event (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p, con
       fw_log (FW_LOG_WARN, w->cfg->name, "%s; re-opening before the split event", err.message);
       snprintf (p->error, sizeof p->error, "%.500s", err.message);
       return FW_READ_ERROR;
-   case FW_OVERSIZE_STOPPED:
-      return FW_READ_STOP;
-   case FW_OVERSIZE_FAILED:
-      fw_stream_failed (w, err.message);
-      return FW_READ_FAILED;
+   case FW_OVERSIZE_STUB:
+      if (oversize_stub (&h, &ev, size, &stub, &end)) {
+         return end;
+      }
+      break;
    default:
       break;
    }
    if (parsed && (end = fw_stream_snapshot_live (w, p, &ev)) != FW_READ_NEXT) {
       return end;
    }
-   if (step == FW_OVERSIZE_SKIPPED) {
-      /* dead-lettered without its document by fw_oversize_take */
-   } else if (!parsed) {
-      end = unreadable_event (w, &ev, &err);
-   } else if (!w->lanes && fw_dispatcher_batching (w->d, NULL, NULL) &&
-              fw_stream_batch_joins (doc, &ev)) {
+   if (step == FW_OVERSIZE_STUB) {
+      fw_settle_place_t place = here_place (&h);
+      return fw_stream_settle (&place, &stub); /* dead-lettered without its document */
+   }
+   if (!parsed) {
+      return unreadable_event (&h, &ev, &err);
+   }
+   if (w->lanes) {
+      *progressed = true;
+      return lanes_event (w, rd, p, &ev, true); /* the router: to its lane */
+   }
+   if (fw_dispatcher_batching (w->d, NULL, NULL) && fw_stream_batch_joins (doc, &ev)) {
       /* on_batch: ev starts a batch, which moves the position itself */
       *progressed = true;
       end = fw_stream_batch_take (w, rd, p, &ev);
       return end == FW_READ_NEXT && split_back (w, p) ? FW_READ_REOPEN : end;
-   } else if (!w->lanes) {
-      end = dispatch_here (w, &ev);
    }
-   if (end != FW_READ_NEXT) {
-      return end;
-   }
-   *progressed = true;
-   if (w->lanes) {
-      return lanes_event (w, rd, p, &ev, parsed && step != FW_OVERSIZE_SKIPPED);
-   }
-   if (w->reprocess_at_ms >= 0) {
-      fw_dlq_reprocess_tick (w->d, &w->reprocess_at_ms); /* a due dlq.reprocess round, between events */
-   }
-   fw_deferred_tick (w->d); /* due deferred retries (issue 29), between events */
-   return event_done (w, rd, p, &ev);
+   return dispatch_here (&h, &ev);
 }
 
 /* The reader is idle (no event, no error): a due dlq.reprocess round, the
@@ -561,7 +637,7 @@ run_setup (fw_stream_worker_t *w, fw_stream_run_t *run)
       return false;
    }
    if (w->cfg->ha_leader) {
-      if (!(w->lease = fw_stream_lease_new (w, &err))) { /* stream_shared.c */
+      if (!(w->lead.lease = fw_stream_lease_new (w, &err))) { /* stream_shared.c */
          fw_stream_failed (w, err.message);
          return false;
       }
@@ -591,13 +667,13 @@ run_teardown (fw_stream_worker_t *w, fw_stream_run_t *run)
    fw_checkpoint_writer_destroy (w->ckpt.writer); /* idle since the save: gives its client back */
    w->ckpt.writer = NULL;
    w->ckpt.epoch = 0;
-   if (w->lease) {
+   if (w->lead.lease) {
       /* After the final checkpoint: the standby that takes over at once
        * starts where this leader stopped. */
-      fw_lease_release (w->lease, 2000);
+      fw_lease_release (w->lead.lease, 2000);
       fw_stream_lease_destroy (w);
-      w->lease = NULL;
-      w->epoch = 0;
+      w->lead.lease = NULL;
+      w->lead.epoch = 0;
       fw_dispatcher_set_lead (w->d, NULL, 0);
       fw_stream_set_role (w, FW_STREAM_ROLE_STANDBY);
    }
@@ -695,7 +771,7 @@ open_and_read (fw_stream_worker_t *w, fw_stream_run_t *run, bool *progressed)
                                                : w->cfg->start_at,
                                w->cfg->split_large_events && !p->split_rejected &&
                                   !p->unsplittable,
-                               w->snap != NULL, gen.has_stage ? &gen.stage : NULL);
+                               w->snap.run != NULL, gen.has_stage ? &gen.stage : NULL);
    fw_generation_cleanup (&gen);
    if (cs && mongoc_change_stream_error_document (cs, &berr, &reply)) {
       end = error_end (w, p, NULL, &berr);

@@ -610,18 +610,18 @@ fw_test__end_capture (fw_test_app_t *app)
 
 /* Runs the event through w's dispatcher (the unreadable path when it did not
  * parse, why saying how) with what it does recorded in u. */
-static fw_dispatch_result_t
+static fw_outcome_t
 dispatch_captured (fw_test_app_t *app, fw_dispatcher_t *d, fw_test_capture_ud_t *u,
                    fw_event_t *ev, bool parsed, const char *why)
 {
-   fw_dispatch_result_t r;
+   fw_outcome_t r;
 
    d->dispatch.attempt = 0;
    fw_test__begin_capture (app, u);
    r = parsed ? fw_event_dispatch (d, ev) : fw_event_dispatch_unreadable (d, ev, why);
-   if (r == FW_DISPATCH_FAILED) {
+   if (r.kind == FW_OUTCOME_FAILED) {
       /* As run logs it; the next deliver goes on (run's restart would). */
-      fw_log (FW_LOG_ERROR, d->prog.cfg.name, "STREAM STOPPED: %s", d->failure);
+      fw_log (FW_LOG_ERROR, d->prog.cfg.name, "STREAM STOPPED: %s", d->out.failure);
    }
    fw_test__end_capture (app);
    return r;
@@ -642,41 +642,39 @@ take_dlq_entry (lua_State *L, fw_test_app_t *app, fw_test_capture_ud_t *u)
    bson_destroy (&last);
 }
 
-/* What became of the delivered event, from the dispatcher's result and the
- * stream's counters before and after it; *ran: a handler attempt counts
- * (it starts as whether the event parsed). */
+/* What became of the delivered event, by its outcome; *ran: a handler
+ * attempt counts (it starts as whether the event parsed). */
 static const char *
-deliver_outcome (fw_dispatch_result_t r, const fw_stream_stats_t *before,
-                 const fw_stream_stats_t *after, const fw_test_capture_ud_t *u, bool *ran)
+deliver_outcome (const fw_outcome_t *r, const fw_test_capture_ud_t *u, bool *ran)
 {
-   if (r == FW_DISPATCH_NO_DLQ || r == FW_DISPATCH_FAILED) {
+   switch (r->kind) {
+   case FW_OUTCOME_NO_DLQ:
+   case FW_OUTCOME_FAILED:
       /* run would stop the stream before the event: an unreadable event and
-       * no DLQ, or a sequenced DLQ's overflow (d->failure says which): in
+       * no DLQ, or a sequenced DLQ's overflow (d->out.failure says which): in
        * opening a sequence after failed attempts, or in parking before any. */
       *ran = *ran && u->c.n_errors > 0;
       return "stopped";
-   } else if (r == FW_DISPATCH_STOPPED) {
-      return "stopped";
-   } else if (after->parked > before->parked) {
+   case FW_OUTCOME_PARKED:
       *ran = false;
       return "parked"; /* behind an open sequence */
-   } else if (after->dead_lettered > before->dead_lettered) {
-      return "dlq";
-   } else if (after->lost > before->lost) {
-      return "lost";
-   } else if (after->skipped > before->skipped) {
-      return "skipped";
-   } else if (after->handled > before->handled) {
-      return "handled";
+   case FW_OUTCOME_NO_HANDLER:
+      *ran = false;
+      return "no_handler"; /* the script has no handler for this operation type */
+   case FW_OUTCOME_HANDLED:
+   case FW_OUTCOME_SKIPPED:
+   case FW_OUTCOME_DEAD_LETTERED:
+   case FW_OUTCOME_LOST:
+      return fw_outcome_name (r->kind);
+   default:
+      return "stopped"; /* a stop came first, or held behind the breaker */
    }
-   *ran = false;
-   return "no_handler"; /* the script has no handler for this operation type */
 }
 
 /* Pushes deliver's result table: outcome, attempts, event_id, the capture's
  * records, failure and dlq_entry. */
 static void
-push_delivery (lua_State *L, fw_dispatcher_t *d, fw_dispatch_result_t r, const char *outcome,
+push_delivery (lua_State *L, fw_dispatcher_t *d, const fw_outcome_t *r, const char *outcome,
                bool ran, const fw_event_t *ev, const fw_test_capture_ud_t *u)
 {
    fw_error_t err;
@@ -696,8 +694,8 @@ push_delivery (lua_State *L, fw_dispatcher_t *d, fw_dispatch_result_t r, const c
    }
    lua_setfield (L, t, "event_id");
    fw_test__push_capture_fields (L, t, &u->c);
-   if (r == FW_DISPATCH_FAILED) {
-      lua_pushstring (L, d->failure);
+   if (r->kind == FW_OUTCOME_FAILED) {
+      lua_pushstring (L, r->error);
       lua_setfield (L, t, "failure");
    }
    if (u->entry) {
@@ -715,8 +713,7 @@ fw_test__deliver (lua_State *L)
    fw_test_app_t *app = fw_test__check_app (L, 1);
    fw_dispatcher_t *d = fw_test__find_worker (L, app, "deliver", luaL_checkstring (L, 2));
    fw_test_capture_ud_t *u;
-   fw_stream_stats_t before, after;
-   fw_dispatch_result_t r;
+   fw_outcome_t r;
    fw_event_t ev;
    fw_error_t err;
    const char *outcome;
@@ -729,13 +726,11 @@ fw_test__deliver (lua_State *L)
    if (!parsed && !fw_event_has (&ev, FW_EV_ID)) {
       return luaL_error (L, "deliver: the event is not a change event: %s", err.message);
    }
-   fw_dispatcher_stats (d, &before);
    r = dispatch_captured (app, d, u, &ev, parsed, err.message);
-   fw_dispatcher_stats (d, &after);
    take_dlq_entry (L, app, u);
    ran = parsed;
-   outcome = deliver_outcome (r, &before, &after, u, &ran);
-   push_delivery (L, d, r, outcome, ran, &ev, u);
+   outcome = deliver_outcome (&r, u, &ran);
+   push_delivery (L, d, &r, outcome, ran, &ev, u);
    return 1;
 }
 

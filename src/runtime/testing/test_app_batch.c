@@ -9,8 +9,22 @@
 #include "flowwarden/batch_dispatch.h"
 #include "runtime/testing/test_app-private.h"
 
-static const char *const outcome_names[] = {"none", "handled", "dlq", "skipped", "lost",
-                                            "parked"};
+/* A batch's event by its outcome: "none" when not finished with or no
+ * handler. */
+static const char *
+batch_outcome_name (fw_outcome_kind_t kind)
+{
+   switch (kind) {
+   case FW_OUTCOME_HANDLED:
+   case FW_OUTCOME_DEAD_LETTERED:
+   case FW_OUTCOME_SKIPPED:
+   case FW_OUTCOME_LOST:
+   case FW_OUTCOME_PARKED:
+      return fw_outcome_name (kind);
+   default:
+      return "none";
+   }
+}
 
 /* The events of the array at idx, each as a capture userdata left on the
  * stack (it owns the BSON), parsed into evs (n entries). */
@@ -44,8 +58,8 @@ fw_test__deliver_batch (lua_State *L)
    fw_test_capture_ud_t *u;
    fw_event_t *evs;
    const fw_event_t **ptrs;
-   fw_batch_outcome_t *outcomes;
-   fw_dispatch_result_t r;
+   fw_outcome_kind_t *outcomes;
+   fw_outcome_t r;
 
    luaL_checktype (L, 3, LUA_TTABLE);
    if ((n = lua_rawlen (L, 3)) == 0) {
@@ -65,11 +79,11 @@ fw_test__deliver_batch (lua_State *L)
    lua_createtable (L, 0, 6);
    lua_createtable (L, (int) n, 0);
    for (size_t i = 0; i < n; i++) {
-      lua_pushstring (L, outcome_names[outcomes[i] < 6 ? outcomes[i] : 0]);
+      lua_pushstring (L, batch_outcome_name (outcomes[i]));
       lua_rawseti (L, -2, (lua_Integer) i + 1);
    }
    lua_setfield (L, -2, "outcomes");
-   lua_pushstring (L, r == FW_DISPATCH_DONE ? "done" : "stopped");
+   lua_pushstring (L, fw_outcome_finished (r.kind) ? "done" : "stopped");
    lua_setfield (L, -2, "result");
    fw_test__push_capture_fields (L, lua_gettop (L), &u->c);
    return 1;

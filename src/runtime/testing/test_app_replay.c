@@ -16,17 +16,37 @@
 
 /* --- replaying a dead letter --------------------------------------------------- */
 
+/* What replay_dlq reports of a replayed dead letter's outcome. */
+static const char *
+replay_result_name (fw_outcome_kind_t kind)
+{
+   switch (kind) {
+   case FW_OUTCOME_HANDLED:
+      return "ok";
+   case FW_OUTCOME_SKIPPED:
+      return "skipped";
+   case FW_OUTCOME_NO_HANDLER:
+      return "no_handler";
+   case FW_OUTCOME_STOPPED:
+   case FW_OUTCOME_HELD:
+      return "stopped";
+   case FW_OUTCOME_GAVE_UP:
+      return "failed";
+   default:
+      return "no_handler"; /* as before: a dispatcher that cannot go on ran nothing */
+   }
+}
+
 /* core.replay_one(app, stream, event, letter, no_retry) */
 int
 fw_test__replay_one (lua_State *L)
 {
-   static const char *const results[] = {"no_handler", "ok", "skipped", "failed"};
    fw_test_app_t *app = fw_test__check_app (L, 1);
    fw_dispatcher_t *d = fw_test__find_worker (L, app, "replay_dlq", luaL_checkstring (L, 2));
    fw_replay_hook_t hook = {0};
    bool evict = false;
    fw_test_capture_ud_t *u;
-   fw_dispatch_result_t r;
+   fw_outcome_t r;
    fw_event_t ev;
    fw_error_t err;
    int t;
@@ -49,13 +69,12 @@ fw_test__replay_one (lua_State *L)
       return 1;
    }
    hook.no_retry = lua_toboolean (L, 5);
-   hook.result = FW_REPLAYED_NO_HANDLER;
    d->replay = &hook;
    d->dispatch.dead_letter = u->letter;
    fw_test__begin_capture (app, u);
    r = fw_event_dispatch (d, &ev);
-   if (r != FW_DISPATCH_STOPPED && hook.result == FW_REPLAYED_FAILED) {
-      evict = fw_dlq_replay_policy (d, &hook, u->diagnostics);
+   if (r.kind == FW_OUTCOME_GAVE_UP) {
+      evict = fw_dlq_replay_policy (d, &hook, &r, u->diagnostics);
    }
    fw_replay_hook_forget_error (d, &hook);
    fw_test__end_capture (app);
@@ -64,17 +83,15 @@ fw_test__replay_one (lua_State *L)
 
    lua_createtable (L, 0, 8);
    t = lua_gettop (L);
-   lua_pushstring (L, r == FW_DISPATCH_STOPPED ? "stopped"
-                      : (unsigned) hook.result < 4 ? results[hook.result]
-                                                   : "failed");
+   lua_pushstring (L, replay_result_name (r.kind));
    lua_setfield (L, t, "result");
-   lua_pushinteger (L, hook.attempts);
+   lua_pushinteger (L, r.attempts);
    lua_setfield (L, t, "attempts");
-   if (hook.result == FW_REPLAYED_FAILED) {
+   if (r.kind == FW_OUTCOME_GAVE_UP) {
       lua_createtable (L, 0, 2);
-      lua_pushstring (L, hook.error_type);
+      lua_pushstring (L, r.error_type);
       lua_setfield (L, -2, "type");
-      lua_pushstring (L, hook.error_message);
+      lua_pushstring (L, r.error);
       lua_setfield (L, -2, "message");
       lua_setfield (L, t, "error");
       lua_pushboolean (L, evict);

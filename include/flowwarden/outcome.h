@@ -1,0 +1,58 @@
+/*
+ * outcome.h - what became of one event in its dispatcher, as a value: the
+ * dispatcher decides it and writes no position; its caller (the stream's
+ * settle, a replay, flowwarden test) acts on it.
+ */
+#ifndef FLOWWARDEN_OUTCOME_H
+#define FLOWWARDEN_OUTCOME_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef enum {
+   /* Finished with: the position may pass the event. */
+   FW_OUTCOME_HANDLED = 0,   /* the handler returned */
+   FW_OUTCOME_SKIPPED,       /* on_error returned fw.SKIP */
+   FW_OUTCOME_DEAD_LETTERED, /* stored in the DLQ (entry_id) */
+   FW_OUTCOME_PARKED,        /* stored behind its open DLQ sequence (entry_id) */
+   FW_OUTCOME_DEFERRED,      /* stored as a deferred retry due at until_ms (entry_id) */
+   FW_OUTCOME_LOST,          /* failed for good and no DLQ took it (logged as LOST) */
+   FW_OUTCOME_NO_HANDLER,    /* the program has no handler for its operation */
+   FW_OUTCOME_GAVE_UP,       /* a replayed dead letter failed for good: its replay decides */
+   /* Not finished with: the position stays before the event. */
+   FW_OUTCOME_STOPPED,       /* a stop, or the lost lease, came first: it comes back */
+   FW_OUTCOME_HELD,          /* held behind the open circuit breaker until a stop came */
+   FW_OUTCOME_NO_DLQ,        /* unreadable or oversize, and no DLQ to keep it */
+   FW_OUTCOME_FAILED,        /* the stream must stop before it (error says why) */
+   FW_OUTCOME_KINDS
+} fw_outcome_kind_t;
+
+/* The strings are the dispatcher's, valid until its next event; never NULL
+ * ("" when there is none). */
+typedef struct {
+   fw_outcome_kind_t kind;
+   int attempts;           /* handler attempts made (0: none ran) */
+   int64_t until_ms;       /* DEFERRED: when the retry is due (wall clock) */
+   const char *entry_id;   /* DEAD_LETTERED, PARKED, DEFERRED: the DLQ entry's _id */
+   const char *error_type; /* after a failed attempt: its error's type */
+   const char *error;      /* its message; FAILED, NO_DLQ: why the stream stops */
+} fw_outcome_t;
+
+/* The position may pass an event that ended so. */
+static inline bool
+fw_outcome_finished (fw_outcome_kind_t kind)
+{
+   return kind < FW_OUTCOME_STOPPED;
+}
+
+/* The event must come back (a stop or the lease came first). */
+static inline bool
+fw_outcome_comes_back (fw_outcome_kind_t kind)
+{
+   return kind == FW_OUTCOME_STOPPED || kind == FW_OUTCOME_HELD;
+}
+
+/* The kind's name, as flowwarden test reports it ("handled", "dlq", ...). */
+const char *fw_outcome_name (fw_outcome_kind_t kind);
+
+#endif

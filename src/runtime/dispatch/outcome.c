@@ -1,0 +1,13 @@
+/*
+ * outcome.c - the names of an event's outcomes (flowwarden/outcome.h).
+ */
+#include "flowwarden/outcome.h"
+
+const char *
+fw_outcome_name (fw_outcome_kind_t kind)
+{
+   static const char *const names[FW_OUTCOME_KINDS] = {
+      "handled", "skipped", "dlq",     "parked", "deferred", "lost",
+      "no_handler", "failed", "stopped", "held", "no_dlq", "stream_failed"};
+   return (unsigned) kind < FW_OUTCOME_KINDS ? names[kind] : "unknown";
+}

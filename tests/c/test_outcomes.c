@@ -1,0 +1,410 @@
+/*
+ * An event's outcome as a value: what fw_event_dispatch returns for each
+ * kind (handled, skipped, dead-lettered with its entry, parked behind its
+ * sequence, lost, no handler, stopped, failed, no DLQ), with a script's
+ * dispatcher over the in-memory DLQ store and no server; and what
+ * fw_stream_settle (stream/stream_settle.c) makes of each kind through a
+ * fake place: the position moves only past an event finished with.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "flowwarden/dispatcher.h"
+#include "flowwarden/event.h"
+#include "flowwarden/lua_host.h"
+#include "flowwarden/outcome.h"
+#include "flowwarden/shutdown.h"
+#include "runtime/stream/stream_settle.h"
+
+/* The streams of the script, by index: what each one's events become. */
+enum { S_PLAIN, S_SKIP, S_DLQ, S_LOST, S_RETRY, S_SEQ, S_SEQ_FULL, S_COUNT };
+
+static const char *const SCRIPT =
+   "local fw = require('flowwarden')\n"
+   "local function fail() error(fw.error('Test.Failure', 'it fails')) end\n"
+   "fw.stream { name = 'plain', collection = 'c', on_insert = function(ctx) end }\n"
+   "fw.stream { name = 'skip', collection = 'c', retry = { max_attempts = 1 },\n"
+   "  on_insert = fail, on_error = function(err, ctx) return fw.SKIP end }\n"
+   "fw.stream { name = 'dlq', collection = 'c', retry = { max_attempts = 2, initial_delay = '1ms',\n"
+   "  jitter = false }, dlq = { store = 'memory' }, on_insert = fail }\n"
+   "fw.stream { name = 'lost', collection = 'c', retry = { max_attempts = 1 }, on_insert = fail }\n"
+   "fw.stream { name = 'retry', collection = 'c', retry = { max_attempts = 5,\n"
+   "  initial_delay = '10s', jitter = false }, on_insert = fail }\n"
+   "fw.stream { name = 'seq', collection = 'c', retry = { max_attempts = 1 },\n"
+   "  dlq = { store = 'memory', sequenced = true }, on_insert = fail }\n"
+   "fw.stream { name = 'seq_full', collection = 'c', retry = { max_attempts = 1 },\n"
+   "  dlq = { store = 'memory', sequenced = true, max_sequences = 1 }, on_insert = fail }\n";
+
+/* No stream declares a DLQ: none to fall back on either. */
+static const char *const SCRIPT_NO_DLQ =
+   "local fw = require('flowwarden')\n"
+   "fw.stream { name = 'plain', collection = 'c', on_insert = function(ctx) end }\n";
+
+typedef struct {
+   fw_dispatcher_t *d;
+   fw_shutdown_t stop;
+} fixture_t;
+
+static fixture_t *
+fixture_of (const char *script, int index)
+{
+   char path[] = "/tmp/fw_test_outcomes_XXXXXX.lua";
+   int fd = mkstemps (path, 4);
+   fw_error_t err;
+   fixture_t *f = calloc (1, sizeof *f);
+   fw_lua_host_t *host;
+
+   assert_non_null (f);
+   assert_true (fd >= 0);
+   assert_int_equal (write (fd, script, strlen (script)), (ssize_t) strlen (script));
+   close (fd);
+   host = fw_lua_host_new (&err);
+   assert_non_null (host);
+   if (!fw_lua_host_load_script (host, path, "mongodb://127.0.0.1:9/shop?replicaSet=rs0", &err)) {
+      fail_msg ("%s", err.message);
+   }
+   unlink (path);
+   fw_shutdown_init (&f->stop);
+   f->d = fw_dispatcher_new (host, index, NULL, &f->stop, &err);
+   if (!f->d) {
+      fail_msg ("%s", err.message);
+   }
+   return f;
+}
+
+static fixture_t *
+fixture_for (int index)
+{
+   return fixture_of (SCRIPT, index);
+}
+
+static void
+fixture_free (fixture_t *f)
+{
+   fw_dispatcher_release (f->d);
+   fw_dispatcher_destroy (f->d);
+   fw_shutdown_cleanup (&f->stop);
+   free (f);
+}
+
+/* A change event of operation op on document key k (i: its place). */
+static bson_t *
+event_of (const char *op, int k, int i)
+{
+   bson_t *ev = bson_new ();
+   bson_t sub;
+   char data[40];
+
+   snprintf (data, sizeof data, "82%08X%08X01800000000000", 0x65A1B2C3u, (unsigned) i + 1);
+   BSON_APPEND_DOCUMENT_BEGIN (ev, "_id", &sub);
+   BSON_APPEND_UTF8 (&sub, "_data", data);
+   bson_append_document_end (ev, &sub);
+   BSON_APPEND_UTF8 (ev, "operationType", op);
+   BSON_APPEND_TIMESTAMP (ev, "clusterTime", 0x65A1B2C3u, (unsigned) i + 1);
+   BSON_APPEND_DOCUMENT_BEGIN (ev, "ns", &sub);
+   BSON_APPEND_UTF8 (&sub, "db", "shop");
+   BSON_APPEND_UTF8 (&sub, "coll", "c");
+   bson_append_document_end (ev, &sub);
+   BSON_APPEND_DOCUMENT_BEGIN (ev, "documentKey", &sub);
+   BSON_APPEND_INT32 (&sub, "_id", k);
+   bson_append_document_end (ev, &sub);
+   if (strcmp (op, "delete") != 0) {
+      BSON_APPEND_DOCUMENT_BEGIN (ev, "fullDocument", &sub);
+      BSON_APPEND_INT32 (&sub, "_id", k);
+      bson_append_document_end (ev, &sub);
+   }
+   return ev;
+}
+
+/* Dispatches event (op, k, i) through f. */
+static fw_outcome_t
+dispatch (fixture_t *f, const char *op, int k, int i)
+{
+   bson_t *doc = event_of (op, k, i);
+   fw_event_t ev;
+   fw_error_t err;
+   fw_outcome_t o;
+
+   assert_true (fw_event_parse (doc, &ev, &err));
+   o = fw_event_dispatch (f->d, &ev);
+   bson_destroy (doc);
+   return o;
+}
+
+static void
+test_handled (void **state)
+{
+   fixture_t *f = fixture_for (S_PLAIN);
+   fw_outcome_t o = dispatch (f, "insert", 1, 0);
+   (void) state;
+   assert_int_equal (o.kind, FW_OUTCOME_HANDLED);
+   assert_int_equal (o.attempts, 1);
+   assert_string_equal (o.entry_id, "");
+   assert_true (fw_outcome_finished (o.kind));
+   fixture_free (f);
+}
+
+static void
+test_no_handler (void **state)
+{
+   fixture_t *f = fixture_for (S_PLAIN);
+   fw_outcome_t o = dispatch (f, "delete", 1, 0); /* only on_insert is declared */
+   (void) state;
+   assert_int_equal (o.kind, FW_OUTCOME_NO_HANDLER);
+   assert_int_equal (o.attempts, 0);
+   assert_true (fw_outcome_finished (o.kind));
+   fixture_free (f);
+}
+
+static void
+test_skipped (void **state)
+{
+   fixture_t *f = fixture_for (S_SKIP);
+   fw_outcome_t o = dispatch (f, "insert", 1, 0);
+   (void) state;
+   assert_int_equal (o.kind, FW_OUTCOME_SKIPPED);
+   assert_int_equal (o.attempts, 1);
+   assert_string_equal (o.error_type, "Test.Failure");
+   assert_string_equal (o.error, "it fails");
+   fixture_free (f);
+}
+
+static void
+test_dead_lettered (void **state)
+{
+   fixture_t *f = fixture_for (S_DLQ);
+   fw_outcome_t o = dispatch (f, "insert", 1, 0);
+   (void) state;
+   assert_int_equal (o.kind, FW_OUTCOME_DEAD_LETTERED);
+   assert_int_equal (o.attempts, 2);
+   assert_true (strlen (o.entry_id) > 0);
+   assert_string_equal (o.error_type, "Test.Failure");
+   fixture_free (f);
+}
+
+static void
+test_lost (void **state)
+{
+   fixture_t *f = fixture_for (S_LOST);
+   fw_outcome_t o = dispatch (f, "insert", 1, 0);
+   (void) state;
+   assert_int_equal (o.kind, FW_OUTCOME_LOST);
+   assert_int_equal (o.attempts, 1);
+   assert_string_equal (o.entry_id, "");
+   assert_true (fw_outcome_finished (o.kind));
+   fixture_free (f);
+}
+
+/* A stop during the retry's backoff: the event must come back. */
+static void
+test_stopped (void **state)
+{
+   fixture_t *f = fixture_for (S_RETRY);
+   fw_outcome_t o;
+   (void) state;
+
+   fw_shutdown_request (&f->stop);
+   o = dispatch (f, "insert", 1, 0);
+   assert_int_equal (o.kind, FW_OUTCOME_STOPPED);
+   assert_true (fw_outcome_comes_back (o.kind));
+   assert_false (fw_outcome_finished (o.kind));
+   fixture_free (f);
+}
+
+/* Key 1's first event opens its sequence; its next one is parked behind. */
+static void
+test_parked (void **state)
+{
+   fixture_t *f = fixture_for (S_SEQ);
+   fw_outcome_t head, follower;
+   char head_id[128];
+   (void) state;
+
+   assert_true (fw_dispatcher_open_dlq (f->d));
+   assert_true (fw_dispatcher_load_sequences (f->d));
+   head = dispatch (f, "insert", 1, 0);
+   assert_int_equal (head.kind, FW_OUTCOME_DEAD_LETTERED);
+   snprintf (head_id, sizeof head_id, "%s", head.entry_id);
+   follower = dispatch (f, "insert", 1, 1);
+   assert_int_equal (follower.kind, FW_OUTCOME_PARKED);
+   assert_int_equal (follower.attempts, 0);
+   assert_true (strlen (follower.entry_id) > 0);
+   assert_string_not_equal (follower.entry_id, head_id);
+   fixture_free (f);
+}
+
+/* max_sequences = 1: a second key's sequence cannot open: the stream must
+ * stop before the event, and says why. */
+static void
+test_failed (void **state)
+{
+   fixture_t *f = fixture_for (S_SEQ_FULL);
+   fw_outcome_t o;
+   (void) state;
+
+   assert_true (fw_dispatcher_open_dlq (f->d));
+   assert_true (fw_dispatcher_load_sequences (f->d));
+   assert_int_equal (dispatch (f, "insert", 1, 0).kind, FW_OUTCOME_DEAD_LETTERED);
+   o = dispatch (f, "insert", 2, 1);
+   assert_int_equal (o.kind, FW_OUTCOME_FAILED);
+   assert_false (fw_outcome_finished (o.kind));
+   assert_false (fw_outcome_comes_back (o.kind));
+   assert_true (strlen (o.error) > 0);
+   assert_string_equal (o.error, fw_dispatcher_failure (f->d));
+   fixture_free (f);
+}
+
+/* An unreadable event on a stream without a DLQ cannot be kept. */
+static void
+test_no_dlq (void **state)
+{
+   fixture_t *f = fixture_of (SCRIPT_NO_DLQ, 0);
+   bson_t *doc = event_of ("insert", 1, 0);
+   fw_event_t ev;
+   fw_error_t err;
+   fw_outcome_t o;
+   (void) state;
+
+   assert_true (fw_event_parse (doc, &ev, &err));
+   o = fw_event_dispatch_unreadable (f->d, &ev, "a field of the wrong type");
+   assert_int_equal (o.kind, FW_OUTCOME_NO_DLQ);
+   assert_false (fw_outcome_finished (o.kind));
+   bson_destroy (doc);
+   fixture_free (f);
+}
+
+/* --- fw_stream_settle through a fake place ------------------------------- */
+
+typedef struct {
+   int counted, advanced, failed;
+   bool lease_lost;
+   char why[256];
+} place_t;
+
+static void
+p_count (void *ud)
+{
+   ((place_t *) ud)->counted++;
+}
+
+static fw_read_end_t
+p_advance (void *ud)
+{
+   ((place_t *) ud)->advanced++;
+   return FW_READ_NEXT;
+}
+
+static void
+p_fail (void *ud, const char *why)
+{
+   place_t *p = ud;
+   p->failed++;
+   snprintf (p->why, sizeof p->why, "%s", why);
+}
+
+static bool
+p_lease_lost (void *ud)
+{
+   return ((place_t *) ud)->lease_lost;
+}
+
+static fw_read_end_t
+settle (place_t *p, fw_outcome_kind_t kind, const char *entry_id, const char *error)
+{
+   fw_settle_place_t place = {NULL, NULL, p_count, p_advance, p_fail, p_lease_lost, p,
+                              "no DLQ to keep it"};
+   fw_outcome_t o = {kind, 1, 0, entry_id, "", error};
+   return fw_stream_settle (&place, &o);
+}
+
+/* Every kind finished with moves the position once and is counted. */
+static void
+test_settle_finished_kinds_move_the_position (void **state)
+{
+   static const fw_outcome_kind_t kinds[] = {
+      FW_OUTCOME_HANDLED, FW_OUTCOME_SKIPPED, FW_OUTCOME_DEAD_LETTERED, FW_OUTCOME_PARKED,
+      FW_OUTCOME_DEFERRED, FW_OUTCOME_LOST, FW_OUTCOME_NO_HANDLER};
+   (void) state;
+
+   for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+      place_t p = {0};
+      assert_int_equal (settle (&p, kinds[i], "e1", ""), FW_READ_NEXT);
+      assert_int_equal (p.counted, 1);
+      assert_int_equal (p.advanced, 1);
+      assert_int_equal (p.failed, 0);
+   }
+}
+
+/* A stop, or a hold behind the breaker, leaves the position before the
+ * event: the read stops, or ends as lost when the lease went. */
+static void
+test_settle_stopped_and_held_come_back (void **state)
+{
+   place_t p = {0};
+   (void) state;
+
+   assert_int_equal (settle (&p, FW_OUTCOME_STOPPED, "", ""), FW_READ_STOP);
+   assert_int_equal (settle (&p, FW_OUTCOME_HELD, "", ""), FW_READ_STOP);
+   p.lease_lost = true;
+   assert_int_equal (settle (&p, FW_OUTCOME_STOPPED, "", ""), FW_READ_LOST);
+   assert_int_equal (p.advanced + p.counted + p.failed, 0);
+}
+
+/* FAILED stops the stream with the dispatcher's reason; NO_DLQ with the
+ * place's. Neither moves the position. */
+static void
+test_settle_failed_and_no_dlq_stop_the_stream (void **state)
+{
+   place_t p = {0};
+   (void) state;
+
+   assert_int_equal (settle (&p, FW_OUTCOME_FAILED, "", "a sequence overflowed"), FW_READ_FAILED);
+   assert_string_equal (p.why, "a sequence overflowed");
+   assert_int_equal (settle (&p, FW_OUTCOME_NO_DLQ, "", ""), FW_READ_FAILED);
+   assert_string_equal (p.why, "no DLQ to keep it");
+   assert_int_equal (p.failed, 2);
+   assert_int_equal (p.advanced + p.counted, 0);
+}
+
+/* A place without advance (a snapshot's row) counts, moves nothing. */
+static void
+test_settle_without_advance (void **state)
+{
+   place_t p = {0};
+   fw_settle_place_t place = {NULL, NULL, p_count, NULL, p_fail, NULL, &p, NULL};
+   fw_outcome_t o = {FW_OUTCOME_HANDLED, 1, 0, "", "", ""};
+   (void) state;
+
+   assert_int_equal (fw_stream_settle (&place, &o), FW_READ_NEXT);
+   assert_int_equal (p.counted, 1);
+   assert_int_equal (p.advanced, 0);
+}
+
+int
+main (void)
+{
+   const struct CMUnitTest tests[] = {
+      cmocka_unit_test (test_handled),
+      cmocka_unit_test (test_no_handler),
+      cmocka_unit_test (test_skipped),
+      cmocka_unit_test (test_dead_lettered),
+      cmocka_unit_test (test_lost),
+      cmocka_unit_test (test_stopped),
+      cmocka_unit_test (test_parked),
+      cmocka_unit_test (test_failed),
+      cmocka_unit_test (test_no_dlq),
+      cmocka_unit_test (test_settle_finished_kinds_move_the_position),
+      cmocka_unit_test (test_settle_stopped_and_held_come_back),
+      cmocka_unit_test (test_settle_failed_and_no_dlq_stop_the_stream),
+      cmocka_unit_test (test_settle_without_advance),
+   };
+   return cmocka_run_group_tests (tests, NULL, NULL);
+}
