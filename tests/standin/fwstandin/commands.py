@@ -126,7 +126,7 @@ def execute(server, conn, req):
         if transactions.wants(body):
             result = transactions.run(ctx, handler)     # a statement of a transaction
         else:
-            result = handler(ctx)
+            result = transactions.run_outside(ctx, handler)
         error = None
     except MongoError as e:
         result = None

@@ -59,6 +59,7 @@ ALLOWED = frozenset((
     "find", "insert", "update", "delete", "findAndModify", "findandmodify", "aggregate",
     "getMore", "killCursors", "distinct", "commitTransaction", "abortTransaction"))
 END_COMMANDS = ("commitTransaction", "abortTransaction")
+WRITE_COMMANDS = ("insert", "update", "delete", "findAndModify", "findandmodify")
 READ_CONCERN_LEVELS = ("local", "majority", "snapshot")
 
 
@@ -77,6 +78,11 @@ def write_conflict():
 
 def not_supported(msg):
     return MongoError(263, "OperationNotSupportedInTransaction", msg)
+
+
+class Retry(Exception):
+    """A write outside any transaction waited for one that changed its document: run the
+    statement again (not a MongoError: the write commands' per-statement handlers let it by)."""
 
 
 class Txn:
@@ -115,21 +121,27 @@ class Manager:
         self.open_count = 0
         self.committing = None
         self._reaper = None
+        self.local = threading.local()     # per thread: writes let through (run_outside)
         self.store.observer = self.observe
 
     # ---- the store's hook: every write outside a transaction's private view ----
 
     def observe(self, c, k, old):
+        self.local.applied = getattr(self.local, "applied", 0) + 1
         if self.open_count == 0:
             return
         key = (c.ns, k)
         owner = self.owners.get(key)
-        while owner is not None and owner.open and owner is not self.committing:
+        if owner is not None and owner.open and owner is not self.committing:
             # A write outside the transaction waits for it to end (the manual's "In-progress
-            # Transactions and Write Conflicts"); expiry bounds the wait.
-            self.store.cond.wait(max(0.01, min(0.5, owner.expires - time.monotonic())))
-            self.reap()
-            owner = self.owners.get(key)
+            # Transactions and Write Conflicts"); expiry bounds the wait. mongod then retries
+            # the write from the start (writeConflictRetry): so does `run_outside`.
+            while owner.open:
+                self.store.cond.wait(max(0.01, min(0.5, owner.expires - time.monotonic())))
+                self.reap()
+            if c.docs.get(k) is not old:
+                self.local.applied -= 1
+                raise Retry()
         self.seq += 1
         self.history.setdefault(key, []).append((self.seq, old))
         self.hist_keys.setdefault(c.ns, set()).add(k)
@@ -430,9 +442,6 @@ class TxnView:
         return c
 
     def _write(self, c, k, doc):
-        if c.name.startswith("system."):
-            raise not_supported("Cannot write to system collection %s within a transaction."
-                                % c.ns)
         self._mgr.claim(self._txn, c.ns, k)
         self._txn.writes.setdefault(c.ns, {})[k] = doc
 
@@ -506,6 +515,12 @@ def run(ctx, handler):
         ctx.txn = txn
         ctx.store = TxnView(mgr, txn)
     try:
+        target = ctx.body.get(ctx.name)
+        if ctx.name in WRITE_COMMANDS and isinstance(target, str) \
+                and target.startswith("system."):
+            # write_ops_exec.cpp, doTransactionValidationForWrites: before any statement.
+            raise MongoError(50791, "Location50791", "Cannot write to system collection "
+                             "%s.%s within a transaction." % (ctx.db, target))
         result = handler(ctx)
     except Exception:
         with store.lock:
@@ -521,6 +536,24 @@ def run(ctx, handler):
             if we.get("code") == 112:
                 raise write_conflict()
     return result
+
+
+def run_outside(ctx, handler):
+    """Run a command outside any transaction; when one of its writes had to wait for a
+    transaction that changed the document, run it again as mongod's writeConflictRetry does
+    (only when nothing of it was applied yet: otherwise the statement fails with 112)."""
+    mgr = getattr(ctx.server, "transactions", None)
+    if mgr is None:
+        return handler(ctx)
+    while True:
+        mgr.local.applied = 0
+        try:
+            return handler(ctx)
+        except Retry:
+            if mgr.local.applied:
+                with ctx.store.lock:
+                    ctx.store.commit()
+                raise write_conflict()
 
 
 def _outside(ctx):
