@@ -257,6 +257,11 @@ class Outcomes(unittest.TestCase):
         self.assertEqual(e.code, 50791)
         e = failure(lambda: raw(ses, dict(start, txnNumber=Int64(9)), db="config"))
         self.assertEqual(e.code, 263)
+        e = failure(lambda: raw(ses, {"aggregate": "rules", "cursor": {},
+                                      "pipeline": [{"$changeStream": {}}],
+                                      "txnNumber": Int64(10), "startTransaction": True,
+                                      "autocommit": False}))
+        self.assertEqual(e.code, 263)
         ses.end_session()
         self.assertEqual(sorted(d["_id"] for d in CLIENT.txn.rules.find()), [5])
 

@@ -521,6 +521,10 @@ def run(ctx, handler):
             # write_ops_exec.cpp, doTransactionValidationForWrites: before any statement.
             raise MongoError(50791, "Location50791", "Cannot write to system collection "
                              "%s.%s within a transaction." % (ctx.db, target))
+        pipeline = ctx.body.get("pipeline") if ctx.name == "aggregate" else None
+        if isinstance(pipeline, list) and pipeline and isinstance(pipeline[0], dict) \
+                and "$changeStream" in pipeline[0]:
+            raise not_supported("Operation not permitted in transaction.")
         result = handler(ctx)
     except Exception:
         with store.lock:
