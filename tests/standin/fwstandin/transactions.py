@@ -291,6 +291,9 @@ class Manager:
         if not txn.ops:
             self._finish(txn, "committed")
             return
+        if not self._applicable(txn):
+            self.abort(txn)
+            raise write_conflict()
         tsv, wall = store.clock.tick(), oplogmod.wall_millis()
         first = store.oplog.end_seq
         mark = len(store.pending)
@@ -315,6 +318,25 @@ class Manager:
                                             "r": [Binary(r) for r in recs]})]
         self._finish(txn, "committed")
         store.commit()
+
+    def _applicable(self, txn):
+        """Whether every write still finds what it found (a collection dropped meanwhile does
+        not keep the transaction's documents): checked before anything is applied."""
+        from .bsonutil import value_key
+        exists = {}
+        for op in txn.ops:
+            if op[0] == "i":
+                k = value_key(op[3]["_id"])
+            else:
+                k = op[3]
+            key = (op[1], op[2], k)
+            if key not in exists:
+                c = self.store.coll(op[1], op[2])
+                exists[key] = c is not None and k in c.docs
+            if exists[key] == (op[0] == "i"):
+                return False
+            exists[key] = op[0] != "d"
+        return True
 
     def reap(self):
         now = time.monotonic()
