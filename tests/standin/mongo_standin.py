@@ -112,6 +112,10 @@ def parse_args(argv):
                         "2, which sorts after 1 at the same clusterTime; with --data-dir, the "
                         "events already stored come with it too, as a server whose feature "
                         "compatibility version moved renders them")
+    p.add_argument("--transaction-lifetime-limit-seconds", type=_seconds, default=60.0,
+                   metavar="S", help="abort a multi-document transaction not committed S "
+                   "seconds after it started (mongod's transactionLifetimeLimitSeconds, "
+                   "default 60)")
     args = p.parse_args(argv)
     if args.user and args.auth is None:
         p.error("--user needs --auth")
@@ -132,7 +136,8 @@ def main(argv=None):
                         ttl_interval=args.ttl_interval, log_path=args.log,
                         latency_ms=args.latency_ms, auth=args.auth,
                         server_version=args.server_version, standalone=args.standalone,
-                        clock_offset_ms=args.clock_offset_ms)
+                        clock_offset_ms=args.clock_offset_ms,
+                        txn_lifetime_s=args.transaction_lifetime_limit_seconds)
     except DataDirInUse as e:
         sys.stderr.write("mongo_standin: %s\n" % e)
         return 1

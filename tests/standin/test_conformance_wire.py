@@ -220,13 +220,13 @@ class CommandsTest(unittest.TestCase):
     def test_end_sessions(self):
         self.assertEqual(self.client.admin.command("endSessions", [])["ok"], 1.0)
 
-    def test_transactions_are_refused_clearly(self):
+    def test_transactions_are_accepted(self):
+        # The whole behaviour is in test_conformance_transactions.py.
         with self.client.start_session() as session:
-            session.start_transaction()
-            with self.assertRaises(OperationFailure) as cm:
-                self.client.wire.t.insert_one({}, session=session)
-            self.assertEqual(cm.exception.code, 20)
-            self.assertIn("not supported", str(cm.exception))
+            with session.start_transaction():
+                self.client.wire.txn.insert_one({"_id": 1}, session=session)
+                self.assertIsNone(self.client.wire.txn.find_one({"_id": 1}))
+        self.assertEqual(self.client.wire.txn.find_one({"_id": 1}), {"_id": 1})
 
     def test_unknown_command_field_is_rejected(self):
         with self.assertRaises(OperationFailure) as cm:

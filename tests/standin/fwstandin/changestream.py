@@ -244,7 +244,7 @@ class ChangeStream:
         if not token.is_event:
             self.pos = log.seq_at_or_after(token.tsv)
             return
-        seq, entry = log.find(token.tsv)
+        seq, entry = oplogmod.find_token(log, token)
         # The token's event must be one this stream would show: a collection's stream resumed
         # with a token of another collection's event fails as mongod's
         # DocumentSourceChangeStreamEnsureResumeTokenPresent fails it, never reading past it

@@ -129,6 +129,12 @@ def cmd_server_status(ctx):
 
 
 def cmd_end_sessions(ctx):
+    # Ending a session aborts its open transaction (transactions.py).
+    txns = getattr(ctx.server, "transactions", None)
+    ids = ctx.body.get("endSessions")
+    if txns is not None and isinstance(ids, list):
+        with ctx.store.lock:
+            txns.end_sessions([i for i in ids if isinstance(i, dict)])
     return {}
 
 

@@ -11,7 +11,7 @@ import time
 from bson.binary import Binary
 from bson.int64 import Int64
 
-from . import auth, bsonutil, cmd_admin, cmd_crud, cmd_doctor, wire
+from . import auth, bsonutil, cmd_admin, cmd_crud, cmd_doctor, transactions, wire
 from .bsonutil import ts_value
 from .cursors import RawReply, cursor_reply
 from .errors import MongoError
@@ -22,13 +22,14 @@ COMMANDS.update(cmd_crud.COMMANDS)
 COMMANDS.update(cmd_admin.COMMANDS)
 COMMANDS.update(auth.COMMANDS)
 COMMANDS.update(cmd_doctor.COMMANDS)
+COMMANDS.update(transactions.COMMANDS)
 
 GENERIC_FIELDS = frozenset((
     "$db", "lsid", "txnNumber", "$clusterTime", "$readPreference", "writeConcern",
     "readConcern", "comment", "maxTimeMS", "apiVersion", "apiStrict", "apiDeprecationErrors",
     "$client", "client", "compression", "saslSupportedMechs", "speculativeAuthenticate",
     "helloOk", "topologyVersion", "maxAwaitTimeMS", "loadBalanced", "$queryOptions",
-    "mayBypassWriteBlocking"))
+    "mayBypassWriteBlocking", "startTransaction", "autocommit"))
 
 # OP_QUERY is only accepted for the handshake, as on a 6.0 server.
 OP_QUERY_COMMANDS = ("hello", "isMaster", "ismaster")
@@ -65,6 +66,7 @@ class Context:
         self.op_time = None
         self.is_change_stream_getmore = False
         self.close_connection = False
+        self.txn = None         # the transaction this statement runs in (transactions.py)
 
 
 def cluster_time_doc(tsv):
@@ -101,9 +103,6 @@ def execute(server, conn, req):
         auth.check(server, conn, name)
         with server.store.lock:
             server.store.stats["command"] += 1
-        if "startTransaction" in body or "autocommit" in body:
-            raise MongoError(20, "IllegalOperation", "Multi-document transactions are not "
-                             "supported by the flowwarden MongoDB stand-in")
         data = server.failpoints.check_fail_command(name, conn.app_name)
         if data is not None:
             if data.get("blockConnection"):
@@ -124,7 +123,10 @@ def execute(server, conn, req):
                              and "$changeStream" in pipeline[0])
                 raise failpoint_error(data, name, body, is_cs)
             wce = data.get("writeConcernError")
-        result = handler(ctx)
+        if transactions.wants(body):
+            result = transactions.run(ctx, handler)     # a statement of a transaction
+        else:
+            result = transactions.run_outside(ctx, handler)
         error = None
     except MongoError as e:
         result = None

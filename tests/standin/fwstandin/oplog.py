@@ -346,3 +346,40 @@ class Oplog:
 
 def decode_event(entry):
     return bsonutil.decode(entry.raw)
+
+
+def mark_transaction(oplog, first_seq, lsid, txn_number):
+    """Make the entries from `first_seq` on the events of one committed transaction, as a
+    replica set shows them (document_source_change_stream_unwind_transaction.cpp unwinds the
+    commit's applyOps): each event gains `lsid` and `txnNumber`, all keep the commit's one
+    clusterTime (the entries were made with it), and the i-th carries txnOpIndex i in its
+    resume token, so tokens order the events within the transaction and a stream resumed from
+    one goes on with the next event of the same transaction."""
+    for i, seq in enumerate(range(first_seq, oplog.end_seq)):
+        entry = oplog.get(seq)
+        ev = bsonutil.decode(entry.raw)
+        token = ev["_id"]["_data"]
+        at = _read_ks_int(token, _read_ks_int(token, _VERSION_AT)[1])[1]
+        end = _read_ks_int(token, at)[1]
+        ev["_id"] = {"_data": token[:at] + ks_int(i) + token[end:]}
+        ev["lsid"] = lsid
+        ev["txnNumber"] = txn_number
+        entry.raw = bsonutil.encode(ev)
+
+
+def find_token(oplog, token):
+    """(seq, entry) of the event whose token is `token` (the events of a transaction share
+    their clusterTime; their tokens differ by txnOpIndex), or (None, None)."""
+    seq, entry = oplog.find(token.tsv)
+    if entry is None:
+        return None, None
+    head = parse_head(token.data)[4]
+    while seq < oplog.end_seq:
+        e = oplog.get(seq)
+        if e.tsv != token.tsv:
+            break
+        tok = entry_token(e)
+        if tok[:head] == token.data[:head] or token.txn_index == 0:
+            return seq, e
+        seq += 1
+    return None, None

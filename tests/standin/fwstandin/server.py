@@ -32,8 +32,11 @@ MAX_MESSAGE = 48000000 + 16 * 1024 * 1024
 class Server:
     def __init__(self, replset="rs0", data_dir=None, oplog_max_entries=10_000_000,
                  ttl_interval=60.0, log_path=None, latency_ms=0.0, auth=None,
-                 server_version=(6, 0), standalone=False, clock_offset_ms=0):
+                 server_version=(6, 0), standalone=False, clock_offset_ms=0,
+                 txn_lifetime_s=60.0):
         self.replset = replset
+        # --transaction-lifetime-limit-seconds: mongod's transactionLifetimeLimitSeconds.
+        self.txn_lifetime_s = float(txn_lifetime_s)
         # --standalone: a mongod without --replSet (hello without setName, no change streams).
         self.standalone = bool(standalone)
         # --clock-offset-ms: what hello's and serverStatus's localTime add to this machine's

@@ -57,13 +57,19 @@ class Sessions:
     def begin(self, ctx):
         """The retryable write `ctx` runs as (a Txn), or None when it is not one."""
         body = ctx.body
-        if "txnNumber" not in body:
-            return None
+        if "txnNumber" not in body or getattr(ctx, "txn", None) is not None:
+            return None     # not a retryable write, or a statement of a transaction
         key = _key(body.get("lsid"))
         if key is None:
             raise MongoError(50768, "Location50768",
                              "Transaction number requires a session ID to also be specified")
         number = int(body["txnNumber"])
+        txns = getattr(ctx.server, "transactions", None)
+        if txns is not None:
+            # The session's txnNumber is shared with its transactions (transactions.py); the
+            # store's lock first, as a transaction's statement takes them.
+            with ctx.server.store.lock:
+                txns.on_retryable_write(key, number)
         with self.lock:
             state = self.by_lsid.get(key)
             if state is None or number > state[0]:
@@ -77,6 +83,16 @@ class Sessions:
                                  "transaction %d has already started."
                                  % (number, _lsid_text(body["lsid"]), state[0]))
         return Txn(ctx, state, body)
+
+    def state_of(self, key):
+        """[txnNumber, statements] of the session, or None."""
+        with self.lock:
+            return self.by_lsid.get(key)
+
+    def set_number(self, key, number):
+        """A transaction starts at `number`: the session's retryable-write history goes."""
+        with self.lock:
+            self.by_lsid[key] = [number, {}]
 
 
 class Txn:

@@ -165,6 +165,14 @@ def _id_first(doc):
 
 
 class Store:
+    # Multi-document transactions (transactions.py) hook in here, and only here:
+    # `observer(c, key, old)` runs before every public document mutation (old None for an
+    # insert): it records the before-image for open snapshots and makes a write wait for a
+    # transaction holding the document; `pinned` (tsv, wall) gives every mutation of a commit
+    # the commit's one cluster time.
+    observer = None
+    pinned = None
+
     def __init__(self, oplog_max_entries, journal=None):
         self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
@@ -308,6 +316,8 @@ class Store:
                     ix.entries[kt] = k
 
     def _tick(self):
+        if self.pinned is not None:
+            return self.pinned
         return self.clock.tick(), oplogmod.wall_millis()
 
     # ---- public mutations ----
@@ -340,6 +350,8 @@ class Store:
             raise DuplicateKey(c, c.indexes["_id_"], {"_id": doc["_id"]})
         if c.unique_indexes():
             c.check_unique(doc, k)
+        if self.observer is not None:
+            self.observer(c, k, None)
         tsv, wall = self._tick()
         self._do_insert(c, doc, raw, tsv, wall)
         if self.journal is not None:
@@ -359,6 +371,8 @@ class Store:
                              "Resulting document after update is larger than 16777216")
         k = value_key(new["_id"])
         c.check_unique(new, k)
+        if self.observer is not None:
+            self.observer(c, k, old)
         tsv, wall = self._tick()
         self._do_update(c, old, new, ud, tsv, wall)
         self._record({"o": "u" if ud is not None else "r", "db": c.db, "c": c.name,
@@ -366,6 +380,8 @@ class Store:
         return new
 
     def delete(self, c, doc):
+        if self.observer is not None:
+            self.observer(c, value_key(doc["_id"]), doc)
         tsv, wall = self._tick()
         self._do_delete(c, doc, tsv, wall)
         self._record({"o": "d", "db": c.db, "c": c.name, "t": tsv, "w": wall,
@@ -492,6 +508,13 @@ class Store:
                 value_key(rec["k"]["_id"]) if rec.get("k") else None, rec.get("img", False),
                 rec.get("pre"), rec.get("post"), to))
             self.clock.advance_past(rec["t"])
+        elif o == "txn":
+            # A committed transaction, journaled as one record (transactions.py): all of it
+            # or, torn at a crash, none of it.
+            first = self.oplog.end_seq
+            for sub in rec["r"]:
+                self.apply_record(bsonutil.decode(bytes(sub)))
+            oplogmod.mark_transaction(self.oplog, first, rec["lsid"], rec["n"])
         elif o == "meta":
             self.oplog.last_dropped_tsv = max(self.oplog.last_dropped_tsv, rec["dropped"])
             self.clock.advance_past(rec["clock"])
