@@ -295,6 +295,13 @@ describe("describe.redact_uri", function()
     assert.are.equal("mongodb://u@h/db", describe_mod.redact_uri("mongodb://u@h/db"))
     assert.are.equal("mongodb://h:27017/?replicaSet=rs0", describe_mod.redact_uri("mongodb://h:27017/?replicaSet=rs0"))
   end)
+  it("hides the passwords of Redis and PostgreSQL URIs", function()
+    assert.are.equal("redis://:***@h:6379/0", describe_mod.redact_uri("redis://:pw-x@h:6379/0"))
+    assert.are.equal("redis://***@h:6379/0", describe_mod.redact_uri("redis://pw-x@h:6379/0"))
+    assert.are.equal("redis://app:***@h/1", describe_mod.redact_uri("redis://app:pw-x@h/1"))
+    assert.are.equal("postgresql://u:***@h/db?password=***&sslmode=require",
+      describe_mod.redact_uri("postgresql://u:pw-x@h/db?password=pw-y&sslmode=require"))
+  end)
   it("hides a password that is not percent-encoded (it printed in full)", function()
     assert.are.equal("mongodb://writer:***@127.0.0.1:1/shop",
                      describe_mod.redact_uri("mongodb://writer:Pa/ss0rd@127.0.0.1:1/shop"))
