@@ -71,7 +71,8 @@ THE EFFECTIVE CONFIGURATION (every field always present unless "| nil"):
               retry_on = { "Timeout", ... },  -- {} = every type not in no_retry_on
               no_retry_on = { "NilError", "TypeError", "ArgumentError", "Mongo.DuplicateKey",
                               "Mongo.Invalid", "Http.TLS", "Http.Denied",
-                              "Http.Status.Permanent" } },
+                              "Http.Status.Permanent", "Redis.Error", "Pg.UniqueViolation",
+                              "Pg.ForeignKey", "Pg.Syntax", "Pg.Permission" } },
     dlq = nil | { collection = "_fw_dlq", ttl_days = 30 (0 = forever),
                   include_original_document = true, include_stack_trace = true,
                   write_concern = "majority" | <integer >= 1>,
@@ -142,7 +143,8 @@ M.SEED = {
     -- Seed 001's programming errors, then handler IO failures that cannot
     -- succeed on a retry (issue 11).
     no_retry_on = { "NilError", "TypeError", "ArgumentError", "Mongo.DuplicateKey", "Mongo.Invalid",
-                    "Http.TLS", "Http.Denied", "Http.Status.Permanent", "Redis.Error" },
+                    "Http.TLS", "Http.Denied", "Http.Status.Permanent", "Redis.Error",
+                    "Pg.UniqueViolation", "Pg.ForeignKey", "Pg.Syntax", "Pg.Permission" },
   },
   dlq = {
     enabled = true, collection = "_fw_dlq", ttl_days = 30,

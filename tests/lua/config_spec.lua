@@ -5,7 +5,7 @@ local HEADER = "local fw = require('flowwarden')\nlocal h = function() end\n"
 local SCRIPT = "/s/bad.lua"
 local DEFAULT_NO_RETRY = { "NilError", "TypeError", "ArgumentError", "Mongo.DuplicateKey",
   "Mongo.Invalid", "Http.TLS", "Http.Denied", "Http.Status.Permanent",
-  "Redis.Error" }
+  "Redis.Error", "Pg.UniqueViolation", "Pg.ForeignKey", "Pg.Syntax", "Pg.Permission" }
 
 local function run(src, opts)
   return config.load_string(HEADER .. src, SCRIPT, opts)
