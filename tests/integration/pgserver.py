@@ -54,9 +54,25 @@ class PgServer:
             self.user, password or self.password, self.port, db, query)
 
     def start(self):
-        self._run(["pg_ctl", "-D", self.data, "-l", os.path.join(self.tmp, "log"), "-w", "-t", "30",
-                   "-o", "-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off" % (
-                       self.port, self.tmp), "start"])
+        """Starts the server; the first start moves to another free port when
+        another process took this one meanwhile (a later start keeps it: the
+        handlers' URI names it)."""
+        for attempt in range(3):
+            log = os.path.join(self.tmp, "log")
+            if os.path.exists(log):
+                os.unlink(log)
+            cp = self._run(["pg_ctl", "-D", self.data, "-l", log, "-w", "-t", "30",
+                            "-o", "-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off" % (
+                                self.port, self.tmp), "start"], check=False)
+            if cp.returncode == 0:
+                self.started = True
+                return
+            with open(log, errors="replace") as f:
+                text = f.read()
+            if getattr(self, "started", False) or "in use" not in text:
+                raise AssertionError("pg_ctl start failed: %s\n%s" % (cp.stdout, text[-3000:]))
+            self.port = free_port()
+        raise AssertionError("pg_ctl start failed three times: ports in use")
 
     def stop(self, mode="fast"):
         self._run(["pg_ctl", "-D", self.data, "-m", mode, "-w", "stop"], check=False)

@@ -3,10 +3,11 @@ started here on a loopback port (pgserver.py).
 
 Handlers run one case per inserted document ({case = "..."}); a case
 reports what it got, and on_error reports the typed error it raised."""
+import os
 import unittest
 
 from dlqtest import FailureTestCase
-from fwtest import clean_env
+from fwtest import SOURCE_DIR, clean_env
 from pgserver import PgServer
 
 PASSWORD = "Pg-Secret-91c2"
@@ -101,6 +102,7 @@ class PgTest(FailureTestCase):
         r = self.run_case(p, "write", id="o1")[0]
         self.assertEqual((r["n"], r["again"]), (1, 1))
         self.assertEqual(self.pg.sql("SELECT id, total, n FROM orders"), [["o1", "10.10", "2"]])
+        self.assertEqual(p.stop(), 0, "exit status (the sanitized build: no leak, no error)")
 
     def test_transaction_commits_on_return_and_rolls_back_on_error(self):
         p = self.start("""
@@ -119,6 +121,7 @@ class PgTest(FailureTestCase):
         self.assertEqual(self.pg.sql("SELECT id FROM orders"), [["a"]])
         # The connection is usable after the rollback.
         self.assertEqual(self.run_case(p, "tx", id="c")[0]["count"], 2)
+        self.assertEqual(p.stop(), 0, "exit status (the sanitized build: no leak, no error)")
 
     def test_sqlstates_are_typed_and_drive_the_retry_policy(self):
         self.pg.sql("INSERT INTO orders (id) VALUES ('dup')")
@@ -154,6 +157,7 @@ class PgTest(FailureTestCase):
         self.assertEqual(sorted(e["error"]["type"] for e in entries),
                          ["Pg.Error", "Pg.ForeignKey", "Pg.Serialization", "Pg.Syntax",
                           "Pg.UniqueViolation"])
+        self.assertEqual(p.stop(), 0, "exit status (the sanitized build: no leak, no error)")
 
     def test_deadline_and_statement_timeout_raise_pg_timeout(self):
         p = self.start("""
@@ -177,6 +181,7 @@ class PgTest(FailureTestCase):
             uri=self.pg.uri(query="?options=-c%20statement_timeout%3D200"))
         r = self.run_case(p, "st")[0]
         self.assertEqual((r["error"], r["fields"]["sqlstate"]), ("Pg.Timeout", "57014"))
+        self.assertEqual(p.stop(), 0, "exit status (the sanitized build: no leak, no error)")
 
     def test_server_killed_and_restarted_nothing_lost(self):
         p = self.start("""
@@ -196,6 +201,30 @@ class PgTest(FailureTestCase):
                      "every event handled")
         self.assertEqual(self.dlq_entries(), [])
         self.assertEqual(self.pg.sql("SELECT count(*), sum(n) FROM orders"), [["6", "15"]])
+
+    def test_example_pg_orders_keeps_the_table_equal_to_the_collection(self):
+        self.pg.sql("DROP TABLE IF EXISTS lines, orders; CREATE TABLE orders (id text PRIMARY KEY, "
+                    "customer text, total numeric, status text, doc jsonb)")
+        p = self.run_fw(os.path.join(SOURCE_DIR, "examples", "pg_orders.lua"),
+                        env=clean_env({"PG_URI": self.pg.uri()}))
+        p.wait_open()
+        for i in range(30):
+            self.db.orders.insert_one({"_id": i, "customer": "c%d" % (i % 4), "total": i * 1.5,
+                                       "status": "new"})
+        self.db.orders.update_many({"_id": {"$lt": 10}}, {"$set": {"status": "paid"}})
+        self.db.orders.delete_many({"_id": {"$gte": 25}})
+        self.pg.stop("immediate")      # restarted in the middle: nothing lost
+        self.db.orders.insert_one({"_id": 99, "customer": "x", "total": 1, "status": "new"})
+        self.pg.start()
+
+        def rows():
+            return self.pg.sql("SELECT id, customer, total, status, doc->>'customer' FROM orders "
+                               "ORDER BY id")
+        want = sorted([str(o["_id"]), o["customer"], "%g" % o["total"], o["status"], o["customer"]]
+                      for o in self.db.orders.find())
+        p.wait_until(lambda: sorted(rows()) == want, 60, "the table equal to the collection")
+        self.assertEqual(self.dlq_entries(), [])
+        self.assertEqual(p.stop(), 0, "exit status (the sanitized build: no leak, no error)")
 
     def test_password_never_shows(self):
         p = self.start("""
