@@ -15,11 +15,20 @@
 #ifndef FLOWWARDEN_PG_LUA_H
 #define FLOWWARDEN_PG_LUA_H
 
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
 #include <lua.h>
 
 /* Sets `pg` (a table: query, execute, transaction) and `pg_uri_check`
  * (uri -> true | false, why: libpq's parser, for config) in the table at
  * module_idx. May raise (memory). */
 void fw_pg_lua_open (lua_State *L, int module_idx);
+
+/* For `doctor`: connects to the PostgreSQL connection name declared by the
+ * script loaded in L and runs SELECT 1, within timeout_ms. False with why
+ * (len bytes; never the password) when that fails. */
+bool fw_pg_lua_probe (lua_State *L, const char *name, int64_t timeout_ms, char *why, size_t len);
 
 #endif

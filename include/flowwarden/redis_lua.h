@@ -16,10 +16,21 @@
 #ifndef FLOWWARDEN_REDIS_LUA_H
 #define FLOWWARDEN_REDIS_LUA_H
 
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
 #include <lua.h>
 
 /* Sets `redis` (a table: call, pipeline) in the table at module_idx. May
  * raise (memory). */
 void fw_redis_lua_open (lua_State *L, int module_idx);
+
+/* For `doctor`: connects to the Redis connection name declared by the
+ * script loaded in L (AUTH and SELECT as its URI says) and sends PING,
+ * within timeout_ms. False with why (len bytes; never the password) when
+ * that fails. */
+bool fw_redis_lua_probe (lua_State *L, const char *name, int64_t timeout_ms, char *why,
+                         size_t len);
 
 #endif

@@ -6,6 +6,7 @@
  * a connection in its registry entry, a result in a box on the stack.
  */
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -389,6 +390,53 @@ pg_transaction (lua_State *L)
    }
    tx_statement (L, 1, "COMMIT");
    return lua_gettop (L) - tx;
+}
+
+typedef struct {
+   const char *name;
+   int64_t timeout_ms;
+} probe_t;
+
+/* Protected: connects and runs SELECT 1. */
+static int
+probe (lua_State *L)
+{
+   probe_t *p = lua_touserdata (L, 1);
+   call_t call = { .name = p->name, .deadline_ns = fw_mono_ns () + p->timeout_ms * 1000000 };
+
+   lua_pushliteral (L, "SELECT 1");
+   run (L, &call, lua_gettop (L), 0);
+   return 0;
+}
+
+/* The error at the top (a typed error's message, or a string) into why. */
+static void
+error_text (lua_State *L, char *why, size_t len)
+{
+   if (lua_istable (L, -1)) {
+      lua_getfield (L, -1, "message");
+      snprintf (why, len, "%s", lua_isstring (L, -1) ? lua_tostring (L, -1) : "failed");
+      lua_pop (L, 1);
+   } else {
+      snprintf (why, len, "%s", lua_isstring (L, -1) ? lua_tostring (L, -1) : "failed");
+   }
+}
+
+bool
+fw_pg_lua_probe (lua_State *L, const char *name, int64_t timeout_ms, char *why, size_t len)
+{
+   probe_t p = { name, timeout_ms };
+   int top = lua_gettop (L);
+   bool ok;
+
+   lua_pushcfunction (L, probe);
+   lua_pushlightuserdata (L, &p);
+   ok = lua_pcall (L, 1, 0, 0) == LUA_OK;
+   if (!ok) {
+      error_text (L, why, len);
+   }
+   lua_settop (L, top);
+   return ok;
 }
 
 /* pg_uri_check(uri) -> true | false, why: whether libpq parses it. */

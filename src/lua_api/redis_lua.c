@@ -6,6 +6,7 @@
  * and argument vectors live in Lua userdata.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -449,6 +450,54 @@ redis_pipeline (lua_State *L)
       raise_reply_error (L, &call, err_index);
    }
    return 1;
+}
+
+typedef struct {
+   const char *name;
+   int64_t timeout_ms;
+} probe_t;
+
+/* Protected: connects (AUTH, SELECT) and sends PING. */
+static int
+probe (lua_State *L)
+{
+   probe_t *p = lua_touserdata (L, 1);
+   call_t call = { .name = p->name, .wait_ms = p->timeout_ms, .started = fw_mono_ns () };
+   const char *argv[] = { "PING" };
+   size_t lens[] = { 4 };
+
+   run_simple (L, &call, get_conn (L, &call), 1, argv, lens, "PING");
+   return 0;
+}
+
+/* The error at the top (a typed error's message, or a string) into why. */
+static void
+error_text (lua_State *L, char *why, size_t len)
+{
+   if (lua_istable (L, -1)) {
+      lua_getfield (L, -1, "message");
+      snprintf (why, len, "%s", lua_isstring (L, -1) ? lua_tostring (L, -1) : "failed");
+      lua_pop (L, 1);
+   } else {
+      snprintf (why, len, "%s", lua_isstring (L, -1) ? lua_tostring (L, -1) : "failed");
+   }
+}
+
+bool
+fw_redis_lua_probe (lua_State *L, const char *name, int64_t timeout_ms, char *why, size_t len)
+{
+   probe_t p = { name, timeout_ms };
+   int top = lua_gettop (L);
+   bool ok;
+
+   lua_pushcfunction (L, probe);
+   lua_pushlightuserdata (L, &p);
+   ok = lua_pcall (L, 1, 0, 0) == LUA_OK;
+   if (!ok) {
+      error_text (L, why, len);
+   }
+   lua_settop (L, top);
+   return ok;
 }
 
 static const luaL_Reg redis_functions[] = {

@@ -226,6 +226,17 @@ class PgTest(FailureTestCase):
         self.assertEqual(self.dlq_entries(), [])
         self.assertEqual(p.stop(), 0, "exit status (the sanitized build: no leak, no error)")
 
+    def test_doctor_checks_the_connection(self):
+        script = self.script(SCRIPT % {"cases": "", "timeout": "5s", "attempts": 3})
+        from fwtest import run_cli
+        cp = run_cli(["doctor", script, "--uri", self.uri], env=clean_env({"PG_URI": self.pg.uri()}))
+        self.assertIn('connection "rep" (PostgreSQL): reachable and authenticated', cp.stdout)
+        cp = run_cli(["doctor", script, "--uri", self.uri],
+                     env=clean_env({"PG_URI": self.pg.uri(password="wrong-" + PASSWORD)}))
+        self.assertEqual(cp.returncode, 2, cp.stdout + cp.stderr)
+        self.assertIn("password authentication failed", cp.stdout)
+        self.assert_no_secret("wrong-" + PASSWORD)
+
     def test_password_never_shows(self):
         p = self.start("""
             cases.auth = function()

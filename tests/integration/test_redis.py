@@ -230,6 +230,19 @@ class RedisTest(FailureTestCase):
         self.assertEqual(self.dlq_entries(), [])
         self.assertEqual(p.stop(), 0)
 
+    def test_doctor_checks_the_connection(self):
+        script = self.script(SCRIPT % {"cases": "", "timeout": "5s", "attempts": 3})
+        from fwtest import run_cli
+        cp = run_cli(["doctor", script, "--uri", self.uri],
+                     env=clean_env({"REDIS_URI": self.redis.uri(1)}))
+        self.assertIn('connection "cache" (Redis): reachable and authenticated', cp.stdout)
+        cp = run_cli(["doctor", script, "--uri", self.uri],
+                     env=clean_env({"REDIS_URI": "redis://:wrong-%s@127.0.0.1:%d/0"
+                                    % (PASSWORD, self.redis.port)}))
+        self.assertEqual(cp.returncode, 2, cp.stdout + cp.stderr)
+        self.assertIn('connection "cache" (Redis): fw.redis: connection "cache":', cp.stdout)
+        self.assert_no_secret("wrong-" + PASSWORD)
+
     def test_check_refuses_a_cluster_url_naming_the_connection(self):
         script = self.script(SCRIPT % {"cases": "", "timeout": "5s", "attempts": 3})
         from fwtest import run_cli
