@@ -9,7 +9,7 @@ packages=(gcc make cmake pkg-config libmongoc-dev libbson-dev liblua5.4-dev lua5
           lua-cjson lua-cjson-dev libcurl4-openssl-dev libmicrohttpd-dev lua-busted
           libcmocka-dev python3-pymongo prometheus dpkg-dev file strace
           clang libclang-rt-14-dev libhiredis-dev redis-server
-          libpq-dev postgresql)
+          libpq-dev postgresql python3-psycopg2 python3-redis)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
