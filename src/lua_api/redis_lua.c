@@ -173,11 +173,15 @@ push_reply (lua_State *L, const redisReply *r, int err_slot)
 }
 
 /* Sends argv and reads its reply on c->ctx, a pushed Lua value; raises on
- * failure (closing c). */
+ * failure (closing c after a network failure, and after an error reply too
+ * when doing names a step of the handshake: a connection whose AUTH or
+ * SELECT failed must not serve the next call). */
 static void
 run_simple (lua_State *L, const call_t *call, conn_t *c, int argc, const char **argv,
             const size_t *lens, const char *doing)
 {
+   bool handshake = strcmp (doing, "authenticating") == 0 ||
+                    strcmp (doing, "selecting the database") == 0;
    redisReply *r = redisCommandArgv (c->ctx, argc, argv, lens);
    int err_slot;
 
@@ -189,6 +193,9 @@ run_simple (lua_State *L, const call_t *call, conn_t *c, int argc, const char **
    push_reply (L, r, err_slot);
    freeReplyObject (r);
    if (!lua_isnil (L, err_slot)) {
+      if (handshake) {
+         conn_close (c);
+      }
       lua_pushvalue (L, err_slot);
       raise_reply_error (L, call, 0);
    }

@@ -243,6 +243,21 @@ class RedisTest(FailureTestCase):
         self.assertIn('connection "cache" (Redis): fw.redis: connection "cache":', cp.stdout)
         self.assert_no_secret("wrong-" + PASSWORD)
 
+    def test_a_failed_select_closes_the_connection(self):
+        # Database 99 does not exist (16 by default): each event's call fails,
+        # and the second one does not run in database 0 on the connection
+        # whose SELECT failed.
+        p = self.start("""
+            cases.sel = function()
+              fw.redis.call("cache", "SET", "where", "here")
+            end
+            """, uri=self.redis.uri(99))
+        first = self.run_case(p, "sel")
+        second = self.run_case(p, "sel")
+        self.assertEqual([x["error"] for x in first + second], ["Redis.Error", "Redis.Error"])
+        self.assertIn("DB index is out of range", second[0]["message"])
+        self.assertIsNone(self.redis.command("GET", "where"))
+
     def test_check_refuses_a_cluster_url_naming_the_connection(self):
         script = self.script(SCRIPT % {"cases": "", "timeout": "5s", "attempts": 3})
         from fwtest import run_cli
