@@ -30,6 +30,7 @@ typedef struct {
    PGconn *conn; /* NULL: closed */
    char *uri;    /* the URI conn was opened with; a reload changing it reopens */
    bool in_tx;   /* inside fw.pg.transaction */
+   lua_Integer gen; /* counts the connections opened: a transaction is bound to one */
 } conn_t;
 
 typedef struct {
@@ -189,6 +190,7 @@ get_conn (lua_State *L, const call_t *call)
    }
    if (!c->conn) {
       fw_pg_io_t io = fw_pg_connect (uri, call->deadline_ns, &c->conn, why, sizeof why);
+      c->gen++;
       if (io != FW_PG_OK) {
          lua_pushfstring (L, "cannot connect: %s", why);
          raise_pg (L, call, io == FW_PG_TIMEOUT ? "Pg.Timeout" : "Pg.Connection", false);
@@ -301,16 +303,37 @@ pg_execute (lua_State *L)
 static call_t
 tx_call (lua_State *L)
 {
+   lua_Integer gen;
+   conn_t *c = NULL;
+   call_t call;
+
    luaL_checktype (L, 1, LUA_TTABLE);
    lua_getfield (L, 1, "live");
    if (!lua_toboolean (L, -1)) {
       fw_lua_raise_typed (L, "ArgumentError", 0,
                           "fw.pg: this transaction has ended (use tx only inside its function)");
    }
+   lua_getfield (L, 1, "gen");
+   gen = lua_tointeger (L, -1);
+   lua_pop (L, 2);
    lua_getfield (L, 1, "connection");
-   lua_replace (L, 1);
+   lua_replace (L, 1); /* 1: the connection's name */
+   call = begin_call (L, 1);
+   /* The connection the transaction began on, still open: after a loss the
+    * next call would reconnect and run outside any transaction. */
+   if (lua_rawgetp (L, LUA_REGISTRYINDEX, &conns_key) == LUA_TTABLE) {
+      if (lua_getfield (L, -1, call.name) == LUA_TUSERDATA) {
+         c = lua_touserdata (L, -1);
+      }
+      lua_pop (L, 1);
+   }
    lua_pop (L, 1);
-   return begin_call (L, 1);
+   if (!c || !c->conn || c->gen != gen) {
+      lua_pushliteral (L, "the connection was lost during the transaction (the server rolled it "
+                          "back)");
+      raise_pg (L, &call, "Pg.Connection", false);
+   }
+   return call;
 }
 
 static int
@@ -364,6 +387,8 @@ pg_transaction (lua_State *L)
    luaL_setmetatable (L, TX_MT);
    lua_pushvalue (L, 1);
    lua_setfield (L, tx, "connection");
+   lua_pushinteger (L, c->gen);
+   lua_setfield (L, tx, "gen");
    lua_pushboolean (L, 1);
    lua_setfield (L, tx, "live");
    lua_pushvalue (L, 2);

@@ -123,6 +123,23 @@ class PgTest(FailureTestCase):
         self.assertEqual(self.run_case(p, "tx", id="c")[0]["count"], 2)
         self.assertEqual(p.stop(), 0, "exit status (the sanitized build: no leak, no error)")
 
+    def test_a_transaction_never_continues_on_a_new_connection(self):
+        # The first statement times out (the connection is closed); the
+        # function catches that and goes on: its next statement must fail,
+        # not autocommit on a fresh connection.
+        p = self.start("""
+            cases.lost = function(doc)
+              fw.pg.transaction("rep", function(tx)
+                pcall(tx.query, tx, "SELECT pg_sleep(30)")
+                tx:execute("INSERT INTO orders (id) VALUES ($1)", { doc.id })
+              end)
+            end
+            """, timeout="1s", attempts=1)
+        r = self.run_case(p, "lost", id="x")[0]
+        self.assertEqual(r["error"], "Pg.Connection")
+        self.assertIn("lost during the transaction", r["message"])
+        self.assertEqual(self.pg.sql("SELECT count(*) FROM orders"), [["0"]])
+
     def test_sqlstates_are_typed_and_drive_the_retry_policy(self):
         self.pg.sql("INSERT INTO orders (id) VALUES ('dup')")
         p = self.start("""
@@ -169,9 +186,11 @@ class PgTest(FailureTestCase):
         r = self.run_case(p, "slow", reports=2)
         self.assertEqual((r[0]["attempt"], r[0]["error"]), (1, "Pg.Timeout"))
         self.assertEqual((r[1]["attempt"], r[1]["one"]), (2, 1))
-        # The cancel reached the server: no pg_sleep left running.
-        self.assertEqual(self.pg.sql("SELECT count(*) FROM pg_stat_activity "
-                                     "WHERE query LIKE 'SELECT pg_sleep%'"), [["0"]])
+        # The cancel reached the server: the pg_sleep ends long before its 30 s
+        # (the backend goes away asynchronously: waited for, within 10 s).
+        p.wait_until(lambda: self.pg.sql("SELECT count(*) FROM pg_stat_activity WHERE state = "
+                                         "'active' AND query LIKE 'SELECT pg_sleep%'") == [["0"]],
+                     10, "the cancelled pg_sleep to end")
         p.stop()
         p = self.start("""
             cases.st = function()
