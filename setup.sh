@@ -8,7 +8,8 @@ cd "$(dirname "$0")"
 packages=(gcc make cmake pkg-config libmongoc-dev libbson-dev liblua5.4-dev lua5.4
           lua-cjson lua-cjson-dev libcurl4-openssl-dev libmicrohttpd-dev lua-busted
           libcmocka-dev python3-pymongo prometheus dpkg-dev file strace
-          clang libclang-rt-14-dev chromium)
+          clang libclang-rt-14-dev chromium libhiredis-dev redis-server
+          libpq-dev postgresql python3-psycopg2 python3-redis)
 # Node.js and npm drive the console's browser test (tests/browser): Debian's
 # packages, unless a node and npm are already there (another Node.js
 # distribution ships npm inside its nodejs package).

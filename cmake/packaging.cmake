@@ -74,7 +74,7 @@ if(FW_DPKG_SHLIBDEPS AND FW_FILE_PROGRAM)
 else()
   message(STATUS "dpkg-shlibdeps or file not found: the DEB's Depends is a fixed list")
   set(CPACK_DEBIAN_PACKAGE_DEPENDS
-      "libc6, libmongoc-1.0-0, libbson-1.0-0, liblua5.4-0, lua-cjson, libcurl4, libmicrohttpd12")
+      "libc6, libmongoc-1.0-0, libbson-1.0-0, liblua5.4-0, lua-cjson, libcurl4, libmicrohttpd12, libhiredis0.14, libpq5")
 endif()
 
 # `install` and `cpack` package what was built and never build anything

@@ -33,7 +33,9 @@ void fw_connections_destroy (fw_connections_t *conns);
 
 /*
  * Makes name refer to uri from now on, creating its pool unless name already
- * refers to exactly this URI. Returns false with error filled when libmongoc
+ * refers to exactly this URI. A URI that is not MongoDB's (redis://,
+ * postgresql://: fw.redis and fw.pg open their own connections) is left out:
+ * returns true and registers nothing. Returns false with error filled when libmongoc
  * rejects the URI (the message never contains the URI: it may hold a
  * password). Thread-safe.
  */

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include <lua.h>
 #include <mongoc/mongoc.h>
 
 #include "flowwarden/stream_config.h"
@@ -42,6 +43,11 @@ typedef struct {
  * When the deployment cannot be reached, only that check is reported. */
 void fw_doctor_run (mongoc_client_t *client, const fw_stream_config_t *cfgs, size_t n,
                     fw_doctor_report_t *report);
+
+/* Appends a check of each Redis and PostgreSQL connection declared by the
+ * script loaded in L (fw.connection): connects, authenticates and runs a
+ * trivial command, 5 s at most each (doctor_stores.c). */
+void fw_doctor_stores (lua_State *L, fw_doctor_report_t *report);
 
 /* The worst status of the report (FW_DOCTOR_FAIL when out of memory). */
 fw_doctor_status_t fw_doctor_worst (const fw_doctor_report_t *report);

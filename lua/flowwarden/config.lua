@@ -71,7 +71,8 @@ THE EFFECTIVE CONFIGURATION (every field always present unless "| nil"):
               retry_on = { "Timeout", ... },  -- {} = every type not in no_retry_on
               no_retry_on = { "NilError", "TypeError", "ArgumentError", "Mongo.DuplicateKey",
                               "Mongo.Invalid", "Http.TLS", "Http.Denied",
-                              "Http.Status.Permanent" } },
+                              "Http.Status.Permanent", "Redis.Error", "Pg.UniqueViolation",
+                              "Pg.ForeignKey", "Pg.Syntax", "Pg.Permission" } },
     dlq = nil | { collection = "_fw_dlq", ttl_days = 30 (0 = forever),
                   include_original_document = true, include_stack_trace = true,
                   write_concern = "majority" | <integer >= 1>,
@@ -142,7 +143,8 @@ M.SEED = {
     -- Seed 001's programming errors, then handler IO failures that cannot
     -- succeed on a retry (issue 11).
     no_retry_on = { "NilError", "TypeError", "ArgumentError", "Mongo.DuplicateKey", "Mongo.Invalid",
-                    "Http.TLS", "Http.Denied", "Http.Status.Permanent" },
+                    "Http.TLS", "Http.Denied", "Http.Status.Permanent", "Redis.Error",
+                    "Pg.UniqueViolation", "Pg.ForeignKey", "Pg.Syntax", "Pg.Permission" },
   },
   dlq = {
     enabled = true, collection = "_fw_dlq", ttl_days = 30,
@@ -199,6 +201,7 @@ local check_switchable = fields.check_switchable
 local check_subtable = fields.check_subtable
 local check_operation_types = fields.check_operation_types
 local check_pipeline = fields.check_pipeline
+local store_uri = require("flowwarden.config.store_uri")
 
 ---------------------------------------------------------------------------
 -- Registry
@@ -405,22 +408,33 @@ local function validate_connection(decl, seen)
     named_errors[#named_errors + 1] = e
   end
   ctx.errors = named_errors
+  local kind = store_uri.kind(t.uri)
   if t.uri == nil then
     ctx:fail("uri", 'missing (e.g. uri = fw.env("AUDIT_URI"))')
-  elseif not is_mongodb_uri(t.uri) then
-    ctx:fail("uri", "expected a MongoDB connection string starting with mongodb:// or "
-      .. "mongodb+srv://, got %s", type(t.uri) == "string" and "a string that is not one"
-      or repr(t.uri))
-  else
+  elseif not kind then
+    ctx:fail("uri", "expected a connection string starting with mongodb://, mongodb+srv://, "
+      .. "redis:// or postgresql://, got %s", type(t.uri) == "string"
+      and "a string that is not one" or repr(t.uri))
+  elseif kind == "mongodb" then
     local why = uri_problem(t.uri)
     if why then
       ctx:fail("uri", "invalid MongoDB URI: %s", why)
+    end
+  elseif kind == "redis" then
+    local _, why = store_uri.parse_redis(t.uri)
+    if why then
+      ctx:fail("uri", "invalid Redis URI: %s", why)
+    end
+  else
+    local why = store_uri.postgresql_problem(t.uri)
+    if why then
+      ctx:fail("uri", "invalid PostgreSQL URI: %s", why)
     end
   end
   if #ctx.errors > 0 then
     return nil, ctx.errors
   end
-  return { name = name, uri = t.uri, declared_at = decl.where }, ctx.errors
+  return { name = name, uri = t.uri, kind = kind, declared_at = decl.where }, ctx.errors
 end
 
 local function validate_stream(decl, defaults, opts, seen_names)
@@ -533,6 +547,10 @@ local function validate_stream(decl, defaults, opts, seen_names)
         .. "uri = ... } or omit it to use the run URI)", repr(dlq.connection), repr(dlq.connection))
     elseif dlq.connection == "default" then
       dlq.connection = nil
+    elseif dlq.connection and opts.kinds[dlq.connection]
+        and opts.kinds[dlq.connection].kind ~= "mongodb" then
+      ctx:fail("dlq.connection", "connection %s is a %s connection; a DLQ lives in MongoDB",
+        repr(dlq.connection), opts.kinds[dlq.connection].kind == "redis" and "Redis" or "PostgreSQL")
     end
     if dlq.enabled then
       dlq.enabled = nil
@@ -702,7 +720,8 @@ function M.finish(opts)
     cfg.uri, cfg.uri_source = M.DEFAULT_URI, "default"
   end
   cfg.default_database = opts.default_database or M.uri_database(cfg.uri)
-  local stream_opts = { default_database = cfg.default_database, connections = seen_connections }
+  local stream_opts = { default_database = cfg.default_database, connections = seen_connections,
+                        kinds = by_name }
 
   local seen_names = {}
   for i, decl in ipairs(state.decls) do
@@ -762,6 +781,31 @@ end
 -- this state: { allow_hosts = {...} } or {} (every host allowed).
 function M.effective_http()
   return M.effective and M.effective.http or {}
+end
+
+-- For fw.redis and fw.pg (want = "redis" | "postgresql"): the declared
+-- connection `name` of the script loaded in this state, as
+-- { uri = ..., host, port, db, user, password } (Redis: the URI's parts) or
+-- nil and why (unknown name, or a connection of another kind). The message
+-- never holds the URI.
+function M.store_connection(name, want)
+  local label = want == "redis" and "Redis" or "PostgreSQL"
+  for _, c in ipairs(M.effective and M.effective.connections or {}) do
+    if c.name == name then
+      if c.kind ~= want then
+        return nil, string.format('connection "%s" is not a %s connection (its URI starts with '
+          .. '%s)', name, label, c.uri:match("^[%w%+]*:") or "?")
+      end
+      if want == "redis" then
+        local parts = assert(store_uri.parse_redis(c.uri))
+        parts.uri = c.uri
+        return parts
+      end
+      return { uri = c.uri }
+    end
+  end
+  return nil, string.format('unknown connection "%s" (declare it with fw.connection { name = '
+    .. '"%s", uri = "%s://..." })', tostring(name), tostring(name), want)
 end
 
 -- Runs a compiled script chunk and finishes. A load-time error is reported

@@ -51,15 +51,19 @@ end
 
 -- URI options whose values are secrets (lower case).
 local SECRET_OPTIONS = { tlscertificatekeyfilepassword = true,
-                         sslclientcertificatekeypassword = true }
+                         sslclientcertificatekeypassword = true,
+                         password = true }  -- a PostgreSQL URI's ?password=
 
 -- Hides the password of "mongodb://user:secret@host" as "user:***", as
 -- fw_log_redact_uri does: the userinfo runs to the last '@' (a password that
 -- is not percent-encoded may hold '/', '?' or '@'), and the values of the
 -- secret options are hidden too.
 function M.redact_uri(uri)
-  local shown = uri:gsub("^(mongodb[%+%w]*://)(.*)@", function(scheme, userinfo)
+  local shown = uri:gsub("^(%a[%w%+%.%-]*://)(.*)@", function(scheme, userinfo)
     local user = userinfo:match("^([^:]*):")
+    if not user and scheme:find("^redis") then
+      return scheme .. "***@"  -- redis://secret@host: a password without a user
+    end
     return scheme .. (user and (user .. ":***") or userinfo) .. "@"
   end)
   shown = shown:gsub("([?&])([%w]+)=([^&]*)", function(sep, key, value)

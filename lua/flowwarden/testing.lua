@@ -23,12 +23,16 @@ Lua state has the C core "flowwarden.testing.core" (src/runtime/testing/test_app
   app:deliver(stream, event)   app:replay_dlq([opts])   app:dlq([stream])
   app:dlq_sequences([stream])
   app.mongo (the fake)  app.http (stubs, calls)  app.clock  app.metrics
+  app.redis (an in-memory Redis: testing/redis_fake.lua)
+  app.pg (a recorder of statements with scripted answers: testing/pg_fake.lua)
 ]]
 
 local core = require("flowwarden.testing.core")
 local fw = require("flowwarden")
 local duration = require("flowwarden.duration")
 local mongo_fake = require("flowwarden.testing.mongo_fake")
+local pg_fake = require("flowwarden.testing.pg_fake")
+local redis_fake = require("flowwarden.testing.redis_fake")
 
 local M = {}
 
@@ -300,6 +304,32 @@ local function bridge(app)
     if channel == "http" then
       return app.http:answer(a[1])
     end
+    if channel == "redis" then
+      -- conn, "call" | "pipeline", command and arguments | the commands
+      local res, err, index
+      if a[2] == "pipeline" then
+        res, err, index = app.redis:pipeline(a[1], a[3])
+      else
+        res, err = app.redis:call(a[1], table.unpack(a, 3, args.n))
+      end
+      if err then
+        err.fields = err.fields or {}
+        err.fields.connection = a[1]
+        err.message = string.format('fw.redis: connection "%s": %s%s', a[1],
+          index and ("command #" .. index .. " of the pipeline: ") or "", err.message)
+        return { err = err }
+      end
+      return { ok = res }
+    end
+    if channel == "pg" then
+      -- conn, kind, sql, params
+      local res, err = app.pg:run(a[1], a[2], a[3], a[4])
+      if err then
+        err.message = string.format('fw.pg: connection "%s": %s', a[1], err.message)
+        return { err = err }
+      end
+      return { ok = res }
+    end
     -- mongo: method, db, coll, opts, arguments...
     local method, db, coll, copts = a[1], a[2], a[3], a[4]
     local ok, res = pcall(function()
@@ -356,6 +386,9 @@ function M.load(path, opts)
     end,
   }
   app.mongo = mongo_fake.new { clock = function() return core.now(handle) end, fw = fw }
+  redis_fake.NULL = fw.null
+  app.redis = redis_fake.new { clock = function() return core.now(handle) end }
+  app.pg = pg_fake.new()
   app.metrics = {
     text = function() return core.metrics_text(handle) end,
     -- value(name [, labels]): the sum of the series of name whose labels

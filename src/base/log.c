@@ -168,8 +168,9 @@ fw_log (fw_log_level_t level, const char *stream, const char *fmt, ...)
 }
 
 /* URI options whose values are secrets, masked like the password. */
+/* The last: a PostgreSQL URI's ?password=. */
 static const char *const secret_options[] = {"tlsCertificateKeyFilePassword=",
-                                             "sslClientCertificateKeyPassword="};
+                                             "sslClientCertificateKeyPassword=", "password="};
 
 /* Appends s[0..n) to buf at *used (bounded by len). */
 static void

@@ -208,6 +208,7 @@ fw_doctor_cli_main (int argc, char **argv)
       goto done;
    }
    fw_doctor_run (client, all.cfgs, all.n, &report);
+   fw_doctor_stores (fw_lua_host_state (host), &report);
    switch (fw_doctor_worst (&report)) {
    case FW_DOCTOR_FAIL:
       rc = 2;

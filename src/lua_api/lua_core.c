@@ -12,6 +12,8 @@
 #include "flowwarden/bson_lua.h"
 #include "flowwarden/bson_view.h"
 #include "flowwarden/http_lua.h"
+#include "flowwarden/pg_lua.h"
+#include "flowwarden/redis_lua.h"
 #include "flowwarden/log.h"
 #include "flowwarden/lua_core.h"
 #include "flowwarden/metrics_lua.h"
@@ -167,6 +169,8 @@ fw_lua_core_open (lua_State *L)
    fw_state_lua_open (L, -1);
    fw_http_lua_open (L, -1);
    fw_mongo_lua_open (L, -1);
+   fw_redis_lua_open (L, -1);
+   fw_pg_lua_open (L, -1);
    fw_metrics_lua_open (L, -1);
    lua_pushcfunction (L, core_code_w_scope);
    lua_setfield (L, -2, "code_w_scope");

@@ -28,6 +28,9 @@ redact_uri_hides_the_password_only (void **state)
    assert_string_equal (redact ("mongodb://h:27017/?replicaSet=rs0"),
                         "mongodb://h:27017/?replicaSet=rs0");
    assert_string_equal (redact ("not a uri"), "not a uri");
+   assert_string_equal (redact ("redis://:pw-x@h:6379/0"), "redis://:***@h:6379/0");
+   assert_string_equal (redact ("postgresql://u@h/db?sslmode=require&password=pw-y"),
+                        "postgresql://u@h/db?sslmode=require&password=***");
 }
 
 /* The regression: a password with a '/' not percent-encoded made libmongoc

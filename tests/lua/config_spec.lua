@@ -4,7 +4,8 @@ local config = require("flowwarden.config")
 local HEADER = "local fw = require('flowwarden')\nlocal h = function() end\n"
 local SCRIPT = "/s/bad.lua"
 local DEFAULT_NO_RETRY = { "NilError", "TypeError", "ArgumentError", "Mongo.DuplicateKey",
-  "Mongo.Invalid", "Http.TLS", "Http.Denied", "Http.Status.Permanent" }
+  "Mongo.Invalid", "Http.TLS", "Http.Denied", "Http.Status.Permanent",
+  "Redis.Error", "Pg.UniqueViolation", "Pg.ForeignKey", "Pg.Syntax", "Pg.Permission" }
 
 local function run(src, opts)
   return config.load_string(HEADER .. src, SCRIPT, opts)
@@ -785,8 +786,9 @@ describe("config: fw.connection and fw.defaults.http", function()
     local _, cfg = spec_of(AUDIT .. "fw.connection { name = 'reports', uri = 'mongodb://h2/' }\n"
       .. "fw.stream { name = 's', database = 'shop', on_change = h }")
     assert.are.same({
-      { name = "audit", uri = "mongodb://u:pw@10.0.0.1:27017/?replicaSet=rs1", declared_at = SCRIPT .. ":3" },
-      { name = "reports", uri = "mongodb://h2/", declared_at = SCRIPT .. ":4" },
+      { name = "audit", uri = "mongodb://u:pw@10.0.0.1:27017/?replicaSet=rs1", kind = "mongodb",
+        declared_at = SCRIPT .. ":3" },
+      { name = "reports", uri = "mongodb://h2/", kind = "mongodb", declared_at = SCRIPT .. ":4" },
     }, cfg.connections)
   end)
 
@@ -805,12 +807,55 @@ describe("config: fw.connection and fw.defaults.http", function()
       errors_of("fw.connection { name = 'default', uri = 'mongodb://h/' }\nfw.stream { name = 's', database = 'shop', on_change = h }"))
     assert.are.same({ C .. ' "a": uri: missing (e.g. uri = fw.env("AUDIT_URI"))' },
       errors_of("fw.connection { name = 'a' }\nfw.stream { name = 's', database = 'shop', on_change = h }"))
-    assert.are.same({ C .. ' "a": uri: expected a MongoDB connection string starting with mongodb:// or mongodb+srv://, got a string that is not one' },
+    assert.are.same({ C .. ' "a": uri: expected a connection string starting with mongodb://, mongodb+srv://, redis:// or postgresql://, got a string that is not one' },
       errors_of("fw.connection { name = 'a', uri = 'http://secret@h' }\nfw.stream { name = 's', database = 'shop', on_change = h }"))
     assert.are.same({ C .. ' "a": unknown key "url" (did you mean "uri"?)', C .. ' "a": uri: missing (e.g. uri = fw.env("AUDIT_URI"))' },
       errors_of("fw.connection { name = 'a', url = 'mongodb://h/' }\nfw.stream { name = 's', database = 'shop', on_change = h }"))
     assert.are.same({ SCRIPT .. ':4: connection "audit": name: duplicate connection name (first declared at /s/bad.lua:3)' },
       errors_of(AUDIT .. AUDIT .. "fw.stream { name = 's', database = 'shop', on_change = h }"))
+  end)
+
+  it("tells Redis and PostgreSQL connections by their scheme", function()
+    local _, cfg = spec_of("fw.connection { name = 'cache', uri = 'redis://:pw@127.0.0.1:6380/2' }\n"
+      .. "fw.connection { name = 'rep', uri = 'postgresql://u@h:5432/db' }\n"
+      .. "fw.stream { name = 's', database = 'shop', on_change = h }")
+    assert.are.same({ "redis", "postgresql" }, { cfg.connections[1].kind, cfg.connections[2].kind })
+    assert.are.same({ uri = "redis://:pw@127.0.0.1:6380/2", host = "127.0.0.1", port = 6380, db = 2,
+                      password = "pw" }, config.store_connection("cache", "redis"))
+    assert.are.same({ uri = "postgresql://u@h:5432/db" }, config.store_connection("rep", "postgresql"))
+    local none, why = config.store_connection("rep", "redis")
+    assert.is_nil(none)
+    assert.are.equal('connection "rep" is not a Redis connection (its URI starts with postgresql:)', why)
+    none, why = config.store_connection("nope", "redis")
+    assert.is_nil(none)
+    assert.matches('unknown connection "nope"', why, 1, true)
+  end)
+
+  it("rejects bad Redis URIs and Redis Cluster, naming the connection and never the URI", function()
+    local function bad(uri)
+      local errs = errors_of("fw.connection { name = 'cache', uri = '" .. uri .. "' }\n"
+        .. "fw.stream { name = 's', database = 'shop', on_change = h }")
+      assert.are.equal(1, #errs)
+      assert.is_nil(errs[1]:find("SECRET", 1, true), errs[1])
+      return errs[1]
+    end
+    local C = P .. 'connection "cache": uri: invalid Redis URI: '
+    local CLUSTER = "Redis Cluster is not supported (fw.redis talks to one server: name one node, "
+      .. "or a proxy in front of the cluster)"
+    assert.are.equal(C .. CLUSTER, bad("redis+cluster://:SECRET@h1:7000"))
+    assert.are.equal(C .. CLUSTER, bad("redis://:SECRET@h1:7000,h2:7001/0"))
+    assert.are.equal(C .. CLUSTER, bad("redis://:SECRET@h1:7000/0?cluster=true"))
+    assert.are.equal(C .. "invalid port (expected 1 to 65535)", bad("redis://:SECRET@h:99999"))
+    assert.are.equal(C .. "the path must be a database number (e.g. redis://host:6379/0)",
+      bad("redis://:SECRET@h:6379/x"))
+    assert.are.equal(C .. "missing host (e.g. redis://127.0.0.1:6379/0)", bad("redis://:SECRET@/0"))
+    assert.matches("TLS", bad("rediss://:SECRET@h:6379"))
+  end)
+
+  it("refuses a DLQ on a Redis or PostgreSQL connection", function()
+    assert.are.same({ SCRIPT .. ':4: stream "s": dlq.connection: connection "cache" is a Redis connection; a DLQ lives in MongoDB' },
+      errors_of("fw.connection { name = 'cache', uri = 'redis://h' }\n"
+        .. "fw.stream { name = 's', database = 'shop', dlq = { connection = 'cache' }, on_change = h }"))
   end)
 
   it("rejects a DLQ on an undeclared connection", function()

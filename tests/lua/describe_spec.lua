@@ -69,7 +69,7 @@ stream "order-watcher"
   retry.multiplier               2.0
   retry.jitter                   true
   retry.retry_on                 Http
-  retry.no_retry_on              NilError, TypeError, ArgumentError, Mongo.DuplicateKey, Mongo.Invalid, Http.TLS, Http.Denied, Http.Status.Permanent
+  retry.no_retry_on              NilError, TypeError, ArgumentError, Mongo.DuplicateKey, Mongo.Invalid, Http.TLS, Http.Denied, Http.Status.Permanent, Redis.Error, Pg.UniqueViolation, Pg.ForeignKey, Pg.Syntax, Pg.Permission
   retry.delays                   1s, 2s, 4s (each +/-20% jitter)
   dlq.collection                 orders_dlq
   dlq.ttl_days                   0 (keep forever)
@@ -294,6 +294,13 @@ describe("describe.redact_uri", function()
     assert.are.equal("mongodb://u:***@h/db", describe_mod.redact_uri("mongodb://u:p%40ss@h/db"))
     assert.are.equal("mongodb://u@h/db", describe_mod.redact_uri("mongodb://u@h/db"))
     assert.are.equal("mongodb://h:27017/?replicaSet=rs0", describe_mod.redact_uri("mongodb://h:27017/?replicaSet=rs0"))
+  end)
+  it("hides the passwords of Redis and PostgreSQL URIs", function()
+    assert.are.equal("redis://:***@h:6379/0", describe_mod.redact_uri("redis://:pw-x@h:6379/0"))
+    assert.are.equal("redis://***@h:6379/0", describe_mod.redact_uri("redis://pw-x@h:6379/0"))
+    assert.are.equal("redis://app:***@h/1", describe_mod.redact_uri("redis://app:pw-x@h/1"))
+    assert.are.equal("postgresql://u:***@h/db?password=***&sslmode=require",
+      describe_mod.redact_uri("postgresql://u:pw-x@h/db?password=pw-y&sslmode=require"))
   end)
   it("hides a password that is not percent-encoded (it printed in full)", function()
     assert.are.equal("mongodb://writer:***@127.0.0.1:1/shop",

@@ -18,6 +18,8 @@ run loads it.
     aggregate return a cursor over the documents the fake gave.
   - fw.http requests go to the spec's stubs (app.http), after fw.http's own
     argument and allow_hosts checks.
+  - fw.redis and fw.pg run on the spec's app.redis (an in-memory Redis) and
+    app.pg (a recorder of statements with scripted answers).
   - fw.date() without an argument is the virtual clock's now.
   - fw.env reads opts.env only.
 ]]
@@ -100,6 +102,85 @@ local function mongo_proxy(fw, call)
   return api
 end
 
+-- fw.redis and fw.pg on the spec's app.redis and app.pg. The connection
+-- must be declared with the right scheme, as in run; calls are tail calls,
+-- so a typed error names the handler's line.
+local function store_check(fw, what, conn, kind)
+  local config = require("flowwarden.config")
+  if type(conn) ~= "string" then
+    arg_error(fw, 3, "%s: the connection name must be a string, got %s", what, type(conn))
+  end
+  local ok, why = config.store_connection(conn, kind)
+  if not ok then
+    arg_error(fw, 3, "%s: %s", what, why)
+  end
+end
+
+local function redis_proxy(fw, call)
+  local api = {}
+  function api.call(conn, cmd, ...)
+    store_check(fw, "fw.redis", conn, "redis")
+    return call("redis", conn, "call", cmd, ...)
+  end
+  function api.pipeline(conn, commands)
+    store_check(fw, "fw.redis", conn, "redis")
+    return call("redis", conn, "pipeline", commands)
+  end
+  return api
+end
+
+-- params with nil holes: fw.null keeps their places across the bridge.
+local function dense(fw, params)
+  if params == nil then
+    return {}
+  end
+  local n, out = 0, {}
+  for k in pairs(params) do
+    if math.type(k) == "integer" and k > n then n = k end
+  end
+  for i = 1, n do
+    local v = params[i]
+    if v == nil then v = fw.null end
+    out[i] = v
+  end
+  return out
+end
+
+local function pg_proxy(fw, call)
+  local api = {}
+  function api.query(conn, sql, params)
+    store_check(fw, "fw.pg", conn, "postgresql")
+    return call("pg", conn, "query", sql, dense(fw, params))
+  end
+  function api.execute(conn, sql, params)
+    store_check(fw, "fw.pg", conn, "postgresql")
+    return call("pg", conn, "execute", sql, dense(fw, params))
+  end
+  function api.transaction(conn, fn)
+    store_check(fw, "fw.pg", conn, "postgresql")
+    call("pg", conn, "begin", "BEGIN")
+    local live = true
+    local tx = {}
+    function tx.query(_, sql, params)
+      if not live then arg_error(fw, 2, "fw.pg: this transaction has ended") end
+      return api.query(conn, sql, params)
+    end
+    function tx.execute(_, sql, params)
+      if not live then arg_error(fw, 2, "fw.pg: this transaction has ended") end
+      return api.execute(conn, sql, params)
+    end
+    local res = table.pack(pcall(fn, tx))
+    live = false
+    if not res[1] then
+      call("pg", conn, "rollback", "ROLLBACK")
+      error(res[2], 0)
+    end
+    call("pg", conn, "commit", "COMMIT")
+    return table.unpack(res, 2, res.n)
+  end
+  return api
+end
+
 function M.install(c)
   local fw = require("flowwarden")
   local registry = debug.getregistry()
@@ -122,6 +203,9 @@ function M.install(c)
     registry[c.make_cursor_key] = make_cursor
     fw.mongo = mongo_proxy(fw, c.bridge_call)
   end
+
+  fw.redis = redis_proxy(fw, c.bridge_call)
+  fw.pg = pg_proxy(fw, c.bridge_call)
 
   -- fw.http: the request fw.http prepared, answered by the spec's stubs.
   local raw = c.bridge_raw

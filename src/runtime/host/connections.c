@@ -71,6 +71,9 @@ fw_connections_set (fw_connections_t *conns, const char *name, const char *uri,
    bson_error_t berr;
    bool same;
 
+   if (strncmp (uri, "mongodb://", 10) != 0 && strncmp (uri, "mongodb+srv://", 14) != 0) {
+      return true; /* Redis or PostgreSQL: fw.redis and fw.pg connect themselves */
+   }
    pthread_mutex_lock (&conns->mu);
    e = current (conns, name);
    same = e && strcmp (e->uri, uri) == 0;

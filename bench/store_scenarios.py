@@ -1,0 +1,179 @@
+"""S9 and S10: handler IO to PostgreSQL and Redis, flowwarden beside a Python loop.
+
+  S9   fw.pg.execute: one upsert (INSERT ... ON CONFLICT) per event
+  S9b  the same upserts as one multi-row INSERT per on_batch batch (up to 500 events)
+  S10  fw.redis.pipeline: SET doc:<id> and INCR count:<group> per event
+  S10b one pipeline of those per on_batch batch
+
+Peer: bench/store_loop.py (pymongo change stream; psycopg2 / redis-py doing the same work).
+Servers: the MongoDB stand-in, redis-server and a PostgreSQL cluster from Debian, started here
+on loopback ports (tests/integration/redisserver.py, pgserver.py). Each run: the consumer opens
+its change stream, N documents are inserted, the run ends when the target holds all N. Printed:
+events/s (first insert to the last event applied) and the consumer's CPU per event (flowwarden's
+from /proc, at clock-tick resolution; the loop's own process_time after its stream opened),
+which never includes the servers'.
+
+  python3 bench/store_scenarios.py [--events 5000] [--only s9,s9b,s10,s10b]
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+os.environ.setdefault("FW_BINARY", os.path.join(ROOT, "build", "flowwarden"))
+os.environ.setdefault("FW_SOURCE_DIR", ROOT)
+
+import fwtest  # noqa: E402
+from bench_proc import proc_cpu_s  # noqa: E402
+from pgserver import PgServer  # noqa: E402
+from redisserver import RedisServer  # noqa: E402
+
+DB, COLL = "bench_store", "docs"
+
+BODIES = {
+    "s9": ("on_change", """
+    local d = ctx:full_document()
+    fw.pg.execute("pg", "INSERT INTO s9 (id, g, n) VALUES ($1, $2, $3) "
+      .. "ON CONFLICT (id) DO UPDATE SET n = EXCLUDED.n", { tostring(d._id), d.g, d.n })
+"""),
+    "s9b": ("on_batch", """
+    local rows, params = {}, {}
+    for _, ctx in batch:events() do
+      local d = ctx:full_document()
+      local k = #params
+      rows[#rows + 1] = string.format("($%d, $%d, $%d)", k + 1, k + 2, k + 3)
+      params[k + 1], params[k + 2], params[k + 3] = tostring(d._id), d.g, d.n
+    end
+    fw.pg.execute("pg", "INSERT INTO s9 (id, g, n) VALUES " .. table.concat(rows, ",")
+      .. " ON CONFLICT (id) DO UPDATE SET n = EXCLUDED.n", params)
+"""),
+    "s10": ("on_change", """
+    local d = ctx:full_document()
+    fw.redis.pipeline("cache", { { "SET", "doc:" .. tostring(d._id), d.n },
+                                 { "INCR", "count:" .. d.g } })
+"""),
+    "s10b": ("on_batch", """
+    local cmds = {}
+    for _, ctx in batch:events() do
+      local d = ctx:full_document()
+      cmds[#cmds + 1] = { "SET", "doc:" .. tostring(d._id), d.n }
+      cmds[#cmds + 1] = { "INCR", "count:" .. d.g }
+    end
+    fw.redis.pipeline("cache", cmds)
+"""),
+}
+
+
+def script(tmp, scenario, pg_uri, redis_uri):
+    kind, body = BODIES[scenario]
+    arg = "batch" if kind == "on_batch" else "ctx"
+    text = ('local fw = require("flowwarden")\n'
+            'fw.connection { name = "pg", uri = %r }\n'
+            'fw.connection { name = "cache", uri = %r }\n'
+            'fw.stream { name = "b", database = %r, collection = %r,\n'
+            '  checkpoint = { save_every = 100 },\n'
+            '  %s = function(%s)%s  end }\n') % (pg_uri, redis_uri, DB, COLL, kind, arg, body)
+    path = os.path.join(tmp, scenario + ".lua")
+    with open(path, "w") as f:
+        f.write(text.replace("'", '"'))
+    return path
+
+
+def applied(scenario, pg, redis, n):
+    if scenario.startswith("s9"):
+        return int(pg.sql("SELECT count(*) FROM s9")[0][0]) >= n
+    total = sum(int(redis.command("GET", "count:%d" % g) or 0) for g in range(100))
+    return total >= n
+
+
+def reset(scenario, pg, redis, mongo):
+    mongo[DB][COLL].drop()
+    mongo[DB]["_fw_checkpoints"].drop()
+    pg.sql("DROP TABLE IF EXISTS s9; CREATE TABLE s9 (id text PRIMARY KEY, g int, n int)")
+    redis.command("FLUSHALL")
+
+
+def insert(mongo, n):
+    docs = [{"_id": i, "g": i % 100, "n": i} for i in range(n)]
+    for k in range(0, n, 1000):
+        mongo[DB][COLL].insert_many(docs[k:k + 1000])
+
+
+def wait(pred, timeout):
+    end = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > end:
+            raise RuntimeError("not applied within %ss" % timeout)
+        time.sleep(0.02)
+
+
+def run_flowwarden(tmp, scenario, uri, pg, redis, mongo, n):
+    reset(scenario, pg, redis, mongo)
+    p = fwtest.Flowwarden(script(tmp, scenario, pg.uri(), redis.uri(0)), uri)
+    try:
+        p.wait_open()
+        cpu0 = proc_cpu_s(p.proc.pid)
+        t0 = time.monotonic()
+        insert(mongo, n)
+        wait(lambda: applied(scenario, pg, redis, n), 300)
+        elapsed = time.monotonic() - t0
+        cpu = proc_cpu_s(p.proc.pid) - cpu0
+    finally:
+        p.stop()
+    return n / elapsed, cpu / n * 1e6
+
+
+def run_python(scenario, uri, pg, redis, mongo, n):
+    reset(scenario, pg, redis, mongo)
+    target = pg.uri() if scenario.startswith("s9") else redis.uri(0)
+    child = subprocess.Popen([sys.executable, os.path.join(HERE, "store_loop.py"), uri, DB, COLL,
+                              str(n), scenario, target], stdout=subprocess.PIPE, text=True)
+    if child.stdout.readline().strip() != "ready":
+        raise RuntimeError("store_loop.py did not start")
+    t0 = time.monotonic()
+    insert(mongo, n)
+    wait(lambda: applied(scenario, pg, redis, n), 300)
+    elapsed = time.monotonic() - t0
+    line = child.stdout.readline().split()
+    child.wait(60)
+    cpu = float(line[1]) if len(line) == 2 and line[0] == "cpu" else float("nan")
+    return n / elapsed, cpu / n * 1e6
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--events", type=int, default=5000)
+    ap.add_argument("--only", default="s9,s9b,s10,s10b")
+    a = ap.parse_args()
+    import pymongo
+    standin = fwtest.StandIn(credentials=())
+    standin.start()
+    redis, pg = RedisServer(), PgServer(password="bench-pw")
+    redis.start()
+    pg.start()
+    uri = fwtest.uri_with_database(standin.uri, DB)
+    mongo = pymongo.MongoClient(standin.uri)
+    tmp = tempfile.mkdtemp(prefix="fw-store-bench-")
+    try:
+        print("%-5s %-10s %12s %16s" % ("", "system", "events/s", "CPU us/event"))
+        for sc in a.only.split(","):
+            for system in ("flowwarden", "python"):
+                if system == "flowwarden":
+                    rate, cpu = run_flowwarden(tmp, sc, uri, pg, redis, mongo, a.events)
+                else:
+                    rate, cpu = run_python(sc, uri, pg, redis, mongo, a.events)
+                print("%-5s %-10s %12.0f %16.1f" % (sc.upper(), system, rate, cpu), flush=True)
+    finally:
+        mongo.close()
+        standin.stop()
+        redis.stop()
+        pg.destroy()
+
+
+if __name__ == "__main__":
+    main()

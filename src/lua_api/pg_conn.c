@@ -1,0 +1,196 @@
+/*
+ * pg_conn.c - libpq's connect and statement, each wait polled on the socket
+ * against a deadline (see pg_lua-private.h).
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "flowwarden/clock.h"
+#include "flowwarden/log.h"
+#include "pg_lua-private.h"
+
+/* 1: ready, 0: the deadline passed, -1: poll failed. */
+static int
+wait_socket (PGconn *conn, short events, int64_t deadline_ns)
+{
+   struct pollfd pfd = { .fd = PQsocket (conn), .events = events };
+
+   if (pfd.fd < 0) {
+      return -1;
+   }
+   for (;;) {
+      int64_t left_ms = (deadline_ns - fw_mono_ns ()) / 1000000;
+      int rc;
+      if (left_ms <= 0) {
+         return 0;
+      }
+      rc = poll (&pfd, 1, left_ms > 60000 ? 60000 : (int) left_ms);
+      if (rc > 0) {
+         return 1;
+      }
+      if (rc < 0 && errno != EINTR) {
+         return -1;
+      }
+   }
+}
+
+/* libpq's message, one line, secrets of uri hidden (uri may be NULL). */
+static void
+copy_reason (const char *uri, const char *message, char *why, size_t len)
+{
+   char raw[512];
+   size_t n;
+
+   snprintf (raw, sizeof raw, "%s", message && *message ? message : "connection lost");
+   for (n = strlen (raw); n > 0 && (raw[n - 1] == '\n' || raw[n - 1] == ' '); n--) {
+      raw[n - 1] = '\0';
+   }
+   for (char *p = raw; *p; p++) {
+      if (*p == '\n') {
+         *p = ' ';
+      }
+   }
+   if (uri) {
+      fw_log_redact_uri_error (uri, raw, why, len);
+   } else {
+      snprintf (why, len, "%s", raw);
+   }
+}
+
+/* Server notices and warnings (RAISE NOTICE, "terminating connection due
+ * to ...") go to the log at debug level: libpq's default prints them on
+ * stderr, in the middle of the runtime's own lines. */
+static void
+log_notice (void *arg, const char *message)
+{
+   (void) arg;
+   fw_log (FW_LOG_DEBUG, NULL, "fw.pg: server notice: %.*s", (int) strcspn (message, "\n"),
+           message);
+}
+
+fw_pg_io_t
+fw_pg_connect (const char *uri, int64_t deadline_ns, PGconn **out, char *why, size_t len)
+{
+   /* Timestamps in ISO 8601 whatever the server's default; options in the
+    * URI come after, and win. */
+   static const char *const keys[] = { "options", "dbname", "fallback_application_name", NULL };
+   const char *values[] = { "-c datestyle=ISO,YMD", uri, "flowwarden", NULL };
+   PGconn *conn = PQconnectStartParams (keys, values, 1);
+   PostgresPollingStatusType st = PGRES_POLLING_WRITING;
+
+   *out = NULL;
+   if (!conn) {
+      snprintf (why, len, "out of memory");
+      return FW_PG_LOST;
+   }
+   PQsetNoticeProcessor (conn, log_notice, NULL);
+   while (PQstatus (conn) != CONNECTION_BAD && st != PGRES_POLLING_OK &&
+          st != PGRES_POLLING_FAILED) {
+      int ready = wait_socket (conn, st == PGRES_POLLING_READING ? POLLIN : POLLOUT, deadline_ns);
+      if (ready == 0) {
+         PQfinish (conn);
+         snprintf (why, len, "no answer in time");
+         return FW_PG_TIMEOUT;
+      }
+      st = ready < 0 ? PGRES_POLLING_FAILED : PQconnectPoll (conn);
+   }
+   if (st != PGRES_POLLING_OK || PQstatus (conn) != CONNECTION_OK ||
+       PQsetnonblocking (conn, 1) != 0) {
+      copy_reason (uri, PQerrorMessage (conn), why, len);
+      PQfinish (conn);
+      return FW_PG_LOST;
+   }
+   *out = conn;
+   return FW_PG_OK;
+}
+
+/* Asks the server to stop conn's statement (a short connection of its own;
+ * best effort). */
+static void
+cancel (PGconn *conn)
+{
+   PGcancel *c = PQgetCancel (conn);
+   char err[256];
+
+   if (c) {
+      (void) PQcancel (c, err, sizeof err);
+      PQfreeCancel (c);
+   }
+}
+
+/* Sends what libpq buffered. */
+static fw_pg_io_t
+flush (PGconn *conn, int64_t deadline_ns)
+{
+   int rc;
+
+   while ((rc = PQflush (conn)) == 1) {
+      int ready = wait_socket (conn, POLLOUT | POLLIN, deadline_ns);
+      if (ready == 0) {
+         return FW_PG_TIMEOUT;
+      }
+      if (ready < 0 || !PQconsumeInput (conn)) {
+         return FW_PG_LOST;
+      }
+   }
+   return rc == 0 ? FW_PG_OK : FW_PG_LOST;
+}
+
+fw_pg_io_t
+fw_pg_exec (PGconn *conn, const char *sql, int n, const char *const *values, int64_t deadline_ns,
+            PGresult **out, char *why, size_t len)
+{
+   PGresult *keep = NULL, *res;
+   fw_pg_io_t io;
+
+   *out = NULL;
+   if (!PQsendQueryParams (conn, sql, n, NULL, values, NULL, NULL, 0)) {
+      copy_reason (NULL, PQerrorMessage (conn), why, len);
+      return FW_PG_LOST;
+   }
+   if ((io = flush (conn, deadline_ns)) != FW_PG_OK) {
+      goto failed;
+   }
+   for (;;) {
+      while (PQisBusy (conn)) {
+         int ready = wait_socket (conn, POLLIN, deadline_ns);
+         if (ready == 0) {
+            io = FW_PG_TIMEOUT;
+            goto failed;
+         }
+         if (ready < 0 || !PQconsumeInput (conn)) {
+            io = FW_PG_LOST;
+            goto failed;
+         }
+      }
+      if (!(res = PQgetResult (conn))) {
+         break;
+      }
+      /* The first error wins; else the last result. */
+      if (keep && PQresultStatus (keep) == PGRES_FATAL_ERROR) {
+         PQclear (res);
+      } else {
+         PQclear (keep);
+         keep = res;
+      }
+   }
+   if (!keep || PQstatus (conn) == CONNECTION_BAD) {
+      PQclear (keep);
+      copy_reason (NULL, PQerrorMessage (conn), why, len);
+      return FW_PG_LOST;
+   }
+   *out = keep;
+   return FW_PG_OK;
+
+failed:
+   PQclear (keep);
+   if (io == FW_PG_TIMEOUT) {
+      cancel (conn);
+      snprintf (why, len, "no reply in time");
+   } else {
+      copy_reason (NULL, PQerrorMessage (conn), why, len);
+   }
+   return io;
+}

@@ -1,0 +1,523 @@
+/*
+ * pg_lua.c - fw.pg's functions, connections and typed errors (see
+ * pg_lua.h).
+ *
+ * Every native resource lives in a userdata with a __gc while Lua may raise:
+ * a connection in its registry entry, a result in a box on the stack.
+ */
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <lauxlib.h>
+
+#include "flowwarden/clock.h"
+#include "flowwarden/log.h"
+#include "flowwarden/lua_call.h"
+#include "flowwarden/pg_lua.h"
+#include "pg_lua-private.h"
+
+#define CONN_MT "flowwarden.pg_conn"
+#define RESULT_MT "flowwarden.pg_result"
+#define TX_MT "flowwarden.pg_tx"
+/* Without a handler deadline: bound each call anyway. */
+#define NO_DEADLINE_WAIT_MS 30000
+
+static const char conns_key = 0; /* registry: name -> conn_t userdata */
+
+typedef struct {
+   PGconn *conn; /* NULL: closed */
+   char *uri;    /* the URI conn was opened with; a reload changing it reopens */
+   bool in_tx;   /* inside fw.pg.transaction */
+   lua_Integer gen; /* counts the connections opened: a transaction is bound to one */
+} conn_t;
+
+typedef struct {
+   PGresult *res;
+} result_box_t;
+
+typedef struct {
+   const char *name;
+   int64_t deadline_ns; /* the end of every wait of this call */
+   bool bounded;        /* from the handler's deadline */
+} call_t;
+
+/* SQLSTATE (or its class, two characters) -> type. */
+static const struct {
+   const char *state;
+   const char *type;
+} sqlstates[] = {
+   { "40001", "Pg.Serialization" }, { "40P01", "Pg.Deadlock" },
+   { "23505", "Pg.UniqueViolation" }, { "23503", "Pg.ForeignKey" },
+   { "42601", "Pg.Syntax" }, { "42501", "Pg.Permission" },
+   { "57014", "Pg.Timeout" },    /* query_canceled: statement_timeout */
+   { "57P01", "Pg.Connection" }, /* admin_shutdown */
+   { "57P02", "Pg.Connection" }, /* crash_shutdown */
+   { "57P03", "Pg.Connection" }, /* cannot_connect_now (starting up) */
+   { "53300", "Pg.Connection" }, /* too_many_connections */
+   { "08", "Pg.Connection" },    /* connection exceptions */
+};
+
+static const char *
+type_of (const char *sqlstate)
+{
+   for (size_t i = 0; sqlstate && i < sizeof sqlstates / sizeof sqlstates[0]; i++) {
+      if (strncmp (sqlstate, sqlstates[i].state, strlen (sqlstates[i].state)) == 0) {
+         return sqlstates[i].type;
+      }
+   }
+   return "Pg.Error";
+}
+
+static void
+conn_close (conn_t *c)
+{
+   if (c->conn) {
+      PQfinish (c->conn);
+      c->conn = NULL;
+   }
+   c->in_tx = false;
+}
+
+static int
+conn_gc (lua_State *L)
+{
+   conn_t *c = luaL_checkudata (L, 1, CONN_MT);
+   conn_close (c);
+   free (c->uri);
+   c->uri = NULL;
+   return 0;
+}
+
+static int
+result_gc (lua_State *L)
+{
+   result_box_t *b = luaL_checkudata (L, 1, RESULT_MT);
+   PQclear (b->res);
+   b->res = NULL;
+   return 0;
+}
+
+/* Raises type with fields (a table at the top, or none when fields is
+ * false) and "fw.pg: connection \"name\": <text at the top>". */
+static int
+raise_pg (lua_State *L, const call_t *call, const char *type, bool has_fields)
+{
+   int top = lua_gettop (L);
+   int text = has_fields ? top - 1 : top;
+
+   if (!has_fields) {
+      lua_createtable (L, 0, 1);
+   }
+   lua_pushstring (L, call->name);
+   lua_setfield (L, -2, "connection");
+   if (strcmp (type, "Pg.Timeout") == 0 && call->bounded) {
+      fw_lua_call_io_timed_out (L); /* the handler's deadline: this wait's type wins */
+   }
+   return fw_lua_raise_typed (L, type, lua_gettop (L), "fw.pg: connection \"%s\": %s", call->name,
+                              lua_tostring (L, text));
+}
+
+static call_t
+begin_call (lua_State *L, int name_idx)
+{
+   call_t call = { 0 };
+   int64_t budget = fw_lua_call_budget_ms (L, "fw.pg");
+
+   call.name = luaL_checkstring (L, name_idx);
+   call.bounded = budget >= 0;
+   if (budget < 0) {
+      budget = NO_DEADLINE_WAIT_MS;
+   } else {
+      budget -= fw_lua_call_io_margin_ms (budget);
+      if (budget <= 0) {
+         lua_pushliteral (L, "the handler's time budget is spent");
+         raise_pg (L, &call, "Pg.Timeout", false);
+      }
+   }
+   call.deadline_ns = fw_mono_ns () + budget * 1000000;
+   return call;
+}
+
+/* The open connection of call->name, opened when needed. */
+static conn_t *
+get_conn (lua_State *L, const call_t *call)
+{
+   int top = lua_gettop (L);
+   conn_t *c;
+   const char *uri;
+   char why[512];
+
+   lua_getfield (L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+   lua_getfield (L, -1, "flowwarden.config");
+   if (!lua_istable (L, -1) || lua_getfield (L, -1, "store_connection") != LUA_TFUNCTION) {
+      luaL_error (L, "fw.pg: no script loaded in this state");
+   }
+   lua_pushstring (L, call->name);
+   lua_pushliteral (L, "postgresql");
+   lua_call (L, 2, 2);
+   if (lua_isnil (L, -2)) {
+      fw_lua_raise_typed (L, "ArgumentError", 0, "fw.pg: %s", lua_tostring (L, -1));
+   }
+   lua_getfield (L, -2, "uri");
+   uri = lua_tostring (L, -1);
+   if (lua_rawgetp (L, LUA_REGISTRYINDEX, &conns_key) != LUA_TTABLE) {
+      lua_pop (L, 1);
+      lua_newtable (L);
+      lua_pushvalue (L, -1);
+      lua_rawsetp (L, LUA_REGISTRYINDEX, &conns_key);
+   }
+   if (lua_getfield (L, -1, call->name) == LUA_TUSERDATA) {
+      c = lua_touserdata (L, -1);
+   } else {
+      lua_pop (L, 1);
+      c = lua_newuserdatauv (L, sizeof *c, 0);
+      memset (c, 0, sizeof *c);
+      luaL_setmetatable (L, CONN_MT);
+      lua_pushvalue (L, -1);
+      lua_setfield (L, -3, call->name);
+   }
+   if (!c->uri || strcmp (c->uri, uri) != 0) {
+      conn_close (c);
+      free (c->uri);
+      if (!(c->uri = strdup (uri))) {
+         luaL_error (L, "fw.pg: out of memory");
+      }
+   }
+   if (c->conn && PQstatus (c->conn) == CONNECTION_BAD) {
+      conn_close (c);
+   }
+   if (!c->conn) {
+      fw_pg_io_t io = fw_pg_connect (uri, call->deadline_ns, &c->conn, why, sizeof why);
+      c->gen++;
+      if (io != FW_PG_OK) {
+         lua_pushfstring (L, "cannot connect: %s", why);
+         raise_pg (L, call, io == FW_PG_TIMEOUT ? "Pg.Timeout" : "Pg.Connection", false);
+      }
+   }
+   lua_settop (L, top);
+   return c;
+}
+
+/* Raises the server error of res (boxed at the top). */
+static int
+raise_result (lua_State *L, const call_t *call, const PGresult *res)
+{
+   const char *state = PQresultErrorField (res, PG_DIAG_SQLSTATE);
+   const char *msg = PQresultErrorField (res, PG_DIAG_MESSAGE_PRIMARY);
+   const char *constraint = PQresultErrorField (res, PG_DIAG_CONSTRAINT_NAME);
+   const char *table = PQresultErrorField (res, PG_DIAG_TABLE_NAME);
+
+   lua_pushstring (L, msg ? msg : PQresultErrorMessage (res));
+   lua_createtable (L, 0, 4);
+   lua_pushstring (L, state ? state : "");
+   lua_setfield (L, -2, "sqlstate");
+   if (constraint) {
+      lua_pushstring (L, constraint);
+      lua_setfield (L, -2, "constraint");
+   }
+   if (table) {
+      lua_pushstring (L, table);
+      lua_setfield (L, -2, "table");
+   }
+   return raise_pg (L, call, type_of (state), true);
+}
+
+/*
+ * Runs sql (a string at sql_idx) with the parameters at params_idx (0: none)
+ * on connection call->name; pushes the result's box and returns the result.
+ * Raises typed errors (closing the connection after a timeout or a loss).
+ */
+static PGresult *
+run (lua_State *L, const call_t *call, int sql_idx, int params_idx)
+{
+   const char **values;
+   int n;
+   conn_t *c;
+   result_box_t *box;
+   fw_pg_io_t io;
+   char why[512];
+
+   n = fw_pg_push_params (L, params_idx ? params_idx : lua_gettop (L) + 1, &values);
+   c = get_conn (L, call);
+   box = lua_newuserdatauv (L, sizeof *box, 0);
+   box->res = NULL;
+   luaL_setmetatable (L, RESULT_MT);
+   io = fw_pg_exec (c->conn, lua_tostring (L, sql_idx), n, values, call->deadline_ns, &box->res,
+                    why, sizeof why);
+   if (io != FW_PG_OK) {
+      conn_close (c);
+      lua_pushstring (L, io == FW_PG_TIMEOUT ? "no reply in time (the statement was cancelled)"
+                                             : why);
+      raise_pg (L, call, io == FW_PG_TIMEOUT ? "Pg.Timeout" : "Pg.Connection", false);
+   }
+   if (PQresultStatus (box->res) == PGRES_FATAL_ERROR ||
+       PQresultStatus (box->res) == PGRES_BAD_RESPONSE) {
+      if (PQstatus (c->conn) == CONNECTION_BAD) {
+         conn_close (c);
+      }
+      raise_result (L, call, box->res);
+   }
+   return box->res;
+}
+
+/* The arguments of query/execute from index first: (sql [, params]). */
+static PGresult *
+run_args (lua_State *L, const call_t *call, int first)
+{
+   luaL_checkstring (L, first);
+   if (!lua_isnoneornil (L, first + 1)) {
+      luaL_checktype (L, first + 1, LUA_TTABLE);
+   }
+   lua_settop (L, first + 1);
+   return run (L, call, first, first + 1);
+}
+
+static int
+push_affected (lua_State *L, const PGresult *res)
+{
+   const char *n = PQcmdTuples ((PGresult *) res);
+   lua_pushinteger (L, *n ? strtoll (n, NULL, 10) : 0);
+   return 1;
+}
+
+/* fw.pg.query(conn, sql [, params]) -> { row, ... } */
+static int
+pg_query (lua_State *L)
+{
+   call_t call = begin_call (L, 1);
+   fw_pg_push_rows (L, run_args (L, &call, 2));
+   return 1;
+}
+
+/* fw.pg.execute(conn, sql [, params]) -> rows affected */
+static int
+pg_execute (lua_State *L)
+{
+   call_t call = begin_call (L, 1);
+   return push_affected (L, run_args (L, &call, 2));
+}
+
+/* tx:query(sql [, params]) and tx:execute(...): self.conn while self.live. */
+static call_t
+tx_call (lua_State *L)
+{
+   lua_Integer gen;
+   conn_t *c = NULL;
+   call_t call;
+
+   luaL_checktype (L, 1, LUA_TTABLE);
+   lua_getfield (L, 1, "live");
+   if (!lua_toboolean (L, -1)) {
+      fw_lua_raise_typed (L, "ArgumentError", 0,
+                          "fw.pg: this transaction has ended (use tx only inside its function)");
+   }
+   lua_getfield (L, 1, "gen");
+   gen = lua_tointeger (L, -1);
+   lua_pop (L, 2);
+   lua_getfield (L, 1, "connection");
+   lua_replace (L, 1); /* 1: the connection's name */
+   call = begin_call (L, 1);
+   /* The connection the transaction began on, still open: after a loss the
+    * next call would reconnect and run outside any transaction. */
+   if (lua_rawgetp (L, LUA_REGISTRYINDEX, &conns_key) == LUA_TTABLE) {
+      if (lua_getfield (L, -1, call.name) == LUA_TUSERDATA) {
+         c = lua_touserdata (L, -1);
+      }
+      lua_pop (L, 1);
+   }
+   lua_pop (L, 1);
+   if (!c || !c->conn || c->gen != gen) {
+      lua_pushliteral (L, "the connection was lost during the transaction (the server rolled it "
+                          "back)");
+      raise_pg (L, &call, "Pg.Connection", false);
+   }
+   return call;
+}
+
+static int
+tx_query (lua_State *L)
+{
+   call_t call = tx_call (L);
+   fw_pg_push_rows (L, run_args (L, &call, 2));
+   return 1;
+}
+
+static int
+tx_execute (lua_State *L)
+{
+   call_t call = tx_call (L);
+   return push_affected (L, run_args (L, &call, 2));
+}
+
+/* Runs a statement without parameters on the transaction's connection. */
+static void
+tx_statement (lua_State *L, int name_idx, const char *sql)
+{
+   int top = lua_gettop (L);
+   call_t call = begin_call (L, name_idx);
+   lua_pushstring (L, sql);
+   run (L, &call, lua_gettop (L), 0);
+   lua_settop (L, top);
+}
+
+/* fw.pg.transaction(conn, fn) -> fn's results; COMMIT after fn returns,
+ * ROLLBACK when it raises (the error is raised again). */
+static int
+pg_transaction (lua_State *L)
+{
+   call_t call = begin_call (L, 1);
+   conn_t *c;
+   int tx, status;
+
+   luaL_checktype (L, 2, LUA_TFUNCTION);
+   lua_settop (L, 2);
+   c = get_conn (L, &call);
+   if (c->in_tx) {
+      fw_lua_raise_typed (L, "ArgumentError", 0,
+                          "fw.pg.transaction: connection \"%s\" is already in a transaction "
+                          "(use the outer tx)",
+                          call.name);
+   }
+   tx_statement (L, 1, "BEGIN");
+   c->in_tx = true;
+   lua_createtable (L, 0, 2);
+   tx = lua_gettop (L);
+   luaL_setmetatable (L, TX_MT);
+   lua_pushvalue (L, 1);
+   lua_setfield (L, tx, "connection");
+   lua_pushinteger (L, c->gen);
+   lua_setfield (L, tx, "gen");
+   lua_pushboolean (L, 1);
+   lua_setfield (L, tx, "live");
+   lua_pushvalue (L, 2);
+   lua_pushvalue (L, tx);
+   status = lua_pcall (L, 1, LUA_MULTRET, 0);
+   lua_pushboolean (L, 0);
+   lua_setfield (L, tx, "live");
+   c->in_tx = false;
+   if (status != LUA_OK) {
+      /* The connection may be gone (c->conn NULL): the server rolled back. */
+      if (c->conn && PQstatus (c->conn) == CONNECTION_OK) {
+         int64_t budget = fw_lua_call_budget_ms (L, "fw.pg");
+         PGresult *res = NULL;
+         char why[256];
+         int64_t end = fw_mono_ns () + (budget < 0 || budget > 1000 ? 1000 : budget) * 1000000;
+         if (budget == 0 || fw_pg_exec (c->conn, "ROLLBACK", 0, NULL, end, &res, why,
+                                        sizeof why) != FW_PG_OK ||
+             PQresultStatus (res) != PGRES_COMMAND_OK) {
+            conn_close (c); /* closing rolls back too */
+         }
+         PQclear (res);
+      }
+      return lua_error (L);
+   }
+   tx_statement (L, 1, "COMMIT");
+   return lua_gettop (L) - tx;
+}
+
+typedef struct {
+   const char *name;
+   int64_t timeout_ms;
+} probe_t;
+
+/* Protected: connects and runs SELECT 1. */
+static int
+probe (lua_State *L)
+{
+   probe_t *p = lua_touserdata (L, 1);
+   call_t call = { .name = p->name, .deadline_ns = fw_mono_ns () + p->timeout_ms * 1000000 };
+
+   lua_pushliteral (L, "SELECT 1");
+   run (L, &call, lua_gettop (L), 0);
+   return 0;
+}
+
+/* The error at the top (a typed error's message, or a string) into why. */
+static void
+error_text (lua_State *L, char *why, size_t len)
+{
+   if (lua_istable (L, -1)) {
+      lua_getfield (L, -1, "message");
+      snprintf (why, len, "%s", lua_isstring (L, -1) ? lua_tostring (L, -1) : "failed");
+      lua_pop (L, 1);
+   } else {
+      snprintf (why, len, "%s", lua_isstring (L, -1) ? lua_tostring (L, -1) : "failed");
+   }
+}
+
+bool
+fw_pg_lua_probe (lua_State *L, const char *name, int64_t timeout_ms, char *why, size_t len)
+{
+   probe_t p = { name, timeout_ms };
+   int top = lua_gettop (L);
+   bool ok;
+
+   lua_pushcfunction (L, probe);
+   lua_pushlightuserdata (L, &p);
+   ok = lua_pcall (L, 1, 0, 0) == LUA_OK;
+   if (!ok) {
+      error_text (L, why, len);
+   }
+   lua_settop (L, top);
+   return ok;
+}
+
+/* pg_uri_check(uri) -> true | false, why: whether libpq parses it. */
+static int
+pg_uri_check (lua_State *L)
+{
+   const char *uri = luaL_checkstring (L, 1);
+   char *err = NULL;
+   PQconninfoOption *opts = PQconninfoParse (uri, &err);
+   char why[512];
+
+   if (opts) {
+      PQconninfoFree (opts);
+      lua_pushboolean (L, 1);
+      return 1;
+   }
+   fw_log_redact_uri_error (uri, err ? err : "out of memory", why, sizeof why);
+   PQfreemem (err);
+   why[strcspn (why, "\n")] = '\0';
+   lua_pushboolean (L, 0);
+   lua_pushstring (L, why);
+   return 2;
+}
+
+static const luaL_Reg pg_functions[] = {
+   { "query", pg_query },
+   { "execute", pg_execute },
+   { "transaction", pg_transaction },
+   { NULL, NULL },
+};
+
+static const luaL_Reg tx_methods[] = {
+   { "query", tx_query },
+   { "execute", tx_execute },
+   { NULL, NULL },
+};
+
+void
+fw_pg_lua_open (lua_State *L, int module_idx)
+{
+   module_idx = lua_absindex (L, module_idx);
+   if (luaL_newmetatable (L, CONN_MT)) {
+      lua_pushcfunction (L, conn_gc);
+      lua_setfield (L, -2, "__gc");
+   }
+   if (luaL_newmetatable (L, RESULT_MT)) {
+      lua_pushcfunction (L, result_gc);
+      lua_setfield (L, -2, "__gc");
+   }
+   if (luaL_newmetatable (L, TX_MT)) {
+      luaL_newlib (L, tx_methods);
+      lua_setfield (L, -2, "__index");
+   }
+   lua_pop (L, 3);
+   luaL_newlib (L, pg_functions);
+   lua_setfield (L, module_idx, "pg");
+   lua_pushcfunction (L, pg_uri_check);
+   lua_setfield (L, module_idx, "pg_uri_check");
+}

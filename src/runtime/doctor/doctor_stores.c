@@ -1,0 +1,60 @@
+/*
+ * doctor_stores.c - `doctor`'s check of each Redis and PostgreSQL
+ * connection the script declares: reachable and authenticated.
+ */
+#include <string.h>
+
+#include <lauxlib.h>
+
+#include "flowwarden/pg_lua.h"
+#include "flowwarden/redis_lua.h"
+#include "runtime/doctor/doctor-private.h"
+
+#define PROBE_TIMEOUT_MS 5000
+
+/* Checks the connection table at the top of L. */
+static void
+check_one (lua_State *L, fw_doctor_report_t *r)
+{
+   const char *name, *kind;
+   char why[512];
+   bool redis, ok;
+
+   lua_getfield (L, -1, "name");
+   lua_getfield (L, -2, "kind");
+   name = lua_tostring (L, -2);
+   kind = lua_tostring (L, -1);
+   if (name && kind && (strcmp (kind, "redis") == 0 || strcmp (kind, "postgresql") == 0)) {
+      redis = strcmp (kind, "redis") == 0;
+      ok = redis ? fw_redis_lua_probe (L, name, PROBE_TIMEOUT_MS, why, sizeof why)
+                 : fw_pg_lua_probe (L, name, PROBE_TIMEOUT_MS, why, sizeof why);
+      if (ok) {
+         fw_doctor_add (r, NULL, "connection", FW_DOCTOR_OK,
+                        NULL, "connection \"%s\" (%s): reachable and authenticated", name,
+                        redis ? "Redis" : "PostgreSQL");
+      } else {
+         fw_doctor_add (r, NULL, "connection", FW_DOCTOR_FAIL,
+                        "check the URI's host, port, database and credentials, and that the "
+                        "server accepts connections from this host",
+                        "connection \"%s\" (%s): %s", name, redis ? "Redis" : "PostgreSQL", why);
+      }
+   }
+   lua_pop (L, 2);
+}
+
+void
+fw_doctor_stores (lua_State *L, fw_doctor_report_t *r)
+{
+   int top = lua_gettop (L);
+
+   lua_getfield (L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+   if (lua_getfield (L, -1, "flowwarden.config") == LUA_TTABLE &&
+       lua_getfield (L, -1, "effective") == LUA_TTABLE &&
+       lua_getfield (L, -1, "connections") == LUA_TTABLE) {
+      for (lua_Integer i = 1; lua_rawgeti (L, -1, i) == LUA_TTABLE; i++) {
+         check_one (L, r);
+         lua_pop (L, 1);
+      }
+   }
+   lua_settop (L, top);
+}

@@ -1,0 +1,281 @@
+"""fw.pg through the real binary, against a PostgreSQL cluster from Debian
+started here on a loopback port (pgserver.py).
+
+Handlers run one case per inserted document ({case = "..."}); a case
+reports what it got, and on_error reports the typed error it raised."""
+import os
+import unittest
+
+from dlqtest import FailureTestCase
+from fwtest import SOURCE_DIR, clean_env
+from pgserver import PgServer
+
+PASSWORD = "Pg-Secret-91c2"
+
+SCRIPT = """
+fw.connection { name = "rep", uri = fw.env("PG_URI") }
+local cases = {}
+%(cases)s
+local function handle(ctx)
+  local doc = ctx:full_document()
+  local out = cases[doc.case](doc, ctx)
+  if out then
+    out.case, out.attempt = doc.case, ctx:attempt_number()
+    report(out)
+  end
+end
+local function on_error(err, ctx)
+  local doc = ctx:full_document()
+  report({ case = doc.case, attempt = ctx:attempt_number(), error = err.type,
+           message = err.message, fields = plain(err.fields) })
+end
+fw.stream { name = "h", collection = "c", timeout = "%(timeout)s", dlq = true,
+            retry = { initial_delay = "20ms", max_delay = "200ms", jitter = false,
+                      max_attempts = %(attempts)d },
+            on_insert = handle, on_error = on_error }
+"""
+
+
+class PgTest(FailureTestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.pg = PgServer(password=PASSWORD)
+        cls.pg.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.pg.destroy()
+        super().tearDownClass()
+
+    def setUp(self):
+        super().setUp()
+        self.pg.sql("DROP TABLE IF EXISTS orders, lines, kinds; "
+                    "CREATE TABLE orders (id text PRIMARY KEY, total numeric, n int); "
+                    "CREATE TABLE lines (order_id text REFERENCES orders(id), qty int)")
+
+    def start(self, cases, timeout="5s", attempts=3, uri=None):
+        script = self.script(SCRIPT % {"cases": cases, "timeout": timeout, "attempts": attempts})
+        p = self.run_fw(script, env=clean_env({"PG_URI": uri or self.pg.uri()}))
+        p.wait_open()
+        return p
+
+    def run_case(self, p, case, reports=1, **doc):
+        before = len([r for r in p.reports() if r.get("case") == case])
+        self.db.c.insert_one(dict(doc, case=case))
+        p.wait_until(lambda: len([r for r in p.reports() if r.get("case") == case])
+                     >= before + reports, 30, "%d reports of %s" % (reports, case))
+        return [r for r in p.reports() if r.get("case") == case][before:]
+
+    def test_parameters_and_results_are_typed(self):
+        p = self.start("""
+            cases.types = function()
+              local rows = fw.pg.query("rep", [[
+                SELECT $1::int AS i, $2::float8 AS f, $3::bool AS b, $4::text AS t,
+                       $5::int AS missing, $6::jsonb AS j, 12345678901234567890.25::numeric AS num,
+                       '\\x00ff'::bytea AS raw, '2024-01-02 03:04:05+00'::timestamptz AS ts,
+                       ARRAY[1,2] AS arr, 9007199254740993::int8 AS big]],
+                { 42, 1.5, true, "h\\u{e9}", fw.null, { a = { 1, 2 } } })
+              local r = rows[1]
+              return { n = #rows, i = r.i, itype = math.type(r.i), f = r.f, b = r.b, t = r.t,
+                       missing = r.missing == fw.null, j = r.j.a[2], num = r.num,
+                       raw = #r.raw .. ":" .. r.raw:byte(2), ts = r.ts, arr = r.arr,
+                       big = tostring(r.big) }
+            end
+            cases.write = function(doc)
+              local n = fw.pg.execute("rep", "INSERT INTO orders (id, total, n) VALUES ($1, $2, $3) "
+                .. "ON CONFLICT (id) DO UPDATE SET total = EXCLUDED.total", { doc.id, "10.10", 1 })
+              local again = fw.pg.execute("rep", "UPDATE orders SET n = n + 1 WHERE id = $1", { doc.id })
+              return { n = n, again = again }
+            end
+            """)
+        r = self.run_case(p, "types")[0]
+        self.assertEqual((r["n"], r["i"], r["itype"], r["f"], r["b"], r["t"]),
+                         (1, 42, "integer", 1.5, True, "h\u00e9"))
+        self.assertTrue(r["missing"])
+        self.assertEqual(r["j"], 2)
+        self.assertEqual(r["num"], "12345678901234567890.25")
+        self.assertEqual(r["raw"], "2:255")
+        self.assertTrue(r["ts"].startswith("2024-01-02 03:04:05"), r["ts"])
+        self.assertEqual((r["arr"], r["big"]), ("{1,2}", "9007199254740993"))
+        r = self.run_case(p, "write", id="o1")[0]
+        self.assertEqual((r["n"], r["again"]), (1, 1))
+        self.assertEqual(self.pg.sql("SELECT id, total, n FROM orders"), [["o1", "10.10", "2"]])
+        self.assertEqual(p.stop(), 0, "exit status (the sanitized build: no leak, no error)")
+
+    def test_transaction_commits_on_return_and_rolls_back_on_error(self):
+        p = self.start("""
+            cases.tx = function(doc)
+              local got = fw.pg.transaction("rep", function(tx)
+                tx:execute("INSERT INTO orders (id, n) VALUES ($1, 1)", { doc.id })
+                if doc.fail then error(fw.error("Validation", "no")) end
+                return tx:query("SELECT count(*) AS c FROM orders")[1].c
+              end)
+              return { count = got }
+            end
+            """, attempts=1)
+        self.assertEqual(self.run_case(p, "tx", id="a")[0]["count"], 1)
+        r = self.run_case(p, "tx", id="b", fail=True)[0]
+        self.assertEqual(r["error"], "Validation")
+        self.assertEqual(self.pg.sql("SELECT id FROM orders"), [["a"]])
+        # The connection is usable after the rollback.
+        self.assertEqual(self.run_case(p, "tx", id="c")[0]["count"], 2)
+        self.assertEqual(p.stop(), 0, "exit status (the sanitized build: no leak, no error)")
+
+    def test_a_transaction_never_continues_on_a_new_connection(self):
+        # The first statement times out (the connection is closed); the
+        # function catches that and goes on: its next statement must fail,
+        # not autocommit on a fresh connection.
+        p = self.start("""
+            cases.lost = function(doc)
+              fw.pg.transaction("rep", function(tx)
+                pcall(tx.query, tx, "SELECT pg_sleep(30)")
+                tx:execute("INSERT INTO orders (id) VALUES ($1)", { doc.id })
+              end)
+            end
+            """, timeout="1s", attempts=1)
+        r = self.run_case(p, "lost", id="x")[0]
+        self.assertEqual(r["error"], "Pg.Connection")
+        self.assertIn("lost during the transaction", r["message"])
+        self.assertEqual(self.pg.sql("SELECT count(*) FROM orders"), [["0"]])
+
+    def test_sqlstates_are_typed_and_drive_the_retry_policy(self):
+        self.pg.sql("INSERT INTO orders (id) VALUES ('dup')")
+        p = self.start("""
+            cases.dup = function()
+              fw.pg.execute("rep", "INSERT INTO orders (id) VALUES ($1)", { "dup" })
+            end
+            cases.fk = function()
+              fw.pg.execute("rep", "INSERT INTO lines (order_id, qty) VALUES ($1, 1)", { "none" })
+            end
+            cases.syntax = function()
+              fw.pg.query("rep", "SELEC 1")
+            end
+            cases.serial = function()
+              fw.pg.query("rep", "DO $$ BEGIN RAISE EXCEPTION 'x' USING ERRCODE = '40001'; END $$")
+            end
+            cases.other = function()
+              fw.pg.query("rep", "SELECT * FROM no_such_table")
+            end
+            """)
+        r = self.run_case(p, "dup")
+        self.assertEqual([(x["attempt"], x["error"]) for x in r], [(1, "Pg.UniqueViolation")])
+        self.assertEqual(r[0]["fields"]["sqlstate"], "23505")
+        self.assertEqual(r[0]["fields"]["constraint"], "orders_pkey")
+        self.assertEqual(self.run_case(p, "fk")[0]["error"], "Pg.ForeignKey")
+        self.assertEqual(self.run_case(p, "syntax")[0]["error"], "Pg.Syntax")
+        r = self.run_case(p, "serial", reports=3)
+        self.assertEqual([(x["attempt"], x["error"]) for x in r],
+                         [(1, "Pg.Serialization"), (2, "Pg.Serialization"), (3, "Pg.Serialization")])
+        r = self.run_case(p, "other", reports=3)
+        self.assertEqual((r[0]["error"], r[0]["fields"]["sqlstate"]), ("Pg.Error", "42P01"))
+        entries = self.wait_dlq(5)
+        self.assertEqual(sorted(e["error"]["type"] for e in entries),
+                         ["Pg.Error", "Pg.ForeignKey", "Pg.Serialization", "Pg.Syntax",
+                          "Pg.UniqueViolation"])
+        self.assertEqual(p.stop(), 0, "exit status (the sanitized build: no leak, no error)")
+
+    def test_deadline_and_statement_timeout_raise_pg_timeout(self):
+        p = self.start("""
+            cases.slow = function(doc, ctx)
+              if ctx:attempt_number() == 1 then fw.pg.query("rep", "SELECT pg_sleep(30)") end
+              return { one = fw.pg.query("rep", "SELECT 1 AS one")[1].one }
+            end
+            """, timeout="1s")
+        r = self.run_case(p, "slow", reports=2)
+        self.assertEqual((r[0]["attempt"], r[0]["error"]), (1, "Pg.Timeout"))
+        self.assertEqual((r[1]["attempt"], r[1]["one"]), (2, 1))
+        # The cancel reached the server: the pg_sleep ends long before its 30 s
+        # (the backend goes away asynchronously: waited for, within 10 s).
+        p.wait_until(lambda: self.pg.sql("SELECT count(*) FROM pg_stat_activity WHERE state = "
+                                         "'active' AND query LIKE 'SELECT pg_sleep%'") == [["0"]],
+                     10, "the cancelled pg_sleep to end")
+        p.stop()
+        p = self.start("""
+            cases.st = function()
+              fw.pg.query("rep", "SELECT pg_sleep(5)")
+            end
+            """, attempts=1,
+            uri=self.pg.uri(query="?options=-c%20statement_timeout%3D200"))
+        r = self.run_case(p, "st")[0]
+        self.assertEqual((r["error"], r["fields"]["sqlstate"]), ("Pg.Timeout", "57014"))
+        self.assertEqual(p.stop(), 0, "exit status (the sanitized build: no leak, no error)")
+
+    def test_server_killed_and_restarted_nothing_lost(self):
+        p = self.start("""
+            cases.up = function(doc)
+              fw.pg.execute("rep", "INSERT INTO orders (id, n) VALUES ($1, $2) "
+                .. "ON CONFLICT (id) DO UPDATE SET n = EXCLUDED.n", { doc.id, doc.n })
+              return { id = doc.id }
+            end
+            """, attempts=60)
+        self.run_case(p, "up", id="o0", n=0)
+        self.pg.stop("immediate")
+        self.db.c.insert_many([{"case": "up", "id": "o%d" % i, "n": i} for i in range(1, 6)])
+        p.wait_until(lambda: any(r.get("error") == "Pg.Connection" for r in p.reports()),
+                     30, "a Pg.Connection error while the server is down")
+        self.pg.start()
+        p.wait_until(lambda: len({r["id"] for r in p.reports() if "id" in r}) == 6, 30,
+                     "every event handled")
+        self.assertEqual(self.dlq_entries(), [])
+        self.assertEqual(self.pg.sql("SELECT count(*), sum(n) FROM orders"), [["6", "15"]])
+
+    def test_example_pg_orders_keeps_the_table_equal_to_the_collection(self):
+        self.pg.sql("DROP TABLE IF EXISTS lines, orders; CREATE TABLE orders (id text PRIMARY KEY, "
+                    "customer text, total numeric, status text, doc jsonb)")
+        p = self.run_fw(os.path.join(SOURCE_DIR, "examples", "pg_orders.lua"),
+                        env=clean_env({"PG_URI": self.pg.uri()}))
+        p.wait_open()
+        for i in range(30):
+            self.db.orders.insert_one({"_id": i, "customer": "c%d" % (i % 4), "total": i * 1.5,
+                                       "status": "new"})
+        self.db.orders.update_many({"_id": {"$lt": 10}}, {"$set": {"status": "paid"}})
+        self.db.orders.delete_many({"_id": {"$gte": 25}})
+        self.pg.stop("immediate")      # restarted in the middle: nothing lost
+        self.db.orders.insert_one({"_id": 99, "customer": "x", "total": 1, "status": "new"})
+        self.pg.start()
+
+        def rows():
+            return self.pg.sql("SELECT id, customer, total, status, doc->>'customer' FROM orders "
+                               "ORDER BY id")
+        want = sorted([str(o["_id"]), o["customer"], "%g" % o["total"], o["status"], o["customer"]]
+                      for o in self.db.orders.find())
+        p.wait_until(lambda: sorted(rows()) == want, 60, "the table equal to the collection")
+        self.assertEqual(self.dlq_entries(), [])
+        self.assertEqual(p.stop(), 0, "exit status (the sanitized build: no leak, no error)")
+
+    def test_doctor_checks_the_connection(self):
+        script = self.script(SCRIPT % {"cases": "", "timeout": "5s", "attempts": 3})
+        from fwtest import run_cli
+        cp = run_cli(["doctor", script, "--uri", self.uri], env=clean_env({"PG_URI": self.pg.uri()}))
+        self.assertIn('connection "rep" (PostgreSQL): reachable and authenticated', cp.stdout)
+        cp = run_cli(["doctor", script, "--uri", self.uri],
+                     env=clean_env({"PG_URI": self.pg.uri(password="wrong-" + PASSWORD)}))
+        self.assertEqual(cp.returncode, 2, cp.stdout + cp.stderr)
+        self.assertIn("password authentication failed", cp.stdout)
+        self.assert_no_secret("wrong-" + PASSWORD)
+
+    def test_password_never_shows(self):
+        p = self.start("""
+            cases.auth = function()
+              return { one = fw.pg.query("rep", "SELECT 1 AS one")[1].one }
+            end
+            """, attempts=1, uri=self.pg.uri(password="wrong-" + PASSWORD))
+        r = self.run_case(p, "auth")[0]
+        self.assertEqual(r["error"], "Pg.Connection")
+        self.assertIn("password authentication failed", r["message"])
+        self.wait_dlq(1)
+        p.stop()
+        p = self.start("""
+            cases.ok = function()
+              return { one = fw.pg.query("rep", "SELECT 1 AS one")[1].one }
+            end
+            """)
+        self.assertEqual(self.run_case(p, "ok")[0]["one"], 1)
+        self.assert_no_secret(PASSWORD)
+        self.assert_no_secret("wrong-" + PASSWORD)
+
+
+if __name__ == "__main__":
+    unittest.main()
