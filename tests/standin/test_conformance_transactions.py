@@ -124,6 +124,22 @@ class Visibility(unittest.TestCase):
             ses.abort_transaction()
         self.assertEqual(coll.find_one({"_id": 1})["v"], 1)
 
+    def test_sorted_on_id_inside_a_transaction(self):
+        # A find sorted on _id (served outside transactions by the stand-in's _id index) sees
+        # the transaction's snapshot and own writes, as any other read in it does.
+        coll = fresh("snap_sorted")
+        coll.insert_many([{"_id": i} for i in range(1, 6)])
+        with CLIENT.start_session() as ses, ses.start_transaction():
+            coll.delete_one({"_id": 2}, session=ses)
+            coll.insert_one({"_id": 7}, session=ses)
+            coll.insert_one({"_id": 6})  # after the snapshot: not seen
+            ids = lambda q, d: [x["_id"] for x in coll.find(q, session=ses).sort("_id", d)]
+            self.assertEqual(ids({}, 1), [1, 3, 4, 5, 7])
+            self.assertEqual(ids({"_id": {"$gt": 3}}, -1), [7, 5, 4])
+            self.assertEqual([x["_id"] for x in coll.find({}, session=ses).sort("_id", 1)
+                              .limit(2)], [1, 3])
+            ses.abort_transaction()
+
     def test_operations_inside_a_transaction(self):
         coll = fresh("ops")
         coll.insert_many([{"_id": i, "n": i} for i in range(5)])

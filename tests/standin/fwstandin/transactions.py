@@ -407,6 +407,15 @@ class OverlayDocs:
         return len(self.keys())
 
 
+class _NoIdIndex:
+    @staticmethod
+    def usable():
+        return False
+
+
+_NO_ID_INDEX = _NoIdIndex()
+
+
 class TxnColl:
     """A collection seen from a transaction; what it does not override is the stored one's."""
 
@@ -417,6 +426,12 @@ class TxnColl:
 
     def __getattr__(self, attr):
         return getattr(self._base, attr)
+
+    @property
+    def id_index(self):
+        # The stored collection's _id index knows neither this transaction's writes nor its
+        # snapshot: reads sorted on _id scan the view instead (cmd_crud.matching_by_id).
+        return _NO_ID_INDEX
 
     def check_unique(self, doc, k):
         for ix in self._base.unique_indexes():
@@ -481,7 +496,9 @@ class TxnView:
         self._txn.ops.append(("i", c.db, c.name, doc))
         return doc
 
-    def update(self, c, old, new, ud):
+    def update(self, c, old, new, ud, raw=None):
+        # raw (the new document's encoding, a speed-up of the stored path) is not kept: the
+        # commit writes through Store.update, which encodes it again.
         from .bsonutil import value_key
         if next(iter(new)) != "_id":
             new = dict(_id=new["_id"], **{f: v for f, v in new.items() if f != "_id"})
