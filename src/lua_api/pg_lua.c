@@ -318,9 +318,11 @@ tx_call (lua_State *L)
    lua_pop (L, 2);
    lua_getfield (L, 1, "connection");
    lua_replace (L, 1); /* 1: the connection's name */
-   call = begin_call (L, 1);
    /* The connection the transaction began on, still open: after a loss the
-    * next call would reconnect and run outside any transaction. */
+    * next call would reconnect and run outside any transaction. Checked
+    * before the time budget, so a statement after a lost one (a timed-out
+    * one closes its connection) always says the transaction is gone. */
+   call = (call_t){ .name = luaL_checkstring (L, 1) };
    if (lua_rawgetp (L, LUA_REGISTRYINDEX, &conns_key) == LUA_TTABLE) {
       if (lua_getfield (L, -1, call.name) == LUA_TUSERDATA) {
          c = lua_touserdata (L, -1);
@@ -333,7 +335,7 @@ tx_call (lua_State *L)
                           "back)");
       raise_pg (L, &call, "Pg.Connection", false);
    }
-   return call;
+   return begin_call (L, 1);
 }
 
 static int
