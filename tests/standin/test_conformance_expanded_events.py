@@ -30,6 +30,7 @@ import pymongo
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from standin_process import StandIn  # noqa: E402
+from fwstandin import bsonutil, storage  # noqa: E402
 
 ID_INDEX = {"v": 2, "key": {"_id": 1}, "name": "_id_"}
 
@@ -265,6 +266,40 @@ class ExpandedAfterRestart(unittest.TestCase):
             self.assertEqual(before[-1]["updateDescription"]["disambiguatedPaths"], {})
         finally:
             s.stop()
+
+
+class ExpandedAfterCompaction(unittest.TestCase):
+    """A compacted journal (snapshot_records) rebuilds the DDL entries, views and
+    descriptions exactly: the state a restart after compaction starts from."""
+
+    def test_snapshot_records_rebuild_every_entry(self):
+        s = storage.Store(1000)
+        c = s.create_collection("d", "a", {})
+        spec = {"v": 2, "key": {"x": 1}, "name": "x_1"}
+        s.create_index(c, spec)
+        s.index_events(c, [spec])
+        s.create_view("d", "v", "a", [{"$match": {"x": 1}}])
+        s.insert(c, {"_id": 1, "a": {"1": 1}})
+        s.update(c, next(iter(c.docs.values())), {"_id": 1, "a": {"1": 2}},
+                 {"updatedFields": {"a.1": 2}})
+        t = s.create_collection("d", "t", {})
+        s.drop_collection("d", "t")
+        s.rename_collection("d", "a", "d", "t", t.uuid)
+        s.create_view("d", "w", "t", [])
+        s.drop_index(s.coll("d", "t"), "x_1")
+        s.drop_view("d", "v")
+        again = storage.Store(1000)
+        for rec in s.snapshot_records():
+            again.apply_record(bsonutil.decode(rec))
+
+        def entries(store):
+            return [(e.tsv, e.op, e.ns, e.raw, e.desc and bsonutil.encode(e.desc), e.view,
+                     e.expanded) for e in store.oplog.iter_live()]
+        self.assertEqual(entries(again), entries(s))
+        self.assertEqual([e[1] for e in entries(s)], [
+            "create", "createIndexes", "create", "i", "u", "create", "drop", "rename",
+            "create", "dropIndexes", "drop"])
+        self.assertEqual(again.views, {"d": {"w": {"viewOn": "t", "pipeline": []}}})
 
 
 if __name__ == "__main__":
