@@ -13,6 +13,11 @@ What mongod does, from its source (src/mongo/db/pipeline/):
   dropped); a view's create (from system.views) has {viewOn, pipeline} and no collectionUUID.
 - change_stream_document_diff_parser.cpp: updateDescription.disambiguatedPaths, {} unless a
   path holds a numeric field name (not first) or a dotted one; array indices come as ints.
+mongod's own jstests/change_streams/ check the same shapes: ddl_create_event.js (create, explicit
+and implicit by an insert: {idIndex: {v: 2, key: {_id: 1}, name: "_id_"}}), ddl_coll_mod_event.js
+(modify: operationDescription {index: {...}}, stateBeforeChange {collectionOptions: {uuid},
+indexOptions}), ddl_create_drop_index_events.js, ddl_view_events.js (views' events, none on a
+collection's stream) and expanded_update_description.js (disambiguatedPaths).
 The drivers' unified spec tests change-streams-showExpandedEvents.json and
 change-streams-disambiguatedPaths.json check the same (spec_unified.py runs them); these tests
 check the exact shapes, the streams that must not see any of it, restart and local.oplog.rs.
