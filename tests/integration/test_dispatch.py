@@ -2,6 +2,7 @@
 as declared (issue 3: handler context, values, filtering, ordering)."""
 import calendar
 import datetime
+import time
 import unittest
 
 import bson
@@ -343,6 +344,51 @@ class Filtering(StandInTestCase):
         self.assertEqual(p.wait_reports(1), [{"db": self.db_name, "id": "here"}])
         self.db.c.insert_one({"_id": "here2"})
         self.assertEqual([r["id"] for r in p.wait_reports(2)], ["here", "here2"])
+
+    @needs_mongodb("6.0", "showExpandedEvents")
+    def test_ddl_changes_reach_no_handler(self):
+        # flowwarden never asks for showExpandedEvents, so the DDL events MongoDB 6.0+ logs
+        # (create, createIndexes, dropIndexes, modify, a view's create and drop;
+        # change_stream_filter_helpers.cpp keeps them out of a stream without it) reach no
+        # handler, neither of a database's stream nor of a collection's.
+        self.db.create_collection("c")
+        p = self.run_fw(self.script("""
+            local function rep(s)
+              return function(ctx)
+                report({ s = s, op = ctx:operation_type(), coll = ctx:collection_name() })
+              end
+            end
+            fw.stream { name = "all", on_change = rep("all") }
+            fw.stream { name = "one", collection = "c", on_change = rep("one") }
+            """))
+        p.wait_open(2)
+        # The test's own stream asks for them: the DDL below is there to be seen.
+        expanded = self.db.command("aggregate", 1, cursor={},
+                                   pipeline=[{"$changeStream": {"showExpandedEvents": True}}])
+        self.db.command("create", "fresh")
+        self.db.c.create_index("x", name="x_1")
+        self.db.command("collMod", "c")
+        self.db.c.drop_index("x_1")
+        self.db.command("create", "v", viewOn="c", pipeline=[])
+        self.db.command("drop", "v")
+        self.db.c.insert_one({"_id": "sentinel"})
+        self.db.implicit.insert_one({"_id": "implicit"})   # an implicit create, then the insert
+        seen = []
+        deadline = time.monotonic() + 10
+        while len(seen) < 9 and time.monotonic() < deadline:
+            batch = self.db.command("getMore", expanded["cursor"]["id"],
+                                    collection="$cmd.aggregate",
+                                    maxTimeMS=100)["cursor"]["nextBatch"]
+            # flowwarden's own collections (checkpoints) are none of this test's business.
+            seen += [e for e in batch if not e["ns"].get("coll", "").startswith("_fw")]
+        self.assertEqual([e["operationType"] for e in seen], [
+            "create", "createIndexes", "modify", "dropIndexes", "create", "drop", "insert",
+            "create", "insert"])
+        reps = p.wait_reports(3)
+        self.assertEqual(p.stop(), 0)
+        self.assertEqual(sorted((r["s"], r["op"], r["coll"]) for r in p.reports()), [
+            ("all", "insert", "c"), ("all", "insert", "implicit"), ("one", "insert", "c")],
+            reps)
 
     def test_operation_types_filter_events(self):
         p = self.run_fw(self.script("""

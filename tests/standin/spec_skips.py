@@ -15,16 +15,6 @@ NOT_CLAIMED = "stand-in: not played (flowwarden does not use it): "
 
 EXPECTED = [
     # --- change streams ---------------------------------------------------------------
-    ("change-streams", "change-streams-showExpandedEvents.json", "showExpandedEvents is sent",
-     NOT_CLAIMED + "showExpandedEvents; refused with BadValue"),
-    ("change-streams", "change-streams-showExpandedEvents.json", "showExpandedEvents is true",
-     NOT_CLAIMED + "showExpandedEvents (create, createIndexes, dropIndexes, modify events, "
-     "collectionUUID, operationDescription); refused with BadValue"),
-    ("change-streams", "change-streams-disambiguatedPaths.json",
-     "disambiguatedPaths is present", NOT_CLAIMED + "disambiguatedPaths needs showExpandedEvents"),
-    ("change-streams", "change-streams-disambiguatedPaths.json",
-     "disambiguatedPaths returns array indices",
-     NOT_CLAIMED + "disambiguatedPaths needs showExpandedEvents"),
     ("change-streams", "change-streams.json", "comment is set on getMore",
      PYMONGO + "sends no comment on getMore (the spec's 4.4+ behaviour came with pymongo 4)"),
     # --- CRUD ---------------------------------------------------------------------------

@@ -8,6 +8,8 @@ the document engine, re-encode. Batches stop at the count limit or at 16 MiB.
 import copy
 import time
 
+from bson.binary import Binary
+
 from . import bsonutil
 from . import oplog as oplogmod
 from .bsonutil import e_doc, e_str, make_doc
@@ -19,8 +21,12 @@ SPEC_FIELDS = ("fullDocument", "fullDocumentBeforeChange", "resumeAfter", "start
                "startAtOperationTime", "allChangesForCluster", "showExpandedEvents")
 FULL_DOCUMENT_MODES = ("default", "updateLookup", "whenAvailable", "required")
 BEFORE_CHANGE_MODES = ("off", "whenAvailable", "required")
-EVENT_ORDER = ("_id", "operationType", "clusterTime", "wallTime", "fullDocument", "ns",
-               "documentKey", "updateDescription", "to")
+# The order ChangeStreamDefaultEventTransformation::applyTransformation adds the fields in
+# (change_stream_event_transform.cpp); collectionUUID, operationDescription and
+# stateBeforeChange come only with showExpandedEvents.
+EVENT_ORDER = ("_id", "operationType", "clusterTime", "collectionUUID", "wallTime",
+               "fullDocument", "ns", "documentKey", "operationDescription", "updateDescription",
+               "stateBeforeChange", "to")
 
 # Codes a 6.0 server labels ResumableChangeStreamError on a change-stream getMore.
 RESUMABLE_CODES = frozenset((6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436,
@@ -141,7 +147,7 @@ class ChangeStream:
         self._parse_level(db, coll, spec)
         self._parse_modes(spec)
         self.fast = (self.full_document == "default" and self.before_change == "off"
-                     and not stages)
+                     and not stages and not self.show_expanded)
         self.pending_invalidate = None
         self._position(spec)
 
@@ -152,9 +158,11 @@ class ChangeStream:
             if key not in SPEC_FIELDS or (key == "showExpandedEvents" and self.version < (6, 0)):
                 raise MongoError(40415, "Location40415",
                                  "BSON field '$changeStream.%s' is an unknown field." % key)
-        if spec.get("showExpandedEvents"):
-            raise MongoError(2, "BadValue", "$changeStream option showExpandedEvents is not "
-                             "supported by the flowwarden stand-in")
+        # showExpandedEvents (6.0+): the DDL events (oplog.EXPANDED_OPS, views' create and
+        # drop), collectionUUID on every event with one, operationDescription on DDL events
+        # and updateDescription.disambiguatedPaths (change_stream_event_transform.cpp).
+        # Without it a stream sees none of that, as before.
+        self.show_expanded = bool(spec.get("showExpandedEvents", False))
         cluster = bool(spec.get("allChangesForCluster", False))
         if cluster:
             if db != "admin" or coll is not None:
@@ -269,6 +277,8 @@ class ChangeStream:
     # ---- scanning ----
 
     def _relevant(self, e):
+        if e.expanded and not self.show_expanded:
+            return False
         if self.level == "coll":
             return e.ns == self.ns
         if self.level == "db":
@@ -307,10 +317,11 @@ class ChangeStream:
         level_coll = self.level == "coll"
         ns = self.ns
         fast = self.fast
+        hide_expanded = not self.show_expanded
         while i < n and len(out) < limit:
             e = entries[i]
             if level_coll:
-                if e.ns != ns:
+                if e.ns != ns or (e.expanded and hide_expanded):
                     i += 1
                     scanned = e
                     continue
@@ -443,6 +454,8 @@ class ChangeStream:
                                      "all update, delete and replace events, but the pre-image "
                                      "was not found for event: " + _event_summary(ev))
                 ev["fullDocumentBeforeChange"] = e.pre
+        if self.show_expanded:
+            self._add_expanded(e, ev, op)
         if self.stages:
             # Stored documents must never be reachable from a user stage's output.
             for k in ("fullDocument", "fullDocumentBeforeChange"):
@@ -455,6 +468,23 @@ class ChangeStream:
         if self.stages:
             return self._run_stages(ordered)
         return bsonutil.encode(ordered)
+
+    @staticmethod
+    def _add_expanded(e, ev, op):
+        """The fields showExpandedEvents adds (change_stream_event_transform.cpp): the
+        collection's UUID (none for dropDatabase, nor for a view's events, made from
+        system.views), operationDescription and stateBeforeChange of a DDL event, and
+        disambiguatedPaths in an update's description, {} when no path is ambiguous."""
+        cuuid = None if e.view else oplogmod.token_uuid(ev["_id"]["_data"])
+        if cuuid is not None:
+            ev["collectionUUID"] = Binary(cuuid.bytes, 4)
+        desc = e.desc or {}
+        for k in ("operationDescription", "stateBeforeChange"):
+            if k in desc:
+                ev[k] = copy.deepcopy(desc[k])
+        if op == "update" and isinstance(ev.get("updateDescription"), dict):
+            ev["updateDescription"]["disambiguatedPaths"] = copy.deepcopy(
+                desc.get("disambiguatedPaths", {}))
 
     def _run_stages(self, ev):
         from . import aggregate

@@ -5,6 +5,7 @@ import datetime
 import os
 import time
 
+from bson.binary import Binary
 from bson.int64 import Int64
 from bson.objectid import ObjectId
 
@@ -155,7 +156,7 @@ def cmd_configure_fail_point(ctx):
 
 # ---- DDL ----
 
-CREATE_OPTIONS = ("create", "changeStreamPreAndPostImages", "writeConcern")
+CREATE_OPTIONS = ("create", "changeStreamPreAndPostImages", "writeConcern", "viewOn", "pipeline")
 
 
 def cmd_create(ctx):
@@ -167,14 +168,43 @@ def cmd_create(ctx):
     check_db_name(ctx.db)
     check_collection_name(ctx.db, name)
     opts = {}
+    if "viewOn" in ctx.body:
+        return _create_view(ctx, name)
+    if "pipeline" in ctx.body:
+        raise MongoError(9, "FailedToParse", "'pipeline' requires 'viewOn' to also be specified")
     if "changeStreamPreAndPostImages" in ctx.body:
         opts["changeStreamPreAndPostImages"] = {
             "enabled": bool(ctx.body["changeStreamPreAndPostImages"].get("enabled"))}
     with ctx.store.lock:
-        if ctx.store.coll(ctx.db, name) is not None:
-            raise MongoError(48, "NamespaceExists",
-                             "Collection already exists. NS: %s.%s" % (ctx.db, name))
+        _check_free(ctx.store, ctx.db, name)
         ctx.store.create_collection(ctx.db, name, opts)
+        ctx.store.commit()
+    return {}
+
+
+def _check_free(store, db, name):
+    if store.coll(db, name) is not None or store.view(db, name) is not None:
+        raise MongoError(48, "NamespaceExists",
+                         "Collection already exists. NS: %s.%s" % (db, name))
+
+
+def _create_view(ctx, name):
+    """create with viewOn (manual: reference/command/create): the view is kept, listed and
+    dropped, and its create/drop events made; reading through it is not played."""
+    view_on = ctx.body["viewOn"]
+    pipeline = ctx.body.get("pipeline", [])
+    if not isinstance(view_on, str) or not view_on:
+        raise MongoError(14, "TypeMismatch", "BSON field 'create.viewOn' is the wrong type, "
+                         "expected type 'string'")
+    if not isinstance(pipeline, list):
+        raise MongoError(14, "TypeMismatch", "BSON field 'create.pipeline' is the wrong type, "
+                         "expected type 'array'")
+    if "changeStreamPreAndPostImages" in ctx.body:
+        raise MongoError(72, "InvalidOptions",
+                         "option not supported on a view: changeStreamPreAndPostImages")
+    with ctx.store.lock:
+        _check_free(ctx.store, ctx.db, name)
+        ctx.store.create_view(ctx.db, name, view_on, pipeline)
         ctx.store.commit()
     return {}
 
@@ -183,6 +213,10 @@ def cmd_drop(ctx):
     check_fields(ctx, ("drop",))
     name = coll_name(ctx, "drop")
     with ctx.store.lock:
+        if ctx.store.view(ctx.db, name) is not None:
+            ctx.store.drop_view(ctx.db, name)
+            ctx.store.commit()
+            return {"ns": ctx.db + "." + name}
         if ctx.store.coll(ctx.db, name) is None:
             raise MongoError(26, "NamespaceNotFound", "ns not found")
         n = ctx.store.drop_collection(ctx.db, name)
@@ -224,11 +258,13 @@ def cmd_rename_collection(ctx):
         if (src_db, src) == (dst_db, dst):
             raise MongoError(20, "IllegalOperation",
                              "Can't rename a collection to itself")
-        if store.coll(dst_db, dst) is not None:
-            if not ctx.body.get("dropTarget"):
+        target = store.coll(dst_db, dst)
+        if target is not None or store.view(dst_db, dst) is not None:
+            if not ctx.body.get("dropTarget") or target is None:
                 raise MongoError(48, "NamespaceExists", "target namespace exists")
             store.drop_collection(dst_db, dst)
-        store.rename_collection(src_db, src, dst_db, dst)
+        store.rename_collection(src_db, src, dst_db, dst,
+                                target.uuid if target is not None else None)
         store.commit()
     return {}
 
@@ -242,6 +278,8 @@ def cmd_coll_mod(ctx):
         c = store.coll(ctx.db, name)
         if c is None:
             raise MongoError(26, "NamespaceNotFound", "ns does not exist")
+        old_options = {"uuid": Binary(c.uuid.bytes, 4), **c.info_options()}
+        index_old = None
         if "changeStreamPreAndPostImages" in ctx.body:
             spec = ctx.body["changeStreamPreAndPostImages"]
             if not isinstance(spec, dict) or not isinstance(spec.get("enabled"), bool):
@@ -257,8 +295,14 @@ def cmd_coll_mod(ctx):
                     raise MongoError(72, "InvalidOptions", "no expireAfterSeconds field to "
                                      "update")
                 reply["expireAfterSeconds_old"] = ix.ttl
+                index_old = {"expireAfterSeconds": ix.ttl}
                 store.set_ttl(c, ix.name, ix_spec["expireAfterSeconds"])
                 reply["expireAfterSeconds_new"] = ix_spec["expireAfterSeconds"]
+        # mongod logs every collMod, one that changes nothing included (the spec test
+        # "modify events are reported" sends {collMod: name} alone).
+        command = {k: v for k, v in ctx.body.items()
+                   if k != "collMod" and k not in ctx.GENERIC_FIELDS}
+        store.modify_event(c, command, old_options, index_old)
         store.commit()
     return reply
 
@@ -360,10 +404,14 @@ def cmd_create_indexes(ctx):
             if spec["name"] == "_id_" or spec["key"] == {"_id": 1}:
                 continue
             new.append(spec)
+        built = []
         try:
             for spec in new:
                 store.create_index(c, spec)
+                built.append(spec)
         finally:
+            if built:
+                store.index_events(c, built)
             store.commit()
     reply = {"numIndexesBefore": before, "numIndexesAfter": before + len(new)}
     if created_coll:
@@ -429,6 +477,13 @@ def cmd_list_collections(ctx):
                 info = {"name": c.name, "type": "collection", "options": c.info_options(),
                         "info": {"readOnly": False, "uuid": Binary(c.uuid.bytes, 4)},
                         "idIndex": {"v": 2, "key": {"_id": 1}, "name": "_id_"}}
+            if not flt or query.matches(info, flt):
+                out.append(encode(info))
+        for name, spec in list(ctx.store.views.get(ctx.db, {}).items()):
+            info = {"name": name, "type": "view"}
+            if not name_only:
+                info["options"] = dict(spec)
+                info["info"] = {"readOnly": True}
             if not flt or query.matches(info, flt):
                 out.append(encode(info))
     batch = (ctx.body.get("cursor") or {}).get("batchSize", 101)

@@ -13,8 +13,11 @@ refusal of change streams.
   readWrite's actions on every database ({db: "", collection: ""}) and find on local.oplog.rs.
 - local.oplog.rs: find sorted by {$natural: 1} or {$natural: -1} with limit gives the oldest or
   newest entry {ts, t, v, op, ns, o, wall}; the stand-in's oplog is capped by
-  --oplog-max-entries, so its oldest entry moves. Only ts and wall are real (op is "n", o a
-  placeholder) and the filter is ignored: what reads the window needs, no more.
+  --oplog-max-entries, so its oldest entry moves. ts and wall are real; a DDL entry has
+  mongod's shape (op "c", ns "<db>.$cmd", ui the collection's UUID, o the command: create,
+  commitIndexBuild, dropIndexes, collMod, drop, renameCollection, dropDatabase; a view's
+  create/drop is an insert/delete in <db>.system.views); a document's write is op "n" with a
+  placeholder o; the filter is ignored: what reads the window needs, no more.
 - A standalone mongod (--standalone) answers hello without setName and refuses $changeStream
   with 40573 "The $changeStream stage is only supported on replica sets"
   (document_source_change_stream.cpp, assertIsLegalSpecification).
@@ -22,7 +25,10 @@ refusal of change streams.
 
 import datetime
 
+from bson.binary import Binary
 from bson.int64 import Int64
+
+from . import oplog as oplogmod
 
 from .bsonutil import encode, ts_value
 from .errors import MongoError
@@ -93,10 +99,10 @@ def find_oplog(ctx, make_result_cursor):
             e = log.get(seq)
             if e is None:
                 continue
-            doc = {"ts": ts_value(e.tsv), "t": Int64(1), "v": Int64(2), "op": "n", "ns": "",
-                   "o": {"msg": "entry"},
-                   "wall": datetime.datetime.fromtimestamp(e.wall / 1000.0,
-                                                           datetime.timezone.utc)}
+            doc = {"ts": ts_value(e.tsv), "t": Int64(1), "v": Int64(2)}
+            doc.update(_entry_shape(e))
+            doc["wall"] = datetime.datetime.fromtimestamp(e.wall / 1000.0,
+                                                          datetime.timezone.utc)
             if proj:
                 doc = {k: v for k, v in doc.items() if proj.get(k)}
             out.append(encode(doc))
@@ -104,6 +110,42 @@ def find_oplog(ctx, make_result_cursor):
                 break
     return make_result_cursor(ctx, "local.oplog.rs", out, body.get("batchSize", 101),
                               bool(body.get("singleBatch")))
+
+
+def _entry_shape(e):
+    """op, ns, ui, o (and o2) of oplog entry `e` as mongod writes them (see the module's doc)."""
+    desc = (e.desc or {}).get("operationDescription") or {}
+    if e.view:
+        key = {"_id": e.db + "." + e.coll}
+        o = dict(key, **desc) if e.op == "create" else key
+        return {"op": "i" if e.op == "create" else "d", "ns": e.ns, "o": o}
+    if e.op == "create":
+        o = dict({"create": e.coll}, **desc)
+    elif e.op == "createIndexes":
+        o = {"commitIndexBuild": e.coll, "indexes": desc.get("indexes", [])}
+    elif e.op == "dropIndexes":
+        spec = (desc.get("indexes") or [{}])[0]
+        o = {"dropIndexes": e.coll, "index": spec.get("name")}
+    elif e.op == "modify":
+        o = dict({"collMod": e.coll}, **desc)
+    elif e.op == "drop":
+        o = {"drop": e.coll}
+    elif e.op == "rename":
+        o = {"renameCollection": e.ns, "to": "%s.%s" % e.to, "stayTemp": False}
+        if "dropTarget" in desc:
+            o["dropTarget"] = desc["dropTarget"]
+    elif e.op == "dropDatabase":
+        o = {"dropDatabase": 1}
+    else:
+        return {"op": "n", "ns": "", "o": {"msg": "entry"}}
+    shape = {"op": "c", "ns": e.db + ".$cmd"}
+    cuuid = oplogmod.token_uuid(oplogmod.entry_token(e))
+    if cuuid is not None:
+        shape["ui"] = Binary(cuuid.bytes, 4)
+    shape["o"] = o
+    if e.op == "dropIndexes":
+        shape["o2"] = (desc.get("indexes") or [{}])[0]
+    return shape
 
 
 def refuse_change_stream(ctx):

@@ -34,6 +34,7 @@ next fragment.
 import bisect
 import operator
 import time
+import uuid as uuidmod
 
 from . import bsonutil
 from .bsonutil import e_date, e_doc, e_str, e_ts, make_doc
@@ -202,7 +203,12 @@ def wall_millis():
 # ---- change event encoding ----
 
 _OPTYPE = {name: e_str(b"operationType", name) for name in (
-    "insert", "update", "replace", "delete", "drop", "rename", "dropDatabase", "invalidate")}
+    "insert", "update", "replace", "delete", "drop", "rename", "dropDatabase", "invalidate",
+    "create", "createIndexes", "dropIndexes", "modify")}
+# The events only a stream opened with showExpandedEvents sees (change_stream_filter_helpers.cpp
+# adds their oplog entries to the stream's filter only then): create (a collection or a view),
+# createIndexes, dropIndexes, modify (collMod).
+EXPANDED_OPS = frozenset(("create", "createIndexes", "dropIndexes", "modify"))
 _NS_CACHE = {}
 
 
@@ -237,6 +243,14 @@ def entry_token(entry):
     return raw[24:24 + n - 1].decode("ascii")
 
 
+def token_uuid(token):
+    """The collection UUID an event token carries (uuid.UUID), or None."""
+    head = parse_head(token)[4]
+    if token[head:head + 2] != "01":
+        return None
+    return uuidmod.UUID(hex=token[head + 2:head + 34])
+
+
 def invalidate_token(entry):
     """The invalidate after a drop, rename or dropDatabase has that event's token, marked
     fromInvalidate (as MongoDB makes it)."""
@@ -252,13 +266,20 @@ def invalidate_event(entry):
 
 
 class Entry:
-    """One oplog entry. `raw` is the event as a default-mode change stream returns it."""
+    """One oplog entry. `raw` is the event as a default-mode change stream returns it.
+
+    `desc`: what a stream opened with showExpandedEvents adds to the event (None: nothing but
+    collectionUUID): operationDescription and stateBeforeChange of a DDL event, or the
+    update's disambiguatedPaths. `expanded`: an event only such a stream sees (EXPANDED_OPS).
+    `view`: a view's create or drop, made (as mongod makes them) from a write to
+    <db>.system.views: a collection's stream never sees it, a database's only with
+    showExpandedEvents (change_stream_filter_helpers.cpp, buildViewDefinitionEventFilter)."""
 
     __slots__ = ("tsv", "wall", "op", "db", "coll", "ns", "raw", "key", "images", "pre",
-                 "post", "to")
+                 "post", "to", "desc", "expanded", "view")
 
     def __init__(self, tsv, wall, op, db, coll, raw, key=None, images=False, pre=None,
-                 post=None, to=None):
+                 post=None, to=None, desc=None, view=False):
         self.tsv = tsv
         self.wall = wall
         self.op = op
@@ -271,6 +292,11 @@ class Entry:
         self.pre = pre
         self.post = post
         self.to = to
+        self.desc = desc
+        self.expanded = view or op in EXPANDED_OPS
+        self.view = view
+        if view:
+            self.ns = db + ".system.views"
 
 
 _TSV = operator.attrgetter("tsv")

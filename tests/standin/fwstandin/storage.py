@@ -177,6 +177,7 @@ class Store:
         self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
         self.dbs = {}
+        self.views = {}          # db -> {name: {"viewOn": ..., "pipeline": [...]}}
         self.oplog = oplogmod.Oplog(oplog_max_entries)
         self.clock = oplogmod.Clock()
         self.journal = journal
@@ -259,9 +260,11 @@ class Store:
             rest = c.ns_elem + key_elem + e_doc(b"updateDescription", encode(desc))
         ev = oplogmod.build_event(op, tsv, wall, rest, key_raw, c.uuid)
         pp = c.pre_post
+        dp = disambiguated_paths(old, new, ud) if ud is not None else None
         self.oplog.append(oplogmod.Entry(
             tsv, wall, op[0], c.db, c.name, ev, k, images=pp, pre=old if pp else None,
-            post=new if (pp and ud is not None) else None))
+            post=new if (pp and ud is not None) else None,
+            desc={"disambiguatedPaths": dp} if dp else None))
         self.clock.advance_past(tsv)
 
     def _do_delete(self, c, doc, tsv, wall):
@@ -294,7 +297,7 @@ class Store:
         self.oplog.append(oplogmod.Entry(tsv, wall, "dropDatabase", db, None, ev))
         self.clock.advance_past(tsv)
 
-    def _do_rename(self, db, name, to_db, to_name, tsv, wall):
+    def _do_rename(self, db, name, to_db, to_name, tsv, wall, drop_target=None):
         c = self.dbs[db].pop(name)
         if not self.dbs[db]:
             del self.dbs[db]
@@ -303,8 +306,15 @@ class Store:
         self.dbs.setdefault(to_db, {})[to_name] = c
         to_elem = e_doc(b"to", make_doc(e_str(b"db", to_db) + e_str(b"coll", to_name)))
         ev = oplogmod.build_event("rename", tsv, wall, src_ns + to_elem, cuuid=c.uuid)
+        # operationDescription: the rename's oplog entry less renameCollection and stayTemp,
+        # its `to` as {db, coll}; dropTarget (the dropped target's UUID) only when one was
+        # dropped (change_stream_event_transform.cpp, kRenameCollectionOpType).
+        opdesc = {"to": {"db": to_db, "coll": to_name}}
+        if drop_target is not None:
+            opdesc["dropTarget"] = Binary(bytes(drop_target), 4)
         self.oplog.append(oplogmod.Entry(tsv, wall, "rename", db, name, ev,
-                                         to=(to_db, to_name)))
+                                         to=(to_db, to_name),
+                                         desc={"operationDescription": opdesc}))
         self.clock.advance_past(tsv)
 
     def _do_create_index(self, c, spec):
@@ -314,6 +324,22 @@ class Store:
             for k, doc in c.docs.items():
                 for kt, _ in ix.keys_for(doc):
                     ix.entries[kt] = k
+
+    def _do_ddl_event(self, op, db, name, cuuid, desc, tsv, wall, view=False):
+        """Append a DDL event (EXPANDED_OPS, or a view's drop) without changing any data:
+        its default form is _id, operationType, clusterTime, wallTime, ns; `desc` holds the
+        operationDescription (and stateBeforeChange) a showExpandedEvents stream adds."""
+        ev = oplogmod.build_event(op, tsv, wall, oplogmod.ns_element(db, name), cuuid=cuuid)
+        entry = oplogmod.Entry(tsv, wall, op, db, name, ev, desc=desc, view=view)
+        self.oplog.append(entry)
+        self.clock.advance_past(tsv)
+        return entry
+
+    def ddl_event(self, op, db, name, cuuid, desc, view=False):
+        """Log a DDL change as mongod's oplog has it (an "op" journal record keeps it)."""
+        tsv, wall = self._tick()
+        entry = self._do_ddl_event(op, db, name, cuuid, desc, tsv, wall, view)
+        self._record(entry_record(entry))
 
     def _tick(self):
         if self.pinned is not None:
@@ -326,7 +352,36 @@ class Store:
         c = self._do_create(db, name, None, options)
         self._record({"o": "create", "db": db, "c": name, "uuid": Binary(c.uuid.bytes, 4),
                       "opts": c.options})
+        if self.pinned is None:
+            # A create event (explicit or implicit creation alike: mongod logs a "c" create
+            # entry before the first insert). operationDescription is the entry's `o` less
+            # `create`: the options, then idIndex (change_stream_event_transform.cpp,
+            # kCreateOpType). Not inside a transaction's commit (see docs/testing.md).
+            opdesc = dict(c.options)
+            opdesc["idIndex"] = {"v": 2, "key": {"_id": 1}, "name": "_id_"}
+            self.ddl_event("create", db, name, c.uuid, {"operationDescription": opdesc})
         return c
+
+    def create_view(self, db, name, view_on, pipeline):
+        """A view: kept and listed, and its create event made as mongod makes it from the
+        insert into <db>.system.views (operationDescription: {viewOn, pipeline}; no
+        collectionUUID). Reading through a view is not played."""
+        spec = {"viewOn": view_on, "pipeline": list(pipeline)}
+        self.views.setdefault(db, {})[name] = spec
+        self._record({"o": "view", "db": db, "c": name, "spec": spec})
+        self.ddl_event("create", db, name, None, {"operationDescription": dict(spec)},
+                       view=True)
+
+    def drop_view(self, db, name):
+        views = self.views.get(db, {})
+        views.pop(name)
+        if not views:
+            self.views.pop(db, None)
+        self._record({"o": "unview", "db": db, "c": name})
+        self.ddl_event("drop", db, name, None, None, view=True)
+
+    def view(self, db, name):
+        return self.views.get(db, {}).get(name)
 
     def get_or_create(self, db, name):
         c = self.coll(db, name)
@@ -396,20 +451,27 @@ class Store:
         return n
 
     def drop_database(self, db):
-        if db not in self.dbs:
+        if db not in self.dbs and db not in self.views:
             return False
-        for name in list(self.dbs[db]):
+        for name in list(self.views.get(db, {})):
+            self.drop_view(db, name)
+        for name in list(self.dbs.get(db, {})):
             self.drop_collection(db, name)
         tsv, wall = self._tick()
         self._do_drop_database(db, tsv, wall)
         self._record({"o": "dropDatabase", "db": db, "t": tsv, "w": wall})
         return True
 
-    def rename_collection(self, db, name, to_db, to_name):
+    def rename_collection(self, db, name, to_db, to_name, drop_target=None):
+        """drop_target: the UUID (uuid.UUID) of the target collection dropped for it."""
         tsv, wall = self._tick()
-        self._do_rename(db, name, to_db, to_name, tsv, wall)
-        self._record({"o": "rename", "db": db, "c": name, "tdb": to_db, "tc": to_name,
-                      "t": tsv, "w": wall})
+        dt = drop_target.bytes if drop_target is not None else None
+        self._do_rename(db, name, to_db, to_name, tsv, wall, dt)
+        rec = {"o": "rename", "db": db, "c": name, "tdb": to_db, "tc": to_name,
+               "t": tsv, "w": wall}
+        if dt is not None:
+            rec["dt"] = Binary(dt, 0)
+        self._record(rec)
 
     def create_index(self, c, spec):
         ix = Index(spec)
@@ -423,9 +485,29 @@ class Store:
         self._do_create_index(c, spec)
         self._record({"o": "ci", "db": c.db, "c": c.name, "spec": spec})
 
+    def index_events(self, c, specs):
+        """The createIndexes event of indexes just built: operationDescription {indexes: [...]}
+        as a commitIndexBuild entry gives it (change_stream_event_transform.cpp)."""
+        self.ddl_event("createIndexes", c.db, c.name, c.uuid,
+                       {"operationDescription": {"indexes": [dict(s) for s in specs]}})
+
     def drop_index(self, c, name):
+        spec = dict(c.indexes[name].spec)
         del c.indexes[name]
         self._record({"o": "di", "db": c.db, "c": c.name, "name": name})
+        # One dropIndexes entry per index, the dropped spec in o2 (kDropIndexesOpType).
+        self.ddl_event("dropIndexes", c.db, c.name, c.uuid,
+                       {"operationDescription": {"indexes": [spec]}})
+
+    def modify_event(self, c, command, old_options, index_old=None):
+        """The modify event of a collMod: operationDescription is the command less collMod;
+        stateBeforeChange {collectionOptions: the options before (uuid included),
+        indexOptions: the index's before, when one changed} (kModifyOpType)."""
+        before = {"collectionOptions": old_options}
+        if index_old is not None:
+            before["indexOptions"] = index_old
+        self.ddl_event("modify", c.db, c.name, c.uuid,
+                       {"operationDescription": dict(command), "stateBeforeChange": before})
 
     def set_pre_post(self, c, enabled):
         c.pre_post = bool(enabled)
@@ -489,7 +571,14 @@ class Store:
         elif o == "dropDatabase":
             self._do_drop_database(rec["db"], rec["t"], rec["w"])
         elif o == "rename":
-            self._do_rename(rec["db"], rec["c"], rec["tdb"], rec["tc"], rec["t"], rec["w"])
+            dt = bytes(rec["dt"]) if rec.get("dt") is not None else None
+            self._do_rename(rec["db"], rec["c"], rec["tdb"], rec["tc"], rec["t"], rec["w"], dt)
+        elif o == "view":
+            self.views.setdefault(rec["db"], {})[rec["c"]] = rec["spec"]
+        elif o == "unview":
+            self.views.get(rec["db"], {}).pop(rec["c"], None)
+            if not self.views.get(rec["db"], True):
+                self.views.pop(rec["db"], None)
         elif o == "ci":
             self._do_create_index(self.coll(rec["db"], rec["c"]), rec["spec"])
         elif o == "di":
@@ -506,7 +595,7 @@ class Store:
                 rec["t"], rec["w"], rec["op"], rec["db"], rec.get("c"),
                 oplogmod.with_token_version(bytes(rec["e"])),
                 value_key(rec["k"]["_id"]) if rec.get("k") else None, rec.get("img", False),
-                rec.get("pre"), rec.get("post"), to))
+                rec.get("pre"), rec.get("post"), to, rec.get("desc"), rec.get("view", False)))
             self.clock.advance_past(rec["t"])
         elif o == "txn":
             # A committed transaction, journaled as one record (transactions.py): all of it
@@ -533,18 +622,68 @@ class Store:
                     yield encode({"o": "ci", "db": c.db, "c": c.name, "spec": ix.spec})
             for doc in c.docs.values():
                 yield encode({"o": "load", "db": c.db, "c": c.name, "d": doc})
+        for db, views in self.views.items():
+            for name, spec in views.items():
+                yield encode({"o": "view", "db": db, "c": name, "spec": spec})
         for e in self.oplog.iter_live():
-            rec = {"o": "op", "t": e.tsv, "w": e.wall, "op": e.op, "db": e.db, "c": e.coll,
-                   "e": e.raw, "img": e.images}
-            if e.key is not None:
-                rec["k"] = {"_id": oplogmod.decode_event(e)["documentKey"]["_id"]}
-            if e.pre is not None:
-                rec["pre"] = e.pre
-            if e.post is not None:
-                rec["post"] = e.post
-            if e.to is not None:
-                rec["to"] = list(e.to)
-            yield encode(rec)
+            yield entry_record(e)
+
+
+def entry_record(e):
+    """The "op" journal record that rebuilds oplog entry `e` as it is."""
+    rec = {"o": "op", "t": e.tsv, "w": e.wall, "op": e.op, "db": e.db, "c": e.coll,
+           "e": e.raw, "img": e.images}
+    if e.key is not None:
+        rec["k"] = {"_id": oplogmod.decode_event(e)["documentKey"]["_id"]}
+    if e.pre is not None:
+        rec["pre"] = e.pre
+    if e.post is not None:
+        rec["post"] = e.post
+    if e.to is not None:
+        rec["to"] = list(e.to)
+    if e.desc is not None:
+        rec["desc"] = e.desc
+    if e.view:
+        rec["view"] = True
+    return encode(rec)
+
+
+def _numeric_part(part):
+    """FieldRef::isNumericPathComponentStrict: digits, no leading zero but "0" itself."""
+    return part.isdigit() and part.isascii() and (part == "0" or part[0] != "0")
+
+
+def _typed_path(doc, path):
+    """[(part, is an array index)] along `path` in `doc` (a part not found is a field name)."""
+    out = []
+    cur = doc
+    for part in path.split("."):
+        if isinstance(cur, list) and _numeric_part(part):
+            out.append((part, True))
+            i = int(part)
+            cur = cur[i] if i < len(cur) else None
+        else:
+            out.append((part, False))
+            cur = cur.get(part) if isinstance(cur, dict) else None
+    return out
+
+
+def disambiguated_paths(old, new, ud):
+    """updateDescription.disambiguatedPaths as change_stream_document_diff_parser.cpp makes it:
+    a path is ambiguous from its first field name (not an array index) that is numeric (not as
+    the path's first part) or holds a dot; each ambiguous path maps to its parts, array indices
+    as ints. Paths of updatedFields and truncatedArrays are read in the new document, those of
+    removedFields in the old one."""
+    out = {}
+    paths = [(p, new) for p in ud.get("updatedFields", {})]
+    paths += [(p, old) for p in ud.get("removedFields", [])]
+    paths += [(t["field"], new) for t in ud.get("truncatedArrays", [])]
+    for path, doc in paths:
+        typed = _typed_path(doc, path)
+        if any(not is_ix and ((i > 0 and _numeric_part(part)) or "." in part)
+               for i, (part, is_ix) in enumerate(typed)):
+            out[path] = [int(part) if is_ix else part for part, is_ix in typed]
+    return out
 
 
 def check_collection_name(db, name):
