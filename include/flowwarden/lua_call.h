@@ -79,4 +79,12 @@ void fw_lua_call_clear_io_timeout (lua_State *L);
 int fw_lua_raise_typed (lua_State *L, const char *type, int fields_idx, const char *fmt, ...)
    __attribute__ ((format (printf, 4, 5)));
 
+/*
+ * Runs fn(ud) protected (fn receives ud as a light userdata at index 1) and
+ * leaves L's stack as it was. True when it returned; false with why set to
+ * its error's message (a typed error's `message`, or the error string). For
+ * a connection probe (doctor) that must not raise into its caller.
+ */
+bool fw_lua_call_protected (lua_State *L, lua_CFunction fn, void *ud, char *why, size_t len);
+
 #endif

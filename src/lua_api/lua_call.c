@@ -144,3 +144,22 @@ fw_lua_raise_typed (lua_State *L, const char *type, int fields_idx, const char *
    keep_io_timeout (L);
    return lua_error (L);
 }
+
+bool
+fw_lua_call_protected (lua_State *L, lua_CFunction fn, void *ud, char *why, size_t len)
+{
+   int top = lua_gettop (L);
+   bool ok;
+
+   lua_pushcfunction (L, fn);
+   lua_pushlightuserdata (L, ud);
+   ok = lua_pcall (L, 1, 0, 0) == LUA_OK;
+   if (!ok) {
+      if (lua_istable (L, -1)) {
+         lua_getfield (L, -1, "message");
+      }
+      snprintf (why, len, "%s", lua_isstring (L, -1) ? lua_tostring (L, -1) : "failed");
+   }
+   lua_settop (L, top);
+   return ok;
+}

@@ -477,34 +477,12 @@ probe (lua_State *L)
    return 0;
 }
 
-/* The error at the top (a typed error's message, or a string) into why. */
-static void
-error_text (lua_State *L, char *why, size_t len)
-{
-   if (lua_istable (L, -1)) {
-      lua_getfield (L, -1, "message");
-      snprintf (why, len, "%s", lua_isstring (L, -1) ? lua_tostring (L, -1) : "failed");
-      lua_pop (L, 1);
-   } else {
-      snprintf (why, len, "%s", lua_isstring (L, -1) ? lua_tostring (L, -1) : "failed");
-   }
-}
-
 bool
 fw_redis_lua_probe (lua_State *L, const char *name, int64_t timeout_ms, char *why, size_t len)
 {
    probe_t p = { name, timeout_ms };
-   int top = lua_gettop (L);
-   bool ok;
 
-   lua_pushcfunction (L, probe);
-   lua_pushlightuserdata (L, &p);
-   ok = lua_pcall (L, 1, 0, 0) == LUA_OK;
-   if (!ok) {
-      error_text (L, why, len);
-   }
-   lua_settop (L, top);
-   return ok;
+   return fw_lua_call_protected (L, probe, &p, why, len);
 }
 
 static const luaL_Reg redis_functions[] = {
