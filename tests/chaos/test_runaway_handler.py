@@ -56,6 +56,10 @@ class RunawayHandler(StandInTestCase):
         events), starts flowwarden and returns the healthy stream's events
         per second over its whole backlog."""
         script = self.script(SCRIPT % {"coll": coll, "rcoll": "r_" + coll}, name=coll + ".lua")
+        # Each round watches other collections under the same stream names: the
+        # last round's checkpoints hold tokens of those, which MongoDB refuses to
+        # resume a stream of another collection with (280, as the stand-in now does).
+        self.db["_fw_checkpoints"].delete_many({})
         p = self.run_fw(script)
         p.wait_open(2)
         self.assertEqual(p.stop(), 0)       # both checkpoints saved: backlogs are kept
