@@ -377,6 +377,34 @@ class Outage(FailureTestCase):
         self.assertEqual(self.dlq_entries(), [])
         self.stop_cleanly(p)
 
+    def test_the_kept_breaker_is_fenced_by_the_leaders_epoch(self):
+        """Issue 37, ha.mode = "leader": the leader writes the breaker with its
+        lease's epoch; a document of a newer epoch (a newer leader's) is
+        neither overwritten nor deleted by this one, and it goes on running."""
+        self.set_dependency("down")
+        p, _ = self.start_outage("""
+            fw.defaults { ha = { mode = "leader", lease = "2s" } }
+            fw.stream { name = "s", collection = "orders", on_insert = deliver, dlq = true,
+                        retry = %s, circuit = { open_for = "500ms", max_open_for = "500ms" } }
+            """ % RETRY, admin=False)
+        p.wait_open()
+        self.db.orders.insert_one({"_id": 1})
+        p.wait_log("circuit OPEN", stream="s")
+        self.wait_for(lambda: self.circuit_doc() is not None, what="the breaker's document")
+        epoch = self.checkpoint("s")["epoch"]
+        self.assertGreater(epoch, 0)
+        self.assertEqual(self.circuit_doc()["epoch"], epoch)
+        self.db["_fw_checkpoints"].update_one({"_id": "s#circuit"},
+                                              {"$set": {"epoch": epoch + 1, "probes": -7}})
+        p.wait_log("circuit open again", count=2, stream="s")
+        self.assertEqual(self.circuit_doc()["probes"], -7)   # not overwritten
+        self.set_dependency(None)
+        p.wait_log("circuit closed: the probe succeeded", stream="s")
+        self.assertEqual(self.circuit_doc()["probes"], -7)   # nor deleted
+        self.assertEqual(p.count_log("breaker goes on in memory"), 0)
+        self.assertEqual(self.ids(p, "s")[-1], 1)
+        self.stop_cleanly(p)
+
     def test_rate_limit_bounds_attempts_retries_included(self):
         self.set_dependency(None)
         p, port = self.start_outage("""
