@@ -16,7 +16,7 @@ import unittest
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from dlqtest import FailureTestCase, timed_reports, wait_for
-from fwtest import run_cli
+from fwtest import needs_standin, run_cli
 from test_admin import PROMTOOL, free_port, http, parse_metrics, value
 
 HANDLER = """
@@ -458,6 +458,50 @@ class Outage(FailureTestCase):
     def attempt_times(self, p):
         from dlqtest import timed_reports
         return [ms for ms, _ in timed_reports(p, "s")]
+
+
+@needs_standin("version mode (--server-version 7.0)")
+class OutagePartitions(FailureTestCase):
+    """partitions need $toHashedIndexKey (MongoDB 7.0)."""
+    standin_args = ("--server-version", "7.0")
+    def setUp(self):
+        super().setUp()
+        self.flag = os.path.join(self.tmp.name, "dependency")
+
+    set_dependency = Outage.set_dependency
+    start_outage = Outage.start_outage
+    ids = Outage.ids
+
+    def test_each_partition_unit_keeps_its_own_breaker(self):
+        """Issue 37, partitions = 2: each unit has its breaker, kept under its
+        own checkpoint id (<stream>#k/N#circuit) and restored by it."""
+        self.set_dependency("down")
+        script = """
+            fw.stream { name = "s", collection = "orders", on_insert = deliver, dlq = true,
+                        retry = %s, partitions = 2, circuit = { open_for = "500ms" } }
+            """ % RETRY
+        p, _ = self.start_outage(script, admin=False)
+        p.wait_open(2)
+        self.db.orders.insert_many([{"_id": i} for i in range(1, 21)])
+        p.wait_log("circuit OPEN", count=2)
+        ids = ["s#0/2#circuit", "s#1/2#circuit"]
+        coll = self.db["_fw_checkpoints"]
+        self.wait_for(lambda: coll.count_documents({"_id": {"$in": ids}}) == 2,
+                      what="a breaker document per unit")
+        self.assertEqual(sorted(d["stream"] for d in coll.find({"_id": {"$in": ids}})),
+                         ["s#0/2", "s#1/2"])
+        p.kill9()
+
+        p, _ = self.start_outage(script, admin=False)
+        p.wait_log("circuit OPEN (restored)", count=2)
+        p.wait_log("circuit open again", count=2)
+        self.set_dependency(None)
+        p.wait_until(lambda: set(self.ids(p, None)) >= set(range(1, 21)) and
+                     p.count_log("circuit closed: the probe succeeded") >= 2, what="every event")
+        self.wait_for(lambda: coll.count_documents({"_id": {"$regex": "#circuit$"}}) == 0,
+                      what="the breaker documents gone")
+        self.assertEqual(self.dlq_entries(), [])
+        self.stop_cleanly(p)
 
 
 if __name__ == "__main__":
