@@ -405,6 +405,37 @@ class Outage(FailureTestCase):
         self.assertEqual(self.ids(p, "s")[-1], 1)
         self.stop_cleanly(p)
 
+    def test_a_kept_breaker_that_no_longer_applies_starts_closed(self):
+        """Issue 37: a kept breaker is dropped (document deleted, the stream
+        handles at once) when the script has no circuit any more, or when its
+        give_up_after passed while flowwarden was down."""
+        now = datetime.datetime.now(datetime.timezone.utc)
+        coll = self.db["_fw_checkpoints"]
+
+        def keep(opened_ago_s):
+            coll.replace_one({"_id": "s#circuit"}, {
+                "_id": "s#circuit", "stream": "s", "state": "open", "errorType": "Http.Connect",
+                "openedAt": now - datetime.timedelta(seconds=opened_ago_s), "openForMs": 60000,
+                "nextProbeAt": now + datetime.timedelta(seconds=60), "probes": 3, "epoch": 0},
+                upsert=True)
+
+        self.set_dependency(None)
+        for circuit, why, ago in (("", "the script has no circuit", 10),
+                                  (', circuit = { give_up_after = "1m" }',
+                                   "passed give_up_after", 120)):
+            keep(ago)
+            p, _ = self.start_outage("""
+                fw.stream { name = "s", collection = "orders", on_insert = deliver,
+                            dlq = true, retry = %s%s }
+                """ % (RETRY, circuit), admin=False)
+            p.wait_log(why, stream="s")
+            p.wait_open()
+            self.assertIsNone(self.circuit_doc())
+            self.db.orders.insert_one({"_id": ago})
+            p.wait_until(lambda: self.ids(p, "s") == [ago], what="the event handled at once")
+            self.assertEqual(p.count_log("circuit OPEN"), 0)
+            self.stop_cleanly(p)
+
     def test_rate_limit_bounds_attempts_retries_included(self):
         self.set_dependency(None)
         p, port = self.start_outage("""

@@ -196,8 +196,9 @@ adopt (fw_dispatcher_t *d, const fw_event_t *ev, int attempt)
 bool
 fw_outage_admit (fw_dispatcher_t *d, const fw_event_t *ev, int attempt)
 {
-   if (d->prog.cfg.circuit.enabled && !d->outage.holder && fw_circuit_adopt (d->outage.circuit) &&
-       !adopt (d, ev, attempt)) {
+   /* One lock when it is closed, as before issue 37. */
+   if (d->prog.cfg.circuit.enabled && !d->outage.holder && !circuit_closed (d) &&
+       fw_circuit_adopt (d->outage.circuit) && !adopt (d, ev, attempt)) {
       return false;
    }
    /* Another lane's event holds the breaker open: this lane pauses too

@@ -109,6 +109,15 @@ fw_stream_circuit_restore (fw_stream_worker_t *w)
       clear (w);
       return;
    }
+   if (w->cfg->circuit.give_up_after_ms > 0 &&
+       now >= v.since_ms + w->cfg->circuit.give_up_after_ms) {
+      fw_log (FW_LOG_WARN, w->cfg->name,
+              "the breaker kept by the last run (open on %s) passed give_up_after while "
+              "flowwarden was down: it starts closed, the held event gets its attempts again",
+              v.error_type);
+      clear (w);
+      return;
+   }
    if (fw_dispatcher_circuit_restore (w->d, &v)) {
       fw_log (FW_LOG_WARN, w->cfg->name,
               "circuit OPEN (restored): the last run left it open on %s since %lld ms ago, "
