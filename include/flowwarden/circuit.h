@@ -99,4 +99,16 @@ typedef struct {
 
 void fw_circuit_view (fw_circuit_t *c, fw_circuit_view_t *out);
 
+/* A restart during an outage (issue 37): a closed breaker becomes open as
+ * saved (saved->error_type, since_ms, next_probe_ms, open_for_ms, probes;
+ * saved->state must be open), with no holder yet: the first event to come
+ * (fw_circuit_adopt) holds it and probes at next_probe_ms. give_up_after
+ * still counts from since_ms. False when it was not closed or saved is not
+ * an open breaker's. */
+bool fw_circuit_restore (fw_circuit_t *c, const fw_circuit_view_t *saved);
+
+/* True once for a restored breaker that nobody holds yet: the caller's
+ * event now holds it (waits for the probe time, then is the probe). */
+bool fw_circuit_adopt (fw_circuit_t *c);
+
 #endif /* FLOWWARDEN_CIRCUIT_H */

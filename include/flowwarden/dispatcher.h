@@ -17,6 +17,7 @@
 
 #include <mongoc/mongoc.h>
 
+#include "flowwarden/circuit.h"
 #include "flowwarden/connections.h"
 #include "flowwarden/error.h"
 #include "flowwarden/event.h"
@@ -127,6 +128,32 @@ void fw_dispatcher_share_outage (fw_dispatcher_t *d, fw_dispatcher_t *from);
 /* `flowwarden resume`: an open circuit breaker probes at once. Any thread;
  * d may be NULL. True when the breaker was open. */
 bool fw_dispatcher_circuit_probe_now (fw_dispatcher_t *d);
+
+/* Where a stream keeps its breaker across restarts (issue 37): save is
+ * called when the breaker opens and after each failed probe (v: the breaker
+ * now, times on the dispatcher's clock), clear when it closes for good (a
+ * probe succeeded, give_up_after passed, a probe failed otherwise); a stop
+ * calls neither, so a restart finds the breaker as it was. Called on the
+ * thread of the event that holds the breaker (a lane's with lanes): they
+ * must be thread-safe, and a write they cannot make must not stop the
+ * stream (the breaker goes on in memory). */
+typedef struct {
+   void *ud;
+   void (*save) (void *ud, const fw_circuit_view_t *v);
+   void (*clear) (void *ud);
+} fw_circuit_store_t;
+
+/* d's breaker is kept through store (borrowed, must outlive d; NULL: in
+ * memory only, the default). Set it on the stream's dispatcher before its
+ * lanes share its outage (fw_dispatcher_share_outage copies it). */
+void fw_dispatcher_set_circuit_store (fw_dispatcher_t *d, const fw_circuit_store_t *store);
+
+/* A saved breaker (saved->state open) is put back on d's closed one: status
+ * and metrics show it open at once, and the stream's first event holds it,
+ * waits for saved->next_probe_ms and is attempted once per probe. False
+ * (nothing changed) when the stream has no breaker (circuit off) or d's is
+ * not closed. On the stream's thread, before its events. */
+bool fw_dispatcher_circuit_restore (fw_dispatcher_t *d, const fw_circuit_view_t *saved);
 
 /* Adds from's counts (a lane's) to d's and zeroes from's. */
 void fw_dispatcher_add_stats (fw_dispatcher_t *d, fw_dispatcher_t *from);

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -163,6 +164,55 @@ circuit_reopens_afresh_after_closing (void **state)
    fw_circuit_destroy (NULL);
 }
 
+/* Issue 37: a restart during an outage puts the breaker back open as it was
+ * saved; the first event holds it, waits out the rest of the pause, probes
+ * once, and a failed probe doubles the pause as before. */
+static void
+circuit_restore_reopens_with_the_remaining_wait (void **state)
+{
+   fw_circuit_config_t cfg = config (5000, 300000, 60000);
+   fw_circuit_t *c = fw_circuit_new ();
+   fw_circuit_view_t saved = {0}, v;
+   int64_t wait;
+
+   (void) state;
+   saved.state = FW_CIRCUIT_OPEN;
+   snprintf (saved.error_type, sizeof saved.error_type, "Http.Connect");
+   saved.since_ms = 1000;
+   saved.open_for_ms = 10000;
+   saved.next_probe_ms = 21000;
+   saved.probes = 1;
+   assert_false (fw_circuit_adopt (c)); /* closed: nothing to hold */
+   assert_true (fw_circuit_restore (c, &saved));
+   assert_false (fw_circuit_restore (c, &saved)); /* only a closed one */
+   fw_circuit_view (c, &v);
+   assert_int_equal (v.state, FW_CIRCUIT_OPEN);
+   assert_string_equal (v.error_type, "Http.Connect");
+   assert_int_equal (v.since_ms, 1000);
+   assert_int_equal (v.next_probe_ms, 21000);
+   assert_true (fw_circuit_adopt (c));
+   assert_false (fw_circuit_adopt (c)); /* one holder */
+   assert_int_equal (fw_circuit_next (c, &cfg, 15000, &wait), FW_CIRCUIT_WAIT);
+   assert_int_equal (wait, 6000);
+   assert_int_equal (fw_circuit_next (c, &cfg, 21000, &wait), FW_CIRCUIT_PROBE);
+   assert_int_equal (fw_circuit_state (c), FW_CIRCUIT_HALF_OPEN);
+   fw_circuit_probe_failed (c, &cfg, "Http.Connect", 21500);
+   fw_circuit_view (c, &v);
+   assert_int_equal (v.open_for_ms, 20000);
+   assert_int_equal (v.next_probe_ms, 41500);
+   assert_int_equal (v.probes, 2);
+   /* give_up_after counts from the first opening, before the restart */
+   assert_int_equal (fw_circuit_next (c, &cfg, 61000, &wait), FW_CIRCUIT_GIVE_UP);
+   fw_circuit_close (c);
+   assert_false (fw_circuit_adopt (c));
+   saved.open_for_ms = 0;
+   assert_false (fw_circuit_restore (c, &saved)); /* not an open breaker's */
+   saved.open_for_ms = 10000;
+   saved.state = FW_CIRCUIT_CLOSED;
+   assert_false (fw_circuit_restore (c, &saved));
+   fw_circuit_destroy (c);
+}
+
 int
 main (void)
 {
@@ -173,6 +223,7 @@ main (void)
       cmocka_unit_test (circuit_probe_now_cuts_the_wait_short),
       cmocka_unit_test (circuit_gives_up_after_give_up_after),
       cmocka_unit_test (circuit_reopens_afresh_after_closing),
+      cmocka_unit_test (circuit_restore_reopens_with_the_remaining_wait),
    };
    return cmocka_run_group_tests (tests, NULL, NULL);
 }

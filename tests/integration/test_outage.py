@@ -5,6 +5,7 @@ on in order after the recovery; the rate limit bounds handler attempts.
 The dependency is a file: while it says "down" the handler raises
 Http.Connect (what fw.http raises when a hook refuses connections), while it
 says "bad" a Validation error; without it, the handler succeeds."""
+import datetime
 import json
 import os
 import threading
@@ -14,8 +15,8 @@ import time
 import unittest
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from dlqtest import FailureTestCase, wait_for
-from fwtest import run_cli
+from dlqtest import FailureTestCase, timed_reports, wait_for
+from fwtest import needs_standin, run_cli
 from test_admin import PROMTOOL, free_port, http, parse_metrics, value
 
 HANDLER = """
@@ -253,6 +254,188 @@ class Outage(FailureTestCase):
         self.assertEqual(self.dlq_entries(), [])
         self.stop_cleanly(p)
 
+    def circuit_doc(self, stream="s"):
+        return self.db["_fw_checkpoints"].find_one({"_id": stream + "#circuit"})
+
+    def status_circuit(self, port, stream="s"):
+        return json.loads(http(port, "GET", "/v1/streams/" + stream)[1])["circuit"]
+
+    def test_a_restart_during_an_outage_keeps_the_breaker_open(self):
+        """Issue 37: the breaker lives in <stream>#circuit in _fw_checkpoints.
+        A kill -9 while it is open and a restart while the hook still refuses:
+        status says open at once, the first call comes no earlier than the
+        probe time kept, one attempt per probe (not max_attempts); the hook
+        back, it closes, the document goes, every event arrives in order."""
+        port = free_port()
+        streams = """
+            fw.stream { name = "s", collection = "orders", dlq = true,
+                        retry = { max_attempts = 3, initial_delay = "20ms", jitter = false },
+                        circuit = { open_for = "%s", max_open_for = "%s" },
+                        on_insert = function(ctx)
+                          local doc = ctx:full_document()
+                          report({ id = doc._id, attempt = ctx:attempt_number() })
+                          fw.http.post("http://127.0.0.1:%d/hook", { json = { id = doc._id },
+                                       timeout = 2, raise_for_status = true })
+                        end }
+            """
+        p, _ = self.start_outage(streams % ("3s", "6s", port), admin=False)
+        p.wait_open()
+        self.db.orders.insert_many([{"_id": i} for i in range(1, 4)])
+        p.wait_log("circuit OPEN", stream="s")
+        self.assertEqual(self.attempts_of(p, 1, "s"), [1, 2, 3])
+        self.wait_for(lambda: self.circuit_doc() is not None, what="the breaker's document")
+        kept = self.circuit_doc()
+        self.assertEqual((kept["state"], kept["errorType"], kept["stream"]),
+                         ("open", "Http.Connect", "s"))
+        self.assertEqual(kept["openForMs"], 3000)
+        next_probe_ms = kept["nextProbeAt"].replace(
+            tzinfo=datetime.timezone.utc).timestamp() * 1000.0
+        p.kill9()
+        self.assertEqual(self.circuit_doc()["nextProbeAt"], kept["nextProbeAt"])
+
+        # The restart: open from the start, in status, /v1/streams and metrics.
+        p, admin = self.start_outage(streams % ("1s", "2s", port))
+        p.wait_log("circuit OPEN (restored)", stream="s")
+        if p.report_count("s") == 0:
+            st = self.status_circuit(admin)
+            self.assertEqual((st["state"], st["error_type"]), ("open", "Http.Connect"))
+            got = parse_metrics(http(admin, "GET", "/metrics")[1])
+            self.assertEqual(value(got, "flowwarden_stream_circuit_state", stream="s"), 1)
+            r = run_cli(["status", "--admin", "http://127.0.0.1:%d" % admin])
+            self.assertRegex(r.stdout, r"(?m)^s: circuit: open \(Http\.Connect\)")
+        # The first call no earlier than the probe kept, and one attempt per
+        # probe: a failed probe opens it again (for twice the kept pause).
+        p.wait_log("circuit open again", stream="s")
+        first_ms = timed_reports(p, "s")[0][0]
+        self.assertGreaterEqual(first_ms, next_probe_ms - 2)
+        self.assertEqual(self.attempts_of(p, 1, "s"), [1])
+        self.assertEqual(self.ids(p, "s"), [1])
+        self.assertEqual(p.count_log("circuit OPEN:", stream="s"), 0)
+        # the kept pause (3 s) doubled, capped by this run's max_open_for (2 s)
+        self.wait_for(lambda: self.circuit_doc()["openForMs"] == 2000, what="the probe kept")
+        self.assertEqual(self.status_circuit(admin)["state"], "open")
+
+        got = []
+
+        class Hook(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                got.append(json.loads(body)["id"])
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        ThreadingHTTPServer.allow_reuse_address = True
+        server = ThreadingHTTPServer(("127.0.0.1", port), Hook)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            r = run_cli(["resume", "s", "--admin", "http://127.0.0.1:%d" % admin])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            wait_for(lambda: len(got) >= 3, 30, "3 requests")
+        finally:
+            server.shutdown()
+            server.server_close()
+        p.wait_log("circuit closed: the probe succeeded", stream="s")
+        self.assertEqual(got, [1, 2, 3])
+        self.assertIsNone(self.circuit_doc())
+        self.assertEqual(self.status_circuit(admin)["state"], "closed")
+        self.assertEqual(self.dlq_entries(), [])
+        self.stop_cleanly(p)
+
+    def test_a_stop_keeps_the_breaker_and_lanes_share_the_restored_one(self):
+        """Issue 37: a SIGTERM while the breaker is open leaves its document;
+        the restart (4 lanes) holds every lane until one probe closes it."""
+        self.set_dependency("down")
+        streams = """
+            fw.stream { name = "s", collection = "orders", on_insert = deliver, dlq = true,
+                        retry = { max_attempts = 3, initial_delay = "20ms", jitter = false },
+                        lanes = 4, circuit = { open_for = "%s" } }
+            """
+        p, _ = self.start_outage(streams % "1s", admin=False)
+        p.wait_open()
+        self.db.orders.insert_one({"_id": 1})
+        p.wait_log("circuit OPEN", stream="s")
+        self.wait_for(lambda: self.circuit_doc() is not None, what="the breaker's document")
+        self.assertEqual(p.stop(), 0)
+        self.assertIsNotNone(self.circuit_doc())
+
+        p, admin = self.start_outage(streams % "1s")
+        p.wait_log("circuit OPEN (restored)", stream="s")
+        self.db.orders.insert_many([{"_id": i} for i in range(2, 9)])
+        p.wait_log("circuit open again", stream="s")
+        # Every lane paused: the probe (whichever lane's event came first
+        # holds the restored breaker) is the only attempt of this run so far.
+        self.assertEqual(len(self.ids(p, "s")), 1)
+        self.set_dependency(None)
+        p.wait_until(lambda: set(self.ids(p, "s")) >= set(range(1, 9)) and
+                     p.count_log("circuit closed", stream="s") >= 1, what="every event")
+        self.assertIsNone(self.circuit_doc())
+        self.assertEqual(self.status_circuit(admin)["state"], "closed")
+        self.assertEqual(self.dlq_entries(), [])
+        self.stop_cleanly(p)
+
+    def test_the_kept_breaker_is_fenced_by_the_leaders_epoch(self):
+        """Issue 37, ha.mode = "leader": the leader writes the breaker with its
+        lease's epoch; a document of a newer epoch (a newer leader's) is
+        neither overwritten nor deleted by this one, and it goes on running."""
+        self.set_dependency("down")
+        p, _ = self.start_outage("""
+            fw.defaults { ha = { mode = "leader", lease = "2s" } }
+            fw.stream { name = "s", collection = "orders", on_insert = deliver, dlq = true,
+                        retry = %s, circuit = { open_for = "500ms", max_open_for = "500ms" } }
+            """ % RETRY, admin=False)
+        p.wait_open()
+        self.db.orders.insert_one({"_id": 1})
+        p.wait_log("circuit OPEN", stream="s")
+        self.wait_for(lambda: self.circuit_doc() is not None, what="the breaker's document")
+        epoch = self.checkpoint("s")["epoch"]
+        self.assertGreater(epoch, 0)
+        self.assertEqual(self.circuit_doc()["epoch"], epoch)
+        self.db["_fw_checkpoints"].update_one({"_id": "s#circuit"},
+                                              {"$set": {"epoch": epoch + 1, "probes": -7}})
+        p.wait_log("circuit open again", count=2, stream="s")
+        self.assertEqual(self.circuit_doc()["probes"], -7)   # not overwritten
+        self.set_dependency(None)
+        p.wait_log("circuit closed: the probe succeeded", stream="s")
+        self.assertEqual(self.circuit_doc()["probes"], -7)   # nor deleted
+        self.assertEqual(p.count_log("breaker goes on in memory"), 0)
+        self.assertEqual(self.ids(p, "s")[-1], 1)
+        self.stop_cleanly(p)
+
+    def test_a_kept_breaker_that_no_longer_applies_starts_closed(self):
+        """Issue 37: a kept breaker is dropped (document deleted, the stream
+        handles at once) when the script has no circuit any more, or when its
+        give_up_after passed while flowwarden was down."""
+        now = datetime.datetime.now(datetime.timezone.utc)
+        coll = self.db["_fw_checkpoints"]
+
+        def keep(opened_ago_s):
+            coll.replace_one({"_id": "s#circuit"}, {
+                "_id": "s#circuit", "stream": "s", "state": "open", "errorType": "Http.Connect",
+                "openedAt": now - datetime.timedelta(seconds=opened_ago_s), "openForMs": 60000,
+                "nextProbeAt": now + datetime.timedelta(seconds=60), "probes": 3, "epoch": 0},
+                upsert=True)
+
+        self.set_dependency(None)
+        for circuit, why, ago in (("", "the script has no circuit", 10),
+                                  (', circuit = { give_up_after = "1m" }',
+                                   "passed give_up_after", 120)):
+            keep(ago)
+            p, _ = self.start_outage("""
+                fw.stream { name = "s", collection = "orders", on_insert = deliver,
+                            dlq = true, retry = %s%s }
+                """ % (RETRY, circuit), admin=False)
+            p.wait_log(why, stream="s")
+            p.wait_open()
+            self.assertIsNone(self.circuit_doc())
+            self.db.orders.insert_one({"_id": ago})
+            p.wait_until(lambda: self.ids(p, "s") == [ago], what="the event handled at once")
+            self.assertEqual(p.count_log("circuit OPEN"), 0)
+            self.stop_cleanly(p)
+
     def test_rate_limit_bounds_attempts_retries_included(self):
         self.set_dependency(None)
         p, port = self.start_outage("""
@@ -306,6 +489,50 @@ class Outage(FailureTestCase):
     def attempt_times(self, p):
         from dlqtest import timed_reports
         return [ms for ms, _ in timed_reports(p, "s")]
+
+
+@needs_standin("version mode (--server-version 7.0)")
+class OutagePartitions(FailureTestCase):
+    """partitions need $toHashedIndexKey (MongoDB 7.0)."""
+    standin_args = ("--server-version", "7.0")
+    def setUp(self):
+        super().setUp()
+        self.flag = os.path.join(self.tmp.name, "dependency")
+
+    set_dependency = Outage.set_dependency
+    start_outage = Outage.start_outage
+    ids = Outage.ids
+
+    def test_each_partition_unit_keeps_its_own_breaker(self):
+        """Issue 37, partitions = 2: each unit has its breaker, kept under its
+        own checkpoint id (<stream>#k/N#circuit) and restored by it."""
+        self.set_dependency("down")
+        script = """
+            fw.stream { name = "s", collection = "orders", on_insert = deliver, dlq = true,
+                        retry = %s, partitions = 2, circuit = { open_for = "500ms" } }
+            """ % RETRY
+        p, _ = self.start_outage(script, admin=False)
+        p.wait_open(2)
+        self.db.orders.insert_many([{"_id": i} for i in range(1, 21)])
+        p.wait_log("circuit OPEN", count=2)
+        ids = ["s#0/2#circuit", "s#1/2#circuit"]
+        coll = self.db["_fw_checkpoints"]
+        self.wait_for(lambda: coll.count_documents({"_id": {"$in": ids}}) == 2,
+                      what="a breaker document per unit")
+        self.assertEqual(sorted(d["stream"] for d in coll.find({"_id": {"$in": ids}})),
+                         ["s#0/2", "s#1/2"])
+        p.kill9()
+
+        p, _ = self.start_outage(script, admin=False)
+        p.wait_log("circuit OPEN (restored)", count=2)
+        p.wait_log("circuit open again", count=2)
+        self.set_dependency(None)
+        p.wait_until(lambda: set(self.ids(p, None)) >= set(range(1, 21)) and
+                     p.count_log("circuit closed: the probe succeeded") >= 2, what="every event")
+        self.wait_for(lambda: coll.count_documents({"_id": {"$regex": "#circuit$"}}) == 0,
+                      what="the breaker documents gone")
+        self.assertEqual(self.dlq_entries(), [])
+        self.stop_cleanly(p)
 
 
 if __name__ == "__main__":

@@ -133,7 +133,7 @@ op_call (void *ud, const size_t *idx, size_t n, int attempt, bool *marked)
    }
    /* Issue 29: no call while the stream's breaker is open (another lane's
     * event holds it), and one rate-limit token per call, as per attempt. */
-   if (!fw_outage_admit (d)) {
+   if (!fw_outage_admit (d, NULL, 1)) {
       s->result = stopped ();
       return FW_BATCH_CALL_STOPPED;
    }

@@ -19,6 +19,7 @@ struct fw_circuit {
    int64_t open_for_ms;
    int probes;
    bool probe_asked;
+   bool orphan;               /* restored, no event holds it yet */
 };
 
 bool
@@ -98,6 +99,7 @@ fw_circuit_open (fw_circuit_t *c, const fw_circuit_config_t *cfg, const char *ty
       c->next_probe_ms = now_ms + c->open_for_ms;
       c->probes = 0;
       c->probe_asked = false;
+      c->orphan = false;
       opened = true;
    }
    pthread_mutex_unlock (&c->mu);
@@ -159,6 +161,7 @@ fw_circuit_close (fw_circuit_t *c)
    c->since_ms = 0;
    c->next_probe_ms = 0;
    c->probe_asked = false;
+   c->orphan = false;
    pthread_mutex_unlock (&c->mu);
    return was;
 }
@@ -200,4 +203,40 @@ fw_circuit_view (fw_circuit_t *c, fw_circuit_view_t *out)
    out->probes = c->probes;
    out->probe_asked = c->probe_asked;
    pthread_mutex_unlock (&c->mu);
+}
+
+bool
+fw_circuit_restore (fw_circuit_t *c, const fw_circuit_view_t *saved)
+{
+   bool done = false;
+
+   if (!saved || saved->state != FW_CIRCUIT_OPEN || saved->open_for_ms <= 0) {
+      return false;
+   }
+   pthread_mutex_lock (&c->mu);
+   if (c->state == FW_CIRCUIT_CLOSED) {
+      c->state = FW_CIRCUIT_OPEN;
+      set_type (c, saved->error_type);
+      c->since_ms = saved->since_ms;
+      c->open_for_ms = saved->open_for_ms;
+      c->next_probe_ms = saved->next_probe_ms;
+      c->probes = saved->probes > 0 ? saved->probes : 0;
+      c->probe_asked = false;
+      c->orphan = true;
+      done = true;
+   }
+   pthread_mutex_unlock (&c->mu);
+   return done;
+}
+
+bool
+fw_circuit_adopt (fw_circuit_t *c)
+{
+   bool adopted;
+
+   pthread_mutex_lock (&c->mu);
+   adopted = c->state == FW_CIRCUIT_OPEN && c->orphan;
+   c->orphan = false;
+   pthread_mutex_unlock (&c->mu);
+   return adopted;
 }

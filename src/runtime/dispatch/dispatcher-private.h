@@ -102,6 +102,7 @@ typedef struct {
    fw_rate_limit_t *rate;
    bool shared;                /* another dispatcher's (fw_dispatcher_share_outage) */
    bool holder;                /* this dispatcher's event holds the breaker open */
+   const fw_circuit_store_t *store; /* where it is kept across restarts, or NULL */
 } fw_outage_t;
 
 /* The program: what a reload replaces whole (fw_dispatcher_take_program). */
@@ -227,9 +228,12 @@ void fw_outage_show_config (fw_dispatcher_t *d);
 void fw_outage_cleanup (fw_dispatcher_t *d);
 
 /* Before every handler attempt: waits while another lane's event holds the
- * stream's breaker open, then for a rate-limit token. False: a stop came
- * first. */
-bool fw_outage_admit (fw_dispatcher_t *d);
+ * stream's breaker open, then for a rate-limit token. A breaker restored
+ * after a restart with no holder yet (issue 37) is held by this event,
+ * which waits for its probe time (ev: the event, attempt: this attempt's
+ * number; a batch's call, ev NULL, cannot hold it and closes it). False: a
+ * stop came first. */
+bool fw_outage_admit (fw_dispatcher_t *d, const fw_event_t *ev, int attempt);
 
 typedef enum {
    FW_HOLD_NONE,    /* the event ends under the normal policy */

@@ -698,7 +698,7 @@ attempt_may_start (fw_dispatcher_t *d, const fw_event_t *ev, int attempt, lua_St
    }
    /* Issue 29: no attempt while another lane holds the breaker open, nor
     * beyond the rate limit. */
-   if (!fw_outage_admit (d)) {
+   if (!fw_outage_admit (d, ev, attempt)) {
       *o = outcome (FW_OUTCOME_STOPPED, attempt - 1);
       return false;
    }
@@ -964,6 +964,19 @@ after_failure (fw_dispatcher_t *d, const fw_event_t *ev, lua_State *L, bool ok, 
    }
    if (replay_ends (d, &dec, attempt, o)) {
       return false;
+   }
+   if (dec.action == ACT_RETRY && d->outage.holder && !d->dispatch.dlq_requested && !d->replay) {
+      /* Issue 37: the event holds a breaker restored after a restart; its
+       * attempts are probes, one per pause, not a round of retries. */
+      switch (fw_outage_hold (d, id, attempt, dec.type, dec.message, true)) {
+      case FW_HOLD_PROBE:
+         return true;
+      case FW_HOLD_STOPPED:
+         *o = outcome_after (d, FW_OUTCOME_HELD, attempt, &dec);
+         return false;
+      default:
+         break; /* not an outage's error: the breaker closed, retries go on */
+      }
    }
    if (defers_retry (d, &dec)) {
       int64_t due = d->clock.now_ms (d->clock.ud) +

@@ -54,6 +54,7 @@ fw_outage_show_config (fw_dispatcher_t *d)
 void
 fw_dispatcher_share_outage (fw_dispatcher_t *d, fw_dispatcher_t *from)
 {
+   d->outage.store = from->outage.store;
    if (d->outage.circuit == from->outage.circuit) {
       return;
    }
@@ -67,6 +68,33 @@ bool
 fw_dispatcher_circuit_probe_now (fw_dispatcher_t *d)
 {
    return d && d->outage.circuit && fw_circuit_probe_now (d->outage.circuit);
+}
+
+void
+fw_dispatcher_set_circuit_store (fw_dispatcher_t *d, const fw_circuit_store_t *store)
+{
+   d->outage.store = store;
+}
+
+/* Issue 37: the breaker as it is now, kept for a restart. */
+static void
+persist (fw_dispatcher_t *d)
+{
+   fw_circuit_view_t v;
+
+   if (d->outage.store && d->outage.store->save) {
+      fw_circuit_view (d->outage.circuit, &v);
+      d->outage.store->save (d->outage.store->ud, &v);
+   }
+}
+
+/* Issue 37: the breaker closed for good; a restart starts closed. */
+static void
+forget (fw_dispatcher_t *d)
+{
+   if (d->outage.store && d->outage.store->clear) {
+      d->outage.store->clear (d->outage.store->ud);
+   }
 }
 
 /* Shows the breaker as it is now in status and metrics. */
@@ -138,9 +166,41 @@ take_token (fw_dispatcher_t *d)
    }
 }
 
-bool
-fw_outage_admit (fw_dispatcher_t *d)
+static fw_hold_t wait_for_probe (fw_dispatcher_t *d, const char *id, int attempt);
+
+/* Issue 37: the breaker was restored open after a restart and nobody holds
+ * it: this event does, and is attempted when the probe is due. False: a
+ * stop came first. */
+static bool
+adopt (fw_dispatcher_t *d, const fw_event_t *ev, int attempt)
 {
+   char id[1024];
+
+   if (!ev) {
+      /* A batch's call has no probe of its own: the breaker closes and the
+       * batch follows its policy. */
+      fw_circuit_close (d->outage.circuit);
+      forget (d);
+      fw_log (FW_LOG_WARN, d->prog.cfg.name, "circuit closed: the breaker restored at the "
+              "start is not held by a batch's call; the batch follows its policy");
+      show (d);
+      return true;
+   }
+   fw_event_log_id (ev, id, sizeof id);
+   d->outage.holder = true;
+   fw_log (FW_LOG_INFO, d->prog.cfg.name,
+           "circuit open (restored): event %s holds it and is the next probe", id);
+   return wait_for_probe (d, id, attempt - 1) != FW_HOLD_STOPPED;
+}
+
+bool
+fw_outage_admit (fw_dispatcher_t *d, const fw_event_t *ev, int attempt)
+{
+   /* One lock when it is closed, as before issue 37. */
+   if (d->prog.cfg.circuit.enabled && !d->outage.holder && !circuit_closed (d) &&
+       fw_circuit_adopt (d->outage.circuit) && !adopt (d, ev, attempt)) {
+      return false;
+   }
    /* Another lane's event holds the breaker open: this lane pauses too
     * (they share the dependency). Without circuit: no lock, no wait. */
    while (d->prog.cfg.circuit.enabled && !d->outage.holder && !circuit_closed (d)) {
@@ -183,6 +243,7 @@ wait_for_probe (fw_dispatcher_t *d, const char *id, int attempt)
                  (long long) cfg->give_up_after_ms, id);
          fw_circuit_close (d->outage.circuit);
          d->outage.holder = false;
+         forget (d);
          show (d);
          return FW_HOLD_NONE;
       default:
@@ -225,6 +286,7 @@ fw_outage_hold (fw_dispatcher_t *d, const char *id, int attempt, const char *typ
    if (d->outage.holder && !outage) {
       fw_circuit_close (d->outage.circuit);
       d->outage.holder = false;
+      forget (d);
       fw_log (FW_LOG_WARN, d->prog.cfg.name,
               "circuit closed: the probe with event %s failed with %s, not an outage type "
               "(circuit.on): the event follows the normal policy",
@@ -256,6 +318,7 @@ fw_outage_hold (fw_dispatcher_t *d, const char *id, int attempt, const char *typ
       return wait_for_holder (d);
    }
    show (d);
+   persist (d); /* after show: status does not wait for the write */
    return wait_for_probe (d, id, attempt);
 }
 
@@ -270,6 +333,7 @@ fw_outage_handled (fw_dispatcher_t *d)
    fw_circuit_view (d->outage.circuit, &v);
    fw_circuit_close (d->outage.circuit);
    d->outage.holder = false;
+   forget (d);
    fw_log (FW_LOG_INFO, d->prog.cfg.name,
            "circuit closed: the probe succeeded after %d probe(s); the stream goes on", v.probes);
    show (d);
@@ -286,4 +350,14 @@ fw_outage_event_end (fw_dispatcher_t *d)
    fw_log (FW_LOG_INFO, d->prog.cfg.name,
            "circuit closed: the held event left the stream without a probe's outcome");
    show (d);
+}
+
+bool
+fw_dispatcher_circuit_restore (fw_dispatcher_t *d, const fw_circuit_view_t *saved)
+{
+   if (!d->prog.cfg.circuit.enabled || !fw_circuit_restore (d->outage.circuit, saved)) {
+      return false;
+   }
+   show (d); /* open from the start (the count of openings is this run's) */
+   return true;
 }

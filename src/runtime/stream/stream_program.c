@@ -35,6 +35,7 @@ fw_stream_worker_new (fw_lua_host_t *host, int index, mongoc_client_pool_t *pool
       return NULL;
    }
    w->cfg = fw_dispatcher_config (w->d);
+   fw_stream_circuit_keep (w);
    w->rng = (uint64_t) fw_now_ms () ^ ((uint64_t) (uintptr_t) w << 16) ^ (uint64_t) getpid ();
    return w;
 }

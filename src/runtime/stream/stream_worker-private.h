@@ -61,6 +61,10 @@ struct fw_stream_worker {
       bool unavailable;         /* the writer could not start: checkpoints are synchronous */
       int64_t epoch;            /* the epoch the writer fences with */
    } ckpt;
+   struct {                    /* the breaker kept across restarts (stream_circuit.c) */
+      fw_circuit_store_t store; /* the dispatcher's hooks (ud: w) */
+      int warned;               /* a write failed and was said (atomic) */
+   } circuit;
    struct {                    /* ha.mode = "leader" (lease.h): */
       fw_lease_t *lease;       /* the stream's lease, NULL without ha */
       int64_t epoch;           /* the epoch this thread leads with; 0: not leading */
@@ -235,6 +239,17 @@ void fw_stream_lanes_stop (fw_stream_worker_t *w, fw_position_t *p);
  * watermark; the lanes go on. False on shutdown or when a lane failed
  * (w->failure says why). NULL lanes: true. */
 bool fw_stream_lanes_settle (fw_stream_worker_t *w, fw_position_t *p);
+
+/* --- stream_circuit.c: the breaker kept across restarts (issue 37) ------ */
+
+/* Gives w's dispatcher (and so its lanes) the hooks keeping its breaker in
+ * "<w's checkpoint id>#circuit" (circuit_doc.h). */
+void fw_stream_circuit_keep (fw_stream_worker_t *w);
+
+/* At a start: a breaker kept by the last run is put back open (logged);
+ * none, a read error (logged) or circuit off (the document is deleted)
+ * leaves it closed. On the stream's thread, with its client. */
+void fw_stream_circuit_restore (fw_stream_worker_t *w);
 
 /* --- stream_lead.c: the checkpoint and leadership a stream reads with ---- */
 
