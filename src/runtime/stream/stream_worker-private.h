@@ -236,6 +236,10 @@ void fw_stream_lanes_stop (fw_stream_worker_t *w, fw_position_t *p);
  * (w->failure says why). NULL lanes: true. */
 bool fw_stream_lanes_settle (fw_stream_worker_t *w, fw_position_t *p);
 
+/* stream_exactly_once.c: exactly_once (issue 39) wires the dispatcher's
+ * transactions to write the stream's position in them. */
+void fw_stream_exactly_once_wire (fw_stream_worker_t *w);
+
 /* --- stream_lead.c: the checkpoint and leadership a stream reads with ---- */
 
 /* Reads the checkpoint into p (unless start_position = "latest"), retrying
