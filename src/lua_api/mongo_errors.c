@@ -390,7 +390,7 @@ raise_txn_failure (lua_State *L)
 
    memset (&ctx, 0, sizeof ctx);
    ctx.method = f->what;
-   ctx.db = "the";
+   ctx.db = "exactly_once";
    ctx.coll = "transaction";
    ctx.connection = "default";
    return fw_mongo_raise (L, NULL, &ctx, f->error, f->reply);

@@ -128,6 +128,37 @@ class ExactlyOnce(StandInTestCase):
         self.assertEqual(len(entries), 1, "one dead letter, even after a kill")
         self.assertIn("negative total", str(entries[0]))
 
+    def one_event_under_fail_point(self, data, times):
+        script = self.script(SCRIPT)
+        p = self.run_fw(script)
+        p.wait_open()
+        self.fail_point({"times": times}, dict(data, failCommands=["commitTransaction"]))
+        self.db.orders.insert_one(order(7))
+        p.wait_reports(1, timeout=30)
+        deadline = time.monotonic() + 30
+        while self.applied() < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(p.stop(), 0)
+        self.assertEqual(self.totals(), {"c7": (1, 8)}, "applied once")
+        self.assertEqual(self.checkpoint("totals")["lastProcessedToken"]["_data"] is not None, True)
+        return p
+
+    def test_transient_transaction_error_at_commit_retries_the_attempt(self):
+        # MongoDB's manual, "Drivers API": an error labelled
+        # TransientTransactionError means the whole transaction may be retried.
+        p = self.one_event_under_fail_point(
+            {"errorCode": 112, "errorLabels": ["TransientTransactionError"]}, 1)
+        self.assertEqual(p.count_log("attempt 1 failed"), 1)
+        self.assertEqual(p.count_log("commitTransaction on exactly_once.transaction"), 1)
+
+    def test_unknown_commit_result_sends_the_commit_again(self):
+        # "Drivers API": UnknownTransactionCommitResult: the commit may be
+        # retried (a commit of a committed transaction succeeds again).
+        p = self.one_event_under_fail_point(
+            {"errorCode": 91, "errorLabels": ["UnknownTransactionCommitResult"]}, 3)
+        self.assertEqual(p.count_log("attempt 1 failed"), 0)
+        self.assertGreaterEqual(p.count_log("the commit's outcome is unknown"), 1)
+
     def test_write_to_another_connection_fails_naming_stream_and_connection(self):
         script = self.script("""
 fw.connection { name = "audit", uri = fw.env("AUDIT_URI") }
