@@ -181,6 +181,15 @@ fw.stream { name = "eo", collection = "orders", exactly_once = true, dlq = true,
         self.assertIn('connection \\"audit\\" cannot join', text.replace('"', '\\"'))
         self.assertEqual(self.db.inbox.count_documents({}), 0)
 
+    def test_check_says_which_effects_are_exactly_once(self):
+        script = self.script(SCRIPT.replace('collection = "orders"',
+                                            'database = "shop", collection = "orders"'))
+        cp = run_cli(["check", script])
+        self.assertEqual(cp.returncode, 0, cp.stderr)
+        self.assertIn("exactly_once", cp.stdout)
+        self.assertIn("fw.http, fw.state, fw.redis, fw.pg and dead letters stay at least once",
+                      cp.stdout)
+
     def test_check_refuses_what_cannot_run_exactly_once(self):
         cases = [
             ("lanes = 2,", "use partitions = N instead"),
