@@ -4,6 +4,7 @@
  * position written in it before the commit.
  *
  * What MongoDB gives and this relies on (its manual, "Transactions" and
+ * https://www.mongodb.com/docs/manual/core/transactions-in-applications/,
  * "Drivers API"): a transaction needs a replica set or a sharded cluster
  * (a standalone refuses transaction numbers, 20 IllegalOperation); every
  * operation carrying the session's lsid and txnNumber joins it, and none of
