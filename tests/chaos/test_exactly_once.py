@@ -49,7 +49,8 @@ class ExactlyOnce(StandInTestCase):
     # TransientTransactionError) until then, and its retry policy must
     # outlast the limit (docs/reliability.md): 2 s here, against about 4.5 s
     # of retries above.
-    standin_args = ("--transaction-lifetime-limit-seconds", "2")
+    standin_args = ("--transaction-lifetime-limit-seconds", "2",
+                    "--server-version", "7.0")  # partitions: $toHashedIndexKey
 
     def totals(self):
         return {d["_id"]: (d["orders"], d["amount"]) for d in self.db.customer_totals.find()}
@@ -105,6 +106,28 @@ class ExactlyOnce(StandInTestCase):
         self.assertEqual(got, want, "every counter exact after %d kills (seed %d)"
                          % (KILLS, seed))
         self.assertEqual(list(self.db["_fw_dlq"].find()), [])
+
+    def test_partitions_each_commit_their_own_checkpoint_across_a_kill(self):
+        script = self.script(SCRIPT.replace('exactly_once = true,',
+                                            'exactly_once = true, partitions = 2,'))
+        n = 600
+        p = self.run_fw(script)
+        p.wait_open(streams=2)
+        writer = threading.Thread(target=self.write_all, args=(n,), daemon=True)
+        writer.start()
+        p.wait_until(lambda: len(p.reports()) >= n // 3, timeout=60, what="a third")
+        p.kill9()
+        writer.join()
+        p = self.run_fw(script)
+        p.wait_open(streams=2)
+        deadline = time.monotonic() + 60
+        while self.applied() < n and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(p.stop(), 0)
+        self.assertEqual(self.totals(), self.want(self.db.orders.find()))
+        ids = sorted(d["_id"] for d in self.db["_fw_checkpoints"].find(
+            {"lastProcessedToken": {"$exists": True}}))
+        self.assertEqual(ids, ["totals#0/2", "totals#1/2"])
 
     def test_poison_event_is_dead_lettered_once_and_applies_nothing(self):
         script = self.script(SCRIPT)
