@@ -7,6 +7,7 @@ connection inside the call fails with an error naming stream and
 connection."""
 import os
 import random
+import signal
 import threading
 import time
 import unittest
@@ -128,6 +129,24 @@ class ExactlyOnce(StandInTestCase):
         ids = sorted(d["_id"] for d in self.db["_fw_checkpoints"].find(
             {"lastProcessedToken": {"$exists": True}}))
         self.assertEqual(ids, ["totals#0/2", "totals#1/2"])
+
+    def test_reload_switching_exactly_once_on_restarts_the_stream(self):
+        plain = SCRIPT.replace("exactly_once = true,", "")
+        script = self.script(plain)
+        p = self.run_fw(script)
+        p.wait_open()
+        self.db.orders.insert_many([order(n) for n in range(100)])
+        p.wait_until(lambda: len(p.reports()) >= 100, timeout=30, what="100 events")
+        with open(script, "w") as f:
+            f.write(open(self.script(SCRIPT, name="eo.lua")).read())
+        p.proc.send_signal(signal.SIGHUP)
+        p.wait_log("source changed by reload", timeout=30)
+        self.db.orders.insert_many([order(n) for n in range(100, 200)])
+        deadline = time.monotonic() + 30
+        while self.applied() < 200 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(p.stop(), 0)
+        self.assertEqual(self.totals(), self.want(self.db.orders.find()))
 
     def test_poison_event_is_dead_lettered_once_and_applies_nothing(self):
         script = self.script(SCRIPT)
