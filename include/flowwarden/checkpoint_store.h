@@ -54,6 +54,16 @@ bool fw_checkpoint_save_fenced (mongoc_client_t *client, const char *database, c
                                 const char *script_version, int64_t epoch, bool *fenced,
                                 fw_error_t *error);
 
+/* exactly_once (issue 39): saves token as both lastProcessedToken and
+ * lastSeenToken inside session's transaction (started by the caller, who
+ * commits it). epoch > 0: fenced as fw_checkpoint_save_fenced (*fenced true
+ * when a newer leader holds it), else an upsert. *reply (initialised here,
+ * the caller destroys it) is the server's, for the error labels. */
+bool fw_checkpoint_save_in (mongoc_client_t *client, mongoc_client_session_t *session,
+                            const char *database, const char *stream, const bson_t *token,
+                            const char *script_version, int64_t epoch, bool *fenced,
+                            bson_t *reply, fw_error_t *error);
+
 void fw_checkpoint_cleanup (fw_checkpoint_t *cp);
 
 #endif

@@ -105,6 +105,23 @@ void fw_dispatcher_set_lead (fw_dispatcher_t *d, fw_lease_t *lease, int64_t epoc
  * program (a reload). */
 void fw_dispatcher_set_boundary (fw_dispatcher_t *d, bool (*fn) (void *ud), void *ud);
 
+/*
+ * exactly_once (issue 39): each handler call runs in a transaction on a
+ * session of the "default" connection's client, which every fw.mongo
+ * operation on that client joins; before the commit fn(ud, ev, client,
+ * session, reply, fenced, error) writes the stream's position past ev in
+ * the same transaction (true when it did; false with error set and, for the
+ * labels, the server's *reply, which the dispatcher initialises and
+ * destroys; *fenced true when a newer leader holds the checkpoint: the
+ * transaction is aborted and the event ends FW_OUTCOME_STOPPED). NULL fn:
+ * no transactions (the default). A replayed dead letter never runs in one.
+ */
+typedef bool (*fw_txn_position_fn) (void *ud, const fw_event_t *ev, mongoc_client_t *client,
+                                    mongoc_client_session_t *session, bson_t *reply, bool *fenced,
+                                    fw_error_t *error);
+
+void fw_dispatcher_set_exactly_once (fw_dispatcher_t *d, fw_txn_position_fn fn, void *ud);
+
 /* Loads the stream's script once more into a new host (the caller's), as
  * the stream's own was loaded; NULL with error filled. */
 typedef fw_lua_host_t *(*fw_dispatcher_loader_t) (void *ud, fw_error_t *error);

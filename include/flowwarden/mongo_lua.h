@@ -51,6 +51,30 @@ void fw_mongo_lua_attach (lua_State *L, const fw_mongo_provider_t *provider);
  */
 void fw_mongo_lua_close_cursors (lua_State *L);
 
+/*
+ * exactly_once (issue 39): while a handler call runs in a transaction, every
+ * fw.mongo operation on `client` joins `session` (its opts carry the
+ * session's lsid and txnNumber), and an operation on any other client raises
+ * an error naming `stream` and the connection, since it could not commit
+ * with the transaction. txn is borrowed until the next join; NULL leaves the
+ * transaction (operations run on their own again). Never raises.
+ */
+typedef struct {
+   mongoc_client_t *client;
+   mongoc_client_session_t *session;
+   const char *stream;
+} fw_mongo_txn_t;
+
+void fw_mongo_lua_join (lua_State *L, const fw_mongo_txn_t *txn);
+
+/* Pushes a handler failure table ({ value = a typed Mongo.* error with its
+ * code, code_name and labels, traceback = "" }) for a failed transaction
+ * step `what` ("commit", "checkpoint"), as the dispatcher's policy takes it.
+ * error and reply (may be NULL) are libmongoc's. May raise (memory) only
+ * inside a protected call: use it from C with the state at rest. */
+void fw_mongo_lua_push_failure (lua_State *L, const char *what, const bson_error_t *error,
+                                const bson_t *reply);
+
 /* Sets `mongo` (a table with `collection`) in the table at module_idx. May
  * raise (memory). */
 void fw_mongo_lua_open (lua_State *L, int module_idx);

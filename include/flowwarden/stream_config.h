@@ -49,6 +49,7 @@ typedef struct {
    int save_every;
    int64_t save_interval_ms;
    int64_t idle_heartbeat_ms;
+   bool exactly_once;               /* issue 39: handler writes + checkpoint in one transaction */
    bool checkpoint_sync;            /* checkpoint.mode = "sync": written on the handler's path */
    bool start_latest;               /* start_position = "latest" */
    bool resume_from_now;            /* on_history_lost = "resume_from_now" */

@@ -137,6 +137,12 @@ function M.stream(spec)
   if spec.partitions then
     add("partitions", partitions_text(spec))
   end
+  if spec.exactly_once then
+    add("exactly_once", "true: fw.mongo reads and writes on the stream's own connection and the "
+      .. "checkpoint commit in one transaction per event (exactly once); fw.http, fw.state, "
+      .. "fw.redis, fw.pg and dead letters stay at least once; fw.mongo on another connection "
+      .. "fails the call")
+  end
   add("oversize", spec.oversize)
   add("oversize_threshold", duration.format_size(spec.oversize_threshold_bytes))
   require("flowwarden.config.outage").describe(spec, add)

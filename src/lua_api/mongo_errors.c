@@ -373,3 +373,42 @@ fw_mongo_arg_error (lua_State *L, const char *fmt, ...)
    return fw_lua_raise_typed (L, "ArgumentError", 0, "%s", lua_tostring (L, -1));
 }
 
+
+/* --- exactly_once: a failed transaction step as a handler failure --------- */
+
+typedef struct {
+   const char *what;
+   const bson_error_t *error;
+   const bson_t *reply;
+} txn_failure_t;
+
+static int
+raise_txn_failure (lua_State *L)
+{
+   const txn_failure_t *f = lua_touserdata (L, 1);
+   fw_mongo_ctx_t ctx;
+
+   memset (&ctx, 0, sizeof ctx);
+   ctx.method = f->what;
+   ctx.db = "exactly_once";
+   ctx.coll = "transaction";
+   ctx.connection = "default";
+   return fw_mongo_raise (L, NULL, &ctx, f->error, f->reply);
+}
+
+void
+fw_mongo_lua_push_failure (lua_State *L, const char *what, const bson_error_t *error,
+                           const bson_t *reply)
+{
+   txn_failure_t f = {what, error, reply};
+
+   lua_createtable (L, 0, 2);
+   lua_pushcfunction (L, raise_txn_failure);
+   lua_pushlightuserdata (L, &f);
+   if (lua_pcall (L, 1, 0, 0) == LUA_OK) {
+      lua_pushstring (L, what); /* never: fw_mongo_raise always raises */
+   }
+   lua_setfield (L, -2, "value");
+   lua_pushliteral (L, "");
+   lua_setfield (L, -2, "traceback");
+}

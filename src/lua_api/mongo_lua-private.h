@@ -46,6 +46,14 @@ typedef struct {
    int64_t started_ns;           /* CLOCK_MONOTONIC, when metrics is set */
 } fw_mongo_ctx_t;
 
+/* exactly_once: the transaction L's operations join (mongo_op.c), or NULL. */
+const fw_mongo_txn_t *fw_mongo_txn (lua_State *L);
+
+/* Appends the joined transaction's session to opts when ctx's client is its
+ * client. Raises (after releasing op) when it cannot. */
+void fw_mongo_ctx_session (lua_State *L, fw_mongo_op_t *op, const fw_mongo_ctx_t *ctx,
+                           bson_t *opts);
+
 /* Pushes a new scratch (all bson_t empty, no objects). May raise (memory). */
 fw_mongo_op_t *fw_mongo_op_new (lua_State *L);
 

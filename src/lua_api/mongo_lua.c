@@ -57,6 +57,15 @@ fw_mongo_ctx_begin (lua_State *L, fw_mongo_ctx_t *ctx, const char *method, const
                        connection, err.message);
       fw_mongo_raise_plain (L, "Mongo.Network", lua_tostring (L, -1));
    }
+   const fw_mongo_txn_t *txn = fw_mongo_txn (L);
+   if (txn && ctx->client != txn->client) {
+      fw_mongo_arg_error (L,
+                          "fw.mongo: %s on %s.%s: stream \"%s\" has exactly_once = true, and "
+                          "connection \"%s\" cannot join its transaction (only the stream's own "
+                          "MongoDB client can): write there from another stream, or drop "
+                          "exactly_once",
+                          method, db, coll, txn->stream ? txn->stream : "?", connection);
+   }
 }
 
 /* --- collection handles --------------------------------------------------- */

@@ -17,6 +17,40 @@
 #define OP_MT "flowwarden.mongo.op"
 
 static const char provider_key = 'm'; /* registry key: its address */
+static const char txn_key = 't';      /* exactly_once's transaction */
+
+void
+fw_mongo_lua_join (lua_State *L, const fw_mongo_txn_t *txn)
+{
+   lua_pushlightuserdata (L, (void *) txn);
+   lua_rawsetp (L, LUA_REGISTRYINDEX, &txn_key);
+}
+
+const fw_mongo_txn_t *
+fw_mongo_txn (lua_State *L)
+{
+   const fw_mongo_txn_t *t;
+   lua_rawgetp (L, LUA_REGISTRYINDEX, &txn_key);
+   t = lua_touserdata (L, -1);
+   lua_pop (L, 1);
+   return t;
+}
+
+void
+fw_mongo_ctx_session (lua_State *L, fw_mongo_op_t *op, const fw_mongo_ctx_t *ctx, bson_t *opts)
+{
+   const fw_mongo_txn_t *t = fw_mongo_txn (L);
+   bson_error_t error;
+
+   if (!t || t->client != ctx->client) {
+      return;
+   }
+   if (!mongoc_client_session_append (t->session, opts, &error)) {
+      fw_mongo_op_release (op);
+      luaL_error (L, "fw.mongo: %s on %s.%s: cannot join the exactly-once transaction: %s",
+                  ctx->method, ctx->db, ctx->coll, error.message);
+   }
+}
 
 void
 fw_mongo_set_provider (lua_State *L, const fw_mongo_provider_t *provider)
@@ -184,4 +218,5 @@ fw_mongo_ctx_collection (lua_State *L, fw_mongo_op_t *op, const fw_mongo_ctx_t *
       fw_mongo_op_release (op);
       luaL_error (L, "fw.mongo: %s: cannot build the command options", ctx->method);
    }
+   fw_mongo_ctx_session (L, op, ctx, &op->opts);
 }

@@ -414,6 +414,11 @@ fw_mongo_find_one_and_update (lua_State *L)
       ok = mongoc_find_and_modify_opts_set_max_time_ms (
          op->fam, ctx.budget_ms > UINT32_MAX ? UINT32_MAX : (uint32_t) ctx.budget_ms);
    }
+   bson_reinit (&op->holder);
+   fw_mongo_ctx_session (L, op, &ctx, &op->holder);
+   if (ok && !bson_empty (&op->holder)) {
+      ok = mongoc_find_and_modify_opts_append (op->fam, &op->holder);
+   }
    if (!ok) {
       fw_mongo_op_release (op);
       return luaL_error (L, "find_one_and_update: cannot build the options");
@@ -611,6 +616,7 @@ fw_mongo_bulk_write (lua_State *L)
       fw_mongo_op_release (op);
       return luaL_error (L, "fw.mongo: bulk_write on %s.%s: cannot open the collection", db, coll);
    }
+   fw_mongo_ctx_session (L, op, &ctx, &op->opts);
    /* libmongoc's bulk API takes no maxTimeMS: the socket deadline bounds it. */
    op->bulk = mongoc_collection_create_bulk_operation_with_opts (op->coll, &op->opts);
    if (!op->bulk) {

@@ -56,7 +56,7 @@ local BAD = {
       .. "memory_limit, split_large_events, oversize, oversize_threshold, lanes, circuit, rate_limit, "
       .. "partitions, on_insert, "
       .. "on_update, on_replace, on_delete, on_change, on_error, batch, on_batch, on_snapshot, "
-      .. "snapshot)" } },
+      .. "snapshot, exactly_once)" } },
   { "lanes = 0",
     "fw.stream { name = 's', database = 'shop', lanes = 0, on_change = h }",
     { S .. "lanes: expected an integer from 1 to 64 (Lua states handling events of different keys "
@@ -477,6 +477,7 @@ describe("config: effective settings", function()
       oversize = "fail",
       oversize_threshold_bytes = 16 * 1024 * 1024 - 64 * 1024,
       lanes = 1,
+      exactly_once = false,
       state = { max_bytes = 64 * 1024 * 1024 },
       ha = { mode = "none", lease_ms = 10000 },
       snapshot = { chunk_size = 1000, pause_ms = 0, read_preference = "primary" },

@@ -28,7 +28,7 @@ local STREAM_KEYS = {
   "memory_limit", "split_large_events", "oversize", "oversize_threshold", "lanes", "circuit",
   "rate_limit", "partitions", "on_insert",
   "on_update", "on_replace", "on_delete", "on_change", "on_error", "batch", "on_batch",
-  "on_snapshot", "snapshot",
+  "on_snapshot", "snapshot", "exactly_once",
 }
 local DEFAULTS_KEYS = {
   "database", "uri", "retry", "dlq", "checkpoint", "restart", "timeout", "memory_limit", "state",

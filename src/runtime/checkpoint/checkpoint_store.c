@@ -66,9 +66,10 @@ fw_checkpoint_load (mongoc_client_t *client, const char *database, const char *s
  * matches only a checkpoint fenced with epoch (fw_checkpoint_fence), and
  * *fenced says when it did not. */
 static bool
-save_checkpoint (mongoc_client_t *client, const char *database, const char *stream,
-                 const bson_t *processed, const bson_t *seen, const char *script_version,
-                 int64_t epoch, bool *fenced, fw_error_t *error)
+save_checkpoint (mongoc_client_t *client, mongoc_client_session_t *session, const char *database,
+                 const char *stream, const bson_t *processed, const bson_t *seen,
+                 const char *script_version, int64_t epoch, bool *fenced, bson_t *reply_out,
+                 fw_error_t *error)
 {
    mongoc_collection_t *coll;
    bson_t selector = BSON_INITIALIZER;
@@ -99,6 +100,14 @@ save_checkpoint (mongoc_client_t *client, const char *database, const char *stre
    BSON_APPEND_DATE_TIME (&set, "updatedAt", fw_now_ms ());
    bson_append_document_end (&update, &set);
    BSON_APPEND_BOOL (&opts, "upsert", epoch <= 0);
+   if (session && !mongoc_client_session_append (session, &opts, &berr)) {
+      fw_error_set (error, FW_ERROR_MONGO, "cannot save checkpoint of stream \"%s\" in its "
+                    "transaction: %s", stream, berr.message);
+      bson_destroy (&selector);
+      bson_destroy (&update);
+      bson_destroy (&opts);
+      return false;
+   }
 
    coll = mongoc_client_get_collection (client, database, FW_CHECKPOINT_COLLECTION);
    ok = mongoc_collection_update_one (coll, &selector, &update, &opts, &reply, &berr);
@@ -124,6 +133,9 @@ save_checkpoint (mongoc_client_t *client, const char *database, const char *stre
          ok = false;
       }
    }
+   if (reply_out) {
+      bson_copy_to (&reply, reply_out);
+   }
    bson_destroy (&reply);
    mongoc_collection_destroy (coll);
    bson_destroy (&selector);
@@ -137,8 +149,8 @@ fw_checkpoint_save (mongoc_client_t *client, const char *database, const char *s
                     const bson_t *processed, const bson_t *seen, const char *script_version,
                     fw_error_t *error)
 {
-   return save_checkpoint (client, database, stream, processed, seen, script_version, 0, NULL,
-                           error);
+   return save_checkpoint (client, NULL, database, stream, processed, seen, script_version, 0, NULL,
+                           NULL, error);
 }
 
 bool
@@ -155,8 +167,19 @@ fw_checkpoint_save_fenced (mongoc_client_t *client, const char *database, const 
       }
       return false;
    }
-   return save_checkpoint (client, database, stream, processed, seen, script_version, epoch,
-                           fenced, error);
+   return save_checkpoint (client, NULL, database, stream, processed, seen, script_version, epoch,
+                           fenced, NULL, error);
+}
+
+bool
+fw_checkpoint_save_in (mongoc_client_t *client, mongoc_client_session_t *session,
+                       const char *database, const char *stream, const bson_t *token,
+                       const char *script_version, int64_t epoch, bool *fenced, bson_t *reply,
+                       fw_error_t *error)
+{
+   bson_init (reply);
+   return save_checkpoint (client, session, database, stream, token, token, script_version, epoch,
+                           fenced, reply, error);
 }
 
 bool

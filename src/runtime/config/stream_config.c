@@ -310,6 +310,7 @@ fw_stream_config_read (lua_State *L, int idx, int specs, fw_stream_config_t *cfg
    cfg->oversize_threshold =
       int_field (L, t, "oversize_threshold_bytes", 16 * 1024 * 1024 - 64 * 1024);
 
+   cfg->exactly_once = bool_field (L, t, "exactly_once", false);
    cfg->save_every = 1;
    cfg->save_interval_ms = 5000;
    cfg->idle_heartbeat_ms = 300000;

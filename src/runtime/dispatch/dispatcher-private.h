@@ -130,6 +130,12 @@ struct fw_dispatcher {
       bool (*fn) (void *ud);   /* see fw_dispatcher_set_boundary */
       void *ud;
    } boundary;
+   struct {
+      fw_txn_position_fn fn;   /* exactly_once: see fw_dispatcher_set_exactly_once */
+      void *ud;
+      mongoc_client_session_t *session; /* the attempt's, while it runs */
+      mongoc_client_t *client;
+   } eo;
    fw_stream_clock_t clock;
    const fw_dispatch_hooks_t *hooks; /* flowwarden test's recorder, else NULL */
    fw_replay_hook_t *replay;   /* a dead letter is being replayed, else NULL */

@@ -21,6 +21,7 @@
 #include "flowwarden/secrets.h"
 #include "runtime/dispatch/batch-private.h"
 #include "runtime/dispatch/dispatcher-private.h"
+#include "runtime/dispatch/event_txn.h"
 
 typedef enum { ACT_RETRY, ACT_DLQ, ACT_SKIP, ACT_DROP } action_t;
 
@@ -782,6 +783,46 @@ call_handler (fw_dispatcher_t *d, lua_State *L, int ref, int attempt, bool key_f
    return ok;
 }
 
+/* exactly_once (issue 39): the attempt in a transaction with the stream's
+ * position, committed when the handler returned and asked for nothing else,
+ * aborted otherwise. Returns as call_handler; *fenced when a newer leader
+ * holds the checkpoint (nothing committed). */
+static bool
+call_in_txn (fw_dispatcher_t *d, const fw_event_t *ev, lua_State *L, int ref, int attempt,
+             bool key_failed, fw_lua_stop_t *stop, attempt_times_t *t, bool *fenced)
+{
+   fw_mongo_txn_t join;
+   bool ok;
+
+   *fenced = false;
+   if (!fw_txn_wanted (d)) {
+      return call_handler (d, L, ref, attempt, key_failed, stop, t);
+   }
+   if (!fw_txn_begin (d, L, &join)) {
+      *stop = FW_LUA_STOP_NONE;
+      if (attempt == 1) {
+         t->first_ns = t->start_ns = fw_mono_ns ();
+      }
+      return false;
+   }
+   ok = call_handler (d, L, ref, attempt, key_failed, stop, t);
+   fw_mongo_lua_join (L, NULL);
+   if (!ok || d->dispatch.dlq_requested) {
+      fw_txn_end (d);
+      return ok;
+   }
+   switch (fw_txn_commit (d, L, ev)) {
+   case FW_TXN_COMMITTED:
+      return true;
+   case FW_TXN_FENCED:
+      *fenced = true;
+      return true;
+   default:
+      *stop = FW_LUA_STOP_NONE;
+      return false;
+   }
+}
+
 /* The handler returned and asked for nothing else. end_ns: its end on
  * CLOCK_MONOTONIC, 0 without metrics. */
 static fw_outcome_t
@@ -1050,7 +1091,7 @@ run_attempts (fw_dispatcher_t *d, const fw_event_t *ev)
 
    for (int attempt = 1;; attempt++) {
       fw_lua_stop_t stop;
-      bool ok, key_failed = false;
+      bool ok, key_failed = false, fenced;
       fw_outcome_t o;
 
       if (!attempt_may_start (d, ev, attempt, &L, &ref, &o)) {
@@ -1060,7 +1101,10 @@ run_attempts (fw_dispatcher_t *d, const fw_event_t *ev)
       if (check_park && park_if_open (d, ev, &check_park, &key_failed, &stop, &o)) {
          return o;
       }
-      ok = call_handler (d, L, ref, attempt, key_failed, &stop, &t);
+      ok = call_in_txn (d, ev, L, ref, attempt, key_failed, &stop, &t, &fenced);
+      if (fenced) {
+         return outcome (FW_OUTCOME_STOPPED, attempt);
+      }
       if (fw_state_over_mark (d) && fw_state_check (d, ok, attempt) == FW_STATE_RETRY) {
          continue; /* failed in a full state: tried again on a rebuilt one */
       }

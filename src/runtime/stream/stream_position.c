@@ -107,7 +107,9 @@ void
 fw_position_save_async (fw_stream_worker_t *w, fw_position_t *p, const char *why)
 {
    fw_error_t err;
-   if (w->cfg->checkpoint_sync || w->ckpt.unavailable) {
+   /* exactly_once: each handled event's transaction writes the checkpoint;
+    * an async write landing after a later commit would move it back. */
+   if (w->cfg->checkpoint_sync || w->ckpt.unavailable || w->cfg->exactly_once) {
       fw_position_save (w, p, why);
       return;
    }

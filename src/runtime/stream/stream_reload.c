@@ -40,7 +40,10 @@ fw_stream_worker_same_source (fw_stream_worker_t *w, const fw_stream_worker_t *n
           same_string (w->cfg->full_document, next->cfg->full_document) &&
           same_string (w->cfg->full_document_before_change,
                        next->cfg->full_document_before_change) &&
-          bson_equal (w->cfg->pipeline, next->cfg->pipeline);
+          bson_equal (w->cfg->pipeline, next->cfg->pipeline) &&
+          /* exactly_once switched on or off: a new stream (its final
+           * checkpoint, then its transactions or async saves from there). */
+          w->cfg->exactly_once == next->cfg->exactly_once;
    pthread_mutex_unlock (&w->pending.mu);
    return same;
 }

@@ -251,6 +251,10 @@ void fw_stream_circuit_keep (fw_stream_worker_t *w);
  * leaves it closed. On the stream's thread, with its client. */
 void fw_stream_circuit_restore (fw_stream_worker_t *w);
 
+/* stream_exactly_once.c: exactly_once (issue 39) wires the dispatcher's
+ * transactions to write the stream's position in them. */
+void fw_stream_exactly_once_wire (fw_stream_worker_t *w);
+
 /* --- stream_lead.c: the checkpoint and leadership a stream reads with ---- */
 
 /* Reads the checkpoint into p (unless start_position = "latest"), retrying

@@ -864,6 +864,7 @@ fw_stream_worker_start (fw_stream_worker_t *w, fw_error_t *error)
    /* The stream's thread switches to a reloaded program at attempt
     * boundaries (lane programs never do: their stream's thread does). */
    fw_dispatcher_set_boundary (w->d, reload_boundary, w);
+   fw_stream_exactly_once_wire (w);
    if (pthread_create (&w->thread.id, NULL, worker_main, w) != 0) {
       fw_error_set (error, FW_ERROR_IO, "cannot start thread for stream \"%s\"", w->cfg->name);
       return false;

@@ -1,0 +1,147 @@
+/*
+ * event_txn.c - exactly_once (issue 39): one handler attempt in a MongoDB
+ * transaction on the "default" connection's client, with the stream's
+ * position written in it before the commit.
+ *
+ * What MongoDB gives and this relies on (its manual, "Transactions" and
+ * https://www.mongodb.com/docs/manual/core/transactions-in-applications/,
+ * "Drivers API"): a transaction needs a replica set or a sharded cluster
+ * (a standalone refuses transaction numbers, 20 IllegalOperation); every
+ * operation carrying the session's lsid and txnNumber joins it, and none of
+ * its writes is visible outside before commitTransaction; an error labelled
+ * TransientTransactionError means the whole transaction may be run again
+ * from its start, and a commit failed with UnknownTransactionCommitResult
+ * may be sent again (commitTransaction is retryable: a second commit of a
+ * committed transaction succeeds).
+ */
+#include <string.h>
+
+#include "flowwarden/log.h"
+#include "flowwarden/mongo_lua.h"
+#include "runtime/dispatch/dispatcher-private.h"
+#include "runtime/dispatch/event_txn.h"
+
+/* A commit that ended with UnknownTransactionCommitResult is sent again up
+ * to this many times (libmongoc already sends it once more by itself). */
+#define COMMIT_TRIES 5
+
+void
+fw_dispatcher_set_exactly_once (fw_dispatcher_t *d, fw_txn_position_fn fn, void *ud)
+{
+   d->eo.fn = fn;
+   d->eo.ud = ud;
+}
+
+bool
+fw_txn_wanted (const fw_dispatcher_t *d)
+{
+   return d->eo.fn && !d->replay;
+}
+
+/* Pushes the failure table of a step that failed before any server reply. */
+static void
+push_local_failure (lua_State *L, const char *what, const char *message)
+{
+   bson_error_t e;
+
+   memset (&e, 0, sizeof e);
+   e.domain = MONGOC_ERROR_CLIENT;
+   e.code = MONGOC_ERROR_CLIENT_SESSION_FAILURE;
+   bson_strncpy (e.message, message, sizeof e.message);
+   fw_mongo_lua_push_failure (L, what, &e, NULL);
+}
+
+bool
+fw_txn_begin (fw_dispatcher_t *d, lua_State *L, fw_mongo_txn_t *join)
+{
+   fw_error_t err;
+   bson_error_t berr;
+
+   err.message[0] = '\0';
+   d->eo.client = fw_connection_clients_get (d->clients, "default", &err);
+   if (!d->eo.client) {
+      push_local_failure (L, "startTransaction", err.message);
+      return false;
+   }
+   d->eo.session = mongoc_client_start_session (d->eo.client, NULL, &berr);
+   if (!d->eo.session) {
+      fw_mongo_lua_push_failure (L, "startSession", &berr, NULL);
+      return false;
+   }
+   if (!mongoc_client_session_start_transaction (d->eo.session, NULL, &berr)) {
+      fw_txn_end (d);
+      fw_mongo_lua_push_failure (L, "startTransaction", &berr, NULL);
+      return false;
+   }
+   join->client = d->eo.client;
+   join->session = d->eo.session;
+   join->stream = d->prog.cfg.name;
+   fw_mongo_lua_join (L, join);
+   return true;
+}
+
+void
+fw_txn_end (fw_dispatcher_t *d)
+{
+   /* Destroying a session with its transaction in progress aborts it. */
+   mongoc_client_session_destroy (d->eo.session);
+   d->eo.session = NULL;
+}
+
+/* Sends commitTransaction, again while the outcome is unknown. */
+static bool
+commit (fw_dispatcher_t *d, bson_t *reply, bson_error_t *berr)
+{
+   for (int i = 0;; i++) {
+      bson_destroy (reply);
+      if (mongoc_client_session_commit_transaction (d->eo.session, reply, berr)) {
+         return true;
+      }
+      if (i + 1 >= COMMIT_TRIES || !mongoc_error_has_label (reply, "UnknownTransactionCommitResult")) {
+         return false;
+      }
+      fw_log (FW_LOG_WARN, d->prog.cfg.name,
+              "exactly_once: the commit's outcome is unknown (%s); sending it again",
+              berr->message);
+   }
+}
+
+fw_txn_end_t
+fw_txn_commit (fw_dispatcher_t *d, lua_State *L, const fw_event_t *ev)
+{
+   bson_t reply = BSON_INITIALIZER;
+   bson_error_t berr;
+   fw_error_t err;
+   bool fenced = false, ok;
+
+   bson_destroy (&reply);
+   err.message[0] = '\0';
+   err.code = 0;
+   ok = d->eo.fn (d->eo.ud, ev, d->eo.client, d->eo.session, &reply, &fenced, &err);
+   if (!ok) {
+      if (fenced) {
+         bson_destroy (&reply);
+         fw_log (FW_LOG_WARN, d->prog.cfg.name, "exactly_once: %s; its transaction is aborted",
+                 err.message);
+         fw_txn_end (d);
+         return FW_TXN_FENCED;
+      }
+      memset (&berr, 0, sizeof berr);
+      berr.domain = MONGOC_ERROR_SERVER;
+      berr.code = (uint32_t) err.code;
+      bson_strncpy (berr.message, err.message, sizeof berr.message);
+      fw_mongo_lua_push_failure (L, "checkpoint", &berr, &reply);
+      bson_destroy (&reply);
+      fw_txn_end (d);
+      return FW_TXN_FAILED;
+   }
+   bson_destroy (&reply);
+   bson_init (&reply);
+   ok = commit (d, &reply, &berr);
+   if (!ok) {
+      fw_mongo_lua_push_failure (L, "commitTransaction", &berr, &reply);
+   }
+   bson_destroy (&reply);
+   fw_txn_end (d);
+   return ok ? FW_TXN_COMMITTED : FW_TXN_FAILED;
+}
