@@ -85,6 +85,16 @@ int fw_lua_raise_typed (lua_State *L, const char *type, int fields_idx, const ch
  * its error's message (a typed error's `message`, or the error string). For
  * a connection probe (doctor) that must not raise into its caller.
  */
+/*
+ * The userdata of `size` bytes named `name` in the table at
+ * registry[key] (both made when missing: the userdata zeroed, with
+ * metatable `mt`). Pushes that table and the userdata (2 values); the
+ * userdata is owned by L. For a Lua state's connections by name (fw.pg,
+ * fw.redis). Raises on out of memory.
+ */
+void *fw_lua_named_userdata (lua_State *L, const void *key, const char *name, size_t size,
+                             const char *mt);
+
 bool fw_lua_call_protected (lua_State *L, lua_CFunction fn, void *ud, char *why, size_t len);
 
 #endif

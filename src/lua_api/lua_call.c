@@ -163,3 +163,27 @@ fw_lua_call_protected (lua_State *L, lua_CFunction fn, void *ud, char *why, size
    lua_settop (L, top);
    return ok;
 }
+
+void *
+fw_lua_named_userdata (lua_State *L, const void *key, const char *name, size_t size,
+                       const char *mt)
+{
+   void *u;
+
+   if (lua_rawgetp (L, LUA_REGISTRYINDEX, key) != LUA_TTABLE) {
+      lua_pop (L, 1);
+      lua_newtable (L);
+      lua_pushvalue (L, -1);
+      lua_rawsetp (L, LUA_REGISTRYINDEX, key);
+   }
+   if (lua_getfield (L, -1, name) == LUA_TUSERDATA) {
+      return lua_touserdata (L, -1);
+   }
+   lua_pop (L, 1);
+   u = lua_newuserdatauv (L, size, 0);
+   memset (u, 0, size);
+   luaL_setmetatable (L, mt);
+   lua_pushvalue (L, -1);
+   lua_setfield (L, -3, name);
+   return u;
+}

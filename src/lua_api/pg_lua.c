@@ -162,22 +162,7 @@ get_conn (lua_State *L, const call_t *call)
    }
    lua_getfield (L, -2, "uri");
    uri = lua_tostring (L, -1);
-   if (lua_rawgetp (L, LUA_REGISTRYINDEX, &conns_key) != LUA_TTABLE) {
-      lua_pop (L, 1);
-      lua_newtable (L);
-      lua_pushvalue (L, -1);
-      lua_rawsetp (L, LUA_REGISTRYINDEX, &conns_key);
-   }
-   if (lua_getfield (L, -1, call->name) == LUA_TUSERDATA) {
-      c = lua_touserdata (L, -1);
-   } else {
-      lua_pop (L, 1);
-      c = lua_newuserdatauv (L, sizeof *c, 0);
-      memset (c, 0, sizeof *c);
-      luaL_setmetatable (L, CONN_MT);
-      lua_pushvalue (L, -1);
-      lua_setfield (L, -3, call->name);
-   }
+   c = fw_lua_named_userdata (L, &conns_key, call->name, sizeof *c, CONN_MT);
    if (!c->uri || strcmp (c->uri, uri) != 0) {
       conn_close (c);
       free (c->uri);
