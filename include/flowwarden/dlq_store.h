@@ -139,6 +139,16 @@ typedef struct {
 
 typedef struct fw_dlq_store fw_dlq_store_t;
 
+/* What a store can do beyond what every store does: its answer is its
+ * capabilities field, asked through fw_dlq_store_can. Callers ask the store,
+ * never test whether a method is NULL; the methods of a capability a store
+ * lacks are NULL. */
+typedef enum {
+   /* Keeps deferred retries (retry.mode = "deferred", issue 29): claim_due,
+    * scheduled and settle's FW_DLQ_RESCHEDULE. */
+   FW_DLQ_CAN_DEFER = 1u << 0,
+} fw_dlq_capability_t;
+
 /*
  * Every method returns false with error filled when the backend fails (or
  * memory runs out); out parameters are then unspecified unless said. A
@@ -223,14 +233,14 @@ struct fw_dlq_store {
    /* Deferred retries (issue 29): claims the SCHEDULED entry of stream
     * whose nextAttemptAt is earliest and not after now_ms (or one a killed
     * process left REPROCESSING with a nextAttemptAt and an expired claim):
-    * as claim does. *got false when none is due; out as claim's. NULL in a
-    * store without deferred retries. */
+    * as claim does. *got false when none is due; out as claim's. Set only
+    * in a store that can FW_DLQ_CAN_DEFER. */
    bool (*claim_due) (fw_dlq_store_t *store, const char *stream, const char *actor,
                       int64_t now_ms, int64_t until_ms, bson_t *out, bool *got,
                       fw_error_t *error);
    /* The SCHEDULED entries of stream: how many (*count), the oldest one's
     * createdAt (*oldest_ms) and the earliest nextAttemptAt (*next_ms); 0:
-    * none. NULL as claim_due. */
+    * none. Set as claim_due. */
    bool (*scheduled) (fw_dlq_store_t *store, const char *stream, int64_t *count,
                       int64_t *oldest_ms, int64_t *next_ms, fw_error_t *error);
    /* A claim a killed replay left (REPROCESSING, claimedUntil before
@@ -289,7 +299,18 @@ struct fw_dlq_store {
                         void *ud, fw_error_t *error);
 
    void (*destroy) (fw_dlq_store_t *store);
+
+   /* The fw_dlq_capability_t bits of what this store can do (0: only what
+    * every store does). Set by the store's constructor. */
+   unsigned capabilities;
 };
+
+/* Whether store can do cap (dlq_store.h's capabilities). */
+static inline bool
+fw_dlq_store_can (const fw_dlq_store_t *store, fw_dlq_capability_t cap)
+{
+   return (store->capabilities & (unsigned) cap) != 0;
+}
 
 /* The MongoDB store. Its sequences are in "<collection>_sequences" beside
  * it (fw_dlq_sequences_name). client is borrowed and must outlive the store;

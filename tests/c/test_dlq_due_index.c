@@ -174,6 +174,7 @@ the_claim_of_a_due_retry_has_the_shape_its_index_serves (void **state)
    assert_true (mongoc_client_set_apm_callbacks (client, cbs, NULL));
    store = fw_dlq_store_mongo_new (client, DB, "_fw_dlq", NULL, 1, &err);
    assert_non_null (store);
+   assert_true (fw_dlq_store_can (store, FW_DLQ_CAN_DEFER));
    assert_non_null (store->claim_due);
 
    /* The index exists, with this key in this order. */

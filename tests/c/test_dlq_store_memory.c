@@ -185,6 +185,18 @@ memory_sequences_refuses_a_store_that_is_not_in_memory (void **state)
    bson_destroy (&docs);
 }
 
+/* The in-memory store keeps no deferred retries and says so: flowwarden test
+ * retries in place (tests/testing/deferred_spec.lua). */
+static void
+memory_store_says_it_cannot_defer_retries (void **state)
+{
+   fw_dlq_store_t *store = *state;
+
+   assert_false (fw_dlq_store_can (store, FW_DLQ_CAN_DEFER));
+   assert_null (store->claim_due);
+   assert_null (store->scheduled);
+}
+
 int
 main (void)
 {
@@ -201,6 +213,7 @@ main (void)
                                        setup, teardown),
       cmocka_unit_test_setup_teardown (memory_seq_lists_the_sequence_documents, setup, teardown),
       cmocka_unit_test (memory_sequences_refuses_a_store_that_is_not_in_memory),
+      cmocka_unit_test_setup_teardown (memory_store_says_it_cannot_defer_retries, setup, teardown),
    };
    return cmocka_run_group_tests (tests, NULL, NULL);
 }

@@ -978,13 +978,13 @@ decided_end (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec, in
 }
 
 /* The decision is retry and the stream defers its retries (issue 29): the
- * retry waits in the DLQ and the stream goes on. (A store that keeps no
- * scheduled retries, flowwarden test's, retries here.) */
+ * retry waits in the DLQ and the stream goes on. (A store that says it
+ * cannot FW_DLQ_CAN_DEFER, flowwarden test's in-memory one, retries here.) */
 static bool
 defers_retry (const fw_dispatcher_t *d, const decision_t *dec)
 {
    return dec->action == ACT_RETRY && d->prog.cfg.retry_deferred && d->prog.cfg.dlq.enabled &&
-          !d->dispatch.dlq_requested && (!d->dlq || d->dlq->claim_due);
+          !d->dispatch.dlq_requested && (!d->dlq || fw_dlq_store_can (d->dlq, FW_DLQ_CAN_DEFER));
 }
 
 /* After an attempt that failed or called ctx:send_to_dlq: decides, and ends

@@ -175,6 +175,7 @@ fw_dlq__mongo_reschedule_update (const fw_dlq_outcome_t *o, const char *actor, b
 void
 fw_dlq__mongo_deferred_methods (fw_dlq_store_t *s)
 {
+   s->capabilities |= FW_DLQ_CAN_DEFER;
    s->claim_due = mongo_claim_due;
    s->scheduled = mongo_scheduled;
 }

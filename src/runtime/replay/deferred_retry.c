@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "flowwarden/check.h"
 #include "flowwarden/dlq_entry.h"
 #include "flowwarden/dlq_replay.h"
 #include "flowwarden/log.h"
@@ -220,9 +221,10 @@ fw_deferred_tick (fw_dispatcher_t *d)
    if (!d->dlq && !fw_dispatcher_open_dlq (d)) {
       return;
    }
-   if (!d->dlq->claim_due || !d->dlq->scheduled) {
+   if (!fw_dlq_store_can (d->dlq, FW_DLQ_CAN_DEFER)) {
       return;
    }
+   FW_ASSERT (d->dlq->claim_due && d->dlq->scheduled);
    fw_dlq_actor (actor, sizeof actor);
    for (int i = 0; i < DEFERRED_PER_TICK && !(d->shutdown && fw_shutdown_requested (d->shutdown));
         i++) {
