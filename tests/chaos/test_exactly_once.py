@@ -44,12 +44,10 @@ def order(n):
 
 
 class ExactlyOnce(StandInTestCase):
-    # A killed instance's open transaction holds its documents until the
-    # server's transactionLifetimeLimitSeconds (60 s by default) aborts it;
-    # the next instance's transactions meet WriteConflict (112, labelled
-    # TransientTransactionError) until then, and its retry policy must
-    # outlast the limit (docs/reliability.md): 2 s here, against about 4.5 s
-    # of retries above.
+    # A killed instance's open transaction is killed by the next start
+    # (killSessions on the recorded session, KilledWithATransactionOpen);
+    # the short lifetime and the longer retry policy here are kept as a
+    # second net.
     standin_args = ("--transaction-lifetime-limit-seconds", "2",
                     "--server-version", "7.0")  # partitions: $toHashedIndexKey
 
