@@ -295,6 +295,34 @@ class KilledWithATransactionOpen(StandInTestCase):
         self.assertLess(took, 30, "the restart did not wait out the 60 s transaction lifetime")
         self.assertGreaterEqual(p.count_log("ended 1 server session(s) of an earlier run"), 1)
 
+    def test_new_ha_leader_kills_the_dead_leader_s_transaction(self):
+        # The record is per checkpoint id: the standby that takes the lease finds it.
+        n, block_at = 20, 8
+        script = self.script(BLOCKING.replace(
+            "fw.stream {", 'fw.defaults { ha = { mode = "leader", lease = "1000ms" } }\n'
+            "fw.stream {", 1))
+        a = self.run_fw(script, env=dict(os.environ, FW_TEST_BLOCK_AT=str(block_at)))
+        a.wait_open()
+        b = self.run_fw(script)
+        b.wait_log("role: standby", timeout=30)
+        self.db.orders.insert_many([{"_id": i, "n": i, "customer": "c", "total": 1}
+                                    for i in range(n)])
+        a.wait_until(lambda: any(r.get("blocking") == block_at for r in a.reports()),
+                     timeout=60, what="the leader's handler blocking in its transaction")
+        a.kill9()
+        killed = time.monotonic()
+        b.wait_open(timeout=60)
+        deadline = time.monotonic() + 60
+        while self.totals().get("c", (0, 0))[0] < n and time.monotonic() < deadline:
+            time.sleep(0.1)
+        took = time.monotonic() - killed
+        self.assertEqual(b.stop(), 0)
+        figures("exactly_once_ha_takeover_after_kill", seconds="%.1f" % took)
+        self.assertEqual(list(self.db["_fw_dlq"].find({}, {"_id": 1})), [], "nothing dead-lettered")
+        self.assertEqual(self.totals(), {"c": (n, n)}, "each event applied exactly once")
+        self.assertLess(took, 30, "the new leader did not wait out the transaction lifetime")
+        self.assertGreaterEqual(b.count_log("ended 1 server session(s) of an earlier run"), 1)
+
     def totals(self):
         return {d["_id"]: (d["orders"], d["amount"]) for d in self.db.customer_totals.find()}
 
