@@ -120,7 +120,21 @@ typedef bool (*fw_txn_position_fn) (void *ud, const fw_event_t *ev, mongoc_clien
                                     mongoc_client_session_t *session, bson_t *reply, bool *fenced,
                                     fw_error_t *error);
 
-void fw_dispatcher_set_exactly_once (fw_dispatcher_t *d, fw_txn_position_fn fn, void *ud);
+/* The session the transactions run on is started once per dispatcher (on
+ * its first attempt, or again after its client changed) and kept across
+ * events; before its first use record(ud, client, lsid, error) stores its
+ * lsid durably (true when it did; false with error set: the attempt fails
+ * and the session is ended), so that a later start can kill a transaction a
+ * killed process left open. NULL record: nothing stored. */
+typedef bool (*fw_txn_session_fn) (void *ud, mongoc_client_t *client, const bson_t *lsid,
+                                   fw_error_t *error);
+
+void fw_dispatcher_set_exactly_once (fw_dispatcher_t *d, fw_txn_position_fn fn,
+                                     fw_txn_session_fn record, void *ud);
+
+/* The client of d's "default" connection, the one exactly_once's
+ * transactions run on (owned by d); NULL with error set. */
+mongoc_client_t *fw_dispatcher_txn_client (fw_dispatcher_t *d, fw_error_t *error);
 
 /* Loads the stream's script once more into a new host (the caller's), as
  * the stream's own was loaded; NULL with error filled. */

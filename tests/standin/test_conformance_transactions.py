@@ -2,7 +2,7 @@
 sessions as the independent client, against what MongoDB documents and its server does
 (transaction_participant.cpp for the txnNumber rules and codes, error_labels.cpp for the
 TransientTransactionError label, document_source_change_stream_unwind_transaction.cpp for the
-change events of a transaction; manual "Transactions", "In-progress Transactions and Write
+change events of a transaction, kill_sessions_command.cpp for killSessions; manual "Transactions", "In-progress Transactions and Write
 Conflicts", transactionLifetimeLimitSeconds)."""
 
 import os
@@ -14,6 +14,7 @@ import time
 import unittest
 
 import pymongo
+from bson.binary import Binary
 from bson.int64 import Int64
 from bson.timestamp import Timestamp
 from pymongo.errors import OperationFailure
@@ -335,6 +336,48 @@ class Lifetime(unittest.TestCase):
         # for that, then applies.
         coll.update_one({"_id": 1}, {"$inc": {"v": 1}})
         self.assertEqual(list(coll.find()), [{"_id": 1, "v": 1}])
+
+
+class KillSessions(unittest.TestCase):
+    """killSessions (manual "killSessions"; server kill_sessions_command.cpp: not admin-only,
+    any user may kill its own sessions, the reply is {ok: 1}): the killed sessions' open
+    transactions are aborted at once, well before the lifetime limit."""
+
+    def _reply_is_ok(self, reply):
+        self.assertEqual(reply["ok"], 1.0)
+        self.assertEqual(set(reply) - {"ok", "$clusterTime", "operationTime"}, set())
+
+    def test_kill_aborts_the_open_transaction_and_frees_its_documents(self):
+        coll = fresh("kill")
+        coll.insert_one({"_id": 1, "v": 0})
+        ses = own_session(self)
+        raw(ses, {"update": "kill", "updates": [{"q": {"_id": 1}, "u": {"$set": {"v": 99}}}],
+                  "txnNumber": Int64(1), "startTransaction": True, "autocommit": False})
+        other = own_session(self)
+        e = failure(lambda: raw(other, {
+            "update": "kill", "updates": [{"q": {"_id": 1}, "u": {"$set": {"v": 5}}}],
+            "txnNumber": Int64(1), "startTransaction": True, "autocommit": False}))
+        self.assertEqual(e.code, 112)  # WriteConflict (which aborts that transaction)
+        started = time.monotonic()
+        self._reply_is_ok(CLIENT.admin.command({"killSessions": [{"id": ses.session_id["id"]}]}))
+        # At once: another transaction writes the document, the killed one is gone.
+        raw(other, {"update": "kill", "updates": [{"q": {"_id": 1}, "u": {"$set": {"v": 5}}}],
+                    "txnNumber": Int64(2), "startTransaction": True, "autocommit": False})
+        raw(other, {"commitTransaction": 1, "txnNumber": Int64(2), "autocommit": False},
+            db="admin")
+        self.assertLess(time.monotonic() - started, LIFETIME_S)
+        e = failure(lambda: raw(ses, {"commitTransaction": 1, "txnNumber": Int64(1),
+                                      "autocommit": False}, db="admin"))
+        self.assertEqual(e.code, 251)  # NoSuchTransaction: it was aborted
+        self.assertEqual(list(coll.find()), [{"_id": 1, "v": 5}])
+
+    def test_unknown_session_is_no_error_and_any_database_takes_it(self):
+        self._reply_is_ok(CLIENT.txn.command({"killSessions": [{"id": Binary(os.urandom(16), 4)}]}))
+
+    def test_bad_arguments(self):
+        self.assertEqual(failure(lambda: CLIENT.admin.command({"killSessions": "x"})).code, 14)
+        self.assertEqual(failure(lambda: CLIENT.admin.command({"killSessions": [{}]})).code,
+                         40414)
 
 
 class ChangeEvents(unittest.TestCase):

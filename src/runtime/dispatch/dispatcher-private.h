@@ -133,7 +133,8 @@ struct fw_dispatcher {
    struct {
       fw_txn_position_fn fn;   /* exactly_once: see fw_dispatcher_set_exactly_once */
       void *ud;
-      mongoc_client_session_t *session; /* the attempt's, while it runs */
+      fw_txn_session_fn record;
+      mongoc_client_session_t *session; /* kept across attempts (fw_txn_release) */
       mongoc_client_t *client;
    } eo;
    fw_stream_clock_t clock;

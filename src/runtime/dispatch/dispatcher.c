@@ -19,6 +19,7 @@
 #include "flowwarden/state_lua.h"
 #include "runtime/dispatch/batch-private.h"
 #include "runtime/dispatch/dispatcher-private.h"
+#include "runtime/dispatch/event_txn.h"
 
 static const char *const handler_keys[H_COUNT] = {"insert", "update", "replace", "delete",
                                                   "change", "batch", "snapshot"};
@@ -171,6 +172,7 @@ fw_dispatcher_destroy (fw_dispatcher_t *d)
    if (!d->state_shared) {
       fw_state_store_destroy (d->state);
    }
+   fw_txn_release (d);
    fw_connection_clients_destroy (d->clients); /* the DLQ store: closed by fw_dispatcher_release */
    fw_dlq_sequences_destroy (d->park.open_seqs);
    bson_free (d->park.key);
@@ -321,6 +323,7 @@ fw_dispatcher_release (fw_dispatcher_t *d)
    if (!fw_lua_host_panicked (d->prog.host)) {
       fw_mongo_lua_attach (fw_lua_host_state (d->prog.host), NULL);
    }
+   fw_txn_release (d); /* its session, before the client it came from */
    fw_connection_clients_release (d->clients);
    d->client = NULL;
 }

@@ -26,10 +26,18 @@
 #define COMMIT_TRIES 5
 
 void
-fw_dispatcher_set_exactly_once (fw_dispatcher_t *d, fw_txn_position_fn fn, void *ud)
+fw_dispatcher_set_exactly_once (fw_dispatcher_t *d, fw_txn_position_fn fn,
+                                fw_txn_session_fn record, void *ud)
 {
    d->eo.fn = fn;
+   d->eo.record = record;
    d->eo.ud = ud;
+}
+
+mongoc_client_t *
+fw_dispatcher_txn_client (fw_dispatcher_t *d, fw_error_t *error)
+{
+   return fw_connection_clients_get (d->clients, "default", error);
 }
 
 bool
@@ -51,25 +59,54 @@ push_local_failure (lua_State *L, const char *what, const char *message)
    fw_mongo_lua_push_failure (L, what, &e, NULL);
 }
 
+/* d's session on client: the kept one, else a new one recorded before it is
+ * used (one session per dispatcher keeps the record off the per-event path
+ * and small). False with a failure table pushed. */
+static bool
+kept_session (fw_dispatcher_t *d, lua_State *L, mongoc_client_t *client)
+{
+   bson_error_t berr;
+   fw_error_t err;
+
+   if (d->eo.session && d->eo.client == client) {
+      return true;
+   }
+   fw_txn_release (d);
+   d->eo.session = mongoc_client_start_session (client, NULL, &berr);
+   if (!d->eo.session) {
+      fw_mongo_lua_push_failure (L, "startSession", &berr, NULL);
+      return false;
+   }
+   d->eo.client = client;
+   err.message[0] = '\0';
+   if (d->eo.record &&
+       !d->eo.record (d->eo.ud, client, mongoc_client_session_get_lsid (d->eo.session), &err)) {
+      fw_txn_release (d);
+      push_local_failure (L, "startSession", err.message);
+      return false;
+   }
+   return true;
+}
+
 bool
 fw_txn_begin (fw_dispatcher_t *d, lua_State *L, fw_mongo_txn_t *join)
 {
    fw_error_t err;
    bson_error_t berr;
+   mongoc_client_t *client;
 
    err.message[0] = '\0';
-   d->eo.client = fw_connection_clients_get (d->clients, "default", &err);
-   if (!d->eo.client) {
+   client = fw_connection_clients_get (d->clients, "default", &err);
+   if (!client) {
       push_local_failure (L, "startTransaction", err.message);
       return false;
    }
-   d->eo.session = mongoc_client_start_session (d->eo.client, NULL, &berr);
-   if (!d->eo.session) {
-      fw_mongo_lua_push_failure (L, "startSession", &berr, NULL);
+   if (!kept_session (d, L, client)) {
       return false;
    }
    if (!mongoc_client_session_start_transaction (d->eo.session, NULL, &berr)) {
-      fw_txn_end (d);
+      /* A session mongoc refuses to start on is not kept. */
+      fw_txn_release (d);
       fw_mongo_lua_push_failure (L, "startTransaction", &berr, NULL);
       return false;
    }
@@ -83,9 +120,27 @@ fw_txn_begin (fw_dispatcher_t *d, lua_State *L, fw_mongo_txn_t *join)
 void
 fw_txn_end (fw_dispatcher_t *d)
 {
+   bson_error_t berr;
+
+   if (d->eo.session && mongoc_client_session_in_transaction (d->eo.session) &&
+       !mongoc_client_session_abort_transaction (d->eo.session, &berr)) {
+      /* The server aborts it anyway (its lifetime, or a kill at the next
+       * start); a fresh session is started for the next attempt. */
+      fw_log (FW_LOG_WARN, d->prog.cfg.name, "exactly_once: abortTransaction failed (%s)",
+              berr.message);
+      fw_txn_release (d);
+   }
+}
+
+void
+fw_txn_release (fw_dispatcher_t *d)
+{
    /* Destroying a session with its transaction in progress aborts it. */
-   mongoc_client_session_destroy (d->eo.session);
+   if (d->eo.session) {
+      mongoc_client_session_destroy (d->eo.session);
+   }
    d->eo.session = NULL;
+   d->eo.client = NULL;
 }
 
 /* Sends commitTransaction, again while the outcome is unknown. */

@@ -21,16 +21,20 @@ typedef enum {
 /* Whether d's attempts run in transactions (exactly_once, not a replay). */
 bool fw_txn_wanted (const fw_dispatcher_t *d);
 
-/* Starts the attempt's session and transaction and joins fw.mongo to them
+/* Starts the attempt's transaction (on d's kept session, started and
+ * recorded first when there is none) and joins fw.mongo to them
  * through *join (the caller's, alive until fw_txn_end). False with a failure
  * table pushed when it cannot. */
 bool fw_txn_begin (fw_dispatcher_t *d, lua_State *L, fw_mongo_txn_t *join);
 
-/* Writes the position past ev in the transaction and commits it; ends the
- * session whatever happens. */
+/* Writes the position past ev in the transaction and commits it; the
+ * transaction is over whatever happens (the session is kept). */
 fw_txn_end_t fw_txn_commit (fw_dispatcher_t *d, lua_State *L, const fw_event_t *ev);
 
-/* Aborts the transaction (if any) and ends the session. */
+/* Aborts the transaction (if any); the session is kept for the next one. */
 void fw_txn_end (fw_dispatcher_t *d);
+
+/* Ends d's kept session (before its client goes). */
+void fw_txn_release (fw_dispatcher_t *d);
 
 #endif

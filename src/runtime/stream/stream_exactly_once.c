@@ -2,9 +2,13 @@
  * stream_exactly_once.c - exactly_once (issue 39), the stream's side: the
  * position past a handled event written in its handler's transaction, to
  * _fw_checkpoints on the stream's own deployment, fenced with the lease's
- * epoch under ha so that a deposed leader commits nothing.
+ * epoch under ha so that a deposed leader commits nothing; and the record
+ * of the server sessions those transactions run on, whose transactions the
+ * next holder of the checkpoint kills before it reads (txn_sessions.h).
  */
 #include "flowwarden/checkpoint_store.h"
+#include "flowwarden/log.h"
+#include "flowwarden/txn_sessions.h"
 #include "runtime/stream/stream_worker-private.h"
 
 static bool
@@ -37,8 +41,45 @@ position_in_txn (void *ud, const fw_event_t *ev, mongoc_client_t *client,
    return ok;
 }
 
+static bool
+record_session (void *ud, mongoc_client_t *client, const bson_t *lsid, fw_error_t *error)
+{
+   fw_stream_worker_t *w = ud;
+
+   return fw_txn_sessions_record (client, w->cfg->database, w->cfg->name, lsid, error);
+}
+
 void
 fw_stream_exactly_once_wire (fw_stream_worker_t *w)
 {
-   fw_dispatcher_set_exactly_once (w->d, w->cfg->exactly_once ? position_in_txn : NULL, w);
+   if (w->cfg->exactly_once) {
+      fw_dispatcher_set_exactly_once (w->d, position_in_txn, record_session, w);
+   } else {
+      fw_dispatcher_set_exactly_once (w->d, NULL, NULL, w);
+   }
+}
+
+void
+fw_stream_exactly_once_recover (fw_stream_worker_t *w)
+{
+   mongoc_client_t *client;
+   fw_error_t err;
+   int killed = 0;
+
+   if (!w->cfg->exactly_once) {
+      return;
+   }
+   err.message[0] = '\0';
+   if (!(client = fw_dispatcher_txn_client (w->d, &err)) ||
+       !fw_txn_sessions_kill (client, w->cfg->database, w->cfg->name, &killed, &err)) {
+      fw_log (FW_LOG_WARN, w->cfg->name, "exactly_once: cannot end the transactions an earlier "
+              "run may have left open (%s): until the server aborts them "
+              "(transactionLifetimeLimitSeconds) their documents stay locked and attempts "
+              "touching them fail with WriteConflict", err.message);
+      return;
+   }
+   if (killed > 0) {
+      fw_log (FW_LOG_INFO, w->cfg->name, "exactly_once: ended %d server session(s) of an "
+              "earlier run (killSessions), aborting any transaction left open", killed);
+   }
 }

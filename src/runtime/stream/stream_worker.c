@@ -649,6 +649,7 @@ run_setup (fw_stream_worker_t *w, fw_stream_run_t *run)
                                    &run->from_checkpoint)) {
       return false;
    }
+   fw_stream_exactly_once_recover (w);
    if (!fw_stream_snapshot_setup (w, &run->cp)) {
       return false;
    }

@@ -139,6 +139,26 @@ def cmd_end_sessions(ctx):
     return {}
 
 
+def cmd_kill_sessions(ctx):
+    """killSessions (server kill_sessions_command.cpp, manual "killSessions"): [{id: UUID}, ...]
+    kills those sessions, aborting their open transactions at once, and replies {ok: 1}; an
+    unknown session is no error; an empty array kills every session of the (here: only) user.
+    Not admin-only, and any user may kill its own sessions."""
+    ids = ctx.body.get("killSessions")
+    if not isinstance(ids, list):
+        raise MongoError(14, "TypeMismatch", "BSON field 'KillSessionsCmd.killSessions' is the "
+                         "wrong type '%s', expected type 'array'" % type(ids).__name__)
+    for i in ids:
+        if not isinstance(i, dict) or "id" not in i:
+            raise MongoError(40414, "Location40414", "BSON field 'KillSessionsCmd.killSessions."
+                             "id' is missing but a required field")
+    txns = getattr(ctx.server, "transactions", None)
+    if txns is not None:
+        with ctx.store.lock:
+            txns.kill_sessions(ids)
+    return {}
+
+
 def cmd_configure_fail_point(ctx):
     if ctx.db != "admin":
         raise MongoError(13, "Unauthorized",
@@ -518,6 +538,7 @@ COMMANDS = {
     "hello": cmd_hello, "isMaster": cmd_hello, "ismaster": cmd_hello, "ping": cmd_ping,
     "buildInfo": cmd_build_info, "buildinfo": cmd_build_info,
     "serverStatus": cmd_server_status, "endSessions": cmd_end_sessions,
+    "killSessions": cmd_kill_sessions,
     "configureFailPoint": cmd_configure_fail_point, "create": cmd_create, "drop": cmd_drop,
     "dropDatabase": cmd_drop_database, "renameCollection": cmd_rename_collection,
     "collMod": cmd_coll_mod, "createIndexes": cmd_create_indexes,

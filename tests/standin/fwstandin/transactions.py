@@ -30,7 +30,7 @@ error_labels.cpp) and what this module models:
   after a commit answers 256 TransactionCommitted.
 * A transaction not committed within transactionLifetimeLimitSeconds (60 s by default;
   --transaction-lifetime-limit-seconds) is aborted by a reaper, as mongod's periodic runner
-  does; endSessions aborts the ended sessions' transactions.
+  does; endSessions and killSessions abort those sessions' transactions.
 * A standalone server refuses transactions with 20 IllegalOperation.
 
 Not modelled: create/createIndexes inside a transaction (refused with 263), prepared and
@@ -349,6 +349,14 @@ class Manager:
             txn = self.by_key.get(_key(lsid))
             if txn is not None:
                 self.abort(txn)
+
+    def kill_sessions(self, lsids):
+        """killSessions: those sessions' open transactions aborted; [] kills every session."""
+        if not lsids:
+            for txn in list(self.by_key.values()):
+                self.abort(txn)
+            return
+        self.end_sessions(lsids)
 
     def _start_reaper(self):
         if self._reaper is not None:

@@ -1,0 +1,29 @@
+/*
+ * txn_sessions.h - exactly_once (issue 39): the "<checkpoint id>#sessions"
+ * document in _fw_checkpoints, the server sessions a stream runs its
+ * transactions on, recorded before their first use so that the next holder
+ * of the checkpoint (a restart, or a new leader under ha) can kill them and
+ * with them the transaction a killed process left open.
+ */
+#ifndef FLOWWARDEN_TXN_SESSIONS_H
+#define FLOWWARDEN_TXN_SESSIONS_H
+
+#include <stdbool.h>
+
+#include <bson/bson.h>
+#include <mongoc/mongoc.h>
+
+#include "flowwarden/error.h"
+
+/* Adds lsid's id (lsid: the session's {id: UUID}, borrowed) to the record
+ * of checkpoint id in database. False with error set. */
+bool fw_txn_sessions_record (mongoc_client_t *client, const char *database, const char *id,
+                             const bson_t *lsid, fw_error_t *error);
+
+/* Kills every session recorded for checkpoint id with killSessions (their
+ * open transactions are aborted at once) and removes them from the record.
+ * *killed: how many. False with error set (the record is left as it was). */
+bool fw_txn_sessions_kill (mongoc_client_t *client, const char *database, const char *id,
+                           int *killed, fw_error_t *error);
+
+#endif
