@@ -69,6 +69,11 @@ fw_stream_exactly_once_recover (fw_stream_worker_t *w)
    if (!w->cfg->exactly_once) {
       return;
    }
+   /* This thread's session of an earlier term ends too: another holder may
+    * have killed it and taken it off the record meanwhile, and a session
+    * used unrecorded would leave a transaction nobody can end after a kill
+    * -9. The next attempt starts a new session and records it first. */
+   fw_dispatcher_txn_reset (w->d);
    err.message[0] = '\0';
    if (!(client = fw_dispatcher_txn_client (w->d, &err)) ||
        !fw_txn_sessions_kill (client, w->cfg->database, w->cfg->name, &killed, &err)) {
