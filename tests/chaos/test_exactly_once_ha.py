@@ -263,10 +263,12 @@ class DeposedHolderCommitsNothing(ReadModel, StandInTestCase):
                                     for n in range(lo, hi)])
 
     def finish(self, procs, old, fenced, scenario, takeover):
-        """Events after the take-over flow; each applied once; the deposed one stood by."""
+        """The deposed one stands by; events after the take-over flow; each applied once."""
+        # Before more events: the new holder's next commits would conflict with the old one's
+        # transaction (a WriteConflict the old one could end on instead of the fence).
+        old.wait_log("role: standby (stopped handling", timeout=30)
         self.insert(GATE_AT + 1, GATE_AT + 6)
         self.wait_applied(GATE_AT + 6, 60)
-        old.wait_log("role: standby (stopped handling", timeout=30)
         for p in procs:
             self.assertEqual(p.stop(), 0)
         self.assertEqual(self.totals(), {"c": (GATE_AT + 6, GATE_AT + 6)},
