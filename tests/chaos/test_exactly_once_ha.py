@@ -11,6 +11,7 @@
   inside the transaction commits nothing: its writes never appear, the new holder applies the
   event once, the old one stands by.
 """
+import datetime
 import http.server
 import os
 import random
@@ -75,6 +76,14 @@ class ReadModel:
                 last, deadline = now, time.monotonic() + timeout
             time.sleep(0.1)
 
+    def pinned(self, body):
+        """body with the stream starting a second before the server's now: a unit whose first
+        holder opens its change stream after the first orders arrive still reads them (from
+        now, the orders before its open would never be its)."""
+        at = self.db.command("hello")["localTime"] - datetime.timedelta(seconds=1)
+        return body.replace("exactly_once = true,", 'exactly_once = true, checkpoint = '
+                            '{ start_at = "%s" },' % at.strftime("%Y-%m-%dT%H:%M:%SZ"), 1)
+
     def holders(self):
         """{unit: owner} of the leases held now (expiresAt after the server's now)."""
         now = self.db.command("hello")["localTime"]
@@ -108,7 +117,7 @@ class SharedKill9(ReadModel, StandInTestCase):
                 or random.SystemRandom().randrange(1, 2**31))
         rng = random.Random(seed)
         kill_at = sorted(rng.sample(range(1, EVENTS - 1), KILLS))
-        script = self.script(SHARED)
+        script = self.script(self.pinned(SHARED))
         started = time.monotonic()
         procs = [self.run_fw(script), self.run_fw(script)]
         self.wait_for(lambda: sorted(len([u for u, o in self.holders().items()
@@ -173,7 +182,7 @@ class SharedKill9(ReadModel, StandInTestCase):
 # can refuse it).
 GATED = """
 fw.stream { name = "totals", collection = "orders", exactly_once = true, %s timeout = "120s",
-  retry = { max_attempts = 8, initial_delay = "100ms", max_delay = "1s" }, dlq = true,
+  %s, dlq = true,
   restart = { initial_delay = "100ms" },
   on_insert = function(ctx)
     local order = ctx:full_document()
@@ -191,11 +200,12 @@ fw.stream { name = "totals", collection = "orders", exactly_once = true, %s time
   end }
 """
 WRITE_FIRST, WAIT_FIRST = "false", "true"
+RETRY = 'retry = { max_attempts = 8, initial_delay = "100ms", max_delay = "1s" }'
 
 
 def gated(mode, extra, order):
     return ('fw.defaults { ha = { mode = "%s", lease = "%dms" } }\n' % (mode, LEASE_MS)
-            + GATED % (extra, order, order))
+            + GATED % (extra, RETRY, order, order))
 
 
 class Gate:
@@ -281,8 +291,11 @@ class DeposedHolderCommitsNothing(ReadModel, StandInTestCase):
             self.assertIn("was taken over by a newer leader", aborted[0])
         figures(scenario, takeover_s="%.2f" % takeover)
 
-    def leader(self, order):
-        script = self.script(gated("leader", "", order))
+    def leader(self, order, retry=None):
+        body = gated("leader", "", order)
+        if retry:
+            body = body.replace(RETRY, retry)
+        script = self.script(self.pinned(body))
         a = self.start(script)
         a.wait_open()
         b = self.start(script)
@@ -308,6 +321,12 @@ class DeposedHolderCommitsNothing(ReadModel, StandInTestCase):
         procs, old, took = self.leader(WRITE_FIRST)
         self.finish(procs, old, False, "exactly_once_leader_deposed_after_write", took)
 
+    def test_leader_deposed_on_its_last_attempt_dead_letters_nothing(self):
+        # One attempt (retry = false): the attempt the new leader's killSessions failed is not
+        # the event's failure; the event is the new leader's, which applies it.
+        procs, old, took = self.leader(WRITE_FIRST, retry="retry = false")
+        self.finish(procs, old, False, "exactly_once_leader_deposed_last_attempt", took)
+
     def test_leader_deposed_before_its_write_is_fenced_in_the_transaction(self):
         procs, old, took = self.leader(WAIT_FIRST)
         self.finish(procs, old, True, "exactly_once_leader_fenced", took)
@@ -315,7 +334,7 @@ class DeposedHolderCommitsNothing(ReadModel, StandInTestCase):
     def shared(self, order):
         # A pause (SIGSTOP: a stalled VM, a long GC) of the unit's holder: its leases and
         # its member document expire, the other instance takes the unit.
-        script = self.script(gated("shared", "partitions = 2,", order))
+        script = self.script(self.pinned(gated("shared", "partitions = 2,", order)))
         procs = [self.start(script), self.start(script)]
         self.wait_for(lambda: sorted(len([u for u, o in self.holders().items()
                                           if owned_by(o, p)]) for p in procs) == [1, 1],
@@ -364,7 +383,7 @@ class SessionsAcrossTerms(ReadModel, StandInTestCase):
                                     for n in range(lo, hi)])
 
     def leader_script(self):
-        return self.script(gated("leader", "", WRITE_FIRST))
+        return self.script(self.pinned(gated("leader", "", WRITE_FIRST)))
 
     def catch_up(self, p, lo, hi, since):
         self.insert(lo, hi)
