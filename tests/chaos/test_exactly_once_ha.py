@@ -158,10 +158,13 @@ class SharedKill9(ReadModel, StandInTestCase):
         applied = sum(v[0] for v in got.values())
         took = time.monotonic() - started
         called = {r["n"] for p in procs + dead for r in p.reports()}
+        records = [len(d.get("lsids", [])) for d in self.db["_fw_checkpoints"].find(
+            {"_id": {"$in": ["totals#0/2#sessions", "totals#1/2#sessions"]}})]
         figures("exactly_once_shared_kill", seed=seed, instances=2, partitions=2, events=EVENTS,
                 kills=KILLS, applied=applied, lost=max(0, EVENTS - applied),
                 doubled=max(0, applied - EVENTS), never_called=EVENTS - len(called),
                 dead_letters=self.db["_fw_dlq"].count_documents({}),
+                recorded_sessions="/".join(str(n) for n in records),
                 takeover_max_s="%.2f" % max(takeovers),
                 takeover_median_s="%.2f" % sorted(takeovers)[len(takeovers) // 2],
                 seconds="%.1f" % took)
@@ -169,11 +172,15 @@ class SharedKill9(ReadModel, StandInTestCase):
                          % (KILLS, seed))
         self.assertEqual(list(self.db["_fw_dlq"].find({}, {"_id": 1})), [],
                          "nothing dead-lettered (seed %d)" % seed)
-        # Each unit committed its own position; the session records hold no more than the
-        # sessions still in use (each start or take-over kills and removes the earlier ones).
+        # Each unit committed its own position; its record of sessions holds its last holder's
+        # (each take-over kills the earlier ones and takes them off): it does not grow with the
+        # kills.
         ids = sorted(d["_id"] for d in self.db["_fw_checkpoints"].find(
             {"lastProcessedToken": {"$exists": True}}))
         self.assertEqual(ids, ["totals#0/2", "totals#1/2"])
+        self.assertEqual(len(records), 2)
+        for n in records:
+            self.assertLessEqual(n, 2, "sessions recorded per unit after %d kills" % KILLS)
 
 
 # The gated event's handler waits on the test's gate (an HTTP request the test holds) inside
