@@ -403,16 +403,8 @@ class SessionsAcrossTerms(ReadModel, StandInTestCase):
         self.assertGreaterEqual(p.count_log("ended 1 server session(s) of an earlier run"), 1)
         return took
 
-    def test_a_leader_killed_inside_its_commit_holds_nothing_up(self):
-        # The kill lands while commitTransaction is on its way: the transaction, with the
-        # checkpoint's document written in it, stays open. The new leader fences that very
-        # document, a write that waits for the transaction to end (MongoDB's manual,
-        # "In-progress Transactions and Write Conflicts"): it must end it first.
-        script = self.leader_script()
-        a = self.start(script)
-        a.wait_open()
-        b = self.start(script)
-        b.wait_log("role: standby", timeout=30)
+    def kill_inside_commit(self, a):
+        """Kills a while its commit of event 5 is on its way (held by a fail point)."""
         self.insert(0, 5)
         self.wait_applied(5, 60)
         commits = len(self.commands("commitTransaction", db="admin"))
@@ -423,10 +415,34 @@ class SessionsAcrossTerms(ReadModel, StandInTestCase):
         self.wait_for(lambda: len(self.commands("commitTransaction", db="admin")) > commits,
                       30, "a's commit of event 5 arriving")
         a.kill9()
-        killed = time.monotonic()
+        return time.monotonic()
+
+    def test_a_leader_killed_inside_its_commit_holds_nothing_up(self):
+        # The kill lands while commitTransaction is on its way: the transaction, with the
+        # checkpoint's document written in it, stays open. The new leader fences that very
+        # document, a write that waits for the transaction to end (MongoDB's manual,
+        # "In-progress Transactions and Write Conflicts"): it must end it first.
+        script = self.leader_script()
+        a = self.start(script)
+        a.wait_open()
+        b = self.start(script)
+        b.wait_log("role: standby", timeout=30)
+        killed = self.kill_inside_commit(a)
         b.wait_open(timeout=60)
         took = self.catch_up(b, 6, 10, killed)
         figures("exactly_once_ha_kill_inside_commit", seconds="%.1f" % took)
+
+    def test_a_lone_instance_killed_inside_its_commit_holds_nothing_up(self):
+        # Without ha the restart reads the checkpoint (a read does not wait for the
+        # transaction) and kills the session before anything writes it.
+        script = self.script(self.pinned(GATED % ("", RETRY, WRITE_FIRST, WRITE_FIRST)))
+        a = self.start(script)
+        a.wait_open()
+        killed = self.kill_inside_commit(a)
+        b = self.start(script)
+        b.wait_open(timeout=60)
+        took = self.catch_up(b, 6, 10, killed)
+        figures("exactly_once_kill_inside_commit", seconds="%.1f" % took)
 
     def test_a_leader_that_leads_again_records_the_session_it_uses(self):
         # a leads (session S recorded), loses its lease to b (which kills S and removes it from
