@@ -136,6 +136,10 @@ void fw_dispatcher_set_exactly_once (fw_dispatcher_t *d, fw_txn_position_fn fn,
  * transactions run on (owned by d); NULL with error set. */
 mongoc_client_t *fw_dispatcher_txn_client (fw_dispatcher_t *d, fw_error_t *error);
 
+/* Ends d's kept session (aborting a transaction still open in it): the next
+ * attempt starts a new one and records it first. On d's thread. */
+void fw_dispatcher_txn_reset (fw_dispatcher_t *d);
+
 /* Loads the stream's script once more into a new host (the caller's), as
  * the stream's own was loaded; NULL with error filled. */
 typedef fw_lua_host_t *(*fw_dispatcher_loader_t) (void *ud, fw_error_t *error);

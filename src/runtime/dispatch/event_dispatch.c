@@ -783,6 +783,22 @@ call_handler (fw_dispatcher_t *d, lua_State *L, int ref, int attempt, bool key_f
    return ok;
 }
 
+/* exactly_once under ha: an attempt that failed after this instance lost
+ * its lease (its transaction aborted, most likely killed by the new holder)
+ * is not the event's failure: nothing of it was committed and the event is
+ * the new holder's, so it ends as fenced, never dead-lettered here. Takes
+ * the failure table off the stack when it does. */
+static bool
+failed_deposed (fw_dispatcher_t *d, lua_State *L, bool *fenced)
+{
+   if (!d->lead.lease || fw_lease_is_leader (d->lead.lease, NULL)) {
+      return false;
+   }
+   lua_pop (L, 1);
+   *fenced = true;
+   return true;
+}
+
 /* exactly_once (issue 39): the attempt in a transaction with the stream's
  * position, committed when the handler returned and asked for nothing else,
  * aborted otherwise. Returns as call_handler; *fenced when a newer leader
@@ -809,7 +825,7 @@ call_in_txn (fw_dispatcher_t *d, const fw_event_t *ev, lua_State *L, int ref, in
    fw_mongo_lua_join (L, NULL);
    if (!ok || d->dispatch.dlq_requested) {
       fw_txn_end (d);
-      return ok;
+      return !ok && failed_deposed (d, L, fenced) ? true : ok;
    }
    switch (fw_txn_commit (d, L, ev)) {
    case FW_TXN_COMMITTED:
@@ -818,6 +834,11 @@ call_in_txn (fw_dispatcher_t *d, const fw_event_t *ev, lua_State *L, int ref, in
       *fenced = true;
       return true;
    default:
+      /* A commit whose outcome stayed unknown may have committed: the
+       * next holder's checkpoint says which. */
+      if (failed_deposed (d, L, fenced)) {
+         return true;
+      }
       *stop = FW_LUA_STOP_NONE;
       return false;
    }

@@ -40,6 +40,12 @@ fw_dispatcher_txn_client (fw_dispatcher_t *d, fw_error_t *error)
    return fw_connection_clients_get (d->clients, "default", error);
 }
 
+void
+fw_dispatcher_txn_reset (fw_dispatcher_t *d)
+{
+   fw_txn_release (d);
+}
+
 bool
 fw_txn_wanted (const fw_dispatcher_t *d)
 {

@@ -65,13 +65,24 @@ fw_stream_exactly_once_recover (fw_stream_worker_t *w)
    mongoc_client_t *client;
    fw_error_t err;
    int killed = 0;
+   bool ok;
 
    if (!w->cfg->exactly_once) {
       return;
    }
    err.message[0] = '\0';
-   if (!(client = fw_dispatcher_txn_client (w->d, &err)) ||
-       !fw_txn_sessions_kill (client, w->cfg->database, w->cfg->name, &killed, &err)) {
+   ok = (client = fw_dispatcher_txn_client (w->d, &err)) &&
+        fw_txn_sessions_kill (client, w->cfg->database, w->cfg->name, &killed, &err);
+   /* This thread's session of an earlier term ends too: another holder may
+    * have killed it and taken it off the record meanwhile, and a session
+    * used unrecorded would leave a transaction nobody can end after a kill
+    * -9. The next attempt starts a new session and records it first. Only
+    * after the kill: the driver hands an ended session to the next one
+    * started in this process, which must not find it in this record (a
+    * killed session may be used again: MongoDB manual, "killSessions",
+    * "Killed Session Availability"). */
+   fw_dispatcher_txn_reset (w->d);
+   if (!ok) {
       fw_log (FW_LOG_WARN, w->cfg->name, "exactly_once: cannot end the transactions an earlier "
               "run may have left open (%s): until the server aborts them "
               "(transactionLifetimeLimitSeconds) their documents stay locked and attempts "

@@ -87,6 +87,10 @@ fw_stream_wait_lead (fw_stream_worker_t *w)
          }
          continue;
       }
+      /* A holder killed inside its commit left the checkpoint's document
+       * written in an open transaction: the fence below would wait for it
+       * (up to transactionLifetimeLimitSeconds). */
+      fw_stream_exactly_once_recover (w);
       if (!fw_checkpoint_fence (w->client, w->cfg->database, w->cfg->name, epoch, &stored, &err)) {
          fw_log (FW_LOG_WARN, w->cfg->name, "%s; trying again", err.message);
          fw_shutdown_wait_ms (w->shutdown, 250);

@@ -255,10 +255,13 @@ void fw_stream_circuit_restore (fw_stream_worker_t *w);
  * transactions to write the stream's position in them. */
 void fw_stream_exactly_once_wire (fw_stream_worker_t *w);
 
-/* At the start of a run (after the lease, before the change stream opens):
- * kills the server sessions recorded by an earlier holder of the checkpoint
- * (a killed process, a deposed leader), aborting the transaction it may
- * have left open; a failure is logged and the run goes on. */
+/* At the start of a run (under ha: once the lease is held, before the
+ * checkpoint is fenced, since the fence's write would wait for a
+ * transaction that wrote the checkpoint; without ha: before the change
+ * stream opens): kills the server sessions recorded by an earlier holder of
+ * the checkpoint (a killed process, a deposed leader), aborting the
+ * transaction it may have left open, and ends this thread's own; a failure
+ * is logged and the run goes on. */
 void fw_stream_exactly_once_recover (fw_stream_worker_t *w);
 
 /* --- stream_lead.c: the checkpoint and leadership a stream reads with ---- */

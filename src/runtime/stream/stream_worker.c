@@ -649,7 +649,9 @@ run_setup (fw_stream_worker_t *w, fw_stream_run_t *run)
                                    &run->from_checkpoint)) {
       return false;
    }
-   fw_stream_exactly_once_recover (w);
+   if (!w->cfg->ha_leader) {
+      fw_stream_exactly_once_recover (w); /* under ha: by fw_stream_wait_lead */
+   }
    if (!fw_stream_snapshot_setup (w, &run->cp)) {
       return false;
    }
