@@ -195,8 +195,16 @@ void fw_dispatcher_stats (const fw_dispatcher_t *d, fw_stream_stats_t *out);
 /* Why the stream must stop after FW_OUTCOME_FAILED. */
 const char *fw_dispatcher_failure (const fw_dispatcher_t *d);
 
-/* When the dispatcher last finished an event (wall clock, ms; with metrics). */
-int64_t fw_dispatcher_finished_ms (const fw_dispatcher_t *d);
+/* Where a dispatcher hands every change event it finished with, once, with
+ * its outcome (stream: the stream's name): its log line and its counts are
+ * the receiver's (the stream's settle, flowwarden/event_settle.h), never
+ * the dispatcher's. Called on the dispatcher's thread, before
+ * fw_event_dispatch returns, and for each event of a batch as it finishes. */
+typedef void (*fw_outcome_sink_fn) (void *ud, const char *stream, const fw_event_t *ev,
+                                    const fw_outcome_t *o);
+
+/* d's events go to fn(ud, ...) (NULL: nowhere, neither logged nor counted). */
+void fw_dispatcher_set_outcome_sink (fw_dispatcher_t *d, fw_outcome_sink_fn fn, void *ud);
 
 /* Runs the handlers for one parsed event with the stream's retry and DLQ
  * policy, and says what became of it (flowwarden/outcome.h): it moves no

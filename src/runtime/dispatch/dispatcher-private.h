@@ -62,6 +62,9 @@ typedef struct {
    char type[128];
    char message[1024];
    char failure[1200];         /* why the stream stops, with FW_OUTCOME_FAILED */
+   char where[256];            /* the failing line */
+   char sequence[304];         /* the DLQ sequence parked behind or opened */
+   fw_outcome_detail_t detail; /* what its log line needs, pointing to the above */
 } fw_outcome_text_t;
 
 /* flowwarden test's recorder: after every failed attempt, the decided error
@@ -144,7 +147,10 @@ struct fw_dispatcher {
    fw_dlq_store_t *dlq;        /* opened on demand (fw_dispatcher_open_dlq) */
    uint64_t rng;
    fw_stream_stats_t stats;
-   int64_t finished_ms;        /* when it last finished an event (with metrics) */
+   struct {
+      fw_outcome_sink_fn fn;   /* see fw_dispatcher_set_outcome_sink */
+      void *ud;
+   } sink;
    struct {
       int64_t offset_ns;       /* CLOCK_REALTIME - CLOCK_MONOTONIC, read ... */
       int64_t until_ns;        /* ... again from this CLOCK_MONOTONIC time on */

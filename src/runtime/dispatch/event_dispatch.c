@@ -39,7 +39,18 @@ typedef struct {
 static inline fw_outcome_t
 outcome (fw_outcome_kind_t kind, int attempts)
 {
-   return (fw_outcome_t){kind, attempts, 0, "", "", ""};
+   return (fw_outcome_t){kind, attempts, 0, "", "", "", 0, FW_COUNT_NOTHING, NULL};
+}
+
+/* The event is finished with (or not): its outcome goes to d's sink, which
+ * logs and counts it (not a replayed dead letter's, which is no change
+ * event). */
+static inline void
+report (fw_dispatcher_t *d, const fw_event_t *ev, const fw_outcome_t *o)
+{
+   if (d->sink.fn && !d->replay) {
+      d->sink.fn (d->sink.ud, d->prog.cfg.name, ev, o);
+   }
 }
 
 /* The stream must stop before the event: d->out.failure says why. */
@@ -51,15 +62,21 @@ failed (fw_dispatcher_t *d, int attempts)
    return o;
 }
 
-/* An outcome after a failed attempt: dec's error, kept in d->out. */
+/* An outcome after a failed attempt: dec's error, kept in d->out, and what
+ * its log line needs (d->out.detail: the failing line; the rest for the
+ * caller to fill). */
 static fw_outcome_t
 outcome_after (fw_dispatcher_t *d, fw_outcome_kind_t kind, int attempts, const decision_t *dec)
 {
    fw_outcome_t o = outcome (kind, attempts);
    snprintf (d->out.type, sizeof d->out.type, "%s", dec->type);
    snprintf (d->out.message, sizeof d->out.message, "%s", dec->message);
+   snprintf (d->out.where, sizeof d->out.where, "%s", dec->where);
    o.error_type = d->out.type;
    o.error = d->out.message;
+   d->out.sequence[0] = '\0';
+   d->out.detail = (fw_outcome_detail_t){d->out.where, "", false, d->out.sequence, 0, false};
+   o.detail = &d->out.detail;
    return o;
 }
 
@@ -325,10 +342,14 @@ dead_letter_unhandled (fw_dispatcher_t *d, const fw_event_t *ev, const char *typ
    int64_t now = d->clock.now_ms (d->clock.ud);
    dlq_attempts_t a = {0, now, now, 0};
 
+   fw_outcome_t o;
+
    memset (&dec, 0, sizeof dec);
    snprintf (dec.type, sizeof dec.type, "%s", type);
    snprintf (dec.message, sizeof dec.message, "%s", message);
-   return dead_letter_raw (d, ev, &dec, &a, raw);
+   o = dead_letter_raw (d, ev, &dec, &a, raw);
+   report (d, ev, &o);
+   return o;
 }
 
 fw_outcome_t
@@ -445,94 +466,36 @@ entry_id_of (const bson_t *entry, char *buf, size_t len)
    }
 }
 
-/* What a failure's log line ends with: " (at FILE:LINE; key {...}; entry
- * ID)", each part when known: the failing line, the event's document key
- * (never the document; cut at 200 bytes) and the DLQ entry (entry_id NULL
- * or ""). Returns buf. */
-static const char *
-failure_context (const fw_event_t *ev, const decision_t *dec, const char *entry_id, char *buf,
-                 size_t len)
-{
-   bson_iter_t it;
-   char *key = NULL;
-   size_t n = 0;
-   const char *sep = " (";
-
-   buf[0] = '\0';
-   if (dec->where[0]) {
-      n += (size_t) snprintf (buf + n, len - n, "%sat %s", sep, dec->where);
-      sep = "; ";
-   }
-   if (n < len && fw_event_field (ev, FW_EV_DOCUMENT_KEY, &it) &&
-       BSON_ITER_HOLDS_DOCUMENT (&it)) {
-      bson_t view;
-      uint32_t dlen;
-      const uint8_t *data;
-      bson_iter_document (&it, &dlen, &data);
-      if (bson_init_static (&view, data, dlen) &&
-          (key = bson_as_relaxed_extended_json (&view, NULL))) {
-         n += (size_t) snprintf (buf + n, len - n, "%skey %.200s%s", sep, key,
-                                 strlen (key) > 200 ? "..." : "");
-         sep = "; ";
-         bson_free (key);
-      }
-   }
-   if (n < len && entry_id && entry_id[0]) {
-      n += (size_t) snprintf (buf + n, len - n, "%sentry %s", sep, entry_id);
-      sep = "; ";
-   }
-   if (n < len && buf[0]) {
-      snprintf (buf + n, len - n, ")");
-   }
-   return buf;
-}
-
-/* The entry is stored: counts and logs it, as parked behind its sequence, a
- * deferred retry or dead-lettered (and the sequence it opens). */
+/* The entry is stored: counts it in d's stats, as parked behind its
+ * sequence, a deferred retry or dead-lettered (and the sequence it opens);
+ * the stream's settle logs it (flowwarden/event_settle.h). */
 static fw_outcome_t
-dead_lettered (fw_dispatcher_t *d, const fw_event_t *ev, const fw_dlq_config_t *dlq,
-               const fw_dlq_failure_t *f, const decision_t *dec, const dlq_attempts_t *a)
+dead_lettered (fw_dispatcher_t *d, const fw_dlq_config_t *dlq, const fw_dlq_failure_t *f,
+               const decision_t *dec, const dlq_attempts_t *a)
 {
-   char more[1600], sid[1024];
-   const char *entry_id = d->out.entry_id;
    fw_outcome_t o = outcome_after (d, FW_OUTCOME_DEAD_LETTERED, a->attempts, dec);
+   fw_outcome_detail_t *x = &d->out.detail;
 
-   o.entry_id = entry_id;
-   /* Warn lines name the event by its short id; the entry has it whole. */
-   fw_event_short_id (ev, sid, sizeof sid);
-   if (d->metrics && !a->defer_until_ms) {
-      fw_stream_metrics_dlq_write (d->metrics);
-   }
+   o.entry_id = d->out.entry_id;
+   o.finished_ms = f->created_ms;
+   x->dlq = dlq->collection;
+   x->default_dlq = !d->prog.cfg.dlq.enabled;
    if (!f->error_type) {
       d->stats.parked++;
-      fw_log (FW_LOG_WARN, d->prog.cfg.name,
-              "event %s parked in %s behind DLQ sequence %.300s (index %lld): an earlier event "
-              "of its key is dead-lettered",
-              sid, dlq->collection, d->park.key, (long long) d->park.index);
+      snprintf (d->out.sequence, sizeof d->out.sequence, "%s", d->park.key ? d->park.key : "");
+      x->sequence_index = d->park.index;
       o.kind = FW_OUTCOME_PARKED;
       return o;
    }
    if (a->defer_until_ms) {
-      fw_log (FW_LOG_WARN, d->prog.cfg.name,
-              "event %s attempt %d failed: %s: %s; scheduled in %s for a deferred retry in "
-              "%lld ms; the stream goes on%s",
-              sid, a->attempts, dec->type, dec->message, dlq->collection,
-              (long long) (a->defer_until_ms - f->created_ms),
-              failure_context (ev, dec, entry_id, more, sizeof more));
       o.kind = FW_OUTCOME_DEFERRED;
       o.until_ms = a->defer_until_ms;
       return o;
    }
    d->stats.dead_lettered++;
-   fw_log (FW_LOG_WARN, d->prog.cfg.name,
-           "event %s dead-lettered to %s%s after %d attempt(s): %s: %s%s", sid, dlq->collection,
-           d->prog.cfg.dlq.enabled ? "" : " (the script's default DLQ)", a->attempts, dec->type,
-           dec->message, failure_context (ev, dec, entry_id, more, sizeof more));
    if (f->sequence_id) {
-      fw_log (FW_LOG_WARN, d->prog.cfg.name,
-              "DLQ sequence %.300s is open (index %lld): later events of its key are parked "
-              "until a replay resolves it",
-              f->sequence_id, (long long) f->sequence_index);
+      snprintf (d->out.sequence, sizeof d->out.sequence, "%s", f->sequence_id);
+      x->sequence_index = f->sequence_index;
    }
    return o;
 }
@@ -574,7 +537,7 @@ dead_letter_raw (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec
    if (!ok) {
       return outcome (FW_OUTCOME_STOPPED, a->attempts);
    }
-   return dead_lettered (d, ev, dlq, &f, dec, a);
+   return dead_lettered (d, dlq, &f, dec, a);
 }
 
 /* ctx:send_to_dlq(reason) was called: dead-letter now, no retry. */
@@ -597,15 +560,15 @@ replayed (fw_dispatcher_t *d, fw_outcome_kind_t kind, const decision_t *dec, int
    return outcome_after (d, kind, attempts, dec);
 }
 
-/* The event is finished with: counts its outcome (not for a replayed dead
- * letter, which is no change event). mono_ns: now on CLOCK_MONOTONIC, 0 to
- * read the wall clock instead. */
+/* The event is finished with: how the stream counts o, and (with metrics)
+ * when it ended, for the lag. mono_ns: now on CLOCK_MONOTONIC, 0 to read
+ * the wall clock instead. */
 static void
-finished (fw_dispatcher_t *d, fw_metrics_outcome_t outcome, int64_t mono_ns)
+finished (fw_dispatcher_t *d, fw_outcome_t *o, fw_outcome_count_t count, int64_t mono_ns)
 {
-   if (d->metrics && !d->replay) {
-      d->finished_ms = mono_ns ? wall_ms_at (d, mono_ns) : d->clock.now_ms (d->clock.ud);
-      fw_stream_metrics_event_finished (d->metrics, outcome, d->finished_ms);
+   o->count = count;
+   if (d->metrics) {
+      o->finished_ms = mono_ns ? wall_ms_at (d, mono_ns) : d->clock.now_ms (d->clock.ud);
    }
 }
 
@@ -637,7 +600,7 @@ park_event (fw_dispatcher_t *d, const fw_event_t *ev, fw_outcome_t *o)
       return true;
    }
    fw_park_settle (d);
-   finished (d, FW_METRICS_OUTCOME_PARKED, 0);
+   finished (d, o, FW_COUNT_PARKED, 0);
    return true;
 }
 
@@ -717,8 +680,8 @@ attempt_may_start (fw_dispatcher_t *d, const fw_event_t *ev, int attempt, lua_St
       *L = fw_lua_host_state (d->prog.host);
       if ((*ref = fw_program_handler_for (&d->prog, ev->op)) == LUA_NOREF) {
          /* the new script has no handler for it */
-         finished (d, FW_METRICS_OUTCOME_NONE, 0);
          *o = outcome (FW_OUTCOME_NO_HANDLER, attempt - 1);
+         finished (d, o, FW_COUNT_NONE, 0);
          return false;
       }
    }
@@ -828,10 +791,11 @@ call_in_txn (fw_dispatcher_t *d, const fw_event_t *ev, lua_State *L, int ref, in
 static fw_outcome_t
 ended_handled (fw_dispatcher_t *d, int attempt, int64_t end_ns)
 {
+   fw_outcome_t o = outcome (FW_OUTCOME_HANDLED, attempt);
    d->stats.handled++;
    fw_outage_handled (d);
-   finished (d, FW_METRICS_OUTCOME_OK, end_ns);
-   return outcome (FW_OUTCOME_HANDLED, attempt);
+   finished (d, &o, FW_COUNT_OK, end_ns);
+   return o;
 }
 
 /* What to do after an attempt that failed (ok false: its failure table is on
@@ -902,7 +866,7 @@ retry_wait (fw_dispatcher_t *d, const fw_event_t *ev, int attempt, const decisio
    fw_event_short_id (ev, sid, sizeof sid);
    fw_log (FW_LOG_WARN, d->prog.cfg.name,
            "event %s attempt %d failed: %s: %s; retrying in %lld ms%s", sid, attempt, dec->type,
-           dec->message, (long long) delay, failure_context (ev, dec, NULL, more, sizeof more));
+           dec->message, (long long) delay, fw_event_failure_context (ev, dec->where, NULL, more, sizeof more));
    d->stats.retries++;
    if (d->metrics) {
       fw_stream_metrics_retry (d->metrics);
@@ -924,25 +888,23 @@ retry_wait (fw_dispatcher_t *d, const fw_event_t *ev, int attempt, const decisio
  * event goes to the DLQ, or is lost when the stream has none to take it. */
 static fw_outcome_t
 dead_letter_after (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec, int attempt,
-                   const attempt_times_t *t, int64_t defer_until_ms, const char *id)
+                   const attempt_times_t *t, int64_t defer_until_ms)
 {
    fw_outcome_t o;
-   char more[1600];
 
    if (!d->prog.cfg.dlq.enabled &&
        !(d->dispatch.dlq_requested && d->prog.cfg.dlq_fallback.enabled)) {
       d->stats.lost++;
-      fw_log (FW_LOG_ERROR, d->prog.cfg.name,
-              "event %s LOST: on_error asked for the DLQ but the stream has none: %s: %s%s", id,
-              dec->type, dec->message, failure_context (ev, dec, NULL, more, sizeof more));
-      finished (d, FW_METRICS_OUTCOME_LOST, 0);
-      return outcome_after (d, FW_OUTCOME_LOST, attempt, dec);
+      o = outcome_after (d, FW_OUTCOME_LOST, attempt, dec);
+      d->out.detail.asked_dlq = true;
+      finished (d, &o, FW_COUNT_LOST, 0);
+      return o;
    }
    dlq_attempts_t a = {attempt, wall_ms_at (d, t->first_ns), wall_ms_at (d, t->start_ns),
                        defer_until_ms};
    o = dead_letter_head (d, ev, dec, &a);
    if (fw_outcome_finished (o.kind)) {
-      finished (d, FW_METRICS_OUTCOME_DLQ, 0);
+      finished (d, &o, FW_COUNT_DLQ, 0);
    }
    return o;
 }
@@ -951,29 +913,24 @@ dead_letter_after (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *d
  * or lost. */
 static fw_outcome_t
 decided_end (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec, int attempt,
-             const attempt_times_t *t, const char *id)
+             const attempt_times_t *t)
 {
-   char more[1600], sid[1024];
+   fw_outcome_t o;
 
    switch (dec->action) {
    case ACT_DLQ:
-      return dead_letter_after (d, ev, dec, attempt, t, 0, id);
+      return dead_letter_after (d, ev, dec, attempt, t, 0);
    case ACT_SKIP:
       d->stats.skipped++;
-      fw_event_short_id (ev, sid, sizeof sid);
-      fw_log (FW_LOG_INFO, d->prog.cfg.name,
-              "event %s skipped by on_error after attempt %d: %s: %s%s", sid, attempt, dec->type,
-              dec->message, failure_context (ev, dec, NULL, more, sizeof more));
-      finished (d, FW_METRICS_OUTCOME_SKIPPED, 0);
-      return outcome_after (d, FW_OUTCOME_SKIPPED, attempt, dec);
+      o = outcome_after (d, FW_OUTCOME_SKIPPED, attempt, dec);
+      finished (d, &o, FW_COUNT_SKIPPED, 0);
+      return o;
    case ACT_DROP:
    default:
       d->stats.lost++;
-      fw_log (FW_LOG_ERROR, d->prog.cfg.name,
-              "event %s LOST after %d attempt(s) (no dead-letter queue): %s: %s%s", id, attempt,
-              dec->type, dec->message, failure_context (ev, dec, NULL, more, sizeof more));
-      finished (d, FW_METRICS_OUTCOME_LOST, 0);
-      return outcome_after (d, FW_OUTCOME_LOST, attempt, dec);
+      o = outcome_after (d, FW_OUTCOME_LOST, attempt, dec);
+      finished (d, &o, FW_COUNT_LOST, 0);
+      return o;
    }
 }
 
@@ -1026,7 +983,7 @@ after_failure (fw_dispatcher_t *d, const fw_event_t *ev, lua_State *L, bool ok, 
       if (d->metrics) {
          fw_stream_metrics_retry (d->metrics);
       }
-      *o = dead_letter_after (d, ev, &dec, attempt, t, due, id);
+      *o = dead_letter_after (d, ev, &dec, attempt, t, due);
       return false;
    }
    if (dec.action != ACT_RETRY) {
@@ -1042,7 +999,7 @@ after_failure (fw_dispatcher_t *d, const fw_event_t *ev, lua_State *L, bool ok, 
       default:
          break;
       }
-      *o = decided_end (d, ev, &dec, attempt, t, id);
+      *o = decided_end (d, ev, &dec, attempt, t);
       return false;
    }
    if (!retry_wait (d, ev, attempt, &dec)) {
@@ -1062,6 +1019,7 @@ fw_event_dispatch (fw_dispatcher_t *d, const fw_event_t *ev)
    int top = lua_gettop (fw_lua_host_state (host));
 #endif
    fw_outcome_t o = run_attempts (d, ev);
+   report (d, ev, &o);
    fw_park_end (d);
    fw_outage_event_end (d);
    /* The Lua stack is as it was (unless a reload or a rebuild replaced
@@ -1084,8 +1042,9 @@ run_attempts (fw_dispatcher_t *d, const fw_event_t *ev)
 
    ref = fw_program_handler_for (&d->prog, ev->op);
    if (ref == LUA_NOREF) {
-      finished (d, FW_METRICS_OUTCOME_NONE, 0); /* no handler for this operation type */
-      return outcome (FW_OUTCOME_NO_HANDLER, 0);
+      fw_outcome_t o = outcome (FW_OUTCOME_NO_HANDLER, 0); /* no handler for this operation type */
+      finished (d, &o, FW_COUNT_NONE, 0);
+      return o;
    }
    fw_event_ctx_begin (L, &d->dispatch, ev);
 

@@ -99,11 +99,11 @@ typedef struct {
 } batch_place_t;
 
 static void
-batch_count (void *ud)
+batch_count (void *ud, const fw_outcome_t *o)
 {
    fw_stream_worker_t *w = ((batch_place_t *) ud)->w;
    if (w->metrics) {
-      fw_stream_count_dispatched (w);
+      fw_stream_count_dispatched (w, o);
    }
 }
 

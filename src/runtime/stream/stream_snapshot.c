@@ -168,11 +168,11 @@ save_progress (fw_stream_worker_t *w, fw_position_t *p)
 }
 
 static void
-row_count (void *ud)
+row_count (void *ud, const fw_outcome_t *o)
 {
    fw_stream_worker_t *w = ud;
    if (w->metrics) {
-      fw_stream_count_dispatched (w);
+      fw_stream_count_dispatched (w, o);
    }
 }
 

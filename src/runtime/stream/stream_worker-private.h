@@ -300,9 +300,15 @@ bool fw_stream_wait_server (fw_stream_worker_t *w, fw_stream_state_t state);
  * (W_CONTROL_NONE). */
 int fw_stream_paused (fw_stream_worker_t *w);
 
-/* With a metrics block, after fw_event_dispatch finished an event: the Lua
- * state's memory, and the DLQ count when it is due. */
-void fw_stream_count_dispatched (fw_stream_worker_t *w);
+/* The stream's dispatchers' outcome sink (fw_dispatcher_set_outcome_sink,
+ * ud: the worker): each event's log line and counts in its metrics block
+ * (fw_event_settle). On the thread that ran the event (a lane's). */
+void fw_stream_event_settled (void *ud, const char *stream, const fw_event_t *ev,
+                              const fw_outcome_t *o);
+
+/* With a metrics block, after an event (or a batch, o its outcome) was
+ * settled: the Lua state's memory, and the DLQ count when it is due. */
+void fw_stream_count_dispatched (fw_stream_worker_t *w, const fw_outcome_t *o);
 
 /* Every 30 s (now_ms: the wall clock), counts the stream's pending DLQ
  * entries for the flowwarden_dlq_pending gauges. */

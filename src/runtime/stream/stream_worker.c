@@ -297,11 +297,11 @@ typedef struct {
 } here_t;
 
 static void
-here_count (void *ud)
+here_count (void *ud, const fw_outcome_t *o)
 {
    here_t *h = ud;
    if (h->w->metrics) {
-      fw_stream_count_dispatched (h->w);
+      fw_stream_count_dispatched (h->w, o);
    }
 }
 
@@ -354,7 +354,7 @@ static fw_read_end_t
 unreadable_event (here_t *h, fw_event_t *ev, const fw_error_t *err)
 {
    char eid[1024], what[2200];
-   fw_outcome_t o = {FW_OUTCOME_NO_DLQ, 0, 0, "", "", ""};
+   fw_outcome_t o = {FW_OUTCOME_NO_DLQ, 0, 0, "", "", "", 0, FW_COUNT_NOTHING, NULL};
    fw_settle_place_t place = here_place (h);
    bson_iter_t tok;
    bool named = fw_event_field (ev, FW_EV_ID, &tok) && BSON_ITER_HOLDS_DOCUMENT (&tok);

@@ -12,6 +12,7 @@
 #include <lauxlib.h>
 
 #include "flowwarden/bson_lua.h"
+#include "flowwarden/event_settle.h"
 #include "flowwarden/log.h"
 #include "flowwarden/lua_host.h"
 #include "flowwarden/metrics_lua.h"
@@ -456,6 +457,14 @@ build_app_dispatchers (lua_State *L, fw_test_app_t *app, const load_opts_t *o, c
    }
 }
 
+/* An event's outcome: its log line and counts, as the stream's settle makes
+ * them (ud: the dispatcher's metrics block). */
+static void
+settled (void *ud, const char *stream, const fw_event_t *ev, const fw_outcome_t *o)
+{
+   fw_event_settle (ud, stream, ev, o);
+}
+
 /* Puts the app's dispatchers on its metrics, clock, hooks and in-memory DLQ. */
 static void
 wire_app_dispatchers (fw_test_app_t *app, const load_opts_t *o)
@@ -464,6 +473,7 @@ wire_app_dispatchers (fw_test_app_t *app, const load_opts_t *o)
    for (int i = 0; i < app->n; i++) {
       fw_dispatcher_t *d = app->disp[i];
       fw_dispatcher_set_metrics (d, fw_metrics_stream (app->metrics, d->prog.cfg.name));
+      fw_dispatcher_set_outcome_sink (d, settled, d->metrics); /* logged and counted as run does */
       d->hooks = &app->hooks;
       d->clock = (fw_stream_clock_t){hook_now_ms, hook_wait_ms, app, true};
       d->dlq = app->store; /* a sequenced DLQ's sequences live beside the entries */
