@@ -120,7 +120,6 @@ fw_stream_worker_build_lanes (fw_stream_worker_t *w, fw_stream_lane_loader_t loa
          return false; /* the lanes built so far go with w */
       }
       fw_dispatcher_set_loader (ld, load, ud);
-      fw_dispatcher_set_outcome_sink (ld, fw_stream_event_settled, w);
       w->lane.d[w->lane.n++] = ld; /* fw.state is the stream's: shared below */
    }
    fw_stream_state_attach (w);

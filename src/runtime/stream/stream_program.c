@@ -72,6 +72,8 @@ fw_stream_state_attach (fw_stream_worker_t *w)
    for (int i = 0; i < w->lane.n; i++) {
       fw_dispatcher_share_state (w->lane.d[i], fw_dispatcher_state (w->d));
       fw_dispatcher_share_outage (w->lane.d[i], w->d); /* one breaker, one bucket */
+      /* w's settle (a reload's lanes were built for the worker it drops) */
+      fw_dispatcher_set_outcome_sink (w->lane.d[i], fw_stream_event_settled, w);
    }
 }
 
