@@ -450,10 +450,8 @@ fw_dispatcher_sequence_key (fw_dispatcher_t *d, const fw_event_t *ev)
 }
 
 void
-fw_replay_hook_keep_error (fw_dispatcher_t *d, lua_State *L, int index)
+fw_replay_hook_keep_error (fw_replay_hook_t *hook, lua_State *L, int index)
 {
-   fw_replay_hook_t *hook = d->replay;
-
    if (!hook) {
       return;
    }

@@ -42,13 +42,17 @@ outcome (fw_outcome_kind_t kind, int attempts)
    return (fw_outcome_t){kind, attempts, 0, "", "", "", 0, FW_COUNT_NOTHING, NULL};
 }
 
+/* A change event of the stream's (fw_event_dispatch). */
+static const fw_dispatch_run_t LIVE = {0, NULL};
+
 /* The event is finished with (or not): its outcome goes to d's sink, which
  * logs and counts it (not a replayed dead letter's, which is no change
  * event). */
 static inline void
-report (fw_dispatcher_t *d, const fw_event_t *ev, const fw_outcome_t *o)
+report (fw_dispatcher_t *d, const fw_dispatch_run_t *run, const fw_event_t *ev,
+        const fw_outcome_t *o)
 {
-   if (d->sink.fn && !d->replay) {
+   if (d->sink.fn && !run->replay) {
       d->sink.fn (d->sink.ud, d->prog.cfg.name, ev, o);
    }
 }
@@ -185,22 +189,25 @@ policy_failed (fw_dispatcher_t *d, lua_State *L, decision_t *out)
  * stream's timeout: an on_error that runs away is stopped, logged and treated
  * as fw.RETHROW, and the standard policy still gets a budget of its own.
  */
-static void decide_in (fw_dispatcher_t *d, int attempt, fw_lua_stop_t stop, decision_t *out);
+static void decide_in (fw_dispatcher_t *d, fw_replay_hook_t *hook, int attempt,
+                       fw_lua_stop_t stop, decision_t *out);
 
 /* decide takes the failure table off the stack, whatever path it took. */
 static void
-decide (fw_dispatcher_t *d, int attempt, fw_lua_stop_t stop, decision_t *out)
+decide (fw_dispatcher_t *d, fw_replay_hook_t *hook, int attempt, fw_lua_stop_t stop,
+        decision_t *out)
 {
 #if FW_CHECKING
    lua_State *L = fw_lua_host_state (d->prog.host);
    int top = lua_gettop (L);
 #endif
-   decide_in (d, attempt, stop, out);
+   decide_in (d, hook, attempt, stop, out);
    FW_ASSERT (lua_gettop (L) == top - 1);
 }
 
 static void
-decide_in (fw_dispatcher_t *d, int attempt, fw_lua_stop_t stop, decision_t *out)
+decide_in (fw_dispatcher_t *d, fw_replay_hook_t *hook, int attempt, fw_lua_stop_t stop,
+           decision_t *out)
 {
    lua_State *L = fw_lua_host_state (d->prog.host);
    int failure = lua_gettop (L);
@@ -220,7 +227,7 @@ decide_in (fw_dispatcher_t *d, int attempt, fw_lua_stop_t stop, decision_t *out)
    }
    classified = failure + 1;
    user_err = failure + 2;
-   fw_replay_hook_keep_error (d, L, user_err);
+   fw_replay_hook_keep_error (hook, L, user_err);
 
    /* 2. on_error(err, ctx): what it returned, or what it raised */
    lua_rawgeti (L, LUA_REGISTRYINDEX, d->prog.spec_ref);
@@ -348,7 +355,7 @@ dead_letter_unhandled (fw_dispatcher_t *d, const fw_event_t *ev, const char *typ
    snprintf (dec.type, sizeof dec.type, "%s", type);
    snprintf (dec.message, sizeof dec.message, "%s", message);
    o = dead_letter_raw (d, ev, &dec, &a, raw);
-   report (d, ev, &o);
+   report (d, &LIVE, ev, &o);
    return o;
 }
 
@@ -748,17 +755,18 @@ call_handler (fw_dispatcher_t *d, lua_State *L, int ref, int attempt, bool key_f
 
 /* exactly_once (issue 39): the attempt in a transaction with the stream's
  * position, committed when the handler returned and asked for nothing else,
- * aborted otherwise. Returns as call_handler; *fenced when a newer leader
- * holds the checkpoint (nothing committed). */
+ * aborted otherwise (live: a change event; a replayed dead letter never runs
+ * in one). Returns as call_handler; *fenced when a newer leader holds the
+ * checkpoint (nothing committed). */
 static bool
 call_in_txn (fw_dispatcher_t *d, const fw_event_t *ev, lua_State *L, int ref, int attempt,
-             bool key_failed, fw_lua_stop_t *stop, attempt_times_t *t, bool *fenced)
+             bool key_failed, fw_lua_stop_t *stop, attempt_times_t *t, bool *fenced, bool live)
 {
    fw_mongo_txn_t join;
    bool ok;
 
    *fenced = false;
-   if (!fw_txn_wanted (d)) {
+   if (!live || !fw_txn_wanted (d)) {
       return call_handler (d, L, ref, attempt, key_failed, stop, t);
    }
    if (!fw_txn_begin (d, L, &join)) {
@@ -801,10 +809,10 @@ ended_handled (fw_dispatcher_t *d, int attempt, int64_t end_ns)
 /* What to do after an attempt that failed (ok false: its failure table is on
  * top of the stack, and taken off) or called ctx:send_to_dlq. */
 static void
-attempt_decision (fw_dispatcher_t *d, lua_State *L, bool ok, int attempt, fw_lua_stop_t stop,
-                  decision_t *dec)
+attempt_decision (fw_dispatcher_t *d, fw_replay_hook_t *hook, lua_State *L, bool ok, int attempt,
+                  fw_lua_stop_t stop, decision_t *dec)
 {
-   fw_replay_hook_keep_error (d, L, 0);
+   fw_replay_hook_keep_error (hook, L, 0);
    dec->status = 0;
    dec->body[0] = '\0';
    if (d->dispatch.dlq_requested) {
@@ -815,7 +823,7 @@ attempt_decision (fw_dispatcher_t *d, lua_State *L, bool ok, int attempt, fw_lua
       return;
    }
    d->stats.handler_errors++;
-   decide (d, attempt, stop, dec);
+   decide (d, hook, attempt, stop, dec);
    if (d->metrics) {
       fw_stream_metrics_handler_error (d->metrics, dec->type);
    }
@@ -841,14 +849,15 @@ report_attempt_failed (fw_dispatcher_t *d, int attempt, const decision_t *dec)
  * its first attempt when the replay allows no retry. True with *o set when
  * it ends here. */
 static bool
-replay_ends (fw_dispatcher_t *d, const decision_t *dec, int attempt, fw_outcome_t *o)
+replay_ends (fw_dispatcher_t *d, const fw_replay_hook_t *hook, const decision_t *dec,
+             int attempt, fw_outcome_t *o)
 {
-   if (d->replay && dec->action != ACT_RETRY) {
+   if (hook && dec->action != ACT_RETRY) {
       *o = replayed (d, dec->action == ACT_SKIP ? FW_OUTCOME_SKIPPED : FW_OUTCOME_GAVE_UP, dec,
                      attempt);
       return true;
    }
-   if (d->replay && d->replay->no_retry) {
+   if (hook && hook->no_retry) {
       *o = replayed (d, FW_OUTCOME_GAVE_UP, dec, attempt);
       return true;
    }
@@ -858,7 +867,8 @@ replay_ends (fw_dispatcher_t *d, const decision_t *dec, int attempt, fw_outcome_
 /* The decision is retry: waits out the backoff. False when a shutdown came
  * first. */
 static bool
-retry_wait (fw_dispatcher_t *d, const fw_event_t *ev, int attempt, const decision_t *dec)
+retry_wait (fw_dispatcher_t *d, fw_replay_hook_t *hook, const fw_event_t *ev, int attempt,
+            const decision_t *dec)
 {
    int64_t delay = fw_backoff_delay_ms (&d->prog.cfg.retry, attempt, fw_backoff_random (&d->rng));
    char more[1600], sid[1024];
@@ -878,8 +888,8 @@ retry_wait (fw_dispatcher_t *d, const fw_event_t *ev, int attempt, const decisio
    if (d->metrics) {
       fw_stream_metrics_set_state (d->metrics, FW_STREAM_RUNNING, NULL);
    }
-   if (d->replay && d->replay->before_retry) {
-      d->replay->before_retry (d->replay);
+   if (hook && hook->before_retry) {
+      hook->before_retry (hook);
    }
    return true;
 }
@@ -948,22 +958,23 @@ defers_retry (const fw_dispatcher_t *d, const decision_t *dec)
  * the event or waits out the retry backoff. True to try again, false with *o
  * set when the event ends here. */
 static bool
-after_failure (fw_dispatcher_t *d, const fw_event_t *ev, lua_State *L, bool ok, int attempt,
-               fw_lua_stop_t stop, const attempt_times_t *t, fw_outcome_t *o)
+after_failure (fw_dispatcher_t *d, fw_replay_hook_t *hook, const fw_event_t *ev, lua_State *L,
+               bool ok, int attempt, fw_lua_stop_t stop, const attempt_times_t *t,
+               fw_outcome_t *o)
 {
    decision_t dec;
    char id[1024];
 
-   attempt_decision (d, L, ok, attempt, stop, &dec);
+   attempt_decision (d, hook, L, ok, attempt, stop, &dec);
    fw_event_log_id (ev, id, sizeof id);
    report_attempt_failed (d, attempt, &dec);
-   if (d->replay) {
-      d->replay->retry_asked = dec.action == ACT_RETRY;
+   if (hook) {
+      hook->retry_asked = dec.action == ACT_RETRY;
    }
-   if (replay_ends (d, &dec, attempt, o)) {
+   if (replay_ends (d, hook, &dec, attempt, o)) {
       return false;
    }
-   if (dec.action == ACT_RETRY && d->outage.holder && !d->dispatch.dlq_requested && !d->replay) {
+   if (dec.action == ACT_RETRY && d->outage.holder && !d->dispatch.dlq_requested && !hook) {
       /* Issue 37: the event holds a breaker restored after a restart; its
        * attempts are probes, one per pause, not a round of retries. */
       switch (fw_outage_hold (d, id, attempt, dec.type, dec.message, true)) {
@@ -990,7 +1001,7 @@ after_failure (fw_dispatcher_t *d, const fw_event_t *ev, lua_State *L, bool ok, 
       /* Issue 29: an outage's error holds the event behind the breaker. */
       switch (fw_outage_hold (d, id, attempt, dec.type, dec.message,
                               (dec.action == ACT_DLQ || dec.action == ACT_DROP) &&
-                                 !d->dispatch.dlq_requested && !d->replay)) {
+                                 !d->dispatch.dlq_requested && !hook)) {
       case FW_HOLD_PROBE:
          return true;
       case FW_HOLD_STOPPED:
@@ -1002,24 +1013,31 @@ after_failure (fw_dispatcher_t *d, const fw_event_t *ev, lua_State *L, bool ok, 
       *o = decided_end (d, ev, &dec, attempt, t);
       return false;
    }
-   if (!retry_wait (d, ev, attempt, &dec)) {
+   if (!retry_wait (d, hook, ev, attempt, &dec)) {
       *o = outcome_after (d, FW_OUTCOME_STOPPED, attempt, &dec);
       return false;
    }
    return true;
 }
 
-static fw_outcome_t run_attempts (fw_dispatcher_t *d, const fw_event_t *ev);
+static fw_outcome_t run_attempts (fw_dispatcher_t *d, const fw_event_t *ev,
+                                  const fw_dispatch_run_t *run);
 
 fw_outcome_t
 fw_event_dispatch (fw_dispatcher_t *d, const fw_event_t *ev)
+{
+   return fw_event_dispatch_run (d, ev, &LIVE);
+}
+
+fw_outcome_t
+fw_event_dispatch_run (fw_dispatcher_t *d, const fw_event_t *ev, const fw_dispatch_run_t *run)
 {
 #if FW_CHECKING
    fw_lua_host_t *host = d->prog.host;
    int top = lua_gettop (fw_lua_host_state (host));
 #endif
-   fw_outcome_t o = run_attempts (d, ev);
-   report (d, ev, &o);
+   fw_outcome_t o = run_attempts (d, ev, run);
+   report (d, run, ev, &o);
    fw_park_end (d);
    fw_outage_event_end (d);
    /* The Lua stack is as it was (unless a reload or a rebuild replaced
@@ -1032,13 +1050,13 @@ fw_event_dispatch (fw_dispatcher_t *d, const fw_event_t *ev)
 }
 
 static fw_outcome_t
-run_attempts (fw_dispatcher_t *d, const fw_event_t *ev)
+run_attempts (fw_dispatcher_t *d, const fw_event_t *ev, const fw_dispatch_run_t *run)
 {
    lua_State *L = fw_lua_host_state (d->prog.host);
    int ref;
    attempt_times_t t = {0, 0, 0};
    /* A sequenced DLQ with open sequences: is this event's one of them? */
-   bool check_park = fw_park_check_needed (d, ev);
+   bool check_park = !run->replay && fw_park_check_needed (d, ev); /* a replay is never parked */
 
    ref = fw_program_handler_for (&d->prog, ev->op);
    if (ref == LUA_NOREF) {
@@ -1056,11 +1074,11 @@ run_attempts (fw_dispatcher_t *d, const fw_event_t *ev)
       if (!attempt_may_start (d, ev, attempt, &L, &ref, &o)) {
          return o;
       }
-      d->dispatch.attempt = attempt + d->deferred.attempt_base; /* a deferred retry's: all */
+      d->dispatch.attempt = attempt + run->attempt_base; /* a deferred retry's: all */
       if (check_park && park_if_open (d, ev, &check_park, &key_failed, &stop, &o)) {
          return o;
       }
-      ok = call_in_txn (d, ev, L, ref, attempt, key_failed, &stop, &t, &fenced);
+      ok = call_in_txn (d, ev, L, ref, attempt, key_failed, &stop, &t, &fenced, !run->replay);
       if (fenced) {
          return outcome (FW_OUTCOME_STOPPED, attempt);
       }
@@ -1070,7 +1088,7 @@ run_attempts (fw_dispatcher_t *d, const fw_event_t *ev)
       if (ok && !d->dispatch.dlq_requested) {
          return ended_handled (d, attempt, t.end_ns);
       }
-      if (!after_failure (d, ev, L, ok, attempt, stop, &t, &o)) {
+      if (!after_failure (d, run->replay, ev, L, ok, attempt, stop, &t, &o)) {
          return o;
       }
    }

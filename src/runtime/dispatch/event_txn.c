@@ -43,7 +43,7 @@ fw_dispatcher_txn_client (fw_dispatcher_t *d, fw_error_t *error)
 bool
 fw_txn_wanted (const fw_dispatcher_t *d)
 {
-   return d->eo.fn && !d->replay;
+   return d->eo.fn != NULL;
 }
 
 /* Pushes the failure table of a step that failed before any server reply. */

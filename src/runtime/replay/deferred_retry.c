@@ -48,13 +48,11 @@ attempt (fw_dispatcher_t *d, const bson_t *entry, int64_t n, fw_replay_hook_t *h
    fw_outcome_t o = {FW_OUTCOME_NO_HANDLER, 0, 0, "", "InvalidEntry", why, 0, FW_COUNT_NOTHING, NULL};
 
    if (fw_dlq_replay_build_event (entry, &event, &ev, why, len)) {
+      /* ctx:attempt_number() counts them all */
+      fw_dispatch_run_t run = {(int) (n - 1), hook};
       hook->no_retry = true;
-      d->replay = hook;
-      d->deferred.attempt_base = (int) (n - 1); /* ctx:attempt_number() counts them all */
-      o = fw_event_dispatch (d, &ev);
-      d->deferred.attempt_base = 0;
+      o = fw_event_dispatch_run (d, &ev, &run);
       fw_replay_hook_forget_error (d, hook);
-      d->replay = NULL;
    }
    bson_destroy (&event);
    return o;
