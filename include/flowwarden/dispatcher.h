@@ -101,8 +101,12 @@ void fw_dispatcher_set_shutdown (fw_dispatcher_t *d, fw_shutdown_t *shutdown);
  * NULL) is not held; DLQ entries carry epoch. */
 void fw_dispatcher_set_lead (fw_dispatcher_t *d, fw_lease_t *lease, int64_t epoch);
 
-/* fn(ud) is called at every attempt boundary; true when it switched the
- * program (a reload). */
+/* fn(ud) is asked before every retry of a change event (not a replay's):
+ * true when a reload's new program waits. The event then gives way
+ * (FW_OUTCOME_YIELDED, its attempts so far in the outcome) instead of
+ * running its next attempt on the old program: its stream switches
+ * programs at the event's boundary, never inside fw_event_dispatch, and
+ * runs it again with attempt_base = those attempts. Never inside a batch. */
 void fw_dispatcher_set_boundary (fw_dispatcher_t *d, bool (*fn) (void *ud), void *ud);
 
 /*
@@ -217,8 +221,10 @@ fw_outcome_t fw_event_dispatch (fw_dispatcher_t *d, const fw_event_t *ev);
  * dispatcher keeps no mode, each call says what it runs. All zero: a
  * change event (fw_event_dispatch). */
 typedef struct fw_dispatch_run {
-   /* Attempts made before this call (a deferred retry's): ctx:attempt_number()
-    * and the entry count on from them. */
+   /* Attempts made before this call (a deferred retry's, an event that
+    * yielded to a reload): this call's first attempt is number
+    * attempt_base + 1 for ctx:attempt_number(), the error policy's decision,
+    * the backoff and a DLQ entry; the outcome's attempts count them all. */
    int attempt_base;
    /* A dead letter's replay (dispatcher-private.h), NULL for a change event:
     * see fw_replay_hook_t for what it changes. */

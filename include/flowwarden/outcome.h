@@ -24,6 +24,9 @@ typedef enum {
    FW_OUTCOME_HELD,          /* held behind the open circuit breaker until a stop came */
    FW_OUTCOME_NO_DLQ,        /* unreadable or oversize, and no DLQ to keep it */
    FW_OUTCOME_FAILED,        /* the stream must stop before it (error says why) */
+   FW_OUTCOME_YIELDED,       /* between two attempts, a reload's new program was waiting: the
+                              * stream switches at the event's boundary and runs it again,
+                              * its attempts carrying on (fw_dispatch_run_t's attempt_base) */
    FW_OUTCOME_KINDS
 } fw_outcome_kind_t;
 
@@ -75,11 +78,12 @@ fw_outcome_finished (fw_outcome_kind_t kind)
    return kind < FW_OUTCOME_STOPPED;
 }
 
-/* The event must come back (a stop or the lease came first). */
+/* The event must come back (a stop or the lease came first, or a reload:
+ * at once, on the new program). */
 static inline bool
 fw_outcome_comes_back (fw_outcome_kind_t kind)
 {
-   return kind == FW_OUTCOME_STOPPED || kind == FW_OUTCOME_HELD;
+   return kind == FW_OUTCOME_STOPPED || kind == FW_OUTCOME_HELD || kind == FW_OUTCOME_YIELDED;
 }
 
 /* The kind's name, as flowwarden test reports it ("handled", "dlq", ...). */

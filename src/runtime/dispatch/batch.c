@@ -263,6 +263,8 @@ one_by_one (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
 
 static fw_outcome_t batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
                                     fw_outcome_kind_t *outcomes);
+static fw_outcome_t dispatch_whole (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
+                                    fw_outcome_kind_t *outcomes);
 
 fw_outcome_t
 fw_batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
@@ -282,14 +284,24 @@ static fw_outcome_t
 batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
                 fw_outcome_kind_t *outcomes)
 {
-   fw_batch_state_t *s;
    bool (*boundary) (void *ud) = d->boundary.fn;
+   fw_outcome_t o;
+
+   /* A reload takes effect between batches (its stream's event boundary),
+    * never inside one: no event of it yields. */
+   d->boundary.fn = NULL;
+   o = dispatch_whole (d, evs, n, outcomes);
+   d->boundary.fn = boundary;
+   return o;
+}
+
+static fw_outcome_t
+dispatch_whole (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
+                fw_outcome_kind_t *outcomes)
+{
+   fw_batch_state_t *s;
    bool ok;
 
-   /* A reload takes effect between batches, never inside one. */
-   if (boundary) {
-      boundary (d->boundary.ud);
-   }
    for (size_t i = 0; outcomes && i < n; i++) {
       outcomes[i] = FW_OUTCOME_STOPPED; /* until it is finished with */
    }
@@ -311,10 +323,8 @@ batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
    s->outcomes = outcomes;
    s->result = all_finished ();
    s->last_error[0] = '\0';
-   d->boundary.fn = NULL;
    int64_t splits = s->stats.splits;
    ok = fw_batch_run (&ops, n, &s->stats);
-   d->boundary.fn = boundary;
    if (d->metrics) {
       fw_stream_metrics_batch (d->metrics, n, (uint64_t) (s->stats.splits - splits));
    }

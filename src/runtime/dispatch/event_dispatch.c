@@ -655,11 +655,12 @@ typedef struct {
    int64_t first_ns, start_ns, end_ns;
 } attempt_times_t;
 
-/* Whether the next attempt may run. False with *o set when the event ends
- * here; *L and *ref follow a reload. */
+/* Whether the next attempt may run (retry: it is a change event's retry).
+ * False with *o set when the event ends here; *L and *ref follow a full
+ * state's rebuild. */
 static bool
-attempt_may_start (fw_dispatcher_t *d, const fw_event_t *ev, int attempt, lua_State **L,
-                   int *ref, fw_outcome_t *o)
+attempt_may_start (fw_dispatcher_t *d, const fw_event_t *ev, int attempt, bool retry,
+                   lua_State **L, int *ref, fw_outcome_t *o)
 {
    /* ha.mode = "leader": no handler call past the lease's deadline; the
     * event comes back to the next leader. */
@@ -673,10 +674,16 @@ attempt_may_start (fw_dispatcher_t *d, const fw_event_t *ev, int attempt, lua_St
       *o = outcome (FW_OUTCOME_STOPPED, attempt - 1);
       return false;
    }
-   /* A reload takes effect here: this attempt runs the new code, and the
-    * attempt count carries on. So does a full state's rebuild. */
-   bool switched = d->boundary.fn && d->boundary.fn (d->boundary.ud);
-   if (!switched && d->rebuild.pending) {
+   /* A reload's new program waits: the event gives way, for its stream to
+    * switch at the event's boundary and run it again there, its attempt
+    * count carrying on (a reload never swaps the program inside an event). */
+   if (retry && d->boundary.fn && d->boundary.fn (d->boundary.ud)) {
+      *o = outcome (FW_OUTCOME_YIELDED, attempt - 1);
+      return false;
+   }
+   /* A full state's rebuild takes effect here: this attempt runs on it. */
+   bool switched = false;
+   if (d->rebuild.pending) {
       if (!fw_state_rebuild (d)) {
          *o = failed (d, attempt - 1);
          return false;
@@ -686,7 +693,7 @@ attempt_may_start (fw_dispatcher_t *d, const fw_event_t *ev, int attempt, lua_St
    if (switched) {
       *L = fw_lua_host_state (d->prog.host);
       if ((*ref = fw_program_handler_for (&d->prog, ev->op)) == LUA_NOREF) {
-         /* the new script has no handler for it */
+         /* the rebuilt state has no handler for it */
          *o = outcome (FW_OUTCOME_NO_HANDLER, attempt - 1);
          finished (d, o, FW_COUNT_NONE, 0);
          return false;
@@ -740,7 +747,7 @@ call_handler (fw_dispatcher_t *d, lua_State *L, int ref, int attempt, bool key_f
    if (!t->start_ns) {
       t->start_ns = fw_lua_host_call_started_ns (d->prog.host);
    }
-   if (attempt == 1) {
+   if (!t->first_ns) { /* this call's first attempt */
       t->first_ns = t->start_ns;
    }
    if (d->metrics) {
@@ -771,7 +778,7 @@ call_in_txn (fw_dispatcher_t *d, const fw_event_t *ev, lua_State *L, int ref, in
    }
    if (!fw_txn_begin (d, L, &join)) {
       *stop = FW_LUA_STOP_NONE;
-      if (attempt == 1) {
+      if (!t->first_ns) {
          t->first_ns = t->start_ns = fw_mono_ns ();
       }
       return false;
@@ -1066,15 +1073,16 @@ run_attempts (fw_dispatcher_t *d, const fw_event_t *ev, const fw_dispatch_run_t 
    }
    fw_event_ctx_begin (L, &d->dispatch, ev);
 
-   for (int attempt = 1;; attempt++) {
+   for (int attempt = run->attempt_base + 1;; attempt++) {
       fw_lua_stop_t stop;
       bool ok, key_failed = false, fenced;
       fw_outcome_t o;
 
-      if (!attempt_may_start (d, ev, attempt, &L, &ref, &o)) {
+      if (!attempt_may_start (d, ev, attempt, attempt > run->attempt_base + 1 && !run->replay, &L,
+                              &ref, &o)) {
          return o;
       }
-      d->dispatch.attempt = attempt + run->attempt_base; /* a deferred retry's: all */
+      d->dispatch.attempt = attempt;
       if (check_park && park_if_open (d, ev, &check_park, &key_failed, &stop, &o)) {
          return o;
       }

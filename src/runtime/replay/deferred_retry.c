@@ -73,7 +73,8 @@ outcome_of (fw_dispatcher_t *d, const fw_outcome_t *r, const fw_replay_hook_t *h
       o->kind = FW_DLQ_RESOLVE;
       o->skipped = r->kind == FW_OUTCOME_SKIPPED;
    } else if (r->kind == FW_OUTCOME_GAVE_UP) {
-      o->attempts_added = r->attempts > 0 ? r->attempts : 1;
+      /* r->attempts counts them all: this run's are those past n - 1 */
+      o->attempts_added = r->attempts > n - 1 ? (int) (r->attempts - (n - 1)) : 1;
       o->error_type = r->error_type;
       o->error_message = r->error;
       if (hook->retry_asked && n < b->max_attempts) {

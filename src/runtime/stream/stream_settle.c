@@ -26,6 +26,9 @@ fw_read_end_t
 fw_stream_settle (const fw_settle_place_t *place, const fw_outcome_t *o)
 {
    FW_ASSERT ((unsigned) o->kind < FW_OUTCOME_KINDS);
+   /* A yielded event runs again on the new program before it is settled
+    * (fw_stream_dispatch); were one to get here, it comes back. */
+   FW_ASSERT (o->kind != FW_OUTCOME_YIELDED);
    if (fw_outcome_comes_back (o->kind)) {
       return place->lease_lost && place->lease_lost (place->ud) ? FW_READ_LOST : FW_READ_STOP;
    }

@@ -189,10 +189,17 @@ void fw_stream_standby_observe (fw_stream_worker_t *w);
 /* --- stream_reload.c --------------------------------------------------- */
 
 /* Switches to the program a reload left pending (handlers, policies, Lua
- * state, lane programs), if any; the dispatcher calls it at attempt
- * boundaries. Never while lanes run (w->lanes): fw_stream_lanes_boundary
- * applies it then. Returns true when it switched. */
+ * state, lane programs), if any: at an event boundary of the stream's
+ * thread, never inside fw_event_dispatch (w->cfg points into the program).
+ * Never while lanes run (w->lanes): fw_stream_lanes_boundary applies it
+ * then. Returns true when it switched. */
 bool fw_stream_reload_apply (fw_stream_worker_t *w);
+
+/* The stream's thread runs ev on w->d, switching first to a reload's program
+ * left pending: when ev gives way to a reload between two attempts
+ * (FW_OUTCOME_YIELDED), the new program is switched to here, at the event's
+ * boundary, and ev runs again on it, its attempts carrying on. */
+fw_outcome_t fw_stream_dispatch (fw_stream_worker_t *w, const fw_event_t *ev);
 
 /* --- stream_lanes.c: per-key lanes (issue 16) ------------------------------
  *

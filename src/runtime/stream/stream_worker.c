@@ -419,7 +419,7 @@ dispatch_here (here_t *h, const fw_event_t *ev)
    if (fw_stream_lease_lost (w)) {
       return FW_READ_LOST; /* checked again here: the read may have waited */
    }
-   o = fw_event_dispatch (w->d, ev);
+   o = fw_stream_dispatch (w, ev);
    return fw_stream_settle (&place, &o);
 }
 
@@ -845,11 +845,29 @@ done:
    return NULL;
 }
 
-/* The dispatcher's attempt boundary: a reload left pending is applied. */
+/* Asked by the dispatcher before a change event's retry: a reload's new
+ * program waits (applied by fw_stream_dispatch, at the event's boundary). */
 static bool
-reload_boundary (void *ud)
+reload_waits (void *ud)
 {
-   return fw_stream_reload_apply (ud);
+   fw_stream_worker_t *w = ud;
+   return !w->lanes && __atomic_load_n (&w->pending.has, __ATOMIC_ACQUIRE);
+}
+
+fw_outcome_t
+fw_stream_dispatch (fw_stream_worker_t *w, const fw_event_t *ev)
+{
+   fw_dispatch_run_t run = {0, NULL};
+   fw_outcome_t o;
+
+   fw_stream_reload_apply (w); /* one that came while the read waited for ev */
+   o = fw_event_dispatch (w->d, ev);
+   while (o.kind == FW_OUTCOME_YIELDED) {
+      run.attempt_base = o.attempts;
+      fw_stream_reload_apply (w);
+      o = fw_event_dispatch_run (w->d, ev, &run);
+   }
+   return o;
 }
 
 bool
@@ -862,9 +880,10 @@ fw_stream_worker_start (fw_stream_worker_t *w, fw_error_t *error)
       w->failed = false;
       w->control = W_CONTROL_NONE;
    }
-   /* The stream's thread switches to a reloaded program at attempt
-    * boundaries (lane programs never do: their stream's thread does). */
-   fw_dispatcher_set_boundary (w->d, reload_boundary, w);
+   /* The stream's thread switches to a reloaded program at event
+    * boundaries; an event in retries gives way to it (lane programs never
+    * do: their stream's thread switches them once they drained). */
+   fw_dispatcher_set_boundary (w->d, reload_waits, w);
    fw_stream_exactly_once_wire (w);
    if (pthread_create (&w->thread.id, NULL, worker_main, w) != 0) {
       fw_error_set (error, FW_ERROR_IO, "cannot start thread for stream \"%s\"", w->cfg->name);
