@@ -210,16 +210,9 @@ typedef void (*fw_outcome_sink_fn) (void *ud, const char *stream, const fw_event
 /* d's events go to fn(ud, ...) (NULL: nowhere, neither logged nor counted). */
 void fw_dispatcher_set_outcome_sink (fw_dispatcher_t *d, fw_outcome_sink_fn fn, void *ud);
 
-/* Runs the handlers for one parsed change event with the stream's retry and
- * DLQ policy, and says what became of it (flowwarden/outcome.h): it moves no
- * position, its caller settles the outcome (the sink has logged and
- * counted it). The event must stay valid until it returns; the outcome's
- * strings until d's next event. */
-fw_outcome_t fw_event_dispatch (fw_dispatcher_t *d, const fw_event_t *ev);
-
 /* How a client other than the stream runs an event through d: the
- * dispatcher keeps no mode, each call says what it runs. All zero: a
- * change event (fw_event_dispatch). */
+ * dispatcher keeps no mode, each call says what it runs. All zero (or
+ * NULL): a change event (fw_event_dispatch). */
 typedef struct fw_dispatch_run {
    /* Attempts made before this call (a deferred retry's, an event that
     * yielded to a reload): this call's first attempt is number
@@ -231,9 +224,21 @@ typedef struct fw_dispatch_run {
    struct fw_replay_hook *replay;
 } fw_dispatch_run_t;
 
-/* fw_event_dispatch for the client run says (not NULL, borrowed). */
+/* fw_event_dispatch for the client run says (borrowed; NULL: a change
+ * event). */
 fw_outcome_t fw_event_dispatch_run (fw_dispatcher_t *d, const fw_event_t *ev,
                                     const fw_dispatch_run_t *run);
+
+/* Runs the handlers for one parsed change event with the stream's retry and
+ * DLQ policy, and says what became of it (flowwarden/outcome.h): it moves no
+ * position, its caller settles the outcome (the sink has logged and
+ * counted it). The event must stay valid until it returns; the outcome's
+ * strings until d's next event. */
+static inline fw_outcome_t
+fw_event_dispatch (fw_dispatcher_t *d, const fw_event_t *ev)
+{
+   return fw_event_dispatch_run (d, ev, NULL);
+}
 
 /* An event fw_event_parse refused (why says how) but that has its resume
  * token: dead-lettered whole (rawEvent, error type MalformedEvent) so the

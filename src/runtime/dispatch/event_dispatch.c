@@ -568,13 +568,14 @@ replayed (fw_dispatcher_t *d, fw_outcome_kind_t kind, const decision_t *dec, int
 }
 
 /* The event is finished with: how the stream counts o, and (with metrics)
- * when it ended, for the lag. mono_ns: now on CLOCK_MONOTONIC, 0 to read
- * the wall clock instead. */
+ * when it ended, for the lag, unless known (a DLQ entry's createdAt, which
+ * a deferred retry's log line counts its delay from). mono_ns: now on
+ * CLOCK_MONOTONIC, 0 to read the wall clock instead. */
 static void
 finished (fw_dispatcher_t *d, fw_outcome_t *o, fw_outcome_count_t count, int64_t mono_ns)
 {
    o->count = count;
-   if (d->metrics) {
+   if (d->metrics && !o->finished_ms) {
       o->finished_ms = mono_ns ? wall_ms_at (d, mono_ns) : d->clock.now_ms (d->clock.ud);
    }
 }
@@ -668,17 +669,18 @@ attempt_may_start (fw_dispatcher_t *d, const fw_event_t *ev, int attempt, bool r
       *o = outcome (FW_OUTCOME_STOPPED, attempt - 1);
       return false;
    }
+   /* A reload's new program waits: the event gives way, for its stream to
+    * switch at the event's boundary and run it again there, its attempt
+    * count carrying on (a reload never swaps the program inside an event),
+    * and a breaker it holds still held. */
+   if (retry && d->boundary.fn && d->boundary.fn (d->boundary.ud)) {
+      *o = outcome (FW_OUTCOME_YIELDED, attempt - 1);
+      return false;
+   }
    /* Issue 29: no attempt while another lane holds the breaker open, nor
     * beyond the rate limit. */
    if (!fw_outage_admit (d, ev, attempt)) {
       *o = outcome (FW_OUTCOME_STOPPED, attempt - 1);
-      return false;
-   }
-   /* A reload's new program waits: the event gives way, for its stream to
-    * switch at the event's boundary and run it again there, its attempt
-    * count carrying on (a reload never swaps the program inside an event). */
-   if (retry && d->boundary.fn && d->boundary.fn (d->boundary.ud)) {
-      *o = outcome (FW_OUTCOME_YIELDED, attempt - 1);
       return false;
    }
    /* A full state's rebuild takes effect here: this attempt runs on it. */
@@ -1031,14 +1033,11 @@ static fw_outcome_t run_attempts (fw_dispatcher_t *d, const fw_event_t *ev,
                                   const fw_dispatch_run_t *run);
 
 fw_outcome_t
-fw_event_dispatch (fw_dispatcher_t *d, const fw_event_t *ev)
-{
-   return fw_event_dispatch_run (d, ev, &LIVE);
-}
-
-fw_outcome_t
 fw_event_dispatch_run (fw_dispatcher_t *d, const fw_event_t *ev, const fw_dispatch_run_t *run)
 {
+   if (!run) {
+      run = &LIVE; /* fw_event_dispatch: a change event */
+   }
 #if FW_CHECKING
    fw_lua_host_t *host = d->prog.host;
    int top = lua_gettop (fw_lua_host_state (host));
@@ -1046,7 +1045,9 @@ fw_event_dispatch_run (fw_dispatcher_t *d, const fw_event_t *ev, const fw_dispat
    fw_outcome_t o = run_attempts (d, ev, run);
    report (d, run, ev, &o);
    fw_park_end (d);
-   fw_outage_event_end (d);
+   if (o.kind != FW_OUTCOME_YIELDED) { /* a yielded event comes back at once, holding it */
+      fw_outage_event_end (d);
+   }
    /* The Lua stack is as it was (unless a reload or a rebuild replaced
     * the state), and a DLQ outcome names its entry. */
    FW_ASSERT (d->prog.host != host || lua_gettop (fw_lua_host_state (host)) == top);
