@@ -38,7 +38,7 @@ struct fw_stream_worker {
    fw_shutdown_t own_shutdown; /* this stream's stop: SIGTERM, or a reload removing it */
    struct {
       pthread_mutex_t mu;
-      fw_stream_worker_t *next; /* a reload's replacement, applied at an attempt boundary */
+      fw_stream_worker_t *next; /* a reload's replacement, applied at an event boundary */
       int has;                  /* read without the lock on the hot path */
    } pending;
    struct {
