@@ -1,7 +1,7 @@
 /*
  * An event's outcome as a value: what fw_event_dispatch returns for each
  * kind (handled, skipped, dead-lettered with its entry, parked behind its
- * sequence, lost, no handler, stopped, failed, no DLQ), with a script's
+ * sequence, lost, no handler, stopped, failed, no DLQ, yielded to a reload), with a script's
  * dispatcher over the in-memory DLQ store and no server; and what
  * fw_stream_settle (stream/stream_settle.c) makes of each kind through a
  * fake place: the position moves only past an event finished with.
@@ -339,6 +339,43 @@ settle (place_t *p, fw_outcome_kind_t kind, const char *entry_id, const char *er
    return fw_stream_settle (&place, &o);
 }
 
+static bool
+reload_waits (void *ud)
+{
+   return *(bool *) ud;
+}
+
+/* A reload's program waits: an event in retries gives way before its next
+ * attempt (the program is never switched inside fw_event_dispatch), and run
+ * again with attempt_base its attempts carry on: the policy counts them all. */
+static void
+test_yielded (void **state)
+{
+   fixture_t *f = fixture_for (S_DLQ); /* max_attempts = 2 */
+   bool waits = true;
+   bson_t *doc = event_of ("insert", 1, 0);
+   fw_dispatch_run_t run = {0, NULL};
+   fw_event_t ev;
+   fw_error_t err;
+   fw_outcome_t o;
+   (void) state;
+
+   assert_true (fw_event_parse (doc, &ev, &err));
+   fw_dispatcher_set_boundary (f->d, reload_waits, &waits);
+   o = fw_event_dispatch (f->d, &ev);
+   assert_int_equal (o.kind, FW_OUTCOME_YIELDED);
+   assert_int_equal (o.attempts, 1);
+   assert_false (fw_outcome_finished (o.kind));
+   assert_true (fw_outcome_comes_back (o.kind));
+   waits = false; /* the stream switched programs */
+   run.attempt_base = o.attempts;
+   o = fw_event_dispatch_run (f->d, &ev, &run);
+   assert_int_equal (o.kind, FW_OUTCOME_DEAD_LETTERED); /* attempt 2 was the last */
+   assert_int_equal (o.attempts, 2);
+   bson_destroy (doc);
+   fixture_free (f);
+}
+
 /* --- the settle of one event: its log line and counts (event_settle.h) -- */
 
 typedef struct {
@@ -520,6 +557,7 @@ main (void)
       cmocka_unit_test (test_parked),
       cmocka_unit_test (test_failed),
       cmocka_unit_test (test_no_dlq),
+      cmocka_unit_test (test_yielded),
       cmocka_unit_test (test_event_settle_logs_and_counts),
       cmocka_unit_test (test_event_settle_counts_by_the_outcomes_count),
       cmocka_unit_test (test_settle_finished_kinds_move_the_position),
