@@ -885,7 +885,8 @@ retry_wait (fw_dispatcher_t *d, fw_replay_hook_t *hook, const fw_event_t *ev, in
    fw_event_short_id (ev, sid, sizeof sid);
    fw_log (FW_LOG_WARN, d->prog.cfg.name,
            "event %s attempt %d failed: %s: %s; retrying in %lld ms%s", sid, attempt, dec->type,
-           dec->message, (long long) delay, fw_event_failure_context (ev, dec->where, NULL, more, sizeof more));
+           dec->message, (long long) delay,
+           fw_event_failure_context (ev, dec->where, NULL, more, sizeof more));
    d->stats.retries++;
    if (d->metrics) {
       fw_stream_metrics_retry (d->metrics);

@@ -433,8 +433,8 @@ memory_claim_due (fw_dlq_store_t *store, const char *stream, const char *actor, 
    pthread_mutex_lock (&m->mu);
    for (size_t i = 0; i < m->n; i++) { /* the earliest nextAttemptAt first */
       if (due (m->entries[i], stream, now_ms) &&
-          (best == m->n ||
-           date_at (m->entries[i], "nextAttemptAt") < date_at (m->entries[best], "nextAttemptAt"))) {
+          (best == m->n || date_at (m->entries[i], "nextAttemptAt") <
+                              date_at (m->entries[best], "nextAttemptAt"))) {
          best = i;
       }
    }
