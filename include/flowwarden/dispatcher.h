@@ -101,8 +101,12 @@ void fw_dispatcher_set_shutdown (fw_dispatcher_t *d, fw_shutdown_t *shutdown);
  * NULL) is not held; DLQ entries carry epoch. */
 void fw_dispatcher_set_lead (fw_dispatcher_t *d, fw_lease_t *lease, int64_t epoch);
 
-/* fn(ud) is called at every attempt boundary; true when it switched the
- * program (a reload). */
+/* fn(ud) is asked before every retry of a change event (not a replay's):
+ * true when a reload's new program waits. The event then gives way
+ * (FW_OUTCOME_YIELDED, its attempts so far in the outcome) instead of
+ * running its next attempt on the old program: its stream switches
+ * programs at the event's boundary, never inside fw_event_dispatch, and
+ * runs it again with attempt_base = those attempts. Never inside a batch. */
 void fw_dispatcher_set_boundary (fw_dispatcher_t *d, bool (*fn) (void *ud), void *ud);
 
 /*
@@ -199,14 +203,46 @@ void fw_dispatcher_stats (const fw_dispatcher_t *d, fw_stream_stats_t *out);
 /* Why the stream must stop after FW_OUTCOME_FAILED. */
 const char *fw_dispatcher_failure (const fw_dispatcher_t *d);
 
-/* When the dispatcher last finished an event (wall clock, ms; with metrics). */
-int64_t fw_dispatcher_finished_ms (const fw_dispatcher_t *d);
+/* Where a dispatcher hands every change event it finished with, once, with
+ * its outcome (stream: the stream's name): its log line and its counts are
+ * the receiver's (the stream's settle, flowwarden/event_settle.h), never
+ * the dispatcher's. Called on the dispatcher's thread, before
+ * fw_event_dispatch returns, and for each event of a batch as it finishes. */
+typedef void (*fw_outcome_sink_fn) (void *ud, const char *stream, const fw_event_t *ev,
+                                    const fw_outcome_t *o);
 
-/* Runs the handlers for one parsed event with the stream's retry and DLQ
- * policy, and says what became of it (flowwarden/outcome.h): it moves no
- * position, its caller settles the outcome. The event must stay valid
- * until it returns; the outcome's strings until d's next event. */
-fw_outcome_t fw_event_dispatch (fw_dispatcher_t *d, const fw_event_t *ev);
+/* d's events go to fn(ud, ...) (NULL: nowhere, neither logged nor counted). */
+void fw_dispatcher_set_outcome_sink (fw_dispatcher_t *d, fw_outcome_sink_fn fn, void *ud);
+
+/* How a client other than the stream runs an event through d: the
+ * dispatcher keeps no mode, each call says what it runs. All zero (or
+ * NULL): a change event (fw_event_dispatch). */
+typedef struct fw_dispatch_run {
+   /* Attempts made before this call (a deferred retry's, an event that
+    * yielded to a reload): this call's first attempt is number
+    * attempt_base + 1 for ctx:attempt_number(), the error policy's decision,
+    * the backoff and a DLQ entry; the outcome's attempts count them all. */
+   int attempt_base;
+   /* A dead letter's replay (dispatcher-private.h), NULL for a change event:
+    * see fw_replay_hook_t for what it changes. */
+   struct fw_replay_hook *replay;
+} fw_dispatch_run_t;
+
+/* fw_event_dispatch for the client run says (borrowed; NULL: a change
+ * event). */
+fw_outcome_t fw_event_dispatch_run (fw_dispatcher_t *d, const fw_event_t *ev,
+                                    const fw_dispatch_run_t *run);
+
+/* Runs the handlers for one parsed change event with the stream's retry and
+ * DLQ policy, and says what became of it (flowwarden/outcome.h): it moves no
+ * position, its caller settles the outcome (the sink has logged and
+ * counted it). The event must stay valid until it returns; the outcome's
+ * strings until d's next event. */
+static inline fw_outcome_t
+fw_event_dispatch (fw_dispatcher_t *d, const fw_event_t *ev)
+{
+   return fw_event_dispatch_run (d, ev, NULL);
+}
 
 /* An event fw_event_parse refused (why says how) but that has its resume
  * token: dead-lettered whole (rawEvent, error type MalformedEvent) so the

@@ -118,6 +118,14 @@ void fw_event_log_id (const fw_event_t *ev, char *buf, size_t len);
 #define FW_EVENT_SHORT_ID_MAX 32
 void fw_event_short_id (const fw_event_t *ev, char *buf, size_t len);
 
+/* What a failure's log line ends with, into buf: " (at WHERE; key {...};
+ * entry ID)", each part when known: the failing line (where, "" or NULL:
+ * none), the event's document key (never the document; cut at 200 bytes)
+ * and the DLQ entry (entry_id "" or NULL: none); "" when none is. Returns
+ * buf. */
+const char *fw_event_failure_context (const fw_event_t *ev, const char *where,
+                                      const char *entry_id, char *buf, size_t len);
+
 /* One line for logs: operation, namespace and event id. Never document
  * contents. */
 void fw_event_summary (const fw_event_t *ev, char *buf, size_t len);

@@ -564,8 +564,8 @@ local function validate_stream(decl, defaults, opts, seen_names)
       ctx:fail("retry.mode", '"deferred" needs a dlq: scheduled retries are stored in the '
         .. "stream's DLQ collection (declare dlq = { ... } or use mode = \"blocking\")")
     elseif spec.dlq.store == "memory" then
-      ctx:fail("retry.mode", '"deferred" needs a MongoDB DLQ (dlq.store = "memory" keeps no '
-        .. "scheduled retries)")
+      ctx:fail("retry.mode", '"deferred" needs a MongoDB DLQ (dlq.store = "memory" loses its '
+        .. "scheduled retries when the process ends)")
     end
   end
 

@@ -240,7 +240,7 @@ local BAD = {
       .. 'collection (declare dlq = { ... } or use mode = "blocking")' } },
   { "a deferred retry with the in-memory DLQ",
     "fw.stream { name = 's', database = 'shop', retry = { mode = 'deferred' }, dlq = { store = 'memory' }, on_change = h }",
-    { S .. 'retry.mode: "deferred" needs a MongoDB DLQ (dlq.store = "memory" keeps no scheduled retries)' } },
+    { S .. 'retry.mode: "deferred" needs a MongoDB DLQ (dlq.store = "memory" loses its scheduled retries when the process ends)' } },
   { "a deferred retry with on_batch",
     "fw.stream { name = 's', database = 'shop', retry = { mode = 'deferred' }, dlq = true, on_batch = h }",
     { S .. 'retry.mode: "deferred" is for per-event handlers: an on_batch call is retried and bisected '

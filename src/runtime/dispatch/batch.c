@@ -114,7 +114,7 @@ end_call (lua_State *L, fw_batch_state_t *s, size_t n)
 static fw_outcome_t
 stopped (void)
 {
-   return (fw_outcome_t){FW_OUTCOME_STOPPED, 0, 0, "", "", ""};
+   return (fw_outcome_t){FW_OUTCOME_STOPPED, 0, 0, "", "", "", 0, FW_COUNT_NOTHING, NULL};
 }
 
 static fw_batch_call_t
@@ -208,9 +208,10 @@ op_succeeded (void *ud, size_t i)
       s->outcomes[i] = FW_OUTCOME_HANDLED;
    }
    d->stats.handled++;
-   if (d->metrics && !d->replay) {
-      d->finished_ms = d->clock.now_ms (d->clock.ud);
-      fw_stream_metrics_event_finished (d->metrics, FW_METRICS_OUTCOME_OK, d->finished_ms);
+   if (d->sink.fn) { /* the stream's settle counts it (a batch is never a replay's) */
+      fw_outcome_t o = {FW_OUTCOME_HANDLED, 1, 0, "", "", "", 0, FW_COUNT_OK, NULL};
+      o.finished_ms = d->metrics ? d->clock.now_ms (d->clock.ud) : 0;
+      d->sink.fn (d->sink.ud, d->prog.cfg.name, s->evs[i], &o);
    }
 }
 
@@ -243,7 +244,7 @@ op_single (void *ud, size_t i)
 static fw_outcome_t
 all_finished (void)
 {
-   return (fw_outcome_t){FW_OUTCOME_HANDLED, 0, 0, "", "", ""};
+   return (fw_outcome_t){FW_OUTCOME_HANDLED, 0, 0, "", "", "", 0, FW_COUNT_NOTHING, NULL};
 }
 
 /* Without on_batch (a reload took it away) or its state: one by one. */
@@ -261,6 +262,8 @@ one_by_one (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
 }
 
 static fw_outcome_t batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
+                                    fw_outcome_kind_t *outcomes);
+static fw_outcome_t dispatch_whole (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
                                     fw_outcome_kind_t *outcomes);
 
 fw_outcome_t
@@ -281,14 +284,24 @@ static fw_outcome_t
 batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
                 fw_outcome_kind_t *outcomes)
 {
-   fw_batch_state_t *s;
    bool (*boundary) (void *ud) = d->boundary.fn;
+   fw_outcome_t o;
+
+   /* A reload takes effect between batches (its stream's event boundary),
+    * never inside one: no event of it yields. */
+   d->boundary.fn = NULL;
+   o = dispatch_whole (d, evs, n, outcomes);
+   d->boundary.fn = boundary;
+   return o;
+}
+
+static fw_outcome_t
+dispatch_whole (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
+                fw_outcome_kind_t *outcomes)
+{
+   fw_batch_state_t *s;
    bool ok;
 
-   /* A reload takes effect between batches, never inside one. */
-   if (boundary) {
-      boundary (d->boundary.ud);
-   }
    for (size_t i = 0; outcomes && i < n; i++) {
       outcomes[i] = FW_OUTCOME_STOPPED; /* until it is finished with */
    }
@@ -310,10 +323,8 @@ batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
    s->outcomes = outcomes;
    s->result = all_finished ();
    s->last_error[0] = '\0';
-   d->boundary.fn = NULL;
    int64_t splits = s->stats.splits;
    ok = fw_batch_run (&ops, n, &s->stats);
-   d->boundary.fn = boundary;
    if (d->metrics) {
       fw_stream_metrics_batch (d->metrics, n, (uint64_t) (s->stats.splits - splits));
    }
@@ -321,7 +332,8 @@ batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
    s->outcomes = NULL;
    if (!ok && fw_outcome_finished (s->result.kind)) {
       snprintf (d->out.failure, sizeof d->out.failure, "out of memory taking a batch of %zu events", n);
-      s->result = (fw_outcome_t){FW_OUTCOME_FAILED, 0, 0, "", "", d->out.failure};
+      s->result = (fw_outcome_t){FW_OUTCOME_FAILED, 0, 0, "", "", d->out.failure,
+                                 0, FW_COUNT_NOTHING, NULL};
    }
    return s->result;
 }

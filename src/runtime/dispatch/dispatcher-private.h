@@ -21,9 +21,11 @@
 
 enum { H_INSERT, H_UPDATE, H_REPLACE, H_DELETE, H_CHANGE, H_BATCH, H_SNAPSHOT, H_COUNT };
 
-/* Set on the dispatcher while a dead letter is replayed: the final failure
- * then ends the event as FW_OUTCOME_GAVE_UP (the replay decides what
- * becomes of its entry) instead of becoming a new DLQ entry. */
+/* A dead letter's replay, the client that runs it through the dispatcher
+ * (fw_dispatch_run_t's replay): the final failure ends the event as
+ * FW_OUTCOME_GAVE_UP (the replay decides what becomes of its entry) instead
+ * of becoming a new DLQ entry; it is never parked, never runs in an
+ * exactly_once transaction, and goes to no outcome sink. */
 typedef struct fw_replay_hook {
    bool no_retry;              /* --no-retry: one attempt */
    bool retry_asked;           /* filled: the last failure's decision was retry */
@@ -38,10 +40,10 @@ typedef struct fw_replay_hook {
 
 /* dispatcher.c: while a dead letter is replayed, remembers the error table
  * at index of L (on_error's err: type, message, where, fields, traceback)
- * for the enqueue policy, or forgets the one remembered (index 0: the
- * attempt ended without a Lua error, e.g. ctx:send_to_dlq). No-op when d
- * replays nothing. */
-void fw_replay_hook_keep_error (fw_dispatcher_t *d, lua_State *L, int index);
+ * in hook for the enqueue policy, or forgets the one remembered (index 0:
+ * the attempt ended without a Lua error, e.g. ctx:send_to_dlq). No-op when
+ * hook is NULL (a change event). */
+void fw_replay_hook_keep_error (fw_replay_hook_t *hook, lua_State *L, int index);
 
 /* Drops what fw_replay_hook_keep_error remembered; the replay calls it once
  * the entry's outcome is decided. */
@@ -62,6 +64,9 @@ typedef struct {
    char type[128];
    char message[1024];
    char failure[1200];         /* why the stream stops, with FW_OUTCOME_FAILED */
+   char where[256];            /* the failing line */
+   char sequence[304];         /* the DLQ sequence parked behind or opened */
+   fw_outcome_detail_t detail; /* what its log line needs, pointing to the above */
 } fw_outcome_text_t;
 
 /* flowwarden test's recorder: after every failed attempt, the decided error
@@ -139,12 +144,14 @@ struct fw_dispatcher {
    } eo;
    fw_stream_clock_t clock;
    const fw_dispatch_hooks_t *hooks; /* flowwarden test's recorder, else NULL */
-   fw_replay_hook_t *replay;   /* a dead letter is being replayed, else NULL */
    fw_dispatch_t dispatch;     /* the ctx's view of the event in hand */
    fw_dlq_store_t *dlq;        /* opened on demand (fw_dispatcher_open_dlq) */
    uint64_t rng;
    fw_stream_stats_t stats;
-   int64_t finished_ms;        /* when it last finished an event (with metrics) */
+   struct {
+      fw_outcome_sink_fn fn;   /* see fw_dispatcher_set_outcome_sink */
+      void *ud;
+   } sink;
    struct {
       int64_t offset_ns;       /* CLOCK_REALTIME - CLOCK_MONOTONIC, read ... */
       int64_t until_ns;        /* ... again from this CLOCK_MONOTONIC time on */
@@ -156,7 +163,6 @@ struct fw_dispatcher {
    struct fw_batch_state *batch; /* on_batch's per-call state (batch.c), NULL until used */
    struct {
       int64_t check_at_ms;     /* when the stream next looks for due retries */
-      int attempt_base;        /* a deferred retry runs: the attempts made before it */
    } deferred;
 };
 

@@ -49,7 +49,7 @@ fw_dispatcher_txn_reset (fw_dispatcher_t *d)
 bool
 fw_txn_wanted (const fw_dispatcher_t *d)
 {
-   return d->eo.fn && !d->replay;
+   return d->eo.fn != NULL;
 }
 
 /* Pushes the failure table of a step that failed before any server reply. */

@@ -99,11 +99,11 @@ typedef struct {
 } batch_place_t;
 
 static void
-batch_count (void *ud)
+batch_count (void *ud, const fw_outcome_t *o)
 {
    fw_stream_worker_t *w = ((batch_place_t *) ud)->w;
    if (w->metrics) {
-      fw_stream_count_dispatched (w);
+      fw_stream_count_dispatched (w, o);
    }
 }
 
@@ -173,6 +173,7 @@ fw_stream_batch_take (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position
       batch_free (&b);
       return FW_READ_LOST;
    }
+   fw_stream_reload_apply (w); /* between batches, never inside one */
    o = fw_batch_dispatch (w->d, b.ptrs, b.n, NULL);
    end = fw_stream_settle (&place, &o);
    if (end != FW_READ_NEXT) {

@@ -1,7 +1,7 @@
 /*
  * stream_reload.c - a reload's side of a stream worker: whether a new
  * program reads the same change stream, handing it over (pending), and the
- * switch at an attempt boundary (the dispatcher's program, the lanes'
+ * switch at an event boundary (the dispatcher's program, the lanes'
  * dispatchers); fw.state's store outlives every switch.
  *
  * Called on the stream's thread (fw_stream_reload_apply) except

@@ -38,7 +38,7 @@ struct fw_stream_worker {
    fw_shutdown_t own_shutdown; /* this stream's stop: SIGTERM, or a reload removing it */
    struct {
       pthread_mutex_t mu;
-      fw_stream_worker_t *next; /* a reload's replacement, applied at an attempt boundary */
+      fw_stream_worker_t *next; /* a reload's replacement, applied at an event boundary */
       int has;                  /* read without the lock on the hot path */
    } pending;
    struct {
@@ -189,10 +189,17 @@ void fw_stream_standby_observe (fw_stream_worker_t *w);
 /* --- stream_reload.c --------------------------------------------------- */
 
 /* Switches to the program a reload left pending (handlers, policies, Lua
- * state, lane programs), if any; the dispatcher calls it at attempt
- * boundaries. Never while lanes run (w->lanes): fw_stream_lanes_boundary
- * applies it then. Returns true when it switched. */
+ * state, lane programs), if any: at an event boundary of the stream's
+ * thread, never inside fw_event_dispatch (w->cfg points into the program).
+ * Never while lanes run (w->lanes): fw_stream_lanes_boundary applies it
+ * then. Returns true when it switched. */
 bool fw_stream_reload_apply (fw_stream_worker_t *w);
+
+/* The stream's thread runs ev on w->d, switching first to a reload's program
+ * left pending: when ev gives way to a reload between two attempts
+ * (FW_OUTCOME_YIELDED), the new program is switched to here, at the event's
+ * boundary, and ev runs again on it, its attempts carrying on. */
+fw_outcome_t fw_stream_dispatch (fw_stream_worker_t *w, const fw_event_t *ev);
 
 /* --- stream_lanes.c: per-key lanes (issue 16) ------------------------------
  *
@@ -303,9 +310,15 @@ bool fw_stream_wait_server (fw_stream_worker_t *w, fw_stream_state_t state);
  * (W_CONTROL_NONE). */
 int fw_stream_paused (fw_stream_worker_t *w);
 
-/* With a metrics block, after fw_event_dispatch finished an event: the Lua
- * state's memory, and the DLQ count when it is due. */
-void fw_stream_count_dispatched (fw_stream_worker_t *w);
+/* The stream's dispatchers' outcome sink (fw_dispatcher_set_outcome_sink,
+ * ud: the worker): each event's log line and counts in its metrics block
+ * (fw_event_settle). On the thread that ran the event (a lane's). */
+void fw_stream_event_settled (void *ud, const char *stream, const fw_event_t *ev,
+                              const fw_outcome_t *o);
+
+/* With a metrics block, after an event (or a batch, o its outcome) was
+ * settled: the Lua state's memory, and the DLQ count when it is due. */
+void fw_stream_count_dispatched (fw_stream_worker_t *w, const fw_outcome_t *o);
 
 /* Every 30 s (now_ms: the wall clock), counts the stream's pending DLQ
  * entries for the flowwarden_dlq_pending gauges. */

@@ -297,11 +297,11 @@ typedef struct {
 } here_t;
 
 static void
-here_count (void *ud)
+here_count (void *ud, const fw_outcome_t *o)
 {
    here_t *h = ud;
    if (h->w->metrics) {
-      fw_stream_count_dispatched (h->w);
+      fw_stream_count_dispatched (h->w, o);
    }
 }
 
@@ -354,7 +354,7 @@ static fw_read_end_t
 unreadable_event (here_t *h, fw_event_t *ev, const fw_error_t *err)
 {
    char eid[1024], what[2200];
-   fw_outcome_t o = {FW_OUTCOME_NO_DLQ, 0, 0, "", "", ""};
+   fw_outcome_t o = {FW_OUTCOME_NO_DLQ, 0, 0, "", "", "", 0, FW_COUNT_NOTHING, NULL};
    fw_settle_place_t place = here_place (h);
    bson_iter_t tok;
    bool named = fw_event_field (ev, FW_EV_ID, &tok) && BSON_ITER_HOLDS_DOCUMENT (&tok);
@@ -419,7 +419,7 @@ dispatch_here (here_t *h, const fw_event_t *ev)
    if (fw_stream_lease_lost (w)) {
       return FW_READ_LOST; /* checked again here: the read may have waited */
    }
-   o = fw_event_dispatch (w->d, ev);
+   o = fw_stream_dispatch (w, ev);
    return fw_stream_settle (&place, &o);
 }
 
@@ -847,11 +847,29 @@ done:
    return NULL;
 }
 
-/* The dispatcher's attempt boundary: a reload left pending is applied. */
+/* Asked by the dispatcher before a change event's retry: a reload's new
+ * program waits (applied by fw_stream_dispatch, at the event's boundary). */
 static bool
-reload_boundary (void *ud)
+reload_waits (void *ud)
 {
-   return fw_stream_reload_apply (ud);
+   fw_stream_worker_t *w = ud;
+   return !w->lanes && __atomic_load_n (&w->pending.has, __ATOMIC_ACQUIRE);
+}
+
+fw_outcome_t
+fw_stream_dispatch (fw_stream_worker_t *w, const fw_event_t *ev)
+{
+   fw_dispatch_run_t run = {0, NULL};
+   fw_outcome_t o;
+
+   fw_stream_reload_apply (w); /* one that came while the read waited for ev */
+   o = fw_event_dispatch (w->d, ev);
+   while (o.kind == FW_OUTCOME_YIELDED) {
+      run.attempt_base = o.attempts;
+      fw_stream_reload_apply (w);
+      o = fw_event_dispatch_run (w->d, ev, &run);
+   }
+   return o;
 }
 
 bool
@@ -864,9 +882,10 @@ fw_stream_worker_start (fw_stream_worker_t *w, fw_error_t *error)
       w->failed = false;
       w->control = W_CONTROL_NONE;
    }
-   /* The stream's thread switches to a reloaded program at attempt
-    * boundaries (lane programs never do: their stream's thread does). */
-   fw_dispatcher_set_boundary (w->d, reload_boundary, w);
+   /* The stream's thread switches to a reloaded program at event
+    * boundaries; an event in retries gives way to it (lane programs never
+    * do: their stream's thread switches them once they drained). */
+   fw_dispatcher_set_boundary (w->d, reload_waits, w);
    fw_stream_exactly_once_wire (w);
    if (pthread_create (&w->thread.id, NULL, worker_main, w) != 0) {
       fw_error_set (error, FW_ERROR_IO, "cannot start thread for stream \"%s\"", w->cfg->name);
