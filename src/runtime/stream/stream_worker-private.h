@@ -28,8 +28,11 @@
 /* A stream: its thread, its dispatcher (and its lanes'), its position and
  * checkpoint writer, its lease, what the admin endpoint and a reload ask of
  * it. */
+typedef struct fw_stream_eo_pg fw_stream_eo_pg_t; /* stream_exactly_once_pg.c */
+
 struct fw_stream_worker {
    fw_dispatcher_t *d;         /* the stream's program and dispatcher (owned) */
+   fw_stream_eo_pg_t *eo_pg;   /* exactly once into PostgreSQL: its sink (owned), or NULL */
    const fw_stream_config_t *cfg; /* fw_dispatcher_config (d): follows reloads */
    mongoc_client_pool_t *pool;
    mongoc_client_t *client;    /* popped by the thread; its dispatcher's too */
@@ -260,6 +263,18 @@ void fw_stream_exactly_once_wire (fw_stream_worker_t *w);
  * (a killed process, a deposed leader), aborting the transaction it may
  * have left open; a failure is logged and the run goes on. */
 void fw_stream_exactly_once_recover (fw_stream_worker_t *w);
+
+/* stream_exactly_once_pg.c: exactly_once = { connection = <PostgreSQL> }
+ * (issue 40). _wire hands the dispatcher the PostgreSQL sink (its state made
+ * on first use, owned by w, freed by _free after w's dispatcher). _load, at
+ * the start of a run after the lease: raises the position's epoch to the
+ * leader's (ha) and sets p to the position committed there, which wins over
+ * _fw_checkpoints' (none there: p untouched); retried with the restart
+ * backoff, false only on shutdown. */
+void fw_stream_exactly_once_pg_wire (fw_stream_worker_t *w);
+void fw_stream_exactly_once_pg_free (fw_stream_worker_t *w);
+bool fw_stream_exactly_once_pg_load (fw_stream_worker_t *w, fw_position_t *p, int *candidate,
+                                     bool *from_checkpoint);
 
 /* --- stream_lead.c: the checkpoint and leadership a stream reads with ---- */
 
