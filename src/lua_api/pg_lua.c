@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <lauxlib.h>
 
@@ -45,6 +46,7 @@ typedef struct {
    const char *name;
    int64_t deadline_ns; /* the end of every wait of this call */
    bool bounded;        /* from the handler's deadline */
+   bool own;            /* fw.pg's own statement (BEGIN, SAVEPOINT ...), not the script's */
 } call_t;
 
 /* SQLSTATE (or its class, two characters) -> type. */
@@ -266,6 +268,25 @@ raise_result (lua_State *L, const call_t *call, const PGresult *res)
    return raise_pg (L, call, type_of (state), true);
 }
 
+/* Whether sql's first word ends or starts a transaction (the extended
+ * protocol fw.pg uses takes one statement a call, so the first word says). */
+static bool
+controls_transaction (const char *sql)
+{
+   static const char *const words[] = { "commit", "end", "rollback", "abort", "begin", "start",
+                                        "prepare", "savepoint", "release", NULL };
+   size_t n;
+
+   sql += strspn (sql, " \t\r\n(");
+   n = strspn (sql, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ");
+   for (int i = 0; words[i]; i++) {
+      if (n == strlen (words[i]) && strncasecmp (sql, words[i], n) == 0) {
+         return true;
+      }
+   }
+   return false;
+}
+
 /*
  * Runs sql (a string at sql_idx) with the parameters at params_idx (0: none)
  * on connection call->name; pushes the result's box and returns the result.
@@ -283,6 +304,13 @@ run (lua_State *L, const call_t *call, int sql_idx, int params_idx)
 
    n = fw_pg_push_params (L, params_idx ? params_idx : lua_gettop (L) + 1, &values);
    c = get_conn (L, call);
+   if (c->join && !call->own && controls_transaction (lua_tostring (L, sql_idx))) {
+      fw_lua_raise_typed (L, "ArgumentError", 0,
+                          "fw.pg: connection \"%s\": stream \"%s\" runs each event in one "
+                          "transaction (exactly_once), which its handler cannot end or nest by "
+                          "SQL (use fw.pg.transaction for a savepoint)",
+                          call->name, c->join->stream ? c->join->stream : "?");
+   }
    box = lua_newuserdatauv (L, sizeof *box, 0);
    box->res = NULL;
    luaL_setmetatable (L, RESULT_MT);
@@ -401,6 +429,7 @@ tx_statement (lua_State *L, int name_idx, const char *sql)
 {
    int top = lua_gettop (L);
    call_t call = begin_call (L, name_idx);
+   call.own = true;
    lua_pushstring (L, sql);
    run (L, &call, lua_gettop (L), 0);
    lua_settop (L, top);

@@ -1,0 +1,144 @@
+"""exactly_once = { connection = "rep" } naming a PostgreSQL connection
+(issue 40), through the real binary against a PostgreSQL cluster from
+Debian (pgserver.py): each event's fw.pg statements and the stream's
+position commit in one SQL transaction; a failed attempt leaves nothing; a
+restart resumes from the position in flowwarden_checkpoints (which wins
+over _fw_checkpoints); what cannot join raises."""
+import time
+
+from dlqtest import FailureTestCase
+from fwtest import clean_env
+from pgserver import PgServer
+
+SCRIPT = """
+fw.connection { name = "rep", uri = fw.env("PG_URI") }
+fw.connection { name = "other", uri = fw.env("PG_URI") }
+local function log(id, attempt)
+  fw.pg.execute("rep", "INSERT INTO log (id, attempt) VALUES ($1, $2)", { id, attempt })
+end
+local cases = {}
+cases.fail_once = function(id, ctx)
+  if ctx:attempt_number() == 1 then error(fw.error("Validation", "the first attempt fails")) end
+end
+cases.poison = function() error(fw.error("Validation", "poison")) end
+cases.savepoint = function(id)
+  local ok = pcall(fw.pg.transaction, "rep", function(tx)
+    tx:execute("INSERT INTO log (id, attempt) VALUES ($1, 100)", { id })
+    error("the inner transaction fails")
+  end)
+  fw.pg.transaction("rep", function(tx)
+    tx:execute("INSERT INTO log (id, attempt) VALUES ($1, 200)", { id })
+  end)
+  return { inner_failed = not ok }
+end
+cases.other = function()
+  local _, err = pcall(fw.pg.execute, "other", "SELECT 1")
+  return { type = err.type, message = err.message }
+end
+cases.mongo = function(id, ctx)
+  local c = fw.mongo.collection(ctx:database_name(), "c")
+  local found = c:find_one({ _id = ctx:document_key()._id })
+  local _, err = pcall(function() c:insert_one({ x = 1 }) end)
+  return { read = found ~= nil, type = err.type, message = err.message }
+end
+cases.commits_itself = function() fw.pg.execute("rep", "COMMIT") end
+fw.stream { name = "eo", collection = "c", exactly_once = { connection = "rep" }, dlq = true,
+  retry = { max_attempts = 2, initial_delay = "20ms", max_delay = "100ms", jitter = false },
+  on_insert = function(ctx)
+    local d = ctx:full_document()
+    local id = tostring(d._id)
+    log(id, ctx:attempt_number())
+    local out = (cases[d.case or ""] or function() end)(id, ctx) or {}
+    out.id = id
+    report(out)
+  end }
+"""
+
+
+class PgExactlyOnce(FailureTestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.pg = PgServer()
+        cls.pg.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.pg.destroy()
+        super().tearDownClass()
+
+    def setUp(self):
+        super().setUp()
+        self.pg.sql("DROP TABLE IF EXISTS log, flowwarden_checkpoints; "
+                    "CREATE TABLE log (id text, attempt int)")
+
+    def start(self):
+        p = self.run_fw(self.script(SCRIPT), env=clean_env({"PG_URI": self.pg.uri()}))
+        p.wait_open()
+        return p
+
+    def log(self):
+        return sorted(tuple(r) for r in self.pg.sql("SELECT id, attempt FROM log"))
+
+    def position(self):
+        rows = self.pg.sql("SELECT resume_token FROM flowwarden_checkpoints "
+                           "WHERE database = '%s' AND stream = 'eo'" % self.db_name)
+        return rows[0][0] if rows else None
+
+    def test_each_event_commits_once_with_its_position(self):
+        p = self.start()
+        self.db.c.insert_many([{"_id": 1}, {"_id": 2, "case": "fail_once"},
+                               {"_id": 3, "case": "poison"}, {"_id": 4, "case": "savepoint"},
+                               {"_id": 5, "case": "commits_itself"}])
+        self.wait_dlq(2)
+        p.wait_until(lambda: any(r["id"] == "4" for r in p.reports()), 30, "event 4")
+        self.assertEqual(p.stop(), 0)
+        # 2: its failed first attempt rolled back; 3 and 5: dead-lettered,
+        # nothing applied; 4: the failed fw.pg.transaction was a savepoint.
+        self.assertEqual(self.log(), [("1", "1"), ("2", "2"), ("4", "1"), ("4", "200")])
+        self.assertTrue([r for r in p.reports() if r["id"] == "4"][0]["inner_failed"])
+        errors = sorted(e["error"]["message"] for e in self.dlq_entries())
+        self.assertIn("poison", errors[1])
+        self.assertIn("which its handler cannot end or nest by SQL", errors[0])
+        self.assertIn('"_data"', self.position())
+
+    def test_a_restart_resumes_from_the_position_in_postgresql(self):
+        p = self.start()
+        self.db.c.insert_many([{"_id": i} for i in range(10)])
+        p.wait_reports(10)
+        self.assertEqual(p.stop(), 0)
+        # Without its position in PostgreSQL the stream would start from
+        # now, and miss what comes while it is stopped.
+        self.db["_fw_checkpoints"].delete_many({})
+        self.db.c.insert_many([{"_id": i} for i in range(10, 20)])
+        p = self.start()
+        self.assertEqual(p.count_log("resuming from the position committed"), 1)
+        self.db.c.insert_one({"_id": 20})
+        p.wait_reports(11)
+        self.assertEqual(p.stop(), 0)
+        self.assertEqual(self.log(), sorted((str(i), "1") for i in range(21)))
+
+    def test_what_cannot_join_raises(self):
+        p = self.start()
+        self.db.c.insert_many([{"_id": 1, "case": "other"}, {"_id": 2, "case": "mongo"}])
+        p.wait_reports(2)
+        self.assertEqual(p.stop(), 0)
+        other, mongo = sorted(p.reports(), key=lambda r: r["id"])
+        self.assertEqual(other["type"], "ArgumentError")
+        self.assertIn('stream "eo" has exactly_once = { connection = "rep" }', other["message"])
+        self.assertIn('connection "other" cannot join', other["message"])
+        self.assertTrue(mongo["read"], "fw.mongo reads run")
+        self.assertEqual(mongo["type"], "ArgumentError")
+        self.assertIn("a MongoDB write cannot join its PostgreSQL transaction", mongo["message"])
+
+    def test_a_stored_epoch_above_the_stream_fences_it(self):
+        # A newer ha leader raised the epoch: this instance commits nothing.
+        p = self.start()
+        self.db.c.insert_one({"_id": 1})
+        p.wait_reports(1)
+        self.pg.sql("UPDATE flowwarden_checkpoints SET epoch = 99")
+        self.db.c.insert_one({"_id": 2})
+        p.wait_log("a newer leader holds the position", timeout=30)
+        p.kill9()
+        self.assertEqual(self.log(), [("1", "1")])
