@@ -142,3 +142,30 @@ class PgExactlyOnce(FailureTestCase):
         p.wait_log("a newer leader holds the position", timeout=30)
         p.kill9()
         self.assertEqual(self.log(), [("1", "1")])
+
+    def test_doctor_checks_the_position_tables_privileges(self):
+        from fwtest import run_cli
+        script = self.script(SCRIPT)
+        self.pg.sql("DROP ROLE IF EXISTS limited; CREATE ROLE limited LOGIN PASSWORD 'lp'; "
+                    "REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+
+        def doctor(user="fwtest:pw"):
+            uri = "postgresql://%s@127.0.0.1:%d/postgres" % (user, self.pg.port)
+            return run_cli(["doctor", script, "--uri", self.uri],
+                           env=clean_env({"PG_URI": uri}))
+
+        cp = doctor()
+        self.assertIn('connection "rep" (PostgreSQL): the position table flowwarden_checkpoints '
+                      "will be created in schema public on first use", cp.stdout)
+        cp = doctor("limited:lp")
+        self.assertEqual(cp.returncode, 2, cp.stdout + cp.stderr)
+        self.assertIn("role limited may not create the position table", cp.stdout)
+        self.assertIn("GRANT CREATE ON SCHEMA public TO limited", cp.stdout)
+        self.pg.sql("CREATE TABLE flowwarden_checkpoints (database text, stream text)")
+        cp = doctor("limited:lp")
+        self.assertIn("role limited cannot read and write the position table", cp.stdout)
+        self.assertIn("GRANT SELECT, INSERT, UPDATE ON flowwarden_checkpoints TO limited",
+                      cp.stdout)
+        self.pg.sql("GRANT SELECT, INSERT, UPDATE ON flowwarden_checkpoints TO limited")
+        cp = doctor("limited:lp")
+        self.assertIn("exists and can be read and written", cp.stdout)
