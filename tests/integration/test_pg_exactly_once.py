@@ -169,3 +169,23 @@ class PgExactlyOnce(FailureTestCase):
         self.pg.sql("GRANT SELECT, INSERT, UPDATE ON flowwarden_checkpoints TO limited")
         cp = doctor("limited:lp")
         self.assertIn("exists and can be read and written", cp.stdout)
+
+    def test_a_dead_letter_moves_the_position_so_a_restart_does_not_run_it_again(self):
+        p = self.start()
+        self.db.c.insert_one({"_id": 1})
+        p.wait_reports(1)
+        handled = self.position()
+        self.db.c.insert_one({"_id": 2, "case": "poison"})
+        self.wait_dlq(1)
+        deadline = time.monotonic() + 30
+        while self.position() == handled and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertNotEqual(self.position(), handled, "the position past the dead letter")
+        p.kill9()
+        p = self.start()
+        self.db.c.insert_one({"_id": 3})
+        p.wait_reports(1)
+        self.assertEqual(p.stop(), 0)
+        self.assertEqual(p.count_log("poison"), 0, "the dead-lettered event did not run again")
+        self.assertEqual(len(self.dlq_entries()), 1)
+        self.assertEqual(self.log(), [("1", "1"), ("3", "1")])

@@ -62,12 +62,20 @@ struct fw_stream_eo_pg {
    bool table_ok;        /* the position table was made on conn */
    fw_pg_join_t join;    /* fw.pg's calls on the connection during an attempt */
    fw_mongo_txn_t mongo; /* fw.mongo's writes refused during an attempt */
+   char *last;           /* the token last stored in the table (bson_free), or NULL */
 };
 
 static int64_t
 deadline (void)
 {
    return fw_mono_ns () + (int64_t) SINK_WAIT_MS * 1000000;
+}
+
+static void
+set_last (fw_stream_eo_pg_t *s, char *token)
+{
+   bson_free (s->last);
+   s->last = token;
 }
 
 static void
@@ -379,7 +387,11 @@ sink_commit (void *ud, lua_State *L, const fw_event_t *ev)
       out = FW_SINK_FAILED;
    }
    PQclear (res);
-   bson_free (token);
+   if (out == FW_SINK_COMMITTED) {
+      set_last (s, token);
+   } else {
+      bson_free (token);
+   }
    return out;
 }
 
@@ -413,6 +425,7 @@ fw_stream_exactly_once_pg_free (fw_stream_worker_t *w)
 {
    if (w->eo_pg) {
       close_conn (w->eo_pg);
+      set_last (w->eo_pg, NULL);
       free (w->eo_pg);
       w->eo_pg = NULL;
    }
@@ -478,6 +491,7 @@ fw_stream_exactly_once_pg_load (fw_stream_worker_t *w, fw_position_t *p, int *ca
    }
    fw_position_set_token (&p->processed, &doc);
    fw_position_set_token (&p->resume, &doc);
+   set_last (w->eo_pg, bson_strdup (token));
    p->has_processed = p->has_resume = true;
    *candidate = 0;
    *from_checkpoint = true;
@@ -486,4 +500,47 @@ fw_stream_exactly_once_pg_load (fw_stream_worker_t *w, fw_position_t *p, int *ca
    bson_destroy (&doc);
    bson_free (token);
    return true;
+}
+
+void
+fw_stream_exactly_once_pg_advance (fw_stream_worker_t *w, const fw_position_t *p)
+{
+   fw_stream_eo_pg_t *s = w->eo_pg;
+   char epoch[32], why[512], *token;
+   const char *params[5];
+   PGresult *res = NULL;
+   fw_pg_io_t io;
+
+   if (!s || !w->cfg->exactly_once_pg || !p->has_processed ||
+       (w->lead.lease && w->lead.epoch <= 0)) {
+      return;
+   }
+   if (!(token = bson_as_canonical_extended_json (&p->processed, NULL))) {
+      return;
+   }
+   if (s->last && strcmp (s->last, token) == 0) {
+      bson_free (token); /* the last event's transaction stored it */
+      return;
+   }
+   snprintf (epoch, sizeof epoch, "%lld", (long long) (w->lead.lease ? w->lead.epoch : 0));
+   params[0] = w->cfg->database;
+   params[1] = w->cfg->name;
+   params[2] = token;
+   params[3] = epoch;
+   params[4] = fw_lua_host_version (fw_dispatcher_host (w->d));
+   io = ensure_conn (s, &res, why, sizeof why);
+   if (io == FW_PG_OK && !res) {
+      io = exec (s, upsert_sql, 5, params, &res, why, sizeof why);
+   }
+   if (io == FW_PG_OK && !refused (res, why, sizeof why)) {
+      set_last (s, token);
+      token = NULL;
+   } else {
+      /* Those events (none of whose statements committed) may run again
+       * after a crash; the next save tries again. */
+      fw_log (FW_LOG_DEBUG, w->cfg->name, "exactly_once: cannot store the position past "
+              "events that committed nothing (%s)", why);
+   }
+   PQclear (res);
+   bson_free (token);
 }

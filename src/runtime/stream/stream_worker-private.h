@@ -275,6 +275,10 @@ void fw_stream_exactly_once_pg_wire (fw_stream_worker_t *w);
 void fw_stream_exactly_once_pg_free (fw_stream_worker_t *w);
 bool fw_stream_exactly_once_pg_load (fw_stream_worker_t *w, fw_position_t *p, int *candidate,
                                      bool *from_checkpoint);
+/* At each checkpoint save: stores p's processed position in the table when
+ * no transaction did (the last events were dead-lettered, skipped or had no
+ * handler), so a restart does not run them again. Best effort. */
+void fw_stream_exactly_once_pg_advance (fw_stream_worker_t *w, const fw_position_t *p);
 
 /* --- stream_lead.c: the checkpoint and leadership a stream reads with ---- */
 
