@@ -381,9 +381,13 @@ sink_commit (void *ud, lua_State *L, const fw_event_t *ev)
    io = exec (s, "COMMIT", 0, NULL, &res, why, sizeof why);
    if (io != FW_PG_OK) {
       out = commit_unknown (s, L, token, why);
-   } else if (refused (res, why, sizeof why) || strcmp (PQcmdStatus (res), "COMMIT") != 0) {
+   } else if (refused (res, why, sizeof why)) {
       /* 40001 or 40P01 at commit (the policy retries them as an attempt). */
       push_io_failure (s, L, io, res, why);
+      out = FW_SINK_FAILED;
+   } else if (strcmp (PQcmdStatus (res), "COMMIT") != 0) {
+      fw_pg_lua_push_failure (L, s->w->cfg->exactly_once_pg, NULL, false,
+                              "the server rolled the exactly-once transaction back at COMMIT");
       out = FW_SINK_FAILED;
    }
    PQclear (res);
