@@ -274,11 +274,17 @@ static bool
 controls_transaction (const char *sql)
 {
    static const char *const words[] = { "commit", "end", "rollback", "abort", "begin", "start",
-                                        "prepare", "savepoint", "release", NULL };
+                                        "savepoint", "release", NULL };
+   static const char letters[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
    size_t n;
 
    sql += strspn (sql, " \t\r\n(");
-   n = strspn (sql, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ");
+   n = strspn (sql, letters);
+   if (n == 7 && strncasecmp (sql, "prepare", 7) == 0) {
+      /* PREPARE TRANSACTION ends it; PREPARE name AS ... does not. */
+      sql += n + strspn (sql + n, " \t\r\n");
+      return strspn (sql, letters) == 11 && strncasecmp (sql, "transaction", 11) == 0;
+   }
    for (int i = 0; words[i]; i++) {
       if (n == strlen (words[i]) && strncasecmp (sql, words[i], n) == 0) {
          return true;
