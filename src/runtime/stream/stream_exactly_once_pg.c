@@ -199,10 +199,19 @@ sink_begin (void *ud, lua_State *L)
    fw_stream_eo_pg_t *s = ud;
    PGresult *res = NULL;
    char why[512];
+   bool kept = s->conn != NULL;
    fw_pg_io_t io = ensure_conn (s, &res, why, sizeof why);
 
    if (io == FW_PG_OK && !res) {
       io = exec (s, "BEGIN", 0, NULL, &res, why, sizeof why);
+   }
+   if (io == FW_PG_LOST && kept) {
+      /* A kept connection the server closed while idle (a restart, an
+       * idle timeout): a new one at once, not a failed attempt. */
+      io = ensure_conn (s, &res, why, sizeof why);
+      if (io == FW_PG_OK && !res) {
+         io = exec (s, "BEGIN", 0, NULL, &res, why, sizeof why);
+      }
    }
    if (io != FW_PG_OK || !res || refused (res, why, sizeof why)) {
       push_io_failure (s, L, io, res, why);
