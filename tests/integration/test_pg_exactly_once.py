@@ -81,6 +81,13 @@ class PgExactlyOnce(FailureTestCase):
     def log(self):
         return sorted(tuple(r) for r in self.pg.sql("SELECT id, attempt FROM log"))
 
+    def wait_logged(self, n, timeout=30):
+        """Waits for n committed rows (a report comes before its commit)."""
+        deadline = time.monotonic() + timeout
+        while len(self.log()) < n and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertGreaterEqual(len(self.log()), n, "%d rows committed" % n)
+
     def position(self):
         rows = self.pg.sql("SELECT resume_token FROM flowwarden_checkpoints "
                            "WHERE database = '%s' AND stream = 'eo'" % self.db_name)
@@ -106,7 +113,7 @@ class PgExactlyOnce(FailureTestCase):
     def test_a_restart_resumes_from_the_position_in_postgresql(self):
         p = self.start()
         self.db.c.insert_many([{"_id": i} for i in range(10)])
-        p.wait_reports(10)
+        self.wait_logged(10)
         self.assertEqual(p.stop(), 0)
         # Without its position in PostgreSQL the stream would start from
         # now, and miss what comes while it is stopped.
@@ -115,7 +122,7 @@ class PgExactlyOnce(FailureTestCase):
         p = self.start()
         self.assertEqual(p.count_log("resuming from the position committed"), 1)
         self.db.c.insert_one({"_id": 20})
-        p.wait_reports(11)
+        self.wait_logged(21)
         self.assertEqual(p.stop(), 0)
         self.assertEqual(self.log(), sorted((str(i), "1") for i in range(21)))
 
@@ -136,7 +143,7 @@ class PgExactlyOnce(FailureTestCase):
         # A newer ha leader raised the epoch: this instance commits nothing.
         p = self.start()
         self.db.c.insert_one({"_id": 1})
-        p.wait_reports(1)
+        self.wait_logged(1)
         self.pg.sql("UPDATE flowwarden_checkpoints SET epoch = 99")
         self.db.c.insert_one({"_id": 2})
         p.wait_log("a newer leader holds the position", timeout=30)
@@ -173,7 +180,7 @@ class PgExactlyOnce(FailureTestCase):
     def test_a_dead_letter_moves_the_position_so_a_restart_does_not_run_it_again(self):
         p = self.start()
         self.db.c.insert_one({"_id": 1})
-        p.wait_reports(1)
+        self.wait_logged(1)
         handled = self.position()
         self.db.c.insert_one({"_id": 2, "case": "poison"})
         self.wait_dlq(1)
@@ -184,8 +191,28 @@ class PgExactlyOnce(FailureTestCase):
         p.kill9()
         p = self.start()
         self.db.c.insert_one({"_id": 3})
-        p.wait_reports(1)
+        self.wait_logged(2)
         self.assertEqual(p.stop(), 0)
         self.assertEqual(p.count_log("poison"), 0, "the dead-lettered event did not run again")
         self.assertEqual(len(self.dlq_entries()), 1)
         self.assertEqual(self.log(), [("1", "1"), ("3", "1")])
+
+    def test_a_new_ha_leader_fences_the_position_and_resumes_from_it(self):
+        script = self.script('fw.defaults { ha = { mode = "leader", lease = "1s" } }\n' + SCRIPT)
+        env = clean_env({"PG_URI": self.pg.uri()})
+        a = self.run_fw(script, env=env)
+        a.wait_open()
+        b = self.run_fw(script, env=env)
+        b.wait_log("role: standby")
+        self.db.c.insert_many([{"_id": i} for i in range(50)])
+        self.wait_logged(50)
+        a.kill9()
+        self.db.c.insert_many([{"_id": i} for i in range(50, 100)])
+        b.wait_log("role: leader (epoch", timeout=30)
+        self.wait_logged(100)
+        self.assertEqual(b.count_log("resuming from the position committed"), 1)
+        self.assertEqual(b.stop(), 0)
+        self.assertEqual(self.log(), sorted((str(i), "1") for i in range(100)))
+        epoch = int(self.pg.sql("SELECT epoch FROM flowwarden_checkpoints "
+                                "WHERE stream = 'eo'")[0][0])
+        self.assertGreaterEqual(epoch, 2, "the new leader's epoch is stored")
