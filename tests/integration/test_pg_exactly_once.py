@@ -4,6 +4,7 @@ Debian (pgserver.py): each event's fw.pg statements and the stream's
 position commit in one SQL transaction; a failed attempt leaves nothing; a
 restart resumes from the position in flowwarden_checkpoints (which wins
 over _fw_checkpoints); what cannot join raises."""
+import signal
 import time
 
 from dlqtest import FailureTestCase
@@ -216,3 +217,27 @@ class PgExactlyOnce(FailureTestCase):
         epoch = int(self.pg.sql("SELECT epoch FROM flowwarden_checkpoints "
                                 "WHERE stream = 'eo'")[0][0])
         self.assertGreaterEqual(epoch, 2, "the new leader's epoch is stored")
+
+    def test_a_reload_naming_another_database_moves_the_transactions_there(self):
+        self.pg.sql("DROP DATABASE IF EXISTS other")
+        self.pg.sql("CREATE DATABASE other")
+        path = self.script(SCRIPT.replace('fw.env("PG_URI")', '"%s"' % self.pg.uri()))
+        p = self.run_fw(path)
+        p.wait_open()
+        self.db.c.insert_one({"_id": 1})
+        self.wait_logged(1)
+        other = self.pg.uri(db="other")
+        with open(path) as f:
+            text = f.read().replace(self.pg.uri(), other)
+        with open(path, "w") as f:
+            f.write(text)
+        self.pg.sql("CREATE TABLE log (id text, attempt int)", db="other")
+        p.proc.send_signal(signal.SIGHUP)
+        p.wait_log("reloaded ", timeout=30)
+        self.db.c.insert_one({"_id": 2})
+        p.wait_reports(2)
+        self.assertEqual(p.stop(), 0)
+        self.assertEqual(self.log(), [("1", "1")])
+        self.assertEqual(self.pg.sql("SELECT id, attempt FROM log", db="other"), [["2", "1"]])
+        self.assertEqual(len(self.pg.sql("SELECT stream FROM flowwarden_checkpoints",
+                                         db="other")), 1)

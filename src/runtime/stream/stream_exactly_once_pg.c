@@ -63,6 +63,8 @@ struct fw_stream_eo_pg {
    fw_pg_join_t join;    /* fw.pg's calls on the connection during an attempt */
    fw_mongo_txn_t mongo; /* fw.mongo's writes refused during an attempt */
    char *last;           /* the token last stored in the table (bson_free), or NULL */
+   char *uri;            /* the URI conn was opened with (free) */
+   const void *host;     /* the program whose URI that is: a reload may change it */
 };
 
 static int64_t
@@ -86,6 +88,8 @@ close_conn (fw_stream_eo_pg_t *s)
    }
    s->conn = NULL;
    s->table_ok = false;
+   free (s->uri);
+   s->uri = NULL;
 }
 
 static lua_State *
@@ -132,6 +136,15 @@ ensure_conn (fw_stream_eo_pg_t *s, PGresult **res, char *why, size_t len)
    fw_pg_io_t io;
 
    *res = NULL;
+   if (s->conn && s->host != fw_dispatcher_host (s->w->d)) {
+      /* A reload: its script may name another server. */
+      uri = fw_pg_lua_uri (state_of (s), s->w->cfg->exactly_once_pg, why, len);
+      if (!uri || strcmp (uri, s->uri) != 0) {
+         close_conn (s);
+      }
+      free (uri);
+   }
+   s->host = fw_dispatcher_host (s->w->d);
    if (s->conn && PQstatus (s->conn) == CONNECTION_OK && s->table_ok) {
       return FW_PG_OK;
    }
@@ -140,10 +153,11 @@ ensure_conn (fw_stream_eo_pg_t *s, PGresult **res, char *why, size_t len)
       return FW_PG_LOST;
    }
    io = fw_pg_connect (uri, deadline (), &s->conn, why, len);
-   free (uri);
    if (io != FW_PG_OK) {
+      free (uri);
       return io;
    }
+   s->uri = uri;
    /* Two units of one stream may create it at once: one of them meets a
     * unique violation on the catalog, and its second try sees the table. */
    for (int tries = 0; tries < 2; tries++) {
