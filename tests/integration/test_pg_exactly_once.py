@@ -57,6 +57,7 @@ fw.stream { name = "eo", collection = "c", exactly_once = { connection = "rep" }
 
 
 class PgExactlyOnce(FailureTestCase):
+    standin_args = ("--server-version", "7.0")  # partitions: $toHashedIndexKey
 
     @classmethod
     def setUpClass(cls):
@@ -241,3 +242,21 @@ class PgExactlyOnce(FailureTestCase):
         self.assertEqual(self.pg.sql("SELECT id, attempt FROM log", db="other"), [["2", "1"]])
         self.assertEqual(len(self.pg.sql("SELECT stream FROM flowwarden_checkpoints",
                                          db="other")), 1)
+
+    def test_partitions_each_commit_their_own_position(self):
+        script = self.script(SCRIPT.replace('exactly_once = { connection = "rep" },',
+                                            'exactly_once = { connection = "rep" }, '
+                                            'partitions = 2,'))
+        p = self.run_fw(script, env=clean_env({"PG_URI": self.pg.uri()}))
+        p.wait_open(streams=2)
+        self.db.c.insert_many([{"_id": i} for i in range(100)])
+        self.wait_logged(100)
+        p.kill9()
+        self.db.c.insert_many([{"_id": i} for i in range(100, 150)])
+        p = self.run_fw(script, env=clean_env({"PG_URI": self.pg.uri()}))
+        p.wait_open(streams=2)
+        self.wait_logged(150)
+        self.assertEqual(p.stop(), 0)
+        self.assertEqual(self.log(), sorted((str(i), "1") for i in range(150)))
+        self.assertEqual(sorted(r[0] for r in self.pg.sql(
+            "SELECT stream FROM flowwarden_checkpoints")), ["eo#0/2", "eo#1/2"])
