@@ -493,8 +493,13 @@ fw_stream_exactly_once_pg_load (fw_stream_worker_t *w, fw_position_t *p, int *ca
    bson_t doc;
    bson_error_t berr;
 
-   if (!w->cfg->exactly_once_pg || !w->eo_pg) {
+   if (!w->cfg->exactly_once_pg) {
       return true;
+   }
+   if (!w->eo_pg) {
+      /* Never run it without its transactions. */
+      fw_stream_failed (w, "exactly_once: out of memory for its PostgreSQL sink");
+      return false;
    }
    for (int tries = 1; fence_and_read (w->eo_pg, &token, why, sizeof why) != FW_PG_OK; tries++) {
       int64_t delay = fw_backoff_delay_ms (&w->cfg->restart, tries, fw_backoff_random (&w->rng));

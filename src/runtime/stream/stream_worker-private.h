@@ -270,7 +270,8 @@ void fw_stream_exactly_once_recover (fw_stream_worker_t *w);
  * the start of a run after the lease: raises the position's epoch to the
  * leader's (ha) and sets p to the position committed there, which wins over
  * _fw_checkpoints' (none there: p untouched); retried with the restart
- * backoff, false only on shutdown. */
+ * backoff, false on shutdown (or when the sink could not be made: the
+ * stream failed rather than run without its transactions). */
 void fw_stream_exactly_once_pg_wire (fw_stream_worker_t *w);
 void fw_stream_exactly_once_pg_free (fw_stream_worker_t *w);
 bool fw_stream_exactly_once_pg_load (fw_stream_worker_t *w, fw_position_t *p, int *candidate,
@@ -283,7 +284,8 @@ void fw_stream_exactly_once_pg_advance (fw_stream_worker_t *w, const fw_position
 /* --- stream_lead.c: the checkpoint and leadership a stream reads with ---- */
 
 /* Reads the checkpoint into p (unless start_position = "latest"), retrying
- * with the restart backoff. False only on shutdown. */
+ * with the restart backoff (exactly once into PostgreSQL: the position there
+ * wins). False on shutdown, or when the stream failed. */
 bool fw_stream_load_checkpoint (fw_stream_worker_t *w, fw_checkpoint_t *cp, fw_position_t *p,
                                 int *candidate, bool *from_checkpoint);
 
