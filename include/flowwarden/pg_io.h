@@ -37,4 +37,16 @@ fw_pg_io_t fw_pg_connect (const char *uri, int64_t deadline_ns, PGconn **out, ch
 fw_pg_io_t fw_pg_exec (PGconn *conn, const char *sql, int n, const char *const *values,
                        int64_t deadline_ns, PGresult **out, char *why, size_t len);
 
+/*
+ * Runs n statements (sqls[i] with nparams[i] text parameters params[i]) in
+ * one round trip (libpq's pipeline mode, one sync after the last) on conn
+ * until deadline_ns. FW_PG_OK: out[i] is statement i's result, owned by the
+ * caller (an error result when the server refused it, PGRES_PIPELINE_ABORTED
+ * when an earlier one failed). Otherwise every out[i] is NULL and the
+ * failure is fw_pg_exec's (the caller must close conn).
+ */
+fw_pg_io_t fw_pg_exec_pipeline (PGconn *conn, int n, const char *const *sqls, const int *nparams,
+                                const char *const *const *params, int64_t deadline_ns,
+                                PGresult **out, char *why, size_t len);
+
 #endif

@@ -324,32 +324,71 @@ commit_unknown (fw_stream_eo_pg_t *s, lua_State *L, const char *token, const cha
    return FW_SINK_FAILED;
 }
 
-/* Writes the position; FW_SINK_COMMITTED when it did (the COMMIT next). */
+/* The upsert and the COMMIT go in one round trip (a pipeline): a fenced
+ * upsert (it matches no row) divides by zero, so the COMMIT after it is
+ * skipped and the transaction can only roll back. */
+static const char commit_sql[] = "COMMIT";
+static const char fenced_upsert_sql[] =
+   "WITH u AS (INSERT INTO " TABLE " AS c (database, stream, resume_token, epoch, "
+   "script_version, updated_at) VALUES ($1, $2, $3, $4, $5, now()) ON CONFLICT (database, stream) "
+   "DO UPDATE SET resume_token = EXCLUDED.resume_token, epoch = EXCLUDED.epoch, "
+   "script_version = EXCLUDED.script_version, updated_at = now() WHERE c.epoch <= EXCLUDED.epoch "
+   "RETURNING 1) SELECT 1 / count(*)::int FROM u";
+#define FENCED_SQLSTATE "22012" /* division_by_zero: the upsert matched nothing */
+
+/* The outcome of the pipeline's two results. */
 static fw_sink_commit_t
-write_position (fw_stream_eo_pg_t *s, lua_State *L, const char *token)
+judge (fw_stream_eo_pg_t *s, lua_State *L, PGresult *const *res)
+{
+   const char *state = PQresultErrorField (res[0], PG_DIAG_SQLSTATE);
+   char why[512];
+
+   if (state && strcmp (state, FENCED_SQLSTATE) == 0) {
+      fw_log (FW_LOG_WARN, s->w->cfg->name, "exactly_once: a newer leader holds the position in "
+              "connection \"%s\"; this transaction is rolled back", s->w->cfg->exactly_once_pg);
+      return FW_SINK_FENCED;
+   }
+   for (int i = 0; i < 2; i++) {
+      if (PQresultStatus (res[i]) != PGRES_PIPELINE_ABORTED && refused (res[i], why, sizeof why)) {
+         /* 40001 or 40P01 at the upsert or the commit: retried as an attempt. */
+         push_io_failure (s, L, FW_PG_OK, res[i], why);
+         return FW_SINK_FAILED;
+      }
+   }
+   if (strcmp (PQcmdStatus (res[1]), "COMMIT") != 0) {
+      fw_pg_lua_push_failure (L, s->w->cfg->exactly_once_pg, NULL, false,
+                              "the server rolled the exactly-once transaction back at COMMIT");
+      return FW_SINK_FAILED;
+   }
+   return FW_SINK_COMMITTED;
+}
+
+/* Writes the position past the event and commits, in one round trip. */
+static fw_sink_commit_t
+position_and_commit (fw_stream_eo_pg_t *s, lua_State *L, const char *token)
 {
    fw_stream_worker_t *w = s->w;
    char epoch[32], why[512];
-   const char *params[5] = { w->cfg->database, w->cfg->name, token, epoch,
+   const char *upsert[5] = { w->cfg->database, w->cfg->name, token, epoch,
                              fw_lua_host_version (fw_dispatcher_host (w->d)) };
-   PGresult *res = NULL;
+   const char *const sqls[2] = { fenced_upsert_sql, commit_sql };
+   const int nparams[2] = { 5, 0 };
+   const char *const *const params[2] = { upsert, NULL };
+   PGresult *res[2] = { NULL, NULL };
+   fw_sink_commit_t out;
    fw_pg_io_t io;
 
    snprintf (epoch, sizeof epoch, "%lld", (long long) (w->lead.lease ? w->lead.epoch : 0));
-   io = exec (s, upsert_sql, 5, params, &res, why, sizeof why);
-   if (io != FW_PG_OK || refused (res, why, sizeof why)) {
-      push_io_failure (s, L, io, res, why);
-      PQclear (res);
-      return FW_SINK_FAILED;
+   io = fw_pg_exec_pipeline (s->conn, 2, sqls, nparams, params, deadline (), res, why,
+                             sizeof why);
+   if (io != FW_PG_OK) {
+      close_conn (s);
+      return commit_unknown (s, L, token, why);
    }
-   if (strcmp (PQcmdTuples (res), "1") != 0) {
-      PQclear (res);
-      fw_log (FW_LOG_WARN, w->cfg->name, "exactly_once: a newer leader holds the position in "
-              "connection \"%s\"; this transaction is rolled back", w->cfg->exactly_once_pg);
-      return FW_SINK_FENCED;
-   }
-   PQclear (res);
-   return FW_SINK_COMMITTED;
+   out = judge (s, L, res);
+   PQclear (res[0]);
+   PQclear (res[1]);
+   return out;
 }
 
 /* Why the transaction cannot commit as the handler left it, or NULL. */
@@ -377,10 +416,8 @@ sink_commit (void *ud, lua_State *L, const fw_event_t *ev)
 {
    fw_stream_eo_pg_t *s = ud;
    const char *bad;
-   char *token = NULL, why[512];
-   PGresult *res = NULL;
+   char *token = NULL;
    fw_sink_commit_t out;
-   fw_pg_io_t io;
 
    leave (L);
    if ((bad = not_committable (s)) || !(token = token_json (ev))) {
@@ -394,29 +431,12 @@ sink_commit (void *ud, lua_State *L, const fw_event_t *ev)
               "rolled back");
       out = FW_SINK_FENCED;
    } else {
-      out = write_position (s, L, token);
+      out = position_and_commit (s, L, token);
    }
-   if (out != FW_SINK_COMMITTED) {
-      rollback (s);
-      bson_free (token);
-      return out;
-   }
-   io = exec (s, "COMMIT", 0, NULL, &res, why, sizeof why);
-   if (io != FW_PG_OK) {
-      out = commit_unknown (s, L, token, why);
-   } else if (refused (res, why, sizeof why)) {
-      /* 40001 or 40P01 at commit (the policy retries them as an attempt). */
-      push_io_failure (s, L, io, res, why);
-      out = FW_SINK_FAILED;
-   } else if (strcmp (PQcmdStatus (res), "COMMIT") != 0) {
-      fw_pg_lua_push_failure (L, s->w->cfg->exactly_once_pg, NULL, false,
-                              "the server rolled the exactly-once transaction back at COMMIT");
-      out = FW_SINK_FAILED;
-   }
-   PQclear (res);
    if (out == FW_SINK_COMMITTED) {
       set_last (s, token);
    } else {
+      rollback (s); /* what is still open (a fenced or failed upsert) */
       bson_free (token);
    }
    return out;
