@@ -5,11 +5,14 @@ position commit in one SQL transaction; a failed attempt leaves nothing; a
 restart resumes from the position in flowwarden_checkpoints (which wins
 over _fw_checkpoints); what cannot join raises."""
 import signal
+import socket
+import threading
 import time
 
 from dlqtest import FailureTestCase
 from fwtest import clean_env
 from pgserver import PgServer
+from redisserver import free_port
 
 SCRIPT = """
 fw.connection { name = "rep", uri = fw.env("PG_URI") }
@@ -54,6 +57,60 @@ fw.stream { name = "eo", collection = "c", exactly_once = { connection = "rep" }
     report(out)
   end }
 """
+
+
+class CommitReplyDropper:
+    """A TCP proxy to the server on a loopback port that, once armed, lets the
+    first COMMIT through and closes that client's connection instead of
+    passing the server's reply back: the commit happened, its reply was lost.
+    With before=True it closes the connection instead of sending the COMMIT:
+    the server rolls the transaction back."""
+
+    def __init__(self, port, before=False):
+        self.target, self.port, self.armed, self.dropped = port, free_port(), False, 0
+        self.before = before
+        self.sock = socket.create_server(("127.0.0.1", self.port))
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.target))
+            state = {"commit": False}
+            threading.Thread(target=self.pump, args=(client, server, state, True),
+                             daemon=True).start()
+            threading.Thread(target=self.pump, args=(server, client, state, False),
+                             daemon=True).start()
+
+    def pump(self, src, dst, state, upstream):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if upstream and self.armed and b"COMMIT\x00" in data:
+                    self.armed, state["commit"] = False, True
+                    if self.before:
+                        self.dropped += 1
+                        break
+                elif not upstream and state["commit"]:
+                    self.dropped += 1
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def close(self):
+        self.sock.close()
 
 
 class PgExactlyOnce(FailureTestCase):
@@ -260,3 +317,32 @@ class PgExactlyOnce(FailureTestCase):
         self.assertEqual(self.log(), sorted((str(i), "1") for i in range(150)))
         self.assertEqual(sorted(r[0] for r in self.pg.sql(
             "SELECT stream FROM flowwarden_checkpoints")), ["eo#0/2", "eo#1/2"])
+
+    def test_a_commit_whose_reply_is_lost_is_decided_from_the_table(self):
+        self.lose_the_commits_reply(before=False)
+
+    def test_a_commit_lost_on_its_way_fails_the_attempt_which_runs_again(self):
+        self.lose_the_commits_reply(before=True)
+
+    def lose_the_commits_reply(self, before):
+        proxy = CommitReplyDropper(self.pg.port, before)
+        self.addCleanup(proxy.close)
+        uri = "postgresql://fwtest:pw@127.0.0.1:%d/postgres" % proxy.port
+        p = self.run_fw(self.script(SCRIPT), env=clean_env({"PG_URI": uri}))
+        p.wait_open()
+        self.db.c.insert_one({"_id": 1})
+        self.wait_logged(1)
+        proxy.armed = True
+        self.db.c.insert_one({"_id": 2})
+        if before:
+            p.wait_log("which did not commit", timeout=30)
+        else:
+            p.wait_log("the event had committed", timeout=30)
+        self.db.c.insert_one({"_id": 3})
+        self.wait_logged(3)
+        self.assertEqual(p.stop(), 0)
+        self.assertEqual(proxy.dropped, 1)
+        self.assertEqual(p.count_log("the COMMIT's reply was lost"), 1)
+        # Event 2 applied once: by its first attempt, or (lost before the
+        # server) by its second.
+        self.assertEqual(self.log(), [("1", "1"), ("2", "2" if before else "1"), ("3", "1")])
