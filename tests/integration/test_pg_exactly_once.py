@@ -346,3 +346,25 @@ class PgExactlyOnce(FailureTestCase):
         # Event 2 applied once: by its first attempt, or (lost before the
         # server) by its second.
         self.assertEqual(self.log(), [("1", "1"), ("2", "2" if before else "1"), ("3", "1")])
+
+    def test_a_serialization_failure_at_commit_is_retried_as_an_attempt(self):
+        # A deferred constraint trigger runs at COMMIT: its first run fails
+        # as a serializable transaction's commit can (40001).
+        self.pg.sql("""
+            DROP SEQUENCE IF EXISTS once; CREATE SEQUENCE once;
+            CREATE OR REPLACE FUNCTION fail_once() RETURNS trigger LANGUAGE plpgsql AS $$
+              BEGIN
+                IF nextval('once') = 1 THEN
+                  RAISE EXCEPTION 'could not serialize access' USING ERRCODE = '40001';
+                END IF;
+                RETURN NULL;
+              END $$;
+            CREATE CONSTRAINT TRIGGER at_commit AFTER INSERT ON log DEFERRABLE INITIALLY DEFERRED
+              FOR EACH ROW EXECUTE FUNCTION fail_once()""")
+        p = self.start()
+        self.db.c.insert_one({"_id": 1})
+        self.wait_logged(1)
+        self.assertEqual(p.stop(), 0)
+        self.assertEqual(self.log(), [("1", "2")], "the second attempt committed")
+        self.assertEqual(p.count_log("Pg.Serialization"), 1)
+        self.assertEqual(self.dlq_entries(), [])
