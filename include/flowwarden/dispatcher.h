@@ -136,6 +136,39 @@ typedef bool (*fw_txn_session_fn) (void *ud, mongoc_client_t *client, const bson
 void fw_dispatcher_set_exactly_once (fw_dispatcher_t *d, fw_txn_position_fn fn,
                                      fw_txn_session_fn record, void *ud);
 
+/*
+ * exactly_once into another store (issue 40: PostgreSQL): a sink the stream
+ * hands the dispatcher instead of the MongoDB transaction above. The
+ * dispatcher brackets each handler attempt with it and knows nothing else
+ * of it:
+ * - begin(ud, L): starts the attempt's transaction and joins L's calls to
+ *   it; false with a handler failure table pushed on L (the attempt failed).
+ * - commit(ud, L, ev): leaves the join, writes the position past ev in the
+ *   transaction and commits it; FW_SINK_FAILED with a failure table pushed
+ *   on L; FW_SINK_FENCED when a newer leader holds the position (nothing
+ *   committed: the event ends FW_OUTCOME_STOPPED).
+ * - end(ud, L): leaves the join and rolls back what is open.
+ * - release(ud): before the dispatcher goes (may be NULL).
+ * A NULL begin: no sink (the default). A replayed dead letter never runs in
+ * a transaction.
+ */
+typedef enum {
+   FW_SINK_COMMITTED,
+   FW_SINK_FAILED,
+   FW_SINK_FENCED,
+} fw_sink_commit_t;
+
+typedef struct {
+   bool (*begin) (void *ud, lua_State *L);
+   fw_sink_commit_t (*commit) (void *ud, lua_State *L, const fw_event_t *ev);
+   void (*end) (void *ud, lua_State *L);
+   void (*release) (void *ud);
+   void *ud;
+} fw_txn_sink_t;
+
+/* Copies *sink (NULL: none). */
+void fw_dispatcher_set_txn_sink (fw_dispatcher_t *d, const fw_txn_sink_t *sink);
+
 /* The client of d's "default" connection, the one exactly_once's
  * transactions run on (owned by d); NULL with error set. */
 mongoc_client_t *fw_dispatcher_txn_client (fw_dispatcher_t *d, fw_error_t *error);

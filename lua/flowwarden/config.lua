@@ -637,7 +637,7 @@ local function validate_stream(decl, defaults, opts, seen_names)
     ctx:fail("retry.mode", '"deferred" is for per-event handlers: an on_batch call is retried '
       .. "and bisected in place (use mode = \"blocking\")")
   end
-  require("flowwarden.config.exactly_once").check(ctx, t, spec, repr)
+  require("flowwarden.config.exactly_once").check(ctx, t, spec, repr, opts)
   if not any_handler then
     ctx:fail("handlers", "none declared (define at least one of %s)",
       table.concat(M.HANDLER_KEYS, ", "))

@@ -57,6 +57,8 @@ fw_stream_exactly_once_wire (fw_stream_worker_t *w)
    } else {
       fw_dispatcher_set_exactly_once (w->d, NULL, NULL, w);
    }
+   fw_dispatcher_set_txn_sink (w->d, NULL);
+   fw_stream_exactly_once_pg_wire (w); /* into PostgreSQL: its sink */
 }
 
 void

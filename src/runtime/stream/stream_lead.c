@@ -24,7 +24,7 @@ fw_stream_load_checkpoint (fw_stream_worker_t *w, fw_checkpoint_t *cp, fw_positi
 
    fw_stream_circuit_restore (w);
    if (w->cfg->start_latest) {
-      return true;
+      return fw_stream_exactly_once_pg_load (w, p, candidate, from_checkpoint);
    }
    for (int tries = 1; !fw_checkpoint_load (w->client, w->cfg->database, w->cfg->name, cp, &err);
         tries++) {
@@ -48,7 +48,8 @@ fw_stream_load_checkpoint (fw_stream_worker_t *w, fw_checkpoint_t *cp, fw_positi
       *candidate = 1;
       *from_checkpoint = true;
    }
-   return true;
+   /* exactly once into PostgreSQL: the position committed there wins. */
+   return fw_stream_exactly_once_pg_load (w, p, candidate, from_checkpoint);
 }
 
 void

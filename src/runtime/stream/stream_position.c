@@ -66,6 +66,7 @@ void
 fw_position_save (fw_stream_worker_t *w, fw_position_t *p, const char *why)
 {
    fw_error_t err;
+   fw_stream_exactly_once_pg_advance (w, p); /* exactly once into PostgreSQL */
    if (w->ckpt.writer) {
       fw_checkpoint_writer_quiesce (w->ckpt.writer); /* nothing older can land after this */
       fw_position_writer_results (w);
@@ -119,6 +120,7 @@ fw_position_save_async (fw_stream_worker_t *w, fw_position_t *p, const char *why
    if (w->lead.lease && w->lead.epoch <= 0) {
       return;
    }
+   fw_stream_exactly_once_pg_advance (w, p); /* exactly once into PostgreSQL */
    if (!w->ckpt.writer &&
        !(w->ckpt.writer = fw_checkpoint_writer_new (w->pool, w->cfg->database, w->cfg->name, &err))) {
       fw_log (FW_LOG_WARN, w->cfg->name, "%s; checkpoints are written as with mode = \"sync\"",

@@ -43,7 +43,8 @@ fw_stream_worker_same_source (fw_stream_worker_t *w, const fw_stream_worker_t *n
           bson_equal (w->cfg->pipeline, next->cfg->pipeline) &&
           /* exactly_once switched on or off: a new stream (its final
            * checkpoint, then its transactions or async saves from there). */
-          w->cfg->exactly_once == next->cfg->exactly_once;
+          w->cfg->exactly_once == next->cfg->exactly_once &&
+          same_string (w->cfg->exactly_once_pg, next->cfg->exactly_once_pg);
    pthread_mutex_unlock (&w->pending.mu);
    return same;
 }

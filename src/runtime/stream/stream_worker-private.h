@@ -28,8 +28,11 @@
 /* A stream: its thread, its dispatcher (and its lanes'), its position and
  * checkpoint writer, its lease, what the admin endpoint and a reload ask of
  * it. */
+typedef struct fw_stream_eo_pg fw_stream_eo_pg_t; /* stream_exactly_once_pg.c */
+
 struct fw_stream_worker {
    fw_dispatcher_t *d;         /* the stream's program and dispatcher (owned) */
+   fw_stream_eo_pg_t *eo_pg;   /* exactly once into PostgreSQL: its sink (owned), or NULL */
    const fw_stream_config_t *cfg; /* fw_dispatcher_config (d): follows reloads */
    mongoc_client_pool_t *pool;
    mongoc_client_t *client;    /* popped by the thread; its dispatcher's too */
@@ -271,10 +274,28 @@ void fw_stream_exactly_once_wire (fw_stream_worker_t *w);
  * is logged and the run goes on. */
 void fw_stream_exactly_once_recover (fw_stream_worker_t *w);
 
+/* stream_exactly_once_pg.c: exactly_once = { connection = <PostgreSQL> }
+ * (issue 40). _wire hands the dispatcher the PostgreSQL sink (its state made
+ * on first use, owned by w, freed by _free after w's dispatcher). _load, at
+ * the start of a run after the lease: raises the position's epoch to the
+ * leader's (ha) and sets p to the position committed there, which wins over
+ * _fw_checkpoints' (none there: p untouched); retried with the restart
+ * backoff, false on shutdown (or when the sink could not be made: the
+ * stream failed rather than run without its transactions). */
+void fw_stream_exactly_once_pg_wire (fw_stream_worker_t *w);
+void fw_stream_exactly_once_pg_free (fw_stream_worker_t *w);
+bool fw_stream_exactly_once_pg_load (fw_stream_worker_t *w, fw_position_t *p, int *candidate,
+                                     bool *from_checkpoint);
+/* At each checkpoint save: stores p's processed position in the table when
+ * no transaction did (the last events were dead-lettered, skipped or had no
+ * handler), so a restart does not run them again. Best effort. */
+void fw_stream_exactly_once_pg_advance (fw_stream_worker_t *w, const fw_position_t *p);
+
 /* --- stream_lead.c: the checkpoint and leadership a stream reads with ---- */
 
 /* Reads the checkpoint into p (unless start_position = "latest"), retrying
- * with the restart backoff. False only on shutdown. */
+ * with the restart backoff (exactly once into PostgreSQL: the position there
+ * wins). False on shutdown, or when the stream failed. */
 bool fw_stream_load_checkpoint (fw_stream_worker_t *w, fw_checkpoint_t *cp, fw_position_t *p,
                                 int *candidate, bool *from_checkpoint);
 
