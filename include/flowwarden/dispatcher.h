@@ -132,6 +132,11 @@ typedef bool (*fw_txn_session_fn) (void *ud, mongoc_client_t *client, const bson
 void fw_dispatcher_set_exactly_once (fw_dispatcher_t *d, fw_txn_position_fn fn,
                                      fw_txn_session_fn record, void *ud);
 
+/* After every commit of a transaction fn wrote a position in (one event's,
+ * or a batch's after its last event), committed(ud) with fn's ud: the last
+ * position fn wrote is now stored. NULL: not told (the default). */
+void fw_dispatcher_set_txn_committed (fw_dispatcher_t *d, void (*committed) (void *ud));
+
 /* The client of d's "default" connection, the one exactly_once's
  * transactions run on (owned by d); NULL with error set. */
 mongoc_client_t *fw_dispatcher_txn_client (fw_dispatcher_t *d, fw_error_t *error);

@@ -248,6 +248,39 @@ fw.stream { name = "eo", collection = "orders", exactly_once = true, dlq = true,
             self.assertIn(needle, out, extra)
 
 
+class CheckpointRoundTrips(StandInTestCase):
+    """The position is committed with each event's transaction: the stream does not write
+    the same checkpoint again outside it every save_every events (a second round trip per
+    event at the default save_every = 1)."""
+    command_log = True
+
+    def test_no_second_checkpoint_write_per_event(self):
+        n = 200
+        script = self.script(SCRIPT)
+        p = self.run_fw(script)
+        p.wait_open()
+        self.assertEqual(p.stop(), 0)
+        self.db.orders.insert_many([order(i) for i in range(n)])
+        before = len(self.commands("update"))
+        p = self.run_fw(script)
+        p.wait_open()
+        p.wait_reports(n, timeout=60)
+        self.assertEqual(p.stop(), 0)
+        self.assertEqual(self.totals(), ExactlyOnce.want(self, [order(i) for i in range(n)]))
+        updates = self.commands("update")[before:]
+        in_txn = [u for u in updates if u["summary"].get("target") == "_fw_checkpoints"
+                  and "autocommit" in u["summary"]["fields"]]
+        plain = [u for u in updates if u["summary"].get("target") == "_fw_checkpoints"
+                 and "autocommit" not in u["summary"]["fields"]]
+        self.assertEqual(len(in_txn), n, "one checkpoint write in each event's transaction")
+        # What is left: the start's and the final save, and one per read batch whose
+        # post-batch token is past its last event.
+        self.assertLess(len(plain), n // 10, "checkpoint writes outside the transactions")
+
+    def totals(self):
+        return {d["_id"]: (d["orders"], d["amount"]) for d in self.db.customer_totals.find()}
+
+
 BLOCKING = """
 fw.stream { name = "totals", collection = "orders", exactly_once = true, dlq = true,
   on_insert = function(ctx)

@@ -134,6 +134,7 @@ struct fw_dispatcher {
       fw_txn_position_fn fn;   /* exactly_once: see fw_dispatcher_set_exactly_once */
       void *ud;
       fw_txn_session_fn record;
+      void (*committed) (void *ud); /* see fw_dispatcher_set_txn_committed */
       mongoc_client_session_t *session; /* kept across attempts (fw_txn_release) */
       mongoc_client_t *client;
    } eo;

@@ -61,6 +61,10 @@ struct fw_stream_worker {
       bool unavailable;         /* the writer could not start: checkpoints are synchronous */
       int64_t epoch;            /* the epoch the writer fences with */
    } ckpt;
+   struct {                    /* exactly_once (stream_exactly_once.c), the stream's thread: */
+      bson_t *written;          /* the position last written in a transaction (NULL: none) */
+      bson_t *committed;        /* the last one committed: the stored checkpoint's */
+   } eo;
    struct {                    /* the breaker kept across restarts (stream_circuit.c) */
       fw_circuit_store_t store; /* the dispatcher's hooks (ud: w) */
       int warned;               /* a write failed and was said (atomic) */
@@ -260,6 +264,10 @@ void fw_stream_exactly_once_wire (fw_stream_worker_t *w);
  * (a killed process, a deposed leader), aborting the transaction it may
  * have left open; a failure is logged and the run goes on. */
 void fw_stream_exactly_once_recover (fw_stream_worker_t *w);
+
+/* Whether p's handled and seen positions are the one the last transaction
+ * committed (so a save of p would write again what is stored). */
+bool fw_stream_exactly_once_stored (const fw_stream_worker_t *w, const fw_position_t *p);
 
 /* --- stream_lead.c: the checkpoint and leadership a stream reads with ---- */
 
