@@ -209,6 +209,20 @@ int64_t fw_dispatcher_finished_ms (const fw_dispatcher_t *d);
  * until it returns; the outcome's strings until d's next event. */
 fw_outcome_t fw_event_dispatch (fw_dispatcher_t *d, const fw_event_t *ev);
 
+/* exactly_once (issue 39): the n events evs[0..n) of one source transaction
+ * (same lsid and txnNumber, in stream order, valid until it returns) applied
+ * together: each attempt calls the handler of each event in turn in one
+ * transaction, committed with the position past evs[n-1]; a failed call
+ * fails the attempt, and the retry policy and on_error apply to the event
+ * that failed, for the whole group. When that event ends without being
+ * applied (dead-lettered, skipped, lost), the group's other events are run
+ * again without it, together. Returns FW_OUTCOME_HANDLED once every event
+ * is finished with, else the outcome that must come back or stop the stream
+ * (as fw_event_dispatch); outcomes (n entries, or NULL) gets each event's
+ * kind. Without exactly_once (or with n == 1): fw_event_dispatch for each. */
+fw_outcome_t fw_group_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
+                                fw_outcome_kind_t *outcomes);
+
 /* An event fw_event_parse refused (why says how) but that has its resume
  * token: dead-lettered whole (rawEvent, error type MalformedEvent) so the
  * stream can go on; FW_OUTCOME_NO_DLQ when the stream has no DLQ. */

@@ -138,6 +138,11 @@ struct fw_dispatcher {
       mongoc_client_session_t *session; /* kept across attempts (fw_txn_release) */
       mongoc_client_t *client;
    } eo;
+   struct {                    /* fw_group_dispatch: a source transaction's events, */
+      const fw_event_t *const *evs; /* run in one attempt, in one transaction; n 0: one event */
+      size_t n;
+      const fw_event_t *failed; /* the event the last attempt was about (its failure's) */
+   } group;
    fw_stream_clock_t clock;
    const fw_dispatch_hooks_t *hooks; /* flowwarden test's recorder, else NULL */
    fw_replay_hook_t *replay;   /* a dead letter is being replayed, else NULL */

@@ -783,15 +783,46 @@ call_handler (fw_dispatcher_t *d, lua_State *L, int ref, int attempt, bool key_f
    return ok;
 }
 
+/* fw_group_dispatch: the handler of each event of the group in turn, each
+ * with its own ctx, up to the first that fails or asks for the DLQ: *cur
+ * names it (d->dispatch is its ctx, which on_error sees). Returns as
+ * call_handler. */
+static bool
+call_group (fw_dispatcher_t *d, lua_State *L, int attempt, fw_lua_stop_t *stop,
+            attempt_times_t *t, const fw_event_t **cur)
+{
+   for (size_t k = 0; k < d->group.n; k++) {
+      const fw_event_t *ev = d->group.evs[k];
+      int ref = fw_program_handler_for (&d->prog, ev->op);
+      if (ref == LUA_NOREF) {
+         continue; /* a reload took its handler away: nothing to apply */
+      }
+      fw_event_ctx_begin (L, &d->dispatch, ev);
+      d->dispatch.attempt = attempt + d->deferred.attempt_base;
+      *cur = ev;
+      if (!call_handler (d, L, ref, attempt, false, stop, t)) {
+         return false;
+      }
+      if (d->dispatch.dlq_requested) {
+         return true;
+      }
+   }
+   return true;
+}
+
 /* exactly_once (issue 39): the attempt in a transaction with the stream's
  * position, committed when the handler returned and asked for nothing else,
- * aborted otherwise. Returns as call_handler; *fenced when a newer leader
- * holds the checkpoint (nothing committed). */
+ * aborted otherwise. With a group (fw_group_dispatch), every event's handler
+ * in the one transaction, the position past the last; *cur: the event the
+ * attempt is about (in: the dispatched one; out: the group's that failed).
+ * Returns as call_handler; *fenced when a newer leader holds the checkpoint
+ * (nothing committed). */
 static bool
-call_in_txn (fw_dispatcher_t *d, const fw_event_t *ev, lua_State *L, int ref, int attempt,
+call_in_txn (fw_dispatcher_t *d, const fw_event_t **cur, lua_State *L, int ref, int attempt,
              bool key_failed, fw_lua_stop_t *stop, attempt_times_t *t, bool *fenced)
 {
    fw_mongo_txn_t join;
+   const fw_event_t *ev = *cur;
    bool ok;
 
    *fenced = false;
@@ -805,7 +836,12 @@ call_in_txn (fw_dispatcher_t *d, const fw_event_t *ev, lua_State *L, int ref, in
       }
       return false;
    }
-   ok = call_handler (d, L, ref, attempt, key_failed, stop, t);
+   if (d->group.n > 0) {
+      ok = call_group (d, L, attempt, stop, t, cur);
+      ev = d->group.evs[d->group.n - 1];
+   } else {
+      ok = call_handler (d, L, ref, attempt, key_failed, stop, t);
+   }
    fw_mongo_lua_join (L, NULL);
    if (!ok || d->dispatch.dlq_requested) {
       fw_txn_end (d);
@@ -1093,6 +1129,7 @@ run_attempts (fw_dispatcher_t *d, const fw_event_t *ev)
       fw_lua_stop_t stop;
       bool ok, key_failed = false, fenced;
       fw_outcome_t o;
+      const fw_event_t *cur = ev; /* a group's: the event that failed */
 
       if (!attempt_may_start (d, ev, attempt, &L, &ref, &o)) {
          return o;
@@ -1101,7 +1138,8 @@ run_attempts (fw_dispatcher_t *d, const fw_event_t *ev)
       if (check_park && park_if_open (d, ev, &check_park, &key_failed, &stop, &o)) {
          return o;
       }
-      ok = call_in_txn (d, ev, L, ref, attempt, key_failed, &stop, &t, &fenced);
+      ok = call_in_txn (d, &cur, L, ref, attempt, key_failed, &stop, &t, &fenced);
+      d->group.failed = cur;
       if (fenced) {
          return outcome (FW_OUTCOME_STOPPED, attempt);
       }
@@ -1111,8 +1149,110 @@ run_attempts (fw_dispatcher_t *d, const fw_event_t *ev)
       if (ok && !d->dispatch.dlq_requested) {
          return ended_handled (d, attempt, t.end_ns);
       }
-      if (!after_failure (d, ev, L, ok, attempt, stop, &t, &o)) {
+      if (!after_failure (d, cur, L, ok, attempt, stop, &t, &o)) {
          return o;
       }
    }
+}
+
+/* --- exactly_once: a source transaction's events together (issue 39) --- */
+
+/* Every event of evs[0..n) on its own (no transaction to group them in). */
+static fw_outcome_t
+group_one_by_one (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
+                  fw_outcome_kind_t *outcomes)
+{
+   for (size_t i = 0; i < n; i++) {
+      fw_outcome_t o = fw_event_dispatch (d, evs[i]);
+      if (outcomes) {
+         outcomes[i] = o.kind;
+      }
+      if (!fw_outcome_finished (o.kind)) {
+         return o;
+      }
+   }
+   return outcome (FW_OUTCOME_HANDLED, 0);
+}
+
+/* left[0..*m) handled together: the others than left[0] counted as handled
+ * (ended_handled counted one). */
+static void
+group_handled (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
+               fw_outcome_kind_t *outcomes, const fw_event_t **left, size_t m)
+{
+   for (size_t j = 0; j < m; j++) {
+      for (size_t i = 0; outcomes && i < n; i++) {
+         if (evs[i] == left[j]) {
+            outcomes[i] = FW_OUTCOME_HANDLED;
+         }
+      }
+      if (j > 0) {
+         d->stats.handled++;
+         finished (d, FW_METRICS_OUTCOME_OK, 0);
+      }
+   }
+}
+
+fw_outcome_t
+fw_group_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
+                   fw_outcome_kind_t *outcomes)
+{
+   const fw_event_t **left;
+   size_t m = 0;
+   fw_outcome_t o = outcome (FW_OUTCOME_HANDLED, 0);
+
+   if (n <= 1 || !fw_txn_wanted (d) || fw_park_enabled (d) || d->group.n > 0) {
+      return group_one_by_one (d, evs, n, outcomes);
+   }
+   if (!(left = malloc (n * sizeof *left))) {
+      snprintf (d->out.failure, sizeof d->out.failure,
+                "out of memory taking a source transaction of %zu events", n);
+      return failed (d, 0);
+   }
+   for (size_t i = 0; i < n; i++) {
+      if (outcomes) {
+         outcomes[i] = FW_OUTCOME_STOPPED; /* until it is finished with */
+      }
+      if (fw_program_handler_for (&d->prog, evs[i]->op) == LUA_NOREF) {
+         finished (d, FW_METRICS_OUTCOME_NONE, 0);
+         if (outcomes) {
+            outcomes[i] = FW_OUTCOME_NO_HANDLER;
+         }
+      } else {
+         left[m++] = evs[i];
+      }
+   }
+   while (m > 0) {
+      /* One event left: the per-event path as it is. */
+      d->group.evs = m > 1 ? left : NULL;
+      d->group.n = m > 1 ? m : 0;
+      d->group.failed = left[0];
+      o = fw_event_dispatch (d, left[0]);
+      const fw_event_t *bad = d->group.failed;
+      d->group.evs = NULL;
+      d->group.n = 0;
+      if (o.kind == FW_OUTCOME_HANDLED) {
+         group_handled (d, evs, n, outcomes, left, m);
+         break;
+      }
+      if (!fw_outcome_finished (o.kind)) {
+         break; /* the group comes back, or the stream stops before it */
+      }
+      /* The event that failed ended without being applied (dead-lettered,
+       * skipped, lost): the others are applied together without it. */
+      size_t k = 0;
+      while (k < m && left[k] != bad) {
+         k++;
+      }
+      k = k < m ? k : 0;
+      for (size_t i = 0; outcomes && i < n; i++) {
+         if (evs[i] == left[k]) {
+            outcomes[i] = o.kind;
+         }
+      }
+      memmove (&left[k], &left[k + 1], (m - k - 1) * sizeof *left);
+      m--;
+   }
+   free (left);
+   return fw_outcome_finished (o.kind) ? outcome (FW_OUTCOME_HANDLED, 0) : o;
 }

@@ -26,7 +26,65 @@ typedef struct {
    const fw_event_t **ptrs;
    size_t n;
    bson_t resume; /* the reader's resume token after the last event taken */
+   size_t cap;    /* room in docs, evs and ptrs */
 } batch_t;
+
+/* exactly_once (issue 39): whether ev is an event of a source transaction
+ * (MongoDB gives each its lsid and txnNumber). */
+static bool
+in_source_txn (const fw_event_t *ev)
+{
+   return fw_event_has (ev, FW_EV_LSID) && fw_event_has (ev, FW_EV_TXN_NUMBER);
+}
+
+/* Whether a and b are events of the same source transaction: the same lsid
+ * and txnNumber. */
+static bool
+same_source_txn (const fw_event_t *a, const fw_event_t *b)
+{
+   bson_iter_t la, lb, ta, tb;
+   const uint8_t *da, *db;
+   uint32_t na, nb;
+
+   if (!fw_event_field (a, FW_EV_LSID, &la) || !fw_event_field (b, FW_EV_LSID, &lb) ||
+       !fw_event_field (a, FW_EV_TXN_NUMBER, &ta) || !fw_event_field (b, FW_EV_TXN_NUMBER, &tb) ||
+       !BSON_ITER_HOLDS_DOCUMENT (&la) || !BSON_ITER_HOLDS_DOCUMENT (&lb)) {
+      return false;
+   }
+   bson_iter_document (&la, &na, &da);
+   bson_iter_document (&lb, &nb, &db);
+   return na == nb && memcmp (da, db, na) == 0 &&
+          bson_iter_as_int64 (&ta) == bson_iter_as_int64 (&tb);
+}
+
+/* Room in b for one more event. False when out of memory. */
+static bool
+batch_room (batch_t *b)
+{
+   size_t cap = b->cap ? b->cap * 2 : 16;
+   void *docs, *evs, *ptrs;
+
+   if (b->n < b->cap) {
+      return true;
+   }
+   if (!(docs = realloc (b->docs, cap * sizeof *b->docs))) {
+      return false;
+   }
+   b->docs = docs;
+   if (!(evs = realloc (b->evs, cap * sizeof *b->evs))) {
+      return false;
+   }
+   b->evs = evs;
+   if (!(ptrs = realloc (b->ptrs, cap * sizeof *b->ptrs))) {
+      return false;
+   }
+   b->ptrs = ptrs;
+   for (size_t i = 0; i < b->n; i++) {
+      b->ptrs[i] = &b->evs[i]; /* evs may have moved */
+   }
+   b->cap = cap;
+   return true;
+}
 
 bool
 fw_stream_batch_joins (const bson_t *doc, const fw_event_t *ev)
@@ -43,8 +101,12 @@ static bool
 batch_add (fw_stream_worker_t *w, fw_stream_reader_t *rd, batch_t *b, const fw_event_t *ev)
 {
    fw_error_t err;
-   bson_t *copy = bson_copy (ev->doc);
+   bson_t *copy;
 
+   if (!batch_room (b)) {
+      return false;
+   }
+   copy = bson_copy (ev->doc);
    if (!copy || !fw_event_parse (copy, &b->evs[b->n], &err)) {
       bson_destroy (copy);
       return false;
@@ -75,6 +137,36 @@ batch_fill (fw_stream_worker_t *w, fw_stream_reader_t *rd, batch_t *b, size_t ma
           !batch_add (w, rd, b, &ev)) {
          w->batch_held = doc;
          return;
+      }
+   }
+}
+
+/* exactly_once: reads on into b while the events are of the source
+ * transaction of b's first, until an event of another one (left in
+ * w->batch_held) or a getMore that returns nothing (MongoDB sends no
+ * end-of-transaction event; a transaction's events come together). False
+ * when a stop came first. */
+static bool
+group_fill (fw_stream_worker_t *w, fw_stream_reader_t *rd, batch_t *b)
+{
+   const bson_t *doc;
+
+   for (;;) {
+      fw_event_t ev;
+      fw_error_t err;
+      /* The reader has the next item within its getMore's maxAwaitTimeMS. */
+      while (!fw_stream_reader_ready (rd, fw_mono_ms () + 200)) {
+         if (fw_shutdown_requested (w->shutdown)) {
+            return false;
+         }
+      }
+      if (!fw_stream_reader_next (rd, &doc)) {
+         return true; /* idle: the transaction ended (or the error, read again next) */
+      }
+      if (!fw_event_parse (doc, &ev, &err) || !fw_stream_batch_joins (doc, &ev) ||
+          !same_source_txn (b->ptrs[b->n - 1], &ev) || !batch_add (w, rd, b, &ev)) {
+         w->batch_held = doc;
+         return true;
       }
    }
 }
@@ -152,7 +244,7 @@ fw_stream_batch_take (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position
 {
    int max = 1;
    int64_t wait_ms = 0;
-   batch_t b = {NULL, NULL, NULL, 0, BSON_INITIALIZER};
+   batch_t b = {NULL, NULL, NULL, 0, BSON_INITIALIZER, 0};
    batch_place_t at = {w, p, &b};
    fw_settle_place_t place = {w->d,      w->metrics, batch_count, batch_done, batch_fail,
                               batch_lease_lost, &at, "a batch's event could not be dead-lettered"};
@@ -163,6 +255,7 @@ fw_stream_batch_take (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position
    b.docs = malloc ((size_t) max * sizeof *b.docs);
    b.evs = malloc ((size_t) max * sizeof *b.evs);
    b.ptrs = malloc ((size_t) max * sizeof *b.ptrs);
+   b.cap = (size_t) max;
    if (!b.docs || !b.evs || !b.ptrs || !batch_add (w, rd, &b, ev)) {
       batch_free (&b);
       fw_stream_failed (w, "out of memory taking a batch");
@@ -174,6 +267,47 @@ fw_stream_batch_take (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position
       return FW_READ_LOST;
    }
    o = fw_batch_dispatch (w->d, b.ptrs, b.n, NULL);
+   end = fw_stream_settle (&place, &o);
+   if (end != FW_READ_NEXT) {
+      w->batch_held = NULL; /* the read ends: the position re-reads it all */
+   }
+   batch_free (&b);
+   return end;
+}
+
+bool
+fw_stream_group_wanted (const fw_stream_worker_t *w, const bson_t *doc, const fw_event_t *ev)
+{
+   return w->cfg->exactly_once && in_source_txn (ev) && fw_stream_batch_joins (doc, ev);
+}
+
+fw_read_end_t
+fw_stream_group_take (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
+                      const fw_event_t *ev)
+{
+   batch_t b = {NULL, NULL, NULL, 0, BSON_INITIALIZER, 0};
+   batch_place_t at = {w, p, &b};
+   fw_settle_place_t place = {w->d,      w->metrics, batch_count, batch_done, batch_fail,
+                              batch_lease_lost, &at, "an event could not be dead-lettered"};
+   fw_outcome_t o;
+   fw_read_end_t end;
+
+   if (!batch_add (w, rd, &b, ev)) {
+      batch_free (&b);
+      fw_stream_failed (w, "out of memory taking a source transaction's events");
+      return FW_READ_FAILED;
+   }
+   if (!group_fill (w, rd, &b)) {
+      w->batch_held = NULL; /* a stop: the position re-reads them all */
+      batch_free (&b);
+      return FW_READ_STOP;
+   }
+   if (fw_stream_lease_lost (w)) {
+      w->batch_held = NULL;
+      batch_free (&b);
+      return FW_READ_LOST;
+   }
+   o = fw_group_dispatch (w->d, b.ptrs, b.n, NULL);
    end = fw_stream_settle (&place, &o);
    if (end != FW_READ_NEXT) {
       w->batch_held = NULL; /* the read ends: the position re-reads it all */
