@@ -31,6 +31,25 @@ fw.stream { name = "copy", collection = "src", exactly_once = true, dlq = true,
   end }
 """
 
+# The same copy with on_batch, in batches of at most 20 events: a batch grows to the end of a
+# source transaction rather than split it, and bisection never splits one.
+BATCH_SCRIPT = """
+fw.stream { name = "copy", collection = "src", exactly_once = true, dlq = true,
+  retry = { max_attempts = 2, initial_delay = "50ms" },
+  restart = { initial_delay = "100ms" },
+  batch = { max_events = 20 },
+  on_batch = function(batch)
+    local docs = {}
+    for _, ctx in batch:events() do
+      local d = ctx:full_document()
+      if d.n < 0 then error(fw.error("Validation", "poison " .. d.n)) end
+      docs[#docs + 1] = { _id = d._id, txn = d.txn }
+    end
+    fw.mongo.collection(batch:get(1):database_name(), "sink"):insert_many(docs)
+    report({ size = #batch })
+  end }
+"""
+
 
 class SourceTransactions(StandInTestCase):
     standin_args = ("--transaction-lifetime-limit-seconds", "5")
@@ -91,8 +110,22 @@ class SourceTransactions(StandInTestCase):
         partial = sorted(x for x in seen if x[1] != TXN_SIZE)
         self.assertEqual(partial, [], "a reader of the sink saw part of a source transaction")
 
+    def test_batches_never_split_a_source_transaction(self):
+        seen = self.run_txns(self.script(BATCH_SCRIPT), 4)
+        self.assertEqual(self.db.sink.count_documents({}), 4 * TXN_SIZE)
+        self.assertEqual(sorted(x for x in seen if x[1] != TXN_SIZE), [],
+                         "a reader of the sink saw part of a source transaction")
+
     def test_a_poison_event_in_a_group_is_dead_lettered_alone_and_the_rest_applied_together(self):
-        script = self.script(SCRIPT)
+        self.poison_in_a_group(SCRIPT)
+
+    def test_batches_a_poison_event_in_a_group_is_dead_lettered_alone(self):
+        # Bisection ends at the source transaction whole (never split), which then takes the
+        # per-event path in one transaction: the poison alone dead-lettered.
+        self.poison_in_a_group(BATCH_SCRIPT)
+
+    def poison_in_a_group(self, body):
+        script = self.script(body)
         p = self.run_fw(script)
         p.wait_open()
         seen, done = set(), threading.Event()
@@ -116,8 +149,9 @@ class SourceTransactions(StandInTestCase):
         self.assertEqual(self.db.sink.count_documents({"txn": 1}), TXN_SIZE)
         self.assertEqual(sorted(x for x in seen if x[1] not in (TXN_SIZE, TXN_SIZE - 1)), [],
                          "the rest of the poison's transaction appeared at once")
-        # The retry policy ran for the group: its 2 attempts, each the whole group.
-        self.assertEqual(p.count_log("attempt 1 failed"), 1)
+        if body is SCRIPT:
+            # The retry policy ran for the group: its 2 attempts, each the whole group.
+            self.assertEqual(p.count_log("attempt 1 failed"), 1)
 
 
 if __name__ == "__main__":

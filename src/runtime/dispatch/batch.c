@@ -318,6 +318,50 @@ op_single (void *ud, size_t i)
    return true;
 }
 
+/* exactly_once: events a and b of the batch are of one source transaction
+ * (the same lsid and txnNumber). */
+static bool
+op_joined (void *ud, size_t a, size_t b)
+{
+   fw_batch_state_t *s = ud;
+
+   return fw_event_same_txn (s->evs[a], s->evs[b]);
+}
+
+/* exactly_once: the n events idx[0..n) of one source transaction, alone
+ * after bisection: the per-event path for each, in one transaction. */
+static bool
+op_group (void *ud, const size_t *idx, size_t n)
+{
+   fw_batch_state_t *s = ud;
+   const fw_event_t **evs = calloc (n, sizeof *evs);
+   fw_outcome_kind_t *kinds = malloc (n * sizeof *kinds);
+   fw_outcome_t o;
+
+   if (!evs || !kinds) {
+      free (evs);
+      free (kinds);
+      snprintf (s->d->out.failure, sizeof s->d->out.failure,
+                "out of memory taking a source transaction of %zu events", n);
+      s->result = (fw_outcome_t){FW_OUTCOME_FAILED, 0, 0, "", "", s->d->out.failure};
+      return false;
+   }
+   for (size_t k = 0; k < n; k++) {
+      evs[k] = s->evs[idx[k]];
+   }
+   o = fw_group_dispatch (s->d, evs, n, kinds);
+   for (size_t k = 0; s->outcomes && k < n; k++) {
+      s->outcomes[idx[k]] = kinds[k];
+   }
+   free (evs);
+   free (kinds);
+   if (!fw_outcome_finished (o.kind)) {
+      s->result = o;
+      return false;
+   }
+   return true;
+}
+
 /* The batch's outcome: HANDLED once every event is finished with. */
 static fw_outcome_t
 all_finished (void)
@@ -383,7 +427,12 @@ batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
       return fw_outcome_finished (o.kind) ? all_finished () : o;
    }
    fw_batch_ops_t ops = {op_call, op_retry_wait, op_succeeded, op_single, s,
-                         d->prog.cfg.retry.max_attempts > 0 ? d->prog.cfg.retry.max_attempts : 1};
+                         d->prog.cfg.retry.max_attempts > 0 ? d->prog.cfg.retry.max_attempts : 1,
+                         NULL, NULL};
+   if (fw_txn_wanted (d)) { /* a source transaction's events never split */
+      ops.joined = op_joined;
+      ops.group = op_group;
+   }
    s->evs = evs;
    s->n = n;
    s->outcomes = outcomes;

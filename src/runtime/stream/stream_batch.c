@@ -29,34 +29,6 @@ typedef struct {
    size_t cap;    /* room in docs, evs and ptrs */
 } batch_t;
 
-/* exactly_once (issue 39): whether ev is an event of a source transaction
- * (MongoDB gives each its lsid and txnNumber). */
-static bool
-in_source_txn (const fw_event_t *ev)
-{
-   return fw_event_has (ev, FW_EV_LSID) && fw_event_has (ev, FW_EV_TXN_NUMBER);
-}
-
-/* Whether a and b are events of the same source transaction: the same lsid
- * and txnNumber. */
-static bool
-same_source_txn (const fw_event_t *a, const fw_event_t *b)
-{
-   bson_iter_t la, lb, ta, tb;
-   const uint8_t *da, *db;
-   uint32_t na, nb;
-
-   if (!fw_event_field (a, FW_EV_LSID, &la) || !fw_event_field (b, FW_EV_LSID, &lb) ||
-       !fw_event_field (a, FW_EV_TXN_NUMBER, &ta) || !fw_event_field (b, FW_EV_TXN_NUMBER, &tb) ||
-       !BSON_ITER_HOLDS_DOCUMENT (&la) || !BSON_ITER_HOLDS_DOCUMENT (&lb)) {
-      return false;
-   }
-   bson_iter_document (&la, &na, &da);
-   bson_iter_document (&lb, &nb, &db);
-   return na == nb && memcmp (da, db, na) == 0 &&
-          bson_iter_as_int64 (&ta) == bson_iter_as_int64 (&tb);
-}
-
 /* Room in b for one more event. False when out of memory. */
 static bool
 batch_room (batch_t *b)
@@ -164,7 +136,7 @@ group_fill (fw_stream_worker_t *w, fw_stream_reader_t *rd, batch_t *b)
          return true; /* idle: the transaction ended (or the error, read again next) */
       }
       if (!fw_event_parse (doc, &ev, &err) || !fw_stream_batch_joins (doc, &ev) ||
-          !same_source_txn (b->ptrs[b->n - 1], &ev) || !batch_add (w, rd, b, &ev)) {
+          !fw_event_same_txn (b->ptrs[b->n - 1], &ev) || !batch_add (w, rd, b, &ev)) {
          w->batch_held = doc;
          return true;
       }
@@ -262,6 +234,14 @@ fw_stream_batch_take (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position
       return FW_READ_FAILED;
    }
    batch_fill (w, rd, &b, (size_t) max, fw_mono_ms () + wait_ms);
+   /* exactly_once: the batch never ends inside a source transaction (it
+    * grows past max_events to its end). */
+   if (w->cfg->exactly_once && !w->batch_held && fw_event_in_txn (b.ptrs[b.n - 1]) &&
+       !group_fill (w, rd, &b)) {
+      w->batch_held = NULL;
+      batch_free (&b);
+      return FW_READ_STOP;
+   }
    if (fw_stream_lease_lost (w)) {
       batch_free (&b);
       return FW_READ_LOST;
@@ -278,7 +258,7 @@ fw_stream_batch_take (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position
 bool
 fw_stream_group_wanted (const fw_stream_worker_t *w, const bson_t *doc, const fw_event_t *ev)
 {
-   return w->cfg->exactly_once && in_source_txn (ev) && fw_stream_batch_joins (doc, ev);
+   return w->cfg->exactly_once && fw_event_in_txn (ev) && fw_stream_batch_joins (doc, ev);
 }
 
 fw_read_end_t
