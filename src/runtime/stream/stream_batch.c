@@ -114,10 +114,17 @@ batch_fill (fw_stream_worker_t *w, fw_stream_reader_t *rd, batch_t *b, size_t ma
 }
 
 /* exactly_once: reads on into b while the events are of the source
- * transaction of b's first, until an event of another one (left in
- * w->batch_held) or a getMore that returns nothing (MongoDB sends no
- * end-of-transaction event; a transaction's events come together). False
- * when a stop came first. */
+ * transaction of b's last, until an event of another one (left in
+ * w->batch_held) or a getMore that returns nothing. What MongoDB gives
+ * (document_source_change_stream_unwind_transaction.cpp): a committed
+ * transaction's applyOps is unwound into its events one after the other,
+ * each with the commit's clusterTime, its lsid and txnNumber (a long); the
+ * endOfTransaction event sits behind a feature flag that is off in 5.0-8.0,
+ * so nothing marks the last one. Batched writes and a retryable write's
+ * applyOps carry no lsid/txnNumber and are not grouped. Through mongos a
+ * cross-shard transaction comes as one group per shard. An event split over
+ * fragments (> 16 MiB) cannot join: it ends the group and starts the next.
+ * False when a stop came first. */
 static bool
 group_fill (fw_stream_worker_t *w, fw_stream_reader_t *rd, batch_t *b)
 {
