@@ -791,7 +791,10 @@ static bool
 call_group (fw_dispatcher_t *d, lua_State *L, int attempt, fw_lua_stop_t *stop,
             attempt_times_t *t, const fw_event_t **cur)
 {
-   for (size_t k = 0; k < d->group.n; k++) {
+   int64_t first_ns = 0; /* the attempt's first call: the group's first attempt's start */
+   bool ok = true;
+
+   for (size_t k = 0; k < d->group.n && ok; k++) {
       const fw_event_t *ev = d->group.evs[k];
       int ref = fw_program_handler_for (&d->prog, ev->op);
       if (ref == LUA_NOREF) {
@@ -800,14 +803,16 @@ call_group (fw_dispatcher_t *d, lua_State *L, int attempt, fw_lua_stop_t *stop,
       fw_event_ctx_begin (L, &d->dispatch, ev);
       d->dispatch.attempt = attempt + d->deferred.attempt_base;
       *cur = ev;
-      if (!call_handler (d, L, ref, attempt, false, stop, t)) {
-         return false;
-      }
-      if (d->dispatch.dlq_requested) {
-         return true;
+      ok = call_handler (d, L, ref, attempt, false, stop, t);
+      first_ns = first_ns ? first_ns : t->first_ns;
+      if (ok && d->dispatch.dlq_requested) {
+         break;
       }
    }
-   return true;
+   if (attempt == 1 && first_ns) {
+      t->first_ns = first_ns;
+   }
+   return ok;
 }
 
 /* exactly_once (issue 39): the attempt in a transaction with the stream's
