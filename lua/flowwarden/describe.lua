@@ -140,7 +140,8 @@ function M.stream(spec)
   if spec.exactly_once then
     add("exactly_once", "true: fw.mongo reads and writes on the stream's own connection and the "
       .. "checkpoint commit in one transaction per "
-      .. (spec.handlers.batch and "call of on_batch" or "event") .. " (exactly once); fw.http, fw.state, "
+      .. (spec.handlers.batch and "call of on_batch" or "event")
+      .. " (exactly once; the events of one source transaction together); fw.http, fw.state, "
       .. "fw.redis, fw.pg and dead letters stay at least once; fw.mongo on another connection "
       .. "fails the call")
   end
