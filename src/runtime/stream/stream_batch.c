@@ -92,8 +92,9 @@ batch_add (fw_stream_worker_t *w, fw_stream_reader_t *rd, batch_t *b, const fw_e
 }
 
 /* Reads on into b until it is full, max_wait passed or an event that cannot
- * join comes (left in w->batch_held). */
-static void
+ * join comes (left in w->batch_held). False when the reader was idle (a
+ * getMore returned nothing) or failed. */
+static bool
 batch_fill (fw_stream_worker_t *w, fw_stream_reader_t *rd, batch_t *b, size_t max,
             int64_t deadline_ms)
 {
@@ -103,14 +104,15 @@ batch_fill (fw_stream_worker_t *w, fw_stream_reader_t *rd, batch_t *b, size_t ma
       fw_event_t ev;
       fw_error_t err;
       if (!fw_stream_reader_next (rd, &doc)) {
-         return; /* idle, or the error, which the next read gives again */
+         return false; /* idle, or the error, which the next read gives again */
       }
       if (!fw_event_parse (doc, &ev, &err) || !fw_stream_batch_joins (doc, &ev) ||
           !batch_add (w, rd, b, &ev)) {
          w->batch_held = doc;
-         return;
+         return true;
       }
    }
+   return true;
 }
 
 /* exactly_once: reads on into b while the events are of the source
@@ -240,10 +242,11 @@ fw_stream_batch_take (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position
       fw_stream_failed (w, "out of memory taking a batch");
       return FW_READ_FAILED;
    }
-   batch_fill (w, rd, &b, (size_t) max, fw_mono_ms () + wait_ms);
+   bool more = batch_fill (w, rd, &b, (size_t) max, fw_mono_ms () + wait_ms);
    /* exactly_once: the batch never ends inside a source transaction (it
-    * grows past max_events to its end). */
-   if (w->cfg->exactly_once && !w->batch_held && fw_event_in_txn (b.ptrs[b.n - 1]) &&
+    * grows past max_events to its end, unless a getMore that returned
+    * nothing already ended it). */
+   if (w->cfg->exactly_once && more && !w->batch_held && fw_event_in_txn (b.ptrs[b.n - 1]) &&
        !group_fill (w, rd, &b)) {
       w->batch_held = NULL;
       batch_free (&b);
