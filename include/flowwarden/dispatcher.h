@@ -168,6 +168,10 @@ typedef struct {
 
 /* Copies *sink (NULL: none). */
 void fw_dispatcher_set_txn_sink (fw_dispatcher_t *d, const fw_txn_sink_t *sink);
+/* After every commit of a transaction fn wrote a position in (one event's,
+ * or a batch's after its last event), committed(ud) with fn's ud: the last
+ * position fn wrote is now stored. NULL: not told (the default). */
+void fw_dispatcher_set_txn_committed (fw_dispatcher_t *d, void (*committed) (void *ud));
 
 /* The client of d's "default" connection, the one exactly_once's
  * transactions run on (owned by d); NULL with error set. */
@@ -276,6 +280,20 @@ fw_event_dispatch (fw_dispatcher_t *d, const fw_event_t *ev)
 {
    return fw_event_dispatch_run (d, ev, NULL);
 }
+
+/* exactly_once (issue 39): the n events evs[0..n) of one source transaction
+ * (same lsid and txnNumber, in stream order, valid until it returns) applied
+ * together: each attempt calls the handler of each event in turn in one
+ * transaction, committed with the position past evs[n-1]; a failed call
+ * fails the attempt, and the retry policy and on_error apply to the event
+ * that failed, for the whole group. When that event ends without being
+ * applied (dead-lettered, skipped, lost), the group's other events are run
+ * again without it, together. Returns FW_OUTCOME_HANDLED once every event
+ * is finished with, else the outcome that must come back or stop the stream
+ * (as fw_event_dispatch); outcomes (n entries, or NULL) gets each event's
+ * kind. Without exactly_once (or with n == 1): fw_event_dispatch for each. */
+fw_outcome_t fw_group_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
+                                fw_outcome_kind_t *outcomes);
 
 /* An event fw_event_parse refused (why says how) but that has its resume
  * token: dead-lettered whole (rawEvent, error type MalformedEvent) so the

@@ -90,6 +90,14 @@ bool fw_event_parse (const bson_t *doc, fw_event_t *ev, fw_error_t *error);
  * document, or memory runs out. */
 bool fw_event_order_key (const fw_event_t *ev, bson_t *key);
 
+/* Whether ev is an event of a multi-document transaction: MongoDB gives
+ * each its session's lsid and the transaction's txnNumber. */
+bool fw_event_in_txn (const fw_event_t *ev);
+
+/* Whether a and b are events of the same transaction (the same lsid and
+ * txnNumber, byte for byte). */
+bool fw_event_same_txn (const fw_event_t *a, const fw_event_t *b);
+
 /* Writes the stable event id (the resume token's _data, or its hex bytes)
  * into buf. Returns false if it did not fit: a server's token has no bound
  * (it holds the documentKey), so a fixed buffer suits only log lines. */

@@ -145,7 +145,9 @@ function M.stream(spec)
       .. "least once", spec.exactly_once_pg, spec.exactly_once_pg))
   elseif spec.exactly_once then
     add("exactly_once", "true: fw.mongo reads and writes on the stream's own connection and the "
-      .. "checkpoint commit in one transaction per event (exactly once); fw.http, fw.state, "
+      .. "checkpoint commit in one transaction per "
+      .. (spec.handlers.batch and "call of on_batch" or "event")
+      .. " (exactly once; the events of one source transaction together); fw.http, fw.state, "
       .. "fw.redis, fw.pg and dead letters stay at least once; fw.mongo on another connection "
       .. "fails the call")
   end

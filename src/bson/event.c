@@ -576,3 +576,27 @@ fw_event_order_key (const fw_event_t *ev, bson_t *key)
    }
    return true;
 }
+
+bool
+fw_event_in_txn (const fw_event_t *ev)
+{
+   return fw_event_has (ev, FW_EV_LSID) && fw_event_has (ev, FW_EV_TXN_NUMBER);
+}
+
+bool
+fw_event_same_txn (const fw_event_t *a, const fw_event_t *b)
+{
+   bson_iter_t la, lb, ta, tb;
+   const uint8_t *da, *db;
+   uint32_t na, nb;
+
+   if (!fw_event_field (a, FW_EV_LSID, &la) || !fw_event_field (b, FW_EV_LSID, &lb) ||
+       !fw_event_field (a, FW_EV_TXN_NUMBER, &ta) || !fw_event_field (b, FW_EV_TXN_NUMBER, &tb) ||
+       !BSON_ITER_HOLDS_DOCUMENT (&la) || !BSON_ITER_HOLDS_DOCUMENT (&lb) ||
+       !BSON_ITER_HOLDS_INT64 (&ta) || !BSON_ITER_HOLDS_INT64 (&tb)) {
+      return false;
+   }
+   bson_iter_document (&la, &na, &da);
+   bson_iter_document (&lb, &nb, &db);
+   return na == nb && memcmp (da, db, na) == 0 && bson_iter_int64 (&ta) == bson_iter_int64 (&tb);
+}

@@ -67,14 +67,15 @@ function M.check(ctx, t, spec, repr, opts)
       .. "event's transaction, in the stream's order; use partitions = N instead (each unit "
       .. "has its own checkpoint and commits its own transactions)", spec.lanes)
   end
-  if spec.handlers.batch then
-    ctx:fail("exactly_once", "is not supported with on_batch yet: use per-event handlers "
-      .. "(on_insert, on_update, ...)")
-  end
   if spec.retry and spec.retry.mode == "deferred" then
     ctx:fail("exactly_once", 'cannot run with retry.mode = "deferred" (a deferred retry runs '
       .. 'outside the stream\'s order, so its writes cannot commit with the checkpoint): use '
       .. 'mode = "blocking"')
+  end
+  if spec.exactly_once_pg and t.on_batch ~= nil then
+    ctx:fail("exactly_once", "into PostgreSQL (connection %s) is not supported with on_batch "
+      .. "yet: use per-event handlers, or exactly_once = true for a MongoDB read model",
+      repr(spec.exactly_once_pg))
   end
   if t.snapshot ~= nil or (type(t.checkpoint) == "table"
       and t.checkpoint.start_position == "snapshot") then

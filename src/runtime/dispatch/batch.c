@@ -21,6 +21,7 @@
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
 #include "runtime/dispatch/batch-private.h"
+#include "runtime/dispatch/event_txn.h"
 
 bool
 fw_dispatcher_batching (const fw_dispatcher_t *d, int *max_events, int64_t *max_wait_ms)
@@ -117,15 +118,80 @@ stopped (void)
    return (fw_outcome_t){FW_OUTCOME_STOPPED, 0, 0, "", "", "", 0, FW_COUNT_NOTHING, NULL};
 }
 
+/* A call failed (its failure table on top of L, taken off): whether the
+ * stream retries its error. */
+static fw_batch_call_t
+call_failed (fw_batch_state_t *s, lua_State *L, fw_lua_stop_t stop)
+{
+   bool again;
+
+   note_error (s, L);
+   again = retried (s->d, L, stop);
+   lua_pop (L, 1);
+   s->d->stats.handler_errors++;
+   return again ? FW_BATCH_CALL_FAILED : FW_BATCH_CALL_FAILED_FINAL;
+}
+
+/* exactly_once: how a call's transaction ended (txn_finish). */
+typedef enum { CALL_TXN_COMMITTED, CALL_TXN_FAILED, CALL_TXN_MARKED, CALL_TXN_FENCED } call_txn_t;
+
+/* exactly_once (issue 39): the call over idx[0..n) ends its transaction.
+ * A call that returned and marked no event commits, with the position past
+ * its last event: bisection settles a batch's sets in stream order and the
+ * sets of one call never leave an event out (see below), so every event
+ * before it is finished with. A call that raised, or failed in the commit
+ * (CALL_TXN_FAILED: a failure table on top of L), or marked events
+ * (CALL_TXN_MARKED), is aborted: nothing of it is applied and its events
+ * are tried again together (then bisected), since the writes of the events
+ * it did not mark cannot commit without the position past them, which must
+ * not pass the marked ones. (Inside a transaction a write command stops at
+ * its first write error even when unordered: MongoDB's
+ * jstests/core/txns/transactions_write_errors.js.) */
+static call_txn_t
+txn_finish (fw_batch_state_t *s, lua_State *L, const size_t *idx, size_t n, bool ok,
+            const bool *marked)
+{
+   fw_dispatcher_t *d = s->d;
+   size_t last = 0, nmarked = 0;
+
+   fw_mongo_lua_join (L, NULL);
+   if (!ok) {
+      fw_txn_end (d);
+      return CALL_TXN_FAILED;
+   }
+   for (size_t k = 0; k < n; k++) {
+      nmarked += marked[k];
+      last = idx[k] > last ? idx[k] : last;
+   }
+   if (nmarked) {
+      fw_txn_end (d);
+      snprintf (s->last_error, sizeof s->last_error,
+                "%zu of its %zu event(s) marked failed; with exactly_once the call's "
+                "transaction is aborted and its events are tried again together",
+                nmarked, n);
+      return CALL_TXN_MARKED;
+   }
+   switch (fw_txn_commit (d, L, s->evs[last])) {
+   case FW_TXN_COMMITTED:
+      return CALL_TXN_COMMITTED;
+   case FW_TXN_FENCED:
+      return CALL_TXN_FENCED;
+   default:
+      return CALL_TXN_FAILED;
+   }
+}
+
 static fw_batch_call_t
 op_call (void *ud, const size_t *idx, size_t n, int attempt, bool *marked)
 {
    fw_batch_state_t *s = ud;
    fw_dispatcher_t *d = s->d;
    lua_State *L = fw_lua_host_state (d->prog.host);
-   fw_lua_stop_t stop;
+   fw_lua_stop_t stop = FW_LUA_STOP_NONE;
    int64_t start = fw_mono_ns ();
-   bool ok, again = true;
+   fw_mongo_txn_t join;
+   fw_batch_call_t c = FW_BATCH_CALL_OK;
+   bool ok, txn = fw_txn_wanted (d);
 
    if (d->lead.lease && !fw_lease_is_leader (d->lead.lease, NULL)) {
       s->result = stopped (); /* ha: the batch comes back to the next leader */
@@ -136,6 +202,9 @@ op_call (void *ud, const size_t *idx, size_t n, int attempt, bool *marked)
    if (!fw_outage_admit (d, NULL, 1)) {
       s->result = stopped ();
       return FW_BATCH_CALL_STOPPED;
+   }
+   if (txn && !fw_txn_begin (d, L, &join)) {
+      return call_failed (s, L, stop);
    }
    for (size_t k = 0; k < n; k++) {
       fw_dispatch_t *item = s->items[k];
@@ -159,14 +228,24 @@ op_call (void *ud, const size_t *idx, size_t n, int attempt, bool *marked)
       for (size_t k = 0; k < n; k++) {
          marked[k] = marked[k] || s->items[k]->dlq_requested; /* settled on its own path */
       }
-   } else {
-      note_error (s, L);
-      again = retried (d, L, stop);
-      lua_pop (L, 1);
-      d->stats.handler_errors++;
+   }
+   switch (txn ? txn_finish (s, L, idx, n, ok, marked) : CALL_TXN_COMMITTED) {
+   case CALL_TXN_FENCED:
+      s->result = stopped (); /* a newer leader holds the checkpoint: nothing committed */
+      c = FW_BATCH_CALL_STOPPED;
+      break;
+   case CALL_TXN_MARKED:
+      c = FW_BATCH_CALL_FAILED;
+      break;
+   case CALL_TXN_FAILED:
+      ok = false;
+      /* fall through */
+   default:
+      c = ok ? FW_BATCH_CALL_OK : call_failed (s, L, stop);
+      break;
    }
    end_call (L, s, n);
-   return ok ? FW_BATCH_CALL_OK : again ? FW_BATCH_CALL_FAILED : FW_BATCH_CALL_FAILED_FINAL;
+   return c;
 }
 
 static bool
@@ -233,6 +312,50 @@ op_single (void *ud, size_t i)
    fw_batch_state_t *s = ud;
    fw_outcome_t o = dispatch_one (s->d, s->evs[i], s->outcomes ? &s->outcomes[i] : NULL);
 
+   if (!fw_outcome_finished (o.kind)) {
+      s->result = o;
+      return false;
+   }
+   return true;
+}
+
+/* exactly_once: events a and b of the batch are of one source transaction
+ * (the same lsid and txnNumber). */
+static bool
+op_joined (void *ud, size_t a, size_t b)
+{
+   fw_batch_state_t *s = ud;
+
+   return fw_event_same_txn (s->evs[a], s->evs[b]);
+}
+
+/* exactly_once: the n events idx[0..n) of one source transaction, alone
+ * after bisection: the per-event path for each, in one transaction. */
+static bool
+op_group (void *ud, const size_t *idx, size_t n)
+{
+   fw_batch_state_t *s = ud;
+   const fw_event_t **evs = calloc (n, sizeof *evs);
+   fw_outcome_kind_t *kinds = malloc (n * sizeof *kinds);
+   fw_outcome_t o;
+
+   if (!evs || !kinds) {
+      free (evs);
+      free (kinds);
+      snprintf (s->d->out.failure, sizeof s->d->out.failure,
+                "out of memory taking a source transaction of %zu events", n);
+      s->result = (fw_outcome_t){FW_OUTCOME_FAILED, 0, 0, "", "", s->d->out.failure};
+      return false;
+   }
+   for (size_t k = 0; k < n; k++) {
+      evs[k] = s->evs[idx[k]];
+   }
+   o = fw_group_dispatch (s->d, evs, n, kinds);
+   for (size_t k = 0; s->outcomes && k < n; k++) {
+      s->outcomes[idx[k]] = kinds[k];
+   }
+   free (evs);
+   free (kinds);
    if (!fw_outcome_finished (o.kind)) {
       s->result = o;
       return false;
@@ -317,7 +440,12 @@ dispatch_whole (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
       return fw_outcome_finished (o.kind) ? all_finished () : o;
    }
    fw_batch_ops_t ops = {op_call, op_retry_wait, op_succeeded, op_single, s,
-                         d->prog.cfg.retry.max_attempts > 0 ? d->prog.cfg.retry.max_attempts : 1};
+                         d->prog.cfg.retry.max_attempts > 0 ? d->prog.cfg.retry.max_attempts : 1,
+                         NULL, NULL};
+   if (fw_txn_wanted (d)) { /* a source transaction's events never split */
+      ops.joined = op_joined;
+      ops.group = op_group;
+   }
    s->evs = evs;
    s->n = n;
    s->outcomes = outcomes;

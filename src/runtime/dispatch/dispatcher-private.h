@@ -139,10 +139,16 @@ struct fw_dispatcher {
       fw_txn_position_fn fn;   /* exactly_once: see fw_dispatcher_set_exactly_once */
       void *ud;
       fw_txn_session_fn record;
+      void (*committed) (void *ud); /* see fw_dispatcher_set_txn_committed */
       mongoc_client_session_t *session; /* kept across attempts (fw_txn_release) */
       mongoc_client_t *client;
       fw_txn_sink_t sink;      /* exactly once into another store (begin NULL: none) */
    } eo;
+   struct {                    /* fw_group_dispatch: a source transaction's events, */
+      const fw_event_t *const *evs; /* run in one attempt, in one transaction; n 0: one event */
+      size_t n;
+      const fw_event_t *failed; /* the event the last attempt was about (its failure's) */
+   } group;
    fw_stream_clock_t clock;
    const fw_dispatch_hooks_t *hooks; /* flowwarden test's recorder, else NULL */
    fw_dispatch_t dispatch;     /* the ctx's view of the event in hand */

@@ -778,16 +778,52 @@ failed_deposed (fw_dispatcher_t *d, lua_State *L, bool *fenced)
    return true;
 }
 
+/* fw_group_dispatch: the handler of each event of the group in turn, each
+ * with its own ctx, up to the first that fails or asks for the DLQ: *cur
+ * names it (d->dispatch is its ctx, which on_error sees). Returns as
+ * call_handler. */
+static bool
+call_group (fw_dispatcher_t *d, lua_State *L, int attempt, fw_lua_stop_t *stop,
+            attempt_times_t *t, const fw_event_t **cur)
+{
+   int64_t first_ns = 0; /* the attempt's first call: the group's first attempt's start */
+   bool ok = true;
+
+   for (size_t k = 0; k < d->group.n && ok; k++) {
+      const fw_event_t *ev = d->group.evs[k];
+      int ref = fw_program_handler_for (&d->prog, ev->op);
+      if (ref == LUA_NOREF) {
+         continue; /* a reload took its handler away: nothing to apply */
+      }
+      fw_event_ctx_begin (L, &d->dispatch, ev);
+      d->dispatch.attempt = attempt;
+      *cur = ev;
+      ok = call_handler (d, L, ref, attempt, false, stop, t);
+      first_ns = first_ns ? first_ns : t->first_ns;
+      if (ok && d->dispatch.dlq_requested) {
+         break;
+      }
+   }
+   if (attempt == 1 && first_ns) {
+      t->first_ns = first_ns;
+   }
+   return ok;
+}
+
 /* exactly_once (issue 39): the attempt in a transaction with the stream's
  * position, committed when the handler returned and asked for nothing else,
  * aborted otherwise (live: a change event; a replayed dead letter never runs
- * in one). Returns as call_handler; *fenced when a newer leader holds the
- * checkpoint (nothing committed). */
+ * in one). With a group (fw_group_dispatch), every event's handler in the
+ * one transaction, the position past the last; *cur: the event the attempt
+ * is about (in: the dispatched one; out: the group's that failed). Returns
+ * as call_handler; *fenced when a newer leader holds the checkpoint (nothing
+ * committed). */
 static bool
-call_in_txn (fw_dispatcher_t *d, const fw_event_t *ev, lua_State *L, int ref, int attempt,
+call_in_txn (fw_dispatcher_t *d, const fw_event_t **cur, lua_State *L, int ref, int attempt,
              bool key_failed, fw_lua_stop_t *stop, attempt_times_t *t, bool *fenced, bool live)
 {
    fw_mongo_txn_t join;
+   const fw_event_t *ev = *cur;
    bool ok;
 
    *fenced = false;
@@ -801,7 +837,12 @@ call_in_txn (fw_dispatcher_t *d, const fw_event_t *ev, lua_State *L, int ref, in
       }
       return false;
    }
-   ok = call_handler (d, L, ref, attempt, key_failed, stop, t);
+   if (d->group.n > 0) {
+      ok = call_group (d, L, attempt, stop, t, cur);
+      ev = d->group.evs[d->group.n - 1];
+   } else {
+      ok = call_handler (d, L, ref, attempt, key_failed, stop, t);
+   }
    fw_mongo_lua_join (L, NULL);
    if (!ok || d->dispatch.dlq_requested) {
       fw_txn_end (d);
@@ -1065,7 +1106,9 @@ fw_event_dispatch_run (fw_dispatcher_t *d, const fw_event_t *ev, const fw_dispat
    int top = lua_gettop (fw_lua_host_state (host));
 #endif
    fw_outcome_t o = run_attempts (d, ev, run);
-   report (d, run, ev, &o);
+   /* In a source transaction's group, an outcome other than HANDLED is the
+    * failed event's (fw_group_dispatch reports the others). */
+   report (d, run, d->group.n && o.kind != FW_OUTCOME_HANDLED ? d->group.failed : ev, &o);
    fw_park_end (d);
    if (o.kind != FW_OUTCOME_YIELDED) { /* a yielded event comes back at once, holding it */
       fw_outage_event_end (d);
@@ -1100,6 +1143,7 @@ run_attempts (fw_dispatcher_t *d, const fw_event_t *ev, const fw_dispatch_run_t 
       fw_lua_stop_t stop;
       bool ok, key_failed = false, fenced;
       fw_outcome_t o;
+      const fw_event_t *cur = ev; /* a group's: the event that failed */
 
       if (!attempt_may_start (d, ev, attempt, attempt > run->attempt_base + 1 && !run->replay, &L,
                               &ref, &o)) {
@@ -1109,7 +1153,8 @@ run_attempts (fw_dispatcher_t *d, const fw_event_t *ev, const fw_dispatch_run_t 
       if (check_park && park_if_open (d, ev, &check_park, &key_failed, &stop, &o)) {
          return o;
       }
-      ok = call_in_txn (d, ev, L, ref, attempt, key_failed, &stop, &t, &fenced, !run->replay);
+      ok = call_in_txn (d, &cur, L, ref, attempt, key_failed, &stop, &t, &fenced, !run->replay);
+      d->group.failed = cur;
       if (fenced) {
          return outcome (FW_OUTCOME_STOPPED, attempt);
       }
@@ -1119,8 +1164,114 @@ run_attempts (fw_dispatcher_t *d, const fw_event_t *ev, const fw_dispatch_run_t 
       if (ok && !d->dispatch.dlq_requested) {
          return ended_handled (d, attempt, t.end_ns);
       }
-      if (!after_failure (d, run->replay, ev, L, ok, attempt, stop, &t, &o)) {
+      if (!after_failure (d, run->replay, cur, L, ok, attempt, stop, &t, &o)) {
          return o;
       }
    }
+}
+
+/* --- exactly_once: a source transaction's events together (issue 39) --- */
+
+/* Every event of evs[0..n) on its own (no transaction to group them in). */
+static fw_outcome_t
+group_one_by_one (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
+                  fw_outcome_kind_t *outcomes)
+{
+   for (size_t i = 0; i < n; i++) {
+      fw_outcome_t o = fw_event_dispatch (d, evs[i]);
+      if (outcomes) {
+         outcomes[i] = o.kind;
+      }
+      if (!fw_outcome_finished (o.kind)) {
+         return o;
+      }
+   }
+   return outcome (FW_OUTCOME_HANDLED, 0);
+}
+
+/* left[0..*m) handled together: the others than left[0] counted as handled
+ * (ended_handled counted one). */
+static void
+group_handled (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
+               fw_outcome_kind_t *outcomes, const fw_event_t **left, size_t m)
+{
+   for (size_t j = 0; j < m; j++) {
+      for (size_t i = 0; outcomes && i < n; i++) {
+         if (evs[i] == left[j]) {
+            outcomes[i] = FW_OUTCOME_HANDLED;
+         }
+      }
+      if (j > 0) {
+         fw_outcome_t o = outcome (FW_OUTCOME_HANDLED, 1);
+         d->stats.handled++;
+         finished (d, &o, FW_COUNT_OK, 0);
+         report (d, &LIVE, left[j], &o);
+      }
+   }
+}
+
+fw_outcome_t
+fw_group_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
+                   fw_outcome_kind_t *outcomes)
+{
+   const fw_event_t **left;
+   size_t m = 0;
+   fw_outcome_t o = outcome (FW_OUTCOME_HANDLED, 0);
+
+   if (n <= 1 || !fw_txn_wanted (d) || fw_park_enabled (d) || d->group.n > 0) {
+      return group_one_by_one (d, evs, n, outcomes);
+   }
+   if (!(left = malloc (n * sizeof *left))) {
+      snprintf (d->out.failure, sizeof d->out.failure,
+                "out of memory taking a source transaction of %zu events", n);
+      return failed (d, 0);
+   }
+   for (size_t i = 0; i < n; i++) {
+      if (outcomes) {
+         outcomes[i] = FW_OUTCOME_STOPPED; /* until it is finished with */
+      }
+      if (fw_program_handler_for (&d->prog, evs[i]->op) == LUA_NOREF) {
+         fw_outcome_t none = outcome (FW_OUTCOME_NO_HANDLER, 0);
+         finished (d, &none, FW_COUNT_NONE, 0);
+         report (d, &LIVE, evs[i], &none);
+         if (outcomes) {
+            outcomes[i] = FW_OUTCOME_NO_HANDLER;
+         }
+      } else {
+         left[m++] = evs[i];
+      }
+   }
+   while (m > 0) {
+      /* One event left: the per-event path as it is. */
+      d->group.evs = m > 1 ? left : NULL;
+      d->group.n = m > 1 ? m : 0;
+      d->group.failed = left[0];
+      o = fw_event_dispatch (d, left[0]);
+      const fw_event_t *bad = d->group.failed;
+      d->group.evs = NULL;
+      d->group.n = 0;
+      if (o.kind == FW_OUTCOME_HANDLED) {
+         group_handled (d, evs, n, outcomes, left, m);
+         break;
+      }
+      if (!fw_outcome_finished (o.kind)) {
+         break; /* the group comes back, or the stream stops before it */
+      }
+      /* The event that failed ended without being applied (dead-lettered,
+       * skipped, lost): the others are applied together without it. */
+      size_t k = 0;
+      while (k < m && left[k] != bad) {
+         k++;
+      }
+      k = k < m ? k : 0;
+      for (size_t i = 0; outcomes && i < n; i++) {
+         if (evs[i] == left[k]) {
+            outcomes[i] = o.kind;
+         }
+      }
+      memmove (&left[k], &left[k + 1], (m - k - 1) * sizeof *left);
+      m--;
+   }
+   free (left);
+   return fw_outcome_finished (o.kind) ? outcome (FW_OUTCOME_HANDLED, 0) : o;
 }

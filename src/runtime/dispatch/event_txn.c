@@ -44,6 +44,12 @@ fw_dispatcher_set_txn_sink (fw_dispatcher_t *d, const fw_txn_sink_t *sink)
    }
 }
 
+void
+fw_dispatcher_set_txn_committed (fw_dispatcher_t *d, void (*committed) (void *ud))
+{
+   d->eo.committed = committed;
+}
+
 mongoc_client_t *
 fw_dispatcher_txn_client (fw_dispatcher_t *d, fw_error_t *error)
 {
@@ -231,6 +237,8 @@ fw_txn_commit (fw_dispatcher_t *d, lua_State *L, const fw_event_t *ev)
    ok = commit (d, &reply, &berr);
    if (!ok) {
       fw_mongo_lua_push_failure (L, "commitTransaction", &berr, &reply);
+   } else if (d->eo.committed) {
+      d->eo.committed (d->eo.ud);
    }
    bson_destroy (&reply);
    fw_txn_end (d);

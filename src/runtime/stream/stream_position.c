@@ -108,6 +108,18 @@ void
 fw_position_save_async (fw_stream_worker_t *w, fw_position_t *p, const char *why)
 {
    fw_error_t err;
+   if (fw_stream_exactly_once_stored (w, p)) {
+      /* exactly_once: the transaction of the event handled last wrote this
+       * position (seen and handled) and committed; writing it again would
+       * be a second round trip per save_every events. */
+      p->since_save = 0;
+      p->dirty = false;
+      p->last_save_ms = fw_now_ms ();
+      if (w->metrics) {
+         fw_stream_metrics_checkpoint (w->metrics, true, p->last_save_ms);
+      }
+      return;
+   }
    /* exactly_once: each handled event's transaction writes the checkpoint;
     * an async write landing after a later commit would move it back. */
    if (w->cfg->checkpoint_sync || w->ckpt.unavailable || w->cfg->exactly_once) {

@@ -138,6 +138,8 @@ fw_stream_worker_destroy (fw_stream_worker_t *w)
    free (w->lane.d);
    fw_dispatcher_destroy (w->d);
    fw_stream_exactly_once_pg_free (w); /* after its dispatcher released the sink */
+   bson_destroy (w->eo.written);
+   bson_destroy (w->eo.committed);
    pthread_mutex_destroy (&w->pending.mu);
    fw_shutdown_cleanup (&w->own_shutdown);
    free (w);

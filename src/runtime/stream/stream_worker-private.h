@@ -64,6 +64,10 @@ struct fw_stream_worker {
       bool unavailable;         /* the writer could not start: checkpoints are synchronous */
       int64_t epoch;            /* the epoch the writer fences with */
    } ckpt;
+   struct {                    /* exactly_once (stream_exactly_once.c), the stream's thread: */
+      bson_t *written;          /* the position last written in a transaction (NULL: none) */
+      bson_t *committed;        /* the last one committed: the stored checkpoint's */
+   } eo;
    struct {                    /* the breaker kept across restarts (stream_circuit.c) */
       fw_circuit_store_t store; /* the dispatcher's hooks (ud: w) */
       int warned;               /* a write failed and was said (atomic) */
@@ -291,6 +295,10 @@ bool fw_stream_exactly_once_pg_load (fw_stream_worker_t *w, fw_position_t *p, in
  * handler), so a restart does not run them again. Best effort. */
 void fw_stream_exactly_once_pg_advance (fw_stream_worker_t *w, const fw_position_t *p);
 
+/* Whether p's handled and seen positions are the one the last transaction
+ * committed (so a save of p would write again what is stored). */
+bool fw_stream_exactly_once_stored (const fw_stream_worker_t *w, const fw_position_t *p);
+
 /* --- stream_lead.c: the checkpoint and leadership a stream reads with ---- */
 
 /* Reads the checkpoint into p (unless start_position = "latest"), retrying
@@ -393,6 +401,19 @@ fw_read_end_t fw_stream_batch_take (fw_stream_worker_t *w, fw_stream_reader_t *r
 
 /* Whether doc (a change event read) may join a batch. */
 bool fw_stream_batch_joins (const bson_t *doc, const fw_event_t *ev);
+
+/* exactly_once (issue 39), per-event handlers: whether ev (doc) is an event
+ * of a source transaction (lsid and txnNumber) that starts a group. */
+bool fw_stream_group_wanted (const fw_stream_worker_t *w, const bson_t *doc,
+                             const fw_event_t *ev);
+
+/* ev and the events read after it of the same source transaction, up to an
+ * event of another one (left in w->batch_held) or a getMore that returns
+ * nothing, handed to the dispatcher as one group (fw_group_dispatch: one
+ * transaction); the position moves past them once every one is finished
+ * with. FW_READ_NEXT: read on. */
+fw_read_end_t fw_stream_group_take (fw_stream_worker_t *w, fw_stream_reader_t *rd,
+                                    fw_position_t *p, const fw_event_t *ev);
 
 /* --- stream_snapshot.c: the incremental snapshot (issue 28, snapshot.h) --- */
 

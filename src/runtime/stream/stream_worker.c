@@ -486,6 +486,12 @@ take_event (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p, con
       end = fw_stream_batch_take (w, rd, p, &ev);
       return end == FW_READ_NEXT && split_back (w, p) ? FW_READ_REOPEN : end;
    }
+   if (fw_stream_group_wanted (w, doc, &ev)) {
+      /* exactly_once: ev's source transaction is applied as one */
+      *progressed = true;
+      end = fw_stream_group_take (w, rd, p, &ev);
+      return end == FW_READ_NEXT && split_back (w, p) ? FW_READ_REOPEN : end;
+   }
    return dispatch_here (&h, &ev);
 }
 
