@@ -344,7 +344,8 @@ op_group (void *ud, const size_t *idx, size_t n)
       free (kinds);
       snprintf (s->d->out.failure, sizeof s->d->out.failure,
                 "out of memory taking a source transaction of %zu events", n);
-      s->result = (fw_outcome_t){FW_OUTCOME_FAILED, 0, 0, "", "", s->d->out.failure};
+      s->result = (fw_outcome_t){.kind = FW_OUTCOME_FAILED, .entry_id = "", .error_type = "",
+                                  .error = s->d->out.failure};
       return false;
    }
    for (size_t k = 0; k < n; k++) {
