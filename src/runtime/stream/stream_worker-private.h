@@ -365,8 +365,10 @@ bool fw_stream_batch_joins (const bson_t *doc, const fw_event_t *ev);
 bool fw_stream_snapshot_setup (fw_stream_worker_t *w, const fw_checkpoint_t *cp);
 
 /* At the loop's top, between live events: an on-demand request taken, the
- * last chunk's progress stored, the next chunk read when due. */
-fw_read_end_t fw_stream_snapshot_between (fw_stream_worker_t *w, fw_position_t *p);
+ * last chunk's progress stored, the next chunks read when due and no live
+ * event waits in rd (else at most half the thread's time). */
+fw_read_end_t fw_stream_snapshot_between (fw_stream_worker_t *w, fw_position_t *p,
+                                          fw_stream_reader_t *rd);
 
 /* A live event, before it is handled: the open chunk's rows are handed out
  * first when the event is past the high watermark. */
