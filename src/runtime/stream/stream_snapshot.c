@@ -336,6 +336,14 @@ fw_stream_snapshot_between (fw_stream_worker_t *w, fw_position_t *p, fw_stream_r
 }
 
 bool
+fw_stream_snapshot_reading (fw_stream_worker_t *w)
+{
+   return w->snap.run && !__atomic_load_n (&w->snap.request, __ATOMIC_ACQUIRE) &&
+          fw_snapshot_wants_chunk (w->snap.run->engine) &&
+          fw_mono_ms () >= w->snap.run->next_ms;
+}
+
+bool
 fw_stream_worker_snapshot (fw_stream_worker_t *w, const bson_t *filter, fw_error_t *error)
 {
    bson_t *req;

@@ -370,6 +370,10 @@ bool fw_stream_snapshot_setup (fw_stream_worker_t *w, const fw_checkpoint_t *cp)
 fw_read_end_t fw_stream_snapshot_between (fw_stream_worker_t *w, fw_position_t *p,
                                           fw_stream_reader_t *rd);
 
+/* True when the snapshot would read a chunk now (between's turn ended on
+ * its time budget): the loop reads on instead of waiting for the stream. */
+bool fw_stream_snapshot_reading (fw_stream_worker_t *w);
+
 /* A live event, before it is handled: the open chunk's rows are handed out
  * first when the event is past the high watermark. */
 fw_read_end_t fw_stream_snapshot_live (fw_stream_worker_t *w, fw_position_t *p,
