@@ -568,7 +568,17 @@ dead_letter_raw (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec
       }
    }
 
-   ok = save_entry (d, &entry, id);
+   switch (fw_txn_dead_letter (d, ev, &entry, id)) {
+   case FW_TXN_DLQ_COMMITTED: /* exactly_once: with the position past ev */
+      ok = true;
+      break;
+   case FW_TXN_DLQ_STOPPED:
+      ok = false;
+      break;
+   default:
+      ok = save_entry (d, &entry, id);
+      break;
+   }
    entry_id_of (&entry, d->out.entry_id, sizeof d->out.entry_id);
    bson_destroy (&entry);
    if (!ok) {

@@ -34,6 +34,20 @@ fw_txn_end_t fw_txn_commit (fw_dispatcher_t *d, lua_State *L, const fw_event_t *
 /* Aborts the transaction (if any); the session is kept for the next one. */
 void fw_txn_end (fw_dispatcher_t *d);
 
+typedef enum {
+   FW_TXN_DLQ_NOT_JOINED, /* no transaction, or the DLQ is elsewhere: save it as before */
+   FW_TXN_DLQ_COMMITTED,  /* the entry and the position past the event are committed */
+   FW_TXN_DLQ_STOPPED,    /* a shutdown came first, or a newer leader holds the checkpoint */
+} fw_txn_dlq_t;
+
+/* Writes entry (built for ev, whose log id is id) and the position past ev
+ * in one transaction when d runs its attempts in transactions and its DLQ
+ * is MongoDB's on the transactions' client; tried a few times with the
+ * restart backoff, then left to the caller (NOT_JOINED) with a warning
+ * (event_txn_dlq.c). entry stays the caller's. */
+fw_txn_dlq_t fw_txn_dead_letter (fw_dispatcher_t *d, const fw_event_t *ev, const bson_t *entry,
+                                 const char *id);
+
 /* Ends d's kept session (before its client goes). */
 void fw_txn_release (fw_dispatcher_t *d);
 

@@ -1,0 +1,123 @@
+"""exactly_once = true with the DLQ on the sink (issue 39): a poison event's
+dead letter and the stream's position past it are one transaction. kill -9
+while that commit is in flight leaves either both (the event never runs
+again: its entry counts its attempts once) or neither (the event runs again
+from nothing applied and is dead-lettered once); never a second delivery of
+a dead-lettered event, and never a write of the poison's handler."""
+import time
+
+from chaostest import StandInTestCase
+
+MAX_ATTEMPTS = 3
+
+SCRIPT = """
+fw.stream { name = "totals", collection = "orders", exactly_once = true,
+  retry = { max_attempts = %d, initial_delay = "20ms", max_delay = "50ms" }, dlq = true,
+  restart = { initial_delay = "100ms" },
+  on_insert = function(ctx)
+    local order = ctx:full_document()
+    fw.mongo.collection(ctx:database_name(), "customer_totals"):update_one(
+      { _id = order.customer }, { ["$inc"] = { orders = 1 } }, { upsert = true })
+    if order.total < 0 then error(fw.error("Validation", "negative total")) end
+    report({ n = order.n })
+  end }
+""" % MAX_ATTEMPTS
+
+
+class ExactlyOnceDeadLetter(StandInTestCase):
+    command_log = True  # to see the dead letter's commitTransaction arrive
+    standin_args = ("--transaction-lifetime-limit-seconds", "5")
+
+    def commits(self):
+        return len(self.commands("commitTransaction", db="admin"))
+
+    def start_caught_up(self, script, n):
+        """A running stream that has handled orders 0..n-1 (customer c0)."""
+        p = self.run_fw(script)
+        p.wait_open()
+        self.db.orders.insert_many([{"_id": i, "n": i, "customer": "c0", "total": 1}
+                                    for i in range(n)])
+        p.wait_reports(n, timeout=60)
+        self.wait_for(lambda: (self.db.customer_totals.find_one({"_id": "c0"}) or {})
+                      .get("orders") == n, what="%d orders applied" % n)
+        return p
+
+    def poison_under_blocked_commit(self, data):
+        """Sends a poison event while the next commitTransaction (the dead
+        letter's: the poison's attempts abort) is held by the server, and
+        kills flowwarden while it is held."""
+        script = self.script(SCRIPT)
+        p = self.start_caught_up(script, 5)
+        before = self.commits()
+        self.fail_point({"times": 1}, dict(data, failCommands=["commitTransaction"],
+                                           blockConnection=True, blockTimeMS=1500))
+        self.db.orders.insert_one({"_id": 99, "n": 99, "customer": "poison", "total": -1})
+        self.wait_for(lambda: self.commits() > before, what="the dead letter's commit")
+        p.kill9()
+        return script
+
+    def finish(self, script):
+        p = self.run_fw(script)
+        p.wait_open()
+        self.db.orders.insert_one({"_id": 100, "n": 100, "customer": "c0", "total": 1})
+        p.wait_until(lambda: any(r["n"] == 100 for r in p.reports()), timeout=60,
+                     what="the event after the poison")
+        self.assertEqual(p.stop(), 0)
+        self.assertIsNone(self.db.customer_totals.find_one({"_id": "poison"}),
+                          "nothing of the poison's handler applied")
+        self.assertEqual(self.db.customer_totals.find_one({"_id": "c0"})["orders"], 6)
+        entries = list(self.db["_fw_dlq"].find())
+        self.assertEqual(len(entries), 1, "one dead letter")
+        e = entries[0]
+        self.assertEqual(e["attempts"], MAX_ATTEMPTS, "its attempts counted once: the "
+                         "dead-lettered event was not delivered again")
+        self.assertEqual([h["action"] for h in e["history"]], ["enqueued"])
+        return e, p
+
+    def test_commit_held_then_applied_brings_entry_and_position(self):
+        script = self.poison_under_blocked_commit({})
+        # The server finishes the held commit after the kill: entry and
+        # position land together.
+        entry = self.wait_for(lambda: self.db["_fw_dlq"].find_one(), what="the committed entry")
+        cp = self.wait_for(lambda: (lambda c: c if c["lastProcessedToken"]["_data"] ==
+                                    entry["eventId"] else None)(self.checkpoint("totals")),
+                           timeout=10, what="the checkpoint at the poison")
+        self.assertEqual(cp["lastProcessedToken"]["_data"], entry["eventId"])
+        e, p = self.finish(script)
+        self.assertEqual(e["_id"], entry["_id"])
+        self.assertEqual(p.count_log("dead-lettered"), 0, "the poison did not run again")
+
+    def test_commit_lost_brings_neither(self):
+        script = self.poison_under_blocked_commit({"closeConnection": True})
+        # The server drops the held commit: the restart runs the poison
+        # again from nothing applied and dead-letters it once.
+        e, p = self.finish(script)
+        self.assertEqual(p.count_log("dead-lettered"), 1)
+        self.assertEqual(self.checkpoint("totals")["lastProcessedToken"]["_data"] > e["eventId"],
+                         True, "the position moved past the poison")
+
+    def test_entry_and_checkpoint_in_one_transaction(self):
+        # Watched on the sink: the entry's insert and the checkpoint's update
+        # past the poison carry one lsid and txnNumber (one transaction).
+        script = self.script(SCRIPT)
+        p = self.start_caught_up(script, 2)
+        with self.db.watch() as watch:
+            self.db.orders.insert_one({"_id": 99, "n": 99, "customer": "poison", "total": -1})
+            self.wait_for(lambda: self.db["_fw_dlq"].find_one(), what="the dead letter")
+            events, deadline = [], time.monotonic() + 10
+            while time.monotonic() < deadline:
+                ev = watch.try_next()
+                if ev is not None:
+                    events.append(ev)
+                if any(e["ns"]["coll"] == "_fw_dlq" for e in events) and \
+                        sum(1 for e in events if e["ns"]["coll"] == "_fw_checkpoints"
+                            and "txnNumber" in e) >= 1:
+                    break
+        self.assertEqual(p.stop(), 0)
+        dlq = [e for e in events if e["ns"]["coll"] == "_fw_dlq"]
+        self.assertEqual(len(dlq), 1)
+        self.assertIn("txnNumber", dlq[0], "the entry was written in a transaction")
+        same = [e for e in events if e["ns"]["coll"] == "_fw_checkpoints"
+                and e.get("txnNumber") == dlq[0]["txnNumber"]
+                and e.get("lsid") == dlq[0]["lsid"]]
+        self.assertEqual(len(same), 1, "the checkpoint was written in the entry's transaction")
