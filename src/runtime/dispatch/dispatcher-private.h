@@ -136,6 +136,7 @@ struct fw_dispatcher {
       fw_txn_session_fn record;
       mongoc_client_session_t *session; /* kept across attempts (fw_txn_release) */
       mongoc_client_t *client;
+      int64_t lifetime_ms;     /* the server's transactionLifetimeLimitSeconds */
    } eo;
    fw_stream_clock_t clock;
    const fw_dispatch_hooks_t *hooks; /* flowwarden test's recorder, else NULL */

@@ -16,6 +16,7 @@
  */
 #include <string.h>
 
+#include "flowwarden/clock.h"
 #include "flowwarden/log.h"
 #include "flowwarden/mongo_lua.h"
 #include "runtime/dispatch/dispatcher-private.h"
@@ -85,6 +86,7 @@ kept_session (fw_dispatcher_t *d, lua_State *L, mongoc_client_t *client)
       push_local_failure (L, "startSession", err.message);
       return false;
    }
+   d->eo.lifetime_ms = fw_txn_lifetime_ms (client);
    return true;
 }
 
@@ -110,6 +112,7 @@ fw_txn_begin (fw_dispatcher_t *d, lua_State *L, fw_mongo_txn_t *join)
       fw_mongo_lua_push_failure (L, "startTransaction", &berr, NULL);
       return false;
    }
+   fw_mongo_lua_txn_open (L, fw_mono_ns () + d->eo.lifetime_ms * 1000000);
    join->client = d->eo.client;
    join->session = d->eo.session;
    join->stream = d->prog.cfg.name;
@@ -122,6 +125,7 @@ fw_txn_end (fw_dispatcher_t *d)
 {
    bson_error_t berr;
 
+   fw_mongo_lua_txn_open (fw_lua_host_state (d->prog.host), 0);
    if (d->eo.session && mongoc_client_session_in_transaction (d->eo.session) &&
        !mongoc_client_session_abort_transaction (d->eo.session, &berr)) {
       /* The server aborts it anyway (its lifetime, or a kill at the next

@@ -34,6 +34,11 @@ fw_txn_end_t fw_txn_commit (fw_dispatcher_t *d, lua_State *L, const fw_event_t *
 /* Aborts the transaction (if any); the session is kept for the next one. */
 void fw_txn_end (fw_dispatcher_t *d);
 
+/* The server's transactionLifetimeLimitSeconds, in ms, as getParameter
+ * tells it (admin only: a user without the privilege is refused, and then
+ * MongoDB's default, 60 s, is assumed) (event_txn_limits.c). */
+int64_t fw_txn_lifetime_ms (mongoc_client_t *client);
+
 typedef enum {
    FW_TXN_DLQ_NOT_JOINED, /* no transaction, or the DLQ is elsewhere: save it as before */
    FW_TXN_DLQ_COMMITTED,  /* the entry and the position past the event are committed */
