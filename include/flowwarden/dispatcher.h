@@ -132,6 +132,12 @@ typedef bool (*fw_txn_session_fn) (void *ud, mongoc_client_t *client, const bson
 void fw_dispatcher_set_exactly_once (fw_dispatcher_t *d, fw_txn_position_fn fn,
                                      fw_txn_session_fn record, void *ud);
 
+/* exactly_once while a dead letter is replayed (issue 39): its attempts run
+ * in transactions as a live event's, committed with fn(ud, ...) (the
+ * entry's resolution written in the session) instead of the position; NULL:
+ * replays run without transactions (the default). */
+void fw_dispatcher_set_exactly_once_replay (fw_dispatcher_t *d, fw_txn_position_fn fn, void *ud);
+
 /* The client of d's "default" connection, the one exactly_once's
  * transactions run on (owned by d); NULL with error set. */
 mongoc_client_t *fw_dispatcher_txn_client (fw_dispatcher_t *d, fw_error_t *error);

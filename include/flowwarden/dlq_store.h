@@ -148,7 +148,7 @@ typedef enum {
     * scheduled and settle's FW_DLQ_RESCHEDULE. */
    FW_DLQ_CAN_DEFER = 1u << 0,
    /* Writes inside a caller's MongoDB transaction (exactly_once, issue 39):
-    * save_in. */
+    * save_in, settle_in. */
    FW_DLQ_CAN_JOIN = 1u << 1,
 } fw_dlq_capability_t;
 
@@ -310,6 +310,11 @@ struct fw_dlq_store {
     * failure leaves the transaction to be aborted by the caller. */
    bool (*save_in) (fw_dlq_store_t *store, mongoc_client_session_t *session, const bson_t *entry,
                     fw_error_t *error);
+   /* settle's work in the transaction session has in progress: *held false
+    * (nothing changed) when actor no longer holds the claim. */
+   bool (*settle_in) (fw_dlq_store_t *store, mongoc_client_session_t *session,
+                      const bson_value_t *id, const char *actor, const fw_dlq_outcome_t *outcome,
+                      bool *held, fw_error_t *error);
 
    void (*destroy) (fw_dlq_store_t *store);
 

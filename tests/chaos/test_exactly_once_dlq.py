@@ -4,9 +4,12 @@ while that commit is in flight leaves either both (the event never runs
 again: its entry counts its attempts once) or neither (the event runs again
 from nothing applied and is dead-lettered once); never a second delivery of
 a dead-lettered event, and never a write of the poison's handler."""
+import datetime
+import subprocess
 import time
 
 from chaostest import StandInTestCase
+from fwtest import BINARY, clean_env, run_cli
 
 MAX_ATTEMPTS = 3
 
@@ -121,3 +124,94 @@ class ExactlyOnceDeadLetter(StandInTestCase):
                 and e.get("txnNumber") == dlq[0]["txnNumber"]
                 and e.get("lsid") == dlq[0]["lsid"]]
         self.assertEqual(len(same), 1, "the checkpoint was written in the entry's transaction")
+
+
+REPLAY_SCRIPT = """
+fw.stream { name = "totals", collection = "orders", exactly_once = true,
+  retry = { max_attempts = 2, initial_delay = "20ms" }, dlq = true,
+  on_insert = function(ctx)
+    local order = ctx:full_document()
+    fw.mongo.collection(ctx:database_name(), "customer_totals"):update_one(
+      { _id = order.customer }, { ["$inc"] = { orders = 1 } }, { upsert = true })
+    local fixed = fw.mongo.collection(ctx:database_name(), "switch"):find_one({ _id = "fixed" })
+    if not fixed then error(fw.error("Validation", "not fixed yet")) end
+  end }
+"""
+
+
+class ExactlyOnceReplay(StandInTestCase):
+    """`flowwarden dlq replay` of an exactly_once stream's dead letter, its DLQ
+    on the sink: the handler's writes and the entry's RESOLVED status commit
+    in one transaction. A replay killed while that commit is lost applies
+    nothing and leaves the entry claimed; the next replay (once the claim has
+    expired) applies it once. Without the transaction the killed replay's
+    $inc would stay and the next replay would add it again."""
+    command_log = True
+    standin_args = ("--transaction-lifetime-limit-seconds", "5")
+
+    def dead_letter_one(self, script):
+        p = self.run_fw(script)
+        p.wait_open()
+        self.db.orders.insert_one({"_id": 1, "customer": "ada"})
+        self.wait_for(lambda: self.db["_fw_dlq"].find_one(), what="the dead letter")
+        self.assertEqual(p.stop(), 0)
+        self.assertIsNone(self.db.customer_totals.find_one(), "nothing of the failed calls")
+        self.db.switch.insert_one({"_id": "fixed"})
+
+    def replay(self, script, *args):
+        return run_cli(["dlq", "replay", script, "--uri", self.uri] + list(args), timeout=60)
+
+    def test_a_replay_resolves_its_entry_in_the_transaction_of_its_writes(self):
+        script = self.script(REPLAY_SCRIPT)
+        self.dead_letter_one(script)
+        with self.db.watch() as watch:
+            cp = self.replay(script)
+            self.assertEqual(cp.returncode, 0, cp.stdout + cp.stderr)
+            self.assertIn("in the transaction of its writes", cp.stdout + cp.stderr)
+            events, deadline = [], time.monotonic() + 10
+            while len(events) < 2 and time.monotonic() < deadline:
+                ev = watch.try_next()
+                if ev is None:
+                    continue
+                coll = ev["ns"]["coll"]
+                resolved = (ev.get("updateDescription", {}).get("updatedFields", {})
+                            .get("status") == "RESOLVED")
+                if coll == "customer_totals" or (coll == "_fw_dlq" and resolved):
+                    events.append(ev)
+        self.assertEqual(self.db.customer_totals.find_one()["orders"], 1)
+        entry = self.db["_fw_dlq"].find_one()
+        self.assertEqual((entry["status"], entry["resolution"]), ("RESOLVED", "REPLAYED"))
+        txns = {(str(e.get("lsid")), e.get("txnNumber")) for e in events}
+        self.assertEqual(len(events), 2, events)
+        self.assertEqual(len(txns), 1, "one transaction: %s" % txns)
+        self.assertIsNotNone(events[0].get("txnNumber"))
+
+    def test_a_replay_killed_while_its_commit_is_lost_applies_nothing(self):
+        script = self.script(REPLAY_SCRIPT)
+        self.dead_letter_one(script)
+        before = self.commits()
+        self.fail_point({"times": 1}, {"failCommands": ["commitTransaction"],
+                                       "blockConnection": True, "blockTimeMS": 1500,
+                                       "closeConnection": True})
+        p = subprocess.Popen([BINARY, "dlq", "replay", script, "--uri", self.uri,
+                              "--claim-ttl", "1s"], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, env=clean_env(), stdin=subprocess.DEVNULL)
+        try:
+            self.wait_for(lambda: self.commits() > before, what="the replay's commit")
+        finally:
+            p.kill()
+            p.wait(timeout=10)
+        entry = self.db["_fw_dlq"].find_one()
+        self.assertEqual(entry["status"], "REPROCESSING", "claimed, not resolved")
+        self.assertIsNone(self.db.customer_totals.find_one(), "nothing applied")
+        # The killed replay's claim expires (its claimedUntil passes).
+        self.wait_for(lambda: datetime.datetime.utcnow() >
+                      self.db["_fw_dlq"].find_one()["claimedUntil"] + datetime.timedelta(
+                          milliseconds=100), timeout=10, what="the claim's expiry")
+        cp = self.replay(script, "--claim-ttl", "1s")
+        self.assertEqual(cp.returncode, 0, cp.stdout + cp.stderr)
+        self.assertEqual(self.db.customer_totals.find_one()["orders"], 1, "applied once")
+        self.assertEqual(self.db["_fw_dlq"].find_one()["status"], "RESOLVED")
+
+    def commits(self):
+        return len(self.commands("commitTransaction", db="admin"))

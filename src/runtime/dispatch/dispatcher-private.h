@@ -137,6 +137,8 @@ struct fw_dispatcher {
       mongoc_client_session_t *session; /* kept across attempts (fw_txn_release) */
       mongoc_client_t *client;
       int64_t lifetime_ms;     /* the server's transactionLifetimeLimitSeconds */
+      fw_txn_position_fn replay_fn; /* see fw_dispatcher_set_exactly_once_replay */
+      void *replay_ud;
    } eo;
    fw_stream_clock_t clock;
    const fw_dispatch_hooks_t *hooks; /* flowwarden test's recorder, else NULL */

@@ -35,6 +35,13 @@ fw_dispatcher_set_exactly_once (fw_dispatcher_t *d, fw_txn_position_fn fn,
    d->eo.ud = ud;
 }
 
+void
+fw_dispatcher_set_exactly_once_replay (fw_dispatcher_t *d, fw_txn_position_fn fn, void *ud)
+{
+   d->eo.replay_fn = fn;
+   d->eo.replay_ud = ud;
+}
+
 mongoc_client_t *
 fw_dispatcher_txn_client (fw_dispatcher_t *d, fw_error_t *error)
 {
@@ -44,7 +51,7 @@ fw_dispatcher_txn_client (fw_dispatcher_t *d, fw_error_t *error)
 bool
 fw_txn_wanted (const fw_dispatcher_t *d)
 {
-   return d->eo.fn && !d->replay;
+   return d->replay ? d->eo.replay_fn != NULL : d->eo.fn != NULL;
 }
 
 /* Pushes the failure table of a step that failed before any server reply. */
@@ -176,7 +183,9 @@ fw_txn_commit (fw_dispatcher_t *d, lua_State *L, const fw_event_t *ev)
    bson_destroy (&reply);
    err.message[0] = '\0';
    err.code = 0;
-   ok = d->eo.fn (d->eo.ud, ev, d->eo.client, d->eo.session, &reply, &fenced, &err);
+   ok = d->replay ? d->eo.replay_fn (d->eo.replay_ud, ev, d->eo.client, d->eo.session, &reply,
+                                     &fenced, &err)
+                  : d->eo.fn (d->eo.ud, ev, d->eo.client, d->eo.session, &reply, &fenced, &err);
    if (!ok) {
       if (fenced) {
          bson_destroy (&reply);

@@ -10,6 +10,7 @@
 #include <lua.h>
 
 #include "flowwarden/dispatcher.h"
+#include "flowwarden/dlq_store.h"
 #include "flowwarden/mongo_lua.h"
 
 typedef enum {
@@ -18,7 +19,8 @@ typedef enum {
    FW_TXN_FENCED, /* a newer leader holds the checkpoint: nothing committed */
 } fw_txn_end_t;
 
-/* Whether d's attempts run in transactions (exactly_once, not a replay). */
+/* Whether d's attempts run in transactions (exactly_once; a replay's only
+ * with fw_dispatcher_set_exactly_once_replay). */
 bool fw_txn_wanted (const fw_dispatcher_t *d);
 
 /* Starts the attempt's transaction (on d's kept session, started and
@@ -27,7 +29,8 @@ bool fw_txn_wanted (const fw_dispatcher_t *d);
  * table pushed when it cannot. */
 bool fw_txn_begin (fw_dispatcher_t *d, lua_State *L, fw_mongo_txn_t *join);
 
-/* Writes the position past ev in the transaction and commits it; the
+/* Writes the position past ev (a replay: the entry's resolution) in the
+ * transaction and commits it; the
  * transaction is over whatever happens (the session is kept). */
 fw_txn_end_t fw_txn_commit (fw_dispatcher_t *d, lua_State *L, const fw_event_t *ev);
 
@@ -52,6 +55,12 @@ typedef enum {
  * (event_txn_dlq.c). entry stays the caller's. */
 fw_txn_dlq_t fw_txn_dead_letter (fw_dispatcher_t *d, const fw_event_t *ev, const bson_t *entry,
                                  const char *id);
+
+/* The stream's DLQ opened on client (a reader's store, no index made) when
+ * it is MongoDB's on that very client, else NULL (another connection, the
+ * in-memory store, or out of memory). The caller destroys it
+ * (event_txn_dlq.c). */
+fw_dlq_store_t *fw_txn_sink_dlq (fw_dispatcher_t *d, mongoc_client_t *client);
 
 /* Ends d's kept session (before its client goes). */
 void fw_txn_release (fw_dispatcher_t *d);

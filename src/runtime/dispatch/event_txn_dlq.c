@@ -22,11 +22,8 @@
 /* Transactions tried before the entry is written the plain way. */
 #define TXN_TRIES 5
 
-/* The store of the DLQ's collection on client, when the stream's DLQ is
- * MongoDB's on that very client (NULL otherwise, or out of memory: the
- * caller writes the plain way). The caller destroys it. */
-static fw_dlq_store_t *
-sink_store (fw_dispatcher_t *d, mongoc_client_t *client)
+fw_dlq_store_t *
+fw_txn_sink_dlq (fw_dispatcher_t *d, mongoc_client_t *client)
 {
    const fw_dlq_config_t *dlq = fw_dispatcher_dlq_config (d);
    fw_dlq_store_t *store;
@@ -112,7 +109,7 @@ fw_txn_dead_letter (fw_dispatcher_t *d, const fw_event_t *ev, const bson_t *entr
    fw_txn_dlq_t r = FW_TXN_DLQ_NOT_JOINED;
 
    if (!fw_txn_wanted (d) || !(client = fw_dispatcher_txn_client (d, &err)) ||
-       !(store = sink_store (d, client))) {
+       !(store = fw_txn_sink_dlq (d, client))) {
       return FW_TXN_DLQ_NOT_JOINED;
    }
    for (int tries = 1; tries <= TXN_TRIES; tries++) {

@@ -33,6 +33,10 @@ void fw_dlq__mongo_methods (fw_dlq_store_t *store);
 bool fw_dlq__mongo_upsert (fw_mongo_store_t *m, const bson_t *entry, const bson_t *key,
                            const bson_t *opts, bson_error_t *berr);
 
+/* The update of an entry settled with o other than FW_DLQ_RESCHEDULE, by
+ * actor, appended to update (the caller's, empty) (dlq_store_mongo_claim.c). */
+void fw_dlq__mongo_settle_update (const fw_dlq_outcome_t *o, const char *actor, bson_t *update);
+
 /* Fills store's methods that join a caller's transaction
  * (dlq_store_mongo_txn.c). */
 void fw_dlq__mongo_txn_methods (fw_dlq_store_t *store);

@@ -76,9 +76,51 @@ mongo_save_in (fw_dlq_store_t *store, mongoc_client_session_t *session, const bs
    return ok;
 }
 
+/* As settle (dlq_store_mongo_claim.c): the update applies only while actor
+ * holds the claim; a deferred retry's outcome (FW_DLQ_RESCHEDULE) is not
+ * settled here. */
+static bool
+mongo_settle_in (fw_dlq_store_t *store, mongoc_client_session_t *session, const bson_value_t *id,
+                 const char *actor, const fw_dlq_outcome_t *outcome, bool *held,
+                 fw_error_t *error)
+{
+   fw_mongo_store_t *m = (fw_mongo_store_t *) store;
+   bson_t opts, filter = BSON_INITIALIZER, update = BSON_INITIALIZER, reply = BSON_INITIALIZER;
+   bson_error_t berr;
+   bson_iter_t it;
+   bool ok;
+
+   *held = false;
+   if (outcome->kind == FW_DLQ_RESCHEDULE) {
+      fw_error_set (error, FW_ERROR_INVALID, "a deferred retry is not settled in a transaction");
+      return false;
+   }
+   fw_dlq__mongo_settle_update (outcome, actor, &update);
+   BSON_APPEND_VALUE (&filter, "_id", id);
+   BSON_APPEND_UTF8 (&filter, "status", "REPROCESSING");
+   BSON_APPEND_UTF8 (&filter, "claimedBy", actor);
+   ok = session_opts (session, &opts, &berr);
+   if (ok) {
+      bson_destroy (&reply); /* update_one initialises it again */
+      ok = mongoc_collection_update_one (m->coll, &filter, &update, &opts, &reply, &berr);
+   }
+   *held = ok && bson_iter_init_find (&it, &reply, "matchedCount") &&
+           bson_iter_as_int64 (&it) > 0;
+   if (!ok) {
+      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
+                         "cannot update the entry in the transaction: %s", berr.message);
+   }
+   bson_destroy (&reply);
+   bson_destroy (&opts);
+   bson_destroy (&update);
+   bson_destroy (&filter);
+   return ok;
+}
+
 void
 fw_dlq__mongo_txn_methods (fw_dlq_store_t *s)
 {
    s->capabilities |= FW_DLQ_CAN_JOIN;
    s->save_in = mongo_save_in;
+   s->settle_in = mongo_settle_in;
 }
