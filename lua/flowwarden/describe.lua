@@ -139,9 +139,10 @@ function M.stream(spec)
   end
   if spec.exactly_once then
     add("exactly_once", "true: fw.mongo reads and writes on the stream's own connection and the "
-      .. "checkpoint commit in one transaction per event (exactly once); fw.http, fw.state, "
-      .. "fw.redis, fw.pg and dead letters stay at least once; fw.mongo on another connection "
-      .. "fails the call")
+      .. "checkpoint commit in one transaction per event (exactly once), and so do a dead "
+      .. "letter, a replay's or a deferred retry's resolution when the DLQ is on that connection; "
+      .. "fw.http, fw.state, fw.redis, fw.pg and a DLQ elsewhere stay at least once; fw.mongo on "
+      .. "another connection fails the call")
   end
   add("oversize", spec.oversize)
   add("oversize_threshold", duration.format_size(spec.oversize_threshold_bytes))

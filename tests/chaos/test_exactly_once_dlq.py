@@ -215,3 +215,56 @@ class ExactlyOnceReplay(StandInTestCase):
 
     def commits(self):
         return len(self.commands("commitTransaction", db="admin"))
+
+
+DEFERRED_SCRIPT = """
+fw.stream { name = "totals", collection = "orders", exactly_once = true, dlq = true,
+  retry = { mode = "deferred", max_attempts = 4, initial_delay = "200ms", jitter = false },
+  on_insert = function(ctx)
+    local order = ctx:full_document()
+    fw.mongo.collection(ctx:database_name(), "customer_totals"):update_one(
+      { _id = order.customer }, { ["$inc"] = { orders = 1 } }, { upsert = true })
+    if order.fail_until and ctx:attempt_number() < order.fail_until then
+      error(fw.error("Http.Timeout", "not yet"))
+    end
+    report({ n = order._id, attempt = ctx:attempt_number() })
+  end }
+"""
+
+
+class ExactlyOnceDeferred(StandInTestCase):
+    """retry.mode = "deferred" with exactly_once: the SCHEDULED entry commits
+    with the checkpoint past its event, and the due retry that succeeds
+    commits its writes with the entry's RESOLVED status; the failed attempts
+    apply nothing."""
+
+    def test_a_deferred_retry_applies_once_and_resolves_in_its_transaction(self):
+        p = self.run_fw(self.script(DEFERRED_SCRIPT))
+        p.wait_open()
+        with self.db.watch() as watch:
+            self.db.orders.insert_one({"_id": 1, "customer": "ada", "fail_until": 3})
+            self.db.orders.insert_one({"_id": 2, "customer": "bob"})
+            p.wait_until(lambda: any(r["n"] == 1 for r in p.reports()), timeout=30,
+                         what="the deferred retry handled")
+            entry = self.wait_for(lambda: (lambda e: e if e and e["status"] == "RESOLVED"
+                                           else None)(self.db["_fw_dlq"].find_one()),
+                                  what="RESOLVED")
+            events, deadline = [], time.monotonic() + 10
+            while len(events) < 2 and time.monotonic() < deadline:
+                ev = watch.try_next()
+                if ev is None:
+                    continue
+                resolved = (ev.get("updateDescription", {}).get("updatedFields", {})
+                            .get("status") == "RESOLVED")
+                if (ev["ns"]["coll"] == "customer_totals" and ev["documentKey"]["_id"] == "ada") \
+                        or (ev["ns"]["coll"] == "_fw_dlq" and resolved):
+                    events.append(ev)
+        self.assertEqual(p.stop(), 0)
+        self.assertEqual([r["attempt"] for r in p.reports() if r["n"] == 1], [3])
+        self.assertEqual({d["_id"]: d["orders"] for d in self.db.customer_totals.find()},
+                         {"ada": 1, "bob": 1}, "the failed attempts applied nothing")
+        self.assertEqual(entry["resolution"], "REPLAYED")
+        self.assertEqual(len(events), 2, events)
+        self.assertEqual(len({(str(e.get("lsid")), e.get("txnNumber")) for e in events}), 1,
+                         "the retry's write and the resolution in one transaction")
+        self.assertIsNotNone(events[0].get("txnNumber"))

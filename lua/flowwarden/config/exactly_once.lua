@@ -28,11 +28,6 @@ function M.check(ctx, t, spec, repr)
     ctx:fail("exactly_once", "is not supported with on_batch yet: use per-event handlers "
       .. "(on_insert, on_update, ...)")
   end
-  if spec.retry and spec.retry.mode == "deferred" then
-    ctx:fail("exactly_once", 'cannot run with retry.mode = "deferred" (a deferred retry runs '
-      .. 'outside the stream\'s order, so its writes cannot commit with the checkpoint): use '
-      .. 'mode = "blocking"')
-  end
   if t.snapshot ~= nil or (type(t.checkpoint) == "table"
       and t.checkpoint.start_position == "snapshot") then
     ctx:fail("exactly_once", "is not supported with incremental snapshots yet")
