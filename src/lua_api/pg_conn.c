@@ -194,3 +194,28 @@ failed:
    }
    return io;
 }
+
+/* The helpers above, for pg_pipeline.c. */
+int
+fw_pg_wait_socket (PGconn *conn, short events, int64_t deadline_ns)
+{
+   return wait_socket (conn, events, deadline_ns);
+}
+
+fw_pg_io_t
+fw_pg_flush (PGconn *conn, int64_t deadline_ns)
+{
+   return flush (conn, deadline_ns);
+}
+
+void
+fw_pg_cancel (PGconn *conn)
+{
+   cancel (conn);
+}
+
+void
+fw_pg_reason (PGconn *conn, char *why, size_t len)
+{
+   copy_reason (NULL, PQerrorMessage (conn), why, len);
+}
