@@ -176,6 +176,103 @@ class PgTest(FailureTestCase):
                           "Pg.UniqueViolation"])
         self.assertEqual(p.stop(), 0, "exit status (the sanitized build: no leak, no error)")
 
+    def test_execute_many_runs_every_row_in_one_round_trip_all_or_nothing(self):
+        self.pg.sql("INSERT INTO orders (id) VALUES ('dup')")
+        p = self.start("""
+            local UPSERT = "INSERT INTO orders (id, n) VALUES ($1, $2) "
+              .. "ON CONFLICT (id) DO UPDATE SET n = EXCLUDED.n"
+            cases.many = function(doc)
+              local rows = {}
+              for i = 1, doc.count do rows[i] = { doc.prefix .. i, i } end
+              return { n = fw.pg.execute_many("rep", UPSERT, rows),
+                       none = fw.pg.execute_many("rep", UPSERT, {}) }
+            end
+            cases.dup = function()
+              fw.pg.execute_many("rep", "INSERT INTO orders (id, n) VALUES ($1, $2)",
+                { { "m1", 1 }, { "dup", 2 }, { "m3", 3 } })
+            end
+            cases.tx = function()
+              return { n = fw.pg.transaction("rep", function(tx)
+                local n = tx:execute_many(UPSERT, { { "t1", 1 }, { "t2", 2 } })
+                return n + tx:execute_many("UPDATE orders SET n = n + 10 WHERE id = $1",
+                                           { { "t1" }, { "none" } })
+              end) }
+            end
+            cases.bad = function()
+              fw.pg.execute_many("rep", UPSERT, { { "b1", 1 }, "not a row" })
+            end
+            """, attempts=1)
+        r = self.run_case(p, "many", prefix="a", count=600)[0]
+        self.assertEqual((r["n"], r["none"]), (600, 0))
+        self.assertEqual(self.pg.sql("SELECT count(*), sum(n) FROM orders WHERE id LIKE 'a%'"),
+                         [["600", str(600 * 601 // 2)]])
+        r = self.run_case(p, "dup")[0]
+        self.assertEqual((r["error"], r["fields"]["row"], r["fields"]["sqlstate"]),
+                         ("Pg.UniqueViolation", 2, "23505"))
+        # One implicit transaction: the row before the failing one is not there either.
+        self.assertEqual(self.pg.sql("SELECT count(*) FROM orders WHERE id IN ('m1', 'm3')"),
+                         [["0"]])
+        self.assertEqual(self.run_case(p, "tx")[0]["n"], 3)
+        self.assertEqual(self.pg.sql("SELECT id, n FROM orders WHERE id LIKE 't%' ORDER BY id"),
+                         [["t1", "11"], ["t2", "2"]])
+        r = self.run_case(p, "bad")[0]
+        self.assertEqual(r["error"], "ArgumentError")
+        self.assertIn("rows[2] is a string", r["message"])
+        self.assertEqual(self.pg.sql("SELECT count(*) FROM orders WHERE id = 'b1'"), [["0"]])
+        self.assertEqual([e["error"]["type"] for e in self.wait_dlq(2)],
+                         ["Pg.UniqueViolation", "ArgumentError"])
+        self.assertEqual(p.stop(), 0, "exit status (the sanitized build: no leak, no error)")
+
+    def test_statements_are_prepared_once_per_connection_and_reused(self):
+        p = self.start("""
+            local function prepared()
+              local out = {}
+              for _, r in ipairs(fw.pg.query("rep", "SELECT statement FROM pg_prepared_statements"))
+              do out[#out + 1] = r.statement end
+              return out
+            end
+            cases.reuse = function(doc)
+              for i = 1, 3 do
+                fw.pg.execute("rep", "INSERT INTO orders (id, n) VALUES ($1, $2) "
+                  .. "ON CONFLICT (id) DO UPDATE SET n = orders.n + 1", { doc.id, i })
+              end
+              return { prepared = prepared() }
+            end
+            cases.many_texts = function()
+              for i = 1, 70 do fw.pg.query("rep", "SELECT " .. i .. " AS v") end
+              return { prepared = prepared() }
+            end
+            cases.star = function()
+              return { n = #fw.pg.query("rep", "SELECT * FROM orders") }
+            end
+            cases.kill = function()
+              fw.pg.query("rep", "SELECT pg_terminate_backend(pg_backend_pid())")
+            end
+            """, attempts=3)
+        r = self.run_case(p, "reuse", id="r1")[0]
+        self.assertEqual(sum(1 for t in r["prepared"] if t.startswith("INSERT INTO orders")), 1)
+        self.assertEqual(self.pg.sql("SELECT n FROM orders WHERE id = 'r1'"), [["3"]])
+        # At most 64 on the server at once: then they are deallocated and prepared anew.
+        r = self.run_case(p, "many_texts")[0]
+        self.assertLessEqual(len(r["prepared"]), 64)
+        self.assertGreater(len(r["prepared"]), 1)
+        # A prepared SELECT * whose table changed: the server refuses the stale plan
+        # (0A000, a Pg.Error, retried) and the retry prepares it again.
+        self.assertEqual(self.run_case(p, "star")[0]["n"], 1)
+        self.pg.sql("ALTER TABLE orders ADD COLUMN note text")
+        r = self.run_case(p, "star", reports=2)
+        self.assertEqual((r[0]["attempt"], r[0]["error"], r[0]["fields"]["sqlstate"]),
+                         (1, "Pg.Error", "0A000"))
+        self.assertEqual((r[1]["attempt"], r[1]["n"]), (2, 1))
+        # A new connection starts with none prepared: the same statements work on it.
+        r = self.run_case(p, "kill", reports=3)
+        self.assertEqual([x["error"] for x in r], ["Pg.Connection"] * 3)
+        r = self.run_case(p, "reuse", id="r2")[0]
+        self.assertEqual(sum(1 for t in r["prepared"] if t.startswith("INSERT INTO orders")), 1)
+        self.assertEqual(self.pg.sql("SELECT n FROM orders WHERE id = 'r2'"), [["3"]])
+        self.assertEqual([e["error"]["type"] for e in self.dlq_entries()], ["Pg.Connection"])
+        self.assertEqual(p.stop(), 0, "exit status (the sanitized build: no leak, no error)")
+
     def test_deadline_and_statement_timeout_raise_pg_timeout(self):
         p = self.start("""
             cases.slow = function(doc, ctx)
