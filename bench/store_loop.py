@@ -14,6 +14,9 @@ import time
 import pymongo
 
 
+BATCHED = ("s9b", "s9j", "s9m", "s10b")  # up to 500 events per batch, as on_batch's default
+
+
 def main():
     uri, db, coll, n, scenario, target = sys.argv[1:7]
     token = json.loads(sys.argv[7]) if len(sys.argv) > 7 else None
@@ -38,7 +41,7 @@ def main():
             ev = stream.try_next() if pending else stream.next()
             if ev is not None:
                 pending.append(ev["fullDocument"])
-            if pending and (ev is None or len(pending) >= 500 or not scenario.endswith("b")):
+            if pending and (ev is None or len(pending) >= 500 or scenario not in BATCHED):
                 if scenario == "s9":
                     for d in pending:
                         cur.execute("INSERT INTO s9 (id, g, n) VALUES (%s, %s, %s) ON CONFLICT (id) "

@@ -23,7 +23,11 @@ then runs from just before the change stream opens (flowwarden: its "starting on
 loop: before watch()) to the handler's return for the Nth event (flowwarden: a "BENCH done"
 record; the loop: its own clock), and the target is checked to hold all N afterwards.
 
-  python3 bench/store_scenarios.py [--events 5000] [--only s9,s9b,s9m,s10,s10b] [--preload]
+--pg-latency-ms N: both consumers reach PostgreSQL through bench/delay_proxy.py, which delays
+every chunk by N/2 ms each way (a network with an N ms round trip; the servers stay local).
+
+  python3 bench/store_scenarios.py [--events 5000] [--only s9,s9b,s9j,s9m,s10,s10b] [--preload]
+                                   [--pg-latency-ms N] [--systems flowwarden,python]
 """
 import argparse
 import datetime
@@ -42,6 +46,7 @@ os.environ.setdefault("FW_SOURCE_DIR", ROOT)
 
 import fwtest  # noqa: E402
 from bench_proc import proc_cpu_s  # noqa: E402
+from delay_proxy import DelayProxy  # noqa: E402
 from pgserver import PgServer  # noqa: E402
 from redisserver import RedisServer  # noqa: E402
 
@@ -244,7 +249,9 @@ def run_python(scenario, uri, pg, redis, mongo, n):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--events", type=int, default=5000)
-    ap.add_argument("--only", default="s9,s9b,s9m,s10,s10b")
+    ap.add_argument("--only", default="s9,s9b,s9j,s9m,s10,s10b")
+    ap.add_argument("--systems", default="flowwarden,python")
+    ap.add_argument("--pg-latency-ms", type=float, default=0)
     ap.add_argument("--preload", action="store_true",
                     help="insert the documents first, read them from a resume token")
     a = ap.parse_args()
@@ -254,6 +261,12 @@ def main():
     redis, pg = RedisServer(), PgServer(password="bench-pw")
     redis.start()
     pg.start()
+    proxy = None
+    if a.pg_latency_ms:
+        proxy = DelayProxy(pg.port, a.pg_latency_ms)
+        proxy.start()
+        direct = pg.uri
+        pg.uri = lambda **kw: direct(**kw).replace(":%d/" % pg.port, ":%d/" % proxy.port)
     uri = fwtest.uri_with_database(standin.uri, DB)
     mongo = pymongo.MongoClient(standin.uri)
     tmp = tempfile.mkdtemp(prefix="fw-store-bench-")
@@ -261,7 +274,7 @@ def main():
         print("%-5s %-10s %12s %16s" % ("", "system", "events/s", "CPU us/event"))
         token = preload(mongo, a.events) if a.preload else None
         for sc in a.only.split(","):
-            for system in ("flowwarden", "python"):
+            for system in a.systems.split(","):
                 if system == "flowwarden" and token:
                     rate, cpu = run_flowwarden_preloaded(tmp, sc, uri, pg, redis, mongo, a.events,
                                                          token)
@@ -274,6 +287,8 @@ def main():
                 print("%-5s %-10s %12.0f %16.1f" % (sc.upper(), system, rate, cpu), flush=True)
     finally:
         mongo.close()
+        if proxy:
+            proxy.stop()
         standin.stop()
         redis.stop()
         pg.destroy()
