@@ -140,40 +140,60 @@ class PgTest(FailureTestCase):
         self.assertIn("lost during the transaction", r["message"])
         self.assertEqual(self.pg.sql("SELECT count(*) FROM orders"), [["0"]])
 
-    def test_sqlstates_are_typed_and_drive_the_retry_policy(self):
-        self.pg.sql("INSERT INTO orders (id) VALUES ('dup')")
+    def test_each_error_type_drives_the_retry_policy(self):
+        # Every type as the user sees it: the attempts it got (max_attempts = 3)
+        # and the DLQ entry's error type, from real server errors where one can
+        # be provoked at will (a deadlock cannot: raised with its SQLSTATE).
+        from redisserver import free_port
+        self.pg.sql("INSERT INTO orders (id) VALUES ('dup'); "
+                    "DROP TABLE IF EXISTS secret; CREATE TABLE secret (x int); "
+                    "DROP ROLE IF EXISTS noperm; CREATE ROLE noperm")
         p = self.start("""
-            cases.dup = function()
-              fw.pg.execute("rep", "INSERT INTO orders (id) VALUES ($1)", { "dup" })
-            end
-            cases.fk = function()
-              fw.pg.execute("rep", "INSERT INTO lines (order_id, qty) VALUES ($1, 1)", { "none" })
-            end
-            cases.syntax = function()
-              fw.pg.query("rep", "SELEC 1")
-            end
-            cases.serial = function()
+            fw.connection { name = "down", uri = "postgresql://u:p@127.0.0.1:%d/x" }
+            fw.connection { name = "slow", uri = fw.env("PG_URI") .. "?options=-c%%20statement_timeout%%3D100" }
+            cases["Pg.Connection"] = function() fw.pg.query("down", "SELECT 1") end
+            cases["Pg.Timeout"] = function() fw.pg.query("slow", "SELECT pg_sleep(5)") end
+            cases["Pg.Serialization"] = function()
               fw.pg.query("rep", "DO $$ BEGIN RAISE EXCEPTION 'x' USING ERRCODE = '40001'; END $$")
             end
-            cases.other = function()
-              fw.pg.query("rep", "SELECT * FROM no_such_table")
+            cases["Pg.Deadlock"] = function()
+              fw.pg.query("rep", "DO $$ BEGIN RAISE EXCEPTION 'x' USING ERRCODE = '40P01'; END $$")
             end
-            """)
-        r = self.run_case(p, "dup")
-        self.assertEqual([(x["attempt"], x["error"]) for x in r], [(1, "Pg.UniqueViolation")])
-        self.assertEqual(r[0]["fields"]["sqlstate"], "23505")
-        self.assertEqual(r[0]["fields"]["constraint"], "orders_pkey")
-        self.assertEqual(self.run_case(p, "fk")[0]["error"], "Pg.ForeignKey")
-        self.assertEqual(self.run_case(p, "syntax")[0]["error"], "Pg.Syntax")
-        r = self.run_case(p, "serial", reports=3)
-        self.assertEqual([(x["attempt"], x["error"]) for x in r],
-                         [(1, "Pg.Serialization"), (2, "Pg.Serialization"), (3, "Pg.Serialization")])
-        r = self.run_case(p, "other", reports=3)
-        self.assertEqual((r[0]["error"], r[0]["fields"]["sqlstate"]), ("Pg.Error", "42P01"))
-        entries = self.wait_dlq(5)
-        self.assertEqual(sorted(e["error"]["type"] for e in entries),
-                         ["Pg.Error", "Pg.ForeignKey", "Pg.Serialization", "Pg.Syntax",
-                          "Pg.UniqueViolation"])
+            cases["Pg.UniqueViolation"] = function()
+              fw.pg.execute("rep", "INSERT INTO orders (id) VALUES ($1)", { "dup" })
+            end
+            cases["Pg.ForeignKey"] = function()
+              fw.pg.execute("rep", "INSERT INTO lines (order_id, qty) VALUES ($1, 1)", { "none" })
+            end
+            cases["Pg.Syntax"] = function() fw.pg.query("rep", "SELEC 1") end
+            cases["Pg.Permission"] = function()
+              fw.pg.transaction("rep", function(tx)
+                tx:execute("SET LOCAL ROLE noperm")
+                tx:query("SELECT * FROM secret")
+              end)
+            end
+            cases["Pg.Error"] = function() fw.pg.query("rep", "SELECT * FROM no_such_table") end
+            """ % free_port())
+        want = {"Pg.Connection": (3, None), "Pg.Timeout": (3, "57014"),
+                "Pg.Serialization": (3, "40001"), "Pg.Deadlock": (3, "40P01"),
+                "Pg.UniqueViolation": (1, "23505"), "Pg.ForeignKey": (1, "23503"),
+                "Pg.Syntax": (1, "42601"), "Pg.Permission": (1, "42501"),
+                "Pg.Error": (3, "42P01")}
+        for case, (attempts, sqlstate) in want.items():
+            r = self.run_case(p, case, reports=attempts)
+            self.assertEqual([(x["attempt"], x["error"]) for x in r],
+                             [(i + 1, case) for i in range(attempts)], case)
+            self.assertEqual(r[0]["fields"].get("sqlstate"), sqlstate, case)
+            self.assertEqual(r[0]["fields"]["connection"],
+                             {"Pg.Connection": "down", "Pg.Timeout": "slow"}.get(case, "rep"))
+            if case == "Pg.UniqueViolation":
+                self.assertEqual(r[0]["fields"]["constraint"], "orders_pkey")
+        entries = self.wait_dlq(len(want))
+        self.assertEqual({e["fullDocument"]["case"]: (e["attempts"], e["error"]["type"])
+                          for e in entries},
+                         {case: (a, case) for case, (a, _) in want.items()})
+        dup = [e for e in entries if e["error"]["type"] == "Pg.UniqueViolation"][0]
+        self.assertIn('fw.pg: connection "rep":', dup["error"]["message"])
         self.assertEqual(p.stop(), 0, "exit status (the sanitized build: no leak, no error)")
 
     def test_execute_many_runs_every_row_in_one_round_trip_all_or_nothing(self):

@@ -129,6 +129,31 @@ class RedisTest(FailureTestCase):
         self.assertEqual(self.redis.command("GET", "a", db=1), b"1")
         self.assertEqual(p.stop(), 0)
 
+    def test_each_error_type_drives_the_retry_policy(self):
+        # As the user sees them: the attempts (max_attempts = 3) and the DLQ
+        # entry's type. Redis.ReadOnly: test_read_only_replica_is_retried.
+        from redisserver import free_port
+        p = self.start("""
+            fw.connection { name = "down", uri = "redis://127.0.0.1:%d/0" }
+            cases["Redis.Connection"] = function() fw.redis.call("down", "PING") end
+            cases["Redis.Timeout"] = function() fw.redis.call("cache", "BLPOP", "never", 30) end
+            cases["Redis.Error"] = function()
+              fw.redis.call("cache", "SET", "s", "x")
+              fw.redis.call("cache", "LPUSH", "s", "y")
+            end
+            """ % free_port(), timeout="1s")
+        want = {"Redis.Connection": 3, "Redis.Timeout": 3, "Redis.Error": 1}
+        for case, attempts in want.items():
+            r = self.run_case(p, case, reports=attempts)
+            self.assertEqual([(x["attempt"], x["error"]) for x in r],
+                             [(i + 1, case) for i in range(attempts)], case)
+        self.assertEqual(r[0]["fields"], {"connection": "cache", "prefix": "WRONGTYPE"})
+        entries = self.wait_dlq(len(want))
+        self.assertEqual({e["fullDocument"]["case"]: (e["attempts"], e["error"]["type"])
+                          for e in entries},
+                         {case: (a, case) for case, a in want.items()})
+        self.assertEqual(p.stop(), 0)
+
     def test_timeout_is_typed_retried_and_the_next_call_reconnects(self):
         p = self.start("""
             cases.slow = function(doc, ctx)
