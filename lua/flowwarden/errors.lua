@@ -40,6 +40,9 @@ M.BUILTIN_TYPES = {
   "Http.Denied", "Http.Status", "Http.Status.Transient", "Http.Status.Permanent",
   "Mongo", "Mongo.DuplicateKey", "Mongo.Invalid", "Mongo.Timeout", "Mongo.Network",
   "Mongo.NotWritablePrimary", "Mongo.WriteConcern", "Mongo.Command",
+  "Pg", "Pg.Connection", "Pg.Timeout", "Pg.Serialization", "Pg.Deadlock", "Pg.UniqueViolation",
+  "Pg.ForeignKey", "Pg.Syntax", "Pg.Permission", "Pg.Error",
+  "Redis", "Redis.Connection", "Redis.Timeout", "Redis.ReadOnly", "Redis.Error",
 }
 
 local error_mt = { __name = "flowwarden.error" }

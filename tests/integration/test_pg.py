@@ -196,6 +196,42 @@ class PgTest(FailureTestCase):
         self.assertIn('fw.pg: connection "rep":', dup["error"]["message"])
         self.assertEqual(p.stop(), 0, "exit status (the sanitized build: no leak, no error)")
 
+    def test_a_server_down_opens_the_default_circuit_and_holds_the_event(self):
+        # circuit's default `on` has Pg.Connection: the event whose attempts
+        # ran out while PostgreSQL was down is held, not dead-lettered, and
+        # handled once the server is back.
+        script = self.script("""
+            fw.connection { name = "rep", uri = fw.env("PG_URI") }
+            fw.stream { name = "h", collection = "c", dlq = true,
+                        retry = { initial_delay = "20ms", max_attempts = 2 },
+                        circuit = { open_for = "300ms", max_open_for = "1s" },
+                        on_insert = function(ctx)
+                          local d = ctx:full_document()
+                          fw.pg.execute("rep", "INSERT INTO orders (id) VALUES ($1)", { d.id })
+                          report({ id = d.id })
+                        end }
+            """)
+        p = self.run_fw(script, env=clean_env({"PG_URI": self.pg.uri()}))
+        p.wait_open()
+        self.pg.stop("immediate")
+        self.addCleanup(lambda: self.pg.start() if not self.pg_up() else None)
+        self.db.c.insert_one({"id": "held"})
+        p.wait_log("circuit OPEN")
+        self.assertTrue(any("Pg.Connection" in m for m in p.messages() if "circuit OPEN" in m))
+        self.pg.start()
+        p.wait_until(lambda: [r.get("id") for r in p.reports()] == ["held"], 30,
+                     "the held event handled once the server is back")
+        self.assertEqual(self.pg.sql("SELECT id FROM orders"), [["held"]])
+        self.assertEqual(self.dlq_entries(), [])
+        self.assertEqual(p.stop(), 0, "exit status (the sanitized build: no leak, no error)")
+
+    def pg_up(self):
+        try:
+            self.pg.sql("SELECT 1")
+            return True
+        except AssertionError:
+            return False
+
     def test_execute_many_runs_every_row_in_one_round_trip_all_or_nothing(self):
         self.pg.sql("INSERT INTO orders (id) VALUES ('dup')")
         p = self.start("""
