@@ -74,13 +74,24 @@ fw_pg_io_t
 fw_pg_connect (const char *uri, int64_t deadline_ns, PGconn **out, char *why, size_t len)
 {
    /* Timestamps in ISO 8601 whatever the server's default; options in the
-    * URI come after, and win. */
-   static const char *const keys[] = { "options", "dbname", "fallback_application_name", NULL };
-   const char *values[] = { "-c datestyle=ISO,YMD", uri, "flowwarden", NULL };
-   PGconn *conn = PQconnectStartParams (keys, values, 1);
+    * URI come after, and win.
+    * Host names come resolved (fw_pg_resolve): after the URI, they win.
+    */
+   static const char *const keys[] = { "options", "dbname", "fallback_application_name",
+                                       "host", "hostaddr", "port", NULL };
+   fw_pg_hosts_t hosts;
+   fw_pg_io_t io = fw_pg_resolve (uri, deadline_ns, &hosts, why, len);
+   const char *values[] = { "-c datestyle=ISO,YMD", uri, "flowwarden",
+                            hosts.host, hosts.hostaddr, hosts.port, NULL };
+   PGconn *conn;
    PostgresPollingStatusType st = PGRES_POLLING_WRITING;
 
    *out = NULL;
+   if (io != FW_PG_OK) {
+      return io;
+   }
+   conn = PQconnectStartParams (keys, values, 1);
+   fw_pg_hosts_free (&hosts);
    if (!conn) {
       snprintf (why, len, "out of memory");
       return FW_PG_LOST;

@@ -124,4 +124,24 @@ void fw_pg_stmts_forget (fw_pg_stmts_t *cache, const char *name);
 void fw_pg_stmts_clear (fw_pg_stmts_t *cache);
 void fw_pg_stmts_destroy (fw_pg_stmts_t *cache);
 
+/* The host names of a URI resolved for libpq (comma lists; NULL: keep the
+ * URI's own). */
+typedef struct {
+   char *host;     /* each name, repeated once per address */
+   char *hostaddr; /* the addresses, in the same order */
+   char *port;     /* set only when the URI gives one port per host */
+} fw_pg_hosts_t;
+
+/*
+ * Looks up the host names of uri (not addresses, socket directories, or
+ * when it sets hostaddr), each in a thread of its own, until deadline_ns:
+ * libpq's own lookup blocks without a bound (pg_resolve.c). FW_PG_OK: *out
+ * holds what to pass to libpq (all NULL when there was nothing to look up;
+ * free with fw_pg_hosts_free). FW_PG_TIMEOUT: a lookup outlasted the
+ * deadline. FW_PG_LOST: a name did not resolve. why says which.
+ */
+fw_pg_io_t fw_pg_resolve (const char *uri, int64_t deadline_ns, fw_pg_hosts_t *out, char *why,
+                          size_t len);
+void fw_pg_hosts_free (fw_pg_hosts_t *h);
+
 #endif

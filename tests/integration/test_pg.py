@@ -4,6 +4,9 @@ started here on a loopback port (pgserver.py).
 Handlers run one case per inserted document ({case = "..."}); a case
 reports what it got, and on_error reports the typed error it raised."""
 import os
+import shutil
+import subprocess
+import time
 import unittest
 
 from dlqtest import FailureTestCase
@@ -33,6 +36,28 @@ fw.stream { name = "h", collection = "c", timeout = "%(timeout)s", dlq = true,
             retry = { initial_delay = "20ms", max_delay = "200ms", jitter = false,
                       max_attempts = %(attempts)d },
             on_insert = handle, on_error = on_error }
+"""
+
+
+# getaddrinfo for names ending in .slow.test hangs 30 s (LD_PRELOAD).
+SLOW_DNS = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <netdb.h>
+#include <string.h>
+#include <unistd.h>
+int getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
+                struct addrinfo **res) {
+  int (*real)(const char *, const char *, const struct addrinfo *, struct addrinfo **) =
+    (int (*)(const char *, const char *, const struct addrinfo *, struct addrinfo **))
+    dlsym(RTLD_NEXT, "getaddrinfo");
+  size_t n = node ? strlen(node) : 0;
+  if (n > 10 && strcmp(node + n - 10, ".slow.test") == 0) {
+    sleep(30);
+    return EAI_AGAIN;
+  }
+  return real(node, service, hints, res);
+}
 """
 
 
@@ -397,6 +422,40 @@ class PgTest(FailureTestCase):
         p.wait_until(lambda: sorted(rows()) == want, 60, "the table equal to the collection")
         self.assertEqual(self.dlq_entries(), [])
         self.assertEqual(p.stop(), 0, "exit status (the sanitized build: no leak, no error)")
+
+    def test_host_names_are_looked_up_within_the_deadline(self):
+        # "localhost" may resolve to ::1 first (nothing listens there): every
+        # address is tried in turn, as libpq does with a name.
+        p = self.start("""
+            cases.name = function()
+              return { one = fw.pg.query("rep", "SELECT 1 AS one")[1].one }
+            end
+            """, uri=self.pg.uri().replace("@127.0.0.1:", "@localhost:"))
+        self.assertEqual(self.run_case(p, "name")[0]["one"], 1)
+        self.assertEqual(p.stop(), 0, "exit status (the sanitized build: no leak, no error)")
+        if os.environ.get("FW_SANITIZED") == "1" or not shutil.which("cc"):
+            return      # the slow resolver below is an LD_PRELOAD library
+        # A name whose lookup hangs (a resolver that does not answer): the
+        # attempt ends with Pg.Timeout at the handler's deadline, not after it.
+        shim = os.path.join(self.tmp.name, "slowdns.so")
+        src = os.path.join(self.tmp.name, "slowdns.c")
+        with open(src, "w") as f:
+            f.write(SLOW_DNS)
+        subprocess.run(["cc", "-shared", "-fPIC", "-o", shim, src, "-ldl"], check=True)
+        script = self.script(SCRIPT % {"timeout": "1s", "attempts": 1, "cases": """
+            cases.slow = function()
+              fw.pg.query("rep", "SELECT 1")
+            end
+            """})
+        p = self.run_fw(script, env=clean_env({
+            "PG_URI": self.pg.uri().replace("@127.0.0.1:", "@db.slow.test:"),
+            "LD_PRELOAD": shim}))
+        p.wait_open()
+        t0 = time.monotonic()
+        r = self.run_case(p, "slow")[0]
+        self.assertEqual(r["error"], "Pg.Timeout")
+        self.assertIn('looking up host "db.slow.test" took too long', r["message"])
+        self.assertLess(time.monotonic() - t0, 20, "well before the 30 s lookup ends")
 
     def test_doctor_checks_the_connection(self):
         script = self.script(SCRIPT % {"cases": "", "timeout": "5s", "attempts": 3})
