@@ -4,6 +4,8 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -117,17 +119,38 @@ fw_pg_connect (const char *uri, int64_t deadline_ns, PGconn **out, char *why, si
    return FW_PG_OK;
 }
 
+static void *
+cancel_run (void *arg)
+{
+   PGcancel *c = arg;
+   char err[256];
+
+   (void) PQcancel (c, err, sizeof err);
+   PQfreeCancel (c);
+   return NULL;
+}
+
 /* Asks the server to stop conn's statement (a short connection of its own;
- * best effort). */
+ * best effort). libpq 15's PQcancel blocks (a connect without a bound: an
+ * unreachable server holds it for minutes), so it runs in a detached thread
+ * that owns the request; the caller may close conn at once. */
 static void
 cancel (PGconn *conn)
 {
    PGcancel *c = PQgetCancel (conn);
-   char err[256];
+   pthread_attr_t attr;
+   pthread_t t;
+   bool started;
 
-   if (c) {
-      (void) PQcancel (c, err, sizeof err);
-      PQfreeCancel (c);
+   if (!c) {
+      return;
+   }
+   pthread_attr_init (&attr);
+   pthread_attr_setdetachstate (&attr, PTHREAD_CREATE_DETACHED);
+   started = pthread_create (&t, &attr, cancel_run, c) == 0;
+   pthread_attr_destroy (&attr);
+   if (!started) {
+      cancel_run (c); /* no thread: here, as before */
    }
 }
 

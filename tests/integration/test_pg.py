@@ -5,7 +5,10 @@ Handlers run one case per inserted document ({case = "..."}); a case
 reports what it got, and on_error reports the typed error it raised."""
 import os
 import shutil
+import socket
+import struct
 import subprocess
+import threading
 import time
 import unittest
 
@@ -59,6 +62,66 @@ int getaddrinfo(const char *node, const char *service, const struct addrinfo *hi
   return real(node, service, hints, res);
 }
 """
+
+
+class CancelBlackhole:
+    """A TCP proxy to PostgreSQL that forwards every connection except cancel
+    requests, which it accepts and never answers (as a server that became
+    unreachable would: the cancel's connect or its wait for the close hangs)."""
+
+    def __init__(self, target_port):
+        self.target_port = target_port
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.port = self.listener.getsockname()[1]
+        self.held = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self):
+        for sock in self.held + [self.listener]:
+            sock.close()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client):
+        head = b""
+        while len(head) < 8:
+            chunk = client.recv(8 - len(head))
+            if not chunk:
+                client.close()
+                return
+            head += chunk
+        length, code = struct.unpack("!ii", head)
+        if length == 16 and code == 80877102:      # CancelRequest
+            self.held.append(client)
+            return
+        server = socket.create_connection(("127.0.0.1", self.target_port))
+        server.sendall(head)
+        for a, b in ((client, server), (server, client)):
+            threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src, dst):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        for sock in (src, dst):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
 
 class PgTest(FailureTestCase):
@@ -378,6 +441,25 @@ class PgTest(FailureTestCase):
             uri=self.pg.uri(query="?options=-c%20statement_timeout%3D200"))
         r = self.run_case(p, "st")[0]
         self.assertEqual((r["error"], r["fields"]["sqlstate"]), ("Pg.Timeout", "57014"))
+        self.assertEqual(p.stop(), 0, "exit status (the sanitized build: no leak, no error)")
+
+    def test_an_unanswered_cancel_does_not_hold_the_handler(self):
+        # The statement outlasts the deadline; the cancel request is sent to a
+        # server that never answers it. The attempt still ends at the deadline.
+        proxy = CancelBlackhole(self.pg.port)
+        self.addCleanup(proxy.close)
+        p = self.start("""
+            cases.slow = function(doc, ctx)
+              if ctx:attempt_number() == 1 then fw.pg.query("rep", "SELECT pg_sleep(20)") end
+              return { one = fw.pg.query("rep", "SELECT 1 AS one")[1].one }
+            end
+            """, timeout="1s", uri=self.pg.uri().replace(":%d/" % self.pg.port, ":%d/" % proxy.port))
+        t0 = time.monotonic()
+        r = self.run_case(p, "slow", reports=2)
+        self.assertEqual((r[0]["attempt"], r[0]["error"]), (1, "Pg.Timeout"))
+        self.assertEqual((r[1]["attempt"], r[1]["one"]), (2, 1))
+        self.assertLess(time.monotonic() - t0, 15, "not held until the 20 s statement ends")
+        p.wait_until(lambda: proxy.held, 10, "the cancel request sent")
         self.assertEqual(p.stop(), 0, "exit status (the sanitized build: no leak, no error)")
 
     def test_server_killed_and_restarted_nothing_lost(self):
