@@ -4,10 +4,8 @@ started here on a loopback port (pgserver.py).
 Handlers run one case per inserted document ({case = "..."}); a case
 reports what it got, and on_error reports the typed error it raised."""
 import os
-import shutil
 import socket
 import struct
-import subprocess
 import threading
 import time
 import unittest
@@ -15,6 +13,7 @@ import unittest
 from dlqtest import FailureTestCase
 from fwtest import SOURCE_DIR, clean_env
 from pgserver import PgServer
+from slowdns import slow_dns_library
 
 PASSWORD = "Pg-Secret-91c2"
 
@@ -39,28 +38,6 @@ fw.stream { name = "h", collection = "c", timeout = "%(timeout)s", dlq = true,
             retry = { initial_delay = "20ms", max_delay = "200ms", jitter = false,
                       max_attempts = %(attempts)d },
             on_insert = handle, on_error = on_error }
-"""
-
-
-# getaddrinfo for names ending in .slow.test hangs 30 s (LD_PRELOAD).
-SLOW_DNS = r"""
-#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <netdb.h>
-#include <string.h>
-#include <unistd.h>
-int getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
-                struct addrinfo **res) {
-  int (*real)(const char *, const char *, const struct addrinfo *, struct addrinfo **) =
-    (int (*)(const char *, const char *, const struct addrinfo *, struct addrinfo **))
-    dlsym(RTLD_NEXT, "getaddrinfo");
-  size_t n = node ? strlen(node) : 0;
-  if (n > 10 && strcmp(node + n - 10, ".slow.test") == 0) {
-    sleep(30);
-    return EAI_AGAIN;
-  }
-  return real(node, service, hints, res);
-}
 """
 
 
@@ -515,15 +492,11 @@ class PgTest(FailureTestCase):
             """, uri=self.pg.uri().replace("@127.0.0.1:", "@localhost:"))
         self.assertEqual(self.run_case(p, "name")[0]["one"], 1)
         self.assertEqual(p.stop(), 0, "exit status (the sanitized build: no leak, no error)")
-        if os.environ.get("FW_SANITIZED") == "1" or not shutil.which("cc"):
-            return      # the slow resolver below is an LD_PRELOAD library
+        shim = slow_dns_library(self.tmp.name)
+        if not shim:
+            return
         # A name whose lookup hangs (a resolver that does not answer): the
         # attempt ends with Pg.Timeout at the handler's deadline, not after it.
-        shim = os.path.join(self.tmp.name, "slowdns.so")
-        src = os.path.join(self.tmp.name, "slowdns.c")
-        with open(src, "w") as f:
-            f.write(SLOW_DNS)
-        subprocess.run(["cc", "-shared", "-fPIC", "-o", shim, src, "-ldl"], check=True)
         script = self.script(SCRIPT % {"timeout": "1s", "attempts": 1, "cases": """
             cases.slow = function()
               fw.pg.query("rep", "SELECT 1")

@@ -12,6 +12,7 @@ import unittest
 from dlqtest import FailureTestCase
 from fwtest import SOURCE_DIR, clean_env
 from redisserver import RedisServer
+from slowdns import slow_dns_library
 
 PASSWORD = "Redis-Secret-7f3a"
 
@@ -153,6 +154,34 @@ class RedisTest(FailureTestCase):
                           for e in entries},
                          {case: (a, case) for case, a in want.items()})
         self.assertEqual(p.stop(), 0)
+
+    def test_host_names_are_looked_up_within_the_deadline(self):
+        p = self.start("""
+            cases.name = function()
+              return { pong = fw.redis.call("cache", "PING") }
+            end
+            """, uri=self.redis.uri(1).replace("@127.0.0.1:", "@localhost:"))
+        self.assertEqual(self.run_case(p, "name")[0]["pong"], "PONG")
+        self.assertEqual(p.stop(), 0)
+        shim = slow_dns_library(self.tmp.name)
+        if not shim:
+            return
+        # A resolver that does not answer: Redis.Timeout at the handler's
+        # deadline (1 s), not when the lookup gives up 30 s later.
+        script = self.script(SCRIPT % {"timeout": "1s", "attempts": 1, "cases": """
+            cases.slow = function()
+              fw.redis.call("cache", "PING")
+            end
+            """})
+        p = self.run_fw(script, env=clean_env({
+            "REDIS_URI": self.redis.uri(1).replace("@127.0.0.1:", "@cache.slow.test:"),
+            "LD_PRELOAD": shim}))
+        p.wait_open()
+        t0 = time.monotonic()
+        r = self.run_case(p, "slow")[0]
+        self.assertEqual(r["error"], "Redis.Timeout")
+        self.assertIn('looking up host "cache.slow.test" took too long', r["message"])
+        self.assertLess(time.monotonic() - t0, 20, "well before the 30 s lookup ends")
 
     def test_timeout_is_typed_retried_and_the_next_call_reconnects(self):
         p = self.start("""
