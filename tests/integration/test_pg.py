@@ -459,9 +459,15 @@ class PgTest(FailureTestCase):
         self.assertEqual(self.pg.sql("SELECT count(*), sum(n) FROM orders"), [["6", "15"]])
 
     def test_example_pg_orders_keeps_the_table_equal_to_the_collection(self):
+        self.check_orders_example("pg_orders.lua")
+
+    def test_example_pg_orders_batch_keeps_the_table_equal_to_the_collection(self):
+        self.check_orders_example("pg_orders_batch.lua")
+
+    def check_orders_example(self, name):
         self.pg.sql("DROP TABLE IF EXISTS lines, orders; CREATE TABLE orders (id text PRIMARY KEY, "
                     "customer text, total numeric, status text, doc jsonb)")
-        p = self.run_fw(os.path.join(SOURCE_DIR, "examples", "pg_orders.lua"),
+        p = self.run_fw(os.path.join(SOURCE_DIR, "examples", name),
                         env=clean_env({"PG_URI": self.pg.uri()}))
         p.wait_open()
         for i in range(30):
