@@ -94,33 +94,41 @@ void fw_pg_reason (PGconn *conn, char *why, size_t len);
 /*
  * The prepared statements of one connection (pg_stmts.c), keyed by their
  * SQL text and named fw_1, fw_2... At most FW_PG_STMTS_MAX exist on the
- * server at once: then the caller deallocates all (or runs unprepared) and
- * clears. Cleared when the connection closes (the server forgets them too).
+ * server at once: then the caller deallocates the victim (the least
+ * recently used, or one forgotten) before preparing another. Cleared when
+ * the connection closes (the server forgets them too).
  */
 #define FW_PG_STMTS_MAX 64
 
 typedef struct {
-   char *sql;
+   char *sql; /* NULL: forgotten (still on the server until deallocated) */
    size_t len;
    uint64_t hash;
+   uint64_t used; /* the cache's clock at its last use */
    char name[16];
 } fw_pg_stmt_t;
 
 typedef struct {
-   fw_pg_stmt_t *items;
-   int count, cap;
-   int on_server; /* statements prepared since the last clear, forgotten ones included */
+   fw_pg_stmt_t *items; /* FW_PG_STMTS_MAX of them once one is added */
+   int count;
+   uint64_t clock;
    unsigned next_id;
 } fw_pg_stmts_t;
 
-/* The statement prepared for sql, or NULL. */
-const fw_pg_stmt_t *fw_pg_stmts_find (const fw_pg_stmts_t *cache, const char *sql);
+/* The statement prepared for sql (marked used), or NULL. */
+const fw_pg_stmt_t *fw_pg_stmts_find (fw_pg_stmts_t *cache, const char *sql);
+/* When the cache is full: the name of the statement to deallocate first
+ * (then fw_pg_stmts_remove); else NULL. */
+const char *fw_pg_stmts_victim (const fw_pg_stmts_t *cache);
 /* Names a new statement for sql (to be prepared by the caller); NULL when
- * the bound is reached or out of memory. The pointer lives until the next
- * add, forget or clear. */
+ * the cache is full or out of memory. The pointer lives until the next
+ * change of the cache. */
 const fw_pg_stmt_t *fw_pg_stmts_add (fw_pg_stmts_t *cache, const char *sql);
-/* Drops statement name (failed to prepare, or its plan went stale). */
+/* Stops reusing statement name (failed to prepare, or its plan went stale);
+ * it keeps its place until removed. */
 void fw_pg_stmts_forget (fw_pg_stmts_t *cache, const char *name);
+/* Drops statement name (deallocated on the server). */
+void fw_pg_stmts_remove (fw_pg_stmts_t *cache, const char *name);
 void fw_pg_stmts_clear (fw_pg_stmts_t *cache);
 void fw_pg_stmts_destroy (fw_pg_stmts_t *cache);
 

@@ -223,43 +223,59 @@ raise_result (lua_State *L, const call_t *call, const PGresult *res)
    return raise_result_at (L, call, res, 0);
 }
 
+/* Deallocates the cache's victim when it is full (one round trip), unless
+ * the transaction has failed (the server would refuse). */
+static fw_pg_io_t
+make_room (conn_t *c, int64_t deadline_ns, char *why, size_t len)
+{
+   const char *victim = fw_pg_stmts_victim (&c->stmts);
+   PGTransactionStatusType ts = PQtransactionStatus (c->conn);
+   PGresult *res = NULL;
+   char sql[48];
+   fw_pg_io_t io;
+
+   if (!victim || (ts != PQTRANS_IDLE && ts != PQTRANS_INTRANS)) {
+      return FW_PG_OK;
+   }
+   snprintf (sql, sizeof sql, "DEALLOCATE %s", victim); /* a name of ours: fw_<n> */
+   io = fw_pg_exec (c->conn, sql, 0, NULL, deadline_ns, &res, why, len);
+   if (io == FW_PG_OK && PQresultStatus (res) == PGRES_COMMAND_OK) {
+      fw_pg_stmts_remove (&c->stmts, victim);
+   }
+   PQclear (res);
+   return io;
+}
+
 /*
  * Runs sql on c once per rows[i], in one round trip, as a statement
  * prepared on c: reused from c's cache, else prepared in the same round
- * trip. When the cache is full it is emptied (DEALLOCATE ALL) unless the
- * transaction has failed; then sql runs as the unnamed statement.
+ * trip (the least recently used one deallocated first when the cache is
+ * full). When there is no room, sql runs as the unnamed statement.
  */
 static fw_pg_io_t
 exec_rows (conn_t *c, const char *sql, int n_rows, const fw_pg_params_t *rows,
            int64_t deadline_ns, fw_pg_batch_t *out, char *why, size_t len)
 {
    const fw_pg_stmt_t *s = fw_pg_stmts_find (&c->stmts, sql);
-   PGTransactionStatusType ts = PQtransactionStatus (c->conn);
    bool prepare = !s;
    char name[sizeof s->name] = ""; /* "": the unnamed statement */
    fw_pg_io_t io;
 
-   if (!s && c->stmts.on_server >= FW_PG_STMTS_MAX &&
-       (ts == PQTRANS_IDLE || ts == PQTRANS_INTRANS)) {
-      PGresult *res = NULL;
-      io = fw_pg_exec (c->conn, "DEALLOCATE ALL", 0, NULL, deadline_ns, &res, why, len);
-      if (io == FW_PG_OK && PQresultStatus (res) == PGRES_COMMAND_OK) {
-         fw_pg_stmts_clear (&c->stmts);
-      }
-      PQclear (res);
-      if (io != FW_PG_OK) {
-         return io;
-      }
+   if (!s && (io = make_room (c, deadline_ns, why, len)) != FW_PG_OK) {
+      return io;
    }
    if (s || (s = fw_pg_stmts_add (&c->stmts, sql))) {
       memcpy (name, s->name, sizeof name);
    }
    io = fw_pg_pipeline (c->conn, sql, name, prepare, n_rows, rows, deadline_ns, out, why, len);
    if (io == FW_PG_OK && out->failed < n_rows && name[0]) {
-      /* Not prepared, or its plan went stale (0A000 "cached plan must not
-       * change result type" after an ALTER TABLE): prepared again next time. */
+      /* Not prepared (nothing on the server), or its plan went stale (0A000
+       * "cached plan must not change result type" after an ALTER TABLE:
+       * deallocated later): prepared again next time. */
       const char *state = PQresultErrorField (out->res, PG_DIAG_SQLSTATE);
-      if (out->failed < 0 || (state && strcmp (state, "0A000") == 0)) {
+      if (out->failed < 0) {
+         fw_pg_stmts_remove (&c->stmts, name);
+      } else if (state && strcmp (state, "0A000") == 0) {
          fw_pg_stmts_forget (&c->stmts, name);
       }
    }

@@ -21,18 +21,39 @@ hash_text (const char *sql, size_t len)
 }
 
 const fw_pg_stmt_t *
-fw_pg_stmts_find (const fw_pg_stmts_t *cache, const char *sql)
+fw_pg_stmts_find (fw_pg_stmts_t *cache, const char *sql)
 {
    size_t len = strlen (sql);
    uint64_t h = hash_text (sql, len);
 
    for (int i = 0; i < cache->count; i++) {
-      const fw_pg_stmt_t *s = &cache->items[i];
-      if (s->hash == h && s->len == len && memcmp (s->sql, sql, len) == 0) {
+      fw_pg_stmt_t *s = &cache->items[i];
+      if (s->sql && s->hash == h && s->len == len && memcmp (s->sql, sql, len) == 0) {
+         s->used = ++cache->clock;
          return s;
       }
    }
    return NULL;
+}
+
+const char *
+fw_pg_stmts_victim (const fw_pg_stmts_t *cache)
+{
+   const fw_pg_stmt_t *v = NULL;
+
+   if (cache->count < FW_PG_STMTS_MAX) {
+      return NULL;
+   }
+   for (int i = 0; i < cache->count; i++) {
+      const fw_pg_stmt_t *s = &cache->items[i];
+      if (!s->sql) {
+         return s->name; /* forgotten: the first to go */
+      }
+      if (!v || s->used < v->used) {
+         v = s;
+      }
+   }
+   return v ? v->name : NULL;
 }
 
 const fw_pg_stmt_t *
@@ -41,17 +62,12 @@ fw_pg_stmts_add (fw_pg_stmts_t *cache, const char *sql)
    fw_pg_stmt_t *s;
    size_t len = strlen (sql);
 
-   if (cache->on_server >= FW_PG_STMTS_MAX) {
+   if (cache->count >= FW_PG_STMTS_MAX) {
       return NULL;
    }
-   if (cache->count == cache->cap) {
-      int cap = cache->cap ? cache->cap * 2 : 8;
-      fw_pg_stmt_t *items = realloc (cache->items, (size_t) cap * sizeof *items);
-      if (!items) {
-         return NULL;
-      }
-      cache->items = items;
-      cache->cap = cap;
+   if (!cache->items &&
+       !(cache->items = calloc (FW_PG_STMTS_MAX, sizeof *cache->items))) {
+      return NULL;
    }
    s = &cache->items[cache->count];
    if (!(s->sql = malloc (len + 1))) {
@@ -60,10 +76,10 @@ fw_pg_stmts_add (fw_pg_stmts_t *cache, const char *sql)
    memcpy (s->sql, sql, len + 1);
    s->len = len;
    s->hash = hash_text (sql, len);
+   s->used = ++cache->clock;
    cache->next_id++;
    snprintf (s->name, sizeof s->name, "fw_%u", cache->next_id);
    cache->count++;
-   cache->on_server++;
    return s;
 }
 
@@ -71,11 +87,24 @@ void
 fw_pg_stmts_forget (fw_pg_stmts_t *cache, const char *name)
 {
    for (int i = 0; i < cache->count; i++) {
+      fw_pg_stmt_t *s = &cache->items[i];
+      if (strcmp (s->name, name) == 0) {
+         free (s->sql); /* the name stays: it may still exist on the server */
+         s->sql = NULL;
+         return;
+      }
+   }
+}
+
+void
+fw_pg_stmts_remove (fw_pg_stmts_t *cache, const char *name)
+{
+   for (int i = 0; i < cache->count; i++) {
       if (strcmp (cache->items[i].name, name) == 0) {
          free (cache->items[i].sql);
          cache->items[i] = cache->items[cache->count - 1];
          cache->count--;
-         return; /* still on the server (counted) until DEALLOCATE ALL or a reconnect */
+         return;
       }
    }
 }
@@ -87,7 +116,6 @@ fw_pg_stmts_clear (fw_pg_stmts_t *cache)
       free (cache->items[i].sql);
    }
    cache->count = 0;
-   cache->on_server = 0;
 }
 
 void
@@ -96,5 +124,4 @@ fw_pg_stmts_destroy (fw_pg_stmts_t *cache)
    fw_pg_stmts_clear (cache);
    free (cache->items);
    cache->items = NULL;
-   cache->cap = 0;
 }

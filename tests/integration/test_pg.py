@@ -407,7 +407,7 @@ class PgTest(FailureTestCase):
         # The cancel reached the server: the pg_sleep ends long before its 30 s
         # (the backend goes away asynchronously: waited for, within 10 s).
         p.wait_until(lambda: self.pg.sql("SELECT count(*) FROM pg_stat_activity WHERE state = "
-                                         "'active' AND query LIKE 'SELECT pg_sleep%'") == [["0"]],
+                                         "'active' AND query LIKE 'SELECT pg_sleep(30)%'") == [["0"]],
                      10, "the cancelled pg_sleep to end")
         p.stop()
         p = self.start("""
@@ -437,6 +437,9 @@ class PgTest(FailureTestCase):
         self.assertEqual((r[1]["attempt"], r[1]["one"]), (2, 1))
         self.assertLess(time.monotonic() - t0, 15, "not held until the 20 s statement ends")
         p.wait_until(lambda: proxy.held, 10, "the cancel request sent")
+        # The statement the cancel never reached: ended here for the next tests.
+        self.pg.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE query LIKE 'SELECT pg_sleep(20)%' AND pid <> pg_backend_pid()")
         self.assertEqual(p.stop(), 0, "exit status (the sanitized build: no leak, no error)")
 
     def test_server_killed_and_restarted_nothing_lost(self):
