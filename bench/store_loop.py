@@ -14,7 +14,7 @@ import time
 import pymongo
 
 
-BATCHED = ("s9b", "s9j", "s9m", "s10b")  # up to 500 events per batch, as on_batch's default
+BATCHED = ("s0b", "s9b", "s9j", "s9m", "s10b")  # up to 500 events per batch, as on_batch's default
 
 
 def main():
@@ -42,7 +42,10 @@ def main():
             if ev is not None:
                 pending.append(ev["fullDocument"])
             if pending and (ev is None or len(pending) >= 500 or scenario not in BATCHED):
-                if scenario == "s9":
+                if scenario == "s0b":
+                    for d in pending:
+                        _ = d["g"] + d["n"]
+                elif scenario == "s9":
                     for d in pending:
                         cur.execute("INSERT INTO s9 (id, g, n) VALUES (%s, %s, %s) ON CONFLICT (id) "
                                     "DO UPDATE SET n = EXCLUDED.n", (str(d["_id"]), d["g"], d["n"]))

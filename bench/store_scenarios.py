@@ -8,6 +8,8 @@
        (fw.pg.execute_many; the loop: psycopg2.extras.execute_batch, 500 per page)
   S10  fw.redis.pipeline: SET doc:<id> and INCR count:<group> per event
   S10b one pipeline of those per on_batch batch
+  S0b  (with --preload only) on_batch reading the same fields and writing nothing: the ceiling
+       the source and the batch path allow on the machine at that moment
 
 Peer: bench/store_loop.py (pymongo change stream; psycopg2 / redis-py doing the same work).
 Servers: the MongoDB stand-in, redis-server and a PostgreSQL cluster from Debian, started here
@@ -272,6 +274,8 @@ def main():
     tmp = tempfile.mkdtemp(prefix="fw-store-bench-")
     try:
         print("%-5s %-10s %12s %16s" % ("", "system", "events/s", "CPU us/event"))
+        if "s0b" in a.only.split(",") and not a.preload:
+            sys.exit("s0b needs --preload (it writes nothing to wait for)")
         token = preload(mongo, a.events) if a.preload else None
         for sc in a.only.split(","):
             for system in a.systems.split(","):
