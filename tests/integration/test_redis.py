@@ -301,10 +301,12 @@ class RedisTest(FailureTestCase):
         p.wait_open()
         n, customers = 600, 6
         want = collections.Counter("c%d" % (i % customers) for i in range(n))
-        stop = threading.Event()
+        stop, killed = threading.Event(), threading.Event()
 
         def insert():
             for i in range(n):
+                if i == n // 3:
+                    killed.wait(60)    # the rest come after the kill, whatever the pace
                 if stop.is_set():
                     return
                 self.db.orders.insert_one({"_id": i, "customer": "c%d" % (i % customers)})
@@ -321,6 +323,7 @@ class RedisTest(FailureTestCase):
                 return 0
         p.wait_until(lambda: counted() >= 100, 60, "100 orders counted")
         durable.kill()
+        killed.set()
         durable.start()
         p.wait_until(lambda: p.count_log("Redis.Connection") > 0, 30,
                      "a Redis.Connection error retried while the server restarted")
