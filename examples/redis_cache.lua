@@ -16,6 +16,10 @@
 -- cannot do this: the commands it queues cannot depend on each other's
 -- replies, so an INCR queued after SETNX would run either way.) The guards
 -- expire after a week, longer than any event waits in retries.
+--
+-- A Redis restart in the middle raises Redis.Connection, retried below; the
+-- counts stay exact across it when Redis keeps what it acknowledged
+-- (appendonly yes, appendfsync always).
 local fw = require("flowwarden")
 
 fw.connection { name = "cache", uri = fw.env("REDIS_URI", "redis://127.0.0.1:6379/0") }

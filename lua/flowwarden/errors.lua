@@ -41,6 +41,9 @@ M.BUILTIN_TYPES = {
   "Mongo", "Mongo.DuplicateKey", "Mongo.Invalid", "Mongo.Timeout", "Mongo.Network",
   "Mongo.NotWritablePrimary", "Mongo.WriteConcern", "Mongo.Command",
   "Mongo.TransactionTooLong", "Mongo.TransactionTooLarge", "Mongo.TransactionsUnsupported",
+  "Pg", "Pg.Connection", "Pg.Timeout", "Pg.Serialization", "Pg.Deadlock", "Pg.UniqueViolation",
+  "Pg.ForeignKey", "Pg.Syntax", "Pg.Permission", "Pg.Error",
+  "Redis", "Redis.Connection", "Redis.Timeout", "Redis.ReadOnly", "Redis.Error",
 }
 
 local error_mt = { __name = "flowwarden.error" }

@@ -4,6 +4,8 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -74,13 +76,24 @@ fw_pg_io_t
 fw_pg_connect (const char *uri, int64_t deadline_ns, PGconn **out, char *why, size_t len)
 {
    /* Timestamps in ISO 8601 whatever the server's default; options in the
-    * URI come after, and win. */
-   static const char *const keys[] = { "options", "dbname", "fallback_application_name", NULL };
-   const char *values[] = { "-c datestyle=ISO,YMD", uri, "flowwarden", NULL };
-   PGconn *conn = PQconnectStartParams (keys, values, 1);
+    * URI come after, and win.
+    * Host names come resolved (fw_pg_resolve): after the URI, they win.
+    */
+   static const char *const keys[] = { "options", "dbname", "fallback_application_name",
+                                       "host", "hostaddr", "port", NULL };
+   fw_pg_hosts_t hosts;
+   fw_pg_io_t io = fw_pg_resolve (uri, deadline_ns, &hosts, why, len);
+   const char *values[] = { "-c datestyle=ISO,YMD", uri, "flowwarden",
+                            hosts.host, hosts.hostaddr, hosts.port, NULL };
+   PGconn *conn;
    PostgresPollingStatusType st = PGRES_POLLING_WRITING;
 
    *out = NULL;
+   if (io != FW_PG_OK) {
+      return io;
+   }
+   conn = PQconnectStartParams (keys, values, 1);
+   fw_pg_hosts_free (&hosts);
    if (!conn) {
       snprintf (why, len, "out of memory");
       return FW_PG_LOST;
@@ -106,17 +119,38 @@ fw_pg_connect (const char *uri, int64_t deadline_ns, PGconn **out, char *why, si
    return FW_PG_OK;
 }
 
+static void *
+cancel_run (void *arg)
+{
+   PGcancel *c = arg;
+   char err[256];
+
+   (void) PQcancel (c, err, sizeof err);
+   PQfreeCancel (c);
+   return NULL;
+}
+
 /* Asks the server to stop conn's statement (a short connection of its own;
- * best effort). */
+ * best effort). libpq 15's PQcancel blocks (a connect without a bound: an
+ * unreachable server holds it for minutes), so it runs in a detached thread
+ * that owns the request; the caller may close conn at once. */
 static void
 cancel (PGconn *conn)
 {
    PGcancel *c = PQgetCancel (conn);
-   char err[256];
+   pthread_attr_t attr;
+   pthread_t t;
+   bool started;
 
-   if (c) {
-      (void) PQcancel (c, err, sizeof err);
-      PQfreeCancel (c);
+   if (!c) {
+      return;
+   }
+   pthread_attr_init (&attr);
+   pthread_attr_setdetachstate (&attr, PTHREAD_CREATE_DETACHED);
+   started = pthread_create (&t, &attr, cancel_run, c) == 0;
+   pthread_attr_destroy (&attr);
+   if (!started) {
+      cancel_run (c); /* no thread: here, as before */
    }
 }
 
@@ -272,4 +306,29 @@ failed:
       io = FW_PG_LOST;
    }
    return io;
+}
+
+/* The helpers above, for pg_pipeline.c. */
+int
+fw_pg_wait_socket (PGconn *conn, short events, int64_t deadline_ns)
+{
+   return wait_socket (conn, events, deadline_ns);
+}
+
+fw_pg_io_t
+fw_pg_flush (PGconn *conn, int64_t deadline_ns)
+{
+   return flush (conn, deadline_ns);
+}
+
+void
+fw_pg_cancel (PGconn *conn)
+{
+   cancel (conn);
+}
+
+void
+fw_pg_reason (PGconn *conn, char *why, size_t len)
+{
+   copy_reason (NULL, PQerrorMessage (conn), why, len);
 }

@@ -36,6 +36,7 @@ typedef struct {
    bool in_tx;   /* inside fw.pg.transaction */
    lua_Integer gen; /* counts the connections opened: a transaction is bound to one */
    fw_pg_join_t *join; /* a view of exactly_once's connection (never closed here), or NULL */
+   fw_pg_stmts_t stmts; /* the statements prepared on conn */
 } conn_t;
 
 typedef struct {
@@ -90,6 +91,7 @@ conn_close (conn_t *c)
       PQfinish (c->conn);
       c->conn = NULL;
    }
+   fw_pg_stmts_clear (&c->stmts);
    c->in_tx = false;
 }
 
@@ -98,6 +100,7 @@ conn_gc (lua_State *L)
 {
    conn_t *c = luaL_checkudata (L, 1, CONN_MT);
    conn_close (c);
+   fw_pg_stmts_destroy (&c->stmts);
    free (c->uri);
    c->uri = NULL;
    return 0;
@@ -244,9 +247,10 @@ get_conn (lua_State *L, const call_t *call)
    return c;
 }
 
-/* Raises the server error of res (boxed at the top). */
+/* Raises the server error of res (boxed at the top); row > 0: in
+ * fields.row, the parameter row of execute_many that failed. */
 static int
-raise_result (lua_State *L, const call_t *call, const PGresult *res)
+raise_result_at (lua_State *L, const call_t *call, const PGresult *res, lua_Integer row)
 {
    const char *state = PQresultErrorField (res, PG_DIAG_SQLSTATE);
    const char *msg = PQresultErrorField (res, PG_DIAG_MESSAGE_PRIMARY);
@@ -264,6 +268,10 @@ raise_result (lua_State *L, const call_t *call, const PGresult *res)
    if (table) {
       lua_pushstring (L, table);
       lua_setfield (L, -2, "table");
+   }
+   if (row > 0) {
+      lua_pushinteger (L, row);
+      lua_setfield (L, -2, "row");
    }
    return raise_pg (L, call, type_of (state), true);
 }
@@ -293,6 +301,78 @@ controls_transaction (const char *sql)
    return false;
 }
 
+static int
+raise_result (lua_State *L, const call_t *call, const PGresult *res)
+{
+   return raise_result_at (L, call, res, 0);
+}
+
+/* Deallocates the cache's victim when it is full (one round trip), unless
+ * the transaction has failed (the server would refuse). */
+static fw_pg_io_t
+make_room (conn_t *c, int64_t deadline_ns, char *why, size_t len)
+{
+   const char *victim = fw_pg_stmts_victim (&c->stmts);
+   PGTransactionStatusType ts = PQtransactionStatus (c->conn);
+   PGresult *res = NULL;
+   char sql[48];
+   fw_pg_io_t io;
+
+   if (!victim || (ts != PQTRANS_IDLE && ts != PQTRANS_INTRANS)) {
+      return FW_PG_OK;
+   }
+   snprintf (sql, sizeof sql, "DEALLOCATE %s", victim); /* a name of ours: fw_<n> */
+   io = fw_pg_exec (c->conn, sql, 0, NULL, deadline_ns, &res, why, len);
+   if (io == FW_PG_OK && PQresultStatus (res) == PGRES_COMMAND_OK) {
+      fw_pg_stmts_remove (&c->stmts, victim);
+   }
+   PQclear (res);
+   return io;
+}
+
+/*
+ * Runs sql on c once per rows[i], in one round trip, as a statement
+ * prepared on c: reused from c's cache, else prepared in the same round
+ * trip (the least recently used one deallocated first when the cache is
+ * full). When there is no room, sql runs as the unnamed statement.
+ */
+static fw_pg_io_t
+exec_rows (conn_t *c, const char *sql, int n_rows, const fw_pg_params_t *rows,
+           int64_t deadline_ns, fw_pg_batch_t *out, char *why, size_t len)
+{
+   const fw_pg_stmt_t *s;
+   bool prepare;
+   char name[sizeof s->name] = ""; /* "": the unnamed statement */
+   fw_pg_io_t io;
+
+   if (c->join) {
+      /* exactly_once's connection is the sink's and outlives this state's
+       * view of it (a reload, a rebuilt state): nothing is kept on it. */
+      return fw_pg_pipeline (c->conn, sql, name, true, n_rows, rows, deadline_ns, out, why, len);
+   }
+   s = fw_pg_stmts_find (&c->stmts, sql);
+   prepare = !s;
+   if (!s && (io = make_room (c, deadline_ns, why, len)) != FW_PG_OK) {
+      return io;
+   }
+   if (s || (s = fw_pg_stmts_add (&c->stmts, sql))) {
+      memcpy (name, s->name, sizeof name);
+   }
+   io = fw_pg_pipeline (c->conn, sql, name, prepare, n_rows, rows, deadline_ns, out, why, len);
+   if (io == FW_PG_OK && out->failed < n_rows && name[0]) {
+      /* Not prepared (nothing on the server), or its plan went stale (0A000
+       * "cached plan must not change result type" after an ALTER TABLE:
+       * deallocated later): prepared again next time. */
+      const char *state = PQresultErrorField (out->res, PG_DIAG_SQLSTATE);
+      if (out->failed < 0) {
+         fw_pg_stmts_remove (&c->stmts, name);
+      } else if (state && strcmp (state, "0A000") == 0) {
+         fw_pg_stmts_forget (&c->stmts, name);
+      }
+   }
+   return io;
+}
+
 /*
  * Runs sql (a string at sql_idx) with the parameters at params_idx (0: none)
  * on connection call->name; pushes the result's box and returns the result.
@@ -305,6 +385,7 @@ run (lua_State *L, const call_t *call, int sql_idx, int params_idx)
    int n;
    conn_t *c;
    result_box_t *box;
+   fw_pg_batch_t batch;
    fw_pg_io_t io;
    char why[512];
 
@@ -320,8 +401,9 @@ run (lua_State *L, const call_t *call, int sql_idx, int params_idx)
    box = lua_newuserdatauv (L, sizeof *box, 0);
    box->res = NULL;
    luaL_setmetatable (L, RESULT_MT);
-   io = fw_pg_exec (c->conn, lua_tostring (L, sql_idx), n, values, call->deadline_ns, &box->res,
-                    why, sizeof why);
+   io = exec_rows (c, lua_tostring (L, sql_idx), 1, &(fw_pg_params_t){ n, values },
+                   call->deadline_ns, &batch, why, sizeof why);
+   box->res = batch.res;
    if (io != FW_PG_OK) {
       conn_close (c);
       lua_pushstring (L, io == FW_PG_TIMEOUT ? "no reply in time (the statement was cancelled)"
@@ -350,6 +432,75 @@ run_args (lua_State *L, const call_t *call, int first)
    return run (L, call, first, first + 1);
 }
 
+/*
+ * execute_many's arguments from index first: (sql, rows), rows a list of
+ * parameter lists. Converts every row before sending anything (a bad value
+ * raises ArgumentError and nothing is sent), then runs them in one round
+ * trip; pushes the number of rows affected.
+ */
+static int
+run_many (lua_State *L, const call_t *call, int first)
+{
+   lua_Integer n_rows;
+   fw_pg_params_t *rows;
+   fw_pg_batch_t batch;
+   conn_t *c;
+   result_box_t *box;
+   fw_pg_io_t io;
+   int keep;
+   char why[512];
+
+   luaL_checkstring (L, first);
+   luaL_checktype (L, first + 1, LUA_TTABLE);
+   lua_settop (L, first + 1);
+   n_rows = luaL_len (L, first + 1);
+   if (n_rows == 0) {
+      lua_pushinteger (L, 0);
+      return 1;
+   }
+   if (n_rows > INT32_MAX / 2) {
+      fw_lua_raise_typed (L, "ArgumentError", 0, "fw.pg.execute_many: too many rows");
+   }
+   rows = lua_newuserdatauv (L, (size_t) n_rows * sizeof *rows, 0);
+   lua_createtable (L, (int) n_rows * 2, 0); /* keeps each row's strings and pointers */
+   keep = lua_gettop (L);
+   for (lua_Integer i = 1; i <= n_rows; i++) {
+      const char **values;
+      if (lua_geti (L, first + 1, i) != LUA_TTABLE) {
+         fw_lua_raise_typed (L, "ArgumentError", 0,
+                             "fw.pg.execute_many: rows[%d] is a %s (expected a list of "
+                             "parameters)",
+                             (int) i, luaL_typename (L, -1));
+      }
+      rows[i - 1].n = fw_pg_push_params (L, lua_gettop (L), &values);
+      rows[i - 1].values = values;
+      lua_rawseti (L, keep, 2 * i);     /* the pointers */
+      lua_rawseti (L, keep, 2 * i - 1); /* the strings */
+      lua_pop (L, 1);
+   }
+   c = get_conn (L, call);
+   box = lua_newuserdatauv (L, sizeof *box, 0);
+   box->res = NULL;
+   luaL_setmetatable (L, RESULT_MT);
+   io = exec_rows (c, lua_tostring (L, first), (int) n_rows, rows, call->deadline_ns, &batch, why,
+                   sizeof why);
+   box->res = batch.res;
+   if (io != FW_PG_OK) {
+      conn_close (c);
+      lua_pushstring (L, io == FW_PG_TIMEOUT ? "no reply in time (the statements were cancelled)"
+                                             : why);
+      raise_pg (L, call, io == FW_PG_TIMEOUT ? "Pg.Timeout" : "Pg.Connection", false);
+   }
+   if (batch.failed < n_rows) {
+      if (PQstatus (c->conn) == CONNECTION_BAD) {
+         conn_close (c);
+      }
+      raise_result_at (L, call, box->res, batch.failed < 0 ? 0 : batch.failed + 1);
+   }
+   lua_pushinteger (L, batch.affected);
+   return 1;
+}
+
 static int
 push_affected (lua_State *L, const PGresult *res)
 {
@@ -373,6 +524,14 @@ pg_execute (lua_State *L)
 {
    call_t call = begin_call (L, 1);
    return push_affected (L, run_args (L, &call, 2));
+}
+
+/* fw.pg.execute_many(conn, sql, { params, ... }) -> rows affected */
+static int
+pg_execute_many (lua_State *L)
+{
+   call_t call = begin_call (L, 1);
+   return run_many (L, &call, 2);
 }
 
 /* tx:query(sql [, params]) and tx:execute(...): self.conn while self.live. */
@@ -427,6 +586,13 @@ tx_execute (lua_State *L)
 {
    call_t call = tx_call (L);
    return push_affected (L, run_args (L, &call, 2));
+}
+
+static int
+tx_execute_many (lua_State *L)
+{
+   call_t call = tx_call (L);
+   return run_many (L, &call, 2);
 }
 
 /* Runs a statement without parameters on the transaction's connection. */
@@ -548,6 +714,7 @@ pg_uri_check (lua_State *L)
 static const luaL_Reg pg_functions[] = {
    { "query", pg_query },
    { "execute", pg_execute },
+   { "execute_many", pg_execute_many },
    { "transaction", pg_transaction },
    { NULL, NULL },
 };
@@ -555,6 +722,7 @@ static const luaL_Reg pg_functions[] = {
 static const luaL_Reg tx_methods[] = {
    { "query", tx_query },
    { "execute", tx_execute },
+   { "execute_many", tx_execute_many },
    { NULL, NULL },
 };
 

@@ -19,6 +19,7 @@
 #include "flowwarden/clock.h"
 #include "flowwarden/lua_call.h"
 #include "flowwarden/redis_lua.h"
+#include "host_lookup.h"
 
 #define CONN_MT "flowwarden.redis_conn"
 /* Without a handler deadline (on_error of a call without timeout): bound
@@ -235,6 +236,49 @@ handshake (lua_State *L, const call_t *call, conn_t *c, int parts_idx)
    lua_settop (L, top);
 }
 
+/* The time left of call's wait, at least 1 ms. */
+static int64_t
+left_ms (const call_t *call)
+{
+   int64_t left = call->wait_ms - (fw_mono_ns () - call->started) / 1000000;
+   return left > 0 ? left : 1;
+}
+
+/*
+ * Connects to host:port within call's wait: a host name is looked up first
+ * against the same bound (hiredis's own lookup blocks without one), then
+ * each of its addresses is tried in turn. Raises Redis.Timeout when the
+ * lookup outlasts the wait, Redis.Connection when the name does not
+ * resolve; NULL: out of memory.
+ */
+static redisContext *
+connect_addresses (lua_State *L, const call_t *call, const char *host, int port)
+{
+   fw_host_addrs_t addrs;
+   fw_host_lookup_t r;
+   redisContext *ctx = NULL;
+   char why[300];
+
+   if (fw_host_is_address (host)) {
+      return redisConnectWithTimeout (host, port, to_timeval (call->wait_ms));
+   }
+   r = fw_host_lookup (host, call->started + call->wait_ms * 1000000, &addrs, why, sizeof why);
+   if (r != FW_HOST_FOUND) {
+      lua_pushfstring (L, "cannot connect to %s:%d: %s", host, port, why);
+      raise_redis (L, call, r == FW_HOST_TIMEOUT ? "Redis.Timeout" : "Redis.Connection", NULL);
+   }
+   for (int i = 0; i < addrs.n; i++) {
+      if (ctx) {
+         redisFree (ctx);
+      }
+      ctx = redisConnectWithTimeout (addrs.addrs[i], port, to_timeval (left_ms (call)));
+      if (!ctx || !ctx->err) {
+         break;
+      }
+   }
+   return ctx;
+}
+
 /* Opens c->ctx to the server the parts table at parts_idx names. */
 static void
 connect_to (lua_State *L, const call_t *call, conn_t *c, int parts_idx)
@@ -246,7 +290,7 @@ connect_to (lua_State *L, const call_t *call, conn_t *c, int parts_idx)
    lua_getfield (L, parts_idx, "port");
    host = lua_tostring (L, -2);
    port = (int) lua_tointeger (L, -1);
-   c->ctx = redisConnectWithTimeout (host, port, to_timeval (call->wait_ms));
+   c->ctx = connect_addresses (L, call, host, port);
    if (!c->ctx) {
       luaL_error (L, "fw.redis: out of memory");
    }

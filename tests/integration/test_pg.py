@@ -4,11 +4,16 @@ started here on a loopback port (pgserver.py).
 Handlers run one case per inserted document ({case = "..."}); a case
 reports what it got, and on_error reports the typed error it raised."""
 import os
+import socket
+import struct
+import threading
+import time
 import unittest
 
 from dlqtest import FailureTestCase
 from fwtest import SOURCE_DIR, clean_env
 from pgserver import PgServer
+from slowdns import slow_dns_library
 
 PASSWORD = "Pg-Secret-91c2"
 
@@ -34,6 +39,66 @@ fw.stream { name = "h", collection = "c", timeout = "%(timeout)s", dlq = true,
                       max_attempts = %(attempts)d },
             on_insert = handle, on_error = on_error }
 """
+
+
+class CancelBlackhole:
+    """A TCP proxy to PostgreSQL that forwards every connection except cancel
+    requests, which it accepts and never answers (as a server that became
+    unreachable would: the cancel's connect or its wait for the close hangs)."""
+
+    def __init__(self, target_port):
+        self.target_port = target_port
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.port = self.listener.getsockname()[1]
+        self.held = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self):
+        for sock in self.held + [self.listener]:
+            sock.close()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client):
+        head = b""
+        while len(head) < 8:
+            chunk = client.recv(8 - len(head))
+            if not chunk:
+                client.close()
+                return
+            head += chunk
+        length, code = struct.unpack("!ii", head)
+        if length == 16 and code == 80877102:      # CancelRequest
+            self.held.append(client)
+            return
+        server = socket.create_connection(("127.0.0.1", self.target_port))
+        server.sendall(head)
+        for a, b in ((client, server), (server, client)):
+            threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src, dst):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        for sock in (src, dst):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
 
 class PgTest(FailureTestCase):
@@ -140,40 +205,193 @@ class PgTest(FailureTestCase):
         self.assertIn("lost during the transaction", r["message"])
         self.assertEqual(self.pg.sql("SELECT count(*) FROM orders"), [["0"]])
 
-    def test_sqlstates_are_typed_and_drive_the_retry_policy(self):
-        self.pg.sql("INSERT INTO orders (id) VALUES ('dup')")
+    def test_each_error_type_drives_the_retry_policy(self):
+        # Every type as the user sees it: the attempts it got (max_attempts = 3)
+        # and the DLQ entry's error type, from real server errors where one can
+        # be provoked at will (a deadlock cannot: raised with its SQLSTATE).
+        from redisserver import free_port
+        self.pg.sql("INSERT INTO orders (id) VALUES ('dup'); "
+                    "DROP TABLE IF EXISTS secret; CREATE TABLE secret (x int); "
+                    "DROP ROLE IF EXISTS noperm; CREATE ROLE noperm")
         p = self.start("""
-            cases.dup = function()
-              fw.pg.execute("rep", "INSERT INTO orders (id) VALUES ($1)", { "dup" })
-            end
-            cases.fk = function()
-              fw.pg.execute("rep", "INSERT INTO lines (order_id, qty) VALUES ($1, 1)", { "none" })
-            end
-            cases.syntax = function()
-              fw.pg.query("rep", "SELEC 1")
-            end
-            cases.serial = function()
+            fw.connection { name = "down", uri = "postgresql://u:p@127.0.0.1:%d/x" }
+            fw.connection { name = "slow", uri = fw.env("PG_URI") .. "?options=-c%%20statement_timeout%%3D100" }
+            cases["Pg.Connection"] = function() fw.pg.query("down", "SELECT 1") end
+            cases["Pg.Timeout"] = function() fw.pg.query("slow", "SELECT pg_sleep(5)") end
+            cases["Pg.Serialization"] = function()
               fw.pg.query("rep", "DO $$ BEGIN RAISE EXCEPTION 'x' USING ERRCODE = '40001'; END $$")
             end
-            cases.other = function()
-              fw.pg.query("rep", "SELECT * FROM no_such_table")
+            cases["Pg.Deadlock"] = function()
+              fw.pg.query("rep", "DO $$ BEGIN RAISE EXCEPTION 'x' USING ERRCODE = '40P01'; END $$")
             end
+            cases["Pg.UniqueViolation"] = function()
+              fw.pg.execute("rep", "INSERT INTO orders (id) VALUES ($1)", { "dup" })
+            end
+            cases["Pg.ForeignKey"] = function()
+              fw.pg.execute("rep", "INSERT INTO lines (order_id, qty) VALUES ($1, 1)", { "none" })
+            end
+            cases["Pg.Syntax"] = function() fw.pg.query("rep", "SELEC 1") end
+            cases["Pg.Permission"] = function()
+              fw.pg.transaction("rep", function(tx)
+                tx:execute("SET LOCAL ROLE noperm")
+                tx:query("SELECT * FROM secret")
+              end)
+            end
+            cases["Pg.Error"] = function() fw.pg.query("rep", "SELECT * FROM no_such_table") end
+            """ % free_port())
+        want = {"Pg.Connection": (3, None), "Pg.Timeout": (3, "57014"),
+                "Pg.Serialization": (3, "40001"), "Pg.Deadlock": (3, "40P01"),
+                "Pg.UniqueViolation": (1, "23505"), "Pg.ForeignKey": (1, "23503"),
+                "Pg.Syntax": (1, "42601"), "Pg.Permission": (1, "42501"),
+                "Pg.Error": (3, "42P01")}
+        for case, (attempts, sqlstate) in want.items():
+            r = self.run_case(p, case, reports=attempts)
+            self.assertEqual([(x["attempt"], x["error"]) for x in r],
+                             [(i + 1, case) for i in range(attempts)], case)
+            self.assertEqual(r[0]["fields"].get("sqlstate"), sqlstate, case)
+            self.assertEqual(r[0]["fields"]["connection"],
+                             {"Pg.Connection": "down", "Pg.Timeout": "slow"}.get(case, "rep"))
+            if case == "Pg.UniqueViolation":
+                self.assertEqual(r[0]["fields"]["constraint"], "orders_pkey")
+        entries = self.wait_dlq(len(want))
+        self.assertEqual({e["fullDocument"]["case"]: (e["attempts"], e["error"]["type"])
+                          for e in entries},
+                         {case: (a, case) for case, (a, _) in want.items()})
+        dup = [e for e in entries if e["error"]["type"] == "Pg.UniqueViolation"][0]
+        self.assertIn('fw.pg: connection "rep":', dup["error"]["message"])
+        self.assertEqual(p.stop(), 0, "exit status (the sanitized build: no leak, no error)")
+
+    def test_a_server_down_opens_the_default_circuit_and_holds_the_event(self):
+        # circuit's default `on` has Pg.Connection: the event whose attempts
+        # ran out while PostgreSQL was down is held, not dead-lettered, and
+        # handled once the server is back.
+        script = self.script("""
+            fw.connection { name = "rep", uri = fw.env("PG_URI") }
+            fw.stream { name = "h", collection = "c", dlq = true,
+                        retry = { initial_delay = "20ms", max_attempts = 2 },
+                        circuit = { open_for = "300ms", max_open_for = "1s" },
+                        on_insert = function(ctx)
+                          local d = ctx:full_document()
+                          fw.pg.execute("rep", "INSERT INTO orders (id) VALUES ($1)", { d.id })
+                          report({ id = d.id })
+                        end }
             """)
-        r = self.run_case(p, "dup")
-        self.assertEqual([(x["attempt"], x["error"]) for x in r], [(1, "Pg.UniqueViolation")])
-        self.assertEqual(r[0]["fields"]["sqlstate"], "23505")
-        self.assertEqual(r[0]["fields"]["constraint"], "orders_pkey")
-        self.assertEqual(self.run_case(p, "fk")[0]["error"], "Pg.ForeignKey")
-        self.assertEqual(self.run_case(p, "syntax")[0]["error"], "Pg.Syntax")
-        r = self.run_case(p, "serial", reports=3)
-        self.assertEqual([(x["attempt"], x["error"]) for x in r],
-                         [(1, "Pg.Serialization"), (2, "Pg.Serialization"), (3, "Pg.Serialization")])
-        r = self.run_case(p, "other", reports=3)
-        self.assertEqual((r[0]["error"], r[0]["fields"]["sqlstate"]), ("Pg.Error", "42P01"))
-        entries = self.wait_dlq(5)
-        self.assertEqual(sorted(e["error"]["type"] for e in entries),
-                         ["Pg.Error", "Pg.ForeignKey", "Pg.Serialization", "Pg.Syntax",
-                          "Pg.UniqueViolation"])
+        p = self.run_fw(script, env=clean_env({"PG_URI": self.pg.uri()}))
+        p.wait_open()
+        self.pg.stop("immediate")
+        self.addCleanup(lambda: self.pg.start() if not self.pg_up() else None)
+        self.db.c.insert_one({"id": "held"})
+        p.wait_log("circuit OPEN")
+        self.assertTrue(any("Pg.Connection" in m for m in p.messages() if "circuit OPEN" in m))
+        self.pg.start()
+        p.wait_until(lambda: [r.get("id") for r in p.reports()] == ["held"], 30,
+                     "the held event handled once the server is back")
+        self.assertEqual(self.pg.sql("SELECT id FROM orders"), [["held"]])
+        self.assertEqual(self.dlq_entries(), [])
+        self.assertEqual(p.stop(), 0, "exit status (the sanitized build: no leak, no error)")
+
+    def pg_up(self):
+        try:
+            self.pg.sql("SELECT 1")
+            return True
+        except AssertionError:
+            return False
+
+    def test_execute_many_runs_every_row_in_one_round_trip_all_or_nothing(self):
+        self.pg.sql("INSERT INTO orders (id) VALUES ('dup')")
+        p = self.start("""
+            local UPSERT = "INSERT INTO orders (id, n) VALUES ($1, $2) "
+              .. "ON CONFLICT (id) DO UPDATE SET n = EXCLUDED.n"
+            cases.many = function(doc)
+              local rows = {}
+              for i = 1, doc.count do rows[i] = { doc.prefix .. i, i } end
+              return { n = fw.pg.execute_many("rep", UPSERT, rows),
+                       none = fw.pg.execute_many("rep", UPSERT, {}) }
+            end
+            cases.dup = function()
+              fw.pg.execute_many("rep", "INSERT INTO orders (id, n) VALUES ($1, $2)",
+                { { "m1", 1 }, { "dup", 2 }, { "m3", 3 } })
+            end
+            cases.tx = function()
+              return { n = fw.pg.transaction("rep", function(tx)
+                local n = tx:execute_many(UPSERT, { { "t1", 1 }, { "t2", 2 } })
+                return n + tx:execute_many("UPDATE orders SET n = n + 10 WHERE id = $1",
+                                           { { "t1" }, { "none" } })
+              end) }
+            end
+            cases.bad = function()
+              fw.pg.execute_many("rep", UPSERT, { { "b1", 1 }, "not a row" })
+            end
+            """, attempts=1)
+        r = self.run_case(p, "many", prefix="a", count=600)[0]
+        self.assertEqual((r["n"], r["none"]), (600, 0))
+        self.assertEqual(self.pg.sql("SELECT count(*), sum(n) FROM orders WHERE id LIKE 'a%'"),
+                         [["600", str(600 * 601 // 2)]])
+        r = self.run_case(p, "dup")[0]
+        self.assertEqual((r["error"], r["fields"]["row"], r["fields"]["sqlstate"]),
+                         ("Pg.UniqueViolation", 2, "23505"))
+        # One implicit transaction: the row before the failing one is not there either.
+        self.assertEqual(self.pg.sql("SELECT count(*) FROM orders WHERE id IN ('m1', 'm3')"),
+                         [["0"]])
+        self.assertEqual(self.run_case(p, "tx")[0]["n"], 3)
+        self.assertEqual(self.pg.sql("SELECT id, n FROM orders WHERE id LIKE 't%' ORDER BY id"),
+                         [["t1", "11"], ["t2", "2"]])
+        r = self.run_case(p, "bad")[0]
+        self.assertEqual(r["error"], "ArgumentError")
+        self.assertIn("rows[2] is a string", r["message"])
+        self.assertEqual(self.pg.sql("SELECT count(*) FROM orders WHERE id = 'b1'"), [["0"]])
+        self.assertEqual([e["error"]["type"] for e in self.wait_dlq(2)],
+                         ["Pg.UniqueViolation", "ArgumentError"])
+        self.assertEqual(p.stop(), 0, "exit status (the sanitized build: no leak, no error)")
+
+    def test_statements_are_prepared_once_per_connection_and_reused(self):
+        p = self.start("""
+            local function prepared()
+              local out = {}
+              for _, r in ipairs(fw.pg.query("rep", "SELECT statement FROM pg_prepared_statements"))
+              do out[#out + 1] = r.statement end
+              return out
+            end
+            cases.reuse = function(doc)
+              for i = 1, 3 do
+                fw.pg.execute("rep", "INSERT INTO orders (id, n) VALUES ($1, $2) "
+                  .. "ON CONFLICT (id) DO UPDATE SET n = orders.n + 1", { doc.id, i })
+              end
+              return { prepared = prepared() }
+            end
+            cases.many_texts = function()
+              for i = 1, 70 do fw.pg.query("rep", "SELECT " .. i .. " AS v") end
+              return { prepared = prepared() }
+            end
+            cases.star = function()
+              return { n = #fw.pg.query("rep", "SELECT * FROM orders") }
+            end
+            cases.kill = function()
+              fw.pg.query("rep", "SELECT pg_terminate_backend(pg_backend_pid())")
+            end
+            """, attempts=3)
+        r = self.run_case(p, "reuse", id="r1")[0]
+        self.assertEqual(sum(1 for t in r["prepared"] if t.startswith("INSERT INTO orders")), 1)
+        self.assertEqual(self.pg.sql("SELECT n FROM orders WHERE id = 'r1'"), [["3"]])
+        # At most 64 on the server at once: then they are deallocated and prepared anew.
+        r = self.run_case(p, "many_texts")[0]
+        self.assertLessEqual(len(r["prepared"]), 64)
+        self.assertGreater(len(r["prepared"]), 1)
+        # A prepared SELECT * whose table changed: the server refuses the stale plan
+        # (0A000, a Pg.Error, retried) and the retry prepares it again.
+        self.assertEqual(self.run_case(p, "star")[0]["n"], 1)
+        self.pg.sql("ALTER TABLE orders ADD COLUMN note text")
+        r = self.run_case(p, "star", reports=2)
+        self.assertEqual((r[0]["attempt"], r[0]["error"], r[0]["fields"]["sqlstate"]),
+                         (1, "Pg.Error", "0A000"))
+        self.assertEqual((r[1]["attempt"], r[1]["n"]), (2, 1))
+        # A new connection starts with none prepared: the same statements work on it.
+        r = self.run_case(p, "kill", reports=3)
+        self.assertEqual([x["error"] for x in r], ["Pg.Connection"] * 3)
+        r = self.run_case(p, "reuse", id="r2")[0]
+        self.assertEqual(sum(1 for t in r["prepared"] if t.startswith("INSERT INTO orders")), 1)
+        self.assertEqual(self.pg.sql("SELECT n FROM orders WHERE id = 'r2'"), [["3"]])
+        self.assertEqual([e["error"]["type"] for e in self.dlq_entries()], ["Pg.Connection"])
         self.assertEqual(p.stop(), 0, "exit status (the sanitized build: no leak, no error)")
 
     def test_deadline_and_statement_timeout_raise_pg_timeout(self):
@@ -189,7 +407,7 @@ class PgTest(FailureTestCase):
         # The cancel reached the server: the pg_sleep ends long before its 30 s
         # (the backend goes away asynchronously: waited for, within 10 s).
         p.wait_until(lambda: self.pg.sql("SELECT count(*) FROM pg_stat_activity WHERE state = "
-                                         "'active' AND query LIKE 'SELECT pg_sleep%'") == [["0"]],
+                                         "'active' AND query LIKE 'SELECT pg_sleep(30)%'") == [["0"]],
                      10, "the cancelled pg_sleep to end")
         p.stop()
         p = self.start("""
@@ -200,6 +418,28 @@ class PgTest(FailureTestCase):
             uri=self.pg.uri(query="?options=-c%20statement_timeout%3D200"))
         r = self.run_case(p, "st")[0]
         self.assertEqual((r["error"], r["fields"]["sqlstate"]), ("Pg.Timeout", "57014"))
+        self.assertEqual(p.stop(), 0, "exit status (the sanitized build: no leak, no error)")
+
+    def test_an_unanswered_cancel_does_not_hold_the_handler(self):
+        # The statement outlasts the deadline; the cancel request is sent to a
+        # server that never answers it. The attempt still ends at the deadline.
+        proxy = CancelBlackhole(self.pg.port)
+        self.addCleanup(proxy.close)
+        p = self.start("""
+            cases.slow = function(doc, ctx)
+              if ctx:attempt_number() == 1 then fw.pg.query("rep", "SELECT pg_sleep(20)") end
+              return { one = fw.pg.query("rep", "SELECT 1 AS one")[1].one }
+            end
+            """, timeout="1s", uri=self.pg.uri().replace(":%d/" % self.pg.port, ":%d/" % proxy.port))
+        t0 = time.monotonic()
+        r = self.run_case(p, "slow", reports=2)
+        self.assertEqual((r[0]["attempt"], r[0]["error"]), (1, "Pg.Timeout"))
+        self.assertEqual((r[1]["attempt"], r[1]["one"]), (2, 1))
+        self.assertLess(time.monotonic() - t0, 15, "not held until the 20 s statement ends")
+        p.wait_until(lambda: proxy.held, 10, "the cancel request sent")
+        # The statement the cancel never reached: ended here for the next tests.
+        self.pg.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE query LIKE 'SELECT pg_sleep(20)%' AND pid <> pg_backend_pid()")
         self.assertEqual(p.stop(), 0, "exit status (the sanitized build: no leak, no error)")
 
     def test_server_killed_and_restarted_nothing_lost(self):
@@ -222,9 +462,15 @@ class PgTest(FailureTestCase):
         self.assertEqual(self.pg.sql("SELECT count(*), sum(n) FROM orders"), [["6", "15"]])
 
     def test_example_pg_orders_keeps_the_table_equal_to_the_collection(self):
+        self.check_orders_example("pg_orders.lua")
+
+    def test_example_pg_orders_batch_keeps_the_table_equal_to_the_collection(self):
+        self.check_orders_example("pg_orders_batch.lua")
+
+    def check_orders_example(self, name):
         self.pg.sql("DROP TABLE IF EXISTS lines, orders; CREATE TABLE orders (id text PRIMARY KEY, "
                     "customer text, total numeric, status text, doc jsonb)")
-        p = self.run_fw(os.path.join(SOURCE_DIR, "examples", "pg_orders.lua"),
+        p = self.run_fw(os.path.join(SOURCE_DIR, "examples", name),
                         env=clean_env({"PG_URI": self.pg.uri()}))
         p.wait_open()
         for i in range(30):
@@ -244,6 +490,36 @@ class PgTest(FailureTestCase):
         p.wait_until(lambda: sorted(rows()) == want, 60, "the table equal to the collection")
         self.assertEqual(self.dlq_entries(), [])
         self.assertEqual(p.stop(), 0, "exit status (the sanitized build: no leak, no error)")
+
+    def test_host_names_are_looked_up_within_the_deadline(self):
+        # "localhost" may resolve to ::1 first (nothing listens there): every
+        # address is tried in turn, as libpq does with a name.
+        p = self.start("""
+            cases.name = function()
+              return { one = fw.pg.query("rep", "SELECT 1 AS one")[1].one }
+            end
+            """, uri=self.pg.uri().replace("@127.0.0.1:", "@localhost:"))
+        self.assertEqual(self.run_case(p, "name")[0]["one"], 1)
+        self.assertEqual(p.stop(), 0, "exit status (the sanitized build: no leak, no error)")
+        shim = slow_dns_library(self.tmp.name)
+        if not shim:
+            return
+        # A name whose lookup hangs (a resolver that does not answer): the
+        # attempt ends with Pg.Timeout at the handler's deadline, not after it.
+        script = self.script(SCRIPT % {"timeout": "1s", "attempts": 1, "cases": """
+            cases.slow = function()
+              fw.pg.query("rep", "SELECT 1")
+            end
+            """})
+        p = self.run_fw(script, env=clean_env({
+            "PG_URI": self.pg.uri().replace("@127.0.0.1:", "@db.slow.test:"),
+            "LD_PRELOAD": shim}))
+        p.wait_open()
+        t0 = time.monotonic()
+        r = self.run_case(p, "slow")[0]
+        self.assertEqual(r["error"], "Pg.Timeout")
+        self.assertIn('looking up host "db.slow.test" took too long', r["message"])
+        self.assertLess(time.monotonic() - t0, 20, "well before the 30 s lookup ends")
 
     def test_doctor_checks_the_connection(self):
         script = self.script(SCRIPT % {"cases": "", "timeout": "5s", "attempts": 3})

@@ -5,11 +5,14 @@ Handlers run one case per inserted document ({case = "..."}); a case
 reports what it got, and on_error reports the typed error it raised."""
 import collections
 import os
+import threading
+import time
 import unittest
 
 from dlqtest import FailureTestCase
 from fwtest import SOURCE_DIR, clean_env
 from redisserver import RedisServer
+from slowdns import slow_dns_library
 
 PASSWORD = "Redis-Secret-7f3a"
 
@@ -127,6 +130,59 @@ class RedisTest(FailureTestCase):
         self.assertEqual(self.redis.command("GET", "a", db=1), b"1")
         self.assertEqual(p.stop(), 0)
 
+    def test_each_error_type_drives_the_retry_policy(self):
+        # As the user sees them: the attempts (max_attempts = 3) and the DLQ
+        # entry's type. Redis.ReadOnly: test_read_only_replica_is_retried.
+        from redisserver import free_port
+        p = self.start("""
+            fw.connection { name = "down", uri = "redis://127.0.0.1:%d/0" }
+            cases["Redis.Connection"] = function() fw.redis.call("down", "PING") end
+            cases["Redis.Timeout"] = function() fw.redis.call("cache", "BLPOP", "never", 30) end
+            cases["Redis.Error"] = function()
+              fw.redis.call("cache", "SET", "s", "x")
+              fw.redis.call("cache", "LPUSH", "s", "y")
+            end
+            """ % free_port(), timeout="1s")
+        want = {"Redis.Connection": 3, "Redis.Timeout": 3, "Redis.Error": 1}
+        for case, attempts in want.items():
+            r = self.run_case(p, case, reports=attempts)
+            self.assertEqual([(x["attempt"], x["error"]) for x in r],
+                             [(i + 1, case) for i in range(attempts)], case)
+        self.assertEqual(r[0]["fields"], {"connection": "cache", "prefix": "WRONGTYPE"})
+        entries = self.wait_dlq(len(want))
+        self.assertEqual({e["fullDocument"]["case"]: (e["attempts"], e["error"]["type"])
+                          for e in entries},
+                         {case: (a, case) for case, a in want.items()})
+        self.assertEqual(p.stop(), 0)
+
+    def test_host_names_are_looked_up_within_the_deadline(self):
+        p = self.start("""
+            cases.name = function()
+              return { pong = fw.redis.call("cache", "PING") }
+            end
+            """, uri=self.redis.uri(1).replace("@127.0.0.1:", "@localhost:"))
+        self.assertEqual(self.run_case(p, "name")[0]["pong"], "PONG")
+        self.assertEqual(p.stop(), 0)
+        shim = slow_dns_library(self.tmp.name)
+        if not shim:
+            return
+        # A resolver that does not answer: Redis.Timeout at the handler's
+        # deadline (1 s), not when the lookup gives up 30 s later.
+        script = self.script(SCRIPT % {"timeout": "1s", "attempts": 1, "cases": """
+            cases.slow = function()
+              fw.redis.call("cache", "PING")
+            end
+            """})
+        p = self.run_fw(script, env=clean_env({
+            "REDIS_URI": self.redis.uri(1).replace("@127.0.0.1:", "@cache.slow.test:"),
+            "LD_PRELOAD": shim}))
+        p.wait_open()
+        t0 = time.monotonic()
+        r = self.run_case(p, "slow")[0]
+        self.assertEqual(r["error"], "Redis.Timeout")
+        self.assertIn('looking up host "cache.slow.test" took too long', r["message"])
+        self.assertLess(time.monotonic() - t0, 20, "well before the 30 s lookup ends")
+
     def test_timeout_is_typed_retried_and_the_next_call_reconnects(self):
         p = self.start("""
             cases.slow = function(doc, ctx)
@@ -227,6 +283,55 @@ class RedisTest(FailureTestCase):
         self.db.orders.insert_one({"_id": 100, "customer": "c0"})
         counts["c0"] += 1
         p.wait_until(settled, 30, "counts after a restart")
+        self.assertEqual(self.dlq_entries(), [])
+        self.assertEqual(p.stop(), 0)
+
+    def test_example_keeps_exact_counts_when_redis_restarts_under_load(self):
+        # A server that keeps its data across a restart (an append-only file
+        # written before each reply), killed with -9 and started again on the
+        # same port while orders keep coming. Commands whose reply was lost
+        # may have run: the example's guarded EVAL makes their retries
+        # idempotent, so every count is exact; Redis.Connection is retried, so
+        # nothing reaches the DLQ.
+        durable = RedisServer(args=["--appendonly", "yes", "--appendfsync", "always"])
+        durable.start()
+        self.addCleanup(durable.stop)
+        p = self.run_fw(os.path.join(SOURCE_DIR, "examples", "redis_cache.lua"),
+                        env=clean_env({"REDIS_URI": durable.uri(0)}))
+        p.wait_open()
+        n, customers = 600, 6
+        want = collections.Counter("c%d" % (i % customers) for i in range(n))
+        stop, killed = threading.Event(), threading.Event()
+
+        def insert():
+            for i in range(n):
+                if i == n // 3:
+                    killed.wait(60)    # the rest come after the kill, whatever the pace
+                if stop.is_set():
+                    return
+                self.db.orders.insert_one({"_id": i, "customer": "c%d" % (i % customers)})
+                time.sleep(0.004)      # pacing: events keep flowing across the restart
+        writer = threading.Thread(target=insert)
+        writer.start()
+        self.addCleanup(writer.join, 60)
+        self.addCleanup(stop.set)
+
+        def counted():
+            try:
+                return sum(int(durable.command("GET", "orders:" + c) or 0) for c in want)
+            except OSError:
+                return 0
+        p.wait_until(lambda: counted() >= 100, 60, "100 orders counted")
+        durable.kill()
+        killed.set()
+        durable.start()
+        p.wait_until(lambda: p.count_log("Redis.Connection") > 0, 30,
+                     "a Redis.Connection error retried while the server restarted")
+        writer.join(120)
+        self.assertGreater(counted(), 0, "the counts survived the restart")
+        p.wait_until(lambda: {c: durable.command("GET", "orders:" + c) for c in want}
+                     == {c: str(k).encode() for c, k in want.items()}, 60,
+                     "exact counts per customer")
         self.assertEqual(self.dlq_entries(), [])
         self.assertEqual(p.stop(), 0)
 

@@ -25,7 +25,8 @@ describe("config: circuit", function()
     local cfg = assert(run(stream("circuit = true")))
     assert.are.same({
       on = { "Http.Connect", "Http.Timeout", "Http.Status.Transient", "Mongo.Network",
-             "Mongo.Timeout", "Mongo.NotWritablePrimary" },
+             "Mongo.Timeout", "Mongo.NotWritablePrimary", "Pg.Connection", "Pg.Timeout",
+             "Redis.Connection", "Redis.Timeout", "Redis.ReadOnly" },
       open_for_ms = 5000, max_open_for_ms = 300000, give_up_after_ms = 0,
     }, cfg.streams[1].circuit)
   end)

@@ -41,6 +41,17 @@ function cases.pg_rows()
   assert(rows[1].id == 9, "scripted rows")
 end
 
+function cases.pg_many(doc)
+  local ok, n = pcall(fw.pg.execute_many, "rep", "INSERT INTO t (id, v) VALUES ($1, $2)",
+    { { 1, "a" }, { nil, "b" }, { 3, "c" } })
+  if doc.fail then
+    assert(not ok and n.fields.row == 2, "the error names the row")
+    error(n)
+  end
+  assert(n == 3, "affected rows add up, got " .. tostring(n))
+  assert(fw.pg.execute_many("rep", "INSERT INTO t (id, v) VALUES ($1, $2)", {}) == 0, "no rows")
+end
+
 fw.stream {
   name = "s", database = "shop", collection = "c",
   retry = { max_attempts = 2, initial_delay = "10ms" },

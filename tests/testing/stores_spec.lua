@@ -49,4 +49,20 @@ describe("store fakes", function()
     assert.equal(require("flowwarden").null, params[1])
     assert.equal(2, params[2])
   end)
+
+  it("records execute_many as one statement with its rows; an error names the row", function()
+    app.pg:stub("INSERT INTO t", { affected = 1 })
+    local r = app:deliver("s", fwt.insert { _id = 1, case = "pg_many" })
+    assert.equal("handled", r.outcome, r.errors[1] and r.errors[1].message)
+    assert.equal(1, #app.pg.statements) -- the empty call sends nothing
+    local st = app.pg.statements[1]
+    assert.equal("execute_many", st.kind)
+    assert.same({ require("flowwarden").null, "b" }, st.rows[2])
+    app.pg:stub("INSERT INTO t", function(_, params)
+      return params[2] == "b" and { err = "Pg.UniqueViolation" } or { affected = 1 }
+    end)
+    r = app:deliver("s", fwt.insert { _id = 2, case = "pg_many", fail = true })
+    assert.equal(1, r.attempts)
+    assert.equal("Pg.UniqueViolation", r.dlq_entry.error.type)
+  end)
 end)

@@ -20,7 +20,9 @@ local M = {}
 
 -- The errors of a dependency that is down, not of the event.
 M.DEFAULT_ON = { "Http.Connect", "Http.Timeout", "Http.Status.Transient",
-                 "Mongo.Network", "Mongo.Timeout", "Mongo.NotWritablePrimary" }
+                 "Mongo.Network", "Mongo.Timeout", "Mongo.NotWritablePrimary",
+                 "Pg.Connection", "Pg.Timeout",
+                 "Redis.Connection", "Redis.Timeout", "Redis.ReadOnly" }
 M.DEFAULT_OPEN_FOR_MS = 5000
 M.DEFAULT_MAX_OPEN_FOR_MS = 5 * 60 * 1000
 M.MAX_RATE = 1000000000

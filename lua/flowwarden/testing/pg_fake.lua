@@ -14,7 +14,10 @@ answers with what the spec scripted.
       The most recent matching stub answers; without one, query returns no
       rows and execute 0.
   pg.statements   { { conn, kind = "query" | "execute" | "begin" | "commit" |
-                      "rollback", sql, params }, ... } in order
+                      "rollback", sql, params }, ... } in order; fw.pg.execute_many
+                  records one { kind = "execute_many", sql, rows = { params, ... } }
+                  and asks the stubs once per row (the first error fails the
+                  whole call, with fields.row; the affected counts add up)
   pg:run(conn, kind, sql, params) -> rows | affected, or nil, err (the bridge)
 ]]
 
@@ -68,7 +71,33 @@ function Fake:_answer(sql, params)
   return {}
 end
 
+local function failure(conn, a)
+  local state = a.sqlstate or SQLSTATES[a.err] or ""
+  return { type = a.err, message = a.message or ("injected " .. a.err),
+           fields = { sqlstate = state, connection = conn } }
+end
+
+-- execute_many: every row answered as an execute; all or nothing.
+function Fake:_run_many(conn, sql, rows)
+  self.statements[#self.statements + 1] = { conn = conn, kind = "execute_many", sql = sql,
+    rows = rows }
+  local total = 0
+  for i, params in ipairs(rows) do
+    local a = self:_answer(sql, params)
+    if a.err then
+      local err = failure(conn, a)
+      err.fields.row = i
+      return nil, err
+    end
+    total = total + (a.affected or 0)
+  end
+  return total
+end
+
 function Fake:run(conn, kind, sql, params)
+  if kind == "execute_many" then
+    return self:_run_many(conn, sql, params)
+  end
   self.statements[#self.statements + 1] = { conn = conn, kind = kind, sql = sql,
     params = params or {} }
   if kind == "begin" or kind == "commit" or kind == "rollback" then
@@ -76,9 +105,7 @@ function Fake:run(conn, kind, sql, params)
   end
   local a = self:_answer(sql, params or {})
   if a.err then
-    local state = a.sqlstate or SQLSTATES[a.err] or ""
-    return nil, { type = a.err, message = a.message or ("injected " .. a.err),
-                  fields = { sqlstate = state, connection = conn } }
+    return nil, failure(conn, a)
   end
   if kind == "query" then
     return a.rows or {}

@@ -160,6 +160,25 @@ local function pg_proxy(fw, call)
     store_check(fw, "fw.pg", conn, "postgresql")
     return call("pg", conn, "execute", sql, dense(fw, params))
   end
+  function api.execute_many(conn, sql, rows)
+    store_check(fw, "fw.pg", conn, "postgresql")
+    if type(rows) ~= "table" then
+      arg_error(fw, 3, "fw.pg.execute_many: rows must be a list of parameter lists, got "
+        .. type(rows))
+    end
+    local list = {}
+    for i = 1, #rows do
+      if type(rows[i]) ~= "table" then
+        arg_error(fw, 3, string.format(
+          "fw.pg.execute_many: rows[%d] is a %s (expected a list of parameters)", i, type(rows[i])))
+      end
+      list[i] = dense(fw, rows[i])
+    end
+    if #list == 0 then
+      return 0
+    end
+    return call("pg", conn, "execute_many", sql, list)
+  end
   function api.transaction(conn, fn)
     store_check(fw, "fw.pg", conn, "postgresql")
     call("pg", conn, "begin", "BEGIN")
@@ -172,6 +191,10 @@ local function pg_proxy(fw, call)
     function tx.execute(_, sql, params)
       if not live then arg_error(fw, 2, "fw.pg: this transaction has ended") end
       return api.execute(conn, sql, params)
+    end
+    function tx.execute_many(_, sql, rows)
+      if not live then arg_error(fw, 2, "fw.pg: this transaction has ended") end
+      return api.execute_many(conn, sql, rows)
     end
     local res = table.pack(pcall(fn, tx))
     live = false
