@@ -21,6 +21,8 @@
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
 #include "runtime/dispatch/batch-private.h"
+#include "runtime/dispatch/event_park-private.h"
+#include "runtime/dispatch/outage-private.h"
 
 bool
 fw_dispatcher_batching (const fw_dispatcher_t *d, int *max_events, int64_t *max_wait_ms)

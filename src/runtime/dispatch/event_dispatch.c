@@ -21,7 +21,10 @@
 #include "flowwarden/secrets.h"
 #include "runtime/dispatch/batch-private.h"
 #include "runtime/dispatch/dispatcher-private.h"
+#include "runtime/dispatch/event_park-private.h"
 #include "runtime/dispatch/event_txn.h"
+#include "runtime/dispatch/outage-private.h"
+#include "runtime/dispatch/replay_hook-private.h"
 
 typedef enum { ACT_RETRY, ACT_DLQ, ACT_SKIP, ACT_DROP } action_t;
 

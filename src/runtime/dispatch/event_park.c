@@ -18,6 +18,7 @@
 #include "flowwarden/dlq_store.h"
 #include "flowwarden/log.h"
 #include "runtime/dispatch/dispatcher-private.h"
+#include "runtime/dispatch/event_park-private.h"
 
 /* How often a stream with open sequences reads them again, so sequences a
  * separate `flowwarden dlq replay` closed leave its set (and its status). */

@@ -14,6 +14,7 @@
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
 #include "runtime/dispatch/dispatcher-private.h"
+#include "runtime/dispatch/outage-private.h"
 
 #define SLICE_MS 100
 

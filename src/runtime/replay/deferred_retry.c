@@ -12,6 +12,7 @@
 #include "flowwarden/dlq_replay.h"
 #include "flowwarden/log.h"
 #include "runtime/dispatch/dispatcher-private.h"
+#include "runtime/dispatch/replay_hook-private.h"
 
 /* How often an idle stream looks for due retries at most; and how many it
  * runs in one go before handing back to live events. */

@@ -19,6 +19,7 @@
 #include "flowwarden/mongo_lua.h"
 #include "flowwarden/clock.h"
 #include "runtime/dispatch/dispatcher-private.h"
+#include "runtime/dispatch/replay_hook-private.h"
 
 
 const char *
