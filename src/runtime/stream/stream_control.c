@@ -8,6 +8,7 @@
 
 #include "flowwarden/log.h"
 #include "flowwarden/metrics_lua.h"
+#include "runtime/stream/stream_control-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
 bool

@@ -7,6 +7,7 @@
 #include "flowwarden/checkpoint_store.h"
 #include "flowwarden/checkpoint_writer.h"
 #include "flowwarden/log.h"
+#include "runtime/stream/stream_position-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
 /* checkpoint.mode = "async": saves that may wait to be written while the

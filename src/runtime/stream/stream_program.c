@@ -11,6 +11,9 @@
 #include <unistd.h>
 
 #include "flowwarden/clock.h"
+#include "runtime/stream/stream_circuit-private.h"
+#include "runtime/stream/stream_program-private.h"
+#include "runtime/stream/stream_shared-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
 fw_stream_worker_t *

@@ -9,6 +9,7 @@
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
 #include "flowwarden/shared_units.h"
+#include "runtime/stream/stream_shared-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
 fw_lease_t *

@@ -10,7 +10,13 @@
 
 #include "flowwarden/log.h"
 #include "flowwarden/snapshot.h"
+#include "runtime/stream/stream_control-private.h"
 #include "runtime/stream/stream_generation-private.h"
+#include "runtime/stream/stream_lanes-private.h"
+#include "runtime/stream/stream_lead-private.h"
+#include "runtime/stream/stream_position-private.h"
+#include "runtime/stream/stream_settle.h"
+#include "runtime/stream/stream_snapshot-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
 #define RETRY_MS 2000       /* after a chunk could not be read */

@@ -1,0 +1,43 @@
+/*
+ * stream_snapshot-private.h - the incremental snapshot on the stream's thread (issue 28,
+ * stream_snapshot.c; snapshot.h).
+ */
+#ifndef FLOWWARDEN_STREAM_SNAPSHOT_PRIVATE_H
+#define FLOWWARDEN_STREAM_SNAPSHOT_PRIVATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "flowwarden/stream_worker.h"
+#include <bson/bson.h>
+
+#include "flowwarden/checkpoint_store.h"
+#include "flowwarden/event.h"
+#include "runtime/stream/stream_position-private.h"
+#include "runtime/stream/stream_settle.h"
+
+/* After the checkpoint was read (cp): resumes a snapshot its progress says
+ * is running, or starts one (start_position = "snapshot", no checkpoint),
+ * storing it before the change stream opens. False only on shutdown. */
+bool fw_stream_snapshot_setup (fw_stream_worker_t *w, const fw_checkpoint_t *cp);
+
+/* At the loop's top, between live events: an on-demand request taken, the
+ * last chunk's progress stored, the next chunk read when due. */
+fw_read_end_t fw_stream_snapshot_between (fw_stream_worker_t *w, fw_position_t *p);
+
+/* A live event, before it is handled: the open chunk's rows are handed out
+ * first when the event is past the high watermark. */
+fw_read_end_t fw_stream_snapshot_live (fw_stream_worker_t *w, fw_position_t *p,
+                                       const fw_event_t *ev);
+
+/* Idle, with the post-batch resume token: as fw_stream_snapshot_live. */
+fw_read_end_t fw_stream_snapshot_idle (fw_stream_worker_t *w, fw_position_t *p,
+                                       const bson_t *token);
+
+/* The change stream (re)opened: an open chunk is read again. */
+void fw_stream_snapshot_reopened (fw_stream_worker_t *w);
+
+/* The thread ends: the snapshot state freed (its progress is stored). */
+void fw_stream_snapshot_teardown (fw_stream_worker_t *w);
+
+#endif
