@@ -7,13 +7,14 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "flowwarden/stream_worker.h"
 #include <bson/bson.h>
 
 #include "flowwarden/event.h"
-#include "runtime/stream/stream_position-private.h"
-#include "runtime/stream/stream_read-private.h"
+#include "flowwarden/stream_worker.h"
 #include "runtime/stream/stream_settle.h"
+
+typedef struct fw_position fw_position_t;            /* stream_position-private.h */
+typedef struct fw_stream_reader fw_stream_reader_t; /* stream_read-private.h */
 
 /* ev (parsed from the reader's current event, not a fragment, stub or
  * invalidate) is the first of a batch: takes up to batch.max_events events

@@ -7,9 +7,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "flowwarden/stream_worker.h"
 #include "flowwarden/event.h"
-#include "runtime/stream/stream_position-private.h"
+#include "flowwarden/stream_worker.h"
+
+typedef struct fw_position fw_position_t; /* stream_position-private.h */
 
 /* --- stream_lanes.c: per-key lanes (issue 16) ------------------------------
  *

@@ -8,9 +8,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "flowwarden/stream_worker.h"
 #include "flowwarden/checkpoint_store.h"
-#include "runtime/stream/stream_position-private.h"
+#include "flowwarden/stream_worker.h"
+
+typedef struct fw_position fw_position_t; /* stream_position-private.h */
 
 /* Reads the checkpoint into p (unless start_position = "latest"), retrying
  * with the restart backoff. False only on shutdown. */

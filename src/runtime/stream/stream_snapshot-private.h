@@ -8,13 +8,14 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "flowwarden/stream_worker.h"
 #include <bson/bson.h>
 
 #include "flowwarden/checkpoint_store.h"
 #include "flowwarden/event.h"
-#include "runtime/stream/stream_position-private.h"
+#include "flowwarden/stream_worker.h"
 #include "runtime/stream/stream_settle.h"
+
+typedef struct fw_position fw_position_t; /* stream_position-private.h */
 
 /* After the checkpoint was read (cp): resumes a snapshot its progress says
  * is running, or starts one (start_position = "snapshot", no checkpoint),
