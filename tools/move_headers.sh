@@ -111,12 +111,6 @@ if [ -n "$bad" ]; then
    exit 1
 fi
 
-# The files whose text may name a header.
-files=$(find src tests bench cmake docs -type f \
-           \( -name '*.c' -o -name '*.h' -o -name '*.md' -o -name '*.cmake' -o -name '*.txt' \
-              -o -name '*.py' -o -name '*.lua' -o -name 'README' \) 2>/dev/null;
-        echo README.md CMakeLists.txt)
-
 # One sed program for every header: paths first, then the include form.
 # "flowwarden/NAME" is only rewritten when not preceded by a letter, '/' or
 # '_' (so lua/flowwarden/... and other paths are left alone).
@@ -143,6 +137,12 @@ for pair in $(echo "$table" | awk 'NF == 2 { print $1 ":" $2 }'); do
       mv "include/flowwarden/$name" "src/$dir/$name"
    fi
 done
+
+# The files whose text may name a header (the moved headers among them).
+files=$(find include src tests bench cmake docs -type f \
+           \( -name '*.c' -o -name '*.h' -o -name '*.md' -o -name '*.cmake' -o -name '*.txt' \
+              -o -name '*.py' -o -name '*.lua' -o -name 'README' \) 2>/dev/null;
+        echo README.md CMakeLists.txt)
 
 changed=0
 for f in $files; do
