@@ -84,7 +84,7 @@ typedef struct {
    int partitions;                  /* issue 31: this is unit `partition` (0-based) of a stream
                                      * with partitions = N (name "<stream>#k/N"); 0: none */
    int partition;
-   int batch_max_events;            /* on_batch (issue 30): events per call at most; 0: no on_batch */
+   int batch_max_events; /* on_batch (issue 30): events per call at most; 0: no on_batch */
    int64_t batch_max_wait_ms;       /* batch.max_wait: how long a batch waits for more events */
 } fw_stream_config_t;
 

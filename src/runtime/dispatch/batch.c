@@ -322,7 +322,8 @@ batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
    s->evs = NULL;
    s->outcomes = NULL;
    if (!ok && fw_outcome_finished (s->result.kind)) {
-      snprintf (d->out.failure, sizeof d->out.failure, "out of memory taking a batch of %zu events", n);
+      snprintf (d->out.failure, sizeof d->out.failure, "out of memory taking a batch of %zu events",
+                n);
       s->result = (fw_outcome_t){FW_OUTCOME_FAILED, 0, 0, "", "", d->out.failure};
    }
    return s->result;

@@ -239,7 +239,8 @@ decide_in (fw_dispatcher_t *d, int attempt, fw_lua_stop_t stop, decision_t *out)
    }
    lua_pushvalue (L, value);
    push_string_or_nil (L, has_on_error && !on_error_ok ? stop_name (inner) : NULL);
-   if (fw_lua_host_call (d->prog.host, 6, 1, d->prog.cfg.timeout_ms, &inner) && lua_istable (L, -1)) {
+   if (fw_lua_host_call (d->prog.host, 6, 1, d->prog.cfg.timeout_ms, &inner) &&
+       lua_istable (L, -1)) {
       int answer = lua_gettop (L);
       char action[16];
       copy_field (L, answer, "action", action, sizeof action, false);
@@ -421,7 +422,8 @@ save_entry (fw_dispatcher_t *d, const bson_t *entry, const char *id)
       if (!d->dlq) {
          snprintf (err.message, sizeof err.message, "DLQ store is not open");
       }
-      int64_t delay = fw_backoff_delay_ms (&d->prog.cfg.restart, tries, fw_backoff_random (&d->rng));
+      int64_t delay = fw_backoff_delay_ms (&d->prog.cfg.restart, tries,
+                                           fw_backoff_random (&d->rng));
       fw_log (FW_LOG_ERROR, d->prog.cfg.name,
               "DLQ insert for event %s failed (try %d): %s; the stream holds this event and "
               "tries again in %lld ms",

@@ -87,8 +87,8 @@ make_owner_id (void)
    for (size_t i = 0; i < sizeof r; i++) {
       snprintf (hex + 2 * i, 3, "%02x", r[i]);
    }
-   snprintf (owner_id, sizeof owner_id, "%.120s:%d:%.8s-%.4s-%.4s-%.4s-%.12s", host, (int) getpid (),
-             hex, hex + 8, hex + 12, hex + 16, hex + 20);
+   snprintf (owner_id, sizeof owner_id, "%.120s:%d:%.8s-%.4s-%.4s-%.4s-%.12s", host,
+             (int) getpid (), hex, hex + 8, hex + 12, hex + 16, hex + 20);
 }
 
 const char *

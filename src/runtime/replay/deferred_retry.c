@@ -114,7 +114,8 @@ release_followers (fw_dispatcher_t *d, const char *seq, const char *actor)
    fw_replay_options_t opts = {actor, FW_DLQ_CLAIM_TTL_MS, false, false};
    fw_error_t err;
 
-   if (fw_dlq_replay_sequence (d, d->dlq, seq, &opts, report_follower, d, &err) == FW_SEQ_REPLAY_ERROR) {
+   if (fw_dlq_replay_sequence (d, d->dlq, seq, &opts, report_follower, d, &err) ==
+       FW_SEQ_REPLAY_ERROR) {
       fw_log (FW_LOG_WARN, d->prog.cfg.name,
               "deferred retry of sequence %.300s resolved, but replaying its parked events "
               "failed: %s (flowwarden dlq replay --sequence takes them)",

@@ -103,7 +103,8 @@ read_doc (scan_t *s, const bson_t *doc)
    if (bson_iter_init_find (&it, doc, "cutoffs") && BSON_ITER_HOLDS_ARRAY (&it) &&
        bson_iter_recurse (&it, &a)) {
       while (s->ncutoff < MAX_OLD && bson_iter_next (&a)) {
-         s->cutoff[s->ncutoff] = strdup (BSON_ITER_HOLDS_UTF8 (&a) ? bson_iter_utf8 (&a, NULL) : "");
+         s->cutoff[s->ncutoff] = strdup (BSON_ITER_HOLDS_UTF8 (&a) ? bson_iter_utf8 (&a, NULL)
+                                                                   : "");
          if (!s->cutoff[s->ncutoff++]) {
             return false;
          }
@@ -116,7 +117,8 @@ read_doc (scan_t *s, const bson_t *doc)
 static bool
 scan_one (scan_t *s, const bson_t *doc, const char *id, size_t n, int mine, int want)
 {
-   int g = fw_stream_partition_generation_of (id, id, n), k = 0, parts; /* id starts with the base */
+   int g = fw_stream_partition_generation_of (id, id, n), k = 0,
+       parts; /* id starts with the base */
    const char *pos;
 
    if (g < 0 || g == mine) {
@@ -264,7 +266,8 @@ static int
 switch_to (const fw_stream_config_t *cfg, mongoc_client_t *client, const scan_t *s, int old,
            char *what, size_t len)
 {
-   int n = (int) fw_stream_partition_base_len (cfg), mine = cfg->partitions > 0 ? cfg->partitions : 0;
+   int n = (int) fw_stream_partition_base_len (cfg),
+       mine = cfg->partitions > 0 ? cfg->partitions : 0;
    int units = old > 1 ? old : 1;
    char id[600], key[16];
    const char *k;
@@ -476,7 +479,8 @@ fw_generation_open_t
 fw_stream_generation_open (const fw_stream_config_t *cfg, mongoc_client_t *client,
                            fw_generation_t *g, char *what, size_t len)
 {
-   int n = (int) fw_stream_partition_base_len (cfg), mine = cfg->partitions > 0 ? cfg->partitions : 0;
+   int n = (int) fw_stream_partition_base_len (cfg),
+       mine = cfg->partitions > 0 ? cfg->partitions : 0;
    int old;
    scan_t s;
    bool ok, later = false;

@@ -94,7 +94,8 @@ fw_stream_snapshot_setup (fw_stream_worker_t *w, const fw_checkpoint_t *cp)
    }
    fw_snapshot_progress_init (&progress);
    for (;;) {
-      if (fw_checkpoint_snapshot_load (w->client, w->cfg->database, w->cfg->name, &progress, &err)) {
+      if (fw_checkpoint_snapshot_load (w->client, w->cfg->database, w->cfg->name, &progress,
+                                       &err)) {
          break;
       }
       fw_log (FW_LOG_WARN, w->cfg->name, "%s (retrying)", err.message);

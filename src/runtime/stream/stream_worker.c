@@ -347,7 +347,8 @@ here_advance (void *ud)
       return lanes_event (w, h->rd, h->p, h->ev, false);
    }
    if (w->reprocess_at_ms >= 0) {
-      fw_dlq_reprocess_tick (w->d, &w->reprocess_at_ms); /* a due dlq.reprocess round, between events */
+      fw_dlq_reprocess_tick (w->d,
+                             &w->reprocess_at_ms); /* a due dlq.reprocess round, between events */
    }
    fw_deferred_tick (w->d); /* due deferred retries (issue 29), between events */
    return event_done (w, h->rd, h->p, h->ev);
@@ -643,7 +644,8 @@ run_setup (fw_stream_worker_t *w, fw_stream_run_t *run)
    }
    set_state (w, FW_STREAM_STARTING, "starting: reading its checkpoint");
    if (w->metrics) {
-      fw_stream_metrics_set_script_version (w->metrics, fw_lua_host_version (fw_dispatcher_host (w->d)));
+      fw_stream_metrics_set_script_version (w->metrics,
+                                            fw_lua_host_version (fw_dispatcher_host (w->d)));
    }
 
    if (w->cfg->dlq.enabled && !fw_dispatcher_open_dlq (w->d)) {
@@ -667,7 +669,8 @@ run_setup (fw_stream_worker_t *w, fw_stream_run_t *run)
       return false;
    }
    fw_log (FW_LOG_INFO, w->cfg->name, "starting on %s%s%s %s", w->cfg->database,
-           w->cfg->collection ? "." : "", w->cfg->collection ? w->cfg->collection : " (all collections)",
+           w->cfg->collection ? "." : "",
+           w->cfg->collection ? w->cfg->collection : " (all collections)",
            run->from_checkpoint ? "from its checkpoint" : "from now");
    return true;
 }
