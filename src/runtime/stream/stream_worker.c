@@ -245,10 +245,13 @@ event_boundary (fw_stream_worker_t *w, fw_position_t *p)
          fw_stream_failed (w, w->failure);
          return FW_READ_FAILED;
       }
-   } else {
-      fw_stream_reload_apply (w);
+   } else if (__atomic_load_n (&w->pending.has, __ATOMIC_ACQUIRE)) {
+      fw_stream_reload_apply (w); /* a reload is pending */
    }
-   if (fw_stream_lease_lost (w)) {
+   /* The parts an event does not need stay out of its path: the lease's
+    * checks without ha, the snapshot's without one, deferred retries
+    * without retry.mode = "deferred" (each function checks again). */
+   if (w->lead.lease && fw_stream_lease_lost (w)) {
       return FW_READ_LOST;
    }
    return FW_READ_NEXT;
@@ -350,7 +353,9 @@ here_advance (void *ud)
       fw_dlq_reprocess_tick (w->d,
                              &w->reprocess_at_ms); /* a due dlq.reprocess round, between events */
    }
-   fw_deferred_tick (w->d); /* due deferred retries (issue 29), between events */
+   if (w->cfg->retry_deferred) {
+      fw_deferred_tick (w->d); /* due deferred retries (issue 29), between events */
+   }
    return event_done (w, h->rd, h->p, h->ev);
 }
 
@@ -430,7 +435,7 @@ dispatch_here (here_t *h, const fw_event_t *ev)
    fw_outcome_t o;
 
    fw_dispatcher_count_received (w->d, ev);
-   if (fw_stream_lease_lost (w)) {
+   if (w->lead.lease && fw_stream_lease_lost (w)) {
       return FW_READ_LOST; /* checked again here: the read may have waited */
    }
    o = fw_event_dispatch (w->d, ev);
@@ -480,7 +485,7 @@ take_event (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p, con
    default:
       break;
    }
-   if (parsed && (end = fw_stream_snapshot_live (w, p, &ev)) != FW_READ_NEXT) {
+   if (parsed && w->snap.run && (end = fw_stream_snapshot_live (w, p, &ev)) != FW_READ_NEXT) {
       return end;
    }
    if (step == FW_OVERSIZE_STUB) {
@@ -549,7 +554,8 @@ consume_events (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
 
    while (!fw_shutdown_requested (w->shutdown)) {
       if ((end = event_boundary (w, p)) != FW_READ_NEXT ||
-          (end = fw_stream_snapshot_between (w, p)) != FW_READ_NEXT) {
+          ((w->snap.run || __atomic_load_n (&w->snap.request, __ATOMIC_ACQUIRE)) &&
+           (end = fw_stream_snapshot_between (w, p)) != FW_READ_NEXT)) {
          return end;
       }
       if (fw_stream_reader_next (rd, &doc)) {
