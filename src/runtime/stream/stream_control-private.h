@@ -13,10 +13,8 @@
 /* What the admin endpoint asked the stream's thread to do. */
 enum { W_CONTROL_NONE = 0, W_CONTROL_PAUSE, W_CONTROL_RESUME, W_CONTROL_RESTART };
 
-/* The admin endpoint's pending request (W_CONTROL_*), left in place. */
-int fw_stream_control_peek (fw_stream_worker_t *w);
-
-/* The pending request, cleared. */
+/* The pending request (W_CONTROL_*), cleared; fw_stream_control_peek
+ * (stream_worker-private.h) leaves it in place. */
 int fw_stream_control_take (fw_stream_worker_t *w);
 
 /* Sleeps up to ms; returns true at once on shutdown, false early when the

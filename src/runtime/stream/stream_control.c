@@ -40,12 +40,6 @@ fw_stream_worker_control (fw_stream_worker_t *w, fw_stream_action_t action)
 }
 
 int
-fw_stream_control_peek (fw_stream_worker_t *w)
-{
-   return __atomic_load_n (&w->control, __ATOMIC_ACQUIRE);
-}
-
-int
 fw_stream_control_take (fw_stream_worker_t *w)
 {
    return __atomic_exchange_n (&w->control, W_CONTROL_NONE, __ATOMIC_ACQ_REL);

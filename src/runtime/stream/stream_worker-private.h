@@ -104,4 +104,12 @@ struct fw_stream_worker {
    } snap;
 };
 
+/* The admin endpoint's pending request (W_CONTROL_*, stream_control-private.h),
+ * left in place. Inline: read at every event boundary. */
+static inline int
+fw_stream_control_peek (fw_stream_worker_t *w)
+{
+   return __atomic_load_n (&w->control, __ATOMIC_ACQUIRE);
+}
+
 #endif
