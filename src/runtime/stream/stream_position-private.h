@@ -50,6 +50,12 @@ void fw_position_save (fw_stream_worker_t *w, fw_position_t *p, const char *why)
  * or when the writer cannot start. */
 void fw_position_save_async (fw_stream_worker_t *w, fw_position_t *p, const char *why);
 
+/* ev (handled, or dead-lettered, on the stream's thread) is passed: p's
+ * processed token is ev's, its resume token token (the change stream's after
+ * ev), and p is saved (fw_position_save_async) every save_every events. */
+void fw_position_passed (fw_stream_worker_t *w, fw_position_t *p, const fw_event_t *ev,
+                         const bson_t *token);
+
 /* Counts the checkpoint writer's outcomes in the stream's metrics. */
 void fw_position_writer_results (fw_stream_worker_t *w);
 

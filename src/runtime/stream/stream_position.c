@@ -144,3 +144,18 @@ fw_position_save_async (fw_stream_worker_t *w, fw_position_t *p, const char *why
    p->last_save_ms = fw_now_ms ();
 }
 
+void
+fw_position_passed (fw_stream_worker_t *w, fw_position_t *p, const fw_event_t *ev,
+                    const bson_t *token)
+{
+   if (fw_position_set_event_token (&p->processed, ev)) {
+      p->has_processed = true;
+   }
+   fw_position_set_token (&p->resume, token);
+   p->has_resume = true;
+   p->dirty = true;
+   if (++p->since_save >= w->cfg->save_every) {
+      fw_position_save_async (w, p, "save_every");
+   }
+}
+

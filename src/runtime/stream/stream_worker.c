@@ -282,15 +282,7 @@ static fw_read_end_t
 event_done (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
             const fw_event_t *ev)
 {
-   if (fw_position_set_event_token (&p->processed, ev)) {
-      p->has_processed = true;
-   }
-   fw_position_set_token (&p->resume, fw_stream_reader_resume_token (rd));
-   p->has_resume = true;
-   p->dirty = true;
-   if (++p->since_save >= w->cfg->save_every) {
-      fw_position_save_async (w, p, "save_every");
-   }
+   fw_position_passed (w, p, ev, fw_stream_reader_resume_token (rd));
    if (strcmp (ev->operation_type, "invalidate") == 0) {
       p->invalidated = true;
       fw_position_save (w, p, "invalidate");
@@ -499,7 +491,8 @@ take_event (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p, con
       *progressed = true;
       return lanes_event (w, rd, p, &ev, true); /* the router: to its lane */
    }
-   if (fw_dispatcher_batching (w->d, NULL, NULL) && fw_stream_batch_joins (doc, &ev)) {
+   if (w->cfg->batch_max_events > 0 && fw_dispatcher_batching (w->d, NULL, NULL) &&
+       fw_stream_batch_joins (doc, &ev)) {
       /* on_batch: ev starts a batch, which moves the position itself */
       *progressed = true;
       end = fw_stream_batch_take (w, rd, p, &ev);
@@ -871,7 +864,8 @@ done:
 static bool
 reload_boundary (void *ud)
 {
-   return fw_stream_reload_apply (ud);
+   fw_stream_worker_t *w = ud;
+   return __atomic_load_n (&w->pending.has, __ATOMIC_ACQUIRE) && fw_stream_reload_apply (w);
 }
 
 bool
