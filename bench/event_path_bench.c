@@ -53,12 +53,20 @@
 #include "flowwarden/metrics.h"
 #include "flowwarden/batch_dispatch.h"
 #include "flowwarden/dispatcher.h"
+#include "flowwarden/event_settle.h"
 
 #define RING 1024
 
 /* The registry the workers count in, as under `flowwarden run`; NULL with
  * --no-metrics. */
 static fw_metrics_t *metrics;
+
+/* The stream's per-event settle, as `run` wires it (ud: the metrics block). */
+static void
+settled (void *ud, const char *stream, const fw_event_t *ev, const fw_outcome_t *o)
+{
+   fw_event_settle (ud, stream, ev, o);
+}
 
 static const char *const S1_BODY = "  on_insert = function(ctx) end,\n";
 
@@ -436,6 +444,7 @@ run_dispatch (const char *name, const char *prelude, const char *body, const rin
     * --no-metrics. */
    m = metrics ? fw_metrics_stream (metrics, fw_dispatcher_config (d)->name) : NULL;
    fw_dispatcher_set_metrics (d, m);
+   fw_dispatcher_set_outcome_sink (d, settled, m); /* the stream's settle of each event */
    for (uint64_t i = 0; i < warm + n; i++) {
       if (i == warm) {
          w0 = clock_s (CLOCK_MONOTONIC);

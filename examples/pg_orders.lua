@@ -10,11 +10,17 @@
 --                        status text, doc jsonb);
 --
 -- Inserts, updates and replaces upsert the order's row; deletes delete it.
--- Both are idempotent, so a retry or a restart that runs an event again
--- leaves the same row. Values go as $1 parameters, never spliced into the
--- SQL; the whole document goes to a jsonb column as JSON text (a Lua table
--- would be sent as JSON too). Pg.Connection, Pg.Timeout, Pg.Serialization and Pg.Deadlock are
--- retried; a Pg.UniqueViolation, Pg.Syntax or Pg.Permission goes to the DLQ.
+-- exactly_once = { connection = "reporting" } runs each event's statements
+-- and the stream's position (a row of flowwarden_checkpoints, a table
+-- flowwarden creates in that database on first use) in one SQL transaction:
+-- a crash or a kill leaves both or neither, and a restart resumes from that
+-- row, so each event's statements commit exactly once (docs/reliability.md,
+-- "Exactly once into PostgreSQL"). Values go as $1 parameters, never spliced
+-- into the SQL; the whole document goes to a jsonb column as JSON text (a
+-- Lua table would be sent as JSON too). Pg.Connection, Pg.Timeout,
+-- Pg.Serialization and Pg.Deadlock are retried (a rolled-back attempt runs
+-- again whole); a Pg.UniqueViolation, Pg.Syntax or Pg.Permission goes to the
+-- DLQ, with nothing of the event applied.
 local fw = require("flowwarden")
 
 fw.connection { name = "reporting",
@@ -39,6 +45,7 @@ fw.stream {
   name = "orders-to-pg",
   collection = "orders",
   full_document = "updateLookup",
+  exactly_once = { connection = "reporting" },
   retry = { max_attempts = 10, initial_delay = "200ms", max_delay = "10s" },
   dlq = true,
   on_insert = upsert,

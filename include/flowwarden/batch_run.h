@@ -47,6 +47,13 @@ typedef struct {
    bool (*single) (void *ud, size_t i);
    void *ud;
    int max_attempts; /* retry.max_attempts (>= 1) */
+   /* exactly_once (issue 39), NULL otherwise: whether events a < b of the
+    * batch are of one source transaction, which bisection never splits: it
+    * splits a set at the group boundary nearest its middle, and a set that
+    * is one group of several events goes to group(ud, idx, n) whole (the
+    * per-event path for each in one transaction; false as single). */
+   bool (*joined) (void *ud, size_t a, size_t b);
+   bool (*group) (void *ud, const size_t *idx, size_t n);
 } fw_batch_ops_t;
 
 typedef struct {

@@ -112,8 +112,12 @@ void fw_dispatcher_set_shutdown (fw_dispatcher_t *d, fw_shutdown_t *shutdown);
  * NULL) is not held; DLQ entries carry epoch. */
 void fw_dispatcher_set_lead (fw_dispatcher_t *d, fw_lease_t *lease, int64_t epoch);
 
-/* fn(ud) is called at every attempt boundary; true when it switched the
- * program (a reload). */
+/* fn(ud) is asked before every retry of a change event (not a replay's):
+ * true when a reload's new program waits. The event then gives way
+ * (FW_OUTCOME_YIELDED, its attempts so far in the outcome) instead of
+ * running its next attempt on the old program: its stream switches
+ * programs at the event's boundary, never inside fw_event_dispatch, and
+ * runs it again with attempt_base = those attempts. Never inside a batch. */
 void fw_dispatcher_set_boundary (fw_dispatcher_t *d, bool (*fn) (void *ud), void *ud);
 
 /*
@@ -143,9 +147,50 @@ typedef bool (*fw_txn_session_fn) (void *ud, mongoc_client_t *client, const bson
 void fw_dispatcher_set_exactly_once (fw_dispatcher_t *d, fw_txn_position_fn fn,
                                      fw_txn_session_fn record, void *ud);
 
+/*
+ * exactly_once into another store (issue 40: PostgreSQL): a sink the stream
+ * hands the dispatcher instead of the MongoDB transaction above. The
+ * dispatcher brackets each handler attempt with it and knows nothing else
+ * of it:
+ * - begin(ud, L): starts the attempt's transaction and joins L's calls to
+ *   it; false with a handler failure table pushed on L (the attempt failed).
+ * - commit(ud, L, ev): leaves the join, writes the position past ev in the
+ *   transaction and commits it; FW_SINK_FAILED with a failure table pushed
+ *   on L; FW_SINK_FENCED when a newer leader holds the position (nothing
+ *   committed: the event ends FW_OUTCOME_STOPPED).
+ * - end(ud, L): leaves the join and rolls back what is open.
+ * - release(ud): before the dispatcher goes (may be NULL).
+ * A NULL begin: no sink (the default). A replayed dead letter never runs in
+ * a transaction.
+ */
+typedef enum {
+   FW_SINK_COMMITTED,
+   FW_SINK_FAILED,
+   FW_SINK_FENCED,
+} fw_sink_commit_t;
+
+typedef struct {
+   bool (*begin) (void *ud, lua_State *L);
+   fw_sink_commit_t (*commit) (void *ud, lua_State *L, const fw_event_t *ev);
+   void (*end) (void *ud, lua_State *L);
+   void (*release) (void *ud);
+   void *ud;
+} fw_txn_sink_t;
+
+/* Copies *sink (NULL: none). */
+void fw_dispatcher_set_txn_sink (fw_dispatcher_t *d, const fw_txn_sink_t *sink);
+/* After every commit of a transaction fn wrote a position in (one event's,
+ * or a batch's after its last event), committed(ud) with fn's ud: the last
+ * position fn wrote is now stored. NULL: not told (the default). */
+void fw_dispatcher_set_txn_committed (fw_dispatcher_t *d, void (*committed) (void *ud));
+
 /* The client of d's "default" connection, the one exactly_once's
  * transactions run on (owned by d); NULL with error set. */
 mongoc_client_t *fw_dispatcher_txn_client (fw_dispatcher_t *d, fw_error_t *error);
+
+/* Ends d's kept session (aborting a transaction still open in it): the next
+ * attempt starts a new one and records it first. On d's thread. */
+void fw_dispatcher_txn_reset (fw_dispatcher_t *d);
 
 /* Loads the stream's script once more into a new host (the caller's), as
  * the stream's own was loaded; NULL with error filled. */
@@ -206,14 +251,60 @@ void fw_dispatcher_stats (const fw_dispatcher_t *d, fw_stream_stats_t *out);
 /* Why the stream must stop after FW_OUTCOME_FAILED. */
 const char *fw_dispatcher_failure (const fw_dispatcher_t *d);
 
-/* When the dispatcher last finished an event (wall clock, ms; with metrics). */
-int64_t fw_dispatcher_finished_ms (const fw_dispatcher_t *d);
+/* Where a dispatcher hands every change event it finished with, once, with
+ * its outcome (stream: the stream's name): its log line and its counts are
+ * the receiver's (the stream's settle, flowwarden/event_settle.h), never
+ * the dispatcher's. Called on the dispatcher's thread, before
+ * fw_event_dispatch returns, and for each event of a batch as it finishes. */
+typedef void (*fw_outcome_sink_fn) (void *ud, const char *stream, const fw_event_t *ev,
+                                    const fw_outcome_t *o);
 
-/* Runs the handlers for one parsed event with the stream's retry and DLQ
- * policy, and says what became of it (flowwarden/outcome.h): it moves no
- * position, its caller settles the outcome. The event must stay valid
- * until it returns; the outcome's strings until d's next event. */
-fw_outcome_t fw_event_dispatch (fw_dispatcher_t *d, const fw_event_t *ev);
+/* d's events go to fn(ud, ...) (NULL: nowhere, neither logged nor counted). */
+void fw_dispatcher_set_outcome_sink (fw_dispatcher_t *d, fw_outcome_sink_fn fn, void *ud);
+
+/* How a client other than the stream runs an event through d: the
+ * dispatcher keeps no mode, each call says what it runs. All zero (or
+ * NULL): a change event (fw_event_dispatch). */
+typedef struct fw_dispatch_run {
+   /* Attempts made before this call (a deferred retry's, an event that
+    * yielded to a reload): this call's first attempt is number
+    * attempt_base + 1 for ctx:attempt_number(), the error policy's decision,
+    * the backoff and a DLQ entry; the outcome's attempts count them all. */
+   int attempt_base;
+   /* A dead letter's replay (dispatcher-private.h), NULL for a change event:
+    * see fw_replay_hook_t for what it changes. */
+   struct fw_replay_hook *replay;
+} fw_dispatch_run_t;
+
+/* fw_event_dispatch for the client run says (borrowed; NULL: a change
+ * event). */
+fw_outcome_t fw_event_dispatch_run (fw_dispatcher_t *d, const fw_event_t *ev,
+                                    const fw_dispatch_run_t *run);
+
+/* Runs the handlers for one parsed change event with the stream's retry and
+ * DLQ policy, and says what became of it (flowwarden/outcome.h): it moves no
+ * position, its caller settles the outcome (the sink has logged and
+ * counted it). The event must stay valid until it returns; the outcome's
+ * strings until d's next event. */
+static inline fw_outcome_t
+fw_event_dispatch (fw_dispatcher_t *d, const fw_event_t *ev)
+{
+   return fw_event_dispatch_run (d, ev, NULL);
+}
+
+/* exactly_once (issue 39): the n events evs[0..n) of one source transaction
+ * (same lsid and txnNumber, in stream order, valid until it returns) applied
+ * together: each attempt calls the handler of each event in turn in one
+ * transaction, committed with the position past evs[n-1]; a failed call
+ * fails the attempt, and the retry policy and on_error apply to the event
+ * that failed, for the whole group. When that event ends without being
+ * applied (dead-lettered, skipped, lost), the group's other events are run
+ * again without it, together. Returns FW_OUTCOME_HANDLED once every event
+ * is finished with, else the outcome that must come back or stop the stream
+ * (as fw_event_dispatch); outcomes (n entries, or NULL) gets each event's
+ * kind. Without exactly_once (or with n == 1): fw_event_dispatch for each. */
+fw_outcome_t fw_group_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
+                                fw_outcome_kind_t *outcomes);
 
 /* An event fw_event_parse refused (why says how) but that has its resume
  * token: dead-lettered whole (rawEvent, error type MalformedEvent) so the

@@ -90,6 +90,14 @@ bool fw_event_parse (const bson_t *doc, fw_event_t *ev, fw_error_t *error);
  * document, or memory runs out. */
 bool fw_event_order_key (const fw_event_t *ev, bson_t *key);
 
+/* Whether ev is an event of a multi-document transaction: MongoDB gives
+ * each its session's lsid and the transaction's txnNumber. */
+bool fw_event_in_txn (const fw_event_t *ev);
+
+/* Whether a and b are events of the same transaction (the same lsid and
+ * txnNumber, byte for byte). */
+bool fw_event_same_txn (const fw_event_t *a, const fw_event_t *b);
+
 /* Writes the stable event id (the resume token's _data, or its hex bytes)
  * into buf. Returns false if it did not fit: a server's token has no bound
  * (it holds the documentKey), so a fixed buffer suits only log lines. */
@@ -117,6 +125,14 @@ void fw_event_log_id (const fw_event_t *ev, char *buf, size_t len);
  * 38: a server's token is ~170 characters, which buried every warn line). */
 #define FW_EVENT_SHORT_ID_MAX 32
 void fw_event_short_id (const fw_event_t *ev, char *buf, size_t len);
+
+/* What a failure's log line ends with, into buf: " (at WHERE; key {...};
+ * entry ID)", each part when known: the failing line (where, "" or NULL:
+ * none), the event's document key (never the document; cut at 200 bytes)
+ * and the DLQ entry (entry_id "" or NULL: none); "" when none is. Returns
+ * buf. */
+const char *fw_event_failure_context (const fw_event_t *ev, const char *where,
+                                      const char *entry_id, char *buf, size_t len);
 
 /* One line for logs: operation, namespace and event id. Never document
  * contents. */

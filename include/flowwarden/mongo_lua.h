@@ -63,6 +63,9 @@ typedef struct {
    mongoc_client_t *client;
    mongoc_client_session_t *session;
    const char *stream;
+   /* exactly once into another store (client and session NULL): its
+    * connection's name; fw.mongo reads run on their own and writes raise. */
+   const char *sink;
 } fw_mongo_txn_t;
 
 void fw_mongo_lua_join (lua_State *L, const fw_mongo_txn_t *txn);

@@ -24,8 +24,36 @@ typedef enum {
    FW_OUTCOME_HELD,          /* held behind the open circuit breaker until a stop came */
    FW_OUTCOME_NO_DLQ,        /* unreadable or oversize, and no DLQ to keep it */
    FW_OUTCOME_FAILED,        /* the stream must stop before it (error says why) */
+   FW_OUTCOME_YIELDED,       /* between two attempts, a reload's new program was waiting: the
+                              * stream switches at the event's boundary and runs it again,
+                              * its attempts carrying on (fw_dispatch_run_t's attempt_base) */
    FW_OUTCOME_KINDS
 } fw_outcome_kind_t;
+
+/* How the stream counts an event that ended so (the outcome label of
+ * flowwarden_events_total, flowwarden/metrics.h's fw_metrics_outcome_t):
+ * not always the kind's (a park counts PARKED, but a dead letter whose error
+ * has no type is stored as PARKED and counts DLQ; DEFERRED counts DLQ). */
+typedef enum {
+   FW_COUNT_NOTHING = 0,  /* not counted as an event that finished (unreadable, oversize, ...) */
+   FW_COUNT_OK,           /* fw_metrics_outcome_t's values, plus 1 */
+   FW_COUNT_SKIPPED,
+   FW_COUNT_DLQ,
+   FW_COUNT_LOST,
+   FW_COUNT_PARKED,
+   FW_COUNT_NONE          /* finished, in no outcome's count (no handler): the lag moves */
+} fw_outcome_count_t;
+
+/* What the log line of an outcome needs besides the event (the stream's
+ * settle writes it, flowwarden/event_settle.h). Strings never NULL. */
+typedef struct {
+   const char *where;       /* the failing line ("file:line", redacted), or "" */
+   const char *dlq;         /* DEAD_LETTERED, PARKED, DEFERRED: the DLQ collection */
+   bool default_dlq;        /* ... the script's default DLQ (the stream has none) */
+   const char *sequence;    /* PARKED: its DLQ sequence; DEAD_LETTERED: the one it opened; or "" */
+   int64_t sequence_index;  /* the entry's index in it */
+   bool asked_dlq;          /* LOST: on_error asked for a DLQ the stream has not */
+} fw_outcome_detail_t;
 
 /* The strings are the dispatcher's, valid until its next event; never NULL
  * ("" when there is none). */
@@ -36,6 +64,11 @@ typedef struct {
    const char *entry_id;   /* DEAD_LETTERED, PARKED, DEFERRED: the DLQ entry's _id */
    const char *error_type; /* after a failed attempt: its error's type */
    const char *error;      /* its message; FAILED, NO_DLQ: why the stream stops */
+   /* When it was finished with (wall clock, ms: a handled event's handler
+    * end, for the lag); 0 when its dispatcher counts in no metrics block. */
+   int64_t finished_ms;
+   fw_outcome_count_t count;
+   const fw_outcome_detail_t *detail; /* NULL: no log line (handled, no handler, ...) */
 } fw_outcome_t;
 
 /* The position may pass an event that ended so. */
@@ -45,11 +78,12 @@ fw_outcome_finished (fw_outcome_kind_t kind)
    return kind < FW_OUTCOME_STOPPED;
 }
 
-/* The event must come back (a stop or the lease came first). */
+/* The event must come back (a stop or the lease came first, or a reload:
+ * at once, on the new program). */
 static inline bool
 fw_outcome_comes_back (fw_outcome_kind_t kind)
 {
-   return kind == FW_OUTCOME_STOPPED || kind == FW_OUTCOME_HELD;
+   return kind == FW_OUTCOME_STOPPED || kind == FW_OUTCOME_HELD || kind == FW_OUTCOME_YIELDED;
 }
 
 /* The kind's name, as flowwarden test reports it ("handled", "dlq", ...). */

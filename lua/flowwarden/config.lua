@@ -564,8 +564,8 @@ local function validate_stream(decl, defaults, opts, seen_names)
       ctx:fail("retry.mode", '"deferred" needs a dlq: scheduled retries are stored in the '
         .. "stream's DLQ collection (declare dlq = { ... } or use mode = \"blocking\")")
     elseif spec.dlq.store == "memory" then
-      ctx:fail("retry.mode", '"deferred" needs a MongoDB DLQ (dlq.store = "memory" keeps no '
-        .. "scheduled retries)")
+      ctx:fail("retry.mode", '"deferred" needs a MongoDB DLQ (dlq.store = "memory" loses its '
+        .. "scheduled retries when the process ends)")
     end
   end
 
@@ -637,7 +637,7 @@ local function validate_stream(decl, defaults, opts, seen_names)
     ctx:fail("retry.mode", '"deferred" is for per-event handlers: an on_batch call is retried '
       .. "and bisected in place (use mode = \"blocking\")")
   end
-  require("flowwarden.config.exactly_once").check(ctx, t, spec, repr)
+  require("flowwarden.config.exactly_once").check(ctx, t, spec, repr, opts)
   if not any_handler then
     ctx:fail("handlers", "none declared (define at least one of %s)",
       table.concat(M.HANDLER_KEYS, ", "))

@@ -137,9 +137,17 @@ function M.stream(spec)
   if spec.partitions then
     add("partitions", partitions_text(spec))
   end
-  if spec.exactly_once then
+  if spec.exactly_once_pg then
+    add("exactly_once", string.format("{ connection = %q }: fw.pg statements on connection %q "
+      .. "and the stream's position (in the position table there) commit in one SQL "
+      .. "transaction per event (exactly once); fw.mongo writes and fw.pg on another connection "
+      .. "fail the call; fw.mongo reads, fw.http, fw.state, fw.redis and dead letters stay at "
+      .. "least once", spec.exactly_once_pg, spec.exactly_once_pg))
+  elseif spec.exactly_once then
     add("exactly_once", "true: fw.mongo reads and writes on the stream's own connection and the "
-      .. "checkpoint commit in one transaction per event (exactly once); fw.http, fw.state, "
+      .. "checkpoint commit in one transaction per "
+      .. (spec.handlers.batch and "call of on_batch" or "event")
+      .. " (exactly once; the events of one source transaction together); fw.http, fw.state, "
       .. "fw.redis, fw.pg and dead letters stay at least once; fw.mongo on another connection "
       .. "fails the call")
   end

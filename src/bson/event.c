@@ -456,6 +456,44 @@ fnv1a64 (const char *s)
    return h;
 }
 
+const char *
+fw_event_failure_context (const fw_event_t *ev, const char *where, const char *entry_id,
+                          char *buf, size_t len)
+{
+   bson_iter_t it;
+   char *key = NULL;
+   size_t n = 0;
+   const char *sep = " (";
+
+   buf[0] = '\0';
+   if (where && where[0]) {
+      n += (size_t) snprintf (buf + n, len - n, "%sat %s", sep, where);
+      sep = "; ";
+   }
+   if (n < len && fw_event_field (ev, FW_EV_DOCUMENT_KEY, &it) &&
+       BSON_ITER_HOLDS_DOCUMENT (&it)) {
+      bson_t view;
+      uint32_t dlen;
+      const uint8_t *data;
+      bson_iter_document (&it, &dlen, &data);
+      if (bson_init_static (&view, data, dlen) &&
+          (key = bson_as_relaxed_extended_json (&view, NULL))) {
+         n += (size_t) snprintf (buf + n, len - n, "%skey %.200s%s", sep, key,
+                                 strlen (key) > 200 ? "..." : "");
+         sep = "; ";
+         bson_free (key);
+      }
+   }
+   if (n < len && entry_id && entry_id[0]) {
+      n += (size_t) snprintf (buf + n, len - n, "%sentry %s", sep, entry_id);
+      sep = "; ";
+   }
+   if (n < len && buf[0]) {
+      snprintf (buf + n, len - n, ")");
+   }
+   return buf;
+}
+
 void
 fw_event_short_id (const fw_event_t *ev, char *buf, size_t len)
 {
@@ -537,4 +575,28 @@ fw_event_order_key (const fw_event_t *ev, bson_t *key)
       return false;
    }
    return true;
+}
+
+bool
+fw_event_in_txn (const fw_event_t *ev)
+{
+   return fw_event_has (ev, FW_EV_LSID) && fw_event_has (ev, FW_EV_TXN_NUMBER);
+}
+
+bool
+fw_event_same_txn (const fw_event_t *a, const fw_event_t *b)
+{
+   bson_iter_t la, lb, ta, tb;
+   const uint8_t *da, *db;
+   uint32_t na, nb;
+
+   if (!fw_event_field (a, FW_EV_LSID, &la) || !fw_event_field (b, FW_EV_LSID, &lb) ||
+       !fw_event_field (a, FW_EV_TXN_NUMBER, &ta) || !fw_event_field (b, FW_EV_TXN_NUMBER, &tb) ||
+       !BSON_ITER_HOLDS_DOCUMENT (&la) || !BSON_ITER_HOLDS_DOCUMENT (&lb) ||
+       !BSON_ITER_HOLDS_INT64 (&ta) || !BSON_ITER_HOLDS_INT64 (&tb)) {
+      return false;
+   }
+   bson_iter_document (&la, &na, &da);
+   bson_iter_document (&lb, &nb, &db);
+   return na == nb && memcmp (da, db, na) == 0 && bson_iter_int64 (&ta) == bson_iter_int64 (&tb);
 }

@@ -58,6 +58,22 @@ fw_mongo_ctx_begin (lua_State *L, fw_mongo_ctx_t *ctx, const char *method, const
       fw_mongo_raise_plain (L, "Mongo.Network", lua_tostring (L, -1));
    }
    const fw_mongo_txn_t *txn = fw_mongo_txn (L);
+   if (txn && txn->sink) {
+      /* exactly once into PostgreSQL: a read changes nothing, a write could
+       * not commit with the SQL transaction. */
+      static const char *const reads[] = {"find_one", "find", "aggregate", "count", NULL};
+      for (int i = 0; reads[i]; i++) {
+         if (strcmp (method, reads[i]) == 0) {
+            return;
+         }
+      }
+      fw_mongo_arg_error (L,
+                          "fw.mongo: %s on %s.%s: stream \"%s\" has exactly_once = { "
+                          "connection = \"%s\" }, and a MongoDB write cannot join its "
+                          "PostgreSQL transaction: write there from another stream, or drop "
+                          "exactly_once",
+                          method, db, coll, txn->stream ? txn->stream : "?", txn->sink);
+   }
    if (txn && ctx->client != txn->client) {
       fw_mongo_arg_error (L,
                           "fw.mongo: %s on %s.%s: stream \"%s\" has exactly_once = true, and "

@@ -194,3 +194,82 @@ failed:
    }
    return io;
 }
+
+/* Reads the results of a pipeline of n statements up to its sync into out. */
+static fw_pg_io_t
+read_pipeline (PGconn *conn, int n, int64_t deadline_ns, PGresult **out)
+{
+   int i = 0;
+
+   for (;;) {
+      PGresult *res;
+      while (PQisBusy (conn)) {
+         int ready = wait_socket (conn, POLLIN, deadline_ns);
+         if (ready == 0) {
+            return FW_PG_TIMEOUT;
+         }
+         if (ready < 0 || !PQconsumeInput (conn)) {
+            return FW_PG_LOST;
+         }
+      }
+      if (!(res = PQgetResult (conn))) {
+         i++; /* the end of statement i's results */
+         if (i > n || PQstatus (conn) == CONNECTION_BAD) {
+            return FW_PG_LOST;
+         }
+         continue;
+      }
+      if (PQresultStatus (res) == PGRES_PIPELINE_SYNC) {
+         PQclear (res);
+         return i == n ? FW_PG_OK : FW_PG_LOST;
+      }
+      if (i < n && !out[i]) {
+         out[i] = res;
+      } else {
+         PQclear (res);
+      }
+   }
+}
+
+fw_pg_io_t
+fw_pg_exec_pipeline (PGconn *conn, int n, const char *const *sqls, const int *nparams,
+                     const char *const *const *params, int64_t deadline_ns, PGresult **out,
+                     char *why, size_t len)
+{
+   fw_pg_io_t io = FW_PG_LOST;
+
+   for (int i = 0; i < n; i++) {
+      out[i] = NULL;
+   }
+   if (!PQenterPipelineMode (conn)) {
+      goto failed;
+   }
+   for (int i = 0; i < n; i++) {
+      if (!PQsendQueryParams (conn, sqls[i], nparams[i], NULL, params[i], NULL, NULL, 0)) {
+         goto failed;
+      }
+   }
+   if (!PQpipelineSync (conn) || (io = flush (conn, deadline_ns)) != FW_PG_OK ||
+       (io = read_pipeline (conn, n, deadline_ns, out)) != FW_PG_OK) {
+      goto failed;
+   }
+   if (!PQexitPipelineMode (conn)) {
+      io = FW_PG_LOST;
+      goto failed;
+   }
+   return FW_PG_OK;
+
+failed:
+   for (int i = 0; i < n; i++) {
+      PQclear (out[i]);
+      out[i] = NULL;
+   }
+   if (io == FW_PG_TIMEOUT) {
+      cancel (conn);
+      snprintf (why, len, "no reply in time");
+   } else {
+      copy_reason (NULL, PQerrorMessage (conn), why, len);
+      io = FW_PG_LOST;
+   }
+   return io;
+}

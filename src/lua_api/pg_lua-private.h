@@ -12,30 +12,7 @@
 #include <libpq-fe.h>
 #include <lua.h>
 
-typedef enum {
-   FW_PG_OK,      /* done (a result may still carry a server error) */
-   FW_PG_TIMEOUT, /* the deadline came first; the statement was cancelled */
-   FW_PG_LOST,    /* the connection failed or was closed */
-} fw_pg_io_t;
-
-/*
- * Opens *out to uri (a libpq URI or conninfo), waiting on its socket until
- * deadline_ns (CLOCK_MONOTONIC). On failure *out is NULL and why (len bytes)
- * holds libpq's reason with the URI's secrets hidden. The caller owns *out
- * (PQfinish).
- */
-fw_pg_io_t fw_pg_connect (const char *uri, int64_t deadline_ns, PGconn **out, char *why,
-                          size_t len);
-
-/*
- * Runs sql with n text parameters (values[i] NULL: SQL NULL) on conn (in
- * non-blocking mode) until deadline_ns. FW_PG_OK: *out is the statement's
- * result (owned by the caller: PQclear), an error result when the server
- * refused it. FW_PG_TIMEOUT: a cancel request was sent; the caller must
- * close conn. FW_PG_LOST: why holds the reason.
- */
-fw_pg_io_t fw_pg_exec (PGconn *conn, const char *sql, int n, const char *const *values,
-                       int64_t deadline_ns, PGresult **out, char *why, size_t len);
+#include "flowwarden/pg_io.h"
 
 /*
  * Converts the parameters table at params_idx (absolute; nil: none) to

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <lauxlib.h>
 
@@ -21,16 +22,20 @@
 #define CONN_MT "flowwarden.pg_conn"
 #define RESULT_MT "flowwarden.pg_result"
 #define TX_MT "flowwarden.pg_tx"
+#define VIEW_MT "flowwarden.pg_joined" /* no __gc: the joined connection is not L's */
 /* Without a handler deadline: bound each call anyway. */
 #define NO_DEADLINE_WAIT_MS 30000
 
 static const char conns_key = 0; /* registry: name -> conn_t userdata */
+static const char views_key = 0; /* registry: name -> conn_t viewing the joined connection */
+static const char join_key = 0;  /* registry: the fw_pg_join_t of exactly_once, or nil */
 
 typedef struct {
    PGconn *conn; /* NULL: closed */
    char *uri;    /* the URI conn was opened with; a reload changing it reopens */
    bool in_tx;   /* inside fw.pg.transaction */
    lua_Integer gen; /* counts the connections opened: a transaction is bound to one */
+   fw_pg_join_t *join; /* a view of exactly_once's connection (never closed here), or NULL */
 } conn_t;
 
 typedef struct {
@@ -41,6 +46,7 @@ typedef struct {
    const char *name;
    int64_t deadline_ns; /* the end of every wait of this call */
    bool bounded;        /* from the handler's deadline */
+   bool own;            /* fw.pg's own statement (BEGIN, SAVEPOINT ...), not the script's */
 } call_t;
 
 /* SQLSTATE (or its class, two characters) -> type. */
@@ -73,6 +79,13 @@ type_of (const char *sqlstate)
 static void
 conn_close (conn_t *c)
 {
+   if (c->join) {
+      /* exactly_once's transaction is gone with it; its owner closes it. */
+      c->join->lost = true;
+      c->conn = NULL;
+      c->in_tx = false;
+      return;
+   }
    if (c->conn) {
       PQfinish (c->conn);
       c->conn = NULL;
@@ -140,6 +153,48 @@ begin_call (lua_State *L, int name_idx)
    return call;
 }
 
+static fw_pg_join_t *
+joined (lua_State *L)
+{
+   fw_pg_join_t *j;
+
+   lua_rawgetp (L, LUA_REGISTRYINDEX, &join_key);
+   j = lua_touserdata (L, -1);
+   lua_pop (L, 1);
+   return j;
+}
+
+/* exactly_once: call->name's view of the joined connection j; another
+ * PostgreSQL connection, or j's lost, raises. */
+static conn_t *
+joined_conn (lua_State *L, const call_t *call, fw_pg_join_t *j)
+{
+   int top = lua_gettop (L);
+   conn_t *c;
+
+   if (strcmp (call->name, j->connection) != 0) {
+      fw_lua_raise_typed (L, "ArgumentError", 0,
+                          "fw.pg: connection \"%s\": stream \"%s\" has exactly_once = { "
+                          "connection = \"%s\" }, and connection \"%s\" cannot join its "
+                          "transaction: write there from another stream, or drop exactly_once",
+                          call->name, j->stream ? j->stream : "?", j->connection, call->name);
+   }
+   c = fw_lua_named_userdata (L, &views_key, call->name, sizeof *c, VIEW_MT);
+   if (c->join != j || c->gen != (lua_Integer) j->serial) {
+      c->join = j;
+      c->gen = (lua_Integer) j->serial;
+      c->conn = j->lost ? NULL : j->conn;
+      c->in_tx = false;
+   }
+   if (!c->conn) {
+      lua_pushliteral (L, "the connection was lost during the exactly-once transaction (the "
+                          "server rolled it back)");
+      raise_pg (L, call, "Pg.Connection", false);
+   }
+   lua_settop (L, top);
+   return c;
+}
+
 /* The open connection of call->name, opened when needed. */
 static conn_t *
 get_conn (lua_State *L, const call_t *call)
@@ -148,7 +203,11 @@ get_conn (lua_State *L, const call_t *call)
    conn_t *c;
    const char *uri;
    char why[512];
+   fw_pg_join_t *j = joined (L);
 
+   if (j) {
+      return joined_conn (L, call, j);
+   }
    lua_getfield (L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
    lua_getfield (L, -1, "flowwarden.config");
    if (!lua_istable (L, -1) || lua_getfield (L, -1, "store_connection") != LUA_TFUNCTION) {
@@ -209,6 +268,31 @@ raise_result (lua_State *L, const call_t *call, const PGresult *res)
    return raise_pg (L, call, type_of (state), true);
 }
 
+/* Whether sql's first word ends or starts a transaction (the extended
+ * protocol fw.pg uses takes one statement a call, so the first word says). */
+static bool
+controls_transaction (const char *sql)
+{
+   static const char *const words[] = { "commit", "end", "rollback", "abort", "begin", "start",
+                                        "savepoint", "release", NULL };
+   static const char letters[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+   size_t n;
+
+   sql += strspn (sql, " \t\r\n(");
+   n = strspn (sql, letters);
+   if (n == 7 && strncasecmp (sql, "prepare", 7) == 0) {
+      /* PREPARE TRANSACTION ends it; PREPARE name AS ... does not. */
+      sql += n + strspn (sql + n, " \t\r\n");
+      return strspn (sql, letters) == 11 && strncasecmp (sql, "transaction", 11) == 0;
+   }
+   for (int i = 0; words[i]; i++) {
+      if (n == strlen (words[i]) && strncasecmp (sql, words[i], n) == 0) {
+         return true;
+      }
+   }
+   return false;
+}
+
 /*
  * Runs sql (a string at sql_idx) with the parameters at params_idx (0: none)
  * on connection call->name; pushes the result's box and returns the result.
@@ -226,6 +310,13 @@ run (lua_State *L, const call_t *call, int sql_idx, int params_idx)
 
    n = fw_pg_push_params (L, params_idx ? params_idx : lua_gettop (L) + 1, &values);
    c = get_conn (L, call);
+   if (c->join && !call->own && controls_transaction (lua_tostring (L, sql_idx))) {
+      fw_lua_raise_typed (L, "ArgumentError", 0,
+                          "fw.pg: connection \"%s\": stream \"%s\" runs each event in one "
+                          "transaction (exactly_once), which its handler cannot end or nest by "
+                          "SQL (use fw.pg.transaction for a savepoint)",
+                          call->name, c->join->stream ? c->join->stream : "?");
+   }
    box = lua_newuserdatauv (L, sizeof *box, 0);
    box->res = NULL;
    luaL_setmetatable (L, RESULT_MT);
@@ -308,14 +399,14 @@ tx_call (lua_State *L)
     * before the time budget, so a statement after a lost one (a timed-out
     * one closes its connection) always says the transaction is gone. */
    call = (call_t){ .name = luaL_checkstring (L, 1) };
-   if (lua_rawgetp (L, LUA_REGISTRYINDEX, &conns_key) == LUA_TTABLE) {
+   if (lua_rawgetp (L, LUA_REGISTRYINDEX, joined (L) ? &views_key : &conns_key) == LUA_TTABLE) {
       if (lua_getfield (L, -1, call.name) == LUA_TUSERDATA) {
          c = lua_touserdata (L, -1);
       }
       lua_pop (L, 1);
    }
    lua_pop (L, 1);
-   if (!c || !c->conn || c->gen != gen) {
+   if (!c || !c->conn || c->gen != gen || (c->join && c->join != joined (L))) {
       lua_pushliteral (L, "the connection was lost during the transaction (the server rolled it "
                           "back)");
       raise_pg (L, &call, "Pg.Connection", false);
@@ -344,6 +435,7 @@ tx_statement (lua_State *L, int name_idx, const char *sql)
 {
    int top = lua_gettop (L);
    call_t call = begin_call (L, name_idx);
+   call.own = true;
    lua_pushstring (L, sql);
    run (L, &call, lua_gettop (L), 0);
    lua_settop (L, top);
@@ -367,7 +459,8 @@ pg_transaction (lua_State *L)
                           "(use the outer tx)",
                           call.name);
    }
-   tx_statement (L, 1, "BEGIN");
+   /* Inside exactly_once's transaction: a savepoint of it (documented). */
+   tx_statement (L, 1, c->join ? "SAVEPOINT fw_tx" : "BEGIN");
    c->in_tx = true;
    lua_createtable (L, 0, 2);
    tx = lua_gettop (L);
@@ -391,8 +484,9 @@ pg_transaction (lua_State *L)
          PGresult *res = NULL;
          char why[256];
          int64_t end = fw_mono_ns () + (budget < 0 || budget > 1000 ? 1000 : budget) * 1000000;
-         if (budget == 0 || fw_pg_exec (c->conn, "ROLLBACK", 0, NULL, end, &res, why,
-                                        sizeof why) != FW_PG_OK ||
+         if (budget == 0 ||
+             fw_pg_exec (c->conn, c->join ? "ROLLBACK TO SAVEPOINT fw_tx" : "ROLLBACK", 0, NULL,
+                         end, &res, why, sizeof why) != FW_PG_OK ||
              PQresultStatus (res) != PGRES_COMMAND_OK) {
             conn_close (c); /* closing rolls back too */
          }
@@ -400,7 +494,7 @@ pg_transaction (lua_State *L)
       }
       return lua_error (L);
    }
-   tx_statement (L, 1, "COMMIT");
+   tx_statement (L, 1, c->join ? "RELEASE SAVEPOINT fw_tx" : "COMMIT");
    return lua_gettop (L) - tx;
 }
 
@@ -480,9 +574,104 @@ fw_pg_lua_open (lua_State *L, int module_idx)
       luaL_newlib (L, tx_methods);
       lua_setfield (L, -2, "__index");
    }
-   lua_pop (L, 3);
+   luaL_newmetatable (L, VIEW_MT);
+   lua_pop (L, 4);
    luaL_newlib (L, pg_functions);
    lua_setfield (L, module_idx, "pg");
    lua_pushcfunction (L, pg_uri_check);
    lua_setfield (L, module_idx, "pg_uri_check");
+}
+
+/* --- exactly_once into PostgreSQL (issue 40) ----------------------------- */
+
+void
+fw_pg_lua_join (lua_State *L, fw_pg_join_t *join)
+{
+   if (join) {
+      lua_pushlightuserdata (L, join);
+   } else {
+      lua_pushnil (L);
+   }
+   lua_rawsetp (L, LUA_REGISTRYINDEX, &join_key);
+}
+
+typedef struct {
+   const char *name;
+   char *uri; /* out */
+} uri_t;
+
+/* Protected: u->uri = the declared URI of u->name (a PostgreSQL one). */
+static int
+find_uri (lua_State *L)
+{
+   uri_t *u = lua_touserdata (L, 1);
+
+   lua_getfield (L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+   lua_getfield (L, -1, "flowwarden.config");
+   if (!lua_istable (L, -1) || lua_getfield (L, -1, "store_connection") != LUA_TFUNCTION) {
+      return luaL_error (L, "no script loaded in this state");
+   }
+   lua_pushstring (L, u->name);
+   lua_pushliteral (L, "postgresql");
+   lua_call (L, 2, 2);
+   if (lua_isnil (L, -2)) {
+      return lua_error (L);
+   }
+   lua_getfield (L, -2, "uri");
+   if (!lua_isstring (L, -1) || !(u->uri = strdup (lua_tostring (L, -1)))) {
+      return luaL_error (L, "out of memory");
+   }
+   return 0;
+}
+
+char *
+fw_pg_lua_uri (lua_State *L, const char *name, char *why, size_t len)
+{
+   uri_t u = { name, NULL };
+
+   if (!fw_lua_call_protected (L, find_uri, &u, why, len)) {
+      free (u.uri);
+      return NULL;
+   }
+   return u.uri;
+}
+
+typedef struct {
+   const char *connection;
+   const PGresult *res;
+   bool timed_out;
+   const char *why;
+} failure_t;
+
+static int
+raise_failure (lua_State *L)
+{
+   const failure_t *f = lua_touserdata (L, 1);
+   call_t call = { .name = f->connection };
+
+   if (f->res) {
+      return raise_result (L, &call, f->res);
+   }
+   lua_pushstring (L, f->why ? f->why : "connection lost");
+   return raise_pg (L, &call, f->timed_out ? "Pg.Timeout" : "Pg.Connection", false);
+}
+
+void
+fw_pg_lua_push_failure (lua_State *L, const char *connection, const PGresult *res,
+                        bool timed_out, const char *why)
+{
+   failure_t f = { connection, res, timed_out, why };
+
+   lua_createtable (L, 0, 2);
+   lua_pushcfunction (L, raise_failure);
+   lua_pushlightuserdata (L, &f);
+   if (lua_pcall (L, 1, 1, 0) != LUA_OK) {
+      lua_setfield (L, -2, "value");
+   } else {
+      lua_pop (L, 1); /* never: raise_failure always raises */
+      lua_pushstring (L, why ? why : "fw.pg failed");
+      lua_setfield (L, -2, "value");
+   }
+   lua_pushliteral (L, "");
+   lua_setfield (L, -2, "traceback");
 }

@@ -24,7 +24,28 @@ typedef struct {
    int dead[MAX_N];      /* ... where it failed on its own: the DLQ */
    int calls, waits, max_attempts;
    bool single_attempts; /* count the per-event path's attempts as calls */
+   int group[MAX_N];     /* exactly_once: its source transaction (0: none) */
+   int groups_run;       /* sets given to the group path */
 } fake_t;
+
+/* Every source transaction present in a call is there whole. */
+static void
+assert_groups_whole (const fake_t *f, const size_t *idx, size_t n)
+{
+   for (size_t k = 0; k < n; k++) {
+      size_t i = idx[k];
+      if (f->group[i] && (i == 0 || f->group[i - 1] != f->group[i])) {
+         size_t members = 0, in_call = 0;
+         for (size_t j = i; j < MAX_N && f->group[j] == f->group[i]; j++) {
+            members++;
+         }
+         for (size_t m = 0; m < n; m++) {
+            in_call += f->group[idx[m]] == f->group[i];
+         }
+         assert_int_equal (in_call, members);
+      }
+   }
+}
 
 static fw_batch_call_t
 fake_call (void *ud, const size_t *idx, size_t n, int attempt, bool *marked)
@@ -34,6 +55,7 @@ fake_call (void *ud, const size_t *idx, size_t n, int attempt, bool *marked)
 
    (void) attempt;
    assert_true (n >= 2);
+   assert_groups_whole (f, idx, n);
    f->calls++;
    if (f->stop_at_call && f->calls == f->stop_at_call) {
       return FW_BATCH_CALL_STOPPED;
@@ -85,9 +107,46 @@ fake_single (void *ud, size_t i)
 }
 
 static bool
+fake_joined (void *ud, size_t a, size_t b)
+{
+   const fake_t *f = ud;
+   return f->group[a] && f->group[a] == f->group[b];
+}
+
+/* A source transaction alone (the dispatcher's fw_group_dispatch): a
+ * poison among it is dead-lettered alone, the others applied together. */
+static bool
+fake_group (void *ud, const size_t *idx, size_t n)
+{
+   fake_t *f = ud;
+   assert_true (n >= 2);
+   assert_groups_whole (f, idx, n);
+   f->groups_run++;
+   for (size_t k = 0; k < n; k++) {
+      assert_int_equal (f->group[idx[k]], f->group[idx[0]]);
+      if (f->poison[idx[k]]) {
+         f->dead[idx[k]]++;
+      } else {
+         f->applied[idx[k]]++;
+      }
+   }
+   return true;
+}
+
+static bool
 run (fake_t *f, size_t n, fw_batch_stats_t *stats)
 {
-   fw_batch_ops_t ops = {fake_call, fake_wait, fake_succeeded, fake_single, f, f->max_attempts};
+   fw_batch_ops_t ops = {fake_call, fake_wait, fake_succeeded, fake_single, f, f->max_attempts,
+                         NULL, NULL};
+   bool grouped = false;
+
+   for (size_t i = 0; i < n; i++) {
+      grouped = grouped || f->group[i];
+   }
+   if (grouped) {
+      ops.joined = fake_joined;
+      ops.group = fake_group;
+   }
    return fw_batch_run (&ops, n, stats);
 }
 
@@ -223,6 +282,31 @@ a_stop_ends_the_batch_unfinished (void **state)
    }
 }
 
+/* exactly_once: bisection never splits a source transaction; the one
+ * holding the poison is run whole on the group path (the poison alone
+ * dead-lettered, the others applied), every other event applied once. */
+static void
+bisection_never_splits_a_source_transaction (void **state)
+{
+   static fake_t f;
+   fw_batch_stats_t stats = {0, 0, 0};
+
+   (void) state;
+   memset (&f, 0, sizeof f);
+   f.max_attempts = 2;
+   for (size_t i = 30; i < 40; i++) {
+      f.group[i] = 7; /* straddles the first split (32) */
+   }
+   for (size_t i = 50; i < 53; i++) {
+      f.group[i] = 8;
+   }
+   f.poison[35] = true;
+   assert_true (run (&f, 64, &stats));
+   assert_each_once (&f, 64);
+   assert_int_equal (f.groups_run, 1);
+   assert_int_equal (f.singled[35], 0);
+}
+
 int
 main (void)
 {
@@ -233,6 +317,7 @@ main (void)
       cmocka_unit_test (transient_failure_retried_whole_no_bisection),
       cmocka_unit_test (one_event_goes_the_per_event_path),
       cmocka_unit_test (a_stop_ends_the_batch_unfinished),
+      cmocka_unit_test (bisection_never_splits_a_source_transaction),
    };
    return cmocka_run_group_tests (tests, NULL, NULL);
 }

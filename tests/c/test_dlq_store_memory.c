@@ -185,16 +185,109 @@ memory_sequences_refuses_a_store_that_is_not_in_memory (void **state)
    bson_destroy (&docs);
 }
 
-/* The in-memory store keeps no deferred retries and says so: flowwarden test
- * retries in place (tests/testing/deferred_spec.lua). */
+/* A scheduled retry of stream s due at next_ms (attempts 1, error e1). */
 static void
-memory_store_says_it_cannot_defer_retries (void **state)
+put_scheduled (fw_dlq_store_t *store, const char *id, const char *stream, int64_t next_ms)
+{
+   bson_t *e = BCON_NEW ("_id", BCON_UTF8 (id), "streamName", BCON_UTF8 (stream), "status",
+                         BCON_UTF8 ("SCHEDULED"), "nextAttemptAt", BCON_DATE_TIME (next_ms),
+                         "createdAt", BCON_DATE_TIME (next_ms - 30000), "attempts",
+                         BCON_INT32 (1), "error", "{", "type", BCON_UTF8 ("E"), "message",
+                         BCON_UTF8 ("e1"), "where", BCON_UTF8 ("x.lua:3"), "}");
+   fw_error_t err;
+   bool inserted;
+   assert_true (store->put (store, e, &inserted, &err));
+   bson_destroy (e);
+}
+
+static const char *
+utf8_at (const bson_t *doc, const char *path)
+{
+   bson_iter_t it, f;
+   return bson_iter_init (&it, doc) && bson_iter_find_descendant (&it, path, &f) &&
+                BSON_ITER_HOLDS_UTF8 (&f)
+             ? bson_iter_utf8 (&f, NULL)
+             : NULL;
+}
+
+static int64_t
+number_at (const bson_t *doc, const char *path)
+{
+   bson_iter_t it, f;
+   return bson_iter_init (&it, doc) && bson_iter_find_descendant (&it, path, &f)
+             ? (BSON_ITER_HOLDS_DATE_TIME (&f) ? bson_iter_date_time (&f) : bson_iter_as_int64 (&f))
+             : -1;
+}
+
+/* The in-memory store keeps deferred retries as the MongoDB store does, so
+ * flowwarden test schedules them as run does (tests/testing/deferred_spec.lua):
+ * the due one with the earliest nextAttemptAt is claimed, a failed attempt
+ * reschedules it (attempts, error, history), the last one leaves it PENDING. */
+static void
+memory_store_keeps_scheduled_retries (void **state)
 {
    fw_dlq_store_t *store = *state;
+   fw_dlq_outcome_t o = {FW_DLQ_RESCHEDULE, 2000, false, "E", "e2", NULL, 9000, 1};
+   int64_t count, oldest, next;
+   bson_t got, stored;
+   bson_iter_t id;
+   fw_error_t err;
+   bool claimed, held, found;
 
-   assert_false (fw_dlq_store_can (store, FW_DLQ_CAN_DEFER));
-   assert_null (store->claim_due);
-   assert_null (store->scheduled);
+   assert_true (fw_dlq_store_can (store, FW_DLQ_CAN_DEFER));
+   put_scheduled (store, "late", "s", 5000);
+   put_scheduled (store, "early", "s", 1000);
+   put_scheduled (store, "other", "t", 500);
+   assert_true (store->scheduled (store, "s", &count, &oldest, &next, &err));
+   assert_int_equal (count, 2);
+   assert_int_equal (oldest, 1000 - 30000);
+   assert_int_equal (next, 1000);
+
+   assert_true (store->claim_due (store, "s", "me", 900, 60900, &got, &claimed, &err));
+   assert_false (claimed); /* none due yet */
+   bson_destroy (&got);
+   assert_true (store->claim_due (store, "s", "me", 2000, 62000, &got, &claimed, &err));
+   assert_true (claimed);
+   assert_string_equal (utf8_at (&got, "_id"), "early");
+   assert_string_equal (utf8_at (&got, "status"), "REPROCESSING");
+   assert_string_equal (utf8_at (&got, "claimedBy"), "me");
+
+   /* attempt 2 failed: SCHEDULED again at 9000 */
+   assert_true (bson_iter_init_find (&id, &got, "_id"));
+   assert_true (store->settle (store, bson_iter_value (&id), "me", &o, &held, &err));
+   assert_true (held);
+   assert_true (store->find_by_id (store, "early", &stored, &found, &err) && found);
+   assert_string_equal (utf8_at (&stored, "status"), "SCHEDULED");
+   assert_int_equal (number_at (&stored, "nextAttemptAt"), 9000);
+   assert_int_equal (number_at (&stored, "attempts"), 2);
+   assert_string_equal (utf8_at (&stored, "error.message"), "e2");
+   assert_string_equal (utf8_at (&stored, "error.where"), "x.lua:3");
+   assert_string_equal (utf8_at (&stored, "history.0.action"), "rescheduled");
+   assert_null (utf8_at (&stored, "claimedBy"));
+   bson_destroy (&stored);
+
+   /* the last attempt: PENDING, nextAttemptAt gone */
+   bson_destroy (&got);
+   assert_true (store->claim_due (store, "s", "me", 9000, 69000, &got, &claimed, &err));
+   assert_true (claimed);
+   assert_string_equal (utf8_at (&got, "_id"), "late"); /* due at 5000, before 9000 */
+   bson_destroy (&got);
+   assert_true (store->claim_due (store, "s", "me", 9000, 69000, &got, &claimed, &err));
+   assert_true (claimed);
+   assert_string_equal (utf8_at (&got, "_id"), "early");
+   o.now_ms = 9000;
+   o.next_attempt_ms = 0;
+   assert_true (bson_iter_init_find (&id, &got, "_id"));
+   assert_true (store->settle (store, bson_iter_value (&id), "me", &o, &held, &err));
+   assert_true (store->find_by_id (store, "early", &stored, &found, &err) && found);
+   assert_string_equal (utf8_at (&stored, "status"), "PENDING");
+   assert_int_equal (number_at (&stored, "nextAttemptAt"), -1);
+   assert_int_equal (number_at (&stored, "attempts"), 3);
+   assert_string_equal (utf8_at (&stored, "history.1.action"), "requeued");
+   bson_destroy (&stored);
+   bson_destroy (&got);
+   assert_true (store->scheduled (store, "s", &count, &oldest, &next, &err));
+   assert_int_equal (count, 0); /* "late" is claimed (REPROCESSING) */
 }
 
 int
@@ -213,7 +306,7 @@ main (void)
                                        setup, teardown),
       cmocka_unit_test_setup_teardown (memory_seq_lists_the_sequence_documents, setup, teardown),
       cmocka_unit_test (memory_sequences_refuses_a_store_that_is_not_in_memory),
-      cmocka_unit_test_setup_teardown (memory_store_says_it_cannot_defer_retries, setup, teardown),
+      cmocka_unit_test_setup_teardown (memory_store_keeps_scheduled_retries, setup, teardown),
    };
    return cmocka_run_group_tests (tests, NULL, NULL);
 }

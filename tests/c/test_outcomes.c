@@ -1,7 +1,7 @@
 /*
  * An event's outcome as a value: what fw_event_dispatch returns for each
  * kind (handled, skipped, dead-lettered with its entry, parked behind its
- * sequence, lost, no handler, stopped, failed, no DLQ), with a script's
+ * sequence, lost, no handler, stopped, failed, no DLQ, yielded to a reload), with a script's
  * dispatcher over the in-memory DLQ store and no server; and what
  * fw_stream_settle (stream/stream_settle.c) makes of each kind through a
  * fake place: the position moves only past an event finished with.
@@ -17,8 +17,11 @@
 
 #include <cmocka.h>
 
+#include "flowwarden/clock.h"
 #include "flowwarden/dispatcher.h"
 #include "flowwarden/event.h"
+#include "flowwarden/event_settle.h"
+#include "flowwarden/log.h"
 #include "flowwarden/lua_host.h"
 #include "flowwarden/outcome.h"
 #include "flowwarden/shutdown.h"
@@ -147,6 +150,8 @@ test_handled (void **state)
    (void) state;
    assert_int_equal (o.kind, FW_OUTCOME_HANDLED);
    assert_int_equal (o.attempts, 1);
+   assert_int_equal (o.count, FW_COUNT_OK);
+   assert_null (o.detail); /* no log line */
    assert_string_equal (o.entry_id, "");
    assert_true (fw_outcome_finished (o.kind));
    fixture_free (f);
@@ -160,6 +165,7 @@ test_no_handler (void **state)
    (void) state;
    assert_int_equal (o.kind, FW_OUTCOME_NO_HANDLER);
    assert_int_equal (o.attempts, 0);
+   assert_int_equal (o.count, FW_COUNT_NONE);
    assert_true (fw_outcome_finished (o.kind));
    fixture_free (f);
 }
@@ -172,6 +178,7 @@ test_skipped (void **state)
    (void) state;
    assert_int_equal (o.kind, FW_OUTCOME_SKIPPED);
    assert_int_equal (o.attempts, 1);
+   assert_int_equal (o.count, FW_COUNT_SKIPPED);
    assert_string_equal (o.error_type, "Test.Failure");
    assert_string_equal (o.error, "it fails");
    fixture_free (f);
@@ -185,6 +192,9 @@ test_dead_lettered (void **state)
    (void) state;
    assert_int_equal (o.kind, FW_OUTCOME_DEAD_LETTERED);
    assert_int_equal (o.attempts, 2);
+   assert_int_equal (o.count, FW_COUNT_DLQ);
+   assert_non_null (o.detail);
+   assert_string_equal (o.detail->dlq, "_fw_dlq");
    assert_true (strlen (o.entry_id) > 0);
    assert_string_equal (o.error_type, "Test.Failure");
    fixture_free (f);
@@ -198,6 +208,7 @@ test_lost (void **state)
    (void) state;
    assert_int_equal (o.kind, FW_OUTCOME_LOST);
    assert_int_equal (o.attempts, 1);
+   assert_int_equal (o.count, FW_COUNT_LOST);
    assert_string_equal (o.entry_id, "");
    assert_true (fw_outcome_finished (o.kind));
    fixture_free (f);
@@ -236,6 +247,8 @@ test_parked (void **state)
    follower = dispatch (f, "insert", 1, 1);
    assert_int_equal (follower.kind, FW_OUTCOME_PARKED);
    assert_int_equal (follower.attempts, 0);
+   assert_int_equal (follower.count, FW_COUNT_PARKED);
+   assert_string_equal (follower.detail->sequence, "{ \"_id\" : { \"$numberInt\" : \"1\" } }");
    assert_true (strlen (follower.entry_id) > 0);
    assert_string_not_equal (follower.entry_id, head_id);
    fixture_free (f);
@@ -290,8 +303,9 @@ typedef struct {
 } place_t;
 
 static void
-p_count (void *ud)
+p_count (void *ud, const fw_outcome_t *o)
 {
+   (void) o;
    ((place_t *) ud)->counted++;
 }
 
@@ -321,8 +335,150 @@ settle (place_t *p, fw_outcome_kind_t kind, const char *entry_id, const char *er
 {
    fw_settle_place_t place = {NULL, NULL, p_count, p_advance, p_fail, p_lease_lost, p,
                               "no DLQ to keep it"};
-   fw_outcome_t o = {kind, 1, 0, entry_id, "", error};
+   fw_outcome_t o = {kind, 1, 0, entry_id, "", error, 0, FW_COUNT_NOTHING, NULL};
    return fw_stream_settle (&place, &o);
+}
+
+static bool
+reload_waits (void *ud)
+{
+   return *(bool *) ud;
+}
+
+/* A reload's program waits: an event in retries gives way before its next
+ * attempt (the program is never switched inside fw_event_dispatch), and run
+ * again with attempt_base its attempts carry on: the policy counts them all. */
+static void
+test_yielded (void **state)
+{
+   fixture_t *f = fixture_for (S_DLQ); /* max_attempts = 2 */
+   bool waits = true;
+   bson_t *doc = event_of ("insert", 1, 0);
+   fw_dispatch_run_t run = {0, NULL};
+   fw_event_t ev;
+   fw_error_t err;
+   fw_outcome_t o;
+   (void) state;
+
+   assert_true (fw_event_parse (doc, &ev, &err));
+   fw_dispatcher_set_boundary (f->d, reload_waits, &waits);
+   o = fw_event_dispatch (f->d, &ev);
+   assert_int_equal (o.kind, FW_OUTCOME_YIELDED);
+   assert_int_equal (o.attempts, 1);
+   assert_false (fw_outcome_finished (o.kind));
+   assert_true (fw_outcome_comes_back (o.kind));
+   waits = false; /* the stream switched programs */
+   run.attempt_base = o.attempts;
+   o = fw_event_dispatch_run (f->d, &ev, &run);
+   assert_int_equal (o.kind, FW_OUTCOME_DEAD_LETTERED); /* attempt 2 was the last */
+   assert_int_equal (o.attempts, 2);
+   bson_destroy (doc);
+   fixture_free (f);
+}
+
+/* --- the settle of one event: its log line and counts (event_settle.h) -- */
+
+typedef struct {
+   int lines;
+   char last[2048];
+} captured_t;
+
+static void
+capture_log (void *ud, fw_log_level_t level, const char *stream, const char *message)
+{
+   captured_t *c = ud;
+   (void) level;
+   if (stream && strcmp (stream, "dlq") == 0 && strstr (message, "dead-lettered to")) {
+      c->lines++;
+      snprintf (c->last, sizeof c->last, "%s", message);
+   }
+}
+
+static void
+settle_sink (void *ud, const char *stream, const fw_event_t *ev, const fw_outcome_t *o)
+{
+   fw_event_settle (ud, stream, ev, o);
+}
+
+/* The dispatcher writes neither the dead letter's line nor its counts: its
+ * sink (the stream's settle) does, once per event, as run shows them. */
+static void
+test_event_settle_logs_and_counts (void **state)
+{
+   fixture_t *f = fixture_for (S_DLQ);
+   fw_metrics_t *m = fw_metrics_new ();
+   fw_stream_metrics_t *b;
+   fw_stream_snapshot_t snap;
+   captured_t c = {0};
+   fw_outcome_t o;
+   char entry[160];
+   (void) state;
+
+   assert_non_null (m);
+   b = fw_metrics_stream (m, "dlq");
+   assert_non_null (b);
+   fw_dispatcher_set_metrics (f->d, b);
+   fw_log_set_sink (capture_log, &c);
+   o = dispatch (f, "insert", 7, 0); /* no sink yet: nothing logged, nothing counted */
+   assert_int_equal (o.kind, FW_OUTCOME_DEAD_LETTERED);
+   assert_int_equal (c.lines, 0);
+   fw_stream_metrics_snapshot (b, fw_now_ms (), &snap);
+   assert_int_equal (snap.handled[FW_METRICS_OUTCOME_DLQ], 0);
+   assert_int_equal (snap.dlq_writes, 0);
+
+   fw_dispatcher_set_outcome_sink (f->d, settle_sink, b);
+   o = dispatch (f, "insert", 7, 1);
+   fw_log_set_sink (NULL, NULL);
+   assert_int_equal (o.kind, FW_OUTCOME_DEAD_LETTERED);
+   assert_true (o.finished_ms > 0);
+   assert_int_equal (c.lines, 1);
+   assert_non_null (strstr (c.last, "dead-lettered to _fw_dlq after 2 attempt(s): "
+                                    "Test.Failure: it fails (at "));
+   assert_non_null (strstr (c.last, "; key { \"_id\" : 7 }; entry "));
+   snprintf (entry, sizeof entry, "entry %s)", o.entry_id);
+   assert_non_null (strstr (c.last, entry));
+   fw_stream_metrics_snapshot (b, fw_now_ms (), &snap);
+   assert_int_equal (snap.handled[FW_METRICS_OUTCOME_DLQ], 1);
+   assert_int_equal (snap.dlq_writes, 1);
+   fixture_free (f);
+   fw_metrics_destroy (m);
+}
+
+/* A dead letter whose error has no type is stored like a park but counts
+ * as a dead letter; a park counts PARKED; a deferred retry counts DLQ and
+ * writes no PENDING entry. */
+static void
+test_event_settle_counts_by_the_outcomes_count (void **state)
+{
+   fw_metrics_t *m = fw_metrics_new ();
+   fw_stream_metrics_t *b;
+   fw_stream_snapshot_t snap;
+   fw_outcome_detail_t x = {"", "_fw_dlq", false, "k", 1, false};
+   fw_outcome_t o = {FW_OUTCOME_PARKED, 0, 0, "e1", "", "", 1000, FW_COUNT_DLQ, &x};
+   bson_t *doc = event_of ("insert", 1, 0);
+   fw_event_t ev;
+   fw_error_t err;
+   (void) state;
+
+   assert_non_null (m);
+   assert_true (fw_event_parse (doc, &ev, &err));
+   b = fw_metrics_stream (m, "s");
+   fw_event_settle (b, "s", &ev, &o);
+   o.count = FW_COUNT_PARKED;
+   fw_event_settle (b, "s", &ev, &o);
+   o.kind = FW_OUTCOME_DEFERRED;
+   o.until_ms = 6000;
+   o.count = FW_COUNT_DLQ;
+   fw_event_settle (b, "s", &ev, &o);
+   o.kind = FW_OUTCOME_DEAD_LETTERED;
+   o.count = FW_COUNT_NOTHING; /* unreadable, oversize: a write, no finished event */
+   fw_event_settle (b, "s", &ev, &o);
+   fw_stream_metrics_snapshot (b, fw_now_ms (), &snap);
+   assert_int_equal (snap.handled[FW_METRICS_OUTCOME_DLQ], 2);
+   assert_int_equal (snap.handled[FW_METRICS_OUTCOME_PARKED], 1);
+   assert_int_equal (snap.dlq_writes, 3);
+   bson_destroy (doc);
+   fw_metrics_destroy (m);
 }
 
 /* Every kind finished with moves the position once and is counted. */
@@ -380,7 +536,7 @@ test_settle_without_advance (void **state)
 {
    place_t p = {0};
    fw_settle_place_t place = {NULL, NULL, p_count, NULL, p_fail, NULL, &p, NULL};
-   fw_outcome_t o = {FW_OUTCOME_HANDLED, 1, 0, "", "", ""};
+   fw_outcome_t o = {FW_OUTCOME_HANDLED, 1, 0, "", "", "", 0, FW_COUNT_OK, NULL};
    (void) state;
 
    assert_int_equal (fw_stream_settle (&place, &o), FW_READ_NEXT);
@@ -401,6 +557,9 @@ main (void)
       cmocka_unit_test (test_parked),
       cmocka_unit_test (test_failed),
       cmocka_unit_test (test_no_dlq),
+      cmocka_unit_test (test_yielded),
+      cmocka_unit_test (test_event_settle_logs_and_counts),
+      cmocka_unit_test (test_event_settle_counts_by_the_outcomes_count),
       cmocka_unit_test (test_settle_finished_kinds_move_the_position),
       cmocka_unit_test (test_settle_stopped_and_held_come_back),
       cmocka_unit_test (test_settle_failed_and_no_dlq_stop_the_stream),

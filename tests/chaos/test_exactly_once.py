@@ -38,6 +38,27 @@ fw.stream { name = "totals", collection = "orders", exactly_once = true,
   end }
 """
 
+# The same read model as one bulk_write per batch (issue 39: one transaction per batch, bisection
+# isolating the poison event, each sub-batch its own transaction).
+BATCH_SCRIPT = """
+fw.stream { name = "totals", collection = "orders", exactly_once = true,
+  retry = { max_attempts = 8, initial_delay = "100ms", max_delay = "1s" }, dlq = true,
+  restart = { initial_delay = "100ms" },
+  on_batch = function(batch)
+    local ops, poison = {}, nil
+    for i, ctx in batch:events() do
+      local order = ctx:full_document()
+      ops[#ops + 1] = { update_one = { filter = { _id = order.customer },
+        update = { ["$inc"] = { orders = 1, amount = order.total } }, upsert = true } }
+      if order.total < 0 then poison = i end
+    end
+    fw.mongo.collection(batch:get(1):database_name(), "customer_totals")
+      :bulk_write(ops, { ordered = false })
+    if poison then batch:fail(poison, fw.error("Validation", "negative total")) end
+    for _, ctx in batch:events() do report({ n = ctx:full_document().n }) end
+  end }
+"""
+
 
 def order(n):
     return {"_id": n, "n": n, "customer": "c%d" % (n % CUSTOMERS), "total": 1 + n % 11}
@@ -71,11 +92,17 @@ class ExactlyOnce(StandInTestCase):
             self.db.orders.insert_many([order(n) for n in range(lo, min(lo + 250, events))])
 
     def test_kill9_at_random_moments_keeps_every_counter_exact(self):
+        self.kill9_at_random_moments(SCRIPT, "exactly_once_kill")
+
+    def test_batches_kill9_at_random_moments_keep_every_counter_exact(self):
+        self.kill9_at_random_moments(BATCH_SCRIPT, "exactly_once_batch_kill")
+
+    def kill9_at_random_moments(self, body, scenario):
         seed = (int(os.environ.get("FW_CHAOS_SEED", "0"))
                 or random.SystemRandom().randrange(1, 2**31))
         rng = random.Random(seed)
         kill_at = sorted(rng.sample(range(1, EVENTS - 1), KILLS))
-        script = self.script(SCRIPT)
+        script = self.script(body)
         started = time.monotonic()
         p = self.run_fw(script)
         p.wait_open()
@@ -99,7 +126,7 @@ class ExactlyOnce(StandInTestCase):
         if got != want:
             print("\n".join(logs[:80]))
         applied = sum(v[0] for v in got.values())
-        figures("exactly_once_kill", seed=seed, events=EVENTS, kills=KILLS, applied=applied,
+        figures(scenario, seed=seed, events=EVENTS, kills=KILLS, applied=applied,
                 lost=max(0, EVENTS - applied), doubled=max(0, applied - EVENTS),
                 seconds="%.1f" % (time.monotonic() - started))
         self.assertEqual(got, want, "every counter exact after %d kills (seed %d)"
@@ -147,7 +174,18 @@ class ExactlyOnce(StandInTestCase):
         self.assertEqual(self.totals(), self.want(self.db.orders.find()))
 
     def test_poison_event_is_dead_lettered_once_and_applies_nothing(self):
-        script = self.script(SCRIPT)
+        self.poison_event_dead_lettered_once(SCRIPT)
+
+    def test_batch_bisection_dead_letters_the_poison_once_and_applies_nothing(self):
+        # Each call's transaction aborts while the poison is in it; bisection ends with it
+        # alone on the per-event path (its own transaction, aborted), dead-lettered once.
+        p = self.poison_event_dead_lettered_once(BATCH_SCRIPT.replace(
+            "max_attempts = 8", "max_attempts = 2"))
+        self.assertGreaterEqual(p.count_log("with exactly_once the call's transaction is "
+                                            "aborted"), 1)
+
+    def poison_event_dead_lettered_once(self, body):
+        script = self.script(body)
         docs = [order(n) for n in range(300)]
         docs[150]["total"] = -5
         p = self.run_fw(script)
@@ -167,19 +205,28 @@ class ExactlyOnce(StandInTestCase):
         entries = list(self.db["_fw_dlq"].find())
         self.assertEqual(len(entries), 1, "one dead letter, even after a kill")
         self.assertIn("negative total", str(entries[0]))
+        self.assertEqual(entries[0]["documentKey"], {"_id": 150})
+        return p
 
-    def one_event_under_fail_point(self, data, times):
-        script = self.script(SCRIPT)
+    def one_event_under_fail_point(self, data, times, body=SCRIPT, n=1):
+        script = self.script(body)
         p = self.run_fw(script)
         p.wait_open()
+        if n > 1:  # a backlog: read as one batch
+            self.assertEqual(p.stop(), 0)
+            self.db.orders.insert_many([order(7 + CUSTOMERS * i) for i in range(n)])
+            p = self.run_fw(script)
+            p.wait_open()
         self.fail_point({"times": times}, dict(data, failCommands=["commitTransaction"]))
-        self.db.orders.insert_one(order(7))
-        p.wait_reports(1, timeout=30)
+        if n == 1:
+            self.db.orders.insert_one(order(7))
+        p.wait_reports(n, timeout=30)
         deadline = time.monotonic() + 30
-        while self.applied() < 1 and time.monotonic() < deadline:
+        while self.applied() < n and time.monotonic() < deadline:
             time.sleep(0.05)
         self.assertEqual(p.stop(), 0)
-        self.assertEqual(self.totals(), {"c7": (1, 8)}, "applied once")
+        self.assertEqual(self.totals(), self.want([order(7 + CUSTOMERS * i) for i in range(n)]),
+                         "applied once")
         self.assertEqual(self.checkpoint("totals")["lastProcessedToken"]["_data"] is not None, True)
         return p
 
@@ -190,6 +237,20 @@ class ExactlyOnce(StandInTestCase):
             {"errorCode": 112, "errorLabels": ["TransientTransactionError"]}, 1)
         self.assertEqual(p.count_log("attempt 1 failed"), 1)
         self.assertEqual(p.count_log("commitTransaction on exactly_once.transaction"), 1)
+
+    def test_transient_transaction_error_at_a_batch_s_commit_retries_the_batch(self):
+        p = self.one_event_under_fail_point(
+            {"errorCode": 112, "errorLabels": ["TransientTransactionError"]}, 1,
+            body=BATCH_SCRIPT, n=20)
+        self.assertEqual(p.count_log("attempt 1 failed"), 1)
+        self.assertEqual(p.count_log("retrying the whole batch"), 1)
+
+    def test_unknown_commit_result_of_a_batch_sends_the_commit_again(self):
+        p = self.one_event_under_fail_point(
+            {"errorCode": 91, "errorLabels": ["UnknownTransactionCommitResult"]}, 3,
+            body=BATCH_SCRIPT, n=20)
+        self.assertEqual(p.count_log("attempt 1 failed"), 0)
+        self.assertGreaterEqual(p.count_log("the commit's outcome is unknown"), 1)
 
     def test_unknown_commit_result_sends_the_commit_again(self):
         # "Drivers API": UnknownTransactionCommitResult: the commit may be
@@ -229,15 +290,21 @@ fw.stream { name = "eo", collection = "orders", exactly_once = true, dlq = true,
         self.assertIn("exactly_once", cp.stdout)
         self.assertIn("fw.http, fw.state, fw.redis, fw.pg and dead letters stay at least once",
                       cp.stdout)
+        self.assertIn("one transaction per event", cp.stdout)
+        batched = self.script(BATCH_SCRIPT.replace('collection = "orders"',
+                                                   'database = "shop", collection = "orders"'),
+                              name="batch.lua")
+        cp = run_cli(["check", batched])
+        self.assertEqual(cp.returncode, 0, cp.stdout + cp.stderr)
+        self.assertIn("one transaction per call of on_batch", cp.stdout)
 
     def test_check_refuses_what_cannot_run_exactly_once(self):
         cases = [
             ("lanes = 2,", "use partitions = N instead"),
-            ("on_batch = function(b) end,", "not supported with on_batch"),
             ('retry = { mode = "deferred" }, dlq = true,', 'use mode = "blocking"'),
         ]
         for extra, needle in cases:
-            handler = "" if "on_batch" in extra else "on_insert = function(ctx) end,"
+            handler = "on_insert = function(ctx) end,"
             script = self.script('fw.stream { name = "s", collection = "c", '
                                  'exactly_once = true, %s %s }' % (extra, handler),
                                  name="bad.lua")
@@ -246,6 +313,56 @@ fw.stream { name = "eo", collection = "orders", exactly_once = true, dlq = true,
             out = cp.stdout + cp.stderr
             self.assertIn("exactly_once", out, extra)
             self.assertIn(needle, out, extra)
+
+
+class CheckpointRoundTrips(StandInTestCase):
+    """The position is committed with each event's transaction: the stream does not write
+    the same checkpoint again outside it every save_every events (a second round trip per
+    event at the default save_every = 1)."""
+    command_log = True
+
+    def test_no_second_checkpoint_write_per_event(self):
+        n = 200
+        script = self.script(SCRIPT)
+        p = self.run_fw(script)
+        p.wait_open()
+        self.assertEqual(p.stop(), 0)
+        self.db.orders.insert_many([order(i) for i in range(n)])
+        before = len(self.commands("update"))
+        p = self.run_fw(script)
+        p.wait_open()
+        p.wait_reports(n, timeout=60)
+        self.assertEqual(p.stop(), 0)
+        self.assertEqual(self.totals(), ExactlyOnce.want(self, [order(i) for i in range(n)]))
+        updates = self.commands("update")[before:]
+        in_txn = [u for u in updates if u["summary"].get("target") == "_fw_checkpoints"
+                  and "autocommit" in u["summary"]["fields"]]
+        plain = [u for u in updates if u["summary"].get("target") == "_fw_checkpoints"
+                 and "autocommit" not in u["summary"]["fields"]]
+        self.assertEqual(len(in_txn), n, "one checkpoint write in each event's transaction")
+        # What is left: the start's and the final save, and one per read batch whose
+        # post-batch token is past its last event.
+        self.assertLess(len(plain), n // 10, "checkpoint writes outside the transactions")
+
+    def test_one_transaction_per_batch(self):
+        n = 200
+        script = self.script(BATCH_SCRIPT)
+        p = self.run_fw(script)
+        p.wait_open()
+        self.assertEqual(p.stop(), 0)
+        self.db.orders.insert_many([order(i) for i in range(n)])
+        before = len(self.commands("commitTransaction", db="admin"))
+        p = self.run_fw(script)
+        p.wait_open()
+        p.wait_reports(n, timeout=60)
+        self.assertEqual(p.stop(), 0)
+        self.assertEqual(self.totals(), ExactlyOnce.want(self, [order(i) for i in range(n)]))
+        commits = len(self.commands("commitTransaction", db="admin")[before:])
+        self.assertGreaterEqual(commits, 1)
+        self.assertLess(commits, n // 10, "one commit per batch, not per event")
+
+    def totals(self):
+        return {d["_id"]: (d["orders"], d["amount"]) for d in self.db.customer_totals.find()}
 
 
 BLOCKING = """

@@ -81,11 +81,11 @@ class PgServer:
         self.stop("immediate")
         shutil.rmtree(self.tmp, ignore_errors=True)
 
-    def sql(self, text):
-        """Runs text through psql; rows as lists of strings."""
+    def sql(self, text, db="postgres"):
+        """Runs text through psql (in database db); rows as lists of strings."""
         env = dict(os.environ, PGPASSWORD=self.password)
         cp = subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", self.user,
-                             "-d", "postgres", "-At", "-F", "|", "-v", "ON_ERROR_STOP=1",
+                             "-d", db, "-At", "-F", "|", "-v", "ON_ERROR_STOP=1",
                              "-c", text], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, timeout=30)
         if cp.returncode != 0:

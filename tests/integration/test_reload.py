@@ -166,6 +166,42 @@ class ReloadTest(StandInTestCase):
         self.assertEqual(self.db["_fw_dlq"].count_documents({}), 0)
         self.assertEqual(p.stop(), 0)
 
+    def test_reload_during_a_slow_handler_switches_at_the_event_boundary(self):
+        # Event 1's handler waits (bounded by the stream's timeout) until the
+        # test opens a gate in the database; the reload comes meanwhile. The
+        # program never changes inside an event: event 1 ends on version 1,
+        # event 2 runs on version 2.
+        body = """
+            local V = %d
+            fw.stream {
+              name = "s", collection = "c", timeout = "20s",
+              on_insert = function(ctx)
+                local d = ctx:full_document()
+                if d.seq == 1 then
+                  report({ started = d.seq, v = V })
+                  local gates = fw.mongo.collection(ctx:database_name(), "gate")
+                  while not gates:find_one({ _id = 1 }) do
+                    local t = os.clock() + 0.02
+                    while os.clock() < t do end
+                  end
+                end
+                report({ seq = d.seq, v = V })
+              end,
+            }
+        """
+        p = self.run_fw(self.script(body % 1))
+        p.wait_open()
+        self.db.c.insert_one({"seq": 1})
+        p.wait_until(lambda: {"started": 1, "v": 1} in p.reports(), 30, "event 1's handler")
+        self.reload(p, body % 2)
+        self.db.gate.insert_one({"_id": 1})
+        p.wait_until(lambda: {"seq": 1, "v": 1} in p.reports(), 30, "event 1")
+        self.db.c.insert_one({"seq": 2})
+        p.wait_until(lambda: any("seq" in r and r["seq"] == 2 for r in p.reports()), 30, "event 2")
+        done = [r for r in p.reports() if "seq" in r]
+        self.assertEqual(done, [{"seq": 1, "v": 1}, {"seq": 2, "v": 2}])
+        self.assertEqual(p.stop(), 0)
+
     def test_sighup_burst_is_coalesced_and_runtime_keeps_working(self):
         p = self.run_fw(self.script(versioned(1)))
         p.wait_open()

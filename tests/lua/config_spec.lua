@@ -61,6 +61,33 @@ local BAD = {
     "fw.stream { name = 's', database = 'shop', lanes = 0, on_change = h }",
     { S .. "lanes: expected an integer from 1 to 64 (Lua states handling events of different keys "
       .. "in parallel), got 0" } },
+  { "exactly_once into a Redis connection",
+    "fw.connection { name = 'cache', uri = 'redis://127.0.0.1:6379/0' } "
+      .. "fw.stream { name = 's', database = 'shop', exactly_once = { connection = 'cache' }, "
+      .. "on_change = h }",
+    { S .. 'exactly_once.connection: connection "cache" is a Redis connection; exactly once runs '
+      .. 'into MongoDB (exactly_once = true) or PostgreSQL ({ connection = "a postgresql:// '
+      .. 'connection" }); for Redis make the handler\'s writes idempotent (docs/lua-api.md, '
+      .. 'fw.redis)' } },
+  { "exactly_once into another MongoDB deployment",
+    "fw.connection { name = 'audit', uri = 'mongodb://127.0.0.1:27018/' } "
+      .. "fw.stream { name = 's', database = 'shop', exactly_once = { connection = 'audit' }, "
+      .. "on_change = h }",
+    { S .. 'exactly_once.connection: connection "audit" is a MongoDB deployment other than the '
+      .. "stream's own, which is not supported yet: use exactly_once = true (transactions on the "
+      .. "stream's own deployment), or a PostgreSQL connection" } },
+  { "exactly_once into an unknown connection",
+    "fw.stream { name = 's', database = 'shop', exactly_once = { connection = 'rep' }, "
+      .. "on_change = h }",
+    { S .. 'exactly_once.connection: unknown connection "rep" (declare it with fw.connection '
+      .. '{ name = "rep", uri = "postgresql://..." })' } },
+  { "exactly_once into PostgreSQL with lanes",
+    "fw.connection { name = 'rep', uri = 'postgresql://u@127.0.0.1/r' } "
+      .. "fw.stream { name = 's', database = 'shop', exactly_once = { connection = 'rep' }, "
+      .. "lanes = 2, on_change = h }",
+    { S .. "exactly_once: cannot run with lanes = 2: the checkpoint commits with each event's "
+      .. "transaction, in the stream's order; use partitions = N instead (each unit has its own "
+      .. "checkpoint and commits its own transactions)" } },
   { "lanes = 65",
     "fw.stream { name = 's', database = 'shop', lanes = 65, on_change = h }",
     { S .. "lanes: expected an integer from 1 to 64 (Lua states handling events of different keys "
@@ -240,7 +267,7 @@ local BAD = {
       .. 'collection (declare dlq = { ... } or use mode = "blocking")' } },
   { "a deferred retry with the in-memory DLQ",
     "fw.stream { name = 's', database = 'shop', retry = { mode = 'deferred' }, dlq = { store = 'memory' }, on_change = h }",
-    { S .. 'retry.mode: "deferred" needs a MongoDB DLQ (dlq.store = "memory" keeps no scheduled retries)' } },
+    { S .. 'retry.mode: "deferred" needs a MongoDB DLQ (dlq.store = "memory" loses its scheduled retries when the process ends)' } },
   { "a deferred retry with on_batch",
     "fw.stream { name = 's', database = 'shop', retry = { mode = 'deferred' }, dlq = true, on_batch = h }",
     { S .. 'retry.mode: "deferred" is for per-event handlers: an on_batch call is retried and bisected '
@@ -488,6 +515,16 @@ describe("config: effective settings", function()
     assert.is_nil(spec.collection)
     assert.is_nil(spec.operation_types)
     assert.is_nil(spec.on_error)
+  end)
+
+  it("reads exactly_once = { connection = <PostgreSQL> } and { connection = \"default\" }", function()
+    local spec = spec_of("fw.connection { name = 'rep', uri = 'postgresql://u@127.0.0.1/r' } "
+      .. "fw.stream { name = 's', database = 'shop', exactly_once = { connection = 'rep' }, "
+      .. "on_change = h }")
+    assert.same({ true, "rep" }, { spec.exactly_once, spec.exactly_once_pg })
+    spec = spec_of("fw.stream { name = 's', database = 'shop', "
+      .. "exactly_once = { connection = 'default' }, on_change = h }")
+    assert.same({ true }, { spec.exactly_once, spec.exactly_once_pg })
   end)
 
   it("gives retry = true the seed's RetryPolicy defaults", function()

@@ -405,6 +405,8 @@ class ChangeEvents(unittest.TestCase):
         for e in txn_events:
             self.assertEqual(lsid_bytes(e["lsid"]), lsid_bytes(lsid))
             self.assertEqual(e["txnNumber"], number)
+            # a long, as the change-event schema has it (and flowwarden's parser checks)
+            self.assertIsInstance(e["txnNumber"], Int64)
         for e in (events[0], events[1], events[6]):
             self.assertNotIn("lsid", e)
             self.assertNotIn("txnNumber", e)

@@ -1,6 +1,7 @@
--- flowwarden test: retry.mode = "deferred" (issue 29). Its DLQ is in memory,
--- which keeps no scheduled retries: the retries run in place on the virtual
--- clock, with the deferred backoff (30s, 2m, 8m, 32m).
+-- flowwarden test: retry.mode = "deferred" (issue 29). Its DLQ is in memory
+-- and keeps scheduled retries as run's MongoDB DLQ does: a failed attempt
+-- schedules the retry, and the delivery runs the stream's due retries on the
+-- virtual clock, with the deferred backoff (30s, 2m, 8m, 32m).
 local fwt = require("flowwarden.testing")
 
 local DIR = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
@@ -12,6 +13,23 @@ describe("deferred retries under flowwarden test", function()
     assert.equal("handled", r.outcome)
     assert.equal(3, r.attempts)
     assert.same({ 30, 120 }, r.delays)
+    assert.is_nil(r.dlq_entry) -- resolved
+  end)
+
+  it("schedules the retry as run does instead of retrying in place", function()
+    local app = fwt.load(DIR .. "deferred.lua")
+    local r = app:deliver("deferred", fwt.insert { _id = 3, fails = 1 })
+    assert.equal("handled", r.outcome)
+    assert.equal(2, r.attempts)
+    local scheduled, resolved
+    for _, l in ipairs(r.logs) do
+      scheduled = scheduled or l.message:find("scheduled in _fw_dlq for a deferred retry in 30000 ms; "
+        .. "the stream goes on", 1, true)
+      resolved = resolved or l.message:find(": handled on attempt 2", 1, true)
+      assert.is_nil(l.message:find("retrying in", 1, true)) -- never retried in place
+    end
+    assert.truthy(scheduled)
+    assert.truthy(resolved)
   end)
 
   it("dead-letters after max_attempts with every attempt counted", function()

@@ -1,21 +1,64 @@
--- exactly_once = true (issue 39): each handler call's fw.mongo reads and
--- writes on the stream's own MongoDB client and the stream's checkpoint
--- commit in one transaction. What it cannot run with is a check error that
--- names the setting and the remedy.
+-- exactly_once (issues 39 and 40). `true`: each handler call's fw.mongo
+-- reads and writes on the stream's own MongoDB client and the stream's
+-- checkpoint commit in one transaction. `{ connection = "name" }` naming a
+-- PostgreSQL connection: the call's fw.pg statements on that connection and
+-- the stream's position (in flowwarden_checkpoints there) commit in one SQL
+-- transaction. What it cannot run with is a check error that names the
+-- setting and the remedy.
 local M = {}
 
-function M.check(ctx, t, spec, repr)
+-- The sink named by { connection = name }: sets spec.exactly_once_pg, or
+-- fails. False when the setting is refused.
+local function named_sink(ctx, v, spec, opts, repr)
+  for k in pairs(v) do
+    if k ~= "connection" then
+      ctx:fail("exactly_once", "unknown field %s (expected { connection = \"name\" })", repr(k))
+      return false
+    end
+  end
+  local name = v.connection
+  if type(name) ~= "string" or name == "" then
+    ctx:fail("exactly_once.connection", "expected the name of a declared connection, got %s",
+      repr(name))
+    return false
+  end
+  if name == "default" then
+    return true -- the stream's own deployment: exactly_once = true
+  end
+  local c = opts.kinds and opts.kinds[name]
+  if not c then
+    ctx:fail("exactly_once.connection", "unknown connection %s (declare it with fw.connection "
+      .. "{ name = %s, uri = \"postgresql://...\" })", repr(name), repr(name))
+    return false
+  end
+  if c.kind == "postgresql" then
+    spec.exactly_once_pg = name
+    return true
+  end
+  if c.kind == "redis" then
+    ctx:fail("exactly_once.connection", "connection %s is a Redis connection; exactly once runs "
+      .. "into MongoDB (exactly_once = true) or PostgreSQL ({ connection = \"a postgresql:// "
+      .. "connection\" }); for Redis make the handler's writes idempotent (docs/lua-api.md, "
+      .. "fw.redis)", repr(name))
+    return false
+  end
+  ctx:fail("exactly_once.connection", "connection %s is a MongoDB deployment other than the "
+    .. "stream's own, which is not supported yet: use exactly_once = true (transactions on the "
+    .. "stream's own deployment), or a PostgreSQL connection", repr(name))
+  return false
+end
+
+function M.check(ctx, t, spec, repr, opts)
   spec.exactly_once = false
+  spec.exactly_once_pg = nil
   local v = t.exactly_once
   if v == nil or v == false then return end
   if type(v) == "table" then
-    ctx:fail("exactly_once", "a sink other than the stream's own deployment "
-      .. "({ connection = ... }) is not supported yet: use exactly_once = true, whose "
-      .. "transactions run on the stream's own MongoDB client")
-    return
-  end
-  if v ~= true then
-    ctx:fail("exactly_once", "expected true or false, got %s", repr(v))
+    if not named_sink(ctx, v, spec, opts or {}, repr) then
+      return
+    end
+  elseif v ~= true then
+    ctx:fail("exactly_once", "expected true, false or { connection = \"name\" }, got %s", repr(v))
     return
   end
   spec.exactly_once = true
@@ -24,14 +67,15 @@ function M.check(ctx, t, spec, repr)
       .. "event's transaction, in the stream's order; use partitions = N instead (each unit "
       .. "has its own checkpoint and commits its own transactions)", spec.lanes)
   end
-  if spec.handlers.batch then
-    ctx:fail("exactly_once", "is not supported with on_batch yet: use per-event handlers "
-      .. "(on_insert, on_update, ...)")
-  end
   if spec.retry and spec.retry.mode == "deferred" then
     ctx:fail("exactly_once", 'cannot run with retry.mode = "deferred" (a deferred retry runs '
       .. 'outside the stream\'s order, so its writes cannot commit with the checkpoint): use '
       .. 'mode = "blocking"')
+  end
+  if spec.exactly_once_pg and t.on_batch ~= nil then
+    ctx:fail("exactly_once", "into PostgreSQL (connection %s) is not supported with on_batch "
+      .. "yet: use per-event handlers, or exactly_once = true for a MongoDB read model",
+      repr(spec.exactly_once_pg))
   end
   if t.snapshot ~= nil or (type(t.checkpoint) == "table"
       and t.checkpoint.start_position == "snapshot") then

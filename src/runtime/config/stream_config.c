@@ -338,6 +338,10 @@ fw_stream_config_read (lua_State *L, int idx, int specs, fw_stream_config_t *cfg
       int_field (L, t, "oversize_threshold_bytes", 16 * 1024 * 1024 - 64 * 1024);
 
    cfg->exactly_once = bool_field (L, t, "exactly_once", false);
+   cfg->exactly_once_pg = dup_field (L, t, "exactly_once_pg");
+   if (cfg->exactly_once_pg) {
+      cfg->exactly_once = false; /* the PostgreSQL sink's, not MongoDB's transactions */
+   }
    read_checkpoint (L, t, cfg);
 
    fw_stream_config_read_snapshot (L, t, cfg);
@@ -389,6 +393,7 @@ fw_stream_config_cleanup (fw_stream_config_t *cfg)
    free (cfg->collection);
    free (cfg->full_document);
    free (cfg->full_document_before_change);
+   free (cfg->exactly_once_pg);
    free (cfg->dlq.collection);
    free (cfg->dlq.write_concern_tag);
    free (cfg->dlq.connection);

@@ -22,6 +22,7 @@
 #include "flowwarden/log.h"
 #include "runtime/dispatch/batch-private.h"
 #include "runtime/dispatch/event_park-private.h"
+#include "runtime/dispatch/event_txn.h"
 #include "runtime/dispatch/outage-private.h"
 
 bool
@@ -116,7 +117,70 @@ end_call (lua_State *L, fw_batch_state_t *s, size_t n)
 static fw_outcome_t
 stopped (void)
 {
-   return (fw_outcome_t){FW_OUTCOME_STOPPED, 0, 0, "", "", ""};
+   return (fw_outcome_t){FW_OUTCOME_STOPPED, 0, 0, "", "", "", 0, FW_COUNT_NOTHING, NULL};
+}
+
+/* A call failed (its failure table on top of L, taken off): whether the
+ * stream retries its error. */
+static fw_batch_call_t
+call_failed (fw_batch_state_t *s, lua_State *L, fw_lua_stop_t stop)
+{
+   bool again;
+
+   note_error (s, L);
+   again = retried (s->d, L, stop);
+   lua_pop (L, 1);
+   s->d->stats.handler_errors++;
+   return again ? FW_BATCH_CALL_FAILED : FW_BATCH_CALL_FAILED_FINAL;
+}
+
+/* exactly_once: how a call's transaction ended (txn_finish). */
+typedef enum { CALL_TXN_COMMITTED, CALL_TXN_FAILED, CALL_TXN_MARKED, CALL_TXN_FENCED } call_txn_t;
+
+/* exactly_once (issue 39): the call over idx[0..n) ends its transaction.
+ * A call that returned and marked no event commits, with the position past
+ * its last event: bisection settles a batch's sets in stream order and the
+ * sets of one call never leave an event out (see below), so every event
+ * before it is finished with. A call that raised, or failed in the commit
+ * (CALL_TXN_FAILED: a failure table on top of L), or marked events
+ * (CALL_TXN_MARKED), is aborted: nothing of it is applied and its events
+ * are tried again together (then bisected), since the writes of the events
+ * it did not mark cannot commit without the position past them, which must
+ * not pass the marked ones. (Inside a transaction a write command stops at
+ * its first write error even when unordered: MongoDB's
+ * jstests/core/txns/transactions_write_errors.js.) */
+static call_txn_t
+txn_finish (fw_batch_state_t *s, lua_State *L, const size_t *idx, size_t n, bool ok,
+            const bool *marked)
+{
+   fw_dispatcher_t *d = s->d;
+   size_t last = 0, nmarked = 0;
+
+   fw_mongo_lua_join (L, NULL);
+   if (!ok) {
+      fw_txn_end (d);
+      return CALL_TXN_FAILED;
+   }
+   for (size_t k = 0; k < n; k++) {
+      nmarked += marked[k];
+      last = idx[k] > last ? idx[k] : last;
+   }
+   if (nmarked) {
+      fw_txn_end (d);
+      snprintf (s->last_error, sizeof s->last_error,
+                "%zu of its %zu event(s) marked failed; with exactly_once the call's "
+                "transaction is aborted and its events are tried again together",
+                nmarked, n);
+      return CALL_TXN_MARKED;
+   }
+   switch (fw_txn_commit (d, L, s->evs[last])) {
+   case FW_TXN_COMMITTED:
+      return CALL_TXN_COMMITTED;
+   case FW_TXN_FENCED:
+      return CALL_TXN_FENCED;
+   default:
+      return CALL_TXN_FAILED;
+   }
 }
 
 static fw_batch_call_t
@@ -125,9 +189,11 @@ op_call (void *ud, const size_t *idx, size_t n, int attempt, bool *marked)
    fw_batch_state_t *s = ud;
    fw_dispatcher_t *d = s->d;
    lua_State *L = fw_lua_host_state (d->prog.host);
-   fw_lua_stop_t stop;
+   fw_lua_stop_t stop = FW_LUA_STOP_NONE;
    int64_t start = fw_mono_ns ();
-   bool ok, again = true;
+   fw_mongo_txn_t join;
+   fw_batch_call_t c = FW_BATCH_CALL_OK;
+   bool ok, txn = fw_txn_wanted (d);
 
    if (d->lead.lease && !fw_lease_is_leader (d->lead.lease, NULL)) {
       s->result = stopped (); /* ha: the batch comes back to the next leader */
@@ -138,6 +204,9 @@ op_call (void *ud, const size_t *idx, size_t n, int attempt, bool *marked)
    if (!fw_outage_admit (d, NULL, 1)) {
       s->result = stopped ();
       return FW_BATCH_CALL_STOPPED;
+   }
+   if (txn && !fw_txn_begin (d, L, &join)) {
+      return call_failed (s, L, stop);
    }
    for (size_t k = 0; k < n; k++) {
       fw_dispatch_t *item = s->items[k];
@@ -161,14 +230,24 @@ op_call (void *ud, const size_t *idx, size_t n, int attempt, bool *marked)
       for (size_t k = 0; k < n; k++) {
          marked[k] = marked[k] || s->items[k]->dlq_requested; /* settled on its own path */
       }
-   } else {
-      note_error (s, L);
-      again = retried (d, L, stop);
-      lua_pop (L, 1);
-      d->stats.handler_errors++;
+   }
+   switch (txn ? txn_finish (s, L, idx, n, ok, marked) : CALL_TXN_COMMITTED) {
+   case CALL_TXN_FENCED:
+      s->result = stopped (); /* a newer leader holds the checkpoint: nothing committed */
+      c = FW_BATCH_CALL_STOPPED;
+      break;
+   case CALL_TXN_MARKED:
+      c = FW_BATCH_CALL_FAILED;
+      break;
+   case CALL_TXN_FAILED:
+      ok = false;
+      /* fall through */
+   default:
+      c = ok ? FW_BATCH_CALL_OK : call_failed (s, L, stop);
+      break;
    }
    end_call (L, s, n);
-   return ok ? FW_BATCH_CALL_OK : again ? FW_BATCH_CALL_FAILED : FW_BATCH_CALL_FAILED_FINAL;
+   return c;
 }
 
 static bool
@@ -210,9 +289,10 @@ op_succeeded (void *ud, size_t i)
       s->outcomes[i] = FW_OUTCOME_HANDLED;
    }
    d->stats.handled++;
-   if (d->metrics && !d->replay) {
-      d->finished_ms = d->clock.now_ms (d->clock.ud);
-      fw_stream_metrics_event_finished (d->metrics, FW_METRICS_OUTCOME_OK, d->finished_ms);
+   if (d->sink.fn) { /* the stream's settle counts it (a batch is never a replay's) */
+      fw_outcome_t o = {FW_OUTCOME_HANDLED, 1, 0, "", "", "", 0, FW_COUNT_OK, NULL};
+      o.finished_ms = d->metrics ? d->clock.now_ms (d->clock.ud) : 0;
+      d->sink.fn (d->sink.ud, d->prog.cfg.name, s->evs[i], &o);
    }
 }
 
@@ -241,11 +321,55 @@ op_single (void *ud, size_t i)
    return true;
 }
 
+/* exactly_once: events a and b of the batch are of one source transaction
+ * (the same lsid and txnNumber). */
+static bool
+op_joined (void *ud, size_t a, size_t b)
+{
+   fw_batch_state_t *s = ud;
+
+   return fw_event_same_txn (s->evs[a], s->evs[b]);
+}
+
+/* exactly_once: the n events idx[0..n) of one source transaction, alone
+ * after bisection: the per-event path for each, in one transaction. */
+static bool
+op_group (void *ud, const size_t *idx, size_t n)
+{
+   fw_batch_state_t *s = ud;
+   const fw_event_t **evs = calloc (n, sizeof *evs);
+   fw_outcome_kind_t *kinds = malloc (n * sizeof *kinds);
+   fw_outcome_t o;
+
+   if (!evs || !kinds) {
+      free (evs);
+      free (kinds);
+      snprintf (s->d->out.failure, sizeof s->d->out.failure,
+                "out of memory taking a source transaction of %zu events", n);
+      s->result = (fw_outcome_t){FW_OUTCOME_FAILED, 0, 0, "", "", s->d->out.failure};
+      return false;
+   }
+   for (size_t k = 0; k < n; k++) {
+      evs[k] = s->evs[idx[k]];
+   }
+   o = fw_group_dispatch (s->d, evs, n, kinds);
+   for (size_t k = 0; s->outcomes && k < n; k++) {
+      s->outcomes[idx[k]] = kinds[k];
+   }
+   free (evs);
+   free (kinds);
+   if (!fw_outcome_finished (o.kind)) {
+      s->result = o;
+      return false;
+   }
+   return true;
+}
+
 /* The batch's outcome: HANDLED once every event is finished with. */
 static fw_outcome_t
 all_finished (void)
 {
-   return (fw_outcome_t){FW_OUTCOME_HANDLED, 0, 0, "", "", ""};
+   return (fw_outcome_t){FW_OUTCOME_HANDLED, 0, 0, "", "", "", 0, FW_COUNT_NOTHING, NULL};
 }
 
 /* Without on_batch (a reload took it away) or its state: one by one. */
@@ -263,6 +387,8 @@ one_by_one (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
 }
 
 static fw_outcome_t batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
+                                    fw_outcome_kind_t *outcomes);
+static fw_outcome_t dispatch_whole (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
                                     fw_outcome_kind_t *outcomes);
 
 fw_outcome_t
@@ -283,14 +409,24 @@ static fw_outcome_t
 batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
                 fw_outcome_kind_t *outcomes)
 {
-   fw_batch_state_t *s;
    bool (*boundary) (void *ud) = d->boundary.fn;
+   fw_outcome_t o;
+
+   /* A reload takes effect between batches (its stream's event boundary),
+    * never inside one: no event of it yields. */
+   d->boundary.fn = NULL;
+   o = dispatch_whole (d, evs, n, outcomes);
+   d->boundary.fn = boundary;
+   return o;
+}
+
+static fw_outcome_t
+dispatch_whole (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
+                fw_outcome_kind_t *outcomes)
+{
+   fw_batch_state_t *s;
    bool ok;
 
-   /* A reload takes effect between batches, never inside one. */
-   if (boundary) {
-      boundary (d->boundary.ud);
-   }
    for (size_t i = 0; outcomes && i < n; i++) {
       outcomes[i] = FW_OUTCOME_STOPPED; /* until it is finished with */
    }
@@ -306,16 +442,19 @@ batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
       return fw_outcome_finished (o.kind) ? all_finished () : o;
    }
    fw_batch_ops_t ops = {op_call, op_retry_wait, op_succeeded, op_single, s,
-                         d->prog.cfg.retry.max_attempts > 0 ? d->prog.cfg.retry.max_attempts : 1};
+                         d->prog.cfg.retry.max_attempts > 0 ? d->prog.cfg.retry.max_attempts : 1,
+                         NULL, NULL};
+   if (fw_txn_wanted (d)) { /* a source transaction's events never split */
+      ops.joined = op_joined;
+      ops.group = op_group;
+   }
    s->evs = evs;
    s->n = n;
    s->outcomes = outcomes;
    s->result = all_finished ();
    s->last_error[0] = '\0';
-   d->boundary.fn = NULL;
    int64_t splits = s->stats.splits;
    ok = fw_batch_run (&ops, n, &s->stats);
-   d->boundary.fn = boundary;
    if (d->metrics) {
       fw_stream_metrics_batch (d->metrics, n, (uint64_t) (s->stats.splits - splits));
    }
@@ -324,7 +463,8 @@ batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
    if (!ok && fw_outcome_finished (s->result.kind)) {
       snprintf (d->out.failure, sizeof d->out.failure, "out of memory taking a batch of %zu events",
                 n);
-      s->result = (fw_outcome_t){FW_OUTCOME_FAILED, 0, 0, "", "", d->out.failure};
+      s->result = (fw_outcome_t){FW_OUTCOME_FAILED, 0, 0, "", "", d->out.failure,
+                                 0, FW_COUNT_NOTHING, NULL};
    }
    return s->result;
 }

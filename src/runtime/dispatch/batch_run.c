@@ -63,14 +63,41 @@ settle (run_t *r, size_t *idx, size_t n)
    return s == SET_DONE || bisect (r, idx, n);
 }
 
+/* Where idx[0..n) (n >= 2) may be split: n / 2, or with source
+ * transactions (ops->joined) the group boundary nearest to it; 0 when the
+ * set is one group. */
+static size_t
+split_at (const run_t *r, const size_t *idx, size_t n)
+{
+   size_t half = n / 2;
+
+   if (!r->ops->joined) {
+      return half;
+   }
+   for (size_t d = 0; d < n; d++) {
+      if (half + d < n && !r->ops->joined (r->ops->ud, idx[half + d - 1], idx[half + d])) {
+         return half + d;
+      }
+      if (half > d &&
+          !r->ops->joined (r->ops->ud, idx[half - d - 1], idx[half - d])) {
+         return half - d;
+      }
+   }
+   return 0;
+}
+
 /* Splits idx[0..n) (n >= 1) in halves, each settled on its own. */
 static bool
 bisect (run_t *r, size_t *idx, size_t n)
 {
-   size_t half = n / 2;
+   size_t half;
 
    if (n == 1) {
       return settle (r, idx, 1);
+   }
+   if ((half = split_at (r, idx, n)) == 0) {
+      r->stats->singles += (int64_t) n;
+      return r->ops->group (r->ops->ud, idx, n); /* one source transaction: whole */
    }
    r->stats->splits++;
    return settle (r, idx, half) && settle (r, idx + half, n - half);

@@ -24,8 +24,6 @@
 
 enum { H_INSERT, H_UPDATE, H_REPLACE, H_DELETE, H_CHANGE, H_BATCH, H_SNAPSHOT, H_COUNT };
 
-struct fw_replay_hook; /* replay_hook-private.h */
-
 /* The texts an event's outcome (fw_outcome_t) points to, kept by its
  * dispatcher until the next event. */
 typedef struct {
@@ -33,6 +31,9 @@ typedef struct {
    char type[128];
    char message[1024];
    char failure[1200];         /* why the stream stops, with FW_OUTCOME_FAILED */
+   char where[256];            /* the failing line */
+   char sequence[304];         /* the DLQ sequence parked behind or opened */
+   fw_outcome_detail_t detail; /* what its log line needs, pointing to the above */
 } fw_outcome_text_t;
 
 /* flowwarden test's recorder: after every failed attempt, the decided error
@@ -105,17 +106,26 @@ struct fw_dispatcher {
       fw_txn_position_fn fn;   /* exactly_once: see fw_dispatcher_set_exactly_once */
       void *ud;
       fw_txn_session_fn record;
+      void (*committed) (void *ud); /* see fw_dispatcher_set_txn_committed */
       mongoc_client_session_t *session; /* kept across attempts (fw_txn_release) */
       mongoc_client_t *client;
+      fw_txn_sink_t sink;      /* exactly once into another store (begin NULL: none) */
    } eo;
+   struct {                    /* fw_group_dispatch: a source transaction's events, */
+      const fw_event_t *const *evs; /* run in one attempt, in one transaction; n 0: one event */
+      size_t n;
+      const fw_event_t *failed; /* the event the last attempt was about (its failure's) */
+   } group;
    fw_stream_clock_t clock;
    const fw_dispatch_hooks_t *hooks; /* flowwarden test's recorder, else NULL */
-   struct fw_replay_hook *replay; /* a dead letter is being replayed, else NULL */
    fw_dispatch_t dispatch;     /* the ctx's view of the event in hand */
    fw_dlq_store_t *dlq;        /* opened on demand (fw_dispatcher_open_dlq) */
    uint64_t rng;
    fw_stream_stats_t stats;
-   int64_t finished_ms;        /* when it last finished an event (with metrics) */
+   struct {
+      fw_outcome_sink_fn fn;   /* see fw_dispatcher_set_outcome_sink */
+      void *ud;
+   } sink;
    struct {
       int64_t offset_ns;       /* CLOCK_REALTIME - CLOCK_MONOTONIC, read ... */
       int64_t until_ns;        /* ... again from this CLOCK_MONOTONIC time on */
@@ -127,7 +137,6 @@ struct fw_dispatcher {
    struct fw_batch_state *batch; /* on_batch's per-call state (batch.c), NULL until used */
    struct {
       int64_t check_at_ms;     /* when the stream next looks for due retries */
-      int attempt_base;        /* a deferred retry runs: the attempts made before it */
    } deferred;
 };
 

@@ -386,10 +386,11 @@ fw_dispatcher_failure (const fw_dispatcher_t *d)
    return d->out.failure;
 }
 
-int64_t
-fw_dispatcher_finished_ms (const fw_dispatcher_t *d)
+void
+fw_dispatcher_set_outcome_sink (fw_dispatcher_t *d, fw_outcome_sink_fn fn, void *ud)
 {
-   return d->finished_ms;
+   d->sink.fn = fn;
+   d->sink.ud = ud;
 }
 
 /* The server's time of the event (wallTime, else clusterTime), for the lag. */
@@ -452,10 +453,8 @@ fw_dispatcher_sequence_key (fw_dispatcher_t *d, const fw_event_t *ev)
 }
 
 void
-fw_replay_hook_keep_error (fw_dispatcher_t *d, lua_State *L, int index)
+fw_replay_hook_keep_error (fw_replay_hook_t *hook, lua_State *L, int index)
 {
-   fw_replay_hook_t *hook = d->replay;
-
    if (!hook) {
       return;
    }

@@ -42,7 +42,22 @@ typedef struct {
 static inline fw_outcome_t
 outcome (fw_outcome_kind_t kind, int attempts)
 {
-   return (fw_outcome_t){kind, attempts, 0, "", "", ""};
+   return (fw_outcome_t){kind, attempts, 0, "", "", "", 0, FW_COUNT_NOTHING, NULL};
+}
+
+/* A change event of the stream's (fw_event_dispatch). */
+static const fw_dispatch_run_t LIVE = {0, NULL};
+
+/* The event is finished with (or not): its outcome goes to d's sink, which
+ * logs and counts it (not a replayed dead letter's, which is no change
+ * event). */
+static inline void
+report (fw_dispatcher_t *d, const fw_dispatch_run_t *run, const fw_event_t *ev,
+        const fw_outcome_t *o)
+{
+   if (d->sink.fn && !run->replay) {
+      d->sink.fn (d->sink.ud, d->prog.cfg.name, ev, o);
+   }
 }
 
 /* The stream must stop before the event: d->out.failure says why. */
@@ -54,15 +69,21 @@ failed (fw_dispatcher_t *d, int attempts)
    return o;
 }
 
-/* An outcome after a failed attempt: dec's error, kept in d->out. */
+/* An outcome after a failed attempt: dec's error, kept in d->out, and what
+ * its log line needs (d->out.detail: the failing line; the rest for the
+ * caller to fill). */
 static fw_outcome_t
 outcome_after (fw_dispatcher_t *d, fw_outcome_kind_t kind, int attempts, const decision_t *dec)
 {
    fw_outcome_t o = outcome (kind, attempts);
    snprintf (d->out.type, sizeof d->out.type, "%s", dec->type);
    snprintf (d->out.message, sizeof d->out.message, "%s", dec->message);
+   snprintf (d->out.where, sizeof d->out.where, "%s", dec->where);
    o.error_type = d->out.type;
    o.error = d->out.message;
+   d->out.sequence[0] = '\0';
+   d->out.detail = (fw_outcome_detail_t){d->out.where, "", false, d->out.sequence, 0, false};
+   o.detail = &d->out.detail;
    return o;
 }
 
@@ -171,22 +192,25 @@ policy_failed (fw_dispatcher_t *d, lua_State *L, decision_t *out)
  * stream's timeout: an on_error that runs away is stopped, logged and treated
  * as fw.RETHROW, and the standard policy still gets a budget of its own.
  */
-static void decide_in (fw_dispatcher_t *d, int attempt, fw_lua_stop_t stop, decision_t *out);
+static void decide_in (fw_dispatcher_t *d, fw_replay_hook_t *hook, int attempt,
+                       fw_lua_stop_t stop, decision_t *out);
 
 /* decide takes the failure table off the stack, whatever path it took. */
 static void
-decide (fw_dispatcher_t *d, int attempt, fw_lua_stop_t stop, decision_t *out)
+decide (fw_dispatcher_t *d, fw_replay_hook_t *hook, int attempt, fw_lua_stop_t stop,
+        decision_t *out)
 {
 #if FW_CHECKING
    lua_State *L = fw_lua_host_state (d->prog.host);
    int top = lua_gettop (L);
 #endif
-   decide_in (d, attempt, stop, out);
+   decide_in (d, hook, attempt, stop, out);
    FW_ASSERT (lua_gettop (L) == top - 1);
 }
 
 static void
-decide_in (fw_dispatcher_t *d, int attempt, fw_lua_stop_t stop, decision_t *out)
+decide_in (fw_dispatcher_t *d, fw_replay_hook_t *hook, int attempt, fw_lua_stop_t stop,
+           decision_t *out)
 {
    lua_State *L = fw_lua_host_state (d->prog.host);
    int failure = lua_gettop (L);
@@ -206,7 +230,7 @@ decide_in (fw_dispatcher_t *d, int attempt, fw_lua_stop_t stop, decision_t *out)
    }
    classified = failure + 1;
    user_err = failure + 2;
-   fw_replay_hook_keep_error (d, L, user_err);
+   fw_replay_hook_keep_error (hook, L, user_err);
 
    /* 2. on_error(err, ctx): what it returned, or what it raised */
    lua_rawgeti (L, LUA_REGISTRYINDEX, d->prog.spec_ref);
@@ -329,10 +353,14 @@ dead_letter_unhandled (fw_dispatcher_t *d, const fw_event_t *ev, const char *typ
    int64_t now = d->clock.now_ms (d->clock.ud);
    dlq_attempts_t a = {0, now, now, 0};
 
+   fw_outcome_t o;
+
    memset (&dec, 0, sizeof dec);
    snprintf (dec.type, sizeof dec.type, "%s", type);
    snprintf (dec.message, sizeof dec.message, "%s", message);
-   return dead_letter_raw (d, ev, &dec, &a, raw);
+   o = dead_letter_raw (d, ev, &dec, &a, raw);
+   report (d, &LIVE, ev, &o);
+   return o;
 }
 
 fw_outcome_t
@@ -450,94 +478,36 @@ entry_id_of (const bson_t *entry, char *buf, size_t len)
    }
 }
 
-/* What a failure's log line ends with: " (at FILE:LINE; key {...}; entry
- * ID)", each part when known: the failing line, the event's document key
- * (never the document; cut at 200 bytes) and the DLQ entry (entry_id NULL
- * or ""). Returns buf. */
-static const char *
-failure_context (const fw_event_t *ev, const decision_t *dec, const char *entry_id, char *buf,
-                 size_t len)
-{
-   bson_iter_t it;
-   char *key = NULL;
-   size_t n = 0;
-   const char *sep = " (";
-
-   buf[0] = '\0';
-   if (dec->where[0]) {
-      n += (size_t) snprintf (buf + n, len - n, "%sat %s", sep, dec->where);
-      sep = "; ";
-   }
-   if (n < len && fw_event_field (ev, FW_EV_DOCUMENT_KEY, &it) &&
-       BSON_ITER_HOLDS_DOCUMENT (&it)) {
-      bson_t view;
-      uint32_t dlen;
-      const uint8_t *data;
-      bson_iter_document (&it, &dlen, &data);
-      if (bson_init_static (&view, data, dlen) &&
-          (key = bson_as_relaxed_extended_json (&view, NULL))) {
-         n += (size_t) snprintf (buf + n, len - n, "%skey %.200s%s", sep, key,
-                                 strlen (key) > 200 ? "..." : "");
-         sep = "; ";
-         bson_free (key);
-      }
-   }
-   if (n < len && entry_id && entry_id[0]) {
-      n += (size_t) snprintf (buf + n, len - n, "%sentry %s", sep, entry_id);
-      sep = "; ";
-   }
-   if (n < len && buf[0]) {
-      snprintf (buf + n, len - n, ")");
-   }
-   return buf;
-}
-
-/* The entry is stored: counts and logs it, as parked behind its sequence, a
- * deferred retry or dead-lettered (and the sequence it opens). */
+/* The entry is stored: counts it in d's stats, as parked behind its
+ * sequence, a deferred retry or dead-lettered (and the sequence it opens);
+ * the stream's settle logs it (flowwarden/event_settle.h). */
 static fw_outcome_t
-dead_lettered (fw_dispatcher_t *d, const fw_event_t *ev, const fw_dlq_config_t *dlq,
-               const fw_dlq_failure_t *f, const decision_t *dec, const dlq_attempts_t *a)
+dead_lettered (fw_dispatcher_t *d, const fw_dlq_config_t *dlq, const fw_dlq_failure_t *f,
+               const decision_t *dec, const dlq_attempts_t *a)
 {
-   char more[1600], sid[1024];
-   const char *entry_id = d->out.entry_id;
    fw_outcome_t o = outcome_after (d, FW_OUTCOME_DEAD_LETTERED, a->attempts, dec);
+   fw_outcome_detail_t *x = &d->out.detail;
 
-   o.entry_id = entry_id;
-   /* Warn lines name the event by its short id; the entry has it whole. */
-   fw_event_short_id (ev, sid, sizeof sid);
-   if (d->metrics && !a->defer_until_ms) {
-      fw_stream_metrics_dlq_write (d->metrics);
-   }
+   o.entry_id = d->out.entry_id;
+   o.finished_ms = f->created_ms;
+   x->dlq = dlq->collection;
+   x->default_dlq = !d->prog.cfg.dlq.enabled;
    if (!f->error_type) {
       d->stats.parked++;
-      fw_log (FW_LOG_WARN, d->prog.cfg.name,
-              "event %s parked in %s behind DLQ sequence %.300s (index %lld): an earlier event "
-              "of its key is dead-lettered",
-              sid, dlq->collection, d->park.key, (long long) d->park.index);
+      snprintf (d->out.sequence, sizeof d->out.sequence, "%s", d->park.key ? d->park.key : "");
+      x->sequence_index = d->park.index;
       o.kind = FW_OUTCOME_PARKED;
       return o;
    }
    if (a->defer_until_ms) {
-      fw_log (FW_LOG_WARN, d->prog.cfg.name,
-              "event %s attempt %d failed: %s: %s; scheduled in %s for a deferred retry in "
-              "%lld ms; the stream goes on%s",
-              sid, a->attempts, dec->type, dec->message, dlq->collection,
-              (long long) (a->defer_until_ms - f->created_ms),
-              failure_context (ev, dec, entry_id, more, sizeof more));
       o.kind = FW_OUTCOME_DEFERRED;
       o.until_ms = a->defer_until_ms;
       return o;
    }
    d->stats.dead_lettered++;
-   fw_log (FW_LOG_WARN, d->prog.cfg.name,
-           "event %s dead-lettered to %s%s after %d attempt(s): %s: %s%s", sid, dlq->collection,
-           d->prog.cfg.dlq.enabled ? "" : " (the script's default DLQ)", a->attempts, dec->type,
-           dec->message, failure_context (ev, dec, entry_id, more, sizeof more));
    if (f->sequence_id) {
-      fw_log (FW_LOG_WARN, d->prog.cfg.name,
-              "DLQ sequence %.300s is open (index %lld): later events of its key are parked "
-              "until a replay resolves it",
-              f->sequence_id, (long long) f->sequence_index);
+      snprintf (d->out.sequence, sizeof d->out.sequence, "%s", f->sequence_id);
+      x->sequence_index = f->sequence_index;
    }
    return o;
 }
@@ -579,7 +549,7 @@ dead_letter_raw (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec
    if (!ok) {
       return outcome (FW_OUTCOME_STOPPED, a->attempts);
    }
-   return dead_lettered (d, ev, dlq, &f, dec, a);
+   return dead_lettered (d, dlq, &f, dec, a);
 }
 
 /* ctx:send_to_dlq(reason) was called: dead-letter now, no retry. */
@@ -602,15 +572,16 @@ replayed (fw_dispatcher_t *d, fw_outcome_kind_t kind, const decision_t *dec, int
    return outcome_after (d, kind, attempts, dec);
 }
 
-/* The event is finished with: counts its outcome (not for a replayed dead
- * letter, which is no change event). mono_ns: now on CLOCK_MONOTONIC, 0 to
- * read the wall clock instead. */
+/* The event is finished with: how the stream counts o, and (with metrics)
+ * when it ended, for the lag, unless known (a DLQ entry's createdAt, which
+ * a deferred retry's log line counts its delay from). mono_ns: now on
+ * CLOCK_MONOTONIC, 0 to read the wall clock instead. */
 static void
-finished (fw_dispatcher_t *d, fw_metrics_outcome_t outcome, int64_t mono_ns)
+finished (fw_dispatcher_t *d, fw_outcome_t *o, fw_outcome_count_t count, int64_t mono_ns)
 {
-   if (d->metrics && !d->replay) {
-      d->finished_ms = mono_ns ? wall_ms_at (d, mono_ns) : d->clock.now_ms (d->clock.ud);
-      fw_stream_metrics_event_finished (d->metrics, outcome, d->finished_ms);
+   o->count = count;
+   if (d->metrics && !o->finished_ms) {
+      o->finished_ms = mono_ns ? wall_ms_at (d, mono_ns) : d->clock.now_ms (d->clock.ud);
    }
 }
 
@@ -642,7 +613,7 @@ park_event (fw_dispatcher_t *d, const fw_event_t *ev, fw_outcome_t *o)
       return true;
    }
    fw_park_settle (d);
-   finished (d, FW_METRICS_OUTCOME_PARKED, 0);
+   finished (d, o, FW_COUNT_PARKED, 0);
    return true;
 }
 
@@ -690,16 +661,25 @@ typedef struct {
    int64_t first_ns, start_ns, end_ns;
 } attempt_times_t;
 
-/* Whether the next attempt may run. False with *o set when the event ends
- * here; *L and *ref follow a reload. */
+/* Whether the next attempt may run (retry: it is a change event's retry).
+ * False with *o set when the event ends here; *L and *ref follow a full
+ * state's rebuild. */
 static bool
-attempt_may_start (fw_dispatcher_t *d, const fw_event_t *ev, int attempt, lua_State **L,
-                   int *ref, fw_outcome_t *o)
+attempt_may_start (fw_dispatcher_t *d, const fw_event_t *ev, int attempt, bool retry,
+                   lua_State **L, int *ref, fw_outcome_t *o)
 {
    /* ha.mode = "leader": no handler call past the lease's deadline; the
     * event comes back to the next leader. */
    if (d->lead.lease && !fw_lease_is_leader (d->lead.lease, NULL)) {
       *o = outcome (FW_OUTCOME_STOPPED, attempt - 1);
+      return false;
+   }
+   /* A reload's new program waits: the event gives way, for its stream to
+    * switch at the event's boundary and run it again there, its attempt
+    * count carrying on (a reload never swaps the program inside an event),
+    * and a breaker it holds still held. */
+   if (retry && d->boundary.fn && d->boundary.fn (d->boundary.ud)) {
+      *o = outcome (FW_OUTCOME_YIELDED, attempt - 1);
       return false;
    }
    /* Issue 29: no attempt while another lane holds the breaker open, nor
@@ -708,10 +688,9 @@ attempt_may_start (fw_dispatcher_t *d, const fw_event_t *ev, int attempt, lua_St
       *o = outcome (FW_OUTCOME_STOPPED, attempt - 1);
       return false;
    }
-   /* A reload takes effect here: this attempt runs the new code, and the
-    * attempt count carries on. So does a full state's rebuild. */
-   bool switched = d->boundary.fn && d->boundary.fn (d->boundary.ud);
-   if (!switched && d->rebuild.pending) {
+   /* A full state's rebuild takes effect here: this attempt runs on it. */
+   bool switched = false;
+   if (d->rebuild.pending) {
       if (!fw_state_rebuild (d)) {
          *o = failed (d, attempt - 1);
          return false;
@@ -721,9 +700,9 @@ attempt_may_start (fw_dispatcher_t *d, const fw_event_t *ev, int attempt, lua_St
    if (switched) {
       *L = fw_lua_host_state (d->prog.host);
       if ((*ref = fw_program_handler_for (&d->prog, ev->op)) == LUA_NOREF) {
-         /* the new script has no handler for it */
-         finished (d, FW_METRICS_OUTCOME_NONE, 0);
+         /* the rebuilt state has no handler for it */
          *o = outcome (FW_OUTCOME_NO_HANDLER, attempt - 1);
+         finished (d, o, FW_COUNT_NONE, 0);
          return false;
       }
    }
@@ -775,7 +754,7 @@ call_handler (fw_dispatcher_t *d, lua_State *L, int ref, int attempt, bool key_f
    if (!t->start_ns) {
       t->start_ns = fw_lua_host_call_started_ns (d->prog.host);
    }
-   if (attempt == 1) {
+   if (!t->first_ns) { /* this call's first attempt */
       t->first_ns = t->start_ns;
    }
    if (d->metrics) {
@@ -788,33 +767,91 @@ call_handler (fw_dispatcher_t *d, lua_State *L, int ref, int attempt, bool key_f
    return ok;
 }
 
+/* exactly_once under ha: an attempt that failed after this instance lost
+ * its lease (its transaction aborted, most likely killed by the new holder)
+ * is not the event's failure: nothing of it was committed and the event is
+ * the new holder's, so it ends as fenced, never dead-lettered here. Takes
+ * the failure table off the stack when it does. */
+static bool
+failed_deposed (fw_dispatcher_t *d, lua_State *L, bool *fenced)
+{
+   if (!d->lead.lease || fw_lease_is_leader (d->lead.lease, NULL)) {
+      return false;
+   }
+   lua_pop (L, 1);
+   *fenced = true;
+   return true;
+}
+
+/* fw_group_dispatch: the handler of each event of the group in turn, each
+ * with its own ctx, up to the first that fails or asks for the DLQ: *cur
+ * names it (d->dispatch is its ctx, which on_error sees). Returns as
+ * call_handler. */
+static bool
+call_group (fw_dispatcher_t *d, lua_State *L, int attempt, fw_lua_stop_t *stop,
+            attempt_times_t *t, const fw_event_t **cur)
+{
+   int64_t first_ns = 0; /* the attempt's first call: the group's first attempt's start */
+   bool ok = true;
+
+   for (size_t k = 0; k < d->group.n && ok; k++) {
+      const fw_event_t *ev = d->group.evs[k];
+      int ref = fw_program_handler_for (&d->prog, ev->op);
+      if (ref == LUA_NOREF) {
+         continue; /* a reload took its handler away: nothing to apply */
+      }
+      fw_event_ctx_begin (L, &d->dispatch, ev);
+      d->dispatch.attempt = attempt;
+      *cur = ev;
+      ok = call_handler (d, L, ref, attempt, false, stop, t);
+      first_ns = first_ns ? first_ns : t->first_ns;
+      if (ok && d->dispatch.dlq_requested) {
+         break;
+      }
+   }
+   if (attempt == 1 && first_ns) {
+      t->first_ns = first_ns;
+   }
+   return ok;
+}
+
 /* exactly_once (issue 39): the attempt in a transaction with the stream's
  * position, committed when the handler returned and asked for nothing else,
- * aborted otherwise. Returns as call_handler; *fenced when a newer leader
- * holds the checkpoint (nothing committed). */
+ * aborted otherwise (live: a change event; a replayed dead letter never runs
+ * in one). With a group (fw_group_dispatch), every event's handler in the
+ * one transaction, the position past the last; *cur: the event the attempt
+ * is about (in: the dispatched one; out: the group's that failed). Returns
+ * as call_handler; *fenced when a newer leader holds the checkpoint (nothing
+ * committed). */
 static bool
-call_in_txn (fw_dispatcher_t *d, const fw_event_t *ev, lua_State *L, int ref, int attempt,
-             bool key_failed, fw_lua_stop_t *stop, attempt_times_t *t, bool *fenced)
+call_in_txn (fw_dispatcher_t *d, const fw_event_t **cur, lua_State *L, int ref, int attempt,
+             bool key_failed, fw_lua_stop_t *stop, attempt_times_t *t, bool *fenced, bool live)
 {
    fw_mongo_txn_t join;
+   const fw_event_t *ev = *cur;
    bool ok;
 
    *fenced = false;
-   if (!fw_txn_wanted (d)) {
+   if (!live || !fw_txn_wanted (d)) {
       return call_handler (d, L, ref, attempt, key_failed, stop, t);
    }
    if (!fw_txn_begin (d, L, &join)) {
       *stop = FW_LUA_STOP_NONE;
-      if (attempt == 1) {
+      if (!t->first_ns) {
          t->first_ns = t->start_ns = fw_mono_ns ();
       }
       return false;
    }
-   ok = call_handler (d, L, ref, attempt, key_failed, stop, t);
+   if (d->group.n > 0) {
+      ok = call_group (d, L, attempt, stop, t, cur);
+      ev = d->group.evs[d->group.n - 1];
+   } else {
+      ok = call_handler (d, L, ref, attempt, key_failed, stop, t);
+   }
    fw_mongo_lua_join (L, NULL);
    if (!ok || d->dispatch.dlq_requested) {
       fw_txn_end (d);
-      return ok;
+      return !ok && failed_deposed (d, L, fenced) ? true : ok;
    }
    switch (fw_txn_commit (d, L, ev)) {
    case FW_TXN_COMMITTED:
@@ -823,6 +860,11 @@ call_in_txn (fw_dispatcher_t *d, const fw_event_t *ev, lua_State *L, int ref, in
       *fenced = true;
       return true;
    default:
+      /* A commit whose outcome stayed unknown may have committed: the
+       * next holder's checkpoint says which. */
+      if (failed_deposed (d, L, fenced)) {
+         return true;
+      }
       *stop = FW_LUA_STOP_NONE;
       return false;
    }
@@ -833,19 +875,20 @@ call_in_txn (fw_dispatcher_t *d, const fw_event_t *ev, lua_State *L, int ref, in
 static fw_outcome_t
 ended_handled (fw_dispatcher_t *d, int attempt, int64_t end_ns)
 {
+   fw_outcome_t o = outcome (FW_OUTCOME_HANDLED, attempt);
    d->stats.handled++;
    fw_outage_handled (d);
-   finished (d, FW_METRICS_OUTCOME_OK, end_ns);
-   return outcome (FW_OUTCOME_HANDLED, attempt);
+   finished (d, &o, FW_COUNT_OK, end_ns);
+   return o;
 }
 
 /* What to do after an attempt that failed (ok false: its failure table is on
  * top of the stack, and taken off) or called ctx:send_to_dlq. */
 static void
-attempt_decision (fw_dispatcher_t *d, lua_State *L, bool ok, int attempt, fw_lua_stop_t stop,
-                  decision_t *dec)
+attempt_decision (fw_dispatcher_t *d, fw_replay_hook_t *hook, lua_State *L, bool ok, int attempt,
+                  fw_lua_stop_t stop, decision_t *dec)
 {
-   fw_replay_hook_keep_error (d, L, 0);
+   fw_replay_hook_keep_error (hook, L, 0);
    dec->status = 0;
    dec->body[0] = '\0';
    if (d->dispatch.dlq_requested) {
@@ -856,7 +899,7 @@ attempt_decision (fw_dispatcher_t *d, lua_State *L, bool ok, int attempt, fw_lua
       return;
    }
    d->stats.handler_errors++;
-   decide (d, attempt, stop, dec);
+   decide (d, hook, attempt, stop, dec);
    if (d->metrics) {
       fw_stream_metrics_handler_error (d->metrics, dec->type);
    }
@@ -882,14 +925,15 @@ report_attempt_failed (fw_dispatcher_t *d, int attempt, const decision_t *dec)
  * its first attempt when the replay allows no retry. True with *o set when
  * it ends here. */
 static bool
-replay_ends (fw_dispatcher_t *d, const decision_t *dec, int attempt, fw_outcome_t *o)
+replay_ends (fw_dispatcher_t *d, const fw_replay_hook_t *hook, const decision_t *dec,
+             int attempt, fw_outcome_t *o)
 {
-   if (d->replay && dec->action != ACT_RETRY) {
+   if (hook && dec->action != ACT_RETRY) {
       *o = replayed (d, dec->action == ACT_SKIP ? FW_OUTCOME_SKIPPED : FW_OUTCOME_GAVE_UP, dec,
                      attempt);
       return true;
    }
-   if (d->replay && d->replay->no_retry) {
+   if (hook && hook->no_retry) {
       *o = replayed (d, FW_OUTCOME_GAVE_UP, dec, attempt);
       return true;
    }
@@ -899,7 +943,8 @@ replay_ends (fw_dispatcher_t *d, const decision_t *dec, int attempt, fw_outcome_
 /* The decision is retry: waits out the backoff. False when a shutdown came
  * first. */
 static bool
-retry_wait (fw_dispatcher_t *d, const fw_event_t *ev, int attempt, const decision_t *dec)
+retry_wait (fw_dispatcher_t *d, fw_replay_hook_t *hook, const fw_event_t *ev, int attempt,
+            const decision_t *dec)
 {
    int64_t delay = fw_backoff_delay_ms (&d->prog.cfg.retry, attempt, fw_backoff_random (&d->rng));
    char more[1600], sid[1024];
@@ -907,7 +952,8 @@ retry_wait (fw_dispatcher_t *d, const fw_event_t *ev, int attempt, const decisio
    fw_event_short_id (ev, sid, sizeof sid);
    fw_log (FW_LOG_WARN, d->prog.cfg.name,
            "event %s attempt %d failed: %s: %s; retrying in %lld ms%s", sid, attempt, dec->type,
-           dec->message, (long long) delay, failure_context (ev, dec, NULL, more, sizeof more));
+           dec->message, (long long) delay,
+           fw_event_failure_context (ev, dec->where, NULL, more, sizeof more));
    d->stats.retries++;
    if (d->metrics) {
       fw_stream_metrics_retry (d->metrics);
@@ -919,8 +965,8 @@ retry_wait (fw_dispatcher_t *d, const fw_event_t *ev, int attempt, const decisio
    if (d->metrics) {
       fw_stream_metrics_set_state (d->metrics, FW_STREAM_RUNNING, NULL);
    }
-   if (d->replay && d->replay->before_retry) {
-      d->replay->before_retry (d->replay);
+   if (hook && hook->before_retry) {
+      hook->before_retry (hook);
    }
    return true;
 }
@@ -929,25 +975,23 @@ retry_wait (fw_dispatcher_t *d, const fw_event_t *ev, int attempt, const decisio
  * event goes to the DLQ, or is lost when the stream has none to take it. */
 static fw_outcome_t
 dead_letter_after (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec, int attempt,
-                   const attempt_times_t *t, int64_t defer_until_ms, const char *id)
+                   const attempt_times_t *t, int64_t defer_until_ms)
 {
    fw_outcome_t o;
-   char more[1600];
 
    if (!d->prog.cfg.dlq.enabled &&
        !(d->dispatch.dlq_requested && d->prog.cfg.dlq_fallback.enabled)) {
       d->stats.lost++;
-      fw_log (FW_LOG_ERROR, d->prog.cfg.name,
-              "event %s LOST: on_error asked for the DLQ but the stream has none: %s: %s%s", id,
-              dec->type, dec->message, failure_context (ev, dec, NULL, more, sizeof more));
-      finished (d, FW_METRICS_OUTCOME_LOST, 0);
-      return outcome_after (d, FW_OUTCOME_LOST, attempt, dec);
+      o = outcome_after (d, FW_OUTCOME_LOST, attempt, dec);
+      d->out.detail.asked_dlq = true;
+      finished (d, &o, FW_COUNT_LOST, 0);
+      return o;
    }
    dlq_attempts_t a = {attempt, wall_ms_at (d, t->first_ns), wall_ms_at (d, t->start_ns),
                        defer_until_ms};
    o = dead_letter_head (d, ev, dec, &a);
    if (fw_outcome_finished (o.kind)) {
-      finished (d, FW_METRICS_OUTCOME_DLQ, 0);
+      finished (d, &o, FW_COUNT_DLQ, 0);
    }
    return o;
 }
@@ -956,29 +1000,24 @@ dead_letter_after (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *d
  * or lost. */
 static fw_outcome_t
 decided_end (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec, int attempt,
-             const attempt_times_t *t, const char *id)
+             const attempt_times_t *t)
 {
-   char more[1600], sid[1024];
+   fw_outcome_t o;
 
    switch (dec->action) {
    case ACT_DLQ:
-      return dead_letter_after (d, ev, dec, attempt, t, 0, id);
+      return dead_letter_after (d, ev, dec, attempt, t, 0);
    case ACT_SKIP:
       d->stats.skipped++;
-      fw_event_short_id (ev, sid, sizeof sid);
-      fw_log (FW_LOG_INFO, d->prog.cfg.name,
-              "event %s skipped by on_error after attempt %d: %s: %s%s", sid, attempt, dec->type,
-              dec->message, failure_context (ev, dec, NULL, more, sizeof more));
-      finished (d, FW_METRICS_OUTCOME_SKIPPED, 0);
-      return outcome_after (d, FW_OUTCOME_SKIPPED, attempt, dec);
+      o = outcome_after (d, FW_OUTCOME_SKIPPED, attempt, dec);
+      finished (d, &o, FW_COUNT_SKIPPED, 0);
+      return o;
    case ACT_DROP:
    default:
       d->stats.lost++;
-      fw_log (FW_LOG_ERROR, d->prog.cfg.name,
-              "event %s LOST after %d attempt(s) (no dead-letter queue): %s: %s%s", id, attempt,
-              dec->type, dec->message, failure_context (ev, dec, NULL, more, sizeof more));
-      finished (d, FW_METRICS_OUTCOME_LOST, 0);
-      return outcome_after (d, FW_OUTCOME_LOST, attempt, dec);
+      o = outcome_after (d, FW_OUTCOME_LOST, attempt, dec);
+      finished (d, &o, FW_COUNT_LOST, 0);
+      return o;
    }
 }
 
@@ -996,22 +1035,23 @@ defers_retry (const fw_dispatcher_t *d, const decision_t *dec)
  * the event or waits out the retry backoff. True to try again, false with *o
  * set when the event ends here. */
 static bool
-after_failure (fw_dispatcher_t *d, const fw_event_t *ev, lua_State *L, bool ok, int attempt,
-               fw_lua_stop_t stop, const attempt_times_t *t, fw_outcome_t *o)
+after_failure (fw_dispatcher_t *d, fw_replay_hook_t *hook, const fw_event_t *ev, lua_State *L,
+               bool ok, int attempt, fw_lua_stop_t stop, const attempt_times_t *t,
+               fw_outcome_t *o)
 {
    decision_t dec;
    char id[1024];
 
-   attempt_decision (d, L, ok, attempt, stop, &dec);
+   attempt_decision (d, hook, L, ok, attempt, stop, &dec);
    fw_event_log_id (ev, id, sizeof id);
    report_attempt_failed (d, attempt, &dec);
-   if (d->replay) {
-      d->replay->retry_asked = dec.action == ACT_RETRY;
+   if (hook) {
+      hook->retry_asked = dec.action == ACT_RETRY;
    }
-   if (replay_ends (d, &dec, attempt, o)) {
+   if (replay_ends (d, hook, &dec, attempt, o)) {
       return false;
    }
-   if (dec.action == ACT_RETRY && d->outage.holder && !d->dispatch.dlq_requested && !d->replay) {
+   if (dec.action == ACT_RETRY && d->outage.holder && !d->dispatch.dlq_requested && !hook) {
       /* Issue 37: the event holds a breaker restored after a restart; its
        * attempts are probes, one per pause, not a round of retries. */
       switch (fw_outage_hold (d, id, attempt, dec.type, dec.message, true)) {
@@ -1031,14 +1071,14 @@ after_failure (fw_dispatcher_t *d, const fw_event_t *ev, lua_State *L, bool ok, 
       if (d->metrics) {
          fw_stream_metrics_retry (d->metrics);
       }
-      *o = dead_letter_after (d, ev, &dec, attempt, t, due, id);
+      *o = dead_letter_after (d, ev, &dec, attempt, t, due);
       return false;
    }
    if (dec.action != ACT_RETRY) {
       /* Issue 29: an outage's error holds the event behind the breaker. */
       switch (fw_outage_hold (d, id, attempt, dec.type, dec.message,
                               (dec.action == ACT_DLQ || dec.action == ACT_DROP) &&
-                                 !d->dispatch.dlq_requested && !d->replay)) {
+                                 !d->dispatch.dlq_requested && !hook)) {
       case FW_HOLD_PROBE:
          return true;
       case FW_HOLD_STOPPED:
@@ -1047,28 +1087,37 @@ after_failure (fw_dispatcher_t *d, const fw_event_t *ev, lua_State *L, bool ok, 
       default:
          break;
       }
-      *o = decided_end (d, ev, &dec, attempt, t, id);
+      *o = decided_end (d, ev, &dec, attempt, t);
       return false;
    }
-   if (!retry_wait (d, ev, attempt, &dec)) {
+   if (!retry_wait (d, hook, ev, attempt, &dec)) {
       *o = outcome_after (d, FW_OUTCOME_STOPPED, attempt, &dec);
       return false;
    }
    return true;
 }
 
-static fw_outcome_t run_attempts (fw_dispatcher_t *d, const fw_event_t *ev);
+static fw_outcome_t run_attempts (fw_dispatcher_t *d, const fw_event_t *ev,
+                                  const fw_dispatch_run_t *run);
 
 fw_outcome_t
-fw_event_dispatch (fw_dispatcher_t *d, const fw_event_t *ev)
+fw_event_dispatch_run (fw_dispatcher_t *d, const fw_event_t *ev, const fw_dispatch_run_t *run)
 {
+   if (!run) {
+      run = &LIVE; /* fw_event_dispatch: a change event */
+   }
 #if FW_CHECKING
    fw_lua_host_t *host = d->prog.host;
    int top = lua_gettop (fw_lua_host_state (host));
 #endif
-   fw_outcome_t o = run_attempts (d, ev);
+   fw_outcome_t o = run_attempts (d, ev, run);
+   /* In a source transaction's group, an outcome other than HANDLED is the
+    * failed event's (fw_group_dispatch reports the others). */
+   report (d, run, d->group.n && o.kind != FW_OUTCOME_HANDLED ? d->group.failed : ev, &o);
    fw_park_end (d);
-   fw_outage_event_end (d);
+   if (o.kind != FW_OUTCOME_YIELDED) { /* a yielded event comes back at once, holding it */
+      fw_outage_event_end (d);
+   }
    /* The Lua stack is as it was (unless a reload or a rebuild replaced
     * the state), and a DLQ outcome names its entry. */
    FW_ASSERT (d->prog.host != host || lua_gettop (fw_lua_host_state (host)) == top);
@@ -1079,34 +1128,38 @@ fw_event_dispatch (fw_dispatcher_t *d, const fw_event_t *ev)
 }
 
 static fw_outcome_t
-run_attempts (fw_dispatcher_t *d, const fw_event_t *ev)
+run_attempts (fw_dispatcher_t *d, const fw_event_t *ev, const fw_dispatch_run_t *run)
 {
    lua_State *L = fw_lua_host_state (d->prog.host);
    int ref;
    attempt_times_t t = {0, 0, 0};
    /* A sequenced DLQ with open sequences: is this event's one of them? */
-   bool check_park = fw_park_check_needed (d, ev);
+   bool check_park = !run->replay && fw_park_check_needed (d, ev); /* a replay is never parked */
 
    ref = fw_program_handler_for (&d->prog, ev->op);
    if (ref == LUA_NOREF) {
-      finished (d, FW_METRICS_OUTCOME_NONE, 0); /* no handler for this operation type */
-      return outcome (FW_OUTCOME_NO_HANDLER, 0);
+      fw_outcome_t o = outcome (FW_OUTCOME_NO_HANDLER, 0); /* no handler for this operation type */
+      finished (d, &o, FW_COUNT_NONE, 0);
+      return o;
    }
    fw_event_ctx_begin (L, &d->dispatch, ev);
 
-   for (int attempt = 1;; attempt++) {
+   for (int attempt = run->attempt_base + 1;; attempt++) {
       fw_lua_stop_t stop;
       bool ok, key_failed = false, fenced;
       fw_outcome_t o;
+      const fw_event_t *cur = ev; /* a group's: the event that failed */
 
-      if (!attempt_may_start (d, ev, attempt, &L, &ref, &o)) {
+      if (!attempt_may_start (d, ev, attempt, attempt > run->attempt_base + 1 && !run->replay, &L,
+                              &ref, &o)) {
          return o;
       }
-      d->dispatch.attempt = attempt + d->deferred.attempt_base; /* a deferred retry's: all */
+      d->dispatch.attempt = attempt;
       if (check_park && park_if_open (d, ev, &check_park, &key_failed, &stop, &o)) {
          return o;
       }
-      ok = call_in_txn (d, ev, L, ref, attempt, key_failed, &stop, &t, &fenced);
+      ok = call_in_txn (d, &cur, L, ref, attempt, key_failed, &stop, &t, &fenced, !run->replay);
+      d->group.failed = cur;
       if (fenced) {
          return outcome (FW_OUTCOME_STOPPED, attempt);
       }
@@ -1116,8 +1169,114 @@ run_attempts (fw_dispatcher_t *d, const fw_event_t *ev)
       if (ok && !d->dispatch.dlq_requested) {
          return ended_handled (d, attempt, t.end_ns);
       }
-      if (!after_failure (d, ev, L, ok, attempt, stop, &t, &o)) {
+      if (!after_failure (d, run->replay, cur, L, ok, attempt, stop, &t, &o)) {
          return o;
       }
    }
+}
+
+/* --- exactly_once: a source transaction's events together (issue 39) --- */
+
+/* Every event of evs[0..n) on its own (no transaction to group them in). */
+static fw_outcome_t
+group_one_by_one (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
+                  fw_outcome_kind_t *outcomes)
+{
+   for (size_t i = 0; i < n; i++) {
+      fw_outcome_t o = fw_event_dispatch (d, evs[i]);
+      if (outcomes) {
+         outcomes[i] = o.kind;
+      }
+      if (!fw_outcome_finished (o.kind)) {
+         return o;
+      }
+   }
+   return outcome (FW_OUTCOME_HANDLED, 0);
+}
+
+/* left[0..*m) handled together: the others than left[0] counted as handled
+ * (ended_handled counted one). */
+static void
+group_handled (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
+               fw_outcome_kind_t *outcomes, const fw_event_t **left, size_t m)
+{
+   for (size_t j = 0; j < m; j++) {
+      for (size_t i = 0; outcomes && i < n; i++) {
+         if (evs[i] == left[j]) {
+            outcomes[i] = FW_OUTCOME_HANDLED;
+         }
+      }
+      if (j > 0) {
+         fw_outcome_t o = outcome (FW_OUTCOME_HANDLED, 1);
+         d->stats.handled++;
+         finished (d, &o, FW_COUNT_OK, 0);
+         report (d, &LIVE, left[j], &o);
+      }
+   }
+}
+
+fw_outcome_t
+fw_group_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
+                   fw_outcome_kind_t *outcomes)
+{
+   const fw_event_t **left;
+   size_t m = 0;
+   fw_outcome_t o = outcome (FW_OUTCOME_HANDLED, 0);
+
+   if (n <= 1 || !fw_txn_wanted (d) || fw_park_enabled (d) || d->group.n > 0) {
+      return group_one_by_one (d, evs, n, outcomes);
+   }
+   if (!(left = malloc (n * sizeof *left))) {
+      snprintf (d->out.failure, sizeof d->out.failure,
+                "out of memory taking a source transaction of %zu events", n);
+      return failed (d, 0);
+   }
+   for (size_t i = 0; i < n; i++) {
+      if (outcomes) {
+         outcomes[i] = FW_OUTCOME_STOPPED; /* until it is finished with */
+      }
+      if (fw_program_handler_for (&d->prog, evs[i]->op) == LUA_NOREF) {
+         fw_outcome_t none = outcome (FW_OUTCOME_NO_HANDLER, 0);
+         finished (d, &none, FW_COUNT_NONE, 0);
+         report (d, &LIVE, evs[i], &none);
+         if (outcomes) {
+            outcomes[i] = FW_OUTCOME_NO_HANDLER;
+         }
+      } else {
+         left[m++] = evs[i];
+      }
+   }
+   while (m > 0) {
+      /* One event left: the per-event path as it is. */
+      d->group.evs = m > 1 ? left : NULL;
+      d->group.n = m > 1 ? m : 0;
+      d->group.failed = left[0];
+      o = fw_event_dispatch (d, left[0]);
+      const fw_event_t *bad = d->group.failed;
+      d->group.evs = NULL;
+      d->group.n = 0;
+      if (o.kind == FW_OUTCOME_HANDLED) {
+         group_handled (d, evs, n, outcomes, left, m);
+         break;
+      }
+      if (!fw_outcome_finished (o.kind)) {
+         break; /* the group comes back, or the stream stops before it */
+      }
+      /* The event that failed ended without being applied (dead-lettered,
+       * skipped, lost): the others are applied together without it. */
+      size_t k = 0;
+      while (k < m && left[k] != bad) {
+         k++;
+      }
+      k = k < m ? k : 0;
+      for (size_t i = 0; outcomes && i < n; i++) {
+         if (evs[i] == left[k]) {
+            outcomes[i] = o.kind;
+         }
+      }
+      memmove (&left[k], &left[k + 1], (m - k - 1) * sizeof *left);
+      m--;
+   }
+   free (left);
+   return fw_outcome_finished (o.kind) ? outcome (FW_OUTCOME_HANDLED, 0) : o;
 }

@@ -99,7 +99,7 @@ fw_dispatcher_load_sequences (fw_dispatcher_t *d)
 bool
 fw_park_check_needed (fw_dispatcher_t *d, const fw_event_t *ev)
 {
-   if (d->replay || !fw_park_enabled (d)) {
+   if (!fw_park_enabled (d)) {
       return false;
    }
    if (!d->park.open_seqs) {

@@ -34,16 +34,38 @@ fw_dispatcher_set_exactly_once (fw_dispatcher_t *d, fw_txn_position_fn fn,
    d->eo.ud = ud;
 }
 
+void
+fw_dispatcher_set_txn_sink (fw_dispatcher_t *d, const fw_txn_sink_t *sink)
+{
+   fw_txn_release (d);
+   memset (&d->eo.sink, 0, sizeof d->eo.sink);
+   if (sink) {
+      d->eo.sink = *sink;
+   }
+}
+
+void
+fw_dispatcher_set_txn_committed (fw_dispatcher_t *d, void (*committed) (void *ud))
+{
+   d->eo.committed = committed;
+}
+
 mongoc_client_t *
 fw_dispatcher_txn_client (fw_dispatcher_t *d, fw_error_t *error)
 {
    return fw_connection_clients_get (d->clients, "default", error);
 }
 
+void
+fw_dispatcher_txn_reset (fw_dispatcher_t *d)
+{
+   fw_txn_release (d);
+}
+
 bool
 fw_txn_wanted (const fw_dispatcher_t *d)
 {
-   return d->eo.fn && !d->replay;
+   return d->eo.fn != NULL || d->eo.sink.begin != NULL;
 }
 
 /* Pushes the failure table of a step that failed before any server reply. */
@@ -95,6 +117,9 @@ fw_txn_begin (fw_dispatcher_t *d, lua_State *L, fw_mongo_txn_t *join)
    bson_error_t berr;
    mongoc_client_t *client;
 
+   if (d->eo.sink.begin) {
+      return d->eo.sink.begin (d->eo.sink.ud, L); /* another store's (issue 40) */
+   }
    err.message[0] = '\0';
    client = fw_connection_clients_get (d->clients, "default", &err);
    if (!client) {
@@ -113,6 +138,7 @@ fw_txn_begin (fw_dispatcher_t *d, lua_State *L, fw_mongo_txn_t *join)
    join->client = d->eo.client;
    join->session = d->eo.session;
    join->stream = d->prog.cfg.name;
+   join->sink = NULL;
    fw_mongo_lua_join (L, join);
    return true;
 }
@@ -122,6 +148,9 @@ fw_txn_end (fw_dispatcher_t *d)
 {
    bson_error_t berr;
 
+   if (d->eo.sink.end) {
+      d->eo.sink.end (d->eo.sink.ud, fw_lua_host_state (d->prog.host));
+   }
    if (d->eo.session && mongoc_client_session_in_transaction (d->eo.session) &&
        !mongoc_client_session_abort_transaction (d->eo.session, &berr)) {
       /* The server aborts it anyway (its lifetime, or a kill at the next
@@ -135,6 +164,9 @@ fw_txn_end (fw_dispatcher_t *d)
 void
 fw_txn_release (fw_dispatcher_t *d)
 {
+   if (d->eo.sink.release) {
+      d->eo.sink.release (d->eo.sink.ud);
+   }
    /* Destroying a session with its transaction in progress aborts it. */
    if (d->eo.session) {
       mongoc_client_session_destroy (d->eo.session);
@@ -170,6 +202,16 @@ fw_txn_commit (fw_dispatcher_t *d, lua_State *L, const fw_event_t *ev)
    fw_error_t err;
    bool fenced = false, ok;
 
+   if (d->eo.sink.commit) {
+      switch (d->eo.sink.commit (d->eo.sink.ud, L, ev)) {
+      case FW_SINK_COMMITTED:
+         return FW_TXN_COMMITTED;
+      case FW_SINK_FENCED:
+         return FW_TXN_FENCED;
+      default:
+         return FW_TXN_FAILED;
+      }
+   }
    bson_destroy (&reply);
    err.message[0] = '\0';
    err.code = 0;
@@ -196,6 +238,8 @@ fw_txn_commit (fw_dispatcher_t *d, lua_State *L, const fw_event_t *ev)
    ok = commit (d, &reply, &berr);
    if (!ok) {
       fw_mongo_lua_push_failure (L, "commitTransaction", &berr, &reply);
+   } else if (d->eo.committed) {
+      d->eo.committed (d->eo.ud);
    }
    bson_destroy (&reply);
    fw_txn_end (d);

@@ -18,7 +18,8 @@ typedef enum {
    FW_TXN_FENCED, /* a newer leader holds the checkpoint: nothing committed */
 } fw_txn_end_t;
 
-/* Whether d's attempts run in transactions (exactly_once, not a replay). */
+/* Whether d's attempts on change events run in transactions (exactly_once;
+ * a replay's never do: fw_dispatch_run_t). */
 bool fw_txn_wanted (const fw_dispatcher_t *d);
 
 /* Starts the attempt's transaction (on d's kept session, started and

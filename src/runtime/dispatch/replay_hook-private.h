@@ -11,9 +11,11 @@
 
 #include "flowwarden/dispatcher.h"
 
-/* Set on the dispatcher while a dead letter is replayed: the final failure
- * then ends the event as FW_OUTCOME_GAVE_UP (the replay decides what
- * becomes of its entry) instead of becoming a new DLQ entry. */
+/* A dead letter's replay, the client that runs it through the dispatcher
+ * (fw_dispatch_run_t's replay): the final failure ends the event as
+ * FW_OUTCOME_GAVE_UP (the replay decides what becomes of its entry) instead
+ * of becoming a new DLQ entry; it is never parked, never runs in an
+ * exactly_once transaction, and goes to no outcome sink. */
 typedef struct fw_replay_hook {
    bool no_retry;              /* --no-retry: one attempt */
    bool retry_asked;           /* filled: the last failure's decision was retry */
@@ -28,10 +30,10 @@ typedef struct fw_replay_hook {
 
 /* dispatcher.c: while a dead letter is replayed, remembers the error table
  * at index of L (on_error's err: type, message, where, fields, traceback)
- * for the enqueue policy, or forgets the one remembered (index 0: the
- * attempt ended without a Lua error, e.g. ctx:send_to_dlq). No-op when d
- * replays nothing. */
-void fw_replay_hook_keep_error (fw_dispatcher_t *d, lua_State *L, int index);
+ * in hook for the enqueue policy, or forgets the one remembered (index 0:
+ * the attempt ended without a Lua error, e.g. ctx:send_to_dlq). No-op when
+ * hook is NULL (a change event). */
+void fw_replay_hook_keep_error (fw_replay_hook_t *hook, lua_State *L, int index);
 
 /* Drops what fw_replay_hook_keep_error remembered; the replay calls it once
  * the entry's outcome is decided. */

@@ -1,7 +1,10 @@
 /*
  * dlq_store_memory_claim.c - the in-memory store's claim methods
  * (dlq_store.h), with the MongoDB store's updates: an entry changes by
- * being rebuilt (fw_dlq__memory_rebuilt), under the store's lock.
+ * being rebuilt (fw_dlq__memory_rebuilt), under the store's lock. It keeps
+ * deferred retries as the MongoDB store does (FW_DLQ_CAN_DEFER: claim_due,
+ * scheduled, settle's FW_DLQ_RESCHEDULE), so that flowwarden test schedules
+ * them as run does.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -246,6 +249,71 @@ memory_extend (fw_dlq_store_t *store, const bson_value_t *id, const char *actor,
 }
 
 static const char *const claim_fields[] = {"claimedBy", "claimedUntil", NULL};
+static const char *const claim_and_next[] = {"claimedBy", "claimedUntil", "nextAttemptAt", NULL};
+
+/* The integer at key of doc, or 0; *wide: not an int32. */
+static int64_t
+int_at (const bson_t *doc, const char *key, bool *wide)
+{
+   bson_iter_t it;
+   bool found = bson_iter_init_find (&it, doc, key) && BSON_ITER_HOLDS_NUMBER (&it);
+   *wide = found && !BSON_ITER_HOLDS_INT32 (&it);
+   return found ? bson_iter_as_int64 (&it) : 0;
+}
+
+/* The entry as a failed deferred retry leaves it (the MongoDB store's
+ * fw_dlq__mongo_reschedule_update): SCHEDULED again, or PENDING without
+ * nextAttemptAt; with attempts made, attempts added and error.type,
+ * error.message and lastAttemptAt replaced, a history item pushed. */
+static bson_t *
+rescheduled (const bson_t *e, const claim_args_t *a)
+{
+   const fw_dlq_outcome_t *o = a->outcome;
+   bool again = o->next_attempt_ms > 0, wide;
+   const char *type = o->error_type ? o->error_type : "?";
+   const char *message = o->error_message ? o->error_message : "";
+   bson_t set = BSON_INITIALIZER, err, *item = NULL, *out;
+   bson_iter_t it, sub;
+   char result[1200];
+
+   BCON_APPEND (&set, "status", BCON_UTF8 (again ? "SCHEDULED" : "PENDING"), "lastTouched",
+                BCON_DATE_TIME (o->now_ms));
+   if (again) {
+      BSON_APPEND_DATE_TIME (&set, "nextAttemptAt", o->next_attempt_ms);
+   }
+   if (o->attempts_added > 0) {
+      int64_t attempts = int_at (e, "attempts", &wide) + o->attempts_added;
+      BSON_APPEND_DATE_TIME (&set, "lastAttemptAt", o->now_ms);
+      if (wide) {
+         BSON_APPEND_INT64 (&set, "attempts", attempts);
+      } else {
+         BSON_APPEND_INT32 (&set, "attempts", (int32_t) attempts);
+      }
+      BSON_APPEND_DOCUMENT_BEGIN (&set, "error", &err); /* $set error.type, error.message */
+      if (bson_iter_init_find (&it, e, "error") && BSON_ITER_HOLDS_DOCUMENT (&it) &&
+          bson_iter_recurse (&it, &sub)) {
+         while (bson_iter_next (&sub)) {
+            if (strcmp (bson_iter_key (&sub), "type") && strcmp (bson_iter_key (&sub), "message")) {
+               bson_append_iter (&err, NULL, 0, &sub);
+            }
+         }
+      }
+      BSON_APPEND_UTF8 (&err, "type", type);
+      BSON_APPEND_UTF8 (&err, "message", message);
+      bson_append_document_end (&set, &err);
+      snprintf (result, sizeof result, "%s: %s", type, message);
+      item = BCON_NEW ("at", BCON_DATE_TIME (o->now_ms), "action",
+                       BCON_UTF8 (again ? "rescheduled" : "requeued"), "actor",
+                       BCON_UTF8 (a->actor), "result", BCON_UTF8 (result));
+   }
+   out = fw_dlq__memory_rebuilt (e, &set, again ? claim_fields : claim_and_next, false, NULL,
+                                 item);
+   bson_destroy (&set);
+   if (item) {
+      bson_destroy (item);
+   }
+   return out;
+}
 
 /* The entry as settle leaves it (the MongoDB store's settle_update). */
 static bson_t *
@@ -257,6 +325,9 @@ settled (const bson_t *e, const void *ud)
    bson_t set = BSON_INITIALIZER, *item = NULL, *out;
    char result[1200];
 
+   if (o->kind == FW_DLQ_RESCHEDULE) {
+      return rescheduled (e, a);
+   }
    if (o->kind == FW_DLQ_RELEASE) {
       BCON_APPEND (&set, "status", BCON_UTF8 ("PENDING"), "lastTouched",
                    BCON_DATE_TIME (o->now_ms));
@@ -325,9 +396,96 @@ memory_release_stale (fw_dlq_store_t *store, const bson_value_t *id, int64_t now
    return change_one (store, id, stale, released, &a, NULL, &changed, error);
 }
 
+/* The date at key of e, or 0. */
+static int64_t
+date_at (const bson_t *e, const char *key)
+{
+   bson_iter_t it;
+   return bson_iter_init_find (&it, e, key) && BSON_ITER_HOLDS_DATE_TIME (&it)
+             ? bson_iter_date_time (&it)
+             : 0;
+}
+
+/* A deferred retry of stream that may run at now_ms: SCHEDULED and due, or
+ * left REPROCESSING by a claim that ended. */
+static bool
+due (const bson_t *e, const char *stream, int64_t now_ms)
+{
+   bson_iter_t it;
+   bool has_next = bson_iter_init_find (&it, e, "nextAttemptAt") && BSON_ITER_HOLDS_DATE_TIME (&it);
+
+   return has_next && is (e, "streamName", stream) &&
+          ((is (e, "status", "SCHEDULED") && bson_iter_date_time (&it) <= now_ms) ||
+           (is (e, "status", "REPROCESSING") && claim_ended (e, now_ms)));
+}
+
+static bool
+memory_claim_due (fw_dlq_store_t *store, const char *stream, const char *actor, int64_t now_ms,
+                  int64_t until_ms, bson_t *out, bool *got, fw_error_t *error)
+{
+   fw_memory_store_t *m = (fw_memory_store_t *) store;
+   claim_args_t a = {stream, actor, now_ms, until_ms, NULL};
+   size_t best = m->n;
+   bool ok = true;
+
+   *got = false;
+   bson_init (out);
+   pthread_mutex_lock (&m->mu);
+   for (size_t i = 0; i < m->n; i++) { /* the earliest nextAttemptAt first */
+      if (due (m->entries[i], stream, now_ms) &&
+          (best == m->n || date_at (m->entries[i], "nextAttemptAt") <
+                              date_at (m->entries[best], "nextAttemptAt"))) {
+         best = i;
+      }
+   }
+   if (best < m->n) {
+      bson_t *next = claimed (m->entries[best], &a);
+      if (!next) {
+         fw_error_set (error, FW_ERROR_NOMEM, "in-memory DLQ: out of memory");
+         ok = false;
+      } else {
+         bson_destroy (m->entries[best]);
+         m->entries[best] = next;
+         *got = bson_concat (out, next);
+      }
+   }
+   pthread_mutex_unlock (&m->mu);
+   return ok;
+}
+
+static bool
+memory_scheduled (fw_dlq_store_t *store, const char *stream, int64_t *count, int64_t *oldest_ms,
+                  int64_t *next_ms, fw_error_t *error)
+{
+   fw_memory_store_t *m = (fw_memory_store_t *) store;
+
+   (void) error;
+   *count = *oldest_ms = *next_ms = 0;
+   pthread_mutex_lock (&m->mu);
+   for (size_t i = 0; i < m->n; i++) {
+      const bson_t *e = m->entries[i];
+      int64_t created = date_at (e, "createdAt"), next = date_at (e, "nextAttemptAt");
+      if (!is (e, "streamName", stream) || !is (e, "status", "SCHEDULED")) {
+         continue;
+      }
+      (*count)++;
+      if (created && (!*oldest_ms || created < *oldest_ms)) {
+         *oldest_ms = created;
+      }
+      if (next && (!*next_ms || next < *next_ms)) {
+         *next_ms = next;
+      }
+   }
+   pthread_mutex_unlock (&m->mu);
+   return true;
+}
+
 void
 fw_dlq__memory_claim_methods (fw_dlq_store_t *s)
 {
+   s->capabilities |= FW_DLQ_CAN_DEFER;
+   s->claim_due = memory_claim_due;
+   s->scheduled = memory_scheduled;
    s->claim = memory_claim;
    s->extend = memory_extend;
    s->settle = memory_settle;

@@ -20,6 +20,10 @@ void fw_doctor_add (fw_doctor_report_t *r, const char *stream, const char *name,
                     fw_doctor_status_t status, const char *fix, const char *fmt, ...)
    BSON_GNUC_PRINTF (6, 7);
 
+/* exactly_once into the PostgreSQL connection name (doctor_eo_pg.c): the
+ * privileges its position table needs, when a stream of L's script uses it. */
+void fw_doctor_eo_pg (lua_State *L, fw_doctor_report_t *r, const char *name);
+
 /* The privileges, pre-images and checkpoint checks of one stream. */
 void fw_doctor_privileges (mongoc_client_t *client, const fw_stream_config_t *cfgs, size_t n,
                            fw_doctor_report_t *r);

@@ -32,6 +32,9 @@ check_one (lua_State *L, fw_doctor_report_t *r)
          fw_doctor_add (r, NULL, "connection", FW_DOCTOR_OK,
                         NULL, "connection \"%s\" (%s): reachable and authenticated", name,
                         redis ? "Redis" : "PostgreSQL");
+         if (!redis) {
+            fw_doctor_eo_pg (L, r, name);
+         }
       } else {
          fw_doctor_add (r, NULL, "connection", FW_DOCTOR_FAIL,
                         "check the URI's host, port, database and credentials, and that the "

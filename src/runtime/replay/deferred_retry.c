@@ -46,16 +46,15 @@ attempt (fw_dispatcher_t *d, const bson_t *entry, int64_t n, fw_replay_hook_t *h
 {
    bson_t event;
    fw_event_t ev;
-   fw_outcome_t o = {FW_OUTCOME_NO_HANDLER, 0, 0, "", "InvalidEntry", why};
+   fw_outcome_t o = {FW_OUTCOME_NO_HANDLER, 0, 0, "", "InvalidEntry", why,
+                     0, FW_COUNT_NOTHING, NULL};
 
    if (fw_dlq_replay_build_event (entry, &event, &ev, why, len)) {
+      /* ctx:attempt_number() counts them all */
+      fw_dispatch_run_t run = {(int) (n - 1), hook};
       hook->no_retry = true;
-      d->replay = hook;
-      d->deferred.attempt_base = (int) (n - 1); /* ctx:attempt_number() counts them all */
-      o = fw_event_dispatch (d, &ev);
-      d->deferred.attempt_base = 0;
+      o = fw_event_dispatch_run (d, &ev, &run);
       fw_replay_hook_forget_error (d, hook);
-      d->replay = NULL;
    }
    bson_destroy (&event);
    return o;
@@ -76,7 +75,8 @@ outcome_of (fw_dispatcher_t *d, const fw_outcome_t *r, const fw_replay_hook_t *h
       o->kind = FW_DLQ_RESOLVE;
       o->skipped = r->kind == FW_OUTCOME_SKIPPED;
    } else if (r->kind == FW_OUTCOME_GAVE_UP) {
-      o->attempts_added = r->attempts > 0 ? r->attempts : 1;
+      /* r->attempts counts them all: this run's are those past n - 1 */
+      o->attempts_added = r->attempts > n - 1 ? (int) (r->attempts - (n - 1)) : 1;
       o->error_type = r->error_type;
       o->error_message = r->error;
       if (hook->retry_asked && n < b->max_attempts) {

@@ -520,10 +520,10 @@ run_claimed (const claim_t *c, const bson_t *claimed, const bson_t *before,
    hook.no_retry = c->opts->no_retry;
    hook.before_retry = extend_claim;
    hook.ud = (void *) c;
-   d->replay = &hook;
+   fw_dispatch_run_t run = {0, &hook};
    d->dispatch.dead_letter = &letter;
    keeper = start_keeper (c);
-   o = fw_event_dispatch (d, &ev);
+   o = fw_event_dispatch_run (d, &ev, &run);
    fw_claim_keeper_stop (keeper); /* before the outcome is settled */
    if (fw_outcome_comes_back (o.kind)) {
       release (c);
@@ -544,7 +544,6 @@ run_claimed (const claim_t *c, const bson_t *claimed, const bson_t *before,
    }
    fw_replay_hook_forget_error (d, &hook);
    d->dispatch.dead_letter = NULL;
-   d->replay = NULL;
    bson_destroy (&letter);
    bson_destroy (&event);
 }

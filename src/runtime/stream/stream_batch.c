@@ -22,6 +22,7 @@
 #include "runtime/stream/stream_control-private.h"
 #include "runtime/stream/stream_lead-private.h"
 #include "runtime/stream/stream_position-private.h"
+#include "runtime/stream/stream_program-private.h"
 #include "runtime/stream/stream_read-private.h"
 #include "runtime/stream/stream_settle.h"
 #include "runtime/stream/stream_worker-private.h"
@@ -32,7 +33,37 @@ typedef struct {
    const fw_event_t **ptrs;
    size_t n;
    bson_t resume; /* the reader's resume token after the last event taken */
+   size_t cap;    /* room in docs, evs and ptrs */
 } batch_t;
+
+/* Room in b for one more event. False when out of memory. */
+static bool
+batch_room (batch_t *b)
+{
+   size_t cap = b->cap ? b->cap * 2 : 16;
+   void *docs, *evs, *ptrs;
+
+   if (b->n < b->cap) {
+      return true;
+   }
+   if (!(docs = realloc (b->docs, cap * sizeof *b->docs))) {
+      return false;
+   }
+   b->docs = docs;
+   if (!(evs = realloc (b->evs, cap * sizeof *b->evs))) {
+      return false;
+   }
+   b->evs = evs;
+   if (!(ptrs = realloc (b->ptrs, cap * sizeof *b->ptrs))) {
+      return false;
+   }
+   b->ptrs = ptrs;
+   for (size_t i = 0; i < b->n; i++) {
+      b->ptrs[i] = &b->evs[i]; /* evs may have moved */
+   }
+   b->cap = cap;
+   return true;
+}
 
 bool
 fw_stream_batch_joins (const bson_t *doc, const fw_event_t *ev)
@@ -49,8 +80,12 @@ static bool
 batch_add (fw_stream_worker_t *w, fw_stream_reader_t *rd, batch_t *b, const fw_event_t *ev)
 {
    fw_error_t err;
-   bson_t *copy = bson_copy (ev->doc);
+   bson_t *copy;
 
+   if (!batch_room (b)) {
+      return false;
+   }
+   copy = bson_copy (ev->doc);
    if (!copy || !fw_event_parse (copy, &b->evs[b->n], &err)) {
       bson_destroy (copy);
       return false;
@@ -64,8 +99,9 @@ batch_add (fw_stream_worker_t *w, fw_stream_reader_t *rd, batch_t *b, const fw_e
 }
 
 /* Reads on into b until it is full, max_wait passed or an event that cannot
- * join comes (left in w->batch_held). */
-static void
+ * join comes (left in w->batch_held). False when the reader was idle (a
+ * getMore returned nothing) or failed. */
+static bool
 batch_fill (fw_stream_worker_t *w, fw_stream_reader_t *rd, batch_t *b, size_t max,
             int64_t deadline_ms)
 {
@@ -75,12 +111,50 @@ batch_fill (fw_stream_worker_t *w, fw_stream_reader_t *rd, batch_t *b, size_t ma
       fw_event_t ev;
       fw_error_t err;
       if (!fw_stream_reader_next (rd, &doc)) {
-         return; /* idle, or the error, which the next read gives again */
+         return false; /* idle, or the error, which the next read gives again */
       }
       if (!fw_event_parse (doc, &ev, &err) || !fw_stream_batch_joins (doc, &ev) ||
           !batch_add (w, rd, b, &ev)) {
          w->batch_held = doc;
-         return;
+         return true;
+      }
+   }
+   return true;
+}
+
+/* exactly_once: reads on into b while the events are of the source
+ * transaction of b's last, until an event of another one (left in
+ * w->batch_held) or a getMore that returns nothing. What MongoDB gives
+ * (document_source_change_stream_unwind_transaction.cpp): a committed
+ * transaction's applyOps is unwound into its events one after the other,
+ * each with the commit's clusterTime, its lsid and txnNumber (a long); the
+ * endOfTransaction event sits behind a feature flag that is off in 5.0-8.0,
+ * so nothing marks the last one. Batched writes and a retryable write's
+ * applyOps carry no lsid/txnNumber and are not grouped. Through mongos a
+ * cross-shard transaction comes as one group per shard. An event split over
+ * fragments (> 16 MiB) cannot join: it ends the group and starts the next.
+ * False when a stop came first. */
+static bool
+group_fill (fw_stream_worker_t *w, fw_stream_reader_t *rd, batch_t *b)
+{
+   const bson_t *doc;
+
+   for (;;) {
+      fw_event_t ev;
+      fw_error_t err;
+      /* The reader has the next item within its getMore's maxAwaitTimeMS. */
+      while (!fw_stream_reader_ready (rd, fw_mono_ms () + 200)) {
+         if (fw_shutdown_requested (w->shutdown)) {
+            return false;
+         }
+      }
+      if (!fw_stream_reader_next (rd, &doc)) {
+         return true; /* idle: the transaction ended (or the error, read again next) */
+      }
+      if (!fw_event_parse (doc, &ev, &err) || !fw_stream_batch_joins (doc, &ev) ||
+          !fw_event_same_txn (b->ptrs[b->n - 1], &ev) || !batch_add (w, rd, b, &ev)) {
+         w->batch_held = doc;
+         return true;
       }
    }
 }
@@ -105,11 +179,11 @@ typedef struct {
 } batch_place_t;
 
 static void
-batch_count (void *ud)
+batch_count (void *ud, const fw_outcome_t *o)
 {
    fw_stream_worker_t *w = ((batch_place_t *) ud)->w;
    if (w->metrics) {
-      fw_stream_count_dispatched (w);
+      fw_stream_count_dispatched (w, o);
    }
 }
 
@@ -158,7 +232,7 @@ fw_stream_batch_take (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position
 {
    int max = 1;
    int64_t wait_ms = 0;
-   batch_t b = {NULL, NULL, NULL, 0, BSON_INITIALIZER};
+   batch_t b = {NULL, NULL, NULL, 0, BSON_INITIALIZER, 0};
    batch_place_t at = {w, p, &b};
    fw_settle_place_t place = {w->d,      w->metrics, batch_count, batch_done, batch_fail,
                               batch_lease_lost, &at, "a batch's event could not be dead-lettered"};
@@ -169,17 +243,69 @@ fw_stream_batch_take (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position
    b.docs = malloc ((size_t) max * sizeof *b.docs);
    b.evs = malloc ((size_t) max * sizeof *b.evs);
    b.ptrs = malloc ((size_t) max * sizeof *b.ptrs);
+   b.cap = (size_t) max;
    if (!b.docs || !b.evs || !b.ptrs || !batch_add (w, rd, &b, ev)) {
       batch_free (&b);
       fw_stream_failed (w, "out of memory taking a batch");
       return FW_READ_FAILED;
    }
-   batch_fill (w, rd, &b, (size_t) max, fw_mono_ms () + wait_ms);
+   bool more = batch_fill (w, rd, &b, (size_t) max, fw_mono_ms () + wait_ms);
+   /* exactly_once: the batch never ends inside a source transaction (it
+    * grows past max_events to its end, unless a getMore that returned
+    * nothing already ended it). */
+   if (w->cfg->exactly_once && more && !w->batch_held && fw_event_in_txn (b.ptrs[b.n - 1]) &&
+       !group_fill (w, rd, &b)) {
+      w->batch_held = NULL;
+      batch_free (&b);
+      return FW_READ_STOP;
+   }
    if (fw_stream_lease_lost (w)) {
       batch_free (&b);
       return FW_READ_LOST;
    }
+   fw_stream_reload_apply (w); /* between batches, never inside one */
    o = fw_batch_dispatch (w->d, b.ptrs, b.n, NULL);
+   end = fw_stream_settle (&place, &o);
+   if (end != FW_READ_NEXT) {
+      w->batch_held = NULL; /* the read ends: the position re-reads it all */
+   }
+   batch_free (&b);
+   return end;
+}
+
+bool
+fw_stream_group_wanted (const fw_stream_worker_t *w, const bson_t *doc, const fw_event_t *ev)
+{
+   return w->cfg->exactly_once && fw_event_in_txn (ev) && fw_stream_batch_joins (doc, ev);
+}
+
+fw_read_end_t
+fw_stream_group_take (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
+                      const fw_event_t *ev)
+{
+   batch_t b = {NULL, NULL, NULL, 0, BSON_INITIALIZER, 0};
+   batch_place_t at = {w, p, &b};
+   fw_settle_place_t place = {w->d,      w->metrics, batch_count, batch_done, batch_fail,
+                              batch_lease_lost, &at, "an event could not be dead-lettered"};
+   fw_outcome_t o;
+   fw_read_end_t end;
+
+   if (!batch_add (w, rd, &b, ev)) {
+      batch_free (&b);
+      fw_stream_failed (w, "out of memory taking a source transaction's events");
+      return FW_READ_FAILED;
+   }
+   if (!group_fill (w, rd, &b)) {
+      w->batch_held = NULL; /* a stop: the position re-reads them all */
+      batch_free (&b);
+      return FW_READ_STOP;
+   }
+   if (fw_stream_lease_lost (w)) {
+      w->batch_held = NULL;
+      batch_free (&b);
+      return FW_READ_LOST;
+   }
+   o = fw_group_dispatch (w->d, b.ptrs, b.n, NULL);
    end = fw_stream_settle (&place, &o);
    if (end != FW_READ_NEXT) {
       w->batch_held = NULL; /* the read ends: the position re-reads it all */

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "flowwarden/outcome.h"
 #include "flowwarden/stream_worker.h"
 
 /* What the admin endpoint asked the stream's thread to do. */
@@ -26,9 +27,9 @@ bool fw_stream_wait (fw_stream_worker_t *w, int64_t ms);
  * (W_CONTROL_NONE). */
 int fw_stream_paused (fw_stream_worker_t *w);
 
-/* With a metrics block, after fw_event_dispatch finished an event: the Lua
- * state's memory, and the DLQ count when it is due. */
-void fw_stream_count_dispatched (fw_stream_worker_t *w);
+/* With a metrics block, after an event (or a batch, o its outcome) was
+ * settled: the Lua state's memory, and the DLQ count when it is due. */
+void fw_stream_count_dispatched (fw_stream_worker_t *w, const fw_outcome_t *o);
 
 /* Every 30 s (now_ms: the wall clock), counts the stream's pending DLQ
  * entries for the flowwarden_dlq_pending gauges. */

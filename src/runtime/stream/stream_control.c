@@ -89,11 +89,11 @@ fw_stream_paused (fw_stream_worker_t *w)
 /* --- counting events ------------------------------------------------------ */
 
 void
-fw_stream_count_dispatched (fw_stream_worker_t *w)
+fw_stream_count_dispatched (fw_stream_worker_t *w, const fw_outcome_t *o)
 {
    fw_stream_metrics_set_lua_memory (w->metrics,
                                      fw_lua_host_memory_used (fw_dispatcher_host (w->d)));
-   fw_stream_dlq_count_tick (w, fw_dispatcher_finished_ms (w->d));
+   fw_stream_dlq_count_tick (w, o->finished_ms ? o->finished_ms : fw_now_ms ());
 }
 
 /* --- the DLQ's pending entries -------------------------------------------- */

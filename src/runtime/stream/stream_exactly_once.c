@@ -13,6 +13,16 @@
 #include "runtime/stream/stream_position-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
+/* *dst = a copy of src (*dst allocated on first use). */
+static void
+keep (bson_t **dst, const bson_t *src)
+{
+   if (!*dst) {
+      *dst = bson_new ();
+   }
+   fw_position_set_token (*dst, src);
+}
+
 static bool
 position_in_txn (void *ud, const fw_event_t *ev, mongoc_client_t *client,
                  mongoc_client_session_t *session, bson_t *reply, bool *fenced,
@@ -39,8 +49,30 @@ position_in_txn (void *ud, const fw_event_t *ev, mongoc_client_t *client,
    ok = fw_checkpoint_save_in (client, session, w->cfg->database, w->cfg->name, &token,
                                fw_lua_host_version (fw_dispatcher_host (w->d)),
                                w->lead.lease ? w->lead.epoch : 0, fenced, reply, error);
+   if (ok) {
+      keep (&w->eo.written, &token);
+   }
    bson_destroy (&token);
    return ok;
+}
+
+/* The transaction the last position was written in committed. */
+static void
+position_committed (void *ud)
+{
+   fw_stream_worker_t *w = ud;
+
+   if (w->eo.written) {
+      keep (&w->eo.committed, w->eo.written);
+   }
+}
+
+bool
+fw_stream_exactly_once_stored (const fw_stream_worker_t *w, const fw_position_t *p)
+{
+   return w->cfg->exactly_once && w->eo.committed && p->has_processed &&
+          bson_equal (&p->processed, w->eo.committed) &&
+          (!p->has_resume || bson_equal (&p->resume, w->eo.committed));
 }
 
 static bool
@@ -56,9 +88,13 @@ fw_stream_exactly_once_wire (fw_stream_worker_t *w)
 {
    if (w->cfg->exactly_once) {
       fw_dispatcher_set_exactly_once (w->d, position_in_txn, record_session, w);
+      fw_dispatcher_set_txn_committed (w->d, position_committed);
    } else {
       fw_dispatcher_set_exactly_once (w->d, NULL, NULL, w);
+      fw_dispatcher_set_txn_committed (w->d, NULL);
    }
+   fw_dispatcher_set_txn_sink (w->d, NULL);
+   fw_stream_exactly_once_pg_wire (w); /* into PostgreSQL: its sink */
 }
 
 void
@@ -67,13 +103,29 @@ fw_stream_exactly_once_recover (fw_stream_worker_t *w)
    mongoc_client_t *client;
    fw_error_t err;
    int killed = 0;
+   bool ok;
 
+   /* A new run reads its position from the stored checkpoint (which
+    * another holder may have moved since). */
+   bson_destroy (w->eo.written);
+   bson_destroy (w->eo.committed);
+   w->eo.written = w->eo.committed = NULL;
    if (!w->cfg->exactly_once) {
       return;
    }
    err.message[0] = '\0';
-   if (!(client = fw_dispatcher_txn_client (w->d, &err)) ||
-       !fw_txn_sessions_kill (client, w->cfg->database, w->cfg->name, &killed, &err)) {
+   ok = (client = fw_dispatcher_txn_client (w->d, &err)) &&
+        fw_txn_sessions_kill (client, w->cfg->database, w->cfg->name, &killed, &err);
+   /* This thread's session of an earlier term ends too: another holder may
+    * have killed it and taken it off the record meanwhile, and a session
+    * used unrecorded would leave a transaction nobody can end after a kill
+    * -9. The next attempt starts a new session and records it first. Only
+    * after the kill: the driver hands an ended session to the next one
+    * started in this process, which must not find it in this record (a
+    * killed session may be used again: MongoDB manual, "killSessions",
+    * "Killed Session Availability"). */
+   fw_dispatcher_txn_reset (w->d);
+   if (!ok) {
       fw_log (FW_LOG_WARN, w->cfg->name, "exactly_once: cannot end the transactions an earlier "
               "run may have left open (%s): until the server aborts them "
               "(transactionLifetimeLimitSeconds) their documents stay locked and attempts "

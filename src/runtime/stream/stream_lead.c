@@ -5,6 +5,7 @@
  */
 #include "flowwarden/log.h"
 #include "runtime/stream/stream_circuit-private.h"
+#include "runtime/stream/stream_exactly_once-private.h"
 #include "runtime/stream/stream_lead-private.h"
 #include "runtime/stream/stream_position-private.h"
 #include "runtime/stream/stream_shared-private.h"
@@ -28,7 +29,7 @@ fw_stream_load_checkpoint (fw_stream_worker_t *w, fw_checkpoint_t *cp, fw_positi
 
    fw_stream_circuit_restore (w);
    if (w->cfg->start_latest) {
-      return true;
+      return fw_stream_exactly_once_pg_load (w, p, candidate, from_checkpoint);
    }
    for (int tries = 1; !fw_checkpoint_load (w->client, w->cfg->database, w->cfg->name, cp, &err);
         tries++) {
@@ -52,7 +53,8 @@ fw_stream_load_checkpoint (fw_stream_worker_t *w, fw_checkpoint_t *cp, fw_positi
       *candidate = 1;
       *from_checkpoint = true;
    }
-   return true;
+   /* exactly once into PostgreSQL: the position committed there wins. */
+   return fw_stream_exactly_once_pg_load (w, p, candidate, from_checkpoint);
 }
 
 void
@@ -91,6 +93,10 @@ fw_stream_wait_lead (fw_stream_worker_t *w)
          }
          continue;
       }
+      /* A holder killed inside its commit left the checkpoint's document
+       * written in an open transaction: the fence below would wait for it
+       * (up to transactionLifetimeLimitSeconds). */
+      fw_stream_exactly_once_recover (w);
       if (!fw_checkpoint_fence (w->client, w->cfg->database, w->cfg->name, epoch, &stored, &err)) {
          fw_log (FW_LOG_WARN, w->cfg->name, "%s; trying again", err.message);
          fw_shutdown_wait_ms (w->shutdown, 250);

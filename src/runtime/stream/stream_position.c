@@ -7,6 +7,7 @@
 #include "flowwarden/checkpoint_store.h"
 #include "flowwarden/checkpoint_writer.h"
 #include "flowwarden/log.h"
+#include "runtime/stream/stream_exactly_once-private.h"
 #include "runtime/stream/stream_position-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
@@ -67,6 +68,7 @@ void
 fw_position_save (fw_stream_worker_t *w, fw_position_t *p, const char *why)
 {
    fw_error_t err;
+   fw_stream_exactly_once_pg_advance (w, p); /* exactly once into PostgreSQL */
    if (w->ckpt.writer) {
       fw_checkpoint_writer_quiesce (w->ckpt.writer); /* nothing older can land after this */
       fw_position_writer_results (w);
@@ -108,6 +110,18 @@ void
 fw_position_save_async (fw_stream_worker_t *w, fw_position_t *p, const char *why)
 {
    fw_error_t err;
+   if (fw_stream_exactly_once_stored (w, p)) {
+      /* exactly_once: the transaction of the event handled last wrote this
+       * position (seen and handled) and committed; writing it again would
+       * be a second round trip per save_every events. */
+      p->since_save = 0;
+      p->dirty = false;
+      p->last_save_ms = fw_now_ms ();
+      if (w->metrics) {
+         fw_stream_metrics_checkpoint (w->metrics, true, p->last_save_ms);
+      }
+      return;
+   }
    /* exactly_once: each handled event's transaction writes the checkpoint;
     * an async write landing after a later commit would move it back. */
    if (w->cfg->checkpoint_sync || w->ckpt.unavailable || w->cfg->exactly_once) {
@@ -120,6 +134,7 @@ fw_position_save_async (fw_stream_worker_t *w, fw_position_t *p, const char *why
    if (w->lead.lease && w->lead.epoch <= 0) {
       return;
    }
+   fw_stream_exactly_once_pg_advance (w, p); /* exactly once into PostgreSQL */
    if (!w->ckpt.writer && !(w->ckpt.writer = fw_checkpoint_writer_new (w->pool, w->cfg->database,
                                                                        w->cfg->name, &err))) {
       fw_log (FW_LOG_WARN, w->cfg->name, "%s; checkpoints are written as with mode = \"sync\"",

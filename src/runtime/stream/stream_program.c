@@ -11,7 +11,9 @@
 #include <unistd.h>
 
 #include "flowwarden/clock.h"
+#include "flowwarden/event_settle.h"
 #include "runtime/stream/stream_circuit-private.h"
+#include "runtime/stream/stream_exactly_once-private.h"
 #include "runtime/stream/stream_program-private.h"
 #include "runtime/stream/stream_shared-private.h"
 #include "runtime/stream/stream_worker-private.h"
@@ -38,6 +40,7 @@ fw_stream_worker_new (fw_lua_host_t *host, int index, mongoc_client_pool_t *pool
       return NULL;
    }
    w->cfg = fw_dispatcher_config (w->d);
+   fw_dispatcher_set_outcome_sink (w->d, fw_stream_event_settled, w);
    fw_stream_circuit_keep (w);
    w->rng = (uint64_t) fw_now_ms () ^ ((uint64_t) (uintptr_t) w << 16) ^ (uint64_t) getpid ();
    return w;
@@ -73,6 +76,8 @@ fw_stream_state_attach (fw_stream_worker_t *w)
    for (int i = 0; i < w->lane.n; i++) {
       fw_dispatcher_share_state (w->lane.d[i], fw_dispatcher_state (w->d));
       fw_dispatcher_share_outage (w->lane.d[i], w->d); /* one breaker, one bucket */
+      /* w's settle (a reload's lanes were built for the worker it drops) */
+      fw_dispatcher_set_outcome_sink (w->lane.d[i], fw_stream_event_settled, w);
    }
 }
 
@@ -82,6 +87,12 @@ fw_stream_fold_lane_stats (fw_stream_worker_t *w)
    for (int i = 0; i < w->lane.n; i++) {
       fw_dispatcher_add_stats (w->d, w->lane.d[i]);
    }
+}
+
+void
+fw_stream_event_settled (void *ud, const char *stream, const fw_event_t *ev, const fw_outcome_t *o)
+{
+   fw_event_settle (((fw_stream_worker_t *) ud)->metrics, stream, ev, o);
 }
 
 void
@@ -130,6 +141,9 @@ fw_stream_worker_destroy (fw_stream_worker_t *w)
    }
    free (w->lane.d);
    fw_dispatcher_destroy (w->d);
+   fw_stream_exactly_once_pg_free (w); /* after its dispatcher released the sink */
+   bson_destroy (w->eo.written);
+   bson_destroy (w->eo.committed);
    pthread_mutex_destroy (&w->pending.mu);
    fw_shutdown_cleanup (&w->own_shutdown);
    free (w);

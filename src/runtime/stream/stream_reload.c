@@ -1,7 +1,7 @@
 /*
  * stream_reload.c - a reload's side of a stream worker: whether a new
  * program reads the same change stream, handing it over (pending), and the
- * switch at an attempt boundary (the dispatcher's program, the lanes'
+ * switch at an event boundary (the dispatcher's program, the lanes'
  * dispatchers); fw.state's store outlives every switch.
  *
  * Called on the stream's thread (fw_stream_reload_apply) except
@@ -44,7 +44,8 @@ fw_stream_worker_same_source (fw_stream_worker_t *w, const fw_stream_worker_t *n
           bson_equal (w->cfg->pipeline, next->cfg->pipeline) &&
           /* exactly_once switched on or off: a new stream (its final
            * checkpoint, then its transactions or async saves from there). */
-          w->cfg->exactly_once == next->cfg->exactly_once;
+          w->cfg->exactly_once == next->cfg->exactly_once &&
+          same_string (w->cfg->exactly_once_pg, next->cfg->exactly_once_pg);
    pthread_mutex_unlock (&w->pending.mu);
    return same;
 }

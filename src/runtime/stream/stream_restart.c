@@ -77,8 +77,6 @@ stand_by (fw_stream_worker_t *w, fw_stream_run_t *run)
        !fw_stream_load_checkpoint (w, &run->cp, p, &run->candidate, &run->from_checkpoint)) {
       return false;
    }
-   /* The leader in between may have been killed with a transaction open. */
-   fw_stream_exactly_once_recover (w);
    run->restarts = 0;
    return true;
 }

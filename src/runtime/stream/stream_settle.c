@@ -4,6 +4,9 @@
  * moved position, a count, or the stream's stop.
  */
 #include "flowwarden/check.h"
+#include "flowwarden/clock.h"
+#include "flowwarden/event_settle.h"
+#include "flowwarden/log.h"
 #include "flowwarden/lua_host.h"
 #include "runtime/stream/stream_settle.h"
 
@@ -23,6 +26,9 @@ fw_read_end_t
 fw_stream_settle (const fw_settle_place_t *place, const fw_outcome_t *o)
 {
    FW_ASSERT ((unsigned) o->kind < FW_OUTCOME_KINDS);
+   /* A yielded event runs again on the new program before it is settled
+    * (fw_stream_dispatch); were one to get here, it comes back. */
+   FW_ASSERT (o->kind != FW_OUTCOME_YIELDED);
    if (fw_outcome_comes_back (o->kind)) {
       return place->lease_lost && place->lease_lost (place->ud) ? FW_READ_LOST : FW_READ_STOP;
    }
@@ -36,10 +42,98 @@ fw_stream_settle (const fw_settle_place_t *place, const fw_outcome_t *o)
    FW_ASSERT (o->kind != FW_OUTCOME_GAVE_UP);
    FW_ASSERT (names_entry (o));
    if (place->count) {
-      place->count (place->ud);
+      place->count (place->ud, o);
    } else if (place->metrics) {
       fw_stream_metrics_set_lua_memory (place->metrics,
                                         fw_lua_host_memory_used (fw_dispatcher_host (place->d)));
    }
    return place->advance ? place->advance (place->ud) : FW_READ_NEXT;
+}
+
+/* The line an event's outcome is logged with (none for handled, no
+ * handler, and outcomes the event comes back from). */
+static void
+log_outcome (const char *stream, const fw_event_t *ev, const fw_outcome_t *o)
+{
+   const fw_outcome_detail_t *x = o->detail;
+   char more[1600], sid[1024];
+
+   if (!x || (o->kind != FW_OUTCOME_DEAD_LETTERED && o->kind != FW_OUTCOME_PARKED &&
+              o->kind != FW_OUTCOME_DEFERRED && o->kind != FW_OUTCOME_SKIPPED &&
+              o->kind != FW_OUTCOME_LOST)) {
+      return;
+   }
+   if (o->kind == FW_OUTCOME_LOST) { /* named whole: nothing else keeps it */
+      fw_event_log_id (ev, sid, sizeof sid);
+      fw_event_failure_context (ev, x->where, NULL, more, sizeof more);
+      if (x->asked_dlq) {
+         fw_log (FW_LOG_ERROR, stream,
+                 "event %s LOST: on_error asked for the DLQ but the stream has none: %s: %s%s",
+                 sid, o->error_type, o->error, more);
+      } else {
+         fw_log (FW_LOG_ERROR, stream,
+                 "event %s LOST after %d attempt(s) (no dead-letter queue): %s: %s%s", sid,
+                 o->attempts, o->error_type, o->error, more);
+      }
+      return;
+   }
+   /* Warn lines name the event by its short id; the entry has it whole. */
+   fw_event_short_id (ev, sid, sizeof sid);
+   switch (o->kind) {
+   case FW_OUTCOME_SKIPPED:
+      fw_log (FW_LOG_INFO, stream, "event %s skipped by on_error after attempt %d: %s: %s%s", sid,
+              o->attempts, o->error_type, o->error,
+              fw_event_failure_context (ev, x->where, NULL, more, sizeof more));
+      break;
+   case FW_OUTCOME_PARKED:
+      fw_log (FW_LOG_WARN, stream,
+              "event %s parked in %s behind DLQ sequence %.300s (index %lld): an earlier event "
+              "of its key is dead-lettered",
+              sid, x->dlq, x->sequence, (long long) x->sequence_index);
+      break;
+   case FW_OUTCOME_DEFERRED:
+      fw_log (FW_LOG_WARN, stream,
+              "event %s attempt %d failed: %s: %s; scheduled in %s for a deferred retry in "
+              "%lld ms; the stream goes on%s",
+              sid, o->attempts, o->error_type, o->error, x->dlq,
+              (long long) (o->until_ms - o->finished_ms),
+              fw_event_failure_context (ev, x->where, o->entry_id, more, sizeof more));
+      break;
+   default: /* FW_OUTCOME_DEAD_LETTERED */
+      fw_log (FW_LOG_WARN, stream, "event %s dead-lettered to %s%s after %d attempt(s): %s: %s%s",
+              sid, x->dlq, x->default_dlq ? " (the script's default DLQ)" : "", o->attempts,
+              o->error_type, o->error,
+              fw_event_failure_context (ev, x->where, o->entry_id, more, sizeof more));
+      if (x->sequence[0]) {
+         fw_log (FW_LOG_WARN, stream,
+                 "DLQ sequence %.300s is open (index %lld): later events of its key are parked "
+                 "until a replay resolves it",
+                 x->sequence, (long long) x->sequence_index);
+      }
+      break;
+   }
+}
+
+_Static_assert (FW_COUNT_NONE - 1 == (int) FW_METRICS_OUTCOME_NONE &&
+                   FW_COUNT_PARKED - 1 == (int) FW_METRICS_OUTCOME_PARKED &&
+                   FW_COUNT_OK - 1 == (int) FW_METRICS_OUTCOME_OK,
+                "fw_outcome_count_t is fw_metrics_outcome_t plus 1");
+
+void
+fw_event_settle (fw_stream_metrics_t *metrics, const char *stream, const fw_event_t *ev,
+                 const fw_outcome_t *o)
+{
+   if (o->detail) {
+      log_outcome (stream, ev, o);
+   }
+   if (!metrics) {
+      return;
+   }
+   if (o->kind == FW_OUTCOME_DEAD_LETTERED || o->kind == FW_OUTCOME_PARKED) {
+      fw_stream_metrics_dlq_write (metrics); /* stored PENDING (a deferred retry: SCHEDULED) */
+   }
+   if (o->count != FW_COUNT_NOTHING) {
+      fw_stream_metrics_event_finished (metrics, (fw_metrics_outcome_t) (o->count - 1),
+                                        o->finished_ms ? o->finished_ms : fw_now_ms ());
+   }
 }

@@ -16,7 +16,6 @@
 #include "flowwarden/outcome.h"
 
 /* How a read of the change stream ended (stream_worker.c). */
-/* How a read of the change stream ended (stream_worker.c). */
 typedef enum {
    FW_READ_STOP,
    FW_READ_REOPEN,       /* re-open at once where the position is (no backoff) */
@@ -35,9 +34,11 @@ typedef enum {
 typedef struct {
    fw_dispatcher_t *d;             /* the dispatcher that ran it */
    fw_stream_metrics_t *metrics;   /* the stream's block, or NULL */
-   /* The event(s) are finished with: counts them (the stream's thread: the
-    * DLQ count too; NULL: the Lua state's memory only). */
-   void (*count) (void *ud);
+   /* The event(s) are finished with (o: their outcome, a batch's for a
+    * batch): the stream's thread counts the Lua state's memory and the DLQ's
+    * pending entries (NULL: the Lua state's memory only). Each event was
+    * counted and logged as it finished (flowwarden/event_settle.h). */
+   void (*count) (void *ud, const fw_outcome_t *o);
    /* ... and the position passes them (NULL: it does not move, as for a
     * snapshot's row); returns how the read goes on. */
    fw_read_end_t (*advance) (void *ud);

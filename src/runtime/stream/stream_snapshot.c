@@ -15,6 +15,7 @@
 #include "runtime/stream/stream_lanes-private.h"
 #include "runtime/stream/stream_lead-private.h"
 #include "runtime/stream/stream_position-private.h"
+#include "runtime/stream/stream_program-private.h"
 #include "runtime/stream/stream_settle.h"
 #include "runtime/stream/stream_snapshot-private.h"
 #include "runtime/stream/stream_worker-private.h"
@@ -175,11 +176,11 @@ save_progress (fw_stream_worker_t *w, fw_position_t *p)
 }
 
 static void
-row_count (void *ud)
+row_count (void *ud, const fw_outcome_t *o)
 {
    fw_stream_worker_t *w = ud;
    if (w->metrics) {
-      fw_stream_count_dispatched (w);
+      fw_stream_count_dispatched (w, o);
    }
 }
 
@@ -223,7 +224,7 @@ hand_out (fw_stream_worker_t *w, fw_position_t *p)
       if (fw_stream_lease_lost (w)) {
          return FW_READ_LOST;
       }
-      o = fw_event_dispatch (w->d, &ev);
+      o = fw_stream_dispatch (w, &ev);
       if ((end = fw_stream_settle (&place, &o)) != FW_READ_NEXT) {
          return end;
       }

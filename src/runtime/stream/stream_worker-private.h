@@ -29,8 +29,11 @@
 /* A stream: its thread, its dispatcher (and its lanes'), its position and
  * checkpoint writer, its lease, what the admin endpoint and a reload ask of
  * it. */
+typedef struct fw_stream_eo_pg fw_stream_eo_pg_t; /* stream_exactly_once_pg.c */
+
 struct fw_stream_worker {
    fw_dispatcher_t *d;         /* the stream's program and dispatcher (owned) */
+   fw_stream_eo_pg_t *eo_pg;   /* exactly once into PostgreSQL: its sink (owned), or NULL */
    const fw_stream_config_t *cfg; /* fw_dispatcher_config (d): follows reloads */
    mongoc_client_pool_t *pool;
    mongoc_client_t *client;    /* popped by the thread; its dispatcher's too */
@@ -39,7 +42,7 @@ struct fw_stream_worker {
    fw_shutdown_t own_shutdown; /* this stream's stop: SIGTERM, or a reload removing it */
    struct {
       pthread_mutex_t mu;
-      fw_stream_worker_t *next; /* a reload's replacement, applied at an attempt boundary */
+      fw_stream_worker_t *next; /* a reload's replacement, applied at an event boundary */
       int has;                  /* read without the lock on the hot path */
    } pending;
    struct {
@@ -62,6 +65,10 @@ struct fw_stream_worker {
       bool unavailable;         /* the writer could not start: checkpoints are synchronous */
       int64_t epoch;            /* the epoch the writer fences with */
    } ckpt;
+   struct {                    /* exactly_once (stream_exactly_once.c), the stream's thread: */
+      bson_t *written;          /* the position last written in a transaction (NULL: none) */
+      bson_t *committed;        /* the last one committed: the stored checkpoint's */
+   } eo;
    struct {                    /* the breaker kept across restarts (stream_circuit.c) */
       fw_circuit_store_t store; /* the dispatcher's hooks (ud: w) */
       int warned;               /* a write failed and was said (atomic) */

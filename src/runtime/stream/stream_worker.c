@@ -305,11 +305,11 @@ typedef struct {
 } here_t;
 
 static void
-here_count (void *ud)
+here_count (void *ud, const fw_outcome_t *o)
 {
    here_t *h = ud;
    if (h->w->metrics) {
-      fw_stream_count_dispatched (h->w);
+      fw_stream_count_dispatched (h->w, o);
    }
 }
 
@@ -365,7 +365,7 @@ static fw_read_end_t
 unreadable_event (here_t *h, fw_event_t *ev, const fw_error_t *err)
 {
    char eid[1024], what[2200];
-   fw_outcome_t o = {FW_OUTCOME_NO_DLQ, 0, 0, "", "", ""};
+   fw_outcome_t o = {FW_OUTCOME_NO_DLQ, 0, 0, "", "", "", 0, FW_COUNT_NOTHING, NULL};
    fw_settle_place_t place = here_place (h);
    bson_iter_t tok;
    bool named = fw_event_field (ev, FW_EV_ID, &tok) && BSON_ITER_HOLDS_DOCUMENT (&tok);
@@ -430,7 +430,7 @@ dispatch_here (here_t *h, const fw_event_t *ev)
    if (w->lead.lease && fw_stream_lease_lost (w)) {
       return FW_READ_LOST; /* checked again here: the read may have waited */
    }
-   o = fw_event_dispatch (w->d, ev);
+   o = fw_stream_dispatch (w, ev);
    return fw_stream_settle (&place, &o);
 }
 
@@ -496,6 +496,12 @@ take_event (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p, con
       /* on_batch: ev starts a batch, which moves the position itself */
       *progressed = true;
       end = fw_stream_batch_take (w, rd, p, &ev);
+      return end == FW_READ_NEXT && split_back (w, p) ? FW_READ_REOPEN : end;
+   }
+   if (w->cfg->exactly_once && fw_stream_group_wanted (w, doc, &ev)) {
+      /* exactly_once: ev's source transaction is applied as one */
+      *progressed = true;
+      end = fw_stream_group_take (w, rd, p, &ev);
       return end == FW_READ_NEXT && split_back (w, p) ? FW_READ_REOPEN : end;
    }
    return dispatch_here (&h, &ev);
@@ -663,7 +669,9 @@ run_setup (fw_stream_worker_t *w, fw_stream_run_t *run)
                                    &run->from_checkpoint)) {
       return false;
    }
-   fw_stream_exactly_once_recover (w);
+   if (!w->cfg->ha_leader) {
+      fw_stream_exactly_once_recover (w); /* under ha: by fw_stream_wait_lead */
+   }
    if (!fw_stream_snapshot_setup (w, &run->cp)) {
       return false;
    }
@@ -860,12 +868,31 @@ done:
    return NULL;
 }
 
-/* The dispatcher's attempt boundary: a reload left pending is applied. */
+/* Asked by the dispatcher before a change event's retry: a reload's new
+ * program waits (applied by fw_stream_dispatch, at the event's boundary). */
 static bool
-reload_boundary (void *ud)
+reload_waits (void *ud)
 {
    fw_stream_worker_t *w = ud;
-   return __atomic_load_n (&w->pending.has, __ATOMIC_ACQUIRE) && fw_stream_reload_apply (w);
+   return !w->lanes && __atomic_load_n (&w->pending.has, __ATOMIC_ACQUIRE);
+}
+
+fw_outcome_t
+fw_stream_dispatch (fw_stream_worker_t *w, const fw_event_t *ev)
+{
+   fw_dispatch_run_t run = {0, NULL};
+   fw_outcome_t o;
+
+   if (__atomic_load_n (&w->pending.has, __ATOMIC_ACQUIRE)) {
+      fw_stream_reload_apply (w); /* one that came while the read waited for ev */
+   }
+   o = fw_event_dispatch (w->d, ev);
+   while (o.kind == FW_OUTCOME_YIELDED) {
+      run.attempt_base = o.attempts;
+      fw_stream_reload_apply (w);
+      o = fw_event_dispatch_run (w->d, ev, &run);
+   }
+   return o;
 }
 
 bool
@@ -878,9 +905,10 @@ fw_stream_worker_start (fw_stream_worker_t *w, fw_error_t *error)
       w->failed = false;
       w->control = W_CONTROL_NONE;
    }
-   /* The stream's thread switches to a reloaded program at attempt
-    * boundaries (lane programs never do: their stream's thread does). */
-   fw_dispatcher_set_boundary (w->d, reload_boundary, w);
+   /* The stream's thread switches to a reloaded program at event
+    * boundaries; an event in retries gives way to it (lane programs never
+    * do: their stream's thread switches them once they drained). */
+   fw_dispatcher_set_boundary (w->d, reload_waits, w);
    fw_stream_exactly_once_wire (w);
    if (pthread_create (&w->thread.id, NULL, worker_main, w) != 0) {
       fw_error_set (error, FW_ERROR_IO, "cannot start thread for stream \"%s\"", w->cfg->name);

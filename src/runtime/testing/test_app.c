@@ -12,6 +12,8 @@
 #include <lauxlib.h>
 
 #include "flowwarden/bson_lua.h"
+#include "flowwarden/dlq_replay.h"
+#include "flowwarden/event_settle.h"
 #include "flowwarden/log.h"
 #include "flowwarden/lua_host.h"
 #include "flowwarden/metrics_lua.h"
@@ -456,6 +458,14 @@ build_app_dispatchers (lua_State *L, fw_test_app_t *app, const load_opts_t *o, c
    }
 }
 
+/* An event's outcome: its log line and counts, as the stream's settle makes
+ * them (ud: the dispatcher's metrics block). */
+static void
+settled (void *ud, const char *stream, const fw_event_t *ev, const fw_outcome_t *o)
+{
+   fw_event_settle (ud, stream, ev, o);
+}
+
 /* Puts the app's dispatchers on its metrics, clock, hooks and in-memory DLQ. */
 static void
 wire_app_dispatchers (fw_test_app_t *app, const load_opts_t *o)
@@ -464,6 +474,7 @@ wire_app_dispatchers (fw_test_app_t *app, const load_opts_t *o)
    for (int i = 0; i < app->n; i++) {
       fw_dispatcher_t *d = app->disp[i];
       fw_dispatcher_set_metrics (d, fw_metrics_stream (app->metrics, d->prog.cfg.name));
+      fw_dispatcher_set_outcome_sink (d, settled, d->metrics); /* logged and counted as run does */
       d->hooks = &app->hooks;
       d->clock = (fw_stream_clock_t){hook_now_ms, hook_wait_ms, app, true};
       d->dlq = app->store; /* a sequenced DLQ's sequences live beside the entries */
@@ -608,17 +619,79 @@ fw_test__end_capture (fw_test_app_t *app)
    app->capture = NULL;
 }
 
+/* The status of the in-memory DLQ's entry id (a copy into out, which the
+ * caller initialises and owns), or NULL when it is gone. */
+static const char *
+entry_status (fw_dispatcher_t *d, const char *id, bson_t *out)
+{
+   bson_t found_doc;
+   bson_iter_t it;
+   fw_error_t err;
+   bool found = false;
+
+   if (!d->dlq->find_by_id (d->dlq, id, &found_doc, &found, &err) || !found) {
+      bson_destroy (&found_doc);
+      return NULL;
+   }
+   bson_reinit (out);
+   bson_concat (out, &found_doc);
+   bson_destroy (&found_doc);
+   return bson_iter_init_find (&it, out, "status") && BSON_ITER_HOLDS_UTF8 (&it)
+             ? bson_iter_utf8 (&it, NULL)
+             : NULL;
+}
+
+/* retry.mode = "deferred": the event waits in the in-memory DLQ as a
+ * scheduled retry, as under run. The delivery runs the stream's due retries
+ * (fw_deferred_tick, as the stream's thread does between events) on the
+ * virtual clock, each wait one of r.delays, until the entry is resolved or
+ * dead-lettered (PENDING, in *entry: the caller's, initialised). r becomes
+ * what became of the event: HANDLED or SKIPPED (resolved), DEAD_LETTERED,
+ * or still DEFERRED when a virtual week passed first. */
+static void
+run_deferred (fw_test_app_t *app, fw_dispatcher_t *d, fw_outcome_t *r, bson_t *entry)
+{
+   char id[128];
+   const char *status;
+   bson_iter_t it;
+
+   snprintf (id, sizeof id, "%s", r->entry_id);
+   while ((status = entry_status (d, id, entry)) && strcmp (status, "SCHEDULED") == 0) {
+      int64_t due = bson_iter_init_find (&it, entry, "nextAttemptAt") &&
+                          BSON_ITER_HOLDS_DATE_TIME (&it)
+                       ? bson_iter_date_time (&it)
+                       : app->now_ms;
+      if (due > app->now_ms && hook_wait_ms (app, due - app->now_ms)) {
+         return; /* a virtual week passed */
+      }
+      d->deferred.check_at_ms = 0; /* the stream looks now */
+      fw_deferred_tick (d);
+   }
+   if (status && strcmp (status, "RESOLVED") == 0) {
+      const char *how = bson_iter_init_find (&it, entry, "resolution") && BSON_ITER_HOLDS_UTF8 (&it)
+                           ? bson_iter_utf8 (&it, NULL)
+                           : "";
+      r->kind = strcmp (how, "SKIPPED") == 0 ? FW_OUTCOME_SKIPPED : FW_OUTCOME_HANDLED;
+   } else if (status && strcmp (status, "PENDING") == 0) {
+      r->kind = FW_OUTCOME_DEAD_LETTERED;
+   }
+}
+
 /* Runs the event through w's dispatcher (the unreadable path when it did not
- * parse, why saying how) with what it does recorded in u. */
+ * parse, why saying how) with what it does recorded in u. A deferred retry
+ * runs to its end (run_deferred); *final gets its entry as it ended. */
 static fw_outcome_t
 dispatch_captured (fw_test_app_t *app, fw_dispatcher_t *d, fw_test_capture_ud_t *u,
-                   fw_event_t *ev, bool parsed, const char *why)
+                   fw_event_t *ev, bool parsed, const char *why, bson_t *final)
 {
    fw_outcome_t r;
 
    d->dispatch.attempt = 0;
    fw_test__begin_capture (app, u);
    r = parsed ? fw_event_dispatch (d, ev) : fw_event_dispatch_unreadable (d, ev, why);
+   if (r.kind == FW_OUTCOME_DEFERRED) {
+      run_deferred (app, d, &r, final);
+   }
    if (r.kind == FW_OUTCOME_FAILED) {
       /* As run logs it; the next deliver goes on (run's restart would). */
       fw_log (FW_LOG_ERROR, d->prog.cfg.name, "STREAM STOPPED: %s", d->out.failure);
@@ -665,6 +738,7 @@ deliver_outcome (const fw_outcome_t *r, const fw_test_capture_ud_t *u, bool *ran
    case FW_OUTCOME_SKIPPED:
    case FW_OUTCOME_DEAD_LETTERED:
    case FW_OUTCOME_LOST:
+   case FW_OUTCOME_DEFERRED: /* still scheduled after a virtual week */
       return fw_outcome_name (r->kind);
    default:
       return "stopped"; /* a stop came first, or held behind the breaker */
@@ -726,8 +800,21 @@ fw_test__deliver (lua_State *L)
    if (!parsed && !fw_event_has (&ev, FW_EV_ID)) {
       return luaL_error (L, "deliver: the event is not a change event: %s", err.message);
    }
-   r = dispatch_captured (app, d, u, &ev, parsed, err.message);
+   bson_t final = BSON_INITIALIZER;
+   r = dispatch_captured (app, d, u, &ev, parsed, err.message, &final);
    take_dlq_entry (L, app, u);
+   if (!bson_empty (&final)) {
+      /* a deferred retry's entry, as its last attempt left it: the dead
+       * letter (or the retry still scheduled); none once resolved */
+      bson_destroy (u->entry);
+      u->entry = NULL;
+      if ((r.kind == FW_OUTCOME_DEAD_LETTERED || r.kind == FW_OUTCOME_DEFERRED) &&
+          !(u->entry = bson_copy (&final))) {
+         bson_destroy (&final);
+         return luaL_error (L, "deliver: not enough memory");
+      }
+   }
+   bson_destroy (&final);
    ran = parsed;
    outcome = deliver_outcome (&r, u, &ran);
    push_delivery (L, d, &r, outcome, ran, &ev, u);

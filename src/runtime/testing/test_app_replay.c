@@ -70,17 +70,16 @@ fw_test__replay_one (lua_State *L)
       return 1;
    }
    hook.no_retry = lua_toboolean (L, 5);
-   d->replay = &hook;
+   fw_dispatch_run_t run = {0, &hook};
    d->dispatch.dead_letter = u->letter;
    fw_test__begin_capture (app, u);
-   r = fw_event_dispatch (d, &ev);
+   r = fw_event_dispatch_run (d, &ev, &run);
    if (r.kind == FW_OUTCOME_GAVE_UP) {
       evict = fw_dlq_replay_policy (d, &hook, &r, u->diagnostics);
    }
    fw_replay_hook_forget_error (d, &hook);
    fw_test__end_capture (app);
    d->dispatch.dead_letter = NULL;
-   d->replay = NULL;
 
    lua_createtable (L, 0, 8);
    t = lua_gettop (L);

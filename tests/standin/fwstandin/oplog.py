@@ -36,6 +36,8 @@ import operator
 import time
 import uuid as uuidmod
 
+from bson.int64 import Int64
+
 from . import bsonutil
 from .bsonutil import e_date, e_doc, e_str, e_ts, make_doc
 from .errors import MongoError
@@ -389,7 +391,7 @@ def mark_transaction(oplog, first_seq, lsid, txn_number):
         end = _read_ks_int(token, at)[1]
         ev["_id"] = {"_data": token[:at] + ks_int(i) + token[end:]}
         ev["lsid"] = lsid
-        ev["txnNumber"] = txn_number
+        ev["txnNumber"] = Int64(txn_number)  # a long in MongoDB's change-event schema
         entry.raw = bsonutil.encode(ev)
 
 

@@ -1,0 +1,23 @@
+/*
+ * event_settle.h - what one event's outcome means for what a user sees:
+ * its log line (dead-lettered, parked, scheduled for a deferred retry,
+ * skipped, lost) and its counts in the stream's metrics block. The
+ * dispatcher decides the outcome and writes neither; it hands each change
+ * event it finished with to its sink (fw_dispatcher_set_outcome_sink), and
+ * the stream's sink, and flowwarden test's, is this.
+ */
+#ifndef FLOWWARDEN_EVENT_SETTLE_H
+#define FLOWWARDEN_EVENT_SETTLE_H
+
+#include "flowwarden/event.h"
+#include "flowwarden/metrics.h"
+#include "flowwarden/outcome.h"
+
+/* Logs o's line for ev of stream and, with a metrics block (borrowed, may
+ * be NULL), counts it: a DLQ write for an entry stored PENDING (dead
+ * letter, park), the event finished with under o->count at
+ * o->finished_ms (or now). */
+void fw_event_settle (fw_stream_metrics_t *metrics, const char *stream, const fw_event_t *ev,
+                      const fw_outcome_t *o);
+
+#endif

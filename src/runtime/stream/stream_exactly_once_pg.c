@@ -1,0 +1,601 @@
+/*
+ * stream_exactly_once_pg.c - exactly_once = { connection = name } naming a
+ * PostgreSQL connection (issue 40): the stream's sink for the dispatcher
+ * (fw_txn_sink_t). Each handler attempt runs in one SQL transaction on a
+ * connection of the sink's own: BEGIN, the handler's fw.pg statements on
+ * that connection (fw_pg_lua_join), an upsert of the stream's position into
+ * flowwarden_checkpoints in that database, COMMIT. At the start of a run
+ * the position there wins over _fw_checkpoints (which the stream keeps
+ * writing as usual, at least once).
+ *
+ * The position table (created on first use; docs/reliability.md):
+ *
+ *   flowwarden_checkpoints (database text, stream text, resume_token text,
+ *                           epoch bigint, script_version text,
+ *                           updated_at timestamptz, PRIMARY KEY (database, stream))
+ *
+ * resume_token is the event's _id as canonical extended JSON. Under ha the
+ * upsert only matches while the stored epoch is not above the leader's
+ * (raised at the start of each leadership), so a deposed leader's
+ * transaction commits nothing. A COMMIT whose reply is lost is decided by
+ * reading the table once connected again: the event's token there means it
+ * committed.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flowwarden/clock.h"
+#include "flowwarden/log.h"
+#include "flowwarden/mongo_lua.h"
+#include "flowwarden/pg_io.h"
+#include "flowwarden/pg_lua.h"
+#include "runtime/stream/stream_control-private.h"
+#include "runtime/stream/stream_exactly_once-private.h"
+#include "runtime/stream/stream_position-private.h"
+#include "runtime/stream/stream_worker-private.h"
+
+/* Every statement of the sink's own (BEGIN, the position, COMMIT) waits at
+ * most this long. */
+#define SINK_WAIT_MS 30000
+
+#define TABLE "flowwarden_checkpoints"
+
+static const char create_sql[] =
+   "CREATE TABLE IF NOT EXISTS " TABLE " (database text NOT NULL, stream text NOT NULL, "
+   "resume_token text, epoch bigint NOT NULL DEFAULT 0, script_version text, "
+   "updated_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (database, stream))";
+
+static const char upsert_sql[] =
+   "INSERT INTO " TABLE " AS c (database, stream, resume_token, epoch, script_version, "
+   "updated_at) VALUES ($1, $2, $3, $4, $5, now()) ON CONFLICT (database, stream) DO UPDATE "
+   "SET resume_token = EXCLUDED.resume_token, epoch = EXCLUDED.epoch, "
+   "script_version = EXCLUDED.script_version, updated_at = now() WHERE c.epoch <= EXCLUDED.epoch";
+
+static const char fence_sql[] =
+   "INSERT INTO " TABLE " AS c (database, stream, epoch) VALUES ($1, $2, $3) "
+   "ON CONFLICT (database, stream) DO UPDATE SET epoch = GREATEST(c.epoch, EXCLUDED.epoch)";
+
+static const char read_sql[] =
+   "SELECT resume_token FROM " TABLE " WHERE database = $1 AND stream = $2";
+
+struct fw_stream_eo_pg {
+   fw_stream_worker_t *w;
+   PGconn *conn;         /* the sink's connection, or NULL */
+   bool table_ok;        /* the position table was made on conn */
+   fw_pg_join_t join;    /* fw.pg's calls on the connection during an attempt */
+   fw_mongo_txn_t mongo; /* fw.mongo's writes refused during an attempt */
+   char *last;           /* the token last stored in the table (bson_free), or NULL */
+   char *uri;            /* the URI conn was opened with (free) */
+   const void *host;     /* the program whose URI that is: a reload may change it */
+};
+
+static int64_t
+deadline (void)
+{
+   return fw_mono_ns () + (int64_t) SINK_WAIT_MS * 1000000;
+}
+
+static void
+set_last (fw_stream_eo_pg_t *s, char *token)
+{
+   bson_free (s->last);
+   s->last = token;
+}
+
+static void
+close_conn (fw_stream_eo_pg_t *s)
+{
+   if (s->conn) {
+      PQfinish (s->conn);
+   }
+   s->conn = NULL;
+   s->table_ok = false;
+   free (s->uri);
+   s->uri = NULL;
+}
+
+static lua_State *
+state_of (fw_stream_eo_pg_t *s)
+{
+   return fw_lua_host_state (fw_dispatcher_host (s->w->d));
+}
+
+/* Runs sql with n parameters on s's connection. FW_PG_OK with *res (the
+ * caller's, maybe a server error) or the failure with why; a failed
+ * connection is closed. */
+static fw_pg_io_t
+exec (fw_stream_eo_pg_t *s, const char *sql, int n, const char *const *values, PGresult **res,
+      char *why, size_t len)
+{
+   fw_pg_io_t io = fw_pg_exec (s->conn, sql, n, values, deadline (), res, why, len);
+
+   if (io != FW_PG_OK || PQstatus (s->conn) == CONNECTION_BAD) {
+      close_conn (s);
+   }
+   return io;
+}
+
+/* Whether res is a server's refusal; its message in why. */
+static bool
+refused (const PGresult *res, char *why, size_t len)
+{
+   ExecStatusType st = PQresultStatus (res);
+
+   if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
+      return false;
+   }
+   snprintf (why, len, "%s", PQresultErrorMessage (res));
+   why[strcspn (why, "\n")] = '\0';
+   return true;
+}
+
+/* Connects (when not connected) and makes the position table. On failure
+ * *res may hold the server's refusal (the caller's) and why says it. */
+static fw_pg_io_t
+ensure_conn (fw_stream_eo_pg_t *s, PGresult **res, char *why, size_t len)
+{
+   char *uri;
+   fw_pg_io_t io;
+
+   *res = NULL;
+   if (s->conn && s->host != fw_dispatcher_host (s->w->d)) {
+      /* A reload: its script may name another server. */
+      uri = fw_pg_lua_uri (state_of (s), s->w->cfg->exactly_once_pg, why, len);
+      if (!uri || strcmp (uri, s->uri) != 0) {
+         close_conn (s);
+      }
+      free (uri);
+   }
+   s->host = fw_dispatcher_host (s->w->d);
+   if (s->conn && PQstatus (s->conn) == CONNECTION_OK && s->table_ok) {
+      return FW_PG_OK;
+   }
+   close_conn (s);
+   if (!(uri = fw_pg_lua_uri (state_of (s), s->w->cfg->exactly_once_pg, why, len))) {
+      return FW_PG_LOST;
+   }
+   io = fw_pg_connect (uri, deadline (), &s->conn, why, len);
+   if (io != FW_PG_OK) {
+      free (uri);
+      return io;
+   }
+   s->uri = uri;
+   /* Two units of one stream may create it at once: one of them meets a
+    * unique violation on the catalog, and its second try sees the table. */
+   for (int tries = 0; tries < 2; tries++) {
+      PQclear (*res);
+      *res = NULL;
+      if ((io = exec (s, create_sql, 0, NULL, res, why, len)) != FW_PG_OK) {
+         return io;
+      }
+      if (!refused (*res, why, len)) {
+         PQclear (*res);
+         *res = NULL;
+         s->table_ok = true;
+         return FW_PG_OK;
+      }
+   }
+   return FW_PG_OK; /* *res: the refusal (e.g. no CREATE privilege) */
+}
+
+/* The event's resume token as canonical extended JSON (bson_free), or NULL. */
+static char *
+token_json (const fw_event_t *ev)
+{
+   bson_t token = BSON_INITIALIZER;
+   char *json = NULL;
+
+   if (fw_position_set_event_token (&token, ev)) {
+      json = bson_as_canonical_extended_json (&token, NULL);
+   }
+   bson_destroy (&token);
+   return json;
+}
+
+/* --- the dispatcher's sink ------------------------------------------------ */
+
+static void
+leave (lua_State *L)
+{
+   fw_pg_lua_join (L, NULL);
+   fw_mongo_lua_join (L, NULL);
+}
+
+static void
+push_io_failure (fw_stream_eo_pg_t *s, lua_State *L, fw_pg_io_t io, const PGresult *res,
+                 const char *why)
+{
+   fw_pg_lua_push_failure (L, s->w->cfg->exactly_once_pg, io == FW_PG_OK ? res : NULL,
+                           io == FW_PG_TIMEOUT, why);
+}
+
+static bool
+sink_begin (void *ud, lua_State *L)
+{
+   fw_stream_eo_pg_t *s = ud;
+   PGresult *res = NULL;
+   char why[512];
+   bool kept = s->conn != NULL;
+   fw_pg_io_t io = ensure_conn (s, &res, why, sizeof why);
+
+   if (io == FW_PG_OK && !res) {
+      io = exec (s, "BEGIN", 0, NULL, &res, why, sizeof why);
+   }
+   if (io == FW_PG_LOST && kept) {
+      /* A kept connection the server closed while idle (a restart, an
+       * idle timeout): a new one at once, not a failed attempt. */
+      io = ensure_conn (s, &res, why, sizeof why);
+      if (io == FW_PG_OK && !res) {
+         io = exec (s, "BEGIN", 0, NULL, &res, why, sizeof why);
+      }
+   }
+   if (io != FW_PG_OK || !res || refused (res, why, sizeof why)) {
+      push_io_failure (s, L, io, res, why);
+      PQclear (res);
+      return false;
+   }
+   PQclear (res);
+   s->join = (fw_pg_join_t){ .connection = s->w->cfg->exactly_once_pg,
+                             .stream = s->w->cfg->name,
+                             .conn = s->conn,
+                             .serial = s->join.serial + 1 };
+   s->mongo = (fw_mongo_txn_t){ .stream = s->w->cfg->name, .sink = s->w->cfg->exactly_once_pg };
+   fw_pg_lua_join (L, &s->join);
+   fw_mongo_lua_join (L, &s->mongo);
+   return true;
+}
+
+/* Rolls back what is open on s's connection (closing it when that fails). */
+static void
+rollback (fw_stream_eo_pg_t *s)
+{
+   PGresult *res = NULL;
+   char why[256];
+
+   if (s->conn && (s->join.lost || PQstatus (s->conn) != CONNECTION_OK)) {
+      close_conn (s);
+   }
+   if (s->conn && PQtransactionStatus (s->conn) != PQTRANS_IDLE &&
+       (exec (s, "ROLLBACK", 0, NULL, &res, why, sizeof why) != FW_PG_OK ||
+        refused (res, why, sizeof why))) {
+      close_conn (s);
+   }
+   PQclear (res);
+}
+
+static void
+sink_end (void *ud, lua_State *L)
+{
+   fw_stream_eo_pg_t *s = ud;
+
+   leave (L);
+   rollback (s);
+}
+
+/* The position of s's stream in the table (*token: bson_free'd by the
+ * caller, NULL when none). */
+static fw_pg_io_t
+read_position (fw_stream_eo_pg_t *s, char **token, char *why, size_t len)
+{
+   const char *params[] = { s->w->cfg->database, s->w->cfg->name };
+   PGresult *res = NULL;
+   fw_pg_io_t io = ensure_conn (s, &res, why, len);
+
+   *token = NULL;
+   if (io == FW_PG_OK && !res) {
+      io = exec (s, read_sql, 2, params, &res, why, len);
+   }
+   if (io == FW_PG_OK && refused (res, why, len)) {
+      io = FW_PG_LOST;
+   } else if (io == FW_PG_OK && PQntuples (res) == 1 && !PQgetisnull (res, 0, 0)) {
+      *token = bson_strdup (PQgetvalue (res, 0, 0));
+   }
+   PQclear (res);
+   return io;
+}
+
+/* The COMMIT's reply was lost: whether it committed, read from the table
+ * once connected again (retried until it can tell, or a shutdown). */
+static fw_sink_commit_t
+commit_unknown (fw_stream_eo_pg_t *s, lua_State *L, const char *token, const char *lost)
+{
+   int64_t delay = 100;
+   char why[512], *stored;
+
+   fw_log (FW_LOG_WARN, s->w->cfg->name, "exactly_once: the COMMIT's reply was lost (%s); "
+           "reading connection \"%s\"'s position table to learn whether it committed", lost,
+           s->w->cfg->exactly_once_pg);
+   close_conn (s);
+   while (read_position (s, &stored, why, sizeof why) != FW_PG_OK) {
+      if (fw_shutdown_wait_ms (s->w->shutdown, delay)) {
+         /* The next start reads the table anyway. */
+         fw_log (FW_LOG_WARN, s->w->cfg->name, "exactly_once: stopping before knowing whether "
+                 "the last event committed; the next start resumes from the table");
+         return FW_SINK_FENCED;
+      }
+      delay = delay * 2 > 2000 ? 2000 : delay * 2;
+   }
+   if (stored && strcmp (stored, token) == 0) {
+      bson_free (stored);
+      fw_log (FW_LOG_INFO, s->w->cfg->name, "exactly_once: the event had committed");
+      return FW_SINK_COMMITTED;
+   }
+   bson_free (stored);
+   fw_pg_lua_push_failure (L, s->w->cfg->exactly_once_pg, NULL, false,
+                           "the connection was lost during COMMIT, which did not commit");
+   return FW_SINK_FAILED;
+}
+
+/* The upsert and the COMMIT go in one round trip (a pipeline): a fenced
+ * upsert (it matches no row) divides by zero, so the COMMIT after it is
+ * skipped and the transaction can only roll back. */
+static const char commit_sql[] = "COMMIT";
+static const char fenced_upsert_sql[] =
+   "WITH u AS (INSERT INTO " TABLE " AS c (database, stream, resume_token, epoch, "
+   "script_version, updated_at) VALUES ($1, $2, $3, $4, $5, now()) ON CONFLICT (database, stream) "
+   "DO UPDATE SET resume_token = EXCLUDED.resume_token, epoch = EXCLUDED.epoch, "
+   "script_version = EXCLUDED.script_version, updated_at = now() WHERE c.epoch <= EXCLUDED.epoch "
+   "RETURNING 1) SELECT 1 / count(*)::int FROM u";
+#define FENCED_SQLSTATE "22012" /* division_by_zero: the upsert matched nothing */
+
+/* The outcome of the pipeline's two results. */
+static fw_sink_commit_t
+judge (fw_stream_eo_pg_t *s, lua_State *L, PGresult *const *res)
+{
+   const char *state = PQresultErrorField (res[0], PG_DIAG_SQLSTATE);
+   char why[512];
+
+   if (state && strcmp (state, FENCED_SQLSTATE) == 0) {
+      fw_log (FW_LOG_WARN, s->w->cfg->name, "exactly_once: a newer leader holds the position in "
+              "connection \"%s\"; this transaction is rolled back", s->w->cfg->exactly_once_pg);
+      return FW_SINK_FENCED;
+   }
+   for (int i = 0; i < 2; i++) {
+      if (PQresultStatus (res[i]) != PGRES_PIPELINE_ABORTED && refused (res[i], why, sizeof why)) {
+         /* 40001 or 40P01 at the upsert or the commit: retried as an attempt. */
+         push_io_failure (s, L, FW_PG_OK, res[i], why);
+         return FW_SINK_FAILED;
+      }
+   }
+   if (strcmp (PQcmdStatus (res[1]), "COMMIT") != 0) {
+      fw_pg_lua_push_failure (L, s->w->cfg->exactly_once_pg, NULL, false,
+                              "the server rolled the exactly-once transaction back at COMMIT");
+      return FW_SINK_FAILED;
+   }
+   return FW_SINK_COMMITTED;
+}
+
+/* Writes the position past the event and commits, in one round trip. */
+static fw_sink_commit_t
+position_and_commit (fw_stream_eo_pg_t *s, lua_State *L, const char *token)
+{
+   fw_stream_worker_t *w = s->w;
+   char epoch[32], why[512];
+   const char *upsert[5] = { w->cfg->database, w->cfg->name, token, epoch,
+                             fw_lua_host_version (fw_dispatcher_host (w->d)) };
+   const char *const sqls[2] = { fenced_upsert_sql, commit_sql };
+   const int nparams[2] = { 5, 0 };
+   const char *const *const params[2] = { upsert, NULL };
+   PGresult *res[2] = { NULL, NULL };
+   fw_sink_commit_t out;
+   fw_pg_io_t io;
+
+   snprintf (epoch, sizeof epoch, "%lld", (long long) (w->lead.lease ? w->lead.epoch : 0));
+   io = fw_pg_exec_pipeline (s->conn, 2, sqls, nparams, params, deadline (), res, why,
+                             sizeof why);
+   if (io != FW_PG_OK) {
+      close_conn (s);
+      return commit_unknown (s, L, token, why);
+   }
+   out = judge (s, L, res);
+   PQclear (res[0]);
+   PQclear (res[1]);
+   return out;
+}
+
+/* Why the transaction cannot commit as the handler left it, or NULL. */
+static const char *
+not_committable (fw_stream_eo_pg_t *s)
+{
+   if (s->join.lost || !s->conn || PQstatus (s->conn) != CONNECTION_OK) {
+      return "the connection was lost during the exactly-once transaction (the server rolled it "
+             "back)";
+   }
+   switch (PQtransactionStatus (s->conn)) {
+   case PQTRANS_INTRANS:
+      return NULL;
+   case PQTRANS_INERROR:
+      return "a statement failed inside the exactly-once transaction (the handler caught its "
+             "error), so the transaction cannot commit: it is rolled back";
+   default:
+      return "the handler ended the exactly-once transaction itself (COMMIT or ROLLBACK in its "
+             "SQL): it is rolled back";
+   }
+}
+
+static fw_sink_commit_t
+sink_commit (void *ud, lua_State *L, const fw_event_t *ev)
+{
+   fw_stream_eo_pg_t *s = ud;
+   const char *bad;
+   char *token = NULL;
+   fw_sink_commit_t out;
+
+   leave (L);
+   if ((bad = not_committable (s)) || !(token = token_json (ev))) {
+      fw_pg_lua_push_failure (L, s->w->cfg->exactly_once_pg, NULL, false,
+                              bad ? bad : "the event has no resume token to commit");
+      rollback (s);
+      return FW_SINK_FAILED;
+   }
+   if (s->w->lead.lease && s->w->lead.epoch <= 0) {
+      fw_log (FW_LOG_WARN, s->w->cfg->name, "exactly_once: no longer leads; the transaction is "
+              "rolled back");
+      out = FW_SINK_FENCED;
+   } else {
+      out = position_and_commit (s, L, token);
+   }
+   if (out == FW_SINK_COMMITTED) {
+      set_last (s, token);
+   } else {
+      rollback (s); /* what is still open (a fenced or failed upsert) */
+      bson_free (token);
+   }
+   return out;
+}
+
+static void
+sink_release (void *ud)
+{
+   close_conn (ud);
+}
+
+/* --- the stream's side ---------------------------------------------------- */
+
+void
+fw_stream_exactly_once_pg_wire (fw_stream_worker_t *w)
+{
+   fw_txn_sink_t sink = { sink_begin, sink_commit, sink_end, sink_release, NULL };
+
+   if (!w->cfg->exactly_once_pg) {
+      return;
+   }
+   if (!w->eo_pg && !(w->eo_pg = calloc (1, sizeof *w->eo_pg))) {
+      fw_log (FW_LOG_ERROR, w->cfg->name, "exactly_once: out of memory");
+      return;
+   }
+   w->eo_pg->w = w;
+   sink.ud = w->eo_pg;
+   fw_dispatcher_set_txn_sink (w->d, &sink);
+}
+
+void
+fw_stream_exactly_once_pg_free (fw_stream_worker_t *w)
+{
+   if (w->eo_pg) {
+      close_conn (w->eo_pg);
+      set_last (w->eo_pg, NULL);
+      free (w->eo_pg);
+      w->eo_pg = NULL;
+   }
+}
+
+/* Raises the stored epoch to this leader's (ha), then reads the position. */
+static fw_pg_io_t
+fence_and_read (fw_stream_eo_pg_t *s, char **token, char *why, size_t len)
+{
+   fw_stream_worker_t *w = s->w;
+   PGresult *res = NULL;
+   fw_pg_io_t io;
+
+   if (w->lead.lease) {
+      char epoch[32];
+      const char *params[] = { w->cfg->database, w->cfg->name, epoch };
+      snprintf (epoch, sizeof epoch, "%lld", (long long) w->lead.epoch);
+      io = ensure_conn (s, &res, why, len);
+      if (io == FW_PG_OK && !res) {
+         io = exec (s, fence_sql, 3, params, &res, why, len);
+      }
+      if (io == FW_PG_OK && refused (res, why, len)) {
+         io = FW_PG_LOST;
+      }
+      PQclear (res);
+      if (io != FW_PG_OK) {
+         return io;
+      }
+   }
+   return read_position (s, token, why, len);
+}
+
+bool
+fw_stream_exactly_once_pg_load (fw_stream_worker_t *w, fw_position_t *p, int *candidate,
+                                bool *from_checkpoint)
+{
+   char *token = NULL, why[512];
+   bson_t doc;
+   bson_error_t berr;
+
+   if (!w->cfg->exactly_once_pg) {
+      return true;
+   }
+   if (!w->eo_pg) {
+      /* Never run it without its transactions. */
+      fw_stream_failed (w, "exactly_once: out of memory for its PostgreSQL sink");
+      return false;
+   }
+   for (int tries = 1; fence_and_read (w->eo_pg, &token, why, sizeof why) != FW_PG_OK; tries++) {
+      int64_t delay = fw_backoff_delay_ms (&w->cfg->restart, tries, fw_backoff_random (&w->rng));
+      fw_log (FW_LOG_ERROR, w->cfg->name, "exactly_once: cannot read the position in "
+              "connection \"%s\" (%s); retrying in %lld ms", w->cfg->exactly_once_pg, why,
+              (long long) delay);
+      if (fw_shutdown_wait_ms (w->shutdown, delay)) {
+         return false;
+      }
+   }
+   if (!token || w->cfg->start_latest) {
+      bson_free (token);
+      return true; /* nothing committed there yet: _fw_checkpoints' position, if any */
+   }
+   if (!bson_init_from_json (&doc, token, -1, &berr)) {
+      fw_log (FW_LOG_ERROR, w->cfg->name, "exactly_once: the position in connection \"%s\" "
+              "(%s) is not a resume token (%s); starting from _fw_checkpoints' position",
+              w->cfg->exactly_once_pg, TABLE, berr.message);
+      bson_free (token);
+      return true;
+   }
+   fw_position_set_token (&p->processed, &doc);
+   fw_position_set_token (&p->resume, &doc);
+   set_last (w->eo_pg, bson_strdup (token));
+   p->has_processed = p->has_resume = true;
+   *candidate = 0;
+   *from_checkpoint = true;
+   fw_log (FW_LOG_INFO, w->cfg->name, "exactly_once: resuming from the position committed in "
+           "connection \"%s\"", w->cfg->exactly_once_pg);
+   bson_destroy (&doc);
+   bson_free (token);
+   return true;
+}
+
+void
+fw_stream_exactly_once_pg_advance (fw_stream_worker_t *w, const fw_position_t *p)
+{
+   fw_stream_eo_pg_t *s = w->eo_pg;
+   char epoch[32], why[512], *token;
+   const char *params[5];
+   PGresult *res = NULL;
+   fw_pg_io_t io;
+
+   if (!s || !w->cfg->exactly_once_pg || !p->has_processed ||
+       (w->lead.lease && w->lead.epoch <= 0)) {
+      return;
+   }
+   if (!(token = bson_as_canonical_extended_json (&p->processed, NULL))) {
+      return;
+   }
+   if (s->last && strcmp (s->last, token) == 0) {
+      bson_free (token); /* the last event's transaction stored it */
+      return;
+   }
+   snprintf (epoch, sizeof epoch, "%lld", (long long) (w->lead.lease ? w->lead.epoch : 0));
+   params[0] = w->cfg->database;
+   params[1] = w->cfg->name;
+   params[2] = token;
+   params[3] = epoch;
+   params[4] = fw_lua_host_version (fw_dispatcher_host (w->d));
+   io = ensure_conn (s, &res, why, sizeof why);
+   if (io == FW_PG_OK && !res) {
+      io = exec (s, upsert_sql, 5, params, &res, why, sizeof why);
+   }
+   if (io == FW_PG_OK && !refused (res, why, sizeof why)) {
+      set_last (s, token);
+      token = NULL;
+   } else {
+      /* Those events (none of whose statements committed) may run again
+       * after a crash; the next save tries again. */
+      fw_log (FW_LOG_DEBUG, w->cfg->name, "exactly_once: cannot store the position past "
+              "events that committed nothing (%s)", why);
+   }
+   PQclear (res);
+   bson_free (token);
+}

@@ -1,0 +1,370 @@
+"""exactly_once = { connection = "rep" } naming a PostgreSQL connection
+(issue 40), through the real binary against a PostgreSQL cluster from
+Debian (pgserver.py): each event's fw.pg statements and the stream's
+position commit in one SQL transaction; a failed attempt leaves nothing; a
+restart resumes from the position in flowwarden_checkpoints (which wins
+over _fw_checkpoints); what cannot join raises."""
+import signal
+import socket
+import threading
+import time
+
+from dlqtest import FailureTestCase
+from fwtest import clean_env
+from pgserver import PgServer
+from redisserver import free_port
+
+SCRIPT = """
+fw.connection { name = "rep", uri = fw.env("PG_URI") }
+fw.connection { name = "other", uri = fw.env("PG_URI") }
+local function log(id, attempt)
+  fw.pg.execute("rep", "INSERT INTO log (id, attempt) VALUES ($1, $2)", { id, attempt })
+end
+local cases = {}
+cases.fail_once = function(id, ctx)
+  if ctx:attempt_number() == 1 then error(fw.error("Validation", "the first attempt fails")) end
+end
+cases.poison = function() error(fw.error("Validation", "poison")) end
+cases.savepoint = function(id)
+  local ok = pcall(fw.pg.transaction, "rep", function(tx)
+    tx:execute("INSERT INTO log (id, attempt) VALUES ($1, 100)", { id })
+    error("the inner transaction fails")
+  end)
+  fw.pg.transaction("rep", function(tx)
+    tx:execute("INSERT INTO log (id, attempt) VALUES ($1, 200)", { id })
+  end)
+  return { inner_failed = not ok }
+end
+cases.other = function()
+  local _, err = pcall(fw.pg.execute, "other", "SELECT 1")
+  return { type = err.type, message = err.message }
+end
+cases.mongo = function(id, ctx)
+  local c = fw.mongo.collection(ctx:database_name(), "c")
+  local found = c:find_one({ _id = ctx:document_key()._id })
+  local _, err = pcall(function() c:insert_one({ x = 1 }) end)
+  return { read = found ~= nil, type = err.type, message = err.message }
+end
+cases.commits_itself = function() fw.pg.execute("rep", "COMMIT") end
+fw.stream { name = "eo", collection = "c", exactly_once = { connection = "rep" }, dlq = true,
+  retry = { max_attempts = 2, initial_delay = "20ms", max_delay = "100ms", jitter = false },
+  on_insert = function(ctx)
+    local d = ctx:full_document()
+    local id = tostring(d._id)
+    log(id, ctx:attempt_number())
+    local out = (cases[d.case or ""] or function() end)(id, ctx) or {}
+    out.id = id
+    report(out)
+  end }
+"""
+
+
+class CommitReplyDropper:
+    """A TCP proxy to the server on a loopback port that, once armed, lets the
+    first COMMIT through and closes that client's connection instead of
+    passing the server's reply back: the commit happened, its reply was lost.
+    With before=True it closes the connection instead of sending the COMMIT:
+    the server rolls the transaction back."""
+
+    def __init__(self, port, before=False):
+        self.target, self.port, self.armed, self.dropped = port, free_port(), False, 0
+        self.before = before
+        self.sock = socket.create_server(("127.0.0.1", self.port))
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.target))
+            state = {"commit": False}
+            threading.Thread(target=self.pump, args=(client, server, state, True),
+                             daemon=True).start()
+            threading.Thread(target=self.pump, args=(server, client, state, False),
+                             daemon=True).start()
+
+    def pump(self, src, dst, state, upstream):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if upstream and self.armed and b"COMMIT\x00" in data:
+                    self.armed, state["commit"] = False, True
+                    if self.before:
+                        self.dropped += 1
+                        break
+                elif not upstream and state["commit"]:
+                    self.dropped += 1
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def close(self):
+        self.sock.close()
+
+
+class PgExactlyOnce(FailureTestCase):
+    standin_args = ("--server-version", "7.0")  # partitions: $toHashedIndexKey
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.pg = PgServer()
+        cls.pg.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.pg.destroy()
+        super().tearDownClass()
+
+    def setUp(self):
+        super().setUp()
+        self.pg.sql("DROP TABLE IF EXISTS log, flowwarden_checkpoints; "
+                    "CREATE TABLE log (id text, attempt int)")
+
+    def start(self):
+        p = self.run_fw(self.script(SCRIPT), env=clean_env({"PG_URI": self.pg.uri()}))
+        p.wait_open()
+        return p
+
+    def log(self):
+        return sorted(tuple(r) for r in self.pg.sql("SELECT id, attempt FROM log"))
+
+    def wait_logged(self, n, timeout=30):
+        """Waits for n committed rows (a report comes before its commit)."""
+        deadline = time.monotonic() + timeout
+        while len(self.log()) < n and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertGreaterEqual(len(self.log()), n, "%d rows committed" % n)
+
+    def position(self):
+        rows = self.pg.sql("SELECT resume_token FROM flowwarden_checkpoints "
+                           "WHERE database = '%s' AND stream = 'eo'" % self.db_name)
+        return rows[0][0] if rows else None
+
+    def test_each_event_commits_once_with_its_position(self):
+        p = self.start()
+        self.db.c.insert_many([{"_id": 1}, {"_id": 2, "case": "fail_once"},
+                               {"_id": 3, "case": "poison"}, {"_id": 4, "case": "savepoint"},
+                               {"_id": 5, "case": "commits_itself"}])
+        self.wait_dlq(2)
+        p.wait_until(lambda: any(r["id"] == "4" for r in p.reports()), 30, "event 4")
+        self.assertEqual(p.stop(), 0)
+        # 2: its failed first attempt rolled back; 3 and 5: dead-lettered,
+        # nothing applied; 4: the failed fw.pg.transaction was a savepoint.
+        self.assertEqual(self.log(), [("1", "1"), ("2", "2"), ("4", "1"), ("4", "200")])
+        self.assertTrue([r for r in p.reports() if r["id"] == "4"][0]["inner_failed"])
+        errors = sorted(e["error"]["message"] for e in self.dlq_entries())
+        self.assertIn("poison", errors[1])
+        self.assertIn("which its handler cannot end or nest by SQL", errors[0])
+        self.assertIn('"_data"', self.position())
+
+    def test_a_restart_resumes_from_the_position_in_postgresql(self):
+        p = self.start()
+        self.db.c.insert_many([{"_id": i} for i in range(10)])
+        self.wait_logged(10)
+        self.assertEqual(p.stop(), 0)
+        # Without its position in PostgreSQL the stream would start from
+        # now, and miss what comes while it is stopped.
+        self.db["_fw_checkpoints"].delete_many({})
+        self.db.c.insert_many([{"_id": i} for i in range(10, 20)])
+        p = self.start()
+        self.assertEqual(p.count_log("resuming from the position committed"), 1)
+        self.db.c.insert_one({"_id": 20})
+        self.wait_logged(21)
+        self.assertEqual(p.stop(), 0)
+        self.assertEqual(self.log(), sorted((str(i), "1") for i in range(21)))
+
+    def test_what_cannot_join_raises(self):
+        p = self.start()
+        self.db.c.insert_many([{"_id": 1, "case": "other"}, {"_id": 2, "case": "mongo"}])
+        p.wait_reports(2)
+        self.assertEqual(p.stop(), 0)
+        other, mongo = sorted(p.reports(), key=lambda r: r["id"])
+        self.assertEqual(other["type"], "ArgumentError")
+        self.assertIn('stream "eo" has exactly_once = { connection = "rep" }', other["message"])
+        self.assertIn('connection "other" cannot join', other["message"])
+        self.assertTrue(mongo["read"], "fw.mongo reads run")
+        self.assertEqual(mongo["type"], "ArgumentError")
+        self.assertIn("a MongoDB write cannot join its PostgreSQL transaction", mongo["message"])
+
+    def test_a_stored_epoch_above_the_stream_fences_it(self):
+        # A newer ha leader raised the epoch: this instance commits nothing.
+        p = self.start()
+        self.db.c.insert_one({"_id": 1})
+        self.wait_logged(1)
+        self.pg.sql("UPDATE flowwarden_checkpoints SET epoch = 99")
+        self.db.c.insert_one({"_id": 2})
+        p.wait_log("a newer leader holds the position", timeout=30)
+        p.kill9()
+        self.assertEqual(self.log(), [("1", "1")])
+
+    def test_doctor_checks_the_position_tables_privileges(self):
+        from fwtest import run_cli
+        script = self.script(SCRIPT)
+        self.pg.sql("DROP ROLE IF EXISTS limited; CREATE ROLE limited LOGIN PASSWORD 'lp'; "
+                    "REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+
+        def doctor(user="fwtest:pw"):
+            uri = "postgresql://%s@127.0.0.1:%d/postgres" % (user, self.pg.port)
+            return run_cli(["doctor", script, "--uri", self.uri],
+                           env=clean_env({"PG_URI": uri}))
+
+        cp = doctor()
+        self.assertIn('connection "rep" (PostgreSQL): the position table flowwarden_checkpoints '
+                      "will be created in schema public on first use", cp.stdout)
+        cp = doctor("limited:lp")
+        self.assertEqual(cp.returncode, 2, cp.stdout + cp.stderr)
+        self.assertIn("role limited may not create the position table", cp.stdout)
+        self.assertIn("GRANT CREATE ON SCHEMA public TO limited", cp.stdout)
+        self.pg.sql("CREATE TABLE flowwarden_checkpoints (database text, stream text)")
+        cp = doctor("limited:lp")
+        self.assertIn("role limited cannot read and write the position table", cp.stdout)
+        self.assertIn("GRANT SELECT, INSERT, UPDATE ON flowwarden_checkpoints TO limited",
+                      cp.stdout)
+        self.pg.sql("GRANT SELECT, INSERT, UPDATE ON flowwarden_checkpoints TO limited")
+        cp = doctor("limited:lp")
+        self.assertIn("exists and can be read and written", cp.stdout)
+
+    def test_a_dead_letter_moves_the_position_so_a_restart_does_not_run_it_again(self):
+        p = self.start()
+        self.db.c.insert_one({"_id": 1})
+        self.wait_logged(1)
+        handled = self.position()
+        self.db.c.insert_one({"_id": 2, "case": "poison"})
+        self.wait_dlq(1)
+        deadline = time.monotonic() + 30
+        while self.position() == handled and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertNotEqual(self.position(), handled, "the position past the dead letter")
+        p.kill9()
+        p = self.start()
+        self.db.c.insert_one({"_id": 3})
+        self.wait_logged(2)
+        self.assertEqual(p.stop(), 0)
+        self.assertEqual(p.count_log("poison"), 0, "the dead-lettered event did not run again")
+        self.assertEqual(len(self.dlq_entries()), 1)
+        self.assertEqual(self.log(), [("1", "1"), ("3", "1")])
+
+    def test_a_new_ha_leader_fences_the_position_and_resumes_from_it(self):
+        script = self.script('fw.defaults { ha = { mode = "leader", lease = "1s" } }\n' + SCRIPT)
+        env = clean_env({"PG_URI": self.pg.uri()})
+        a = self.run_fw(script, env=env)
+        a.wait_open()
+        b = self.run_fw(script, env=env)
+        b.wait_log("role: standby")
+        self.db.c.insert_many([{"_id": i} for i in range(50)])
+        self.wait_logged(50)
+        a.kill9()
+        self.db.c.insert_many([{"_id": i} for i in range(50, 100)])
+        b.wait_log("role: leader (epoch", timeout=30)
+        self.wait_logged(100)
+        self.assertEqual(b.count_log("resuming from the position committed"), 1)
+        self.assertEqual(b.stop(), 0)
+        self.assertEqual(self.log(), sorted((str(i), "1") for i in range(100)))
+        epoch = int(self.pg.sql("SELECT epoch FROM flowwarden_checkpoints "
+                                "WHERE stream = 'eo'")[0][0])
+        self.assertGreaterEqual(epoch, 2, "the new leader's epoch is stored")
+
+    def test_a_reload_naming_another_database_moves_the_transactions_there(self):
+        self.pg.sql("DROP DATABASE IF EXISTS other")
+        self.pg.sql("CREATE DATABASE other")
+        path = self.script(SCRIPT.replace('fw.env("PG_URI")', '"%s"' % self.pg.uri()))
+        p = self.run_fw(path)
+        p.wait_open()
+        self.db.c.insert_one({"_id": 1})
+        self.wait_logged(1)
+        other = self.pg.uri(db="other")
+        with open(path) as f:
+            text = f.read().replace(self.pg.uri(), other)
+        with open(path, "w") as f:
+            f.write(text)
+        self.pg.sql("CREATE TABLE log (id text, attempt int)", db="other")
+        p.proc.send_signal(signal.SIGHUP)
+        p.wait_log("reloaded ", timeout=30)
+        self.db.c.insert_one({"_id": 2})
+        p.wait_reports(2)
+        self.assertEqual(p.stop(), 0)
+        self.assertEqual(self.log(), [("1", "1")])
+        self.assertEqual(self.pg.sql("SELECT id, attempt FROM log", db="other"), [["2", "1"]])
+        self.assertEqual(len(self.pg.sql("SELECT stream FROM flowwarden_checkpoints",
+                                         db="other")), 1)
+
+    def test_partitions_each_commit_their_own_position(self):
+        script = self.script(SCRIPT.replace('exactly_once = { connection = "rep" },',
+                                            'exactly_once = { connection = "rep" }, '
+                                            'partitions = 2,'))
+        p = self.run_fw(script, env=clean_env({"PG_URI": self.pg.uri()}))
+        p.wait_open(streams=2)
+        self.db.c.insert_many([{"_id": i} for i in range(100)])
+        self.wait_logged(100)
+        p.kill9()
+        self.db.c.insert_many([{"_id": i} for i in range(100, 150)])
+        p = self.run_fw(script, env=clean_env({"PG_URI": self.pg.uri()}))
+        p.wait_open(streams=2)
+        self.wait_logged(150)
+        self.assertEqual(p.stop(), 0)
+        self.assertEqual(self.log(), sorted((str(i), "1") for i in range(150)))
+        self.assertEqual(sorted(r[0] for r in self.pg.sql(
+            "SELECT stream FROM flowwarden_checkpoints")), ["eo#0/2", "eo#1/2"])
+
+    def test_a_commit_whose_reply_is_lost_is_decided_from_the_table(self):
+        self.lose_the_commits_reply(before=False)
+
+    def test_a_commit_lost_on_its_way_fails_the_attempt_which_runs_again(self):
+        self.lose_the_commits_reply(before=True)
+
+    def lose_the_commits_reply(self, before):
+        proxy = CommitReplyDropper(self.pg.port, before)
+        self.addCleanup(proxy.close)
+        uri = "postgresql://fwtest:pw@127.0.0.1:%d/postgres" % proxy.port
+        p = self.run_fw(self.script(SCRIPT), env=clean_env({"PG_URI": uri}))
+        p.wait_open()
+        self.db.c.insert_one({"_id": 1})
+        self.wait_logged(1)
+        proxy.armed = True
+        self.db.c.insert_one({"_id": 2})
+        if before:
+            p.wait_log("which did not commit", timeout=30)
+        else:
+            p.wait_log("the event had committed", timeout=30)
+        self.db.c.insert_one({"_id": 3})
+        self.wait_logged(3)
+        self.assertEqual(p.stop(), 0)
+        self.assertEqual(proxy.dropped, 1)
+        self.assertEqual(p.count_log("the COMMIT's reply was lost"), 1)
+        # Event 2 applied once: by its first attempt, or (lost before the
+        # server) by its second.
+        self.assertEqual(self.log(), [("1", "1"), ("2", "2" if before else "1"), ("3", "1")])
+
+    def test_a_serialization_failure_at_commit_is_retried_as_an_attempt(self):
+        # A deferred constraint trigger runs at COMMIT: its first run fails
+        # as a serializable transaction's commit can (40001).
+        self.pg.sql("""
+            DROP SEQUENCE IF EXISTS once; CREATE SEQUENCE once;
+            CREATE OR REPLACE FUNCTION fail_once() RETURNS trigger LANGUAGE plpgsql AS $$
+              BEGIN
+                IF nextval('once') = 1 THEN
+                  RAISE EXCEPTION 'could not serialize access' USING ERRCODE = '40001';
+                END IF;
+                RETURN NULL;
+              END $$;
+            CREATE CONSTRAINT TRIGGER at_commit AFTER INSERT ON log DEFERRABLE INITIALLY DEFERRED
+              FOR EACH ROW EXECUTE FUNCTION fail_once()""")
+        p = self.start()
+        self.db.c.insert_one({"_id": 1})
+        self.wait_logged(1)
+        self.assertEqual(p.stop(), 0)
+        self.assertEqual(self.log(), [("1", "2")], "the second attempt committed")
+        self.assertEqual(p.count_log("Pg.Serialization"), 1)
+        self.assertEqual(self.dlq_entries(), [])
