@@ -63,6 +63,7 @@ dlq_store.h         runtime/dlq
 doctor.h            runtime/doctor
 event.h             bson
 event_ctx.h         lua_api
+event_settle.h      runtime/stream
 http_lua.h          lua_api
 http_policy.h       lua_api
 http_transfer.h     lua_api
@@ -76,6 +77,7 @@ mongo_lua.h         lua_api
 oplog_window.h      runtime/host
 outcome.h           runtime/dispatch
 owned_collections.h runtime/collections
+pg_io.h             lua_api
 pg_lua.h            lua_api
 rate_limit.h        runtime/dispatch
 redis_lua.h         lua_api
