@@ -1,6 +1,8 @@
 -- The demo script: one stream over shop.orders with a handler per operation
 -- type, a retry policy, a dead-letter queue and one side effect: accepted
 -- orders are added to a read model, shop.customer_totals, with fw.mongo.
+-- exactly_once = true commits that $inc with the stream's checkpoint in one
+-- transaction, so a crash never counts an order twice (docs/reliability.md).
 --
 --   flowwarden run examples/orders.lua --uri mongodb://127.0.0.1:27017/shop?replicaSet=rs0
 local fw = require("flowwarden")
@@ -11,6 +13,7 @@ fw.stream {
   name = "order-watcher",
   collection = "orders",
   full_document = "updateLookup",
+  exactly_once = true,
   -- Seed 001's policy with jitter off so the demo's timing reads cleanly.
   retry = { max_attempts = 3, initial_delay = "200ms", jitter = false,
             no_retry_on = { "Validation", "NilError", "TypeError", "ArgumentError" } },

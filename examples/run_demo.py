@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """The README's demo: a MongoDB stand-in, flowwarden running examples/orders.lua,
 and a client that inserts, updates and deletes orders. Prints what the handlers
-did, the read model they wrote with fw.mongo and the dead-letter entries, then
-stops everything."""
+did, the read model they wrote with fw.mongo and the dead-letter entries. Then
+kills flowwarden with kill -9 in the middle of 200 more orders, starts it again
+and checks every customer's total against the orders (exactly_once = true):
+exits 1 if one is off."""
 import argparse
 import os
 import queue
@@ -20,11 +22,87 @@ from standin_process import StandIn  # noqa: E402
 import pymongo  # noqa: E402
 
 
-def pump(stream, lines):
+CUSTOMERS = ("ada", "bob", "cy", "dee")
+MORE = 200
+
+
+def pump(stream, lines, quiet=lambda line: False):
     for raw in iter(stream.readline, b""):
         line = raw.decode("utf-8", "replace").rstrip("\n")
-        print("  flowwarden | " + line, flush=True)
+        if not quiet(line):
+            print("  flowwarden | " + line, flush=True)
         lines.put(line)
+
+
+def start(binary, uri, quiet=lambda line: False):
+    proc = subprocess.Popen([binary, "run", os.path.join(HERE, "orders.lua"), "--uri", uri],
+                            stderr=subprocess.PIPE)
+    lines, seen = queue.Queue(), []
+    threading.Thread(target=pump, args=(proc.stderr, lines, quiet), daemon=True).start()
+    if not wait_for(lines, seen, "change stream open", 30):
+        proc.kill()
+        sys.exit("demo: flowwarden did not open its change stream")
+    return proc
+
+
+def counted(db):
+    return sum(t["orders"] for t in db.customer_totals.find())
+
+
+def totals(db):
+    return {t["_id"]: (t["orders"], round(t["amount"], 2)) for t in db.customer_totals.find()}
+
+
+def expected(before, new_orders):
+    """The totals before, plus the new orders (all accepted)."""
+    want = dict(before)
+    for o in new_orders:
+        n, amount = want.get(o["customer"], (0, 0.0))
+        want[o["customer"]] = (n + 1, round(amount + o["total"], 2))
+    return want
+
+
+def crash_in_the_middle(binary, uri, db):
+    """kill -9 while 200 orders flow, a restart, then every total checked."""
+    print("\nclient: 200 more orders; flowwarden is killed (kill -9) in the middle")
+    quiet = lambda line: "accepted" in line  # noqa: E731  (200 lines say nothing new)
+    proc = start(binary, uri, quiet)
+    base, before = counted(db), totals(db)
+    new_orders = [{"_id": 100 + i, "item": "pen", "qty": 1, "total": 1.5, "gateway": "ok",
+                   "customer": CUSTOMERS[i % len(CUSTOMERS)]} for i in range(MORE)]
+
+    def write():
+        for o in new_orders:
+            db.orders.insert_one(o)
+    writer = threading.Thread(target=write)
+    writer.start()
+    deadline = time.monotonic() + 60
+    while counted(db) < base + MORE // 3 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    proc.kill()
+    proc.wait(timeout=30)
+    print("demo: killed flowwarden (SIGKILL) with %d of the %d orders counted"
+          % (counted(db) - base, MORE))
+    writer.join()
+    proc = start(binary, uri, quiet)
+    deadline = time.monotonic() + 60
+    try:
+        while counted(db) < base + MORE and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    got, want = totals(db), expected(before, new_orders)
+    print("\nread model after the crash and the restart (shop.customer_totals):")
+    for c in sorted(set(got) | set(want)):
+        print("  - customer=%s orders=%d amount=%.2f (expected: %d, %.2f)" % (
+            c, got.get(c, (0, 0))[0], got.get(c, (0, 0))[1], want.get(c, (0, 0))[0],
+            want.get(c, (0, 0))[1]))
+    if got != want:
+        print("demo: the totals are off")
+        return 1
+    print("every total exact: no order lost, none counted twice")
+    return proc.returncode
 
 
 def wait_for(lines, seen, needle, timeout):
@@ -88,8 +166,12 @@ def main():
             print("  - documentKey=%s operationType=%s attempts=%d error=%s: %s status=%s" % (
                 e["documentKey"], e["operationType"], e["attempts"], e["error"]["type"],
                 e["error"]["message"], e["status"]))
+        if proc.returncode != 0:
+            client.close()
+            return proc.returncode
+        rc = crash_in_the_middle(args.binary, uri, client.shop)
         client.close()
-        return proc.returncode
+        return rc
 
 
 if __name__ == "__main__":

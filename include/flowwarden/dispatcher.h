@@ -184,6 +184,12 @@ void fw_dispatcher_set_txn_sink (fw_dispatcher_t *d, const fw_txn_sink_t *sink);
  * position fn wrote is now stored. NULL: not told (the default). */
 void fw_dispatcher_set_txn_committed (fw_dispatcher_t *d, void (*committed) (void *ud));
 
+/* exactly_once while a dead letter is replayed (issue 39): its attempts run
+ * in transactions as a live event's, committed with fn(ud, ...) (the
+ * entry's resolution written in the session) instead of the position; NULL:
+ * replays run without transactions (the default). */
+void fw_dispatcher_set_exactly_once_replay (fw_dispatcher_t *d, fw_txn_position_fn fn, void *ud);
+
 /* The client of d's "default" connection, the one exactly_once's
  * transactions run on (owned by d); NULL with error set. */
 mongoc_client_t *fw_dispatcher_txn_client (fw_dispatcher_t *d, fw_error_t *error);

@@ -147,6 +147,9 @@ typedef enum {
    /* Keeps deferred retries (retry.mode = "deferred", issue 29): claim_due,
     * scheduled and settle's FW_DLQ_RESCHEDULE. */
    FW_DLQ_CAN_DEFER = 1u << 0,
+   /* Writes inside a caller's MongoDB transaction (exactly_once, issue 39):
+    * save_in, settle_in. */
+   FW_DLQ_CAN_JOIN = 1u << 1,
 } fw_dlq_capability_t;
 
 /*
@@ -297,6 +300,21 @@ struct fw_dlq_store {
     * createdAt (each null or missing when the entry lacks it) }. */
    bool (*seq_waiting) (fw_dlq_store_t *store, const char *stream, fw_dlq_entry_fn visit,
                         void *ud, fw_error_t *error);
+
+   /* --- inside a caller's transaction (FW_DLQ_CAN_JOIN) ----------------- */
+
+   /* save's work in the transaction session has in progress (session: one
+    * of the store's client; the transaction's commit makes it durable, with
+    * the commit's write concern): one entry per (streamName, eventId), a
+    * new one inserted whole, one stored before updated as save does. Any
+    * failure leaves the transaction to be aborted by the caller. */
+   bool (*save_in) (fw_dlq_store_t *store, mongoc_client_session_t *session, const bson_t *entry,
+                    fw_error_t *error);
+   /* settle's work in the transaction session has in progress: *held false
+    * (nothing changed) when actor no longer holds the claim. */
+   bool (*settle_in) (fw_dlq_store_t *store, mongoc_client_session_t *session,
+                      const bson_value_t *id, const char *actor, const fw_dlq_outcome_t *outcome,
+                      bool *held, fw_error_t *error);
 
    void (*destroy) (fw_dlq_store_t *store);
 

@@ -70,6 +70,15 @@ typedef struct {
 
 void fw_mongo_lua_join (lua_State *L, const fw_mongo_txn_t *txn);
 
+/* exactly_once: the transaction L's handler call runs in is open from now
+ * until expires_ns (CLOCK_MONOTONIC), when the server's
+ * transactionLifetimeLimitSeconds aborts it; 0 when none is open. A
+ * NoSuchTransaction (251) met from then on, in an operation or a step of the
+ * transaction, is the lifetime's: Mongo.TransactionTooLong. And an
+ * IllegalOperation (20) while one is open is a server without transactions:
+ * Mongo.TransactionsUnsupported. Never raises. */
+void fw_mongo_lua_txn_open (lua_State *L, int64_t expires_ns);
+
 /* Pushes a handler failure table ({ value = a typed Mongo.* error with its
  * code, code_name and labels, traceback = "" }) for a failed transaction
  * step `what` ("commit", "checkpoint"), as the dispatcher's policy takes it.

@@ -70,7 +70,9 @@ THE EFFECTIVE CONFIGURATION (every field always present unless "| nil"):
                                               -- DLQ, retried later (issue 29); needs a dlq
               retry_on = { "Timeout", ... },  -- {} = every type not in no_retry_on
               no_retry_on = { "NilError", "TypeError", "ArgumentError", "Mongo.DuplicateKey",
-                              "Mongo.Invalid", "Http.TLS", "Http.Denied",
+                              "Mongo.Invalid", "Mongo.TransactionTooLong",
+                              "Mongo.TransactionTooLarge", "Mongo.TransactionsUnsupported",
+                              "Http.TLS", "Http.Denied",
                               "Http.Status.Permanent", "Redis.Error", "Pg.UniqueViolation",
                               "Pg.ForeignKey", "Pg.Syntax", "Pg.Permission" } },
     dlq = nil | { collection = "_fw_dlq", ttl_days = 30 (0 = forever),
@@ -143,7 +145,8 @@ M.SEED = {
     -- Seed 001's programming errors, then handler IO failures that cannot
     -- succeed on a retry (issue 11).
     no_retry_on = { "NilError", "TypeError", "ArgumentError", "Mongo.DuplicateKey", "Mongo.Invalid",
-                    "Http.TLS", "Http.Denied", "Http.Status.Permanent", "Redis.Error",
+                    "Mongo.TransactionTooLong", "Mongo.TransactionTooLarge",
+                    "Mongo.TransactionsUnsupported", "Http.TLS", "Http.Denied", "Http.Status.Permanent", "Redis.Error",
                     "Pg.UniqueViolation", "Pg.ForeignKey", "Pg.Syntax", "Pg.Permission" },
   },
   dlq = {

@@ -147,9 +147,10 @@ function M.stream(spec)
     add("exactly_once", "true: fw.mongo reads and writes on the stream's own connection and the "
       .. "checkpoint commit in one transaction per "
       .. (spec.handlers.batch and "call of on_batch" or "event")
-      .. " (exactly once; the events of one source transaction together); fw.http, fw.state, "
-      .. "fw.redis, fw.pg and dead letters stay at least once; fw.mongo on another connection "
-      .. "fails the call")
+      .. " (exactly once; the events of one source transaction together), and so do a dead "
+      .. "letter, a replay's or a deferred retry's resolution when the DLQ is on that connection; "
+      .. "fw.http, fw.state, fw.redis, fw.pg and a DLQ elsewhere stay at least once; fw.mongo on "
+      .. "another connection fails the call")
   end
   add("oversize", spec.oversize)
   add("oversize_threshold", duration.format_size(spec.oversize_threshold_bytes))

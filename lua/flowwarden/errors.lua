@@ -40,6 +40,7 @@ M.BUILTIN_TYPES = {
   "Http.Denied", "Http.Status", "Http.Status.Transient", "Http.Status.Permanent",
   "Mongo", "Mongo.DuplicateKey", "Mongo.Invalid", "Mongo.Timeout", "Mongo.Network",
   "Mongo.NotWritablePrimary", "Mongo.WriteConcern", "Mongo.Command",
+  "Mongo.TransactionTooLong", "Mongo.TransactionTooLarge", "Mongo.TransactionsUnsupported",
 }
 
 local error_mt = { __name = "flowwarden.error" }

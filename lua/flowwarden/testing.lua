@@ -304,6 +304,11 @@ local function bridge(app)
     if channel == "http" then
       return app.http:answer(a[1])
     end
+    if channel == "txn" then
+      -- exactly_once: "begin" | "commit" | "abort", the stream's name
+      app.mongo:txn(a[1], a[2])
+      return { ok = true }
+    end
     if channel == "redis" then
       -- conn, "call" | "pipeline", command and arguments | the commands
       local res, err, index

@@ -25,6 +25,10 @@
 #define T_WRITE_CONCERN "Mongo.WriteConcern"
 #define T_INVALID "Mongo.Invalid"
 #define T_COMMAND "Mongo.Command"
+/* exactly_once's limits (issue 39). */
+#define T_TXN_TOO_LONG "Mongo.TransactionTooLong"
+#define T_TXN_TOO_LARGE "Mongo.TransactionTooLarge"
+#define T_TXN_UNSUPPORTED "Mongo.TransactionsUnsupported"
 
 typedef struct {
    int32_t code;
@@ -67,6 +71,15 @@ static const code_entry_t codes[] = {
    {11602, "InterruptedDueToReplStateChange", T_NOT_PRIMARY},
    {13435, "NotPrimaryNoSecondaryOk", T_NOT_PRIMARY},
    {13436, "NotPrimaryOrSecondary", T_NOT_PRIMARY},
+
+   /* A transaction over the server's transactionLifetimeLimitSeconds: an
+    * operation running when the server's reaper aborts it is interrupted
+    * with 290 (kill_sessions_local.cpp); later ones get 251, typed by
+    * txn_type below. Too large: 257 before MongoDB 4.2 (one 16 MB oplog
+    * entry), 388 when it cannot fit in the WiredTiger cache (error_codes.yml). */
+   {290, "TransactionExceededLifetimeLimitSeconds", T_TXN_TOO_LONG},
+   {257, "TransactionTooLarge", T_TXN_TOO_LARGE},
+   {388, "TransactionTooLargeForCache", T_TXN_TOO_LARGE},
 
    {64, "WriteConcernFailed", T_WRITE_CONCERN},
    {79, "UnknownReplWriteConcern", T_WRITE_CONCERN},
@@ -315,13 +328,37 @@ code_name (const bson_error_t *error, const bson_t *reply)
    return e ? e->name : NULL;
 }
 
+/* type, or what the open exactly_once transaction makes of the error: a
+ * NoSuchTransaction (251) once its lifetime has ended is
+ * Mongo.TransactionTooLong (the server aborted it: jstests/core/txns/
+ * abort_expired_transaction.js); an IllegalOperation (20) is a server that
+ * refuses transaction numbers (a standalone: "Transaction numbers are only
+ * allowed on a replica set member or mongos"), and so is libmongoc's refusal
+ * to start one on a server too old for them. */
+static const char *
+txn_type (lua_State *L, const bson_error_t *error, const char *type)
+{
+   int64_t expires = fw_mongo_txn_expires (L);
+
+   if (error->domain == MONGOC_ERROR_TRANSACTION && strstr (error->message, "not supported")) {
+      return T_TXN_UNSUPPORTED;
+   }
+   if (!expires || error->domain != MONGOC_ERROR_SERVER) {
+      return type;
+   }
+   if (error->code == 251 && fw_mono_ns () >= expires) {
+      return T_TXN_TOO_LONG;
+   }
+   return error->code == 20 ? T_TXN_UNSUPPORTED : type;
+}
+
 int
 fw_mongo_raise (lua_State *L, fw_mongo_op_t *op, const fw_mongo_ctx_t *ctx,
                 const bson_error_t *error, const bson_t *reply)
 {
    bool passed = ctx->deadline_ns && (ctx->deadline_hit || fw_io_deadline_hit () ||
                                       fw_mono_ns () >= ctx->deadline_ns);
-   const char *type = fw_mongo_error_type (error, reply, passed);
+   const char *type = txn_type (L, error, fw_mongo_error_type (error, reply, passed));
    const char *name;
    bool timed_out = passed && strcmp (type, T_TIMEOUT) == 0 && !is_server_domain (error->domain);
 

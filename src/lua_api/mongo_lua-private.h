@@ -46,6 +46,10 @@ typedef struct {
    int64_t started_ns;           /* CLOCK_MONOTONIC, when metrics is set */
 } fw_mongo_ctx_t;
 
+/* exactly_once: when the open transaction's lifetime ends
+ * (fw_mongo_lua_txn_open), 0 when none is open (mongo_op.c). */
+int64_t fw_mongo_txn_expires (lua_State *L);
+
 /* exactly_once: the transaction L's operations join (mongo_op.c), or NULL. */
 const fw_mongo_txn_t *fw_mongo_txn (lua_State *L);
 

@@ -18,12 +18,30 @@
 
 static const char provider_key = 'm'; /* registry key: its address */
 static const char txn_key = 't';      /* exactly_once's transaction */
+static const char txn_expires_key = 'e'; /* ... and when its lifetime ends */
 
 void
 fw_mongo_lua_join (lua_State *L, const fw_mongo_txn_t *txn)
 {
    lua_pushlightuserdata (L, (void *) txn);
    lua_rawsetp (L, LUA_REGISTRYINDEX, &txn_key);
+}
+
+void
+fw_mongo_lua_txn_open (lua_State *L, int64_t expires_ns)
+{
+   lua_pushinteger (L, (lua_Integer) expires_ns);
+   lua_rawsetp (L, LUA_REGISTRYINDEX, &txn_expires_key);
+}
+
+int64_t
+fw_mongo_txn_expires (lua_State *L)
+{
+   int64_t ns;
+   lua_rawgetp (L, LUA_REGISTRYINDEX, &txn_expires_key);
+   ns = (int64_t) lua_tointeger (L, -1);
+   lua_pop (L, 1);
+   return ns;
 }
 
 const fw_mongo_txn_t *

@@ -233,6 +233,33 @@ assert_failure_type (lua_State *L, const char *type)
    lua_pop (L, 3);
 }
 
+/* Issue 41: a call that leaves a large event's worth of garbage (a copy of
+ * the document and a string of it) has it collected before the next call,
+ * so the state holds one large event's copies at a time, not several. */
+static void
+lua_host_large_garbage_is_collected_before_the_next_call (void **state)
+{
+   fw_lua_host_t *host = fw_lua_host_new (NULL);
+   lua_State *L = fw_lua_host_state (host);
+   fw_lua_stop_t stop;
+   (void) state;
+
+   assert_int_equal (luaL_dostring (L, "function big () "
+                                       "local before = collectgarbage('count') "
+                                       "local s = string.rep('x', 8 * 1024 * 1024) "
+                                       "return before, #s end"),
+                     LUA_OK);
+   for (int i = 0; i < 4; i++) {
+      lua_getglobal (L, "big");
+      assert_true (fw_lua_host_call (host, 0, 2, 0, &stop));
+      assert_int_equal (lua_tointeger (L, -1), 8 * 1024 * 1024);
+      /* KB held when the call began: not the last call's 8 MiB string. */
+      assert_true (lua_tonumber (L, -2) < 4096);
+      lua_pop (L, 2);
+   }
+   fw_lua_host_destroy (host);
+}
+
 /* Issue 25: the IO's deadline ending at or after the handler's (what load
  * does to the 10 ms margin) still gives the IO's timeout type, whether the
  * handler lets it through or tries to swallow it; the handler's own
@@ -419,6 +446,7 @@ main (void)
       cmocka_unit_test (lua_host_a_deadline_set_outside_a_call_is_not_signalled),
       cmocka_unit_test (lua_host_io_timeout_keeps_its_type_past_the_deadline),
       cmocka_unit_test (lua_host_memory_limit_stops_hungry_handler),
+      cmocka_unit_test (lua_host_large_garbage_is_collected_before_the_next_call),
       cmocka_unit_test (lua_host_error_keeps_value_and_traceback),
       cmocka_unit_test (lua_host_call_with_fails_the_call_when_its_arguments_cannot_be_built),
       cmocka_unit_test (lua_host_guard_turns_a_panic_into_false),

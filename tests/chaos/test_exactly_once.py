@@ -179,10 +179,12 @@ class ExactlyOnce(StandInTestCase):
     def test_batch_bisection_dead_letters_the_poison_once_and_applies_nothing(self):
         # Each call's transaction aborts while the poison is in it; bisection ends with it
         # alone on the per-event path (its own transaction, aborted), dead-lettered once.
-        p = self.poison_event_dead_lettered_once(BATCH_SCRIPT.replace(
+        runs = self.poison_event_dead_lettered_once(BATCH_SCRIPT.replace(
             "max_attempts = 8", "max_attempts = 2"))
-        self.assertGreaterEqual(p.count_log("with exactly_once the call's transaction is "
-                                            "aborted"), 1)
+        # The first run met the poison; the second only when the kill came before a
+        # checkpoint past it.
+        self.assertGreaterEqual(sum(r.count_log("with exactly_once the call's transaction is "
+                                                "aborted") for r in runs), 1)
 
     def poison_event_dead_lettered_once(self, body):
         script = self.script(body)
@@ -193,6 +195,7 @@ class ExactlyOnce(StandInTestCase):
         self.db.orders.insert_many(docs[:200])
         p.wait_until(lambda: self.db["_fw_dlq"].count_documents({}) == 1, timeout=60,
                      what="the poison's dead letter")
+        first = p
         p.kill9()  # maybe before the next checkpoint: the poison comes again
         p = self.run_fw(script)
         p.wait_open()
@@ -206,7 +209,7 @@ class ExactlyOnce(StandInTestCase):
         self.assertEqual(len(entries), 1, "one dead letter, even after a kill")
         self.assertIn("negative total", str(entries[0]))
         self.assertEqual(entries[0]["documentKey"], {"_id": 150})
-        return p
+        return first, p
 
     def one_event_under_fail_point(self, data, times, body=SCRIPT, n=1):
         script = self.script(body)
@@ -288,7 +291,7 @@ fw.stream { name = "eo", collection = "orders", exactly_once = true, dlq = true,
         cp = run_cli(["check", script])
         self.assertEqual(cp.returncode, 0, cp.stderr)
         self.assertIn("exactly_once", cp.stdout)
-        self.assertIn("fw.http, fw.state, fw.redis, fw.pg and dead letters stay at least once",
+        self.assertIn("fw.http, fw.state, fw.redis, fw.pg and a DLQ elsewhere stay at least once",
                       cp.stdout)
         self.assertIn("one transaction per event", cp.stdout)
         batched = self.script(BATCH_SCRIPT.replace('collection = "orders"',
@@ -301,7 +304,6 @@ fw.stream { name = "eo", collection = "orders", exactly_once = true, dlq = true,
     def test_check_refuses_what_cannot_run_exactly_once(self):
         cases = [
             ("lanes = 2,", "use partitions = N instead"),
-            ('retry = { mode = "deferred" }, dlq = true,', 'use mode = "blocking"'),
         ]
         for extra, needle in cases:
             handler = "on_insert = function(ctx) end,"

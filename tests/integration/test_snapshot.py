@@ -306,6 +306,7 @@ class Snapshot(StandInTestCase):
               on_snapshot = function(ctx) report({ id = tostring(ctx:document_key()._id) }) end }
             """))
         self.wait_for(lambda: self.snapshot_state() == "done", what="the snapshot to finish")
+        self.wait_for(lambda: len(p.reports("s")) >= len(docs), what="the rows' reports")
         ids = [r["id"] for r in p.reports("s")]
         self.assertEqual(len(set(ids)), len(docs), "a document missed or read twice")
         self.assertEqual(len(ids), len(docs))
@@ -340,6 +341,10 @@ class Snapshot(StandInTestCase):
                 """ % chunk))
             self.wait_for(lambda: self.snapshot_state() == "done",
                           what="the snapshot to finish (chunk_size %d)" % chunk)
+            # The handler logged each row before the state was stored; this test's reader
+            # of the log may lag behind a fast snapshot.
+            self.wait_for(lambda: len(p.reports("s")) >= len(docs),
+                          what="the rows' reports (chunk_size %d)" % chunk)
             ids = [r["id"] for r in p.reports("s")]
             self.assertEqual(p.stop(), 0)
             self.assertEqual(len(ids), len(docs), "chunk_size %d: %s" % (chunk, ids))

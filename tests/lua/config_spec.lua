@@ -4,7 +4,8 @@ local config = require("flowwarden.config")
 local HEADER = "local fw = require('flowwarden')\nlocal h = function() end\n"
 local SCRIPT = "/s/bad.lua"
 local DEFAULT_NO_RETRY = { "NilError", "TypeError", "ArgumentError", "Mongo.DuplicateKey",
-  "Mongo.Invalid", "Http.TLS", "Http.Denied", "Http.Status.Permanent",
+  "Mongo.Invalid", "Mongo.TransactionTooLong", "Mongo.TransactionTooLarge",
+  "Mongo.TransactionsUnsupported", "Http.TLS", "Http.Denied", "Http.Status.Permanent",
   "Redis.Error", "Pg.UniqueViolation", "Pg.ForeignKey", "Pg.Syntax", "Pg.Permission" }
 
 local function run(src, opts)

@@ -69,7 +69,7 @@ stream "order-watcher"
   retry.multiplier               2.0
   retry.jitter                   true
   retry.retry_on                 Http
-  retry.no_retry_on              NilError, TypeError, ArgumentError, Mongo.DuplicateKey, Mongo.Invalid, Http.TLS, Http.Denied, Http.Status.Permanent, Redis.Error, Pg.UniqueViolation, Pg.ForeignKey, Pg.Syntax, Pg.Permission
+  retry.no_retry_on              NilError, TypeError, ArgumentError, Mongo.DuplicateKey, Mongo.Invalid, Mongo.TransactionTooLong, Mongo.TransactionTooLarge, Mongo.TransactionsUnsupported, Http.TLS, Http.Denied, Http.Status.Permanent, Redis.Error, Pg.UniqueViolation, Pg.ForeignKey, Pg.Syntax, Pg.Permission
   retry.delays                   1s, 2s, 4s (each +/-20% jitter)
   dlq.collection                 orders_dlq
   dlq.ttl_days                   0 (keep forever)

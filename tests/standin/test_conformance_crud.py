@@ -8,7 +8,7 @@ import unittest
 import pymongo
 from bson.int64 import Int64
 from bson.objectid import ObjectId
-from pymongo import ASCENDING, DESCENDING, ReturnDocument
+from pymongo import ASCENDING, DESCENDING, ReturnDocument, UpdateOne
 from pymongo.errors import (BulkWriteError, DuplicateKeyError, OperationFailure)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -169,6 +169,24 @@ class CrudTest(unittest.TestCase):
         self.c.update_one({"k": "new"}, {"$set": {"v": 2}, "$setOnInsert": {"c": 9}},
                           upsert=True)
         self.assertEqual(self.c.find_one({"k": "new"})["c"], 1)
+
+    def test_bulk_upserts_by_id_and_binary_no_ops(self):
+        # The stand-in's fast paths (an _id point lookup is the match; an operator update's
+        # description tells a change from a binary no-op) keep mongod's counts: $set of the
+        # same int32 is a no-op, of the same value as a double or an int64 is a change.
+        ops = [UpdateOne({"_id": "g%d" % (i % 3)}, {"$inc": {"n": 1}}, upsert=True)
+               for i in range(9)]
+        r = self.c.bulk_write(ops, ordered=False)
+        self.assertEqual((r.upserted_count, r.matched_count, r.modified_count), (3, 6, 6))
+        self.assertEqual(sorted((d["_id"], d["n"]) for d in self.c.find()),
+                         [("g0", 3), ("g1", 3), ("g2", 3)])
+        r = self.c.bulk_write([UpdateOne({"_id": "g0"}, {"$set": {"n": 3}}),
+                               UpdateOne({"_id": "g1"}, {"$set": {"n": 3.0}}),
+                               UpdateOne({"_id": "g2"}, {"$set": {"n": Int64(3)}}),
+                               UpdateOne({"_id": "none"}, {"$set": {"n": 1}})])
+        self.assertEqual((r.matched_count, r.modified_count), (3, 2))
+        self.assertIsInstance(self.c.find_one({"_id": "g1"})["n"], float)
+        self.assertIsInstance(self.c.find_one({"_id": "g2"})["n"], Int64)
 
     def test_replace_and_immutable_id(self):
         self.c.insert_one({"_id": 1, "a": 1})

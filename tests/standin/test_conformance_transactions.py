@@ -338,6 +338,21 @@ class Lifetime(unittest.TestCase):
         self.assertEqual(list(coll.find()), [{"_id": 1, "v": 1}])
 
 
+    def test_get_parameter_reports_the_lifetime_limit(self):
+        # server_parameters_commands.cpp, CmdGet: admin only; a named parameter it does not
+        # have: "no option found to get".
+        self.assertEqual(CLIENT.admin.command({"getParameter": 1,
+                                               "transactionLifetimeLimitSeconds": 1})
+                         ["transactionLifetimeLimitSeconds"], LIFETIME_S)
+        self.assertIn("transactionLifetimeLimitSeconds",
+                      CLIENT.admin.command({"getParameter": "*"}))
+        e = failure(lambda: CLIENT.admin.command({"getParameter": 1, "noSuchParameter": 1}))
+        self.assertEqual(e.details["errmsg"], "no option found to get")
+        e = failure(lambda: CLIENT.txn.command({"getParameter": 1,
+                                                "transactionLifetimeLimitSeconds": 1}))
+        self.assertEqual(e.code, 13)
+
+
 class KillSessions(unittest.TestCase):
     """killSessions (manual "killSessions"; server kill_sessions_command.cpp: not admin-only,
     any user may kill its own sessions, the reply is {ok: 1}): the killed sessions' open

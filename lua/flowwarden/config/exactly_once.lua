@@ -67,10 +67,10 @@ function M.check(ctx, t, spec, repr, opts)
       .. "event's transaction, in the stream's order; use partitions = N instead (each unit "
       .. "has its own checkpoint and commits its own transactions)", spec.lanes)
   end
-  if spec.retry and spec.retry.mode == "deferred" then
-    ctx:fail("exactly_once", 'cannot run with retry.mode = "deferred" (a deferred retry runs '
-      .. 'outside the stream\'s order, so its writes cannot commit with the checkpoint): use '
-      .. 'mode = "blocking"')
+  if spec.exactly_once_pg and spec.retry and spec.retry.mode == "deferred" then
+    ctx:fail("exactly_once", 'into PostgreSQL (connection %s) cannot run with retry.mode = '
+      .. '"deferred" (a deferred retry runs outside the stream\'s order, so its statements '
+      .. 'cannot commit with the position): use mode = "blocking"', repr(spec.exactly_once_pg))
   end
   if spec.exactly_once_pg and t.on_batch ~= nil then
     ctx:fail("exactly_once", "into PostgreSQL (connection %s) is not supported with on_batch "

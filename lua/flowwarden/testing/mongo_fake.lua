@@ -13,6 +13,8 @@ testing handler scripts without a MongoDB (issue 15; docs/testing-scripts.md).
   fake:collection(db, name [, { connection = "..." }])  -- a handle, as fw.mongo.collection
   fake.api                             -- a table shaped like fw.mongo: api.collection(...)
   fake:close_cursors()                 -- what the runtime does after each handler call
+  fake:txn("begin", stream)            -- exactly_once: the call's transaction (below)
+  fake:txn("commit") / fake:txn("abort")
 
 A handle has fw.mongo's methods with the same arguments, options, results,
 cursors and typed errors (the method files: src/lua_api/mongo_*.c). Values
@@ -22,6 +24,13 @@ in and out, so a table changed after insert_one does not change the store.
 Each connection is a separate deployment. What the fake cannot do raises a
 typed error "Testing.Unsupported" whose message ends in "is not supported by
 the test fake", never a different answer.
+
+exactly_once (issue 39): between txn("begin", stream) and txn("commit") or
+txn("abort"), operations on connection "default" are one transaction: an
+abort puts back every collection they touched as it was at its first touch
+(a copy taken then), a commit keeps them; an operation on another connection
+raises fw.mongo's ArgumentError naming the stream and the connection. The
+fake has one client, so the call sees its own writes, as in production.
 ]]
 
 local A = require("flowwarden.testing.mongo_args")
@@ -102,6 +111,23 @@ local function begin(method, h, level)
     self.stores[d.connection] = deployment
   end
   op.ns = d.db .. "." .. d.coll
+  local txn = self.txn_state
+  if txn and d.connection ~= "default" then
+    arg_error(op, 'fw.mongo: %s on %s: stream "%s" has exactly_once = true, and connection "%s" '
+      .. "cannot join its transaction (only the stream's own MongoDB client can): write there "
+      .. "from another stream, or drop exactly_once", method, op.ns, txn.stream, d.connection)
+  end
+  if txn and txn.saved[op.ns] == nil then
+    local st = deployment[op.ns]
+    local copy = false
+    if st then
+      copy = { docs = {} }
+      for i, doc in ipairs(st.docs) do
+        copy.docs[i] = V.copy(doc)
+      end
+    end
+    txn.saved[op.ns] = copy
+  end
   op.store = deployment[op.ns]
   op.deployment = deployment
   op.fail = failer(op)
@@ -645,6 +671,23 @@ function Fake:close_cursors()
     cursor_methods.close(c)
   end
   self.open_cursors = setmetatable({}, { __mode = "k" })
+end
+
+-- exactly_once: "begin" (a call of stream starts; an open one is aborted
+-- first), "commit" or "abort" (see the header).
+function Fake:txn(action, stream)
+  local txn = self.txn_state
+  self.txn_state = nil
+  if txn and action ~= "commit" then
+    local deployment = self.stores.default or {}
+    self.stores.default = deployment
+    for ns, copy in pairs(txn.saved) do
+      deployment[ns] = copy or nil
+    end
+  end
+  if action == "begin" then
+    self.txn_state = { stream = tostring(stream), saved = {} }
+  end
 end
 
 -- Every document of a collection (natural order), as find({}) would return

@@ -20,6 +20,10 @@ run loads it.
     argument and allow_hosts checks.
   - fw.redis and fw.pg run on the spec's app.redis (an in-memory Redis) and
     app.pg (a recorder of statements with scripted answers).
+  - exactly_once streams: each call of a handler (not on_error) runs in a
+    transaction of the fake (mongo_fake's txn): its fw.mongo writes on
+    "default" are kept only when it returns without ctx:send_to_dlq, as
+    production commits them; a failed call's writes are not visible.
   - fw.date() without an argument is the virtual clock's now.
   - fw.env reads opts.env only.
 ]]
@@ -181,6 +185,49 @@ local function pg_proxy(fw, call)
   return api
 end
 
+-- exactly_once: the handlers of a stream declared with it, each call one
+-- transaction of the spec's fake. ctx:send_to_dlq is watched (the flag is
+-- the C side's) so that a call which asked for the DLQ commits nothing.
+local TXN_HANDLERS = { "on_insert", "on_update", "on_replace", "on_delete", "on_change",
+  "on_snapshot" }
+
+local function transactional(raw, stream, handler, asked)
+  return function(ctx, ...)
+    local mt = debug.getmetatable(ctx)
+    local methods = mt and mt.__index
+    if type(methods) == "table" and not asked.watched[methods]
+        and type(methods.send_to_dlq) == "function" then
+      local send = methods.send_to_dlq
+      methods.send_to_dlq = function(self, ...)
+        send(self, ...)
+        asked.dlq = true
+      end
+      asked.watched[methods] = true
+    end
+    asked.dlq = false
+    raw("txn", "begin", stream)
+    local guard <close> = setmetatable({}, { __close = function(_, err)
+      raw("txn", (err == nil and not asked.dlq) and "commit" or "abort")
+    end })
+    return handler(ctx, ...)
+  end
+end
+
+local function wrap_exactly_once(fw, raw)
+  local declare = fw.stream
+  local asked = { watched = setmetatable({}, { __mode = "k" }) }
+  fw.stream = function(t, ...)
+    if type(t) == "table" and t.exactly_once == true then
+      for _, key in ipairs(TXN_HANDLERS) do
+        if type(t[key]) == "function" then
+          t[key] = transactional(raw, tostring(t.name), t[key], asked)
+        end
+      end
+    end
+    return declare(t, ...)
+  end
+end
+
 function M.install(c)
   local fw = require("flowwarden")
   local registry = debug.getregistry()
@@ -202,6 +249,7 @@ function M.install(c)
   if not c.real_mongo then
     registry[c.make_cursor_key] = make_cursor
     fw.mongo = mongo_proxy(fw, c.bridge_call)
+    wrap_exactly_once(fw, c.bridge_raw)
   end
 
   fw.redis = redis_proxy(fw, c.bridge_call)

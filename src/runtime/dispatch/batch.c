@@ -193,7 +193,7 @@ op_call (void *ud, const size_t *idx, size_t n, int attempt, bool *marked)
    int64_t start = fw_mono_ns ();
    fw_mongo_txn_t join;
    fw_batch_call_t c = FW_BATCH_CALL_OK;
-   bool ok, txn = fw_txn_wanted (d);
+   bool ok, txn = fw_txn_wanted (d, false);
 
    if (d->lead.lease && !fw_lease_is_leader (d->lead.lease, NULL)) {
       s->result = stopped (); /* ha: the batch comes back to the next leader */
@@ -346,7 +346,8 @@ op_group (void *ud, const size_t *idx, size_t n)
       free (kinds);
       snprintf (s->d->out.failure, sizeof s->d->out.failure,
                 "out of memory taking a source transaction of %zu events", n);
-      s->result = (fw_outcome_t){FW_OUTCOME_FAILED, 0, 0, "", "", s->d->out.failure};
+      s->result = (fw_outcome_t){.kind = FW_OUTCOME_FAILED, .entry_id = "", .error_type = "",
+                                  .error = s->d->out.failure};
       return false;
    }
    for (size_t k = 0; k < n; k++) {
@@ -444,7 +445,7 @@ dispatch_whole (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
    fw_batch_ops_t ops = {op_call, op_retry_wait, op_succeeded, op_single, s,
                          d->prog.cfg.retry.max_attempts > 0 ? d->prog.cfg.retry.max_attempts : 1,
                          NULL, NULL};
-   if (fw_txn_wanted (d)) { /* a source transaction's events never split */
+   if (fw_txn_wanted (d, false)) { /* a source transaction's events never split */
       ops.joined = op_joined;
       ops.group = op_group;
    }

@@ -110,6 +110,9 @@ struct fw_dispatcher {
       mongoc_client_session_t *session; /* kept across attempts (fw_txn_release) */
       mongoc_client_t *client;
       fw_txn_sink_t sink;      /* exactly once into another store (begin NULL: none) */
+      int64_t lifetime_ms;     /* the server's transactionLifetimeLimitSeconds */
+      fw_txn_position_fn replay_fn; /* see fw_dispatcher_set_exactly_once_replay */
+      void *replay_ud;
    } eo;
    struct {                    /* fw_group_dispatch: a source transaction's events, */
       const fw_event_t *const *evs; /* run in one attempt, in one transaction; n 0: one event */

@@ -543,7 +543,17 @@ dead_letter_raw (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec
       }
    }
 
-   ok = save_entry (d, &entry, id);
+   switch (fw_txn_dead_letter (d, ev, &entry, id)) {
+   case FW_TXN_DLQ_COMMITTED: /* exactly_once: with the position past ev */
+      ok = true;
+      break;
+   case FW_TXN_DLQ_STOPPED:
+      ok = false;
+      break;
+   default:
+      ok = save_entry (d, &entry, id);
+      break;
+   }
    entry_id_of (&entry, d->out.entry_id, sizeof d->out.entry_id);
    bson_destroy (&entry);
    if (!ok) {
@@ -832,7 +842,7 @@ call_in_txn (fw_dispatcher_t *d, const fw_event_t **cur, lua_State *L, int ref, 
    bool ok;
 
    *fenced = false;
-   if (!live || !fw_txn_wanted (d)) {
+   if (!fw_txn_wanted (d, !live)) {
       return call_handler (d, L, ref, attempt, key_failed, stop, t);
    }
    if (!fw_txn_begin (d, L, &join)) {
@@ -1223,7 +1233,7 @@ fw_group_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
    size_t m = 0;
    fw_outcome_t o = outcome (FW_OUTCOME_HANDLED, 0);
 
-   if (n <= 1 || !fw_txn_wanted (d) || fw_park_enabled (d) || d->group.n > 0) {
+   if (n <= 1 || !fw_txn_wanted (d, false) || fw_park_enabled (d) || d->group.n > 0) {
       return group_one_by_one (d, evs, n, outcomes);
    }
    if (!(left = malloc (n * sizeof *left))) {

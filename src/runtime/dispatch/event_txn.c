@@ -16,6 +16,7 @@
  */
 #include <string.h>
 
+#include "flowwarden/clock.h"
 #include "flowwarden/log.h"
 #include "flowwarden/mongo_lua.h"
 #include "runtime/dispatch/dispatcher-private.h"
@@ -50,6 +51,13 @@ fw_dispatcher_set_txn_committed (fw_dispatcher_t *d, void (*committed) (void *ud
    d->eo.committed = committed;
 }
 
+void
+fw_dispatcher_set_exactly_once_replay (fw_dispatcher_t *d, fw_txn_position_fn fn, void *ud)
+{
+   d->eo.replay_fn = fn;
+   d->eo.replay_ud = ud;
+}
+
 mongoc_client_t *
 fw_dispatcher_txn_client (fw_dispatcher_t *d, fw_error_t *error)
 {
@@ -63,8 +71,11 @@ fw_dispatcher_txn_reset (fw_dispatcher_t *d)
 }
 
 bool
-fw_txn_wanted (const fw_dispatcher_t *d)
+fw_txn_wanted (const fw_dispatcher_t *d, bool replay)
 {
+   if (replay) { /* its resolution, only with a DLQ on the transactions' client */
+      return d->eo.replay_fn != NULL && d->eo.sink.begin == NULL;
+   }
    return d->eo.fn != NULL || d->eo.sink.begin != NULL;
 }
 
@@ -107,6 +118,7 @@ kept_session (fw_dispatcher_t *d, lua_State *L, mongoc_client_t *client)
       push_local_failure (L, "startSession", err.message);
       return false;
    }
+   d->eo.lifetime_ms = fw_txn_lifetime_ms (client);
    return true;
 }
 
@@ -135,6 +147,7 @@ fw_txn_begin (fw_dispatcher_t *d, lua_State *L, fw_mongo_txn_t *join)
       fw_mongo_lua_push_failure (L, "startTransaction", &berr, NULL);
       return false;
    }
+   fw_mongo_lua_txn_open (L, fw_mono_ns () + d->eo.lifetime_ms * 1000000);
    join->client = d->eo.client;
    join->session = d->eo.session;
    join->stream = d->prog.cfg.name;
@@ -151,6 +164,7 @@ fw_txn_end (fw_dispatcher_t *d)
    if (d->eo.sink.end) {
       d->eo.sink.end (d->eo.sink.ud, fw_lua_host_state (d->prog.host));
    }
+   fw_mongo_lua_txn_open (fw_lua_host_state (d->prog.host), 0);
    if (d->eo.session && mongoc_client_session_in_transaction (d->eo.session) &&
        !mongoc_client_session_abort_transaction (d->eo.session, &berr)) {
       /* The server aborts it anyway (its lifetime, or a kill at the next
@@ -215,7 +229,9 @@ fw_txn_commit (fw_dispatcher_t *d, lua_State *L, const fw_event_t *ev)
    bson_destroy (&reply);
    err.message[0] = '\0';
    err.code = 0;
-   ok = d->eo.fn (d->eo.ud, ev, d->eo.client, d->eo.session, &reply, &fenced, &err);
+   ok = d->eo.replay_fn ? d->eo.replay_fn (d->eo.replay_ud, ev, d->eo.client, d->eo.session, &reply,
+                                     &fenced, &err)
+                  : d->eo.fn (d->eo.ud, ev, d->eo.client, d->eo.session, &reply, &fenced, &err);
    if (!ok) {
       if (fenced) {
          bson_destroy (&reply);

@@ -10,6 +10,7 @@
 #include <lua.h>
 
 #include "flowwarden/dispatcher.h"
+#include "flowwarden/dlq_store.h"
 #include "flowwarden/mongo_lua.h"
 
 typedef enum {
@@ -18,9 +19,10 @@ typedef enum {
    FW_TXN_FENCED, /* a newer leader holds the checkpoint: nothing committed */
 } fw_txn_end_t;
 
-/* Whether d's attempts on change events run in transactions (exactly_once;
- * a replay's never do: fw_dispatch_run_t). */
-bool fw_txn_wanted (const fw_dispatcher_t *d);
+/* Whether d's attempts run in transactions (exactly_once): a change
+ * event's (replay false), or a replayed dead letter's (replay true: only
+ * while fw_dispatcher_set_exactly_once_replay set a resolution to commit). */
+bool fw_txn_wanted (const fw_dispatcher_t *d, bool replay);
 
 /* Starts the attempt's transaction (on d's kept session, started and
  * recorded first when there is none) and joins fw.mongo to them
@@ -28,12 +30,38 @@ bool fw_txn_wanted (const fw_dispatcher_t *d);
  * table pushed when it cannot. */
 bool fw_txn_begin (fw_dispatcher_t *d, lua_State *L, fw_mongo_txn_t *join);
 
-/* Writes the position past ev in the transaction and commits it; the
+/* Writes the position past ev (a replay: the entry's resolution) in the
+ * transaction and commits it; the
  * transaction is over whatever happens (the session is kept). */
 fw_txn_end_t fw_txn_commit (fw_dispatcher_t *d, lua_State *L, const fw_event_t *ev);
 
 /* Aborts the transaction (if any); the session is kept for the next one. */
 void fw_txn_end (fw_dispatcher_t *d);
+
+/* The server's transactionLifetimeLimitSeconds, in ms, as getParameter
+ * tells it (admin only: a user without the privilege is refused, and then
+ * MongoDB's default, 60 s, is assumed) (event_txn_limits.c). */
+int64_t fw_txn_lifetime_ms (mongoc_client_t *client);
+
+typedef enum {
+   FW_TXN_DLQ_NOT_JOINED, /* no transaction, or the DLQ is elsewhere: save it as before */
+   FW_TXN_DLQ_COMMITTED,  /* the entry and the position past the event are committed */
+   FW_TXN_DLQ_STOPPED,    /* a shutdown came first, or a newer leader holds the checkpoint */
+} fw_txn_dlq_t;
+
+/* Writes entry (built for ev, whose log id is id) and the position past ev
+ * in one transaction when d runs its attempts in transactions and its DLQ
+ * is MongoDB's on the transactions' client; tried a few times with the
+ * restart backoff, then left to the caller (NOT_JOINED) with a warning
+ * (event_txn_dlq.c). entry stays the caller's. */
+fw_txn_dlq_t fw_txn_dead_letter (fw_dispatcher_t *d, const fw_event_t *ev, const bson_t *entry,
+                                 const char *id);
+
+/* The stream's DLQ opened on client (a reader's store, no index made) when
+ * it is MongoDB's on that very client, else NULL (another connection, the
+ * in-memory store, or out of memory). The caller destroys it
+ * (event_txn_dlq.c). */
+fw_dlq_store_t *fw_txn_sink_dlq (fw_dispatcher_t *d, mongoc_client_t *client);
 
 /* Ends d's kept session (before its client goes). */
 void fw_txn_release (fw_dispatcher_t *d);

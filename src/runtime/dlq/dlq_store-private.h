@@ -24,6 +24,23 @@ typedef struct {
  * and destroy (dlq_store_mongo_ops.c). */
 void fw_dlq__mongo_methods (fw_dlq_store_t *store);
 
+/* The upsert of entry keyed on key (its streamName and eventId): a new
+ * event inserts the whole entry; one dead-lettered before (it came back
+ * after a crash between the DLQ write and the checkpoint) adds its attempts,
+ * takes the new error and times, goes back to PENDING and gets an "enqueued"
+ * history item, the history kept to its last FW_DLQ_HISTORY_MAX items. opts
+ * (a write concern, or a session) are added to the update's (dlq_store.c). */
+bool fw_dlq__mongo_upsert (fw_mongo_store_t *m, const bson_t *entry, const bson_t *key,
+                           const bson_t *opts, bson_error_t *berr);
+
+/* The update of an entry settled with o other than FW_DLQ_RESCHEDULE, by
+ * actor, appended to update (the caller's, empty) (dlq_store_mongo_claim.c). */
+void fw_dlq__mongo_settle_update (const fw_dlq_outcome_t *o, const char *actor, bson_t *update);
+
+/* Fills store's methods that join a caller's transaction
+ * (dlq_store_mongo_txn.c). */
+void fw_dlq__mongo_txn_methods (fw_dlq_store_t *store);
+
 /* Fills store's claim methods (dlq_store_mongo_claim.c). */
 void fw_dlq__mongo_claim_methods (fw_dlq_store_t *store);
 

@@ -76,14 +76,10 @@ updated_on_reenqueue (const char *key)
    return false;
 }
 
-/* The upsert of entry keyed on (streamName, eventId): a new event inserts
- * the whole entry; one dead-lettered before (it came back after a crash
- * between the DLQ write and the checkpoint) adds its attempts, takes the new
- * error and times, goes back to PENDING and gets an "enqueued" history item,
- * the history kept to its last FW_DLQ_HISTORY_MAX items. */
-static bool
-upsert (mongo_store_t *m, const bson_t *entry, const bson_t *key, const bson_t *wc_opts,
-        bson_error_t *berr)
+/* See dlq_store-private.h. */
+bool
+fw_dlq__mongo_upsert (mongo_store_t *m, const bson_t *entry, const bson_t *key,
+                      const bson_t *wc_opts, bson_error_t *berr)
 {
    bson_t update = BSON_INITIALIZER;
    bson_t opts = BSON_INITIALIZER;
@@ -169,7 +165,7 @@ mongo_save (fw_dlq_store_t *store, const bson_t *entry, fw_error_t *error)
        * (a write concern error, a lost reply): the save is done. */
       ok = true;
    } else if (keyed && !m->unique_index) {
-      ok = upsert (m, entry, &key, &opts, &berr);
+      ok = fw_dlq__mongo_upsert (m, entry, &key, &opts, &berr);
    } else {
       ok = mongoc_collection_insert_one (m->coll, entry, &opts, NULL, &berr);
       if (!ok && berr.code == FW_ERR_DUPLICATE_KEY) {
@@ -179,7 +175,7 @@ mongo_save (fw_dlq_store_t *store, const bson_t *entry, fw_error_t *error)
          if (already_saved (m, entry)) {
             ok = true;
          } else if (keyed) {
-            ok = upsert (m, entry, &key, &opts, &berr);
+            ok = fw_dlq__mongo_upsert (m, entry, &key, &opts, &berr);
          }
       }
    }

@@ -129,9 +129,9 @@ append_settled (bson_t *set, const fw_dlq_outcome_t *o)
    }
 }
 
-/* The update of a settled entry. */
-static void
-settle_update (const fw_dlq_outcome_t *o, const char *actor, bson_t *update)
+/* The update of a settled entry (dlq_store-private.h). */
+void
+fw_dlq__mongo_settle_update (const fw_dlq_outcome_t *o, const char *actor, bson_t *update)
 {
    bson_t set;
    char result[1200];
@@ -171,7 +171,7 @@ mongo_settle (fw_dlq_store_t *store, const bson_value_t *id, const char *actor,
    if (outcome->kind == FW_DLQ_RESCHEDULE) {
       fw_dlq__mongo_reschedule_update (outcome, actor, &update);
    } else {
-      settle_update (outcome, actor, &update);
+      fw_dlq__mongo_settle_update (outcome, actor, &update);
    }
    ok = update_claimed ((fw_mongo_store_t *) store, id, actor, &update, held, error);
    bson_destroy (&update);
@@ -210,4 +210,5 @@ fw_dlq__mongo_claim_methods (fw_dlq_store_t *s)
    s->settle = mongo_settle;
    s->release_stale = mongo_release_stale;
    fw_dlq__mongo_deferred_methods (s);
+   fw_dlq__mongo_txn_methods (s);
 }

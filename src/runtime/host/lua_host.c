@@ -47,9 +47,14 @@
  * typed timeout (a few dozen instructions) before raising its own. */
 #define FW_IO_TIMEOUT_WAITS 10000
 
+/* A call starts with a full collection when the state grew by more than
+ * this (plus a quarter) since the last one (fw_lua_host_call). */
+#define FW_LUA_GC_AFTER_BYTES ((size_t) 4 * 1024 * 1024)
+
 struct fw_lua_host {
    lua_State *L;
    size_t used;
+   size_t gc_base;      /* used after fw_lua_host_call's last full collection */
    size_t limit;
    bool refused;        /* the allocator refused a request over the limit */
    bool timed_out;
@@ -827,6 +832,14 @@ fw_lua_host_call (fw_lua_host_t *host, int nargs, int nresults, int64_t timeout_
       fw_lua_call_clear_io_timeout (L);
    }
    *stop = FW_LUA_STOP_NONE;
+   if (host->used > host->gc_base + FW_LUA_GC_AFTER_BYTES + host->gc_base / 4) {
+      /* The state grew this much since the last such collection: most
+       * likely the last event's copies and strings (a large event's, which
+       * nothing holds any more, its ctx being replaced), collected before
+       * this call stacks its own on them. */
+      lua_gc (L, LUA_GCCOLLECT);
+      host->gc_base = host->used;
+   }
    lua_pushcfunction (L, message_handler);
    lua_insert (L, base);
    host->call_started_ns = 0;

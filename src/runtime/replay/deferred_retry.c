@@ -13,6 +13,7 @@
 #include "flowwarden/log.h"
 #include "runtime/dispatch/dispatcher-private.h"
 #include "runtime/dispatch/replay_hook-private.h"
+#include "runtime/replay/dlq_replay_txn.h"
 
 /* How often an idle stream looks for due retries at most; and how many it
  * runs in one go before handing back to live events. */
@@ -161,14 +162,23 @@ run_one (fw_dispatcher_t *d, const bson_t *entry, const char *actor)
    int64_t n = int_at (entry, "attempts") + 1;
    char seq_copy[1024], why[512];
    fw_outcome_t r;
+   fw_replay_txn_t txn;
+   bool in_txn;
 
    if (!bson_iter_init_find (&it, entry, "_id")) {
       return;
    }
    snprintf (seq_copy, sizeof seq_copy, "%s", seq ? seq : "");
+   /* exactly_once: a success resolves the entry in its writes' transaction. */
+   in_txn = fw_replay_txn_start (d, bson_iter_value (&it), actor, &txn);
    r = attempt (d, entry, n, &hook, why, sizeof why);
+   if (in_txn) {
+      fw_replay_txn_stop (d, &txn);
+   }
    outcome_of (d, &r, &hook, n, 0, &o);
-   if (!d->dlq->settle (d->dlq, bson_iter_value (&it), actor, &o, &held, &err)) {
+   if (in_txn && txn.resolved && r.kind == FW_OUTCOME_HANDLED) {
+      held = true; /* committed with the handler's writes */
+   } else if (!d->dlq->settle (d->dlq, bson_iter_value (&it), actor, &o, &held, &err)) {
       fw_log (FW_LOG_ERROR, d->prog.cfg.name,
               "deferred retry of entry %s: %s (its claim expires and it is run again)",
               id ? id : "?", err.message);

@@ -20,6 +20,7 @@
 #include "flowwarden/clock.h"
 #include "runtime/dispatch/dispatcher-private.h"
 #include "runtime/dispatch/replay_hook-private.h"
+#include "runtime/replay/dlq_replay_txn.h"
 
 
 const char *
@@ -449,14 +450,20 @@ set_result (fw_replay_result_t *out, fw_replay_status_t status, const char *fmt,
    va_end (ap);
 }
 
+/* committed: exactly_once resolved the entry in the handler's transaction
+ * (dlq_replay_txn.c), so there is nothing left to settle. */
 static void
-record_success (const claim_t *c, bool skipped, int attempts, fw_replay_result_t *out)
+record_success (const claim_t *c, bool skipped, int attempts, bool committed,
+                fw_replay_result_t *out)
 {
    fw_dlq_outcome_t outcome = {.kind = FW_DLQ_RESOLVE, .now_ms = fw_now_ms (), .skipped = skipped};
    fw_error_t err;
    bool held;
 
-   if (!settle (c, &outcome, &held, &err)) {
+   if (committed) {
+      set_result (out, FW_REPLAY_RESOLVED, "resolved after %d attempt(s), in the transaction of "
+                  "its writes", attempts);
+   } else if (!settle (c, &outcome, &held, &err)) {
       set_result (out, FW_REPLAY_ERROR, "handled, but %s", err.message);
    } else if (!held) {
       set_result (out, FW_REPLAY_ERROR,
@@ -509,6 +516,8 @@ run_claimed (const claim_t *c, const bson_t *claimed, const bson_t *before,
    char why[512];
    fw_outcome_t o;
    fw_claim_keeper_t *keeper;
+   fw_replay_txn_t txn;
+   bool in_txn;
 
    if (!build_event (claimed, &event, &ev, why, sizeof why)) {
       release (c);
@@ -523,7 +532,11 @@ run_claimed (const claim_t *c, const bson_t *claimed, const bson_t *before,
    fw_dispatch_run_t run = {0, &hook};
    d->dispatch.dead_letter = &letter;
    keeper = start_keeper (c);
+   in_txn = fw_replay_txn_start (d, &c->id, c->opts->actor, &txn);
    o = fw_event_dispatch_run (d, &ev, &run);
+   if (in_txn) {
+      fw_replay_txn_stop (d, &txn);
+   }
    fw_claim_keeper_stop (keeper); /* before the outcome is settled */
    if (fw_outcome_comes_back (o.kind)) {
       release (c);
@@ -540,7 +553,8 @@ run_claimed (const claim_t *c, const bson_t *claimed, const bson_t *before,
    } else if (o.kind == FW_OUTCOME_GAVE_UP) {
       record_failure (c, &hook, &o, out); /* the policy sees ctx:dead_letter()'s table */
    } else {
-      record_success (c, o.kind == FW_OUTCOME_SKIPPED, o.attempts, out);
+      record_success (c, o.kind == FW_OUTCOME_SKIPPED, o.attempts,
+                      in_txn && txn.resolved && o.kind == FW_OUTCOME_HANDLED, out);
    }
    fw_replay_hook_forget_error (d, &hook);
    d->dispatch.dead_letter = NULL;

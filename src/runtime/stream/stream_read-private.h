@@ -98,7 +98,8 @@ typedef struct fw_stream_reader fw_stream_reader_t;
 
 /* Starts reading cs (created on a client that only the reader uses from now
  * on) into a queue of at most max_events events and, past one event, at most
- * max_bytes bytes. While hold(hold_ud) (called on the reader's thread) is
+ * max_bytes bytes counting the event in hand (the last next's: a large event
+ * is copied out of libmongoc's batch only once the one before it is done). While hold(hold_ud) (called on the reader's thread) is
  * true, the reader asks for nothing more and hands over one idle mark: the
  * caller is about to stop it. Without a thread (it could not start) the
  * calls go to cs on the caller's thread. NULL when out of memory. */
@@ -112,7 +113,9 @@ bool fw_stream_reader_next (fw_stream_reader_t *r, const bson_t **doc);
 
 /* Whether next would return at once (an event, an idle mark or the error
  * is there), waiting for one until deadline_ms (CLOCK_MONOTONIC, as
- * fw_mono_ms) at most. Without a thread: true (next reads cs itself). */
+ * fw_mono_ms) at most; a caller that waits has copied the event in hand (it
+ * stops counting against max_bytes). Without a thread: true (next reads cs
+ * itself). */
 bool fw_stream_reader_ready (fw_stream_reader_t *r, int64_t deadline_ms);
 
 /* As mongoc_change_stream_error_document, after a false next. */

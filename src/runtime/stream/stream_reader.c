@@ -53,6 +53,7 @@ struct fw_stream_reader {
    int head;
    int count;
    size_t bytes;           /* held in the ring */
+   size_t cur_bytes;       /* ... and in cur (under mu: the reader reads it) */
    size_t max_bytes;
    bool stop;
    bool ended;             /* the reader handed over an error and left */
@@ -111,6 +112,24 @@ item_fill (item_t *it, item_kind_t kind, const bson_t *doc, const bson_t *tok)
    return true;
 }
 
+/* Waits until an event of len bytes may be copied: the ring and the event
+ * in hand hold less than max_bytes with it (one event always fits). False
+ * on stop. */
+static bool
+wait_room (fw_stream_reader_t *r, size_t len)
+{
+   bool go;
+
+   pthread_mutex_lock (&r->mu);
+   while (!r->stop && (r->count > 0 || r->cur_bytes > 0) &&
+          r->bytes + r->cur_bytes + len > r->max_bytes) {
+      pthread_cond_wait (&r->not_full, &r->mu);
+   }
+   go = !r->stop;
+   pthread_mutex_unlock (&r->mu);
+   return go;
+}
+
 static void *
 reader_main (void *arg)
 {
@@ -152,6 +171,12 @@ reader_main (void *arg)
       } else {
          held = false;
          if (mongoc_change_stream_next (r->cs, &doc)) {
+            /* The next batch is read (libmongoc holds it): the copy waits
+             * for room, counting the event in hand, so that a large event
+             * is held once by libmongoc, once in hand, not a third time. */
+            if (!wait_room (r, doc->len)) {
+               break;
+            }
             ok = item_fill (&it, ITEM_EVENT, doc, mongoc_change_stream_get_resume_token (r->cs));
          } else if (mongoc_change_stream_error_document (r->cs, &err, NULL)) {
             /* With the token, as libmongoc keeps it: where a change stream
@@ -226,6 +251,10 @@ fw_stream_reader_next (fw_stream_reader_t *r, const bson_t **doc)
       r->has_cur = false;
    }
    pthread_mutex_lock (&r->mu);
+   if (r->cur_bytes > 0) {
+      r->cur_bytes = 0; /* room for the reader's copy */
+      pthread_cond_signal (&r->not_full);
+   }
    while (r->count == 0 && !r->ended) {
       pthread_cond_wait (&r->not_empty, &r->mu);
    }
@@ -240,6 +269,7 @@ fw_stream_reader_next (fw_stream_reader_t *r, const bson_t **doc)
    r->head = (r->head + 1) % r->cap;
    r->count--;
    r->bytes -= (size_t) r->cur.doc_len + r->cur.tok_len;
+   r->cur_bytes = (size_t) r->cur.doc_len + r->cur.tok_len;
    pthread_cond_signal (&r->not_full);
    pthread_mutex_unlock (&r->mu);
    r->has_cur = true;
@@ -269,6 +299,12 @@ fw_stream_reader_ready (fw_stream_reader_t *r, int64_t deadline_ms)
       return true; /* next reads cs itself, as it always does */
    }
    pthread_mutex_lock (&r->mu);
+   if (r->count == 0 && r->cur_bytes > 0 && deadline_ms > fw_mono_ms ()) {
+      /* The caller waits for the next event with the one in hand copied
+       * (a batch's): that one no longer holds the reader back. */
+      r->cur_bytes = 0;
+      pthread_cond_signal (&r->not_full);
+   }
    while (r->count == 0 && !r->ended) {
       int64_t left = deadline_ms - fw_mono_ms ();
       if (left <= 0) {

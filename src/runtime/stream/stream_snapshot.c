@@ -27,7 +27,7 @@
 struct fw_stream_snap {
    fw_snapshot_t *engine;
    int64_t next_ms;   /* the next chunk not before (monotonic) */
-   bool live;         /* a live event came since the last chunk read */
+   int64_t share_ms;  /* ... while live events wait: not before (half the thread) */
    bool on_demand;
    int64_t started_ms, logged_ms;
 };
@@ -241,7 +241,6 @@ fw_stream_snapshot_live (fw_stream_worker_t *w, fw_position_t *p, const fw_event
    if (!w->snap.run) {
       return FW_READ_NEXT;
    }
-   w->snap.run->live = true;
    if (!fw_snapshot_live (w->snap.run->engine, ev)) {
       return FW_READ_NEXT;
    }
@@ -284,11 +283,30 @@ take_request (fw_stream_worker_t *w)
    fw_snapshot_progress_cleanup (&progress);
 }
 
-fw_read_end_t
-fw_stream_snapshot_between (fw_stream_worker_t *w, fw_position_t *p)
+/* Reads one chunk (its cost kept for the next turn's share); false when it
+ * could not (retried after RETRY_MS). */
+static bool
+read_one (fw_stream_worker_t *w, int64_t now)
 {
    fw_error_t err;
-   int64_t now;
+   int64_t cost;
+
+   if (!fw_snapshot_read_chunk (w->snap.run->engine, w->client, &err)) {
+      fw_log (FW_LOG_WARN, w->cfg->name, "%s (the snapshot tries again in %d ms; the live "
+              "stream goes on)", err.message, RETRY_MS);
+      w->snap.run->next_ms = now + RETRY_MS;
+      return false;
+   }
+   cost = fw_mono_ms () - now;
+   w->snap.run->next_ms = now + cost + w->cfg->snapshot.pause_ms;
+   w->snap.run->share_ms = now + 2 * cost;
+   return true;
+}
+
+fw_read_end_t
+fw_stream_snapshot_between (fw_stream_worker_t *w, fw_position_t *p, fw_stream_reader_t *rd)
+{
+   int64_t began;
 
    if (__atomic_load_n (&w->snap.request, __ATOMIC_ACQUIRE)) {
       take_request (w);
@@ -302,34 +320,35 @@ fw_stream_snapshot_between (fw_stream_worker_t *w, fw_position_t *p)
          return FW_READ_NEXT;
       }
    }
-   /* Idle, without a pause, the chunks that may wait are read at once, for at
-    * most READ_BUDGET_MS (on an idle collection this loop turns once a
-    * getMore, up to a second). While live events flow, one chunk at a time,
-    * and the stream's thread spends at most half its time on the reads: a
-    * live event waits for one read at most. */
-   int64_t began = fw_mono_ms ();
-   do {
-      int64_t cost;
-      bool busy = w->snap.run->live;
-      now = fw_mono_ms ();
+   /* The chunks are read while there is room for them and nothing of the
+    * live stream waits (the reader has no event, idle mark or error ready):
+    * a quiet stream's snapshot runs at full speed, for at most
+    * READ_BUDGET_MS a turn (then the loop's checks run), and a live event
+    * that comes during a read waits for that one read at most. While live
+    * events wait (a stream catching up), one chunk a turn, and the reads
+    * take at most half the stream's thread: the snapshot still ends. */
+   began = fw_mono_ms ();
+   for (;;) {
+      int64_t now = fw_mono_ms ();
+      bool waiting;
       if (!fw_snapshot_wants_chunk (w->snap.run->engine) || now < w->snap.run->next_ms) {
          return FW_READ_NEXT;
       }
-      w->snap.run->live = false;
-      if (!fw_snapshot_read_chunk (w->snap.run->engine, w->client, &err)) {
-         fw_log (FW_LOG_WARN, w->cfg->name, "%s (the snapshot tries again in %d ms; the live "
-                 "stream goes on)", err.message, RETRY_MS);
-         w->snap.run->next_ms = now + RETRY_MS;
+      waiting = fw_stream_reader_ready (rd, 0);
+      if ((waiting && now < w->snap.run->share_ms) || !read_one (w, now) || waiting ||
+          w->cfg->snapshot.pause_ms > 0 || fw_mono_ms () - began >= READ_BUDGET_MS ||
+          fw_shutdown_requested (w->shutdown)) {
          return FW_READ_NEXT;
       }
-      cost = fw_mono_ms () - now;
-      w->snap.run->next_ms = now + cost + (busy ? cost : 0) + w->cfg->snapshot.pause_ms;
-      if (busy) {
-         return FW_READ_NEXT;
-      }
-   } while (w->cfg->snapshot.pause_ms == 0 && fw_mono_ms () - began < READ_BUDGET_MS &&
-            !fw_shutdown_requested (w->shutdown));
-   return FW_READ_NEXT;
+   }
+}
+
+bool
+fw_stream_snapshot_reading (fw_stream_worker_t *w)
+{
+   return w->snap.run && !__atomic_load_n (&w->snap.request, __ATOMIC_ACQUIRE) &&
+          fw_snapshot_wants_chunk (w->snap.run->engine) &&
+          fw_mono_ms () >= w->snap.run->next_ms;
 }
 
 bool

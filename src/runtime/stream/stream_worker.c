@@ -554,8 +554,11 @@ consume_events (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
    while (!fw_shutdown_requested (w->shutdown)) {
       if ((end = event_boundary (w, p)) != FW_READ_NEXT ||
           ((w->snap.run || __atomic_load_n (&w->snap.request, __ATOMIC_ACQUIRE)) &&
-           (end = fw_stream_snapshot_between (w, p)) != FW_READ_NEXT)) {
+           (end = fw_stream_snapshot_between (w, p, rd)) != FW_READ_NEXT)) {
          return end;
+      }
+      if (w->snap.run && fw_stream_snapshot_reading (w) && !fw_stream_reader_ready (rd, 0)) {
+         continue; /* more chunks to read, nothing live waits: no wait for the stream */
       }
       if (fw_stream_reader_next (rd, &doc)) {
          if ((end = take_event (w, rd, p, doc, progressed)) != FW_READ_NEXT) {

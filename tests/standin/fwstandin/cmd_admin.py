@@ -159,6 +159,23 @@ def cmd_kill_sessions(ctx):
     return {}
 
 
+def cmd_get_parameter(ctx):
+    """getParameter (server_parameters_commands' CmdGet; admin only): the named parameters the
+    stand-in has, or all with getParameter: "*"; none of them: "no option found to get". Only
+    transactionLifetimeLimitSeconds (--transaction-lifetime-limit-seconds) is modelled."""
+    if ctx.db != "admin":
+        raise MongoError(13, "Unauthorized",
+                         "getParameter may only be run against the admin database.")
+    lifetime = getattr(ctx.server, "txn_lifetime_s", 60.0)
+    params = {"transactionLifetimeLimitSeconds": int(lifetime) if lifetime == int(lifetime)
+              else lifetime}
+    everything = ctx.body.get("getParameter") == "*"
+    out = {k: v for k, v in params.items() if everything or k in ctx.body}
+    if not out:
+        raise MongoError(72, "InvalidOptions", "no option found to get")
+    return out
+
+
 def cmd_configure_fail_point(ctx):
     if ctx.db != "admin":
         raise MongoError(13, "Unauthorized",
@@ -538,7 +555,7 @@ COMMANDS = {
     "hello": cmd_hello, "isMaster": cmd_hello, "ismaster": cmd_hello, "ping": cmd_ping,
     "buildInfo": cmd_build_info, "buildinfo": cmd_build_info,
     "serverStatus": cmd_server_status, "endSessions": cmd_end_sessions,
-    "killSessions": cmd_kill_sessions,
+    "killSessions": cmd_kill_sessions, "getParameter": cmd_get_parameter,
     "configureFailPoint": cmd_configure_fail_point, "create": cmd_create, "drop": cmd_drop,
     "dropDatabase": cmd_drop_database, "renameCollection": cmd_rename_collection,
     "collMod": cmd_coll_mod, "createIndexes": cmd_create_indexes,

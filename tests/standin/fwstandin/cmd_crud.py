@@ -82,19 +82,27 @@ def check_collation(spec, where):
                          "stand-in (only {locale: 'simple'})" % where)
 
 
+def _id_literal(flt):
+    """True when the filter is {_id: <literal>}: the _id index's point lookup answers it."""
+    if len(flt) == 1 and "_id" in flt:
+        v = flt["_id"]
+        return not isinstance(v, (dict, list, bsonutil.Regex)) and type(v).__name__ != "Pattern"
+    return False
+
+
 def candidates(c, flt):
     """Documents that may match: a direct _id lookup when the filter is {_id: <literal>}."""
     if c is None:
         return []
-    if len(flt) == 1 and "_id" in flt:
-        v = flt["_id"]
-        if not isinstance(v, (dict, list, bsonutil.Regex)) and type(v).__name__ != "Pattern":
-            d = c.docs.get(value_key(v))
-            return [d] if d is not None else []
+    if _id_literal(flt):
+        d = c.docs.get(value_key(flt["_id"]))
+        return [d] if d is not None else []
     return list(c.docs.values())
 
 
 def matching(c, flt):
+    if c is not None and _id_literal(flt):
+        return candidates(c, flt)   # the lookup is the match (mongod's IDHACK)
     query = _engine()[0]
     return [d for d in candidates(c, flt) if query.matches(d, flt)]
 
@@ -302,9 +310,14 @@ def _check_update_spec(u, multi, where):
     return replacement
 
 
-def _same(new, old):
-    """(whether new's bytes are old's, new's bytes): the bytes go on to store.update."""
+def _same(new, old, ud=None):
+    """(whether new's bytes are old's, new's bytes): the bytes go on to store.update. ud: an
+    operator update's description, which logs every change but a binary no-op (update.py's
+    set_value): one that names a field changed the document, as mongod's update driver knows
+    from its log without comparing the documents' bytes."""
     raw = encode(new)
+    if ud and (ud.get("updatedFields") or ud.get("removedFields") or ud.get("truncatedArrays")):
+        return False, raw
     return raw == encode(old), raw
 
 
@@ -352,7 +365,7 @@ def cmd_update(ctx):
                 result = {"n": len(docs), "nModified": 0}
                 for doc in docs:
                     new, ud = _apply_one(c, doc, u, replacement, now)
-                    same, raw = _same(new, doc)
+                    same, raw = _same(new, doc, ud if replacement is False else None)
                     if not same:
                         store.update(c, doc, new, ud, raw)
                         result["nModified"] += 1
@@ -480,7 +493,7 @@ def cmd_find_and_modify(ctx):
             value = doc
         elif doc is not None:
             new, ud = _apply_one(c, doc, u, replacement, now)
-            same, raw = _same(new, doc)
+            same, raw = _same(new, doc, ud if replacement is False else None)
             if not same:
                 new = store.update(c, doc, new, ud, raw)
             leo = {"n": 1, "updatedExisting": True}

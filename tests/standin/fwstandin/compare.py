@@ -268,6 +268,9 @@ def identical(a, b):
     $set {a: 1.0} over {a: 1} is a change in MongoDB even though 1 == 1.0,
     because the stored bytes differ; Python's == cannot see that.
     """
+    ta = type(a)
+    if ta is type(b) and (ta is int or ta is str or ta is Int64):
+        return a == b   # the same BSON type (int: int32 or int64 by its size, as encoded)
     if bson_type_number(a) != bson_type_number(b):
         return False
     if isinstance(a, dict):

@@ -58,6 +58,10 @@ def ks_int(n):
     return "%02X" % (0x2A + size) + v.to_bytes(size, "big").hex().upper()
 
 
+# make_token's middle for a write's event (not in a transaction, not an invalidate).
+_EVENT_TOKEN_MID = ks_int(TOKEN_VERSION) + ks_int(0x80) + ks_int(0) + "6E"
+
+
 def _read_ks_int(data, at):
     """(value, next position) of the int encoded at data[at]; ValueError when it is none."""
     kind = int(data[at:at + 2], 16)
@@ -96,6 +100,8 @@ def make_fragment_token(token, fragment_num):
 def make_token(tsv, event=True, from_invalidate=False, txn_index=0, ident=""):
     """`ident` (event tokens): the hex of the collection UUID and the event identifier, as
     event_ident() makes it."""
+    if event and not txn_index and not from_invalidate:
+        return "82%016X%s%s" % (tsv, _EVENT_TOKEN_MID, ident)   # a write's event
     return "82%016X%s%s%s%s%s" % (tsv, ks_int(TOKEN_VERSION), ks_int(0x80 if event else 0),
                                   ks_int(txn_index), "6F" if from_invalidate else "6E",
                                   ident if event else "")

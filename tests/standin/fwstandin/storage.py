@@ -675,6 +675,9 @@ def disambiguated_paths(old, new, ud):
     as ints. Paths of updatedFields and truncatedArrays are read in the new document, those of
     removedFields in the old one."""
     out = {}
+    if not any("." in p for p in ud.get("updatedFields", ())) and not any(
+            "." in p for p in ud.get("removedFields", ())) and not ud.get("truncatedArrays"):
+        return out  # top-level fields only: never ambiguous (the first part is not checked)
     paths = [(p, new) for p in ud.get("updatedFields", {})]
     paths += [(p, old) for p in ud.get("removedFields", [])]
     paths += [(t["field"], new) for t in ud.get("truncatedArrays", [])]
