@@ -50,8 +50,9 @@ typedef struct {
    int64_t save_interval_ms;
    int64_t idle_heartbeat_ms;
    bool exactly_once;               /* issue 39: handler writes + checkpoint in one transaction */
-   char *exactly_once_pg;           /* issue 40: exactly_once = { connection = name } naming a
-                                     * PostgreSQL connection (then exactly_once is false), or NULL */
+   char *exactly_once_pg;           /* issue 40: exactly_once = { connection = name } naming
+                                     * a PostgreSQL connection (then exactly_once is false),
+                                     * or NULL */
    bool checkpoint_sync;            /* checkpoint.mode = "sync": written on the handler's path */
    bool start_latest;               /* start_position = "latest" */
    bool resume_from_now;            /* on_history_lost = "resume_from_now" */
