@@ -28,7 +28,18 @@
 #include "flowwarden/shutdown.h"
 #include "flowwarden/state_store.h"
 #include "flowwarden/stream_config.h"
-#include "flowwarden/stream_worker.h"
+
+/* What a dispatcher (and so its stream) counted of its events. */
+typedef struct {
+   uint64_t handled;        /* handler finished without error */
+   uint64_t handler_errors; /* failed attempts */
+   uint64_t retries;
+   uint64_t dead_lettered;
+   uint64_t skipped;        /* on_error returned fw.SKIP */
+   uint64_t lost;           /* failed for good with no DLQ: logged at error level */
+   uint64_t parked;         /* stored behind an open DLQ sequence (dlq.sequenced) */
+   bool failed;             /* the stream stopped on a terminal error */
+} fw_stream_stats_t;
 
 typedef struct fw_dispatcher fw_dispatcher_t;
 

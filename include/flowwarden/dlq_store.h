@@ -204,8 +204,8 @@ struct fw_dlq_store {
     * now_ms, discardReason = reason, and a history item {at, action:
     * "discarded", actor, result: reason}, the last FW_DLQ_HISTORY_MAX kept.
     * *touched: how many changed. */
-   bool (*discard) (fw_dlq_store_t *store, const fw_dlq_query_t *q, const char *reason, const char *actor, int64_t now_ms, int64_t *touched,
-                    fw_error_t *error);
+   bool (*discard) (fw_dlq_store_t *store, const fw_dlq_query_t *q, const char *reason,
+                    const char *actor, int64_t now_ms, int64_t *touched, fw_error_t *error);
    /* Deletes the entries q selects; *touched: how many. */
    bool (*purge) (fw_dlq_store_t *store, const fw_dlq_query_t *q, int64_t *touched,
                   fw_error_t *error);

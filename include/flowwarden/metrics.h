@@ -92,7 +92,11 @@ typedef enum {
    FW_METRICS_REBUILD_COUNT
 } fw_metrics_rebuild_t;
 
-typedef enum { FW_METRICS_IO_MONGO = 0, FW_METRICS_IO_HTTP, FW_METRICS_IO_CLIENT_COUNT } fw_metrics_io_client_t;
+typedef enum {
+   FW_METRICS_IO_MONGO = 0,
+   FW_METRICS_IO_HTTP,
+   FW_METRICS_IO_CLIENT_COUNT
+} fw_metrics_io_client_t;
 
 typedef enum {
    FW_METRICS_IO_OK = 0,

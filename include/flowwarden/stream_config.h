@@ -50,8 +50,9 @@ typedef struct {
    int64_t save_interval_ms;
    int64_t idle_heartbeat_ms;
    bool exactly_once;               /* issue 39: handler writes + checkpoint in one transaction */
-   char *exactly_once_pg;           /* issue 40: exactly_once = { connection = name } naming a
-                                     * PostgreSQL connection (then exactly_once is false), or NULL */
+   char *exactly_once_pg;           /* issue 40: exactly_once = { connection = name } naming
+                                     * a PostgreSQL connection (then exactly_once is false),
+                                     * or NULL */
    bool checkpoint_sync;            /* checkpoint.mode = "sync": written on the handler's path */
    bool start_latest;               /* start_position = "latest" */
    bool resume_from_now;            /* on_history_lost = "resume_from_now" */
@@ -86,7 +87,7 @@ typedef struct {
    int partitions;                  /* issue 31: this is unit `partition` (0-based) of a stream
                                      * with partitions = N (name "<stream>#k/N"); 0: none */
    int partition;
-   int batch_max_events;            /* on_batch (issue 30): events per call at most; 0: no on_batch */
+   int batch_max_events; /* on_batch (issue 30): events per call at most; 0: no on_batch */
    int64_t batch_max_wait_ms;       /* batch.max_wait: how long a batch waits for more events */
 } fw_stream_config_t;
 

@@ -12,23 +12,13 @@
 
 #include "flowwarden/admin.h"
 #include "flowwarden/connections.h"
+#include "flowwarden/dispatcher.h"
 #include "flowwarden/error.h"
 #include "flowwarden/lua_host.h"
 #include "flowwarden/metrics.h"
 #include "flowwarden/shutdown.h"
 
 typedef struct fw_stream_worker fw_stream_worker_t;
-
-typedef struct {
-   uint64_t handled;        /* handler finished without error */
-   uint64_t handler_errors; /* failed attempts */
-   uint64_t retries;
-   uint64_t dead_lettered;
-   uint64_t skipped;        /* on_error returned fw.SKIP */
-   uint64_t lost;           /* failed for good with no DLQ: logged at error level */
-   uint64_t parked;         /* stored behind an open DLQ sequence (dlq.sequenced) */
-   bool failed;             /* the stream stopped on a terminal error */
-} fw_stream_stats_t;
 
 /*
  * Creates the worker for stream `index` of the script. host must have the

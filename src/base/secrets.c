@@ -126,7 +126,8 @@ mark (const secret_t *list, const char *s, size_t n, unsigned char *mask)
 
    for (const secret_t *e = list; e; e = e->next) {
       const char *p = s, *end = s + n;
-      while ((size_t) (end - p) >= e->len && (p = memmem (p, (size_t) (end - p), e->value, e->len))) {
+      while ((size_t) (end - p) >= e->len &&
+             (p = memmem (p, (size_t) (end - p), e->value, e->len))) {
          if (!mask) {
             return true;
          }

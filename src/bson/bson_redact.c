@@ -79,7 +79,8 @@ copy (bson_iter_t *it, bson_t *out)
          ok = (array ? bson_append_array_begin (out, key, (int) klen, &child)
                      : bson_append_document_begin (out, key, (int) klen, &child)) &&
               copy (&sub, &child) &&
-              (array ? bson_append_array_end (out, &child) : bson_append_document_end (out, &child));
+              (array ? bson_append_array_end (out, &child)
+                     : bson_append_document_end (out, &child));
       } else {
          ok = bson_append_value (out, key, (int) klen, bson_iter_value (it));
       }

@@ -552,10 +552,11 @@ cmd_import (fw_dlq_admin_t *admin, opts_t *o)
       fclose (in);
    }
    if (o->json) {
-      printf ("{ \"inserted\" : %lld, \"replaced\" : %lld, \"skipped\" : %lld, \"failed\" : "
-              "%lld }\n",
-              (long long) counts[FW_DLQ_IMPORT_INSERTED], (long long) counts[FW_DLQ_IMPORT_REPLACED],
-              (long long) counts[FW_DLQ_IMPORT_SKIPPED], (long long) failed);
+      printf (
+         "{ \"inserted\" : %lld, \"replaced\" : %lld, \"skipped\" : %lld, \"failed\" : "
+         "%lld }\n",
+         (long long) counts[FW_DLQ_IMPORT_INSERTED], (long long) counts[FW_DLQ_IMPORT_REPLACED],
+         (long long) counts[FW_DLQ_IMPORT_SKIPPED], (long long) failed);
    } else {
       printf ("imported %lld entries from %s: %lld new, %lld replaced, %lld skipped (other "
               "streams), %lld failed\n",

@@ -150,7 +150,8 @@ iso_date (int64_t ms)
       return strdup ("?");
    }
    strftime (buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-   snprintf (buf + strlen (buf), sizeof buf - strlen (buf), ".%03dZ", (int) (((ms % 1000) + 1000) % 1000));
+   snprintf (buf + strlen (buf), sizeof buf - strlen (buf), ".%03dZ",
+             (int) (((ms % 1000) + 1000) % 1000));
    return strdup (buf);
 }
 
@@ -341,8 +342,8 @@ fw_dlq_sequence_table_add (fw_dlq_table_t *table, const bson_t *seq)
    row[0] = string_cell (seq, "sequenceId");
    row[1] = string_cell (seq, "streamName");
    row[2] = strdup (!bson_iter_init_find (&it, seq, "open") || !BSON_ITER_HOLDS_BOOL (&it) ? "?"
-                    : bson_iter_bool (&it)                                               ? "open"
-                                                                                         : "closed");
+                    : bson_iter_bool (&it)                                                 ? "open"
+                                           : "closed");
    row[3] = int_cell (seq, "size", "?");
    row[4] = head_cell (seq, "head._id", "-");
    row[5] = head_cell (seq, "head.error.type", "(parked)");

@@ -737,7 +737,8 @@ static bool
 fetch (session_t *s, const candidate_t *c, bson_t *out, char *error, size_t len)
 {
    fw_error_t err;
-   fw_dlq_store_t *store = fw_dlq_replay_store (fw_stream_worker_dispatcher (s->workers[c->worker]), &err);
+   fw_dlq_store_t *store = fw_dlq_replay_store (fw_stream_worker_dispatcher (s->workers[c->worker]),
+                                                &err);
    bson_t ids = BSON_INITIALIZER;
    fw_dlq_query_t q = {NULL, NULL, &ids, 1, true};
    fetched_t f = {out, false};
@@ -831,12 +832,13 @@ close_emptied_sequence (session_t *s, const options_t *o, const fw_replay_option
 {
    for (int i = 0; i < s->n; i++) {
       fw_error_t err;
-      fw_dlq_store_t *store = fw_dlq_replay_store (fw_stream_worker_dispatcher (s->workers[i]), &err);
+      fw_dlq_store_t *store = fw_dlq_replay_store (fw_stream_worker_dispatcher (s->workers[i]),
+                                                   &err);
       fw_seq_replay_t out;
       pr->w = s->workers[i];
       if (store && fw_stream_worker_sequenced (s->workers[i])) {
-         out = fw_dlq_replay_sequence (fw_stream_worker_dispatcher (s->workers[i]), store, o->sequence, ropts, print_result, pr,
-                                       &err);
+         out = fw_dlq_replay_sequence (fw_stream_worker_dispatcher (s->workers[i]), store,
+                                       o->sequence, ropts, print_result, pr, &err);
          if (out == FW_SEQ_REPLAY_ERROR) {
             fprintf (stderr, "flowwarden dlq replay: %s\n", err.message);
             pr->failed++;
@@ -896,8 +898,8 @@ replay_candidate (session_t *s, const candidate_t *c, const fw_replay_options_t 
    } else {
       fw_error_t err;
       fw_dlq_store_t *store = fw_dlq_replay_store (fw_stream_worker_dispatcher (w), &err);
-      fw_seq_replay_t out = store ? fw_dlq_replay_select (fw_stream_worker_dispatcher (w), store, &entry, ropts, print_result,
-                                                         pr, &err)
+      fw_seq_replay_t out = store ? fw_dlq_replay_select (fw_stream_worker_dispatcher (w), store,
+                                                          &entry, ropts, print_result, pr, &err)
                                   : FW_SEQ_REPLAY_ERROR;
       if (out == FW_SEQ_REPLAY_ERROR) {
          r.status = FW_REPLAY_ERROR;

@@ -417,7 +417,8 @@ labels_arg (lua_State *L, const handle_t *h, int idx, const char *method)
       return 0;
    }
    if (!lua_istable (L, idx)) {
-      luaL_error (L, "fw.metrics: %s:%s: labels must be a table such as { kind = \"paid\" }, got %s",
+      luaL_error (L,
+                  "fw.metrics: %s:%s: labels must be a table such as { kind = \"paid\" }, got %s",
                   fw_metric_name (h->metric), method, luaL_typename (L, idx));
    }
    return idx;

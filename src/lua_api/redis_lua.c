@@ -62,7 +62,8 @@ conn_gc (lua_State *L)
 static struct timeval
 to_timeval (int64_t ms)
 {
-   struct timeval tv = { .tv_sec = (time_t) (ms / 1000), .tv_usec = (suseconds_t) (ms % 1000) * 1000 };
+   struct timeval tv = {.tv_sec = (time_t) (ms / 1000),
+                        .tv_usec = (suseconds_t) (ms % 1000) * 1000};
    return tv;
 }
 

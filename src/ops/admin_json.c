@@ -97,45 +97,32 @@ json_outage (fw_strbuf_t *out, const fw_outage_snapshot_t *o)
    }
 }
 
-void
-fw_admin_json_stream (fw_strbuf_t *out, const fw_stream_snapshot_t *s)
+/* ha: the stream's role and (issue 38) the unit's holder as this member
+ * sees it, how long it has had none, and the lease; absent without ha. */
+static void
+json_role (fw_strbuf_t *out, const fw_stream_snapshot_t *s)
 {
-   fw_strbuf_puts (out, "{\"name\":");
-   fw_strbuf_json_string (out, s->name);
-   fw_strbuf_printf (out, ",\"state\":\"%s\",\"ready\":%s,\"reason\":",
-                     fw_stream_state_name (s->state),
-                     fw_stream_snapshot_ready (s) ? "true" : "false");
-   fw_strbuf_json_string (out, empty_to_null (s->reason));
-   fw_strbuf_puts (out, ",\"script_version\":");
-   fw_strbuf_json_string (out, empty_to_null (s->script_version));
-   if (s->role != FW_STREAM_ROLE_NONE) {
-      /* ha.mode = "leader" only: the key is absent otherwise. */
-      fw_strbuf_puts (out, ",\"role\":");
-      fw_strbuf_json_string (out, s->role == FW_STREAM_ROLE_LEADER ? "leader" : "standby");
-      /* Issue 38: the unit's holder as this member sees it, how long it has
-       * had none, and the lease. */
-      fw_strbuf_puts (out, ",\"holder\":");
-      fw_strbuf_json_string (out, empty_to_null (s->holder));
-      fw_strbuf_puts (out, ",\"orphaned_seconds\":");
-      if (s->orphaned_seconds >= 0) {
-         fw_strbuf_json_double (out, s->orphaned_seconds);
-      } else {
-         fw_strbuf_puts (out, "null");
-      }
-      fw_strbuf_puts (out, ",\"lease_seconds\":");
-      fw_strbuf_json_double (out, s->lease_seconds);
+   if (s->role == FW_STREAM_ROLE_NONE) {
+      return;
    }
-   fw_strbuf_puts (out, ",\"last_event_time\":");
-   json_time (out, s->last_event_ms);
-   fw_strbuf_puts (out, ",\"lag_seconds\":");
-   if (s->role == FW_STREAM_ROLE_STANDBY) {
-      fw_strbuf_puts (out, "null"); /* the holder's to say (issue 38) */
+   fw_strbuf_puts (out, ",\"role\":");
+   fw_strbuf_json_string (out, s->role == FW_STREAM_ROLE_LEADER ? "leader" : "standby");
+   fw_strbuf_puts (out, ",\"holder\":");
+   fw_strbuf_json_string (out, empty_to_null (s->holder));
+   fw_strbuf_puts (out, ",\"orphaned_seconds\":");
+   if (s->orphaned_seconds >= 0) {
+      fw_strbuf_json_double (out, s->orphaned_seconds);
    } else {
-      fw_strbuf_json_double (out, s->lag_seconds);
+      fw_strbuf_puts (out, "null");
    }
-   json_headroom (out, s);
-   fw_strbuf_puts (out, ",\"events_per_second\":");
-   fw_strbuf_json_double (out, s->events_per_second);
+   fw_strbuf_puts (out, ",\"lease_seconds\":");
+   fw_strbuf_json_double (out, s->lease_seconds);
+}
+
+/* "events": {total, by operation}, "handled": {by outcome, ... (left open). */
+static void
+json_counts (fw_strbuf_t *out, const fw_stream_snapshot_t *s)
+{
    fw_strbuf_printf (out, ",\"events\":{\"total\":%llu", (unsigned long long) s->events);
    for (int i = 0; i < FW_METRICS_OP_COUNT; i++) {
       fw_strbuf_printf (out, ",\"%s\":%llu", fw_metrics_op_name ((fw_metrics_op_t) i),
@@ -147,6 +134,32 @@ fw_admin_json_stream (fw_strbuf_t *out, const fw_stream_snapshot_t *s)
                         fw_metrics_outcome_name ((fw_metrics_outcome_t) i),
                         (unsigned long long) s->handled[i]);
    }
+}
+
+void
+fw_admin_json_stream (fw_strbuf_t *out, const fw_stream_snapshot_t *s)
+{
+   fw_strbuf_puts (out, "{\"name\":");
+   fw_strbuf_json_string (out, s->name);
+   fw_strbuf_printf (out, ",\"state\":\"%s\",\"ready\":%s,\"reason\":",
+                     fw_stream_state_name (s->state),
+                     fw_stream_snapshot_ready (s) ? "true" : "false");
+   fw_strbuf_json_string (out, empty_to_null (s->reason));
+   fw_strbuf_puts (out, ",\"script_version\":");
+   fw_strbuf_json_string (out, empty_to_null (s->script_version));
+   json_role (out, s);
+   fw_strbuf_puts (out, ",\"last_event_time\":");
+   json_time (out, s->last_event_ms);
+   fw_strbuf_puts (out, ",\"lag_seconds\":");
+   if (s->role == FW_STREAM_ROLE_STANDBY) {
+      fw_strbuf_puts (out, "null"); /* the holder's to say (issue 38) */
+   } else {
+      fw_strbuf_json_double (out, s->lag_seconds);
+   }
+   json_headroom (out, s);
+   fw_strbuf_puts (out, ",\"events_per_second\":");
+   fw_strbuf_json_double (out, s->events_per_second);
+   json_counts (out, s);
    fw_strbuf_printf (out,
                      "},\"handler_errors\":%llu,\"retries\":%llu,\"restarts\":%llu,"
                      "\"attempt\":%d,\"last_error_type\":",

@@ -70,7 +70,8 @@ plain_counter (render_t *r, const char *name, const char *help, size_t offset)
    family (r->out, name, "counter", help);
    FOREACH_ACTIVE (r, b)
    {
-      sample_u64 (r->out, name, b, NULL, NULL, count_get ((const uint64_t *) ((char *) b + offset)));
+      sample_u64 (r->out, name, b, NULL, NULL,
+                  count_get ((const uint64_t *) ((char *) b + offset)));
    }
 }
 

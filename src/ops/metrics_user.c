@@ -58,12 +58,14 @@ static const struct {
    const char *unit;
    const char *base;
 } units[] = {
-   {"amperes", "amperes"}, {"bytes", "bytes"},     {"celsius", "celsius"}, {"grams", "grams"},
-   {"joules", "joules"},   {"kelvin", "kelvin"},   {"meters", "meters"},   {"metres", "metres"},
-   {"seconds", "seconds"}, {"volts", "volts"},     {"minutes", "seconds"}, {"hours", "seconds"},
-   {"days", "seconds"},    {"weeks", "seconds"},   {"kelvins", "kelvin"},  {"fahrenheit", "celsius"},
-   {"rankine", "celsius"}, {"inches", "meters"},   {"yards", "meters"},    {"miles", "meters"},
-   {"bits", "bytes"},      {"calories", "joules"}, {"pounds", "grams"},    {"ounces", "grams"},
+   {"amperes", "amperes"},    {"bytes", "bytes"},     {"celsius", "celsius"},
+   {"grams", "grams"},        {"joules", "joules"},   {"kelvin", "kelvin"},
+   {"meters", "meters"},      {"metres", "metres"},   {"seconds", "seconds"},
+   {"volts", "volts"},        {"minutes", "seconds"}, {"hours", "seconds"},
+   {"days", "seconds"},       {"weeks", "seconds"},   {"kelvins", "kelvin"},
+   {"fahrenheit", "celsius"}, {"rankine", "celsius"}, {"inches", "meters"},
+   {"yards", "meters"},       {"miles", "meters"},    {"bits", "bytes"},
+   {"calories", "joules"},    {"pounds", "grams"},    {"ounces", "grams"},
 };
 
 static const char *const unit_prefixes[] = {"",     "pico", "nano", "micro", "milli", "centi",

@@ -281,6 +281,33 @@ read_units (lua_State *L, int t, fw_stream_config_t *cfg)
    lua_pop (L, 1);
 }
 
+/* The checkpoint table (its defaults without one). */
+static void
+read_checkpoint (lua_State *L, int t, fw_stream_config_t *cfg)
+{
+   cfg->save_every = 1;
+   cfg->save_interval_ms = 5000;
+   cfg->idle_heartbeat_ms = 300000;
+   if (lua_getfield (L, t, "checkpoint") == LUA_TTABLE) {
+      int s = lua_gettop (L);
+      char *start = dup_field (L, s, "start_position");
+      char *lost = dup_field (L, s, "on_history_lost");
+      char *mode = dup_field (L, s, "mode");
+      cfg->save_every = (int) int_field (L, s, "save_every", 1);
+      cfg->save_interval_ms = int_field (L, s, "save_interval_ms", 5000);
+      cfg->idle_heartbeat_ms = int_field (L, s, "idle_heartbeat_ms", 300000);
+      cfg->start_latest = start && strcmp (start, "latest") == 0;
+      cfg->snapshot.at_start = start && strcmp (start, "snapshot") == 0;
+      cfg->resume_from_now = lost && strcmp (lost, "resume_from_now") == 0;
+      cfg->start_at = (uint64_t) int_field (L, s, "start_at", 0);
+      cfg->checkpoint_sync = mode && strcmp (mode, "sync") == 0;
+      free (start);
+      free (lost);
+      free (mode);
+   }
+   lua_pop (L, 1);
+}
+
 bool
 fw_stream_config_read (lua_State *L, int idx, int specs, fw_stream_config_t *cfg,
                        fw_error_t *error)
@@ -315,27 +342,7 @@ fw_stream_config_read (lua_State *L, int idx, int specs, fw_stream_config_t *cfg
    if (cfg->exactly_once_pg) {
       cfg->exactly_once = false; /* the PostgreSQL sink's, not MongoDB's transactions */
    }
-   cfg->save_every = 1;
-   cfg->save_interval_ms = 5000;
-   cfg->idle_heartbeat_ms = 300000;
-   if (lua_getfield (L, t, "checkpoint") == LUA_TTABLE) {
-      int s = lua_gettop (L);
-      char *start = dup_field (L, s, "start_position");
-      char *lost = dup_field (L, s, "on_history_lost");
-      char *mode = dup_field (L, s, "mode");
-      cfg->save_every = (int) int_field (L, s, "save_every", 1);
-      cfg->save_interval_ms = int_field (L, s, "save_interval_ms", 5000);
-      cfg->idle_heartbeat_ms = int_field (L, s, "idle_heartbeat_ms", 300000);
-      cfg->start_latest = start && strcmp (start, "latest") == 0;
-      cfg->snapshot.at_start = start && strcmp (start, "snapshot") == 0;
-      cfg->resume_from_now = lost && strcmp (lost, "resume_from_now") == 0;
-      cfg->start_at = (uint64_t) int_field (L, s, "start_at", 0);
-      cfg->checkpoint_sync = mode && strcmp (mode, "sync") == 0;
-      free (start);
-      free (lost);
-      free (mode);
-   }
-   lua_pop (L, 1);
+   read_checkpoint (L, t, cfg);
 
    fw_stream_config_read_snapshot (L, t, cfg);
 

@@ -21,7 +21,9 @@
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
 #include "runtime/dispatch/batch-private.h"
+#include "runtime/dispatch/event_park-private.h"
 #include "runtime/dispatch/event_txn.h"
+#include "runtime/dispatch/outage-private.h"
 
 bool
 fw_dispatcher_batching (const fw_dispatcher_t *d, int *max_events, int64_t *max_wait_ms)
@@ -460,7 +462,8 @@ dispatch_whole (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
    s->evs = NULL;
    s->outcomes = NULL;
    if (!ok && fw_outcome_finished (s->result.kind)) {
-      snprintf (d->out.failure, sizeof d->out.failure, "out of memory taking a batch of %zu events", n);
+      snprintf (d->out.failure, sizeof d->out.failure, "out of memory taking a batch of %zu events",
+                n);
       s->result = (fw_outcome_t){FW_OUTCOME_FAILED, 0, 0, "", "", d->out.failure,
                                  0, FW_COUNT_NOTHING, NULL};
    }

@@ -1,9 +1,12 @@
 /*
  * dispatcher-private.h - a dispatcher's state (fw_dispatcher_t), shared by
  * the files that take an event through it: dispatch/ (attempts, decision,
- * parking), the DLQ's replays and reprocess rounds (dlq/), and
+ * parking), the DLQ's replays and reprocess rounds (replay/), and
  * flowwarden.testing, which plugs in its virtual clock, recorder and
  * in-memory store. Everything else goes through flowwarden/dispatcher.h.
+ * What only some of them use has a header of its own: event_park-private.h
+ * (the sequenced DLQ's live side), outage-private.h (breaker, rate limit),
+ * replay_hook-private.h (a dead letter replayed through the dispatcher).
  */
 #ifndef FLOWWARDEN_DISPATCHER_PRIVATE_H
 #define FLOWWARDEN_DISPATCHER_PRIVATE_H
@@ -20,42 +23,6 @@
 #include "runtime/dispatch/state_rebuild.h"
 
 enum { H_INSERT, H_UPDATE, H_REPLACE, H_DELETE, H_CHANGE, H_BATCH, H_SNAPSHOT, H_COUNT };
-
-/* A dead letter's replay, the client that runs it through the dispatcher
- * (fw_dispatch_run_t's replay): the final failure ends the event as
- * FW_OUTCOME_GAVE_UP (the replay decides what becomes of its entry) instead
- * of becoming a new DLQ entry; it is never parked, never runs in an
- * exactly_once transaction, and goes to no outcome sink. */
-typedef struct fw_replay_hook {
-   bool no_retry;              /* --no-retry: one attempt */
-   bool retry_asked;           /* filled: the last failure's decision was retry */
-   /* Called before every retry attempt (extends the entry's claim). */
-   void (*before_retry) (struct fw_replay_hook *hook);
-   void *ud;
-   /* The last failed attempt's error as on_error saw it (registry ref), for
-    * the enqueue policy's err (fw_replay_hook_keep_error). */
-   bool has_error_ref;
-   int error_ref;
-} fw_replay_hook_t;
-
-/* dispatcher.c: while a dead letter is replayed, remembers the error table
- * at index of L (on_error's err: type, message, where, fields, traceback)
- * in hook for the enqueue policy, or forgets the one remembered (index 0:
- * the attempt ended without a Lua error, e.g. ctx:send_to_dlq). No-op when
- * hook is NULL (a change event). */
-void fw_replay_hook_keep_error (fw_replay_hook_t *hook, lua_State *L, int index);
-
-/* Drops what fw_replay_hook_keep_error remembered; the replay calls it once
- * the entry's outcome is decided. */
-void fw_replay_hook_forget_error (fw_dispatcher_t *d, fw_replay_hook_t *hook);
-
-/* dlq_replay.c: runs dlq.enqueue_policy for a replay that failed for good
- * (o, FW_OUTCOME_GAVE_UP, and hook's error table; ctx:dead_letter()'s
- * letter in d->dispatch). True: evict;
- * false: requeue, the diagnostics to merge in diagnostics (initialised by
- * the caller; emptied when the policy fails or they have no BSON form). */
-bool fw_dlq_replay_policy (fw_dispatcher_t *d, const fw_replay_hook_t *hook,
-                           const fw_outcome_t *o, bson_t *diagnostics);
 
 /* The texts an event's outcome (fw_outcome_t) points to, kept by its
  * dispatcher until the next event. */
@@ -198,86 +165,5 @@ fw_program_handler_for (const fw_program_t *p, fw_op_t op)
  * stream without one, the script's default DLQ (only ctx:send_to_dlq uses
  * it). */
 const fw_dlq_config_t *fw_dispatcher_dlq_config (const fw_dispatcher_t *d);
-
-/* --- event_park.c: a sequenced DLQ's live side (dlq_sequence.h) ---------- */
-
-/* dlq.sequenced on the stream's own DLQ. */
-bool fw_park_enabled (const fw_dispatcher_t *d);
-
-/* Whether ev, a live event, must be looked up in the open sequences: none
- * are open (the common case) costs one comparison. */
-bool fw_park_check_needed (fw_dispatcher_t *d, const fw_event_t *ev);
-
-typedef enum {
-   FW_PARK_KEY_OK,     /* d->park.key holds the event's sequence id */
-   FW_PARK_KEY_NONE,   /* the event has no key: never sequenced */
-   FW_PARK_KEY_FAILED  /* dlq.sequence_key failed: its failure table is on the Lua stack */
-} fw_park_key_t;
-
-/* Computes the event's sequence id once per event (d->park.key). */
-fw_park_key_t fw_park_key (fw_dispatcher_t *d, const fw_event_t *ev, fw_lua_stop_t *stop);
-
-/* The event's sequence (d->park.key) is open in the stream's memory. */
-bool fw_park_is_open (const fw_dispatcher_t *d);
-
-typedef enum {
-   FW_PARK_TAKEN,    /* d->park.index is the entry's sequenceIndex */
-   FW_PARK_CLOSED,   /* park: the sequence was closed meanwhile; handle the event */
-   FW_PARK_OVERFLOW, /* max_sequences or max_sequence_size: d->out.failure says which */
-   FW_PARK_STOPPED   /* shutdown while the server failed */
-} fw_park_take_t;
-
-/* Takes the next index of the event's sequence: open = true opens it (the
- * event is its head), false parks behind it. Retries server errors. */
-fw_park_take_t fw_park_take (fw_dispatcher_t *d, bool open);
-
-/* The entry of the taken index is stored: gives the index request back and
- * remembers the sequence as open. */
-void fw_park_settle (fw_dispatcher_t *d);
-
-/* The event is finished with: forgets its key. */
-void fw_park_end (fw_dispatcher_t *d);
-
-/* --- outage.c: the circuit breaker and the rate limit (issue 29) -------- */
-
-/* d's own breaker and bucket (fw_dispatcher_new); false when out of memory. */
-bool fw_outage_init (fw_dispatcher_t *d);
-
-/* Tells d's metrics block (if any) whether the stream has a breaker and its
- * rate limit (at set_metrics and after a reload). */
-void fw_outage_show_config (fw_dispatcher_t *d);
-
-/* Frees them unless shared (fw_dispatcher_destroy). */
-void fw_outage_cleanup (fw_dispatcher_t *d);
-
-/* Before every handler attempt: waits while another lane's event holds the
- * stream's breaker open, then for a rate-limit token. A breaker restored
- * after a restart with no holder yet (issue 37) is held by this event,
- * which waits for its probe time (ev: the event, attempt: this attempt's
- * number; a batch's call, ev NULL, cannot hold it and closes it). False: a
- * stop came first. */
-bool fw_outage_admit (fw_dispatcher_t *d, const fw_event_t *ev, int attempt);
-
-typedef enum {
-   FW_HOLD_NONE,    /* the event ends under the normal policy */
-   FW_HOLD_PROBE,   /* the event is attempted once more (a probe) */
-   FW_HOLD_STOPPED  /* a stop came first: the event must come back */
-} fw_hold_t;
-
-/* An attempt failed and the decision ends the event (giving_up: it would be
- * dead-lettered or dropped by the standard policy; false for fw.SKIP, an
- * explicit DLQ request or a replay). With circuit.on matching type, opens
- * the breaker (or, after a probe, opens it again) and waits for the next
- * probe or give_up_after. id: the event's log id. */
-fw_hold_t fw_outage_hold (fw_dispatcher_t *d, const char *id, int attempt, const char *type,
-                          const char *message, bool giving_up);
-
-/* The event was handled: a probe's success closes the breaker. */
-void fw_outage_handled (fw_dispatcher_t *d);
-
-/* The event is finished with (or must come back): a breaker it still holds
- * (its new script has no handler for it, the lease was lost, the stream
- * fails) is closed, so the breaker never outlives its held event. */
-void fw_outage_event_end (fw_dispatcher_t *d);
 
 #endif

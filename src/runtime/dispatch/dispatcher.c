@@ -19,7 +19,10 @@
 #include "flowwarden/state_lua.h"
 #include "runtime/dispatch/batch-private.h"
 #include "runtime/dispatch/dispatcher-private.h"
+#include "runtime/dispatch/event_park-private.h"
 #include "runtime/dispatch/event_txn.h"
+#include "runtime/dispatch/outage-private.h"
+#include "runtime/dispatch/replay_hook-private.h"
 
 static const char *const handler_keys[H_COUNT] = {"insert", "update", "replace", "delete",
                                                   "change", "batch", "snapshot"};

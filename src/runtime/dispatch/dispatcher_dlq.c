@@ -35,15 +35,15 @@ fw_dispatcher_open_dlq (fw_dispatcher_t *d)
       mongoc_client_t *client = dlq->connection
                                    ? fw_connection_clients_get (d->clients, dlq->connection, &err)
                                    : d->client;
-      d->dlq = client ? fw_dlq_store_mongo_new (client,
-                                                dlq->database ? dlq->database : d->prog.cfg.database,
-                                                dlq->collection, dlq->write_concern_tag,
-                                                dlq->write_concern_w, &err)
+      d->dlq = client ? fw_dlq_store_mongo_new (
+                           client, dlq->database ? dlq->database : d->prog.cfg.database,
+                           dlq->collection, dlq->write_concern_tag, dlq->write_concern_w, &err)
                       : NULL;
       if (d->dlq) {
          return true;
       }
-      int64_t delay = fw_backoff_delay_ms (&d->prog.cfg.restart, tries, fw_backoff_random (&d->rng));
+      int64_t delay = fw_backoff_delay_ms (&d->prog.cfg.restart, tries,
+                                           fw_backoff_random (&d->rng));
       fw_log (FW_LOG_ERROR, d->prog.cfg.name, "%s; retrying in %lld ms", err.message,
               (long long) delay);
       if (d->clock.wait_ms (d->clock.ud, delay)) {

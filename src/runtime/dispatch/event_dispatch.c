@@ -21,7 +21,10 @@
 #include "flowwarden/secrets.h"
 #include "runtime/dispatch/batch-private.h"
 #include "runtime/dispatch/dispatcher-private.h"
+#include "runtime/dispatch/event_park-private.h"
 #include "runtime/dispatch/event_txn.h"
+#include "runtime/dispatch/outage-private.h"
+#include "runtime/dispatch/replay_hook-private.h"
 
 typedef enum { ACT_RETRY, ACT_DLQ, ACT_SKIP, ACT_DROP } action_t;
 
@@ -260,7 +263,8 @@ decide_in (fw_dispatcher_t *d, fw_replay_hook_t *hook, int attempt, fw_lua_stop_
    }
    lua_pushvalue (L, value);
    push_string_or_nil (L, has_on_error && !on_error_ok ? stop_name (inner) : NULL);
-   if (fw_lua_host_call (d->prog.host, 6, 1, d->prog.cfg.timeout_ms, &inner) && lua_istable (L, -1)) {
+   if (fw_lua_host_call (d->prog.host, 6, 1, d->prog.cfg.timeout_ms, &inner) &&
+       lua_istable (L, -1)) {
       int answer = lua_gettop (L);
       char action[16];
       copy_field (L, answer, "action", action, sizeof action, false);
@@ -446,7 +450,8 @@ save_entry (fw_dispatcher_t *d, const bson_t *entry, const char *id)
       if (!d->dlq) {
          snprintf (err.message, sizeof err.message, "DLQ store is not open");
       }
-      int64_t delay = fw_backoff_delay_ms (&d->prog.cfg.restart, tries, fw_backoff_random (&d->rng));
+      int64_t delay = fw_backoff_delay_ms (&d->prog.cfg.restart, tries,
+                                           fw_backoff_random (&d->rng));
       fw_log (FW_LOG_ERROR, d->prog.cfg.name,
               "DLQ insert for event %s failed (try %d): %s; the stream holds this event and "
               "tries again in %lld ms",

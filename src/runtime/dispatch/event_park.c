@@ -18,6 +18,7 @@
 #include "flowwarden/dlq_store.h"
 #include "flowwarden/log.h"
 #include "runtime/dispatch/dispatcher-private.h"
+#include "runtime/dispatch/event_park-private.h"
 
 /* How often a stream with open sequences reads them again, so sequences a
  * separate `flowwarden dlq replay` closed leave its set (and its status). */
@@ -79,7 +80,8 @@ fw_dispatcher_load_sequences (fw_dispatcher_t *d)
       return true;
    }
    for (int tries = 1; !load_once (d, &err); tries++) {
-      int64_t delay = fw_backoff_delay_ms (&d->prog.cfg.restart, tries, fw_backoff_random (&d->rng));
+      int64_t delay = fw_backoff_delay_ms (&d->prog.cfg.restart, tries,
+                                           fw_backoff_random (&d->rng));
       fw_log (FW_LOG_ERROR, d->prog.cfg.name, "%s; retrying in %lld ms", err.message,
               (long long) delay);
       if (d->clock.wait_ms (d->clock.ud, delay)) {
@@ -118,7 +120,8 @@ fw_park_check_needed (fw_dispatcher_t *d, const fw_event_t *ev)
    if (fw_mono_ms () - d->park.loaded_ms >= REFRESH_MS) {
       fw_error_t err;
       if (!load_once (d, &err)) {
-         fw_log (FW_LOG_WARN, d->prog.cfg.name, "%s (keeping the open sequences known)", err.message);
+         fw_log (FW_LOG_WARN, d->prog.cfg.name, "%s (keeping the open sequences known)",
+                 err.message);
       }
    }
    return fw_dlq_sequences_count (d->park.open_seqs) > 0;
@@ -199,8 +202,8 @@ fw_park_key (fw_dispatcher_t *d, const fw_event_t *ev, fw_lua_stop_t *stop)
    lua_replace (L, -3);
    lua_pop (L, 1);
    lua_rawgeti (L, LUA_REGISTRYINDEX, d->prog.spec_ref);
-   if (!fw_lua_host_call_with (d->prog.host, 1, fw_event_ctx_push, &d->dispatch, 1, d->prog.cfg.timeout_ms,
-                               stop)) {
+   if (!fw_lua_host_call_with (d->prog.host, 1, fw_event_ctx_push, &d->dispatch, 1,
+                               d->prog.cfg.timeout_ms, stop)) {
       return FW_PARK_KEY_FAILED; /* the failure table is on the stack */
    }
    d->park.key = id_of_lua (L, &err);
@@ -268,7 +271,8 @@ fw_park_take (fw_dispatcher_t *d, bool open)
 
    d->park.index = -1;
    if (!d->park.open_seqs && !(d->park.open_seqs = fw_dlq_sequences_new ())) {
-      snprintf (d->out.failure, sizeof d->out.failure, "not enough memory for the open DLQ sequences");
+      snprintf (d->out.failure, sizeof d->out.failure,
+                "not enough memory for the open DLQ sequences");
       return FW_PARK_OVERFLOW;
    }
    if (open && !fw_dlq_sequences_has (d->park.open_seqs, d->park.key) &&
@@ -280,13 +284,14 @@ fw_park_take (fw_dispatcher_t *d, bool open)
                    "dlq overflow: %zu open sequences (max_sequences %lld): the event opening "
                    "sequence %.300s is not checkpointed: replay or discard open sequences "
                    "(flowwarden dlq replay), then restart",
-                   fw_dlq_sequences_count (d->park.open_seqs), (long long) d->prog.cfg.dlq.max_sequences,
-                   d->park.key);
+                   fw_dlq_sequences_count (d->park.open_seqs),
+                   (long long) d->prog.cfg.dlq.max_sequences, d->park.key);
          return FW_PARK_OVERFLOW;
       }
    }
    for (int tries = 1; !take_once (d, open, &out, &err); tries++) {
-      int64_t delay = fw_backoff_delay_ms (&d->prog.cfg.restart, tries, fw_backoff_random (&d->rng));
+      int64_t delay = fw_backoff_delay_ms (&d->prog.cfg.restart, tries,
+                                           fw_backoff_random (&d->rng));
       fw_log (FW_LOG_ERROR, d->prog.cfg.name, "%s (try %d); the stream holds this event and tries "
                                          "again in %lld ms",
               err.message, tries, (long long) delay);

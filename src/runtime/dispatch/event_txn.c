@@ -198,7 +198,8 @@ commit (fw_dispatcher_t *d, bson_t *reply, bson_error_t *berr)
       if (mongoc_client_session_commit_transaction (d->eo.session, reply, berr)) {
          return true;
       }
-      if (i + 1 >= COMMIT_TRIES || !mongoc_error_has_label (reply, "UnknownTransactionCommitResult")) {
+      if (i + 1 >= COMMIT_TRIES ||
+          !mongoc_error_has_label (reply, "UnknownTransactionCommitResult")) {
          return false;
       }
       fw_log (FW_LOG_WARN, d->prog.cfg.name,

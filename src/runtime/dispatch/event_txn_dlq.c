@@ -130,7 +130,8 @@ fw_txn_dead_letter (fw_dispatcher_t *d, const fw_event_t *ev, const bson_t *entr
                  "kept once, its event may run again after a crash)", id, why);
          break;
       }
-      int64_t delay = fw_backoff_delay_ms (&d->prog.cfg.restart, tries, fw_backoff_random (&d->rng));
+      int64_t delay = fw_backoff_delay_ms (&d->prog.cfg.restart, tries,
+                                           fw_backoff_random (&d->rng));
       fw_log (FW_LOG_ERROR, d->prog.cfg.name,
               "exactly_once: the dead letter of event %s and its checkpoint failed to commit "
               "(try %d): %s; the stream holds this event and tries again in %lld ms",

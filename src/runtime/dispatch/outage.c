@@ -14,6 +14,7 @@
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
 #include "runtime/dispatch/dispatcher-private.h"
+#include "runtime/dispatch/outage-private.h"
 
 #define SLICE_MS 100
 
@@ -152,7 +153,8 @@ take_token (fw_dispatcher_t *d)
 {
    fw_rate_limit_set (d->outage.rate, &d->prog.cfg.rate_limit, fw_mono_ns ());
    for (;;) {
-      int64_t now_ns = d->clock.is_virtual ? d->clock.now_ms (d->clock.ud) * 1000000 : fw_mono_ns ();
+      int64_t now_ns = d->clock.is_virtual ? d->clock.now_ms (d->clock.ud) * 1000000
+                                           : fw_mono_ns ();
       int64_t wait_ns = fw_rate_limit_take (d->outage.rate, now_ns);
       if (wait_ns <= 0) {
          return true;

@@ -372,7 +372,8 @@ client_of (fw_dlq_admin_t *admin, int i, fw_error_t *error)
       if (!(uri = mongoc_uri_new_with_error (t->uri, &berr))) {
          char why[512];
          fw_error_set (error, FW_ERROR_INVALID, "invalid MongoDB URI of connection \"%s\": %s",
-                       t->connection, fw_log_redact_uri_error (t->uri, berr.message, why, sizeof why));
+                       t->connection,
+                       fw_log_redact_uri_error (t->uri, berr.message, why, sizeof why));
          return NULL;
       }
       client = mongoc_client_new_from_uri_with_error (uri, &berr);

@@ -107,8 +107,9 @@ explain_missing (fw_dlq_admin_t *admin, const char *id, fw_error_t *error)
                     "DLQ entry \"%s\" (status %s) does not match the filters; nothing was changed",
                     id, status);
    } else {
-      fw_error_set (error, FW_ERROR_INVALID, "no DLQ entry with _id or eventId \"%s\"%s%s; nothing was changed",
-                    id, admin->only_stream ? " in stream " : "",
+      fw_error_set (error, FW_ERROR_INVALID,
+                    "no DLQ entry with _id or eventId \"%s\"%s%s; nothing was changed", id,
+                    admin->only_stream ? " in stream " : "",
                     admin->only_stream ? admin->only_stream : "");
    }
 }

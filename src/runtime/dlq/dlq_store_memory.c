@@ -35,7 +35,8 @@ static long
 find_index (memory_store_t *m, const bson_t *doc, const char *key, const char *key2)
 {
    for (size_t i = 0; i < m->n; i++) {
-      if (same_value (m->entries[i], doc, key) && (!key2 || same_value (m->entries[i], doc, key2))) {
+      if (same_value (m->entries[i], doc, key) &&
+          (!key2 || same_value (m->entries[i], doc, key2))) {
          return (long) i;
       }
    }

@@ -73,8 +73,9 @@ granted (const bson_t *privs, const char *db, const char *coll, const char *acti
       if (covers && bson_iter_init_find (&p, &priv, "actions") && BSON_ITER_HOLDS_ARRAY (&p) &&
           bson_iter_recurse (&p, &a)) {
          while (!has && bson_iter_next (&a)) {
-            has = BSON_ITER_HOLDS_UTF8 (&a) && (strcmp (bson_iter_utf8 (&a, NULL), action) == 0 ||
-                                                strcmp (bson_iter_utf8 (&a, NULL), "anyAction") == 0);
+            has = BSON_ITER_HOLDS_UTF8 (&a) &&
+                  (strcmp (bson_iter_utf8 (&a, NULL), action) == 0 ||
+                   strcmp (bson_iter_utf8 (&a, NULL), "anyAction") == 0);
          }
       }
       if (has) {

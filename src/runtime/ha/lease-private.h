@@ -32,20 +32,28 @@ struct fw_lease {
    char holder[256];
    int64_t clock_offset_ms;
    int acquisitions;
-   /* Issue 38: what the last read of a standby saw (CLOCK_MONOTONIC times). */
-   bool seen_read;        /* a read answered since the last holding */
-   bool seen_live;        /* ... and named a live holder */
-   int64_t seen_expires_mono; /* seen_live: when its expiresAt falls on this host's clock */
-   int64_t free_since_mono;   /* !seen_live: since when it has been without a holder */
+   struct {                   /* issue 38: what the last read of a standby saw (under mu,
+                               * CLOCK_MONOTONIC times) */
+      bool read;              /* a read answered since the last holding */
+      bool live;              /* ... and named a live holder */
+      int64_t expires_mono;   /* live: when its expiresAt falls on this host's clock */
+      int64_t free_since_mono; /* !live: since when it has been without a holder */
+   } seen;
    bool stop;
-   bool release_asked;
-   bool release_done;
-   bool release_ok;
+   struct {                   /* fw_lease_release's request to the thread (under mu) */
+      bool asked;
+      bool done;
+      bool ok;
+   } release;
    /* ha.mode = "shared" (issue 31, shared_units.c): */
-   fw_lease_gate_fn gate;  /* consulted before each take; NULL: always take */
-   void *gate_ud;
-   bool yield_asked;      /* give the lease up now, stay a standby (under mu) */
-   bool yield_done;
+   struct {
+      fw_lease_gate_fn fn;    /* consulted before each take; NULL: always take */
+      void *ud;
+   } gate;
+   struct {                   /* give the lease up now, stay a standby (under mu) */
+      bool asked;
+      bool done;
+   } yield;
 };
 
 /* What a read of the lease document says. */

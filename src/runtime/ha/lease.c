@@ -87,8 +87,8 @@ make_owner_id (void)
    for (size_t i = 0; i < sizeof r; i++) {
       snprintf (hex + 2 * i, 3, "%02x", r[i]);
    }
-   snprintf (owner_id, sizeof owner_id, "%.120s:%d:%.8s-%.4s-%.4s-%.4s-%.12s", host, (int) getpid (),
-             hex, hex + 8, hex + 12, hex + 16, hex + 20);
+   snprintf (owner_id, sizeof owner_id, "%.120s:%d:%.8s-%.4s-%.4s-%.4s-%.12s", host,
+             (int) getpid (), hex, hex + 8, hex + 12, hex + 16, hex + 20);
 }
 
 const char *
@@ -128,24 +128,24 @@ note_seen (fw_lease_t *l, const fw_lease_doc_t *seen)
    bool live;
 
    if (!seen) {
-      l->seen_read = l->seen_live = false;
+      l->seen.read = l->seen.live = false;
       return;
    }
    live = seen->exists && seen->owner_is_string && seen->owner[0] &&
           strcmp (seen->owner, l->owner) != 0 && seen->has_expires && seen->has_now &&
           seen->expires_ms > seen->server_now_ms;
    if (live) {
-      l->seen_expires_mono = now + (seen->expires_ms - seen->server_now_ms);
-   } else if (!l->seen_read || l->seen_live) {
+      l->seen.expires_mono = now + (seen->expires_ms - seen->server_now_ms);
+   } else if (!l->seen.read || l->seen.live) {
       /* Free since its expiresAt by the server's clock (a released lease's
        * is the release), else from now. */
       int64_t ago = seen->has_expires && seen->has_now && seen->server_now_ms > seen->expires_ms
                        ? seen->server_now_ms - seen->expires_ms
                        : 0;
-      l->free_since_mono = now - ago;
+      l->seen.free_since_mono = now - ago;
    }
-   l->seen_live = live;
-   l->seen_read = true;
+   l->seen.live = live;
+   l->seen.read = true;
 }
 
 static void
@@ -178,6 +178,52 @@ note_offset (fw_lease_t *l, const fw_lease_doc_t *d)
    }
 }
 
+/* The take succeeded (got: the lease as the server left it, seen: the read
+ * before it, sent: when the take was sent, free_ms: how long the lease had
+ * been without a live holder, -1: it had one): this instance leads.
+ * Returns how long to wait before the first renewal. */
+static int64_t
+took_lease (fw_lease_t *l, const fw_lease_doc_t *seen, const fw_lease_doc_t *got, int64_t sent,
+            int64_t free_ms)
+{
+   const char *me = l->owner;
+   int64_t interval = l->lease_ms / 3;
+
+   note_offset (l, got);
+   pthread_mutex_lock (&l->mu);
+   if (l->role == FW_LEASE_RELEASED) {
+      pthread_mutex_unlock (&l->mu);
+      return interval; /* given up meanwhile: the release step gives it back */
+   }
+   l->holding = true;
+   l->epoch = got->epoch;
+   l->deadline_ms = sent + l->lease_ms - l->margin_ms;
+   l->role = FW_LEASE_LEADER;
+   l->acquisitions++;
+   note_seen (l, NULL);
+   snprintf (l->holder, sizeof l->holder, "%.250s", me);
+   pthread_cond_broadcast (&l->cond);
+   pthread_mutex_unlock (&l->mu);
+   {
+      /* A lease taken from a holder that died (its lease expired, not given
+       * up): how long the unit went unread, as the server's clock says. */
+      char orphan[160] = "";
+      if (seen->exists && seen->owner_is_string && seen->owner[0] &&
+          strcmp (seen->owner, me) != 0 && free_ms >= 0) {
+         snprintf (orphan, sizeof orphan, "; it had no live holder for %lld ms since the lease "
+                   "of %.80s expired", (long long) (fw_mono_ms () - sent + free_ms),
+                   seen->owner);
+      }
+      fw_log (FW_LOG_INFO, l->stream,
+              "role: leader (took the lease, epoch %lld, for %lld ms; renewing every %lld ms; "
+              "this host's clock reads %+lld ms against the server's, which alone decides "
+              "expiry%s)",
+              (long long) got->epoch, (long long) l->lease_ms, (long long) interval,
+              (long long) -l->clock_offset_ms, orphan);
+   }
+   return interval;
+}
+
 /* Standby: read, and take the lease when the read says it can be taken.
  * Returns how long to wait before the next try. */
 static int64_t
@@ -201,7 +247,7 @@ standby_step (fw_lease_t *l, mongoc_client_t *client, bool *warned)
    note_offset (l, &seen);
    pthread_mutex_lock (&l->mu);
    note_seen (l, &seen);
-   free_ms = l->seen_live ? -1 : fw_mono_ms () - l->free_since_mono;
+   free_ms = l->seen.live ? -1 : fw_mono_ms () - l->seen.free_since_mono;
    pthread_mutex_unlock (&l->mu);
    if (seen.exists && seen.owner_is_string && strcmp (seen.owner, me) != 0 && seen.has_expires &&
        seen.has_now && seen.expires_ms > seen.server_now_ms) {
@@ -213,7 +259,7 @@ standby_step (fw_lease_t *l, mongoc_client_t *client, bool *warned)
       set_standby (l, &seen);
       return left < every ? left : every;
    }
-   if (l->gate && !l->gate (l->gate_ud)) {
+   if (l->gate.fn && !l->gate.fn (l->gate.ud)) {
       set_standby (l, &seen); /* takeable, but over this instance's share (shared mode) */
       return interval < STANDBY_READ_MS ? interval : STANDBY_READ_MS;
    }
@@ -237,39 +283,7 @@ standby_step (fw_lease_t *l, mongoc_client_t *client, bool *warned)
       set_standby (l, got.exists ? &got : NULL);
       return interval;
    }
-   note_offset (l, &got);
-   pthread_mutex_lock (&l->mu);
-   if (l->role == FW_LEASE_RELEASED) {
-      pthread_mutex_unlock (&l->mu);
-      return interval; /* given up meanwhile: the release step gives it back */
-   }
-   l->holding = true;
-   l->epoch = got.epoch;
-   l->deadline_ms = sent + l->lease_ms - l->margin_ms;
-   l->role = FW_LEASE_LEADER;
-   l->acquisitions++;
-   note_seen (l, NULL);
-   snprintf (l->holder, sizeof l->holder, "%.250s", me);
-   pthread_cond_broadcast (&l->cond);
-   pthread_mutex_unlock (&l->mu);
-   {
-      /* A lease taken from a holder that died (its lease expired, not given
-       * up): how long the unit went unread, as the server's clock says. */
-      char orphan[160] = "";
-      if (seen.exists && seen.owner_is_string && seen.owner[0] && strcmp (seen.owner, me) != 0 &&
-          free_ms >= 0) {
-         snprintf (orphan, sizeof orphan, "; it had no live holder for %lld ms since the lease "
-                   "of %.80s expired", (long long) (fw_mono_ms () - sent + free_ms),
-                   seen.owner);
-      }
-      fw_log (FW_LOG_INFO, l->stream,
-              "role: leader (took the lease, epoch %lld, for %lld ms; renewing every %lld ms; "
-              "this host's clock reads %+lld ms against the server's, which alone decides "
-              "expiry%s)",
-              (long long) got.epoch, (long long) l->lease_ms, (long long) interval,
-              (long long) -l->clock_offset_ms, orphan);
-   }
-   return interval;
+   return took_lease (l, &seen, &got, sent, free_ms);
 }
 
 /* Leader: renew. Returns how long to wait before the next step. */
@@ -344,8 +358,8 @@ release_step (fw_lease_t *l, mongoc_client_t *client)
    l->role = FW_LEASE_RELEASED;
    l->holding = false;
    l->deadline_ms = 0;
-   l->release_done = true;
-   l->release_ok = ok;
+   l->release.done = true;
+   l->release.ok = ok;
    pthread_cond_broadcast (&l->cond);
    pthread_mutex_unlock (&l->mu);
 }
@@ -374,8 +388,8 @@ yield_step (fw_lease_t *l, mongoc_client_t *client)
    l->deadline_ms = 0;
    l->holder[0] = '\0';
    note_seen (l, NULL);
-   l->yield_asked = false;
-   l->yield_done = true;
+   l->yield.asked = false;
+   l->yield.done = true;
    pthread_cond_broadcast (&l->cond);
    pthread_mutex_unlock (&l->mu);
 }
@@ -385,7 +399,7 @@ wait_until (fw_lease_t *l, int64_t at_ms)
 {
    struct timespec until = {.tv_sec = at_ms / 1000, .tv_nsec = (at_ms % 1000) * 1000000};
    pthread_mutex_lock (&l->mu);
-   while (!l->stop && !(l->release_asked && !l->release_done) && !l->yield_asked &&
+   while (!l->stop && !(l->release.asked && !l->release.done) && !l->yield.asked &&
           fw_mono_ms () < at_ms) {
       pthread_cond_timedwait (&l->cond, &l->mu, &until);
    }
@@ -421,7 +435,7 @@ lease_main (void *arg)
 
       pthread_mutex_lock (&l->mu);
       stop = l->stop;
-      release = l->release_asked && !l->release_done;
+      release = l->release.asked && !l->release.done;
       holding = l->holding;
       epoch = l->epoch;
       pthread_mutex_unlock (&l->mu);
@@ -434,7 +448,7 @@ lease_main (void *arg)
          } else {
             pthread_mutex_lock (&l->mu);
             l->role = FW_LEASE_RELEASED;
-            l->release_done = l->release_ok = true;
+            l->release.done = l->release.ok = true;
             pthread_cond_broadcast (&l->cond);
             pthread_mutex_unlock (&l->mu);
          }
@@ -442,7 +456,7 @@ lease_main (void *arg)
       }
       pthread_mutex_lock (&l->mu);
       release = l->role == FW_LEASE_RELEASED;
-      if (l->yield_asked && !release) {
+      if (l->yield.asked && !release) {
          pthread_mutex_unlock (&l->mu);
          yield_step (l, client);
          continue;
@@ -520,8 +534,8 @@ lease_start (const mongoc_uri_t *uri, const char *database, const char *stream,
               "to %d ms", (int) timeout_ms);
    }
    l->owner_given = owner != NULL;
-   l->gate = gate;
-   l->gate_ud = ud;
+   l->gate.fn = gate;
+   l->gate.ud = ud;
    l->lease_ms = lease_ms;
    l->margin_ms = fw_lease_margin_ms (lease_ms);
    fw_lease_owner_id ();
@@ -606,12 +620,12 @@ fw_lease_release (fw_lease_t *l, int64_t wait_ms)
    pthread_mutex_lock (&l->mu);
    /* Handlers stop now, whatever the server answers. */
    l->deadline_ms = 0;
-   l->release_asked = true;
+   l->release.asked = true;
    pthread_cond_broadcast (&l->cond);
-   while (!l->release_done && fw_mono_ms () < end) {
+   while (!l->release.done && fw_mono_ms () < end) {
       pthread_cond_timedwait (&l->cond, &l->mu, &until);
    }
-   ok = l->release_done && l->release_ok;
+   ok = l->release.done && l->release.ok;
    pthread_mutex_unlock (&l->mu);
    return ok;
 }
@@ -625,13 +639,13 @@ fw_lease_yield (fw_lease_t *l, int64_t wait_ms)
 
    pthread_mutex_lock (&l->mu);
    l->deadline_ms = 0; /* handlers stop now */
-   l->yield_done = false;
-   l->yield_asked = true;
+   l->yield.done = false;
+   l->yield.asked = true;
    pthread_cond_broadcast (&l->cond);
-   while (!l->yield_done && fw_mono_ms () < end) {
+   while (!l->yield.done && fw_mono_ms () < end) {
       pthread_cond_timedwait (&l->cond, &l->mu, &until);
    }
-   ok = l->yield_done;
+   ok = l->yield.done;
    pthread_mutex_unlock (&l->mu);
    return ok;
 }
@@ -651,12 +665,12 @@ fw_lease_status (fw_lease_t *l, fw_lease_status_t *out)
    out->clock_offset_ms = l->clock_offset_ms;
    out->acquisitions = l->acquisitions;
    out->free_ms = -1;
-   if (out->role != FW_LEASE_LEADER && l->seen_read) {
-      out->live_holder = l->seen_live;
-      if (l->seen_live) {
-         out->expires_in_ms = l->seen_expires_mono - now;
+   if (out->role != FW_LEASE_LEADER && l->seen.read) {
+      out->live_holder = l->seen.live;
+      if (l->seen.live) {
+         out->expires_in_ms = l->seen.expires_mono - now;
       } else {
-         out->free_ms = now - l->free_since_mono;
+         out->free_ms = now - l->seen.free_since_mono;
       }
    }
    pthread_mutex_unlock (&l->mu);

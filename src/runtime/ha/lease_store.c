@@ -152,29 +152,19 @@ take_command (fw_lease_t *l, int64_t floor)
 {
    const char *me = l->owner;
    return BCON_NEW (
-      "findAndModify", BCON_UTF8 (FW_LEASE_COLLECTION),
-      "query", "{", "_id", BCON_UTF8 (l->stream), "}",
-      "update", "[", "{", "$replaceWith", "{", "$cond", "[",
-         "{", "$or", "[",
-            "{", "$in", "[", "{", "$type", BCON_UTF8 ("$owner"), "}",
-                             "[", BCON_UTF8 ("missing"), BCON_UTF8 ("null"), "]", "]", "}",
-            "{", "$eq", "[", BCON_UTF8 ("$owner"), "{", "$literal", BCON_UTF8 (me), "}", "]", "}",
-            "{", "$ne", "[", "{", "$type", BCON_UTF8 ("$expiresAt"), "}", BCON_UTF8 ("date"), "]", "}",
-            "{", "$lte", "[", BCON_UTF8 ("$expiresAt"), BCON_UTF8 ("$$NOW"), "]", "}",
-         "]", "}",
-         "{", "$mergeObjects", "[", BCON_UTF8 ("$$ROOT"), "{",
-            "owner", "{", "$literal", BCON_UTF8 (me), "}",
-            "epoch", "{", "$add", "[", "{", "$max", "[",
-               "{", "$cond", "[", "{", "$in", "[", "{", "$type", BCON_UTF8 ("$epoch"), "}",
-                                                   "[", BCON_UTF8 ("int"), BCON_UTF8 ("long"), "]", "]", "}",
-                                  BCON_UTF8 ("$epoch"), BCON_INT64 (0), "]", "}",
-               BCON_INT64 (floor), "]", "}", BCON_INT64 (1), "]", "}",
-            "renewedAt", BCON_UTF8 ("$$NOW"),
-            "expiresAt", "{", "$add", "[", BCON_UTF8 ("$$NOW"), BCON_INT64 (l->lease_ms), "]", "}",
-         "}", "]", "}",
-         BCON_UTF8 ("$$ROOT"),
-      "]", "}", "}", "]",
-      "upsert", BCON_BOOL (true), "new", BCON_BOOL (true));
+      "findAndModify", BCON_UTF8 (FW_LEASE_COLLECTION), "query", "{", "_id", BCON_UTF8 (l->stream),
+      "}", "update", "[", "{", "$replaceWith", "{", "$cond", "[", "{", "$or", "[", "{", "$in", "[",
+      "{", "$type", BCON_UTF8 ("$owner"), "}", "[", BCON_UTF8 ("missing"), BCON_UTF8 ("null"), "]",
+      "]", "}", "{", "$eq", "[", BCON_UTF8 ("$owner"), "{", "$literal", BCON_UTF8 (me), "}", "]",
+      "}", "{", "$ne", "[", "{", "$type", BCON_UTF8 ("$expiresAt"), "}", BCON_UTF8 ("date"), "]",
+      "}", "{", "$lte", "[", BCON_UTF8 ("$expiresAt"), BCON_UTF8 ("$$NOW"), "]", "}", "]", "}", "{",
+      "$mergeObjects", "[", BCON_UTF8 ("$$ROOT"), "{", "owner", "{", "$literal", BCON_UTF8 (me),
+      "}", "epoch", "{", "$add", "[", "{", "$max", "[", "{", "$cond", "[", "{", "$in", "[", "{",
+      "$type", BCON_UTF8 ("$epoch"), "}", "[", BCON_UTF8 ("int"), BCON_UTF8 ("long"), "]", "]", "}",
+      BCON_UTF8 ("$epoch"), BCON_INT64 (0), "]", "}", BCON_INT64 (floor), "]", "}", BCON_INT64 (1),
+      "]", "}", "renewedAt", BCON_UTF8 ("$$NOW"), "expiresAt", "{", "$add", "[",
+      BCON_UTF8 ("$$NOW"), BCON_INT64 (l->lease_ms), "]", "}", "}", "]", "}", BCON_UTF8 ("$$ROOT"),
+      "]", "}", "}", "]", "upsert", BCON_BOOL (true), "new", BCON_BOOL (true));
 }
 
 /* Takes the lease (see take_command). got: the lease as the server left it,

@@ -149,11 +149,12 @@ sample (fw_oplog_sampler_t *s)
       fw_metrics_set_oplog_window (s->metrics, (double) (last - first));
       return;
    }
-   fw_metrics_set_oplog_window_unknown (
-      s->metrics, got == 0 ? FW_OPLOG_UNKNOWN_EMPTY
-                  : berr.domain == MONGOC_ERROR_SERVER_SELECTION || berr.domain == MONGOC_ERROR_STREAM
-                     ? FW_OPLOG_UNKNOWN_UNREACHABLE
-                     : FW_OPLOG_UNKNOWN_UNREADABLE);
+   fw_metrics_set_oplog_window_unknown (s->metrics,
+                                        got == 0 ? FW_OPLOG_UNKNOWN_EMPTY
+                                        : berr.domain == MONGOC_ERROR_SERVER_SELECTION ||
+                                              berr.domain == MONGOC_ERROR_STREAM
+                                           ? FW_OPLOG_UNKNOWN_UNREACHABLE
+                                           : FW_OPLOG_UNKNOWN_UNREADABLE);
    tell_unknown (s, got, &berr);
 }
 

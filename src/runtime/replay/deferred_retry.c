@@ -12,6 +12,7 @@
 #include "flowwarden/dlq_replay.h"
 #include "flowwarden/log.h"
 #include "runtime/dispatch/dispatcher-private.h"
+#include "runtime/dispatch/replay_hook-private.h"
 #include "runtime/replay/dlq_replay_txn.h"
 
 /* How often an idle stream looks for due retries at most; and how many it
@@ -114,7 +115,8 @@ release_followers (fw_dispatcher_t *d, const char *seq, const char *actor)
    fw_replay_options_t opts = {actor, FW_DLQ_CLAIM_TTL_MS, false, false};
    fw_error_t err;
 
-   if (fw_dlq_replay_sequence (d, d->dlq, seq, &opts, report_follower, d, &err) == FW_SEQ_REPLAY_ERROR) {
+   if (fw_dlq_replay_sequence (d, d->dlq, seq, &opts, report_follower, d, &err) ==
+       FW_SEQ_REPLAY_ERROR) {
       fw_log (FW_LOG_WARN, d->prog.cfg.name,
               "deferred retry of sequence %.300s resolved, but replaying its parked events "
               "failed: %s (flowwarden dlq replay --sequence takes them)",

@@ -119,7 +119,8 @@ fw_claim_keeper_start (const fw_claim_keeper_opts_t *o, fw_error_t *error)
    bson_value_copy (o->id, &k->id);
    if (!ok || (!k->shared && (!k->conns || !k->database || !k->collection))) {
       fw_error_set (error, ok ? FW_ERROR_INVALID : FW_ERROR_NOMEM,
-                    ok ? "the claim keeper has no store" : "out of memory starting the claim keeper");
+                    ok ? "the claim keeper has no store"
+                       : "out of memory starting the claim keeper");
       keeper_free (k);
       return NULL;
    }

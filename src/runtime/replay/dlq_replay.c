@@ -19,6 +19,7 @@
 #include "flowwarden/mongo_lua.h"
 #include "flowwarden/clock.h"
 #include "runtime/dispatch/dispatcher-private.h"
+#include "runtime/dispatch/replay_hook-private.h"
 #include "runtime/replay/dlq_replay_txn.h"
 
 
@@ -93,7 +94,8 @@ malformed_and_cut (const bson_t *entry, char *why, size_t len)
       }
    }
    if (o < len) {
-      snprintf (why + o, len - o, "); resolve it, or put the fields back by hand and remove omitted");
+      snprintf (why + o, len - o,
+                "); resolve it, or put the fields back by hand and remove omitted");
    }
    return true;
 }
@@ -188,9 +190,11 @@ build_letter (const bson_t *entry, const bson_t *before_claim, bson_t *letter)
       bson_append_iter (letter, "id", 2, &it);
    }
    BSON_APPEND_DOCUMENT_BEGIN (letter, "cause", &cause);
-   BSON_APPEND_UTF8 (&cause, "type", entry_string (entry, "error.type") ? entry_string (entry, "error.type") : "");
+   BSON_APPEND_UTF8 (&cause, "type",
+                     entry_string (entry, "error.type") ? entry_string (entry, "error.type") : "");
    BSON_APPEND_UTF8 (&cause, "message",
-                     entry_string (entry, "error.message") ? entry_string (entry, "error.message") : "");
+                     entry_string (entry, "error.message") ? entry_string (entry, "error.message")
+                                                           : "");
    bson_append_document_end (letter, &cause);
    if (entry_field (entry, "diagnostics", &it) && BSON_ITER_HOLDS_DOCUMENT (&it)) {
       bson_append_iter (letter, "diagnostics", -1, &it);
@@ -411,7 +415,8 @@ fw_dlq_replay_policy (fw_dispatcher_t *d, const fw_replay_hook_t *hook, const fw
       if (lua_istable (L, -1) && lua_getfield (L, -1, "value") == LUA_TSTRING) {
          msg = lua_tostring (L, -1);
       }
-      fw_log (FW_LOG_ERROR, d->prog.cfg.name, "dlq.enqueue_policy failed (%s); the entry is requeued",
+      fw_log (FW_LOG_ERROR, d->prog.cfg.name,
+              "dlq.enqueue_policy failed (%s); the entry is requeued",
               stop == FW_LUA_STOP_TIMEOUT ? "it exceeded the stream's timeout"
               : msg                       ? msg
                                           : "no message");

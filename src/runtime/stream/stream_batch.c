@@ -18,6 +18,13 @@
 #include "flowwarden/clock.h"
 #include "flowwarden/dlq_replay.h"
 #include "flowwarden/log.h"
+#include "runtime/stream/stream_batch-private.h"
+#include "runtime/stream/stream_control-private.h"
+#include "runtime/stream/stream_lead-private.h"
+#include "runtime/stream/stream_position-private.h"
+#include "runtime/stream/stream_program-private.h"
+#include "runtime/stream/stream_read-private.h"
+#include "runtime/stream/stream_settle.h"
 #include "runtime/stream/stream_worker-private.h"
 
 typedef struct {

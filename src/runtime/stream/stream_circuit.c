@@ -10,6 +10,7 @@
 
 #include "flowwarden/circuit_doc.h"
 #include "flowwarden/log.h"
+#include "runtime/stream/stream_circuit-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
 /* The epoch to write with (0 without ha); false when this instance no

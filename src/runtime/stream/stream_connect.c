@@ -9,6 +9,7 @@
 
 #include "flowwarden/log.h"
 #include "flowwarden/server_probe.h"
+#include "runtime/stream/stream_connect-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
 /* Between two probes of an unreachable deployment. */

@@ -8,6 +8,7 @@
 
 #include "flowwarden/log.h"
 #include "flowwarden/metrics_lua.h"
+#include "runtime/stream/stream_control-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
 bool
@@ -36,12 +37,6 @@ fw_stream_worker_control (fw_stream_worker_t *w, fw_stream_action_t action)
    if (action == FW_STREAM_RESUME) {
       fw_dispatcher_circuit_probe_now (w->d); /* an open breaker probes at once */
    }
-}
-
-int
-fw_stream_control_peek (fw_stream_worker_t *w)
-{
-   return __atomic_load_n (&w->control, __ATOMIC_ACQUIRE);
 }
 
 int
@@ -96,7 +91,8 @@ fw_stream_paused (fw_stream_worker_t *w)
 void
 fw_stream_count_dispatched (fw_stream_worker_t *w, const fw_outcome_t *o)
 {
-   fw_stream_metrics_set_lua_memory (w->metrics, fw_lua_host_memory_used (fw_dispatcher_host (w->d)));
+   fw_stream_metrics_set_lua_memory (w->metrics,
+                                     fw_lua_host_memory_used (fw_dispatcher_host (w->d)));
    fw_stream_dlq_count_tick (w, o->finished_ms ? o->finished_ms : fw_now_ms ());
 }
 

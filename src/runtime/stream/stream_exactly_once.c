@@ -9,6 +9,8 @@
 #include "flowwarden/checkpoint_store.h"
 #include "flowwarden/log.h"
 #include "flowwarden/txn_sessions.h"
+#include "runtime/stream/stream_exactly_once-private.h"
+#include "runtime/stream/stream_position-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
 /* *dst = a copy of src (*dst allocated on first use). */

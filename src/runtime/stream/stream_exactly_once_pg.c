@@ -30,6 +30,9 @@
 #include "flowwarden/mongo_lua.h"
 #include "flowwarden/pg_io.h"
 #include "flowwarden/pg_lua.h"
+#include "runtime/stream/stream_control-private.h"
+#include "runtime/stream/stream_exactly_once-private.h"
+#include "runtime/stream/stream_position-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
 /* Every statement of the sink's own (BEGIN, the position, COMMIT) waits at

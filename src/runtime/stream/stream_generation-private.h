@@ -44,8 +44,9 @@ typedef enum {
  * once. STOP (why in what) when it cannot switch (old checkpoints without a
  * position, several old generations, a read or write error). cfg, client:
  * borrowed; g: initialised by the caller, owned by it. */
-fw_generation_open_t fw_stream_generation_open (const fw_stream_config_t *cfg, mongoc_client_t *client,
-                                fw_generation_t *g, char *what, size_t len);
+fw_generation_open_t fw_stream_generation_open (const fw_stream_config_t *cfg,
+                                                mongoc_client_t *client, fw_generation_t *g,
+                                                char *what, size_t len);
 
 /* Whether the stream has a generation document or checkpoints of another
  * number of partitions than cfg's (or they cannot be read): a unit without

@@ -103,7 +103,8 @@ read_doc (scan_t *s, const bson_t *doc)
    if (bson_iter_init_find (&it, doc, "cutoffs") && BSON_ITER_HOLDS_ARRAY (&it) &&
        bson_iter_recurse (&it, &a)) {
       while (s->ncutoff < MAX_OLD && bson_iter_next (&a)) {
-         s->cutoff[s->ncutoff] = strdup (BSON_ITER_HOLDS_UTF8 (&a) ? bson_iter_utf8 (&a, NULL) : "");
+         s->cutoff[s->ncutoff] = strdup (BSON_ITER_HOLDS_UTF8 (&a) ? bson_iter_utf8 (&a, NULL)
+                                                                   : "");
          if (!s->cutoff[s->ncutoff++]) {
             return false;
          }
@@ -116,7 +117,8 @@ read_doc (scan_t *s, const bson_t *doc)
 static bool
 scan_one (scan_t *s, const bson_t *doc, const char *id, size_t n, int mine, int want)
 {
-   int g = fw_stream_partition_generation_of (id, id, n), k = 0, parts; /* id starts with the base */
+   int g = fw_stream_partition_generation_of (id, id, n), k = 0,
+       parts; /* id starts with the base */
    const char *pos;
 
    if (g < 0 || g == mine) {
@@ -253,6 +255,29 @@ old_units_held (const fw_stream_config_t *cfg, mongoc_client_t *client, int old,
    return held;
 }
 
+/* The generation document: n units (mine) switched from old at the time at,
+ * with the old units' positions (s->old) as their cutoffs. */
+static void
+generation_doc (bson_t *doc, const char *id, int mine, int old, uint64_t at, const scan_t *s,
+                int units)
+{
+   char key[16];
+   const char *k;
+   bson_t cut;
+
+   BSON_APPEND_UTF8 (doc, "_id", id);
+   BSON_APPEND_INT32 (doc, "n", mine);
+   BSON_APPEND_INT32 (doc, "from", old);
+   BSON_APPEND_TIMESTAMP (doc, "startAt", (uint32_t) (at >> 32), (uint32_t) at);
+   BSON_APPEND_ARRAY_BEGIN (doc, "cutoffs", &cut);
+   for (int j = 0; j < units; j++) {
+      bson_uint32_to_string ((uint32_t) j, &k, key, sizeof key);
+      BSON_APPEND_UTF8 (&cut, k, s->old[j] ? s->old[j] : "");
+   }
+   bson_append_array_end (doc, &cut);
+   BSON_APPEND_DATE_TIME (doc, "switchedAt", (int64_t) time (NULL) * 1000);
+}
+
 /* The one conditional write of the switch from generation old to cfg's,
  * with the positions s->old: SWITCH_WON when this call wrote it,
  * SWITCH_LOST when another writer did (the caller reads the document
@@ -264,12 +289,12 @@ static int
 switch_to (const fw_stream_config_t *cfg, mongoc_client_t *client, const scan_t *s, int old,
            char *what, size_t len)
 {
-   int n = (int) fw_stream_partition_base_len (cfg), mine = cfg->partitions > 0 ? cfg->partitions : 0;
+   int n = (int) fw_stream_partition_base_len (cfg),
+       mine = cfg->partitions > 0 ? cfg->partitions : 0;
    int units = old > 1 ? old : 1;
-   char id[600], key[16];
-   const char *k;
+   char id[600];
    uint64_t at = 0;
-   bson_t doc = BSON_INITIALIZER, sel = BSON_INITIALIZER, upd = BSON_INITIALIZER, cut, set;
+   bson_t doc = BSON_INITIALIZER, sel = BSON_INITIALIZER, upd = BSON_INITIALIZER, set;
    bson_error_t berr;
    mongoc_collection_t *coll;
    bson_iter_t it;
@@ -300,17 +325,7 @@ switch_to (const fw_stream_config_t *cfg, mongoc_client_t *client, const scan_t 
                 cfg->name);
       return SWITCH_REFUSED;
    }
-   BSON_APPEND_UTF8 (&doc, "_id", id);
-   BSON_APPEND_INT32 (&doc, "n", mine);
-   BSON_APPEND_INT32 (&doc, "from", old);
-   BSON_APPEND_TIMESTAMP (&doc, "startAt", (uint32_t) (at >> 32), (uint32_t) at);
-   BSON_APPEND_ARRAY_BEGIN (&doc, "cutoffs", &cut);
-   for (int j = 0; j < units; j++) {
-      bson_uint32_to_string ((uint32_t) j, &k, key, sizeof key);
-      BSON_APPEND_UTF8 (&cut, k, s->old[j] ? s->old[j] : "");
-   }
-   bson_append_array_end (&doc, &cut);
-   BSON_APPEND_DATE_TIME (&doc, "switchedAt", (int64_t) time (NULL) * 1000);
+   generation_doc (&doc, id, mine, old, at, s, units);
    coll = mongoc_client_get_collection (client, cfg->database, FW_CHECKPOINT_COLLECTION);
    if (s->n < 0) {
       ok = mongoc_collection_insert_one (coll, &doc, NULL, NULL, &berr);
@@ -476,7 +491,8 @@ fw_generation_open_t
 fw_stream_generation_open (const fw_stream_config_t *cfg, mongoc_client_t *client,
                            fw_generation_t *g, char *what, size_t len)
 {
-   int n = (int) fw_stream_partition_base_len (cfg), mine = cfg->partitions > 0 ? cfg->partitions : 0;
+   int n = (int) fw_stream_partition_base_len (cfg),
+       mine = cfg->partitions > 0 ? cfg->partitions : 0;
    int old;
    scan_t s;
    bool ok, later = false;

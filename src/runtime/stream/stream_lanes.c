@@ -41,6 +41,10 @@
 #include "flowwarden/dlq_sequence.h"
 #include "flowwarden/log.h"
 #include "flowwarden/mongo_lua.h"
+#include "runtime/stream/stream_lanes-private.h"
+#include "runtime/stream/stream_position-private.h"
+#include "runtime/stream/stream_program-private.h"
+#include "runtime/stream/stream_settle.h"
 #include "runtime/stream/stream_worker-private.h"
 
 /* Events one lane holds before the reader waits for it. */

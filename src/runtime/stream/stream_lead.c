@@ -4,6 +4,11 @@
  * with the lease's epoch. Called by worker_main (stream_worker.c) only.
  */
 #include "flowwarden/log.h"
+#include "runtime/stream/stream_circuit-private.h"
+#include "runtime/stream/stream_exactly_once-private.h"
+#include "runtime/stream/stream_lead-private.h"
+#include "runtime/stream/stream_position-private.h"
+#include "runtime/stream/stream_shared-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
 /* ha.mode = "leader": whether this thread may still call handlers. */

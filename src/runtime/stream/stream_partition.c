@@ -110,7 +110,8 @@ refuse (const fw_stream_config_t *cfg, int other, const char *id, char *what, si
 }
 
 bool
-fw_stream_partition_same_generation (const fw_stream_config_t *cfg, mongoc_client_t *client, char *what, size_t len)
+fw_stream_partition_same_generation (const fw_stream_config_t *cfg, mongoc_client_t *client,
+                                     char *what, size_t len)
 {
    size_t n = fw_stream_partition_base_len (cfg);
    char *re = fw_stream_partition_regex (cfg->name, n), id[600];

@@ -7,6 +7,8 @@
 #include "flowwarden/checkpoint_store.h"
 #include "flowwarden/checkpoint_writer.h"
 #include "flowwarden/log.h"
+#include "runtime/stream/stream_exactly_once-private.h"
+#include "runtime/stream/stream_position-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
 /* checkpoint.mode = "async": saves that may wait to be written while the
@@ -77,15 +79,15 @@ fw_position_save (fw_stream_worker_t *w, fw_position_t *p, const char *why)
    if (w->lead.lease && w->lead.epoch <= 0) {
       return; /* a standby has nothing to save: the leader's checkpoint stands */
    }
-   if (!(w->lead.lease ? fw_checkpoint_save_fenced (w->client, w->cfg->database, w->cfg->name,
-                                               p->has_processed ? &p->processed : NULL,
-                                               p->has_resume ? &p->resume : NULL,
-                                               fw_lua_host_version (fw_dispatcher_host (w->d)), w->lead.epoch, NULL,
-                                               &err)
-                  : fw_checkpoint_save (w->client, w->cfg->database, w->cfg->name,
-                                        p->has_processed ? &p->processed : NULL,
-                                        p->has_resume ? &p->resume : NULL,
-                                        fw_lua_host_version (fw_dispatcher_host (w->d)), &err))) {
+   if (!(w->lead.lease
+            ? fw_checkpoint_save_fenced (
+                 w->client, w->cfg->database, w->cfg->name, p->has_processed ? &p->processed : NULL,
+                 p->has_resume ? &p->resume : NULL, fw_lua_host_version (fw_dispatcher_host (w->d)),
+                 w->lead.epoch, NULL, &err)
+            : fw_checkpoint_save (w->client, w->cfg->database, w->cfg->name,
+                                  p->has_processed ? &p->processed : NULL,
+                                  p->has_resume ? &p->resume : NULL,
+                                  fw_lua_host_version (fw_dispatcher_host (w->d)), &err))) {
       fw_log (FW_LOG_ERROR, w->cfg->name, "%s (%s); will try again", err.message, why);
       if (w->metrics) {
          fw_stream_metrics_checkpoint (w->metrics, false, 0);
@@ -133,8 +135,8 @@ fw_position_save_async (fw_stream_worker_t *w, fw_position_t *p, const char *why
       return;
    }
    fw_stream_exactly_once_pg_advance (w, p); /* exactly once into PostgreSQL */
-   if (!w->ckpt.writer &&
-       !(w->ckpt.writer = fw_checkpoint_writer_new (w->pool, w->cfg->database, w->cfg->name, &err))) {
+   if (!w->ckpt.writer && !(w->ckpt.writer = fw_checkpoint_writer_new (w->pool, w->cfg->database,
+                                                                       w->cfg->name, &err))) {
       fw_log (FW_LOG_WARN, w->cfg->name, "%s; checkpoints are written as with mode = \"sync\"",
               err.message);
       w->ckpt.unavailable = true;
@@ -148,12 +150,27 @@ fw_position_save_async (fw_stream_worker_t *w, fw_position_t *p, const char *why
       fw_checkpoint_writer_set_epoch (w->ckpt.writer, w->lead.epoch);
       w->ckpt.epoch = w->lead.epoch;
    }
-   fw_checkpoint_writer_submit (w->ckpt.writer, p->has_processed ? &p->processed : NULL,
-                                p->has_resume ? &p->resume : NULL, fw_lua_host_version (fw_dispatcher_host (w->d)),
-                                FW_CHECKPOINT_MAX_BEHIND);
+   fw_checkpoint_writer_submit (
+      w->ckpt.writer, p->has_processed ? &p->processed : NULL, p->has_resume ? &p->resume : NULL,
+      fw_lua_host_version (fw_dispatcher_host (w->d)), FW_CHECKPOINT_MAX_BEHIND);
    fw_position_writer_results (w);
    p->since_save = 0;
    p->dirty = false;
    p->last_save_ms = fw_now_ms ();
+}
+
+void
+fw_position_passed (fw_stream_worker_t *w, fw_position_t *p, const fw_event_t *ev,
+                    const bson_t *token)
+{
+   if (fw_position_set_event_token (&p->processed, ev)) {
+      p->has_processed = true;
+   }
+   fw_position_set_token (&p->resume, token);
+   p->has_resume = true;
+   p->dirty = true;
+   if (++p->since_save >= w->cfg->save_every) {
+      fw_position_save_async (w, p, "save_every");
+   }
 }
 

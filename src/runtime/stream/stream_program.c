@@ -12,6 +12,10 @@
 
 #include "flowwarden/clock.h"
 #include "flowwarden/event_settle.h"
+#include "runtime/stream/stream_circuit-private.h"
+#include "runtime/stream/stream_exactly_once-private.h"
+#include "runtime/stream/stream_program-private.h"
+#include "runtime/stream/stream_shared-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
 fw_stream_worker_t *

@@ -99,8 +99,9 @@ typedef struct fw_stream_reader fw_stream_reader_t;
 /* Starts reading cs (created on a client that only the reader uses from now
  * on) into a queue of at most max_events events and, past one event, at most
  * max_bytes bytes counting the event in hand (the last next's: a large event
- * is copied out of libmongoc's batch only once the one before it is done). While hold(hold_ud) (called on the reader's thread) is
- * true, the reader asks for nothing more and hands over one idle mark: the
+ * is copied out of libmongoc's batch only once the one before it is done).
+ * While hold(hold_ud) (called on the reader's thread) is true, the reader
+ * asks for nothing more and hands over one idle mark: the
  * caller is about to stop it. Without a thread (it could not start) the
  * calls go to cs on the caller's thread. NULL when out of memory. */
 fw_stream_reader_t *fw_stream_reader_start (mongoc_change_stream_t *cs, int max_events,

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "flowwarden/log.h"
+#include "runtime/stream/stream_program-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
 void

@@ -6,6 +6,14 @@
  * (stream_worker.c) only.
  */
 #include "flowwarden/log.h"
+#include "runtime/stream/stream_connect-private.h"
+#include "runtime/stream/stream_control-private.h"
+#include "runtime/stream/stream_exactly_once-private.h"
+#include "runtime/stream/stream_lead-private.h"
+#include "runtime/stream/stream_position-private.h"
+#include "runtime/stream/stream_restart-private.h"
+#include "runtime/stream/stream_settle.h"
+#include "runtime/stream/stream_shared-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
 bool

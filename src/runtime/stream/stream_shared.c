@@ -9,6 +9,7 @@
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
 #include "flowwarden/shared_units.h"
+#include "runtime/stream/stream_shared-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
 fw_lease_t *
@@ -23,7 +24,8 @@ fw_stream_lease_new (fw_stream_worker_t *w, fw_error_t *err)
    if (!w->cfg->ha_shared) {
       return fw_lease_new (uri, w->cfg->database, w->cfg->name, w->cfg->ha_lease_ms, NULL, err);
    }
-   if (!(w->shared.group = fw_shared_group_join (uri, w->cfg->database, w->cfg->ha_lease_ms, err))) {
+   if (!(w->shared.group = fw_shared_group_join (uri, w->cfg->database, w->cfg->ha_lease_ms,
+                                                 err))) {
       return NULL;
    }
    if (!(l = fw_shared_group_lease (w->shared.group, uri, w->cfg->name, err))) {
@@ -36,7 +38,8 @@ fw_stream_lease_new (fw_stream_worker_t *w, fw_error_t *err)
 bool
 fw_stream_over_share (fw_stream_worker_t *w)
 {
-   return w->shared.group && w->lead.lease && fw_shared_should_yield (w->shared.group, w->lead.lease);
+   return w->shared.group && w->lead.lease &&
+          fw_shared_should_yield (w->shared.group, w->lead.lease);
 }
 
 bool
@@ -156,8 +159,8 @@ observe_standby (fw_stream_worker_t *w, const fw_shared_figures_t *f)
                                    "starting: reading the unit's lease");
       return;
    }
-   snprintf (msg, sizeof msg, "standby%s: unit held by %.200s%s", w->shared.group ? " (shared)" : "",
-             st.holder, share);
+   snprintf (msg, sizeof msg, "standby%s: unit held by %.200s%s",
+             w->shared.group ? " (shared)" : "", st.holder, share);
    fw_stream_metrics_set_unit_view (w->metrics, st.holder, 0, short_of_share);
    fw_stream_metrics_set_state (w->metrics, FW_STREAM_STANDBY, msg);
 }

@@ -10,7 +10,14 @@
 
 #include "flowwarden/log.h"
 #include "flowwarden/snapshot.h"
+#include "runtime/stream/stream_control-private.h"
 #include "runtime/stream/stream_generation-private.h"
+#include "runtime/stream/stream_lanes-private.h"
+#include "runtime/stream/stream_lead-private.h"
+#include "runtime/stream/stream_position-private.h"
+#include "runtime/stream/stream_program-private.h"
+#include "runtime/stream/stream_settle.h"
+#include "runtime/stream/stream_snapshot-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
 #define RETRY_MS 2000       /* after a chunk could not be read */
@@ -88,7 +95,8 @@ fw_stream_snapshot_setup (fw_stream_worker_t *w, const fw_checkpoint_t *cp)
    }
    fw_snapshot_progress_init (&progress);
    for (;;) {
-      if (fw_checkpoint_snapshot_load (w->client, w->cfg->database, w->cfg->name, &progress, &err)) {
+      if (fw_checkpoint_snapshot_load (w->client, w->cfg->database, w->cfg->name, &progress,
+                                       &err)) {
          break;
       }
       fw_log (FW_LOG_WARN, w->cfg->name, "%s (retrying)", err.message);

@@ -8,6 +8,8 @@
 #include <time.h>
 
 #include "flowwarden/log.h"
+#include "runtime/stream/stream_control-private.h"
+#include "runtime/stream/stream_restart-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
 /* "2026-11-26T10:00:00Z (Timestamp(1795600800, 0))" */

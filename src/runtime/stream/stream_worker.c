@@ -13,7 +13,20 @@
 #include "flowwarden/dlq_replay.h"
 #include "flowwarden/log.h"
 #include "flowwarden/mongo_lua.h"
+#include "runtime/stream/stream_batch-private.h"
+#include "runtime/stream/stream_connect-private.h"
+#include "runtime/stream/stream_control-private.h"
+#include "runtime/stream/stream_exactly_once-private.h"
 #include "runtime/stream/stream_generation-private.h"
+#include "runtime/stream/stream_lanes-private.h"
+#include "runtime/stream/stream_lead-private.h"
+#include "runtime/stream/stream_position-private.h"
+#include "runtime/stream/stream_program-private.h"
+#include "runtime/stream/stream_read-private.h"
+#include "runtime/stream/stream_restart-private.h"
+#include "runtime/stream/stream_settle.h"
+#include "runtime/stream/stream_shared-private.h"
+#include "runtime/stream/stream_snapshot-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
 const char *
@@ -232,10 +245,13 @@ event_boundary (fw_stream_worker_t *w, fw_position_t *p)
          fw_stream_failed (w, w->failure);
          return FW_READ_FAILED;
       }
-   } else {
-      fw_stream_reload_apply (w);
+   } else if (__atomic_load_n (&w->pending.has, __ATOMIC_ACQUIRE)) {
+      fw_stream_reload_apply (w); /* a reload is pending */
    }
-   if (fw_stream_lease_lost (w)) {
+   /* The parts an event does not need stay out of its path: the lease's
+    * checks without ha, the snapshot's without one, deferred retries
+    * without retry.mode = "deferred" (each function checks again). */
+   if (w->lead.lease && fw_stream_lease_lost (w)) {
       return FW_READ_LOST;
    }
    return FW_READ_NEXT;
@@ -266,15 +282,7 @@ static fw_read_end_t
 event_done (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
             const fw_event_t *ev)
 {
-   if (fw_position_set_event_token (&p->processed, ev)) {
-      p->has_processed = true;
-   }
-   fw_position_set_token (&p->resume, fw_stream_reader_resume_token (rd));
-   p->has_resume = true;
-   p->dirty = true;
-   if (++p->since_save >= w->cfg->save_every) {
-      fw_position_save_async (w, p, "save_every");
-   }
+   fw_position_passed (w, p, ev, fw_stream_reader_resume_token (rd));
    if (strcmp (ev->operation_type, "invalidate") == 0) {
       p->invalidated = true;
       fw_position_save (w, p, "invalidate");
@@ -334,9 +342,12 @@ here_advance (void *ud)
       return lanes_event (w, h->rd, h->p, h->ev, false);
    }
    if (w->reprocess_at_ms >= 0) {
-      fw_dlq_reprocess_tick (w->d, &w->reprocess_at_ms); /* a due dlq.reprocess round, between events */
+      fw_dlq_reprocess_tick (w->d,
+                             &w->reprocess_at_ms); /* a due dlq.reprocess round, between events */
    }
-   fw_deferred_tick (w->d); /* due deferred retries (issue 29), between events */
+   if (w->cfg->retry_deferred) {
+      fw_deferred_tick (w->d); /* due deferred retries (issue 29), between events */
+   }
    return event_done (w, h->rd, h->p, h->ev);
 }
 
@@ -416,7 +427,7 @@ dispatch_here (here_t *h, const fw_event_t *ev)
    fw_outcome_t o;
 
    fw_dispatcher_count_received (w->d, ev);
-   if (fw_stream_lease_lost (w)) {
+   if (w->lead.lease && fw_stream_lease_lost (w)) {
       return FW_READ_LOST; /* checked again here: the read may have waited */
    }
    o = fw_stream_dispatch (w, ev);
@@ -466,7 +477,7 @@ take_event (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p, con
    default:
       break;
    }
-   if (parsed && (end = fw_stream_snapshot_live (w, p, &ev)) != FW_READ_NEXT) {
+   if (parsed && w->snap.run && (end = fw_stream_snapshot_live (w, p, &ev)) != FW_READ_NEXT) {
       return end;
    }
    if (step == FW_OVERSIZE_STUB) {
@@ -480,13 +491,14 @@ take_event (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p, con
       *progressed = true;
       return lanes_event (w, rd, p, &ev, true); /* the router: to its lane */
    }
-   if (fw_dispatcher_batching (w->d, NULL, NULL) && fw_stream_batch_joins (doc, &ev)) {
+   if (w->cfg->batch_max_events > 0 && fw_dispatcher_batching (w->d, NULL, NULL) &&
+       fw_stream_batch_joins (doc, &ev)) {
       /* on_batch: ev starts a batch, which moves the position itself */
       *progressed = true;
       end = fw_stream_batch_take (w, rd, p, &ev);
       return end == FW_READ_NEXT && split_back (w, p) ? FW_READ_REOPEN : end;
    }
-   if (fw_stream_group_wanted (w, doc, &ev)) {
+   if (w->cfg->exactly_once && fw_stream_group_wanted (w, doc, &ev)) {
       /* exactly_once: ev's source transaction is applied as one */
       *progressed = true;
       end = fw_stream_group_take (w, rd, p, &ev);
@@ -541,10 +553,11 @@ consume_events (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
 
    while (!fw_shutdown_requested (w->shutdown)) {
       if ((end = event_boundary (w, p)) != FW_READ_NEXT ||
-          (end = fw_stream_snapshot_between (w, p, rd)) != FW_READ_NEXT) {
+          ((w->snap.run || __atomic_load_n (&w->snap.request, __ATOMIC_ACQUIRE)) &&
+           (end = fw_stream_snapshot_between (w, p, rd)) != FW_READ_NEXT)) {
          return end;
       }
-      if (fw_stream_snapshot_reading (w) && !fw_stream_reader_ready (rd, 0)) {
+      if (w->snap.run && fw_stream_snapshot_reading (w) && !fw_stream_reader_ready (rd, 0)) {
          continue; /* more chunks to read, nothing live waits: no wait for the stream */
       }
       if (fw_stream_reader_next (rd, &doc)) {
@@ -639,7 +652,8 @@ run_setup (fw_stream_worker_t *w, fw_stream_run_t *run)
    }
    set_state (w, FW_STREAM_STARTING, "starting: reading its checkpoint");
    if (w->metrics) {
-      fw_stream_metrics_set_script_version (w->metrics, fw_lua_host_version (fw_dispatcher_host (w->d)));
+      fw_stream_metrics_set_script_version (w->metrics,
+                                            fw_lua_host_version (fw_dispatcher_host (w->d)));
    }
 
    if (w->cfg->dlq.enabled && !fw_dispatcher_open_dlq (w->d)) {
@@ -665,7 +679,8 @@ run_setup (fw_stream_worker_t *w, fw_stream_run_t *run)
       return false;
    }
    fw_log (FW_LOG_INFO, w->cfg->name, "starting on %s%s%s %s", w->cfg->database,
-           w->cfg->collection ? "." : "", w->cfg->collection ? w->cfg->collection : " (all collections)",
+           w->cfg->collection ? "." : "",
+           w->cfg->collection ? w->cfg->collection : " (all collections)",
            run->from_checkpoint ? "from its checkpoint" : "from now");
    return true;
 }
@@ -871,7 +886,9 @@ fw_stream_dispatch (fw_stream_worker_t *w, const fw_event_t *ev)
    fw_dispatch_run_t run = {0, NULL};
    fw_outcome_t o;
 
-   fw_stream_reload_apply (w); /* one that came while the read waited for ev */
+   if (__atomic_load_n (&w->pending.has, __ATOMIC_ACQUIRE)) {
+      fw_stream_reload_apply (w); /* one that came while the read waited for ev */
+   }
    o = fw_event_dispatch (w->d, ev);
    while (o.kind == FW_OUTCOME_YIELDED) {
       run.attempt_base = o.attempts;

@@ -101,7 +101,8 @@ void fw_test__push_capture_fields (lua_State *L, int t, const fw_test_capture_t 
 int fw_test__load (lua_State *L);         /* core.load(script, opts) -> app */
 int fw_test__streams (lua_State *L);      /* core.streams(app) -> names */
 int fw_test__deliver (lua_State *L);      /* core.deliver(app, stream, event) */
-int fw_test__deliver_batch (lua_State *L); /* core.deliver_batch(app, stream, events): test_app_batch.c */
+int fw_test__deliver_batch (
+   lua_State *L); /* core.deliver_batch(app, stream, events): test_app_batch.c */
 int fw_test__now (lua_State *L);          /* core.now(app) -> ms */
 int fw_test__advance (lua_State *L);      /* core.advance(app, ms) -> ms */
 int fw_test__metrics_text (lua_State *L); /* core.metrics_text(app) */
@@ -111,7 +112,7 @@ void fw_test__open_metatables (lua_State *L);
 
 /* --- test_app_replay.c: core functions flowwarden.testing calls ---------------- */
 
-int fw_test__replay_one (lua_State *L);   /* core.replay_one(app, stream, event, letter, no_retry) */
+int fw_test__replay_one (lua_State *L); /* core.replay_one(app, stream, event, letter, no_retry) */
 int fw_test__dlq_entries (lua_State *L);  /* core.dlq_entries(app[, stream]) */
 int fw_test__dlq_put (lua_State *L);      /* core.dlq_put(app, entry) */
 int fw_test__seq_read (lua_State *L);     /* core.seq_read(app, stream, id) */

@@ -12,6 +12,7 @@
 #include "flowwarden/dlq_sequence.h"
 #include "flowwarden/log.h"
 #include "flowwarden/test_app.h"
+#include "runtime/dispatch/replay_hook-private.h"
 #include "runtime/testing/test_app-private.h"
 
 /* --- replaying a dead letter --------------------------------------------------- */

@@ -152,8 +152,9 @@ bridge_raw (lua_State *L)
       snprintf (msg, sizeof msg, "flowwarden.testing: the %s fake failed: %.1000s", channel,
                 m ? m : "(error object is not a string)");
    } else if (!c.ok) {
-      snprintf (msg, sizeof msg, "flowwarden.testing: the %s fake's answer has no BSON form: %.1000s",
-                channel, c.err.message);
+      snprintf (msg, sizeof msg,
+                "flowwarden.testing: the %s fake's answer has no BSON form: %.1000s", channel,
+                c.err.message);
    }
    lua_settop (app->bridge, btop);
    bson_destroy (&args);

@@ -1,0 +1,49 @@
+/*
+ * stream_exactly_once-private.h - exactly_once (issue 39, stream_exactly_once.c): the
+ * dispatcher's transactions write the stream's position.
+ */
+#ifndef FLOWWARDEN_STREAM_EXACTLY_ONCE_PRIVATE_H
+#define FLOWWARDEN_STREAM_EXACTLY_ONCE_PRIVATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "flowwarden/stream_worker.h"
+
+typedef struct fw_position fw_position_t; /* stream_position-private.h */
+
+/* stream_exactly_once.c: exactly_once (issue 39) wires the dispatcher's
+ * transactions to write the stream's position in them. */
+void fw_stream_exactly_once_wire (fw_stream_worker_t *w);
+
+/* At the start of a run (under ha: once the lease is held, before the
+ * checkpoint is fenced, since the fence's write would wait for a
+ * transaction that wrote the checkpoint; without ha: before the change
+ * stream opens): kills the server sessions recorded by an earlier holder of
+ * the checkpoint (a killed process, a deposed leader), aborting the
+ * transaction it may have left open, and ends this thread's own; a failure
+ * is logged and the run goes on. */
+void fw_stream_exactly_once_recover (fw_stream_worker_t *w);
+
+/* stream_exactly_once_pg.c: exactly_once = { connection = <PostgreSQL> }
+ * (issue 40). _wire hands the dispatcher the PostgreSQL sink (its state made
+ * on first use, owned by w, freed by _free after w's dispatcher). _load, at
+ * the start of a run after the lease: raises the position's epoch to the
+ * leader's (ha) and sets p to the position committed there, which wins over
+ * _fw_checkpoints' (none there: p untouched); retried with the restart
+ * backoff, false on shutdown (or when the sink could not be made: the
+ * stream failed rather than run without its transactions). */
+void fw_stream_exactly_once_pg_wire (fw_stream_worker_t *w);
+void fw_stream_exactly_once_pg_free (fw_stream_worker_t *w);
+bool fw_stream_exactly_once_pg_load (fw_stream_worker_t *w, fw_position_t *p, int *candidate,
+                                     bool *from_checkpoint);
+/* At each checkpoint save: stores p's processed position in the table when
+ * no transaction did (the last events were dead-lettered, skipped or had no
+ * handler), so a restart does not run them again. Best effort. */
+void fw_stream_exactly_once_pg_advance (fw_stream_worker_t *w, const fw_position_t *p);
+
+/* Whether p's handled and seen positions are the one the last transaction
+ * committed (so a save of p would write again what is stored). */
+bool fw_stream_exactly_once_stored (const fw_stream_worker_t *w, const fw_position_t *p);
+
+#endif

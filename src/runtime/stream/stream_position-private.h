@@ -1,0 +1,62 @@
+/*
+ * stream_position-private.h - where the stream's thread has read to and what it has
+ * handled (stream_position.c): the position and its checkpoint saves.
+ */
+#ifndef FLOWWARDEN_STREAM_POSITION_PRIVATE_H
+#define FLOWWARDEN_STREAM_POSITION_PRIVATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <bson/bson.h>
+
+#include "flowwarden/event.h"
+#include "flowwarden/stream_worker.h"
+#include "runtime/stream/stream_read-private.h"
+
+/* Where the stream's thread has read to and what it has handled. */
+typedef struct fw_position {
+   bson_t resume;       /* where the stream has read to (event or post-batch token) */
+   bool has_resume;
+   bson_t processed;    /* last event handled */
+   bool has_processed;
+   int since_save;
+   int64_t last_save_ms;
+   bool dirty;
+   bool invalidated;    /* the last event was an invalidate: re-open with startAfter */
+   char error[600];     /* why the change stream last failed, for the stream's status */
+   fw_split_buffer_t split; /* fragments of a split event, not yet handled */
+   bool split_rejected; /* the server refused $changeStreamSplitLargeEvent */
+   bool unsplittable;   /* the server could not split the next event (7182500):
+                         * read without the stage until oversize = "skip" has
+                         * dead-lettered it */
+} fw_position_t;
+
+/* dst = a copy of src (dst initialized). */
+void fw_position_set_token (bson_t *dst, const bson_t *src);
+
+/* dst = a copy of ev's resume token (its _id) when that is a document;
+ * false (dst untouched) otherwise. */
+bool fw_position_set_event_token (bson_t *dst, const fw_event_t *ev);
+
+/* Saves p as the checkpoint on the stream's thread, after the checkpoint
+ * writer's write in flight (if any): mode = "sync", and in async mode the
+ * final save (shutdown, pause, restart) and the rare ones (start,
+ * invalidate). A failure is logged and counted (why names the occasion). */
+void fw_position_save (fw_stream_worker_t *w, fw_position_t *p, const char *why);
+
+/* checkpoint.mode = "async": hands p to the stream's checkpoint writer
+ * (started on first use) and goes on; as fw_position_save with mode = "sync"
+ * or when the writer cannot start. */
+void fw_position_save_async (fw_stream_worker_t *w, fw_position_t *p, const char *why);
+
+/* ev (handled, or dead-lettered, on the stream's thread) is passed: p's
+ * processed token is ev's, its resume token token (the change stream's after
+ * ev), and p is saved (fw_position_save_async) every save_every events. */
+void fw_position_passed (fw_stream_worker_t *w, fw_position_t *p, const fw_event_t *ev,
+                         const bson_t *token);
+
+/* Counts the checkpoint writer's outcomes in the stream's metrics. */
+void fw_position_writer_results (fw_stream_worker_t *w);
+
+#endif

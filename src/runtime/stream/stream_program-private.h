@@ -1,0 +1,41 @@
+/*
+ * stream_program-private.h - a worker's program (stream_program.c, the lowest stream
+ * file) and the reload that replaces it (stream_reload.c).
+ */
+#ifndef FLOWWARDEN_STREAM_PROGRAM_PRIVATE_H
+#define FLOWWARDEN_STREAM_PROGRAM_PRIVATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "flowwarden/event.h"
+#include "flowwarden/outcome.h"
+#include "flowwarden/stream_worker.h"
+
+/* Points w's Lua state (and its lane programs') at w's fw.state store, and
+ * w's fw.mongo at w's clients. */
+void fw_stream_state_attach (fw_stream_worker_t *w);
+
+/* The lane programs' counts added to w's (and zeroed). */
+void fw_stream_fold_lane_stats (fw_stream_worker_t *w);
+
+/* Switches to the program a reload left pending (handlers, policies, Lua
+ * state, lane programs), if any: at an event boundary of the stream's
+ * thread, never inside fw_event_dispatch (w->cfg points into the program).
+ * Never while lanes run (w->lanes): fw_stream_lanes_boundary applies it
+ * then. Returns true when it switched. */
+bool fw_stream_reload_apply (fw_stream_worker_t *w);
+
+/* stream_worker.c: the stream's thread runs ev on w->d, switching first to a
+ * reload's program left pending: when ev gives way to a reload between two
+ * attempts (FW_OUTCOME_YIELDED), the new program is switched to here, at the
+ * event's boundary, and ev runs again on it, its attempts carrying on. */
+fw_outcome_t fw_stream_dispatch (fw_stream_worker_t *w, const fw_event_t *ev);
+
+/* The stream's dispatchers' outcome sink (fw_dispatcher_set_outcome_sink,
+ * ud: the worker): each event's log line and counts in its metrics block
+ * (fw_event_settle). On the thread that ran the event (a lane's). */
+void fw_stream_event_settled (void *ud, const char *stream, const fw_event_t *ev,
+                              const fw_outcome_t *o);
+
+#endif

@@ -1,0 +1,44 @@
+/*
+ * stream_restart-private.h - what follows the end of a read (stream_restart.c) and
+ * checkpoint.start_at's lost history (stream_start_at.c).
+ */
+#ifndef FLOWWARDEN_STREAM_RESTART_PRIVATE_H
+#define FLOWWARDEN_STREAM_RESTART_PRIVATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "flowwarden/checkpoint_store.h"
+#include "flowwarden/stream_worker.h"
+#include "runtime/stream/stream_position-private.h"
+#include "runtime/stream/stream_settle.h"
+
+/* fw_read_end_t: how a read of the change stream ended (stream_settle.h). */
+
+/* What the stream's thread keeps from one change stream to the next. */
+typedef struct fw_stream_run {
+   fw_checkpoint_t cp;   /* the checkpoint it started from */
+   fw_position_t p;
+   int restarts;         /* failed reads in a row, for the restart backoff */
+   int candidate;        /* 0: processed token, 1: seen token, 2: from now */
+   bool from_checkpoint;
+   bool start_at_lost;   /* checkpoint.start_at was older than the oplog: from now on */
+} fw_stream_run_t;
+
+/* A stream without a checkpoint opened at checkpoint.start_at and the server
+ * said that history is gone: on_history_lost decides (fail, or from now).
+ * False when the stream stops. */
+bool fw_stream_start_at_lost (fw_stream_worker_t *w, fw_stream_run_t *run);
+
+/* The admin endpoint paused the stream: takes the request (saving the
+ * position first when save), waits for resume or restart (an admin restart
+ * is counted) and resets the restart backoff. False on shutdown. */
+bool fw_stream_pause (fw_stream_worker_t *w, fw_stream_run_t *run, bool save);
+
+/* After a read ended with end (not FW_READ_NEXT): a pause waited out, a
+ * restart counted, after a lost lease the wait to lead again, after lost
+ * history its fallback, else the restart backoff. True: open the change
+ * stream again; false: the stream's thread ends. */
+bool fw_stream_read_ended (fw_stream_worker_t *w, fw_stream_run_t *run, fw_read_end_t end);
+
+#endif
