@@ -12,7 +12,7 @@
 #include <lauxlib.h>
 #include <lualib.h>
 
-#include "flowwarden/bson_lua.h"
+#include "bson/bson_lua.h"
 
 static const char *event_json =
    "{\"_id\": {\"_data\": \"8265A1B2C3000000012B022C0100296E5A1004A1B2C3D4E5F6071829304\"},"

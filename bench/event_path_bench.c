@@ -47,13 +47,13 @@
 #include <bson/bson.h>
 #include <lauxlib.h>
 
-#include "flowwarden/bson_lua.h"
-#include "flowwarden/event.h"
-#include "flowwarden/lua_host.h"
-#include "flowwarden/metrics.h"
-#include "flowwarden/batch_dispatch.h"
-#include "flowwarden/dispatcher.h"
-#include "flowwarden/event_settle.h"
+#include "bson/bson_lua.h"
+#include "bson/event.h"
+#include "runtime/host/lua_host.h"
+#include "ops/metrics.h"
+#include "runtime/dispatch/batch_dispatch.h"
+#include "runtime/dispatch/dispatcher.h"
+#include "runtime/stream/event_settle.h"
 
 #define RING 1024
 

@@ -6,7 +6,7 @@
 
 #include <bson/bson.h>
 
-#include "flowwarden/bson_alloc.h"
+#include "bson/bson_alloc.h"
 
 void *
 fw_bson_aligned_calloc (size_t size)

@@ -9,7 +9,7 @@
 #include <assert.h>
 #include <stdint.h>
 
-#include "flowwarden/bson_lua.h"
+#include "bson/bson_lua.h"
 
 /*
  * Registry[&fw_bson_lua_state_key] is a table:

@@ -14,7 +14,7 @@
 #include <lauxlib.h>
 
 #include "bson_lua-private.h"
-#include "flowwarden/bson_values.h"
+#include "bson/bson_values.h"
 
 /* BSON int64 and Lua integers must be the same thing for widths to survive. */
 _Static_assert (sizeof (lua_Integer) == sizeof (int64_t), "lua_Integer must be 64-bit");

@@ -15,8 +15,8 @@
 #include <lauxlib.h>
 
 #include "bson_lua-private.h"
-#include "flowwarden/bson_values.h"
-#include "flowwarden/bson_view.h"
+#include "bson/bson_values.h"
+#include "bson/bson_view.h"
 
 /* A key waiting to be sorted; s stays valid while keys[pos] anchors it. */
 typedef struct {

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "flowwarden/bson_redact.h"
+#include "bson/bson_redact.h"
 #include "flowwarden/secrets.h"
 
 /* Whether a secret occurs in s[0..n). */

@@ -9,7 +9,7 @@
 #include <lauxlib.h>
 
 #include "bson_values-private.h"
-#include "flowwarden/bson_values.h"
+#include "bson/bson_values.h"
 
 #define VALUE_MT_NAME "flowwarden.bson_value"
 #define SCOPE_READER_KEY FW_BSON_VALUES_SCOPE_READER

@@ -9,8 +9,8 @@
 
 #include <lauxlib.h>
 
-#include "flowwarden/bson_lua.h"
-#include "flowwarden/bson_view.h"
+#include "bson/bson_lua.h"
+#include "bson/bson_view.h"
 #include "bson_scan.h"
 
 #define VIEW_MT "flowwarden.view"

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "flowwarden/event.h"
+#include "bson/event.h"
 #include "flowwarden/log.h"
 #include "bson_scan.h"
 

@@ -3,7 +3,7 @@
  */
 #include <string.h>
 
-#include "flowwarden/write_reply.h"
+#include "bson/write_reply.h"
 
 /* Sets error from doc's code and errmsg, with prefix. */
 static void

@@ -6,9 +6,9 @@
 #include <lua.h>
 
 #include "cli_client.h"
-#include "flowwarden/connections.h"
+#include "runtime/host/connections.h"
 #include "flowwarden/log.h"
-#include "flowwarden/server_probe.h"
+#include "runtime/host/server_probe.h"
 
 /* Sets option name to value unless the URI has it; false when it cannot. */
 static bool

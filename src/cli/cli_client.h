@@ -6,7 +6,7 @@
 
 #include <mongoc/mongoc.h>
 
-#include "flowwarden/lua_host.h"
+#include "runtime/host/lua_host.h"
 
 /* A single-threaded client for the URI the script in host resolved (--uri,
  * FLOWWARDEN_URI, fw.defaults, else FW_DEFAULT_URI), named appname. With

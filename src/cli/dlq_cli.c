@@ -14,8 +14,8 @@
 #include "dlq_cli.h"
 #include "flowwarden/suggest.h"
 #include "flowwarden/clock.h"
-#include "flowwarden/dlq_admin.h"
-#include "flowwarden/dlq_replay.h"
+#include "runtime/dlq/dlq_admin.h"
+#include "runtime/replay/dlq_replay.h"
 
 static const char dlq_help[] =
    "usage: flowwarden dlq VERB SCRIPT [options]\n"

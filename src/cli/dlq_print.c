@@ -9,7 +9,7 @@
 #include <time.h>
 
 #include "dlq_cli.h"
-#include "flowwarden/dlq_entry.h"
+#include "runtime/dlq/dlq_entry.h"
 
 #define MAX_CELL 40
 

@@ -13,13 +13,13 @@
 #include <mongoc/mongoc.h>
 
 #include "cli_client.h"
-#include "flowwarden/connections.h"
-#include "flowwarden/doctor.h"
+#include "runtime/host/connections.h"
+#include "runtime/doctor/doctor.h"
 #include "flowwarden/log.h"
-#include "flowwarden/lua_host.h"
-#include "flowwarden/runtime.h"
-#include "flowwarden/server_probe.h"
-#include "flowwarden/stream_config.h"
+#include "runtime/host/lua_host.h"
+#include "runtime/runtime.h"
+#include "runtime/host/server_probe.h"
+#include "runtime/config/stream_config.h"
 #include "test_cli.h"
 
 /* How long doctor waits to select a server when the URI does not say. */

@@ -13,9 +13,9 @@
 
 #include "dlq_cli.h"
 #include "flowwarden/log.h"
-#include "flowwarden/connections.h"
-#include "flowwarden/runtime.h"
-#include "flowwarden/status_cli.h"
+#include "runtime/host/connections.h"
+#include "runtime/runtime.h"
+#include "cli/status_cli.h"
 #include "test_cli.h"
 
 static const char usage_text[] =

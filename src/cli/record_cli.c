@@ -19,10 +19,10 @@
 
 #include "cli_client.h"
 #include "flowwarden/log.h"
-#include "flowwarden/lua_host.h"
-#include "flowwarden/connections.h"
-#include "flowwarden/runtime.h"
-#include "flowwarden/stream_config.h"
+#include "runtime/host/lua_host.h"
+#include "runtime/host/connections.h"
+#include "runtime/runtime.h"
+#include "runtime/config/stream_config.h"
 #include "test_cli.h"
 
 static const char usage_text[] =

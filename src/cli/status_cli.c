@@ -14,7 +14,7 @@
 #include <lua5.4/lua-cjson.h>
 #include <lualib.h>
 
-#include "flowwarden/status_cli.h"
+#include "cli/status_cli.h"
 
 static const char usage_text[] =
    "usage: flowwarden status [--admin URL]... [--json]\n"

@@ -9,8 +9,8 @@
 #include <lauxlib.h>
 
 #include "flowwarden/log.h"
-#include "flowwarden/lua_host.h"
-#include "flowwarden/test_app.h"
+#include "runtime/host/lua_host.h"
+#include "runtime/testing/test_app.h"
 #include "test_cli.h"
 
 /* A state like a stream's (the embedded modules, flowwarden.core) plus

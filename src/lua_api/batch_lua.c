@@ -3,7 +3,7 @@
  */
 #include <lauxlib.h>
 
-#include "flowwarden/batch_lua.h"
+#include "lua_api/batch_lua.h"
 
 /* The batch metatable, kept under this address in the registry. */
 static const char batch_mt_key = 0;

@@ -8,9 +8,9 @@
 
 #include <lauxlib.h>
 
-#include "flowwarden/bson_lua.h"
-#include "flowwarden/bson_view.h"
-#include "flowwarden/event_ctx.h"
+#include "bson/bson_lua.h"
+#include "bson/bson_view.h"
+#include "lua_api/event_ctx.h"
 #include "flowwarden/secrets.h"
 
 #define CTX_MT "flowwarden.ctx"

@@ -14,11 +14,11 @@
 #include <lauxlib.h>
 
 #include "flowwarden/clock.h"
-#include "flowwarden/http_lua.h"
-#include "flowwarden/http_transfer.h"
+#include "lua_api/http_lua.h"
+#include "lua_api/http_transfer.h"
 #include "flowwarden/log.h"
-#include "flowwarden/lua_call.h"
-#include "flowwarden/metrics_lua.h"
+#include "lua_api/lua_call.h"
+#include "lua_api/metrics_lua.h"
 
 #define SESSION_MT "flowwarden.http.session"
 #define TRANSFER_MT "flowwarden.http.transfer"

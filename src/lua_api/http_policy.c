@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "flowwarden/http_policy.h"
+#include "lua_api/http_policy.h"
 
 bool
 fw_http_host_normalize (const char *host, char *out, size_t n)

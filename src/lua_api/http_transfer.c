@@ -13,7 +13,7 @@
 
 #include <curl/curl.h>
 
-#include "flowwarden/http_transfer.h"
+#include "lua_api/http_transfer.h"
 
 #define MAX_REDIRECTS 10
 

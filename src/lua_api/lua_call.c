@@ -10,7 +10,7 @@
 #include <lauxlib.h>
 
 #include "flowwarden/clock.h"
-#include "flowwarden/lua_call.h"
+#include "lua_api/lua_call.h"
 
 static const char call_key = 'c'; /* registry key: its address */
 static const char io_timeout_key = 't'; /* the error fw_lua_call_io_timed_out announced */

@@ -10,7 +10,7 @@
 
 #include <lauxlib.h>
 
-#include "flowwarden/metrics_lua.h"
+#include "lua_api/metrics_lua.h"
 
 #define OWN_REGISTRY_MT "flowwarden.metrics_registry"
 #define MAX_LABEL_VALUE 256

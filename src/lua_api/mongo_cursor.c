@@ -14,10 +14,10 @@
 #include <lauxlib.h>
 
 #include "flowwarden/clock.h"
-#include "flowwarden/bson_lua.h"
+#include "bson/bson_lua.h"
 #include "flowwarden/io_deadline.h"
 #include "flowwarden/log.h"
-#include "flowwarden/lua_call.h"
+#include "lua_api/lua_call.h"
 #include "mongo_lua-private.h"
 
 #define CURSOR_MT "flowwarden.mongo.cursor"

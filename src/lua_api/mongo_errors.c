@@ -13,9 +13,9 @@
 #include <lauxlib.h>
 
 #include "flowwarden/clock.h"
-#include "flowwarden/bson_lua.h"
+#include "bson/bson_lua.h"
 #include "flowwarden/io_deadline.h"
-#include "flowwarden/lua_call.h"
+#include "lua_api/lua_call.h"
 #include "mongo_lua-private.h"
 
 #define T_DUPLICATE_KEY "Mongo.DuplicateKey"

@@ -10,10 +10,10 @@
 #include <lauxlib.h>
 
 #include "flowwarden/suggest.h"
-#include "flowwarden/bson_lua.h"
+#include "bson/bson_lua.h"
 #include "flowwarden/io_deadline.h"
-#include "flowwarden/lua_call.h"
-#include "flowwarden/metrics_lua.h"
+#include "lua_api/lua_call.h"
+#include "lua_api/metrics_lua.h"
 #include "mongo_lua-private.h"
 
 #define HANDLE_MT "flowwarden.mongo.collection"

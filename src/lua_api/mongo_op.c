@@ -10,8 +10,8 @@
 #include <lauxlib.h>
 
 #include "flowwarden/clock.h"
-#include "flowwarden/lua_call.h"
-#include "flowwarden/metrics_lua.h"
+#include "lua_api/lua_call.h"
+#include "lua_api/metrics_lua.h"
 #include "mongo_lua-private.h"
 
 #define OP_MT "flowwarden.mongo.op"

@@ -5,7 +5,7 @@
  */
 #include <lauxlib.h>
 
-#include "flowwarden/bson_lua.h"
+#include "bson/bson_lua.h"
 #include "flowwarden/io_deadline.h"
 #include "mongo_lua-private.h"
 

@@ -13,7 +13,7 @@
 #include <libpq-fe.h>
 #include <lua.h>
 
-#include "flowwarden/pg_io.h"
+#include "lua_api/pg_io.h"
 
 /*
  * Converts the parameters table at params_idx (absolute; nil: none) to

@@ -15,8 +15,8 @@
 
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
-#include "flowwarden/lua_call.h"
-#include "flowwarden/pg_lua.h"
+#include "lua_api/lua_call.h"
+#include "lua_api/pg_lua.h"
 #include "pg_lua-private.h"
 
 #define CONN_MT "flowwarden.pg_conn"

@@ -9,8 +9,8 @@
 #include <lauxlib.h>
 #include <lua5.4/lua-cjson.h>
 
-#include "flowwarden/bson_values.h"
-#include "flowwarden/lua_call.h"
+#include "bson/bson_values.h"
+#include "lua_api/lua_call.h"
 #include "pg_lua-private.h"
 
 /* Type OIDs (PostgreSQL's pg_type.dat; stable across versions). */

@@ -15,10 +15,10 @@
 #include <hiredis/hiredis.h>
 #include <lauxlib.h>
 
-#include "flowwarden/bson_values.h"
+#include "bson/bson_values.h"
 #include "flowwarden/clock.h"
-#include "flowwarden/lua_call.h"
-#include "flowwarden/redis_lua.h"
+#include "lua_api/lua_call.h"
+#include "lua_api/redis_lua.h"
 #include "host_lookup.h"
 
 #define CONN_MT "flowwarden.redis_conn"

@@ -7,8 +7,8 @@
 
 #include <lauxlib.h>
 
-#include "flowwarden/lua_call.h"
-#include "flowwarden/state_lua.h"
+#include "lua_api/lua_call.h"
+#include "lua_api/state_lua.h"
 
 static const char store_key = 's'; /* registry key: its address */
 

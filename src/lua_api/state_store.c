@@ -11,7 +11,7 @@
 
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
-#include "flowwarden/state_store.h"
+#include "lua_api/state_store.h"
 
 #define INITIAL_BUCKETS 64
 #define SWEEP_BUCKETS 4           /* buckets inspected for expired entries per operation */

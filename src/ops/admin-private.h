@@ -9,7 +9,7 @@
 
 #include <microhttpd.h>
 
-#include "flowwarden/admin.h"
+#include "ops/admin.h"
 #include "strbuf.h"
 
 /* --- the address (admin_options.c) ----------------------------------------- */

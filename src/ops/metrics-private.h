@@ -15,7 +15,7 @@
 
 #include <pthread.h>
 
-#include "flowwarden/metrics.h"
+#include "ops/metrics.h"
 #include "metrics_outage.h"
 #include "strbuf.h"
 

@@ -9,9 +9,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "flowwarden/admin.h"
-#include "flowwarden/metrics.h"
-#include "flowwarden/stream_worker.h"
+#include "ops/admin.h"
+#include "ops/metrics.h"
+#include "runtime/stream/stream_worker.h"
 
 /* What the control needs of the runtime, handed over by runtime.c (so the
  * control never calls back into it by name). ud is the runtime. */

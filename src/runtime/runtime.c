@@ -16,17 +16,17 @@
 #include <mongoc/mongoc.h>
 
 #include "flowwarden/clock.h"
-#include "flowwarden/admin.h"
-#include "flowwarden/connections.h"
+#include "ops/admin.h"
+#include "runtime/host/connections.h"
 #include "flowwarden/log.h"
-#include "flowwarden/lua_host.h"
-#include "flowwarden/metrics.h"
-#include "flowwarden/metrics_lua.h"
-#include "flowwarden/oplog_window.h"
-#include "flowwarden/runtime.h"
+#include "runtime/host/lua_host.h"
+#include "ops/metrics.h"
+#include "lua_api/metrics_lua.h"
+#include "runtime/host/oplog_window.h"
+#include "runtime/runtime.h"
 #include "flowwarden/secrets.h"
-#include "flowwarden/server_probe.h"
-#include "flowwarden/stream_worker.h"
+#include "runtime/host/server_probe.h"
+#include "runtime/stream/stream_worker.h"
 #include "runtime/runtime-private.h"
 
 /* --uri, else FLOWWARDEN_URI, else NULL (the script's or the default URI

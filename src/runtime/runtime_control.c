@@ -15,7 +15,7 @@
 #include <time.h>
 
 #include "flowwarden/clock.h"
-#include "flowwarden/dlq_admin.h"
+#include "runtime/dlq/dlq_admin.h"
 #include "flowwarden/log.h"
 #include "runtime/runtime-private.h"
 

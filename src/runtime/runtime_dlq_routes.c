@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "flowwarden/clock.h"
-#include "flowwarden/dlq_admin.h"
+#include "runtime/dlq/dlq_admin.h"
 #include "runtime/runtime-private.h"
 
 extern char **environ;

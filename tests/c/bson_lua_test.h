@@ -20,8 +20,8 @@
 #include <lauxlib.h>
 #include <lualib.h>
 
-#include "flowwarden/bson_lua.h"
-#include "flowwarden/bson_values.h"
+#include "bson/bson_lua.h"
+#include "bson/bson_values.h"
 
 /* Every BSON type, nested documents and arrays, empties, keys out of order. */
 #define EVERY_TYPE_JSON \

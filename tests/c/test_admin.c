@@ -19,7 +19,7 @@
 #include <cmocka.h>
 #include <curl/curl.h>
 
-#include "flowwarden/admin.h"
+#include "ops/admin.h"
 #include "flowwarden/clock.h"
 #include "../../src/ops/admin-private.h"
 

@@ -6,7 +6,7 @@
 
 #include <cmocka.h>
 
-#include "flowwarden/backoff.h"
+#include "runtime/dispatch/backoff.h"
 
 static const fw_backoff_t seed_defaults = {3, 500, 30000, 2.0, false};
 

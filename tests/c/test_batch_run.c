@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "flowwarden/batch_run.h"
+#include "runtime/dispatch/batch_run.h"
 
 #define MAX_N 1024
 

@@ -9,8 +9,8 @@
 #include <lauxlib.h>
 #include <lualib.h>
 
-#include "flowwarden/bson_lua.h"
-#include "flowwarden/bson_view.h"
+#include "bson/bson_lua.h"
+#include "bson/bson_view.h"
 
 /* A state with `doc` (a view of a document owned by an anchor userdata) and
  * `fw` (the value constructors plus fw.table) as globals. */

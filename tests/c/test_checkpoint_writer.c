@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "flowwarden/checkpoint_writer.h"
+#include "runtime/checkpoint/checkpoint_writer.h"
 #include "flowwarden/clock.h"
 
 #define DEADLINE_MS 10000

@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "flowwarden/circuit.h"
+#include "runtime/dispatch/circuit.h"
 
 static char *default_on[] = {"Http.Connect", "Mongo.Network", "Timeout"};
 

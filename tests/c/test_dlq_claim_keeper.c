@@ -15,8 +15,8 @@
 #include <cmocka.h>
 
 #include "flowwarden/clock.h"
-#include "flowwarden/dlq_claim_keeper.h"
-#include "flowwarden/dlq_store.h"
+#include "runtime/replay/dlq_claim_keeper.h"
+#include "runtime/dlq/dlq_store.h"
 
 #define TTL_MS 300
 

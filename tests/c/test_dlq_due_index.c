@@ -22,7 +22,7 @@
 #include <mongoc/mongoc.h>
 
 #include "flowwarden/clock.h"
-#include "flowwarden/dlq_store.h"
+#include "runtime/dlq/dlq_store.h"
 #include "standin_process.h"
 
 #define DB "dueidx"

@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "flowwarden/dlq_entry.h"
+#include "runtime/dlq/dlq_entry.h"
 
 #define DAY_MS (24LL * 60 * 60 * 1000)
 #define TOKEN "826B024E7C0000000401800000000000"

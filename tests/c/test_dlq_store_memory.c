@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "flowwarden/dlq_store.h"
+#include "runtime/dlq/dlq_store.h"
 
 /* The store the setup made. */
 #define STORE ((fw_dlq_store_t *) *state)

@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "flowwarden/dlq_store.h"
+#include "runtime/dlq/dlq_store.h"
 
 static int
 setup (void **state)

@@ -16,8 +16,8 @@
 
 #include <cmocka.h>
 
-#include "flowwarden/dlq_sequence.h"
-#include "flowwarden/event.h"
+#include "runtime/dlq/dlq_sequence.h"
+#include "bson/event.h"
 
 /* An insert event whose documentKey is key (NULL: none). */
 static void

@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "flowwarden/http_policy.h"
+#include "lua_api/http_policy.h"
 
 /* ip as a socket address (v4 or v6). */
 static const struct sockaddr *

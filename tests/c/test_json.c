@@ -11,9 +11,9 @@
 #include <cmocka.h>
 #include <lauxlib.h>
 
-#include "flowwarden/bson_lua.h"
-#include "flowwarden/bson_view.h"
-#include "flowwarden/lua_host.h"
+#include "bson/bson_lua.h"
+#include "bson/bson_view.h"
+#include "runtime/host/lua_host.h"
 
 static char result[8192];
 

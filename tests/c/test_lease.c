@@ -23,8 +23,8 @@
 #include <cmocka.h>
 #include <mongoc/mongoc.h>
 
-#include "flowwarden/checkpoint_store.h"
-#include "flowwarden/lease.h"
+#include "runtime/checkpoint/checkpoint_store.h"
+#include "runtime/ha/lease.h"
 #include "standin_process.h"
 
 #define LEASE_MS 1000

@@ -13,8 +13,8 @@
 #include <lauxlib.h>
 
 #include "flowwarden/clock.h"
-#include "flowwarden/lua_call.h"
-#include "flowwarden/lua_host.h"
+#include "lua_api/lua_call.h"
+#include "runtime/host/lua_host.h"
 
 static char script_path[64];
 

@@ -14,10 +14,10 @@
 #include <cmocka.h>
 #include <lauxlib.h>
 
-#include "flowwarden/lua_host.h"
+#include "runtime/host/lua_host.h"
 #include "flowwarden/clock.h"
-#include "flowwarden/metrics.h"
-#include "flowwarden/metrics_lua.h"
+#include "ops/metrics.h"
+#include "lua_api/metrics_lua.h"
 #include "flowwarden/secrets.h"
 
 static bool

@@ -25,11 +25,11 @@
 #include <mongoc/mongoc.h>
 
 #include "flowwarden/clock.h"
-#include "flowwarden/bson_view.h"
+#include "bson/bson_view.h"
 #include "flowwarden/io_deadline.h"
-#include "flowwarden/lua_call.h"
-#include "flowwarden/lua_host.h"
-#include "flowwarden/mongo_lua.h"
+#include "lua_api/lua_call.h"
+#include "runtime/host/lua_host.h"
+#include "lua_api/mongo_lua.h"
 #include "standin_process.h"
 
 #define APP_NAME "fwmongo-test"

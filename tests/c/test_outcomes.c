@@ -18,12 +18,12 @@
 #include <cmocka.h>
 
 #include "flowwarden/clock.h"
-#include "flowwarden/dispatcher.h"
-#include "flowwarden/event.h"
-#include "flowwarden/event_settle.h"
+#include "runtime/dispatch/dispatcher.h"
+#include "bson/event.h"
+#include "runtime/stream/event_settle.h"
 #include "flowwarden/log.h"
-#include "flowwarden/lua_host.h"
-#include "flowwarden/outcome.h"
+#include "runtime/host/lua_host.h"
+#include "runtime/dispatch/outcome.h"
 #include "flowwarden/shutdown.h"
 #include "runtime/stream/stream_settle.h"
 

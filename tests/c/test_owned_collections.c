@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "flowwarden/owned_collections.h"
+#include "runtime/collections/owned_collections.h"
 
 typedef struct {
    char seen[16][128];

@@ -8,7 +8,7 @@
 
 #include <cmocka.h>
 
-#include "flowwarden/rate_limit.h"
+#include "runtime/dispatch/rate_limit.h"
 
 #define SEC 1000000000LL
 

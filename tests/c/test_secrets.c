@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "flowwarden/bson_redact.h"
+#include "bson/bson_redact.h"
 #include "flowwarden/log.h"
 #include "flowwarden/secrets.h"
 

@@ -10,7 +10,7 @@
 #include <cmocka.h>
 
 #include "flowwarden/clock.h"
-#include "flowwarden/server_probe.h"
+#include "runtime/host/server_probe.h"
 
 static void
 describe (const char *uri_string, const char *want)

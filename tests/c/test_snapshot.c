@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "flowwarden/snapshot.h"
+#include "runtime/snapshot/snapshot.h"
 
 static uint64_t
 time_of (const char *data)

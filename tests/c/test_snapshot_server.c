@@ -21,7 +21,7 @@
 #include <cmocka.h>
 #include <mongoc/mongoc.h>
 
-#include "flowwarden/snapshot.h"
+#include "runtime/snapshot/snapshot.h"
 #include "standin_process.h"
 
 static standin_t g_standin;

@@ -11,9 +11,9 @@
 #include <cmocka.h>
 #include <lauxlib.h>
 
-#include "flowwarden/lua_host.h"
-#include "flowwarden/state_lua.h"
-#include "flowwarden/state_store.h"
+#include "runtime/host/lua_host.h"
+#include "lua_api/state_lua.h"
+#include "lua_api/state_store.h"
 
 static int64_t fake_now = 1000;
 

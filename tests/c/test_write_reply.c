@@ -18,8 +18,8 @@
 #include <mongoc/mongoc.h>
 
 #include "flowwarden/log.h"
-#include "flowwarden/shared_units.h"
-#include "flowwarden/write_reply.h"
+#include "runtime/ha/shared_units.h"
+#include "bson/write_reply.h"
 #include "standin_process.h"
 
 static standin_t g_standin;

@@ -12,8 +12,8 @@
  */
 #include <bson/bson.h>
 
-#include "flowwarden/event.h"
-#include "flowwarden/event_ctx.h"
+#include "bson/event.h"
+#include "lua_api/event_ctx.h"
 #include "fuzz_common.h"
 
 static const char *const field_names[FW_EV_FIELD_COUNT] = {

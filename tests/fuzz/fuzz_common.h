@@ -21,7 +21,7 @@
 #include <lauxlib.h>
 #include <lua.h>
 
-#include "flowwarden/lua_host.h"
+#include "runtime/host/lua_host.h"
 
 /* Reports a broken invariant and stops the run: libFuzzer saves the input. */
 #define FUZZ_ASSERT(cond, ...)                                                           \

@@ -11,7 +11,7 @@
  */
 #include <bson/bson.h>
 
-#include "flowwarden/bson_lua.h"
+#include "bson/bson_lua.h"
 #define FUZZ_LUA_COVERAGE 1
 #include "fuzz_common.h"
 

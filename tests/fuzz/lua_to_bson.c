@@ -14,8 +14,8 @@
  */
 #include <bson/bson.h>
 
-#include "flowwarden/bson_lua.h"
-#include "flowwarden/bson_view.h"
+#include "bson/bson_lua.h"
+#include "bson/bson_view.h"
 #include "fuzz_common.h"
 
 typedef struct {

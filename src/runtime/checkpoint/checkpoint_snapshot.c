@@ -8,9 +8,9 @@
  */
 #include <string.h>
 
-#include "flowwarden/checkpoint_store.h"
+#include "runtime/checkpoint/checkpoint_store.h"
 #include "flowwarden/clock.h"
-#include "flowwarden/snapshot.h"
+#include "runtime/snapshot/snapshot.h"
 
 /* dst (initialized) = the sub-document at it. */
 static bool

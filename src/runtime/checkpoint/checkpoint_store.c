@@ -4,8 +4,8 @@
 #include <time.h>
 
 #include "flowwarden/clock.h"
-#include "flowwarden/checkpoint_store.h"
-#include "flowwarden/sharding.h"
+#include "runtime/checkpoint/checkpoint_store.h"
+#include "runtime/collections/sharding.h"
 
 /* Copies the sub-document field of doc into out (already initialised). */
 static bool

@@ -9,8 +9,8 @@
 
 #include "flowwarden/check.h"
 #include "flowwarden/clock.h"
-#include "flowwarden/checkpoint_store.h"
-#include "flowwarden/checkpoint_writer.h"
+#include "runtime/checkpoint/checkpoint_store.h"
+#include "runtime/checkpoint/checkpoint_writer.h"
 #include "flowwarden/log.h"
 
 /* A failed write is tried again after this long, unless a newer position

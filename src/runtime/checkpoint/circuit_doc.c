@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "flowwarden/checkpoint_store.h"
-#include "flowwarden/circuit_doc.h"
+#include "runtime/checkpoint/checkpoint_store.h"
+#include "runtime/checkpoint/circuit_doc.h"
 #include "flowwarden/clock.h"
 
 #define SUFFIX "#circuit"

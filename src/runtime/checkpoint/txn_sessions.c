@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "flowwarden/collection_names.h"
-#include "flowwarden/txn_sessions.h"
+#include "runtime/checkpoint/txn_sessions.h"
 
 #define SUFFIX "#sessions"
 #define MAX_KILLED 1000 /* read per start; a record never holds nearly as many */

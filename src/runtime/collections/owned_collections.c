@@ -3,7 +3,7 @@
  * owned_collections.h).
  */
 #include "flowwarden/collection_names.h"
-#include "flowwarden/owned_collections.h"
+#include "runtime/collections/owned_collections.h"
 
 char *
 fw_dlq_sequences_name (const char *dlq_collection)

@@ -4,7 +4,7 @@
  */
 #include <stdio.h>
 
-#include "flowwarden/sharding.h"
+#include "runtime/collections/sharding.h"
 
 #define FW_ERR_SHARD_KEY_NOT_FOUND 61
 #define FW_ERR_CANNOT_CREATE_INDEX 67

@@ -8,7 +8,7 @@
 
 #include <lua.h>
 
-#include "flowwarden/stream_config.h"
+#include "runtime/config/stream_config.h"
 
 /* Reads spec.circuit, spec.rate_limit and spec.rate_burst of the spec table at t
  * into cfg->circuit and cfg->rate_limit (released by

@@ -6,10 +6,10 @@
 
 #include <lauxlib.h>
 
-#include "flowwarden/bson_lua.h"
-#include "flowwarden/owned_collections.h"
-#include "flowwarden/snapshot.h"
-#include "flowwarden/stream_config.h"
+#include "bson/bson_lua.h"
+#include "runtime/collections/owned_collections.h"
+#include "runtime/snapshot/snapshot.h"
+#include "runtime/config/stream_config.h"
 #include "runtime/config/outage_config.h"
 
 /* Each getter leaves the stack as it found it. */

@@ -1,6 +1,6 @@
 #include <math.h>
 
-#include "flowwarden/backoff.h"
+#include "runtime/dispatch/backoff.h"
 
 int64_t
 fw_backoff_delay_ms (const fw_backoff_t *b, int attempt, double unit_random)

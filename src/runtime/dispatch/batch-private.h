@@ -6,8 +6,8 @@
 #ifndef FLOWWARDEN_BATCH_PRIVATE_H
 #define FLOWWARDEN_BATCH_PRIVATE_H
 
-#include "flowwarden/batch_lua.h"
-#include "flowwarden/batch_run.h"
+#include "lua_api/batch_lua.h"
+#include "runtime/dispatch/batch_run.h"
 #include "runtime/dispatch/dispatcher-private.h"
 
 /* A dispatcher's on_batch state (d->batch): the items of its calls and the

@@ -15,8 +15,8 @@
 
 #include <lauxlib.h>
 
-#include "flowwarden/batch_dispatch.h"
-#include "flowwarden/batch_lua.h"
+#include "runtime/dispatch/batch_dispatch.h"
+#include "lua_api/batch_lua.h"
 #include "flowwarden/check.h"
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "flowwarden/batch_run.h"
+#include "runtime/dispatch/batch_run.h"
 
 typedef struct {
    const fw_batch_ops_t *ops;

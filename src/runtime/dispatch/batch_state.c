@@ -9,7 +9,7 @@
 
 #include <lauxlib.h>
 
-#include "flowwarden/batch_lua.h"
+#include "lua_api/batch_lua.h"
 #include "runtime/dispatch/batch-private.h"
 
 void

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "flowwarden/circuit.h"
+#include "runtime/dispatch/circuit.h"
 
 struct fw_circuit {
    pthread_mutex_t mu;

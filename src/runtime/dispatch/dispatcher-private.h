@@ -3,7 +3,7 @@
  * the files that take an event through it: dispatch/ (attempts, decision,
  * parking), the DLQ's replays and reprocess rounds (replay/), and
  * flowwarden.testing, which plugs in its virtual clock, recorder and
- * in-memory store. Everything else goes through flowwarden/dispatcher.h.
+ * in-memory store. Everything else goes through runtime/dispatch/dispatcher.h.
  * What only some of them use has a header of its own: event_park-private.h
  * (the sequenced DLQ's live side), outage-private.h (breaker, rate limit),
  * replay_hook-private.h (a dead letter replayed through the dispatcher).
@@ -13,13 +13,13 @@
 
 #include <lauxlib.h>
 
-#include "flowwarden/circuit.h"
-#include "flowwarden/dispatcher.h"
-#include "flowwarden/dlq_sequence.h"
-#include "flowwarden/dlq_store.h"
-#include "flowwarden/event_ctx.h"
-#include "flowwarden/mongo_lua.h"
-#include "flowwarden/rate_limit.h"
+#include "runtime/dispatch/circuit.h"
+#include "runtime/dispatch/dispatcher.h"
+#include "runtime/dlq/dlq_sequence.h"
+#include "runtime/dlq/dlq_store.h"
+#include "lua_api/event_ctx.h"
+#include "lua_api/mongo_lua.h"
+#include "runtime/dispatch/rate_limit.h"
 #include "runtime/dispatch/state_rebuild.h"
 
 enum { H_INSERT, H_UPDATE, H_REPLACE, H_DELETE, H_CHANGE, H_BATCH, H_SNAPSHOT, H_COUNT };

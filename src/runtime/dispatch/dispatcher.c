@@ -11,12 +11,12 @@
 
 #include <lauxlib.h>
 
-#include "flowwarden/batch_lua.h"
+#include "lua_api/batch_lua.h"
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
-#include "flowwarden/lua_core.h"
-#include "flowwarden/metrics_lua.h"
-#include "flowwarden/state_lua.h"
+#include "lua_api/lua_core.h"
+#include "lua_api/metrics_lua.h"
+#include "lua_api/state_lua.h"
 #include "runtime/dispatch/batch-private.h"
 #include "runtime/dispatch/dispatcher-private.h"
 #include "runtime/dispatch/event_park-private.h"

@@ -12,12 +12,12 @@
 
 #include <lauxlib.h>
 
-#include "flowwarden/bson_lua.h"
+#include "bson/bson_lua.h"
 #include "flowwarden/check.h"
 #include "flowwarden/clock.h"
-#include "flowwarden/dlq_entry.h"
+#include "runtime/dlq/dlq_entry.h"
 #include "flowwarden/log.h"
-#include "flowwarden/lua_call.h"
+#include "lua_api/lua_call.h"
 #include "flowwarden/secrets.h"
 #include "runtime/dispatch/batch-private.h"
 #include "runtime/dispatch/dispatcher-private.h"
@@ -480,7 +480,7 @@ entry_id_of (const bson_t *entry, char *buf, size_t len)
 
 /* The entry is stored: counts it in d's stats, as parked behind its
  * sequence, a deferred retry or dead-lettered (and the sequence it opens);
- * the stream's settle logs it (flowwarden/event_settle.h). */
+ * the stream's settle logs it (runtime/stream/event_settle.h). */
 static fw_outcome_t
 dead_lettered (fw_dispatcher_t *d, const fw_dlq_config_t *dlq, const fw_dlq_failure_t *f,
                const decision_t *dec, const dlq_attempts_t *a)

@@ -8,7 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "flowwarden/dispatcher.h"
+#include "runtime/dispatch/dispatcher.h"
 
 /* dlq.sequenced on the stream's own DLQ. */
 bool fw_park_enabled (const fw_dispatcher_t *d);

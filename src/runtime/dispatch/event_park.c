@@ -13,9 +13,9 @@
 #include <lauxlib.h>
 
 #include "flowwarden/clock.h"
-#include "flowwarden/bson_lua.h"
-#include "flowwarden/dlq_sequence.h"
-#include "flowwarden/dlq_store.h"
+#include "bson/bson_lua.h"
+#include "runtime/dlq/dlq_sequence.h"
+#include "runtime/dlq/dlq_store.h"
 #include "flowwarden/log.h"
 #include "runtime/dispatch/dispatcher-private.h"
 #include "runtime/dispatch/event_park-private.h"

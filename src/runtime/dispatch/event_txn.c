@@ -18,7 +18,7 @@
 
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
-#include "flowwarden/mongo_lua.h"
+#include "lua_api/mongo_lua.h"
 #include "runtime/dispatch/dispatcher-private.h"
 #include "runtime/dispatch/event_txn.h"
 

@@ -14,7 +14,7 @@
 
 #include <lua.h>
 
-#include "flowwarden/backoff.h"
+#include "runtime/dispatch/backoff.h"
 #include "flowwarden/log.h"
 #include "runtime/dispatch/dispatcher-private.h"
 #include "runtime/dispatch/event_txn.h"

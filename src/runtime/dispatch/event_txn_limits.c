@@ -9,7 +9,7 @@
  * the limit lets fw.mongo name that 251 Mongo.TransactionTooLong
  * (mongo_errors.c) instead of a transient error retried into the same wall.
  */
-#include "flowwarden/dispatcher.h"
+#include "runtime/dispatch/dispatcher.h"
 #include "runtime/dispatch/event_txn.h"
 
 /* MongoDB's default transactionLifetimeLimitSeconds. */

@@ -7,7 +7,7 @@
 
 #include <stdbool.h>
 
-#include "flowwarden/dispatcher.h"
+#include "runtime/dispatch/dispatcher.h"
 
 /* d's own breaker and bucket (fw_dispatcher_new); false when out of memory. */
 bool fw_outage_init (fw_dispatcher_t *d);

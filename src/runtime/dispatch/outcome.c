@@ -1,7 +1,7 @@
 /*
- * outcome.c - the names of an event's outcomes (flowwarden/outcome.h).
+ * outcome.c - the names of an event's outcomes (runtime/dispatch/outcome.h).
  */
-#include "flowwarden/outcome.h"
+#include "runtime/dispatch/outcome.h"
 
 const char *
 fw_outcome_name (fw_outcome_kind_t kind)

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "flowwarden/rate_limit.h"
+#include "runtime/dispatch/rate_limit.h"
 
 struct fw_rate_limit {
    pthread_mutex_t mu;

@@ -9,7 +9,7 @@
 
 #include <lua.h>
 
-#include "flowwarden/dispatcher.h"
+#include "runtime/dispatch/dispatcher.h"
 
 /* A dead letter's replay, the client that runs it through the dispatcher
  * (fw_dispatch_run_t's replay): the final failure ends the event as

@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "flowwarden/dispatcher.h"
+#include "runtime/dispatch/dispatcher.h"
 
 /* A dispatcher's part (d->rebuild). */
 typedef struct {

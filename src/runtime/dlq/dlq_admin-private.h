@@ -6,7 +6,7 @@
 #ifndef FLOWWARDEN_DLQ_ADMIN_PRIVATE_H
 #define FLOWWARDEN_DLQ_ADMIN_PRIVATE_H
 
-#include "flowwarden/dlq_admin.h"
+#include "runtime/dlq/dlq_admin.h"
 
 typedef struct {
    char *uri;

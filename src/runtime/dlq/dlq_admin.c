@@ -11,9 +11,9 @@
 
 #include "runtime/dlq/dlq_admin-private.h"
 #include "flowwarden/log.h"
-#include "flowwarden/lua_host.h"
-#include "flowwarden/connections.h"
-#include "flowwarden/stream_config.h"
+#include "runtime/host/lua_host.h"
+#include "runtime/host/connections.h"
+#include "runtime/config/stream_config.h"
 
 /* --- loading the script ------------------------------------------------- */
 

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "flowwarden/bson_alloc.h"
-#include "flowwarden/dlq_entry.h"
+#include "bson/bson_alloc.h"
+#include "runtime/dlq/dlq_entry.h"
 #include "runtime/dlq/dlq_admin-private.h"
 
 /* _ids per updateMany / deleteMany: small enough for any BSON limit. */

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "runtime/dlq/dlq_admin-private.h"
-#include "flowwarden/dlq_sequence.h"
+#include "runtime/dlq/dlq_sequence.h"
 
 typedef struct {
    char *stream;

@@ -7,7 +7,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#include "flowwarden/dlq_entry.h"
+#include "runtime/dlq/dlq_entry.h"
 
 #define MS_PER_DAY (24LL * 60 * 60 * 1000)
 

@@ -10,8 +10,8 @@
 #include <time.h>
 
 #include "flowwarden/duration.h"
-#include "flowwarden/dlq_admin.h"
-#include "flowwarden/dlq_sequence.h"
+#include "runtime/dlq/dlq_admin.h"
+#include "runtime/dlq/dlq_sequence.h"
 
 static const char *const statuses[] = {"PENDING", "REPROCESSING", "RESOLVED", "DISCARDED",
                                              "SCHEDULED"};

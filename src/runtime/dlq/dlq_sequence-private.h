@@ -1,6 +1,6 @@
 /*
  * dlq_sequence-private.h - the MongoDB store's sequence requests
- * (dlq_sequence.c, the protocol of flowwarden/dlq_sequence.h) on its
+ * (dlq_sequence.c, the protocol of runtime/dlq/dlq_sequence.h) on its
  * "<dlq collection>_sequences" and DLQ collections. Only the MongoDB store
  * (dlq_store*.c) calls them; everyone else uses the store's seq_* methods.
  */
@@ -9,7 +9,7 @@
 
 #include <mongoc/mongoc.h>
 
-#include "flowwarden/dlq_sequence.h"
+#include "runtime/dlq/dlq_sequence.h"
 
 /* "<dlq_collection>_sequences" (fw_dlq_sequences_name) in database, on
  * client. Owned by the caller; NULL when out of memory. */

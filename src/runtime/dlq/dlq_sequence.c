@@ -10,9 +10,9 @@
 
 #include "flowwarden/clock.h"
 #include "runtime/dlq/dlq_sequence-private.h"
-#include "flowwarden/owned_collections.h"
-#include "flowwarden/sharding.h"
-#include "flowwarden/write_reply.h"
+#include "runtime/collections/owned_collections.h"
+#include "runtime/collections/sharding.h"
+#include "bson/write_reply.h"
 
 /* --- the set ------------------------------------------------------------------ */
 

@@ -6,7 +6,7 @@
 #ifndef FLOWWARDEN_DLQ_STORE_PRIVATE_H
 #define FLOWWARDEN_DLQ_STORE_PRIVATE_H
 
-#include "flowwarden/dlq_store.h"
+#include "runtime/dlq/dlq_store.h"
 
 typedef struct {
    fw_dlq_store_t base; /* first: a store pointer is a mongo_store pointer */

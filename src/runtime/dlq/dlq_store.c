@@ -5,11 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "flowwarden/dlq_entry.h"
+#include "runtime/dlq/dlq_entry.h"
 #include "runtime/dlq/dlq_sequence-private.h"
 #include "flowwarden/log.h"
-#include "flowwarden/sharding.h"
-#include "flowwarden/write_reply.h"
+#include "runtime/collections/sharding.h"
+#include "bson/write_reply.h"
 #include "runtime/dlq/dlq_store-private.h"
 
 typedef fw_mongo_store_t mongo_store_t;

@@ -8,7 +8,7 @@
 
 #include <pthread.h>
 
-#include "flowwarden/dlq_store.h"
+#include "runtime/dlq/dlq_store.h"
 
 /* One sequence of a sequenced DLQ: the sequences collection's document. */
 typedef struct {

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "flowwarden/dlq_entry.h"
+#include "runtime/dlq/dlq_entry.h"
 #include "runtime/dlq/dlq_store_memory-private.h"
 
 typedef fw_memory_seq_t memory_seq_t;

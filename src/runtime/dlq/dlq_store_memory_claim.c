@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "flowwarden/dlq_entry.h"
-#include "flowwarden/dlq_sequence.h"
+#include "runtime/dlq/dlq_entry.h"
+#include "runtime/dlq/dlq_sequence.h"
 #include "runtime/dlq/dlq_store_memory-private.h"
 
 static bool

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "flowwarden/dlq_entry.h"
+#include "runtime/dlq/dlq_entry.h"
 #include "runtime/dlq/dlq_store_memory-private.h"
 
 #define utf8_field fw_dlq__utf8_field

@@ -5,8 +5,8 @@
  */
 #include <stdio.h>
 
-#include "flowwarden/dlq_entry.h"
-#include "flowwarden/sharding.h"
+#include "runtime/dlq/dlq_entry.h"
+#include "runtime/collections/sharding.h"
 #include "runtime/dlq/dlq_store-private.h"
 
 static bool

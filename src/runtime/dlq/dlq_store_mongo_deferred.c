@@ -11,7 +11,7 @@
  */
 #include <stdio.h>
 
-#include "flowwarden/dlq_entry.h"
+#include "runtime/dlq/dlq_entry.h"
 #include "runtime/dlq/dlq_store-private.h"
 
 /* { streamName, $or: [due SCHEDULED, a stale claim on a deferred retry] } */

@@ -7,8 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "flowwarden/dlq_admin.h"
-#include "flowwarden/dlq_entry.h"
+#include "runtime/dlq/dlq_admin.h"
+#include "runtime/dlq/dlq_entry.h"
 #include "runtime/dlq/dlq_sequence-private.h"
 #include "runtime/dlq/dlq_store-private.h"
 

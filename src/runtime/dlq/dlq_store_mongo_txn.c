@@ -10,7 +10,7 @@
  * No statement carries a write concern (a transaction's statements may not:
  * 72 InvalidOptions); the commit's applies to all of them.
  */
-#include "flowwarden/dlq_entry.h"
+#include "runtime/dlq/dlq_entry.h"
 #include "runtime/dlq/dlq_store-private.h"
 
 /* opts (initialised here, the caller's) with session appended. */

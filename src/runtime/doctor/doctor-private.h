@@ -5,7 +5,7 @@
 #ifndef FLOWWARDEN_DOCTOR_PRIVATE_H
 #define FLOWWARDEN_DOCTOR_PRIVATE_H
 
-#include "flowwarden/doctor.h"
+#include "runtime/doctor/doctor.h"
 
 /* What the deployment's checks learnt, for the streams' checks. */
 typedef struct {

@@ -9,8 +9,8 @@
 
 #include "doctor-private.h"
 #include "flowwarden/clock.h"
-#include "flowwarden/lease.h"
-#include "flowwarden/oplog_window.h"
+#include "runtime/ha/lease.h"
+#include "runtime/host/oplog_window.h"
 
 /* maxWireVersion of MongoDB 7.0 (src/mongo/db/wire_version.h). */
 #define WIRE_7_0 21

@@ -11,8 +11,8 @@
 #include <lauxlib.h>
 
 #include "flowwarden/clock.h"
-#include "flowwarden/pg_io.h"
-#include "flowwarden/pg_lua.h"
+#include "lua_api/pg_io.h"
+#include "lua_api/pg_lua.h"
 #include "runtime/doctor/doctor-private.h"
 
 #define WAIT_MS 5000

@@ -6,8 +6,8 @@
 
 #include <lauxlib.h>
 
-#include "flowwarden/pg_lua.h"
-#include "flowwarden/redis_lua.h"
+#include "lua_api/pg_lua.h"
+#include "lua_api/redis_lua.h"
 #include "runtime/doctor/doctor-private.h"
 
 #define PROBE_TIMEOUT_MS 5000

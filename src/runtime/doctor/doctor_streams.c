@@ -7,9 +7,9 @@
 #include <string.h>
 
 #include "doctor-private.h"
-#include "flowwarden/checkpoint_store.h"
+#include "runtime/checkpoint/checkpoint_store.h"
 #include "flowwarden/clock.h"
-#include "flowwarden/owned_collections.h"
+#include "runtime/collections/owned_collections.h"
 
 /* maxWireVersion of MongoDB 6.0: changeStreamPreAndPostImages. */
 #define WIRE_6_0 17

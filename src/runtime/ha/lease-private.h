@@ -11,7 +11,7 @@
 
 #include <mongoc/mongoc.h>
 
-#include "flowwarden/lease.h"
+#include "runtime/ha/lease.h"
 
 struct fw_lease {
    mongoc_uri_t *uri;

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "flowwarden/clock.h"
-#include "flowwarden/lease.h"
+#include "runtime/ha/lease.h"
 #include "flowwarden/log.h"
 #include "runtime/ha/lease-private.h"
 

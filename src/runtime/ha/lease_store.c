@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "flowwarden/collection_names.h"
-#include "flowwarden/write_reply.h"
+#include "bson/write_reply.h"
 #include "runtime/ha/lease-private.h"
 
 #define ERR_DUPLICATE_KEY 11000

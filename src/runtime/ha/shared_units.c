@@ -10,8 +10,8 @@
 
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
-#include "flowwarden/shared_units.h"
-#include "flowwarden/write_reply.h"
+#include "runtime/ha/shared_units.h"
+#include "bson/write_reply.h"
 
 #define MAX_UNITS 4096
 #define MAX_MEMBERS 64

@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "flowwarden/connections.h"
+#include "runtime/host/connections.h"
 #include "flowwarden/io_deadline.h"
 #include "flowwarden/log.h"
-#include "flowwarden/lua_host.h"
+#include "runtime/host/lua_host.h"
 
 typedef struct entry {
    char *name;

@@ -15,10 +15,10 @@
 #include <lualib.h>
 
 #include "flowwarden/clock.h"
-#include "flowwarden/lua_call.h"
-#include "flowwarden/lua_core.h"
+#include "lua_api/lua_call.h"
+#include "lua_api/lua_core.h"
 #include "flowwarden/log.h"
-#include "flowwarden/lua_host.h"
+#include "runtime/host/lua_host.h"
 #include "flowwarden/lua_sources.h"
 #include "flowwarden/secrets.h"
 

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "flowwarden/log.h"
-#include "flowwarden/oplog_window.h"
+#include "runtime/host/oplog_window.h"
 #include "flowwarden/shutdown.h"
 
 /* A read that takes longer is abandoned by the server (maxTimeMS). */

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "flowwarden/server_probe.h"
+#include "runtime/host/server_probe.h"
 
 void
 fw_server_describe (const mongoc_uri_t *uri, char *out, size_t len)

@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "flowwarden/check.h"
-#include "flowwarden/dlq_entry.h"
-#include "flowwarden/dlq_replay.h"
+#include "runtime/dlq/dlq_entry.h"
+#include "runtime/replay/dlq_replay.h"
 #include "flowwarden/log.h"
 #include "runtime/dispatch/dispatcher-private.h"
 #include "runtime/dispatch/replay_hook-private.h"

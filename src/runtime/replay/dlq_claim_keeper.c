@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "flowwarden/clock.h"
-#include "flowwarden/dlq_claim_keeper.h"
+#include "runtime/replay/dlq_claim_keeper.h"
 #include "flowwarden/log.h"
 #include "flowwarden/shutdown.h"
 

@@ -10,13 +10,13 @@
 
 #include <lauxlib.h>
 
-#include "flowwarden/bson_lua.h"
-#include "flowwarden/bson_redact.h"
-#include "flowwarden/dlq_claim_keeper.h"
-#include "flowwarden/dlq_entry.h"
-#include "flowwarden/dlq_replay.h"
+#include "bson/bson_lua.h"
+#include "bson/bson_redact.h"
+#include "runtime/replay/dlq_claim_keeper.h"
+#include "runtime/dlq/dlq_entry.h"
+#include "runtime/replay/dlq_replay.h"
 #include "flowwarden/log.h"
-#include "flowwarden/mongo_lua.h"
+#include "lua_api/mongo_lua.h"
 #include "flowwarden/clock.h"
 #include "runtime/dispatch/dispatcher-private.h"
 #include "runtime/dispatch/replay_hook-private.h"

@@ -11,9 +11,9 @@
 #include <time.h>
 
 #include "flowwarden/clock.h"
-#include "flowwarden/dlq_entry.h"
-#include "flowwarden/dlq_replay.h"
-#include "flowwarden/dlq_sequence.h"
+#include "runtime/dlq/dlq_entry.h"
+#include "runtime/replay/dlq_replay.h"
+#include "runtime/dlq/dlq_sequence.h"
 #include "flowwarden/log.h"
 #include "runtime/dispatch/dispatcher-private.h"
 

@@ -2,7 +2,7 @@
  * dlq_replay_store.c - the DLQ store of a stream's replay (see
  * dlq_replay_store.h).
  */
-#include "flowwarden/dlq_replay_store.h"
+#include "runtime/replay/dlq_replay_store.h"
 
 fw_dlq_store_t *
 fw_dlq_replay_store (fw_dispatcher_t *d, fw_error_t *error)

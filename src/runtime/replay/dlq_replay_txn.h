@@ -7,8 +7,8 @@
 
 #include <stdbool.h>
 
-#include "flowwarden/dispatcher.h"
-#include "flowwarden/dlq_store.h"
+#include "runtime/dispatch/dispatcher.h"
+#include "runtime/dlq/dlq_store.h"
 
 typedef struct {
    fw_dlq_store_t *sink;   /* the DLQ on the transactions' client */

@@ -11,10 +11,10 @@
 
 #include <lauxlib.h>
 
-#include "flowwarden/bson_alloc.h"
-#include "flowwarden/dlq_entry.h"
-#include "flowwarden/dlq_replay.h"
-#include "flowwarden/dlq_replay_store.h"
+#include "bson/bson_alloc.h"
+#include "runtime/dlq/dlq_entry.h"
+#include "runtime/replay/dlq_replay.h"
+#include "runtime/replay/dlq_replay_store.h"
 #include "flowwarden/log.h"
 #include "flowwarden/clock.h"
 #include "runtime/dispatch/dispatcher-private.h"

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "flowwarden/clock.h"
-#include "flowwarden/snapshot.h"
+#include "runtime/snapshot/snapshot.h"
 
 typedef struct {
    bson_t *doc;   /* the row, owned */

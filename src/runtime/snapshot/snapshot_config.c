@@ -6,7 +6,7 @@
 
 #include <mongoc/mongoc.h>
 
-#include "flowwarden/snapshot.h"
+#include "runtime/snapshot/snapshot.h"
 
 static int
 read_mode_of (const char *name)

@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "flowwarden/batch_dispatch.h"
+#include "runtime/dispatch/batch_dispatch.h"
 #include "flowwarden/clock.h"
-#include "flowwarden/dlq_replay.h"
+#include "runtime/replay/dlq_replay.h"
 #include "flowwarden/log.h"
 #include "runtime/stream/stream_batch-private.h"
 #include "runtime/stream/stream_control-private.h"

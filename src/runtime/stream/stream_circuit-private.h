@@ -8,7 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "flowwarden/stream_worker.h"
+#include "runtime/stream/stream_worker.h"
 
 /* Gives w's dispatcher (and so its lanes) the hooks keeping its breaker in
  * "<w's checkpoint id>#circuit" (circuit_doc.h). */

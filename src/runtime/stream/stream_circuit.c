@@ -8,7 +8,7 @@
  * "leader" only the leader writes, fenced by its lease's epoch.
  */
 
-#include "flowwarden/circuit_doc.h"
+#include "runtime/checkpoint/circuit_doc.h"
 #include "flowwarden/log.h"
 #include "runtime/stream/stream_circuit-private.h"
 #include "runtime/stream/stream_worker-private.h"

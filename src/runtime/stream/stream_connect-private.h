@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "flowwarden/stream_worker.h"
+#include "runtime/stream/stream_worker.h"
 
 /* Probes the deployment until a writable server answers (stream_connect.c):
  * each new reason logged once, in status (in state) meanwhile. False on

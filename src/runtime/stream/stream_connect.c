@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "flowwarden/log.h"
-#include "flowwarden/server_probe.h"
+#include "runtime/host/server_probe.h"
 #include "runtime/stream/stream_connect-private.h"
 #include "runtime/stream/stream_worker-private.h"
 

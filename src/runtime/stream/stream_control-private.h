@@ -8,8 +8,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "flowwarden/outcome.h"
-#include "flowwarden/stream_worker.h"
+#include "runtime/dispatch/outcome.h"
+#include "runtime/stream/stream_worker.h"
 
 /* What the admin endpoint asked the stream's thread to do. */
 enum { W_CONTROL_NONE = 0, W_CONTROL_PAUSE, W_CONTROL_RESUME, W_CONTROL_RESTART };

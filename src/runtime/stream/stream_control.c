@@ -7,7 +7,7 @@
 #include <lauxlib.h>
 
 #include "flowwarden/log.h"
-#include "flowwarden/metrics_lua.h"
+#include "lua_api/metrics_lua.h"
 #include "runtime/stream/stream_control-private.h"
 #include "runtime/stream/stream_worker-private.h"
 

@@ -8,7 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "flowwarden/stream_worker.h"
+#include "runtime/stream/stream_worker.h"
 
 typedef struct fw_position fw_position_t; /* stream_position-private.h */
 

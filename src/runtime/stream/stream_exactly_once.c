@@ -6,9 +6,9 @@
  * of the server sessions those transactions run on, whose transactions the
  * next holder of the checkpoint kills before it reads (txn_sessions.h).
  */
-#include "flowwarden/checkpoint_store.h"
+#include "runtime/checkpoint/checkpoint_store.h"
 #include "flowwarden/log.h"
-#include "flowwarden/txn_sessions.h"
+#include "runtime/checkpoint/txn_sessions.h"
 #include "runtime/stream/stream_exactly_once-private.h"
 #include "runtime/stream/stream_position-private.h"
 #include "runtime/stream/stream_worker-private.h"

@@ -27,9 +27,9 @@
 
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
-#include "flowwarden/mongo_lua.h"
-#include "flowwarden/pg_io.h"
-#include "flowwarden/pg_lua.h"
+#include "lua_api/mongo_lua.h"
+#include "lua_api/pg_io.h"
+#include "lua_api/pg_lua.h"
 #include "runtime/stream/stream_control-private.h"
 #include "runtime/stream/stream_exactly_once-private.h"
 #include "runtime/stream/stream_position-private.h"

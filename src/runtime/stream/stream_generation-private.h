@@ -13,7 +13,7 @@
 
 #include <mongoc/mongoc.h>
 
-#include "flowwarden/stream_config.h"
+#include "runtime/config/stream_config.h"
 
 /* What a unit of a switched generation opens with. */
 typedef struct {

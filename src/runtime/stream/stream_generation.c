@@ -20,8 +20,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "flowwarden/checkpoint_store.h"
-#include "flowwarden/lease.h"
+#include "runtime/checkpoint/checkpoint_store.h"
+#include "runtime/ha/lease.h"
 #include "flowwarden/log.h"
 #include "runtime/stream/stream_generation-private.h"
 #include "runtime/stream/stream_partition-private.h"

@@ -7,8 +7,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "flowwarden/event.h"
-#include "flowwarden/stream_worker.h"
+#include "bson/event.h"
+#include "runtime/stream/stream_worker.h"
 
 typedef struct fw_position fw_position_t; /* stream_position-private.h */
 

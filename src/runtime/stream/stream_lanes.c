@@ -36,11 +36,11 @@
 
 #include <lauxlib.h>
 
-#include "flowwarden/batch_dispatch.h"
+#include "runtime/dispatch/batch_dispatch.h"
 #include "flowwarden/clock.h"
-#include "flowwarden/dlq_sequence.h"
+#include "runtime/dlq/dlq_sequence.h"
 #include "flowwarden/log.h"
-#include "flowwarden/mongo_lua.h"
+#include "lua_api/mongo_lua.h"
 #include "runtime/stream/stream_lanes-private.h"
 #include "runtime/stream/stream_position-private.h"
 #include "runtime/stream/stream_program-private.h"

@@ -8,8 +8,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "flowwarden/checkpoint_store.h"
-#include "flowwarden/stream_worker.h"
+#include "runtime/checkpoint/checkpoint_store.h"
+#include "runtime/stream/stream_worker.h"
 
 typedef struct fw_position fw_position_t; /* stream_position-private.h */
 

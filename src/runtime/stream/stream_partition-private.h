@@ -10,7 +10,7 @@
 
 #include <mongoc/mongoc.h>
 
-#include "flowwarden/stream_config.h"
+#include "runtime/config/stream_config.h"
 
 /* False, with why written to what[len], when the server cannot hash keys
  * ($toHashedIndexKey, MongoDB 7.0+, needed when partitions > 1) or when the

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "flowwarden/checkpoint_store.h"
+#include "runtime/checkpoint/checkpoint_store.h"
 #include "runtime/stream/stream_partition-private.h"
 
 #define FW_WIRE_7_0 21 /* maxWireVersion of MongoDB 7.0 (wire_version.h): $toHashedIndexKey */

@@ -10,8 +10,8 @@
 
 #include <bson/bson.h>
 
-#include "flowwarden/event.h"
-#include "flowwarden/stream_worker.h"
+#include "bson/event.h"
+#include "runtime/stream/stream_worker.h"
 #include "runtime/stream/stream_read-private.h"
 
 /* Where the stream's thread has read to and what it has handled. */

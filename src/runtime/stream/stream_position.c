@@ -4,8 +4,8 @@
  * (checkpoint.mode = "sync", and the final save) or handed to the stream's
  * checkpoint writer (mode = "async", issue 16).
  */
-#include "flowwarden/checkpoint_store.h"
-#include "flowwarden/checkpoint_writer.h"
+#include "runtime/checkpoint/checkpoint_store.h"
+#include "runtime/checkpoint/checkpoint_writer.h"
 #include "flowwarden/log.h"
 #include "runtime/stream/stream_exactly_once-private.h"
 #include "runtime/stream/stream_position-private.h"

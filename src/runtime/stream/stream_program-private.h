@@ -8,9 +8,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "flowwarden/event.h"
-#include "flowwarden/outcome.h"
-#include "flowwarden/stream_worker.h"
+#include "bson/event.h"
+#include "runtime/dispatch/outcome.h"
+#include "runtime/stream/stream_worker.h"
 
 /* Points w's Lua state (and its lane programs') at w's fw.state store, and
  * w's fw.mongo at w's clients. */

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "flowwarden/clock.h"
-#include "flowwarden/event_settle.h"
+#include "runtime/stream/event_settle.h"
 #include "runtime/stream/stream_circuit-private.h"
 #include "runtime/stream/stream_exactly_once-private.h"
 #include "runtime/stream/stream_program-private.h"

@@ -11,8 +11,8 @@
 #include <mongoc/mongoc.h>
 
 #include "flowwarden/error.h"
-#include "flowwarden/event.h"
-#include "flowwarden/stream_config.h"
+#include "bson/event.h"
+#include "runtime/config/stream_config.h"
 
 /* --- event_oversize.c -------------------------------------------------- */
 

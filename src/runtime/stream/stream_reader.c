@@ -16,7 +16,7 @@
 #include <time.h>
 
 #include "flowwarden/clock.h"
-#include "flowwarden/bson_alloc.h"
+#include "bson/bson_alloc.h"
 #include "runtime/stream/stream_read-private.h"
 
 typedef enum { ITEM_EVENT, ITEM_IDLE, ITEM_ERROR } item_kind_t;

@@ -5,9 +5,9 @@
  */
 #include "flowwarden/check.h"
 #include "flowwarden/clock.h"
-#include "flowwarden/event_settle.h"
+#include "runtime/stream/event_settle.h"
 #include "flowwarden/log.h"
-#include "flowwarden/lua_host.h"
+#include "runtime/host/lua_host.h"
 #include "runtime/stream/stream_settle.h"
 
 #if FW_CHECKING

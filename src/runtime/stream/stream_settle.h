@@ -1,6 +1,6 @@
 /*
  * stream_settle.h - one place settles what became of an event (or a batch)
- * for the stream: the dispatcher returns an outcome (flowwarden/outcome.h)
+ * for the stream: the dispatcher returns an outcome (runtime/dispatch/outcome.h)
  * and moves nothing; fw_stream_settle says what it means for the read,
  * counts it and moves the position through the caller's place. The
  * stream's thread (one event, a batch, a snapshot's row, an unreadable or
@@ -11,9 +11,9 @@
 
 #include <stdbool.h>
 
-#include "flowwarden/dispatcher.h"
-#include "flowwarden/metrics.h"
-#include "flowwarden/outcome.h"
+#include "runtime/dispatch/dispatcher.h"
+#include "ops/metrics.h"
+#include "runtime/dispatch/outcome.h"
 
 /* How a read of the change stream ended (stream_worker.c). */
 typedef enum {
@@ -37,7 +37,7 @@ typedef struct {
    /* The event(s) are finished with (o: their outcome, a batch's for a
     * batch): the stream's thread counts the Lua state's memory and the DLQ's
     * pending entries (NULL: the Lua state's memory only). Each event was
-    * counted and logged as it finished (flowwarden/event_settle.h). */
+    * counted and logged as it finished (runtime/stream/event_settle.h). */
    void (*count) (void *ud, const fw_outcome_t *o);
    /* ... and the position passes them (NULL: it does not move, as for a
     * snapshot's row); returns how the read goes on. */

@@ -9,9 +9,9 @@
 #include <stdint.h>
 
 #include "flowwarden/error.h"
-#include "flowwarden/lease.h"
-#include "flowwarden/metrics.h"
-#include "flowwarden/stream_worker.h"
+#include "runtime/ha/lease.h"
+#include "ops/metrics.h"
+#include "runtime/stream/stream_worker.h"
 
 /* The stream's lease: a unit lease of its group with ha.mode = "shared",
  * else fw_lease_new's. NULL (err set) on failure. */

@@ -8,7 +8,7 @@
 
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
-#include "flowwarden/shared_units.h"
+#include "runtime/ha/shared_units.h"
 #include "runtime/stream/stream_shared-private.h"
 #include "runtime/stream/stream_worker-private.h"
 

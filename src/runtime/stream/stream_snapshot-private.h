@@ -10,9 +10,9 @@
 
 #include <bson/bson.h>
 
-#include "flowwarden/checkpoint_store.h"
-#include "flowwarden/event.h"
-#include "flowwarden/stream_worker.h"
+#include "runtime/checkpoint/checkpoint_store.h"
+#include "bson/event.h"
+#include "runtime/stream/stream_worker.h"
 #include "runtime/stream/stream_settle.h"
 
 typedef struct fw_position fw_position_t;            /* stream_position-private.h */

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "flowwarden/log.h"
-#include "flowwarden/snapshot.h"
+#include "runtime/snapshot/snapshot.h"
 #include "runtime/stream/stream_control-private.h"
 #include "runtime/stream/stream_generation-private.h"
 #include "runtime/stream/stream_lanes-private.h"

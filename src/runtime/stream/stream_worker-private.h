@@ -4,9 +4,9 @@
  * the others is declared in its own <file>-private.h (stream_position-,
  * stream_lanes-, stream_control-private.h, ...), so each includes what it
  * uses. The parts below it have interfaces of their own: the dispatcher
- * (flowwarden/dispatcher.h), the reader and the oversize policy
+ * (runtime/dispatch/dispatcher.h), the reader and the oversize policy
  * (stream_read-private.h), the checkpoint writer and the lease
- * (flowwarden/checkpoint_writer.h, lease.h).
+ * (runtime/checkpoint/checkpoint_writer.h, lease.h).
  */
 #ifndef FLOWWARDEN_STREAM_WORKER_PRIVATE_H
 #define FLOWWARDEN_STREAM_WORKER_PRIVATE_H
@@ -16,15 +16,15 @@
 #include <lauxlib.h>
 
 #include "flowwarden/clock.h"
-#include "flowwarden/checkpoint_writer.h"
-#include "flowwarden/checkpoint_store.h"
-#include "flowwarden/connections.h"
-#include "flowwarden/dispatcher.h"
-#include "flowwarden/event.h"
-#include "flowwarden/lease.h"
-#include "flowwarden/metrics.h"
-#include "flowwarden/stream_config.h"
-#include "flowwarden/stream_worker.h"
+#include "runtime/checkpoint/checkpoint_writer.h"
+#include "runtime/checkpoint/checkpoint_store.h"
+#include "runtime/host/connections.h"
+#include "runtime/dispatch/dispatcher.h"
+#include "bson/event.h"
+#include "runtime/ha/lease.h"
+#include "ops/metrics.h"
+#include "runtime/config/stream_config.h"
+#include "runtime/stream/stream_worker.h"
 
 /* A stream: its thread, its dispatcher (and its lanes'), its position and
  * checkpoint writer, its lease, what the admin endpoint and a reload ask of

@@ -8,11 +8,11 @@
 
 #include <lauxlib.h>
 
-#include "flowwarden/batch_dispatch.h"
-#include "flowwarden/checkpoint_store.h"
-#include "flowwarden/dlq_replay.h"
+#include "runtime/dispatch/batch_dispatch.h"
+#include "runtime/checkpoint/checkpoint_store.h"
+#include "runtime/replay/dlq_replay.h"
 #include "flowwarden/log.h"
-#include "flowwarden/mongo_lua.h"
+#include "lua_api/mongo_lua.h"
 #include "runtime/stream/stream_batch-private.h"
 #include "runtime/stream/stream_connect-private.h"
 #include "runtime/stream/stream_control-private.h"

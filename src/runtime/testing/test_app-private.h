@@ -7,9 +7,9 @@
 
 #include <lua.h>
 
-#include "flowwarden/connections.h"
-#include "flowwarden/dlq_store.h"
-#include "flowwarden/metrics.h"
+#include "runtime/host/connections.h"
+#include "runtime/dlq/dlq_store.h"
+#include "ops/metrics.h"
 #include "runtime/dispatch/dispatcher-private.h"
 
 /* What one deliver or replay saw, owned by a userdata of the spec's state

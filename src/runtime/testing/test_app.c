@@ -11,14 +11,14 @@
 
 #include <lauxlib.h>
 
-#include "flowwarden/bson_lua.h"
-#include "flowwarden/dlq_replay.h"
-#include "flowwarden/event_settle.h"
+#include "bson/bson_lua.h"
+#include "runtime/replay/dlq_replay.h"
+#include "runtime/stream/event_settle.h"
 #include "flowwarden/log.h"
-#include "flowwarden/lua_host.h"
-#include "flowwarden/metrics_lua.h"
-#include "flowwarden/state_store.h"
-#include "flowwarden/test_app.h"
+#include "runtime/host/lua_host.h"
+#include "lua_api/metrics_lua.h"
+#include "lua_api/state_store.h"
+#include "runtime/testing/test_app.h"
 #include "runtime/testing/test_app-private.h"
 
 #define APP_MT "flowwarden.testing.app"

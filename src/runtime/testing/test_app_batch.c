@@ -6,7 +6,7 @@
  */
 #include <lauxlib.h>
 
-#include "flowwarden/batch_dispatch.h"
+#include "runtime/dispatch/batch_dispatch.h"
 #include "runtime/testing/test_app-private.h"
 
 /* A batch's event by its outcome: "none" when not finished with or no

@@ -6,7 +6,7 @@
  */
 #include <lauxlib.h>
 
-#include "flowwarden/test_app.h"
+#include "runtime/testing/test_app.h"
 #include "runtime/testing/test_app-private.h"
 
 int

@@ -8,10 +8,10 @@
 
 #include <lauxlib.h>
 
-#include "flowwarden/bson_lua.h"
-#include "flowwarden/dlq_sequence.h"
+#include "bson/bson_lua.h"
+#include "runtime/dlq/dlq_sequence.h"
 #include "flowwarden/log.h"
-#include "flowwarden/test_app.h"
+#include "runtime/testing/test_app.h"
 #include "runtime/dispatch/replay_hook-private.h"
 #include "runtime/testing/test_app-private.h"
 

@@ -16,9 +16,9 @@
 
 #include <lauxlib.h>
 
-#include "flowwarden/bson_lua.h"
-#include "flowwarden/http_lua.h"
-#include "flowwarden/lua_call.h"
+#include "bson/bson_lua.h"
+#include "lua_api/http_lua.h"
+#include "lua_api/lua_call.h"
 #include "runtime/testing/test_app-private.h"
 
 const char fw_test_app_key = 'a';

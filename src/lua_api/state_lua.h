@@ -11,7 +11,7 @@
 
 #include <lua.h>
 
-#include "flowwarden/state_store.h"
+#include "lua_api/state_store.h"
 
 /* Stores store (borrowed: it must outlive its use by L, or be replaced by
  * another attach first) in L's registry. NULL detaches. Never raises. */

@@ -13,10 +13,10 @@
 #include <bson/bson.h>
 #include <lua.h>
 
-#include "flowwarden/backoff.h"
-#include "flowwarden/circuit.h"
+#include "runtime/dispatch/backoff.h"
+#include "runtime/dispatch/circuit.h"
 #include "flowwarden/error.h"
-#include "flowwarden/rate_limit.h"
+#include "runtime/dispatch/rate_limit.h"
 
 typedef struct {
    bool enabled;

@@ -11,7 +11,7 @@
 
 #include <stdbool.h>
 
-#include "flowwarden/stream_config.h"
+#include "runtime/config/stream_config.h"
 
 /* Called with a collection and its database; both strings are valid during
  * the call only. Returning false stops the walk. */

@@ -15,7 +15,7 @@
 
 #include <lua.h>
 
-#include "flowwarden/event.h"
+#include "bson/event.h"
 
 #define FW_DLQ_REASON_MAX 1024
 

@@ -22,8 +22,8 @@
 
 #include <bson/bson.h>
 
-#include "flowwarden/connections.h"
-#include "flowwarden/dlq_store.h"
+#include "runtime/host/connections.h"
+#include "runtime/dlq/dlq_store.h"
 #include "flowwarden/error.h"
 
 typedef struct {

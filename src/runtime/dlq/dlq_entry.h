@@ -19,8 +19,8 @@
 
 #include <bson/bson.h>
 
-#include "flowwarden/event.h"
-#include "flowwarden/stream_config.h"
+#include "bson/event.h"
+#include "runtime/config/stream_config.h"
 
 typedef struct {
    const char *stream_name;

@@ -26,8 +26,8 @@
 #include <mongoc/mongoc.h>
 
 #include "flowwarden/error.h"
-#include "flowwarden/dispatcher.h"
-#include "flowwarden/dlq_store.h"
+#include "runtime/dispatch/dispatcher.h"
+#include "runtime/dlq/dlq_store.h"
 
 /*
  * The whole `replay` verb: argv[0] is "replay", the rest its arguments

@@ -31,7 +31,7 @@ typedef enum {
 } fw_outcome_kind_t;
 
 /* How the stream counts an event that ended so (the outcome label of
- * flowwarden_events_total, flowwarden/metrics.h's fw_metrics_outcome_t):
+ * flowwarden_events_total, ops/metrics.h's fw_metrics_outcome_t):
  * not always the kind's (a park counts PARKED, but a dead letter whose error
  * has no type is stored as PARKED and counts DLQ; DEFERRED counts DLQ). */
 typedef enum {
@@ -45,7 +45,7 @@ typedef enum {
 } fw_outcome_count_t;
 
 /* What the log line of an outcome needs besides the event (the stream's
- * settle writes it, flowwarden/event_settle.h). Strings never NULL. */
+ * settle writes it, runtime/stream/event_settle.h). Strings never NULL. */
 typedef struct {
    const char *where;       /* the failing line ("file:line", redacted), or "" */
    const char *dlq;         /* DEAD_LETTERED, PARKED, DEFERRED: the DLQ collection */

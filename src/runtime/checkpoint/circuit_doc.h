@@ -26,7 +26,7 @@
 
 #include <mongoc/mongoc.h>
 
-#include "flowwarden/circuit.h"
+#include "runtime/dispatch/circuit.h"
 #include "flowwarden/error.h"
 
 /* Writes "<id>#circuit" as v (an open or half-open breaker) says. With

@@ -9,9 +9,9 @@
 #ifndef FLOWWARDEN_EVENT_SETTLE_H
 #define FLOWWARDEN_EVENT_SETTLE_H
 
-#include "flowwarden/event.h"
-#include "flowwarden/metrics.h"
-#include "flowwarden/outcome.h"
+#include "bson/event.h"
+#include "ops/metrics.h"
+#include "runtime/dispatch/outcome.h"
 
 /* Logs o's line for ev of stream and, with a metrics block (borrowed, may
  * be NULL), counts it: a DLQ write for an entry stored PENDING (dead

@@ -32,8 +32,8 @@
 
 #include "flowwarden/collection_names.h"
 #include "flowwarden/error.h"
-#include "flowwarden/event.h"
-#include "flowwarden/stream_config.h"
+#include "bson/event.h"
+#include "runtime/config/stream_config.h"
 
 
 typedef struct fw_snapshot fw_snapshot_t;

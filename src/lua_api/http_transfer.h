@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "flowwarden/http_policy.h"
+#include "lua_api/http_policy.h"
 
 typedef struct fw_http_session fw_http_session_t;
 typedef struct fw_http_transfer fw_http_transfer_t;

@@ -27,7 +27,7 @@
 
 #include <mongoc/mongoc.h>
 
-#include "flowwarden/dlq_sequence.h"
+#include "runtime/dlq/dlq_sequence.h"
 #include "flowwarden/error.h"
 
 #define FW_DLQ_MAX_IDS 64

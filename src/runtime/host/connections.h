@@ -18,7 +18,7 @@
 #include <mongoc/mongoc.h>
 
 #include "flowwarden/error.h"
-#include "flowwarden/lua_host.h"
+#include "runtime/host/lua_host.h"
 
 /* The URI used when neither --uri nor fw.defaults { uri = ... } gives one. */
 #define FW_DEFAULT_URI "mongodb://127.0.0.1:27017/?replicaSet=rs0"

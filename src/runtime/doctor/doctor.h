@@ -14,7 +14,7 @@
 #include <lua.h>
 #include <mongoc/mongoc.h>
 
-#include "flowwarden/stream_config.h"
+#include "runtime/config/stream_config.h"
 
 typedef enum {
    FW_DOCTOR_OK,

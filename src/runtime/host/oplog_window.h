@@ -18,7 +18,7 @@
 #include <mongoc/mongoc.h>
 
 #include "flowwarden/error.h"
-#include "flowwarden/metrics.h"
+#include "ops/metrics.h"
 
 /* How often `run` samples the window, unless FW_TEST_OPLOG_WINDOW_INTERVAL_MS
  * (a test hook, docs/testing.md) says otherwise. */

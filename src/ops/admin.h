@@ -45,7 +45,7 @@
 #include <stddef.h>
 
 #include "flowwarden/error.h"
-#include "flowwarden/metrics.h"
+#include "ops/metrics.h"
 
 typedef struct fw_admin fw_admin_t;
 

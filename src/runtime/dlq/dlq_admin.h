@@ -20,7 +20,7 @@
 
 #include <mongoc/mongoc.h>
 
-#include "flowwarden/dlq_store.h"
+#include "runtime/dlq/dlq_store.h"
 #include "flowwarden/error.h"
 
 /*

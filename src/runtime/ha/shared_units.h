@@ -25,7 +25,7 @@
 
 #include "flowwarden/collection_names.h"
 #include "flowwarden/error.h"
-#include "flowwarden/lease.h"
+#include "runtime/ha/lease.h"
 
 
 typedef struct fw_shared_group fw_shared_group_t;

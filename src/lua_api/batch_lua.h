@@ -14,7 +14,7 @@
 
 #include <lua.h>
 
-#include "flowwarden/event_ctx.h"
+#include "lua_api/event_ctx.h"
 
 /* One call's batch, owned by the caller (the dispatcher), which keeps it
  * valid for the call. */

@@ -17,17 +17,17 @@
 
 #include <mongoc/mongoc.h>
 
-#include "flowwarden/circuit.h"
-#include "flowwarden/connections.h"
+#include "runtime/dispatch/circuit.h"
+#include "runtime/host/connections.h"
 #include "flowwarden/error.h"
-#include "flowwarden/event.h"
-#include "flowwarden/lease.h"
-#include "flowwarden/lua_host.h"
-#include "flowwarden/metrics.h"
-#include "flowwarden/outcome.h"
+#include "bson/event.h"
+#include "runtime/ha/lease.h"
+#include "runtime/host/lua_host.h"
+#include "ops/metrics.h"
+#include "runtime/dispatch/outcome.h"
 #include "flowwarden/shutdown.h"
-#include "flowwarden/state_store.h"
-#include "flowwarden/stream_config.h"
+#include "lua_api/state_store.h"
+#include "runtime/config/stream_config.h"
 
 /* What a dispatcher (and so its stream) counted of its events. */
 typedef struct {
@@ -259,7 +259,7 @@ const char *fw_dispatcher_failure (const fw_dispatcher_t *d);
 
 /* Where a dispatcher hands every change event it finished with, once, with
  * its outcome (stream: the stream's name): its log line and its counts are
- * the receiver's (the stream's settle, flowwarden/event_settle.h), never
+ * the receiver's (the stream's settle, runtime/stream/event_settle.h), never
  * the dispatcher's. Called on the dispatcher's thread, before
  * fw_event_dispatch returns, and for each event of a batch as it finishes. */
 typedef void (*fw_outcome_sink_fn) (void *ud, const char *stream, const fw_event_t *ev,
@@ -288,7 +288,7 @@ fw_outcome_t fw_event_dispatch_run (fw_dispatcher_t *d, const fw_event_t *ev,
                                     const fw_dispatch_run_t *run);
 
 /* Runs the handlers for one parsed change event with the stream's retry and
- * DLQ policy, and says what became of it (flowwarden/outcome.h): it moves no
+ * DLQ policy, and says what became of it (runtime/dispatch/outcome.h): it moves no
  * position, its caller settles the outcome (the sink has logged and
  * counted it). The event must stay valid until it returns; the outcome's
  * strings until d's next event. */

@@ -10,12 +10,12 @@
 
 #include <mongoc/mongoc.h>
 
-#include "flowwarden/admin.h"
-#include "flowwarden/connections.h"
-#include "flowwarden/dispatcher.h"
+#include "ops/admin.h"
+#include "runtime/host/connections.h"
+#include "runtime/dispatch/dispatcher.h"
 #include "flowwarden/error.h"
-#include "flowwarden/lua_host.h"
-#include "flowwarden/metrics.h"
+#include "runtime/host/lua_host.h"
+#include "ops/metrics.h"
 #include "flowwarden/shutdown.h"
 
 typedef struct fw_stream_worker fw_stream_worker_t;
@@ -133,7 +133,7 @@ void fw_stream_worker_stats (const fw_stream_worker_t *w, fw_stream_stats_t *out
 
 typedef struct fw_dispatcher fw_dispatcher_t;
 
-/* w's dispatcher (flowwarden/dispatcher.h), owned by w: what replays drive. */
+/* w's dispatcher (runtime/dispatch/dispatcher.h), owned by w: what replays drive. */
 fw_dispatcher_t *fw_stream_worker_dispatcher (fw_stream_worker_t *w);
 
 /* For the command line: gives w (built, never started) a client of its pool

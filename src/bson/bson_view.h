@@ -20,7 +20,7 @@
 #include <bson/bson.h>
 #include <lua.h>
 
-#include "flowwarden/bson_values.h"
+#include "bson/bson_values.h"
 
 /* Registers the view metatable and sets `table` (fw.table) in the table at
  * module_idx (0: register only). */

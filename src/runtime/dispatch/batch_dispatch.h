@@ -12,8 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "flowwarden/batch_run.h"
-#include "flowwarden/dispatcher.h"
+#include "runtime/dispatch/batch_run.h"
+#include "runtime/dispatch/dispatcher.h"
 
 /* True when d's program declares on_batch: *max_events and *max_wait_ms
  * (may be NULL) are its batch settings. */

@@ -19,7 +19,7 @@
 
 #include <lua.h>
 
-#include "flowwarden/metrics.h"
+#include "ops/metrics.h"
 
 /* Sets `metrics` (counter, gauge, histogram) in the table at module_idx.
  * May raise (memory). */
