@@ -121,14 +121,14 @@ main (int argc, char **argv)
          goto done;
       }
       if (now_s () - t0 > timeout_s) {
-         fprintf (stderr, "fw_drain: timed out after %" PRIu64 " of %" PRIu64 " events\n",
-                  seen, want);
+         fprintf (stderr, "fw_drain: timed out after %" PRIu64 " of %" PRIu64 " events\n", seen,
+                  want);
          goto done;
       }
    }
    double elapsed = now_s () - t0;
-   printf ("drained %" PRIu64 " events in %.3f s: %.0f events/s (first event after %.3f s)\n",
-           seen, elapsed, (double) seen / elapsed, first - t0);
+   printf ("drained %" PRIu64 " events in %.3f s: %.0f events/s (first event after %.3f s)\n", seen,
+           elapsed, (double) seen / elapsed, first - t0);
    rc = 0;
 
 done:

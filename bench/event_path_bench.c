@@ -49,10 +49,10 @@
 
 #include "bson/bson_lua.h"
 #include "bson/event.h"
-#include "runtime/host/lua_host.h"
 #include "ops/metrics.h"
 #include "runtime/dispatch/batch_dispatch.h"
 #include "runtime/dispatch/dispatcher.h"
+#include "runtime/host/lua_host.h"
 #include "runtime/stream/event_settle.h"
 
 #define RING 1024
@@ -400,8 +400,8 @@ dispatch_batch (fw_dispatcher_t *d, const ring_t *r, uint64_t i, size_t k)
 }
 
 static bool
-run_dispatch (const char *name, const char *prelude, const char *body, const ring_t *r,
-              uint64_t n, result_t *out)
+run_dispatch (const char *name, const char *prelude, const char *body, const ring_t *r, uint64_t n,
+              result_t *out)
 {
    char path[64];
    fw_error_t err;
@@ -423,8 +423,7 @@ run_dispatch (const char *name, const char *prelude, const char *body, const rin
       unlink (path);
       return false;
    }
-   if (!fw_lua_host_load_script (host, path, "mongodb://127.0.0.1:9/bench?replicaSet=rs0",
-                                 &err)) {
+   if (!fw_lua_host_load_script (host, path, "mongodb://127.0.0.1:9/bench?replicaSet=rs0", &err)) {
       fprintf (stderr, "%s: %s\n", name, err.message);
       fw_lua_host_destroy (host);
       unlink (path);
@@ -483,8 +482,8 @@ run_dispatch (const char *name, const char *prelude, const char *body, const rin
    out->lua_kb = fw_lua_host_memory_used (fw_dispatcher_host (d)) / 1024;
    fw_dispatcher_stats (d, &st);
    if (ok && st.handled != warm + n) {
-      fprintf (stderr, "%s: %" PRIu64 " of %" PRIu64 " events handled (handler errors: %" PRIu64
-                       ")\n",
+      fprintf (stderr,
+               "%s: %" PRIu64 " of %" PRIu64 " events handled (handler errors: %" PRIu64 ")\n",
                name, st.handled, warm + n, st.handler_errors);
       ok = false;
    }
@@ -592,15 +591,17 @@ main (int argc, char **argv)
 
    double avg = (double) ring.bytes / (double) ring.n;
    if (json) {
-      printf ("{\"events\": %" PRIu64 ", \"distinct_events\": %zu, \"avg_event_bytes\": %.0f, "
+      printf ("{\"events\": %" PRIu64
+              ", \"distinct_events\": %zu, \"avg_event_bytes\": %.0f, "
               "\"source\": \"%s\", \"results\": {",
               n, ring.n, avg, file ? "file" : (large ? "generated-large" : "generated-small"));
       for (int k = 0; k < nres; k++) {
-         printf ("%s\"%s\": {\"events_per_cpu_s\": %.0f, \"events_per_wall_s\": %.0f, "
-                 "\"ns_per_event\": %.1f, \"lua_kb\": %zu}",
-                 k ? ", " : "", res[k].name, (double) res[k].n / res[k].cpu_s,
-                 (double) res[k].n / res[k].wall_s, res[k].cpu_s * 1e9 / (double) res[k].n,
-                 res[k].lua_kb);
+         printf (
+            "%s\"%s\": {\"events_per_cpu_s\": %.0f, \"events_per_wall_s\": %.0f, "
+            "\"ns_per_event\": %.1f, \"lua_kb\": %zu}",
+            k ? ", " : "", res[k].name, (double) res[k].n / res[k].cpu_s,
+            (double) res[k].n / res[k].wall_s, res[k].cpu_s * 1e9 / (double) res[k].n,
+            res[k].lua_kb);
       }
       printf ("}}\n");
    } else {
@@ -609,9 +610,9 @@ main (int argc, char **argv)
       printf ("%-8s %16s %16s %12s %10s\n", "", "events/s/core", "events/s wall", "ns/event",
               "Lua KB");
       for (int k = 0; k < nres; k++) {
-         printf ("%-8s %16.0f %16.0f %12.1f %10zu\n", res[k].name,
-                 (double) res[k].n / res[k].cpu_s, (double) res[k].n / res[k].wall_s,
-                 res[k].cpu_s * 1e9 / (double) res[k].n, res[k].lua_kb);
+         printf ("%-8s %16.0f %16.0f %12.1f %10zu\n", res[k].name, (double) res[k].n / res[k].cpu_s,
+                 (double) res[k].n / res[k].wall_s, res[k].cpu_s * 1e9 / (double) res[k].n,
+                 res[k].lua_kb);
       }
    }
    for (size_t i = 0; i < ring.n; i++) {

@@ -142,14 +142,14 @@ body_id (const char *body, size_t len, unsigned char *id)
       id[i] = (unsigned char) (hi << 4 | lo);
    }
    /* all-zero marks an empty slot of the set: such an id is not one the driver makes */
-   return memcmp (id, (unsigned char[12]) {0}, 12) != 0;
+   return memcmp (id, (unsigned char[12]){0}, 12) != 0;
 }
 
 static enum MHD_Result
 reply (struct MHD_Connection *conn, unsigned int status, const char *text)
 {
-   struct MHD_Response *res =
-      MHD_create_response_from_buffer (strlen (text), (void *) text, MHD_RESPMEM_MUST_COPY);
+   struct MHD_Response *res = MHD_create_response_from_buffer (strlen (text), (void *) text,
+                                                               MHD_RESPMEM_MUST_COPY);
    if (!res) {
       return MHD_NO;
    }
@@ -220,8 +220,7 @@ handle_locked (void *cls, struct MHD_Connection *conn, const char *url, const ch
    }
    if (!ok) {
       static const char text[] = "{\"ok\":true}";
-      ok = MHD_create_response_from_buffer (sizeof text - 1, (void *) text,
-                                            MHD_RESPMEM_PERSISTENT);
+      ok = MHD_create_response_from_buffer (sizeof text - 1, (void *) text, MHD_RESPMEM_PERSISTENT);
       if (!ok) {
          return MHD_NO;
       }
@@ -291,16 +290,13 @@ main (int argc, char **argv)
    addr.sin_family = AF_INET;
    addr.sin_addr.s_addr = htonl (INADDR_LOOPBACK);
    addr.sin_port = 0;
-   struct MHD_Daemon *d =
-      MHD_start_daemon ((delay_ms > 0 ? MHD_USE_THREAD_PER_CONNECTION |
-                                            MHD_USE_INTERNAL_POLLING_THREAD
-                                      : MHD_USE_EPOLL_INTERNAL_THREAD) |
-                           MHD_USE_ERROR_LOG,
-                        0, NULL, NULL,
-                        handle, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *) &addr,
-                        MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
-                        MHD_OPTION_NOTIFY_CONNECTION, connection_event, NULL,
-                        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int) 120, MHD_OPTION_END);
+   struct MHD_Daemon *d = MHD_start_daemon (
+      (delay_ms > 0 ? MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD
+                    : MHD_USE_EPOLL_INTERNAL_THREAD) |
+         MHD_USE_ERROR_LOG,
+      0, NULL, NULL, handle, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *) &addr,
+      MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_NOTIFY_CONNECTION, connection_event,
+      NULL, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int) 120, MHD_OPTION_END);
    if (!d) {
       fprintf (stderr, "fw_http_sink: cannot listen on 127.0.0.1\n");
       return 1;

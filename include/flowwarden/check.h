@@ -10,8 +10,7 @@
 _Noreturn void fw_check_failed (const char *cond, const char *file, int line, const char *func);
 
 #ifdef FW_CHECKS
-#define FW_ASSERT(cond) \
-   ((cond) ? (void) 0 : fw_check_failed (#cond, __FILE__, __LINE__, __func__))
+#define FW_ASSERT(cond) ((cond) ? (void) 0 : fw_check_failed (#cond, __FILE__, __LINE__, __func__))
 #define FW_CHECKING 1
 #else
 #define FW_ASSERT(cond) ((void) 0)

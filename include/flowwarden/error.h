@@ -19,11 +19,11 @@
 /* The domains. */
 typedef enum {
    FW_ERROR_NONE = 0,
-   FW_ERROR_INVALID = 1,   /* bad input: script, config, document, argument */
-   FW_ERROR_NOMEM = 2,     /* an allocation failed */
-   FW_ERROR_MONGO = 3,     /* libmongoc reported an error */
-   FW_ERROR_LUA = 4,       /* a Lua error (message carries the Lua text) */
-   FW_ERROR_IO = 5         /* file system or OS call failed */
+   FW_ERROR_INVALID = 1, /* bad input: script, config, document, argument */
+   FW_ERROR_NOMEM = 2,   /* an allocation failed */
+   FW_ERROR_MONGO = 3,   /* libmongoc reported an error */
+   FW_ERROR_LUA = 4,     /* a Lua error (message carries the Lua text) */
+   FW_ERROR_IO = 5       /* file system or OS call failed */
 } fw_error_code_t;
 
 typedef struct {

@@ -8,9 +8,9 @@
 #include <stddef.h>
 
 typedef struct {
-   const char *module;   /* "flowwarden.config"; init.lua maps to its folder */
-   const char *path;     /* "flowwarden/config.lua", for chunk names */
-   const char *source;   /* NUL-terminated text, static storage */
+   const char *module; /* "flowwarden.config"; init.lua maps to its folder */
+   const char *path;   /* "flowwarden/config.lua", for chunk names */
+   const char *source; /* NUL-terminated text, static storage */
    size_t length;
 } fw_lua_source_t;
 

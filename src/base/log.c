@@ -52,9 +52,8 @@ format_time (char *buf, size_t len)
 
    clock_gettime (CLOCK_REALTIME, &ts);
    gmtime_r (&ts.tv_sec, &tm);
-   snprintf (buf, len, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900,
-             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-             ts.tv_nsec / 1000000);
+   snprintf (buf, len, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
 }
 
 /* Writes the whole line with one write(2) so concurrent records stay whole. */
@@ -154,8 +153,8 @@ fw_log (fw_log_level_t level, const char *stream, const char *fmt, ...)
       char line[2300];
       int n;
       if (stream) {
-         n = snprintf (line, sizeof line, "%s %-5s [%s] %s\n", when, level_names[level],
-                       stream, msg);
+         n = snprintf (line, sizeof line, "%s %-5s [%s] %s\n", when, level_names[level], stream,
+                       msg);
       } else {
          n = snprintf (line, sizeof line, "%s %-5s %s\n", when, level_names[level], msg);
       }
@@ -169,8 +168,8 @@ fw_log (fw_log_level_t level, const char *stream, const char *fmt, ...)
 
 /* URI options whose values are secrets, masked like the password. */
 /* The last: a PostgreSQL URI's ?password=. */
-static const char *const secret_options[] = {"tlsCertificateKeyFilePassword=",
-                                             "sslClientCertificateKeyPassword=", "password="};
+static const char *const secret_options[] = {
+   "tlsCertificateKeyFilePassword=", "sslClientCertificateKeyPassword=", "password="};
 
 /* Appends s[0..n) to buf at *used (bounded by len). */
 static void

@@ -13,11 +13,11 @@
 
 #include <lauxlib.h>
 
-#include "bson_lua-private.h"
 #include "bson/bson_values.h"
+#include "bson_lua-private.h"
 
 /* BSON int64 and Lua integers must be the same thing for widths to survive. */
-_Static_assert (sizeof (lua_Integer) == sizeof (int64_t), "lua_Integer must be 64-bit");
+_Static_assert(sizeof (lua_Integer) == sizeof (int64_t), "lua_Integer must be 64-bit");
 
 const char fw_bson_lua_state_key;
 const char fw_bson_lua_kind_key;
@@ -52,8 +52,8 @@ append_text (char *buf, size_t size, size_t at, const char *s, size_t len)
 }
 
 void
-fw_bson_lua_format_path (char *buf, size_t size, const char *root,
-                         const fw_bson_lua_seg_t *segs, int nseg)
+fw_bson_lua_format_path (char *buf, size_t size, const char *root, const fw_bson_lua_seg_t *segs,
+                         int nseg)
 {
    char full[1024], num[32];
    const size_t keep_head = 120, keep_tail = 200;
@@ -522,8 +522,7 @@ push_top (lua_State *L, const bson_iter_t *it, int what, const char *root, fw_er
    if (what == BSON_TYPE_DOCUMENT || what == BSON_TYPE_ARRAY) {
       child = *it;
       c.depth = 1;
-      ok = what == BSON_TYPE_ARRAY ? push_array_body (&c, &child)
-                                   : push_document_body (&c, &child);
+      ok = what == BSON_TYPE_ARRAY ? push_array_body (&c, &child) : push_document_body (&c, &child);
    } else {
       ok = push_element (&c, it);
    }
@@ -551,8 +550,7 @@ fw_bson_lua_push_document (lua_State *L, const bson_t *doc, const char *root_pat
 }
 
 bool
-fw_bson_lua_push_array (lua_State *L, const bson_t *array, const char *root_path,
-                        fw_error_t *error)
+fw_bson_lua_push_array (lua_State *L, const bson_t *array, const char *root_path, fw_error_t *error)
 {
    bson_iter_t it;
 

@@ -14,9 +14,9 @@
 
 #include <lauxlib.h>
 
-#include "bson_lua-private.h"
 #include "bson/bson_values.h"
 #include "bson/bson_view.h"
+#include "bson_lua-private.h"
 
 /* A key waiting to be sorted; s stays valid while keys[pos] anchors it. */
 typedef struct {
@@ -48,8 +48,7 @@ typedef struct {
 static bool append_value (to_bson_t *c, int idx, bson_t *out, const char *key, int key_len,
                           bool as_int64);
 
-static bool
-fail (to_bson_t *c, const char *fmt, ...) __attribute__ ((format (printf, 2, 3)));
+static bool fail (to_bson_t *c, const char *fmt, ...) __attribute__ ((format (printf, 2, 3)));
 
 static bool
 fail (to_bson_t *c, const char *fmt, ...)
@@ -88,8 +87,9 @@ bad_key (to_bson_t *c, int idx)
    lua_State *L = c->L;
 
    if (lua_type (L, idx) == LUA_TNUMBER && !lua_isinteger (L, idx)) {
-      return fail (c, "table has a float key (%.14g); BSON keys must be strings, "
-                      "or 1..n for an array",
+      return fail (c,
+                   "table has a float key (%.14g); BSON keys must be strings, "
+                   "or 1..n for an array",
                    lua_tonumber (L, idx));
    }
    return fail (c, "table has a %s key; BSON keys must be strings, or 1..n for an array",
@@ -323,8 +323,9 @@ write_array (to_bson_t *c, int idx, lua_Integer n, int mt, int kind, bson_t *out
 
       push_index_seg (c, i);
       if (lua_rawgeti (L, idx, i) == LUA_TNIL) {
-         return fail (c, "array element is nil; arrays cannot have holes (use null for a "
-                         "BSON null)");
+         return fail (c,
+                      "array element is nil; arrays cannot have holes (use null for a "
+                      "BSON null)");
       }
       as_int64 = kind == KIND_ARRAY64 || (flags && (size_t) i <= flen && flags[i - 1]);
       if (!append_value (c, lua_gettop (L), out, key, klen, as_int64)) {
@@ -338,8 +339,7 @@ write_array (to_bson_t *c, int idx, lua_Integer n, int mt, int kind, bson_t *out
       lua_pushnil (L);
       while (lua_next (L, idx)) {
          lua_pop (L, 1);
-         if (!lua_isinteger (L, -1) || lua_tointeger (L, -1) < 1 ||
-             lua_tointeger (L, -1) > n) {
+         if (!lua_isinteger (L, -1) || lua_tointeger (L, -1) < 1 || lua_tointeger (L, -1) > n) {
             if (lua_type (L, -1) == LUA_TSTRING) {
                return fail (c, "array has a key outside 1..%lld: \"%s\"", (long long) n,
                             lua_tostring (L, -1));
@@ -394,8 +394,9 @@ classify_plain (to_bson_t *c, int idx, lua_Integer *n)
       return 0;
    }
    if (out_of_range || max != n_int) {
-      fail (c, "table keys are integers but not a sequence 1..n; arrays cannot have holes "
-               "(use null for a BSON null)");
+      fail (c,
+            "table keys are integers but not a sequence 1..n; arrays cannot have holes "
+            "(use null for a BSON null)");
       return -1;
    }
    *n = n_int;
@@ -467,8 +468,8 @@ write_table (to_bson_t *c, int idx, bson_t *out, const char *key, int key_len)
    if (!ok) {
       return false;
    }
-   if (key && !(is_array ? bson_append_array_end (out, &child)
-                         : bson_append_document_end (out, &child))) {
+   if (key &&
+       !(is_array ? bson_append_array_end (out, &child) : bson_append_document_end (out, &child))) {
       return fail (c, "the BSON document would exceed its maximum size");
    }
    if (mt) {
@@ -609,8 +610,7 @@ done:
 }
 
 bool
-fw_bson_lua_to_bson (lua_State *L, int idx, const char *root_path, bson_t *out,
-                     fw_error_t *error)
+fw_bson_lua_to_bson (lua_State *L, int idx, const char *root_path, bson_t *out, fw_error_t *error)
 {
    return run (L, idx, root_path, out, NULL, 0, error);
 }
@@ -622,8 +622,10 @@ fw_bson_lua_append (lua_State *L, int idx, bson_t *out, const char *key, int key
    size_t len = key_len < 0 ? strlen (key) : (size_t) key_len;
 
    if (memchr (key, '\0', len) || len > INT_MAX) {
-      fw_error_set (error, FW_ERROR_INVALID, "%s: a key contains a NUL byte, which BSON keys "
-                    "cannot hold", root_path && *root_path ? root_path : "(root)");
+      fw_error_set (error, FW_ERROR_INVALID,
+                    "%s: a key contains a NUL byte, which BSON keys "
+                    "cannot hold",
+                    root_path && *root_path ? root_path : "(root)");
       return false;
    }
    return run (L, idx, root_path, out, key, (int) len, error);

@@ -8,8 +8,8 @@
 
 #include <lauxlib.h>
 
-#include "bson_values-private.h"
 #include "bson/bson_values.h"
+#include "bson_values-private.h"
 
 #define VALUE_MT_NAME "flowwarden.bson_value"
 #define SCOPE_READER_KEY FW_BSON_VALUES_SCOPE_READER
@@ -238,8 +238,7 @@ fw_bson_values_append (lua_State *L, int idx, bson_t *out, const char *key, int 
                                (const uint8_t *) v->data, v->len);
       break;
    case BSON_TYPE_REGEX:
-      ok = bson_append_regex_w_len (out, key, key_len, v->data, (int) v->len,
-                                    v->data + v->len + 1);
+      ok = bson_append_regex_w_len (out, key, key_len, v->data, (int) v->len, v->data + v->len + 1);
       break;
    case BSON_TYPE_CODE:
       ok = bson_append_code (out, key, key_len, v->data);
@@ -368,8 +367,7 @@ value_tostring (lua_State *L)
       push_date_string (L, v->u.i64);
       break;
    case BSON_TYPE_TIMESTAMP:
-      lua_pushfstring (L, "Timestamp(%I, %I)", (lua_Integer) v->u.ts.t,
-                       (lua_Integer) v->u.ts.i);
+      lua_pushfstring (L, "Timestamp(%I, %I)", (lua_Integer) v->u.ts.t, (lua_Integer) v->u.ts.i);
       break;
    case BSON_TYPE_DECIMAL128:
       bson_decimal128_to_string (&v->u.dec, buf);
@@ -628,12 +626,9 @@ null_tostring (lua_State *L)
 void
 fw_bson_values_open (lua_State *L, int module_idx)
 {
-   static const luaL_Reg value_mt[] = {{"__tostring", value_tostring},
-                                       {"__eq", value_eq},
-                                       {"__lt", value_lt},
-                                       {"__le", value_le},
-                                       {"__index", value_index},
-                                       {NULL, NULL}};
+   static const luaL_Reg value_mt[] = {
+      {"__tostring", value_tostring}, {"__eq", value_eq}, {"__lt", value_lt}, {"__le", value_le},
+      {"__index", value_index},       {NULL, NULL}};
 
    if (module_idx) {
       module_idx = lua_absindex (L, module_idx);

@@ -59,7 +59,7 @@
 typedef enum {
    FW_BSON_VALUES_NOT_TYPED = 0, /* not a typed value nor null: nothing appended */
    FW_BSON_VALUES_APPENDED = 1,
-   FW_BSON_VALUES_TOO_LARGE = 2  /* libbson refused: the document would exceed its limit */
+   FW_BSON_VALUES_TOO_LARGE = 2 /* libbson refused: the document would exceed its limit */
 } fw_bson_values_append_result_t;
 
 /*

@@ -36,8 +36,7 @@ check_oid (lua_State *L, int idx, const char *fn, bson_oid_t *oid)
 
 /* Returns the integer at idx within [lo, hi], or raises naming fn and what. */
 static lua_Integer
-check_int (lua_State *L, int idx, const char *fn, const char *what, lua_Integer lo,
-           lua_Integer hi)
+check_int (lua_State *L, int idx, const char *fn, const char *what, lua_Integer lo, lua_Integer hi)
 {
    int isint;
    lua_Integer n = lua_tointegerx (L, idx, &isint);
@@ -54,8 +53,7 @@ check_int (lua_State *L, int idx, const char *fn, const char *what, lua_Integer 
 }
 
 static const char *
-check_string (lua_State *L, int idx, const char *fn, const char *what, size_t *len,
-              bool allow_nul)
+check_string (lua_State *L, int idx, const char *fn, const char *what, size_t *len, bool allow_nul)
 {
    const char *s;
 
@@ -97,8 +95,7 @@ new_date (lua_State *L)
       gettimeofday (&tv, NULL);
       ms = (lua_Integer) tv.tv_sec * 1000 + tv.tv_usec / 1000;
    } else {
-      ms = check_int (L, 1, "date", "milliseconds since the epoch", LUA_MININTEGER,
-                      LUA_MAXINTEGER);
+      ms = check_int (L, 1, "date", "milliseconds since the epoch", LUA_MININTEGER, LUA_MAXINTEGER);
    }
    v = fw_bson_values_new (L, BSON_TYPE_DATE_TIME, 0, 0);
    v->u.i64 = ms;
@@ -138,9 +135,7 @@ new_binary (lua_State *L)
 {
    size_t len;
    const char *s = check_string (L, 1, "binary", "data", &len, true);
-   lua_Integer subtype = lua_isnoneornil (L, 2)
-                            ? 0
-                            : check_int (L, 2, "binary", "subtype", 0, 255);
+   lua_Integer subtype = lua_isnoneornil (L, 2) ? 0 : check_int (L, 2, "binary", "subtype", 0, 255);
    value_t *v = fw_bson_values_new (L, BSON_TYPE_BINARY, (uint32_t) len, 0);
 
    v->subtype = (uint8_t) subtype;

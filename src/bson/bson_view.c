@@ -71,8 +71,7 @@ check_view (lua_State *L, int idx)
 }
 
 void
-fw_bson_view_push (lua_State *L, int anchor_idx, const uint8_t *data, uint32_t len,
-                   bool is_array)
+fw_bson_view_push (lua_State *L, int anchor_idx, const uint8_t *data, uint32_t len, bool is_array)
 {
    view_t *v;
    anchor_idx = lua_absindex (L, anchor_idx);
@@ -282,8 +281,9 @@ static int
 view_newindex (lua_State *L)
 {
    (void) check_view (L, 1);
-   return luaL_error (L, "documents from ctx are read-only; use fw.table(doc) for a mutable "
-                         "copy");
+   return luaL_error (L,
+                      "documents from ctx are read-only; use fw.table(doc) for a mutable "
+                      "copy");
 }
 
 static int

@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "bson/event.h"
-#include "flowwarden/log.h"
 #include "bson_scan.h"
+#include "flowwarden/log.h"
 
 static fw_op_t
 op_of (const char *s)
@@ -90,10 +90,11 @@ static const char *
 type_name (uint8_t type)
 {
    static const char *const names[] = {
-      "?",         "double",    "string", "document",  "array",
-      "binData",   "undefined", "objectId", "bool",    "date",
-      "null",      "regex",     "dbPointer", "javascript", "symbol",
-      "javascriptWithScope", "int", "timestamp", "long", "decimal"};
+      "?",         "double",     "string",    "document",
+      "array",     "binData",    "undefined", "objectId",
+      "bool",      "date",       "null",      "regex",
+      "dbPointer", "javascript", "symbol",    "javascriptWithScope",
+      "int",       "timestamp",  "long",      "decimal"};
    if (type < sizeof names / sizeof names[0]) {
       return names[type];
    }
@@ -260,8 +261,8 @@ wrong_error (const wrong_t *w, fw_error_t *error)
                               f->parent ? "." : "", (int) f->nlen, (const char *) f->name,
                               type_name (f->found), expected);
    }
-   fw_error_set (error, FW_ERROR_INVALID,
-                 "change event field %s (MongoDB's change-event schema)", text);
+   fw_error_set (error, FW_ERROR_INVALID, "change event field %s (MongoDB's change-event schema)",
+                 text);
 }
 
 bool
@@ -330,9 +331,9 @@ fw_event_parse (const bson_t *doc, fw_event_t *ev, fw_error_t *error)
 bool
 fw_event_field (const fw_event_t *ev, fw_event_field_t f, bson_iter_t *out)
 {
-   return ev->offset[f] && bson_iter_init_from_data_at_offset (out, bson_get_data (ev->doc),
-                                                               ev->doc->len, ev->offset[f],
-                                                               ev->keylen[f]);
+   return ev->offset[f] &&
+          bson_iter_init_from_data_at_offset (out, bson_get_data (ev->doc), ev->doc->len,
+                                              ev->offset[f], ev->keylen[f]);
 }
 
 static const char *
@@ -457,8 +458,8 @@ fnv1a64 (const char *s)
 }
 
 const char *
-fw_event_failure_context (const fw_event_t *ev, const char *where, const char *entry_id,
-                          char *buf, size_t len)
+fw_event_failure_context (const fw_event_t *ev, const char *where, const char *entry_id, char *buf,
+                          size_t len)
 {
    bson_iter_t it;
    char *key = NULL;
@@ -470,8 +471,7 @@ fw_event_failure_context (const fw_event_t *ev, const char *where, const char *e
       n += (size_t) snprintf (buf + n, len - n, "%sat %s", sep, where);
       sep = "; ";
    }
-   if (n < len && fw_event_field (ev, FW_EV_DOCUMENT_KEY, &it) &&
-       BSON_ITER_HOLDS_DOCUMENT (&it)) {
+   if (n < len && fw_event_field (ev, FW_EV_DOCUMENT_KEY, &it) && BSON_ITER_HOLDS_DOCUMENT (&it)) {
       bson_t view;
       uint32_t dlen;
       const uint8_t *data;
@@ -517,9 +517,8 @@ fw_event_short_id (const fw_event_t *ev, char *buf, size_t len)
       ts = end && *end == '\0' ? ts : 0;
    }
    if (ts) {
-      snprintf (buf, len, "%012llx@%u.%u",
-                (unsigned long long) (fnv1a64 (whole) >> 16), (unsigned) (ts >> 32),
-                (unsigned) (ts & 0xffffffffu));
+      snprintf (buf, len, "%012llx@%u.%u", (unsigned long long) (fnv1a64 (whole) >> 16),
+                (unsigned) (ts >> 32), (unsigned) (ts & 0xffffffffu));
    } else {
       snprintf (buf, len, "%012llx", (unsigned long long) (fnv1a64 (whole) >> 16));
    }

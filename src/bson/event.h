@@ -131,8 +131,8 @@ void fw_event_short_id (const fw_event_t *ev, char *buf, size_t len);
  * none), the event's document key (never the document; cut at 200 bytes)
  * and the DLQ entry (entry_id "" or NULL: none); "" when none is. Returns
  * buf. */
-const char *fw_event_failure_context (const fw_event_t *ev, const char *where,
-                                      const char *entry_id, char *buf, size_t len);
+const char *fw_event_failure_context (const fw_event_t *ev, const char *where, const char *entry_id,
+                                      char *buf, size_t len);
 
 /* One line for logs: operation, namespace and event id. Never document
  * contents. */

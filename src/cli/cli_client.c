@@ -6,8 +6,8 @@
 #include <lua.h>
 
 #include "cli_client.h"
-#include "runtime/host/connections.h"
 #include "flowwarden/log.h"
+#include "runtime/host/connections.h"
 #include "runtime/host/server_probe.h"
 
 /* Sets option name to value unless the URI has it; false when it cannot. */

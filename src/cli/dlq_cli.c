@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include "dlq_cli.h"
-#include "flowwarden/suggest.h"
 #include "flowwarden/clock.h"
+#include "flowwarden/suggest.h"
 #include "runtime/dlq/dlq_admin.h"
 #include "runtime/replay/dlq_replay.h"
 
@@ -59,14 +59,22 @@ static const char dlq_help[] =
    "exit codes: 0 success; 1 bad usage, bad input, a refused confirmation or a server error\n";
 
 enum {
-   O_URI = 1 << 0, O_JSON = 1 << 1, O_DOCS = 1 << 2, O_YES = 1 << 3, O_REASON = 1 << 4,
-   O_OLDER = 1 << 5, O_OUT = 1 << 6, O_STREAM = 1 << 7, O_FILTERS = 1 << 8, O_SEQS = 1 << 9
+   O_URI = 1 << 0,
+   O_JSON = 1 << 1,
+   O_DOCS = 1 << 2,
+   O_YES = 1 << 3,
+   O_REASON = 1 << 4,
+   O_OLDER = 1 << 5,
+   O_OUT = 1 << 6,
+   O_STREAM = 1 << 7,
+   O_FILTERS = 1 << 8,
+   O_SEQS = 1 << 9
 };
 
 typedef struct {
    const char *name;
-   int options;           /* O_* the verb takes */
-   int positionals;       /* after SCRIPT */
+   int options;     /* O_* the verb takes */
+   int positionals; /* after SCRIPT */
    const char *default_status;
 } verb_t;
 
@@ -86,7 +94,7 @@ static const verb_t verbs[] = {
 typedef struct {
    const verb_t *verb;
    const char *script;
-   const char *arg;       /* show's ID, import's FILE */
+   const char *arg; /* show's ID, import's FILE */
    const char *uri;
    const char *reason;
    const char *out;
@@ -95,8 +103,7 @@ typedef struct {
    int64_t now_ms;
 } opts_t;
 
-static int
-fail (const char *fmt, ...) __attribute__ ((format (printf, 1, 2)));
+static int fail (const char *fmt, ...) __attribute__ ((format (printf, 1, 2)));
 
 static int
 fail (const char *fmt, ...)
@@ -131,21 +138,22 @@ unknown_verb (const char *name)
    if ((hint = fw_suggest (name, names))) {
       return fail ("unknown verb \"%s\" (did you mean \"%s\"?)", name, hint);
    }
-   return fail ("unknown verb \"%s\" (use list, show, stats, discard, purge, export, import or "
-                "replay; flowwarden dlq --help)",
-                name);
+   return fail (
+      "unknown verb \"%s\" (use list, show, stats, discard, purge, export, import or "
+      "replay; flowwarden dlq --help)",
+      name);
 }
 
 static const struct option longopts[] = {
-   {"uri", required_argument, NULL, 'u'},       {"json", no_argument, NULL, 'j'},
-   {"documents", no_argument, NULL, 'D'},       {"yes", no_argument, NULL, 'y'},
-   {"reason", required_argument, NULL, 'r'},    {"older-than", required_argument, NULL, 'o'},
-   {"out", required_argument, NULL, 'O'},       {"stream", required_argument, NULL, 's'},
-   {"status", required_argument, NULL, 'S'},    {"error-type", required_argument, NULL, 'e'},
-   {"since", required_argument, NULL, 'a'},     {"until", required_argument, NULL, 'b'},
-   {"id", required_argument, NULL, 'i'},        {"limit", required_argument, NULL, 'l'},
-   {"filter", required_argument, NULL, 'f'},    {"help", no_argument, NULL, 'h'},
-   {"sequences", no_argument, NULL, 'Q'},       {NULL, 0, NULL, 0}};
+   {"uri", required_argument, NULL, 'u'},    {"json", no_argument, NULL, 'j'},
+   {"documents", no_argument, NULL, 'D'},    {"yes", no_argument, NULL, 'y'},
+   {"reason", required_argument, NULL, 'r'}, {"older-than", required_argument, NULL, 'o'},
+   {"out", required_argument, NULL, 'O'},    {"stream", required_argument, NULL, 's'},
+   {"status", required_argument, NULL, 'S'}, {"error-type", required_argument, NULL, 'e'},
+   {"since", required_argument, NULL, 'a'},  {"until", required_argument, NULL, 'b'},
+   {"id", required_argument, NULL, 'i'},     {"limit", required_argument, NULL, 'l'},
+   {"filter", required_argument, NULL, 'f'}, {"help", no_argument, NULL, 'h'},
+   {"sequences", no_argument, NULL, 'Q'},    {NULL, 0, NULL, 0}};
 
 /* True when the verb takes option c (the value getopt_long returned for it). */
 static bool
@@ -154,10 +162,10 @@ verb_takes (const verb_t *verb, int c)
    static const struct {
       int c;
       int flag;
-   } needs[] = {{'u', O_URI},     {'j', O_JSON},     {'D', O_DOCS},    {'y', O_YES},
-                {'r', O_REASON},  {'o', O_OLDER},    {'O', O_OUT},     {'s', O_STREAM},
-                {'S', O_FILTERS}, {'e', O_FILTERS},  {'a', O_FILTERS}, {'b', O_FILTERS},
-                {'i', O_FILTERS}, {'l', O_FILTERS},  {'f', O_FILTERS}, {'Q', O_SEQS}};
+   } needs[] = {{'u', O_URI},     {'j', O_JSON},    {'D', O_DOCS},    {'y', O_YES},
+                {'r', O_REASON},  {'o', O_OLDER},   {'O', O_OUT},     {'s', O_STREAM},
+                {'S', O_FILTERS}, {'e', O_FILTERS}, {'a', O_FILTERS}, {'b', O_FILTERS},
+                {'i', O_FILTERS}, {'l', O_FILTERS}, {'f', O_FILTERS}, {'Q', O_SEQS}};
 
    for (size_t k = 0; k < sizeof needs / sizeof *needs; k++) {
       if (needs[k].c == c && !(verb->options & needs[k].flag)) {
@@ -173,10 +181,10 @@ static int
 parse_positionals (int argc, char **argv, opts_t *o)
 {
    if (optind >= argc) {
-      return fail ("%s: missing SCRIPT (flowwarden dlq %s SCRIPT%s)", o->verb->name,
-                   o->verb->name, strcmp (o->verb->name, "show") == 0     ? " ID"
-                                  : strcmp (o->verb->name, "import") == 0 ? " FILE"
-                                                                          : "");
+      return fail ("%s: missing SCRIPT (flowwarden dlq %s SCRIPT%s)", o->verb->name, o->verb->name,
+                   strcmp (o->verb->name, "show") == 0     ? " ID"
+                   : strcmp (o->verb->name, "import") == 0 ? " FILE"
+                                                           : "");
    }
    o->script = argv[optind++];
    if (o->verb->positionals == 1) {
@@ -201,8 +209,9 @@ check_options (opts_t *o)
    fw_error_t err;
 
    if (o->sequences && o->documents) {
-      return fail ("list --sequences does not take --documents (it prints no entry; "
-                   "flowwarden dlq list --documents does)");
+      return fail (
+         "list --sequences does not take --documents (it prints no entry; "
+         "flowwarden dlq list --documents does)");
    }
    if (strcmp (o->verb->name, "discard") == 0 && (!o->reason || !*o->reason)) {
       return fail ("discard: --reason TEXT is required (it is stored as discardReason)");
@@ -230,13 +239,27 @@ parse (int argc, char **argv, opts_t *o)
          return fail ("%s does not take --%s", o->verb->name, longopts[idx].name);
       }
       switch (c) {
-      case 'u': o->uri = optarg; break;
-      case 'j': o->json = true; break;
-      case 'D': o->documents = true; break;
-      case 'y': o->yes = true; break;
-      case 'Q': o->sequences = true; break;
-      case 'r': o->reason = optarg; break;
-      case 'O': o->out = optarg; break;
+      case 'u':
+         o->uri = optarg;
+         break;
+      case 'j':
+         o->json = true;
+         break;
+      case 'D':
+         o->documents = true;
+         break;
+      case 'y':
+         o->yes = true;
+         break;
+      case 'Q':
+         o->sequences = true;
+         break;
+      case 'r':
+         o->reason = optarg;
+         break;
+      case 'O':
+         o->out = optarg;
+         break;
       case 's':
       case 'S':
       case 'e':
@@ -374,8 +397,7 @@ cmd_show (fw_dlq_admin_t *admin, opts_t *o)
    }
    if (o->filter.limit != -1) {
       return fail ("no DLQ entry with _id or eventId \"%s\"%s%s", o->arg,
-                   o->filter.stream ? " in stream " : "",
-                   o->filter.stream ? o->filter.stream : "");
+                   o->filter.stream ? " in stream " : "", o->filter.stream ? o->filter.stream : "");
    }
    return 0;
 }
@@ -428,9 +450,10 @@ cmd_change (fw_dlq_admin_t *admin, opts_t *o, bool discard)
       char answer[16] = "";
       if (!isatty (STDIN_FILENO) || !isatty (STDERR_FILENO)) {
          fw_dlq_selection_destroy (sel);
-         return fail ("%s would touch %lld %s: add --yes to confirm (there is no terminal "
-                      "to ask); nothing was changed",
-                      verb, (long long) n, n == 1 ? "entry" : "entries");
+         return fail (
+            "%s would touch %lld %s: add --yes to confirm (there is no terminal "
+            "to ask); nothing was changed",
+            verb, (long long) n, n == 1 ? "entry" : "entries");
       }
       fprintf (stderr, "%s %lld %s? [y/N] ", verb, (long long) n, n == 1 ? "entry" : "entries");
       fflush (stderr);
@@ -533,8 +556,8 @@ cmd_import (fw_dlq_admin_t *admin, opts_t *o)
          continue;
       }
       if (!bson_init_from_json (&entry, line, len, &berr)) {
-         fprintf (stderr, "flowwarden dlq: %s:%lld: not an Extended JSON document: %s\n",
-                  o->arg, (long long) line_no, berr.message);
+         fprintf (stderr, "flowwarden dlq: %s:%lld: not an Extended JSON document: %s\n", o->arg,
+                  (long long) line_no, berr.message);
          failed++;
          continue;
       }
@@ -558,12 +581,12 @@ cmd_import (fw_dlq_admin_t *admin, opts_t *o)
          (long long) counts[FW_DLQ_IMPORT_INSERTED], (long long) counts[FW_DLQ_IMPORT_REPLACED],
          (long long) counts[FW_DLQ_IMPORT_SKIPPED], (long long) failed);
    } else {
-      printf ("imported %lld entries from %s: %lld new, %lld replaced, %lld skipped (other "
-              "streams), %lld failed\n",
-              (long long) (counts[FW_DLQ_IMPORT_INSERTED] + counts[FW_DLQ_IMPORT_REPLACED]),
-              o->arg, (long long) counts[FW_DLQ_IMPORT_INSERTED],
-              (long long) counts[FW_DLQ_IMPORT_REPLACED],
-              (long long) counts[FW_DLQ_IMPORT_SKIPPED], (long long) failed);
+      printf (
+         "imported %lld entries from %s: %lld new, %lld replaced, %lld skipped (other "
+         "streams), %lld failed\n",
+         (long long) (counts[FW_DLQ_IMPORT_INSERTED] + counts[FW_DLQ_IMPORT_REPLACED]), o->arg,
+         (long long) counts[FW_DLQ_IMPORT_INSERTED], (long long) counts[FW_DLQ_IMPORT_REPLACED],
+         (long long) counts[FW_DLQ_IMPORT_SKIPPED], (long long) failed);
    }
    return failed ? 1 : 0;
 }

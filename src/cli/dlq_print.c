@@ -18,8 +18,8 @@
 #define N_ENTRY_COLS 11
 #define N_PLAIN_COLS 9
 static const char *const entry_headers[N_ENTRY_COLS] = {
-   "ID",       "STREAM",      "OPERATION", "DOCUMENT KEY", "ERROR TYPE", "ATTEMPTS",
-   "REPROCESSED", "AGE",      "STATUS",    "SEQUENCE",     "INDEX"};
+   "ID",          "STREAM", "OPERATION", "DOCUMENT KEY", "ERROR TYPE", "ATTEMPTS",
+   "REPROCESSED", "AGE",    "STATUS",    "SEQUENCE",     "INDEX"};
 
 #define N_SEQUENCE_COLS 8
 static const char *const sequence_headers[N_SEQUENCE_COLS] = {
@@ -495,8 +495,8 @@ print_sequences (const bson_t *stats, FILE *out)
    if (!bson_iter_init_find (&it, stats, "sequences") || !bson_iter_recurse (&it, &sub)) {
       return;
    }
-   fprintf (out, "\n%-30s %-15s %-15s %s\n", "SEQUENCED STREAM", "OPEN SEQUENCES",
-            "PARKED ENTRIES", "LARGEST");
+   fprintf (out, "\n%-30s %-15s %-15s %s\n", "SEQUENCED STREAM", "OPEN SEQUENCES", "PARKED ENTRIES",
+            "LARGEST");
    while (bson_iter_next (&sub)) {
       fprintf (out, "%-30s %-15lld %-15lld %lld\n", bson_iter_key (&sub),
                (long long) int_at (&sub, "open"), (long long) int_at (&sub, "parked"),

@@ -15,21 +15,21 @@
 
 #include <lua.h>
 
-#include "flowwarden/duration.h"
 #include "flowwarden/clock.h"
-#include "runtime/host/connections.h"
+#include "flowwarden/duration.h"
+#include "flowwarden/log.h"
+#include "flowwarden/shutdown.h"
+#include "flowwarden/suggest.h"
+#include "lua_api/metrics_lua.h"
+#include "ops/metrics.h"
+#include "runtime/dispatch/dispatcher.h"
 #include "runtime/dlq/dlq_admin.h"
 #include "runtime/dlq/dlq_entry.h"
+#include "runtime/host/connections.h"
+#include "runtime/host/lua_host.h"
 #include "runtime/replay/dlq_replay.h"
 #include "runtime/replay/dlq_replay_store.h"
-#include "flowwarden/log.h"
-#include "runtime/host/lua_host.h"
-#include "ops/metrics.h"
-#include "lua_api/metrics_lua.h"
-#include "flowwarden/shutdown.h"
 #include "runtime/stream/stream_worker.h"
-#include "flowwarden/suggest.h"
-#include "runtime/dispatch/dispatcher.h"
 
 #define DEFAULT_URI "mongodb://127.0.0.1:27017/?replicaSet=rs0"
 
@@ -80,17 +80,25 @@ typedef struct {
    fw_log_level_t level;
 } options_t;
 
-static const struct option longopts[] = {
-   {"stream", required_argument, NULL, 's'},   {"status", required_argument, NULL, 'S'},
-   {"error-type", required_argument, NULL, 'e'}, {"since", required_argument, NULL, 'a'},
-   {"until", required_argument, NULL, 'b'},    {"id", required_argument, NULL, 'i'},
-   {"limit", required_argument, NULL, 'n'},    {"filter", required_argument, NULL, 'f'},
-   {"dry-run", no_argument, NULL, 'd'},        {"rate", required_argument, NULL, 'r'},
-   {"no-retry", no_argument, NULL, 'R'},       {"claim-ttl", required_argument, NULL, 't'},
-   {"uri", required_argument, NULL, 'u'},      {"log-level", required_argument, NULL, 'l'},
-   {"log-format", required_argument, NULL, 'F'}, {"help", no_argument, NULL, 'h'},
-   {"sequence", required_argument, NULL, 'q'}, {"any", no_argument, NULL, 'A'},
-   {NULL, 0, NULL, 0}};
+static const struct option longopts[] = {{"stream", required_argument, NULL, 's'},
+                                         {"status", required_argument, NULL, 'S'},
+                                         {"error-type", required_argument, NULL, 'e'},
+                                         {"since", required_argument, NULL, 'a'},
+                                         {"until", required_argument, NULL, 'b'},
+                                         {"id", required_argument, NULL, 'i'},
+                                         {"limit", required_argument, NULL, 'n'},
+                                         {"filter", required_argument, NULL, 'f'},
+                                         {"dry-run", no_argument, NULL, 'd'},
+                                         {"rate", required_argument, NULL, 'r'},
+                                         {"no-retry", no_argument, NULL, 'R'},
+                                         {"claim-ttl", required_argument, NULL, 't'},
+                                         {"uri", required_argument, NULL, 'u'},
+                                         {"log-level", required_argument, NULL, 'l'},
+                                         {"log-format", required_argument, NULL, 'F'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {"sequence", required_argument, NULL, 'q'},
+                                         {"any", no_argument, NULL, 'A'},
+                                         {NULL, 0, NULL, 0}};
 
 /* The parse_* functions below return -1 when the value is good, else the
  * exit code (usage's). */
@@ -232,7 +240,7 @@ typedef struct {
    mongoc_uri_t *uri;
    mongoc_client_pool_t *pool;
    fw_connections_t *conns;
-   fw_metrics_t *metrics;  /* fw.metrics updates in replayed handlers go here, unread */
+   fw_metrics_t *metrics; /* fw.metrics updates in replayed handlers go here, unread */
    fw_shutdown_t stop;
    volatile int finished;
    pthread_t signals;
@@ -385,8 +393,9 @@ unknown_stream (const options_t *o, const char *const *names)
 {
    const char *guess = fw_suggest (o->filter.stream, names);
 
-   fprintf (stderr, "flowwarden dlq replay: %s: --stream %s: no such stream with a dead-letter "
-                    "queue%s%s%s; its streams are:",
+   fprintf (stderr,
+            "flowwarden dlq replay: %s: --stream %s: no such stream with a dead-letter "
+            "queue%s%s%s; its streams are:",
             o->script, o->filter.stream, guess ? " (did you mean " : "", guess ? guess : "",
             guess ? "?)" : "");
    for (int i = 0; names[i]; i++) {
@@ -466,16 +475,17 @@ dlq_collections_exist (session_t *s)
       bool exists = db && mongoc_database_has_collection (db, dlq->collection, &berr);
 
       if (db && !exists && berr.code != 0) {
-         fprintf (stderr, "flowwarden dlq replay: cannot list the collections of %s: %s\n",
-                  db_name, berr.message);
+         fprintf (stderr, "flowwarden dlq replay: cannot list the collections of %s: %s\n", db_name,
+                  berr.message);
          exists = true; /* not known: the replay says what it finds */
       }
       mongoc_database_destroy (db);
       if (exists) {
          found++;
       } else {
-         fprintf (stderr, "flowwarden dlq replay: stream \"%s\": its DLQ collection %s.%s does "
-                          "not exist (a wrong database in --uri or the script?)\n",
+         fprintf (stderr,
+                  "flowwarden dlq replay: stream \"%s\": its DLQ collection %s.%s does "
+                  "not exist (a wrong database in --uri or the script?)\n",
                   cfg->name, db_name, dlq->collection);
       }
    }
@@ -671,8 +681,8 @@ select_from_stream (session_t *s, const options_t *o, int i, candidates_t *c)
    f.stream = name;
    ok = store && store->claimable (store, &q, &claimable, gather, &g, &err);
    if (!ok) {
-      fprintf (stderr, "flowwarden dlq replay: cannot read the DLQ of stream \"%s\": %s\n",
-               name, err.message);
+      fprintf (stderr, "flowwarden dlq replay: cannot read the DLQ of stream \"%s\": %s\n", name,
+               err.message);
    }
    fw_dlq_store_destroy (store);
    return ok;
@@ -907,9 +917,10 @@ replay_candidate (session_t *s, const candidate_t *c, const fw_replay_options_t 
          print_result (pr, &entry, &r);
       } else if (out == FW_SEQ_REPLAY_BEHIND) {
          (*behind)++;
-         printf ("%s [%s]: waits behind an earlier entry of sequence %s, which the filters "
-                 "did not select: not touched (replay the sequence with --sequence)\n",
-                 id, fw_stream_worker_name (w), c->seq);
+         printf (
+            "%s [%s]: waits behind an earlier entry of sequence %s, which the filters "
+            "did not select: not touched (replay the sequence with --sequence)\n",
+            id, fw_stream_worker_name (w), c->seq);
       } else if (out != FW_SEQ_REPLAY_NONE) {
          print_sequence (pr, c->seq, out, left_open);
       }
@@ -920,25 +931,25 @@ replay_candidate (session_t *s, const candidate_t *c, const fw_replay_options_t 
 
 /* The last lines: what ran, what failed, what was left. */
 static void
-print_summary (const options_t *o, const int *counts, bool stopped, size_t left_open,
-               size_t behind)
+print_summary (const options_t *o, const int *counts, bool stopped, size_t left_open, size_t behind)
 {
    if (o->dry_run) {
       printf ("dry run: %d would run, %d would not (no handler or invalid); nothing was changed\n",
               counts[FW_REPLAY_WOULD_RUN], counts[FW_REPLAY_UNHANDLED] + counts[FW_REPLAY_INVALID]);
       return;
    }
-   printf ("summary: resolved=%d skipped=%d requeued=%d evicted=%d errors=%d "
-           "(no handler=%d, invalid=%d, claimed elsewhere=%d%s)\n",
-           counts[FW_REPLAY_RESOLVED], counts[FW_REPLAY_SKIPPED], counts[FW_REPLAY_REQUEUED],
-           counts[FW_REPLAY_EVICTED],
-           counts[FW_REPLAY_UNHANDLED] + counts[FW_REPLAY_INVALID] + counts[FW_REPLAY_ERROR] +
-              counts[FW_REPLAY_STOPPED],
-           counts[FW_REPLAY_UNHANDLED], counts[FW_REPLAY_INVALID], counts[FW_REPLAY_BUSY],
-           stopped ? ", stopped before the end" : "");
+   printf (
+      "summary: resolved=%d skipped=%d requeued=%d evicted=%d errors=%d "
+      "(no handler=%d, invalid=%d, claimed elsewhere=%d%s)\n",
+      counts[FW_REPLAY_RESOLVED], counts[FW_REPLAY_SKIPPED], counts[FW_REPLAY_REQUEUED],
+      counts[FW_REPLAY_EVICTED],
+      counts[FW_REPLAY_UNHANDLED] + counts[FW_REPLAY_INVALID] + counts[FW_REPLAY_ERROR] +
+         counts[FW_REPLAY_STOPPED],
+      counts[FW_REPLAY_UNHANDLED], counts[FW_REPLAY_INVALID], counts[FW_REPLAY_BUSY],
+      stopped ? ", stopped before the end" : "");
    if (left_open || behind) {
-      printf ("sequences: %zu left open, %zu entr%s waiting behind an unselected head\n",
-              left_open, behind, behind == 1 ? "y" : "ies");
+      printf ("sequences: %zu left open, %zu entr%s waiting behind an unselected head\n", left_open,
+              behind, behind == 1 ? "y" : "ies");
    }
 }
 

@@ -13,13 +13,13 @@
 #include <mongoc/mongoc.h>
 
 #include "cli_client.h"
-#include "runtime/host/connections.h"
-#include "runtime/doctor/doctor.h"
 #include "flowwarden/log.h"
-#include "runtime/host/lua_host.h"
-#include "runtime/runtime.h"
-#include "runtime/host/server_probe.h"
 #include "runtime/config/stream_config.h"
+#include "runtime/doctor/doctor.h"
+#include "runtime/host/connections.h"
+#include "runtime/host/lua_host.h"
+#include "runtime/host/server_probe.h"
+#include "runtime/runtime.h"
 #include "test_cli.h"
 
 /* How long doctor waits to select a server when the URI does not say. */
@@ -34,7 +34,8 @@ static const char help_text[] =
    "stage, its checkpoint against the oplog window, and the clock. Each line: ok, info,\n"
    "warn or fail, and what to do. Only reads.\n\n"
    "  --uri URI   MongoDB connection string (else FLOWWARDEN_URI, the script's\n"
-   "              fw.defaults { uri = ... }, then " FW_DEFAULT_URI ")\n"
+   "              fw.defaults { uri = ... }, then " FW_DEFAULT_URI
+   ")\n"
    "  --json      one JSON document: {checks: [{stream, name, status, message, fix}], exit}\n\n"
    "Exit code: 0 all good, 1 warnings, 2 failures (or a bad command line or script).\n";
 

@@ -11,11 +11,11 @@
 #include <lua.h>
 #include <mongoc/mongoc.h>
 
+#include "cli/status_cli.h"
 #include "dlq_cli.h"
 #include "flowwarden/log.h"
 #include "runtime/host/connections.h"
 #include "runtime/runtime.h"
-#include "cli/status_cli.h"
 #include "test_cli.h"
 
 static const char usage_text[] =
@@ -41,7 +41,8 @@ static const char run_help[] =
    "flowwarden run SCRIPT: load SCRIPT, start every stream it declares and run until\n"
    "SIGTERM or SIGINT.\n\n"
    "  --uri URI            MongoDB connection string (else FLOWWARDEN_URI, the script's\n"
-   "                       fw.defaults { uri = ... }, then " FW_DEFAULT_URI ")\n"
+   "                       fw.defaults { uri = ... }, then " FW_DEFAULT_URI
+   ")\n"
    "  --log-level LEVEL    debug, info (default), warn or error\n"
    "  --log-format FORMAT  text (default) or json: one record per line on stderr\n"
    "  --pid-file PATH      write the process id to PATH while running\n"
@@ -167,9 +168,10 @@ cmd_check (int argc, char **argv)
    int i;
 
    if (argc == 2 && strcmp (argv[1], "--help") == 0) {
-      puts ("flowwarden check SCRIPT [--strict]: validate SCRIPT without connecting and print "
-            "each stream with its effective settings, then warnings. Exit 1 when SCRIPT is "
-            "invalid; with --strict, also when there is a warning.");
+      puts (
+         "flowwarden check SCRIPT [--strict]: validate SCRIPT without connecting and print "
+         "each stream with its effective settings, then warnings. Exit 1 when SCRIPT is "
+         "invalid; with --strict, also when there is a warning.");
       return 0;
    }
    for (i = 1; i < argc; i++) {

@@ -19,10 +19,10 @@
 
 #include "cli_client.h"
 #include "flowwarden/log.h"
-#include "runtime/host/lua_host.h"
-#include "runtime/host/connections.h"
-#include "runtime/runtime.h"
 #include "runtime/config/stream_config.h"
+#include "runtime/host/connections.h"
+#include "runtime/host/lua_host.h"
+#include "runtime/runtime.h"
 #include "test_cli.h"
 
 static const char usage_text[] =
@@ -239,14 +239,13 @@ open_change_stream (mongoc_client_t *client, const fw_stream_config_t *cfg, cons
    if (cfg->full_document && strcmp (cfg->full_document, "default") != 0) {
       BSON_APPEND_UTF8 (&opts, "fullDocument", cfg->full_document);
    }
-   if (cfg->full_document_before_change &&
-       strcmp (cfg->full_document_before_change, "off") != 0) {
+   if (cfg->full_document_before_change && strcmp (cfg->full_document_before_change, "off") != 0) {
       BSON_APPEND_UTF8 (&opts, "fullDocumentBeforeChange", cfg->full_document_before_change);
    }
    BSON_APPEND_INT32 (&opts, "maxAwaitTimeMS", 500);
    if (cfg->collection) {
-      mongoc_collection_t *coll =
-         mongoc_client_get_collection (client, cfg->database, cfg->collection);
+      mongoc_collection_t *coll = mongoc_client_get_collection (client, cfg->database,
+                                                                cfg->collection);
       cs = mongoc_collection_watch (coll, cfg->pipeline ? cfg->pipeline : &empty, &opts);
       mongoc_collection_destroy (coll);
    } else {

@@ -21,7 +21,8 @@ static const char usage_text[] =
    "       flowwarden pause|resume|restart STREAM [--admin URL]\n"
    "       flowwarden snapshot STREAM [--filter JSON] [--admin URL]\n"
    "       flowwarden reload [--admin URL]\n"
-   "URL defaults to FLOWWARDEN_ADMIN, else " FW_ADMIN_DEFAULT_URL "; the token for pause,\n"
+   "URL defaults to FLOWWARDEN_ADMIN, else " FW_ADMIN_DEFAULT_URL
+   "; the token for pause,\n"
    "resume, restart, snapshot and reload comes from FLOWWARDEN_ADMIN_TOKEN.\n"
    "status with several --admin: the group's view (ha): each unit, its holder, lag, orphans.\n";
 
@@ -64,8 +65,8 @@ collect (char *ptr, size_t size, size_t nmemb, void *ud)
 
 /* Sends the request; false (with why in err) when no HTTP answer came. */
 static bool
-request (const char *method, const char *url, long timeout_s, long *status, body_t *body,
-         char *err, size_t errlen)
+request (const char *method, const char *url, long timeout_s, long *status, body_t *body, char *err,
+         size_t errlen)
 {
    CURL *curl = curl_easy_init ();
    struct curl_slist *headers = NULL;
@@ -400,9 +401,8 @@ pshow (lua_State *L)
       if (lua_getfield (L, doc, "stream") == LUA_TTABLE) {
          state = field_string (L, lua_gettop (L), "state");
       }
-      printf ("%s: %s%s%s%s%s\n", a->what, result ? result : "ok",
-              message && *message ? ": " : "", message ? message : "", state ? "; state " : "",
-              state ? state : "");
+      printf ("%s: %s%s%s%s%s\n", a->what, result ? result : "ok", message && *message ? ": " : "",
+              message ? message : "", state ? "; state " : "", state ? state : "");
    }
    return 0;
 }
@@ -663,8 +663,10 @@ run (const char *cmd, const char *admin, const char *stream, const char *filter,
       }
       if (snprintf (url, sizeof url, "%s/v1/streams/%s/%s%s%s", base, escaped, cmd,
                     query ? "?filter=" : "", query ? query : "") >= (int) sizeof url) {
-         fprintf (stderr, "flowwarden %s: the filter is too long (at most about 1,500 "
-                  "characters)\n", cmd);
+         fprintf (stderr,
+                  "flowwarden %s: the filter is too long (at most about 1,500 "
+                  "characters)\n",
+                  cmd);
          curl_free (query);
          curl_free (escaped);
          free (base);

@@ -69,11 +69,12 @@ fw_test_cli_main (int argc, char **argv)
    int rc;
 
    if (argc >= 2 && (strcmp (argv[1], "--help") == 0 || strcmp (argv[1], "-h") == 0)) {
-      puts ("flowwarden test [busted options] [SPEC...]: run busted specs (default: the spec/\n"
-            "directory) with flowwarden's Lua modules and flowwarden.testing available: scripts\n"
-            "are loaded offline, with fakes for fw.mongo and fw.http and a virtual clock\n"
-            "(docs/testing-scripts.md). Exit code and output formats (-o TAP, -o junit) are\n"
-            "busted's; `flowwarden test -- --help` shows busted's options.");
+      puts (
+         "flowwarden test [busted options] [SPEC...]: run busted specs (default: the spec/\n"
+         "directory) with flowwarden's Lua modules and flowwarden.testing available: scripts\n"
+         "are loaded offline, with fakes for fw.mongo and fw.http and a virtual clock\n"
+         "(docs/testing-scripts.md). Exit code and output formats (-o TAP, -o junit) are\n"
+         "busted's; `flowwarden test -- --help` shows busted's options.");
       return 0;
    }
    if (argc >= 2 && strcmp (argv[1], "--") == 0) {

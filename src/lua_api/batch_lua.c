@@ -28,8 +28,9 @@ check_batch (lua_State *L)
       luaL_typeerror (L, 1, "batch");
    }
    if (b->generation != b->view->generation) {
-      luaL_error (L, "batch used after its call returned (keep the values you need, not the "
-                     "batch)");
+      luaL_error (L,
+                  "batch used after its call returned (keep the values you need, not the "
+                  "batch)");
    }
    return b->view;
 }
@@ -119,8 +120,10 @@ batch_tostring (lua_State *L)
    return 1;
 }
 
-static const luaL_Reg batch_methods[] = {
-   {"events", batch_events}, {"get", batch_get}, {"fail", batch_fail}, {NULL, NULL}};
+static const luaL_Reg batch_methods[] = {{"events", batch_events},
+                                         {"get", batch_get},
+                                         {"fail", batch_fail},
+                                         {NULL, NULL}};
 
 void
 fw_batch_lua_open (lua_State *L)

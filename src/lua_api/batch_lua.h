@@ -21,9 +21,9 @@
 typedef struct {
    fw_dispatch_t **items; /* borrowed: each event's ctx state, in stream order */
    size_t n;
-   bool *marked;          /* borrowed, n entries: set by batch:fail(i) */
-   int errors_ref;        /* registry ref of { [i] = err } batch:fail kept, or LUA_NOREF */
-   uint64_t generation;   /* bumped by fw_batch_lua_end: older objects refuse use */
+   bool *marked;        /* borrowed, n entries: set by batch:fail(i) */
+   int errors_ref;      /* registry ref of { [i] = err } batch:fail kept, or LUA_NOREF */
+   uint64_t generation; /* bumped by fw_batch_lua_end: older objects refuse use */
 } fw_batch_view_t;
 
 /* Registers the batch metatable in L. Call once per state, protected. */

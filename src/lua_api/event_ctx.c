@@ -10,8 +10,8 @@
 
 #include "bson/bson_lua.h"
 #include "bson/bson_view.h"
-#include "lua_api/event_ctx.h"
 #include "flowwarden/secrets.h"
+#include "lua_api/event_ctx.h"
 
 #define CTX_MT "flowwarden.ctx"
 
@@ -63,8 +63,9 @@ check_ctx (lua_State *L)
       luaL_typeerror (L, 1, "ctx");
    }
    if (c->generation != c->d->generation || !c->d->event) {
-      luaL_error (L, "ctx used after its event was handled (keep the values you need, "
-                     "not the ctx)");
+      luaL_error (L,
+                  "ctx used after its event was handled (keep the values you need, "
+                  "not the ctx)");
    }
    return c->d;
 }
@@ -350,8 +351,9 @@ ctx_send_to_dlq (lua_State *L)
    size_t len;
    const char *reason = luaL_optlstring (L, 2, "sent to the DLQ by the handler", &len);
    if (!d->dlq_enabled) {
-      return luaL_error (L, "ctx:send_to_dlq: stream \"%s\" has no dead-letter queue "
-                            "(add dlq = true to its declaration)",
+      return luaL_error (L,
+                         "ctx:send_to_dlq: stream \"%s\" has no dead-letter queue "
+                         "(add dlq = true to its declaration)",
                          d->stream_name);
    }
    /* The reason becomes the entry's error.message: fw.env's values hidden. */
@@ -397,22 +399,21 @@ ctx_tostring (lua_State *L)
    return 1;
 }
 
-static const luaL_Reg ctx_methods[] = {
-   {"operation_type", ctx_operation_type},
-   {"attempt_number", ctx_attempt_number},
-   {"event_id", ctx_event_id},
-   {"stream_name", ctx_stream_name},
-   {"partition", ctx_partition},
-   {"database_name", ctx_database_name},
-   {"collection_name", ctx_collection_name},
-   {"transaction", ctx_transaction},
-   {"summary", ctx_summary},
-   {"field_names", ctx_field_names},
-   {"add_metadata", ctx_add_metadata},
-   {"metadata", ctx_metadata},
-   {"send_to_dlq", ctx_send_to_dlq},
-   {"dead_letter", ctx_dead_letter},
-   {NULL, NULL}};
+static const luaL_Reg ctx_methods[] = {{"operation_type", ctx_operation_type},
+                                       {"attempt_number", ctx_attempt_number},
+                                       {"event_id", ctx_event_id},
+                                       {"stream_name", ctx_stream_name},
+                                       {"partition", ctx_partition},
+                                       {"database_name", ctx_database_name},
+                                       {"collection_name", ctx_collection_name},
+                                       {"transaction", ctx_transaction},
+                                       {"summary", ctx_summary},
+                                       {"field_names", ctx_field_names},
+                                       {"add_metadata", ctx_add_metadata},
+                                       {"metadata", ctx_metadata},
+                                       {"send_to_dlq", ctx_send_to_dlq},
+                                       {"dead_letter", ctx_dead_letter},
+                                       {NULL, NULL}};
 
 void
 fw_event_ctx_open (lua_State *L)

@@ -23,13 +23,13 @@
 typedef struct {
    const char *stream_name;
    const fw_event_t *event;
-   int attempt;              /* 1-based */
+   int attempt; /* 1-based */
    bool dlq_enabled;
-   bool dlq_requested;       /* set by ctx:send_to_dlq */
+   bool dlq_requested; /* set by ctx:send_to_dlq */
    char dlq_reason[FW_DLQ_REASON_MAX];
-   uint64_t generation;      /* bumped per event; stale ctx detection */
-   int cache_ref;            /* registry ref of the per-event cache, or LUA_NOREF */
-   uint32_t cache_slots;     /* bit i: slot i of the cache holds a value of the current event */
+   uint64_t generation;  /* bumped per event; stale ctx detection */
+   int cache_ref;        /* registry ref of the per-event cache, or LUA_NOREF */
+   uint32_t cache_slots; /* bit i: slot i of the cache holds a value of the current event */
    /* During a replay, the dead letter ctx:dead_letter() shows (Axon's
     * nullable DeadLetter parameter): { id, cause = { type, message },
     * diagnostics, enqueued_at, last_touched, reprocess_attempts } as BSON,

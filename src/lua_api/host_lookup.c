@@ -20,13 +20,12 @@
 #include "flowwarden/clock.h"
 #include "host_lookup.h"
 
-
 typedef struct {
    pthread_mutex_t mu;
    pthread_cond_t cond;
    int refs; /* the thread and the caller */
    bool done;
-   int rc;   /* getaddrinfo's */
+   int rc; /* getaddrinfo's */
    int n;
    char addrs[FW_HOST_ADDRS_MAX][INET6_ADDRSTRLEN];
    char host[]; /* the name */
@@ -51,7 +50,7 @@ static void *
 lookup_run (void *arg)
 {
    lookup_t *l = arg;
-   struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_family = AF_UNSPEC };
+   struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_family = AF_UNSPEC};
    struct addrinfo *res = NULL;
    int rc = getaddrinfo (l->host, NULL, &hints, &res);
 
@@ -113,8 +112,8 @@ lookup_start (const char *host)
 static bool
 lookup_wait (lookup_t *l, int64_t deadline_ns)
 {
-   struct timespec until = { .tv_sec = deadline_ns / 1000000000,
-                             .tv_nsec = deadline_ns % 1000000000 };
+   struct timespec until = {.tv_sec = deadline_ns / 1000000000,
+                            .tv_nsec = deadline_ns % 1000000000};
    bool done;
 
    pthread_mutex_lock (&l->mu);
@@ -135,8 +134,7 @@ fw_host_is_address (const char *name)
 }
 
 fw_host_lookup_t
-fw_host_lookup (const char *host, int64_t deadline_ns, fw_host_addrs_t *out, char *why,
-                size_t len)
+fw_host_lookup (const char *host, int64_t deadline_ns, fw_host_addrs_t *out, char *why, size_t len)
 {
    lookup_t *l = lookup_start (host);
    fw_host_lookup_t r = FW_HOST_FOUND;

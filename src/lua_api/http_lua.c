@@ -14,9 +14,9 @@
 #include <lauxlib.h>
 
 #include "flowwarden/clock.h"
+#include "flowwarden/log.h"
 #include "lua_api/http_lua.h"
 #include "lua_api/http_transfer.h"
-#include "flowwarden/log.h"
 #include "lua_api/lua_call.h"
 #include "lua_api/metrics_lua.h"
 
@@ -212,8 +212,7 @@ count_io (lua_State *L, fw_metrics_io_result_t result, int64_t started_ns)
 {
    fw_stream_metrics_t *metrics = fw_metrics_lua_stream (L);
    if (metrics) {
-      fw_stream_metrics_io (metrics, FW_METRICS_IO_HTTP, result,
-                            fw_mono_ns () - started_ns);
+      fw_stream_metrics_io (metrics, FW_METRICS_IO_HTTP, result, fw_mono_ns () - started_ns);
    }
 }
 
@@ -346,9 +345,9 @@ perform_exchange (lua_State *L, fw_http_transfer_t *t, long timeout_ms, bool bud
    char outcome[64];
 
    if (!fw_http_transfer_perform (t, get_session (L), timeout_ms, budget_bound, &failure)) {
-      count_io (L, failure.type && strcmp (failure.type, "Http.Timeout") == 0
-                      ? FW_METRICS_IO_TIMEOUT
-                      : FW_METRICS_IO_ERROR,
+      count_io (L,
+                failure.type && strcmp (failure.type, "Http.Timeout") == 0 ? FW_METRICS_IO_TIMEOUT
+                                                                           : FW_METRICS_IO_ERROR,
                 started);
       snprintf (outcome, sizeof outcome, "failed (%s)",
                 failure.type ? failure.type : "out of memory");

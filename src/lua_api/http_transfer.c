@@ -46,8 +46,7 @@ global_init (void)
    global_rc = curl_global_init (CURL_GLOBAL_DEFAULT);
 }
 
-static bool
-fail (fw_http_failure_t *f, const char *type, const char *fmt, ...)
+static bool fail (fw_http_failure_t *f, const char *type, const char *fmt, ...)
    __attribute__ ((format (printf, 3, 4)));
 
 static bool
@@ -137,8 +136,8 @@ redact_url (const char *url, char *out, size_t n)
    if (o >= n) {
       o = n - 1;
    }
-   snprintf (out + o, n - o, "%.*s%s", (int) (len - start > 200 ? 200 : len - start),
-             url + start, len - start > 200 ? "..." : "");
+   snprintf (out + o, n - o, "%.*s%s", (int) (len - start > 200 ? 200 : len - start), url + start,
+             len - start > 200 ? "..." : "");
 }
 
 static bool
@@ -292,7 +291,7 @@ set_options (fw_http_transfer_t *t, long timeout_ms)
    CURLcode rc = CURLE_OK;
    char *url = NULL;
 
-#define SET(opt, val)                        \
+#define SET(opt, val)                         \
    do {                                       \
       if (rc == CURLE_OK) {                   \
          rc = curl_easy_setopt (e, opt, val); \
@@ -310,10 +309,9 @@ set_options (fw_http_transfer_t *t, long timeout_ms)
    SET (CURLOPT_FOLLOWLOCATION, rq->follow_redirects ? 1L : 0L);
    SET (CURLOPT_MAXREDIRS, (long) MAX_REDIRECTS);
    SET (CURLOPT_TIMEOUT_MS, timeout_ms);
-   SET (CURLOPT_CONNECTTIMEOUT_MS,
-        rq->connect_timeout_ms > 0 && rq->connect_timeout_ms < timeout_ms
-           ? (long) rq->connect_timeout_ms
-           : timeout_ms);
+   SET (CURLOPT_CONNECTTIMEOUT_MS, rq->connect_timeout_ms > 0 && rq->connect_timeout_ms < timeout_ms
+                                      ? (long) rq->connect_timeout_ms
+                                      : timeout_ms);
    SET (CURLOPT_SSL_VERIFYPEER, rq->verify_tls ? 1L : 0L);
    SET (CURLOPT_SSL_VERIFYHOST, rq->verify_tls ? 2L : 0L);
    if (rq->ca_file) {

@@ -25,9 +25,9 @@ typedef struct fw_http_transfer fw_http_transfer_t;
 
 /* Every string is borrowed and must live until the last perform returns. */
 typedef struct {
-   const char *method;         /* "GET", "HEAD", "POST", ... (upper case) */
+   const char *method; /* "GET", "HEAD", "POST", ... (upper case) */
    const char *url;
-   const char *body;           /* NULL: none */
+   const char *body; /* NULL: none */
    size_t body_len;
    const char *ca_file;        /* NULL: the system's CA bundle */
    int64_t connect_timeout_ms; /* 0: bounded by the timeout only */
@@ -58,9 +58,8 @@ void fw_http_transfer_destroy (fw_http_transfer_t *t);
  * judges its host under policy (borrowed, like rq, until the last perform
  * returns). call names the Lua function in argument errors.
  */
-bool fw_http_transfer_prepare (fw_http_transfer_t *t, const char *call,
-                               const fw_http_request_t *rq, const fw_http_policy_t *policy,
-                               fw_http_failure_t *failure);
+bool fw_http_transfer_prepare (fw_http_transfer_t *t, const char *call, const fw_http_request_t *rq,
+                               const fw_http_policy_t *policy, fw_http_failure_t *failure);
 
 /* "GET http://host:port/path", without user info, query or fragment: what
  * logs and messages may show. Owned by t; valid until it is destroyed. */
@@ -74,8 +73,8 @@ bool fw_http_transfer_add_header (fw_http_transfer_t *t, const char *line);
  * (the handler's budget set that limit) only words the timeout message.
  * Blocks the thread, runs no Lua, and raises no signal.
  */
-bool fw_http_transfer_perform (fw_http_transfer_t *t, fw_http_session_t *session,
-                               long timeout_ms, bool budget_bound, fw_http_failure_t *failure);
+bool fw_http_transfer_perform (fw_http_transfer_t *t, fw_http_session_t *session, long timeout_ms,
+                               bool budget_bound, fw_http_failure_t *failure);
 
 /* After a successful perform: the final response's status, and its body
  * (owned by t until fw_http_transfer_drop_body or destroy; never NULL). */

@@ -12,7 +12,7 @@
 #include "flowwarden/clock.h"
 #include "lua_api/lua_call.h"
 
-static const char call_key = 'c'; /* registry key: its address */
+static const char call_key = 'c';       /* registry key: its address */
 static const char io_timeout_key = 't'; /* the error fw_lua_call_io_timed_out announced */
 
 void
@@ -165,8 +165,7 @@ fw_lua_call_protected (lua_State *L, lua_CFunction fn, void *ud, char *why, size
 }
 
 void *
-fw_lua_named_userdata (lua_State *L, const void *key, const char *name, size_t size,
-                       const char *mt)
+fw_lua_named_userdata (lua_State *L, const void *key, const char *name, size_t size, const char *mt)
 {
    void *u;
 

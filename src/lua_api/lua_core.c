@@ -8,18 +8,18 @@
 #include <lua5.4/lua-cjson.h>
 #include <mongoc/mongoc.h>
 
-#include "ops/admin.h"
 #include "bson/bson_lua.h"
 #include "bson/bson_view.h"
-#include "lua_api/http_lua.h"
-#include "lua_api/pg_lua.h"
-#include "lua_api/redis_lua.h"
 #include "flowwarden/log.h"
+#include "flowwarden/secrets.h"
+#include "lua_api/http_lua.h"
 #include "lua_api/lua_core.h"
 #include "lua_api/metrics_lua.h"
 #include "lua_api/mongo_lua.h"
-#include "flowwarden/secrets.h"
+#include "lua_api/pg_lua.h"
+#include "lua_api/redis_lua.h"
 #include "lua_api/state_lua.h"
+#include "ops/admin.h"
 
 #define STREAM_KEY "flowwarden.stream_name"
 

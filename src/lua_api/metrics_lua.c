@@ -108,8 +108,8 @@ read_labels (lua_State *L, const char *fn, int opts, const char **labels)
       return 0;
    }
    if (!lua_istable (L, -1)) {
-      luaL_error (L, "%s: labels must be an array of label names such as { \"kind\" }, got %s",
-                  fn, luaL_typename (L, -1));
+      luaL_error (L, "%s: labels must be an array of label names such as { \"kind\" }, got %s", fn,
+                  luaL_typename (L, -1));
    }
    n = (int) lua_rawlen (L, -1);
    if (n > FW_METRIC_MAX_LABELS) {
@@ -181,16 +181,17 @@ define (lua_State *L, fw_metric_type_t type)
                          luaL_typename (L, 1));
    }
    if (lua_type (L, 2) != LUA_TSTRING) {
-      return luaL_error (L, "%s: help must be a string saying what the metric measures, got %s",
-                         fn, luaL_typename (L, 2));
+      return luaL_error (L, "%s: help must be a string saying what the metric measures, got %s", fn,
+                         luaL_typename (L, 2));
    }
    spec.name = lua_tostring (L, 1);
    spec.help = lua_tostring (L, 2);
    spec.type = type;
    if (!lua_isnoneornil (L, 3)) {
       if (!lua_istable (L, 3)) {
-         return luaL_error (L, "%s: options must be a table such as { labels = { \"kind\" } }, "
-                               "got %s",
+         return luaL_error (L,
+                            "%s: options must be a table such as { labels = { \"kind\" } }, "
+                            "got %s",
                             fn, luaL_typename (L, 3));
       }
       check_option_keys (L, fn, 3, type);
@@ -199,8 +200,9 @@ define (lua_State *L, fw_metric_type_t type)
       if (type == FW_METRIC_HISTOGRAM) {
          if (lua_getfield (L, 3, "buckets") != LUA_TNIL) {
             if (!lua_istable (L, -1)) {
-               return luaL_error (L, "%s: buckets must be an array of upper bounds such as "
-                                     "{ 0.1, 1, 10 }, got %s",
+               return luaL_error (L,
+                                  "%s: buckets must be an array of upper bounds such as "
+                                  "{ 0.1, 1, 10 }, got %s",
                                   fn, luaL_typename (L, -1));
             }
             spec.n_buckets = read_buckets (L, fn, lua_gettop (L), buckets);
@@ -332,8 +334,9 @@ resolve (lua_State *L, handle_t *h, int labels_idx, const char *method)
    luaL_Buffer key;
 
    if (!stream) {
-      luaL_error (L, "fw.metrics: %s:%s() works inside handlers only (each stream has its own "
-                     "series), not while the script loads",
+      luaL_error (L,
+                  "fw.metrics: %s:%s() works inside handlers only (each stream has its own "
+                  "series), not while the script loads",
                   fw_metric_name (h->metric), method);
    }
    if (h->cache_stream != stream) {
@@ -384,8 +387,9 @@ resolve (lua_State *L, handle_t *h, int labels_idx, const char *method)
    lua_pop (L, 1);
    for (int i = 0; i < n; i++) {
       if (lens[i] > MAX_LABEL_VALUE || !fw_metrics_label_value_ok (values[i], lens[i])) {
-         luaL_error (L, "fw.metrics: %s: label %s must be UTF-8 text of at most %d bytes "
-                        "without NUL (and take few distinct values)",
+         luaL_error (L,
+                     "fw.metrics: %s: label %s must be UTF-8 text of at most %d bytes "
+                     "without NUL (and take few distinct values)",
                      fw_metric_name (h->metric), fw_metric_label_name (h->metric, i),
                      MAX_LABEL_VALUE);
       }
@@ -442,8 +446,9 @@ metric_inc (lua_State *L)
       labels = labels_arg (L, h, 3, "inc");
    }
    if (!(n >= 0) || isinf (n)) {
-      return luaL_error (L, "fw.metrics: %s:inc: counters only go up: n must be a finite number "
-                            ">= 0 (use a gauge for values that go down)",
+      return luaL_error (L,
+                         "fw.metrics: %s:inc: counters only go up: n must be a finite number "
+                         ">= 0 (use a gauge for values that go down)",
                          fw_metric_name (h->metric));
    }
    if ((s = resolve (L, h, labels, "inc"))) {

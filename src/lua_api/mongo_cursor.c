@@ -13,8 +13,8 @@
 
 #include <lauxlib.h>
 
-#include "flowwarden/clock.h"
 #include "bson/bson_lua.h"
+#include "flowwarden/clock.h"
 #include "flowwarden/io_deadline.h"
 #include "flowwarden/log.h"
 #include "lua_api/lua_call.h"
@@ -206,8 +206,9 @@ cursor_close (lua_State *L)
 {
    cursor_t *c = check_cursor (L, "close");
    if (c->cursor && !owned_here (L, c)) {
-      return luaL_error (L, "fw.mongo: a cursor can only be closed on the thread and "
-                            "connection that opened it");
+      return luaL_error (L,
+                         "fw.mongo: a cursor can only be closed on the thread and "
+                         "connection that opened it");
    }
    close_native (L, c);
    return 0;

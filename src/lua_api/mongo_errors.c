@@ -12,8 +12,8 @@
 
 #include <lauxlib.h>
 
-#include "flowwarden/clock.h"
 #include "bson/bson_lua.h"
+#include "flowwarden/clock.h"
 #include "flowwarden/io_deadline.h"
 #include "lua_api/lua_call.h"
 #include "mongo_lua-private.h"
@@ -356,14 +356,14 @@ int
 fw_mongo_raise (lua_State *L, fw_mongo_op_t *op, const fw_mongo_ctx_t *ctx,
                 const bson_error_t *error, const bson_t *reply)
 {
-   bool passed = ctx->deadline_ns && (ctx->deadline_hit || fw_io_deadline_hit () ||
-                                      fw_mono_ns () >= ctx->deadline_ns);
+   bool passed = ctx->deadline_ns &&
+                 (ctx->deadline_hit || fw_io_deadline_hit () || fw_mono_ns () >= ctx->deadline_ns);
    const char *type = txn_type (L, error, fw_mongo_error_type (error, reply, passed));
    const char *name;
    bool timed_out = passed && strcmp (type, T_TIMEOUT) == 0 && !is_server_domain (error->domain);
 
-   fw_mongo_ctx_done (ctx, strcmp (type, T_TIMEOUT) == 0 ? FW_METRICS_IO_TIMEOUT
-                                                         : FW_METRICS_IO_ERROR);
+   fw_mongo_ctx_done (ctx,
+                      strcmp (type, T_TIMEOUT) == 0 ? FW_METRICS_IO_TIMEOUT : FW_METRICS_IO_ERROR);
 
    luaL_checkstack (L, 8, "fw.mongo");
    lua_createtable (L, 0, 4);
@@ -409,7 +409,6 @@ fw_mongo_arg_error (lua_State *L, const char *fmt, ...)
    va_end (ap);
    return fw_lua_raise_typed (L, "ArgumentError", 0, "%s", lua_tostring (L, -1));
 }
-
 
 /* --- exactly_once: a failed transaction step as a handler failure --------- */
 

@@ -12,8 +12,8 @@
 #include <lua.h>
 #include <mongoc/mongoc.h>
 
-#include "ops/metrics.h"
 #include "lua_api/mongo_lua.h"
+#include "ops/metrics.h"
 
 /*
  * The scratch of one operation, a full userdata on the Lua stack: every

@@ -9,9 +9,9 @@
 
 #include <lauxlib.h>
 
-#include "flowwarden/suggest.h"
 #include "bson/bson_lua.h"
 #include "flowwarden/io_deadline.h"
+#include "flowwarden/suggest.h"
 #include "lua_api/lua_call.h"
 #include "lua_api/metrics_lua.h"
 #include "mongo_lua-private.h"
@@ -428,8 +428,8 @@ fw_mongo_opt_sort (lua_State *L, fw_mongo_op_t *op, int idx, const char *method,
 /* --- the module ------------------------------------------------------------ */
 
 static const luaL_Reg handle_methods[] = {
-   {"find_one", fw_mongo_find_one},           {"find", fw_mongo_find},
-   {"aggregate", fw_mongo_aggregate},         {"count", fw_mongo_count},
+   {"find_one", fw_mongo_find_one},       {"find", fw_mongo_find},
+   {"aggregate", fw_mongo_aggregate},     {"count", fw_mongo_count},
    {"insert_one", fw_mongo_insert_one},   {"insert_many", fw_mongo_insert_many},
    {"update_one", fw_mongo_update_one},   {"update_many", fw_mongo_update_many},
    {"replace_one", fw_mongo_replace_one}, {"delete_one", fw_mongo_delete_one},

@@ -16,8 +16,8 @@
 
 #define OP_MT "flowwarden.mongo.op"
 
-static const char provider_key = 'm'; /* registry key: its address */
-static const char txn_key = 't';      /* exactly_once's transaction */
+static const char provider_key = 'm';    /* registry key: its address */
+static const char txn_key = 't';         /* exactly_once's transaction */
 static const char txn_expires_key = 'e'; /* ... and when its lifetime ends */
 
 void
@@ -123,7 +123,7 @@ fw_mongo_op_release (fw_mongo_op_t *op)
  * BSON_EXTRA_ALIGN), more than Lua gives a userdata block (16 bytes): the
  * block is over-allocated and the scratch placed at its first aligned
  * address. UBSan reported every access through a misaligned scratch. */
-#define OP_ALIGN _Alignof (fw_mongo_op_t)
+#define OP_ALIGN _Alignof(fw_mongo_op_t)
 
 static fw_mongo_op_t *
 op_in (void *block)

@@ -35,8 +35,8 @@ read_opts (lua_State *L, fw_mongo_op_t *op, int idx, const char *method)
       ok = ok && BSON_APPEND_INT64 (&op->opts, "limit", n);
    }
    if ((n = fw_mongo_opt_count (L, idx, method, "batch_size", 1)) > 0) {
-      ok =
-         ok && BSON_APPEND_INT32 (&op->opts, "batchSize", n > INT32_MAX ? INT32_MAX : (int32_t) n);
+      ok = ok &&
+           BSON_APPEND_INT32 (&op->opts, "batchSize", n > INT32_MAX ? INT32_MAX : (int32_t) n);
    }
    if (!ok) {
       fw_mongo_op_release (op);
@@ -114,10 +114,10 @@ open_cursor (lua_State *L, const char *method, bool pipeline)
    }
    read_opts (L, op, 3, method);
    fw_mongo_ctx_collection (L, op, &ctx, true);
-   op->cursor = pipeline ? mongoc_collection_aggregate (op->coll, MONGOC_QUERY_NONE, &op->filter,
-                                                        &op->opts, NULL)
-                         : mongoc_collection_find_with_opts (op->coll, &op->filter, &op->opts,
-                                                             NULL);
+   op->cursor = pipeline
+                   ? mongoc_collection_aggregate (op->coll, MONGOC_QUERY_NONE, &op->filter,
+                                                  &op->opts, NULL)
+                   : mongoc_collection_find_with_opts (op->coll, &op->filter, &op->opts, NULL);
    if (!op->cursor) {
       fw_mongo_op_release (op);
       return luaL_error (L, "fw.mongo: %s on %s.%s: cannot create the cursor", method, db, coll);
@@ -170,4 +170,3 @@ fw_mongo_count (lua_State *L)
    lua_pushinteger (L, (lua_Integer) n);
    return 1;
 }
-

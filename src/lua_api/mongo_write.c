@@ -8,9 +8,9 @@
 
 #include <lauxlib.h>
 
-#include "flowwarden/suggest.h"
 #include "bson/bson_lua.h"
 #include "flowwarden/io_deadline.h"
+#include "flowwarden/suggest.h"
 #include "mongo_lua-private.h"
 
 static const char *const no_opts[] = {NULL};
@@ -388,8 +388,9 @@ fw_mongo_find_one_and_update (lua_State *L)
    if (lua_istable (L, 4) && lua_getfield (L, 4, "return_document") != LUA_TNIL) {
       ret = lua_type (L, -1) == LUA_TSTRING ? lua_tostring (L, -1) : "";
       if (strcmp (ret, "before") != 0 && strcmp (ret, "after") != 0) {
-         return fw_mongo_arg_error (L, "find_one_and_update: return_document must be \"before\" or "
-                                       "\"after\"");
+         return fw_mongo_arg_error (L,
+                                    "find_one_and_update: return_document must be \"before\" or "
+                                    "\"after\"");
       }
       lua_pop (L, 1);
    }

@@ -17,7 +17,7 @@
 static int
 wait_socket (PGconn *conn, short events, int64_t deadline_ns)
 {
-   struct pollfd pfd = { .fd = PQsocket (conn), .events = events };
+   struct pollfd pfd = {.fd = PQsocket (conn), .events = events};
 
    if (pfd.fd < 0) {
       return -1;
@@ -79,12 +79,12 @@ fw_pg_connect (const char *uri, int64_t deadline_ns, PGconn **out, char *why, si
     * URI come after, and win.
     * Host names come resolved (fw_pg_resolve): after the URI, they win.
     */
-   static const char *const keys[] = { "options", "dbname", "fallback_application_name",
-                                       "host", "hostaddr", "port", NULL };
+   static const char *const keys[] = {
+      "options", "dbname", "fallback_application_name", "host", "hostaddr", "port", NULL};
    fw_pg_hosts_t hosts;
    fw_pg_io_t io = fw_pg_resolve (uri, deadline_ns, &hosts, why, len);
-   const char *values[] = { "-c datestyle=ISO,YMD", uri, "flowwarden",
-                            hosts.host, hosts.hostaddr, hosts.port, NULL };
+   const char *values[] = {"-c datestyle=ISO,YMD", uri,        "flowwarden", hosts.host,
+                           hosts.hostaddr,         hosts.port, NULL};
    PGconn *conn;
    PostgresPollingStatusType st = PGRES_POLLING_WRITING;
 

@@ -31,11 +31,11 @@ static const char views_key = 0; /* registry: name -> conn_t viewing the joined 
 static const char join_key = 0;  /* registry: the fw_pg_join_t of exactly_once, or nil */
 
 typedef struct {
-   PGconn *conn; /* NULL: closed */
-   char *uri;    /* the URI conn was opened with; a reload changing it reopens */
-   bool in_tx;   /* inside fw.pg.transaction */
-   lua_Integer gen; /* counts the connections opened: a transaction is bound to one */
-   fw_pg_join_t *join; /* a view of exactly_once's connection (never closed here), or NULL */
+   PGconn *conn;        /* NULL: closed */
+   char *uri;           /* the URI conn was opened with; a reload changing it reopens */
+   bool in_tx;          /* inside fw.pg.transaction */
+   lua_Integer gen;     /* counts the connections opened: a transaction is bound to one */
+   fw_pg_join_t *join;  /* a view of exactly_once's connection (never closed here), or NULL */
    fw_pg_stmts_t stmts; /* the statements prepared on conn */
 } conn_t;
 
@@ -55,15 +55,14 @@ static const struct {
    const char *state;
    const char *type;
 } sqlstates[] = {
-   { "40001", "Pg.Serialization" }, { "40P01", "Pg.Deadlock" },
-   { "23505", "Pg.UniqueViolation" }, { "23503", "Pg.ForeignKey" },
-   { "42601", "Pg.Syntax" }, { "42501", "Pg.Permission" },
-   { "57014", "Pg.Timeout" },    /* query_canceled: statement_timeout */
-   { "57P01", "Pg.Connection" }, /* admin_shutdown */
-   { "57P02", "Pg.Connection" }, /* crash_shutdown */
-   { "57P03", "Pg.Connection" }, /* cannot_connect_now (starting up) */
-   { "53300", "Pg.Connection" }, /* too_many_connections */
-   { "08", "Pg.Connection" },    /* connection exceptions */
+   {"40001", "Pg.Serialization"}, {"40P01", "Pg.Deadlock"}, {"23505", "Pg.UniqueViolation"},
+   {"23503", "Pg.ForeignKey"},    {"42601", "Pg.Syntax"},   {"42501", "Pg.Permission"},
+   {"57014", "Pg.Timeout"},    /* query_canceled: statement_timeout */
+   {"57P01", "Pg.Connection"}, /* admin_shutdown */
+   {"57P02", "Pg.Connection"}, /* crash_shutdown */
+   {"57P03", "Pg.Connection"}, /* cannot_connect_now (starting up) */
+   {"53300", "Pg.Connection"}, /* too_many_connections */
+   {"08", "Pg.Connection"},    /* connection exceptions */
 };
 
 static const char *
@@ -138,7 +137,7 @@ raise_pg (lua_State *L, const call_t *call, const char *type, bool has_fields)
 static call_t
 begin_call (lua_State *L, int name_idx)
 {
-   call_t call = { 0 };
+   call_t call = {0};
    int64_t budget = fw_lua_call_budget_ms (L, "fw.pg");
 
    call.name = luaL_checkstring (L, name_idx);
@@ -190,8 +189,9 @@ joined_conn (lua_State *L, const call_t *call, fw_pg_join_t *j)
       c->in_tx = false;
    }
    if (!c->conn) {
-      lua_pushliteral (L, "the connection was lost during the exactly-once transaction (the "
-                          "server rolled it back)");
+      lua_pushliteral (L,
+                       "the connection was lost during the exactly-once transaction (the "
+                       "server rolled it back)");
       raise_pg (L, call, "Pg.Connection", false);
    }
    lua_settop (L, top);
@@ -281,8 +281,8 @@ raise_result_at (lua_State *L, const call_t *call, const PGresult *res, lua_Inte
 static bool
 controls_transaction (const char *sql)
 {
-   static const char *const words[] = { "commit", "end", "rollback", "abort", "begin", "start",
-                                        "savepoint", "release", NULL };
+   static const char *const words[] = {"commit", "end",       "rollback", "abort", "begin",
+                                       "start",  "savepoint", "release",  NULL};
    static const char letters[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
    size_t n;
 
@@ -337,8 +337,8 @@ make_room (conn_t *c, int64_t deadline_ns, char *why, size_t len)
  * full). When there is no room, sql runs as the unnamed statement.
  */
 static fw_pg_io_t
-exec_rows (conn_t *c, const char *sql, int n_rows, const fw_pg_params_t *rows,
-           int64_t deadline_ns, fw_pg_batch_t *out, char *why, size_t len)
+exec_rows (conn_t *c, const char *sql, int n_rows, const fw_pg_params_t *rows, int64_t deadline_ns,
+           fw_pg_batch_t *out, char *why, size_t len)
 {
    const fw_pg_stmt_t *s;
    bool prepare;
@@ -401,13 +401,13 @@ run (lua_State *L, const call_t *call, int sql_idx, int params_idx)
    box = lua_newuserdatauv (L, sizeof *box, 0);
    box->res = NULL;
    luaL_setmetatable (L, RESULT_MT);
-   io = exec_rows (c, lua_tostring (L, sql_idx), 1, &(fw_pg_params_t){ n, values },
-                   call->deadline_ns, &batch, why, sizeof why);
+   io = exec_rows (c, lua_tostring (L, sql_idx), 1, &(fw_pg_params_t){n, values}, call->deadline_ns,
+                   &batch, why, sizeof why);
    box->res = batch.res;
    if (io != FW_PG_OK) {
       conn_close (c);
-      lua_pushstring (L, io == FW_PG_TIMEOUT ? "no reply in time (the statement was cancelled)"
-                                             : why);
+      lua_pushstring (L,
+                      io == FW_PG_TIMEOUT ? "no reply in time (the statement was cancelled)" : why);
       raise_pg (L, call, io == FW_PG_TIMEOUT ? "Pg.Timeout" : "Pg.Connection", false);
    }
    if (PQresultStatus (box->res) == PGRES_FATAL_ERROR ||
@@ -557,7 +557,7 @@ tx_call (lua_State *L)
     * next call would reconnect and run outside any transaction. Checked
     * before the time budget, so a statement after a lost one (a timed-out
     * one closes its connection) always says the transaction is gone. */
-   call = (call_t){ .name = luaL_checkstring (L, 1) };
+   call = (call_t){.name = luaL_checkstring (L, 1)};
    if (lua_rawgetp (L, LUA_REGISTRYINDEX, joined (L) ? &views_key : &conns_key) == LUA_TTABLE) {
       if (lua_getfield (L, -1, call.name) == LUA_TUSERDATA) {
          c = lua_touserdata (L, -1);
@@ -566,8 +566,9 @@ tx_call (lua_State *L)
    }
    lua_pop (L, 1);
    if (!c || !c->conn || c->gen != gen || (c->join && c->join != joined (L))) {
-      lua_pushliteral (L, "the connection was lost during the transaction (the server rolled it "
-                          "back)");
+      lua_pushliteral (L,
+                       "the connection was lost during the transaction (the server rolled it "
+                       "back)");
       raise_pg (L, &call, "Pg.Connection", false);
    }
    return begin_call (L, 1);
@@ -674,7 +675,7 @@ static int
 probe (lua_State *L)
 {
    probe_t *p = lua_touserdata (L, 1);
-   call_t call = { .name = p->name, .deadline_ns = fw_mono_ns () + p->timeout_ms * 1000000 };
+   call_t call = {.name = p->name, .deadline_ns = fw_mono_ns () + p->timeout_ms * 1000000};
 
    lua_pushliteral (L, "SELECT 1");
    run (L, &call, lua_gettop (L), 0);
@@ -684,7 +685,7 @@ probe (lua_State *L)
 bool
 fw_pg_lua_probe (lua_State *L, const char *name, int64_t timeout_ms, char *why, size_t len)
 {
-   probe_t p = { name, timeout_ms };
+   probe_t p = {name, timeout_ms};
 
    return fw_lua_call_protected (L, probe, &p, why, len);
 }
@@ -712,18 +713,18 @@ pg_uri_check (lua_State *L)
 }
 
 static const luaL_Reg pg_functions[] = {
-   { "query", pg_query },
-   { "execute", pg_execute },
-   { "execute_many", pg_execute_many },
-   { "transaction", pg_transaction },
-   { NULL, NULL },
+   {"query", pg_query},
+   {"execute", pg_execute},
+   {"execute_many", pg_execute_many},
+   {"transaction", pg_transaction},
+   {NULL, NULL},
 };
 
 static const luaL_Reg tx_methods[] = {
-   { "query", tx_query },
-   { "execute", tx_execute },
-   { "execute_many", tx_execute_many },
-   { NULL, NULL },
+   {"query", tx_query},
+   {"execute", tx_execute},
+   {"execute_many", tx_execute_many},
+   {NULL, NULL},
 };
 
 void
@@ -795,7 +796,7 @@ find_uri (lua_State *L)
 char *
 fw_pg_lua_uri (lua_State *L, const char *name, char *why, size_t len)
 {
-   uri_t u = { name, NULL };
+   uri_t u = {name, NULL};
 
    if (!fw_lua_call_protected (L, find_uri, &u, why, len)) {
       free (u.uri);
@@ -815,7 +816,7 @@ static int
 raise_failure (lua_State *L)
 {
    const failure_t *f = lua_touserdata (L, 1);
-   call_t call = { .name = f->connection };
+   call_t call = {.name = f->connection};
 
    if (f->res) {
       return raise_result (L, &call, f->res);
@@ -825,10 +826,10 @@ raise_failure (lua_State *L)
 }
 
 void
-fw_pg_lua_push_failure (lua_State *L, const char *connection, const PGresult *res,
-                        bool timed_out, const char *why)
+fw_pg_lua_push_failure (lua_State *L, const char *connection, const PGresult *res, bool timed_out,
+                        const char *why)
 {
-   failure_t f = { connection, res, timed_out, why };
+   failure_t f = {connection, res, timed_out, why};
 
    lua_createtable (L, 0, 2);
    lua_pushcfunction (L, raise_failure);

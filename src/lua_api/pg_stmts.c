@@ -65,8 +65,7 @@ fw_pg_stmts_add (fw_pg_stmts_t *cache, const char *sql)
    if (cache->count >= FW_PG_STMTS_MAX) {
       return NULL;
    }
-   if (!cache->items &&
-       !(cache->items = calloc (FW_PG_STMTS_MAX, sizeof *cache->items))) {
+   if (!cache->items && !(cache->items = calloc (FW_PG_STMTS_MAX, sizeof *cache->items))) {
       return NULL;
    }
    s = &cache->items[cache->count];

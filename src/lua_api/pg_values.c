@@ -153,7 +153,7 @@ push_bytea (lua_State *L, const char *s, size_t n)
    }
    luaL_buffinit (L, &b);
    for (size_t i = 2; i + 1 < n; i += 2) {
-      char hex[3] = { s[i], s[i + 1], 0 };
+      char hex[3] = {s[i], s[i + 1], 0};
       luaL_addchar (&b, (char) strtol (hex, NULL, 16));
    }
    luaL_pushresult (&b);

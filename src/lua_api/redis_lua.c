@@ -6,8 +6,8 @@
  * and argument vectors live in Lua userdata.
  */
 #include <errno.h>
-#include <stdio.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
@@ -17,9 +17,9 @@
 
 #include "bson/bson_values.h"
 #include "flowwarden/clock.h"
+#include "host_lookup.h"
 #include "lua_api/lua_call.h"
 #include "lua_api/redis_lua.h"
-#include "host_lookup.h"
 
 #define CONN_MT "flowwarden.redis_conn"
 /* Without a handler deadline (on_error of a call without timeout): bound
@@ -356,7 +356,7 @@ get_conn (lua_State *L, const call_t *call)
 static call_t
 begin_call (lua_State *L, int name_idx)
 {
-   call_t call = { 0 };
+   call_t call = {0};
    int64_t budget = fw_lua_call_budget_ms (L, "fw.redis");
 
    call.name = luaL_checkstring (L, name_idx);
@@ -383,8 +383,8 @@ collect_args (lua_State *L, int first, int n, const char **argv, size_t *lens, c
       int t = lua_type (L, first + i);
       if (t != LUA_TSTRING && t != LUA_TNUMBER) {
          fw_lua_raise_typed (L, "ArgumentError", 0,
-                             "%s: argument #%d: expected a string or a number, got %s", what,
-                             i + 1, lua_typename (L, t));
+                             "%s: argument #%d: expected a string or a number, got %s", what, i + 1,
+                             lua_typename (L, t));
       }
       argv[i] = lua_tolstring (L, first + i, &lens[i]);
    }
@@ -499,9 +499,9 @@ static int
 probe (lua_State *L)
 {
    probe_t *p = lua_touserdata (L, 1);
-   call_t call = { .name = p->name, .wait_ms = p->timeout_ms, .started = fw_mono_ns () };
-   const char *argv[] = { "PING" };
-   size_t lens[] = { 4 };
+   call_t call = {.name = p->name, .wait_ms = p->timeout_ms, .started = fw_mono_ns ()};
+   const char *argv[] = {"PING"};
+   size_t lens[] = {4};
 
    run_simple (L, &call, get_conn (L, &call), 1, argv, lens, "PING");
    return 0;
@@ -510,15 +510,15 @@ probe (lua_State *L)
 bool
 fw_redis_lua_probe (lua_State *L, const char *name, int64_t timeout_ms, char *why, size_t len)
 {
-   probe_t p = { name, timeout_ms };
+   probe_t p = {name, timeout_ms};
 
    return fw_lua_call_protected (L, probe, &p, why, len);
 }
 
 static const luaL_Reg redis_functions[] = {
-   { "call", redis_call },
-   { "pipeline", redis_pipeline },
-   { NULL, NULL },
+   {"call", redis_call},
+   {"pipeline", redis_pipeline},
+   {NULL, NULL},
 };
 
 void

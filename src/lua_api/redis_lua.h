@@ -30,7 +30,6 @@ void fw_redis_lua_open (lua_State *L, int module_idx);
  * script loaded in L (AUTH and SELECT as its URI says) and sends PING,
  * within timeout_ms. False with why (len bytes; never the password) when
  * that fails. */
-bool fw_redis_lua_probe (lua_State *L, const char *name, int64_t timeout_ms, char *why,
-                         size_t len);
+bool fw_redis_lua_probe (lua_State *L, const char *name, int64_t timeout_ms, char *why, size_t len);
 
 #endif

@@ -238,8 +238,8 @@ state_stats (lua_State *L)
 
    fw_state_store_stats (store, &st);
    lua_createtable (L, 0, 7);
-#define FIELD(name)                                  \
-   lua_pushinteger (L, (lua_Integer) st.name);       \
+#define FIELD(name)                            \
+   lua_pushinteger (L, (lua_Integer) st.name); \
    lua_setfield (L, -2, #name)
    FIELD (entries);
    FIELD (bytes);
@@ -252,9 +252,9 @@ state_stats (lua_State *L)
    return 1;
 }
 
-static const luaL_Reg state_funcs[] = {{"get", state_get},       {"set", state_set},
-                                       {"incr", state_incr},     {"delete", state_delete},
-                                       {"stats", state_stats},   {NULL, NULL}};
+static const luaL_Reg state_funcs[] = {{"get", state_get},     {"set", state_set},
+                                       {"incr", state_incr},   {"delete", state_delete},
+                                       {"stats", state_stats}, {NULL, NULL}};
 
 void
 fw_state_lua_open (lua_State *L, int module_idx)

@@ -14,34 +14,34 @@
 #include "lua_api/state_store.h"
 
 #define INITIAL_BUCKETS 64
-#define SWEEP_BUCKETS 4           /* buckets inspected for expired entries per operation */
+#define SWEEP_BUCKETS 4 /* buckets inspected for expired entries per operation */
 #define EVICTION_LOG_INTERVAL_MS 60000
 
 typedef struct entry {
-   struct entry *hnext;           /* next in the bucket */
-   struct entry *newer, *older;   /* LRU list */
+   struct entry *hnext;         /* next in the bucket */
+   struct entry *newer, *older; /* LRU list */
    uint64_t hash;
-   int64_t expires_ms;            /* 0: never */
+   int64_t expires_ms; /* 0: never */
    fw_state_type_t type;
    bool b;
    int64_t i;
    double d;
    size_t key_len, str_len;
-   char *str;                     /* points into the same allocation, after the key */
+   char *str; /* points into the same allocation, after the key */
    char key[];
 } entry_t;
 
 struct fw_state_store {
    pthread_mutex_t mu;
    entry_t **buckets;
-   size_t nbuckets;               /* a power of two */
-   size_t sweep_at;               /* next bucket the sweep looks at */
+   size_t nbuckets; /* a power of two */
+   size_t sweep_at; /* next bucket the sweep looks at */
    entry_t *newest, *oldest;
    size_t max_bytes;
    fw_state_stats_t st;
    fw_state_clock_t clock;
    void *clock_ud;
-   int64_t evictions_logged_at;   /* ms on the clock; 0: never */
+   int64_t evictions_logged_at; /* ms on the clock; 0: never */
    uint64_t evictions_unlogged;
    char label[128];
 };
@@ -300,8 +300,8 @@ lookup (fw_state_store_t *s, const char *key, size_t len, int64_t now)
 }
 
 bool
-fw_state_store_get (fw_state_store_t *store, const char *key, size_t key_len,
-                    fw_state_value_t *out, fw_error_t *error)
+fw_state_store_get (fw_state_store_t *store, const char *key, size_t key_len, fw_state_value_t *out,
+                    fw_error_t *error)
 {
    bool ok = true;
    entry_t *e;
@@ -353,8 +353,8 @@ insert (fw_state_store_t *s, const char *key, size_t key_len, const fw_state_val
 
    if (need > s->max_bytes || key_len > SIZE_MAX / 4 || str_len > SIZE_MAX / 4) {
       fw_error_set (error, FW_ERROR_INVALID,
-                    "fw.state: an entry of %zu bytes does not fit in state.max_bytes = %zu",
-                    need, s->max_bytes);
+                    "fw.state: an entry of %zu bytes does not fit in state.max_bytes = %zu", need,
+                    s->max_bytes);
       return false;
    }
    e = malloc (sizeof *e + key_len + 1 + str_len + 1);
@@ -432,8 +432,7 @@ bool
 fw_state_store_incr (fw_state_store_t *store, const char *key, size_t key_len, int64_t by,
                      int64_t ttl_ms, int64_t *result, fw_error_t *error)
 {
-   static const char *const names[] = {"nothing", "a boolean", "an integer", "a float",
-                                       "a string"};
+   static const char *const names[] = {"nothing", "a boolean", "an integer", "a float", "a string"};
    bool ok = true;
    uint64_t evicted = 0, to_log;
    entry_t *e;

@@ -64,7 +64,7 @@ void fw_admin_history_json (fw_admin_history_t *h, fw_strbuf_t *out, int64_t now
 /* --- the console's files (console/, embedded by cmake/embed_console.cmake) - */
 
 typedef struct {
-   const char *path;         /* "/", "/console.js", ... */
+   const char *path; /* "/", "/console.js", ... */
    const char *content_type;
    const unsigned char *data;
    size_t len;

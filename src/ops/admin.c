@@ -30,8 +30,8 @@
 #define CONNECTION_LIMIT 512
 /* Every answer: scripts and styles from this origin only (no inline script,
  * no eval, no other origin), no framing, no plugin, no form posted away. */
-#define CSP                                                                                      \
-   "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "                 \
+#define CSP                                                                    \
+   "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; " \
    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 #define CONNECTION_TIMEOUT_S 30
@@ -45,26 +45,26 @@ typedef enum {
    R_ACTION,
    R_RELOAD,
    R_DLQ_STATS,
-   R_DLQ,      /* the dead-letter routes: req->dlq */
+   R_DLQ, /* the dead-letter routes: req->dlq */
    R_HISTORY,
-   R_CONSOLE,  /* a file of the console: req->file */
-   R_INFO      /* GET /v1/console: what the page needs to know first */
+   R_CONSOLE, /* a file of the console: req->file */
+   R_INFO     /* GET /v1/console: what the page needs to know first */
 } route_t;
 
 typedef struct request {
    struct request *next; /* the control queue */
    struct MHD_Connection *conn;
    route_t route;
-   char *stream;         /* R_STREAM, R_ACTION */
-   char *filter;         /* R_ACTION snapshot: its ?filter=, or NULL */
+   char *stream; /* R_STREAM, R_ACTION */
+   char *filter; /* R_ACTION snapshot: its ?filter=, or NULL */
    fw_stream_action_t action;
-   size_t body;          /* bytes of body seen */
-   bool answered;        /* a response is queued */
-   bool submitted;       /* handed to the control thread */
+   size_t body;    /* bytes of body seen */
+   bool answered;  /* a response is queued */
+   bool submitted; /* handed to the control thread */
    fw_control_result_t result;
    char message[1024];
-   char *json;           /* R_DLQ_STATS, R_DLQ: the answer (malloc'd) */
-   fw_admin_dlq_request_t dlq; /* R_DLQ; its strings malloc'd */
+   char *json;                    /* R_DLQ_STATS, R_DLQ: the answer (malloc'd) */
+   fw_admin_dlq_request_t dlq;    /* R_DLQ; its strings malloc'd */
    const fw_console_file_t *file; /* R_CONSOLE */
 } request_t;
 
@@ -152,9 +152,8 @@ reply_json (request_t *req, unsigned int status, fw_strbuf_t *body)
    return reply (req, status, "application/json", body, NULL);
 }
 
-static enum MHD_Result
-reply_error (request_t *req, unsigned int status, const char *allow, const char *fmt, ...)
-   __attribute__ ((format (printf, 4, 5)));
+static enum MHD_Result reply_error (request_t *req, unsigned int status, const char *allow,
+                                    const char *fmt, ...) __attribute__ ((format (printf, 4, 5)));
 
 static enum MHD_Result
 reply_error (request_t *req, unsigned int status, const char *allow, const char *fmt, ...)
@@ -224,8 +223,8 @@ answer_get (fw_admin_t *a, request_t *req)
       fw_strbuf_printf (&body,
                         "{\"version\":\"%s\",\"token_required\":%s,\"dlq\":%s,"
                         "\"history_step_seconds\":%d}\n",
-                        FW_VERSION, a->token ? "true" : "false",
-                        a->control.dlq ? "true" : "false", FW_ADMIN_HISTORY_STEP_MS / 1000);
+                        FW_VERSION, a->token ? "true" : "false", a->control.dlq ? "true" : "false",
+                        FW_ADMIN_HISTORY_STEP_MS / 1000);
       return reply_json (req, MHD_HTTP_OK, &body);
    case R_HISTORY:
       if (!a->history) {
@@ -294,15 +293,15 @@ answer_post (fw_admin_t *a, request_t *req)
       fw_strbuf_puts (&body, "\n");
       return reply_json (req, status, &body);
    }
-   fw_strbuf_printf (&body, "{\"result\":\"%s\",\"message\":",
-                     req->result == FW_CONTROL_OK ? "ok" : "accepted");
+   fw_strbuf_printf (
+      &body, "{\"result\":\"%s\",\"message\":", req->result == FW_CONTROL_OK ? "ok" : "accepted");
    fw_strbuf_json_string (&body, req->message);
    if (req->route == R_ACTION) {
       fw_stream_snapshot_t *snaps = NULL;
       const fw_stream_snapshot_t *one;
       int n = list_streams (a, &snaps);
-      fw_strbuf_printf (&body, ",\"action\":\"%s\",\"stream\":",
-                        fw_stream_action_name (req->action));
+      fw_strbuf_printf (&body,
+                        ",\"action\":\"%s\",\"stream\":", fw_stream_action_name (req->action));
       if (n > 0 && (one = find_stream (snaps, n, req->stream))) {
          fw_admin_json_stream (&body, one);
       } else {
@@ -340,8 +339,8 @@ run_control (fw_admin_t *a, request_t *req)
                        : FW_CONTROL_UNAVAILABLE;
    } else if (req->action == FW_STREAM_SNAPSHOT) {
       req->result = a->control.snapshot
-                       ? a->control.snapshot (a->control.ud, req->stream, req->filter,
-                                              req->message, sizeof req->message)
+                       ? a->control.snapshot (a->control.ud, req->stream, req->filter, req->message,
+                                              sizeof req->message)
                        : FW_CONTROL_UNAVAILABLE;
    } else {
       req->result = a->control.stream_action
@@ -351,7 +350,7 @@ run_control (fw_admin_t *a, request_t *req)
    }
    if (!req->message[0]) {
       snprintf (req->message, sizeof req->message, "%s",
-                req->result == FW_CONTROL_NOT_FOUND ? "no such stream"
+                req->result == FW_CONTROL_NOT_FOUND     ? "no such stream"
                 : req->result == FW_CONTROL_UNAVAILABLE ? "flowwarden is stopping"
                                                         : "");
    }
@@ -520,8 +519,8 @@ authorized (fw_admin_t *a, request_t *req)
 static enum MHD_Result
 refuse (request_t *req)
 {
-   const char *header =
-      MHD_lookup_connection_value (req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+   const char *header = MHD_lookup_connection_value (req->conn, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_AUTHORIZATION);
    return reply_error (req, MHD_HTTP_UNAUTHORIZED, NULL,
                        "missing or wrong token: send \"Authorization: Bearer TOKEN\" with the "
                        "admin token (the flowwarden CLI reads it from FLOWWARDEN_ADMIN_TOKEN; "
@@ -551,8 +550,7 @@ begin (fw_admin_t *a, request_t *req, const char *url, const char *method)
                           allow);
    }
    if (req->route == R_DLQ) {
-      MHD_get_connection_values (req->conn, MHD_GET_ARGUMENT_KIND, fw_admin_collect_arg,
-                                 &req->dlq);
+      MHD_get_connection_values (req->conn, MHD_GET_ARGUMENT_KIND, fw_admin_collect_arg, &req->dlq);
       if (req->dlq.n_args > FW_ADMIN_DLQ_MAX_ARGS) {
          return reply_error (req, MHD_HTTP_BAD_REQUEST, NULL, "more than %d query arguments",
                              FW_ADMIN_DLQ_MAX_ARGS);
@@ -573,8 +571,7 @@ begin (fw_admin_t *a, request_t *req, const char *url, const char *method)
       return refuse (req);
    }
    if (req->route == R_ACTION && req->action == FW_STREAM_SNAPSHOT) {
-      const char *filter =
-         MHD_lookup_connection_value (req->conn, MHD_GET_ARGUMENT_KIND, "filter");
+      const char *filter = MHD_lookup_connection_value (req->conn, MHD_GET_ARGUMENT_KIND, "filter");
       if (filter && !(req->filter = strdup (filter))) {
          return MHD_NO;
       }
@@ -582,8 +579,8 @@ begin (fw_admin_t *a, request_t *req, const char *url, const char *method)
    length = MHD_lookup_connection_value (req->conn, MHD_HEADER_KIND,
                                          MHD_HTTP_HEADER_CONTENT_LENGTH);
    if (length && strtoull (length, NULL, 10) > FW_ADMIN_MAX_BODY) {
-      return reply_error (req, MHD_HTTP_CONTENT_TOO_LARGE, NULL,
-                          "request body over %d bytes", FW_ADMIN_MAX_BODY);
+      return reply_error (req, MHD_HTTP_CONTENT_TOO_LARGE, NULL, "request body over %d bytes",
+                          FW_ADMIN_MAX_BODY);
    }
    return MHD_YES; /* the body (ignored) comes next */
 }
@@ -615,8 +612,8 @@ handle (void *cls, struct MHD_Connection *conn, const char *url, const char *met
       req->body += *upload_size;
       *upload_size = 0;
       if (!req->answered && req->body > FW_ADMIN_MAX_BODY) {
-         return reply_error (req, MHD_HTTP_CONTENT_TOO_LARGE, NULL,
-                             "request body over %d bytes", FW_ADMIN_MAX_BODY);
+         return reply_error (req, MHD_HTTP_CONTENT_TOO_LARGE, NULL, "request body over %d bytes",
+                             FW_ADMIN_MAX_BODY);
       }
       return MHD_YES;
    }
@@ -764,12 +761,11 @@ fw_admin_start (const fw_admin_options_t *opts, fw_error_t *error)
    if (addr.v6) {
       flags |= MHD_USE_IPv6;
    }
-   a->daemon = MHD_start_daemon (
-      flags, 0, NULL, NULL, handle, a, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, a,
-      MHD_OPTION_SOCK_ADDR, (struct sockaddr *) &addr.ss, MHD_OPTION_CONNECTION_LIMIT,
-      (unsigned int) CONNECTION_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT,
-      (unsigned int) CONNECTION_TIMEOUT_S, MHD_OPTION_NOTIFY_COMPLETED, completed, a,
-      MHD_OPTION_END);
+   a->daemon = MHD_start_daemon (flags, 0, NULL, NULL, handle, a, MHD_OPTION_EXTERNAL_LOGGER,
+                                 mhd_log, a, MHD_OPTION_SOCK_ADDR, (struct sockaddr *) &addr.ss,
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned int) CONNECTION_LIMIT,
+                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int) CONNECTION_TIMEOUT_S,
+                                 MHD_OPTION_NOTIFY_COMPLETED, completed, a, MHD_OPTION_END);
    if (!a->daemon) {
       fw_error_set (error, FW_ERROR_IO,
                     "cannot serve the admin endpoint on %s (is the port in use, or the address "

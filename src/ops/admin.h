@@ -51,12 +51,12 @@ typedef struct fw_admin fw_admin_t;
 
 /* What a control call did; each maps to an HTTP status. */
 typedef enum {
-   FW_CONTROL_OK = 0,      /* 200: done */
-   FW_CONTROL_ACCEPTED,    /* 202: asked; it happens at the stream's next event boundary */
-   FW_CONTROL_NOT_FOUND,   /* 404: no stream of that name */
-   FW_CONTROL_CONFLICT,    /* 409: not possible in the stream's state (message says why) */
-   FW_CONTROL_FAILED,      /* 422: tried and refused, e.g. a reload of an invalid script */
-   FW_CONTROL_UNAVAILABLE  /* 503: flowwarden is stopping */
+   FW_CONTROL_OK = 0,     /* 200: done */
+   FW_CONTROL_ACCEPTED,   /* 202: asked; it happens at the stream's next event boundary */
+   FW_CONTROL_NOT_FOUND,  /* 404: no stream of that name */
+   FW_CONTROL_CONFLICT,   /* 409: not possible in the stream's state (message says why) */
+   FW_CONTROL_FAILED,     /* 422: tried and refused, e.g. a reload of an invalid script */
+   FW_CONTROL_UNAVAILABLE /* 503: flowwarden is stopping */
 } fw_control_result_t;
 
 typedef enum {
@@ -71,21 +71,21 @@ const char *fw_stream_action_name (fw_stream_action_t action);
 
 /* A dead-letter route's request: what the console asks of `flowwarden dlq`. */
 typedef enum {
-   FW_ADMIN_DLQ_LIST = 0, /* GET /v1/dlq/entries */
-   FW_ADMIN_DLQ_SHOW,     /* GET /v1/dlq/entries/ID */
-   FW_ADMIN_DLQ_SEQUENCES,/* GET /v1/dlq/sequences */
-   FW_ADMIN_DLQ_REPLAY,   /* POST /v1/dlq/entries/ID/replay */
-   FW_ADMIN_DLQ_DISCARD   /* POST /v1/dlq/entries/ID/discard */
+   FW_ADMIN_DLQ_LIST = 0,  /* GET /v1/dlq/entries */
+   FW_ADMIN_DLQ_SHOW,      /* GET /v1/dlq/entries/ID */
+   FW_ADMIN_DLQ_SEQUENCES, /* GET /v1/dlq/sequences */
+   FW_ADMIN_DLQ_REPLAY,    /* POST /v1/dlq/entries/ID/replay */
+   FW_ADMIN_DLQ_DISCARD    /* POST /v1/dlq/entries/ID/discard */
 } fw_admin_dlq_verb_t;
 
 #define FW_ADMIN_DLQ_MAX_ARGS 16
 
 typedef struct fw_admin_dlq_request {
    fw_admin_dlq_verb_t verb;
-   const char *id;                               /* SHOW, REPLAY, DISCARD: the entry */
-   int n_args;                                   /* the query string's arguments */
+   const char *id; /* SHOW, REPLAY, DISCARD: the entry */
+   int n_args;     /* the query string's arguments */
    const char *keys[FW_ADMIN_DLQ_MAX_ARGS];
-   const char *values[FW_ADMIN_DLQ_MAX_ARGS];    /* "" for a key without value */
+   const char *values[FW_ADMIN_DLQ_MAX_ARGS]; /* "" for a key without value */
 } fw_admin_dlq_request_t;
 
 /* The value of query argument key, or NULL. */
@@ -115,8 +115,8 @@ typedef struct {
    /* POST /v1/streams/NAME/snapshot[?filter=JSON]: starts an incremental
     * snapshot of the stream's collection, limited by filter (extended JSON;
     * NULL: every document). NULL: the route answers 503. */
-   fw_control_result_t (*snapshot) (void *ud, const char *stream, const char *filter,
-                                    char *message, size_t len);
+   fw_control_result_t (*snapshot) (void *ud, const char *stream, const char *filter, char *message,
+                                    size_t len);
    /* The dead-letter routes (GET /v1/dlq/entries..., /v1/dlq/sequences, POST
     * .../replay, .../discard): runs on the control thread, may block. *json
     * gets a malloc'd JSON answer the endpoint frees (also with an error
@@ -126,9 +126,9 @@ typedef struct {
 } fw_admin_control_t;
 
 typedef struct {
-   const char *listen;       /* "127.0.0.1:9464", "[::1]:9464", "0.0.0.0:9464", ":9464" */
-   const char *token;        /* NULL or "": none */
-   fw_metrics_t *metrics;    /* borrowed; must outlive the endpoint */
+   const char *listen;    /* "127.0.0.1:9464", "[::1]:9464", "0.0.0.0:9464", ":9464" */
+   const char *token;     /* NULL or "": none */
+   fw_metrics_t *metrics; /* borrowed; must outlive the endpoint */
    fw_admin_control_t control;
 } fw_admin_options_t;
 

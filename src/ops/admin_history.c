@@ -118,8 +118,7 @@ fw_admin_history_record (fw_admin_history_t *h, const fw_stream_snapshot_t *snap
 void
 fw_admin_history_json (fw_admin_history_t *h, fw_strbuf_t *out, int64_t now_ms)
 {
-   fw_strbuf_printf (out,
-                     "{\"step_seconds\":%d,\"window_seconds\":%d,\"now\":%lld,\"streams\":{",
+   fw_strbuf_printf (out, "{\"step_seconds\":%d,\"window_seconds\":%d,\"now\":%lld,\"streams\":{",
                      FW_ADMIN_HISTORY_STEP_MS / 1000, FW_ADMIN_HISTORY_WINDOW_MS / 1000,
                      (long long) now_ms);
    pthread_mutex_lock (&h->mu);
@@ -137,14 +136,13 @@ fw_admin_history_json (fw_admin_history_t *h, fw_strbuf_t *out, int64_t now_ms)
       fw_strbuf_puts (out, "],\"lag_seconds\":[");
       for (int k = 0; k < s->count; k++) {
          fw_strbuf_puts (out, k ? "," : "");
-         fw_strbuf_json_double (
-            out, s->ring[(first + k) % FW_ADMIN_HISTORY_SAMPLES].lag_seconds);
+         fw_strbuf_json_double (out, s->ring[(first + k) % FW_ADMIN_HISTORY_SAMPLES].lag_seconds);
       }
       fw_strbuf_puts (out, "],\"events_per_second\":[");
       for (int k = 0; k < s->count; k++) {
          fw_strbuf_puts (out, k ? "," : "");
-         fw_strbuf_json_double (
-            out, s->ring[(first + k) % FW_ADMIN_HISTORY_SAMPLES].events_per_second);
+         fw_strbuf_json_double (out,
+                                s->ring[(first + k) % FW_ADMIN_HISTORY_SAMPLES].events_per_second);
       }
       fw_strbuf_puts (out, "]}");
    }

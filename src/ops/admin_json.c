@@ -60,8 +60,9 @@ json_headroom (fw_strbuf_t *out, const fw_stream_snapshot_t *s)
       behind = (double) (fw_now_ms () - s->checkpoint_ms) / 1000.0;
    }
    if (!s->has_oplog_window) {
-      fw_strbuf_puts (out, ",\"oplog_window_seconds\":null,\"headroom_seconds\":null,"
-                           "\"oplog_window_unknown\":");
+      fw_strbuf_puts (out,
+                      ",\"oplog_window_seconds\":null,\"headroom_seconds\":null,"
+                      "\"oplog_window_unknown\":");
       fw_strbuf_json_string (out, fw_oplog_unknown_text (s->oplog_window_unknown));
       return;
    }
@@ -141,8 +142,8 @@ fw_admin_json_stream (fw_strbuf_t *out, const fw_stream_snapshot_t *s)
 {
    fw_strbuf_puts (out, "{\"name\":");
    fw_strbuf_json_string (out, s->name);
-   fw_strbuf_printf (out, ",\"state\":\"%s\",\"ready\":%s,\"reason\":",
-                     fw_stream_state_name (s->state),
+   fw_strbuf_printf (out,
+                     ",\"state\":\"%s\",\"ready\":%s,\"reason\":", fw_stream_state_name (s->state),
                      fw_stream_snapshot_ready (s) ? "true" : "false");
    fw_strbuf_json_string (out, empty_to_null (s->reason));
    fw_strbuf_puts (out, ",\"script_version\":");
@@ -176,21 +177,21 @@ fw_admin_json_stream (fw_strbuf_t *out, const fw_stream_snapshot_t *s)
    }
    fw_strbuf_puts (out, ",\"checkpoint_time\":");
    json_time (out, s->checkpoint_ms);
-   fw_strbuf_printf (out, ",\"checkpoint_writes\":%llu,\"checkpoint_errors\":%llu,"
-                          "\"dlq_writes\":%llu,\"dlq_pending\":",
+   fw_strbuf_printf (out,
+                     ",\"checkpoint_writes\":%llu,\"checkpoint_errors\":%llu,"
+                     "\"dlq_writes\":%llu,\"dlq_pending\":",
                      (unsigned long long) s->checkpoint_writes,
-                     (unsigned long long) s->checkpoint_errors,
-                     (unsigned long long) s->dlq_writes);
+                     (unsigned long long) s->checkpoint_errors, (unsigned long long) s->dlq_writes);
    if (s->dlq_pending >= 0 && s->role != FW_STREAM_ROLE_STANDBY) { /* the holder's (ha) */
-      fw_strbuf_printf (out, "%lld,\"dlq_oldest_pending_age_seconds\":",
-                        (long long) s->dlq_pending);
+      fw_strbuf_printf (out,
+                        "%lld,\"dlq_oldest_pending_age_seconds\":", (long long) s->dlq_pending);
       fw_strbuf_json_double (out, s->dlq_oldest_age_seconds);
    } else {
       fw_strbuf_puts (out, "null,\"dlq_oldest_pending_age_seconds\":null");
    }
    json_outage (out, &s->outage);
-   fw_strbuf_printf (out, ",\"lua_memory_bytes\":%llu,\"snapshot\":",
-                     (unsigned long long) s->lua_memory_bytes);
+   fw_strbuf_printf (
+      out, ",\"lua_memory_bytes\":%llu,\"snapshot\":", (unsigned long long) s->lua_memory_bytes);
    if (s->snapshot_state == 0) {
       fw_strbuf_puts (out, "null}");
    } else {
@@ -244,8 +245,8 @@ fw_admin_json_ready (fw_strbuf_t *out, const fw_stream_snapshot_t *s, int n)
    for (int i = 0; i < n; i++) {
       ready = ready && fw_stream_snapshot_ready (&s[i]);
    }
-   fw_strbuf_printf (out, "{\"ready\":%s,\"streams\":%d,\"not_ready\":[",
-                     ready ? "true" : "false", n);
+   fw_strbuf_printf (out, "{\"ready\":%s,\"streams\":%d,\"not_ready\":[", ready ? "true" : "false",
+                     n);
    for (int i = 0; i < n; i++) {
       if (fw_stream_snapshot_ready (&s[i])) {
          continue;

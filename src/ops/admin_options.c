@@ -15,8 +15,7 @@
 #include "flowwarden/log.h"
 
 bool
-fw_admin_parse_listen (const char *listen, const char *what, address_t *out,
-                       fw_error_t *error)
+fw_admin_parse_listen (const char *listen, const char *what, address_t *out, fw_error_t *error)
 {
    char host[128];
    const char *port_text, *colon;
@@ -46,8 +45,8 @@ fw_admin_parse_listen (const char *listen, const char *what, address_t *out,
       }
       if (memchr (listen, ':', (size_t) (colon - listen))) {
          fw_error_set (error, FW_ERROR_INVALID,
-                       "%s: \"%s\": write an IPv6 address in brackets, e.g. \"[::1]:9464\"",
-                       what, listen);
+                       "%s: \"%s\": write an IPv6 address in brackets, e.g. \"[::1]:9464\"", what,
+                       listen);
          return false;
       }
       memcpy (host, listen, (size_t) (colon - listen));
@@ -133,8 +132,10 @@ fw_admin_read_token_file (const char *path, char **token, fw_error_t *error)
    }
    fclose (f);
    if (n > TOKEN_FILE_MAX) {
-      fw_error_set (error, FW_ERROR_INVALID, "--admin-token-file: %s is over %d bytes: it "
-                    "should hold the token alone", path, TOKEN_FILE_MAX);
+      fw_error_set (error, FW_ERROR_INVALID,
+                    "--admin-token-file: %s is over %d bytes: it "
+                    "should hold the token alone",
+                    path, TOKEN_FILE_MAX);
       return false;
    }
    if (n && buf[n - 1] == '\n') {
@@ -144,13 +145,17 @@ fw_admin_read_token_file (const char *path, char **token, fw_error_t *error)
       }
    }
    if (n == 0) {
-      fw_error_set (error, FW_ERROR_INVALID, "--admin-token-file: %s is empty: write the token "
-                    "in it (e.g. head -c 32 /dev/urandom | base64 > %s)", path, path);
+      fw_error_set (error, FW_ERROR_INVALID,
+                    "--admin-token-file: %s is empty: write the token "
+                    "in it (e.g. head -c 32 /dev/urandom | base64 > %s)",
+                    path, path);
       return false;
    }
    if (strlen (buf) != n || strchr (buf, '\n')) {
-      fw_error_set (error, FW_ERROR_INVALID, "--admin-token-file: %s: the token must be one line "
-                    "of printable ASCII without spaces", path);
+      fw_error_set (error, FW_ERROR_INVALID,
+                    "--admin-token-file: %s: the token must be one line "
+                    "of printable ASCII without spaces",
+                    path);
       return false;
    }
    if (!check_token (buf, "--admin-token-file", error)) {
@@ -164,8 +169,7 @@ fw_admin_read_token_file (const char *path, char **token, fw_error_t *error)
 }
 
 bool
-fw_admin_check_options (const char *listen, const char *token, const char *what,
-                        fw_error_t *error)
+fw_admin_check_options (const char *listen, const char *token, const char *what, fw_error_t *error)
 {
    address_t addr;
 

@@ -15,8 +15,8 @@
 
 #include <pthread.h>
 
-#include "ops/metrics.h"
 #include "metrics_outage.h"
+#include "ops/metrics.h"
 #include "strbuf.h"
 
 /* Upper bounds of the duration histograms (handler calls, handler IO), in
@@ -34,8 +34,8 @@ typedef struct {
 #define FW_RATE_SLOTS 8
 #define FW_RATE_SLOT_MS 10000
 typedef struct {
-   uint32_t seq;   /* odd while the writer fills the slot */
-   int64_t t_ms;   /* 0: never filled */
+   uint32_t seq; /* odd while the writer fills the slot */
+   int64_t t_ms; /* 0: never filled */
    uint64_t events;
 } fw_rate_slot_t;
 
@@ -50,7 +50,7 @@ struct fw_stream_metrics {
    uint64_t handled[FW_METRICS_OUTCOME_COUNT];
    uint64_t handler_errors[FW_METRICS_MAX_ERROR_TYPES + 1]; /* last: "other" */
    char error_types[FW_METRICS_MAX_ERROR_TYPES][64];
-   int n_error_types;         /* release-stored after the name is written */
+   int n_error_types; /* release-stored after the name is written */
    uint64_t retries;
    uint64_t batches, batch_events, batch_splits; /* on_batch (issue 30) */
    uint64_t restarts[FW_METRICS_RESTART_COUNT];
@@ -59,14 +59,14 @@ struct fw_stream_metrics {
    uint64_t checkpoint_errors;
    uint64_t dlq_writes;
    int64_t checkpoint_ms;
-   int64_t inflight_ms;       /* server time of the event in flight; 0: none */
+   int64_t inflight_ms; /* server time of the event in flight; 0: none */
    int64_t last_event_ms;
    int64_t lag_ms;
-   int64_t finished_ms;       /* local time the last event was finished with */
+   int64_t finished_ms; /* local time the last event was finished with */
    int attempt;
    int state;
    uint64_t lua_memory;
-   int64_t snapshot_docs;     /* snapshot events handed out (issue 28) */
+   int64_t snapshot_docs; /* snapshot events handed out (issue 28) */
    int64_t snapshot_chunks;
    int snapshot_state;        /* 0: none, 1: running, 2: finished */
    int role;                  /* FW_STREAM_ROLE_* (ha.mode = "leader") */
@@ -95,8 +95,8 @@ struct fw_stream_metrics {
    char reason[256];
    char last_error_type[128];
    char script_version[32];
-   char holder[200];          /* ha: the unit's holder as this instance last saw it */
-   fw_outage_block_t outage;  /* issue 29 (metrics_outage.c) */
+   char holder[200];         /* ha: the unit's holder as this instance last saw it */
+   fw_outage_block_t outage; /* issue 29 (metrics_outage.c) */
 };
 
 typedef enum { METRIC_PENDING = 0, METRIC_COMMITTED, METRIC_RETIRED } metric_state_t;
@@ -105,13 +105,13 @@ struct fw_metric_series {
    fw_metric_series_t *next; /* fixed once published */
    const fw_metric_t *metric;
    fw_stream_metrics_t *stream;
-   char **values;            /* one per declared label */
-   uint64_t value_bits;      /* counters, gauges: a double; histograms: the sum */
-   uint64_t *buckets;        /* histograms: n_buckets + 1 per-bucket counts */
+   char **values;       /* one per declared label */
+   uint64_t value_bits; /* counters, gauges: a double; histograms: the sum */
+   uint64_t *buckets;   /* histograms: n_buckets + 1 per-bucket counts */
 };
 
 struct fw_metric {
-   fw_metric_t *next;        /* registry list; fixed once published */
+   fw_metric_t *next; /* registry list; fixed once published */
    char *name;
    char *help;
    fw_metric_type_t type;
@@ -119,23 +119,23 @@ struct fw_metric {
    int n_labels;
    double *buckets;
    int n_buckets;
-   int state;                /* metric_state_t, atomic */
-   pthread_mutex_t mu;       /* creating series */
+   int state;          /* metric_state_t, atomic */
+   pthread_mutex_t mu; /* creating series */
    fw_metric_series_t *series;
    int n_series;
    bool cap_logged;
 };
 
 struct fw_metrics {
-   pthread_mutex_t mu;       /* creating blocks and metrics; the strings below */
+   pthread_mutex_t mu; /* creating blocks and metrics; the strings below */
    fw_stream_metrics_t *streams;
    fw_metric_t *metrics;
    uint64_t reloads_ok;
    uint64_t reloads_failed;
    fw_reload_result_t last_reload; /* under mu */
-   int64_t oplog_window_ms;  /* atomic; valid while oplog_window_known */
-   int oplog_window_known;   /* atomic */
-   int oplog_window_unknown; /* atomic; while not known: why (fw_oplog_unknown_t) */
+   int64_t oplog_window_ms;        /* atomic; valid while oplog_window_known */
+   int oplog_window_known;         /* atomic */
+   int oplog_window_unknown;       /* atomic; while not known: why (fw_oplog_unknown_t) */
    char *script_version;
    char *build_version;
    char *build_libmongoc;
@@ -215,9 +215,8 @@ void fw_metrics_free_user (fw_metrics_t *m);
 
 /* Each stream block from first on that is active (its stream exists now),
  * as b: the list only grows, so it is walked without the registry's lock. */
-#define FW_FOREACH_ACTIVE_STREAM(first, b)                                       \
-   for (fw_stream_metrics_t *b = (first); b;                                    \
-        b = __atomic_load_n (&b->next, __ATOMIC_ACQUIRE))                       \
+#define FW_FOREACH_ACTIVE_STREAM(first, b)                                                     \
+   for (fw_stream_metrics_t *b = (first); b; b = __atomic_load_n (&b->next, __ATOMIC_ACQUIRE)) \
       if (__atomic_load_n (&b->active, __ATOMIC_ACQUIRE))
 
 #endif

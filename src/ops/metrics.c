@@ -10,18 +10,18 @@
 #include "metrics-private.h"
 
 const int64_t fw_duration_bounds_ns[FW_DURATION_BUCKETS] = {
-   100000LL,     250000LL,     500000LL,      1000000LL,     2500000LL,     5000000LL,
-   10000000LL,   25000000LL,   50000000LL,    100000000LL,   250000000LL,   500000000LL,
-   1000000000LL, 2500000000LL, 5000000000LL,  10000000000LL, 30000000000LL};
+   100000LL,     250000LL,     500000LL,     1000000LL,     2500000LL,    5000000LL,
+   10000000LL,   25000000LL,   50000000LL,   100000000LL,   250000000LL,  500000000LL,
+   1000000000LL, 2500000000LL, 5000000000LL, 10000000000LL, 30000000000LL};
 
 static const char *const op_names[FW_METRICS_OP_COUNT] = {
-   "insert", "update", "replace", "delete", "invalidate", "drop", "rename", "dropDatabase",
-   "snapshot", "other"};
-static const char *const outcome_names[FW_METRICS_OUTCOME_COUNT] = {"ok", "skipped", "dlq",
-                                                                    "lost", "parked"};
+   "insert", "update", "replace",      "delete",   "invalidate",
+   "drop",   "rename", "dropDatabase", "snapshot", "other"};
+static const char *const outcome_names[FW_METRICS_OUTCOME_COUNT] = {"ok", "skipped", "dlq", "lost",
+                                                                    "parked"};
 static const char *const state_names[FW_STREAM_STATE_COUNT] = {
-   "starting", "running", "paused", "retrying", "restarting", "stopped", "failed", "standby",
-   "orphaned"};
+   "starting", "running", "paused",  "retrying", "restarting",
+   "stopped",  "failed",  "standby", "orphaned"};
 static const char *const restart_names[FW_METRICS_RESTART_COUNT] = {
    "error", "invalidate", "history_lost", "admin", "reload"};
 static const char *const rebuild_names[FW_METRICS_REBUILD_COUNT] = {"memory"};
@@ -173,8 +173,7 @@ fw_metrics_set_last_reload (fw_metrics_t *m, bool ok, int64_t now_ms, const char
    m->last_reload.happened = true;
    m->last_reload.ok = ok;
    m->last_reload.at_ms = now_ms;
-   snprintf (m->last_reload.message, sizeof m->last_reload.message, "%s",
-             message ? message : "");
+   snprintf (m->last_reload.message, sizeof m->last_reload.message, "%s", message ? message : "");
    pthread_mutex_unlock (&m->mu);
 }
 
@@ -358,8 +357,8 @@ fw_stream_metrics_event_finished (fw_stream_metrics_t *b, fw_metrics_outcome_t o
        * stream's lanes, issue 16, finish events on several threads). */
       int64_t next = __atomic_load_n (&b->w_next_sample_ms, __ATOMIC_RELAXED);
       if (now_ms >= next &&
-          __atomic_compare_exchange_n (&b->w_next_sample_ms, &next, now_ms + FW_RATE_SLOT_MS,
-                                       false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+          __atomic_compare_exchange_n (&b->w_next_sample_ms, &next, now_ms + FW_RATE_SLOT_MS, false,
+                                       __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
          rate_sample (b, now_ms);
       }
    }
@@ -455,9 +454,8 @@ fw_stream_metrics_dlq_write (fw_stream_metrics_t *b)
    /* Every entry is written PENDING: the gauge moves with the writes (of
     * several lanes at once) and the periodic count corrects it (replays,
     * discards, other instances). Unknown (-1) stays unknown until counted. */
-   while (pending >= 0 &&
-          !__atomic_compare_exchange_n (&b->dlq_pending, &pending, pending + 1, true,
-                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+   while (pending >= 0 && !__atomic_compare_exchange_n (&b->dlq_pending, &pending, pending + 1,
+                                                        true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
    }
    if (pending == 0) {
       /* The oldest pending entry is the one just written. */
@@ -516,8 +514,8 @@ fw_stream_metrics_state_rebuilt (fw_stream_metrics_t *b, fw_metrics_rebuild_t re
 }
 
 void
-fw_stream_metrics_set_snapshot (fw_stream_metrics_t *b, bool running, bool done,
-                                int64_t documents, int64_t chunks)
+fw_stream_metrics_set_snapshot (fw_stream_metrics_t *b, bool running, bool done, int64_t documents,
+                                int64_t chunks)
 {
    __atomic_store_n (&b->snapshot_docs, documents, __ATOMIC_RELAXED);
    __atomic_store_n (&b->snapshot_chunks, chunks, __ATOMIC_RELAXED);
@@ -639,8 +637,7 @@ events_per_second (const fw_stream_metrics_t *b, uint64_t total, int64_t now_ms)
 }
 
 void
-fw_stream_metrics_snapshot (const fw_stream_metrics_t *b, int64_t now_ms,
-                            fw_stream_snapshot_t *out)
+fw_stream_metrics_snapshot (const fw_stream_metrics_t *b, int64_t now_ms, fw_stream_snapshot_t *out)
 {
    fw_stream_metrics_t *mb = (fw_stream_metrics_t *) b; /* for the mutex */
    int64_t inflight;
@@ -680,8 +677,9 @@ fw_stream_metrics_snapshot (const fw_stream_metrics_t *b, int64_t now_ms,
    out->checkpoint_ms = load_i64 (&b->checkpoint_ms);
    out->oplog_window_seconds = b->registry ? fw_metrics_oplog_window (b->registry) : -1;
    out->has_oplog_window = out->oplog_window_seconds >= 0;
-   out->oplog_window_unknown =
-      b->registry ? __atomic_load_n (&b->registry->oplog_window_unknown, __ATOMIC_RELAXED) : 0;
+   out->oplog_window_unknown = b->registry ? __atomic_load_n (&b->registry->oplog_window_unknown,
+                                                              __ATOMIC_RELAXED)
+                                           : 0;
    inflight = load_i64 (&b->inflight_ms);
    if (inflight) {
       out->lag_seconds = now_ms > inflight ? (double) (now_ms - inflight) / 1000.0 : 0.0;
@@ -690,9 +688,9 @@ fw_stream_metrics_snapshot (const fw_stream_metrics_t *b, int64_t now_ms,
    }
    out->events_per_second = events_per_second (b, out->events, now_ms);
    out->last_error_ms = load_i64 (&b->last_error_ms);
-   out->last_error_age_seconds =
-      out->last_error_ms <= 0 ? -1.0
-      : now_ms > out->last_error_ms ? (double) (now_ms - out->last_error_ms) / 1000.0
+   out->last_error_age_seconds = out->last_error_ms <= 0 ? -1.0
+                                 : now_ms > out->last_error_ms
+                                    ? (double) (now_ms - out->last_error_ms) / 1000.0
                                     : 0.0;
    out->dlq_pending = load_i64 (&b->dlq_pending);
    out->dlq_oldest_age_seconds = dlq_oldest_age (b, now_ms);

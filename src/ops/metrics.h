@@ -52,11 +52,11 @@ typedef enum {
 
 /* How an event ended: flowwarden_events_handled_total{outcome}. */
 typedef enum {
-   FW_METRICS_OUTCOME_OK = 0, /* a handler returned normally */
-   FW_METRICS_OUTCOME_SKIPPED,/* on_error returned fw.SKIP */
-   FW_METRICS_OUTCOME_DLQ,    /* stored in the dead-letter queue */
-   FW_METRICS_OUTCOME_LOST,   /* given up without a DLQ, or unreadable */
-   FW_METRICS_OUTCOME_PARKED, /* parked behind an open DLQ sequence (dlq.sequenced) */
+   FW_METRICS_OUTCOME_OK = 0,  /* a handler returned normally */
+   FW_METRICS_OUTCOME_SKIPPED, /* on_error returned fw.SKIP */
+   FW_METRICS_OUTCOME_DLQ,     /* stored in the dead-letter queue */
+   FW_METRICS_OUTCOME_LOST,    /* given up without a DLQ, or unreadable */
+   FW_METRICS_OUTCOME_PARKED,  /* parked behind an open DLQ sequence (dlq.sequenced) */
    FW_METRICS_OUTCOME_COUNT,
    FW_METRICS_OUTCOME_NONE = FW_METRICS_OUTCOME_COUNT /* no handler for it */
 } fw_metrics_outcome_t;
@@ -141,10 +141,10 @@ void fw_metrics_count_reload (fw_metrics_t *m, bool ok);
 
 /* The last reload, for status (/v1/streams). */
 typedef struct {
-   bool happened;     /* false: no reload since the start */
+   bool happened; /* false: no reload since the start */
    bool ok;
-   int64_t at_ms;     /* wall clock */
-   char message[2048];/* its "reloaded ..." line, or why it failed (truncated) */
+   int64_t at_ms;      /* wall clock */
+   char message[2048]; /* its "reloaded ..." line, or why it failed (truncated) */
 } fw_reload_result_t;
 
 /* Records the last reload's result (message copied; secrets already hidden
@@ -325,13 +325,13 @@ void fw_stream_metrics_circuit_opened (fw_stream_metrics_t *b, const char *type)
 void fw_stream_metrics_rate_wait (fw_stream_metrics_t *b, int64_t ns);
 
 typedef struct {
-   bool circuit;                   /* the stream declares a breaker */
-   int circuit_state;              /* 0 closed, 1 open, 2 half-open */
-   char circuit_error_type[128];   /* "" when closed */
-   int64_t circuit_since_ms;       /* wall clock; 0 when closed */
-   int64_t circuit_next_probe_ms;  /* wall clock; 0 unless open */
-   char rate_limit[32];            /* as written; "" when none */
-   double rate_wait_seconds;       /* time attempts spent waiting for tokens */
+   bool circuit;                  /* the stream declares a breaker */
+   int circuit_state;             /* 0 closed, 1 open, 2 half-open */
+   char circuit_error_type[128];  /* "" when closed */
+   int64_t circuit_since_ms;      /* wall clock; 0 when closed */
+   int64_t circuit_next_probe_ms; /* wall clock; 0 unless open */
+   char rate_limit[32];           /* as written; "" when none */
+   double rate_wait_seconds;      /* time attempts spent waiting for tokens */
 } fw_outage_snapshot_t;
 
 /* --- reading a block: any thread ----------------------------------------- */
@@ -339,39 +339,39 @@ typedef struct {
 typedef struct {
    char name[FW_METRICS_NAME_MAX];
    fw_stream_state_t state;
-   char reason[256];               /* why it is not running; "" when it is */
+   char reason[256]; /* why it is not running; "" when it is */
    char script_version[32];
-   char last_error_type[128];      /* "" when no attempt failed yet */
-   uint64_t events;                /* every operation */
+   char last_error_type[128]; /* "" when no attempt failed yet */
+   uint64_t events;           /* every operation */
    uint64_t events_by_op[FW_METRICS_OP_COUNT];
    uint64_t handled[FW_METRICS_OUTCOME_COUNT];
    uint64_t handler_errors;
    uint64_t retries;
-   uint64_t restarts;              /* every reason */
+   uint64_t restarts; /* every reason */
    uint64_t checkpoint_writes;
    uint64_t checkpoint_errors;
    uint64_t dlq_writes;
-   int attempt;                    /* of the event in flight; 0 when idle */
-   int64_t last_event_ms;          /* time of the last finished event; 0: none */
-   int64_t checkpoint_ms;          /* when the last checkpoint was written; 0: none */
-   int64_t last_error_ms;          /* when an attempt last failed (wall clock); 0: never */
-   double last_error_age_seconds;  /* now_ms - last_error_ms, in seconds; -1: never */
+   int attempt;                   /* of the event in flight; 0 when idle */
+   int64_t last_event_ms;         /* time of the last finished event; 0: none */
+   int64_t checkpoint_ms;         /* when the last checkpoint was written; 0: none */
+   int64_t last_error_ms;         /* when an attempt last failed (wall clock); 0: never */
+   double last_error_age_seconds; /* now_ms - last_error_ms, in seconds; -1: never */
    double lag_seconds;
-   double events_per_second;       /* over about the last minute */
-   int64_t dlq_pending;            /* -1: not counted (yet) */
+   double events_per_second; /* over about the last minute */
+   int64_t dlq_pending;      /* -1: not counted (yet) */
    double dlq_oldest_age_seconds;
    uint64_t lua_memory_bytes;
-   int role;                       /* FW_STREAM_ROLE_* */
-   char holder[200];               /* ha, standby or orphaned: the lease's holder ("": none) */
-   double orphaned_seconds;        /* ha: how long the unit has had no live holder; -1: it
+   int role;                    /* FW_STREAM_ROLE_* */
+   char holder[200];            /* ha, standby or orphaned: the lease's holder ("": none) */
+   double orphaned_seconds;     /* ha: how long the unit has had no live holder; -1: it
                                     * has one (or no ha) */
-   bool share_short;               /* ha: this instance holds fewer units than its share */
-   double lease_seconds;           /* ha: the lease; 0: no ha */
-   bool has_oplog_window;          /* the deployment's oplog window is known: */
-   double oplog_window_seconds;    /* fw_metrics_oplog_window */
-   int oplog_window_unknown;       /* without it: why (fw_oplog_unknown_t) */
-   fw_outage_snapshot_t outage;    /* circuit breaker, rate limit (issue 29) */
-   int snapshot_state;             /* incremental snapshot: 0 none, 1 running, 2 finished */
+   bool share_short;            /* ha: this instance holds fewer units than its share */
+   double lease_seconds;        /* ha: the lease; 0: no ha */
+   bool has_oplog_window;       /* the deployment's oplog window is known: */
+   double oplog_window_seconds; /* fw_metrics_oplog_window */
+   int oplog_window_unknown;    /* without it: why (fw_oplog_unknown_t) */
+   fw_outage_snapshot_t outage; /* circuit breaker, rate limit (issue 29) */
+   int snapshot_state;          /* incremental snapshot: 0 none, 1 running, 2 finished */
    int64_t snapshot_documents;
    int64_t snapshot_chunks;
 } fw_stream_snapshot_t;
@@ -417,7 +417,7 @@ typedef struct {
    fw_metric_type_t type;
    const char *const *labels; /* declared label names, n_labels of them */
    int n_labels;
-   const double *buckets;     /* histograms: upper bounds, increasing; NULL: the defaults */
+   const double *buckets; /* histograms: upper bounds, increasing; NULL: the defaults */
    int n_buckets;
 } fw_metric_spec_t;
 

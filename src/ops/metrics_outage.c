@@ -119,9 +119,10 @@ render_opened (fw_stream_metrics_t *b, fw_strbuf_t *out)
 void
 fw_metrics_render_outage (fw_stream_metrics_t *first, fw_strbuf_t *out)
 {
-   fw_strbuf_puts (out, "# HELP flowwarden_stream_circuit_state The stream's circuit breaker: "
-                        "0 closed, 1 open, 2 half-open (a probe runs); streams with circuit.\n"
-                        "# TYPE flowwarden_stream_circuit_state gauge\n");
+   fw_strbuf_puts (out,
+                   "# HELP flowwarden_stream_circuit_state The stream's circuit breaker: "
+                   "0 closed, 1 open, 2 half-open (a probe runs); streams with circuit.\n"
+                   "# TYPE flowwarden_stream_circuit_state gauge\n");
    FW_FOREACH_ACTIVE_STREAM (first, b)
    {
       pthread_mutex_lock (&b->mu);
@@ -132,18 +133,20 @@ fw_metrics_render_outage (fw_stream_metrics_t *first, fw_strbuf_t *out)
       }
       pthread_mutex_unlock (&b->mu);
    }
-   fw_strbuf_puts (out, "# HELP flowwarden_circuit_opened_total Times the stream's circuit "
-                        "breaker opened, by the error type that opened it.\n"
-                        "# TYPE flowwarden_circuit_opened_total counter\n");
+   fw_strbuf_puts (out,
+                   "# HELP flowwarden_circuit_opened_total Times the stream's circuit "
+                   "breaker opened, by the error type that opened it.\n"
+                   "# TYPE flowwarden_circuit_opened_total counter\n");
    FW_FOREACH_ACTIVE_STREAM (first, b)
    {
       pthread_mutex_lock (&b->mu);
       render_opened (b, out);
       pthread_mutex_unlock (&b->mu);
    }
-   fw_strbuf_puts (out, "# HELP flowwarden_rate_limit_wait_seconds_total Time handler attempts "
-                        "waited for the stream's rate_limit; streams with rate_limit.\n"
-                        "# TYPE flowwarden_rate_limit_wait_seconds_total counter\n");
+   fw_strbuf_puts (out,
+                   "# HELP flowwarden_rate_limit_wait_seconds_total Time handler attempts "
+                   "waited for the stream's rate_limit; streams with rate_limit.\n"
+                   "# TYPE flowwarden_rate_limit_wait_seconds_total counter\n");
    FW_FOREACH_ACTIVE_STREAM (first, b)
    {
       pthread_mutex_lock (&b->mu);

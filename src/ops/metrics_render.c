@@ -31,8 +31,8 @@ family (fw_strbuf_t *out, const char *name, const char *type, const char *help)
 
 /* name{stream="S"[,key="value"]} */
 static void
-series_start (fw_strbuf_t *out, const char *name, const fw_stream_metrics_t *b,
-              const char *key, const char *value)
+series_start (fw_strbuf_t *out, const char *name, const fw_stream_metrics_t *b, const char *key,
+              const char *value)
 {
    fw_strbuf_puts (out, name);
    fw_strbuf_puts (out, "{stream=\"");
@@ -54,8 +54,8 @@ sample_u64 (fw_strbuf_t *out, const char *name, const fw_stream_metrics_t *b, co
 }
 
 static void
-sample_double (fw_strbuf_t *out, const char *name, const fw_stream_metrics_t *b,
-               const char *key, const char *value, double v)
+sample_double (fw_strbuf_t *out, const char *name, const fw_stream_metrics_t *b, const char *key,
+               const char *value, double v)
 {
    series_start (out, name, b, key, value);
    fw_strbuf_puts (out, "} ");
@@ -91,8 +91,7 @@ duration_histogram (fw_strbuf_t *out, const char *name, const fw_stream_metrics_
    for (int i = 0; i <= FW_DURATION_BUCKETS; i++) {
       cumulative += count_get (&h->count[i]);
       series_start (out, sub, b, key, value);
-      fw_strbuf_printf (out, ",le=\"%s\"} %llu\n", duration_le[i],
-                        (unsigned long long) cumulative);
+      fw_strbuf_printf (out, ",le=\"%s\"} %llu\n", duration_le[i], (unsigned long long) cumulative);
    }
    snprintf (sub, sizeof sub, "%s_sum", name);
    sample_double (out, sub, b, key, value, (double) count_get (&h->sum_ns) / 1e9);
@@ -165,8 +164,8 @@ render_events (render_t *r)
    {
       int n = __atomic_load_n (&b->n_error_types, __ATOMIC_ACQUIRE);
       for (int i = 0; i < n; i++) {
-         sample_u64 (r->out, "flowwarden_handler_errors_total", b, "error_type",
-                     b->error_types[i], count_get (&b->handler_errors[i]));
+         sample_u64 (r->out, "flowwarden_handler_errors_total", b, "error_type", b->error_types[i],
+                     count_get (&b->handler_errors[i]));
       }
       if (count_get (&b->handler_errors[FW_METRICS_MAX_ERROR_TYPES])) {
          sample_u64 (r->out, "flowwarden_handler_errors_total", b, "error_type", "other",
@@ -287,8 +286,7 @@ render_scheduled (render_t *r)
       if (__atomic_load_n (&b->retries_scheduled, __ATOMIC_RELAXED) >= 0) {
          int64_t oldest = __atomic_load_n (&b->retry_oldest_ms, __ATOMIC_RELAXED);
          sample_double (r->out, "flowwarden_oldest_retry_age_seconds", b, NULL, NULL,
-                        oldest > 0 && now_ms > oldest ? (double) (now_ms - oldest) / 1000.0
-                                                      : 0.0);
+                        oldest > 0 && now_ms > oldest ? (double) (now_ms - oldest) / 1000.0 : 0.0);
       }
    }
 }
@@ -444,8 +442,8 @@ render_io (render_t *r)
    FOREACH_ACTIVE (r, b)
    {
       for (int c = 0; c < FW_METRICS_IO_CLIENT_COUNT; c++) {
-         duration_histogram (r->out, "flowwarden_io_duration_seconds", b, "client",
-                             io_clients[c], &b->io[c]);
+         duration_histogram (r->out, "flowwarden_io_duration_seconds", b, "client", io_clients[c],
+                             &b->io[c]);
       }
    }
 }
@@ -471,8 +469,7 @@ render_process_wide (fw_metrics_t *m, fw_strbuf_t *out)
       /* Absent where the oplog cannot be read (oplog_window.h). */
       family (out, "flowwarden_oplog_window_seconds", "gauge",
               "Time between the oplog's first and last entries, sampled every minute.");
-      fw_strbuf_printf (out, "flowwarden_oplog_window_seconds %.3f\n",
-                        fw_metrics_oplog_window (m));
+      fw_strbuf_printf (out, "flowwarden_oplog_window_seconds %.3f\n", fw_metrics_oplog_window (m));
    }
    pthread_mutex_lock (&m->mu);
    family (out, "flowwarden_script_info", "gauge", "The running script's version (always 1).");

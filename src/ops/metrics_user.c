@@ -13,8 +13,7 @@
 #include "flowwarden/log.h"
 #include "metrics-private.h"
 
-static const double default_buckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-                                         0.5,   1,    2.5,   5,    10};
+static const double default_buckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 
 static const char *const type_names[] = {"counter", "gauge", "histogram"};
 
@@ -68,10 +67,9 @@ static const struct {
    {"calories", "joules"},    {"pounds", "grams"},    {"ounces", "grams"},
 };
 
-static const char *const unit_prefixes[] = {"",     "pico", "nano", "micro", "milli", "centi",
-                                            "deci", "deca", "hecto", "kilo", "kibi",  "mega",
-                                            "mibi", "giga", "gibi", "tera", "tebi",  "peta",
-                                            "pebi"};
+static const char *const unit_prefixes[] = {
+   "",     "pico", "nano", "micro", "milli", "centi", "deci", "deca", "hecto", "kilo",
+   "kibi", "mega", "mibi", "giga",  "gibi",  "tera",  "tebi", "peta", "pebi"};
 
 static const char *const unit_abbreviations[] = {"s",  "ms", "us", "ns", "sec", "b", "kb",
                                                  "mb", "gb", "tb", "pb", "m",   "h", "d"};
@@ -107,8 +105,7 @@ static bool
 check_syntax (const char *name, size_t n, fw_error_t *error)
 {
    if (n == 0 || n > 200) {
-      fw_error_set (error, FW_ERROR_INVALID, "metric name must be 1 to 200 characters, got %zu",
-                    n);
+      fw_error_set (error, FW_ERROR_INVALID, "metric name must be 1 to 200 characters, got %zu", n);
       return false;
    }
    for (size_t i = 0; i < n; i++) {
@@ -177,7 +174,7 @@ static bool
 check_words (const char *name, const char *lower, fw_error_t *error)
 {
    static const char *const type_words[] = {"counter", "gauge", "histogram", "summary",
-                                             "gauge_histogram"};
+                                            "gauge_histogram"};
    char unit[64];
    const char *base;
 
@@ -230,8 +227,7 @@ fw_metrics_check_name (const char *name, fw_metric_type_t type, fw_error_t *erro
 }
 
 static bool
-check_label_name (const char *metric, const char *label, fw_metric_type_t type,
-                  fw_error_t *error)
+check_label_name (const char *metric, const char *label, fw_metric_type_t type, fw_error_t *error)
 {
    size_t n = label ? strlen (label) : 0;
    bool ok = n > 0 && n <= 100;
@@ -341,8 +337,7 @@ describe_labels (char *buf, size_t len, const char *const *labels, int n)
 static __thread bool own_definition;
 
 static bool
-check_spec (const fw_metric_spec_t *spec, const double **buckets, int *n_buckets,
-            fw_error_t *error)
+check_spec (const fw_metric_spec_t *spec, const double **buckets, int *n_buckets, fw_error_t *error)
 {
    /* flowwarden's own (fw_metrics_define_own) skip the name rule reserving flowwarden_*. */
    if (!(own_definition && strncmp (spec->name, "flowwarden_", 11) == 0) &&
@@ -396,8 +391,8 @@ check_spec (const fw_metric_spec_t *spec, const double **buckets, int *n_buckets
          fw_error_set (error, FW_ERROR_INVALID,
                        "histogram %s: buckets must be finite upper bounds in increasing order "
                        "(bucket %d is %g%s); +Inf is added by itself",
-                       spec->name, i + 1, b, i > 0 && isfinite (b) ? ", not above the one before"
-                                                                  : "");
+                       spec->name, i + 1, b,
+                       i > 0 && isfinite (b) ? ", not above the one before" : "");
          return false;
       }
    }
@@ -449,8 +444,7 @@ fw_metrics_define_own (fw_metrics_t *m, const fw_metric_spec_t *spec, fw_error_t
 }
 
 fw_metric_t *
-fw_metrics_define (fw_metrics_t *m, const fw_metric_spec_t *spec, bool pending,
-                   fw_error_t *error)
+fw_metrics_define (fw_metrics_t *m, const fw_metric_spec_t *spec, bool pending, fw_error_t *error)
 {
    const double *buckets;
    int n_buckets;

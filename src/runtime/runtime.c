@@ -16,18 +16,18 @@
 #include <mongoc/mongoc.h>
 
 #include "flowwarden/clock.h"
-#include "ops/admin.h"
-#include "runtime/host/connections.h"
 #include "flowwarden/log.h"
-#include "runtime/host/lua_host.h"
-#include "ops/metrics.h"
-#include "lua_api/metrics_lua.h"
-#include "runtime/host/oplog_window.h"
-#include "runtime/runtime.h"
 #include "flowwarden/secrets.h"
+#include "lua_api/metrics_lua.h"
+#include "ops/admin.h"
+#include "ops/metrics.h"
+#include "runtime/host/connections.h"
+#include "runtime/host/lua_host.h"
+#include "runtime/host/oplog_window.h"
 #include "runtime/host/server_probe.h"
-#include "runtime/stream/stream_worker.h"
 #include "runtime/runtime-private.h"
+#include "runtime/runtime.h"
+#include "runtime/stream/stream_worker.h"
 
 /* --uri, else FLOWWARDEN_URI, else NULL (the script's or the default URI
  * then applies: flowwarden.config resolves the rest of the precedence). */
@@ -95,8 +95,10 @@ fw_runtime_check (const char *script, bool strict)
       free (text);
       rc = 0;
       if (strict && warnings > 0) {
-         fprintf (stderr, "check --strict: %d warning%s (above): fix %s or run check without "
-                  "--strict\n", warnings, warnings == 1 ? "" : "s", warnings == 1 ? "it" : "them");
+         fprintf (stderr,
+                  "check --strict: %d warning%s (above): fix %s or run check without "
+                  "--strict\n",
+                  warnings, warnings == 1 ? "" : "s", warnings == 1 ? "it" : "them");
          rc = 1;
       }
    }
@@ -136,8 +138,10 @@ write_pid_file (const char *path)
                  path, other);
          return false;
       }
-      fw_log (FW_LOG_WARN, NULL, "pid file %s is stale (pid %ld is not a running flowwarden): "
-              "replacing it", path, other);
+      fw_log (FW_LOG_WARN, NULL,
+              "pid file %s is stale (pid %ld is not a running flowwarden): "
+              "replacing it",
+              path, other);
    }
    f = fopen (path, "w");
    if (!f) {
@@ -157,10 +161,10 @@ typedef struct fw_runtime {
    char *version;
    uint64_t reloads;
    uint64_t reload_failures;
-   fw_metrics_t *metrics;        /* every stream's counters, fw.metrics */
-   fw_runtime_control_t *control;/* the admin endpoint's requests to this thread */
-   fw_oplog_sampler_t *oplog;    /* flowwarden_oplog_window_seconds (NULL: not sampled) */
-   const mongoc_uri_t *uri;      /* the streams' server (a stop probes it), borrowed */
+   fw_metrics_t *metrics;         /* every stream's counters, fw.metrics */
+   fw_runtime_control_t *control; /* the admin endpoint's requests to this thread */
+   fw_oplog_sampler_t *oplog;     /* flowwarden_oplog_window_seconds (NULL: not sampled) */
+   const mongoc_uri_t *uri;       /* the streams' server (a stop probes it), borrowed */
 } fw_runtime_t;
 
 static void
@@ -227,8 +231,9 @@ build_workers (fw_runtime_t *rt, fw_stream_worker_t ***out, int *n_out, char **v
       return false;
    }
    for (int i = 0; i < n; i++) {
-      fw_lua_host_t *host =
-         i == 0 ? first : load (rt->opts->script, option_uri (rt->opts), rt->metrics, error);
+      fw_lua_host_t *host = i == 0
+                               ? first
+                               : load (rt->opts->script, option_uri (rt->opts), rt->metrics, error);
       if (!host || !(ws[i] = fw_stream_worker_new (host, i, rt->pool, rt->conns, error)) ||
           !fw_stream_worker_build_lanes (ws[i], lane_load, rt, error)) {
          free_workers (ws, i + 1);
@@ -525,7 +530,8 @@ read_settings (const fw_run_options_t *opts, char **uri_string, char **admin_lis
       return false;
    }
    if (opts->admin_token_file && !*admin_listen) {
-      fw_log (FW_LOG_WARN, NULL, "--admin-token-file given, but no admin endpoint: add --admin "
+      fw_log (FW_LOG_WARN, NULL,
+              "--admin-token-file given, but no admin endpoint: add --admin "
               "ADDR (or fw.defaults { admin = { listen = ... } })");
    }
    /* A bad admin address (or an open one without a token) is refused

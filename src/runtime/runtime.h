@@ -7,14 +7,13 @@
 
 #include <stdbool.h>
 
-
 typedef struct {
    const char *script;
-   const char *uri;      /* --uri, or NULL */
-   const char *pid_file; /* or NULL */
+   const char *uri;              /* --uri, or NULL */
+   const char *pid_file;         /* or NULL */
    const char *admin_token_file; /* --admin-token-file FILE: the admin token (wins over
                                   * admin.token and FLOWWARDEN_ADMIN_TOKEN), or NULL */
-   const char *admin;    /* --admin ADDR: the admin endpoint's address, or NULL (then
+   const char *admin;            /* --admin ADDR: the admin endpoint's address, or NULL (then
                           * fw.defaults { admin = { listen = ... } }, else none) */
 } fw_run_options_t;
 

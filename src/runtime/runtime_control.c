@@ -15,8 +15,8 @@
 #include <time.h>
 
 #include "flowwarden/clock.h"
-#include "runtime/dlq/dlq_admin.h"
 #include "flowwarden/log.h"
+#include "runtime/dlq/dlq_admin.h"
 #include "runtime/runtime-private.h"
 
 /* How long a pause, resume or restart is waited for before the answer is
@@ -27,7 +27,7 @@
 typedef struct request {
    struct request *next;
    bool reload;
-   bool snapshot;        /* an on-demand snapshot, of filter (JSON, or NULL) */
+   bool snapshot; /* an on-demand snapshot, of filter (JSON, or NULL) */
    const char *filter;
    const char *stream;
    fw_stream_action_t action;
@@ -195,7 +195,7 @@ fw_runtime_control_run (fw_runtime_control_t *ctl)
       if (req->reload) {
          fw_log (FW_LOG_INFO, NULL, "reload asked through the admin endpoint");
          req->result = ctl->rt.reload (ctl->rt.ud, req->message, req->len) ? FW_CONTROL_OK
-                                                                            : FW_CONTROL_FAILED;
+                                                                           : FW_CONTROL_FAILED;
       } else if (req->snapshot) {
          run_snapshot (ctl, req);
       } else {
@@ -367,24 +367,23 @@ dlq_route (void *ud, const fw_admin_dlq_request_t *req, char **json, char *messa
 }
 
 bool
-fw_runtime_control_start_admin (fw_runtime_control_t *ctl, const char *listen,
-                                const char *token, fw_error_t *error)
+fw_runtime_control_start_admin (fw_runtime_control_t *ctl, const char *listen, const char *token,
+                                fw_error_t *error)
 {
    fw_admin_options_t opts = {0};
 
    opts.listen = listen;
    opts.token = token;
    opts.metrics = ctl->metrics;
-   opts.control =
-      (fw_admin_control_t){list_streams, stream_action, reload,   ctl,
-                           dlq_stats,    snapshot_action, dlq_route};
+   opts.control = (fw_admin_control_t){list_streams, stream_action,   reload,   ctl,
+                                       dlq_stats,    snapshot_action, dlq_route};
    if (!(ctl->admin = fw_admin_start (&opts, error))) {
       return false;
    }
-   fw_log (FW_LOG_INFO, NULL, "admin endpoint on %s (port %d)%s: the console at /, /metrics, "
+   fw_log (FW_LOG_INFO, NULL,
+           "admin endpoint on %s (port %d)%s: the console at /, /metrics, "
            "/healthz, /readyz, /v1/streams",
-           listen, fw_admin_port (ctl->admin),
-           token && *token ? ", token required for POST" : "");
+           listen, fw_admin_port (ctl->admin), token && *token ? ", token required for POST" : "");
    return true;
 }
 

@@ -408,9 +408,10 @@ dlq_replay (const char *script, const char *uri, const fw_admin_dlq_request_t *r
    }
    /* dlq replay's exit codes: 0 resolved (or would run), 3 failed again or
     * not replayable, 1 bad usage or a server error. */
-   BSON_APPEND_UTF8 (&reply, "result", code == 0 ? (dry_run ? "dry run" : "resolved")
-                                      : code == 3 ? "not resolved"
-                                                  : "error");
+   BSON_APPEND_UTF8 (&reply, "result",
+                     code == 0   ? (dry_run ? "dry run" : "resolved")
+                     : code == 3 ? "not resolved"
+                                 : "error");
    BSON_APPEND_BOOL (&reply, "dry_run", dry_run);
    BSON_APPEND_INT32 (&reply, "exit_code", code);
    BSON_APPEND_UTF8 (&reply, "output", output->str);

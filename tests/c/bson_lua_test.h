@@ -24,37 +24,37 @@
 #include "bson/bson_values.h"
 
 /* Every BSON type, nested documents and arrays, empties, keys out of order. */
-#define EVERY_TYPE_JSON \
-   "{\"zeta\": \"first key on purpose\"," \
-   " \"_id\": {\"$oid\": \"5f1e2d3c4b5a69788796a5b4\"}," \
-   " \"double\": {\"$numberDouble\": \"1.5\"}," \
-   " \"integral_double\": {\"$numberDouble\": \"2.0\"}," \
-   " \"string\": \"h\\u00e9llo\"," \
-   " \"doc\": {\"b\": {\"$numberInt\": \"1\"}, \"a\": {\"c\": [], \"d\": {}}}," \
-   " \"array\": [{\"$numberInt\": \"1\"}, \"two\", {\"x\": {}}, [], [[]]]," \
-   " \"binary\": {\"$binary\": {\"base64\": \"AQID\", \"subType\": \"80\"}}," \
-   " \"uuid\": {\"$binary\": {\"base64\": \"c//SZESzTGmQ6OfR38A11A==\", \"subType\": \"04\"}}," \
-   " \"undefined\": {\"$undefined\": true}," \
-   " \"oid\": {\"$oid\": \"000000000000000000000001\"}," \
-   " \"true\": true, \"false\": false," \
-   " \"date\": {\"$date\": {\"$numberLong\": \"1700000000123\"}}," \
-   " \"null\": null," \
-   " \"regex\": {\"$regularExpression\": {\"pattern\": \"^a.c$\", \"options\": \"im\"}}," \
-   " \"db_pointer\": {\"$dbPointer\": {\"$ref\": \"coll\"," \
-   "                 \"$id\": {\"$oid\": \"5f1e2d3c4b5a69788796a5b4\"}}}," \
-   " \"code\": {\"$code\": \"function () { return 1 }\"}," \
-   " \"symbol\": {\"$symbol\": \"sym\"}," \
-   " \"code_w_scope\": {\"$code\": \"x + 1\", \"$scope\": {\"x\": {\"$numberInt\": \"1\"}}}," \
-   " \"int32\": {\"$numberInt\": \"-7\"}," \
-   " \"timestamp\": {\"$timestamp\": {\"t\": 1700000000, \"i\": 7}}," \
-   " \"int64\": {\"$numberLong\": \"9000000000\"}," \
-   " \"small_int64\": {\"$numberLong\": \"5\"}," \
-   " \"decimal\": {\"$numberDecimal\": \"123.456\"}," \
-   " \"min_key\": {\"$minKey\": 1}," \
-   " \"max_key\": {\"$maxKey\": 1}," \
-   " \"empty_doc\": {}, \"empty_array\": []," \
+#define EVERY_TYPE_JSON                                                                             \
+   "{\"zeta\": \"first key on purpose\","                                                           \
+   " \"_id\": {\"$oid\": \"5f1e2d3c4b5a69788796a5b4\"},"                                            \
+   " \"double\": {\"$numberDouble\": \"1.5\"},"                                                     \
+   " \"integral_double\": {\"$numberDouble\": \"2.0\"},"                                            \
+   " \"string\": \"h\\u00e9llo\","                                                                  \
+   " \"doc\": {\"b\": {\"$numberInt\": \"1\"}, \"a\": {\"c\": [], \"d\": {}}},"                     \
+   " \"array\": [{\"$numberInt\": \"1\"}, \"two\", {\"x\": {}}, [], [[]]],"                         \
+   " \"binary\": {\"$binary\": {\"base64\": \"AQID\", \"subType\": \"80\"}},"                       \
+   " \"uuid\": {\"$binary\": {\"base64\": \"c//SZESzTGmQ6OfR38A11A==\", \"subType\": \"04\"}},"     \
+   " \"undefined\": {\"$undefined\": true},"                                                        \
+   " \"oid\": {\"$oid\": \"000000000000000000000001\"},"                                            \
+   " \"true\": true, \"false\": false,"                                                             \
+   " \"date\": {\"$date\": {\"$numberLong\": \"1700000000123\"}},"                                  \
+   " \"null\": null,"                                                                               \
+   " \"regex\": {\"$regularExpression\": {\"pattern\": \"^a.c$\", \"options\": \"im\"}},"           \
+   " \"db_pointer\": {\"$dbPointer\": {\"$ref\": \"coll\","                                         \
+   "                 \"$id\": {\"$oid\": \"5f1e2d3c4b5a69788796a5b4\"}}},"                          \
+   " \"code\": {\"$code\": \"function () { return 1 }\"},"                                          \
+   " \"symbol\": {\"$symbol\": \"sym\"},"                                                           \
+   " \"code_w_scope\": {\"$code\": \"x + 1\", \"$scope\": {\"x\": {\"$numberInt\": \"1\"}}},"       \
+   " \"int32\": {\"$numberInt\": \"-7\"},"                                                          \
+   " \"timestamp\": {\"$timestamp\": {\"t\": 1700000000, \"i\": 7}},"                               \
+   " \"int64\": {\"$numberLong\": \"9000000000\"},"                                                 \
+   " \"small_int64\": {\"$numberLong\": \"5\"},"                                                    \
+   " \"decimal\": {\"$numberDecimal\": \"123.456\"},"                                               \
+   " \"min_key\": {\"$minKey\": 1},"                                                                \
+   " \"max_key\": {\"$maxKey\": 1},"                                                                \
+   " \"empty_doc\": {}, \"empty_array\": [],"                                                       \
    " \"mixed_ints\": [{\"$numberInt\": \"1\"}, {\"$numberLong\": \"2\"}, {\"$numberInt\": \"3\"}]," \
-   " \"long_array\": [{\"$numberLong\": \"1\"}, {\"$numberLong\": \"2\"}]," \
+   " \"long_array\": [{\"$numberLong\": \"1\"}, {\"$numberLong\": \"2\"}],"                         \
    " \"after\": \"last\"}"
 
 /* ---- fixture and helpers ----------------------------------------------- */
@@ -205,6 +205,5 @@ through_lua (lua_State *L, const char *json, const char *edit)
    lua_getglobal (L, "doc");
    return pop_to_bson (L);
 }
-
 
 #endif

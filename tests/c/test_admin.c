@@ -19,9 +19,9 @@
 #include <cmocka.h>
 #include <curl/curl.h>
 
-#include "ops/admin.h"
-#include "flowwarden/clock.h"
 #include "../../src/ops/admin-private.h"
+#include "flowwarden/clock.h"
+#include "ops/admin.h"
 
 /* --- the fake runtime --------------------------------------------------- */
 
@@ -161,8 +161,8 @@ start (const char *token)
    opts.listen = "127.0.0.1:0";
    opts.token = token;
    opts.metrics = fake.metrics;
-   opts.control = (fw_admin_control_t){fake_list, fake_action, fake_reload, &fake, NULL, NULL,
-                                       fake_dlq};
+   opts.control = (fw_admin_control_t){fake_list, fake_action, fake_reload, &fake,
+                                       NULL,      NULL,        fake_dlq};
    a = fw_admin_start (&opts, &err);
    if (!a) {
       fail_msg ("fw_admin_start: %s", err.message);
@@ -261,11 +261,11 @@ http (const char *method, const char *path, const char *token, size_t body_len, 
    free (body);
 }
 
-#define assert_has(text, s)                                                    \
-   do {                                                                         \
-      if (!strstr ((text), (s))) {                                              \
-         fail_msg ("expected %s in:\n%s", (s), (text));                        \
-      }                                                                         \
+#define assert_has(text, s)                             \
+   do {                                                 \
+      if (!strstr ((text), (s))) {                      \
+         fail_msg ("expected %s in:\n%s", (s), (text)); \
+      }                                                 \
    } while (0)
 
 /* --- the routes ----------------------------------------------------------- */
@@ -292,9 +292,10 @@ admin_every_route_answers (void **state)
 
    http ("GET", "/readyz", NULL, 0, r);
    assert_int_equal (r->status, 503);
-   assert_string_equal (r->body,
-                        "{\"ready\":false,\"streams\":2,\"not_ready\":[{\"stream\":\"audit\","
-                        "\"state\":\"failed\",\"reason\":\"the change stream history is lost\"}]}\n");
+   assert_string_equal (
+      r->body,
+      "{\"ready\":false,\"streams\":2,\"not_ready\":[{\"stream\":\"audit\","
+      "\"state\":\"failed\",\"reason\":\"the change stream history is lost\"}]}\n");
    __atomic_store_n (&fake.audit_state, FW_STREAM_RETRYING, __ATOMIC_RELAXED);
    http ("GET", "/readyz", NULL, 0, r);
    assert_int_equal (r->status, 200);
@@ -304,22 +305,25 @@ admin_every_route_answers (void **state)
    http ("GET", "/v1/streams", NULL, 0, r);
    assert_int_equal (r->status, 200);
    assert_has (r->headers, "Content-Type: application/json");
-   assert_has (r->body, "{\"streams\":[{\"name\":\"orders\",\"state\":\"running\",\"ready\":true,"
-                        "\"reason\":null,\"script_version\":null,"
-                        "\"last_event_time\":\"2023-11-14T22:13:20.123Z\",\"lag_seconds\":0.25,"
-                        "\"oplog_window_seconds\":3600,\"headroom_seconds\":3599.75,"
-                        "\"events_per_second\":0,\"events\":{\"total\":12,");
+   assert_has (r->body,
+               "{\"streams\":[{\"name\":\"orders\",\"state\":\"running\",\"ready\":true,"
+               "\"reason\":null,\"script_version\":null,"
+               "\"last_event_time\":\"2023-11-14T22:13:20.123Z\",\"lag_seconds\":0.25,"
+               "\"oplog_window_seconds\":3600,\"headroom_seconds\":3599.75,"
+               "\"events_per_second\":0,\"events\":{\"total\":12,");
    assert_has (r->body, "\"last_error_type\":\"Payment.Timeout\"");
    assert_has (r->body, "\"dlq_pending\":3,");
-   assert_has (r->body, "{\"name\":\"audit\",\"state\":\"failed\",\"ready\":false,"
-                        "\"reason\":\"the change stream history is lost\"");
+   assert_has (r->body,
+               "{\"name\":\"audit\",\"state\":\"failed\",\"ready\":false,"
+               "\"reason\":\"the change stream history is lost\"");
    http ("GET", "/v1/streams/audit", NULL, 0, r);
    assert_int_equal (r->status, 200);
    assert_has (r->body, "{\"name\":\"audit\",\"state\":\"failed\"");
    assert_has (r->body, "\"dlq_pending\":null,");
    /* Issue 38: why it is unknown. */
-   assert_has (r->body, "\"oplog_window_seconds\":null,\"headroom_seconds\":null,"
-                        "\"oplog_window_unknown\":\"empty oplog\",");
+   assert_has (r->body,
+               "\"oplog_window_seconds\":null,\"headroom_seconds\":null,"
+               "\"oplog_window_unknown\":\"empty oplog\",");
    /* A stream that does not read is behind by its checkpoint's age. */
    __atomic_store_n (&fake.audit_window, true, __ATOMIC_RELAXED);
    http ("GET", "/v1/streams/audit", NULL, 0, r);
@@ -337,18 +341,21 @@ admin_every_route_answers (void **state)
    http ("POST", "/v1/streams/orders/pause", NULL, 0, r);
    assert_int_equal (r->status, 200);
    assert_string_equal (fake.last_call, "pause orders");
-   assert_has (r->body, "{\"result\":\"ok\",\"message\":\"pause done\",\"action\":\"pause\","
-                        "\"stream\":{\"name\":\"orders\",\"state\":\"running\"");
+   assert_has (r->body,
+               "{\"result\":\"ok\",\"message\":\"pause done\",\"action\":\"pause\","
+               "\"stream\":{\"name\":\"orders\",\"state\":\"running\"");
    http ("POST", "/v1/streams/orders/resume", NULL, 0, r);
    assert_int_equal (r->status, 200);
    assert_string_equal (fake.last_call, "resume orders");
    http ("POST", "/v1/streams/orders/restart", NULL, 0, r);
    assert_int_equal (r->status, 202);
-   assert_has (r->body, "{\"result\":\"accepted\",\"message\":\"restarting at the next event boundary\"");
+   assert_has (r->body,
+               "{\"result\":\"accepted\",\"message\":\"restarting at the next event boundary\"");
    http ("POST", "/v1/streams/audit/resume", NULL, 0, r);
    assert_int_equal (r->status, 409);
-   assert_string_equal (r->body, "{\"error\":\"stream audit has failed: restart it instead\","
-                                 "\"status\":409}\n");
+   assert_string_equal (r->body,
+                        "{\"error\":\"stream audit has failed: restart it instead\","
+                        "\"status\":409}\n");
    http ("POST", "/v1/streams/nope/pause", NULL, 0, r);
    assert_int_equal (r->status, 404);
    assert_string_equal (r->body, "{\"error\":\"no stream named \\\"nope\\\"\",\"status\":404}\n");
@@ -359,8 +366,8 @@ admin_every_route_answers (void **state)
 
    http ("POST", "/v1/reload", NULL, 0, r);
    assert_int_equal (r->status, 200);
-   assert_string_equal (r->body,
-                        "{\"result\":\"ok\",\"message\":\"reloaded script.lua: version a -> b\"}\n");
+   assert_string_equal (
+      r->body, "{\"result\":\"ok\",\"message\":\"reloaded script.lua: version a -> b\"}\n");
 
    /* Errors. */
    http ("GET", "/v1/reload", NULL, 0, r);
@@ -399,8 +406,9 @@ admin_token_guards_posts_only (void **state)
    http ("POST", "/v1/reload", NULL, 0, r);
    assert_int_equal (r->status, 401);
    assert_has (r->headers, "WWW-Authenticate: Bearer realm=\"flowwarden\"");
-   assert_has (r->body, "{\"error\":\"missing or wrong token: send \\\"Authorization: Bearer "
-                        "TOKEN\\\"");
+   assert_has (r->body,
+               "{\"error\":\"missing or wrong token: send \\\"Authorization: Bearer "
+               "TOKEN\\\"");
    http ("POST", "/v1/streams/orders/pause", "Bearer s3cret-tokex", 0, r);
    assert_int_equal (r->status, 401);
    http ("POST", "/v1/streams/orders/pause", "Bearer s3cret-token-and-more", 0, r);
@@ -444,8 +452,9 @@ admin_addresses_are_checked_and_open_ones_need_a_token (void **state)
    assert_non_null (strstr (err.message, "admin.listen: refusing to serve"));
    assert_false (fw_admin_check_options ("[::]:9464", NULL, "--admin", &err));
    assert_false (fw_admin_check_options ("9464", NULL, "--admin", &err));
-   assert_string_equal (err.message, "--admin: expected an address and port such as "
-                                     "\"127.0.0.1:9464\", got \"9464\"");
+   assert_string_equal (err.message,
+                        "--admin: expected an address and port such as "
+                        "\"127.0.0.1:9464\", got \"9464\"");
    assert_false (fw_admin_check_options ("127.0.0.1:99999", NULL, "--admin", &err));
    assert_string_equal (err.message,
                         "--admin: \"127.0.0.1:99999\": the port must be a number from 0 to 65535");
@@ -624,8 +633,9 @@ admin_dlq_routes_reach_the_runtime_with_their_arguments (void **state)
    port = fw_admin_port (a);
    http ("GET", "/v1/dlq/entries?stream=orders&status=PENDING&error_type=Http", NULL, 0, r);
    assert_int_equal (r->status, 200);
-   assert_string_equal (r->body, "{\"verb\":0,\"id\":\"\",\"args\":\"stream=orders;"
-                                 "status=PENDING;error_type=Http;\"}\n");
+   assert_string_equal (r->body,
+                        "{\"verb\":0,\"id\":\"\",\"args\":\"stream=orders;"
+                        "status=PENDING;error_type=Http;\"}\n");
    http ("GET", "/v1/dlq/entries/e%201", NULL, 0, r);
    assert_int_equal (r->status, 200);
    assert_has (r->body, "{\"verb\":1,\"id\":\"e 1\"");

@@ -17,8 +17,7 @@ retry_policy_default_table_without_jitter (void **state)
    const int64_t expected[] = {500, 1000, 2000, 4000, 8000, 16000, 30000, 30000, 30000};
    (void) state;
    for (int attempt = 1; attempt <= 9; attempt++) {
-      assert_int_equal (fw_backoff_delay_ms (&seed_defaults, attempt, 0.5),
-                        expected[attempt - 1]);
+      assert_int_equal (fw_backoff_delay_ms (&seed_defaults, attempt, 0.5), expected[attempt - 1]);
    }
 }
 

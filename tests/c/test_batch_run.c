@@ -15,13 +15,13 @@
 #define MAX_N 1024
 
 typedef struct {
-   bool poison[MAX_N];   /* fails on its own */
-   bool mark;            /* poison is marked with batch:fail (else the call raises) */
-   int fail_first;       /* the first calls raise whatever they hold (transient) */
-   int stop_at_call;     /* that call stops (0: never) */
-   int applied[MAX_N];   /* succeeded */
-   int singled[MAX_N];   /* given to the per-event path */
-   int dead[MAX_N];      /* ... where it failed on its own: the DLQ */
+   bool poison[MAX_N]; /* fails on its own */
+   bool mark;          /* poison is marked with batch:fail (else the call raises) */
+   int fail_first;     /* the first calls raise whatever they hold (transient) */
+   int stop_at_call;   /* that call stops (0: never) */
+   int applied[MAX_N]; /* succeeded */
+   int singled[MAX_N]; /* given to the per-event path */
+   int dead[MAX_N];    /* ... where it failed on its own: the DLQ */
    int calls, waits, max_attempts;
    bool single_attempts; /* count the per-event path's attempts as calls */
    int group[MAX_N];     /* exactly_once: its source transaction (0: none) */
@@ -136,8 +136,8 @@ fake_group (void *ud, const size_t *idx, size_t n)
 static bool
 run (fake_t *f, size_t n, fw_batch_stats_t *stats)
 {
-   fw_batch_ops_t ops = {fake_call, fake_wait, fake_succeeded, fake_single, f, f->max_attempts,
-                         NULL, NULL};
+   fw_batch_ops_t ops = {fake_call, fake_wait,       fake_succeeded, fake_single,
+                         f,         f->max_attempts, NULL,           NULL};
    bool grouped = false;
 
    for (size_t i = 0; i < n; i++) {

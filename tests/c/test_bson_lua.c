@@ -56,15 +56,17 @@ every_type_to_lua_values (void **state)
    check (L, "return #doc.doc.a.c == 0 and next(doc.doc.a.d) == nil");
    check (L, "return #doc.array == 5 and doc.array[1] == 1 and doc.array[2] == 'two'");
    check (L, "return doc.array[3].x ~= nil and #doc.array[5][1] == 0");
-   check (L, "return doc.binary.type == 'binary' and doc.binary.subtype == 0x80 and "
-             "doc.binary.data == '\\1\\2\\3'");
+   check (L,
+          "return doc.binary.type == 'binary' and doc.binary.subtype == 0x80 and "
+          "doc.binary.data == '\\1\\2\\3'");
    check (L, "return doc.undefined.type == 'undefined'");
    check (L, "return doc['true'] == true and doc['false'] == false");
    check (L, "return doc.date.type == 'date' and doc.date.ms == 1700000000123");
    check (L, "return doc.null == fw.null");
    check (L, "return doc.regex.pattern == '^a.c$' and doc.regex.options == 'im'");
-   check (L, "return doc.db_pointer.collection == 'coll' and "
-             "doc.db_pointer.id == fw.object_id('5f1e2d3c4b5a69788796a5b4')");
+   check (L,
+          "return doc.db_pointer.collection == 'coll' and "
+          "doc.db_pointer.id == fw.object_id('5f1e2d3c4b5a69788796a5b4')");
    check (L, "return doc.code.code == 'function () { return 1 }'");
    check (L, "return doc.symbol.symbol == 'sym'");
    check (L, "return doc.code_w_scope.code == 'x + 1' and doc.code_w_scope.scope.x == 1");
@@ -73,9 +75,10 @@ every_type_to_lua_values (void **state)
    check (L, "return doc.int64 == 9000000000 and doc.small_int64 == 5");
    check (L, "return doc.decimal.string == '123.456'");
    check (L, "return doc.min_key.type == 'min_key' and doc.max_key.type == 'max_key'");
-   check (L, "return getmetatable(doc) == 'flowwarden.document' and "
-             "getmetatable(doc.empty_array) == 'flowwarden.array' and "
-             "getmetatable(doc.empty_doc) == 'flowwarden.document'");
+   check (L,
+          "return getmetatable(doc) == 'flowwarden.document' and "
+          "getmetatable(doc.empty_array) == 'flowwarden.array' and "
+          "getmetatable(doc.empty_doc) == 'flowwarden.document'");
 }
 
 static void
@@ -84,13 +87,14 @@ lua_values_to_every_type (void **state)
    lua_State *L = *state;
    bson_t *out;
 
-   eval (L, "return { _id = fw.object_id('5f1e2d3c4b5a69788796a5b4'), d = 1.5, i = 7,"
-            " s = 'x', t = true, n = fw.null, date = fw.date(1700000000123),"
-            " ts = fw.timestamp(1700000000, 7), dec = fw.decimal128('-0.5E-3'),"
-            " bin = fw.binary('\\1\\2', 5), re = fw.regex('a+', 'mi'), min = fw.min_key(),"
-            " max = fw.max_key(), code = fw.code('f()'), sym = fw.symbol('s'),"
-            " ptr = fw.db_pointer('c', '5f1e2d3c4b5a69788796a5b4'), u = fw.undefined(),"
-            " l = fw.int64(5), arr = {1, 2}, empty = fw.array(), doc = {} }");
+   eval (L,
+         "return { _id = fw.object_id('5f1e2d3c4b5a69788796a5b4'), d = 1.5, i = 7,"
+         " s = 'x', t = true, n = fw.null, date = fw.date(1700000000123),"
+         " ts = fw.timestamp(1700000000, 7), dec = fw.decimal128('-0.5E-3'),"
+         " bin = fw.binary('\\1\\2', 5), re = fw.regex('a+', 'mi'), min = fw.min_key(),"
+         " max = fw.max_key(), code = fw.code('f()'), sym = fw.symbol('s'),"
+         " ptr = fw.db_pointer('c', '5f1e2d3c4b5a69788796a5b4'), u = fw.undefined(),"
+         " l = fw.int64(5), arr = {1, 2}, empty = fw.array(), doc = {} }");
    out = pop_to_bson (L);
    assert_json (out,
                 "{\"_id\": {\"$oid\": \"5f1e2d3c4b5a69788796a5b4\"},"
@@ -114,10 +118,11 @@ static void
 int64_extremes_round_trip (void **state)
 {
    lua_State *L = *state;
-   const char *json = "{\"min\": {\"$numberLong\": \"-9223372036854775808\"},"
-                      " \"max\": {\"$numberLong\": \"9223372036854775807\"},"
-                      " \"arr\": [{\"$numberLong\": \"-9223372036854775808\"},"
-                      "           {\"$numberLong\": \"9223372036854775807\"}]}";
+   const char *json =
+      "{\"min\": {\"$numberLong\": \"-9223372036854775808\"},"
+      " \"max\": {\"$numberLong\": \"9223372036854775807\"},"
+      " \"arr\": [{\"$numberLong\": \"-9223372036854775808\"},"
+      "           {\"$numberLong\": \"9223372036854775807\"}]}";
    bson_t *in = from_json (json);
    bson_t *out = through_lua (L, json, NULL);
 
@@ -135,11 +140,12 @@ int32_boundaries_pick_the_width (void **state)
 
    eval (L, "return {a = 2147483647, b = 2147483648, c = -2147483648, d = -2147483649, e = 0}");
    out = pop_to_bson (L);
-   assert_json (out, "{\"a\": {\"$numberInt\": \"2147483647\"},"
-                     " \"b\": {\"$numberLong\": \"2147483648\"},"
-                     " \"c\": {\"$numberInt\": \"-2147483648\"},"
-                     " \"d\": {\"$numberLong\": \"-2147483649\"},"
-                     " \"e\": {\"$numberInt\": \"0\"}}");
+   assert_json (out,
+                "{\"a\": {\"$numberInt\": \"2147483647\"},"
+                " \"b\": {\"$numberLong\": \"2147483648\"},"
+                " \"c\": {\"$numberInt\": \"-2147483648\"},"
+                " \"d\": {\"$numberLong\": \"-2147483649\"},"
+                " \"e\": {\"$numberInt\": \"0\"}}");
    bson_destroy (out);
 }
 
@@ -151,8 +157,9 @@ int64_fields_stay_int64_when_changed (void **state)
                               "{\"n\": {\"$numberLong\": \"5\"}, \"m\": {\"$numberInt\": \"5\"}}",
                               "doc.n = doc.n + 1; doc.m = 1 << 31; doc.added = 1");
 
-   assert_json (out, "{\"n\": {\"$numberLong\": \"6\"}, \"m\": {\"$numberLong\": \"2147483648\"},"
-                     " \"added\": {\"$numberInt\": \"1\"}}");
+   assert_json (out,
+                "{\"n\": {\"$numberLong\": \"6\"}, \"m\": {\"$numberLong\": \"2147483648\"},"
+                " \"added\": {\"$numberInt\": \"1\"}}");
    bson_destroy (out);
 }
 
@@ -166,10 +173,11 @@ int64_array_elements_keep_width (void **state)
       " \"mixed\": [{\"$numberInt\": \"1\"}, {\"$numberLong\": \"2\"}, 1.0]}",
       "table.insert(doc.all, 3); doc.mixed[3] = 3; table.insert(doc.mixed, 4)");
 
-   assert_json (out, "{\"all\": [{\"$numberLong\": \"1\"}, {\"$numberLong\": \"2\"},"
-                     "          {\"$numberLong\": \"3\"}],"
-                     " \"mixed\": [{\"$numberInt\": \"1\"}, {\"$numberLong\": \"2\"},"
-                     "            {\"$numberInt\": \"3\"}, {\"$numberInt\": \"4\"}]}");
+   assert_json (out,
+                "{\"all\": [{\"$numberLong\": \"1\"}, {\"$numberLong\": \"2\"},"
+                "          {\"$numberLong\": \"3\"}],"
+                " \"mixed\": [{\"$numberInt\": \"1\"}, {\"$numberLong\": \"2\"},"
+                "            {\"$numberInt\": \"3\"}, {\"$numberInt\": \"4\"}]}");
    bson_destroy (out);
 }
 
@@ -180,9 +188,10 @@ integral_doubles_stay_doubles (void **state)
    bson_t *out = through_lua (L, "{\"a\": {\"$numberDouble\": \"2.0\"}, \"b\": [-0.0, 1e300]}",
                               "doc.c = 3.0; doc.d = 3");
 
-   assert_json (out, "{\"a\": {\"$numberDouble\": \"2.0\"},"
-                     " \"b\": [{\"$numberDouble\": \"-0.0\"}, {\"$numberDouble\": \"1e+300\"}],"
-                     " \"c\": {\"$numberDouble\": \"3.0\"}, \"d\": {\"$numberInt\": \"3\"}}");
+   assert_json (out,
+                "{\"a\": {\"$numberDouble\": \"2.0\"},"
+                " \"b\": [{\"$numberDouble\": \"-0.0\"}, {\"$numberDouble\": \"1e+300\"}],"
+                " \"c\": {\"$numberDouble\": \"3.0\"}, \"d\": {\"$numberInt\": \"3\"}}");
    bson_destroy (out);
 }
 
@@ -211,8 +220,9 @@ null_is_a_unique_sentinel (void **state)
    bson_t *out = through_lua (L, "{\"a\": null, \"b\": [null]}", NULL);
 
    assert_json (out, "{\"a\": null, \"b\": [null]}");
-   check (L, "return tostring(fw.null) == 'null' and doc.a == fw.null and fw.null ~= nil"
-             " and doc.b[1] == fw.null and type(fw.null) == 'userdata'");
+   check (L,
+          "return tostring(fw.null) == 'null' and doc.a == fw.null and fw.null ~= nil"
+          " and doc.b[1] == fw.null and type(fw.null) == 'userdata'");
    check (L, "return getmetatable(fw.null) == 'flowwarden.null'");
    bson_destroy (out);
 }
@@ -262,7 +272,8 @@ sequence_becomes_array (void **state)
 
    eval (L, "return {list = {'a', {x = 1}, {3}}, stages = {{['$match'] = {a = 1}}}}");
    out = pop_to_bson (L);
-   assert_json (out, "{\"list\": [\"a\", {\"x\": 1}, [3]], \"stages\": [{\"$match\": {\"a\": 1}}]}");
+   assert_json (out,
+                "{\"list\": [\"a\", {\"x\": 1}, [3]], \"stages\": [{\"$match\": {\"a\": 1}}]}");
    bson_destroy (out);
 }
 
@@ -288,8 +299,9 @@ key_order_preserved (void **state)
    bson_t *in = from_json (json);
    bson_t *out = through_lua (L, json, "doc.m.b = 20; doc.a = 'changed'");
 
-   assert_json (out, "{\"z\": 1, \"_id\": 2, \"m\": {\"y\": 1, \"b\": 20, \"x\": 3},"
-                     " \"a\": \"changed\"}");
+   assert_json (out,
+                "{\"z\": 1, \"_id\": 2, \"m\": {\"y\": 1, \"b\": 20, \"x\": 3},"
+                " \"a\": \"changed\"}");
    bson_destroy (in);
    bson_destroy (out);
 }
@@ -323,8 +335,9 @@ table_from_lua_sorted_with_id_first (void **state)
 
    eval (L, "return {zebra = 1, _id = 2, Apple = 3, apple = 4, ['_'] = 5, ab = 6, a = 7}");
    out = pop_to_bson (L);
-   assert_json (out, "{\"_id\": 2, \"Apple\": 3, \"_\": 5, \"a\": 7, \"ab\": 6, \"apple\": 4,"
-                     " \"zebra\": 1}");
+   assert_json (out,
+                "{\"_id\": 2, \"Apple\": 3, \"_\": 5, \"a\": 7, \"ab\": 6, \"apple\": 4,"
+                " \"zebra\": 1}");
    bson_destroy (out);
 }
 

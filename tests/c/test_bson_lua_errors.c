@@ -20,8 +20,7 @@ bad_values_name_their_path (void **state)
                          "[1].f: cannot convert a function to BSON");
    assert_to_bson_error (L, "return print", "doc",
                          "doc: expected a table to convert to a BSON document, got function");
-   assert_to_bson_error (L, "return {x = print}", "",
-                         "x: cannot convert a function to BSON");
+   assert_to_bson_error (L, "return {x = print}", "", "x: cannot convert a function to BSON");
    assert_to_bson_error (L, "return 1", NULL,
                          "(root): expected a table to convert to a BSON document, got number");
 }
@@ -54,8 +53,7 @@ array_marked_tables_reject_holes_and_keys (void **state)
 {
    lua_State *L = *state;
 
-   assert_to_bson_error (L, "local a = fw.array({1, 2, 3}); a[2] = nil; return {list = a}",
-                         "doc",
+   assert_to_bson_error (L, "local a = fw.array({1, 2, 3}); a[2] = nil; return {list = a}", "doc",
                          "doc.list[2]: array element is nil; arrays cannot have holes (use "
                          "null for a BSON null)");
    assert_to_bson_error (L, "local a = fw.array({1}); a.x = 1; return {list = a}", "doc",
@@ -159,8 +157,9 @@ long_paths_are_shortened (void **state)
 
    eval (L, "return {[string.rep('k', 100)] = {f = print}}");
    assert_false (fw_bson_lua_to_bson (L, -1, "doc", &out, &err));
-   assert_string_equal (err.message, "doc.kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk..."
-                                     ".f: cannot convert a function to BSON");
+   assert_string_equal (err.message,
+                        "doc.kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk..."
+                        ".f: cannot convert a function to BSON");
    lua_settop (L, 0);
    bson_destroy (&out);
 }
@@ -284,8 +283,7 @@ append_single_values_atomically (void **state)
    assert_true (fw_bson_lua_append (L, -1, &out, "meta", 4, NULL, &err));
    lua_pushnil (L);
    assert_false (fw_bson_lua_append (L, -1, &out, "gone", -1, NULL, &err));
-   assert_string_equal (err.message,
-                        "gone: cannot convert nil to BSON (use null for a BSON null)");
+   assert_string_equal (err.message, "gone: cannot convert nil to BSON (use null for a BSON null)");
    eval (L, "return {f = print}");
    assert_false (fw_bson_lua_append (L, -1, &out, "m", -1, "metadata.m", &err));
    assert_string_equal (err.message, "metadata.m.f: cannot convert a function to BSON");
@@ -329,7 +327,8 @@ array_function_marks_tables (void **state)
    check (L, "local t = {}; return fw.array(t) == t and getmetatable(t) == 'flowwarden.array'");
    assert_string_equal (eval_error (L, "fw.array(setmetatable({}, {}))"),
                         "test:1: array: the table already has a metatable");
-   assert_string_equal (eval_error (L, "fw.array(1)"), "test:1: array: expected a table, got number");
+   assert_string_equal (eval_error (L, "fw.array(1)"),
+                        "test:1: array: expected a table, got number");
    lua_settop (L, 0);
 }
 
@@ -340,8 +339,8 @@ shape_metatables_are_protected (void **state)
 
    push_json (L, "{\"a\": [1]}");
    lua_setglobal (L, "doc");
-   assert_non_null (strstr (eval_error (L, "setmetatable(doc, nil)"),
-                            "cannot change a protected metatable"));
+   assert_non_null (
+      strstr (eval_error (L, "setmetatable(doc, nil)"), "cannot change a protected metatable"));
    lua_settop (L, 0);
 }
 

@@ -38,11 +38,11 @@ sample (void)
 {
    bson_oid_t oid;
    bson_oid_init_from_string (&oid, "64f1a2b3c4d5e6f7a8b9c0d1");
-   return BCON_NEW ("_id", BCON_OID (&oid), "status", "PAID", "total", BCON_DOUBLE (99.5),
-                    "qty", BCON_INT32 (3), "big", BCON_INT64 (INT64_MAX), "ok", BCON_BOOL (true),
-                    "none", BCON_NULL, "customer", "{", "name", "Ada", "address", "{", "city",
-                    "Paris", "}", "}", "items", "[", "{", "sku", "A1", "price", BCON_DOUBLE (10.0),
-                    "}", "{", "sku", "B2", "price", BCON_DOUBLE (20.0), "}", "]", "tags", "[", "]");
+   return BCON_NEW ("_id", BCON_OID (&oid), "status", "PAID", "total", BCON_DOUBLE (99.5), "qty",
+                    BCON_INT32 (3), "big", BCON_INT64 (INT64_MAX), "ok", BCON_BOOL (true), "none",
+                    BCON_NULL, "customer", "{", "name", "Ada", "address", "{", "city", "Paris", "}",
+                    "}", "items", "[", "{", "sku", "A1", "price", BCON_DOUBLE (10.0), "}", "{",
+                    "sku", "B2", "price", BCON_DOUBLE (20.0), "}", "]", "tags", "[", "]");
 }
 
 /* Runs chunk; fails the test with Lua's message if it raises. */
@@ -60,13 +60,14 @@ bson_view_reads_fields_like_a_table (void **state)
    bson_t *d = sample ();
    lua_State *L = state_with_doc (d);
    (void) state;
-   run (L, "assert(doc.status == 'PAID' and doc.total == 99.5 and doc.qty == 3)\n"
-           "assert(math.type(doc.qty) == 'integer' and math.type(doc.total) == 'float')\n"
-           "assert(doc.big == math.maxinteger and doc.ok == true and doc.none == fw.null)\n"
-           "assert(doc.customer.address.city == 'Paris')\n"
-           "assert(doc.items[2].sku == 'B2' and doc.items[3] == nil and doc.missing == nil)\n"
-           "assert(tostring(doc._id) == '64f1a2b3c4d5e6f7a8b9c0d1')\n"
-           "assert(#doc.items == 2 and #doc.tags == 0 and #doc == 0)\n");
+   run (L,
+        "assert(doc.status == 'PAID' and doc.total == 99.5 and doc.qty == 3)\n"
+        "assert(math.type(doc.qty) == 'integer' and math.type(doc.total) == 'float')\n"
+        "assert(doc.big == math.maxinteger and doc.ok == true and doc.none == fw.null)\n"
+        "assert(doc.customer.address.city == 'Paris')\n"
+        "assert(doc.items[2].sku == 'B2' and doc.items[3] == nil and doc.missing == nil)\n"
+        "assert(tostring(doc._id) == '64f1a2b3c4d5e6f7a8b9c0d1')\n"
+        "assert(#doc.items == 2 and #doc.tags == 0 and #doc == 0)\n");
    lua_close (L);
    bson_destroy (d);
 }
@@ -77,15 +78,16 @@ bson_view_iterates_with_pairs_and_ipairs_in_bson_order (void **state)
    bson_t *d = sample ();
    lua_State *L = state_with_doc (d);
    (void) state;
-   run (L, "local keys = {}\n"
-           "for k in pairs(doc) do keys[#keys + 1] = k end\n"
-           "assert(table.concat(keys, ',') == "
-           "'_id,status,total,qty,big,ok,none,customer,items,tags', table.concat(keys, ','))\n"
-           "local skus = {}\n"
-           "for i, item in ipairs(doc.items) do skus[i] = item.sku end\n"
-           "assert(skus[1] == 'A1' and skus[2] == 'B2' and #skus == 2)\n"
-           "local n = 0 for i, v in pairs(doc.items) do n = n + i end\n"
-           "assert(n == 3)\n");
+   run (L,
+        "local keys = {}\n"
+        "for k in pairs(doc) do keys[#keys + 1] = k end\n"
+        "assert(table.concat(keys, ',') == "
+        "'_id,status,total,qty,big,ok,none,customer,items,tags', table.concat(keys, ','))\n"
+        "local skus = {}\n"
+        "for i, item in ipairs(doc.items) do skus[i] = item.sku end\n"
+        "assert(skus[1] == 'A1' and skus[2] == 'B2' and #skus == 2)\n"
+        "local n = 0 for i, v in pairs(doc.items) do n = n + i end\n"
+        "assert(n == 3)\n");
    lua_close (L);
    bson_destroy (d);
 }
@@ -99,16 +101,17 @@ bson_view_array_index_in_any_order (void **state)
                          BCON_INT32 (40), "]", "k", "first", "k", "second");
    lua_State *L = state_with_doc (d);
    (void) state;
-   run (L, "local a = doc.a\n"
-           "for i = 1, 4 do assert(a[i] == i * 10, i) end\n"
-           "assert(a[5] == nil and a[4] == 40)\n"
-           "for i = 4, 1, -1 do assert(a[i] == i * 10, i) end\n"
-           "assert(a[3] == 30 and a[1] == 10 and a[4] == 40 and a[2] == 20)\n"
-           "assert(a[0] == nil and a[-1] == nil and a[2.5] == nil and a.x == nil)\n"
-           "assert(a[2] == 20 and a[100] == nil and a[3] == 30)\n"
-           /* a key twice in a document (valid BSON): the first wins, whatever
+   run (L,
+        "local a = doc.a\n"
+        "for i = 1, 4 do assert(a[i] == i * 10, i) end\n"
+        "assert(a[5] == nil and a[4] == 40)\n"
+        "for i = 4, 1, -1 do assert(a[i] == i * 10, i) end\n"
+        "assert(a[3] == 30 and a[1] == 10 and a[4] == 40 and a[2] == 20)\n"
+        "assert(a[0] == nil and a[-1] == nil and a[2.5] == nil and a.x == nil)\n"
+        "assert(a[2] == 20 and a[100] == nil and a[3] == 30)\n"
+        /* a key twice in a document (valid BSON): the first wins, whatever
             * was read before */
-           "assert(doc.k == 'first' and doc.a[1] == 10 and doc.k == 'first')\n");
+        "assert(doc.k == 'first' and doc.a[1] == 10 and doc.k == 'first')\n");
    lua_close (L);
    bson_destroy (d);
 }
@@ -119,13 +122,14 @@ bson_view_is_read_only_and_fw_table_gives_a_mutable_copy (void **state)
    bson_t *d = sample ();
    lua_State *L = state_with_doc (d);
    (void) state;
-   run (L, "local ok, err = pcall(function() doc.status = 'x' end)\n"
-           "assert(not ok and err:find('read%-only; use fw.table'), err)\n"
-           "local t = fw.table(doc)\n"
-           "t.status = 'SHIPPED'\n"
-           "assert(type(t) == 'table' and t.status == 'SHIPPED' and doc.status == 'PAID')\n"
-           "assert(t.customer.address.city == 'Paris' and #t.items == 2)\n"
-           "assert(fw.table(42) == 42)\n");
+   run (L,
+        "local ok, err = pcall(function() doc.status = 'x' end)\n"
+        "assert(not ok and err:find('read%-only; use fw.table'), err)\n"
+        "local t = fw.table(doc)\n"
+        "t.status = 'SHIPPED'\n"
+        "assert(type(t) == 'table' and t.status == 'SHIPPED' and doc.status == 'PAID')\n"
+        "assert(t.customer.address.city == 'Paris' and #t.items == 2)\n"
+        "assert(fw.table(42) == 42)\n");
    lua_close (L);
    bson_destroy (d);
 }
@@ -143,8 +147,9 @@ bson_view_round_trips_byte_identical (void **state)
    fw_error_t err;
    (void) state;
 
-   run (L, "assert(doc.customer == doc.customer and doc.items[1] ~= doc.items[2])\n"
-           "wrapped = { whole = doc, items = doc.items }\n");
+   run (L,
+        "assert(doc.customer == doc.customer and doc.items[1] ~= doc.items[2])\n"
+        "wrapped = { whole = doc, items = doc.items }\n");
    lua_getglobal (L, "wrapped");
    assert_true (fw_bson_lua_to_bson (L, -1, "wrapped", &out, &err));
    /* keys of a table built in Lua come out sorted: items, whole */
@@ -168,8 +173,9 @@ bson_view_outlives_its_source (void **state)
    lua_State *L = state_with_doc (d);
    (void) state;
    bson_destroy (d); /* the view reads the anchor's copy, not d */
-   run (L, "kept = doc.customer\n doc = nil\n collectgarbage()\n collectgarbage()\n"
-           "assert(kept.address.city == 'Paris' and kept.name == 'Ada')\n");
+   run (L,
+        "kept = doc.customer\n doc = nil\n collectgarbage()\n collectgarbage()\n"
+        "assert(kept.address.city == 'Paris' and kept.name == 'Ada')\n");
    lua_close (L);
 }
 

@@ -16,8 +16,8 @@
 
 #include <cmocka.h>
 
-#include "runtime/checkpoint/checkpoint_writer.h"
 #include "flowwarden/clock.h"
+#include "runtime/checkpoint/checkpoint_writer.h"
 
 #define DEADLINE_MS 10000
 #define MAX_WRITES 64
@@ -27,13 +27,13 @@ typedef struct {
    pthread_mutex_t mu;
    pthread_cond_t changed;
    int opened, closed;
-   int n;                    /* writes tried */
-   int64_t value[MAX_WRITES];/* the position's "n" (processed), -1: none */
+   int n;                     /* writes tried */
+   int64_t value[MAX_WRITES]; /* the position's "n" (processed), -1: none */
    int64_t epoch[MAX_WRITES];
    bool ok[MAX_WRITES];
-   int fail_next;            /* this many writes fail */
-   bool hold;                /* a write waits here until released */
-   bool holding;             /* a write is waiting */
+   int fail_next; /* this many writes fail */
+   bool hold;     /* a write waits here until released */
+   bool holding;  /* a write is waiting */
 } fake_t;
 
 static void

@@ -15,8 +15,8 @@
 #include <cmocka.h>
 
 #include "flowwarden/clock.h"
-#include "runtime/replay/dlq_claim_keeper.h"
 #include "runtime/dlq/dlq_store.h"
+#include "runtime/replay/dlq_claim_keeper.h"
 
 #define TTL_MS 300
 
@@ -82,8 +82,8 @@ a_kept_claim_outlives_its_ttl (void **state)
 {
    fw_dlq_store_t *store = *state;
    bson_value_t id = {.value_type = BSON_TYPE_UTF8};
-   fw_claim_keeper_opts_t o = {.store = store, .stream = "s", .id = &id, .actor = "replay-a",
-                               .claim_ttl_ms = TTL_MS};
+   fw_claim_keeper_opts_t o = {
+      .store = store, .stream = "s", .id = &id, .actor = "replay-a", .claim_ttl_ms = TTL_MS};
    fw_claim_keeper_t *k;
    fw_error_t err;
    int64_t claimed_until;
@@ -118,8 +118,8 @@ a_keeper_stops_at_once_and_needs_a_store (void **state)
 {
    fw_dlq_store_t *store = *state;
    bson_value_t id = {.value_type = BSON_TYPE_UTF8};
-   fw_claim_keeper_opts_t o = {.stream = "s", .id = &id, .actor = "replay-a",
-                               .claim_ttl_ms = 60000};
+   fw_claim_keeper_opts_t o = {
+      .stream = "s", .id = &id, .actor = "replay-a", .claim_ttl_ms = 60000};
    fw_claim_keeper_t *k;
    fw_error_t err;
    int64_t t0;

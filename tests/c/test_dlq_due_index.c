@@ -94,8 +94,8 @@ index_key (mongoc_collection_t *coll, const char *name)
 
    while (!key && mongoc_cursor_next (cur, &doc)) {
       if (bson_iter_init_find (&it, doc, "name") && BSON_ITER_HOLDS_UTF8 (&it) &&
-          strcmp (bson_iter_utf8 (&it, NULL), name) == 0 &&
-          bson_iter_init_find (&it, doc, "key") && BSON_ITER_HOLDS_DOCUMENT (&it)) {
+          strcmp (bson_iter_utf8 (&it, NULL), name) == 0 && bson_iter_init_find (&it, doc, "key") &&
+          BSON_ITER_HOLDS_DOCUMENT (&it)) {
          const uint8_t *data;
          uint32_t len;
          bson_iter_document (&it, &len, &data);
@@ -191,15 +191,15 @@ the_claim_of_a_due_retry_has_the_shape_its_index_serves (void **state)
    for (int i = 0; i < DUE + 1; i++) {
       bson_t out;
       bool got = false;
-      assert_true (store->claim_due (store, "s", "test", fw_now_ms (), fw_now_ms () + 60000,
-                                     &out, &got, &err));
+      assert_true (store->claim_due (store, "s", "test", fw_now_ms (), fw_now_ms () + 60000, &out,
+                                     &got, &err));
       got_n += got;
       bson_destroy (&out);
    }
    t1 = now_s ();
    assert_int_equal (got_n, DUE);
-   fprintf (stderr, "BENCH dlq deferred claim: %d entries, %d claims, %.2f ms per claim\n",
-            n + DUE, DUE + 1, (t1 - t0) * 1000.0 / (DUE + 1));
+   fprintf (stderr, "BENCH dlq deferred claim: %d entries, %d claims, %.2f ms per claim\n", n + DUE,
+            DUE + 1, (t1 - t0) * 1000.0 / (DUE + 1));
 
    /* The shape of the claim: { streamName: s, $or: [ {status, nextAttemptAt
     * range, ...}, ... ] }, sorted by nextAttemptAt; the index serves each
@@ -217,11 +217,11 @@ the_claim_of_a_due_retry_has_the_shape_its_index_serves (void **state)
       assert_string_equal (top_eq, "streamName|");
       assert_string_equal (top_range, "");
       assert_true (bson_iter_init_find (&it, g_claim, "query") && bson_iter_recurse (&it, &query) &&
-                   bson_iter_find (&query, "$or") && bson_iter_recurse (&query, &or));
-      while (bson_iter_next (&or)) {
+                   bson_iter_find (&query, "$or") && bson_iter_recurse (&query, & or));
+      while (bson_iter_next (& or)) {
          char eq[256], range[256] = "";
          snprintf (eq, sizeof eq, "%s", top_eq);
-         assert_true (bson_iter_recurse (&or, &branch));
+         assert_true (bson_iter_recurse (& or, &branch));
          fields_of (&branch, eq, range, sizeof eq);
          assert_non_null (strstr (range, "nextAttemptAt|"));
          assert_true (key_serves (key, eq, "nextAttemptAt"));

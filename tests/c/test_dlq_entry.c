@@ -23,13 +23,13 @@
 
 typedef struct {
    bson_t event;
-   bson_t full;      /* the fullDocument, kept to compare bytes */
+   bson_t full; /* the fullDocument, kept to compare bytes */
    bson_t metadata;
    fw_event_t ev;
 } fixture_t;
 
-static const fw_dlq_config_t defaults = {true, "_fw_dlq", 30, true, true, "majority", 0, NULL,
-                                          NULL, false, 1024, 1024, false};
+static const fw_dlq_config_t defaults = {true, "_fw_dlq", 30,    true, true, "majority", 0,
+                                         NULL, NULL,      false, 1024, 1024, false};
 
 static void
 build_event (fixture_t *f, const char *op, bool with_full_document)
@@ -162,12 +162,28 @@ dlq_entry_has_every_seed_field_type_for_type (void **state)
    bson_t entry, sub, expected_key;
    bson_iter_t it;
    const char *id;
-   const char *keys[] = {"_id",        "streamName",     "operationType", "documentKey",
-                         "fullDocument", "resumeToken",  "error",         "attempts",
-                         "status",     "firstAttemptAt", "lastAttemptAt", "createdAt",
-                         "expiresAt",  "metadata",       "eventId",       "ns",
-                         "clusterTime", "lastTouched",   "reprocessAttempts", "diagnostics",
-                         "history",    "wallTime"};
+   const char *keys[] = {"_id",
+                         "streamName",
+                         "operationType",
+                         "documentKey",
+                         "fullDocument",
+                         "resumeToken",
+                         "error",
+                         "attempts",
+                         "status",
+                         "firstAttemptAt",
+                         "lastAttemptAt",
+                         "createdAt",
+                         "expiresAt",
+                         "metadata",
+                         "eventId",
+                         "ns",
+                         "clusterTime",
+                         "lastTouched",
+                         "reprocessAttempts",
+                         "diagnostics",
+                         "history",
+                         "wallTime"};
    size_t i = 0;
 
    assert_true (fw_dlq_entry_build (&entry, &f->ev, &defaults, &fl, &err));
@@ -214,8 +230,7 @@ dlq_entry_has_every_seed_field_type_for_type (void **state)
    assert_string_equal (utf8_of (&entry, "resumeToken._data"), TOKEN);
 
    assert_string_equal (utf8_of (&entry, "error.type"), "Payment.Unavailable");
-   assert_string_equal (utf8_of (&entry, "error.message"),
-                        "Connection refused to payment gateway");
+   assert_string_equal (utf8_of (&entry, "error.message"), "Connection refused to payment gateway");
    assert_string_equal (utf8_of (&entry, "error.stackTrace"),
                         "stack traceback:\n\t[C]: in function 'error'");
 
@@ -559,8 +574,7 @@ dlq_entry_keeps_what_a_replay_needs_byte_for_byte (void **state)
 
    sub_document (&entry, "updateDescription", &sub);
    assert_true (bson_equal (&sub, &desc));
-   assert_int_equal (type_of (&entry, "updateDescription.updatedFields.version"),
-                     BSON_TYPE_INT64);
+   assert_int_equal (type_of (&entry, "updateDescription.updatedFields.version"), BSON_TYPE_INT64);
    assert_int_equal (type_of (&entry, "updateDescription.updatedFields.paidAt"),
                      BSON_TYPE_DATE_TIME);
    assert_int_equal (type_of (&entry, "updateDescription.truncatedArrays"), BSON_TYPE_ARRAY);
@@ -673,9 +687,12 @@ dlq_entry_over_16_mib_drops_the_bulky_parts_and_says_so (void **state)
 static void
 dlq_operation_type_is_seed_upper_case (void **state)
 {
-   const char *cases[][2] = {{"insert", "INSERT"},   {"update", "UPDATE"},
-                             {"replace", "REPLACE"}, {"delete", "DELETE"},
-                             {"drop", "DROP"},       {"rename", "RENAME"},
+   const char *cases[][2] = {{"insert", "INSERT"},
+                             {"update", "UPDATE"},
+                             {"replace", "REPLACE"},
+                             {"delete", "DELETE"},
+                             {"drop", "DROP"},
+                             {"rename", "RENAME"},
                              {"dropDatabase", "DROP_DATABASE"},
                              {"invalidate", "INVALIDATE"}};
    char buf[64];
@@ -706,8 +723,7 @@ main (void)
       cmocka_unit_test_setup_teardown (dlq_entry_ids_differ_between_entries, setup, teardown),
       cmocka_unit_test_setup_teardown (dlq_entry_include_flags_off_leave_fields_out, setup,
                                        teardown),
-      cmocka_unit_test_setup_teardown (dlq_entry_ttl_zero_stores_null_expires_at, setup,
-                                       teardown),
+      cmocka_unit_test_setup_teardown (dlq_entry_ttl_zero_stores_null_expires_at, setup, teardown),
       cmocka_unit_test_setup_teardown (dlq_entry_long_ttl_does_not_overflow, setup, teardown),
       cmocka_unit_test_setup_teardown (dlq_entry_without_metadata_or_trace_stores_empty_values,
                                        setup, teardown),
@@ -715,8 +731,7 @@ main (void)
                                        teardown),
       cmocka_unit_test_setup_teardown (dlq_entry_script_version_is_added_when_known, setup,
                                        teardown),
-      cmocka_unit_test_setup_teardown (dlq_entry_life_fields_are_set_at_enqueue, setup,
-                                       teardown),
+      cmocka_unit_test_setup_teardown (dlq_entry_life_fields_are_set_at_enqueue, setup, teardown),
       cmocka_unit_test_setup_teardown (dlq_entry_keeps_what_a_replay_needs_byte_for_byte, setup,
                                        teardown),
       cmocka_unit_test_setup_teardown (dlq_entry_without_original_document_lists_what_it_omitted,

@@ -168,8 +168,9 @@ memory_seq_lists_the_sequence_documents (void **state)
    take (*state, "t", "\"k2\"", true, 0, FW_SEQ_TAKEN);
    assert_true (fw_dlq_store_memory_sequences (*state, "s", &docs));
    json = bson_as_relaxed_extended_json (&docs, NULL);
-   assert_string_equal (json, "{ \"0\" : { \"streamName\" : \"s\", \"sequenceId\" : \"\\\"k1\\\"\", "
-                              "\"open\" : true, \"next\" : 1, \"inflight\" : 1 } }");
+   assert_string_equal (json,
+                        "{ \"0\" : { \"streamName\" : \"s\", \"sequenceId\" : \"\\\"k1\\\"\", "
+                        "\"open\" : true, \"next\" : 1, \"inflight\" : 1 } }");
    bson_free (json);
    bson_destroy (&docs);
 }
@@ -191,9 +192,9 @@ put_scheduled (fw_dlq_store_t *store, const char *id, const char *stream, int64_
 {
    bson_t *e = BCON_NEW ("_id", BCON_UTF8 (id), "streamName", BCON_UTF8 (stream), "status",
                          BCON_UTF8 ("SCHEDULED"), "nextAttemptAt", BCON_DATE_TIME (next_ms),
-                         "createdAt", BCON_DATE_TIME (next_ms - 30000), "attempts",
-                         BCON_INT32 (1), "error", "{", "type", BCON_UTF8 ("E"), "message",
-                         BCON_UTF8 ("e1"), "where", BCON_UTF8 ("x.lua:3"), "}");
+                         "createdAt", BCON_DATE_TIME (next_ms - 30000), "attempts", BCON_INT32 (1),
+                         "error", "{", "type", BCON_UTF8 ("E"), "message", BCON_UTF8 ("e1"),
+                         "where", BCON_UTF8 ("x.lua:3"), "}");
    fw_error_t err;
    bool inserted;
    assert_true (store->put (store, e, &inserted, &err));

@@ -198,8 +198,9 @@ tally_groups_and_finds_the_oldest_pending (void **state)
    put (store, "e", "s", "PENDING", NULL, 5000, "\"k\"", 1);
    assert_true (store->tally (store, &q, note_group, out, &oldest, &err));
    /* In the order of each group's oldest entry. */
-   assert_string_equal (out, "s/RESOLVED/Net=1 t/PENDING/Network=1 s/PENDING/Net.Timeout=2 "
-                             "s/PENDING/?(parked)=1 ");
+   assert_string_equal (out,
+                        "s/RESOLVED/Net=1 t/PENDING/Network=1 s/PENDING/Net.Timeout=2 "
+                        "s/PENDING/?(parked)=1 ");
    assert_int_equal (oldest, 2000);
    assert_true (store->pending (store, "s", &count, &oldest_ms, &err));
    assert_int_equal (count, 3);
@@ -305,8 +306,9 @@ sequences_list_documents_and_waiting_groups (void **state)
    assert_string_equal (out, "s/\"k1\" open=1 next=1 inflight=1\n");
    out[0] = '\0';
    assert_true (store->seq_list (store, "s", ids, note_seq, out, &err));
-   assert_string_equal (out, "s/\"k1\" open=1 next=1 inflight=1\n"
-                             "s/\"k2\" open=0 next=1 inflight=0\n");
+   assert_string_equal (out,
+                        "s/\"k1\" open=1 next=1 inflight=1\n"
+                        "s/\"k2\" open=0 next=1 inflight=0\n");
    out[0] = '\0';
    assert_true (store->seq_list (store, "t", ids, note_seq, out, &err));
    assert_string_equal (out, "");
@@ -316,10 +318,11 @@ sequences_list_documents_and_waiting_groups (void **state)
    put (store, "x", "s", "RESOLVED", "E", 500, "\"k1\"", 2);
    out[0] = '\0';
    assert_true (store->seq_waiting (store, NULL, note_json, out, &err));
-   assert_string_equal (out, "{ \"_id\" : { \"s\" : \"s\", \"q\" : \"\\\"k1\\\"\" }, \"n\" : 2, "
-                             "\"head\" : \"h1\", \"sequenceIndex\" : 0, \"status\" : "
-                             "\"PENDING\", \"error\" : { \"type\" : \"E\" }, \"createdAt\" : "
-                             "{ \"$date\" : \"1970-01-01T00:00:01Z\" } }\n");
+   assert_string_equal (out,
+                        "{ \"_id\" : { \"s\" : \"s\", \"q\" : \"\\\"k1\\\"\" }, \"n\" : 2, "
+                        "\"head\" : \"h1\", \"sequenceIndex\" : 0, \"status\" : "
+                        "\"PENDING\", \"error\" : { \"type\" : \"E\" }, \"createdAt\" : "
+                        "{ \"$date\" : \"1970-01-01T00:00:01Z\" } }\n");
    {
       seen_t seen = {{0}, false};
       int64_t before;
@@ -374,7 +377,7 @@ claimable_leaves_live_claims_out_oldest_cluster_time_first (void **state)
 
    put_claim (store, "late", 30, NULL, 0);
    put_claim (store, "early", 10, "\"k\"", 0);
-   put_claim (store, "held", 5, NULL, 9000);   /* a live claim */
+   put_claim (store, "held", 5, NULL, 9000); /* a live claim */
    put_claim (store, "expired", 20, "\"j\"", 4000);
    claim_ids (store, &q, NULL, false, "early expired late ");
    claim_ids (store, &q, NULL, true, "early expired ");
@@ -460,11 +463,13 @@ claim_extend_settle_and_release_a_stale_claim (void **state)
    assert_non_null (strstr (json, "\"status\" : \"PENDING\""));
    assert_null (strstr (json, "claimedBy"));
    assert_non_null (strstr (json, "\"reprocessAttempts\" : 1"));
-   assert_non_null (strstr (json, "\"lastReprocessError\" : { \"type\" : \"E\", "
-                               "\"message\" : \"boom\" }"));
+   assert_non_null (strstr (json,
+                            "\"lastReprocessError\" : { \"type\" : \"E\", "
+                            "\"message\" : \"boom\" }"));
    assert_non_null (strstr (json, "\"diagnostics\" : { \"note\" : \"n1\" }"));
-   assert_non_null (strstr (json, "\"action\" : \"requeued\", \"actor\" : \"me\", "
-                               "\"result\" : \"E: boom\""));
+   assert_non_null (strstr (json,
+                            "\"action\" : \"requeued\", \"actor\" : \"me\", "
+                            "\"result\" : \"E: boom\""));
    bson_free (json);
 
    assert_true (store->claim (store, "s", &id, "me", 7000, 7500, &out, &got, &err));
@@ -501,10 +506,9 @@ main (void)
                                        teardown),
       cmocka_unit_test_setup_teardown (query_refuses_a_bad_status_and_a_mongodb_filter, setup,
                                        teardown),
-      cmocka_unit_test_setup_teardown (tally_groups_and_finds_the_oldest_pending, setup,
-                                       teardown),
-      cmocka_unit_test_setup_teardown (
-         discard_and_purge_touch_only_the_selected_ids_still_matching, setup, teardown),
+      cmocka_unit_test_setup_teardown (tally_groups_and_finds_the_oldest_pending, setup, teardown),
+      cmocka_unit_test_setup_teardown (discard_and_purge_touch_only_the_selected_ids_still_matching,
+                                       setup, teardown),
       cmocka_unit_test_setup_teardown (put_replaces_an_entry_with_the_same_id, setup, teardown),
       cmocka_unit_test_setup_teardown (sequences_list_documents_and_waiting_groups, setup,
                                        teardown),

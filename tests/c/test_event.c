@@ -16,8 +16,8 @@
 
 #include <cmocka.h>
 
-#include "runtime/dlq/dlq_sequence.h"
 #include "bson/event.h"
+#include "runtime/dlq/dlq_sequence.h"
 
 /* An insert event whose documentKey is key (NULL: none). */
 static void
@@ -389,8 +389,8 @@ event_parse_checks_ns_and_update_description_in_any_shape (void **state)
                                 "{", "coll", "c", "db", "d", "}");
    bson_t *extra = BCON_NEW ("_id", "{", "_data", "82AB", "}", "operationType", "drop", "ns", "{",
                              "db", "d", "coll", "c", "x", BCON_INT32 (1), "}");
-   bson_t *empty = BCON_NEW ("_id", "{", "_data", "82AB", "}", "operationType", "invalidate",
-                             "ns", "{", "}");
+   bson_t *empty = BCON_NEW ("_id", "{", "_data", "82AB", "}", "operationType", "invalidate", "ns",
+                             "{", "}");
    bson_t *late = BCON_NEW ("_id", "{", "_data", "82AB", "}", "operationType", "drop", "ns", "{",
                             "x", BCON_INT32 (1), "coll", BCON_INT64 (2), "db", "d", "}");
    bson_t *empty_db = BCON_NEW ("_id", "{", "_data", "82AB", "}", "operationType", "drop", "ns",
@@ -416,8 +416,8 @@ event_parse_checks_ns_and_update_description_in_any_shape (void **state)
                         "updateDescription", "{", "removedFields", "[", "]", "updatedFields", "{",
                         "}", "}");
    extra = BCON_NEW ("_id", "{", "_data", "82AB", "}", "operationType", "update",
-                     "updateDescription", "{", "updatedFields", "{", "}", "removedFields", "[",
-                     "]", "specialFields", BCON_INT32 (1), "}");
+                     "updateDescription", "{", "updatedFields", "{", "}", "removedFields", "[", "]",
+                     "specialFields", BCON_INT32 (1), "}");
    late = BCON_NEW ("_id", "{", "_data", "82AB", "}", "operationType", "update",
                     "updateDescription", "{", "x", BCON_INT32 (1), "removedFields", "a", "}");
    assert_string_equal (parse (reversed, &ev, &err), "");

@@ -90,8 +90,9 @@ http_policy_link_local_ranges (void **state)
    struct sockaddr_storage ss;
    static const char *const in[] = {"169.254.0.0", "169.254.255.255", "fe80::1", "febf::1",
                                     "::ffff:169.254.169.254"};
-   static const char *const out[] = {"169.253.255.255", "169.255.0.0", "fec0::1", "fe7f::1",
-                                     "::1", "127.0.0.1", "::ffff:127.0.0.1", "10.0.0.1"};
+   static const char *const out[] = {"169.253.255.255",  "169.255.0.0", "fec0::1",
+                                     "fe7f::1",          "::1",         "127.0.0.1",
+                                     "::ffff:127.0.0.1", "10.0.0.1"};
    (void) state;
    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) {
       assert_true (fw_http_address_is_link_local (addr_of (in[i], &ss)));

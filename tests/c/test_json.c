@@ -166,10 +166,11 @@ json_plain_mode_writes_every_bson_type_of_a_view_as_plain_json (void **state)
    assert_true (run (host, "return fw.json.encode(doc, { mode = 'extended' })"));
    assert_string_equal (result, ALL_TYPES_JSON);
    /* Typed values built in Lua and nested in tables, and far-off dates. */
-   assert_true (run (host, "return fw.json.encode({ id = fw.object_id('64f1a2b3c4d5e6f7a8b9c0d1'), "
-                           "at = fw.date(-62198755200000), far = fw.date(8640000000000000), "
-                           "n = fw.int64(-9007199254740992), m = fw.int64(-9007199254740993) }, "
-                           "{ mode = 'plain' })"));
+   assert_true (run (host,
+                     "return fw.json.encode({ id = fw.object_id('64f1a2b3c4d5e6f7a8b9c0d1'), "
+                     "at = fw.date(-62198755200000), far = fw.date(8640000000000000), "
+                     "n = fw.int64(-9007199254740992), m = fw.int64(-9007199254740993) }, "
+                     "{ mode = 'plain' })"));
    assert_string_equal (result,
                         "{\"at\":\"-000001-01-01T00:00:00.000Z\","
                         "\"far\":\"+275760-09-13T00:00:00.000Z\","
@@ -190,23 +191,24 @@ json_extended_decode_gives_back_the_same_bson_bytes (void **state)
    push_all_types_view (L);
    /* Decoded tables are written _id first, then sorted: compare through the
     * view of the original, re-encoded (the view keeps BSON order). */
-   assert_true (run (host, "local v = fw.json.decode(fw.json.encode(doc), { extended = true })\n"
-                           "decoded = v\n"
-                           "for k, x in pairs(doc) do\n"
-                           "  local y = v[k]\n"
-                           "  if type(x) == 'userdata' and getmetatable(x) == 'flowwarden.view' then\n"
-                           "    x, y = fw.json.encode(fw.table(x)), fw.json.encode(y)\n"
-                           "  end\n"
-                           "  if x ~= y and not (k == 'big' and y.value == x) then\n"
-                           "    return k .. ': ' .. tostring(x) .. ' ~= ' .. tostring(y)\n"
-                           "  end\n"
-                           "end\n"
-                           "assert(math.type(v.dbl) == 'float' and math.type(v.i32) == 'integer')\n"
-                           "assert(math.type(v.i64) == 'integer' and v.big.type == 'int64')\n"
-                           "assert(v.big.value == 9007199254740993)\n"
-                           "assert(v.nul == fw.null and fw.json.null == fw.null)\n"
-                           "assert(getmetatable(v.empty) == 'flowwarden.array')\n"
-                           "return 'same'"));
+   assert_true (run (host,
+                     "local v = fw.json.decode(fw.json.encode(doc), { extended = true })\n"
+                     "decoded = v\n"
+                     "for k, x in pairs(doc) do\n"
+                     "  local y = v[k]\n"
+                     "  if type(x) == 'userdata' and getmetatable(x) == 'flowwarden.view' then\n"
+                     "    x, y = fw.json.encode(fw.table(x)), fw.json.encode(y)\n"
+                     "  end\n"
+                     "  if x ~= y and not (k == 'big' and y.value == x) then\n"
+                     "    return k .. ': ' .. tostring(x) .. ' ~= ' .. tostring(y)\n"
+                     "  end\n"
+                     "end\n"
+                     "assert(math.type(v.dbl) == 'float' and math.type(v.i32) == 'integer')\n"
+                     "assert(math.type(v.i64) == 'integer' and v.big.type == 'int64')\n"
+                     "assert(v.big.value == 9007199254740993)\n"
+                     "assert(v.nul == fw.null and fw.json.null == fw.null)\n"
+                     "assert(getmetatable(v.empty) == 'flowwarden.array')\n"
+                     "return 'same'"));
    assert_string_equal (result, "same");
    /* And to BSON: every element has the original's type and value. */
    build_all_types (&doc);
@@ -225,8 +227,7 @@ json_extended_decode_gives_back_the_same_bson_bytes (void **state)
          va = bson_iter_value (&a);
          vb = bson_iter_value (&b);
          if (va->value_type != vb->value_type) {
-            fail_msg ("%s: type %d became %d", bson_iter_key (&a), va->value_type,
-                      vb->value_type);
+            fail_msg ("%s: type %d became %d", bson_iter_key (&a), va->value_type, vb->value_type);
          }
       }
    }
@@ -242,21 +243,22 @@ json_canonical_extended_json_decodes_to_typed_values (void **state)
    (void) state;
 
    assert_true (run (
-      host, "local v = fw.json.decode([[{\"i\":{\"$numberInt\":\"42\"},\"l\":{\"$numberLong\":\"-9\"},"
-            "\"d\":{\"$numberDouble\":\"1\"},\"inf\":{\"$numberDouble\":\"-Infinity\"},"
-            "\"nan\":{\"$numberDouble\":\"NaN\"},"
-            "\"date\":{\"$date\":{\"$numberLong\":\"1714564800000\"}},"
-            "\"tz\":{\"$date\":\"2024-05-01T14:00:00+02:00\"},"
-            "\"bin\":{\"$binary\":{\"base64\":\"\",\"subType\":\"4\"}},"
-            "\"q\":{\"$gte\":5}}]], { extended = true })\n"
-            "assert(v.i == 42 and math.type(v.i) == 'integer')\n"
-            "assert(v.l == fw.int64(-9))\n"
-            "assert(v.d == 1.0 and math.type(v.d) == 'float')\n"
-            "assert(v.inf == -math.huge and v.nan ~= v.nan)\n"
-            "assert(v.date == fw.date(1714564800000) and v.tz == v.date)\n"
-            "assert(v.bin == fw.binary('', 4))\n"
-            "assert(v.q['$gte'] == 5)\n"
-            "return fw.json.encode(fw.json.decode('{\"$oid\":\"64f1a2b3c4d5e6f7a8b9c0d1\"}'))"));
+      host,
+      "local v = fw.json.decode([[{\"i\":{\"$numberInt\":\"42\"},\"l\":{\"$numberLong\":\"-9\"},"
+      "\"d\":{\"$numberDouble\":\"1\"},\"inf\":{\"$numberDouble\":\"-Infinity\"},"
+      "\"nan\":{\"$numberDouble\":\"NaN\"},"
+      "\"date\":{\"$date\":{\"$numberLong\":\"1714564800000\"}},"
+      "\"tz\":{\"$date\":\"2024-05-01T14:00:00+02:00\"},"
+      "\"bin\":{\"$binary\":{\"base64\":\"\",\"subType\":\"4\"}},"
+      "\"q\":{\"$gte\":5}}]], { extended = true })\n"
+      "assert(v.i == 42 and math.type(v.i) == 'integer')\n"
+      "assert(v.l == fw.int64(-9))\n"
+      "assert(v.d == 1.0 and math.type(v.d) == 'float')\n"
+      "assert(v.inf == -math.huge and v.nan ~= v.nan)\n"
+      "assert(v.date == fw.date(1714564800000) and v.tz == v.date)\n"
+      "assert(v.bin == fw.binary('', 4))\n"
+      "assert(v.q['$gte'] == 5)\n"
+      "return fw.json.encode(fw.json.decode('{\"$oid\":\"64f1a2b3c4d5e6f7a8b9c0d1\"}'))"));
    /* Without extended = true the wrappers stay plain objects. */
    assert_string_equal (result, "{\"$oid\":\"64f1a2b3c4d5e6f7a8b9c0d1\"}");
    fw_lua_host_destroy (host);
@@ -271,24 +273,29 @@ json_errors_name_the_function_and_the_path (void **state)
    assert_false (run (host, "return fw.json.encode({ x = print })"));
    assert_string_equal (result, "fw.json.encode: cannot encode a function at $.x");
    assert_false (run (host, "return fw.json.encode({ a = { 1, nil, 3 } })"));
-   assert_string_equal (result, "fw.json.encode: cannot encode a sparse array (2 elements, highest "
-                                "index 3; use fw.null for an empty slot) at $.a");
-   assert_false (run (host, "return fw.json.encode({ a = { 1, b = 2 } })"));
    assert_string_equal (result,
-                        "fw.json.encode: cannot encode a table that mixes string and integer keys at $.a");
+                        "fw.json.encode: cannot encode a sparse array (2 elements, highest "
+                        "index 3; use fw.null for an empty slot) at $.a");
+   assert_false (run (host, "return fw.json.encode({ a = { 1, b = 2 } })"));
+   assert_string_equal (
+      result, "fw.json.encode: cannot encode a table that mixes string and integer keys at $.a");
    assert_false (run (host, "local t = {} t.self = t return fw.json.encode(t)"));
    assert_string_equal (result, "fw.json.encode: a table contains itself at $.self");
-   assert_false (run (host, "return fw.json.decode(string.rep('{\"a\":', 101) .. '1' .. string.rep('}', 101))"));
+   assert_false (run (
+      host, "return fw.json.decode(string.rep('{\"a\":', 101) .. '1' .. string.rep('}', 101))"));
    assert_non_null (strstr (result, "fw.json.decode: nesting deeper than 100 at $.a.a.a"));
    assert_false (run (host, "return fw.json.decode('{\"a\": [1, 2,]}')"));
    assert_string_equal (result, "fw.json.decode: unexpected character ']' at character 13");
-   assert_false (run (host, "return fw.json.decode('{\"a\": {\"$oid\": 5}}', { extended = true })"));
-   assert_string_equal (result, "fw.json.decode: invalid $oid (expected a string of 24 hexadecimal "
-                                "digits) at $.a");
+   assert_false (
+      run (host, "return fw.json.decode('{\"a\": {\"$oid\": 5}}', { extended = true })"));
+   assert_string_equal (result,
+                        "fw.json.decode: invalid $oid (expected a string of 24 hexadecimal "
+                        "digits) at $.a");
    assert_false (run (host, "return fw.code_w_scope('return x', 5)"));
    assert_non_null (strstr (result, "code_w_scope: scope must be a table, got number"));
-   assert_true (run (host, "local c = fw.code_w_scope('return x', { x = 1 })\n"
-                           "return c.type .. ' ' .. c.code .. ' ' .. c.scope.x"));
+   assert_true (run (host,
+                     "local c = fw.code_w_scope('return x', { x = 1 })\n"
+                     "return c.type .. ' ' .. c.code .. ' ' .. c.scope.x"));
    assert_string_equal (result, "code_w_scope return x 1");
    assert_false (run (host, "return fw.json.encode('\\255')"));
    assert_non_null (strstr (result, "not valid UTF-8"));
@@ -301,14 +308,17 @@ json_numbers_keep_integers_and_floats_apart (void **state)
    fw_lua_host_t *host = new_host ();
    (void) state;
 
-   assert_true (run (host, "return fw.json.encode({ 1, 2.0, 0.1, -0.0, 1e300, 2^63, math.maxinteger, "
-                           "9007199254740992, 0/0, math.huge })"));
-   assert_string_equal (result, "[1,2.0,0.1,-0.0,1e+300,9.223372036854776e+18,"
-                                "{\"$numberLong\":\"9223372036854775807\"},9007199254740992,"
-                                "{\"$numberDouble\":\"NaN\"},{\"$numberDouble\":\"Infinity\"}]");
-   assert_true (run (host, "local v = fw.json.decode('[1, 2.0, 1e2, -0, 9223372036854775807]')\n"
-                           "return math.type(v[1]) .. math.type(v[2]) .. math.type(v[3]) .. "
-                           "math.type(v[4]) .. v[5]"));
+   assert_true (run (host,
+                     "return fw.json.encode({ 1, 2.0, 0.1, -0.0, 1e300, 2^63, math.maxinteger, "
+                     "9007199254740992, 0/0, math.huge })"));
+   assert_string_equal (result,
+                        "[1,2.0,0.1,-0.0,1e+300,9.223372036854776e+18,"
+                        "{\"$numberLong\":\"9223372036854775807\"},9007199254740992,"
+                        "{\"$numberDouble\":\"NaN\"},{\"$numberDouble\":\"Infinity\"}]");
+   assert_true (run (host,
+                     "local v = fw.json.decode('[1, 2.0, 1e2, -0, 9223372036854775807]')\n"
+                     "return math.type(v[1]) .. math.type(v[2]) .. math.type(v[3]) .. "
+                     "math.type(v[4]) .. v[5]"));
    assert_string_equal (result, "integerfloatfloatinteger9223372036854775807");
    fw_lua_host_destroy (host);
 }
@@ -319,8 +329,9 @@ json_pretty_and_key_order (void **state)
    fw_lua_host_t *host = new_host ();
    (void) state;
 
-   assert_true (run (host, "return fw.json.encode({ b = 1, a = { fw.array() }, _id = 3 }, "
-                           "{ pretty = true })"));
+   assert_true (run (host,
+                     "return fw.json.encode({ b = 1, a = { fw.array() }, _id = 3 }, "
+                     "{ pretty = true })"));
    assert_string_equal (result, "{\n  \"_id\": 3,\n  \"a\": [\n    []\n  ],\n  \"b\": 1\n}");
    fw_lua_host_destroy (host);
 }

@@ -243,7 +243,7 @@ a_gated_lease_waits_for_its_gate_and_a_yielded_one_can_be_taken_again (void **st
    assert_true (took * 1000 <= LEASE_MS / 3 + 100);
    fw_lease_status (a, &st);
    assert_int_equal (st.role, FW_LEASE_STANDBY); /* not released: it may lead again */
-   fw_lease_destroy (b); /* as kill -9 */
+   fw_lease_destroy (b);                         /* as kill -9 */
    __atomic_store_n (&g_allow, true, __ATOMIC_RELAXED);
    time_to_lead (a, 3.0);
    assert_int_equal (epoch_of (a), 3);
@@ -266,7 +266,7 @@ a_standby_sees_the_holder_then_how_long_the_lease_has_been_free (void **state)
    __atomic_store_n (&g_allow, false, __ATOMIC_RELAXED);
    b = fw_lease_new_gated (g_uri, "ha", "orphan", LEASE_MS, "b", allow, NULL, &err);
    assert_non_null (b);
-   for (t0 = now_s (); ; usleep (10000)) {
+   for (t0 = now_s ();; usleep (10000)) {
       fw_lease_status (b, &st);
       if (st.live_holder || now_s () - t0 > 5.0) {
          break;
@@ -277,7 +277,7 @@ a_standby_sees_the_holder_then_how_long_the_lease_has_been_free (void **state)
    assert_int_equal (st.free_ms, -1);
    assert_true (st.expires_in_ms > 0 && st.expires_in_ms <= LEASE_MS + 100);
    fw_lease_destroy (a); /* as kill -9 */
-   for (t0 = now_s (); ; usleep (10000)) {
+   for (t0 = now_s ();; usleep (10000)) {
       fw_lease_status (b, &st);
       if (!st.live_holder || now_s () - t0 > 5.0) {
          break;
@@ -411,8 +411,9 @@ a_lease_held_far_into_the_future_is_never_taken (void **state)
    (void) state;
    fw_lease_t *a;
    fw_lease_status_t st;
-   insert_lease ("{\"_id\": \"held\", \"owner\": \"other\", \"epoch\": {\"$numberLong\": \"3\"}, "
-                 "\"expiresAt\": {\"$date\": \"2999-01-01T00:00:00Z\"}}");
+   insert_lease (
+      "{\"_id\": \"held\", \"owner\": \"other\", \"epoch\": {\"$numberLong\": \"3\"}, "
+      "\"expiresAt\": {\"$date\": \"2999-01-01T00:00:00Z\"}}");
    a = lease ("held", "a");
    usleep (LEASE_MS * 1000 * 3 / 2);
    assert_false (fw_lease_is_leader (a, NULL));
@@ -457,20 +458,18 @@ a_deposed_leaders_checkpoint_is_fenced_off (void **state)
 
    assert_true (fw_checkpoint_fence (g_client, "ha", "fence", 1, &stored, &err));
    assert_int_equal (stored, 1);
-   assert_true (fw_checkpoint_save_fenced (g_client, "ha", "fence", t1, t1, "v", 1, &fenced,
-                                           &err));
+   assert_true (fw_checkpoint_save_fenced (g_client, "ha", "fence", t1, t1, "v", 1, &fenced, &err));
    /* A new leader (epoch 2) fences; the old one's late write moves nothing. */
    assert_true (fw_checkpoint_fence (g_client, "ha", "fence", 2, &stored, &err));
    assert_int_equal (stored, 2);
-   assert_false (fw_checkpoint_save_fenced (g_client, "ha", "fence", t3, t3, "v", 1, &fenced,
-                                            &err));
+   assert_false (
+      fw_checkpoint_save_fenced (g_client, "ha", "fence", t3, t3, "v", 1, &fenced, &err));
    assert_true (fenced);
    assert_non_null (strstr (err.message, "NOT saved"));
    assert_true (fw_checkpoint_load (g_client, "ha", "fence", &cp, &err));
    assert_true (bson_equal (&cp.processed, t1));
    fw_checkpoint_cleanup (&cp);
-   assert_true (fw_checkpoint_save_fenced (g_client, "ha", "fence", t2, t2, "v", 2, &fenced,
-                                           &err));
+   assert_true (fw_checkpoint_save_fenced (g_client, "ha", "fence", t2, t2, "v", 2, &fenced, &err));
    /* A fence lower than the stored one leaves it: the caller sees it is behind. */
    assert_true (fw_checkpoint_fence (g_client, "ha", "fence", 1, &stored, &err));
    assert_int_equal (stored, 2);

@@ -75,9 +75,10 @@ lua_host_valid_script_declares_streams (void **state)
    lua_State *L;
    (void) state;
 
-   write_script ("local fw = require('flowwarden')\n"
-                 "fw.stream { name = 'a', database = 'd', on_change = function() end }\n"
-                 "fw.stream { name = 'b', database = 'd', on_insert = function() end }\n");
+   write_script (
+      "local fw = require('flowwarden')\n"
+      "fw.stream { name = 'a', database = 'd', on_change = function() end }\n"
+      "fw.stream { name = 'b', database = 'd', on_insert = function() end }\n");
    assert_true (fw_lua_host_load_script (host, script_path, NULL, &err));
    assert_int_equal (fw_lua_host_stream_count (host), 2);
    L = fw_lua_host_state (host);
@@ -112,8 +113,9 @@ version_of (const char *path, char *out, size_t size)
 static void
 lua_host_version_hashes_contents_not_paths (void **state)
 {
-   const char *text = "local fw = require('flowwarden')\n"
-                      "fw.stream { name = 'a', database = 'd', on_change = function() end }\n";
+   const char *text =
+      "local fw = require('flowwarden')\n"
+      "fw.stream { name = 'a', database = 'd', on_change = function() end }\n";
    char a[32], b[32], c[32], copy[96], dotted[96];
    FILE *f;
    (void) state;
@@ -133,8 +135,9 @@ lua_host_version_hashes_contents_not_paths (void **state)
    unlink (copy);
    assert_string_equal (a, c);
    assert_string_equal (a, "e6c77ef076bf");
-   write_script ("-- edited\nlocal fw = require('flowwarden')\n"
-                 "fw.stream { name = 'a', database = 'd', on_change = function() end }\n");
+   write_script (
+      "-- edited\nlocal fw = require('flowwarden')\n"
+      "fw.stream { name = 'a', database = 'd', on_change = function() end }\n");
    assert_non_null (version_of (script_path, b, sizeof b));
    assert_string_not_equal (a, b);
 }
@@ -187,8 +190,9 @@ lua_host_timeout_stops_endless_loop (void **state)
    assert_false (fw_lua_host_call (host, 0, 0, 50, &stop));
    assert_int_equal (stop, FW_LUA_STOP_TIMEOUT);
    lua_pop (L, 1);
-   luaL_loadstring (L, "local co = coroutine.create(function() while true do end end)\n"
-                       "while true do coroutine.resume(co) end");
+   luaL_loadstring (L,
+                    "local co = coroutine.create(function() while true do end end)\n"
+                    "while true do coroutine.resume(co) end");
    assert_false (fw_lua_host_call (host, 0, 0, 50, &stop));
    assert_int_equal (stop, FW_LUA_STOP_TIMEOUT);
    lua_pop (L, 1);
@@ -244,10 +248,11 @@ lua_host_large_garbage_is_collected_before_the_next_call (void **state)
    fw_lua_stop_t stop;
    (void) state;
 
-   assert_int_equal (luaL_dostring (L, "function big () "
-                                       "local before = collectgarbage('count') "
-                                       "local s = string.rep('x', 8 * 1024 * 1024) "
-                                       "return before, #s end"),
+   assert_int_equal (luaL_dostring (L,
+                                    "function big () "
+                                    "local before = collectgarbage('count') "
+                                    "local s = string.rep('x', 8 * 1024 * 1024) "
+                                    "return before, #s end"),
                      LUA_OK);
    for (int i = 0; i < 4; i++) {
       lua_getglobal (L, "big");
@@ -349,10 +354,11 @@ fill_to_limit (fw_lua_host_t *host)
    lua_State *L = fw_lua_host_state (host);
    fw_lua_stop_t stop;
 
-   luaL_loadstring (L, "kept = {} local more = {} kept.more = more local n = 0 "
-                       "local f1 = function() while true do n = n + 1 kept[n] = {} end end "
-                       "local f2 = function() while true do more[1] = {} more = more[1] end end "
-                       "pcall(f1) pcall(f2)");
+   luaL_loadstring (L,
+                    "kept = {} local more = {} kept.more = more local n = 0 "
+                    "local f1 = function() while true do n = n + 1 kept[n] = {} end end "
+                    "local f2 = function() while true do more[1] = {} more = more[1] end end "
+                    "pcall(f1) pcall(f2)");
    assert_true (fw_lua_host_call (host, 0, 0, 0, &stop));
    lua_gc (L, LUA_GCCOLLECT);
 }

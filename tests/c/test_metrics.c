@@ -14,11 +14,11 @@
 #include <cmocka.h>
 #include <lauxlib.h>
 
-#include "runtime/host/lua_host.h"
 #include "flowwarden/clock.h"
-#include "ops/metrics.h"
-#include "lua_api/metrics_lua.h"
 #include "flowwarden/secrets.h"
+#include "lua_api/metrics_lua.h"
+#include "ops/metrics.h"
+#include "runtime/host/lua_host.h"
 
 static bool
 contains (const char *text, const char *line)
@@ -90,8 +90,8 @@ busy_registry (void)
    fw_stream_metrics_t *b = fw_metrics_stream (m, "we\"ird \\ name\n\xff");
    static const char *const kind[] = {"kind"};
    static const double buckets[] = {0.5, 1, 2.5};
-   fw_metric_spec_t hist = {"shop_basket_size", "Items per basket.", FW_METRIC_HISTOGRAM,
-                            NULL, 0, buckets, 3};
+   fw_metric_spec_t hist = {
+      "shop_basket_size", "Items per basket.", FW_METRIC_HISTOGRAM, NULL, 0, buckets, 3};
    fw_error_t err;
    const char *paid[] = {"paid"}, *quoted[] = {"a \"quoted\"\nvalue"};
    fw_metric_t *c, *g, *h;
@@ -171,50 +171,78 @@ metrics_exposition_has_every_value (void **state)
    char *text = fw_metrics_render (m, NULL);
    (void) state;
 
-   assert_true (contains (text, "flowwarden_events_total{stream=\"orders\",operation=\"insert\"} 3\n"));
-   assert_true (contains (text, "flowwarden_events_total{stream=\"orders\",operation=\"dropDatabase\"} 1\n"));
-   assert_true (contains (text, "flowwarden_events_handled_total{stream=\"orders\",outcome=\"ok\"} 3\n"));
-   assert_true (contains (text, "flowwarden_events_handled_total{stream=\"orders\",outcome=\"dlq\"} 1\n"));
-   assert_true (contains (text, "flowwarden_handler_errors_total{stream=\"orders\",error_type=\"Payment.Timeout\"} 2\n"));
-   assert_true (contains (text, "flowwarden_handler_errors_total{stream=\"orders\",error_type=\"Validation\"} 1\n"));
+   assert_true (
+      contains (text, "flowwarden_events_total{stream=\"orders\",operation=\"insert\"} 3\n"));
+   assert_true (
+      contains (text, "flowwarden_events_total{stream=\"orders\",operation=\"dropDatabase\"} 1\n"));
+   assert_true (
+      contains (text, "flowwarden_events_handled_total{stream=\"orders\",outcome=\"ok\"} 3\n"));
+   assert_true (
+      contains (text, "flowwarden_events_handled_total{stream=\"orders\",outcome=\"dlq\"} 1\n"));
+   assert_true (contains (
+      text,
+      "flowwarden_handler_errors_total{stream=\"orders\",error_type=\"Payment.Timeout\"} 2\n"));
+   assert_true (contains (
+      text, "flowwarden_handler_errors_total{stream=\"orders\",error_type=\"Validation\"} 1\n"));
    assert_true (contains (text, "flowwarden_retries_total{stream=\"orders\"} 1\n"));
    /* Cumulative buckets; _count is the +Inf bucket. */
-   assert_true (contains (text, "flowwarden_handler_duration_seconds_bucket{stream=\"orders\",le=\"0.00025\"} 0\n"));
-   assert_true (contains (text, "flowwarden_handler_duration_seconds_bucket{stream=\"orders\",le=\"0.0005\"} 1\n"));
-   assert_true (contains (text, "flowwarden_handler_duration_seconds_bucket{stream=\"orders\",le=\"0.001\"} 3\n"));
-   assert_true (contains (text, "flowwarden_handler_duration_seconds_bucket{stream=\"orders\",le=\"30\"} 3\n"));
-   assert_true (contains (text, "flowwarden_handler_duration_seconds_bucket{stream=\"orders\",le=\"+Inf\"} 4\n"));
-   assert_true (contains (text, "flowwarden_handler_duration_seconds_sum{stream=\"orders\"} 40.0018\n"));
-   assert_true (contains (text, "flowwarden_handler_duration_seconds_count{stream=\"orders\"} 4\n"));
+   assert_true (contains (
+      text, "flowwarden_handler_duration_seconds_bucket{stream=\"orders\",le=\"0.00025\"} 0\n"));
+   assert_true (contains (
+      text, "flowwarden_handler_duration_seconds_bucket{stream=\"orders\",le=\"0.0005\"} 1\n"));
+   assert_true (contains (
+      text, "flowwarden_handler_duration_seconds_bucket{stream=\"orders\",le=\"0.001\"} 3\n"));
+   assert_true (contains (
+      text, "flowwarden_handler_duration_seconds_bucket{stream=\"orders\",le=\"30\"} 3\n"));
+   assert_true (contains (
+      text, "flowwarden_handler_duration_seconds_bucket{stream=\"orders\",le=\"+Inf\"} 4\n"));
+   assert_true (
+      contains (text, "flowwarden_handler_duration_seconds_sum{stream=\"orders\"} 40.0018\n"));
+   assert_true (
+      contains (text, "flowwarden_handler_duration_seconds_count{stream=\"orders\"} 4\n"));
    /* The lag froze when the last event finished, 250 ms after its time. */
    assert_true (contains (text, "flowwarden_lag_seconds{stream=\"orders\"} 0.25\n"));
-   assert_true (contains (text, "flowwarden_last_event_timestamp_seconds{stream=\"orders\"} 1700000002\n"));
-   assert_true (contains (text, "flowwarden_checkpoint_timestamp_seconds{stream=\"orders\"} 1700000002.3\n"));
+   assert_true (
+      contains (text, "flowwarden_last_event_timestamp_seconds{stream=\"orders\"} 1700000002\n"));
+   assert_true (
+      contains (text, "flowwarden_checkpoint_timestamp_seconds{stream=\"orders\"} 1700000002.3\n"));
    assert_true (contains (text, "flowwarden_checkpoint_writes_total{stream=\"orders\"} 1\n"));
    assert_true (contains (text, "flowwarden_checkpoint_errors_total{stream=\"orders\"} 1\n"));
    assert_true (contains (text, "flowwarden_dlq_writes_total{stream=\"orders\"} 1\n"));
    assert_true (contains (text, "flowwarden_dlq_pending{stream=\"orders\"} 7\n"));
    /* The age grows from the count on: 12.5 s then, a few ms more now. */
-   assert_true (contains (text, "flowwarden_dlq_oldest_pending_age_seconds{stream=\"orders\"} 12."));
+   assert_true (
+      contains (text, "flowwarden_dlq_oldest_pending_age_seconds{stream=\"orders\"} 12."));
    assert_true (contains (text, "flowwarden_stream_up{stream=\"orders\"} 1\n"));
-   assert_true (contains (text, "flowwarden_stream_state{stream=\"orders\",state=\"running\"} 1\n"));
+   assert_true (
+      contains (text, "flowwarden_stream_state{stream=\"orders\",state=\"running\"} 1\n"));
    assert_true (contains (text, "flowwarden_stream_state{stream=\"orders\",state=\"failed\"} 0\n"));
-   assert_true (contains (text, "flowwarden_stream_restarts_total{stream=\"orders\",reason=\"invalidate\"} 1\n"));
-   assert_true (contains (text, "flowwarden_states_rebuilt_total{stream=\"orders\",reason=\"memory\"} 2\n"));
+   assert_true (contains (
+      text, "flowwarden_stream_restarts_total{stream=\"orders\",reason=\"invalidate\"} 1\n"));
+   assert_true (
+      contains (text, "flowwarden_states_rebuilt_total{stream=\"orders\",reason=\"memory\"} 2\n"));
    assert_true (contains (text, "flowwarden_lua_memory_bytes{stream=\"orders\"} 123456\n"));
-   assert_true (contains (text, "flowwarden_io_requests_total{stream=\"orders\",client=\"http\",result=\"timeout\"} 1\n"));
-   assert_true (contains (text, "flowwarden_io_duration_seconds_bucket{stream=\"orders\",client=\"mongo\",le=\"0.0025\"} 1\n"));
+   assert_true (contains (
+      text,
+      "flowwarden_io_requests_total{stream=\"orders\",client=\"http\",result=\"timeout\"} 1\n"));
+   assert_true (contains (
+      text,
+      "flowwarden_io_duration_seconds_bucket{stream=\"orders\",client=\"mongo\",le=\"0.0025\"} 1\n"));
    assert_true (contains (text, "flowwarden_reloads_total{result=\"success\"} 2\n"));
    assert_true (contains (text, "flowwarden_reloads_total{result=\"failure\"} 1\n"));
    assert_true (contains (text, "flowwarden_script_info{version=\"66a54c34624c\"} 1\n"));
-   assert_true (contains (text, "flowwarden_build_info{version=\"0.1.0\",libmongoc=\"1.23.1\",lua=\"Lua 5.4.4\"} 1\n"));
+   assert_true (contains (
+      text, "flowwarden_build_info{version=\"0.1.0\",libmongoc=\"1.23.1\",lua=\"Lua 5.4.4\"} 1\n"));
    assert_true (contains (text, "\nprocess_resident_memory_bytes "));
    assert_true (contains (text, "\nprocess_cpu_seconds_total "));
    assert_true (contains (text, "\nprocess_open_fds "));
    assert_true (contains (text, "\nprocess_start_time_seconds "));
    /* The odd stream name is escaped, its bad byte replaced. */
-   assert_true (contains (text, "flowwarden_stream_up{stream=\"we\\\"ird \\\\ name\\n\xEF\xBF\xBD\"} 0\n"));
-   assert_true (contains (text, "flowwarden_stream_state{stream=\"we\\\"ird \\\\ name\\n\xEF\xBF\xBD\",state=\"failed\"} 1\n"));
+   assert_true (
+      contains (text, "flowwarden_stream_up{stream=\"we\\\"ird \\\\ name\\n\xEF\xBF\xBD\"} 0\n"));
+   assert_true (contains (
+      text,
+      "flowwarden_stream_state{stream=\"we\\\"ird \\\\ name\\n\xEF\xBF\xBD\",state=\"failed\"} 1\n"));
    /* Handler-defined metrics carry the stream. */
    assert_true (contains (text, "# TYPE shop_orders_total counter\n"));
    assert_true (contains (text, "shop_orders_total{stream=\"orders\",kind=\"paid\"} 2\n"));
@@ -370,7 +398,8 @@ metrics_removed_stream_is_hidden_and_counts_on_when_back (void **state)
    assert_ptr_equal (fw_metrics_stream (m, "gone"), b);
    fw_stream_metrics_event_received (b, FW_METRICS_OP_INSERT, 0);
    text = fw_metrics_render (m, NULL);
-   assert_true (contains (text, "flowwarden_events_total{stream=\"gone\",operation=\"insert\"} 2\n"));
+   assert_true (
+      contains (text, "flowwarden_events_total{stream=\"gone\",operation=\"insert\"} 2\n"));
    free (text);
    fw_metrics_destroy (m);
 }
@@ -561,18 +590,23 @@ metrics_names_follow_prometheus_rules (void **state)
       {"shop_payment_duration_seconds", FW_METRIC_HISTOGRAM, NULL},
       {"shop_body_bytes", FW_METRIC_GAUGE, NULL},
       {"HTTP_requests_total", FW_METRIC_COUNTER, NULL},
-      {"orders", FW_METRIC_COUNTER, "counter name \"orders\" must end in _total (Prometheus convention): use \"orders_total\""},
-      {"depth_total", FW_METRIC_GAUGE, "gauge name \"depth_total\" must not end in _total (only counters do)"},
+      {"orders", FW_METRIC_COUNTER,
+       "counter name \"orders\" must end in _total (Prometheus convention): use \"orders_total\""},
+      {"depth_total", FW_METRIC_GAUGE,
+       "gauge name \"depth_total\" must not end in _total (only counters do)"},
       {"shop:orders_total", FW_METRIC_COUNTER, "':' is reserved for recording rules"},
       {"9lives", FW_METRIC_GAUGE, "use letters, digits and '_'"},
       {"shop-orders", FW_METRIC_GAUGE, "use letters, digits and '_'"},
       {"", FW_METRIC_GAUGE, "metric name must be 1 to 200 characters"},
       {"__hidden", FW_METRIC_GAUGE, "names starting with \"__\" are reserved"},
       {"shopOrders_total", FW_METRIC_COUNTER, "write it in snake_case"},
-      {"flowwarden_events_total", FW_METRIC_COUNTER, "is reserved: flowwarden_* and process_* are flowwarden's own metrics"},
+      {"flowwarden_events_total", FW_METRIC_COUNTER,
+       "is reserved: flowwarden_* and process_* are flowwarden's own metrics"},
       {"process_cpu_seconds_total", FW_METRIC_COUNTER, "is reserved"},
-      {"latency_milliseconds", FW_METRIC_HISTOGRAM, "use the base unit \"seconds\" instead of \"milliseconds\""},
-      {"payload_kilobytes", FW_METRIC_GAUGE, "use the base unit \"bytes\" instead of \"kilobytes\""},
+      {"latency_milliseconds", FW_METRIC_HISTOGRAM,
+       "use the base unit \"seconds\" instead of \"milliseconds\""},
+      {"payload_kilobytes", FW_METRIC_GAUGE,
+       "use the base unit \"bytes\" instead of \"kilobytes\""},
       {"uptime_hours", FW_METRIC_GAUGE, "use the base unit \"seconds\" instead of \"hours\""},
       {"latency_ms", FW_METRIC_GAUGE, "must not contain the abbreviated unit \"ms\""},
       {"size_kb_now", FW_METRIC_GAUGE, "must not contain the abbreviated unit \"kb\""},
@@ -596,7 +630,8 @@ static void
 metrics_labels_and_buckets_are_checked (void **state)
 {
    fw_metrics_t *m = fw_metrics_new ();
-   const char *stream[] = {"stream"}, *le[] = {"le"}, *twice[] = {"a", "a"}, *camel[] = {"shopKind"};
+   const char *stream[] = {"stream"}, *le[] = {"le"}, *twice[] = {"a", "a"},
+              *camel[] = {"shopKind"};
    const double down[] = {1, 0.5};
    fw_metric_spec_t h = {"shop_wait_seconds", "Wait.", FW_METRIC_HISTOGRAM, NULL, 0, down, 2};
    fw_metric_spec_t nohelp = {"shop_x", "", FW_METRIC_GAUGE, NULL, 0, NULL, 0};
@@ -604,7 +639,8 @@ metrics_labels_and_buckets_are_checked (void **state)
    (void) state;
 
    assert_null (define (m, "shop_a_total", FW_METRIC_COUNTER, stream, 1, false, &err));
-   assert_non_null (strstr (err.message, "label name \"stream\" is reserved (flowwarden adds \"stream\""));
+   assert_non_null (
+      strstr (err.message, "label name \"stream\" is reserved (flowwarden adds \"stream\""));
    assert_null (define (m, "shop_wait_seconds", FW_METRIC_HISTOGRAM, le, 1, false, &err));
    assert_non_null (strstr (err.message, "label name \"le\" is reserved"));
    assert_null (define (m, "shop_c_total", FW_METRIC_COUNTER, twice, 2, false, &err));
@@ -612,9 +648,10 @@ metrics_labels_and_buckets_are_checked (void **state)
    assert_null (define (m, "shop_kinds_total", FW_METRIC_COUNTER, camel, 1, false, &err));
    assert_non_null (strstr (err.message, "write label name \"shopKind\" in snake_case"));
    assert_null (fw_metrics_define (m, &h, false, &err));
-   assert_non_null (strstr (err.message, "histogram shop_wait_seconds: buckets must be finite upper "
-                                         "bounds in increasing order (bucket 2 is 0.5, not above "
-                                         "the one before); +Inf is added by itself"));
+   assert_non_null (strstr (err.message,
+                            "histogram shop_wait_seconds: buckets must be finite upper "
+                            "bounds in increasing order (bucket 2 is 0.5, not above "
+                            "the one before); +Inf is added by itself"));
    assert_null (fw_metrics_define (m, &nohelp, false, &err));
    assert_non_null (strstr (err.message, "metric shop_x: help must be a non-empty UTF-8 text"));
    fw_metrics_destroy (m);
@@ -777,19 +814,22 @@ metrics_lua_handles_count_per_stream_and_survive_a_new_state (void **state)
 
    fw_metrics_lua_attach (L, m);
    /* The script's top level: definitions only. */
-   assert_true (run (host, "C = fw.metrics.counter('shop_orders_total', 'Orders.', { labels = { 'kind' } })\n"
-                           "G = fw.metrics.gauge('shop_depth', 'Depth.')\n"
-                           "H = fw.metrics.histogram('shop_size', 'Size.', { 1, 10 })\n"
-                           "return tostring(C)"));
+   assert_true (
+      run (host,
+           "C = fw.metrics.counter('shop_orders_total', 'Orders.', { labels = { 'kind' } })\n"
+           "G = fw.metrics.gauge('shop_depth', 'Depth.')\n"
+           "H = fw.metrics.histogram('shop_size', 'Size.', { 1, 10 })\n"
+           "return tostring(C)"));
    assert_string_equal (result, "fw.metrics.counter(shop_orders_total)");
    assert_false (run (host, "G:set(1)"));
    assert_non_null (strstr (result, "fw.metrics: shop_depth:set() works inside handlers only"));
    fw_metrics_commit (m);
    /* Handlers. */
    fw_metrics_lua_bind_stream (L, b);
-   assert_true (run (host, "for i = 1, 10 do C:inc({ kind = 'paid' }) end\n"
-                           "C:inc(2.5, { kind = 'paid' }) C:inc(1, { kind = 42 })\n"
-                           "G:set(7) G:add(-2) H:observe(0.5) H:observe(5) H:observe(50)"));
+   assert_true (run (host,
+                     "for i = 1, 10 do C:inc({ kind = 'paid' }) end\n"
+                     "C:inc(2.5, { kind = 'paid' }) C:inc(1, { kind = 42 })\n"
+                     "G:set(7) G:add(-2) H:observe(0.5) H:observe(5) H:observe(50)"));
    text = fw_metrics_render (m, NULL);
    assert_true (contains (text, "shop_orders_total{stream=\"orders\",kind=\"paid\"} 12.5\n"));
    assert_true (contains (text, "shop_orders_total{stream=\"orders\",kind=\"42\"} 1\n"));
@@ -802,9 +842,13 @@ metrics_lua_handles_count_per_stream_and_survive_a_new_state (void **state)
    host = fw_lua_host_new (NULL);
    L = fw_lua_host_state (host);
    fw_metrics_lua_attach (L, m);
-   assert_true (run (host, "C = fw.metrics.counter('shop_orders_total', 'Orders again.', { labels = { 'kind' } })"));
+   assert_true (run (
+      host,
+      "C = fw.metrics.counter('shop_orders_total', 'Orders again.', { labels = { 'kind' } })"));
    assert_false (run (host, "fw.metrics.histogram('shop_depth', 'x')"));
-   assert_non_null (strstr (result, "fw.metrics.histogram: metric shop_depth is already defined as a gauge with labels {}"));
+   assert_non_null (strstr (
+      result,
+      "fw.metrics.histogram: metric shop_depth is already defined as a gauge with labels {}"));
    fw_metrics_lua_bind_stream (L, b);
    assert_true (run (host, "C:inc(1, { kind = 'paid' })"));
    text = fw_metrics_render (m, NULL);
@@ -825,33 +869,41 @@ metrics_lua_misuse_is_reported_clearly (void **state)
 
    /* No registry attached (flowwarden check): the state's own applies the rules. */
    assert_false (run (host, "fw.metrics.counter('orders', 'Orders.')"));
-   assert_non_null (strstr (result, "fw.metrics.counter: counter name \"orders\" must end in _total"));
+   assert_non_null (
+      strstr (result, "fw.metrics.counter: counter name \"orders\" must end in _total"));
    assert_false (run (host, "fw.metrics.counter('shop_orders_total')"));
    assert_non_null (strstr (result, "fw.metrics.counter: help must be a string"));
    assert_false (run (host, "fw.metrics.gauge('shop_g', 'G.', { lables = {} })"));
    assert_non_null (strstr (result, "fw.metrics.gauge: unknown option lables (options: labels)"));
    assert_false (run (host, "fw.metrics.histogram('shop_h', 'H.', { buckets = { 1, 'x' } })"));
-   assert_non_null (strstr (result, "fw.metrics.histogram: buckets[2] must be a number, got string"));
-   assert_true (run (host, "C = fw.metrics.counter('shop_c_total', 'C.', { labels = { 'kind' } })\n"
-                           "P = fw.metrics.counter('shop_p_total', 'P.')\n"
-                           "G = fw.metrics.gauge('shop_g', 'G.') return 1"));
+   assert_non_null (
+      strstr (result, "fw.metrics.histogram: buckets[2] must be a number, got string"));
+   assert_true (run (host,
+                     "C = fw.metrics.counter('shop_c_total', 'C.', { labels = { 'kind' } })\n"
+                     "P = fw.metrics.counter('shop_p_total', 'P.')\n"
+                     "G = fw.metrics.gauge('shop_g', 'G.') return 1"));
    fw_metrics_lua_bind_stream (L, fw_metrics_stream (m, "s"));
    assert_false (run (host, "C:inc(-1, { kind = 'x' })"));
    assert_non_null (strstr (result, "fw.metrics: shop_c_total:inc: counters only go up"));
    assert_false (run (host, "C:inc()"));
-   assert_non_null (strstr (result, "fw.metrics: shop_c_total needs its labels: inc(..., { kind = ... })"));
+   assert_non_null (
+      strstr (result, "fw.metrics: shop_c_total needs its labels: inc(..., { kind = ... })"));
    assert_false (run (host, "C:inc(1, { kind = 'x', color = 'red' })"));
-   assert_non_null (strstr (result, "fw.metrics: shop_c_total: unknown label color (declared: kind)"));
+   assert_non_null (
+      strstr (result, "fw.metrics: shop_c_total: unknown label color (declared: kind)"));
    assert_false (run (host, "C:inc(1, { })"));
    assert_non_null (strstr (result, "fw.metrics: shop_c_total: label kind is missing"));
    assert_false (run (host, "C:inc(1, { kind = 'a\\0b' })"));
-   assert_non_null (strstr (result, "label kind must be UTF-8 text of at most 256 bytes without NUL"));
+   assert_non_null (
+      strstr (result, "label kind must be UTF-8 text of at most 256 bytes without NUL"));
    assert_false (run (host, "P:inc(1, { kind = 'x' })"));
    assert_non_null (strstr (result, "fw.metrics: shop_p_total has no labels"));
    assert_false (run (host, "C:set(1)"));
-   assert_non_null (strstr (result, "fw.metrics: shop_c_total is a counter: use :inc([n] [, labels])"));
+   assert_non_null (
+      strstr (result, "fw.metrics: shop_c_total is a counter: use :inc([n] [, labels])"));
    assert_false (run (host, "G:observe(1)"));
-   assert_non_null (strstr (result, "fw.metrics: shop_g is a gauge: use :set(v [, labels]) or :add(v [, labels])"));
+   assert_non_null (strstr (
+      result, "fw.metrics: shop_g is a gauge: use :set(v [, labels]) or :add(v [, labels])"));
    assert_false (run (host, "G.set(1)"));
    assert_non_null (strstr (result, "fw.metrics: call set with ':' on a metric"));
    fw_lua_host_destroy (host);
@@ -888,7 +940,8 @@ metrics_group_units_holder_standby_orphaned (void **state)
    /* Given up with its event in flight (read ahead, dropped). */
    fw_stream_metrics_set_role (given, FW_STREAM_ROLE_STANDBY);
    fw_stream_metrics_set_unit_view (given, "host:1:abc", 0, false);
-   fw_stream_metrics_set_state (given, FW_STREAM_STANDBY, "standby (shared): unit held by host:1:abc");
+   fw_stream_metrics_set_state (given, FW_STREAM_STANDBY,
+                                "standby (shared): unit held by host:1:abc");
    fw_stream_metrics_set_role (orphan, FW_STREAM_ROLE_STANDBY);
    fw_stream_metrics_set_unit_view (orphan, "host:2:def", now - 5000, true);
    fw_stream_metrics_set_state (orphan, FW_STREAM_ORPHANED, "orphaned for 5.0 s");
@@ -901,15 +954,20 @@ metrics_group_units_holder_standby_orphaned (void **state)
    assert_true (contains (text, "flowwarden_checkpoint_timestamp_seconds{stream=\"kv#0/4\"}"));
    assert_true (contains (text, "flowwarden_stream_up{stream=\"kv#1/4\"} 1\n"));
    assert_true (contains (text, "flowwarden_stream_up{stream=\"kv#2/4\"} 0\n"));
-   assert_true (contains (text, "flowwarden_stream_state{stream=\"kv#1/4\",state=\"standby\"} 1\n"));
-   assert_true (contains (text, "flowwarden_stream_state{stream=\"kv#2/4\",state=\"orphaned\"} 1\n"));
+   assert_true (
+      contains (text, "flowwarden_stream_state{stream=\"kv#1/4\",state=\"standby\"} 1\n"));
+   assert_true (
+      contains (text, "flowwarden_stream_state{stream=\"kv#2/4\",state=\"orphaned\"} 1\n"));
    assert_true (contains (text, "flowwarden_unit_held{stream=\"kv\",unit=\"kv#0/4\"} 1\n"));
    assert_true (contains (text, "flowwarden_unit_held{stream=\"kv\",unit=\"kv#1/4\"} 0\n"));
    assert_true (contains (text, "flowwarden_unit_held{stream=\"plain\",unit=\"plain\"} 1\n"));
-   assert_true (contains (text, "flowwarden_unit_orphaned_seconds{stream=\"kv\",unit=\"kv#0/4\"} 0\n"));
-   assert_true (contains (text, "flowwarden_unit_orphaned_seconds{stream=\"kv\",unit=\"kv#2/4\"} 5"));
+   assert_true (
+      contains (text, "flowwarden_unit_orphaned_seconds{stream=\"kv\",unit=\"kv#0/4\"} 0\n"));
+   assert_true (
+      contains (text, "flowwarden_unit_orphaned_seconds{stream=\"kv\",unit=\"kv#2/4\"} 5"));
    assert_false (contains (text, "flowwarden_unit_orphaned_seconds{stream=\"plain\""));
-   assert_true (contains (text, "flowwarden_unit_lease_seconds{stream=\"kv\",unit=\"kv#1/4\"} 10\n"));
+   assert_true (
+      contains (text, "flowwarden_unit_lease_seconds{stream=\"kv\",unit=\"kv#1/4\"} 10\n"));
    free (text);
 
    fw_stream_metrics_snapshot (given, fw_now_ms (), &snap);

@@ -24,12 +24,12 @@
 #include <lauxlib.h>
 #include <mongoc/mongoc.h>
 
-#include "flowwarden/clock.h"
 #include "bson/bson_view.h"
+#include "flowwarden/clock.h"
 #include "flowwarden/io_deadline.h"
 #include "lua_api/lua_call.h"
-#include "runtime/host/lua_host.h"
 #include "lua_api/mongo_lua.h"
+#include "runtime/host/lua_host.h"
 #include "standin_process.h"
 
 #define APP_NAME "fwmongo-test"
@@ -402,14 +402,16 @@ mongo_lua_not_writable_primary_from_a_fail_point (void **state)
    (void) state;
 
    ASSERT_RUN (host, "nwp", "c:insert_one({ _id = 1 }) return 'ok'");
-   admin ("{\"configureFailPoint\": \"failCommand\", \"mode\": \"alwaysOn\", \"data\": "
-          "{\"failCommands\": [\"find\"], \"errorCode\": 91, \"appName\": \"" APP_NAME "\"}}");
+   admin (
+      "{\"configureFailPoint\": \"failCommand\", \"mode\": \"alwaysOn\", \"data\": "
+      "{\"failCommands\": [\"find\"], \"errorCode\": 91, \"appName\": \"" APP_NAME "\"}}");
    run (host, "nwp",
         "local e = fails(c.find_one, c, { _id = 1 })\n"
         "return e.type .. '|' .. e.fields.code .. '|' .. e.fields.code_name .. '|' .. e.message");
    fail_point_off ();
-   assert_string_equal (result, "Mongo.NotWritablePrimary|91|ShutdownInProgress|fw.mongo: find_one "
-                                "on fwtest.nwp: Failing command via 'failCommand' failpoint");
+   assert_string_equal (result,
+                        "Mongo.NotWritablePrimary|91|ShutdownInProgress|fw.mongo: find_one "
+                        "on fwtest.nwp: Failing command via 'failCommand' failpoint");
    /* The next operation goes through once the fail point is off. */
    ASSERT_RUN (host, "nwp", "return c:find_one({ _id = 1 })._id");
    assert_string_equal (result, "1");
@@ -443,8 +445,7 @@ mongo_lua_sharded_cluster_codes_are_typed (void **state)
       char cmd[300];
       snprintf (cmd, sizeof cmd,
                 "{\"configureFailPoint\": \"failCommand\", \"mode\": \"alwaysOn\", \"data\": "
-                "{\"failCommands\": [\"find\"], \"errorCode\": %d, \"appName\": \"" APP_NAME
-                "\"}}",
+                "{\"failCommands\": [\"find\"], \"errorCode\": %d, \"appName\": \"" APP_NAME "\"}}",
                 cases[i].code);
       admin (cmd);
       run (host, "shard",
@@ -463,9 +464,10 @@ mongo_lua_closed_connection_is_a_network_error (void **state)
    (void) state;
 
    ASSERT_RUN (host, "net", "c:insert_one({ _id = 1 }) return 'ok'");
-   admin ("{\"configureFailPoint\": \"failCommand\", \"mode\": \"alwaysOn\", \"data\": "
-          "{\"failCommands\": [\"find\", \"insert\"], \"closeConnection\": true, "
-          "\"appName\": \"" APP_NAME "\"}}");
+   admin (
+      "{\"configureFailPoint\": \"failCommand\", \"mode\": \"alwaysOn\", \"data\": "
+      "{\"failCommands\": [\"find\", \"insert\"], \"closeConnection\": true, "
+      "\"appName\": \"" APP_NAME "\"}}");
    run (host, "net",
         "local e = fails(c.find_one, c, { _id = 1 })\n"
         "local w = fails(c.insert_one, c, { _id = 2 })\n"
@@ -485,9 +487,10 @@ mongo_lua_socket_deadline_turns_a_hung_server_into_a_timeout (void **state)
    (void) state;
 
    ASSERT_RUN (host, "slow", "c:insert_one({ _id = 1 }) return 'ok'");
-   admin ("{\"configureFailPoint\": \"failCommand\", \"mode\": {\"times\": 1}, \"data\": "
-          "{\"failCommands\": [\"find\"], \"blockConnection\": true, \"blockTimeMS\": 2000, "
-          "\"appName\": \"" APP_NAME "\"}}");
+   admin (
+      "{\"configureFailPoint\": \"failCommand\", \"mode\": {\"times\": 1}, \"data\": "
+      "{\"failCommands\": [\"find\"], \"blockConnection\": true, \"blockTimeMS\": 2000, "
+      "\"appName\": \"" APP_NAME "\"}}");
    t0 = now_s ();
    run_in (host, fw_mono_ns () + 300 * 1000000LL, "slow",
            "local e = fails(c.find_one, c, { _id = 1 })\n"
@@ -504,11 +507,13 @@ mongo_lua_socket_deadline_turns_a_hung_server_into_a_timeout (void **state)
    /* A spent budget fails at once, before any IO. */
    run_in (host, fw_mono_ns () - 1, "slow",
            "local e = fails(c.count, c, {}) return e.type .. '|' .. e.message");
-   assert_string_equal (result, "Mongo.Timeout|fw.mongo: count on fwtest.slow: the handler's "
-                                "time budget is spent");
+   assert_string_equal (result,
+                        "Mongo.Timeout|fw.mongo: count on fwtest.slow: the handler's "
+                        "time budget is spent");
    /* maxTimeMS from the server is a timeout too. */
-   admin ("{\"configureFailPoint\": \"failCommand\", \"mode\": {\"times\": 1}, \"data\": "
-          "{\"failCommands\": [\"find\"], \"errorCode\": 50, \"appName\": \"" APP_NAME "\"}}");
+   admin (
+      "{\"configureFailPoint\": \"failCommand\", \"mode\": {\"times\": 1}, \"data\": "
+      "{\"failCommands\": [\"find\"], \"errorCode\": 50, \"appName\": \"" APP_NAME "\"}}");
    run (host, "slow", "local e = fails(c.find_one, c, {}) return e.type .. '|' .. e.fields.code");
    fail_point_off ();
    assert_string_equal (result, "Mongo.Timeout|50");
@@ -523,15 +528,17 @@ mongo_lua_write_concern_error_is_typed (void **state)
    fw_lua_host_t *host = new_host ();
    (void) state;
 
-   admin ("{\"configureFailPoint\": \"failCommand\", \"mode\": {\"times\": 1}, \"data\": "
-          "{\"failCommands\": [\"insert\"], \"writeConcernError\": {\"code\": 64, \"errmsg\": "
-          "\"waiting for replication timed out\"}, \"appName\": \"" APP_NAME "\"}}");
+   admin (
+      "{\"configureFailPoint\": \"failCommand\", \"mode\": {\"times\": 1}, \"data\": "
+      "{\"failCommands\": [\"insert\"], \"writeConcernError\": {\"code\": 64, \"errmsg\": "
+      "\"waiting for replication timed out\"}, \"appName\": \"" APP_NAME "\"}}");
    run (host, "wce",
         "local e = fails(c.insert_one, c, { _id = 1 })\n"
         "return e.type .. '|' .. e.fields.code .. '|' .. e.message");
    fail_point_off ();
-   assert_string_equal (result, "Mongo.WriteConcern|64|fw.mongo: insert_one on fwtest.wce: "
-                                "waiting for replication timed out");
+   assert_string_equal (result,
+                        "Mongo.WriteConcern|64|fw.mongo: insert_one on fwtest.wce: "
+                        "waiting for replication timed out");
    fw_lua_host_destroy (host);
 }
 
@@ -547,10 +554,11 @@ mongo_lua_bulk_write_concern_error_says_what_applied (void **state)
 
    ASSERT_RUN (host, "bwce",
                "c:insert_many({ { _id = 1, n = 0 }, { _id = 2, n = 0 } }) return 'ok'");
-   admin ("{\"configureFailPoint\": \"failCommand\", \"mode\": {\"times\": 1}, \"data\": "
-          "{\"failCommands\": [\"update\"], \"writeConcernError\": {\"code\": 64, "
-          "\"codeName\": \"WriteConcernFailed\", \"errmsg\": \"waiting for replication timed "
-          "out\"}, \"appName\": \"" APP_NAME "\"}}");
+   admin (
+      "{\"configureFailPoint\": \"failCommand\", \"mode\": {\"times\": 1}, \"data\": "
+      "{\"failCommands\": [\"update\"], \"writeConcernError\": {\"code\": 64, "
+      "\"codeName\": \"WriteConcernFailed\", \"errmsg\": \"waiting for replication timed "
+      "out\"}, \"appName\": \"" APP_NAME "\"}}");
    run (host, "bwce",
         "local e = fails(c.bulk_write, c, {\n"
         "  { update_one = { filter = { _id = 1 }, update = { ['$inc'] = { n = 5 } } } },\n"
@@ -563,10 +571,11 @@ mongo_lua_bulk_write_concern_error_says_what_applied (void **state)
         "  dump(f.write_concern_error) .. '|' .. c:find_one({ _id = 1 }).n .. ',' ..\n"
         "  c:find_one({ _id = 2 }).n .. ',' .. c:find_one({ _id = 3 }).n");
    fail_point_off ();
-   assert_string_equal (result, "Mongo.WriteConcern|0|"
-                                "{deleted=0,inserted=0,matched=2,modified=2,upserted=1}|"
-                                "{code=64,code_name=WriteConcernFailed,"
-                                "message=waiting for replication timed out}|5,7,1");
+   assert_string_equal (result,
+                        "Mongo.WriteConcern|0|"
+                        "{deleted=0,inserted=0,matched=2,modified=2,upserted=1}|"
+                        "{code=64,code_name=WriteConcernFailed,"
+                        "message=waiting for replication timed out}|5,7,1");
    fw_lua_host_destroy (host);
 }
 
@@ -642,10 +651,11 @@ mongo_lua_commands_carry_the_budget_as_max_time_ms (void **state)
    /* libmongoc 1.23 cannot put maxTimeMS on update and bulk commands (they
     * are bounded by the socket deadline only); getMore takes no maxTimeMS
     * on a non-tailable cursor. */
-   assert_string_equal (g_sent, "insert:maxTimeMS insert:maxTimeMS find:maxTimeMS "
-                                "find:maxTimeMS getMore:- getMore:- "
-                                "aggregate:maxTimeMS aggregate:maxTimeMS update:- "
-                                "findAndModify:maxTimeMS delete:maxTimeMS delete:- ");
+   assert_string_equal (g_sent,
+                        "insert:maxTimeMS insert:maxTimeMS find:maxTimeMS "
+                        "find:maxTimeMS getMore:- getMore:- "
+                        "aggregate:maxTimeMS aggregate:maxTimeMS update:- "
+                        "findAndModify:maxTimeMS delete:maxTimeMS delete:- ");
    fw_lua_host_destroy (host);
 }
 
@@ -682,10 +692,11 @@ mongo_lua_is_for_handlers_only (void **state)
    (void) state;
 
    /* Script top level: a handle may be made, not used. */
-   assert_int_equal (luaL_loadstring (L, "local fw = require('flowwarden')\n"
-                                         "local c = fw.mongo.collection('fwtest', 'gate')\n"
-                                         "assert(tostring(c):find('fwtest.gate', 1, true))\n"
-                                         "return c:find_one({})"),
+   assert_int_equal (luaL_loadstring (L,
+                                      "local fw = require('flowwarden')\n"
+                                      "local c = fw.mongo.collection('fwtest', 'gate')\n"
+                                      "assert(tostring(c):find('fwtest.gate', 1, true))\n"
+                                      "return c:find_one({})"),
                      LUA_OK);
    assert_int_not_equal (lua_pcall (L, 0, 1, 0), LUA_OK);
    assert_non_null (strstr (lua_tostring (L, -1), "fw.mongo is available inside handlers only"));
@@ -720,8 +731,9 @@ mongo_lua_cursors_close_with_the_handler_call (void **state)
                "end\n"
                "return 'ok'");
    /* A failed getMore raises a typed error and closes the cursor. */
-   admin ("{\"configureFailPoint\": \"failCommand\", \"mode\": {\"times\": 1}, \"data\": "
-          "{\"failCommands\": [\"getMore\"], \"errorCode\": 2, \"appName\": \"" APP_NAME "\"}}");
+   admin (
+      "{\"configureFailPoint\": \"failCommand\", \"mode\": {\"times\": 1}, \"data\": "
+      "{\"failCommands\": [\"getMore\"], \"errorCode\": 2, \"appName\": \"" APP_NAME "\"}}");
    run (host, "cur",
         "local cur = c:find({}, { batch_size = 2 })\n"
         "assert(cur() and cur())\n"
@@ -729,10 +741,11 @@ mongo_lua_cursors_close_with_the_handler_call (void **state)
         "local again = fails(cur.next, cur)\n"
         "return e.type .. '|' .. e.fields.code .. '|' .. e.message .. '|' .. again.message");
    fail_point_off ();
-   assert_string_equal (result, "Mongo.Invalid|2|fw.mongo: find on fwtest.cur: Failing command via "
-                                "'failCommand' failpoint|fw.mongo: find cursor on fwtest.cur is "
-                                "closed (a cursor lasts for the handler call that opened it, or "
-                                "until cursor:close())");
+   assert_string_equal (result,
+                        "Mongo.Invalid|2|fw.mongo: find on fwtest.cur: Failing command via "
+                        "'failCommand' failpoint|fw.mongo: find cursor on fwtest.cur is "
+                        "closed (a cursor lasts for the handler call that opened it, or "
+                        "until cursor:close())");
    /* A later call on the same thread and connection may go on. */
    ASSERT_RUN (host, "cur", "return KEPT:next()._id");
    assert_string_equal (result, "2");

@@ -17,14 +17,14 @@
 
 #include <cmocka.h>
 
-#include "flowwarden/clock.h"
-#include "runtime/dispatch/dispatcher.h"
 #include "bson/event.h"
-#include "runtime/stream/event_settle.h"
+#include "flowwarden/clock.h"
 #include "flowwarden/log.h"
-#include "runtime/host/lua_host.h"
-#include "runtime/dispatch/outcome.h"
 #include "flowwarden/shutdown.h"
+#include "runtime/dispatch/dispatcher.h"
+#include "runtime/dispatch/outcome.h"
+#include "runtime/host/lua_host.h"
+#include "runtime/stream/event_settle.h"
 #include "runtime/stream/stream_settle.h"
 
 /* The streams of the script, by index: what each one's events become. */
@@ -333,8 +333,8 @@ p_lease_lost (void *ud)
 static fw_read_end_t
 settle (place_t *p, fw_outcome_kind_t kind, const char *entry_id, const char *error)
 {
-   fw_settle_place_t place = {NULL, NULL, p_count, p_advance, p_fail, p_lease_lost, p,
-                              "no DLQ to keep it"};
+   fw_settle_place_t place = {NULL,   NULL,         p_count, p_advance,
+                              p_fail, p_lease_lost, p,       "no DLQ to keep it"};
    fw_outcome_t o = {kind, 1, 0, entry_id, "", error, 0, FW_COUNT_NOTHING, NULL};
    return fw_stream_settle (&place, &o);
 }
@@ -432,8 +432,9 @@ test_event_settle_logs_and_counts (void **state)
    assert_int_equal (o.kind, FW_OUTCOME_DEAD_LETTERED);
    assert_true (o.finished_ms > 0);
    assert_int_equal (c.lines, 1);
-   assert_non_null (strstr (c.last, "dead-lettered to _fw_dlq after 2 attempt(s): "
-                                    "Test.Failure: it fails (at "));
+   assert_non_null (strstr (c.last,
+                            "dead-lettered to _fw_dlq after 2 attempt(s): "
+                            "Test.Failure: it fails (at "));
    assert_non_null (strstr (c.last, "; key { \"_id\" : 7 }; entry "));
    snprintf (entry, sizeof entry, "entry %s)", o.entry_id);
    assert_non_null (strstr (c.last, entry));
@@ -486,8 +487,8 @@ static void
 test_settle_finished_kinds_move_the_position (void **state)
 {
    static const fw_outcome_kind_t kinds[] = {
-      FW_OUTCOME_HANDLED, FW_OUTCOME_SKIPPED, FW_OUTCOME_DEAD_LETTERED, FW_OUTCOME_PARKED,
-      FW_OUTCOME_DEFERRED, FW_OUTCOME_LOST, FW_OUTCOME_NO_HANDLER};
+      FW_OUTCOME_HANDLED,  FW_OUTCOME_SKIPPED, FW_OUTCOME_DEAD_LETTERED, FW_OUTCOME_PARKED,
+      FW_OUTCOME_DEFERRED, FW_OUTCOME_LOST,    FW_OUTCOME_NO_HANDLER};
    (void) state;
 
    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {

@@ -65,9 +65,9 @@ a_dlq_brings_its_sequences_sequenced_or_not (void **state)
    (void) state;
    fw_stream_config_t cfg = stream_in ("shop");
    list_t l = {0};
-   const char *const want[] = {"shop._fw_checkpoints", "shop._fw_leases", "shop._fw_members",
-                               "shop._fw_snapshot_marks", "shop.orders_dlq",
-                               "shop.orders_dlq_sequences"};
+   const char *const want[] = {"shop._fw_checkpoints", "shop._fw_leases",
+                               "shop._fw_members",     "shop._fw_snapshot_marks",
+                               "shop.orders_dlq",      "shop.orders_dlq_sequences"};
    cfg.dlq.enabled = true;
    cfg.dlq.collection = "orders_dlq";
    assert_true (fw_owned_collections_each (&cfg, collect, &l));
@@ -80,9 +80,9 @@ a_dlq_in_another_database_is_listed_there (void **state)
    (void) state;
    fw_stream_config_t cfg = stream_in ("shop");
    list_t l = {0};
-   const char *const want[] = {"shop._fw_checkpoints", "shop._fw_leases", "shop._fw_members",
-                               "shop._fw_snapshot_marks", "ops._fw_dlq",
-                               "ops._fw_dlq_sequences"};
+   const char *const want[] = {"shop._fw_checkpoints", "shop._fw_leases",
+                               "shop._fw_members",     "shop._fw_snapshot_marks",
+                               "ops._fw_dlq",          "ops._fw_dlq_sequences"};
    cfg.dlq.enabled = true;
    cfg.dlq.collection = "_fw_dlq";
    cfg.dlq.database = "ops";
@@ -96,9 +96,9 @@ the_default_dlq_of_send_to_dlq_is_listed_and_a_memory_dlq_is_not (void **state)
    (void) state;
    fw_stream_config_t cfg = stream_in ("shop");
    list_t l = {0};
-   const char *const want[] = {"shop._fw_checkpoints", "shop._fw_leases", "shop._fw_members",
-                               "shop._fw_snapshot_marks", "shop._fw_dlq",
-                               "shop._fw_dlq_sequences"};
+   const char *const want[] = {"shop._fw_checkpoints", "shop._fw_leases",
+                               "shop._fw_members",     "shop._fw_snapshot_marks",
+                               "shop._fw_dlq",         "shop._fw_dlq_sequences"};
    cfg.dlq.enabled = true;
    cfg.dlq.memory = true;
    cfg.dlq.collection = "mem_dlq";

@@ -34,8 +34,8 @@ rate_limit_parses_per_second_and_per_minute (void **state)
 static void
 rate_limit_refuses_malformed_rates (void **state)
 {
-   const char *bad[] = {"", "200", "/s", "0/s", "-1/s", "1.5/s", "200/h", "200/ss", " 200/s",
-                        "200/S", "99999999999/s"};
+   const char *bad[] = {"",      "200",    "/s",     "0/s",   "-1/s",         "1.5/s",
+                        "200/h", "200/ss", " 200/s", "200/S", "99999999999/s"};
    (void) state;
    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
       fw_rate_limit_config_t cfg;

@@ -63,11 +63,13 @@ every_occurrence_of_every_secret_is_replaced (void **state)
    add ("tok-s3cr3t");
    add ("Pw-2f1e");
    assert_true (fw_secrets_any ());
-   assert_string_equal (redacted ("cannot reach https://svc/?token=tok-s3cr3t (tok-s3cr3t, Pw-2f1e)"),
-                        "cannot reach https://svc/?token=[redacted] ([redacted], [redacted])");
+   assert_string_equal (
+      redacted ("cannot reach https://svc/?token=tok-s3cr3t (tok-s3cr3t, Pw-2f1e)"),
+      "cannot reach https://svc/?token=[redacted] ([redacted], [redacted])");
    /* At either edge of the text, and the whole text. */
    assert_string_equal (redacted ("tok-s3cr3t"), "[redacted]");
-   assert_string_equal (redacted ("tok-s3cr3t: refused by Pw-2f1e"), "[redacted]: refused by [redacted]");
+   assert_string_equal (redacted ("tok-s3cr3t: refused by Pw-2f1e"),
+                        "[redacted]: refused by [redacted]");
    /* A prefix of a secret is not the secret. */
    assert_string_equal (redacted ("tok-s3cr"), "tok-s3cr");
    /* No match: the text itself, no copy. */
@@ -167,9 +169,10 @@ a_bson_document_hides_secrets_in_strings_and_keys (void **state)
                    BCON_INT32 (1), "plain", BCON_UTF8 ("stays"));
    assert_true (fw_bson_redact (doc));
    json = bson_as_relaxed_extended_json (doc, NULL);
-   assert_string_equal (json, "{ \"a\" : \"x [redacted] y\", \"n\" : { \"b\" : [ "
-                              "\"[redacted]\", 7 ] }, \"k-[redacted]\" : 1, \"plain\" : "
-                              "\"stays\" }");
+   assert_string_equal (json,
+                        "{ \"a\" : \"x [redacted] y\", \"n\" : { \"b\" : [ "
+                        "\"[redacted]\", 7 ] }, \"k-[redacted]\" : 1, \"plain\" : "
+                        "\"stays\" }");
    bson_free (json);
    bson_destroy (doc);
 }

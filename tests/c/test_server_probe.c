@@ -28,7 +28,8 @@ server_describe_names_hosts_and_replica_set_never_credentials (void **state)
 {
    (void) state;
    describe ("mongodb://127.0.0.1:1/?replicaSet=rs0", "127.0.0.1:1 (replica set rs0)");
-   describe ("mongodb://user:secret@a.example:27017,b.example/shop", "a.example:27017,b.example:27017");
+   describe ("mongodb://user:secret@a.example:27017,b.example/shop",
+             "a.example:27017,b.example:27017");
    describe ("mongodb://127.0.0.1", "127.0.0.1:27017");
 }
 

@@ -41,9 +41,9 @@ anything_else_has_no_time (void **state)
 
    (void) state;
    assert_true (time_of ("") == 0);
-   assert_true (time_of ("8265") == 0);                  /* too short */
-   assert_true (time_of ("016565A0B100000002") == 0);    /* not a Timestamp first */
-   assert_true (time_of ("8265G5A0B100000002") == 0);    /* not hex */
+   assert_true (time_of ("8265") == 0);               /* too short */
+   assert_true (time_of ("016565A0B100000002") == 0); /* not a Timestamp first */
+   assert_true (time_of ("8265G5A0B100000002") == 0); /* not hex */
    assert_true (fw_snapshot_token_time (NULL) == 0);
    assert_true (fw_snapshot_token_time (no_data) == 0);
    assert_true (fw_snapshot_token_time (not_string) == 0);

@@ -71,8 +71,8 @@ succeeded (const mongoc_apm_command_succeeded_t *e)
    const char *name = mongoc_apm_command_succeeded_get_command_name (e);
 
    if (g_n_seen > 0 && strcmp (g_seen[g_n_seen - 1].name, name) == 0) {
-      g_seen[g_n_seen - 1].op_time =
-         timestamp_at (mongoc_apm_command_succeeded_get_reply (e), "operationTime");
+      g_seen[g_n_seen - 1].op_time = timestamp_at (mongoc_apm_command_succeeded_get_reply (e),
+                                                   "operationTime");
    }
 }
 
@@ -165,7 +165,7 @@ the_upper_bound_is_read_on_the_causal_session_after_the_low_watermark (void **st
    }
    assert_true (low >= 0);
    assert_true (bound >= 0);
-   assert_true (low < bound);          /* the watermark first */
+   assert_true (low < bound); /* the watermark first */
    assert_true (g_seen[low].op_time > 0);
    assert_true (same_lsid (g_seen[low].cmd, g_seen[bound].cmd));
    assert_true (timestamp_at (g_seen[bound].cmd, "readConcern.afterClusterTime") >=

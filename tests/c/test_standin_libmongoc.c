@@ -188,8 +188,9 @@ insert_then_find_round_trips_the_document (void **state)
    bson_t *dup = BCON_NEW ("_id", BCON_INT32 (1));
    assert_false (mongoc_collection_insert_one (coll, dup, NULL, NULL, &error));
    assert_int_equal (error.code, 11000);
-   assert_non_null (strstr (error.message, "E11000 duplicate key error collection: "
-                                           "libmongoc.roundtrip index: _id_ dup key: { _id: 1 }"));
+   assert_non_null (strstr (error.message,
+                            "E11000 duplicate key error collection: "
+                            "libmongoc.roundtrip index: _id_ dup key: { _id: 1 }"));
 
    bson_destroy (dup);
    mongoc_cursor_destroy (cursor);
@@ -260,8 +261,9 @@ watch_resumes_after_labelled_getmore_error (void **state)
    /* failGetMoreAfterCursorCheckout, not failCommand: mongod labels only an error it can tell
     * is a change stream's, and failCommand fails the getMore before its cursor is checked out
     * (error_labels.cpp, isResumableChangeStreamError; SERVER-46091). */
-   run_admin (client, "{\"configureFailPoint\": \"failGetMoreAfterCursorCheckout\","
-                      " \"mode\": {\"times\": 1}, \"data\": {\"errorCode\": 10107}}");
+   run_admin (client,
+              "{\"configureFailPoint\": \"failGetMoreAfterCursorCheckout\","
+              " \"mode\": {\"times\": 1}, \"data\": {\"errorCode\": 10107}}");
    insert_json (coll, "{\"_id\": 2}");
    ev = next_event (stream, 10.0);
    assert_non_null (ev);
@@ -289,8 +291,9 @@ watch_resumes_after_close_connection (void **state)
    insert_json (coll, "{\"_id\": 1}");
    assert_non_null (next_event (stream, 10.0));
 
-   run_admin (client, "{\"configureFailPoint\": \"failCommand\", \"mode\": {\"times\": 1},"
-                      " \"data\": {\"failCommands\": [\"getMore\"], \"closeConnection\": true}}");
+   run_admin (client,
+              "{\"configureFailPoint\": \"failCommand\", \"mode\": {\"times\": 1},"
+              " \"data\": {\"failCommands\": [\"getMore\"], \"closeConnection\": true}}");
    insert_json (coll, "{\"_id\": 2}");
    const bson_t *ev = next_event (stream, 10.0);
    assert_non_null (ev);
@@ -315,8 +318,9 @@ watch_resume_without_token_never_repeats_an_event (void **state)
    insert_json (coll, "{\"_id\": \"before\"}");
    mongoc_change_stream_t *stream = watch (coll, NULL);
    /* A server-labelled resumable error (failCommand would carry no label, see above). */
-   run_admin (client, "{\"configureFailPoint\": \"failGetMoreAfterCursorCheckout\","
-                      " \"mode\": {\"times\": 1}, \"data\": {\"errorCode\": 91}}");
+   run_admin (client,
+              "{\"configureFailPoint\": \"failGetMoreAfterCursorCheckout\","
+              " \"mode\": {\"times\": 1}, \"data\": {\"errorCode\": 91}}");
    insert_json (coll, "{\"_id\": \"after\"}");
    const bson_t *ev = next_event (stream, 10.0);
    assert_non_null (ev);
@@ -340,8 +344,9 @@ unlabelled_getmore_error_is_not_resumed (void **state)
    mongoc_client_t *client = new_client (&counters);
    mongoc_collection_t *coll = mongoc_client_get_collection (client, "libmongoc", "noresume");
    mongoc_change_stream_t *stream = watch (coll, NULL);
-   run_admin (client, "{\"configureFailPoint\": \"failCommand\", \"mode\": {\"times\": 1},"
-                      " \"data\": {\"failCommands\": [\"getMore\"], \"errorCode\": 2}}");
+   run_admin (client,
+              "{\"configureFailPoint\": \"failCommand\", \"mode\": {\"times\": 1},"
+              " \"data\": {\"failCommands\": [\"getMore\"], \"errorCode\": 2}}");
    const bson_t *event;
    assert_false (mongoc_change_stream_next (stream, &event));
    bson_error_t error;

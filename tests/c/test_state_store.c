@@ -11,9 +11,9 @@
 #include <cmocka.h>
 #include <lauxlib.h>
 
-#include "runtime/host/lua_host.h"
 #include "lua_api/state_lua.h"
 #include "lua_api/state_store.h"
+#include "runtime/host/lua_host.h"
 
 static int64_t fake_now = 1000;
 
@@ -133,15 +133,15 @@ static void
 state_store_refuses_an_entry_larger_than_the_bound (void **state)
 {
    fw_state_store_t *s = fw_state_store_new (100);
-   fw_state_value_t v = {.type = FW_STATE_STRING, .s = "0123456789012345678901234567890123456789",
-                         .len = 40};
+   fw_state_value_t v = {
+      .type = FW_STATE_STRING, .s = "0123456789012345678901234567890123456789", .len = 40};
    fw_error_t err;
    (void) state;
 
    set_int (s, "k", 1, 0);
    assert_false (fw_state_store_set (s, "k", 1, &v, 0, &err));
-   assert_string_equal (err.message,
-                        "fw.state.set: an entry of 105 bytes does not fit in state.max_bytes = 100");
+   assert_string_equal (
+      err.message, "fw.state.set: an entry of 105 bytes does not fit in state.max_bytes = 100");
    assert_int_equal (get_type (s, "k"), FW_STATE_INT); /* unchanged */
    fw_state_store_destroy (s);
 }
@@ -167,7 +167,8 @@ state_store_incr_counts_and_refuses_non_integers (void **state)
    assert_int_equal (r, 1);
    assert_true (fw_state_store_set (s, "s", 1, &str, 0, &err));
    assert_false (fw_state_store_incr (s, "s", 1, 1, 0, &r, &err));
-   assert_string_equal (err.message, "fw.state.incr: the value of key \"s\" is a string, not an integer");
+   assert_string_equal (err.message,
+                        "fw.state.incr: the value of key \"s\" is a string, not an integer");
    set_int (s, "max", INT64_MAX, 0);
    assert_false (fw_state_store_incr (s, "max", 3, 1, 0, &r, &err));
    assert_string_equal (err.message, "fw.state.incr: integer overflow adding 1 to key \"max\"");
@@ -230,18 +231,21 @@ state_lua_values_keep_their_types_and_survive_a_new_state (void **state)
    (void) state;
 
    fw_lua_state_attach (fw_lua_host_state (host), s);
-   assert_true (run (host, "fw.state.set('i', 3) fw.state.set('f', 3.0) fw.state.set('s', 'a\\0b')\n"
-                           "fw.state.set('b', false) fw.state.set('gone', 1) fw.state.set('gone', nil)\n"
-                           "return math.type(fw.state.get('i')) .. math.type(fw.state.get('f')) .. "
-                           "#fw.state.get('s') .. tostring(fw.state.get('b')) .. "
-                           "tostring(fw.state.get('gone')) .. fw.state.incr('i') .. fw.state.incr('i', -10)"));
+   assert_true (
+      run (host,
+           "fw.state.set('i', 3) fw.state.set('f', 3.0) fw.state.set('s', 'a\\0b')\n"
+           "fw.state.set('b', false) fw.state.set('gone', 1) fw.state.set('gone', nil)\n"
+           "return math.type(fw.state.get('i')) .. math.type(fw.state.get('f')) .. "
+           "#fw.state.get('s') .. tostring(fw.state.get('b')) .. "
+           "tostring(fw.state.get('gone')) .. fw.state.incr('i') .. fw.state.incr('i', -10)"));
    assert_string_equal (result, "integerfloat3falsenil4-6");
    /* A reload builds a new state; the store is the runtime's. */
    fw_lua_host_destroy (host);
    host = fw_lua_host_new (NULL);
    fw_lua_state_attach (fw_lua_host_state (host), s);
-   assert_true (run (host, "local st = fw.state.stats()\n"
-                           "return fw.state.get('i') .. ' ' .. st.entries .. ' ' .. st.max_bytes"));
+   assert_true (run (host,
+                     "local st = fw.state.stats()\n"
+                     "return fw.state.get('i') .. ' ' .. st.entries .. ' ' .. st.max_bytes"));
    assert_string_equal (result, "-6 4 1048576");
    fw_lua_host_destroy (host);
    fw_state_store_destroy (s);
@@ -257,8 +261,9 @@ state_lua_errors_are_clear (void **state)
 
    fw_lua_state_attach (L, s);
    assert_false (run (host, "fw.state.set('t', {})"));
-   assert_non_null (strstr (result, "fw.state.set: cannot store a table (values are nil, booleans, "
-                                    "numbers and strings; store a table as text with fw.json.encode"));
+   assert_non_null (strstr (result,
+                            "fw.state.set: cannot store a table (values are nil, booleans, "
+                            "numbers and strings; store a table as text with fw.json.encode"));
    assert_false (run (host, "fw.state.get(1)"));
    assert_non_null (strstr (result, "fw.state.get: key must be a string, got number"));
    assert_false (run (host, "fw.state.set('x', 1, { ttl = '1y' })"));
@@ -266,7 +271,8 @@ state_lua_errors_are_clear (void **state)
    assert_false (run (host, "fw.state.set('x', 1, { tll = '1s' })"));
    assert_non_null (strstr (result, "fw.state.set: unknown option tll (the only option is ttl)"));
    assert_false (run (host, "fw.state.set('x', 'a') return fw.state.incr('x')"));
-   assert_non_null (strstr (result, "fw.state.incr: the value of key \"x\" is a string, not an integer"));
+   assert_non_null (
+      strstr (result, "fw.state.incr: the value of key \"x\" is a string, not an integer"));
    assert_false (run (host, "return fw.state.incr('n', 1.5)"));
    assert_non_null (strstr (result, "fw.state.incr: by must be an integer, got a float"));
    /* Outside a handler (script top level): the gate of every IO function. */

@@ -17,9 +17,9 @@
 #include <cmocka.h>
 #include <mongoc/mongoc.h>
 
+#include "bson/write_reply.h"
 #include "flowwarden/log.h"
 #include "runtime/ha/shared_units.h"
-#include "bson/write_reply.h"
 #include "standin_process.h"
 
 static standin_t g_standin;
@@ -48,16 +48,18 @@ a_reply_is_ok_only_without_write_errors_or_a_write_concern_error (void **state)
    assert_true (check_json ("{\"ok\": 1, \"writeErrors\": []}", &e));
    assert_true (fw_write_reply_ok (true, NULL, &e));
 
-   assert_false (check_json ("{\"ok\": 1, \"n\": 0, \"writeErrors\": [{\"index\": 0, \"code\": "
-                             "11000, \"errmsg\": \"E11000 duplicate key\"}]}",
-                             &e));
+   assert_false (
+      check_json ("{\"ok\": 1, \"n\": 0, \"writeErrors\": [{\"index\": 0, \"code\": "
+                  "11000, \"errmsg\": \"E11000 duplicate key\"}]}",
+                  &e));
    assert_int_equal (e.domain, MONGOC_ERROR_SERVER);
    assert_int_equal (e.code, 11000);
    assert_string_equal (e.message, "write error: E11000 duplicate key");
 
-   assert_false (check_json ("{\"ok\": 1, \"n\": 1, \"writeConcernError\": {\"code\": 64, "
-                             "\"errmsg\": \"waiting for replication timed out\"}}",
-                             &e));
+   assert_false (
+      check_json ("{\"ok\": 1, \"n\": 1, \"writeConcernError\": {\"code\": 64, "
+                  "\"errmsg\": \"waiting for replication timed out\"}}",
+                  &e));
    assert_int_equal (e.domain, MONGOC_ERROR_WRITE_CONCERN);
    assert_int_equal (e.code, 64);
    assert_string_equal (e.message, "write concern error: waiting for replication timed out");
@@ -175,8 +177,8 @@ a_renew_with_a_write_concern_error_is_not_a_renew (void **state)
                          "\"codeName\": \"WriteConcernFailed\", \"errmsg\": \"waiting for "
                          "replication timed out\"}}}"));
    assert_true (renew_is_refused ("wcedb", "waiting for replication timed out"));
-   assert_true (command (client, "admin",
-                         "{\"configureFailPoint\": \"failCommand\", \"mode\": \"off\"}"));
+   assert_true (
+      command (client, "admin", "{\"configureFailPoint\": \"failCommand\", \"mode\": \"off\"}"));
    mongoc_client_destroy (client);
 }
 

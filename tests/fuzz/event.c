@@ -13,12 +13,20 @@
 #include <bson/bson.h>
 
 #include "bson/event.h"
-#include "lua_api/event_ctx.h"
 #include "fuzz_common.h"
+#include "lua_api/event_ctx.h"
 
-static const char *const field_names[FW_EV_FIELD_COUNT] = {
-   "_id", "clusterTime", "wallTime", "ns", "documentKey", "fullDocument",
-   "fullDocumentBeforeChange", "updateDescription", "lsid", "txnNumber", "splitEvent"};
+static const char *const field_names[FW_EV_FIELD_COUNT] = {"_id",
+                                                           "clusterTime",
+                                                           "wallTime",
+                                                           "ns",
+                                                           "documentKey",
+                                                           "fullDocument",
+                                                           "fullDocumentBeforeChange",
+                                                           "updateDescription",
+                                                           "lsid",
+                                                           "txnNumber",
+                                                           "splitEvent"};
 
 /* Each field's type in MongoDB's change-event schema (fullDocument and
  * fullDocumentBeforeChange: or null). */
@@ -111,8 +119,8 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
          uint8_t t;
          FUZZ_ASSERT (ev.offset[f] < size, "field %d located past the end", f);
          t = data[ev.offset[f]];
-         FUZZ_ASSERT (t == field_types[f] || (t == BSON_TYPE_NULL && (f == FW_EV_FULL_DOCUMENT ||
-                                                                      f == FW_EV_BEFORE)),
+         FUZZ_ASSERT (t == field_types[f] ||
+                         (t == BSON_TYPE_NULL && (f == FW_EV_FULL_DOCUMENT || f == FW_EV_BEFORE)),
                       "field %d of type 0x%02x accepted", f, t);
          if (fw_event_field (&ev, f, &it)) {
             FUZZ_ASSERT (strcmp (bson_iter_key (&it), field_names[f]) == 0,

@@ -24,15 +24,14 @@
 #include "runtime/host/lua_host.h"
 
 /* Reports a broken invariant and stops the run: libFuzzer saves the input. */
-#define FUZZ_ASSERT(cond, ...)                                                           \
-   do {                                                                                  \
-      if (!(cond)) {                                                                     \
-         fprintf (stderr, "fuzz invariant broken at %s:%d: %s\n", __FILE__, __LINE__,    \
-                  #cond);                                                                \
-         fprintf (stderr, "  " __VA_ARGS__);                                             \
-         fprintf (stderr, "\n");                                                         \
-         abort ();                                                                       \
-      }                                                                                  \
+#define FUZZ_ASSERT(cond, ...)                                                                \
+   do {                                                                                       \
+      if (!(cond)) {                                                                          \
+         fprintf (stderr, "fuzz invariant broken at %s:%d: %s\n", __FILE__, __LINE__, #cond); \
+         fprintf (stderr, "  " __VA_ARGS__);                                                  \
+         fprintf (stderr, "\n");                                                              \
+         abort ();                                                                            \
+      }                                                                                       \
    } while (0)
 
 /* libFuzzer sees the branches of instrumented C only: the Lua library

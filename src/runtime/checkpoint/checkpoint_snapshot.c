@@ -8,8 +8,8 @@
  */
 #include <string.h>
 
-#include "runtime/checkpoint/checkpoint_store.h"
 #include "flowwarden/clock.h"
+#include "runtime/checkpoint/checkpoint_store.h"
 #include "runtime/snapshot/snapshot.h"
 
 /* dst (initialized) = the sub-document at it. */
@@ -62,8 +62,8 @@ bool
 fw_checkpoint_snapshot_load (mongoc_client_t *client, const char *database, const char *stream,
                              fw_snapshot_progress_t *out, fw_error_t *error)
 {
-   mongoc_collection_t *coll =
-      mongoc_client_get_collection (client, database, FW_CHECKPOINT_COLLECTION);
+   mongoc_collection_t *coll = mongoc_client_get_collection (client, database,
+                                                             FW_CHECKPOINT_COLLECTION);
    bson_t *filter = BCON_NEW ("_id", BCON_UTF8 (stream));
    mongoc_cursor_t *cur;
    const bson_t *doc;
@@ -97,8 +97,8 @@ bool
 fw_checkpoint_snapshot_save (mongoc_client_t *client, const char *database, const char *stream,
                              const fw_snapshot_progress_t *p, int64_t epoch, fw_error_t *error)
 {
-   mongoc_collection_t *coll =
-      mongoc_client_get_collection (client, database, FW_CHECKPOINT_COLLECTION);
+   mongoc_collection_t *coll = mongoc_client_get_collection (client, database,
+                                                             FW_CHECKPOINT_COLLECTION);
    bson_t sel = BSON_INITIALIZER, upd = BSON_INITIALIZER, opts = BSON_INITIALIZER;
    bson_t set, snap, reply;
    bson_error_t berr;
@@ -126,8 +126,10 @@ fw_checkpoint_snapshot_save (mongoc_client_t *client, const char *database, cons
    } else if (epoch > 0) {
       bson_iter_t it;
       if (!bson_iter_init_find (&it, &reply, "matchedCount") || bson_iter_as_int64 (&it) < 1) {
-         fw_error_set (error, FW_ERROR_MONGO, "the snapshot's progress of stream \"%s\" NOT "
-                       "saved: a newer leader fenced the checkpoint", stream);
+         fw_error_set (error, FW_ERROR_MONGO,
+                       "the snapshot's progress of stream \"%s\" NOT "
+                       "saved: a newer leader fenced the checkpoint",
+                       stream);
          ok = false;
       }
    }

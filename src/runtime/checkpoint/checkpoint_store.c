@@ -52,8 +52,8 @@ fw_checkpoint_load (mongoc_client_t *client, const char *database, const char *s
    }
    if (mongoc_cursor_error (cursor, &berr)) {
       fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
-                         "cannot read checkpoint of stream \"%s\" from %s.%s: %s",
-                         stream, database, FW_CHECKPOINT_COLLECTION, berr.message);
+                         "cannot read checkpoint of stream \"%s\" from %s.%s: %s", stream, database,
+                         FW_CHECKPOINT_COLLECTION, berr.message);
       ok = false;
    }
    mongoc_cursor_destroy (cursor);
@@ -101,8 +101,10 @@ save_checkpoint (mongoc_client_t *client, mongoc_client_session_t *session, cons
    bson_append_document_end (&update, &set);
    BSON_APPEND_BOOL (&opts, "upsert", epoch <= 0);
    if (session && !mongoc_client_session_append (session, &opts, &berr)) {
-      fw_error_set (error, FW_ERROR_MONGO, "cannot save checkpoint of stream \"%s\" in its "
-                    "transaction: %s", stream, berr.message);
+      fw_error_set (error, FW_ERROR_MONGO,
+                    "cannot save checkpoint of stream \"%s\" in its "
+                    "transaction: %s",
+                    stream, berr.message);
       bson_destroy (&selector);
       bson_destroy (&update);
       bson_destroy (&opts);
@@ -113,15 +115,13 @@ save_checkpoint (mongoc_client_t *client, mongoc_client_session_t *session, cons
    ok = mongoc_collection_update_one (coll, &selector, &update, &opts, &reply, &berr);
    if (!ok) {
       char hint[300];
-      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
-                         "cannot save checkpoint of stream \"%s\": %s%s",
-                         stream, berr.message,
-                         fw_sharding_hint (&berr, FW_CHECKPOINT_COLLECTION, FW_SHARD_KEY_BY_ID,
-                                           hint, sizeof hint));
+      fw_error_set_code (
+         error, FW_ERROR_MONGO, (int) berr.code, "cannot save checkpoint of stream \"%s\": %s%s",
+         stream, berr.message,
+         fw_sharding_hint (&berr, FW_CHECKPOINT_COLLECTION, FW_SHARD_KEY_BY_ID, hint, sizeof hint));
    } else if (epoch > 0) {
       bson_iter_t it;
-      if (!bson_iter_init_find (&it, &reply, "matchedCount") ||
-          bson_iter_as_int64 (&it) < 1) {
+      if (!bson_iter_init_find (&it, &reply, "matchedCount") || bson_iter_as_int64 (&it) < 1) {
          fw_error_set (error, FW_ERROR_MONGO,
                        "checkpoint of stream \"%s\" NOT saved: this instance's lease (epoch "
                        "%lld) was taken over by a newer leader, which fenced the checkpoint; the "
@@ -155,13 +155,14 @@ fw_checkpoint_save (mongoc_client_t *client, const char *database, const char *s
 
 bool
 fw_checkpoint_save_fenced (mongoc_client_t *client, const char *database, const char *stream,
-                           const bson_t *processed, const bson_t *seen,
-                           const char *script_version, int64_t epoch, bool *fenced,
-                           fw_error_t *error)
+                           const bson_t *processed, const bson_t *seen, const char *script_version,
+                           int64_t epoch, bool *fenced, fw_error_t *error)
 {
    if (epoch <= 0) {
-      fw_error_set (error, FW_ERROR_INVALID, "fenced checkpoint of stream \"%s\" without an "
-                    "epoch", stream);
+      fw_error_set (error, FW_ERROR_INVALID,
+                    "fenced checkpoint of stream \"%s\" without an "
+                    "epoch",
+                    stream);
       if (fenced) {
          *fenced = false;
       }
@@ -197,25 +198,28 @@ fw_checkpoint_fence (mongoc_client_t *client, const char *database, const char *
 
    *stored = -1;
    if (!query || !update || !opts) {
-      fw_error_set (error, FW_ERROR_NOMEM, "out of memory fencing the checkpoint of stream "
-                    "\"%s\"", stream);
+      fw_error_set (error, FW_ERROR_NOMEM,
+                    "out of memory fencing the checkpoint of stream "
+                    "\"%s\"",
+                    stream);
       bson_destroy (query);
       bson_destroy (update);
       mongoc_find_and_modify_opts_destroy (opts);
       return false;
    }
    mongoc_find_and_modify_opts_set_update (opts, update);
-   mongoc_find_and_modify_opts_set_flags (
-      opts, MONGOC_FIND_AND_MODIFY_UPSERT | MONGOC_FIND_AND_MODIFY_RETURN_NEW);
+   mongoc_find_and_modify_opts_set_flags (opts, MONGOC_FIND_AND_MODIFY_UPSERT |
+                                                   MONGOC_FIND_AND_MODIFY_RETURN_NEW);
    coll = mongoc_client_get_collection (client, database, FW_CHECKPOINT_COLLECTION);
    ok = mongoc_collection_find_and_modify_with_opts (coll, query, opts, &reply, &berr);
    if (!ok) {
       char hint[300];
-      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
-                         "cannot fence the checkpoint of stream \"%s\" with "
-                         "epoch %lld: %s%s", stream, (long long) epoch, berr.message,
-                         fw_sharding_hint (&berr, FW_CHECKPOINT_COLLECTION, FW_SHARD_KEY_BY_ID,
-                                           hint, sizeof hint));
+      fw_error_set_code (
+         error, FW_ERROR_MONGO, (int) berr.code,
+         "cannot fence the checkpoint of stream \"%s\" with "
+         "epoch %lld: %s%s",
+         stream, (long long) epoch, berr.message,
+         fw_sharding_hint (&berr, FW_CHECKPOINT_COLLECTION, FW_SHARD_KEY_BY_ID, hint, sizeof hint));
    } else if (bson_iter_init_find (&it, &reply, "value") && BSON_ITER_HOLDS_DOCUMENT (&it) &&
               bson_iter_recurse (&it, &v) && bson_iter_find (&v, "epoch") &&
               (BSON_ITER_HOLDS_INT64 (&v) || BSON_ITER_HOLDS_INT32 (&v))) {

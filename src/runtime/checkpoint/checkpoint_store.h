@@ -17,7 +17,6 @@
 #include "flowwarden/collection_names.h"
 #include "flowwarden/error.h"
 
-
 typedef struct {
    bool has_processed;
    bool has_seen;
@@ -35,8 +34,8 @@ bool fw_checkpoint_load (mongoc_client_t *client, const char *database, const ch
  * script_version (may be NULL) records which script wrote it. Acknowledged
  * with the client's write concern. */
 bool fw_checkpoint_save (mongoc_client_t *client, const char *database, const char *stream,
-                         const bson_t *processed, const bson_t *seen,
-                         const char *script_version, fw_error_t *error);
+                         const bson_t *processed, const bson_t *seen, const char *script_version,
+                         fw_error_t *error);
 
 /* Fencing (ha.mode = "leader", lease.h). A new leader first raises the
  * checkpoint's epoch field to its lease's epoch ($max, upserting a document
@@ -61,8 +60,8 @@ bool fw_checkpoint_save_fenced (mongoc_client_t *client, const char *database, c
  * the caller destroys it) is the server's, for the error labels. */
 bool fw_checkpoint_save_in (mongoc_client_t *client, mongoc_client_session_t *session,
                             const char *database, const char *stream, const bson_t *token,
-                            const char *script_version, int64_t epoch, bool *fenced,
-                            bson_t *reply, fw_error_t *error);
+                            const char *script_version, int64_t epoch, bool *fenced, bson_t *reply,
+                            fw_error_t *error);
 
 void fw_checkpoint_cleanup (fw_checkpoint_t *cp);
 

@@ -9,9 +9,9 @@
 
 #include "flowwarden/check.h"
 #include "flowwarden/clock.h"
+#include "flowwarden/log.h"
 #include "runtime/checkpoint/checkpoint_store.h"
 #include "runtime/checkpoint/checkpoint_writer.h"
-#include "flowwarden/log.h"
 
 /* A failed write is tried again after this long, unless a newer position
  * comes first (it is then written at once). */
@@ -30,9 +30,9 @@ typedef struct {
    uint8_t *processed;
    uint32_t processed_len; /* 0: none */
    uint8_t *seen;
-   uint32_t seen_len;      /* 0: none */
-   char *version;          /* NULL: none */
-   uint64_t seq;           /* the hand-over it came from, 1, 2, ... */
+   uint32_t seen_len; /* 0: none */
+   char *version;     /* NULL: none */
+   uint64_t seq;      /* the hand-over it came from, 1, 2, ... */
 } slot_t;
 
 struct fw_checkpoint_writer {
@@ -46,16 +46,16 @@ struct fw_checkpoint_writer {
    pthread_cond_t done; /* callers wait here for a write to end */
    slot_t pending;
    bool has_pending;
-   slot_t flight;       /* the position being written (the thread's) */
+   slot_t flight; /* the position being written (the thread's) */
    bool in_flight;
    uint64_t submitted;  /* seq of the last position handed over */
    uint64_t tried;      /* every position up to this seq was tried or superseded */
    uint64_t retry_seq;  /* a failed position waiting for its retry; 0: none */
    int64_t retry_at_ms; /* ... not before this CLOCK_MONOTONIC time */
    bool stop;
-   int64_t epoch;       /* ha.mode = "leader": writes are fenced with it; 0: plain */
-   int64_t max_epoch;   /* the highest epoch set (checked: epochs only grow) */
-   uint64_t written;    /* seq of the last position written (checked: never back) */
+   int64_t epoch;     /* ha.mode = "leader": writes are fenced with it; 0: plain */
+   int64_t max_epoch; /* the highest epoch set (checked: epochs only grow) */
+   uint64_t written;  /* seq of the last position written (checked: never back) */
    int ok;
    int failed;
    int64_t last_ok_ms;
@@ -121,8 +121,8 @@ mongo_write (void *ud, const bson_t *processed, const bson_t *seen, const char *
       return false;
    }
    if (epoch > 0) {
-      return fw_checkpoint_save_fenced (m->client, m->database, m->stream, processed, seen,
-                                        version, epoch, &fenced, error);
+      return fw_checkpoint_save_fenced (m->client, m->database, m->stream, processed, seen, version,
+                                        epoch, &fenced, error);
    }
    return fw_checkpoint_save (m->client, m->database, m->stream, processed, seen, version, error);
 }
@@ -141,14 +141,14 @@ static bool
 write_slot (fw_checkpoint_writer_t *cw, const slot_t *s, int64_t epoch, fw_error_t *error)
 {
    bson_t processed, seen;
-   bool has_processed = s->processed_len > 0 && bson_init_static (&processed, s->processed,
-                                                                  s->processed_len);
+   bool has_processed = s->processed_len > 0 &&
+                        bson_init_static (&processed, s->processed, s->processed_len);
    bool has_seen = s->seen_len > 0 && bson_init_static (&seen, s->seen, s->seen_len);
 
    /* Positions are written in the order they were handed over. */
    FW_ASSERT (s->seq > cw->written);
-   return cw->sink.write (cw->sink.ud, has_processed ? &processed : NULL,
-                          has_seen ? &seen : NULL, s->version, epoch, error);
+   return cw->sink.write (cw->sink.ud, has_processed ? &processed : NULL, has_seen ? &seen : NULL,
+                          s->version, epoch, error);
 }
 
 /* With the lock held: true when pending may be written now; else *wait_ms
@@ -221,8 +221,7 @@ writer_main (void *arg)
          cw->retry_seq = 0;
       } else {
          cw->failed++;
-         fw_log (FW_LOG_ERROR, cw->stream, "%s (checkpoint writer); will try again",
-                 err.message);
+         fw_log (FW_LOG_ERROR, cw->stream, "%s (checkpoint writer); will try again", err.message);
          /* Nothing newer came: this position is the one to write, after
           * the wait. A newer one that came while this one failed is
           * written at once (it is past retry_seq). */
@@ -245,16 +244,17 @@ writer_main (void *arg)
 }
 
 fw_checkpoint_writer_t *
-fw_checkpoint_writer_start (const fw_checkpoint_sink_t *sink, const char *stream,
-                            int64_t retry_ms, fw_error_t *error)
+fw_checkpoint_writer_start (const fw_checkpoint_sink_t *sink, const char *stream, int64_t retry_ms,
+                            fw_error_t *error)
 {
    fw_checkpoint_writer_t *cw = calloc (1, sizeof *cw);
    pthread_condattr_t attr;
    int rc;
 
    if (!cw || !(cw->stream = strdup (stream))) {
-      fw_error_set (error, FW_ERROR_NOMEM, "out of memory starting the checkpoint writer of "
-                                           "stream \"%s\"",
+      fw_error_set (error, FW_ERROR_NOMEM,
+                    "out of memory starting the checkpoint writer of "
+                    "stream \"%s\"",
                     stream);
       free (cw);
       return NULL;
@@ -290,8 +290,9 @@ fw_checkpoint_writer_new (mongoc_client_pool_t *pool, const char *database, cons
 
    if (!m || !(m->database = strdup (database)) || !(m->stream = strdup (stream))) {
       mongo_free (m);
-      fw_error_set (error, FW_ERROR_NOMEM, "out of memory starting the checkpoint writer of "
-                                           "stream \"%s\"",
+      fw_error_set (error, FW_ERROR_NOMEM,
+                    "out of memory starting the checkpoint writer of "
+                    "stream \"%s\"",
                     stream);
       return NULL;
    }

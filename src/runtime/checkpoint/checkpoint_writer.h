@@ -56,8 +56,7 @@ fw_checkpoint_writer_t *fw_checkpoint_writer_new (mongoc_client_pool_t *pool, co
  * most max_behind hand-overs behind the one just made; with 0, never waits.
  * The write of each hand-over starts as soon as the one in flight ends. */
 void fw_checkpoint_writer_submit (fw_checkpoint_writer_t *cw, const bson_t *processed,
-                                  const bson_t *seen, const char *script_version,
-                                  int max_behind);
+                                  const bson_t *seen, const char *script_version, int max_behind);
 
 /* Drops the position waiting to be written (the caller's synchronous save,
  * which follows, supersedes it) and waits for the write in flight to end.

@@ -4,9 +4,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "flowwarden/clock.h"
 #include "runtime/checkpoint/checkpoint_store.h"
 #include "runtime/checkpoint/circuit_doc.h"
-#include "flowwarden/clock.h"
 
 #define SUFFIX "#circuit"
 
@@ -14,8 +14,10 @@ static bool
 doc_id (char *out, size_t len, const char *id, const char *database, fw_error_t *error)
 {
    if ((size_t) snprintf (out, len, "%s" SUFFIX, id) >= len) {
-      fw_error_set (error, FW_ERROR_MONGO, "stream \"%s\": its name is too long for a breaker "
-                    "document in %s.%s", id, database, FW_CHECKPOINT_COLLECTION);
+      fw_error_set (error, FW_ERROR_MONGO,
+                    "stream \"%s\": its name is too long for a breaker "
+                    "document in %s.%s",
+                    id, database, FW_CHECKPOINT_COLLECTION);
       return false;
    }
    return true;
@@ -28,18 +30,18 @@ selector (bson_t *sel, const char *did, int64_t epoch)
    BSON_APPEND_UTF8 (sel, "_id", did);
    if (epoch > 0) {
       bson_t or, a, b, c, d;
-      BSON_APPEND_ARRAY_BEGIN (sel, "$or", &or);
-      BSON_APPEND_DOCUMENT_BEGIN (&or, "0", &a);
+      BSON_APPEND_ARRAY_BEGIN (sel, "$or", & or);
+      BSON_APPEND_DOCUMENT_BEGIN (& or, "0", &a);
       BSON_APPEND_DOCUMENT_BEGIN (&a, "epoch", &c);
       BSON_APPEND_INT64 (&c, "$lte", epoch);
       bson_append_document_end (&a, &c);
-      bson_append_document_end (&or, &a);
-      BSON_APPEND_DOCUMENT_BEGIN (&or, "1", &b);
+      bson_append_document_end (& or, &a);
+      BSON_APPEND_DOCUMENT_BEGIN (& or, "1", &b);
       BSON_APPEND_DOCUMENT_BEGIN (&b, "epoch", &d);
       BSON_APPEND_BOOL (&d, "$exists", false);
       bson_append_document_end (&b, &d);
-      bson_append_document_end (&or, &b);
-      bson_append_array_end (sel, &or);
+      bson_append_document_end (& or, &b);
+      bson_append_array_end (sel, & or);
    }
 }
 
@@ -77,8 +79,10 @@ fw_circuit_doc_save (mongoc_client_t *client, const char *database, const char *
    if (!ok && epoch > 0 && berr.code == 11000) {
       /* the upsert met the _id of a newer leader's document */
       *fenced = true;
-      fw_error_set (error, FW_ERROR_MONGO, "breaker of stream \"%s\" NOT saved: a newer "
-                    "leader's is stored", id);
+      fw_error_set (error, FW_ERROR_MONGO,
+                    "breaker of stream \"%s\" NOT saved: a newer "
+                    "leader's is stored",
+                    id);
    } else if (!ok) {
       fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
                          "cannot save the circuit breaker of stream \"%s\" in %s.%s: %s", id,
@@ -93,8 +97,8 @@ fw_circuit_doc_save (mongoc_client_t *client, const char *database, const char *
 }
 
 bool
-fw_circuit_doc_delete (mongoc_client_t *client, const char *database, const char *id,
-                       int64_t epoch, fw_error_t *error)
+fw_circuit_doc_delete (mongoc_client_t *client, const char *database, const char *id, int64_t epoch,
+                       fw_error_t *error)
 {
    char did[600];
    bson_t sel = BSON_INITIALIZER;

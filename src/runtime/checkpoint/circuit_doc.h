@@ -26,8 +26,8 @@
 
 #include <mongoc/mongoc.h>
 
-#include "runtime/dispatch/circuit.h"
 #include "flowwarden/error.h"
+#include "runtime/dispatch/circuit.h"
 
 /* Writes "<id>#circuit" as v (an open or half-open breaker) says. With
  * epoch > 0 only over a document written with an epoch not above it: a

@@ -23,8 +23,10 @@ static bool
 doc_id (char *out, size_t len, const char *id, fw_error_t *error)
 {
    if ((size_t) snprintf (out, len, "%s" SUFFIX, id) >= len) {
-      fw_error_set (error, FW_ERROR_INVALID, "stream \"%s\": its name is too long for a "
-                    "sessions document", id);
+      fw_error_set (error, FW_ERROR_INVALID,
+                    "stream \"%s\": its name is too long for a "
+                    "sessions document",
+                    id);
       return false;
    }
    return true;
@@ -76,8 +78,8 @@ fw_txn_sessions_record (mongoc_client_t *client, const char *database, const cha
 /* Appends the record's lsids to ids (as a BSON array) and the killSessions
  * patterns {id} to kill; *n: how many. False with error set. */
 static bool
-read_record (mongoc_collection_t *coll, const char *did, const char *id, bson_t *ids,
-             bson_t *kill, int *n, fw_error_t *error)
+read_record (mongoc_collection_t *coll, const char *did, const char *id, bson_t *ids, bson_t *kill,
+             int *n, fw_error_t *error)
 {
    bson_t filter = BSON_INITIALIZER;
    mongoc_cursor_t *cur;
@@ -118,8 +120,8 @@ read_record (mongoc_collection_t *coll, const char *did, const char *id, bson_t 
 }
 
 bool
-fw_txn_sessions_kill (mongoc_client_t *client, const char *database, const char *id,
-                      int *killed, fw_error_t *error)
+fw_txn_sessions_kill (mongoc_client_t *client, const char *database, const char *id, int *killed,
+                      fw_error_t *error)
 {
    char did[512];
    mongoc_collection_t *coll;

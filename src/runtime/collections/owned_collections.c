@@ -2,8 +2,8 @@
  * owned_collections.c - the collections flowwarden writes (see
  * owned_collections.h).
  */
-#include "flowwarden/collection_names.h"
 #include "runtime/collections/owned_collections.h"
+#include "flowwarden/collection_names.h"
 
 char *
 fw_dlq_sequences_name (const char *dlq_collection)
@@ -12,8 +12,8 @@ fw_dlq_sequences_name (const char *dlq_collection)
 }
 
 static bool
-each_of_dlq (const fw_stream_config_t *cfg, const fw_dlq_config_t *dlq,
-             fw_owned_collection_fn fn, void *ud)
+each_of_dlq (const fw_stream_config_t *cfg, const fw_dlq_config_t *dlq, fw_owned_collection_fn fn,
+             void *ud)
 {
    const char *database = dlq->database ? dlq->database : cfg->database;
    char *sequences;
@@ -44,6 +44,5 @@ fw_owned_collections_each (const fw_stream_config_t *cfg, fw_owned_collection_fn
           fn (ud, cfg->database, FW_LEASE_COLLECTION) &&
           fn (ud, cfg->database, FW_MEMBERS_COLLECTION) && /* ha.mode = "shared" (issue 31) */
           fn (ud, cfg->database, FW_SNAPSHOT_MARKS_COLLECTION) && /* issue 28 */
-          each_of_dlq (cfg, &cfg->dlq, fn, ud) &&
-          each_of_dlq (cfg, &cfg->dlq_fallback, fn, ud);
+          each_of_dlq (cfg, &cfg->dlq, fn, ud) && each_of_dlq (cfg, &cfg->dlq_fallback, fn, ud);
 }

@@ -25,8 +25,7 @@ typedef bool (*fw_owned_collection_fn) (void *ud, const char *database, const ch
  * one. A DLQ kept in memory (store = "memory") writes no collection. A DLQ on
  * another connection is listed too: that connection may reach the same
  * server. Returns false when fn stopped the walk (or out of memory). */
-bool fw_owned_collections_each (const fw_stream_config_t *cfg, fw_owned_collection_fn fn,
-                                void *ud);
+bool fw_owned_collections_each (const fw_stream_config_t *cfg, fw_owned_collection_fn fn, void *ud);
 
 /* "<dlq_collection>_sequences", the sequenced DLQ's collection. Owned by
  * the caller (bson_free); NULL when out of memory. */

@@ -8,9 +8,9 @@
 
 #include "bson/bson_lua.h"
 #include "runtime/collections/owned_collections.h"
-#include "runtime/snapshot/snapshot.h"
-#include "runtime/config/stream_config.h"
 #include "runtime/config/outage_config.h"
+#include "runtime/config/stream_config.h"
+#include "runtime/snapshot/snapshot.h"
 
 /* Each getter leaves the stack as it found it. */
 static char *
@@ -29,8 +29,7 @@ int_field (lua_State *L, int t, const char *key, int64_t dflt)
 {
    int64_t v = dflt;
    if (lua_getfield (L, t, key) == LUA_TNUMBER) {
-      v = lua_isinteger (L, -1) ? (int64_t) lua_tointeger (L, -1)
-                                : (int64_t) lua_tonumber (L, -1);
+      v = lua_isinteger (L, -1) ? (int64_t) lua_tointeger (L, -1) : (int64_t) lua_tonumber (L, -1);
    }
    lua_pop (L, 1);
    return v;
@@ -230,8 +229,7 @@ read_dlq (lua_State *L, int t, const char *field, fw_dlq_config_t *dlq)
       dlq->max_sequences = int_field (L, s, "max_sequences", 1024);
       dlq->max_sequence_size = int_field (L, s, "max_sequence_size", 1024);
       lua_getfield (L, s, "store");
-      dlq->memory =
-         lua_type (L, -1) == LUA_TSTRING && strcmp (lua_tostring (L, -1), "memory") == 0;
+      dlq->memory = lua_type (L, -1) == LUA_TSTRING && strcmp (lua_tostring (L, -1), "memory") == 0;
       lua_pop (L, 1);
       if (lua_getfield (L, s, "write_concern") == LUA_TNUMBER) {
          dlq->write_concern_w = (int) lua_tointeger (L, -1);
@@ -309,8 +307,7 @@ read_checkpoint (lua_State *L, int t, fw_stream_config_t *cfg)
 }
 
 bool
-fw_stream_config_read (lua_State *L, int idx, int specs, fw_stream_config_t *cfg,
-                       fw_error_t *error)
+fw_stream_config_read (lua_State *L, int idx, int specs, fw_stream_config_t *cfg, fw_error_t *error)
 {
    int t = lua_absindex (L, idx);
    int top = lua_gettop (L);
@@ -334,8 +331,8 @@ fw_stream_config_read (lua_State *L, int idx, int specs, fw_stream_config_t *cfg
       cfg->oversize_skip = oversize && strcmp (oversize, "skip") == 0;
       free (oversize);
    }
-   cfg->oversize_threshold =
-      int_field (L, t, "oversize_threshold_bytes", 16 * 1024 * 1024 - 64 * 1024);
+   cfg->oversize_threshold = int_field (L, t, "oversize_threshold_bytes",
+                                        16 * 1024 * 1024 - 64 * 1024);
 
    cfg->exactly_once = bool_field (L, t, "exactly_once", false);
    cfg->exactly_once_pg = dup_field (L, t, "exactly_once_pg");

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 typedef struct {
-   int max_attempts;          /* counts the first attempt; 0 = unlimited */
+   int max_attempts; /* counts the first attempt; 0 = unlimited */
    int64_t initial_delay_ms;
    int64_t max_delay_ms;
    double multiplier;

@@ -13,18 +13,18 @@
 /* A dispatcher's on_batch state (d->batch): the items of its calls and the
  * batch in hand (batch.c). */
 typedef struct fw_batch_state {
-   fw_batch_view_t view;     /* the batch object's view: lives as long as d */
-   fw_dispatch_t **items;    /* cap ctx states, each its own allocation */
+   fw_batch_view_t view;  /* the batch object's view: lives as long as d */
+   fw_dispatch_t **items; /* cap ctx states, each its own allocation */
    size_t cap;
-   fw_dispatch_t *one;       /* fw_batch_call_one's single item: d->dispatch */
+   fw_dispatch_t *one; /* fw_batch_call_one's single item: d->dispatch */
    bool one_marked;
    fw_dispatcher_t *d;
    const fw_event_t *const *evs; /* the batch in hand */
    size_t n;
    fw_outcome_kind_t *outcomes; /* the caller's, or NULL */
-   fw_outcome_t result;      /* why the batch ended early; HANDLED: it did not */
-   char last_error[512];     /* the last failed call's error, for the log */
-   fw_batch_stats_t stats;   /* batch_run's counts over d's life (splits go to the metrics) */
+   fw_outcome_t result;         /* why the batch ended early; HANDLED: it did not */
+   char last_error[512];        /* the last failed call's error, for the log */
+   fw_batch_stats_t stats;      /* batch_run's counts over d's life (splits go to the metrics) */
 } fw_batch_state_t;
 
 /* d's batch state with room for n events; NULL when out of memory. Items

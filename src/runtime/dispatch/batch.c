@@ -15,12 +15,12 @@
 
 #include <lauxlib.h>
 
-#include "runtime/dispatch/batch_dispatch.h"
-#include "lua_api/batch_lua.h"
 #include "flowwarden/check.h"
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
+#include "lua_api/batch_lua.h"
 #include "runtime/dispatch/batch-private.h"
+#include "runtime/dispatch/batch_dispatch.h"
 #include "runtime/dispatch/event_park-private.h"
 #include "runtime/dispatch/event_txn.h"
 #include "runtime/dispatch/outage-private.h"
@@ -62,8 +62,8 @@ note_error (fw_batch_state_t *s, lua_State *L)
          msg = lua_tostring (L, -1);
       }
    }
-   snprintf (s->last_error, sizeof s->last_error, "%s%s%s", type ? type : "",
-             type ? ": " : "", msg ? msg : "(an error without a message)");
+   snprintf (s->last_error, sizeof s->last_error, "%s%s%s", type ? type : "", type ? ": " : "",
+             msg ? msg : "(an error without a message)");
    lua_settop (L, top);
 }
 
@@ -260,8 +260,8 @@ op_retry_wait (void *ud, int attempt, size_t n)
 
    fw_event_short_id (s->evs[0], id, sizeof id);
    fw_log (FW_LOG_WARN, d->prog.cfg.name,
-           "batch of %zu event(s) from %s: attempt %d failed%s%s; retrying %s in %lld ms", s->n,
-           id, attempt, s->last_error[0] ? ": " : "", s->last_error,
+           "batch of %zu event(s) from %s: attempt %d failed%s%s; retrying %s in %lld ms", s->n, id,
+           attempt, s->last_error[0] ? ": " : "", s->last_error,
            n == s->n ? "the whole batch" : "the events it failed", (long long) delay);
    s->last_error[0] = '\0';
    d->stats.retries++;
@@ -346,8 +346,8 @@ op_group (void *ud, const size_t *idx, size_t n)
       free (kinds);
       snprintf (s->d->out.failure, sizeof s->d->out.failure,
                 "out of memory taking a source transaction of %zu events", n);
-      s->result = (fw_outcome_t){.kind = FW_OUTCOME_FAILED, .entry_id = "", .error_type = "",
-                                  .error = s->d->out.failure};
+      s->result = (fw_outcome_t){
+         .kind = FW_OUTCOME_FAILED, .entry_id = "", .error_type = "", .error = s->d->out.failure};
       return false;
    }
    for (size_t k = 0; k < n; k++) {
@@ -375,8 +375,7 @@ all_finished (void)
 
 /* Without on_batch (a reload took it away) or its state: one by one. */
 static fw_outcome_t
-one_by_one (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
-            fw_outcome_kind_t *outcomes)
+one_by_one (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n, fw_outcome_kind_t *outcomes)
 {
    for (size_t i = 0; i < n; i++) {
       fw_outcome_t o = dispatch_one (d, evs[i], outcomes ? &outcomes[i] : NULL);
@@ -442,9 +441,14 @@ dispatch_whole (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
       fw_outcome_t o = dispatch_one (d, evs[0], outcomes);
       return fw_outcome_finished (o.kind) ? all_finished () : o;
    }
-   fw_batch_ops_t ops = {op_call, op_retry_wait, op_succeeded, op_single, s,
+   fw_batch_ops_t ops = {op_call,
+                         op_retry_wait,
+                         op_succeeded,
+                         op_single,
+                         s,
                          d->prog.cfg.retry.max_attempts > 0 ? d->prog.cfg.retry.max_attempts : 1,
-                         NULL, NULL};
+                         NULL,
+                         NULL};
    if (fw_txn_wanted (d, false)) { /* a source transaction's events never split */
       ops.joined = op_joined;
       ops.group = op_group;
@@ -464,8 +468,8 @@ dispatch_whole (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
    if (!ok && fw_outcome_finished (s->result.kind)) {
       snprintf (d->out.failure, sizeof d->out.failure, "out of memory taking a batch of %zu events",
                 n);
-      s->result = (fw_outcome_t){FW_OUTCOME_FAILED, 0, 0, "", "", d->out.failure,
-                                 0, FW_COUNT_NOTHING, NULL};
+      s->result = (fw_outcome_t){FW_OUTCOME_FAILED, 0,   0, "", "", d->out.failure, 0,
+                                 FW_COUNT_NOTHING,  NULL};
    }
    return s->result;
 }

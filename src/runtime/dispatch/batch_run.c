@@ -8,7 +8,7 @@
 
 typedef struct {
    const fw_batch_ops_t *ops;
-   bool *marked;             /* scratch: one call's marks, consumed at once */
+   bool *marked; /* scratch: one call's marks, consumed at once */
    fw_batch_stats_t *stats;
 } run_t;
 
@@ -78,8 +78,7 @@ split_at (const run_t *r, const size_t *idx, size_t n)
       if (half + d < n && !r->ops->joined (r->ops->ud, idx[half + d - 1], idx[half + d])) {
          return half + d;
       }
-      if (half > d &&
-          !r->ops->joined (r->ops->ud, idx[half - d - 1], idx[half - d])) {
+      if (half > d && !r->ops->joined (r->ops->ud, idx[half - d - 1], idx[half - d])) {
          return half - d;
       }
    }

@@ -19,7 +19,7 @@ struct fw_circuit {
    int64_t open_for_ms;
    int probes;
    bool probe_asked;
-   bool orphan;               /* restored, no event holds it yet */
+   bool orphan; /* restored, no event holds it yet */
 };
 
 bool
@@ -85,8 +85,7 @@ set_type (fw_circuit_t *c, const char *type)
 }
 
 bool
-fw_circuit_open (fw_circuit_t *c, const fw_circuit_config_t *cfg, const char *type,
-                 int64_t now_ms)
+fw_circuit_open (fw_circuit_t *c, const fw_circuit_config_t *cfg, const char *type, int64_t now_ms)
 {
    bool opened = false;
 
@@ -107,8 +106,7 @@ fw_circuit_open (fw_circuit_t *c, const fw_circuit_config_t *cfg, const char *ty
 }
 
 fw_circuit_step_t
-fw_circuit_next (fw_circuit_t *c, const fw_circuit_config_t *cfg, int64_t now_ms,
-                 int64_t *wait_ms)
+fw_circuit_next (fw_circuit_t *c, const fw_circuit_config_t *cfg, int64_t now_ms, int64_t *wait_ms)
 {
    fw_circuit_step_t step = FW_CIRCUIT_PROBE;
    int64_t give_up_at;

@@ -23,11 +23,11 @@
 
 typedef struct {
    bool enabled;
-   char **on;                 /* error types (and the types below them); n_on of them */
+   char **on; /* error types (and the types below them); n_on of them */
    int n_on;
-   int64_t open_for_ms;       /* the first pause */
-   int64_t max_open_for_ms;   /* the doubling stops here */
-   int64_t give_up_after_ms;  /* 0: never (give_up_after = "off") */
+   int64_t open_for_ms;      /* the first pause */
+   int64_t max_open_for_ms;  /* the doubling stops here */
+   int64_t give_up_after_ms; /* 0: never (give_up_after = "off") */
 } fw_circuit_config_t;
 
 /* Whether type is an entry of cfg->on or below one ("Http" matches "Http"
@@ -59,9 +59,9 @@ bool fw_circuit_open (fw_circuit_t *c, const fw_circuit_config_t *cfg, const cha
                       int64_t now_ms);
 
 typedef enum {
-   FW_CIRCUIT_WAIT,    /* *wait_ms until something is due */
-   FW_CIRCUIT_PROBE,   /* now half-open: run the held event once */
-   FW_CIRCUIT_GIVE_UP  /* give_up_after passed: dead-letter the held event, then close */
+   FW_CIRCUIT_WAIT,   /* *wait_ms until something is due */
+   FW_CIRCUIT_PROBE,  /* now half-open: run the held event once */
+   FW_CIRCUIT_GIVE_UP /* give_up_after passed: dead-letter the held event, then close */
 } fw_circuit_step_t;
 
 /* What the holder of an open breaker does at now_ms: wait (*wait_ms, > 0),
@@ -89,12 +89,12 @@ fw_circuit_state_t fw_circuit_state (fw_circuit_t *c);
 /* What status shows of a breaker. Times on the caller's clock (ms). */
 typedef struct {
    fw_circuit_state_t state;
-   char error_type[128];      /* the error that opened it (last probe's); "" closed */
-   int64_t since_ms;          /* when it opened (first, this outage); 0 closed */
-   int64_t next_probe_ms;     /* when it probes next; 0 unless open */
-   int64_t open_for_ms;       /* the current pause */
-   int probes;                /* probes run this outage */
-   bool probe_asked;          /* fw_circuit_probe_now was called since the last probe */
+   char error_type[128];  /* the error that opened it (last probe's); "" closed */
+   int64_t since_ms;      /* when it opened (first, this outage); 0 closed */
+   int64_t next_probe_ms; /* when it probes next; 0 unless open */
+   int64_t open_for_ms;   /* the current pause */
+   int probes;            /* probes run this outage */
+   bool probe_asked;      /* fw_circuit_probe_now was called since the last probe */
 } fw_circuit_view_t;
 
 void fw_circuit_view (fw_circuit_t *c, fw_circuit_view_t *out);

@@ -13,14 +13,14 @@
 
 #include <lauxlib.h>
 
-#include "runtime/dispatch/circuit.h"
-#include "runtime/dispatch/dispatcher.h"
-#include "runtime/dlq/dlq_sequence.h"
-#include "runtime/dlq/dlq_store.h"
 #include "lua_api/event_ctx.h"
 #include "lua_api/mongo_lua.h"
+#include "runtime/dispatch/circuit.h"
+#include "runtime/dispatch/dispatcher.h"
 #include "runtime/dispatch/rate_limit.h"
 #include "runtime/dispatch/state_rebuild.h"
+#include "runtime/dlq/dlq_sequence.h"
+#include "runtime/dlq/dlq_store.h"
 
 enum { H_INSERT, H_UPDATE, H_REPLACE, H_DELETE, H_CHANGE, H_BATCH, H_SNAPSHOT, H_COUNT };
 
@@ -60,10 +60,10 @@ typedef struct {
  * and the current event's place in them. */
 typedef struct {
    fw_dlq_sequences_t *open_seqs; /* the stream's open sequences; NULL until loaded */
-   int64_t loaded_ms;          /* when they were last read (CLOCK_MONOTONIC) */
-   char *key;                  /* the current event's sequence id (bson_malloc), or NULL */
-   bool key_done;              /* key is computed (NULL then: the event has none) */
-   int64_t index;              /* the index taken for the entry being stored; -1: none */
+   int64_t loaded_ms;             /* when they were last read (CLOCK_MONOTONIC) */
+   char *key;                     /* the current event's sequence id (bson_malloc), or NULL */
+   bool key_done;                 /* key is computed (NULL then: the event has none) */
+   int64_t index;                 /* the index taken for the entry being stored; -1: none */
 } fw_park_state_t;
 
 /* A stream's guards against a dependency outage (outage.c, issue 29): its
@@ -72,8 +72,8 @@ typedef struct {
 typedef struct {
    fw_circuit_t *circuit;
    fw_rate_limit_t *rate;
-   bool shared;                /* another dispatcher's (fw_dispatcher_share_outage) */
-   bool holder;                /* this dispatcher's event holds the breaker open */
+   bool shared;                     /* another dispatcher's (fw_dispatcher_share_outage) */
+   bool holder;                     /* this dispatcher's event holds the breaker open */
    const fw_circuit_store_t *store; /* where it is kept across restarts, or NULL */
 } fw_outage_t;
 
@@ -81,65 +81,65 @@ typedef struct {
 typedef struct {
    fw_stream_config_t cfg;
    fw_lua_host_t *host;
-   int handler_ref[H_COUNT];   /* registry refs, LUA_NOREF when not declared */
-   int spec_ref;               /* the stream's spec table */
+   int handler_ref[H_COUNT]; /* registry refs, LUA_NOREF when not declared */
+   int spec_ref;             /* the stream's spec table */
 } fw_program_t;
 
 struct fw_dispatcher {
    fw_program_t prog;
-   fw_state_store_t *state;    /* fw.state: kept across reloads */
-   bool state_shared;          /* state is another dispatcher's (a lane's) */
+   fw_state_store_t *state;          /* fw.state: kept across reloads */
+   bool state_shared;                /* state is another dispatcher's (a lane's) */
    fw_connection_clients_t *clients; /* fw.mongo's and a named DLQ connection's clients */
-   fw_mongo_provider_t mongo;  /* hands fw.mongo the clients above */
-   mongoc_client_t *client;    /* the running thread's (fw_dispatcher_bind) */
-   fw_shutdown_t *shutdown;    /* borrowed: the stream's stop */
-   fw_stream_metrics_t *metrics; /* borrowed: the stream's block, or NULL */
+   fw_mongo_provider_t mongo;        /* hands fw.mongo the clients above */
+   mongoc_client_t *client;          /* the running thread's (fw_dispatcher_bind) */
+   fw_shutdown_t *shutdown;          /* borrowed: the stream's stop */
+   fw_stream_metrics_t *metrics;     /* borrowed: the stream's block, or NULL */
    struct {
-      fw_lease_t *lease;       /* borrowed: ha.mode = "leader", else NULL */
-      int64_t epoch;           /* the epoch the stream leads with; 0: not leading */
+      fw_lease_t *lease; /* borrowed: ha.mode = "leader", else NULL */
+      int64_t epoch;     /* the epoch the stream leads with; 0: not leading */
    } lead;
    struct {
-      bool (*fn) (void *ud);   /* see fw_dispatcher_set_boundary */
+      bool (*fn) (void *ud); /* see fw_dispatcher_set_boundary */
       void *ud;
    } boundary;
    struct {
-      fw_txn_position_fn fn;   /* exactly_once: see fw_dispatcher_set_exactly_once */
+      fw_txn_position_fn fn; /* exactly_once: see fw_dispatcher_set_exactly_once */
       void *ud;
       fw_txn_session_fn record;
-      void (*committed) (void *ud); /* see fw_dispatcher_set_txn_committed */
+      void (*committed) (void *ud);     /* see fw_dispatcher_set_txn_committed */
       mongoc_client_session_t *session; /* kept across attempts (fw_txn_release) */
       mongoc_client_t *client;
-      fw_txn_sink_t sink;      /* exactly once into another store (begin NULL: none) */
-      int64_t lifetime_ms;     /* the server's transactionLifetimeLimitSeconds */
+      fw_txn_sink_t sink;           /* exactly once into another store (begin NULL: none) */
+      int64_t lifetime_ms;          /* the server's transactionLifetimeLimitSeconds */
       fw_txn_position_fn replay_fn; /* see fw_dispatcher_set_exactly_once_replay */
       void *replay_ud;
    } eo;
-   struct {                    /* fw_group_dispatch: a source transaction's events, */
+   struct {                         /* fw_group_dispatch: a source transaction's events, */
       const fw_event_t *const *evs; /* run in one attempt, in one transaction; n 0: one event */
       size_t n;
       const fw_event_t *failed; /* the event the last attempt was about (its failure's) */
    } group;
    fw_stream_clock_t clock;
    const fw_dispatch_hooks_t *hooks; /* flowwarden test's recorder, else NULL */
-   fw_dispatch_t dispatch;     /* the ctx's view of the event in hand */
-   fw_dlq_store_t *dlq;        /* opened on demand (fw_dispatcher_open_dlq) */
+   fw_dispatch_t dispatch;           /* the ctx's view of the event in hand */
+   fw_dlq_store_t *dlq;              /* opened on demand (fw_dispatcher_open_dlq) */
    uint64_t rng;
    fw_stream_stats_t stats;
    struct {
-      fw_outcome_sink_fn fn;   /* see fw_dispatcher_set_outcome_sink */
+      fw_outcome_sink_fn fn; /* see fw_dispatcher_set_outcome_sink */
       void *ud;
    } sink;
    struct {
-      int64_t offset_ns;       /* CLOCK_REALTIME - CLOCK_MONOTONIC, read ... */
-      int64_t until_ns;        /* ... again from this CLOCK_MONOTONIC time on */
+      int64_t offset_ns; /* CLOCK_REALTIME - CLOCK_MONOTONIC, read ... */
+      int64_t until_ns;  /* ... again from this CLOCK_MONOTONIC time on */
    } wall;
    fw_park_state_t park;
-   fw_outcome_text_t out;      /* what the last outcome's strings point to */
-   fw_state_rebuild_t rebuild; /* a full Lua state built afresh (state_rebuild.c) */
-   fw_outage_t outage;         /* circuit breaker, rate limit (outage.c) */
+   fw_outcome_text_t out;        /* what the last outcome's strings point to */
+   fw_state_rebuild_t rebuild;   /* a full Lua state built afresh (state_rebuild.c) */
+   fw_outage_t outage;           /* circuit breaker, rate limit (outage.c) */
    struct fw_batch_state *batch; /* on_batch's per-call state (batch.c), NULL until used */
    struct {
-      int64_t check_at_ms;     /* when the stream next looks for due retries */
+      int64_t check_at_ms; /* when the stream next looks for due retries */
    } deferred;
 };
 

@@ -11,9 +11,9 @@
 
 #include <lauxlib.h>
 
-#include "lua_api/batch_lua.h"
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
+#include "lua_api/batch_lua.h"
 #include "lua_api/lua_core.h"
 #include "lua_api/metrics_lua.h"
 #include "lua_api/state_lua.h"
@@ -25,7 +25,7 @@
 #include "runtime/dispatch/replay_hook-private.h"
 
 static const char *const handler_keys[H_COUNT] = {"insert", "update", "replace", "delete",
-                                                  "change", "batch", "snapshot"};
+                                                  "change", "batch",  "snapshot"};
 
 typedef struct {
    fw_program_t *prog;
@@ -88,8 +88,7 @@ program_read (fw_program_t *p, int index, fw_error_t *error)
    lua_pushcfunction (L, pread_spec);
    lua_pushlightuserdata (L, &a);
    if (lua_pcall (L, 1, 0, 0) != LUA_OK) {
-      fw_error_set (error, FW_ERROR_LUA, "cannot read stream %d: %s", index,
-                    lua_tostring (L, -1));
+      fw_error_set (error, FW_ERROR_LUA, "cannot read stream %d: %s", index, lua_tostring (L, -1));
       lua_pop (L, 1);
    }
    return a.ok;
@@ -123,14 +122,14 @@ program_changed (fw_dispatcher_t *d)
 {
    d->dispatch.cache_ref = LUA_NOREF; /* the cache lived in the old Lua state */
    d->dispatch.cache_slots = 0;
-   fw_batch_state_forget (d->batch);  /* so did on_batch's */
+   fw_batch_state_forget (d->batch); /* so did on_batch's */
    d->dispatch.stream_name = d->prog.cfg.name;
    d->dispatch.dlq_enabled = d->prog.cfg.dlq.enabled || d->prog.cfg.dlq_fallback.enabled;
 }
 
 fw_dispatcher_t *
-fw_dispatcher_new (fw_lua_host_t *host, int index, fw_connections_t *conns,
-                   fw_shutdown_t *shutdown, fw_error_t *error)
+fw_dispatcher_new (fw_lua_host_t *host, int index, fw_connections_t *conns, fw_shutdown_t *shutdown,
+                   fw_error_t *error)
 {
    fw_dispatcher_t *d = calloc (1, sizeof *d);
 
@@ -283,8 +282,8 @@ fw_dispatcher_bind (fw_dispatcher_t *d, mongoc_client_t *client)
 mongoc_client_t *
 fw_dispatcher_client_for (fw_dispatcher_t *d, const char *connection, fw_error_t *error)
 {
-   mongoc_client_t *client =
-      connection ? fw_connection_clients_get (d->clients, connection, error) : d->client;
+   mongoc_client_t *client = connection ? fw_connection_clients_get (d->clients, connection, error)
+                                        : d->client;
 
    if (!client && !connection) {
       fw_error_set (error, FW_ERROR_MONGO, "stream \"%s\" has no client", d->prog.cfg.name);
@@ -306,8 +305,8 @@ fw_dispatcher_dlq_pending (fw_dispatcher_t *d, int64_t *pending, int64_t *oldest
        * collection. */
       if (!(client = fw_dispatcher_client_for (d, dlq->connection, error)) ||
           !(store = reader = fw_dlq_store_mongo_open (
-               client, dlq->database ? dlq->database : d->prog.cfg.database, dlq->collection,
-               NULL, error))) {
+               client, dlq->database ? dlq->database : d->prog.cfg.database, dlq->collection, NULL,
+               error))) {
          return false;
       }
    }
@@ -414,7 +413,7 @@ void
 fw_dispatcher_count_received (fw_dispatcher_t *d, const fw_event_t *ev)
 {
    fw_metrics_op_t op = ev->op < FW_OP_OTHER ? (fw_metrics_op_t) ev->op
-                                              : fw_metrics_op_from_name (ev->operation_type);
+                                             : fw_metrics_op_from_name (ev->operation_type);
    if (d->metrics) {
       fw_stream_metrics_event_received (d->metrics, op, event_time_ms (ev));
    }

@@ -17,17 +17,17 @@
 
 #include <mongoc/mongoc.h>
 
-#include "runtime/dispatch/circuit.h"
-#include "runtime/host/connections.h"
-#include "flowwarden/error.h"
 #include "bson/event.h"
-#include "runtime/ha/lease.h"
-#include "runtime/host/lua_host.h"
-#include "ops/metrics.h"
-#include "runtime/dispatch/outcome.h"
+#include "flowwarden/error.h"
 #include "flowwarden/shutdown.h"
 #include "lua_api/state_store.h"
+#include "ops/metrics.h"
 #include "runtime/config/stream_config.h"
+#include "runtime/dispatch/circuit.h"
+#include "runtime/dispatch/outcome.h"
+#include "runtime/ha/lease.h"
+#include "runtime/host/connections.h"
+#include "runtime/host/lua_host.h"
 
 /* What a dispatcher (and so its stream) counted of its events. */
 typedef struct {
@@ -35,10 +35,10 @@ typedef struct {
    uint64_t handler_errors; /* failed attempts */
    uint64_t retries;
    uint64_t dead_lettered;
-   uint64_t skipped;        /* on_error returned fw.SKIP */
-   uint64_t lost;           /* failed for good with no DLQ: logged at error level */
-   uint64_t parked;         /* stored behind an open DLQ sequence (dlq.sequenced) */
-   bool failed;             /* the stream stopped on a terminal error */
+   uint64_t skipped; /* on_error returned fw.SKIP */
+   uint64_t lost;    /* failed for good with no DLQ: logged at error level */
+   uint64_t parked;  /* stored behind an open DLQ sequence (dlq.sequenced) */
+   bool failed;      /* the stream stopped on a terminal error */
 } fw_stream_stats_t;
 
 typedef struct fw_dispatcher fw_dispatcher_t;

@@ -15,16 +15,16 @@
 #include "bson/bson_lua.h"
 #include "flowwarden/check.h"
 #include "flowwarden/clock.h"
-#include "runtime/dlq/dlq_entry.h"
 #include "flowwarden/log.h"
-#include "lua_api/lua_call.h"
 #include "flowwarden/secrets.h"
+#include "lua_api/lua_call.h"
 #include "runtime/dispatch/batch-private.h"
 #include "runtime/dispatch/dispatcher-private.h"
 #include "runtime/dispatch/event_park-private.h"
 #include "runtime/dispatch/event_txn.h"
 #include "runtime/dispatch/outage-private.h"
 #include "runtime/dispatch/replay_hook-private.h"
+#include "runtime/dlq/dlq_entry.h"
 
 typedef enum { ACT_RETRY, ACT_DLQ, ACT_SKIP, ACT_DROP } action_t;
 
@@ -33,9 +33,9 @@ typedef struct {
    char type[128];
    char message[1024];
    char traceback[8192];
-   char where[256];   /* the failing line, "file:line" (redacted), or "" */
-   int status;        /* err.fields.status of an HTTP error, 0: none (issue 38) */
-   char body[600];    /* with it, the reply's first 512 bytes (redacted) */
+   char where[256]; /* the failing line, "file:line" (redacted), or "" */
+   int status;      /* err.fields.status of an HTTP error, 0: none (issue 38) */
+   char body[600];  /* with it, the reply's first 512 bytes (redacted) */
 } decision_t;
 
 /* An outcome with no DLQ entry and no error. */
@@ -192,8 +192,8 @@ policy_failed (fw_dispatcher_t *d, lua_State *L, decision_t *out)
  * stream's timeout: an on_error that runs away is stopped, logged and treated
  * as fw.RETHROW, and the standard policy still gets a budget of its own.
  */
-static void decide_in (fw_dispatcher_t *d, fw_replay_hook_t *hook, int attempt,
-                       fw_lua_stop_t stop, decision_t *out);
+static void decide_in (fw_dispatcher_t *d, fw_replay_hook_t *hook, int attempt, fw_lua_stop_t stop,
+                       decision_t *out);
 
 /* decide takes the failure table off the stack, whatever path it took. */
 static void
@@ -675,8 +675,8 @@ typedef struct {
  * False with *o set when the event ends here; *L and *ref follow a full
  * state's rebuild. */
 static bool
-attempt_may_start (fw_dispatcher_t *d, const fw_event_t *ev, int attempt, bool retry,
-                   lua_State **L, int *ref, fw_outcome_t *o)
+attempt_may_start (fw_dispatcher_t *d, const fw_event_t *ev, int attempt, bool retry, lua_State **L,
+                   int *ref, fw_outcome_t *o)
 {
    /* ha.mode = "leader": no handler call past the lease's deadline; the
     * event comes back to the next leader. */
@@ -798,8 +798,8 @@ failed_deposed (fw_dispatcher_t *d, lua_State *L, bool *fenced)
  * names it (d->dispatch is its ctx, which on_error sees). Returns as
  * call_handler. */
 static bool
-call_group (fw_dispatcher_t *d, lua_State *L, int attempt, fw_lua_stop_t *stop,
-            attempt_times_t *t, const fw_event_t **cur)
+call_group (fw_dispatcher_t *d, lua_State *L, int attempt, fw_lua_stop_t *stop, attempt_times_t *t,
+            const fw_event_t **cur)
 {
    int64_t first_ns = 0; /* the attempt's first call: the group's first attempt's start */
    bool ok = true;
@@ -935,8 +935,8 @@ report_attempt_failed (fw_dispatcher_t *d, int attempt, const decision_t *dec)
  * its first attempt when the replay allows no retry. True with *o set when
  * it ends here. */
 static bool
-replay_ends (fw_dispatcher_t *d, const fw_replay_hook_t *hook, const decision_t *dec,
-             int attempt, fw_outcome_t *o)
+replay_ends (fw_dispatcher_t *d, const fw_replay_hook_t *hook, const decision_t *dec, int attempt,
+             fw_outcome_t *o)
 {
    if (hook && dec->action != ACT_RETRY) {
       *o = replayed (d, dec->action == ACT_SKIP ? FW_OUTCOME_SKIPPED : FW_OUTCOME_GAVE_UP, dec,
@@ -1046,8 +1046,7 @@ defers_retry (const fw_dispatcher_t *d, const decision_t *dec)
  * set when the event ends here. */
 static bool
 after_failure (fw_dispatcher_t *d, fw_replay_hook_t *hook, const fw_event_t *ev, lua_State *L,
-               bool ok, int attempt, fw_lua_stop_t stop, const attempt_times_t *t,
-               fw_outcome_t *o)
+               bool ok, int attempt, fw_lua_stop_t stop, const attempt_times_t *t, fw_outcome_t *o)
 {
    decision_t dec;
    char id[1024];

@@ -18,9 +18,9 @@ bool fw_park_enabled (const fw_dispatcher_t *d);
 bool fw_park_check_needed (fw_dispatcher_t *d, const fw_event_t *ev);
 
 typedef enum {
-   FW_PARK_KEY_OK,     /* d->park.key holds the event's sequence id */
-   FW_PARK_KEY_NONE,   /* the event has no key: never sequenced */
-   FW_PARK_KEY_FAILED  /* dlq.sequence_key failed: its failure table is on the Lua stack */
+   FW_PARK_KEY_OK,    /* d->park.key holds the event's sequence id */
+   FW_PARK_KEY_NONE,  /* the event has no key: never sequenced */
+   FW_PARK_KEY_FAILED /* dlq.sequence_key failed: its failure table is on the Lua stack */
 } fw_park_key_t;
 
 /* Computes the event's sequence id once per event (d->park.key). */

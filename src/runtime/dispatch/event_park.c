@@ -12,13 +12,13 @@
 
 #include <lauxlib.h>
 
-#include "flowwarden/clock.h"
 #include "bson/bson_lua.h"
-#include "runtime/dlq/dlq_sequence.h"
-#include "runtime/dlq/dlq_store.h"
+#include "flowwarden/clock.h"
 #include "flowwarden/log.h"
 #include "runtime/dispatch/dispatcher-private.h"
 #include "runtime/dispatch/event_park-private.h"
+#include "runtime/dlq/dlq_sequence.h"
+#include "runtime/dlq/dlq_store.h"
 
 /* How often a stream with open sequences reads them again, so sequences a
  * separate `flowwarden dlq replay` closed leave its set (and its status). */
@@ -292,8 +292,9 @@ fw_park_take (fw_dispatcher_t *d, bool open)
    for (int tries = 1; !take_once (d, open, &out, &err); tries++) {
       int64_t delay = fw_backoff_delay_ms (&d->prog.cfg.restart, tries,
                                            fw_backoff_random (&d->rng));
-      fw_log (FW_LOG_ERROR, d->prog.cfg.name, "%s (try %d); the stream holds this event and tries "
-                                         "again in %lld ms",
+      fw_log (FW_LOG_ERROR, d->prog.cfg.name,
+              "%s (try %d); the stream holds this event and tries "
+              "again in %lld ms",
               err.message, tries, (long long) delay);
       if (d->clock.wait_ms (d->clock.ud, delay)) {
          return FW_PARK_STOPPED;

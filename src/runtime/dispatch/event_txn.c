@@ -27,8 +27,8 @@
 #define COMMIT_TRIES 5
 
 void
-fw_dispatcher_set_exactly_once (fw_dispatcher_t *d, fw_txn_position_fn fn,
-                                fw_txn_session_fn record, void *ud)
+fw_dispatcher_set_exactly_once (fw_dispatcher_t *d, fw_txn_position_fn fn, fw_txn_session_fn record,
+                                void *ud)
 {
    d->eo.fn = fn;
    d->eo.record = record;
@@ -229,9 +229,10 @@ fw_txn_commit (fw_dispatcher_t *d, lua_State *L, const fw_event_t *ev)
    bson_destroy (&reply);
    err.message[0] = '\0';
    err.code = 0;
-   ok = d->eo.replay_fn ? d->eo.replay_fn (d->eo.replay_ud, ev, d->eo.client, d->eo.session, &reply,
-                                     &fenced, &err)
-                  : d->eo.fn (d->eo.ud, ev, d->eo.client, d->eo.session, &reply, &fenced, &err);
+   ok = d->eo.replay_fn
+           ? d->eo.replay_fn (d->eo.replay_ud, ev, d->eo.client, d->eo.session, &reply, &fenced,
+                              &err)
+           : d->eo.fn (d->eo.ud, ev, d->eo.client, d->eo.session, &reply, &fenced, &err);
    if (!ok) {
       if (fenced) {
          bson_destroy (&reply);

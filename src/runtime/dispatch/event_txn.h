@@ -9,9 +9,9 @@
 
 #include <lua.h>
 
+#include "lua_api/mongo_lua.h"
 #include "runtime/dispatch/dispatcher.h"
 #include "runtime/dlq/dlq_store.h"
-#include "lua_api/mongo_lua.h"
 
 typedef enum {
    FW_TXN_COMMITTED,

@@ -14,8 +14,8 @@
 
 #include <lua.h>
 
-#include "runtime/dispatch/backoff.h"
 #include "flowwarden/log.h"
+#include "runtime/dispatch/backoff.h"
 #include "runtime/dispatch/dispatcher-private.h"
 #include "runtime/dispatch/event_txn.h"
 
@@ -118,8 +118,10 @@ fw_txn_dead_letter (fw_dispatcher_t *d, const fw_event_t *ev, const bson_t *entr
       if (t == TRY_COMMITTED || t == TRY_FENCED) {
          r = t == TRY_COMMITTED ? FW_TXN_DLQ_COMMITTED : FW_TXN_DLQ_STOPPED;
          if (t == TRY_FENCED) {
-            fw_log (FW_LOG_WARN, d->prog.cfg.name, "exactly_once: event %s not dead-lettered: "
-                    "%s; its transaction is aborted", id, why);
+            fw_log (FW_LOG_WARN, d->prog.cfg.name,
+                    "exactly_once: event %s not dead-lettered: "
+                    "%s; its transaction is aborted",
+                    id, why);
          }
          break;
       }
@@ -127,7 +129,8 @@ fw_txn_dead_letter (fw_dispatcher_t *d, const fw_event_t *ev, const bson_t *entr
          fw_log (FW_LOG_WARN, d->prog.cfg.name,
                  "exactly_once: the dead letter of event %s could not be committed with its "
                  "checkpoint (%s); it is written on its own (at least once: its DLQ entry is "
-                 "kept once, its event may run again after a crash)", id, why);
+                 "kept once, its event may run again after a crash)",
+                 id, why);
          break;
       }
       int64_t delay = fw_backoff_delay_ms (&d->prog.cfg.restart, tries,

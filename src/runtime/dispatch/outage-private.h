@@ -28,9 +28,9 @@ void fw_outage_cleanup (fw_dispatcher_t *d);
 bool fw_outage_admit (fw_dispatcher_t *d, const fw_event_t *ev, int attempt);
 
 typedef enum {
-   FW_HOLD_NONE,    /* the event ends under the normal policy */
-   FW_HOLD_PROBE,   /* the event is attempted once more (a probe) */
-   FW_HOLD_STOPPED  /* a stop came first: the event must come back */
+   FW_HOLD_NONE,   /* the event ends under the normal policy */
+   FW_HOLD_PROBE,  /* the event is attempted once more (a probe) */
+   FW_HOLD_STOPPED /* a stop came first: the event must come back */
 } fw_hold_t;
 
 /* An attempt failed and the decision ends the event (giving_up: it would be

@@ -183,7 +183,8 @@ adopt (fw_dispatcher_t *d, const fw_event_t *ev, int attempt)
        * batch follows its policy. */
       fw_circuit_close (d->outage.circuit);
       forget (d);
-      fw_log (FW_LOG_WARN, d->prog.cfg.name, "circuit closed: the breaker restored at the "
+      fw_log (FW_LOG_WARN, d->prog.cfg.name,
+              "circuit closed: the breaker restored at the "
               "start is not held by a batch's call; the batch follows its policy");
       show (d);
       return true;
@@ -234,8 +235,10 @@ wait_for_probe (fw_dispatcher_t *d, const char *id, int attempt)
       int64_t wait;
       switch (fw_circuit_next (d->outage.circuit, cfg, d->clock.now_ms (d->clock.ud), &wait)) {
       case FW_CIRCUIT_PROBE:
-         fw_log (FW_LOG_INFO, d->prog.cfg.name, "circuit half-open: probing with event %s "
-                 "(attempt %d)", id, attempt + 1);
+         fw_log (FW_LOG_INFO, d->prog.cfg.name,
+                 "circuit half-open: probing with event %s "
+                 "(attempt %d)",
+                 id, attempt + 1);
          show (d);
          return FW_HOLD_PROBE;
       case FW_CIRCUIT_GIVE_UP:

@@ -7,7 +7,7 @@ const char *
 fw_outcome_name (fw_outcome_kind_t kind)
 {
    static const char *const names[FW_OUTCOME_KINDS] = {
-      "handled", "skipped", "dlq",     "parked", "deferred", "lost",
-      "no_handler", "failed", "stopped", "held", "no_dlq", "stream_failed", "yielded"};
+      "handled", "skipped", "dlq",  "parked", "deferred",      "lost",   "no_handler",
+      "failed",  "stopped", "held", "no_dlq", "stream_failed", "yielded"};
    return (unsigned) kind < FW_OUTCOME_KINDS ? names[kind] : "unknown";
 }

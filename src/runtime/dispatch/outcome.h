@@ -20,11 +20,11 @@ typedef enum {
    FW_OUTCOME_NO_HANDLER,    /* the program has no handler for its operation */
    FW_OUTCOME_GAVE_UP,       /* a replayed dead letter failed for good: its replay decides */
    /* Not finished with: the position stays before the event. */
-   FW_OUTCOME_STOPPED,       /* a stop, or the lost lease, came first: it comes back */
-   FW_OUTCOME_HELD,          /* held behind the open circuit breaker until a stop came */
-   FW_OUTCOME_NO_DLQ,        /* unreadable or oversize, and no DLQ to keep it */
-   FW_OUTCOME_FAILED,        /* the stream must stop before it (error says why) */
-   FW_OUTCOME_YIELDED,       /* between two attempts, a reload's new program was waiting: the
+   FW_OUTCOME_STOPPED, /* a stop, or the lost lease, came first: it comes back */
+   FW_OUTCOME_HELD,    /* held behind the open circuit breaker until a stop came */
+   FW_OUTCOME_NO_DLQ,  /* unreadable or oversize, and no DLQ to keep it */
+   FW_OUTCOME_FAILED,  /* the stream must stop before it (error says why) */
+   FW_OUTCOME_YIELDED, /* between two attempts, a reload's new program was waiting: the
                               * stream switches at the event's boundary and runs it again,
                               * its attempts carrying on (fw_dispatch_run_t's attempt_base) */
    FW_OUTCOME_KINDS
@@ -35,24 +35,24 @@ typedef enum {
  * not always the kind's (a park counts PARKED, but a dead letter whose error
  * has no type is stored as PARKED and counts DLQ; DEFERRED counts DLQ). */
 typedef enum {
-   FW_COUNT_NOTHING = 0,  /* not counted as an event that finished (unreadable, oversize, ...) */
-   FW_COUNT_OK,           /* fw_metrics_outcome_t's values, plus 1 */
+   FW_COUNT_NOTHING = 0, /* not counted as an event that finished (unreadable, oversize, ...) */
+   FW_COUNT_OK,          /* fw_metrics_outcome_t's values, plus 1 */
    FW_COUNT_SKIPPED,
    FW_COUNT_DLQ,
    FW_COUNT_LOST,
    FW_COUNT_PARKED,
-   FW_COUNT_NONE          /* finished, in no outcome's count (no handler): the lag moves */
+   FW_COUNT_NONE /* finished, in no outcome's count (no handler): the lag moves */
 } fw_outcome_count_t;
 
 /* What the log line of an outcome needs besides the event (the stream's
  * settle writes it, runtime/stream/event_settle.h). Strings never NULL. */
 typedef struct {
-   const char *where;       /* the failing line ("file:line", redacted), or "" */
-   const char *dlq;         /* DEAD_LETTERED, PARKED, DEFERRED: the DLQ collection */
-   bool default_dlq;        /* ... the script's default DLQ (the stream has none) */
-   const char *sequence;    /* PARKED: its DLQ sequence; DEAD_LETTERED: the one it opened; or "" */
-   int64_t sequence_index;  /* the entry's index in it */
-   bool asked_dlq;          /* LOST: on_error asked for a DLQ the stream has not */
+   const char *where;      /* the failing line ("file:line", redacted), or "" */
+   const char *dlq;        /* DEAD_LETTERED, PARKED, DEFERRED: the DLQ collection */
+   bool default_dlq;       /* ... the script's default DLQ (the stream has none) */
+   const char *sequence;   /* PARKED: its DLQ sequence; DEAD_LETTERED: the one it opened; or "" */
+   int64_t sequence_index; /* the entry's index in it */
+   bool asked_dlq;         /* LOST: on_error asked for a DLQ the stream has not */
 } fw_outcome_detail_t;
 
 /* The strings are the dispatcher's, valid until its next event; never NULL

@@ -20,10 +20,10 @@
 #include "flowwarden/error.h"
 
 typedef struct {
-   int64_t count;   /* attempts per `per_ms`; 0: no limit */
-   int64_t per_ms;  /* 1000 ("/s") or 60000 ("/m") */
-   bool has_burst;  /* false: the default burst (one second's worth, less one) */
-   int64_t burst;   /* with has_burst: attempts above the rate in one period, >= 0 */
+   int64_t count;  /* attempts per `per_ms`; 0: no limit */
+   int64_t per_ms; /* 1000 ("/s") or 60000 ("/m") */
+   bool has_burst; /* false: the default burst (one second's worth, less one) */
+   int64_t burst;  /* with has_burst: attempts above the rate in one period, >= 0 */
 } fw_rate_limit_config_t;
 
 /* Parses "N/s" or "N/m" (N a whole number >= 1) into *out; false with error

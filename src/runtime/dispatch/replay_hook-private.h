@@ -17,8 +17,8 @@
  * of becoming a new DLQ entry; it is never parked, never runs in an
  * exactly_once transaction, and goes to no outcome sink. */
 typedef struct fw_replay_hook {
-   bool no_retry;              /* --no-retry: one attempt */
-   bool retry_asked;           /* filled: the last failure's decision was retry */
+   bool no_retry;    /* --no-retry: one attempt */
+   bool retry_asked; /* filled: the last failure's decision was retry */
    /* Called before every retry attempt (extends the entry's claim). */
    void (*before_retry) (struct fw_replay_hook *hook);
    void *ud;
@@ -44,7 +44,7 @@ void fw_replay_hook_forget_error (fw_dispatcher_t *d, fw_replay_hook_t *hook);
  * letter in d->dispatch). True: evict;
  * false: requeue, the diagnostics to merge in diagnostics (initialised by
  * the caller; emptied when the policy fails or they have no BSON form). */
-bool fw_dlq_replay_policy (fw_dispatcher_t *d, const fw_replay_hook_t *hook,
-                           const fw_outcome_t *o, bson_t *diagnostics);
+bool fw_dlq_replay_policy (fw_dispatcher_t *d, const fw_replay_hook_t *hook, const fw_outcome_t *o,
+                           bson_t *diagnostics);
 
 #endif

@@ -72,8 +72,8 @@ report_attempt (fw_dispatcher_t *d, int attempt)
    if (lua_istable (L, -1) && lua_getfield (L, -1, "value") == LUA_TSTRING) {
       msg = lua_tostring (L, -1); /* kept alive by the failure table below it */
    }
-   d->hooks->attempt_failed (d->hooks->ud, attempt, "MemoryError",
-                             msg ? msg : "not enough memory", "", "rebuild");
+   d->hooks->attempt_failed (d->hooks->ud, attempt, "MemoryError", msg ? msg : "not enough memory",
+                             "", "rebuild");
    lua_settop (L, top);
 }
 
@@ -148,7 +148,7 @@ fw_state_rebuild (fw_dispatcher_t *d)
       return false;
    }
    fw_dispatcher_take_program (d, fresh); /* fw.state stays d's */
-   fw_dispatcher_destroy (fresh);        /* the full state, and all it held, goes */
+   fw_dispatcher_destroy (fresh);         /* the full state, and all it held, goes */
    d->rebuild.pending = false;
    d->rebuild.rebuilt = true;
    d->rebuild.rebuilt_at = d->dispatch.generation;

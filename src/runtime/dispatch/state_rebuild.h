@@ -18,12 +18,12 @@
 typedef struct {
    fw_dispatcher_loader_t load; /* NULL: never rebuilt */
    void *ud;
-   int index;                   /* the stream's index in the script */
-   bool pending;                /* the state is full: rebuilt before the next attempt */
-   bool refilled;               /* ... again, too soon: the stream stops (d->out.failure) */
-   bool rebuilt;                /* the state running is a rebuilt one */
-   uint64_t rebuilt_at;         /* dispatch.generation of the first event it ran */
-   size_t held;                 /* bytes the full state held after a full collection */
+   int index;           /* the stream's index in the script */
+   bool pending;        /* the state is full: rebuilt before the next attempt */
+   bool refilled;       /* ... again, too soon: the stream stops (d->out.failure) */
+   bool rebuilt;        /* the state running is a rebuilt one */
+   uint64_t rebuilt_at; /* dispatch.generation of the first event it ran */
+   size_t held;         /* bytes the full state held after a full collection */
 } fw_state_rebuild_t;
 
 /* After a handler call: whether the state holds more than 90% of its
@@ -31,8 +31,8 @@ typedef struct {
 bool fw_state_over_mark (const fw_dispatcher_t *d);
 
 typedef enum {
-   FW_STATE_OK,    /* go on as usual (a rebuild may be pending for the next attempt) */
-   FW_STATE_RETRY  /* the call failed in a full state: its failure table is taken off the
+   FW_STATE_OK,   /* go on as usual (a rebuild may be pending for the next attempt) */
+   FW_STATE_RETRY /* the call failed in a full state: its failure table is taken off the
                     * stack; the event's next attempt runs on a rebuilt state */
 } fw_state_check_t;
 

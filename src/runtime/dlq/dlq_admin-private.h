@@ -16,14 +16,14 @@ typedef struct {
 struct fw_dlq_admin {
    fw_dlq_target_t *targets;
    int n_targets;
-   int only;             /* the target fw_dlq_admin_restrict chose, or -1 */
+   int only; /* the target fw_dlq_admin_restrict chose, or -1 */
    const char *only_stream;
-   char **streams;       /* every stream of the script, for messages */
+   char **streams; /* every stream of the script, for messages */
    int n_streams;
-   client_t *clients;    /* one per distinct URI, made on first use */
+   client_t *clients;       /* one per distinct URI, made on first use */
    fw_dlq_store_t **stores; /* per target: its DLQ store, made on first use */
    int n_clients;
-   char **seq_streams;   /* the streams declaring dlq = { sequenced = true } */
+   char **seq_streams; /* the streams declaring dlq = { sequenced = true } */
    int n_seq_streams;
 };
 

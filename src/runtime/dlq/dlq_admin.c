@@ -9,11 +9,11 @@
 
 #include <lauxlib.h>
 
-#include "runtime/dlq/dlq_admin-private.h"
 #include "flowwarden/log.h"
-#include "runtime/host/lua_host.h"
-#include "runtime/host/connections.h"
 #include "runtime/config/stream_config.h"
+#include "runtime/dlq/dlq_admin-private.h"
+#include "runtime/host/connections.h"
+#include "runtime/host/lua_host.h"
 
 /* --- loading the script ------------------------------------------------- */
 
@@ -110,8 +110,8 @@ add_target (fw_dlq_admin_t *admin, const fw_stream_config_t *cfg, const char *ur
       }
    }
    if (!t) {
-      fw_dlq_target_t *grown =
-         realloc (admin->targets, (size_t) (admin->n_targets + 1) * sizeof *grown);
+      fw_dlq_target_t *grown = realloc (admin->targets,
+                                        (size_t) (admin->n_targets + 1) * sizeof *grown);
       if (!grown) {
          return false;
       }
@@ -336,8 +336,7 @@ fw_dlq_admin_restrict (fw_dlq_admin_t *admin, const char *stream, fw_error_t *er
    for (int i = 0; i < admin->n_streams; i++) {
       if (fw_dlq__same (admin->streams[i], stream)) {
          fw_error_set (error, FW_ERROR_INVALID,
-                       "--stream: stream \"%s\" has no dead-letter queue (its dlq is off)",
-                       stream);
+                       "--stream: stream \"%s\" has no dead-letter queue (its dlq is off)", stream);
          return false;
       }
    }
@@ -381,8 +380,8 @@ client_of (fw_dlq_admin_t *admin, int i, fw_error_t *error)
       grown = realloc (admin->clients, (size_t) (admin->n_clients + 1) * sizeof *grown);
       if (!client || !grown) {
          fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
-                            "cannot create a client for connection \"%s\": %s",
-                            t->connection, client ? "out of memory" : berr.message);
+                            "cannot create a client for connection \"%s\": %s", t->connection,
+                            client ? "out of memory" : berr.message);
          mongoc_client_destroy (client);
          if (grown) {
             admin->clients = grown;
@@ -417,8 +416,8 @@ fw_dlq__store (fw_dlq_admin_t *admin, int i, fw_error_t *error)
       return NULL;
    }
    if (!admin->stores[i] && (client = client_of (admin, i, error))) {
-      admin->stores[i] =
-         fw_dlq_store_mongo_open (client, t->database, t->collection, t->connection, error);
+      admin->stores[i] = fw_dlq_store_mongo_open (client, t->database, t->collection, t->connection,
+                                                  error);
    }
    return admin->stores[i];
 }

@@ -20,8 +20,8 @@
 
 #include <mongoc/mongoc.h>
 
-#include "runtime/dlq/dlq_store.h"
 #include "flowwarden/error.h"
+#include "runtime/dlq/dlq_store.h"
 
 /*
  * Appends the MongoDB query selecting filter's entries to query (an
@@ -61,11 +61,11 @@ bool fw_dlq_parse_time (const char *option, const char *text, int64_t now_ms, in
  * the same (URI, database, collection) shares one target, and its entries are
  * told apart by streamName. */
 typedef struct {
-   char *uri;           /* the effective URI of the DLQ's connection */
-   char *connection;    /* "default" (the run URI) or the fw.connection name */
+   char *uri;        /* the effective URI of the DLQ's connection */
+   char *connection; /* "default" (the run URI) or the fw.connection name */
    char *database;
    char *collection;
-   char **streams;      /* names of the streams writing here, script order */
+   char **streams; /* names of the streams writing here, script order */
    int n_streams;
 } fw_dlq_target_t;
 
@@ -78,8 +78,7 @@ typedef struct fw_dlq_admin fw_dlq_admin_t;
  * error filled when the script is invalid or declares no stream with a DLQ.
  * The caller owns the result: fw_dlq_admin_destroy.
  */
-fw_dlq_admin_t *fw_dlq_admin_new (const char *script, const char *option_uri,
-                                  fw_error_t *error);
+fw_dlq_admin_t *fw_dlq_admin_new (const char *script, const char *option_uri, fw_error_t *error);
 
 /* Closes the clients and frees everything. NULL is a no-op. */
 void fw_dlq_admin_destroy (fw_dlq_admin_t *admin);
@@ -157,8 +156,8 @@ bool fw_dlq_admin_stats (fw_dlq_admin_t *admin, const fw_dlq_filter_t *filter,
  * target, sequences with no head last. False with error filled on a bad
  * filter, a server error, or when visit returns false.
  */
-bool fw_dlq_admin_sequences (fw_dlq_admin_t *admin, const fw_dlq_filter_t *filter,
-                             int64_t now_ms, fw_dlq_visit_fn visit, void *ud, fw_error_t *error);
+bool fw_dlq_admin_sequences (fw_dlq_admin_t *admin, const fw_dlq_filter_t *filter, int64_t now_ms,
+                             fw_dlq_visit_fn visit, void *ud, fw_error_t *error);
 
 /* The _ids a filter selects now, per target: what discard and purge touch,
  * and what the operator confirms. */
@@ -183,8 +182,8 @@ void fw_dlq_selection_destroy (fw_dlq_selection_t *selection);
  * *touched: how many were changed.
  */
 bool fw_dlq_admin_discard (fw_dlq_admin_t *admin, const fw_dlq_selection_t *selection,
-                           const char *reason, const char *actor, int64_t now_ms,
-                           int64_t *touched, fw_error_t *error);
+                           const char *reason, const char *actor, int64_t now_ms, int64_t *touched,
+                           fw_error_t *error);
 
 /* Deletes the selected entries that still match the filter. */
 bool fw_dlq_admin_purge (fw_dlq_admin_t *admin, const fw_dlq_selection_t *selection,

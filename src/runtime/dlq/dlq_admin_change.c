@@ -7,16 +7,16 @@
 #include <string.h>
 
 #include "bson/bson_alloc.h"
-#include "runtime/dlq/dlq_entry.h"
 #include "runtime/dlq/dlq_admin-private.h"
+#include "runtime/dlq/dlq_entry.h"
 
 /* _ids per updateMany / deleteMany: small enough for any BSON limit. */
 #define BATCH 500
 
 struct fw_dlq_selection {
-   fw_dlq_filter_t filter;     /* the caller's, its strings borrowed */
+   fw_dlq_filter_t filter; /* the caller's, its strings borrowed */
    const char *default_status;
-   bson_t *ids;          /* per target: an array document of the selected _ids */
+   bson_t *ids; /* per target: an array document of the selected _ids */
    int64_t *counts;
    int n_targets;
    int64_t size;

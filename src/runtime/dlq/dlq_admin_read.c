@@ -33,9 +33,8 @@ counted (const bson_t *entry, void *ud, fw_error_t *error)
 }
 
 bool
-fw_dlq_admin_find (fw_dlq_admin_t *admin, const fw_dlq_filter_t *filter,
-                   const char *default_status, bool with_documents, fw_dlq_visit_fn visit,
-                   void *ud, fw_error_t *error)
+fw_dlq_admin_find (fw_dlq_admin_t *admin, const fw_dlq_filter_t *filter, const char *default_status,
+                   bool with_documents, fw_dlq_visit_fn visit, void *ud, fw_error_t *error)
 {
    int64_t left = filter->limit;
    bool ok = fw_dlq_filter_check (filter, default_status, error);
@@ -136,8 +135,8 @@ count_group (const fw_dlq_group_t *g, void *ud, fw_error_t *error)
 /* One target's counts by (stream, status, error type), and its oldest
  * PENDING entry. */
 static bool
-stats_of (fw_dlq_admin_t *admin, int i, const fw_dlq_filter_t *filter,
-          const char *default_status, counter_t c[3], int64_t *oldest_ms, fw_error_t *error)
+stats_of (fw_dlq_admin_t *admin, int i, const fw_dlq_filter_t *filter, const char *default_status,
+          counter_t c[3], int64_t *oldest_ms, fw_error_t *error)
 {
    fw_dlq_query_t q = {filter, default_status, NULL, 0, false};
    fw_dlq_store_t *store = fw_dlq__store (admin, i, error);

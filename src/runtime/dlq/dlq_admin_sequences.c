@@ -15,18 +15,18 @@
 typedef struct {
    char *stream;
    char *id;
-   int open;          /* 1, 0, or -1: no sequence document, or open not a bool */
-   int64_t size;      /* waiting entries */
-   bson_t *group;     /* the aggregation's group (head fields); NULL when nothing waits */
-   char *head_key;    /* canonical Extended JSON of the head's _id, or NULL */
-   int64_t head_ms;   /* the head's createdAt; INT64_MAX when none or not a date */
+   int open;        /* 1, 0, or -1: no sequence document, or open not a bool */
+   int64_t size;    /* waiting entries */
+   bson_t *group;   /* the aggregation's group (head fields); NULL when nothing waits */
+   char *head_key;  /* canonical Extended JSON of the head's _id, or NULL */
+   int64_t head_ms; /* the head's createdAt; INT64_MAX when none or not a date */
    bool selected;
 } seq_t;
 
 typedef struct {
    seq_t *v;
    size_t n, cap;
-   size_t n_sorted;   /* v[0, n_sorted) is sorted by (stream, id) */
+   size_t n_sorted; /* v[0, n_sorted) is sorted by (stream, id) */
 } seqs_t;
 
 static void
@@ -269,8 +269,7 @@ select_by_head (fw_dlq_store_t *store, const fw_dlq_filter_t *filter, seqs_t *se
 static bool
 has_head_filter (const fw_dlq_filter_t *f)
 {
-   return f->status || f->error_type || f->since_ms || f->until_ms || f->n_ids ||
-          f->filter_json;
+   return f->status || f->error_type || f->since_ms || f->until_ms || f->n_ids || f->filter_json;
 }
 
 /* Every sequence of target i into seqs; filter may be NULL (stream only). */
@@ -366,8 +365,8 @@ sequence_doc (const seq_t *q, int64_t now_ms, bson_t *out)
 }
 
 bool
-fw_dlq_admin_sequences (fw_dlq_admin_t *admin, const fw_dlq_filter_t *filter,
-                        int64_t now_ms, fw_dlq_visit_fn visit, void *ud, fw_error_t *error)
+fw_dlq_admin_sequences (fw_dlq_admin_t *admin, const fw_dlq_filter_t *filter, int64_t now_ms,
+                        fw_dlq_visit_fn visit, void *ud, fw_error_t *error)
 {
    int64_t left = filter->limit;
    bool ok = fw_dlq_filter_check (filter, NULL, error);
@@ -427,8 +426,7 @@ per_stream (per_streams_t *p, const char *stream)
 }
 
 bool
-fw_dlq__sequence_stats (fw_dlq_admin_t *admin, const char *stream, bson_t *out,
-                        fw_error_t *error)
+fw_dlq__sequence_stats (fw_dlq_admin_t *admin, const char *stream, bson_t *out, fw_error_t *error)
 {
    per_streams_t p = {0};
    bool ok = true;

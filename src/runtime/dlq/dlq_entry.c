@@ -34,9 +34,9 @@ uuid4 (char out[37])
    }
    b[6] = (uint8_t) ((b[6] & 0x0f) | 0x40);
    b[8] = (uint8_t) ((b[8] & 0x3f) | 0x80);
-   snprintf (out, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
-             b[13], b[14], b[15]);
+   snprintf (out, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+             b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+             b[14], b[15]);
    return true;
 }
 
@@ -67,9 +67,8 @@ fw_dlq_actor (char *buf, size_t len)
    snprintf (buf, len, "%s:%ld", host, (long) getpid ());
 }
 
-static bool
-build (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg,
-       const fw_dlq_failure_t *f, bool slim, fw_error_t *error);
+static bool build (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg,
+                   const fw_dlq_failure_t *f, bool slim, fw_error_t *error);
 
 bool
 fw_dlq_entry_build (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg,
@@ -283,8 +282,8 @@ append_for_replay (bson_t *out, const fw_event_t *ev, const fw_dlq_failure_t *f,
 }
 
 static bool
-build (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg,
-       const fw_dlq_failure_t *f, bool slim, fw_error_t *error)
+build (bson_t *out, const fw_event_t *ev, const fw_dlq_config_t *cfg, const fw_dlq_failure_t *f,
+       bool slim, fw_error_t *error)
 {
    char id[37];
    char op[64];

@@ -24,24 +24,24 @@
 
 typedef struct {
    const char *stream_name;
-   const char *error_type;      /* NULL: parked behind its sequence, no error (issue 14) */
+   const char *error_type; /* NULL: parked behind its sequence, no error (issue 14) */
    const char *error_message;
-   const char *stack_trace;     /* may be NULL */
-   int error_status;            /* err.fields.status of an HTTP error (error.status); 0: none */
-   const char *error_body;      /* with it, the reply's first bytes (error.body), or NULL */
+   const char *stack_trace; /* may be NULL */
+   int error_status;        /* err.fields.status of an HTTP error (error.status); 0: none */
+   const char *error_body;  /* with it, the reply's first bytes (error.body), or NULL */
    int attempts;
-   int64_t first_attempt_ms;    /* wall clock, ms since the epoch */
+   int64_t first_attempt_ms; /* wall clock, ms since the epoch */
    int64_t last_attempt_ms;
    int64_t created_ms;
-   const char *script_version;  /* may be NULL */
-   const bson_t *metadata;      /* may be NULL: stored as {} */
-   const char *actor;           /* history[].actor; NULL: fw_dlq_actor () */
-   const bson_t *raw_event;     /* an event the runtime could not read: stored whole as
+   const char *script_version; /* may be NULL */
+   const bson_t *metadata;     /* may be NULL: stored as {} */
+   const char *actor;          /* history[].actor; NULL: fw_dlq_actor () */
+   const bson_t *raw_event;    /* an event the runtime could not read: stored whole as
                                  * rawEvent (a document, or binary when it is not valid
                                  * BSON; left out when the entry must be slimmed) */
-   const char *sequence_id;     /* a sequenced DLQ: sequenceId, or NULL */
-   int64_t sequence_index;      /* sequenceIndex, with sequence_id */
-   int64_t epoch;               /* ha.mode = "leader": the lease epoch of the instance that
+   const char *sequence_id;    /* a sequenced DLQ: sequenceId, or NULL */
+   int64_t sequence_index;     /* sequenceIndex, with sequence_id */
+   int64_t epoch;              /* ha.mode = "leader": the lease epoch of the instance that
                                  * wrote it (lease.h), stored as epoch; 0: left out */
 } fw_dlq_failure_t;
 

@@ -14,7 +14,7 @@
 #include "runtime/dlq/dlq_sequence.h"
 
 static const char *const statuses[] = {"PENDING", "REPROCESSING", "RESOLVED", "DISCARDED",
-                                             "SCHEDULED"};
+                                       "SCHEDULED"};
 
 /* Appends status: {$in: [...]} for a comma-separated list of statuses (any
  * case); false for a name that is not a status. */
@@ -68,28 +68,27 @@ append_error_type (bson_t *query, const char *type)
    char *lo = bson_strdup_printf ("%s.", type);
    char *hi = bson_strdup_printf ("%s/", type);
 
-   BSON_APPEND_ARRAY_BEGIN (query, "$or", &or);
-   BSON_APPEND_DOCUMENT_BEGIN (&or, "0", &alt);
+   BSON_APPEND_ARRAY_BEGIN (query, "$or", & or);
+   BSON_APPEND_DOCUMENT_BEGIN (& or, "0", &alt);
    BSON_APPEND_UTF8 (&alt, "error.type", type);
-   bson_append_document_end (&or, &alt);
-   BSON_APPEND_DOCUMENT_BEGIN (&or, "1", &alt);
+   bson_append_document_end (& or, &alt);
+   BSON_APPEND_DOCUMENT_BEGIN (& or, "1", &alt);
    BSON_APPEND_DOCUMENT_BEGIN (&alt, "error.type", &range);
    BSON_APPEND_UTF8 (&range, "$gte", lo);
    BSON_APPEND_UTF8 (&range, "$lt", hi);
    bson_append_document_end (&alt, &range);
-   bson_append_document_end (&or, &alt);
-   bson_append_array_end (query, &or);
+   bson_append_document_end (& or, &alt);
+   bson_append_array_end (query, & or);
    bson_free (lo);
    bson_free (hi);
 }
 
-static bool append_ids_and_user (const fw_dlq_filter_t *filter, bson_t *query,
-                                 fw_error_t *error);
+static bool append_ids_and_user (const fw_dlq_filter_t *filter, bson_t *query, fw_error_t *error);
 static bool parse_user_filter (const char *json, bson_t *user, fw_error_t *error);
 
 bool
-fw_dlq_filter_to_query (const fw_dlq_filter_t *filter, const char *default_status,
-                        bson_t *query, fw_error_t *error)
+fw_dlq_filter_to_query (const fw_dlq_filter_t *filter, const char *default_status, bson_t *query,
+                        fw_error_t *error)
 {
    const char *status = filter->status ? filter->status : default_status;
 
@@ -124,9 +123,9 @@ append_ids (const fw_dlq_filter_t *filter, bson_t *and, const char *key)
    bson_t cond, or, alt, in, arr;
 
    BSON_APPEND_DOCUMENT_BEGIN (and, key, &cond);
-   BSON_APPEND_ARRAY_BEGIN (&cond, "$or", &or);
+   BSON_APPEND_ARRAY_BEGIN (&cond, "$or", & or);
    for (int f = 0; f < 2; f++) {
-      BSON_APPEND_DOCUMENT_BEGIN (&or, f == 0 ? "0" : "1", &alt);
+      BSON_APPEND_DOCUMENT_BEGIN (& or, f == 0 ? "0" : "1", &alt);
       BSON_APPEND_DOCUMENT_BEGIN (&alt, fields[f], &in);
       BSON_APPEND_ARRAY_BEGIN (&in, "$in", &arr);
       for (int i = 0; i < filter->n_ids; i++) {
@@ -137,9 +136,9 @@ append_ids (const fw_dlq_filter_t *filter, bson_t *and, const char *key)
       }
       bson_append_array_end (&in, &arr);
       bson_append_document_end (&alt, &in);
-      bson_append_document_end (&or, &alt);
+      bson_append_document_end (& or, &alt);
    }
-   bson_append_array_end (&cond, &or);
+   bson_append_array_end (&cond, & or);
    bson_append_document_end (and, &cond);
 }
 
@@ -190,8 +189,7 @@ parse_user_filter (const char *json, bson_t *user, fw_error_t *error)
    bson_destroy (user);
    if (!bson_init_from_json (user, json, -1, &berr)) {
       bson_init (user);
-      fw_error_set (error, FW_ERROR_INVALID, "--filter: not valid Extended JSON: %s",
-                    berr.message);
+      fw_error_set (error, FW_ERROR_INVALID, "--filter: not valid Extended JSON: %s", berr.message);
       return false;
    }
    return true;
@@ -286,8 +284,8 @@ fw_dlq_parse_time (const char *option, const char *text, int64_t now_ms, int64_t
 }
 
 bool
-fw_dlq_filter_option (fw_dlq_filter_t *filter, const char *name, const char *value,
-                      int64_t now_ms, fw_error_t *error)
+fw_dlq_filter_option (fw_dlq_filter_t *filter, const char *name, const char *value, int64_t now_ms,
+                      fw_error_t *error)
 {
    if (strcmp (name, "stream") == 0) {
       filter->stream = value;
@@ -416,8 +414,7 @@ filter_ids_match (const fw_dlq_filter_t *f, const bson_t *entry)
    const char *id = utf8_at (entry, "_id");
    const char *event_id = utf8_at (entry, "eventId");
    for (int i = 0; i < f->n_ids; i++) {
-      if ((id && strcmp (f->ids[i], id) == 0) ||
-          (event_id && strcmp (f->ids[i], event_id) == 0)) {
+      if ((id && strcmp (f->ids[i], id) == 0) || (event_id && strcmp (f->ids[i], event_id) == 0)) {
          return true;
       }
    }
@@ -425,8 +422,7 @@ filter_ids_match (const fw_dlq_filter_t *f, const bson_t *entry)
 }
 
 bool
-fw_dlq_query_matches (const fw_dlq_query_t *q, const bson_t *entry, bool *match,
-                      fw_error_t *error)
+fw_dlq_query_matches (const fw_dlq_query_t *q, const bson_t *entry, bool *match, fw_error_t *error)
 {
    static const fw_dlq_filter_t none;
    const fw_dlq_filter_t *f = q->filter ? q->filter : &none;
@@ -451,8 +447,7 @@ fw_dlq_query_matches (const fw_dlq_query_t *q, const bson_t *entry, bool *match,
 }
 
 bool
-fw_dlq_filter_check (const fw_dlq_filter_t *filter, const char *default_status,
-                     fw_error_t *error)
+fw_dlq_filter_check (const fw_dlq_filter_t *filter, const char *default_status, fw_error_t *error)
 {
    bson_t scratch = BSON_INITIALIZER;
    bool ok = fw_dlq_filter_to_query (filter, default_status, &scratch, error);

@@ -19,14 +19,14 @@ mongoc_collection_t *fw_dlq_sequence_collection (mongoc_client_t *client, const 
 /* Replaces into's content with the stream's open sequences, and resets
  * their inflight counts (the caller is the stream, starting or
  * reconnecting: none of its index requests is in flight). */
-bool fw_dlq_sequence_load (mongoc_collection_t *seqs, const char *stream,
-                           fw_dlq_sequences_t *into, fw_error_t *error);
+bool fw_dlq_sequence_load (mongoc_collection_t *seqs, const char *stream, fw_dlq_sequences_t *into,
+                           fw_error_t *error);
 
 /* Takes the next index of sequence id. open = true (the head of a sequence
  * is dead-lettered): opens or reopens it, creating its document; open =
  * false (a later event is parked): only while it is open. */
-bool fw_dlq_sequence_take (mongoc_collection_t *seqs, const char *stream, const char *id,
-                           bool open, int64_t *index, fw_seq_take_t *result, fw_error_t *error);
+bool fw_dlq_sequence_take (mongoc_collection_t *seqs, const char *stream, const char *id, bool open,
+                           int64_t *index, fw_seq_take_t *result, fw_error_t *error);
 
 /* The entry of an index taken with fw_dlq_sequence_take is stored. */
 bool fw_dlq_sequence_settle (mongoc_collection_t *seqs, const char *stream, const char *id,

@@ -8,11 +8,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "bson/write_reply.h"
 #include "flowwarden/clock.h"
-#include "runtime/dlq/dlq_sequence-private.h"
 #include "runtime/collections/owned_collections.h"
 #include "runtime/collections/sharding.h"
-#include "bson/write_reply.h"
+#include "runtime/dlq/dlq_sequence-private.h"
 
 /* --- the set ------------------------------------------------------------------ */
 
@@ -229,8 +229,8 @@ bool
 fw_dlq_sequence_load (mongoc_collection_t *seqs, const char *stream, fw_dlq_sequences_t *into,
                       fw_error_t *error)
 {
-   bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, proj, update = BSON_INITIALIZER,
-          set, gt;
+   bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, proj, update = BSON_INITIALIZER, set,
+          gt;
    mongoc_cursor_t *cursor;
    const bson_t *doc;
    bson_error_t berr;
@@ -267,8 +267,7 @@ fw_dlq_sequence_load (mongoc_collection_t *seqs, const char *stream, fw_dlq_sequ
       bson_append_document_end (&update, &set);
       if (!mongoc_collection_update_many (seqs, &filter, &update, NULL, NULL, &berr)) {
          fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
-                            "cannot reset the DLQ sequences' inflight counts: %s",
-                            berr.message);
+                            "cannot reset the DLQ sequences' inflight counts: %s", berr.message);
          ok = false;
       }
    }
@@ -312,15 +311,14 @@ fw_dlq_sequence_take (mongoc_collection_t *seqs, const char *stream, const char 
       bson_append_document_end (&update, &child);
    }
    mongoc_find_and_modify_opts_set_update (fam, &update);
-   mongoc_find_and_modify_opts_set_flags (
-      fam, MONGOC_FIND_AND_MODIFY_RETURN_NEW | (open ? MONGOC_FIND_AND_MODIFY_UPSERT : 0));
+   mongoc_find_and_modify_opts_set_flags (fam, MONGOC_FIND_AND_MODIFY_RETURN_NEW |
+                                                  (open ? MONGOC_FIND_AND_MODIFY_UPSERT : 0));
    ok = mongoc_collection_find_and_modify_with_opts (seqs, &query, fam, &reply, &berr);
    *result = FW_SEQ_CLOSED;
    if (!ok) {
       char hint[400];
       fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
-                         "cannot take an index in DLQ sequence %.200s: %s%s", id,
-                         berr.message,
+                         "cannot take an index in DLQ sequence %.200s: %s%s", id, berr.message,
                          fw_sharding_hint (&berr, mongoc_collection_get_name (seqs),
                                            FW_SHARD_KEY_BY_ID, hint, sizeof hint));
    } else if (bson_iter_init_find (&it, &reply, "value") && BSON_ITER_HOLDS_DOCUMENT (&it)) {
@@ -331,8 +329,7 @@ fw_dlq_sequence_take (mongoc_collection_t *seqs, const char *stream, const char 
          *index = bson_iter_as_int64 (&next) - 1;
          *result = FW_SEQ_TAKEN;
       } else {
-         fw_error_set (error, FW_ERROR_MONGO, "DLQ sequence %.200s: its document has no next",
-                       id);
+         fw_error_set (error, FW_ERROR_MONGO, "DLQ sequence %.200s: its document has no next", id);
          ok = false;
       }
    } else if (open) {
@@ -365,8 +362,7 @@ fw_dlq_sequence_settle (mongoc_collection_t *seqs, const char *stream, const cha
    ok = mongoc_collection_update_one (seqs, &query, &update, NULL, NULL, &berr);
    if (!ok) {
       fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
-                         "cannot settle DLQ sequence %.200s: %s", id,
-                         berr.message);
+                         "cannot settle DLQ sequence %.200s: %s", id, berr.message);
    }
    bson_destroy (&query);
    bson_destroy (&update);
@@ -398,8 +394,7 @@ fw_dlq_sequence_read (mongoc_collection_t *seqs, const char *stream, const char 
                          : 0;
    } else if (mongoc_cursor_error (cursor, &berr)) {
       fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
-                         "cannot read DLQ sequence %.200s: %s", id,
-                         berr.message);
+                         "cannot read DLQ sequence %.200s: %s", id, berr.message);
       ok = false;
    }
    mongoc_cursor_destroy (cursor);
@@ -431,8 +426,7 @@ fw_dlq_sequence_close (mongoc_collection_t *seqs, const char *stream, const char
              bson_iter_as_int64 (&it) > 0;
    if (!ok) {
       fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
-                         "cannot close DLQ sequence %.200s: %s", id,
-                         berr.message);
+                         "cannot close DLQ sequence %.200s: %s", id, berr.message);
    }
    bson_destroy (&reply);
    bson_destroy (&query);
@@ -459,8 +453,7 @@ fw_dlq_sequence_size (mongoc_collection_t *dlq, const char *stream, const char *
    bson_destroy (&filter);
    if (*out < 0) {
       fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
-                         "cannot count DLQ sequence %.200s: %s", id,
-                         berr.message);
+                         "cannot count DLQ sequence %.200s: %s", id, berr.message);
       return false;
    }
    return true;
@@ -489,14 +482,12 @@ fw_dlq_sequence_indexes (mongoc_collection_t *dlq, fw_error_t *error)
    bson_append_document_end (&index, &partial);
    bson_append_document_end (&indexes, &index);
    bson_append_array_end (&cmd, &indexes);
-   ok = fw_write_reply_ok (mongoc_collection_write_command_with_opts (dlq, &cmd, NULL, &reply,
-                                                                     &berr),
-                           &reply, &berr);
+   ok = fw_write_reply_ok (
+      mongoc_collection_write_command_with_opts (dlq, &cmd, NULL, &reply, &berr), &reply, &berr);
    bson_destroy (&reply);
    if (!ok) {
       fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
-                         "cannot create the DLQ's sequence index: %s",
-                         berr.message);
+                         "cannot create the DLQ's sequence index: %s", berr.message);
    }
    bson_destroy (&cmd);
    return ok;

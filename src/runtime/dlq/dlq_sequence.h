@@ -74,8 +74,8 @@ char *fw_dlq_sequence_id (const bson_value_t *value);
 /* --- what a store's seq_* methods answer ---------------------------------- */
 
 typedef enum {
-   FW_SEQ_TAKEN,  /* *index holds the entry's sequenceIndex */
-   FW_SEQ_CLOSED  /* park only: the sequence is closed (a replay resolved it) */
+   FW_SEQ_TAKEN, /* *index holds the entry's sequenceIndex */
+   FW_SEQ_CLOSED /* park only: the sequence is closed (a replay resolved it) */
 } fw_seq_take_t;
 
 typedef struct {

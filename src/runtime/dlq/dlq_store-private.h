@@ -13,11 +13,11 @@ typedef struct {
    mongoc_collection_t *coll;
    mongoc_collection_t *seqs; /* "<collection>_sequences" */
    mongoc_write_concern_t *wc;
-   char *name;          /* db.collection [(connection "NAME")], for messages */
-   char *seqs_name;     /* db.collection_sequences [(connection "NAME")] */
-   bool unique_index;   /* fw_stream_event_unique exists: a first write can insert */
-   bool unsure;         /* the last save failed: it may have been applied all the same */
-   bool seq_indexed;    /* seq_load ensured the DLQ's sequence index */
+   char *name;        /* db.collection [(connection "NAME")], for messages */
+   char *seqs_name;   /* db.collection_sequences [(connection "NAME")] */
+   bool unique_index; /* fw_stream_event_unique exists: a first write can insert */
+   bool unsure;       /* the last save failed: it may have been applied all the same */
+   bool seq_indexed;  /* seq_load ensured the DLQ's sequence index */
 } fw_mongo_store_t;
 
 /* Fills store's methods other than save, find_by_id, find_by_stream, count
@@ -49,8 +49,7 @@ void fw_dlq__mongo_deferred_methods (fw_dlq_store_t *store);
 
 /* The update of a settled FW_DLQ_RESCHEDULE (dlq_store_mongo_deferred.c),
  * appended to update (the caller's, empty). */
-void fw_dlq__mongo_reschedule_update (const fw_dlq_outcome_t *o, const char *actor,
-                                      bson_t *update);
+void fw_dlq__mongo_reschedule_update (const fw_dlq_outcome_t *o, const char *actor, bson_t *update);
 
 /* "<what> on <m->name> failed: <berr's message>" */
 static inline void

@@ -5,11 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/dlq/dlq_entry.h"
-#include "runtime/dlq/dlq_sequence-private.h"
+#include "bson/write_reply.h"
 #include "flowwarden/log.h"
 #include "runtime/collections/sharding.h"
-#include "bson/write_reply.h"
+#include "runtime/dlq/dlq_entry.h"
+#include "runtime/dlq/dlq_sequence-private.h"
 #include "runtime/dlq/dlq_store-private.h"
 
 typedef fw_mongo_store_t mongo_store_t;
@@ -66,8 +66,8 @@ already_enqueued (mongo_store_t *m, const bson_t *entry, const bson_t *key)
 static bool
 updated_on_reenqueue (const char *key)
 {
-   static const char *const keys[] = {"streamName", "eventId",    "attempts", "lastAttemptAt",
-                                      "error",      "lastTouched", "status",  "history"};
+   static const char *const keys[] = {"streamName", "eventId",     "attempts", "lastAttemptAt",
+                                      "error",      "lastTouched", "status",   "history"};
    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
       if (strcmp (key, keys[i]) == 0) {
          return true;
@@ -182,8 +182,8 @@ mongo_save (fw_dlq_store_t *store, const bson_t *entry, fw_error_t *error)
    m->unsure = !ok;
    if (!ok) {
       char hint[400];
-      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
-                         "DLQ write to %s failed: %s%s", m->name, berr.message,
+      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code, "DLQ write to %s failed: %s%s",
+                         m->name, berr.message,
                          fw_sharding_hint (&berr, m->name, FW_SHARD_KEY_DLQ, hint, sizeof hint));
    }
    bson_destroy (&key);
@@ -192,8 +192,8 @@ mongo_save (fw_dlq_store_t *store, const bson_t *entry, fw_error_t *error)
 }
 
 static bool
-mongo_find (mongo_store_t *m, const bson_t *filter, const bson_t *opts, bson_t *out,
-            bool as_array, bool *found, fw_error_t *error)
+mongo_find (mongo_store_t *m, const bson_t *filter, const bson_t *opts, bson_t *out, bool as_array,
+            bool *found, fw_error_t *error)
 {
    mongoc_cursor_t *cursor = mongoc_collection_find_with_opts (m->coll, filter, opts, NULL);
    const bson_t *doc;
@@ -221,9 +221,8 @@ mongo_find (mongo_store_t *m, const bson_t *filter, const bson_t *opts, bson_t *
       }
    }
    if (mongoc_cursor_error (cursor, &berr)) {
-      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
-                         "DLQ query on %s failed: %s", m->name,
-                         berr.message);
+      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code, "DLQ query on %s failed: %s",
+                         m->name, berr.message);
       ok = false;
    }
    mongoc_cursor_destroy (cursor);
@@ -243,8 +242,7 @@ mongo_find_by_id (fw_dlq_store_t *store, const char *id, bson_t *out, bool *foun
 }
 
 static bool
-mongo_find_by_stream (fw_dlq_store_t *store, const char *stream, bson_t *out,
-                      fw_error_t *error)
+mongo_find_by_stream (fw_dlq_store_t *store, const char *stream, bson_t *out, fw_error_t *error)
 {
    bson_t filter = BSON_INITIALIZER;
    bson_t opts = BSON_INITIALIZER;
@@ -274,8 +272,8 @@ mongo_count (fw_dlq_store_t *store, const char *stream, int64_t *out, fw_error_t
    n = mongoc_collection_count_documents (m->coll, &filter, NULL, NULL, NULL, &berr);
    bson_destroy (&filter);
    if (n < 0) {
-      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
-                         "DLQ count on %s failed: %s", m->name, berr.message);
+      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code, "DLQ count on %s failed: %s",
+                         m->name, berr.message);
       return false;
    }
    *out = n;
@@ -299,16 +297,14 @@ mongo_destroy (fw_dlq_store_t *store)
 static int64_t
 count_duplicate_groups (mongo_store_t *m)
 {
-   bson_t *pipeline = BCON_NEW (
-      "pipeline", "[",
-      "{", "$match", "{", "eventId", "{", "$exists", BCON_BOOL (true), "}", "}", "}",
-      "{", "$group", "{", "_id", "{", "s", BCON_UTF8 ("$streamName"), "e", BCON_UTF8 ("$eventId"),
-      "}", "n", "{", "$sum", BCON_INT32 (1), "}", "}", "}",
-      "{", "$match", "{", "n", "{", "$gt", BCON_INT32 (1), "}", "}", "}",
-      "{", "$count", BCON_UTF8 ("groups"), "}",
-      "]");
-   mongoc_cursor_t *cursor =
-      mongoc_collection_aggregate (m->coll, MONGOC_QUERY_NONE, pipeline, NULL, NULL);
+   bson_t *pipeline = BCON_NEW ("pipeline", "[", "{", "$match", "{", "eventId", "{", "$exists",
+                                BCON_BOOL (true), "}", "}", "}", "{", "$group", "{", "_id", "{",
+                                "s", BCON_UTF8 ("$streamName"), "e", BCON_UTF8 ("$eventId"), "}",
+                                "n", "{", "$sum", BCON_INT32 (1), "}", "}", "}", "{", "$match", "{",
+                                "n", "{", "$gt", BCON_INT32 (1), "}", "}", "}", "{", "$count",
+                                BCON_UTF8 ("groups"), "}", "]");
+   mongoc_cursor_t *cursor = mongoc_collection_aggregate (m->coll, MONGOC_QUERY_NONE, pipeline,
+                                                          NULL, NULL);
    const bson_t *doc;
    bson_iter_t it;
    int64_t n = 0;
@@ -335,8 +331,7 @@ create_indexes (mongo_store_t *m, const bson_t *indexes, bson_error_t *berr)
    BSON_APPEND_UTF8 (&cmd, "createIndexes", mongoc_collection_get_name (m->coll));
    BSON_APPEND_ARRAY (&cmd, "indexes", indexes);
    ok = fw_write_reply_ok (
-      mongoc_collection_write_command_with_opts (m->coll, &cmd, NULL, &reply, berr), &reply,
-      berr);
+      mongoc_collection_write_command_with_opts (m->coll, &cmd, NULL, &reply, berr), &reply, berr);
    bson_destroy (&reply);
    bson_destroy (&cmd);
    return ok;
@@ -396,8 +391,7 @@ create_plain_indexes (mongo_store_t *m, fw_error_t *error)
    bson_destroy (&indexes);
    if (!ok) {
       fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
-                         "cannot create the DLQ indexes on %s: %s", m->name,
-                         berr.message);
+                         "cannot create the DLQ indexes on %s: %s", m->name, berr.message);
       return false;
    }
    return true;
@@ -458,8 +452,8 @@ create_unique_index (mongo_store_t *m, fw_error_t *error)
    if (berr.code != FW_ERR_DUPLICATE_KEY) {
       char hint[400];
       fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
-                         "cannot create the DLQ index %s on %s: %s%s",
-                         FW_UNIQUE_INDEX, m->name, berr.message,
+                         "cannot create the DLQ index %s on %s: %s%s", FW_UNIQUE_INDEX, m->name,
+                         berr.message,
                          fw_sharding_hint (&berr, m->name, FW_SHARD_KEY_DLQ, hint, sizeof hint));
       return false;
    }

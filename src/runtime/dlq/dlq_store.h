@@ -27,8 +27,8 @@
 
 #include <mongoc/mongoc.h>
 
-#include "runtime/dlq/dlq_sequence.h"
 #include "flowwarden/error.h"
+#include "runtime/dlq/dlq_sequence.h"
 
 #define FW_DLQ_MAX_IDS 64
 
@@ -36,16 +36,16 @@
  * selects. Strings are borrowed (usually argv). Zero/NULL fields filter
  * nothing. */
 typedef struct {
-   const char *stream;           /* --stream NAME */
-   const char *status;           /* --status S: PENDING, REPROCESSING, RESOLVED, DISCARDED;
+   const char *stream;              /* --stream NAME */
+   const char *status;              /* --status S: PENDING, REPROCESSING, RESOLVED, DISCARDED;
                                   * may be a comma-separated list */
-   const char *error_type;       /* --error-type T: T and its subtypes (T.*) */
-   int64_t since_ms;             /* --since: createdAt >= (ms since the epoch); 0 = none */
-   int64_t until_ms;             /* --until: createdAt < ; 0 = none */
+   const char *error_type;          /* --error-type T: T and its subtypes (T.*) */
+   int64_t since_ms;                /* --since: createdAt >= (ms since the epoch); 0 = none */
+   int64_t until_ms;                /* --until: createdAt < ; 0 = none */
    const char *ids[FW_DLQ_MAX_IDS]; /* --id ID, repeatable */
    int n_ids;
-   int64_t limit;                /* --limit N; 0 = none */
-   const char *filter_json;      /* --filter JSON: Extended JSON query, ANDed with the rest
+   int64_t limit;           /* --limit N; 0 = none */
+   const char *filter_json; /* --filter JSON: Extended JSON query, ANDed with the rest
                                   * (the MongoDB store only) */
 } fw_dlq_filter_t;
 
@@ -66,10 +66,10 @@ typedef struct {
 
 /* What claimable selects beyond its query. */
 typedef struct {
-   const char *sequence;  /* only the entries of this sequence; NULL: any or none */
-   bool in_sequence;      /* only entries in a sequence */
-   int64_t max_attempts;  /* only entries with reprocessAttempts below (missing: 0); 0: any */
-   int64_t now_ms;        /* a claim that ends before this has expired */
+   const char *sequence; /* only the entries of this sequence; NULL: any or none */
+   bool in_sequence;     /* only entries in a sequence */
+   int64_t max_attempts; /* only entries with reprocessAttempts below (missing: 0); 0: any */
+   int64_t now_ms;       /* a claim that ends before this has expired */
 } fw_dlq_claimable_t;
 
 /* Whether entry matches q (the in-memory store's filter; the MongoDB store
@@ -111,13 +111,13 @@ typedef bool (*fw_dlq_seq_fn) (const fw_dlq_seq_t *seq, void *ud, fw_error_t *er
 
 /* What becomes of an entry a replay claimed (the store's settle). */
 typedef enum {
-   FW_DLQ_RELEASE, /* back to PENDING as it was (lastTouched) */
-   FW_DLQ_RESOLVE, /* RESOLVED, resolution REPLAYED (SKIPPED with skipped), resolvedAt;
+   FW_DLQ_RELEASE,   /* back to PENDING as it was (lastTouched) */
+   FW_DLQ_RESOLVE,   /* RESOLVED, resolution REPLAYED (SKIPPED with skipped), resolvedAt;
                     * history "resolved" with result "ok" ("skipped") */
-   FW_DLQ_REQUEUE, /* PENDING after a failed replay: lastReprocessAt, lastReprocessError
+   FW_DLQ_REQUEUE,   /* PENDING after a failed replay: lastReprocessAt, lastReprocessError
                     * {type, message}, reprocessAttempts + 1, diagnostics.<key> set from
                     * diagnostics; history "requeued" with result "type: message" */
-   FW_DLQ_EVICT,   /* DISCARDED by the enqueue policy: as REQUEUE but no diagnostics,
+   FW_DLQ_EVICT,     /* DISCARDED by the enqueue policy: as REQUEUE but no diagnostics,
                     * discardedAt and discardReason "evicted by enqueue policy"; history
                     * "discarded" */
    FW_DLQ_RESCHEDULE /* a deferred retry failed (issue 29): attempts + 1, error {type,
@@ -128,9 +128,9 @@ typedef enum {
 
 typedef struct {
    fw_dlq_settle_t kind;
-   int64_t now_ms;            /* lastTouched, and the history item's at */
-   bool skipped;              /* FW_DLQ_RESOLVE */
-   const char *error_type;    /* FW_DLQ_REQUEUE, FW_DLQ_EVICT */
+   int64_t now_ms;         /* lastTouched, and the history item's at */
+   bool skipped;           /* FW_DLQ_RESOLVE */
+   const char *error_type; /* FW_DLQ_REQUEUE, FW_DLQ_EVICT */
    const char *error_message;
    const bson_t *diagnostics; /* FW_DLQ_REQUEUE; NULL: none */
    int64_t next_attempt_ms;   /* FW_DLQ_RESCHEDULE */
@@ -180,26 +180,25 @@ struct fw_dlq_store {
    bool (*count) (fw_dlq_store_t *store, const char *stream, int64_t *out, fw_error_t *error);
    /* The PENDING entries of stream: how many (*count), and the createdAt of
     * the oldest (*oldest_ms; 0 when there is none or it has no date). */
-   bool (*pending) (fw_dlq_store_t *store, const char *stream, int64_t *count,
-                    int64_t *oldest_ms, fw_error_t *error);
+   bool (*pending) (fw_dlq_store_t *store, const char *stream, int64_t *count, int64_t *oldest_ms,
+                    fw_error_t *error);
    /* Visits the entries q selects, oldest first, at most q->limit. */
-   bool (*query) (fw_dlq_store_t *store, const fw_dlq_query_t *q, fw_dlq_entry_fn visit,
-                  void *ud, fw_error_t *error);
+   bool (*query) (fw_dlq_store_t *store, const fw_dlq_query_t *q, fw_dlq_entry_fn visit, void *ud,
+                  fw_error_t *error);
    /* What a replay or a reprocess round may claim: the entries q selects
     * that c allows, but no entry a live replay holds (REPROCESSING with
     * claimedUntil not before c->now_ms). Oldest clusterTime first (then
     * createdAt, _id), at most q->limit. Each entry is whole with
     * q->with_documents, else only _id, clusterTime, createdAt and
     * sequenceId (those it has). */
-   bool (*claimable) (fw_dlq_store_t *store, const fw_dlq_query_t *q,
-                      const fw_dlq_claimable_t *c, fw_dlq_entry_fn visit, void *ud,
-                      fw_error_t *error);
+   bool (*claimable) (fw_dlq_store_t *store, const fw_dlq_query_t *q, const fw_dlq_claimable_t *c,
+                      fw_dlq_entry_fn visit, void *ud, fw_error_t *error);
    /* Visits the groups of the entries q selects (q->limit ignored), and
     * lowers *oldest_pending_ms (the caller's, left alone when nothing is
     * older) to the createdAt of the oldest selected PENDING entry with a
     * date. */
-   bool (*tally) (fw_dlq_store_t *store, const fw_dlq_query_t *q, fw_dlq_group_fn visit,
-                  void *ud, int64_t *oldest_pending_ms, fw_error_t *error);
+   bool (*tally) (fw_dlq_store_t *store, const fw_dlq_query_t *q, fw_dlq_group_fn visit, void *ud,
+                  int64_t *oldest_pending_ms, fw_error_t *error);
    /* Marks the entries q selects DISCARDED: discardedAt and lastTouched =
     * now_ms, discardReason = reason, and a history item {at, action:
     * "discarded", actor, result: reason}, the last FW_DLQ_HISTORY_MAX kept.
@@ -238,14 +237,13 @@ struct fw_dlq_store {
     * process left REPROCESSING with a nextAttemptAt and an expired claim):
     * as claim does. *got false when none is due; out as claim's. Set only
     * in a store that can FW_DLQ_CAN_DEFER. */
-   bool (*claim_due) (fw_dlq_store_t *store, const char *stream, const char *actor,
-                      int64_t now_ms, int64_t until_ms, bson_t *out, bool *got,
-                      fw_error_t *error);
+   bool (*claim_due) (fw_dlq_store_t *store, const char *stream, const char *actor, int64_t now_ms,
+                      int64_t until_ms, bson_t *out, bool *got, fw_error_t *error);
    /* The SCHEDULED entries of stream: how many (*count), the oldest one's
     * createdAt (*oldest_ms) and the earliest nextAttemptAt (*next_ms); 0:
     * none. Set as claim_due. */
-   bool (*scheduled) (fw_dlq_store_t *store, const char *stream, int64_t *count,
-                      int64_t *oldest_ms, int64_t *next_ms, fw_error_t *error);
+   bool (*scheduled) (fw_dlq_store_t *store, const char *stream, int64_t *count, int64_t *oldest_ms,
+                      int64_t *next_ms, fw_error_t *error);
    /* A claim a killed replay left (REPROCESSING, claimedUntil before
     * now_ms): back to PENDING, the claim removed. */
    bool (*release_stale) (fw_dlq_store_t *store, const bson_value_t *id, int64_t now_ms,
@@ -270,8 +268,8 @@ struct fw_dlq_store {
    bool (*seq_settle) (fw_dlq_store_t *store, const char *stream, const char *id,
                        fw_error_t *error);
    /* The sequence's state into *out (out->exists false when it has none). */
-   bool (*seq_read) (fw_dlq_store_t *store, const char *stream, const char *id,
-                     fw_seq_state_t *out, fw_error_t *error);
+   bool (*seq_read) (fw_dlq_store_t *store, const char *stream, const char *id, fw_seq_state_t *out,
+                     fw_error_t *error);
    /* Closes the sequence if it is still open with next == expected_next and
     * nothing in flight; *closed says whether it was. */
    bool (*seq_close) (fw_dlq_store_t *store, const char *stream, const char *id,
@@ -290,16 +288,16 @@ struct fw_dlq_store {
                         fw_dlq_entry_fn visit, void *ud, fw_error_t *error);
    /* How many waiting entries of sequence id have a sequenceIndex below
     * index (none: the entry at index is the sequence's head). */
-   bool (*seq_before) (fw_dlq_store_t *store, const char *stream, const char *id,
-                       int64_t index, int64_t *out, fw_error_t *error);
+   bool (*seq_before) (fw_dlq_store_t *store, const char *stream, const char *id, int64_t index,
+                       int64_t *out, fw_error_t *error);
    /* Visits one group per sequence of stream (all when NULL) with waiting
     * entries (PENDING or REPROCESSING, with a string sequenceId), by
     * (stream, sequenceId), borrowed for the call: { _id: { s: stream, q:
     * sequenceId }, n: how many wait, and of the one with the lowest
     * sequenceIndex (its head): head: its _id, sequenceIndex, status, error,
     * createdAt (each null or missing when the entry lacks it) }. */
-   bool (*seq_waiting) (fw_dlq_store_t *store, const char *stream, fw_dlq_entry_fn visit,
-                        void *ud, fw_error_t *error);
+   bool (*seq_waiting) (fw_dlq_store_t *store, const char *stream, fw_dlq_entry_fn visit, void *ud,
+                        fw_error_t *error);
 
    /* --- inside a caller's transaction (FW_DLQ_CAN_JOIN) ----------------- */
 

@@ -22,9 +22,9 @@ typedef struct {
 typedef struct {
    fw_dlq_store_t base; /* first: a store pointer is a memory_store pointer */
    pthread_mutex_t mu;
-   bson_t **entries;    /* in the order they were first saved: oldest first */
+   bson_t **entries; /* in the order they were first saved: oldest first */
    size_t n, cap;
-   bson_t *last;        /* what the last save wrote, for fw_dlq_store_memory_take_last */
+   bson_t *last;          /* what the last save wrote, for fw_dlq_store_memory_take_last */
    fw_memory_seq_t *seqs; /* in the order they were first opened */
    size_t n_seqs, cap_seqs;
 } fw_memory_store_t;
@@ -51,8 +51,8 @@ void fw_dlq__memory_claim_methods (fw_dlq_store_t *store);
  * reprocessAttempts + 1 when inc_attempts, diagnostics' fields set in the
  * entry's diagnostics (NULL: none), history_item pushed on its history, the
  * last FW_DLQ_HISTORY_MAX kept (NULL: none). */
-bson_t *fw_dlq__memory_rebuilt (const bson_t *entry, const bson_t *set,
-                                const char *const *removed, bool inc_attempts,
-                                const bson_t *diagnostics, const bson_t *history_item);
+bson_t *fw_dlq__memory_rebuilt (const bson_t *entry, const bson_t *set, const char *const *removed,
+                                bool inc_attempts, const bson_t *diagnostics,
+                                const bson_t *history_item);
 
 #endif

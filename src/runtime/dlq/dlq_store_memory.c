@@ -191,8 +191,7 @@ memory_find_by_id (fw_dlq_store_t *store, const char *id, bson_t *out, bool *fou
 }
 
 static bool
-memory_find_by_stream (fw_dlq_store_t *store, const char *stream, bson_t *out,
-                       fw_error_t *error)
+memory_find_by_stream (fw_dlq_store_t *store, const char *stream, bson_t *out, fw_error_t *error)
 {
    memory_store_t *m = (memory_store_t *) store;
    uint32_t k = 0;
@@ -258,8 +257,7 @@ static bool memory_seq_read (fw_dlq_store_t *, const char *, const char *, fw_se
                              fw_error_t *);
 static bool memory_seq_close (fw_dlq_store_t *, const char *, const char *, int64_t, bool *,
                               fw_error_t *);
-static bool memory_seq_size (fw_dlq_store_t *, const char *, const char *, int64_t *,
-                             fw_error_t *);
+static bool memory_seq_size (fw_dlq_store_t *, const char *, const char *, int64_t *, fw_error_t *);
 
 fw_dlq_store_t *
 fw_dlq_store_memory_new (fw_error_t *error)
@@ -393,8 +391,8 @@ add_seq (memory_store_t *m, const char *stream, const char *id)
 }
 
 static bool
-memory_seq_load (fw_dlq_store_t *store, const char *stream,
-                 fw_dlq_sequences_t *into, fw_error_t *error)
+memory_seq_load (fw_dlq_store_t *store, const char *stream, fw_dlq_sequences_t *into,
+                 fw_error_t *error)
 {
    memory_store_t *m = seq_store (store, error);
    bool ok = true;
@@ -420,9 +418,8 @@ memory_seq_load (fw_dlq_store_t *store, const char *stream,
 }
 
 static bool
-memory_seq_take (fw_dlq_store_t *store, const char *stream, const char *id,
-                 bool open, int64_t *index, fw_seq_take_t *result,
-                 fw_error_t *error)
+memory_seq_take (fw_dlq_store_t *store, const char *stream, const char *id, bool open,
+                 int64_t *index, fw_seq_take_t *result, fw_error_t *error)
 {
    memory_store_t *m = seq_store (store, error);
    memory_seq_t *s;
@@ -450,8 +447,7 @@ memory_seq_take (fw_dlq_store_t *store, const char *stream, const char *id,
 }
 
 static bool
-memory_seq_settle (fw_dlq_store_t *store, const char *stream, const char *id,
-                   fw_error_t *error)
+memory_seq_settle (fw_dlq_store_t *store, const char *stream, const char *id, fw_error_t *error)
 {
    memory_store_t *m = seq_store (store, error);
    memory_seq_t *s;
@@ -468,8 +464,8 @@ memory_seq_settle (fw_dlq_store_t *store, const char *stream, const char *id,
 }
 
 static bool
-memory_seq_read (fw_dlq_store_t *store, const char *stream, const char *id,
-                 fw_seq_state_t *out, fw_error_t *error)
+memory_seq_read (fw_dlq_store_t *store, const char *stream, const char *id, fw_seq_state_t *out,
+                 fw_error_t *error)
 {
    memory_store_t *m = seq_store (store, error);
    memory_seq_t *s;
@@ -490,8 +486,8 @@ memory_seq_read (fw_dlq_store_t *store, const char *stream, const char *id,
 }
 
 static bool
-memory_seq_close (fw_dlq_store_t *store, const char *stream, const char *id,
-                  int64_t expected_next, bool *closed, fw_error_t *error)
+memory_seq_close (fw_dlq_store_t *store, const char *stream, const char *id, int64_t expected_next,
+                  bool *closed, fw_error_t *error)
 {
    memory_store_t *m = seq_store (store, error);
    memory_seq_t *s;
@@ -501,8 +497,7 @@ memory_seq_close (fw_dlq_store_t *store, const char *stream, const char *id,
       return false;
    }
    pthread_mutex_lock (&m->mu);
-   if ((s = find_seq (m, stream, id)) && s->open && s->next == expected_next &&
-       s->inflight == 0) {
+   if ((s = find_seq (m, stream, id)) && s->open && s->next == expected_next && s->inflight == 0) {
       s->open = false;
       *closed = true;
    }
@@ -518,8 +513,8 @@ waiting (const bson_t *entry)
 }
 
 static bool
-memory_seq_size (fw_dlq_store_t *store, const char *stream, const char *id,
-                 int64_t *out, fw_error_t *error)
+memory_seq_size (fw_dlq_store_t *store, const char *stream, const char *id, int64_t *out,
+                 fw_error_t *error)
 {
    memory_store_t *m = seq_store (store, error);
 

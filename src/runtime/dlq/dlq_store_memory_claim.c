@@ -206,18 +206,17 @@ static bson_t *
 claimed (const bson_t *e, const void *ud)
 {
    const claim_args_t *a = ud;
-   bson_t *set = BCON_NEW ("status", BCON_UTF8 ("REPROCESSING"), "claimedBy",
-                           BCON_UTF8 (a->actor), "claimedUntil", BCON_DATE_TIME (a->until_ms),
-                           "lastTouched", BCON_DATE_TIME (a->now_ms));
+   bson_t *set = BCON_NEW ("status", BCON_UTF8 ("REPROCESSING"), "claimedBy", BCON_UTF8 (a->actor),
+                           "claimedUntil", BCON_DATE_TIME (a->until_ms), "lastTouched",
+                           BCON_DATE_TIME (a->now_ms));
    bson_t *out = fw_dlq__memory_rebuilt (e, set, NULL, false, NULL, NULL);
    bson_destroy (set);
    return out;
 }
 
 static bool
-memory_claim (fw_dlq_store_t *store, const char *stream, const bson_value_t *id,
-              const char *actor, int64_t now_ms, int64_t until_ms, bson_t *out, bool *got,
-              fw_error_t *error)
+memory_claim (fw_dlq_store_t *store, const char *stream, const bson_value_t *id, const char *actor,
+              int64_t now_ms, int64_t until_ms, bson_t *out, bool *got, fw_error_t *error)
 {
    claim_args_t a = {stream, actor, now_ms, until_ms, NULL};
    return change_one (store, id, claimable_now, claimed, &a, out, got, error);
@@ -241,8 +240,8 @@ extended (const bson_t *e, const void *ud)
 }
 
 static bool
-memory_extend (fw_dlq_store_t *store, const bson_value_t *id, const char *actor,
-               int64_t until_ms, bool *held, fw_error_t *error)
+memory_extend (fw_dlq_store_t *store, const bson_value_t *id, const char *actor, int64_t until_ms,
+               bool *held, fw_error_t *error)
 {
    claim_args_t a = {NULL, actor, 0, until_ms, NULL};
    return change_one (store, id, held_by, extended, &a, NULL, held, error);
@@ -306,8 +305,7 @@ rescheduled (const bson_t *e, const claim_args_t *a)
                        BCON_UTF8 (again ? "rescheduled" : "requeued"), "actor",
                        BCON_UTF8 (a->actor), "result", BCON_UTF8 (result));
    }
-   out = fw_dlq__memory_rebuilt (e, &set, again ? claim_fields : claim_and_next, false, NULL,
-                                 item);
+   out = fw_dlq__memory_rebuilt (e, &set, again ? claim_fields : claim_and_next, false, NULL, item);
    bson_destroy (&set);
    if (item) {
       bson_destroy (item);
@@ -346,10 +344,12 @@ settled (const bson_t *e, const void *ud)
                    BCON_UTF8 ("evicted by enqueue policy"));
    }
    if (o->kind != FW_DLQ_RELEASE) {
-      snprintf (result, sizeof result, "%s%s%s", failed ? o->error_type : "",
-                failed ? ": " : "", failed ? o->error_message : o->skipped ? "skipped" : "ok");
+      snprintf (result, sizeof result, "%s%s%s", failed ? o->error_type : "", failed ? ": " : "",
+                failed       ? o->error_message
+                : o->skipped ? "skipped"
+                             : "ok");
       item = BCON_NEW ("at", BCON_DATE_TIME (o->now_ms), "action",
-                       BCON_UTF8 (o->kind == FW_DLQ_RESOLVE  ? "resolved"
+                       BCON_UTF8 (o->kind == FW_DLQ_RESOLVE ? "resolved"
                                   : o->kind == FW_DLQ_EVICT ? "discarded"
                                                             : "requeued"),
                        "actor", BCON_UTF8 (a->actor), "result", BCON_UTF8 (result));

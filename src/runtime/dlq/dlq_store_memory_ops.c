@@ -206,8 +206,7 @@ group_add (groups_t *g, const fw_dlq_group_t *one)
 {
    fw_dlq_group_t *grown;
    for (size_t i = 0; i < g->n; i++) {
-      if (strcmp (g->v[i].stream, one->stream) == 0 &&
-          strcmp (g->v[i].status, one->status) == 0 &&
+      if (strcmp (g->v[i].stream, one->stream) == 0 && strcmp (g->v[i].status, one->status) == 0 &&
           strcmp (g->v[i].error_type, one->error_type) == 0 && g->v[i].parked == one->parked) {
          g->v[i].n++;
          return true;
@@ -337,8 +336,7 @@ memory_discard (fw_dlq_store_t *store, const fw_dlq_query_t *q, const char *reas
 }
 
 static bool
-memory_purge (fw_dlq_store_t *store, const fw_dlq_query_t *q, int64_t *touched,
-              fw_error_t *error)
+memory_purge (fw_dlq_store_t *store, const fw_dlq_query_t *q, int64_t *touched, fw_error_t *error)
 {
    return change ((fw_memory_store_t *) store, q, NULL, NULL, 0, touched, error);
 }
@@ -398,8 +396,8 @@ copy_seqs (fw_memory_store_t *m, const char *stream, const bson_t *ids, fw_memor
 }
 
 static bool
-memory_seq_list (fw_dlq_store_t *store, const char *stream, const bson_t *ids,
-                 fw_dlq_seq_fn visit, void *ud, fw_error_t *error)
+memory_seq_list (fw_dlq_store_t *store, const char *stream, const bson_t *ids, fw_dlq_seq_fn visit,
+                 void *ud, fw_error_t *error)
 {
    fw_memory_seq_t *copy;
    size_t n;
@@ -409,8 +407,7 @@ memory_seq_list (fw_dlq_store_t *store, const char *stream, const bson_t *ids,
       fw_error_set (error, FW_ERROR_NOMEM, "in-memory DLQ: out of memory");
    }
    for (size_t i = 0; ok && i < n; i++) {
-      fw_dlq_seq_t seq = {copy[i].stream, copy[i].id, copy[i].open, copy[i].next,
-                          copy[i].inflight};
+      fw_dlq_seq_t seq = {copy[i].stream, copy[i].id, copy[i].open, copy[i].next, copy[i].inflight};
       ok = visit (&seq, ud, error);
    }
    seqs_free (copy, n);
@@ -431,8 +428,10 @@ index_of (const bson_t *entry)
 static void
 waiting_group (bson_t **v, size_t from, size_t to, bson_t *out)
 {
-   static const char *const heads[][2] = {{"head", "_id"},         {"sequenceIndex", NULL},
-                                          {"status", NULL},        {"error", NULL},
+   static const char *const heads[][2] = {{"head", "_id"},
+                                          {"sequenceIndex", NULL},
+                                          {"status", NULL},
+                                          {"error", NULL},
                                           {"createdAt", NULL}};
    bson_iter_t it;
 
@@ -508,8 +507,8 @@ memory_seq_before (fw_dlq_store_t *store, const char *stream, const char *id, in
    *out = 0;
    for (size_t i = 0; ok && i < c.n; i++) {
       bson_iter_t it;
-      *out += bson_iter_init_find (&it, c.v[i], "sequenceIndex") &&
-              BSON_ITER_HOLDS_NUMBER (&it) && bson_iter_as_int64 (&it) < index;
+      *out += bson_iter_init_find (&it, c.v[i], "sequenceIndex") && BSON_ITER_HOLDS_NUMBER (&it) &&
+              bson_iter_as_int64 (&it) < index;
    }
    copies_free (&c);
    return ok;

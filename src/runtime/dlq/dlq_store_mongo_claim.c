@@ -5,14 +5,13 @@
  */
 #include <stdio.h>
 
-#include "runtime/dlq/dlq_entry.h"
 #include "runtime/collections/sharding.h"
+#include "runtime/dlq/dlq_entry.h"
 #include "runtime/dlq/dlq_store-private.h"
 
 static bool
-mongo_claim (fw_dlq_store_t *store, const char *stream, const bson_value_t *id,
-             const char *actor, int64_t now_ms, int64_t until_ms, bson_t *out, bool *got,
-             fw_error_t *error)
+mongo_claim (fw_dlq_store_t *store, const char *stream, const bson_value_t *id, const char *actor,
+             int64_t now_ms, int64_t until_ms, bson_t *out, bool *got, fw_error_t *error)
 {
    fw_mongo_store_t *m = (fw_mongo_store_t *) store;
    bson_t query = BSON_INITIALIZER, reply;
@@ -75,8 +74,7 @@ update_claimed (fw_mongo_store_t *m, const bson_value_t *id, const char *actor,
    BSON_APPEND_UTF8 (&filter, "status", "REPROCESSING");
    BSON_APPEND_UTF8 (&filter, "claimedBy", actor);
    ok = mongoc_collection_update_one (m->coll, &filter, update, NULL, &reply, &berr);
-   *held = ok && bson_iter_init_find (&it, &reply, "matchedCount") &&
-           bson_iter_as_int64 (&it) > 0;
+   *held = ok && bson_iter_init_find (&it, &reply, "matchedCount") && bson_iter_as_int64 (&it) > 0;
    if (!ok) {
       fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code, "cannot update the entry: %s",
                          berr.message);
@@ -87,8 +85,8 @@ update_claimed (fw_mongo_store_t *m, const bson_value_t *id, const char *actor,
 }
 
 static bool
-mongo_extend (fw_dlq_store_t *store, const bson_value_t *id, const char *actor,
-              int64_t until_ms, bool *held, fw_error_t *error)
+mongo_extend (fw_dlq_store_t *store, const bson_value_t *id, const char *actor, int64_t until_ms,
+              bool *held, fw_error_t *error)
 {
    bson_t *update = BCON_NEW ("$set", "{", "claimedUntil", BCON_DATE_TIME (until_ms), "}");
    bool ok = update_claimed ((fw_mongo_store_t *) store, id, actor, update, held, error);
@@ -142,8 +140,8 @@ fw_dlq__mongo_settle_update (const fw_dlq_outcome_t *o, const char *actor, bson_
    if (o->kind == FW_DLQ_REQUEUE || o->kind == FW_DLQ_EVICT) {
       BCON_APPEND (update, "$inc", "{", "reprocessAttempts", BCON_INT32 (1), "}");
    }
-   BCON_APPEND (update, "$unset", "{", "claimedBy", BCON_UTF8 (""), "claimedUntil",
-                BCON_UTF8 (""), "}");
+   BCON_APPEND (update, "$unset", "{", "claimedBy", BCON_UTF8 (""), "claimedUntil", BCON_UTF8 (""),
+                "}");
    if (o->kind == FW_DLQ_RELEASE) {
       return;
    }
@@ -154,7 +152,7 @@ fw_dlq__mongo_settle_update (const fw_dlq_outcome_t *o, const char *actor, bson_
    }
    BCON_APPEND (update, "$push", "{", "history", "{", "$each", "[", "{", "at",
                 BCON_DATE_TIME (o->now_ms), "action",
-                BCON_UTF8 (o->kind == FW_DLQ_RESOLVE  ? "resolved"
+                BCON_UTF8 (o->kind == FW_DLQ_RESOLVE ? "resolved"
                            : o->kind == FW_DLQ_EVICT ? "discarded"
                                                      : "requeued"),
                 "actor", BCON_UTF8 (actor), "result", BCON_UTF8 (result), "}", "]", "$slice",
@@ -194,8 +192,8 @@ mongo_release_stale (fw_dlq_store_t *store, const bson_value_t *id, int64_t now_
                 BCON_DATE_TIME (now_ms), "}");
    ok = mongoc_collection_update_one (m->coll, &filter, update, NULL, NULL, &berr);
    if (!ok) {
-      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
-                         "cannot release a stale claim: %s", berr.message);
+      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code, "cannot release a stale claim: %s",
+                         berr.message);
    }
    bson_destroy (&filter);
    bson_destroy (update);

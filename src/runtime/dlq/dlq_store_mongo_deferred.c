@@ -20,11 +20,11 @@ due_query (const char *stream, int64_t now_ms, bson_t *query)
 {
    bson_init (query);
    BSON_APPEND_UTF8 (query, "streamName", stream);
-   return BCON_APPEND (query, "$or", "[", "{", "status", BCON_UTF8 ("SCHEDULED"),
-                       "nextAttemptAt", "{", "$lte", BCON_DATE_TIME (now_ms), "}", "}", "{",
-                       "status", BCON_UTF8 ("REPROCESSING"), "nextAttemptAt", "{", "$exists",
-                       BCON_BOOL (true), "}", "claimedUntil", "{", "$lt",
-                       BCON_DATE_TIME (now_ms), "}", "}", "]"),
+   return BCON_APPEND (query, "$or", "[", "{", "status", BCON_UTF8 ("SCHEDULED"), "nextAttemptAt",
+                       "{", "$lte", BCON_DATE_TIME (now_ms), "}", "}", "{", "status",
+                       BCON_UTF8 ("REPROCESSING"), "nextAttemptAt", "{", "$exists",
+                       BCON_BOOL (true), "}", "claimedUntil", "{", "$lt", BCON_DATE_TIME (now_ms),
+                       "}", "}", "]"),
           true;
 }
 

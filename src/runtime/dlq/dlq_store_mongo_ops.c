@@ -164,13 +164,13 @@ append_claimable (bson_t *out, const bson_t *query, const fw_dlq_claimable_t *c)
    }
    if (c->max_attempts > 0) {
       BCON_APPEND (&part, "$or", "[", "{", "reprocessAttempts", "{", "$lt",
-                   BCON_INT64 (c->max_attempts), "}", "}", "{", "reprocessAttempts", "{",
-                   "$exists", BCON_BOOL (false), "}", "}", "]");
+                   BCON_INT64 (c->max_attempts), "}", "}", "{", "reprocessAttempts", "{", "$exists",
+                   BCON_BOOL (false), "}", "}", "]");
    }
    bson_append_document_end (&and, &part);
    BSON_APPEND_DOCUMENT_BEGIN (&and, "2", &part);
-   BCON_APPEND (&part, "$or", "[", "{", "status", "{", "$ne", BCON_UTF8 ("REPROCESSING"), "}",
-                "}", "{", "claimedUntil", "{", "$lt", BCON_DATE_TIME (c->now_ms), "}", "}", "]");
+   BCON_APPEND (&part, "$or", "[", "{", "status", "{", "$ne", BCON_UTF8 ("REPROCESSING"), "}", "}",
+                "{", "claimedUntil", "{", "$lt", BCON_DATE_TIME (c->now_ms), "}", "}", "]");
    bson_append_document_end (&and, &part);
    bson_append_array_end (out, &and);
 }
@@ -183,9 +183,8 @@ claimable_opts (const fw_dlq_query_t *q)
    /* streamName_clusterTime_createdAt__id serves the sort; where it is
     * missing, MongoDB 5.0 fails a blocking sort over 100 MB without
     * allowDiskUse. */
-   bson_t *opts = BCON_NEW ("sort", "{", "clusterTime", BCON_INT32 (1), "createdAt",
-                            BCON_INT32 (1), "_id", BCON_INT32 (1), "}", "allowDiskUse",
-                            BCON_BOOL (true));
+   bson_t *opts = BCON_NEW ("sort", "{", "clusterTime", BCON_INT32 (1), "createdAt", BCON_INT32 (1),
+                            "_id", BCON_INT32 (1), "}", "allowDiskUse", BCON_BOOL (true));
    if (!q->with_documents) {
       BCON_APPEND (opts, "projection", "{", "clusterTime", BCON_INT32 (1), "createdAt",
                    BCON_INT32 (1), "sequenceId", BCON_INT32 (1), "}");
@@ -225,8 +224,8 @@ static bool
 oldest_pending (fw_mongo_store_t *m, const bson_t *query, int64_t *oldest_ms, fw_error_t *error)
 {
    bson_t *filter = BCON_NEW ("$and", "[", BCON_DOCUMENT (query), "{", "status",
-                              BCON_UTF8 ("PENDING"), "createdAt", "{", "$type",
-                              BCON_UTF8 ("date"), "}", "}", "]");
+                              BCON_UTF8 ("PENDING"), "createdAt", "{", "$type", BCON_UTF8 ("date"),
+                              "}", "}", "]");
    bson_t *opts = BCON_NEW ("sort", "{", "createdAt", BCON_INT32 (1), "}", "projection", "{",
                             "createdAt", BCON_INT32 (1), "}", "limit", BCON_INT64 (1));
    mongoc_cursor_t *cursor = mongoc_collection_find_with_opts (m->coll, filter, opts, NULL);
@@ -266,8 +265,8 @@ mongo_tally (fw_dlq_store_t *store, const fw_dlq_query_t *q, fw_dlq_group_fn vis
       bson_destroy (&query);
       return false;
    }
-   pipeline = BCON_NEW ("pipeline", "[", "{", "$match", BCON_DOCUMENT (&query), "}", "{",
-                        "$group", "{", "_id", "{", "s", BCON_UTF8 ("$streamName"), "st",
+   pipeline = BCON_NEW ("pipeline", "[", "{", "$match", BCON_DOCUMENT (&query), "}", "{", "$group",
+                        "{", "_id", "{", "s", BCON_UTF8 ("$streamName"), "st",
                         BCON_UTF8 ("$status"), "t", BCON_UTF8 ("$error.type"), "q",
                         BCON_UTF8 ("$sequenceId"), "e", "{", "$type", BCON_UTF8 ("$error"), "}",
                         "}", "n", "{", "$sum", BCON_INT32 (1), "}", "}", "}", "]");
@@ -310,8 +309,8 @@ mongo_discard (fw_dlq_store_t *store, const fw_dlq_query_t *q, const char *reaso
       "$set", "{", "status", BCON_UTF8 ("DISCARDED"), "discardedAt", BCON_DATE_TIME (now_ms),
       "discardReason", BCON_UTF8 (reason), "lastTouched", BCON_DATE_TIME (now_ms), "}", "$push",
       "{", "history", "{", "$each", "[", "{", "at", BCON_DATE_TIME (now_ms), "action",
-      BCON_UTF8 ("discarded"), "actor", BCON_UTF8 (actor), "result", BCON_UTF8 (reason), "}",
-      "]", "$slice", BCON_INT32 (-FW_DLQ_HISTORY_MAX), "}", "}");
+      BCON_UTF8 ("discarded"), "actor", BCON_UTF8 (actor), "result", BCON_UTF8 (reason), "}", "]",
+      "$slice", BCON_INT32 (-FW_DLQ_HISTORY_MAX), "}", "}");
    bson_t query, reply = BSON_INITIALIZER;
    bson_error_t berr;
    bool ok = query_of (q, &query, error);
@@ -332,8 +331,7 @@ mongo_discard (fw_dlq_store_t *store, const fw_dlq_query_t *q, const char *reaso
 }
 
 static bool
-mongo_purge (fw_dlq_store_t *store, const fw_dlq_query_t *q, int64_t *touched,
-             fw_error_t *error)
+mongo_purge (fw_dlq_store_t *store, const fw_dlq_query_t *q, int64_t *touched, fw_error_t *error)
 {
    fw_mongo_store_t *m = (fw_mongo_store_t *) store;
    bson_t query, reply = BSON_INITIALIZER;
@@ -407,8 +405,8 @@ static bool
 mongo_seq_take (fw_dlq_store_t *store, const char *stream, const char *id, bool open,
                 int64_t *index, fw_seq_take_t *result, fw_error_t *error)
 {
-   return fw_dlq_sequence_take (((fw_mongo_store_t *) store)->seqs, stream, id, open, index,
-                                result, error);
+   return fw_dlq_sequence_take (((fw_mongo_store_t *) store)->seqs, stream, id, open, index, result,
+                                error);
 }
 
 static bool
@@ -425,8 +423,8 @@ mongo_seq_read (fw_dlq_store_t *store, const char *stream, const char *id, fw_se
 }
 
 static bool
-mongo_seq_close (fw_dlq_store_t *store, const char *stream, const char *id,
-                 int64_t expected_next, bool *closed, fw_error_t *error)
+mongo_seq_close (fw_dlq_store_t *store, const char *stream, const char *id, int64_t expected_next,
+                 bool *closed, fw_error_t *error)
 {
    return fw_dlq_sequence_close (((fw_mongo_store_t *) store)->seqs, stream, id, expected_next,
                                  closed, error);
@@ -477,8 +475,8 @@ visit_record (const bson_t *doc, fw_dlq_seq_fn visit, void *ud, fw_error_t *erro
 }
 
 static bool
-mongo_seq_list (fw_dlq_store_t *store, const char *stream, const bson_t *ids,
-                fw_dlq_seq_fn visit, void *ud, fw_error_t *error)
+mongo_seq_list (fw_dlq_store_t *store, const char *stream, const bson_t *ids, fw_dlq_seq_fn visit,
+                void *ud, fw_error_t *error)
 {
    fw_mongo_store_t *m = (fw_mongo_store_t *) store;
    bson_t query = BSON_INITIALIZER, or, alt, ne, in;
@@ -490,20 +488,20 @@ mongo_seq_list (fw_dlq_store_t *store, const char *stream, const bson_t *ids,
    if (stream) {
       BSON_APPEND_UTF8 (&query, "streamName", stream);
    }
-   BSON_APPEND_ARRAY_BEGIN (&query, "$or", &or);
-   BSON_APPEND_DOCUMENT_BEGIN (&or, "0", &alt);
+   BSON_APPEND_ARRAY_BEGIN (&query, "$or", & or);
+   BSON_APPEND_DOCUMENT_BEGIN (& or, "0", &alt);
    BSON_APPEND_DOCUMENT_BEGIN (&alt, "open", &ne);
    BSON_APPEND_BOOL (&ne, "$ne", false);
    bson_append_document_end (&alt, &ne);
-   bson_append_document_end (&or, &alt);
+   bson_append_document_end (& or, &alt);
    if (ids && !bson_empty (ids)) {
-      BSON_APPEND_DOCUMENT_BEGIN (&or, "1", &alt);
+      BSON_APPEND_DOCUMENT_BEGIN (& or, "1", &alt);
       BSON_APPEND_DOCUMENT_BEGIN (&alt, "sequenceId", &in);
       BSON_APPEND_ARRAY (&in, "$in", ids);
       bson_append_document_end (&alt, &in);
-      bson_append_document_end (&or, &alt);
+      bson_append_document_end (& or, &alt);
    }
-   bson_append_array_end (&query, &or);
+   bson_append_array_end (&query, & or);
    cursor = mongoc_collection_find_with_opts (m->seqs, &query, NULL, NULL);
    while (ok && mongoc_cursor_next (cursor, &doc)) {
       ok = visit_record (doc, visit, ud, error);
@@ -522,14 +520,14 @@ mongo_seq_list (fw_dlq_store_t *store, const char *stream, const bson_t *ids,
 static bson_t *
 waiting_of (const char *stream, const char *id)
 {
-   return BCON_NEW ("streamName", BCON_UTF8 (stream), "sequenceId", BCON_UTF8 (id), "status",
-                    "{", "$in", "[", BCON_UTF8 ("PENDING"), BCON_UTF8 ("REPROCESSING"),
+   return BCON_NEW ("streamName", BCON_UTF8 (stream), "sequenceId", BCON_UTF8 (id), "status", "{",
+                    "$in", "[", BCON_UTF8 ("PENDING"), BCON_UTF8 ("REPROCESSING"),
                     BCON_UTF8 ("SCHEDULED"), "]", "}");
 }
 
 static bool
-mongo_seq_entries (fw_dlq_store_t *store, const char *stream, const char *id,
-                   fw_dlq_entry_fn visit, void *ud, fw_error_t *error)
+mongo_seq_entries (fw_dlq_store_t *store, const char *stream, const char *id, fw_dlq_entry_fn visit,
+                   void *ud, fw_error_t *error)
 {
    fw_mongo_store_t *m = (fw_mongo_store_t *) store;
    bson_t *filter = waiting_of (stream, id);
@@ -581,18 +579,17 @@ mongo_seq_waiting (fw_dlq_store_t *store, const char *stream, fw_dlq_entry_fn vi
    if (stream) {
       BSON_APPEND_UTF8 (&match, "streamName", stream);
    }
-   BCON_APPEND (&match, "sequenceId", "{", "$type", BCON_UTF8 ("string"), "}", "status", "{",
-                "$in", "[", BCON_UTF8 ("PENDING"), BCON_UTF8 ("REPROCESSING"),
-                    BCON_UTF8 ("SCHEDULED"), "]", "}");
+   BCON_APPEND (&match, "sequenceId", "{", "$type", BCON_UTF8 ("string"), "}", "status", "{", "$in",
+                "[", BCON_UTF8 ("PENDING"), BCON_UTF8 ("REPROCESSING"), BCON_UTF8 ("SCHEDULED"),
+                "]", "}");
    pipeline = BCON_NEW (
-      "pipeline", "[", "{", "$match", BCON_DOCUMENT (&match), "}", "{", "$sort", "{",
-      "streamName", BCON_INT32 (1), "sequenceId", BCON_INT32 (1), "sequenceIndex", BCON_INT32 (1),
-      "}", "}", "{", "$group", "{", "_id", "{", "s", BCON_UTF8 ("$streamName"), "q",
-      BCON_UTF8 ("$sequenceId"), "}", "n", "{", "$sum", BCON_INT32 (1), "}", "head", "{",
-      "$first", BCON_UTF8 ("$_id"), "}", "sequenceIndex", "{", "$first",
-      BCON_UTF8 ("$sequenceIndex"), "}", "status", "{", "$first", BCON_UTF8 ("$status"), "}",
-      "error", "{", "$first", BCON_UTF8 ("$error"), "}", "createdAt", "{", "$first",
-      BCON_UTF8 ("$createdAt"), "}", "}", "}", "]");
+      "pipeline", "[", "{", "$match", BCON_DOCUMENT (&match), "}", "{", "$sort", "{", "streamName",
+      BCON_INT32 (1), "sequenceId", BCON_INT32 (1), "sequenceIndex", BCON_INT32 (1), "}", "}", "{",
+      "$group", "{", "_id", "{", "s", BCON_UTF8 ("$streamName"), "q", BCON_UTF8 ("$sequenceId"),
+      "}", "n", "{", "$sum", BCON_INT32 (1), "}", "head", "{", "$first", BCON_UTF8 ("$_id"), "}",
+      "sequenceIndex", "{", "$first", BCON_UTF8 ("$sequenceIndex"), "}", "status", "{", "$first",
+      BCON_UTF8 ("$status"), "}", "error", "{", "$first", BCON_UTF8 ("$error"), "}", "createdAt",
+      "{", "$first", BCON_UTF8 ("$createdAt"), "}", "}", "}", "]");
    bson_destroy (&match);
    ok = visit_all (mongoc_collection_aggregate (m->coll, MONGOC_QUERY_NONE, pipeline, NULL, NULL),
                    visit, ud, &berr, &failed, error);

@@ -23,8 +23,7 @@ session_opts (mongoc_client_session_t *session, bson_t *opts, bson_error_t *berr
 
 /* Whether the entry keyed key is stored (as the transaction sees it). */
 static bool
-stored (fw_mongo_store_t *m, const bson_t *key, const bson_t *opts, bool *found,
-        bson_error_t *berr)
+stored (fw_mongo_store_t *m, const bson_t *key, const bson_t *opts, bool *found, bson_error_t *berr)
 {
    bson_t find_opts;
    const bson_t *doc;
@@ -33,8 +32,7 @@ stored (fw_mongo_store_t *m, const bson_t *key, const bson_t *opts, bool *found,
 
    bson_init (&find_opts);
    bson_concat (&find_opts, opts);
-   BCON_APPEND (&find_opts, "projection", "{", "_id", BCON_INT32 (1), "}", "limit",
-                BCON_INT64 (1));
+   BCON_APPEND (&find_opts, "projection", "{", "_id", BCON_INT32 (1), "}", "limit", BCON_INT64 (1));
    cursor = mongoc_collection_find_with_opts (m->coll, key, &find_opts, NULL);
    bson_destroy (&find_opts);
    *found = mongoc_cursor_next (cursor, &doc);
@@ -81,8 +79,7 @@ mongo_save_in (fw_dlq_store_t *store, mongoc_client_session_t *session, const bs
  * settled here. */
 static bool
 mongo_settle_in (fw_dlq_store_t *store, mongoc_client_session_t *session, const bson_value_t *id,
-                 const char *actor, const fw_dlq_outcome_t *outcome, bool *held,
-                 fw_error_t *error)
+                 const char *actor, const fw_dlq_outcome_t *outcome, bool *held, fw_error_t *error)
 {
    fw_mongo_store_t *m = (fw_mongo_store_t *) store;
    bson_t opts, filter = BSON_INITIALIZER, update = BSON_INITIALIZER, reply = BSON_INITIALIZER;
@@ -104,8 +101,7 @@ mongo_settle_in (fw_dlq_store_t *store, mongoc_client_session_t *session, const 
       bson_destroy (&reply); /* update_one initialises it again */
       ok = mongoc_collection_update_one (m->coll, &filter, &update, &opts, &reply, &berr);
    }
-   *held = ok && bson_iter_init_find (&it, &reply, "matchedCount") &&
-           bson_iter_as_int64 (&it) > 0;
+   *held = ok && bson_iter_init_find (&it, &reply, "matchedCount") && bson_iter_as_int64 (&it) > 0;
    if (!ok) {
       fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
                          "cannot update the entry in the transaction: %s", berr.message);

@@ -78,8 +78,10 @@ check_topology (mongoc_client_t *client, const bson_t *hello_reply, const char *
    const char *msg = utf8_of (hello_reply, "msg");
    const char *user = mongoc_uri_get_username (mongoc_client_get_uri (client));
 
-   fw_doctor_add (r, NULL, "connection", FW_DOCTOR_OK, NULL, "connected%s; MongoDB %s, "
-                  "maxWireVersion %d", user ? " and authenticated" : " (no credentials)",
+   fw_doctor_add (r, NULL, "connection", FW_DOCTOR_OK, NULL,
+                  "connected%s; MongoDB %s, "
+                  "maxWireVersion %d",
+                  user ? " and authenticated" : " (no credentials)",
                   *version ? version : "(version unknown)", (int) wire);
    if (set) {
       fw_doctor_add (r, NULL, "topology", FW_DOCTOR_OK, NULL, "replica set %s", set);
@@ -147,7 +149,8 @@ check_oplog (mongoc_client_t *client, fw_doctor_server_t *srv, fw_doctor_report_
                      "here, or watch the window where the deployment reports it (Atlas: the "
                      "Oplog Window metric)",
                      "cannot read the oplog (local.oplog.rs): %s; checkpoints are not compared "
-                     "with the window", berr.message);
+                     "with the window",
+                     berr.message);
       return;
    }
    if (got == 0) {
@@ -162,8 +165,8 @@ check_oplog (mongoc_client_t *client, fw_doctor_server_t *srv, fw_doctor_report_
 }
 
 static void
-check_clock (const bson_t *hello_reply, int64_t mid_ms, const fw_stream_config_t *cfgs,
-             size_t n, fw_doctor_report_t *r)
+check_clock (const bson_t *hello_reply, int64_t mid_ms, const fw_stream_config_t *cfgs, size_t n,
+             fw_doctor_report_t *r)
 {
    int64_t lease_ms = 0, margin, diff;
    bson_iter_t it;
@@ -182,7 +185,8 @@ check_clock (const bson_t *hello_reply, int64_t mid_ms, const fw_stream_config_t
    if (!lease_ms) {
       fw_doctor_add (r, NULL, "clock", FW_DOCTOR_INFO, NULL,
                      "this machine's clock differs from the server's by %lld ms (no stream "
-                     "uses ha, which is what it would matter for)", (long long) diff);
+                     "uses ha, which is what it would matter for)",
+                     (long long) diff);
       return;
    }
    margin = fw_lease_margin_ms (lease_ms);
@@ -190,11 +194,13 @@ check_clock (const bson_t *hello_reply, int64_t mid_ms, const fw_stream_config_t
       fw_doctor_add (r, NULL, "clock", FW_DOCTOR_WARN,
                      "synchronise the clocks (NTP, chrony) of this machine and the servers",
                      "this machine's clock differs from the server's by %lld ms, more than the "
-                     "lease's safety margin (%lld ms)", (long long) diff, (long long) margin);
+                     "lease's safety margin (%lld ms)",
+                     (long long) diff, (long long) margin);
    } else {
       fw_doctor_add (r, NULL, "clock", FW_DOCTOR_OK, NULL,
                      "this machine's clock differs from the server's by %lld ms (the lease's "
-                     "safety margin: %lld ms)", (long long) diff, (long long) margin);
+                     "safety margin: %lld ms)",
+                     (long long) diff, (long long) margin);
    }
 }
 

@@ -24,11 +24,11 @@ typedef enum {
 } fw_doctor_status_t;
 
 typedef struct {
-   char *stream;  /* NULL: the deployment's check */
-   char *name;    /* "connection", "topology", "privileges", ... */
+   char *stream; /* NULL: the deployment's check */
+   char *name;   /* "connection", "topology", "privileges", ... */
    fw_doctor_status_t status;
    char *message;
-   char *fix;     /* NULL when there is nothing to do */
+   char *fix; /* NULL when there is nothing to do */
 } fw_doctor_check_t;
 
 typedef struct {

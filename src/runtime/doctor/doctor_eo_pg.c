@@ -59,7 +59,8 @@ report (fw_doctor_report_t *r, const char *name, const PGresult *res)
    if (exists && can_write) {
       fw_doctor_add (r, NULL, "exactly_once", FW_DOCTOR_OK, NULL,
                      "connection \"%s\" (PostgreSQL): its position table flowwarden_checkpoints "
-                     "exists and can be read and written", name);
+                     "exists and can be read and written",
+                     name);
    } else if (exists) {
       snprintf (fix, sizeof fix, "GRANT SELECT, INSERT, UPDATE ON flowwarden_checkpoints TO %s",
                 user);
@@ -70,14 +71,18 @@ report (fw_doctor_report_t *r, const char *name, const PGresult *res)
    } else if (can_create) {
       fw_doctor_add (r, NULL, "exactly_once", FW_DOCTOR_OK, NULL,
                      "connection \"%s\" (PostgreSQL): the position table flowwarden_checkpoints "
-                     "will be created in schema %s on first use", name, schema);
+                     "will be created in schema %s on first use",
+                     name, schema);
    } else {
-      snprintf (fix, sizeof fix, "GRANT CREATE ON SCHEMA %s TO %s, or create the table "
+      snprintf (fix, sizeof fix,
+                "GRANT CREATE ON SCHEMA %s TO %s, or create the table "
                 "beforehand as docs/reliability.md shows (\"Exactly once into PostgreSQL\") and "
-                "grant SELECT, INSERT, UPDATE on it", schema, user);
+                "grant SELECT, INSERT, UPDATE on it",
+                schema, user);
       fw_doctor_add (r, NULL, "exactly_once", FW_DOCTOR_FAIL, fix,
                      "connection \"%s\" (PostgreSQL): role %s may not create the position table "
-                     "flowwarden_checkpoints in schema %s", name, user, schema);
+                     "flowwarden_checkpoints in schema %s",
+                     name, user, schema);
    }
 }
 

@@ -29,8 +29,8 @@ check_one (lua_State *L, fw_doctor_report_t *r)
       ok = redis ? fw_redis_lua_probe (L, name, PROBE_TIMEOUT_MS, why, sizeof why)
                  : fw_pg_lua_probe (L, name, PROBE_TIMEOUT_MS, why, sizeof why);
       if (ok) {
-         fw_doctor_add (r, NULL, "connection", FW_DOCTOR_OK,
-                        NULL, "connection \"%s\" (%s): reachable and authenticated", name,
+         fw_doctor_add (r, NULL, "connection", FW_DOCTOR_OK, NULL,
+                        "connection \"%s\" (%s): reachable and authenticated", name,
                         redis ? "Redis" : "PostgreSQL");
          if (!redis) {
             fw_doctor_eo_pg (L, r, name);

@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "doctor-private.h"
-#include "runtime/checkpoint/checkpoint_store.h"
 #include "flowwarden/clock.h"
+#include "runtime/checkpoint/checkpoint_store.h"
 #include "runtime/collections/owned_collections.h"
 
 /* maxWireVersion of MongoDB 6.0: changeStreamPreAndPostImages. */
@@ -123,8 +123,7 @@ need (need_t *n, const char *db, const char *coll, const char *const *actions, b
 static bool
 need_owned (void *ud, const char *database, const char *collection)
 {
-   static const char *const writes[] = {"find", "insert", "update", "remove", "createIndex",
-                                        NULL};
+   static const char *const writes[] = {"find", "insert", "update", "remove", "createIndex", NULL};
    need ((need_t *) ud, database, collection, writes, true);
    return true;
 }
@@ -213,7 +212,8 @@ fw_doctor_privileges (mongoc_client_t *client, const fw_stream_config_t *cfgs, s
          } else {
             fw_doctor_add (r, cfgs[i].name, "privileges", FW_DOCTOR_OK, NULL,
                            "user %s has changeStream and find on the watched namespace and "
-                           "writes flowwarden's collections", user);
+                           "writes flowwarden's collections",
+                           user);
          }
       }
    }
@@ -232,8 +232,7 @@ doc_pre_images (const bson_t *doc)
 
 /* 1: enabled, 0: not, -1: no such collection, -2: error (in berr). */
 static int
-pre_images_enabled (mongoc_client_t *client, const char *db, const char *coll,
-                    bson_error_t *berr)
+pre_images_enabled (mongoc_client_t *client, const char *db, const char *coll, bson_error_t *berr)
 {
    mongoc_database_t *d = mongoc_client_get_database (client, db);
    bson_t *opts = BCON_NEW ("filter", "{", "name", BCON_UTF8 (coll), "}");
@@ -273,8 +272,8 @@ is_owned (void *ud, const char *database, const char *collection)
 /* The collections of a database-wide stream's database (not system.*, not
  * flowwarden's) without pre-images, into missing ("a, b, ..."); -1 on error. */
 static int
-database_without_pre_images (mongoc_client_t *client, const fw_stream_config_t *cfg,
-                             char *missing, size_t len, bson_error_t *berr)
+database_without_pre_images (mongoc_client_t *client, const fw_stream_config_t *cfg, char *missing,
+                             size_t len, bson_error_t *berr)
 {
    mongoc_database_t *d = mongoc_client_get_database (client, cfg->database);
    mongoc_cursor_t *cur = mongoc_database_find_collections_with_opts (d, NULL);
@@ -320,11 +319,13 @@ database_pre_images (mongoc_client_t *client, const fw_stream_config_t *cfg, boo
    } else if (count == 0) {
       fw_doctor_add (r, cfg->name, "pre_images", FW_DOCTOR_OK, NULL,
                      "every collection of %s has changeStreamPreAndPostImages enabled (a "
-                     "collection created later needs it too)", cfg->database);
+                     "collection created later needs it too)",
+                     cfg->database);
    } else {
       snprintf (fix, sizeof fix,
                 "for each: db.getSiblingDB(\"%s\").runCommand({collMod: NAME, "
-                "changeStreamPreAndPostImages: {enabled: true}})", cfg->database);
+                "changeStreamPreAndPostImages: {enabled: true}})",
+                cfg->database);
       fw_doctor_add (r, cfg->name, "pre_images", required ? FW_DOCTOR_FAIL : FW_DOCTOR_WARN, fix,
                      "%d collection(s) of %s without changeStreamPreAndPostImages: %s%s", count,
                      cfg->database, missing, count > 8 ? ", ..." : "");
@@ -385,8 +386,8 @@ fw_doctor_pre_images (mongoc_client_t *client, const fw_stream_config_t *cfg,
 static int64_t
 checkpoint_time (mongoc_client_t *client, const fw_stream_config_t *cfg, bson_error_t *berr)
 {
-   mongoc_collection_t *coll =
-      mongoc_client_get_collection (client, cfg->database, FW_CHECKPOINT_COLLECTION);
+   mongoc_collection_t *coll = mongoc_client_get_collection (client, cfg->database,
+                                                             FW_CHECKPOINT_COLLECTION);
    bson_t *filter = BCON_NEW ("_id", BCON_UTF8 (cfg->name));
    bson_t *opts = BCON_NEW ("projection", "{", "updatedAt", BCON_INT32 (1), "}", "limit",
                             BCON_INT64 (1));
@@ -419,7 +420,8 @@ check_start_at (const fw_stream_config_t *cfg, const fw_doctor_server_t *srv, in
    if (!srv->has_oplog) {
       fw_doctor_add (r, cfg->name, "checkpoint", FW_DOCTOR_INFO, NULL,
                      "no checkpoint yet: the stream starts at checkpoint.start_at, %lld s ago "
-                     "(the oplog window is unknown)", (long long) (now_s - t));
+                     "(the oplog window is unknown)",
+                     (long long) (now_s - t));
    } else if (t < srv->oplog_first_s) {
       fw_doctor_add (r, cfg->name, "checkpoint", FW_DOCTOR_FAIL,
                      "choose a later start_at (the oplog reaches back to its first entry)",
@@ -463,8 +465,7 @@ fw_doctor_checkpoint (mongoc_client_t *client, const fw_stream_config_t *cfg,
    age = now_s - at / 1000;
    if (!srv->has_oplog) {
       fw_doctor_add (r, cfg->name, "checkpoint", FW_DOCTOR_INFO, NULL,
-                     "the checkpoint is %lld s old (the oplog window is unknown)",
-                     (long long) age);
+                     "the checkpoint is %lld s old (the oplog window is unknown)", (long long) age);
       return;
    }
    window = now_s - srv->oplog_first_s;

@@ -15,8 +15,8 @@
 
 struct fw_lease {
    mongoc_uri_t *uri;
-   char *owner;           /* this instance's owner id */
-   bool owner_given;      /* by fw_lease_new's caller (tests) */
+   char *owner;      /* this instance's owner id */
+   bool owner_given; /* by fw_lease_new's caller (tests) */
    char *database;
    char *stream;
    int64_t lease_ms;
@@ -26,31 +26,31 @@ struct fw_lease {
    pthread_cond_t cond; /* CLOCK_MONOTONIC: the thread's waits; changes of role */
    /* Under mu: */
    fw_lease_role_t role;
-   bool holding;          /* the last acquisition or renewal succeeded and was not lost */
+   bool holding; /* the last acquisition or renewal succeeded and was not lost */
    int64_t epoch;
-   int64_t deadline_ms;   /* CLOCK_MONOTONIC: leading until then */
+   int64_t deadline_ms; /* CLOCK_MONOTONIC: leading until then */
    char holder[256];
    int64_t clock_offset_ms;
    int acquisitions;
-   struct {                   /* issue 38: what the last read of a standby saw (under mu,
+   struct {                    /* issue 38: what the last read of a standby saw (under mu,
                                * CLOCK_MONOTONIC times) */
-      bool read;              /* a read answered since the last holding */
-      bool live;              /* ... and named a live holder */
-      int64_t expires_mono;   /* live: when its expiresAt falls on this host's clock */
+      bool read;               /* a read answered since the last holding */
+      bool live;               /* ... and named a live holder */
+      int64_t expires_mono;    /* live: when its expiresAt falls on this host's clock */
       int64_t free_since_mono; /* !live: since when it has been without a holder */
    } seen;
    bool stop;
-   struct {                   /* fw_lease_release's request to the thread (under mu) */
+   struct { /* fw_lease_release's request to the thread (under mu) */
       bool asked;
       bool done;
       bool ok;
    } release;
    /* ha.mode = "shared" (issue 31, shared_units.c): */
    struct {
-      fw_lease_gate_fn fn;    /* consulted before each take; NULL: always take */
+      fw_lease_gate_fn fn; /* consulted before each take; NULL: always take */
       void *ud;
    } gate;
-   struct {                   /* give the lease up now, stay a standby (under mu) */
+   struct { /* give the lease up now, stay a standby (under mu) */
       bool asked;
       bool done;
    } yield;

@@ -11,15 +11,14 @@
 #include <unistd.h>
 
 #include "flowwarden/clock.h"
-#include "runtime/ha/lease.h"
 #include "flowwarden/log.h"
 #include "runtime/ha/lease-private.h"
+#include "runtime/ha/lease.h"
 
 #define MIN_MARGIN_MS 200
 /* A standby reads a held lease at least this often (a released one is taken
  * within it). */
 #define STANDBY_READ_MS 250
-
 
 /* --- clocks ---------------------------------------------------------------- */
 
@@ -210,9 +209,10 @@ took_lease (fw_lease_t *l, const fw_lease_doc_t *seen, const fw_lease_doc_t *got
       char orphan[160] = "";
       if (seen->exists && seen->owner_is_string && seen->owner[0] &&
           strcmp (seen->owner, me) != 0 && free_ms >= 0) {
-         snprintf (orphan, sizeof orphan, "; it had no live holder for %lld ms since the lease "
-                   "of %.80s expired", (long long) (fw_mono_ms () - sent + free_ms),
-                   seen->owner);
+         snprintf (orphan, sizeof orphan,
+                   "; it had no live holder for %lld ms since the lease "
+                   "of %.80s expired",
+                   (long long) (fw_mono_ms () - sent + free_ms), seen->owner);
       }
       fw_log (FW_LOG_INFO, l->stream,
               "role: leader (took the lease, epoch %lld, for %lld ms; renewing every %lld ms; "
@@ -238,8 +238,10 @@ standby_step (fw_lease_t *l, mongoc_client_t *client, bool *warned)
 
    if (!fw_lease__read (l, client, &seen, &berr)) {
       if (!*warned) {
-         fw_log (FW_LOG_WARN, l->stream, "cannot read the lease in %s.%s: %s; trying again every "
-                 "%lld ms", l->database, FW_LEASE_COLLECTION, berr.message, (long long) interval);
+         fw_log (FW_LOG_WARN, l->stream,
+                 "cannot read the lease in %s.%s: %s; trying again every "
+                 "%lld ms",
+                 l->database, FW_LEASE_COLLECTION, berr.message, (long long) interval);
          *warned = true;
       }
       return interval;
@@ -271,8 +273,10 @@ standby_step (fw_lease_t *l, mongoc_client_t *client, bool *warned)
    t = fw_lease__take (l, client, floor, &got, &berr);
    if (t == FW_LEASE_TAKE_ERROR) {
       if (!*warned) {
-         fw_log (FW_LOG_WARN, l->stream, "cannot take the lease: %s (code %u); trying again "
-                 "every %lld ms", berr.message, berr.code, (long long) interval);
+         fw_log (FW_LOG_WARN, l->stream,
+                 "cannot take the lease: %s (code %u); trying again "
+                 "every %lld ms",
+                 berr.message, berr.code, (long long) interval);
          *warned = true;
       }
       return interval;
@@ -301,7 +305,8 @@ leader_step (fw_lease_t *l, mongoc_client_t *client, int64_t epoch, bool *failin
          set_standby (l, NULL);
          fw_log (FW_LOG_WARN, l->stream,
                  "role: standby (the lease, epoch %lld, was taken by another instance: "
-                 "handling stops)", (long long) epoch);
+                 "handling stops)",
+                 (long long) epoch);
          *failing = false;
          return 0;
       }
@@ -328,7 +333,8 @@ leader_step (fw_lease_t *l, mongoc_client_t *client, int64_t epoch, bool *failin
    }
    fw_log (FW_LOG_WARN, l->stream,
            "cannot renew the lease (epoch %lld): %s (code %u); handling stops in %lld ms unless "
-           "a renewal succeeds", (long long) epoch, berr.message, berr.code, (long long) left);
+           "a renewal succeeds",
+           (long long) epoch, berr.message, berr.code, (long long) left);
    *failing = true;
    return retry < left ? retry : left;
 }
@@ -347,8 +353,10 @@ release_step (fw_lease_t *l, mongoc_client_t *client)
    if (held) {
       ok = fw_lease__update_held (l, client, epoch, true, &matched, &berr);
       if (!ok) {
-         fw_log (FW_LOG_WARN, l->stream, "cannot release the lease (epoch %lld): %s; a standby "
-                 "takes over when it expires", (long long) epoch, berr.message);
+         fw_log (FW_LOG_WARN, l->stream,
+                 "cannot release the lease (epoch %lld): %s; a standby "
+                 "takes over when it expires",
+                 (long long) epoch, berr.message);
       } else {
          fw_log (FW_LOG_INFO, l->stream, "role: released (gave up the lease, epoch %lld%s)",
                  (long long) epoch, matched ? "" : ": it was no longer ours");
@@ -377,8 +385,10 @@ yield_step (fw_lease_t *l, mongoc_client_t *client)
    epoch = l->epoch;
    pthread_mutex_unlock (&l->mu);
    if (held && client && !fw_lease__update_held (l, client, epoch, true, &matched, &berr)) {
-      fw_log (FW_LOG_WARN, l->stream, "cannot give the lease up (epoch %lld): %s; another "
-              "instance takes it when it expires", (long long) epoch, berr.message);
+      fw_log (FW_LOG_WARN, l->stream,
+              "cannot give the lease up (epoch %lld): %s; another "
+              "instance takes it when it expires",
+              (long long) epoch, berr.message);
    }
    pthread_mutex_lock (&l->mu);
    if (l->role != FW_LEASE_RELEASED) {
@@ -414,7 +424,8 @@ lease_main (void *arg)
    bool warned = false, failing = false;
 
    if (!client) {
-      fw_log (FW_LOG_ERROR, l->stream, "cannot create the lease's MongoDB client: this instance "
+      fw_log (FW_LOG_ERROR, l->stream,
+              "cannot create the lease's MongoDB client: this instance "
               "stays a standby");
    } else {
       mongoc_client_set_error_api (client, MONGOC_ERROR_API_VERSION_2);
@@ -479,13 +490,13 @@ lease_main (void *arg)
 
 /* --- the interface ----------------------------------------------------------- */
 
-static fw_lease_t *lease_start (const mongoc_uri_t *uri, const char *database,
-                                const char *stream, int64_t lease_ms, const char *owner,
-                                fw_lease_gate_fn gate, void *ud, fw_error_t *error);
+static fw_lease_t *lease_start (const mongoc_uri_t *uri, const char *database, const char *stream,
+                                int64_t lease_ms, const char *owner, fw_lease_gate_fn gate,
+                                void *ud, fw_error_t *error);
 
 fw_lease_t *
-fw_lease_new (const mongoc_uri_t *uri, const char *database, const char *stream,
-              int64_t lease_ms, const char *owner, fw_error_t *error)
+fw_lease_new (const mongoc_uri_t *uri, const char *database, const char *stream, int64_t lease_ms,
+              const char *owner, fw_error_t *error)
 {
    return lease_start (uri, database, stream, lease_ms, owner, NULL, NULL, error);
 }
@@ -499,9 +510,8 @@ fw_lease_new_gated (const mongoc_uri_t *uri, const char *database, const char *s
 }
 
 static fw_lease_t *
-lease_start (const mongoc_uri_t *uri, const char *database, const char *stream,
-             int64_t lease_ms, const char *owner, fw_lease_gate_fn gate, void *ud,
-             fw_error_t *error)
+lease_start (const mongoc_uri_t *uri, const char *database, const char *stream, int64_t lease_ms,
+             const char *owner, fw_lease_gate_fn gate, void *ud, fw_error_t *error)
 {
    fw_lease_t *l = calloc (1, sizeof *l);
    pthread_condattr_t attr;
@@ -530,8 +540,10 @@ lease_start (const mongoc_uri_t *uri, const char *database, const char *stream,
    if (!mongoc_uri_set_option_as_int32 (l->uri, MONGOC_URI_SOCKETTIMEOUTMS, timeout_ms) ||
        !mongoc_uri_set_option_as_int32 (l->uri, MONGOC_URI_CONNECTTIMEOUTMS, timeout_ms) ||
        !mongoc_uri_set_option_as_int32 (l->uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS, timeout_ms)) {
-      fw_log (FW_LOG_WARN, stream, "the lease's client keeps the URI's timeouts: cannot set them "
-              "to %d ms", (int) timeout_ms);
+      fw_log (FW_LOG_WARN, stream,
+              "the lease's client keeps the URI's timeouts: cannot set them "
+              "to %d ms",
+              (int) timeout_ms);
    }
    l->owner_given = owner != NULL;
    l->gate.fn = gate;
@@ -657,8 +669,8 @@ fw_lease_status (fw_lease_t *l, fw_lease_status_t *out)
    memset (out, 0, sizeof *out);
    pthread_mutex_lock (&l->mu);
    out->role = l->role == FW_LEASE_RELEASED ? FW_LEASE_RELEASED
-               : leading (l, now)            ? FW_LEASE_LEADER
-                                             : FW_LEASE_STANDBY;
+               : leading (l, now)           ? FW_LEASE_LEADER
+                                            : FW_LEASE_STANDBY;
    out->epoch = l->epoch;
    snprintf (out->holder, sizeof out->holder, "%s", l->holder);
    out->remaining_ms = out->role == FW_LEASE_LEADER ? l->deadline_ms - now : 0;

@@ -59,12 +59,12 @@ typedef struct {
                              * (information only: no decision depends on it) */
    int acquisitions;        /* times this instance took the lease */
    /* Issue 38: a standby's view of the lease at its last read. */
-   bool live_holder;        /* another instance held it, its expiresAt after the server's
+   bool live_holder;      /* another instance held it, its expiresAt after the server's
                              * $$NOW (false: free, released, expired, or not read yet) */
-   int64_t free_ms;         /* !live_holder and read: how long the lease has been without a
+   int64_t free_ms;       /* !live_holder and read: how long the lease has been without a
                              * holder (since its expiresAt by the server's clock, else since
                              * this instance first saw it free); -1: not read yet, or held */
-   int64_t expires_in_ms;   /* live_holder: the holder's expiresAt less the server's $$NOW at
+   int64_t expires_in_ms; /* live_holder: the holder's expiresAt less the server's $$NOW at
                              * the last read, less the time since (may be < 0) */
 } fw_lease_status_t;
 
@@ -87,9 +87,9 @@ typedef bool (*fw_lease_gate_fn) (void *ud);
 
 /* As fw_lease_new (owner as there), but the thread takes a free lease only
  * when gate (ud) says so; gate and ud outlive the lease. */
-fw_lease_t *fw_lease_new_gated (const mongoc_uri_t *uri, const char *database,
-                                const char *stream, int64_t lease_ms, const char *owner,
-                                fw_lease_gate_fn gate, void *ud, fw_error_t *error);
+fw_lease_t *fw_lease_new_gated (const mongoc_uri_t *uri, const char *database, const char *stream,
+                                int64_t lease_ms, const char *owner, fw_lease_gate_fn gate,
+                                void *ud, fw_error_t *error);
 
 /* ha.mode = "shared": gives the lease up now (owner null, expiresAt now, as
  * fw_lease_release) but stays a standby that may take it again when the

@@ -5,8 +5,8 @@
  */
 #include <string.h>
 
-#include "flowwarden/collection_names.h"
 #include "bson/write_reply.h"
+#include "flowwarden/collection_names.h"
 #include "runtime/ha/lease-private.h"
 
 #define ERR_DUPLICATE_KEY 11000
@@ -28,7 +28,6 @@ iter_int64 (const bson_iter_t *it, int64_t *out)
    }
    return false;
 }
-
 
 static void
 parse_lease (const bson_t *doc, fw_lease_doc_t *out)
@@ -59,8 +58,7 @@ parse_lease (const bson_t *doc, fw_lease_doc_t *out)
 
 /* Reads the lease with the server's $$NOW beside it. */
 bool
-fw_lease__read (fw_lease_t *l, mongoc_client_t *client, fw_lease_doc_t *out,
-                bson_error_t *berr)
+fw_lease__read (fw_lease_t *l, mongoc_client_t *client, fw_lease_doc_t *out, bson_error_t *berr)
 {
    mongoc_collection_t *coll = mongoc_client_get_collection (client, l->database,
                                                              FW_LEASE_COLLECTION);
@@ -133,7 +131,6 @@ append_majority (bson_t *opts)
    BSON_APPEND_UTF8 (&wc, "w", "majority");
    bson_append_document_end (opts, &wc);
 }
-
 
 /* The take: one findAndModify upserting by _id alone, the decision inside
  * the update pipeline. MongoDB refuses $expr (hence $$NOW) in the query of
@@ -225,17 +222,15 @@ fw_lease__update_held (fw_lease_t *l, mongoc_client_t *client, int64_t epoch, bo
    bool ok;
 
    if (release) {
-      cmd = BCON_NEW ("update", BCON_UTF8 (FW_LEASE_COLLECTION), "updates", "[", "{",
-                      "q", "{", "_id", BCON_UTF8 (l->stream), "owner",
-                      BCON_UTF8 (l->owner), "epoch", BCON_INT64 (epoch), "}",
-                      "u", "[", "{", "$set", "{", "owner", BCON_NULL, "expiresAt",
-                      BCON_UTF8 ("$$NOW"), "}", "}", "]", "}", "]");
+      cmd = BCON_NEW ("update", BCON_UTF8 (FW_LEASE_COLLECTION), "updates", "[", "{", "q", "{",
+                      "_id", BCON_UTF8 (l->stream), "owner", BCON_UTF8 (l->owner), "epoch",
+                      BCON_INT64 (epoch), "}", "u", "[", "{", "$set", "{", "owner", BCON_NULL,
+                      "expiresAt", BCON_UTF8 ("$$NOW"), "}", "}", "]", "}", "]");
    } else {
-      cmd = BCON_NEW ("update", BCON_UTF8 (FW_LEASE_COLLECTION), "updates", "[", "{",
-                      "q", "{", "_id", BCON_UTF8 (l->stream), "owner",
-                      BCON_UTF8 (l->owner), "epoch", BCON_INT64 (epoch), "}",
-                      "u", "[", "{", "$set", "{", "renewedAt", BCON_UTF8 ("$$NOW"),
-                      "expiresAt", "{", "$add", "[", BCON_UTF8 ("$$NOW"),
+      cmd = BCON_NEW ("update", BCON_UTF8 (FW_LEASE_COLLECTION), "updates", "[", "{", "q", "{",
+                      "_id", BCON_UTF8 (l->stream), "owner", BCON_UTF8 (l->owner), "epoch",
+                      BCON_INT64 (epoch), "}", "u", "[", "{", "$set", "{", "renewedAt",
+                      BCON_UTF8 ("$$NOW"), "expiresAt", "{", "$add", "[", BCON_UTF8 ("$$NOW"),
                       BCON_INT64 (l->lease_ms), "]", "}", "}", "}", "]", "}", "]");
    }
    *matched = false;
@@ -246,8 +241,8 @@ fw_lease__update_held (fw_lease_t *l, mongoc_client_t *client, int64_t epoch, bo
    }
    append_majority (&opts);
    ok = fw_write_reply_ok (
-      mongoc_client_write_command_with_opts (client, l->database, cmd, &opts, &reply, berr),
-      &reply, berr);
+      mongoc_client_write_command_with_opts (client, l->database, cmd, &opts, &reply, berr), &reply,
+      berr);
    if (ok && bson_iter_init_find (&it, &reply, "n")) {
       iter_int64 (&it, &n);
    }

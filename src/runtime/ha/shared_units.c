@@ -8,32 +8,32 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bson/write_reply.h"
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
 #include "runtime/ha/shared_units.h"
-#include "bson/write_reply.h"
 
 #define MAX_UNITS 4096
 #define MAX_MEMBERS 64
 
 struct fw_shared_group {
-   fw_shared_group_t *next;  /* the process's groups (registry below) */
+   fw_shared_group_t *next; /* the process's groups (registry below) */
    int refs;
    mongoc_uri_t *uri;
    char *database;
    int64_t lease_ms;
    pthread_t thread;
    pthread_mutex_t mu;
-   pthread_cond_t cond;      /* CLOCK_MONOTONIC */
+   pthread_cond_t cond; /* CLOCK_MONOTONIC */
    /* Under mu: */
    bool stop;
    fw_lease_t *leases[MAX_UNITS];
    bool yielding[MAX_UNITS];
    int n;
-   int members;              /* 0: not counted yet (no lease is taken before) */
-   char (*live)[256];        /* the live members' ids at the last count (issue 38) */
-   int n_live;               /* -1: not counted yet */
-   int64_t live_at_ms;       /* CLOCK_MONOTONIC: when that count was sent */
+   int members;        /* 0: not counted yet (no lease is taken before) */
+   char (*live)[256];  /* the live members' ids at the last count (issue 38) */
+   int n_live;         /* -1: not counted yet */
+   int64_t live_at_ms; /* CLOCK_MONOTONIC: when that count was sent */
 };
 
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -44,11 +44,11 @@ static fw_shared_group_t *registry;
 static bool
 renew (fw_shared_group_t *g, mongoc_client_t *client, bson_error_t *berr)
 {
-   bson_t *cmd = BCON_NEW (
-      "update", BCON_UTF8 (FW_MEMBERS_COLLECTION), "updates", "[", "{", "q", "{", "_id",
-      BCON_UTF8 (fw_lease_owner_id ()), "}", "u", "[", "{", "$set", "{", "renewedAt",
-      BCON_UTF8 ("$$NOW"), "expiresAt", "{", "$add", "[", BCON_UTF8 ("$$NOW"),
-      BCON_INT64 (g->lease_ms), "]", "}", "}", "}", "]", "upsert", BCON_BOOL (true), "}", "]");
+   bson_t *cmd = BCON_NEW ("update", BCON_UTF8 (FW_MEMBERS_COLLECTION), "updates", "[", "{", "q",
+                           "{", "_id", BCON_UTF8 (fw_lease_owner_id ()), "}", "u", "[", "{", "$set",
+                           "{", "renewedAt", BCON_UTF8 ("$$NOW"), "expiresAt", "{", "$add", "[",
+                           BCON_UTF8 ("$$NOW"), BCON_INT64 (g->lease_ms), "]", "}", "}", "}", "]",
+                           "upsert", BCON_BOOL (true), "}", "]");
    bson_t reply;
    bool ok;
 
@@ -59,8 +59,8 @@ renew (fw_shared_group_t *g, mongoc_client_t *client, bson_error_t *berr)
    /* ok: 1 with writeErrors (a validator, an index refusing the upsert) is
     * a refused renew, not a renewed one. */
    ok = fw_write_reply_ok (
-      mongoc_client_write_command_with_opts (client, g->database, cmd, NULL, &reply, berr),
-      &reply, berr);
+      mongoc_client_write_command_with_opts (client, g->database, cmd, NULL, &reply, berr), &reply,
+      berr);
    bson_destroy (&reply);
    bson_destroy (cmd);
    return ok;
@@ -73,14 +73,13 @@ sweep (fw_shared_group_t *g, mongoc_client_t *client)
 {
    mongoc_collection_t *coll = mongoc_client_get_collection (client, g->database,
                                                              FW_MEMBERS_COLLECTION);
-   bson_t *filter = BCON_NEW ("$expr", "{", "$lt", "[", BCON_UTF8 ("$expiresAt"), "{",
-                              "$subtract", "[", BCON_UTF8 ("$$NOW"), BCON_INT64 (3600000), "]",
-                              "}", "]", "}");
+   bson_t *filter = BCON_NEW ("$expr", "{", "$lt", "[", BCON_UTF8 ("$expiresAt"), "{", "$subtract",
+                              "[", BCON_UTF8 ("$$NOW"), BCON_INT64 (3600000), "]", "}", "]", "}");
    bson_error_t berr;
 
    if (filter && !mongoc_collection_delete_many (coll, filter, NULL, NULL, &berr)) {
-      fw_log (FW_LOG_WARN, NULL, "shared: cannot remove old members from %s.%s: %s",
-              g->database, FW_MEMBERS_COLLECTION, berr.message);
+      fw_log (FW_LOG_WARN, NULL, "shared: cannot remove old members from %s.%s: %s", g->database,
+              FW_MEMBERS_COLLECTION, berr.message);
    }
    bson_destroy (filter);
    mongoc_collection_destroy (coll);
@@ -92,10 +91,10 @@ count (fw_shared_group_t *g, mongoc_client_t *client, char (*ids)[256], bson_err
 {
    mongoc_collection_t *coll = mongoc_client_get_collection (client, g->database,
                                                              FW_MEMBERS_COLLECTION);
-   bson_t *pipeline = BCON_NEW (
-      "pipeline", "[", "{", "$match", "{", "$expr", "{", "$gt", "[", BCON_UTF8 ("$expiresAt"),
-      BCON_UTF8 ("$$NOW"), "]", "}", "}", "}", "{", "$project", "{", "_id", BCON_INT32 (1), "}",
-      "}", "{", "$sort", "{", "_id", BCON_INT32 (1), "}", "}", "]");
+   bson_t *pipeline = BCON_NEW ("pipeline", "[", "{", "$match", "{", "$expr", "{", "$gt", "[",
+                                BCON_UTF8 ("$expiresAt"), BCON_UTF8 ("$$NOW"), "]", "}", "}", "}",
+                                "{", "$project", "{", "_id", BCON_INT32 (1), "}", "}", "{", "$sort",
+                                "{", "_id", BCON_INT32 (1), "}", "}", "]");
    mongoc_cursor_t *cur;
    const bson_t *doc;
    bson_iter_t it;
@@ -108,8 +107,7 @@ count (fw_shared_group_t *g, mongoc_client_t *client, char (*ids)[256], bson_err
    }
    cur = mongoc_collection_aggregate (coll, MONGOC_QUERY_NONE, pipeline, NULL, NULL);
    while (mongoc_cursor_next (cur, &doc)) {
-      if (n < MAX_MEMBERS && bson_iter_init_find (&it, doc, "_id") &&
-          BSON_ITER_HOLDS_UTF8 (&it)) {
+      if (n < MAX_MEMBERS && bson_iter_init_find (&it, doc, "_id") && BSON_ITER_HOLDS_UTF8 (&it)) {
          snprintf (ids[n++], 256, "%s", bson_iter_utf8 (&it, NULL));
       }
    }
@@ -159,7 +157,8 @@ members_main (void *arg)
    bool warned = false;
 
    if (!client || !mine) {
-      fw_log (FW_LOG_ERROR, NULL, "shared: cannot create the members' client: this instance "
+      fw_log (FW_LOG_ERROR, NULL,
+              "shared: cannot create the members' client: this instance "
               "takes no unit");
    } else {
       mongoc_client_set_error_api (client, MONGOC_ERROR_API_VERSION_2);
@@ -177,14 +176,16 @@ members_main (void *arg)
          bson_error_t berr;
          int n = -1;
          int64_t sent = 0;
-         if (renew (g, client, &berr) && (sent = fw_mono_ms (),
-                                          n = count (g, client, mine, &berr)) >= 0) {
+         if (renew (g, client, &berr) &&
+             (sent = fw_mono_ms (), n = count (g, client, mine, &berr)) >= 0) {
             note_members (g, mine, n, sent);
             warned = false;
          } else if (!warned) {
-            fw_log (FW_LOG_WARN, NULL, "shared: cannot renew or count the members in %s.%s: %s; "
-                    "trying again every %lld ms", g->database, FW_MEMBERS_COLLECTION,
-                    berr.message, (long long) (g->lease_ms / 3));
+            fw_log (FW_LOG_WARN, NULL,
+                    "shared: cannot renew or count the members in %s.%s: %s; "
+                    "trying again every %lld ms",
+                    g->database, FW_MEMBERS_COLLECTION, berr.message,
+                    (long long) (g->lease_ms / 3));
             warned = true;
          }
       }
@@ -201,8 +202,10 @@ members_main (void *arg)
                                                                 FW_MEMBERS_COLLECTION);
       bson_error_t berr;
       if (filter && !mongoc_collection_delete_one (coll, filter, NULL, NULL, &berr)) {
-         fw_log (FW_LOG_WARN, NULL, "shared: cannot remove this member from %s.%s: %s (it "
-                 "expires after the lease)", g->database, FW_MEMBERS_COLLECTION, berr.message);
+         fw_log (FW_LOG_WARN, NULL,
+                 "shared: cannot remove this member from %s.%s: %s (it "
+                 "expires after the lease)",
+                 g->database, FW_MEMBERS_COLLECTION, berr.message);
       }
       bson_destroy (filter);
       mongoc_collection_destroy (coll);

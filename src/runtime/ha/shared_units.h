@@ -27,7 +27,6 @@
 #include "flowwarden/error.h"
 #include "runtime/ha/lease.h"
 
-
 typedef struct fw_shared_group fw_shared_group_t;
 
 /* The process's group for database (created on first use, its members
@@ -38,8 +37,8 @@ fw_shared_group_t *fw_shared_group_join (const mongoc_uri_t *uri, const char *da
 
 /* A unit's lease, created gated by the group (fw_lease_new_gated) and
  * counted among its units until fw_shared_group_remove. */
-fw_lease_t *fw_shared_group_lease (fw_shared_group_t *g, const mongoc_uri_t *uri,
-                                   const char *unit, fw_error_t *error);
+fw_lease_t *fw_shared_group_lease (fw_shared_group_t *g, const mongoc_uri_t *uri, const char *unit,
+                                   fw_error_t *error);
 
 /* Before fw_lease_destroy of a lease the group made. */
 void fw_shared_group_remove (fw_shared_group_t *g, fw_lease_t *lease);
@@ -54,10 +53,10 @@ void fw_shared_yield (fw_shared_group_t *g, fw_lease_t *lease, const char *unit)
 
 /* What status and metrics show. */
 typedef struct {
-   int members;   /* live members seen at the last count (0: not counted yet) */
-   int units;     /* units of this database in this instance's script */
-   int held;      /* units this instance leads */
-   int share;     /* ceil(units / members) */
+   int members; /* live members seen at the last count (0: not counted yet) */
+   int units;   /* units of this database in this instance's script */
+   int held;    /* units this instance leads */
+   int share;   /* ceil(units / members) */
 } fw_shared_figures_t;
 
 void fw_shared_group_figures (fw_shared_group_t *g, fw_shared_figures_t *out);

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/host/connections.h"
 #include "flowwarden/io_deadline.h"
 #include "flowwarden/log.h"
+#include "runtime/host/connections.h"
 #include "runtime/host/lua_host.h"
 
 typedef struct entry {
@@ -63,8 +63,7 @@ current (fw_connections_t *conns, const char *name)
 }
 
 bool
-fw_connections_set (fw_connections_t *conns, const char *name, const char *uri,
-                    fw_error_t *error)
+fw_connections_set (fw_connections_t *conns, const char *name, const char *uri, fw_error_t *error)
 {
    entry_t *e;
    mongoc_uri_t *parsed;

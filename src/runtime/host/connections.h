@@ -47,8 +47,7 @@ bool fw_connections_set (fw_connections_t *conns, const char *name, const char *
  * as fw_connections_set does for each. host has a script loaded. Returns
  * false with error filled at the first URI libmongoc rejects.
  */
-bool fw_connections_set_declared (fw_connections_t *conns, fw_lua_host_t *host,
-                                  fw_error_t *error);
+bool fw_connections_set_declared (fw_connections_t *conns, fw_lua_host_t *host, fw_error_t *error);
 
 /*
  * A stream's clients, one per connection name, popped on first use and kept

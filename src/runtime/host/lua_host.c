@@ -15,12 +15,12 @@
 #include <lualib.h>
 
 #include "flowwarden/clock.h"
-#include "lua_api/lua_call.h"
-#include "lua_api/lua_core.h"
 #include "flowwarden/log.h"
-#include "runtime/host/lua_host.h"
 #include "flowwarden/lua_sources.h"
 #include "flowwarden/secrets.h"
+#include "lua_api/lua_call.h"
+#include "lua_api/lua_core.h"
+#include "runtime/host/lua_host.h"
 
 /* Handler timeouts: a watchdog thread looks at every host's deadline each
  * tick; when a call overruns, it signals the thread running it, whose signal
@@ -54,25 +54,25 @@
 struct fw_lua_host {
    lua_State *L;
    size_t used;
-   size_t gc_base;      /* used after fw_lua_host_call's last full collection */
+   size_t gc_base; /* used after fw_lua_host_call's last full collection */
    size_t limit;
-   bool refused;        /* the allocator refused a request over the limit */
+   bool refused; /* the allocator refused a request over the limit */
    bool timed_out;
-   fw_lua_call_t call;  /* in_call and deadline_ns (0 = no call under a deadline, atomic) */
+   fw_lua_call_t call;   /* in_call and deadline_ns (0 = no call under a deadline, atomic) */
    int io_timeout_waits; /* count_hook's waits for an IO timeout (this call) */
-   pthread_t caller; /* the thread running the call under the deadline (atomic:
+   pthread_t caller;     /* the thread running the call under the deadline (atomic:
                       * the watchdog reads it while the next call sets it) */
-   int has_caller;      /* caller runs a call of fw_lua_host_call now (atomic): a
+   int has_caller;       /* caller runs a call of fw_lua_host_call now (atomic): a
                          * deadline set otherwise has no thread to signal */
-   int poking;          /* the watchdog is signalling caller (atomic): the call's end
+   int poking;           /* the watchdog is signalling caller (atomic): the call's end
                          * waits for it, so the thread is alive when signalled */
-   int poked;           /* the watchdog signalled this call (watchdog's own flag) */
-   fw_lua_host_t *next; /* the watchdog's list of hosts */
+   int poked;            /* the watchdog signalled this call (watchdog's own flag) */
+   fw_lua_host_t *next;  /* the watchdog's list of hosts */
    fw_lua_host_t *prev;
-   int specs_ref;       /* registry ref: list of validated stream specs */
-   int uri_ref;         /* registry ref: the effective URI */
-   int config_ref;      /* registry ref: the whole effective configuration */
-   char version[17];    /* hash of the script and its modules */
+   int specs_ref;           /* registry ref: list of validated stream specs */
+   int uri_ref;             /* registry ref: the effective URI */
+   int config_ref;          /* registry ref: the whole effective configuration */
+   char version[17];        /* hash of the script and its modules */
    int64_t call_started_ns; /* CLOCK_MONOTONIC start of the last call with a timeout */
    fw_lua_push_fn push;     /* fw_lua_host_call_with's argument builder ... */
    void *push_ud;           /* ... and its data, for protected_push */
@@ -224,8 +224,7 @@ embedded_searcher (lua_State *L)
    for (const fw_lua_source_t *s = fw_lua_sources; s->module; s++) {
       if (strcmp (s->module, name) == 0) {
          lua_pushfstring (L, "@[flowwarden]/%s", s->path);
-         if (luaL_loadbufferx (L, s->source, s->length, lua_tostring (L, -1), "t") !=
-             LUA_OK) {
+         if (luaL_loadbufferx (L, s->source, s->length, lua_tostring (L, -1), "t") != LUA_OK) {
             return lua_error (L);
          }
          lua_pushstring (L, s->path);
@@ -900,8 +899,8 @@ protected_push (lua_State *L)
 }
 
 bool
-fw_lua_host_call_with (fw_lua_host_t *host, int nargs, fw_lua_push_fn push, void *ud,
-                       int nresults, int64_t timeout_ms, fw_lua_stop_t *stop)
+fw_lua_host_call_with (fw_lua_host_t *host, int nargs, fw_lua_push_fn push, void *ud, int nresults,
+                       int64_t timeout_ms, fw_lua_stop_t *stop)
 {
    lua_State *L = host->L;
    int top = lua_gettop (L), status;
@@ -923,8 +922,7 @@ fw_lua_host_call_with (fw_lua_host_t *host, int nargs, fw_lua_push_fn push, void
       lua_pushcfunction (L, protected_push);
       status = lua_pcall (L, 0, LUA_MULTRET, 0);
       if (status == LUA_OK) {
-         return fw_lua_host_call (host, nargs + lua_gettop (L) - top, nresults, timeout_ms,
-                                  stop);
+         return fw_lua_host_call (host, nargs + lua_gettop (L) - top, nresults, timeout_ms, stop);
       }
       /* The call is not made: what was raised takes the function's place. */
       lua_replace (L, top - nargs);
@@ -934,4 +932,3 @@ fw_lua_host_call_with (fw_lua_host_t *host, int nargs, fw_lua_push_fn push, void
    shape_failure (host, status);
    return false;
 }
-

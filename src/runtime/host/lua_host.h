@@ -23,11 +23,7 @@
 typedef struct fw_lua_host fw_lua_host_t;
 
 /* Why the host interrupted the last call, if it did. */
-typedef enum {
-   FW_LUA_STOP_NONE = 0,
-   FW_LUA_STOP_TIMEOUT,
-   FW_LUA_STOP_MEMORY
-} fw_lua_stop_t;
+typedef enum { FW_LUA_STOP_NONE = 0, FW_LUA_STOP_TIMEOUT, FW_LUA_STOP_MEMORY } fw_lua_stop_t;
 
 /* Creates a state with the flowwarden library. Returns NULL and fills error
  * on failure. The caller owns the host: fw_lua_host_destroy. */
@@ -94,8 +90,8 @@ char *fw_lua_host_describe (fw_lua_host_t *host, int *warnings, fw_error_t *erro
  * sets *stop to why the host interrupted the call (or FW_LUA_STOP_NONE), and
  * returns false.
  */
-bool fw_lua_host_call (fw_lua_host_t *host, int nargs, int nresults,
-                       int64_t timeout_ms, fw_lua_stop_t *stop);
+bool fw_lua_host_call (fw_lua_host_t *host, int nargs, int nresults, int64_t timeout_ms,
+                       fw_lua_stop_t *stop);
 
 /* Pushes the arguments of a call and returns how many. May raise only by
  * failing to allocate, and allocates less than FW_LUA_PUSH_MAX_BYTES. */

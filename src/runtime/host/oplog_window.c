@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "flowwarden/log.h"
-#include "runtime/host/oplog_window.h"
 #include "flowwarden/shutdown.h"
+#include "runtime/host/oplog_window.h"
 
 /* A read that takes longer is abandoned by the server (maxTimeMS). */
 #define READ_MAX_TIME_MS 5000
@@ -22,9 +22,9 @@ static int
 oplog_end (mongoc_collection_t *coll, int dir, int64_t *secs, bson_error_t *berr)
 {
    bson_t filter = BSON_INITIALIZER;
-   bson_t *opts = BCON_NEW ("sort", "{", "$natural", BCON_INT32 (dir), "}", "limit",
-                            BCON_INT64 (1), "projection", "{", "ts", BCON_INT32 (1), "}",
-                            "maxTimeMS", BCON_INT64 (READ_MAX_TIME_MS));
+   bson_t *opts = BCON_NEW ("sort", "{", "$natural", BCON_INT32 (dir), "}", "limit", BCON_INT64 (1),
+                            "projection", "{", "ts", BCON_INT32 (1), "}", "maxTimeMS",
+                            BCON_INT64 (READ_MAX_TIME_MS));
    mongoc_cursor_t *cur;
    const bson_t *doc;
    bson_iter_t it;
@@ -63,8 +63,7 @@ fw_oplog_window_read (mongoc_client_t *client, int64_t *first_s, int64_t *last_s
    int first, last;
 
    if (!coll) {
-      bson_set_error (error, MONGOC_ERROR_CLIENT, MONGOC_ERROR_CLIENT_NOT_READY,
-                      "out of memory");
+      bson_set_error (error, MONGOC_ERROR_CLIENT, MONGOC_ERROR_CLIENT_NOT_READY, "out of memory");
       return -1;
    }
    first = oplog_end (coll, 1, first_s, error);
@@ -80,11 +79,11 @@ fw_oplog_window_read (mongoc_client_t *client, int64_t *first_s, int64_t *last_s
 
 struct fw_oplog_sampler {
    pthread_t thread;
-   fw_shutdown_t stop;            /* fw_oplog_sampler_stop asks; the wait ends at once */
-   mongoc_client_t *client;       /* the thread's own: a read never waits for the pool */
-   fw_metrics_t *metrics;         /* borrowed */
+   fw_shutdown_t stop;      /* fw_oplog_sampler_stop asks; the wait ends at once */
+   mongoc_client_t *client; /* the thread's own: a read never waits for the pool */
+   fw_metrics_t *metrics;   /* borrowed */
    int64_t interval_ms;
-   bool unknown_told;             /* the window is unknown and the log said why */
+   bool unknown_told; /* the window is unknown and the log said why */
 };
 
 /* FW_TEST_OPLOG_WINDOW_INTERVAL_MS (docs/testing.md): a test need not wait a

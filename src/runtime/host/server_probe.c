@@ -18,8 +18,7 @@ fw_server_describe (const mongoc_uri_t *uri, char *out, size_t len)
    if (srv) {
       used = (size_t) snprintf (out, len, "SRV %s", srv);
    } else {
-      for (const mongoc_host_list_t *h = mongoc_uri_get_hosts (uri); h && used < len;
-           h = h->next) {
+      for (const mongoc_host_list_t *h = mongoc_uri_get_hosts (uri); h && used < len; h = h->next) {
          used += (size_t) snprintf (out + used, len - used, "%s%s", used ? "," : "",
                                     h->host_and_port);
       }

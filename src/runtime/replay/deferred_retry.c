@@ -8,11 +8,11 @@
 #include <string.h>
 
 #include "flowwarden/check.h"
-#include "runtime/dlq/dlq_entry.h"
-#include "runtime/replay/dlq_replay.h"
 #include "flowwarden/log.h"
 #include "runtime/dispatch/dispatcher-private.h"
 #include "runtime/dispatch/replay_hook-private.h"
+#include "runtime/dlq/dlq_entry.h"
+#include "runtime/replay/dlq_replay.h"
 #include "runtime/replay/dlq_replay_txn.h"
 
 /* How often an idle stream looks for due retries at most; and how many it
@@ -47,8 +47,8 @@ attempt (fw_dispatcher_t *d, const bson_t *entry, int64_t n, fw_replay_hook_t *h
 {
    bson_t event;
    fw_event_t ev;
-   fw_outcome_t o = {FW_OUTCOME_NO_HANDLER, 0, 0, "", "InvalidEntry", why,
-                     0, FW_COUNT_NOTHING, NULL};
+   fw_outcome_t o = {FW_OUTCOME_NO_HANDLER, 0,   0, "", "InvalidEntry", why, 0,
+                     FW_COUNT_NOTHING,      NULL};
 
    if (fw_dlq_replay_build_event (entry, &event, &ev, why, len)) {
       /* ctx:attempt_number() counts them all */
@@ -63,8 +63,8 @@ attempt (fw_dispatcher_t *d, const bson_t *entry, int64_t n, fw_replay_hook_t *h
 
 /* The outcome of attempt n (1-based, all attempts counted) of entry. */
 static void
-outcome_of (fw_dispatcher_t *d, const fw_outcome_t *r, const fw_replay_hook_t *hook,
-            int64_t n, int64_t due_ms, fw_dlq_outcome_t *o)
+outcome_of (fw_dispatcher_t *d, const fw_outcome_t *r, const fw_replay_hook_t *hook, int64_t n,
+            int64_t due_ms, fw_dlq_outcome_t *o)
 {
    const fw_backoff_t *b = &d->prog.cfg.retry;
    int64_t now = d->clock.now_ms (d->clock.ud);
@@ -102,9 +102,8 @@ report_follower (void *ud, const bson_t *entry, const fw_replay_result_t *r)
    const char *id = string_at (entry, "_id");
 
    fw_log (r->status == FW_REPLAY_RESOLVED || r->status == FW_REPLAY_SKIPPED ? FW_LOG_INFO
-                                                                              : FW_LOG_WARN,
-           d->prog.cfg.name, "parked entry %s behind a deferred retry: %s", id ? id : "?",
-           r->what);
+                                                                             : FW_LOG_WARN,
+           d->prog.cfg.name, "parked entry %s behind a deferred retry: %s", id ? id : "?", r->what);
 }
 
 /* A resolved head of a sequence: its parked followers go as a replay of the

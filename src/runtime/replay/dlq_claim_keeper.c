@@ -7,16 +7,16 @@
 #include <string.h>
 
 #include "flowwarden/clock.h"
-#include "runtime/replay/dlq_claim_keeper.h"
 #include "flowwarden/log.h"
 #include "flowwarden/shutdown.h"
+#include "runtime/replay/dlq_claim_keeper.h"
 
 struct fw_claim_keeper {
    pthread_t thread;
-   pthread_mutex_t mu;      /* guards extensions */
-   fw_shutdown_t stop;      /* fw_claim_keeper_stop asks; the thread's waits end at once */
-   int64_t extensions;      /* under mu */
-   fw_dlq_store_t *shared;  /* o->store, borrowed */
+   pthread_mutex_t mu;     /* guards extensions */
+   fw_shutdown_t stop;     /* fw_claim_keeper_stop asks; the thread's waits end at once */
+   int64_t extensions;     /* under mu */
+   fw_dlq_store_t *shared; /* o->store, borrowed */
    fw_connections_t *conns;
    char *connection, *database, *collection, *stream, *actor;
    bson_value_t id;

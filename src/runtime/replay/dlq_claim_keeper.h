@@ -22,20 +22,20 @@
 
 #include <bson/bson.h>
 
-#include "runtime/host/connections.h"
-#include "runtime/dlq/dlq_store.h"
 #include "flowwarden/error.h"
+#include "runtime/dlq/dlq_store.h"
+#include "runtime/host/connections.h"
 
 typedef struct {
-   fw_dlq_store_t *store;     /* a thread-safe store (borrowed), or NULL: conns */
-   fw_connections_t *conns;   /* the registry to pop the keeper's client from (borrowed) */
-   const char *connection;    /* its name: the DLQ's dlq.connection, or "default" */
-   const char *database;      /* the DLQ's database and collection */
+   fw_dlq_store_t *store;   /* a thread-safe store (borrowed), or NULL: conns */
+   fw_connections_t *conns; /* the registry to pop the keeper's client from (borrowed) */
+   const char *connection;  /* its name: the DLQ's dlq.connection, or "default" */
+   const char *database;    /* the DLQ's database and collection */
    const char *collection;
-   const char *stream;        /* for the log */
-   const bson_value_t *id;    /* the claimed entry's _id */
-   const char *actor;         /* the claim's claimedBy */
-   int64_t claim_ttl_ms;      /* > 0 */
+   const char *stream;     /* for the log */
+   const bson_value_t *id; /* the claimed entry's _id */
+   const char *actor;      /* the claim's claimedBy */
+   int64_t claim_ttl_ms;   /* > 0 */
 } fw_claim_keeper_opts_t;
 
 typedef struct fw_claim_keeper fw_claim_keeper_t;

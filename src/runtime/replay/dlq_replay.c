@@ -12,23 +12,21 @@
 
 #include "bson/bson_lua.h"
 #include "bson/bson_redact.h"
-#include "runtime/replay/dlq_claim_keeper.h"
-#include "runtime/dlq/dlq_entry.h"
-#include "runtime/replay/dlq_replay.h"
+#include "flowwarden/clock.h"
 #include "flowwarden/log.h"
 #include "lua_api/mongo_lua.h"
-#include "flowwarden/clock.h"
 #include "runtime/dispatch/dispatcher-private.h"
 #include "runtime/dispatch/replay_hook-private.h"
+#include "runtime/dlq/dlq_entry.h"
+#include "runtime/replay/dlq_claim_keeper.h"
+#include "runtime/replay/dlq_replay.h"
 #include "runtime/replay/dlq_replay_txn.h"
-
 
 const char *
 fw_dlq_replay_status_name (fw_replay_status_t status)
 {
-   static const char *const names[] = {"resolved", "skipped",  "requeued", "evicted",
-                                       "no handler", "invalid", "busy",     "would run",
-                                       "stopped",  "error"};
+   static const char *const names[] = {"resolved", "skipped", "requeued",  "evicted", "no handler",
+                                       "invalid",  "busy",    "would run", "stopped", "error"};
    return (unsigned) status < sizeof names / sizeof *names ? names[status] : "?";
 }
 
@@ -56,7 +54,7 @@ entry_field (const bson_t *entry, const char *key, bson_iter_t *it)
 static const char *
 event_operation (const char *upper)
 {
-   static const char *const ops[] = {"insert", "update",       "replace",    "delete", "drop",
+   static const char *const ops[] = {"insert", "update",       "replace",    "delete",  "drop",
                                      "rename", "dropDatabase", "invalidate", "snapshot"};
    char buf[64];
    if (!upper) {
@@ -86,8 +84,9 @@ malformed_and_cut (const bson_t *entry, char *why, size_t len)
        !BSON_ITER_HOLDS_ARRAY (&it) || !bson_iter_recurse (&it, &child)) {
       return false;
    }
-   o = (size_t) snprintf (why, len, "the event was unreadable (MalformedEvent) and the entry "
-                                    "does not hold it whole (omitted:");
+   o = (size_t) snprintf (why, len,
+                          "the event was unreadable (MalformedEvent) and the entry "
+                          "does not hold it whole (omitted:");
    while (bson_iter_next (&child) && o < len) {
       if (BSON_ITER_HOLDS_UTF8 (&child)) {
          o += (size_t) snprintf (why + o, len - o, " %s", bson_iter_utf8 (&child, NULL));
@@ -106,9 +105,10 @@ malformed_and_cut (const bson_t *entry, char *why, size_t len)
 static bool
 build_event (const bson_t *entry, bson_t *event, fw_event_t *ev, char *why, size_t len)
 {
-   static const char *const copied[] = {"clusterTime", "wallTime", "ns", "documentKey",
-                                        "fullDocument", "fullDocumentBeforeChange",
-                                        "updateDescription", "txnNumber", "lsid"};
+   static const char *const copied[] = {
+      "clusterTime",       "wallTime",     "ns",
+      "documentKey",       "fullDocument", "fullDocumentBeforeChange",
+      "updateDescription", "txnNumber",    "lsid"};
    const char *upper = entry_string (entry, "operationType");
    const char *op = event_operation (upper);
    bson_iter_t it;
@@ -172,8 +172,9 @@ entry_notes (const bson_t *entry, char *buf, size_t len)
    }
    if (op && strcmp (op, "DELETE") != 0 && !strstr (buf, "fullDocument not stored") && o < len &&
        (!entry_field (entry, "fullDocument", &it) || BSON_ITER_HOLDS_NULL (&it))) {
-      snprintf (buf + o, len - o, "%sfullDocument not stored (the handler can read the current "
-                                  "document with fw.mongo)",
+      snprintf (buf + o, len - o,
+                "%sfullDocument not stored (the handler can read the current "
+                "document with fw.mongo)",
                 o ? "; " : "");
    }
 }
@@ -347,8 +348,7 @@ push_policy_error (lua_State *L, const fw_replay_hook_t *hook, const fw_outcome_
    lua_setfield (L, err, "type");
    lua_pushstring (L, o->error);
    lua_setfield (L, err, "message");
-   if (hook->has_error_ref &&
-       lua_rawgeti (L, LUA_REGISTRYINDEX, hook->error_ref) == LUA_TTABLE) {
+   if (hook->has_error_ref && lua_rawgeti (L, LUA_REGISTRYINDEX, hook->error_ref) == LUA_TTABLE) {
       kept = lua_gettop (L);
       lua_getfield (L, kept, "where");
       lua_setfield (L, err, "where");
@@ -436,8 +436,7 @@ fw_dlq_replay_policy (fw_dispatcher_t *d, const fw_replay_hook_t *hook, const fw
 
 /* --- one entry -------------------------------------------------------------- */
 
-static void
-set_result (fw_replay_result_t *out, fw_replay_status_t status, const char *fmt, ...)
+static void set_result (fw_replay_result_t *out, fw_replay_status_t status, const char *fmt, ...)
    __attribute__ ((format (printf, 3, 4)));
 
 static void
@@ -461,8 +460,10 @@ record_success (const claim_t *c, bool skipped, int attempts, bool committed,
    bool held;
 
    if (committed) {
-      set_result (out, FW_REPLAY_RESOLVED, "resolved after %d attempt(s), in the transaction of "
-                  "its writes", attempts);
+      set_result (out, FW_REPLAY_RESOLVED,
+                  "resolved after %d attempt(s), in the transaction of "
+                  "its writes",
+                  attempts);
    } else if (!settle (c, &outcome, &held, &err)) {
       set_result (out, FW_REPLAY_ERROR, "handled, but %s", err.message);
    } else if (!held) {
@@ -499,15 +500,14 @@ record_failure (const claim_t *c, const fw_replay_hook_t *hook, const fw_outcome
                   "failed again (%s), and its claim expired and another process took it", result);
    } else {
       set_result (out, evict ? FW_REPLAY_EVICTED : FW_REPLAY_REQUEUED, "%s after %d attempt(s): %s",
-                  evict ? "evicted by the enqueue policy" : "failed again, requeued",
-                  o->attempts, result);
+                  evict ? "evicted by the enqueue policy" : "failed again, requeued", o->attempts,
+                  result);
    }
    bson_destroy (&diagnostics);
 }
 
 static void
-run_claimed (const claim_t *c, const bson_t *claimed, const bson_t *before,
-             fw_replay_result_t *out)
+run_claimed (const claim_t *c, const bson_t *claimed, const bson_t *before, fw_replay_result_t *out)
 {
    fw_dispatcher_t *d = c->d;
    fw_replay_hook_t hook = {0};
@@ -595,8 +595,9 @@ fw_dlq_replay_entry (fw_dispatcher_t *d, fw_dlq_store_t *store, const bson_t *en
       set_result (out, FW_REPLAY_ERROR, "%s", err.message);
       bson_destroy (&claimed);
    } else if (!got) {
-      set_result (out, FW_REPLAY_BUSY, "claimed by another process (or no longer waiting): "
-                                       "not touched");
+      set_result (out, FW_REPLAY_BUSY,
+                  "claimed by another process (or no longer waiting): "
+                  "not touched");
       bson_destroy (&claimed);
    } else {
       run_claimed (&c, &claimed, entry, out);

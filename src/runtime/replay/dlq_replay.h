@@ -110,16 +110,16 @@ typedef enum {
  * stream's open sequences. dlq: the stream's DLQ store (borrowed), which
  * keeps the sequence's record beside the entries.
  */
-fw_seq_replay_t fw_dlq_replay_sequence (fw_dispatcher_t *d, fw_dlq_store_t *dlq,
-                                        const char *seq, const fw_replay_options_t *opts,
-                                        fw_replay_report_fn report, void *ud, fw_error_t *error);
+fw_seq_replay_t fw_dlq_replay_sequence (fw_dispatcher_t *d, fw_dlq_store_t *dlq, const char *seq,
+                                        const fw_replay_options_t *opts, fw_replay_report_fn report,
+                                        void *ud, fw_error_t *error);
 
 /* Replays entry as a selection does: alone when it has no sequenceId, its
  * whole sequence when it is the head (the lowest waiting sequenceIndex), and
  * nothing (FW_SEQ_REPLAY_BEHIND) when an earlier entry of its sequence waits. */
-fw_seq_replay_t fw_dlq_replay_select (fw_dispatcher_t *d, fw_dlq_store_t *dlq,
-                                      const bson_t *entry, const fw_replay_options_t *opts,
-                                      fw_replay_report_fn report, void *ud, fw_error_t *error);
+fw_seq_replay_t fw_dlq_replay_select (fw_dispatcher_t *d, fw_dlq_store_t *dlq, const bson_t *entry,
+                                      const fw_replay_options_t *opts, fw_replay_report_fn report,
+                                      void *ud, fw_error_t *error);
 
 /* Whether entry is the head of its sequence (true for an entry in none). */
 bool fw_dlq_replay_is_head (fw_dlq_store_t *dlq, const bson_t *entry, bool *head,

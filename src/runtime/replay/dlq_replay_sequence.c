@@ -11,11 +11,11 @@
 #include <time.h>
 
 #include "flowwarden/clock.h"
-#include "runtime/dlq/dlq_entry.h"
-#include "runtime/replay/dlq_replay.h"
-#include "runtime/dlq/dlq_sequence.h"
 #include "flowwarden/log.h"
 #include "runtime/dispatch/dispatcher-private.h"
+#include "runtime/dlq/dlq_entry.h"
+#include "runtime/dlq/dlq_sequence.h"
+#include "runtime/replay/dlq_replay.h"
 
 /* How long a replay waits for live index requests in flight (inflight >
  * 0: a stream is storing a parked entry) before leaving the sequence open. */
@@ -60,8 +60,8 @@ collect_entry (const bson_t *entry, void *ud, fw_error_t *error)
 /* The waiting entries of the sequence, by sequenceIndex, into docs (an
  * array document the caller initialised). */
 static bool
-waiting_entries (fw_dlq_store_t *store, const char *stream, const char *seq, bson_t *docs,
-                 int *n, fw_error_t *error)
+waiting_entries (fw_dlq_store_t *store, const char *stream, const char *seq, bson_t *docs, int *n,
+                 fw_error_t *error)
 {
    collect_t c = {docs, 0};
    bool ok = store->seq_entries (store, stream, seq, collect_entry, &c, error);
@@ -71,8 +71,7 @@ waiting_entries (fw_dlq_store_t *store, const char *stream, const char *seq, bso
 }
 
 bool
-fw_dlq_replay_is_head (fw_dlq_store_t *store, const bson_t *entry, bool *head,
-                       fw_error_t *error)
+fw_dlq_replay_is_head (fw_dlq_store_t *store, const bson_t *entry, bool *head, fw_error_t *error)
 {
    int64_t index = 0, before;
    const char *seq = entry_sequence (entry, &index);

@@ -14,8 +14,7 @@ fw_dlq_replay_store (fw_dispatcher_t *d, fw_error_t *error)
    mongoc_client_t *client;
 
    if (!dlq->enabled) {
-      fw_error_set (error, FW_ERROR_INVALID, "stream \"%s\" has no dead-letter queue",
-                    cfg->name);
+      fw_error_set (error, FW_ERROR_INVALID, "stream \"%s\" has no dead-letter queue", cfg->name);
       return NULL;
    }
    if (!(client = fw_dispatcher_client_for (d, dlq->connection, error))) {

@@ -7,8 +7,8 @@
 #ifndef FLOWWARDEN_DLQ_REPLAY_STORE_H
 #define FLOWWARDEN_DLQ_REPLAY_STORE_H
 
-#include "runtime/dlq/dlq_store.h"
 #include "runtime/dispatch/dispatcher.h"
+#include "runtime/dlq/dlq_store.h"
 
 /* A reader's MongoDB store (fw_dlq_store_mongo_open) on the client d is
  * bound to (fw_dispatcher_bind), or its dlq.connection's. The caller owns it

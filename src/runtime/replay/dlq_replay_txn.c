@@ -8,10 +8,10 @@
  * on_error, a failure or a give-up are settled as without exactly_once:
  * nothing of the handler is applied then.
  */
+#include "runtime/replay/dlq_replay_txn.h"
 #include "flowwarden/clock.h"
 #include "runtime/dispatch/dispatcher-private.h"
 #include "runtime/dispatch/event_txn.h"
-#include "runtime/replay/dlq_replay_txn.h"
 
 static bool
 resolve_in_txn (void *ud, const fw_event_t *ev, mongoc_client_t *client,
@@ -32,7 +32,8 @@ resolve_in_txn (void *ud, const fw_event_t *ev, mongoc_client_t *client,
    if (!held) {
       /* Another process took the entry: this replay commits nothing. */
       *fenced = true;
-      fw_error_set (error, FW_ERROR_MONGO, "the replayed entry's claim expired and another "
+      fw_error_set (error, FW_ERROR_MONGO,
+                    "the replayed entry's claim expired and another "
                     "process took it (raise --claim-ttl)");
       return false;
    }

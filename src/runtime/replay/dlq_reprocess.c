@@ -12,12 +12,12 @@
 #include <lauxlib.h>
 
 #include "bson/bson_alloc.h"
+#include "flowwarden/clock.h"
+#include "flowwarden/log.h"
+#include "runtime/dispatch/dispatcher-private.h"
 #include "runtime/dlq/dlq_entry.h"
 #include "runtime/replay/dlq_replay.h"
 #include "runtime/replay/dlq_replay_store.h"
-#include "flowwarden/log.h"
-#include "flowwarden/clock.h"
-#include "runtime/dispatch/dispatcher-private.h"
 
 /* The entry's _id, as text for the log. */
 static void

@@ -23,7 +23,7 @@ typedef struct {
 typedef struct {
    row_t *rows;
    int n_rows;
-   int next;          /* the next row to hand out */
+   int next; /* the next row to hand out */
    uint64_t low, high;
 } chunk_t;
 
@@ -38,17 +38,17 @@ struct fw_snapshot {
       char *name, *database, *collection;
       int64_t chunk_size;
       int read_mode;
-      int partition, partitions; /* a unit of a partitioned stream: only its keys */
-   } cfg;              /* copied: a reload frees the stream's settings */
+      int partition, partitions;    /* a unit of a partitioned stream: only its keys */
+   } cfg;                           /* copied: a reload frees the stream's settings */
    fw_snapshot_progress_t progress; /* after: the last row handed out of a whole chunk */
-   bson_t read_after;  /* { _id: the last row read }; empty: from the start */
-   chunk_t chunk[MAX_CHUNKS]; /* a queue, oldest first */
+   bson_t read_after;               /* { _id: the last row read }; empty: from the start */
+   chunk_t chunk[MAX_CHUNKS];       /* a queue, oldest first */
    int n_chunks;
-   bool jump;          /* a read found no row after read_after of its type: the next
+   bool jump;       /* a read found no row after read_after of its type: the next
                         * one reads the types MongoDB orders after it */
-   bool exhausted;     /* no row is left after read_after */
-   uint64_t passed;    /* the stream has read everything before this time */
-   bson_t event;       /* the snapshot event handed out last */
+   bool exhausted;  /* no row is left after read_after */
+   uint64_t passed; /* the stream has read everything before this time */
+   bson_t event;    /* the snapshot event handed out last */
    int64_t read, dropped, chunks;
 };
 
@@ -215,7 +215,7 @@ fw_snapshot_token_time (const bson_t *token)
    }
    for (int i = 2; i < 18; i++) {
       char c = data[i];
-      int v = c >= '0' && c <= '9' ? c - '0'
+      int v = c >= '0' && c <= '9'   ? c - '0'
               : c >= 'a' && c <= 'f' ? c - 'a' + 10
               : c >= 'A' && c <= 'F' ? c - 'A' + 10
                                      : -1;
@@ -287,8 +287,7 @@ fw_snapshot_live (fw_snapshot_t *s, const fw_event_t *ev)
     * its key's rows are dropped from every chunk, to be safe. */
    ts = event_time (ev);
    if (fw_event_field (ev, FW_EV_DOCUMENT_KEY, &dk) && BSON_ITER_HOLDS_DOCUMENT (&dk) &&
-       bson_iter_recurse (&dk, &id) && bson_iter_find (&id, "_id") &&
-       key_of (&id, &key, &hash)) {
+       bson_iter_recurse (&dk, &id) && bson_iter_find (&id, "_id") && key_of (&id, &key, &hash)) {
       if (ts) {
          drop_key (s, ts, &key, hash);
       } else {
@@ -338,8 +337,8 @@ build_event (fw_snapshot_t *s, const chunk_t *ch, const row_t *r, int index)
           BSON_APPEND_DATE_TIME (e, "wallTime", fw_now_ms ()) &&
           BSON_APPEND_DOCUMENT_BEGIN (e, "ns", &ns) &&
           BSON_APPEND_UTF8 (&ns, "db", s->cfg.database) &&
-          BSON_APPEND_UTF8 (&ns, "coll", s->cfg.collection) &&
-          bson_append_document_end (e, &ns) && BSON_APPEND_DOCUMENT_BEGIN (e, "documentKey", &dk) &&
+          BSON_APPEND_UTF8 (&ns, "coll", s->cfg.collection) && bson_append_document_end (e, &ns) &&
+          BSON_APPEND_DOCUMENT_BEGIN (e, "documentKey", &dk) &&
           bson_append_iter (&dk, "_id", 3, &it) && bson_append_document_end (e, &dk) &&
           BSON_APPEND_DOCUMENT (e, "fullDocument", r->doc);
 }
@@ -403,24 +402,44 @@ static int
 canonical (bson_type_t t)
 {
    switch (t) {
-   case BSON_TYPE_MINKEY: return 0;
-   case BSON_TYPE_UNDEFINED: return 1;
-   case BSON_TYPE_NULL: return 2;
-   case BSON_TYPE_DOUBLE: case BSON_TYPE_INT32: case BSON_TYPE_INT64:
-   case BSON_TYPE_DECIMAL128: return 3;
-   case BSON_TYPE_UTF8: case BSON_TYPE_SYMBOL: return 4;
-   case BSON_TYPE_DOCUMENT: return 5;
-   case BSON_TYPE_ARRAY: return 6;
-   case BSON_TYPE_BINARY: return 7;
-   case BSON_TYPE_OID: return 8;
-   case BSON_TYPE_BOOL: return 9;
-   case BSON_TYPE_DATE_TIME: return 10;
-   case BSON_TYPE_TIMESTAMP: return 11;
-   case BSON_TYPE_REGEX: return 12;
-   case BSON_TYPE_DBPOINTER: return 13;
-   case BSON_TYPE_CODE: return 14;
-   case BSON_TYPE_CODEWSCOPE: return 15;
-   default: return 16; /* MaxKey */
+   case BSON_TYPE_MINKEY:
+      return 0;
+   case BSON_TYPE_UNDEFINED:
+      return 1;
+   case BSON_TYPE_NULL:
+      return 2;
+   case BSON_TYPE_DOUBLE:
+   case BSON_TYPE_INT32:
+   case BSON_TYPE_INT64:
+   case BSON_TYPE_DECIMAL128:
+      return 3;
+   case BSON_TYPE_UTF8:
+   case BSON_TYPE_SYMBOL:
+      return 4;
+   case BSON_TYPE_DOCUMENT:
+      return 5;
+   case BSON_TYPE_ARRAY:
+      return 6;
+   case BSON_TYPE_BINARY:
+      return 7;
+   case BSON_TYPE_OID:
+      return 8;
+   case BSON_TYPE_BOOL:
+      return 9;
+   case BSON_TYPE_DATE_TIME:
+      return 10;
+   case BSON_TYPE_TIMESTAMP:
+      return 11;
+   case BSON_TYPE_REGEX:
+      return 12;
+   case BSON_TYPE_DBPOINTER:
+      return 13;
+   case BSON_TYPE_CODE:
+      return 14;
+   case BSON_TYPE_CODEWSCOPE:
+      return 15;
+   default:
+      return 16; /* MaxKey */
    }
 }
 
@@ -428,10 +447,12 @@ static const struct {
    const char *alias;
    int rank;
 } type_aliases[] = {
-   {"undefined", 1}, {"null", 2}, {"number", 3}, {"string", 4}, {"symbol", 4},
-   {"object", 5}, {"binData", 7}, {"objectId", 8}, {"bool", 9}, {"date", 10},
-   {"timestamp", 11}, {"regex", 12}, {"dbPointer", 13}, {"javascript", 14},
-   {"javascriptWithScope", 15}, {"maxKey", 16},
+   {"undefined", 1},  {"null", 2},        {"number", 3},
+   {"string", 4},     {"symbol", 4},      {"object", 5},
+   {"binData", 7},    {"objectId", 8},    {"bool", 9},
+   {"date", 10},      {"timestamp", 11},  {"regex", 12},
+   {"dbPointer", 13}, {"javascript", 14}, {"javascriptWithScope", 15},
+   {"maxKey", 16},
 };
 
 /* The types MongoDB orders after a value of type t, as $type aliases, into
@@ -532,9 +553,8 @@ chunk_filter (const fw_snapshot_t *s, bson_t *out, bool *none)
       bson_uint32_to_string ((uint32_t) n++, &kp, key, sizeof key);
       ok = BSON_APPEND_DOCUMENT_BEGIN (&and, kp, &c) && BSON_APPEND_DOCUMENT_BEGIN (&c, "_id", &id);
       if (ok && !s->jump) {
-         ok = append_after (&id, &it) &&
-              (rank != last_rank || !s->progress.has_until ||
-               bson_append_iter (&id, "$lte", 4, &until));
+         ok = append_after (&id, &it) && (rank != last_rank || !s->progress.has_until ||
+                                          bson_append_iter (&id, "$lte", 4, &until));
       } else if (ok) {
          ok = BSON_APPEND_ARRAY_BEGIN (&id, "$type", &types);
          if (ok && !later_types (bson_iter_type (&it), last_rank, &types)) {
@@ -564,8 +584,8 @@ static bool
 write_mark (fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_session_t *cs,
             const char *which, uint64_t *at, fw_error_t *error)
 {
-   mongoc_collection_t *coll =
-      mongoc_client_get_collection (client, s->cfg.database, FW_SNAPSHOT_MARKS_COLLECTION);
+   mongoc_collection_t *coll = mongoc_client_get_collection (client, s->cfg.database,
+                                                             FW_SNAPSHOT_MARKS_COLLECTION);
    bson_t *sel = BCON_NEW ("_id", BCON_UTF8 (s->cfg.name));
    bson_t *upd = BCON_NEW ("$inc", "{", "marks", BCON_INT64 (1), "}", "$set", "{", "mark",
                            BCON_UTF8 (which), "at", BCON_DATE_TIME (fw_now_ms ()), "}");
@@ -576,8 +596,8 @@ write_mark (fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_session_t *
    bool ok = sel && upd && wc;
 
    mongoc_write_concern_set_wmajority (wc, 0);
-   ok = ok && BSON_APPEND_BOOL (&opts, "upsert", true) &&
-        mongoc_write_concern_append (wc, &opts) && mongoc_client_session_append (cs, &opts, &berr);
+   ok = ok && BSON_APPEND_BOOL (&opts, "upsert", true) && mongoc_write_concern_append (wc, &opts) &&
+        mongoc_client_session_append (cs, &opts, &berr);
    if (ok && !mongoc_collection_update_one (coll, sel, upd, &opts, NULL, &berr)) {
       fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
                          "cannot write the snapshot's %s watermark into %s.%s: %s", which,
@@ -590,8 +610,10 @@ write_mark (fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_session_t *
       mongoc_client_session_get_operation_time (cs, &t, &i);
       *at = (uint64_t) t << 32 | i;
       if (*at == 0) {
-         fw_error_set (error, FW_ERROR_MONGO, "the server gave the snapshot's %s watermark no "
-                       "operationTime (a replica set or sharded cluster is needed)", which);
+         fw_error_set (error, FW_ERROR_MONGO,
+                       "the server gave the snapshot's %s watermark no "
+                       "operationTime (a replica set or sharded cluster is needed)",
+                       which);
          ok = false;
       }
    }
@@ -610,7 +632,7 @@ rows_new (int64_t n)
 {
    size_t size = (size_t) n * sizeof (row_t);
    row_t *rows = n > 0 && (size_t) n <= SIZE_MAX / sizeof (row_t)
-                    ? aligned_alloc (_Alignof (row_t), size)
+                    ? aligned_alloc (_Alignof(row_t), size)
                     : NULL;
 
    if (rows) {
@@ -624,8 +646,8 @@ static bool
 find_chunk (fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_session_t *cs, chunk_t *ch,
             fw_error_t *error)
 {
-   mongoc_collection_t *coll =
-      mongoc_client_get_collection (client, s->cfg.database, s->cfg.collection);
+   mongoc_collection_t *coll = mongoc_client_get_collection (client, s->cfg.database,
+                                                             s->cfg.collection);
    bson_t filter = BSON_INITIALIZER;
    bson_t *opts = BCON_NEW ("sort", "{", "_id", BCON_INT32 (1), "}", "limit",
                             BCON_INT64 (s->cfg.chunk_size));
@@ -684,8 +706,8 @@ static bool
 find_until (fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_session_t *cs,
             fw_error_t *error)
 {
-   mongoc_collection_t *coll =
-      mongoc_client_get_collection (client, s->cfg.database, s->cfg.collection);
+   mongoc_collection_t *coll = mongoc_client_get_collection (client, s->cfg.database,
+                                                             s->cfg.collection);
    bson_t *opts = BCON_NEW ("sort", "{", "_id", BCON_INT32 (-1), "}", "limit", BCON_INT64 (1),
                             "projection", "{", "_id", BCON_INT32 (1), "}");
    bson_t empty = BSON_INITIALIZER;

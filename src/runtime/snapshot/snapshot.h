@@ -30,26 +30,25 @@
 #include <lua.h>
 #include <mongoc/mongoc.h>
 
+#include "bson/event.h"
 #include "flowwarden/collection_names.h"
 #include "flowwarden/error.h"
-#include "bson/event.h"
 #include "runtime/config/stream_config.h"
-
 
 typedef struct fw_snapshot fw_snapshot_t;
 
 /* Where a snapshot stands, as the checkpoint keeps it (field "snapshot" of
  * the stream's checkpoint document). */
 typedef struct {
-   bool present;       /* the checkpoint has a snapshot field */
-   bool done;          /* finished: never taken again */
-   bool has_after;     /* after: { _id: <last row of the last finished chunk> } */
+   bool present;   /* the checkpoint has a snapshot field */
+   bool done;      /* finished: never taken again */
+   bool has_after; /* after: { _id: <last row of the last finished chunk> } */
    bson_t after;
-   bool has_filter;    /* an on-demand snapshot's filter */
+   bool has_filter; /* an on-demand snapshot's filter */
    bson_t filter;
-   bool has_until;     /* until: { _id: <the largest _id when the snapshot began> }: */
-   bson_t until;       /* later documents come as live inserts, not chunks */
-   int64_t documents;  /* snapshot events handed out so far */
+   bool has_until;    /* until: { _id: <the largest _id when the snapshot began> }: */
+   bson_t until;      /* later documents come as live inserts, not chunks */
+   int64_t documents; /* snapshot events handed out so far */
 } fw_snapshot_progress_t;
 
 /* Initializes p (empty). */
@@ -115,22 +114,20 @@ void fw_snapshot_discard (fw_snapshot_t *s);
 const fw_snapshot_progress_t *fw_snapshot_progress (const fw_snapshot_t *s);
 
 /* Counts: rows read, dropped by live events, and chunks. */
-void fw_snapshot_counts (const fw_snapshot_t *s, int64_t *read, int64_t *dropped,
-                         int64_t *chunks);
+void fw_snapshot_counts (const fw_snapshot_t *s, int64_t *read, int64_t *dropped, int64_t *chunks);
 
 /* The clusterTime in a resume token ({_data: "82<16 hex digits>..."}), as
  * (t << 32 | i); 0 when it is not such a token. */
 uint64_t fw_snapshot_token_time (const bson_t *token);
 
 /* checkpoint/: the snapshot field of stream's checkpoint document. */
-bool fw_checkpoint_snapshot_load (mongoc_client_t *client, const char *database,
-                                  const char *stream, fw_snapshot_progress_t *out,
-                                  fw_error_t *error);
+bool fw_checkpoint_snapshot_load (mongoc_client_t *client, const char *database, const char *stream,
+                                  fw_snapshot_progress_t *out, fw_error_t *error);
 
 /* Stores p as the snapshot field (upsert; epoch > 0: only while the
  * checkpoint's epoch is still epoch, as fw_checkpoint_save_fenced). */
-bool fw_checkpoint_snapshot_save (mongoc_client_t *client, const char *database,
-                                  const char *stream, const fw_snapshot_progress_t *p,
-                                  int64_t epoch, fw_error_t *error);
+bool fw_checkpoint_snapshot_save (mongoc_client_t *client, const char *database, const char *stream,
+                                  const fw_snapshot_progress_t *p, int64_t epoch,
+                                  fw_error_t *error);
 
 #endif

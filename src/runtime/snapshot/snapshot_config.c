@@ -15,10 +15,8 @@ read_mode_of (const char *name)
       const char *name;
       mongoc_read_mode_t mode;
    } modes[] = {
-      {"primary", MONGOC_READ_PRIMARY},
-      {"primaryPreferred", MONGOC_READ_PRIMARY_PREFERRED},
-      {"secondary", MONGOC_READ_SECONDARY},
-      {"secondaryPreferred", MONGOC_READ_SECONDARY_PREFERRED},
+      {"primary", MONGOC_READ_PRIMARY},     {"primaryPreferred", MONGOC_READ_PRIMARY_PREFERRED},
+      {"secondary", MONGOC_READ_SECONDARY}, {"secondaryPreferred", MONGOC_READ_SECONDARY_PREFERRED},
       {"nearest", MONGOC_READ_NEAREST},
    };
    for (size_t i = 0; name && i < sizeof modes / sizeof modes[0]; i++) {

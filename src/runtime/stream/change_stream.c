@@ -15,7 +15,7 @@
  * does, once per maxAwaitTimeMS, which would bound the snapshot to 16
  * chunks a second (snapshot.c's MAX_CHUNKS). */
 #define FW_SNAPSHOT_AWAIT_MS 100
-#define FW_ERR_HISTORY_LOST 286        /* ChangeStreamHistoryLost */
+#define FW_ERR_HISTORY_LOST 286 /* ChangeStreamHistoryLost */
 /* OplogQueryMinTsMissing: the oplog scan's own "fallen off the oplog"; the
  * change stream turns it into 286 (change_stream_check_resumability), but
  * taken as history lost wherever it shows. */
@@ -59,8 +59,8 @@ prepend_stage (const bson_t *stage, bson_t *pipeline)
 
 mongoc_change_stream_t *
 fw_change_stream_open (const fw_stream_config_t *cfg, mongoc_client_t *client,
-                       const bson_t *start_after, uint64_t start_at, bool split,
-                       bool snapshot, const bson_t *first_stage)
+                       const bson_t *start_after, uint64_t start_at, bool split, bool snapshot,
+                       const bson_t *first_stage)
 {
    bson_t opts = BSON_INITIALIZER;
    bson_t pipeline;
@@ -69,8 +69,7 @@ fw_change_stream_open (const fw_stream_config_t *cfg, mongoc_client_t *client,
    if (cfg->full_document && strcmp (cfg->full_document, "default") != 0) {
       BSON_APPEND_UTF8 (&opts, "fullDocument", cfg->full_document);
    }
-   if (cfg->full_document_before_change &&
-       strcmp (cfg->full_document_before_change, "off") != 0) {
+   if (cfg->full_document_before_change && strcmp (cfg->full_document_before_change, "off") != 0) {
       BSON_APPEND_UTF8 (&opts, "fullDocumentBeforeChange", cfg->full_document_before_change);
    }
    BSON_APPEND_INT32 (&opts, "maxAwaitTimeMS", snapshot ? FW_SNAPSHOT_AWAIT_MS : FW_MAX_AWAIT_MS);
@@ -91,8 +90,8 @@ fw_change_stream_open (const fw_stream_config_t *cfg, mongoc_client_t *client,
       prepend_stage (first_stage, &pipeline);
    }
    if (cfg->collection) {
-      mongoc_collection_t *coll =
-         mongoc_client_get_collection (client, cfg->database, cfg->collection);
+      mongoc_collection_t *coll = mongoc_client_get_collection (client, cfg->database,
+                                                                cfg->collection);
       cs = mongoc_collection_watch (coll, &pipeline, &opts);
       mongoc_collection_destroy (coll);
    } else {

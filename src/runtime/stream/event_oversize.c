@@ -70,10 +70,20 @@ split_numbers (const bson_t *doc, int32_t *fragment, int32_t *of)
  * the pre-image stage appends fullDocumentBeforeChange after them
  * (document_source_change_stream_add_pre_image.cpp). Fragments bring them
  * ordered by size instead (change_stream_split_event_helpers.cpp). */
-static const char *const event_order[] = {
-   "txnNumber",         "lsid",        "_id",  "operationType",        "clusterTime",
-   "collectionUUID",    "wallTime",    "fullDocument", "ns",           "documentKey",
-   "operationDescription", "updateDescription", "fullDocumentBeforeChange", NULL};
+static const char *const event_order[] = {"txnNumber",
+                                          "lsid",
+                                          "_id",
+                                          "operationType",
+                                          "clusterTime",
+                                          "collectionUUID",
+                                          "wallTime",
+                                          "fullDocument",
+                                          "ns",
+                                          "documentKey",
+                                          "operationDescription",
+                                          "updateDescription",
+                                          "fullDocumentBeforeChange",
+                                          NULL};
 
 static bool
 ordered_field (const char *key)
@@ -281,8 +291,8 @@ fw_oversize_stage_rejected (const bson_error_t *berr)
 }
 
 fw_oversize_step_t
-fw_oversize_take (bool oversize_skip, fw_split_buffer_t *split, const bson_t **doc,
-                  fw_event_t *ev, bool *parsed, int64_t *size, fw_error_t *error)
+fw_oversize_take (bool oversize_skip, fw_split_buffer_t *split, const bson_t **doc, fw_event_t *ev,
+                  bool *parsed, int64_t *size, fw_error_t *error)
 {
    /* A fragment moves neither the position nor the checkpoint: until the
     * last one is handled, a restart resumes before the first. */
@@ -320,8 +330,8 @@ fw_oversize_failure (const bson_t *position, bool split, bool skip, const bson_e
              "$changeStreamSplitLargeEvent (6.0.9+, 7.0+) with split_large_events = true, or set "
              "oversize = \"skip\" to dead-letter such events without their document",
              pos ? pos : "(the stream's start)",
-             berr->code == FW_ERR_SPLIT_FAILED ? "split failed" : "BSONObjectTooLarge",
-             berr->code, berr->message,
+             berr->code == FW_ERR_SPLIT_FAILED ? "split failed" : "BSONObjectTooLarge", berr->code,
+             berr->message,
              split  ? "cannot be split (one field alone is over the limit)"
              : skip ? "the oversize = \"skip\" stage did not stub it (what makes it large is not "
                       "in fullDocument, fullDocumentBeforeChange, updateDescription or "

@@ -14,10 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/dispatch/batch_dispatch.h"
 #include "flowwarden/clock.h"
-#include "runtime/replay/dlq_replay.h"
 #include "flowwarden/log.h"
+#include "runtime/dispatch/batch_dispatch.h"
+#include "runtime/replay/dlq_replay.h"
 #include "runtime/stream/stream_batch-private.h"
 #include "runtime/stream/stream_control-private.h"
 #include "runtime/stream/stream_lead-private.h"
@@ -234,8 +234,9 @@ fw_stream_batch_take (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position
    int64_t wait_ms = 0;
    batch_t b = {NULL, NULL, NULL, 0, BSON_INITIALIZER, 0};
    batch_place_t at = {w, p, &b};
-   fw_settle_place_t place = {w->d,      w->metrics, batch_count, batch_done, batch_fail,
-                              batch_lease_lost, &at, "a batch's event could not be dead-lettered"};
+   fw_settle_place_t place = {
+      w->d,       w->metrics,       batch_count, batch_done,
+      batch_fail, batch_lease_lost, &at,         "a batch's event could not be dead-lettered"};
    fw_outcome_t o;
    fw_read_end_t end;
 
@@ -285,8 +286,9 @@ fw_stream_group_take (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position
 {
    batch_t b = {NULL, NULL, NULL, 0, BSON_INITIALIZER, 0};
    batch_place_t at = {w, p, &b};
-   fw_settle_place_t place = {w->d,      w->metrics, batch_count, batch_done, batch_fail,
-                              batch_lease_lost, &at, "an event could not be dead-lettered"};
+   fw_settle_place_t place = {
+      w->d,       w->metrics,       batch_count, batch_done,
+      batch_fail, batch_lease_lost, &at,         "an event could not be dead-lettered"};
    fw_outcome_t o;
    fw_read_end_t end;
 

@@ -8,8 +8,8 @@
  * "leader" only the leader writes, fenced by its lease's epoch.
  */
 
-#include "runtime/checkpoint/circuit_doc.h"
 #include "flowwarden/log.h"
+#include "runtime/checkpoint/circuit_doc.h"
 #include "runtime/stream/stream_circuit-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
@@ -89,8 +89,8 @@ fw_stream_circuit_restore (fw_stream_worker_t *w)
    if (!w->client) {
       return;
    }
-   if (!fw_circuit_doc_load (w->client, w->cfg->database, w->cfg->name, &v, &found, bad,
-                             sizeof bad, &err)) {
+   if (!fw_circuit_doc_load (w->client, w->cfg->database, w->cfg->name, &v, &found, bad, sizeof bad,
+                             &err)) {
       fw_log (FW_LOG_WARN, w->cfg->name, "%s; the breaker starts closed", err.message);
       return;
    }
@@ -106,7 +106,8 @@ fw_stream_circuit_restore (fw_stream_worker_t *w)
    if (!w->cfg->circuit.enabled) {
       fw_log (FW_LOG_INFO, w->cfg->name,
               "the breaker kept by the last run (open on %s) is dropped: the script has no "
-              "circuit", v.error_type);
+              "circuit",
+              v.error_type);
       clear (w);
       return;
    }

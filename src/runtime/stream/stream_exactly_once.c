@@ -6,8 +6,8 @@
  * of the server sessions those transactions run on, whose transactions the
  * next holder of the checkpoint kills before it reads (txn_sessions.h).
  */
-#include "runtime/checkpoint/checkpoint_store.h"
 #include "flowwarden/log.h"
+#include "runtime/checkpoint/checkpoint_store.h"
 #include "runtime/checkpoint/txn_sessions.h"
 #include "runtime/stream/stream_exactly_once-private.h"
 #include "runtime/stream/stream_position-private.h"
@@ -25,8 +25,7 @@ keep (bson_t **dst, const bson_t *src)
 
 static bool
 position_in_txn (void *ud, const fw_event_t *ev, mongoc_client_t *client,
-                 mongoc_client_session_t *session, bson_t *reply, bool *fenced,
-                 fw_error_t *error)
+                 mongoc_client_session_t *session, bson_t *reply, bool *fenced, fw_error_t *error)
 {
    fw_stream_worker_t *w = ud;
    bson_t token = BSON_INITIALIZER;
@@ -40,8 +39,10 @@ position_in_txn (void *ud, const fw_event_t *ev, mongoc_client_t *client,
       return false;
    }
    if (!fw_position_set_event_token (&token, ev)) {
-      fw_error_set (error, FW_ERROR_INVALID, "stream \"%s\": the event has no resume token to "
-                    "commit", w->cfg->name);
+      fw_error_set (error, FW_ERROR_INVALID,
+                    "stream \"%s\": the event has no resume token to "
+                    "commit",
+                    w->cfg->name);
       bson_destroy (&token);
       return false;
    }
@@ -126,14 +127,18 @@ fw_stream_exactly_once_recover (fw_stream_worker_t *w)
     * "Killed Session Availability"). */
    fw_dispatcher_txn_reset (w->d);
    if (!ok) {
-      fw_log (FW_LOG_WARN, w->cfg->name, "exactly_once: cannot end the transactions an earlier "
+      fw_log (FW_LOG_WARN, w->cfg->name,
+              "exactly_once: cannot end the transactions an earlier "
               "run may have left open (%s): until the server aborts them "
               "(transactionLifetimeLimitSeconds) their documents stay locked and attempts "
-              "touching them fail with WriteConflict", err.message);
+              "touching them fail with WriteConflict",
+              err.message);
       return;
    }
    if (killed > 0) {
-      fw_log (FW_LOG_INFO, w->cfg->name, "exactly_once: ended %d server session(s) of an "
-              "earlier run (killSessions), aborting any transaction left open", killed);
+      fw_log (FW_LOG_INFO, w->cfg->name,
+              "exactly_once: ended %d server session(s) of an "
+              "earlier run (killSessions), aborting any transaction left open",
+              killed);
    }
 }

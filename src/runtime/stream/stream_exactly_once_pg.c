@@ -42,22 +42,25 @@
 #define TABLE "flowwarden_checkpoints"
 
 static const char create_sql[] =
-   "CREATE TABLE IF NOT EXISTS " TABLE " (database text NOT NULL, stream text NOT NULL, "
+   "CREATE TABLE IF NOT EXISTS " TABLE
+   " (database text NOT NULL, stream text NOT NULL, "
    "resume_token text, epoch bigint NOT NULL DEFAULT 0, script_version text, "
    "updated_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (database, stream))";
 
 static const char upsert_sql[] =
-   "INSERT INTO " TABLE " AS c (database, stream, resume_token, epoch, script_version, "
+   "INSERT INTO " TABLE
+   " AS c (database, stream, resume_token, epoch, script_version, "
    "updated_at) VALUES ($1, $2, $3, $4, $5, now()) ON CONFLICT (database, stream) DO UPDATE "
    "SET resume_token = EXCLUDED.resume_token, epoch = EXCLUDED.epoch, "
    "script_version = EXCLUDED.script_version, updated_at = now() WHERE c.epoch <= EXCLUDED.epoch";
 
 static const char fence_sql[] =
-   "INSERT INTO " TABLE " AS c (database, stream, epoch) VALUES ($1, $2, $3) "
+   "INSERT INTO " TABLE
+   " AS c (database, stream, epoch) VALUES ($1, $2, $3) "
    "ON CONFLICT (database, stream) DO UPDATE SET epoch = GREATEST(c.epoch, EXCLUDED.epoch)";
 
-static const char read_sql[] =
-   "SELECT resume_token FROM " TABLE " WHERE database = $1 AND stream = $2";
+static const char read_sql[] = "SELECT resume_token FROM " TABLE
+                               " WHERE database = $1 AND stream = $2";
 
 struct fw_stream_eo_pg {
    fw_stream_worker_t *w;
@@ -236,11 +239,11 @@ sink_begin (void *ud, lua_State *L)
       return false;
    }
    PQclear (res);
-   s->join = (fw_pg_join_t){ .connection = s->w->cfg->exactly_once_pg,
-                             .stream = s->w->cfg->name,
-                             .conn = s->conn,
-                             .serial = s->join.serial + 1 };
-   s->mongo = (fw_mongo_txn_t){ .stream = s->w->cfg->name, .sink = s->w->cfg->exactly_once_pg };
+   s->join = (fw_pg_join_t){.connection = s->w->cfg->exactly_once_pg,
+                            .stream = s->w->cfg->name,
+                            .conn = s->conn,
+                            .serial = s->join.serial + 1};
+   s->mongo = (fw_mongo_txn_t){.stream = s->w->cfg->name, .sink = s->w->cfg->exactly_once_pg};
    fw_pg_lua_join (L, &s->join);
    fw_mongo_lua_join (L, &s->mongo);
    return true;
@@ -278,7 +281,7 @@ sink_end (void *ud, lua_State *L)
 static fw_pg_io_t
 read_position (fw_stream_eo_pg_t *s, char **token, char *why, size_t len)
 {
-   const char *params[] = { s->w->cfg->database, s->w->cfg->name };
+   const char *params[] = {s->w->cfg->database, s->w->cfg->name};
    PGresult *res = NULL;
    fw_pg_io_t io = ensure_conn (s, &res, why, len);
 
@@ -303,14 +306,16 @@ commit_unknown (fw_stream_eo_pg_t *s, lua_State *L, const char *token, const cha
    int64_t delay = 100;
    char why[512], *stored;
 
-   fw_log (FW_LOG_WARN, s->w->cfg->name, "exactly_once: the COMMIT's reply was lost (%s); "
-           "reading connection \"%s\"'s position table to learn whether it committed", lost,
-           s->w->cfg->exactly_once_pg);
+   fw_log (FW_LOG_WARN, s->w->cfg->name,
+           "exactly_once: the COMMIT's reply was lost (%s); "
+           "reading connection \"%s\"'s position table to learn whether it committed",
+           lost, s->w->cfg->exactly_once_pg);
    close_conn (s);
    while (read_position (s, &stored, why, sizeof why) != FW_PG_OK) {
       if (fw_shutdown_wait_ms (s->w->shutdown, delay)) {
          /* The next start reads the table anyway. */
-         fw_log (FW_LOG_WARN, s->w->cfg->name, "exactly_once: stopping before knowing whether "
+         fw_log (FW_LOG_WARN, s->w->cfg->name,
+                 "exactly_once: stopping before knowing whether "
                  "the last event committed; the next start resumes from the table");
          return FW_SINK_FENCED;
       }
@@ -332,7 +337,8 @@ commit_unknown (fw_stream_eo_pg_t *s, lua_State *L, const char *token, const cha
  * skipped and the transaction can only roll back. */
 static const char commit_sql[] = "COMMIT";
 static const char fenced_upsert_sql[] =
-   "WITH u AS (INSERT INTO " TABLE " AS c (database, stream, resume_token, epoch, "
+   "WITH u AS (INSERT INTO " TABLE
+   " AS c (database, stream, resume_token, epoch, "
    "script_version, updated_at) VALUES ($1, $2, $3, $4, $5, now()) ON CONFLICT (database, stream) "
    "DO UPDATE SET resume_token = EXCLUDED.resume_token, epoch = EXCLUDED.epoch, "
    "script_version = EXCLUDED.script_version, updated_at = now() WHERE c.epoch <= EXCLUDED.epoch "
@@ -347,8 +353,10 @@ judge (fw_stream_eo_pg_t *s, lua_State *L, PGresult *const *res)
    char why[512];
 
    if (state && strcmp (state, FENCED_SQLSTATE) == 0) {
-      fw_log (FW_LOG_WARN, s->w->cfg->name, "exactly_once: a newer leader holds the position in "
-              "connection \"%s\"; this transaction is rolled back", s->w->cfg->exactly_once_pg);
+      fw_log (FW_LOG_WARN, s->w->cfg->name,
+              "exactly_once: a newer leader holds the position in "
+              "connection \"%s\"; this transaction is rolled back",
+              s->w->cfg->exactly_once_pg);
       return FW_SINK_FENCED;
    }
    for (int i = 0; i < 2; i++) {
@@ -372,18 +380,17 @@ position_and_commit (fw_stream_eo_pg_t *s, lua_State *L, const char *token)
 {
    fw_stream_worker_t *w = s->w;
    char epoch[32], why[512];
-   const char *upsert[5] = { w->cfg->database, w->cfg->name, token, epoch,
-                             fw_lua_host_version (fw_dispatcher_host (w->d)) };
-   const char *const sqls[2] = { fenced_upsert_sql, commit_sql };
-   const int nparams[2] = { 5, 0 };
-   const char *const *const params[2] = { upsert, NULL };
-   PGresult *res[2] = { NULL, NULL };
+   const char *upsert[5] = {w->cfg->database, w->cfg->name, token, epoch,
+                            fw_lua_host_version (fw_dispatcher_host (w->d))};
+   const char *const sqls[2] = {fenced_upsert_sql, commit_sql};
+   const int nparams[2] = {5, 0};
+   const char *const *const params[2] = {upsert, NULL};
+   PGresult *res[2] = {NULL, NULL};
    fw_sink_commit_t out;
    fw_pg_io_t io;
 
    snprintf (epoch, sizeof epoch, "%lld", (long long) (w->lead.lease ? w->lead.epoch : 0));
-   io = fw_pg_exec_pipeline (s->conn, 2, sqls, nparams, params, deadline (), res, why,
-                             sizeof why);
+   io = fw_pg_exec_pipeline (s->conn, 2, sqls, nparams, params, deadline (), res, why, sizeof why);
    if (io != FW_PG_OK) {
       close_conn (s);
       return commit_unknown (s, L, token, why);
@@ -430,7 +437,8 @@ sink_commit (void *ud, lua_State *L, const fw_event_t *ev)
       return FW_SINK_FAILED;
    }
    if (s->w->lead.lease && s->w->lead.epoch <= 0) {
-      fw_log (FW_LOG_WARN, s->w->cfg->name, "exactly_once: no longer leads; the transaction is "
+      fw_log (FW_LOG_WARN, s->w->cfg->name,
+              "exactly_once: no longer leads; the transaction is "
               "rolled back");
       out = FW_SINK_FENCED;
    } else {
@@ -456,7 +464,7 @@ sink_release (void *ud)
 void
 fw_stream_exactly_once_pg_wire (fw_stream_worker_t *w)
 {
-   fw_txn_sink_t sink = { sink_begin, sink_commit, sink_end, sink_release, NULL };
+   fw_txn_sink_t sink = {sink_begin, sink_commit, sink_end, sink_release, NULL};
 
    if (!w->cfg->exactly_once_pg) {
       return;
@@ -491,7 +499,7 @@ fence_and_read (fw_stream_eo_pg_t *s, char **token, char *why, size_t len)
 
    if (w->lead.lease) {
       char epoch[32];
-      const char *params[] = { w->cfg->database, w->cfg->name, epoch };
+      const char *params[] = {w->cfg->database, w->cfg->name, epoch};
       snprintf (epoch, sizeof epoch, "%lld", (long long) w->lead.epoch);
       io = ensure_conn (s, &res, why, len);
       if (io == FW_PG_OK && !res) {
@@ -526,9 +534,10 @@ fw_stream_exactly_once_pg_load (fw_stream_worker_t *w, fw_position_t *p, int *ca
    }
    for (int tries = 1; fence_and_read (w->eo_pg, &token, why, sizeof why) != FW_PG_OK; tries++) {
       int64_t delay = fw_backoff_delay_ms (&w->cfg->restart, tries, fw_backoff_random (&w->rng));
-      fw_log (FW_LOG_ERROR, w->cfg->name, "exactly_once: cannot read the position in "
-              "connection \"%s\" (%s); retrying in %lld ms", w->cfg->exactly_once_pg, why,
-              (long long) delay);
+      fw_log (FW_LOG_ERROR, w->cfg->name,
+              "exactly_once: cannot read the position in "
+              "connection \"%s\" (%s); retrying in %lld ms",
+              w->cfg->exactly_once_pg, why, (long long) delay);
       if (fw_shutdown_wait_ms (w->shutdown, delay)) {
          return false;
       }
@@ -538,7 +547,8 @@ fw_stream_exactly_once_pg_load (fw_stream_worker_t *w, fw_position_t *p, int *ca
       return true; /* nothing committed there yet: _fw_checkpoints' position, if any */
    }
    if (!bson_init_from_json (&doc, token, -1, &berr)) {
-      fw_log (FW_LOG_ERROR, w->cfg->name, "exactly_once: the position in connection \"%s\" "
+      fw_log (FW_LOG_ERROR, w->cfg->name,
+              "exactly_once: the position in connection \"%s\" "
               "(%s) is not a resume token (%s); starting from _fw_checkpoints' position",
               w->cfg->exactly_once_pg, TABLE, berr.message);
       bson_free (token);
@@ -550,8 +560,10 @@ fw_stream_exactly_once_pg_load (fw_stream_worker_t *w, fw_position_t *p, int *ca
    p->has_processed = p->has_resume = true;
    *candidate = 0;
    *from_checkpoint = true;
-   fw_log (FW_LOG_INFO, w->cfg->name, "exactly_once: resuming from the position committed in "
-           "connection \"%s\"", w->cfg->exactly_once_pg);
+   fw_log (FW_LOG_INFO, w->cfg->name,
+           "exactly_once: resuming from the position committed in "
+           "connection \"%s\"",
+           w->cfg->exactly_once_pg);
    bson_destroy (&doc);
    bson_free (token);
    return true;
@@ -593,8 +605,10 @@ fw_stream_exactly_once_pg_advance (fw_stream_worker_t *w, const fw_position_t *p
    } else {
       /* Those events (none of whose statements committed) may run again
        * after a crash; the next save tries again. */
-      fw_log (FW_LOG_DEBUG, w->cfg->name, "exactly_once: cannot store the position past "
-              "events that committed nothing (%s)", why);
+      fw_log (FW_LOG_DEBUG, w->cfg->name,
+              "exactly_once: cannot store the position past "
+              "events that committed nothing (%s)",
+              why);
    }
    PQclear (res);
    bson_free (token);

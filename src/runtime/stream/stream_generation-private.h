@@ -17,14 +17,13 @@
 
 /* What a unit of a switched generation opens with. */
 typedef struct {
-   bson_t stage;      /* a $match stage, first in the pipeline; valid when has_stage */
+   bson_t stage; /* a $match stage, first in the pipeline; valid when has_stage */
    bool has_stage;
    uint64_t start_at; /* startAtOperationTime without a checkpoint of its own; 0: none */
 } fw_generation_t;
 
 void fw_generation_init (fw_generation_t *g);
 void fw_generation_cleanup (fw_generation_t *g);
-
 
 typedef enum {
    FW_GENERATION_OPEN,  /* open (g filled when switched) */

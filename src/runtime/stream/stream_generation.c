@@ -20,9 +20,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "flowwarden/log.h"
 #include "runtime/checkpoint/checkpoint_store.h"
 #include "runtime/ha/lease.h"
-#include "flowwarden/log.h"
 #include "runtime/stream/stream_generation-private.h"
 #include "runtime/stream/stream_partition-private.h"
 
@@ -34,8 +34,8 @@ typedef struct {
    uint32_t t, i;         /* its startAt */
    char *cutoff[MAX_OLD]; /* its cutoffs: per old unit, its checkpoint's _data ("": none) */
    int ncutoff;
-   int found;             /* other generation among the checkpoints: -1 none, -2 several */
-   char *old[MAX_OLD];    /* the positions (_data) of the generation scanned for, by k */
+   int found;          /* other generation among the checkpoints: -1 none, -2 several */
+   char *old[MAX_OLD]; /* the positions (_data) of the generation scanned for, by k */
 } scan_t;
 
 void
@@ -52,7 +52,6 @@ fw_generation_cleanup (fw_generation_t *g)
       g->has_stage = false;
    }
 }
-
 
 static void
 scan_free (scan_t *s)
@@ -163,8 +162,9 @@ scan (const fw_stream_config_t *cfg, mongoc_client_t *client, int want, scan_t *
           strncmp ((id = bson_iter_utf8 (&it, NULL)), cfg->name, n) != 0) {
          continue;
       }
-      ok = fw_stream_partition_is_generation_doc (id, cfg->name, n) ? read_doc (s, doc)
-                                                          : scan_one (s, doc, id, n, mine, want);
+      ok = fw_stream_partition_is_generation_doc (id, cfg->name, n)
+              ? read_doc (s, doc)
+              : scan_one (s, doc, id, n, mine, want);
    }
    if (!ok) {
       snprintf (what, len, "stream \"%.*s\": out of memory reading its checkpoints", (int) n,
@@ -233,8 +233,8 @@ old_units_held (const fw_stream_config_t *cfg, mongoc_client_t *client, int old,
                            BCON_UTF8 (units), "}", "}", "}", "{", "$match", "{", "$expr", "{",
                            "$and", "[", "{", "$eq", "[", "{", "$type", BCON_UTF8 ("$owner"), "}",
                            BCON_UTF8 ("string"), "]", "}", "{", "$gt", "[",
-                           BCON_UTF8 ("$expiresAt"), BCON_UTF8 ("$$NOW"), "]", "}", "]", "}",
-                           "}", "}", "{", "$limit", BCON_INT32 (1), "}", "]");
+                           BCON_UTF8 ("$expiresAt"), BCON_UTF8 ("$$NOW"), "]", "}", "]", "}", "}",
+                           "}", "{", "$limit", BCON_INT32 (1), "}", "]");
    }
    if (pipeline &&
        (coll = mongoc_client_get_collection (client, cfg->database, FW_LEASE_COLLECTION)) &&
@@ -243,9 +243,11 @@ old_units_held (const fw_stream_config_t *cfg, mongoc_client_t *client, int old,
       held = true;
       snprintf (holder, hlen, "\"%s\" (held by %s)",
                 bson_iter_init_find (&it, doc, "_id") && BSON_ITER_HOLDS_UTF8 (&it)
-                   ? bson_iter_utf8 (&it, NULL) : "?",
+                   ? bson_iter_utf8 (&it, NULL)
+                   : "?",
                 bson_iter_init_find (&it, doc, "owner") && BSON_ITER_HOLDS_UTF8 (&it)
-                   ? bson_iter_utf8 (&it, NULL) : "?");
+                   ? bson_iter_utf8 (&it, NULL)
+                   : "?");
    }
    /* A read error counts as not held: the checkpoint reads of the open report it. */
    mongoc_cursor_destroy (cur);
@@ -305,7 +307,8 @@ switch_to (const fw_stream_config_t *cfg, mongoc_client_t *client, const scan_t 
    for (int j = 0; j < units; j++) {
       uint64_t t = s->old[j] ? token_time (s->old[j]) : 0;
       if (s->old[j] && !t) {
-         snprintf (what, len, "stream \"%.*s\": the checkpoint of old unit %d has a resume token "
+         snprintf (what, len,
+                   "stream \"%.*s\": the checkpoint of old unit %d has a resume token "
                    "without a clusterTime: cannot switch from partitions = %d to %d",
                    n, cfg->name, j, old, mine);
          return SWITCH_REFUSED;
@@ -316,7 +319,8 @@ switch_to (const fw_stream_config_t *cfg, mongoc_client_t *client, const scan_t 
       char was[32], now[32];
       describe (old, was, sizeof was);
       describe (mine, now, sizeof now);
-      snprintf (what, len, "stream \"%.*s\": %s.%s holds checkpoints of the stream with %s, "
+      snprintf (what, len,
+                "stream \"%.*s\": %s.%s holds checkpoints of the stream with %s, "
                 "but none has a position, and the script says %s: there is nothing to switch "
                 "generations from. The stream is stopped; set partitions back to the stored "
                 "number, or stop every instance, delete the old checkpoints (ids \"%.*s\" and "
@@ -341,16 +345,17 @@ switch_to (const fw_stream_config_t *cfg, mongoc_client_t *client, const scan_t 
       bson_copy_to_excluding_noinit (&doc, &set, "_id", NULL);
       bson_append_document_end (&upd, &set);
       ok = mongoc_collection_update_one (coll, &sel, &upd, NULL, &reply, &berr);
-      if (ok && (!bson_iter_init_find (&it, &reply, "modifiedCount") ||
-                 bson_iter_as_int64 (&it) < 1)) {
+      if (ok &&
+          (!bson_iter_init_find (&it, &reply, "modifiedCount") || bson_iter_as_int64 (&it) < 1)) {
          res = SWITCH_LOST; /* the filter {n: old} matched nothing: switched already */
       }
       bson_destroy (&reply);
    }
    if (!ok) {
-      snprintf (what, len, "stream \"%.*s\": cannot write its generation document %s.%s "
-                "\"%s\": %s", n, cfg->name, cfg->database, FW_CHECKPOINT_COLLECTION, id,
-                berr.message);
+      snprintf (what, len,
+                "stream \"%.*s\": cannot write its generation document %s.%s "
+                "\"%s\": %s",
+                n, cfg->name, cfg->database, FW_CHECKPOINT_COLLECTION, id, berr.message);
    }
    mongoc_collection_destroy (coll);
    bson_destroy (&doc);
@@ -460,21 +465,17 @@ build (const scan_t *s, fw_generation_t *g)
              ? BCON_NEW ("$abs", "{", "$mod", "[", "{", "$toHashedIndexKey",
                          BCON_UTF8 ("$documentKey._id"), "}", BCON_INT32 (s->ncutoff), "]", "}")
              : BCON_NEW ("$literal", BCON_INT32 (0));
-   stage = ok && unit ? BCON_NEW (
-      "$match", "{", "$expr", "{", "$let", "{",
-         "vars", "{", "c", "{", "$arrayElemAt", "[", BCON_ARRAY (&cut),
-                                                     BCON_DOCUMENT (unit), "]", "}", "}",
-         "in", "{", "$gt", "[", BCON_UTF8 ("$_id._data"), "{", "$cond", "[",
-            "{", "$eq", "[", "{", "$substrBytes", "[", BCON_UTF8 ("$_id._data"), BCON_INT32 (18),
-                                                       BCON_INT32 (4), "]", "}",
-                             BCON_UTF8 ("$$c.v"), "]", "}",
-            BCON_UTF8 ("$$c.t"),
-            "{", "$concat", "[", BCON_UTF8 ("$$c.p"),
-                 "{", "$substrBytes", "[", BCON_UTF8 ("$_id._data"), BCON_INT32 (18),
-                                           BCON_INT32 (4), "]", "}",
-                 BCON_UTF8 ("$$c.m"), "]", "}",
-         "]", "}", "]", "}",
-      "}", "}", "}") : NULL;
+   stage = ok && unit
+              ? BCON_NEW ("$match", "{", "$expr", "{", "$let", "{", "vars", "{", "c", "{",
+                          "$arrayElemAt", "[", BCON_ARRAY (&cut), BCON_DOCUMENT (unit), "]", "}",
+                          "}", "in", "{", "$gt", "[", BCON_UTF8 ("$_id._data"), "{", "$cond", "[",
+                          "{", "$eq", "[", "{", "$substrBytes", "[", BCON_UTF8 ("$_id._data"),
+                          BCON_INT32 (18), BCON_INT32 (4), "]", "}", BCON_UTF8 ("$$c.v"), "]", "}",
+                          BCON_UTF8 ("$$c.t"), "{", "$concat", "[", BCON_UTF8 ("$$c.p"), "{",
+                          "$substrBytes", "[", BCON_UTF8 ("$_id._data"), BCON_INT32 (18),
+                          BCON_INT32 (4), "]", "}", BCON_UTF8 ("$$c.m"), "]", "}", "]", "}", "]",
+                          "}", "}", "}", "}")
+              : NULL;
    bson_destroy (&cut);
    bson_destroy (unit);
    if (!stage) {
@@ -508,7 +509,8 @@ fw_stream_generation_open (const fw_stream_config_t *cfg, mongoc_client_t *clien
       goto done; /* no other generation: nothing to do */
    }
    if (old == -2) {
-      snprintf (what, len, "stream \"%.*s\": %s.%s holds checkpoints of several other numbers "
+      snprintf (what, len,
+                "stream \"%.*s\": %s.%s holds checkpoints of several other numbers "
                 "of partitions than the script's (%d) and no generation document: cannot tell "
                 "which to switch from. The stream is stopped; delete the checkpoints of the "
                 "generations that no longer run",
@@ -520,9 +522,11 @@ fw_stream_generation_open (const fw_stream_config_t *cfg, mongoc_client_t *clien
       char was[32], now[32];
       describe (old, was, sizeof was);
       describe (mine, now, sizeof now);
-      snprintf (what, len, "the stream's checkpoints are of %s and the script says %s, but old "
+      snprintf (what, len,
+                "the stream's checkpoints are of %s and the script says %s, but old "
                 "unit %s is still running: the new generation waits until every old unit is "
-                "released (stopped) or its lease expired", was, now, holder);
+                "released (stopped) or its lease expired",
+                was, now, holder);
       ok = false;
       later = true;
       goto done;
@@ -538,21 +542,23 @@ fw_stream_generation_open (const fw_stream_config_t *cfg, mongoc_client_t *clien
       goto done;
    }
    if (s.n != mine) {
-      snprintf (what, len, "stream \"%.*s\": its generation document says partitions = %d (another "
+      snprintf (what, len,
+                "stream \"%.*s\": its generation document says partitions = %d (another "
                 "instance switched to it), but the script says %d: the stream is stopped",
                 n, cfg->name, s.n, mine);
       ok = false;
       goto done;
    }
    if (sw == SWITCH_WON) {
-      fw_log (FW_LOG_INFO, cfg->name, "partitions changed from %d to %d: this generation starts "
+      fw_log (FW_LOG_INFO, cfg->name,
+              "partitions changed from %d to %d: this generation starts "
               "at Timestamp(%u, %u), each key after its old unit's checkpoint",
               s.from, mine, s.t, s.i);
    }
 done:
    if (ok && s.n == mine && s.ncutoff > 0 && !build (&s, g)) {
-      snprintf (what, len, "stream \"%.*s\": out of memory building its generation's $match",
-                n, cfg->name);
+      snprintf (what, len, "stream \"%.*s\": out of memory building its generation's $match", n,
+                cfg->name);
       ok = false;
       later = true;
    }

@@ -42,8 +42,8 @@ bool fw_stream_lanes_boundary (fw_stream_worker_t *w, fw_position_t *p);
  * lane, else already dead-lettered on this thread), token: the change
  * stream's resume token after it; moves p up to the watermark and saves
  * every save_every events. */
-fw_lanes_step_t fw_stream_lanes_take (fw_stream_worker_t *w, fw_position_t *p,
-                                      const fw_event_t *ev, bool to_lane, const bson_t *token);
+fw_lanes_step_t fw_stream_lanes_take (fw_stream_worker_t *w, fw_position_t *p, const fw_event_t *ev,
+                                      bool to_lane, const bson_t *token);
 
 /* Moves p up to the watermark; true when nothing is in flight. */
 bool fw_stream_lanes_advance (fw_stream_worker_t *w, fw_position_t *p);

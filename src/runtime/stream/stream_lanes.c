@@ -36,11 +36,11 @@
 
 #include <lauxlib.h>
 
-#include "runtime/dispatch/batch_dispatch.h"
 #include "flowwarden/clock.h"
-#include "runtime/dlq/dlq_sequence.h"
 #include "flowwarden/log.h"
 #include "lua_api/mongo_lua.h"
+#include "runtime/dispatch/batch_dispatch.h"
+#include "runtime/dlq/dlq_sequence.h"
 #include "runtime/stream/stream_lanes-private.h"
 #include "runtime/stream/stream_position-private.h"
 #include "runtime/stream/stream_program-private.h"
@@ -64,7 +64,7 @@ typedef struct {
 
 typedef struct {
    struct fw_stream_lanes *ls;
-   fw_dispatcher_t *d;    /* the lane's dispatcher, borrowed from the stream's lane_d */
+   fw_dispatcher_t *d; /* the lane's dispatcher, borrowed from the stream's lane_d */
    mongoc_client_pool_t *pool;
    fw_shutdown_t *shutdown;
    fw_stream_metrics_t *metrics;
@@ -83,19 +83,19 @@ typedef struct {
    bson_t processed; /* the event's _id (stream's thread) */
    bson_t resume;    /* the change stream's token after it (stream's thread) */
    bool has_processed;
-   bool done;        /* under the lanes' mutex */
+   bool done; /* under the lanes' mutex */
 } slot_t;
 
 struct fw_stream_lanes {
    fw_stream_worker_t *w;
    int n;
    lane_t *lane;
-   bool custom_key;       /* dlq.sequence_key: routed by it (stream's Lua state) */
+   bool custom_key; /* dlq.sequence_key: routed by it (stream's Lua state) */
    pthread_mutex_t mu;
-   pthread_cond_t moved;  /* a slot done, or a lane failed */
-   slot_t *slot;          /* WINDOW slots, ticket % WINDOW */
-   uint64_t base;         /* the oldest ticket not yet past the watermark */
-   uint64_t next;         /* the next ticket */
+   pthread_cond_t moved; /* a slot done, or a lane failed */
+   slot_t *slot;         /* WINDOW slots, ticket % WINDOW */
+   uint64_t base;        /* the oldest ticket not yet past the watermark */
+   uint64_t next;        /* the next ticket */
    bool failed;
    char failure[sizeof ((fw_stream_worker_t *) 0)->failure];
 };
@@ -118,8 +118,8 @@ fw_stream_worker_build_lanes (fw_stream_worker_t *w, fw_stream_lane_loader_t loa
    }
    for (int i = 0; i < n; i++) {
       fw_lua_host_t *host = load (ud, error);
-      fw_dispatcher_t *ld =
-         host ? fw_dispatcher_new (host, w->index, w->conns, w->shutdown, error) : NULL;
+      fw_dispatcher_t *ld = host ? fw_dispatcher_new (host, w->index, w->conns, w->shutdown, error)
+                                 : NULL;
       if (!ld) {
          return false; /* the lanes built so far go with w */
       }
@@ -238,8 +238,9 @@ static bool
 lane_settle (lane_t *l, const item_t *items, int n, const fw_outcome_t *o)
 {
    lane_place_t at = {l, items, n};
-   fw_settle_place_t place = {l->d,      l->metrics, NULL, lane_advance, lane_fail, NULL, &at,
-                              "a batch's event could not be dead-lettered"};
+   fw_settle_place_t place = {
+      l->d,      l->metrics, NULL, lane_advance,
+      lane_fail, NULL,       &at,  "a batch's event could not be dead-lettered"};
    return fw_stream_settle (&place, o) == FW_READ_NEXT;
 }
 
@@ -342,8 +343,9 @@ lane_main (void *arg)
       goto done;
    }
    if (!fw_lua_host_guard (lane_loop, l)) {
-      lane_failed (l->ls, "a Lua panic (an error outside every protected call, logged above: a "
-                          "flowwarden bug) stopped a lane");
+      lane_failed (l->ls,
+                   "a Lua panic (an error outside every protected call, logged above: a "
+                   "flowwarden bug) stopped a lane");
    }
 done:
    fw_dispatcher_release (d); /* closes fw.mongo's cursors before the client goes */
@@ -438,8 +440,7 @@ lanes_start (fw_stream_worker_t *w)
       if (pthread_create (&ls->lane[i].thread, NULL, lane_main, &ls->lane[i]) != 0) {
          lanes_join (ls);
          lanes_free (ls);
-         snprintf (w->failure, sizeof w->failure, "cannot start the thread of lane %d of %d", i,
-                   n);
+         snprintf (w->failure, sizeof w->failure, "cannot start the thread of lane %d of %d", i, n);
          return false;
       }
       ls->lane[i].started = true;
@@ -709,8 +710,8 @@ pending_has_lanes (fw_stream_worker_t *w)
 }
 
 fw_lanes_step_t
-fw_stream_lanes_take (fw_stream_worker_t *w, fw_position_t *p, const fw_event_t *ev,
-                      bool to_lane, const bson_t *token)
+fw_stream_lanes_take (fw_stream_worker_t *w, fw_position_t *p, const fw_event_t *ev, bool to_lane,
+                      const bson_t *token)
 {
    fw_stream_lanes_t *ls = w->lanes;
    fw_lanes_step_t step;

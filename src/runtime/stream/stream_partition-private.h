@@ -17,8 +17,8 @@
  * database holds checkpoints of another generation of the stream (see
  * fw_stream_partition_same_generation). True otherwise. Runs for every
  * stream, partitioned or not. client: the stream's (borrowed). */
-bool fw_stream_partition_check (const fw_stream_config_t *cfg, mongoc_client_t *client,
-                                char *what, size_t len);
+bool fw_stream_partition_check (const fw_stream_config_t *cfg, mongoc_client_t *client, char *what,
+                                size_t len);
 
 /* False, with why written to what[len], when the stream's database holds a
  * checkpoint of the stream with another number of partitions than cfg's

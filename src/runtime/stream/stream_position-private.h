@@ -11,23 +11,23 @@
 #include <bson/bson.h>
 
 #include "bson/event.h"
-#include "runtime/stream/stream_worker.h"
 #include "runtime/stream/stream_read-private.h"
+#include "runtime/stream/stream_worker.h"
 
 /* Where the stream's thread has read to and what it has handled. */
 typedef struct fw_position {
-   bson_t resume;       /* where the stream has read to (event or post-batch token) */
+   bson_t resume; /* where the stream has read to (event or post-batch token) */
    bool has_resume;
-   bson_t processed;    /* last event handled */
+   bson_t processed; /* last event handled */
    bool has_processed;
    int since_save;
    int64_t last_save_ms;
    bool dirty;
-   bool invalidated;    /* the last event was an invalidate: re-open with startAfter */
-   char error[600];     /* why the change stream last failed, for the stream's status */
+   bool invalidated;        /* the last event was an invalidate: re-open with startAfter */
+   char error[600];         /* why the change stream last failed, for the stream's status */
    fw_split_buffer_t split; /* fragments of a split event, not yet handled */
-   bool split_rejected; /* the server refused $changeStreamSplitLargeEvent */
-   bool unsplittable;   /* the server could not split the next event (7182500):
+   bool split_rejected;     /* the server refused $changeStreamSplitLargeEvent */
+   bool unsplittable;       /* the server could not split the next event (7182500):
                          * read without the stage until oversize = "skip" has
                          * dead-lettered it */
 } fw_position_t;

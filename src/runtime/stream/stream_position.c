@@ -4,9 +4,9 @@
  * (checkpoint.mode = "sync", and the final save) or handed to the stream's
  * checkpoint writer (mode = "async", issue 16).
  */
+#include "flowwarden/log.h"
 #include "runtime/checkpoint/checkpoint_store.h"
 #include "runtime/checkpoint/checkpoint_writer.h"
-#include "flowwarden/log.h"
 #include "runtime/stream/stream_exactly_once-private.h"
 #include "runtime/stream/stream_position-private.h"
 #include "runtime/stream/stream_worker-private.h"
@@ -173,4 +173,3 @@ fw_position_passed (fw_stream_worker_t *w, fw_position_t *p, const fw_event_t *e
       fw_position_save_async (w, p, "save_every");
    }
 }
-

@@ -10,8 +10,8 @@
 
 #include <mongoc/mongoc.h>
 
-#include "flowwarden/error.h"
 #include "bson/event.h"
+#include "flowwarden/error.h"
 #include "runtime/config/stream_config.h"
 
 /* --- event_oversize.c -------------------------------------------------- */
@@ -70,8 +70,8 @@ bool fw_oversize_error (const bson_error_t *berr);
  * or a failed split (berr): the event after position (NULL: the stream's
  * start) is over 16 MiB; split says whether the split stage was in use, skip
  * whether the oversize = "skip" stage was; then what to do. */
-void fw_oversize_failure (const bson_t *position, bool split, bool skip,
-                          const bson_error_t *berr, char *what, size_t size);
+void fw_oversize_failure (const bson_t *position, bool split, bool skip, const bson_error_t *berr,
+                          char *what, size_t size);
 
 typedef enum {
    FW_OVERSIZE_EVENT,    /* a whole event for the dispatcher (*parsed: readable) */
@@ -137,8 +137,8 @@ void fw_stream_reader_stop (fw_stream_reader_t *r);
  * (selected with client) is too old for, by its maxWireVersion: the
  * reason, naming the option, the stream and the server's version, is written
  * to what[len]. True when it can, or its version is not known yet. */
-bool fw_stream_server_supports (const fw_stream_config_t *cfg, mongoc_client_t *client,
-                                char *what, size_t len);
+bool fw_stream_server_supports (const fw_stream_config_t *cfg, mongoc_client_t *client, char *what,
+                                size_t len);
 
 /* --- change_stream.c: opening a change stream, its errors ------------- */
 
@@ -174,9 +174,8 @@ bool fw_stream_server_supports (const fw_stream_config_t *cfg, mongoc_client_t *
  * libmongoc could not allocate it; an error of the open is the change
  * stream's own (mongoc_change_stream_error_document). The caller owns it. */
 mongoc_change_stream_t *fw_change_stream_open (const fw_stream_config_t *cfg,
-                                               mongoc_client_t *client,
-                                               const bson_t *start_after, uint64_t start_at,
-                                               bool split, bool snapshot,
+                                               mongoc_client_t *client, const bson_t *start_after,
+                                               uint64_t start_at, bool split, bool snapshot,
                                                const bson_t *first_stage);
 
 /* What an error of a change stream (at its open or while reading) is. */

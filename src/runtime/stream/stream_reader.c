@@ -15,8 +15,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "flowwarden/clock.h"
 #include "bson/bson_alloc.h"
+#include "flowwarden/clock.h"
 #include "runtime/stream/stream_read-private.h"
 
 typedef enum { ITEM_EVENT, ITEM_IDLE, ITEM_ERROR } item_kind_t;
@@ -36,24 +36,24 @@ typedef struct {
 #define RING_FIRST 1024
 
 struct fw_stream_reader {
-   bson_t cur_doc;         /* views of cur (first: bson_t wants the struct's alignment) */
+   bson_t cur_doc; /* views of cur (first: bson_t wants the struct's alignment) */
    bson_t cur_tok;
    bson_t empty;
    mongoc_change_stream_t *cs;
    bool (*hold) (void *ud);
    void *hold_ud;
-   bool direct;            /* no thread: the calls go straight to cs */
+   bool direct; /* no thread: the calls go straight to cs */
    pthread_t thread;
    pthread_mutex_t mu;
    pthread_cond_t not_full;
    pthread_cond_t not_empty;
    item_t *ring;
-   int cap;                /* slots in ring */
-   int max_cap;            /* at most this many events wait */
+   int cap;     /* slots in ring */
+   int max_cap; /* at most this many events wait */
    int head;
    int count;
-   size_t bytes;           /* held in the ring */
-   size_t cur_bytes;       /* ... and in cur (under mu: the reader reads it) */
+   size_t bytes;     /* held in the ring */
+   size_t cur_bytes; /* ... and in cur (under mu: the reader reads it) */
    size_t max_bytes;
    bool stop;
    bool ended;             /* the reader handed over an error and left */

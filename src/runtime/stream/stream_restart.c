@@ -104,10 +104,11 @@ history_lost (fw_stream_worker_t *w, fw_stream_run_t *run)
       return fw_stream_start_at_lost (w, run);
    }
    if (!w->cfg->resume_from_now) {
-      fw_stream_failed (w, "the change stream history is lost (the resume point left the "
-                           "oplog) and on_history_lost = \"fail\"; events after the last "
-                           "checkpoint may be missing. Set checkpoint.on_history_lost = "
-                           "\"resume_from_now\" to accept the gap");
+      fw_stream_failed (w,
+                        "the change stream history is lost (the resume point left the "
+                        "oplog) and on_history_lost = \"fail\"; events after the last "
+                        "checkpoint may be missing. Set checkpoint.on_history_lost = "
+                        "\"resume_from_now\" to accept the gap");
       return false;
    }
    fw_log (FW_LOG_ERROR, w->cfg->name,

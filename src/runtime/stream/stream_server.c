@@ -16,9 +16,8 @@
 static const char *
 release_of (int64_t wire)
 {
-   static const char *const releases[] = {
-      [6] = "3.6", [7] = "4.0", [8] = "4.2", [9] = "4.4", [13] = "5.0",
-      [14] = "5.1", [15] = "5.2", [16] = "5.3"};
+   static const char *const releases[] = {[6] = "3.6",  [7] = "4.0",  [8] = "4.2",  [9] = "4.4",
+                                          [13] = "5.0", [14] = "5.1", [15] = "5.2", [16] = "5.3"};
    if (wire >= 0 && wire < (int64_t) (sizeof releases / sizeof *releases)) {
       return releases[wire];
    }
@@ -42,8 +41,9 @@ option_needing_6_0 (const fw_stream_config_t *cfg, char *opt, size_t len, const 
       /* 5.0 parses fullDocumentBeforeChange but reads pre-images only from
        * collections with recordPreImages, which flowwarden does not use. */
       snprintf (opt, len, "full_document_before_change = \"%s\"", before);
-      *advice = "remove it on this server (pre-images come from the collection's "
-                "changeStreamPreAndPostImages, a 6.0 option), or upgrade it";
+      *advice =
+         "remove it on this server (pre-images come from the collection's "
+         "changeStreamPreAndPostImages, a 6.0 option), or upgrade it";
       return true;
    }
    return false;

@@ -3,12 +3,12 @@
  * (stream_settle.h): the one place where a dispatcher's outcome becomes a
  * moved position, a count, or the stream's stop.
  */
+#include "runtime/stream/stream_settle.h"
 #include "flowwarden/check.h"
 #include "flowwarden/clock.h"
-#include "runtime/stream/event_settle.h"
 #include "flowwarden/log.h"
 #include "runtime/host/lua_host.h"
-#include "runtime/stream/stream_settle.h"
+#include "runtime/stream/event_settle.h"
 
 #if FW_CHECKING
 /* A DLQ outcome names its stored entry. */
@@ -33,9 +33,8 @@ fw_stream_settle (const fw_settle_place_t *place, const fw_outcome_t *o)
       return place->lease_lost && place->lease_lost (place->ud) ? FW_READ_LOST : FW_READ_STOP;
    }
    if (!fw_outcome_finished (o->kind)) { /* FAILED, NO_DLQ: the stream stops before it */
-      place->fail (place->ud, o->kind == FW_OUTCOME_NO_DLQ && place->no_dlq_why
-                                 ? place->no_dlq_why
-                                 : o->error);
+      place->fail (place->ud, o->kind == FW_OUTCOME_NO_DLQ && place->no_dlq_why ? place->no_dlq_why
+                                                                                : o->error);
       return FW_READ_FAILED;
    }
    /* A replay's GAVE_UP is its replay's to settle, never a stream's. */
@@ -68,8 +67,8 @@ log_outcome (const char *stream, const fw_event_t *ev, const fw_outcome_t *o)
       fw_event_failure_context (ev, x->where, NULL, more, sizeof more);
       if (x->asked_dlq) {
          fw_log (FW_LOG_ERROR, stream,
-                 "event %s LOST: on_error asked for the DLQ but the stream has none: %s: %s%s",
-                 sid, o->error_type, o->error, more);
+                 "event %s LOST: on_error asked for the DLQ but the stream has none: %s: %s%s", sid,
+                 o->error_type, o->error, more);
       } else {
          fw_log (FW_LOG_ERROR, stream,
                  "event %s LOST after %d attempt(s) (no dead-letter queue): %s: %s%s", sid,
@@ -114,10 +113,10 @@ log_outcome (const char *stream, const fw_event_t *ev, const fw_outcome_t *o)
    }
 }
 
-_Static_assert (FW_COUNT_NONE - 1 == (int) FW_METRICS_OUTCOME_NONE &&
-                   FW_COUNT_PARKED - 1 == (int) FW_METRICS_OUTCOME_PARKED &&
-                   FW_COUNT_OK - 1 == (int) FW_METRICS_OUTCOME_OK,
-                "fw_outcome_count_t is fw_metrics_outcome_t plus 1");
+_Static_assert(FW_COUNT_NONE - 1 == (int) FW_METRICS_OUTCOME_NONE &&
+                  FW_COUNT_PARKED - 1 == (int) FW_METRICS_OUTCOME_PARKED &&
+                  FW_COUNT_OK - 1 == (int) FW_METRICS_OUTCOME_OK,
+               "fw_outcome_count_t is fw_metrics_outcome_t plus 1");
 
 void
 fw_event_settle (fw_stream_metrics_t *metrics, const char *stream, const fw_event_t *ev,

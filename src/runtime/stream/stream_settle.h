@@ -11,29 +11,29 @@
 
 #include <stdbool.h>
 
-#include "runtime/dispatch/dispatcher.h"
 #include "ops/metrics.h"
+#include "runtime/dispatch/dispatcher.h"
 #include "runtime/dispatch/outcome.h"
 
 /* How a read of the change stream ended (stream_worker.c). */
 typedef enum {
    FW_READ_STOP,
-   FW_READ_REOPEN,       /* re-open at once where the position is (no backoff) */
-   FW_READ_FAILED,       /* the stream stopped for good (fw_stream_failed said why) */
+   FW_READ_REOPEN, /* re-open at once where the position is (no backoff) */
+   FW_READ_FAILED, /* the stream stopped for good (fw_stream_failed said why) */
    FW_READ_ERROR,
    FW_READ_INVALIDATED,
    FW_READ_HISTORY_LOST,
-   FW_READ_PAUSE,        /* the admin endpoint asked to pause: checkpoint written */
-   FW_READ_RESTART,      /* the admin endpoint asked to restart: checkpoint written */
-   FW_READ_LOST,         /* ha: the lease's deadline passed: handling stopped */
-   FW_READ_NEXT          /* within a read only: no end, read on */
+   FW_READ_PAUSE,   /* the admin endpoint asked to pause: checkpoint written */
+   FW_READ_RESTART, /* the admin endpoint asked to restart: checkpoint written */
+   FW_READ_LOST,    /* ha: the lease's deadline passed: handling stopped */
+   FW_READ_NEXT     /* within a read only: no end, read on */
 } fw_read_end_t;
 
 /* Where an outcome is settled: whose it is, and the caller's ways of
  * moving the position past the event(s) and of stopping the stream. */
 typedef struct {
-   fw_dispatcher_t *d;             /* the dispatcher that ran it */
-   fw_stream_metrics_t *metrics;   /* the stream's block, or NULL */
+   fw_dispatcher_t *d;           /* the dispatcher that ran it */
+   fw_stream_metrics_t *metrics; /* the stream's block, or NULL */
    /* The event(s) are finished with (o: their outcome, a batch's for a
     * batch): the stream's thread counts the Lua state's memory and the DLQ's
     * pending entries (NULL: the Lua state's memory only). Each event was
@@ -48,7 +48,7 @@ typedef struct {
     * (NULL: never). */
    bool (*lease_lost) (void *ud);
    void *ud;
-   const char *no_dlq_why;         /* FW_OUTCOME_NO_DLQ: why the stream stops */
+   const char *no_dlq_why; /* FW_OUTCOME_NO_DLQ: why the stream stops */
 } fw_settle_place_t;
 
 /* Settles o at place: FW_READ_NEXT (or what advance returns) once the

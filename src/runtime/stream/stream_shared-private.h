@@ -9,8 +9,8 @@
 #include <stdint.h>
 
 #include "flowwarden/error.h"
-#include "runtime/ha/lease.h"
 #include "ops/metrics.h"
+#include "runtime/ha/lease.h"
 #include "runtime/stream/stream_worker.h"
 
 /* The stream's lease: a unit lease of its group with ha.mode = "shared",

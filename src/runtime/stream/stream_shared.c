@@ -67,11 +67,23 @@ void
 fw_stream_shared_set_metrics (fw_stream_worker_t *w, fw_metrics_t *registry)
 {
    static const fw_metric_spec_t held = {
-      "flowwarden_units_held", "1 while this instance leads the unit (ha.mode = \"shared\"): "
-      "sum() is the units it holds", FW_METRIC_GAUGE, NULL, 0, NULL, 0};
+      "flowwarden_units_held",
+      "1 while this instance leads the unit (ha.mode = \"shared\"): "
+      "sum() is the units it holds",
+      FW_METRIC_GAUGE,
+      NULL,
+      0,
+      NULL,
+      0};
    static const fw_metric_spec_t members = {
-      "flowwarden_members", "Live members (instances) counted in the unit's database's "
-      "_fw_members (ha.mode = \"shared\")", FW_METRIC_GAUGE, NULL, 0, NULL, 0};
+      "flowwarden_members",
+      "Live members (instances) counted in the unit's database's "
+      "_fw_members (ha.mode = \"shared\")",
+      FW_METRIC_GAUGE,
+      NULL,
+      0,
+      NULL,
+      0};
    fw_metric_t *h, *m;
    fw_error_t err;
 

@@ -10,12 +10,12 @@
 
 #include <bson/bson.h>
 
-#include "runtime/checkpoint/checkpoint_store.h"
 #include "bson/event.h"
-#include "runtime/stream/stream_worker.h"
+#include "runtime/checkpoint/checkpoint_store.h"
 #include "runtime/stream/stream_settle.h"
+#include "runtime/stream/stream_worker.h"
 
-typedef struct fw_position fw_position_t;            /* stream_position-private.h */
+typedef struct fw_position fw_position_t;           /* stream_position-private.h */
 typedef struct fw_stream_reader fw_stream_reader_t; /* stream_read-private.h */
 
 /* After the checkpoint was read (cp): resumes a snapshot its progress says

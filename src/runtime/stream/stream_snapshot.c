@@ -20,14 +20,14 @@
 #include "runtime/stream/stream_snapshot-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
-#define RETRY_MS 2000       /* after a chunk could not be read */
-#define LOG_EVERY_MS 10000  /* progress lines */
-#define READ_BUDGET_MS 100  /* chunk reads between two live events at most */
+#define RETRY_MS 2000      /* after a chunk could not be read */
+#define LOG_EVERY_MS 10000 /* progress lines */
+#define READ_BUDGET_MS 100 /* chunk reads between two live events at most */
 
 struct fw_stream_snap {
    fw_snapshot_t *engine;
-   int64_t next_ms;   /* the next chunk not before (monotonic) */
-   int64_t share_ms;  /* ... while live events wait: not before (half the thread) */
+   int64_t next_ms;  /* the next chunk not before (monotonic) */
+   int64_t share_ms; /* ... while live events wait: not before (half the thread) */
    bool on_demand;
    int64_t started_ms, logged_ms;
 };
@@ -267,7 +267,8 @@ take_request (fw_stream_worker_t *w)
       return;
    }
    if (w->snap.run) {
-      fw_log (FW_LOG_WARN, w->cfg->name, "a snapshot is already running: the one asked is "
+      fw_log (FW_LOG_WARN, w->cfg->name,
+              "a snapshot is already running: the one asked is "
               "ignored");
       bson_destroy (req);
       return;
@@ -292,8 +293,10 @@ read_one (fw_stream_worker_t *w, int64_t now)
    int64_t cost;
 
    if (!fw_snapshot_read_chunk (w->snap.run->engine, w->client, &err)) {
-      fw_log (FW_LOG_WARN, w->cfg->name, "%s (the snapshot tries again in %d ms; the live "
-              "stream goes on)", err.message, RETRY_MS);
+      fw_log (FW_LOG_WARN, w->cfg->name,
+              "%s (the snapshot tries again in %d ms; the live "
+              "stream goes on)",
+              err.message, RETRY_MS);
       w->snap.run->next_ms = now + RETRY_MS;
       return false;
    }
@@ -347,8 +350,7 @@ bool
 fw_stream_snapshot_reading (fw_stream_worker_t *w)
 {
    return w->snap.run && !__atomic_load_n (&w->snap.request, __ATOMIC_ACQUIRE) &&
-          fw_snapshot_wants_chunk (w->snap.run->engine) &&
-          fw_mono_ms () >= w->snap.run->next_ms;
+          fw_snapshot_wants_chunk (w->snap.run->engine) && fw_mono_ms () >= w->snap.run->next_ms;
 }
 
 bool
@@ -357,8 +359,10 @@ fw_stream_worker_snapshot (fw_stream_worker_t *w, const bson_t *filter, fw_error
    bson_t *req;
 
    if (!w->cfg->collection) {
-      fw_error_set (error, FW_ERROR_INVALID, "stream \"%s\" watches a whole database: a snapshot "
-                    "needs a collection", w->cfg->name);
+      fw_error_set (error, FW_ERROR_INVALID,
+                    "stream \"%s\" watches a whole database: a snapshot "
+                    "needs a collection",
+                    w->cfg->name);
       return false;
    }
    if (!fw_stream_worker_running (w)) {

@@ -15,15 +15,15 @@
 
 #include <lauxlib.h>
 
-#include "flowwarden/clock.h"
-#include "runtime/checkpoint/checkpoint_writer.h"
-#include "runtime/checkpoint/checkpoint_store.h"
-#include "runtime/host/connections.h"
-#include "runtime/dispatch/dispatcher.h"
 #include "bson/event.h"
-#include "runtime/ha/lease.h"
+#include "flowwarden/clock.h"
 #include "ops/metrics.h"
+#include "runtime/checkpoint/checkpoint_store.h"
+#include "runtime/checkpoint/checkpoint_writer.h"
 #include "runtime/config/stream_config.h"
+#include "runtime/dispatch/dispatcher.h"
+#include "runtime/ha/lease.h"
+#include "runtime/host/connections.h"
 #include "runtime/stream/stream_worker.h"
 
 /* A stream: its thread, its dispatcher (and its lanes'), its position and
@@ -32,14 +32,14 @@
 typedef struct fw_stream_eo_pg fw_stream_eo_pg_t; /* stream_exactly_once_pg.c */
 
 struct fw_stream_worker {
-   fw_dispatcher_t *d;         /* the stream's program and dispatcher (owned) */
-   fw_stream_eo_pg_t *eo_pg;   /* exactly once into PostgreSQL: its sink (owned), or NULL */
+   fw_dispatcher_t *d;            /* the stream's program and dispatcher (owned) */
+   fw_stream_eo_pg_t *eo_pg;      /* exactly once into PostgreSQL: its sink (owned), or NULL */
    const fw_stream_config_t *cfg; /* fw_dispatcher_config (d): follows reloads */
    mongoc_client_pool_t *pool;
-   mongoc_client_t *client;    /* popped by the thread; its dispatcher's too */
+   mongoc_client_t *client;      /* popped by the thread; its dispatcher's too */
    mongoc_client_t *read_client; /* the change stream's, used by its reader (read-ahead) */
-   fw_shutdown_t *shutdown;    /* points at own_shutdown */
-   fw_shutdown_t own_shutdown; /* this stream's stop: SIGTERM, or a reload removing it */
+   fw_shutdown_t *shutdown;      /* points at own_shutdown */
+   fw_shutdown_t own_shutdown;   /* this stream's stop: SIGTERM, or a reload removing it */
    struct {
       pthread_mutex_t mu;
       fw_stream_worker_t *next; /* a reload's replacement, applied at an event boundary */
@@ -49,59 +49,59 @@ struct fw_stream_worker {
       pthread_t id;
       bool started;
       bool joined;
-      bool finished;            /* set by the thread as it ends */
+      bool finished; /* set by the thread as it ends */
    } thread;
-   uint64_t rng;               /* the restart backoff's jitter */
-   bool failed;                /* the stream stopped for good (fw_stream_failed) */
-   int64_t reprocess_at_ms;    /* next automatic DLQ round (dlq.reprocess); 0: not
+   uint64_t rng;                 /* the restart backoff's jitter */
+   bool failed;                  /* the stream stopped for good (fw_stream_failed) */
+   int64_t reprocess_at_ms;      /* next automatic DLQ round (dlq.reprocess); 0: not
                                 * scheduled yet, -1: none */
    fw_stream_metrics_t *metrics; /* the stream's block in the process's registry, or NULL
                                   * (written by this stream's thread and its lanes) */
-   int control;                /* W_CONTROL_*: asked by the admin endpoint (atomic) */
-   int64_t dlq_count_at_ms;    /* next count of the DLQ's pending entries (metrics) */
+   int control;                  /* W_CONTROL_*: asked by the admin endpoint (atomic) */
+   int64_t dlq_count_at_ms;      /* next count of the DLQ's pending entries (metrics) */
    struct {
       fw_checkpoint_writer_t *writer; /* checkpoint.mode = "async": started on first use
                                        * by the stream's thread, destroyed as it ends */
-      bool unavailable;         /* the writer could not start: checkpoints are synchronous */
-      int64_t epoch;            /* the epoch the writer fences with */
+      bool unavailable;               /* the writer could not start: checkpoints are synchronous */
+      int64_t epoch;                  /* the epoch the writer fences with */
    } ckpt;
-   struct {                    /* exactly_once (stream_exactly_once.c), the stream's thread: */
-      bson_t *written;          /* the position last written in a transaction (NULL: none) */
-      bson_t *committed;        /* the last one committed: the stored checkpoint's */
+   struct {              /* exactly_once (stream_exactly_once.c), the stream's thread: */
+      bson_t *written;   /* the position last written in a transaction (NULL: none) */
+      bson_t *committed; /* the last one committed: the stored checkpoint's */
    } eo;
-   struct {                    /* the breaker kept across restarts (stream_circuit.c) */
+   struct {                     /* the breaker kept across restarts (stream_circuit.c) */
       fw_circuit_store_t store; /* the dispatcher's hooks (ud: w) */
       int warned;               /* a write failed and was said (atomic) */
    } circuit;
-   struct {                    /* ha.mode = "leader" (lease.h): */
-      fw_lease_t *lease;       /* the stream's lease, NULL without ha */
-      int64_t epoch;           /* the epoch this thread leads with; 0: not leading */
+   struct {              /* ha.mode = "leader" (lease.h): */
+      fw_lease_t *lease; /* the stream's lease, NULL without ha */
+      int64_t epoch;     /* the epoch this thread leads with; 0: not leading */
    } lead;
    struct {
       struct fw_shared_group *group; /* ha.mode = "shared": the units' group (stream_shared.c) */
       fw_metric_series_t *held;      /* ... its gauges flowwarden_units_held, _members */
       fw_metric_series_t *members;
-      int64_t seen_ms;               /* when they were last set (atomic) */
+      int64_t seen_ms; /* when they were last set (atomic) */
    } shared;
-   struct {                    /* ha, this member's view of a unit it does not hold: */
-      int64_t orphan_seen_ms;  /* wall clock it first saw the unit's holder gone (its member
+   struct {                   /* ha, this member's view of a unit it does not hold: */
+      int64_t orphan_seen_ms; /* wall clock it first saw the unit's holder gone (its member
                                 * record); 0: not seen */
-      int64_t seen_ms;         /* when fw_stream_standby_observe last looked (both: the
+      int64_t seen_ms;        /* when fw_stream_standby_observe last looked (both: the
                                 * stream's thread only) */
    } standby;
-   char failure[1200];         /* why the stream stops */
+   char failure[1200]; /* why the stream stops */
    /* Per-key lanes (stream_lanes.c, issue 16), cfg->lanes > 1: */
-   int index;                  /* the stream's index in its script */
-   fw_connections_t *conns;    /* borrowed (fw_stream_worker_new's) */
+   int index;               /* the stream's index in its script */
+   fw_connections_t *conns; /* borrowed (fw_stream_worker_new's) */
    struct {
-      fw_dispatcher_t **d;     /* the lanes' dispatchers (cfg->lanes, each with a Lua state
+      fw_dispatcher_t **d; /* the lanes' dispatchers (cfg->lanes, each with a Lua state
                                 * of its own): built with the program, swapped with it by a
                                 * reload; NULL: no lanes */
       int n;
    } lane;
    struct fw_stream_lanes *lanes; /* the running lanes (threads, queues, watermark), owned
                                    * by the stream's thread; NULL: events handled here */
-   const bson_t *batch_held;   /* on_batch: read while taking a batch but not of it, to be
+   const bson_t *batch_held;      /* on_batch: read while taking a batch but not of it, to be
                                 * taken next (the reader's, stream_batch.c); else NULL */
    struct {
       struct fw_stream_snap *run; /* the incremental snapshot running (stream_snapshot.c),

@@ -8,11 +8,11 @@
 
 #include <lauxlib.h>
 
-#include "runtime/dispatch/batch_dispatch.h"
-#include "runtime/checkpoint/checkpoint_store.h"
-#include "runtime/replay/dlq_replay.h"
 #include "flowwarden/log.h"
 #include "lua_api/mongo_lua.h"
+#include "runtime/checkpoint/checkpoint_store.h"
+#include "runtime/dispatch/batch_dispatch.h"
+#include "runtime/replay/dlq_replay.h"
 #include "runtime/stream/stream_batch-private.h"
 #include "runtime/stream/stream_connect-private.h"
 #include "runtime/stream/stream_control-private.h"
@@ -208,7 +208,8 @@ error_end (fw_stream_worker_t *w, fw_position_t *p, fw_stream_reader_t *rd,
    }
    if (kind == FW_CHANGE_NO_RESUME_TOKEN) {
       /* Re-opening would fail the same way for ever. */
-      fw_stream_failed (w, "a change event has no _id (resume token), so it can be neither "
+      fw_stream_failed (w,
+                        "a change event has no _id (resume token), so it can be neither "
                         "handled nor checkpointed: a pipeline stage must not remove or "
                         "change _id; the checkpoint stays before it");
       return FW_READ_FAILED;
@@ -260,11 +261,10 @@ event_boundary (fw_stream_worker_t *w, fw_position_t *p)
 /* With lanes: ev goes to its lane (to_lane), or was dead-lettered here; the
  * position follows the watermark. FW_READ_NEXT: read on. */
 static fw_read_end_t
-lanes_event (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
-             const fw_event_t *ev, bool to_lane)
+lanes_event (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p, const fw_event_t *ev,
+             bool to_lane)
 {
-   fw_lanes_step_t s =
-      fw_stream_lanes_take (w, p, ev, to_lane, fw_stream_reader_resume_token (rd));
+   fw_lanes_step_t s = fw_stream_lanes_take (w, p, ev, to_lane, fw_stream_reader_resume_token (rd));
    if (s == FW_LANES_FAILED) {
       fw_stream_failed (w, w->failure);
       return FW_READ_FAILED;
@@ -279,8 +279,7 @@ lanes_event (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
  * save_every events and at an invalidate, which ends the read. FW_READ_NEXT:
  * read on. */
 static fw_read_end_t
-event_done (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
-            const fw_event_t *ev)
+event_done (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p, const fw_event_t *ev)
 {
    fw_position_passed (w, p, ev, fw_stream_reader_resume_token (rd));
    if (strcmp (ev->operation_type, "invalidate") == 0) {
@@ -354,8 +353,8 @@ here_advance (void *ud)
 static fw_settle_place_t
 here_place (here_t *h)
 {
-   return (fw_settle_place_t){h->w->d, h->w->metrics, here_count, here_advance, here_fail,
-                              here_lease_lost, h, NULL};
+   return (fw_settle_place_t){h->w->d,   h->w->metrics,   here_count, here_advance,
+                              here_fail, here_lease_lost, h,          NULL};
 }
 
 /* An event the runtime cannot read is never skipped in silence: with its
@@ -381,8 +380,8 @@ unreadable_event (here_t *h, fw_event_t *ev, const fw_error_t *err)
              named ? eid : "(no usable resume token)", err->message);
    place.no_dlq_why = what;
    h->note_level = FW_LOG_ERROR;
-   snprintf (h->note, sizeof h->note, "unreadable change event %.300s dead-lettered: %.1000s",
-             eid, err->message);
+   snprintf (h->note, sizeof h->note, "unreadable change event %.300s dead-lettered: %.1000s", eid,
+             err->message);
    return fw_stream_settle (&place, &o);
 }
 
@@ -390,8 +389,7 @@ unreadable_event (here_t *h, fw_event_t *ev, const fw_error_t *err)
  * document before the event's snapshot rows (see take_event). True with *end
  * set when the stream cannot go on past it. */
 static bool
-oversize_stub (here_t *h, const fw_event_t *ev, int64_t size, fw_outcome_t *o,
-               fw_read_end_t *end)
+oversize_stub (here_t *h, const fw_event_t *ev, int64_t size, fw_outcome_t *o, fw_read_end_t *end)
 {
    char eid[1024], what[2200];
    fw_settle_place_t place = here_place (h);
@@ -451,8 +449,8 @@ take_event (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p, con
    /* The parse's one scan tells a fragment (splitEvent) from a whole
     * event; fields a fragment lacks make it fail, which is fine here. */
    bool parsed = fw_event_parse (doc, &ev, &err);
-   fw_oversize_step_t step =
-      fw_oversize_take (w->cfg->oversize_skip, &p->split, &doc, &ev, &parsed, &size, &err);
+   fw_oversize_step_t step = fw_oversize_take (w->cfg->oversize_skip, &p->split, &doc, &ev, &parsed,
+                                               &size, &err);
 
    h.w = w;
    h.rd = rd;
@@ -530,8 +528,7 @@ idle_step (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p)
       fw_stream_dlq_count_tick (w, now);
    }
    if ((!w->lanes || fw_stream_lanes_advance (w, p)) && tok && !bson_empty (tok) &&
-       !fw_split_buffer_active (&p->split) &&
-       (!p->has_resume || !bson_equal (tok, &p->resume))) {
+       !fw_split_buffer_active (&p->split) && (!p->has_resume || !bson_equal (tok, &p->resume))) {
       fw_position_set_token (&p->resume, tok);
       p->has_resume = true;
       p->dirty = true;
@@ -601,8 +598,8 @@ static fw_read_end_t
 consume (fw_stream_worker_t *w, mongoc_change_stream_t *cs, fw_position_t *p, bool *progressed)
 {
    fw_read_end_t end;
-   fw_stream_reader_t *rd =
-      fw_stream_reader_start (cs, FW_READ_AHEAD_EVENTS, FW_READ_AHEAD_BYTES, reader_hold, w);
+   fw_stream_reader_t *rd = fw_stream_reader_start (cs, FW_READ_AHEAD_EVENTS, FW_READ_AHEAD_BYTES,
+                                                    reader_hold, w);
 
    if (!rd) {
       snprintf (p->error, sizeof p->error, "out of memory starting the change stream's reader");
@@ -611,7 +608,7 @@ consume (fw_stream_worker_t *w, mongoc_change_stream_t *cs, fw_position_t *p, bo
    }
    fw_stream_snapshot_reopened (w);
    end = consume_events (w, rd, p, progressed);
-   w->batch_held = NULL; /* the reader's: re-read after the position */
+   w->batch_held = NULL;        /* the reader's: re-read after the position */
    fw_stream_lanes_stop (w, p); /* p: the watermark once they finished */
    fw_stream_reader_stop (rd);
    return end;
@@ -668,8 +665,7 @@ run_setup (fw_stream_worker_t *w, fw_stream_run_t *run)
          return false;
       }
    }
-   if (!fw_stream_load_checkpoint (w, &run->cp, &run->p, &run->candidate,
-                                   &run->from_checkpoint)) {
+   if (!fw_stream_load_checkpoint (w, &run->cp, &run->p, &run->candidate, &run->from_checkpoint)) {
       return false;
    }
    if (!w->cfg->ha_leader) {
@@ -788,16 +784,16 @@ open_and_read (fw_stream_worker_t *w, fw_stream_run_t *run, bool *progressed)
       return FW_READ_FAILED;
    }
    if (p->has_resume && fw_stream_generation_stale (&gen, &p->resume)) {
-      fw_log (FW_LOG_INFO, w->cfg->name, "its checkpoint is older than the generation switch "
+      fw_log (FW_LOG_INFO, w->cfg->name,
+              "its checkpoint is older than the generation switch "
               "(an earlier run with this number of partitions): starting at the switch");
       p->has_resume = false;
    }
    cs = fw_change_stream_open (w->cfg, w->read_client, p->has_resume ? &p->resume : NULL,
                                run->start_at_lost ? 0
-                               : gen.start_at  ? gen.start_at
-                                               : w->cfg->start_at,
-                               w->cfg->split_large_events && !p->split_rejected &&
-                                  !p->unsplittable,
+                               : gen.start_at     ? gen.start_at
+                                                  : w->cfg->start_at,
+                               w->cfg->split_large_events && !p->split_rejected && !p->unsplittable,
                                w->snap.run != NULL, gen.has_stage ? &gen.stage : NULL);
    fw_generation_cleanup (&gen);
    if (cs && mongoc_change_stream_error_document (cs, &berr, &reply)) {
@@ -859,9 +855,10 @@ worker_main (void *arg)
    {
       run_args_t a = {w, &run};
       if (!fw_lua_host_guard (run_until_stopped, &a)) {
-         fw_stream_failed (w, "a Lua panic (an error outside every protected call, logged "
-                              "above: a flowwarden bug) stopped the stream; the checkpoint "
-                              "stays where it was saved last");
+         fw_stream_failed (w,
+                           "a Lua panic (an error outside every protected call, logged "
+                           "above: a flowwarden bug) stopped the stream; the checkpoint "
+                           "stays where it was saved last");
       }
    }
 
@@ -920,4 +917,3 @@ fw_stream_worker_start (fw_stream_worker_t *w, fw_error_t *error)
    w->thread.started = true;
    return true;
 }
-

@@ -10,13 +10,13 @@
 
 #include <mongoc/mongoc.h>
 
-#include "ops/admin.h"
-#include "runtime/host/connections.h"
-#include "runtime/dispatch/dispatcher.h"
 #include "flowwarden/error.h"
-#include "runtime/host/lua_host.h"
-#include "ops/metrics.h"
 #include "flowwarden/shutdown.h"
+#include "ops/admin.h"
+#include "ops/metrics.h"
+#include "runtime/dispatch/dispatcher.h"
+#include "runtime/host/connections.h"
+#include "runtime/host/lua_host.h"
 
 typedef struct fw_stream_worker fw_stream_worker_t;
 

@@ -7,34 +7,34 @@
 
 #include <lua.h>
 
-#include "runtime/host/connections.h"
-#include "runtime/dlq/dlq_store.h"
 #include "ops/metrics.h"
 #include "runtime/dispatch/dispatcher-private.h"
+#include "runtime/dlq/dlq_store.h"
+#include "runtime/host/connections.h"
 
 /* What one deliver or replay saw, owned by a userdata of the spec's state
  * (so nothing leaks when pushing the result raises). */
 typedef struct {
    int64_t *delays; /* ms, in order */
    size_t n_delays, cap_delays;
-   char **errors;   /* per failed attempt: "attempt\ttype\tmessage\taction\ttraceback" */
+   char **errors; /* per failed attempt: "attempt\ttype\tmessage\taction\ttraceback" */
    size_t n_errors, cap_errors;
-   char **logs;     /* "level\tstream\tmessage" */
+   char **logs; /* "level\tstream\tmessage" */
    size_t n_logs, cap_logs;
    int last_attempt;
 } fw_test_capture_t;
 
 typedef struct fw_test_app {
    char *script;
-   fw_dispatcher_t **disp;        /* one per stream, each its own Lua state */
-   fw_shutdown_t shutdown;     /* never asked: the dispatchers' waits are the virtual clock's */
-   bool has_shutdown;          /* shutdown is initialised */
+   fw_dispatcher_t **disp; /* one per stream, each its own Lua state */
+   fw_shutdown_t shutdown; /* never asked: the dispatchers' waits are the virtual clock's */
+   bool has_shutdown;      /* shutdown is initialised */
    int n;
-   fw_dlq_store_t *store;      /* every stream's DLQ: one in-memory store */
+   fw_dlq_store_t *store; /* every stream's DLQ: one in-memory store */
    fw_metrics_t *metrics;
-   fw_connections_t *conns;    /* opts.mongo_uri: a real server for fw.mongo, else NULL */
-   int64_t now_ms;             /* the virtual clock */
-   int64_t capture_from_ms;    /* now_ms when the deliver or replay running began */
+   fw_connections_t *conns; /* opts.mongo_uri: a real server for fw.mongo, else NULL */
+   int64_t now_ms;          /* the virtual clock */
+   int64_t capture_from_ms; /* now_ms when the deliver or replay running began */
    fw_dispatch_hooks_t hooks;
    fw_test_capture_t *capture; /* the deliver or replay running, else NULL */
    lua_State *bridge;          /* a thread of the spec's state, for the fakes */
@@ -83,7 +83,7 @@ fw_test_capture_ud_t *fw_test__push_capture (lua_State *L);
 /* The dispatcher of stream name; raises "<call>: unknown stream ..." naming the
  * script's streams otherwise. */
 fw_dispatcher_t *fw_test__find_worker (lua_State *L, fw_test_app_t *app, const char *call,
-                                          const char *name);
+                                       const char *name);
 
 /* Routes logs and the dispatcher's records into u until end_capture. */
 void fw_test__begin_capture (fw_test_app_t *app, fw_test_capture_ud_t *u);
@@ -98,13 +98,13 @@ void fw_test__push_capture_fields (lua_State *L, int t, const fw_test_capture_t 
 
 /* --- test_app.c: core functions flowwarden.testing calls ----------------------- */
 
-int fw_test__load (lua_State *L);         /* core.load(script, opts) -> app */
-int fw_test__streams (lua_State *L);      /* core.streams(app) -> names */
-int fw_test__deliver (lua_State *L);      /* core.deliver(app, stream, event) */
+int fw_test__load (lua_State *L);    /* core.load(script, opts) -> app */
+int fw_test__streams (lua_State *L); /* core.streams(app) -> names */
+int fw_test__deliver (lua_State *L); /* core.deliver(app, stream, event) */
 int fw_test__deliver_batch (
-   lua_State *L); /* core.deliver_batch(app, stream, events): test_app_batch.c */
-int fw_test__now (lua_State *L);          /* core.now(app) -> ms */
-int fw_test__advance (lua_State *L);      /* core.advance(app, ms) -> ms */
+   lua_State *L);                    /* core.deliver_batch(app, stream, events): test_app_batch.c */
+int fw_test__now (lua_State *L);     /* core.now(app) -> ms */
+int fw_test__advance (lua_State *L); /* core.advance(app, ms) -> ms */
 int fw_test__metrics_text (lua_State *L); /* core.metrics_text(app) */
 
 /* Registers the app's and the capture's metatables (their __gc). */
@@ -112,11 +112,11 @@ void fw_test__open_metatables (lua_State *L);
 
 /* --- test_app_replay.c: core functions flowwarden.testing calls ---------------- */
 
-int fw_test__replay_one (lua_State *L); /* core.replay_one(app, stream, event, letter, no_retry) */
-int fw_test__dlq_entries (lua_State *L);  /* core.dlq_entries(app[, stream]) */
-int fw_test__dlq_put (lua_State *L);      /* core.dlq_put(app, entry) */
-int fw_test__seq_read (lua_State *L);     /* core.seq_read(app, stream, id) */
-int fw_test__seq_close (lua_State *L);    /* core.seq_close(app, stream, id) */
+int fw_test__replay_one (lua_State *L);  /* core.replay_one(app, stream, event, letter, no_retry) */
+int fw_test__dlq_entries (lua_State *L); /* core.dlq_entries(app[, stream]) */
+int fw_test__dlq_put (lua_State *L);     /* core.dlq_put(app, entry) */
+int fw_test__seq_read (lua_State *L);    /* core.seq_read(app, stream, id) */
+int fw_test__seq_close (lua_State *L);   /* core.seq_close(app, stream, id) */
 int fw_test__dlq_sequences (lua_State *L); /* core.dlq_sequences(app, stream) */
 
 #endif

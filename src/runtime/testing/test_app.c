@@ -12,14 +12,14 @@
 #include <lauxlib.h>
 
 #include "bson/bson_lua.h"
-#include "runtime/replay/dlq_replay.h"
-#include "runtime/stream/event_settle.h"
 #include "flowwarden/log.h"
-#include "runtime/host/lua_host.h"
 #include "lua_api/metrics_lua.h"
 #include "lua_api/state_store.h"
-#include "runtime/testing/test_app.h"
+#include "runtime/host/lua_host.h"
+#include "runtime/replay/dlq_replay.h"
+#include "runtime/stream/event_settle.h"
 #include "runtime/testing/test_app-private.h"
+#include "runtime/testing/test_app.h"
 
 #define APP_MT "flowwarden.testing.app"
 #define CAPTURE_MT "flowwarden.testing.capture"
@@ -447,8 +447,8 @@ build_app_dispatchers (lua_State *L, fw_test_app_t *app, const load_opts_t *o, c
    }
    for (int i = 0; i < n; i++) {
       fw_lua_host_t *host = i == 0 ? first : load_host (app, L, o->env_idx, o->uri, &err);
-      fw_dispatcher_t *d =
-         host ? fw_dispatcher_new (host, i, app->conns, &app->shutdown, &err) : NULL;
+      fw_dispatcher_t *d = host ? fw_dispatcher_new (host, i, app->conns, &app->shutdown, &err)
+                                : NULL;
       if (!d) {
          fw_metrics_rollback (app->metrics);
          lua_pushstring (L, err.message);
@@ -681,8 +681,8 @@ run_deferred (fw_test_app_t *app, fw_dispatcher_t *d, fw_outcome_t *r, bson_t *e
  * parse, why saying how) with what it does recorded in u. A deferred retry
  * runs to its end (run_deferred); *final gets its entry as it ended. */
 static fw_outcome_t
-dispatch_captured (fw_test_app_t *app, fw_dispatcher_t *d, fw_test_capture_ud_t *u,
-                   fw_event_t *ev, bool parsed, const char *why, bson_t *final)
+dispatch_captured (fw_test_app_t *app, fw_dispatcher_t *d, fw_test_capture_ud_t *u, fw_event_t *ev,
+                   bool parsed, const char *why, bson_t *final)
 {
    fw_outcome_t r;
 

@@ -6,8 +6,8 @@
  */
 #include <lauxlib.h>
 
-#include "runtime/testing/test_app.h"
 #include "runtime/testing/test_app-private.h"
+#include "runtime/testing/test_app.h"
 
 int
 fw_test_app_open (lua_State *L)

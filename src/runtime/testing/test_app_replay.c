@@ -9,11 +9,11 @@
 #include <lauxlib.h>
 
 #include "bson/bson_lua.h"
-#include "runtime/dlq/dlq_sequence.h"
 #include "flowwarden/log.h"
-#include "runtime/testing/test_app.h"
 #include "runtime/dispatch/replay_hook-private.h"
+#include "runtime/dlq/dlq_sequence.h"
 #include "runtime/testing/test_app-private.h"
+#include "runtime/testing/test_app.h"
 
 /* --- replaying a dead letter --------------------------------------------------- */
 
@@ -195,8 +195,7 @@ fw_test__seq_close (lua_State *L)
    fw_error_t err;
    bool closed;
 
-   if (!app->store->seq_close (app->store, d->prog.cfg.name, id, (int64_t) next, &closed,
-                               &err)) {
+   if (!app->store->seq_close (app->store, d->prog.cfg.name, id, (int64_t) next, &closed, &err)) {
       return luaL_error (L, "replay_dlq: %s", err.message);
    }
    if (closed) {

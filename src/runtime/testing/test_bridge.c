@@ -187,8 +187,7 @@ bridge_call (lua_State *L)
          lua_pop (L, 1);
          lua_newtable (L);
       }
-      return fw_lua_raise_typed (L, type ? type : "RuntimeError", -1, "%s",
-                                 message ? message : "");
+      return fw_lua_raise_typed (L, type ? type : "RuntimeError", -1, "%s", message ? message : "");
    }
    lua_pop (L, 1);
    if (lua_getfield (L, answer, "cursor") == LUA_TTABLE) {
