@@ -52,6 +52,7 @@
 #include "ops/metrics.h"
 #include "runtime/dispatch/batch_dispatch.h"
 #include "runtime/dispatch/dispatcher.h"
+#include "runtime/dispatch/event_dispatch.h"
 #include "runtime/host/lua_host.h"
 #include "runtime/stream/event_settle.h"
 

@@ -22,6 +22,7 @@
 #include "flowwarden/log.h"
 #include "flowwarden/shutdown.h"
 #include "runtime/dispatch/dispatcher.h"
+#include "runtime/dispatch/event_dispatch.h"
 #include "runtime/dispatch/outcome.h"
 #include "runtime/host/lua_host.h"
 #include "runtime/stream/event_settle.h"

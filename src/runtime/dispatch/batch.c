@@ -21,6 +21,7 @@
 #include "lua_api/batch_lua.h"
 #include "runtime/dispatch/batch-private.h"
 #include "runtime/dispatch/batch_dispatch.h"
+#include "runtime/dispatch/event_dispatch.h"
 #include "runtime/dispatch/event_park-private.h"
 #include "runtime/dispatch/event_txn.h"
 #include "runtime/dispatch/outage-private.h"

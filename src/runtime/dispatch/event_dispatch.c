@@ -20,6 +20,7 @@
 #include "lua_api/lua_call.h"
 #include "runtime/dispatch/batch-private.h"
 #include "runtime/dispatch/dispatcher-private.h"
+#include "runtime/dispatch/event_dispatch.h"
 #include "runtime/dispatch/event_park-private.h"
 #include "runtime/dispatch/event_txn.h"
 #include "runtime/dispatch/outage-private.h"
@@ -62,7 +63,7 @@ report (fw_dispatcher_t *d, const fw_dispatch_run_t *run, const fw_event_t *ev,
 
 /* The stream must stop before the event: d->out.failure says why. */
 static fw_outcome_t
-failed (fw_dispatcher_t *d, int attempts)
+outcome_failed (fw_dispatcher_t *d, int attempts)
 {
    fw_outcome_t o = outcome (FW_OUTCOME_FAILED, attempts);
    o.error = d->out.failure;
@@ -482,8 +483,8 @@ entry_id_of (const bson_t *entry, char *buf, size_t len)
  * sequence, a deferred retry or dead-lettered (and the sequence it opens);
  * the stream's settle logs it (runtime/stream/event_settle.h). */
 static fw_outcome_t
-dead_lettered (fw_dispatcher_t *d, const fw_dlq_config_t *dlq, const fw_dlq_failure_t *f,
-               const decision_t *dec, const dlq_attempts_t *a)
+outcome_dead_lettered (fw_dispatcher_t *d, const fw_dlq_config_t *dlq, const fw_dlq_failure_t *f,
+                       const decision_t *dec, const dlq_attempts_t *a)
 {
    fw_outcome_t o = outcome_after (d, FW_OUTCOME_DEAD_LETTERED, a->attempts, dec);
    fw_outcome_detail_t *x = &d->out.detail;
@@ -559,7 +560,7 @@ dead_letter_raw (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec
    if (!ok) {
       return outcome (FW_OUTCOME_STOPPED, a->attempts);
    }
-   return dead_lettered (d, dlq, &f, dec, a);
+   return outcome_dead_lettered (d, dlq, &f, dec, a);
 }
 
 /* ctx:send_to_dlq(reason) was called: dead-letter now, no retry. */
@@ -609,7 +610,7 @@ park_event (fw_dispatcher_t *d, const fw_event_t *ev, fw_outcome_t *o)
    case FW_PARK_CLOSED:
       return false;
    case FW_PARK_OVERFLOW:
-      *o = failed (d, 0);
+      *o = outcome_failed (d, 0);
       return true;
    case FW_PARK_STOPPED:
       *o = outcome (FW_OUTCOME_STOPPED, 0);
@@ -651,7 +652,7 @@ dead_letter_head (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *de
    } else if (fw_park_enabled (d) && d->park.key) {
       switch (fw_park_take (d, true)) {
       case FW_PARK_OVERFLOW:
-         return failed (d, a->attempts);
+         return outcome_failed (d, a->attempts);
       case FW_PARK_STOPPED:
          return outcome (FW_OUTCOME_STOPPED, a->attempts);
       default:
@@ -702,7 +703,7 @@ attempt_may_start (fw_dispatcher_t *d, const fw_event_t *ev, int attempt, bool r
    bool switched = false;
    if (d->rebuild.pending) {
       if (!fw_state_rebuild (d)) {
-         *o = failed (d, attempt - 1);
+         *o = outcome_failed (d, attempt - 1);
          return false;
       }
       switched = true;
@@ -1238,7 +1239,7 @@ fw_group_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
    if (!(left = malloc (n * sizeof *left))) {
       snprintf (d->out.failure, sizeof d->out.failure,
                 "out of memory taking a source transaction of %zu events", n);
-      return failed (d, 0);
+      return outcome_failed (d, 0);
    }
    for (size_t i = 0; i < n; i++) {
       if (outcomes) {

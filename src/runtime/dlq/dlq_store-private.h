@@ -29,7 +29,8 @@ void fw_dlq__mongo_methods (fw_dlq_store_t *store);
  * after a crash between the DLQ write and the checkpoint) adds its attempts,
  * takes the new error and times, goes back to PENDING and gets an "enqueued"
  * history item, the history kept to its last FW_DLQ_HISTORY_MAX items. opts
- * (a write concern, or a session) are added to the update's (dlq_store.c). */
+ * (a write concern, or a session) are added to the update's
+ * (dlq_store_mongo_upsert.c). */
 bool fw_dlq__mongo_upsert (fw_mongo_store_t *m, const bson_t *entry, const bson_t *key,
                            const bson_t *opts, bson_error_t *berr);
 

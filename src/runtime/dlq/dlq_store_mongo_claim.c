@@ -207,6 +207,4 @@ fw_dlq__mongo_claim_methods (fw_dlq_store_t *s)
    s->extend = mongo_extend;
    s->settle = mongo_settle;
    s->release_stale = mongo_release_stale;
-   fw_dlq__mongo_deferred_methods (s);
-   fw_dlq__mongo_txn_methods (s);
 }

@@ -620,5 +620,4 @@ fw_dlq__mongo_methods (fw_dlq_store_t *s)
    s->seq_waiting = mongo_seq_waiting;
    s->seq_entries = mongo_seq_entries;
    s->seq_before = mongo_seq_before;
-   fw_dlq__mongo_claim_methods (s);
 }

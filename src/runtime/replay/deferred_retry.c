@@ -10,6 +10,7 @@
 #include "flowwarden/check.h"
 #include "flowwarden/log.h"
 #include "runtime/dispatch/dispatcher-private.h"
+#include "runtime/dispatch/event_dispatch.h"
 #include "runtime/dispatch/replay_hook-private.h"
 #include "runtime/dlq/dlq_entry.h"
 #include "runtime/replay/dlq_replay.h"

@@ -16,6 +16,7 @@
 #include "flowwarden/log.h"
 #include "lua_api/mongo_lua.h"
 #include "runtime/dispatch/dispatcher-private.h"
+#include "runtime/dispatch/event_dispatch.h"
 #include "runtime/dispatch/replay_hook-private.h"
 #include "runtime/dlq/dlq_entry.h"
 #include "runtime/replay/dlq_claim_keeper.h"

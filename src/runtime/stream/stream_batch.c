@@ -17,6 +17,7 @@
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
 #include "runtime/dispatch/batch_dispatch.h"
+#include "runtime/dispatch/event_dispatch.h"
 #include "runtime/replay/dlq_replay.h"
 #include "runtime/stream/stream_batch-private.h"
 #include "runtime/stream/stream_control-private.h"

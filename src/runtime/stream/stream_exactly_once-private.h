@@ -41,9 +41,6 @@ bool fw_stream_exactly_once_pg_load (fw_stream_worker_t *w, fw_position_t *p, in
  * no transaction did (the last events were dead-lettered, skipped or had no
  * handler), so a restart does not run them again. Best effort. */
 void fw_stream_exactly_once_pg_advance (fw_stream_worker_t *w, const fw_position_t *p);
-
-/* Whether p's handled and seen positions are the one the last transaction
- * committed (so a save of p would write again what is stored). */
-bool fw_stream_exactly_once_stored (const fw_stream_worker_t *w, const fw_position_t *p);
+/* (_pg_wire sets w->eo.advance to it: the position's saves call it there.) */
 
 #endif

@@ -68,14 +68,6 @@ position_committed (void *ud)
    }
 }
 
-bool
-fw_stream_exactly_once_stored (const fw_stream_worker_t *w, const fw_position_t *p)
-{
-   return w->cfg->exactly_once && w->eo.committed && p->has_processed &&
-          bson_equal (&p->processed, w->eo.committed) &&
-          (!p->has_resume || bson_equal (&p->resume, w->eo.committed));
-}
-
 static bool
 record_session (void *ud, mongoc_client_t *client, const bson_t *lsid, fw_error_t *error)
 {
@@ -95,6 +87,7 @@ fw_stream_exactly_once_wire (fw_stream_worker_t *w)
       fw_dispatcher_set_txn_committed (w->d, NULL);
    }
    fw_dispatcher_set_txn_sink (w->d, NULL);
+   w->eo.advance = NULL;
    fw_stream_exactly_once_pg_wire (w); /* into PostgreSQL: its sink */
 }
 

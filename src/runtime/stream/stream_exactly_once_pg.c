@@ -474,6 +474,7 @@ fw_stream_exactly_once_pg_wire (fw_stream_worker_t *w)
       return;
    }
    w->eo_pg->w = w;
+   w->eo.advance = fw_stream_exactly_once_pg_advance;
    sink.ud = w->eo_pg;
    fw_dispatcher_set_txn_sink (w->d, &sink);
 }

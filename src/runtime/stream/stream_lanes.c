@@ -40,6 +40,7 @@
 #include "flowwarden/log.h"
 #include "lua_api/mongo_lua.h"
 #include "runtime/dispatch/batch_dispatch.h"
+#include "runtime/dispatch/event_dispatch.h"
 #include "runtime/dlq/dlq_sequence.h"
 #include "runtime/stream/stream_lanes-private.h"
 #include "runtime/stream/stream_position-private.h"

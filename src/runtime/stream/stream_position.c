@@ -7,7 +7,6 @@
 #include "flowwarden/log.h"
 #include "runtime/checkpoint/checkpoint_store.h"
 #include "runtime/checkpoint/checkpoint_writer.h"
-#include "runtime/stream/stream_exactly_once-private.h"
 #include "runtime/stream/stream_position-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
@@ -68,7 +67,9 @@ void
 fw_position_save (fw_stream_worker_t *w, fw_position_t *p, const char *why)
 {
    fw_error_t err;
-   fw_stream_exactly_once_pg_advance (w, p); /* exactly once into PostgreSQL */
+   if (w->eo.advance) {
+      w->eo.advance (w, p); /* exactly once into PostgreSQL */
+   }
    if (w->ckpt.writer) {
       fw_checkpoint_writer_quiesce (w->ckpt.writer); /* nothing older can land after this */
       fw_position_writer_results (w);
@@ -102,6 +103,17 @@ fw_position_save (fw_stream_worker_t *w, fw_position_t *p, const char *why)
    }
 }
 
+/* exactly_once: whether p's handled and seen positions are the one the last
+ * transaction committed (w->eo.committed), so a save of p would write again
+ * what is stored. */
+static bool
+committed_already (const fw_stream_worker_t *w, const fw_position_t *p)
+{
+   return w->cfg->exactly_once && w->eo.committed && p->has_processed &&
+          bson_equal (&p->processed, w->eo.committed) &&
+          (!p->has_resume || bson_equal (&p->resume, w->eo.committed));
+}
+
 /* checkpoint.mode = "async": hands the position to the stream's checkpoint
  * writer and goes on; it waits only while FW_CHECKPOINT_MAX_BEHIND earlier
  * saves are not yet written, so a crash repeats at most
@@ -110,7 +122,7 @@ void
 fw_position_save_async (fw_stream_worker_t *w, fw_position_t *p, const char *why)
 {
    fw_error_t err;
-   if (fw_stream_exactly_once_stored (w, p)) {
+   if (committed_already (w, p)) {
       /* exactly_once: the transaction of the event handled last wrote this
        * position (seen and handled) and committed; writing it again would
        * be a second round trip per save_every events. */
@@ -134,7 +146,9 @@ fw_position_save_async (fw_stream_worker_t *w, fw_position_t *p, const char *why
    if (w->lead.lease && w->lead.epoch <= 0) {
       return;
    }
-   fw_stream_exactly_once_pg_advance (w, p); /* exactly once into PostgreSQL */
+   if (w->eo.advance) {
+      w->eo.advance (w, p); /* exactly once into PostgreSQL */
+   }
    if (!w->ckpt.writer && !(w->ckpt.writer = fw_checkpoint_writer_new (w->pool, w->cfg->database,
                                                                        w->cfg->name, &err))) {
       fw_log (FW_LOG_WARN, w->cfg->name, "%s; checkpoints are written as with mode = \"sync\"",

@@ -26,7 +26,7 @@ void fw_stream_fold_lane_stats (fw_stream_worker_t *w);
  * then. Returns true when it switched. */
 bool fw_stream_reload_apply (fw_stream_worker_t *w);
 
-/* stream_worker.c: the stream's thread runs ev on w->d, switching first to a
+/* stream_reload.c: the stream's thread runs ev on w->d, switching first to a
  * reload's program left pending: when ev gives way to a reload between two
  * attempts (FW_OUTCOME_YIELDED), the new program is switched to here, at the
  * event's boundary, and ev runs again on it, its attempts carrying on. */

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "flowwarden/log.h"
+#include "runtime/dispatch/event_dispatch.h"
 #include "runtime/stream/stream_program-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
@@ -117,4 +118,22 @@ fw_stream_reload_apply (fw_stream_worker_t *w)
    fw_log (FW_LOG_INFO, w->cfg->name, "now running script version %s",
            fw_lua_host_version (fw_dispatcher_host (w->d)));
    return true;
+}
+
+fw_outcome_t
+fw_stream_dispatch (fw_stream_worker_t *w, const fw_event_t *ev)
+{
+   fw_dispatch_run_t run = {0, NULL};
+   fw_outcome_t o;
+
+   if (__atomic_load_n (&w->pending.has, __ATOMIC_ACQUIRE)) {
+      fw_stream_reload_apply (w); /* one that came while the read waited for ev */
+   }
+   o = fw_event_dispatch (w->d, ev);
+   while (o.kind == FW_OUTCOME_YIELDED) {
+      run.attempt_base = o.attempts;
+      fw_stream_reload_apply (w);
+      o = fw_event_dispatch_run (w->d, ev, &run);
+   }
+   return o;
 }

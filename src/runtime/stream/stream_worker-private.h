@@ -30,6 +30,7 @@
  * checkpoint writer, its lease, what the admin endpoint and a reload ask of
  * it. */
 typedef struct fw_stream_eo_pg fw_stream_eo_pg_t; /* stream_exactly_once_pg.c */
+struct fw_position;                               /* stream_position-private.h */
 
 struct fw_stream_worker {
    fw_dispatcher_t *d;            /* the stream's program and dispatcher (owned) */
@@ -68,6 +69,9 @@ struct fw_stream_worker {
    struct {              /* exactly_once (stream_exactly_once.c), the stream's thread: */
       bson_t *written;   /* the position last written in a transaction (NULL: none) */
       bson_t *committed; /* the last one committed: the stored checkpoint's */
+      /* Another store's position at each checkpoint save (exactly once into
+       * PostgreSQL: fw_stream_exactly_once_pg_advance), or NULL. */
+      void (*advance) (struct fw_stream_worker *w, const struct fw_position *p);
    } eo;
    struct {                     /* the breaker kept across restarts (stream_circuit.c) */
       fw_circuit_store_t store; /* the dispatcher's hooks (ud: w) */

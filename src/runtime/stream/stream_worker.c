@@ -869,30 +869,13 @@ done:
 }
 
 /* Asked by the dispatcher before a change event's retry: a reload's new
- * program waits (applied by fw_stream_dispatch, at the event's boundary). */
+ * program waits (applied by fw_stream_dispatch, stream_reload.c, at the
+ * event's boundary). */
 static bool
 reload_waits (void *ud)
 {
    fw_stream_worker_t *w = ud;
    return !w->lanes && __atomic_load_n (&w->pending.has, __ATOMIC_ACQUIRE);
-}
-
-fw_outcome_t
-fw_stream_dispatch (fw_stream_worker_t *w, const fw_event_t *ev)
-{
-   fw_dispatch_run_t run = {0, NULL};
-   fw_outcome_t o;
-
-   if (__atomic_load_n (&w->pending.has, __ATOMIC_ACQUIRE)) {
-      fw_stream_reload_apply (w); /* one that came while the read waited for ev */
-   }
-   o = fw_event_dispatch (w->d, ev);
-   while (o.kind == FW_OUTCOME_YIELDED) {
-      run.attempt_base = o.attempts;
-      fw_stream_reload_apply (w);
-      o = fw_event_dispatch_run (w->d, ev, &run);
-   }
-   return o;
 }
 
 bool

@@ -15,6 +15,7 @@
 #include "flowwarden/log.h"
 #include "lua_api/metrics_lua.h"
 #include "lua_api/state_store.h"
+#include "runtime/dispatch/event_dispatch.h"
 #include "runtime/host/lua_host.h"
 #include "runtime/replay/dlq_replay.h"
 #include "runtime/stream/event_settle.h"

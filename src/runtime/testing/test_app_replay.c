@@ -10,6 +10,7 @@
 
 #include "bson/bson_lua.h"
 #include "flowwarden/log.h"
+#include "runtime/dispatch/event_dispatch.h"
 #include "runtime/dispatch/replay_hook-private.h"
 #include "runtime/dlq/dlq_sequence.h"
 #include "runtime/testing/test_app-private.h"
