@@ -18,7 +18,7 @@ from decimal import Decimal
 
 from chaostest import LONG, StandInTestCase, figures
 from fwtest import SOURCE_DIR, clean_env
-from pgserver import PgServer
+from pgserver import WithPgServer
 
 ORDERS = 20_000 if LONG else 2_000
 KILLS = 20 if LONG else 4
@@ -35,18 +35,7 @@ CREATE TRIGGER count_applied AFTER INSERT OR UPDATE ON orders
 """
 
 
-class ExactlyOncePg(StandInTestCase):
-
-    @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        cls.pg = PgServer()
-        cls.pg.start()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.pg.destroy()
-        super().tearDownClass()
+class ExactlyOncePg(WithPgServer, StandInTestCase):
 
     def setUp(self):
         super().setUp()

@@ -91,3 +91,21 @@ class PgServer:
         if cp.returncode != 0:
             raise AssertionError("psql: %s" % cp.stderr)
         return [line.split("|") for line in cp.stdout.splitlines() if line]
+
+
+class WithPgServer:
+    """A test case mixin: one PostgreSQL server for the class (cls.pg),
+    started before its tests and removed after; pg_args go to PgServer."""
+
+    pg_args = {}
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.pg = PgServer(**cls.pg_args)
+        cls.pg.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.pg.destroy()
+        super().tearDownClass()

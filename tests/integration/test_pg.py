@@ -12,7 +12,7 @@ import unittest
 
 from dlqtest import FailureTestCase
 from fwtest import SOURCE_DIR, clean_env
-from pgserver import PgServer
+from pgserver import WithPgServer
 from slowdns import slow_dns_library
 
 PASSWORD = "Pg-Secret-91c2"
@@ -101,18 +101,8 @@ class CancelBlackhole:
                 pass
 
 
-class PgTest(FailureTestCase):
-
-    @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        cls.pg = PgServer(password=PASSWORD)
-        cls.pg.start()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.pg.destroy()
-        super().tearDownClass()
+class PgTest(WithPgServer, FailureTestCase):
+    pg_args = {"password": PASSWORD}
 
     def setUp(self):
         super().setUp()

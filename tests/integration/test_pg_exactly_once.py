@@ -11,7 +11,7 @@ import time
 
 from dlqtest import FailureTestCase
 from fwtest import clean_env
-from pgserver import PgServer
+from pgserver import WithPgServer
 from redisserver import free_port
 
 SCRIPT = """
@@ -113,19 +113,8 @@ class CommitReplyDropper:
         self.sock.close()
 
 
-class PgExactlyOnce(FailureTestCase):
+class PgExactlyOnce(WithPgServer, FailureTestCase):
     standin_args = ("--server-version", "7.0")  # partitions: $toHashedIndexKey
-
-    @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        cls.pg = PgServer()
-        cls.pg.start()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.pg.destroy()
-        super().tearDownClass()
 
     def setUp(self):
         super().setUp()
