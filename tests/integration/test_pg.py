@@ -189,7 +189,7 @@ class PgTest(WithPgServer, FailureTestCase):
                 tx:execute("INSERT INTO orders (id) VALUES ($1)", { doc.id })
               end)
             end
-            """, timeout="1s", attempts=1)
+            """, timeout="3s", attempts=1)  # the connect and BEGIN fit in it on a busy machine
         r = self.run_case(p, "lost", id="x")[0]
         self.assertEqual(r["error"], "Pg.Connection")
         self.assertIn("lost during the transaction", r["message"])
