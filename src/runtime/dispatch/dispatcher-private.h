@@ -87,8 +87,10 @@ typedef struct {
 
 struct fw_dispatcher {
    fw_program_t prog;
-   fw_state_store_t *state;          /* fw.state: kept across reloads */
-   bool state_shared;                /* state is another dispatcher's (a lane's) */
+   struct {
+      fw_state_store_t *store; /* fw.state: kept across reloads */
+      bool shared;             /* store is another dispatcher's (a lane's) */
+   } state;
    fw_connection_clients_t *clients; /* fw.mongo's and a named DLQ connection's clients */
    fw_mongo_provider_t mongo;        /* hands fw.mongo the clients above */
    mongoc_client_t *client;          /* the running thread's (fw_dispatcher_bind) */

@@ -122,10 +122,10 @@ fw_stream_dlq_count_tick (fw_stream_worker_t *w, int64_t now_ms)
    int64_t pending = -1;
    double oldest = 0;
 
-   if (!w->metrics || !w->cfg->dlq.enabled || now_ms < w->dlq_count_at_ms) {
+   if (!w->metrics || !w->cfg->dlq.enabled || now_ms < w->dlq.count_at_ms) {
       return;
    }
-   w->dlq_count_at_ms = now_ms + DLQ_COUNT_EVERY_MS;
+   w->dlq.count_at_ms = now_ms + DLQ_COUNT_EVERY_MS;
    if (count_pending (w, now_ms, &pending, &oldest)) {
       fw_stream_metrics_set_dlq_pending (w->metrics, pending, oldest);
    }
