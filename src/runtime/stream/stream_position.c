@@ -110,7 +110,7 @@ void
 fw_position_save_async (fw_stream_worker_t *w, fw_position_t *p, const char *why)
 {
    fw_error_t err;
-   if (fw_stream_exactly_once_stored (w, p)) {
+   if (w->cfg->exactly_once && fw_stream_exactly_once_stored (w, p)) {
       /* exactly_once: the transaction of the event handled last wrote this
        * position (seen and handled) and committed; writing it again would
        * be a second round trip per save_every events. */
@@ -134,7 +134,9 @@ fw_position_save_async (fw_stream_worker_t *w, fw_position_t *p, const char *why
    if (w->lead.lease && w->lead.epoch <= 0) {
       return;
    }
-   fw_stream_exactly_once_pg_advance (w, p); /* exactly once into PostgreSQL */
+   if (w->eo.pg) {
+      fw_stream_exactly_once_pg_advance (w, p); /* exactly once into PostgreSQL */
+   }
    if (!w->ckpt.writer && !(w->ckpt.writer = fw_checkpoint_writer_new (w->pool, w->cfg->database,
                                                                        w->cfg->name, &err))) {
       fw_log (FW_LOG_WARN, w->cfg->name, "%s; checkpoints are written as with mode = \"sync\"",
