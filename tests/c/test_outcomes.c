@@ -336,7 +336,7 @@ settle (place_t *p, fw_outcome_kind_t kind, const char *entry_id, const char *er
 {
    fw_settle_place_t place = {NULL,   NULL,         p_count, p_advance,
                               p_fail, p_lease_lost, p,       "no DLQ to keep it"};
-   fw_outcome_t o = {kind, 1, 0, entry_id, "", error, 0, FW_COUNT_NOTHING, NULL};
+   fw_outcome_t o = {kind, 1, 0, entry_id, "", error, 0, FW_COUNT_NOTHING, NULL, 0};
    return fw_stream_settle (&place, &o);
 }
 
@@ -456,7 +456,7 @@ test_event_settle_counts_by_the_outcomes_count (void **state)
    fw_stream_metrics_t *b;
    fw_stream_snapshot_t snap;
    fw_outcome_detail_t x = {"", "_fw_dlq", false, "k", 1, false};
-   fw_outcome_t o = {FW_OUTCOME_PARKED, 0, 0, "e1", "", "", 1000, FW_COUNT_DLQ, &x};
+   fw_outcome_t o = {FW_OUTCOME_PARKED, 0, 0, "e1", "", "", 1000, FW_COUNT_DLQ, &x, 0};
    bson_t *doc = event_of ("insert", 1, 0);
    fw_event_t ev;
    fw_error_t err;
@@ -538,7 +538,7 @@ test_settle_without_advance (void **state)
 {
    place_t p = {0};
    fw_settle_place_t place = {NULL, NULL, p_count, NULL, p_fail, NULL, &p, NULL};
-   fw_outcome_t o = {FW_OUTCOME_HANDLED, 1, 0, "", "", "", 0, FW_COUNT_OK, NULL};
+   fw_outcome_t o = {FW_OUTCOME_HANDLED, 1, 0, "", "", "", 0, FW_COUNT_OK, NULL, 0};
    (void) state;
 
    assert_int_equal (fw_stream_settle (&place, &o), FW_READ_NEXT);

@@ -118,7 +118,7 @@ end_call (lua_State *L, fw_batch_state_t *s, size_t n)
 static fw_outcome_t
 stopped (void)
 {
-   return (fw_outcome_t){FW_OUTCOME_STOPPED, 0, 0, "", "", "", 0, FW_COUNT_NOTHING, NULL};
+   return (fw_outcome_t){FW_OUTCOME_STOPPED, 0, 0, "", "", "", 0, FW_COUNT_NOTHING, NULL, 0};
 }
 
 /* A call failed (its failure table on top of L, taken off): whether the
@@ -291,7 +291,7 @@ op_succeeded (void *ud, size_t i)
    }
    d->stats.handled++;
    if (d->sink.fn) { /* the stream's settle counts it (a batch is never a replay's) */
-      fw_outcome_t o = {FW_OUTCOME_HANDLED, 1, 0, "", "", "", 0, FW_COUNT_OK, NULL};
+      fw_outcome_t o = {FW_OUTCOME_HANDLED, 1, 0, "", "", "", 0, FW_COUNT_OK, NULL, 0};
       o.finished_ms = d->metrics ? d->clock.now_ms (d->clock.ud) : 0;
       d->sink.fn (d->sink.ud, d->prog.cfg.name, s->evs[i], &o);
    }
@@ -371,7 +371,7 @@ op_group (void *ud, const size_t *idx, size_t n)
 static fw_outcome_t
 all_finished (void)
 {
-   return (fw_outcome_t){FW_OUTCOME_HANDLED, 0, 0, "", "", "", 0, FW_COUNT_NOTHING, NULL};
+   return (fw_outcome_t){FW_OUTCOME_HANDLED, 0, 0, "", "", "", 0, FW_COUNT_NOTHING, NULL, 0};
 }
 
 /* Without on_batch (a reload took it away) or its state: one by one. */
@@ -469,8 +469,8 @@ dispatch_whole (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
    if (!ok && fw_outcome_finished (s->result.kind)) {
       snprintf (d->out.failure, sizeof d->out.failure, "out of memory taking a batch of %zu events",
                 n);
-      s->result = (fw_outcome_t){FW_OUTCOME_FAILED, 0,   0, "", "", d->out.failure, 0,
-                                 FW_COUNT_NOTHING,  NULL};
+      s->result = (fw_outcome_t){FW_OUTCOME_FAILED, 0,    0, "", "", d->out.failure, 0,
+                                 FW_COUNT_NOTHING,  NULL, 0};
    }
    return s->result;
 }

@@ -87,8 +87,10 @@ typedef struct {
 
 struct fw_dispatcher {
    fw_program_t prog;
-   fw_state_store_t *state;          /* fw.state: kept across reloads */
-   bool state_shared;                /* state is another dispatcher's (a lane's) */
+   struct {
+      fw_state_store_t *store; /* fw.state: kept across reloads */
+      bool shared;             /* store is another dispatcher's (a lane's) */
+   } state;
    fw_connection_clients_t *clients; /* fw.mongo's and a named DLQ connection's clients */
    fw_mongo_provider_t mongo;        /* hands fw.mongo the clients above */
    mongoc_client_t *client;          /* the running thread's (fw_dispatcher_bind) */
@@ -142,6 +144,38 @@ struct fw_dispatcher {
       int64_t check_at_ms; /* when the stream next looks for due retries */
    } deferred;
 };
+
+/* Whether used (the Lua state's bytes) is past 90% of the memory_limit of a
+ * state that can be rebuilt (fw_state_over_mark). Inline: once per event. */
+static inline bool
+fw_state_past_mark (const fw_dispatcher_t *d, size_t used)
+{
+   size_t limit = d->prog.cfg.memory_limit;
+   return d->rebuild.load && limit && used > limit - limit / 10;
+}
+
+/* Whether d has a breaker or a rate limit (fw_outage_admit has something to
+ * do). Inline: once per attempt. */
+static inline bool
+fw_outage_on (const fw_dispatcher_t *d)
+{
+   return d->prog.cfg.circuit.enabled || d->prog.cfg.rate_limit.count != 0;
+}
+
+/* A sequenced DLQ (dlq = { sequenced = true }): events may be parked. Inline:
+ * once per event. */
+static inline bool
+fw_park_enabled (const fw_dispatcher_t *d)
+{
+   return d->prog.cfg.dlq.enabled && d->prog.cfg.dlq.sequenced;
+}
+
+/* Whether the event in hand left anything of a sequence for fw_park_end. */
+static inline bool
+fw_park_held (const fw_dispatcher_t *d)
+{
+   return d->park.key || d->park.key_done || d->park.index != -1;
+}
 
 /* The registry ref of the handler for an event of operation op: its own
  * (on_insert, ...), else on_change, else LUA_NOREF. Inline: once per event. */

@@ -151,7 +151,7 @@ fw_dispatcher_new (fw_lua_host_t *host, int index, fw_connections_t *conns, fw_s
    fw_lua_core_set_stream (fw_lua_host_state (host), d->prog.cfg.name);
    d->rng = (uint64_t) fw_now_ms () ^ ((uint64_t) (uintptr_t) d << 16) ^ (uint64_t) getpid ();
    fw_lua_host_set_memory_limit (host, d->prog.cfg.memory_limit);
-   if (!(d->state = fw_state_store_new (d->prog.cfg.state_max_bytes)) ||
+   if (!(d->state.store = fw_state_store_new (d->prog.cfg.state_max_bytes)) ||
        !(d->clients = fw_connection_clients_new (conns)) || !fw_outage_init (d)) {
       fw_error_set (error, FW_ERROR_NOMEM, "out of memory creating a stream");
       fw_dispatcher_destroy (d);
@@ -171,8 +171,8 @@ fw_dispatcher_destroy (fw_dispatcher_t *d)
    }
    fw_stream_config_cleanup (&d->prog.cfg);
    fw_lua_host_destroy (d->prog.host);
-   if (!d->state_shared) {
-      fw_state_store_destroy (d->state);
+   if (!d->state.shared) {
+      fw_state_store_destroy (d->state.store);
    }
    fw_txn_release (d);
    fw_connection_clients_destroy (d->clients); /* the DLQ store: closed by fw_dispatcher_release */
@@ -232,27 +232,27 @@ fw_dispatcher_take_program (fw_dispatcher_t *d, fw_dispatcher_t *from)
 fw_state_store_t *
 fw_dispatcher_state (const fw_dispatcher_t *d)
 {
-   return d->state;
+   return d->state.store;
 }
 
 void
 fw_dispatcher_share_state (fw_dispatcher_t *d, fw_state_store_t *store)
 {
-   if (!d->state_shared) {
-      fw_state_store_destroy (d->state);
+   if (!d->state.shared) {
+      fw_state_store_destroy (d->state.store);
    }
-   d->state = store;
-   d->state_shared = true;
+   d->state.store = store;
+   d->state.shared = true;
    fw_dispatcher_attach (d);
 }
 
 void
 fw_dispatcher_swap_state (fw_dispatcher_t *d, fw_dispatcher_t *from)
 {
-   fw_state_store_t *mine = d->state;
+   fw_state_store_t *mine = d->state.store;
 
-   d->state = from->state;
-   from->state = mine;
+   d->state.store = from->state.store;
+   from->state.store = mine;
    fw_dispatcher_attach (d);
    fw_dispatcher_attach (from);
 }
@@ -263,10 +263,10 @@ fw_dispatcher_attach (fw_dispatcher_t *d)
    lua_State *L = fw_lua_host_state (d->prog.host);
 
    fw_mongo_lua_attach (L, &d->mongo);
-   fw_lua_state_attach (L, d->state);
-   if (!d->state_shared) {
-      fw_state_store_set_label (d->state, d->prog.cfg.name);
-      fw_state_store_set_max_bytes (d->state, d->prog.cfg.state_max_bytes);
+   fw_lua_state_attach (L, d->state.store);
+   if (!d->state.shared) {
+      fw_state_store_set_label (d->state.store, d->prog.cfg.name);
+      fw_state_store_set_max_bytes (d->state.store, d->prog.cfg.state_max_bytes);
    }
 }
 

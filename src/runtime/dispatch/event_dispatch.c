@@ -43,7 +43,7 @@ typedef struct {
 static inline fw_outcome_t
 outcome (fw_outcome_kind_t kind, int attempts)
 {
-   return (fw_outcome_t){kind, attempts, 0, "", "", "", 0, FW_COUNT_NOTHING, NULL};
+   return (fw_outcome_t){kind, attempts, 0, "", "", "", 0, FW_COUNT_NOTHING, NULL, 0};
 }
 
 /* A change event of the stream's (fw_event_dispatch). */
@@ -695,7 +695,7 @@ attempt_may_start (fw_dispatcher_t *d, const fw_event_t *ev, int attempt, bool r
    }
    /* Issue 29: no attempt while another lane holds the breaker open, nor
     * beyond the rate limit. */
-   if (!fw_outage_admit (d, ev, attempt)) {
+   if (fw_outage_on (d) && !fw_outage_admit (d, ev, attempt)) {
       *o = outcome (FW_OUTCOME_STOPPED, attempt - 1);
       return false;
    }
@@ -745,6 +745,7 @@ call_handler (fw_dispatcher_t *d, lua_State *L, int ref, int attempt, bool key_f
               fw_lua_stop_t *stop, attempt_times_t *t)
 {
    bool ok;
+   int64_t started_ns = -1; /* the host's start of the handler's call; -1: not called */
 
    if (d->metrics) {
       fw_stream_metrics_set_attempt (d->metrics, attempt);
@@ -759,11 +760,11 @@ call_handler (fw_dispatcher_t *d, lua_State *L, int ref, int attempt, bool key_f
       lua_rawgeti (L, LUA_REGISTRYINDEX, ref);
       ok = ref == d->prog.handler_ref[H_BATCH] /* on_batch: a batch of one */
               ? fw_batch_call_one (d, stop)
-              : fw_lua_host_call_with (d->prog.host, 0, fw_event_ctx_push, &d->dispatch, 0,
-                                       d->prog.cfg.timeout_ms, stop);
+              : fw_lua_host_call_timed (d->prog.host, 0, fw_event_ctx_push, &d->dispatch, 0,
+                                        d->prog.cfg.timeout_ms, stop, &started_ns);
    }
    if (!t->start_ns) {
-      t->start_ns = fw_lua_host_call_started_ns (d->prog.host);
+      t->start_ns = started_ns >= 0 ? started_ns : fw_lua_host_call_started_ns (d->prog.host);
    }
    if (!t->first_ns) { /* this call's first attempt */
       t->first_ns = t->start_ns;
@@ -888,7 +889,9 @@ ended_handled (fw_dispatcher_t *d, int attempt, int64_t end_ns)
 {
    fw_outcome_t o = outcome (FW_OUTCOME_HANDLED, attempt);
    d->stats.handled++;
-   fw_outage_handled (d);
+   if (d->outage.holder) { /* a probe succeeded */
+      fw_outage_handled (d);
+   }
    finished (d, &o, FW_COUNT_OK, end_ns);
    return o;
 }
@@ -1121,11 +1124,17 @@ fw_event_dispatch_run (fw_dispatcher_t *d, const fw_event_t *ev, const fw_dispat
    int top = lua_gettop (fw_lua_host_state (host));
 #endif
    fw_outcome_t o = run_attempts (d, ev, run);
+   if (!o.lua_memory && d->metrics) { /* read once: a handled event's was */
+      o.lua_memory = fw_lua_host_memory_used (d->prog.host);
+   }
    /* In a source transaction's group, an outcome other than HANDLED is the
     * failed event's (fw_group_dispatch reports the others). */
    report (d, run, d->group.n && o.kind != FW_OUTCOME_HANDLED ? d->group.failed : ev, &o);
-   fw_park_end (d);
-   if (o.kind != FW_OUTCOME_YIELDED) { /* a yielded event comes back at once, holding it */
+   if (fw_park_held (d)) {
+      fw_park_end (d);
+   }
+   /* A yielded event comes back at once, holding the breaker. */
+   if (o.kind != FW_OUTCOME_YIELDED && d->outage.holder) {
       fw_outage_event_end (d);
    }
    /* The Lua stack is as it was (unless a reload or a rebuild replaced
@@ -1144,7 +1153,8 @@ run_attempts (fw_dispatcher_t *d, const fw_event_t *ev, const fw_dispatch_run_t 
    int ref;
    attempt_times_t t = {0, 0, 0};
    /* A sequenced DLQ with open sequences: is this event's one of them? */
-   bool check_park = !run->replay && fw_park_check_needed (d, ev); /* a replay is never parked */
+   bool check_park = !run->replay && fw_park_enabled (d) && /* a replay is never parked */
+                     fw_park_check_needed (d, ev);
 
    ref = fw_program_handler_for (&d->prog, ev->op);
    if (ref == LUA_NOREF) {
@@ -1173,11 +1183,19 @@ run_attempts (fw_dispatcher_t *d, const fw_event_t *ev, const fw_dispatch_run_t 
       if (fenced) {
          return outcome (FW_OUTCOME_STOPPED, attempt);
       }
-      if (fw_state_over_mark (d) && fw_state_check (d, ok, attempt) == FW_STATE_RETRY) {
-         continue; /* failed in a full state: tried again on a rebuilt one */
+      /* The state's memory, read once: for the mark, and for the gauge
+       * (nothing of Lua runs between here and a handled event's end). */
+      size_t used = fw_lua_host_memory_used (d->prog.host);
+      if (fw_state_past_mark (d, used)) {
+         if (fw_state_check (d, ok, attempt) == FW_STATE_RETRY) {
+            continue; /* failed in a full state: tried again on a rebuilt one */
+         }
+         used = 0; /* it may have collected: read again as the event ends */
       }
       if (ok && !d->dispatch.dlq_requested) {
-         return ended_handled (d, attempt, t.end_ns);
+         o = ended_handled (d, attempt, t.end_ns);
+         o.lua_memory = d->metrics ? used : 0;
+         return o;
       }
       if (!after_failure (d, run->replay, cur, L, ok, attempt, stop, &t, &o)) {
          return o;

@@ -10,8 +10,8 @@
 
 #include "runtime/dispatch/dispatcher.h"
 
-/* dlq.sequenced on the stream's own DLQ. */
-bool fw_park_enabled (const fw_dispatcher_t *d);
+/* dlq.sequenced on the stream's own DLQ: fw_park_enabled
+ * (dispatcher-private.h). */
 
 /* Whether ev, a live event, must be looked up in the open sequences: none
  * are open (the common case) costs one comparison. */

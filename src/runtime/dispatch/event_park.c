@@ -24,12 +24,6 @@
  * separate `flowwarden dlq replay` closed leave its set (and its status). */
 #define REFRESH_MS 2000
 
-bool
-fw_park_enabled (const fw_dispatcher_t *d)
-{
-   return d->prog.cfg.dlq.enabled && d->prog.cfg.dlq.sequenced;
-}
-
 void
 fw_park_end (fw_dispatcher_t *d)
 {

@@ -7,6 +7,7 @@
 #define FLOWWARDEN_OUTCOME_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef enum {
@@ -69,6 +70,9 @@ typedef struct {
    int64_t finished_ms;
    fw_outcome_count_t count;
    const fw_outcome_detail_t *detail; /* NULL: no log line (handled, no handler, ...) */
+   /* The bytes its dispatcher's Lua state held as the dispatcher finished
+    * with it (the flowwarden_lua_memory_bytes gauge); 0 when not read. */
+   size_t lua_memory;
 } fw_outcome_t;
 
 /* The position may pass an event that ended so. */

@@ -27,19 +27,10 @@ fw_dispatcher_set_loader (fw_dispatcher_t *d, fw_dispatcher_loader_t load, void 
    d->rebuild.ud = ud;
 }
 
-/* 90% of the limit (0: none). */
-static size_t
-mark_of (const fw_dispatcher_t *d)
-{
-   size_t limit = d->prog.cfg.memory_limit;
-   return limit - limit / 10;
-}
-
 bool
 fw_state_over_mark (const fw_dispatcher_t *d)
 {
-   return d->rebuild.load && d->prog.cfg.memory_limit &&
-          fw_lua_host_memory_used (d->prog.host) > mark_of (d);
+   return fw_state_past_mark (d, fw_lua_host_memory_used (d->prog.host));
 }
 
 /* The state filled up again within FW_STATE_REFILL_EVENTS events of its

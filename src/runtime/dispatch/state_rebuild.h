@@ -27,7 +27,8 @@ typedef struct {
 } fw_state_rebuild_t;
 
 /* After a handler call: whether the state holds more than 90% of its
- * memory_limit (one comparison; false without a loader or a limit). */
+ * memory_limit (one comparison; false without a loader or a limit).
+ * fw_state_past_mark (dispatcher-private.h) is the same on a figure read. */
 bool fw_state_over_mark (const fw_dispatcher_t *d);
 
 typedef enum {

@@ -932,3 +932,12 @@ fw_lua_host_call_with (fw_lua_host_t *host, int nargs, fw_lua_push_fn push, void
    shape_failure (host, status);
    return false;
 }
+
+bool
+fw_lua_host_call_timed (fw_lua_host_t *host, int nargs, fw_lua_push_fn push, void *ud, int nresults,
+                        int64_t timeout_ms, fw_lua_stop_t *stop, int64_t *started_ns)
+{
+   bool ok = fw_lua_host_call_with (host, nargs, push, ud, nresults, timeout_ms, stop);
+   *started_ns = host->call_started_ns;
+   return ok;
+}

@@ -128,4 +128,10 @@ bool fw_lua_host_panicked (const fw_lua_host_t *host);
  * needed, so a caller can time the call with one more read. */
 int64_t fw_lua_host_call_started_ns (const fw_lua_host_t *host);
 
+/* fw_lua_host_call_with, then *started_ns = fw_lua_host_call_started_ns (host):
+ * a handler's call and its start in one. */
+bool fw_lua_host_call_timed (fw_lua_host_t *host, int nargs, fw_lua_push_fn push, void *ud,
+                             int nresults, int64_t timeout_ms, fw_lua_stop_t *stop,
+                             int64_t *started_ns);
+
 #endif

@@ -48,8 +48,8 @@ attempt (fw_dispatcher_t *d, const bson_t *entry, int64_t n, fw_replay_hook_t *h
 {
    bson_t event;
    fw_event_t ev;
-   fw_outcome_t o = {FW_OUTCOME_NO_HANDLER, 0,   0, "", "InvalidEntry", why, 0,
-                     FW_COUNT_NOTHING,      NULL};
+   fw_outcome_t o = {FW_OUTCOME_NO_HANDLER, 0,    0, "", "InvalidEntry", why, 0,
+                     FW_COUNT_NOTHING,      NULL, 0};
 
    if (fw_dlq_replay_build_event (entry, &event, &ev, why, len)) {
       /* ctx:attempt_number() counts them all */

@@ -198,8 +198,8 @@ batch_done (void *ud)
    fw_position_t *p = at->p;
    batch_t *b = at->b;
 
-   if (w->reprocess_at_ms >= 0) {
-      fw_dlq_reprocess_tick (w->d, &w->reprocess_at_ms); /* between batches */
+   if (w->dlq.reprocess_at_ms >= 0) {
+      fw_dlq_reprocess_tick (w->d, &w->dlq.reprocess_at_ms); /* between batches */
    }
    if (fw_position_set_event_token (&p->processed, b->ptrs[b->n - 1])) {
       p->has_processed = true;

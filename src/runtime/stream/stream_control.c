@@ -91,8 +91,10 @@ fw_stream_paused (fw_stream_worker_t *w)
 void
 fw_stream_count_dispatched (fw_stream_worker_t *w, const fw_outcome_t *o)
 {
-   fw_stream_metrics_set_lua_memory (w->metrics,
-                                     fw_lua_host_memory_used (fw_dispatcher_host (w->d)));
+   /* The dispatcher's figure (an on_batch call's outcome has none). */
+   fw_stream_metrics_set_lua_memory (
+      w->metrics,
+      o->lua_memory ? o->lua_memory : fw_lua_host_memory_used (fw_dispatcher_host (w->d)));
    fw_stream_dlq_count_tick (w, o->finished_ms ? o->finished_ms : fw_now_ms ());
 }
 
@@ -122,10 +124,10 @@ fw_stream_dlq_count_tick (fw_stream_worker_t *w, int64_t now_ms)
    int64_t pending = -1;
    double oldest = 0;
 
-   if (!w->metrics || !w->cfg->dlq.enabled || now_ms < w->dlq_count_at_ms) {
+   if (!w->metrics || !w->cfg->dlq.enabled || now_ms < w->dlq.count_at_ms) {
       return;
    }
-   w->dlq_count_at_ms = now_ms + DLQ_COUNT_EVERY_MS;
+   w->dlq.count_at_ms = now_ms + DLQ_COUNT_EVERY_MS;
    if (count_pending (w, now_ms, &pending, &oldest)) {
       fw_stream_metrics_set_dlq_pending (w->metrics, pending, oldest);
    }

@@ -469,24 +469,24 @@ fw_stream_exactly_once_pg_wire (fw_stream_worker_t *w)
    if (!w->cfg->exactly_once_pg) {
       return;
    }
-   if (!w->eo_pg && !(w->eo_pg = calloc (1, sizeof *w->eo_pg))) {
+   if (!w->eo.pg && !(w->eo.pg = calloc (1, sizeof *w->eo.pg))) {
       fw_log (FW_LOG_ERROR, w->cfg->name, "exactly_once: out of memory");
       return;
    }
-   w->eo_pg->w = w;
+   w->eo.pg->w = w;
    w->eo.advance = fw_stream_exactly_once_pg_advance;
-   sink.ud = w->eo_pg;
+   sink.ud = w->eo.pg;
    fw_dispatcher_set_txn_sink (w->d, &sink);
 }
 
 void
 fw_stream_exactly_once_pg_free (fw_stream_worker_t *w)
 {
-   if (w->eo_pg) {
-      close_conn (w->eo_pg);
-      set_last (w->eo_pg, NULL);
-      free (w->eo_pg);
-      w->eo_pg = NULL;
+   if (w->eo.pg) {
+      close_conn (w->eo.pg);
+      set_last (w->eo.pg, NULL);
+      free (w->eo.pg);
+      w->eo.pg = NULL;
    }
 }
 
@@ -528,12 +528,12 @@ fw_stream_exactly_once_pg_load (fw_stream_worker_t *w, fw_position_t *p, int *ca
    if (!w->cfg->exactly_once_pg) {
       return true;
    }
-   if (!w->eo_pg) {
+   if (!w->eo.pg) {
       /* Never run it without its transactions. */
       fw_stream_failed (w, "exactly_once: out of memory for its PostgreSQL sink");
       return false;
    }
-   for (int tries = 1; fence_and_read (w->eo_pg, &token, why, sizeof why) != FW_PG_OK; tries++) {
+   for (int tries = 1; fence_and_read (w->eo.pg, &token, why, sizeof why) != FW_PG_OK; tries++) {
       int64_t delay = fw_backoff_delay_ms (&w->cfg->restart, tries, fw_backoff_random (&w->rng));
       fw_log (FW_LOG_ERROR, w->cfg->name,
               "exactly_once: cannot read the position in "
@@ -557,7 +557,7 @@ fw_stream_exactly_once_pg_load (fw_stream_worker_t *w, fw_position_t *p, int *ca
    }
    fw_position_set_token (&p->processed, &doc);
    fw_position_set_token (&p->resume, &doc);
-   set_last (w->eo_pg, bson_strdup (token));
+   set_last (w->eo.pg, bson_strdup (token));
    p->has_processed = p->has_resume = true;
    *candidate = 0;
    *from_checkpoint = true;
@@ -573,7 +573,7 @@ fw_stream_exactly_once_pg_load (fw_stream_worker_t *w, fw_position_t *p, int *ca
 void
 fw_stream_exactly_once_pg_advance (fw_stream_worker_t *w, const fw_position_t *p)
 {
-   fw_stream_eo_pg_t *s = w->eo_pg;
+   fw_stream_eo_pg_t *s = w->eo.pg;
    char epoch[32], why[512], *token;
    const char *params[5];
    PGresult *res = NULL;

@@ -119,7 +119,8 @@ fw_stream_worker_build_lanes (fw_stream_worker_t *w, fw_stream_lane_loader_t loa
    }
    for (int i = 0; i < n; i++) {
       fw_lua_host_t *host = load (ud, error);
-      fw_dispatcher_t *ld = host ? fw_dispatcher_new (host, w->index, w->conns, w->shutdown, error)
+      fw_dispatcher_t *ld = host ? fw_dispatcher_new (host, w->script.index, w->script.conns,
+                                                      w->shutdown, error)
                                  : NULL;
       if (!ld) {
          return false; /* the lanes built so far go with w */
@@ -446,7 +447,7 @@ lanes_start (fw_stream_worker_t *w)
       }
       ls->lane[i].started = true;
    }
-   w->lanes = ls;
+   w->lane.run = ls;
    fw_log (FW_LOG_INFO, w->cfg->name,
            "%d lanes running script version %s: in order per key, keys in parallel", n,
            fw_lua_host_version (fw_dispatcher_host (w->d)));
@@ -471,7 +472,7 @@ take_failure (fw_stream_lanes_t *ls)
 bool
 fw_stream_lanes_advance (fw_stream_worker_t *w, fw_position_t *p)
 {
-   fw_stream_lanes_t *ls = w->lanes;
+   fw_stream_lanes_t *ls = w->lane.run;
    uint64_t moved = 0;
    bool empty;
 
@@ -504,7 +505,7 @@ fw_stream_lanes_advance (fw_stream_worker_t *w, fw_position_t *p)
 static bool
 settle (fw_stream_worker_t *w, fw_position_t *p)
 {
-   fw_stream_lanes_t *ls = w->lanes;
+   fw_stream_lanes_t *ls = w->lane.run;
 
    while (!fw_stream_lanes_advance (w, p)) {
       if (fw_shutdown_requested (w->shutdown) || take_failure (ls)) {
@@ -522,13 +523,13 @@ settle (fw_stream_worker_t *w, fw_position_t *p)
 bool
 fw_stream_lanes_settle (fw_stream_worker_t *w, fw_position_t *p)
 {
-   return !w->lanes || settle (w, p);
+   return !w->lane.run || settle (w, p);
 }
 
 void
 fw_stream_lanes_stop (fw_stream_worker_t *w, fw_position_t *p)
 {
-   fw_stream_lanes_t *ls = w->lanes;
+   fw_stream_lanes_t *ls = w->lane.run;
 
    if (!ls) {
       return;
@@ -537,7 +538,7 @@ fw_stream_lanes_stop (fw_stream_worker_t *w, fw_position_t *p)
    lanes_join (ls);
    fw_stream_lanes_advance (w, p); /* what finished as the lanes stopped */
    lanes_free (ls);
-   w->lanes = NULL;
+   w->lane.run = NULL;
    fw_stream_fold_lane_stats (w);
 }
 
@@ -545,7 +546,7 @@ bool
 fw_stream_lanes_boundary (fw_stream_worker_t *w, fw_position_t *p)
 {
    if (__atomic_load_n (&w->pending.has, __ATOMIC_ACQUIRE)) {
-      if (w->lanes) {
+      if (w->lane.run) {
          /* Every event read so far is handled by the old version, every
           * later one by the new, in all lanes. */
          if (!settle (w, p)) {
@@ -560,7 +561,7 @@ fw_stream_lanes_boundary (fw_stream_worker_t *w, fw_position_t *p)
                  w->lane.n, fw_lua_host_version (fw_dispatcher_host (w->d)));
       }
    }
-   if (!w->lanes && w->lane.n > 1) {
+   if (!w->lane.run && w->lane.n > 1) {
       return lanes_start (w);
    }
    return true;
@@ -636,7 +637,7 @@ static fw_lanes_step_t
 reserve (fw_stream_worker_t *w, fw_position_t *p, const fw_event_t *ev, const bson_t *token,
          bool done, uint64_t *ticket)
 {
-   fw_stream_lanes_t *ls = w->lanes;
+   fw_stream_lanes_t *ls = w->lane.run;
    slot_t *s;
 
    while (ls->next - ls->base >= WINDOW) {
@@ -671,7 +672,7 @@ reserve (fw_stream_worker_t *w, fw_position_t *p, const fw_event_t *ev, const bs
 static fw_lanes_step_t
 hand_over (fw_stream_worker_t *w, lane_t *l, const fw_event_t *ev, uint64_t ticket)
 {
-   fw_stream_lanes_t *ls = w->lanes;
+   fw_stream_lanes_t *ls = w->lane.run;
    item_t it = {NULL, ev->doc->len, ticket};
 
    if (!(it.doc = malloc (it.len))) {
@@ -714,7 +715,7 @@ fw_lanes_step_t
 fw_stream_lanes_take (fw_stream_worker_t *w, fw_position_t *p, const fw_event_t *ev, bool to_lane,
                       const bson_t *token)
 {
-   fw_stream_lanes_t *ls = w->lanes;
+   fw_stream_lanes_t *ls = w->lane.run;
    fw_lanes_step_t step;
    uint64_t ticket;
 
@@ -725,7 +726,7 @@ fw_stream_lanes_take (fw_stream_worker_t *w, fw_position_t *p, const fw_event_t 
       if (!fw_stream_lanes_boundary (w, p)) {
          return fw_shutdown_requested (w->shutdown) ? FW_LANES_STOPPED : FW_LANES_FAILED;
       }
-      ls = w->lanes;
+      ls = w->lane.run;
    }
    if ((step = reserve (w, p, ev, token, !to_lane, &ticket)) != FW_LANES_NEXT) {
       return step;

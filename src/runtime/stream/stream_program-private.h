@@ -22,7 +22,7 @@ void fw_stream_fold_lane_stats (fw_stream_worker_t *w);
 /* Switches to the program a reload left pending (handlers, policies, Lua
  * state, lane programs), if any: at an event boundary of the stream's
  * thread, never inside fw_event_dispatch (w->cfg points into the program).
- * Never while lanes run (w->lanes): fw_stream_lanes_boundary applies it
+ * Never while lanes run (w->lane.run): fw_stream_lanes_boundary applies it
  * then. Returns true when it switched. */
 bool fw_stream_reload_apply (fw_stream_worker_t *w);
 

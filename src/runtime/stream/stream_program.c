@@ -30,8 +30,8 @@ fw_stream_worker_new (fw_lua_host_t *host, int index, mongoc_client_pool_t *pool
       return NULL;
    }
    w->pool = pool;
-   w->index = index;
-   w->conns = conns;
+   w->script.index = index;
+   w->script.conns = conns;
    fw_shutdown_init (&w->own_shutdown);
    pthread_mutex_init (&w->pending.mu, NULL);
    w->shutdown = &w->own_shutdown;

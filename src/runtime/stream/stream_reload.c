@@ -89,7 +89,7 @@ fw_stream_reload_apply (fw_stream_worker_t *w)
 
    /* With lanes running, the lanes' boundary (stream_lanes.c) applies it
     * after the lanes drained, for all of them at once. */
-   if (!__atomic_load_n (&w->pending.has, __ATOMIC_ACQUIRE) || w->lanes) {
+   if (!__atomic_load_n (&w->pending.has, __ATOMIC_ACQUIRE) || w->lane.run) {
       return false;
    }
    pthread_mutex_lock (&w->pending.mu);
@@ -108,7 +108,7 @@ fw_stream_reload_apply (fw_stream_worker_t *w)
    fw_stream_fold_lane_stats (w);
    SWAP (w->lane.d, next->lane.d);
    SWAP (w->lane.n, next->lane.n);
-   w->reprocess_at_ms = 0;     /* dlq.reprocess as the new script says */
+   w->dlq.reprocess_at_ms = 0; /* dlq.reprocess as the new script says */
    fw_stream_state_attach (w); /* the new lanes share w's fw.state */
    fw_stream_worker_destroy (next);
    if (w->metrics) {

@@ -208,7 +208,7 @@ hand_out (fw_stream_worker_t *w, fw_position_t *p)
    fw_read_end_t end;
    fw_settle_place_t place = {w->d, w->metrics, row_count, NULL, row_fail, row_lease_lost, w, NULL};
 
-   if (w->lanes && !fw_stream_lanes_settle (w, p)) {
+   if (w->lane.run && !fw_stream_lanes_settle (w, p)) {
       if (fw_shutdown_requested (w->shutdown)) {
          return FW_READ_STOP;
       }

@@ -34,7 +34,6 @@ struct fw_position;                               /* stream_position-private.h *
 
 struct fw_stream_worker {
    fw_dispatcher_t *d;            /* the stream's program and dispatcher (owned) */
-   fw_stream_eo_pg_t *eo_pg;      /* exactly once into PostgreSQL: its sink (owned), or NULL */
    const fw_stream_config_t *cfg; /* fw_dispatcher_config (d): follows reloads */
    mongoc_client_pool_t *pool;
    mongoc_client_t *client;      /* popped by the thread; its dispatcher's too */
@@ -54,21 +53,24 @@ struct fw_stream_worker {
    } thread;
    uint64_t rng;                 /* the restart backoff's jitter */
    bool failed;                  /* the stream stopped for good (fw_stream_failed) */
-   int64_t reprocess_at_ms;      /* next automatic DLQ round (dlq.reprocess); 0: not
-                                * scheduled yet, -1: none */
    fw_stream_metrics_t *metrics; /* the stream's block in the process's registry, or NULL
                                   * (written by this stream's thread and its lanes) */
    int control;                  /* W_CONTROL_*: asked by the admin endpoint (atomic) */
-   int64_t dlq_count_at_ms;      /* next count of the DLQ's pending entries (metrics) */
+   struct {
+      int64_t reprocess_at_ms; /* next automatic DLQ round (dlq.reprocess); 0: not
+                                * scheduled yet, -1: none */
+      int64_t count_at_ms;     /* next count of the DLQ's pending entries (metrics) */
+   } dlq;
    struct {
       fw_checkpoint_writer_t *writer; /* checkpoint.mode = "async": started on first use
                                        * by the stream's thread, destroyed as it ends */
       bool unavailable;               /* the writer could not start: checkpoints are synchronous */
       int64_t epoch;                  /* the epoch the writer fences with */
    } ckpt;
-   struct {              /* exactly_once (stream_exactly_once.c), the stream's thread: */
-      bson_t *written;   /* the position last written in a transaction (NULL: none) */
-      bson_t *committed; /* the last one committed: the stored checkpoint's */
+   struct {                  /* exactly_once (stream_exactly_once.c), the stream's thread: */
+      bson_t *written;       /* the position last written in a transaction (NULL: none) */
+      bson_t *committed;     /* the last one committed: the stored checkpoint's */
+      fw_stream_eo_pg_t *pg; /* exactly once into PostgreSQL: its sink (owned), or NULL */
       /* Another store's position at each checkpoint save (exactly once into
        * PostgreSQL: fw_stream_exactly_once_pg_advance), or NULL. */
       void (*advance) (struct fw_stream_worker *w, const struct fw_position *p);
@@ -95,17 +97,19 @@ struct fw_stream_worker {
    } standby;
    char failure[1200]; /* why the stream stops */
    /* Per-key lanes (stream_lanes.c, issue 16), cfg->lanes > 1: */
-   int index;               /* the stream's index in its script */
-   fw_connections_t *conns; /* borrowed (fw_stream_worker_new's) */
+   struct {
+      int index;               /* the stream's index in its script */
+      fw_connections_t *conns; /* borrowed (fw_stream_worker_new's) */
+   } script;
    struct {
       fw_dispatcher_t **d; /* the lanes' dispatchers (cfg->lanes, each with a Lua state
                                 * of its own): built with the program, swapped with it by a
                                 * reload; NULL: no lanes */
       int n;
+      struct fw_stream_lanes *run; /* the running lanes (threads, queues, watermark), owned
+                                    * by the stream's thread; NULL: events handled here */
    } lane;
-   struct fw_stream_lanes *lanes; /* the running lanes (threads, queues, watermark), owned
-                                   * by the stream's thread; NULL: events handled here */
-   const bson_t *batch_held;      /* on_batch: read while taking a batch but not of it, to be
+   const bson_t *batch_held; /* on_batch: read while taking a batch but not of it, to be
                                 * taken next (the reader's, stream_batch.c); else NULL */
    struct {
       struct fw_stream_snap *run; /* the incremental snapshot running (stream_snapshot.c),

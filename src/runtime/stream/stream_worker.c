@@ -238,7 +238,7 @@ event_boundary (fw_stream_worker_t *w, fw_position_t *p)
    if (control == W_CONTROL_RESUME) {
       fw_stream_control_take (w); /* not paused: nothing to do */
    }
-   if (w->lanes || w->lane.n > 1) {
+   if (w->lane.run || w->lane.n > 1) {
       if (!fw_stream_lanes_boundary (w, p)) { /* a reload waits for every lane */
          if (fw_shutdown_requested (w->shutdown)) {
             return FW_READ_STOP;
@@ -337,12 +337,12 @@ here_advance (void *ud)
       fw_log (h->note_level, w->cfg->name, "%s", h->note);
    }
    *h->progressed = true;
-   if (w->lanes) {
+   if (w->lane.run) {
       return lanes_event (w, h->rd, h->p, h->ev, false);
    }
-   if (w->reprocess_at_ms >= 0) {
-      fw_dlq_reprocess_tick (w->d,
-                             &w->reprocess_at_ms); /* a due dlq.reprocess round, between events */
+   if (w->dlq.reprocess_at_ms >= 0) {
+      fw_dlq_reprocess_tick (
+         w->d, &w->dlq.reprocess_at_ms); /* a due dlq.reprocess round, between events */
    }
    if (w->cfg->retry_deferred) {
       fw_deferred_tick (w->d); /* due deferred retries (issue 29), between events */
@@ -364,7 +364,7 @@ static fw_read_end_t
 unreadable_event (here_t *h, fw_event_t *ev, const fw_error_t *err)
 {
    char eid[1024], what[2200];
-   fw_outcome_t o = {FW_OUTCOME_NO_DLQ, 0, 0, "", "", "", 0, FW_COUNT_NOTHING, NULL};
+   fw_outcome_t o = {FW_OUTCOME_NO_DLQ, 0, 0, "", "", "", 0, FW_COUNT_NOTHING, NULL, 0};
    fw_settle_place_t place = here_place (h);
    bson_iter_t tok;
    bool named = fw_event_field (ev, FW_EV_ID, &tok) && BSON_ITER_HOLDS_DOCUMENT (&tok);
@@ -485,7 +485,7 @@ take_event (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p, con
    if (!parsed) {
       return unreadable_event (&h, &ev, &err);
    }
-   if (w->lanes) {
+   if (w->lane.run) {
       *progressed = true;
       return lanes_event (w, rd, p, &ev, true); /* the router: to its lane */
    }
@@ -514,10 +514,11 @@ idle_step (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p)
    int64_t now;
 
    /* With lanes: only once they are idle too (the round runs here). */
-   if (w->reprocess_at_ms >= 0 && (!w->lanes || fw_stream_lanes_advance (w, p))) {
-      fw_dlq_reprocess_tick (w->d, &w->reprocess_at_ms); /* a due dlq.reprocess round, while idle */
+   if (w->dlq.reprocess_at_ms >= 0 && (!w->lane.run || fw_stream_lanes_advance (w, p))) {
+      fw_dlq_reprocess_tick (w->d,
+                             &w->dlq.reprocess_at_ms); /* a due dlq.reprocess round, while idle */
    }
-   if (!w->lanes || fw_stream_lanes_advance (w, p)) {
+   if (!w->lane.run || fw_stream_lanes_advance (w, p)) {
       fw_deferred_tick (w->d); /* due deferred retries (issue 29), while idle */
    }
    /* Idle: the post-batch token moves the seen position forward. */
@@ -527,7 +528,7 @@ idle_step (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p)
       fw_stream_metrics_caught_up (w->metrics);
       fw_stream_dlq_count_tick (w, now);
    }
-   if ((!w->lanes || fw_stream_lanes_advance (w, p)) && tok && !bson_empty (tok) &&
+   if ((!w->lane.run || fw_stream_lanes_advance (w, p)) && tok && !bson_empty (tok) &&
        !fw_split_buffer_active (&p->split) && (!p->has_resume || !bson_equal (tok, &p->resume))) {
       fw_position_set_token (&p->resume, tok);
       p->has_resume = true;
@@ -875,7 +876,7 @@ static bool
 reload_waits (void *ud)
 {
    fw_stream_worker_t *w = ud;
-   return !w->lanes && __atomic_load_n (&w->pending.has, __ATOMIC_ACQUIRE);
+   return !w->lane.run && __atomic_load_n (&w->pending.has, __ATOMIC_ACQUIRE);
 }
 
 bool

@@ -482,7 +482,7 @@ wire_app_dispatchers (fw_test_app_t *app, const load_opts_t *o)
       /* Jitter off under test unless asked, and then from a fixed seed. */
       d->prog.cfg.retry.jitter = d->prog.cfg.retry.jitter && o->jitter;
       d->rng = (uint64_t) o->seed + (uint64_t) i;
-      fw_state_store_set_clock (d->state, state_clock, app);
+      fw_state_store_set_clock (d->state.store, state_clock, app);
       fw_dispatcher_set_loader (d, rebuild_load, app);
    }
 }
