@@ -36,6 +36,37 @@ fw.stream { name = "totals", collection = "orders", exactly_once = { connection 
 """
 
 
+# The same read model as one bulk_write per batch: one transaction on the sink per call.
+BATCH_SCRIPT = """
+fw.connection { name = "sink", uri = fw.env("SINK_URI") }
+fw.stream { name = "totals", collection = "orders", exactly_once = { connection = "sink" },
+  retry = { max_attempts = 8, initial_delay = "100ms", max_delay = "1s" },
+  restart = { initial_delay = "100ms" },
+  on_batch = function(batch)
+    local ops = {}
+    for _, ctx in batch:events() do
+      local order = ctx:full_document()
+      ops[#ops + 1] = { update_one = { filter = { _id = order.customer },
+        update = { ["$inc"] = { orders = 1, amount = order.total } }, upsert = true } }
+    end
+    fw.mongo.collection(batch:get(1):database_name(), "customer_totals", { connection = "sink" })
+      :bulk_write(ops, { ordered = false })
+    for _, ctx in batch:events() do report({ n = ctx:full_document().n }) end
+  end }
+"""
+
+# A poison order (total < 0) writes, then fails: its dead letter goes to the sink's DLQ in the
+# transaction of the position past it, its write never applied.
+POISON_SCRIPT = SCRIPT.replace(
+    "restart = {", 'dlq = { connection = "sink" }, restart = {').replace(
+    "    report({ n = order.n })",
+    "    if order.total < 0 then error(fw.error(\"Validation\", \"negative total\")) end\n"
+    "    report({ n = order.n })").replace("max_attempts = 8", "max_attempts = 2")
+
+# ha.mode = "leader": the lease on the source deployment, its epoch fencing the sink's checkpoint.
+LEADER_SCRIPT = 'fw.defaults { ha = { mode = "leader", lease = "1000ms" } }\n' + SCRIPT
+
+
 def order(n):
     return {"_id": n, "n": n, "customer": "c%d" % (n % CUSTOMERS), "total": 1 + n % 11}
 
@@ -85,11 +116,17 @@ class ExactlyOnceIntoAnotherDeployment(StandInTestCase):
             self.db.orders.insert_many([order(n) for n in range(a, min(a + 250, hi))])
 
     def test_kill9_at_random_moments_keeps_every_counter_exact(self):
+        self.kill9_at_random_moments(SCRIPT, "exactly_once_sink_kill")
+
+    def test_batches_kill9_at_random_moments_keep_every_counter_exact(self):
+        self.kill9_at_random_moments(BATCH_SCRIPT, "exactly_once_sink_batch_kill")
+
+    def kill9_at_random_moments(self, body, scenario):
         seed = (int(os.environ.get("FW_CHAOS_SEED", "0"))
                 or random.SystemRandom().randrange(1, 2**31))
         rng = random.Random(seed)
         kill_at = sorted(rng.sample(range(1, EVENTS - 1), KILLS))
-        script = self.script(SCRIPT)
+        script = self.script(body)
         started = time.monotonic()
         p = self.run_fw(script, env=self.env)
         p.wait_open()
@@ -106,7 +143,7 @@ class ExactlyOnceIntoAnotherDeployment(StandInTestCase):
         self.assertEqual(p.stop(), 0)
         got, want = self.totals(), self.want(self.db.orders.find())
         applied = sum(v[0] for v in got.values())
-        figures("exactly_once_sink_kill", seed=seed, events=EVENTS, kills=KILLS, applied=applied,
+        figures(scenario, seed=seed, events=EVENTS, kills=KILLS, applied=applied,
                 lost=max(0, EVENTS - applied), doubled=max(0, applied - EVENTS),
                 seconds="%.1f" % (time.monotonic() - started))
         self.assertEqual(got, want, "every counter exact after %d kills (seed %d)"
@@ -166,3 +203,46 @@ fw.stream { name = "eo", collection = "orders", exactly_once = { connection = "s
                       'and the stream\'s checkpoint (in _fw_checkpoints there, database "shop") '
                       'commit in one transaction per event', cp.stdout)
         self.assertIn('fw.mongo on another connection ("default" too) fails the call', cp.stdout)
+
+    def test_poison_event_on_the_sink_s_dlq_is_dead_lettered_once_and_applies_nothing(self):
+        script = self.script(POISON_SCRIPT)
+        docs = [order(n) for n in range(300)]
+        docs[150]["total"] = -5
+        p = self.run_fw(script, env=self.env)
+        p.wait_open()
+        self.db.orders.insert_many(docs[:200])
+        p.wait_until(lambda: self.sink_db["_fw_dlq"].count_documents({}) == 1, timeout=60,
+                     what="the poison's dead letter on the sink")
+        p.kill9()  # maybe before the next checkpoint: the poison comes again
+        p = self.run_fw(script, env=self.env)
+        p.wait_open()
+        self.db.orders.insert_many(docs[200:])
+        self.wait_applied(299, timeout=60)
+        self.assertEqual(p.stop(), 0)
+        self.assertEqual(self.totals(), self.want(d for d in docs if d["total"] >= 0))
+        entries = list(self.sink_db["_fw_dlq"].find())
+        self.assertEqual(len(entries), 1, "one dead letter, even after a kill")
+        self.assertEqual(entries[0]["documentKey"], {"_id": 150})
+        self.assertEqual(self.db["_fw_dlq"].count_documents({}), 0, "nothing on the source")
+
+    def test_ha_leader_killed_keeps_every_counter_exact_and_fences_the_sink(self):
+        script = self.script(LEADER_SCRIPT)
+        a = self.run_fw(script, env=self.env)
+        a.wait_open()
+        b = self.run_fw(script, env=self.env)
+        b.wait_log("role: standby", timeout=30)
+        writer = threading.Thread(target=self.write_all, args=(0, 600), daemon=True)
+        writer.start()
+        a.wait_until(lambda: len(a.reports()) >= 200, timeout=60, what="200 events on a")
+        a.kill9()
+        b.wait_log("role: leader (epoch", timeout=30)
+        writer.join()
+        self.wait_applied(600, timeout=60)
+        self.assertEqual(b.stop(), 0)
+        self.assertEqual(self.totals(), self.want(self.db.orders.find()))
+        lease = self.db["_fw_leases"].find_one({"_id": "totals"})
+        sink_cp = self.sink_db["_fw_checkpoints"].find_one({"_id": "totals"})
+        self.assertIsNotNone(lease)
+        self.assertEqual(sink_cp["epoch"], lease["epoch"],
+                         "the sink's checkpoint fenced with the lease's epoch")
+        self.assertGreaterEqual(lease["epoch"], 2)
