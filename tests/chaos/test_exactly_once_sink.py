@@ -2,11 +2,16 @@
 deployment other than the stream's: the events are read on deployment A (the
 class's stand-in), the read model is kept with $inc on deployment B (a second
 stand-in, its own process), and each call's writes and the stream's
-checkpoint (_fw_checkpoints on B) commit in one transaction on B. kill -9 at
-random moments (2,000 events and 3 kills; 20,000 and 20 with FW_CHAOS_LONG=1)
-leaves every counter exact; a restart resumes from B's checkpoint, even with
-A's deleted; a write to "default" inside the call fails naming stream and
-connection; `flowwarden check` says what is exactly once."""
+checkpoint (_fw_checkpoints on B) commit in one transaction on B.
+
+- kill -9 at random moments (2,000 events and 3 kills, per event and with
+  on_batch; 20,000 and 20 with FW_CHAOS_LONG=1): every counter exact.
+- A restart resumes from B's checkpoint, even with A's deleted.
+- A poison event with the DLQ on B: dead-lettered once there, applying nothing.
+- ha.mode = "leader", the leader killed: B's checkpoint fenced with the
+  lease's epoch (the lease stays on A), every counter exact.
+- A write to "default" inside the call fails naming stream and connection;
+  `flowwarden check` says what is exactly once."""
 import os
 import random
 import threading
