@@ -143,6 +143,15 @@ function M.stream(spec)
       .. "transaction per event (exactly once); fw.mongo writes and fw.pg on another connection "
       .. "fail the call; fw.mongo reads, fw.http, fw.state, fw.redis and dead letters stay at "
       .. "least once", spec.exactly_once_pg, spec.exactly_once_pg))
+  elseif spec.exactly_once and spec.exactly_once_connection then
+    local c = spec.exactly_once_connection
+    add("exactly_once", string.format("{ connection = %q }: fw.mongo reads and writes on "
+      .. "connection %q and the stream's checkpoint (in _fw_checkpoints there, database %q) "
+      .. "commit in one transaction per %s (exactly once; the events of one source transaction "
+      .. "together; a restart resumes from that checkpoint), and so does a dead letter when "
+      .. "the DLQ is on that connection; fw.http, fw.state, fw.redis, fw.pg and a DLQ elsewhere "
+      .. "stay at least once; fw.mongo on another connection (\"default\" too) fails the call",
+      c, c, spec.database, spec.handlers.batch and "call of on_batch" or "event"))
   elseif spec.exactly_once then
     add("exactly_once", "true: fw.mongo reads and writes on the stream's own connection and the "
       .. "checkpoint commit in one transaction per "

@@ -305,8 +305,8 @@ local function bridge(app)
       return app.http:answer(a[1])
     end
     if channel == "txn" then
-      -- exactly_once: "begin" | "commit" | "abort", the stream's name
-      app.mongo:txn(a[1], a[2])
+      -- exactly_once: "begin" | "commit" | "abort", the stream's name, the connection
+      app.mongo:txn(a[1], a[2], a[3])
       return { ok = true }
     end
     if channel == "redis" then

@@ -74,6 +74,15 @@ fw_mongo_ctx_begin (lua_State *L, fw_mongo_ctx_t *ctx, const char *method, const
                           "exactly_once",
                           method, db, coll, txn->stream ? txn->stream : "?", txn->sink);
    }
+   if (txn && ctx->client != txn->client && txn->connection) {
+      fw_mongo_arg_error (L,
+                          "fw.mongo: %s on %s.%s: stream \"%s\" has exactly_once = { "
+                          "connection = \"%s\" }, and connection \"%s\" cannot join its "
+                          "transaction (only connection \"%s\" can): write there from another "
+                          "stream, or drop exactly_once",
+                          method, db, coll, txn->stream ? txn->stream : "?", txn->connection,
+                          connection, txn->connection);
+   }
    if (txn && ctx->client != txn->client) {
       fw_mongo_arg_error (L,
                           "fw.mongo: %s on %s.%s: stream \"%s\" has exactly_once = true, and "

@@ -63,6 +63,9 @@ typedef struct {
    mongoc_client_t *client;
    mongoc_client_session_t *session;
    const char *stream;
+   /* exactly_once = { connection = name }: that MongoDB connection's name
+    * (client is its client); NULL with exactly_once = true ("default"). */
+   const char *connection;
    /* exactly once into another store (client and session NULL): its
     * connection's name; fw.mongo reads run on their own and writes raise. */
    const char *sink;

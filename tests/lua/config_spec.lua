@@ -70,13 +70,13 @@ local BAD = {
       .. 'into MongoDB (exactly_once = true) or PostgreSQL ({ connection = "a postgresql:// '
       .. 'connection" }); for Redis make the handler\'s writes idempotent (docs/lua-api.md, '
       .. 'fw.redis)' } },
-  { "exactly_once into another MongoDB deployment",
+  { "exactly_once into another MongoDB deployment with lanes",
     "fw.connection { name = 'audit', uri = 'mongodb://127.0.0.1:27018/' } "
       .. "fw.stream { name = 's', database = 'shop', exactly_once = { connection = 'audit' }, "
-      .. "on_change = h }",
-    { S .. 'exactly_once.connection: connection "audit" is a MongoDB deployment other than the '
-      .. "stream's own, which is not supported yet: use exactly_once = true (transactions on the "
-      .. "stream's own deployment), or a PostgreSQL connection" } },
+      .. "lanes = 2, on_change = h }",
+    { S .. "exactly_once: cannot run with lanes = 2: the checkpoint commits with each event's "
+      .. "transaction, in the stream's order; use partitions = N instead (each unit has its own "
+      .. "checkpoint and commits its own transactions)" } },
   { "exactly_once into an unknown connection",
     "fw.stream { name = 's', database = 'shop', exactly_once = { connection = 'rep' }, "
       .. "on_change = h }",

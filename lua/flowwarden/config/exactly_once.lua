@@ -3,12 +3,16 @@
 -- checkpoint commit in one transaction. `{ connection = "name" }` naming a
 -- PostgreSQL connection: the call's fw.pg statements on that connection and
 -- the stream's position (in flowwarden_checkpoints there) commit in one SQL
--- transaction. What it cannot run with is a check error that names the
--- setting and the remedy.
+-- transaction. Naming another MongoDB connection (a sink deployment): the
+-- call's fw.mongo reads and writes on that connection and the stream's
+-- checkpoint (in _fw_checkpoints there) commit in one MongoDB transaction
+-- on that connection's client. What it cannot run with is a check error
+-- that names the setting and the remedy.
 local M = {}
 
--- The sink named by { connection = name }: sets spec.exactly_once_pg, or
--- fails. False when the setting is refused.
+-- The sink named by { connection = name }: sets spec.exactly_once_pg (a
+-- PostgreSQL connection) or spec.exactly_once_connection (a MongoDB one other
+-- than "default"), or fails. False when the setting is refused.
 local function named_sink(ctx, v, spec, opts, repr)
   for k in pairs(v) do
     if k ~= "connection" then
@@ -42,15 +46,19 @@ local function named_sink(ctx, v, spec, opts, repr)
       .. "fw.redis)", repr(name))
     return false
   end
-  ctx:fail("exactly_once.connection", "connection %s is a MongoDB deployment other than the "
-    .. "stream's own, which is not supported yet: use exactly_once = true (transactions on the "
-    .. "stream's own deployment), or a PostgreSQL connection", repr(name))
+  if c.kind == "mongodb" then
+    spec.exactly_once_connection = name -- transactions on that deployment's client
+    return true
+  end
+  ctx:fail("exactly_once.connection", "connection %s is neither a MongoDB nor a PostgreSQL "
+    .. "connection", repr(name))
   return false
 end
 
 function M.check(ctx, t, spec, repr, opts)
   spec.exactly_once = false
   spec.exactly_once_pg = nil
+  spec.exactly_once_connection = nil
   local v = t.exactly_once
   if v == nil or v == false then return end
   if type(v) == "table" then

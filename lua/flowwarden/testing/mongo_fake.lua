@@ -13,7 +13,7 @@ testing handler scripts without a MongoDB (issue 15; docs/testing-scripts.md).
   fake:collection(db, name [, { connection = "..." }])  -- a handle, as fw.mongo.collection
   fake.api                             -- a table shaped like fw.mongo: api.collection(...)
   fake:close_cursors()                 -- what the runtime does after each handler call
-  fake:txn("begin", stream)            -- exactly_once: the call's transaction (below)
+  fake:txn("begin", stream [, conn])   -- exactly_once: the call's transaction (below)
   fake:txn("commit") / fake:txn("abort")
 
 A handle has fw.mongo's methods with the same arguments, options, results,
@@ -26,7 +26,8 @@ typed error "Testing.Unsupported" whose message ends in "is not supported by
 the test fake", never a different answer.
 
 exactly_once (issue 39): between txn("begin", stream) and txn("commit") or
-txn("abort"), operations on connection "default" are one transaction: an
+txn("abort"), operations on connection "default" (or conn, the MongoDB
+connection of exactly_once = { connection = conn }) are one transaction: an
 abort puts back every collection they touched as it was at its first touch
 (a copy taken then), a commit keeps them; an operation on another connection
 raises fw.mongo's ArgumentError naming the stream and the connection. The
@@ -112,7 +113,13 @@ local function begin(method, h, level)
   end
   op.ns = d.db .. "." .. d.coll
   local txn = self.txn_state
-  if txn and d.connection ~= "default" then
+  if txn and d.connection ~= txn.connection then
+    if txn.connection ~= "default" then
+      arg_error(op, 'fw.mongo: %s on %s: stream "%s" has exactly_once = { connection = "%s" }, '
+        .. 'and connection "%s" cannot join its transaction (only connection "%s" can): write '
+        .. "there from another stream, or drop exactly_once", method, op.ns, txn.stream,
+        txn.connection, d.connection, txn.connection)
+    end
     arg_error(op, 'fw.mongo: %s on %s: stream "%s" has exactly_once = true, and connection "%s" '
       .. "cannot join its transaction (only the stream's own MongoDB client can): write there "
       .. "from another stream, or drop exactly_once", method, op.ns, txn.stream, d.connection)
@@ -675,18 +682,18 @@ end
 
 -- exactly_once: "begin" (a call of stream starts; an open one is aborted
 -- first), "commit" or "abort" (see the header).
-function Fake:txn(action, stream)
+function Fake:txn(action, stream, connection)
   local txn = self.txn_state
   self.txn_state = nil
   if txn and action ~= "commit" then
-    local deployment = self.stores.default or {}
-    self.stores.default = deployment
+    local deployment = self.stores[txn.connection] or {}
+    self.stores[txn.connection] = deployment
     for ns, copy in pairs(txn.saved) do
       deployment[ns] = copy or nil
     end
   end
   if action == "begin" then
-    self.txn_state = { stream = tostring(stream), saved = {} }
+    self.txn_state = { stream = tostring(stream), saved = {}, connection = connection or "default" }
   end
 end
 

@@ -22,7 +22,8 @@ run loads it.
     app.pg (a recorder of statements with scripted answers).
   - exactly_once streams: each call of a handler (not on_error) runs in a
     transaction of the fake (mongo_fake's txn): its fw.mongo writes on
-    "default" are kept only when it returns without ctx:send_to_dlq, as
+    "default" (or on the MongoDB connection exactly_once = { connection =
+    name } names) are kept only when it returns without ctx:send_to_dlq, as
     production commits them; a failed call's writes are not visible.
   - fw.date() without an argument is the virtual clock's now.
   - fw.env reads opts.env only.
@@ -214,7 +215,7 @@ end
 local TXN_HANDLERS = { "on_insert", "on_update", "on_replace", "on_delete", "on_change",
   "on_snapshot" }
 
-local function transactional(raw, stream, handler, asked)
+local function transactional(raw, stream, handler, asked, connection)
   return function(ctx, ...)
     local mt = debug.getmetatable(ctx)
     local methods = mt and mt.__index
@@ -228,7 +229,7 @@ local function transactional(raw, stream, handler, asked)
       asked.watched[methods] = true
     end
     asked.dlq = false
-    raw("txn", "begin", stream)
+    raw("txn", "begin", stream, connection)
     local guard <close> = setmetatable({}, { __close = function(_, err)
       raw("txn", (err == nil and not asked.dlq) and "commit" or "abort")
     end })
@@ -236,14 +237,38 @@ local function transactional(raw, stream, handler, asked)
   end
 end
 
+-- The MongoDB connection a stream's exactly_once runs its transactions on:
+-- "default" for true, a connection declared with a mongodb:// URI for
+-- { connection = name }; nil otherwise (off, or another store's).
+local function txn_connection(eo, mongo)
+  if eo == true then
+    return "default"
+  end
+  if type(eo) == "table" and type(eo.connection) == "string" and mongo[eo.connection] then
+    return eo.connection
+  end
+  return nil
+end
+
 local function wrap_exactly_once(fw, raw)
-  local declare = fw.stream
+  local declare, connect = fw.stream, fw.connection
   local asked = { watched = setmetatable({}, { __mode = "k" }) }
+  local mongo = { default = true } -- the MongoDB connections declared so far
+  if type(connect) == "function" then
+    fw.connection = function(t, ...)
+      if type(t) == "table" and type(t.name) == "string" and type(t.uri) == "string"
+          and t.uri:match("^mongodb") then
+        mongo[t.name] = true
+      end
+      return connect(t, ...)
+    end
+  end
   fw.stream = function(t, ...)
-    if type(t) == "table" and t.exactly_once == true then
+    local connection = type(t) == "table" and txn_connection(t.exactly_once, mongo)
+    if connection then
       for _, key in ipairs(TXN_HANDLERS) do
         if type(t[key]) == "function" then
-          t[key] = transactional(raw, tostring(t.name), t[key], asked)
+          t[key] = transactional(raw, tostring(t.name), t[key], asked, connection)
         end
       end
     end

@@ -339,6 +339,8 @@ fw_stream_config_read (lua_State *L, int idx, int specs, fw_stream_config_t *cfg
    if (cfg->exactly_once_pg) {
       cfg->exactly_once = false; /* the PostgreSQL sink's, not MongoDB's transactions */
    }
+   cfg->exactly_once_connection = cfg->exactly_once ? dup_field (L, t, "exactly_once_connection")
+                                                    : NULL;
    read_checkpoint (L, t, cfg);
 
    fw_stream_config_read_snapshot (L, t, cfg);
@@ -391,6 +393,7 @@ fw_stream_config_cleanup (fw_stream_config_t *cfg)
    free (cfg->full_document);
    free (cfg->full_document_before_change);
    free (cfg->exactly_once_pg);
+   free (cfg->exactly_once_connection);
    free (cfg->dlq.collection);
    free (cfg->dlq.write_concern_tag);
    free (cfg->dlq.connection);

@@ -64,6 +64,10 @@ typedef struct {
       int64_t pause_ms;   /* between chunks */
       int read_mode;      /* mongoc_read_mode_t of read_preference */
    } snapshot;
+   /* exactly_once = { connection = name } naming a MongoDB connection other
+    * than "default" (the sink: transactions and checkpoint there; exactly_once
+    * is true), or NULL */
+   char *exactly_once_connection;
    fw_backoff_t restart;
    fw_backoff_t retry;
    bool retry_deferred; /* retry.mode = "deferred" (issue 29): a failed event waits

@@ -1,7 +1,8 @@
 /*
  * event_txn.c - exactly_once (issue 39): one handler attempt in a MongoDB
- * transaction on the "default" connection's client, with the stream's
- * position written in it before the commit.
+ * transaction on the client of the "default" connection (exactly_once =
+ * true) or of the sink named by exactly_once = { connection = "name" }, with
+ * the stream's position written in it before the commit.
  *
  * What MongoDB gives and this relies on (its manual, "Transactions" and
  * https://www.mongodb.com/docs/manual/core/transactions-in-applications/,
@@ -58,10 +59,17 @@ fw_dispatcher_set_exactly_once_replay (fw_dispatcher_t *d, fw_txn_position_fn fn
    d->eo.replay_ud = ud;
 }
 
+/* The name of the connection the transactions run on. */
+static const char *
+txn_connection (const fw_dispatcher_t *d)
+{
+   return d->prog.cfg.exactly_once_connection ? d->prog.cfg.exactly_once_connection : "default";
+}
+
 mongoc_client_t *
 fw_dispatcher_txn_client (fw_dispatcher_t *d, fw_error_t *error)
 {
-   return fw_connection_clients_get (d->clients, "default", error);
+   return fw_connection_clients_get (d->clients, txn_connection (d), error);
 }
 
 void
@@ -133,7 +141,7 @@ fw_txn_begin (fw_dispatcher_t *d, lua_State *L, fw_mongo_txn_t *join)
       return d->eo.sink.begin (d->eo.sink.ud, L); /* another store's (issue 40) */
    }
    err.message[0] = '\0';
-   client = fw_connection_clients_get (d->clients, "default", &err);
+   client = fw_dispatcher_txn_client (d, &err);
    if (!client) {
       push_local_failure (L, "startTransaction", err.message);
       return false;
@@ -151,6 +159,7 @@ fw_txn_begin (fw_dispatcher_t *d, lua_State *L, fw_mongo_txn_t *join)
    join->client = d->eo.client;
    join->session = d->eo.session;
    join->stream = d->prog.cfg.name;
+   join->connection = d->prog.cfg.exactly_once_connection; /* NULL: "default" */
    join->sink = NULL;
    fw_mongo_lua_join (L, join);
    return true;

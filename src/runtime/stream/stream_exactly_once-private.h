@@ -10,6 +10,8 @@
 
 #include "runtime/stream/stream_worker.h"
 
+#include "runtime/checkpoint/checkpoint_store.h"
+
 typedef struct fw_position fw_position_t; /* stream_position-private.h */
 
 /* stream_exactly_once.c: exactly_once (issue 39) wires the dispatcher's
@@ -24,6 +26,20 @@ void fw_stream_exactly_once_wire (fw_stream_worker_t *w);
  * transaction it may have left open, and ends this thread's own; a failure
  * is logged and the run goes on. */
 void fw_stream_exactly_once_recover (fw_stream_worker_t *w);
+
+/* exactly_once = { connection = <MongoDB> } (a sink deployment; the lease
+ * stays on the stream's): _fence raises the sink's checkpoint's epoch to the
+ * lease's (a new leader, after the stream's own checkpoint; *stored as
+ * fw_checkpoint_fence's; without a sink *stored = epoch and true). _load
+ * reads the sink's checkpoint into cp (*found: it holds a position, which
+ * wins over the stream's own), retried with the restart backoff, false only
+ * on shutdown; without a sink true and nothing read. _advance, at each
+ * checkpoint save: writes p to the sink's checkpoint when no transaction
+ * did (best effort, fenced under ha). */
+bool fw_stream_exactly_once_fence (fw_stream_worker_t *w, int64_t epoch, int64_t *stored,
+                                   fw_error_t *error);
+bool fw_stream_exactly_once_load (fw_stream_worker_t *w, fw_checkpoint_t *cp, bool *found);
+void fw_stream_exactly_once_advance (fw_stream_worker_t *w, const fw_position_t *p);
 
 /* stream_exactly_once_pg.c: exactly_once = { connection = <PostgreSQL> }
  * (issue 40). _wire hands the dispatcher the PostgreSQL sink (its state made

@@ -1,14 +1,17 @@
 /*
  * stream_exactly_once.c - exactly_once (issue 39), the stream's side: the
  * position past a handled event written in its handler's transaction, to
- * _fw_checkpoints on the stream's own deployment, fenced with the lease's
- * epoch under ha so that a deposed leader commits nothing; and the record
- * of the server sessions those transactions run on, whose transactions the
- * next holder of the checkpoint kills before it reads (txn_sessions.h).
+ * _fw_checkpoints on the deployment the transactions run on (the stream's
+ * own, or the sink of exactly_once = { connection = "name" }: there in the
+ * database of the stream's checkpoint), fenced with the lease's epoch under
+ * ha so that a deposed leader commits nothing; and the record of the server
+ * sessions those transactions run on, whose transactions the next holder of
+ * the checkpoint kills before it reads (txn_sessions.h).
  */
 #include "flowwarden/log.h"
 #include "runtime/checkpoint/checkpoint_store.h"
 #include "runtime/checkpoint/txn_sessions.h"
+#include "runtime/dispatch/backoff.h"
 #include "runtime/stream/stream_exactly_once-private.h"
 #include "runtime/stream/stream_position-private.h"
 #include "runtime/stream/stream_worker-private.h"
@@ -133,5 +136,83 @@ fw_stream_exactly_once_recover (fw_stream_worker_t *w)
               "exactly_once: ended %d server session(s) of an "
               "earlier run (killSessions), aborting any transaction left open",
               killed);
+   }
+}
+
+/* The sink's client (exactly_once = { connection = <MongoDB> }), else NULL
+ * (error set only when the sink's client cannot be had). */
+static mongoc_client_t *
+sink_client (fw_stream_worker_t *w, fw_error_t *error)
+{
+   error->message[0] = '\0';
+   if (!w->cfg->exactly_once || !w->cfg->exactly_once_connection) {
+      return NULL;
+   }
+   return fw_dispatcher_txn_client (w->d, error);
+}
+
+bool
+fw_stream_exactly_once_fence (fw_stream_worker_t *w, int64_t epoch, int64_t *stored,
+                              fw_error_t *error)
+{
+   mongoc_client_t *client = sink_client (w, error);
+
+   *stored = epoch;
+   if (!client) {
+      return error->message[0] == '\0';
+   }
+   return fw_checkpoint_fence (client, w->cfg->database, w->cfg->name, epoch, stored, error);
+}
+
+bool
+fw_stream_exactly_once_load (fw_stream_worker_t *w, fw_checkpoint_t *cp, bool *found)
+{
+   fw_error_t err;
+   mongoc_client_t *client;
+
+   *found = false;
+   for (int tries = 1;; tries++) {
+      client = sink_client (w, &err);
+      if (!client && err.message[0] == '\0') {
+         return true; /* no sink */
+      }
+      if (client && fw_checkpoint_load (client, w->cfg->database, w->cfg->name, cp, &err)) {
+         *found = cp->has_processed || cp->has_seen;
+         return true;
+      }
+      fw_checkpoint_cleanup (cp);
+      int64_t delay = fw_backoff_delay_ms (&w->cfg->restart, tries, fw_backoff_random (&w->rng));
+      fw_log (FW_LOG_ERROR, w->cfg->name,
+              "exactly_once: the checkpoint on connection \"%s\": %s; retrying in %lld ms",
+              w->cfg->exactly_once_connection, err.message, (long long) delay);
+      if (fw_shutdown_wait_ms (w->shutdown, delay)) {
+         return false;
+      }
+   }
+}
+
+void
+fw_stream_exactly_once_advance (fw_stream_worker_t *w, const fw_position_t *p)
+{
+   fw_error_t err;
+   mongoc_client_t *client = sink_client (w, &err);
+   const char *version = fw_lua_host_version (fw_dispatcher_host (w->d));
+   const bson_t *processed = p->has_processed ? &p->processed : NULL;
+   const bson_t *seen = p->has_resume ? &p->resume : NULL;
+   bool ok;
+
+   if (!client || fw_stream_exactly_once_stored (w, p)) {
+      return;
+   }
+   ok = w->lead.lease
+           ? fw_checkpoint_save_fenced (client, w->cfg->database, w->cfg->name, processed, seen,
+                                        version, w->lead.epoch, NULL, &err)
+           : fw_checkpoint_save (client, w->cfg->database, w->cfg->name, processed, seen, version,
+                                 &err);
+   if (!ok) {
+      fw_log (FW_LOG_WARN, w->cfg->name,
+              "exactly_once: the checkpoint on connection \"%s\" not moved (%s): a restart "
+              "reads again from the last event handled",
+              w->cfg->exactly_once_connection, err.message);
    }
 }

@@ -19,6 +19,24 @@ fw_stream_lease_lost (fw_stream_worker_t *w)
    return w->lead.lease && (!fw_lease_is_leader (w->lead.lease, NULL) || fw_stream_over_share (w));
 }
 
+/* p = the position stored in cp (nothing when it holds none). */
+static void
+from_stored (const fw_checkpoint_t *cp, fw_position_t *p, int *candidate, bool *from_checkpoint)
+{
+   if (cp->has_processed) {
+      fw_position_set_token (&p->processed, &cp->processed);
+      p->has_processed = true;
+      fw_position_set_token (&p->resume, &cp->processed);
+      p->has_resume = true;
+      *from_checkpoint = true;
+   } else if (cp->has_seen) {
+      fw_position_set_token (&p->resume, &cp->seen);
+      p->has_resume = true;
+      *candidate = 1;
+      *from_checkpoint = true;
+   }
+}
+
 /* Reads the checkpoint into p (unless start_position = "latest"), retrying
  * with the restart backoff. False only on shutdown. */
 bool
@@ -41,18 +59,23 @@ fw_stream_load_checkpoint (fw_stream_worker_t *w, fw_checkpoint_t *cp, fw_positi
          return false;
       }
    }
-   if (cp->has_processed) {
-      fw_position_set_token (&p->processed, &cp->processed);
-      p->has_processed = true;
-      fw_position_set_token (&p->resume, &cp->processed);
-      p->has_resume = true;
-      *from_checkpoint = true;
-   } else if (cp->has_seen) {
-      fw_position_set_token (&p->resume, &cp->seen);
-      p->has_resume = true;
-      *candidate = 1;
-      *from_checkpoint = true;
+   from_stored (cp, p, candidate, from_checkpoint);
+   /* exactly once into a MongoDB sink: the position committed there wins
+    * (the handled events' transactions wrote it; the stream's own may trail
+    * it, or be ahead only by events whose effects are not in the sink). */
+   fw_checkpoint_t sink = {0};
+   bool found;
+   bson_init (&sink.processed);
+   bson_init (&sink.seen);
+   if (!fw_stream_exactly_once_load (w, &sink, &found)) {
+      return false;
    }
+   if (found) {
+      p->has_processed = p->has_resume = false;
+      *candidate = 0;
+      from_stored (&sink, p, candidate, from_checkpoint);
+   }
+   fw_checkpoint_cleanup (&sink);
    /* exactly once into PostgreSQL: the position committed there wins. */
    return fw_stream_exactly_once_pg_load (w, p, candidate, from_checkpoint);
 }
@@ -98,6 +121,13 @@ fw_stream_wait_lead (fw_stream_worker_t *w)
        * (up to transactionLifetimeLimitSeconds). */
       fw_stream_exactly_once_recover (w);
       if (!fw_checkpoint_fence (w->client, w->cfg->database, w->cfg->name, epoch, &stored, &err)) {
+         fw_log (FW_LOG_WARN, w->cfg->name, "%s; trying again", err.message);
+         fw_shutdown_wait_ms (w->shutdown, 250);
+         continue;
+      }
+      /* exactly once into a sink deployment: its checkpoint, which the
+       * transactions write, carries the lease's epoch too. */
+      if (stored == epoch && !fw_stream_exactly_once_fence (w, epoch, &stored, &err)) {
          fw_log (FW_LOG_WARN, w->cfg->name, "%s; trying again", err.message);
          fw_shutdown_wait_ms (w->shutdown, 250);
          continue;

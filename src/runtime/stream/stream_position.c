@@ -80,6 +80,7 @@ fw_position_save (fw_stream_worker_t *w, fw_position_t *p, const char *why)
    if (w->lead.lease && w->lead.epoch <= 0) {
       return; /* a standby has nothing to save: the leader's checkpoint stands */
    }
+   fw_stream_exactly_once_advance (w, p); /* exactly once into a sink deployment */
    if (!(w->lead.lease
             ? fw_checkpoint_save_fenced (
                  w->client, w->cfg->database, w->cfg->name, p->has_processed ? &p->processed : NULL,

@@ -46,7 +46,8 @@ fw_stream_worker_same_source (fw_stream_worker_t *w, const fw_stream_worker_t *n
           /* exactly_once switched on or off: a new stream (its final
            * checkpoint, then its transactions or async saves from there). */
           w->cfg->exactly_once == next->cfg->exactly_once &&
-          same_string (w->cfg->exactly_once_pg, next->cfg->exactly_once_pg);
+          same_string (w->cfg->exactly_once_pg, next->cfg->exactly_once_pg) &&
+          same_string (w->cfg->exactly_once_connection, next->cfg->exactly_once_connection);
    pthread_mutex_unlock (&w->pending.mu);
    return same;
 }
