@@ -35,7 +35,8 @@ void fw_stream_exactly_once_recover (fw_stream_worker_t *w);
  * wins over the stream's own), retried with the restart backoff, false only
  * on shutdown; without a sink true and nothing read. _advance, at each
  * checkpoint save: writes p to the sink's checkpoint when no transaction
- * did (best effort, fenced under ha). */
+ * did (best effort, fenced under ha); _wire sets w->eo.advance to it, which
+ * the position's saves call. */
 bool fw_stream_exactly_once_fence (fw_stream_worker_t *w, int64_t epoch, int64_t *stored,
                                    fw_error_t *error);
 bool fw_stream_exactly_once_load (fw_stream_worker_t *w, fw_checkpoint_t *cp, bool *found);

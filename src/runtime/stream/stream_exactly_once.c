@@ -90,7 +90,7 @@ fw_stream_exactly_once_wire (fw_stream_worker_t *w)
       fw_dispatcher_set_txn_committed (w->d, NULL);
    }
    fw_dispatcher_set_txn_sink (w->d, NULL);
-   w->eo.advance = NULL;
+   w->eo.advance = w->cfg->exactly_once_connection ? fw_stream_exactly_once_advance : NULL;
    fw_stream_exactly_once_pg_wire (w); /* into PostgreSQL: its sink */
 }
 
@@ -201,7 +201,10 @@ fw_stream_exactly_once_advance (fw_stream_worker_t *w, const fw_position_t *p)
    const bson_t *seen = p->has_resume ? &p->resume : NULL;
    bool ok;
 
-   if (!client || fw_stream_exactly_once_stored (w, p)) {
+   if ((!p->has_processed && !p->has_resume) || (w->lead.lease && w->lead.epoch <= 0)) {
+      return; /* nothing to save, or a standby's: the leader's stands */
+   }
+   if (!client || fw_position_is (p, w->eo.committed)) {
       return;
    }
    ok = w->lead.lease

@@ -32,6 +32,15 @@ typedef struct fw_position {
                          * dead-lettered it */
 } fw_position_t;
 
+/* Whether p's handled and seen positions are both committed (a token, or
+ * NULL: never). */
+static inline bool
+fw_position_is (const fw_position_t *p, const bson_t *committed)
+{
+   return committed && p->has_processed && bson_equal (&p->processed, committed) &&
+          (!p->has_resume || bson_equal (&p->resume, committed));
+}
+
 /* dst = a copy of src (dst initialized). */
 void fw_position_set_token (bson_t *dst, const bson_t *src);
 

@@ -67,9 +67,6 @@ void
 fw_position_save (fw_stream_worker_t *w, fw_position_t *p, const char *why)
 {
    fw_error_t err;
-   if (w->eo.advance) {
-      w->eo.advance (w, p); /* exactly once into PostgreSQL */
-   }
    if (w->ckpt.writer) {
       fw_checkpoint_writer_quiesce (w->ckpt.writer); /* nothing older can land after this */
       fw_position_writer_results (w);
@@ -80,7 +77,9 @@ fw_position_save (fw_stream_worker_t *w, fw_position_t *p, const char *why)
    if (w->lead.lease && w->lead.epoch <= 0) {
       return; /* a standby has nothing to save: the leader's checkpoint stands */
    }
-   fw_stream_exactly_once_advance (w, p); /* exactly once into a sink deployment */
+   if (w->eo.advance) {
+      w->eo.advance (w, p); /* exactly once into a sink: PostgreSQL, another deployment */
+   }
    if (!(w->lead.lease
             ? fw_checkpoint_save_fenced (
                  w->client, w->cfg->database, w->cfg->name, p->has_processed ? &p->processed : NULL,
@@ -110,9 +109,7 @@ fw_position_save (fw_stream_worker_t *w, fw_position_t *p, const char *why)
 static bool
 committed_already (const fw_stream_worker_t *w, const fw_position_t *p)
 {
-   return w->cfg->exactly_once && w->eo.committed && p->has_processed &&
-          bson_equal (&p->processed, w->eo.committed) &&
-          (!p->has_resume || bson_equal (&p->resume, w->eo.committed));
+   return w->cfg->exactly_once && fw_position_is (p, w->eo.committed);
 }
 
 /* checkpoint.mode = "async": hands the position to the stream's checkpoint
@@ -148,7 +145,7 @@ fw_position_save_async (fw_stream_worker_t *w, fw_position_t *p, const char *why
       return;
    }
    if (w->eo.advance) {
-      w->eo.advance (w, p); /* exactly once into PostgreSQL */
+      w->eo.advance (w, p); /* exactly once into a sink: PostgreSQL, another deployment */
    }
    if (!w->ckpt.writer && !(w->ckpt.writer = fw_checkpoint_writer_new (w->pool, w->cfg->database,
                                                                        w->cfg->name, &err))) {
