@@ -6,6 +6,10 @@
        rows (INSERT ... SELECT FROM jsonb_to_recordset($1::jsonb) ... ON CONFLICT; prepared)
   S9m  the same upsert as S9, prepared, run for every event of a batch in one round trip
        (fw.pg.execute_many; the loop: psycopg2.extras.execute_batch, 500 per page)
+  S9e  S9 with exactly_once = { connection = "pg" }: each event's upsert and the stream's
+       position in one SQL transaction (flowwarden only: the loop has no such mode)
+  S9me S9m with exactly_once = { connection = "pg" }: one SQL transaction per batch (its
+       upserts and the position past its last event; flowwarden only)
   S10  fw.redis.pipeline: SET doc:<id> and INCR count:<group> per event
   S10b one pipeline of those per on_batch batch
   S0b  (with --preload only) on_batch reading the same fields and writing nothing: the ceiling
@@ -30,6 +34,7 @@ every chunk by N/2 ms each way (a network with an N ms round trip; the servers s
 
   python3 bench/store_scenarios.py [--events 5000] [--only s9,s9b,s9j,s9m,s10,s10b] [--preload]
                                    [--pg-latency-ms N] [--systems flowwarden,python]
+  (s9e and s9me, exactly once, run only with --only naming them)
 """
 import argparse
 import datetime
@@ -112,9 +117,15 @@ BODIES = {
 }
 
 
+# Exactly-once variants: the base scenario's handler, its calls' statements and the stream's
+# position committed in one SQL transaction.
+EXACTLY_ONCE = {"s9e": "s9", "s9me": "s9m"}
+
+
 def script(tmp, scenario, pg_uri, redis_uri, done_at=0):
     """done_at > 0: the handler logs "BENCH done" once it has returned for that many events."""
-    kind, body = BODIES[scenario]
+    kind, body = BODIES[EXACTLY_ONCE.get(scenario, scenario)]
+    eo = 'exactly_once = { connection = "pg" },\n  ' if scenario in EXACTLY_ONCE else ""
     arg = "batch" if kind == "on_batch" else "ctx"
     if done_at:
         body += ("    seen = seen + %s\n    if seen >= %d and not done then done = true; "
@@ -128,7 +139,8 @@ def script(tmp, scenario, pg_uri, redis_uri, done_at=0):
             'fw.connection { name = "cache", uri = %r }\n'
             'fw.stream { name = "b", database = %r, collection = %r,\n'
             '  checkpoint = { save_every = 100 },\n'
-            '  %s = function(%s)%s  end }\n') % (pg_uri, redis_uri, DB, COLL, kind, arg, body)
+            '  %s%s = function(%s)%s  end }\n') % (pg_uri, redis_uri, DB, COLL, eo, kind, arg,
+                                                    body)
     path = os.path.join(tmp, scenario + ".lua")
     with open(path, "w") as f:
         f.write(text.replace("'", '"'))
@@ -148,7 +160,7 @@ def reset(scenario, pg, redis, mongo, keep_docs=False):
     if not keep_docs:
         mongo[DB][COLL].drop()
     mongo[DB]["_fw_checkpoints"].drop()
-    pg.sql("DROP TABLE IF EXISTS s9; CREATE TABLE s9 (id text PRIMARY KEY, g int, n int)")
+    pg.sql("DROP TABLE IF EXISTS s9, flowwarden_checkpoints; CREATE TABLE s9 (id text PRIMARY KEY, g int, n int)")
     redis.command("FLUSHALL")
 
 
@@ -279,6 +291,8 @@ def main():
         token = preload(mongo, a.events) if a.preload else None
         for sc in a.only.split(","):
             for system in a.systems.split(","):
+                if system == "python" and sc in EXACTLY_ONCE:
+                    continue  # no such mode in the loop
                 if system == "flowwarden" and token:
                     rate, cpu = run_flowwarden_preloaded(tmp, sc, uri, pg, redis, mongo, a.events,
                                                          token)

@@ -12,10 +12,15 @@
 --
 -- The last change of each order in the batch decides: its row is upserted
 -- (insert, update, replace) or deleted. fw.pg.execute_many sends all the rows
--- of a statement in one round trip (prepared once per connection), and both
--- statements run in one transaction: a batch is applied whole or not at all,
--- and applying it again after a retry or a restart leaves the same rows. An
--- error fails the whole batch: Pg.Connection, Pg.Timeout, Pg.Serialization
+-- of a statement in one round trip. exactly_once = { connection = "reporting" }
+-- runs each call of on_batch in one SQL transaction with the stream's position
+-- past the batch's last event (a row of flowwarden_checkpoints, created in that
+-- database on first use): a batch is applied whole or not at all, together
+-- with the position, so a crash or a kill never applies a batch twice and a
+-- restart resumes after the last batch that committed (docs/reliability.md,
+-- "Exactly once into PostgreSQL"). The fw.pg.transaction below is a savepoint
+-- inside it (without exactly_once, the transaction itself). An error fails
+-- the whole batch and rolls it back: Pg.Connection, Pg.Timeout, Pg.Serialization
 -- and Pg.Deadlock are retried; then (or at once for a Pg.UniqueViolation,
 -- Pg.Syntax or Pg.Permission) the batch is bisected until the events that
 -- fail alone are found, and only those go to the DLQ.
@@ -50,6 +55,7 @@ fw.stream {
   full_document = "updateLookup",
   retry = { max_attempts = 10, initial_delay = "200ms", max_delay = "10s" },
   dlq = true,
+  exactly_once = { connection = "reporting" },
   batch = { max_events = 500, max_wait = "20ms" },
 
   on_batch = function(batch)

@@ -59,6 +59,23 @@ fw.stream { name = "eo", collection = "c", exactly_once = { connection = "rep" }
 """
 
 
+BATCH_SCRIPT = """
+fw.connection { name = "rep", uri = fw.env("PG_URI") }
+fw.stream { name = "eo", collection = "c", exactly_once = { connection = "rep" }, dlq = true,
+  retry = { max_attempts = 2, initial_delay = "20ms", max_delay = "100ms", jitter = false },
+  batch = { max_events = 100, max_wait = "300ms" },
+  on_batch = function(batch)
+    local rows, poison = {}, false
+    for _, ctx in batch:events() do
+      local d = ctx:full_document()
+      rows[#rows + 1] = { tostring(d._id), 0 }
+      poison = poison or d.case == "poison"
+    end
+    fw.pg.execute_many("rep", "INSERT INTO log (id, attempt) VALUES ($1, $2)", rows)
+    if poison then error(fw.error("Validation", "poison in a batch of " .. #rows)) end
+  end }
+"""
+
 class CommitReplyDropper:
     """A TCP proxy to the server on a loopback port that, once armed, lets the
     first COMMIT through and closes that client's connection instead of
@@ -357,3 +374,38 @@ class PgExactlyOnce(WithPgServer, FailureTestCase):
         self.assertEqual(self.log(), [("1", "2")], "the second attempt committed")
         self.assertEqual(p.count_log("Pg.Serialization"), 1)
         self.assertEqual(self.dlq_entries(), [])
+
+    def test_on_batch_a_poison_event_is_isolated_and_each_sub_batch_commits_once(self):
+        # One SQL transaction per call of on_batch: its rows and the position
+        # past its last event. A call failing for one event's sake is rolled
+        # back whole (its rows were sent before it raised), then bisected:
+        # each sub-batch that passes commits its own transaction, the poison
+        # event is dead-lettered once with nothing of it applied.
+        p = self.run_fw(self.script(BATCH_SCRIPT), env=clean_env({"PG_URI": self.pg.uri()}))
+        p.wait_open()
+        self.db.c.insert_many([{"_id": i, "case": "poison" if i == 5 else None}
+                               for i in range(12)])
+        self.wait_dlq(1)
+        self.wait_logged(11)
+        want = sorted((str(i), "0") for i in range(12) if i != 5)
+        self.assertEqual(self.log(), want, "each other event applied once, the poison one never")
+        entries = self.dlq_entries()
+        self.assertEqual([e["documentKey"] for e in entries], [{"_id": 5}], "dead-lettered once")
+        self.assertIn("poison in a batch of 1", entries[0]["error"]["message"], "alone, bisected")
+        # A crash and a start: the position committed with the last
+        # sub-batch (or stored past the dead letter) keeps all of it from
+        # running again.
+        deadline = time.monotonic() + 30
+        while '"_data"' not in (self.position() or "") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        p.kill9()
+        p = self.run_fw(self.script(BATCH_SCRIPT), env=clean_env({"PG_URI": self.pg.uri()}))
+        p.wait_open()
+        self.assertEqual(p.count_log("resuming from the position committed"), 1)
+        self.db.c.insert_one({"_id": 12})
+        self.wait_logged(12)
+        self.assertEqual(p.stop(), 0)
+        self.assertEqual(p.count_log("poison in a batch"), 0,
+                         "the dead-lettered event did not run again")
+        self.assertEqual(self.log(), sorted(want + [("12", "0")]))
+        self.assertEqual(len(self.dlq_entries()), 1)

@@ -526,6 +526,10 @@ describe("config: effective settings", function()
     spec = spec_of("fw.stream { name = 's', database = 'shop', "
       .. "exactly_once = { connection = 'default' }, on_change = h }")
     assert.same({ true }, { spec.exactly_once, spec.exactly_once_pg })
+    spec = spec_of("fw.connection { name = 'rep', uri = 'postgresql://u@127.0.0.1/r' } "
+      .. "fw.stream { name = 's', database = 'shop', exactly_once = { connection = 'rep' }, "
+      .. "on_batch = h }")
+    assert.same({ true, "rep" }, { spec.exactly_once, spec.exactly_once_pg })
   end)
 
   it("gives retry = true the seed's RetryPolicy defaults", function()

@@ -80,11 +80,6 @@ function M.check(ctx, t, spec, repr, opts)
       .. '"deferred" (a deferred retry runs outside the stream\'s order, so its statements '
       .. 'cannot commit with the position): use mode = "blocking"', repr(spec.exactly_once_pg))
   end
-  if spec.exactly_once_pg and t.on_batch ~= nil then
-    ctx:fail("exactly_once", "into PostgreSQL (connection %s) is not supported with on_batch "
-      .. "yet: use per-event handlers, or exactly_once = true for a MongoDB read model",
-      repr(spec.exactly_once_pg))
-  end
   if t.snapshot ~= nil or (type(t.checkpoint) == "table"
       and t.checkpoint.start_position == "snapshot") then
     ctx:fail("exactly_once", "is not supported with incremental snapshots yet")

@@ -133,8 +133,12 @@ fw_position_save_async (fw_stream_worker_t *w, fw_position_t *p, const char *why
       return;
    }
    /* exactly_once: each handled event's transaction writes the checkpoint;
-    * an async write landing after a later commit would move it back. */
-   if (w->cfg->checkpoint_sync || w->ckpt.unavailable || w->cfg->exactly_once) {
+    * an async write landing after a later commit would move it back. Into
+    * PostgreSQL the position that counts is in flowwarden_checkpoints there
+    * (it wins at a start): _fw_checkpoints may be written behind, as with
+    * at least once, off the stream's thread. */
+   if (w->cfg->checkpoint_sync || w->ckpt.unavailable ||
+       (w->cfg->exactly_once && !w->cfg->exactly_once_pg)) {
       fw_position_save (w, p, why);
       return;
    }
