@@ -21,6 +21,7 @@ import time
 import unittest
 
 from chaostest import LONG, StandInTestCase, figures
+from read_model import IncReadModel
 
 EVENTS = 20_000 if LONG else 3_000
 KILLS = 20 if LONG else 4
@@ -49,32 +50,8 @@ def order(n):
     return {"_id": n, "n": n, "customer": "c%d" % (n % CUSTOMERS), "total": 1 + n % 11}
 
 
-class ReadModel:
-    """The $inc read model and its recomputation from the orders."""
-
-    def totals(self):
-        return {d["_id"]: (d["orders"], d["amount"]) for d in self.db.customer_totals.find()}
-
-    def want(self, docs):
-        want = {}
-        for o in docs:
-            c = want.setdefault(o["customer"], (0, 0))
-            want[o["customer"]] = (c[0] + 1, c[1] + o["total"])
-        return want
-
-    def applied(self):
-        return sum(v[0] for v in self.totals().values())
-
-    def wait_applied(self, n, timeout):
-        """Until n orders are applied, or nothing more was applied for timeout seconds."""
-        last, deadline = -1, time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            now = self.applied()
-            if now >= n:
-                return
-            if now != last:
-                last, deadline = now, time.monotonic() + timeout
-            time.sleep(0.1)
+class ReadModel(IncReadModel):
+    """The $inc read model, and streams pinned to start before the first order."""
 
     def pinned(self, body):
         """body with the stream starting a second before the server's now: a unit whose first

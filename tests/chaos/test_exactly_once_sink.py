@@ -20,6 +20,7 @@ import time
 import pymongo
 
 from chaostest import LONG, StandInTestCase, figures
+from read_model import IncReadModel
 from fwtest import StandIn, clean_env, needs_standin, run_cli
 
 EVENTS = 20_000 if LONG else 2_000
@@ -77,7 +78,7 @@ def order(n):
 
 
 @needs_standin("a second server started beside it (the sink deployment)")
-class ExactlyOnceIntoAnotherDeployment(StandInTestCase):
+class ExactlyOnceIntoAnotherDeployment(IncReadModel, StandInTestCase):
     # The sink's transactions of a killed run are killed by the next start
     # (killSessions on the sink); a short lifetime is kept as a second net.
     @classmethod
@@ -98,23 +99,9 @@ class ExactlyOnceIntoAnotherDeployment(StandInTestCase):
         self.sink_db = self.sink_client[self.db_name]
         self.env = clean_env({"SINK_URI": self.sink.uri})
 
-    def totals(self):
-        return {d["_id"]: (d["orders"], d["amount"]) for d in self.sink_db.customer_totals.find()}
-
-    def want(self, docs):
-        want = {}
-        for o in docs:
-            c = want.setdefault(o["customer"], (0, 0))
-            want[o["customer"]] = (c[0] + 1, c[1] + o["total"])
-        return want
-
-    def applied(self):
-        return sum(v[0] for v in self.totals().values())
-
-    def wait_applied(self, n, timeout=120):
-        deadline = time.monotonic() + timeout
-        while self.applied() < n and time.monotonic() < deadline:
-            time.sleep(0.2)
+    @property
+    def model_db(self):
+        return self.sink_db
 
     def write_all(self, lo, hi):
         for a in range(lo, hi, 250):
