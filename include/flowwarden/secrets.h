@@ -32,6 +32,11 @@
  * already registered, is ignored. Returns false only when out of memory. */
 bool fw_secrets_add (const char *value, size_t n);
 
+/* As fw_secrets_add, for a URI's userinfo without a password (a user name,
+ * "scheme://NAME@host"): hidden only where "@" (or "%40") follows it, so the
+ * same word elsewhere in a text stays (a user named "flowwarden"). */
+bool fw_secrets_add_userinfo (const char *value, size_t n);
+
 /* True when at least one value is registered. */
 bool fw_secrets_any (void);
 

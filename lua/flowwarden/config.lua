@@ -483,6 +483,9 @@ local function validate_stream(decl, defaults, opts, seen_names)
     spec.database, spec.database_source = defaults.database, "defaults"
   elseif opts.default_database then
     spec.database, spec.database_source = opts.default_database, "uri"
+  elseif opts.database_at_run and not state.invalid_default_database then
+    -- `check` given no URI: run's --uri (or FLOWWARDEN_URI) may name it (a warning says so).
+    spec.database, spec.database_source = M.DATABASE_AT_RUN, "run"
   elseif not state.invalid_default_database then
     ctx:fail("database", "missing (set database in this stream, in fw.defaults { database = ... } "
       .. "or in the URI path, e.g. mongodb://127.0.0.1:27017/shop)")
@@ -673,6 +676,12 @@ end
 
 local FINISH_OPTIONS = { uri = "string", default_database = "string", script = "string" }
 
+-- `flowwarden check` sets this registry field to true before it loads a script: given no URI
+-- (--uri, FLOWWARDEN_URI), a stream whose database would come from the URI's path is described
+-- with M.DATABASE_AT_RUN and a warning instead of failing, as run's --uri may give it.
+M.CHECK_KEY = "flowwarden.check"
+M.DATABASE_AT_RUN = "(the path of run's --uri)"
+
 -- Validates everything the script declared; see the top of this file.
 -- Declarations are closed afterwards: fw.stream raises from then on.
 function M.finish(opts)
@@ -725,7 +734,9 @@ function M.finish(opts)
   end
   cfg.default_database = opts.default_database or M.uri_database(cfg.uri)
   local stream_opts = { default_database = cfg.default_database, connections = seen_connections,
-                        kinds = by_name }
+                        kinds = by_name,
+                        database_at_run = debug.getregistry()[M.CHECK_KEY] == true
+                          and cfg.uri_source ~= "option" }
 
   local seen_names = {}
   for i, decl in ipairs(state.decls) do

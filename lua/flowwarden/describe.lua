@@ -110,7 +110,8 @@ local function partitions_text(spec)
     n, partitions.unit_name(spec.stream, 0, n), partitions.unit_name(spec.stream, n - 1, n))
 end
 
-local SOURCE_NOTE = { stream = "", defaults = " (from fw.defaults)", uri = " (from the URI)" }
+local SOURCE_NOTE = { stream = "", defaults = " (from fw.defaults)", uri = " (from the URI)",
+                      run = ": none in the script, and check was given no URI" }
 
 function M.stream(spec)
   local lines = { string.format('stream "%s"', spec.stream or spec.name) }
@@ -302,6 +303,11 @@ local function stream_warnings(cfg, spec, out)
   end
   local retry = spec.retry
 
+  if spec.database_source == "run" then
+    warn("database: none in the script; run takes it from the path of its --uri "
+      .. "(mongodb://127.0.0.1:27017/shop) or FLOWWARDEN_URI, else set database in the stream or "
+      .. "in fw.defaults (check --uri URI checks with that URI)")
+  end
   if not spec.dlq then
     if retry.enabled then
       warn("no dlq: failed events will be lost after retries")

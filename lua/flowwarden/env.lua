@@ -20,6 +20,10 @@ failed):
   "query"         the userinfo, each query value and the fragment only
                   ("POST https://api.example.com/v1/orders")
   "all"           the whole value, host included
+A userinfo with a password ("user:pw") is hidden whole and its password
+anywhere; a user name alone only as a URI's userinfo, where "@" follows it
+(postgresql://[redacted]@host): a user named "flowwarden" leaves the word
+"flowwarden" elsewhere in a text alone.
 A value that is not a URL is secret whole under true, "query" and "all".
 It is hidden (log lines, DLQ entries, status, metrics labels, check
 output). Values shorter than 4 bytes are exempt (FW_SECRETS_MIN_LEN,
@@ -88,16 +92,23 @@ local function check_opts(name, opts)
 end
 
 -- The parts of value to hide under mode (see the top): the whole value,
--- or for a URL the parts its mode makes secret.
+-- or for a URL the parts its mode makes secret; and, second, the user names
+-- to hide only as a URI's userinfo (before "@").
 function M.secret_parts(value, mode)
   local scheme, authority, rest = value:match("^(%a[%w+.-]*://)([^/?#]*)(.*)$")
   if mode == "all" or not scheme or authority == "" then
-    return { value }
+    return { value }, {}
   end
-  local parts = {}
+  local parts, names = {}, {}
   local userinfo = authority:match("^(.*)@[^@]*$")
-  if userinfo and userinfo ~= "" then
+  if userinfo and userinfo:find(":", 1, true) then
     parts[#parts + 1] = userinfo
+    local password = userinfo:match(":(.*)$")
+    if password ~= "" then
+      parts[#parts + 1] = password
+    end
+  elseif userinfo and #userinfo >= 4 then
+    names[1] = userinfo
   end
   local path, query, fragment = rest:match("^([^?#]*)%??([^#]*)#?(.*)$")
   if mode == "query" then
@@ -126,7 +137,7 @@ function M.secret_parts(value, mode)
       out[#out + 1] = p
     end
   end
-  return out
+  return out, names
 end
 
 function M.env(...)
@@ -164,7 +175,14 @@ function M.env(...)
     value = default
   end
   if secret and value ~= nil and value ~= "" then
-    for _, part in ipairs(M.secret_parts(value, secret)) do
+    local parts, names = M.secret_parts(value, secret)
+    for _, name in ipairs(names) do
+      M.values()[name] = "userinfo"
+      if M.register then
+        M.register(name, "userinfo")
+      end
+    end
+    for _, part in ipairs(parts) do
       -- and as JSON writes it (fw.json and lua-cjson escape "/" as "\/")
       local escaped = part:gsub("/", "\\/")
       for _, form in ipairs({ part, escaped ~= part and escaped or nil }) do

@@ -16,6 +16,7 @@
 typedef struct secret {
    struct secret *next;
    size_t len;
+   bool userinfo; /* hidden only where a URI's "@" (or "%40") follows it */
    char value[];
 } secret_t;
 
@@ -36,7 +37,7 @@ fw_secrets_any (void)
 
 /* Adds one value; the caller holds add_lock. */
 static bool
-add_locked (const char *value, size_t n)
+add_locked (const char *value, size_t n, bool userinfo)
 {
    secret_t *s;
 
@@ -44,7 +45,7 @@ add_locked (const char *value, size_t n)
       return true;
    }
    for (const secret_t *e = head; e; e = e->next) {
-      if (e->len == n && memcmp (e->value, value, n) == 0) {
+      if (e->len == n && e->userinfo == userinfo && memcmp (e->value, value, n) == 0) {
          return true;
       }
    }
@@ -54,6 +55,7 @@ add_locked (const char *value, size_t n)
    memcpy (s->value, value, n);
    s->value[n] = '\0';
    s->len = n;
+   s->userinfo = userinfo;
    s->next = head;
    __atomic_store_n (&head, s, __ATOMIC_RELEASE);
    return true;
@@ -98,8 +100,8 @@ percent_encoded (const char *value, size_t n, size_t *out_n)
    return out;
 }
 
-bool
-fw_secrets_add (const char *value, size_t n)
+static bool
+add (const char *value, size_t n, bool userinfo)
 {
    size_t enc_n = 0;
    char *enc;
@@ -110,10 +112,30 @@ fw_secrets_add (const char *value, size_t n)
    }
    enc = percent_encoded (value, n, &enc_n);
    pthread_mutex_lock (&add_lock);
-   ok = add_locked (value, n) && (!enc || add_locked (enc, enc_n));
+   ok = add_locked (value, n, userinfo) && (!enc || add_locked (enc, enc_n, userinfo));
    pthread_mutex_unlock (&add_lock);
    free (enc);
    return ok;
+}
+
+bool
+fw_secrets_add (const char *value, size_t n)
+{
+   return add (value, n, false);
+}
+
+bool
+fw_secrets_add_userinfo (const char *value, size_t n)
+{
+   return add (value, n, true);
+}
+
+/* Whether a URI's userinfo ends at p (end: the text's end): "@", or "%40" in
+ * a percent-encoded URI. */
+static bool
+at_follows (const char *p, const char *end)
+{
+   return (p < end && *p == '@') || (end - p >= 3 && p[0] == '%' && p[1] == '4' && p[2] == '0');
 }
 
 /* Sets mask[i] for every byte of s[0..n) inside an occurrence of a secret
@@ -128,6 +150,10 @@ mark (const secret_t *list, const char *s, size_t n, unsigned char *mask)
       const char *p = s, *end = s + n;
       while ((size_t) (end - p) >= e->len &&
              (p = memmem (p, (size_t) (end - p), e->value, e->len))) {
+         if (e->userinfo && !at_follows (p + e->len, end)) {
+            p++;
+            continue;
+         }
          if (!mask) {
             return true;
          }

@@ -22,7 +22,7 @@ static const char usage_text[] =
    "usage: flowwarden run SCRIPT [--uri URI] [--log-level debug|info|warn|error]\n"
    "                             [--log-format text|json] [--pid-file PATH] [--admin ADDR]\n"
    "                             [--admin-token-file FILE]\n"
-   "       flowwarden check SCRIPT [--strict]   (--strict: warnings fail too)\n"
+   "       flowwarden check SCRIPT [--uri URI] [--strict]   (--strict: warnings fail too)\n"
    "       flowwarden doctor SCRIPT [--uri URI] [--json]   (what the deployment lacks;\n"
    "                         exit 0 all good, 1 warnings, 2 failures)\n"
    "       flowwarden status [--admin URL]... [--json]\n"
@@ -159,24 +159,31 @@ mongoc_log_to_fw (mongoc_log_level_t level, const char *domain, const char *mess
    }
 }
 
-/* flowwarden check SCRIPT [--strict], the option before or after SCRIPT. */
+/* flowwarden check SCRIPT [--uri URI] [--strict], the options before or after SCRIPT. */
 static int
 cmd_check (int argc, char **argv)
 {
-   const char *script = NULL;
+   const char *script = NULL, *uri = NULL;
    bool strict = false;
    int i;
 
    if (argc == 2 && strcmp (argv[1], "--help") == 0) {
       puts (
-         "flowwarden check SCRIPT [--strict]: validate SCRIPT without connecting and print "
-         "each stream with its effective settings, then warnings. Exit 1 when SCRIPT is "
-         "invalid; with --strict, also when there is a warning.");
+         "flowwarden check SCRIPT [--uri URI] [--strict]: validate SCRIPT without connecting "
+         "and print each stream with its effective settings, then warnings. Exit 1 when SCRIPT "
+         "is invalid; with --strict, also when there is a warning. --uri (else FLOWWARDEN_URI) "
+         "is the URI run will be given: its path is the database of the streams that name "
+         "none; without one, such a stream draws a warning.");
       return 0;
    }
    for (i = 1; i < argc; i++) {
       if (strcmp (argv[i], "--strict") == 0) {
          strict = true;
+      } else if (strcmp (argv[i], "--uri") == 0) {
+         if (++i >= argc) {
+            return bad_usage ("check: --uri needs a value%s", "");
+         }
+         uri = argv[i];
       } else if (argv[i][0] == '-') {
          return bad_usage ("check: unknown option %s", argv[i]);
       } else if (script) {
@@ -188,7 +195,7 @@ cmd_check (int argc, char **argv)
    if (!script) {
       return bad_usage ("check: missing SCRIPT%s", "");
    }
-   return fw_runtime_check (script, strict);
+   return fw_runtime_check (script, uri, strict);
 }
 
 int

@@ -147,14 +147,16 @@ core_admin_check (lua_State *L)
    return 2;
 }
 
-/* core.secret(value): flowwarden.env registers each value fw.env returns
- * (secrets.h); never the script's. */
+/* core.secret(value [, "userinfo"]): flowwarden.env registers each value
+ * fw.env returns (secrets.h), a URI's user name as "userinfo" (hidden before
+ * "@" only); never the script's. */
 static int
 core_secret (lua_State *L)
 {
    size_t n;
    const char *value = luaL_checklstring (L, 1, &n);
-   if (!fw_secrets_add (value, n)) {
+   bool userinfo = strcmp (luaL_optstring (L, 2, ""), "userinfo") == 0;
+   if (!(userinfo ? fw_secrets_add_userinfo (value, n) : fw_secrets_add (value, n))) {
       return luaL_error (L, "fw.env: out of memory remembering a secret");
    }
    return 0;

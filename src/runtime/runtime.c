@@ -69,12 +69,22 @@ effective_uri (fw_lua_host_t *host)
 }
 
 int
-fw_runtime_check (const char *script, bool strict)
+fw_runtime_check (const char *script, const char *uri, bool strict)
 {
    fw_error_t err;
-   fw_lua_host_t *host = load (script, option_uri (NULL), NULL, &err);
+   fw_lua_host_t *host = fw_lua_host_new (&err);
    char *text;
    int rc = 1, warnings = 0;
+
+   if (host) {
+      /* flowwarden.config's CHECK_KEY: the database may come from run's --uri. */
+      lua_pushboolean (fw_lua_host_state (host), 1);
+      lua_setfield (fw_lua_host_state (host), LUA_REGISTRYINDEX, "flowwarden.check");
+      if (!fw_lua_host_load_script (host, script, uri ? uri : option_uri (NULL), &err)) {
+         fw_lua_host_destroy (host);
+         host = NULL;
+      }
+   }
 
    /* The values the script read with fw.env are hidden in what check
     * prints (secrets.h): a load error may quote one, the description too. */

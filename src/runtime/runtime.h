@@ -23,8 +23,11 @@ typedef struct {
 int fw_runtime_run (const fw_run_options_t *opts);
 
 /* Validates the script without connecting and prints the effective settings
- * to stdout (errors to stderr). Returns 0 or 1; with strict, a script that
- * draws a warning also returns 1. */
-int fw_runtime_check (const char *script, bool strict);
+ * to stdout (errors to stderr), against uri (check's --uri; NULL:
+ * FLOWWARDEN_URI, else the script's or the default; given none of the first
+ * two, a stream whose database would come from the URI's path draws a
+ * warning, not an error). Returns 0 or 1; with strict, a script that draws a
+ * warning also returns 1. */
+int fw_runtime_check (const char *script, const char *uri, bool strict);
 
 #endif

@@ -98,6 +98,22 @@ the_percent_encoded_form_is_a_secret_too (void **state)
    assert_string_equal (redacted ("u=Sl/sh@9e1d&v=Sl%2Fsh%409e1d"), "u=[redacted]&v=[redacted]");
 }
 
+/* A URI's user name without a password (postgresql://flowwarden@host): hidden as the
+ * URI's userinfo, before "@" or its percent-encoded "%40", and nowhere else. */
+static void
+a_user_name_is_hidden_only_as_a_uri_s_userinfo (void **state)
+{
+   (void) state;
+   assert_true (fw_secrets_add_userinfo ("fwuser", strlen ("fwuser")));
+   assert_string_equal (redacted ("postgresql://fwuser@127.0.0.1:5432"),
+                        "postgresql://[redacted]@127.0.0.1:5432");
+   assert_string_equal (redacted ("uri=postgresql%3A%2F%2Ffwuser%40h"),
+                        "uri=postgresql%3A%2F%2F[redacted]%40h");
+   assert_string_equal (redacted ("stream \"fwuser-orders\": role fwuser; fwuser"),
+                        "stream \"fwuser-orders\": role fwuser; fwuser");
+   assert_string_equal (redacted ("a@fwuser@b fwuser%4"), "a@[redacted]@b fwuser%4");
+}
+
 static void
 a_value_not_registered_stays (void **state)
 {
@@ -186,6 +202,7 @@ main (void)
       cmocka_unit_test (every_occurrence_of_every_secret_is_replaced),
       cmocka_unit_test (overlapping_and_adjacent_secrets_become_one_marker),
       cmocka_unit_test (the_percent_encoded_form_is_a_secret_too),
+      cmocka_unit_test (a_user_name_is_hidden_only_as_a_uri_s_userinfo),
       cmocka_unit_test (a_value_not_registered_stays),
       cmocka_unit_test (copy_redacts_before_it_cuts),
       cmocka_unit_test (the_log_hides_secrets_even_across_its_cut),

@@ -151,8 +151,8 @@ class ExactlyOnce(IncReadModel, StandInTestCase):
         p.wait_open()
         self.db.orders.insert_many([order(n) for n in range(100)])
         p.wait_until(lambda: len(p.reports()) >= 100, timeout=30, what="100 events")
-        with open(script, "w") as f:
-            f.write(open(self.script(SCRIPT, name="eo.lua")).read())
+        with open(self.script(SCRIPT, name="eo.lua")) as eo, open(script, "w") as f:
+            f.write(eo.read())
         p.proc.send_signal(signal.SIGHUP)
         p.wait_log("source changed by reload", timeout=30)
         self.db.orders.insert_many([order(n) for n in range(100, 200)])

@@ -364,10 +364,12 @@ class Flowwarden:
             cmd += ["--log-format", log_format]
         cmd += list(extra)
         self.started_at = time.monotonic()
+        # A test's own env too: without MONGOC_DISABLE_SHM (clean_env) a pid that a killed
+        # flowwarden's /dev/shm/mongoc-PID outlived prints a line that is not JSON.
+        env = clean_env() if env is None else dict({"MONGOC_DISABLE_SHM": "1"}, **env)
         self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE,
                                      stdout=stdout if stdout is not None else subprocess.DEVNULL,
-                                     stdin=subprocess.DEVNULL,
-                                     env=env if env is not None else clean_env())
+                                     stdin=subprocess.DEVNULL, env=env)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 

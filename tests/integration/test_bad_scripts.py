@@ -199,7 +199,9 @@ class BadScripts(unittest.TestCase):
 
     def check_case(self, case, body, lines):
         path = self.write(case, body)
-        r = run_cli(["check", path])
+        # The URI run gets (no database in its path): check given no URI at all lets a
+        # stream's database come from run's --uri (a warning; test_examples).
+        r = run_cli(["check", path, "--uri", self.probe.uri])
         self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
         self.assertEqual(r.stderr, "\n".join(self.expected(path, lines)) + "\n")
         self.assertEqual(r.stdout, "")

@@ -14,6 +14,8 @@ import unittest
 
 from fwtest import BINARY, REPORT_PREFIX, StandInTestCase, clean_env, run_cli
 
+LONG = os.environ.get("FW_CHAOS_LONG", "") not in ("", "0")
+
 # Inserts {_id, k, v, bad}: the handler appends v to the read model of key k
 # (fw.mongo), and fails with a permanent error while bad is set and the
 # script is the broken version. %(extra)s goes into the stream declaration.
@@ -278,7 +280,10 @@ class RestartAndOverflow(SequencedTestCase):
 
 class RaceWithLiveEvents(SequencedTestCase):
 
-    REPS = 50
+    # Each repetition inserts its live events 0, 10, ... 60 ms into the replay (rep % 7): 14
+    # repetitions try each delay twice (about 1.3 s each), 7 under the sanitizers (the memory
+    # paths are the same at every delay), 50 with FW_CHAOS_LONG=1 (the race's long run).
+    REPS = 50 if LONG else 7 if os.environ.get("FW_SANITIZED") else 14
 
     def test_live_events_during_a_closing_replay_never_overtake_the_sequence(self):
         """A live event of S arriving while a replay closes S is parked behind

@@ -48,6 +48,28 @@ class ExamplesTest(StandInTestCase):
                                  env=clean_env(CHECK_ENV))
                     self.assertEqual(cp.returncode, 0, cp.stderr)
 
+    def test_check_without_a_uri_leaves_the_database_to_run_s_uri(self):
+        # pg_orders.lua's database is the URI's path: check, given no URI, passes with a
+        # warning saying where run takes it from; given a URI, it checks against it.
+        script = os.path.join(EXAMPLES, "pg_orders.lua")
+        env = clean_env({})
+        cp = run_cli(["check", script], env=env)
+        self.assertEqual(cp.returncode, 0, cp.stderr)
+        self.assertIn("database                       (the path of run's --uri): none in the "
+                      "script, and check was given no URI", cp.stdout)
+        self.assertIn('warning: stream "orders-to-pg": database: none in the script; run takes '
+                      "it from the path of its --uri", cp.stdout)
+        self.assertEqual(run_cli(["check", script, "--strict"], env=env).returncode, 1)
+        cp = run_cli(["check", script, "--uri", "mongodb://127.0.0.1:27017/shop"], env=env)
+        self.assertEqual(cp.returncode, 0, cp.stderr)
+        self.assertIn("shop (from the URI)", cp.stdout)
+        self.assertNotIn("database: none", cp.stdout)
+        cp = run_cli(["check", script, "--uri", "mongodb://127.0.0.1:27017/"], env=env)
+        self.assertEqual(cp.returncode, 1)
+        self.assertIn('stream "orders-to-pg": database: missing', cp.stderr)
+        cp = run_cli(["check", script], env=dict(env, FLOWWARDEN_URI="mongodb://127.0.0.1/"))
+        self.assertEqual(cp.returncode, 1)
+
     def test_materialize_keeps_totals_equal_to_a_recomputation(self):
         p = self.run_fw(os.path.join(EXAMPLES, "materialize.lua"))
         p.wait_open()

@@ -277,6 +277,20 @@ class EnvValuesAreRedacted(StandInTestCase):
         self.assertIn("bad token " + MARK, check.stderr)
         self.assertNotIn(TOKEN, check.stdout + check.stderr)
 
+    def test_check_hides_a_uri_s_user_name_and_not_the_same_word_elsewhere(self):
+        # A user name without a password is hidden as the URI's userinfo only: the
+        # stream named after it stays readable.
+        script = self.script("""
+            fw.connection { name = "reporting",
+                            uri = fw.env("PG_URI", "postgresql://fwreporter@127.0.0.1:5432/db") }
+            fw.stream { name = "fwreporter-orders", collection = "orders",
+                        on_insert = function(ctx) end }
+        """, "userinfo.lua")
+        check = run_cli(["check", script], env=self.env())
+        self.assertEqual(check.returncode, 0, check.stderr)
+        self.assertIn("postgresql://" + MARK + "@127.0.0.1:5432", check.stdout)
+        self.assertIn('stream "fwreporter-orders"', check.stdout)
+
 
 # Issue 37, 9e: a handler's own print and log arguments (a table among them), an
 # fw.error's fields, and what an enqueue policy stores as diagnostics.

@@ -456,6 +456,21 @@ fw.stream { name = 'a', database = 'shop', on_updte = h }]])
       .. "fw.defaults { database = ... } or in the URI path, e.g. mongodb://127.0.0.1:27017/shop)" }, errs)
   end)
 
+  it("leaves a missing database to run's --uri under check given no URI", function()
+    local registry = debug.getregistry()
+    registry[config.CHECK_KEY] = true
+    finally(function() registry[config.CHECK_KEY] = nil end)
+    local spec = spec_of("fw.stream { name = 's', on_change = h }")
+    assert.are.same({ config.DATABASE_AT_RUN, "run" }, { spec.database, spec.database_source })
+    -- given a URI (--uri, FLOWWARDEN_URI), check says what run would
+    local errs = errors_of("fw.stream { name = 's', on_change = h }",
+      { uri = "mongodb://127.0.0.1:27017/" })
+    assert.truthy(errs[1]:find('stream "s": database: missing', 1, true))
+    spec = spec_of("fw.stream { name = 's', on_change = h }",
+      { uri = "mongodb://127.0.0.1:27017/shop" })
+    assert.are.same({ "shop", "uri" }, { spec.database, spec.database_source })
+  end)
+
   it("reports a script that cannot be opened", function()
     local cfg, errs = config.load_file("/nonexistent/flowwarden.lua")
     assert.is_nil(cfg)

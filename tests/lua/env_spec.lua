@@ -86,10 +86,12 @@ describe("fw.env", function()
       return set
     end
     -- default: all but scheme and host
-    assert.are.same({ ["svc:pa55w0rd"] = true, ["/services/T0/B1/XXXX?token=abcd1234&v=1#frag"] = true,
+    assert.are.same({ ["svc:pa55w0rd"] = true, pa55w0rd = true,
+      ["/services/T0/B1/XXXX?token=abcd1234&v=1#frag"] = true,
       ["/services/T0/B1/XXXX"] = true, ["token=abcd1234&v=1"] = true, frag = true }, hidden(true))
-    -- "query": userinfo, query values, fragment
-    assert.are.same({ ["svc:pa55w0rd"] = true, abcd1234 = true, frag = true }, hidden("query"))
+    -- "query": userinfo (and its password alone), query values, fragment
+    assert.are.same({ ["svc:pa55w0rd"] = true, pa55w0rd = true, abcd1234 = true, frag = true },
+      hidden("query"))
     assert.are.same({ [url] = true }, hidden("all"))
     -- not a URL: whole, whatever the mode
     assert.are.same({ "s3cret-token" }, env.secret_parts("s3cret-token", "query"))
@@ -98,6 +100,20 @@ describe("fw.env", function()
     -- a host alone has nothing secret but under "all"
     assert.are.same({}, env.secret_parts("http://127.0.0.1:8080", true))
     assert.are.same({}, env.secret_parts("http://127.0.0.1:8080/", "query"))
+  end)
+
+  it("hides a user name without a password only as the URI's userinfo", function()
+    local parts, names = env.secret_parts("postgresql://flowwarden@127.0.0.1:5432/reporting", true)
+    for _, p in ipairs(parts) do
+      assert.are.equal("/reporting", p) -- the path (as the rest and as the path)
+    end
+    assert.are.same({ "flowwarden" }, names)
+    parts, names = env.secret_parts("postgresql://flowwarden@127.0.0.1:5432", "query")
+    assert.are.same({}, parts)
+    assert.are.same({ "flowwarden" }, names)
+    parts, names = env.secret_parts("postgresql://flowwarden@127.0.0.1:5432", "all")
+    assert.are.same({ "postgresql://flowwarden@127.0.0.1:5432" }, parts)
+    assert.are.same({}, names)
   end)
 
   it("rejects bad arguments", function()

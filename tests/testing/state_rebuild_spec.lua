@@ -91,3 +91,89 @@ describe("a full Lua state", function()
     assert.equal(0, app.metrics:value("flowwarden_states_rebuilt_total", { stream = "s" }))
   end)
 end)
+
+-- exactly_once: the call that filled the state wrote before it did; its retry on the new
+-- state starts from the store as it was before the call (the fake, as production, applies a
+-- call's writes only when it commits).
+local EO_SCRIPT = [[
+local fw = require("flowwarden")
+leak = {}
+fw.stream { name = "s", database = "shop", collection = "orders", memory_limit = "8MB",
+  exactly_once = true, retry = { max_attempts = 1 }, dlq = true,
+  on_insert = function(ctx)
+    local doc = ctx:full_document()
+    fw.mongo.collection("shop", "totals"):update_one({ _id = doc.customer },
+      { ["$inc"] = { orders = 1 } }, { upsert = true })
+    if doc.fill == "once" and ctx:attempt_number() == 1 then
+      while true do leak[#leak + 1] = string.rep("x", 4096) .. #leak end
+    end
+  end }
+]]
+
+-- The same with on_batch: a call of it is one transaction too.
+local EO_BATCH_SCRIPT = [[
+local fw = require("flowwarden")
+leak = {}
+fw.stream { name = "s", database = "shop", collection = "orders", memory_limit = "8MB",
+  exactly_once = true, retry = { max_attempts = 1 }, dlq = true,
+  on_batch = function(batch)
+    for i, ctx in batch:events() do
+      local doc = ctx:full_document()
+      fw.mongo.collection("shop", "totals"):update_one({ _id = doc.customer },
+        { ["$inc"] = { orders = 1 } }, { upsert = true })
+      -- once: fw.state outlives the rebuild (a retried batch may count its attempts afresh)
+      if doc.fill == "once" and not fw.state.get("filled") then
+        fw.state.set("filled", true)
+        while true do leak[#leak + 1] = string.rep("x", 4096) .. #leak end
+      end
+      if doc.poison then batch:fail(i, fw.error("Validation", "poison")) end
+    end
+  end }
+]]
+
+local function load_eo(script)
+  local path = os.tmpname()
+  write(path, script)
+  finally(function() os.remove(path) end)
+  return fwt.load(path)
+end
+
+describe("a full Lua state under exactly_once", function()
+  it("is rebuilt and the call tried again from the rolled-back store", function()
+    local app = load_eo(EO_SCRIPT)
+    local totals = app.mongo:collection("shop", "totals")
+    assert.equal("handled", app:deliver("s", fwt.insert({ _id = 1, customer = "c" })).outcome)
+    local r = app:deliver("s", fwt.insert({ _id = 2, customer = "c", fill = "once" }))
+    assert.equal("handled", r.outcome, r.failure)
+    assert.equal(2, r.attempts)
+    assert.same({ 1, "MemoryError", "rebuild" }, { r.errors[1].attempt, r.errors[1].type,
+                                                    r.errors[1].action })
+    assert.same({ _id = "c", orders = 2 }, totals:find_one({ _id = "c" }))
+    -- and the next call's writes are its own transaction's, committed
+    assert.equal("handled", app:deliver("s", fwt.insert({ _id = 3, customer = "c" })).outcome)
+    assert.same({ _id = "c", orders = 3 }, totals:find_one({ _id = "c" }))
+  end)
+end)
+
+describe("a full Lua state under exactly_once with on_batch", function()
+  it("is rebuilt and the batch tried again from the rolled-back store", function()
+    local app = load_eo(EO_BATCH_SCRIPT)
+    local totals = app.mongo:collection("shop", "totals")
+    local r = app:deliver_batch("s", { fwt.insert({ _id = 1, customer = "c" }) })
+    assert.same({ "handled" }, r.outcomes)
+    r = app:deliver_batch("s", { fwt.insert({ _id = 2, customer = "c" }),
+                                 fwt.insert({ _id = 3, customer = "c", fill = "once" }) })
+    assert.same({ "handled", "handled" }, r.outcomes)
+    assert.truthy(logged(r, "Lua state rebuilt from script version"))
+    -- the first try's two $inc were put back: the retry's count once
+    assert.same({ _id = "c", orders = 3 }, totals:find_one({ _id = "c" }))
+  end)
+
+  it("applies nothing of a call that marks an event failed", function()
+    local app = load_eo(EO_BATCH_SCRIPT)
+    local totals = app.mongo:collection("shop", "totals")
+    local r = app:deliver_batch("s", { fwt.insert({ _id = 1, customer = "c", poison = true }) })
+    assert.same({ "dlq" }, r.outcomes)
+    assert.is_nil(totals:find_one({ _id = "c" }))
+  end)
+end)

@@ -210,30 +210,48 @@ local function pg_proxy(fw, call)
 end
 
 -- exactly_once: the handlers of a stream declared with it, each call one
--- transaction of the spec's fake. ctx:send_to_dlq is watched (the flag is
--- the C side's) so that a call which asked for the DLQ commits nothing.
+-- transaction of the spec's fake (on_batch too: one per call, as in
+-- production). ctx:send_to_dlq and batch:fail are watched (the flags are the
+-- C side's) so that a call which asked for the DLQ or marked events failed
+-- commits nothing. A call that raises is put back before the next one, also
+-- when its Lua state was full: its retry on the rebuilt state begins afresh.
 local TXN_HANDLERS = { "on_insert", "on_update", "on_replace", "on_delete", "on_change",
-  "on_snapshot" }
+  "on_snapshot", "on_batch" }
 
-local function transactional(raw, stream, handler, asked, connection)
-  return function(ctx, ...)
-    local mt = debug.getmetatable(ctx)
-    local methods = mt and mt.__index
-    if type(methods) == "table" and not asked.watched[methods]
-        and type(methods.send_to_dlq) == "function" then
-      local send = methods.send_to_dlq
-      methods.send_to_dlq = function(self, ...)
-        send(self, ...)
-        asked.dlq = true
+-- Sets asked.dlq when obj's method `name` is called (obj: a ctx or a batch;
+-- each methods table is wrapped once).
+local function watch(asked, obj, name)
+  local mt = debug.getmetatable(obj)
+  local methods = mt and mt.__index
+  local key = type(methods) == "table" and methods[name]
+  if type(key) == "function" and not asked.watched[key] then
+    local wrapped = function(...)
+      local res = table.pack(key(...))
+      asked.dlq = true
+      return table.unpack(res, 1, res.n)
+    end
+    asked.watched[wrapped] = true
+    methods[name] = wrapped
+  end
+end
+
+local function transactional(raw, stream, handler, asked, connection, batch)
+  return function(arg, ...)
+    if batch then
+      watch(asked, arg, "fail")
+      local ok, ctx = pcall(arg.get, arg, 1) -- the events' ctx: their send_to_dlq
+      if ok then
+        watch(asked, ctx, "send_to_dlq")
       end
-      asked.watched[methods] = true
+    else
+      watch(asked, arg, "send_to_dlq")
     end
     asked.dlq = false
     raw("txn", "begin", stream, connection)
     local guard <close> = setmetatable({}, { __close = function(_, err)
       raw("txn", (err == nil and not asked.dlq) and "commit" or "abort")
     end })
-    return handler(ctx, ...)
+    return handler(arg, ...)
   end
 end
 
@@ -268,7 +286,8 @@ local function wrap_exactly_once(fw, raw)
     if connection then
       for _, key in ipairs(TXN_HANDLERS) do
         if type(t[key]) == "function" then
-          t[key] = transactional(raw, tostring(t.name), t[key], asked, connection)
+          t[key] = transactional(raw, tostring(t.name), t[key], asked, connection,
+            key == "on_batch")
         end
       end
     end
