@@ -174,3 +174,43 @@ done:
    bson_destroy (&update);
    return ok;
 }
+
+bool
+fw_txn_sessions_forget (mongoc_client_t *client, const char *database, const char *id,
+                        const bson_t *lsid, fw_error_t *error)
+{
+   char did[512];
+   bson_iter_t it;
+   mongoc_collection_t *coll;
+   bson_t sel = BSON_INITIALIZER, update = BSON_INITIALIZER, pull;
+   bson_error_t berr;
+   bool ok = false;
+
+   if (!doc_id (did, sizeof did, id, error)) {
+      return false;
+   }
+   if (!bson_iter_init_find (&it, lsid, "id") || !BSON_ITER_HOLDS_BINARY (&it)) {
+      fw_error_set (error, FW_ERROR_INVALID, "stream \"%s\": a session without an id", id);
+      return false;
+   }
+   BSON_APPEND_UTF8 (&sel, "_id", did);
+   BSON_APPEND_DOCUMENT_BEGIN (&update, "$pull", &pull);
+   bson_append_iter (&pull, "lsids", -1, &it);
+   bson_append_document_end (&update, &pull);
+   coll = mongoc_client_get_collection (client, database, FW_CHECKPOINT_COLLECTION);
+   if (!coll) {
+      fw_error_set (error, FW_ERROR_NOMEM, "stream \"%s\": out of memory", id);
+   } else if (!(ok = mongoc_collection_update_one (coll, &sel, &update, NULL, NULL, &berr))) {
+      set_mongo_error (error, "cannot clear its transaction session", id, &berr);
+   }
+   mongoc_collection_destroy (coll);
+   bson_destroy (&sel);
+   bson_destroy (&update);
+   return ok;
+}
+
+bool
+fw_txn_sessions_replay_id (char *out, size_t len, const char *stream, size_t n)
+{
+   return n < 400 && (size_t) snprintf (out, len, "%.*s#replay", (int) n, stream) < len;
+}

@@ -26,4 +26,17 @@ bool fw_txn_sessions_record (mongoc_client_t *client, const char *database, cons
 bool fw_txn_sessions_kill (mongoc_client_t *client, const char *database, const char *id,
                            int *killed, fw_error_t *error);
 
+/* Takes lsid's id (lsid borrowed) off the record of checkpoint id: a
+ * session whose transactions are all over (a replay's, after its entry).
+ * False with error set. */
+bool fw_txn_sessions_forget (mongoc_client_t *client, const char *database, const char *id,
+                             const bson_t *lsid, fw_error_t *error);
+
+/* The record id of `flowwarden dlq replay`'s sessions for the stream named
+ * by stream's first n bytes (a unit "<stream>#k/N": its "<stream>"):
+ * "<stream>#replay", whose document is "<stream>#replay#sessions". Kept apart from the stream's own record: a
+ * replay starting while the stream runs must not kill the stream's session.
+ * False when out is too short. */
+bool fw_txn_sessions_replay_id (char *out, size_t len, const char *stream, size_t n);
+
 #endif

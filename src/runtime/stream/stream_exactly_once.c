@@ -13,6 +13,7 @@
 #include "runtime/checkpoint/txn_sessions.h"
 #include "runtime/dispatch/backoff.h"
 #include "runtime/stream/stream_exactly_once-private.h"
+#include "runtime/stream/stream_partition-private.h"
 #include "runtime/stream/stream_position-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
@@ -94,6 +95,35 @@ fw_stream_exactly_once_wire (fw_stream_worker_t *w)
    fw_stream_exactly_once_pg_wire (w); /* into PostgreSQL: its sink */
 }
 
+/* The sessions a `flowwarden dlq replay` killed inside its transaction
+ * left on its record (replay_sessions.h): their transactions hold documents
+ * this stream's events may write. A replay running meanwhile loses its
+ * attempt in flight, which its retry policy runs again. */
+static void
+kill_replay_sessions (fw_stream_worker_t *w, mongoc_client_t *client)
+{
+   char id[512];
+   fw_error_t err;
+   int killed = 0;
+
+   if (!fw_txn_sessions_replay_id (id, sizeof id, w->cfg->name,
+                                   fw_stream_partition_base_len (w->cfg))) {
+      return;
+   }
+   if (!fw_txn_sessions_kill (client, w->cfg->database, id, &killed, &err)) {
+      fw_log (FW_LOG_WARN, w->cfg->name,
+              "exactly_once: cannot end the transactions a killed dlq replay may have left "
+              "open (%s): until the server aborts them (transactionLifetimeLimitSeconds) "
+              "their documents stay locked",
+              err.message);
+   } else if (killed > 0) {
+      fw_log (FW_LOG_INFO, w->cfg->name,
+              "exactly_once: ended %d server session(s) of a killed dlq replay "
+              "(killSessions), aborting any transaction left open",
+              killed);
+   }
+}
+
 void
 fw_stream_exactly_once_recover (fw_stream_worker_t *w)
 {
@@ -113,6 +143,9 @@ fw_stream_exactly_once_recover (fw_stream_worker_t *w)
    err.message[0] = '\0';
    ok = (client = fw_dispatcher_txn_client (w->d, &err)) &&
         fw_txn_sessions_kill (client, w->cfg->database, w->cfg->name, &killed, &err);
+   if (client) {
+      kill_replay_sessions (w, client);
+   }
    /* This thread's session of an earlier term ends too: another holder may
     * have killed it and taken it off the record meanwhile, and a session
     * used unrecorded would leave a transaction nobody can end after a kill
