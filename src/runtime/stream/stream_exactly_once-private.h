@@ -27,6 +27,13 @@ void fw_stream_exactly_once_wire (fw_stream_worker_t *w);
  * is logged and the run goes on. */
 void fw_stream_exactly_once_recover (fw_stream_worker_t *w);
 
+/* Before the stream reads (at each open): false, with why in what, when the
+ * deployment exactly_once's transactions run on (the stream's own, or the
+ * sink's) has none (a standalone server, a server too old: txn_support.h),
+ * and the stream must stop rather than send every event to the DLQ; true
+ * otherwise, also when the server cannot be asked now (logged). */
+bool fw_stream_exactly_once_supported (fw_stream_worker_t *w, char *what, size_t len);
+
 /* exactly_once = { connection = <MongoDB> } (a sink deployment; the lease
  * stays on the stream's): _fence raises the sink's checkpoint's epoch to the
  * lease's (a new leader, after the stream's own checkpoint; *stored as

@@ -12,6 +12,8 @@
 #include "runtime/checkpoint/checkpoint_store.h"
 #include "runtime/checkpoint/txn_sessions.h"
 #include "runtime/dispatch/backoff.h"
+#include "runtime/host/server_probe.h"
+#include "runtime/host/txn_support.h"
 #include "runtime/stream/stream_exactly_once-private.h"
 #include "runtime/stream/stream_partition-private.h"
 #include "runtime/stream/stream_position-private.h"
@@ -251,4 +253,38 @@ fw_stream_exactly_once_advance (fw_stream_worker_t *w, const fw_position_t *p)
               "reads again from the last event handled",
               w->cfg->exactly_once_connection, err.message);
    }
+}
+
+bool
+fw_stream_exactly_once_supported (fw_stream_worker_t *w, char *what, size_t len)
+{
+   const char *conn = w->cfg->exactly_once_connection ? w->cfg->exactly_once_connection : "default";
+   mongoc_client_t *client;
+   fw_error_t err;
+   char why[400], where[300];
+
+   if (!w->cfg->exactly_once || !(client = fw_dispatcher_txn_client (w->d, &err))) {
+      return true; /* none, PostgreSQL's, or a client its first attempt will say about */
+   }
+   switch (fw_txn_support_probe (mongoc_client_get_uri (client), why, sizeof why)) {
+   case FW_TXN_SUPPORTED:
+      return true;
+   case FW_TXN_UNKNOWN:
+      fw_log (FW_LOG_WARN, w->cfg->name,
+              "exactly_once: cannot tell whether connection \"%s\" has transactions (%s); "
+              "the stream goes on and its first transaction will say",
+              conn, why);
+      return true;
+   default:
+      break;
+   }
+   fw_server_describe (mongoc_client_get_uri (client), where, sizeof where);
+   snprintf (what, len,
+             "exactly_once: stream \"%s\" runs its handler calls in transactions on connection "
+             "\"%s\" (%s), but %s. Run that deployment as a replica set (one member will do: "
+             "mongod --replSet NAME, then rs.initiate(), and ?replicaSet=NAME in its URI) or a "
+             "sharded cluster (MongoDB 4.2+), or turn exactly_once off; the stream reads "
+             "nothing until then, so no event is lost or dead-lettered",
+             w->cfg->name, conn, where, why);
+   return false;
 }
