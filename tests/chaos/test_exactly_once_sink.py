@@ -238,3 +238,93 @@ fw.stream { name = "eo", collection = "orders", exactly_once = { connection = "s
         self.assertEqual(sink_cp["epoch"], lease["epoch"],
                          "the sink's checkpoint fenced with the lease's epoch")
         self.assertGreaterEqual(lease["epoch"], 2)
+
+
+# A handler that blocks inside its transaction at order FW_TEST_BLOCK_AT, its write made:
+# %s is the exactly_once setting, %s the connection option of its fw.mongo collection.
+SWITCH_SCRIPT = """
+fw.connection { name = "sink", uri = fw.env("SINK_URI") }
+fw.stream { name = "totals", collection = "orders", exactly_once = %s,
+  restart = { initial_delay = "100ms" },
+  on_insert = function(ctx)
+    local order = ctx:full_document()
+    fw.mongo.collection(ctx:database_name(), "customer_totals"%s)
+      :update_one({ _id = order.customer }, { ["$inc"] = { orders = 1 } }, { upsert = true })
+    if order.n == tonumber(fw.env("FW_TEST_BLOCK_AT", "-1")) then
+      report({ blocking = order.n })
+      while true do end -- its transaction stays open, holding the customer's document
+    end
+    report({ n = order.n })
+  end }
+"""
+ON_SOURCE = SWITCH_SCRIPT % ("true", "")
+ON_SINK = SWITCH_SCRIPT % ('{ connection = "sink" }', ', { connection = "sink" }')
+
+
+@needs_standin("a second server started beside it (the sink deployment)")
+class SwitchingWhereTheTransactionsRun(StandInTestCase):
+    """A stream killed inside its transaction, then started with its
+    transactions on another deployment (exactly_once = true -> { connection =
+    "sink" }, and back): the new start also kills the sessions recorded where
+    the earlier run's transactions ran (the stream's own record names the
+    sinks it used), so the document the killed transaction wrote is free at
+    once, not after the server's default 60 s transactionLifetimeLimitSeconds
+    (the stand-in, like mongod, makes a write outside the transaction wait
+    for it)."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.sink = StandIn()
+        cls.sink.start()
+        cls.sink_client = pymongo.MongoClient(cls.sink.uri)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.sink_client.close()
+        cls.sink.stop()
+        super().tearDownClass()
+
+    def setUp(self):
+        super().setUp()
+        self.sink_db = self.sink_client[self.db_name]
+        self.env = clean_env({"SINK_URI": self.sink.uri})
+
+    def kill_inside_a_transaction(self, body):
+        p = self.run_fw(self.script(body, "first.lua"), env=dict(self.env, FW_TEST_BLOCK_AT="2"))
+        p.wait_open()
+        self.db.orders.insert_many([order(n) for n in range(3)])
+        p.wait_until(lambda: any(r.get("blocking") == 2 for r in p.reports()), timeout=60,
+                     what="the handler blocking in its transaction")
+        p.kill9()
+
+    def restart_and_write(self, body, locked):
+        """Starts body, then writes the document the killed transaction holds
+        (outside any transaction); returns the seconds that write took."""
+        p = self.run_fw(self.script(body, "second.lua"), env=self.env)
+        p.wait_open()
+        started = time.monotonic()
+        locked.update_one({"_id": order(2)["customer"]}, {"$set": {"touched": True}})
+        took = time.monotonic() - started
+        self.assertEqual(p.stop(), 0)
+        return took, p
+
+    def test_from_true_to_a_sink_ends_the_sessions_on_the_stream_s_own_deployment(self):
+        self.kill_inside_a_transaction(ON_SOURCE)
+        took, p = self.restart_and_write(ON_SINK, self.db.customer_totals)
+        figures("exactly_once_switch_to_sink", seconds="%.1f" % took)
+        self.assertLess(took, 20, "the killed transaction was not waited out")
+        self.assertGreaterEqual(p.count_log(
+            'ended 1 server session(s) of an earlier run on connection "default"'), 1)
+
+    def test_from_a_sink_to_true_ends_the_sessions_on_the_sink(self):
+        self.kill_inside_a_transaction(ON_SINK)
+        self.assertEqual(self.db["_fw_checkpoints"].find_one({"_id": "totals#sessions"})["sinks"],
+                         ["sink"], "the stream's own record names the sink")
+        took, p = self.restart_and_write(ON_SOURCE, self.sink_db.customer_totals)
+        figures("exactly_once_switch_from_sink", seconds="%.1f" % took)
+        self.assertLess(took, 20, "the killed transaction was not waited out")
+        self.assertGreaterEqual(p.count_log(
+            'ended 1 server session(s) of an earlier run on connection "sink"'), 1)
+        rec = self.db["_fw_checkpoints"].find_one({"_id": "totals#sessions"})
+        self.assertEqual(rec.get("sinks"), [], "the sink's sessions ended, it leaves the record")

@@ -15,7 +15,6 @@
 #include "runtime/host/server_probe.h"
 #include "runtime/host/txn_support.h"
 #include "runtime/stream/stream_exactly_once-private.h"
-#include "runtime/stream/stream_partition-private.h"
 #include "runtime/stream/stream_position-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
@@ -79,6 +78,13 @@ record_session (void *ud, mongoc_client_t *client, const bson_t *lsid, fw_error_
 {
    fw_stream_worker_t *w = ud;
 
+   /* On a sink: the stream's own record says where, for a start that no
+    * longer runs there (stream_exactly_once_sessions.c). */
+   if (w->cfg->exactly_once_connection && w->client &&
+       !fw_txn_sessions_note_sink (w->client, w->cfg->database, w->cfg->name,
+                                   w->cfg->exactly_once_connection, error)) {
+      return false;
+   }
    return fw_txn_sessions_record (client, w->cfg->database, w->cfg->name, lsid, error);
 }
 
@@ -95,35 +101,6 @@ fw_stream_exactly_once_wire (fw_stream_worker_t *w)
    fw_dispatcher_set_txn_sink (w->d, NULL);
    w->eo.advance = w->cfg->exactly_once_connection ? fw_stream_exactly_once_advance : NULL;
    fw_stream_exactly_once_pg_wire (w); /* into PostgreSQL: its sink */
-}
-
-/* The sessions a `flowwarden dlq replay` killed inside its transaction
- * left on its record (replay_sessions.h): their transactions hold documents
- * this stream's events may write. A replay running meanwhile loses its
- * attempt in flight, which its retry policy runs again. */
-static void
-kill_replay_sessions (fw_stream_worker_t *w, mongoc_client_t *client)
-{
-   char id[512];
-   fw_error_t err;
-   int killed = 0;
-
-   if (!fw_txn_sessions_replay_id (id, sizeof id, w->cfg->name,
-                                   fw_stream_partition_base_len (w->cfg))) {
-      return;
-   }
-   if (!fw_txn_sessions_kill (client, w->cfg->database, id, &killed, &err)) {
-      fw_log (FW_LOG_WARN, w->cfg->name,
-              "exactly_once: cannot end the transactions a killed dlq replay may have left "
-              "open (%s): until the server aborts them (transactionLifetimeLimitSeconds) "
-              "their documents stay locked",
-              err.message);
-   } else if (killed > 0) {
-      fw_log (FW_LOG_INFO, w->cfg->name,
-              "exactly_once: ended %d server session(s) of a killed dlq replay "
-              "(killSessions), aborting any transaction left open",
-              killed);
-   }
 }
 
 void
@@ -146,7 +123,7 @@ fw_stream_exactly_once_recover (fw_stream_worker_t *w)
    ok = (client = fw_dispatcher_txn_client (w->d, &err)) &&
         fw_txn_sessions_kill (client, w->cfg->database, w->cfg->name, &killed, &err);
    if (client) {
-      kill_replay_sessions (w, client);
+      fw_stream_exactly_once_kill_elsewhere (w, client);
    }
    /* This thread's session of an earlier term ends too: another holder may
     * have killed it and taken it off the record meanwhile, and a session
