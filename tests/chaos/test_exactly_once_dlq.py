@@ -5,6 +5,7 @@ again: its entry counts its attempts once) or neither (the event runs again
 from nothing applied and is dead-lettered once); never a second delivery of
 a dead-lettered event, and never a write of the poison's handler."""
 import datetime
+import os
 import subprocess
 import time
 
@@ -227,11 +228,17 @@ fw.stream { name = "totals", collection = "orders", exactly_once = true,
     local fixed = fw.mongo.collection(ctx:database_name(), "switch"):find_one({ _id = "fixed" })
     if not fixed then error(fw.error("Validation", "not fixed yet")) end
     if fw.env("FW_TEST_BLOCK", "") ~= "" then
+      report({ blocking = order._id })
       while true do end -- its transaction stays open, holding the customer's document
     end
     report({ n = order._id })
   end }
 """
+
+
+def read_text(path):
+    with open(path) as f:
+        return f.read()
 
 
 class ReplayKilledWithATransactionOpen(StandInTestCase):
@@ -243,20 +250,21 @@ class ReplayKilledWithATransactionOpen(StandInTestCase):
     in-progress operations in the session") instead of meeting WriteConflict
     on the documents it wrote for a minute; with a 2-attempt retry policy
     that would dead-letter the next event (run) or fail the entry (replay)."""
-    command_log = True
     dead_letter_one = ExactlyOnceReplay.dead_letter_one
     replay = ExactlyOnceReplay.replay
 
     def kill_replay_inside_its_transaction(self, script):
         self.dead_letter_one(script)
-        before = len(self.commands("update"))
-        p = subprocess.Popen([BINARY, "dlq", "replay", script, "--uri", self.uri,
-                              "--claim-ttl", "1s"], stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-                             env=clean_env({"FW_TEST_BLOCK": "1"}))
+        log = os.path.join(self.tmp.name, "blocked-replay.log")
+        with open(log, "w") as err:
+            p = subprocess.Popen([BINARY, "dlq", "replay", script, "--uri", self.uri,
+                                  "--claim-ttl", "1s"], stdout=subprocess.DEVNULL,
+                                 stderr=err, stdin=subprocess.DEVNULL,
+                                 env=clean_env({"FW_TEST_BLOCK": "1"}))
         try:
-            self.wait_for(lambda: len(self.commands("update")) > before, timeout=30,
-                          what="the replay's write in its transaction")
+            # Its $inc is in (uncommitted), the handler spins in the transaction.
+            self.wait_for(lambda: '"blocking"' in read_text(log), timeout=30,
+                          what="the replay's handler blocking after its write")
         finally:
             p.kill()
             p.wait(timeout=10)
