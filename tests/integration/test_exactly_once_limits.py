@@ -100,6 +100,31 @@ class ExactlyOnceLimits(StandInTestCase):
         entry = self.dead_letter({"_id": 1, "n": 1}, exactly_once=False, fail=20)
         self.assertEqual((entry["error"]["type"], entry["attempts"]), ("Mongo.Invalid", 1))
 
+    def test_illegal_operation_20_in_a_batch_s_transaction_stops_the_stream(self):
+        # With on_batch: the batch's attempts and its bisection end at a single event, which
+        # stops the stream as above; nothing of the batch dead-lettered or applied.
+        p = self.run_fw(self.script(BATCH_SCRIPT))
+        p.wait_open()
+        self.fail_point({"skip": 1}, {"failCommands": ["update"], "errorCode": 20,
+                                      "appName": "flowwarden-io"})
+        self.db.orders.insert_many([{"_id": n, "n": n} for n in range(1, 5)])
+        p.wait_log("STREAM STOPPED", stream="totals")
+        self.assertEqual(p.stop(), 0)
+        self.assertIsNone(self.db["_fw_dlq"].find_one(), "nothing dead-lettered")
+        self.assert_nothing_applied()
+
+
+BATCH_SCRIPT = """
+fw.stream { name = "totals", collection = "orders", exactly_once = true,
+  retry = { max_attempts = 2, initial_delay = "20ms", max_delay = "50ms" }, dlq = true,
+  batch = { max_events = 10, max_wait = "200ms" },
+  on_batch = function(batch)
+    local c = fw.mongo.collection(batch:get(1):database_name(), "customer_totals")
+    for _, ctx in batch:events() do
+      c:update_one({ _id = "first" }, { ["$inc"] = { n = 1 } }, { upsert = true })
+    end
+  end }
+"""
 
 SINK_SCRIPT = """
 fw.connection { name = "sink", uri = fw.env("SINK_URI") }
