@@ -304,7 +304,10 @@ class SwitchingWhereTheTransactionsRun(StandInTestCase):
     def kill_inside_a_transaction(self, body):
         p = self.run_fw(self.script(body, "first.lua"), env=dict(self.env, FW_TEST_BLOCK_AT="2"))
         p.wait_open()
-        self.db.orders.insert_many([order(n) for n in range(3)])
+        # One customer: its document exists (orders 0 and 1) when order 2's transaction
+        # writes it, so a write outside the transaction waits for that one to end.
+        self.db.orders.insert_many([{"_id": n, "n": n, "customer": "c", "total": 1}
+                                    for n in range(3)])
         p.wait_until(lambda: any(r.get("blocking") == 2 for r in p.reports()), timeout=60,
                      what="the handler blocking in its transaction")
         p.kill9()
@@ -315,7 +318,8 @@ class SwitchingWhereTheTransactionsRun(StandInTestCase):
         p = self.run_fw(self.script(body, "second.lua"), env=self.env)
         p.wait_open()
         started = time.monotonic()
-        locked.update_one({"_id": order(2)["customer"]}, {"$set": {"touched": True}})
+        self.assertIsNotNone(locked.find_one({"_id": "c"}))
+        locked.update_one({"_id": "c"}, {"$set": {"touched": True}})
         took = time.monotonic() - started
         self.assertEqual(p.stop(), 0)
         return took, p
