@@ -13,7 +13,8 @@
  * (replay_sessions.h); after a switch from exactly_once = true to a sink
  * deployment, the stream's own deployment; after a switch from a sink to
  * true or to another sink, that sink, which the stream's own record names
- * (each run on a sink notes it there before recording a session).
+ * (each run on a sink notes it there before recording a session). On those
+ * other deployments both records, the stream's and its replays', are ended.
  */
 #include <string.h>
 
@@ -49,6 +50,21 @@ kill_record (fw_stream_worker_t *w, mongoc_client_t *client, const char *id, con
    return true;
 }
 
+/* Kills both records on a deployment the transactions ran on: an earlier
+ * run's and a killed dlq replay's; true when both are done. */
+static bool
+kill_records (fw_stream_worker_t *w, mongoc_client_t *client, const char *connection)
+{
+   char id[512];
+   bool ok = kill_record (w, client, w->cfg->name, "an earlier run", connection);
+
+   if (fw_txn_sessions_replay_id (id, sizeof id, w->cfg->name,
+                                  fw_stream_partition_base_len (w->cfg))) {
+      ok = kill_record (w, client, id, "a killed dlq replay", connection) && ok;
+   }
+   return ok;
+}
+
 /* fw_txn_sessions_each_sink's: an earlier run's sink. */
 static bool
 kill_on_sink (void *ud, const char *sink)
@@ -68,7 +84,7 @@ kill_on_sink (void *ud, const char *sink)
               sink, err.message);
       return true; /* said once: forgotten */
    }
-   return kill_record (w, client, w->cfg->name, "an earlier run", sink);
+   return kill_records (w, client, sink);
 }
 
 void
@@ -86,7 +102,7 @@ fw_stream_exactly_once_kill_elsewhere (fw_stream_worker_t *w, mongoc_client_t *c
       return;
    }
    if (w->cfg->exactly_once_connection) { /* an earlier exactly_once = true's */
-      kill_record (w, w->client, w->cfg->name, "an earlier run", "default");
+      kill_records (w, w->client, "default");
    }
    if (!fw_txn_sessions_each_sink (w->client, w->cfg->database, w->cfg->name, kill_on_sink, w,
                                    &err)) {
