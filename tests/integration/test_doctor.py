@@ -264,6 +264,13 @@ class OplogWindowTest(DoctorCase):
         self.assertIn("replSetResizeOplog", c["fix"])
 
 
+def without_replica_set(uri):
+    """uri without its replicaSet option (a standalone has no set), credentials kept."""
+    base, _, query = uri.partition("?")
+    opts = [o for o in query.split("&") if o and not o.startswith("replicaSet=")]
+    return base + ("?" + "&".join(opts) if opts else "")
+
+
 SINK_STREAM = """
     fw.connection { name = "sink", uri = %r }
     fw.stream { name = "s", collection = "orders", exactly_once = { connection = "sink" },
@@ -295,7 +302,7 @@ class ExactlyOnceSinkTest(DoctorCase):
 
     def test_a_standalone_sink_fails_with_the_remedy(self):
         sink = self.start_sink("--standalone")
-        text, checks = self.doctor(SINK_STREAM % sink.uri.replace("?replicaSet=rs0", ""))
+        text, checks = self.doctor(SINK_STREAM % without_replica_set(sink.uri))
         self.assertEqual(text.returncode, 2, text.stdout + text.stderr)
         c = self.check(checks, "exactly_once")
         self.assertEqual(c["status"], "fail")

@@ -138,6 +138,13 @@ fw.stream { name = "totals", collection = "orders", exactly_once = { connection 
 """
 
 
+def without_replica_set(uri):
+    """uri without its replicaSet option (a standalone has no set), credentials kept."""
+    base, _, query = uri.partition("?")
+    opts = [o for o in query.split("&") if o and not o.startswith("replicaSet=")]
+    return base + ("?" + "&".join(opts) if opts else "")
+
+
 @needs_standin("a standalone server started beside it (the sink)")
 class SinkWithoutTransactions(StandInTestCase):
     """exactly_once = { connection = "sink" } naming a standalone mongod: its
@@ -158,7 +165,7 @@ class SinkWithoutTransactions(StandInTestCase):
         super().tearDownClass()
 
     def test_a_standalone_sink_stops_the_stream_before_it_reads(self):
-        sink_uri = self.sink.uri.replace("?replicaSet=rs0", "")
+        sink_uri = without_replica_set(self.sink.uri)
         p = self.run_fw(self.script(SINK_SCRIPT), env=clean_env({"SINK_URI": sink_uri}))
         p.wait_log("STREAM STOPPED", stream="totals")
         line = next(m for m in p.messages() if "STREAM STOPPED" in m)
