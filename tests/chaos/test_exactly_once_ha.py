@@ -21,6 +21,7 @@ import time
 import unittest
 
 from chaostest import LONG, StandInTestCase, figures
+from fwtest import clean_env
 from read_model import IncReadModel
 
 EVENTS = 20_000 if LONG else 3_000
@@ -254,8 +255,10 @@ class DeposedHolder(ReadModel):
         return {}
 
     def start(self, script):
-        env = dict(os.environ, FW_TEST_GATE_AT=str(GATE_AT), FW_TEST_GATE_URL=self.gate.url,
-                   **self.extra_env())
+        # clean_env: MONGOC_DISABLE_SHM, or a restarted process reusing a killed one's PID
+        # prints libmongoc's "Falling back to malloc for counters." into the JSON log.
+        env = clean_env(dict(FW_TEST_GATE_AT=str(GATE_AT), FW_TEST_GATE_URL=self.gate.url,
+                             **self.extra_env()))
         return self.run_fw(script, env=env)
 
     def insert(self, lo, hi):
@@ -371,8 +374,8 @@ class SessionsAcrossTerms(ReadModel, StandInTestCase):
     command_log = True  # to see a's commitTransaction arrive
 
     def start(self, script, gate_at=-1, gate=None):
-        env = dict(os.environ, FW_TEST_GATE_AT=str(gate_at),
-                   FW_TEST_GATE_URL=gate.url if gate else "http://127.0.0.1:9/unused")
+        env = clean_env(dict(FW_TEST_GATE_AT=str(gate_at),
+                             FW_TEST_GATE_URL=gate.url if gate else "http://127.0.0.1:9/unused"))
         return self.run_fw(script, env=env)
 
     def insert(self, lo, hi):
