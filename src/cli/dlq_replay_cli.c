@@ -29,6 +29,7 @@
 #include "runtime/host/lua_host.h"
 #include "runtime/replay/dlq_replay.h"
 #include "runtime/replay/dlq_replay_store.h"
+#include "runtime/replay/replay_sessions.h"
 #include "runtime/stream/stream_worker.h"
 
 #define DEFAULT_URI "mongodb://127.0.0.1:27017/?replicaSet=rs0"
@@ -236,6 +237,7 @@ parse (int argc, char **argv, options_t *o)
 
 typedef struct {
    fw_stream_worker_t **workers;
+   fw_replay_sessions_t *txn_sessions; /* workers[i]'s (exactly_once: replay_sessions.h) */
    int n;
    mongoc_uri_t *uri;
    mongoc_client_pool_t *pool;
@@ -379,6 +381,9 @@ add_worker (session_t *s, const options_t *o, fw_stream_worker_t *w)
       return false;
    }
    fw_dlq_store_destroy (store);
+   if (!o->dry_run) { /* a dry run changes nothing, a killed replay's session included */
+      fw_replay_sessions_start (&s->txn_sessions[s->n], fw_stream_worker_dispatcher (w));
+   }
    s->workers[s->n++] = w;
    return true;
 }
@@ -422,6 +427,11 @@ open_workers (session_t *s, const options_t *o, fw_lua_host_t *first, const char
    char **names = calloc ((size_t) count + 1, sizeof *names);
 
    s->workers = names ? calloc ((size_t) count + 1, sizeof *s->workers) : NULL;
+   s->txn_sessions = s->workers ? calloc ((size_t) count + 1, sizeof *s->txn_sessions) : NULL;
+   if (!s->txn_sessions) {
+      free (s->workers);
+      s->workers = NULL;
+   }
    for (int i = 0; i < count && s->workers; i++) {
       fw_lua_host_t *host = i == 0 ? first : load (o->script, option_uri, &err);
       fw_stream_worker_t *w = host ? fw_stream_worker_new (host, i, s->pool, s->conns, &err) : NULL;
@@ -556,10 +566,12 @@ close_session (session_t *s)
       pthread_join (s->signals, NULL);
    }
    for (int i = 0; i < s->n; i++) {
+      fw_replay_sessions_end (&s->txn_sessions[i]);
       fw_stream_worker_unbind (s->workers[i]);
       fw_stream_worker_destroy (s->workers[i]);
    }
    free (s->workers);
+   free (s->txn_sessions);
    fw_metrics_destroy (s->metrics); /* after the workers' Lua states */
    fw_connections_destroy (s->conns);
    mongoc_client_pool_destroy (s->pool);
@@ -927,6 +939,8 @@ replay_candidate (session_t *s, const candidate_t *c, const fw_replay_options_t 
       fw_dlq_store_destroy (store);
       bson_destroy (&entry);
    }
+   /* The entry's transactions are over: its session leaves the record. */
+   fw_replay_sessions_end (&s->txn_sessions[c->worker]);
 }
 
 /* The last lines: what ran, what failed, what was left. */

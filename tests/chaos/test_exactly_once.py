@@ -13,7 +13,7 @@ import time
 import unittest
 
 from chaostest import LONG, StandInTestCase, figures
-from fwtest import run_cli
+from fwtest import clean_env, run_cli
 from read_model import IncReadModel
 
 EVENTS = 20_000 if LONG else 3_000
@@ -382,7 +382,7 @@ class KilledWithATransactionOpen(StandInTestCase):
     def test_restart_kills_the_dead_run_s_transaction_and_applies_each_event_once(self):
         n, block_at = 20, 8
         script = self.script(BLOCKING)
-        p = self.run_fw(script, env=dict(os.environ, FW_TEST_BLOCK_AT=str(block_at)))
+        p = self.run_fw(script, env=clean_env({"FW_TEST_BLOCK_AT": str(block_at)}))
         p.wait_open()
         self.db.orders.insert_many([{"_id": i, "n": i, "customer": "c", "total": 1}
                                     for i in range(n)])
@@ -409,7 +409,7 @@ class KilledWithATransactionOpen(StandInTestCase):
         script = self.script(BLOCKING.replace(
             "fw.stream {", 'fw.defaults { ha = { mode = "leader", lease = "1000ms" } }\n'
             "fw.stream {", 1))
-        a = self.run_fw(script, env=dict(os.environ, FW_TEST_BLOCK_AT=str(block_at)))
+        a = self.run_fw(script, env=clean_env({"FW_TEST_BLOCK_AT": str(block_at)}))
         a.wait_open()
         b = self.run_fw(script)
         b.wait_log("role: standby", timeout=30)

@@ -5,6 +5,7 @@ again: its entry counts its attempts once) or neither (the event runs again
 from nothing applied and is dead-lettered once); never a second delivery of
 a dead-lettered event, and never a write of the poison's handler."""
 import datetime
+import os
 import subprocess
 import time
 
@@ -215,6 +216,92 @@ class ExactlyOnceReplay(StandInTestCase):
 
     def commits(self):
         return len(self.commands("commitTransaction", db="admin"))
+
+
+BLOCKING_REPLAY_SCRIPT = """
+fw.stream { name = "totals", collection = "orders", exactly_once = true,
+  retry = { max_attempts = 2, initial_delay = "20ms" }, dlq = true,
+  on_insert = function(ctx)
+    local order = ctx:full_document()
+    fw.mongo.collection(ctx:database_name(), "customer_totals"):update_one(
+      { _id = order.customer }, { ["$inc"] = { orders = 1 } }, { upsert = true })
+    local fixed = fw.mongo.collection(ctx:database_name(), "switch"):find_one({ _id = "fixed" })
+    if not fixed then error(fw.error("Validation", "not fixed yet")) end
+    if fw.env("FW_TEST_BLOCK", "") ~= "" then
+      report({ blocking = order._id })
+      while true do end -- its transaction stays open, holding the customer's document
+    end
+    report({ n = order._id })
+  end }
+"""
+
+
+def read_text(path):
+    with open(path) as f:
+        return f.read()
+
+
+class ReplayKilledWithATransactionOpen(StandInTestCase):
+    """A `dlq replay` killed inside its transaction, the server's DEFAULT
+    transactionLifetimeLimitSeconds (60 s): the replay recorded its server
+    session ("<stream>#replay#sessions" in _fw_checkpoints), so the next
+    start, of `run` or of another replay, ends its open transaction with
+    killSessions (MongoDB manual, killSessions: "Killing a session kills any
+    in-progress operations in the session") instead of meeting WriteConflict
+    on the documents it wrote for a minute; with a 2-attempt retry policy
+    that would dead-letter the next event (run) or fail the entry (replay)."""
+    dead_letter_one = ExactlyOnceReplay.dead_letter_one
+    replay = ExactlyOnceReplay.replay
+
+    def kill_replay_inside_its_transaction(self, script):
+        self.dead_letter_one(script)
+        log = os.path.join(self.tmp.name, "blocked-replay.log")
+        with open(log, "w") as err:
+            p = subprocess.Popen([BINARY, "dlq", "replay", script, "--uri", self.uri,
+                                  "--claim-ttl", "1s"], stdout=subprocess.DEVNULL,
+                                 stderr=err, stdin=subprocess.DEVNULL,
+                                 env=clean_env({"FW_TEST_BLOCK": "1"}))
+        try:
+            # Its $inc is in (uncommitted), the handler spins in the transaction.
+            self.wait_for(lambda: '"blocking"' in read_text(log), timeout=30,
+                          what="the replay's handler blocking after its write")
+        finally:
+            p.kill()
+            p.wait(timeout=10)
+        self.assertEqual(self.db["_fw_dlq"].find_one()["status"], "REPROCESSING")
+        return time.monotonic()
+
+    def test_the_next_run_ends_a_killed_replay_s_transaction(self):
+        script = self.script(BLOCKING_REPLAY_SCRIPT)
+        killed = self.kill_replay_inside_its_transaction(script)
+        p = self.run_fw(script)
+        p.wait_open()
+        self.db.orders.insert_one({"_id": 2, "customer": "ada"})
+        p.wait_until(lambda: any(r["n"] == 2 for r in p.reports()), timeout=60,
+                     what="the event on the killed replay's document")
+        took = time.monotonic() - killed
+        self.assertEqual(p.stop(), 0)
+        self.assertEqual(self.db.customer_totals.find_one({"_id": "ada"})["orders"], 1,
+                         "the killed replay applied nothing, the new event once")
+        self.assertEqual(self.db["_fw_dlq"].count_documents({}), 1, "nothing more dead-lettered")
+        self.assertLess(took, 30, "the run waited out the 60 s transaction lifetime")
+        self.assertGreaterEqual(p.count_log("ended 1 server session(s) of a killed dlq replay"), 1)
+
+    def test_the_next_replay_ends_a_killed_replay_s_transaction(self):
+        script = self.script(BLOCKING_REPLAY_SCRIPT)
+        killed = self.kill_replay_inside_its_transaction(script)
+        self.wait_for(lambda: datetime.datetime.utcnow() >
+                      self.db["_fw_dlq"].find_one()["claimedUntil"] + datetime.timedelta(
+                          milliseconds=100), timeout=10, what="the claim's expiry")
+        cp = self.replay(script, "--claim-ttl", "1s")
+        took = time.monotonic() - killed
+        self.assertEqual(cp.returncode, 0, cp.stdout + cp.stderr)
+        self.assertIn("ended 1 server session(s) of a killed dlq replay", cp.stdout + cp.stderr)
+        self.assertEqual(self.db.customer_totals.find_one()["orders"], 1, "applied once")
+        self.assertEqual(self.db["_fw_dlq"].find_one()["status"], "RESOLVED")
+        self.assertLess(took, 30, "the replay waited out the 60 s transaction lifetime")
+        rec = self.db["_fw_checkpoints"].find_one({"_id": "totals#replay#sessions"})
+        self.assertEqual(rec["lsids"], [], "a replay that ends takes its session off the record")
 
 
 DEFERRED_SCRIPT = """

@@ -21,6 +21,7 @@ import time
 import unittest
 
 from chaostest import LONG, StandInTestCase, figures
+from fwtest import clean_env
 from read_model import IncReadModel
 
 EVENTS = 20_000 if LONG else 3_000
@@ -236,11 +237,10 @@ class Gate:
 GATE_AT = 3
 
 
-class DeposedHolderCommitsNothing(ReadModel, StandInTestCase):
-    """The lease taken over while the holder's handler is inside its transaction: the new
-    holder applies the event once; the old one's transaction commits nothing (the new holder's
-    killSessions aborted it, or, begun after the take-over, the checkpoint's fence refuses it in
-    the transaction) and it stands by."""
+class DeposedHolder(ReadModel):
+    """The scenarios of a holder deposed inside its transaction (a mixin: the sink's tests,
+    test_exactly_once_sink.py, run them with the transactions on another deployment through
+    sinked() and extra_env())."""
     standin_args = ("--server-version", "7.0")  # partitions: $toHashedIndexKey
 
     def setUp(self):
@@ -248,8 +248,17 @@ class DeposedHolderCommitsNothing(ReadModel, StandInTestCase):
         self.gate = Gate()
         self.addCleanup(self.gate.close)
 
+    def sinked(self, body):
+        return body
+
+    def extra_env(self):
+        return {}
+
     def start(self, script):
-        env = dict(os.environ, FW_TEST_GATE_AT=str(GATE_AT), FW_TEST_GATE_URL=self.gate.url)
+        # clean_env: MONGOC_DISABLE_SHM, or a restarted process reusing a killed one's PID
+        # prints libmongoc's "Falling back to malloc for counters." into the JSON log.
+        env = clean_env(dict(FW_TEST_GATE_AT=str(GATE_AT), FW_TEST_GATE_URL=self.gate.url,
+                             **self.extra_env()))
         return self.run_fw(script, env=env)
 
     def insert(self, lo, hi):
@@ -279,7 +288,7 @@ class DeposedHolderCommitsNothing(ReadModel, StandInTestCase):
         body = gated("leader", "", order)
         if retry:
             body = body.replace(RETRY, retry)
-        script = self.script(self.pinned(body))
+        script = self.script(self.sinked(self.pinned(body)))
         a = self.start(script)
         a.wait_open()
         b = self.start(script)
@@ -301,24 +310,10 @@ class DeposedHolderCommitsNothing(ReadModel, StandInTestCase):
         self.gate.open()
         return [a, b], a, took
 
-    def test_leader_deposed_after_its_write(self):
-        procs, old, took = self.leader(WRITE_FIRST)
-        self.finish(procs, old, False, "exactly_once_leader_deposed_after_write", took)
-
-    def test_leader_deposed_on_its_last_attempt_dead_letters_nothing(self):
-        # One attempt (retry = false): the attempt the new leader's killSessions failed is not
-        # the event's failure; the event is the new leader's, which applies it.
-        procs, old, took = self.leader(WRITE_FIRST, retry="retry = false")
-        self.finish(procs, old, False, "exactly_once_leader_deposed_last_attempt", took)
-
-    def test_leader_deposed_before_its_write_is_fenced_in_the_transaction(self):
-        procs, old, took = self.leader(WAIT_FIRST)
-        self.finish(procs, old, True, "exactly_once_leader_fenced", took)
-
     def shared(self, order):
         # A pause (SIGSTOP: a stalled VM, a long GC) of the unit's holder: its leases and
         # its member document expire, the other instance takes the unit.
-        script = self.script(self.pinned(gated("shared", "partitions = 2,", order)))
+        script = self.script(self.sinked(self.pinned(gated("shared", "partitions = 2,", order))))
         procs = [self.start(script), self.start(script)]
         self.wait_for(lambda: sorted(len([u for u, o in self.holders().items()
                                           if owned_by(o, p)]) for p in procs) == [1, 1],
@@ -340,6 +335,27 @@ class DeposedHolderCommitsNothing(ReadModel, StandInTestCase):
         self.gate.open()
         return procs, old, took
 
+
+class DeposedHolderCommitsNothing(DeposedHolder, StandInTestCase):
+    """The lease taken over while the holder's handler is inside its transaction: the new
+    holder applies the event once; the old one's transaction commits nothing (the new holder's
+    killSessions aborted it, or, begun after the take-over, the checkpoint's fence refuses it in
+    the transaction) and it stands by."""
+
+    def test_leader_deposed_after_its_write(self):
+        procs, old, took = self.leader(WRITE_FIRST)
+        self.finish(procs, old, False, "exactly_once_leader_deposed_after_write", took)
+
+    def test_leader_deposed_on_its_last_attempt_dead_letters_nothing(self):
+        # One attempt (retry = false): the attempt the new leader's killSessions failed is not
+        # the event's failure; the event is the new leader's, which applies it.
+        procs, old, took = self.leader(WRITE_FIRST, retry="retry = false")
+        self.finish(procs, old, False, "exactly_once_leader_deposed_last_attempt", took)
+
+    def test_leader_deposed_before_its_write_is_fenced_in_the_transaction(self):
+        procs, old, took = self.leader(WAIT_FIRST)
+        self.finish(procs, old, True, "exactly_once_leader_fenced", took)
+
     def test_shared_holder_deposed_after_its_write(self):
         procs, old, took = self.shared(WRITE_FIRST)
         self.finish(procs, old, False, "exactly_once_shared_deposed_after_write", took)
@@ -358,8 +374,8 @@ class SessionsAcrossTerms(ReadModel, StandInTestCase):
     command_log = True  # to see a's commitTransaction arrive
 
     def start(self, script, gate_at=-1, gate=None):
-        env = dict(os.environ, FW_TEST_GATE_AT=str(gate_at),
-                   FW_TEST_GATE_URL=gate.url if gate else "http://127.0.0.1:9/unused")
+        env = clean_env(dict(FW_TEST_GATE_AT=str(gate_at),
+                             FW_TEST_GATE_URL=gate.url if gate else "http://127.0.0.1:9/unused"))
         return self.run_fw(script, env=env)
 
     def insert(self, lo, hi):

@@ -264,5 +264,60 @@ class OplogWindowTest(DoctorCase):
         self.assertIn("replSetResizeOplog", c["fix"])
 
 
+def without_replica_set(uri):
+    """uri without its replicaSet option (a standalone has no set), credentials kept."""
+    base, _, query = uri.partition("?")
+    opts = [o for o in query.split("&") if o and not o.startswith("replicaSet=")]
+    return base + ("?" + "&".join(opts) if opts else "")
+
+
+SINK_STREAM = """
+    fw.connection { name = "sink", uri = %r }
+    fw.stream { name = "s", collection = "orders", exactly_once = { connection = "sink" },
+      on_change = function(ctx) end }
+"""
+
+
+class ExactlyOnceSinkTest(DoctorCase):
+    """exactly_once = { connection = "sink" } (issue 39): doctor checks the
+    sink deployment too: reachable, with transactions (its hello: a replica
+    set member or mongos; a standalone has none), and its
+    transactionLifetimeLimitSeconds (getParameter)."""
+
+    def start_sink(self, *args):
+        sink = StandIn(args=list(args))
+        sink.start()
+        self.addCleanup(sink.stop)
+        return sink
+
+    def test_a_replica_set_sink_is_ok_with_its_transaction_lifetime(self):
+        sink = self.start_sink("--transaction-lifetime-limit-seconds", "7")
+        text, checks = self.doctor(SINK_STREAM % sink.uri)
+        self.assertEqual(text.returncode, 0, text.stdout + text.stderr)
+        eo = [c for c in checks if c["name"] == "exactly_once"]
+        self.assertEqual([c["status"] for c in eo], ["ok", "ok"], eo)
+        self.assertIn('connection "sink" (MongoDB', eo[0]["message"])
+        self.assertIn("runs transactions", eo[0]["message"])
+        self.assertIn("transactionLifetimeLimitSeconds is 7 s", eo[1]["message"])
+
+    def test_a_standalone_sink_fails_with_the_remedy(self):
+        sink = self.start_sink("--standalone")
+        text, checks = self.doctor(SINK_STREAM % without_replica_set(sink.uri))
+        self.assertEqual(text.returncode, 2, text.stdout + text.stderr)
+        c = self.check(checks, "exactly_once")
+        self.assertEqual(c["status"], "fail")
+        self.assertIn('connection "sink"', c["message"])
+        self.assertIn("standalone mongod", c["message"])
+        self.assertIn("replica set", c["fix"])
+
+    def test_an_unreachable_sink_fails(self):
+        text, checks = self.doctor(SINK_STREAM % "mongodb://127.0.0.1:1/?connectTimeoutMS=500")
+        self.assertEqual(text.returncode, 2, text.stdout + text.stderr)
+        found = [c for c in checks if c["name"] == "connection" and "sink" in c["message"]]
+        self.assertEqual(len(found), 1, checks)
+        self.assertEqual(found[0]["status"], "fail")
+        self.assertIn("cannot reach", found[0]["message"])
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -81,7 +81,8 @@ local BAD = {
     "fw.stream { name = 's', database = 'shop', exactly_once = { connection = 'rep' }, "
       .. "on_change = h }",
     { S .. 'exactly_once.connection: unknown connection "rep" (declare it with fw.connection '
-      .. '{ name = "rep", uri = "postgresql://..." })' } },
+      .. '{ name = "rep", uri = "mongodb://..." } for another MongoDB deployment, or '
+      .. 'uri = "postgresql://..." for PostgreSQL)' } },
   { "exactly_once into PostgreSQL with lanes",
     "fw.connection { name = 'rep', uri = 'postgresql://u@127.0.0.1/r' } "
       .. "fw.stream { name = 's', database = 'shop', exactly_once = { connection = 'rep' }, "

@@ -32,7 +32,8 @@ local function named_sink(ctx, v, spec, opts, repr)
   local c = opts.kinds and opts.kinds[name]
   if not c then
     ctx:fail("exactly_once.connection", "unknown connection %s (declare it with fw.connection "
-      .. "{ name = %s, uri = \"postgresql://...\" })", repr(name), repr(name))
+      .. "{ name = %s, uri = \"mongodb://...\" } for another MongoDB deployment, or "
+      .. "uri = \"postgresql://...\" for PostgreSQL)", repr(name), repr(name))
     return false
   end
   if c.kind == "postgresql" then

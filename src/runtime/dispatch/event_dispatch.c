@@ -1058,6 +1058,10 @@ after_failure (fw_dispatcher_t *d, fw_replay_hook_t *hook, const fw_event_t *ev,
    attempt_decision (d, hook, L, ok, attempt, stop, &dec);
    fw_event_log_id (ev, id, sizeof id);
    report_attempt_failed (d, attempt, &dec);
+   if (!ok && fw_txn_unsupported_stops (d, hook != NULL, dec.type, dec.message)) {
+      *o = outcome_failed (d, attempt);
+      return false;
+   }
    if (hook) {
       hook->retry_asked = dec.action == ACT_RETRY;
    }

@@ -43,6 +43,14 @@ void fw_txn_end (fw_dispatcher_t *d);
  * MongoDB's default, 60 s, is assumed) (event_txn_limits.c). */
 int64_t fw_txn_lifetime_ms (mongoc_client_t *client);
 
+/* True, with d->out.failure set, when an attempt of d's transactions (a
+ * change event's, or with replay a replayed dead letter's) failed with error
+ * type: Mongo.TransactionsUnsupported, a deployment setting that fails every
+ * event alike, stops the stream (FW_OUTCOME_FAILED) instead of dead-lettering
+ * each (event_txn_limits.c). */
+bool fw_txn_unsupported_stops (fw_dispatcher_t *d, bool replay, const char *type,
+                               const char *message);
+
 typedef enum {
    FW_TXN_DLQ_NOT_JOINED, /* no transaction, or the DLQ is elsewhere: save it as before */
    FW_TXN_DLQ_COMMITTED,  /* the entry and the position past the event are committed */

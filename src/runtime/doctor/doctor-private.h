@@ -24,6 +24,13 @@ void fw_doctor_add (fw_doctor_report_t *r, const char *stream, const char *name,
  * privileges its position table needs, when a stream of L's script uses it. */
 void fw_doctor_eo_pg (lua_State *L, fw_doctor_report_t *r, const char *name);
 
+/* exactly_once into the MongoDB connection name (uri_text: its URI; a
+ * deployment other than the stream's, doctor_eo_mongo.c): reachable, with
+ * transactions, and its transaction lifetime, when a stream of L's script
+ * uses it. */
+void fw_doctor_eo_mongo (lua_State *L, fw_doctor_report_t *r, const char *name,
+                         const char *uri_text);
+
 /* The privileges, pre-images and checkpoint checks of one stream. */
 void fw_doctor_privileges (mongoc_client_t *client, const fw_stream_config_t *cfgs, size_t n,
                            fw_doctor_report_t *r);

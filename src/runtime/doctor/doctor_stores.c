@@ -1,6 +1,7 @@
 /*
  * doctor_stores.c - `doctor`'s check of each Redis and PostgreSQL
- * connection the script declares: reachable and authenticated.
+ * connection the script declares: reachable and authenticated; and of each
+ * MongoDB one a stream runs exactly once into (doctor_eo_mongo.c).
  */
 #include <string.h>
 
@@ -24,6 +25,13 @@ check_one (lua_State *L, fw_doctor_report_t *r)
    lua_getfield (L, -2, "kind");
    name = lua_tostring (L, -2);
    kind = lua_tostring (L, -1);
+   if (name && kind && strcmp (kind, "mongodb") == 0) {
+      lua_getfield (L, -3, "uri");
+      if (lua_isstring (L, -1)) {
+         fw_doctor_eo_mongo (L, r, name, lua_tostring (L, -1)); /* a sink of exactly_once */
+      }
+      lua_pop (L, 1);
+   }
    if (name && kind && (strcmp (kind, "redis") == 0 || strcmp (kind, "postgresql") == 0)) {
       redis = strcmp (kind, "redis") == 0;
       ok = redis ? fw_redis_lua_probe (L, name, PROBE_TIMEOUT_MS, why, sizeof why)

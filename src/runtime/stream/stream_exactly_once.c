@@ -12,6 +12,8 @@
 #include "runtime/checkpoint/checkpoint_store.h"
 #include "runtime/checkpoint/txn_sessions.h"
 #include "runtime/dispatch/backoff.h"
+#include "runtime/host/server_probe.h"
+#include "runtime/host/txn_support.h"
 #include "runtime/stream/stream_exactly_once-private.h"
 #include "runtime/stream/stream_position-private.h"
 #include "runtime/stream/stream_worker-private.h"
@@ -76,6 +78,13 @@ record_session (void *ud, mongoc_client_t *client, const bson_t *lsid, fw_error_
 {
    fw_stream_worker_t *w = ud;
 
+   /* On a sink: the stream's own record says where, for a start that no
+    * longer runs there (stream_exactly_once_sessions.c). */
+   if (w->cfg->exactly_once_connection && w->client &&
+       !fw_txn_sessions_note_sink (w->client, w->cfg->database, w->cfg->name,
+                                   w->cfg->exactly_once_connection, error)) {
+      return false;
+   }
    return fw_txn_sessions_record (client, w->cfg->database, w->cfg->name, lsid, error);
 }
 
@@ -113,6 +122,9 @@ fw_stream_exactly_once_recover (fw_stream_worker_t *w)
    err.message[0] = '\0';
    ok = (client = fw_dispatcher_txn_client (w->d, &err)) &&
         fw_txn_sessions_kill (client, w->cfg->database, w->cfg->name, &killed, &err);
+   if (client) {
+      fw_stream_exactly_once_kill_elsewhere (w, client);
+   }
    /* This thread's session of an earlier term ends too: another holder may
     * have killed it and taken it off the record meanwhile, and a session
     * used unrecorded would leave a transaction nobody can end after a kill
@@ -218,4 +230,38 @@ fw_stream_exactly_once_advance (fw_stream_worker_t *w, const fw_position_t *p)
               "reads again from the last event handled",
               w->cfg->exactly_once_connection, err.message);
    }
+}
+
+bool
+fw_stream_exactly_once_supported (fw_stream_worker_t *w, char *what, size_t len)
+{
+   const char *conn = w->cfg->exactly_once_connection ? w->cfg->exactly_once_connection : "default";
+   mongoc_client_t *client;
+   fw_error_t err;
+   char why[400], where[300];
+
+   if (!w->cfg->exactly_once || !(client = fw_dispatcher_txn_client (w->d, &err))) {
+      return true; /* none, PostgreSQL's, or a client its first attempt will say about */
+   }
+   switch (fw_txn_support_probe (mongoc_client_get_uri (client), why, sizeof why)) {
+   case FW_TXN_SUPPORTED:
+      return true;
+   case FW_TXN_UNKNOWN:
+      fw_log (FW_LOG_WARN, w->cfg->name,
+              "exactly_once: cannot tell whether connection \"%s\" has transactions (%s); "
+              "the stream goes on and its first transaction will say",
+              conn, why);
+      return true;
+   default:
+      break;
+   }
+   fw_server_describe (mongoc_client_get_uri (client), where, sizeof where);
+   snprintf (what, len,
+             "exactly_once: stream \"%s\" runs its handler calls in transactions on connection "
+             "\"%s\" (%s), but %s. Run that deployment as a replica set (one member will do: "
+             "mongod --replSet NAME, then rs.initiate(), and ?replicaSet=NAME in its URI) or a "
+             "sharded cluster (MongoDB 4.2+), or turn exactly_once off; the stream reads "
+             "nothing until then, so no event is lost or dead-lettered",
+             w->cfg->name, conn, where, why);
+   return false;
 }

@@ -779,7 +779,8 @@ open_and_read (fw_stream_worker_t *w, fw_stream_run_t *run, bool *progressed)
       return FW_READ_ERROR; /* re-opened after the restart delay */
    }
    if (gen_open == FW_GENERATION_STOP ||
-       !fw_stream_server_supports (w->cfg, w->read_client, unsupported, sizeof unsupported)) {
+       !fw_stream_server_supports (w->cfg, w->read_client, unsupported, sizeof unsupported) ||
+       !fw_stream_exactly_once_supported (w, unsupported, sizeof unsupported)) {
       fw_generation_cleanup (&gen);
       fw_stream_failed (w, unsupported);
       return FW_READ_FAILED;

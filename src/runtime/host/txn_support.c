@@ -1,0 +1,91 @@
+/*
+ * txn_support.c - can a deployment run transactions (txn_support.h).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/host/server_probe.h"
+#include "runtime/host/txn_support.h"
+
+static const char *
+utf8_of (const bson_t *doc, const char *key)
+{
+   bson_iter_t it;
+   return bson_iter_init_find (&it, doc, key) && BSON_ITER_HOLDS_UTF8 (&it)
+             ? bson_iter_utf8 (&it, NULL)
+             : NULL;
+}
+
+fw_txn_support_t
+fw_txn_support_of_hello (const bson_t *hello, char *why, size_t len)
+{
+   bson_iter_t it;
+   int64_t wire = -1;
+   const char *msg = utf8_of (hello, "msg"), *set = utf8_of (hello, "setName");
+   bool mongos = msg && strcmp (msg, "isdbgrid") == 0;
+
+   if (bson_iter_init_find (&it, hello, "maxWireVersion") && BSON_ITER_HOLDS_NUMBER (&it)) {
+      wire = bson_iter_as_int64 (&it);
+   }
+   if (bson_iter_init_find (&it, hello, "serviceId")) {
+      return FW_TXN_SUPPORTED; /* behind a load balancer: 5.0+ */
+   }
+   if (!set && !mongos) {
+      snprintf (why, len,
+                "it is a standalone mongod (its hello has no setName and it is no mongos), "
+                "which refuses transactions (20 IllegalOperation)");
+      return FW_TXN_UNSUPPORTED;
+   }
+   if (!bson_iter_init_find (&it, hello, "logicalSessionTimeoutMinutes")) {
+      snprintf (why, len, "it has no sessions (its hello has no logicalSessionTimeoutMinutes)");
+      return FW_TXN_UNSUPPORTED;
+   }
+   if (wire >= 0 && wire < (mongos ? FW_WIRE_TXN_MONGOS : FW_WIRE_TXN_REPLSET)) {
+      snprintf (why, len,
+                "it is a %s with maxWireVersion %lld: transactions need MongoDB %s (wire "
+                "version %d)",
+                mongos ? "mongos" : "replica set member", (long long) wire,
+                mongos ? "4.2 through mongos" : "4.0 on a replica set",
+                mongos ? FW_WIRE_TXN_MONGOS : FW_WIRE_TXN_REPLSET);
+      return FW_TXN_UNSUPPORTED;
+   }
+   return FW_TXN_SUPPORTED;
+}
+
+fw_txn_support_t
+fw_txn_support_probe (const mongoc_uri_t *uri, char *why, size_t len)
+{
+   mongoc_uri_t *copy = mongoc_uri_copy (uri);
+   mongoc_client_t *client = NULL;
+   mongoc_server_description_t *sd = NULL;
+   const bson_t *hello;
+   bson_error_t berr;
+   fw_txn_support_t got = FW_TXN_UNKNOWN;
+
+   if (!copy) {
+      snprintf (why, len, "out of memory");
+      return FW_TXN_UNKNOWN;
+   }
+   if (!mongoc_uri_has_option (copy, MONGOC_URI_CONNECTTIMEOUTMS)) {
+      mongoc_uri_set_option_as_int32 (copy, MONGOC_URI_CONNECTTIMEOUTMS,
+                                      FW_PROBE_CONNECT_TIMEOUT_MS);
+   }
+   mongoc_uri_set_option_as_bool (copy, MONGOC_URI_SERVERSELECTIONTRYONCE, true);
+   if (!(client = mongoc_client_new_from_uri_with_error (copy, &berr))) {
+      snprintf (why, len, "%s", berr.message);
+   } else {
+      mongoc_client_set_error_api (client, MONGOC_ERROR_API_VERSION_2);
+      mongoc_client_set_appname (client, "flowwarden");
+      if (!(sd = mongoc_client_select_server (client, true, NULL, &berr))) {
+         snprintf (why, len, "%s", berr.message);
+      } else if (!(hello = mongoc_server_description_hello_response (sd))) {
+         snprintf (why, len, "the server sent no hello");
+      } else {
+         got = fw_txn_support_of_hello (hello, why, len);
+      }
+   }
+   mongoc_server_description_destroy (sd);
+   mongoc_client_destroy (client);
+   mongoc_uri_destroy (copy);
+   return got;
+}
