@@ -14,6 +14,7 @@
 #include "runtime/dispatch/backoff.h"
 #include "runtime/stream/stream_exactly_once-private.h"
 #include "runtime/stream/stream_position-private.h"
+#include "runtime/stream/stream_snapshot-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
 /* *dst = a copy of src (*dst allocated on first use). */
@@ -40,6 +41,13 @@ position_in_txn (void *ud, const fw_event_t *ev, mongoc_client_t *client,
       *fenced = true;
       fw_error_set (error, FW_ERROR_MONGO, "stream \"%s\" no longer leads", w->cfg->name);
       return false;
+   }
+   if (ev->op == FW_OP_SNAPSHOT) {
+      /* A snapshot's row has no resume token: the snapshot's progress
+       * past it commits instead (the stream's position does not move). */
+      bson_destroy (reply);
+      bson_destroy (&token);
+      return fw_stream_snapshot_save_in (w, ev, client, session, reply, fenced, error);
    }
    if (!fw_position_set_event_token (&token, ev)) {
       fw_error_set (error, FW_ERROR_INVALID,

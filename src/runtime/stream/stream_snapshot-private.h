@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include <bson/bson.h>
+#include <mongoc/mongoc.h>
 
 #include "bson/event.h"
 #include "runtime/checkpoint/checkpoint_store.h"
@@ -41,6 +42,14 @@ fw_read_end_t fw_stream_snapshot_live (fw_stream_worker_t *w, fw_position_t *p,
 /* Idle, with the post-batch resume token: as fw_stream_snapshot_live. */
 fw_read_end_t fw_stream_snapshot_idle (fw_stream_worker_t *w, fw_position_t *p,
                                        const bson_t *token);
+
+/* exactly_once (issue 39): writes the snapshot's progress past row (a
+ * snapshot event this thread handed out) in session's transaction, fenced
+ * with the lease's epoch under ha (*fenced true when a newer leader holds
+ * the checkpoint). *reply: as fw_checkpoint_snapshot_save_in's. */
+bool fw_stream_snapshot_save_in (fw_stream_worker_t *w, const fw_event_t *row,
+                                 mongoc_client_t *client, mongoc_client_session_t *session,
+                                 bson_t *reply, bool *fenced, fw_error_t *error);
 
 /* The change stream (re)opened: an open chunk is read again. */
 void fw_stream_snapshot_reopened (fw_stream_worker_t *w);
