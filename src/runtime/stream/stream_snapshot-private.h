@@ -39,6 +39,13 @@ bool fw_stream_snapshot_reading (fw_stream_worker_t *w);
 fw_read_end_t fw_stream_snapshot_live (fw_stream_worker_t *w, fw_position_t *p,
                                        const fw_event_t *ev);
 
+/* A live event read into a batch or a source transaction's group (after
+ * the first, which went through fw_stream_snapshot_live): shown to the
+ * snapshot, which drops the rows of its key; false when the open chunk's
+ * rows are due before it (it must not join: it is taken next, through
+ * fw_stream_snapshot_live). True without a snapshot. */
+bool fw_stream_snapshot_shown (fw_stream_worker_t *w, const fw_event_t *ev);
+
 /* Idle, with the post-batch resume token: as fw_stream_snapshot_live. */
 fw_read_end_t fw_stream_snapshot_idle (fw_stream_worker_t *w, fw_position_t *p,
                                        const bson_t *token);

@@ -358,6 +358,12 @@ fw_stream_snapshot_live (fw_stream_worker_t *w, fw_position_t *p, const fw_event
    return hand_out (w, p);
 }
 
+bool
+fw_stream_snapshot_shown (fw_stream_worker_t *w, const fw_event_t *ev)
+{
+   return !w->snap.run || !fw_snapshot_live (w->snap.run->engine, ev);
+}
+
 fw_read_end_t
 fw_stream_snapshot_idle (fw_stream_worker_t *w, fw_position_t *p, const bson_t *token)
 {
