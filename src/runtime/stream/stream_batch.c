@@ -118,7 +118,7 @@ batch_fill (fw_stream_worker_t *w, fw_stream_reader_t *rd, batch_t *b, size_t ma
       /* A snapshot sees each event of the batch (its key's rows dropped);
        * one its rows are due before ends the batch, and is taken next. */
       if (!fw_event_parse (doc, &ev, &err) || !fw_stream_batch_joins (doc, &ev) ||
-          !fw_stream_snapshot_shown (w, &ev) || !batch_add (w, rd, b, &ev)) {
+          (w->snap.run && !fw_stream_snapshot_shown (w, &ev)) || !batch_add (w, rd, b, &ev)) {
          w->batch_held = doc;
          return true;
       }
@@ -163,7 +163,9 @@ group_fill (fw_stream_worker_t *w, fw_stream_reader_t *rd, batch_t *b)
       /* A snapshot sees it (its key's rows dropped). It has the clusterTime
        * of the group's first, which the snapshot saw (take_event): no rows
        * can be due before it that were not before the first. */
-      (void) fw_stream_snapshot_shown (w, &ev);
+      if (w->snap.run) {
+         (void) fw_stream_snapshot_shown (w, &ev);
+      }
       if (!batch_add (w, rd, b, &ev)) {
          w->batch_held = doc;
          return true;
