@@ -14,7 +14,6 @@
 #include "runtime/dispatch/backoff.h"
 #include "runtime/stream/stream_exactly_once-private.h"
 #include "runtime/stream/stream_position-private.h"
-#include "runtime/stream/stream_snapshot-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
 /* *dst = a copy of src (*dst allocated on first use). */
@@ -45,9 +44,16 @@ position_in_txn (void *ud, const fw_event_t *ev, mongoc_client_t *client,
    if (ev->op == FW_OP_SNAPSHOT) {
       /* A snapshot's row has no resume token: the snapshot's progress
        * past it commits instead (the stream's position does not move). */
-      bson_destroy (reply);
       bson_destroy (&token);
-      return fw_stream_snapshot_save_in (w, ev, client, session, reply, fenced, error);
+      if (!w->eo.row) {
+         fw_error_set (error, FW_ERROR_INVALID,
+                       "stream \"%s\": a snapshot's row without its "
+                       "snapshot",
+                       w->cfg->name);
+         return false;
+      }
+      bson_destroy (reply);
+      return w->eo.row (w, ev, client, session, reply, fenced, error);
    }
    if (!fw_position_set_event_token (&token, ev)) {
       fw_error_set (error, FW_ERROR_INVALID,

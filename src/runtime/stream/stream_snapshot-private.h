@@ -9,7 +9,6 @@
 #include <stdint.h>
 
 #include <bson/bson.h>
-#include <mongoc/mongoc.h>
 
 #include "bson/event.h"
 #include "runtime/checkpoint/checkpoint_store.h"
@@ -21,7 +20,9 @@ typedef struct fw_stream_reader fw_stream_reader_t; /* stream_read-private.h */
 
 /* After the checkpoint was read (cp): resumes a snapshot its progress says
  * is running, or starts one (start_position = "snapshot", no checkpoint),
- * storing it before the change stream opens. False only on shutdown. */
+ * storing it before the change stream opens. False only on shutdown. Sets
+ * w->eo.row: with exactly_once a row's transaction writes the snapshot's
+ * progress past the row (fenced with the lease's epoch under ha). */
 bool fw_stream_snapshot_setup (fw_stream_worker_t *w, const fw_checkpoint_t *cp);
 
 /* At the loop's top, between live events: an on-demand request taken, the
@@ -49,14 +50,6 @@ bool fw_stream_snapshot_shown (fw_stream_worker_t *w, const fw_event_t *ev);
 /* Idle, with the post-batch resume token: as fw_stream_snapshot_live. */
 fw_read_end_t fw_stream_snapshot_idle (fw_stream_worker_t *w, fw_position_t *p,
                                        const bson_t *token);
-
-/* exactly_once (issue 39): writes the snapshot's progress past row (a
- * snapshot event this thread handed out) in session's transaction, fenced
- * with the lease's epoch under ha (*fenced true when a newer leader holds
- * the checkpoint). *reply: as fw_checkpoint_snapshot_save_in's. */
-bool fw_stream_snapshot_save_in (fw_stream_worker_t *w, const fw_event_t *row,
-                                 mongoc_client_t *client, mongoc_client_session_t *session,
-                                 bson_t *reply, bool *fenced, fw_error_t *error);
 
 /* The change stream (re)opened: an open chunk is read again. */
 void fw_stream_snapshot_reopened (fw_stream_worker_t *w);

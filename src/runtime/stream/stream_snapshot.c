@@ -5,7 +5,7 @@
  * the dispatcher once the stream passed the chunk's high watermark, and the
  * progress kept with the checkpoint after each chunk. With exactly_once
  * (issue 39) each row's handler call also commits the progress past that
- * row in its transaction (fw_stream_snapshot_save_in), and the progress is
+ * row in its transaction (row_in_txn), and the progress is
  * kept on the deployment the transactions run on.
  */
 #include <stdlib.h>
@@ -97,6 +97,10 @@ store_progress (fw_stream_worker_t *w, const fw_snapshot_progress_t *p, fw_error
                                                  w->lead.epoch, err);
 }
 
+static bool row_in_txn (fw_stream_worker_t *w, const fw_event_t *row, mongoc_client_t *client,
+                        mongoc_client_session_t *session, bson_t *reply, bool *fenced,
+                        fw_error_t *error);
+
 /* Starts the engine from progress (NULL: from the start). */
 static bool
 snap_begin (fw_stream_worker_t *w, const fw_snapshot_progress_t *progress, bool on_demand)
@@ -129,6 +133,7 @@ fw_stream_snapshot_setup (fw_stream_worker_t *w, const fw_checkpoint_t *cp)
    fw_error_t err;
    bool ok = true;
 
+   w->eo.row = row_in_txn;
    if (!w->cfg->collection) {
       return true;
    }
@@ -282,10 +287,11 @@ row_lease_lost (void *ud)
    return fw_stream_lease_lost (r->w) && !fw_shutdown_requested (r->w->shutdown);
 }
 
-bool
-fw_stream_snapshot_save_in (fw_stream_worker_t *w, const fw_event_t *row, mongoc_client_t *client,
-                            mongoc_client_session_t *session, bson_t *reply, bool *fenced,
-                            fw_error_t *error)
+/* exactly_once: w->eo.row, the progress past row (a snapshot event this
+ * thread handed out) written in session's transaction. */
+static bool
+row_in_txn (fw_stream_worker_t *w, const fw_event_t *row, mongoc_client_t *client,
+            mongoc_client_session_t *session, bson_t *reply, bool *fenced, fw_error_t *error)
 {
    fw_snapshot_progress_t past;
    bool ok;
