@@ -319,6 +319,34 @@ class Snapshot(StandInTestCase):
         self.assertEqual(ids, [i for i in range(120) if i != 7])
         self.assertEqual(p.stop(), 0)
 
+    def test_exactly_once_a_poison_row_is_dead_lettered_once_with_its_progress(self):
+        """exactly_once (issue 39): each row's writes commit with the progress past it; a row
+        whose handler fails after writing is dead-lettered (the DLQ on the same deployment:
+        its entry and the progress past it in one transaction), nothing of it applied."""
+        self.db.c.insert_many([{"_id": i, "v": i} for i in range(120)])
+        p = self.run_fw(self.script("""
+            fw.stream { name = "s", collection = "c", exactly_once = true, dlq = true,
+              retry = { max_attempts = 2, initial_delay = "10ms" },
+              checkpoint = { start_position = "snapshot" }, snapshot = { chunk_size = 25 },
+              on_snapshot = function(ctx)
+                local id = ctx:document_key()._id
+                fw.mongo.collection(ctx:database_name(), "applied"):update_one({ _id = id },
+                  { ["$inc"] = { n = 1 } }, { upsert = true })
+                if id == 57 then error(fw.error("Validation", "no 57")) end
+              end }
+            """))
+        self.wait_for(lambda: self.snapshot_state() == "done", what="the snapshot to finish")
+        self.assertEqual(p.stop(), 0)
+        entries = list(self.db["_fw_dlq"].find())
+        self.assertEqual([(e["documentKey"]["_id"], e["operationType"]) for e in entries],
+                         [(57, "SNAPSHOT")])
+        self.assertEqual({d["_id"]: d["n"] for d in self.db.applied.find()},
+                         {i: 1 for i in range(120) if i != 57})
+        snap = self.checkpoint("s")["snapshot"]
+        self.assertEqual((snap["state"], snap["documents"]), ("done", 120))
+        # No resume token of a row ever became the stream's position.
+        self.assertNotIn("fwsnapshot", str(self.checkpoint("s").get("lastProcessedToken")))
+
     def test_ids_of_several_types_are_all_read_in_mongodb_order(self):
         from bson import ObjectId
         docs = ([{"_id": i} for i in range(20)] + [{"_id": 2.5}] +
