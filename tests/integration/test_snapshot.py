@@ -347,6 +347,34 @@ class Snapshot(StandInTestCase):
         # No resume token of a row ever became the stream's position.
         self.assertNotIn("fwsnapshot", str(self.checkpoint("s").get("lastProcessedToken")))
 
+    def test_exactly_once_a_deferred_row_is_applied_once_by_its_retry(self):
+        """exactly_once with retry.mode = "deferred": a row whose first attempt fails after
+        writing waits in the DLQ as SCHEDULED (committed with the progress past it), and its
+        retry applies it once, resolving the entry."""
+        self.db.c.insert_many([{"_id": i, "v": i} for i in range(60)])
+        p = self.run_fw(self.script("""
+            fw.stream { name = "s", collection = "c", exactly_once = true, dlq = true,
+              retry = { mode = "deferred", max_attempts = 3, initial_delay = "100ms" },
+              checkpoint = { start_position = "snapshot" }, snapshot = { chunk_size = 20 },
+              on_snapshot = function(ctx)
+                local id = ctx:document_key()._id
+                fw.mongo.collection(ctx:database_name(), "applied"):update_one({ _id = id },
+                  { ["$inc"] = { n = 1 } }, { upsert = true })
+                if id == 33 and ctx:attempt_number() == 1 then
+                  error(fw.error("Http", "not yet"))
+                end
+              end }
+            """))
+        self.wait_for(lambda: self.db["_fw_dlq"].find_one({"status": "RESOLVED"}), timeout=30,
+                      what="the deferred row's retry")
+        self.wait_for(lambda: self.snapshot_state() == "done", what="the snapshot to finish")
+        self.assertEqual(p.stop(), 0)
+        self.assertEqual({d["_id"]: d["n"] for d in self.db.applied.find()},
+                         {i: 1 for i in range(60)})
+        entries = list(self.db["_fw_dlq"].find())
+        self.assertEqual([(e["documentKey"]["_id"], e["status"]) for e in entries],
+                         [(33, "RESOLVED")])
+
     def test_ids_of_several_types_are_all_read_in_mongodb_order(self):
         from bson import ObjectId
         docs = ([{"_id": i} for i in range(20)] + [{"_id": 2.5}] +
