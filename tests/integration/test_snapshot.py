@@ -375,6 +375,37 @@ class Snapshot(StandInTestCase):
         self.assertEqual([(e["documentKey"]["_id"], e["status"]) for e in entries],
                          [(33, "RESOLVED")])
 
+    def test_exactly_once_a_row_behind_an_open_sequence_is_parked_once(self):
+        """exactly_once with a sequenced DLQ: a live update of key 5 dead-lettered opens its
+        sequence; the snapshot asked afterwards parks key 5's row behind it (its progress
+        stored right after the entry) and applies every other row once."""
+        self.db.c.insert_many([{"_id": i, "v": i} for i in range(40)])
+        p = self.run_fw(self.script("""
+            local function apply(ctx)
+              local id = ctx:document_key()._id
+              fw.mongo.collection(ctx:database_name(), "applied"):update_one({ _id = id },
+                { ["$inc"] = { n = 1 } }, { upsert = true })
+            end
+            fw.stream { name = "s", collection = "c", exactly_once = true,
+              dlq = { sequenced = true }, retry = { max_attempts = 1 },
+              snapshot = { chunk_size = 15 },
+              on_update = function(ctx) apply(ctx); error(fw.error("Validation", "no")) end,
+              on_snapshot = apply }
+            """), extra=["--admin", "127.0.0.1:0"])
+        p.wait_open()
+        self.db.c.update_one({"_id": 5}, {"$set": {"v": -5}})
+        self.wait_for(lambda: self.db["_fw_dlq"].count_documents({}) == 1,
+                      what="the update's dead letter")
+        r = run_cli(["snapshot", "s", "--admin", "http://127.0.0.1:%d" % p.admin_port()])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.wait_for(lambda: self.snapshot_state() == "done", what="the snapshot to finish")
+        self.assertEqual(p.stop(), 0)
+        self.assertEqual({d["_id"]: d["n"] for d in self.db.applied.find()},
+                         {i: 1 for i in range(40) if i != 5})
+        ops = sorted(e["operationType"] for e in self.db["_fw_dlq"].find({"documentKey._id": 5}))
+        self.assertEqual(ops, ["SNAPSHOT", "UPDATE"], "the row parked once behind the update")
+        self.assertEqual(self.checkpoint("s")["snapshot"]["documents"], 40)
+
     def test_ids_of_several_types_are_all_read_in_mongodb_order(self):
         from bson import ObjectId
         docs = ([{"_id": i} for i in range(20)] + [{"_id": 2.5}] +
