@@ -2,7 +2,7 @@
 """Benchmark incremental snapshots (issue 28): snapshot documents/s against a plain find drain.
 
     /usr/bin/python3 bench/snapshot_bench.py [--docs 50000] [--chunk-size 1000]
-                                             [--binary build/flowwarden]
+                                             [--binary build/flowwarden] [--exactly-once]
 
 Starts a stand-in, inserts --docs small (~300 byte) documents (bench_docs.small_doc), then
   drain     one find sorted by _id over the collection, batches of 1,000, documents kept as raw
@@ -13,6 +13,8 @@ Starts a stand-in, inserts --docs small (~300 byte) documents (bench_docs.small_
             stream's latency (insert sent -> the handler's log line read), median and max,
             during the snapshot and for 40 inserts after it (the baseline); median, p99, max.
 Prints one line each, and the snapshot's rate as a percentage of the drain's (goal >= 70%).
+--exactly-once: the stream has exactly_once = true, so each row's (empty) handler call is a
+transaction that commits the snapshot's progress past the row (issue 39): its cost per row.
 """
 
 import argparse
@@ -39,7 +41,7 @@ from standin_process import StandIn  # noqa: E402
 SCRIPT = """
 local fw = require("flowwarden")
 fw.stream { name = "snap", database = "bench", collection = "events",
-  checkpoint = { start_position = "snapshot" }, snapshot = { chunk_size = %d },
+  checkpoint = { start_position = "snapshot" }, snapshot = { chunk_size = %d },%s
   on_snapshot = function(ctx) end,
   on_insert = function(ctx) fw.log.info("LIVE " .. ctx:full_document().k) end }
 """
@@ -54,12 +56,12 @@ def drain(uri):
     return n, dt
 
 
-def snapshot(uri, binary, chunk_size):
+def snapshot(uri, binary, chunk_size, exactly_once=False):
     """(documents, seconds, live latencies in s) of one run of flowwarden."""
     d = tempfile.mkdtemp()
     path = os.path.join(d, "snap.lua")
     with open(path, "w") as f:
-        f.write(SCRIPT % chunk_size)
+        f.write(SCRIPT % (chunk_size, " exactly_once = true," if exactly_once else ""))
     proc = subprocess.Popen([binary, "run", path, "--uri", uri, "--log-format", "json"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             universal_newlines=True)
@@ -111,6 +113,7 @@ def main():
     p.add_argument("--docs", type=int, default=50000)
     p.add_argument("--chunk-size", type=int, default=1000)
     p.add_argument("--binary", default=os.path.join(ROOT, "build", "flowwarden"))
+    p.add_argument("--exactly-once", action="store_true")
     args = p.parse_args()
 
     with StandIn() as s:
@@ -120,9 +123,11 @@ def main():
         n, dt = drain(s.uri)
         print("drain     %7d docs in %6.2f s: %8.0f docs/s (one find by _id, raw BSON)"
               % (n, dt, n / dt))
-        sn, sdt, lat, lat_after = snapshot(s.uri, args.binary, args.chunk_size)
-        print("snapshot  %7d docs in %6.2f s: %8.0f docs/s (chunk_size %d), %.0f%% of the drain"
-              % (sn, sdt, sn / sdt, args.chunk_size, 100.0 * (sn / sdt) / (n / dt)))
+        sn, sdt, lat, lat_after = snapshot(s.uri, args.binary, args.chunk_size,
+                                           args.exactly_once)
+        print("snapshot  %7d docs in %6.2f s: %8.0f docs/s (chunk_size %d%s), %.0f%% of the drain"
+              % (sn, sdt, sn / sdt, args.chunk_size,
+                 ", exactly_once" if args.exactly_once else "", 100.0 * (sn / sdt) / (n / dt)))
         for what, v in (("during the snapshot", lat), ("after it", lat_after)):
             if v:
                 p99 = sorted(v)[min(len(v) - 1, int(round(0.99 * (len(v) - 1))))]

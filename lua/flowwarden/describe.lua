@@ -162,6 +162,12 @@ function M.stream(spec)
       .. "fw.http, fw.state, fw.redis, fw.pg and a DLQ elsewhere stay at least once; fw.mongo on "
       .. "another connection fails the call")
   end
+  if spec.exactly_once and not spec.exactly_once_pg
+      and spec.checkpoint.start_position == "snapshot" then
+    add("exactly_once.snapshot", "each snapshot row's handler call commits its writes and the "
+      .. "snapshot's progress past the row in one transaction (a restart resumes after the last "
+      .. "committed row: no row applied twice)")
+  end
   add("oversize", spec.oversize)
   add("oversize_threshold", duration.format_size(spec.oversize_threshold_bytes))
   require("flowwarden.config.outage").describe(spec, add)

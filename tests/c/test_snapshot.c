@@ -88,6 +88,65 @@ a_new_snapshot_wants_its_first_chunk_and_keeps_its_progress (void **state)
    bson_destroy (token);
 }
 
+/* The _id at key "_id" of doc, as an int32. */
+static int32_t
+id_of (const bson_t *doc)
+{
+   bson_iter_t it;
+   return bson_iter_init_find (&it, doc, "_id") ? bson_iter_int32 (&it) : -1;
+}
+
+/* exactly_once (issue 39): the progress a row's transaction commits. */
+static void
+the_progress_past_a_row_names_it_and_keeps_the_rest (void **state)
+{
+   fw_stream_config_t cfg;
+   fw_snapshot_progress_t from, past;
+   fw_snapshot_t *s;
+   fw_event_t row, bare;
+   fw_error_t err;
+   bson_iter_t it;
+   bson_t *doc = BCON_NEW ("_id", "{", "_data", BCON_UTF8 ("fwsnapshot-1-0"), "}", "operationType",
+                           BCON_UTF8 ("snapshot"), "documentKey", "{", "_id", BCON_INT32 (57), "}",
+                           "fullDocument", "{", "_id", BCON_INT32 (57), "}");
+   bson_t *nokey = BCON_NEW ("_id", "{", "_data", BCON_UTF8 ("fwsnapshot-1-1"), "}",
+                             "operationType", BCON_UTF8 ("snapshot"));
+
+   (void) state;
+   memset (&cfg, 0, sizeof cfg);
+   cfg.name = "s";
+   cfg.database = "shop";
+   cfg.collection = "orders";
+   cfg.snapshot.chunk_size = 10;
+   fw_snapshot_progress_init (&from);
+   from.has_after = from.has_until = from.has_filter = true;
+   BSON_APPEND_INT32 (&from.after, "_id", 41);
+   BSON_APPEND_INT32 (&from.until, "_id", 99);
+   BSON_APPEND_INT32 (&from.filter, "x", 1);
+   from.documents = 41;
+   assert_non_null (s = fw_snapshot_new (&cfg, &from));
+   fw_snapshot_progress_cleanup (&from);
+   assert_true (fw_event_parse (doc, &row, &err));
+   assert_true (fw_event_parse (nokey, &bare, &err));
+
+   fw_snapshot_progress_init (&past);
+   BSON_APPEND_INT32 (&past.after, "_id", 7); /* overwritten */
+   assert_true (fw_snapshot_progress_past (s, &row, &past));
+   assert_true (past.present && !past.done && past.has_after && past.has_until);
+   assert_true (past.has_filter);
+   assert_int_equal (id_of (&past.after), 57);
+   assert_int_equal (id_of (&past.until), 99);
+   assert_true (bson_iter_init_find (&it, &past.filter, "x") && bson_iter_int32 (&it) == 1);
+   assert_int_equal (past.documents, 41);
+   /* The snapshot's own progress (stored after a chunk) is untouched. */
+   assert_int_equal (id_of (&fw_snapshot_progress (s)->after), 41);
+   assert_false (fw_snapshot_progress_past (s, &bare, &past)); /* no documentKey._id */
+   fw_snapshot_progress_cleanup (&past);
+   fw_snapshot_destroy (s);
+   bson_destroy (doc);
+   bson_destroy (nokey);
+}
+
 int
 main (void)
 {
@@ -95,6 +154,7 @@ main (void)
       cmocka_unit_test (a_token_starts_with_its_cluster_time),
       cmocka_unit_test (anything_else_has_no_time),
       cmocka_unit_test (a_new_snapshot_wants_its_first_chunk_and_keeps_its_progress),
+      cmocka_unit_test (the_progress_past_a_row_names_it_and_keeps_the_rest),
    };
    return cmocka_run_group_tests_name ("snapshot", tests, NULL, NULL);
 }

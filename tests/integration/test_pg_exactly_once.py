@@ -10,7 +10,7 @@ import threading
 import time
 
 from dlqtest import FailureTestCase
-from fwtest import clean_env
+from fwtest import clean_env, run_cli
 from pgserver import WithPgServer
 from redisserver import free_port
 
@@ -190,6 +190,18 @@ class PgExactlyOnce(WithPgServer, FailureTestCase):
         self.wait_logged(21)
         self.assertEqual(p.stop(), 0)
         self.assertEqual(self.log(), sorted((str(i), "1") for i in range(21)))
+
+    def test_an_on_demand_snapshot_is_refused_naming_the_stream_and_why(self):
+        p = self.run_fw(self.script(SCRIPT), env=clean_env({"PG_URI": self.pg.uri()}),
+                        extra=["--admin", "127.0.0.1:0"])
+        p.wait_open()
+        r = run_cli(["snapshot", "eo", "--admin", "http://127.0.0.1:%d" % p.admin_port()])
+        self.assertEqual(r.returncode, 1, r.stdout)
+        self.assertIn('stream "eo" has exactly_once into PostgreSQL, which cannot take a snapshot '
+                      "yet (a snapshot's row has no resume token, and its progress is not kept "
+                      "in flowwarden_checkpoints)", r.stderr)
+        self.assertEqual(p.stop(), 0)
+        self.assertIsNone(self.db["_fw_checkpoints"].find_one({"snapshot": {"$exists": True}}))
 
     def test_what_cannot_join_raises(self):
         p = self.start()

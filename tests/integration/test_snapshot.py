@@ -51,6 +51,25 @@ fw.stream { name = "s", collection = "c",
 """
 
 
+# The same reports from on_batch: the live events come in batches, which the snapshot must see
+# event by event (each drops its key's rows; one past a chunk's high watermark ends the batch so
+# the chunk's rows come before it); each snapshot row is a call of its own.
+BATCH_SCRIPT = """
+fw.stream { name = "s", collection = "c",
+  checkpoint = { start_position = "snapshot", save_interval = "100ms" },
+  snapshot = { chunk_size = %(chunk)d, pause = "%(pause)s" },
+  batch = { max_events = 50, max_wait = "20ms" },
+  on_batch = function(batch)
+    for _, ctx in batch:events() do
+      local op, v = ctx:operation_type(), nil
+      if op == "update" then v = ctx:update_description().updatedFields.v
+      elseif op ~= "delete" then v = ctx:full_document().v end
+      report({ op = op, id = ctx:document_key()._id, v = v })
+    end
+  end }
+"""
+
+
 class Writer(threading.Thread):
     """M inserts, updates, replaces and deletes on the keys 0..N-1 (and a few
     new ones), each with the next v; stops early when told."""
@@ -126,8 +145,14 @@ class Snapshot(StandInTestCase):
                                   for r in p.reports("s")), timeout=30, what="its delete")
 
     def test_snapshot_interleaved_with_writes_is_exact_and_never_stale(self):
+        self.interleaved(SCRIPT)
+
+    def test_snapshot_interleaved_with_batches_of_writes_is_exact_and_never_stale(self):
+        self.interleaved(BATCH_SCRIPT)
+
+    def interleaved(self, body):
         counter = self.seed()
-        p = self.run_fw(self.script(SCRIPT % {"chunk": N // 20, "pause": "10ms"}))
+        p = self.run_fw(self.script(body % {"chunk": N // 20, "pause": "10ms"}))
         p.wait_log("snapshot starting", timeout=30)
         w = Writer(self.db.c, counter, M, seed=28)
         w.start()
@@ -293,6 +318,93 @@ class Snapshot(StandInTestCase):
         ids = sorted(r["id"] for r in p.reports("s") if r["op"] == "snapshot")
         self.assertEqual(ids, [i for i in range(120) if i != 7])
         self.assertEqual(p.stop(), 0)
+
+    def test_exactly_once_a_poison_row_is_dead_lettered_once_with_its_progress(self):
+        """exactly_once (issue 39): each row's writes commit with the progress past it; a row
+        whose handler fails after writing is dead-lettered (the DLQ on the same deployment:
+        its entry and the progress past it in one transaction), nothing of it applied."""
+        self.db.c.insert_many([{"_id": i, "v": i} for i in range(120)])
+        p = self.run_fw(self.script("""
+            fw.stream { name = "s", collection = "c", exactly_once = true, dlq = true,
+              retry = { max_attempts = 2, initial_delay = "10ms" },
+              checkpoint = { start_position = "snapshot" }, snapshot = { chunk_size = 25 },
+              on_snapshot = function(ctx)
+                local id = ctx:document_key()._id
+                fw.mongo.collection(ctx:database_name(), "applied"):update_one({ _id = id },
+                  { ["$inc"] = { n = 1 } }, { upsert = true })
+                if id == 57 then error(fw.error("Validation", "no 57")) end
+              end }
+            """))
+        self.wait_for(lambda: self.snapshot_state() == "done", what="the snapshot to finish")
+        self.assertEqual(p.stop(), 0)
+        entries = list(self.db["_fw_dlq"].find())
+        self.assertEqual([(e["documentKey"]["_id"], e["operationType"]) for e in entries],
+                         [(57, "SNAPSHOT")])
+        self.assertEqual({d["_id"]: d["n"] for d in self.db.applied.find()},
+                         {i: 1 for i in range(120) if i != 57})
+        snap = self.checkpoint("s")["snapshot"]
+        self.assertEqual((snap["state"], snap["documents"]), ("done", 120))
+        # No resume token of a row ever became the stream's position.
+        self.assertNotIn("fwsnapshot", str(self.checkpoint("s").get("lastProcessedToken")))
+
+    def test_exactly_once_a_deferred_row_is_applied_once_by_its_retry(self):
+        """exactly_once with retry.mode = "deferred": a row whose first attempt fails after
+        writing waits in the DLQ as SCHEDULED (committed with the progress past it), and its
+        retry applies it once, resolving the entry."""
+        self.db.c.insert_many([{"_id": i, "v": i} for i in range(60)])
+        p = self.run_fw(self.script("""
+            fw.stream { name = "s", collection = "c", exactly_once = true, dlq = true,
+              retry = { mode = "deferred", max_attempts = 3, initial_delay = "100ms" },
+              checkpoint = { start_position = "snapshot" }, snapshot = { chunk_size = 20 },
+              on_snapshot = function(ctx)
+                local id = ctx:document_key()._id
+                fw.mongo.collection(ctx:database_name(), "applied"):update_one({ _id = id },
+                  { ["$inc"] = { n = 1 } }, { upsert = true })
+                if id == 33 and ctx:attempt_number() == 1 then
+                  error(fw.error("Http", "not yet"))
+                end
+              end }
+            """))
+        self.wait_for(lambda: self.db["_fw_dlq"].find_one({"status": "RESOLVED"}), timeout=30,
+                      what="the deferred row's retry")
+        self.wait_for(lambda: self.snapshot_state() == "done", what="the snapshot to finish")
+        self.assertEqual(p.stop(), 0)
+        self.assertEqual({d["_id"]: d["n"] for d in self.db.applied.find()},
+                         {i: 1 for i in range(60)})
+        entries = list(self.db["_fw_dlq"].find())
+        self.assertEqual([(e["documentKey"]["_id"], e["status"]) for e in entries],
+                         [(33, "RESOLVED")])
+
+    def test_exactly_once_a_row_behind_an_open_sequence_is_parked_once(self):
+        """exactly_once with a sequenced DLQ: a live update of key 5 dead-lettered opens its
+        sequence; the snapshot asked afterwards parks key 5's row behind it (its progress
+        stored right after the entry) and applies every other row once."""
+        self.db.c.insert_many([{"_id": i, "v": i} for i in range(40)])
+        p = self.run_fw(self.script("""
+            local function apply(ctx)
+              local id = ctx:document_key()._id
+              fw.mongo.collection(ctx:database_name(), "applied"):update_one({ _id = id },
+                { ["$inc"] = { n = 1 } }, { upsert = true })
+            end
+            fw.stream { name = "s", collection = "c", exactly_once = true,
+              dlq = { sequenced = true }, retry = { max_attempts = 1 },
+              snapshot = { chunk_size = 15 },
+              on_update = function(ctx) apply(ctx); error(fw.error("Validation", "no")) end,
+              on_snapshot = apply }
+            """), extra=["--admin", "127.0.0.1:0"])
+        p.wait_open()
+        self.db.c.update_one({"_id": 5}, {"$set": {"v": -5}})
+        self.wait_for(lambda: self.db["_fw_dlq"].count_documents({}) == 1,
+                      what="the update's dead letter")
+        r = run_cli(["snapshot", "s", "--admin", "http://127.0.0.1:%d" % p.admin_port()])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.wait_for(lambda: self.snapshot_state() == "done", what="the snapshot to finish")
+        self.assertEqual(p.stop(), 0)
+        self.assertEqual({d["_id"]: d["n"] for d in self.db.applied.find()},
+                         {i: 1 for i in range(40) if i != 5})
+        ops = sorted(e["operationType"] for e in self.db["_fw_dlq"].find({"documentKey._id": 5}))
+        self.assertEqual(ops, ["SNAPSHOT", "UPDATE"], "the row parked once behind the update")
+        self.assertEqual(self.checkpoint("s")["snapshot"]["documents"], 40)
 
     def test_ids_of_several_types_are_all_read_in_mongodb_order(self):
         from bson import ObjectId

@@ -1032,6 +1032,31 @@ describe("config: incremental snapshots (issue 28)", function()
     assert.is_function(spec.handlers.snapshot)
   end)
 
+  it("takes a snapshot with exactly_once into MongoDB (its rows commit their progress)", function()
+    local spec = spec_of("fw.stream { name = 's', database = 'shop', collection = 'c', "
+      .. "exactly_once = true, checkpoint = { start_position = 'snapshot' }, on_insert = h }")
+    assert.same({ true, "snapshot" }, { spec.exactly_once, spec.checkpoint.start_position })
+    spec = spec_of("fw.connection { name = 'sink', uri = 'mongodb://127.0.0.1:27018/' } "
+      .. "fw.stream { name = 's', database = 'shop', collection = 'c', "
+      .. "exactly_once = { connection = 'sink' }, snapshot = { chunk_size = 10 }, on_insert = h }")
+    assert.same({ true, "sink", 10 },
+      { spec.exactly_once, spec.exactly_once_connection, spec.snapshot.chunk_size })
+  end)
+
+  it("refuses a snapshot with exactly_once into PostgreSQL, naming the stream and why", function()
+    local want = { S .. 'exactly_once: into PostgreSQL (connection "rep") cannot run with an '
+      .. "incremental snapshot yet (a snapshot's row has no resume token, and its progress is "
+      .. "not kept in flowwarden_checkpoints): take the snapshot with exactly_once = true or "
+      .. "into a MongoDB connection, or without exactly_once" }
+    local pg = "fw.connection { name = 'rep', uri = 'postgresql://u@127.0.0.1/r' } "
+    assert.are.same(want, errors_of(pg .. "fw.stream { name = 's', database = 'shop', "
+      .. "collection = 'c', exactly_once = { connection = 'rep' }, "
+      .. "checkpoint = { start_position = 'snapshot' }, on_insert = h }"))
+    assert.are.same(want, errors_of(pg .. "fw.stream { name = 's', database = 'shop', "
+      .. "collection = 'c', exactly_once = { connection = 'rep' }, snapshot = {}, "
+      .. "on_insert = h }"))
+  end)
+
   it("takes a pause of 0ms", function()
     local spec = spec_of("fw.stream { name = 's', database = 'shop', collection = 'c', "
       .. "snapshot = { pause = '0ms' }, on_insert = h }")

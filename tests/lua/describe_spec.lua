@@ -125,6 +125,19 @@ stream "audit"
     assert.are.equal("\n", text:sub(-1))
   end)
 
+  it("says a snapshot's rows are exactly once with exactly_once and a snapshot at start", function()
+    local text = describe_mod.text(load([[
+fw.stream { name = "a", database = "shop", collection = "c", exactly_once = true,
+  checkpoint = { start_position = "snapshot" }, on_insert = h }
+fw.stream { name = "b", database = "shop", collection = "c", exactly_once = true, on_insert = h }
+]]))
+    assert.truthy(text:find("  exactly_once.snapshot          each snapshot row's handler call "
+      .. "commits its writes and the snapshot's progress past the row in one transaction (a "
+      .. "restart resumes after the last committed row: no row applied twice)\n", 1, true))
+    local _, n = text:gsub("exactly_once.snapshot", "")
+    assert.are.equal(1, n)
+  end)
+
   it("prints checkpoint.start_at as a date and its Timestamp, only when set", function()
     local text = describe_mod.text(load([[
 fw.stream { name = "a", database = "shop", checkpoint = { start_at = "2026-11-26T10:00:00Z" }, on_change = h }

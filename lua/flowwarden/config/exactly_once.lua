@@ -81,9 +81,14 @@ function M.check(ctx, t, spec, repr, opts)
       .. '"deferred" (a deferred retry runs outside the stream\'s order, so its statements '
       .. 'cannot commit with the position): use mode = "blocking"', repr(spec.exactly_once_pg))
   end
-  if t.snapshot ~= nil or (type(t.checkpoint) == "table"
-      and t.checkpoint.start_position == "snapshot") then
-    ctx:fail("exactly_once", "is not supported with incremental snapshots yet")
+  -- Into MongoDB each snapshot row's call commits the snapshot's progress past the row in
+  -- its transaction; PostgreSQL's position table keeps no snapshot progress yet.
+  if spec.exactly_once_pg and (t.snapshot ~= nil or (type(t.checkpoint) == "table"
+      and t.checkpoint.start_position == "snapshot")) then
+    ctx:fail("exactly_once", "into PostgreSQL (connection %s) cannot run with an incremental "
+      .. "snapshot yet (a snapshot's row has no resume token, and its progress is not kept in "
+      .. "flowwarden_checkpoints): take the snapshot with exactly_once = true or into a MongoDB "
+      .. "connection, or without exactly_once", repr(spec.exactly_once_pg))
   end
 end
 

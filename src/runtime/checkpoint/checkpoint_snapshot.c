@@ -93,14 +93,18 @@ fw_checkpoint_snapshot_load (mongoc_client_t *client, const char *database, cons
    return ok;
 }
 
-bool
-fw_checkpoint_snapshot_save (mongoc_client_t *client, const char *database, const char *stream,
-                             const fw_snapshot_progress_t *p, int64_t epoch, fw_error_t *error)
+/* The snapshot field's update (upsert when not fenced), on session (NULL:
+ * none). *reply is initialised here on every path (the caller destroys
+ * it); *fenced: a newer leader holds the checkpoint. */
+static bool
+save_progress (mongoc_client_t *client, mongoc_client_session_t *session, const char *database,
+               const char *stream, const fw_snapshot_progress_t *p, int64_t epoch, bool *fenced,
+               bson_t *reply, fw_error_t *error)
 {
    mongoc_collection_t *coll = mongoc_client_get_collection (client, database,
                                                              FW_CHECKPOINT_COLLECTION);
    bson_t sel = BSON_INITIALIZER, upd = BSON_INITIALIZER, opts = BSON_INITIALIZER;
-   bson_t set, snap, reply;
+   bson_t set, snap;
    bson_error_t berr;
    bool ok = BSON_APPEND_UTF8 (&sel, "_id", stream) &&
              (epoch <= 0 || BSON_APPEND_INT64 (&sel, "epoch", epoch)) &&
@@ -113,30 +117,53 @@ fw_checkpoint_snapshot_save (mongoc_client_t *client, const char *database, cons
              BSON_APPEND_INT64 (&snap, "documents", p->documents) &&
              BSON_APPEND_DATE_TIME (&snap, "updatedAt", fw_now_ms ()) &&
              bson_append_document_end (&set, &snap) && bson_append_document_end (&upd, &set) &&
-             BSON_APPEND_BOOL (&opts, "upsert", epoch <= 0);
+             BSON_APPEND_BOOL (&opts, "upsert", epoch <= 0) &&
+             (!session || mongoc_client_session_append (session, &opts, &berr));
 
-   bson_init (&reply);
+   *fenced = false;
    if (!ok) {
+      bson_init (reply);
       fw_error_set (error, FW_ERROR_NOMEM, "out of memory saving a snapshot's progress");
-   } else if (!mongoc_collection_update_one (coll, &sel, &upd, &opts, &reply, &berr)) {
+   } else if (!mongoc_collection_update_one (coll, &sel, &upd, &opts, reply, &berr)) {
       fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
                          "cannot save the snapshot's progress of stream \"%s\": %s", stream,
                          berr.message);
       ok = false;
    } else if (epoch > 0) {
       bson_iter_t it;
-      if (!bson_iter_init_find (&it, &reply, "matchedCount") || bson_iter_as_int64 (&it) < 1) {
+      if (!bson_iter_init_find (&it, reply, "matchedCount") || bson_iter_as_int64 (&it) < 1) {
          fw_error_set (error, FW_ERROR_MONGO,
                        "the snapshot's progress of stream \"%s\" NOT "
                        "saved: a newer leader fenced the checkpoint",
                        stream);
+         *fenced = true;
          ok = false;
       }
    }
-   bson_destroy (&reply);
    bson_destroy (&sel);
    bson_destroy (&upd);
    bson_destroy (&opts);
    mongoc_collection_destroy (coll);
    return ok;
+}
+
+bool
+fw_checkpoint_snapshot_save (mongoc_client_t *client, const char *database, const char *stream,
+                             const fw_snapshot_progress_t *p, int64_t epoch, fw_error_t *error)
+{
+   bson_t reply;
+   bool fenced;
+   bool ok = save_progress (client, NULL, database, stream, p, epoch, &fenced, &reply, error);
+
+   bson_destroy (&reply);
+   return ok;
+}
+
+bool
+fw_checkpoint_snapshot_save_in (mongoc_client_t *client, mongoc_client_session_t *session,
+                                const char *database, const char *stream,
+                                const fw_snapshot_progress_t *p, int64_t epoch, bool *fenced,
+                                bson_t *reply, fw_error_t *error)
+{
+   return save_progress (client, session, database, stream, p, epoch, fenced, reply, error);
 }

@@ -188,6 +188,36 @@ fw_snapshot_progress (const fw_snapshot_t *s)
    return &s->progress;
 }
 
+/* dst (initialized) = src. */
+static bool
+copy_into (bson_t *dst, const bson_t *src)
+{
+   bson_reinit (dst);
+   return bson_concat (dst, src);
+}
+
+bool
+fw_snapshot_progress_past (const fw_snapshot_t *s, const fw_event_t *row,
+                           fw_snapshot_progress_t *out)
+{
+   const fw_snapshot_progress_t *p = &s->progress;
+   bson_iter_t dk, id;
+
+   if (!fw_event_field (row, FW_EV_DOCUMENT_KEY, &dk) || !BSON_ITER_HOLDS_DOCUMENT (&dk) ||
+       !bson_iter_recurse (&dk, &id) || !bson_iter_find (&id, "_id")) {
+      return false;
+   }
+   out->present = true;
+   out->done = false; /* a row is being handed out */
+   out->documents = p->documents;
+   out->has_filter = p->has_filter;
+   out->has_until = p->has_until;
+   bson_reinit (&out->after);
+   out->has_after = bson_append_iter (&out->after, "_id", 3, &id);
+   return out->has_after && copy_into (&out->filter, &p->filter) &&
+          copy_into (&out->until, &p->until);
+}
+
 void
 fw_snapshot_counts (const fw_snapshot_t *s, int64_t *read, int64_t *dropped, int64_t *chunks)
 {

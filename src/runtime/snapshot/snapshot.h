@@ -113,6 +113,14 @@ void fw_snapshot_discard (fw_snapshot_t *s);
 /* The progress to store (borrowed, valid until the next call on s). */
 const fw_snapshot_progress_t *fw_snapshot_progress (const fw_snapshot_t *s);
 
+/* The progress past row, the snapshot event handed out last (exactly_once:
+ * committed with the row's handler call): as fw_snapshot_progress, with
+ * after { _id: the row's _id }, so a restart reads the rest of its chunk
+ * again, in a new chunk, between new watermarks. out (initialized) is
+ * overwritten. False when row has no documentKey._id or out of memory. */
+bool fw_snapshot_progress_past (const fw_snapshot_t *s, const fw_event_t *row,
+                                fw_snapshot_progress_t *out);
+
 /* Counts: rows read, dropped by live events, and chunks. */
 void fw_snapshot_counts (const fw_snapshot_t *s, int64_t *read, int64_t *dropped, int64_t *chunks);
 
@@ -129,5 +137,15 @@ bool fw_checkpoint_snapshot_load (mongoc_client_t *client, const char *database,
 bool fw_checkpoint_snapshot_save (mongoc_client_t *client, const char *database, const char *stream,
                                   const fw_snapshot_progress_t *p, int64_t epoch,
                                   fw_error_t *error);
+
+/* exactly_once (issue 39): stores p as fw_checkpoint_snapshot_save does,
+ * inside session's transaction (started by the caller, who commits it).
+ * epoch > 0: only while the checkpoint's epoch is still epoch (*fenced true
+ * when a newer leader holds it), else an upsert. *reply (initialised here,
+ * the caller destroys it) is the server's, for the error labels. */
+bool fw_checkpoint_snapshot_save_in (mongoc_client_t *client, mongoc_client_session_t *session,
+                                     const char *database, const char *stream,
+                                     const fw_snapshot_progress_t *p, int64_t epoch, bool *fenced,
+                                     bson_t *reply, fw_error_t *error);
 
 #endif

@@ -26,6 +26,7 @@
 #include "runtime/stream/stream_program-private.h"
 #include "runtime/stream/stream_read-private.h"
 #include "runtime/stream/stream_settle.h"
+#include "runtime/stream/stream_snapshot-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
 typedef struct {
@@ -114,8 +115,10 @@ batch_fill (fw_stream_worker_t *w, fw_stream_reader_t *rd, batch_t *b, size_t ma
       if (!fw_stream_reader_next (rd, &doc)) {
          return false; /* idle, or the error, which the next read gives again */
       }
+      /* A snapshot sees each event of the batch (its key's rows dropped);
+       * one its rows are due before ends the batch, and is taken next. */
       if (!fw_event_parse (doc, &ev, &err) || !fw_stream_batch_joins (doc, &ev) ||
-          !batch_add (w, rd, b, &ev)) {
+          (w->snap.run && !fw_stream_snapshot_shown (w, &ev)) || !batch_add (w, rd, b, &ev)) {
          w->batch_held = doc;
          return true;
       }
@@ -153,7 +156,17 @@ group_fill (fw_stream_worker_t *w, fw_stream_reader_t *rd, batch_t *b)
          return true; /* idle: the transaction ended (or the error, read again next) */
       }
       if (!fw_event_parse (doc, &ev, &err) || !fw_stream_batch_joins (doc, &ev) ||
-          !fw_event_same_txn (b->ptrs[b->n - 1], &ev) || !batch_add (w, rd, b, &ev)) {
+          !fw_event_same_txn (b->ptrs[b->n - 1], &ev)) {
+         w->batch_held = doc;
+         return true;
+      }
+      /* A snapshot sees it (its key's rows dropped). It has the clusterTime
+       * of the group's first, which the snapshot saw (take_event): no rows
+       * can be due before it that were not before the first. */
+      if (w->snap.run) {
+         (void) fw_stream_snapshot_shown (w, &ev);
+      }
+      if (!batch_add (w, rd, b, &ev)) {
          w->batch_held = doc;
          return true;
       }

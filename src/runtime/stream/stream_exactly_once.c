@@ -43,6 +43,20 @@ position_in_txn (void *ud, const fw_event_t *ev, mongoc_client_t *client,
       fw_error_set (error, FW_ERROR_MONGO, "stream \"%s\" no longer leads", w->cfg->name);
       return false;
    }
+   if (ev->op == FW_OP_SNAPSHOT) {
+      /* A snapshot's row has no resume token: the snapshot's progress
+       * past it commits instead (the stream's position does not move). */
+      bson_destroy (&token);
+      if (!w->eo.row) {
+         fw_error_set (error, FW_ERROR_INVALID,
+                       "stream \"%s\": a snapshot's row without its "
+                       "snapshot",
+                       w->cfg->name);
+         return false;
+      }
+      bson_destroy (reply);
+      return w->eo.row (w, ev, client, session, reply, fenced, error);
+   }
    if (!fw_position_set_event_token (&token, ev)) {
       fw_error_set (error, FW_ERROR_INVALID,
                     "stream \"%s\": the event has no resume token to "

@@ -20,7 +20,9 @@ typedef struct fw_stream_reader fw_stream_reader_t; /* stream_read-private.h */
 
 /* After the checkpoint was read (cp): resumes a snapshot its progress says
  * is running, or starts one (start_position = "snapshot", no checkpoint),
- * storing it before the change stream opens. False only on shutdown. */
+ * storing it before the change stream opens. False only on shutdown. Sets
+ * w->eo.row: with exactly_once a row's transaction writes the snapshot's
+ * progress past the row (fenced with the lease's epoch under ha). */
 bool fw_stream_snapshot_setup (fw_stream_worker_t *w, const fw_checkpoint_t *cp);
 
 /* At the loop's top, between live events: an on-demand request taken, the
@@ -37,6 +39,13 @@ bool fw_stream_snapshot_reading (fw_stream_worker_t *w);
  * first when the event is past the high watermark. */
 fw_read_end_t fw_stream_snapshot_live (fw_stream_worker_t *w, fw_position_t *p,
                                        const fw_event_t *ev);
+
+/* A live event read into a batch or a source transaction's group (after
+ * the first, which went through fw_stream_snapshot_live): shown to the
+ * snapshot, which drops the rows of its key; false when the open chunk's
+ * rows are due before it (it must not join: it is taken next, through
+ * fw_stream_snapshot_live). True without a snapshot. */
+bool fw_stream_snapshot_shown (fw_stream_worker_t *w, const fw_event_t *ev);
 
 /* Idle, with the post-batch resume token: as fw_stream_snapshot_live. */
 fw_read_end_t fw_stream_snapshot_idle (fw_stream_worker_t *w, fw_position_t *p,

@@ -3,7 +3,10 @@
  * thread: when to read a chunk (between two live events), the live events
  * shown to the engine (snapshot/snapshot.c), the snapshot events handed to
  * the dispatcher once the stream passed the chunk's high watermark, and the
- * progress kept with the checkpoint after each chunk.
+ * progress kept with the checkpoint after each chunk. With exactly_once
+ * (issue 39) each row's handler call also commits the progress past that
+ * row in its transaction (row_in_txn), and the progress is
+ * kept on the deployment the transactions run on.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +26,11 @@
 #define RETRY_MS 2000      /* after a chunk could not be read */
 #define LOG_EVERY_MS 10000 /* progress lines */
 #define READ_BUDGET_MS 100 /* chunk reads between two live events at most */
+
+/* Why a stream with exactly_once into PostgreSQL takes no snapshot. */
+#define PG_REFUSED                                                                         \
+   "has exactly_once into PostgreSQL, which cannot take a snapshot yet (a snapshot's row " \
+   "has no resume token, and its progress is not kept in flowwarden_checkpoints)"
 
 struct fw_stream_snap {
    fw_snapshot_t *engine;
@@ -58,6 +66,41 @@ publish (fw_stream_worker_t *w, bool running, bool done)
    fw_stream_metrics_set_snapshot (w->metrics, running, done, docs, chunks);
 }
 
+/* The client the progress is read and stored with: the one exactly_once's
+ * transactions run on (the stream's own deployment, or the sink's), whose
+ * _fw_checkpoints they write the rows' progress to; else the stream's.
+ * NULL with error set when the transactions' client cannot be had. */
+static mongoc_client_t *
+progress_client (fw_stream_worker_t *w, fw_error_t *error)
+{
+   if (w->cfg->exactly_once && !w->cfg->exactly_once_pg) {
+      return fw_dispatcher_txn_client (w->d, error);
+   }
+   return w->client;
+}
+
+static bool
+load_progress (fw_stream_worker_t *w, fw_snapshot_progress_t *progress, fw_error_t *err)
+{
+   mongoc_client_t *client = progress_client (w, err);
+
+   return client &&
+          fw_checkpoint_snapshot_load (client, w->cfg->database, w->cfg->name, progress, err);
+}
+
+static bool
+store_progress (fw_stream_worker_t *w, const fw_snapshot_progress_t *p, fw_error_t *err)
+{
+   mongoc_client_t *client = progress_client (w, err);
+
+   return client && fw_checkpoint_snapshot_save (client, w->cfg->database, w->cfg->name, p,
+                                                 w->lead.epoch, err);
+}
+
+static bool row_in_txn (fw_stream_worker_t *w, const fw_event_t *row, mongoc_client_t *client,
+                        mongoc_client_session_t *session, bson_t *reply, bool *fenced,
+                        fw_error_t *error);
+
 /* Starts the engine from progress (NULL: from the start). */
 static bool
 snap_begin (fw_stream_worker_t *w, const fw_snapshot_progress_t *progress, bool on_demand)
@@ -90,13 +133,13 @@ fw_stream_snapshot_setup (fw_stream_worker_t *w, const fw_checkpoint_t *cp)
    fw_error_t err;
    bool ok = true;
 
+   w->eo.row = row_in_txn;
    if (!w->cfg->collection) {
       return true;
    }
    fw_snapshot_progress_init (&progress);
    for (;;) {
-      if (fw_checkpoint_snapshot_load (w->client, w->cfg->database, w->cfg->name, &progress,
-                                       &err)) {
+      if (load_progress (w, &progress, &err)) {
          break;
       }
       fw_log (FW_LOG_WARN, w->cfg->name, "%s (retrying)", err.message);
@@ -105,16 +148,17 @@ fw_stream_snapshot_setup (fw_stream_worker_t *w, const fw_checkpoint_t *cp)
          return false;
       }
    }
-   if (progress.present && !progress.done) {
+   if (progress.present && !progress.done && w->cfg->exactly_once_pg) {
+      fw_log (FW_LOG_ERROR, w->cfg->name, "the snapshot running is not resumed: the stream %s",
+              PG_REFUSED);
+   } else if (progress.present && !progress.done) {
       ok = snap_begin (w, &progress, progress.has_filter);
    } else if (!progress.present && w->cfg->snapshot.at_start && !cp->has_processed &&
               !cp->has_seen && !fw_stream_generation_has_past (w->cfg, w->client)) {
       /* Stored before the change stream opens (and saves where it starts):
        * a crash before the first chunk still snapshots on the restart. */
       ok = snap_begin (w, NULL, false);
-      while (ok && !fw_checkpoint_snapshot_save (w->client, w->cfg->database, w->cfg->name,
-                                                 fw_snapshot_progress (w->snap.run->engine),
-                                                 w->lead.epoch, &err)) {
+      while (ok && !store_progress (w, fw_snapshot_progress (w->snap.run->engine), &err)) {
          fw_log (FW_LOG_WARN, w->cfg->name, "%s (retrying)", err.message);
          if (fw_stream_wait (w, RETRY_MS) && fw_shutdown_requested (w->shutdown)) {
             ok = false;
@@ -158,8 +202,7 @@ save_progress (fw_stream_worker_t *w, fw_position_t *p)
    int64_t now = fw_mono_ms ();
 
    fw_position_save (w, p, "snapshot");
-   if (!fw_checkpoint_snapshot_save (w->client, w->cfg->database, w->cfg->name, pr, w->lead.epoch,
-                                     &err)) {
+   if (!store_progress (w, pr, &err)) {
       fw_log (FW_LOG_WARN, w->cfg->name, "%s (the chunk is read again after a restart)",
               err.message);
    }
@@ -175,38 +218,112 @@ save_progress (fw_stream_worker_t *w, fw_position_t *p)
    }
 }
 
+/* A row's place in the settle (fw_settle_place_t's ud). */
+typedef struct {
+   fw_stream_worker_t *w;
+   const fw_event_t *row;
+   fw_outcome_kind_t kind; /* its outcome's, as count saw it */
+} row_place_t;
+
 static void
 row_count (void *ud, const fw_outcome_t *o)
 {
-   fw_stream_worker_t *w = ud;
-   if (w->metrics) {
-      fw_stream_count_dispatched (w, o);
+   row_place_t *r = ud;
+   r->kind = o->kind;
+   if (r->w->metrics) {
+      fw_stream_count_dispatched (r->w, o);
    }
+}
+
+/* Stores the progress past the row (exactly_once: outside a transaction). */
+static void
+save_past (fw_stream_worker_t *w, const fw_event_t *row)
+{
+   fw_snapshot_progress_t past;
+   fw_error_t err;
+
+   fw_snapshot_progress_init (&past);
+   if (!fw_snapshot_progress_past (w->snap.run->engine, row, &past)) {
+      fw_log (FW_LOG_WARN, w->cfg->name, "out of memory saving the snapshot's progress");
+   } else if (!store_progress (w, &past, &err)) {
+      fw_log (FW_LOG_WARN, w->cfg->name, "%s (the row may be handed out again after a restart)",
+              err.message);
+   }
+   fw_snapshot_progress_cleanup (&past);
+}
+
+/* A row moves no position: the chunk's progress is saved once it closed.
+ * With exactly_once a handled row's transaction committed the progress past
+ * it; a row stored in the DLQ outside one (parked behind its sequence, a
+ * DLQ elsewhere than the transactions' deployment) has its progress stored
+ * now, so a restart does not store it again (a row's entry id names its
+ * chunk, which a restart reads anew: the DLQ's unique index would not keep
+ * one entry). A dead letter committed with its progress is stored again:
+ * rare, and the same progress. */
+static fw_read_end_t
+row_advance (void *ud)
+{
+   row_place_t *r = ud;
+
+   if (r->w->cfg->exactly_once && !r->w->cfg->exactly_once_pg &&
+       (r->kind == FW_OUTCOME_DEAD_LETTERED || r->kind == FW_OUTCOME_PARKED ||
+        r->kind == FW_OUTCOME_DEFERRED)) {
+      save_past (r->w, r->row);
+   }
+   return FW_READ_NEXT;
 }
 
 static void
 row_fail (void *ud, const char *why)
 {
-   fw_stream_failed (ud, why);
+   row_place_t *r = ud;
+   fw_stream_failed (r->w, why);
 }
 
 static bool
 row_lease_lost (void *ud)
 {
-   fw_stream_worker_t *w = ud;
-   return fw_stream_lease_lost (w) && !fw_shutdown_requested (w->shutdown);
+   row_place_t *r = ud;
+   return fw_stream_lease_lost (r->w) && !fw_shutdown_requested (r->w->shutdown);
+}
+
+/* exactly_once: w->eo.row, the progress past row (a snapshot event this
+ * thread handed out) written in session's transaction. */
+static bool
+row_in_txn (fw_stream_worker_t *w, const fw_event_t *row, mongoc_client_t *client,
+            mongoc_client_session_t *session, bson_t *reply, bool *fenced, fw_error_t *error)
+{
+   fw_snapshot_progress_t past;
+   bool ok;
+
+   *fenced = false;
+   bson_init (reply);
+   fw_snapshot_progress_init (&past);
+   if (!w->snap.run || !fw_snapshot_progress_past (w->snap.run->engine, row, &past)) {
+      fw_error_set (error, FW_ERROR_INVALID,
+                    "stream \"%s\": the snapshot's progress past the row cannot be made",
+                    w->cfg->name);
+      fw_snapshot_progress_cleanup (&past);
+      return false;
+   }
+   bson_destroy (reply);
+   ok = fw_checkpoint_snapshot_save_in (client, session, w->cfg->database, w->cfg->name, &past,
+                                        w->lead.lease ? w->lead.epoch : 0, fenced, reply, error);
+   fw_snapshot_progress_cleanup (&past);
+   return ok;
 }
 
 /* The chunk's rows, handled as any event; with lanes, after the lanes
- * finished every earlier event (the rows run on the stream's thread). A
- * row moves no position: the chunk's progress is saved once it closed. */
+ * finished every earlier event (the rows run on the stream's thread). */
 static fw_read_end_t
 hand_out (fw_stream_worker_t *w, fw_position_t *p)
 {
    fw_event_t ev;
    fw_outcome_t o;
    fw_read_end_t end;
-   fw_settle_place_t place = {w->d, w->metrics, row_count, NULL, row_fail, row_lease_lost, w, NULL};
+   row_place_t row = {w, &ev, FW_OUTCOME_HANDLED};
+   fw_settle_place_t place = {w->d,     w->metrics,     row_count, row_advance,
+                              row_fail, row_lease_lost, &row,      NULL};
 
    if (w->lane.run && !fw_stream_lanes_settle (w, p)) {
       if (fw_shutdown_requested (w->shutdown)) {
@@ -245,6 +362,12 @@ fw_stream_snapshot_live (fw_stream_worker_t *w, fw_position_t *p, const fw_event
       return FW_READ_NEXT;
    }
    return hand_out (w, p);
+}
+
+bool
+fw_stream_snapshot_shown (fw_stream_worker_t *w, const fw_event_t *ev)
+{
+   return !w->snap.run || !fw_snapshot_live (w->snap.run->engine, ev);
 }
 
 fw_read_end_t
@@ -363,6 +486,10 @@ fw_stream_worker_snapshot (fw_stream_worker_t *w, const bson_t *filter, fw_error
                     "stream \"%s\" watches a whole database: a snapshot "
                     "needs a collection",
                     w->cfg->name);
+      return false;
+   }
+   if (w->cfg->exactly_once_pg) {
+      fw_error_set (error, FW_ERROR_INVALID, "stream \"%s\" %s", w->cfg->name, PG_REFUSED);
       return false;
    }
    if (!fw_stream_worker_running (w)) {

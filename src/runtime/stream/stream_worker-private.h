@@ -74,6 +74,12 @@ struct fw_stream_worker {
       /* Another store's position at each checkpoint save (exactly once into
        * PostgreSQL: fw_stream_exactly_once_pg_advance), or NULL. */
       void (*advance) (struct fw_stream_worker *w, const struct fw_position *p);
+      /* A snapshot's row has no resume token: the snapshot's progress past
+       * it, written in its transaction instead (stream_snapshot.c sets it,
+       * so that this file's callback calls no snapshot file: no circle). */
+      bool (*row) (struct fw_stream_worker *w, const fw_event_t *row, mongoc_client_t *client,
+                   mongoc_client_session_t *session, bson_t *reply, bool *fenced,
+                   fw_error_t *error);
    } eo;
    struct {                     /* the breaker kept across restarts (stream_circuit.c) */
       fw_circuit_store_t store; /* the dispatcher's hooks (ud: w) */
