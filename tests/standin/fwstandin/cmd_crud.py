@@ -25,18 +25,19 @@ DEFAULT_AWAIT_MS = 1000
 
 
 class _Engine:
-    """The document engine's modules, imported on first use (query, update, aggregate, compare)
-    and kept: a write asks for them once per statement."""
+    """The document engine's modules, imported on first use (query, update, aggregate, compare,
+    update_fast) and kept: a write asks for them once per statement."""
 
     def __init__(self):
-        self.mods = [None] * 4
+        self.mods = [None] * 5
 
     def __getitem__(self, i):
         m = self.mods[i]
         if m is None:
             import importlib
             m = self.mods[i] = importlib.import_module(
-                "." + ("query", "update", "aggregate", "compare")[i], __package__)
+                "." + ("query", "update", "aggregate", "compare",
+                                      "update_fast")[i], __package__)
         return m
 
 
@@ -321,6 +322,60 @@ def _same(new, old, ud=None):
     return raw == encode(old), raw
 
 
+def _update_by_id(store, db, name, st, txn):
+    """The statement's result when update_fast's path runs it (an existing document, the
+    simple shape), else None: nothing was done and the general path runs it."""
+    fast = _engine()[4]
+    fp = fast.plan(st)
+    if fp is None:
+        return None
+    c = store.coll(db, name)
+    doc = c.docs.get(value_key(fp[0])) if c is not None else None
+    res = fast.apply(doc, fp[1]) if doc is not None else None
+    if res is None:
+        return None
+    if txn is not None:
+        txn.about_to_write()
+    new, ud = res
+    if not ud:
+        return {"n": 1, "nModified": 0}
+    store.update(c, doc, new, ud, encode(new))
+    return {"n": 1, "nModified": 1}
+
+
+def _update_statement(store, db, name, st, txn, now, query):
+    """One update statement through the general path: its result ({n, nModified} and
+    `upserted`: the new _id)."""
+    if st.get("arrayFilters"):
+        raise MongoError(2, "BadValue", "arrayFilters are not supported by the "
+                         "flowwarden stand-in")
+    check_collation(st.get("collation"), "update")
+    flt = st.get("q", {})
+    u = st.get("u")
+    multi = bool(st.get("multi", False))
+    replacement = _check_update_spec(u, multi, "update")
+    query.validate_filter(flt, upsert=bool(st.get("upsert")))
+    if txn is not None:
+        txn.about_to_write()
+    c = store.coll(db, name)
+    docs = matching(c, flt)
+    if not multi:
+        docs = docs[:1]
+    result = {"n": len(docs), "nModified": 0}
+    for doc in docs:
+        new, ud = _apply_one(c, doc, u, replacement, now)
+        same, raw = _same(new, doc, ud if replacement is False else None)
+        if not same:
+            store.update(c, doc, new, ud, raw)
+            result["nModified"] += 1
+    if not docs and st.get("upsert"):
+        new = _upsert_doc(flt, u, replacement, now)
+        c = store.get_or_create(db, name)
+        store.insert(c, new)
+        result = {"n": 1, "nModified": 0, "upserted": new["_id"]}
+    return result
+
+
 def cmd_update(ctx):
     check_fields(ctx, ("update", "updates", "ordered", "bypassDocumentValidation", "let"))
     if "let" in ctx.body:
@@ -347,34 +402,11 @@ def cmd_update(ctx):
                     upserted.append({"index": i, "_id": done["upserted"]})
                 continue
             try:
-                if st.get("arrayFilters"):
-                    raise MongoError(2, "BadValue", "arrayFilters are not supported by the "
-                                     "flowwarden stand-in")
-                check_collation(st.get("collation"), "update")
-                flt = st.get("q", {})
-                u = st.get("u")
-                multi = bool(st.get("multi", False))
-                replacement = _check_update_spec(u, multi, "update")
-                query.validate_filter(flt, upsert=bool(st.get("upsert")))
-                if txn is not None:
-                    txn.about_to_write()
-                c = store.coll(ctx.db, name)
-                docs = matching(c, flt)
-                if not multi:
-                    docs = docs[:1]
-                result = {"n": len(docs), "nModified": 0}
-                for doc in docs:
-                    new, ud = _apply_one(c, doc, u, replacement, now)
-                    same, raw = _same(new, doc, ud if replacement is False else None)
-                    if not same:
-                        store.update(c, doc, new, ud, raw)
-                        result["nModified"] += 1
-                if not docs and st.get("upsert"):
-                    new = _upsert_doc(flt, u, replacement, now)
-                    c = store.get_or_create(ctx.db, name)
-                    store.insert(c, new)
-                    upserted.append({"index": i, "_id": new["_id"]})
-                    result = {"n": 1, "nModified": 0, "upserted": new["_id"]}
+                result = _update_by_id(store, ctx.db, name, st, txn)
+                if result is None:
+                    result = _update_statement(store, ctx.db, name, st, txn, now, query)
+                if "upserted" in result:
+                    upserted.append({"index": i, "_id": result["upserted"]})
                 n += result["n"]
                 n_modified += result["nModified"]
                 if txn is not None:

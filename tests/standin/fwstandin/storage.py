@@ -123,6 +123,8 @@ class Collection:
 
     def unique_indexes(self):
         # Cached: the insert path asks twice per document.
+        if len(self.indexes) == 1:
+            return ()   # _id_ alone (never in this list)
         key = tuple(self.indexes)
         if self._unique_key != key:
             self._unique = [ix for ix in self.indexes.values() if ix.unique]
@@ -242,29 +244,20 @@ class Store:
         self.clock.advance_past(tsv)
 
     def _do_update(self, c, old, new, ud, tsv, wall):
-        """ud is the update description, or None for a replacement."""
+        """ud is the update description, or None for a replacement. The change event is
+        encoded when a stream first reads it (update_event)."""
         k = value_key(new["_id"])
-        c.index_remove(old, k)
+        if c.unique_indexes():
+            c.index_remove(old, k)
+            c.index_add(new, k)
         c.docs[k] = new
-        c.index_add(new, k)
-        key_raw = encode({"_id": new["_id"]})
-        key_elem = e_doc(b"documentKey", key_raw)
-        if ud is None:
-            op = "replace"
-            rest = e_doc(b"fullDocument", encode(new)) + c.ns_elem + key_elem
-        else:
-            op = "update"
-            desc = {"updatedFields": ud.get("updatedFields", {}),
-                    "removedFields": ud.get("removedFields", []),
-                    "truncatedArrays": ud.get("truncatedArrays", [])}
-            rest = c.ns_elem + key_elem + e_doc(b"updateDescription", encode(desc))
-        ev = oplogmod.build_event(op, tsv, wall, rest, key_raw, c.uuid)
         pp = c.pre_post
         dp = disambiguated_paths(old, new, ud) if ud is not None else None
         self.oplog.append(oplogmod.Entry(
-            tsv, wall, op[0], c.db, c.name, ev, k, images=pp, pre=old if pp else None,
-            post=new if (pp and ud is not None) else None,
-            desc={"disambiguatedPaths": dp} if dp else None))
+            tsv, wall, "u" if ud is not None else "r", c.db, c.name, None, k, images=pp,
+            pre=old if pp else None, post=new if (pp and ud is not None) else None,
+            desc={"disambiguatedPaths": dp} if dp else None,
+            make=(update_event, (tsv, wall, c.ns_elem, c.uuid, new, ud))))
         self.clock.advance_past(tsv)
 
     def _do_delete(self, c, doc, tsv, wall):
@@ -272,12 +265,10 @@ class Store:
         c.index_remove(doc, k)
         del c.docs[k]
         c.id_index.remove(doc["_id"], k)
-        key_raw = encode({"_id": doc["_id"]})
-        rest = c.ns_elem + e_doc(b"documentKey", key_raw)
-        ev = oplogmod.build_event("delete", tsv, wall, rest, key_raw, c.uuid)
         pp = c.pre_post
-        self.oplog.append(oplogmod.Entry(tsv, wall, "d", c.db, c.name, ev, k, images=pp,
-                                         pre=doc if pp else None))
+        self.oplog.append(oplogmod.Entry(
+            tsv, wall, "d", c.db, c.name, None, k, images=pp, pre=doc if pp else None,
+            make=(delete_event, (tsv, wall, c.ns_elem, c.uuid, doc["_id"]))))
         self.clock.advance_past(tsv)
 
     def _do_drop(self, db, name, tsv, wall):
@@ -430,8 +421,9 @@ class Store:
             self.observer(c, k, old)
         tsv, wall = self._tick()
         self._do_update(c, old, new, ud, tsv, wall)
-        self._record({"o": "u" if ud is not None else "r", "db": c.db, "c": c.name,
-                      "t": tsv, "w": wall, "d": new, "ud": ud or {}})
+        if self.journal is not None:
+            self._record({"o": "u" if ud is not None else "r", "db": c.db, "c": c.name,
+                          "t": tsv, "w": wall, "d": new, "ud": ud or {}})
         return new
 
     def delete(self, c, doc):
@@ -629,6 +621,30 @@ class Store:
             yield entry_record(e)
 
 
+def update_event(tsv, wall, ns_elem, cuuid, new, ud):
+    """The event of an update (ud: its description) or a replacement (ud None) that made
+    `new`, in the collection whose ns element and UUID are given (as they were at the write:
+    a later rename changes neither)."""
+    key_raw = encode({"_id": new["_id"]})
+    key_elem = e_doc(b"documentKey", key_raw)
+    if ud is None:
+        op = "replace"
+        rest = e_doc(b"fullDocument", encode(new)) + ns_elem + key_elem
+    else:
+        op = "update"
+        desc = {"updatedFields": ud.get("updatedFields", {}),
+                "removedFields": ud.get("removedFields", []),
+                "truncatedArrays": ud.get("truncatedArrays", [])}
+        rest = ns_elem + key_elem + e_doc(b"updateDescription", encode(desc))
+    return oplogmod.build_event(op, tsv, wall, rest, key_raw, cuuid)
+
+
+def delete_event(tsv, wall, ns_elem, cuuid, _id):
+    key_raw = encode({"_id": _id})
+    rest = ns_elem + e_doc(b"documentKey", key_raw)
+    return oplogmod.build_event("delete", tsv, wall, rest, key_raw, cuuid)
+
+
 def entry_record(e):
     """The "op" journal record that rebuilds oplog entry `e` as it is."""
     rec = {"o": "op", "t": e.tsv, "w": e.wall, "op": e.op, "db": e.db, "c": e.coll,
@@ -675,8 +691,8 @@ def disambiguated_paths(old, new, ud):
     as ints. Paths of updatedFields and truncatedArrays are read in the new document, those of
     removedFields in the old one."""
     out = {}
-    if not any("." in p for p in ud.get("updatedFields", ())) and not any(
-            "." in p for p in ud.get("removedFields", ())) and not ud.get("truncatedArrays"):
+    if ("." not in "".join(ud.get("updatedFields", ()))
+            and "." not in "".join(ud.get("removedFields", ())) and not ud.get("truncatedArrays")):
         return out  # top-level fields only: never ambiguous (the first part is not checked)
     paths = [(p, new) for p in ud.get("updatedFields", {})]
     paths += [(p, old) for p in ud.get("removedFields", [])]
