@@ -28,7 +28,8 @@ from bson.son import SON
 from bson.timestamp import Timestamp
 from pymongo import UpdateOne
 
-from fwstandin import bsonutil, update_fast
+from fwstandin import bsonutil, idindex, update_fast
+from fwstandin.query import matches
 from fwstandin.update import apply_update
 from standin_process import StandIn
 
@@ -184,6 +185,50 @@ class UpdateFastTest(unittest.TestCase):
                        {"arrayFilters": []}):
             st = dict(base, **change)
             self.assertIsNone(update_fast.plan(st), change)
+
+
+class IdRangeTest(unittest.TestCase):
+    """idindex.exact_range's index ranges against the filter's own match."""
+
+    def test_ranges_match_the_filter(self):
+        rnd = random.Random(7)
+        ids = [ObjectId(bytes(rnd.randrange(4) for _ in range(12))) for _ in range(60)]
+        ids += ["", "a", "ab", "b", "é", "z", "Z", "10", "9", "a\x00"]
+        ids += [1, 2.5, Int64(3), None, True, datetime.datetime(2020, 1, 1), {"a": 1}]
+        ids = list({bsonutil.value_key(i): i for i in ids}.values())
+        ix = idindex.IdIndex()
+        docs = {}
+        for _id in ids:
+            k = bsonutil.value_key(_id)
+            docs[k] = {"_id": _id}
+            ix.add(_id, k)
+        bounds = [i for i in ids if isinstance(i, (ObjectId, str))]
+        ops = ("$gt", "$gte", "$lt", "$lte")
+        checked = 0
+        for _ in range(1500):
+            clauses = [{rnd.choice(ops): rnd.choice(bounds)} for _ in range(rnd.randint(1, 2))]
+            if len(clauses) == 2 and rnd.random() < 0.5:
+                clauses = [dict(clauses[0], **clauses[1])]
+            flt = {"_id": clauses[0]} if len(clauses) == 1 and rnd.random() < 0.5 else \
+                {"$and": [{"_id": c} for c in clauses]}
+            exact = idindex.exact_range(flt)
+            types = {type(v) for c in clauses for v in c.values()}
+            if len(types) > 1:
+                self.assertIsNone(exact, flt)
+                continue
+            self.assertIsNotNone(exact, flt)
+            want = [k for k in ix.vks if matches(docs[k], flt)]
+            self.assertEqual(ix.between(*exact), want, flt)
+            self.assertEqual(ix.between(*exact, want=3), want[:3], flt)
+            checked += 1
+        self.assertGreater(checked, 500)
+
+    def test_other_filters_are_not_exact(self):
+        for flt in ({}, {"_id": 1}, {"_id": {"$gt": 1}}, {"_id": {"$in": ["a"]}},
+                    {"_id": {"$gt": "a"}, "x": 1}, {"$and": [{"_id": {"$gt": "a"}}, {"x": 1}]},
+                    {"_id": {"$gt": "a", "$ne": "b"}}, {"_id": "a"}, {"$and": []},
+                    {"_id": {"$gt": "a", "$lt": ObjectId()}}):
+            self.assertIsNone(idindex.exact_range(flt), flt)
 
 
 class WireTest(unittest.TestCase):

@@ -125,14 +125,19 @@ def matching_by_id(c, flt, direction, want):
     ix = c.id_index
     if not ix.usable():
         return None
-    query = _engine()[0]
+    docs = c.docs
+    exact = idindex.exact_range(flt) if direction > 0 else None
+    if exact is not None:
+        # The range is the match: no document needs the filter (mongod's IXSCAN bounds
+        # with no residual predicate).
+        return [docs[vk] for vk in ix.between(*exact, want=want)]
+    match = _engine()[0].matcher(flt)
     rng = idindex.id_range(flt)
     lo, hi = rng if rng else (None, None)
-    docs = c.docs
     out = []
     for vk in ix.scan(lo, hi, reverse=direction < 0):
         d = docs[vk]
-        if query.matches(d, flt):
+        if match(d):
             out.append(d)
             if want and len(out) >= want:
                 break
@@ -603,7 +608,10 @@ def cmd_find(ctx):
         if limit:
             docs = docs[:limit]
         proj = body.get("projection")
-        raw = [encode(query.project(d, proj) if proj else d) for d in docs]
+        if proj:
+            raw = [encode(query.project(d, proj)) for d in docs]
+        else:
+            raw = [c.raw_of(d) for d in docs]   # the stored bytes (c: docs is not empty)
     return make_result_cursor(ctx, ctx.db + "." + name, raw, batch_size,
                               bool(body.get("singleBatch")))
 

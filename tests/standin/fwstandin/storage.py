@@ -107,6 +107,9 @@ class Collection:
         self.uuid = cuuid or uuidmod.uuid4()
         self.options = dict(options or {})
         self.docs = {}
+        # Each document's BSON as stored (what a find returns), by _id key; set by a write
+        # that has it, dropped by a write that has not, made again on a read (raw_of).
+        self.raws = {}
         self.id_index = IdIndex()   # the _ids in order, for sorts and ranges on _id
         self.indexes = {"_id_": Index({"v": 2, "key": {"_id": 1}, "name": "_id_"})}
         self._unique = []
@@ -148,6 +151,17 @@ class Collection:
             for kt, _ in ix.keys_for(doc):
                 if ix.entries.get(kt, MISSING) == idkey:
                     del ix.entries[kt]
+
+    def raw_of(self, doc):
+        """doc's BSON: the stored bytes when doc is the stored document (it is never
+        changed in place), else encoded."""
+        k = value_key(doc["_id"])
+        raw = self.raws.get(k)
+        if raw is None or self.docs.get(k) is not doc:
+            raw = encode(doc)
+            if self.docs.get(k) is doc:
+                self.raws[k] = raw
+        return raw
 
     def info_options(self):
         opts = dict(self.options)
@@ -230,6 +244,7 @@ class Store:
     def _do_insert(self, c, doc, raw, tsv, wall):
         k = value_key(doc["_id"])
         c.docs[k] = doc
+        c.raws[k] = raw
         c.id_index.add(doc["_id"], k)
         if c.unique_indexes():
             c.index_add(doc, k)
@@ -243,14 +258,19 @@ class Store:
         self.oplog.append(oplogmod.Entry(tsv, wall, "i", c.db, c.name, ev, k))
         self.clock.advance_past(tsv)
 
-    def _do_update(self, c, old, new, ud, tsv, wall):
-        """ud is the update description, or None for a replacement. The change event is
-        encoded when a stream first reads it (update_event)."""
+    def _do_update(self, c, old, new, ud, tsv, wall, raw=None):
+        """ud is the update description, or None for a replacement; raw: new's BSON, when
+        the caller has it. The change event is encoded when a stream first reads it
+        (update_event)."""
         k = value_key(new["_id"])
         if c.unique_indexes():
             c.index_remove(old, k)
             c.index_add(new, k)
         c.docs[k] = new
+        if raw is not None:
+            c.raws[k] = raw
+        else:
+            c.raws.pop(k, None)
         pp = c.pre_post
         dp = disambiguated_paths(old, new, ud) if ud is not None else None
         self.oplog.append(oplogmod.Entry(
@@ -264,6 +284,7 @@ class Store:
         k = value_key(doc["_id"])
         c.index_remove(doc, k)
         del c.docs[k]
+        c.raws.pop(k, None)
         c.id_index.remove(doc["_id"], k)
         pp = c.pre_post
         self.oplog.append(oplogmod.Entry(
@@ -420,7 +441,7 @@ class Store:
         if self.observer is not None:
             self.observer(c, k, old)
         tsv, wall = self._tick()
-        self._do_update(c, old, new, ud, tsv, wall)
+        self._do_update(c, old, new, ud, tsv, wall, raw)
         if self.journal is not None:
             self._record({"o": "u" if ud is not None else "r", "db": c.db, "c": c.name,
                           "t": tsv, "w": wall, "d": new, "ud": ud or {}})
@@ -543,6 +564,7 @@ class Store:
             if o == "load":
                 k = value_key(doc["_id"])
                 c.docs[k] = doc
+                c.raws.pop(k, None)
                 c.id_index.add(doc["_id"], k)
                 c.index_add(doc, k)
             else:
