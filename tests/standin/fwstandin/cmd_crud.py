@@ -199,7 +199,10 @@ def parse_statements(ctx, field, allowed, required=()):
     checks them before anything runs: an unknown field (40415; e.g. `sort` in an update before
     MongoDB 8.0) or a missing one (40414) fails the whole command, not one statement."""
     stmts = []
-    for st in documents_of(ctx, field):
+    items = documents_of(ctx, field)
+    if items and all(type(st) is bytes for st in items):
+        items = bsonutil.decode_all(b"".join(items))    # one call: half the cost of one each
+    for st in items:
         if isinstance(st, bytes):
             st = bsonutil.decode(st)
         if not isinstance(st, dict):
