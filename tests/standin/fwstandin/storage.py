@@ -277,7 +277,8 @@ class Store:
             tsv, wall, "u" if ud is not None else "r", c.db, c.name, None, k, images=pp,
             pre=old if pp else None, post=new if (pp and ud is not None) else None,
             desc={"disambiguatedPaths": dp} if dp else None,
-            make=(update_event, (tsv, wall, c.ns_elem, c.uuid, new, ud))))
+            make=(update_event, (tsv, wall, c.ns_elem, c.uuid, new["_id"], ud,
+                                 new if ud is None else None))))
         self.clock.advance_past(tsv)
 
     def _do_delete(self, c, doc, tsv, wall):
@@ -643,11 +644,12 @@ class Store:
             yield entry_record(e)
 
 
-def update_event(tsv, wall, ns_elem, cuuid, new, ud):
-    """The event of an update (ud: its description) or a replacement (ud None) that made
-    `new`, in the collection whose ns element and UUID are given (as they were at the write:
-    a later rename changes neither)."""
-    key_raw = encode({"_id": new["_id"]})
+def update_event(tsv, wall, ns_elem, cuuid, _id, ud, new):
+    """The event of an update (ud: its description) or a replacement (ud None, `new` the
+    document it made) of document _id, in the collection whose ns element and UUID are given
+    (as they were at the write: a later rename changes neither). An update's entry keeps only
+    _id and its description until read, not the document version it made."""
+    key_raw = encode({"_id": _id})
     key_elem = e_doc(b"documentKey", key_raw)
     if ud is None:
         op = "replace"
