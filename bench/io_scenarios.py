@@ -182,6 +182,7 @@ def notes(R):
     rows = [r for r in R.get("table", []) if r["data"] == COLL]
     L = []
     for sc, key, what in (("S6", "standin_cpu_us_per_event", "stand-in (MongoDB side)"),
+                          ("S6B", "standin_cpu_us_per_event", "stand-in (MongoDB side)"),
                           ("S7", "server_cpu_us_per_event", "loopback HTTP server")):
         v = ["%s %.2f" % (r["system"], r[key]) for r in rows
              if r["scenario"] == sc and r.get(key) is not None]

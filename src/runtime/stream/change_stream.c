@@ -13,8 +13,10 @@
 /* While a snapshot runs its chunks wait for the stream to pass their high
  * watermark: on an idle collection only a getMore's post-batch resume token
  * does, once per maxAwaitTimeMS, which would bound the snapshot to 16
- * chunks a second (snapshot.c's MAX_CHUNKS). */
-#define FW_SNAPSHOT_AWAIT_MS 100
+ * chunks a second (snapshot.c's MAX_CHUNKS). 20 ms (fifty idle getMores a
+ * second, only while the snapshot runs): with chunks read in a few ms, a
+ * 100 ms wait was a third of a 20,000-document snapshot. */
+#define FW_SNAPSHOT_AWAIT_MS 20
 #define FW_ERR_HISTORY_LOST 286 /* ChangeStreamHistoryLost */
 /* OplogQueryMinTsMissing: the oplog scan's own "fallen off the oplog"; the
  * change stream turns it into 286 (change_stream_check_resumability), but

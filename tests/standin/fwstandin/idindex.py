@@ -112,7 +112,70 @@ class IdIndex:
                 yield vks[k]
 
 
+    def between(self, lo, lo_incl, hi, hi_incl, want=0):
+        """The value_keys from order key lo to hi (None: open), each end included or not,
+        in order; at most `want` of them (0: all)."""
+        keys = self.keys
+        if lo is None:
+            i = 0
+        else:
+            i = (bisect.bisect_left if lo_incl else bisect.bisect_right)(keys, lo)
+        if hi is None:
+            j = len(keys)
+        else:
+            j = (bisect.bisect_right if hi_incl else bisect.bisect_left)(keys, hi)
+        if want and j > i + want:
+            j = i + want
+        return self.vks[i:j]
+
+
 _BOUND_OPS = ("$gt", "$gte", "$lt", "$lte", "$eq")
+# exact_range: the bounds it serves alone (no match needed): ObjectIds and strings, whose
+# order (bytes; UTF-8 keeps code point order) is all there is to their comparison.
+_EXACT_TYPES = (ObjectId, str)
+
+
+def exact_range(flt):
+    """(lo, lo included, hi, hi included) when the filter is nothing but bounds on _id
+    ($gt, $gte, $lt, $lte of ObjectIds or strings, one type, alone or in a top-level $and):
+    the _id index range is then exactly the documents that match. Else None."""
+    if not isinstance(flt, dict) or len(flt) != 1:
+        return None
+    k, v = next(iter(flt.items()))
+    if k == "_id":
+        clauses = [v]
+    elif k == "$and" and isinstance(v, list) and v:
+        clauses = []
+        for sub in v:
+            if not isinstance(sub, dict) or len(sub) != 1 or "_id" not in sub:
+                return None
+            clauses.append(sub["_id"])
+    else:
+        return None
+    lo = hi = None
+    lo_incl = hi_incl = True
+    kind = None
+    for c in clauses:
+        if type(c) is not dict or not c:
+            return None
+        for op, rhs in c.items():
+            t = type(rhs)
+            if op not in ("$gt", "$gte", "$lt", "$lte") or t not in _EXACT_TYPES \
+                    or (kind is not None and t is not kind):
+                return None
+            kind = t
+            b = order_key(rhs)
+            if op in ("$gt", "$gte"):
+                if lo is None or b > lo or (b == lo and op == "$gt"):
+                    lo, lo_incl = b, op == "$gte"
+            elif hi is None or b < hi or (b == hi and op == "$lt"):
+                hi, hi_incl = b, op == "$lte"
+    rank = RANK_OBJECTID if kind is ObjectId else RANK_STRING
+    if lo is None:
+        lo = (rank,)
+    if hi is None:
+        hi = (rank, _TOP)
+    return lo, lo_incl, hi, hi_incl
 
 
 def _plain_bound(v):

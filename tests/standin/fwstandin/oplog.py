@@ -283,18 +283,19 @@ class Entry:
     <db>.system.views: a collection's stream never sees it, a database's only with
     showExpandedEvents (change_stream_filter_helpers.cpp, buildViewDefinitionEventFilter)."""
 
-    __slots__ = ("tsv", "wall", "op", "db", "coll", "ns", "raw", "key", "images", "pre",
-                 "post", "to", "desc", "expanded", "view")
+    __slots__ = ("tsv", "wall", "op", "db", "coll", "ns", "_raw", "_make", "key", "images",
+                 "pre", "post", "to", "desc", "expanded", "view")
 
     def __init__(self, tsv, wall, op, db, coll, raw, key=None, images=False, pre=None,
-                 post=None, to=None, desc=None, view=False):
+                 post=None, to=None, desc=None, view=False, make=None):
         self.tsv = tsv
         self.wall = wall
         self.op = op
         self.db = db
         self.coll = coll
         self.ns = db + "." + coll if coll is not None else db
-        self.raw = raw
+        self._raw = raw
+        self._make = make
         self.key = key
         self.images = images
         self.pre = pre
@@ -305,6 +306,25 @@ class Entry:
         self.view = view
         if view:
             self.ns = db + ".system.views"
+
+    @property
+    def raw(self):
+        """The encoded event. An entry made with `make` (fn, args) instead of bytes encodes it
+        on first read (a write's event is built when a stream reads it, as mongod builds
+        events from its oplog entries), always to the same bytes: fn(*args) depends on
+        nothing but its arguments, which are never changed (stored documents are not
+        mutated)."""
+        raw = self._raw
+        if raw is None:
+            fn, args = self._make
+            raw = self._raw = fn(*args)
+            self._make = None
+        return raw
+
+    @raw.setter
+    def raw(self, value):
+        self._raw = value
+        self._make = None
 
 
 _TSV = operator.attrgetter("tsv")

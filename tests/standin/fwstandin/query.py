@@ -675,6 +675,11 @@ def matches(doc, filt):
     return _cached(_FILTER_CACHE, filt, compile_filter)(doc)
 
 
+def matcher(filt):
+    """The filter's predicate (doc -> bool), for many documents (see _cached)."""
+    return _cached(_FILTER_CACHE, filt, compile_filter)
+
+
 def get_values(doc, dotted_path):
     """Values a dotted path reaches under query traversal rules (arrays are not flattened).
 

@@ -107,6 +107,9 @@ class Collection:
         self.uuid = cuuid or uuidmod.uuid4()
         self.options = dict(options or {})
         self.docs = {}
+        # Each document's BSON as stored (what a find returns), by _id key; set by a write
+        # that has it, dropped by a write that has not, made again on a read (raw_of).
+        self.raws = {}
         self.id_index = IdIndex()   # the _ids in order, for sorts and ranges on _id
         self.indexes = {"_id_": Index({"v": 2, "key": {"_id": 1}, "name": "_id_"})}
         self._unique = []
@@ -123,6 +126,8 @@ class Collection:
 
     def unique_indexes(self):
         # Cached: the insert path asks twice per document.
+        if len(self.indexes) == 1:
+            return ()   # _id_ alone (never in this list)
         key = tuple(self.indexes)
         if self._unique_key != key:
             self._unique = [ix for ix in self.indexes.values() if ix.unique]
@@ -146,6 +151,17 @@ class Collection:
             for kt, _ in ix.keys_for(doc):
                 if ix.entries.get(kt, MISSING) == idkey:
                     del ix.entries[kt]
+
+    def raw_of(self, doc):
+        """doc's BSON: the stored bytes when doc is the stored document (it is never
+        changed in place), else encoded."""
+        k = value_key(doc["_id"])
+        raw = self.raws.get(k)
+        if raw is None or self.docs.get(k) is not doc:
+            raw = encode(doc)
+            if self.docs.get(k) is doc:
+                self.raws[k] = raw
+        return raw
 
     def info_options(self):
         opts = dict(self.options)
@@ -228,6 +244,7 @@ class Store:
     def _do_insert(self, c, doc, raw, tsv, wall):
         k = value_key(doc["_id"])
         c.docs[k] = doc
+        c.raws[k] = raw
         c.id_index.add(doc["_id"], k)
         if c.unique_indexes():
             c.index_add(doc, k)
@@ -241,43 +258,39 @@ class Store:
         self.oplog.append(oplogmod.Entry(tsv, wall, "i", c.db, c.name, ev, k))
         self.clock.advance_past(tsv)
 
-    def _do_update(self, c, old, new, ud, tsv, wall):
-        """ud is the update description, or None for a replacement."""
+    def _do_update(self, c, old, new, ud, tsv, wall, raw=None):
+        """ud is the update description, or None for a replacement; raw: new's BSON, when
+        the caller has it. The change event is encoded when a stream first reads it
+        (update_event)."""
         k = value_key(new["_id"])
-        c.index_remove(old, k)
+        if c.unique_indexes():
+            c.index_remove(old, k)
+            c.index_add(new, k)
         c.docs[k] = new
-        c.index_add(new, k)
-        key_raw = encode({"_id": new["_id"]})
-        key_elem = e_doc(b"documentKey", key_raw)
-        if ud is None:
-            op = "replace"
-            rest = e_doc(b"fullDocument", encode(new)) + c.ns_elem + key_elem
+        if raw is not None:
+            c.raws[k] = raw
         else:
-            op = "update"
-            desc = {"updatedFields": ud.get("updatedFields", {}),
-                    "removedFields": ud.get("removedFields", []),
-                    "truncatedArrays": ud.get("truncatedArrays", [])}
-            rest = c.ns_elem + key_elem + e_doc(b"updateDescription", encode(desc))
-        ev = oplogmod.build_event(op, tsv, wall, rest, key_raw, c.uuid)
+            c.raws.pop(k, None)
         pp = c.pre_post
         dp = disambiguated_paths(old, new, ud) if ud is not None else None
         self.oplog.append(oplogmod.Entry(
-            tsv, wall, op[0], c.db, c.name, ev, k, images=pp, pre=old if pp else None,
-            post=new if (pp and ud is not None) else None,
-            desc={"disambiguatedPaths": dp} if dp else None))
+            tsv, wall, "u" if ud is not None else "r", c.db, c.name, None, k, images=pp,
+            pre=old if pp else None, post=new if (pp and ud is not None) else None,
+            desc={"disambiguatedPaths": dp} if dp else None,
+            make=(update_event, (tsv, wall, c.ns_elem, c.uuid, new["_id"], ud,
+                                 new if ud is None else None))))
         self.clock.advance_past(tsv)
 
     def _do_delete(self, c, doc, tsv, wall):
         k = value_key(doc["_id"])
         c.index_remove(doc, k)
         del c.docs[k]
+        c.raws.pop(k, None)
         c.id_index.remove(doc["_id"], k)
-        key_raw = encode({"_id": doc["_id"]})
-        rest = c.ns_elem + e_doc(b"documentKey", key_raw)
-        ev = oplogmod.build_event("delete", tsv, wall, rest, key_raw, c.uuid)
         pp = c.pre_post
-        self.oplog.append(oplogmod.Entry(tsv, wall, "d", c.db, c.name, ev, k, images=pp,
-                                         pre=doc if pp else None))
+        self.oplog.append(oplogmod.Entry(
+            tsv, wall, "d", c.db, c.name, None, k, images=pp, pre=doc if pp else None,
+            make=(delete_event, (tsv, wall, c.ns_elem, c.uuid, doc["_id"]))))
         self.clock.advance_past(tsv)
 
     def _do_drop(self, db, name, tsv, wall):
@@ -429,9 +442,10 @@ class Store:
         if self.observer is not None:
             self.observer(c, k, old)
         tsv, wall = self._tick()
-        self._do_update(c, old, new, ud, tsv, wall)
-        self._record({"o": "u" if ud is not None else "r", "db": c.db, "c": c.name,
-                      "t": tsv, "w": wall, "d": new, "ud": ud or {}})
+        self._do_update(c, old, new, ud, tsv, wall, raw)
+        if self.journal is not None:
+            self._record({"o": "u" if ud is not None else "r", "db": c.db, "c": c.name,
+                          "t": tsv, "w": wall, "d": new, "ud": ud or {}})
         return new
 
     def delete(self, c, doc):
@@ -551,6 +565,7 @@ class Store:
             if o == "load":
                 k = value_key(doc["_id"])
                 c.docs[k] = doc
+                c.raws.pop(k, None)
                 c.id_index.add(doc["_id"], k)
                 c.index_add(doc, k)
             else:
@@ -629,6 +644,31 @@ class Store:
             yield entry_record(e)
 
 
+def update_event(tsv, wall, ns_elem, cuuid, _id, ud, new):
+    """The event of an update (ud: its description) or a replacement (ud None, `new` the
+    document it made) of document _id, in the collection whose ns element and UUID are given
+    (as they were at the write: a later rename changes neither). An update's entry keeps only
+    _id and its description until read, not the document version it made."""
+    key_raw = encode({"_id": _id})
+    key_elem = e_doc(b"documentKey", key_raw)
+    if ud is None:
+        op = "replace"
+        rest = e_doc(b"fullDocument", encode(new)) + ns_elem + key_elem
+    else:
+        op = "update"
+        desc = {"updatedFields": ud.get("updatedFields", {}),
+                "removedFields": ud.get("removedFields", []),
+                "truncatedArrays": ud.get("truncatedArrays", [])}
+        rest = ns_elem + key_elem + e_doc(b"updateDescription", encode(desc))
+    return oplogmod.build_event(op, tsv, wall, rest, key_raw, cuuid)
+
+
+def delete_event(tsv, wall, ns_elem, cuuid, _id):
+    key_raw = encode({"_id": _id})
+    rest = ns_elem + e_doc(b"documentKey", key_raw)
+    return oplogmod.build_event("delete", tsv, wall, rest, key_raw, cuuid)
+
+
 def entry_record(e):
     """The "op" journal record that rebuilds oplog entry `e` as it is."""
     rec = {"o": "op", "t": e.tsv, "w": e.wall, "op": e.op, "db": e.db, "c": e.coll,
@@ -675,8 +715,8 @@ def disambiguated_paths(old, new, ud):
     as ints. Paths of updatedFields and truncatedArrays are read in the new document, those of
     removedFields in the old one."""
     out = {}
-    if not any("." in p for p in ud.get("updatedFields", ())) and not any(
-            "." in p for p in ud.get("removedFields", ())) and not ud.get("truncatedArrays"):
+    if ("." not in "".join(ud.get("updatedFields", ()))
+            and "." not in "".join(ud.get("removedFields", ())) and not ud.get("truncatedArrays")):
         return out  # top-level fields only: never ambiguous (the first part is not checked)
     paths = [(p, new) for p in ud.get("updatedFields", {})]
     paths += [(p, old) for p in ud.get("removedFields", [])]

@@ -1,0 +1,103 @@
+"""The update-by-_id fast path: a statement {q: {_id: <literal>}, u: {$inc/$set: {<top-level
+field>: <scalar>}}} on a document that exists, as mongod's IDHACK plan and update driver run it.
+
+mongod answers `{_id: <literal>}` with a point lookup on the _id index (no query planning) and
+applies `$inc`/`$set` on top-level fields without a general walk (update_driver.cpp,
+modifier_table.cpp). The stand-in's general path (cmd_crud._apply_one over update.py) parses the
+update into a path tree, checks conflicts, locates each path and compiles the filter for every
+statement: most of a bulk write's time. This module recognises the simple shape once and
+applies it directly, with the general path's exact results: the same new document (fields
+created in path order at the end), the same updateDescription (changed fields in path order,
+binary no-ops left out), and `nModified` 0 for a no-op. Anything else (a dotted or `$` path, an
+operator but `$inc`/`$set`, a non-scalar value, two operators on one field, `$inc` on a
+non-number or overflowing, a missing document: the upsert or n = 0) returns None, and the
+general path runs the statement and reports its error exactly as before.
+"""
+
+import datetime
+from functools import cmp_to_key
+
+from bson.int64 import Int64
+from bson.objectid import ObjectId
+
+from . import numbers as num
+from .compare import MISSING, identical
+from .update import _compare_paths
+
+# The statement fields the fast path knows (anything else, e.g. hint, collation, arrayFilters,
+# goes the general way, which checks it).
+_KEYS = frozenset(("q", "u", "upsert", "multi"))
+# _id literals answered by a point lookup: value_key() is the value itself (bool, None,
+# documents, arrays, regexes go the general way).
+_ID_TYPES = (str, int, ObjectId, Int64)
+_NUMBERS = (int, float, Int64)
+# $set values kept as they are (immutable: the general path's deepcopy returns them as is).
+_SCALARS = (int, float, Int64, str, bool, type(None), ObjectId, datetime.datetime)
+_PATH_ORDER = cmp_to_key(_compare_paths)
+
+
+def plan(st):
+    """(the _id, [(field, is $inc, argument)] in mongod's apply order) when the statement has
+    the simple shape, else None."""
+    for key in st:
+        if key not in _KEYS:
+            return None
+    if st.get("multi", False) is not False:
+        return None
+    q = st.get("q")
+    if type(q) is not dict or len(q) != 1:
+        return None
+    _id = q.get("_id", MISSING)
+    if type(_id) not in _ID_TYPES:
+        return None
+    u = st.get("u")
+    if type(u) is not dict or not u:
+        return None
+    ops = []
+    seen = set()
+    for op, arg in u.items():
+        if op == "$inc":
+            inc, allowed = True, _NUMBERS
+        elif op == "$set":
+            inc, allowed = False, _SCALARS
+        else:
+            return None
+        if type(arg) is not dict or not arg:
+            return None
+        for field, value in arg.items():
+            if (not field or field[0] == "$" or "." in field or field == "_id"
+                    or field in seen or type(value) not in allowed):
+                return None
+            seen.add(field)
+            ops.append((field, inc, value))
+    if len(ops) > 1:
+        ops.sort(key=lambda o: _PATH_ORDER(([o[0]], )))
+    return _id, ops
+
+
+def apply(doc, ops):
+    """(new document, updateDescription) of ops over doc, or None when the general path must
+    run it (to raise its error). The description is empty for a no-op; doc is not changed."""
+    new = None
+    updated = {}
+    for field, inc, arg in ops:
+        cur = doc.get(field, MISSING)
+        if inc and cur is not MISSING:
+            t = type(cur)
+            if t is not int and t is not float and t is not Int64:
+                return None     # a non-number (the general path's error) or a Decimal128
+            try:
+                value = num.add(cur, arg, on_long_overflow="error")
+            except num.Overflow:
+                return None
+        else:
+            value = arg
+        if cur is not MISSING and identical(cur, value):
+            continue
+        if new is None:
+            new = dict(doc)
+        new[field] = value
+        updated[field] = value
+    if new is None:
+        return doc, {}
+    return new, {"updatedFields": updated, "removedFields": [], "truncatedArrays": []}

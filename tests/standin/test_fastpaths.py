@@ -1,0 +1,316 @@
+"""The stand-in's fast paths give what the general ones give, byte for byte.
+
+Run: cd tests/standin && /usr/bin/python3 -m unittest test_fastpaths -v
+
+* bsonutil.encode (its own encoder for the common types) against bson.encode;
+* update_fast (update by _id with $inc/$set on top-level fields) against update.apply_update,
+  and the statements it must leave to the general path;
+* through the wire (pymongo): a bulk write's per-statement results, write errors and change
+  events, find's bytes after inserts, updates and deletes (the stored encodings).
+"""
+
+import datetime
+import random
+import unittest
+import uuid
+
+import bson
+import pymongo
+from bson.binary import Binary
+from bson.code import Code
+from bson.decimal128 import Decimal128
+from bson.errors import InvalidDocument
+from bson.int64 import Int64
+from bson.objectid import ObjectId
+from bson.raw_bson import RawBSONDocument
+from bson.regex import Regex
+from bson.son import SON
+from bson.timestamp import Timestamp
+from pymongo import UpdateOne
+
+from fwstandin import bsonutil, idindex, update_fast
+from fwstandin.query import matches
+from fwstandin.update import apply_update
+from standin_process import StandIn
+
+UTC = datetime.timezone.utc
+
+
+def _reference(doc):
+    return bson.encode(doc, codec_options=bsonutil.CODEC)
+
+
+def _random_value(rnd, depth=0):
+    kinds = ["int", "int64", "float", "str", "bool", "none", "oid", "date", "ts", "bin"]
+    if depth < 3:
+        kinds += ["doc", "list"]
+    k = rnd.choice(kinds)
+    if k == "int":
+        return rnd.choice([0, 1, -1, 2 ** 31 - 1, -2 ** 31, 2 ** 31, -2 ** 31 - 1, 2 ** 63 - 1,
+                           -2 ** 63, rnd.randint(-10 ** 6, 10 ** 6)])
+    if k == "int64":
+        return Int64(rnd.choice([0, 5, -2 ** 63, 2 ** 63 - 1]))
+    if k == "float":
+        return rnd.choice([0.0, -0.0, 1.5, float("inf"), float("-inf"), float("nan"), 1e308])
+    if k == "str":
+        return rnd.choice(["", "a", "é€😀", "x" * 300, "nul\x00inside"])
+    if k == "bool":
+        return rnd.choice([True, False])
+    if k == "none":
+        return None
+    if k == "oid":
+        return ObjectId()
+    if k == "date":
+        return rnd.choice([datetime.datetime(2024, 1, 15, 12, 0, 0, 999999),
+                           datetime.datetime(1969, 12, 31, 23, 59, 59, 500),
+                           datetime.datetime(1, 1, 1), datetime.datetime(9999, 12, 31),
+                           datetime.datetime(2020, 5, 1, 3, tzinfo=UTC),
+                           datetime.datetime(2020, 5, 1, 3, tzinfo=datetime.timezone(
+                               datetime.timedelta(hours=-7, minutes=-30)))])
+    if k == "ts":
+        return Timestamp(rnd.randint(0, 2 ** 32 - 1), rnd.randint(0, 2 ** 32 - 1))
+    if k == "bin":
+        return Binary(bytes(rnd.randrange(256) for _ in range(rnd.randint(0, 20))),
+                      rnd.choice([0, 3, 4, 5, 128]))
+    if k == "doc":
+        return {rnd.choice(["a", "b", "é", "_id", "$x", "a.b", str(i)]) + str(i):
+                _random_value(rnd, depth + 1) for i in range(rnd.randint(0, 4))}
+    return [_random_value(rnd, depth + 1) for _ in range(rnd.randint(0, 4))]
+
+
+class EncodeTest(unittest.TestCase):
+    def assertSameBytes(self, doc):
+        self.assertEqual(bsonutil.encode(doc), _reference(doc), doc)
+
+    def test_random_documents_match_bson_encode(self):
+        rnd = random.Random(41)
+        for _ in range(3000):
+            doc = {"f%d" % i: _random_value(rnd) for i in range(rnd.randint(0, 6))}
+            if rnd.random() < 0.5:
+                doc = dict(_id=_random_value(rnd, 3), **doc)
+            self.assertSameBytes(doc)
+
+    def test_edge_values(self):
+        for v in (2 ** 31 - 1, 2 ** 31, -2 ** 31, -2 ** 31 - 1, 2 ** 63 - 1, -2 ** 63,
+                  Int64(1), True, False, -0.0, float("nan"), "", "\u0000", [], {}, [[[]]],
+                  list(range(1500)), Binary(b"", 0), Binary(b"\x01" * 16, 4),
+                  uuid.UUID(int=7).bytes):
+            self.assertSameBytes({"_id": 1, "v": v})
+
+    def test_id_moves_first_at_the_top_level_only(self):
+        self.assertSameBytes({"a": 1, "_id": 2})
+        self.assertSameBytes({"a": {"b": 1, "_id": 2}, "_id": 3})
+        self.assertEqual(bsonutil.encode({"a": 1, "_id": 2})[4:9], b"\x10_id\x00")
+
+    def test_other_types_are_bson_encodes(self):
+        for v in (Decimal128("1.5"), Regex("^a", "i"), Code("x"), SON([("a", 1)]),
+                  Binary(b"ab", 2), (1, 2), b"raw", uuid.uuid4(),
+                  RawBSONDocument(bson.encode({"x": 1}))):
+            try:
+                expected = _reference({"v": v})
+            except Exception as e:  # noqa: BLE001 - the same error either way
+                with self.assertRaises(type(e)):
+                    bsonutil.encode({"v": v})
+                continue
+            self.assertEqual(bsonutil.encode({"v": v}), expected, v)
+
+    def test_errors_are_bson_encodes(self):
+        for doc in ({"a\x00b": 1}, {"v": 2 ** 64}, {1: 2}, {"v": "\ud800"}):
+            with self.assertRaises(Exception) as want:
+                _reference(doc)
+            with self.assertRaises(type(want.exception)):
+                bsonutil.encode(doc)
+        with self.assertRaises(InvalidDocument):
+            bsonutil.encode({"a\x00b": 1})
+
+
+class UpdateFastTest(unittest.TestCase):
+    """update_fast.apply against the general update path on the same statement."""
+
+    DOCS = [
+        {"_id": "g1", "n": 5},
+        {"_id": "g2", "n": 2 ** 31 - 1, "m": Int64(3), "x": 1.5, "s": "str"},
+        {"_id": "g3"},
+        {"_id": "g4", "n": Int64(2 ** 63 - 1)},
+        {"_id": "g5", "n": float("nan"), "z": -0.0, "a": [1], "d": {"k": 1}},
+        {"_id": "g6", "n": "text", "t": True, "nil": None},
+        {"_id": "g7", "n": Decimal128("2.5")},
+    ]
+    UPDATES = [
+        {"$inc": {"n": 1}}, {"$inc": {"n": 0}}, {"$inc": {"n": -1.5}}, {"$inc": {"n": Int64(1)}},
+        {"$inc": {"m": 1, "n": 1}}, {"$inc": {"new": 4}}, {"$inc": {"z": 0.0}},
+        {"$set": {"s": "str"}}, {"$set": {"s": "other", "b": 1}}, {"$set": {"n": 5}},
+        {"$set": {"n": 5.0}}, {"$set": {"z": 0.0}}, {"$set": {"t": 1}}, {"$set": {"nil": None}},
+        {"$set": {"10": 1, "9": 2, "b": 3, "B": 4}}, {"$inc": {"n": 1}, "$set": {"a2": 1}},
+        {"$set": {"when": datetime.datetime(2024, 1, 1)}}, {"$set": {"o": ObjectId()}},
+    ]
+
+    def test_matches_the_general_path(self):
+        checked = 0
+        for doc in self.DOCS:
+            for u in self.UPDATES:
+                st = {"q": {"_id": doc["_id"]}, "u": u, "upsert": True, "multi": False}
+                plan = update_fast.plan(st)
+                self.assertIsNotNone(plan, st)
+                got = update_fast.apply(doc, plan[1])
+                try:
+                    want = apply_update(doc, u)
+                except Exception:   # noqa: BLE001 - the general path reports its error
+                    self.assertIsNone(got, (doc, u))
+                    continue
+                if got is None:     # left to the general path (a Decimal128)
+                    self.assertIsInstance(doc.get("n"), Decimal128)
+                    continue
+                new, ud = got
+                self.assertEqual(bsonutil.encode(new), bsonutil.encode(want[0]), (doc, u))
+                if want[1]["updatedFields"] or want[1]["removedFields"]:
+                    self.assertEqual(bsonutil.encode(ud), bsonutil.encode(want[1]), (doc, u))
+                else:
+                    self.assertEqual(ud, {}, (doc, u))
+                checked += 1
+        self.assertGreater(checked, 80)
+
+    def test_other_shapes_take_the_general_path(self):
+        base = {"q": {"_id": 1}, "u": {"$inc": {"n": 1}}}
+        for change in ({"q": {"_id": {"$gt": 1}}}, {"q": {"_id": 1, "a": 1}}, {"q": {}},
+                       {"q": {"_id": True}}, {"q": {"_id": None}}, {"q": {"_id": 1.5}},
+                       {"u": {"$inc": {"a.b": 1}}}, {"u": {"$inc": {"$a": 1}}},
+                       {"u": {"$inc": {"": 1}}}, {"u": {"$inc": {"_id": 1}}},
+                       {"u": {"$inc": {"n": "x"}}}, {"u": {"$inc": {"n": Decimal128("1")}}},
+                       {"u": {"$set": {"n": {"a": 1}}}}, {"u": {"$set": {"n": [1]}}},
+                       {"u": {"$unset": {"n": ""}}}, {"u": {"$inc": {}}}, {"u": {}},
+                       {"u": {"n": 1}}, {"u": [{"$set": {"n": 1}}]},
+                       {"u": {"$inc": {"n": 1}, "$set": {"n": 2}}}, {"multi": True},
+                       {"hint": {"_id": 1}}, {"collation": {"locale": "simple"}},
+                       {"arrayFilters": []}):
+            st = dict(base, **change)
+            self.assertIsNone(update_fast.plan(st), change)
+
+
+class IdRangeTest(unittest.TestCase):
+    """idindex.exact_range's index ranges against the filter's own match."""
+
+    def test_ranges_match_the_filter(self):
+        rnd = random.Random(7)
+        ids = [ObjectId(bytes(rnd.randrange(4) for _ in range(12))) for _ in range(60)]
+        ids += ["", "a", "ab", "b", "é", "z", "Z", "10", "9", "a\x00"]
+        ids += [1, 2.5, Int64(3), None, True, datetime.datetime(2020, 1, 1), {"a": 1}]
+        ids = list({bsonutil.value_key(i): i for i in ids}.values())
+        ix = idindex.IdIndex()
+        docs = {}
+        for _id in ids:
+            k = bsonutil.value_key(_id)
+            docs[k] = {"_id": _id}
+            ix.add(_id, k)
+        bounds = [i for i in ids if isinstance(i, (ObjectId, str))]
+        ops = ("$gt", "$gte", "$lt", "$lte")
+        checked = 0
+        for _ in range(1500):
+            clauses = [{rnd.choice(ops): rnd.choice(bounds)} for _ in range(rnd.randint(1, 2))]
+            if len(clauses) == 2 and rnd.random() < 0.5:
+                clauses = [dict(clauses[0], **clauses[1])]
+            flt = {"_id": clauses[0]} if len(clauses) == 1 and rnd.random() < 0.5 else \
+                {"$and": [{"_id": c} for c in clauses]}
+            exact = idindex.exact_range(flt)
+            types = {type(v) for c in clauses for v in c.values()}
+            if len(types) > 1:
+                self.assertIsNone(exact, flt)
+                continue
+            self.assertIsNotNone(exact, flt)
+            want = [k for k in ix.vks if matches(docs[k], flt)]
+            self.assertEqual(ix.between(*exact), want, flt)
+            self.assertEqual(ix.between(*exact, want=3), want[:3], flt)
+            checked += 1
+        self.assertGreater(checked, 500)
+
+    def test_other_filters_are_not_exact(self):
+        for flt in ({}, {"_id": 1}, {"_id": {"$gt": 1}}, {"_id": {"$in": ["a"]}},
+                    {"_id": {"$gt": "a"}, "x": 1}, {"$and": [{"_id": {"$gt": "a"}}, {"x": 1}]},
+                    {"_id": {"$gt": "a", "$ne": "b"}}, {"_id": "a"}, {"$and": []},
+                    {"_id": {"$gt": "a", "$lt": ObjectId()}}):
+            self.assertIsNone(idindex.exact_range(flt), flt)
+
+
+class WireTest(unittest.TestCase):
+    """The fast paths seen from a driver."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.standin = StandIn()
+        cls.standin.start()
+        cls.client = pymongo.MongoClient(cls.standin.uri)
+        cls.db = cls.client.fastpaths
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.standin.stop()
+
+    def test_bulk_upserts_results_errors_and_events(self):
+        coll = self.db.bulk
+        coll.insert_one({"_id": "s", "n": "text"})
+        with coll.watch() as stream:
+            ops = [UpdateOne({"_id": "g%d" % (i % 3)}, {"$inc": {"n": 1}}, upsert=True)
+                   for i in range(7)]
+            ops.insert(3, UpdateOne({"_id": "s"}, {"$inc": {"n": 1}}, upsert=True))
+            with self.assertRaises(pymongo.errors.BulkWriteError) as ctx:
+                coll.bulk_write(ops, ordered=False)
+            res = ctx.exception.details
+            self.assertEqual([e["index"] for e in res["writeErrors"]], [3])
+            self.assertEqual(res["writeErrors"][0]["code"], 14)   # TypeMismatch
+            self.assertEqual(res["nUpserted"], 3)
+            self.assertEqual(res["nMatched"], 4)
+            self.assertEqual(res["nModified"], 4)
+            self.assertEqual(sorted(d["_id"] for d in coll.find({"n": {"$type": "int"}})),
+                             ["g0", "g1", "g2"])
+            self.assertEqual({d["_id"]: d["n"] for d in coll.find()},
+                             {"s": "text", "g0": 3, "g1": 2, "g2": 2})
+            events = [stream.next() for _ in range(7)]
+        self.assertEqual([e["operationType"] for e in events], ["insert"] * 3 + ["update"] * 4)
+        self.assertEqual([e["documentKey"]["_id"] for e in events],
+                         ["g0", "g1", "g2", "g0", "g1", "g2", "g0"])
+        for e, n in zip(events[3:], (2, 2, 2, 3)):
+            self.assertEqual(e["updateDescription"],
+                             {"updatedFields": {"n": n}, "removedFields": [],
+                              "truncatedArrays": []})
+            self.assertEqual(list(e), ["_id", "operationType", "clusterTime", "wallTime", "ns",
+                                       "documentKey", "updateDescription"])
+        times = [e["clusterTime"] for e in events]
+        self.assertEqual(times, sorted(times))
+        self.assertEqual(len(set(times)), len(times))
+
+    def test_noop_set_is_not_modified_and_makes_no_event(self):
+        coll = self.db.noop
+        coll.insert_one({"_id": 1, "a": 5})
+        with coll.watch() as stream:
+            res = coll.update_one({"_id": 1}, {"$set": {"a": 5}})
+            self.assertEqual((res.matched_count, res.modified_count), (1, 0))
+            coll.update_one({"_id": 1}, {"$set": {"a": 5.0}})   # another BSON type: a change
+            ev = stream.next()
+        self.assertEqual(ev["updateDescription"]["updatedFields"], {"a": 5.0})
+
+    def test_find_returns_the_stored_bytes(self):
+        coll = self.db.get_collection("raw", codec_options=bson.CodecOptions(
+            document_class=RawBSONDocument))
+        plain = self.db.raw
+        docs = [{"_id": i, "v": "x" * i, "d": {"k": [i, {"z": None}]}} for i in range(50)]
+        plain.insert_many(docs)
+        plain.insert_one(SON([("a", 1), ("_id", 99)]))          # _id not first: moved first
+        plain.update_one({"_id": 3}, {"$inc": {"n": 1}})
+        plain.update_one({"_id": 4}, {"$set": {"d.k": 1}})
+        plain.replace_one({"_id": 5}, {"r": True})
+        plain.delete_one({"_id": 6})
+        got = {d["_id"]: d.raw for d in coll.find({}, sort=[("_id", 1)], batch_size=7)}
+        want = {d["_id"]: bsonutil.encode(d) for d in plain.find({})}
+        self.assertEqual(got, want)
+        self.assertNotIn(6, got)
+        self.assertEqual(bson.decode(got[99]), {"_id": 99, "a": 1})
+        self.assertEqual(bson.decode(got[3])["n"], 1)
+        self.assertEqual(bson.decode(got[5]), {"_id": 5, "r": True})
+        ranged = [d["_id"] for d in coll.find({"_id": {"$gt": 10, "$lte": 20}},
+                                              sort=[("_id", 1)], limit=5)]
+        self.assertEqual(ranged, [11, 12, 13, 14, 15])
+
+
+if __name__ == "__main__":
+    unittest.main()
