@@ -101,9 +101,9 @@ struct fw_dispatcher {
       int64_t epoch;     /* the epoch the stream leads with; 0: not leading */
    } lead;
    struct {
-      bool (*fn) (void *ud); /* see fw_dispatcher_set_boundary */
+      bool (*fn) (void *ud); /* see fw_dispatcher_set_reload_waits */
       void *ud;
-   } boundary;
+   } reload_waits;
    struct {
       fw_txn_position_fn fn; /* exactly_once: see fw_dispatcher_set_exactly_once */
       void *ud;

@@ -1,9 +1,9 @@
 /*
  * dispatcher.c - a dispatcher's life: its program read from the script's
  * stream spec (settings, handler refs), its Lua state's fw.state and
- * fw.mongo, what its stream gives it (client, metrics, lease, boundary), a
- * reload's switch of programs, and its counts. The event's way through it
- * is event_dispatch.c's.
+ * fw.mongo, what its stream gives it (client, metrics, lease, whether a
+ * reload waits), a reload's switch of programs, and its counts. The
+ * event's way through it is event_dispatch.c's.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -352,10 +352,10 @@ fw_dispatcher_set_lead (fw_dispatcher_t *d, fw_lease_t *lease, int64_t epoch)
 }
 
 void
-fw_dispatcher_set_boundary (fw_dispatcher_t *d, bool (*fn) (void *ud), void *ud)
+fw_dispatcher_set_reload_waits (fw_dispatcher_t *d, bool (*fn) (void *ud), void *ud)
 {
-   d->boundary.fn = fn;
-   d->boundary.ud = ud;
+   d->reload_waits.fn = fn;
+   d->reload_waits.ud = ud;
 }
 
 void

@@ -118,7 +118,7 @@ void fw_dispatcher_set_lead (fw_dispatcher_t *d, fw_lease_t *lease, int64_t epoc
  * running its next attempt on the old program: its stream switches
  * programs at the event's boundary, never inside fw_event_dispatch, and
  * runs it again with attempt_base = those attempts. Never inside a batch. */
-void fw_dispatcher_set_boundary (fw_dispatcher_t *d, bool (*fn) (void *ud), void *ud);
+void fw_dispatcher_set_reload_waits (fw_dispatcher_t *d, bool (*fn) (void *ud), void *ud);
 
 /*
  * exactly_once (issue 39): each handler call runs in a transaction on a

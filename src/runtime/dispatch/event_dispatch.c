@@ -689,7 +689,7 @@ attempt_may_start (fw_dispatcher_t *d, const fw_event_t *ev, int attempt, bool r
     * switch at the event's boundary and run it again there, its attempt
     * count carrying on (a reload never swaps the program inside an event),
     * and a breaker it holds still held. */
-   if (retry && d->boundary.fn && d->boundary.fn (d->boundary.ud)) {
+   if (retry && d->reload_waits.fn && d->reload_waits.fn (d->reload_waits.ud)) {
       *o = outcome (FW_OUTCOME_YIELDED, attempt - 1);
       return false;
    }

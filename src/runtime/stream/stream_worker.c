@@ -892,7 +892,7 @@ fw_stream_worker_start (fw_stream_worker_t *w, fw_error_t *error)
    /* The stream's thread switches to a reloaded program at event
     * boundaries; an event in retries gives way to it (lane programs never
     * do: their stream's thread switches them once they drained). */
-   fw_dispatcher_set_boundary (w->d, reload_waits, w);
+   fw_dispatcher_set_reload_waits (w->d, reload_waits, w);
    fw_stream_exactly_once_wire (w);
    if (pthread_create (&w->thread.id, NULL, worker_main, w) != 0) {
       fw_error_set (error, FW_ERROR_IO, "cannot start thread for stream \"%s\"", w->cfg->name);
