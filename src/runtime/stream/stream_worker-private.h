@@ -66,6 +66,8 @@ struct fw_stream_worker {
                                        * by the stream's thread, destroyed as it ends */
       bool unavailable;               /* the writer could not start: checkpoints are synchronous */
       int64_t epoch;                  /* the epoch the writer fences with */
+      char version[17]; /* the script version a checkpoint carries: the program's, copied
+                         * as it is built and as a reload switches (a rebuild keeps it) */
    } ckpt;
    struct {                  /* exactly_once (stream_exactly_once.c), the stream's thread: */
       bson_t *written;       /* the position last written in a transaction (NULL: none) */
