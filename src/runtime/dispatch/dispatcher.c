@@ -139,6 +139,7 @@ fw_dispatcher_new (fw_lua_host_t *host, int index, fw_connections_t *conns, fw_s
       return NULL;
    }
    d->prog.host = host;
+   d->prog.L = fw_lua_host_state (host);
    d->shutdown = shutdown;
    d->clock = (fw_stream_clock_t){real_now_ms, real_wait_ms, d, false};
    d->park.index = -1;
