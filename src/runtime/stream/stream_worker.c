@@ -650,8 +650,7 @@ run_setup (fw_stream_worker_t *w, fw_stream_run_t *run)
    }
    set_state (w, FW_STREAM_STARTING, "starting: reading its checkpoint");
    if (w->metrics) {
-      fw_stream_metrics_set_script_version (w->metrics,
-                                            fw_lua_host_version (fw_dispatcher_host (w->d)));
+      fw_stream_metrics_set_script_version (w->metrics, w->ckpt.version);
    }
 
    if (w->cfg->dlq.enabled && !fw_dispatcher_open_dlq (w->d)) {
