@@ -8,7 +8,6 @@
 #include <time.h>
 
 #include "flowwarden/log.h"
-#include "runtime/stream/stream_control-private.h"
 #include "runtime/stream/stream_restart-private.h"
 #include "runtime/stream/stream_worker-private.h"
 

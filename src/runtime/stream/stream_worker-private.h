@@ -121,6 +121,10 @@ struct fw_stream_worker {
    } snap;
 };
 
+/* stream_control.c: the stream stops for good (w->failed); what says why
+ * (w->failure, status, metrics, log). */
+void fw_stream_failed (fw_stream_worker_t *w, const char *what);
+
 /* The admin endpoint's pending request (W_CONTROL_*, stream_control-private.h),
  * left in place. Inline: read at every event boundary. */
 static inline int
