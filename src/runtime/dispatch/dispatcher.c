@@ -393,33 +393,6 @@ fw_dispatcher_set_outcome_sink (fw_dispatcher_t *d, fw_outcome_sink_fn fn, void 
    d->sink.ud = ud;
 }
 
-/* The server's time of the event (wallTime, else clusterTime), for the lag. */
-static int64_t
-event_time_ms (const fw_event_t *ev)
-{
-   bson_iter_t it;
-   uint32_t t, i;
-
-   if (fw_event_field (ev, FW_EV_WALL_TIME, &it) && BSON_ITER_HOLDS_DATE_TIME (&it)) {
-      return bson_iter_date_time (&it);
-   }
-   if (fw_event_field (ev, FW_EV_CLUSTER_TIME, &it) && BSON_ITER_HOLDS_TIMESTAMP (&it)) {
-      bson_iter_timestamp (&it, &t, &i);
-      return (int64_t) t * 1000;
-   }
-   return 0;
-}
-
-void
-fw_dispatcher_count_received (fw_dispatcher_t *d, const fw_event_t *ev)
-{
-   fw_metrics_op_t op = ev->op < FW_OP_OTHER ? (fw_metrics_op_t) ev->op
-                                             : fw_metrics_op_from_name (ev->operation_type);
-   if (d->metrics) {
-      fw_stream_metrics_event_received (d->metrics, op, event_time_ms (ev));
-   }
-}
-
 bool
 fw_dispatcher_custom_key (const fw_dispatcher_t *d)
 {

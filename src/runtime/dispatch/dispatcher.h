@@ -293,8 +293,4 @@ bool fw_dispatcher_custom_key (const fw_dispatcher_t *d);
  * frees; NULL when it has none or the function failed. */
 char *fw_dispatcher_sequence_key (fw_dispatcher_t *d, const fw_event_t *ev);
 
-/* With a metrics block: counts ev as received (its operation, its server
- * time for the lag), before fw_event_dispatch. */
-void fw_dispatcher_count_received (fw_dispatcher_t *d, const fw_event_t *ev);
-
 #endif

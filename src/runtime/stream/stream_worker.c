@@ -13,6 +13,7 @@
 #include "runtime/checkpoint/checkpoint_store.h"
 #include "runtime/dispatch/batch_dispatch.h"
 #include "runtime/replay/dlq_replay.h"
+#include "runtime/stream/event_settle.h"
 #include "runtime/stream/stream_batch-private.h"
 #include "runtime/stream/stream_connect-private.h"
 #include "runtime/stream/stream_control-private.h"
@@ -424,7 +425,7 @@ dispatch_here (here_t *h, const fw_event_t *ev)
    fw_settle_place_t place = here_place (h);
    fw_outcome_t o;
 
-   fw_dispatcher_count_received (w->d, ev);
+   fw_event_received (w->metrics, ev);
    if (w->lead.lease && fw_stream_lease_lost (w)) {
       return FW_READ_LOST; /* checked again here: the read may have waited */
    }
