@@ -19,6 +19,7 @@
 #include "runtime/dispatch/batch_dispatch.h"
 #include "runtime/dispatch/event_dispatch.h"
 #include "runtime/replay/dlq_replay.h"
+#include "runtime/stream/event_oversize-private.h"
 #include "runtime/stream/event_settle.h"
 #include "runtime/stream/stream_batch-private.h"
 #include "runtime/stream/stream_control-private.h"

@@ -17,6 +17,7 @@
 #include "runtime/stream/stream_lead-private.h"
 #include "runtime/stream/stream_position-private.h"
 #include "runtime/stream/stream_program-private.h"
+#include "runtime/stream/stream_read-private.h"
 #include "runtime/stream/stream_settle.h"
 #include "runtime/stream/stream_snapshot-private.h"
 #include "runtime/stream/stream_worker-private.h"

@@ -5,8 +5,8 @@
  * stream_lanes-, stream_control-private.h, ...), so each includes what it
  * uses. The parts below it have interfaces of their own: the dispatcher
  * (runtime/dispatch/dispatcher.h), the reader and the oversize policy
- * (stream_read-private.h), the checkpoint writer and the lease
- * (runtime/checkpoint/checkpoint_writer.h, lease.h).
+ * (stream_read-private.h, event_oversize-private.h), the checkpoint writer
+ * and the lease (runtime/checkpoint/checkpoint_writer.h, lease.h).
  */
 #ifndef FLOWWARDEN_STREAM_WORKER_PRIVATE_H
 #define FLOWWARDEN_STREAM_WORKER_PRIVATE_H

@@ -13,6 +13,7 @@
 #include "runtime/checkpoint/checkpoint_store.h"
 #include "runtime/dispatch/batch_dispatch.h"
 #include "runtime/replay/dlq_replay.h"
+#include "runtime/stream/event_oversize-private.h"
 #include "runtime/stream/event_settle.h"
 #include "runtime/stream/stream_batch-private.h"
 #include "runtime/stream/stream_connect-private.h"
