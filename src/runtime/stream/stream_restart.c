@@ -153,7 +153,8 @@ restart_backoff (fw_stream_worker_t *w, fw_stream_run_t *run)
    p->invalidated = false;
    p->error[0] = '\0';
    /* An admin request (restart now, pause) cuts the delay short. */
-   if (fw_stream_wait (w, delay) || !fw_stream_wait_server (w, FW_STREAM_RESTARTING)) {
+   if (fw_stream_wait (w, delay) || !fw_stream_wait_server (w->client, w->cfg->name, w->shutdown,
+                                                            w->metrics, FW_STREAM_RESTARTING)) {
       return false;
    }
    if (fw_stream_control_peek (w) == W_CONTROL_RESTART) {

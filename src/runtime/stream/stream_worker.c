@@ -647,7 +647,8 @@ run_setup (fw_stream_worker_t *w, fw_stream_run_t *run)
    run->p.last_save_ms = fw_now_ms ();
    /* Bounded probes first: every call below waits out a pooled server
     * selection (30 s) when nothing answers. */
-   if (!fw_stream_wait_server (w, FW_STREAM_STARTING)) {
+   if (!fw_stream_wait_server (w->client, w->cfg->name, w->shutdown, w->metrics,
+                               FW_STREAM_STARTING)) {
       return false;
    }
    set_state (w, FW_STREAM_STARTING, "starting: reading its checkpoint");
