@@ -190,6 +190,18 @@ fw_dispatcher_config (const fw_dispatcher_t *d)
    return &d->prog.cfg;
 }
 
+fw_shutdown_t *
+fw_dispatcher_shutdown (const fw_dispatcher_t *d)
+{
+   return d->shutdown;
+}
+
+void
+fw_dispatcher_sequence_closed (fw_dispatcher_t *d, const char *seq)
+{
+   fw_dlq_sequences_remove (d->park.open_seqs, seq);
+}
+
 fw_lua_host_t *
 fw_dispatcher_host (const fw_dispatcher_t *d)
 {

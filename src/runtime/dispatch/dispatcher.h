@@ -58,6 +58,14 @@ void fw_dispatcher_destroy (fw_dispatcher_t *d);
  * reload (fw_dispatcher_take_program) replaces. */
 const fw_stream_config_t *fw_dispatcher_config (const fw_dispatcher_t *d);
 
+/* The stop d's waits end early at (fw_dispatcher_set_shutdown's), for its
+ * clients' waits (a replay's). */
+fw_shutdown_t *fw_dispatcher_shutdown (const fw_dispatcher_t *d);
+
+/* A sequenced DLQ's sequence seq was resolved and closed: d no longer
+ * holds its events back (its cache of the stream's open sequences). */
+void fw_dispatcher_sequence_closed (fw_dispatcher_t *d, const char *seq);
+
 /* The Lua state's host: changes at fw_dispatcher_take_program. Borrowed. */
 fw_lua_host_t *fw_dispatcher_host (const fw_dispatcher_t *d);
 
