@@ -382,9 +382,10 @@ write_script (char *path, size_t len, const char *prelude, const char *body)
    return true;
 }
 
-/* Events i .. i + k - 1 of the ring as one batch through d. */
+/* Events i .. i + k - 1 of the ring as one batch through d (m: its metrics
+ * block, or NULL). */
 static bool
-dispatch_batch (fw_dispatcher_t *d, const ring_t *r, uint64_t i, size_t k)
+dispatch_batch (fw_dispatcher_t *d, fw_stream_metrics_t *m, const ring_t *r, uint64_t i, size_t k)
 {
    static fw_event_t evs[BATCH];
    static const fw_event_t *ptrs[BATCH];
@@ -395,7 +396,7 @@ dispatch_batch (fw_dispatcher_t *d, const ring_t *r, uint64_t i, size_t k)
          return false;
       }
       ptrs[j] = &evs[j];
-      fw_dispatcher_count_received (d, &evs[j]);
+      fw_event_received (m, &evs[j]);
    }
    return fw_outcome_finished (fw_batch_dispatch (d, ptrs, k, NULL).kind);
 }
@@ -453,7 +454,7 @@ run_dispatch (const char *name, const char *prelude, const char *body, const rin
       if (name[0] == 'b') { /* a batch, ending at the warm-up's end or N's */
          uint64_t end = i < warm ? warm : warm + n;
          size_t k = end - i < BATCH ? (size_t) (end - i) : BATCH;
-         if (!dispatch_batch (d, r, i, k)) {
+         if (!dispatch_batch (d, m, r, i, k)) {
             fprintf (stderr, "%s: dispatch stopped\n", name);
             ok = false;
             break;
@@ -467,7 +468,7 @@ run_dispatch (const char *name, const char *prelude, const char *body, const rin
          ok = false;
          break;
       }
-      fw_dispatcher_count_received (d, &parsed);
+      fw_event_received (m, &parsed);
       if (!fw_outcome_finished (fw_event_dispatch (d, &parsed).kind)) {
          fprintf (stderr, "%s: dispatch stopped\n", name);
          ok = false;

@@ -336,6 +336,22 @@ fw_event_field (const fw_event_t *ev, fw_event_field_t f, bson_iter_t *out)
                                               ev->offset[f], ev->keylen[f]);
 }
 
+int64_t
+fw_event_time_ms (const fw_event_t *ev)
+{
+   bson_iter_t it;
+   uint32_t t, i;
+
+   if (fw_event_field (ev, FW_EV_WALL_TIME, &it) && BSON_ITER_HOLDS_DATE_TIME (&it)) {
+      return bson_iter_date_time (&it);
+   }
+   if (fw_event_field (ev, FW_EV_CLUSTER_TIME, &it) && BSON_ITER_HOLDS_TIMESTAMP (&it)) {
+      bson_iter_timestamp (&it, &t, &i);
+      return (int64_t) t * 1000;
+   }
+   return 0;
+}
+
 static const char *
 ns_part (const fw_event_t *ev, const char *key)
 {

@@ -57,6 +57,10 @@ fw_event_has (const fw_event_t *ev, fw_event_field_t f)
 /* Positions out on field f; false when the event lacks it. */
 bool fw_event_field (const fw_event_t *ev, fw_event_field_t f, bson_iter_t *out);
 
+/* The server's time of the event in ms (wallTime, else clusterTime's
+ * seconds), for the lag; 0 when it has neither. */
+int64_t fw_event_time_ms (const fw_event_t *ev);
+
 /* ns.db and ns.coll, borrowed from the event, or NULL. */
 const char *fw_event_ns_db (const fw_event_t *ev);
 const char *fw_event_ns_coll (const fw_event_t *ev);

@@ -123,9 +123,6 @@ void fw_mongo_cursor_open (lua_State *L);
  */
 void fw_mongo_cursor_push (lua_State *L, fw_mongo_op_t *op, const fw_mongo_ctx_t *ctx);
 
-/* Closes the server cursors of L still open. Never raises. */
-void fw_mongo_cursor_close_all (lua_State *L);
-
 /* Opens op->coll on ctx's client and, with max_time, appends maxTimeMS (the
  * budget left) to op->opts. Raises (after releasing op) if it cannot. */
 void fw_mongo_ctx_collection (lua_State *L, fw_mongo_op_t *op, const fw_mongo_ctx_t *ctx,

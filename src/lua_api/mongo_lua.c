@@ -30,12 +30,6 @@ fw_mongo_lua_attach (lua_State *L, const fw_mongo_provider_t *provider)
    fw_mongo_set_provider (L, provider);
 }
 
-void
-fw_mongo_lua_close_cursors (lua_State *L)
-{
-   fw_mongo_cursor_close_all (L);
-}
-
 /* --- the operation's client ------------------------------------------------ */
 
 void

@@ -362,7 +362,7 @@ test_yielded (void **state)
    (void) state;
 
    assert_true (fw_event_parse (doc, &ev, &err));
-   fw_dispatcher_set_boundary (f->d, reload_waits, &waits);
+   fw_dispatcher_set_reload_waits (f->d, reload_waits, &waits);
    o = fw_event_dispatch (f->d, &ev);
    assert_int_equal (o.kind, FW_OUTCOME_YIELDED);
    assert_int_equal (o.attempts, 1);

@@ -410,14 +410,14 @@ static fw_outcome_t
 batch_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
                 fw_outcome_kind_t *outcomes)
 {
-   bool (*boundary) (void *ud) = d->boundary.fn;
+   bool (*waits) (void *ud) = d->reload_waits.fn;
    fw_outcome_t o;
 
    /* A reload takes effect between batches (its stream's event boundary),
     * never inside one: no event of it yields. */
-   d->boundary.fn = NULL;
+   d->reload_waits.fn = NULL;
    o = dispatch_whole (d, evs, n, outcomes);
-   d->boundary.fn = boundary;
+   d->reload_waits.fn = waits;
    return o;
 }
 

@@ -81,6 +81,7 @@ typedef struct {
 typedef struct {
    fw_stream_config_t cfg;
    fw_lua_host_t *host;
+   lua_State *L;             /* fw_lua_host_state (host), read once per event */
    int handler_ref[H_COUNT]; /* registry refs, LUA_NOREF when not declared */
    int spec_ref;             /* the stream's spec table */
 } fw_program_t;
@@ -101,9 +102,9 @@ struct fw_dispatcher {
       int64_t epoch;     /* the epoch the stream leads with; 0: not leading */
    } lead;
    struct {
-      bool (*fn) (void *ud); /* see fw_dispatcher_set_boundary */
+      bool (*fn) (void *ud); /* see fw_dispatcher_set_reload_waits */
       void *ud;
-   } boundary;
+   } reload_waits;
    struct {
       fw_txn_position_fn fn; /* exactly_once: see fw_dispatcher_set_exactly_once */
       void *ud;
@@ -160,6 +161,19 @@ static inline bool
 fw_outage_on (const fw_dispatcher_t *d)
 {
    return d->prog.cfg.circuit.enabled || d->prog.cfg.rate_limit.count != 0;
+}
+
+/* Whether d's attempts run in transactions (exactly_once): a change
+ * event's (replay false), or a replayed dead letter's (replay true: only
+ * while fw_dispatcher_set_exactly_once_replay set a resolution to commit).
+ * Inline: once per event. */
+static inline bool
+fw_txn_wanted (const fw_dispatcher_t *d, bool replay)
+{
+   if (replay) { /* its resolution, only with a DLQ on the transactions' client */
+      return d->eo.replay_fn != NULL && d->eo.sink.begin == NULL;
+   }
+   return d->eo.fn != NULL || d->eo.sink.begin != NULL;
 }
 
 /* A sequenced DLQ (dlq = { sequenced = true }): events may be parked. Inline:

@@ -1,9 +1,9 @@
 /*
  * dispatcher.c - a dispatcher's life: its program read from the script's
  * stream spec (settings, handler refs), its Lua state's fw.state and
- * fw.mongo, what its stream gives it (client, metrics, lease, boundary), a
- * reload's switch of programs, and its counts. The event's way through it
- * is event_dispatch.c's.
+ * fw.mongo, what its stream gives it (client, metrics, lease, whether a
+ * reload waits), a reload's switch of programs, and its counts. The
+ * event's way through it is event_dispatch.c's.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -139,6 +139,7 @@ fw_dispatcher_new (fw_lua_host_t *host, int index, fw_connections_t *conns, fw_s
       return NULL;
    }
    d->prog.host = host;
+   d->prog.L = fw_lua_host_state (host);
    d->shutdown = shutdown;
    d->clock = (fw_stream_clock_t){real_now_ms, real_wait_ms, d, false};
    d->park.index = -1;
@@ -187,6 +188,18 @@ const fw_stream_config_t *
 fw_dispatcher_config (const fw_dispatcher_t *d)
 {
    return &d->prog.cfg;
+}
+
+fw_shutdown_t *
+fw_dispatcher_shutdown (const fw_dispatcher_t *d)
+{
+   return d->shutdown;
+}
+
+void
+fw_dispatcher_sequence_closed (fw_dispatcher_t *d, const char *seq)
+{
+   fw_dlq_sequences_remove (d->park.open_seqs, seq);
 }
 
 fw_lua_host_t *
@@ -352,10 +365,10 @@ fw_dispatcher_set_lead (fw_dispatcher_t *d, fw_lease_t *lease, int64_t epoch)
 }
 
 void
-fw_dispatcher_set_boundary (fw_dispatcher_t *d, bool (*fn) (void *ud), void *ud)
+fw_dispatcher_set_reload_waits (fw_dispatcher_t *d, bool (*fn) (void *ud), void *ud)
 {
-   d->boundary.fn = fn;
-   d->boundary.ud = ud;
+   d->reload_waits.fn = fn;
+   d->reload_waits.ud = ud;
 }
 
 void
@@ -390,33 +403,6 @@ fw_dispatcher_set_outcome_sink (fw_dispatcher_t *d, fw_outcome_sink_fn fn, void 
 {
    d->sink.fn = fn;
    d->sink.ud = ud;
-}
-
-/* The server's time of the event (wallTime, else clusterTime), for the lag. */
-static int64_t
-event_time_ms (const fw_event_t *ev)
-{
-   bson_iter_t it;
-   uint32_t t, i;
-
-   if (fw_event_field (ev, FW_EV_WALL_TIME, &it) && BSON_ITER_HOLDS_DATE_TIME (&it)) {
-      return bson_iter_date_time (&it);
-   }
-   if (fw_event_field (ev, FW_EV_CLUSTER_TIME, &it) && BSON_ITER_HOLDS_TIMESTAMP (&it)) {
-      bson_iter_timestamp (&it, &t, &i);
-      return (int64_t) t * 1000;
-   }
-   return 0;
-}
-
-void
-fw_dispatcher_count_received (fw_dispatcher_t *d, const fw_event_t *ev)
-{
-   fw_metrics_op_t op = ev->op < FW_OP_OTHER ? (fw_metrics_op_t) ev->op
-                                             : fw_metrics_op_from_name (ev->operation_type);
-   if (d->metrics) {
-      fw_stream_metrics_event_received (d->metrics, op, event_time_ms (ev));
-   }
 }
 
 bool

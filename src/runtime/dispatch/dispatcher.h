@@ -58,6 +58,14 @@ void fw_dispatcher_destroy (fw_dispatcher_t *d);
  * reload (fw_dispatcher_take_program) replaces. */
 const fw_stream_config_t *fw_dispatcher_config (const fw_dispatcher_t *d);
 
+/* The stop d's waits end early at (fw_dispatcher_set_shutdown's), for its
+ * clients' waits (a replay's). */
+fw_shutdown_t *fw_dispatcher_shutdown (const fw_dispatcher_t *d);
+
+/* A sequenced DLQ's sequence seq was resolved and closed: d no longer
+ * holds its events back (its cache of the stream's open sequences). */
+void fw_dispatcher_sequence_closed (fw_dispatcher_t *d, const char *seq);
+
 /* The Lua state's host: changes at fw_dispatcher_take_program. Borrowed. */
 fw_lua_host_t *fw_dispatcher_host (const fw_dispatcher_t *d);
 
@@ -118,7 +126,7 @@ void fw_dispatcher_set_lead (fw_dispatcher_t *d, fw_lease_t *lease, int64_t epoc
  * running its next attempt on the old program: its stream switches
  * programs at the event's boundary, never inside fw_event_dispatch, and
  * runs it again with attempt_base = those attempts. Never inside a batch. */
-void fw_dispatcher_set_boundary (fw_dispatcher_t *d, bool (*fn) (void *ud), void *ud);
+void fw_dispatcher_set_reload_waits (fw_dispatcher_t *d, bool (*fn) (void *ud), void *ud);
 
 /*
  * exactly_once (issue 39): each handler call runs in a transaction on a
@@ -292,9 +300,5 @@ bool fw_dispatcher_custom_key (const fw_dispatcher_t *d);
 /* ev's sequence key by dlq.sequence_key, as bson_malloc'd text the caller
  * frees; NULL when it has none or the function failed. */
 char *fw_dispatcher_sequence_key (fw_dispatcher_t *d, const fw_event_t *ev);
-
-/* With a metrics block: counts ev as received (its operation, its server
- * time for the lag), before fw_event_dispatch. */
-void fw_dispatcher_count_received (fw_dispatcher_t *d, const fw_event_t *ev);
 
 #endif

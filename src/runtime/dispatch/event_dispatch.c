@@ -202,7 +202,7 @@ decide (fw_dispatcher_t *d, fw_replay_hook_t *hook, int attempt, fw_lua_stop_t s
         decision_t *out)
 {
 #if FW_CHECKING
-   lua_State *L = fw_lua_host_state (d->prog.host);
+   lua_State *L = d->prog.L;
    int top = lua_gettop (L);
 #endif
    decide_in (d, hook, attempt, stop, out);
@@ -213,7 +213,7 @@ static void
 decide_in (fw_dispatcher_t *d, fw_replay_hook_t *hook, int attempt, fw_lua_stop_t stop,
            decision_t *out)
 {
-   lua_State *L = fw_lua_host_state (d->prog.host);
+   lua_State *L = d->prog.L;
    int failure = lua_gettop (L);
    int classified, user_err, value;
    fw_lua_stop_t inner = FW_LUA_STOP_NONE;
@@ -306,7 +306,7 @@ pmetadata (lua_State *L)
 static void
 metadata_to_bson (fw_dispatcher_t *d, bson_t *out)
 {
-   lua_State *L = fw_lua_host_state (d->prog.host);
+   lua_State *L = d->prog.L;
    fw_error_t err = {0};
    metadata_args_t a = {out, &err, false};
 
@@ -637,7 +637,7 @@ dead_letter_head (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *de
    fw_lua_stop_t stop;
    char id[1024];
    fw_outcome_t o;
-   lua_State *L = fw_lua_host_state (d->prog.host);
+   lua_State *L = d->prog.L;
    int top = lua_gettop (L);
 
    if (fw_park_enabled (d) && d->prog.cfg.dlq.enabled &&
@@ -689,7 +689,7 @@ attempt_may_start (fw_dispatcher_t *d, const fw_event_t *ev, int attempt, bool r
     * switch at the event's boundary and run it again there, its attempt
     * count carrying on (a reload never swaps the program inside an event),
     * and a breaker it holds still held. */
-   if (retry && d->boundary.fn && d->boundary.fn (d->boundary.ud)) {
+   if (retry && d->reload_waits.fn && d->reload_waits.fn (d->reload_waits.ud)) {
       *o = outcome (FW_OUTCOME_YIELDED, attempt - 1);
       return false;
    }
@@ -709,7 +709,7 @@ attempt_may_start (fw_dispatcher_t *d, const fw_event_t *ev, int attempt, bool r
       switched = true;
    }
    if (switched) {
-      *L = fw_lua_host_state (d->prog.host);
+      *L = d->prog.L;
       if ((*ref = fw_program_handler_for (&d->prog, ev->op)) == LUA_NOREF) {
          /* the rebuilt state has no handler for it */
          *o = outcome (FW_OUTCOME_NO_HANDLER, attempt - 1);
@@ -1153,7 +1153,7 @@ fw_event_dispatch_run (fw_dispatcher_t *d, const fw_event_t *ev, const fw_dispat
 static fw_outcome_t
 run_attempts (fw_dispatcher_t *d, const fw_event_t *ev, const fw_dispatch_run_t *run)
 {
-   lua_State *L = fw_lua_host_state (d->prog.host);
+   lua_State *L = d->prog.L;
    int ref;
    attempt_times_t t = {0, 0, 0};
    /* A sequenced DLQ with open sequences: is this event's one of them? */

@@ -78,15 +78,6 @@ fw_dispatcher_txn_reset (fw_dispatcher_t *d)
    fw_txn_release (d);
 }
 
-bool
-fw_txn_wanted (const fw_dispatcher_t *d, bool replay)
-{
-   if (replay) { /* its resolution, only with a DLQ on the transactions' client */
-      return d->eo.replay_fn != NULL && d->eo.sink.begin == NULL;
-   }
-   return d->eo.fn != NULL || d->eo.sink.begin != NULL;
-}
-
 /* Pushes the failure table of a step that failed before any server reply. */
 static void
 push_local_failure (lua_State *L, const char *what, const char *message)

@@ -19,10 +19,8 @@ typedef enum {
    FW_TXN_FENCED, /* a newer leader holds the checkpoint: nothing committed */
 } fw_txn_end_t;
 
-/* Whether d's attempts run in transactions (exactly_once): a change
- * event's (replay false), or a replayed dead letter's (replay true: only
- * while fw_dispatcher_set_exactly_once_replay set a resolution to commit). */
-bool fw_txn_wanted (const fw_dispatcher_t *d, bool replay);
+/* Whether d's attempts run in transactions: fw_txn_wanted, inline in
+ * dispatcher-private.h. */
 
 /* Starts the attempt's transaction (on d's kept session, started and
  * recorded first when there is none) and joins fw.mongo to them

@@ -2,9 +2,10 @@
  * replay_hook.c - what a dead letter's replay keeps of a failed attempt:
  * the error value the enqueue policy saw (replay_hook-private.h).
  */
-#include "runtime/dispatch/dispatcher-private.h"
 #include "runtime/dispatch/replay_hook-private.h"
 #include <lauxlib.h>
+
+#include "runtime/host/lua_host.h"
 
 void
 fw_replay_hook_keep_error (fw_replay_hook_t *hook, lua_State *L, int index)
@@ -27,7 +28,7 @@ void
 fw_replay_hook_forget_error (fw_dispatcher_t *d, fw_replay_hook_t *hook)
 {
    if (hook->has_error_ref) {
-      luaL_unref (fw_lua_host_state (d->prog.host), LUA_REGISTRYINDEX, hook->error_ref);
+      luaL_unref (fw_lua_host_state (fw_dispatcher_host (d)), LUA_REGISTRYINDEX, hook->error_ref);
       hook->has_error_ref = false;
    }
 }

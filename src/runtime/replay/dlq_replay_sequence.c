@@ -12,7 +12,7 @@
 
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
-#include "runtime/dispatch/dispatcher-private.h"
+#include "runtime/dispatch/dispatcher.h"
 #include "runtime/dlq/dlq_entry.h"
 #include "runtime/dlq/dlq_sequence.h"
 #include "runtime/replay/dlq_replay.h"
@@ -134,13 +134,13 @@ wait_for_inflight (fw_dispatcher_t *d, const char *seq, int64_t *waited_since)
    if (!*waited_since) {
       *waited_since = fw_mono_ms ();
    } else if (fw_mono_ms () - *waited_since >= INFLIGHT_WAIT_MS) {
-      fw_log (FW_LOG_WARN, d->prog.cfg.name,
+      fw_log (FW_LOG_WARN, fw_dispatcher_config (d)->name,
               "DLQ sequence %.300s: a live event is still being parked behind it after "
               "%d ms; left open (replay it again)",
               seq, INFLIGHT_WAIT_MS);
       return true;
    }
-   return fw_shutdown_wait_ms (d->shutdown, INFLIGHT_POLL_MS);
+   return fw_shutdown_wait_ms (fw_dispatcher_shutdown (d), INFLIGHT_POLL_MS);
 }
 
 fw_seq_replay_t
@@ -157,15 +157,15 @@ fw_dlq_replay_sequence (fw_dispatcher_t *d, fw_dlq_store_t *dlq, const char *seq
       bool stopped, closed;
       int n;
 
-      if (fw_shutdown_requested (d->shutdown)) {
+      if (fw_shutdown_requested (fw_dispatcher_shutdown (d))) {
          out = FW_SEQ_REPLAY_OPEN;
          bson_destroy (&docs);
          break;
       }
       /* next as it is before the entries are read: the close below holds
        * only if no live event took an index since. */
-      if (!dlq->seq_read (dlq, d->prog.cfg.name, seq, &st, error) ||
-          !waiting_entries (dlq, d->prog.cfg.name, seq, &docs, &n, error)) {
+      if (!dlq->seq_read (dlq, fw_dispatcher_config (d)->name, seq, &st, error) ||
+          !waiting_entries (dlq, fw_dispatcher_config (d)->name, seq, &docs, &n, error)) {
          bson_destroy (&docs);
          break;
       }
@@ -180,7 +180,7 @@ fw_dlq_replay_sequence (fw_dispatcher_t *d, fw_dlq_store_t *dlq, const char *seq
          break;
       }
       if (st.inflight == 0 && n == 0 &&
-          !dlq->seq_close (dlq, d->prog.cfg.name, seq, st.next, &closed, error)) {
+          !dlq->seq_close (dlq, fw_dispatcher_config (d)->name, seq, st.next, &closed, error)) {
          break;
       }
       if (st.inflight == 0 && n == 0 && closed) {
@@ -200,8 +200,9 @@ fw_dlq_replay_sequence (fw_dispatcher_t *d, fw_dlq_store_t *dlq, const char *seq
    }
    if (out == FW_SEQ_REPLAY_CLOSED) {
       /* A replay inside run: the stream stops parking the key at once. */
-      fw_dlq_sequences_remove (d->park.open_seqs, seq);
-      fw_log (FW_LOG_INFO, d->prog.cfg.name, "DLQ sequence %.300s resolved and closed", seq);
+      fw_dispatcher_sequence_closed (d, seq);
+      fw_log (FW_LOG_INFO, fw_dispatcher_config (d)->name,
+              "DLQ sequence %.300s resolved and closed", seq);
    }
    return out;
 }

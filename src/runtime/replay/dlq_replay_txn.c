@@ -10,7 +10,7 @@
  */
 #include "runtime/replay/dlq_replay_txn.h"
 #include "flowwarden/clock.h"
-#include "runtime/dispatch/dispatcher-private.h"
+#include "runtime/dispatch/dispatcher.h"
 #include "runtime/dispatch/event_txn.h"
 
 static bool

@@ -7,6 +7,7 @@
  */
 #include <string.h>
 
+#include "runtime/stream/event_oversize-private.h"
 #include "runtime/stream/stream_read-private.h"
 
 #define FW_MAX_AWAIT_MS 1000

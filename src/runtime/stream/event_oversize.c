@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "flowwarden/log.h"
-#include "runtime/stream/stream_read-private.h"
+#include "runtime/stream/event_oversize-private.h"
 
 #define SPLIT_STAGE "$changeStreamSplitLargeEvent"
 

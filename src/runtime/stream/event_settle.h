@@ -20,4 +20,20 @@
 void fw_event_settle (fw_stream_metrics_t *metrics, const char *stream, const fw_event_t *ev,
                       const fw_outcome_t *o);
 
+/* With a metrics block (borrowed, may be NULL): counts ev as received, its
+ * operation and its server time for the lag, before it is dispatched. On
+ * the thread that read it (a lane's for a lane's batch). Inline: once per
+ * event. */
+static inline void
+fw_event_received (fw_stream_metrics_t *metrics, const fw_event_t *ev)
+{
+   if (metrics) {
+      fw_stream_metrics_event_received (metrics,
+                                        ev->op < FW_OP_OTHER
+                                           ? (fw_metrics_op_t) ev->op
+                                           : fw_metrics_op_from_name (ev->operation_type),
+                                        fw_event_time_ms (ev));
+   }
+}
+
 #endif

@@ -19,6 +19,8 @@
 #include "runtime/dispatch/batch_dispatch.h"
 #include "runtime/dispatch/event_dispatch.h"
 #include "runtime/replay/dlq_replay.h"
+#include "runtime/stream/event_oversize-private.h"
+#include "runtime/stream/event_settle.h"
 #include "runtime/stream/stream_batch-private.h"
 #include "runtime/stream/stream_control-private.h"
 #include "runtime/stream/stream_lead-private.h"
@@ -96,7 +98,7 @@ batch_add (fw_stream_worker_t *w, fw_stream_reader_t *rd, batch_t *b, const fw_e
    b->ptrs[b->n] = &b->evs[b->n];
    b->n++;
    fw_position_set_token (&b->resume, fw_stream_reader_resume_token (rd));
-   fw_dispatcher_count_received (w->d, ev);
+   fw_event_received (w->metrics, ev);
    return true;
 }
 

@@ -1,6 +1,7 @@
 /*
  * stream_control-private.h - what the admin endpoint asks of a stream's thread, its waits
- * and its end (stream_control.c).
+ * and its counts (stream_control.c); its end, fw_stream_failed, is
+ * declared with its state (stream_worker-private.h).
  */
 #ifndef FLOWWARDEN_STREAM_CONTROL_PRIVATE_H
 #define FLOWWARDEN_STREAM_CONTROL_PRIVATE_H
@@ -34,9 +35,5 @@ void fw_stream_count_dispatched (fw_stream_worker_t *w, const fw_outcome_t *o);
 /* Every 30 s (now_ms: the wall clock), counts the stream's pending DLQ
  * entries for the flowwarden_dlq_pending gauges. */
 void fw_stream_dlq_count_tick (fw_stream_worker_t *w, int64_t now_ms);
-
-/* stream_control.c: the stream stops for good; what says why (status,
- * metrics, log). */
-void fw_stream_failed (fw_stream_worker_t *w, const char *what);
 
 #endif

@@ -30,7 +30,6 @@
 #include "lua_api/mongo_lua.h"
 #include "lua_api/pg_io.h"
 #include "lua_api/pg_lua.h"
-#include "runtime/stream/stream_control-private.h"
 #include "runtime/stream/stream_exactly_once-private.h"
 #include "runtime/stream/stream_position-private.h"
 #include "runtime/stream/stream_worker-private.h"

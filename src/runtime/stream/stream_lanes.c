@@ -42,6 +42,7 @@
 #include "runtime/dispatch/batch_dispatch.h"
 #include "runtime/dispatch/event_dispatch.h"
 #include "runtime/dlq/dlq_sequence.h"
+#include "runtime/stream/event_settle.h"
 #include "runtime/stream/stream_lanes-private.h"
 #include "runtime/stream/stream_position-private.h"
 #include "runtime/stream/stream_program-private.h"
@@ -270,7 +271,7 @@ lane_batch (lane_t *l, item_t *first, int max, int64_t wait_ms)
          bson_init_static (&docs[k], items[k].doc, items[k].len);
          fw_event_parse (&docs[k], &evs[k], &err);
          ptrs[k] = &evs[k];
-         fw_dispatcher_count_received (l->d, &evs[k]);
+         fw_event_received (l->ls->w->metrics, &evs[k]);
       }
       fw_outcome_t o = fw_batch_dispatch (l->d, ptrs, (size_t) n, NULL);
       go_on = lane_settle (l, items, n, &o);
@@ -319,7 +320,7 @@ lane_loop (void *arg)
          lane_failed (l->ls, "a lane could not read an event the stream read");
          break;
       }
-      fw_dispatcher_count_received (d, &ev);
+      fw_event_received (l->ls->w->metrics, &ev);
       o = fw_event_dispatch (d, &ev);
       free (it.doc);
       if (!lane_settle (l, &it, 1, &o)) {

@@ -11,7 +11,7 @@
 #include <bson/bson.h>
 
 #include "bson/event.h"
-#include "runtime/stream/stream_read-private.h"
+#include "runtime/stream/event_oversize-private.h"
 #include "runtime/stream/stream_worker.h"
 
 /* Where the stream's thread has read to and what it has handled. */

@@ -83,12 +83,10 @@ fw_position_save (fw_stream_worker_t *w, fw_position_t *p, const char *why)
    if (!(w->lead.lease
             ? fw_checkpoint_save_fenced (
                  w->client, w->cfg->database, w->cfg->name, p->has_processed ? &p->processed : NULL,
-                 p->has_resume ? &p->resume : NULL, fw_lua_host_version (fw_dispatcher_host (w->d)),
-                 w->lead.epoch, NULL, &err)
+                 p->has_resume ? &p->resume : NULL, w->ckpt.version, w->lead.epoch, NULL, &err)
             : fw_checkpoint_save (w->client, w->cfg->database, w->cfg->name,
                                   p->has_processed ? &p->processed : NULL,
-                                  p->has_resume ? &p->resume : NULL,
-                                  fw_lua_host_version (fw_dispatcher_host (w->d)), &err))) {
+                                  p->has_resume ? &p->resume : NULL, w->ckpt.version, &err))) {
       fw_log (FW_LOG_ERROR, w->cfg->name, "%s (%s); will try again", err.message, why);
       if (w->metrics) {
          fw_stream_metrics_checkpoint (w->metrics, false, 0);
@@ -166,9 +164,9 @@ fw_position_save_async (fw_stream_worker_t *w, fw_position_t *p, const char *why
       fw_checkpoint_writer_set_epoch (w->ckpt.writer, w->lead.epoch);
       w->ckpt.epoch = w->lead.epoch;
    }
-   fw_checkpoint_writer_submit (
-      w->ckpt.writer, p->has_processed ? &p->processed : NULL, p->has_resume ? &p->resume : NULL,
-      fw_lua_host_version (fw_dispatcher_host (w->d)), FW_CHECKPOINT_MAX_BEHIND);
+   fw_checkpoint_writer_submit (w->ckpt.writer, p->has_processed ? &p->processed : NULL,
+                                p->has_resume ? &p->resume : NULL, w->ckpt.version,
+                                FW_CHECKPOINT_MAX_BEHIND);
    fw_position_writer_results (w);
    p->since_save = 0;
    p->dirty = false;

@@ -16,6 +16,11 @@
  * w's fw.mongo at w's clients. */
 void fw_stream_state_attach (fw_stream_worker_t *w);
 
+/* Copies the version of w's program's script into w->ckpt.version, which
+ * every checkpoint save carries: as the program is built and as a reload
+ * switches it (a rebuilt Lua state keeps its version). */
+void fw_stream_program_version (fw_stream_worker_t *w);
+
 /* The lane programs' counts added to w's (and zeroed). */
 void fw_stream_fold_lane_stats (fw_stream_worker_t *w);
 

@@ -6,6 +6,7 @@
  * stream_lanes.c runs several, stream_worker.c runs the thread; none of
  * them is called from here.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -40,10 +41,18 @@ fw_stream_worker_new (fw_lua_host_t *host, int index, mongoc_client_pool_t *pool
       return NULL;
    }
    w->cfg = fw_dispatcher_config (w->d);
+   fw_stream_program_version (w);
    fw_dispatcher_set_outcome_sink (w->d, fw_stream_event_settled, w);
    fw_stream_circuit_keep (w);
    w->rng = (uint64_t) fw_now_ms () ^ ((uint64_t) (uintptr_t) w << 16) ^ (uint64_t) getpid ();
    return w;
+}
+
+void
+fw_stream_program_version (fw_stream_worker_t *w)
+{
+   snprintf (w->ckpt.version, sizeof w->ckpt.version, "%s",
+             fw_lua_host_version (fw_dispatcher_host (w->d)));
 }
 
 fw_dispatcher_t *

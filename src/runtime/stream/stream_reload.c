@@ -104,6 +104,7 @@ fw_stream_reload_apply (fw_stream_worker_t *w)
    pthread_mutex_lock (&w->pending.mu); /* see fw_stream_worker_same_source */
    fw_dispatcher_take_program (w->d, next->d);
    pthread_mutex_unlock (&w->pending.mu);
+   fw_stream_program_version (w);
    /* The lanes are stopped: their dispatchers go with the rest (the old
     * ones, folded into w's counts, are destroyed with next). */
    fw_stream_fold_lane_stats (w);
@@ -113,11 +114,9 @@ fw_stream_reload_apply (fw_stream_worker_t *w)
    fw_stream_state_attach (w); /* the new lanes share w's fw.state */
    fw_stream_worker_destroy (next);
    if (w->metrics) {
-      fw_stream_metrics_set_script_version (w->metrics,
-                                            fw_lua_host_version (fw_dispatcher_host (w->d)));
+      fw_stream_metrics_set_script_version (w->metrics, w->ckpt.version);
    }
-   fw_log (FW_LOG_INFO, w->cfg->name, "now running script version %s",
-           fw_lua_host_version (fw_dispatcher_host (w->d)));
+   fw_log (FW_LOG_INFO, w->cfg->name, "now running script version %s", w->ckpt.version);
    return true;
 }
 

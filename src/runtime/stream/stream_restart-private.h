@@ -6,9 +6,12 @@
 #define FLOWWARDEN_STREAM_RESTART_PRIVATE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
+#include "ops/metrics.h"
 #include "runtime/checkpoint/checkpoint_store.h"
+#include "runtime/config/stream_config.h"
 #include "runtime/stream/stream_position-private.h"
 #include "runtime/stream/stream_settle.h"
 #include "runtime/stream/stream_worker.h"
@@ -25,10 +28,12 @@ typedef struct fw_stream_run {
    bool start_at_lost; /* checkpoint.start_at was older than the oplog: from now on */
 } fw_stream_run_t;
 
-/* A stream without a checkpoint opened at checkpoint.start_at and the server
- * said that history is gone: on_history_lost decides (fail, or from now).
- * False when the stream stops. */
-bool fw_stream_start_at_lost (fw_stream_worker_t *w, fw_stream_run_t *run);
+/* A stream (cfg, its metrics block or NULL) without a checkpoint opened at
+ * checkpoint.start_at and the server said that history is gone
+ * (stream_start_at.c): on_history_lost decides (fail, or from now). False
+ * when the stream stops, why[len] saying why. */
+bool fw_stream_start_at_lost (const fw_stream_config_t *cfg, fw_stream_metrics_t *metrics,
+                              fw_stream_run_t *run, char *why, size_t len);
 
 /* The admin endpoint paused the stream: takes the request (saving the
  * position first when save), waits for resume or restart (an admin restart

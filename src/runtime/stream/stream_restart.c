@@ -101,7 +101,12 @@ history_lost (fw_stream_worker_t *w, fw_stream_run_t *run)
       return true;
    }
    if (!p->has_resume && w->cfg->start_at && !run->start_at_lost) {
-      return fw_stream_start_at_lost (w, run);
+      char why[512];
+      if (!fw_stream_start_at_lost (w->cfg, w->metrics, run, why, sizeof why)) {
+         fw_stream_failed (w, why);
+         return false;
+      }
+      return true;
    }
    if (!w->cfg->resume_from_now) {
       fw_stream_failed (w,
@@ -153,7 +158,8 @@ restart_backoff (fw_stream_worker_t *w, fw_stream_run_t *run)
    p->invalidated = false;
    p->error[0] = '\0';
    /* An admin request (restart now, pause) cuts the delay short. */
-   if (fw_stream_wait (w, delay) || !fw_stream_wait_server (w, FW_STREAM_RESTARTING)) {
+   if (fw_stream_wait (w, delay) || !fw_stream_wait_server (w->client, w->cfg->name, w->shutdown,
+                                                            w->metrics, FW_STREAM_RESTARTING)) {
       return false;
    }
    if (fw_stream_control_peek (w) == W_CONTROL_RESTART) {

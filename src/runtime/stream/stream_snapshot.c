@@ -13,12 +13,14 @@
 
 #include "flowwarden/log.h"
 #include "runtime/snapshot/snapshot.h"
+#include "runtime/stream/event_settle.h"
 #include "runtime/stream/stream_control-private.h"
 #include "runtime/stream/stream_generation-private.h"
 #include "runtime/stream/stream_lanes-private.h"
 #include "runtime/stream/stream_lead-private.h"
 #include "runtime/stream/stream_position-private.h"
 #include "runtime/stream/stream_program-private.h"
+#include "runtime/stream/stream_read-private.h"
 #include "runtime/stream/stream_settle.h"
 #include "runtime/stream/stream_snapshot-private.h"
 #include "runtime/stream/stream_worker-private.h"
@@ -337,7 +339,7 @@ hand_out (fw_stream_worker_t *w, fw_position_t *p)
          save_progress (w, p); /* a chunk closed (frees w->snap.run once done) */
          continue;             /* the next one may be due too */
       }
-      fw_dispatcher_count_received (w->d, &ev);
+      fw_event_received (w->metrics, &ev);
       if (fw_stream_lease_lost (w)) {
          return FW_READ_LOST;
       }

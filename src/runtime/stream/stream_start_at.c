@@ -8,9 +8,7 @@
 #include <time.h>
 
 #include "flowwarden/log.h"
-#include "runtime/stream/stream_control-private.h"
 #include "runtime/stream/stream_restart-private.h"
-#include "runtime/stream/stream_worker-private.h"
 
 /* "2026-11-26T10:00:00Z (Timestamp(1795600800, 0))" */
 static void
@@ -28,29 +26,29 @@ describe_start_at (uint64_t start_at, char *out, size_t len)
 }
 
 bool
-fw_stream_start_at_lost (fw_stream_worker_t *w, fw_stream_run_t *run)
+fw_stream_start_at_lost (const fw_stream_config_t *cfg, fw_stream_metrics_t *metrics,
+                         fw_stream_run_t *run, char *why, size_t len)
 {
-   char at[96], why[512];
+   char at[96];
 
-   describe_start_at (w->cfg->start_at, at, sizeof at);
-   if (!w->cfg->resume_from_now) {
-      snprintf (why, sizeof why,
+   describe_start_at (cfg->start_at, at, sizeof at);
+   if (!cfg->resume_from_now) {
+      snprintf (why, len,
                 "the change stream history is lost: checkpoint.start_at %s is older than the "
                 "oplog's first entry, and on_history_lost = \"fail\". Choose a later start_at, "
                 "or set checkpoint.on_history_lost = \"resume_from_now\" to start from now",
                 at);
-      fw_stream_failed (w, why);
       return false;
    }
-   fw_log (FW_LOG_ERROR, w->cfg->name,
+   fw_log (FW_LOG_ERROR, cfg->name,
            "change stream history lost: checkpoint.start_at %s is older than the oplog's "
            "first entry; starting from now: events between it and now were NOT delivered "
            "(on_history_lost = resume_from_now)",
            at);
    run->start_at_lost = true;
    run->candidate = 2;
-   if (w->metrics) {
-      fw_stream_metrics_restart (w->metrics, FW_METRICS_RESTART_HISTORY_LOST);
+   if (metrics) {
+      fw_stream_metrics_restart (metrics, FW_METRICS_RESTART_HISTORY_LOST);
    }
    return true;
 }

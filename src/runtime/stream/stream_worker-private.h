@@ -5,8 +5,8 @@
  * stream_lanes-, stream_control-private.h, ...), so each includes what it
  * uses. The parts below it have interfaces of their own: the dispatcher
  * (runtime/dispatch/dispatcher.h), the reader and the oversize policy
- * (stream_read-private.h), the checkpoint writer and the lease
- * (runtime/checkpoint/checkpoint_writer.h, lease.h).
+ * (stream_read-private.h, event_oversize-private.h), the checkpoint writer
+ * and the lease (runtime/checkpoint/checkpoint_writer.h, lease.h).
  */
 #ifndef FLOWWARDEN_STREAM_WORKER_PRIVATE_H
 #define FLOWWARDEN_STREAM_WORKER_PRIVATE_H
@@ -66,6 +66,8 @@ struct fw_stream_worker {
                                        * by the stream's thread, destroyed as it ends */
       bool unavailable;               /* the writer could not start: checkpoints are synchronous */
       int64_t epoch;                  /* the epoch the writer fences with */
+      char version[17]; /* the script version a checkpoint carries: the program's, copied
+                         * as it is built and as a reload switches (a rebuild keeps it) */
    } ckpt;
    struct {                  /* exactly_once (stream_exactly_once.c), the stream's thread: */
       bson_t *written;       /* the position last written in a transaction (NULL: none) */
@@ -124,6 +126,10 @@ struct fw_stream_worker {
                                    * exchanged atomically with the admin endpoint */
    } snap;
 };
+
+/* stream_control.c: the stream stops for good (w->failed); what says why
+ * (w->failure, status, metrics, log). */
+void fw_stream_failed (fw_stream_worker_t *w, const char *what);
 
 /* The admin endpoint's pending request (W_CONTROL_*, stream_control-private.h),
  * left in place. Inline: read at every event boundary. */

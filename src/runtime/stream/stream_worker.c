@@ -13,6 +13,8 @@
 #include "runtime/checkpoint/checkpoint_store.h"
 #include "runtime/dispatch/batch_dispatch.h"
 #include "runtime/replay/dlq_replay.h"
+#include "runtime/stream/event_oversize-private.h"
+#include "runtime/stream/event_settle.h"
 #include "runtime/stream/stream_batch-private.h"
 #include "runtime/stream/stream_connect-private.h"
 #include "runtime/stream/stream_control-private.h"
@@ -424,7 +426,7 @@ dispatch_here (here_t *h, const fw_event_t *ev)
    fw_settle_place_t place = here_place (h);
    fw_outcome_t o;
 
-   fw_dispatcher_count_received (w->d, ev);
+   fw_event_received (w->metrics, ev);
    if (w->lead.lease && fw_stream_lease_lost (w)) {
       return FW_READ_LOST; /* checked again here: the read may have waited */
    }
@@ -645,13 +647,13 @@ run_setup (fw_stream_worker_t *w, fw_stream_run_t *run)
    run->p.last_save_ms = fw_now_ms ();
    /* Bounded probes first: every call below waits out a pooled server
     * selection (30 s) when nothing answers. */
-   if (!fw_stream_wait_server (w, FW_STREAM_STARTING)) {
+   if (!fw_stream_wait_server (w->client, w->cfg->name, w->shutdown, w->metrics,
+                               FW_STREAM_STARTING)) {
       return false;
    }
    set_state (w, FW_STREAM_STARTING, "starting: reading its checkpoint");
    if (w->metrics) {
-      fw_stream_metrics_set_script_version (w->metrics,
-                                            fw_lua_host_version (fw_dispatcher_host (w->d)));
+      fw_stream_metrics_set_script_version (w->metrics, w->ckpt.version);
    }
 
    if (w->cfg->dlq.enabled && !fw_dispatcher_open_dlq (w->d)) {
@@ -893,7 +895,7 @@ fw_stream_worker_start (fw_stream_worker_t *w, fw_error_t *error)
    /* The stream's thread switches to a reloaded program at event
     * boundaries; an event in retries gives way to it (lane programs never
     * do: their stream's thread switches them once they drained). */
-   fw_dispatcher_set_boundary (w->d, reload_waits, w);
+   fw_dispatcher_set_reload_waits (w->d, reload_waits, w);
    fw_stream_exactly_once_wire (w);
    if (pthread_create (&w->thread.id, NULL, worker_main, w) != 0) {
       fw_error_set (error, FW_ERROR_IO, "cannot start thread for stream \"%s\"", w->cfg->name);
