@@ -57,7 +57,7 @@ arg_update (lua_State *L, fw_mongo_op_t *op, int idx, const char *method, const 
       fw_mongo_arg_error (L, "%s: %s must be a table of $-operators or use replace_one", method,
                           path);
    }
-   fw_mongo_arg_document (L, op, idx, method, path, out);
+   fw_mongo_arg_copy_document (L, op, &it, method, path, out); /* converted once */
    scan_operators (out, &all_ops, &any_op);
    if (!all_ops) {
       fw_mongo_op_release (op);
