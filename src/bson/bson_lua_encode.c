@@ -133,25 +133,25 @@ compare_keys (const void *pa, const void *pb)
    return r ? r : (a->len > b->len) - (a->len < b->len);
 }
 
+/* Tables with at most this many keys to sort anchor them on the Lua stack
+ * and sort them in a C array: no Lua table and no scratch per table. */
+#define SMALL_KEYS 8
+
 /*
- * Appends the string-keyed fields of the table at idx in sorted order:
- * all of them, or with index_idx != 0 those missing from that key -> position
- * map (fields added to a shaped table). n_keys is how many there are.
- * Raises a key error for keys that are neither strings nor (ignored) shape keys.
+ * Walks the table at idx and records its string keys (with index_idx != 0,
+ * those missing from that key -> position map) in refs, or in c->scratch from
+ * base when refs is NULL, at most n_keys of them. Each key is anchored, and
+ * its ref's pos says where: in the table at keys (1..n) or, with keys == 0, at
+ * that index of the stack (the keys are left there, one slot each). Sets *n.
  */
 static bool
-append_sorted (to_bson_t *c, int idx, bson_t *out, size_t n_keys, int index_idx)
+collect_keys (to_bson_t *c, int idx, size_t n_keys, int index_idx, key_ref_t *refs, size_t base,
+              int keys, size_t *n)
 {
    lua_State *L = c->L;
-   size_t base = c->scratch_used, n = 0, i;
-   int keys;
+   key_ref_t *r;
 
-   if (!reserve (c, n_keys)) {
-      return false;
-   }
-   c->scratch_used += n_keys;
-   lua_createtable (L, (int) n_keys, 0);
-   keys = lua_gettop (L);
+   *n = 0;
    lua_pushnil (L);
    while (lua_next (L, idx)) {
       lua_pop (L, 1);
@@ -169,30 +169,50 @@ append_sorted (to_bson_t *c, int idx, bson_t *out, size_t n_keys, int index_idx)
          }
          lua_pop (L, 1);
       }
-      if (n == n_keys) {
+      if (*n == n_keys) {
          return fail (c, "table changed while being converted");
       }
-      lua_pushvalue (L, -1);
-      lua_rawseti (L, keys, (lua_Integer) n + 1);
-      c->scratch[base + n].s = lua_tolstring (L, -1, &c->scratch[base + n].len);
-      c->scratch[base + n].pos = (lua_Integer) n + 1;
-      n++;
+      r = refs ? &refs[*n] : &c->scratch[base + *n];
+      lua_pushvalue (L, -1); /* on the stack: the copy below the walk's key stays */
+      if (keys) {
+         lua_rawseti (L, keys, (lua_Integer) *n + 1);
+         r->pos = (lua_Integer) *n + 1;
+      } else {
+         r->pos = lua_gettop (L) - 1;
+      }
+      r->s = lua_tolstring (L, -1, &r->len);
+      (*n)++;
    }
-   if (n != n_keys) {
+   if (*n != n_keys) {
       return fail (c, "table changed while being converted");
    }
+   return true;
+}
+
+/* Sorts the n refs collect_keys recorded (in refs, or c->scratch from base,
+ * which may move while values are written) and appends their fields. */
+static bool
+append_refs (to_bson_t *c, int idx, bson_t *out, key_ref_t *refs, size_t base, size_t n, int keys)
+{
+   lua_State *L = c->L;
+   size_t i;
+
    /* An empty table may come first, before anything allocated the scratch:
     * qsort must not see its NULL (UBSan: null passed as nonnull). */
    if (n > 1) {
-      qsort (c->scratch + base, n, sizeof (key_ref_t), compare_keys);
+      qsort (refs ? refs : c->scratch + base, n, sizeof (key_ref_t), compare_keys);
    }
    for (i = 0; i < n; i++) {
-      key_ref_t ref = c->scratch[base + i];
+      key_ref_t ref = refs ? refs[i] : c->scratch[base + i];
 
       if (memchr (ref.s, '\0', ref.len) || ref.len > INT_MAX) {
          return fail (c, "a key contains a NUL byte, which BSON keys cannot hold");
       }
-      lua_rawgeti (L, keys, ref.pos);
+      if (keys) {
+         lua_rawgeti (L, keys, ref.pos);
+      } else {
+         lua_pushvalue (L, (int) ref.pos);
+      }
       lua_rawget (L, idx);
       push_key_seg (c, ref.s, ref.len);
       if (!append_value (c, lua_gettop (L), out, ref.s, (int) ref.len, false)) {
@@ -200,6 +220,44 @@ append_sorted (to_bson_t *c, int idx, bson_t *out, size_t n_keys, int index_idx)
       }
       c->nseg--;
       lua_pop (L, 1);
+   }
+   return true;
+}
+
+/*
+ * Appends the string-keyed fields of the table at idx in sorted order:
+ * all of them, or with index_idx != 0 those missing from that key -> position
+ * map (fields added to a shaped table). n_keys is how many there are.
+ * Raises a key error for keys that are neither strings nor (ignored) shape keys.
+ */
+static bool
+append_sorted (to_bson_t *c, int idx, bson_t *out, size_t n_keys, int index_idx)
+{
+   lua_State *L = c->L;
+   key_ref_t small[SMALL_KEYS];
+   size_t base = c->scratch_used, n;
+   int keys;
+
+   if (n_keys <= SMALL_KEYS) {
+      if (!lua_checkstack (L, (int) n_keys + 3)) {
+         return fail (c, "Lua stack exhausted");
+      }
+      if (!collect_keys (c, idx, n_keys, index_idx, small, 0, 0, &n) ||
+          !append_refs (c, idx, out, small, 0, n, 0)) {
+         return false;
+      }
+      lua_pop (L, (int) n);
+      return true;
+   }
+   if (!reserve (c, n_keys)) {
+      return false;
+   }
+   c->scratch_used += n_keys;
+   lua_createtable (L, (int) n_keys, 0);
+   keys = lua_gettop (L);
+   if (!collect_keys (c, idx, n_keys, index_idx, NULL, base, keys, &n) ||
+       !append_refs (c, idx, out, NULL, base, n, keys)) {
+      return false;
    }
    c->scratch_used = base;
    lua_pop (L, 1);

@@ -148,6 +148,12 @@ bson_type_t fw_mongo_arg_value (lua_State *L, fw_mongo_op_t *op, int idx, const 
 void fw_mongo_arg_document (lua_State *L, fw_mongo_op_t *op, int idx, const char *method,
                             const char *path, bson_t *out);
 
+/* Copies the document iter points at (fw_mongo_arg_value's, holding a
+ * document) into out (empty, owned by op); raises "<method>: <path> is too
+ * large" when out cannot hold it. */
+void fw_mongo_arg_copy_document (lua_State *L, fw_mongo_op_t *op, const bson_iter_t *iter,
+                                 const char *method, const char *path, bson_t *out);
+
 /* As fw_mongo_arg_value for an array ({} counts as an empty one), copied into
  * out with keys "0", "1", ... */
 void fw_mongo_arg_array (lua_State *L, fw_mongo_op_t *op, int idx, const char *method,

@@ -211,6 +211,16 @@ copy_sub (const bson_iter_t *iter, bson_t *out)
 }
 
 void
+fw_mongo_arg_copy_document (lua_State *L, fw_mongo_op_t *op, const bson_iter_t *iter,
+                            const char *method, const char *path, bson_t *out)
+{
+   if (!copy_sub (iter, out)) {
+      fw_mongo_op_release (op);
+      fw_mongo_arg_error (L, "%s: %s is too large", method, path);
+   }
+}
+
+void
 fw_mongo_arg_document (lua_State *L, fw_mongo_op_t *op, int idx, const char *method,
                        const char *path, bson_t *out)
 {
@@ -221,10 +231,7 @@ fw_mongo_arg_document (lua_State *L, fw_mongo_op_t *op, int idx, const char *met
       fw_mongo_op_release (op);
       fw_mongo_arg_error (L, "%s: %s must be a document, not an array", method, path);
    }
-   if (!copy_sub (&it, out)) {
-      fw_mongo_op_release (op);
-      fw_mongo_arg_error (L, "%s: %s is too large", method, path);
-   }
+   fw_mongo_arg_copy_document (L, op, &it, method, path, out);
 }
 
 void

@@ -57,7 +57,7 @@ arg_update (lua_State *L, fw_mongo_op_t *op, int idx, const char *method, const 
       fw_mongo_arg_error (L, "%s: %s must be a table of $-operators or use replace_one", method,
                           path);
    }
-   fw_mongo_arg_document (L, op, idx, method, path, out);
+   fw_mongo_arg_copy_document (L, op, &it, method, path, out); /* converted once */
    scan_operators (out, &all_ops, &any_op);
    if (!all_ops) {
       fw_mongo_op_release (op);
@@ -457,6 +457,14 @@ static const char *const bulk_update_fields[] = {"filter", "update", "upsert", N
 static const char *const bulk_replace_fields[] = {"filter", "replacement", "upsert", NULL};
 static const char *const bulk_delete_fields[] = {"filter", NULL};
 
+/* "bulk_write: ops[<i>]" in buf, for messages: built only on a failure. */
+static const char *
+op_where (char *buf, size_t size, lua_Integer i)
+{
+   snprintf (buf, size, "bulk_write: ops[%d]", (int) i);
+   return buf;
+}
+
 /* Checks that ops[i], at the top of the stack, is { <operation> = body } and
  * pushes its key and its body; returns the operation's index in bulk_kinds
  * and its name through kind (valid while the key stays on the stack). */
@@ -467,23 +475,23 @@ push_bulk_op (lua_State *L, fw_mongo_op_t *op, lua_Integer i, const char **kind)
    char where[128];
    int k;
 
-   snprintf (where, sizeof where, "bulk_write: ops[%d]", (int) i);
    if (!lua_istable (L, -1)) {
       fw_mongo_op_release (op);
-      fw_mongo_arg_error (L, "%s must be a table such as { insert_one = doc }, got %s", where,
-                          luaL_typename (L, -1));
+      fw_mongo_arg_error (L, "%s must be a table such as { insert_one = doc }, got %s",
+                          op_where (where, sizeof where, i), luaL_typename (L, -1));
    }
    lua_pushnil (L);
    if (!lua_next (L, -2) || lua_type (L, -2) != LUA_TSTRING) {
       fw_mongo_op_release (op);
       fw_mongo_arg_error (L, "%s must have one key naming the operation, such as insert_one",
-                          where);
+                          op_where (where, sizeof where, i));
    }
    *kind = lua_tostring (L, -2);
    for (k = 0; bulk_kinds[k] && strcmp (bulk_kinds[k], *kind) != 0; k++) {
    }
    if (!bulk_kinds[k]) {
       fw_mongo_op_release (op);
+      op_where (where, sizeof where, i);
       if ((hint = fw_suggest (*kind, bulk_kinds))) {
          fw_mongo_arg_error (L, "%s: unknown operation \"%s\" (did you mean \"%s\"?)", where, *kind,
                              hint);
@@ -497,43 +505,99 @@ push_bulk_op (lua_State *L, fw_mongo_op_t *op, lua_Integer i, const char **kind)
    lua_pushvalue (L, -2);
    if (lua_next (L, -4)) {
       fw_mongo_op_release (op);
-      fw_mongo_arg_error (L, "%s must have exactly one key naming the operation", where);
+      fw_mongo_arg_error (L, "%s must have exactly one key naming the operation",
+                          op_where (where, sizeof where, i));
    }
    return k;
+}
+
+/* The names of an operation's parts, for messages: "bulk_write: ops[<i>].<kind>"
+ * with the path (from "ops") at path_at, and room for a suffix such as
+ * ".replacement" after len. Written by hand: this runs for every operation. */
+typedef struct {
+   char buf[96];
+   size_t len;
+   size_t path_at;
+} bulk_where_t;
+
+#define BULK_WHERE_PREFIX "bulk_write: "
+
+/* Fills w for ops[i], an operation of kind (one of bulk_kinds). */
+static void
+bulk_where_init (bulk_where_t *w, lua_Integer i, const char *kind)
+{
+   char digits[16];
+   size_t nd = 0, klen = strlen (kind);
+   int v = (int) i; /* as the messages always printed it */
+   unsigned int u = v < 0 ? 0u - (unsigned int) v : (unsigned int) v;
+   char *p = w->buf;
+
+   do {
+      digits[nd++] = (char) ('0' + u % 10);
+      u /= 10;
+   } while (u);
+   memcpy (p, BULK_WHERE_PREFIX "ops[", sizeof BULK_WHERE_PREFIX "ops[" - 1);
+   p += sizeof BULK_WHERE_PREFIX "ops[" - 1;
+   if (v < 0) {
+      *p++ = '-';
+   }
+   while (nd) {
+      *p++ = digits[--nd];
+   }
+   *p++ = ']';
+   *p++ = '.';
+   memcpy (p, kind, klen); /* klen <= 11: buf has room for it and a suffix */
+   p += klen;
+   *p = '\0';
+   w->len = (size_t) (p - w->buf);
+   w->path_at = sizeof BULK_WHERE_PREFIX - 1;
+}
+
+/* The path with suffix (".filter"...) appended, or without one (NULL). */
+static const char *
+bulk_path (bulk_where_t *w, const char *suffix)
+{
+   size_t n = suffix ? strlen (suffix) : 0;
+
+   memcpy (w->buf + w->len, suffix ? suffix : "", n + 1); /* n <= 12 */
+   return w->buf + w->path_at;
+}
+
+/* "bulk_write: ops[<i>].<kind>" (after bulk_path, until the next one). */
+static const char *
+bulk_op_where (bulk_where_t *w)
+{
+   w->buf[w->len] = '\0';
+   return w->buf;
 }
 
 /* Converts the body at index body of ops[i], an update, a replacement or a
  * delete (bulk_kinds[k], k >= 1), into op->filter, op->update and, for
  * upsert, op->sort (the operation's options). */
 static void
-read_bulk_write (lua_State *L, fw_mongo_op_t *op, int body, lua_Integer i, const char *kind, int k)
+read_bulk_write (lua_State *L, fw_mongo_op_t *op, int body, bulk_where_t *w, int k)
 {
    const char *const *fields = k <= 2   ? bulk_update_fields
                                : k == 3 ? bulk_replace_fields
                                         : bulk_delete_fields;
-   char path[96], where[128];
 
-   snprintf (path, sizeof path, "ops[%d].%s", (int) i, kind);
-   snprintf (where, sizeof where, "bulk_write: %s", path);
-   fw_mongo_check_opts (L, body, where, fields);
+   fw_mongo_check_opts (L, body, bulk_op_where (w), fields);
    lua_getfield (L, body, "filter");
-   snprintf (path, sizeof path, "ops[%d].%s.filter", (int) i, kind);
-   fw_mongo_arg_document (L, op, -1, "bulk_write", path, &op->filter);
+   fw_mongo_arg_document (L, op, -1, "bulk_write", bulk_path (w, ".filter"), &op->filter);
    lua_pop (L, 1);
    if (k > 3) {
       return;
    }
-   if (fw_mongo_opt_bool (L, body, where, "upsert", false) &&
+   if (fw_mongo_opt_bool (L, body, bulk_op_where (w), "upsert", false) &&
        !BSON_APPEND_BOOL (&op->sort, "upsert", true)) {
       fw_mongo_op_release (op);
-      luaL_error (L, "%s: cannot build the options", where);
+      luaL_error (L, "%s: cannot build the options", bulk_op_where (w));
    }
    lua_getfield (L, body, k == 3 ? "replacement" : "update");
-   snprintf (path, sizeof path, "ops[%d].%s.%s", (int) i, kind, k == 3 ? "replacement" : "update");
    if (k == 3) {
-      arg_replacement (L, op, -1, "bulk_write", path, &op->update);
+      arg_replacement (L, op, -1, "bulk_write", bulk_path (w, ".replacement"), &op->update);
    } else {
-      arg_update (L, op, -1, "bulk_write", path, &op->update);
+      arg_update (L, op, -1, "bulk_write", bulk_path (w, ".update"), &op->update);
    }
    lua_pop (L, 1);
 }
@@ -566,6 +630,7 @@ bulk_add (lua_State *L, fw_mongo_op_t *op, lua_Integer i)
 {
    const char *kind;
    bson_error_t error;
+   bulk_where_t w;
    int k = push_bulk_op (L, op, i, &kind);
    int body = lua_gettop (L);
    bool ok;
@@ -573,13 +638,12 @@ bulk_add (lua_State *L, fw_mongo_op_t *op, lua_Integer i)
    bson_reinit (&op->filter);
    bson_reinit (&op->update);
    bson_reinit (&op->sort);
+   bulk_where_init (&w, i, bulk_kinds[k]);
    if (k == 0) {
-      char path[96];
-      snprintf (path, sizeof path, "ops[%d].%s", (int) i, kind);
-      fw_mongo_arg_document (L, op, body, "bulk_write", path, &op->update);
+      fw_mongo_arg_document (L, op, body, "bulk_write", bulk_path (&w, NULL), &op->update);
       ok = mongoc_bulk_operation_insert_with_opts (op->bulk, &op->update, NULL, &error);
    } else {
-      read_bulk_write (L, op, body, i, kind, k);
+      read_bulk_write (L, op, body, &w, k);
       ok = append_bulk_write (op, k, &error);
    }
    if (!ok) {

@@ -341,6 +341,46 @@ table_from_lua_sorted_with_id_first (void **state)
    bson_destroy (out);
 }
 
+/* Up to 8 keys are sorted on the Lua stack, more in the scratch (issue 41):
+ * both orders, nested into each other, and fields added to a shaped table. */
+static void
+tables_of_every_size_sorted_alike (void **state)
+{
+   lua_State *L = *state;
+   bson_t *out;
+
+   eval (L,
+         "local t = { one = { k = 1 } }\n"
+         "for n = 7, 10 do\n"
+         "  local s = {}\n"
+         "  for i = n, 1, -1 do s['k' .. string.char(96 + i)] = i end\n"
+         "  s._id = n\n"
+         "  t['s' .. n] = s\n"
+         "end\n"
+         "t.s10.ka = t.s7\n"
+         "return t");
+   out = pop_to_bson (L);
+   assert_json (out,
+                "{\"one\": {\"k\": 1},"
+                " \"s10\": {\"_id\": 10, \"ka\": {\"_id\": 7, \"ka\": 1, \"kb\": 2,"
+                " \"kc\": 3, \"kd\": 4, \"ke\": 5, \"kf\": 6, \"kg\": 7}, \"kb\": 2,"
+                " \"kc\": 3, \"kd\": 4, \"ke\": 5, \"kf\": 6, \"kg\": 7, \"kh\": 8,"
+                " \"ki\": 9, \"kj\": 10},"
+                " \"s7\": {\"_id\": 7, \"ka\": 1, \"kb\": 2, \"kc\": 3, \"kd\": 4,"
+                " \"ke\": 5, \"kf\": 6, \"kg\": 7},"
+                " \"s8\": {\"_id\": 8, \"ka\": 1, \"kb\": 2, \"kc\": 3, \"kd\": 4,"
+                " \"ke\": 5, \"kf\": 6, \"kg\": 7, \"kh\": 8},"
+                " \"s9\": {\"_id\": 9, \"ka\": 1, \"kb\": 2, \"kc\": 3, \"kd\": 4,"
+                " \"ke\": 5, \"kf\": 6, \"kg\": 7, \"kh\": 8, \"ki\": 9}}");
+   bson_destroy (out);
+   out = through_lua (L, "{\"z\": 0}", "for i = 1, 12 do doc['a' .. string.char(108 - i)] = i end");
+   assert_json (out,
+                "{\"z\": 0, \"a`\": 12, \"aa\": 11, \"ab\": 10, \"ac\": 9, \"ad\": 8,"
+                " \"ae\": 7, \"af\": 6, \"ag\": 5, \"ah\": 4, \"ai\": 3, \"aj\": 2,"
+                " \"ak\": 1}");
+   bson_destroy (out);
+}
+
 static void
 duplicate_keys_collapse_to_last_value (void **state)
 {
@@ -468,6 +508,7 @@ main (void)
       T (key_order_after_field_added),
       T (removed_then_readded_key_keeps_position),
       T (table_from_lua_sorted_with_id_first),
+      T (tables_of_every_size_sorted_alike),
       T (duplicate_keys_collapse_to_last_value),
       T (metamethod_named_keys_are_plain_fields),
       T (shape_cache_collision_falls_back),
