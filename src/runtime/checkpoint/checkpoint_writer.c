@@ -339,6 +339,10 @@ fw_checkpoint_writer_quiesce (fw_checkpoint_writer_t *cw)
    while (cw->in_flight) {
       pthread_cond_wait (&cw->done, &cw->mu);
    }
+   /* A write that failed while we waited put its position back for a
+    * retry: drop it too, or it would land after the caller's own save. */
+   cw->has_pending = false;
+   cw->retry_seq = 0;
    cw->tried = cw->submitted; /* what was dropped is superseded by the caller */
    pthread_mutex_unlock (&cw->mu);
 }
