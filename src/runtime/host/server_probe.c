@@ -28,18 +28,17 @@ fw_server_describe (const mongoc_uri_t *uri, char *out, size_t len)
    }
 }
 
-bool
-fw_server_probe (const mongoc_uri_t *uri, char *why, size_t len)
+mongoc_server_description_t *
+fw_server_probe_select (const mongoc_uri_t *uri, char *why, size_t len)
 {
    mongoc_uri_t *copy = mongoc_uri_copy (uri);
    mongoc_client_t *client = NULL;
    mongoc_server_description_t *sd = NULL;
    bson_error_t berr;
-   bool ok = false;
 
    if (!copy) {
       snprintf (why, len, "out of memory");
-      return false;
+      return NULL;
    }
    /* One scan, then an answer: the single-threaded client's selection. */
    if (!mongoc_uri_has_option (copy, MONGOC_URI_CONNECTTIMEOUTMS)) {
@@ -55,10 +54,19 @@ fw_server_probe (const mongoc_uri_t *uri, char *why, size_t len)
       if (!(sd = mongoc_client_select_server (client, true, NULL, &berr))) {
          snprintf (why, len, "%s", berr.message);
       }
-      ok = sd != NULL;
    }
-   mongoc_server_description_destroy (sd);
+   /* The description is a copy: it outlives the client. */
    mongoc_client_destroy (client);
    mongoc_uri_destroy (copy);
+   return sd;
+}
+
+bool
+fw_server_probe (const mongoc_uri_t *uri, char *why, size_t len)
+{
+   mongoc_server_description_t *sd = fw_server_probe_select (uri, why, len);
+   bool ok = sd != NULL;
+
+   mongoc_server_description_destroy (sd);
    return ok;
 }

@@ -31,4 +31,10 @@ void fw_server_describe (const mongoc_uri_t *uri, char *out, size_t len);
  */
 bool fw_server_probe (const mongoc_uri_t *uri, char *why, size_t len);
 
+/* fw_server_probe's try, returning the selected server's description (its
+ * hello reply: mongoc_server_description_hello_response), owned by the
+ * caller (mongoc_server_description_destroy), or NULL with why set. */
+mongoc_server_description_t *fw_server_probe_select (const mongoc_uri_t *uri, char *why,
+                                                     size_t len);
+
 #endif

@@ -55,37 +55,18 @@ fw_txn_support_of_hello (const bson_t *hello, char *why, size_t len)
 fw_txn_support_t
 fw_txn_support_probe (const mongoc_uri_t *uri, char *why, size_t len)
 {
-   mongoc_uri_t *copy = mongoc_uri_copy (uri);
-   mongoc_client_t *client = NULL;
-   mongoc_server_description_t *sd = NULL;
+   mongoc_server_description_t *sd = fw_server_probe_select (uri, why, len);
    const bson_t *hello;
-   bson_error_t berr;
    fw_txn_support_t got = FW_TXN_UNKNOWN;
 
-   if (!copy) {
-      snprintf (why, len, "out of memory");
+   if (!sd) {
       return FW_TXN_UNKNOWN;
    }
-   if (!mongoc_uri_has_option (copy, MONGOC_URI_CONNECTTIMEOUTMS)) {
-      mongoc_uri_set_option_as_int32 (copy, MONGOC_URI_CONNECTTIMEOUTMS,
-                                      FW_PROBE_CONNECT_TIMEOUT_MS);
-   }
-   mongoc_uri_set_option_as_bool (copy, MONGOC_URI_SERVERSELECTIONTRYONCE, true);
-   if (!(client = mongoc_client_new_from_uri_with_error (copy, &berr))) {
-      snprintf (why, len, "%s", berr.message);
+   if (!(hello = mongoc_server_description_hello_response (sd))) {
+      snprintf (why, len, "the server sent no hello");
    } else {
-      mongoc_client_set_error_api (client, MONGOC_ERROR_API_VERSION_2);
-      mongoc_client_set_appname (client, "flowwarden");
-      if (!(sd = mongoc_client_select_server (client, true, NULL, &berr))) {
-         snprintf (why, len, "%s", berr.message);
-      } else if (!(hello = mongoc_server_description_hello_response (sd))) {
-         snprintf (why, len, "the server sent no hello");
-      } else {
-         got = fw_txn_support_of_hello (hello, why, len);
-      }
+      got = fw_txn_support_of_hello (hello, why, len);
    }
    mongoc_server_description_destroy (sd);
-   mongoc_client_destroy (client);
-   mongoc_uri_destroy (copy);
    return got;
 }
