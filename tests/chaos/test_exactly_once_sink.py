@@ -89,13 +89,15 @@ def order(n):
 
 
 @needs_standin("a second server started beside it (the sink deployment)")
-class ExactlyOnceIntoAnotherDeployment(IncReadModel, StandInTestCase):
-    # The sink's transactions of a killed run are killed by the next start
-    # (killSessions on the sink); a short lifetime is kept as a second net.
+class WithSink:
+    """A second stand-in as the sink deployment (self.sink, self.sink_client,
+    self.sink_db), and self.env giving flowwarden its URI as SINK_URI."""
+    sink_args = ()
+
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.sink = StandIn(args=["--transaction-lifetime-limit-seconds", "2"])
+        cls.sink = StandIn(args=list(cls.sink_args))
         cls.sink.start()
         cls.sink_client = pymongo.MongoClient(cls.sink.uri)
 
@@ -109,6 +111,12 @@ class ExactlyOnceIntoAnotherDeployment(IncReadModel, StandInTestCase):
         super().setUp()
         self.sink_db = self.sink_client[self.db_name]
         self.env = clean_env({"SINK_URI": self.sink.uri})
+
+
+class ExactlyOnceIntoAnotherDeployment(WithSink, IncReadModel, StandInTestCase):
+    # The sink's transactions of a killed run are killed by the next start
+    # (killSessions on the sink); a short lifetime is kept as a second net.
+    sink_args = ("--transaction-lifetime-limit-seconds", "2")
 
     @property
     def model_db(self):
@@ -273,7 +281,7 @@ ON_SINK = SWITCH_SCRIPT % ('{ connection = "sink" }', ', { connection = "sink" }
 
 
 @needs_standin("a second server started beside it (the sink deployment)")
-class SwitchingWhereTheTransactionsRun(StandInTestCase):
+class SwitchingWhereTheTransactionsRun(WithSink, StandInTestCase):
     """A stream killed inside its transaction, then started with its
     transactions on another deployment (exactly_once = true -> { connection =
     "sink" }, and back): the new start also kills the sessions recorded where
@@ -282,24 +290,6 @@ class SwitchingWhereTheTransactionsRun(StandInTestCase):
     once, not after the server's default 60 s transactionLifetimeLimitSeconds
     (the stand-in, like mongod, makes a write outside the transaction wait
     for it)."""
-
-    @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        cls.sink = StandIn()
-        cls.sink.start()
-        cls.sink_client = pymongo.MongoClient(cls.sink.uri)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.sink_client.close()
-        cls.sink.stop()
-        super().tearDownClass()
-
-    def setUp(self):
-        super().setUp()
-        self.sink_db = self.sink_client[self.db_name]
-        self.env = clean_env({"SINK_URI": self.sink.uri})
 
     def kill_inside_a_transaction(self, body):
         p = self.run_fw(self.script(body, "first.lua"), env=dict(self.env, FW_TEST_BLOCK_AT="2"))
@@ -346,7 +336,7 @@ class SwitchingWhereTheTransactionsRun(StandInTestCase):
 
 
 @needs_standin("a second server started beside it (the sink deployment)")
-class DeposedHolderOnASink(DeposedHolder, StandInTestCase):
+class DeposedHolderOnASink(WithSink, DeposedHolder, StandInTestCase):
     """test_exactly_once_ha.py's deposed holder with the transactions on the sink: the lease
     (on the stream's deployment) is taken over while the holder's handler is inside its
     transaction on the sink; the new holder kills the sessions recorded on the sink and raises
@@ -354,23 +344,6 @@ class DeposedHolderOnASink(DeposedHolder, StandInTestCase):
     or, begun after the take-over, its checkpoint write matching no checkpoint of its epoch),
     the new one applies the event once. Leader mode (lease client cut off) after the write,
     shared mode (SIGSTOP) before it; the server's default transaction lifetime."""
-
-    @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        cls.sink = StandIn()
-        cls.sink.start()
-        cls.sink_client = pymongo.MongoClient(cls.sink.uri)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.sink_client.close()
-        cls.sink.stop()
-        super().tearDownClass()
-
-    def setUp(self):
-        super().setUp()
-        self.sink_db = self.sink_client[self.db_name]
 
     @property
     def model_db(self):
@@ -414,30 +387,12 @@ fw.stream { name = "totals", collection = "orders", exactly_once = true, partiti
 
 
 @needs_standin("a second server started beside it (the sink deployment)")
-class SharedUnitsIntoASink(HaReadModel, StandInTestCase):
+class SharedUnitsIntoASink(WithSink, HaReadModel, StandInTestCase):
     """ha.mode = "shared", partitions = 2, two instances, the transactions on the sink: either
     instance killed with kill -9 at random moments and restarted at once (600 orders and 2
     kills; 6,000 and 10 with FW_CHAOS_LONG=1): every counter on the sink exact, nothing on the
     source, each unit's checkpoint on the sink fenced with its lease's epoch."""
     standin_args = ("--server-version", "7.0")  # partitions: $toHashedIndexKey
-
-    @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        cls.sink = StandIn()
-        cls.sink.start()
-        cls.sink_client = pymongo.MongoClient(cls.sink.uri)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.sink_client.close()
-        cls.sink.stop()
-        super().tearDownClass()
-
-    def setUp(self):
-        super().setUp()
-        self.sink_db = self.sink_client[self.db_name]
-        self.env = clean_env({"SINK_URI": self.sink.uri})
 
     @property
     def model_db(self):
@@ -511,30 +466,12 @@ def read_text(path):
 
 
 @needs_standin("a second server started beside it (the sink deployment)")
-class ReplayIntoASink(StandInTestCase):
+class ReplayIntoASink(WithSink, StandInTestCase):
     """`flowwarden dlq replay` of a dead letter on the sink's DLQ: the handler's writes and
     the entry's RESOLVED status commit in one transaction on the sink; a replay killed inside
     that transaction (the server's default 60 s lifetime) leaves its session recorded on the
     sink ("totals#replay#sessions"), and the next replay kills it there and applies the entry
     once, at once."""
-
-    @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        cls.sink = StandIn()
-        cls.sink.start()
-        cls.sink_client = pymongo.MongoClient(cls.sink.uri)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.sink_client.close()
-        cls.sink.stop()
-        super().tearDownClass()
-
-    def setUp(self):
-        super().setUp()
-        self.sink_db = self.sink_client[self.db_name]
-        self.env = clean_env({"SINK_URI": self.sink.uri})
 
     def replay(self, script, *args, env=None):
         return run_cli(["dlq", "replay", script, "--uri", self.uri, "--claim-ttl", "1s"]
