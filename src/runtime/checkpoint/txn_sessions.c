@@ -40,14 +40,16 @@ set_mongo_error (fw_error_t *error, const char *what, const char *id, const bson
    error->code = (int) berr->code;
 }
 
-bool
-fw_txn_sessions_record (mongoc_client_t *client, const char *database, const char *id,
-                        const bson_t *lsid, fw_error_t *error)
+/* Adds lsid's id to the record's lsids ($addToSet, creating the record) or
+ * takes it out ($pull). what names the step in an error. */
+static bool
+update_lsids (mongoc_client_t *client, const char *database, const char *id, const bson_t *lsid,
+              bool add, const char *what, fw_error_t *error)
 {
    char did[512];
    bson_iter_t it;
    mongoc_collection_t *coll;
-   bson_t sel = BSON_INITIALIZER, update = BSON_INITIALIZER, add, opts = BSON_INITIALIZER;
+   bson_t sel = BSON_INITIALIZER, update = BSON_INITIALIZER, op, opts = BSON_INITIALIZER;
    bson_error_t berr;
    bool ok = false;
 
@@ -59,21 +61,29 @@ fw_txn_sessions_record (mongoc_client_t *client, const char *database, const cha
       return false;
    }
    BSON_APPEND_UTF8 (&sel, "_id", did);
-   BSON_APPEND_DOCUMENT_BEGIN (&update, "$addToSet", &add);
-   bson_append_iter (&add, "lsids", -1, &it);
-   bson_append_document_end (&update, &add);
-   BSON_APPEND_BOOL (&opts, "upsert", true);
+   BSON_APPEND_DOCUMENT_BEGIN (&update, add ? "$addToSet" : "$pull", &op);
+   bson_append_iter (&op, "lsids", -1, &it);
+   bson_append_document_end (&update, &op);
+   BSON_APPEND_BOOL (&opts, "upsert", add);
    coll = mongoc_client_get_collection (client, database, FW_CHECKPOINT_COLLECTION);
    if (!coll) {
       fw_error_set (error, FW_ERROR_NOMEM, "stream \"%s\": out of memory", id);
    } else if (!(ok = mongoc_collection_update_one (coll, &sel, &update, &opts, NULL, &berr))) {
-      set_mongo_error (error, "cannot record its transaction session", id, &berr);
+      set_mongo_error (error, what, id, &berr);
    }
    mongoc_collection_destroy (coll);
    bson_destroy (&sel);
    bson_destroy (&update);
    bson_destroy (&opts);
    return ok;
+}
+
+bool
+fw_txn_sessions_record (mongoc_client_t *client, const char *database, const char *id,
+                        const bson_t *lsid, fw_error_t *error)
+{
+   return update_lsids (client, database, id, lsid, true, "cannot record its transaction session",
+                        error);
 }
 
 /* Appends the record's lsids to ids (as a BSON array) and the killSessions
@@ -180,34 +190,8 @@ bool
 fw_txn_sessions_forget (mongoc_client_t *client, const char *database, const char *id,
                         const bson_t *lsid, fw_error_t *error)
 {
-   char did[512];
-   bson_iter_t it;
-   mongoc_collection_t *coll;
-   bson_t sel = BSON_INITIALIZER, update = BSON_INITIALIZER, pull;
-   bson_error_t berr;
-   bool ok = false;
-
-   if (!doc_id (did, sizeof did, id, error)) {
-      return false;
-   }
-   if (!bson_iter_init_find (&it, lsid, "id") || !BSON_ITER_HOLDS_BINARY (&it)) {
-      fw_error_set (error, FW_ERROR_INVALID, "stream \"%s\": a session without an id", id);
-      return false;
-   }
-   BSON_APPEND_UTF8 (&sel, "_id", did);
-   BSON_APPEND_DOCUMENT_BEGIN (&update, "$pull", &pull);
-   bson_append_iter (&pull, "lsids", -1, &it);
-   bson_append_document_end (&update, &pull);
-   coll = mongoc_client_get_collection (client, database, FW_CHECKPOINT_COLLECTION);
-   if (!coll) {
-      fw_error_set (error, FW_ERROR_NOMEM, "stream \"%s\": out of memory", id);
-   } else if (!(ok = mongoc_collection_update_one (coll, &sel, &update, NULL, NULL, &berr))) {
-      set_mongo_error (error, "cannot clear its transaction session", id, &berr);
-   }
-   mongoc_collection_destroy (coll);
-   bson_destroy (&sel);
-   bson_destroy (&update);
-   return ok;
+   return update_lsids (client, database, id, lsid, false, "cannot clear its transaction session",
+                        error);
 }
 
 bool
