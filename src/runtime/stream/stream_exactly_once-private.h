@@ -27,15 +27,6 @@ void fw_stream_exactly_once_wire (fw_stream_worker_t *w);
  * is logged and the run goes on. */
 void fw_stream_exactly_once_recover (fw_stream_worker_t *w);
 
-/* stream_exactly_once_sessions.c, by _recover after it killed the sessions
- * recorded on client (the transactions' deployment): kills those left
- * elsewhere, where an earlier run's transactions may still hold documents:
- * a killed `dlq replay`'s (on client), the stream's own deployment's record
- * when the transactions now run on a sink (an earlier exactly_once = true),
- * and the record of each sink an earlier run noted there other than the
- * current one (an earlier { connection = ... }). Failures are logged. */
-void fw_stream_exactly_once_kill_elsewhere (fw_stream_worker_t *w, mongoc_client_t *client);
-
 /* Before the stream reads (at each open): false, with why in what, when the
  * deployment exactly_once's transactions run on (the stream's own, or the
  * sink's) has none (a standalone server, a server too old: txn_support.h),

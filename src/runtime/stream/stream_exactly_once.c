@@ -15,6 +15,7 @@
 #include "runtime/host/server_probe.h"
 #include "runtime/host/txn_support.h"
 #include "runtime/stream/stream_exactly_once-private.h"
+#include "runtime/stream/stream_exactly_once_sessions-private.h"
 #include "runtime/stream/stream_position-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
@@ -137,7 +138,7 @@ fw_stream_exactly_once_recover (fw_stream_worker_t *w)
    ok = (client = fw_dispatcher_txn_client (w->d, &err)) &&
         fw_txn_sessions_kill (client, w->cfg->database, w->cfg->name, &killed, &err);
    if (client) {
-      fw_stream_exactly_once_kill_elsewhere (w, client);
+      fw_stream_exactly_once_kill_elsewhere (w->cfg, w->d, w->client, client);
    }
    /* This thread's session of an earlier term ends too: another holder may
     * have killed it and taken it off the record meanwhile, and a session
