@@ -7,8 +7,8 @@
 #include "runtime/stream/stream_circuit-private.h"
 #include "runtime/stream/stream_exactly_once-private.h"
 #include "runtime/stream/stream_lead-private.h"
-#include "runtime/stream/stream_position-private.h"
 #include "runtime/stream/stream_shared-private.h"
+#include "runtime/stream/stream_token-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
 /* ha.mode = "leader": whether this thread may still call handlers. */
@@ -19,22 +19,21 @@ fw_stream_lease_lost (fw_stream_worker_t *w)
    return w->lead.lease && (!fw_lease_is_leader (w->lead.lease, NULL) || fw_stream_over_share (w));
 }
 
-/* p = the position stored in cp (nothing when it holds none). */
-static void
-from_stored (const fw_checkpoint_t *cp, fw_position_t *p, int *candidate, bool *from_checkpoint)
+/* exactly once into PostgreSQL: the position committed there wins. */
+static bool
+pg_wins (fw_stream_worker_t *w, fw_position_t *p, int *candidate, bool *from_checkpoint)
 {
-   if (cp->has_processed) {
-      fw_position_set_token (&p->processed, &cp->processed);
-      p->has_processed = true;
-      fw_position_set_token (&p->resume, &cp->processed);
-      p->has_resume = true;
-      *from_checkpoint = true;
-   } else if (cp->has_seen) {
-      fw_position_set_token (&p->resume, &cp->seen);
-      p->has_resume = true;
-      *candidate = 1;
-      *from_checkpoint = true;
+   fw_checkpoint_t pg = {0};
+   bool found = false, ok;
+
+   bson_init (&pg.processed);
+   bson_init (&pg.seen);
+   ok = fw_stream_exactly_once_pg_load (w, &pg, &found);
+   if (ok && found) {
+      fw_position_replace_stored (p, &pg, candidate, from_checkpoint);
    }
+   fw_checkpoint_cleanup (&pg);
+   return ok;
 }
 
 /* Reads the checkpoint into p (unless start_position = "latest"), retrying
@@ -47,7 +46,7 @@ fw_stream_load_checkpoint (fw_stream_worker_t *w, fw_checkpoint_t *cp, fw_positi
 
    fw_stream_circuit_restore (w);
    if (w->cfg->start_latest) {
-      return fw_stream_exactly_once_pg_load (w, p, candidate, from_checkpoint);
+      return pg_wins (w, p, candidate, from_checkpoint);
    }
    for (int tries = 1; !fw_checkpoint_load (w->client, w->cfg->database, w->cfg->name, cp, &err);
         tries++) {
@@ -59,7 +58,7 @@ fw_stream_load_checkpoint (fw_stream_worker_t *w, fw_checkpoint_t *cp, fw_positi
          return false;
       }
    }
-   from_stored (cp, p, candidate, from_checkpoint);
+   fw_position_from_stored (p, cp, candidate, from_checkpoint);
    /* exactly once into a MongoDB sink: the position committed there wins
     * (the handled events' transactions wrote it; the stream's own may trail
     * it, or be ahead only by events whose effects are not in the sink). */
@@ -71,13 +70,10 @@ fw_stream_load_checkpoint (fw_stream_worker_t *w, fw_checkpoint_t *cp, fw_positi
       return false;
    }
    if (found) {
-      p->has_processed = p->has_resume = false;
-      *candidate = 0;
-      from_stored (&sink, p, candidate, from_checkpoint);
+      fw_position_replace_stored (p, &sink, candidate, from_checkpoint);
    }
    fw_checkpoint_cleanup (&sink);
-   /* exactly once into PostgreSQL: the position committed there wins. */
-   return fw_stream_exactly_once_pg_load (w, p, candidate, from_checkpoint);
+   return pg_wins (w, p, candidate, from_checkpoint);
 }
 
 void

@@ -30,7 +30,6 @@
  * checkpoint writer, its lease, what the admin endpoint and a reload ask of
  * it. */
 typedef struct fw_stream_eo_pg fw_stream_eo_pg_t; /* stream_exactly_once_pg.c */
-struct fw_position;                               /* stream_position-private.h */
 
 struct fw_stream_worker {
    fw_dispatcher_t *d;            /* the stream's program and dispatcher (owned) */
@@ -74,8 +73,9 @@ struct fw_stream_worker {
       bson_t *committed;     /* the last one committed: the stored checkpoint's */
       fw_stream_eo_pg_t *pg; /* exactly once into PostgreSQL: its sink (owned), or NULL */
       /* Another store's position at each checkpoint save (exactly once into
-       * PostgreSQL: fw_stream_exactly_once_pg_advance), or NULL. */
-      void (*advance) (struct fw_stream_worker *w, const struct fw_position *p);
+       * PostgreSQL: fw_stream_exactly_once_pg_advance), or NULL: the
+       * position's handled and seen tokens (each NULL: none). */
+      void (*advance) (struct fw_stream_worker *w, const bson_t *processed, const bson_t *seen);
       /* A snapshot's row has no resume token: the snapshot's progress past
        * it, written in its transaction instead (stream_snapshot.c sets it,
        * so that this file's callback calls no snapshot file: no circle). */
