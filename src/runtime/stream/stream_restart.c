@@ -23,7 +23,7 @@ fw_stream_pause (fw_stream_worker_t *w, fw_stream_run_t *run, bool save)
 
    fw_stream_control_take (w);
    if (save) {
-      fw_position_save (w, &run->p, "pause");
+      fw_position_save (w, run->p, "pause");
    }
    if ((next = fw_stream_paused (w)) == W_CONTROL_NONE) {
       return false;
@@ -54,7 +54,7 @@ restart_asked (fw_stream_worker_t *w, fw_stream_run_t *run)
 static bool
 stand_by (fw_stream_worker_t *w, fw_stream_run_t *run)
 {
-   fw_position_t *p = &run->p;
+   fw_position_t *p = run->p;
 
    /* Handlers stopped before the lease could expire. The last save is
     * fenced: it lands only if no newer leader fenced the checkpoint. */
@@ -87,7 +87,7 @@ stand_by (fw_stream_worker_t *w, fw_stream_run_t *run)
 static bool
 history_lost (fw_stream_worker_t *w, fw_stream_run_t *run)
 {
-   fw_position_t *p = &run->p;
+   fw_position_t *p = run->p;
 
    if (run->candidate == 0 && run->cp.has_seen && !bson_equal (&run->cp.seen, &p->resume)) {
       fw_log (FW_LOG_WARN, w->cfg->name,
@@ -133,7 +133,7 @@ history_lost (fw_stream_worker_t *w, fw_stream_run_t *run)
 static bool
 restart_backoff (fw_stream_worker_t *w, fw_stream_run_t *run)
 {
-   fw_position_t *p = &run->p;
+   fw_position_t *p = run->p;
    int64_t delay;
 
    run->restarts++;
