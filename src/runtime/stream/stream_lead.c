@@ -44,7 +44,7 @@ fw_stream_load_checkpoint (fw_stream_worker_t *w, fw_checkpoint_t *cp, fw_positi
 {
    fw_error_t err;
 
-   fw_stream_circuit_restore (w);
+   fw_stream_circuit_restore (&w->circuit, w->d, w->client);
    if (w->cfg->start_latest) {
       return pg_wins (w, p, candidate, from_checkpoint);
    }

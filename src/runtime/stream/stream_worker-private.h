@@ -24,6 +24,7 @@
 #include "runtime/dispatch/dispatcher.h"
 #include "runtime/ha/lease.h"
 #include "runtime/host/connections.h"
+#include "runtime/stream/stream_circuit-private.h"
 #include "runtime/stream/stream_worker.h"
 
 /* A stream: its thread, its dispatcher (and its lanes'), its position and
@@ -83,13 +84,10 @@ struct fw_stream_worker {
                    mongoc_client_session_t *session, bson_t *reply, bool *fenced,
                    fw_error_t *error);
    } eo;
-   struct {                     /* the breaker kept across restarts (stream_circuit.c) */
-      fw_circuit_store_t store; /* the dispatcher's hooks (ud: w) */
-      int warned;               /* a write failed and was said (atomic) */
-   } circuit;
-   struct {              /* ha.mode = "leader" (lease.h): */
-      fw_lease_t *lease; /* the stream's lease, NULL without ha */
-      int64_t epoch;     /* the epoch this thread leads with; 0: not leading */
+   fw_stream_circuit_t circuit; /* the breaker kept across restarts (stream_circuit.c) */
+   struct {                     /* ha.mode = "leader" (lease.h): */
+      fw_lease_t *lease;        /* the stream's lease, NULL without ha */
+      int64_t epoch;            /* the epoch this thread leads with; 0: not leading */
    } lead;
    struct {
       struct fw_shared_group *group; /* ha.mode = "shared": the units' group (stream_shared.c) */
