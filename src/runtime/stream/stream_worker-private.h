@@ -25,6 +25,7 @@
 #include "runtime/ha/lease.h"
 #include "runtime/host/connections.h"
 #include "runtime/stream/stream_circuit-private.h"
+#include "runtime/stream/stream_parts-private.h"
 #include "runtime/stream/stream_worker.h"
 
 /* A stream: its thread, its dispatcher (and its lanes'), its position and
@@ -124,10 +125,6 @@ struct fw_stream_worker {
                                    * exchanged atomically with the admin endpoint */
    } snap;
 };
-
-/* stream_control.c: the stream stops for good (w->failed); what says why
- * (w->failure, status, metrics, log). */
-void fw_stream_failed (fw_stream_worker_t *w, const char *what);
 
 /* The admin endpoint's pending request (W_CONTROL_*, stream_control-private.h),
  * left in place. Inline: read at every event boundary. */
