@@ -42,6 +42,24 @@ fw_stream_lead_epoch (const fw_stream_worker_t *w)
    return w->lead.epoch;
 }
 
+void
+fw_stream_set_lead_epoch (fw_stream_worker_t *w, int64_t epoch)
+{
+   w->lead.epoch = epoch;
+}
+
+fw_lease_t *
+fw_stream_lease (const fw_stream_worker_t *w)
+{
+   return w->lead.lease;
+}
+
+struct fw_stream_circuit *
+fw_stream_circuit (fw_stream_worker_t *w)
+{
+   return &w->circuit;
+}
+
 int
 fw_stream_control_pending (fw_stream_worker_t *w)
 {
