@@ -8,15 +8,35 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "runtime/stream/stream_worker.h"
+#include <mongoc/mongoc.h>
 
-/* Gives w's dispatcher (and so its lanes) the hooks keeping its breaker in
- * "<w's checkpoint id>#circuit" (circuit_doc.h). */
-void fw_stream_circuit_keep (fw_stream_worker_t *w);
+#include "runtime/config/stream_config.h"
+#include "runtime/dispatch/dispatcher.h"
+#include "runtime/ha/lease.h"
 
-/* At a start: a breaker kept by the last run is put back open (logged);
- * none, a read error (logged) or circuit off (the document is deleted)
- * leaves it closed. On the stream's thread, with its client. */
-void fw_stream_circuit_restore (fw_stream_worker_t *w);
+/* A stream's breaker kept across restarts: the dispatcher's hooks and what
+ * they read of the stream (its fields, so that a reload's settings and a
+ * lease made later are seen). Part of the stream's state; the hooks run on
+ * the thread of the event holding the breaker (a lane's too). */
+typedef struct fw_stream_circuit {
+   fw_circuit_store_t store;             /* the dispatcher's hooks (ud: this) */
+   int warned;                           /* a write failed and was said (atomic) */
+   mongoc_client_pool_t *pool;           /* the stream's; NULL: no server */
+   fw_lease_t *const *lease;             /* the stream's lease (ha), NULL in it: none */
+   const fw_stream_config_t *const *cfg; /* the stream's settings (follow reloads) */
+} fw_stream_circuit_t;
+
+/* Gives d (and so its lanes) the hooks keeping its breaker in "<the
+ * stream's checkpoint id>#circuit" (circuit_doc.h); c keeps pool and the
+ * stream's lease and settings fields (borrowed, outliving d). */
+void fw_stream_circuit_keep (fw_stream_circuit_t *c, fw_dispatcher_t *d, mongoc_client_pool_t *pool,
+                             fw_lease_t *const *lease, const fw_stream_config_t *const *cfg);
+
+/* At a start: a breaker kept by the last run is put back open on d
+ * (logged); none, a read error (logged) or circuit off (the document is
+ * deleted) leaves it closed. On the stream's thread, with its client (NULL:
+ * nothing done). */
+void fw_stream_circuit_restore (fw_stream_circuit_t *c, fw_dispatcher_t *d,
+                                mongoc_client_t *client);
 
 #endif

@@ -8,28 +8,28 @@
  * "leader" only the leader writes, fenced by its lease's epoch.
  */
 
+#include "flowwarden/clock.h"
 #include "flowwarden/log.h"
 #include "runtime/checkpoint/circuit_doc.h"
 #include "runtime/stream/stream_circuit-private.h"
-#include "runtime/stream/stream_worker-private.h"
 
 /* The epoch to write with (0 without ha); false when this instance no
  * longer leads (it writes nothing). */
 static bool
-may_write (fw_stream_worker_t *w, int64_t *epoch)
+may_write (const fw_stream_circuit_t *c, int64_t *epoch)
 {
    *epoch = 0;
-   if (!w->pool) {
+   if (!c->pool) {
       return false; /* no server (flowwarden test, a replay's worker) */
    }
-   return !w->lead.lease || fw_lease_is_leader (w->lead.lease, epoch);
+   return !*c->lease || fw_lease_is_leader (*c->lease, epoch);
 }
 
 static void
-write_failed (fw_stream_worker_t *w, const char *what)
+write_failed (fw_stream_circuit_t *c, const char *what)
 {
-   if (__atomic_exchange_n (&w->circuit.warned, 1, __ATOMIC_RELAXED) == 0) {
-      fw_log (FW_LOG_WARN, w->cfg->name,
+   if (__atomic_exchange_n (&c->warned, 1, __ATOMIC_RELAXED) == 0) {
+      fw_log (FW_LOG_WARN, (*c->cfg)->name,
               "%s; the breaker goes on in memory (a restart would start it closed)", what);
    }
 }
@@ -37,91 +37,96 @@ write_failed (fw_stream_worker_t *w, const char *what)
 static void
 save (void *ud, const fw_circuit_view_t *v)
 {
-   fw_stream_worker_t *w = ud;
+   fw_stream_circuit_t *c = ud;
+   const fw_stream_config_t *cfg = *c->cfg;
    mongoc_client_t *client;
    fw_error_t err;
    int64_t epoch;
    bool fenced;
 
-   if (!may_write (w, &epoch) || !(client = mongoc_client_pool_pop (w->pool))) {
+   if (!may_write (c, &epoch) || !(client = mongoc_client_pool_pop (c->pool))) {
       return;
    }
-   if (!fw_circuit_doc_save (client, w->cfg->database, w->cfg->name, v, epoch, &fenced, &err) &&
+   if (!fw_circuit_doc_save (client, cfg->database, cfg->name, v, epoch, &fenced, &err) &&
        !fenced) {
-      write_failed (w, err.message);
+      write_failed (c, err.message);
    }
-   mongoc_client_pool_push (w->pool, client);
+   mongoc_client_pool_push (c->pool, client);
 }
 
 static void
 clear (void *ud)
 {
-   fw_stream_worker_t *w = ud;
+   fw_stream_circuit_t *c = ud;
+   const fw_stream_config_t *cfg = *c->cfg;
    mongoc_client_t *client;
    fw_error_t err;
    int64_t epoch;
 
-   if (!may_write (w, &epoch) || !(client = mongoc_client_pool_pop (w->pool))) {
+   if (!may_write (c, &epoch) || !(client = mongoc_client_pool_pop (c->pool))) {
       return;
    }
-   if (!fw_circuit_doc_delete (client, w->cfg->database, w->cfg->name, epoch, &err)) {
-      write_failed (w, err.message);
+   if (!fw_circuit_doc_delete (client, cfg->database, cfg->name, epoch, &err)) {
+      write_failed (c, err.message);
    }
-   mongoc_client_pool_push (w->pool, client);
+   mongoc_client_pool_push (c->pool, client);
 }
 
 void
-fw_stream_circuit_keep (fw_stream_worker_t *w)
+fw_stream_circuit_keep (fw_stream_circuit_t *c, fw_dispatcher_t *d, mongoc_client_pool_t *pool,
+                        fw_lease_t *const *lease, const fw_stream_config_t *const *cfg)
 {
-   w->circuit.store = (fw_circuit_store_t){w, save, clear};
-   fw_dispatcher_set_circuit_store (w->d, &w->circuit.store);
+   c->pool = pool;
+   c->lease = lease;
+   c->cfg = cfg;
+   c->store = (fw_circuit_store_t){c, save, clear};
+   fw_dispatcher_set_circuit_store (d, &c->store);
 }
 
 void
-fw_stream_circuit_restore (fw_stream_worker_t *w)
+fw_stream_circuit_restore (fw_stream_circuit_t *c, fw_dispatcher_t *d, mongoc_client_t *client)
 {
+   const fw_stream_config_t *cfg = *c->cfg;
    fw_circuit_view_t v;
    fw_error_t err;
    char bad[120];
    bool found;
    int64_t now = fw_now_ms ();
 
-   if (!w->client) {
+   if (!client) {
       return;
    }
-   if (!fw_circuit_doc_load (w->client, w->cfg->database, w->cfg->name, &v, &found, bad, sizeof bad,
-                             &err)) {
-      fw_log (FW_LOG_WARN, w->cfg->name, "%s; the breaker starts closed", err.message);
+   if (!fw_circuit_doc_load (client, cfg->database, cfg->name, &v, &found, bad, sizeof bad, &err)) {
+      fw_log (FW_LOG_WARN, cfg->name, "%s; the breaker starts closed", err.message);
       return;
    }
    if (bad[0]) {
-      fw_log (FW_LOG_WARN, w->cfg->name,
+      fw_log (FW_LOG_WARN, cfg->name,
               "%s.%s \"%s#circuit\" is not a breaker's (%s): the breaker starts closed",
-              w->cfg->database, FW_CHECKPOINT_COLLECTION, w->cfg->name, bad);
+              cfg->database, FW_CHECKPOINT_COLLECTION, cfg->name, bad);
       return;
    }
    if (!found) {
       return;
    }
-   if (!w->cfg->circuit.enabled) {
-      fw_log (FW_LOG_INFO, w->cfg->name,
+   if (!cfg->circuit.enabled) {
+      fw_log (FW_LOG_INFO, cfg->name,
               "the breaker kept by the last run (open on %s) is dropped: the script has no "
               "circuit",
               v.error_type);
-      clear (w);
+      clear (c);
       return;
    }
-   if (w->cfg->circuit.give_up_after_ms > 0 &&
-       now >= v.since_ms + w->cfg->circuit.give_up_after_ms) {
-      fw_log (FW_LOG_WARN, w->cfg->name,
+   if (cfg->circuit.give_up_after_ms > 0 && now >= v.since_ms + cfg->circuit.give_up_after_ms) {
+      fw_log (FW_LOG_WARN, cfg->name,
               "the breaker kept by the last run (open on %s) passed give_up_after while "
               "flowwarden was down: it starts closed, the held event gets its attempts again",
               v.error_type);
-      clear (w);
+      clear (c);
       return;
    }
-   if (fw_dispatcher_circuit_restore (w->d, &v)) {
-      fw_log (FW_LOG_WARN, w->cfg->name,
+   if (fw_dispatcher_circuit_restore (d, &v)) {
+      fw_log (FW_LOG_WARN, cfg->name,
               "circuit OPEN (restored): the last run left it open on %s since %lld ms ago, "
               "after %d probe(s); the next probe in %lld ms, with the first event (no round "
               "of retries before it)",

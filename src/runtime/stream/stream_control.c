@@ -9,7 +9,62 @@
 #include "flowwarden/log.h"
 #include "lua_api/metrics_lua.h"
 #include "runtime/stream/stream_control-private.h"
+#include "runtime/stream/stream_parts-private.h"
 #include "runtime/stream/stream_worker-private.h"
+
+const fw_stream_config_t *
+fw_stream_cfg (const fw_stream_worker_t *w)
+{
+   return w->cfg;
+}
+
+fw_shutdown_t *
+fw_stream_shutdown (const fw_stream_worker_t *w)
+{
+   return w->shutdown;
+}
+
+mongoc_client_t *
+fw_stream_client (const fw_stream_worker_t *w)
+{
+   return w->client;
+}
+
+uint64_t *
+fw_stream_rng (fw_stream_worker_t *w)
+{
+   return &w->rng;
+}
+
+int64_t
+fw_stream_lead_epoch (const fw_stream_worker_t *w)
+{
+   return w->lead.epoch;
+}
+
+void
+fw_stream_set_lead_epoch (fw_stream_worker_t *w, int64_t epoch)
+{
+   w->lead.epoch = epoch;
+}
+
+fw_lease_t *
+fw_stream_lease (const fw_stream_worker_t *w)
+{
+   return w->lead.lease;
+}
+
+struct fw_stream_circuit *
+fw_stream_circuit (fw_stream_worker_t *w)
+{
+   return &w->circuit;
+}
+
+int
+fw_stream_control_pending (fw_stream_worker_t *w)
+{
+   return fw_stream_control_peek (w);
+}
 
 bool
 fw_stream_worker_finished (const fw_stream_worker_t *w)

@@ -12,8 +12,6 @@
 
 #include "runtime/checkpoint/checkpoint_store.h"
 
-typedef struct fw_position fw_position_t; /* stream_position-private.h */
-
 /* stream_exactly_once.c: exactly_once (issue 39) wires the dispatcher's
  * transactions to write the stream's position in them. */
 void fw_stream_exactly_once_wire (fw_stream_worker_t *w);
@@ -26,15 +24,6 @@ void fw_stream_exactly_once_wire (fw_stream_worker_t *w);
  * transaction it may have left open, and ends this thread's own; a failure
  * is logged and the run goes on. */
 void fw_stream_exactly_once_recover (fw_stream_worker_t *w);
-
-/* stream_exactly_once_sessions.c, by _recover after it killed the sessions
- * recorded on client (the transactions' deployment): kills those left
- * elsewhere, where an earlier run's transactions may still hold documents:
- * a killed `dlq replay`'s (on client), the stream's own deployment's record
- * when the transactions now run on a sink (an earlier exactly_once = true),
- * and the record of each sink an earlier run noted there other than the
- * current one (an earlier { connection = ... }). Failures are logged. */
-void fw_stream_exactly_once_kill_elsewhere (fw_stream_worker_t *w, mongoc_client_t *client);
 
 /* Before the stream reads (at each open): false, with why in what, when the
  * deployment exactly_once's transactions run on (the stream's own, or the
@@ -50,30 +39,34 @@ bool fw_stream_exactly_once_supported (fw_stream_worker_t *w, char *what, size_t
  * reads the sink's checkpoint into cp (*found: it holds a position, which
  * wins over the stream's own), retried with the restart backoff, false only
  * on shutdown; without a sink true and nothing read. _advance, at each
- * checkpoint save: writes p to the sink's checkpoint when no transaction
- * did (best effort, fenced under ha); _wire sets w->eo.advance to it, which
- * the position's saves call. */
+ * checkpoint save: writes the position's handled and seen tokens (each
+ * NULL: none) to the sink's checkpoint when no transaction did (best
+ * effort, fenced under ha); _wire sets w->eo.advance to it, which the
+ * position's saves call. */
 bool fw_stream_exactly_once_fence (fw_stream_worker_t *w, int64_t epoch, int64_t *stored,
                                    fw_error_t *error);
 bool fw_stream_exactly_once_load (fw_stream_worker_t *w, fw_checkpoint_t *cp, bool *found);
-void fw_stream_exactly_once_advance (fw_stream_worker_t *w, const fw_position_t *p);
+void fw_stream_exactly_once_advance (fw_stream_worker_t *w, const bson_t *processed,
+                                     const bson_t *seen);
 
 /* stream_exactly_once_pg.c: exactly_once = { connection = <PostgreSQL> }
  * (issue 40). _wire hands the dispatcher the PostgreSQL sink (its state made
  * on first use, owned by w, freed by _free after w's dispatcher). _load, at
  * the start of a run after the lease: raises the position's epoch to the
- * leader's (ha) and sets p to the position committed there, which wins over
- * _fw_checkpoints' (none there: p untouched); retried with the restart
+ * leader's (ha) and reads the position committed there into cp's handled
+ * token (*found), which wins over _fw_checkpoints' (none there, or
+ * start_position = "latest": cp untouched); retried with the restart
  * backoff, false on shutdown (or when the sink could not be made: the
  * stream failed rather than run without its transactions). */
 void fw_stream_exactly_once_pg_wire (fw_stream_worker_t *w);
 void fw_stream_exactly_once_pg_free (fw_stream_worker_t *w);
-bool fw_stream_exactly_once_pg_load (fw_stream_worker_t *w, fw_position_t *p, int *candidate,
-                                     bool *from_checkpoint);
-/* At each checkpoint save: stores p's processed position in the table when
+bool fw_stream_exactly_once_pg_load (fw_stream_worker_t *w, fw_checkpoint_t *cp, bool *found);
+/* At each checkpoint save: stores the handled position (processed; seen is
+ * not kept there) in the table when
  * no transaction did (the last events were dead-lettered, skipped or had no
  * handler), so a restart does not run them again. Best effort. */
-void fw_stream_exactly_once_pg_advance (fw_stream_worker_t *w, const fw_position_t *p);
+void fw_stream_exactly_once_pg_advance (fw_stream_worker_t *w, const bson_t *processed,
+                                        const bson_t *seen);
 /* (_pg_wire sets w->eo.advance to it: the position's saves call it there.) */
 
 #endif

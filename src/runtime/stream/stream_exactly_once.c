@@ -15,7 +15,8 @@
 #include "runtime/host/server_probe.h"
 #include "runtime/host/txn_support.h"
 #include "runtime/stream/stream_exactly_once-private.h"
-#include "runtime/stream/stream_position-private.h"
+#include "runtime/stream/stream_exactly_once_sessions-private.h"
+#include "runtime/stream/stream_token-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
 /* *dst = a copy of src (*dst allocated on first use). */
@@ -137,7 +138,7 @@ fw_stream_exactly_once_recover (fw_stream_worker_t *w)
    ok = (client = fw_dispatcher_txn_client (w->d, &err)) &&
         fw_txn_sessions_kill (client, w->cfg->database, w->cfg->name, &killed, &err);
    if (client) {
-      fw_stream_exactly_once_kill_elsewhere (w, client);
+      fw_stream_exactly_once_kill_elsewhere (w->cfg, w->d, w->client, client);
    }
    /* This thread's session of an earlier term ends too: another holder may
     * have killed it and taken it off the record meanwhile, and a session
@@ -218,19 +219,17 @@ fw_stream_exactly_once_load (fw_stream_worker_t *w, fw_checkpoint_t *cp, bool *f
 }
 
 void
-fw_stream_exactly_once_advance (fw_stream_worker_t *w, const fw_position_t *p)
+fw_stream_exactly_once_advance (fw_stream_worker_t *w, const bson_t *processed, const bson_t *seen)
 {
    fw_error_t err;
    mongoc_client_t *client = sink_client (w, &err);
    const char *version = fw_lua_host_version (fw_dispatcher_host (w->d));
-   const bson_t *processed = p->has_processed ? &p->processed : NULL;
-   const bson_t *seen = p->has_resume ? &p->resume : NULL;
    bool ok;
 
-   if ((!p->has_processed && !p->has_resume) || (w->lead.lease && w->lead.epoch <= 0)) {
+   if ((!processed && !seen) || (w->lead.lease && w->lead.epoch <= 0)) {
       return; /* nothing to save, or a standby's: the leader's stands */
    }
-   if (!client || fw_position_is (p, w->eo.committed)) {
+   if (!client || fw_position_tokens_are (processed, seen, w->eo.committed)) {
       return;
    }
    ok = w->lead.lease

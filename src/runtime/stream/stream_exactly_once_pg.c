@@ -31,7 +31,7 @@
 #include "lua_api/pg_io.h"
 #include "lua_api/pg_lua.h"
 #include "runtime/stream/stream_exactly_once-private.h"
-#include "runtime/stream/stream_position-private.h"
+#include "runtime/stream/stream_token-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
 /* Every statement of the sink's own (BEGIN, the position, COMMIT) waits at
@@ -517,8 +517,7 @@ fence_and_read (fw_stream_eo_pg_t *s, char **token, char *why, size_t len)
 }
 
 bool
-fw_stream_exactly_once_pg_load (fw_stream_worker_t *w, fw_position_t *p, int *candidate,
-                                bool *from_checkpoint)
+fw_stream_exactly_once_pg_load (fw_stream_worker_t *w, fw_checkpoint_t *cp, bool *found)
 {
    char *token = NULL, why[512];
    bson_t doc;
@@ -554,12 +553,10 @@ fw_stream_exactly_once_pg_load (fw_stream_worker_t *w, fw_position_t *p, int *ca
       bson_free (token);
       return true;
    }
-   fw_position_set_token (&p->processed, &doc);
-   fw_position_set_token (&p->resume, &doc);
+   fw_position_set_token (&cp->processed, &doc);
+   cp->has_processed = true;
    set_last (w->eo.pg, bson_strdup (token));
-   p->has_processed = p->has_resume = true;
-   *candidate = 0;
-   *from_checkpoint = true;
+   *found = true;
    fw_log (FW_LOG_INFO, w->cfg->name,
            "exactly_once: resuming from the position committed in "
            "connection \"%s\"",
@@ -570,7 +567,8 @@ fw_stream_exactly_once_pg_load (fw_stream_worker_t *w, fw_position_t *p, int *ca
 }
 
 void
-fw_stream_exactly_once_pg_advance (fw_stream_worker_t *w, const fw_position_t *p)
+fw_stream_exactly_once_pg_advance (fw_stream_worker_t *w, const bson_t *processed,
+                                   const bson_t *seen)
 {
    fw_stream_eo_pg_t *s = w->eo.pg;
    char epoch[32], why[512], *token;
@@ -578,11 +576,11 @@ fw_stream_exactly_once_pg_advance (fw_stream_worker_t *w, const fw_position_t *p
    PGresult *res = NULL;
    fw_pg_io_t io;
 
-   if (!s || !w->cfg->exactly_once_pg || !p->has_processed ||
-       (w->lead.lease && w->lead.epoch <= 0)) {
+   (void) seen; /* the table keeps the handled position only */
+   if (!s || !w->cfg->exactly_once_pg || !processed || (w->lead.lease && w->lead.epoch <= 0)) {
       return;
    }
-   if (!(token = bson_as_canonical_extended_json (&p->processed, NULL))) {
+   if (!(token = bson_as_canonical_extended_json (processed, NULL))) {
       return;
    }
    if (s->last && strcmp (s->last, token) == 0) {

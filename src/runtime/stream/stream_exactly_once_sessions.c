@@ -20,14 +20,20 @@
 
 #include "flowwarden/log.h"
 #include "runtime/checkpoint/txn_sessions.h"
-#include "runtime/stream/stream_exactly_once-private.h"
+#include "runtime/stream/stream_exactly_once_sessions-private.h"
 #include "runtime/stream/stream_partition-private.h"
-#include "runtime/stream/stream_worker-private.h"
+
+/* What the kills below read: the stream's settings and its dispatcher (the
+ * sinks' clients). */
+typedef struct {
+   const fw_stream_config_t *cfg;
+   fw_dispatcher_t *d;
+} kill_ctx_t;
 
 /* Kills the sessions of record id on client (connection: its name, for the
  * log); true when done (none, or killed). */
 static bool
-kill_record (fw_stream_worker_t *w, mongoc_client_t *client, const char *id, const char *whose,
+kill_record (const kill_ctx_t *w, mongoc_client_t *client, const char *id, const char *whose,
              const char *connection)
 {
    fw_error_t err;
@@ -53,7 +59,7 @@ kill_record (fw_stream_worker_t *w, mongoc_client_t *client, const char *id, con
 /* Kills both records on a deployment the transactions ran on: an earlier
  * run's and a killed dlq replay's; true when both are done. */
 static bool
-kill_records (fw_stream_worker_t *w, mongoc_client_t *client, const char *connection)
+kill_records (const kill_ctx_t *w, mongoc_client_t *client, const char *connection)
 {
    char id[512];
    bool ok = kill_record (w, client, w->cfg->name, "an earlier run", connection);
@@ -69,7 +75,7 @@ kill_records (fw_stream_worker_t *w, mongoc_client_t *client, const char *connec
 static bool
 kill_on_sink (void *ud, const char *sink)
 {
-   fw_stream_worker_t *w = ud;
+   const kill_ctx_t *w = ud;
    mongoc_client_t *client;
    fw_error_t err;
 
@@ -88,8 +94,11 @@ kill_on_sink (void *ud, const char *sink)
 }
 
 void
-fw_stream_exactly_once_kill_elsewhere (fw_stream_worker_t *w, mongoc_client_t *client)
+fw_stream_exactly_once_kill_elsewhere (const fw_stream_config_t *cfg, fw_dispatcher_t *d,
+                                       mongoc_client_t *own, mongoc_client_t *client)
 {
+   kill_ctx_t ctx = {cfg, d};
+   const kill_ctx_t *w = &ctx;
    const char *conn = w->cfg->exactly_once_connection ? w->cfg->exactly_once_connection : "default";
    char id[512];
    fw_error_t err;
@@ -98,14 +107,13 @@ fw_stream_exactly_once_kill_elsewhere (fw_stream_worker_t *w, mongoc_client_t *c
                                   fw_stream_partition_base_len (w->cfg))) {
       kill_record (w, client, id, "a killed dlq replay", conn);
    }
-   if (!w->client) {
+   if (!own) {
       return;
    }
    if (w->cfg->exactly_once_connection) { /* an earlier exactly_once = true's */
-      kill_records (w, w->client, "default");
+      kill_records (w, own, "default");
    }
-   if (!fw_txn_sessions_each_sink (w->client, w->cfg->database, w->cfg->name, kill_on_sink, w,
-                                   &err)) {
+   if (!fw_txn_sessions_each_sink (own, w->cfg->database, w->cfg->name, kill_on_sink, &ctx, &err)) {
       fw_log (FW_LOG_WARN, w->cfg->name,
               "exactly_once: cannot read which sinks an earlier run used (%s)", err.message);
    }

@@ -1,6 +1,6 @@
 /*
  * stream_lead-private.h - the checkpoint and leadership a stream reads with
- * (stream_lead.c).
+ * (stream_lead.c; fw_stream_lease_lost: stream_shared.c).
  */
 #ifndef FLOWWARDEN_STREAM_LEAD_PRIVATE_H
 #define FLOWWARDEN_STREAM_LEAD_PRIVATE_H
@@ -26,7 +26,8 @@ void fw_stream_set_role (fw_stream_worker_t *w, int role);
  * lease, then fences the checkpoint with its epoch. False only on shutdown. */
 bool fw_stream_wait_lead (fw_stream_worker_t *w);
 
-/* ha.mode = "leader": whether this thread may no longer call handlers. */
+/* ha.mode = "leader": whether this thread may no longer call handlers
+ * (stream_shared.c, beside the share it reads). */
 bool fw_stream_lease_lost (fw_stream_worker_t *w);
 
 #endif

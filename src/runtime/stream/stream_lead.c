@@ -7,34 +7,25 @@
 #include "runtime/stream/stream_circuit-private.h"
 #include "runtime/stream/stream_exactly_once-private.h"
 #include "runtime/stream/stream_lead-private.h"
-#include "runtime/stream/stream_position-private.h"
+#include "runtime/stream/stream_parts-private.h"
 #include "runtime/stream/stream_shared-private.h"
-#include "runtime/stream/stream_worker-private.h"
+#include "runtime/stream/stream_token-private.h"
 
-/* ha.mode = "leader": whether this thread may still call handlers. */
-bool
-fw_stream_lease_lost (fw_stream_worker_t *w)
+/* exactly once into PostgreSQL: the position committed there wins. */
+static bool
+pg_wins (fw_stream_worker_t *w, fw_position_t *p, int *candidate, bool *from_checkpoint)
 {
-   fw_stream_shared_observe (w); /* ha.mode = "shared" only */
-   return w->lead.lease && (!fw_lease_is_leader (w->lead.lease, NULL) || fw_stream_over_share (w));
-}
+   fw_checkpoint_t pg = {0};
+   bool found = false, ok;
 
-/* p = the position stored in cp (nothing when it holds none). */
-static void
-from_stored (const fw_checkpoint_t *cp, fw_position_t *p, int *candidate, bool *from_checkpoint)
-{
-   if (cp->has_processed) {
-      fw_position_set_token (&p->processed, &cp->processed);
-      p->has_processed = true;
-      fw_position_set_token (&p->resume, &cp->processed);
-      p->has_resume = true;
-      *from_checkpoint = true;
-   } else if (cp->has_seen) {
-      fw_position_set_token (&p->resume, &cp->seen);
-      p->has_resume = true;
-      *candidate = 1;
-      *from_checkpoint = true;
+   bson_init (&pg.processed);
+   bson_init (&pg.seen);
+   ok = fw_stream_exactly_once_pg_load (w, &pg, &found);
+   if (ok && found) {
+      fw_position_replace_stored (p, &pg, candidate, from_checkpoint);
    }
+   fw_checkpoint_cleanup (&pg);
+   return ok;
 }
 
 /* Reads the checkpoint into p (unless start_position = "latest"), retrying
@@ -43,23 +34,26 @@ bool
 fw_stream_load_checkpoint (fw_stream_worker_t *w, fw_checkpoint_t *cp, fw_position_t *p,
                            int *candidate, bool *from_checkpoint)
 {
+   const fw_stream_config_t *cfg = fw_stream_cfg (w);
+   fw_shutdown_t *shutdown = fw_stream_shutdown (w);
+   mongoc_client_t *client = fw_stream_client (w);
+   fw_dispatcher_t *d = fw_stream_worker_dispatcher (w);
    fw_error_t err;
 
-   fw_stream_circuit_restore (w);
-   if (w->cfg->start_latest) {
-      return fw_stream_exactly_once_pg_load (w, p, candidate, from_checkpoint);
+   fw_stream_circuit_restore (fw_stream_circuit (w), d, client);
+   if (cfg->start_latest) {
+      return pg_wins (w, p, candidate, from_checkpoint);
    }
-   for (int tries = 1; !fw_checkpoint_load (w->client, w->cfg->database, w->cfg->name, cp, &err);
-        tries++) {
-      int64_t delay = fw_backoff_delay_ms (&w->cfg->restart, tries, fw_backoff_random (&w->rng));
-      fw_log (FW_LOG_ERROR, w->cfg->name, "%s; retrying in %lld ms", err.message,
-              (long long) delay);
+   for (int tries = 1; !fw_checkpoint_load (client, cfg->database, cfg->name, cp, &err); tries++) {
+      int64_t delay = fw_backoff_delay_ms (&cfg->restart, tries,
+                                           fw_backoff_random (fw_stream_rng (w)));
+      fw_log (FW_LOG_ERROR, cfg->name, "%s; retrying in %lld ms", err.message, (long long) delay);
       fw_checkpoint_cleanup (cp);
-      if (fw_shutdown_wait_ms (w->shutdown, delay)) {
+      if (fw_shutdown_wait_ms (shutdown, delay)) {
          return false;
       }
    }
-   from_stored (cp, p, candidate, from_checkpoint);
+   fw_position_from_stored (p, cp, candidate, from_checkpoint);
    /* exactly once into a MongoDB sink: the position committed there wins
     * (the handled events' transactions wrote it; the stream's own may trail
     * it, or be ahead only by events whose effects are not in the sink). */
@@ -71,20 +65,19 @@ fw_stream_load_checkpoint (fw_stream_worker_t *w, fw_checkpoint_t *cp, fw_positi
       return false;
    }
    if (found) {
-      p->has_processed = p->has_resume = false;
-      *candidate = 0;
-      from_stored (&sink, p, candidate, from_checkpoint);
+      fw_position_replace_stored (p, &sink, candidate, from_checkpoint);
    }
    fw_checkpoint_cleanup (&sink);
-   /* exactly once into PostgreSQL: the position committed there wins. */
-   return fw_stream_exactly_once_pg_load (w, p, candidate, from_checkpoint);
+   return pg_wins (w, p, candidate, from_checkpoint);
 }
 
 void
 fw_stream_set_role (fw_stream_worker_t *w, int role)
 {
-   if (w->metrics) {
-      fw_stream_metrics_set_role (w->metrics, role);
+   fw_stream_metrics_t *metrics = fw_stream_worker_metrics (w);
+
+   if (metrics) {
+      fw_stream_metrics_set_role (metrics, role);
    }
 }
 
@@ -95,23 +88,29 @@ fw_stream_set_role (fw_stream_worker_t *w, int role)
 bool
 fw_stream_wait_lead (fw_stream_worker_t *w)
 {
+   const fw_stream_config_t *cfg = fw_stream_cfg (w);
+   fw_stream_metrics_t *metrics = fw_stream_worker_metrics (w);
+   fw_shutdown_t *shutdown = fw_stream_shutdown (w);
+   mongoc_client_t *client = fw_stream_client (w);
+   fw_lease_t *lease = fw_stream_lease (w);
+   fw_dispatcher_t *d = fw_stream_worker_dispatcher (w);
    bool said = false;
 
-   w->lead.epoch = 0;
-   fw_dispatcher_set_lead (w->d, w->lead.lease, 0);
+   fw_stream_set_lead_epoch (w, 0);
+   fw_dispatcher_set_lead (d, lease, 0);
    fw_stream_set_role (w, FW_STREAM_ROLE_STANDBY);
-   if (w->metrics) {
-      fw_stream_metrics_set_state (w->metrics, FW_STREAM_STARTING,
+   if (metrics) {
+      fw_stream_metrics_set_state (metrics, FW_STREAM_STARTING,
                                    "starting: reading the unit's lease");
    }
-   while (!fw_shutdown_requested (w->shutdown)) {
+   while (!fw_shutdown_requested (shutdown)) {
       int64_t epoch, stored;
       fw_error_t err;
 
       fw_stream_standby_observe (w);
-      if (!fw_lease_wait_leader (w->lead.lease, 250, &epoch)) {
+      if (!fw_lease_wait_leader (lease, 250, &epoch)) {
          if (!said) {
-            fw_log (FW_LOG_INFO, w->cfg->name, "role: standby (waiting for the stream's lease)");
+            fw_log (FW_LOG_INFO, cfg->name, "role: standby (waiting for the stream's lease)");
             said = true;
          }
          continue;
@@ -120,37 +119,37 @@ fw_stream_wait_lead (fw_stream_worker_t *w)
        * written in an open transaction: the fence below would wait for it
        * (up to transactionLifetimeLimitSeconds). */
       fw_stream_exactly_once_recover (w);
-      if (!fw_checkpoint_fence (w->client, w->cfg->database, w->cfg->name, epoch, &stored, &err)) {
-         fw_log (FW_LOG_WARN, w->cfg->name, "%s; trying again", err.message);
-         fw_shutdown_wait_ms (w->shutdown, 250);
+      if (!fw_checkpoint_fence (client, cfg->database, cfg->name, epoch, &stored, &err)) {
+         fw_log (FW_LOG_WARN, cfg->name, "%s; trying again", err.message);
+         fw_shutdown_wait_ms (shutdown, 250);
          continue;
       }
       /* exactly once into a sink deployment: its checkpoint, which the
        * transactions write, carries the lease's epoch too. */
       if (stored == epoch && !fw_stream_exactly_once_fence (w, epoch, &stored, &err)) {
-         fw_log (FW_LOG_WARN, w->cfg->name, "%s; trying again", err.message);
-         fw_shutdown_wait_ms (w->shutdown, 250);
+         fw_log (FW_LOG_WARN, cfg->name, "%s; trying again", err.message);
+         fw_shutdown_wait_ms (shutdown, 250);
          continue;
       }
       if (stored != epoch) {
-         fw_log (FW_LOG_ERROR, w->cfg->name,
+         fw_log (FW_LOG_ERROR, cfg->name,
                  "the checkpoint is fenced with epoch %lld, not this lease's %lld: waiting (a "
                  "lease document removed while a leader ran?)",
                  (long long) stored, (long long) epoch);
-         fw_shutdown_wait_ms (w->shutdown, 1000);
+         fw_shutdown_wait_ms (shutdown, 1000);
          continue;
       }
-      if (!fw_lease_is_leader (w->lead.lease, NULL)) {
+      if (!fw_lease_is_leader (lease, NULL)) {
          continue;
       }
-      w->lead.epoch = epoch;
-      fw_dispatcher_set_lead (w->d, w->lead.lease, epoch);
+      fw_stream_set_lead_epoch (w, epoch);
+      fw_dispatcher_set_lead (d, lease, epoch);
       fw_stream_set_role (w, FW_STREAM_ROLE_LEADER);
-      if (w->metrics) {
+      if (metrics) {
          /* Named by its member id, as the other members name it (issue 38). */
-         fw_stream_metrics_set_unit_view (w->metrics, fw_lease_owner_id (), 0, false);
+         fw_stream_metrics_set_unit_view (metrics, fw_lease_owner_id (), 0, false);
       }
-      fw_log (FW_LOG_INFO, w->cfg->name,
+      fw_log (FW_LOG_INFO, cfg->name,
               "role: leader (epoch %lld): the checkpoint is fenced, opening the change stream",
               (long long) epoch);
       return true;

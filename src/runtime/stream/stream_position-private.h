@@ -12,10 +12,11 @@
 
 #include "bson/event.h"
 #include "runtime/stream/event_oversize-private.h"
+#include "runtime/stream/stream_token-private.h"
 #include "runtime/stream/stream_worker.h"
 
 /* Where the stream's thread has read to and what it has handled. */
-typedef struct fw_position {
+struct fw_position {
    bson_t resume; /* where the stream has read to (event or post-batch token) */
    bool has_resume;
    bson_t processed; /* last event handled */
@@ -30,23 +31,16 @@ typedef struct fw_position {
    bool unsplittable;       /* the server could not split the next event (7182500):
                          * read without the stage until oversize = "skip" has
                          * dead-lettered it */
-} fw_position_t;
+};
 
 /* Whether p's handled and seen positions are both committed (a token, or
  * NULL: never). */
 static inline bool
 fw_position_is (const fw_position_t *p, const bson_t *committed)
 {
-   return committed && p->has_processed && bson_equal (&p->processed, committed) &&
-          (!p->has_resume || bson_equal (&p->resume, committed));
+   return fw_position_tokens_are (p->has_processed ? &p->processed : NULL,
+                                  p->has_resume ? &p->resume : NULL, committed);
 }
-
-/* dst = a copy of src (dst initialized). */
-void fw_position_set_token (bson_t *dst, const bson_t *src);
-
-/* dst = a copy of ev's resume token (its _id) when that is a document;
- * false (dst untouched) otherwise. */
-bool fw_position_set_event_token (bson_t *dst, const fw_event_t *ev);
 
 /* Saves p as the checkpoint on the stream's thread, after the checkpoint
  * writer's write in flight (if any): mode = "sync", and in async mode the

@@ -45,6 +45,33 @@ fw_position_set_event_token (bson_t *dst, const fw_event_t *ev)
    return true;
 }
 
+void
+fw_position_from_stored (fw_position_t *p, const fw_checkpoint_t *cp, int *candidate,
+                         bool *from_checkpoint)
+{
+   if (cp->has_processed) {
+      fw_position_set_token (&p->processed, &cp->processed);
+      p->has_processed = true;
+      fw_position_set_token (&p->resume, &cp->processed);
+      p->has_resume = true;
+      *from_checkpoint = true;
+   } else if (cp->has_seen) {
+      fw_position_set_token (&p->resume, &cp->seen);
+      p->has_resume = true;
+      *candidate = 1;
+      *from_checkpoint = true;
+   }
+}
+
+void
+fw_position_replace_stored (fw_position_t *p, const fw_checkpoint_t *cp, int *candidate,
+                            bool *from_checkpoint)
+{
+   p->has_processed = p->has_resume = false;
+   *candidate = 0;
+   fw_position_from_stored (p, cp, candidate, from_checkpoint);
+}
+
 /* Counts the checkpoint writer's outcomes in the stream's metrics. */
 void
 fw_position_writer_results (fw_stream_worker_t *w)
@@ -78,7 +105,8 @@ fw_position_save (fw_stream_worker_t *w, fw_position_t *p, const char *why)
       return; /* a standby has nothing to save: the leader's checkpoint stands */
    }
    if (w->eo.advance) {
-      w->eo.advance (w, p); /* exactly once into a sink: PostgreSQL, another deployment */
+      /* exactly once into a sink: PostgreSQL, another deployment */
+      w->eo.advance (w, p->has_processed ? &p->processed : NULL, p->has_resume ? &p->resume : NULL);
    }
    if (!(w->lead.lease
             ? fw_checkpoint_save_fenced (
@@ -147,7 +175,8 @@ fw_position_save_async (fw_stream_worker_t *w, fw_position_t *p, const char *why
       return;
    }
    if (w->eo.advance) {
-      w->eo.advance (w, p); /* exactly once into a sink: PostgreSQL, another deployment */
+      /* exactly once into a sink: PostgreSQL, another deployment */
+      w->eo.advance (w, p->has_processed ? &p->processed : NULL, p->has_resume ? &p->resume : NULL);
    }
    if (!w->ckpt.writer && !(w->ckpt.writer = fw_checkpoint_writer_new (w->pool, w->cfg->database,
                                                                        w->cfg->name, &err))) {

@@ -43,7 +43,7 @@ fw_stream_worker_new (fw_lua_host_t *host, int index, mongoc_client_pool_t *pool
    w->cfg = fw_dispatcher_config (w->d);
    fw_stream_program_version (w);
    fw_dispatcher_set_outcome_sink (w->d, fw_stream_event_settled, w);
-   fw_stream_circuit_keep (w);
+   fw_stream_circuit_keep (&w->circuit, w->d, w->pool, &w->lead.lease, &w->cfg);
    w->rng = (uint64_t) fw_now_ms () ^ ((uint64_t) (uintptr_t) w << 16) ^ (uint64_t) getpid ();
    return w;
 }

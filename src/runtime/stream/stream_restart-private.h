@@ -12,18 +12,19 @@
 #include "ops/metrics.h"
 #include "runtime/checkpoint/checkpoint_store.h"
 #include "runtime/config/stream_config.h"
-#include "runtime/stream/stream_position-private.h"
 #include "runtime/stream/stream_settle.h"
 #include "runtime/stream/stream_worker.h"
+
+typedef struct fw_position fw_position_t; /* stream_position-private.h */
 
 /* fw_read_end_t: how a read of the change stream ended (stream_settle.h). */
 
 /* What the stream's thread keeps from one change stream to the next. */
 typedef struct fw_stream_run {
    fw_checkpoint_t cp; /* the checkpoint it started from */
-   fw_position_t p;
-   int restarts;  /* failed reads in a row, for the restart backoff */
-   int candidate; /* 0: processed token, 1: seen token, 2: from now */
+   fw_position_t *p;   /* the position (worker_main's) */
+   int restarts;       /* failed reads in a row, for the restart backoff */
+   int candidate;      /* 0: processed token, 1: seen token, 2: from now */
    bool from_checkpoint;
    bool start_at_lost; /* checkpoint.start_at was older than the oplog: from now on */
 } fw_stream_run_t;

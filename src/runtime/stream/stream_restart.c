@@ -10,26 +10,27 @@
 #include "runtime/stream/stream_control-private.h"
 #include "runtime/stream/stream_exactly_once-private.h"
 #include "runtime/stream/stream_lead-private.h"
+#include "runtime/stream/stream_parts-private.h"
 #include "runtime/stream/stream_position-private.h"
 #include "runtime/stream/stream_restart-private.h"
 #include "runtime/stream/stream_settle.h"
 #include "runtime/stream/stream_shared-private.h"
-#include "runtime/stream/stream_worker-private.h"
 
 bool
 fw_stream_pause (fw_stream_worker_t *w, fw_stream_run_t *run, bool save)
 {
+   fw_stream_metrics_t *metrics = fw_stream_worker_metrics (w);
    int next;
 
    fw_stream_control_take (w);
    if (save) {
-      fw_position_save (w, &run->p, "pause");
+      fw_position_save (w, run->p, "pause");
    }
    if ((next = fw_stream_paused (w)) == W_CONTROL_NONE) {
       return false;
    }
-   if (next == W_CONTROL_RESTART && w->metrics) {
-      fw_stream_metrics_restart (w->metrics, FW_METRICS_RESTART_ADMIN);
+   if (next == W_CONTROL_RESTART && metrics) {
+      fw_stream_metrics_restart (metrics, FW_METRICS_RESTART_ADMIN);
    }
    run->restarts = 0;
    return true;
@@ -39,12 +40,15 @@ fw_stream_pause (fw_stream_worker_t *w, fw_stream_run_t *run, bool save)
 static void
 restart_asked (fw_stream_worker_t *w, fw_stream_run_t *run)
 {
+   const fw_stream_config_t *cfg = fw_stream_cfg (w);
+   fw_stream_metrics_t *metrics = fw_stream_worker_metrics (w);
+
    fw_stream_control_take (w);
-   fw_log (FW_LOG_INFO, w->cfg->name,
+   fw_log (FW_LOG_INFO, cfg->name,
            "restarting: checkpoint written, re-opening the change stream (asked by the "
            "admin endpoint)");
-   if (w->metrics) {
-      fw_stream_metrics_restart (w->metrics, FW_METRICS_RESTART_ADMIN);
+   if (metrics) {
+      fw_stream_metrics_restart (metrics, FW_METRICS_RESTART_ADMIN);
    }
    run->restarts = 0;
 }
@@ -54,16 +58,17 @@ restart_asked (fw_stream_worker_t *w, fw_stream_run_t *run)
 static bool
 stand_by (fw_stream_worker_t *w, fw_stream_run_t *run)
 {
-   fw_position_t *p = &run->p;
+   const fw_stream_config_t *cfg = fw_stream_cfg (w);
+   fw_position_t *p = run->p;
 
    /* Handlers stopped before the lease could expire. The last save is
     * fenced: it lands only if no newer leader fenced the checkpoint. */
    fw_position_save (w, p, "lease lost");
    if (!fw_stream_yield_unit (w)) { /* ha.mode = "shared": over the share (stream_shared.c) */
-      fw_log (FW_LOG_WARN, w->cfg->name,
+      fw_log (FW_LOG_WARN, cfg->name,
               "role: standby (stopped handling: the lease, epoch %lld, could not be kept; "
               "change stream closed)",
-              (long long) w->lead.epoch);
+              (long long) fw_stream_lead_epoch (w));
    }
    p->has_processed = p->has_resume = false;
    p->since_save = 0;
@@ -87,28 +92,30 @@ stand_by (fw_stream_worker_t *w, fw_stream_run_t *run)
 static bool
 history_lost (fw_stream_worker_t *w, fw_stream_run_t *run)
 {
-   fw_position_t *p = &run->p;
+   const fw_stream_config_t *cfg = fw_stream_cfg (w);
+   fw_stream_metrics_t *metrics = fw_stream_worker_metrics (w);
+   fw_position_t *p = run->p;
 
    if (run->candidate == 0 && run->cp.has_seen && !bson_equal (&run->cp.seen, &p->resume)) {
-      fw_log (FW_LOG_WARN, w->cfg->name,
+      fw_log (FW_LOG_WARN, cfg->name,
               "resume point of the last processed event is no longer in the oplog; "
               "trying the last seen position");
       fw_position_set_token (&p->resume, &run->cp.seen);
       run->candidate = 1;
-      if (w->metrics) {
-         fw_stream_metrics_restart (w->metrics, FW_METRICS_RESTART_HISTORY_LOST);
+      if (metrics) {
+         fw_stream_metrics_restart (metrics, FW_METRICS_RESTART_HISTORY_LOST);
       }
       return true;
    }
-   if (!p->has_resume && w->cfg->start_at && !run->start_at_lost) {
+   if (!p->has_resume && cfg->start_at && !run->start_at_lost) {
       char why[512];
-      if (!fw_stream_start_at_lost (w->cfg, w->metrics, run, why, sizeof why)) {
+      if (!fw_stream_start_at_lost (cfg, metrics, run, why, sizeof why)) {
          fw_stream_failed (w, why);
          return false;
       }
       return true;
    }
-   if (!w->cfg->resume_from_now) {
+   if (!cfg->resume_from_now) {
       fw_stream_failed (w,
                         "the change stream history is lost (the resume point left the "
                         "oplog) and on_history_lost = \"fail\"; events after the last "
@@ -116,13 +123,13 @@ history_lost (fw_stream_worker_t *w, fw_stream_run_t *run)
                         "\"resume_from_now\" to accept the gap");
       return false;
    }
-   fw_log (FW_LOG_ERROR, w->cfg->name,
+   fw_log (FW_LOG_ERROR, cfg->name,
            "change stream history lost: resuming from now; events between the last "
            "checkpoint and now were NOT delivered (on_history_lost = resume_from_now)");
    p->has_resume = false;
    run->candidate = 2;
-   if (w->metrics) {
-      fw_stream_metrics_restart (w->metrics, FW_METRICS_RESTART_HISTORY_LOST);
+   if (metrics) {
+      fw_stream_metrics_restart (metrics, FW_METRICS_RESTART_HISTORY_LOST);
    }
    return true;
 }
@@ -133,39 +140,43 @@ history_lost (fw_stream_worker_t *w, fw_stream_run_t *run)
 static bool
 restart_backoff (fw_stream_worker_t *w, fw_stream_run_t *run)
 {
-   fw_position_t *p = &run->p;
+   const fw_stream_config_t *cfg = fw_stream_cfg (w);
+   fw_stream_metrics_t *metrics = fw_stream_worker_metrics (w);
+   fw_position_t *p = run->p;
    int64_t delay;
 
    run->restarts++;
-   if (w->cfg->restart.max_attempts > 0 && run->restarts > w->cfg->restart.max_attempts) {
+   if (cfg->restart.max_attempts > 0 && run->restarts > cfg->restart.max_attempts) {
       fw_stream_failed (w, "the change stream kept failing: restart.max_attempts reached");
       return false;
    }
-   delay = fw_backoff_delay_ms (&w->cfg->restart, run->restarts, fw_backoff_random (&w->rng));
-   fw_log (FW_LOG_INFO, w->cfg->name, "re-opening the change stream in %lld ms%s",
-           (long long) delay, p->invalidated ? " (after invalidate, with startAfter)" : "");
-   if (w->metrics) {
+   delay = fw_backoff_delay_ms (&cfg->restart, run->restarts,
+                                fw_backoff_random (fw_stream_rng (w)));
+   fw_log (FW_LOG_INFO, cfg->name, "re-opening the change stream in %lld ms%s", (long long) delay,
+           p->invalidated ? " (after invalidate, with startAfter)" : "");
+   if (metrics) {
       char why[800];
       snprintf (why, sizeof why, "%s; re-opening it in %lld ms (restart %d)",
                 p->invalidated ? "the change stream was invalidated"
                 : p->error[0]  ? p->error
                                : "the change stream failed",
                 (long long) delay, run->restarts);
-      fw_stream_metrics_set_state (w->metrics, FW_STREAM_RESTARTING, why);
-      fw_stream_metrics_restart (w->metrics, p->invalidated ? FW_METRICS_RESTART_INVALIDATE
-                                                            : FW_METRICS_RESTART_ERROR);
+      fw_stream_metrics_set_state (metrics, FW_STREAM_RESTARTING, why);
+      fw_stream_metrics_restart (metrics, p->invalidated ? FW_METRICS_RESTART_INVALIDATE
+                                                         : FW_METRICS_RESTART_ERROR);
    }
    p->invalidated = false;
    p->error[0] = '\0';
    /* An admin request (restart now, pause) cuts the delay short. */
-   if (fw_stream_wait (w, delay) || !fw_stream_wait_server (w->client, w->cfg->name, w->shutdown,
-                                                            w->metrics, FW_STREAM_RESTARTING)) {
+   if (fw_stream_wait (w, delay) ||
+       !fw_stream_wait_server (fw_stream_client (w), cfg->name, fw_stream_shutdown (w), metrics,
+                               FW_STREAM_RESTARTING)) {
       return false;
    }
-   if (fw_stream_control_peek (w) == W_CONTROL_RESTART) {
+   if (fw_stream_control_pending (w) == W_CONTROL_RESTART) {
       fw_stream_control_take (w);
-      if (w->metrics) {
-         fw_stream_metrics_restart (w->metrics, FW_METRICS_RESTART_ADMIN);
+      if (metrics) {
+         fw_stream_metrics_restart (metrics, FW_METRICS_RESTART_ADMIN);
       }
    }
    return true;
@@ -174,20 +185,22 @@ restart_backoff (fw_stream_worker_t *w, fw_stream_run_t *run)
 bool
 fw_stream_read_ended (fw_stream_worker_t *w, fw_stream_run_t *run, fw_read_end_t end)
 {
+   fw_shutdown_t *shutdown = fw_stream_shutdown (w);
+
    if (end == FW_READ_PAUSE) {
       return fw_stream_pause (w, run, false); /* the read saved at its end */
    }
-   if (end == FW_READ_REOPEN && !fw_shutdown_requested (w->shutdown)) {
+   if (end == FW_READ_REOPEN && !fw_shutdown_requested (shutdown)) {
       return true;
    }
    if (end == FW_READ_RESTART) {
       restart_asked (w, run);
       return true;
    }
-   if (end == FW_READ_LOST && !fw_shutdown_requested (w->shutdown)) {
+   if (end == FW_READ_LOST && !fw_shutdown_requested (shutdown)) {
       return stand_by (w, run);
    }
-   if (end == FW_READ_STOP || end == FW_READ_FAILED || fw_shutdown_requested (w->shutdown)) {
+   if (end == FW_READ_STOP || end == FW_READ_FAILED || fw_shutdown_requested (shutdown)) {
       return false;
    }
    if (end == FW_READ_HISTORY_LOST) {

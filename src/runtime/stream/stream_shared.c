@@ -9,6 +9,7 @@
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
 #include "runtime/ha/shared_units.h"
+#include "runtime/stream/stream_lead-private.h"
 #include "runtime/stream/stream_shared-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
@@ -33,6 +34,15 @@ fw_stream_lease_new (fw_stream_worker_t *w, fw_error_t *err)
       w->shared.group = NULL;
    }
    return l;
+}
+
+/* ha.mode = "leader": whether this thread may still call handlers (here
+ * beside the share it reads; declared in stream_lead-private.h). */
+bool
+fw_stream_lease_lost (fw_stream_worker_t *w)
+{
+   fw_stream_shared_observe (w); /* ha.mode = "shared" only */
+   return w->lead.lease && (!fw_lease_is_leader (w->lead.lease, NULL) || fw_stream_over_share (w));
 }
 
 bool

@@ -24,13 +24,14 @@
 #include "runtime/dispatch/dispatcher.h"
 #include "runtime/ha/lease.h"
 #include "runtime/host/connections.h"
+#include "runtime/stream/stream_circuit-private.h"
+#include "runtime/stream/stream_parts-private.h"
 #include "runtime/stream/stream_worker.h"
 
 /* A stream: its thread, its dispatcher (and its lanes'), its position and
  * checkpoint writer, its lease, what the admin endpoint and a reload ask of
  * it. */
 typedef struct fw_stream_eo_pg fw_stream_eo_pg_t; /* stream_exactly_once_pg.c */
-struct fw_position;                               /* stream_position-private.h */
 
 struct fw_stream_worker {
    fw_dispatcher_t *d;            /* the stream's program and dispatcher (owned) */
@@ -74,8 +75,9 @@ struct fw_stream_worker {
       bson_t *committed;     /* the last one committed: the stored checkpoint's */
       fw_stream_eo_pg_t *pg; /* exactly once into PostgreSQL: its sink (owned), or NULL */
       /* Another store's position at each checkpoint save (exactly once into
-       * PostgreSQL: fw_stream_exactly_once_pg_advance), or NULL. */
-      void (*advance) (struct fw_stream_worker *w, const struct fw_position *p);
+       * PostgreSQL: fw_stream_exactly_once_pg_advance), or NULL: the
+       * position's handled and seen tokens (each NULL: none). */
+      void (*advance) (struct fw_stream_worker *w, const bson_t *processed, const bson_t *seen);
       /* A snapshot's row has no resume token: the snapshot's progress past
        * it, written in its transaction instead (stream_snapshot.c sets it,
        * so that this file's callback calls no snapshot file: no circle). */
@@ -83,13 +85,10 @@ struct fw_stream_worker {
                    mongoc_client_session_t *session, bson_t *reply, bool *fenced,
                    fw_error_t *error);
    } eo;
-   struct {                     /* the breaker kept across restarts (stream_circuit.c) */
-      fw_circuit_store_t store; /* the dispatcher's hooks (ud: w) */
-      int warned;               /* a write failed and was said (atomic) */
-   } circuit;
-   struct {              /* ha.mode = "leader" (lease.h): */
-      fw_lease_t *lease; /* the stream's lease, NULL without ha */
-      int64_t epoch;     /* the epoch this thread leads with; 0: not leading */
+   fw_stream_circuit_t circuit; /* the breaker kept across restarts (stream_circuit.c) */
+   struct {                     /* ha.mode = "leader" (lease.h): */
+      fw_lease_t *lease;        /* the stream's lease, NULL without ha */
+      int64_t epoch;            /* the epoch this thread leads with; 0: not leading */
    } lead;
    struct {
       struct fw_shared_group *group; /* ha.mode = "shared": the units' group (stream_shared.c) */
@@ -126,10 +125,6 @@ struct fw_stream_worker {
                                    * exchanged atomically with the admin endpoint */
    } snap;
 };
-
-/* stream_control.c: the stream stops for good (w->failed); what says why
- * (w->failure, status, metrics, log). */
-void fw_stream_failed (fw_stream_worker_t *w, const char *what);
 
 /* The admin endpoint's pending request (W_CONTROL_*, stream_control-private.h),
  * left in place. Inline: read at every event boundary. */

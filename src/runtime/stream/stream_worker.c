@@ -636,15 +636,15 @@ run_setup (fw_stream_worker_t *w, fw_stream_run_t *run)
 {
    fw_error_t err;
 
-   bson_init (&run->p.resume);
-   bson_init (&run->p.processed);
-   fw_split_buffer_init (&run->p.split);
+   bson_init (&run->p->resume);
+   bson_init (&run->p->processed);
+   fw_split_buffer_init (&run->p->split);
    bson_init (&run->cp.processed);
    bson_init (&run->cp.seen);
    w->client = mongoc_client_pool_pop (w->pool);
    fw_dispatcher_bind (w->d, w->client);
    w->read_client = mongoc_client_pool_pop (w->pool);
-   run->p.last_save_ms = fw_now_ms ();
+   run->p->last_save_ms = fw_now_ms ();
    /* Bounded probes first: every call below waits out a pooled server
     * selection (30 s) when nothing answers. */
    if (!fw_stream_wait_server (w->client, w->cfg->name, w->shutdown, w->metrics,
@@ -668,7 +668,7 @@ run_setup (fw_stream_worker_t *w, fw_stream_run_t *run)
          return false;
       }
    }
-   if (!fw_stream_load_checkpoint (w, &run->cp, &run->p, &run->candidate, &run->from_checkpoint)) {
+   if (!fw_stream_load_checkpoint (w, &run->cp, run->p, &run->candidate, &run->from_checkpoint)) {
       return false;
    }
    if (!w->cfg->ha_leader) {
@@ -689,7 +689,7 @@ run_setup (fw_stream_worker_t *w, fw_stream_run_t *run)
 static void
 run_teardown (fw_stream_worker_t *w, fw_stream_run_t *run)
 {
-   fw_position_save (w, &run->p, "shutdown");
+   fw_position_save (w, run->p, "shutdown");
    fw_checkpoint_writer_destroy (w->ckpt.writer); /* idle since the save: gives its client back */
    w->ckpt.writer = NULL;
    w->ckpt.epoch = 0;
@@ -708,9 +708,9 @@ run_teardown (fw_stream_worker_t *w, fw_stream_run_t *run)
    }
    fw_stream_snapshot_teardown (w);
    fw_checkpoint_cleanup (&run->cp);
-   bson_destroy (&run->p.resume);
-   bson_destroy (&run->p.processed);
-   fw_split_buffer_cleanup (&run->p.split);
+   bson_destroy (&run->p->resume);
+   bson_destroy (&run->p->processed);
+   fw_split_buffer_cleanup (&run->p->split);
    fw_dispatcher_release (w->d); /* the DLQ store, fw.mongo's cursors and clients */
    mongoc_client_pool_push (w->pool, w->client);
    mongoc_client_pool_push (w->pool, w->read_client);
@@ -731,7 +731,7 @@ paused_while_closed (fw_stream_worker_t *w, fw_stream_run_t *run)
 static void
 stream_opened (fw_stream_worker_t *w, fw_stream_run_t *run, mongoc_change_stream_t *cs)
 {
-   fw_position_t *p = &run->p;
+   fw_position_t *p = run->p;
    const bson_t *start = mongoc_change_stream_get_resume_token (cs);
    bool resuming = p->has_resume;
 
@@ -756,7 +756,7 @@ stream_opened (fw_stream_worker_t *w, fw_stream_run_t *run, mongoc_change_stream
 static fw_read_end_t
 open_and_read (fw_stream_worker_t *w, fw_stream_run_t *run, bool *progressed)
 {
-   fw_position_t *p = &run->p;
+   fw_position_t *p = run->p;
    mongoc_change_stream_t *cs;
    bson_error_t berr;
    const bson_t *reply;
@@ -851,7 +851,8 @@ static void *
 worker_main (void *arg)
 {
    fw_stream_worker_t *w = arg;
-   fw_stream_run_t run = {0};
+   fw_position_t p = {0};
+   fw_stream_run_t run = {.p = &p};
 
    if (!run_setup (w, &run)) {
       goto done;
