@@ -462,6 +462,15 @@ class Flowwarden:
 
     # --- stopping ----------------------------------------------------------
     def stop(self, sig=signal.SIGTERM, timeout=30):
+        if sig != signal.SIGKILL:
+            # A signal before main() blocks them (the dynamic loader still at work on a
+            # busy machine) kills the process; its first log line comes after: wait for
+            # it a while (a process that logs nothing gets the signal anyway).
+            with self._cond:
+                deadline = time.monotonic() + 10
+                while (not self.records and self.proc.poll() is None
+                       and time.monotonic() < deadline):
+                    self._cond.wait(0.2)
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
         return self.wait_exit(timeout)
