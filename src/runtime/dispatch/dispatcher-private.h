@@ -17,6 +17,7 @@
 #include "lua_api/mongo_lua.h"
 #include "runtime/dispatch/circuit.h"
 #include "runtime/dispatch/dispatcher.h"
+#include "runtime/dispatch/dispatcher_access-private.h"
 #include "runtime/dispatch/rate_limit.h"
 #include "runtime/dispatch/state_rebuild.h"
 #include "runtime/dlq/dlq_sequence.h"
@@ -35,26 +36,6 @@ typedef struct {
    char sequence[304];         /* the DLQ sequence parked behind or opened */
    fw_outcome_detail_t detail; /* what its log line needs, pointing to the above */
 } fw_outcome_text_t;
-
-/* flowwarden test's recorder: after every failed attempt, the decided error
- * and its action ("retry", "dlq", "skip", "drop"). */
-typedef struct fw_dispatch_hooks {
-   void (*attempt_failed) (void *ud, int attempt, const char *type, const char *message,
-                           const char *traceback, const char *action);
-   void *ud;
-} fw_dispatch_hooks_t;
-
-/* The clock a dispatcher reads and waits on: the wall clock for the times
- * it writes down (DLQ entries, metrics) and every wait it makes (a retry's
- * backoff, a DLQ that cannot be written yet). The real one by default
- * (waits end early at a shutdown); flowwarden test plugs its virtual clock
- * in (testing/test_app.c). */
-typedef struct {
-   int64_t (*now_ms) (void *ud);
-   bool (*wait_ms) (void *ud, int64_t ms); /* true: a stop came first */
-   void *ud;
-   bool is_virtual; /* now_ms is not the wall clock: never derived from the monotonic one */
-} fw_stream_clock_t;
 
 /* A sequenced DLQ's live side (event_park.c): the stream's open sequences
  * and the current event's place in them. */
