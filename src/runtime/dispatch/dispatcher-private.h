@@ -190,9 +190,4 @@ fw_program_handler_for (const fw_program_t *p, fw_op_t op)
    return specific != LUA_NOREF ? specific : p->handler_ref[H_BATCH]; /* on_batch: a batch of one */
 }
 
-/* dispatcher_dlq.c: the DLQ this stream writes to: its own, or, on a
- * stream without one, the script's default DLQ (only ctx:send_to_dlq uses
- * it). */
-const fw_dlq_config_t *fw_dispatcher_dlq_config (const fw_dispatcher_t *d);
-
 #endif
