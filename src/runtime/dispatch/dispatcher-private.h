@@ -1,12 +1,12 @@
 /*
  * dispatcher-private.h - a dispatcher's state (fw_dispatcher_t), shared by
- * the files that take an event through it: dispatch/ (attempts, decision,
- * parking), the DLQ's replays and reprocess rounds (replay/), and
- * flowwarden.testing, which plugs in its virtual clock, recorder and
- * in-memory store. Everything else goes through runtime/dispatch/dispatcher.h.
- * What only some of them use has a header of its own: event_park-private.h
- * (the sequenced DLQ's live side), outage-private.h (breaker, rate limit),
- * replay_hook-private.h (a dead letter replayed through the dispatcher).
+ * the files of dispatch/ that take an event through it (attempts, decision,
+ * parking, transactions, a rebuilt state). Everything else goes through
+ * runtime/dispatch/dispatcher.h and narrow headers: dispatcher_access-private.h
+ * (flowwarden.testing's plugs, what the DLQ's replays change),
+ * event_park-private.h (the sequenced DLQ's live side), outage-private.h
+ * (breaker, rate limit), replay_hook-private.h (a dead letter replayed
+ * through the dispatcher).
  */
 #ifndef FLOWWARDEN_DISPATCHER_PRIVATE_H
 #define FLOWWARDEN_DISPATCHER_PRIVATE_H
@@ -18,6 +18,7 @@
 #include "runtime/dispatch/circuit.h"
 #include "runtime/dispatch/dispatcher.h"
 #include "runtime/dispatch/dispatcher_access-private.h"
+#include "runtime/dispatch/outage-private.h"
 #include "runtime/dispatch/rate_limit.h"
 #include "runtime/dispatch/state_rebuild.h"
 #include "runtime/dlq/dlq_sequence.h"
@@ -46,17 +47,6 @@ typedef struct {
    bool key_done;                 /* key is computed (NULL then: the event has none) */
    int64_t index;                 /* the index taken for the entry being stored; -1: none */
 } fw_park_state_t;
-
-/* A stream's guards against a dependency outage (outage.c, issue 29): its
- * circuit breaker and rate limit, one of each per stream, its lanes'
- * dispatchers sharing the stream's own dispatcher's. */
-typedef struct {
-   fw_circuit_t *circuit;
-   fw_rate_limit_t *rate;
-   bool shared;                     /* another dispatcher's (fw_dispatcher_share_outage) */
-   bool holder;                     /* this dispatcher's event holds the breaker open */
-   const fw_circuit_store_t *store; /* where it is kept across restarts, or NULL */
-} fw_outage_t;
 
 /* The program: what a reload replaces whole (fw_dispatcher_take_program). */
 typedef struct {

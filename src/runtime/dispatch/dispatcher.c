@@ -557,3 +557,15 @@ fw_dispatcher_set_deferred_check_at (fw_dispatcher_t *d, int64_t at_ms)
 {
    d->deferred.check_at_ms = at_ms;
 }
+
+fw_outage_t *
+fw_dispatcher_outage (fw_dispatcher_t *d)
+{
+   return &d->outage;
+}
+
+bool
+fw_dispatcher_clock_virtual (const fw_dispatcher_t *d)
+{
+   return d->clock.is_virtual;
+}

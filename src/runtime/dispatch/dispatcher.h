@@ -277,6 +277,9 @@ int64_t fw_dispatcher_now_ms (const fw_dispatcher_t *d);
 bool fw_dispatcher_wait_ms (fw_dispatcher_t *d, int64_t ms);
 double fw_dispatcher_random (fw_dispatcher_t *d);
 
+/* Whether d's clock is flowwarden test's virtual one (not the wall clock). */
+bool fw_dispatcher_clock_virtual (const fw_dispatcher_t *d);
+
 /* The running thread's client (fw_dispatcher_bind), and fw.mongo's and a
  * named DLQ connection's clients (d keeps both). */
 mongoc_client_t *fw_dispatcher_client (const fw_dispatcher_t *d);
