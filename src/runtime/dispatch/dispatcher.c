@@ -184,30 +184,6 @@ fw_dispatcher_destroy (fw_dispatcher_t *d)
    free (d);
 }
 
-const fw_stream_config_t *
-fw_dispatcher_config (const fw_dispatcher_t *d)
-{
-   return &d->prog.cfg;
-}
-
-fw_shutdown_t *
-fw_dispatcher_shutdown (const fw_dispatcher_t *d)
-{
-   return d->shutdown;
-}
-
-void
-fw_dispatcher_sequence_closed (fw_dispatcher_t *d, const char *seq)
-{
-   fw_dlq_sequences_remove (d->park.open_seqs, seq);
-}
-
-fw_lua_host_t *
-fw_dispatcher_host (const fw_dispatcher_t *d)
-{
-   return d->prog.host;
-}
-
 static bool
 same_string (const char *a, const char *b)
 {
@@ -240,12 +216,6 @@ fw_dispatcher_take_program (fw_dispatcher_t *d, fw_dispatcher_t *from)
    fw_outage_show_config (d);
    fw_dispatcher_attach (d); /* fw.state survives the reload: the new state gets our store */
    fw_metrics_lua_bind_stream (fw_lua_host_state (d->prog.host), d->metrics);
-}
-
-fw_state_store_t *
-fw_dispatcher_state (const fw_dispatcher_t *d)
-{
-   return d->state.store;
 }
 
 void
@@ -387,18 +357,6 @@ fw_dispatcher_add_stats (fw_dispatcher_t *d, fw_dispatcher_t *from)
 }
 
 void
-fw_dispatcher_stats (const fw_dispatcher_t *d, fw_stream_stats_t *out)
-{
-   *out = d->stats;
-}
-
-const char *
-fw_dispatcher_failure (const fw_dispatcher_t *d)
-{
-   return d->out.failure;
-}
-
-void
 fw_dispatcher_set_outcome_sink (fw_dispatcher_t *d, fw_outcome_sink_fn fn, void *ud)
 {
    d->sink.fn = fn;
@@ -435,137 +393,4 @@ fw_dispatcher_sequence_key (fw_dispatcher_t *d, const fw_event_t *ev)
    lua_settop (L, top);
    fw_park_end (d);
    return id;
-}
-
-/* dispatcher_access-private.h: the narrow view of the files beside the
- * event path. */
-
-void
-fw_dispatcher_set_clock (fw_dispatcher_t *d, const fw_stream_clock_t *clock)
-{
-   d->clock = *clock;
-}
-
-void
-fw_dispatcher_set_hooks (fw_dispatcher_t *d, const fw_dispatch_hooks_t *hooks)
-{
-   d->hooks = hooks;
-}
-
-void
-fw_dispatcher_set_dlq_store (fw_dispatcher_t *d, fw_dlq_store_t *store)
-{
-   d->dlq = store;
-}
-
-void
-fw_dispatcher_set_seed (fw_dispatcher_t *d, uint64_t seed, bool jitter)
-{
-   d->prog.cfg.retry.jitter = d->prog.cfg.retry.jitter && jitter;
-   d->rng = seed;
-}
-
-fw_dlq_store_t *
-fw_dispatcher_dlq_store (const fw_dispatcher_t *d)
-{
-   return d->dlq;
-}
-
-int64_t
-fw_dispatcher_now_ms (const fw_dispatcher_t *d)
-{
-   return d->clock.now_ms (d->clock.ud);
-}
-
-bool
-fw_dispatcher_wait_ms (fw_dispatcher_t *d, int64_t ms)
-{
-   return d->clock.wait_ms (d->clock.ud, ms);
-}
-
-double
-fw_dispatcher_random (fw_dispatcher_t *d)
-{
-   return fw_backoff_random (&d->rng);
-}
-
-mongoc_client_t *
-fw_dispatcher_client (const fw_dispatcher_t *d)
-{
-   return d->client;
-}
-
-fw_connection_clients_t *
-fw_dispatcher_clients (const fw_dispatcher_t *d)
-{
-   return d->clients;
-}
-
-fw_stream_metrics_t *
-fw_dispatcher_metrics (const fw_dispatcher_t *d)
-{
-   return d->metrics;
-}
-
-int
-fw_dispatcher_spec_ref (const fw_dispatcher_t *d)
-{
-   return d->prog.spec_ref;
-}
-
-bool
-fw_dispatcher_handles (const fw_dispatcher_t *d, fw_op_t op)
-{
-   return fw_program_handler_for (&d->prog, op) != LUA_NOREF;
-}
-
-fw_dispatch_t *
-fw_dispatcher_view (fw_dispatcher_t *d)
-{
-   return &d->dispatch;
-}
-
-void
-fw_dispatcher_set_stats (fw_dispatcher_t *d, const fw_stream_stats_t *stats)
-{
-   d->stats = *stats;
-}
-
-void
-fw_dispatcher_count_retry (fw_dispatcher_t *d)
-{
-   d->stats.retries++;
-   if (d->metrics) {
-      fw_stream_metrics_retry (d->metrics);
-   }
-}
-
-bool
-fw_dispatcher_sequences_loaded (const fw_dispatcher_t *d)
-{
-   return d->park.open_seqs != NULL;
-}
-
-int64_t
-fw_dispatcher_deferred_check_at (const fw_dispatcher_t *d)
-{
-   return d->deferred.check_at_ms;
-}
-
-void
-fw_dispatcher_set_deferred_check_at (fw_dispatcher_t *d, int64_t at_ms)
-{
-   d->deferred.check_at_ms = at_ms;
-}
-
-fw_outage_t *
-fw_dispatcher_outage (fw_dispatcher_t *d)
-{
-   return &d->outage;
-}
-
-bool
-fw_dispatcher_clock_virtual (const fw_dispatcher_t *d)
-{
-   return d->clock.is_virtual;
 }

@@ -20,6 +20,7 @@
 #include "bson/event.h"
 #include "flowwarden/error.h"
 #include "flowwarden/shutdown.h"
+#include "lua_api/event_ctx.h"
 #include "lua_api/state_store.h"
 #include "ops/metrics.h"
 #include "runtime/config/stream_config.h"
@@ -296,6 +297,10 @@ bool fw_dispatcher_handles (const fw_dispatcher_t *d, fw_op_t op);
 
 /* Whether d knows the stream's open DLQ sequences (fw_dispatcher_load_sequences). */
 bool fw_dispatcher_sequences_loaded (const fw_dispatcher_t *d);
+
+/* The ctx's view of the event in hand (d keeps it): its attempt, its generation,
+ * the dead letter a replay shows. */
+fw_dispatch_t *fw_dispatcher_view (fw_dispatcher_t *d);
 
 /* Why the stream must stop after FW_OUTCOME_FAILED. */
 const char *fw_dispatcher_failure (const fw_dispatcher_t *d);

@@ -14,7 +14,6 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "lua_api/event_ctx.h"
 #include "runtime/dispatch/dispatcher.h"
 
 /* flowwarden test's recorder: after every failed attempt, the decided error
@@ -46,10 +45,6 @@ void fw_dispatcher_set_clock (fw_dispatcher_t *d, const fw_stream_clock_t *clock
 void fw_dispatcher_set_hooks (fw_dispatcher_t *d, const fw_dispatch_hooks_t *hooks);
 void fw_dispatcher_set_dlq_store (fw_dispatcher_t *d, fw_dlq_store_t *store);
 void fw_dispatcher_set_seed (fw_dispatcher_t *d, uint64_t seed, bool jitter);
-
-/* The ctx's view of the event in hand (d keeps it): its attempt, the dead
- * letter a replay shows. */
-fw_dispatch_t *fw_dispatcher_view (fw_dispatcher_t *d);
 
 /* Puts back counts taken with fw_dispatcher_stats (a reprocess round's
  * replays are not live events). */
