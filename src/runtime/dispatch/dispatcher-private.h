@@ -1,12 +1,12 @@
 /*
  * dispatcher-private.h - a dispatcher's state (fw_dispatcher_t), shared by
- * the files that take an event through it: dispatch/ (attempts, decision,
- * parking), the DLQ's replays and reprocess rounds (replay/), and
- * flowwarden.testing, which plugs in its virtual clock, recorder and
- * in-memory store. Everything else goes through runtime/dispatch/dispatcher.h.
- * What only some of them use has a header of its own: event_park-private.h
- * (the sequenced DLQ's live side), outage-private.h (breaker, rate limit),
- * replay_hook-private.h (a dead letter replayed through the dispatcher).
+ * the files of dispatch/ that take an event through it (attempts, decision,
+ * parking, transactions, a rebuilt state). Everything else goes through
+ * runtime/dispatch/dispatcher.h and narrow headers: dispatcher_access-private.h
+ * (flowwarden.testing's plugs, what the DLQ's replays change),
+ * event_park-private.h (the sequenced DLQ's live side), outage-private.h
+ * (breaker, rate limit), replay_hook-private.h (a dead letter replayed
+ * through the dispatcher).
  */
 #ifndef FLOWWARDEN_DISPATCHER_PRIVATE_H
 #define FLOWWARDEN_DISPATCHER_PRIVATE_H
@@ -17,6 +17,8 @@
 #include "lua_api/mongo_lua.h"
 #include "runtime/dispatch/circuit.h"
 #include "runtime/dispatch/dispatcher.h"
+#include "runtime/dispatch/dispatcher_access-private.h"
+#include "runtime/dispatch/outage-private.h"
 #include "runtime/dispatch/rate_limit.h"
 #include "runtime/dispatch/state_rebuild.h"
 #include "runtime/dlq/dlq_sequence.h"
@@ -36,26 +38,6 @@ typedef struct {
    fw_outcome_detail_t detail; /* what its log line needs, pointing to the above */
 } fw_outcome_text_t;
 
-/* flowwarden test's recorder: after every failed attempt, the decided error
- * and its action ("retry", "dlq", "skip", "drop"). */
-typedef struct fw_dispatch_hooks {
-   void (*attempt_failed) (void *ud, int attempt, const char *type, const char *message,
-                           const char *traceback, const char *action);
-   void *ud;
-} fw_dispatch_hooks_t;
-
-/* The clock a dispatcher reads and waits on: the wall clock for the times
- * it writes down (DLQ entries, metrics) and every wait it makes (a retry's
- * backoff, a DLQ that cannot be written yet). The real one by default
- * (waits end early at a shutdown); flowwarden test plugs its virtual clock
- * in (testing/test_app.c). */
-typedef struct {
-   int64_t (*now_ms) (void *ud);
-   bool (*wait_ms) (void *ud, int64_t ms); /* true: a stop came first */
-   void *ud;
-   bool is_virtual; /* now_ms is not the wall clock: never derived from the monotonic one */
-} fw_stream_clock_t;
-
 /* A sequenced DLQ's live side (event_park.c): the stream's open sequences
  * and the current event's place in them. */
 typedef struct {
@@ -65,17 +47,6 @@ typedef struct {
    bool key_done;                 /* key is computed (NULL then: the event has none) */
    int64_t index;                 /* the index taken for the entry being stored; -1: none */
 } fw_park_state_t;
-
-/* A stream's guards against a dependency outage (outage.c, issue 29): its
- * circuit breaker and rate limit, one of each per stream, its lanes'
- * dispatchers sharing the stream's own dispatcher's. */
-typedef struct {
-   fw_circuit_t *circuit;
-   fw_rate_limit_t *rate;
-   bool shared;                     /* another dispatcher's (fw_dispatcher_share_outage) */
-   bool holder;                     /* this dispatcher's event holds the breaker open */
-   const fw_circuit_store_t *store; /* where it is kept across restarts, or NULL */
-} fw_outage_t;
 
 /* The program: what a reload replaces whole (fw_dispatcher_take_program). */
 typedef struct {
@@ -208,10 +179,5 @@ fw_program_handler_for (const fw_program_t *p, fw_op_t op)
    specific = specific != LUA_NOREF ? specific : p->handler_ref[H_CHANGE];
    return specific != LUA_NOREF ? specific : p->handler_ref[H_BATCH]; /* on_batch: a batch of one */
 }
-
-/* dispatcher_dlq.c: the DLQ this stream writes to: its own, or, on a
- * stream without one, the script's default DLQ (only ctx:send_to_dlq uses
- * it). */
-const fw_dlq_config_t *fw_dispatcher_dlq_config (const fw_dispatcher_t *d);
 
 #endif

@@ -184,30 +184,6 @@ fw_dispatcher_destroy (fw_dispatcher_t *d)
    free (d);
 }
 
-const fw_stream_config_t *
-fw_dispatcher_config (const fw_dispatcher_t *d)
-{
-   return &d->prog.cfg;
-}
-
-fw_shutdown_t *
-fw_dispatcher_shutdown (const fw_dispatcher_t *d)
-{
-   return d->shutdown;
-}
-
-void
-fw_dispatcher_sequence_closed (fw_dispatcher_t *d, const char *seq)
-{
-   fw_dlq_sequences_remove (d->park.open_seqs, seq);
-}
-
-fw_lua_host_t *
-fw_dispatcher_host (const fw_dispatcher_t *d)
-{
-   return d->prog.host;
-}
-
 static bool
 same_string (const char *a, const char *b)
 {
@@ -240,12 +216,6 @@ fw_dispatcher_take_program (fw_dispatcher_t *d, fw_dispatcher_t *from)
    fw_outage_show_config (d);
    fw_dispatcher_attach (d); /* fw.state survives the reload: the new state gets our store */
    fw_metrics_lua_bind_stream (fw_lua_host_state (d->prog.host), d->metrics);
-}
-
-fw_state_store_t *
-fw_dispatcher_state (const fw_dispatcher_t *d)
-{
-   return d->state.store;
 }
 
 void
@@ -384,18 +354,6 @@ fw_dispatcher_add_stats (fw_dispatcher_t *d, fw_dispatcher_t *from)
    d->stats.lost += s->lost;
    d->stats.parked += s->parked;
    memset (s, 0, sizeof *s);
-}
-
-void
-fw_dispatcher_stats (const fw_dispatcher_t *d, fw_stream_stats_t *out)
-{
-   *out = d->stats;
-}
-
-const char *
-fw_dispatcher_failure (const fw_dispatcher_t *d)
-{
-   return d->out.failure;
 }
 
 void

@@ -20,11 +20,13 @@
 #include "bson/event.h"
 #include "flowwarden/error.h"
 #include "flowwarden/shutdown.h"
+#include "lua_api/event_ctx.h"
 #include "lua_api/state_store.h"
 #include "ops/metrics.h"
 #include "runtime/config/stream_config.h"
 #include "runtime/dispatch/circuit.h"
 #include "runtime/dispatch/outcome.h"
+#include "runtime/dlq/dlq_store.h"
 #include "runtime/ha/lease.h"
 #include "runtime/host/connections.h"
 #include "runtime/host/lua_host.h"
@@ -261,6 +263,44 @@ void fw_dispatcher_add_stats (fw_dispatcher_t *d, fw_dispatcher_t *from);
 
 /* d's counts so far. */
 void fw_dispatcher_stats (const fw_dispatcher_t *d, fw_stream_stats_t *out);
+
+/* The DLQ this stream writes to: its own, or, on a
+ * stream without one, the script's default DLQ (only ctx:send_to_dlq uses
+ * it). */
+const fw_dlq_config_t *fw_dispatcher_dlq_config (const fw_dispatcher_t *d);
+
+/* d's DLQ store (d keeps it; dispatcher_dlq.c), NULL until fw_dispatcher_open_dlq opened it. */
+fw_dlq_store_t *fw_dispatcher_dlq_store (const fw_dispatcher_t *d);
+
+/* d's clock: now (ms since the epoch, or the virtual clock's), a wait of ms
+ * (true: a stop came first), and a draw of the retries' jitter in [0, 1). */
+int64_t fw_dispatcher_now_ms (const fw_dispatcher_t *d);
+bool fw_dispatcher_wait_ms (fw_dispatcher_t *d, int64_t ms);
+double fw_dispatcher_random (fw_dispatcher_t *d);
+
+/* Whether d's clock is flowwarden test's virtual one (not the wall clock). */
+bool fw_dispatcher_clock_virtual (const fw_dispatcher_t *d);
+
+/* The running thread's client (fw_dispatcher_bind), and fw.mongo's and a
+ * named DLQ connection's clients (d keeps both). */
+mongoc_client_t *fw_dispatcher_client (const fw_dispatcher_t *d);
+fw_connection_clients_t *fw_dispatcher_clients (const fw_dispatcher_t *d);
+
+/* The stream's metrics block (borrowed), or NULL. */
+fw_stream_metrics_t *fw_dispatcher_metrics (const fw_dispatcher_t *d);
+
+/* The registry ref of the stream's spec table in fw_dispatcher_host's state. */
+int fw_dispatcher_spec_ref (const fw_dispatcher_t *d);
+
+/* Whether the stream declares a handler for events of operation op. */
+bool fw_dispatcher_handles (const fw_dispatcher_t *d, fw_op_t op);
+
+/* Whether d knows the stream's open DLQ sequences (fw_dispatcher_load_sequences). */
+bool fw_dispatcher_sequences_loaded (const fw_dispatcher_t *d);
+
+/* The ctx's view of the event in hand (d keeps it): its attempt, its generation,
+ * the dead letter a replay shows. */
+fw_dispatch_t *fw_dispatcher_view (fw_dispatcher_t *d);
 
 /* Why the stream must stop after FW_OUTCOME_FAILED. */
 const char *fw_dispatcher_failure (const fw_dispatcher_t *d);

@@ -15,6 +15,7 @@
  * may be sent again (commitTransaction is retryable: a second commit of a
  * committed transaction succeeds).
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "flowwarden/clock.h"
@@ -261,4 +262,40 @@ fw_txn_commit (fw_dispatcher_t *d, lua_State *L, const fw_event_t *ev)
    bson_destroy (&reply);
    fw_txn_end (d);
    return ok ? FW_TXN_COMMITTED : FW_TXN_FAILED;
+}
+
+/* A deployment without transactions (Mongo.TransactionsUnsupported: 20
+ * IllegalOperation inside the transaction, libmongoc's refusal to start one)
+ * fails every attempt of every event alike: the stream stops before the
+ * event rather than send them all to the DLQ. */
+bool
+fw_txn_unsupported_stops (fw_dispatcher_t *d, bool replay, const char *type, const char *message)
+{
+   const char *conn = d->prog.cfg.exactly_once_connection ? d->prog.cfg.exactly_once_connection
+                                                          : "default";
+
+   if (!fw_txn_wanted (d, replay) || d->eo.sink.begin ||
+       strcmp (type, "Mongo.TransactionsUnsupported") != 0) {
+      return false;
+   }
+   snprintf (d->out.failure, sizeof d->out.failure,
+             "exactly_once: connection \"%s\" has no transactions (Mongo.TransactionsUnsupported: "
+             "%.400s): every event would fail alike, so the stream stops before this one instead "
+             "of dead-lettering them (nothing is lost: it is read again at the next start). Run "
+             "that deployment as a replica set (one member will do) or a sharded cluster "
+             "(MongoDB 4.2+), or turn exactly_once off, then start the stream again",
+             conn, message);
+   return true;
+}
+
+mongoc_client_session_t *
+fw_txn_session (const fw_dispatcher_t *d)
+{
+   return d->eo.session;
+}
+
+bool
+fw_txn_in_mongo (const fw_dispatcher_t *d)
+{
+   return d->eo.fn && !d->eo.sink.begin;
 }

@@ -45,7 +45,7 @@ int64_t fw_txn_lifetime_ms (mongoc_client_t *client);
  * change event's, or with replay a replayed dead letter's) failed with error
  * type: Mongo.TransactionsUnsupported, a deployment setting that fails every
  * event alike, stops the stream (FW_OUTCOME_FAILED) instead of dead-lettering
- * each (event_txn_limits.c). */
+ * each. */
 bool fw_txn_unsupported_stops (fw_dispatcher_t *d, bool replay, const char *type,
                                const char *message);
 
@@ -68,6 +68,12 @@ fw_txn_dlq_t fw_txn_dead_letter (fw_dispatcher_t *d, const fw_event_t *ev, const
  * in-memory store, or out of memory). The caller destroys it
  * (event_txn_dlq.c). */
 fw_dlq_store_t *fw_txn_sink_dlq (fw_dispatcher_t *d, mongoc_client_t *client);
+
+/* Whether d's attempts run in MongoDB transactions (exactly_once into
+ * MongoDB, not another store's sink), and the session they run in (d's;
+ * NULL before the first). */
+bool fw_txn_in_mongo (const fw_dispatcher_t *d);
+mongoc_client_session_t *fw_txn_session (const fw_dispatcher_t *d);
 
 /* Ends d's kept session (before its client goes). */
 void fw_txn_release (fw_dispatcher_t *d);

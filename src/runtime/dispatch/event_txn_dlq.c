@@ -16,7 +16,7 @@
 
 #include "flowwarden/log.h"
 #include "runtime/dispatch/backoff.h"
-#include "runtime/dispatch/dispatcher-private.h"
+#include "runtime/dispatch/dispatcher.h"
 #include "runtime/dispatch/event_txn.h"
 
 /* Transactions tried before the entry is written the plain way. */
@@ -30,12 +30,13 @@ fw_txn_sink_dlq (fw_dispatcher_t *d, mongoc_client_t *client)
    fw_error_t err;
 
    if (dlq->memory ||
-       fw_connection_clients_get (d->clients, dlq->connection ? dlq->connection : "default",
-                                  &err) != client) {
+       fw_connection_clients_get (fw_dispatcher_clients (d),
+                                  dlq->connection ? dlq->connection : "default", &err) != client) {
       return NULL;
    }
-   store = fw_dlq_store_mongo_open (client, dlq->database ? dlq->database : d->prog.cfg.database,
-                                    dlq->collection, NULL, &err);
+   store = fw_dlq_store_mongo_open (
+      client, dlq->database ? dlq->database : fw_dispatcher_config (d)->database, dlq->collection,
+      NULL, &err);
    if (store && !fw_dlq_store_can (store, FW_DLQ_CAN_JOIN)) {
       fw_dlq_store_destroy (store);
       store = NULL;
@@ -69,7 +70,7 @@ static try_t
 try_once (fw_dispatcher_t *d, fw_dlq_store_t *store, const fw_event_t *ev, const bson_t *entry,
           char *why, size_t len)
 {
-   lua_State *L = fw_lua_host_state (d->prog.host);
+   lua_State *L = fw_lua_host_state (fw_dispatcher_host (d));
    int top = lua_gettop (L);
    fw_mongo_txn_t join;
    fw_error_t err;
@@ -81,7 +82,7 @@ try_once (fw_dispatcher_t *d, fw_dlq_store_t *store, const fw_event_t *ev, const
    }
    fw_mongo_lua_join (L, NULL); /* no handler runs in this one */
    err.message[0] = '\0';
-   if (!store->save_in (store, d->eo.session, entry, &err)) {
+   if (!store->save_in (store, fw_txn_session (d), entry, &err)) {
       snprintf (why, len, "%s", err.message);
       fw_txn_end (d);
       return TRY_FAILED;
@@ -109,7 +110,7 @@ fw_txn_dead_letter (fw_dispatcher_t *d, const fw_event_t *ev, const bson_t *entr
    fw_txn_dlq_t r = FW_TXN_DLQ_NOT_JOINED;
 
    /* MongoDB transactions only (another store's sink: at least once) */
-   if (!d->eo.fn || d->eo.sink.begin || !(client = fw_dispatcher_txn_client (d, &err)) ||
+   if (!fw_txn_in_mongo (d) || !(client = fw_dispatcher_txn_client (d, &err)) ||
        !(store = fw_txn_sink_dlq (d, client))) {
       return FW_TXN_DLQ_NOT_JOINED;
    }
@@ -118,7 +119,7 @@ fw_txn_dead_letter (fw_dispatcher_t *d, const fw_event_t *ev, const bson_t *entr
       if (t == TRY_COMMITTED || t == TRY_FENCED) {
          r = t == TRY_COMMITTED ? FW_TXN_DLQ_COMMITTED : FW_TXN_DLQ_STOPPED;
          if (t == TRY_FENCED) {
-            fw_log (FW_LOG_WARN, d->prog.cfg.name,
+            fw_log (FW_LOG_WARN, fw_dispatcher_config (d)->name,
                     "exactly_once: event %s not dead-lettered: "
                     "%s; its transaction is aborted",
                     id, why);
@@ -126,20 +127,20 @@ fw_txn_dead_letter (fw_dispatcher_t *d, const fw_event_t *ev, const bson_t *entr
          break;
       }
       if (tries == TXN_TRIES) {
-         fw_log (FW_LOG_WARN, d->prog.cfg.name,
+         fw_log (FW_LOG_WARN, fw_dispatcher_config (d)->name,
                  "exactly_once: the dead letter of event %s could not be committed with its "
                  "checkpoint (%s); it is written on its own (at least once: its DLQ entry is "
                  "kept once, its event may run again after a crash)",
                  id, why);
          break;
       }
-      int64_t delay = fw_backoff_delay_ms (&d->prog.cfg.restart, tries,
-                                           fw_backoff_random (&d->rng));
-      fw_log (FW_LOG_ERROR, d->prog.cfg.name,
+      int64_t delay = fw_backoff_delay_ms (&fw_dispatcher_config (d)->restart, tries,
+                                           fw_dispatcher_random (d));
+      fw_log (FW_LOG_ERROR, fw_dispatcher_config (d)->name,
               "exactly_once: the dead letter of event %s and its checkpoint failed to commit "
               "(try %d): %s; the stream holds this event and tries again in %lld ms",
               id, tries, why, (long long) delay);
-      if (d->clock.wait_ms (d->clock.ud, delay)) {
+      if (fw_dispatcher_wait_ms (d, delay)) {
          r = FW_TXN_DLQ_STOPPED;
          break;
       }

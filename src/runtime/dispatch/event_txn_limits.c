@@ -8,16 +8,9 @@
  * NoSuchTransaction (jstests/core/txns/abort_expired_transaction.js). Knowing
  * the limit lets fw.mongo name that 251 Mongo.TransactionTooLong
  * (mongo_errors.c) instead of a transient error retried into the same wall.
- *
- * A deployment without transactions (Mongo.TransactionsUnsupported: 20
- * IllegalOperation inside the transaction, libmongoc's refusal to start one)
- * fails every attempt of every event alike: the stream stops before the
- * event rather than send them all to the DLQ.
- */
-#include <stdio.h>
-#include <string.h>
 
-#include "runtime/dispatch/dispatcher-private.h"
+ * (A deployment without transactions: fw_txn_unsupported_stops, event_txn.c.)
+ */
 #include "runtime/dispatch/event_txn.h"
 
 /* MongoDB's default transactionLifetimeLimitSeconds. */
@@ -40,24 +33,4 @@ fw_txn_lifetime_ms (mongoc_client_t *client)
    bson_destroy (&reply);
    bson_destroy (&cmd);
    return ms;
-}
-
-bool
-fw_txn_unsupported_stops (fw_dispatcher_t *d, bool replay, const char *type, const char *message)
-{
-   const char *conn = d->prog.cfg.exactly_once_connection ? d->prog.cfg.exactly_once_connection
-                                                          : "default";
-
-   if (!fw_txn_wanted (d, replay) || d->eo.sink.begin ||
-       strcmp (type, "Mongo.TransactionsUnsupported") != 0) {
-      return false;
-   }
-   snprintf (d->out.failure, sizeof d->out.failure,
-             "exactly_once: connection \"%s\" has no transactions (Mongo.TransactionsUnsupported: "
-             "%.400s): every event would fail alike, so the stream stops before this one instead "
-             "of dead-lettering them (nothing is lost: it is read again at the next start). Run "
-             "that deployment as a replica set (one member will do) or a sharded cluster "
-             "(MongoDB 4.2+), or turn exactly_once off, then start the stream again",
-             conn, message);
-   return true;
 }

@@ -7,7 +7,23 @@
 
 #include <stdbool.h>
 
+#include "runtime/dispatch/circuit.h"
 #include "runtime/dispatch/dispatcher.h"
+#include "runtime/dispatch/rate_limit.h"
+
+/* A stream's guards against a dependency outage (outage.c, issue 29): its
+ * circuit breaker and rate limit, one of each per stream, its lanes'
+ * dispatchers sharing the stream's own dispatcher's. */
+typedef struct {
+   fw_circuit_t *circuit;
+   fw_rate_limit_t *rate;
+   bool shared;                     /* another dispatcher's (fw_dispatcher_share_outage) */
+   bool holder;                     /* this dispatcher's event holds the breaker open */
+   const fw_circuit_store_t *store; /* where it is kept across restarts, or NULL */
+} fw_outage_t;
+
+/* d's guards (d keeps them; dispatcher.c). */
+fw_outage_t *fw_dispatcher_outage (fw_dispatcher_t *d);
 
 /* d's own breaker and bucket (fw_dispatcher_new); false when out of memory. */
 bool fw_outage_init (fw_dispatcher_t *d);

@@ -13,7 +13,6 @@
 
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
-#include "runtime/dispatch/dispatcher-private.h"
 #include "runtime/dispatch/outage-private.h"
 
 #define SLICE_MS 100
@@ -21,60 +20,63 @@
 bool
 fw_outage_init (fw_dispatcher_t *d)
 {
-   d->outage.circuit = fw_circuit_new ();
-   d->outage.rate = fw_rate_limit_new (&d->prog.cfg.rate_limit, fw_mono_ns ());
-   return d->outage.circuit && d->outage.rate;
+   fw_dispatcher_outage (d)->circuit = fw_circuit_new ();
+   fw_dispatcher_outage (d)->rate = fw_rate_limit_new (&fw_dispatcher_config (d)->rate_limit,
+                                                       fw_mono_ns ());
+   return fw_dispatcher_outage (d)->circuit && fw_dispatcher_outage (d)->rate;
 }
 
 void
 fw_outage_cleanup (fw_dispatcher_t *d)
 {
-   if (!d->outage.shared) {
-      fw_circuit_destroy (d->outage.circuit);
-      fw_rate_limit_destroy (d->outage.rate);
+   if (!fw_dispatcher_outage (d)->shared) {
+      fw_circuit_destroy (fw_dispatcher_outage (d)->circuit);
+      fw_rate_limit_destroy (fw_dispatcher_outage (d)->rate);
    }
-   d->outage.circuit = NULL;
-   d->outage.rate = NULL;
+   fw_dispatcher_outage (d)->circuit = NULL;
+   fw_dispatcher_outage (d)->rate = NULL;
 }
 
 void
 fw_outage_show_config (fw_dispatcher_t *d)
 {
    char rate[32] = "";
-   const fw_rate_limit_config_t *r = &d->prog.cfg.rate_limit;
+   const fw_rate_limit_config_t *r = &fw_dispatcher_config (d)->rate_limit;
 
-   if (!d->metrics) {
+   if (!fw_dispatcher_metrics (d)) {
       return;
    }
    if (r->count > 0) {
       snprintf (rate, sizeof rate, "%lld/%s", (long long) r->count, r->per_ms == 1000 ? "s" : "m");
    }
-   fw_stream_metrics_set_outage_config (d->metrics, d->prog.cfg.circuit.enabled, rate);
+   fw_stream_metrics_set_outage_config (fw_dispatcher_metrics (d),
+                                        fw_dispatcher_config (d)->circuit.enabled, rate);
 }
 
 void
 fw_dispatcher_share_outage (fw_dispatcher_t *d, fw_dispatcher_t *from)
 {
-   d->outage.store = from->outage.store;
-   if (d->outage.circuit == from->outage.circuit) {
+   fw_dispatcher_outage (d)->store = fw_dispatcher_outage (from)->store;
+   if (fw_dispatcher_outage (d)->circuit == fw_dispatcher_outage (from)->circuit) {
       return;
    }
    fw_outage_cleanup (d);
-   d->outage.circuit = from->outage.circuit;
-   d->outage.rate = from->outage.rate;
-   d->outage.shared = true;
+   fw_dispatcher_outage (d)->circuit = fw_dispatcher_outage (from)->circuit;
+   fw_dispatcher_outage (d)->rate = fw_dispatcher_outage (from)->rate;
+   fw_dispatcher_outage (d)->shared = true;
 }
 
 bool
 fw_dispatcher_circuit_probe_now (fw_dispatcher_t *d)
 {
-   return d && d->outage.circuit && fw_circuit_probe_now (d->outage.circuit);
+   return d && fw_dispatcher_outage (d)->circuit &&
+          fw_circuit_probe_now (fw_dispatcher_outage (d)->circuit);
 }
 
 void
 fw_dispatcher_set_circuit_store (fw_dispatcher_t *d, const fw_circuit_store_t *store)
 {
-   d->outage.store = store;
+   fw_dispatcher_outage (d)->store = store;
 }
 
 /* Issue 37: the breaker as it is now, kept for a restart. */
@@ -83,9 +85,9 @@ persist (fw_dispatcher_t *d)
 {
    fw_circuit_view_t v;
 
-   if (d->outage.store && d->outage.store->save) {
-      fw_circuit_view (d->outage.circuit, &v);
-      d->outage.store->save (d->outage.store->ud, &v);
+   if (fw_dispatcher_outage (d)->store && fw_dispatcher_outage (d)->store->save) {
+      fw_circuit_view (fw_dispatcher_outage (d)->circuit, &v);
+      fw_dispatcher_outage (d)->store->save (fw_dispatcher_outage (d)->store->ud, &v);
    }
 }
 
@@ -93,8 +95,8 @@ persist (fw_dispatcher_t *d)
 static void
 forget (fw_dispatcher_t *d)
 {
-   if (d->outage.store && d->outage.store->clear) {
-      d->outage.store->clear (d->outage.store->ud);
+   if (fw_dispatcher_outage (d)->store && fw_dispatcher_outage (d)->store->clear) {
+      fw_dispatcher_outage (d)->store->clear (fw_dispatcher_outage (d)->store->ud);
    }
 }
 
@@ -104,18 +106,18 @@ show (fw_dispatcher_t *d)
 {
    fw_circuit_view_t v;
 
-   if (!d->metrics) {
+   if (!fw_dispatcher_metrics (d)) {
       return;
    }
-   fw_circuit_view (d->outage.circuit, &v);
-   fw_stream_metrics_set_circuit (d->metrics, (int) v.state, v.error_type, v.since_ms,
-                                  v.next_probe_ms);
+   fw_circuit_view (fw_dispatcher_outage (d)->circuit, &v);
+   fw_stream_metrics_set_circuit (fw_dispatcher_metrics (d), (int) v.state, v.error_type,
+                                  v.since_ms, v.next_probe_ms);
    if (v.state == FW_CIRCUIT_CLOSED) {
-      fw_stream_metrics_set_state (d->metrics, FW_STREAM_RUNNING, NULL);
+      fw_stream_metrics_set_state (fw_dispatcher_metrics (d), FW_STREAM_RUNNING, NULL);
    } else {
       char why[200];
       snprintf (why, sizeof why, "circuit open on %s", v.error_type);
-      fw_stream_metrics_set_state (d->metrics, FW_STREAM_RETRYING, why);
+      fw_stream_metrics_set_state (fw_dispatcher_metrics (d), FW_STREAM_RETRYING, why);
    }
 }
 
@@ -125,12 +127,12 @@ show (fw_dispatcher_t *d)
 static bool
 wait_sliced (fw_dispatcher_t *d, int64_t ms, bool (*stop) (fw_dispatcher_t *d))
 {
-   if (d->clock.is_virtual) {
-      return d->clock.wait_ms (d->clock.ud, ms); /* flowwarden test: nobody resumes */
+   if (fw_dispatcher_clock_virtual (d)) {
+      return fw_dispatcher_wait_ms (d, ms); /* flowwarden test: nobody resumes */
    }
    while (ms > 0) {
       int64_t slice = ms < SLICE_MS ? ms : SLICE_MS;
-      if (d->clock.wait_ms (d->clock.ud, slice)) {
+      if (fw_dispatcher_wait_ms (d, slice)) {
          return true;
       }
       if (stop && stop (d)) {
@@ -144,25 +146,26 @@ wait_sliced (fw_dispatcher_t *d, int64_t ms, bool (*stop) (fw_dispatcher_t *d))
 static bool
 circuit_closed (fw_dispatcher_t *d)
 {
-   return fw_circuit_state (d->outage.circuit) == FW_CIRCUIT_CLOSED;
+   return fw_circuit_state (fw_dispatcher_outage (d)->circuit) == FW_CIRCUIT_CLOSED;
 }
 
 /* A rate-limit token, waited for; false: a shutdown came first. */
 static bool
 take_token (fw_dispatcher_t *d)
 {
-   fw_rate_limit_set (d->outage.rate, &d->prog.cfg.rate_limit, fw_mono_ns ());
+   fw_rate_limit_set (fw_dispatcher_outage (d)->rate, &fw_dispatcher_config (d)->rate_limit,
+                      fw_mono_ns ());
    for (;;) {
-      int64_t now_ns = d->clock.is_virtual ? d->clock.now_ms (d->clock.ud) * 1000000
-                                           : fw_mono_ns ();
-      int64_t wait_ns = fw_rate_limit_take (d->outage.rate, now_ns);
+      int64_t now_ns = fw_dispatcher_clock_virtual (d) ? fw_dispatcher_now_ms (d) * 1000000
+                                                       : fw_mono_ns ();
+      int64_t wait_ns = fw_rate_limit_take (fw_dispatcher_outage (d)->rate, now_ns);
       if (wait_ns <= 0) {
          return true;
       }
-      if (d->metrics) {
-         fw_stream_metrics_rate_wait (d->metrics, wait_ns);
+      if (fw_dispatcher_metrics (d)) {
+         fw_stream_metrics_rate_wait (fw_dispatcher_metrics (d), wait_ns);
       }
-      if (d->clock.wait_ms (d->clock.ud, (wait_ns + 999999) / 1000000)) {
+      if (fw_dispatcher_wait_ms (d, (wait_ns + 999999) / 1000000)) {
          return false;
       }
    }
@@ -181,17 +184,17 @@ adopt (fw_dispatcher_t *d, const fw_event_t *ev, int attempt)
    if (!ev) {
       /* A batch's call has no probe of its own: the breaker closes and the
        * batch follows its policy. */
-      fw_circuit_close (d->outage.circuit);
+      fw_circuit_close (fw_dispatcher_outage (d)->circuit);
       forget (d);
-      fw_log (FW_LOG_WARN, d->prog.cfg.name,
+      fw_log (FW_LOG_WARN, fw_dispatcher_config (d)->name,
               "circuit closed: the breaker restored at the "
               "start is not held by a batch's call; the batch follows its policy");
       show (d);
       return true;
    }
    fw_event_log_id (ev, id, sizeof id);
-   d->outage.holder = true;
-   fw_log (FW_LOG_INFO, d->prog.cfg.name,
+   fw_dispatcher_outage (d)->holder = true;
+   fw_log (FW_LOG_INFO, fw_dispatcher_config (d)->name,
            "circuit open (restored): event %s holds it and is the next probe", id);
    return wait_for_probe (d, id, attempt - 1) != FW_HOLD_STOPPED;
 }
@@ -200,18 +203,20 @@ bool
 fw_outage_admit (fw_dispatcher_t *d, const fw_event_t *ev, int attempt)
 {
    /* One lock when it is closed, as before issue 37. */
-   if (d->prog.cfg.circuit.enabled && !d->outage.holder && !circuit_closed (d) &&
-       fw_circuit_adopt (d->outage.circuit) && !adopt (d, ev, attempt)) {
+   if (fw_dispatcher_config (d)->circuit.enabled && !fw_dispatcher_outage (d)->holder &&
+       !circuit_closed (d) && fw_circuit_adopt (fw_dispatcher_outage (d)->circuit) &&
+       !adopt (d, ev, attempt)) {
       return false;
    }
    /* Another lane's event holds the breaker open: this lane pauses too
     * (they share the dependency). Without circuit: no lock, no wait. */
-   while (d->prog.cfg.circuit.enabled && !d->outage.holder && !circuit_closed (d)) {
+   while (fw_dispatcher_config (d)->circuit.enabled && !fw_dispatcher_outage (d)->holder &&
+          !circuit_closed (d)) {
       if (wait_sliced (d, SLICE_MS, circuit_closed)) {
          return false;
       }
    }
-   return d->prog.cfg.rate_limit.count == 0 || take_token (d);
+   return fw_dispatcher_config (d)->rate_limit.count == 0 || take_token (d);
 }
 
 static bool
@@ -219,9 +224,9 @@ probe_asked_or_due (fw_dispatcher_t *d)
 {
    fw_circuit_view_t v;
 
-   fw_circuit_view (d->outage.circuit, &v);
+   fw_circuit_view (fw_dispatcher_outage (d)->circuit, &v);
    return v.state != FW_CIRCUIT_OPEN || v.probe_asked ||
-          d->clock.now_ms (d->clock.ud) >= v.next_probe_ms;
+          fw_dispatcher_now_ms (d) >= v.next_probe_ms;
 }
 
 /* The breaker is open and this dispatcher holds it: waits for the next
@@ -229,25 +234,26 @@ probe_asked_or_due (fw_dispatcher_t *d)
 static fw_hold_t
 wait_for_probe (fw_dispatcher_t *d, const char *id, int attempt)
 {
-   const fw_circuit_config_t *cfg = &d->prog.cfg.circuit;
+   const fw_circuit_config_t *cfg = &fw_dispatcher_config (d)->circuit;
 
    for (;;) {
       int64_t wait;
-      switch (fw_circuit_next (d->outage.circuit, cfg, d->clock.now_ms (d->clock.ud), &wait)) {
+      switch (fw_circuit_next (fw_dispatcher_outage (d)->circuit, cfg, fw_dispatcher_now_ms (d),
+                               &wait)) {
       case FW_CIRCUIT_PROBE:
-         fw_log (FW_LOG_INFO, d->prog.cfg.name,
+         fw_log (FW_LOG_INFO, fw_dispatcher_config (d)->name,
                  "circuit half-open: probing with event %s "
                  "(attempt %d)",
                  id, attempt + 1);
          show (d);
          return FW_HOLD_PROBE;
       case FW_CIRCUIT_GIVE_UP:
-         fw_log (FW_LOG_WARN, d->prog.cfg.name,
+         fw_log (FW_LOG_WARN, fw_dispatcher_config (d)->name,
                  "circuit closed: give_up_after (%lld ms) passed; event %s follows the DLQ "
                  "policy and the stream goes on",
                  (long long) cfg->give_up_after_ms, id);
-         fw_circuit_close (d->outage.circuit);
-         d->outage.holder = false;
+         fw_circuit_close (fw_dispatcher_outage (d)->circuit);
+         fw_dispatcher_outage (d)->holder = false;
          forget (d);
          show (d);
          return FW_HOLD_NONE;
@@ -257,8 +263,8 @@ wait_for_probe (fw_dispatcher_t *d, const char *id, int attempt)
       if (wait_sliced (d, wait, probe_asked_or_due)) {
          /* A stop: the held event comes back (from the checkpoint before
           * it) and opens the breaker again if its dependency is still down. */
-         fw_circuit_close (d->outage.circuit);
-         d->outage.holder = false;
+         fw_circuit_close (fw_dispatcher_outage (d)->circuit);
+         fw_dispatcher_outage (d)->holder = false;
          show (d);
          return FW_HOLD_STOPPED;
       }
@@ -283,16 +289,16 @@ fw_hold_t
 fw_outage_hold (fw_dispatcher_t *d, const char *id, int attempt, const char *type,
                 const char *message, bool giving_up)
 {
-   const fw_circuit_config_t *cfg = &d->prog.cfg.circuit;
+   const fw_circuit_config_t *cfg = &fw_dispatcher_config (d)->circuit;
    bool outage = giving_up && fw_circuit_config_matches (cfg, type);
    int64_t now;
    fw_circuit_view_t v;
 
-   if (d->outage.holder && !outage) {
-      fw_circuit_close (d->outage.circuit);
-      d->outage.holder = false;
+   if (fw_dispatcher_outage (d)->holder && !outage) {
+      fw_circuit_close (fw_dispatcher_outage (d)->circuit);
+      fw_dispatcher_outage (d)->holder = false;
       forget (d);
-      fw_log (FW_LOG_WARN, d->prog.cfg.name,
+      fw_log (FW_LOG_WARN, fw_dispatcher_config (d)->name,
               "circuit closed: the probe with event %s failed with %s, not an outage type "
               "(circuit.on): the event follows the normal policy",
               id, type);
@@ -302,20 +308,20 @@ fw_outage_hold (fw_dispatcher_t *d, const char *id, int attempt, const char *typ
    if (!outage) {
       return FW_HOLD_NONE;
    }
-   now = d->clock.now_ms (d->clock.ud);
-   if (d->outage.holder) {
-      fw_circuit_probe_failed (d->outage.circuit, cfg, type, now);
-      fw_circuit_view (d->outage.circuit, &v);
-      fw_log (FW_LOG_WARN, d->prog.cfg.name,
+   now = fw_dispatcher_now_ms (d);
+   if (fw_dispatcher_outage (d)->holder) {
+      fw_circuit_probe_failed (fw_dispatcher_outage (d)->circuit, cfg, type, now);
+      fw_circuit_view (fw_dispatcher_outage (d)->circuit, &v);
+      fw_log (FW_LOG_WARN, fw_dispatcher_config (d)->name,
               "circuit open again: the probe with event %s failed with %s: %s; next probe in "
               "%lld ms",
               id, type, message, (long long) v.open_for_ms);
-   } else if (fw_circuit_open (d->outage.circuit, cfg, type, now)) {
-      d->outage.holder = true;
-      if (d->metrics) {
-         fw_stream_metrics_circuit_opened (d->metrics, type);
+   } else if (fw_circuit_open (fw_dispatcher_outage (d)->circuit, cfg, type, now)) {
+      fw_dispatcher_outage (d)->holder = true;
+      if (fw_dispatcher_metrics (d)) {
+         fw_stream_metrics_circuit_opened (fw_dispatcher_metrics (d), type);
       }
-      fw_log (FW_LOG_WARN, d->prog.cfg.name,
+      fw_log (FW_LOG_WARN, fw_dispatcher_config (d)->name,
               "circuit OPEN: event %s failed %d attempt(s) with %s: %s; the event is held (not "
               "dead-lettered), no handler runs, first probe in %lld ms",
               id, attempt, type, message, (long long) cfg->open_for_ms);
@@ -332,14 +338,14 @@ fw_outage_handled (fw_dispatcher_t *d)
 {
    fw_circuit_view_t v;
 
-   if (!d->outage.holder) {
+   if (!fw_dispatcher_outage (d)->holder) {
       return;
    }
-   fw_circuit_view (d->outage.circuit, &v);
-   fw_circuit_close (d->outage.circuit);
-   d->outage.holder = false;
+   fw_circuit_view (fw_dispatcher_outage (d)->circuit, &v);
+   fw_circuit_close (fw_dispatcher_outage (d)->circuit);
+   fw_dispatcher_outage (d)->holder = false;
    forget (d);
-   fw_log (FW_LOG_INFO, d->prog.cfg.name,
+   fw_log (FW_LOG_INFO, fw_dispatcher_config (d)->name,
            "circuit closed: the probe succeeded after %d probe(s); the stream goes on", v.probes);
    show (d);
 }
@@ -347,12 +353,12 @@ fw_outage_handled (fw_dispatcher_t *d)
 void
 fw_outage_event_end (fw_dispatcher_t *d)
 {
-   if (!d->outage.holder) {
+   if (!fw_dispatcher_outage (d)->holder) {
       return;
    }
-   fw_circuit_close (d->outage.circuit);
-   d->outage.holder = false;
-   fw_log (FW_LOG_INFO, d->prog.cfg.name,
+   fw_circuit_close (fw_dispatcher_outage (d)->circuit);
+   fw_dispatcher_outage (d)->holder = false;
+   fw_log (FW_LOG_INFO, fw_dispatcher_config (d)->name,
            "circuit closed: the held event left the stream without a probe's outcome");
    show (d);
 }
@@ -360,7 +366,8 @@ fw_outage_event_end (fw_dispatcher_t *d)
 bool
 fw_dispatcher_circuit_restore (fw_dispatcher_t *d, const fw_circuit_view_t *saved)
 {
-   if (!d->prog.cfg.circuit.enabled || !fw_circuit_restore (d->outage.circuit, saved)) {
+   if (!fw_dispatcher_config (d)->circuit.enabled ||
+       !fw_circuit_restore (fw_dispatcher_outage (d)->circuit, saved)) {
       return false;
    }
    show (d); /* open from the start (the count of openings is this run's) */

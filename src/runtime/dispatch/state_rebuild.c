@@ -18,19 +18,13 @@
 #include <lauxlib.h>
 
 #include "flowwarden/log.h"
-#include "runtime/dispatch/dispatcher-private.h"
+#include "runtime/dispatch/state_rebuild.h"
 
 void
 fw_dispatcher_set_loader (fw_dispatcher_t *d, fw_dispatcher_loader_t load, void *ud)
 {
-   d->rebuild.load = load;
-   d->rebuild.ud = ud;
-}
-
-bool
-fw_state_over_mark (const fw_dispatcher_t *d)
-{
-   return fw_state_past_mark (d, fw_lua_host_memory_used (d->prog.host));
+   fw_dispatcher_rebuild (d)->load = load;
+   fw_dispatcher_rebuild (d)->ud = ud;
 }
 
 /* The state filled up again within FW_STATE_REFILL_EVENTS events of its
@@ -38,67 +32,69 @@ fw_state_over_mark (const fw_dispatcher_t *d)
 static void
 refilled (fw_dispatcher_t *d, uint64_t events)
 {
-   d->rebuild.refilled = true;
-   snprintf (d->out.failure, sizeof d->out.failure,
-             "the Lua state of stream \"%s\" filled its memory_limit again (%zu of %zu bytes "
-             "after a full collection) within %llu event(s) of being rebuilt (at most %d "
-             "allowed): the handler keeps what it is given (a global, a cache without bound) "
-             "faster than a rebuild can help; keep less in globals (fw.state is bounded), or "
-             "raise memory_limit; the checkpoint stays before this event",
-             d->prog.cfg.name, d->rebuild.held, d->prog.cfg.memory_limit,
-             (unsigned long long) events, FW_STATE_REFILL_EVENTS);
+   fw_state_rebuild_t *r = fw_dispatcher_rebuild (d);
+
+   r->refilled = true;
+   fw_dispatcher_set_failure (
+      d,
+      "the Lua state of stream \"%s\" filled its memory_limit again (%zu of %zu bytes "
+      "after a full collection) within %llu event(s) of being rebuilt (at most %d "
+      "allowed): the handler keeps what it is given (a global, a cache without bound) "
+      "faster than a rebuild can help; keep less in globals (fw.state is bounded), or "
+      "raise memory_limit; the checkpoint stays before this event",
+      fw_dispatcher_config (d)->name, r->held, fw_dispatcher_config (d)->memory_limit,
+      (unsigned long long) events, FW_STATE_REFILL_EVENTS);
 }
 
 /* flowwarden test's recorder sees the attempt that failed in the full state. */
 static void
 report_attempt (fw_dispatcher_t *d, int attempt)
 {
-   lua_State *L = fw_lua_host_state (d->prog.host);
+   lua_State *L = fw_lua_host_state (fw_dispatcher_host (d));
    int top = lua_gettop (L);
    const char *msg = NULL;
 
-   if (!d->hooks) {
+   if (!fw_dispatcher_recording (d)) {
       return;
    }
    if (lua_istable (L, -1) && lua_getfield (L, -1, "value") == LUA_TSTRING) {
       msg = lua_tostring (L, -1); /* kept alive by the failure table below it */
    }
-   d->hooks->attempt_failed (d->hooks->ud, attempt, "MemoryError", msg ? msg : "not enough memory",
-                             "", "rebuild");
+   fw_dispatcher_attempt_failed (d, attempt, "MemoryError", msg ? msg : "not enough memory", "",
+                                 "rebuild");
    lua_settop (L, top);
 }
 
 fw_state_check_t
 fw_state_check (fw_dispatcher_t *d, bool ok, int attempt)
 {
-   lua_State *L = fw_lua_host_state (d->prog.host);
+   lua_State *L = fw_lua_host_state (fw_dispatcher_host (d));
+   fw_state_rebuild_t *r = fw_dispatcher_rebuild (d);
+   fw_dispatch_t *view = fw_dispatcher_view (d);
    uint64_t events;
 
    /* What the ctx converted for this event is kept for its next attempt;
     * what is left after letting go of it is what the state holds. */
-   fw_event_ctx_drop_values (L, &d->dispatch);
+   fw_event_ctx_drop_values (L, view);
    lua_gc (L, LUA_GCCOLLECT);
-   if (!fw_state_over_mark (d) || d->rebuild.pending) {
+   if (!fw_state_over_mark (d) || r->pending) {
       return FW_STATE_OK;
    }
-   d->rebuild.held = fw_lua_host_memory_used (d->prog.host);
-   d->rebuild.pending = true;
-   events = d->dispatch.generation - d->rebuild.rebuilt_at + 1;
-   if (d->rebuild.rebuilt && events <= FW_STATE_REFILL_EVENTS) {
+   r->held = fw_lua_host_memory_used (fw_dispatcher_host (d));
+   r->pending = true;
+   events = view->generation - r->rebuilt_at + 1;
+   if (r->rebuilt && events <= FW_STATE_REFILL_EVENTS) {
       refilled (d, events);
    }
    if (ok) {
       return FW_STATE_OK; /* the event is done: the next attempt, of another, sees to it */
    }
    /* The attempt failed all the same: counted as a MemoryError. */
-   d->stats.handler_errors++;
-   if (d->metrics) {
-      fw_stream_metrics_handler_error (d->metrics, "MemoryError");
-   }
+   fw_dispatcher_count_handler_error (d, "MemoryError");
    report_attempt (d, attempt);
    lua_pop (L, 1); /* the failure: the state's, not the event's */
-   d->dispatch.dlq_requested = false;
-   d->dispatch.dlq_reason[0] = '\0';
+   view->dlq_requested = false;
+   view->dlq_reason[0] = '\0';
    return FW_STATE_RETRY;
 }
 
@@ -107,8 +103,9 @@ fw_state_check (fw_dispatcher_t *d, bool ok, int attempt)
 static fw_dispatcher_t *
 load_fresh (fw_dispatcher_t *d, fw_error_t *error)
 {
-   const char *version = fw_lua_host_version (d->prog.host);
-   fw_lua_host_t *host = d->rebuild.load (d->rebuild.ud, error);
+   const fw_state_rebuild_t *r = fw_dispatcher_rebuild (d);
+   const char *version = fw_lua_host_version (fw_dispatcher_host (d));
+   fw_lua_host_t *host = r->load (r->ud, error);
 
    if (host && strcmp (fw_lua_host_version (host), version) != 0) {
       /* A changed script runs only when the operator reloads it. */
@@ -118,40 +115,44 @@ load_fresh (fw_dispatcher_t *d, fw_error_t *error)
       fw_lua_host_destroy (host);
       return NULL;
    }
-   return host ? fw_dispatcher_new (host, d->rebuild.index, NULL, d->shutdown, error) : NULL;
+   return host ? fw_dispatcher_new (host, r->index, NULL, fw_dispatcher_shutdown (d), error) : NULL;
 }
 
 bool
 fw_state_rebuild (fw_dispatcher_t *d)
 {
+   const fw_stream_config_t *cfg = fw_dispatcher_config (d);
+   fw_state_rebuild_t *r = fw_dispatcher_rebuild (d);
+   fw_stream_metrics_t *metrics;
    fw_dispatcher_t *fresh;
    fw_error_t err;
-   size_t held = d->rebuild.held;
+   size_t held = r->held;
 
-   if (d->rebuild.refilled) {
+   if (r->refilled) {
       return false;
    }
    if (!(fresh = load_fresh (d, &err))) {
-      snprintf (d->out.failure, sizeof d->out.failure,
-                "the Lua state of stream \"%s\" is full (%zu of %zu bytes after a full "
-                "collection) and cannot be rebuilt: %.800s",
-                d->prog.cfg.name, held, d->prog.cfg.memory_limit, err.message);
+      fw_dispatcher_set_failure (
+         d,
+         "the Lua state of stream \"%s\" is full (%zu of %zu bytes after a full "
+         "collection) and cannot be rebuilt: %.800s",
+         cfg->name, held, cfg->memory_limit, err.message);
       return false;
    }
    fw_dispatcher_take_program (d, fresh); /* fw.state stays d's */
    fw_dispatcher_destroy (fresh);         /* the full state, and all it held, goes */
-   d->rebuild.pending = false;
-   d->rebuild.rebuilt = true;
-   d->rebuild.rebuilt_at = d->dispatch.generation;
-   if (d->metrics) {
-      fw_stream_metrics_state_rebuilt (d->metrics, FW_METRICS_REBUILD_MEMORY);
-      fw_stream_metrics_set_lua_memory (d->metrics, fw_lua_host_memory_used (d->prog.host));
+   r->pending = false;
+   r->rebuilt = true;
+   r->rebuilt_at = fw_dispatcher_view (d)->generation;
+   if ((metrics = fw_dispatcher_metrics (d))) {
+      fw_stream_metrics_state_rebuilt (metrics, FW_METRICS_REBUILD_MEMORY);
+      fw_stream_metrics_set_lua_memory (metrics, fw_lua_host_memory_used (fw_dispatcher_host (d)));
    }
-   fw_log (FW_LOG_WARN, d->prog.cfg.name,
+   fw_log (FW_LOG_WARN, cfg->name,
            "Lua state rebuilt from script version %s: it held %zu of its %zu bytes "
            "(memory_limit) after a full collection, the new one %zu; globals start afresh, "
            "fw.state is kept",
-           fw_lua_host_version (d->prog.host), held, d->prog.cfg.memory_limit,
-           fw_lua_host_memory_used (d->prog.host));
+           fw_lua_host_version (fw_dispatcher_host (d)), held, cfg->memory_limit,
+           fw_lua_host_memory_used (fw_dispatcher_host (d)));
    return true;
 }

@@ -26,9 +26,21 @@ typedef struct {
    size_t held;         /* bytes the full state held after a full collection */
 } fw_state_rebuild_t;
 
+/* What the rebuild reads and changes of its dispatcher (dispatcher_access.c):
+ * its part, the failure that stops the stream (a printf format), a failed
+ * attempt counted (metrics: its type) and shown to flowwarden test's
+ * recorder, if any. */
+fw_state_rebuild_t *fw_dispatcher_rebuild (fw_dispatcher_t *d);
+void fw_dispatcher_set_failure (fw_dispatcher_t *d, const char *fmt, ...) BSON_GNUC_PRINTF (2, 3);
+void fw_dispatcher_count_handler_error (fw_dispatcher_t *d, const char *type);
+bool fw_dispatcher_recording (const fw_dispatcher_t *d);
+void fw_dispatcher_attempt_failed (fw_dispatcher_t *d, int attempt, const char *type,
+                                   const char *message, const char *traceback, const char *action);
+
 /* After a handler call: whether the state holds more than 90% of its
- * memory_limit (one comparison; false without a loader or a limit).
- * fw_state_past_mark (dispatcher-private.h) is the same on a figure read. */
+ * memory_limit (one comparison; false without a loader or a limit;
+ * dispatcher_access.c). fw_state_past_mark (dispatcher-private.h) is the
+ * same on a figure read. */
 bool fw_state_over_mark (const fw_dispatcher_t *d);
 
 typedef enum {

@@ -1,6 +1,6 @@
 /*
- * doctor-private.h - what doctor.c (the deployment's checks) and
- * doctor_streams.c (each stream's) share.
+ * doctor-private.h - what doctor.c (the deployment's checks),
+ * doctor_streams.c (each stream's) and doctor_partitions.c share.
  */
 #ifndef FLOWWARDEN_DOCTOR_PRIVATE_H
 #define FLOWWARDEN_DOCTOR_PRIVATE_H
@@ -14,22 +14,6 @@ typedef struct {
    int64_t oplog_first_s; /* its ts, seconds */
    int64_t oplog_last_s;
 } fw_doctor_server_t;
-
-/* Appends a check; message and fix are printf formats (fix may be NULL). */
-void fw_doctor_add (fw_doctor_report_t *r, const char *stream, const char *name,
-                    fw_doctor_status_t status, const char *fix, const char *fmt, ...)
-   BSON_GNUC_PRINTF (6, 7);
-
-/* exactly_once into the PostgreSQL connection name (doctor_eo_pg.c): the
- * privileges its position table needs, when a stream of L's script uses it. */
-void fw_doctor_eo_pg (lua_State *L, fw_doctor_report_t *r, const char *name);
-
-/* exactly_once into the MongoDB connection name (uri_text: its URI; a
- * deployment other than the stream's, doctor_eo_mongo.c): reachable, with
- * transactions, and its transaction lifetime, when a stream of L's script
- * uses it. */
-void fw_doctor_eo_mongo (lua_State *L, fw_doctor_report_t *r, const char *name,
-                         const char *uri_text);
 
 /* The privileges, pre-images and checkpoint checks of one stream. */
 void fw_doctor_privileges (mongoc_client_t *client, const fw_stream_config_t *cfgs, size_t n,

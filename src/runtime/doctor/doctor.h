@@ -49,6 +49,12 @@ void fw_doctor_run (mongoc_client_t *client, const fw_stream_config_t *cfgs, siz
  * trivial command, 5 s at most each (doctor_stores.c). */
 void fw_doctor_stores (lua_State *L, fw_doctor_report_t *report);
 
+/* Appends a check to r (doctor_report.c); message and fix are printf formats (fix may be NULL);
+ * on allocation failure sets r->out_of_memory. */
+void fw_doctor_add (fw_doctor_report_t *r, const char *stream, const char *name,
+                    fw_doctor_status_t status, const char *fix, const char *fmt, ...)
+   BSON_GNUC_PRINTF (6, 7);
+
 /* The worst status of the report (FW_DOCTOR_FAIL when out of memory). */
 fw_doctor_status_t fw_doctor_worst (const fw_doctor_report_t *report);
 

@@ -14,7 +14,7 @@
 
 #include <lauxlib.h>
 
-#include "runtime/doctor/doctor-private.h"
+#include "runtime/doctor/doctor_eo-private.h"
 #include "runtime/host/server_probe.h"
 #include "runtime/host/txn_support.h"
 

@@ -13,7 +13,7 @@
 #include "flowwarden/clock.h"
 #include "lua_api/pg_io.h"
 #include "lua_api/pg_lua.h"
-#include "runtime/doctor/doctor-private.h"
+#include "runtime/doctor/doctor_eo-private.h"
 
 #define WAIT_MS 5000
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "doctor-private.h"
+#include "runtime/doctor/doctor.h"
 
 void
 fw_doctor_add (fw_doctor_report_t *r, const char *stream, const char *name,

@@ -9,7 +9,7 @@
 
 #include "lua_api/pg_lua.h"
 #include "lua_api/redis_lua.h"
-#include "runtime/doctor/doctor-private.h"
+#include "runtime/doctor/doctor_eo-private.h"
 
 #define PROBE_TIMEOUT_MS 5000
 

@@ -9,7 +9,7 @@
 
 #include "flowwarden/check.h"
 #include "flowwarden/log.h"
-#include "runtime/dispatch/dispatcher-private.h"
+#include "runtime/dispatch/dispatcher_access-private.h"
 #include "runtime/dispatch/event_dispatch.h"
 #include "runtime/dispatch/replay_hook-private.h"
 #include "runtime/dlq/dlq_entry.h"
@@ -67,8 +67,8 @@ static void
 outcome_of (fw_dispatcher_t *d, const fw_outcome_t *r, const fw_replay_hook_t *hook, int64_t n,
             int64_t due_ms, fw_dlq_outcome_t *o)
 {
-   const fw_backoff_t *b = &d->prog.cfg.retry;
-   int64_t now = d->clock.now_ms (d->clock.ud);
+   const fw_backoff_t *b = &fw_dispatcher_config (d)->retry;
+   int64_t now = fw_dispatcher_now_ms (d);
 
    memset (o, 0, sizeof *o);
    o->now_ms = now;
@@ -82,7 +82,7 @@ outcome_of (fw_dispatcher_t *d, const fw_outcome_t *r, const fw_replay_hook_t *h
       o->error_type = r->error_type;
       o->error_message = r->error;
       if (hook->retry_asked && n < b->max_attempts) {
-         o->next_attempt_ms = now + fw_backoff_delay_ms (b, (int) n, fw_backoff_random (&d->rng));
+         o->next_attempt_ms = now + fw_backoff_delay_ms (b, (int) n, fw_dispatcher_random (d));
       }
    } else if (fw_outcome_comes_back (r->kind)) {
       o->next_attempt_ms = due_ms > 0 ? due_ms : now; /* not run: as it was */
@@ -104,7 +104,8 @@ report_follower (void *ud, const bson_t *entry, const fw_replay_result_t *r)
 
    fw_log (r->status == FW_REPLAY_RESOLVED || r->status == FW_REPLAY_SKIPPED ? FW_LOG_INFO
                                                                              : FW_LOG_WARN,
-           d->prog.cfg.name, "parked entry %s behind a deferred retry: %s", id ? id : "?", r->what);
+           fw_dispatcher_config (d)->name, "parked entry %s behind a deferred retry: %s",
+           id ? id : "?", r->what);
 }
 
 /* A resolved head of a sequence: its parked followers go as a replay of the
@@ -115,9 +116,9 @@ release_followers (fw_dispatcher_t *d, const char *seq, const char *actor)
    fw_replay_options_t opts = {actor, FW_DLQ_CLAIM_TTL_MS, false, false};
    fw_error_t err;
 
-   if (fw_dlq_replay_sequence (d, d->dlq, seq, &opts, report_follower, d, &err) ==
-       FW_SEQ_REPLAY_ERROR) {
-      fw_log (FW_LOG_WARN, d->prog.cfg.name,
+   if (fw_dlq_replay_sequence (d, fw_dispatcher_dlq_store (d), seq, &opts, report_follower, d,
+                               &err) == FW_SEQ_REPLAY_ERROR) {
+      fw_log (FW_LOG_WARN, fw_dispatcher_config (d)->name,
               "deferred retry of sequence %.300s resolved, but replaying its parked events "
               "failed: %s (flowwarden dlq replay --sequence takes them)",
               seq, err.message);
@@ -127,7 +128,7 @@ release_followers (fw_dispatcher_t *d, const char *seq, const char *actor)
 static void
 log_outcome (fw_dispatcher_t *d, const char *id, const fw_dlq_outcome_t *o, int64_t n)
 {
-   const char *name = d->prog.cfg.name;
+   const char *name = fw_dispatcher_config (d)->name;
 
    if (o->kind == FW_DLQ_RESOLVE) {
       fw_log (FW_LOG_INFO, name, "deferred retry of entry %s: handled on attempt %lld%s", id,
@@ -163,6 +164,7 @@ run_one (fw_dispatcher_t *d, const bson_t *entry, const char *actor)
    char seq_copy[1024], why[512];
    fw_outcome_t r;
    fw_replay_txn_t txn;
+   fw_dlq_store_t *dlq;
    bool in_txn;
 
    if (!bson_iter_init_find (&it, entry, "_id")) {
@@ -176,22 +178,20 @@ run_one (fw_dispatcher_t *d, const bson_t *entry, const char *actor)
       fw_replay_txn_stop (d, &txn);
    }
    outcome_of (d, &r, &hook, n, 0, &o);
+   dlq = fw_dispatcher_dlq_store (d);
    if (in_txn && txn.resolved && r.kind == FW_OUTCOME_HANDLED) {
       held = true; /* committed with the handler's writes */
-   } else if (!d->dlq->settle (d->dlq, bson_iter_value (&it), actor, &o, &held, &err)) {
-      fw_log (FW_LOG_ERROR, d->prog.cfg.name,
+   } else if (!dlq->settle (dlq, bson_iter_value (&it), actor, &o, &held, &err)) {
+      fw_log (FW_LOG_ERROR, fw_dispatcher_config (d)->name,
               "deferred retry of entry %s: %s (its claim expires and it is run again)",
               id ? id : "?", err.message);
       return;
    }
    log_outcome (d, id ? id : "?", &o, n);
    if (o.kind == FW_DLQ_RESCHEDULE && o.attempts_added && o.next_attempt_ms) {
-      d->stats.retries++; /* one more retry to come, as a blocking retry counts it */
-      if (d->metrics) {
-         fw_stream_metrics_retry (d->metrics);
-      }
+      fw_dispatcher_count_retry (d); /* one more retry to come, as a blocking retry counts it */
    }
-   if (held && o.kind == FW_DLQ_RESOLVE && seq_copy[0] && d->park.open_seqs) {
+   if (held && o.kind == FW_DLQ_RESOLVE && seq_copy[0] && fw_dispatcher_sequences_loaded (d)) {
       release_followers (d, seq_copy, actor);
    }
 }
@@ -200,54 +200,60 @@ run_one (fw_dispatcher_t *d, const bson_t *entry, const char *actor)
 static void
 count_scheduled (fw_dispatcher_t *d, int64_t now, int64_t *next_ms)
 {
+   fw_dlq_store_t *dlq = fw_dispatcher_dlq_store (d);
+   fw_stream_metrics_t *metrics = fw_dispatcher_metrics (d);
    int64_t count, oldest_ms;
    fw_error_t err;
 
    *next_ms = 0;
-   if (!d->dlq->scheduled (d->dlq, d->prog.cfg.name, &count, &oldest_ms, next_ms, &err)) {
-      fw_log (FW_LOG_DEBUG, d->prog.cfg.name, "cannot count the scheduled retries: %s",
-              err.message);
+   if (!dlq->scheduled (dlq, fw_dispatcher_config (d)->name, &count, &oldest_ms, next_ms, &err)) {
+      fw_log (FW_LOG_DEBUG, fw_dispatcher_config (d)->name,
+              "cannot count the scheduled retries: %s", err.message);
       return;
    }
-   if (d->metrics) {
+   if (metrics) {
       fw_stream_metrics_set_retries_scheduled (
-         d->metrics, count, oldest_ms && now > oldest_ms ? (double) (now - oldest_ms) / 1000.0 : 0);
+         metrics, count, oldest_ms && now > oldest_ms ? (double) (now - oldest_ms) / 1000.0 : 0);
    }
 }
 
 void
 fw_deferred_tick (fw_dispatcher_t *d)
 {
+   const fw_stream_config_t *cfg = fw_dispatcher_config (d);
+   fw_shutdown_t *shutdown = fw_dispatcher_shutdown (d);
+   fw_dlq_store_t *dlq;
    int64_t now, next_ms;
    char actor[300];
 
    /* Called between every two events: a stream without deferred retries
     * pays one test, not a clock read. */
-   if (!d->prog.cfg.retry_deferred || !d->prog.cfg.dlq.enabled) {
+   if (!cfg->retry_deferred || !cfg->dlq.enabled) {
       return;
    }
-   now = d->clock.now_ms (d->clock.ud);
-   if (now < d->deferred.check_at_ms) {
+   now = fw_dispatcher_now_ms (d);
+   if (now < fw_dispatcher_deferred_check_at (d)) {
       return;
    }
-   if (!d->dlq && !fw_dispatcher_open_dlq (d)) {
+   if (!fw_dispatcher_dlq_store (d) && !fw_dispatcher_open_dlq (d)) {
       return;
    }
-   if (!fw_dlq_store_can (d->dlq, FW_DLQ_CAN_DEFER)) {
+   dlq = fw_dispatcher_dlq_store (d);
+   if (!fw_dlq_store_can (dlq, FW_DLQ_CAN_DEFER)) {
       return;
    }
-   FW_ASSERT (d->dlq->claim_due && d->dlq->scheduled);
+   FW_ASSERT (dlq->claim_due && dlq->scheduled);
    fw_dlq_actor (actor, sizeof actor);
-   for (int i = 0; i < DEFERRED_PER_TICK && !(d->shutdown && fw_shutdown_requested (d->shutdown));
-        i++) {
+   for (int i = 0; i < DEFERRED_PER_TICK && !(shutdown && fw_shutdown_requested (shutdown)); i++) {
       bson_t entry;
       fw_error_t err;
       bool got;
 
-      now = d->clock.now_ms (d->clock.ud);
-      if (!d->dlq->claim_due (d->dlq, d->prog.cfg.name, actor, now, now + FW_DLQ_CLAIM_TTL_MS,
-                              &entry, &got, &err)) {
-         fw_log (FW_LOG_WARN, d->prog.cfg.name, "%s", err.message);
+      now = fw_dispatcher_now_ms (d);
+      dlq = fw_dispatcher_dlq_store (d); /* as the last entry's run left it */
+      if (!dlq->claim_due (dlq, cfg->name, actor, now, now + FW_DLQ_CLAIM_TTL_MS, &entry, &got,
+                           &err)) {
+         fw_log (FW_LOG_WARN, cfg->name, "%s", err.message);
          bson_destroy (&entry);
          break;
       }
@@ -259,10 +265,10 @@ fw_deferred_tick (fw_dispatcher_t *d)
          break;
       }
    }
-   now = d->clock.now_ms (d->clock.ud);
+   now = fw_dispatcher_now_ms (d);
    count_scheduled (d, now, &next_ms);
-   d->deferred.check_at_ms = now + DEFERRED_CHECK_EVERY_MS;
-   if (next_ms > 0 && next_ms < d->deferred.check_at_ms) {
-      d->deferred.check_at_ms = next_ms > now ? next_ms : now;
+   fw_dispatcher_set_deferred_check_at (d, now + DEFERRED_CHECK_EVERY_MS);
+   if (next_ms > 0 && next_ms < fw_dispatcher_deferred_check_at (d)) {
+      fw_dispatcher_set_deferred_check_at (d, next_ms > now ? next_ms : now);
    }
 }

@@ -15,7 +15,7 @@
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
 #include "lua_api/mongo_lua.h"
-#include "runtime/dispatch/dispatcher-private.h"
+#include "runtime/dispatch/dispatcher_access-private.h"
 #include "runtime/dispatch/event_dispatch.h"
 #include "runtime/dispatch/replay_hook-private.h"
 #include "runtime/dlq/dlq_entry.h"
@@ -240,7 +240,7 @@ static bool
 claim (const claim_t *c, bson_t *out, bool *got, fw_error_t *error)
 {
    int64_t now = fw_now_ms ();
-   return c->store->claim (c->store, c->d->prog.cfg.name, &c->id, c->opts->actor, now,
+   return c->store->claim (c->store, fw_dispatcher_config (c->d)->name, &c->id, c->opts->actor, now,
                            now + c->opts->claim_ttl_ms, out, got, error);
 }
 
@@ -254,7 +254,7 @@ extend_claim (fw_replay_hook_t *hook)
 
    if (!c->store->extend (c->store, &c->id, c->opts->actor, fw_now_ms () + c->opts->claim_ttl_ms,
                           &held, &err)) {
-      fw_log (FW_LOG_WARN, c->d->prog.cfg.name, "%s", err.message);
+      fw_log (FW_LOG_WARN, fw_dispatcher_config (c->d)->name, "%s", err.message);
    }
 }
 
@@ -265,10 +265,10 @@ extend_claim (fw_replay_hook_t *hook)
 static fw_claim_keeper_t *
 start_keeper (const claim_t *c)
 {
-   const fw_stream_config_t *cfg = &c->d->prog.cfg;
+   const fw_stream_config_t *cfg = fw_dispatcher_config (c->d);
    const fw_dlq_config_t *dlq = cfg->dlq.enabled ? &cfg->dlq : &cfg->dlq_fallback;
    fw_claim_keeper_opts_t o = {
-      .conns = fw_connection_clients_registry (c->d->clients),
+      .conns = fw_connection_clients_registry (fw_dispatcher_clients (c->d)),
       .connection = dlq->connection,
       .database = dlq->database ? dlq->database : cfg->database,
       .collection = dlq->collection,
@@ -307,7 +307,7 @@ release (const claim_t *c)
    bool held;
 
    if (!settle (c, &outcome, &held, &err)) {
-      fw_log (FW_LOG_WARN, c->d->prog.cfg.name, "%s", err.message);
+      fw_log (FW_LOG_WARN, fw_dispatcher_config (c->d)->name, "%s", err.message);
    }
 }
 
@@ -319,7 +319,7 @@ release_stale (const claim_t *c)
    fw_error_t err;
 
    if (!c->store->release_stale (c->store, &c->id, fw_now_ms (), &err)) {
-      fw_log (FW_LOG_WARN, c->d->prog.cfg.name, "%s", err.message);
+      fw_log (FW_LOG_WARN, fw_dispatcher_config (c->d)->name, "%s", err.message);
    }
 }
 
@@ -382,8 +382,8 @@ ppolicy (lua_State *L)
    lua_pushliteral (L, "flowwarden.dlq");
    lua_call (L, 1, 1);
    lua_getfield (L, -1, "decide");
-   lua_rawgeti (L, LUA_REGISTRYINDEX, a->d->prog.spec_ref);
-   fw_event_ctx_push_dead_letter (L, &a->d->dispatch);
+   lua_rawgeti (L, LUA_REGISTRYINDEX, fw_dispatcher_spec_ref (a->d));
+   fw_event_ctx_push_dead_letter (L, fw_dispatcher_view (a->d));
    push_policy_error (L, a->hook, a->outcome);
    lua_call (L, 3, 2);
    action = lua_tostring (L, -2);
@@ -404,19 +404,20 @@ bool
 fw_dlq_replay_policy (fw_dispatcher_t *d, const fw_replay_hook_t *hook, const fw_outcome_t *o,
                       bson_t *diagnostics)
 {
-   lua_State *L = fw_lua_host_state (d->prog.host);
+   lua_State *L = fw_lua_host_state (fw_dispatcher_host (d));
    int top = lua_gettop (L);
    policy_args_t a = {d, hook, o, "requeue", diagnostics, {0}, true};
    fw_lua_stop_t stop;
 
    lua_pushcfunction (L, ppolicy);
    lua_pushlightuserdata (L, &a);
-   if (!fw_lua_host_call (d->prog.host, 1, 0, d->prog.cfg.timeout_ms, &stop)) {
+   if (!fw_lua_host_call (fw_dispatcher_host (d), 1, 0, fw_dispatcher_config (d)->timeout_ms,
+                          &stop)) {
       const char *msg = NULL;
       if (lua_istable (L, -1) && lua_getfield (L, -1, "value") == LUA_TSTRING) {
          msg = lua_tostring (L, -1);
       }
-      fw_log (FW_LOG_ERROR, d->prog.cfg.name,
+      fw_log (FW_LOG_ERROR, fw_dispatcher_config (d)->name,
               "dlq.enqueue_policy failed (%s); the entry is requeued",
               stop == FW_LUA_STOP_TIMEOUT ? "it exceeded the stream's timeout"
               : msg                       ? msg
@@ -427,7 +428,7 @@ fw_dlq_replay_policy (fw_dispatcher_t *d, const fw_replay_hook_t *hook, const fw
    }
    lua_settop (L, top);
    if (!a.diag_ok) {
-      fw_log (FW_LOG_ERROR, d->prog.cfg.name,
+      fw_log (FW_LOG_ERROR, fw_dispatcher_config (d)->name,
               "dlq.enqueue_policy: diagnostics cannot be stored (%s); they are left as they were",
               a.err.message);
       bson_reinit (diagnostics);
@@ -531,7 +532,7 @@ run_claimed (const claim_t *c, const bson_t *claimed, const bson_t *before, fw_r
    hook.before_retry = extend_claim;
    hook.ud = (void *) c;
    fw_dispatch_run_t run = {0, &hook};
-   d->dispatch.dead_letter = &letter;
+   fw_dispatcher_view (d)->dead_letter = &letter;
    keeper = start_keeper (c);
    in_txn = fw_replay_txn_start (d, &c->id, c->opts->actor, &txn);
    o = fw_event_dispatch_run (d, &ev, &run);
@@ -558,7 +559,7 @@ run_claimed (const claim_t *c, const bson_t *claimed, const bson_t *before, fw_r
                       in_txn && txn.resolved && o.kind == FW_OUTCOME_HANDLED, out);
    }
    fw_replay_hook_forget_error (d, &hook);
-   d->dispatch.dead_letter = NULL;
+   fw_dispatcher_view (d)->dead_letter = NULL;
    bson_destroy (&letter);
    bson_destroy (&event);
 }
@@ -584,7 +585,7 @@ fw_dlq_replay_entry (fw_dispatcher_t *d, fw_dlq_store_t *store, const bson_t *en
    bson_value_copy (bson_iter_value (&it), &c.id);
    if (!build_event (entry, &event, &ev, why, sizeof why)) {
       set_result (out, FW_REPLAY_INVALID, "cannot be replayed: %s; left as it is", why);
-   } else if (fw_program_handler_for (&d->prog, ev.op) == LUA_NOREF) {
+   } else if (!fw_dispatcher_handles (d, ev.op)) {
       if (!opts->dry_run) {
          release_stale (&c);
       }

@@ -14,7 +14,7 @@
 #include "bson/bson_alloc.h"
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
-#include "runtime/dispatch/dispatcher-private.h"
+#include "runtime/dispatch/dispatcher_access-private.h"
 #include "runtime/dlq/dlq_entry.h"
 #include "runtime/replay/dlq_replay.h"
 #include "runtime/replay/dlq_replay_store.h"
@@ -47,7 +47,7 @@ pschedule (lua_State *L)
    lua_pushliteral (L, "flowwarden.dlq");
    lua_call (L, 1, 1);
    lua_getfield (L, -1, "schedule");
-   lua_rawgeti (L, LUA_REGISTRYINDEX, d->prog.spec_ref);
+   lua_rawgeti (L, LUA_REGISTRYINDEX, fw_dispatcher_spec_ref (d));
    lua_pushinteger (L, fw_now_ms ());
    lua_call (L, 2, 3);
    s->has = lua_isinteger (L, -3);
@@ -60,17 +60,17 @@ pschedule (lua_State *L)
 static bool
 read_schedule (fw_dispatcher_t *d, schedule_t *s)
 {
-   lua_State *L = fw_lua_host_state (d->prog.host);
+   lua_State *L = fw_lua_host_state (fw_dispatcher_host (d));
    memset (s, 0, sizeof *s);
-   if (!d->prog.cfg.dlq.enabled) {
+   if (!fw_dispatcher_config (d)->dlq.enabled) {
       return false;
    }
    lua_pushcfunction (L, pschedule);
    lua_pushlightuserdata (L, s);
    lua_pushlightuserdata (L, d);
    if (lua_pcall (L, 2, 0, 0) != LUA_OK) {
-      fw_log (FW_LOG_ERROR, d->prog.cfg.name, "dlq.reprocess: cannot schedule a round: %s",
-              lua_tostring (L, -1));
+      fw_log (FW_LOG_ERROR, fw_dispatcher_config (d)->name,
+              "dlq.reprocess: cannot schedule a round: %s", lua_tostring (L, -1));
       lua_pop (L, 1);
       return false;
    }
@@ -102,7 +102,7 @@ static bool
 round_entries (fw_dispatcher_t *d, fw_dlq_store_t *store, const schedule_t *s, bson_t **docs,
                int *n)
 {
-   fw_dlq_filter_t f = {.stream = d->prog.cfg.name};
+   fw_dlq_filter_t f = {.stream = fw_dispatcher_config (d)->name};
    fw_dlq_query_t q = {&f, "PENDING,REPROCESSING", NULL, s->batch_size, true};
    fw_dlq_claimable_t c = {NULL, false, s->max_attempts, fw_now_ms ()};
    round_docs_t r = {fw_bson_aligned_calloc ((size_t) s->batch_size * sizeof (bson_t)), 0,
@@ -117,8 +117,8 @@ round_entries (fw_dispatcher_t *d, fw_dlq_store_t *store, const schedule_t *s, b
       ok = store->claimable (store, &q, &c, keep_entry, &r, &err);
    }
    if (!ok) {
-      fw_log (FW_LOG_ERROR, d->prog.cfg.name, "dlq.reprocess: cannot read the DLQ: %s",
-              err.message);
+      fw_log (FW_LOG_ERROR, fw_dispatcher_config (d)->name,
+              "dlq.reprocess: cannot read the DLQ: %s", err.message);
    }
    *docs = r.docs;
    *n = r.n;
@@ -143,7 +143,7 @@ report_entry (void *ud, const bson_t *entry, const fw_replay_result_t *r)
    entry_id_text (entry, id, sizeof id);
    fw_log (r->status == FW_REPLAY_RESOLVED || r->status == FW_REPLAY_SKIPPED ? FW_LOG_INFO
                                                                              : FW_LOG_WARN,
-           round->d->prog.cfg.name, "dlq.reprocess: entry %s %s%s%s%s", id, r->what,
+           fw_dispatcher_config (round->d)->name, "dlq.reprocess: entry %s %s%s%s%s", id, r->what,
            r->notes[0] ? " (" : "", r->notes, r->notes[0] ? ")" : "");
 }
 
@@ -176,23 +176,24 @@ run_round (fw_dispatcher_t *d, const schedule_t *s)
    fw_dlq_actor (actor, sizeof actor);
    opts.actor = actor;
    if (!(store = fw_dlq_replay_store (d, &err))) {
-      fw_log (FW_LOG_ERROR, d->prog.cfg.name, "dlq.reprocess: %s", err.message);
+      fw_log (FW_LOG_ERROR, fw_dispatcher_config (d)->name, "dlq.reprocess: %s", err.message);
       return;
    }
    if (round_entries (d, store, s, &docs, &n)) {
       round_t round = {d, counts, 0};
       /* A sequenced DLQ: an entry of a sequence runs its whole sequence once. */
       fw_dlq_sequences_t *sequences = fw_dlq_sequences_new ();
-      for (int i = 0; i < n && !fw_shutdown_requested (d->shutdown); i++) {
-         fw_stream_stats_t live = d->stats; /* replays are not live events */
+      for (int i = 0; i < n && !fw_shutdown_requested (fw_dispatcher_shutdown (d)); i++) {
+         fw_stream_stats_t live; /* replays are not live events */
+         fw_dispatcher_stats (d, &live);
          if (sequence_done (sequences, &docs[i])) {
             continue;
          }
          if (fw_dlq_replay_select (d, store, &docs[i], &opts, report_entry, &round, &err) ==
              FW_SEQ_REPLAY_ERROR) {
-            fw_log (FW_LOG_ERROR, d->prog.cfg.name, "dlq.reprocess: %s", err.message);
+            fw_log (FW_LOG_ERROR, fw_dispatcher_config (d)->name, "dlq.reprocess: %s", err.message);
          }
-         d->stats = live;
+         fw_dispatcher_set_stats (d, &live);
       }
       fw_dlq_sequences_destroy (sequences);
       done = round.done;
@@ -203,7 +204,7 @@ run_round (fw_dispatcher_t *d, const schedule_t *s)
    free (docs);
    fw_dlq_store_destroy (store);
    if (done > 0) {
-      fw_log (FW_LOG_INFO, d->prog.cfg.name,
+      fw_log (FW_LOG_INFO, fw_dispatcher_config (d)->name,
               "dlq.reprocess round: %d entries: resolved=%d skipped=%d requeued=%d evicted=%d "
               "errors=%d",
               done, counts[FW_REPLAY_RESOLVED], counts[FW_REPLAY_SKIPPED],

@@ -8,7 +8,7 @@
 #include <lua.h>
 
 #include "ops/metrics.h"
-#include "runtime/dispatch/dispatcher-private.h"
+#include "runtime/dispatch/dispatcher_access-private.h"
 #include "runtime/dlq/dlq_store.h"
 #include "runtime/host/connections.h"
 

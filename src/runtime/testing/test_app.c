@@ -474,15 +474,17 @@ wire_app_dispatchers (fw_test_app_t *app, const load_opts_t *o)
    fw_metrics_commit (app->metrics);
    for (int i = 0; i < app->n; i++) {
       fw_dispatcher_t *d = app->disp[i];
-      fw_dispatcher_set_metrics (d, fw_metrics_stream (app->metrics, d->prog.cfg.name));
-      fw_dispatcher_set_outcome_sink (d, settled, d->metrics); /* logged and counted as run does */
-      d->hooks = &app->hooks;
-      d->clock = (fw_stream_clock_t){hook_now_ms, hook_wait_ms, app, true};
-      d->dlq = app->store; /* a sequenced DLQ's sequences live beside the entries */
+      fw_dispatcher_set_metrics (d,
+                                 fw_metrics_stream (app->metrics, fw_dispatcher_config (d)->name));
+      fw_dispatcher_set_outcome_sink (
+         d, settled, fw_dispatcher_metrics (d)); /* logged and counted as run does */
+      fw_dispatcher_set_hooks (d, &app->hooks);
+      fw_dispatcher_set_clock (d, &(fw_stream_clock_t){hook_now_ms, hook_wait_ms, app, true});
+      /* a sequenced DLQ's sequences live beside the entries */
+      fw_dispatcher_set_dlq_store (d, app->store);
       /* Jitter off under test unless asked, and then from a fixed seed. */
-      d->prog.cfg.retry.jitter = d->prog.cfg.retry.jitter && o->jitter;
-      d->rng = (uint64_t) o->seed + (uint64_t) i;
-      fw_state_store_set_clock (d->state.store, state_clock, app);
+      fw_dispatcher_set_seed (d, (uint64_t) o->seed + (uint64_t) i, o->jitter);
+      fw_state_store_set_clock (fw_dispatcher_state (d), state_clock, app);
       fw_dispatcher_set_loader (d, rebuild_load, app);
    }
 }
@@ -628,9 +630,10 @@ entry_status (fw_dispatcher_t *d, const char *id, bson_t *out)
    bson_t found_doc;
    bson_iter_t it;
    fw_error_t err;
+   fw_dlq_store_t *dlq = fw_dispatcher_dlq_store (d);
    bool found = false;
 
-   if (!d->dlq->find_by_id (d->dlq, id, &found_doc, &found, &err) || !found) {
+   if (!dlq->find_by_id (dlq, id, &found_doc, &found, &err) || !found) {
       bson_destroy (&found_doc);
       return NULL;
    }
@@ -665,7 +668,7 @@ run_deferred (fw_test_app_t *app, fw_dispatcher_t *d, fw_outcome_t *r, bson_t *e
       if (due > app->now_ms && hook_wait_ms (app, due - app->now_ms)) {
          return; /* a virtual week passed */
       }
-      d->deferred.check_at_ms = 0; /* the stream looks now */
+      fw_dispatcher_set_deferred_check_at (d, 0); /* the stream looks now */
       fw_deferred_tick (d);
    }
    if (status && strcmp (status, "RESOLVED") == 0) {
@@ -687,7 +690,7 @@ dispatch_captured (fw_test_app_t *app, fw_dispatcher_t *d, fw_test_capture_ud_t 
 {
    fw_outcome_t r;
 
-   d->dispatch.attempt = 0;
+   fw_dispatcher_view (d)->attempt = 0;
    fw_test__begin_capture (app, u);
    r = parsed ? fw_event_dispatch (d, ev) : fw_event_dispatch_unreadable (d, ev, why);
    if (r.kind == FW_OUTCOME_DEFERRED) {
@@ -695,7 +698,8 @@ dispatch_captured (fw_test_app_t *app, fw_dispatcher_t *d, fw_test_capture_ud_t 
    }
    if (r.kind == FW_OUTCOME_FAILED) {
       /* As run logs it; the next deliver goes on (run's restart would). */
-      fw_log (FW_LOG_ERROR, d->prog.cfg.name, "STREAM STOPPED: %s", d->out.failure);
+      fw_log (FW_LOG_ERROR, fw_dispatcher_config (d)->name, "STREAM STOPPED: %s",
+              fw_dispatcher_failure (d));
    }
    fw_test__end_capture (app);
    return r;
@@ -725,7 +729,7 @@ deliver_outcome (const fw_outcome_t *r, const fw_test_capture_ud_t *u, bool *ran
    case FW_OUTCOME_NO_DLQ:
    case FW_OUTCOME_FAILED:
       /* run would stop the stream before the event: an unreadable event and
-       * no DLQ, or a sequenced DLQ's overflow (d->out.failure says which): in
+       * no DLQ, or a sequenced DLQ's overflow (fw_dispatcher_failure (d) says which): in
        * opening a sequence after failed attempts, or in parking before any. */
       *ran = *ran && u->c.n_errors > 0;
       return "stopped";
@@ -761,7 +765,7 @@ push_delivery (lua_State *L, fw_dispatcher_t *d, const fw_outcome_t *r, const ch
    lua_setfield (L, t, "outcome");
    /* Attempts made: none when no handler ran (no handler, unreadable, or
     * parked behind its sequence). */
-   lua_pushinteger (L, ran ? d->dispatch.attempt : 0);
+   lua_pushinteger (L, ran ? fw_dispatcher_view (d)->attempt : 0);
    lua_setfield (L, t, "attempts");
    /* The whole id, however long the token. */
    if (!fw_event_push_id (L, ev)) {

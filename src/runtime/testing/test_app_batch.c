@@ -71,7 +71,7 @@ fw_test__deliver_batch (lua_State *L)
    outcomes = lua_newuserdatauv (L, n * sizeof *outcomes, 0);
    events_arg (L, 3, n, evs, ptrs);
    u = fw_test__push_capture (L);
-   d->dispatch.attempt = 0;
+   fw_dispatcher_view (d)->attempt = 0;
    fw_test__begin_capture (app, u);
    r = fw_batch_dispatch (d, ptrs, n, outcomes);
    fw_test__end_capture (app);

@@ -72,7 +72,7 @@ fw_test__replay_one (lua_State *L)
    }
    hook.no_retry = lua_toboolean (L, 5);
    fw_dispatch_run_t run = {0, &hook};
-   d->dispatch.dead_letter = u->letter;
+   fw_dispatcher_view (d)->dead_letter = u->letter;
    fw_test__begin_capture (app, u);
    r = fw_event_dispatch_run (d, &ev, &run);
    if (r.kind == FW_OUTCOME_GAVE_UP) {
@@ -80,7 +80,7 @@ fw_test__replay_one (lua_State *L)
    }
    fw_replay_hook_forget_error (d, &hook);
    fw_test__end_capture (app);
-   d->dispatch.dead_letter = NULL;
+   fw_dispatcher_view (d)->dead_letter = NULL;
 
    lua_createtable (L, 0, 8);
    t = lua_gettop (L);
@@ -196,11 +196,12 @@ fw_test__seq_close (lua_State *L)
    fw_error_t err;
    bool closed;
 
-   if (!app->store->seq_close (app->store, d->prog.cfg.name, id, (int64_t) next, &closed, &err)) {
+   if (!app->store->seq_close (app->store, fw_dispatcher_config (d)->name, id, (int64_t) next,
+                               &closed, &err)) {
       return luaL_error (L, "replay_dlq: %s", err.message);
    }
    if (closed) {
-      fw_dlq_sequences_remove (d->park.open_seqs, id);
+      fw_dispatcher_sequence_closed (d, id);
    }
    lua_pushboolean (L, closed);
    return 1;
