@@ -48,7 +48,11 @@ struct fw_snapshot {
                         * one reads the types MongoDB orders after it */
    bool exhausted;  /* no row is left after read_after */
    uint64_t passed; /* the stream has read everything before this time */
-   bson_t event;    /* the snapshot event handed out last */
+   /* A run of reads (fw_snapshot_end_reads ends it): the session they share
+    * and the high watermark of the last one, the next chunk's low. */
+   mongoc_client_session_t *cs;
+   uint64_t last_high;
+   bson_t event; /* the snapshot event handed out last */
    int64_t read, dropped, chunks;
 };
 
@@ -134,8 +138,19 @@ chunk_clear (chunk_t *c)
 }
 
 void
+fw_snapshot_end_reads (fw_snapshot_t *s)
+{
+   if (s->cs) {
+      mongoc_client_session_destroy (s->cs);
+      s->cs = NULL;
+   }
+   s->last_high = 0;
+}
+
+void
 fw_snapshot_discard (fw_snapshot_t *s)
 {
+   fw_snapshot_end_reads (s);
    for (int i = 0; i < s->n_chunks; i++) {
       chunk_clear (&s->chunk[i]);
    }
@@ -777,11 +792,29 @@ find_until (fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_session_t *
    return ok;
 }
 
+/* The session of the run of reads (started with the run) and the chunk's
+ * low watermark: the last read's high one when a read of the run came
+ * before, else a new mark. */
+static bool
+open_window (fw_snapshot_t *s, mongoc_client_t *client, chunk_t *ch, fw_error_t *error)
+{
+   bson_error_t berr;
+
+   if (s->cs && s->last_high) {
+      ch->low = s->last_high;
+      return true;
+   }
+   if (!s->cs && !(s->cs = mongoc_client_start_session (client, NULL, &berr))) {
+      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
+                         "cannot start a session for the snapshot: %s", berr.message);
+      return false;
+   }
+   return write_mark (s, client, s->cs, "low", &ch->low, error);
+}
+
 bool
 fw_snapshot_read_chunk (fw_snapshot_t *s, mongoc_client_t *client, fw_error_t *error)
 {
-   bson_error_t berr;
-   mongoc_client_session_t *cs;
    chunk_t ch = {0};
    bson_iter_t it;
    bool ok;
@@ -789,29 +822,29 @@ fw_snapshot_read_chunk (fw_snapshot_t *s, mongoc_client_t *client, fw_error_t *e
    if (!fw_snapshot_wants_chunk (s)) {
       return true;
    }
-   if (!(cs = mongoc_client_start_session (client, NULL, &berr))) {
-      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
-                         "cannot start a session for the snapshot: %s", berr.message);
-      return false;
-   }
    /* One causally consistent session: the reads (the first chunk's upper
     * bound too) are at or after the low watermark on whichever member they
-    * go to, and the high watermark is written after them. */
-   ok = write_mark (s, client, cs, "low", &ch.low, error);
+    * go to, and the high watermark is written after them. Within a run of
+    * reads (no live event handled between them) a chunk's high watermark is
+    * the next chunk's low one: that read is on the same session, after it,
+    * so the window still brackets the read (one write less a chunk). */
+   ok = open_window (s, client, &ch, error);
    if (ok && !s->progress.has_until && !s->progress.has_after) {
-      ok = find_until (s, client, cs, error);
+      ok = find_until (s, client, s->cs, error);
       if (ok && s->exhausted) {
-         mongoc_client_session_destroy (cs);
+         fw_snapshot_end_reads (s);
          return true; /* nothing to read */
       }
    }
-   ok = ok && find_chunk (s, client, cs, &ch, error) &&
-        write_mark (s, client, cs, "high", &ch.high, error);
-   mongoc_client_session_destroy (cs);
+   ok = ok && find_chunk (s, client, s->cs, &ch, error);
+   /* A chunk without a row needs no window: nothing of it is handed out. */
+   ok = ok && (ch.n_rows == 0 || write_mark (s, client, s->cs, "high", &ch.high, error));
    if (!ok) {
+      fw_snapshot_end_reads (s);
       chunk_clear (&ch);
       return false;
    }
+   s->last_high = ch.n_rows > 0 ? ch.high : ch.low; /* the next read's low */
    s->read += ch.n_rows;
    if (ch.n_rows == 0 && !s->jump && s->read_after.len > 5) {
       s->jump = true; /* nothing more of the boundary's type: the types after it next */
@@ -822,6 +855,7 @@ fw_snapshot_read_chunk (fw_snapshot_t *s, mongoc_client_t *client, fw_error_t *e
    if (ch.n_rows == 0) {
       s->exhausted = true;
       s->progress.done = fw_snapshot_finished (s);
+      fw_snapshot_end_reads (s);
       chunk_clear (&ch);
       return true;
    }
