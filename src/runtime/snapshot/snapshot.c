@@ -712,14 +712,26 @@ rows_new (int64_t n)
    return rows;
 }
 
-/* The chunk's find on session cs into ch. */
+/* The chunk's filter into filter (initialized): false when out of memory;
+ * *none when no type is left after the boundary's (an empty chunk). */
 static bool
-find_chunk (fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_session_t *cs, chunk_t *ch,
-            fw_error_t *error)
+chunk_query (const fw_snapshot_t *s, bson_t *filter, bool *none, fw_error_t *error)
+{
+   if (!chunk_filter (s, filter, none) && !*none) {
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory reading the snapshot's chunk");
+      return false;
+   }
+   return true;
+}
+
+/* The chunk's find (filter NULL: none, an empty chunk) on session cs into
+ * ch. Reads only s's settings: runs on a thread of its own too. */
+static bool
+find_chunk (const fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_session_t *cs,
+            const bson_t *filter, chunk_t *ch, fw_error_t *error)
 {
    mongoc_collection_t *coll = mongoc_client_get_collection (client, s->cfg.database,
                                                              s->cfg.collection);
-   bson_t filter = BSON_INITIALIZER;
    /* batchSize: the whole chunk in the find's reply (up to 16 MiB), not 101
     * documents and a getMore for the rest: one round trip less per chunk. */
    bson_t *opts = BCON_NEW ("sort", "{", "_id", BCON_INT32 (1), "}", "limit",
@@ -729,17 +741,15 @@ find_chunk (fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_session_t *
    mongoc_cursor_t *cur = NULL;
    const bson_t *doc;
    bson_error_t berr;
-   bool none = false;
-   bool ok = opts && rp && chunk_filter (s, &filter, &none) &&
-             mongoc_client_session_append (cs, opts, &berr) &&
+   bool ok = opts && rp && mongoc_client_session_append (cs, opts, &berr) &&
              (ch->rows = rows_new (s->cfg.chunk_size));
 
-   if (none) {
+   if (!filter) {
       ok = true; /* no type after the boundary's: an empty chunk */
    } else if (!ok) {
       fw_error_set (error, FW_ERROR_NOMEM, "out of memory reading the snapshot's chunk");
    } else {
-      cur = mongoc_collection_find_with_opts (coll, &filter, opts, rp);
+      cur = mongoc_collection_find_with_opts (coll, filter, opts, rp);
       while (ok && ch->n_rows < s->cfg.chunk_size && mongoc_cursor_next (cur, &doc)) {
          row_t *r = &ch->rows[ch->n_rows];
          bson_iter_t it;
@@ -764,7 +774,6 @@ find_chunk (fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_session_t *
    mongoc_cursor_destroy (cur);
    mongoc_read_prefs_destroy (rp);
    bson_destroy (opts);
-   bson_destroy (&filter);
    mongoc_collection_destroy (coll);
    return ok;
 }
@@ -838,12 +847,42 @@ open_window (fw_snapshot_t *s, mongoc_client_t *client, chunk_t *ch, fw_error_t 
    return write_mark (s, client, s->cs, "low", &ch->low, error);
 }
 
+/* A chunk read between its watermarks: queued, or an empty one ends its
+ * type of _id or the reads. */
+static void
+take_chunk (fw_snapshot_t *s, chunk_t *ch)
+{
+   bson_iter_t it;
+
+   s->last_high = ch->n_rows > 0 ? ch->high : ch->low; /* the next read's low */
+   s->read += ch->n_rows;
+   if (ch->n_rows == 0 && !s->jump && s->read_after.len > 5) {
+      s->jump = true; /* nothing more of the boundary's type: the types after it next */
+      chunk_clear (ch);
+      return;
+   }
+   s->jump = false;
+   if (ch->n_rows == 0) {
+      s->exhausted = true;
+      s->progress.done = fw_snapshot_finished (s);
+      fw_snapshot_end_reads (s);
+      chunk_clear (ch);
+      return;
+   }
+   s->chunks++;
+   if (bson_iter_init (&it, &ch->rows[ch->n_rows - 1].key) && bson_iter_next (&it)) {
+      bson_reinit (&s->read_after);
+      bson_append_iter (&s->read_after, "_id", 3, &it);
+   }
+   s->chunk[s->n_chunks++] = *ch;
+}
+
 bool
 fw_snapshot_read_chunk (fw_snapshot_t *s, mongoc_client_t *client, fw_error_t *error)
 {
    chunk_t ch = {0};
-   bson_iter_t it;
-   bool ok;
+   bson_t filter = BSON_INITIALIZER;
+   bool ok, none = false;
 
    if (!fw_snapshot_wants_chunk (s)) {
       return true;
@@ -859,10 +898,13 @@ fw_snapshot_read_chunk (fw_snapshot_t *s, mongoc_client_t *client, fw_error_t *e
       ok = find_until (s, client, s->cs, error);
       if (ok && s->exhausted) {
          fw_snapshot_end_reads (s);
+         bson_destroy (&filter);
          return true; /* nothing to read */
       }
    }
-   ok = ok && find_chunk (s, client, s->cs, &ch, error);
+   ok = ok && chunk_query (s, &filter, &none, error) &&
+        find_chunk (s, client, s->cs, none ? NULL : &filter, &ch, error);
+   bson_destroy (&filter);
    /* A chunk without a row needs no window: nothing of it is handed out. */
    ok = ok && (ch.n_rows == 0 || write_mark (s, client, s->cs, "high", &ch.high, error));
    if (!ok) {
@@ -870,26 +912,6 @@ fw_snapshot_read_chunk (fw_snapshot_t *s, mongoc_client_t *client, fw_error_t *e
       chunk_clear (&ch);
       return false;
    }
-   s->last_high = ch.n_rows > 0 ? ch.high : ch.low; /* the next read's low */
-   s->read += ch.n_rows;
-   if (ch.n_rows == 0 && !s->jump && s->read_after.len > 5) {
-      s->jump = true; /* nothing more of the boundary's type: the types after it next */
-      chunk_clear (&ch);
-      return true;
-   }
-   s->jump = false;
-   if (ch.n_rows == 0) {
-      s->exhausted = true;
-      s->progress.done = fw_snapshot_finished (s);
-      fw_snapshot_end_reads (s);
-      chunk_clear (&ch);
-      return true;
-   }
-   s->chunks++;
-   if (bson_iter_init (&it, &ch.rows[ch.n_rows - 1].key) && bson_iter_next (&it)) {
-      bson_reinit (&s->read_after);
-      bson_append_iter (&s->read_after, "_id", 3, &it);
-   }
-   s->chunk[s->n_chunks++] = ch;
+   take_chunk (s, &ch);
    return true;
 }
