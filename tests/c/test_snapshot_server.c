@@ -10,6 +10,9 @@
  * at or after the watermark's operationTime, which is what makes a secondary
  * wait until it has applied the watermark (MongoDB manual, "Causal
  * Consistency and Read and Write Concerns"; read concern afterClusterTime).
+ * Issue 41: the reads of one run share their watermarks (a chunk's high one
+ * is the next chunk's low one, on the same session), and the progress is
+ * stored with the position in one write.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -21,6 +24,7 @@
 #include <cmocka.h>
 #include <mongoc/mongoc.h>
 
+#include "runtime/checkpoint/checkpoint_store.h"
 #include "runtime/snapshot/snapshot.h"
 #include "standin_process.h"
 
@@ -76,6 +80,15 @@ succeeded (const mongoc_apm_command_succeeded_t *e)
    }
 }
 
+static void
+forget_seen (void)
+{
+   for (int i = 0; i < g_n_seen; i++) {
+      bson_destroy (g_seen[i].cmd);
+   }
+   g_n_seen = 0;
+}
+
 static int
 group_setup (void **state)
 {
@@ -89,9 +102,7 @@ group_teardown (void **state)
 {
    (void) state;
    int status = standin_stop (&g_standin);
-   for (int i = 0; i < g_n_seen; i++) {
-      bson_destroy (g_seen[i].cmd);
-   }
+   forget_seen ();
    mongoc_cleanup ();
    return (WIFEXITED (status) && WEXITSTATUS (status) == 0) ? 0 : -1;
 }
@@ -184,11 +195,166 @@ the_upper_bound_is_read_on_the_causal_session_after_the_low_watermark (void **st
    mongoc_apm_callbacks_destroy (cbs);
 }
 
+/* The index of the chunk find (sorted by _id ascending) number n (0-based)
+ * among the commands seen; -1 when there is none. */
+static int
+chunk_find (int n)
+{
+   for (int i = 0; i < g_n_seen; i++) {
+      if (strcmp (g_seen[i].name, "find") == 0 && !is_bound_find (g_seen[i].cmd) && n-- == 0) {
+         return i;
+      }
+   }
+   return -1;
+}
+
+static fw_snapshot_t *
+snapshot_of (const char *collection, int64_t chunk_size)
+{
+   fw_stream_config_t cfg;
+
+   memset (&cfg, 0, sizeof cfg);
+   cfg.name = "s";
+   cfg.database = "snapdb";
+   cfg.collection = (char *) collection;
+   cfg.snapshot.chunk_size = chunk_size;
+   cfg.snapshot.read_mode = MONGOC_READ_PRIMARY;
+   return fw_snapshot_new (&cfg, NULL);
+}
+
+static void
+a_run_of_reads_shares_its_watermarks (void **state)
+{
+   mongoc_client_t *client = mongoc_client_new (g_standin.uri);
+   mongoc_apm_callbacks_t *cbs = mongoc_apm_callbacks_new ();
+   mongoc_collection_t *coll;
+   fw_snapshot_t *s;
+   fw_error_t err;
+   bson_error_t berr;
+   int f0 = -1, f1 = -1, f2 = -1, updates = 0;
+
+   (void) state;
+   assert_non_null (client);
+   coll = mongoc_client_get_collection (client, "snapdb", "items");
+   for (int i = 0; i < 5; i++) {
+      bson_t *doc = BCON_NEW ("_id", BCON_INT32 (i));
+      assert_true (mongoc_collection_insert_one (coll, doc, NULL, NULL, &berr));
+      bson_destroy (doc);
+   }
+   mongoc_apm_set_command_started_cb (cbs, started);
+   mongoc_apm_set_command_succeeded_cb (cbs, succeeded);
+   assert_true (mongoc_client_set_apm_callbacks (client, cbs, NULL));
+   forget_seen ();
+   assert_non_null (s = snapshot_of ("items", 2));
+   memset (&err, 0, sizeof err);
+
+   /* One run: chunks [0, 1] and [2, 3]. */
+   assert_true (fw_snapshot_read_chunk (s, client, &err));
+   assert_true (fw_snapshot_read_chunk (s, client, &err));
+   assert_true ((f0 = chunk_find (0)) > 0 && (f1 = chunk_find (1)) > f0);
+   for (int i = 0; i < g_n_seen; i++) {
+      updates += strcmp (g_seen[i].name, "update") == 0;
+   }
+   assert_int_equal (updates, 3); /* low, high, high: no low of its own for the second */
+   /* The second chunk's find comes right after the first one's high mark,
+    * on its session, causally after it: that mark is its low watermark. */
+   assert_string_equal (g_seen[f0 + 1].name, "update");
+   assert_int_equal (f1, f0 + 2);
+   assert_true (g_seen[f0 + 1].op_time > 0);
+   assert_true (same_lsid (g_seen[f0 + 1].cmd, g_seen[f1].cmd));
+   assert_true (timestamp_at (g_seen[f1].cmd, "readConcern.afterClusterTime") >=
+                g_seen[f0 + 1].op_time);
+   assert_string_equal (g_seen[f1 + 1].name, "update"); /* its own high mark */
+
+   /* A new run writes its own low watermark, on a new session. */
+   fw_snapshot_end_reads (s);
+   forget_seen ();
+   assert_true (fw_snapshot_read_chunk (s, client, &err));
+   assert_true ((f2 = chunk_find (0)) == 1);
+   assert_string_equal (g_seen[0].name, "update");
+   assert_string_equal (g_seen[2].name, "update");
+   assert_true (same_lsid (g_seen[0].cmd, g_seen[f2].cmd));
+   assert_true (timestamp_at (g_seen[f2].cmd, "readConcern.afterClusterTime") >= g_seen[0].op_time);
+
+   /* The read past the last row finds none and writes no high watermark
+    * (and, in the run, no low one); no type is ordered after the bound's,
+    * so the next read sends nothing and ends the snapshot's reads. */
+   forget_seen ();
+   assert_true (fw_snapshot_read_chunk (s, client, &err));
+   assert_int_equal (g_n_seen, 1);
+   assert_string_equal (g_seen[0].name, "find");
+   assert_true (fw_snapshot_read_chunk (s, client, &err));
+   assert_int_equal (g_n_seen, 1);
+   assert_false (fw_snapshot_wants_chunk (s));
+
+   fw_snapshot_destroy (s);
+   mongoc_collection_destroy (coll);
+   mongoc_client_destroy (client);
+   mongoc_apm_callbacks_destroy (cbs);
+}
+
+static int64_t
+stored_documents (mongoc_client_t *client)
+{
+   fw_snapshot_progress_t p;
+   fw_error_t err;
+   int64_t n;
+
+   fw_snapshot_progress_init (&p);
+   assert_true (fw_checkpoint_snapshot_load (client, "snapdb", "c", &p, &err));
+   n = p.present ? p.documents : -1;
+   fw_snapshot_progress_cleanup (&p);
+   return n;
+}
+
+static void
+the_progress_is_stored_with_the_position_or_not_at_all (void **state)
+{
+   mongoc_client_t *client = mongoc_client_new (g_standin.uri);
+   bson_t *token = BCON_NEW ("_data", BCON_UTF8 ("8200000001000000012B"));
+   bson_t also = BSON_INITIALIZER;
+   fw_snapshot_progress_t p;
+   fw_checkpoint_t cp;
+   fw_error_t err;
+
+   (void) state;
+   assert_non_null (client);
+   fw_snapshot_progress_init (&p);
+   p.present = true;
+   p.documents = 2000;
+   p.has_after = true;
+   BSON_APPEND_INT32 (&p.after, "_id", 1999);
+   assert_true (fw_checkpoint_snapshot_fields (&p, &also));
+   assert_true (
+      fw_checkpoint_save_with (client, "snapdb", "c", token, token, "v1", &also, 0, &err));
+   memset (&cp, 0, sizeof cp);
+   assert_true (fw_checkpoint_load (client, "snapdb", "c", &cp, &err));
+   assert_true (cp.has_processed && bson_equal (&cp.processed, token));
+   assert_true (cp.has_seen && bson_equal (&cp.seen, token));
+   fw_checkpoint_cleanup (&cp);
+   assert_int_equal (stored_documents (client), 2000);
+
+   /* Fenced (the stored checkpoint has no epoch 7): neither is written. */
+   bson_reinit (&also);
+   p.documents = 3000;
+   assert_true (fw_checkpoint_snapshot_fields (&p, &also));
+   assert_false (
+      fw_checkpoint_save_with (client, "snapdb", "c", token, token, "v1", &also, 7, &err));
+   assert_int_equal (stored_documents (client), 2000);
+
+   bson_destroy (&also);
+   bson_destroy (token);
+   fw_snapshot_progress_cleanup (&p);
+   mongoc_client_destroy (client);
+}
+
 int
 main (void)
 {
    const struct CMUnitTest tests[] = {
       cmocka_unit_test (the_upper_bound_is_read_on_the_causal_session_after_the_low_watermark),
+      cmocka_unit_test (a_run_of_reads_shares_its_watermarks),
+      cmocka_unit_test (the_progress_is_stored_with_the_position_or_not_at_all),
    };
    return cmocka_run_group_tests_name ("snapshot_server", tests, group_setup, group_teardown);
 }

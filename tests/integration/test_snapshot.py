@@ -315,6 +315,10 @@ class Snapshot(StandInTestCase):
         self.assertEqual(entry["fullDocument"], {"_id": 7, "v": 7})
         # Validation is retried as any type outside no_retry_on: two attempts.
         self.assertEqual(entry["attempts"], 2)
+        # The reports are read from flowwarden's log by a thread of this test, which may
+        # trail the checkpoint's "done" on a loaded machine: waited for, then compared.
+        self.wait_for(lambda: sum(1 for r in p.reports("s") if r["op"] == "snapshot") >= 119,
+                      what="the reports of the 119 rows handled")
         ids = sorted(r["id"] for r in p.reports("s") if r["op"] == "snapshot")
         self.assertEqual(ids, [i for i in range(120) if i != 7])
         self.assertEqual(p.stop(), 0)

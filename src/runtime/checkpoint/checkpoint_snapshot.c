@@ -93,6 +93,21 @@ fw_checkpoint_snapshot_load (mongoc_client_t *client, const char *database, cons
    return ok;
 }
 
+bool
+fw_checkpoint_snapshot_fields (const fw_snapshot_progress_t *p, bson_t *out)
+{
+   bson_t snap;
+
+   return BSON_APPEND_DOCUMENT_BEGIN (out, "snapshot", &snap) &&
+          BSON_APPEND_UTF8 (&snap, "state", p->done ? "done" : "running") &&
+          (!p->has_after || BSON_APPEND_DOCUMENT (&snap, "after", &p->after)) &&
+          (!p->has_filter || BSON_APPEND_DOCUMENT (&snap, "filter", &p->filter)) &&
+          (!p->has_until || BSON_APPEND_DOCUMENT (&snap, "until", &p->until)) &&
+          BSON_APPEND_INT64 (&snap, "documents", p->documents) &&
+          BSON_APPEND_DATE_TIME (&snap, "updatedAt", fw_now_ms ()) &&
+          bson_append_document_end (out, &snap);
+}
+
 /* The snapshot field's update (upsert when not fenced), on session (NULL:
  * none). *reply is initialised here on every path (the caller destroys
  * it); *fenced: a newer leader holds the checkpoint. */
@@ -104,19 +119,12 @@ save_progress (mongoc_client_t *client, mongoc_client_session_t *session, const 
    mongoc_collection_t *coll = mongoc_client_get_collection (client, database,
                                                              FW_CHECKPOINT_COLLECTION);
    bson_t sel = BSON_INITIALIZER, upd = BSON_INITIALIZER, opts = BSON_INITIALIZER;
-   bson_t set, snap;
+   bson_t set;
    bson_error_t berr;
    bool ok = BSON_APPEND_UTF8 (&sel, "_id", stream) &&
              (epoch <= 0 || BSON_APPEND_INT64 (&sel, "epoch", epoch)) &&
              BSON_APPEND_DOCUMENT_BEGIN (&upd, "$set", &set) &&
-             BSON_APPEND_DOCUMENT_BEGIN (&set, "snapshot", &snap) &&
-             BSON_APPEND_UTF8 (&snap, "state", p->done ? "done" : "running") &&
-             (!p->has_after || BSON_APPEND_DOCUMENT (&snap, "after", &p->after)) &&
-             (!p->has_filter || BSON_APPEND_DOCUMENT (&snap, "filter", &p->filter)) &&
-             (!p->has_until || BSON_APPEND_DOCUMENT (&snap, "until", &p->until)) &&
-             BSON_APPEND_INT64 (&snap, "documents", p->documents) &&
-             BSON_APPEND_DATE_TIME (&snap, "updatedAt", fw_now_ms ()) &&
-             bson_append_document_end (&set, &snap) && bson_append_document_end (&upd, &set) &&
+             fw_checkpoint_snapshot_fields (p, &set) && bson_append_document_end (&upd, &set) &&
              BSON_APPEND_BOOL (&opts, "upsert", epoch <= 0) &&
              (!session || mongoc_client_session_append (session, &opts, &berr));
 

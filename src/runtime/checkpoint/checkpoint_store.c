@@ -68,8 +68,8 @@ fw_checkpoint_load (mongoc_client_t *client, const char *database, const char *s
 static bool
 save_checkpoint (mongoc_client_t *client, mongoc_client_session_t *session, const char *database,
                  const char *stream, const bson_t *processed, const bson_t *seen,
-                 const char *script_version, int64_t epoch, bool *fenced, bson_t *reply_out,
-                 fw_error_t *error)
+                 const char *script_version, const bson_t *also, int64_t epoch, bool *fenced,
+                 bson_t *reply_out, fw_error_t *error)
 {
    mongoc_collection_t *coll;
    bson_t selector = BSON_INITIALIZER;
@@ -98,6 +98,14 @@ save_checkpoint (mongoc_client_t *client, mongoc_client_session_t *session, cons
       BSON_APPEND_UTF8 (&set, "scriptVersion", script_version);
    }
    BSON_APPEND_DATE_TIME (&set, "updatedAt", fw_now_ms ());
+   if (also && !bson_concat (&set, also)) {
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory saving checkpoint of stream \"%s\"",
+                    stream);
+      bson_destroy (&selector);
+      bson_destroy (&update);
+      bson_destroy (&opts);
+      return false;
+   }
    bson_append_document_end (&update, &set);
    BSON_APPEND_BOOL (&opts, "upsert", epoch <= 0);
    if (session && !mongoc_client_session_append (session, &opts, &berr)) {
@@ -149,8 +157,8 @@ fw_checkpoint_save (mongoc_client_t *client, const char *database, const char *s
                     const bson_t *processed, const bson_t *seen, const char *script_version,
                     fw_error_t *error)
 {
-   return save_checkpoint (client, NULL, database, stream, processed, seen, script_version, 0, NULL,
-                           NULL, error);
+   return save_checkpoint (client, NULL, database, stream, processed, seen, script_version, NULL, 0,
+                           NULL, NULL, error);
 }
 
 bool
@@ -168,8 +176,17 @@ fw_checkpoint_save_fenced (mongoc_client_t *client, const char *database, const 
       }
       return false;
    }
-   return save_checkpoint (client, NULL, database, stream, processed, seen, script_version, epoch,
-                           fenced, NULL, error);
+   return save_checkpoint (client, NULL, database, stream, processed, seen, script_version, NULL,
+                           epoch, fenced, NULL, error);
+}
+
+bool
+fw_checkpoint_save_with (mongoc_client_t *client, const char *database, const char *stream,
+                         const bson_t *processed, const bson_t *seen, const char *script_version,
+                         const bson_t *also, int64_t epoch, fw_error_t *error)
+{
+   return save_checkpoint (client, NULL, database, stream, processed, seen, script_version, also,
+                           epoch, NULL, NULL, error);
 }
 
 bool
@@ -179,8 +196,8 @@ fw_checkpoint_save_in (mongoc_client_t *client, mongoc_client_session_t *session
                        fw_error_t *error)
 {
    bson_init (reply);
-   return save_checkpoint (client, session, database, stream, token, token, script_version, epoch,
-                           fenced, reply, error);
+   return save_checkpoint (client, session, database, stream, token, token, script_version, NULL,
+                           epoch, fenced, reply, error);
 }
 
 bool

@@ -53,6 +53,15 @@ bool fw_checkpoint_save_fenced (mongoc_client_t *client, const char *database, c
                                 const char *script_version, int64_t epoch, bool *fenced,
                                 fw_error_t *error);
 
+/* As fw_checkpoint_save (epoch <= 0) or fw_checkpoint_save_fenced (epoch >
+ * 0), with also's fields (a document of field: value, e.g. a snapshot's
+ * progress: fw_checkpoint_snapshot_fields) set in the same update: both
+ * are stored or neither. also is borrowed. */
+bool fw_checkpoint_save_with (mongoc_client_t *client, const char *database, const char *stream,
+                              const bson_t *processed, const bson_t *seen,
+                              const char *script_version, const bson_t *also, int64_t epoch,
+                              fw_error_t *error);
+
 /* exactly_once (issue 39): saves token as both lastProcessedToken and
  * lastSeenToken inside session's transaction (started by the caller, who
  * commits it). epoch > 0: fenced as fw_checkpoint_save_fenced (*fenced true

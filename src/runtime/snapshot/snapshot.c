@@ -48,7 +48,11 @@ struct fw_snapshot {
                         * one reads the types MongoDB orders after it */
    bool exhausted;  /* no row is left after read_after */
    uint64_t passed; /* the stream has read everything before this time */
-   bson_t event;    /* the snapshot event handed out last */
+   /* A run of reads (fw_snapshot_end_reads ends it): the session they share
+    * and the high watermark of the last one, the next chunk's low. */
+   mongoc_client_session_t *cs;
+   uint64_t last_high;
+   bson_t event; /* the snapshot event handed out last */
    int64_t read, dropped, chunks;
 };
 
@@ -134,8 +138,19 @@ chunk_clear (chunk_t *c)
 }
 
 void
+fw_snapshot_end_reads (fw_snapshot_t *s)
+{
+   if (s->cs) {
+      mongoc_client_session_destroy (s->cs);
+      s->cs = NULL;
+   }
+   s->last_high = 0;
+}
+
+void
 fw_snapshot_discard (fw_snapshot_t *s)
 {
+   fw_snapshot_end_reads (s);
    for (int i = 0; i < s->n_chunks; i++) {
       chunk_clear (&s->chunk[i]);
    }
@@ -344,6 +359,32 @@ fw_snapshot_token_past (fw_snapshot_t *s, const bson_t *token)
    return s->n_chunks > 0 && s->passed >= s->chunk[0].high;
 }
 
+/* data = "fwsnapshot-<high, 16 hex digits>-<index>", as snprintf's
+ * "fwsnapshot-%016llx-%d" (whose parsing of the format showed in a profile
+ * of the hand-out, once per row). data holds 48 bytes. */
+static void
+event_id (char *data, uint64_t high, int index)
+{
+   static const char hex[] = "0123456789abcdef";
+   char digits[12];
+   int n = 0;
+   unsigned v = (unsigned) (index < 0 ? 0 : index);
+
+   memcpy (data, "fwsnapshot-", 11);
+   for (int i = 0; i < 16; i++) {
+      data[11 + i] = hex[(high >> (60 - 4 * i)) & 0xf];
+   }
+   data[27] = '-';
+   do {
+      digits[n++] = (char) ('0' + v % 10);
+      v /= 10;
+   } while (v && n < (int) sizeof digits);
+   for (int i = 0; i < n; i++) {
+      data[28 + i] = digits[n - 1 - i];
+   }
+   data[28 + n] = '\0';
+}
+
 /* The snapshot event of row r: the shape of an insert's change event, with
  * operationType "snapshot" and its chunk's high watermark as its
  * clusterTime. */
@@ -356,7 +397,7 @@ build_event (fw_snapshot_t *s, const chunk_t *ch, const row_t *r, int index)
    char data[80];
 
    bson_reinit (e);
-   snprintf (data, sizeof data, "fwsnapshot-%016llx-%d", (unsigned long long) ch->high, index);
+   event_id (data, ch->high, index);
    if (!bson_iter_init (&it, &r->key) || !bson_iter_next (&it)) {
       return false;
    }
@@ -671,14 +712,26 @@ rows_new (int64_t n)
    return rows;
 }
 
-/* The chunk's find on session cs into ch. */
+/* The chunk's filter into filter (initialized): false when out of memory;
+ * *none when no type is left after the boundary's (an empty chunk). */
 static bool
-find_chunk (fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_session_t *cs, chunk_t *ch,
-            fw_error_t *error)
+chunk_query (const fw_snapshot_t *s, bson_t *filter, bool *none, fw_error_t *error)
+{
+   if (!chunk_filter (s, filter, none) && !*none) {
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory reading the snapshot's chunk");
+      return false;
+   }
+   return true;
+}
+
+/* The chunk's find (filter NULL: none, an empty chunk) on session cs into
+ * ch. Reads only s's settings: runs on a thread of its own too. */
+static bool
+find_chunk (const fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_session_t *cs,
+            const bson_t *filter, chunk_t *ch, fw_error_t *error)
 {
    mongoc_collection_t *coll = mongoc_client_get_collection (client, s->cfg.database,
                                                              s->cfg.collection);
-   bson_t filter = BSON_INITIALIZER;
    /* batchSize: the whole chunk in the find's reply (up to 16 MiB), not 101
     * documents and a getMore for the rest: one round trip less per chunk. */
    bson_t *opts = BCON_NEW ("sort", "{", "_id", BCON_INT32 (1), "}", "limit",
@@ -688,17 +741,15 @@ find_chunk (fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_session_t *
    mongoc_cursor_t *cur = NULL;
    const bson_t *doc;
    bson_error_t berr;
-   bool none = false;
-   bool ok = opts && rp && chunk_filter (s, &filter, &none) &&
-             mongoc_client_session_append (cs, opts, &berr) &&
+   bool ok = opts && rp && mongoc_client_session_append (cs, opts, &berr) &&
              (ch->rows = rows_new (s->cfg.chunk_size));
 
-   if (none) {
+   if (!filter) {
       ok = true; /* no type after the boundary's: an empty chunk */
    } else if (!ok) {
       fw_error_set (error, FW_ERROR_NOMEM, "out of memory reading the snapshot's chunk");
    } else {
-      cur = mongoc_collection_find_with_opts (coll, &filter, opts, rp);
+      cur = mongoc_collection_find_with_opts (coll, filter, opts, rp);
       while (ok && ch->n_rows < s->cfg.chunk_size && mongoc_cursor_next (cur, &doc)) {
          row_t *r = &ch->rows[ch->n_rows];
          bson_iter_t it;
@@ -723,7 +774,6 @@ find_chunk (fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_session_t *
    mongoc_cursor_destroy (cur);
    mongoc_read_prefs_destroy (rp);
    bson_destroy (opts);
-   bson_destroy (&filter);
    mongoc_collection_destroy (coll);
    return ok;
 }
@@ -777,59 +827,91 @@ find_until (fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_session_t *
    return ok;
 }
 
-bool
-fw_snapshot_read_chunk (fw_snapshot_t *s, mongoc_client_t *client, fw_error_t *error)
+/* The session of the run of reads (started with the run) and the chunk's
+ * low watermark: the last read's high one when a read of the run came
+ * before, else a new mark. */
+static bool
+open_window (fw_snapshot_t *s, mongoc_client_t *client, chunk_t *ch, fw_error_t *error)
 {
    bson_error_t berr;
-   mongoc_client_session_t *cs;
-   chunk_t ch = {0};
-   bson_iter_t it;
-   bool ok;
 
-   if (!fw_snapshot_wants_chunk (s)) {
+   if (s->cs && s->last_high) {
+      ch->low = s->last_high;
       return true;
    }
-   if (!(cs = mongoc_client_start_session (client, NULL, &berr))) {
+   if (!s->cs && !(s->cs = mongoc_client_start_session (client, NULL, &berr))) {
       fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
                          "cannot start a session for the snapshot: %s", berr.message);
       return false;
    }
-   /* One causally consistent session: the reads (the first chunk's upper
-    * bound too) are at or after the low watermark on whichever member they
-    * go to, and the high watermark is written after them. */
-   ok = write_mark (s, client, cs, "low", &ch.low, error);
-   if (ok && !s->progress.has_until && !s->progress.has_after) {
-      ok = find_until (s, client, cs, error);
-      if (ok && s->exhausted) {
-         mongoc_client_session_destroy (cs);
-         return true; /* nothing to read */
-      }
-   }
-   ok = ok && find_chunk (s, client, cs, &ch, error) &&
-        write_mark (s, client, cs, "high", &ch.high, error);
-   mongoc_client_session_destroy (cs);
-   if (!ok) {
-      chunk_clear (&ch);
-      return false;
-   }
-   s->read += ch.n_rows;
-   if (ch.n_rows == 0 && !s->jump && s->read_after.len > 5) {
+   return write_mark (s, client, s->cs, "low", &ch->low, error);
+}
+
+/* A chunk read between its watermarks: queued, or an empty one ends its
+ * type of _id or the reads. */
+static void
+take_chunk (fw_snapshot_t *s, chunk_t *ch)
+{
+   bson_iter_t it;
+
+   s->last_high = ch->n_rows > 0 ? ch->high : ch->low; /* the next read's low */
+   s->read += ch->n_rows;
+   if (ch->n_rows == 0 && !s->jump && s->read_after.len > 5) {
       s->jump = true; /* nothing more of the boundary's type: the types after it next */
-      chunk_clear (&ch);
-      return true;
+      chunk_clear (ch);
+      return;
    }
    s->jump = false;
-   if (ch.n_rows == 0) {
+   if (ch->n_rows == 0) {
       s->exhausted = true;
       s->progress.done = fw_snapshot_finished (s);
-      chunk_clear (&ch);
-      return true;
+      fw_snapshot_end_reads (s);
+      chunk_clear (ch);
+      return;
    }
    s->chunks++;
-   if (bson_iter_init (&it, &ch.rows[ch.n_rows - 1].key) && bson_iter_next (&it)) {
+   if (bson_iter_init (&it, &ch->rows[ch->n_rows - 1].key) && bson_iter_next (&it)) {
       bson_reinit (&s->read_after);
       bson_append_iter (&s->read_after, "_id", 3, &it);
    }
-   s->chunk[s->n_chunks++] = ch;
+   s->chunk[s->n_chunks++] = *ch;
+}
+
+bool
+fw_snapshot_read_chunk (fw_snapshot_t *s, mongoc_client_t *client, fw_error_t *error)
+{
+   chunk_t ch = {0};
+   bson_t filter = BSON_INITIALIZER;
+   bool ok, none = false;
+
+   if (!fw_snapshot_wants_chunk (s)) {
+      return true;
+   }
+   /* One causally consistent session: the reads (the first chunk's upper
+    * bound too) are at or after the low watermark on whichever member they
+    * go to, and the high watermark is written after them. Within a run of
+    * reads (no live event handled between them) a chunk's high watermark is
+    * the next chunk's low one: that read is on the same session, after it,
+    * so the window still brackets the read (one write less a chunk). */
+   ok = open_window (s, client, &ch, error);
+   if (ok && !s->progress.has_until && !s->progress.has_after) {
+      ok = find_until (s, client, s->cs, error);
+      if (ok && s->exhausted) {
+         fw_snapshot_end_reads (s);
+         bson_destroy (&filter);
+         return true; /* nothing to read */
+      }
+   }
+   ok = ok && chunk_query (s, &filter, &none, error) &&
+        find_chunk (s, client, s->cs, none ? NULL : &filter, &ch, error);
+   bson_destroy (&filter);
+   /* A chunk without a row needs no window: nothing of it is handed out. */
+   ok = ok && (ch.n_rows == 0 || write_mark (s, client, s->cs, "high", &ch.high, error));
+   if (!ok) {
+      fw_snapshot_end_reads (s);
+      chunk_clear (&ch);
+      return false;
+   }
+   take_chunk (s, &ch);
    return true;
 }

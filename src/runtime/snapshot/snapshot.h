@@ -71,8 +71,15 @@ void fw_snapshot_destroy (fw_snapshot_t *s);
 /* Reads the next chunk between its watermarks on client, when
  * fw_snapshot_wants_chunk (else a no-op). A chunk with no row marks the
  * collection read to its end. False on an error (error says which step
- * failed); the snapshot stays where it was. */
+ * failed); the snapshot stays where it was. Reads follow each other in a
+ * run, on one session s keeps (a chunk's high watermark is the next one's
+ * low), until fw_snapshot_end_reads: the caller ends the run before it
+ * handles a live event or lets time pass, and before client goes. */
 bool fw_snapshot_read_chunk (fw_snapshot_t *s, mongoc_client_t *client, fw_error_t *error);
+
+/* Ends the run of reads: the next chunk writes its own low watermark on a
+ * new session. Also after an error, a discard and once exhausted. */
+void fw_snapshot_end_reads (fw_snapshot_t *s);
 
 /* True while a chunk read waits for the stream to pass its high watermark. */
 bool fw_snapshot_chunk_open (const fw_snapshot_t *s);
@@ -137,6 +144,11 @@ bool fw_checkpoint_snapshot_load (mongoc_client_t *client, const char *database,
 bool fw_checkpoint_snapshot_save (mongoc_client_t *client, const char *database, const char *stream,
                                   const fw_snapshot_progress_t *p, int64_t epoch,
                                   fw_error_t *error);
+
+/* Appends p as the checkpoint's snapshot field ("snapshot": {...}) to out,
+ * a $set's fields: stored with the position in one write
+ * (fw_checkpoint_save_with). False when out of memory. */
+bool fw_checkpoint_snapshot_fields (const fw_snapshot_progress_t *p, bson_t *out);
 
 /* exactly_once (issue 39): stores p as fw_checkpoint_snapshot_save does,
  * inside session's transaction (started by the caller, who commits it).

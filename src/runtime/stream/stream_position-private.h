@@ -48,6 +48,19 @@ fw_position_is (const fw_position_t *p, const bson_t *committed)
  * invalidate). A failure is logged and counted (why names the occasion). */
 void fw_position_save (fw_stream_worker_t *w, fw_position_t *p, const char *why);
 
+/* What fw_position_save_with did. */
+typedef enum {
+   FW_POSITION_SAVED,  /* the position (and also) written */
+   FW_POSITION_NONE,   /* nothing to save (no position yet, a standby): nothing written */
+   FW_POSITION_FAILED, /* the write failed (logged, counted): nothing written */
+} fw_position_saved_t;
+
+/* fw_position_save, with also's fields (borrowed; NULL: none) set in the
+ * same update of the checkpoint document: a snapshot's progress stored with
+ * the position, both or neither. */
+fw_position_saved_t fw_position_save_with (fw_stream_worker_t *w, fw_position_t *p, const char *why,
+                                           const bson_t *also);
+
 /* checkpoint.mode = "async": hands p to the stream's checkpoint writer
  * (started on first use) and goes on; as fw_position_save with mode = "sync"
  * or when the writer cannot start. */

@@ -93,33 +93,36 @@ fw_position_writer_results (fw_stream_worker_t *w)
 void
 fw_position_save (fw_stream_worker_t *w, fw_position_t *p, const char *why)
 {
+   (void) fw_position_save_with (w, p, why, NULL);
+}
+
+fw_position_saved_t
+fw_position_save_with (fw_stream_worker_t *w, fw_position_t *p, const char *why, const bson_t *also)
+{
    fw_error_t err;
    if (w->ckpt.writer) {
       fw_checkpoint_writer_quiesce (w->ckpt.writer); /* nothing older can land after this */
       fw_position_writer_results (w);
    }
    if (!p->has_processed && !p->has_resume) {
-      return;
+      return FW_POSITION_NONE;
    }
    if (w->lead.lease && w->lead.epoch <= 0) {
-      return; /* a standby has nothing to save: the leader's checkpoint stands */
+      return FW_POSITION_NONE; /* a standby has nothing to save: the leader's checkpoint stands */
    }
    if (w->eo.advance) {
       /* exactly once into a sink: PostgreSQL, another deployment */
       w->eo.advance (w, p->has_processed ? &p->processed : NULL, p->has_resume ? &p->resume : NULL);
    }
-   if (!(w->lead.lease
-            ? fw_checkpoint_save_fenced (
-                 w->client, w->cfg->database, w->cfg->name, p->has_processed ? &p->processed : NULL,
-                 p->has_resume ? &p->resume : NULL, w->ckpt.version, w->lead.epoch, NULL, &err)
-            : fw_checkpoint_save (w->client, w->cfg->database, w->cfg->name,
-                                  p->has_processed ? &p->processed : NULL,
-                                  p->has_resume ? &p->resume : NULL, w->ckpt.version, &err))) {
+   if (!fw_checkpoint_save_with (w->client, w->cfg->database, w->cfg->name,
+                                 p->has_processed ? &p->processed : NULL,
+                                 p->has_resume ? &p->resume : NULL, w->ckpt.version, also,
+                                 w->lead.lease ? w->lead.epoch : 0, &err)) {
       fw_log (FW_LOG_ERROR, w->cfg->name, "%s (%s); will try again", err.message, why);
       if (w->metrics) {
          fw_stream_metrics_checkpoint (w->metrics, false, 0);
       }
-      return;
+      return FW_POSITION_FAILED;
    }
    p->since_save = 0;
    p->dirty = false;
@@ -127,6 +130,7 @@ fw_position_save (fw_stream_worker_t *w, fw_position_t *p, const char *why)
    if (w->metrics) {
       fw_stream_metrics_checkpoint (w->metrics, true, p->last_save_ms);
    }
+   return FW_POSITION_SAVED;
 }
 
 /* exactly_once: whether p's handled and seen positions are the one the last

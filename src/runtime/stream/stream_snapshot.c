@@ -190,23 +190,53 @@ fw_stream_snapshot_teardown (fw_stream_worker_t *w)
    bson_destroy (__atomic_exchange_n (&w->snap.request, NULL, __ATOMIC_ACQ_REL));
 }
 
+/* The position and the progress pr in one write of the checkpoint
+ * document, when both are kept on the stream's client (not with
+ * exactly_once, whose progress is on the transactions' client): false
+ * when they were not written together (nothing written but a failure
+ * is logged, *failed). */
+static bool
+save_together (fw_stream_worker_t *w, fw_position_t *p, const fw_snapshot_progress_t *pr,
+               bool *failed)
+{
+   bson_t also = BSON_INITIALIZER;
+   fw_position_saved_t saved = FW_POSITION_NONE;
+
+   *failed = false;
+   if (!w->cfg->exactly_once && fw_checkpoint_snapshot_fields (pr, &also)) {
+      saved = fw_position_save_with (w, p, "snapshot", &also);
+      *failed = saved == FW_POSITION_FAILED;
+   }
+   bson_destroy (&also);
+   return saved == FW_POSITION_SAVED;
+}
+
 /* After a chunk was handed out, or the snapshot found nothing more to
  * read: the position first, then the progress, so the stored boundary is
- * never ahead of the stored position. A chunk is handed out once every
- * event before its high watermark was handled (with lanes: settled), so
- * the position then is after the last of them, and a restart from it
- * delivers only events after the watermark. */
+ * never ahead of the stored position (one write when both are on the
+ * stream's client). A chunk is handed out once every event before its
+ * high watermark was handled (with lanes: settled), so the position then
+ * is after the last of them, and a restart from it delivers only events
+ * after the watermark. */
 static void
 save_progress (fw_stream_worker_t *w, fw_position_t *p)
 {
    const fw_snapshot_progress_t *pr = fw_snapshot_progress (w->snap.run->engine);
    fw_error_t err;
    int64_t now = fw_mono_ms ();
+   bool failed;
+   bool together = save_together (w, p, pr, &failed);
 
-   fw_position_save (w, p, "snapshot");
-   if (!store_progress (w, pr, &err)) {
-      fw_log (FW_LOG_WARN, w->cfg->name, "%s (the chunk is read again after a restart)",
-              err.message);
+   if (failed) {
+      fw_log (FW_LOG_WARN, w->cfg->name,
+              "the snapshot's progress is not saved either (the chunk is read again after a "
+              "restart)");
+   } else if (!together) {
+      fw_position_save (w, p, "snapshot");
+      if (!store_progress (w, pr, &err)) {
+         fw_log (FW_LOG_WARN, w->cfg->name, "%s (the chunk is read again after a restart)",
+                 err.message);
+      }
    }
    if (pr->done) {
       fw_log (FW_LOG_INFO, w->cfg->name, "snapshot finished: %lld documents handed out in %.1f s",
@@ -454,21 +484,26 @@ fw_stream_snapshot_between (fw_stream_worker_t *w, fw_position_t *p, fw_stream_r
     * READ_BUDGET_MS a turn (then the loop's checks run), and a live event
     * that comes during a read waits for that one read at most. While live
     * events wait (a stream catching up), one chunk a turn, and the reads
-    * take at most half the stream's thread: the snapshot still ends. */
+    * take at most half the stream's thread: the snapshot still ends. The
+    * reads of one turn are a run (fw_snapshot_read_chunk): no live event
+    * is handled between them, so each chunk's high watermark is the next
+    * one's low. */
    began = fw_mono_ms ();
    for (;;) {
       int64_t now = fw_mono_ms ();
       bool waiting;
       if (!fw_snapshot_wants_chunk (w->snap.run->engine) || now < w->snap.run->next_ms) {
-         return FW_READ_NEXT;
+         break;
       }
       waiting = fw_stream_reader_ready (rd, 0);
       if ((waiting && now < w->snap.run->share_ms) || !read_one (w, now) || waiting ||
           w->cfg->snapshot.pause_ms > 0 || fw_mono_ms () - began >= READ_BUDGET_MS ||
           fw_shutdown_requested (w->shutdown)) {
-         return FW_READ_NEXT;
+         break;
       }
    }
+   fw_snapshot_end_reads (w->snap.run->engine);
+   return FW_READ_NEXT;
 }
 
 bool
