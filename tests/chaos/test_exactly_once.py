@@ -204,13 +204,15 @@ class ExactlyOnce(IncReadModel, StandInTestCase):
         script = self.script(body)
         p = self.run_fw(script)
         p.wait_open()
-        if n > 1:  # a backlog: read as one batch
+        fail = dict(data, failCommands=["commitTransaction"])
+        if n > 1:  # a backlog: read as one batch, whose commit may come before wait_open returns
             self.assertEqual(p.stop(), 0)
             self.db.orders.insert_many([order(7 + CUSTOMERS * i) for i in range(n)])
+            self.fail_point({"times": times}, fail)
             p = self.run_fw(script)
             p.wait_open()
-        self.fail_point({"times": times}, dict(data, failCommands=["commitTransaction"]))
-        if n == 1:
+        else:
+            self.fail_point({"times": times}, fail)
             self.db.orders.insert_one(order(7))
         p.wait_reports(n, timeout=30)
         deadline = time.monotonic() + 30

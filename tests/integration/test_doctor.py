@@ -6,7 +6,6 @@ same."""
 
 import datetime
 import json
-import os
 import tempfile
 import time
 import unittest
