@@ -6,7 +6,6 @@ event ends in the DLQ once and applies nothing; a write to another
 connection inside the call fails with an error naming stream and
 connection."""
 import os
-import random
 import signal
 import threading
 import time
@@ -87,39 +86,7 @@ class ExactlyOnce(IncReadModel, StandInTestCase):
         self.kill9_at_random_moments(BATCH_SCRIPT, "exactly_once_batch_kill")
 
     def kill9_at_random_moments(self, body, scenario):
-        seed = (int(os.environ.get("FW_CHAOS_SEED", "0"))
-                or random.SystemRandom().randrange(1, 2**31))
-        rng = random.Random(seed)
-        kill_at = sorted(rng.sample(range(1, EVENTS - 1), KILLS))
-        script = self.script(body)
-        started = time.monotonic()
-        p = self.run_fw(script)
-        p.wait_open()
-        writer = threading.Thread(target=self.write_all, args=(EVENTS,), daemon=True)
-        writer.start()
-        logs = []
-        for target in kill_at:
-            p.wait_until(lambda: any(r["n"] >= target for r in p.reports()[-5:]), timeout=120,
-                         what="event %d (seed %d)" % (target, seed))
-            p.kill9()
-            logs += [m for m in p.messages() if "REPORT" not in m]
-            p = self.run_fw(script)
-        writer.join()
-        p.wait_open()
-        deadline = time.monotonic() + 120
-        while self.applied() < EVENTS and time.monotonic() < deadline:
-            time.sleep(0.2)
-        self.assertEqual(p.stop(), 0)
-        logs += [m for m in p.messages() if "REPORT" not in m]
-        got, want = self.totals(), self.want(self.db.orders.find())
-        if got != want:
-            print("\n".join(logs[:80]))
-        applied = sum(v[0] for v in got.values())
-        figures(scenario, seed=seed, events=EVENTS, kills=KILLS, applied=applied,
-                lost=max(0, EVENTS - applied), doubled=max(0, applied - EVENTS),
-                seconds="%.1f" % (time.monotonic() - started))
-        self.assertEqual(got, want, "every counter exact after %d kills (seed %d)"
-                         % (KILLS, seed))
+        self.run_with_kills(body, scenario, EVENTS, KILLS, lambda: self.write_all(EVENTS))
         self.assertEqual(list(self.db["_fw_dlq"].find()), [])
 
     def test_partitions_each_commit_their_own_checkpoint_across_a_kill(self):

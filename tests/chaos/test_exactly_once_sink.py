@@ -133,32 +133,8 @@ class ExactlyOnceIntoAnotherDeployment(WithSink, IncReadModel, StandInTestCase):
         self.kill9_at_random_moments(BATCH_SCRIPT, "exactly_once_sink_batch_kill")
 
     def kill9_at_random_moments(self, body, scenario):
-        seed = (int(os.environ.get("FW_CHAOS_SEED", "0"))
-                or random.SystemRandom().randrange(1, 2**31))
-        rng = random.Random(seed)
-        kill_at = sorted(rng.sample(range(1, EVENTS - 1), KILLS))
-        script = self.script(body)
-        started = time.monotonic()
-        p = self.run_fw(script, env=self.env)
-        p.wait_open()
-        writer = threading.Thread(target=self.write_all, args=(0, EVENTS), daemon=True)
-        writer.start()
-        for target in kill_at:
-            p.wait_until(lambda: any(r["n"] >= target for r in p.reports()[-5:]), timeout=120,
-                         what="event %d (seed %d)" % (target, seed))
-            p.kill9()
-            p = self.run_fw(script, env=self.env)
-        writer.join()
-        p.wait_open()
-        self.wait_applied(EVENTS)
-        self.assertEqual(p.stop(), 0)
-        got, want = self.totals(), self.want(self.db.orders.find())
-        applied = sum(v[0] for v in got.values())
-        figures(scenario, seed=seed, events=EVENTS, kills=KILLS, applied=applied,
-                lost=max(0, EVENTS - applied), doubled=max(0, applied - EVENTS),
-                seconds="%.1f" % (time.monotonic() - started))
-        self.assertEqual(got, want, "every counter exact after %d kills (seed %d)"
-                         % (KILLS, seed))
+        self.run_with_kills(body, scenario, EVENTS, KILLS, lambda: self.write_all(0, EVENTS),
+                            env=self.env)
         # The position is on the sink, and nothing of the read model on the source.
         self.assertIsNotNone(self.sink_db["_fw_checkpoints"].find_one({"_id": "totals"}))
         self.assertEqual(self.db.customer_totals.count_documents({}), 0)
