@@ -62,6 +62,31 @@ fw_checkpoint_load (mongoc_client_t *client, const char *database, const char *s
    return ok;
 }
 
+/* The checkpoint's $set: the tokens given, the script version, the time and
+ * also's fields. False when out of memory. */
+static bool
+append_set (bson_t *update, const bson_t *processed, const bson_t *seen, const char *script_version,
+            const bson_t *also)
+{
+   bson_t set;
+   bool ok;
+
+   BSON_APPEND_DOCUMENT_BEGIN (update, "$set", &set);
+   if (processed) {
+      BSON_APPEND_DOCUMENT (&set, "lastProcessedToken", processed);
+   }
+   if (seen) {
+      BSON_APPEND_DOCUMENT (&set, "lastSeenToken", seen);
+   }
+   if (script_version) {
+      BSON_APPEND_UTF8 (&set, "scriptVersion", script_version);
+   }
+   BSON_APPEND_DATE_TIME (&set, "updatedAt", fw_now_ms ());
+   ok = !also || bson_concat (&set, also);
+   bson_append_document_end (update, &set);
+   return ok;
+}
+
 /* epoch 0: the unconditional upsert of ha.mode = "none". Else the update
  * matches only a checkpoint fenced with epoch (fw_checkpoint_fence), and
  * *fenced says when it did not. */
@@ -74,7 +99,6 @@ save_checkpoint (mongoc_client_t *client, mongoc_client_session_t *session, cons
    mongoc_collection_t *coll;
    bson_t selector = BSON_INITIALIZER;
    bson_t update = BSON_INITIALIZER;
-   bson_t set;
    bson_t opts = BSON_INITIALIZER;
    bson_t reply;
    bson_error_t berr;
@@ -87,18 +111,7 @@ save_checkpoint (mongoc_client_t *client, mongoc_client_session_t *session, cons
    if (epoch > 0) {
       BSON_APPEND_INT64 (&selector, "epoch", epoch);
    }
-   BSON_APPEND_DOCUMENT_BEGIN (&update, "$set", &set);
-   if (processed) {
-      BSON_APPEND_DOCUMENT (&set, "lastProcessedToken", processed);
-   }
-   if (seen) {
-      BSON_APPEND_DOCUMENT (&set, "lastSeenToken", seen);
-   }
-   if (script_version) {
-      BSON_APPEND_UTF8 (&set, "scriptVersion", script_version);
-   }
-   BSON_APPEND_DATE_TIME (&set, "updatedAt", fw_now_ms ());
-   if (also && !bson_concat (&set, also)) {
+   if (!append_set (&update, processed, seen, script_version, also)) {
       fw_error_set (error, FW_ERROR_NOMEM, "out of memory saving checkpoint of stream \"%s\"",
                     stream);
       bson_destroy (&selector);
@@ -106,7 +119,6 @@ save_checkpoint (mongoc_client_t *client, mongoc_client_session_t *session, cons
       bson_destroy (&opts);
       return false;
    }
-   bson_append_document_end (&update, &set);
    BSON_APPEND_BOOL (&opts, "upsert", epoch <= 0);
    if (session && !mongoc_client_session_append (session, &opts, &berr)) {
       fw_error_set (error, FW_ERROR_MONGO,
