@@ -28,8 +28,8 @@ typedef struct {
 
 /* What the rebuild reads and changes of its dispatcher (dispatcher_access.c):
  * its part, the failure that stops the stream (a printf format), a failed
- * attempt counted (metrics: its type) and shown to flowwarden test's
- * recorder, if any. */
+ * attempt counted (in the event's outcome, and its type in the metrics) and
+ * shown to flowwarden test's recorder, if any. */
 fw_state_rebuild_t *fw_dispatcher_rebuild (fw_dispatcher_t *d);
 void fw_dispatcher_set_failure (fw_dispatcher_t *d, const char *fmt, ...) BSON_GNUC_PRINTF (2, 3);
 void fw_dispatcher_count_handler_error (fw_dispatcher_t *d, const char *type);

@@ -91,17 +91,11 @@ fw_stream_state_attach (fw_stream_worker_t *w)
 }
 
 void
-fw_stream_fold_lane_stats (fw_stream_worker_t *w)
-{
-   for (int i = 0; i < w->lane.n; i++) {
-      fw_dispatcher_add_stats (w->d, w->lane.d[i]);
-   }
-}
-
-void
 fw_stream_event_settled (void *ud, const char *stream, const fw_event_t *ev, const fw_outcome_t *o)
 {
-   fw_event_settle (((fw_stream_worker_t *) ud)->metrics, stream, ev, o);
+   fw_stream_worker_t *w = ud;
+
+   fw_event_settle (w->metrics, &w->summary, stream, ev, o);
 }
 
 void
@@ -133,7 +127,7 @@ fw_stream_worker_join (fw_stream_worker_t *w)
 void
 fw_stream_worker_stats (const fw_stream_worker_t *w, fw_stream_stats_t *out)
 {
-   fw_dispatcher_stats (w->d, out);
+   fw_stream_summary_read (&w->summary, out);
    out->failed = w->failed;
 }
 

@@ -106,8 +106,7 @@ fw_stream_reload_apply (fw_stream_worker_t *w)
    pthread_mutex_unlock (&w->pending.mu);
    fw_stream_program_version (w);
    /* The lanes are stopped: their dispatchers go with the rest (the old
-    * ones, folded into w's counts, are destroyed with next). */
-   fw_stream_fold_lane_stats (w);
+    * ones are destroyed with next; what they settled is in w's summary). */
    SWAP (w->lane.d, next->lane.d);
    SWAP (w->lane.n, next->lane.n);
    w->dlq.reprocess_at_ms = 0; /* dlq.reprocess as the new script says */

@@ -118,10 +118,67 @@ _Static_assert(FW_COUNT_NONE - 1 == (int) FW_METRICS_OUTCOME_NONE &&
                   FW_COUNT_OK - 1 == (int) FW_METRICS_OUTCOME_OK,
                "fw_outcome_count_t is fw_metrics_outcome_t plus 1");
 
-void
-fw_event_settle (fw_stream_metrics_t *metrics, const char *stream, const fw_event_t *ev,
-                 const fw_outcome_t *o)
+static inline void
+add (uint64_t *count, uint64_t n)
 {
+   __atomic_fetch_add (count, n, __ATOMIC_RELAXED);
+}
+
+/* What o adds to summary: its end, its failed attempts and its retries. */
+static void
+count_summary (fw_stream_stats_t *summary, const fw_outcome_t *o)
+{
+   switch (o->summary) {
+   case FW_SUMMARY_HANDLED:
+      add (&summary->handled, 1);
+      break;
+   case FW_SUMMARY_SKIPPED:
+      add (&summary->skipped, 1);
+      break;
+   case FW_SUMMARY_DEAD_LETTERED:
+      add (&summary->dead_lettered, 1);
+      break;
+   case FW_SUMMARY_PARKED:
+      add (&summary->parked, 1);
+      break;
+   case FW_SUMMARY_LOST:
+      add (&summary->lost, 1);
+      break;
+   default: /* FW_SUMMARY_NOTHING */
+      break;
+   }
+   if (o->failed_attempts) {
+      add (&summary->handler_errors, (uint64_t) o->failed_attempts);
+   }
+   if (o->retries) {
+      add (&summary->retries, (uint64_t) o->retries);
+   }
+}
+
+void
+fw_stream_summary_read (const fw_stream_stats_t *summary, fw_stream_stats_t *out)
+{
+   out->handled = __atomic_load_n (&summary->handled, __ATOMIC_RELAXED);
+   out->handler_errors = __atomic_load_n (&summary->handler_errors, __ATOMIC_RELAXED);
+   out->retries = __atomic_load_n (&summary->retries, __ATOMIC_RELAXED);
+   out->dead_lettered = __atomic_load_n (&summary->dead_lettered, __ATOMIC_RELAXED);
+   out->skipped = __atomic_load_n (&summary->skipped, __ATOMIC_RELAXED);
+   out->lost = __atomic_load_n (&summary->lost, __ATOMIC_RELAXED);
+   out->parked = __atomic_load_n (&summary->parked, __ATOMIC_RELAXED);
+   out->failed = false;
+}
+
+void
+fw_event_settle (fw_stream_metrics_t *metrics, fw_stream_stats_t *summary, const char *stream,
+                 const fw_event_t *ev, const fw_outcome_t *o)
+{
+   FW_ASSERT ((unsigned) o->summary <= FW_SUMMARY_LOST);
+   if (summary) {
+      count_summary (summary, o);
+   }
+   if (!ev) { /* no change event: a batch's calls, a counted replay */
+      return;
+   }
    if (o->detail) {
       log_outcome (stream, ev, o);
    }

@@ -17,6 +17,7 @@
 #include "runtime/dispatch/dispatcher.h"
 #include "runtime/host/connections.h"
 #include "runtime/host/lua_host.h"
+#include "runtime/stream/event_settle.h"
 
 typedef struct fw_stream_worker fw_stream_worker_t;
 
@@ -128,7 +129,8 @@ bool fw_stream_worker_snapshot (fw_stream_worker_t *w, const bson_t *filter, fw_
  * error), having written its final checkpoint. */
 void fw_stream_worker_join (fw_stream_worker_t *w);
 
-/* Copies the counters. Safe after join. */
+/* Copies the stream's summary: its counts at any time (read atomically),
+ * failed safely after join. */
 void fw_stream_worker_stats (const fw_stream_worker_t *w, fw_stream_stats_t *out);
 
 typedef struct fw_dispatcher fw_dispatcher_t;
