@@ -124,33 +124,25 @@ add (uint64_t *count, uint64_t n)
    __atomic_fetch_add (count, n, __ATOMIC_RELAXED);
 }
 
-/* What o adds to summary: its end, its failed attempts and its retries. */
+/* What o adds to summary: its end, its failed attempts and its retries.
+ * Once per event: a handled one pays one test and one atomic add. */
 static void
 count_summary (fw_stream_stats_t *summary, const fw_outcome_t *o)
 {
-   switch (o->summary) {
-   case FW_SUMMARY_HANDLED:
-      add (&summary->handled, 1);
-      break;
-   case FW_SUMMARY_SKIPPED:
-      add (&summary->skipped, 1);
-      break;
-   case FW_SUMMARY_DEAD_LETTERED:
-      add (&summary->dead_lettered, 1);
-      break;
-   case FW_SUMMARY_PARKED:
-      add (&summary->parked, 1);
-      break;
-   case FW_SUMMARY_LOST:
-      add (&summary->lost, 1);
-      break;
-   default: /* FW_SUMMARY_NOTHING */
-      break;
+   static const size_t end_at[] = {0, /* FW_SUMMARY_NOTHING: not counted */
+                                   offsetof (fw_stream_stats_t, handled),
+                                   offsetof (fw_stream_stats_t, skipped),
+                                   offsetof (fw_stream_stats_t, dead_lettered),
+                                   offsetof (fw_stream_stats_t, parked),
+                                   offsetof (fw_stream_stats_t, lost)};
+   _Static_assert(sizeof end_at / sizeof end_at[0] == FW_SUMMARY_LOST + 1,
+                  "one place per fw_outcome_summary_t");
+
+   if (o->summary != FW_SUMMARY_NOTHING) {
+      add ((uint64_t *) ((char *) summary + end_at[o->summary]), 1);
    }
-   if (o->failed_attempts) {
+   if ((o->failed_attempts | o->retries) != 0) {
       add (&summary->handler_errors, (uint64_t) o->failed_attempts);
-   }
-   if (o->retries) {
       add (&summary->retries, (uint64_t) o->retries);
    }
 }
