@@ -6,8 +6,8 @@
  * dispatcher (script, in-memory DLQ, no server): handled (at once and after
  * a retry), skipped, dead-lettered, parked, scheduled as a deferred retry
  * (and its retry run later), lost, no handler; a batch whose first call
- * failed; and a lane's dispatcher counting into the same summary from its
- * own thread while the stream's thread counts too.
+ * failed; and a stream's two lanes counting into its summary from their
+ * own threads while the stream's thread counts too.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -30,14 +30,13 @@
 #include "runtime/dispatch/event_dispatch.h"
 #include "runtime/host/lua_host.h"
 #include "runtime/replay/dlq_replay.h"
-#include "runtime/stream/stream_program-private.h"
 #include "runtime/stream/stream_worker.h"
 
 /* The streams of the script, by index. Key k of an event says what its
  * handler does: 1 returns, 2 fails its first attempt only, 10 fails and
  * on_error skips it, 11 fails and on_error dead-letters it, anything else
  * fails every attempt. */
-enum { S_PLAIN, S_NO_DLQ, S_DLQ, S_SEQ, S_DEFERRED, S_BATCH };
+enum { S_PLAIN, S_NO_DLQ, S_DLQ, S_SEQ, S_DEFERRED, S_BATCH, S_LANES };
 
 static const char *const SCRIPT =
    "local fw = require('flowwarden')\n"
@@ -68,7 +67,8 @@ static const char *const SCRIPT =
    "  on_batch = function(batch)\n"
    "    calls = calls + 1\n"
    "    if calls == 1 then error(fw.error('Test.Failure', 'the first call fails')) end\n"
-   "  end }\n";
+   "  end }\n"
+   "fw.stream { name = 'lanes', collection = 'c', lanes = 2, retry = fast, on_insert = handle }\n";
 
 static fw_lua_host_t *
 host_of (void)
@@ -326,8 +326,16 @@ test_batch (void **state)
 
 #define LANE_EVENTS 300
 
-/* A lane: its own dispatcher, settled by the stream (as
- * fw_stream_state_attach wires it), on a thread of its own. */
+/* Loads the script for a lane. */
+static fw_lua_host_t *
+lane_host (void *ud, fw_error_t *error)
+{
+   (void) ud;
+   (void) error;
+   return host_of ();
+}
+
+/* A lane's events, on a thread of its own. */
 static void *
 lane_run (void *ud)
 {
@@ -341,35 +349,41 @@ lane_run (void *ud)
    return NULL;
 }
 
+/* lanes = 2: both lanes' threads count into the stream's summary while the
+ * stream's thread does too, each event once. */
 static void
-test_lane_counts_into_the_streams_summary (void **state)
+test_lanes_count_into_the_streams_summary (void **state)
 {
-   fw_stream_worker_t *w = worker_for (S_PLAIN);
+   fw_stream_worker_t *w = worker_for (S_LANES);
    fw_dispatcher_t *d = fw_stream_worker_dispatcher (w);
-   fw_shutdown_t stop;
    fw_error_t err;
-   fw_dispatcher_t *lane;
-   pthread_t t;
-   void *why = NULL;
+   pthread_t t[2];
+   void *why;
    (void) state;
 
-   fw_shutdown_init (&stop);
-   lane = fw_dispatcher_new (host_of (), S_PLAIN, NULL, &stop, &err);
-   assert_non_null (lane);
-   fw_dispatcher_set_outcome_sink (lane, fw_stream_event_settled, w);
-   assert_int_equal (pthread_create (&t, NULL, lane_run, lane), 0);
-   for (int i = 0; i < LANE_EVENTS; i++) { /* the stream's thread meanwhile */
+   if (!fw_stream_worker_build_lanes (w, lane_host, NULL, &err)) {
+      fail_msg ("%s", err.message);
+   }
+   assert_null (fw_stream_worker_lane (w, 2));
+   for (int i = 0; i < 2; i++) {
+      assert_non_null (fw_stream_worker_lane (w, i));
+      assert_int_equal (pthread_create (&t[i], NULL, lane_run, fw_stream_worker_lane (w, i)), 0);
+   }
+   for (int i = 0; i < LANE_EVENTS; i++) {
       assert_int_equal (dispatch (d, "insert", 1, i), FW_OUTCOME_HANDLED);
    }
-   pthread_join (t, &why);
-   assert_null (why);
-   /* Half the lane's events handled on a retry. */
-   expect (w, (counts_t){.handled = 2 * LANE_EVENTS,
-                         .handler_errors = LANE_EVENTS / 2,
-                         .retries = LANE_EVENTS / 2});
-   fw_dispatcher_release (lane);
-   fw_dispatcher_destroy (lane);
-   fw_shutdown_cleanup (&stop);
+   for (int i = 0; i < 2; i++) {
+      why = NULL;
+      pthread_join (t[i], &why);
+      assert_null (why);
+   }
+   /* Half of each lane's events handled on a retry. */
+   expect (w, (counts_t){.handled = 3 * LANE_EVENTS,
+                         .handler_errors = LANE_EVENTS,
+                         .retries = LANE_EVENTS});
+   for (int i = 0; i < 2; i++) {
+      fw_dispatcher_release (fw_stream_worker_lane (w, i));
+   }
    worker_free (w);
 }
 
@@ -385,7 +399,7 @@ main (void)
       cmocka_unit_test (test_parked),
       cmocka_unit_test (test_deferred_and_its_retry),
       cmocka_unit_test (test_batch),
-      cmocka_unit_test (test_lane_counts_into_the_streams_summary),
+      cmocka_unit_test (test_lanes_count_into_the_streams_summary),
    };
 
    fw_log_configure (FW_LOG_ERROR, false); /* the LOST lines only */

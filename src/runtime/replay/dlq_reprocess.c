@@ -14,7 +14,6 @@
 #include "bson/bson_alloc.h"
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
-#include "runtime/dispatch/dispatcher_access-private.h"
 #include "runtime/dlq/dlq_entry.h"
 #include "runtime/replay/dlq_replay.h"
 #include "runtime/replay/dlq_replay_store.h"

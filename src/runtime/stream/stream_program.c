@@ -61,6 +61,12 @@ fw_stream_worker_dispatcher (fw_stream_worker_t *w)
    return w->d;
 }
 
+fw_dispatcher_t *
+fw_stream_worker_lane (fw_stream_worker_t *w, int i)
+{
+   return i >= 0 && i < w->lane.n ? w->lane.d[i] : NULL;
+}
+
 void
 fw_stream_worker_bind (fw_stream_worker_t *w)
 {

@@ -138,6 +138,10 @@ typedef struct fw_dispatcher fw_dispatcher_t;
 /* w's dispatcher (runtime/dispatch/dispatcher.h), owned by w: what replays drive. */
 fw_dispatcher_t *fw_stream_worker_dispatcher (fw_stream_worker_t *w);
 
+/* Lane i's dispatcher (fw_stream_worker_build_lanes), owned by w, its
+ * outcomes settled by w; NULL when w has no lane i. */
+fw_dispatcher_t *fw_stream_worker_lane (fw_stream_worker_t *w, int i);
+
 /* For the command line: gives w (built, never started) a client of its pool
  * so its dispatcher can be driven from the calling thread;
  * fw_stream_worker_unbind closes what it opened and gives the client back.
