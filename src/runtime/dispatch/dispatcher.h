@@ -60,8 +60,8 @@ void fw_dispatcher_sequence_closed (fw_dispatcher_t *d, const char *seq);
 fw_lua_host_t *fw_dispatcher_host (const fw_dispatcher_t *d);
 
 /* A reload's switch: d takes from's program (settings, Lua state, handlers),
- * from gets d's old one (to destroy). d's fw.state store, clients, counts and
- * DLQ sequences stay; its DLQ store is closed when the DLQ settings differ. */
+ * from gets d's old one (to destroy). d's fw.state store, clients, outcome
+ * sink and DLQ sequences stay; its DLQ store is closed when the DLQ settings differ. */
 void fw_dispatcher_take_program (fw_dispatcher_t *d, fw_dispatcher_t *from);
 
 /* fw.state: d's store (owned by d unless shared). */
@@ -295,7 +295,7 @@ const char *fw_dispatcher_failure (const fw_dispatcher_t *d);
  * of a batch as it finishes. With ev NULL, o is no change event's: only
  * what it adds to the summary counts (o->summary, o->failed_attempts,
  * o->retries): a batch's calls that failed and the retries it waited out
- * (as fw_batch_dispatch returns), or a replayed dead letter whose client
+ * (once, as fw_batch_dispatch ends), or a replayed dead letter whose client
  * counts it as the stream's (a deferred retry, fw_dispatcher_report). */
 typedef void (*fw_outcome_sink_fn) (void *ud, const char *stream, const fw_event_t *ev,
                                     const fw_outcome_t *o);
