@@ -25,7 +25,7 @@ typedef struct {
    uint64_t skipped; /* on_error returned fw.SKIP */
    uint64_t lost;    /* failed for good with no DLQ: logged at error level */
    uint64_t parked;  /* stored behind an open DLQ sequence (dlq.sequenced) */
-   bool failed;      /* the stream stopped on a terminal error (fw_stream_worker_stats) */
+   bool failed;      /* the stream stopped on a terminal error (its thread sets it) */
 } fw_stream_stats_t;
 
 /* Logs o's line for ev of stream and counts it: with a metrics block
@@ -38,8 +38,8 @@ typedef struct {
 void fw_event_settle (fw_stream_metrics_t *metrics, fw_stream_stats_t *summary, const char *stream,
                       const fw_event_t *ev, const fw_outcome_t *o);
 
-/* A copy of summary's counts (failed left false), safe while other threads
- * add to it. */
+/* A copy of summary: its counts safe while other threads add to them, failed
+ * once the thread that sets it ended. */
 void fw_stream_summary_read (const fw_stream_stats_t *summary, fw_stream_stats_t *out);
 
 /* With a metrics block (borrowed, may be NULL): counts ev as received, its

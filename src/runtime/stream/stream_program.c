@@ -134,7 +134,6 @@ void
 fw_stream_worker_stats (const fw_stream_worker_t *w, fw_stream_stats_t *out)
 {
    fw_stream_summary_read (&w->summary, out);
-   out->failed = w->failed;
 }
 
 void

@@ -157,7 +157,7 @@ fw_stream_summary_read (const fw_stream_stats_t *summary, fw_stream_stats_t *out
    out->skipped = __atomic_load_n (&summary->skipped, __ATOMIC_RELAXED);
    out->lost = __atomic_load_n (&summary->lost, __ATOMIC_RELAXED);
    out->parked = __atomic_load_n (&summary->parked, __ATOMIC_RELAXED);
-   out->failed = false;
+   out->failed = summary->failed; /* its stream's thread's: safe once that thread ended */
 }
 
 void

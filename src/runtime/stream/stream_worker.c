@@ -704,7 +704,7 @@ run_teardown (fw_stream_worker_t *w, fw_stream_run_t *run)
       fw_dispatcher_set_lead (w->d, NULL, 0);
       fw_stream_set_role (w, FW_STREAM_ROLE_STANDBY);
    }
-   if (!w->failed) {
+   if (!w->summary.failed) {
       set_state (w, FW_STREAM_STOPPED, "stopped");
    }
    fw_stream_snapshot_teardown (w);
@@ -891,7 +891,7 @@ fw_stream_worker_start (fw_stream_worker_t *w, fw_error_t *error)
       /* Started again after its thread ended on an error. */
       w->thread.started = w->thread.joined = false;
       w->thread.finished = false;
-      w->failed = false;
+      w->summary.failed = false;
       w->control = W_CONTROL_NONE;
    }
    /* The stream's thread switches to a reloaded program at event
