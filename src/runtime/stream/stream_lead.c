@@ -107,7 +107,7 @@ fw_stream_wait_lead (fw_stream_worker_t *w)
       int64_t epoch, stored;
       fw_error_t err;
 
-      fw_stream_standby_observe (w);
+      fw_stream_standby_observe (fw_stream_shared (w));
       if (!fw_lease_wait_leader (lease, 250, &epoch)) {
          if (!said) {
             fw_log (FW_LOG_INFO, cfg->name, "role: standby (waiting for the stream's lease)");

@@ -44,6 +44,7 @@ fw_stream_worker_new (fw_lua_host_t *host, int index, mongoc_client_pool_t *pool
    fw_stream_program_version (w);
    fw_dispatcher_set_outcome_sink (w->d, fw_stream_event_settled, w);
    fw_stream_circuit_keep (&w->circuit, w->d, w->pool, &w->lead.lease, &w->cfg);
+   fw_stream_shared_link (&w->shared, w->cfg, &w->client, &w->lead.lease);
    w->rng = (uint64_t) fw_now_ms () ^ ((uint64_t) (uintptr_t) w << 16) ^ (uint64_t) getpid ();
    return w;
 }
@@ -112,7 +113,8 @@ fw_stream_worker_set_metrics (fw_stream_worker_t *w, fw_metrics_t *registry)
    for (int i = 0; i < w->lane.n; i++) {
       fw_dispatcher_set_metrics (w->lane.d[i], w->metrics); /* one block: the stream's */
    }
-   fw_stream_shared_set_metrics (w, registry); /* ha.mode = "shared" (stream_shared.c) */
+   fw_stream_shared_set_metrics (&w->shared, registry,
+                                 w->metrics); /* ha.mode = "shared" (stream_shared.c) */
 }
 
 fw_stream_metrics_t *

@@ -64,7 +64,8 @@ stand_by (fw_stream_worker_t *w, fw_stream_run_t *run)
    /* Handlers stopped before the lease could expire. The last save is
     * fenced: it lands only if no newer leader fenced the checkpoint. */
    fw_position_save (w, p, "lease lost");
-   if (!fw_stream_yield_unit (w)) { /* ha.mode = "shared": over the share (stream_shared.c) */
+   /* ha.mode = "shared": over the share (stream_shared.c) */
+   if (!fw_stream_yield_unit (fw_stream_shared (w))) {
       fw_log (FW_LOG_WARN, cfg->name,
               "role: standby (stopped handling: the lease, epoch %lld, could not be kept; "
               "change stream closed)",

@@ -26,6 +26,7 @@
 #include "runtime/host/connections.h"
 #include "runtime/stream/stream_circuit-private.h"
 #include "runtime/stream/stream_parts-private.h"
+#include "runtime/stream/stream_shared-private.h"
 #include "runtime/stream/stream_worker.h"
 
 /* A stream: its thread, its dispatcher (and its lanes'), its position and
@@ -90,19 +91,8 @@ struct fw_stream_worker {
       fw_lease_t *lease;        /* the stream's lease, NULL without ha */
       int64_t epoch;            /* the epoch this thread leads with; 0: not leading */
    } lead;
-   struct {
-      struct fw_shared_group *group; /* ha.mode = "shared": the units' group (stream_shared.c) */
-      fw_metric_series_t *held;      /* ... its gauges flowwarden_units_held, _members */
-      fw_metric_series_t *members;
-      int64_t seen_ms; /* when they were last set (atomic) */
-   } shared;
-   struct {                   /* ha, this member's view of a unit it does not hold: */
-      int64_t orphan_seen_ms; /* wall clock it first saw the unit's holder gone (its member
-                                * record); 0: not seen */
-      int64_t seen_ms;        /* when fw_stream_standby_observe last looked (both: the
-                                * stream's thread only) */
-   } standby;
-   char failure[1200]; /* why the stream stops */
+   fw_stream_shared_t shared; /* ha: the shared units' group, a standby's view (stream_shared.c) */
+   char failure[1200];        /* why the stream stops */
    /* Per-key lanes (stream_lanes.c, issue 16), cfg->lanes > 1: */
    struct {
       int index;               /* the stream's index in its script */

@@ -660,7 +660,7 @@ run_setup (fw_stream_worker_t *w, fw_stream_run_t *run)
       return false;
    }
    if (w->cfg->ha_leader) {
-      if (!(w->lead.lease = fw_stream_lease_new (w, &err))) { /* stream_shared.c */
+      if (!(w->lead.lease = fw_stream_lease_new (&w->shared, &err))) { /* stream_shared.c */
          fw_stream_failed (w, err.message);
          return false;
       }
@@ -697,7 +697,7 @@ run_teardown (fw_stream_worker_t *w, fw_stream_run_t *run)
       /* After the final checkpoint: the standby that takes over at once
        * starts where this leader stopped. */
       fw_lease_release (w->lead.lease, 2000);
-      fw_stream_lease_destroy (w);
+      fw_stream_lease_destroy (&w->shared);
       w->lead.lease = NULL;
       w->lead.epoch = 0;
       fw_dispatcher_set_lead (w->d, NULL, 0);
