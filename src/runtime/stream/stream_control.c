@@ -67,6 +67,12 @@ fw_stream_shared (fw_stream_worker_t *w)
    return &w->shared;
 }
 
+struct fw_stream_eo *
+fw_stream_exactly_once (fw_stream_worker_t *w)
+{
+   return &w->eo;
+}
+
 /* ha.mode = "leader": whether this thread may still call handlers (declared
  * in stream_lead-private.h; the share it reads: stream_shared.c). */
 bool

@@ -112,7 +112,8 @@ fw_position_save_with (fw_stream_worker_t *w, fw_position_t *p, const char *why,
    }
    if (w->eo.advance) {
       /* exactly once into a sink: PostgreSQL, another deployment */
-      w->eo.advance (w, p->has_processed ? &p->processed : NULL, p->has_resume ? &p->resume : NULL);
+      w->eo.advance (&w->eo, p->has_processed ? &p->processed : NULL,
+                     p->has_resume ? &p->resume : NULL);
    }
    if (!fw_checkpoint_save_with (w->client, w->cfg->database, w->cfg->name,
                                  p->has_processed ? &p->processed : NULL,
@@ -180,7 +181,8 @@ fw_position_save_async (fw_stream_worker_t *w, fw_position_t *p, const char *why
    }
    if (w->eo.advance) {
       /* exactly once into a sink: PostgreSQL, another deployment */
-      w->eo.advance (w, p->has_processed ? &p->processed : NULL, p->has_resume ? &p->resume : NULL);
+      w->eo.advance (&w->eo, p->has_processed ? &p->processed : NULL,
+                     p->has_resume ? &p->resume : NULL);
    }
    if (!w->ckpt.writer && !(w->ckpt.writer = fw_checkpoint_writer_new (w->pool, w->cfg->database,
                                                                        w->cfg->name, &err))) {

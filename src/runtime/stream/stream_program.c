@@ -45,6 +45,14 @@ fw_stream_worker_new (fw_lua_host_t *host, int index, mongoc_client_pool_t *pool
    fw_dispatcher_set_outcome_sink (w->d, fw_stream_event_settled, w);
    fw_stream_circuit_keep (&w->circuit, w->d, w->pool, &w->lead.lease, &w->cfg);
    fw_stream_shared_link (&w->shared, w->cfg, &w->client, &w->lead.lease);
+   w->eo = (fw_stream_eo_t){.w = w,
+                            .d = w->d,
+                            .cfg = w->cfg,
+                            .shutdown = w->shutdown,
+                            .rng = &w->rng,
+                            .client = &w->client,
+                            .lease = &w->lead.lease,
+                            .epoch = &w->lead.epoch};
    w->rng = (uint64_t) fw_now_ms () ^ ((uint64_t) (uintptr_t) w << 16) ^ (uint64_t) getpid ();
    return w;
 }
@@ -152,7 +160,7 @@ fw_stream_worker_destroy (fw_stream_worker_t *w)
    }
    free (w->lane.d);
    fw_dispatcher_destroy (w->d);
-   fw_stream_exactly_once_pg_free (w); /* after its dispatcher released the sink */
+   fw_stream_exactly_once_pg_free (&w->eo); /* after its dispatcher released the sink */
    bson_destroy (w->eo.written);
    bson_destroy (w->eo.committed);
    pthread_mutex_destroy (&w->pending.mu);

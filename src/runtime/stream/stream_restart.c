@@ -8,7 +8,6 @@
 #include "flowwarden/log.h"
 #include "runtime/stream/stream_connect-private.h"
 #include "runtime/stream/stream_control-private.h"
-#include "runtime/stream/stream_exactly_once-private.h"
 #include "runtime/stream/stream_lead-private.h"
 #include "runtime/stream/stream_parts-private.h"
 #include "runtime/stream/stream_position-private.h"

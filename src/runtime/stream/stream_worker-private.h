@@ -25,6 +25,7 @@
 #include "runtime/ha/lease.h"
 #include "runtime/host/connections.h"
 #include "runtime/stream/stream_circuit-private.h"
+#include "runtime/stream/stream_exactly_once-private.h"
 #include "runtime/stream/stream_parts-private.h"
 #include "runtime/stream/stream_shared-private.h"
 #include "runtime/stream/stream_worker.h"
@@ -32,8 +33,6 @@
 /* A stream: its thread, its dispatcher (and its lanes'), its position and
  * checkpoint writer, its lease, what the admin endpoint and a reload ask of
  * it. */
-typedef struct fw_stream_eo_pg fw_stream_eo_pg_t; /* stream_exactly_once_pg.c */
-
 struct fw_stream_worker {
    fw_dispatcher_t *d;            /* the stream's program and dispatcher (owned) */
    const fw_stream_config_t *cfg; /* fw_dispatcher_config (d): follows reloads */
@@ -71,21 +70,7 @@ struct fw_stream_worker {
       char version[17]; /* the script version a checkpoint carries: the program's, copied
                          * as it is built and as a reload switches (a rebuild keeps it) */
    } ckpt;
-   struct {                  /* exactly_once (stream_exactly_once.c), the stream's thread: */
-      bson_t *written;       /* the position last written in a transaction (NULL: none) */
-      bson_t *committed;     /* the last one committed: the stored checkpoint's */
-      fw_stream_eo_pg_t *pg; /* exactly once into PostgreSQL: its sink (owned), or NULL */
-      /* Another store's position at each checkpoint save (exactly once into
-       * PostgreSQL: fw_stream_exactly_once_pg_advance), or NULL: the
-       * position's handled and seen tokens (each NULL: none). */
-      void (*advance) (struct fw_stream_worker *w, const bson_t *processed, const bson_t *seen);
-      /* A snapshot's row has no resume token: the snapshot's progress past
-       * it, written in its transaction instead (stream_snapshot.c sets it,
-       * so that this file's callback calls no snapshot file: no circle). */
-      bool (*row) (struct fw_stream_worker *w, const fw_event_t *row, mongoc_client_t *client,
-                   mongoc_client_session_t *session, bson_t *reply, bool *fenced,
-                   fw_error_t *error);
-   } eo;
+   fw_stream_eo_t eo;           /* exactly_once (stream_exactly_once.c, _pg.c) */
    fw_stream_circuit_t circuit; /* the breaker kept across restarts (stream_circuit.c) */
    struct {                     /* ha.mode = "leader" (lease.h): */
       fw_lease_t *lease;        /* the stream's lease, NULL without ha */

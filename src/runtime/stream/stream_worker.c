@@ -672,7 +672,7 @@ run_setup (fw_stream_worker_t *w, fw_stream_run_t *run)
       return false;
    }
    if (!w->cfg->ha_leader) {
-      fw_stream_exactly_once_recover (w); /* under ha: by fw_stream_wait_lead */
+      fw_stream_exactly_once_recover (&w->eo); /* under ha: by fw_stream_wait_lead */
    }
    if (!fw_stream_snapshot_setup (w, &run->cp)) {
       return false;
@@ -782,7 +782,7 @@ open_and_read (fw_stream_worker_t *w, fw_stream_run_t *run, bool *progressed)
    }
    if (gen_open == FW_GENERATION_STOP ||
        !fw_stream_server_supports (w->cfg, w->read_client, unsupported, sizeof unsupported) ||
-       !fw_stream_exactly_once_supported (w, unsupported, sizeof unsupported)) {
+       !fw_stream_exactly_once_supported (&w->eo, unsupported, sizeof unsupported)) {
       fw_generation_cleanup (&gen);
       fw_stream_failed (w, unsupported);
       return FW_READ_FAILED;
@@ -897,7 +897,7 @@ fw_stream_worker_start (fw_stream_worker_t *w, fw_error_t *error)
     * boundaries; an event in retries gives way to it (lane programs never
     * do: their stream's thread switches them once they drained). */
    fw_dispatcher_set_reload_waits (w->d, reload_waits, w);
-   fw_stream_exactly_once_wire (w);
+   fw_stream_exactly_once_wire (&w->eo);
    if (pthread_create (&w->thread.id, NULL, worker_main, w) != 0) {
       fw_error_set (error, FW_ERROR_IO, "cannot start thread for stream \"%s\"", w->cfg->name);
       return false;
