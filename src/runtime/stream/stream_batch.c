@@ -224,7 +224,7 @@ batch_done (void *ud)
    p->dirty = true;
    p->since_save += (int) b->n;
    if (p->since_save >= w->cfg->save_every) {
-      fw_position_save_async (w, p, "save_every");
+      fw_position_save_async (&w->ckpt, p, "save_every");
    }
    return FW_READ_NEXT;
 }

@@ -73,6 +73,12 @@ fw_stream_exactly_once (fw_stream_worker_t *w)
    return &w->eo;
 }
 
+struct fw_stream_ckpt *
+fw_stream_checkpoint (fw_stream_worker_t *w)
+{
+   return &w->ckpt;
+}
+
 /* ha.mode = "leader": whether this thread may still call handlers (declared
  * in stream_lead-private.h; the share it reads: stream_shared.c). */
 bool

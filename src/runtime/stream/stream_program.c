@@ -53,6 +53,15 @@ fw_stream_worker_new (fw_lua_host_t *host, int index, mongoc_client_pool_t *pool
                             .client = &w->client,
                             .lease = &w->lead.lease,
                             .epoch = &w->lead.epoch};
+   w->ckpt.cfg = w->cfg;
+   w->ckpt.pool = w->pool;
+   w->ckpt.client = &w->client;
+   w->ckpt.metrics = &w->metrics;
+   w->ckpt.lease = &w->lead.lease;
+   w->ckpt.lead_epoch = &w->lead.epoch;
+   w->ckpt.eo = &w->eo;
+   w->ckpt.committed = &w->eo.committed;
+   w->ckpt.advance = &w->eo.advance;
    w->rng = (uint64_t) fw_now_ms () ^ ((uint64_t) (uintptr_t) w << 16) ^ (uint64_t) getpid ();
    return w;
 }

@@ -23,7 +23,7 @@ fw_stream_pause (fw_stream_worker_t *w, fw_stream_run_t *run, bool save)
 
    fw_stream_control_take (w);
    if (save) {
-      fw_position_save (w, run->p, "pause");
+      fw_position_save (fw_stream_checkpoint (w), run->p, "pause");
    }
    if ((next = fw_stream_paused (w)) == W_CONTROL_NONE) {
       return false;
@@ -62,7 +62,7 @@ stand_by (fw_stream_worker_t *w, fw_stream_run_t *run)
 
    /* Handlers stopped before the lease could expire. The last save is
     * fenced: it lands only if no newer leader fenced the checkpoint. */
-   fw_position_save (w, p, "lease lost");
+   fw_position_save (fw_stream_checkpoint (w), p, "lease lost");
    /* ha.mode = "shared": over the share (stream_shared.c) */
    if (!fw_stream_yield_unit (fw_stream_shared (w))) {
       fw_log (FW_LOG_WARN, cfg->name,

@@ -24,6 +24,7 @@
 #include "runtime/dispatch/dispatcher.h"
 #include "runtime/ha/lease.h"
 #include "runtime/host/connections.h"
+#include "runtime/stream/stream_checkpoint-private.h"
 #include "runtime/stream/stream_circuit-private.h"
 #include "runtime/stream/stream_exactly_once-private.h"
 #include "runtime/stream/stream_parts-private.h"
@@ -62,14 +63,7 @@ struct fw_stream_worker {
                                 * scheduled yet, -1: none */
       int64_t count_at_ms;     /* next count of the DLQ's pending entries (metrics) */
    } dlq;
-   struct {
-      fw_checkpoint_writer_t *writer; /* checkpoint.mode = "async": started on first use
-                                       * by the stream's thread, destroyed as it ends */
-      bool unavailable;               /* the writer could not start: checkpoints are synchronous */
-      int64_t epoch;                  /* the epoch the writer fences with */
-      char version[17]; /* the script version a checkpoint carries: the program's, copied
-                         * as it is built and as a reload switches (a rebuild keeps it) */
-   } ckpt;
+   fw_stream_ckpt_t ckpt;       /* its checkpoint writer, version, epoch (stream_position.c) */
    fw_stream_eo_t eo;           /* exactly_once (stream_exactly_once.c, _pg.c) */
    fw_stream_circuit_t circuit; /* the breaker kept across restarts (stream_circuit.c) */
    struct {                     /* ha.mode = "leader" (lease.h): */

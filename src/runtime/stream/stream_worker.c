@@ -121,7 +121,7 @@ closed_at_invalidate (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position
            "code %u)",
            berr->message, berr->code);
    p->invalidated = true;
-   fw_position_save (w, p, "invalidate");
+   fw_position_save (&w->ckpt, p, "invalidate");
    return FW_READ_INVALIDATED;
 }
 
@@ -234,7 +234,7 @@ event_boundary (fw_stream_worker_t *w, fw_position_t *p)
    if (control == W_CONTROL_PAUSE || control == W_CONTROL_RESTART) {
       /* An event boundary: nothing is in flight (once the lanes finished). */
       fw_stream_lanes_stop (w, p);
-      fw_position_save (w, p, control == W_CONTROL_PAUSE ? "pause" : "restart");
+      fw_position_save (&w->ckpt, p, control == W_CONTROL_PAUSE ? "pause" : "restart");
       return control == W_CONTROL_PAUSE ? FW_READ_PAUSE : FW_READ_RESTART;
    }
    if (control == W_CONTROL_RESUME) {
@@ -283,10 +283,10 @@ lanes_event (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p, co
 static fw_read_end_t
 event_done (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p, const fw_event_t *ev)
 {
-   fw_position_passed (w, p, ev, fw_stream_reader_resume_token (rd));
+   fw_position_passed (&w->ckpt, p, ev, fw_stream_reader_resume_token (rd));
    if (strcmp (ev->operation_type, "invalidate") == 0) {
       p->invalidated = true;
-      fw_position_save (w, p, "invalidate");
+      fw_position_save (&w->ckpt, p, "invalidate");
       return FW_READ_INVALIDATED;
    }
    return split_back (w, p) ? FW_READ_REOPEN : FW_READ_NEXT;
@@ -538,9 +538,9 @@ idle_step (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p)
    }
    if ((p->dirty && now - p->last_save_ms >= w->cfg->save_interval_ms) ||
        now - p->last_save_ms >= w->cfg->idle_heartbeat_ms) {
-      fw_position_save_async (w, p, "interval");
+      fw_position_save_async (&w->ckpt, p, "interval");
    }
-   fw_position_writer_results (w);
+   fw_position_writer_results (&w->ckpt);
 }
 
 /* Reads until shutdown, an error or an invalidate. */
@@ -689,7 +689,7 @@ run_setup (fw_stream_worker_t *w, fw_stream_run_t *run)
 static void
 run_teardown (fw_stream_worker_t *w, fw_stream_run_t *run)
 {
-   fw_position_save (w, run->p, "shutdown");
+   fw_position_save (&w->ckpt, run->p, "shutdown");
    fw_checkpoint_writer_destroy (w->ckpt.writer); /* idle since the save: gives its client back */
    w->ckpt.writer = NULL;
    w->ckpt.epoch = 0;
@@ -743,7 +743,7 @@ stream_opened (fw_stream_worker_t *w, fw_stream_run_t *run, mongoc_change_stream
        * cannot move it to a later "now" and lose what came between. */
       fw_position_set_token (&p->resume, start);
       p->has_resume = true;
-      fw_position_save (w, p, "start");
+      fw_position_save (&w->ckpt, p, "start");
    }
    fw_log (FW_LOG_INFO, w->cfg->name, "change stream open%s",
            resuming ? " (resuming)" : " (from now)");
