@@ -280,7 +280,7 @@ fw_stream_batch_take (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position
       batch_free (&b);
       return FW_READ_LOST;
    }
-   fw_stream_reload_apply (w); /* between batches, never inside one */
+   fw_stream_reload_apply (&w->pending); /* between batches, never inside one */
    o = fw_batch_dispatch (w->d, b.ptrs, b.n, NULL);
    end = fw_stream_settle (&place, &o);
    if (end != FW_READ_NEXT) {

@@ -79,6 +79,12 @@ fw_stream_checkpoint (fw_stream_worker_t *w)
    return &w->ckpt;
 }
 
+struct fw_stream_pending *
+fw_stream_pending (fw_stream_worker_t *w)
+{
+   return &w->pending;
+}
+
 /* ha.mode = "leader": whether this thread may still call handlers (declared
  * in stream_lead-private.h; the share it reads: stream_shared.c). */
 bool

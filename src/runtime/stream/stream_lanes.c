@@ -556,7 +556,7 @@ fw_stream_lanes_boundary (fw_stream_worker_t *w, fw_position_t *p)
          }
          fw_stream_lanes_stop (w, p);
       }
-      if (fw_stream_reload_apply (w) && w->lane.n > 1) {
+      if (fw_stream_reload_apply (&w->pending) && w->lane.n > 1) {
          fw_log (FW_LOG_INFO, w->cfg->name,
                  "reload: all %d lanes switch to version %s after the same event (lanes drained)",
                  w->lane.n, fw_lua_host_version (fw_dispatcher_host (w->d)));

@@ -373,7 +373,7 @@ hand_out (fw_stream_worker_t *w, fw_position_t *p)
       if (fw_stream_lease_lost (w)) {
          return FW_READ_LOST;
       }
-      o = fw_stream_dispatch (w, &ev);
+      o = fw_stream_dispatch (&w->pending, &ev);
       if ((end = fw_stream_settle (&place, &o)) != FW_READ_NEXT) {
          return end;
       }

@@ -3,7 +3,13 @@
  * the files of stream/ that run its thread. What one of those files offers
  * the others is declared in its own <file>-private.h (stream_position-,
  * stream_lanes-, stream_control-private.h, ...), so each includes what it
- * uses. The parts below it have interfaces of their own: the dispatcher
+ * uses. The blocks of the state that a file keeps are typed in that file's
+ * header, with what the file reads of the stream (links set as it is made,
+ * stream_program.c): the ha group (stream_shared-private.h), exactly_once
+ * (stream_exactly_once-private.h), the checkpoint (stream_checkpoint-private.h),
+ * a reload's hand-over (stream_reload-private.h); those files take the block
+ * (or, off the per-event path, reach it through stream_parts-private.h), not
+ * the worker's layout. The parts below it have interfaces of their own: the dispatcher
  * (runtime/dispatch/dispatcher.h), the reader and the oversize policy
  * (stream_read-private.h, event_oversize-private.h), the checkpoint writer
  * and the lease (runtime/checkpoint/checkpoint_writer.h, lease.h).
@@ -28,6 +34,7 @@
 #include "runtime/stream/stream_circuit-private.h"
 #include "runtime/stream/stream_exactly_once-private.h"
 #include "runtime/stream/stream_parts-private.h"
+#include "runtime/stream/stream_reload-private.h"
 #include "runtime/stream/stream_shared-private.h"
 #include "runtime/stream/stream_worker.h"
 
@@ -42,11 +49,7 @@ struct fw_stream_worker {
    mongoc_client_t *read_client; /* the change stream's, used by its reader (read-ahead) */
    fw_shutdown_t *shutdown;      /* points at own_shutdown */
    fw_shutdown_t own_shutdown;   /* this stream's stop: SIGTERM, or a reload removing it */
-   struct {
-      pthread_mutex_t mu;
-      fw_stream_worker_t *next; /* a reload's replacement, applied at an event boundary */
-      int has;                  /* read without the lock on the hot path */
-   } pending;
+   fw_stream_pending_t pending;  /* a reload's program, left for the thread (stream_reload.c) */
    struct {
       pthread_t id;
       bool started;

@@ -249,7 +249,7 @@ event_boundary (fw_stream_worker_t *w, fw_position_t *p)
          return FW_READ_FAILED;
       }
    } else if (__atomic_load_n (&w->pending.has, __ATOMIC_ACQUIRE)) {
-      fw_stream_reload_apply (w); /* a reload is pending */
+      fw_stream_reload_apply (&w->pending); /* a reload is pending */
    }
    /* The parts an event does not need stay out of its path: the lease's
     * checks without ha, the snapshot's without one, deferred retries
@@ -430,7 +430,7 @@ dispatch_here (here_t *h, const fw_event_t *ev)
    if (w->lead.lease && fw_stream_lease_lost (w)) {
       return FW_READ_LOST; /* checked again here: the read may have waited */
    }
-   o = fw_stream_dispatch (w, ev);
+   o = fw_stream_dispatch (&w->pending, ev);
    return fw_stream_settle (&place, &o);
 }
 
