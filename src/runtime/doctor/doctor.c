@@ -48,7 +48,7 @@ hello (mongoc_client_t *client, bson_t *reply, int64_t *mid_ms, fw_doctor_report
       char why[2048];
       snprintf (why, sizeof why, "%s", berr.message);
       if (berr.domain == MONGOC_ERROR_SERVER_SELECTION) {
-         fw_server_explain_selection (mongoc_client_get_uri (client), why, sizeof why);
+         fw_server_explain_selection (client, why, sizeof why);
       }
       fw_doctor_add (r, NULL, "connection", FW_DOCTOR_FAIL,
                      "check the URI (--uri, FLOWWARDEN_URI or fw.defaults { uri }), that the "

@@ -122,21 +122,46 @@ explain_host (const mongoc_uri_t *uri, const mongoc_host_list_t *host, const cha
    mongoc_uri_destroy (d);
 }
 
-void
-fw_server_explain_selection (const mongoc_uri_t *uri, char *why, size_t len)
+/* Whether host is one that client's last selection could not reach (its
+ * description Unknown: it never answered, so it has nothing to say). */
+static bool
+unanswered (mongoc_server_description_t **sds, size_t n, const mongoc_host_list_t *host)
 {
+   for (size_t i = 0; sds && i < n; i++) {
+      if (strcasecmp (mongoc_server_description_host (sds[i])->host_and_port,
+                      host->host_and_port) == 0) {
+         return strcmp (mongoc_server_description_type (sds[i]), "Unknown") == 0;
+      }
+   }
+   return false; /* answered, and was left out of the topology */
+}
+
+void
+fw_server_explain_selection (mongoc_client_t *client, char *why, size_t len)
+{
+   const mongoc_uri_t *uri = mongoc_client_get_uri (client);
    const char *rs = mongoc_uri_get_replica_set (uri);
+   mongoc_server_description_t **sds;
+   size_t n = 0;
    char one[600];
 
    if (!rs) {
       return;
    }
+   /* NULL (n 0) once every seed was left out of the topology. */
+   sds = mongoc_client_get_server_descriptions (client, &n);
    for (const mongoc_host_list_t *h = mongoc_uri_get_hosts (uri); h; h = h->next) {
       size_t used = strlen (why);
+      if (unanswered (sds, n, h)) {
+         continue; /* libmongoc's message says why (refused, timed out) */
+      }
       explain_host (uri, h, rs, one, sizeof one);
       if (one[0] && used + 3 < len) {
          snprintf (why + used, len - used, "; %s", one);
       }
+   }
+   if (sds) {
+      mongoc_server_descriptions_destroy_all (sds, n);
    }
 }
 
@@ -165,13 +190,11 @@ fw_server_probe_select (const mongoc_uri_t *uri, char *why, size_t len)
       mongoc_client_set_appname (client, "flowwarden");
       if (!(sd = mongoc_client_select_server (client, true, NULL, &berr))) {
          snprintf (why, len, "%s", berr.message);
+         fw_server_explain_selection (client, why, len);
       }
    }
    /* The description is a copy: it outlives the client. */
    mongoc_client_destroy (client);
-   if (client && !sd) {
-      fw_server_explain_selection (copy, why, len);
-   }
    mongoc_uri_destroy (copy);
    return sd;
 }
