@@ -181,7 +181,6 @@ fw_dispatcher_set_failure (fw_dispatcher_t *d, const char *fmt, ...)
 void
 fw_dispatcher_count_handler_error (fw_dispatcher_t *d, const char *type)
 {
-   d->tally.failed++;
    if (d->metrics) {
       fw_stream_metrics_handler_error (d->metrics, type);
    }

@@ -1197,6 +1197,7 @@ run_attempts (fw_dispatcher_t *d, const fw_event_t *ev, const fw_dispatch_run_t 
       size_t used = fw_lua_host_memory_used (d->prog.host);
       if (fw_state_past_mark (d, used)) {
          if (fw_state_check (d, ok, attempt) == FW_STATE_RETRY) {
+            d->tally.failed++;
             continue; /* failed in a full state: tried again on a rebuilt one */
          }
          used = 0; /* it may have collected: read again as the event ends */
