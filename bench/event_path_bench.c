@@ -62,11 +62,18 @@
  * --no-metrics. */
 static fw_metrics_t *metrics;
 
-/* The stream's per-event settle, as `run` wires it (ud: the metrics block). */
+/* Where settled counts, as a stream's summary. */
+typedef struct {
+   fw_stream_metrics_t *metrics;
+   fw_stream_stats_t summary;
+} settle_to_t;
+
+/* The stream's per-event settle, as `run` wires it (ud: a settle_to_t). */
 static void
 settled (void *ud, const char *stream, const fw_event_t *ev, const fw_outcome_t *o)
 {
-   fw_event_settle (ud, stream, ev, o);
+   settle_to_t *to = ud;
+   fw_event_settle (to->metrics, &to->summary, stream, ev, o);
 }
 
 static const char *const S1_BODY = "  on_insert = function(ctx) end,\n";
@@ -412,6 +419,7 @@ run_dispatch (const char *name, const char *prelude, const char *body, const rin
    fw_shutdown_t stop;
    fw_stream_metrics_t *m;
    fw_stream_stats_t st;
+   settle_to_t to = {NULL, {0}};
    bool ok = true;
    uint64_t warm = n / 10 + 1;
    double w0 = 0, c0 = 0;
@@ -445,7 +453,8 @@ run_dispatch (const char *name, const char *prelude, const char *body, const rin
     * --no-metrics. */
    m = metrics ? fw_metrics_stream (metrics, fw_dispatcher_config (d)->name) : NULL;
    fw_dispatcher_set_metrics (d, m);
-   fw_dispatcher_set_outcome_sink (d, settled, m); /* the stream's settle of each event */
+   to.metrics = m;
+   fw_dispatcher_set_outcome_sink (d, settled, &to); /* the stream's settle of each event */
    for (uint64_t i = 0; i < warm + n; i++) {
       if (i == warm) {
          w0 = clock_s (CLOCK_MONOTONIC);
@@ -482,7 +491,7 @@ run_dispatch (const char *name, const char *prelude, const char *body, const rin
    out->cpu_s = clock_s (CLOCK_PROCESS_CPUTIME_ID) - c0;
    out->n = n;
    out->lua_kb = fw_lua_host_memory_used (fw_dispatcher_host (d)) / 1024;
-   fw_dispatcher_stats (d, &st);
+   fw_stream_summary_read (&to.summary, &st);
    if (ok && st.handled != warm + n) {
       fprintf (stderr,
                "%s: %" PRIu64 " of %" PRIu64 " events handled (handler errors: %" PRIu64 ")\n",

@@ -997,7 +997,7 @@ fw_dlq_replay_main (int argc, char **argv)
    }
    s.has_signals = pthread_create (&s.signals, NULL, signal_thread, &s) == 0;
    fw_dlq_actor (actor, sizeof actor);
-   ropts = (fw_replay_options_t){actor, o.claim_ttl_ms, o.no_retry, o.dry_run};
+   ropts = (fw_replay_options_t){actor, o.claim_ttl_ms, o.no_retry, o.dry_run, false};
    printf ("%s %zu entr%s\n", o.dry_run ? "dry run: would replay" : "replaying", n,
            n == 1 ? "y" : "ies");
    fflush (stdout);

@@ -336,7 +336,8 @@ settle (place_t *p, fw_outcome_kind_t kind, const char *entry_id, const char *er
 {
    fw_settle_place_t place = {NULL,   NULL,         p_count, p_advance,
                               p_fail, p_lease_lost, p,       "no DLQ to keep it"};
-   fw_outcome_t o = {kind, 1, 0, entry_id, "", error, 0, FW_COUNT_NOTHING, NULL, 0};
+   fw_outcome_t o = {
+      kind, 1, 0, entry_id, "", error, 0, FW_COUNT_NOTHING, NULL, 0, FW_SUMMARY_NOTHING, 0, 0};
    return fw_stream_settle (&place, &o);
 }
 
@@ -398,7 +399,7 @@ capture_log (void *ud, fw_log_level_t level, const char *stream, const char *mes
 static void
 settle_sink (void *ud, const char *stream, const fw_event_t *ev, const fw_outcome_t *o)
 {
-   fw_event_settle (ud, stream, ev, o);
+   fw_event_settle (ud, NULL, stream, ev, o);
 }
 
 /* The dispatcher writes neither the dead letter's line nor its counts: its
@@ -456,7 +457,8 @@ test_event_settle_counts_by_the_outcomes_count (void **state)
    fw_stream_metrics_t *b;
    fw_stream_snapshot_t snap;
    fw_outcome_detail_t x = {"", "_fw_dlq", false, "k", 1, false};
-   fw_outcome_t o = {FW_OUTCOME_PARKED, 0, 0, "e1", "", "", 1000, FW_COUNT_DLQ, &x, 0};
+   fw_outcome_t o = {FW_OUTCOME_PARKED, 0, 0, "e1", "", "", 1000, FW_COUNT_DLQ, &x, 0,
+                     FW_SUMMARY_PARKED, 0, 0};
    bson_t *doc = event_of ("insert", 1, 0);
    fw_event_t ev;
    fw_error_t err;
@@ -465,16 +467,16 @@ test_event_settle_counts_by_the_outcomes_count (void **state)
    assert_non_null (m);
    assert_true (fw_event_parse (doc, &ev, &err));
    b = fw_metrics_stream (m, "s");
-   fw_event_settle (b, "s", &ev, &o);
+   fw_event_settle (b, NULL, "s", &ev, &o);
    o.count = FW_COUNT_PARKED;
-   fw_event_settle (b, "s", &ev, &o);
+   fw_event_settle (b, NULL, "s", &ev, &o);
    o.kind = FW_OUTCOME_DEFERRED;
    o.until_ms = 6000;
    o.count = FW_COUNT_DLQ;
-   fw_event_settle (b, "s", &ev, &o);
+   fw_event_settle (b, NULL, "s", &ev, &o);
    o.kind = FW_OUTCOME_DEAD_LETTERED;
    o.count = FW_COUNT_NOTHING; /* unreadable, oversize: a write, no finished event */
-   fw_event_settle (b, "s", &ev, &o);
+   fw_event_settle (b, NULL, "s", &ev, &o);
    fw_stream_metrics_snapshot (b, fw_now_ms (), &snap);
    assert_int_equal (snap.handled[FW_METRICS_OUTCOME_DLQ], 2);
    assert_int_equal (snap.handled[FW_METRICS_OUTCOME_PARKED], 1);
@@ -538,7 +540,8 @@ test_settle_without_advance (void **state)
 {
    place_t p = {0};
    fw_settle_place_t place = {NULL, NULL, p_count, NULL, p_fail, NULL, &p, NULL};
-   fw_outcome_t o = {FW_OUTCOME_HANDLED, 1, 0, "", "", "", 0, FW_COUNT_OK, NULL, 0};
+   fw_outcome_t o = {FW_OUTCOME_HANDLED, 1, 0, "", "", "", 0, FW_COUNT_OK, NULL, 0,
+                     FW_SUMMARY_NOTHING, 0, 0};
    (void) state;
 
    assert_int_equal (fw_stream_settle (&place, &o), FW_READ_NEXT);

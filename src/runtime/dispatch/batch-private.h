@@ -25,6 +25,10 @@ typedef struct fw_batch_state {
    fw_outcome_t result;         /* why the batch ended early; HANDLED: it did not */
    char last_error[512];        /* the last failed call's error, for the log */
    fw_batch_stats_t stats;      /* batch_run's counts over d's life (splits go to the metrics) */
+   struct {
+      int failed;  /* the batch in hand's calls that failed, and the retries it */
+      int retries; /* waited out: to the stream's summary as the batch ends */
+   } calls;
 } fw_batch_state_t;
 
 /* d's batch state with room for n events; NULL when out of memory. Items

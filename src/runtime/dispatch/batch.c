@@ -118,7 +118,8 @@ end_call (lua_State *L, fw_batch_state_t *s, size_t n)
 static fw_outcome_t
 stopped (void)
 {
-   return (fw_outcome_t){FW_OUTCOME_STOPPED, 0, 0, "", "", "", 0, FW_COUNT_NOTHING, NULL, 0};
+   return (fw_outcome_t){FW_OUTCOME_STOPPED, 0, 0, "", "", "", 0, FW_COUNT_NOTHING, NULL, 0,
+                         FW_SUMMARY_NOTHING, 0, 0};
 }
 
 /* A call failed (its failure table on top of L, taken off): whether the
@@ -131,7 +132,7 @@ call_failed (fw_batch_state_t *s, lua_State *L, fw_lua_stop_t stop)
    note_error (s, L);
    again = retried (s->d, L, stop);
    lua_pop (L, 1);
-   s->d->stats.handler_errors++;
+   s->calls.failed++;
    return again ? FW_BATCH_CALL_FAILED : FW_BATCH_CALL_FAILED_FINAL;
 }
 
@@ -193,18 +194,23 @@ static bool
 rebuild_if_due (fw_batch_state_t *s, fw_dispatcher_t *d)
 {
    if (d->rebuild.pending && !fw_state_rebuild (d)) {
-      s->result = (fw_outcome_t){FW_OUTCOME_FAILED, 0,    0, "", "", d->out.failure, 0,
-                                 FW_COUNT_NOTHING,  NULL, 0};
+      s->result = (fw_outcome_t){
+         FW_OUTCOME_FAILED,  0, 0, "", "", d->out.failure, 0, FW_COUNT_NOTHING, NULL, 0,
+         FW_SUMMARY_NOTHING, 0, 0};
       return false;
    }
    return true;
 }
 
 static bool
-failed_in_full_state (fw_dispatcher_t *d, bool ok, int attempt)
+failed_in_full_state (fw_batch_state_t *s, fw_dispatcher_t *d, bool ok, int attempt)
 {
-   return fw_state_past_mark (d, fw_lua_host_memory_used (d->prog.host)) &&
-          fw_state_check (d, ok, attempt) == FW_STATE_RETRY;
+   if (fw_state_past_mark (d, fw_lua_host_memory_used (d->prog.host)) &&
+       fw_state_check (d, ok, attempt) == FW_STATE_RETRY) {
+      s->calls.failed++; /* a failed call all the same */
+      return true;
+   }
+   return false;
 }
 
 static fw_batch_call_t
@@ -275,7 +281,7 @@ op_call (void *ud, const size_t *idx, size_t n, int attempt, bool *marked)
       break;
    }
    end_call (L, s, n); /* the events' values let go: what is left is the state's */
-   if (c != FW_BATCH_CALL_STOPPED && failed_in_full_state (d, ok, attempt)) {
+   if (c != FW_BATCH_CALL_STOPPED && failed_in_full_state (s, d, ok, attempt)) {
       return FW_BATCH_CALL_AGAIN;
    }
    return ok ? c : call_failed (s, L, stop);
@@ -295,7 +301,7 @@ op_retry_wait (void *ud, int attempt, size_t n)
            attempt, s->last_error[0] ? ": " : "", s->last_error,
            n == s->n ? "the whole batch" : "the events it failed", (long long) delay);
    s->last_error[0] = '\0';
-   d->stats.retries++;
+   s->calls.retries++;
    if (d->metrics) {
       fw_stream_metrics_retry (d->metrics);
       fw_stream_metrics_set_state (d->metrics, FW_STREAM_RETRYING, NULL);
@@ -319,9 +325,9 @@ op_succeeded (void *ud, size_t i)
    if (s->outcomes) {
       s->outcomes[i] = FW_OUTCOME_HANDLED;
    }
-   d->stats.handled++;
    if (d->sink.fn) { /* the stream's settle counts it (a batch is never a replay's) */
-      fw_outcome_t o = {FW_OUTCOME_HANDLED, 1, 0, "", "", "", 0, FW_COUNT_OK, NULL, 0};
+      fw_outcome_t o = {FW_OUTCOME_HANDLED, 1, 0, "", "", "", 0, FW_COUNT_OK, NULL, 0,
+                        FW_SUMMARY_HANDLED, 0, 0};
       o.finished_ms = d->metrics ? d->clock.now_ms (d->clock.ud) : 0;
       d->sink.fn (d->sink.ud, d->prog.cfg.name, s->evs[i], &o);
    }
@@ -401,7 +407,8 @@ op_group (void *ud, const size_t *idx, size_t n)
 static fw_outcome_t
 all_finished (void)
 {
-   return (fw_outcome_t){FW_OUTCOME_HANDLED, 0, 0, "", "", "", 0, FW_COUNT_NOTHING, NULL, 0};
+   return (fw_outcome_t){FW_OUTCOME_HANDLED, 0, 0, "", "", "", 0, FW_COUNT_NOTHING, NULL, 0,
+                         FW_SUMMARY_NOTHING, 0, 0};
 }
 
 /* Without on_batch (a reload took it away) or its state: one by one. */
@@ -489,18 +496,27 @@ dispatch_whole (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
    s->outcomes = outcomes;
    s->result = all_finished ();
    s->last_error[0] = '\0';
+   s->calls.failed = 0;
+   s->calls.retries = 0;
    int64_t splits = s->stats.splits;
    ok = fw_batch_run (&ops, n, &s->stats);
    if (d->metrics) {
       fw_stream_metrics_batch (d->metrics, n, (uint64_t) (s->stats.splits - splits));
+   }
+   if (s->calls.failed || s->calls.retries) { /* the summary's (each event's went as it ended) */
+      fw_outcome_t calls = all_finished ();
+      calls.failed_attempts = s->calls.failed;
+      calls.retries = s->calls.retries;
+      fw_dispatcher_report (d, NULL, &calls);
    }
    s->evs = NULL;
    s->outcomes = NULL;
    if (!ok && fw_outcome_finished (s->result.kind)) {
       snprintf (d->out.failure, sizeof d->out.failure, "out of memory taking a batch of %zu events",
                 n);
-      s->result = (fw_outcome_t){FW_OUTCOME_FAILED, 0,    0, "", "", d->out.failure, 0,
-                                 FW_COUNT_NOTHING,  NULL, 0};
+      s->result = (fw_outcome_t){
+         FW_OUTCOME_FAILED,  0, 0, "", "", d->out.failure, 0, FW_COUNT_NOTHING, NULL, 0,
+         FW_SUMMARY_NOTHING, 0, 0};
    }
    return s->result;
 }

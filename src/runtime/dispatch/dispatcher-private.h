@@ -98,7 +98,10 @@ struct fw_dispatcher {
    fw_dispatch_t dispatch;           /* the ctx's view of the event in hand */
    fw_dlq_store_t *dlq;              /* opened on demand (fw_dispatcher_open_dlq) */
    uint64_t rng;
-   fw_stream_stats_t stats;
+   struct {
+      int failed;  /* the event in hand's failed attempts, for its outcome (fw_outcome_t: */
+      int retries; /* failed_attempts, retries); zeroed as each run starts */
+   } tally;
    struct {
       fw_outcome_sink_fn fn; /* see fw_dispatcher_set_outcome_sink */
       void *ud;

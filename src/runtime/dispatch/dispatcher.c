@@ -342,25 +342,18 @@ fw_dispatcher_set_reload_waits (fw_dispatcher_t *d, bool (*fn) (void *ud), void 
 }
 
 void
-fw_dispatcher_add_stats (fw_dispatcher_t *d, fw_dispatcher_t *from)
-{
-   fw_stream_stats_t *s = &from->stats;
-
-   d->stats.handled += s->handled;
-   d->stats.handler_errors += s->handler_errors;
-   d->stats.retries += s->retries;
-   d->stats.dead_lettered += s->dead_lettered;
-   d->stats.skipped += s->skipped;
-   d->stats.lost += s->lost;
-   d->stats.parked += s->parked;
-   memset (s, 0, sizeof *s);
-}
-
-void
 fw_dispatcher_set_outcome_sink (fw_dispatcher_t *d, fw_outcome_sink_fn fn, void *ud)
 {
    d->sink.fn = fn;
    d->sink.ud = ud;
+}
+
+void
+fw_dispatcher_report (fw_dispatcher_t *d, const fw_event_t *ev, const fw_outcome_t *o)
+{
+   if (d->sink.fn) {
+      d->sink.fn (d->sink.ud, d->prog.cfg.name, ev, o);
+   }
 }
 
 bool

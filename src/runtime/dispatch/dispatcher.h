@@ -31,18 +31,6 @@
 #include "runtime/host/connections.h"
 #include "runtime/host/lua_host.h"
 
-/* What a dispatcher (and so its stream) counted of its events. */
-typedef struct {
-   uint64_t handled;        /* handler finished without error */
-   uint64_t handler_errors; /* failed attempts */
-   uint64_t retries;
-   uint64_t dead_lettered;
-   uint64_t skipped; /* on_error returned fw.SKIP */
-   uint64_t lost;    /* failed for good with no DLQ: logged at error level */
-   uint64_t parked;  /* stored behind an open DLQ sequence (dlq.sequenced) */
-   bool failed;      /* the stream stopped on a terminal error */
-} fw_stream_stats_t;
-
 typedef struct fw_dispatcher fw_dispatcher_t;
 
 /* The dispatcher of stream `index` of the script loaded in host, which it
@@ -72,8 +60,8 @@ void fw_dispatcher_sequence_closed (fw_dispatcher_t *d, const char *seq);
 fw_lua_host_t *fw_dispatcher_host (const fw_dispatcher_t *d);
 
 /* A reload's switch: d takes from's program (settings, Lua state, handlers),
- * from gets d's old one (to destroy). d's fw.state store, clients, counts and
- * DLQ sequences stay; its DLQ store is closed when the DLQ settings differ. */
+ * from gets d's old one (to destroy). d's fw.state store, clients, outcome
+ * sink and DLQ sequences stay; its DLQ store is closed when the DLQ settings differ. */
 void fw_dispatcher_take_program (fw_dispatcher_t *d, fw_dispatcher_t *from);
 
 /* fw.state: d's store (owned by d unless shared). */
@@ -258,12 +246,6 @@ void fw_dispatcher_set_circuit_store (fw_dispatcher_t *d, const fw_circuit_store
  * not closed. On the stream's thread, before its events. */
 bool fw_dispatcher_circuit_restore (fw_dispatcher_t *d, const fw_circuit_view_t *saved);
 
-/* Adds from's counts (a lane's) to d's and zeroes from's. */
-void fw_dispatcher_add_stats (fw_dispatcher_t *d, fw_dispatcher_t *from);
-
-/* d's counts so far. */
-void fw_dispatcher_stats (const fw_dispatcher_t *d, fw_stream_stats_t *out);
-
 /* The DLQ this stream writes to: its own, or, on a
  * stream without one, the script's default DLQ (only ctx:send_to_dlq uses
  * it). */
@@ -306,15 +288,25 @@ fw_dispatch_t *fw_dispatcher_view (fw_dispatcher_t *d);
 const char *fw_dispatcher_failure (const fw_dispatcher_t *d);
 
 /* Where a dispatcher hands every change event it finished with, once, with
- * its outcome (stream: the stream's name): its log line and its counts are
- * the receiver's (the stream's settle, runtime/stream/event_settle.h), never
- * the dispatcher's. Called on the dispatcher's thread, before
- * fw_event_dispatch returns, and for each event of a batch as it finishes. */
+ * its outcome (stream: the stream's name): its log line and its counts
+ * (metrics, the stream's summary) are the receiver's (the stream's settle,
+ * runtime/stream/event_settle.h), never the dispatcher's. Called on the
+ * dispatcher's thread, before fw_event_dispatch returns, and for each event
+ * of a batch as it finishes. With ev NULL, o is no change event's: only
+ * what it adds to the summary counts (o->summary, o->failed_attempts,
+ * o->retries): a batch's calls that failed and the retries it waited out
+ * (once, as fw_batch_dispatch ends), or a replayed dead letter whose client
+ * counts it as the stream's (a deferred retry, fw_dispatcher_report). */
 typedef void (*fw_outcome_sink_fn) (void *ud, const char *stream, const fw_event_t *ev,
                                     const fw_outcome_t *o);
 
 /* d's events go to fn(ud, ...) (NULL: nowhere, neither logged nor counted). */
 void fw_dispatcher_set_outcome_sink (fw_dispatcher_t *d, fw_outcome_sink_fn fn, void *ud);
+
+/* Hands o (ev: its change event, or NULL, see fw_outcome_sink_fn) to d's
+ * sink, on d's thread: a replay's client, for a run it counts as the
+ * stream's. */
+void fw_dispatcher_report (fw_dispatcher_t *d, const fw_event_t *ev, const fw_outcome_t *o);
 
 /* An event fw_event_parse refused (why says how) but that has its resume
  * token: dead-lettered whole (rawEvent, error type MalformedEvent) so the

@@ -1,9 +1,8 @@
 /*
  * dispatcher_access-private.h - what the files beside a dispatcher's event
  * path change in it: flowwarden.testing plugs in its virtual clock,
- * recorder, in-memory DLQ and random seed; the DLQ's replays, deferred
- * retries and reprocess rounds (replay/) keep its counts and its next look
- * for due retries; its DLQ opener (dispatcher_dlq.c) sets its store. Narrow
+ * recorder, in-memory DLQ and random seed; deferred retries (replay/)
+ * keep its next look for due retries; its DLQ opener (dispatcher_dlq.c) sets its store. Narrow
  * setters (dispatcher.c) instead of the whole fw_dispatcher_t
  * (dispatcher-private.h, the event path's); what they read is in
  * dispatcher.h.
@@ -45,14 +44,6 @@ void fw_dispatcher_set_clock (fw_dispatcher_t *d, const fw_stream_clock_t *clock
 void fw_dispatcher_set_hooks (fw_dispatcher_t *d, const fw_dispatch_hooks_t *hooks);
 void fw_dispatcher_set_dlq_store (fw_dispatcher_t *d, fw_dlq_store_t *store);
 void fw_dispatcher_set_seed (fw_dispatcher_t *d, uint64_t seed, bool jitter);
-
-/* Puts back counts taken with fw_dispatcher_stats (a reprocess round's
- * replays are not live events). */
-void fw_dispatcher_set_stats (fw_dispatcher_t *d, const fw_stream_stats_t *stats);
-
-/* Counts a retry to come that a deferred retry scheduled, as a blocking
- * retry counts it: in the stream's counts and its metrics. */
-void fw_dispatcher_count_retry (fw_dispatcher_t *d);
 
 /* When the stream next looks for due deferred retries (d's clock, ms);
  * 0: at its next look. */

@@ -41,12 +41,6 @@ fw_dispatcher_state (const fw_dispatcher_t *d)
    return d->state.store;
 }
 
-void
-fw_dispatcher_stats (const fw_dispatcher_t *d, fw_stream_stats_t *out)
-{
-   *out = d->stats;
-}
-
 const char *
 fw_dispatcher_failure (const fw_dispatcher_t *d)
 {
@@ -138,21 +132,6 @@ fw_dispatcher_view (fw_dispatcher_t *d)
    return &d->dispatch;
 }
 
-void
-fw_dispatcher_set_stats (fw_dispatcher_t *d, const fw_stream_stats_t *stats)
-{
-   d->stats = *stats;
-}
-
-void
-fw_dispatcher_count_retry (fw_dispatcher_t *d)
-{
-   d->stats.retries++;
-   if (d->metrics) {
-      fw_stream_metrics_retry (d->metrics);
-   }
-}
-
 bool
 fw_dispatcher_sequences_loaded (const fw_dispatcher_t *d)
 {
@@ -202,7 +181,6 @@ fw_dispatcher_set_failure (fw_dispatcher_t *d, const char *fmt, ...)
 void
 fw_dispatcher_count_handler_error (fw_dispatcher_t *d, const char *type)
 {
-   d->stats.handler_errors++;
    if (d->metrics) {
       fw_stream_metrics_handler_error (d->metrics, type);
    }

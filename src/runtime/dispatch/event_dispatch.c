@@ -43,7 +43,8 @@ typedef struct {
 static inline fw_outcome_t
 outcome (fw_outcome_kind_t kind, int attempts)
 {
-   return (fw_outcome_t){kind, attempts, 0, "", "", "", 0, FW_COUNT_NOTHING, NULL, 0};
+   return (fw_outcome_t){kind, attempts,           0, "", "", "", 0, FW_COUNT_NOTHING, NULL,
+                         0,    FW_SUMMARY_NOTHING, 0, 0};
 }
 
 /* A change event of the stream's (fw_event_dispatch). */
@@ -51,7 +52,7 @@ static const fw_dispatch_run_t LIVE = {0, NULL};
 
 /* The event is finished with (or not): its outcome goes to d's sink, which
  * logs and counts it (not a replayed dead letter's, which is no change
- * event). */
+ * event: its client hands it on when it counts, fw_dispatcher_report). */
 static inline void
 report (fw_dispatcher_t *d, const fw_dispatch_run_t *run, const fw_event_t *ev,
         const fw_outcome_t *o)
@@ -479,9 +480,9 @@ entry_id_of (const bson_t *entry, char *buf, size_t len)
    }
 }
 
-/* The entry is stored: counts it in d's stats, as parked behind its
- * sequence, a deferred retry or dead-lettered (and the sequence it opens);
- * the stream's settle logs it (runtime/stream/event_settle.h). */
+/* The entry is stored: parked behind its sequence, a deferred retry or
+ * dead-lettered (and the sequence it opens); the stream's settle logs and
+ * counts it (runtime/stream/event_settle.h). */
 static fw_outcome_t
 outcome_dead_lettered (fw_dispatcher_t *d, const fw_dlq_config_t *dlq, const fw_dlq_failure_t *f,
                        const decision_t *dec, const dlq_attempts_t *a)
@@ -494,7 +495,7 @@ outcome_dead_lettered (fw_dispatcher_t *d, const fw_dlq_config_t *dlq, const fw_
    x->dlq = dlq->collection;
    x->default_dlq = !d->prog.cfg.dlq.enabled;
    if (!f->error_type) {
-      d->stats.parked++;
+      o.summary = FW_SUMMARY_PARKED;
       snprintf (d->out.sequence, sizeof d->out.sequence, "%s", d->park.key ? d->park.key : "");
       x->sequence_index = d->park.index;
       o.kind = FW_OUTCOME_PARKED;
@@ -505,7 +506,7 @@ outcome_dead_lettered (fw_dispatcher_t *d, const fw_dlq_config_t *dlq, const fw_
       o.until_ms = a->defer_until_ms;
       return o;
    }
-   d->stats.dead_lettered++;
+   o.summary = FW_SUMMARY_DEAD_LETTERED;
    if (f->sequence_id) {
       snprintf (d->out.sequence, sizeof d->out.sequence, "%s", f->sequence_id);
       x->sequence_index = f->sequence_index;
@@ -888,7 +889,7 @@ static fw_outcome_t
 ended_handled (fw_dispatcher_t *d, int attempt, int64_t end_ns)
 {
    fw_outcome_t o = outcome (FW_OUTCOME_HANDLED, attempt);
-   d->stats.handled++;
+   o.summary = FW_SUMMARY_HANDLED;
    if (d->outage.holder) { /* a probe succeeded */
       fw_outage_handled (d);
    }
@@ -912,7 +913,7 @@ attempt_decision (fw_dispatcher_t *d, fw_replay_hook_t *hook, lua_State *L, bool
       dlq_requested (d, dec);
       return;
    }
-   d->stats.handler_errors++;
+   d->tally.failed++;
    decide (d, hook, attempt, stop, dec);
    if (d->metrics) {
       fw_stream_metrics_handler_error (d->metrics, dec->type);
@@ -968,7 +969,7 @@ retry_wait (fw_dispatcher_t *d, fw_replay_hook_t *hook, const fw_event_t *ev, in
            "event %s attempt %d failed: %s: %s; retrying in %lld ms%s", sid, attempt, dec->type,
            dec->message, (long long) delay,
            fw_event_failure_context (ev, dec->where, NULL, more, sizeof more));
-   d->stats.retries++;
+   d->tally.retries++;
    if (d->metrics) {
       fw_stream_metrics_retry (d->metrics);
       fw_stream_metrics_set_state (d->metrics, FW_STREAM_RETRYING, NULL);
@@ -995,8 +996,8 @@ dead_letter_after (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *d
 
    if (!d->prog.cfg.dlq.enabled &&
        !(d->dispatch.dlq_requested && d->prog.cfg.dlq_fallback.enabled)) {
-      d->stats.lost++;
       o = outcome_after (d, FW_OUTCOME_LOST, attempt, dec);
+      o.summary = FW_SUMMARY_LOST;
       d->out.detail.asked_dlq = true;
       finished (d, &o, FW_COUNT_LOST, 0);
       return o;
@@ -1022,14 +1023,14 @@ decided_end (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec, in
    case ACT_DLQ:
       return dead_letter_after (d, ev, dec, attempt, t, 0);
    case ACT_SKIP:
-      d->stats.skipped++;
       o = outcome_after (d, FW_OUTCOME_SKIPPED, attempt, dec);
+      o.summary = FW_SUMMARY_SKIPPED;
       finished (d, &o, FW_COUNT_SKIPPED, 0);
       return o;
    case ACT_DROP:
    default:
-      d->stats.lost++;
       o = outcome_after (d, FW_OUTCOME_LOST, attempt, dec);
+      o.summary = FW_SUMMARY_LOST;
       finished (d, &o, FW_COUNT_LOST, 0);
       return o;
    }
@@ -1084,7 +1085,7 @@ after_failure (fw_dispatcher_t *d, fw_replay_hook_t *hook, const fw_event_t *ev,
    if (defers_retry (d, &dec)) {
       int64_t due = d->clock.now_ms (d->clock.ud) +
                     fw_backoff_delay_ms (&d->prog.cfg.retry, attempt, fw_backoff_random (&d->rng));
-      d->stats.retries++;
+      d->tally.retries++;
       if (d->metrics) {
          fw_stream_metrics_retry (d->metrics);
       }
@@ -1127,7 +1128,11 @@ fw_event_dispatch_run (fw_dispatcher_t *d, const fw_event_t *ev, const fw_dispat
    fw_lua_host_t *host = d->prog.host;
    int top = lua_gettop (fw_lua_host_state (host));
 #endif
+   d->tally.failed = 0;
+   d->tally.retries = 0;
    fw_outcome_t o = run_attempts (d, ev, run);
+   o.failed_attempts = d->tally.failed;
+   o.retries = d->tally.retries;
    if (!o.lua_memory && d->metrics) { /* read once: a handled event's was */
       o.lua_memory = fw_lua_host_memory_used (d->prog.host);
    }
@@ -1192,6 +1197,7 @@ run_attempts (fw_dispatcher_t *d, const fw_event_t *ev, const fw_dispatch_run_t 
       size_t used = fw_lua_host_memory_used (d->prog.host);
       if (fw_state_past_mark (d, used)) {
          if (fw_state_check (d, ok, attempt) == FW_STATE_RETRY) {
+            d->tally.failed++;
             continue; /* failed in a full state: tried again on a rebuilt one */
          }
          used = 0; /* it may have collected: read again as the event ends */
@@ -1240,7 +1246,7 @@ group_handled (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
       }
       if (j > 0) {
          fw_outcome_t o = outcome (FW_OUTCOME_HANDLED, 1);
-         d->stats.handled++;
+         o.summary = FW_SUMMARY_HANDLED;
          finished (d, &o, FW_COUNT_OK, 0);
          report (d, &LIVE, left[j], &o);
       }

@@ -20,21 +20,24 @@
 bool
 fw_outage_init (fw_dispatcher_t *d)
 {
-   fw_dispatcher_outage (d)->circuit = fw_circuit_new ();
-   fw_dispatcher_outage (d)->rate = fw_rate_limit_new (&fw_dispatcher_config (d)->rate_limit,
-                                                       fw_mono_ns ());
-   return fw_dispatcher_outage (d)->circuit && fw_dispatcher_outage (d)->rate;
+   fw_outage_t *guard = fw_dispatcher_outage (d);
+
+   guard->circuit = fw_circuit_new ();
+   guard->rate = fw_rate_limit_new (&fw_dispatcher_config (d)->rate_limit, fw_mono_ns ());
+   return guard->circuit && guard->rate;
 }
 
 void
 fw_outage_cleanup (fw_dispatcher_t *d)
 {
-   if (!fw_dispatcher_outage (d)->shared) {
-      fw_circuit_destroy (fw_dispatcher_outage (d)->circuit);
-      fw_rate_limit_destroy (fw_dispatcher_outage (d)->rate);
+   fw_outage_t *guard = fw_dispatcher_outage (d);
+
+   if (!guard->shared) {
+      fw_circuit_destroy (guard->circuit);
+      fw_rate_limit_destroy (guard->rate);
    }
-   fw_dispatcher_outage (d)->circuit = NULL;
-   fw_dispatcher_outage (d)->rate = NULL;
+   guard->circuit = NULL;
+   guard->rate = NULL;
 }
 
 void
@@ -56,14 +59,17 @@ fw_outage_show_config (fw_dispatcher_t *d)
 void
 fw_dispatcher_share_outage (fw_dispatcher_t *d, fw_dispatcher_t *from)
 {
-   fw_dispatcher_outage (d)->store = fw_dispatcher_outage (from)->store;
-   if (fw_dispatcher_outage (d)->circuit == fw_dispatcher_outage (from)->circuit) {
+   fw_outage_t *guard = fw_dispatcher_outage (d);
+   fw_outage_t *from_guard = fw_dispatcher_outage (from);
+
+   guard->store = from_guard->store;
+   if (guard->circuit == from_guard->circuit) {
       return;
    }
    fw_outage_cleanup (d);
-   fw_dispatcher_outage (d)->circuit = fw_dispatcher_outage (from)->circuit;
-   fw_dispatcher_outage (d)->rate = fw_dispatcher_outage (from)->rate;
-   fw_dispatcher_outage (d)->shared = true;
+   guard->circuit = from_guard->circuit;
+   guard->rate = from_guard->rate;
+   guard->shared = true;
 }
 
 bool
@@ -83,11 +89,12 @@ fw_dispatcher_set_circuit_store (fw_dispatcher_t *d, const fw_circuit_store_t *s
 static void
 persist (fw_dispatcher_t *d)
 {
+   fw_outage_t *guard = fw_dispatcher_outage (d);
    fw_circuit_view_t v;
 
-   if (fw_dispatcher_outage (d)->store && fw_dispatcher_outage (d)->store->save) {
-      fw_circuit_view (fw_dispatcher_outage (d)->circuit, &v);
-      fw_dispatcher_outage (d)->store->save (fw_dispatcher_outage (d)->store->ud, &v);
+   if (guard->store && guard->store->save) {
+      fw_circuit_view (guard->circuit, &v);
+      guard->store->save (guard->store->ud, &v);
    }
 }
 
@@ -95,8 +102,10 @@ persist (fw_dispatcher_t *d)
 static void
 forget (fw_dispatcher_t *d)
 {
-   if (fw_dispatcher_outage (d)->store && fw_dispatcher_outage (d)->store->clear) {
-      fw_dispatcher_outage (d)->store->clear (fw_dispatcher_outage (d)->store->ud);
+   fw_outage_t *guard = fw_dispatcher_outage (d);
+
+   if (guard->store && guard->store->clear) {
+      guard->store->clear (guard->store->ud);
    }
 }
 
@@ -153,12 +162,13 @@ circuit_closed (fw_dispatcher_t *d)
 static bool
 take_token (fw_dispatcher_t *d)
 {
-   fw_rate_limit_set (fw_dispatcher_outage (d)->rate, &fw_dispatcher_config (d)->rate_limit,
-                      fw_mono_ns ());
+   fw_outage_t *guard = fw_dispatcher_outage (d);
+
+   fw_rate_limit_set (guard->rate, &fw_dispatcher_config (d)->rate_limit, fw_mono_ns ());
    for (;;) {
       int64_t now_ns = fw_dispatcher_clock_virtual (d) ? fw_dispatcher_now_ms (d) * 1000000
                                                        : fw_mono_ns ();
-      int64_t wait_ns = fw_rate_limit_take (fw_dispatcher_outage (d)->rate, now_ns);
+      int64_t wait_ns = fw_rate_limit_take (guard->rate, now_ns);
       if (wait_ns <= 0) {
          return true;
       }
@@ -179,12 +189,13 @@ static fw_hold_t wait_for_probe (fw_dispatcher_t *d, const char *id, int attempt
 static bool
 adopt (fw_dispatcher_t *d, const fw_event_t *ev, int attempt)
 {
+   fw_outage_t *guard = fw_dispatcher_outage (d);
    char id[1024];
 
    if (!ev) {
       /* A batch's call has no probe of its own: the breaker closes and the
        * batch follows its policy. */
-      fw_circuit_close (fw_dispatcher_outage (d)->circuit);
+      fw_circuit_close (guard->circuit);
       forget (d);
       fw_log (FW_LOG_WARN, fw_dispatcher_config (d)->name,
               "circuit closed: the breaker restored at the "
@@ -193,7 +204,7 @@ adopt (fw_dispatcher_t *d, const fw_event_t *ev, int attempt)
       return true;
    }
    fw_event_log_id (ev, id, sizeof id);
-   fw_dispatcher_outage (d)->holder = true;
+   guard->holder = true;
    fw_log (FW_LOG_INFO, fw_dispatcher_config (d)->name,
            "circuit open (restored): event %s holds it and is the next probe", id);
    return wait_for_probe (d, id, attempt - 1) != FW_HOLD_STOPPED;
@@ -202,16 +213,16 @@ adopt (fw_dispatcher_t *d, const fw_event_t *ev, int attempt)
 bool
 fw_outage_admit (fw_dispatcher_t *d, const fw_event_t *ev, int attempt)
 {
+   fw_outage_t *guard = fw_dispatcher_outage (d);
+
    /* One lock when it is closed, as before issue 37. */
-   if (fw_dispatcher_config (d)->circuit.enabled && !fw_dispatcher_outage (d)->holder &&
-       !circuit_closed (d) && fw_circuit_adopt (fw_dispatcher_outage (d)->circuit) &&
-       !adopt (d, ev, attempt)) {
+   if (fw_dispatcher_config (d)->circuit.enabled && !guard->holder && !circuit_closed (d) &&
+       fw_circuit_adopt (guard->circuit) && !adopt (d, ev, attempt)) {
       return false;
    }
    /* Another lane's event holds the breaker open: this lane pauses too
     * (they share the dependency). Without circuit: no lock, no wait. */
-   while (fw_dispatcher_config (d)->circuit.enabled && !fw_dispatcher_outage (d)->holder &&
-          !circuit_closed (d)) {
+   while (fw_dispatcher_config (d)->circuit.enabled && !guard->holder && !circuit_closed (d)) {
       if (wait_sliced (d, SLICE_MS, circuit_closed)) {
          return false;
       }
@@ -234,12 +245,12 @@ probe_asked_or_due (fw_dispatcher_t *d)
 static fw_hold_t
 wait_for_probe (fw_dispatcher_t *d, const char *id, int attempt)
 {
+   fw_outage_t *guard = fw_dispatcher_outage (d);
    const fw_circuit_config_t *cfg = &fw_dispatcher_config (d)->circuit;
 
    for (;;) {
       int64_t wait;
-      switch (fw_circuit_next (fw_dispatcher_outage (d)->circuit, cfg, fw_dispatcher_now_ms (d),
-                               &wait)) {
+      switch (fw_circuit_next (guard->circuit, cfg, fw_dispatcher_now_ms (d), &wait)) {
       case FW_CIRCUIT_PROBE:
          fw_log (FW_LOG_INFO, fw_dispatcher_config (d)->name,
                  "circuit half-open: probing with event %s "
@@ -252,8 +263,8 @@ wait_for_probe (fw_dispatcher_t *d, const char *id, int attempt)
                  "circuit closed: give_up_after (%lld ms) passed; event %s follows the DLQ "
                  "policy and the stream goes on",
                  (long long) cfg->give_up_after_ms, id);
-         fw_circuit_close (fw_dispatcher_outage (d)->circuit);
-         fw_dispatcher_outage (d)->holder = false;
+         fw_circuit_close (guard->circuit);
+         guard->holder = false;
          forget (d);
          show (d);
          return FW_HOLD_NONE;
@@ -263,8 +274,8 @@ wait_for_probe (fw_dispatcher_t *d, const char *id, int attempt)
       if (wait_sliced (d, wait, probe_asked_or_due)) {
          /* A stop: the held event comes back (from the checkpoint before
           * it) and opens the breaker again if its dependency is still down. */
-         fw_circuit_close (fw_dispatcher_outage (d)->circuit);
-         fw_dispatcher_outage (d)->holder = false;
+         fw_circuit_close (guard->circuit);
+         guard->holder = false;
          show (d);
          return FW_HOLD_STOPPED;
       }
@@ -289,14 +300,15 @@ fw_hold_t
 fw_outage_hold (fw_dispatcher_t *d, const char *id, int attempt, const char *type,
                 const char *message, bool giving_up)
 {
+   fw_outage_t *guard = fw_dispatcher_outage (d);
    const fw_circuit_config_t *cfg = &fw_dispatcher_config (d)->circuit;
    bool outage = giving_up && fw_circuit_config_matches (cfg, type);
    int64_t now;
    fw_circuit_view_t v;
 
-   if (fw_dispatcher_outage (d)->holder && !outage) {
-      fw_circuit_close (fw_dispatcher_outage (d)->circuit);
-      fw_dispatcher_outage (d)->holder = false;
+   if (guard->holder && !outage) {
+      fw_circuit_close (guard->circuit);
+      guard->holder = false;
       forget (d);
       fw_log (FW_LOG_WARN, fw_dispatcher_config (d)->name,
               "circuit closed: the probe with event %s failed with %s, not an outage type "
@@ -309,15 +321,15 @@ fw_outage_hold (fw_dispatcher_t *d, const char *id, int attempt, const char *typ
       return FW_HOLD_NONE;
    }
    now = fw_dispatcher_now_ms (d);
-   if (fw_dispatcher_outage (d)->holder) {
-      fw_circuit_probe_failed (fw_dispatcher_outage (d)->circuit, cfg, type, now);
-      fw_circuit_view (fw_dispatcher_outage (d)->circuit, &v);
+   if (guard->holder) {
+      fw_circuit_probe_failed (guard->circuit, cfg, type, now);
+      fw_circuit_view (guard->circuit, &v);
       fw_log (FW_LOG_WARN, fw_dispatcher_config (d)->name,
               "circuit open again: the probe with event %s failed with %s: %s; next probe in "
               "%lld ms",
               id, type, message, (long long) v.open_for_ms);
-   } else if (fw_circuit_open (fw_dispatcher_outage (d)->circuit, cfg, type, now)) {
-      fw_dispatcher_outage (d)->holder = true;
+   } else if (fw_circuit_open (guard->circuit, cfg, type, now)) {
+      guard->holder = true;
       if (fw_dispatcher_metrics (d)) {
          fw_stream_metrics_circuit_opened (fw_dispatcher_metrics (d), type);
       }
@@ -336,14 +348,15 @@ fw_outage_hold (fw_dispatcher_t *d, const char *id, int attempt, const char *typ
 void
 fw_outage_handled (fw_dispatcher_t *d)
 {
+   fw_outage_t *guard = fw_dispatcher_outage (d);
    fw_circuit_view_t v;
 
-   if (!fw_dispatcher_outage (d)->holder) {
+   if (!guard->holder) {
       return;
    }
-   fw_circuit_view (fw_dispatcher_outage (d)->circuit, &v);
-   fw_circuit_close (fw_dispatcher_outage (d)->circuit);
-   fw_dispatcher_outage (d)->holder = false;
+   fw_circuit_view (guard->circuit, &v);
+   fw_circuit_close (guard->circuit);
+   guard->holder = false;
    forget (d);
    fw_log (FW_LOG_INFO, fw_dispatcher_config (d)->name,
            "circuit closed: the probe succeeded after %d probe(s); the stream goes on", v.probes);
@@ -353,11 +366,13 @@ fw_outage_handled (fw_dispatcher_t *d)
 void
 fw_outage_event_end (fw_dispatcher_t *d)
 {
-   if (!fw_dispatcher_outage (d)->holder) {
+   fw_outage_t *guard = fw_dispatcher_outage (d);
+
+   if (!guard->holder) {
       return;
    }
-   fw_circuit_close (fw_dispatcher_outage (d)->circuit);
-   fw_dispatcher_outage (d)->holder = false;
+   fw_circuit_close (guard->circuit);
+   guard->holder = false;
    fw_log (FW_LOG_INFO, fw_dispatcher_config (d)->name,
            "circuit closed: the held event left the stream without a probe's outcome");
    show (d);

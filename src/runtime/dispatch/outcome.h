@@ -45,6 +45,19 @@ typedef enum {
    FW_COUNT_NONE /* finished, in no outcome's count (no handler): the lag moves */
 } fw_outcome_count_t;
 
+/* How an event that ended so counts in its stream's summary (the counts
+ * of its exit line, fw_stream_stats_t): set where the dispatcher decides
+ * the end, so that a replayed dead letter handled counts, one skipped or
+ * given up does not. */
+typedef enum {
+   FW_SUMMARY_NOTHING = 0, /* comes back, no handler, deferred, a replay skipped or given up */
+   FW_SUMMARY_HANDLED,
+   FW_SUMMARY_SKIPPED,
+   FW_SUMMARY_DEAD_LETTERED,
+   FW_SUMMARY_PARKED,
+   FW_SUMMARY_LOST
+} fw_outcome_summary_t;
+
 /* What the log line of an outcome needs besides the event (the stream's
  * settle writes it, runtime/stream/event_settle.h). Strings never NULL. */
 typedef struct {
@@ -73,6 +86,13 @@ typedef struct {
    /* The bytes its dispatcher's Lua state held as the dispatcher finished
     * with it (the flowwarden_lua_memory_bytes gauge); 0 when not read. */
    size_t lua_memory;
+   /* What it adds to its stream's summary: its end, and its run's attempts
+    * that failed and retries waited out or scheduled (a batch's calls: see
+    * fw_outcome_sink_fn). Counted by the stream's settle, never by the
+    * dispatcher. */
+   fw_outcome_summary_t summary;
+   int failed_attempts;
+   int retries;
 } fw_outcome_t;
 
 /* The position may pass an event that ended so. */

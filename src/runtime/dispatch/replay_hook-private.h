@@ -15,7 +15,8 @@
  * (fw_dispatch_run_t's replay): the final failure ends the event as
  * FW_OUTCOME_GAVE_UP (the replay decides what becomes of its entry) instead
  * of becoming a new DLQ entry; it is never parked, never runs in an
- * exactly_once transaction, and goes to no outcome sink. */
+ * exactly_once transaction, and goes to no outcome sink (its client hands
+ * the outcome on when it counts as the stream's, fw_dispatcher_report). */
 typedef struct fw_replay_hook {
    bool no_retry;    /* --no-retry: one attempt */
    bool retry_asked; /* filled: the last failure's decision was retry */

@@ -28,8 +28,8 @@ typedef struct {
 
 /* What the rebuild reads and changes of its dispatcher (dispatcher_access.c):
  * its part, the failure that stops the stream (a printf format), a failed
- * attempt counted (metrics: its type) and shown to flowwarden test's
- * recorder, if any. */
+ * attempt's type counted in the metrics and the attempt shown to
+ * flowwarden test's recorder, if any. */
 fw_state_rebuild_t *fw_dispatcher_rebuild (fw_dispatcher_t *d);
 void fw_dispatcher_set_failure (fw_dispatcher_t *d, const char *fmt, ...) BSON_GNUC_PRINTF (2, 3);
 void fw_dispatcher_count_handler_error (fw_dispatcher_t *d, const char *type);
@@ -46,7 +46,9 @@ bool fw_state_over_mark (const fw_dispatcher_t *d);
 typedef enum {
    FW_STATE_OK,   /* go on as usual (a rebuild may be pending for the next attempt) */
    FW_STATE_RETRY /* the call failed in a full state: its failure table is taken off the
-                    * stack; the event's next attempt runs on a rebuilt state */
+                    * stack (its type in the metrics: a MemoryError; the caller counts the
+                    * failed attempt in its outcome); the next attempt runs on a rebuilt
+                    * state */
 } fw_state_check_t;
 
 /* Called when fw_state_over_mark: lets go of the event's converted values

@@ -48,8 +48,9 @@ attempt (fw_dispatcher_t *d, const bson_t *entry, int64_t n, fw_replay_hook_t *h
 {
    bson_t event;
    fw_event_t ev;
-   fw_outcome_t o = {FW_OUTCOME_NO_HANDLER, 0,    0, "", "InvalidEntry", why, 0,
-                     FW_COUNT_NOTHING,      NULL, 0};
+   fw_outcome_t o = {
+      FW_OUTCOME_NO_HANDLER, 0, 0, "", "InvalidEntry", why, 0, FW_COUNT_NOTHING, NULL, 0,
+      FW_SUMMARY_NOTHING,    0, 0};
 
    if (fw_dlq_replay_build_event (entry, &event, &ev, why, len)) {
       /* ctx:attempt_number() counts them all */
@@ -113,7 +114,7 @@ report_follower (void *ud, const bson_t *entry, const fw_replay_result_t *r)
 static void
 release_followers (fw_dispatcher_t *d, const char *seq, const char *actor)
 {
-   fw_replay_options_t opts = {actor, FW_DLQ_CLAIM_TTL_MS, false, false};
+   fw_replay_options_t opts = {actor, FW_DLQ_CLAIM_TTL_MS, false, false, true};
    fw_error_t err;
 
    if (fw_dlq_replay_sequence (d, fw_dispatcher_dlq_store (d), seq, &opts, report_follower, d,
@@ -182,6 +183,7 @@ run_one (fw_dispatcher_t *d, const bson_t *entry, const char *actor)
    if (in_txn && txn.resolved && r.kind == FW_OUTCOME_HANDLED) {
       held = true; /* committed with the handler's writes */
    } else if (!dlq->settle (dlq, bson_iter_value (&it), actor, &o, &held, &err)) {
+      fw_dispatcher_report (d, NULL, &r); /* its attempt counts all the same */
       fw_log (FW_LOG_ERROR, fw_dispatcher_config (d)->name,
               "deferred retry of entry %s: %s (its claim expires and it is run again)",
               id ? id : "?", err.message);
@@ -189,8 +191,12 @@ run_one (fw_dispatcher_t *d, const bson_t *entry, const char *actor)
    }
    log_outcome (d, id ? id : "?", &o, n);
    if (o.kind == FW_DLQ_RESCHEDULE && o.attempts_added && o.next_attempt_ms) {
-      fw_dispatcher_count_retry (d); /* one more retry to come, as a blocking retry counts it */
+      r.retries++; /* one more retry to come, as a blocking retry counts it */
+      if (fw_dispatcher_metrics (d)) {
+         fw_stream_metrics_retry (fw_dispatcher_metrics (d));
+      }
    }
+   fw_dispatcher_report (d, NULL, &r); /* the stream's summary counts it as a blocking retry */
    if (held && o.kind == FW_DLQ_RESOLVE && seq_copy[0] && fw_dispatcher_sequences_loaded (d)) {
       release_followers (d, seq_copy, actor);
    }

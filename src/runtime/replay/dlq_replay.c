@@ -539,6 +539,9 @@ run_claimed (const claim_t *c, const bson_t *claimed, const bson_t *before, fw_r
    if (in_txn) {
       fw_replay_txn_stop (d, &txn);
    }
+   if (c->opts->counted) {
+      fw_dispatcher_report (d, NULL, &o);
+   }
    fw_claim_keeper_stop (keeper); /* before the outcome is settled */
    if (fw_outcome_comes_back (o.kind)) {
       release (c);

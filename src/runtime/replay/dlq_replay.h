@@ -47,6 +47,10 @@ typedef struct {
    int64_t claim_ttl_ms; /* a claim not extended for this long may be taken again */
    bool no_retry;        /* one attempt, whatever the retry policy says */
    bool dry_run;         /* check and say what would run; write nothing */
+   /* Each run counts in the stream's summary (its dispatcher's outcome
+    * sink), as the deferred retry whose sequence it releases does; false:
+    * a replay is no live event (the CLI's, a dlq.reprocess round). */
+   bool counted;
 } fw_replay_options_t;
 
 typedef enum {

@@ -14,7 +14,6 @@
 #include "bson/bson_alloc.h"
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
-#include "runtime/dispatch/dispatcher_access-private.h"
 #include "runtime/dlq/dlq_entry.h"
 #include "runtime/replay/dlq_replay.h"
 #include "runtime/replay/dlq_replay_store.h"
@@ -165,7 +164,7 @@ sequence_done (fw_dlq_sequences_t *done, const bson_t *entry)
 static void
 run_round (fw_dispatcher_t *d, const schedule_t *s)
 {
-   fw_replay_options_t opts = {NULL, FW_DLQ_CLAIM_TTL_MS, false, false};
+   fw_replay_options_t opts = {NULL, FW_DLQ_CLAIM_TTL_MS, false, false, false};
    int counts[FW_REPLAY_ERROR + 1] = {0};
    fw_dlq_store_t *store;
    bson_t *docs = NULL;
@@ -184,8 +183,6 @@ run_round (fw_dispatcher_t *d, const schedule_t *s)
       /* A sequenced DLQ: an entry of a sequence runs its whole sequence once. */
       fw_dlq_sequences_t *sequences = fw_dlq_sequences_new ();
       for (int i = 0; i < n && !fw_shutdown_requested (fw_dispatcher_shutdown (d)); i++) {
-         fw_stream_stats_t live; /* replays are not live events */
-         fw_dispatcher_stats (d, &live);
          if (sequence_done (sequences, &docs[i])) {
             continue;
          }
@@ -193,7 +190,6 @@ run_round (fw_dispatcher_t *d, const schedule_t *s)
              FW_SEQ_REPLAY_ERROR) {
             fw_log (FW_LOG_ERROR, fw_dispatcher_config (d)->name, "dlq.reprocess: %s", err.message);
          }
-         fw_dispatcher_set_stats (d, &live);
       }
       fw_dlq_sequences_destroy (sequences);
       done = round.done;

@@ -227,7 +227,7 @@ fw_stream_dlq_count_tick (fw_stream_worker_t *w, int64_t now_ms)
 void
 fw_stream_failed (fw_stream_worker_t *w, const char *what)
 {
-   w->failed = true;
+   w->summary.failed = true;
    if (w->metrics) {
       fw_stream_metrics_set_state (w->metrics, FW_STREAM_FAILED, what);
    }

@@ -540,7 +540,6 @@ fw_stream_lanes_stop (fw_stream_worker_t *w, fw_position_t *p)
    fw_stream_lanes_advance (w, p); /* what finished as the lanes stopped */
    lanes_free (ls);
    w->lane.run = NULL;
-   fw_stream_fold_lane_stats (w);
 }
 
 bool

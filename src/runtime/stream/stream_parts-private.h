@@ -55,7 +55,7 @@ struct fw_stream_pending *fw_stream_pending (fw_stream_worker_t *w);
  * fw_stream_control_peek, for the files off the per-event path. */
 int fw_stream_control_pending (fw_stream_worker_t *w);
 
-/* stream_control.c: the stream stops for good (w->failed); what says why
+/* stream_control.c: the stream stops for good (w->summary.failed); what says why
  * (w->failure, status, metrics, log). */
 void fw_stream_failed (fw_stream_worker_t *w, const char *what);
 

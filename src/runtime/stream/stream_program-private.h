@@ -23,9 +23,6 @@ void fw_stream_state_attach (fw_stream_worker_t *w);
  * switches it (a rebuilt Lua state keeps its version). */
 void fw_stream_program_version (fw_stream_worker_t *w);
 
-/* The lane programs' counts added to w's (and zeroed). */
-void fw_stream_fold_lane_stats (fw_stream_worker_t *w);
-
 /* Switches to the program a reload left pending (handlers, policies, Lua
  * state, lane programs), if any: at an event boundary of the stream's
  * thread, never inside fw_event_dispatch (w->cfg points into the program).
@@ -48,8 +45,9 @@ fw_outcome_t fw_stream_dispatch (struct fw_stream_pending *r, const fw_event_t *
 void fw_stream_program_switched (fw_stream_worker_t *w, fw_stream_worker_t *next);
 
 /* The stream's dispatchers' outcome sink (fw_dispatcher_set_outcome_sink,
- * ud: the worker): each event's log line and counts in its metrics block
- * (fw_event_settle). On the thread that ran the event (a lane's). */
+ * ud: the worker): each event's log line, its counts in the metrics block
+ * and in the stream's summary (fw_event_settle). On the thread that ran
+ * the event (a lane's: lanes add to the one summary atomically). */
 void fw_stream_event_settled (void *ud, const char *stream, const fw_event_t *ev,
                               const fw_outcome_t *o);
 

@@ -96,6 +96,12 @@ fw_stream_worker_dispatcher (fw_stream_worker_t *w)
    return w->d;
 }
 
+fw_dispatcher_t *
+fw_stream_worker_lane (fw_stream_worker_t *w, int i)
+{
+   return i >= 0 && i < w->lane.n ? w->lane.d[i] : NULL;
+}
+
 void
 fw_stream_worker_bind (fw_stream_worker_t *w)
 {
@@ -137,8 +143,7 @@ fw_stream_program_switched (fw_stream_worker_t *w, fw_stream_worker_t *next)
 {
    fw_stream_program_version (w);
    /* The lanes are stopped: their dispatchers go with the rest (the old
-    * ones, folded into w's counts, are destroyed with next). */
-   fw_stream_fold_lane_stats (w);
+    * ones are destroyed with next; what they settled is in w's summary). */
    SWAP (w->lane.d, next->lane.d);
    SWAP (w->lane.n, next->lane.n);
    w->dlq.reprocess_at_ms = 0; /* dlq.reprocess as the new script says */
@@ -151,17 +156,11 @@ fw_stream_program_switched (fw_stream_worker_t *w, fw_stream_worker_t *next)
 }
 
 void
-fw_stream_fold_lane_stats (fw_stream_worker_t *w)
-{
-   for (int i = 0; i < w->lane.n; i++) {
-      fw_dispatcher_add_stats (w->d, w->lane.d[i]);
-   }
-}
-
-void
 fw_stream_event_settled (void *ud, const char *stream, const fw_event_t *ev, const fw_outcome_t *o)
 {
-   fw_event_settle (((fw_stream_worker_t *) ud)->metrics, stream, ev, o);
+   fw_stream_worker_t *w = ud;
+
+   fw_event_settle (w->metrics, &w->summary, stream, ev, o);
 }
 
 void
@@ -194,8 +193,7 @@ fw_stream_worker_join (fw_stream_worker_t *w)
 void
 fw_stream_worker_stats (const fw_stream_worker_t *w, fw_stream_stats_t *out)
 {
-   fw_dispatcher_stats (w->d, out);
-   out->failed = w->failed;
+   fw_stream_summary_read (&w->summary, out);
 }
 
 void

@@ -118,10 +118,59 @@ _Static_assert(FW_COUNT_NONE - 1 == (int) FW_METRICS_OUTCOME_NONE &&
                   FW_COUNT_OK - 1 == (int) FW_METRICS_OUTCOME_OK,
                "fw_outcome_count_t is fw_metrics_outcome_t plus 1");
 
-void
-fw_event_settle (fw_stream_metrics_t *metrics, const char *stream, const fw_event_t *ev,
-                 const fw_outcome_t *o)
+static inline void
+add (uint64_t *count, uint64_t n)
 {
+   __atomic_fetch_add (count, n, __ATOMIC_RELAXED);
+}
+
+/* What o adds to summary: its end, its failed attempts and its retries.
+ * Once per event: a handled one pays one test and one atomic add. */
+static void
+count_summary (fw_stream_stats_t *summary, const fw_outcome_t *o)
+{
+   static const size_t end_at[] = {0, /* FW_SUMMARY_NOTHING: not counted */
+                                   offsetof (fw_stream_stats_t, handled),
+                                   offsetof (fw_stream_stats_t, skipped),
+                                   offsetof (fw_stream_stats_t, dead_lettered),
+                                   offsetof (fw_stream_stats_t, parked),
+                                   offsetof (fw_stream_stats_t, lost)};
+   _Static_assert(sizeof end_at / sizeof end_at[0] == FW_SUMMARY_LOST + 1,
+                  "one place per fw_outcome_summary_t");
+
+   if (o->summary != FW_SUMMARY_NOTHING) {
+      add ((uint64_t *) ((char *) summary + end_at[o->summary]), 1);
+   }
+   if ((o->failed_attempts | o->retries) != 0) {
+      add (&summary->handler_errors, (uint64_t) o->failed_attempts);
+      add (&summary->retries, (uint64_t) o->retries);
+   }
+}
+
+void
+fw_stream_summary_read (const fw_stream_stats_t *summary, fw_stream_stats_t *out)
+{
+   out->handled = __atomic_load_n (&summary->handled, __ATOMIC_RELAXED);
+   out->handler_errors = __atomic_load_n (&summary->handler_errors, __ATOMIC_RELAXED);
+   out->retries = __atomic_load_n (&summary->retries, __ATOMIC_RELAXED);
+   out->dead_lettered = __atomic_load_n (&summary->dead_lettered, __ATOMIC_RELAXED);
+   out->skipped = __atomic_load_n (&summary->skipped, __ATOMIC_RELAXED);
+   out->lost = __atomic_load_n (&summary->lost, __ATOMIC_RELAXED);
+   out->parked = __atomic_load_n (&summary->parked, __ATOMIC_RELAXED);
+   out->failed = summary->failed; /* its stream's thread's: safe once that thread ended */
+}
+
+void
+fw_event_settle (fw_stream_metrics_t *metrics, fw_stream_stats_t *summary, const char *stream,
+                 const fw_event_t *ev, const fw_outcome_t *o)
+{
+   FW_ASSERT ((unsigned) o->summary <= FW_SUMMARY_LOST);
+   if (summary) {
+      count_summary (summary, o);
+   }
+   if (!ev) { /* no change event: a batch's calls, a counted replay */
+      return;
+   }
    if (o->detail) {
       log_outcome (stream, ev, o);
    }

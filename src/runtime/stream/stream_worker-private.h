@@ -57,7 +57,9 @@ struct fw_stream_worker {
       bool finished; /* set by the thread as it ends */
    } thread;
    uint64_t rng;                 /* the restart backoff's jitter */
-   bool failed;                  /* the stream stopped for good (fw_stream_failed) */
+   fw_stream_stats_t summary;    /* what its events came to (fw_event_settle; its lanes'
+                                  * threads add to it too, atomically), and whether it
+                                  * stopped for good (failed: fw_stream_failed) */
    fw_stream_metrics_t *metrics; /* the stream's block in the process's registry, or NULL
                                   * (written by this stream's thread and its lanes) */
    int control;                  /* W_CONTROL_*: asked by the admin endpoint (atomic) */

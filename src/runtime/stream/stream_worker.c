@@ -366,7 +366,8 @@ static fw_read_end_t
 unreadable_event (here_t *h, fw_event_t *ev, const fw_error_t *err)
 {
    char eid[1024], what[2200];
-   fw_outcome_t o = {FW_OUTCOME_NO_DLQ, 0, 0, "", "", "", 0, FW_COUNT_NOTHING, NULL, 0};
+   fw_outcome_t o = {FW_OUTCOME_NO_DLQ,  0, 0, "", "", "", 0, FW_COUNT_NOTHING, NULL, 0,
+                     FW_SUMMARY_NOTHING, 0, 0};
    fw_settle_place_t place = here_place (h);
    bson_iter_t tok;
    bool named = fw_event_field (ev, FW_EV_ID, &tok) && BSON_ITER_HOLDS_DOCUMENT (&tok);
@@ -703,7 +704,7 @@ run_teardown (fw_stream_worker_t *w, fw_stream_run_t *run)
       fw_dispatcher_set_lead (w->d, NULL, 0);
       fw_stream_set_role (w, FW_STREAM_ROLE_STANDBY);
    }
-   if (!w->failed) {
+   if (!w->summary.failed) {
       set_state (w, FW_STREAM_STOPPED, "stopped");
    }
    fw_stream_snapshot_teardown (w);
@@ -890,7 +891,7 @@ fw_stream_worker_start (fw_stream_worker_t *w, fw_error_t *error)
       /* Started again after its thread ended on an error. */
       w->thread.started = w->thread.joined = false;
       w->thread.finished = false;
-      w->failed = false;
+      w->summary.failed = false;
       w->control = W_CONTROL_NONE;
    }
    /* The stream's thread switches to a reloaded program at event

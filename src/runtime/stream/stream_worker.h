@@ -17,6 +17,7 @@
 #include "runtime/dispatch/dispatcher.h"
 #include "runtime/host/connections.h"
 #include "runtime/host/lua_host.h"
+#include "runtime/stream/event_settle.h"
 
 typedef struct fw_stream_worker fw_stream_worker_t;
 
@@ -128,13 +129,18 @@ bool fw_stream_worker_snapshot (fw_stream_worker_t *w, const bson_t *filter, fw_
  * error), having written its final checkpoint. */
 void fw_stream_worker_join (fw_stream_worker_t *w);
 
-/* Copies the counters. Safe after join. */
+/* Copies the stream's summary: its counts at any time (read atomically),
+ * failed safely after join. */
 void fw_stream_worker_stats (const fw_stream_worker_t *w, fw_stream_stats_t *out);
 
 typedef struct fw_dispatcher fw_dispatcher_t;
 
 /* w's dispatcher (runtime/dispatch/dispatcher.h), owned by w: what replays drive. */
 fw_dispatcher_t *fw_stream_worker_dispatcher (fw_stream_worker_t *w);
+
+/* Lane i's dispatcher (fw_stream_worker_build_lanes), owned by w, its
+ * outcomes settled by w; NULL when w has no lane i. */
+fw_dispatcher_t *fw_stream_worker_lane (fw_stream_worker_t *w, int i);
 
 /* For the command line: gives w (built, never started) a client of its pool
  * so its dispatcher can be driven from the calling thread;

@@ -464,7 +464,7 @@ build_app_dispatchers (lua_State *L, fw_test_app_t *app, const load_opts_t *o, c
 static void
 settled (void *ud, const char *stream, const fw_event_t *ev, const fw_outcome_t *o)
 {
-   fw_event_settle (ud, stream, ev, o);
+   fw_event_settle (ud, NULL, stream, ev, o);
 }
 
 /* Puts the app's dispatchers on its metrics, clock, hooks and in-memory DLQ. */
