@@ -330,15 +330,16 @@ def _same(new, old, ud=None):
     return raw == encode(old), raw
 
 
-def _update_by_id(store, db, name, st, txn):
+def _update_by_id(store, db, name, st, txn, fast):
     """The statement's result when update_fast's path runs it (an existing document, the
-    simple shape), else None: nothing was done and the general path runs it."""
-    fast = _engine()[4]
+    simple shape), else None: nothing was done and the general path runs it. fast: the
+    update_fast module."""
     fp = fast.plan(st)
     if fp is None:
         return None
     c = store.coll(db, name)
-    doc = c.docs.get(value_key(fp[0])) if c is not None else None
+    # The _id types plan() accepts are their own value_key (bsonutil.value_key).
+    doc = c.docs.get(fp[0]) if c is not None else None
     res = fast.apply(doc, fp[1]) if doc is not None else None
     if res is None:
         return None
@@ -393,6 +394,7 @@ def cmd_update(ctx):
                                               "arrayFilters", "c", "upsertSupplied"))
     ordered = ctx.body.get("ordered", True)
     query = _engine()[0]
+    fast = _engine()[4]
     store = ctx.store
     n = n_modified = 0
     upserted = []
@@ -410,7 +412,7 @@ def cmd_update(ctx):
                     upserted.append({"index": i, "_id": done["upserted"]})
                 continue
             try:
-                result = _update_by_id(store, ctx.db, name, st, txn)
+                result = _update_by_id(store, ctx.db, name, st, txn, fast)
                 if result is None:
                     result = _update_statement(store, ctx.db, name, st, txn, now, query)
                 if "upserted" in result:

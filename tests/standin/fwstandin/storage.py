@@ -438,7 +438,8 @@ class Store:
             raise MongoError(17419, "Location17419",
                              "Resulting document after update is larger than 16777216")
         k = value_key(new["_id"])
-        c.check_unique(new, k)
+        if len(c.indexes) > 1:
+            c.check_unique(new, k)
         if self.observer is not None:
             self.observer(c, k, old)
         tsv, wall = self._tick()
