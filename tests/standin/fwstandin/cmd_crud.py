@@ -18,7 +18,7 @@ from .cursors import ResultCursor, cursor_not_found
 from .errors import MongoError
 from .expressions import operation_now
 from .failpoints import code_name
-from .storage import DuplicateKey, check_collection_name
+from .storage import DuplicateKey, Store, check_collection_name
 
 DEFAULT_BATCH = 101
 DEFAULT_AWAIT_MS = 1000
@@ -348,7 +348,17 @@ def _update_by_id(store, db, name, st, txn, fast):
     new, ud = res
     if not ud:
         return {"n": 1, "nModified": 0}
-    store.update(c, doc, new, ud, encode(new))
+    size = None
+    if type(store) is Store:
+        # The new size from the old one: the new bytes are made when a read wants them
+        # (a counter is often written far more often than it is read).
+        size = c.stored_size(fp[0], doc)
+        if size is not None:
+            size = fast.new_size(size, doc, ud["updatedFields"])
+    if size is not None:
+        store.update(c, doc, new, ud, size=size)
+    else:
+        store.update(c, doc, new, ud, encode(new))
     return {"n": 1, "nModified": 1}
 
 

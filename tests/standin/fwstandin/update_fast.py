@@ -35,6 +35,7 @@ _NUMBERS = (int, float, Int64)
 _SCALARS = (int, float, Int64, str, bool, type(None), ObjectId, datetime.datetime)
 _PATH_ORDER = cmp_to_key(_compare_paths)
 _I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def plan(st):
@@ -130,3 +131,49 @@ def apply(doc, ops):
     if new is None:
         return doc, {}
     return new, {"updatedFields": updated, "removedFields": [], "truncatedArrays": []}
+
+
+def _value_size(v):
+    """The size of a value of one of plan()'s types as bsonutil.encode writes it, or None for
+    one it would not write that way (an int past int64, a string that is not UTF-8)."""
+    t = type(v)
+    if t is int:
+        if _I32_MIN <= v <= _I32_MAX:
+            return 4
+        return 8 if _I64_MIN <= v <= _I64_MAX else None
+    if t is float or t is Int64 or t is datetime.datetime:
+        return 8
+    if t is str:
+        try:
+            return len(v.encode()) + 5
+        except UnicodeEncodeError:
+            return None
+    if t is bool:
+        return 1
+    if v is None:
+        return 0
+    if t is ObjectId:
+        return 12
+    return None
+
+
+def new_size(size, doc, updated):
+    """len(encode(new)) for new = doc with the fields of `updated` (apply's updatedFields:
+    top-level, plan()'s types) set, from size = len(encode(doc)); None when a value is not
+    one whose size is known here (the caller encodes)."""
+    for field, value in updated.items():
+        vs = _value_size(value)
+        if vs is None:
+            return None
+        cur = doc.get(field, MISSING)
+        if cur is MISSING:
+            try:
+                size += len(field.encode()) + 2 + vs     # type byte, name, NUL, value
+            except UnicodeEncodeError:
+                return None
+        else:
+            cs = _value_size(cur)
+            if cs is None:
+                return None
+            size += vs - cs
+    return size
