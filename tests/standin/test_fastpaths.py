@@ -173,8 +173,9 @@ class UpdateFastTest(unittest.TestCase):
     def test_new_size_is_the_encoded_size(self):
         # The size an update keeps instead of the new document's bytes (Store.update's size).
         docs = self.DOCS + [{"_id": "g8", "n": 2 ** 40, "s": "é€😀", "o": ObjectId()}]
-        updates = self.UPDATES + [{"$set": {"s": "é€😀x", "n": 2 ** 62}}, {"$inc": {"n": 2 ** 31}},
-                                  {"$set": {"é": "ü", "o": None}}, {"$set": {"d": 1, "a": 2}}]
+        updates = self.UPDATES + [{"$set": {"s": "é€😀x", "n": 2 ** 62}},
+                                  {"$inc": {"n": 2 ** 31}}, {"$set": {"é": "ü", "o": None}},
+                                  {"$set": {"d": 1, "a": 2}}]
         checked = 0
         for doc in docs:
             for u in updates:

@@ -372,7 +372,7 @@ class Store:
     def _tick(self):
         if self.pinned is not None:
             return self.pinned
-        return self.clock.tick(), oplogmod.wall_millis()
+        return self.clock.tick_wall()
 
     # ---- public mutations ----
 
@@ -737,9 +737,17 @@ def disambiguated_paths(old, new, ud):
     as ints. Paths of updatedFields and truncatedArrays are read in the new document, those of
     removedFields in the old one."""
     out = {}
-    if ("." not in "".join(ud.get("updatedFields", ()))
-            and "." not in "".join(ud.get("removedFields", ())) and not ud.get("truncatedArrays")):
-        return out  # top-level fields only: never ambiguous (the first part is not checked)
+    if not ud.get("truncatedArrays"):
+        for path in ud.get("updatedFields", ()):
+            if "." in path:
+                break
+        else:
+            for path in ud.get("removedFields", ()):
+                if "." in path:
+                    break
+            else:
+                # top-level fields only: never ambiguous (the first part is not checked)
+                return out
     paths = [(p, new) for p in ud.get("updatedFields", {})]
     paths += [(p, old) for p in ud.get("removedFields", [])]
     paths += [(t["field"], new) for t in ud.get("truncatedArrays", [])]
