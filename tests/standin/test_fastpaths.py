@@ -170,6 +170,29 @@ class UpdateFastTest(unittest.TestCase):
                 checked += 1
         self.assertGreater(checked, 80)
 
+    def test_new_size_is_the_encoded_size(self):
+        # The size an update keeps instead of the new document's bytes (Store.update's size).
+        docs = self.DOCS + [{"_id": "g8", "n": 2 ** 40, "s": "é€😀", "o": ObjectId()}]
+        updates = self.UPDATES + [{"$set": {"s": "é€😀x", "n": 2 ** 62}},
+                                  {"$inc": {"n": 2 ** 31}}, {"$set": {"é": "ü", "o": None}},
+                                  {"$set": {"d": 1, "a": 2}}]
+        checked = 0
+        for doc in docs:
+            for u in updates:
+                plan = update_fast.plan({"q": {"_id": doc["_id"]}, "u": u})
+                got = update_fast.apply(doc, plan[1]) if plan else None
+                if not got or not got[1]:
+                    continue
+                size = update_fast.new_size(len(bsonutil.encode(doc)), doc,
+                                            got[1]["updatedFields"])
+                if size is None:    # an old value of a type not sized here: encoded
+                    self.assertTrue(any(type(doc.get(f)) in (list, dict, Decimal128)
+                                        for f in got[1]["updatedFields"]), (doc, u))
+                    continue
+                self.assertEqual(size, len(bsonutil.encode(got[0])), (doc, u))
+                checked += 1
+        self.assertGreater(checked, 80)
+
     def test_other_shapes_take_the_general_path(self):
         base = {"q": {"_id": 1}, "u": {"$inc": {"n": 1}}}
         for change in ({"q": {"_id": {"$gt": 1}}}, {"q": {"_id": 1, "a": 1}}, {"q": {}},
@@ -279,6 +302,17 @@ class WireTest(unittest.TestCase):
         self.assertEqual(times, sorted(times))
         self.assertEqual(len(set(times)), len(times))
 
+    def test_update_past_16_mib_fails_as_before(self):
+        # The fast path's new size (not its bytes) is checked against the limit.
+        coll = self.db.big
+        coll.insert_one({"_id": 1, "s": "x" * (16 * 1024 * 1024 - 100), "n": 1})
+        coll.update_one({"_id": 1}, {"$inc": {"n": 1}})
+        with self.assertRaises(pymongo.errors.WriteError) as ctx:
+            coll.update_one({"_id": 1}, {"$set": {"t": "y" * 200}})
+        self.assertEqual(ctx.exception.code, 17419)
+        self.assertEqual(coll.find_one({"_id": 1}, {"s": 0}), {"_id": 1, "n": 2})
+        coll.drop()
+
     def test_noop_set_is_not_modified_and_makes_no_event(self):
         coll = self.db.noop
         coll.insert_one({"_id": 1, "a": 5})
@@ -296,7 +330,8 @@ class WireTest(unittest.TestCase):
         docs = [{"_id": i, "v": "x" * i, "d": {"k": [i, {"z": None}]}} for i in range(50)]
         plain.insert_many(docs)
         plain.insert_one(SON([("a", 1), ("_id", 99)]))          # _id not first: moved first
-        plain.update_one({"_id": 3}, {"$inc": {"n": 1}})
+        plain.update_one({"_id": 3}, {"$inc": {"n": 1}})    # stored without its bytes
+        plain.update_one({"_id": 3}, {"$inc": {"n": 1}})    # from the size kept
         plain.update_one({"_id": 4}, {"$set": {"d.k": 1}})
         plain.replace_one({"_id": 5}, {"r": True})
         plain.delete_one({"_id": 6})
@@ -305,7 +340,7 @@ class WireTest(unittest.TestCase):
         self.assertEqual(got, want)
         self.assertNotIn(6, got)
         self.assertEqual(bson.decode(got[99]), {"_id": 99, "a": 1})
-        self.assertEqual(bson.decode(got[3])["n"], 1)
+        self.assertEqual(bson.decode(got[3])["n"], 2)
         self.assertEqual(bson.decode(got[5]), {"_id": 5, "r": True})
         ranged = [d["_id"] for d in coll.find({"_id": {"$gt": 10, "$lte": 20}},
                                               sort=[("_id", 1)], limit=5)]

@@ -69,12 +69,23 @@ batch_room (batch_t *b)
    return true;
 }
 
-bool
-fw_stream_batch_joins (const bson_t *doc, const fw_event_t *ev)
+/* Whether ev (parsed from doc) may be an oversize stub. A stub carries only
+ * what identifies the event (event_oversize.c, append_stub): one with a
+ * document or an update description is not one, and its top level is not
+ * searched for the stub's field (a search of every key per event). */
+static bool
+maybe_stub (const bson_t *doc, const fw_event_t *ev)
 {
    int64_t size;
 
-   return !fw_event_has (ev, FW_EV_SPLIT) && !fw_oversize_stub_size (doc, &size) &&
+   return !fw_event_has (ev, FW_EV_FULL_DOCUMENT) && !fw_event_has (ev, FW_EV_UPDATE_DESCRIPTION) &&
+          !fw_event_has (ev, FW_EV_BEFORE) && fw_oversize_stub_size (doc, &size);
+}
+
+bool
+fw_stream_batch_joins (const bson_t *doc, const fw_event_t *ev)
+{
+   return !fw_event_has (ev, FW_EV_SPLIT) && !maybe_stub (doc, ev) &&
           strcmp (ev->operation_type, "invalidate") != 0;
 }
 
@@ -102,6 +113,36 @@ batch_add (fw_stream_worker_t *w, fw_stream_reader_t *rd, batch_t *b, const fw_e
    return true;
 }
 
+/* Adds to b a copy of doc (read from rd just now) when the event can join
+ * the batch: the copy is parsed, not doc and then the copy again. False
+ * (nothing added) when it cannot join, does not parse or memory runs out:
+ * the caller holds doc. */
+static bool
+batch_add_read (fw_stream_worker_t *w, fw_stream_reader_t *rd, batch_t *b, const bson_t *doc)
+{
+   fw_event_t *ev;
+   fw_error_t err;
+   bson_t *copy;
+
+   if (!batch_room (b) || !(copy = bson_copy (doc))) {
+      return false;
+   }
+   ev = &b->evs[b->n];
+   /* A snapshot sees each event of the batch (its key's rows dropped);
+    * one its rows are due before ends the batch, and is taken next. */
+   if (!fw_event_parse (copy, ev, &err) || !fw_stream_batch_joins (copy, ev) ||
+       (w->snap.run && !fw_stream_snapshot_shown (w, ev))) {
+      bson_destroy (copy);
+      return false;
+   }
+   b->docs[b->n] = copy;
+   b->ptrs[b->n] = ev;
+   b->n++;
+   fw_position_set_token (&b->resume, fw_stream_reader_resume_token (rd));
+   fw_event_received (w->metrics, ev);
+   return true;
+}
+
 /* Reads on into b until it is full, max_wait passed or an event that cannot
  * join comes (left in w->batch_held). False when the reader was idle (a
  * getMore returned nothing) or failed. */
@@ -112,15 +153,10 @@ batch_fill (fw_stream_worker_t *w, fw_stream_reader_t *rd, batch_t *b, size_t ma
    const bson_t *doc;
 
    while (b->n < max && fw_stream_reader_ready (rd, deadline_ms)) {
-      fw_event_t ev;
-      fw_error_t err;
       if (!fw_stream_reader_next (rd, &doc)) {
          return false; /* idle, or the error, which the next read gives again */
       }
-      /* A snapshot sees each event of the batch (its key's rows dropped);
-       * one its rows are due before ends the batch, and is taken next. */
-      if (!fw_event_parse (doc, &ev, &err) || !fw_stream_batch_joins (doc, &ev) ||
-          (w->snap.run && !fw_stream_snapshot_shown (w, &ev)) || !batch_add (w, rd, b, &ev)) {
+      if (!batch_add_read (w, rd, b, doc)) {
          w->batch_held = doc;
          return true;
       }

@@ -18,7 +18,7 @@ from .cursors import ResultCursor, cursor_not_found
 from .errors import MongoError
 from .expressions import operation_now
 from .failpoints import code_name
-from .storage import DuplicateKey, check_collection_name
+from .storage import DuplicateKey, Store, check_collection_name
 
 DEFAULT_BATCH = 101
 DEFAULT_AWAIT_MS = 1000
@@ -330,15 +330,16 @@ def _same(new, old, ud=None):
     return raw == encode(old), raw
 
 
-def _update_by_id(store, db, name, st, txn):
+def _update_by_id(store, db, name, st, txn, fast):
     """The statement's result when update_fast's path runs it (an existing document, the
-    simple shape), else None: nothing was done and the general path runs it."""
-    fast = _engine()[4]
+    simple shape), else None: nothing was done and the general path runs it. fast: the
+    update_fast module."""
     fp = fast.plan(st)
     if fp is None:
         return None
     c = store.coll(db, name)
-    doc = c.docs.get(value_key(fp[0])) if c is not None else None
+    # The _id types plan() accepts are their own value_key (bsonutil.value_key).
+    doc = c.docs.get(fp[0]) if c is not None else None
     res = fast.apply(doc, fp[1]) if doc is not None else None
     if res is None:
         return None
@@ -347,7 +348,17 @@ def _update_by_id(store, db, name, st, txn):
     new, ud = res
     if not ud:
         return {"n": 1, "nModified": 0}
-    store.update(c, doc, new, ud, encode(new))
+    size = None
+    if type(store) is Store:
+        # The new size from the old one: the new bytes are made when a read wants them
+        # (a counter is often written far more often than it is read).
+        size = c.stored_size(fp[0], doc)
+        if size is not None:
+            size = fast.new_size(size, doc, ud["updatedFields"])
+    if size is not None:
+        store.update(c, doc, new, ud, size=size)
+    else:
+        store.update(c, doc, new, ud, encode(new))
     return {"n": 1, "nModified": 1}
 
 
@@ -393,6 +404,7 @@ def cmd_update(ctx):
                                               "arrayFilters", "c", "upsertSupplied"))
     ordered = ctx.body.get("ordered", True)
     query = _engine()[0]
+    fast = _engine()[4]
     store = ctx.store
     n = n_modified = 0
     upserted = []
@@ -410,7 +422,7 @@ def cmd_update(ctx):
                     upserted.append({"index": i, "_id": done["upserted"]})
                 continue
             try:
-                result = _update_by_id(store, ctx.db, name, st, txn)
+                result = _update_by_id(store, ctx.db, name, st, txn, fast)
                 if result is None:
                     result = _update_statement(store, ctx.db, name, st, txn, now, query)
                 if "upserted" in result:

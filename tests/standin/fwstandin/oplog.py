@@ -199,6 +199,16 @@ class Clock:
             self.last += 1
         return self.last
 
+    def tick_wall(self):
+        """(tick(), the wall time in ms) from one reading of the clock."""
+        now = time.time()
+        secs = int(now)
+        if secs > (self.last >> 32):
+            self.last = (secs << 32) | 1
+        else:
+            self.last += 1
+        return self.last, int(now * 1000)
+
     def advance_past(self, tsv):
         if tsv > self.last:
             self.last = tsv

@@ -99,12 +99,14 @@ class Txn:
     def __init__(self, ctx, state, body):
         self.ctx = ctx
         self.state = state
-        self.stmt_ids = body.get("stmtIds")
+        ids = body.get("stmtIds")
+        self.stmt_ids = ids if isinstance(ids, list) else None
         self.base = int(body.get("stmtId", 0))
 
     def stmt_id(self, i):
-        if isinstance(self.stmt_ids, list) and i < len(self.stmt_ids):
-            return int(self.stmt_ids[i])
+        ids = self.stmt_ids
+        if ids is not None and i < len(ids):
+            return int(ids[i])
         return self.base + i
 
     def executed(self, i):

@@ -110,6 +110,9 @@ class Collection:
         # Each document's BSON as stored (what a find returns), by _id key; set by a write
         # that has it, dropped by a write that has not, made again on a read (raw_of).
         self.raws = {}
+        # (document, its encoded size) by _id key for a document stored without its bytes by
+        # an update that knew the size (update_fast): valid while that document is stored.
+        self.sizes = {}
         self.id_index = IdIndex()   # the _ids in order, for sorts and ranges on _id
         self.indexes = {"_id_": Index({"v": 2, "key": {"_id": 1}, "name": "_id_"})}
         self._unique = []
@@ -151,6 +154,15 @@ class Collection:
             for kt, _ in ix.keys_for(doc):
                 if ix.entries.get(kt, MISSING) == idkey:
                     del ix.entries[kt]
+
+    def stored_size(self, k, doc):
+        """The encoded size of doc, the document stored under key k, when known without
+        encoding it (its stored bytes, or the size an update kept), else None."""
+        raw = self.raws.get(k)
+        if raw is not None:
+            return len(raw)
+        known = self.sizes.get(k)
+        return known[1] if known is not None and known[0] is doc else None
 
     def raw_of(self, doc):
         """doc's BSON: the stored bytes when doc is the stored document (it is never
@@ -271,6 +283,8 @@ class Store:
             c.raws[k] = raw
         else:
             c.raws.pop(k, None)
+        if c.sizes:
+            c.sizes.pop(k, None)
         pp = c.pre_post
         dp = disambiguated_paths(old, new, ud) if ud is not None else None
         self.oplog.append(oplogmod.Entry(
@@ -286,6 +300,7 @@ class Store:
         c.index_remove(doc, k)
         del c.docs[k]
         c.raws.pop(k, None)
+        c.sizes.pop(k, None)
         c.id_index.remove(doc["_id"], k)
         pp = c.pre_post
         self.oplog.append(oplogmod.Entry(
@@ -357,7 +372,7 @@ class Store:
     def _tick(self):
         if self.pinned is not None:
             return self.pinned
-        return self.clock.tick(), oplogmod.wall_millis()
+        return self.clock.tick_wall()
 
     # ---- public mutations ----
 
@@ -428,21 +443,28 @@ class Store:
                                          + e_int64(b"w", wall) + e_doc(b"d", raw)))
         return doc
 
-    def update(self, c, old, new, ud, raw=None):
+    def update(self, c, old, new, ud, raw=None, size=None):
         """Store `new` in place of `old`; ud None means replacement. raw: encode(new), when
-        the caller has it already."""
-        if raw is None or next(iter(new)) != "_id":
-            new = _id_first(new)
-            raw = encode(new)
-        if len(raw) > MAX_BSON:
+        the caller has it already; size: instead of raw, len(encode(new)) when the caller
+        knows it without encoding (update_fast): the bytes are then made when a read wants
+        them (raw_of), as for a document loaded from the journal."""
+        if size is None or next(iter(new)) != "_id":
+            if raw is None or next(iter(new)) != "_id":
+                new = _id_first(new)
+                raw = encode(new)
+            size = len(raw)
+        if size > MAX_BSON:
             raise MongoError(17419, "Location17419",
                              "Resulting document after update is larger than 16777216")
         k = value_key(new["_id"])
-        c.check_unique(new, k)
+        if len(c.indexes) > 1:
+            c.check_unique(new, k)
         if self.observer is not None:
             self.observer(c, k, old)
         tsv, wall = self._tick()
         self._do_update(c, old, new, ud, tsv, wall, raw)
+        if raw is None:
+            c.sizes[k] = (new, size)
         if self.journal is not None:
             self._record({"o": "u" if ud is not None else "r", "db": c.db, "c": c.name,
                           "t": tsv, "w": wall, "d": new, "ud": ud or {}})
@@ -715,9 +737,17 @@ def disambiguated_paths(old, new, ud):
     as ints. Paths of updatedFields and truncatedArrays are read in the new document, those of
     removedFields in the old one."""
     out = {}
-    if ("." not in "".join(ud.get("updatedFields", ()))
-            and "." not in "".join(ud.get("removedFields", ())) and not ud.get("truncatedArrays")):
-        return out  # top-level fields only: never ambiguous (the first part is not checked)
+    if not ud.get("truncatedArrays"):
+        for path in ud.get("updatedFields", ()):
+            if "." in path:
+                break
+        else:
+            for path in ud.get("removedFields", ()):
+                if "." in path:
+                    break
+            else:
+                # top-level fields only: never ambiguous (the first part is not checked)
+                return out
     paths = [(p, new) for p in ud.get("updatedFields", {})]
     paths += [(p, old) for p in ud.get("removedFields", [])]
     paths += [(t["field"], new) for t in ud.get("truncatedArrays", [])]

@@ -34,15 +34,14 @@ _NUMBERS = (int, float, Int64)
 # $set values kept as they are (immutable: the general path's deepcopy returns them as is).
 _SCALARS = (int, float, Int64, str, bool, type(None), ObjectId, datetime.datetime)
 _PATH_ORDER = cmp_to_key(_compare_paths)
+_I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def plan(st):
     """(the _id, [(field, is $inc, argument)] in mongod's apply order) when the statement has
     the simple shape, else None."""
-    for key in st:
-        if key not in _KEYS:
-            return None
-    if st.get("multi", False) is not False:
+    if not _KEYS.issuperset(st) or st.get("multi", False) is not False:
         return None
     q = st.get("q")
     if type(q) is not dict or len(q) != 1:
@@ -53,6 +52,21 @@ def plan(st):
     u = st.get("u")
     if type(u) is not dict or not u:
         return None
+    if len(u) == 1:
+        # One operator on one field (S6b's {$inc: {n: 1}}): no duplicate or order to check.
+        for op, arg in u.items():
+            if type(arg) is dict and len(arg) == 1:
+                for field, value in arg.items():
+                    if op == "$inc":
+                        allowed = _NUMBERS
+                    elif op == "$set":
+                        allowed = _SCALARS
+                    else:
+                        return None
+                    if (not field or field[0] == "$" or "." in field or field == "_id"
+                            or type(value) not in allowed):
+                        return None
+                    return _id, [(field, op == "$inc", value)]
     ops = []
     seen = set()
     for op, arg in u.items():
@@ -84,16 +98,32 @@ def apply(doc, ops):
         cur = doc.get(field, MISSING)
         if inc and cur is not MISSING:
             t = type(cur)
-            if t is not int and t is not float and t is not Int64:
+            if t is int and type(arg) is int:
+                # int32 + int32 staying in int32 (numbers.add's first case, without its
+                # dispatch); anything wider goes through numbers.add.
+                value = cur + arg
+                if not (_I32_MIN <= value <= _I32_MAX and _I32_MIN <= cur <= _I32_MAX
+                        and _I32_MIN <= arg <= _I32_MAX):
+                    try:
+                        value = num.add(cur, arg, on_long_overflow="error")
+                    except num.Overflow:
+                        return None
+            elif t is not int and t is not float and t is not Int64:
                 return None     # a non-number (the general path's error) or a Decimal128
-            try:
-                value = num.add(cur, arg, on_long_overflow="error")
-            except num.Overflow:
-                return None
+            else:
+                try:
+                    value = num.add(cur, arg, on_long_overflow="error")
+                except num.Overflow:
+                    return None
         else:
             value = arg
-        if cur is not MISSING and identical(cur, value):
-            continue
+        if cur is not MISSING:
+            t = type(cur)
+            if t is type(value) and (t is int or t is str or t is Int64):
+                if cur == value:
+                    continue    # compare.identical's first case
+            elif identical(cur, value):
+                continue
         if new is None:
             new = dict(doc)
         new[field] = value
@@ -101,3 +131,49 @@ def apply(doc, ops):
     if new is None:
         return doc, {}
     return new, {"updatedFields": updated, "removedFields": [], "truncatedArrays": []}
+
+
+def _value_size(v):
+    """The size of a value of one of plan()'s types as bsonutil.encode writes it, or None for
+    one it would not write that way (an int past int64, a string that is not UTF-8)."""
+    t = type(v)
+    if t is int:
+        if _I32_MIN <= v <= _I32_MAX:
+            return 4
+        return 8 if _I64_MIN <= v <= _I64_MAX else None
+    if t is float or t is Int64 or t is datetime.datetime:
+        return 8
+    if t is str:
+        try:
+            return len(v.encode()) + 5
+        except UnicodeEncodeError:
+            return None
+    if t is bool:
+        return 1
+    if v is None:
+        return 0
+    if t is ObjectId:
+        return 12
+    return None
+
+
+def new_size(size, doc, updated):
+    """len(encode(new)) for new = doc with the fields of `updated` (apply's updatedFields:
+    top-level, plan()'s types) set, from size = len(encode(doc)); None when a value is not
+    one whose size is known here (the caller encodes)."""
+    for field, value in updated.items():
+        vs = _value_size(value)
+        if vs is None:
+            return None
+        cur = doc.get(field, MISSING)
+        if cur is MISSING:
+            try:
+                size += len(field.encode()) + 2 + vs     # type byte, name, NUL, value
+            except UnicodeEncodeError:
+                return None
+        else:
+            cs = _value_size(cur)
+            if cs is None:
+                return None
+            size += vs - cs
+    return size
