@@ -32,16 +32,6 @@ fw_snapshot_progress_cleanup (fw_snapshot_progress_t *p)
    memset (p, 0, sizeof *p);
 }
 
-static uint64_t
-fnv (const uint8_t *data, size_t len)
-{
-   uint64_t h = 1469598103934665603ULL;
-   for (size_t i = 0; i < len; i++) {
-      h = (h ^ data[i]) * 1099511628211ULL;
-   }
-   return h;
-}
-
 fw_snapshot_t *
 fw_snapshot_new (const fw_stream_config_t *cfg, const fw_snapshot_progress_t *progress)
 {
@@ -59,14 +49,14 @@ fw_snapshot_new (const fw_stream_config_t *cfg, const fw_snapshot_progress_t *pr
    s->cfg.partitions = cfg->partitions;
    fw_snapshot_progress_init (&s->progress);
    bson_init (&s->event);
-   bson_init (&s->read_after);
+   bson_init (&s->ns);
+   BSON_APPEND_UTF8 (&s->ns, "db", s->cfg.database);
+   BSON_APPEND_UTF8 (&s->ns, "coll", s->cfg.collection);
    if (progress) {
       s->progress.documents = progress->documents;
       if ((s->progress.has_after = progress->has_after)) {
          bson_destroy (&s->progress.after);
          bson_copy_to (&progress->after, &s->progress.after);
-         bson_destroy (&s->read_after);
-         bson_copy_to (&progress->after, &s->read_after);
       }
       if ((s->progress.has_filter = progress->has_filter)) {
          bson_destroy (&s->progress.filter);
@@ -78,44 +68,27 @@ fw_snapshot_new (const fw_stream_config_t *cfg, const fw_snapshot_progress_t *pr
       }
    }
    s->progress.present = true;
+   fw_snapshot_cursor_init (&s->cur, s, NULL);
    return s;
-}
-
-void
-fw_snapshot_chunk_clear (chunk_t *c)
-{
-   for (int i = 0; i < c->n_rows; i++) {
-      bson_destroy (c->rows[i].doc);
-      bson_destroy (&c->rows[i].key);
-   }
-   free (c->rows);
-   memset (c, 0, sizeof *c);
 }
 
 void
 fw_snapshot_end_reads (fw_snapshot_t *s)
 {
-   if (s->cs) {
-      mongoc_client_session_destroy (s->cs);
-      s->cs = NULL;
-   }
-   s->last_high = 0;
+   fw_snapshot_cursor_end (&s->cur);
 }
 
 void
 fw_snapshot_discard (fw_snapshot_t *s)
 {
-   fw_snapshot_end_reads (s);
+   fw_snapshot_ahead_stop (s);
    for (int i = 0; i < s->n_chunks; i++) {
       fw_snapshot_chunk_clear (&s->chunk[i]);
    }
    s->n_chunks = 0;
    s->exhausted = false;
-   s->jump = false;
-   bson_reinit (&s->read_after);
-   if (s->progress.has_after) {
-      bson_concat (&s->read_after, &s->progress.after);
-   }
+   fw_snapshot_cursor_cleanup (&s->cur);
+   fw_snapshot_cursor_init (&s->cur, s, NULL);
 }
 
 void
@@ -126,7 +99,8 @@ fw_snapshot_destroy (fw_snapshot_t *s)
    }
    fw_snapshot_discard (s);
    bson_destroy (&s->event);
-   bson_destroy (&s->read_after);
+   bson_destroy (&s->ns);
+   fw_snapshot_cursor_cleanup (&s->cur);
    fw_snapshot_progress_cleanup (&s->progress);
    bson_free (s->cfg.name);
    bson_free (s->cfg.database);
@@ -227,18 +201,6 @@ fw_snapshot_token_time (const bson_t *token)
    return t;
 }
 
-bool
-fw_snapshot_key_of (bson_iter_t *it, bson_t *key, uint64_t *hash)
-{
-   bson_init (key);
-   if (!bson_append_iter (key, "", 0, it)) {
-      bson_destroy (key);
-      return false;
-   }
-   *hash = fnv (bson_get_data (key), key->len);
-   return true;
-}
-
 static uint64_t
 event_time (const fw_event_t *ev)
 {
@@ -252,24 +214,49 @@ event_time (const fw_event_t *ev)
    return (uint64_t) t << 32 | i;
 }
 
-/* Drops the rows of key in every chunk whose window holds ts. */
+/* Drops the rows of key in every chunk whose low watermark ts is after. */
 static void
 drop_key (fw_snapshot_t *s, uint64_t ts, const bson_t *key, uint64_t hash)
 {
    for (int c = 0; c < s->n_chunks; c++) {
-      chunk_t *ch = &s->chunk[c];
-      if (ts <= ch->low || ts >= ch->high) {
-         continue;
-      }
-      for (int i = ch->next; i < ch->n_rows; i++) {
-         row_t *r = &ch->rows[i];
-         if (!r->dropped && r->hash == hash && r->key.len == key->len &&
-             memcmp (bson_get_data (&r->key), bson_get_data (key), key->len) == 0) {
-            r->dropped = true;
-            s->dropped++;
-         }
-      }
+      fw_snapshot_drop_rows (s, &s->chunk[c], ts, bson_get_data (key), key->len, hash);
    }
+}
+
+/* Keeps the live event of key (its clusterTime ts, 0: none) for the chunks
+ * being read ahead: they drop its rows when they join the queue. When it
+ * cannot be kept (out of memory or too many), log_full: the reads ahead
+ * start again. */
+static void
+log_live (fw_snapshot_t *s, uint64_t ts, const bson_t *key, uint64_t hash, uint64_t run)
+{
+   live_t *e;
+
+   if (s->log_full) {
+      return;
+   }
+   if (s->n_log == s->cap_log) {
+      int cap = s->cap_log ? 2 * s->cap_log : 64;
+      live_t *log = cap <= FW_SNAPSHOT_MAX_LOG ? realloc (s->log, (size_t) cap * sizeof *log)
+                                               : NULL;
+      if (!log) {
+         s->log_full = true;
+         return;
+      }
+      s->log = log;
+      s->cap_log = cap;
+   }
+   e = &s->log[s->n_log];
+   if (!(e->key = malloc (key->len))) {
+      s->log_full = true;
+      return;
+   }
+   memcpy (e->key, bson_get_data (key), key->len);
+   e->len = key->len;
+   e->ts = ts;
+   e->hash = hash;
+   e->run = run;
+   s->n_log++;
 }
 
 bool
@@ -279,7 +266,12 @@ fw_snapshot_live (fw_snapshot_t *s, const fw_event_t *ev)
    bson_iter_t dk, id;
    bson_t key;
 
-   if (s->n_chunks == 0) {
+   /* While the reads ahead are in a run whose chunks are not all queued,
+    * the event is kept for them (their windows may hold it). */
+   uint64_t run = s->ahead ? fw_snapshot_ahead_run (s->ahead) : 0;
+   bool logging = run > s->logged_upto;
+
+   if (s->n_chunks == 0 && !logging) {
       return false;
    }
    /* No clusterTime (a pipeline removed it): the event cannot be placed, so
@@ -295,12 +287,15 @@ fw_snapshot_live (fw_snapshot_t *s, const fw_event_t *ev)
             drop_key (s, s->chunk[c].low + 1, &key, hash);
          }
       }
+      if (logging) {
+         log_live (s, ts, &key, hash, run);
+      }
       bson_destroy (&key);
    }
    if (ts > s->passed) {
       s->passed = ts;
    }
-   return s->passed >= s->chunk[0].high;
+   return s->n_chunks > 0 && s->passed >= s->chunk[0].high;
 }
 
 bool
@@ -342,30 +337,23 @@ event_id (char *data, uint64_t high, int index)
 
 /* The snapshot event of row r: the shape of an insert's change event, with
  * operationType "snapshot" and its chunk's high watermark as its
- * clusterTime. */
+ * clusterTime. Its ns and documentKey (the row's key) are copied whole. */
 static bool
 build_event (fw_snapshot_t *s, const chunk_t *ch, const row_t *r, int index)
 {
    bson_t *e = &s->event;
-   bson_t id, ns, dk;
-   bson_iter_t it;
+   bson_t id;
    char data[80];
 
    bson_reinit (e);
    event_id (data, ch->high, index);
-   if (!bson_iter_init (&it, &r->key) || !bson_iter_next (&it)) {
-      return false;
-   }
    return BSON_APPEND_DOCUMENT_BEGIN (e, "_id", &id) && BSON_APPEND_UTF8 (&id, "_data", data) &&
           bson_append_document_end (e, &id) && BSON_APPEND_UTF8 (e, "operationType", "snapshot") &&
           BSON_APPEND_TIMESTAMP (e, "clusterTime", (uint32_t) (ch->high >> 32),
                                  (uint32_t) ch->high) &&
           BSON_APPEND_DATE_TIME (e, "wallTime", fw_now_ms ()) &&
-          BSON_APPEND_DOCUMENT_BEGIN (e, "ns", &ns) &&
-          BSON_APPEND_UTF8 (&ns, "db", s->cfg.database) &&
-          BSON_APPEND_UTF8 (&ns, "coll", s->cfg.collection) && bson_append_document_end (e, &ns) &&
-          BSON_APPEND_DOCUMENT_BEGIN (e, "documentKey", &dk) &&
-          bson_append_iter (&dk, "_id", 3, &it) && bson_append_document_end (e, &dk) &&
+          BSON_APPEND_DOCUMENT (e, "ns", &s->ns) &&
+          BSON_APPEND_DOCUMENT (e, "documentKey", &r->key) &&
           BSON_APPEND_DOCUMENT (e, "fullDocument", r->doc);
 }
 
@@ -386,6 +374,9 @@ close_chunk (fw_snapshot_t *s)
    memmove (&s->chunk[0], &s->chunk[1], (size_t) (s->n_chunks - 1) * sizeof s->chunk[0]);
    memset (&s->chunk[--s->n_chunks], 0, sizeof s->chunk[0]);
    s->progress.done = fw_snapshot_finished (s);
+   if (s->ahead) {
+      fw_snapshot_ahead_room (s);
+   }
 }
 
 bool
@@ -416,4 +407,28 @@ fw_snapshot_next_event (fw_snapshot_t *s, fw_event_t *ev)
       /* A row too large to wrap (near 16 MiB) cannot be handed out. */
    }
    return false;
+}
+
+bool
+fw_snapshot_read_chunk (fw_snapshot_t *s, mongoc_client_t *client, fw_error_t *error)
+{
+   chunk_t ch = {0};
+
+   if (!fw_snapshot_wants_chunk (s) || s->ahead) {
+      return true;
+   }
+   /* A run's reads follow each other while no live event is handled
+    * between them: no live event is kept for them here. */
+   if (!fw_snapshot_cursor_read (s, &s->cur, client, &ch, error)) {
+      return false;
+   }
+   fw_snapshot_bound_found (s, &s->cur);
+   if (ch.n_rows > 0) {
+      fw_snapshot_queue (s, &ch);
+   } else if (s->cur.ended) {
+      s->exhausted = true;
+      s->progress.done = fw_snapshot_finished (s);
+   }
+   fw_snapshot_chunk_clear (&ch);
+   return true;
 }

@@ -1,8 +1,9 @@
 /*
- * snapshot_read.c - reading a snapshot's chunk (snapshot.h,
- * fw_snapshot_read_chunk): its filter (after the boundary, by MongoDB's
+ * snapshot_read.c - reading a snapshot's chunk (snapshot-private.h,
+ * fw_snapshot_cursor_read): its filter (after the boundary, by MongoDB's
  * order of _id types), its low and high watermarks on one causally
- * consistent session, its find, and the largest _id the snapshot stops at.
+ * consistent session, its find, and the largest _id the snapshot stops at;
+ * and its rows' keys, which live events drop.
  */
 #include <math.h>
 #include <stdint.h>
@@ -11,6 +12,56 @@
 
 #include "flowwarden/clock.h"
 #include "runtime/snapshot/snapshot-private.h"
+
+static uint64_t
+fnv (const uint8_t *data, size_t len)
+{
+   uint64_t h = 1469598103934665603ULL;
+   for (size_t i = 0; i < len; i++) {
+      h = (h ^ data[i]) * 1099511628211ULL;
+   }
+   return h;
+}
+
+bool
+fw_snapshot_key_of (bson_iter_t *it, bson_t *key, uint64_t *hash)
+{
+   bson_init (key);
+   if (!bson_append_iter (key, "_id", 3, it)) {
+      bson_destroy (key);
+      return false;
+   }
+   *hash = fnv (bson_get_data (key), key->len);
+   return true;
+}
+
+void
+fw_snapshot_chunk_clear (chunk_t *c)
+{
+   for (int i = 0; i < c->n_rows; i++) {
+      bson_destroy (c->rows[i].doc);
+      bson_destroy (&c->rows[i].key);
+   }
+   free (c->rows);
+   memset (c, 0, sizeof *c);
+}
+
+void
+fw_snapshot_drop_rows (fw_snapshot_t *s, chunk_t *ch, uint64_t ts, const uint8_t *key, uint32_t len,
+                       uint64_t hash)
+{
+   if (ts <= ch->low) {
+      return;
+   }
+   for (int i = ch->next; i < ch->n_rows; i++) {
+      row_t *r = &ch->rows[i];
+      if (!r->dropped && r->hash == hash && r->key.len == len &&
+          memcmp (bson_get_data (&r->key), key, len) == 0) {
+         r->dropped = true;
+         s->dropped++;
+      }
+   }
+}
 
 /* MongoDB orders values of different types by their canonical type
  * (bsontypes.cpp, canonicalizeBSONType), and $gt compares within one: the
@@ -146,10 +197,10 @@ append_partition (bson_t *and, const char *key, int k, int n)
 
 /* The chunk's filter: _id after the boundary, with $gt (an index range
  * scan, within the boundary's type), or after a read found nothing more of
- * that type (s->jump), the types ordered after it; and the snapshot's own
+ * that type (cur->jump), the types ordered after it; and the snapshot's own
  * filter. False when no type is left (*none) or out of memory. */
 static bool
-chunk_filter (const fw_snapshot_t *s, bson_t *out, bool *none)
+chunk_filter (const fw_snapshot_t *s, const fw_snapshot_cursor_t *cur, bson_t *out, bool *none)
 {
    bson_t and, c, id, types;
    bson_iter_t it, until;
@@ -159,20 +210,20 @@ chunk_filter (const fw_snapshot_t *s, bson_t *out, bool *none)
    bool ok = BSON_APPEND_ARRAY_BEGIN (out, "$and", &and);
 
    *none = false;
-   if (s->progress.has_until && bson_iter_init_find (&until, &s->progress.until, "_id")) {
+   if (cur->has_until && bson_iter_init_find (&until, &cur->until, "_id")) {
       last_rank = canonical (bson_iter_type (&until));
    }
-   if (ok && bson_iter_init_find (&it, &s->read_after, "_id")) {
+   if (ok && bson_iter_init_find (&it, &cur->read_after, "_id")) {
       int rank = canonical (bson_iter_type (&it));
-      if (rank > last_rank || (s->jump && rank == last_rank)) {
+      if (rank > last_rank || (cur->jump && rank == last_rank)) {
          *none = true; /* past the largest _id the snapshot began with */
          return false;
       }
       bson_uint32_to_string ((uint32_t) n++, &kp, key, sizeof key);
       ok = BSON_APPEND_DOCUMENT_BEGIN (&and, kp, &c) && BSON_APPEND_DOCUMENT_BEGIN (&c, "_id", &id);
-      if (ok && !s->jump) {
-         ok = append_after (&id, &it) && (rank != last_rank || !s->progress.has_until ||
-                                          bson_append_iter (&id, "$lte", 4, &until));
+      if (ok && !cur->jump) {
+         ok = append_after (&id, &it) &&
+              (rank != last_rank || !cur->has_until || bson_append_iter (&id, "$lte", 4, &until));
       } else if (ok) {
          ok = BSON_APPEND_ARRAY_BEGIN (&id, "$type", &types);
          if (ok && !later_types (bson_iter_type (&it), last_rank, &types)) {
@@ -199,7 +250,7 @@ chunk_filter (const fw_snapshot_t *s, bson_t *out, bool *none)
 
 /* Writes a watermark on session cs and returns its operationTime. */
 static bool
-write_mark (fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_session_t *cs,
+write_mark (const fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_session_t *cs,
             const char *which, uint64_t *at, fw_error_t *error)
 {
    mongoc_collection_t *coll = mongoc_client_get_collection (client, s->cfg.database,
@@ -262,9 +313,10 @@ rows_new (int64_t n)
 /* The chunk's filter into filter (initialized): false when out of memory;
  * *none when no type is left after the boundary's (an empty chunk). */
 static bool
-chunk_query (const fw_snapshot_t *s, bson_t *filter, bool *none, fw_error_t *error)
+chunk_query (const fw_snapshot_t *s, const fw_snapshot_cursor_t *cur, bson_t *filter, bool *none,
+             fw_error_t *error)
 {
-   if (!chunk_filter (s, filter, none) && !*none) {
+   if (!chunk_filter (s, cur, filter, none) && !*none) {
       fw_error_set (error, FW_ERROR_NOMEM, "out of memory reading the snapshot's chunk");
       return false;
    }
@@ -334,7 +386,7 @@ find_chunk (const fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_sessi
  * inserted before the stream opened but past that bound are read too. False
  * on an error; an empty collection leaves the snapshot exhausted. */
 static bool
-find_until (fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_session_t *cs,
+find_until (const fw_snapshot_t *s, fw_snapshot_cursor_t *c, mongoc_client_t *client,
             fw_error_t *error)
 {
    mongoc_collection_t *coll = mongoc_client_get_collection (client, s->cfg.database,
@@ -347,17 +399,16 @@ find_until (fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_session_t *
    const bson_t *doc;
    bson_error_t berr;
    bson_iter_t it;
-   bool ok = opts && rp && mongoc_client_session_append (cs, opts, &berr);
+   bool ok = opts && rp && mongoc_client_session_append (c->cs, opts, &berr);
 
    if (ok) {
       cur = mongoc_collection_find_with_opts (
          coll, s->progress.has_filter ? &s->progress.filter : &empty, opts, rp);
       if (mongoc_cursor_next (cur, &doc) && bson_iter_init_find (&it, doc, "_id")) {
-         bson_reinit (&s->progress.until);
-         s->progress.has_until = bson_append_iter (&s->progress.until, "_id", 3, &it);
+         bson_reinit (&c->until);
+         c->has_until = bson_append_iter (&c->until, "_id", 3, &it);
       } else if (!mongoc_cursor_error (cur, &berr)) {
-         s->exhausted = true;
-         s->progress.done = fw_snapshot_finished (s);
+         c->ended = true; /* an empty collection */
       }
       if (mongoc_cursor_error (cur, &berr)) {
          fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
@@ -368,6 +419,7 @@ find_until (fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_session_t *
    } else {
       fw_error_set (error, FW_ERROR_NOMEM, "out of memory starting the snapshot");
    }
+   c->needs_until = !ok;
    mongoc_cursor_destroy (cur);
    mongoc_read_prefs_destroy (rp);
    bson_destroy (opts);
@@ -375,91 +427,147 @@ find_until (fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_session_t *
    return ok;
 }
 
+void
+fw_snapshot_cursor_init (fw_snapshot_cursor_t *cur, const fw_snapshot_t *s, const bson_t *after)
+{
+   const fw_snapshot_progress_t *p = &s->progress;
+
+   memset (cur, 0, sizeof *cur);
+   bson_init (&cur->read_after);
+   bson_init (&cur->until);
+   if (!after && p->has_after) {
+      after = &p->after;
+   }
+   if (after) {
+      bson_concat (&cur->read_after, after);
+   }
+   if ((cur->has_until = p->has_until)) {
+      bson_concat (&cur->until, &p->until);
+   }
+   cur->needs_until = !p->has_until && !p->has_after;
+}
+
+void
+fw_snapshot_cursor_end (fw_snapshot_cursor_t *cur)
+{
+   if (cur->cs) {
+      mongoc_client_session_destroy (cur->cs);
+      cur->cs = NULL;
+   }
+   cur->last_high = 0;
+}
+
+void
+fw_snapshot_cursor_cleanup (fw_snapshot_cursor_t *cur)
+{
+   fw_snapshot_cursor_end (cur);
+   bson_destroy (&cur->read_after);
+   bson_destroy (&cur->until);
+}
+
 /* The session of the run of reads (started with the run) and the chunk's
  * low watermark: the last read's high one when a read of the run came
  * before, else a new mark. */
 static bool
-open_window (fw_snapshot_t *s, mongoc_client_t *client, chunk_t *ch, fw_error_t *error)
+open_window (const fw_snapshot_t *s, fw_snapshot_cursor_t *cur, mongoc_client_t *client,
+             chunk_t *ch, fw_error_t *error)
 {
    bson_error_t berr;
 
-   if (s->cs && s->last_high) {
-      ch->low = s->last_high;
+   if (cur->cs && cur->last_high) {
+      ch->low = cur->last_high;
       return true;
    }
-   if (!s->cs && !(s->cs = mongoc_client_start_session (client, NULL, &berr))) {
+   if (!cur->cs && !(cur->cs = mongoc_client_start_session (client, NULL, &berr))) {
       fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
                          "cannot start a session for the snapshot: %s", berr.message);
       return false;
    }
-   return write_mark (s, client, s->cs, "low", &ch->low, error);
+   return write_mark (s, client, cur->cs, "low", &ch->low, error);
 }
 
-/* A chunk read between its watermarks: queued, or an empty one ends its
- * type of _id or the reads. */
+/* After a read between its watermarks: cur moves past ch's rows, or, when
+ * it found none, to the types of _id after the boundary's, or ends. */
 static void
-take_chunk (fw_snapshot_t *s, chunk_t *ch)
+advance (fw_snapshot_cursor_t *cur, chunk_t *ch)
 {
    bson_iter_t it;
 
-   s->last_high = ch->n_rows > 0 ? ch->high : ch->low; /* the next read's low */
-   s->read += ch->n_rows;
-   if (ch->n_rows == 0 && !s->jump && s->read_after.len > 5) {
-      s->jump = true; /* nothing more of the boundary's type: the types after it next */
-      fw_snapshot_chunk_clear (ch);
+   cur->last_high = ch->n_rows > 0 ? ch->high : ch->low; /* the next read's low */
+   if (ch->n_rows == 0 && !cur->jump && cur->read_after.len > 5) {
+      cur->jump = true; /* nothing more of the boundary's type: the types after it next */
       return;
    }
-   s->jump = false;
+   cur->jump = false;
    if (ch->n_rows == 0) {
-      s->exhausted = true;
-      s->progress.done = fw_snapshot_finished (s);
-      fw_snapshot_end_reads (s);
-      fw_snapshot_chunk_clear (ch);
+      cur->ended = true;
+      fw_snapshot_cursor_end (cur);
       return;
    }
-   s->chunks++;
    if (bson_iter_init (&it, &ch->rows[ch->n_rows - 1].key) && bson_iter_next (&it)) {
-      bson_reinit (&s->read_after);
-      bson_append_iter (&s->read_after, "_id", 3, &it);
+      bson_reinit (&cur->read_after);
+      bson_append_iter (&cur->read_after, "_id", 3, &it);
    }
-   s->chunk[s->n_chunks++] = *ch;
+}
+
+/* The find and the high watermark of ch, whose low one is written. */
+static bool
+read_window (const fw_snapshot_t *s, fw_snapshot_cursor_t *cur, mongoc_client_t *client,
+             chunk_t *ch, fw_error_t *error)
+{
+   bson_t filter = BSON_INITIALIZER;
+   bool none = false;
+   bool ok = chunk_query (s, cur, &filter, &none, error) &&
+             find_chunk (s, client, cur->cs, none ? NULL : &filter, ch, error);
+
+   bson_destroy (&filter);
+   /* A chunk without a row needs no window: nothing of it is handed out. */
+   return ok && (ch->n_rows == 0 || write_mark (s, client, cur->cs, "high", &ch->high, error));
 }
 
 bool
-fw_snapshot_read_chunk (fw_snapshot_t *s, mongoc_client_t *client, fw_error_t *error)
+fw_snapshot_cursor_read (const fw_snapshot_t *s, fw_snapshot_cursor_t *cur, mongoc_client_t *client,
+                         chunk_t *ch, fw_error_t *error)
 {
-   chunk_t ch = {0};
-   bson_t filter = BSON_INITIALIZER;
-   bool ok, none = false;
-
-   if (!fw_snapshot_wants_chunk (s)) {
-      return true;
-   }
-   /* One causally consistent session: the reads (the first chunk's upper
-    * bound too) are at or after the low watermark on whichever member they
-    * go to, and the high watermark is written after them. Within a run of
-    * reads (no live event handled between them) a chunk's high watermark is
+   /* One causally consistent session: the reads are at or after the low
+    * watermark on whichever member they go to, and the high watermark is
+    * written after them. Within a run of reads a chunk's high watermark is
     * the next chunk's low one: that read is on the same session, after it,
     * so the window still brackets the read (one write less a chunk). */
-   ok = open_window (s, client, &ch, error);
-   if (ok && !s->progress.has_until && !s->progress.has_after) {
-      ok = find_until (s, client, s->cs, error);
-      if (ok && s->exhausted) {
-         fw_snapshot_end_reads (s);
-         bson_destroy (&filter);
-         return true; /* nothing to read */
-      }
+   bool ok = open_window (s, cur, client, ch, error);
+
+   /* The first read also finds the upper bound, on the session after the
+    * low watermark, as the chunks are read. */
+   if (ok && cur->needs_until && (ok = find_until (s, cur, client, error)) && cur->ended) {
+      fw_snapshot_cursor_end (cur);
+      return true; /* nothing to read */
    }
-   ok = ok && chunk_query (s, &filter, &none, error) &&
-        find_chunk (s, client, s->cs, none ? NULL : &filter, &ch, error);
-   bson_destroy (&filter);
-   /* A chunk without a row needs no window: nothing of it is handed out. */
-   ok = ok && (ch.n_rows == 0 || write_mark (s, client, s->cs, "high", &ch.high, error));
-   if (!ok) {
-      fw_snapshot_end_reads (s);
-      fw_snapshot_chunk_clear (&ch);
+   if (!ok || !read_window (s, cur, client, ch, error)) {
+      fw_snapshot_cursor_end (cur);
+      fw_snapshot_chunk_clear (ch);
       return false;
    }
-   take_chunk (s, &ch);
+   advance (cur, ch);
+   if (ch->n_rows == 0) {
+      fw_snapshot_chunk_clear (ch);
+   }
    return true;
+}
+
+void
+fw_snapshot_bound_found (fw_snapshot_t *s, const fw_snapshot_cursor_t *cur)
+{
+   if (cur->has_until && !s->progress.has_until) {
+      bson_reinit (&s->progress.until);
+      s->progress.has_until = bson_concat (&s->progress.until, &cur->until);
+   }
+}
+
+void
+fw_snapshot_queue (fw_snapshot_t *s, chunk_t *ch)
+{
+   s->read += ch->n_rows;
+   s->chunks++;
+   s->chunk[s->n_chunks++] = *ch;
+   memset (ch, 0, sizeof *ch);
 }
