@@ -13,15 +13,16 @@
  * rows are handed out as snapshot events once the stream has read past H
  * (an event after H, or a post-batch resume token at or after H), between
  * live events: a live event after H handled before some of them drops
- * their row of its key too. The
- * chunks stop at the largest _id the collection had when the snapshot began
- * (documents inserted later reach the stream as inserts). Per key,
+ * their row of its key too. The chunks stop at the largest _id the
+ * collection had when the snapshot began (documents inserted later reach
+ * the stream as inserts). Per key,
  * a snapshot event is never handled after a newer live change of that key;
  * a key may be handled twice (snapshot then live), never stale.
  *
  * The engine knows neither the stream nor its dispatcher: the stream's
- * thread (stream/stream_snapshot.c) asks it for chunks, shows it the live
- * events and hands its snapshot events to the dispatcher.
+ * thread (stream/stream_snapshot.c) has it read chunks ahead on a thread
+ * of its own (or asks it for chunks), shows it the live events and hands
+ * its snapshot events to the dispatcher.
  */
 #ifndef FLOWWARDEN_SNAPSHOT_H
 #define FLOWWARDEN_SNAPSHOT_H
@@ -71,7 +72,8 @@ fw_snapshot_t *fw_snapshot_new (const fw_stream_config_t *cfg,
 void fw_snapshot_destroy (fw_snapshot_t *s);
 
 /* Reads the next chunk between its watermarks on client, when
- * fw_snapshot_wants_chunk (else a no-op). A chunk with no row marks the
+ * fw_snapshot_wants_chunk and not reading ahead (else a no-op); the first
+ * read also finds the upper bound. A chunk with no row marks the
  * collection read to its end. False on an error (error says which step
  * failed); the snapshot stays where it was. Reads follow each other in a
  * run, on one session s keeps (a chunk's high watermark is the next one's

@@ -1,9 +1,11 @@
 /*
  * stream_snapshot.c - a stream's incremental snapshot (issue 28) on its
- * thread: when to read a chunk (between two live events), the live events
- * shown to the engine (snapshot/snapshot.c), the snapshot events handed to
- * the dispatcher once the stream passed the chunk's high watermark, and the
- * progress kept with the checkpoint after each chunk. With exactly_once
+ * thread: the chunks read ahead on the snapshot's own thread and queued
+ * between two live events (or read here when no client of the pool is
+ * free), the live events shown to the engine (snapshot/snapshot.c), the
+ * snapshot events handed to the dispatcher between live events once the
+ * stream passed the chunk's high watermark, and the progress kept with the
+ * checkpoint after each chunk. With exactly_once
  * (issue 39) each row's handler call also commits the progress past that
  * row in its transaction (row_in_txn), and the progress is
  * kept on the deployment the transactions run on.
