@@ -461,6 +461,67 @@ chunks_read_ahead_drop_their_rows_of_live_events_handled_before_them (void **sta
    mongoc_client_destroy (client);
 }
 
+/* More live events than the reads ahead can keep (a busy stream while a
+ * read is held up): the reads ahead stop, and the chunks they had not
+ * handed over are read on the caller's thread; no row is lost. */
+static void
+overflowing_the_kept_live_events_reads_on_the_callers_thread (void **state)
+{
+   mongoc_client_t *client = mongoc_client_new (g_standin.uri);
+   mongoc_uri_t *uri = mongoc_uri_new (g_standin.uri);
+   mongoc_client_pool_t *pool = mongoc_client_pool_new (uri);
+   mongoc_collection_t *coll = mongoc_client_get_collection (client, "snapdb", "busy");
+   bson_t *token = BCON_NEW ("_data", BCON_UTF8 ("82FFFFFFF0000000012B"));
+   bson_t doc;
+   fw_event_t ev;
+   fw_snapshot_t *s;
+   fw_error_t err;
+   bson_error_t berr;
+   int handed = 0;
+   int64_t deadline = fw_mono_ms () + 10000;
+
+   (void) state;
+   assert_non_null (pool);
+   for (int i = 0; i < 6; i++) {
+      bson_t *d = BCON_NEW ("_id", BCON_INT32 (i));
+      assert_true (mongoc_collection_insert_one (coll, d, NULL, NULL, &berr));
+      bson_destroy (d);
+   }
+   assert_non_null (s = snapshot_of ("busy", 2));
+   memset (&err, 0, sizeof err);
+   assert_true (fw_snapshot_ahead_start (s, pool, 0, 100, &err));
+   while (fw_snapshot_ahead_run (s->ahead) == 0 && fw_mono_ms () < deadline) {
+      struct timespec ts = {0, 1000000};
+      nanosleep (&ts, NULL);
+   }
+   assert_true (fw_snapshot_ahead_run (s->ahead) >= 1);
+   for (int i = 0; i <= FW_SNAPSHOT_MAX_LOG; i++) {
+      live_event (&doc, &ev, 1000 + i, 0xFFFFFFF0u, 1); /* keys no row has */
+      (void) fw_snapshot_live (s, &ev);
+      bson_destroy (&doc);
+   }
+   assert_true (fw_snapshot_ahead_collect (s, &err));
+   assert_false (fw_snapshot_reading_ahead (s));
+   assert_false (fw_snapshot_may_read_ahead (s));
+   while (!fw_snapshot_finished (s) && fw_mono_ms () < deadline) {
+      assert_true (fw_snapshot_read_chunk (s, client, &err));
+      fw_snapshot_end_reads (s);
+      (void) fw_snapshot_token_past (s, token);
+      while (fw_snapshot_due (s)) {
+         handed += fw_snapshot_next_event (s, &ev);
+      }
+   }
+   assert_true (fw_snapshot_finished (s));
+   assert_int_equal (handed, 6);
+
+   fw_snapshot_destroy (s);
+   bson_destroy (token);
+   mongoc_collection_destroy (coll);
+   mongoc_client_pool_destroy (pool);
+   mongoc_uri_destroy (uri);
+   mongoc_client_destroy (client);
+}
+
 int
 main (void)
 {
@@ -469,6 +530,7 @@ main (void)
       cmocka_unit_test (a_run_of_reads_shares_its_watermarks),
       cmocka_unit_test (the_progress_is_stored_with_the_position_or_not_at_all),
       cmocka_unit_test (chunks_read_ahead_drop_their_rows_of_live_events_handled_before_them),
+      cmocka_unit_test (overflowing_the_kept_live_events_reads_on_the_callers_thread),
    };
    return cmocka_run_group_tests_name ("snapshot_server", tests, group_setup, group_teardown);
 }

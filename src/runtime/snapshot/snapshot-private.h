@@ -67,7 +67,8 @@ typedef struct fw_snapshot_ahead fw_snapshot_ahead_t; /* snapshot_ahead.c */
 #define FW_SNAPSHOT_MAX_CHUNKS 16
 
 /* Live events kept for the chunks being read ahead at most (a read held up
- * while a busy stream goes on): past it the reads ahead start again. */
+ * while a busy stream goes on): past it the reads ahead stop, and the
+ * chunks are read on the stream's thread, between live events. */
 #define FW_SNAPSHOT_MAX_LOG 65536
 
 struct fw_snapshot {
@@ -86,7 +87,8 @@ struct fw_snapshot {
    fw_snapshot_ahead_t *ahead; /* reads on a thread of their own; NULL: none */
    live_t *log;                /* live events kept while a run of reads ahead is not queued */
    int n_log, cap_log;
-   bool log_full;        /* an event could not be kept: the reads ahead start again */
+   bool log_full;        /* an event could not be kept: the reads ahead stop */
+   bool ahead_off;       /* ... for good: the chunks are read on the stream's thread */
    uint64_t logged_upto; /* every run up to this one is queued whole: no event kept for it */
    bson_t event;         /* the snapshot event handed out last */
    bson_t ns;            /* its ns: { db, coll }, built once */

@@ -86,7 +86,8 @@ bool fw_snapshot_read_chunk (fw_snapshot_t *s, mongoc_client_t *client, fw_error
 void fw_snapshot_end_reads (fw_snapshot_t *s);
 
 /* True while rows may be left to read: the chunks may be read ahead
- * (fw_snapshot_ahead_start). */
+ * (fw_snapshot_ahead_start); false for good once the live events kept for
+ * the reads ahead overflowed (a busy stream while a read was held up). */
 bool fw_snapshot_may_read_ahead (const fw_snapshot_t *s);
 
 /* Reads the next chunks on a thread of its own, with a client of pool
@@ -109,8 +110,8 @@ bool fw_snapshot_reading_ahead (const fw_snapshot_t *s);
 /* Queues the chunks read ahead since the last call; once every row is
  * read the thread ends. False when a read failed since the last call
  * (error says which step; the thread tries again after retry_ms). The
- * thread also ends (and the chunks it had not handed over are read again)
- * when a live event could not be kept for them. */
+ * thread also ends when a live event could not be kept for its chunks:
+ * those it had not handed over are read again, by fw_snapshot_read_chunk. */
 bool fw_snapshot_ahead_collect (fw_snapshot_t *s, fw_error_t *error);
 
 /* True while a chunk read waits for the stream to pass its high watermark. */

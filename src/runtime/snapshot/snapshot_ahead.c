@@ -144,7 +144,7 @@ ahead_main (void *arg)
 bool
 fw_snapshot_may_read_ahead (const fw_snapshot_t *s)
 {
-   return !s->exhausted;
+   return !s->exhausted && !s->ahead_off;
 }
 
 bool
@@ -328,9 +328,15 @@ fw_snapshot_ahead_collect (fw_snapshot_t *s, fw_error_t *error)
       return true;
    }
    if (s->log_full) {
-      /* A live event could not be kept: the chunks not queued yet are
-       * read again, in a new run. */
+      /* A live event could not be kept (a stream busy while a read is held
+       * up): the chunks not queued yet are read again, on the caller's
+       * thread, which shares itself with the live events. */
+      bson_t after = BSON_INITIALIZER;
       fw_snapshot_ahead_stop (s);
+      s->ahead_off = true;
+      fw_snapshot_cursor_cleanup (&s->cur);
+      fw_snapshot_cursor_init (&s->cur, s, queue_tail (s, &after));
+      bson_destroy (&after);
       return true;
    }
    pthread_mutex_lock (&a->mu);
