@@ -16,7 +16,6 @@
  * of runs up to r: a later run writes its first low watermark after the
  * event was shown (the run's number is raised before that write).
  */
-#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
