@@ -12,7 +12,9 @@
  * Consistency and Read and Write Concerns"; read concern afterClusterTime).
  * Issue 41: the reads of one run share their watermarks (a chunk's high one
  * is the next chunk's low one, on the same session), and the progress is
- * stored with the position in one write.
+ * stored with the position in one write. Chunks read ahead on a thread of
+ * their own drop their rows of the live events the stream was shown before
+ * they joined the queue, and due rows those handled before them.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,11 +22,14 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 #include <mongoc/mongoc.h>
 
+#include "flowwarden/clock.h"
 #include "runtime/checkpoint/checkpoint_store.h"
+#include "runtime/snapshot/snapshot-private.h" /* the run of the reads ahead */
 #include "runtime/snapshot/snapshot.h"
 #include "standin_process.h"
 
@@ -348,6 +353,175 @@ the_progress_is_stored_with_the_position_or_not_at_all (void **state)
    mongoc_client_destroy (client);
 }
 
+/* A live event of key (an int32 _id) at clusterTime (t, i), parsed into ev
+ * from doc (the caller destroys it). */
+static void
+live_event (bson_t *doc, fw_event_t *ev, int32_t key, uint32_t t, uint32_t i)
+{
+   fw_error_t err;
+   bson_t id;
+
+   bson_init (doc);
+   BSON_APPEND_DOCUMENT_BEGIN (doc, "_id", &id);
+   BSON_APPEND_UTF8 (&id, "_data", "82live");
+   bson_append_document_end (doc, &id);
+   BSON_APPEND_UTF8 (doc, "operationType", "update");
+   BSON_APPEND_TIMESTAMP (doc, "clusterTime", t, i);
+   {
+      bson_t ns, dk;
+      BSON_APPEND_DOCUMENT_BEGIN (doc, "ns", &ns);
+      BSON_APPEND_UTF8 (&ns, "db", "snapdb");
+      BSON_APPEND_UTF8 (&ns, "coll", "ahead");
+      bson_append_document_end (doc, &ns);
+      BSON_APPEND_DOCUMENT_BEGIN (doc, "documentKey", &dk);
+      BSON_APPEND_INT32 (&dk, "_id", key);
+      bson_append_document_end (doc, &dk);
+   }
+   assert_true (fw_event_parse (doc, ev, &err));
+}
+
+static void
+chunks_read_ahead_drop_their_rows_of_live_events_handled_before_them (void **state)
+{
+   mongoc_client_t *client = mongoc_client_new (g_standin.uri);
+   mongoc_client_pool_t *pool;
+   mongoc_uri_t *uri = mongoc_uri_new (g_standin.uri);
+   mongoc_collection_t *coll;
+   bson_t *token = BCON_NEW ("_data", BCON_UTF8 ("82FFFFFFF0000000012B"));
+   bson_t doc;
+   fw_event_t ev;
+   fw_snapshot_t *s;
+   fw_error_t err;
+   bson_error_t berr;
+   bool seen[6] = {false};
+   int64_t deadline;
+
+   (void) state;
+   assert_non_null (client);
+   assert_non_null (uri);
+   assert_non_null (pool = mongoc_client_pool_new (uri));
+   coll = mongoc_client_get_collection (client, "snapdb", "ahead");
+   for (int i = 0; i < 6; i++) {
+      bson_t *d = BCON_NEW ("_id", BCON_INT32 (i));
+      assert_true (mongoc_collection_insert_one (coll, d, NULL, NULL, &berr));
+      bson_destroy (d);
+   }
+   assert_non_null (s = snapshot_of ("ahead", 2));
+   memset (&err, 0, sizeof err);
+   assert_true (fw_snapshot_read_chunk (s, client, &err)); /* [0, 1], and the bound */
+   assert_true (fw_snapshot_may_read_ahead (s));
+   assert_true (fw_snapshot_ahead_start (s, pool, 0, 100, &err));
+   assert_true (fw_snapshot_reading_ahead (s));
+   assert_true (fw_snapshot_read_chunk (s, client, &err)); /* a no-op now */
+   assert_int_equal (s->n_chunks, 1);
+   /* Once the thread's first run began, a live event of key 3 after every
+    * watermark (handled now, before the chunk [2, 3] joins the queue): the
+    * row of 3 would come after a newer change of its key, so it is dropped
+    * when the chunk joins. */
+   deadline = fw_mono_ms () + 10000;
+   while (fw_snapshot_ahead_run (s->ahead) == 0 && fw_mono_ms () < deadline) {
+      struct timespec ts = {0, 1000000};
+      nanosleep (&ts, NULL);
+   }
+   assert_true (fw_snapshot_ahead_run (s->ahead) >= 1);
+   live_event (&doc, &ev, 3, 0xFFFFFFF0u, 1);
+   (void) fw_snapshot_live (s, &ev);
+   bson_destroy (&doc);
+   while (fw_snapshot_reading_ahead (s) && fw_mono_ms () < deadline) {
+      struct timespec ts = {0, 1000000};
+      assert_true (fw_snapshot_ahead_collect (s, &err));
+      nanosleep (&ts, NULL);
+   }
+   assert_false (fw_snapshot_reading_ahead (s)); /* every row read: the thread ended */
+   assert_true (fw_snapshot_token_past (s, token));
+   /* The chunks are due; a live event of key 4 handled before their rows
+    * (the stream hands them out between live events) drops its row too. */
+   live_event (&doc, &ev, 4, 0xFFFFFFF0u, 2);
+   assert_true (fw_snapshot_live (s, &ev));
+   bson_destroy (&doc);
+   while (fw_snapshot_due (s)) {
+      bson_iter_t it;
+      if (!fw_snapshot_next_event (s, &ev)) {
+         continue;
+      }
+      assert_true (bson_iter_init (&it, ev.doc) &&
+                   bson_iter_find_descendant (&it, "documentKey._id", &it));
+      seen[bson_iter_int32 (&it)] = true;
+   }
+   assert_true (fw_snapshot_finished (s));
+   for (int i = 0; i < 6; i++) {
+      assert_int_equal (seen[i], i != 3 && i != 4);
+   }
+
+   fw_snapshot_destroy (s);
+   bson_destroy (token);
+   mongoc_collection_destroy (coll);
+   mongoc_client_pool_destroy (pool);
+   mongoc_uri_destroy (uri);
+   mongoc_client_destroy (client);
+}
+
+/* More live events than the reads ahead can keep (a busy stream while a
+ * read is held up): the reads ahead stop, and the chunks they had not
+ * handed over are read on the caller's thread; no row is lost. */
+static void
+overflowing_the_kept_live_events_reads_on_the_callers_thread (void **state)
+{
+   mongoc_client_t *client = mongoc_client_new (g_standin.uri);
+   mongoc_uri_t *uri = mongoc_uri_new (g_standin.uri);
+   mongoc_client_pool_t *pool = mongoc_client_pool_new (uri);
+   mongoc_collection_t *coll = mongoc_client_get_collection (client, "snapdb", "busy");
+   bson_t *token = BCON_NEW ("_data", BCON_UTF8 ("82FFFFFFF0000000012B"));
+   bson_t doc;
+   fw_event_t ev;
+   fw_snapshot_t *s;
+   fw_error_t err;
+   bson_error_t berr;
+   int handed = 0;
+   int64_t deadline = fw_mono_ms () + 10000;
+
+   (void) state;
+   assert_non_null (pool);
+   for (int i = 0; i < 6; i++) {
+      bson_t *d = BCON_NEW ("_id", BCON_INT32 (i));
+      assert_true (mongoc_collection_insert_one (coll, d, NULL, NULL, &berr));
+      bson_destroy (d);
+   }
+   assert_non_null (s = snapshot_of ("busy", 2));
+   memset (&err, 0, sizeof err);
+   assert_true (fw_snapshot_ahead_start (s, pool, 0, 100, &err));
+   while (fw_snapshot_ahead_run (s->ahead) == 0 && fw_mono_ms () < deadline) {
+      struct timespec ts = {0, 1000000};
+      nanosleep (&ts, NULL);
+   }
+   assert_true (fw_snapshot_ahead_run (s->ahead) >= 1);
+   for (int i = 0; i <= FW_SNAPSHOT_MAX_LOG; i++) {
+      live_event (&doc, &ev, 1000 + i, 0xFFFFFFF0u, 1); /* keys no row has */
+      (void) fw_snapshot_live (s, &ev);
+      bson_destroy (&doc);
+   }
+   assert_true (fw_snapshot_ahead_collect (s, &err));
+   assert_false (fw_snapshot_reading_ahead (s));
+   assert_false (fw_snapshot_may_read_ahead (s));
+   while (!fw_snapshot_finished (s) && fw_mono_ms () < deadline) {
+      assert_true (fw_snapshot_read_chunk (s, client, &err));
+      fw_snapshot_end_reads (s);
+      (void) fw_snapshot_token_past (s, token);
+      while (fw_snapshot_due (s)) {
+         handed += fw_snapshot_next_event (s, &ev);
+      }
+   }
+   assert_true (fw_snapshot_finished (s));
+   assert_int_equal (handed, 6);
+
+   fw_snapshot_destroy (s);
+   bson_destroy (token);
+   mongoc_collection_destroy (coll);
+   mongoc_client_pool_destroy (pool);
+   mongoc_uri_destroy (uri);
+   mongoc_client_destroy (client);
+}
+
 int
 main (void)
 {
@@ -355,6 +529,8 @@ main (void)
       cmocka_unit_test (the_upper_bound_is_read_on_the_causal_session_after_the_low_watermark),
       cmocka_unit_test (a_run_of_reads_shares_its_watermarks),
       cmocka_unit_test (the_progress_is_stored_with_the_position_or_not_at_all),
+      cmocka_unit_test (chunks_read_ahead_drop_their_rows_of_live_events_handled_before_them),
+      cmocka_unit_test (overflowing_the_kept_live_events_reads_on_the_callers_thread),
    };
    return cmocka_run_group_tests_name ("snapshot_server", tests, group_setup, group_teardown);
 }

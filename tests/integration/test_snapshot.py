@@ -150,9 +150,16 @@ class Snapshot(StandInTestCase):
     def test_snapshot_interleaved_with_batches_of_writes_is_exact_and_never_stale(self):
         self.interleaved(BATCH_SCRIPT)
 
-    def interleaved(self, body):
+    def test_snapshot_read_ahead_in_runs_interleaved_with_writes_is_exact_and_never_stale(self):
+        """pause 0ms: the chunks are read ahead on a thread of their own in runs (a chunk's
+        high watermark the next one's low) while the stream's thread hands out the due ones
+        and handles the live events; a chunk joining the queue drops its rows of the live
+        events shown since its run began."""
+        self.interleaved(SCRIPT, chunk=N // 100, pause="0ms")
+
+    def interleaved(self, body, chunk=N // 20, pause="10ms"):
         counter = self.seed()
-        p = self.run_fw(self.script(body % {"chunk": N // 20, "pause": "10ms"}))
+        p = self.run_fw(self.script(body % {"chunk": chunk, "pause": pause}))
         p.wait_log("snapshot starting", timeout=30)
         w = Writer(self.db.c, counter, M, seed=28)
         w.start()

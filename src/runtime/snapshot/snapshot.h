@@ -11,15 +11,18 @@
  * clusterTime (the order the change stream delivers them in): every live
  * event between L and H drops the chunk's row of its key, and the remaining
  * rows are handed out as snapshot events once the stream has read past H
- * (an event after H, or a post-batch resume token at or after H). The
- * chunks stop at the largest _id the collection had when the snapshot began
- * (documents inserted later reach the stream as inserts). Per key,
+ * (an event after H, or a post-batch resume token at or after H), between
+ * live events: a live event after H handled before some of them drops
+ * their row of its key too. The chunks stop at the largest _id the
+ * collection had when the snapshot began (documents inserted later reach
+ * the stream as inserts). Per key,
  * a snapshot event is never handled after a newer live change of that key;
  * a key may be handled twice (snapshot then live), never stale.
  *
  * The engine knows neither the stream nor its dispatcher: the stream's
- * thread (stream/stream_snapshot.c) asks it for chunks, shows it the live
- * events and hands its snapshot events to the dispatcher.
+ * thread (stream/stream_snapshot.c) has it read chunks ahead on a thread
+ * of its own (or asks it for chunks), shows it the live events and hands
+ * its snapshot events to the dispatcher.
  */
 #ifndef FLOWWARDEN_SNAPSHOT_H
 #define FLOWWARDEN_SNAPSHOT_H
@@ -69,7 +72,8 @@ fw_snapshot_t *fw_snapshot_new (const fw_stream_config_t *cfg,
 void fw_snapshot_destroy (fw_snapshot_t *s);
 
 /* Reads the next chunk between its watermarks on client, when
- * fw_snapshot_wants_chunk (else a no-op). A chunk with no row marks the
+ * fw_snapshot_wants_chunk and not reading ahead (else a no-op); the first
+ * read also finds the upper bound. A chunk with no row marks the
  * collection read to its end. False on an error (error says which step
  * failed); the snapshot stays where it was. Reads follow each other in a
  * run, on one session s keeps (a chunk's high watermark is the next one's
@@ -80,6 +84,35 @@ bool fw_snapshot_read_chunk (fw_snapshot_t *s, mongoc_client_t *client, fw_error
 /* Ends the run of reads: the next chunk writes its own low watermark on a
  * new session. Also after an error, a discard and once exhausted. */
 void fw_snapshot_end_reads (fw_snapshot_t *s);
+
+/* True while rows may be left to read: the chunks may be read ahead
+ * (fw_snapshot_ahead_start); false for good once the live events kept for
+ * the reads ahead overflowed (a busy stream while a read was held up). */
+bool fw_snapshot_may_read_ahead (const fw_snapshot_t *s);
+
+/* Reads the next chunks on a thread of its own, with a client of pool
+ * (taken for the thread's life, back when the reads end), a run of reads
+ * at a time while fewer than 16 chunks are held; pause_ms between two
+ * chunks, retry_ms after a failed read. The caller's thread queues them
+ * (fw_snapshot_ahead_collect) and goes on showing the engine every live
+ * event (fw_snapshot_live): a chunk that joins the queue drops its rows of
+ * the events shown since its run began (their clusterTime after its low
+ * watermark). A no-op when already reading ahead or not
+ * fw_snapshot_may_read_ahead. False when the thread or its client cannot
+ * be had (the reads stay on the caller's thread: fw_snapshot_read_chunk). */
+bool fw_snapshot_ahead_start (fw_snapshot_t *s, mongoc_client_pool_t *pool, int64_t pause_ms,
+                              int64_t retry_ms, fw_error_t *error);
+
+/* True while the chunks are read ahead (fw_snapshot_read_chunk is then a
+ * no-op). */
+bool fw_snapshot_reading_ahead (const fw_snapshot_t *s);
+
+/* Queues the chunks read ahead since the last call; once every row is
+ * read the thread ends. False when a read failed since the last call
+ * (error says which step; the thread tries again after retry_ms). The
+ * thread also ends when a live event could not be kept for its chunks:
+ * those it had not handed over are read again, by fw_snapshot_read_chunk. */
+bool fw_snapshot_ahead_collect (fw_snapshot_t *s, fw_error_t *error);
 
 /* True while a chunk read waits for the stream to pass its high watermark. */
 bool fw_snapshot_chunk_open (const fw_snapshot_t *s);
@@ -94,9 +127,12 @@ bool fw_snapshot_wants_chunk (const fw_snapshot_t *s);
 bool fw_snapshot_finished (const fw_snapshot_t *s);
 
 /* A live event the stream read, in the stream's order, before it is
- * handled: a row of its key is dropped when its clusterTime falls between
- * the watermarks. True when the event is after the high watermark: the
- * chunk's rows are due before it. */
+ * handled: a row of its key is dropped from every chunk whose low
+ * watermark its clusterTime is after (inside the window the event is at
+ * least as new as the row; after it, the event is handled before the rows
+ * not handed out yet, which the stream hands out between live events).
+ * True when the oldest chunk is due now (the event is past its high
+ * watermark). */
 bool fw_snapshot_live (fw_snapshot_t *s, const fw_event_t *ev);
 
 /* True when token (a post-batch resume token) says the stream has read
@@ -113,8 +149,8 @@ bool fw_snapshot_due (const fw_snapshot_t *s);
  * the next due chunk) or no chunk is due. */
 bool fw_snapshot_next_event (fw_snapshot_t *s, fw_event_t *ev);
 
-/* Drops the chunks read and not handed out: they are read again, after
- * the progress's boundary. */
+/* Drops the chunks read and not handed out (a thread reading ahead ends
+ * first): they are read again, after the progress's boundary. */
 void fw_snapshot_discard (fw_snapshot_t *s);
 
 /* The progress to store (borrowed, valid until the next call on s). */

@@ -26,28 +26,34 @@ typedef struct fw_stream_reader fw_stream_reader_t; /* stream_read-private.h */
 bool fw_stream_snapshot_setup (fw_stream_worker_t *w, const fw_checkpoint_t *cp);
 
 /* At the loop's top, between live events: an on-demand request taken, the
- * last chunk's progress stored, the next chunks read when due and no live
- * event waits in rd (else at most half the thread's time). */
+ * chunks read ahead queued (on a thread of their own; else the next chunks
+ * read here when no live event waits in rd, or in at most half the
+ * thread's time), the due rows handed out (after SLICE_ROWS rows, until a
+ * live event waits in rd), the last chunk's progress stored. */
 fw_read_end_t fw_stream_snapshot_between (fw_stream_worker_t *w, fw_position_t *p,
                                           fw_stream_reader_t *rd);
 
 /* True when the snapshot would read a chunk now (between's turn ended on
- * its time budget): the loop reads on instead of waiting for the stream. */
+ * its time budget) or has due rows left: the loop reads on instead of
+ * waiting for the stream. */
 bool fw_stream_snapshot_reading (fw_stream_worker_t *w);
 
-/* A live event, before it is handled: the open chunk's rows are handed out
- * first when the event is past the high watermark. */
+/* A live event, before it is handled: shown to the snapshot, which drops
+ * the rows of its key not handed out yet from every chunk whose low
+ * watermark it is after (the due rows are handed out between live events,
+ * by fw_stream_snapshot_between). FW_READ_NEXT. */
 fw_read_end_t fw_stream_snapshot_live (fw_stream_worker_t *w, fw_position_t *p,
                                        const fw_event_t *ev);
 
 /* A live event read into a batch or a source transaction's group (after
  * the first, which went through fw_stream_snapshot_live): shown to the
- * snapshot, which drops the rows of its key; false when the open chunk's
- * rows are due before it (it must not join: it is taken next, through
- * fw_stream_snapshot_live). True without a snapshot. */
+ * snapshot as fw_stream_snapshot_live does. True: it may join (no row has
+ * to come before it). */
 bool fw_stream_snapshot_shown (fw_stream_worker_t *w, const fw_event_t *ev);
 
-/* Idle, with the post-batch resume token: as fw_stream_snapshot_live. */
+/* Idle, with the post-batch resume token: the chunks read ahead queued and
+ * the token shown to the snapshot (the chunks it passed are due: handed out
+ * by fw_stream_snapshot_between). FW_READ_NEXT. */
 fw_read_end_t fw_stream_snapshot_idle (fw_stream_worker_t *w, fw_position_t *p,
                                        const bson_t *token);
 

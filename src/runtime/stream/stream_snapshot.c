@@ -1,9 +1,11 @@
 /*
  * stream_snapshot.c - a stream's incremental snapshot (issue 28) on its
- * thread: when to read a chunk (between two live events), the live events
- * shown to the engine (snapshot/snapshot.c), the snapshot events handed to
- * the dispatcher once the stream passed the chunk's high watermark, and the
- * progress kept with the checkpoint after each chunk. With exactly_once
+ * thread: the chunks read ahead on the snapshot's own thread and queued
+ * between two live events (or read here when no client of the pool is
+ * free), the live events shown to the engine (snapshot/snapshot.c), the
+ * snapshot events handed to the dispatcher between live events once the
+ * stream passed the chunk's high watermark, and the progress kept with the
+ * checkpoint after each chunk. With exactly_once
  * (issue 39) each row's handler call also commits the progress past that
  * row in its transaction (row_in_txn), and the progress is
  * kept on the deployment the transactions run on.
@@ -28,6 +30,7 @@
 #define RETRY_MS 2000      /* after a chunk could not be read */
 #define LOG_EVERY_MS 10000 /* progress lines */
 #define READ_BUDGET_MS 100 /* chunk reads between two live events at most */
+#define SLICE_ROWS 64      /* rows handed out at least before a waiting live event */
 
 /* Why a stream with exactly_once into PostgreSQL takes no snapshot. */
 #define PG_REFUSED                                                                         \
@@ -39,6 +42,7 @@ struct fw_stream_snap {
    int64_t next_ms;  /* the next chunk not before (monotonic) */
    int64_t share_ms; /* ... while live events wait: not before (half the thread) */
    bool on_demand;
+   bool ahead_refused; /* the reads ahead could not start: on this thread */
    int64_t started_ms, logged_ms;
 };
 
@@ -176,9 +180,11 @@ fw_stream_snapshot_setup (fw_stream_worker_t *w, const fw_checkpoint_t *cp)
 void
 fw_stream_snapshot_reopened (fw_stream_worker_t *w)
 {
-   if (w->snap.run && fw_snapshot_chunk_open (w->snap.run->engine)) {
+   if (w->snap.run && (fw_snapshot_chunk_open (w->snap.run->engine) ||
+                       fw_snapshot_reading_ahead (w->snap.run->engine))) {
       /* The live events of the chunk's window may not all be read again
-       * (history lost, a restart from now): the chunk is read again. */
+       * (history lost, a restart from now): the chunk is read again (and
+       * those being read ahead, whose windows are open too). */
       fw_snapshot_discard (w->snap.run->engine);
    }
 }
@@ -345,10 +351,14 @@ row_in_txn (fw_stream_worker_t *w, const fw_event_t *row, mongoc_client_t *clien
    return ok;
 }
 
-/* The chunk's rows, handled as any event; with lanes, after the lanes
- * finished every earlier event (the rows run on the stream's thread). */
+/* The due chunks' rows, handled as any event, until none is due or, after
+ * SLICE_ROWS rows at least, a live event waits in rd (NULL: none waits): a
+ * live event does not wait behind the hand-out of up to 16 chunks, and the
+ * rows it overtakes drop its key (fw_snapshot_live). With lanes, after the
+ * lanes finished every earlier event (the rows run on the stream's thread),
+ * and all of them (a slice would wait for the lanes each time). */
 static fw_read_end_t
-hand_out (fw_stream_worker_t *w, fw_position_t *p)
+hand_out (fw_stream_worker_t *w, fw_position_t *p, fw_stream_reader_t *rd)
 {
    fw_event_t ev;
    fw_outcome_t o;
@@ -356,6 +366,7 @@ hand_out (fw_stream_worker_t *w, fw_position_t *p)
    row_place_t row = {w, &ev, FW_OUTCOME_HANDLED};
    fw_settle_place_t place = {w->d,     w->metrics,     row_count, row_advance,
                               row_fail, row_lease_lost, &row,      NULL};
+   int n = 0;
 
    if (w->lane.run && !fw_stream_lanes_settle (w, p)) {
       if (fw_shutdown_requested (w->shutdown)) {
@@ -365,6 +376,9 @@ hand_out (fw_stream_worker_t *w, fw_position_t *p)
       return FW_READ_FAILED;
    }
    while (w->snap.run && fw_snapshot_due (w->snap.run->engine)) {
+      if (++n % SLICE_ROWS == 0 && rd && !w->lane.run && fw_stream_reader_ready (rd, 0)) {
+         break; /* a live event waits: it goes first, the rest next turn */
+      }
       if (!fw_snapshot_next_event (w->snap.run->engine, &ev)) {
          save_progress (w, p); /* a chunk closed (frees w->snap.run once done) */
          continue;             /* the next one may be due too */
@@ -387,28 +401,35 @@ hand_out (fw_stream_worker_t *w, fw_position_t *p)
 fw_read_end_t
 fw_stream_snapshot_live (fw_stream_worker_t *w, fw_position_t *p, const fw_event_t *ev)
 {
-   if (!w->snap.run) {
-      return FW_READ_NEXT;
+   (void) p;
+   if (w->snap.run) {
+      /* Handled before the rows still due: they drop its key (the engine
+       * drops a row of its key from every chunk whose low watermark it is
+       * after); the rows are handed out between two live events. */
+      (void) fw_snapshot_live (w->snap.run->engine, ev);
    }
-   if (!fw_snapshot_live (w->snap.run->engine, ev)) {
-      return FW_READ_NEXT;
-   }
-   return hand_out (w, p);
+   return FW_READ_NEXT;
 }
 
 bool
 fw_stream_snapshot_shown (fw_stream_worker_t *w, const fw_event_t *ev)
 {
-   return !w->snap.run || !fw_snapshot_live (w->snap.run->engine, ev);
+   (void) fw_stream_snapshot_live (w, NULL, ev);
+   return true;
 }
+
+static void collect (fw_stream_worker_t *w);
 
 fw_read_end_t
 fw_stream_snapshot_idle (fw_stream_worker_t *w, fw_position_t *p, const bson_t *token)
 {
-   if (!w->snap.run || !fw_snapshot_token_past (w->snap.run->engine, token)) {
-      return FW_READ_NEXT;
+   (void) p;
+   if (w->snap.run) {
+      collect (w); /* the chunks read ahead until now may be due with token */
+      /* Due chunks are handed out at the loop's top (between). */
+      (void) fw_snapshot_token_past (w->snap.run->engine, token);
    }
-   return hand_out (w, p);
+   return FW_READ_NEXT;
 }
 
 /* An on-demand snapshot asked through the admin endpoint. */
@@ -461,23 +482,51 @@ read_one (fw_stream_worker_t *w, int64_t now)
    return true;
 }
 
-fw_read_end_t
-fw_stream_snapshot_between (fw_stream_worker_t *w, fw_position_t *p, fw_stream_reader_t *rd)
+/* The chunks read ahead queued; a failed read logged (the thread tries
+ * again after RETRY_MS). */
+static void
+collect (fw_stream_worker_t *w)
 {
-   int64_t began;
+   fw_error_t err;
 
-   if (__atomic_load_n (&w->snap.request, __ATOMIC_ACQUIRE)) {
-      take_request (w);
+   if (!fw_snapshot_ahead_collect (w->snap.run->engine, &err)) {
+      fw_log (FW_LOG_WARN, w->cfg->name,
+              "%s (the snapshot tries again in %d ms; the live stream goes on)", err.message,
+              RETRY_MS);
    }
-   if (!w->snap.run) {
-      return FW_READ_NEXT;
+}
+
+/* Reads the chunks ahead on a thread of their own: reading the next
+ * chunks overlaps handing out the due ones and handling the live events.
+ * True when it does (else they are read on this thread: read_here). */
+static bool
+reads_ahead (fw_stream_worker_t *w)
+{
+   fw_snapshot_t *engine = w->snap.run->engine;
+   fw_error_t err;
+
+   if (fw_snapshot_reading_ahead (engine)) {
+      return true;
    }
-   if (fw_snapshot_finished (w->snap.run->engine)) {
-      save_progress (w, p);
-      if (!w->snap.run) {
-         return FW_READ_NEXT;
-      }
+   if (w->snap.run->ahead_refused || !w->pool || !fw_snapshot_may_read_ahead (engine)) {
+      return false;
    }
+   if (!fw_snapshot_ahead_start (engine, w->pool, w->cfg->snapshot.pause_ms, RETRY_MS, &err)) {
+      fw_log (FW_LOG_WARN, w->cfg->name, "%s: the snapshot reads its chunks on the stream's thread",
+              err.message);
+      w->snap.run->ahead_refused = true;
+      return false;
+   }
+   return fw_snapshot_reading_ahead (engine);
+}
+
+/* Reads the chunks on this thread (when they cannot be read ahead on a
+ * thread of their own). */
+static void
+read_here (fw_stream_worker_t *w, fw_stream_reader_t *rd)
+{
+   int64_t began = fw_mono_ms ();
+
    /* The chunks are read while there is room for them and nothing of the
     * live stream waits (the reader has no event, idle mark or error ready):
     * a quiet stream's snapshot runs at full speed, for at most
@@ -488,7 +537,6 @@ fw_stream_snapshot_between (fw_stream_worker_t *w, fw_position_t *p, fw_stream_r
     * reads of one turn are a run (fw_snapshot_read_chunk): no live event
     * is handled between them, so each chunk's high watermark is the next
     * one's low. */
-   began = fw_mono_ms ();
    for (;;) {
       int64_t now = fw_mono_ms ();
       bool waiting;
@@ -503,13 +551,45 @@ fw_stream_snapshot_between (fw_stream_worker_t *w, fw_position_t *p, fw_stream_r
       }
    }
    fw_snapshot_end_reads (w->snap.run->engine);
+}
+
+fw_read_end_t
+fw_stream_snapshot_between (fw_stream_worker_t *w, fw_position_t *p, fw_stream_reader_t *rd)
+{
+   if (__atomic_load_n (&w->snap.request, __ATOMIC_ACQUIRE)) {
+      take_request (w);
+   }
+   if (!w->snap.run) {
+      return FW_READ_NEXT;
+   }
+   if (reads_ahead (w)) {
+      collect (w);
+   }
+   if (fw_snapshot_due (w->snap.run->engine)) {
+      return hand_out (w, p, rd);
+   }
+   if (fw_snapshot_finished (w->snap.run->engine)) {
+      save_progress (w, p);
+      if (!w->snap.run) {
+         return FW_READ_NEXT;
+      }
+   }
+   if (!fw_snapshot_reading_ahead (w->snap.run->engine)) {
+      read_here (w, rd);
+   }
    return FW_READ_NEXT;
 }
 
 bool
 fw_stream_snapshot_reading (fw_stream_worker_t *w)
 {
-   return w->snap.run && !__atomic_load_n (&w->snap.request, __ATOMIC_ACQUIRE) &&
+   if (!w->snap.run || __atomic_load_n (&w->snap.request, __ATOMIC_ACQUIRE)) {
+      return false;
+   }
+   if (fw_snapshot_due (w->snap.run->engine)) {
+      return true; /* rows left to hand out */
+   }
+   return !fw_snapshot_reading_ahead (w->snap.run->engine) &&
           fw_snapshot_wants_chunk (w->snap.run->engine) && fw_mono_ms () >= w->snap.run->next_ms;
 }
 
