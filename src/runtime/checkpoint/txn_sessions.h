@@ -49,8 +49,9 @@ bool fw_txn_sessions_forget (mongoc_client_t *client, const char *database, cons
 
 /* The record id of `flowwarden dlq replay`'s sessions for the stream named
  * by stream's first n bytes (a unit "<stream>#k/N": its "<stream>"):
- * "<stream>#replay", whose document is "<stream>#replay#sessions". Kept apart from the stream's own record: a
- * replay starting while the stream runs must not kill the stream's session.
+ * "<stream>#replay", whose document is "<stream>#replay#sessions". Kept
+ * apart from the stream's own record: a replay starting while the stream
+ * runs must not kill the stream's session.
  * False when out is too short. */
 bool fw_txn_sessions_replay_id (char *out, size_t len, const char *stream, size_t n);
 

@@ -1,8 +1,9 @@
 /*
  * stream_parts-private.h - what a file of the stream's thread reads of the
  * stream without the layout of its state (stream_worker-private.h): its
- * settings, stop, client, jitter, lease and epoch, kept breaker, ha, exactly_once, checkpoint and reload state, and how it
- * says that the stream stops for good. Defined in stream_control.c.
+ * settings, stop, client, jitter, lease and epoch, kept breaker, ha,
+ * exactly_once, checkpoint and reload state, and how it says that the
+ * stream stops for good. Defined in stream_control.c.
  */
 #ifndef FLOWWARDEN_STREAM_PARTS_PRIVATE_H
 #define FLOWWARDEN_STREAM_PARTS_PRIVATE_H
