@@ -118,8 +118,7 @@ end_call (lua_State *L, fw_batch_state_t *s, size_t n)
 static fw_outcome_t
 stopped (void)
 {
-   return (fw_outcome_t){FW_OUTCOME_STOPPED, 0, 0, "", "", "", 0, FW_COUNT_NOTHING, NULL, 0,
-                         FW_SUMMARY_NOTHING, 0, 0};
+   return fw_outcome_of (FW_OUTCOME_STOPPED, 0);
 }
 
 /* A call failed (its failure table on top of L, taken off): whether the
@@ -194,9 +193,8 @@ static bool
 rebuild_if_due (fw_batch_state_t *s, fw_dispatcher_t *d)
 {
    if (d->rebuild.pending && !fw_state_rebuild (d)) {
-      s->result = (fw_outcome_t){
-         FW_OUTCOME_FAILED,  0, 0, "", "", d->out.failure, 0, FW_COUNT_NOTHING, NULL, 0,
-         FW_SUMMARY_NOTHING, 0, 0};
+      s->result = fw_outcome_of (FW_OUTCOME_FAILED, 0);
+      s->result.error = d->out.failure;
       return false;
    }
    return true;
@@ -326,8 +324,10 @@ op_succeeded (void *ud, size_t i)
       s->outcomes[i] = FW_OUTCOME_HANDLED;
    }
    if (d->sink.fn) { /* the stream's settle counts it (a batch is never a replay's) */
-      fw_outcome_t o = {FW_OUTCOME_HANDLED, 1, 0, "", "", "", 0, FW_COUNT_OK, NULL, 0,
-                        FW_SUMMARY_HANDLED, 0, 0};
+      fw_outcome_t o = fw_outcome_of (FW_OUTCOME_HANDLED, 1);
+
+      o.count = FW_COUNT_OK;
+      o.summary = FW_SUMMARY_HANDLED;
       o.finished_ms = d->metrics ? d->clock.now_ms (d->clock.ud) : 0;
       d->sink.fn (d->sink.ud, d->prog.cfg.name, s->evs[i], &o);
    }
@@ -383,8 +383,8 @@ op_group (void *ud, const size_t *idx, size_t n)
       free (kinds);
       snprintf (s->d->out.failure, sizeof s->d->out.failure,
                 "out of memory taking a source transaction of %zu events", n);
-      s->result = (fw_outcome_t){
-         .kind = FW_OUTCOME_FAILED, .entry_id = "", .error_type = "", .error = s->d->out.failure};
+      s->result = fw_outcome_of (FW_OUTCOME_FAILED, 0);
+      s->result.error = s->d->out.failure;
       return false;
    }
    for (size_t k = 0; k < n; k++) {
@@ -407,8 +407,7 @@ op_group (void *ud, const size_t *idx, size_t n)
 static fw_outcome_t
 all_finished (void)
 {
-   return (fw_outcome_t){FW_OUTCOME_HANDLED, 0, 0, "", "", "", 0, FW_COUNT_NOTHING, NULL, 0,
-                         FW_SUMMARY_NOTHING, 0, 0};
+   return fw_outcome_of (FW_OUTCOME_HANDLED, 0);
 }
 
 /* Without on_batch (a reload took it away) or its state: one by one. */
@@ -514,9 +513,8 @@ dispatch_whole (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
    if (!ok && fw_outcome_finished (s->result.kind)) {
       snprintf (d->out.failure, sizeof d->out.failure, "out of memory taking a batch of %zu events",
                 n);
-      s->result = (fw_outcome_t){
-         FW_OUTCOME_FAILED,  0, 0, "", "", d->out.failure, 0, FW_COUNT_NOTHING, NULL, 0,
-         FW_SUMMARY_NOTHING, 0, 0};
+      s->result = fw_outcome_of (FW_OUTCOME_FAILED, 0);
+      s->result.error = d->out.failure;
    }
    return s->result;
 }

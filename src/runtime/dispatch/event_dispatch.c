@@ -39,14 +39,6 @@ typedef struct {
    char body[600];  /* with it, the reply's first 512 bytes (redacted) */
 } decision_t;
 
-/* An outcome with no DLQ entry and no error. */
-static inline fw_outcome_t
-outcome (fw_outcome_kind_t kind, int attempts)
-{
-   return (fw_outcome_t){kind, attempts,           0, "", "", "", 0, FW_COUNT_NOTHING, NULL,
-                         0,    FW_SUMMARY_NOTHING, 0, 0};
-}
-
 /* A change event of the stream's (fw_event_dispatch). */
 static const fw_dispatch_run_t LIVE = {0, NULL};
 
@@ -66,7 +58,7 @@ report (fw_dispatcher_t *d, const fw_dispatch_run_t *run, const fw_event_t *ev,
 static fw_outcome_t
 outcome_failed (fw_dispatcher_t *d, int attempts)
 {
-   fw_outcome_t o = outcome (FW_OUTCOME_FAILED, attempts);
+   fw_outcome_t o = fw_outcome_of (FW_OUTCOME_FAILED, attempts);
    o.error = d->out.failure;
    return o;
 }
@@ -77,7 +69,7 @@ outcome_failed (fw_dispatcher_t *d, int attempts)
 static fw_outcome_t
 outcome_after (fw_dispatcher_t *d, fw_outcome_kind_t kind, int attempts, const decision_t *dec)
 {
-   fw_outcome_t o = outcome (kind, attempts);
+   fw_outcome_t o = fw_outcome_of (kind, attempts);
    snprintf (d->out.type, sizeof d->out.type, "%s", dec->type);
    snprintf (d->out.message, sizeof d->out.message, "%s", dec->message);
    snprintf (d->out.where, sizeof d->out.where, "%s", dec->where);
@@ -369,7 +361,7 @@ fw_outcome_t
 fw_event_dispatch_unreadable (fw_dispatcher_t *d, fw_event_t *ev, const char *why)
 {
    if (!d->dispatch.dlq_enabled) {
-      return outcome (FW_OUTCOME_NO_DLQ, 0);
+      return fw_outcome_of (FW_OUTCOME_NO_DLQ, 0);
    }
    if (!ev->operation_type) {
       ev->operation_type = "unknown";
@@ -384,7 +376,7 @@ fw_event_dispatch_oversize (fw_dispatcher_t *d, const fw_event_t *ev, int64_t si
    char message[300];
 
    if (!d->dispatch.dlq_enabled) {
-      return outcome (FW_OUTCOME_NO_DLQ, 0);
+      return fw_outcome_of (FW_OUTCOME_NO_DLQ, 0);
    }
    snprintf (message, sizeof message,
              "change event of %lld bytes is larger than oversize_threshold (%lld bytes): left "
@@ -527,7 +519,7 @@ dead_letter_raw (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec
 
    /* A stream using the default DLQ opens it on its first send_to_dlq. */
    if (!d->dlq && !fw_dispatcher_open_dlq (d)) {
-      return outcome (FW_OUTCOME_STOPPED, a->attempts);
+      return fw_outcome_of (FW_OUTCOME_STOPPED, a->attempts);
    }
 
    metadata_to_bson (d, &metadata);
@@ -536,12 +528,12 @@ dead_letter_raw (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec
    ok = build_entry (d, ev, dlq, &f, id, &entry);
    bson_destroy (&metadata);
    if (!ok) {
-      return outcome (FW_OUTCOME_STOPPED, a->attempts);
+      return fw_outcome_of (FW_OUTCOME_STOPPED, a->attempts);
    }
    while (a->defer_until_ms && !fw_dlq_entry_schedule (&entry, a->defer_until_ms)) {
       if (d->clock.wait_ms (d->clock.ud, 1000)) { /* out of memory: hold the event */
          bson_destroy (&entry);
-         return outcome (FW_OUTCOME_STOPPED, a->attempts);
+         return fw_outcome_of (FW_OUTCOME_STOPPED, a->attempts);
       }
    }
 
@@ -559,7 +551,7 @@ dead_letter_raw (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec
    entry_id_of (&entry, d->out.entry_id, sizeof d->out.entry_id);
    bson_destroy (&entry);
    if (!ok) {
-      return outcome (FW_OUTCOME_STOPPED, a->attempts);
+      return fw_outcome_of (FW_OUTCOME_STOPPED, a->attempts);
    }
    return outcome_dead_lettered (d, dlq, &f, dec, a);
 }
@@ -576,7 +568,7 @@ dlq_requested (const fw_dispatcher_t *d, decision_t *dec)
 }
 
 /* A replayed dead letter ends here instead of in a new DLQ entry: its
- * outcome (HANDLED, SKIPPED, GAVE_UP) goes back to the replay
+ * fw_outcome_of (HANDLED, SKIPPED, GAVE_UP) goes back to the replay
  * (dlq_replay.c), which updates the entry. */
 static fw_outcome_t
 replayed (fw_dispatcher_t *d, fw_outcome_kind_t kind, const decision_t *dec, int attempts)
@@ -614,7 +606,7 @@ park_event (fw_dispatcher_t *d, const fw_event_t *ev, fw_outcome_t *o)
       *o = outcome_failed (d, 0);
       return true;
    case FW_PARK_STOPPED:
-      *o = outcome (FW_OUTCOME_STOPPED, 0);
+      *o = fw_outcome_of (FW_OUTCOME_STOPPED, 0);
       return true;
    default:
       break;
@@ -655,7 +647,7 @@ dead_letter_head (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *de
       case FW_PARK_OVERFLOW:
          return outcome_failed (d, a->attempts);
       case FW_PARK_STOPPED:
-         return outcome (FW_OUTCOME_STOPPED, a->attempts);
+         return fw_outcome_of (FW_OUTCOME_STOPPED, a->attempts);
       default:
          break;
       }
@@ -683,7 +675,7 @@ attempt_may_start (fw_dispatcher_t *d, const fw_event_t *ev, int attempt, bool r
    /* ha.mode = "leader": no handler call past the lease's deadline; the
     * event comes back to the next leader. */
    if (d->lead.lease && !fw_lease_is_leader (d->lead.lease, NULL)) {
-      *o = outcome (FW_OUTCOME_STOPPED, attempt - 1);
+      *o = fw_outcome_of (FW_OUTCOME_STOPPED, attempt - 1);
       return false;
    }
    /* A reload's new program waits: the event gives way, for its stream to
@@ -691,13 +683,13 @@ attempt_may_start (fw_dispatcher_t *d, const fw_event_t *ev, int attempt, bool r
     * count carrying on (a reload never swaps the program inside an event),
     * and a breaker it holds still held. */
    if (retry && d->reload_waits.fn && d->reload_waits.fn (d->reload_waits.ud)) {
-      *o = outcome (FW_OUTCOME_YIELDED, attempt - 1);
+      *o = fw_outcome_of (FW_OUTCOME_YIELDED, attempt - 1);
       return false;
    }
    /* Issue 29: no attempt while another lane holds the breaker open, nor
     * beyond the rate limit. */
    if (fw_outage_on (d) && !fw_outage_admit (d, ev, attempt)) {
-      *o = outcome (FW_OUTCOME_STOPPED, attempt - 1);
+      *o = fw_outcome_of (FW_OUTCOME_STOPPED, attempt - 1);
       return false;
    }
    /* A full state's rebuild takes effect here: this attempt runs on it. */
@@ -713,7 +705,7 @@ attempt_may_start (fw_dispatcher_t *d, const fw_event_t *ev, int attempt, bool r
       *L = d->prog.L;
       if ((*ref = fw_program_handler_for (&d->prog, ev->op)) == LUA_NOREF) {
          /* the rebuilt state has no handler for it */
-         *o = outcome (FW_OUTCOME_NO_HANDLER, attempt - 1);
+         *o = fw_outcome_of (FW_OUTCOME_NO_HANDLER, attempt - 1);
          finished (d, o, FW_COUNT_NONE, 0);
          return false;
       }
@@ -888,7 +880,7 @@ call_in_txn (fw_dispatcher_t *d, const fw_event_t **cur, lua_State *L, int ref, 
 static fw_outcome_t
 ended_handled (fw_dispatcher_t *d, int attempt, int64_t end_ns)
 {
-   fw_outcome_t o = outcome (FW_OUTCOME_HANDLED, attempt);
+   fw_outcome_t o = fw_outcome_of (FW_OUTCOME_HANDLED, attempt);
    o.summary = FW_SUMMARY_HANDLED;
    if (d->outage.holder) { /* a probe succeeded */
       fw_outage_handled (d);
@@ -1038,7 +1030,8 @@ decided_end (fw_dispatcher_t *d, const fw_event_t *ev, const decision_t *dec, in
 
 /* The decision is retry and the stream defers its retries (issue 29): the
  * retry waits in the DLQ and the stream goes on. (A store that says it
- * cannot FW_DLQ_CAN_DEFER, flowwarden test's in-memory one, retries here.) */
+ * cannot FW_DLQ_CAN_DEFER retries here; both of flowwarden's stores can,
+ * the in-memory one of flowwarden test too.) */
 static bool
 defers_retry (const fw_dispatcher_t *d, const decision_t *dec)
 {
@@ -1167,7 +1160,8 @@ run_attempts (fw_dispatcher_t *d, const fw_event_t *ev, const fw_dispatch_run_t 
 
    ref = fw_program_handler_for (&d->prog, ev->op);
    if (ref == LUA_NOREF) {
-      fw_outcome_t o = outcome (FW_OUTCOME_NO_HANDLER, 0); /* no handler for this operation type */
+      fw_outcome_t o = fw_outcome_of (FW_OUTCOME_NO_HANDLER,
+                                      0); /* no handler for this operation type */
       finished (d, &o, FW_COUNT_NONE, 0);
       return o;
    }
@@ -1190,7 +1184,7 @@ run_attempts (fw_dispatcher_t *d, const fw_event_t *ev, const fw_dispatch_run_t 
       ok = call_in_txn (d, &cur, L, ref, attempt, key_failed, &stop, &t, &fenced, !run->replay);
       d->group.failed = cur;
       if (fenced) {
-         return outcome (FW_OUTCOME_STOPPED, attempt);
+         return fw_outcome_of (FW_OUTCOME_STOPPED, attempt);
       }
       /* The state's memory, read once: for the mark, and for the gauge
        * (nothing of Lua runs between here and a handled event's end). */
@@ -1229,7 +1223,7 @@ group_one_by_one (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
          return o;
       }
    }
-   return outcome (FW_OUTCOME_HANDLED, 0);
+   return fw_outcome_of (FW_OUTCOME_HANDLED, 0);
 }
 
 /* left[0..*m) handled together: the others than left[0] counted as handled
@@ -1245,7 +1239,7 @@ group_handled (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
          }
       }
       if (j > 0) {
-         fw_outcome_t o = outcome (FW_OUTCOME_HANDLED, 1);
+         fw_outcome_t o = fw_outcome_of (FW_OUTCOME_HANDLED, 1);
          o.summary = FW_SUMMARY_HANDLED;
          finished (d, &o, FW_COUNT_OK, 0);
          report (d, &LIVE, left[j], &o);
@@ -1259,7 +1253,7 @@ fw_group_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
 {
    const fw_event_t **left;
    size_t m = 0;
-   fw_outcome_t o = outcome (FW_OUTCOME_HANDLED, 0);
+   fw_outcome_t o = fw_outcome_of (FW_OUTCOME_HANDLED, 0);
 
    if (n <= 1 || !fw_txn_wanted (d, false) || fw_park_enabled (d) || d->group.n > 0) {
       return group_one_by_one (d, evs, n, outcomes);
@@ -1274,7 +1268,7 @@ fw_group_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
          outcomes[i] = FW_OUTCOME_STOPPED; /* until it is finished with */
       }
       if (fw_program_handler_for (&d->prog, evs[i]->op) == LUA_NOREF) {
-         fw_outcome_t none = outcome (FW_OUTCOME_NO_HANDLER, 0);
+         fw_outcome_t none = fw_outcome_of (FW_OUTCOME_NO_HANDLER, 0);
          finished (d, &none, FW_COUNT_NONE, 0);
          report (d, &LIVE, evs[i], &none);
          if (outcomes) {
@@ -1316,5 +1310,5 @@ fw_group_dispatch (fw_dispatcher_t *d, const fw_event_t *const *evs, size_t n,
       m--;
    }
    free (left);
-   return fw_outcome_finished (o.kind) ? outcome (FW_OUTCOME_HANDLED, 0) : o;
+   return fw_outcome_finished (o.kind) ? fw_outcome_of (FW_OUTCOME_HANDLED, 0) : o;
 }

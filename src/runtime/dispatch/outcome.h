@@ -95,6 +95,17 @@ typedef struct {
    int retries;
 } fw_outcome_t;
 
+/* An outcome of kind after attempts, with no DLQ entry, no error, no log
+ * line and nothing counted: the start every maker of an outcome sets its
+ * other fields on. */
+static inline fw_outcome_t
+fw_outcome_of (fw_outcome_kind_t kind, int attempts)
+{
+   fw_outcome_t o = {kind, attempts,           0, "", "", "", 0, FW_COUNT_NOTHING, NULL,
+                     0,    FW_SUMMARY_NOTHING, 0, 0};
+   return o;
+}
+
 /* The position may pass an event that ended so. */
 static inline bool
 fw_outcome_finished (fw_outcome_kind_t kind)

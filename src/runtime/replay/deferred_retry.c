@@ -48,10 +48,10 @@ attempt (fw_dispatcher_t *d, const bson_t *entry, int64_t n, fw_replay_hook_t *h
 {
    bson_t event;
    fw_event_t ev;
-   fw_outcome_t o = {
-      FW_OUTCOME_NO_HANDLER, 0, 0, "", "InvalidEntry", why, 0, FW_COUNT_NOTHING, NULL, 0,
-      FW_SUMMARY_NOTHING,    0, 0};
+   fw_outcome_t o = fw_outcome_of (FW_OUTCOME_NO_HANDLER, 0);
 
+   o.error_type = "InvalidEntry";
+   o.error = why; /* filled when the entry cannot be read as an event */
    if (fw_dlq_replay_build_event (entry, &event, &ev, why, len)) {
       /* ctx:attempt_number() counts them all */
       fw_dispatch_run_t run = {(int) (n - 1), hook};

@@ -366,8 +366,7 @@ static fw_read_end_t
 unreadable_event (here_t *h, fw_event_t *ev, const fw_error_t *err)
 {
    char eid[1024], what[2200];
-   fw_outcome_t o = {FW_OUTCOME_NO_DLQ,  0, 0, "", "", "", 0, FW_COUNT_NOTHING, NULL, 0,
-                     FW_SUMMARY_NOTHING, 0, 0};
+   fw_outcome_t o = fw_outcome_of (FW_OUTCOME_NO_DLQ, 0);
    fw_settle_place_t place = here_place (h);
    bson_iter_t tok;
    bool named = fw_event_field (ev, FW_EV_ID, &tok) && BSON_ITER_HOLDS_DOCUMENT (&tok);
