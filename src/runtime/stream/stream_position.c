@@ -12,11 +12,13 @@
 
 /* checkpoint.mode = "async": saves that may wait to be written while the
  * handler goes on; a crash repeats at most (this + 1) x save_every events.
- * With one write in flight the stored checkpoint trails by the events of two
- * round trips, so this caps a stream at about this / 2 x save_every events
- * per checkpoint round trip: 1 (2 x save_every) held S2 to 69k events/s at
- * 1 ms of latency, 9 to 308k, 19 leaves it unthrottled up to 5 ms
- * (docs/performance.md, "Networks with latency"). */
+ * The stored checkpoint trails by the events of a write's round trip plus
+ * the spacing of the writes in flight (checkpoint_writer.c: up to four, one
+ * every this / 5 saves), so this caps a stream at about this / 1.25 x
+ * save_every events per checkpoint round trip (with one write in flight,
+ * this / 2: 1 held S2 to 69k events/s at 1 ms of latency, 9 to 308k; 19
+ * held it to 120-131k at 5 ms; docs/performance.md, "Networks with
+ * latency"). */
 #define FW_CHECKPOINT_MAX_BEHIND 19
 
 void
