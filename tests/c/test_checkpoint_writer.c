@@ -577,6 +577,37 @@ test_out_of_order_never_moves_back (void **state)
    assert_int_equal (f.opened[1], 1);
 }
 
+/* max_behind 19: a second write starts only once the writer lags by half of
+ * it (9 hand-overs past the newest tried), not at 8 (7 past the one in
+ * flight, 19 / 3 rounded up, would do): a write that keeps up is not
+ * doubled. */
+static void
+test_second_write_only_when_lagging (void **state)
+{
+   fake_t f;
+   fw_checkpoint_writer_t *cw;
+   (void) state;
+
+   fake_init (&f);
+   cw = writer_with (&f, 1000, 2);
+   fake_hold_conn (&f, 0, true);
+   fake_hold_conn (&f, 1, true);
+   submit (cw, 1, 19);
+   assert_true (fake_wait_held (&f, 0, 1));
+   for (int64_t v = 2; v <= 8; v++) {
+      submit (cw, v, 19); /* 8 behind at most: waits */
+   }
+   submit (cw, 9, 19); /* 9 behind: starts */
+   assert_true (fake_wait_held (&f, 1, 9));
+   fake_hold_conn (&f, 0, false);
+   fake_hold_conn (&f, 1, false);
+   assert_true (fake_wait (&f, 2));
+   fw_checkpoint_writer_quiesce (cw);
+   finish_writer (cw, &f);
+   assert_int_equal (f.n, 2);
+   assert_int_equal (f.stored_value, 9);
+}
+
 /* The newer of two writes in flight fails while the older is still out: it
  * is tried again (nothing newer holds it) and stored. */
 static void
@@ -797,6 +828,7 @@ main (void)
       cmocka_unit_test (test_fenced_writes_carry_the_epoch),
       cmocka_unit_test (test_max_behind_bounds_the_lag),
       cmocka_unit_test (test_out_of_order_never_moves_back),
+      cmocka_unit_test (test_second_write_only_when_lagging),
       cmocka_unit_test (test_newer_of_two_failing_is_retried),
       cmocka_unit_test (test_older_of_two_failing_is_not_retried),
       cmocka_unit_test (test_quiesce_waits_for_every_write),

@@ -71,6 +71,7 @@ struct fw_checkpoint_writer {
    uint64_t tried;      /* the newest seq whose write ended (written, failed, superseded) */
    uint64_t started;    /* the newest seq given to a connection */
    uint64_t gap;        /* a second write in flight starts this many hand-overs apart */
+   uint64_t lagging;    /* ... and only this many hand-overs past the newest tried */
    uint64_t retry_seq;  /* a failed position waiting for its retry; 0: none */
    int64_t retry_at_ms; /* ... not before this CLOCK_MONOTONIC time */
    bool stop;
@@ -200,9 +201,11 @@ busy_count (const fw_checkpoint_writer_t *cw)
 }
 
 /* Gives pending to a free connection when it may start: conn 0 (the
- * writer's own) first; another only while a write is in flight and pending
- * is gap hand-overs past the last one started, and only when the sink lends
- * it a connection now. */
+ * writer's own) first; another only while a write is in flight, when the
+ * writer lags (lagging hand-overs past the newest tried: on a fast network
+ * the one write keeps up, and a server that stalls every write is not sent
+ * more) and pending is gap hand-overs past the last one started, and only
+ * when the sink lends it a connection now. */
 static void
 dispatch (fw_checkpoint_writer_t *cw)
 {
@@ -216,8 +219,9 @@ dispatch (fw_checkpoint_writer_t *cw)
       return;
    }
    busy = busy_count (cw);
-   if (busy > 0 && cw->pending.seq < cw->started + cw->gap) {
-      return; /* too close to the last write started: it waits for one to end */
+   if (busy > 0 &&
+       (cw->submitted - cw->tried < cw->lagging || cw->pending.seq < cw->started + cw->gap)) {
+      return; /* it waits for a write to end */
    }
    for (int i = 0; i < cw->n_conn; i++) {
       conn_t *c = &cw->conn[i];
@@ -483,10 +487,12 @@ fw_checkpoint_writer_submit (fw_checkpoint_writer_t *cw, const bson_t *processed
    cw->pending.seq = ++cw->submitted;
    cw->has_pending = true;
    /* max_behind / (n + 1) apart, rounded up: n writes in flight and the
-    * handler's lead split the bound evenly. */
+    * handler's lead split the bound evenly; more than one once half of it is
+    * used. */
    cw->gap = max_behind > 0
                 ? ((uint64_t) max_behind + (uint64_t) cw->n_conn) / ((uint64_t) cw->n_conn + 1)
                 : 1;
+   cw->lagging = max_behind > 0 ? (uint64_t) max_behind / 2 : 0;
    dispatch (cw);
    pthread_mutex_unlock (&cw->mu);
 }

@@ -10,9 +10,10 @@
  * network with latency one write in flight let the stored checkpoint trail
  * by two round trips). A position handed over with fw_checkpoint_save waits
  * in a one-slot queue, where a newer one replaces it (coalescing), until a
- * connection takes it: the first one whenever it is free, another only once
- * the position is some hand-overs past the last one started, so that the
- * writes in flight start spread over a round trip. Each write carries its
+ * connection takes it: the first one whenever it is free, another only while
+ * the writer lags by half the handler's bound (max_behind) and the position
+ * is some hand-overs past the last one started, so that the writes in flight
+ * start spread over a round trip. Each write carries its
  * hand-over's number (seq) and the store keeps no position over a later seq
  * (fw_checkpoint_save_ordered), so writes that end out of order never move
  * the stored checkpoint backwards; a failed write is tried again (after
@@ -85,8 +86,9 @@ fw_checkpoint_writer_t *fw_checkpoint_writer_new (mongoc_client_pool_t *pool, co
  * failed or found superseded), so that (while writes succeed) the stored
  * checkpoint is at most max_behind hand-overs behind the one just made; with
  * 0, never waits. The hand-over is written as soon as a connection takes it
- * (see above); max_behind also sets how far apart the writes in flight start
- * (max_behind / (max_in_flight + 1) hand-overs, at least 1). */
+ * (see above); max_behind also sets when more than one write may be in
+ * flight (max_behind / 2 hand-overs behind, 0 with 0) and how far apart they
+ * start (max_behind / (max_in_flight + 1) hand-overs, at least 1). */
 void fw_checkpoint_writer_submit (fw_checkpoint_writer_t *cw, const bson_t *processed,
                                   const bson_t *seen, const char *script_version, int max_behind);
 
