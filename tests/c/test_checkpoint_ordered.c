@@ -154,6 +154,43 @@ unstamped_and_other_writers_checkpoints_are_overwritten (void **state)
    bson_destroy (t);
 }
 
+/* The gap of the final save (issue 41): a write of the writer that timed out
+ * on the client's side may reach the server after the stream's synchronous
+ * save at shutdown; that save carries the writer's stamp past every hand-over
+ * (fw_checkpoint_writer_stamp), so the late write changes nothing, with its
+ * extra fields and with a fence too. */
+static void
+a_late_write_never_replaces_the_final_save (void **state)
+{
+   bson_oid_t w;
+   fw_error_t err;
+   bson_t *t = token (9);
+   bson_t *also = BCON_NEW ("extra", BCON_INT32 (1));
+   int64_t epoch;
+   (void) state;
+
+   bson_oid_init (&w, NULL);
+   assert_int_equal (save ("final", 5, 0, &w, 5, &err), FW_CHECKPOINT_SAVED);
+   /* seq 6 timed out on the client's side; the final save takes seq 7 */
+   assert_int_equal (
+      fw_checkpoint_save_ordered_with (g_client, DB, "final", t, t, "v", also, 0, &w, 7, &err),
+      FW_CHECKPOINT_SAVED);
+   assert_int_equal (save ("final", 6, 0, &w, 6, &err), FW_CHECKPOINT_SUPERSEDED); /* lands late */
+   assert_int_equal (stored ("final"), 9);
+
+   bson_destroy (t);
+   t = token (12);
+   assert_true (fw_checkpoint_fence (g_client, DB, "final", 1, &epoch, &err));
+   assert_int_equal (save ("final", 10, 1, &w, 8, &err), FW_CHECKPOINT_SAVED);
+   assert_int_equal (
+      fw_checkpoint_save_ordered_with (g_client, DB, "final", t, t, "v", also, 1, &w, 10, &err),
+      FW_CHECKPOINT_SAVED);
+   assert_int_equal (save ("final", 11, 1, &w, 9, &err), FW_CHECKPOINT_SUPERSEDED);
+   assert_int_equal (stored ("final"), 12);
+   bson_destroy (also);
+   bson_destroy (t);
+}
+
 /* Fenced: a later write of the same writer that came first makes the
  * earlier one superseded (not an error); a newer leader's fence makes it
  * refused, with the reason. */
@@ -183,6 +220,7 @@ main (void)
       cmocka_unit_test (an_earlier_seq_never_replaces_a_later_one),
       cmocka_unit_test (unstamped_and_other_writers_checkpoints_are_overwritten),
       cmocka_unit_test (a_fenced_write_tells_superseded_from_fenced),
+      cmocka_unit_test (a_late_write_never_replaces_the_final_save),
    };
    return cmocka_run_group_tests (tests, setup, teardown);
 }

@@ -815,6 +815,35 @@ test_max_behind_with_writes_in_flight (void **state)
    assert_int_equal (f.stored_value, 5);
 }
 
+/* The stamp of the stream's own synchronous save (at shutdown, a pause):
+ * its seq is past every hand-over, the next hand-over's is past it, and the
+ * handler's bound counts from it (nothing waits for what the save holds). */
+static void
+test_stamp_comes_after_every_hand_over (void **state)
+{
+   fake_t f;
+   fw_checkpoint_writer_t *cw;
+   bson_oid_t writer;
+   int64_t seq = 0;
+   (void) state;
+
+   fake_init (&f);
+   cw = writer_over (&f, 1000);
+   fake_hold (&f, true);
+   submit (cw, 1, 0);
+   assert_true (fake_wait (&f, -1));
+   submit (cw, 2, 0); /* waits behind 1: dropped by the quiesce */
+   fake_hold (&f, false);
+   fw_checkpoint_writer_quiesce (cw);
+   assert_false (fw_checkpoint_writer_stamp (cw, &writer, &seq)); /* the fake has no id */
+   assert_int_equal (seq, 3);
+   submit (cw, 4, 1); /* max_behind 1: would wait for 2 and the stamp's seq if they counted */
+   assert_true (fake_wait_value (&f, 4));
+   fw_checkpoint_writer_destroy (cw);
+   assert_int_equal (f.seq[f.n - 1], 4);
+   assert_int_equal (f.broken, 0);
+}
+
 int
 main (void)
 {
@@ -830,6 +859,7 @@ main (void)
       cmocka_unit_test (test_out_of_order_never_moves_back),
       cmocka_unit_test (test_second_write_only_when_lagging),
       cmocka_unit_test (test_newer_of_two_failing_is_retried),
+      cmocka_unit_test (test_stamp_comes_after_every_hand_over),
       cmocka_unit_test (test_older_of_two_failing_is_not_retried),
       cmocka_unit_test (test_quiesce_waits_for_every_write),
       cmocka_unit_test (test_fencing_with_writes_in_flight),

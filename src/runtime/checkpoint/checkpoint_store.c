@@ -125,8 +125,7 @@ static bool
 save_checkpoint (mongoc_client_t *client, mongoc_client_session_t *session, const char *database,
                  const char *stream, const bson_t *processed, const bson_t *seen,
                  const char *script_version, const bson_t *also, int64_t epoch,
-                 const order_t *order, bool *fenced,
-                 bson_t *reply_out, fw_error_t *error)
+                 const order_t *order, bool *fenced, bson_t *reply_out, fw_error_t *error)
 {
    mongoc_collection_t *coll;
    bson_t selector = BSON_INITIALIZER;
@@ -284,17 +283,17 @@ stored_later (mongoc_client_t *client, const char *database, const char *stream,
    return ok;
 }
 
-/* fw_checkpoint_save_ordered's outcome, with err (set when not saved). */
+/* fw_checkpoint_save_ordered_with's outcome, with err (set when not saved). */
 static fw_checkpoint_saved_t
 save_ordered (mongoc_client_t *client, const char *database, const char *stream,
               const bson_t *processed, const bson_t *seen, const char *script_version,
-              int64_t epoch, const order_t *order, fw_error_t *err)
+              const bson_t *also, int64_t epoch, const order_t *order, fw_error_t *err)
 {
    fw_error_t read_err;
    bool fenced, later;
 
-   if (save_checkpoint (client, NULL, database, stream, processed, seen, script_version, NULL, epoch,
-                        order, &fenced, NULL, err)) {
+   if (save_checkpoint (client, NULL, database, stream, processed, seen, script_version, also,
+                        epoch, order, &fenced, NULL, err)) {
       return FW_CHECKPOINT_SAVED;
    }
    if (epoch > 0) {
@@ -322,8 +321,8 @@ save_ordered (mongoc_client_t *client, const char *database, const char *stream,
     * index's fields: mongod's shouldRetryDuplicateKeyException, in
     * update_stage.cpp / write_ops_exec.cpp), so try once more: the document
     * is there now, and matches unless it holds a later seq. */
-   if (save_checkpoint (client, NULL, database, stream, processed, seen, script_version, NULL, 0, order,
-                        NULL, NULL, err)) {
+   if (save_checkpoint (client, NULL, database, stream, processed, seen, script_version, also, 0,
+                        order, NULL, NULL, err)) {
       return FW_CHECKPOINT_SAVED;
    }
    return err->code == ERR_DUPLICATE_KEY ? FW_CHECKPOINT_SUPERSEDED : FW_CHECKPOINT_NOT_SAVED;
@@ -334,10 +333,20 @@ fw_checkpoint_save_ordered (mongoc_client_t *client, const char *database, const
                             const bson_t *processed, const bson_t *seen, const char *script_version,
                             int64_t epoch, const bson_oid_t *writer, int64_t seq, fw_error_t *error)
 {
+   return fw_checkpoint_save_ordered_with (client, database, stream, processed, seen,
+                                           script_version, NULL, epoch, writer, seq, error);
+}
+
+fw_checkpoint_saved_t
+fw_checkpoint_save_ordered_with (mongoc_client_t *client, const char *database, const char *stream,
+                                 const bson_t *processed, const bson_t *seen,
+                                 const char *script_version, const bson_t *also, int64_t epoch,
+                                 const bson_oid_t *writer, int64_t seq, fw_error_t *error)
+{
    order_t order = {writer, seq};
    fw_error_t err = {0};
    fw_checkpoint_saved_t saved = save_ordered (client, database, stream, processed, seen,
-                                               script_version, epoch, &order, &err);
+                                               script_version, also, epoch, &order, &err);
    if (saved == FW_CHECKPOINT_NOT_SAVED && error) {
       *error = err;
    }

@@ -84,6 +84,18 @@ fw_checkpoint_saved_t fw_checkpoint_save_ordered (mongoc_client_t *client, const
                                                   int64_t epoch, const bson_oid_t *writer,
                                                   int64_t seq, fw_error_t *error);
 
+/* As fw_checkpoint_save_ordered, with also's fields (as
+ * fw_checkpoint_save_with) in the same update. The stream's own synchronous
+ * saves while it has a checkpoint writer (the final one at shutdown, a
+ * pause, a restart) use it with the writer's stamp and a seq past every
+ * hand-over (fw_checkpoint_writer_stamp), so that a write of the writer that
+ * the server applies late (one that timed out on the client's side) never
+ * replaces them. also is borrowed. */
+fw_checkpoint_saved_t fw_checkpoint_save_ordered_with (
+   mongoc_client_t *client, const char *database, const char *stream, const bson_t *processed,
+   const bson_t *seen, const char *script_version, const bson_t *also, int64_t epoch,
+   const bson_oid_t *writer, int64_t seq, fw_error_t *error);
+
 /* exactly_once (issue 39): saves token as both lastProcessedToken and
  * lastSeenToken inside session's transaction (started by the caller, who
  * commits it). epoch > 0: fenced as fw_checkpoint_save_fenced (*fenced true

@@ -514,6 +514,23 @@ fw_checkpoint_writer_quiesce (fw_checkpoint_writer_t *cw)
    pthread_mutex_unlock (&cw->mu);
 }
 
+bool
+fw_checkpoint_writer_stamp (fw_checkpoint_writer_t *cw, bson_oid_t *writer, int64_t *seq)
+{
+   pthread_mutex_lock (&cw->mu);
+   FW_ASSERT (busy_count (cw) == 0 && !cw->has_pending); /* quiesced */
+   /* The caller's save takes a hand-over's place: the next ones come after
+    * it, and the handler's bound counts from it. */
+   *seq = (int64_t) ++cw->submitted;
+   cw->tried = cw->submitted;
+   pthread_mutex_unlock (&cw->mu);
+   if (!cw->mongo) {
+      return false;
+   }
+   bson_oid_copy (&cw->mongo->id, writer);
+   return true;
+}
+
 void
 fw_checkpoint_writer_set_epoch (fw_checkpoint_writer_t *cw, int64_t epoch)
 {

@@ -97,6 +97,15 @@ void fw_checkpoint_writer_submit (fw_checkpoint_writer_t *cw, const bson_t *proc
  * Afterwards the writer writes nothing until the next submit. */
 void fw_checkpoint_writer_quiesce (fw_checkpoint_writer_t *cw);
 
+/* After fw_checkpoint_writer_quiesce: the stamp of the caller's own
+ * synchronous save (fw_checkpoint_save_ordered_with), *seq a hand-over's
+ * number past every one handed over so far (reserved: later hand-overs come
+ * after it) and *writer this writer's id. A write of this writer that the
+ * server applies after that save (one that timed out on the client's side,
+ * which quiesce does not wait for) then changes nothing. False (*seq
+ * reserved all the same) when the writer's sink is not MongoDB's: no id. */
+bool fw_checkpoint_writer_stamp (fw_checkpoint_writer_t *cw, bson_oid_t *writer, int64_t *seq);
+
 /* ha.mode = "leader": the writes that start from now on are fenced with
  * epoch (fw_checkpoint_save_fenced); 0 (the default): plain saves. Quiesce
  * first so that no write of the old epoch is left. */

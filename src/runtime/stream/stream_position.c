@@ -92,6 +92,30 @@ fw_position_writer_results (fw_stream_worker_t *w)
 /* Writes the checkpoint on the stream's thread: mode = "sync", and with
  * "async" the final one (shutdown, pause, restart) and the rare ones (start,
  * invalidate), after the writer's write in flight. */
+/* The synchronous write of p (and also). With a checkpoint writer (quiesced
+ * by the caller) it carries the writer's stamp past every hand-over, so that
+ * none of the writer's writes that the server applies late (one that timed
+ * out on the client's side) replaces it. */
+static bool
+store_position (fw_stream_worker_t *w, const fw_position_t *p, const bson_t *also, fw_error_t *err)
+{
+   const bson_t *processed = p->has_processed ? &p->processed : NULL;
+   const bson_t *seen = p->has_resume ? &p->resume : NULL;
+   int64_t epoch = w->lead.lease ? w->lead.epoch : 0;
+   bson_oid_t writer;
+   int64_t seq;
+
+   if (w->ckpt.writer && fw_checkpoint_writer_stamp (w->ckpt.writer, &writer, &seq)) {
+      /* Superseded cannot happen (the seq is past every write of the
+       * writer); it would mean a later position is stored. */
+      return fw_checkpoint_save_ordered_with (w->client, w->cfg->database, w->cfg->name, processed,
+                                              seen, w->ckpt.version, also, epoch, &writer, seq,
+                                              err) != FW_CHECKPOINT_NOT_SAVED;
+   }
+   return fw_checkpoint_save_with (w->client, w->cfg->database, w->cfg->name, processed, seen,
+                                   w->ckpt.version, also, epoch, err);
+}
+
 void
 fw_position_save (fw_stream_worker_t *w, fw_position_t *p, const char *why)
 {
@@ -116,10 +140,7 @@ fw_position_save_with (fw_stream_worker_t *w, fw_position_t *p, const char *why,
       /* exactly once into a sink: PostgreSQL, another deployment */
       w->eo.advance (w, p->has_processed ? &p->processed : NULL, p->has_resume ? &p->resume : NULL);
    }
-   if (!fw_checkpoint_save_with (w->client, w->cfg->database, w->cfg->name,
-                                 p->has_processed ? &p->processed : NULL,
-                                 p->has_resume ? &p->resume : NULL, w->ckpt.version, also,
-                                 w->lead.lease ? w->lead.epoch : 0, &err)) {
+   if (!store_position (w, p, also, &err)) {
       fw_log (FW_LOG_ERROR, w->cfg->name, "%s (%s); will try again", err.message, why);
       if (w->metrics) {
          fw_stream_metrics_checkpoint (w->metrics, false, 0);
