@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include <cmocka.h>
+#include <dirent.h>
 
 #include "flowwarden/clock.h"
 #include "runtime/checkpoint/checkpoint_writer.h"
@@ -577,16 +578,33 @@ test_out_of_order_never_moves_back (void **state)
    assert_int_equal (f.opened[1], 1);
 }
 
+/* This process's threads (Linux: /proc/self/task). */
+static int
+thread_count (void)
+{
+   DIR *d = opendir ("/proc/self/task");
+   struct dirent *e;
+   int n = 0;
+   assert_non_null (d);
+   while ((e = readdir (d))) {
+      n += e->d_name[0] != '.';
+   }
+   closedir (d);
+   return n;
+}
+
 /* max_behind 19: a second write starts only once the writer lags by half of
  * it (9 hand-overs past the newest tried), not at 8 (7 past the one in
  * flight, 19 / 3 rounded up, would do): a write that keeps up is not
- * doubled. */
+ * doubled, and the second connection's thread starts only then. */
 static void
 test_second_write_only_when_lagging (void **state)
 {
    fake_t f;
    fw_checkpoint_writer_t *cw;
    (void) state;
+
+   int threads = thread_count ();
 
    fake_init (&f);
    cw = writer_with (&f, 1000, 2);
@@ -597,8 +615,10 @@ test_second_write_only_when_lagging (void **state)
    for (int64_t v = 2; v <= 8; v++) {
       submit (cw, v, 19); /* 8 behind at most: waits */
    }
-   submit (cw, 9, 19); /* 9 behind: starts */
+   assert_int_equal (thread_count (), threads + 1); /* the second connection's not started */
+   submit (cw, 9, 19);                              /* 9 behind: starts */
    assert_true (fake_wait_held (&f, 1, 9));
+   assert_int_equal (thread_count (), threads + 2);
    fake_hold_conn (&f, 0, false);
    fake_hold_conn (&f, 1, false);
    assert_true (fake_wait (&f, 2));

@@ -200,6 +200,20 @@ busy_count (const fw_checkpoint_writer_t *cw)
    return n;
 }
 
+static void *conn_main (void *arg);
+
+/* c's thread, started the first time c is needed (conn 0's with the
+ * writer): a writer that never lags keeps one thread. False when it cannot
+ * start: c is not used. */
+static bool
+conn_running (conn_t *c)
+{
+   if (!c->running) {
+      c->running = pthread_create (&c->thread, NULL, conn_main, c) == 0;
+   }
+   return c->running;
+}
+
 /* Gives pending to a free connection when it may start: conn 0 (the
  * writer's own) first; another only while a write is in flight, when the
  * writer lags (lagging hand-overs past the newest tried: on a fast network
@@ -226,7 +240,8 @@ dispatch (fw_checkpoint_writer_t *cw)
    for (int i = 0; i < cw->n_conn; i++) {
       conn_t *c = &cw->conn[i];
       if (c->busy ||
-          (i > 0 && !(c->borrowed = !cw->sink.open || cw->sink.open (cw->sink.ud, i, false)))) {
+          (i > 0 && (!conn_running (c) ||
+                     !(c->borrowed = !cw->sink.open || cw->sink.open (cw->sink.ud, i, false))))) {
          continue;
       }
       /* Positions start in the order they were handed over (a retry again),
@@ -424,10 +439,8 @@ fw_checkpoint_writer_start (const fw_checkpoint_sink_t *sink, const char *stream
       pthread_cond_init (&cw->conn[i].go, &attr);
    }
    pthread_condattr_destroy (&attr);
-   for (int i = 0; i < cw->n_conn && rc == 0; i++) {
-      rc = pthread_create (&cw->conn[i].thread, NULL, conn_main, &cw->conn[i]);
-      cw->conn[i].running = rc == 0;
-   }
+   rc = pthread_create (&cw->conn[0].thread, NULL, conn_main, &cw->conn[0]);
+   cw->conn[0].running = rc == 0;
    if (rc != 0) {
       fw_error_set (error, FW_ERROR_IO,
                     "cannot start the checkpoint writer threads of stream \"%s\": %s", stream,

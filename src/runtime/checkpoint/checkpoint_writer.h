@@ -3,8 +3,9 @@
  * (checkpoint.mode = "async", issue 16).
  *
  * One writer per stream, with up to max_in_flight writes at once, each on a
- * connection of its own (a thread each): the first connection is the
- * writer's for its life (popped from the stream's pool), the others are
+ * connection of its own (a thread each, the first one's started with the
+ * writer, the others' the first time they are needed): the first connection
+ * is the writer's for its life (popped from the stream's pool), the others are
  * borrowed from the pool for one write at a time, only when one is free
  * (never waiting), and only while the writer falls behind (issue 41: on a
  * network with latency one write in flight let the stored checkpoint trail
