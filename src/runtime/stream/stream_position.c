@@ -17,8 +17,8 @@
  * every this / 5 saves), so this caps a stream at about this / 1.25 x
  * save_every events per checkpoint round trip (with one write in flight,
  * this / 2: 1 held S2 to 69k events/s at 1 ms of latency, 9 to 308k; 19
- * held it to 120-131k at 5 ms; docs/performance.md, "Networks with
- * latency"). */
+ * held it under ~148k at 5 ms; docs/performance.md, "Networks with
+ * latency" and issue 41's fourth round). */
 #define FW_CHECKPOINT_MAX_BEHIND 19
 
 void
@@ -89,9 +89,6 @@ fw_position_writer_results (fw_stream_worker_t *w)
    }
 }
 
-/* Writes the checkpoint on the stream's thread: mode = "sync", and with
- * "async" the final one (shutdown, pause, restart) and the rare ones (start,
- * invalidate), after the writer's write in flight. */
 /* The synchronous write of p (and also). With a checkpoint writer (quiesced
  * by the caller) it carries the writer's stamp past every hand-over, so that
  * none of the writer's writes that the server applies late (one that timed
@@ -116,6 +113,9 @@ store_position (fw_stream_worker_t *w, const fw_position_t *p, const bson_t *als
                                    w->ckpt.version, also, epoch, err);
 }
 
+/* Writes the checkpoint on the stream's thread: mode = "sync", and with
+ * "async" the final one (shutdown, pause, restart) and the rare ones (start,
+ * invalidate), after the writer's write in flight. */
 void
 fw_position_save (fw_stream_worker_t *w, fw_position_t *p, const char *why)
 {
