@@ -204,12 +204,13 @@ static void *conn_main (void *arg);
 
 /* c's thread, started the first time c is needed (conn 0's with the
  * writer): a writer that never lags keeps one thread. False when it cannot
- * start: c is not used. */
+ * start: the writer then keeps the connections it has (none after c has
+ * started, as they are taken in order). */
 static bool
-conn_running (conn_t *c)
+conn_running (fw_checkpoint_writer_t *cw, conn_t *c)
 {
-   if (!c->running) {
-      c->running = pthread_create (&c->thread, NULL, conn_main, c) == 0;
+   if (!c->running && !(c->running = pthread_create (&c->thread, NULL, conn_main, c) == 0)) {
+      cw->n_conn = c->index;
    }
    return c->running;
 }
@@ -240,7 +241,7 @@ dispatch (fw_checkpoint_writer_t *cw)
    for (int i = 0; i < cw->n_conn; i++) {
       conn_t *c = &cw->conn[i];
       if (c->busy ||
-          (i > 0 && (!conn_running (c) ||
+          (i > 0 && (!conn_running (cw, c) ||
                      !(c->borrowed = !cw->sink.open || cw->sink.open (cw->sink.ud, i, false))))) {
          continue;
       }
@@ -380,7 +381,7 @@ conn_main (void *arg)
 static void
 writer_free (fw_checkpoint_writer_t *cw)
 {
-   for (int i = 0; i < cw->n_conn; i++) {
+   for (int i = 0; i < FW_CHECKPOINT_MAX_IN_FLIGHT; i++) { /* n_conn may have shrunk */
       slot_free (&cw->conn[i].slot);
       pthread_cond_destroy (&cw->conn[i].go);
    }
@@ -433,7 +434,7 @@ fw_checkpoint_writer_start (const fw_checkpoint_sink_t *sink, const char *stream
    pthread_cond_init (&cw->done, NULL);
    pthread_condattr_init (&attr);
    pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
-   for (int i = 0; i < cw->n_conn; i++) {
+   for (int i = 0; i < FW_CHECKPOINT_MAX_IN_FLIGHT; i++) {
       cw->conn[i].cw = cw;
       cw->conn[i].index = i;
       pthread_cond_init (&cw->conn[i].go, &attr);
