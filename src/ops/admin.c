@@ -675,8 +675,21 @@ mhd_log (void *cls, const char *fmt, va_list ap)
 
 /* --- the console's history ------------------------------------------------ */
 
-/* Samples every stream's lag and rate into the history, at start and every
- * FW_ADMIN_HISTORY_STEP_MS, until the endpoint stops. */
+/* Samples every stream's lag and rate into the history, once. */
+static void
+sample_history (fw_admin_t *a)
+{
+   fw_stream_snapshot_t *snaps = NULL;
+   int n;
+
+   if ((n = list_streams (a, &snaps)) >= 0) {
+      fw_admin_history_record (a->history, snaps, n, fw_now_ms ());
+   }
+   free (snaps);
+}
+
+/* Samples the history every FW_ADMIN_HISTORY_STEP_MS after the one taken at
+ * start, until the endpoint stops. */
 static void *
 sampler_main (void *arg)
 {
@@ -687,30 +700,29 @@ sampler_main (void *arg)
    clock_gettime (CLOCK_MONOTONIC, &next);
    pthread_mutex_lock (&a->mu);
    while (!a->stopping) {
-      fw_stream_snapshot_t *snaps = NULL;
-      int n;
-
-      pthread_mutex_unlock (&a->mu);
-      if ((n = list_streams (a, &snaps)) >= 0) {
-         fw_admin_history_record (a->history, snaps, n, fw_now_ms ());
-      }
-      free (snaps);
       next.tv_sec += FW_ADMIN_HISTORY_STEP_MS / 1000;
-      pthread_mutex_lock (&a->mu);
       while (!a->stopping &&
              pthread_cond_timedwait (&a->sampler_cond, &a->mu, &next) != ETIMEDOUT) {
+      }
+      if (!a->stopping) {
+         pthread_mutex_unlock (&a->mu);
+         sample_history (a);
+         pthread_mutex_lock (&a->mu);
       }
    }
    pthread_mutex_unlock (&a->mu);
    return NULL;
 }
 
+/* The first sample is taken before the endpoint answers, so the console's
+ * history has every stream from its first request. */
 static bool
 start_sampler (fw_admin_t *a)
 {
    if (!(a->history = fw_admin_history_new ())) {
       return false;
    }
+   sample_history (a);
    a->sampler_started = pthread_create (&a->sampler, NULL, sampler_main, a) == 0;
    return a->sampler_started;
 }

@@ -2,8 +2,8 @@
  * standin_process.h - starts and stops the MongoDB stand-in
  * (tests/standin/mongo_standin.py --port 0) for the C tests that need a
  * server: test_standin_libmongoc.c, test_lease.c, test_mongo_lua.c,
- * test_checkpoint_ordered.c. Static functions, so each file uses what it
- * needs.
+ * test_server_probe.c (a standalone, another set), test_checkpoint_ordered.c.
+ * Static functions, so each file uses what it needs.
  */
 #ifndef FLOWWARDEN_STANDIN_PROCESS_H
 #define FLOWWARDEN_STANDIN_PROCESS_H
@@ -39,11 +39,13 @@ now_s (void)
    return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
 }
 
-/* Starts the stand-in and waits (at most 30 s) for its "ready
- * 127.0.0.1:<port>" line; fills s. False (with a message on stderr) when it
- * did not become ready. */
+/* Starts the stand-in with up to two more options (NULL: none, e.g.
+ * "--standalone", or "--replset", "other") and waits (at most 30 s) for its
+ * "ready 127.0.0.1:<port>" line; fills s (its uri names replica set rs0
+ * whatever the options). False (with a message on stderr) when it did not
+ * become ready. */
 static inline bool
-standin_start (standin_t *s)
+standin_start_with (standin_t *s, const char *opt1, const char *opt2)
 {
    int fds[2];
    char line[256] = {0};
@@ -62,7 +64,8 @@ standin_start (standin_t *s)
       dup2 (fds[1], STDOUT_FILENO);
       close (fds[0]);
       close (fds[1]);
-      execl ("/usr/bin/python3", "python3", STANDIN_SCRIPT, "--port", "0", (char *) NULL);
+      execl ("/usr/bin/python3", "python3", STANDIN_SCRIPT, "--port", "0", opt1, opt2,
+             (char *) NULL);
       fprintf (stderr, "exec /usr/bin/python3 failed: %s\n", strerror (errno));
       _exit (127);
    }
@@ -85,6 +88,13 @@ standin_start (standin_t *s)
    s->pid = pid;
    snprintf (s->uri, sizeof s->uri, "mongodb://127.0.0.1:%u/?replicaSet=rs0", port);
    return true;
+}
+
+/* standin_start_with, no more options: a one-node replica set rs0. */
+static inline bool
+standin_start (standin_t *s)
+{
+   return standin_start_with (s, NULL, NULL);
 }
 
 /* Stops the stand-in with SIGTERM and returns its wait status (-1 when it

@@ -143,6 +143,12 @@ fake_dlq (void *ud, const fw_admin_dlq_request_t *req, char **json, char *messag
 
 static fake_t fake;
 
+/* The running endpoint and the test's response buffer: a test that fails
+ * leaves both to teardown, which stops the endpoint (and a reload it held)
+ * so that the next test starts clean and nothing leaks. */
+static fw_admin_t *g_admin;
+static struct resp *g_resp;
+
 static fw_admin_t *
 start (const char *token)
 {
@@ -168,12 +174,14 @@ start (const char *token)
       fail_msg ("fw_admin_start: %s", err.message);
    }
    assert_true (fw_admin_port (a) > 0);
+   g_admin = a;
    return a;
 }
 
 static void
 stop (fw_admin_t *a)
 {
+   g_admin = NULL;
    fw_admin_stop (a);
    fw_metrics_destroy (fake.metrics);
    pthread_cond_destroy (&fake.cond);
@@ -182,7 +190,7 @@ stop (fw_admin_t *a)
 
 /* --- the client ----------------------------------------------------------- */
 
-typedef struct {
+typedef struct resp {
    long status;
    char body[200000];
    size_t len;
@@ -220,6 +228,32 @@ on_header (char *p, size_t size, size_t n, void *ud)
 }
 
 static int port;
+
+/* The test's response buffer (freed by teardown). */
+static resp_t *
+response (void)
+{
+   free (g_resp);
+   g_resp = malloc (sizeof *g_resp);
+   assert_non_null (g_resp);
+   return g_resp;
+}
+
+static int
+teardown (void **state)
+{
+   (void) state;
+   if (g_admin) { /* the test failed: a reload it held is let go, the endpoint stopped */
+      pthread_mutex_lock (&fake.mu);
+      fake.hold = false;
+      pthread_cond_broadcast (&fake.cond);
+      pthread_mutex_unlock (&fake.mu);
+      stop (g_admin);
+   }
+   free (g_resp);
+   g_resp = NULL;
+   return 0;
+}
 
 static void
 http (const char *method, const char *path, const char *token, size_t body_len, resp_t *r)
@@ -274,7 +308,7 @@ static void
 admin_every_route_answers (void **state)
 {
    fw_admin_t *a = start (NULL);
-   resp_t *r = malloc (sizeof *r);
+   resp_t *r = response ();
    (void) state;
 
    port = fw_admin_port (a);
@@ -391,7 +425,6 @@ admin_every_route_answers (void **state)
    assert_int_equal (fake.calls, 0);
    http ("POST", "/v1/streams/orders/pause", NULL, FW_ADMIN_MAX_BODY, r);
    assert_int_equal (r->status, 200);
-   free (r);
    stop (a);
 }
 
@@ -399,7 +432,7 @@ static void
 admin_token_guards_posts_only (void **state)
 {
    fw_admin_t *a = start ("s3cret-token");
-   resp_t *r = malloc (sizeof *r);
+   resp_t *r = response ();
    (void) state;
 
    port = fw_admin_port (a);
@@ -425,7 +458,6 @@ admin_token_guards_posts_only (void **state)
    assert_int_equal (r->status, 200);
    http ("GET", "/v1/streams", NULL, 0, r);
    assert_int_equal (r->status, 200);
-   free (r);
    stop (a);
 }
 
@@ -503,7 +535,7 @@ static void
 admin_idle_connections_do_not_block_metrics (void **state)
 {
    fw_admin_t *a = start (NULL);
-   resp_t *r = malloc (sizeof *r);
+   resp_t *r = response ();
    int fds[200];
    (void) state;
 
@@ -516,23 +548,25 @@ admin_idle_connections_do_not_block_metrics (void **state)
          assert_int_equal (write (fds[i], half, sizeof half - 1), (ssize_t) (sizeof half - 1));
       }
    }
+   /* Answered while the 200 stay connected: the endpoint drops an idle one only after
+    * CONNECTION_TIMEOUT_S (30 s), later than curl gives up (20 s), so a GET that waited for
+    * them would fail (rc CURLE_OPERATION_TIMEDOUT), however busy the machine. */
    for (int i = 0; i < 5; i++) {
       http ("GET", "/metrics", NULL, 0, r);
       assert_int_equal (r->rc, CURLE_OK);
       assert_int_equal (r->status, 200);
-      assert_true (r->seconds < 1.0);
    }
    http ("GET", "/readyz", NULL, 0, r);
    assert_int_equal (r->status, 503);
    for (int i = 0; i < 200; i++) {
       close (fds[i]);
    }
-   free (r);
    stop (a);
 }
 
 typedef struct {
-   resp_t r;
+   resp_t r;   /* the POST's */
+   resp_t get; /* a GET made meanwhile */
 } poster_t;
 
 static void *
@@ -547,8 +581,9 @@ static void
 admin_gets_answer_while_a_post_is_worked_on (void **state)
 {
    fw_admin_t *a = start (NULL);
-   resp_t *r = malloc (sizeof *r);
-   poster_t *p = malloc (sizeof *p);
+   resp_t *r = response ();
+   static poster_t poster;
+   poster_t *p = &poster;
    pthread_t t;
    (void) state;
 
@@ -560,21 +595,21 @@ admin_gets_answer_while_a_post_is_worked_on (void **state)
       pthread_cond_wait (&fake.cond, &fake.mu);
    }
    pthread_mutex_unlock (&fake.mu);
-   /* The reload is blocked in the runtime: GETs still answer at once. */
+   /* The reload is blocked in the runtime, and stays so until both GETs returned: a GET
+    * that waited for the POST would never return (curl gives up after 20 s, status 0).
+    * Checked once the reload is let go, so that a failure leaves no thread behind. */
    http ("GET", "/metrics", NULL, 0, r);
-   assert_int_equal (r->status, 200);
-   assert_true (r->seconds < 1.0);
-   http ("GET", "/v1/streams/orders", NULL, 0, r);
-   assert_int_equal (r->status, 200);
+   http ("GET", "/v1/streams/orders", NULL, 0, &p->get);
    pthread_mutex_lock (&fake.mu);
    fake.hold = false;
    pthread_cond_broadcast (&fake.cond);
    pthread_mutex_unlock (&fake.mu);
    pthread_join (t, NULL);
+   assert_int_equal (r->status, 200);
+   assert_has (r->body, "flowwarden_events_total");
+   assert_int_equal (p->get.status, 200);
    assert_int_equal (p->r.status, 200);
    assert_has (p->r.body, "reloaded script.lua");
-   free (p);
-   free (r);
    stop (a);
 }
 
@@ -584,7 +619,7 @@ static void
 admin_serves_the_console_with_its_headers (void **state)
 {
    fw_admin_t *a = start (NULL);
-   resp_t *r = malloc (sizeof *r);
+   resp_t *r = response ();
    (void) state;
 
    port = fw_admin_port (a);
@@ -618,7 +653,6 @@ admin_serves_the_console_with_its_headers (void **state)
    assert_has (r->body, "{\"step_seconds\":5,\"window_seconds\":900,\"now\":");
    assert_has (r->body, "\"orders\":{\"t\":[");
    assert_has (r->body, "\"lag_seconds\":[0.25]");
-   free (r);
    stop (a);
 }
 
@@ -626,7 +660,7 @@ static void
 admin_dlq_routes_reach_the_runtime_with_their_arguments (void **state)
 {
    fw_admin_t *a = start ("s3cret-token");
-   resp_t *r = malloc (sizeof *r);
+   resp_t *r = response ();
    char many[1024] = "/v1/dlq/entries?";
    (void) state;
 
@@ -677,7 +711,6 @@ admin_dlq_routes_reach_the_runtime_with_their_arguments (void **state)
    }
    http ("GET", many, NULL, 0, r);
    assert_int_equal (r->status, 400);
-   free (r);
    stop (a);
 }
 
@@ -760,16 +793,16 @@ int
 main (void)
 {
    const struct CMUnitTest tests[] = {
-      cmocka_unit_test (admin_every_route_answers),
-      cmocka_unit_test (admin_token_guards_posts_only),
-      cmocka_unit_test (admin_addresses_are_checked_and_open_ones_need_a_token),
-      cmocka_unit_test (admin_busy_port_is_reported),
-      cmocka_unit_test (admin_idle_connections_do_not_block_metrics),
-      cmocka_unit_test (admin_gets_answer_while_a_post_is_worked_on),
-      cmocka_unit_test (admin_serves_the_console_with_its_headers),
-      cmocka_unit_test (admin_dlq_routes_reach_the_runtime_with_their_arguments),
-      cmocka_unit_test (admin_token_file_is_read_and_checked),
-      cmocka_unit_test (admin_history_keeps_the_last_15_minutes),
+      cmocka_unit_test_teardown (admin_every_route_answers, teardown),
+      cmocka_unit_test_teardown (admin_token_guards_posts_only, teardown),
+      cmocka_unit_test_teardown (admin_addresses_are_checked_and_open_ones_need_a_token, teardown),
+      cmocka_unit_test_teardown (admin_busy_port_is_reported, teardown),
+      cmocka_unit_test_teardown (admin_idle_connections_do_not_block_metrics, teardown),
+      cmocka_unit_test_teardown (admin_gets_answer_while_a_post_is_worked_on, teardown),
+      cmocka_unit_test_teardown (admin_serves_the_console_with_its_headers, teardown),
+      cmocka_unit_test_teardown (admin_dlq_routes_reach_the_runtime_with_their_arguments, teardown),
+      cmocka_unit_test_teardown (admin_token_file_is_read_and_checked, teardown),
+      cmocka_unit_test_teardown (admin_history_keeps_the_last_15_minutes, teardown),
    };
    int rc;
 

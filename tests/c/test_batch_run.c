@@ -26,6 +26,8 @@ typedef struct {
    bool single_attempts; /* count the per-event path's attempts as calls */
    int group[MAX_N];     /* exactly_once: its source transaction (0: none) */
    int groups_run;       /* sets given to the group path */
+   int again_at_call;    /* that call fails for its state's sake (0: never) */
+   int attempts[16];     /* the attempt number of each call */
 } fake_t;
 
 /* Every source transaction present in a call is there whole. */
@@ -53,12 +55,17 @@ fake_call (void *ud, const size_t *idx, size_t n, int attempt, bool *marked)
    fake_t *f = ud;
    bool raise = false;
 
-   (void) attempt;
    assert_true (n >= 2);
    assert_groups_whole (f, idx, n);
    f->calls++;
+   if (f->calls <= (int) (sizeof f->attempts / sizeof f->attempts[0])) {
+      f->attempts[f->calls - 1] = attempt;
+   }
    if (f->stop_at_call && f->calls == f->stop_at_call) {
       return FW_BATCH_CALL_STOPPED;
+   }
+   if (f->again_at_call && f->calls == f->again_at_call) {
+      return FW_BATCH_CALL_AGAIN;
    }
    if (f->calls <= f->fail_first) {
       return FW_BATCH_CALL_FAILED;
@@ -282,6 +289,51 @@ a_stop_ends_the_batch_unfinished (void **state)
    }
 }
 
+/* A call that failed in a full Lua state is made again at once, with the same events, as the
+ * next attempt (no backoff, whatever max_attempts says), and the attempts carry on from it. */
+static void
+a_call_failed_for_its_state_is_made_again_as_the_next_attempt (void **state)
+{
+   static fake_t f;
+   fw_batch_stats_t st = {0, 0, 0};
+   (void) state;
+   memset (&f, 0, sizeof f);
+   f.max_attempts = 1;
+   f.again_at_call = 1;
+   assert_true (run (&f, 8, &st));
+   assert_each_once (&f, 8);
+   assert_int_equal (f.calls, 2);
+   assert_int_equal (f.attempts[0], 1);
+   assert_int_equal (f.attempts[1], 2);
+   assert_int_equal (f.waits, 0);
+   assert_int_equal (st.splits, 0);
+
+   /* Among the retries: attempt 2 failed for its state, 3 fails as usual, 4 is the last. */
+   memset (&f, 0, sizeof f);
+   f.max_attempts = 4;
+   f.fail_first = 1;
+   f.again_at_call = 2;
+   f.poison[2] = true; /* raises until bisection leaves it alone */
+   assert_true (run (&f, 4, NULL));
+   assert_int_equal (f.attempts[0], 1);
+   assert_int_equal (f.attempts[1], 2);
+   assert_int_equal (f.attempts[2], 3);
+   assert_int_equal (f.attempts[3], 4);
+   assert_int_equal (f.waits, 2);       /* after 1 and after 3: none before the state's retry */
+   assert_int_equal (f.attempts[4], 4); /* bisection's halves: tried once as the last */
+   assert_each_once (&f, 4);
+
+   /* In bisection: a half made again counts on from the last attempt. */
+   memset (&f, 0, sizeof f);
+   f.max_attempts = 2;
+   f.poison[0] = true;
+   f.again_at_call = 3; /* the first half {0, 1} */
+   assert_true (run (&f, 4, NULL));
+   assert_int_equal (f.attempts[2], 2);
+   assert_int_equal (f.attempts[3], 3);
+   assert_each_once (&f, 4);
+}
+
 /* exactly_once: bisection never splits a source transaction; the one
  * holding the poison is run whole on the group path (the poison alone
  * dead-lettered, the others applied), every other event applied once. */
@@ -318,6 +370,7 @@ main (void)
       cmocka_unit_test (one_event_goes_the_per_event_path),
       cmocka_unit_test (a_stop_ends_the_batch_unfinished),
       cmocka_unit_test (bisection_never_splits_a_source_transaction),
+      cmocka_unit_test (a_call_failed_for_its_state_is_made_again_as_the_next_attempt),
    };
    return cmocka_run_group_tests (tests, NULL, NULL);
 }

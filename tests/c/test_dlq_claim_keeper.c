@@ -18,7 +18,7 @@
 #include "runtime/dlq/dlq_store.h"
 #include "runtime/replay/dlq_claim_keeper.h"
 
-#define TTL_MS 300
+#define TTL_MS 1000
 
 static int
 setup (void **state)

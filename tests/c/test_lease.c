@@ -484,6 +484,39 @@ a_gated_lease_waits_for_its_gate_and_a_yielded_one_can_be_taken_again (void **st
    fw_lease_destroy (a);
 }
 
+/* free_ms is counted from the expiresAt, not from when a standby first saw the lease free:
+ * a standby started (and first reading) at least 500 ms after the expiry, by the wall clock
+ * that is the server's, sees the server's now, and so its free_ms, at least that much past
+ * it. The gate keeps it from taking the lease. */
+static void
+free_ms_counts_from_the_expiry (int64_t expiry)
+{
+   fw_error_t err;
+   fw_lease_status_t st;
+   fw_lease_t *c;
+   int64_t created, w1;
+   double t0;
+
+   while ((created = wall_ms ()) < expiry + 500) {
+      usleep (20000);
+   }
+   c = fw_lease_new_gated (g_uri, "ha", "orphan", LEASE_MS, "c", allow, NULL, &err);
+   assert_non_null (c);
+   for (t0 = now_s ();; usleep (10000)) {
+      fw_lease_status (c, &st);
+      w1 = wall_ms ();
+      if (st.free_ms >= 0 || now_s () - t0 > 10.0) {
+         break;
+      }
+   }
+   fprintf (stderr, "LEASE a standby started %lld ms after the expiry: free_ms %lld\n",
+            (long long) (created - expiry), (long long) st.free_ms);
+   assert_false (st.live_holder);
+   assert_true (st.free_ms >= created - expiry - 3);
+   assert_true (st.free_ms <= w1 - expiry + 3);
+   fw_lease_destroy (c);
+}
+
 /* Issue 38: what a standby sees of the lease: a live holder while it renews; once it
  * crashed, no live holder since the lease's expiry (the server's clock), growing while the
  * gate keeps this one from taking it. */
@@ -501,44 +534,55 @@ a_standby_sees_the_holder_then_how_long_the_lease_has_been_free (void **state)
    __atomic_store_n (&g_allow, false, __ATOMIC_RELAXED);
    b = fw_lease_new_gated (g_uri, "ha", "orphan", LEASE_MS, "b", allow, NULL, &err);
    assert_non_null (b);
+   /* The holder's expiresAt less the server's now at b's last read, less the time since: at
+    * most the lease, whenever read; above 0 while b reads the renewed lease in time (a status
+    * read long after b's last read, on a busy machine, may show it past: b's next read finds
+    * the next renewal). This process's clock runs 3 s ahead (FW_TEST_CLOCK_SKEW_MS): a value
+    * taken from it instead of the server's never comes above 0. */
    for (t0 = now_s ();; usleep (10000)) {
       fw_lease_status (b, &st);
-      if (st.live_holder || now_s () - t0 > 5.0) {
-         break;
+      if (st.live_holder) {
+         assert_string_equal (st.holder, "a");
+         assert_int_equal (st.free_ms, -1);
+         assert_true (st.expires_in_ms <= LEASE_MS + 100);
+         if (st.expires_in_ms > 0) {
+            break;
+         }
+      }
+      if (now_s () - t0 > 10.0) {
+         fail_msg (
+            "no status with a live holder whose lease had time left within 10 s (last: "
+            "live %d, expires_in_ms %lld)",
+            st.live_holder, (long long) st.expires_in_ms);
       }
    }
-   assert_true (st.live_holder);
-   assert_string_equal (st.holder, "a");
-   assert_int_equal (st.free_ms, -1);
-   assert_true (st.expires_in_ms > 0 && st.expires_in_ms <= LEASE_MS + 100);
-   fw_lease_destroy (a); /* as kill -9 */
+   fw_lease_destroy (a); /* as kill -9; its thread joined: no renewal comes after this */
    /* The expiresAt a's last renewal left: the server's clock is this machine's wall clock. */
    history_open (&g_history, "orphan");
    history_close (&g_history);
    assert_string_equal (g_history.opened.owner, "a");
    expiry = g_history.opened.expires_ms;
-   /* Seen free within a standby's read of the lease's expiry (docs/operations.md, "Take-over
-    * time"): a status read after that wall time that still shows a live holder fails, however
-    * late this loop runs (a late loop only gives b more time). */
-   for (;; usleep (10000)) {
+   /* Seen free once b reads the lease after its expiry. How soon a standby reads it is
+    * checked on the server's clock by the crash case (the take at its first read); here a
+    * bounded wait, since a busy machine may run b's thread late. */
+   for (t0 = now_s ();; usleep (10000)) {
       w0 = wall_ms ();
       fw_lease_status (b, &st);
       w1 = wall_ms ();
       if (!st.live_holder) {
          break;
       }
-      if (w0 > expiry + STANDBY_READ_MS + SCHED_MARGIN_MS) {
+      if (now_s () - t0 > 10.0) {
          fail_msg ("the lease still seen held %lld ms after its expiry", (long long) (w0 - expiry));
       }
    }
    /* free_ms: how long the lease has been free, from its expiresAt by the server's clock: never
     * more than the time since (+ 3: both clocks read to the millisecond, the wall clock slewed
-    * against the monotonic one), less only by the read's reply time. */
+    * against the monotonic one), at least 0. */
    fprintf (stderr, "LEASE standby saw it free: free_ms %lld, %lld ms after its expiry\n",
             (long long) st.free_ms, (long long) (w1 - expiry));
    assert_true (st.free_ms >= 0);
    assert_true (st.free_ms <= w1 - expiry + 3);
-   assert_true (st.free_ms >= w0 - expiry - SCHED_MARGIN_MS);
    free_ms = st.free_ms;
    usleep (600000);
    w0 = wall_ms ();
@@ -548,7 +592,7 @@ a_standby_sees_the_holder_then_how_long_the_lease_has_been_free (void **state)
    /* Grown by at least the time slept, and still the time since the expiry. */
    assert_true (st.free_ms >= free_ms + 600);
    assert_true (st.free_ms <= w1 - expiry + 3);
-   assert_true (st.free_ms >= w0 - expiry - SCHED_MARGIN_MS);
+   free_ms_counts_from_the_expiry (expiry);
    assert_false (fw_lease_is_leader (b, NULL));
    __atomic_store_n (&g_allow, true, __ATOMIC_RELAXED);
    time_to_lead (b, 2.0);

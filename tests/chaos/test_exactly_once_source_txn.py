@@ -60,12 +60,32 @@ class SourceTransactions(StandInTestCase):
         with self.client.start_session() as ses:
             ses.with_transaction(lambda s: self.db.src.insert_many(docs, session=s))
 
-    def poll_sink(self, seen, done):
+    def poll_sink(self, seen, done, errors):
         """Counts the sink's documents per source transaction, each count one aggregate
-        (one consistent read), until done."""
-        while not done.is_set():
-            for g in self.db.sink.aggregate([{"$group": {"_id": "$txn", "n": {"$sum": 1}}}]):
-                seen.add((g["_id"], g["n"]))
+        (one consistent read), until done, and once more after it: the last read starts after
+        done was set, so it sees every group applied by then, however late this thread ran
+        (a read begun before the last commit does not). An error is kept for the test."""
+        try:
+            while True:
+                last = done.is_set()
+                for g in self.db.sink.aggregate([{"$group": {"_id": "$txn", "n": {"$sum": 1}}}]):
+                    seen.add((g["_id"], g["n"]))
+                if last:
+                    return
+        except Exception as e:  # noqa: BLE001  (reported by the test, not lost with the thread)
+            errors.append(e)
+
+    def start_poller(self):
+        seen, done, errors = set(), threading.Event(), []
+        poller = threading.Thread(target=self.poll_sink, args=(seen, done, errors), daemon=True)
+        poller.start()
+        return seen, done, errors, poller
+
+    def stop_poller(self, done, errors, poller):
+        done.set()
+        poller.join(60)
+        self.assertFalse(poller.is_alive(), "the poller's last read ended")
+        self.assertEqual(errors, [], "the poller's reads failed")
 
     def run_txns(self, script, txns, kill_in=None):
         env = None
@@ -74,9 +94,7 @@ class SourceTransactions(StandInTestCase):
             env = dict(os.environ, FW_TEST_SLOW_AT=str(TXN_SIZE // 2))
         p = self.run_fw(script, env=env)
         p.wait_open()
-        seen, done = set(), threading.Event()
-        poller = threading.Thread(target=self.poll_sink, args=(seen, done), daemon=True)
-        poller.start()
+        seen, done, errors, poller = self.start_poller()
         for k in range(txns):
             self.write_txn(k)
             if k == kill_in:
@@ -90,8 +108,7 @@ class SourceTransactions(StandInTestCase):
         while (self.db.sink.count_documents({}) < txns * TXN_SIZE
                and time.monotonic() < deadline):
             time.sleep(0.05)
-        done.set()
-        poller.join(30)
+        self.stop_poller(done, errors, poller)
         self.assertEqual(p.stop(), 0)
         return seen
 
@@ -128,9 +145,7 @@ class SourceTransactions(StandInTestCase):
         script = self.script(body)
         p = self.run_fw(script)
         p.wait_open()
-        seen, done = set(), threading.Event()
-        poller = threading.Thread(target=self.poll_sink, args=(seen, done), daemon=True)
-        poller.start()
+        seen, done, errors, poller = self.start_poller()
         ns = list(range(TXN_SIZE))
         ns[20] = -1
         self.write_txn(0, ns)
@@ -139,8 +154,7 @@ class SourceTransactions(StandInTestCase):
         while (self.db.sink.count_documents({}) < 2 * TXN_SIZE - 1
                and time.monotonic() < deadline):
             time.sleep(0.05)
-        done.set()
-        poller.join(30)
+        self.stop_poller(done, errors, poller)
         self.assertEqual(p.stop(), 0)
         entries = list(self.db["_fw_dlq"].find())
         self.assertEqual([e["documentKey"] for e in entries], [{"_id": "0-20"}],

@@ -130,9 +130,9 @@ class ShutdownDuringBackoff(FailureTestCase):
         p.wait_log("retrying in")
         eid1 = [r for r in p.reports() if r["id"] == 1][0]["eid"]
         started = time.monotonic()
-        rc = p.stop(timeout=10)
+        rc = p.stop(timeout=20)
         self.assertEqual(rc, 0)
-        self.assertLess(time.monotonic() - started, 5.0)
+        self.assertLess(time.monotonic() - started, 15.0)  # not the 30 s backoff
         self.assertEqual(self.processed_token("s"), eid0)
         self.assertLess(self.processed_token("s"), eid1)
         self.assertEqual(self.dlq_entries(), [])

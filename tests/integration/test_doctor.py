@@ -83,7 +83,9 @@ class HealthyTest(DoctorCase):
         elapsed = time.monotonic() - t0
         print("doctor against a healthy stand-in: %.3f s" % elapsed)
         self.assertEqual(cp.returncode, 0, cp.stdout + cp.stderr)
-        self.assertLess(elapsed, 5.0)
+        # The figure is printed; the bound only catches a check that waits out a timeout
+        # (a 30 s server selection), with room for a loaded machine.
+        self.assertLess(elapsed, 20.0)
         for line in cp.stdout.splitlines():
             self.assertFalse(line.startswith(("warn", "fail")), line)
         self.assertIn("replica set rs0", cp.stdout)

@@ -331,7 +331,9 @@ class HttpTest(StandInTestCase):
         """, timeout="500ms")
         t0 = time.monotonic()
         r = self.run_case(p, "hang", skip=True)[0]
-        self.assertLess(time.monotonic() - t0, 2.0)
+        # Within the 500 ms budget, not fw.http's default 30 s: the bound leaves a loaded
+        # machine's event round trip (insert, change stream, report) room.
+        self.assertLess(time.monotonic() - t0, 10.0)
         self.assertEqual(r["error"], "Http.Timeout")
         self.assertRegex(r["message"], r"^fw\.http: GET http://127\.0\.0\.1:\d+/hang: no complete "
                          r"response within \d+ ms \(the handler's remaining budget\)$")
@@ -391,7 +393,7 @@ class HttpTest(StandInTestCase):
     def test_link_local_addresses_are_refused_before_connecting(self):
         p = self.start("""
             cases.meta = function(doc)
-              return catch(fw.http.get, doc.url, { follow_redirects = true, timeout = "1s" })
+              return catch(fw.http.get, doc.url, { follow_redirects = true, timeout = "20s" })
             end
         """)
         for url in ("http://169.254.169.254/latest/meta-data/", "http://[fe80::1]/",
@@ -402,7 +404,10 @@ class HttpTest(StandInTestCase):
             self.assertEqual(r["type"], "Http.Denied", (url, r))
             self.assertRegex(r["message"], r": (169\.254\.169\.254|fe80::1|::ffff:169\.254\.169\.254) is a link-local "
                              r"address \(list it in allow_hosts to allow it\)$")
-            self.assertLess(time.monotonic() - t0, 1.0)
+            # Refused before connecting: a connect to these unroutable addresses would wait
+            # out the 20 s timeout (and end Http.Timeout); the bound leaves a loaded machine's
+            # event round trip room.
+            self.assertLess(time.monotonic() - t0, 10.0)
 
     # --- misuse ------------------------------------------------------------
     def test_bad_arguments_raise_argument_errors_naming_the_call(self):

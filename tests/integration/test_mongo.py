@@ -161,7 +161,7 @@ class MongoFromHandlersTest(StandInTestCase):
     @needs_standin("fault injection (failCommand blockConnection)")
     def test_a_hung_server_is_cut_by_the_handler_budget(self):
         self.fail_point("alwaysOn", {"failCommands": ["find"], "blockConnection": True,
-                                     "blockTimeMS": 5000, "appName": IO_APP})
+                                     "blockTimeMS": 10000, "appName": IO_APP})
         p = self.run_fw(self.script("""
             fw.stream {
               name = "s", collection = "orders", dlq = true, timeout = "500ms",
@@ -176,8 +176,9 @@ class MongoFromHandlersTest(StandInTestCase):
         entry = self.wait_for(lambda: self.db["_fw_dlq"].find_one(), what="the DLQ entry")
         elapsed = time.monotonic() - t0
         self.assertEqual(entry["error"]["type"], "Mongo.Timeout")
-        # The server holds the request for 5 s; the budget is 0.5 s.
-        self.assertLess(elapsed, 3.0)
+        # The server holds the request for 10 s; the budget is 0.5 s (the bound leaves a
+        # loaded machine's event round trip room).
+        self.assertLess(elapsed, 7.0)
         self.assertEqual(p.stop(), 0)
 
     def test_a_cursor_left_open_is_closed_after_the_handler(self):

@@ -81,10 +81,11 @@ class WindowSampled(StandInTestCase):
                                places=3)
         self.assertRegex(status(port), r"\noplog window: \S+; headroom: orders \S+\n")
         self.assertEqual(p.count_log("oplog window is unknown"), 0, p.messages())
-        # The sampler stops with the streams: no wait for its next tick.
+        # The sampler stops with the streams: no wait for its next tick (room for a loaded
+        # machine: the tick is 100 ms here, the stop's own work is what is bounded).
         t0 = time.monotonic()
         self.assertEqual(p.stop(), 0)
-        self.assertLess(time.monotonic() - t0, 3.0)
+        self.assertLess(time.monotonic() - t0, 10.0)
 
 
 class WindowUnreadable(StandInTestCase):

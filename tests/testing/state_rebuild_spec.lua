@@ -121,7 +121,7 @@ fw.stream { name = "s", database = "shop", collection = "orders", memory_limit =
       local doc = ctx:full_document()
       fw.mongo.collection("shop", "totals"):update_one({ _id = doc.customer },
         { ["$inc"] = { orders = 1 } }, { upsert = true })
-      -- once: fw.state outlives the rebuild (a retried batch may count its attempts afresh)
+      -- once: fw.state outlives the rebuild
       if doc.fill == "once" and not fw.state.get("filled") then
         fw.state.set("filled", true)
         while true do leak[#leak + 1] = string.rep("x", 4096) .. #leak end
@@ -176,4 +176,54 @@ describe("a full Lua state under exactly_once with on_batch", function()
     assert.same({ "dlq" }, r.outcomes)
     assert.is_nil(totals:find_one({ _id = "c" }))
   end)
+end)
+
+-- on_batch without exactly_once: a call that fails in the full state is made again at once on
+-- the rebuilt state, with the same events, as the next attempt (whatever max_attempts says), as
+-- an event's attempt is; an attempt count that started again at 1 would fill the new state too
+-- and stop the stream ("filled its memory_limit again").
+local BATCH_SCRIPT = [[
+local fw = require("flowwarden")
+leak = {}
+fw.stream { name = "s", database = "shop", collection = "orders", memory_limit = "8MB",
+  retry = { max_attempts = MAX_ATTEMPTS, initial_delay = "10ms" }, dlq = true,
+  on_batch = function(batch)
+    fw.log.info(string.format("call of %d event(s), attempt %d", #batch,
+                              batch:get(1):attempt_number()))
+    for _, ctx in batch:events() do
+      if ctx:full_document().fill == "once" and ctx:attempt_number() == 1 then
+        while true do leak[#leak + 1] = string.rep("x", 4096) .. #leak end
+      end
+    end
+  end }
+]]
+
+local function calls(r)
+  local out = {}
+  for _, l in ipairs(r.logs) do
+    local n, a = l.message:match("^call of (%d+) event%(s%), attempt (%d+)$")
+    if n then out[#out + 1] = n .. "@" .. a end
+  end
+  return out
+end
+
+describe("a full Lua state with on_batch", function()
+  for _, max_attempts in ipairs({ 1, 3 }) do
+    it("is rebuilt and the batch called again whole, its attempt count carrying on (max_attempts "
+       .. max_attempts .. ")", function()
+      local app = load_eo((BATCH_SCRIPT:gsub("MAX_ATTEMPTS", max_attempts)))
+      local r = app:deliver_batch("s", { fwt.insert({ _id = 1 }),
+                                         fwt.insert({ _id = 2, fill = "once" }) })
+      assert.same({ "handled", "handled" }, r.outcomes)
+      assert.equal("done", r.result)
+      assert.same({ "2@1", "2@2" }, calls(r))
+      assert.equal(1, #r.errors)
+      assert.same({ 1, "MemoryError", "rebuild" }, { r.errors[1].attempt, r.errors[1].type,
+                                                      r.errors[1].action })
+      assert.truthy(logged(r, "Lua state rebuilt from script version"))
+      assert.is_nil(logged(r, "retrying")) -- at once, without the retry's backoff
+      assert.equal(1, app.metrics:value("flowwarden_states_rebuilt_total",
+                                        { stream = "s", reason = "memory" }))
+    end)
+  end
 end)

@@ -184,12 +184,35 @@ txn_finish (fw_batch_state_t *s, lua_State *L, const size_t *idx, size_t n, bool
    }
 }
 
+/* A full Lua state (state_rebuild.c), as the per-event path sees to it:
+ * before a call, a rebuild that is due (false with s->result set when the
+ * stream must stop instead); after one (ok: it returned; when not, its
+ * failure table on top of L), whether it failed in the full state, to be
+ * made again at once on the rebuilt one (the failure taken off). */
+static bool
+rebuild_if_due (fw_batch_state_t *s, fw_dispatcher_t *d)
+{
+   if (d->rebuild.pending && !fw_state_rebuild (d)) {
+      s->result = (fw_outcome_t){FW_OUTCOME_FAILED, 0,    0, "", "", d->out.failure, 0,
+                                 FW_COUNT_NOTHING,  NULL, 0};
+      return false;
+   }
+   return true;
+}
+
+static bool
+failed_in_full_state (fw_dispatcher_t *d, bool ok, int attempt)
+{
+   return fw_state_past_mark (d, fw_lua_host_memory_used (d->prog.host)) &&
+          fw_state_check (d, ok, attempt) == FW_STATE_RETRY;
+}
+
 static fw_batch_call_t
 op_call (void *ud, const size_t *idx, size_t n, int attempt, bool *marked)
 {
    fw_batch_state_t *s = ud;
    fw_dispatcher_t *d = s->d;
-   lua_State *L = fw_lua_host_state (d->prog.host);
+   lua_State *L;
    fw_lua_stop_t stop = FW_LUA_STOP_NONE;
    int64_t start = fw_mono_ns ();
    fw_mongo_txn_t join;
@@ -206,6 +229,10 @@ op_call (void *ud, const size_t *idx, size_t n, int attempt, bool *marked)
       s->result = stopped ();
       return FW_BATCH_CALL_STOPPED;
    }
+   if (!rebuild_if_due (s, d)) {
+      return FW_BATCH_CALL_STOPPED;
+   }
+   L = fw_lua_host_state (d->prog.host); /* a rebuild's, if any */
    if (txn && !fw_txn_begin (d, L, &join)) {
       return call_failed (s, L, stop);
    }
@@ -244,11 +271,14 @@ op_call (void *ud, const size_t *idx, size_t n, int attempt, bool *marked)
       ok = false;
       /* fall through */
    default:
-      c = ok ? FW_BATCH_CALL_OK : call_failed (s, L, stop);
+      c = ok ? FW_BATCH_CALL_OK : FW_BATCH_CALL_FAILED; /* a failure: classified below */
       break;
    }
-   end_call (L, s, n);
-   return c;
+   end_call (L, s, n); /* the events' values let go: what is left is the state's */
+   if (c != FW_BATCH_CALL_STOPPED && failed_in_full_state (d, ok, attempt)) {
+      return FW_BATCH_CALL_AGAIN;
+   }
+   return ok ? c : call_failed (s, L, stop);
 }
 
 static bool

@@ -14,18 +14,25 @@ typedef struct {
 
 typedef enum { SET_DONE, SET_MARKED, SET_FAILED, SET_FAILED_FINAL, SET_STOPPED } set_t;
 
-/* One call of the handler with idx[0..*n): settles the events it did not
- * mark and moves the marked ones, in order, to the front of idx (*n their
- * number). */
+/* One call of the handler with idx[0..*n) as attempt *attempt: settles the
+ * events it did not mark and moves the marked ones, in order, to the front
+ * of idx (*n their number). A call that asks to be made again
+ * (FW_BATCH_CALL_AGAIN) is, as the next attempt: *attempt is the last one
+ * made. */
 static set_t
-call_once (run_t *r, size_t *idx, size_t *n, int attempt)
+call_once (run_t *r, size_t *idx, size_t *n, int *attempt)
 {
    size_t kept = 0;
    fw_batch_call_t c;
 
-   memset (r->marked, 0, *n * sizeof *r->marked);
-   r->stats->calls++;
-   c = r->ops->call (r->ops->ud, idx, *n, attempt, r->marked);
+   for (;; ++*attempt) {
+      memset (r->marked, 0, *n * sizeof *r->marked);
+      r->stats->calls++;
+      c = r->ops->call (r->ops->ud, idx, *n, *attempt, r->marked);
+      if (c != FW_BATCH_CALL_AGAIN) {
+         break;
+      }
+   }
    if (c == FW_BATCH_CALL_STOPPED) {
       return SET_STOPPED;
    }
@@ -50,13 +57,14 @@ static bool bisect (run_t *r, size_t *idx, size_t n);
 static bool
 settle (run_t *r, size_t *idx, size_t n)
 {
+   int attempt = r->ops->max_attempts;
    set_t s;
 
    if (n == 1) {
       r->stats->singles++;
       return r->ops->single (r->ops->ud, idx[0]);
    }
-   s = call_once (r, idx, &n, r->ops->max_attempts);
+   s = call_once (r, idx, &n, &attempt);
    if (s == SET_STOPPED) {
       return false;
    }
@@ -108,7 +116,7 @@ static bool
 attempts (run_t *r, size_t *idx, size_t *n)
 {
    for (int attempt = 1; *n > 1; attempt++) {
-      set_t s = call_once (r, idx, n, attempt);
+      set_t s = call_once (r, idx, n, &attempt);
       if (s == SET_STOPPED) {
          return false;
       }

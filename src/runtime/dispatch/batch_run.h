@@ -25,11 +25,14 @@
 #include <stdint.h>
 
 typedef enum {
-   FW_BATCH_CALL_OK,          /* the handler returned; marked[] says which events it failed */
-   FW_BATCH_CALL_FAILED,      /* the handler raised: every event of the call failed */
-   FW_BATCH_CALL_STOPPED,     /* a stop (shutdown, lost lease): the batch ends unfinished */
-   FW_BATCH_CALL_FAILED_FINAL /* raised an error the stream does not retry (retry_on,
-                               * no_retry_on): no whole-batch retry, bisected at once */
+   FW_BATCH_CALL_OK,           /* the handler returned; marked[] says which events it failed */
+   FW_BATCH_CALL_FAILED,       /* the handler raised: every event of the call failed */
+   FW_BATCH_CALL_STOPPED,      /* a stop (shutdown, lost lease): the batch ends unfinished */
+   FW_BATCH_CALL_FAILED_FINAL, /* raised an error the stream does not retry (retry_on,
+                                * no_retry_on): no whole-batch retry, bisected at once */
+   FW_BATCH_CALL_AGAIN         /* failed for its state's sake (a full Lua state, rebuilt
+                                * before the next call): called again at once with the
+                                * same events as the next attempt, whatever max_attempts */
 } fw_batch_call_t;
 
 typedef struct {

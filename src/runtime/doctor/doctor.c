@@ -11,6 +11,7 @@
 #include "flowwarden/clock.h"
 #include "runtime/ha/lease.h"
 #include "runtime/host/oplog_window.h"
+#include "runtime/host/server_probe.h"
 
 /* maxWireVersion of MongoDB 7.0 (src/mongo/db/wire_version.h). */
 #define WIRE_7_0 21
@@ -44,10 +45,15 @@ hello (mongoc_client_t *client, bson_t *reply, int64_t *mid_ms, fw_doctor_report
    *mid_ms = sent + (fw_now_ms () - sent) / 2;
    bson_destroy (&cmd);
    if (!ok) {
+      char why[2048];
+      snprintf (why, sizeof why, "%s", berr.message);
+      if (berr.domain == MONGOC_ERROR_SERVER_SELECTION) {
+         fw_server_explain_selection (client, why, sizeof why);
+      }
       fw_doctor_add (r, NULL, "connection", FW_DOCTOR_FAIL,
                      "check the URI (--uri, FLOWWARDEN_URI or fw.defaults { uri }), that the "
                      "server is up and reachable from here, and the user and password",
-                     "cannot reach or authenticate to the deployment: %s", berr.message);
+                     "cannot reach or authenticate to the deployment: %s", why);
    }
    return ok;
 }

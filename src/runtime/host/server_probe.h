@@ -31,6 +31,16 @@ void fw_server_describe (const mongoc_uri_t *uri, char *out, size_t len);
  */
 bool fw_server_probe (const mongoc_uri_t *uri, char *why, size_t len);
 
+/* After a failed server selection of client (why: libmongoc's error, e.g.
+ * "No suitable servers found", which does not say that a server answered
+ * but was left out of the replica set the URI names): appends to why (at
+ * most len in all) what the own hello of each seed that answered says
+ * against replicaSet= (a standalone, another set, a set not initiated, a
+ * mongos) with the remedy. Nothing without replicaSet=; a seed that never
+ * answered is left to libmongoc's message. One bounded connection per seed
+ * that answered (the URI's connectTimeoutMS); client is borrowed. */
+void fw_server_explain_selection (mongoc_client_t *client, char *why, size_t len);
+
 /* fw_server_probe's try, returning the selected server's description (its
  * hello reply: mongoc_server_description_hello_response), owned by the
  * caller (mongoc_server_description_destroy), or NULL with why set. */

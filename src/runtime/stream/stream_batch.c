@@ -224,7 +224,7 @@ batch_done (void *ud)
    p->dirty = true;
    p->since_save += (int) b->n;
    if (p->since_save >= w->cfg->save_every) {
-      fw_position_save_async (w, p, "save_every");
+      fw_position_save_async (&w->ckpt, p, "save_every");
    }
    return FW_READ_NEXT;
 }
@@ -280,7 +280,7 @@ fw_stream_batch_take (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position
       batch_free (&b);
       return FW_READ_LOST;
    }
-   fw_stream_reload_apply (w); /* between batches, never inside one */
+   fw_stream_reload_apply (&w->pending); /* between batches, never inside one */
    o = fw_batch_dispatch (w->d, b.ptrs, b.n, NULL);
    end = fw_stream_settle (&place, &o);
    if (end != FW_READ_NEXT) {

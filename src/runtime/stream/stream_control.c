@@ -9,6 +9,7 @@
 #include "flowwarden/log.h"
 #include "lua_api/metrics_lua.h"
 #include "runtime/stream/stream_control-private.h"
+#include "runtime/stream/stream_lead-private.h"
 #include "runtime/stream/stream_parts-private.h"
 #include "runtime/stream/stream_worker-private.h"
 
@@ -58,6 +59,40 @@ struct fw_stream_circuit *
 fw_stream_circuit (fw_stream_worker_t *w)
 {
    return &w->circuit;
+}
+
+struct fw_stream_shared *
+fw_stream_shared (fw_stream_worker_t *w)
+{
+   return &w->shared;
+}
+
+struct fw_stream_eo *
+fw_stream_exactly_once (fw_stream_worker_t *w)
+{
+   return &w->eo;
+}
+
+struct fw_stream_ckpt *
+fw_stream_checkpoint (fw_stream_worker_t *w)
+{
+   return &w->ckpt;
+}
+
+struct fw_stream_pending *
+fw_stream_pending (fw_stream_worker_t *w)
+{
+   return &w->pending;
+}
+
+/* ha.mode = "leader": whether this thread may still call handlers (declared
+ * in stream_lead-private.h; the share it reads: stream_shared.c). */
+bool
+fw_stream_lease_lost (fw_stream_worker_t *w)
+{
+   fw_stream_shared_observe (&w->shared); /* ha.mode = "shared" only */
+   return w->lead.lease &&
+          (!fw_lease_is_leader (w->lead.lease, NULL) || fw_stream_over_share (&w->shared));
 }
 
 int

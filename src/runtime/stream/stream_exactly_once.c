@@ -17,7 +17,6 @@
 #include "runtime/stream/stream_exactly_once-private.h"
 #include "runtime/stream/stream_exactly_once_sessions-private.h"
 #include "runtime/stream/stream_token-private.h"
-#include "runtime/stream/stream_worker-private.h"
 
 /* *dst = a copy of src (*dst allocated on first use). */
 static void
@@ -33,45 +32,45 @@ static bool
 position_in_txn (void *ud, const fw_event_t *ev, mongoc_client_t *client,
                  mongoc_client_session_t *session, bson_t *reply, bool *fenced, fw_error_t *error)
 {
-   fw_stream_worker_t *w = ud;
+   fw_stream_eo_t *e = ud;
    bson_t token = BSON_INITIALIZER;
    bool ok;
 
    *fenced = false;
    bson_init (reply);
-   if (w->lead.lease && w->lead.epoch <= 0) {
+   if (*e->lease && *e->epoch <= 0) {
       *fenced = true;
-      fw_error_set (error, FW_ERROR_MONGO, "stream \"%s\" no longer leads", w->cfg->name);
+      fw_error_set (error, FW_ERROR_MONGO, "stream \"%s\" no longer leads", e->cfg->name);
       return false;
    }
    if (ev->op == FW_OP_SNAPSHOT) {
       /* A snapshot's row has no resume token: the snapshot's progress
        * past it commits instead (the stream's position does not move). */
       bson_destroy (&token);
-      if (!w->eo.row) {
+      if (!e->row) {
          fw_error_set (error, FW_ERROR_INVALID,
                        "stream \"%s\": a snapshot's row without its "
                        "snapshot",
-                       w->cfg->name);
+                       e->cfg->name);
          return false;
       }
       bson_destroy (reply);
-      return w->eo.row (w, ev, client, session, reply, fenced, error);
+      return e->row (e->w, ev, client, session, reply, fenced, error);
    }
    if (!fw_position_set_event_token (&token, ev)) {
       fw_error_set (error, FW_ERROR_INVALID,
                     "stream \"%s\": the event has no resume token to "
                     "commit",
-                    w->cfg->name);
+                    e->cfg->name);
       bson_destroy (&token);
       return false;
    }
    bson_destroy (reply);
-   ok = fw_checkpoint_save_in (client, session, w->cfg->database, w->cfg->name, &token,
-                               fw_lua_host_version (fw_dispatcher_host (w->d)),
-                               w->lead.lease ? w->lead.epoch : 0, fenced, reply, error);
+   ok = fw_checkpoint_save_in (client, session, e->cfg->database, e->cfg->name, &token,
+                               fw_lua_host_version (fw_dispatcher_host (e->d)),
+                               *e->lease ? *e->epoch : 0, fenced, reply, error);
    if (ok) {
-      keep (&w->eo.written, &token);
+      keep (&e->written, &token);
    }
    bson_destroy (&token);
    return ok;
@@ -81,45 +80,45 @@ position_in_txn (void *ud, const fw_event_t *ev, mongoc_client_t *client,
 static void
 position_committed (void *ud)
 {
-   fw_stream_worker_t *w = ud;
+   fw_stream_eo_t *e = ud;
 
-   if (w->eo.written) {
-      keep (&w->eo.committed, w->eo.written);
+   if (e->written) {
+      keep (&e->committed, e->written);
    }
 }
 
 static bool
 record_session (void *ud, mongoc_client_t *client, const bson_t *lsid, fw_error_t *error)
 {
-   fw_stream_worker_t *w = ud;
+   fw_stream_eo_t *e = ud;
 
    /* On a sink: the stream's own record says where, for a start that no
     * longer runs there (stream_exactly_once_sessions.c). */
-   if (w->cfg->exactly_once_connection && w->client &&
-       !fw_txn_sessions_note_sink (w->client, w->cfg->database, w->cfg->name,
-                                   w->cfg->exactly_once_connection, error)) {
+   if (e->cfg->exactly_once_connection && *e->client &&
+       !fw_txn_sessions_note_sink (*e->client, e->cfg->database, e->cfg->name,
+                                   e->cfg->exactly_once_connection, error)) {
       return false;
    }
-   return fw_txn_sessions_record (client, w->cfg->database, w->cfg->name, lsid, error);
+   return fw_txn_sessions_record (client, e->cfg->database, e->cfg->name, lsid, error);
 }
 
 void
-fw_stream_exactly_once_wire (fw_stream_worker_t *w)
+fw_stream_exactly_once_wire (fw_stream_eo_t *e)
 {
-   if (w->cfg->exactly_once) {
-      fw_dispatcher_set_exactly_once (w->d, position_in_txn, record_session, w);
-      fw_dispatcher_set_txn_committed (w->d, position_committed);
+   if (e->cfg->exactly_once) {
+      fw_dispatcher_set_exactly_once (e->d, position_in_txn, record_session, e);
+      fw_dispatcher_set_txn_committed (e->d, position_committed);
    } else {
-      fw_dispatcher_set_exactly_once (w->d, NULL, NULL, w);
-      fw_dispatcher_set_txn_committed (w->d, NULL);
+      fw_dispatcher_set_exactly_once (e->d, NULL, NULL, e);
+      fw_dispatcher_set_txn_committed (e->d, NULL);
    }
-   fw_dispatcher_set_txn_sink (w->d, NULL);
-   w->eo.advance = w->cfg->exactly_once_connection ? fw_stream_exactly_once_advance : NULL;
-   fw_stream_exactly_once_pg_wire (w); /* into PostgreSQL: its sink */
+   fw_dispatcher_set_txn_sink (e->d, NULL);
+   e->advance = e->cfg->exactly_once_connection ? fw_stream_exactly_once_advance : NULL;
+   fw_stream_exactly_once_pg_wire (e); /* into PostgreSQL: its sink */
 }
 
 void
-fw_stream_exactly_once_recover (fw_stream_worker_t *w)
+fw_stream_exactly_once_recover (fw_stream_eo_t *e)
 {
    mongoc_client_t *client;
    fw_error_t err;
@@ -128,17 +127,17 @@ fw_stream_exactly_once_recover (fw_stream_worker_t *w)
 
    /* A new run reads its position from the stored checkpoint (which
     * another holder may have moved since). */
-   bson_destroy (w->eo.written);
-   bson_destroy (w->eo.committed);
-   w->eo.written = w->eo.committed = NULL;
-   if (!w->cfg->exactly_once) {
+   bson_destroy (e->written);
+   bson_destroy (e->committed);
+   e->written = e->committed = NULL;
+   if (!e->cfg->exactly_once) {
       return;
    }
    err.message[0] = '\0';
-   ok = (client = fw_dispatcher_txn_client (w->d, &err)) &&
-        fw_txn_sessions_kill (client, w->cfg->database, w->cfg->name, &killed, &err);
+   ok = (client = fw_dispatcher_txn_client (e->d, &err)) &&
+        fw_txn_sessions_kill (client, e->cfg->database, e->cfg->name, &killed, &err);
    if (client) {
-      fw_stream_exactly_once_kill_elsewhere (w->cfg, w->d, w->client, client);
+      fw_stream_exactly_once_kill_elsewhere (e->cfg, e->d, *e->client, client);
    }
    /* This thread's session of an earlier term ends too: another holder may
     * have killed it and taken it off the record meanwhile, and a session
@@ -148,9 +147,9 @@ fw_stream_exactly_once_recover (fw_stream_worker_t *w)
     * started in this process, which must not find it in this record (a
     * killed session may be used again: MongoDB manual, "killSessions",
     * "Killed Session Availability"). */
-   fw_dispatcher_txn_reset (w->d);
+   fw_dispatcher_txn_reset (e->d);
    if (!ok) {
-      fw_log (FW_LOG_WARN, w->cfg->name,
+      fw_log (FW_LOG_WARN, e->cfg->name,
               "exactly_once: cannot end the transactions an earlier "
               "run may have left open (%s): until the server aborts them "
               "(transactionLifetimeLimitSeconds) their documents stay locked and attempts "
@@ -159,7 +158,7 @@ fw_stream_exactly_once_recover (fw_stream_worker_t *w)
       return;
    }
    if (killed > 0) {
-      fw_log (FW_LOG_INFO, w->cfg->name,
+      fw_log (FW_LOG_INFO, e->cfg->name,
               "exactly_once: ended %d server session(s) of an "
               "earlier run (killSessions), aborting any transaction left open",
               killed);
@@ -169,98 +168,96 @@ fw_stream_exactly_once_recover (fw_stream_worker_t *w)
 /* The sink's client (exactly_once = { connection = <MongoDB> }), else NULL
  * (error set only when the sink's client cannot be had). */
 static mongoc_client_t *
-sink_client (fw_stream_worker_t *w, fw_error_t *error)
+sink_client (fw_stream_eo_t *e, fw_error_t *error)
 {
    error->message[0] = '\0';
-   if (!w->cfg->exactly_once || !w->cfg->exactly_once_connection) {
+   if (!e->cfg->exactly_once || !e->cfg->exactly_once_connection) {
       return NULL;
    }
-   return fw_dispatcher_txn_client (w->d, error);
+   return fw_dispatcher_txn_client (e->d, error);
 }
 
 bool
-fw_stream_exactly_once_fence (fw_stream_worker_t *w, int64_t epoch, int64_t *stored,
-                              fw_error_t *error)
+fw_stream_exactly_once_fence (fw_stream_eo_t *e, int64_t epoch, int64_t *stored, fw_error_t *error)
 {
-   mongoc_client_t *client = sink_client (w, error);
+   mongoc_client_t *client = sink_client (e, error);
 
    *stored = epoch;
    if (!client) {
       return error->message[0] == '\0';
    }
-   return fw_checkpoint_fence (client, w->cfg->database, w->cfg->name, epoch, stored, error);
+   return fw_checkpoint_fence (client, e->cfg->database, e->cfg->name, epoch, stored, error);
 }
 
 bool
-fw_stream_exactly_once_load (fw_stream_worker_t *w, fw_checkpoint_t *cp, bool *found)
+fw_stream_exactly_once_load (fw_stream_eo_t *e, fw_checkpoint_t *cp, bool *found)
 {
    fw_error_t err;
    mongoc_client_t *client;
 
    *found = false;
    for (int tries = 1;; tries++) {
-      client = sink_client (w, &err);
+      client = sink_client (e, &err);
       if (!client && err.message[0] == '\0') {
          return true; /* no sink */
       }
-      if (client && fw_checkpoint_load (client, w->cfg->database, w->cfg->name, cp, &err)) {
+      if (client && fw_checkpoint_load (client, e->cfg->database, e->cfg->name, cp, &err)) {
          *found = cp->has_processed || cp->has_seen;
          return true;
       }
       fw_checkpoint_cleanup (cp);
-      int64_t delay = fw_backoff_delay_ms (&w->cfg->restart, tries, fw_backoff_random (&w->rng));
-      fw_log (FW_LOG_ERROR, w->cfg->name,
+      int64_t delay = fw_backoff_delay_ms (&e->cfg->restart, tries, fw_backoff_random (e->rng));
+      fw_log (FW_LOG_ERROR, e->cfg->name,
               "exactly_once: the checkpoint on connection \"%s\": %s; retrying in %lld ms",
-              w->cfg->exactly_once_connection, err.message, (long long) delay);
-      if (fw_shutdown_wait_ms (w->shutdown, delay)) {
+              e->cfg->exactly_once_connection, err.message, (long long) delay);
+      if (fw_shutdown_wait_ms (e->shutdown, delay)) {
          return false;
       }
    }
 }
 
 void
-fw_stream_exactly_once_advance (fw_stream_worker_t *w, const bson_t *processed, const bson_t *seen)
+fw_stream_exactly_once_advance (fw_stream_eo_t *e, const bson_t *processed, const bson_t *seen)
 {
    fw_error_t err;
-   mongoc_client_t *client = sink_client (w, &err);
-   const char *version = fw_lua_host_version (fw_dispatcher_host (w->d));
+   mongoc_client_t *client = sink_client (e, &err);
+   const char *version = fw_lua_host_version (fw_dispatcher_host (e->d));
    bool ok;
 
-   if ((!processed && !seen) || (w->lead.lease && w->lead.epoch <= 0)) {
+   if ((!processed && !seen) || (*e->lease && *e->epoch <= 0)) {
       return; /* nothing to save, or a standby's: the leader's stands */
    }
-   if (!client || fw_position_tokens_are (processed, seen, w->eo.committed)) {
+   if (!client || fw_position_tokens_are (processed, seen, e->committed)) {
       return;
    }
-   ok = w->lead.lease
-           ? fw_checkpoint_save_fenced (client, w->cfg->database, w->cfg->name, processed, seen,
-                                        version, w->lead.epoch, NULL, &err)
-           : fw_checkpoint_save (client, w->cfg->database, w->cfg->name, processed, seen, version,
-                                 &err);
+   ok = *e->lease ? fw_checkpoint_save_fenced (client, e->cfg->database, e->cfg->name, processed,
+                                               seen, version, *e->epoch, NULL, &err)
+                  : fw_checkpoint_save (client, e->cfg->database, e->cfg->name, processed, seen,
+                                        version, &err);
    if (!ok) {
-      fw_log (FW_LOG_WARN, w->cfg->name,
+      fw_log (FW_LOG_WARN, e->cfg->name,
               "exactly_once: the checkpoint on connection \"%s\" not moved (%s): a restart "
               "reads again from the last event handled",
-              w->cfg->exactly_once_connection, err.message);
+              e->cfg->exactly_once_connection, err.message);
    }
 }
 
 bool
-fw_stream_exactly_once_supported (fw_stream_worker_t *w, char *what, size_t len)
+fw_stream_exactly_once_supported (fw_stream_eo_t *e, char *what, size_t len)
 {
-   const char *conn = w->cfg->exactly_once_connection ? w->cfg->exactly_once_connection : "default";
+   const char *conn = e->cfg->exactly_once_connection ? e->cfg->exactly_once_connection : "default";
    mongoc_client_t *client;
    fw_error_t err;
    char why[400], where[300];
 
-   if (!w->cfg->exactly_once || !(client = fw_dispatcher_txn_client (w->d, &err))) {
+   if (!e->cfg->exactly_once || !(client = fw_dispatcher_txn_client (e->d, &err))) {
       return true; /* none, PostgreSQL's, or a client its first attempt will say about */
    }
    switch (fw_txn_support_probe (mongoc_client_get_uri (client), why, sizeof why)) {
    case FW_TXN_SUPPORTED:
       return true;
    case FW_TXN_UNKNOWN:
-      fw_log (FW_LOG_WARN, w->cfg->name,
+      fw_log (FW_LOG_WARN, e->cfg->name,
               "exactly_once: cannot tell whether connection \"%s\" has transactions (%s); "
               "the stream goes on and its first transaction will say",
               conn, why);
@@ -275,6 +272,6 @@ fw_stream_exactly_once_supported (fw_stream_worker_t *w, char *what, size_t len)
              "mongod --replSet NAME, then rs.initiate(), and ?replicaSet=NAME in its URI) or a "
              "sharded cluster (MongoDB 4.2+), or turn exactly_once off; the stream reads "
              "nothing until then, so no event is lost or dead-lettered",
-             w->cfg->name, conn, where, why);
+             e->cfg->name, conn, where, why);
    return false;
 }

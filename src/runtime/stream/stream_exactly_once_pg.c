@@ -31,8 +31,8 @@
 #include "lua_api/pg_io.h"
 #include "lua_api/pg_lua.h"
 #include "runtime/stream/stream_exactly_once-private.h"
+#include "runtime/stream/stream_parts-private.h"
 #include "runtime/stream/stream_token-private.h"
-#include "runtime/stream/stream_worker-private.h"
 
 /* Every statement of the sink's own (BEGIN, the position, COMMIT) waits at
  * most this long. */
@@ -62,7 +62,7 @@ static const char read_sql[] = "SELECT resume_token FROM " TABLE
                                " WHERE database = $1 AND stream = $2";
 
 struct fw_stream_eo_pg {
-   fw_stream_worker_t *w;
+   fw_stream_eo_t *e;    /* the stream's exactly_once state (owns this) */
    PGconn *conn;         /* the sink's connection, or NULL */
    bool table_ok;        /* the position table was made on conn */
    fw_pg_join_t join;    /* fw.pg's calls on the connection during an attempt */
@@ -100,7 +100,7 @@ close_conn (fw_stream_eo_pg_t *s)
 static lua_State *
 state_of (fw_stream_eo_pg_t *s)
 {
-   return fw_lua_host_state (fw_dispatcher_host (s->w->d));
+   return fw_lua_host_state (fw_dispatcher_host (s->e->d));
 }
 
 /* Runs sql with n parameters on s's connection. FW_PG_OK with *res (the
@@ -141,20 +141,20 @@ ensure_conn (fw_stream_eo_pg_t *s, PGresult **res, char *why, size_t len)
    fw_pg_io_t io;
 
    *res = NULL;
-   if (s->conn && s->host != fw_dispatcher_host (s->w->d)) {
+   if (s->conn && s->host != fw_dispatcher_host (s->e->d)) {
       /* A reload: its script may name another server. */
-      uri = fw_pg_lua_uri (state_of (s), s->w->cfg->exactly_once_pg, why, len);
+      uri = fw_pg_lua_uri (state_of (s), s->e->cfg->exactly_once_pg, why, len);
       if (!uri || strcmp (uri, s->uri) != 0) {
          close_conn (s);
       }
       free (uri);
    }
-   s->host = fw_dispatcher_host (s->w->d);
+   s->host = fw_dispatcher_host (s->e->d);
    if (s->conn && PQstatus (s->conn) == CONNECTION_OK && s->table_ok) {
       return FW_PG_OK;
    }
    close_conn (s);
-   if (!(uri = fw_pg_lua_uri (state_of (s), s->w->cfg->exactly_once_pg, why, len))) {
+   if (!(uri = fw_pg_lua_uri (state_of (s), s->e->cfg->exactly_once_pg, why, len))) {
       return FW_PG_LOST;
    }
    io = fw_pg_connect (uri, deadline (), &s->conn, why, len);
@@ -208,7 +208,7 @@ static void
 push_io_failure (fw_stream_eo_pg_t *s, lua_State *L, fw_pg_io_t io, const PGresult *res,
                  const char *why)
 {
-   fw_pg_lua_push_failure (L, s->w->cfg->exactly_once_pg, io == FW_PG_OK ? res : NULL,
+   fw_pg_lua_push_failure (L, s->e->cfg->exactly_once_pg, io == FW_PG_OK ? res : NULL,
                            io == FW_PG_TIMEOUT, why);
 }
 
@@ -238,11 +238,11 @@ sink_begin (void *ud, lua_State *L)
       return false;
    }
    PQclear (res);
-   s->join = (fw_pg_join_t){.connection = s->w->cfg->exactly_once_pg,
-                            .stream = s->w->cfg->name,
+   s->join = (fw_pg_join_t){.connection = s->e->cfg->exactly_once_pg,
+                            .stream = s->e->cfg->name,
                             .conn = s->conn,
                             .serial = s->join.serial + 1};
-   s->mongo = (fw_mongo_txn_t){.stream = s->w->cfg->name, .sink = s->w->cfg->exactly_once_pg};
+   s->mongo = (fw_mongo_txn_t){.stream = s->e->cfg->name, .sink = s->e->cfg->exactly_once_pg};
    fw_pg_lua_join (L, &s->join);
    fw_mongo_lua_join (L, &s->mongo);
    return true;
@@ -280,7 +280,7 @@ sink_end (void *ud, lua_State *L)
 static fw_pg_io_t
 read_position (fw_stream_eo_pg_t *s, char **token, char *why, size_t len)
 {
-   const char *params[] = {s->w->cfg->database, s->w->cfg->name};
+   const char *params[] = {s->e->cfg->database, s->e->cfg->name};
    PGresult *res = NULL;
    fw_pg_io_t io = ensure_conn (s, &res, why, len);
 
@@ -305,15 +305,15 @@ commit_unknown (fw_stream_eo_pg_t *s, lua_State *L, const char *token, const cha
    int64_t delay = 100;
    char why[512], *stored;
 
-   fw_log (FW_LOG_WARN, s->w->cfg->name,
+   fw_log (FW_LOG_WARN, s->e->cfg->name,
            "exactly_once: the COMMIT's reply was lost (%s); "
            "reading connection \"%s\"'s position table to learn whether it committed",
-           lost, s->w->cfg->exactly_once_pg);
+           lost, s->e->cfg->exactly_once_pg);
    close_conn (s);
    while (read_position (s, &stored, why, sizeof why) != FW_PG_OK) {
-      if (fw_shutdown_wait_ms (s->w->shutdown, delay)) {
+      if (fw_shutdown_wait_ms (s->e->shutdown, delay)) {
          /* The next start reads the table anyway. */
-         fw_log (FW_LOG_WARN, s->w->cfg->name,
+         fw_log (FW_LOG_WARN, s->e->cfg->name,
                  "exactly_once: stopping before knowing whether "
                  "the last event committed; the next start resumes from the table");
          return FW_SINK_FENCED;
@@ -322,11 +322,11 @@ commit_unknown (fw_stream_eo_pg_t *s, lua_State *L, const char *token, const cha
    }
    if (stored && strcmp (stored, token) == 0) {
       bson_free (stored);
-      fw_log (FW_LOG_INFO, s->w->cfg->name, "exactly_once: the event had committed");
+      fw_log (FW_LOG_INFO, s->e->cfg->name, "exactly_once: the event had committed");
       return FW_SINK_COMMITTED;
    }
    bson_free (stored);
-   fw_pg_lua_push_failure (L, s->w->cfg->exactly_once_pg, NULL, false,
+   fw_pg_lua_push_failure (L, s->e->cfg->exactly_once_pg, NULL, false,
                            "the connection was lost during COMMIT, which did not commit");
    return FW_SINK_FAILED;
 }
@@ -352,10 +352,10 @@ judge (fw_stream_eo_pg_t *s, lua_State *L, PGresult *const *res)
    char why[512];
 
    if (state && strcmp (state, FENCED_SQLSTATE) == 0) {
-      fw_log (FW_LOG_WARN, s->w->cfg->name,
+      fw_log (FW_LOG_WARN, s->e->cfg->name,
               "exactly_once: a newer leader holds the position in "
               "connection \"%s\"; this transaction is rolled back",
-              s->w->cfg->exactly_once_pg);
+              s->e->cfg->exactly_once_pg);
       return FW_SINK_FENCED;
    }
    for (int i = 0; i < 2; i++) {
@@ -366,7 +366,7 @@ judge (fw_stream_eo_pg_t *s, lua_State *L, PGresult *const *res)
       }
    }
    if (strcmp (PQcmdStatus (res[1]), "COMMIT") != 0) {
-      fw_pg_lua_push_failure (L, s->w->cfg->exactly_once_pg, NULL, false,
+      fw_pg_lua_push_failure (L, s->e->cfg->exactly_once_pg, NULL, false,
                               "the server rolled the exactly-once transaction back at COMMIT");
       return FW_SINK_FAILED;
    }
@@ -377,10 +377,10 @@ judge (fw_stream_eo_pg_t *s, lua_State *L, PGresult *const *res)
 static fw_sink_commit_t
 position_and_commit (fw_stream_eo_pg_t *s, lua_State *L, const char *token)
 {
-   fw_stream_worker_t *w = s->w;
+   fw_stream_eo_t *e = s->e;
    char epoch[32], why[512];
-   const char *upsert[5] = {w->cfg->database, w->cfg->name, token, epoch,
-                            fw_lua_host_version (fw_dispatcher_host (w->d))};
+   const char *upsert[5] = {e->cfg->database, e->cfg->name, token, epoch,
+                            fw_lua_host_version (fw_dispatcher_host (e->d))};
    const char *const sqls[2] = {fenced_upsert_sql, commit_sql};
    const int nparams[2] = {5, 0};
    const char *const *const params[2] = {upsert, NULL};
@@ -388,7 +388,7 @@ position_and_commit (fw_stream_eo_pg_t *s, lua_State *L, const char *token)
    fw_sink_commit_t out;
    fw_pg_io_t io;
 
-   snprintf (epoch, sizeof epoch, "%lld", (long long) (w->lead.lease ? w->lead.epoch : 0));
+   snprintf (epoch, sizeof epoch, "%lld", (long long) (*e->lease ? *e->epoch : 0));
    io = fw_pg_exec_pipeline (s->conn, 2, sqls, nparams, params, deadline (), res, why, sizeof why);
    if (io != FW_PG_OK) {
       close_conn (s);
@@ -430,13 +430,13 @@ sink_commit (void *ud, lua_State *L, const fw_event_t *ev)
 
    leave (L);
    if ((bad = not_committable (s)) || !(token = token_json (ev))) {
-      fw_pg_lua_push_failure (L, s->w->cfg->exactly_once_pg, NULL, false,
+      fw_pg_lua_push_failure (L, s->e->cfg->exactly_once_pg, NULL, false,
                               bad ? bad : "the event has no resume token to commit");
       rollback (s);
       return FW_SINK_FAILED;
    }
-   if (s->w->lead.lease && s->w->lead.epoch <= 0) {
-      fw_log (FW_LOG_WARN, s->w->cfg->name,
+   if (*s->e->lease && *s->e->epoch <= 0) {
+      fw_log (FW_LOG_WARN, s->e->cfg->name,
               "exactly_once: no longer leads; the transaction is "
               "rolled back");
       out = FW_SINK_FENCED;
@@ -461,31 +461,31 @@ sink_release (void *ud)
 /* --- the stream's side ---------------------------------------------------- */
 
 void
-fw_stream_exactly_once_pg_wire (fw_stream_worker_t *w)
+fw_stream_exactly_once_pg_wire (fw_stream_eo_t *e)
 {
    fw_txn_sink_t sink = {sink_begin, sink_commit, sink_end, sink_release, NULL};
 
-   if (!w->cfg->exactly_once_pg) {
+   if (!e->cfg->exactly_once_pg) {
       return;
    }
-   if (!w->eo.pg && !(w->eo.pg = calloc (1, sizeof *w->eo.pg))) {
-      fw_log (FW_LOG_ERROR, w->cfg->name, "exactly_once: out of memory");
+   if (!e->pg && !(e->pg = calloc (1, sizeof *e->pg))) {
+      fw_log (FW_LOG_ERROR, e->cfg->name, "exactly_once: out of memory");
       return;
    }
-   w->eo.pg->w = w;
-   w->eo.advance = fw_stream_exactly_once_pg_advance;
-   sink.ud = w->eo.pg;
-   fw_dispatcher_set_txn_sink (w->d, &sink);
+   e->pg->e = e;
+   e->advance = fw_stream_exactly_once_pg_advance;
+   sink.ud = e->pg;
+   fw_dispatcher_set_txn_sink (e->d, &sink);
 }
 
 void
-fw_stream_exactly_once_pg_free (fw_stream_worker_t *w)
+fw_stream_exactly_once_pg_free (fw_stream_eo_t *e)
 {
-   if (w->eo.pg) {
-      close_conn (w->eo.pg);
-      set_last (w->eo.pg, NULL);
-      free (w->eo.pg);
-      w->eo.pg = NULL;
+   if (e->pg) {
+      close_conn (e->pg);
+      set_last (e->pg, NULL);
+      free (e->pg);
+      e->pg = NULL;
    }
 }
 
@@ -493,14 +493,14 @@ fw_stream_exactly_once_pg_free (fw_stream_worker_t *w)
 static fw_pg_io_t
 fence_and_read (fw_stream_eo_pg_t *s, char **token, char *why, size_t len)
 {
-   fw_stream_worker_t *w = s->w;
+   fw_stream_eo_t *e = s->e;
    PGresult *res = NULL;
    fw_pg_io_t io;
 
-   if (w->lead.lease) {
+   if (*e->lease) {
       char epoch[32];
-      const char *params[] = {w->cfg->database, w->cfg->name, epoch};
-      snprintf (epoch, sizeof epoch, "%lld", (long long) w->lead.epoch);
+      const char *params[] = {e->cfg->database, e->cfg->name, epoch};
+      snprintf (epoch, sizeof epoch, "%lld", (long long) *e->epoch);
       io = ensure_conn (s, &res, why, len);
       if (io == FW_PG_OK && !res) {
          io = exec (s, fence_sql, 3, params, &res, why, len);
@@ -517,67 +517,66 @@ fence_and_read (fw_stream_eo_pg_t *s, char **token, char *why, size_t len)
 }
 
 bool
-fw_stream_exactly_once_pg_load (fw_stream_worker_t *w, fw_checkpoint_t *cp, bool *found)
+fw_stream_exactly_once_pg_load (fw_stream_eo_t *e, fw_checkpoint_t *cp, bool *found)
 {
    char *token = NULL, why[512];
    bson_t doc;
    bson_error_t berr;
 
-   if (!w->cfg->exactly_once_pg) {
+   if (!e->cfg->exactly_once_pg) {
       return true;
    }
-   if (!w->eo.pg) {
+   if (!e->pg) {
       /* Never run it without its transactions. */
-      fw_stream_failed (w, "exactly_once: out of memory for its PostgreSQL sink");
+      fw_stream_failed (e->w, "exactly_once: out of memory for its PostgreSQL sink");
       return false;
    }
-   for (int tries = 1; fence_and_read (w->eo.pg, &token, why, sizeof why) != FW_PG_OK; tries++) {
-      int64_t delay = fw_backoff_delay_ms (&w->cfg->restart, tries, fw_backoff_random (&w->rng));
-      fw_log (FW_LOG_ERROR, w->cfg->name,
+   for (int tries = 1; fence_and_read (e->pg, &token, why, sizeof why) != FW_PG_OK; tries++) {
+      int64_t delay = fw_backoff_delay_ms (&e->cfg->restart, tries, fw_backoff_random (e->rng));
+      fw_log (FW_LOG_ERROR, e->cfg->name,
               "exactly_once: cannot read the position in "
               "connection \"%s\" (%s); retrying in %lld ms",
-              w->cfg->exactly_once_pg, why, (long long) delay);
-      if (fw_shutdown_wait_ms (w->shutdown, delay)) {
+              e->cfg->exactly_once_pg, why, (long long) delay);
+      if (fw_shutdown_wait_ms (e->shutdown, delay)) {
          return false;
       }
    }
-   if (!token || w->cfg->start_latest) {
+   if (!token || e->cfg->start_latest) {
       bson_free (token);
       return true; /* nothing committed there yet: _fw_checkpoints' position, if any */
    }
    if (!bson_init_from_json (&doc, token, -1, &berr)) {
-      fw_log (FW_LOG_ERROR, w->cfg->name,
+      fw_log (FW_LOG_ERROR, e->cfg->name,
               "exactly_once: the position in connection \"%s\" "
               "(%s) is not a resume token (%s); starting from _fw_checkpoints' position",
-              w->cfg->exactly_once_pg, TABLE, berr.message);
+              e->cfg->exactly_once_pg, TABLE, berr.message);
       bson_free (token);
       return true;
    }
    fw_position_set_token (&cp->processed, &doc);
    cp->has_processed = true;
-   set_last (w->eo.pg, bson_strdup (token));
+   set_last (e->pg, bson_strdup (token));
    *found = true;
-   fw_log (FW_LOG_INFO, w->cfg->name,
+   fw_log (FW_LOG_INFO, e->cfg->name,
            "exactly_once: resuming from the position committed in "
            "connection \"%s\"",
-           w->cfg->exactly_once_pg);
+           e->cfg->exactly_once_pg);
    bson_destroy (&doc);
    bson_free (token);
    return true;
 }
 
 void
-fw_stream_exactly_once_pg_advance (fw_stream_worker_t *w, const bson_t *processed,
-                                   const bson_t *seen)
+fw_stream_exactly_once_pg_advance (fw_stream_eo_t *e, const bson_t *processed, const bson_t *seen)
 {
-   fw_stream_eo_pg_t *s = w->eo.pg;
+   fw_stream_eo_pg_t *s = e->pg;
    char epoch[32], why[512], *token;
    const char *params[5];
    PGresult *res = NULL;
    fw_pg_io_t io;
 
    (void) seen; /* the table keeps the handled position only */
-   if (!s || !w->cfg->exactly_once_pg || !processed || (w->lead.lease && w->lead.epoch <= 0)) {
+   if (!s || !e->cfg->exactly_once_pg || !processed || (*e->lease && *e->epoch <= 0)) {
       return;
    }
    if (!(token = bson_as_canonical_extended_json (processed, NULL))) {
@@ -587,12 +586,12 @@ fw_stream_exactly_once_pg_advance (fw_stream_worker_t *w, const bson_t *processe
       bson_free (token); /* the last event's transaction stored it */
       return;
    }
-   snprintf (epoch, sizeof epoch, "%lld", (long long) (w->lead.lease ? w->lead.epoch : 0));
-   params[0] = w->cfg->database;
-   params[1] = w->cfg->name;
+   snprintf (epoch, sizeof epoch, "%lld", (long long) (*e->lease ? *e->epoch : 0));
+   params[0] = e->cfg->database;
+   params[1] = e->cfg->name;
    params[2] = token;
    params[3] = epoch;
-   params[4] = fw_lua_host_version (fw_dispatcher_host (w->d));
+   params[4] = fw_lua_host_version (fw_dispatcher_host (e->d));
    io = ensure_conn (s, &res, why, sizeof why);
    if (io == FW_PG_OK && !res) {
       io = exec (s, upsert_sql, 5, params, &res, why, sizeof why);
@@ -603,7 +602,7 @@ fw_stream_exactly_once_pg_advance (fw_stream_worker_t *w, const bson_t *processe
    } else {
       /* Those events (none of whose statements committed) may run again
        * after a crash; the next save tries again. */
-      fw_log (FW_LOG_DEBUG, w->cfg->name,
+      fw_log (FW_LOG_DEBUG, e->cfg->name,
               "exactly_once: cannot store the position past "
               "events that committed nothing (%s)",
               why);

@@ -556,7 +556,7 @@ fw_stream_lanes_boundary (fw_stream_worker_t *w, fw_position_t *p)
          }
          fw_stream_lanes_stop (w, p);
       }
-      if (fw_stream_reload_apply (w) && w->lane.n > 1) {
+      if (fw_stream_reload_apply (&w->pending) && w->lane.n > 1) {
          fw_log (FW_LOG_INFO, w->cfg->name,
                  "reload: all %d lanes switch to version %s after the same event (lanes drained)",
                  w->lane.n, fw_lua_host_version (fw_dispatcher_host (w->d)));
@@ -737,7 +737,7 @@ fw_stream_lanes_take (fw_stream_worker_t *w, fw_position_t *p, const fw_event_t 
    }
    fw_stream_lanes_advance (w, p);
    if (p->since_save >= w->cfg->save_every) {
-      fw_position_save_async (w, p, "save_every");
+      fw_position_save_async (&w->ckpt, p, "save_every");
    }
    if (ev->operation_type && strcmp (ev->operation_type, "invalidate") == 0) {
       /* The change stream ends here: every lane finishes first. */
@@ -745,7 +745,7 @@ fw_stream_lanes_take (fw_stream_worker_t *w, fw_position_t *p, const fw_event_t 
          return take_failure (ls) ? FW_LANES_FAILED : FW_LANES_STOPPED;
       }
       p->invalidated = true;
-      fw_position_save (w, p, "invalidate");
+      fw_position_save (&w->ckpt, p, "invalidate");
       return FW_LANES_INVALIDATED;
    }
    return FW_LANES_NEXT;

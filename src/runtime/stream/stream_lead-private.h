@@ -1,6 +1,6 @@
 /*
  * stream_lead-private.h - the checkpoint and leadership a stream reads with
- * (stream_lead.c; fw_stream_lease_lost: stream_shared.c).
+ * (stream_lead.c; fw_stream_lease_lost: stream_control.c).
  */
 #ifndef FLOWWARDEN_STREAM_LEAD_PRIVATE_H
 #define FLOWWARDEN_STREAM_LEAD_PRIVATE_H
@@ -27,7 +27,7 @@ void fw_stream_set_role (fw_stream_worker_t *w, int role);
 bool fw_stream_wait_lead (fw_stream_worker_t *w);
 
 /* ha.mode = "leader": whether this thread may no longer call handlers
- * (stream_shared.c, beside the share it reads). */
+ * (stream_control.c; the share it reads: stream_shared.c). */
 bool fw_stream_lease_lost (fw_stream_worker_t *w);
 
 #endif

@@ -20,7 +20,7 @@ pg_wins (fw_stream_worker_t *w, fw_position_t *p, int *candidate, bool *from_che
 
    bson_init (&pg.processed);
    bson_init (&pg.seen);
-   ok = fw_stream_exactly_once_pg_load (w, &pg, &found);
+   ok = fw_stream_exactly_once_pg_load (fw_stream_exactly_once (w), &pg, &found);
    if (ok && found) {
       fw_position_replace_stored (p, &pg, candidate, from_checkpoint);
    }
@@ -61,7 +61,7 @@ fw_stream_load_checkpoint (fw_stream_worker_t *w, fw_checkpoint_t *cp, fw_positi
    bool found;
    bson_init (&sink.processed);
    bson_init (&sink.seen);
-   if (!fw_stream_exactly_once_load (w, &sink, &found)) {
+   if (!fw_stream_exactly_once_load (fw_stream_exactly_once (w), &sink, &found)) {
       return false;
    }
    if (found) {
@@ -107,7 +107,7 @@ fw_stream_wait_lead (fw_stream_worker_t *w)
       int64_t epoch, stored;
       fw_error_t err;
 
-      fw_stream_standby_observe (w);
+      fw_stream_standby_observe (fw_stream_shared (w));
       if (!fw_lease_wait_leader (lease, 250, &epoch)) {
          if (!said) {
             fw_log (FW_LOG_INFO, cfg->name, "role: standby (waiting for the stream's lease)");
@@ -118,7 +118,7 @@ fw_stream_wait_lead (fw_stream_worker_t *w)
       /* A holder killed inside its commit left the checkpoint's document
        * written in an open transaction: the fence below would wait for it
        * (up to transactionLifetimeLimitSeconds). */
-      fw_stream_exactly_once_recover (w);
+      fw_stream_exactly_once_recover (fw_stream_exactly_once (w));
       if (!fw_checkpoint_fence (client, cfg->database, cfg->name, epoch, &stored, &err)) {
          fw_log (FW_LOG_WARN, cfg->name, "%s; trying again", err.message);
          fw_shutdown_wait_ms (shutdown, 250);
@@ -126,7 +126,8 @@ fw_stream_wait_lead (fw_stream_worker_t *w)
       }
       /* exactly once into a sink deployment: its checkpoint, which the
        * transactions write, carries the lease's epoch too. */
-      if (stored == epoch && !fw_stream_exactly_once_fence (w, epoch, &stored, &err)) {
+      if (stored == epoch &&
+          !fw_stream_exactly_once_fence (fw_stream_exactly_once (w), epoch, &stored, &err)) {
          fw_log (FW_LOG_WARN, cfg->name, "%s; trying again", err.message);
          fw_shutdown_wait_ms (shutdown, 250);
          continue;

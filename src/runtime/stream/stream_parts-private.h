@@ -1,7 +1,7 @@
 /*
  * stream_parts-private.h - what a file of the stream's thread reads of the
  * stream without the layout of its state (stream_worker-private.h): its
- * settings, stop, client, jitter, lease and epoch, kept breaker, and how it
+ * settings, stop, client, jitter, lease and epoch, kept breaker, ha, exactly_once, checkpoint and reload state, and how it
  * says that the stream stops for good. Defined in stream_control.c.
  */
 #ifndef FLOWWARDEN_STREAM_PARTS_PRIVATE_H
@@ -38,6 +38,18 @@ fw_lease_t *fw_stream_lease (const fw_stream_worker_t *w);
 
 /* The stream's breaker kept across restarts (stream_circuit-private.h). */
 struct fw_stream_circuit *fw_stream_circuit (fw_stream_worker_t *w);
+
+/* The stream's ha state besides its lease (stream_shared-private.h). */
+struct fw_stream_shared *fw_stream_shared (fw_stream_worker_t *w);
+
+/* The stream's exactly_once state (stream_exactly_once-private.h). */
+struct fw_stream_eo *fw_stream_exactly_once (fw_stream_worker_t *w);
+
+/* The stream's checkpoint state, for its saves (stream_position-private.h). */
+struct fw_stream_ckpt *fw_stream_checkpoint (fw_stream_worker_t *w);
+
+/* A reload's hand-over to the stream's thread (stream_reload-private.h). */
+struct fw_stream_pending *fw_stream_pending (fw_stream_worker_t *w);
 
 /* The admin endpoint's pending request (W_CONTROL_*), left in place: as
  * fw_stream_control_peek, for the files off the per-event path. */

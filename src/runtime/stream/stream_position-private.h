@@ -12,8 +12,8 @@
 
 #include "bson/event.h"
 #include "runtime/stream/event_oversize-private.h"
+#include "runtime/stream/stream_checkpoint-private.h"
 #include "runtime/stream/stream_token-private.h"
-#include "runtime/stream/stream_worker.h"
 
 /* Where the stream's thread has read to and what it has handled. */
 struct fw_position {
@@ -46,7 +46,7 @@ fw_position_is (const fw_position_t *p, const bson_t *committed)
  * writer's write in flight (if any): mode = "sync", and in async mode the
  * final save (shutdown, pause, restart) and the rare ones (start,
  * invalidate). A failure is logged and counted (why names the occasion). */
-void fw_position_save (fw_stream_worker_t *w, fw_position_t *p, const char *why);
+void fw_position_save (fw_stream_ckpt_t *c, fw_position_t *p, const char *why);
 
 /* What fw_position_save_with did. */
 typedef enum {
@@ -58,21 +58,21 @@ typedef enum {
 /* fw_position_save, with also's fields (borrowed; NULL: none) set in the
  * same update of the checkpoint document: a snapshot's progress stored with
  * the position, both or neither. */
-fw_position_saved_t fw_position_save_with (fw_stream_worker_t *w, fw_position_t *p, const char *why,
+fw_position_saved_t fw_position_save_with (fw_stream_ckpt_t *c, fw_position_t *p, const char *why,
                                            const bson_t *also);
 
 /* checkpoint.mode = "async": hands p to the stream's checkpoint writer
  * (started on first use) and goes on; as fw_position_save with mode = "sync"
  * or when the writer cannot start. */
-void fw_position_save_async (fw_stream_worker_t *w, fw_position_t *p, const char *why);
+void fw_position_save_async (fw_stream_ckpt_t *c, fw_position_t *p, const char *why);
 
 /* ev (handled, or dead-lettered, on the stream's thread) is passed: p's
  * processed token is ev's, its resume token token (the change stream's after
  * ev), and p is saved (fw_position_save_async) every save_every events. */
-void fw_position_passed (fw_stream_worker_t *w, fw_position_t *p, const fw_event_t *ev,
+void fw_position_passed (fw_stream_ckpt_t *c, fw_position_t *p, const fw_event_t *ev,
                          const bson_t *token);
 
 /* Counts the checkpoint writer's outcomes in the stream's metrics. */
-void fw_position_writer_results (fw_stream_worker_t *w);
+void fw_position_writer_results (fw_stream_ckpt_t *c);
 
 #endif

@@ -4,11 +4,12 @@
  * (checkpoint.mode = "sync", and the final save) or handed to the stream's
  * checkpoint writer (mode = "async", issue 16).
  */
+#include "flowwarden/clock.h"
 #include "flowwarden/log.h"
 #include "runtime/checkpoint/checkpoint_store.h"
 #include "runtime/checkpoint/checkpoint_writer.h"
+#include "runtime/stream/stream_checkpoint-private.h"
 #include "runtime/stream/stream_position-private.h"
-#include "runtime/stream/stream_worker-private.h"
 
 /* checkpoint.mode = "async": saves that may wait to be written while the
  * handler goes on; a crash repeats at most (this + 1) x save_every events.
@@ -76,16 +77,16 @@ fw_position_replace_stored (fw_position_t *p, const fw_checkpoint_t *cp, int *ca
 
 /* Counts the checkpoint writer's outcomes in the stream's metrics. */
 void
-fw_position_writer_results (fw_stream_worker_t *w)
+fw_position_writer_results (fw_stream_ckpt_t *c)
 {
    int ok, failed;
    int64_t at;
-   if (!w->ckpt.writer) {
+   if (!c->writer) {
       return;
    }
-   fw_checkpoint_writer_take_results (w->ckpt.writer, &ok, &failed, &at);
-   for (int i = 0; w->metrics && i < failed + ok; i++) {
-      fw_stream_metrics_checkpoint (w->metrics, i >= failed, at);
+   fw_checkpoint_writer_take_results (c->writer, &ok, &failed, &at);
+   for (int i = 0; *c->metrics && i < failed + ok; i++) {
+      fw_stream_metrics_checkpoint (*c->metrics, i >= failed, at);
    }
 }
 
@@ -94,75 +95,76 @@ fw_position_writer_results (fw_stream_worker_t *w)
  * none of the writer's writes that the server applies late (one that timed
  * out on the client's side) replaces it. */
 static bool
-store_position (fw_stream_worker_t *w, const fw_position_t *p, const bson_t *also, fw_error_t *err)
+store_position (fw_stream_ckpt_t *c, const fw_position_t *p, const bson_t *also, fw_error_t *err)
 {
    const bson_t *processed = p->has_processed ? &p->processed : NULL;
    const bson_t *seen = p->has_resume ? &p->resume : NULL;
-   int64_t epoch = w->lead.lease ? w->lead.epoch : 0;
+   int64_t epoch = *c->lease ? *c->lead_epoch : 0;
    bson_oid_t writer;
    int64_t seq;
 
-   if (w->ckpt.writer && fw_checkpoint_writer_stamp (w->ckpt.writer, &writer, &seq)) {
+   if (c->writer && fw_checkpoint_writer_stamp (c->writer, &writer, &seq)) {
       /* Superseded cannot happen (the seq is past every write of the
        * writer); it would mean a later position is stored. */
-      return fw_checkpoint_save_ordered_with (w->client, w->cfg->database, w->cfg->name, processed,
-                                              seen, w->ckpt.version, also, epoch, &writer, seq,
+      return fw_checkpoint_save_ordered_with (*c->client, c->cfg->database, c->cfg->name, processed,
+                                              seen, c->version, also, epoch, &writer, seq,
                                               err) != FW_CHECKPOINT_NOT_SAVED;
    }
-   return fw_checkpoint_save_with (w->client, w->cfg->database, w->cfg->name, processed, seen,
-                                   w->ckpt.version, also, epoch, err);
+   return fw_checkpoint_save_with (*c->client, c->cfg->database, c->cfg->name, processed, seen,
+                                   c->version, also, epoch, err);
 }
 
 /* Writes the checkpoint on the stream's thread: mode = "sync", and with
  * "async" the final one (shutdown, pause, restart) and the rare ones (start,
  * invalidate), after the writer's write in flight. */
 void
-fw_position_save (fw_stream_worker_t *w, fw_position_t *p, const char *why)
+fw_position_save (fw_stream_ckpt_t *c, fw_position_t *p, const char *why)
 {
-   (void) fw_position_save_with (w, p, why, NULL);
+   (void) fw_position_save_with (c, p, why, NULL);
 }
 
 fw_position_saved_t
-fw_position_save_with (fw_stream_worker_t *w, fw_position_t *p, const char *why, const bson_t *also)
+fw_position_save_with (fw_stream_ckpt_t *c, fw_position_t *p, const char *why, const bson_t *also)
 {
    fw_error_t err;
-   if (w->ckpt.writer) {
-      fw_checkpoint_writer_quiesce (w->ckpt.writer); /* nothing older can land after this */
-      fw_position_writer_results (w);
+   if (c->writer) {
+      fw_checkpoint_writer_quiesce (c->writer); /* nothing older can land after this */
+      fw_position_writer_results (c);
    }
    if (!p->has_processed && !p->has_resume) {
       return FW_POSITION_NONE;
    }
-   if (w->lead.lease && w->lead.epoch <= 0) {
+   if (*c->lease && *c->lead_epoch <= 0) {
       return FW_POSITION_NONE; /* a standby has nothing to save: the leader's checkpoint stands */
    }
-   if (w->eo.advance) {
+   if (*c->advance) {
       /* exactly once into a sink: PostgreSQL, another deployment */
-      w->eo.advance (w, p->has_processed ? &p->processed : NULL, p->has_resume ? &p->resume : NULL);
+      (*c->advance) (c->eo, p->has_processed ? &p->processed : NULL,
+                     p->has_resume ? &p->resume : NULL);
    }
-   if (!store_position (w, p, also, &err)) {
-      fw_log (FW_LOG_ERROR, w->cfg->name, "%s (%s); will try again", err.message, why);
-      if (w->metrics) {
-         fw_stream_metrics_checkpoint (w->metrics, false, 0);
+   if (!store_position (c, p, also, &err)) {
+      fw_log (FW_LOG_ERROR, c->cfg->name, "%s (%s); will try again", err.message, why);
+      if (*c->metrics) {
+         fw_stream_metrics_checkpoint (*c->metrics, false, 0);
       }
       return FW_POSITION_FAILED;
    }
    p->since_save = 0;
    p->dirty = false;
    p->last_save_ms = fw_now_ms ();
-   if (w->metrics) {
-      fw_stream_metrics_checkpoint (w->metrics, true, p->last_save_ms);
+   if (*c->metrics) {
+      fw_stream_metrics_checkpoint (*c->metrics, true, p->last_save_ms);
    }
    return FW_POSITION_SAVED;
 }
 
 /* exactly_once: whether p's handled and seen positions are the one the last
- * transaction committed (w->eo.committed), so a save of p would write again
+ * transaction committed (*c->committed), so a save of p would write again
  * what is stored. */
 static bool
-committed_already (const fw_stream_worker_t *w, const fw_position_t *p)
+committed_already (const fw_stream_ckpt_t *c, const fw_position_t *p)
 {
-   return w->cfg->exactly_once && fw_position_is (p, w->eo.committed);
+   return c->cfg->exactly_once && fw_position_is (p, *c->committed);
 }
 
 /* checkpoint.mode = "async": hands the position to the stream's checkpoint
@@ -170,18 +172,18 @@ committed_already (const fw_stream_worker_t *w, const fw_position_t *p)
  * saves are not yet written, so a crash repeats at most
  * (FW_CHECKPOINT_MAX_BEHIND + 1) x save_every events (docs/reliability.md). */
 void
-fw_position_save_async (fw_stream_worker_t *w, fw_position_t *p, const char *why)
+fw_position_save_async (fw_stream_ckpt_t *c, fw_position_t *p, const char *why)
 {
    fw_error_t err;
-   if (committed_already (w, p)) {
+   if (committed_already (c, p)) {
       /* exactly_once: the transaction of the event handled last wrote this
        * position (seen and handled) and committed; writing it again would
        * be a second round trip per save_every events. */
       p->since_save = 0;
       p->dirty = false;
       p->last_save_ms = fw_now_ms ();
-      if (w->metrics) {
-         fw_stream_metrics_checkpoint (w->metrics, true, p->last_save_ms);
+      if (*c->metrics) {
+         fw_stream_metrics_checkpoint (*c->metrics, true, p->last_save_ms);
       }
       return;
    }
@@ -190,47 +192,48 @@ fw_position_save_async (fw_stream_worker_t *w, fw_position_t *p, const char *why
     * PostgreSQL the position that counts is in flowwarden_checkpoints there
     * (it wins at a start): _fw_checkpoints may be written behind, as with
     * at least once, off the stream's thread. */
-   if (w->cfg->checkpoint_sync || w->ckpt.unavailable ||
-       (w->cfg->exactly_once && !w->cfg->exactly_once_pg)) {
-      fw_position_save (w, p, why);
+   if (c->cfg->checkpoint_sync || c->unavailable ||
+       (c->cfg->exactly_once && !c->cfg->exactly_once_pg)) {
+      fw_position_save (c, p, why);
       return;
    }
    if (!p->has_processed && !p->has_resume) {
       return;
    }
-   if (w->lead.lease && w->lead.epoch <= 0) {
+   if (*c->lease && *c->lead_epoch <= 0) {
       return;
    }
-   if (w->eo.advance) {
+   if (*c->advance) {
       /* exactly once into a sink: PostgreSQL, another deployment */
-      w->eo.advance (w, p->has_processed ? &p->processed : NULL, p->has_resume ? &p->resume : NULL);
+      (*c->advance) (c->eo, p->has_processed ? &p->processed : NULL,
+                     p->has_resume ? &p->resume : NULL);
    }
-   if (!w->ckpt.writer && !(w->ckpt.writer = fw_checkpoint_writer_new (w->pool, w->cfg->database,
-                                                                       w->cfg->name, &err))) {
-      fw_log (FW_LOG_WARN, w->cfg->name, "%s; checkpoints are written as with mode = \"sync\"",
+   if (!c->writer &&
+       !(c->writer = fw_checkpoint_writer_new (c->pool, c->cfg->database, c->cfg->name, &err))) {
+      fw_log (FW_LOG_WARN, c->cfg->name, "%s; checkpoints are written as with mode = \"sync\"",
               err.message);
-      w->ckpt.unavailable = true;
-      fw_position_save (w, p, why);
+      c->unavailable = true;
+      fw_position_save (c, p, why);
       return;
    }
-   if (w->lead.lease && w->ckpt.epoch != w->lead.epoch) {
+   if (*c->lease && c->epoch != *c->lead_epoch) {
       /* A new leadership: nothing of the old one is in flight (the fence
        * made its writes fail anyway). */
-      fw_checkpoint_writer_quiesce (w->ckpt.writer);
-      fw_checkpoint_writer_set_epoch (w->ckpt.writer, w->lead.epoch);
-      w->ckpt.epoch = w->lead.epoch;
+      fw_checkpoint_writer_quiesce (c->writer);
+      fw_checkpoint_writer_set_epoch (c->writer, *c->lead_epoch);
+      c->epoch = *c->lead_epoch;
    }
-   fw_checkpoint_writer_submit (w->ckpt.writer, p->has_processed ? &p->processed : NULL,
-                                p->has_resume ? &p->resume : NULL, w->ckpt.version,
+   fw_checkpoint_writer_submit (c->writer, p->has_processed ? &p->processed : NULL,
+                                p->has_resume ? &p->resume : NULL, c->version,
                                 FW_CHECKPOINT_MAX_BEHIND);
-   fw_position_writer_results (w);
+   fw_position_writer_results (c);
    p->since_save = 0;
    p->dirty = false;
    p->last_save_ms = fw_now_ms ();
 }
 
 void
-fw_position_passed (fw_stream_worker_t *w, fw_position_t *p, const fw_event_t *ev,
+fw_position_passed (fw_stream_ckpt_t *c, fw_position_t *p, const fw_event_t *ev,
                     const bson_t *token)
 {
    if (fw_position_set_event_token (&p->processed, ev)) {
@@ -239,7 +242,7 @@ fw_position_passed (fw_stream_worker_t *w, fw_position_t *p, const fw_event_t *e
    fw_position_set_token (&p->resume, token);
    p->has_resume = true;
    p->dirty = true;
-   if (++p->since_save >= w->cfg->save_every) {
-      fw_position_save_async (w, p, "save_every");
+   if (++p->since_save >= c->cfg->save_every) {
+      fw_position_save_async (c, p, "save_every");
    }
 }

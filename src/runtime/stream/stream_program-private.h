@@ -12,6 +12,8 @@
 #include "runtime/dispatch/outcome.h"
 #include "runtime/stream/stream_worker.h"
 
+struct fw_stream_pending; /* stream_reload-private.h */
+
 /* Points w's Lua state (and its lane programs') at w's fw.state store, and
  * w's fw.mongo at w's clients. */
 void fw_stream_state_attach (fw_stream_worker_t *w);
@@ -28,14 +30,22 @@ void fw_stream_fold_lane_stats (fw_stream_worker_t *w);
  * state, lane programs), if any: at an event boundary of the stream's
  * thread, never inside fw_event_dispatch (w->cfg points into the program).
  * Never while lanes run (w->lane.run): fw_stream_lanes_boundary applies it
- * then. Returns true when it switched. */
-bool fw_stream_reload_apply (fw_stream_worker_t *w);
+ * then. r: the stream's w->pending. Returns true when it switched. */
+bool fw_stream_reload_apply (struct fw_stream_pending *r);
 
-/* stream_reload.c: the stream's thread runs ev on w->d, switching first to a
+/* stream_reload.c: the stream's thread runs ev on its dispatcher (r: the
+ * stream's w->pending), switching first to a
  * reload's program left pending: when ev gives way to a reload between two
  * attempts (FW_OUTCOME_YIELDED), the new program is switched to here, at the
  * event's boundary, and ev runs again on it, its attempts carrying on. */
-fw_outcome_t fw_stream_dispatch (fw_stream_worker_t *w, const fw_event_t *ev);
+fw_outcome_t fw_stream_dispatch (struct fw_stream_pending *r, const fw_event_t *ev);
+
+/* stream_reload.c's switch, once w's dispatcher took next's program (under
+ * the pending lock): the version checkpoints carry, next's lane programs
+ * (the old ones, folded into w's counts, are destroyed with next), the DLQ
+ * reprocess schedule, the shared fw.state; logged and counted. Destroys
+ * next. */
+void fw_stream_program_switched (fw_stream_worker_t *w, fw_stream_worker_t *next);
 
 /* The stream's dispatchers' outcome sink (fw_dispatcher_set_outcome_sink,
  * ud: the worker): each event's log line and counts in its metrics block

@@ -1,7 +1,8 @@
 /*
  * stream_program.c - a stream worker's making and unmaking: its dispatcher
  * (the program: settings, handlers, Lua state, fw.state, clients) and its
- * lanes' dispatchers sharing its fw.state, its metrics block, its counts.
+ * lanes' dispatchers sharing its fw.state, its metrics block, its counts,
+ * and a reload's switch once the new program is taken (its lanes, version).
  * The lowest of the stream files: stream_reload.c swaps programs,
  * stream_lanes.c runs several, stream_worker.c runs the thread; none of
  * them is called from here.
@@ -12,12 +13,45 @@
 #include <unistd.h>
 
 #include "flowwarden/clock.h"
+#include "flowwarden/log.h"
 #include "runtime/stream/event_settle.h"
+#include "runtime/stream/stream_checkpoint-private.h"
 #include "runtime/stream/stream_circuit-private.h"
 #include "runtime/stream/stream_exactly_once-private.h"
 #include "runtime/stream/stream_program-private.h"
+#include "runtime/stream/stream_reload-private.h"
 #include "runtime/stream/stream_shared-private.h"
 #include "runtime/stream/stream_worker-private.h"
+
+/* The blocks of w's state kept by other files: what each reads of the
+ * stream (stream_shared-, stream_exactly_once-, stream_checkpoint-,
+ * stream_reload-private.h). */
+static void
+link_blocks (fw_stream_worker_t *w)
+{
+   fw_stream_shared_link (&w->shared, w->cfg, &w->client, &w->lead.lease);
+   w->eo = (fw_stream_eo_t){.w = w,
+                            .d = w->d,
+                            .cfg = w->cfg,
+                            .shutdown = w->shutdown,
+                            .rng = &w->rng,
+                            .client = &w->client,
+                            .lease = &w->lead.lease,
+                            .epoch = &w->lead.epoch};
+   w->ckpt.cfg = w->cfg;
+   w->ckpt.pool = w->pool;
+   w->ckpt.client = &w->client;
+   w->ckpt.metrics = &w->metrics;
+   w->ckpt.lease = &w->lead.lease;
+   w->ckpt.lead_epoch = &w->lead.epoch;
+   w->ckpt.eo = &w->eo;
+   w->ckpt.committed = &w->eo.committed;
+   w->ckpt.advance = &w->eo.advance;
+   w->pending.w = w;
+   w->pending.d = w->d;
+   w->pending.cfg = w->cfg;
+   w->pending.lanes = &w->lane.run;
+}
 
 fw_stream_worker_t *
 fw_stream_worker_new (fw_lua_host_t *host, int index, mongoc_client_pool_t *pool,
@@ -44,6 +78,7 @@ fw_stream_worker_new (fw_lua_host_t *host, int index, mongoc_client_pool_t *pool
    fw_stream_program_version (w);
    fw_dispatcher_set_outcome_sink (w->d, fw_stream_event_settled, w);
    fw_stream_circuit_keep (&w->circuit, w->d, w->pool, &w->lead.lease, &w->cfg);
+   link_blocks (w);
    w->rng = (uint64_t) fw_now_ms () ^ ((uint64_t) (uintptr_t) w << 16) ^ (uint64_t) getpid ();
    return w;
 }
@@ -90,6 +125,31 @@ fw_stream_state_attach (fw_stream_worker_t *w)
    }
 }
 
+#define SWAP(a, b)                 \
+   do {                            \
+      __typeof__ (a) swap_tmp = a; \
+      a = b;                       \
+      b = swap_tmp;                \
+   } while (0)
+
+void
+fw_stream_program_switched (fw_stream_worker_t *w, fw_stream_worker_t *next)
+{
+   fw_stream_program_version (w);
+   /* The lanes are stopped: their dispatchers go with the rest (the old
+    * ones, folded into w's counts, are destroyed with next). */
+   fw_stream_fold_lane_stats (w);
+   SWAP (w->lane.d, next->lane.d);
+   SWAP (w->lane.n, next->lane.n);
+   w->dlq.reprocess_at_ms = 0; /* dlq.reprocess as the new script says */
+   fw_stream_state_attach (w); /* the new lanes share w's fw.state */
+   fw_stream_worker_destroy (next);
+   if (w->metrics) {
+      fw_stream_metrics_set_script_version (w->metrics, w->ckpt.version);
+   }
+   fw_log (FW_LOG_INFO, w->cfg->name, "now running script version %s", w->ckpt.version);
+}
+
 void
 fw_stream_fold_lane_stats (fw_stream_worker_t *w)
 {
@@ -112,7 +172,8 @@ fw_stream_worker_set_metrics (fw_stream_worker_t *w, fw_metrics_t *registry)
    for (int i = 0; i < w->lane.n; i++) {
       fw_dispatcher_set_metrics (w->lane.d[i], w->metrics); /* one block: the stream's */
    }
-   fw_stream_shared_set_metrics (w, registry); /* ha.mode = "shared" (stream_shared.c) */
+   fw_stream_shared_set_metrics (&w->shared, registry,
+                                 w->metrics); /* ha.mode = "shared" (stream_shared.c) */
 }
 
 fw_stream_metrics_t *
@@ -150,7 +211,7 @@ fw_stream_worker_destroy (fw_stream_worker_t *w)
    }
    free (w->lane.d);
    fw_dispatcher_destroy (w->d);
-   fw_stream_exactly_once_pg_free (w); /* after its dispatcher released the sink */
+   fw_stream_exactly_once_pg_free (&w->eo); /* after its dispatcher released the sink */
    bson_destroy (w->eo.written);
    bson_destroy (w->eo.committed);
    pthread_mutex_destroy (&w->pending.mu);

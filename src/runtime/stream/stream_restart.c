@@ -8,7 +8,6 @@
 #include "flowwarden/log.h"
 #include "runtime/stream/stream_connect-private.h"
 #include "runtime/stream/stream_control-private.h"
-#include "runtime/stream/stream_exactly_once-private.h"
 #include "runtime/stream/stream_lead-private.h"
 #include "runtime/stream/stream_parts-private.h"
 #include "runtime/stream/stream_position-private.h"
@@ -24,7 +23,7 @@ fw_stream_pause (fw_stream_worker_t *w, fw_stream_run_t *run, bool save)
 
    fw_stream_control_take (w);
    if (save) {
-      fw_position_save (w, run->p, "pause");
+      fw_position_save (fw_stream_checkpoint (w), run->p, "pause");
    }
    if ((next = fw_stream_paused (w)) == W_CONTROL_NONE) {
       return false;
@@ -63,8 +62,9 @@ stand_by (fw_stream_worker_t *w, fw_stream_run_t *run)
 
    /* Handlers stopped before the lease could expire. The last save is
     * fenced: it lands only if no newer leader fenced the checkpoint. */
-   fw_position_save (w, p, "lease lost");
-   if (!fw_stream_yield_unit (w)) { /* ha.mode = "shared": over the share (stream_shared.c) */
+   fw_position_save (fw_stream_checkpoint (w), p, "lease lost");
+   /* ha.mode = "shared": over the share (stream_shared.c) */
+   if (!fw_stream_yield_unit (fw_stream_shared (w))) {
       fw_log (FW_LOG_WARN, cfg->name,
               "role: standby (stopped handling: the lease, epoch %lld, could not be kept; "
               "change stream closed)",

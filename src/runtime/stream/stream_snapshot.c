@@ -204,7 +204,7 @@ save_together (fw_stream_worker_t *w, fw_position_t *p, const fw_snapshot_progre
 
    *failed = false;
    if (!w->cfg->exactly_once && fw_checkpoint_snapshot_fields (pr, &also)) {
-      saved = fw_position_save_with (w, p, "snapshot", &also);
+      saved = fw_position_save_with (&w->ckpt, p, "snapshot", &also);
       *failed = saved == FW_POSITION_FAILED;
    }
    bson_destroy (&also);
@@ -232,7 +232,7 @@ save_progress (fw_stream_worker_t *w, fw_position_t *p)
               "the snapshot's progress is not saved either (the chunk is read again after a "
               "restart)");
    } else if (!together) {
-      fw_position_save (w, p, "snapshot");
+      fw_position_save (&w->ckpt, p, "snapshot");
       if (!store_progress (w, pr, &err)) {
          fw_log (FW_LOG_WARN, w->cfg->name, "%s (the chunk is read again after a restart)",
                  err.message);
@@ -373,7 +373,7 @@ hand_out (fw_stream_worker_t *w, fw_position_t *p)
       if (fw_stream_lease_lost (w)) {
          return FW_READ_LOST;
       }
-      o = fw_stream_dispatch (w, &ev);
+      o = fw_stream_dispatch (&w->pending, &ev);
       if ((end = fw_stream_settle (&place, &o)) != FW_READ_NEXT) {
          return end;
       }

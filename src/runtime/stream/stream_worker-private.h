@@ -3,7 +3,13 @@
  * the files of stream/ that run its thread. What one of those files offers
  * the others is declared in its own <file>-private.h (stream_position-,
  * stream_lanes-, stream_control-private.h, ...), so each includes what it
- * uses. The parts below it have interfaces of their own: the dispatcher
+ * uses. The blocks of the state that a file keeps are typed in that file's
+ * header, with what the file reads of the stream (links set as it is made,
+ * stream_program.c): the ha group (stream_shared-private.h), exactly_once
+ * (stream_exactly_once-private.h), the checkpoint (stream_checkpoint-private.h),
+ * a reload's hand-over (stream_reload-private.h); those files take the block
+ * (or, off the per-event path, reach it through stream_parts-private.h), not
+ * the worker's layout. The parts below it have interfaces of their own: the dispatcher
  * (runtime/dispatch/dispatcher.h), the reader and the oversize policy
  * (stream_read-private.h, event_oversize-private.h), the checkpoint writer
  * and the lease (runtime/checkpoint/checkpoint_writer.h, lease.h).
@@ -24,15 +30,17 @@
 #include "runtime/dispatch/dispatcher.h"
 #include "runtime/ha/lease.h"
 #include "runtime/host/connections.h"
+#include "runtime/stream/stream_checkpoint-private.h"
 #include "runtime/stream/stream_circuit-private.h"
+#include "runtime/stream/stream_exactly_once-private.h"
 #include "runtime/stream/stream_parts-private.h"
+#include "runtime/stream/stream_reload-private.h"
+#include "runtime/stream/stream_shared-private.h"
 #include "runtime/stream/stream_worker.h"
 
 /* A stream: its thread, its dispatcher (and its lanes'), its position and
  * checkpoint writer, its lease, what the admin endpoint and a reload ask of
  * it. */
-typedef struct fw_stream_eo_pg fw_stream_eo_pg_t; /* stream_exactly_once_pg.c */
-
 struct fw_stream_worker {
    fw_dispatcher_t *d;            /* the stream's program and dispatcher (owned) */
    const fw_stream_config_t *cfg; /* fw_dispatcher_config (d): follows reloads */
@@ -41,11 +49,7 @@ struct fw_stream_worker {
    mongoc_client_t *read_client; /* the change stream's, used by its reader (read-ahead) */
    fw_shutdown_t *shutdown;      /* points at own_shutdown */
    fw_shutdown_t own_shutdown;   /* this stream's stop: SIGTERM, or a reload removing it */
-   struct {
-      pthread_mutex_t mu;
-      fw_stream_worker_t *next; /* a reload's replacement, applied at an event boundary */
-      int has;                  /* read without the lock on the hot path */
-   } pending;
+   fw_stream_pending_t pending;  /* a reload's program, left for the thread (stream_reload.c) */
    struct {
       pthread_t id;
       bool started;
@@ -62,47 +66,15 @@ struct fw_stream_worker {
                                 * scheduled yet, -1: none */
       int64_t count_at_ms;     /* next count of the DLQ's pending entries (metrics) */
    } dlq;
-   struct {
-      fw_checkpoint_writer_t *writer; /* checkpoint.mode = "async": started on first use
-                                       * by the stream's thread, destroyed as it ends */
-      bool unavailable;               /* the writer could not start: checkpoints are synchronous */
-      int64_t epoch;                  /* the epoch the writer fences with */
-      char version[17]; /* the script version a checkpoint carries: the program's, copied
-                         * as it is built and as a reload switches (a rebuild keeps it) */
-   } ckpt;
-   struct {                  /* exactly_once (stream_exactly_once.c), the stream's thread: */
-      bson_t *written;       /* the position last written in a transaction (NULL: none) */
-      bson_t *committed;     /* the last one committed: the stored checkpoint's */
-      fw_stream_eo_pg_t *pg; /* exactly once into PostgreSQL: its sink (owned), or NULL */
-      /* Another store's position at each checkpoint save (exactly once into
-       * PostgreSQL: fw_stream_exactly_once_pg_advance), or NULL: the
-       * position's handled and seen tokens (each NULL: none). */
-      void (*advance) (struct fw_stream_worker *w, const bson_t *processed, const bson_t *seen);
-      /* A snapshot's row has no resume token: the snapshot's progress past
-       * it, written in its transaction instead (stream_snapshot.c sets it,
-       * so that this file's callback calls no snapshot file: no circle). */
-      bool (*row) (struct fw_stream_worker *w, const fw_event_t *row, mongoc_client_t *client,
-                   mongoc_client_session_t *session, bson_t *reply, bool *fenced,
-                   fw_error_t *error);
-   } eo;
+   fw_stream_ckpt_t ckpt;       /* its checkpoint writer, version, epoch (stream_position.c) */
+   fw_stream_eo_t eo;           /* exactly_once (stream_exactly_once.c, _pg.c) */
    fw_stream_circuit_t circuit; /* the breaker kept across restarts (stream_circuit.c) */
    struct {                     /* ha.mode = "leader" (lease.h): */
       fw_lease_t *lease;        /* the stream's lease, NULL without ha */
       int64_t epoch;            /* the epoch this thread leads with; 0: not leading */
    } lead;
-   struct {
-      struct fw_shared_group *group; /* ha.mode = "shared": the units' group (stream_shared.c) */
-      fw_metric_series_t *held;      /* ... its gauges flowwarden_units_held, _members */
-      fw_metric_series_t *members;
-      int64_t seen_ms; /* when they were last set (atomic) */
-   } shared;
-   struct {                   /* ha, this member's view of a unit it does not hold: */
-      int64_t orphan_seen_ms; /* wall clock it first saw the unit's holder gone (its member
-                                * record); 0: not seen */
-      int64_t seen_ms;        /* when fw_stream_standby_observe last looked (both: the
-                                * stream's thread only) */
-   } standby;
-   char failure[1200]; /* why the stream stops */
+   fw_stream_shared_t shared; /* ha: the shared units' group, a standby's view (stream_shared.c) */
+   char failure[1200];        /* why the stream stops */
    /* Per-key lanes (stream_lanes.c, issue 16), cfg->lanes > 1: */
    struct {
       int index;               /* the stream's index in its script */

@@ -121,7 +121,7 @@ closed_at_invalidate (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position
            "code %u)",
            berr->message, berr->code);
    p->invalidated = true;
-   fw_position_save (w, p, "invalidate");
+   fw_position_save (&w->ckpt, p, "invalidate");
    return FW_READ_INVALIDATED;
 }
 
@@ -234,7 +234,7 @@ event_boundary (fw_stream_worker_t *w, fw_position_t *p)
    if (control == W_CONTROL_PAUSE || control == W_CONTROL_RESTART) {
       /* An event boundary: nothing is in flight (once the lanes finished). */
       fw_stream_lanes_stop (w, p);
-      fw_position_save (w, p, control == W_CONTROL_PAUSE ? "pause" : "restart");
+      fw_position_save (&w->ckpt, p, control == W_CONTROL_PAUSE ? "pause" : "restart");
       return control == W_CONTROL_PAUSE ? FW_READ_PAUSE : FW_READ_RESTART;
    }
    if (control == W_CONTROL_RESUME) {
@@ -249,7 +249,7 @@ event_boundary (fw_stream_worker_t *w, fw_position_t *p)
          return FW_READ_FAILED;
       }
    } else if (__atomic_load_n (&w->pending.has, __ATOMIC_ACQUIRE)) {
-      fw_stream_reload_apply (w); /* a reload is pending */
+      fw_stream_reload_apply (&w->pending); /* a reload is pending */
    }
    /* The parts an event does not need stay out of its path: the lease's
     * checks without ha, the snapshot's without one, deferred retries
@@ -283,10 +283,10 @@ lanes_event (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p, co
 static fw_read_end_t
 event_done (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p, const fw_event_t *ev)
 {
-   fw_position_passed (w, p, ev, fw_stream_reader_resume_token (rd));
+   fw_position_passed (&w->ckpt, p, ev, fw_stream_reader_resume_token (rd));
    if (strcmp (ev->operation_type, "invalidate") == 0) {
       p->invalidated = true;
-      fw_position_save (w, p, "invalidate");
+      fw_position_save (&w->ckpt, p, "invalidate");
       return FW_READ_INVALIDATED;
    }
    return split_back (w, p) ? FW_READ_REOPEN : FW_READ_NEXT;
@@ -430,7 +430,7 @@ dispatch_here (here_t *h, const fw_event_t *ev)
    if (w->lead.lease && fw_stream_lease_lost (w)) {
       return FW_READ_LOST; /* checked again here: the read may have waited */
    }
-   o = fw_stream_dispatch (w, ev);
+   o = fw_stream_dispatch (&w->pending, ev);
    return fw_stream_settle (&place, &o);
 }
 
@@ -538,9 +538,9 @@ idle_step (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p)
    }
    if ((p->dirty && now - p->last_save_ms >= w->cfg->save_interval_ms) ||
        now - p->last_save_ms >= w->cfg->idle_heartbeat_ms) {
-      fw_position_save_async (w, p, "interval");
+      fw_position_save_async (&w->ckpt, p, "interval");
    }
-   fw_position_writer_results (w);
+   fw_position_writer_results (&w->ckpt);
 }
 
 /* Reads until shutdown, an error or an invalidate. */
@@ -660,7 +660,7 @@ run_setup (fw_stream_worker_t *w, fw_stream_run_t *run)
       return false;
    }
    if (w->cfg->ha_leader) {
-      if (!(w->lead.lease = fw_stream_lease_new (w, &err))) { /* stream_shared.c */
+      if (!(w->lead.lease = fw_stream_lease_new (&w->shared, &err))) { /* stream_shared.c */
          fw_stream_failed (w, err.message);
          return false;
       }
@@ -672,7 +672,7 @@ run_setup (fw_stream_worker_t *w, fw_stream_run_t *run)
       return false;
    }
    if (!w->cfg->ha_leader) {
-      fw_stream_exactly_once_recover (w); /* under ha: by fw_stream_wait_lead */
+      fw_stream_exactly_once_recover (&w->eo); /* under ha: by fw_stream_wait_lead */
    }
    if (!fw_stream_snapshot_setup (w, &run->cp)) {
       return false;
@@ -689,7 +689,7 @@ run_setup (fw_stream_worker_t *w, fw_stream_run_t *run)
 static void
 run_teardown (fw_stream_worker_t *w, fw_stream_run_t *run)
 {
-   fw_position_save (w, run->p, "shutdown");
+   fw_position_save (&w->ckpt, run->p, "shutdown");
    fw_checkpoint_writer_destroy (w->ckpt.writer); /* idle since the save: gives its client back */
    w->ckpt.writer = NULL;
    w->ckpt.epoch = 0;
@@ -697,7 +697,7 @@ run_teardown (fw_stream_worker_t *w, fw_stream_run_t *run)
       /* After the final checkpoint: the standby that takes over at once
        * starts where this leader stopped. */
       fw_lease_release (w->lead.lease, 2000);
-      fw_stream_lease_destroy (w);
+      fw_stream_lease_destroy (&w->shared);
       w->lead.lease = NULL;
       w->lead.epoch = 0;
       fw_dispatcher_set_lead (w->d, NULL, 0);
@@ -743,7 +743,7 @@ stream_opened (fw_stream_worker_t *w, fw_stream_run_t *run, mongoc_change_stream
        * cannot move it to a later "now" and lose what came between. */
       fw_position_set_token (&p->resume, start);
       p->has_resume = true;
-      fw_position_save (w, p, "start");
+      fw_position_save (&w->ckpt, p, "start");
    }
    fw_log (FW_LOG_INFO, w->cfg->name, "change stream open%s",
            resuming ? " (resuming)" : " (from now)");
@@ -782,7 +782,7 @@ open_and_read (fw_stream_worker_t *w, fw_stream_run_t *run, bool *progressed)
    }
    if (gen_open == FW_GENERATION_STOP ||
        !fw_stream_server_supports (w->cfg, w->read_client, unsupported, sizeof unsupported) ||
-       !fw_stream_exactly_once_supported (w, unsupported, sizeof unsupported)) {
+       !fw_stream_exactly_once_supported (&w->eo, unsupported, sizeof unsupported)) {
       fw_generation_cleanup (&gen);
       fw_stream_failed (w, unsupported);
       return FW_READ_FAILED;
@@ -897,7 +897,7 @@ fw_stream_worker_start (fw_stream_worker_t *w, fw_error_t *error)
     * boundaries; an event in retries gives way to it (lane programs never
     * do: their stream's thread switches them once they drained). */
    fw_dispatcher_set_reload_waits (w->d, reload_waits, w);
-   fw_stream_exactly_once_wire (w);
+   fw_stream_exactly_once_wire (&w->eo);
    if (pthread_create (&w->thread.id, NULL, worker_main, w) != 0) {
       fw_error_set (error, FW_ERROR_IO, "cannot start thread for stream \"%s\"", w->cfg->name);
       return false;
