@@ -2,8 +2,8 @@
  * standin_process.h - starts and stops the MongoDB stand-in
  * (tests/standin/mongo_standin.py --port 0) for the C tests that need a
  * server: test_standin_libmongoc.c, test_lease.c, test_mongo_lua.c,
- * test_server_probe.c (a standalone, another set). Static functions, so each
- * file uses what it needs.
+ * test_server_probe.c (a standalone, another set), test_checkpoint_ordered.c.
+ * Static functions, so each file uses what it needs.
  */
 #ifndef FLOWWARDEN_STANDIN_PROCESS_H
 #define FLOWWARDEN_STANDIN_PROCESS_H

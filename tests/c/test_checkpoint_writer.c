@@ -4,7 +4,12 @@
  * it), a failed write is tried again (after retry_ms, or at once for a
  * newer position), quiesce drops what waits and waits for what flies,
  * fenced writes carry the epoch, max_behind bounds how far the stored
- * checkpoint lags. Every wait is for a condition, bounded by a deadline.
+ * checkpoint lags. With several writes in flight (issue 41): a second one
+ * starts only when the position is far enough past the first, completions
+ * out of order never move the stored position back, an error on one of them
+ * is tried again only when nothing newer holds it, quiesce waits for all,
+ * fencing holds for all, and a connection the pool cannot lend is not used.
+ * Every wait is for a condition, bounded by a deadline.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -15,25 +20,42 @@
 #include <time.h>
 
 #include <cmocka.h>
+#include <dirent.h>
 
 #include "flowwarden/clock.h"
 #include "runtime/checkpoint/checkpoint_writer.h"
 
 #define DEADLINE_MS 10000
 #define MAX_WRITES 64
+#define CONNS FW_CHECKPOINT_MAX_IN_FLIGHT
 
-/* The fake store: every write tried, in order, with what it carried. */
+/* The fake store: every write tried, in order of its end, with what it
+ * carried; it keeps a position as fw_checkpoint_save_ordered does (never
+ * over a later seq) and refuses writes fenced with an epoch below fence. */
 typedef struct {
    pthread_mutex_t mu;
    pthread_cond_t changed;
-   int opened, closed;
+   int opened[CONNS], closed[CONNS];
+   bool lend;                 /* conns > 0 get a connection */
    int n;                     /* writes tried */
    int64_t value[MAX_WRITES]; /* the position's "n" (processed), -1: none */
    int64_t epoch[MAX_WRITES];
-   bool ok[MAX_WRITES];
-   int fail_next; /* this many writes fail */
-   bool hold;     /* a write waits here until released */
-   bool holding;  /* a write is waiting */
+   uint64_t seq[MAX_WRITES];
+   int conn[MAX_WRITES];
+   fw_checkpoint_saved_t saved[MAX_WRITES];
+   bool ok[MAX_WRITES];     /* saved or superseded */
+   int fail_next;           /* this many writes fail */
+   uint64_t fail_seq;       /* the write of this seq fails (once) */
+   int broken;              /* rules the writer broke (checked by the test's thread) */
+   int64_t fence;           /* writes fenced below this epoch are refused */
+   bool hold;               /* every write waits here until released */
+   bool hold_conn[CONNS];   /* ... the writes of that conn */
+   bool holding[CONNS];     /* a write of that conn is waiting */
+   uint64_t writing[CONNS]; /* the seq that conn writes now, 0: none */
+   uint64_t stored_seq;     /* the store: the seq and value it holds */
+   int64_t stored_value;
+   int stored_moves; /* times the stored value changed */
+   bool went_back;   /* the stored value ever decreased */
 } fake_t;
 
 static void
@@ -42,23 +64,31 @@ fake_init (fake_t *f)
    memset (f, 0, sizeof *f);
    pthread_mutex_init (&f->mu, NULL);
    pthread_cond_init (&f->changed, NULL);
+   f->lend = true;
+   f->stored_value = -1;
 }
 
-static void
-fake_open (void *ud)
+static bool
+fake_open (void *ud, int conn, bool wait)
 {
    fake_t *f = ud;
+   bool lent;
    pthread_mutex_lock (&f->mu);
-   f->opened++;
+   lent = conn == 0 || f->lend;
+   f->broken += wait != (conn == 0); /* only the first connection waits for one */
+   if (lent) {
+      f->opened[conn]++;
+   }
    pthread_mutex_unlock (&f->mu);
+   return lent;
 }
 
 static void
-fake_close (void *ud)
+fake_close (void *ud, int conn)
 {
    fake_t *f = ud;
    pthread_mutex_lock (&f->mu);
-   f->closed++;
+   f->closed[conn]++;
    pthread_mutex_unlock (&f->mu);
 }
 
@@ -69,36 +99,62 @@ value_of (const bson_t *doc)
    return doc && bson_iter_init_find (&it, doc, "n") ? bson_iter_as_int64 (&it) : -1;
 }
 
-static bool
-fake_write (void *ud, const bson_t *processed, const bson_t *seen, const char *version,
-            int64_t epoch, fw_error_t *error)
+/* With f->mu held: what the store does with a write that is not failed. */
+static fw_checkpoint_saved_t
+fake_store (fake_t *f, const fw_checkpoint_write_t *w, fw_error_t *error)
+{
+   int64_t v = value_of (w->processed);
+   if (w->epoch > 0 && w->epoch < f->fence) {
+      fw_error_set (error, FW_ERROR_MONGO, "the fake store was fenced with a newer epoch");
+      return FW_CHECKPOINT_NOT_SAVED;
+   }
+   if (w->seq <= f->stored_seq) {
+      return FW_CHECKPOINT_SUPERSEDED;
+   }
+   f->went_back = f->went_back || v < f->stored_value;
+   f->stored_moves += v != f->stored_value;
+   f->stored_seq = w->seq;
+   f->stored_value = v;
+   return FW_CHECKPOINT_SAVED;
+}
+
+static fw_checkpoint_saved_t
+fake_write (void *ud, int conn, const fw_checkpoint_write_t *w, fw_error_t *error)
 {
    fake_t *f = ud;
-   bool ok;
-   (void) seen;
-   (void) version;
+   fw_checkpoint_saved_t saved;
 
    pthread_mutex_lock (&f->mu);
-   while (f->hold) {
-      f->holding = true;
+   f->broken += f->writing[conn] != 0; /* one write per conn at a time */
+   f->writing[conn] = w->seq;
+   pthread_cond_broadcast (&f->changed);
+   while (f->hold || f->hold_conn[conn]) {
+      f->holding[conn] = true;
       pthread_cond_broadcast (&f->changed);
       pthread_cond_wait (&f->changed, &f->mu);
    }
-   f->holding = false;
-   ok = f->fail_next == 0;
-   if (!ok) {
-      f->fail_next--;
+   f->holding[conn] = false;
+   if (f->fail_next > 0 || (f->fail_seq && f->fail_seq == w->seq)) {
+      f->fail_next -= f->fail_next > 0;
+      f->fail_seq = f->fail_seq == w->seq ? 0 : f->fail_seq;
       fw_error_set (error, FW_ERROR_MONGO, "the fake store refuses this write");
+      saved = FW_CHECKPOINT_NOT_SAVED;
+   } else {
+      saved = fake_store (f, w, error);
    }
    if (f->n < MAX_WRITES) {
-      f->value[f->n] = value_of (processed);
-      f->epoch[f->n] = epoch;
-      f->ok[f->n] = ok;
+      f->value[f->n] = value_of (w->processed);
+      f->epoch[f->n] = w->epoch;
+      f->seq[f->n] = w->seq;
+      f->conn[f->n] = conn;
+      f->saved[f->n] = saved;
+      f->ok[f->n] = saved != FW_CHECKPOINT_NOT_SAVED;
       f->n++;
    }
+   f->writing[conn] = 0;
    pthread_cond_broadcast (&f->changed);
    pthread_mutex_unlock (&f->mu);
-   return ok;
+   return saved;
 }
 
 /* Waits up to ms until f has tried n writes (or one is held, with n < 0). */
@@ -109,7 +165,23 @@ fake_wait_ms (fake_t *f, int n, int64_t ms)
    bool reached;
 
    pthread_mutex_lock (&f->mu);
-   while (!(reached = n < 0 ? f->holding : f->n >= n) && fw_mono_ms () < until) {
+   while (!(reached = n < 0 ? f->holding[0] : f->n >= n) && fw_mono_ms () < until) {
+      struct timespec ts = fw_clock_after (CLOCK_REALTIME, 50);
+      pthread_cond_timedwait (&f->changed, &f->mu, &ts);
+   }
+   pthread_mutex_unlock (&f->mu);
+   return reached;
+}
+
+/* Waits until conn is held writing seq. */
+static bool
+fake_wait_held (fake_t *f, int conn, uint64_t seq)
+{
+   int64_t until = fw_mono_ms () + DEADLINE_MS;
+   bool reached;
+
+   pthread_mutex_lock (&f->mu);
+   while (!(reached = f->holding[conn] && f->writing[conn] == seq) && fw_mono_ms () < until) {
       struct timespec ts = fw_clock_after (CLOCK_REALTIME, 50);
       pthread_cond_timedwait (&f->changed, &f->mu, &ts);
    }
@@ -153,14 +225,29 @@ fake_hold (fake_t *f, bool hold)
    pthread_mutex_unlock (&f->mu);
 }
 
+static void
+fake_hold_conn (fake_t *f, int conn, bool hold)
+{
+   pthread_mutex_lock (&f->mu);
+   f->hold_conn[conn] = hold;
+   pthread_cond_broadcast (&f->changed);
+   pthread_mutex_unlock (&f->mu);
+}
+
 static fw_checkpoint_writer_t *
-writer_over (fake_t *f, int64_t retry_ms)
+writer_with (fake_t *f, int64_t retry_ms, int in_flight)
 {
    fw_checkpoint_sink_t sink = {fake_open, fake_write, fake_close, f};
    fw_error_t err;
-   fw_checkpoint_writer_t *cw = fw_checkpoint_writer_start (&sink, "s", retry_ms, &err);
+   fw_checkpoint_writer_t *cw = fw_checkpoint_writer_start (&sink, "s", retry_ms, in_flight, &err);
    assert_non_null (cw);
    return cw;
+}
+
+static fw_checkpoint_writer_t *
+writer_over (fake_t *f, int64_t retry_ms)
+{
+   return writer_with (f, retry_ms, 1);
 }
 
 static void
@@ -194,8 +281,8 @@ test_coalesces_while_in_flight (void **state)
    assert_int_equal (f.n, 2);
    assert_int_equal (f.value[0], 1);
    assert_int_equal (f.value[1], 3);
-   assert_int_equal (f.opened, 1);
-   assert_int_equal (f.closed, 1);
+   assert_int_equal (f.opened[0], 1);
+   assert_int_equal (f.closed[0], 1);
 }
 
 /* A failed write is tried again after retry_ms with the same position. */
@@ -436,6 +523,347 @@ test_max_behind_bounds_the_lag (void **state)
    assert_int_equal (f.value[f.n - 1], 3); /* 2 and 3 may coalesce; 3 is the last */
 }
 
+/* ---- several writes in flight (issue 41) ---- */
+
+/* Destroys cw and checks what every test of several writes checks: the
+ * writer broke no rule of the sink and the stored position never went back. */
+static void
+finish_writer (fw_checkpoint_writer_t *cw, fake_t *f)
+{
+   fw_checkpoint_writer_destroy (cw);
+   assert_int_equal (f->broken, 0);
+   assert_false (f->went_back);
+   for (int i = 0; i < CONNS; i++) {
+      assert_int_equal (f->opened[i], f->closed[i]); /* every connection given back */
+   }
+}
+
+/* Two connections, max_behind 6: a second write starts once the position is
+ * 6 / 3 = 2 hand-overs past the one in flight (3, not 2, on conn 1); when 3
+ * ends before 1, 1 changes nothing (superseded): the store stays at 3. */
+static void
+test_out_of_order_never_moves_back (void **state)
+{
+   fake_t f;
+   fw_checkpoint_writer_t *cw;
+   int ok, failed;
+   int64_t at;
+   (void) state;
+
+   fake_init (&f);
+   cw = writer_with (&f, 1000, 2);
+   fake_hold_conn (&f, 0, true);
+   fake_hold_conn (&f, 1, true);
+   submit (cw, 1, 6);
+   assert_true (fake_wait_held (&f, 0, 1));
+   submit (cw, 2, 6); /* too close to 1: waits */
+   submit (cw, 3, 6); /* replaces 2 and starts on the second connection */
+   assert_true (fake_wait_held (&f, 1, 3));
+   fake_hold_conn (&f, 1, false);
+   assert_true (fake_wait (&f, 1));
+   fake_hold_conn (&f, 0, false);
+   assert_true (fake_wait (&f, 2));
+   fw_checkpoint_writer_quiesce (cw);
+   fw_checkpoint_writer_take_results (cw, &ok, &failed, &at);
+   finish_writer (cw, &f);
+   assert_int_equal (f.n, 2);
+   assert_int_equal (f.seq[0], 3);
+   assert_int_equal (f.conn[0], 1);
+   assert_int_equal (f.saved[0], FW_CHECKPOINT_SAVED);
+   assert_int_equal (f.seq[1], 1);
+   assert_int_equal (f.saved[1], FW_CHECKPOINT_SUPERSEDED);
+   assert_int_equal (f.stored_value, 3);
+   assert_int_equal (ok, 2); /* a superseded write is no failure: a later one holds it */
+   assert_int_equal (failed, 0);
+   assert_int_equal (f.opened[1], 1);
+}
+
+/* This process's threads (Linux: /proc/self/task). */
+static int
+thread_count (void)
+{
+   DIR *d = opendir ("/proc/self/task");
+   struct dirent *e;
+   int n = 0;
+   assert_non_null (d);
+   while ((e = readdir (d))) {
+      n += e->d_name[0] != '.';
+   }
+   closedir (d);
+   return n;
+}
+
+/* max_behind 19: a second write starts only once the writer lags by half of
+ * it (9 hand-overs past the newest tried), not at 8 (7 past the one in
+ * flight, 19 / 3 rounded up, would do): a write that keeps up is not
+ * doubled, and the second connection's thread starts only then. */
+static void
+test_second_write_only_when_lagging (void **state)
+{
+   fake_t f;
+   fw_checkpoint_writer_t *cw;
+   (void) state;
+
+   int threads = thread_count ();
+
+   fake_init (&f);
+   cw = writer_with (&f, 1000, 2);
+   fake_hold_conn (&f, 0, true);
+   fake_hold_conn (&f, 1, true);
+   submit (cw, 1, 19);
+   assert_true (fake_wait_held (&f, 0, 1));
+   for (int64_t v = 2; v <= 8; v++) {
+      submit (cw, v, 19); /* 8 behind at most: waits */
+   }
+   assert_int_equal (thread_count (), threads + 1); /* the second connection's not started */
+   submit (cw, 9, 19);                              /* 9 behind: starts */
+   assert_true (fake_wait_held (&f, 1, 9));
+   assert_int_equal (thread_count (), threads + 2);
+   fake_hold_conn (&f, 0, false);
+   fake_hold_conn (&f, 1, false);
+   assert_true (fake_wait (&f, 2));
+   fw_checkpoint_writer_quiesce (cw);
+   finish_writer (cw, &f);
+   assert_int_equal (f.n, 2);
+   assert_int_equal (f.stored_value, 9);
+}
+
+/* The newer of two writes in flight fails while the older is still out: it
+ * is tried again (nothing newer holds it) and stored. */
+static void
+test_newer_of_two_failing_is_retried (void **state)
+{
+   fake_t f;
+   fw_checkpoint_writer_t *cw;
+   (void) state;
+
+   fake_init (&f);
+   f.fail_seq = 3;
+   cw = writer_with (&f, 20, 2);
+   fake_hold_conn (&f, 0, true);
+   fake_hold_conn (&f, 1, true);
+   submit (cw, 1, 6);
+   assert_true (fake_wait_held (&f, 0, 1));
+   submit (cw, 3, 6); /* seq 2 */
+   submit (cw, 3, 6); /* seq 3: on conn 1 */
+   assert_true (fake_wait_held (&f, 1, 3));
+   fake_hold_conn (&f, 1, false);
+   assert_true (fake_wait (&f, 1)); /* 3 failed */
+   fake_hold_conn (&f, 0, false);
+   assert_true (fake_wait (&f, 3)); /* 1 stored, then 3 again */
+   fw_checkpoint_writer_quiesce (cw);
+   finish_writer (cw, &f);
+   assert_int_equal (f.n, 3);
+   assert_false (f.ok[0]);
+   assert_int_equal (f.seq[1], 1);
+   assert_int_equal (f.seq[2], 3);
+   assert_true (f.ok[2]);
+   assert_int_equal (f.stored_value, 3);
+}
+
+/* The older of two writes in flight fails while the newer is out: it is not
+ * tried again (the newer one holds it), and the newer is stored. */
+static void
+test_older_of_two_failing_is_not_retried (void **state)
+{
+   fake_t f;
+   fw_checkpoint_writer_t *cw;
+   (void) state;
+
+   fake_init (&f);
+   f.fail_seq = 1;
+   cw = writer_with (&f, 20, 2);
+   fake_hold_conn (&f, 0, true);
+   fake_hold_conn (&f, 1, true);
+   submit (cw, 1, 6);
+   assert_true (fake_wait_held (&f, 0, 1));
+   submit (cw, 2, 6);
+   submit (cw, 3, 6);
+   assert_true (fake_wait_held (&f, 1, 3));
+   fake_hold_conn (&f, 0, false);
+   assert_true (fake_wait (&f, 1)); /* 1 failed */
+   fake_hold_conn (&f, 1, false);
+   assert_true (fake_wait_value (&f, 3));
+   fw_checkpoint_writer_quiesce (cw);
+   finish_writer (cw, &f);
+   assert_int_equal (f.n, 2); /* 1 once, 3 once: no retry of 1 */
+   assert_int_equal (f.seq[0], 1);
+   assert_false (f.ok[0]);
+   assert_int_equal (f.stored_value, 3);
+}
+
+/* quiesce returns only once every write in flight has ended. */
+static void
+test_quiesce_waits_for_every_write (void **state)
+{
+   fake_t f;
+   fw_checkpoint_writer_t *cw;
+   pthread_t t;
+   call_arg_t a = {NULL, &f, -1};
+   (void) state;
+
+   fake_init (&f);
+   cw = writer_with (&f, 1000, 2);
+   a.cw = cw;
+   fake_hold_conn (&f, 0, true);
+   fake_hold_conn (&f, 1, true);
+   submit (cw, 1, 6);
+   assert_true (fake_wait_held (&f, 0, 1));
+   submit (cw, 2, 6);
+   submit (cw, 3, 6);
+   assert_true (fake_wait_held (&f, 1, 3));
+   assert_int_equal (pthread_create (&t, NULL, quiesce_main, &a), 0);
+   fake_hold_conn (&f, 0, false);
+   assert_true (fake_wait (&f, 1));
+   fake_hold_conn (&f, 1, false);
+   pthread_join (t, NULL);
+   assert_int_equal (a.tried_at_return, 2);
+   finish_writer (cw, &f);
+   assert_int_equal (f.n, 2);
+   assert_int_equal (f.stored_value, 3);
+}
+
+/* Writes in flight carry the epoch they started with; once a newer leader
+ * fenced the store, they are refused and change nothing; after a quiesce and
+ * the new epoch, writes carry it and are stored. */
+static void
+test_fencing_with_writes_in_flight (void **state)
+{
+   fake_t f;
+   fw_checkpoint_writer_t *cw;
+   (void) state;
+
+   fake_init (&f);
+   f.fence = 7;
+   cw = writer_with (&f, 60000, 2);
+   fw_checkpoint_writer_set_epoch (cw, 7);
+   fake_hold_conn (&f, 0, true);
+   fake_hold_conn (&f, 1, true);
+   submit (cw, 1, 6);
+   assert_true (fake_wait_held (&f, 0, 1));
+   submit (cw, 2, 6);
+   submit (cw, 3, 6);
+   assert_true (fake_wait_held (&f, 1, 3));
+   pthread_mutex_lock (&f.mu);
+   f.fence = 8; /* another instance leads now */
+   pthread_mutex_unlock (&f.mu);
+   fake_hold_conn (&f, 0, false);
+   fake_hold_conn (&f, 1, false);
+   assert_true (fake_wait (&f, 2));
+   fw_checkpoint_writer_quiesce (cw); /* drops 3's retry */
+   assert_int_equal (f.stored_value, -1);
+   fw_checkpoint_writer_set_epoch (cw, 8); /* this instance leads again */
+   submit (cw, 4, 6);
+   assert_true (fake_wait_value (&f, 4));
+   finish_writer (cw, &f);
+   assert_int_equal (f.n, 3);
+   assert_int_equal (f.epoch[0], 7);
+   assert_int_equal (f.epoch[1], 7);
+   assert_false (f.ok[0]);
+   assert_false (f.ok[1]);
+   assert_int_equal (f.epoch[2], 8);
+   assert_int_equal (f.stored_value, 4);
+}
+
+/* When the pool lends no second connection, every write goes through the
+ * first, one at a time, and the last position is stored. */
+static void
+test_without_a_second_connection (void **state)
+{
+   fake_t f;
+   fw_checkpoint_writer_t *cw;
+   (void) state;
+
+   fake_init (&f);
+   f.lend = false;
+   cw = writer_with (&f, 1000, 3);
+   fake_hold_conn (&f, 0, true);
+   submit (cw, 1, 0);
+   assert_true (fake_wait_held (&f, 0, 1));
+   for (int64_t v = 2; v <= 6; v++) {
+      submit (cw, v, 0);
+   }
+   fake_hold_conn (&f, 0, false);
+   assert_true (fake_wait_value (&f, 6));
+   finish_writer (cw, &f);
+   for (int i = 0; i < f.n; i++) {
+      assert_int_equal (f.conn[i], 0);
+   }
+   assert_int_equal (f.opened[1] + f.opened[2], 0);
+   assert_int_equal (f.stored_value, 6);
+}
+
+static void *
+submit_behind_main (void *arg)
+{
+   call_arg_t *a = arg;
+   submit (a->cw, 5, 4);
+   a->tried_at_return = tried_now (a->f);
+   return NULL;
+}
+
+/* With two writes in flight, max_behind still bounds the lag: with 1 and 3
+ * out and 4 waiting, hand-over 5 (4 past the newest tried, none) waits until
+ * a write ends. */
+static void
+test_max_behind_with_writes_in_flight (void **state)
+{
+   fake_t f;
+   fw_checkpoint_writer_t *cw;
+   call_arg_t a = {NULL, &f, -1};
+   pthread_t t;
+   (void) state;
+
+   fake_init (&f);
+   cw = writer_with (&f, 1000, 2);
+   a.cw = cw;
+   fake_hold_conn (&f, 0, true);
+   fake_hold_conn (&f, 1, true);
+   submit (cw, 1, 4);
+   assert_true (fake_wait_held (&f, 0, 1));
+   submit (cw, 2, 4); /* gap 4 / 3 -> 2 */
+   submit (cw, 3, 4);
+   assert_true (fake_wait_held (&f, 1, 3));
+   submit (cw, 4, 4);
+   assert_int_equal (pthread_create (&t, NULL, submit_behind_main, &a), 0);
+   fake_hold_conn (&f, 1, false);
+   pthread_join (t, NULL);
+   assert_true (a.tried_at_return >= 1); /* 5 was handed over once 3 was tried */
+   fake_hold_conn (&f, 0, false);
+   assert_true (fake_wait_value (&f, 5));
+   finish_writer (cw, &f);
+   assert_int_equal (f.stored_value, 5);
+}
+
+/* The stamp of the stream's own synchronous save (at shutdown, a pause):
+ * its seq is past every hand-over, the next hand-over's is past it, and the
+ * handler's bound counts from it (nothing waits for what the save holds). */
+static void
+test_stamp_comes_after_every_hand_over (void **state)
+{
+   fake_t f;
+   fw_checkpoint_writer_t *cw;
+   bson_oid_t writer;
+   int64_t seq = 0;
+   (void) state;
+
+   fake_init (&f);
+   cw = writer_over (&f, 1000);
+   fake_hold (&f, true);
+   submit (cw, 1, 0);
+   assert_true (fake_wait (&f, -1));
+   submit (cw, 2, 0); /* waits behind 1: dropped by the quiesce */
+   fake_hold (&f, false);
+   fw_checkpoint_writer_quiesce (cw);
+   assert_false (fw_checkpoint_writer_stamp (cw, &writer, &seq)); /* the fake has no id */
+   assert_int_equal (seq, 3);
+   submit (cw, 4, 1); /* max_behind 1: would wait for 2 and the stamp's seq if they counted */
+   assert_true (fake_wait_value (&f, 4));
+   fw_checkpoint_writer_destroy (cw);
+   assert_int_equal (f.seq[f.n - 1], 4);
+   assert_int_equal (f.broken, 0);
+}
+
 int
 main (void)
 {
@@ -448,6 +876,15 @@ main (void)
       cmocka_unit_test (test_quiesce_drops_a_retry_of_the_write_in_flight),
       cmocka_unit_test (test_fenced_writes_carry_the_epoch),
       cmocka_unit_test (test_max_behind_bounds_the_lag),
+      cmocka_unit_test (test_out_of_order_never_moves_back),
+      cmocka_unit_test (test_second_write_only_when_lagging),
+      cmocka_unit_test (test_newer_of_two_failing_is_retried),
+      cmocka_unit_test (test_stamp_comes_after_every_hand_over),
+      cmocka_unit_test (test_older_of_two_failing_is_not_retried),
+      cmocka_unit_test (test_quiesce_waits_for_every_write),
+      cmocka_unit_test (test_fencing_with_writes_in_flight),
+      cmocka_unit_test (test_without_a_second_connection),
+      cmocka_unit_test (test_max_behind_with_writes_in_flight),
    };
    return cmocka_run_group_tests (tests, NULL, NULL);
 }

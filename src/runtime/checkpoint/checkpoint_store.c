@@ -62,11 +62,37 @@ fw_checkpoint_load (mongoc_client_t *client, const char *database, const char *s
    return ok;
 }
 
+/* The server's code for a duplicate key. */
+#define ERR_DUPLICATE_KEY 11000
+
+/* An ordered save's stamp (fw_checkpoint_save_ordered); NULL: none. */
+typedef struct {
+   const bson_oid_t *writer;
+   int64_t seq;
+} order_t;
+
+/* Appends to selector what lets an ordered write through: the stored stamp
+ * is another writer's (or missing: $ne matches a missing field) or lower. */
+static bool
+append_order (bson_t *selector, const order_t *order)
+{
+   bson_t or, clause, cmp;
+   return BSON_APPEND_ARRAY_BEGIN (selector, "$or", & or) &&
+          BSON_APPEND_DOCUMENT_BEGIN (& or, "0", &clause) &&
+          BSON_APPEND_DOCUMENT_BEGIN (&clause, "writerId", &cmp) &&
+          BSON_APPEND_OID (&cmp, "$ne", order->writer) &&
+          bson_append_document_end (&clause, &cmp) && bson_append_document_end (& or, &clause) &&
+          BSON_APPEND_DOCUMENT_BEGIN (& or, "1", &clause) &&
+          BSON_APPEND_DOCUMENT_BEGIN (&clause, "writerSeq", &cmp) &&
+          BSON_APPEND_INT64 (&cmp, "$lt", order->seq) && bson_append_document_end (&clause, &cmp) &&
+          bson_append_document_end (& or, &clause) && bson_append_array_end (selector, & or);
+}
+
 /* The checkpoint's $set: the tokens given, the script version, the time and
- * also's fields. False when out of memory. */
+ * also's fields, and order's stamp (NULL: none). False when out of memory. */
 static bool
 append_set (bson_t *update, const bson_t *processed, const bson_t *seen, const char *script_version,
-            const bson_t *also)
+            const bson_t *also, const order_t *order)
 {
    bson_t set;
    bool ok;
@@ -82,6 +108,10 @@ append_set (bson_t *update, const bson_t *processed, const bson_t *seen, const c
       BSON_APPEND_UTF8 (&set, "scriptVersion", script_version);
    }
    BSON_APPEND_DATE_TIME (&set, "updatedAt", fw_now_ms ());
+   if (order) {
+      BSON_APPEND_OID (&set, "writerId", order->writer);
+      BSON_APPEND_INT64 (&set, "writerSeq", order->seq);
+   }
    ok = !also || bson_concat (&set, also);
    bson_append_document_end (update, &set);
    return ok;
@@ -89,12 +119,13 @@ append_set (bson_t *update, const bson_t *processed, const bson_t *seen, const c
 
 /* epoch 0: the unconditional upsert of ha.mode = "none". Else the update
  * matches only a checkpoint fenced with epoch (fw_checkpoint_fence), and
- * *fenced says when it did not. */
+ * *fenced says when it did not. order (may be NULL): the write is ordered
+ * (fw_checkpoint_save_ordered). */
 static bool
 save_checkpoint (mongoc_client_t *client, mongoc_client_session_t *session, const char *database,
                  const char *stream, const bson_t *processed, const bson_t *seen,
-                 const char *script_version, const bson_t *also, int64_t epoch, bool *fenced,
-                 bson_t *reply_out, fw_error_t *error)
+                 const char *script_version, const bson_t *also, int64_t epoch,
+                 const order_t *order, bool *fenced, bson_t *reply_out, fw_error_t *error)
 {
    mongoc_collection_t *coll;
    bson_t selector = BSON_INITIALIZER;
@@ -111,7 +142,7 @@ save_checkpoint (mongoc_client_t *client, mongoc_client_session_t *session, cons
    if (epoch > 0) {
       BSON_APPEND_INT64 (&selector, "epoch", epoch);
    }
-   if (!append_set (&update, processed, seen, script_version, also)) {
+   if (!append_set (&update, processed, seen, script_version, also, order)) {
       fw_error_set (error, FW_ERROR_NOMEM, "out of memory saving checkpoint of stream \"%s\"",
                     stream);
       bson_destroy (&selector);
@@ -120,6 +151,14 @@ save_checkpoint (mongoc_client_t *client, mongoc_client_session_t *session, cons
       return false;
    }
    BSON_APPEND_BOOL (&opts, "upsert", epoch <= 0);
+   if (order && !append_order (&selector, order)) {
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory saving the checkpoint of stream \"%s\"",
+                    stream);
+      bson_destroy (&selector);
+      bson_destroy (&update);
+      bson_destroy (&opts);
+      return false;
+   }
    if (session && !mongoc_client_session_append (session, &opts, &berr)) {
       fw_error_set (error, FW_ERROR_MONGO,
                     "cannot save checkpoint of stream \"%s\" in its "
@@ -170,7 +209,7 @@ fw_checkpoint_save (mongoc_client_t *client, const char *database, const char *s
                     fw_error_t *error)
 {
    return save_checkpoint (client, NULL, database, stream, processed, seen, script_version, NULL, 0,
-                           NULL, NULL, error);
+                           NULL, NULL, NULL, error);
 }
 
 bool
@@ -189,7 +228,7 @@ fw_checkpoint_save_fenced (mongoc_client_t *client, const char *database, const 
       return false;
    }
    return save_checkpoint (client, NULL, database, stream, processed, seen, script_version, NULL,
-                           epoch, fenced, NULL, error);
+                           epoch, NULL, fenced, NULL, error);
 }
 
 bool
@@ -198,7 +237,120 @@ fw_checkpoint_save_with (mongoc_client_t *client, const char *database, const ch
                          const bson_t *also, int64_t epoch, fw_error_t *error)
 {
    return save_checkpoint (client, NULL, database, stream, processed, seen, script_version, also,
-                           epoch, NULL, NULL, error);
+                           epoch, NULL, NULL, NULL, error);
+}
+
+/* A fenced ordered write matched nothing: *later true when the stored
+ * checkpoint still holds epoch and order's writer stored a seq at least
+ * order's (a later write of it came first), false when a newer leader fenced
+ * it. False (error set) when it cannot be read. */
+static bool
+stored_later (mongoc_client_t *client, const char *database, const char *stream, int64_t epoch,
+              const order_t *order, bool *later, fw_error_t *error)
+{
+   mongoc_collection_t *coll;
+   mongoc_cursor_t *cursor;
+   const bson_t *doc;
+   bson_t *filter = BCON_NEW ("_id", BCON_UTF8 (stream));
+   bson_iter_t it;
+   bson_error_t berr;
+   bool ok = true;
+
+   *later = false;
+   if (!filter) {
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory reading the checkpoint of stream \"%s\"",
+                    stream);
+      return false;
+   }
+   coll = mongoc_client_get_collection (client, database, FW_CHECKPOINT_COLLECTION);
+   cursor = mongoc_collection_find_with_opts (coll, filter, NULL, NULL);
+   if (mongoc_cursor_next (cursor, &doc)) {
+      *later = bson_iter_init_find (&it, doc, "epoch") && BSON_ITER_HOLDS_NUMBER (&it) &&
+               bson_iter_as_int64 (&it) == epoch && bson_iter_init_find (&it, doc, "writerId") &&
+               BSON_ITER_HOLDS_OID (&it) && bson_oid_equal (bson_iter_oid (&it), order->writer) &&
+               bson_iter_init_find (&it, doc, "writerSeq") && BSON_ITER_HOLDS_NUMBER (&it) &&
+               bson_iter_as_int64 (&it) >= order->seq;
+   }
+   if (mongoc_cursor_error (cursor, &berr)) {
+      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
+                         "cannot read checkpoint of stream \"%s\" from %s.%s: %s", stream, database,
+                         FW_CHECKPOINT_COLLECTION, berr.message);
+      ok = false;
+   }
+   mongoc_cursor_destroy (cursor);
+   mongoc_collection_destroy (coll);
+   bson_destroy (filter);
+   return ok;
+}
+
+/* fw_checkpoint_save_ordered_with's outcome, with err (set when not saved). */
+static fw_checkpoint_saved_t
+save_ordered (mongoc_client_t *client, const char *database, const char *stream,
+              const bson_t *processed, const bson_t *seen, const char *script_version,
+              const bson_t *also, int64_t epoch, const order_t *order, fw_error_t *err)
+{
+   fw_error_t read_err;
+   bool fenced, later;
+
+   if (save_checkpoint (client, NULL, database, stream, processed, seen, script_version, also,
+                        epoch, order, &fenced, NULL, err)) {
+      return FW_CHECKPOINT_SAVED;
+   }
+   if (epoch > 0) {
+      /* Matched nothing: fenced by a newer leader, or a later write of this
+       * writer came first. Rare (writes reach the server out of order only
+       * when the connections race), so it costs a read only then. */
+      if (!fenced) {
+         return FW_CHECKPOINT_NOT_SAVED;
+      }
+      if (!stored_later (client, database, stream, epoch, order, &later, &read_err)) {
+         fw_error_set_code (err, read_err.domain, read_err.code,
+                            "%s (after a fenced checkpoint write matched nothing)",
+                            read_err.message);
+         return FW_CHECKPOINT_NOT_SAVED;
+      }
+      return later ? FW_CHECKPOINT_SUPERSEDED : FW_CHECKPOINT_NOT_SAVED;
+   }
+   if (err->code != ERR_DUPLICATE_KEY) {
+      return FW_CHECKPOINT_NOT_SAVED;
+   }
+   /* The upsert found no document to update and could not insert one: the
+    * document is there and holds a later seq of this writer, or it was not
+    * there and another write inserted it meanwhile. The server does not retry
+    * such an upsert itself (only when its query is equalities on the unique
+    * index's fields: mongod's shouldRetryDuplicateKeyException, in
+    * update_stage.cpp / write_ops_exec.cpp), so try once more: the document
+    * is there now, and matches unless it holds a later seq. */
+   if (save_checkpoint (client, NULL, database, stream, processed, seen, script_version, also, 0,
+                        order, NULL, NULL, err)) {
+      return FW_CHECKPOINT_SAVED;
+   }
+   return err->code == ERR_DUPLICATE_KEY ? FW_CHECKPOINT_SUPERSEDED : FW_CHECKPOINT_NOT_SAVED;
+}
+
+fw_checkpoint_saved_t
+fw_checkpoint_save_ordered (mongoc_client_t *client, const char *database, const char *stream,
+                            const bson_t *processed, const bson_t *seen, const char *script_version,
+                            int64_t epoch, const bson_oid_t *writer, int64_t seq, fw_error_t *error)
+{
+   return fw_checkpoint_save_ordered_with (client, database, stream, processed, seen,
+                                           script_version, NULL, epoch, writer, seq, error);
+}
+
+fw_checkpoint_saved_t
+fw_checkpoint_save_ordered_with (mongoc_client_t *client, const char *database, const char *stream,
+                                 const bson_t *processed, const bson_t *seen,
+                                 const char *script_version, const bson_t *also, int64_t epoch,
+                                 const bson_oid_t *writer, int64_t seq, fw_error_t *error)
+{
+   order_t order = {writer, seq};
+   fw_error_t err = {0};
+   fw_checkpoint_saved_t saved = save_ordered (client, database, stream, processed, seen,
+                                               script_version, also, epoch, &order, &err);
+   if (saved == FW_CHECKPOINT_NOT_SAVED && error) {
+      *error = err;
+   }
+   return saved;
 }
 
 bool
@@ -209,7 +361,7 @@ fw_checkpoint_save_in (mongoc_client_t *client, mongoc_client_session_t *session
 {
    bson_init (reply);
    return save_checkpoint (client, session, database, stream, token, token, script_version, NULL,
-                           epoch, fenced, reply, error);
+                           epoch, NULL, fenced, reply, error);
 }
 
 bool

@@ -62,6 +62,40 @@ bool fw_checkpoint_save_with (mongoc_client_t *client, const char *database, con
                               const char *script_version, const bson_t *also, int64_t epoch,
                               fw_error_t *error);
 
+/* How an ordered save (fw_checkpoint_save_ordered) ended. */
+typedef enum {
+   FW_CHECKPOINT_SAVED,      /* the position is stored */
+   FW_CHECKPOINT_SUPERSEDED, /* nothing written: the same writer stored a later seq already */
+   FW_CHECKPOINT_NOT_SAVED,  /* nothing written (error set): an error, or fenced */
+} fw_checkpoint_saved_t;
+
+/* The checkpoint writer's save (checkpoint_writer.h), which may have several
+ * writes in flight on as many connections: as fw_checkpoint_save (epoch 0)
+ * or fw_checkpoint_save_fenced (epoch > 0), and also stamps the document
+ * with writer (one per checkpoint writer's life) and seq (its hand-over, 1,
+ * 2, ...). The update matches only while the stored stamp is another
+ * writer's (or none) or a lower seq, so a write that reaches the server after
+ * a later one of the same writer changes nothing: the stored checkpoint never
+ * moves back. An upsert that loses the race to insert the document is tried
+ * once more. */
+fw_checkpoint_saved_t fw_checkpoint_save_ordered (mongoc_client_t *client, const char *database,
+                                                  const char *stream, const bson_t *processed,
+                                                  const bson_t *seen, const char *script_version,
+                                                  int64_t epoch, const bson_oid_t *writer,
+                                                  int64_t seq, fw_error_t *error);
+
+/* As fw_checkpoint_save_ordered, with also's fields (as
+ * fw_checkpoint_save_with) in the same update. The stream's own synchronous
+ * saves while it has a checkpoint writer (the final one at shutdown, a
+ * pause, a restart) use it with the writer's stamp and a seq past every
+ * hand-over (fw_checkpoint_writer_stamp), so that a write of the writer that
+ * the server applies late (one that timed out on the client's side) never
+ * replaces them. also is borrowed. */
+fw_checkpoint_saved_t fw_checkpoint_save_ordered_with (
+   mongoc_client_t *client, const char *database, const char *stream, const bson_t *processed,
+   const bson_t *seen, const char *script_version, const bson_t *also, int64_t epoch,
+   const bson_oid_t *writer, int64_t seq, fw_error_t *error);
+
 /* exactly_once (issue 39): saves token as both lastProcessedToken and
  * lastSeenToken inside session's transaction (started by the caller, who
  * commits it). epoch > 0: fenced as fw_checkpoint_save_fenced (*fenced true

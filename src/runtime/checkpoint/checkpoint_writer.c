@@ -1,5 +1,5 @@
 /*
- * checkpoint_writer.c - a stream's checkpoint writes on a thread of their own
+ * checkpoint_writer.c - a stream's checkpoint writes on threads of their own
  * (checkpoint.mode = "async"; see checkpoint_writer.h).
  */
 #include <pthread.h>
@@ -17,12 +17,20 @@
  * comes first (it is then written at once). */
 #define RETRY_MS 1000
 
-/* The MongoDB sink: a client of the stream's pool for the writer's life. */
+/* MongoDB's writer keeps this many writes in flight at most: with the
+ * handler 19 saves ahead (stream_position.c) and a write every 19 / 5 ~ 4
+ * hand-overs, four cover a round trip of ~16 hand-overs (docs/performance.md,
+ * "Catching up over a network"). */
+#define FW_CHECKPOINT_WRITES_IN_FLIGHT 4
+
+/* The MongoDB sink: conn 0's client for the writer's life, the others' for
+ * one write at a time; the writer's stamp (fw_checkpoint_save_ordered). */
 typedef struct {
    mongoc_client_pool_t *pool;
-   mongoc_client_t *client;
+   mongoc_client_t *client[FW_CHECKPOINT_MAX_IN_FLIGHT];
    char *database;
    char *stream;
+   bson_oid_t id;
 } mongo_sink_t;
 
 /* One position, as raw BSON: no bson_t lives on the heap. */
@@ -35,27 +43,42 @@ typedef struct {
    uint64_t seq;      /* the hand-over it came from, 1, 2, ... */
 } slot_t;
 
+/* A connection: its thread writes the slot the writer gives it. */
+typedef struct {
+   fw_checkpoint_writer_t *cw;
+   int index;
+   pthread_t thread;
+   bool running;      /* its thread runs (joined at destroy) */
+   pthread_cond_t go; /* the thread waits here for a slot or stop */
+   slot_t slot;       /* the position being written (busy) */
+   bool busy;
+   int64_t epoch; /* the slot's fencing epoch, taken when it was given */
+   bool borrowed; /* index > 0: the sink opened it for this write */
+} conn_t;
+
 struct fw_checkpoint_writer {
    fw_checkpoint_sink_t sink;
    mongo_sink_t *mongo; /* the sink's ud when it is MongoDB's (owned), else NULL */
    int64_t retry_ms;
    char *stream;
-   pthread_t thread;
    pthread_mutex_t mu;
-   pthread_cond_t work; /* the thread waits here for a position or stop */
    pthread_cond_t done; /* callers wait here for a write to end */
+   conn_t conn[FW_CHECKPOINT_MAX_IN_FLIGHT];
+   int n_conn;
    slot_t pending;
    bool has_pending;
-   slot_t flight; /* the position being written (the thread's) */
-   bool in_flight;
    uint64_t submitted;  /* seq of the last position handed over */
-   uint64_t tried;      /* every position up to this seq was tried or superseded */
+   uint64_t tried;      /* the newest seq whose write ended (written, failed, superseded) */
+   uint64_t started;    /* the newest seq given to a connection */
+   uint64_t gap;        /* a second write in flight starts this many hand-overs apart */
+   uint64_t lagging;    /* ... and only this many hand-overs past the newest tried */
    uint64_t retry_seq;  /* a failed position waiting for its retry; 0: none */
    int64_t retry_at_ms; /* ... not before this CLOCK_MONOTONIC time */
    bool stop;
+   bool quiescing;    /* quiesce waits: nothing starts */
    int64_t epoch;     /* ha.mode = "leader": writes are fenced with it; 0: plain */
    int64_t max_epoch; /* the highest epoch set (checked: epochs only grow) */
-   uint64_t written;  /* seq of the last position written (checked: never back) */
+   uint64_t written;  /* the newest seq stored (checked: never back) */
    int ok;
    int failed;
    int64_t last_ok_ms;
@@ -90,41 +113,48 @@ slot_free (slot_t *s)
 }
 
 static void
-mongo_open (void *ud)
+slot_swap (slot_t *a, slot_t *b)
+{
+   slot_t t = *a;
+   *a = *b;
+   *b = t;
+}
+
+/* ---- the MongoDB sink ---- */
+
+static bool
+mongo_open (void *ud, int conn, bool wait)
 {
    mongo_sink_t *m = ud;
-   m->client = mongoc_client_pool_pop (m->pool);
+   m->client[conn] = wait ? mongoc_client_pool_pop (m->pool) : mongoc_client_pool_try_pop (m->pool);
+   return m->client[conn] != NULL;
 }
 
 static void
-mongo_close (void *ud)
+mongo_close (void *ud, int conn)
 {
    mongo_sink_t *m = ud;
-   if (m->client) {
-      mongoc_client_pool_push (m->pool, m->client);
-      m->client = NULL;
+   if (m->client[conn]) {
+      mongoc_client_pool_push (m->pool, m->client[conn]);
+      m->client[conn] = NULL;
    }
 }
 
-static bool
-mongo_write (void *ud, const bson_t *processed, const bson_t *seen, const char *version,
-             int64_t epoch, fw_error_t *error)
+static fw_checkpoint_saved_t
+mongo_write (void *ud, int conn, const fw_checkpoint_write_t *w, fw_error_t *error)
 {
    mongo_sink_t *m = ud;
-   bool fenced;
 
-   if (!m->client) {
+   if (!m->client[conn]) {
       fw_error_set (error, FW_ERROR_MONGO,
                     "cannot save checkpoint of stream \"%s\": no client for the checkpoint "
                     "writer",
                     m->stream);
-      return false;
+      return FW_CHECKPOINT_NOT_SAVED;
    }
-   if (epoch > 0) {
-      return fw_checkpoint_save_fenced (m->client, m->database, m->stream, processed, seen, version,
-                                        epoch, &fenced, error);
-   }
-   return fw_checkpoint_save (m->client, m->database, m->stream, processed, seen, version, error);
+   return fw_checkpoint_save_ordered (m->client[conn], m->database, m->stream, w->processed,
+                                      w->seen, w->version, w->epoch, &m->id, (int64_t) w->seq,
+                                      error);
 }
 
 static void
@@ -137,22 +167,10 @@ mongo_free (mongo_sink_t *m)
    }
 }
 
-static bool
-write_slot (fw_checkpoint_writer_t *cw, const slot_t *s, int64_t epoch, fw_error_t *error)
-{
-   bson_t processed, seen;
-   bool has_processed = s->processed_len > 0 &&
-                        bson_init_static (&processed, s->processed, s->processed_len);
-   bool has_seen = s->seen_len > 0 && bson_init_static (&seen, s->seen, s->seen_len);
+/* ---- scheduling, with the lock held ---- */
 
-   /* Positions are written in the order they were handed over. */
-   FW_ASSERT (s->seq > cw->written);
-   return cw->sink.write (cw->sink.ud, has_processed ? &processed : NULL, has_seen ? &seen : NULL,
-                          s->version, epoch, error);
-}
-
-/* With the lock held: true when pending may be written now; else *wait_ms
- * says how long to wait for its retry (-1: until signalled). */
+/* True when pending may be written now; else *wait_ms says how long to wait
+ * for its retry (-1: until signalled). */
 static bool
 writable (const fw_checkpoint_writer_t *cw, int64_t *wait_ms)
 {
@@ -172,85 +190,234 @@ writable (const fw_checkpoint_writer_t *cw, int64_t *wait_ms)
    return false;
 }
 
-static void *
-writer_main (void *arg)
+static int
+busy_count (const fw_checkpoint_writer_t *cw)
 {
-   fw_checkpoint_writer_t *cw = arg;
-
-   if (cw->sink.open) {
-      cw->sink.open (cw->sink.ud);
+   int n = 0;
+   for (int i = 0; i < cw->n_conn; i++) {
+      n += cw->conn[i].busy;
    }
-   pthread_mutex_lock (&cw->mu);
-   for (;;) {
-      int64_t wait_ms, epoch;
-      fw_error_t err;
-      slot_t swap;
-      bool ok;
+   return n;
+}
 
-      while (!cw->stop && !writable (cw, &wait_ms)) {
-         if (wait_ms < 0) {
-            pthread_cond_wait (&cw->work, &cw->mu);
-         } else {
-            struct timespec until = fw_clock_after (CLOCK_MONOTONIC, wait_ms);
-            pthread_cond_timedwait (&cw->work, &cw->mu, &until);
-         }
+static void *conn_main (void *arg);
+
+/* c's thread, started the first time c is needed (conn 0's with the
+ * writer): a writer that never lags keeps one thread. False when it cannot
+ * start: the writer then keeps the connections it has (none after c has
+ * started, as they are taken in order). */
+static bool
+conn_running (fw_checkpoint_writer_t *cw, conn_t *c)
+{
+   if (!c->running && !(c->running = pthread_create (&c->thread, NULL, conn_main, c) == 0)) {
+      cw->n_conn = c->index;
+   }
+   return c->running;
+}
+
+/* Gives pending to a free connection when it may start: conn 0 (the
+ * writer's own) first; another only while a write is in flight, when the
+ * writer lags (lagging hand-overs past the newest tried: on a fast network
+ * the one write keeps up, and a server that stalls every write is not sent
+ * more) and pending is gap hand-overs past the last one started, and only
+ * when the sink lends it a connection now. */
+static void
+dispatch (fw_checkpoint_writer_t *cw)
+{
+   int64_t wait_ms = -1;
+   int busy;
+
+   if (cw->stop || cw->quiescing || !writable (cw, &wait_ms)) {
+      if (wait_ms >= 0 && !cw->conn[0].busy) {
+         pthread_cond_signal (&cw->conn[0].go); /* conn 0 keeps the retry's time */
       }
-      if (cw->stop) {
-         break;
+      return;
+   }
+   busy = busy_count (cw);
+   if (busy > 0 &&
+       (cw->submitted - cw->tried < cw->lagging || cw->pending.seq < cw->started + cw->gap)) {
+      return; /* it waits for a write to end */
+   }
+   for (int i = 0; i < cw->n_conn; i++) {
+      conn_t *c = &cw->conn[i];
+      if (c->busy ||
+          (i > 0 && (!conn_running (cw, c) ||
+                     !(c->borrowed = !cw->sink.open || cw->sink.open (cw->sink.ud, i, false))))) {
+         continue;
       }
-      /* The slots trade buffers: the next hand-over reuses the old ones. */
-      swap = cw->flight;
-      cw->flight = cw->pending;
-      cw->pending = swap;
+      /* Positions start in the order they were handed over (a retry again),
+       * and never one that a later write stored already. */
+      FW_ASSERT (cw->pending.seq > cw->written && cw->pending.seq >= cw->started);
+      slot_swap (&c->slot, &cw->pending); /* the next hand-over reuses the old buffers */
       cw->has_pending = false;
-      cw->in_flight = true;
-      epoch = cw->epoch;
-      pthread_mutex_unlock (&cw->mu);
+      c->busy = true;
+      c->epoch = cw->epoch;
+      cw->started = c->slot.seq;
+      pthread_cond_signal (&c->go);
+      return;
+   }
+}
 
-      ok = write_slot (cw, &cw->flight, epoch, &err);
-
-      pthread_mutex_lock (&cw->mu);
-      cw->in_flight = false;
-      if (cw->flight.seq > cw->tried) {
-         cw->tried = cw->flight.seq;
+/* Whether a write newer than seq is handed over, in flight or stored. */
+static bool
+newer_than (const fw_checkpoint_writer_t *cw, uint64_t seq)
+{
+   if (cw->written >= seq || (cw->has_pending && cw->pending.seq > seq)) {
+      return true;
+   }
+   for (int i = 0; i < cw->n_conn; i++) {
+      if (cw->conn[i].busy && cw->conn[i].slot.seq > seq) {
+         return true;
       }
-      if (ok) {
-         cw->written = cw->flight.seq;
-         cw->ok++;
-         cw->last_ok_ms = fw_now_ms ();
+   }
+   return false;
+}
+
+/* c's write ended with saved (err when not saved). */
+static void
+finish (fw_checkpoint_writer_t *cw, conn_t *c, fw_checkpoint_saved_t saved, const fw_error_t *err)
+{
+   uint64_t seq = c->slot.seq;
+
+   c->busy = false;
+   c->borrowed = false;
+   if (seq > cw->tried) {
+      cw->tried = seq;
+   }
+   if (saved != FW_CHECKPOINT_NOT_SAVED) {
+      /* Superseded: a later position of this writer is stored, which holds
+       * this one. */
+      if (seq > cw->written) {
+         cw->written = seq;
+      }
+      cw->ok++;
+      cw->last_ok_ms = fw_now_ms ();
+      if (cw->retry_seq <= seq) {
          cw->retry_seq = 0;
-      } else {
-         cw->failed++;
-         fw_log (FW_LOG_ERROR, cw->stream, "%s (checkpoint writer); will try again", err.message);
-         /* Nothing newer came: this position is the one to write, after
-          * the wait. A newer one that came while this one failed is
-          * written at once (it is past retry_seq). */
-         cw->retry_seq = cw->flight.seq;
-         if (!cw->has_pending) {
-            swap = cw->pending;
-            cw->pending = cw->flight;
-            cw->flight = swap;
-            cw->has_pending = true;
-         }
+      }
+   } else {
+      cw->failed++;
+      fw_log (FW_LOG_ERROR, cw->stream, "%s (checkpoint writer); will try again", err->message);
+      /* Nothing newer handed over, in flight or stored: this position is the
+       * one to write, after the wait. A newer one is written instead (at
+       * once), and tried again itself if it fails. */
+      if (!newer_than (cw, seq)) {
+         FW_ASSERT (!cw->has_pending);
+         slot_swap (&cw->pending, &c->slot);
+         cw->has_pending = true;
+         cw->retry_seq = seq;
          cw->retry_at_ms = fw_mono_ms () + cw->retry_ms;
       }
-      pthread_cond_broadcast (&cw->done);
+   }
+   pthread_cond_broadcast (&cw->done);
+}
+
+/* ---- the connections' threads ---- */
+
+/* With the lock held: waits until c has a slot to write or the writer
+ * stops. conn 0 also keeps the time of a retry: when it is due, dispatch
+ * gives it to a connection. False: stop. */
+static bool
+await_slot (fw_checkpoint_writer_t *cw, conn_t *c)
+{
+   while (!c->busy && !cw->stop) {
+      int64_t wait_ms = -1;
+      if (c->index == 0 && cw->has_pending) {
+         dispatch (cw);
+         if (c->busy) {
+            break;
+         }
+         writable (cw, &wait_ms);
+      }
+      if (wait_ms >= 0) {
+         struct timespec until = fw_clock_after (CLOCK_MONOTONIC, wait_ms);
+         pthread_cond_timedwait (&c->go, &cw->mu, &until);
+      } else {
+         pthread_cond_wait (&c->go, &cw->mu);
+      }
+   }
+   return c->busy;
+}
+
+static void *
+conn_main (void *arg)
+{
+   conn_t *c = arg;
+   fw_checkpoint_writer_t *cw = c->cw;
+
+   if (c->index == 0 && cw->sink.open) {
+      cw->sink.open (cw->sink.ud, 0, true);
+   }
+   pthread_mutex_lock (&cw->mu);
+   while (await_slot (cw, c)) {
+      fw_error_t err = {0};
+      bson_t processed, seen;
+      const slot_t *s = &c->slot;
+      bool has_processed = s->processed_len > 0 &&
+                           bson_init_static (&processed, s->processed, s->processed_len);
+      bool has_seen = s->seen_len > 0 && bson_init_static (&seen, s->seen, s->seen_len);
+      fw_checkpoint_write_t w = {has_processed ? &processed : NULL, has_seen ? &seen : NULL,
+                                 s->version, c->epoch, s->seq};
+      fw_checkpoint_saved_t saved;
+
+      pthread_mutex_unlock (&cw->mu);
+      saved = cw->sink.write (cw->sink.ud, c->index, &w, &err);
+      if (c->index > 0 && c->borrowed && cw->sink.close) {
+         cw->sink.close (cw->sink.ud, c->index);
+      }
+      pthread_mutex_lock (&cw->mu);
+      finish (cw, c, saved, &err);
+      dispatch (cw);
    }
    pthread_mutex_unlock (&cw->mu);
-   if (cw->sink.close) {
-      cw->sink.close (cw->sink.ud);
+   if (c->index == 0 && cw->sink.close) {
+      cw->sink.close (cw->sink.ud, 0);
    }
    return NULL;
 }
 
+/* ---- the writer ---- */
+
+static void
+writer_free (fw_checkpoint_writer_t *cw)
+{
+   for (int i = 0; i < FW_CHECKPOINT_MAX_IN_FLIGHT; i++) { /* n_conn may have shrunk */
+      slot_free (&cw->conn[i].slot);
+      pthread_cond_destroy (&cw->conn[i].go);
+   }
+   slot_free (&cw->pending);
+   pthread_cond_destroy (&cw->done);
+   pthread_mutex_destroy (&cw->mu);
+   free (cw->stream);
+   free (cw);
+}
+
+/* Stops the connections' threads (quiesced: none is busy) and joins them. */
+static void
+stop_conns (fw_checkpoint_writer_t *cw)
+{
+   pthread_mutex_lock (&cw->mu);
+   cw->stop = true;
+   for (int i = 0; i < cw->n_conn; i++) {
+      pthread_cond_signal (&cw->conn[i].go);
+   }
+   pthread_mutex_unlock (&cw->mu);
+   for (int i = 0; i < cw->n_conn; i++) {
+      if (cw->conn[i].running) {
+         pthread_join (cw->conn[i].thread, NULL);
+      }
+   }
+}
+
 fw_checkpoint_writer_t *
 fw_checkpoint_writer_start (const fw_checkpoint_sink_t *sink, const char *stream, int64_t retry_ms,
-                            fw_error_t *error)
+                            int max_in_flight, fw_error_t *error)
 {
    fw_checkpoint_writer_t *cw = calloc (1, sizeof *cw);
    pthread_condattr_t attr;
-   int rc;
+   int rc = 0;
 
+   FW_ASSERT (max_in_flight >= 1 && max_in_flight <= FW_CHECKPOINT_MAX_IN_FLIGHT);
    if (!cw || !(cw->stream = strdup (stream))) {
       fw_error_set (error, FW_ERROR_NOMEM,
                     "out of memory starting the checkpoint writer of "
@@ -261,21 +428,26 @@ fw_checkpoint_writer_start (const fw_checkpoint_sink_t *sink, const char *stream
    }
    cw->sink = *sink;
    cw->retry_ms = retry_ms;
+   cw->gap = 1;
+   cw->n_conn = max_in_flight;
    pthread_mutex_init (&cw->mu, NULL);
+   pthread_cond_init (&cw->done, NULL);
    pthread_condattr_init (&attr);
    pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
-   pthread_cond_init (&cw->work, &attr);
+   for (int i = 0; i < FW_CHECKPOINT_MAX_IN_FLIGHT; i++) {
+      cw->conn[i].cw = cw;
+      cw->conn[i].index = i;
+      pthread_cond_init (&cw->conn[i].go, &attr);
+   }
    pthread_condattr_destroy (&attr);
-   pthread_cond_init (&cw->done, NULL);
-   if ((rc = pthread_create (&cw->thread, NULL, writer_main, cw)) != 0) {
+   rc = pthread_create (&cw->conn[0].thread, NULL, conn_main, &cw->conn[0]);
+   cw->conn[0].running = rc == 0;
+   if (rc != 0) {
       fw_error_set (error, FW_ERROR_IO,
-                    "cannot start the checkpoint writer thread of stream \"%s\": %s", stream,
+                    "cannot start the checkpoint writer threads of stream \"%s\": %s", stream,
                     strerror (rc));
-      pthread_cond_destroy (&cw->work);
-      pthread_cond_destroy (&cw->done);
-      pthread_mutex_destroy (&cw->mu);
-      free (cw->stream);
-      free (cw);
+      stop_conns (cw);
+      writer_free (cw);
       return NULL;
    }
    return cw;
@@ -297,8 +469,10 @@ fw_checkpoint_writer_new (mongoc_client_pool_t *pool, const char *database, cons
       return NULL;
    }
    m->pool = pool;
+   bson_oid_init (&m->id, NULL); /* unique per writer: this process's, counted */
    fw_checkpoint_sink_t sink = {mongo_open, mongo_write, mongo_close, m};
-   if (!(cw = fw_checkpoint_writer_start (&sink, stream, RETRY_MS, error))) {
+   if (!(cw = fw_checkpoint_writer_start (&sink, stream, RETRY_MS, FW_CHECKPOINT_WRITES_IN_FLIGHT,
+                                          error))) {
       mongo_free (m);
       return NULL;
    }
@@ -326,7 +500,14 @@ fw_checkpoint_writer_submit (fw_checkpoint_writer_t *cw, const bson_t *processed
    cw->pending.version = script_version ? strdup (script_version) : NULL;
    cw->pending.seq = ++cw->submitted;
    cw->has_pending = true;
-   pthread_cond_signal (&cw->work);
+   /* max_behind / (n + 1) apart, rounded up: n writes in flight and the
+    * handler's lead split the bound evenly; more than one once half of it is
+    * used. */
+   cw->gap = max_behind > 0
+                ? ((uint64_t) max_behind + (uint64_t) cw->n_conn) / ((uint64_t) cw->n_conn + 1)
+                : 1;
+   cw->lagging = max_behind > 0 ? (uint64_t) max_behind / 2 : 0;
+   dispatch (cw);
    pthread_mutex_unlock (&cw->mu);
 }
 
@@ -334,17 +515,34 @@ void
 fw_checkpoint_writer_quiesce (fw_checkpoint_writer_t *cw)
 {
    pthread_mutex_lock (&cw->mu);
-   cw->has_pending = false;
-   cw->retry_seq = 0;
-   while (cw->in_flight) {
+   cw->quiescing = true;
+   while (busy_count (cw) > 0) {
       pthread_cond_wait (&cw->done, &cw->mu);
    }
-   /* A write that failed while we waited put its position back for a
-    * retry: drop it too, or it would land after the caller's own save. */
+   /* What waits (a write that failed meanwhile may have put its position
+    * back) is superseded by the caller's save. */
+   cw->quiescing = false;
    cw->has_pending = false;
    cw->retry_seq = 0;
-   cw->tried = cw->submitted; /* what was dropped is superseded by the caller */
+   cw->tried = cw->submitted;
    pthread_mutex_unlock (&cw->mu);
+}
+
+bool
+fw_checkpoint_writer_stamp (fw_checkpoint_writer_t *cw, bson_oid_t *writer, int64_t *seq)
+{
+   pthread_mutex_lock (&cw->mu);
+   FW_ASSERT (busy_count (cw) == 0 && !cw->has_pending); /* quiesced */
+   /* The caller's save takes a hand-over's place: the next ones come after
+    * it, and the handler's bound counts from it. */
+   *seq = (int64_t) ++cw->submitted;
+   cw->tried = cw->submitted;
+   pthread_mutex_unlock (&cw->mu);
+   if (!cw->mongo) {
+      return false;
+   }
+   bson_oid_copy (&cw->mongo->id, writer);
+   return true;
 }
 
 void
@@ -379,17 +577,7 @@ fw_checkpoint_writer_destroy (fw_checkpoint_writer_t *cw)
       return;
    }
    fw_checkpoint_writer_quiesce (cw);
-   pthread_mutex_lock (&cw->mu);
-   cw->stop = true;
-   pthread_cond_signal (&cw->work);
-   pthread_mutex_unlock (&cw->mu);
-   pthread_join (cw->thread, NULL);
-   slot_free (&cw->pending);
-   slot_free (&cw->flight);
-   pthread_cond_destroy (&cw->work);
-   pthread_cond_destroy (&cw->done);
-   pthread_mutex_destroy (&cw->mu);
+   stop_conns (cw);
    mongo_free (cw->mongo);
-   free (cw->stream);
-   free (cw);
+   writer_free (cw);
 }

@@ -13,11 +13,13 @@
 
 /* checkpoint.mode = "async": saves that may wait to be written while the
  * handler goes on; a crash repeats at most (this + 1) x save_every events.
- * With one write in flight the stored checkpoint trails by the events of two
- * round trips, so this caps a stream at about this / 2 x save_every events
- * per checkpoint round trip: 1 (2 x save_every) held S2 to 69k events/s at
- * 1 ms of latency, 9 to 308k, 19 leaves it unthrottled up to 5 ms
- * (docs/performance.md, "Networks with latency"). */
+ * The stored checkpoint trails by the events of a write's round trip plus
+ * the spacing of the writes in flight (checkpoint_writer.c: up to four, one
+ * every this / 5 saves), so this caps a stream at about this / 1.25 x
+ * save_every events per checkpoint round trip (with one write in flight,
+ * this / 2: 1 held S2 to 69k events/s at 1 ms of latency, 9 to 308k; 19
+ * held it under ~148k at 5 ms; docs/performance.md, "Networks with
+ * latency" and issue 41's fourth round). */
 #define FW_CHECKPOINT_MAX_BEHIND 19
 
 void
@@ -88,6 +90,30 @@ fw_position_writer_results (fw_stream_ckpt_t *c)
    }
 }
 
+/* The synchronous write of p (and also). With a checkpoint writer (quiesced
+ * by the caller) it carries the writer's stamp past every hand-over, so that
+ * none of the writer's writes that the server applies late (one that timed
+ * out on the client's side) replaces it. */
+static bool
+store_position (fw_stream_ckpt_t *c, const fw_position_t *p, const bson_t *also, fw_error_t *err)
+{
+   const bson_t *processed = p->has_processed ? &p->processed : NULL;
+   const bson_t *seen = p->has_resume ? &p->resume : NULL;
+   int64_t epoch = *c->lease ? *c->lead_epoch : 0;
+   bson_oid_t writer;
+   int64_t seq;
+
+   if (c->writer && fw_checkpoint_writer_stamp (c->writer, &writer, &seq)) {
+      /* Superseded cannot happen (the seq is past every write of the
+       * writer); it would mean a later position is stored. */
+      return fw_checkpoint_save_ordered_with (*c->client, c->cfg->database, c->cfg->name, processed,
+                                              seen, c->version, also, epoch, &writer, seq,
+                                              err) != FW_CHECKPOINT_NOT_SAVED;
+   }
+   return fw_checkpoint_save_with (*c->client, c->cfg->database, c->cfg->name, processed, seen,
+                                   c->version, also, epoch, err);
+}
+
 /* Writes the checkpoint on the stream's thread: mode = "sync", and with
  * "async" the final one (shutdown, pause, restart) and the rare ones (start,
  * invalidate), after the writer's write in flight. */
@@ -116,10 +142,7 @@ fw_position_save_with (fw_stream_ckpt_t *c, fw_position_t *p, const char *why, c
       (*c->advance) (c->eo, p->has_processed ? &p->processed : NULL,
                      p->has_resume ? &p->resume : NULL);
    }
-   if (!fw_checkpoint_save_with (*c->client, c->cfg->database, c->cfg->name,
-                                 p->has_processed ? &p->processed : NULL,
-                                 p->has_resume ? &p->resume : NULL, c->version, also,
-                                 *c->lease ? *c->lead_epoch : 0, &err)) {
+   if (!store_position (c, p, also, &err)) {
       fw_log (FW_LOG_ERROR, c->cfg->name, "%s (%s); will try again", err.message, why);
       if (*c->metrics) {
          fw_stream_metrics_checkpoint (*c->metrics, false, 0);

@@ -1,0 +1,226 @@
+/*
+ * fw_checkpoint_save_ordered against the MongoDB stand-in (issue 41): the
+ * checkpoint writer's several writes in flight may reach the server out of
+ * order, and a write of an earlier hand-over never replaces a later one
+ * (its upsert then meets the document and fails with a duplicate key, which
+ * mongod does not retry for a query that is not only equalities), while a
+ * document without the stamp (a synchronous save, a seeded checkpoint) or
+ * with another writer's is overwritten; a fenced ordered write tells a
+ * newer leader's fence from a later write of its own.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <mongoc/mongoc.h>
+
+#include "runtime/checkpoint/checkpoint_store.h"
+#include "standin_process.h"
+
+#define DB "ordered"
+
+static standin_t g_standin;
+static mongoc_uri_t *g_uri;
+static mongoc_client_t *g_client;
+
+static int
+setup (void **state)
+{
+   (void) state;
+   mongoc_init ();
+   if (!standin_start (&g_standin)) {
+      return -1;
+   }
+   g_uri = mongoc_uri_new (g_standin.uri);
+   g_client = g_uri ? mongoc_client_new_from_uri (g_uri) : NULL;
+   if (!g_client) {
+      return -1;
+   }
+   mongoc_client_set_error_api (g_client, MONGOC_ERROR_API_VERSION_2);
+   return 0;
+}
+
+static int
+teardown (void **state)
+{
+   int status;
+   (void) state;
+   mongoc_client_destroy (g_client);
+   mongoc_uri_destroy (g_uri);
+   status = standin_stop (&g_standin);
+   mongoc_cleanup ();
+   return (WIFEXITED (status) && WEXITSTATUS (status) == 0) ? 0 : -1;
+}
+
+/* A resume token {_data: "<n>"}: the caller destroys it. */
+static bson_t *
+token (int n)
+{
+   char data[16];
+   snprintf (data, sizeof data, "%08d", n);
+   return BCON_NEW ("_data", BCON_UTF8 (data));
+}
+
+/* The stored lastProcessedToken's number, -1 when none. */
+static int
+stored (const char *stream)
+{
+   fw_checkpoint_t cp;
+   fw_error_t err;
+   bson_iter_t it;
+   int n = -1;
+
+   assert_true (fw_checkpoint_load (g_client, DB, stream, &cp, &err));
+   if (cp.has_processed && bson_iter_init_find (&it, &cp.processed, "_data") &&
+       BSON_ITER_HOLDS_UTF8 (&it)) {
+      n = atoi (bson_iter_utf8 (&it, NULL));
+   }
+   fw_checkpoint_cleanup (&cp);
+   return n;
+}
+
+static fw_checkpoint_saved_t
+save (const char *stream, int n, int64_t epoch, const bson_oid_t *writer, int64_t seq,
+      fw_error_t *err)
+{
+   bson_t *t = token (n);
+   fw_checkpoint_saved_t saved = fw_checkpoint_save_ordered (g_client, DB, stream, t, t, "v", epoch,
+                                                             writer, seq, err);
+   bson_destroy (t);
+   return saved;
+}
+
+/* Without a document (an upsert) and with one: a write of an earlier seq
+ * that arrives after a later one changes nothing; the stored stamp is the
+ * writer's and its seq. */
+static void
+an_earlier_seq_never_replaces_a_later_one (void **state)
+{
+   bson_oid_t w;
+   fw_error_t err;
+   mongoc_collection_t *coll;
+   bson_t *filter = BCON_NEW ("_id", BCON_UTF8 ("order"));
+   mongoc_cursor_t *cursor;
+   const bson_t *doc;
+   bson_iter_t it;
+   (void) state;
+
+   bson_oid_init (&w, NULL);
+   assert_int_equal (save ("order", 2, 0, &w, 2, &err), FW_CHECKPOINT_SAVED);
+   assert_int_equal (save ("order", 1, 0, &w, 1, &err), FW_CHECKPOINT_SUPERSEDED);
+   assert_int_equal (stored ("order"), 2);
+   assert_int_equal (save ("order", 2, 0, &w, 2, &err), FW_CHECKPOINT_SUPERSEDED); /* a retry */
+   assert_int_equal (save ("order", 3, 0, &w, 3, &err), FW_CHECKPOINT_SAVED);
+   assert_int_equal (stored ("order"), 3);
+
+   coll = mongoc_client_get_collection (g_client, DB, FW_CHECKPOINT_COLLECTION);
+   cursor = mongoc_collection_find_with_opts (coll, filter, NULL, NULL);
+   assert_true (mongoc_cursor_next (cursor, &doc));
+   assert_true (bson_iter_init_find (&it, doc, "writerId") && BSON_ITER_HOLDS_OID (&it));
+   assert_true (bson_oid_equal (bson_iter_oid (&it), &w));
+   assert_true (bson_iter_init_find (&it, doc, "writerSeq") && BSON_ITER_HOLDS_INT64 (&it));
+   assert_int_equal (bson_iter_int64 (&it), 3);
+   mongoc_cursor_destroy (cursor);
+   mongoc_collection_destroy (coll);
+   bson_destroy (filter);
+}
+
+/* A checkpoint without the stamp (seeded, or a synchronous save after the
+ * writer's writes) is overwritten, and the writer's later seqs go on; a new
+ * writer (a restart) overwrites the old one's stamp. */
+static void
+unstamped_and_other_writers_checkpoints_are_overwritten (void **state)
+{
+   bson_oid_t w1, w2;
+   fw_error_t err;
+   bson_t *t = token (10);
+   (void) state;
+
+   bson_oid_init (&w1, NULL);
+   bson_oid_init (&w2, NULL);
+   assert_true (fw_checkpoint_save (g_client, DB, "other", t, t, "v", &err));
+   assert_int_equal (save ("other", 11, 0, &w1, 5, &err), FW_CHECKPOINT_SAVED);
+   assert_int_equal (stored ("other"), 11);
+   bson_destroy (t);
+   t = token (12);
+   assert_true (fw_checkpoint_save (g_client, DB, "other", t, t, "v", &err)); /* the final save */
+   assert_int_equal (stored ("other"), 12);
+   assert_int_equal (save ("other", 13, 0, &w1, 6, &err), FW_CHECKPOINT_SAVED);
+   assert_int_equal (save ("other", 14, 0, &w2, 1, &err), FW_CHECKPOINT_SAVED);
+   assert_int_equal (stored ("other"), 14);
+   bson_destroy (t);
+}
+
+/* The gap of the final save (issue 41): a write of the writer that timed out
+ * on the client's side may reach the server after the stream's synchronous
+ * save at shutdown; that save carries the writer's stamp past every hand-over
+ * (fw_checkpoint_writer_stamp), so the late write changes nothing, with its
+ * extra fields and with a fence too. */
+static void
+a_late_write_never_replaces_the_final_save (void **state)
+{
+   bson_oid_t w;
+   fw_error_t err;
+   bson_t *t = token (9);
+   bson_t *also = BCON_NEW ("extra", BCON_INT32 (1));
+   int64_t epoch;
+   (void) state;
+
+   bson_oid_init (&w, NULL);
+   assert_int_equal (save ("final", 5, 0, &w, 5, &err), FW_CHECKPOINT_SAVED);
+   /* seq 6 timed out on the client's side; the final save takes seq 7 */
+   assert_int_equal (
+      fw_checkpoint_save_ordered_with (g_client, DB, "final", t, t, "v", also, 0, &w, 7, &err),
+      FW_CHECKPOINT_SAVED);
+   assert_int_equal (save ("final", 6, 0, &w, 6, &err), FW_CHECKPOINT_SUPERSEDED); /* lands late */
+   assert_int_equal (stored ("final"), 9);
+
+   bson_destroy (t);
+   t = token (12);
+   assert_true (fw_checkpoint_fence (g_client, DB, "final", 1, &epoch, &err));
+   assert_int_equal (save ("final", 10, 1, &w, 8, &err), FW_CHECKPOINT_SAVED);
+   assert_int_equal (
+      fw_checkpoint_save_ordered_with (g_client, DB, "final", t, t, "v", also, 1, &w, 10, &err),
+      FW_CHECKPOINT_SAVED);
+   assert_int_equal (save ("final", 11, 1, &w, 9, &err), FW_CHECKPOINT_SUPERSEDED);
+   assert_int_equal (stored ("final"), 12);
+   bson_destroy (also);
+   bson_destroy (t);
+}
+
+/* Fenced: a later write of the same writer that came first makes the
+ * earlier one superseded (not an error); a newer leader's fence makes it
+ * refused, with the reason. */
+static void
+a_fenced_write_tells_superseded_from_fenced (void **state)
+{
+   bson_oid_t w;
+   fw_error_t err;
+   int64_t epoch;
+   (void) state;
+
+   bson_oid_init (&w, NULL);
+   assert_true (fw_checkpoint_fence (g_client, DB, "fenced", 1, &epoch, &err));
+   assert_int_equal (save ("fenced", 2, 1, &w, 2, &err), FW_CHECKPOINT_SAVED);
+   assert_int_equal (save ("fenced", 1, 1, &w, 1, &err), FW_CHECKPOINT_SUPERSEDED);
+   assert_int_equal (stored ("fenced"), 2);
+   assert_true (fw_checkpoint_fence (g_client, DB, "fenced", 2, &epoch, &err));
+   assert_int_equal (save ("fenced", 3, 1, &w, 3, &err), FW_CHECKPOINT_NOT_SAVED);
+   assert_non_null (strstr (err.message, "taken over by a newer leader"));
+   assert_int_equal (stored ("fenced"), 2);
+}
+
+int
+main (void)
+{
+   const struct CMUnitTest tests[] = {
+      cmocka_unit_test (an_earlier_seq_never_replaces_a_later_one),
+      cmocka_unit_test (unstamped_and_other_writers_checkpoints_are_overwritten),
+      cmocka_unit_test (a_fenced_write_tells_superseded_from_fenced),
+      cmocka_unit_test (a_late_write_never_replaces_the_final_save),
+   };
+   return cmocka_run_group_tests (tests, setup, teardown);
+}
