@@ -17,6 +17,8 @@
 
 #include <cmocka.h>
 
+#include "change_event_fixture.h"
+
 #include "bson/event.h"
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
@@ -99,40 +101,11 @@ fixture_free (fixture_t *f)
    free (f);
 }
 
-/* A change event of operation op on document key k (i: its place). */
-static bson_t *
-event_of (const char *op, int k, int i)
-{
-   bson_t *ev = bson_new ();
-   bson_t sub;
-   char data[40];
-
-   snprintf (data, sizeof data, "82%08X%08X01800000000000", 0x65A1B2C3u, (unsigned) i + 1);
-   BSON_APPEND_DOCUMENT_BEGIN (ev, "_id", &sub);
-   BSON_APPEND_UTF8 (&sub, "_data", data);
-   bson_append_document_end (ev, &sub);
-   BSON_APPEND_UTF8 (ev, "operationType", op);
-   BSON_APPEND_TIMESTAMP (ev, "clusterTime", 0x65A1B2C3u, (unsigned) i + 1);
-   BSON_APPEND_DOCUMENT_BEGIN (ev, "ns", &sub);
-   BSON_APPEND_UTF8 (&sub, "db", "shop");
-   BSON_APPEND_UTF8 (&sub, "coll", "c");
-   bson_append_document_end (ev, &sub);
-   BSON_APPEND_DOCUMENT_BEGIN (ev, "documentKey", &sub);
-   BSON_APPEND_INT32 (&sub, "_id", k);
-   bson_append_document_end (ev, &sub);
-   if (strcmp (op, "delete") != 0) {
-      BSON_APPEND_DOCUMENT_BEGIN (ev, "fullDocument", &sub);
-      BSON_APPEND_INT32 (&sub, "_id", k);
-      bson_append_document_end (ev, &sub);
-   }
-   return ev;
-}
-
 /* Dispatches event (op, k, i) through f. */
 static fw_outcome_t
 dispatch (fixture_t *f, const char *op, int k, int i)
 {
-   bson_t *doc = event_of (op, k, i);
+   bson_t *doc = change_event_of (op, k, i);
    fw_event_t ev;
    fw_error_t err;
    fw_outcome_t o;
@@ -281,7 +254,7 @@ static void
 test_no_dlq (void **state)
 {
    fixture_t *f = fixture_of (SCRIPT_NO_DLQ, 0);
-   bson_t *doc = event_of ("insert", 1, 0);
+   bson_t *doc = change_event_of ("insert", 1, 0);
    fw_event_t ev;
    fw_error_t err;
    fw_outcome_t o;
@@ -355,7 +328,7 @@ test_yielded (void **state)
 {
    fixture_t *f = fixture_for (S_DLQ); /* max_attempts = 2 */
    bool waits = true;
-   bson_t *doc = event_of ("insert", 1, 0);
+   bson_t *doc = change_event_of ("insert", 1, 0);
    fw_dispatch_run_t run = {0, NULL};
    fw_event_t ev;
    fw_error_t err;
@@ -459,7 +432,7 @@ test_event_settle_counts_by_the_outcomes_count (void **state)
    fw_outcome_detail_t x = {"", "_fw_dlq", false, "k", 1, false};
    fw_outcome_t o = {FW_OUTCOME_PARKED, 0, 0, "e1", "", "", 1000, FW_COUNT_DLQ, &x, 0,
                      FW_SUMMARY_PARKED, 0, 0};
-   bson_t *doc = event_of ("insert", 1, 0);
+   bson_t *doc = change_event_of ("insert", 1, 0);
    fw_event_t ev;
    fw_error_t err;
    (void) state;

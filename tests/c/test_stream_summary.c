@@ -21,6 +21,8 @@
 
 #include <cmocka.h>
 
+#include "change_event_fixture.h"
+
 #include "bson/event.h"
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
@@ -111,40 +113,11 @@ worker_free (fw_stream_worker_t *w)
    fw_stream_worker_destroy (w);
 }
 
-/* A change event of operation op on document key k (i: its place). */
-static bson_t *
-event_of (const char *op, int k, int i)
-{
-   bson_t *ev = bson_new ();
-   bson_t sub;
-   char data[40];
-
-   snprintf (data, sizeof data, "82%08X%08X01800000000000", 0x65A1B2C3u, (unsigned) i + 1);
-   BSON_APPEND_DOCUMENT_BEGIN (ev, "_id", &sub);
-   BSON_APPEND_UTF8 (&sub, "_data", data);
-   bson_append_document_end (ev, &sub);
-   BSON_APPEND_UTF8 (ev, "operationType", op);
-   BSON_APPEND_TIMESTAMP (ev, "clusterTime", 0x65A1B2C3u, (unsigned) i + 1);
-   BSON_APPEND_DOCUMENT_BEGIN (ev, "ns", &sub);
-   BSON_APPEND_UTF8 (&sub, "db", "shop");
-   BSON_APPEND_UTF8 (&sub, "coll", "c");
-   bson_append_document_end (ev, &sub);
-   BSON_APPEND_DOCUMENT_BEGIN (ev, "documentKey", &sub);
-   BSON_APPEND_INT32 (&sub, "_id", k);
-   bson_append_document_end (ev, &sub);
-   if (strcmp (op, "delete") != 0) {
-      BSON_APPEND_DOCUMENT_BEGIN (ev, "fullDocument", &sub);
-      BSON_APPEND_INT32 (&sub, "_id", k);
-      bson_append_document_end (ev, &sub);
-   }
-   return ev;
-}
-
 /* Event (op, k, i) through d; returns its outcome's kind. */
 static fw_outcome_kind_t
 dispatch (fw_dispatcher_t *d, const char *op, int k, int i)
 {
-   bson_t *doc = event_of (op, k, i);
+   bson_t *doc = change_event_of (op, k, i);
    fw_event_t ev;
    fw_error_t err;
    fw_outcome_kind_t kind;
@@ -311,7 +284,7 @@ test_batch (void **state)
    (void) state;
 
    for (int i = 0; i < 3; i++) {
-      docs[i] = event_of ("insert", 20 + i, i);
+      docs[i] = change_event_of ("insert", 20 + i, i);
       assert_true (fw_event_parse (docs[i], &evs[i], &err));
       ptrs[i] = &evs[i];
    }

@@ -1,0 +1,44 @@
+/*
+ * change_event_fixture.h - a change event as a replica set sends it, built
+ * for the C tests that dispatch events (test_outcomes, test_stream_summary).
+ */
+#ifndef FLOWWARDEN_TEST_CHANGE_EVENT_FIXTURE_H
+#define FLOWWARDEN_TEST_CHANGE_EVENT_FIXTURE_H
+
+#include <stdio.h>
+#include <string.h>
+
+#include <bson/bson.h>
+
+/* A change event of operation op on document key k, the i-th of its stream
+ * (its resume token and clusterTime grow with i); a delete has no
+ * fullDocument. The caller owns it (bson_destroy). */
+static bson_t *
+change_event_of (const char *op, int k, int i)
+{
+   bson_t *ev = bson_new ();
+   bson_t sub;
+   char data[40];
+
+   snprintf (data, sizeof data, "82%08X%08X01800000000000", 0x65A1B2C3u, (unsigned) i + 1);
+   BSON_APPEND_DOCUMENT_BEGIN (ev, "_id", &sub);
+   BSON_APPEND_UTF8 (&sub, "_data", data);
+   bson_append_document_end (ev, &sub);
+   BSON_APPEND_UTF8 (ev, "operationType", op);
+   BSON_APPEND_TIMESTAMP (ev, "clusterTime", 0x65A1B2C3u, (unsigned) i + 1);
+   BSON_APPEND_DOCUMENT_BEGIN (ev, "ns", &sub);
+   BSON_APPEND_UTF8 (&sub, "db", "shop");
+   BSON_APPEND_UTF8 (&sub, "coll", "c");
+   bson_append_document_end (ev, &sub);
+   BSON_APPEND_DOCUMENT_BEGIN (ev, "documentKey", &sub);
+   BSON_APPEND_INT32 (&sub, "_id", k);
+   bson_append_document_end (ev, &sub);
+   if (strcmp (op, "delete") != 0) {
+      BSON_APPEND_DOCUMENT_BEGIN (ev, "fullDocument", &sub);
+      BSON_APPEND_INT32 (&sub, "_id", k);
+      bson_append_document_end (ev, &sub);
+   }
+   return ev;
+}
+
+#endif
