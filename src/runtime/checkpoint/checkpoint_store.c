@@ -405,8 +405,9 @@ fw_checkpoint_claim_generation (mongoc_client_t *client, const char *database, c
          "cannot start the checkpoint writes of stream \"%s\" (writer generation %lld): %s%s",
          stream, (long long) (stored + 1), berr.message,
          fw_sharding_hint (&berr, FW_CHECKPOINT_COLLECTION, FW_SHARD_KEY_BY_ID, hint, sizeof hint));
+   } else {
+      *gen = stored + 1;
    }
-   *gen = stored + 1;
    mongoc_collection_destroy (coll);
    bson_destroy (query);
    bson_destroy (update);

@@ -19,11 +19,6 @@ typedef struct fw_position fw_position_t; /* stream_position-private.h */
 bool fw_stream_load_checkpoint (fw_stream_worker_t *w, fw_checkpoint_t *cp, fw_position_t *p,
                                 int *candidate, bool *from_checkpoint);
 
-/* Without ha: claims the run's writer generation (w's checkpoint gen;
- * fw_checkpoint_claim_generation) before its first checkpoint write,
- * retrying with the restart backoff. False only on shutdown. */
-bool fw_stream_claim_generation (fw_stream_worker_t *w);
-
 /* With metrics: the stream's role (FW_STREAM_ROLE_*). */
 void fw_stream_set_role (fw_stream_worker_t *w, int role);
 

@@ -4,7 +4,6 @@
  * with the lease's epoch. Called by worker_main (stream_worker.c) only.
  */
 #include "flowwarden/log.h"
-#include "runtime/stream/stream_checkpoint-private.h"
 #include "runtime/stream/stream_circuit-private.h"
 #include "runtime/stream/stream_exactly_once-private.h"
 #include "runtime/stream/stream_lead-private.h"
@@ -70,29 +69,6 @@ fw_stream_load_checkpoint (fw_stream_worker_t *w, fw_checkpoint_t *cp, fw_positi
    }
    fw_checkpoint_cleanup (&sink);
    return pg_wins (w, p, candidate, from_checkpoint);
-}
-
-/* Without ha: claims the run's writer generation before its first
- * checkpoint write, retrying with the restart backoff. False only on
- * shutdown. */
-bool
-fw_stream_claim_generation (fw_stream_worker_t *w)
-{
-   const fw_stream_config_t *cfg = fw_stream_cfg (w);
-   fw_stream_ckpt_t *c = fw_stream_checkpoint (w);
-   fw_error_t err;
-
-   for (int tries = 1; !fw_checkpoint_claim_generation (fw_stream_client (w), cfg->database,
-                                                        cfg->name, &c->gen, &err);
-        tries++) {
-      int64_t delay = fw_backoff_delay_ms (&cfg->restart, tries,
-                                           fw_backoff_random (fw_stream_rng (w)));
-      fw_log (FW_LOG_ERROR, cfg->name, "%s; retrying in %lld ms", err.message, (long long) delay);
-      if (fw_shutdown_wait_ms (fw_stream_shutdown (w), delay)) {
-         return false;
-      }
-   }
-   return true;
 }
 
 void

@@ -90,6 +90,20 @@ fw_position_writer_results (fw_stream_ckpt_t *c)
    }
 }
 
+/* Without ha (where the fence orders the runs): claims the run's writer
+ * generation (fw_checkpoint_claim_generation) before its first checkpoint
+ * write, once. Lazily, so that a run that never saves writes nothing (a
+ * refused switch of partitions). False (err set) when it cannot be: the
+ * next save tries again. */
+static bool
+claim_generation (fw_stream_ckpt_t *c, fw_error_t *err)
+{
+   if (*c->lease || c->gen > 0) {
+      return true;
+   }
+   return fw_checkpoint_claim_generation (*c->client, c->cfg->database, c->cfg->name, &c->gen, err);
+}
+
 /* The synchronous write of p (and also), with the run's writer generation
  * (none under ha). With a checkpoint writer (quiesced
  * by the caller) it carries the writer's stamp past every hand-over, so that
@@ -105,6 +119,9 @@ store_position (fw_stream_ckpt_t *c, const fw_position_t *p, const bson_t *also,
    bson_oid_t writer;
    int64_t seq;
 
+   if (!claim_generation (c, err)) {
+      return false;
+   }
    if (c->writer && fw_checkpoint_writer_stamp (c->writer, &writer, &seq)) {
       /* Superseded cannot happen (the seq is past every write of the
        * writer); it would mean a later position is stored. */
@@ -215,6 +232,13 @@ fw_position_save_async (fw_stream_ckpt_t *c, fw_position_t *p, const char *why)
       /* exactly once into a sink: PostgreSQL, another deployment */
       (*c->advance) (c->eo, p->has_processed ? &p->processed : NULL,
                      p->has_resume ? &p->resume : NULL);
+   }
+   if (!c->writer && !claim_generation (c, &err)) {
+      fw_log (FW_LOG_ERROR, c->cfg->name, "%s (%s); will try again", err.message, why);
+      if (*c->metrics) {
+         fw_stream_metrics_checkpoint (*c->metrics, false, 0);
+      }
+      return;
    }
    if (!c->writer && !(c->writer = fw_checkpoint_writer_new (c->pool, c->cfg->database,
                                                              c->cfg->name, c->gen, &err))) {

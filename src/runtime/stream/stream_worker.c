@@ -673,11 +673,6 @@ run_setup (fw_stream_worker_t *w, fw_stream_run_t *run)
    }
    if (!w->cfg->ha_leader) {
       fw_stream_exactly_once_recover (&w->eo); /* under ha: by fw_stream_wait_lead */
-      /* After the recovery: an earlier run's open transaction would hold
-       * the document. Under ha the fence orders the runs. */
-      if (!fw_stream_claim_generation (w)) {
-         return false;
-      }
    }
    if (!fw_stream_snapshot_setup (w, &run->cp)) {
       return false;
@@ -698,7 +693,7 @@ run_teardown (fw_stream_worker_t *w, fw_stream_run_t *run)
    fw_checkpoint_writer_destroy (w->ckpt.writer); /* idle since the save: gives its client back */
    w->ckpt.writer = NULL;
    w->ckpt.epoch = 0;
-   w->ckpt.gen = 0;
+   w->ckpt.gen = 0; /* the next run claims its own before its first save */
    if (w->lead.lease) {
       /* After the final checkpoint: the standby that takes over at once
        * starts where this leader stopped. */
