@@ -88,7 +88,7 @@ save (const char *stream, int n, int64_t epoch, const bson_oid_t *writer, int64_
 {
    bson_t *t = token (n);
    fw_checkpoint_saved_t saved = fw_checkpoint_save_ordered (g_client, DB, stream, t, t, "v", epoch,
-                                                             writer, seq, err);
+                                                             0, writer, seq, err);
    bson_destroy (t);
    return saved;
 }
@@ -173,7 +173,7 @@ a_late_write_never_replaces_the_final_save (void **state)
    assert_int_equal (save ("final", 5, 0, &w, 5, &err), FW_CHECKPOINT_SAVED);
    /* seq 6 timed out on the client's side; the final save takes seq 7 */
    assert_int_equal (
-      fw_checkpoint_save_ordered_with (g_client, DB, "final", t, t, "v", also, 0, &w, 7, &err),
+      fw_checkpoint_save_ordered_with (g_client, DB, "final", t, t, "v", also, 0, 0, &w, 7, &err),
       FW_CHECKPOINT_SAVED);
    assert_int_equal (save ("final", 6, 0, &w, 6, &err), FW_CHECKPOINT_SUPERSEDED); /* lands late */
    assert_int_equal (stored ("final"), 9);
@@ -183,7 +183,7 @@ a_late_write_never_replaces_the_final_save (void **state)
    assert_true (fw_checkpoint_fence (g_client, DB, "final", 1, &epoch, &err));
    assert_int_equal (save ("final", 10, 1, &w, 8, &err), FW_CHECKPOINT_SAVED);
    assert_int_equal (
-      fw_checkpoint_save_ordered_with (g_client, DB, "final", t, t, "v", also, 1, &w, 10, &err),
+      fw_checkpoint_save_ordered_with (g_client, DB, "final", t, t, "v", also, 1, 0, &w, 10, &err),
       FW_CHECKPOINT_SAVED);
    assert_int_equal (save ("final", 11, 1, &w, 9, &err), FW_CHECKPOINT_SUPERSEDED);
    assert_int_equal (stored ("final"), 12);
@@ -213,6 +213,92 @@ a_fenced_write_tells_superseded_from_fenced (void **state)
    assert_int_equal (stored ("fenced"), 2);
 }
 
+/* A save of run gen (writer w, NULL: a mode = "sync" save) of token n. */
+static fw_checkpoint_saved_t
+save_run (const char *stream, int n, int64_t gen, const bson_oid_t *w, int64_t seq, fw_error_t *err)
+{
+   bson_t *t = token (n);
+   fw_checkpoint_saved_t saved = fw_checkpoint_save_ordered_with (g_client, DB, stream, t, t, "v",
+                                                                  NULL, 0, gen, w, seq, err);
+   bson_destroy (t);
+   return saved;
+}
+
+/* Across runs (a process killed with kill -9, or hung and replaced): a write
+ * of an older run that the server applies after a newer run's first write
+ * changes nothing, whatever its seq (async) or without one (sync). The first
+ * start (no document) claims generation 1, a document of an older version
+ * (no writerGen) gives 1 too. */
+static void
+an_older_runs_late_write_never_replaces_a_newer_runs (void **state)
+{
+   bson_oid_t a, b;
+   fw_error_t err;
+   int64_t ga, gb, gc;
+   bson_t *t = token (1);
+   (void) state;
+
+   bson_oid_init (&a, NULL);
+   bson_oid_init (&b, NULL);
+   assert_true (fw_checkpoint_claim_generation (g_client, DB, "runs", &ga, &err));
+   assert_int_equal (ga, 1);
+   assert_int_equal (save_run ("runs", 5, ga, &a, 5, &err), FW_CHECKPOINT_SAVED);
+   /* run a is killed with its seq 6 (and a sync save) still in the server's queue */
+   assert_true (fw_checkpoint_claim_generation (g_client, DB, "runs", &gb, &err));
+   assert_int_equal (gb, 2);
+   assert_int_equal (save_run ("runs", 7, gb, &b, 1, &err), FW_CHECKPOINT_SAVED);
+   assert_int_equal (save_run ("runs", 6, ga, &a, 6, &err), FW_CHECKPOINT_NOT_SAVED);
+   assert_non_null (strstr (err.message, "a newer run of the stream (writer generation 2"));
+   assert_int_equal (save_run ("runs", 6, ga, NULL, 0, &err), FW_CHECKPOINT_NOT_SAVED);
+   assert_int_equal (stored ("runs"), 7);
+   /* a mode = "sync" run: the same, and it replaces the older run's stamp */
+   assert_true (fw_checkpoint_claim_generation (g_client, DB, "runs", &gc, &err));
+   assert_int_equal (gc, 3);
+   assert_int_equal (save_run ("runs", 8, gc, NULL, 0, &err), FW_CHECKPOINT_SAVED);
+   assert_int_equal (save_run ("runs", 7, gb, &b, 2, &err), FW_CHECKPOINT_NOT_SAVED);
+   assert_int_equal (stored ("runs"), 8);
+
+   /* a checkpoint written before writerGen existed */
+   assert_true (fw_checkpoint_save (g_client, DB, "upgraded", t, t, "v", &err));
+   assert_true (fw_checkpoint_claim_generation (g_client, DB, "upgraded", &ga, &err));
+   assert_int_equal (ga, 1);
+   assert_int_equal (stored ("upgraded"), 1);
+   assert_int_equal (save_run ("upgraded", 2, ga, NULL, 0, &err), FW_CHECKPOINT_SAVED);
+   assert_int_equal (stored ("upgraded"), 2);
+   bson_destroy (t);
+}
+
+/* An operator's reset by hand (tokens set and writerGen raised, as
+ * docs/operations.md says) wins over the running run's writes and an older
+ * run's late ones; the next start claims past it. */
+static void
+a_reset_by_hand_wins (void **state)
+{
+   bson_oid_t a;
+   fw_error_t err;
+   int64_t ga, gb;
+   mongoc_collection_t *coll;
+   bson_t *filter = BCON_NEW ("_id", BCON_UTF8 ("reset"));
+   bson_t *update = BCON_NEW ("$set", "{", "lastProcessedToken", "{", "_data",
+                              BCON_UTF8 ("00000003"), "}", "}", "$inc", "{", "writerGen",
+                              BCON_INT64 (1), "}");
+   bson_error_t berr;
+   (void) state;
+
+   bson_oid_init (&a, NULL);
+   assert_true (fw_checkpoint_claim_generation (g_client, DB, "reset", &ga, &err));
+   assert_int_equal (save_run ("reset", 10, ga, &a, 1, &err), FW_CHECKPOINT_SAVED);
+   coll = mongoc_client_get_collection (g_client, DB, FW_CHECKPOINT_COLLECTION);
+   assert_true (mongoc_collection_update_one (coll, filter, update, NULL, NULL, &berr));
+   assert_int_equal (save_run ("reset", 11, ga, &a, 2, &err), FW_CHECKPOINT_NOT_SAVED);
+   assert_int_equal (stored ("reset"), 3);
+   assert_true (fw_checkpoint_claim_generation (g_client, DB, "reset", &gb, &err));
+   assert_int_equal (gb, ga + 2);
+   mongoc_collection_destroy (coll);
+   bson_destroy (filter);
+   bson_destroy (update);
+}
+
 int
 main (void)
 {
@@ -221,6 +307,8 @@ main (void)
       cmocka_unit_test (unstamped_and_other_writers_checkpoints_are_overwritten),
       cmocka_unit_test (a_fenced_write_tells_superseded_from_fenced),
       cmocka_unit_test (a_late_write_never_replaces_the_final_save),
+      cmocka_unit_test (an_older_runs_late_write_never_replaces_a_newer_runs),
+      cmocka_unit_test (a_reset_by_hand_wins),
    };
    return cmocka_run_group_tests (tests, setup, teardown);
 }

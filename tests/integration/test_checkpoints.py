@@ -52,6 +52,9 @@ class StopAndRestart(StandInTestCase):
         self.assertEqual(cp["lastProcessedToken"]["_data"], first[-1]["eid"])
         self.assertIn("lastSeenToken", cp)
         self.assertIn("updatedAt", cp)
+        # Each run claims a writer generation before its first save (the first: 1), so a
+        # late write of an earlier run never lands over a later run's (operations.md).
+        self.assertEqual(cp["writerGen"], 1)
 
         self.insert(range(50, 80))          # written while flowwarden is down
         p2 = self.run_fw(script)
@@ -63,6 +66,7 @@ class StopAndRestart(StandInTestCase):
         self.assertEqual([r["n"] for r in second], list(range(50, 81)))
         self.assertEqual(p2.stop(), 0)
         self.assertEqual(len(p2.reports()), 31)
+        self.assertEqual(self.checkpoint("seq")["writerGen"], 2)
 
     def test_kill9_then_restart_loses_nothing_and_repeats_at_most_save_every(self):
         self.kill9_then_restart(save_every=10, extra_cp=SYNC, bound=10)

@@ -67,16 +67,29 @@ fw_checkpoint_load (mongoc_client_t *client, const char *database, const char *s
 
 /* An ordered save's stamp (fw_checkpoint_save_ordered); NULL: none. */
 typedef struct {
-   const bson_oid_t *writer;
+   int64_t gen;              /* the run's writer generation; 0: none */
+   const bson_oid_t *writer; /* NULL: not ordered within the run */
    int64_t seq;
 } order_t;
 
-/* Appends to selector what lets an ordered write through: the stored stamp
- * is another writer's (or missing: $ne matches a missing field) or lower. */
+/* Appends to selector what lets an ordered write through: the stored
+ * generation is not a later run's ($not $gt matches a missing field), and
+ * the stored stamp is another writer's (or missing: $ne matches a missing
+ * field) or lower. */
 static bool
 append_order (bson_t *selector, const order_t *order)
 {
-   bson_t or, clause, cmp;
+   bson_t or, clause, cmp, not ;
+   if (order->gen > 0 &&
+       !(BSON_APPEND_DOCUMENT_BEGIN (selector, "writerGen", &cmp) &&
+         BSON_APPEND_DOCUMENT_BEGIN (&cmp, "$not", &not ) &&
+         BSON_APPEND_INT64 (&not, "$gt", order->gen) && bson_append_document_end (&cmp, &not ) &&
+         bson_append_document_end (selector, &cmp))) {
+      return false;
+   }
+   if (!order->writer) {
+      return true;
+   }
    return BSON_APPEND_ARRAY_BEGIN (selector, "$or", & or) &&
           BSON_APPEND_DOCUMENT_BEGIN (& or, "0", &clause) &&
           BSON_APPEND_DOCUMENT_BEGIN (&clause, "writerId", &cmp) &&
@@ -108,7 +121,10 @@ append_set (bson_t *update, const bson_t *processed, const bson_t *seen, const c
       BSON_APPEND_UTF8 (&set, "scriptVersion", script_version);
    }
    BSON_APPEND_DATE_TIME (&set, "updatedAt", fw_now_ms ());
-   if (order) {
+   if (order && order->gen > 0) {
+      BSON_APPEND_INT64 (&set, "writerGen", order->gen);
+   }
+   if (order && order->writer) {
       BSON_APPEND_OID (&set, "writerId", order->writer);
       BSON_APPEND_INT64 (&set, "writerSeq", order->seq);
    }
@@ -267,7 +283,8 @@ stored_later (mongoc_client_t *client, const char *database, const char *stream,
    if (mongoc_cursor_next (cursor, &doc)) {
       *later = bson_iter_init_find (&it, doc, "epoch") && BSON_ITER_HOLDS_NUMBER (&it) &&
                bson_iter_as_int64 (&it) == epoch && bson_iter_init_find (&it, doc, "writerId") &&
-               BSON_ITER_HOLDS_OID (&it) && bson_oid_equal (bson_iter_oid (&it), order->writer) &&
+               BSON_ITER_HOLDS_OID (&it) && order->writer &&
+               bson_oid_equal (bson_iter_oid (&it), order->writer) &&
                bson_iter_init_find (&it, doc, "writerSeq") && BSON_ITER_HOLDS_NUMBER (&it) &&
                bson_iter_as_int64 (&it) >= order->seq;
    }
@@ -280,6 +297,121 @@ stored_later (mongoc_client_t *client, const char *database, const char *stream,
    mongoc_cursor_destroy (cursor);
    mongoc_collection_destroy (coll);
    bson_destroy (filter);
+   return ok;
+}
+
+/* *gen: the stored checkpoint's writer generation, 0 when it has none (no
+ * document, no field, not a number). False (error set) when it cannot be
+ * read. */
+static bool
+stored_gen (mongoc_client_t *client, const char *database, const char *stream, int64_t *gen,
+            fw_error_t *error)
+{
+   mongoc_collection_t *coll;
+   mongoc_cursor_t *cursor;
+   const bson_t *doc;
+   bson_t *filter = BCON_NEW ("_id", BCON_UTF8 (stream));
+   bson_iter_t it;
+   bson_error_t berr;
+   bool ok = true;
+
+   *gen = 0;
+   if (!filter) {
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory reading the checkpoint of stream \"%s\"",
+                    stream);
+      return false;
+   }
+   coll = mongoc_client_get_collection (client, database, FW_CHECKPOINT_COLLECTION);
+   cursor = mongoc_collection_find_with_opts (coll, filter, NULL, NULL);
+   if (mongoc_cursor_next (cursor, &doc) && bson_iter_init_find (&it, doc, "writerGen") &&
+       BSON_ITER_HOLDS_NUMBER (&it)) {
+      *gen = bson_iter_as_int64 (&it);
+   }
+   if (mongoc_cursor_error (cursor, &berr)) {
+      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
+                         "cannot read checkpoint of stream \"%s\" from %s.%s: %s", stream, database,
+                         FW_CHECKPOINT_COLLECTION, berr.message);
+      ok = false;
+   }
+   mongoc_cursor_destroy (cursor);
+   mongoc_collection_destroy (coll);
+   bson_destroy (filter);
+   return ok;
+}
+
+/* An unfenced ordered write with a generation whose upsert met the document
+ * twice: true (err set) when a later run's generation is stored (or it
+ * cannot be read), false when the write was only superseded within its own
+ * run. */
+static bool
+refused_by_newer_run (mongoc_client_t *client, const char *database, const char *stream,
+                      const order_t *order, fw_error_t *err)
+{
+   int64_t stored;
+   fw_error_t read_err;
+
+   if (order->gen <= 0) {
+      return false;
+   }
+   if (!stored_gen (client, database, stream, &stored, &read_err)) {
+      fw_error_set_code (err, read_err.domain, read_err.code,
+                         "%s (after a checkpoint write matched nothing)", read_err.message);
+      return true;
+   }
+   if (stored <= order->gen) {
+      return false;
+   }
+   fw_error_set (err, FW_ERROR_MONGO,
+                 "checkpoint of stream \"%s\" NOT saved: a newer run of the stream (writer "
+                 "generation %lld, this run's %lld) has written it since this run started; the "
+                 "stored position stays the newer run's (a second instance running the stream "
+                 "without ha, or writerGen raised by hand to reset the checkpoint)",
+                 stream, (long long) stored, (long long) order->gen);
+   return true;
+}
+
+bool
+fw_checkpoint_claim_generation (mongoc_client_t *client, const char *database, const char *stream,
+                                int64_t *gen, fw_error_t *error)
+{
+   mongoc_collection_t *coll;
+   bson_t *query, *update, opts = BSON_INITIALIZER;
+   bson_error_t berr;
+   int64_t stored;
+   bool ok;
+
+   if (!stored_gen (client, database, stream, &stored, error)) {
+      return false;
+   }
+   /* $max, not $inc: a claim of an earlier run that the server applies late
+    * (its run got no answer, so wrote nothing) never raises the generation
+    * past this one's (it read a generation no later than this run did). */
+   query = BCON_NEW ("_id", BCON_UTF8 (stream));
+   update = BCON_NEW ("$max", "{", "writerGen", BCON_INT64 (stored + 1), "}");
+   if (!query || !update || !BSON_APPEND_BOOL (&opts, "upsert", true)) {
+      fw_error_set (error, FW_ERROR_NOMEM,
+                    "out of memory starting the checkpoint writes of stream \"%s\"", stream);
+      bson_destroy (query);
+      bson_destroy (update);
+      bson_destroy (&opts);
+      return false;
+   }
+   coll = mongoc_client_get_collection (client, database, FW_CHECKPOINT_COLLECTION);
+   ok = mongoc_collection_update_one (coll, query, update, &opts, NULL, &berr);
+   if (!ok) {
+      char hint[300];
+      fw_error_set_code (
+         error, FW_ERROR_MONGO, (int) berr.code,
+         "cannot start the checkpoint writes of stream \"%s\" (writer generation %lld): %s%s",
+         stream, (long long) (stored + 1), berr.message,
+         fw_sharding_hint (&berr, FW_CHECKPOINT_COLLECTION, FW_SHARD_KEY_BY_ID, hint, sizeof hint));
+   } else {
+      *gen = stored + 1;
+   }
+   mongoc_collection_destroy (coll);
+   bson_destroy (query);
+   bson_destroy (update);
+   bson_destroy (&opts);
    return ok;
 }
 
@@ -325,25 +457,32 @@ save_ordered (mongoc_client_t *client, const char *database, const char *stream,
                         order, NULL, NULL, err)) {
       return FW_CHECKPOINT_SAVED;
    }
-   return err->code == ERR_DUPLICATE_KEY ? FW_CHECKPOINT_SUPERSEDED : FW_CHECKPOINT_NOT_SAVED;
+   if (err->code != ERR_DUPLICATE_KEY ||
+       refused_by_newer_run (client, database, stream, order, err)) {
+      return FW_CHECKPOINT_NOT_SAVED;
+   }
+   /* Without a writer only a later run's generation refuses it. */
+   return order->writer ? FW_CHECKPOINT_SUPERSEDED : FW_CHECKPOINT_NOT_SAVED;
 }
 
 fw_checkpoint_saved_t
 fw_checkpoint_save_ordered (mongoc_client_t *client, const char *database, const char *stream,
                             const bson_t *processed, const bson_t *seen, const char *script_version,
-                            int64_t epoch, const bson_oid_t *writer, int64_t seq, fw_error_t *error)
+                            int64_t epoch, int64_t gen, const bson_oid_t *writer, int64_t seq,
+                            fw_error_t *error)
 {
    return fw_checkpoint_save_ordered_with (client, database, stream, processed, seen,
-                                           script_version, NULL, epoch, writer, seq, error);
+                                           script_version, NULL, epoch, gen, writer, seq, error);
 }
 
 fw_checkpoint_saved_t
 fw_checkpoint_save_ordered_with (mongoc_client_t *client, const char *database, const char *stream,
                                  const bson_t *processed, const bson_t *seen,
                                  const char *script_version, const bson_t *also, int64_t epoch,
-                                 const bson_oid_t *writer, int64_t seq, fw_error_t *error)
+                                 int64_t gen, const bson_oid_t *writer, int64_t seq,
+                                 fw_error_t *error)
 {
-   order_t order = {writer, seq};
+   order_t order = {gen, writer, seq};
    fw_error_t err = {0};
    fw_checkpoint_saved_t saved = save_ordered (client, database, stream, processed, seen,
                                                script_version, also, epoch, &order, &err);

@@ -69,31 +69,50 @@ typedef enum {
    FW_CHECKPOINT_NOT_SAVED,  /* nothing written (error set): an error, or fenced */
 } fw_checkpoint_saved_t;
 
+/* Without ha (where the fencing epochs order the runs), a run of the stream
+ * (a process's start, or a restart of the stream within it) first claims a
+ * writer generation, before any checkpoint write: the stored writerGen + 1
+ * (1 without a document, or with one written before writerGen existed),
+ * raised with $max and upserted. Every write of the run carries it
+ * (fw_checkpoint_save_ordered) and is applied only while the stored
+ * generation is not a later one, so a write of an earlier run (a process
+ * killed with kill -9, or hung and replaced) that the server applies after
+ * this run's claim changes nothing: that run's claim was acknowledged
+ * before its first write, so this run read it. False (error set) when the
+ * claim cannot be read or written. */
+bool fw_checkpoint_claim_generation (mongoc_client_t *client, const char *database,
+                                     const char *stream, int64_t *gen, fw_error_t *error);
+
 /* The checkpoint writer's save (checkpoint_writer.h), which may have several
  * writes in flight on as many connections: as fw_checkpoint_save (epoch 0)
  * or fw_checkpoint_save_fenced (epoch > 0), and also stamps the document
- * with writer (one per checkpoint writer's life) and seq (its hand-over, 1,
- * 2, ...). The update matches only while the stored stamp is another
- * writer's (or none) or a lower seq, so a write that reaches the server after
- * a later one of the same writer changes nothing: the stored checkpoint never
- * moves back. An upsert that loses the race to insert the document is tried
- * once more. */
+ * with gen (the run's writer generation: fw_checkpoint_claim_generation; 0:
+ * none, as under ha), writer (one per checkpoint writer's life) and seq (its
+ * hand-over, 1, 2, ...). The update matches only while the stored
+ * generation is not a later one and the stored stamp is another writer's
+ * (or none) or a lower seq, so a write that reaches the server after a later
+ * one of the same writer, or after a later run's claim, changes nothing: the
+ * stored checkpoint never moves back. An upsert that loses the race to
+ * insert the document is tried once more. Refused by a later run:
+ * FW_CHECKPOINT_NOT_SAVED, the error naming both generations. */
 fw_checkpoint_saved_t fw_checkpoint_save_ordered (mongoc_client_t *client, const char *database,
                                                   const char *stream, const bson_t *processed,
                                                   const bson_t *seen, const char *script_version,
-                                                  int64_t epoch, const bson_oid_t *writer,
-                                                  int64_t seq, fw_error_t *error);
+                                                  int64_t epoch, int64_t gen,
+                                                  const bson_oid_t *writer, int64_t seq,
+                                                  fw_error_t *error);
 
 /* As fw_checkpoint_save_ordered, with also's fields (as
- * fw_checkpoint_save_with) in the same update. The stream's own synchronous
- * saves while it has a checkpoint writer (the final one at shutdown, a
- * pause, a restart) use it with the writer's stamp and a seq past every
- * hand-over (fw_checkpoint_writer_stamp), so that a write of the writer that
- * the server applies late (one that timed out on the client's side) never
- * replaces them. also is borrowed. */
+ * fw_checkpoint_save_with) in the same update; writer may be NULL (epoch 0
+ * only: ordered by gen alone, as mode = "sync" saves are). The stream's own
+ * synchronous saves use it: while it has a checkpoint writer (the final one
+ * at shutdown, a pause, a restart) with the writer's stamp and a seq past
+ * every hand-over (fw_checkpoint_writer_stamp), so that a write of the
+ * writer that the server applies late (one that timed out on the client's
+ * side) never replaces them. also is borrowed. */
 fw_checkpoint_saved_t fw_checkpoint_save_ordered_with (
    mongoc_client_t *client, const char *database, const char *stream, const bson_t *processed,
-   const bson_t *seen, const char *script_version, const bson_t *also, int64_t epoch,
+   const bson_t *seen, const char *script_version, const bson_t *also, int64_t epoch, int64_t gen,
    const bson_oid_t *writer, int64_t seq, fw_error_t *error);
 
 /* exactly_once (issue 39): saves token as both lastProcessedToken and

@@ -30,6 +30,7 @@ typedef struct {
    mongoc_client_t *client[FW_CHECKPOINT_MAX_IN_FLIGHT];
    char *database;
    char *stream;
+   int64_t gen; /* the run's writer generation (fw_checkpoint_claim_generation); 0: none */
    bson_oid_t id;
 } mongo_sink_t;
 
@@ -153,8 +154,8 @@ mongo_write (void *ud, int conn, const fw_checkpoint_write_t *w, fw_error_t *err
       return FW_CHECKPOINT_NOT_SAVED;
    }
    return fw_checkpoint_save_ordered (m->client[conn], m->database, m->stream, w->processed,
-                                      w->seen, w->version, w->epoch, &m->id, (int64_t) w->seq,
-                                      error);
+                                      w->seen, w->version, w->epoch, m->gen, &m->id,
+                                      (int64_t) w->seq, error);
 }
 
 static void
@@ -455,7 +456,7 @@ fw_checkpoint_writer_start (const fw_checkpoint_sink_t *sink, const char *stream
 
 fw_checkpoint_writer_t *
 fw_checkpoint_writer_new (mongoc_client_pool_t *pool, const char *database, const char *stream,
-                          fw_error_t *error)
+                          int64_t gen, fw_error_t *error)
 {
    mongo_sink_t *m = calloc (1, sizeof *m);
    fw_checkpoint_writer_t *cw;
@@ -469,6 +470,7 @@ fw_checkpoint_writer_new (mongoc_client_pool_t *pool, const char *database, cons
       return NULL;
    }
    m->pool = pool;
+   m->gen = gen;
    bson_oid_init (&m->id, NULL); /* unique per writer: this process's, counted */
    fw_checkpoint_sink_t sink = {mongo_open, mongo_write, mongo_close, m};
    if (!(cw = fw_checkpoint_writer_start (&sink, stream, RETRY_MS, FW_CHECKPOINT_WRITES_IN_FLIGHT,

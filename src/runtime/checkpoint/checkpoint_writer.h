@@ -73,13 +73,16 @@ fw_checkpoint_writer_t *fw_checkpoint_writer_start (const fw_checkpoint_sink_t *
                                                     const char *stream, int64_t retry_ms,
                                                     int max_in_flight, fw_error_t *error);
 
-/* Starts the writer of stream's checkpoint in database (both copied), with
+/* Starts the writer of stream's checkpoint in database (both copied), its
+ * writes carrying the run's writer generation gen (0: none, as under ha;
+ * fw_checkpoint_claim_generation), with
  * up to FW_CHECKPOINT_WRITES_IN_FLIGHT (checkpoint_writer.c) writes in
  * flight. Its first connection pops a client from pool and pushes it back
  * when destroyed; the others borrow one per write (mongoc_client_pool_try_pop:
  * never waiting). NULL (error set) when its threads cannot start. */
 fw_checkpoint_writer_t *fw_checkpoint_writer_new (mongoc_client_pool_t *pool, const char *database,
-                                                  const char *stream, fw_error_t *error);
+                                                  const char *stream, int64_t gen,
+                                                  fw_error_t *error);
 
 /* Hands over a position (copied; processed, seen and script_version may be
  * NULL as for fw_checkpoint_save). With max_behind > 0, first waits while

@@ -30,6 +30,9 @@ typedef struct fw_stream_ckpt {
    fw_checkpoint_writer_t *writer;
    bool unavailable; /* the writer could not start: checkpoints are synchronous */
    int64_t epoch;    /* the epoch the writer fences with */
+   /* without ha: the run's writer generation, claimed as it starts
+    * (fw_checkpoint_claim_generation), carried by every save; 0: none */
+   int64_t gen;
    /* the script version a checkpoint carries: the program's, copied as it
     * is built and as a reload switches (a rebuild keeps it) */
    char version[17];

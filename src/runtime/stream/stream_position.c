@@ -90,7 +90,22 @@ fw_position_writer_results (fw_stream_ckpt_t *c)
    }
 }
 
-/* The synchronous write of p (and also). With a checkpoint writer (quiesced
+/* Without ha (where the fence orders the runs): claims the run's writer
+ * generation (fw_checkpoint_claim_generation) before its first checkpoint
+ * write, once. Lazily, so that a run that never saves writes nothing (a
+ * refused switch of partitions). False (err set) when it cannot be: the
+ * next save tries again. */
+static bool
+claim_generation (fw_stream_ckpt_t *c, fw_error_t *err)
+{
+   if (*c->lease || c->gen > 0) {
+      return true;
+   }
+   return fw_checkpoint_claim_generation (*c->client, c->cfg->database, c->cfg->name, &c->gen, err);
+}
+
+/* The synchronous write of p (and also), with the run's writer generation
+ * (none under ha). With a checkpoint writer (quiesced
  * by the caller) it carries the writer's stamp past every hand-over, so that
  * none of the writer's writes that the server applies late (one that timed
  * out on the client's side) replaces it. */
@@ -100,15 +115,25 @@ store_position (fw_stream_ckpt_t *c, const fw_position_t *p, const bson_t *also,
    const bson_t *processed = p->has_processed ? &p->processed : NULL;
    const bson_t *seen = p->has_resume ? &p->resume : NULL;
    int64_t epoch = *c->lease ? *c->lead_epoch : 0;
+   int64_t gen = epoch > 0 ? 0 : c->gen; /* under ha the fence orders the runs */
    bson_oid_t writer;
    int64_t seq;
 
+   if (!claim_generation (c, err)) {
+      return false;
+   }
    if (c->writer && fw_checkpoint_writer_stamp (c->writer, &writer, &seq)) {
       /* Superseded cannot happen (the seq is past every write of the
        * writer); it would mean a later position is stored. */
       return fw_checkpoint_save_ordered_with (*c->client, c->cfg->database, c->cfg->name, processed,
-                                              seen, c->version, also, epoch, &writer, seq,
+                                              seen, c->version, also, epoch, gen, &writer, seq,
                                               err) != FW_CHECKPOINT_NOT_SAVED;
+   }
+   if (gen > 0) {
+      /* a write of an earlier run that lands late never replaces it */
+      return fw_checkpoint_save_ordered_with (*c->client, c->cfg->database, c->cfg->name, processed,
+                                              seen, c->version, also, 0, gen, NULL, 0,
+                                              err) == FW_CHECKPOINT_SAVED;
    }
    return fw_checkpoint_save_with (*c->client, c->cfg->database, c->cfg->name, processed, seen,
                                    c->version, also, epoch, err);
@@ -208,8 +233,15 @@ fw_position_save_async (fw_stream_ckpt_t *c, fw_position_t *p, const char *why)
       (*c->advance) (c->eo, p->has_processed ? &p->processed : NULL,
                      p->has_resume ? &p->resume : NULL);
    }
-   if (!c->writer &&
-       !(c->writer = fw_checkpoint_writer_new (c->pool, c->cfg->database, c->cfg->name, &err))) {
+   if (!c->writer && !claim_generation (c, &err)) {
+      fw_log (FW_LOG_ERROR, c->cfg->name, "%s (%s); will try again", err.message, why);
+      if (*c->metrics) {
+         fw_stream_metrics_checkpoint (*c->metrics, false, 0);
+      }
+      return;
+   }
+   if (!c->writer && !(c->writer = fw_checkpoint_writer_new (c->pool, c->cfg->database,
+                                                             c->cfg->name, c->gen, &err))) {
       fw_log (FW_LOG_WARN, c->cfg->name, "%s; checkpoints are written as with mode = \"sync\"",
               err.message);
       c->unavailable = true;

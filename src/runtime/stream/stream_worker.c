@@ -693,6 +693,7 @@ run_teardown (fw_stream_worker_t *w, fw_stream_run_t *run)
    fw_checkpoint_writer_destroy (w->ckpt.writer); /* idle since the save: gives its client back */
    w->ckpt.writer = NULL;
    w->ckpt.epoch = 0;
+   w->ckpt.gen = 0; /* the next run claims its own before its first save */
    if (w->lead.lease) {
       /* After the final checkpoint: the standby that takes over at once
        * starts where this leader stopped. */
