@@ -436,6 +436,35 @@ class Snapshot(StandInTestCase):
         self.assertEqual(self.checkpoint("s")["snapshot"]["documents"], len(docs))
         self.assertEqual(p.stop(), 0)
 
+    @needs_standin("counting getMores in serverStatus (a replica set's secondaries' oplog reads "
+                   "count too)")
+    def test_the_change_stream_goes_back_to_its_usual_wait_once_the_snapshot_finished(self):
+        """While a snapshot runs the change stream's getMores wait a few ms at most (its chunks
+        wait for their post-batch tokens); once it finished the stream re-opens where it is,
+        with the usual wait (1 s): an idle stream does not go on asking hundreds of times a
+        second, and the re-open neither loses nor repeats an event."""
+        self.db.c.insert_many([{"_id": i, "v": i} for i in range(300)])
+        p = self.run_fw(self.script(SCRIPT % {"chunk": 100, "pause": "0ms"}))
+        p.wait_log("re-opens with its usual getMore wait", timeout=60)
+        p.wait_log("change stream open", count=2, timeout=30)
+        self.db.c.insert_one({"_id": "after", "v": 1})
+        self.wait_for(lambda: any(r["id"] == "after" for r in p.reports("s")), timeout=30,
+                      what="the insert after the snapshot")
+
+        def getmores():
+            return self.client.admin.command("serverStatus")["opcounters"]["getmore"]
+
+        # A window to count in, not a wait for something: with a 5 ms wait an idle stream
+        # asks ~200 times a second (fewer on a loaded machine, never 10); with 1 s, twice.
+        before = getmores()
+        time.sleep(1.0)
+        self.assertLessEqual(getmores() - before, 10, "an idle stream still polls fast")
+        reports = p.reports("s")
+        self.assertEqual(sorted(r["id"] for r in reports if r["op"] == "snapshot"),
+                         list(range(300)))
+        self.assertEqual([r["op"] for r in reports if r["id"] == "after"], ["insert"])
+        self.assertEqual(p.stop(), 0)
+
     def test_nan_infinities_min_max_keys_and_mixed_numbers_at_chunk_boundaries(self):
         """Every _id a boundary (chunk_size 1, then 2 and 3): NaN sorts before every
         number, and MongoDB's $gt: NaN matches nothing (NaN compares false to every

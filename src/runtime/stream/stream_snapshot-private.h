@@ -29,9 +29,16 @@ bool fw_stream_snapshot_setup (fw_stream_worker_t *w, const fw_checkpoint_t *cp)
  * chunks read ahead queued (on a thread of their own; else the next chunks
  * read here when no live event waits in rd, or in at most half the
  * thread's time), the due rows handed out (after SLICE_ROWS rows, until a
- * live event waits in rd), the last chunk's progress stored. */
+ * live event waits in rd), the last chunk's progress stored. FW_READ_REOPEN
+ * once a snapshot the change stream was opened for finished. */
 fw_read_end_t fw_stream_snapshot_between (fw_stream_worker_t *w, fw_position_t *p,
                                           fw_stream_reader_t *rd);
+
+/* The change stream opens: true when a snapshot runs, whose chunks wait for
+ * the stream's post-batch tokens (it asks for a short maxAwaitTimeMS); once
+ * the snapshot finished, fw_stream_snapshot_between says FW_READ_REOPEN, so
+ * the change stream re-opens with the usual one. */
+bool fw_stream_snapshot_opening (fw_stream_worker_t *w);
 
 /* True when the snapshot would read a chunk now (between's turn ended on
  * its time budget) or has due rows left: the loop reads on instead of

@@ -553,8 +553,8 @@ read_here (fw_stream_worker_t *w, fw_stream_reader_t *rd)
    fw_snapshot_end_reads (w->snap.run->engine);
 }
 
-fw_read_end_t
-fw_stream_snapshot_between (fw_stream_worker_t *w, fw_position_t *p, fw_stream_reader_t *rd)
+static fw_read_end_t
+between (fw_stream_worker_t *w, fw_position_t *p, fw_stream_reader_t *rd)
 {
    if (__atomic_load_n (&w->snap.request, __ATOMIC_ACQUIRE)) {
       take_request (w);
@@ -578,6 +578,28 @@ fw_stream_snapshot_between (fw_stream_worker_t *w, fw_position_t *p, fw_stream_r
       read_here (w, rd);
    }
    return FW_READ_NEXT;
+}
+
+fw_read_end_t
+fw_stream_snapshot_between (fw_stream_worker_t *w, fw_position_t *p, fw_stream_reader_t *rd)
+{
+   fw_read_end_t end = between (w, p, rd);
+
+   if (end == FW_READ_NEXT && !w->snap.run && w->snap.short_await) {
+      /* Finished: the change stream re-opens where the position is (the
+       * events read ahead are read again), with the usual maxAwaitTimeMS. */
+      fw_log (FW_LOG_INFO, w->cfg->name,
+              "the change stream re-opens with its usual getMore wait after the snapshot");
+      return FW_READ_REOPEN;
+   }
+   return end;
+}
+
+bool
+fw_stream_snapshot_opening (fw_stream_worker_t *w)
+{
+   w->snap.short_await = w->snap.run != NULL;
+   return w->snap.short_await;
 }
 
 bool

@@ -97,6 +97,8 @@ struct fw_stream_worker {
                                    * owned by the stream's thread; NULL: none */
       bson_t *request;            /* an on-demand snapshot asked (its filter; empty: all),
                                    * exchanged atomically with the admin endpoint */
+      bool short_await;           /* the change stream open asked for a snapshot's short
+                                   * maxAwaitTimeMS (fw_stream_snapshot_opening) */
    } snap;
 };
 

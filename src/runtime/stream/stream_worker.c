@@ -799,7 +799,7 @@ open_and_read (fw_stream_worker_t *w, fw_stream_run_t *run, bool *progressed)
                                : gen.start_at     ? gen.start_at
                                                   : w->cfg->start_at,
                                w->cfg->split_large_events && !p->split_rejected && !p->unsplittable,
-                               w->snap.run != NULL, gen.has_stage ? &gen.stage : NULL);
+                               fw_stream_snapshot_opening (w), gen.has_stage ? &gen.stage : NULL);
    fw_generation_cleanup (&gen);
    if (cs && mongoc_change_stream_error_document (cs, &berr, &reply)) {
       end = error_end (w, p, NULL, &berr);
