@@ -28,27 +28,33 @@ copy_token (const bson_t *doc, const char *field, bson_t *out)
    return true;
 }
 
-bool
-fw_checkpoint_load (mongoc_client_t *client, const char *database, const char *stream,
-                    fw_checkpoint_t *cp, fw_error_t *error)
+/* Reads the stream's checkpoint document into *out (bson_destroy it; empty
+ * when there is none), *found saying whether there was one. False (error set)
+ * when it cannot be read. */
+static bool
+read_stored (mongoc_client_t *client, const char *database, const char *stream, bson_t *out,
+             bool *found, fw_error_t *error)
 {
    mongoc_collection_t *coll;
    mongoc_cursor_t *cursor;
    const bson_t *doc;
-   bson_t filter = BSON_INITIALIZER;
+   bson_t *filter = BCON_NEW ("_id", BCON_UTF8 (stream));
    bson_error_t berr;
    bool ok = true;
 
-   cp->has_processed = cp->has_seen = false;
-   bson_init (&cp->processed);
-   bson_init (&cp->seen);
-
+   bson_init (out);
+   *found = false;
+   if (!filter) {
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory reading the checkpoint of stream \"%s\"",
+                    stream);
+      return false;
+   }
    coll = mongoc_client_get_collection (client, database, FW_CHECKPOINT_COLLECTION);
-   BSON_APPEND_UTF8 (&filter, "_id", stream);
-   cursor = mongoc_collection_find_with_opts (coll, &filter, NULL, NULL);
+   cursor = mongoc_collection_find_with_opts (coll, filter, NULL, NULL);
    if (mongoc_cursor_next (cursor, &doc)) {
-      cp->has_processed = copy_token (doc, "lastProcessedToken", &cp->processed);
-      cp->has_seen = copy_token (doc, "lastSeenToken", &cp->seen);
+      bson_destroy (out);
+      bson_copy_to (doc, out);
+      *found = true;
    }
    if (mongoc_cursor_error (cursor, &berr)) {
       fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
@@ -58,7 +64,26 @@ fw_checkpoint_load (mongoc_client_t *client, const char *database, const char *s
    }
    mongoc_cursor_destroy (cursor);
    mongoc_collection_destroy (coll);
-   bson_destroy (&filter);
+   bson_destroy (filter);
+   return ok;
+}
+
+bool
+fw_checkpoint_load (mongoc_client_t *client, const char *database, const char *stream,
+                    fw_checkpoint_t *cp, fw_error_t *error)
+{
+   bson_t doc;
+   bool found;
+   bool ok = read_stored (client, database, stream, &doc, &found, error);
+
+   cp->has_processed = cp->has_seen = false;
+   bson_init (&cp->processed);
+   bson_init (&cp->seen);
+   if (ok && found) {
+      cp->has_processed = copy_token (&doc, "lastProcessedToken", &cp->processed);
+      cp->has_seen = copy_token (&doc, "lastSeenToken", &cp->seen);
+   }
+   bson_destroy (&doc);
    return ok;
 }
 
@@ -264,39 +289,18 @@ static bool
 stored_later (mongoc_client_t *client, const char *database, const char *stream, int64_t epoch,
               const order_t *order, bool *later, fw_error_t *error)
 {
-   mongoc_collection_t *coll;
-   mongoc_cursor_t *cursor;
-   const bson_t *doc;
-   bson_t *filter = BCON_NEW ("_id", BCON_UTF8 (stream));
+   bson_t doc;
    bson_iter_t it;
-   bson_error_t berr;
-   bool ok = true;
+   bool found;
+   bool ok = read_stored (client, database, stream, &doc, &found, error);
 
-   *later = false;
-   if (!filter) {
-      fw_error_set (error, FW_ERROR_NOMEM, "out of memory reading the checkpoint of stream \"%s\"",
-                    stream);
-      return false;
-   }
-   coll = mongoc_client_get_collection (client, database, FW_CHECKPOINT_COLLECTION);
-   cursor = mongoc_collection_find_with_opts (coll, filter, NULL, NULL);
-   if (mongoc_cursor_next (cursor, &doc)) {
-      *later = bson_iter_init_find (&it, doc, "epoch") && BSON_ITER_HOLDS_NUMBER (&it) &&
-               bson_iter_as_int64 (&it) == epoch && bson_iter_init_find (&it, doc, "writerId") &&
-               BSON_ITER_HOLDS_OID (&it) && order->writer &&
-               bson_oid_equal (bson_iter_oid (&it), order->writer) &&
-               bson_iter_init_find (&it, doc, "writerSeq") && BSON_ITER_HOLDS_NUMBER (&it) &&
-               bson_iter_as_int64 (&it) >= order->seq;
-   }
-   if (mongoc_cursor_error (cursor, &berr)) {
-      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
-                         "cannot read checkpoint of stream \"%s\" from %s.%s: %s", stream, database,
-                         FW_CHECKPOINT_COLLECTION, berr.message);
-      ok = false;
-   }
-   mongoc_cursor_destroy (cursor);
-   mongoc_collection_destroy (coll);
-   bson_destroy (filter);
+   *later = ok && found && bson_iter_init_find (&it, &doc, "epoch") &&
+            BSON_ITER_HOLDS_NUMBER (&it) && bson_iter_as_int64 (&it) == epoch &&
+            bson_iter_init_find (&it, &doc, "writerId") && BSON_ITER_HOLDS_OID (&it) &&
+            order->writer && bson_oid_equal (bson_iter_oid (&it), order->writer) &&
+            bson_iter_init_find (&it, &doc, "writerSeq") && BSON_ITER_HOLDS_NUMBER (&it) &&
+            bson_iter_as_int64 (&it) >= order->seq;
+   bson_destroy (&doc);
    return ok;
 }
 
@@ -307,35 +311,17 @@ static bool
 stored_gen (mongoc_client_t *client, const char *database, const char *stream, int64_t *gen,
             fw_error_t *error)
 {
-   mongoc_collection_t *coll;
-   mongoc_cursor_t *cursor;
-   const bson_t *doc;
-   bson_t *filter = BCON_NEW ("_id", BCON_UTF8 (stream));
+   bson_t doc;
    bson_iter_t it;
-   bson_error_t berr;
-   bool ok = true;
+   bool found;
+   bool ok = read_stored (client, database, stream, &doc, &found, error);
 
    *gen = 0;
-   if (!filter) {
-      fw_error_set (error, FW_ERROR_NOMEM, "out of memory reading the checkpoint of stream \"%s\"",
-                    stream);
-      return false;
-   }
-   coll = mongoc_client_get_collection (client, database, FW_CHECKPOINT_COLLECTION);
-   cursor = mongoc_collection_find_with_opts (coll, filter, NULL, NULL);
-   if (mongoc_cursor_next (cursor, &doc) && bson_iter_init_find (&it, doc, "writerGen") &&
+   if (ok && found && bson_iter_init_find (&it, &doc, "writerGen") &&
        BSON_ITER_HOLDS_NUMBER (&it)) {
       *gen = bson_iter_as_int64 (&it);
    }
-   if (mongoc_cursor_error (cursor, &berr)) {
-      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
-                         "cannot read checkpoint of stream \"%s\" from %s.%s: %s", stream, database,
-                         FW_CHECKPOINT_COLLECTION, berr.message);
-      ok = false;
-   }
-   mongoc_cursor_destroy (cursor);
-   mongoc_collection_destroy (coll);
-   bson_destroy (filter);
+   bson_destroy (&doc);
    return ok;
 }
 
