@@ -148,7 +148,7 @@ may_read (fw_stream_reader_t *r)
    if (r->count == 0) {
       return true;
    }
-   if (r->count + r->taken_n >= r->max_cap || r->bytes >= r->max_bytes) {
+   if (r->count + r->taken_n >= r->max_cap || r->bytes + r->taken_bytes >= r->max_bytes) {
       return false;
    }
    return r->count < r->cap || ring_grow (r);
