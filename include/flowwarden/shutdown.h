@@ -12,7 +12,7 @@
 typedef struct {
    pthread_mutex_t mu;
    pthread_cond_t cond;
-   bool stopping;
+   bool stopping; /* written under mu (atomically: fw_shutdown_requested reads it without) */
 } fw_shutdown_t;
 
 void fw_shutdown_init (fw_shutdown_t *s);
@@ -21,6 +21,7 @@ void fw_shutdown_cleanup (fw_shutdown_t *s);
 /* Asks every waiter to stop; idempotent. */
 void fw_shutdown_request (fw_shutdown_t *s);
 
+/* Whether a stop was asked; takes no lock. */
 bool fw_shutdown_requested (fw_shutdown_t *s);
 
 /* Sleeps up to ms; returns true early (and at once) when a stop was asked. */

@@ -27,19 +27,17 @@ void
 fw_shutdown_request (fw_shutdown_t *s)
 {
    pthread_mutex_lock (&s->mu);
-   s->stopping = true;
+   __atomic_store_n (&s->stopping, true, __ATOMIC_RELEASE);
    pthread_cond_broadcast (&s->cond);
    pthread_mutex_unlock (&s->mu);
 }
 
+/* Without the lock: every stream's thread and reader asks once an event
+ * (issue 41); the waits below read it under the lock, as it is written. */
 bool
 fw_shutdown_requested (fw_shutdown_t *s)
 {
-   bool v;
-   pthread_mutex_lock (&s->mu);
-   v = s->stopping;
-   pthread_mutex_unlock (&s->mu);
-   return v;
+   return __atomic_load_n (&s->stopping, __ATOMIC_ACQUIRE);
 }
 
 bool

@@ -23,8 +23,9 @@ typedef struct fw_stream_reader fw_stream_reader_t;
 
 /* Starts reading cs (created on a client that only the reader uses from now
  * on) into a queue of at most max_events events and, past one event, at most
- * max_bytes bytes counting the event in hand (the last next's: a large event
- * is copied out of libmongoc's batch only once the one before it is done).
+ * max_bytes bytes counting what the caller took (the events it was handed
+ * in one go and the event in hand, the last next's: a large event is copied
+ * out of libmongoc's batch only once the one before it is done).
  * While hold(hold_ud) (called on the reader's thread) is true, the reader
  * asks for nothing more and hands over one idle mark: the
  * caller is about to stop it. Without a thread (it could not start) the

@@ -9,6 +9,11 @@
  * and the error that ended the change stream with the token it had then.
  * The stream's thread sees the same sequence it would have read itself, one
  * call at a time (see the declarations in stream_read-private.h).
+ *
+ * The lock is taken once an item by the reader (its wait for room, the copy
+ * and the hand-over under one) and once a run by the stream's thread, which
+ * takes what waits at once and hands it out from its own array (issue 41:
+ * three locks an event on the reader's side were ~13% of its time).
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -19,7 +24,7 @@
 #include "flowwarden/clock.h"
 #include "runtime/stream/stream_read-private.h"
 
-typedef enum { ITEM_EVENT, ITEM_IDLE, ITEM_ERROR } item_kind_t;
+typedef enum { ITEM_NONE, ITEM_EVENT, ITEM_IDLE, ITEM_ERROR } item_kind_t;
 
 /* One thing read, as raw BSON: the event (doc_len 0 for idle and error)
  * followed by the token, in one buffer. An error is the last item: its
@@ -35,6 +40,12 @@ typedef struct {
  * behind, so a quiet stream keeps a small one. */
 #define RING_FIRST 1024
 
+/* The stream's thread takes what waits in runs of at most this many items
+ * and half of max_bytes (one item at least), under one lock, and hands them
+ * out from its own copy: the lock is taken once a run, not once an event,
+ * and the reader fills the other half meanwhile. */
+#define RUN_MAX 256
+
 struct fw_stream_reader {
    bson_t cur_doc; /* views of cur (first: bson_t wants the struct's alignment) */
    bson_t cur_tok;
@@ -49,18 +60,34 @@ struct fw_stream_reader {
    pthread_cond_t not_empty;
    item_t *ring;
    int cap;     /* slots in ring */
-   int max_cap; /* at most this many events wait */
+   int max_cap; /* at most this many events wait (ring and run) */
    int head;
    int count;
-   size_t bytes;     /* held in the ring */
-   size_t cur_bytes; /* ... and in cur (under mu: the reader reads it) */
+   size_t bytes; /* held in the ring */
    size_t max_bytes;
+   /* What the stream's thread held at its last lock (run and event in
+    * hand): the reader counts it. It only shrinks between locks. */
+   size_t taken_bytes;
+   int taken_n;
    bool stop;
    bool ended;             /* the reader handed over an error and left */
    bson_error_t end_error; /* ... that error */
-   item_t cur;             /* the item the stream's thread is on */
+   /* The stream's thread's own (no lock): its run, what it holds of it
+    * and of cur, and the item it is on. */
+   item_t run[RUN_MAX];
+   int run_at;
+   int run_n;
+   size_t mine;
+   bool cur_counted; /* cur's bytes are in mine */
+   item_t cur;
    bool has_cur;
 };
+
+static size_t
+item_len (const item_t *it)
+{
+   return (size_t) it->doc_len + it->tok_len;
+}
 
 /* Doubles the ring (up to max_cap slots), keeping the order; under mu.
  * False when it is at max_cap or out of memory: the reader waits instead. */
@@ -112,22 +139,96 @@ item_fill (item_t *it, item_kind_t kind, const bson_t *doc, const bson_t *tok)
    return true;
 }
 
-/* Waits until an event of len bytes may be copied: the ring and the event
- * in hand hold less than max_bytes with it (one event always fits). False
- * on stop. */
+/* Whether the reader may read the next item (under mu): at most max_cap
+ * items and max_bytes bytes wait, counting what the stream's thread took
+ * (one always fits). */
 static bool
-wait_room (fw_stream_reader_t *r, size_t len)
+may_read (fw_stream_reader_t *r)
 {
-   bool go;
+   if (r->count == 0) {
+      return true;
+   }
+   if (r->count + r->taken_n >= r->max_cap || r->bytes + r->taken_bytes >= r->max_bytes) {
+      return false;
+   }
+   return r->count < r->cap || ring_grow (r);
+}
 
-   pthread_mutex_lock (&r->mu);
-   while (!r->stop && (r->count > 0 || r->cur_bytes > 0) &&
-          r->bytes + r->cur_bytes + len > r->max_bytes) {
+/* Waits (under mu) until the reader may read; held: the stream's thread is
+ * about to stop reading, so no new getMore, whose wait (maxAwaitTimeMS)
+ * would delay its stop, for up to 100 ms. False on stop. */
+static bool
+wait_read (fw_stream_reader_t *r, bool held)
+{
+   while (!r->stop && !may_read (r)) {
       pthread_cond_wait (&r->not_full, &r->mu);
    }
-   go = !r->stop;
-   pthread_mutex_unlock (&r->mu);
-   return go;
+   if (!r->stop && held) {
+      struct timespec until = fw_clock_after (CLOCK_REALTIME, 100);
+      pthread_cond_timedwait (&r->not_full, &r->mu, &until);
+   }
+   return !r->stop;
+}
+
+/* Reads the next thing of cs (not under mu): an event (*doc, libmongoc's),
+ * an idle mark, the error that ended it (*err), or ITEM_NONE while held. */
+static item_kind_t
+read_one (fw_stream_reader_t *r, bool *held, const bson_t **doc, bson_error_t *err)
+{
+   if (r->hold && r->hold (r->hold_ud)) {
+      /* One idle mark wakes the stream's thread if it waits for events. */
+      if (*held) {
+         return ITEM_NONE;
+      }
+      *held = true;
+      return ITEM_IDLE;
+   }
+   *held = false;
+   if (mongoc_change_stream_next (r->cs, doc)) {
+      return ITEM_EVENT;
+   }
+   /* An error with the token, as libmongoc keeps it: where a change stream
+    * the server closed without an error stopped (issue 23). */
+   return mongoc_change_stream_error_document (r->cs, err, NULL) ? ITEM_ERROR : ITEM_IDLE;
+}
+
+/* Hands over what read_one read (under mu, as the wait for room before it
+ * and the copy: one lock an item). The next batch is read (libmongoc holds
+ * it): an event's copy waits for room, counting what the stream's thread
+ * holds, so that a large event is held once by libmongoc, once in hand, not
+ * a third time. False on stop; *more false once the error is handed over. */
+static bool
+hand_over (fw_stream_reader_t *r, item_kind_t kind, const bson_t *doc, bson_error_t *err,
+           bool *more)
+{
+   size_t len = kind == ITEM_EVENT ? doc->len : 0;
+   item_t it = {0};
+
+   while (!r->stop && (r->count > 0 || r->taken_bytes > 0) &&
+          r->bytes + r->taken_bytes + len > r->max_bytes) {
+      pthread_cond_wait (&r->not_full, &r->mu);
+   }
+   if (r->stop) {
+      return false;
+   }
+   if (!item_fill (&it, kind, len ? doc : NULL, mongoc_change_stream_get_resume_token (r->cs))) {
+      /* The change stream fails for the stream's thread, which re-opens
+       * it from its own position: nothing read ahead is lost. */
+      item_free (&it);
+      it.kind = ITEM_ERROR;
+      bson_set_error (err, MONGOC_ERROR_CLIENT, MONGOC_ERROR_CLIENT_NO_ACCEPTABLE_PEER,
+                      "out of memory reading ahead");
+   }
+   r->ring[(r->head + r->count) % r->cap] = it;
+   r->count++;
+   r->bytes += item_len (&it);
+   if (it.kind == ITEM_ERROR) {
+      r->ended = true;
+      r->end_error = *err;
+      *more = false;
+   }
+   pthread_cond_signal (&r->not_empty);
+   return true;
 }
 
 static void *
@@ -137,77 +238,57 @@ reader_main (void *arg)
    bool more = true;
    bool held = false;
 
-   while (more) {
-      const bson_t *doc;
-      item_t it = {0};
+   pthread_mutex_lock (&r->mu);
+   while (more && wait_read (r, held)) {
+      const bson_t *doc = NULL;
       bson_error_t err;
-      bool ok;
+      item_kind_t kind;
 
+      pthread_mutex_unlock (&r->mu);
+      kind = read_one (r, &held, &doc, &err);
       pthread_mutex_lock (&r->mu);
-      /* At most max_cap items and max_bytes bytes wait (one always fits). */
-      while (!r->stop && ((r->count == r->cap && !ring_grow (r)) ||
-                          (r->count > 0 && r->bytes >= r->max_bytes))) {
-         pthread_cond_wait (&r->not_full, &r->mu);
-      }
-      if (!r->stop && held) {
-         /* The stream's thread is about to stop reading: no new getMore,
-          * whose wait (maxAwaitTimeMS) would delay its stop. */
-         struct timespec until = fw_clock_after (CLOCK_REALTIME, 100);
-         pthread_cond_timedwait (&r->not_full, &r->mu, &until);
-      }
-      if (r->stop) {
-         pthread_mutex_unlock (&r->mu);
+      if (kind != ITEM_NONE && !hand_over (r, kind, doc, &err, &more)) {
          break;
       }
-      pthread_mutex_unlock (&r->mu);
-
-      if (r->hold && r->hold (r->hold_ud)) {
-         if (held) {
-            continue;
-         }
-         /* One idle mark wakes the stream's thread if it waits for events. */
-         held = true;
-         ok = item_fill (&it, ITEM_IDLE, NULL, mongoc_change_stream_get_resume_token (r->cs));
-      } else {
-         held = false;
-         if (mongoc_change_stream_next (r->cs, &doc)) {
-            /* The next batch is read (libmongoc holds it): the copy waits
-             * for room, counting the event in hand, so that a large event
-             * is held once by libmongoc, once in hand, not a third time. */
-            if (!wait_room (r, doc->len)) {
-               break;
-            }
-            ok = item_fill (&it, ITEM_EVENT, doc, mongoc_change_stream_get_resume_token (r->cs));
-         } else if (mongoc_change_stream_error_document (r->cs, &err, NULL)) {
-            /* With the token, as libmongoc keeps it: where a change stream
-             * the server closed without an error stopped (issue 23). */
-            ok = item_fill (&it, ITEM_ERROR, NULL, mongoc_change_stream_get_resume_token (r->cs));
-            more = false;
-         } else {
-            ok = item_fill (&it, ITEM_IDLE, NULL, mongoc_change_stream_get_resume_token (r->cs));
-         }
-      }
-      if (!ok) {
-         /* The change stream fails for the stream's thread, which re-opens
-          * it from its own position: nothing read ahead is lost. */
-         item_free (&it);
-         it.kind = ITEM_ERROR;
-         bson_set_error (&err, MONGOC_ERROR_CLIENT, MONGOC_ERROR_CLIENT_NO_ACCEPTABLE_PEER,
-                         "out of memory reading ahead");
-         more = false;
-      }
-      pthread_mutex_lock (&r->mu);
-      r->ring[(r->head + r->count) % r->cap] = it;
-      r->count++;
-      r->bytes += (size_t) it.doc_len + it.tok_len;
-      if (!more) {
-         r->ended = true;
-         r->end_error = err;
-      }
-      pthread_cond_signal (&r->not_empty);
-      pthread_mutex_unlock (&r->mu);
    }
+   pthread_mutex_unlock (&r->mu);
    return NULL;
+}
+
+/* Tells the reader what the stream's thread holds now (under mu), waking it
+ * when that shrank. */
+static void
+report_taken (fw_stream_reader_t *r)
+{
+   int n = r->run_n - r->run_at;
+   if (r->taken_bytes != r->mine || r->taken_n != n) {
+      r->taken_bytes = r->mine;
+      r->taken_n = n;
+      pthread_cond_signal (&r->not_full);
+   }
+}
+
+/* Takes a run of what waits into r->run (under mu; its own is used up). */
+static void
+take_run (fw_stream_reader_t *r)
+{
+   size_t most = r->max_bytes / 2;
+   size_t took = 0;
+
+   r->run_at = r->run_n = 0;
+   while (r->count > 0 && r->run_n < RUN_MAX) {
+      item_t *it = &r->ring[r->head];
+      if (r->run_n > 0 && took + item_len (it) > most) {
+         break;
+      }
+      took += item_len (it);
+      r->run[r->run_n++] = *it;
+      r->head = (r->head + 1) % r->cap;
+      r->count--;
+   }
+   r->bytes -= took;
+   r->mine += took;
+   report_taken (r);
 }
 
 fw_stream_reader_t *
@@ -247,31 +328,30 @@ fw_stream_reader_next (fw_stream_reader_t *r, const bson_t **doc)
       return mongoc_change_stream_next (r->cs, doc);
    }
    if (r->has_cur) {
+      if (r->cur_counted) {
+         r->mine -= item_len (&r->cur);
+      }
       item_free (&r->cur);
       r->has_cur = false;
    }
-   pthread_mutex_lock (&r->mu);
-   if (r->cur_bytes > 0) {
-      r->cur_bytes = 0; /* room for the reader's copy */
-      pthread_cond_signal (&r->not_full);
-   }
-   while (r->count == 0 && !r->ended) {
-      pthread_cond_wait (&r->not_empty, &r->mu);
-   }
-   if (r->count == 0) {
-      /* Asked again after the error: it stays, as with libmongoc. */
+   if (r->run_at == r->run_n) {
+      pthread_mutex_lock (&r->mu);
+      report_taken (r); /* room for the reader's copy */
+      while (r->count == 0 && !r->ended) {
+         pthread_cond_wait (&r->not_empty, &r->mu);
+      }
+      take_run (r);
       pthread_mutex_unlock (&r->mu);
+   }
+   if (r->run_at == r->run_n) {
+      /* Asked again after the error: it stays, as with libmongoc. */
       r->cur = (item_t){.kind = ITEM_ERROR};
+      r->cur_counted = false;
       r->has_cur = true;
       return false;
    }
-   r->cur = r->ring[r->head];
-   r->head = (r->head + 1) % r->cap;
-   r->count--;
-   r->bytes -= (size_t) r->cur.doc_len + r->cur.tok_len;
-   r->cur_bytes = (size_t) r->cur.doc_len + r->cur.tok_len;
-   pthread_cond_signal (&r->not_full);
-   pthread_mutex_unlock (&r->mu);
+   r->cur = r->run[r->run_at++];
+   r->cur_counted = true;
    r->has_cur = true;
 
    event = r->cur.kind == ITEM_EVENT;
@@ -295,16 +375,17 @@ fw_stream_reader_ready (fw_stream_reader_t *r, int64_t deadline_ms)
 {
    bool ready;
 
-   if (r->direct) {
-      return true; /* next reads cs itself, as it always does */
+   if (r->direct || r->run_at < r->run_n) {
+      return true; /* next reads cs itself, or hands out the run */
    }
    pthread_mutex_lock (&r->mu);
-   if (r->count == 0 && r->cur_bytes > 0 && deadline_ms > fw_mono_ms ()) {
+   if (r->count == 0 && r->has_cur && r->cur_counted && deadline_ms > fw_mono_ms ()) {
       /* The caller waits for the next event with the one in hand copied
        * (a batch's): that one no longer holds the reader back. */
-      r->cur_bytes = 0;
-      pthread_cond_signal (&r->not_full);
+      r->mine -= item_len (&r->cur);
+      r->cur_counted = false;
    }
+   report_taken (r);
    while (r->count == 0 && !r->ended) {
       int64_t left = deadline_ms - fw_mono_ms ();
       if (left <= 0) {
@@ -314,6 +395,7 @@ fw_stream_reader_ready (fw_stream_reader_t *r, int64_t deadline_ms)
       pthread_cond_timedwait (&r->not_empty, &r->mu, &until);
    }
    ready = r->count > 0 || r->ended;
+   take_run (r); /* next needs no lock */
    pthread_mutex_unlock (&r->mu);
    return ready;
 }
@@ -355,6 +437,9 @@ fw_stream_reader_stop (fw_stream_reader_t *r)
       pthread_mutex_unlock (&r->mu);
       /* After its getMore in flight, if any: at most maxAwaitTimeMS when idle. */
       pthread_join (r->thread, NULL);
+      while (r->run_at < r->run_n) {
+         item_free (&r->run[r->run_at++]);
+      }
       while (r->count > 0) {
          item_free (&r->ring[r->head]);
          r->head = (r->head + 1) % r->cap;
