@@ -46,6 +46,18 @@ typedef struct {
  * and the reader fills the other half meanwhile. */
 #define RUN_MAX 256
 
+/* What the stream's thread took and works from without the lock: its run,
+ * what it holds of it and of cur, and the item it is on. */
+typedef struct {
+   item_t run[RUN_MAX];
+   int run_at;
+   int run_n;
+   size_t mine;
+   bool cur_counted; /* cur's bytes are in mine */
+   item_t cur;
+   bool has_cur;
+} taken_t;
+
 struct fw_stream_reader {
    bson_t cur_doc; /* views of cur (first: bson_t wants the struct's alignment) */
    bson_t cur_tok;
@@ -72,15 +84,7 @@ struct fw_stream_reader {
    bool stop;
    bool ended;             /* the reader handed over an error and left */
    bson_error_t end_error; /* ... that error */
-   /* The stream's thread's own (no lock): its run, what it holds of it
-    * and of cur, and the item it is on. */
-   item_t run[RUN_MAX];
-   int run_at;
-   int run_n;
-   size_t mine;
-   bool cur_counted; /* cur's bytes are in mine */
-   item_t cur;
-   bool has_cur;
+   taken_t own;            /* the stream's thread's own (no lock) */
 };
 
 static size_t
@@ -260,34 +264,34 @@ reader_main (void *arg)
 static void
 report_taken (fw_stream_reader_t *r)
 {
-   int n = r->run_n - r->run_at;
-   if (r->taken_bytes != r->mine || r->taken_n != n) {
-      r->taken_bytes = r->mine;
+   int n = r->own.run_n - r->own.run_at;
+   if (r->taken_bytes != r->own.mine || r->taken_n != n) {
+      r->taken_bytes = r->own.mine;
       r->taken_n = n;
       pthread_cond_signal (&r->not_full);
    }
 }
 
-/* Takes a run of what waits into r->run (under mu; its own is used up). */
+/* Takes a run of what waits into r->own.run (under mu; its own is used up). */
 static void
 take_run (fw_stream_reader_t *r)
 {
    size_t most = r->max_bytes / 2;
    size_t took = 0;
 
-   r->run_at = r->run_n = 0;
-   while (r->count > 0 && r->run_n < RUN_MAX) {
+   r->own.run_at = r->own.run_n = 0;
+   while (r->count > 0 && r->own.run_n < RUN_MAX) {
       item_t *it = &r->ring[r->head];
-      if (r->run_n > 0 && took + item_len (it) > most) {
+      if (r->own.run_n > 0 && took + item_len (it) > most) {
          break;
       }
       took += item_len (it);
-      r->run[r->run_n++] = *it;
+      r->own.run[r->own.run_n++] = *it;
       r->head = (r->head + 1) % r->cap;
       r->count--;
    }
    r->bytes -= took;
-   r->mine += took;
+   r->own.mine += took;
    report_taken (r);
 }
 
@@ -327,14 +331,14 @@ fw_stream_reader_next (fw_stream_reader_t *r, const bson_t **doc)
    if (r->direct) {
       return mongoc_change_stream_next (r->cs, doc);
    }
-   if (r->has_cur) {
-      if (r->cur_counted) {
-         r->mine -= item_len (&r->cur);
+   if (r->own.has_cur) {
+      if (r->own.cur_counted) {
+         r->own.mine -= item_len (&r->own.cur);
       }
-      item_free (&r->cur);
-      r->has_cur = false;
+      item_free (&r->own.cur);
+      r->own.has_cur = false;
    }
-   if (r->run_at == r->run_n) {
+   if (r->own.run_at == r->own.run_n) {
       pthread_mutex_lock (&r->mu);
       report_taken (r); /* room for the reader's copy */
       while (r->count == 0 && !r->ended) {
@@ -343,25 +347,25 @@ fw_stream_reader_next (fw_stream_reader_t *r, const bson_t **doc)
       take_run (r);
       pthread_mutex_unlock (&r->mu);
    }
-   if (r->run_at == r->run_n) {
+   if (r->own.run_at == r->own.run_n) {
       /* Asked again after the error: it stays, as with libmongoc. */
-      r->cur = (item_t){.kind = ITEM_ERROR};
-      r->cur_counted = false;
-      r->has_cur = true;
+      r->own.cur = (item_t){.kind = ITEM_ERROR};
+      r->own.cur_counted = false;
+      r->own.has_cur = true;
       return false;
    }
-   r->cur = r->run[r->run_at++];
-   r->cur_counted = true;
-   r->has_cur = true;
+   r->own.cur = r->own.run[r->own.run_at++];
+   r->own.cur_counted = true;
+   r->own.has_cur = true;
 
-   event = r->cur.kind == ITEM_EVENT;
+   event = r->own.cur.kind == ITEM_EVENT;
    bson_destroy (&r->cur_doc);
    bson_destroy (&r->cur_tok);
-   if (!r->cur.doc_len || !bson_init_static (&r->cur_doc, r->cur.buf, r->cur.doc_len)) {
+   if (!r->own.cur.doc_len || !bson_init_static (&r->cur_doc, r->own.cur.buf, r->own.cur.doc_len)) {
       bson_init (&r->cur_doc);
    }
-   if (!r->cur.tok_len ||
-       !bson_init_static (&r->cur_tok, r->cur.buf + r->cur.doc_len, r->cur.tok_len)) {
+   if (!r->own.cur.tok_len ||
+       !bson_init_static (&r->cur_tok, r->own.cur.buf + r->own.cur.doc_len, r->own.cur.tok_len)) {
       bson_init (&r->cur_tok);
    }
    if (event) {
@@ -375,15 +379,15 @@ fw_stream_reader_ready (fw_stream_reader_t *r, int64_t deadline_ms)
 {
    bool ready;
 
-   if (r->direct || r->run_at < r->run_n) {
+   if (r->direct || r->own.run_at < r->own.run_n) {
       return true; /* next reads cs itself, or hands out the run */
    }
    pthread_mutex_lock (&r->mu);
-   if (r->count == 0 && r->has_cur && r->cur_counted && deadline_ms > fw_mono_ms ()) {
+   if (r->count == 0 && r->own.has_cur && r->own.cur_counted && deadline_ms > fw_mono_ms ()) {
       /* The caller waits for the next event with the one in hand copied
        * (a batch's): that one no longer holds the reader back. */
-      r->mine -= item_len (&r->cur);
-      r->cur_counted = false;
+      r->own.mine -= item_len (&r->own.cur);
+      r->own.cur_counted = false;
    }
    report_taken (r);
    while (r->count == 0 && !r->ended) {
@@ -406,7 +410,7 @@ fw_stream_reader_error (fw_stream_reader_t *r, bson_error_t *error)
    if (r->direct) {
       return mongoc_change_stream_error_document (r->cs, error, NULL);
    }
-   if (r->has_cur && r->cur.kind == ITEM_ERROR) {
+   if (r->own.has_cur && r->own.cur.kind == ITEM_ERROR) {
       *error = r->end_error; /* the last item: the reader wrote it before handing it over */
       return true;
    }
@@ -421,7 +425,7 @@ fw_stream_reader_resume_token (fw_stream_reader_t *r)
       tok = mongoc_change_stream_get_resume_token (r->cs);
       return tok ? tok : &r->empty;
    }
-   return r->has_cur ? &r->cur_tok : &r->empty;
+   return r->own.has_cur ? &r->cur_tok : &r->empty;
 }
 
 void
@@ -437,16 +441,16 @@ fw_stream_reader_stop (fw_stream_reader_t *r)
       pthread_mutex_unlock (&r->mu);
       /* After its getMore in flight, if any: at most maxAwaitTimeMS when idle. */
       pthread_join (r->thread, NULL);
-      while (r->run_at < r->run_n) {
-         item_free (&r->run[r->run_at++]);
+      while (r->own.run_at < r->own.run_n) {
+         item_free (&r->own.run[r->own.run_at++]);
       }
       while (r->count > 0) {
          item_free (&r->ring[r->head]);
          r->head = (r->head + 1) % r->cap;
          r->count--;
       }
-      if (r->has_cur) {
-         item_free (&r->cur);
+      if (r->own.has_cur) {
+         item_free (&r->own.cur);
       }
    }
    bson_destroy (&r->cur_doc);
