@@ -1,6 +1,7 @@
 /*
  * change_event_fixture.h - a change event as a replica set sends it, built
- * for the C tests that dispatch events (test_outcomes, test_stream_summary).
+ * for the C tests that dispatch events (test_outcomes, test_stream_summary),
+ * and its dispatch. Include after cmocka.h.
  */
 #ifndef FLOWWARDEN_TEST_CHANGE_EVENT_FIXTURE_H
 #define FLOWWARDEN_TEST_CHANGE_EVENT_FIXTURE_H
@@ -10,10 +11,13 @@
 
 #include <bson/bson.h>
 
+#include "bson/event.h"
+#include "runtime/dispatch/event_dispatch.h"
+
 /* A change event of operation op on document key k, the i-th of its stream
  * (its resume token and clusterTime grow with i); a delete has no
  * fullDocument. The caller owns it (bson_destroy). */
-static bson_t *
+static inline bson_t *
 change_event_of (const char *op, int k, int i)
 {
    bson_t *ev = bson_new ();
@@ -39,6 +43,21 @@ change_event_of (const char *op, int k, int i)
       bson_append_document_end (ev, &sub);
    }
    return ev;
+}
+
+/* Dispatches event (op, k, i) through d; its outcome. */
+static inline fw_outcome_t
+dispatch_change_event (fw_dispatcher_t *d, const char *op, int k, int i)
+{
+   bson_t *doc = change_event_of (op, k, i);
+   fw_event_t ev;
+   fw_error_t err;
+   fw_outcome_t o;
+
+   assert_true (fw_event_parse (doc, &ev, &err));
+   o = fw_event_dispatch (d, &ev);
+   bson_destroy (doc);
+   return o;
 }
 
 #endif

@@ -105,15 +105,7 @@ fixture_free (fixture_t *f)
 static fw_outcome_t
 dispatch (fixture_t *f, const char *op, int k, int i)
 {
-   bson_t *doc = change_event_of (op, k, i);
-   fw_event_t ev;
-   fw_error_t err;
-   fw_outcome_t o;
-
-   assert_true (fw_event_parse (doc, &ev, &err));
-   o = fw_event_dispatch (f->d, &ev);
-   bson_destroy (doc);
-   return o;
+   return dispatch_change_event (f->d, op, k, i);
 }
 
 static void

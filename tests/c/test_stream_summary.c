@@ -117,15 +117,7 @@ worker_free (fw_stream_worker_t *w)
 static fw_outcome_kind_t
 dispatch (fw_dispatcher_t *d, const char *op, int k, int i)
 {
-   bson_t *doc = change_event_of (op, k, i);
-   fw_event_t ev;
-   fw_error_t err;
-   fw_outcome_kind_t kind;
-
-   assert_true (fw_event_parse (doc, &ev, &err));
-   kind = fw_event_dispatch (d, &ev).kind;
-   bson_destroy (doc);
-   return kind;
+   return dispatch_change_event (d, op, k, i).kind;
 }
 
 typedef struct {
