@@ -295,6 +295,8 @@ class DeposedHolder(ReadModel):
         b.wait_log("role: standby", timeout=30)
         self.insert(0, GATE_AT + 1)
         self.gate.wait_entered(60)
+        # The handler reported before it reached the gate; its log line may still be on its way.
+        self.wait_for(lambda: any("waiting" in r for r in a.reports()), 30, "a's report")
         self.assertEqual([r for r in a.reports() if "waiting" in r], [{"waiting": GATE_AT}])
         # A partition: a's lease client is cut off, so its lease expires under it.
         self.fail_point("alwaysOn", {
@@ -320,7 +322,11 @@ class DeposedHolder(ReadModel):
                       30, "one unit each")
         self.insert(0, GATE_AT + 1)
         self.gate.wait_entered(60)
-        old = next(p for p in procs if any("waiting" in r for r in p.reports()))
+        # The handler reported before it reached the gate; its log line may still be on its way.
+        def waiting():
+            return [p for p in procs if any("waiting" in r for r in p.reports())]
+        self.wait_for(waiting, 30, "the gated handler's report")
+        old = waiting()[0]
         new = procs[1] if old is procs[0] else procs[0]
         old.proc.send_signal(signal.SIGSTOP)
         self.addCleanup(lambda: old.proc.poll() is None and old.proc.send_signal(signal.SIGCONT))
