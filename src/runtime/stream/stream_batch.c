@@ -230,25 +230,18 @@ typedef struct {
    batch_t *b;
 } batch_place_t;
 
-static void
-batch_count (void *ud, const fw_outcome_t *o)
-{
-   fw_stream_worker_t *w = ((batch_place_t *) ud)->w;
-   if (w->metrics) {
-      fw_stream_count_dispatched (w, o);
-   }
-}
-
-/* Every event of the batch is finished with: a due dlq.reprocess round
- * runs, and the position moves past the last. */
+/* Every event of the batch is finished with (o: the batch's outcome):
+ * counted, a due dlq.reprocess round runs, and the position moves past the
+ * last. */
 static fw_read_end_t
-batch_done (void *ud)
+batch_done (void *ud, const fw_outcome_t *o)
 {
    batch_place_t *at = ud;
    fw_stream_worker_t *w = at->w;
    fw_position_t *p = at->p;
    batch_t *b = at->b;
 
+   fw_stream_count_dispatched (w, o);
    if (w->dlq.reprocess_at_ms >= 0) {
       fw_dlq_reprocess_tick (w->d, &w->dlq.reprocess_at_ms); /* between batches */
    }
@@ -286,9 +279,13 @@ fw_stream_batch_take (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position
    int64_t wait_ms = 0;
    batch_t b = {NULL, NULL, NULL, 0, BSON_INITIALIZER, 0};
    batch_place_t at = {w, p, &b};
-   fw_settle_place_t place = {
-      w->d,       w->metrics,       batch_count, batch_done,
-      batch_fail, batch_lease_lost, &at,         "a batch's event could not be dead-lettered"};
+   fw_settle_place_t place = {w->d,
+                              w->metrics,
+                              batch_done,
+                              batch_fail,
+                              batch_lease_lost,
+                              &at,
+                              "a batch's event could not be dead-lettered"};
    fw_outcome_t o;
    fw_read_end_t end;
 
@@ -338,9 +335,13 @@ fw_stream_group_take (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position
 {
    batch_t b = {NULL, NULL, NULL, 0, BSON_INITIALIZER, 0};
    batch_place_t at = {w, p, &b};
-   fw_settle_place_t place = {
-      w->d,       w->metrics,       batch_count, batch_done,
-      batch_fail, batch_lease_lost, &at,         "an event could not be dead-lettered"};
+   fw_settle_place_t place = {w->d,
+                              w->metrics,
+                              batch_done,
+                              batch_fail,
+                              batch_lease_lost,
+                              &at,
+                              "an event could not be dead-lettered"};
    fw_outcome_t o;
    fw_read_end_t end;
 
