@@ -23,7 +23,8 @@ int64_t fw_mono_ns (void);
 
 /* The time after_ms (>= 0) from now on clock, as the absolute time
  * pthread_cond_timedwait takes (its condition variable must use the same
- * clock: CLOCK_REALTIME by default, else pthread_condattr_setclock). */
+ * clock: CLOCK_REALTIME by default). For waits on the monotonic clock use
+ * mono_cond.h, which sets the clock up too. */
 struct timespec fw_clock_after (clockid_t clock, int64_t after_ms);
 
 #endif /* FLOWWARDEN_CLOCK_H */

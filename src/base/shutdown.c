@@ -1,18 +1,14 @@
 #include <errno.h>
-#include <time.h>
 
 #include "flowwarden/clock.h"
+#include "flowwarden/mono_cond.h"
 #include "flowwarden/shutdown.h"
 
 void
 fw_shutdown_init (fw_shutdown_t *s)
 {
-   pthread_condattr_t attr;
    pthread_mutex_init (&s->mu, NULL);
-   pthread_condattr_init (&attr);
-   pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
-   pthread_cond_init (&s->cond, &attr);
-   pthread_condattr_destroy (&attr);
+   fw_mono_cond_init (&s->cond);
    s->stopping = false;
 }
 
@@ -43,13 +39,12 @@ fw_shutdown_requested (fw_shutdown_t *s)
 bool
 fw_shutdown_wait_ms (fw_shutdown_t *s, int64_t ms)
 {
-   struct timespec until;
+   int64_t deadline_ms = fw_mono_ms () + ms;
    bool v;
 
-   until = fw_clock_after (CLOCK_MONOTONIC, ms);
    pthread_mutex_lock (&s->mu);
    while (!s->stopping) {
-      if (pthread_cond_timedwait (&s->cond, &s->mu, &until) == ETIMEDOUT) {
+      if (fw_mono_cond_wait_until_ms (&s->cond, &s->mu, deadline_ms) == ETIMEDOUT) {
          break;
       }
    }

@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 
 #include "flowwarden/clock.h"
+#include "flowwarden/mono_cond.h"
 #include "host_lookup.h"
 
 typedef struct {
@@ -81,7 +81,6 @@ lookup_start (const char *host)
 {
    size_t len = strlen (host);
    lookup_t *l = calloc (1, sizeof *l + len + 1);
-   pthread_condattr_t ca;
    pthread_attr_t ta;
    pthread_t t;
    bool started;
@@ -91,10 +90,7 @@ lookup_start (const char *host)
    }
    memcpy (l->host, host, len + 1);
    pthread_mutex_init (&l->mu, NULL);
-   pthread_condattr_init (&ca);
-   pthread_condattr_setclock (&ca, CLOCK_MONOTONIC);
-   pthread_cond_init (&l->cond, &ca);
-   pthread_condattr_destroy (&ca);
+   fw_mono_cond_init (&l->cond);
    l->refs = 2;
    pthread_attr_init (&ta);
    pthread_attr_setdetachstate (&ta, PTHREAD_CREATE_DETACHED);
@@ -112,13 +108,11 @@ lookup_start (const char *host)
 static bool
 lookup_wait (lookup_t *l, int64_t deadline_ns)
 {
-   struct timespec until = {.tv_sec = deadline_ns / 1000000000,
-                            .tv_nsec = deadline_ns % 1000000000};
    bool done;
 
    pthread_mutex_lock (&l->mu);
    while (!l->done && fw_mono_ns () < deadline_ns) {
-      (void) pthread_cond_timedwait (&l->cond, &l->mu, &until);
+      (void) fw_mono_cond_wait_until_ns (&l->cond, &l->mu, deadline_ns);
    }
    done = l->done;
    pthread_mutex_unlock (&l->mu);

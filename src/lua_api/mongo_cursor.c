@@ -27,12 +27,12 @@
 
 static const char cursors_key = 'c'; /* registry: weak-keyed set of open cursors */
 
-/* Which state of this thread registered cursors since its last close_all:
- * NULL for none (fw_mongo_lua_close_cursors, after every handler call, then
- * makes no call), MANY_STATES once two states did (then every close_all
- * walks). */
+/* Which state of this thread registered cursors since its last
+ * fw_mongo_lua_close_cursors: NULL for none (the close after every handler
+ * call then returns at once), MANY_STATES once two states did (then every
+ * close walks). The thread's own: no lock. */
 #define MANY_STATES ((lua_State *) 1)
-__thread lua_State *fw_mongo_cursors_registered_by;
+static __thread lua_State *registered_by;
 
 typedef struct {
    mongoc_cursor_t *cursor; /* NULL once exhausted, failed or closed */
@@ -290,20 +290,19 @@ fw_mongo_cursor_push (lua_State *L, fw_mongo_op_t *op, const fw_mongo_ctx_t *ctx
       lua_pushvalue (L, -2);
       lua_pushboolean (L, 1);
       lua_rawset (L, -3);
-      lua_State *by = fw_mongo_cursors_registered_by;
-      fw_mongo_cursors_registered_by = by == NULL || by == L ? L : MANY_STATES;
+      registered_by = registered_by == NULL || registered_by == L ? L : MANY_STATES;
    }
    lua_pop (L, 1);
 }
 
 void
-fw_mongo_cursor_close_all (lua_State *L)
+fw_mongo_lua_close_cursors (lua_State *L)
 {
-   if (fw_mongo_cursors_registered_by == NULL || !lua_checkstack (L, 4)) {
+   if (registered_by == NULL || !lua_checkstack (L, 4)) {
       return;
    }
-   if (fw_mongo_cursors_registered_by == L) {
-      fw_mongo_cursors_registered_by = NULL; /* the walk below empties L's set */
+   if (registered_by == L) {
+      registered_by = NULL; /* the walk below empties L's set */
    }
    if (lua_rawgetp (L, LUA_REGISTRYINDEX, &cursors_key) != LUA_TTABLE) {
       lua_pop (L, 1);

@@ -25,7 +25,7 @@ fw_mongo_lua_attach (lua_State *L, const fw_mongo_provider_t *provider)
 {
    if (provider != fw_mongo_provider (L)) {
       /* The clients go with the provider: close what still uses them. */
-      fw_mongo_cursor_close_all (L);
+      fw_mongo_lua_close_cursors (L);
    }
    fw_mongo_set_provider (L, provider);
 }

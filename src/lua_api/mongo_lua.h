@@ -37,15 +37,6 @@ typedef struct {
  * the provider's clients go away. Never raises. */
 void fw_mongo_lua_attach (lua_State *L, const fw_mongo_provider_t *provider);
 
-/* mongo_cursor.c: which state of this thread registered cursors since its
- * last close_all: NULL for none, a sentinel once two states did (every
- * close_all then walks). */
-extern __thread lua_State *fw_mongo_cursors_registered_by;
-
-/* Closes the server cursors of L still open (fw_mongo_lua_close_cursors
- * when any may be). Never raises. */
-void fw_mongo_cursor_close_all (lua_State *L);
-
 /*
  * Closes the cursors L's handlers left open (a handler that stopped a
  * `for doc in cursor` loop early): kills them on the server and frees them,
@@ -58,16 +49,10 @@ void fw_mongo_cursor_close_all (lua_State *L);
  * otherwise its native memory is leaked rather than freed through a client
  * that may be gone.
  *
- * Inline: after every handler call, and costs nothing (no call) when no
- * state of this thread registered a cursor since the last close.
+ * After every handler call: it returns at once (no walk, no Lua call) when
+ * no state of this thread registered a cursor since the last close.
  */
-static inline void
-fw_mongo_lua_close_cursors (lua_State *L)
-{
-   if (fw_mongo_cursors_registered_by) {
-      fw_mongo_cursor_close_all (L);
-   }
-}
+void fw_mongo_lua_close_cursors (lua_State *L);
 
 /*
  * exactly_once (issue 39): while a handler call runs in a transaction, every

@@ -19,13 +19,13 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include <microhttpd.h>
 
 #include "admin-private.h"
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
+#include "flowwarden/mono_cond.h"
 
 #define CONNECTION_LIMIT 512
 /* Every answer: scripts and styles from this origin only (no inline script,
@@ -694,15 +694,15 @@ static void *
 sampler_main (void *arg)
 {
    fw_admin_t *a = arg;
-   struct timespec next;
+   int64_t next_ms;
 
    pthread_setname_np (pthread_self (), "fw-admin-hist");
-   clock_gettime (CLOCK_MONOTONIC, &next);
+   next_ms = fw_mono_ms ();
    pthread_mutex_lock (&a->mu);
    while (!a->stopping) {
-      next.tv_sec += FW_ADMIN_HISTORY_STEP_MS / 1000;
+      next_ms += FW_ADMIN_HISTORY_STEP_MS;
       while (!a->stopping &&
-             pthread_cond_timedwait (&a->sampler_cond, &a->mu, &next) != ETIMEDOUT) {
+             fw_mono_cond_wait_until_ms (&a->sampler_cond, &a->mu, next_ms) != ETIMEDOUT) {
       }
       if (!a->stopping) {
          pthread_mutex_unlock (&a->mu);
@@ -748,13 +748,7 @@ fw_admin_start (const fw_admin_options_t *opts, fw_error_t *error)
    }
    pthread_mutex_init (&a->mu, NULL);
    pthread_cond_init (&a->cond, NULL);
-   {
-      pthread_condattr_t attr;
-      pthread_condattr_init (&attr);
-      pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
-      pthread_cond_init (&a->sampler_cond, &attr);
-      pthread_condattr_destroy (&attr);
-   }
+   fw_mono_cond_init (&a->sampler_cond);
    a->metrics = opts->metrics;
    a->control = opts->control;
    if (opts->token && *opts->token && !(a->token = strdup (opts->token))) {

@@ -3,7 +3,9 @@
  * (tests/standin/mongo_standin.py --port 0) for the C tests that need a
  * server: test_standin_libmongoc.c, test_lease.c, test_mongo_lua.c,
  * test_server_probe.c (a standalone, another set), test_checkpoint_ordered.c.
- * Static functions, so each file uses what it needs.
+ * Static functions, so each file uses what it needs; a file whose tests share
+ * one stand-in starts and stops it in its group setup and teardown
+ * (standin_group_start, standin_group_stop).
  */
 #ifndef FLOWWARDEN_STANDIN_PROCESS_H
 #define FLOWWARDEN_STANDIN_PROCESS_H
@@ -19,6 +21,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <mongoc/mongoc.h>
 
 #ifndef FW_SOURCE_DIR
 #error "FW_SOURCE_DIR must be defined (the source tree root, as a string)"
@@ -109,6 +113,25 @@ standin_stop (standin_t *s)
       s->pid = 0;
    }
    return status;
+}
+
+/* A group of cmocka tests sharing one stand-in (a group's setup): libmongoc
+ * initialised and s started. 0, or -1 when the stand-in did not start. */
+static inline int
+standin_group_start (standin_t *s)
+{
+   mongoc_init ();
+   return standin_start (s) ? 0 : -1;
+}
+
+/* The group's teardown: s stopped, then libmongoc cleaned up (free what
+ * the group kept of libmongoc's before). 0 when the stand-in exited with 0. */
+static inline int
+standin_group_stop (standin_t *s)
+{
+   int status = standin_stop (s);
+   mongoc_cleanup ();
+   return (WIFEXITED (status) && WEXITSTATUS (status) == 0) ? 0 : -1;
 }
 
 #endif

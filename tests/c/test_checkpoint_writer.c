@@ -23,6 +23,7 @@
 #include <dirent.h>
 
 #include "flowwarden/clock.h"
+#include "flowwarden/mono_cond.h"
 #include "runtime/checkpoint/checkpoint_writer.h"
 
 #define DEADLINE_MS 10000
@@ -63,7 +64,7 @@ fake_init (fake_t *f)
 {
    memset (f, 0, sizeof *f);
    pthread_mutex_init (&f->mu, NULL);
-   pthread_cond_init (&f->changed, NULL);
+   assert_int_equal (fw_mono_cond_init (&f->changed), 0);
    f->lend = true;
    f->stored_value = -1;
 }
@@ -157,63 +158,74 @@ fake_write (void *ud, int conn, const fw_checkpoint_write_t *w, fw_error_t *erro
    return saved;
 }
 
-/* Waits up to ms until f has tried n writes (or one is held, with n < 0). */
+/* A state of f a test waits for (under f->mu), with its two arguments. */
+typedef bool (*fake_reached_fn) (const fake_t *f, int64_t a, int64_t b);
+
+/* Waits up to ms until reached (f, a, b) holds; false if it never did. */
 static bool
-fake_wait_ms (fake_t *f, int n, int64_t ms)
+fake_wait_for (fake_t *f, fake_reached_fn reached_fn, int64_t a, int64_t b, int64_t ms)
 {
    int64_t until = fw_mono_ms () + ms;
    bool reached;
 
    pthread_mutex_lock (&f->mu);
-   while (!(reached = n < 0 ? f->holding[0] : f->n >= n) && fw_mono_ms () < until) {
-      struct timespec ts = fw_clock_after (CLOCK_REALTIME, 50);
-      pthread_cond_timedwait (&f->changed, &f->mu, &ts);
+   while (!(reached = reached_fn (f, a, b)) && fw_mono_ms () < until) {
+      fw_mono_cond_wait_ms (&f->changed, &f->mu, 50);
    }
    pthread_mutex_unlock (&f->mu);
    return reached;
 }
 
-/* Waits until conn is held writing seq. */
+/* f has tried n writes (or one is held, with n < 0). */
 static bool
-fake_wait_held (fake_t *f, int conn, uint64_t seq)
+tried (const fake_t *f, int64_t n, int64_t unused)
 {
-   int64_t until = fw_mono_ms () + DEADLINE_MS;
-   bool reached;
+   (void) unused;
+   return n < 0 ? f->holding[0] : f->n >= n;
+}
 
-   pthread_mutex_lock (&f->mu);
-   while (!(reached = f->holding[conn] && f->writing[conn] == seq) && fw_mono_ms () < until) {
-      struct timespec ts = fw_clock_after (CLOCK_REALTIME, 50);
-      pthread_cond_timedwait (&f->changed, &f->mu, &ts);
+/* conn is held writing seq. */
+static bool
+held (const fake_t *f, int64_t conn, int64_t seq)
+{
+   return f->holding[conn] && f->writing[conn] == (uint64_t) seq;
+}
+
+/* f has written position v. */
+static bool
+written (const fake_t *f, int64_t v, int64_t unused)
+{
+   (void) unused;
+   for (int i = 0; i < f->n; i++) {
+      if (f->value[i] == v && f->ok[i]) {
+         return true;
+      }
    }
-   pthread_mutex_unlock (&f->mu);
-   return reached;
+   return false;
+}
+
+static bool
+fake_wait_ms (fake_t *f, int n, int64_t ms)
+{
+   return fake_wait_for (f, tried, n, 0, ms);
 }
 
 static bool
 fake_wait (fake_t *f, int n)
 {
-   return fake_wait_ms (f, n, DEADLINE_MS);
+   return fake_wait_for (f, tried, n, 0, DEADLINE_MS);
 }
 
-/* Waits until f has written position v. */
+static bool
+fake_wait_held (fake_t *f, int conn, uint64_t seq)
+{
+   return fake_wait_for (f, held, conn, (int64_t) seq, DEADLINE_MS);
+}
+
 static bool
 fake_wait_value (fake_t *f, int64_t v)
 {
-   int64_t until = fw_mono_ms () + DEADLINE_MS;
-   bool reached = false;
-
-   pthread_mutex_lock (&f->mu);
-   while (!reached && fw_mono_ms () < until) {
-      for (int i = 0; i < f->n; i++) {
-         reached = reached || (f->value[i] == v && f->ok[i]);
-      }
-      if (!reached) {
-         struct timespec ts = fw_clock_after (CLOCK_REALTIME, 50);
-         pthread_cond_timedwait (&f->changed, &f->mu, &ts);
-      }
-   }
-   pthread_mutex_unlock (&f->mu);
-   return reached;
+   return fake_wait_for (f, written, v, 0, DEADLINE_MS);
 }
 
 static void
@@ -346,19 +358,43 @@ tried_now (fake_t *f)
    return n;
 }
 
+/* A call of the writer that may block, run on a thread of its own: a
+ * quiesce, or a hand-over of v with max_behind (submit). */
 typedef struct {
    fw_checkpoint_writer_t *cw;
    fake_t *f;
-   int tried_at_return;
-} call_arg_t;
+   bool quiesce;
+   int64_t v;
+   int max_behind;
+   int tried_at_return; /* how many writes the store had tried when it returned */
+   pthread_t thread;
+} call_t;
 
 static void *
-quiesce_main (void *arg)
+call_main (void *arg)
 {
-   call_arg_t *a = arg;
-   fw_checkpoint_writer_quiesce (a->cw);
-   a->tried_at_return = tried_now (a->f);
+   call_t *c = arg;
+   if (c->quiesce) {
+      fw_checkpoint_writer_quiesce (c->cw);
+   } else {
+      submit (c->cw, c->v, c->max_behind);
+   }
+   c->tried_at_return = tried_now (c->f);
    return NULL;
+}
+
+static void
+call_start (call_t *c)
+{
+   c->tried_at_return = -1;
+   assert_int_equal (pthread_create (&c->thread, NULL, call_main, c), 0);
+}
+
+/* Waits for the call's return (then tried_at_return is set). */
+static void
+call_join (call_t *c)
+{
+   pthread_join (c->thread, NULL);
 }
 
 /* quiesce waits for the write in flight; the position waiting is dropped
@@ -369,8 +405,7 @@ test_quiesce_waits_for_flight (void **state)
 {
    fake_t f;
    fw_checkpoint_writer_t *cw;
-   pthread_t t;
-   call_arg_t a = {NULL, &f, -1};
+   call_t a = {.f = &f, .quiesce = true};
    (void) state;
 
    fake_init (&f);
@@ -380,9 +415,9 @@ test_quiesce_waits_for_flight (void **state)
    submit (cw, 1, 0);
    assert_true (fake_wait (&f, -1));
    submit (cw, 2, 0);
-   assert_int_equal (pthread_create (&t, NULL, quiesce_main, &a), 0);
+   call_start (&a);
    fake_hold (&f, false);
-   pthread_join (t, NULL);
+   call_join (&a);
    assert_true (a.tried_at_return >= 1); /* it returned once 1 was written */
    int before = tried_now (&f);
    submit (cw, 3, 0);
@@ -429,8 +464,7 @@ test_quiesce_drops_a_retry_of_the_write_in_flight (void **state)
 {
    fake_t f;
    fw_checkpoint_writer_t *cw;
-   pthread_t t;
-   call_arg_t a = {NULL, &f, -1};
+   call_t a = {.f = &f, .quiesce = true};
    (void) state;
 
    fake_init (&f);
@@ -440,12 +474,12 @@ test_quiesce_drops_a_retry_of_the_write_in_flight (void **state)
    fake_hold (&f, true);
    submit (cw, 1, 0);
    assert_true (fake_wait (&f, -1)); /* 1 is in flight, and will fail */
-   assert_int_equal (pthread_create (&t, NULL, quiesce_main, &a), 0);
+   call_start (&a);
    /* Let the quiesce reach its wait for the flight (if it has not, it
     * drops the retry as it starts: the test then shows less). */
    nanosleep (&(struct timespec){0, 50 * 1000 * 1000}, NULL);
    fake_hold (&f, false);
-   pthread_join (t, NULL);
+   call_join (&a);
    /* Nothing tried after the quiesce returned: a look well past the retry's
     * 100 ms (a retry would wait for it, then be written). */
    assert_false (fake_wait_ms (&f, a.tried_at_return + 1, 500));
@@ -485,15 +519,6 @@ test_fenced_writes_carry_the_epoch (void **state)
    assert_int_equal (f.epoch[3], 0);
 }
 
-static void *
-submit_main (void *arg)
-{
-   call_arg_t *a = arg;
-   submit (a->cw, 3, 2);
-   a->tried_at_return = tried_now (a->f);
-   return NULL;
-}
-
 /* With max_behind = 2, a hand-over waits while two are not yet tried: the
  * stored checkpoint lags the handed-over position by a bounded amount. */
 static void
@@ -501,8 +526,7 @@ test_max_behind_bounds_the_lag (void **state)
 {
    fake_t f;
    fw_checkpoint_writer_t *cw;
-   call_arg_t a = {NULL, &f, -1};
-   pthread_t t;
+   call_t a = {.f = &f, .v = 3, .max_behind = 2};
    (void) state;
 
    fake_init (&f);
@@ -512,9 +536,9 @@ test_max_behind_bounds_the_lag (void **state)
    submit (cw, 1, 2);
    assert_true (fake_wait (&f, -1)); /* 1 in flight */
    submit (cw, 2, 2);                /* 2 waits: two not yet tried */
-   assert_int_equal (pthread_create (&t, NULL, submit_main, &a), 0);
+   call_start (&a);                  /* hands 3 over */
    fake_hold (&f, false);
-   pthread_join (t, NULL);
+   call_join (&a);
    /* 3 was handed over only once 1 was tried */
    assert_true (a.tried_at_return >= 1);
    assert_true (fake_wait_value (&f, 3));
@@ -698,8 +722,7 @@ test_quiesce_waits_for_every_write (void **state)
 {
    fake_t f;
    fw_checkpoint_writer_t *cw;
-   pthread_t t;
-   call_arg_t a = {NULL, &f, -1};
+   call_t a = {.f = &f, .quiesce = true};
    (void) state;
 
    fake_init (&f);
@@ -712,11 +735,11 @@ test_quiesce_waits_for_every_write (void **state)
    submit (cw, 2, 6);
    submit (cw, 3, 6);
    assert_true (fake_wait_held (&f, 1, 3));
-   assert_int_equal (pthread_create (&t, NULL, quiesce_main, &a), 0);
+   call_start (&a);
    fake_hold_conn (&f, 0, false);
    assert_true (fake_wait (&f, 1));
    fake_hold_conn (&f, 1, false);
-   pthread_join (t, NULL);
+   call_join (&a);
    assert_int_equal (a.tried_at_return, 2);
    finish_writer (cw, &f);
    assert_int_equal (f.n, 2);
@@ -793,15 +816,6 @@ test_without_a_second_connection (void **state)
    assert_int_equal (f.stored_value, 6);
 }
 
-static void *
-submit_behind_main (void *arg)
-{
-   call_arg_t *a = arg;
-   submit (a->cw, 5, 4);
-   a->tried_at_return = tried_now (a->f);
-   return NULL;
-}
-
 /* With two writes in flight, max_behind still bounds the lag: with 1 and 3
  * out and 4 waiting, hand-over 5 (4 past the newest tried, none) waits until
  * a write ends. */
@@ -810,8 +824,7 @@ test_max_behind_with_writes_in_flight (void **state)
 {
    fake_t f;
    fw_checkpoint_writer_t *cw;
-   call_arg_t a = {NULL, &f, -1};
-   pthread_t t;
+   call_t a = {.f = &f, .v = 5, .max_behind = 4};
    (void) state;
 
    fake_init (&f);
@@ -825,9 +838,9 @@ test_max_behind_with_writes_in_flight (void **state)
    submit (cw, 3, 4);
    assert_true (fake_wait_held (&f, 1, 3));
    submit (cw, 4, 4);
-   assert_int_equal (pthread_create (&t, NULL, submit_behind_main, &a), 0);
+   call_start (&a); /* hands 5 over */
    fake_hold_conn (&f, 1, false);
-   pthread_join (t, NULL);
+   call_join (&a);
    assert_true (a.tried_at_return >= 1); /* 5 was handed over once 3 was tried */
    fake_hold_conn (&f, 0, false);
    assert_true (fake_wait_value (&f, 5));

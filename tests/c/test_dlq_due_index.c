@@ -44,18 +44,15 @@ static int
 group_setup (void **state)
 {
    (void) state;
-   mongoc_init ();
-   return standin_start (&g_standin) ? 0 : -1;
+   return standin_group_start (&g_standin);
 }
 
 static int
 group_teardown (void **state)
 {
    (void) state;
-   int status = standin_stop (&g_standin);
    bson_destroy (g_claim);
-   mongoc_cleanup ();
-   return (WIFEXITED (status) && WEXITSTATUS (status) == 0) ? 0 : -1;
+   return standin_group_stop (&g_standin);
 }
 
 /* n PENDING entries of stream s (and of another stream), then DUE SCHEDULED

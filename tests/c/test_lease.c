@@ -36,17 +36,14 @@ static int
 group_setup (void **state)
 {
    (void) state;
-   mongoc_init ();
-   return standin_start (&g_standin) ? 0 : -1;
+   return standin_group_start (&g_standin);
 }
 
 static int
 group_teardown (void **state)
 {
    (void) state;
-   int status = standin_stop (&g_standin);
-   mongoc_cleanup ();
-   return (WIFEXITED (status) && WEXITSTATUS (status) == 0) ? 0 : -1;
+   return standin_group_stop (&g_standin);
 }
 
 /* ---- helpers ---- */

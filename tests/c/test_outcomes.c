@@ -263,22 +263,18 @@ test_no_dlq (void **state)
 /* --- fw_stream_settle through a fake place ------------------------------- */
 
 typedef struct {
-   int counted, advanced, failed;
+   int finished, failed;
+   fw_outcome_kind_t kind; /* the outcome finished was handed */
    bool lease_lost;
    char why[256];
 } place_t;
 
-static void
-p_count (void *ud, const fw_outcome_t *o)
-{
-   (void) o;
-   ((place_t *) ud)->counted++;
-}
-
 static fw_read_end_t
-p_advance (void *ud)
+p_finished (void *ud, const fw_outcome_t *o)
 {
-   ((place_t *) ud)->advanced++;
+   place_t *p = ud;
+   p->finished++;
+   p->kind = o->kind;
    return FW_READ_NEXT;
 }
 
@@ -299,8 +295,7 @@ p_lease_lost (void *ud)
 static fw_read_end_t
 settle (place_t *p, fw_outcome_kind_t kind, const char *entry_id, const char *error)
 {
-   fw_settle_place_t place = {NULL,   NULL,         p_count, p_advance,
-                              p_fail, p_lease_lost, p,       "no DLQ to keep it"};
+   fw_settle_place_t place = {NULL, NULL, p_finished, p_fail, p_lease_lost, p, "no DLQ to keep it"};
    fw_outcome_t o = {
       kind, 1, 0, entry_id, "", error, 0, FW_COUNT_NOTHING, NULL, 0, FW_SUMMARY_NOTHING, 0, 0};
    return fw_stream_settle (&place, &o);
@@ -450,7 +445,8 @@ test_event_settle_counts_by_the_outcomes_count (void **state)
    fw_metrics_destroy (m);
 }
 
-/* Every kind finished with moves the position once and is counted. */
+/* Every kind finished with is handed, with its outcome, to the place once
+ * (which counts it and moves the position). */
 static void
 test_settle_finished_kinds_move_the_position (void **state)
 {
@@ -462,8 +458,8 @@ test_settle_finished_kinds_move_the_position (void **state)
    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
       place_t p = {0};
       assert_int_equal (settle (&p, kinds[i], "e1", ""), FW_READ_NEXT);
-      assert_int_equal (p.counted, 1);
-      assert_int_equal (p.advanced, 1);
+      assert_int_equal (p.finished, 1);
+      assert_int_equal (p.kind, kinds[i]);
       assert_int_equal (p.failed, 0);
    }
 }
@@ -480,7 +476,7 @@ test_settle_stopped_and_held_come_back (void **state)
    assert_int_equal (settle (&p, FW_OUTCOME_HELD, "", ""), FW_READ_STOP);
    p.lease_lost = true;
    assert_int_equal (settle (&p, FW_OUTCOME_STOPPED, "", ""), FW_READ_LOST);
-   assert_int_equal (p.advanced + p.counted + p.failed, 0);
+   assert_int_equal (p.finished + p.failed, 0);
 }
 
 /* FAILED stops the stream with the dispatcher's reason; NO_DLQ with the
@@ -496,22 +492,31 @@ test_settle_failed_and_no_dlq_stop_the_stream (void **state)
    assert_int_equal (settle (&p, FW_OUTCOME_NO_DLQ, "", ""), FW_READ_FAILED);
    assert_string_equal (p.why, "no DLQ to keep it");
    assert_int_equal (p.failed, 2);
-   assert_int_equal (p.advanced + p.counted, 0);
+   assert_int_equal (p.finished, 0);
 }
 
-/* A place without advance (a snapshot's row) counts, moves nothing. */
+/* A place with nothing to do once an event is finished with reads on; with
+ * a metrics block the settle sets its Lua memory gauge to the outcome's
+ * figure. */
 static void
-test_settle_without_advance (void **state)
+test_settle_without_finished (void **state)
 {
+   fw_metrics_t *m = fw_metrics_new ();
+   fw_stream_snapshot_t snap;
    place_t p = {0};
-   fw_settle_place_t place = {NULL, NULL, p_count, NULL, p_fail, NULL, &p, NULL};
+   fw_settle_place_t place = {NULL, NULL, NULL, p_fail, NULL, &p, NULL};
    fw_outcome_t o = {FW_OUTCOME_HANDLED, 1, 0, "", "", "", 0, FW_COUNT_OK, NULL, 0,
                      FW_SUMMARY_NOTHING, 0, 0};
    (void) state;
 
+   assert_non_null (m);
+   place.metrics = fw_metrics_stream (m, "s");
+   o.lua_memory = 123456;
    assert_int_equal (fw_stream_settle (&place, &o), FW_READ_NEXT);
-   assert_int_equal (p.counted, 1);
-   assert_int_equal (p.advanced, 0);
+   assert_int_equal (p.failed, 0);
+   fw_stream_metrics_snapshot (place.metrics, fw_now_ms (), &snap);
+   assert_int_equal (snap.lua_memory_bytes, 123456);
+   fw_metrics_destroy (m);
 }
 
 int
@@ -533,7 +538,7 @@ main (void)
       cmocka_unit_test (test_settle_finished_kinds_move_the_position),
       cmocka_unit_test (test_settle_stopped_and_held_come_back),
       cmocka_unit_test (test_settle_failed_and_no_dlq_stop_the_stream),
-      cmocka_unit_test (test_settle_without_advance),
+      cmocka_unit_test (test_settle_without_finished),
    };
    return cmocka_run_group_tests (tests, NULL, NULL);
 }

@@ -5,11 +5,11 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "flowwarden/check.h"
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
+#include "flowwarden/mono_cond.h"
 #include "runtime/checkpoint/checkpoint_store.h"
 #include "runtime/checkpoint/checkpoint_writer.h"
 
@@ -331,8 +331,7 @@ await_slot (fw_checkpoint_writer_t *cw, conn_t *c)
          writable (cw, &wait_ms);
       }
       if (wait_ms >= 0) {
-         struct timespec until = fw_clock_after (CLOCK_MONOTONIC, wait_ms);
-         pthread_cond_timedwait (&c->go, &cw->mu, &until);
+         fw_mono_cond_wait_ms (&c->go, &cw->mu, wait_ms);
       } else {
          pthread_cond_wait (&c->go, &cw->mu);
       }
@@ -415,7 +414,6 @@ fw_checkpoint_writer_start (const fw_checkpoint_sink_t *sink, const char *stream
                             int max_in_flight, fw_error_t *error)
 {
    fw_checkpoint_writer_t *cw = calloc (1, sizeof *cw);
-   pthread_condattr_t attr;
    int rc = 0;
 
    FW_ASSERT (max_in_flight >= 1 && max_in_flight <= FW_CHECKPOINT_MAX_IN_FLIGHT);
@@ -433,14 +431,11 @@ fw_checkpoint_writer_start (const fw_checkpoint_sink_t *sink, const char *stream
    cw->n_conn = max_in_flight;
    pthread_mutex_init (&cw->mu, NULL);
    pthread_cond_init (&cw->done, NULL);
-   pthread_condattr_init (&attr);
-   pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
    for (int i = 0; i < FW_CHECKPOINT_MAX_IN_FLIGHT; i++) {
       cw->conn[i].cw = cw;
       cw->conn[i].index = i;
-      pthread_cond_init (&cw->conn[i].go, &attr);
+      fw_mono_cond_init (&cw->conn[i].go);
    }
-   pthread_condattr_destroy (&attr);
    rc = pthread_create (&cw->conn[0].thread, NULL, conn_main, &cw->conn[0]);
    cw->conn[0].running = rc == 0;
    if (rc != 0) {

@@ -12,6 +12,7 @@
 
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
+#include "flowwarden/mono_cond.h"
 #include "runtime/ha/lease-private.h"
 #include "runtime/ha/lease.h"
 
@@ -407,11 +408,10 @@ yield_step (fw_lease_t *l, mongoc_client_t *client)
 static void
 wait_until (fw_lease_t *l, int64_t at_ms)
 {
-   struct timespec until = {.tv_sec = at_ms / 1000, .tv_nsec = (at_ms % 1000) * 1000000};
    pthread_mutex_lock (&l->mu);
    while (!l->stop && !(l->release.asked && !l->release.done) && !l->yield.asked &&
           fw_mono_ms () < at_ms) {
-      pthread_cond_timedwait (&l->cond, &l->mu, &until);
+      fw_mono_cond_wait_until_ms (&l->cond, &l->mu, at_ms);
    }
    pthread_mutex_unlock (&l->mu);
 }
@@ -514,7 +514,6 @@ lease_start (const mongoc_uri_t *uri, const char *database, const char *stream, 
              const char *owner, fw_lease_gate_fn gate, void *ud, fw_error_t *error)
 {
    fw_lease_t *l = calloc (1, sizeof *l);
-   pthread_condattr_t attr;
    int32_t timeout_ms;
    int rc;
 
@@ -552,10 +551,7 @@ lease_start (const mongoc_uri_t *uri, const char *database, const char *stream, 
    l->margin_ms = fw_lease_margin_ms (lease_ms);
    fw_lease_owner_id ();
    pthread_mutex_init (&l->mu, NULL);
-   pthread_condattr_init (&attr);
-   pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
-   pthread_cond_init (&l->cond, &attr);
-   pthread_condattr_destroy (&attr);
+   fw_mono_cond_init (&l->cond);
    if ((rc = pthread_create (&l->thread, NULL, lease_main, l)) != 0) {
       fw_error_set (error, FW_ERROR_IO, "cannot start the lease thread of stream \"%s\": %s",
                     stream, strerror (rc));
@@ -595,13 +591,12 @@ bool
 fw_lease_wait_leader (fw_lease_t *l, int64_t ms, int64_t *epoch)
 {
    int64_t end = fw_mono_ms () + (ms > 0 ? ms : 0);
-   struct timespec until = {.tv_sec = end / 1000, .tv_nsec = (end % 1000) * 1000000};
    bool yes;
 
    pthread_mutex_lock (&l->mu);
    while (!(yes = leading (l, fw_mono_ms ())) && !l->stop && l->role != FW_LEASE_RELEASED &&
           fw_mono_ms () < end) {
-      pthread_cond_timedwait (&l->cond, &l->mu, &until);
+      fw_mono_cond_wait_until_ms (&l->cond, &l->mu, end);
    }
    if (yes && epoch) {
       *epoch = l->epoch;
@@ -626,7 +621,6 @@ bool
 fw_lease_release (fw_lease_t *l, int64_t wait_ms)
 {
    int64_t end = fw_mono_ms () + wait_ms;
-   struct timespec until = {.tv_sec = end / 1000, .tv_nsec = (end % 1000) * 1000000};
    bool ok;
 
    pthread_mutex_lock (&l->mu);
@@ -635,7 +629,7 @@ fw_lease_release (fw_lease_t *l, int64_t wait_ms)
    l->release.asked = true;
    pthread_cond_broadcast (&l->cond);
    while (!l->release.done && fw_mono_ms () < end) {
-      pthread_cond_timedwait (&l->cond, &l->mu, &until);
+      fw_mono_cond_wait_until_ms (&l->cond, &l->mu, end);
    }
    ok = l->release.done && l->release.ok;
    pthread_mutex_unlock (&l->mu);
@@ -646,7 +640,6 @@ bool
 fw_lease_yield (fw_lease_t *l, int64_t wait_ms)
 {
    int64_t end = fw_mono_ms () + wait_ms;
-   struct timespec until = {.tv_sec = end / 1000, .tv_nsec = (end % 1000) * 1000000};
    bool ok;
 
    pthread_mutex_lock (&l->mu);
@@ -655,7 +648,7 @@ fw_lease_yield (fw_lease_t *l, int64_t wait_ms)
    l->yield.asked = true;
    pthread_cond_broadcast (&l->cond);
    while (!l->yield.done && fw_mono_ms () < end) {
-      pthread_cond_timedwait (&l->cond, &l->mu, &until);
+      fw_mono_cond_wait_until_ms (&l->cond, &l->mu, end);
    }
    ok = l->yield.done;
    pthread_mutex_unlock (&l->mu);

@@ -11,6 +11,7 @@
 #include "bson/write_reply.h"
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
+#include "flowwarden/mono_cond.h"
 #include "runtime/ha/shared_units.h"
 
 #define MAX_UNITS 4096
@@ -170,7 +171,6 @@ members_main (void *arg)
    pthread_mutex_lock (&g->mu);
    while (!g->stop) {
       int64_t next = fw_mono_ms () + g->lease_ms / 3;
-      struct timespec until = {.tv_sec = next / 1000, .tv_nsec = (next % 1000) * 1000000};
       pthread_mutex_unlock (&g->mu);
       if (client && mine) {
          bson_error_t berr;
@@ -191,7 +191,7 @@ members_main (void *arg)
       }
       pthread_mutex_lock (&g->mu);
       while (!g->stop && fw_mono_ms () < next) {
-         pthread_cond_timedwait (&g->cond, &g->mu, &until);
+         fw_mono_cond_wait_until_ms (&g->cond, &g->mu, next);
       }
    }
    pthread_mutex_unlock (&g->mu);
@@ -296,7 +296,6 @@ static fw_shared_group_t *
 group_new (const mongoc_uri_t *uri, const char *database, int64_t lease_ms, fw_error_t *error)
 {
    fw_shared_group_t *g = calloc (1, sizeof *g);
-   pthread_condattr_t attr;
 
    if (!g || !(g->uri = mongoc_uri_copy (uri)) || !(g->database = strdup (database))) {
       if (g) {
@@ -316,10 +315,7 @@ group_new (const mongoc_uri_t *uri, const char *database, int64_t lease_ms, fw_e
       return NULL;
    }
    pthread_mutex_init (&g->mu, NULL);
-   pthread_condattr_init (&attr);
-   pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
-   pthread_cond_init (&g->cond, &attr);
-   pthread_condattr_destroy (&attr);
+   fw_mono_cond_init (&g->cond);
    if (pthread_create (&g->thread, NULL, members_main, g) != 0) {
       fw_error_set (error, FW_ERROR_IO, "cannot start the members thread");
       pthread_cond_destroy (&g->cond);

@@ -19,8 +19,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "flowwarden/mono_cond.h"
 #include "runtime/snapshot/snapshot-private.h"
 
 struct fw_snapshot_ahead {
@@ -31,8 +31,8 @@ struct fw_snapshot_ahead {
    int64_t pause_ms, retry_ms;
    pthread_t thread;
    pthread_mutex_t mu;
-   pthread_cond_t cv;
-   uint64_t run; /* atomic: the run of reads, from 1 */
+   pthread_cond_t cv; /* on the monotonic clock (fw_mono_cond_init) */
+   uint64_t run;      /* atomic: the run of reads, from 1 */
    /* Under mu. */
    bool stop;
    int queued; /* chunks in the engine's queue */
@@ -64,16 +64,7 @@ end_run (fw_snapshot_ahead_t *a)
 static void
 wait_ms (fw_snapshot_ahead_t *a, int64_t ms)
 {
-   struct timespec ts;
-
-   clock_gettime (CLOCK_MONOTONIC, &ts);
-   ts.tv_sec += (time_t) (ms / 1000);
-   ts.tv_nsec += (long) (ms % 1000) * 1000000L;
-   if (ts.tv_nsec >= 1000000000L) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000L;
-   }
-   (void) pthread_cond_timedwait (&a->cv, &a->mu, &ts);
+   (void) fw_mono_cond_wait_ms (&a->cv, &a->mu, ms);
 }
 
 /* One read (mu held on entry and return): its chunk into ready. */
@@ -175,7 +166,6 @@ fw_snapshot_ahead_start (fw_snapshot_t *s, mongoc_client_pool_t *pool, int64_t p
 {
    size_t size = (sizeof (fw_snapshot_ahead_t) + 127) / 128 * 128;
    fw_snapshot_ahead_t *a;
-   pthread_condattr_t attr;
    bson_t after = BSON_INITIALIZER;
 
    if (s->ahead || !fw_snapshot_may_read_ahead (s)) {
@@ -202,10 +192,7 @@ fw_snapshot_ahead_start (fw_snapshot_t *s, mongoc_client_pool_t *pool, int64_t p
    a->retry_ms = retry_ms;
    a->queued = s->n_chunks;
    pthread_mutex_init (&a->mu, NULL);
-   pthread_condattr_init (&attr);
-   pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
-   pthread_cond_init (&a->cv, &attr);
-   pthread_condattr_destroy (&attr);
+   fw_mono_cond_init (&a->cv);
    if (pthread_create (&a->thread, NULL, ahead_main, a) != 0) {
       fw_error_set (error, FW_ERROR_IO, "cannot start the snapshot's reading thread");
       pthread_cond_destroy (&a->cv);

@@ -230,25 +230,18 @@ typedef struct {
    batch_t *b;
 } batch_place_t;
 
-static void
-batch_count (void *ud, const fw_outcome_t *o)
-{
-   fw_stream_worker_t *w = ((batch_place_t *) ud)->w;
-   if (w->metrics) {
-      fw_stream_count_dispatched (w, o);
-   }
-}
-
-/* Every event of the batch is finished with: a due dlq.reprocess round
- * runs, and the position moves past the last. */
+/* Every event of the batch is finished with (o: the batch's outcome):
+ * counted, a due dlq.reprocess round runs, and the position moves past the
+ * last. */
 static fw_read_end_t
-batch_done (void *ud)
+batch_done (void *ud, const fw_outcome_t *o)
 {
    batch_place_t *at = ud;
    fw_stream_worker_t *w = at->w;
    fw_position_t *p = at->p;
    batch_t *b = at->b;
 
+   fw_stream_count_dispatched (w, o);
    if (w->dlq.reprocess_at_ms >= 0) {
       fw_dlq_reprocess_tick (w->d, &w->dlq.reprocess_at_ms); /* between batches */
    }
@@ -278,6 +271,24 @@ batch_lease_lost (void *ud)
    return fw_stream_lease_lost (w) && !fw_shutdown_requested (w->shutdown);
 }
 
+/* Settles o, the outcome of b's events (no_dlq_why: why the stream stops
+ * when one of them has no DLQ to keep it), and frees b. */
+static fw_read_end_t
+settle_batch (fw_stream_worker_t *w, fw_position_t *p, batch_t *b, const fw_outcome_t *o,
+              const char *no_dlq_why)
+{
+   batch_place_t at = {w, p, b};
+   fw_settle_place_t place = {w->d, w->metrics, batch_done, batch_fail, batch_lease_lost,
+                              &at,  no_dlq_why};
+   fw_read_end_t end = fw_stream_settle (&place, o);
+
+   if (end != FW_READ_NEXT) {
+      w->batch_held = NULL; /* the read ends: the position re-reads it all */
+   }
+   batch_free (b);
+   return end;
+}
+
 fw_read_end_t
 fw_stream_batch_take (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
                       const fw_event_t *ev)
@@ -285,12 +296,7 @@ fw_stream_batch_take (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position
    int max = 1;
    int64_t wait_ms = 0;
    batch_t b = {NULL, NULL, NULL, 0, BSON_INITIALIZER, 0};
-   batch_place_t at = {w, p, &b};
-   fw_settle_place_t place = {
-      w->d,       w->metrics,       batch_count, batch_done,
-      batch_fail, batch_lease_lost, &at,         "a batch's event could not be dead-lettered"};
    fw_outcome_t o;
-   fw_read_end_t end;
 
    fw_dispatcher_batching (w->d, &max, &wait_ms);
    b.docs = malloc ((size_t) max * sizeof *b.docs);
@@ -318,12 +324,7 @@ fw_stream_batch_take (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position
    }
    fw_stream_reload_apply (&w->pending); /* between batches, never inside one */
    o = fw_batch_dispatch (w->d, b.ptrs, b.n, NULL);
-   end = fw_stream_settle (&place, &o);
-   if (end != FW_READ_NEXT) {
-      w->batch_held = NULL; /* the read ends: the position re-reads it all */
-   }
-   batch_free (&b);
-   return end;
+   return settle_batch (w, p, &b, &o, "a batch's event could not be dead-lettered");
 }
 
 bool
@@ -337,12 +338,7 @@ fw_stream_group_take (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position
                       const fw_event_t *ev)
 {
    batch_t b = {NULL, NULL, NULL, 0, BSON_INITIALIZER, 0};
-   batch_place_t at = {w, p, &b};
-   fw_settle_place_t place = {
-      w->d,       w->metrics,       batch_count, batch_done,
-      batch_fail, batch_lease_lost, &at,         "an event could not be dead-lettered"};
    fw_outcome_t o;
-   fw_read_end_t end;
 
    if (!batch_add (w, rd, &b, ev)) {
       batch_free (&b);
@@ -360,10 +356,5 @@ fw_stream_group_take (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position
       return FW_READ_LOST;
    }
    o = fw_group_dispatch (w->d, b.ptrs, b.n, NULL);
-   end = fw_stream_settle (&place, &o);
-   if (end != FW_READ_NEXT) {
-      w->batch_held = NULL; /* the read ends: the position re-reads it all */
-   }
-   batch_free (&b);
-   return end;
+   return settle_batch (w, p, &b, &o, "an event could not be dead-lettered");
 }

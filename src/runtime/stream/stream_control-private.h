@@ -28,8 +28,9 @@ bool fw_stream_wait (fw_stream_worker_t *w, int64_t ms);
  * (W_CONTROL_NONE). */
 int fw_stream_paused (fw_stream_worker_t *w);
 
-/* With a metrics block, after an event (or a batch, o its outcome) was
- * settled: the Lua state's memory, and the DLQ count when it is due. */
+/* After an event (or a batch, o its outcome) was settled (its place's
+ * finished): with a metrics block, the DLQ's pending entries counted when
+ * that is due. */
 void fw_stream_count_dispatched (fw_stream_worker_t *w, const fw_outcome_t *o);
 
 /* Every 30 s (now_ms: the wall clock), counts the stream's pending DLQ

@@ -181,11 +181,9 @@ fw_stream_paused (fw_stream_worker_t *w)
 void
 fw_stream_count_dispatched (fw_stream_worker_t *w, const fw_outcome_t *o)
 {
-   /* The dispatcher's figure (an on_batch call's outcome has none). */
-   fw_stream_metrics_set_lua_memory (
-      w->metrics,
-      o->lua_memory ? o->lua_memory : fw_lua_host_memory_used (fw_dispatcher_host (w->d)));
-   fw_stream_dlq_count_tick (w, o->finished_ms ? o->finished_ms : fw_now_ms ());
+   if (w->metrics) {
+      fw_stream_dlq_count_tick (w, o->finished_ms ? o->finished_ms : fw_now_ms ());
+   }
 }
 
 /* --- the DLQ's pending entries -------------------------------------------- */

@@ -221,9 +221,10 @@ typedef struct {
 } lane_place_t;
 
 static fw_read_end_t
-lane_advance (void *ud)
+lane_finished (void *ud, const fw_outcome_t *o)
 {
    lane_place_t *at = ud;
+   (void) o; /* the DLQ's pending entries are the stream's thread's to count (idle_step) */
    for (int k = 0; k < at->n; k++) {
       lane_done (at->l->ls, at->items[k].ticket);
    }
@@ -241,9 +242,13 @@ static bool
 lane_settle (lane_t *l, const item_t *items, int n, const fw_outcome_t *o)
 {
    lane_place_t at = {l, items, n};
-   fw_settle_place_t place = {
-      l->d,      l->metrics, NULL, lane_advance,
-      lane_fail, NULL,       &at,  "a batch's event could not be dead-lettered"};
+   fw_settle_place_t place = {l->d,
+                              l->metrics,
+                              lane_finished,
+                              lane_fail,
+                              NULL,
+                              &at,
+                              "a batch's event could not be dead-lettered"};
    return fw_stream_settle (&place, o) == FW_READ_NEXT;
 }
 

@@ -40,13 +40,12 @@ fw_stream_settle (const fw_settle_place_t *place, const fw_outcome_t *o)
    /* A replay's GAVE_UP is its replay's to settle, never a stream's. */
    FW_ASSERT (o->kind != FW_OUTCOME_GAVE_UP);
    FW_ASSERT (names_entry (o));
-   if (place->count) {
-      place->count (place->ud, o);
-   } else if (place->metrics) {
-      fw_stream_metrics_set_lua_memory (place->metrics,
-                                        fw_lua_host_memory_used (fw_dispatcher_host (place->d)));
+   if (place->metrics) { /* the dispatcher's figure (an on_batch call's outcome has none) */
+      fw_stream_metrics_set_lua_memory (
+         place->metrics,
+         o->lua_memory ? o->lua_memory : fw_lua_host_memory_used (fw_dispatcher_host (place->d)));
    }
-   return place->advance ? place->advance (place->ud) : FW_READ_NEXT;
+   return place->finished ? place->finished (place->ud, o) : FW_READ_NEXT;
 }
 
 /* The line an event's outcome is logged with (none for handled, no

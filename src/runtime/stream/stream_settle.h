@@ -30,18 +30,20 @@ typedef enum {
 } fw_read_end_t;
 
 /* Where an outcome is settled: whose it is, and the caller's ways of
- * moving the position past the event(s) and of stopping the stream. */
+ * moving the position past the event(s) and of stopping the stream. The
+ * settle calls one of them at most, once: the caller's part of an outcome
+ * is done there, with the outcome handed to it. */
 typedef struct {
    fw_dispatcher_t *d;           /* the dispatcher that ran it */
-   fw_stream_metrics_t *metrics; /* the stream's block, or NULL */
+   fw_stream_metrics_t *metrics; /* the stream's block (the settle sets its Lua
+                                  * memory gauge), or NULL */
    /* The event(s) are finished with (o: their outcome, a batch's for a
-    * batch): the stream's thread counts the Lua state's memory and the DLQ's
-    * pending entries (NULL: the Lua state's memory only). Each event was
-    * counted and logged as it finished (runtime/stream/event_settle.h). */
-   void (*count) (void *ud, const fw_outcome_t *o);
-   /* ... and the position passes them (NULL: it does not move, as for a
-    * snapshot's row); returns how the read goes on. */
-   fw_read_end_t (*advance) (void *ud);
+    * batch; each event was counted and logged as it finished,
+    * runtime/stream/event_settle.h): the caller counts what it keeps (the
+    * DLQ's pending entries) and moves the position past them, or what stands
+    * for it (a lane's tickets, a snapshot row's progress); returns how the
+    * read goes on. NULL: nothing to do, FW_READ_NEXT. */
+   fw_read_end_t (*finished) (void *ud, const fw_outcome_t *o);
    /* The stream must stop before them, why says why. */
    void (*fail) (void *ud, const char *why);
    /* A stop came first: true when it was the lost lease, not a shutdown
@@ -51,7 +53,7 @@ typedef struct {
    const char *no_dlq_why; /* FW_OUTCOME_NO_DLQ: why the stream stops */
 } fw_settle_place_t;
 
-/* Settles o at place: FW_READ_NEXT (or what advance returns) once the
+/* Settles o at place: FW_READ_NEXT (or what finished returns) once the
  * event(s) are finished with; FW_READ_STOP or FW_READ_LOST when they must
  * come back; FW_READ_FAILED after place->fail when the stream stops
  * before them. */

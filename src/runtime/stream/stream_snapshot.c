@@ -260,18 +260,7 @@ save_progress (fw_stream_worker_t *w, fw_position_t *p)
 typedef struct {
    fw_stream_worker_t *w;
    const fw_event_t *row;
-   fw_outcome_kind_t kind; /* its outcome's, as count saw it */
 } row_place_t;
-
-static void
-row_count (void *ud, const fw_outcome_t *o)
-{
-   row_place_t *r = ud;
-   r->kind = o->kind;
-   if (r->w->metrics) {
-      fw_stream_count_dispatched (r->w, o);
-   }
-}
 
 /* Stores the progress past the row (exactly_once: outside a transaction). */
 static void
@@ -290,7 +279,8 @@ save_past (fw_stream_worker_t *w, const fw_event_t *row)
    fw_snapshot_progress_cleanup (&past);
 }
 
-/* A row moves no position: the chunk's progress is saved once it closed.
+/* A row is finished with (o: its outcome): counted; it moves no position:
+ * the chunk's progress is saved once it closed.
  * With exactly_once a handled row's transaction committed the progress past
  * it; a row stored in the DLQ outside one (parked behind its sequence, a
  * DLQ elsewhere than the transactions' deployment) has its progress stored
@@ -299,13 +289,14 @@ save_past (fw_stream_worker_t *w, const fw_event_t *row)
  * one entry). A dead letter committed with its progress is stored again:
  * rare, and the same progress. */
 static fw_read_end_t
-row_advance (void *ud)
+row_finished (void *ud, const fw_outcome_t *o)
 {
    row_place_t *r = ud;
 
+   fw_stream_count_dispatched (r->w, o);
    if (r->w->cfg->exactly_once && !r->w->cfg->exactly_once_pg &&
-       (r->kind == FW_OUTCOME_DEAD_LETTERED || r->kind == FW_OUTCOME_PARKED ||
-        r->kind == FW_OUTCOME_DEFERRED)) {
+       (o->kind == FW_OUTCOME_DEAD_LETTERED || o->kind == FW_OUTCOME_PARKED ||
+        o->kind == FW_OUTCOME_DEFERRED)) {
       save_past (r->w, r->row);
    }
    return FW_READ_NEXT;
@@ -363,9 +354,8 @@ hand_out (fw_stream_worker_t *w, fw_position_t *p, fw_stream_reader_t *rd)
    fw_event_t ev;
    fw_outcome_t o;
    fw_read_end_t end;
-   row_place_t row = {w, &ev, FW_OUTCOME_HANDLED};
-   fw_settle_place_t place = {w->d,     w->metrics,     row_count, row_advance,
-                              row_fail, row_lease_lost, &row,      NULL};
+   row_place_t row = {w, &ev};
+   fw_settle_place_t place = {w->d, w->metrics, row_finished, row_fail, row_lease_lost, &row, NULL};
    int n = 0;
 
    if (w->lane.run && !fw_stream_lanes_settle (w, p)) {

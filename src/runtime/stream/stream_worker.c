@@ -306,15 +306,6 @@ typedef struct {
 } here_t;
 
 static void
-here_count (void *ud, const fw_outcome_t *o)
-{
-   here_t *h = ud;
-   if (h->w->metrics) {
-      fw_stream_count_dispatched (h->w, o);
-   }
-}
-
-static void
 here_fail (void *ud, const char *why)
 {
    fw_stream_failed (((here_t *) ud)->w, why);
@@ -327,14 +318,16 @@ here_lease_lost (void *ud)
    return fw_stream_lease_lost (w) && !fw_shutdown_requested (w->shutdown);
 }
 
-/* The event is finished with: with lanes its slot is done; without, the due
- * rounds between two events run, then the position passes it. */
+/* The event is finished with (o: its outcome): counted; with lanes its slot
+ * is done; without, the due rounds between two events run, then the
+ * position passes it. */
 static fw_read_end_t
-here_advance (void *ud)
+here_finished (void *ud, const fw_outcome_t *o)
 {
    here_t *h = ud;
    fw_stream_worker_t *w = h->w;
 
+   fw_stream_count_dispatched (w, o);
    if (h->note[0]) {
       fw_log (h->note_level, w->cfg->name, "%s", h->note);
    }
@@ -355,8 +348,8 @@ here_advance (void *ud)
 static fw_settle_place_t
 here_place (here_t *h)
 {
-   return (fw_settle_place_t){h->w->d,   h->w->metrics,   here_count, here_advance,
-                              here_fail, here_lease_lost, h,          NULL};
+   return (fw_settle_place_t){h->w->d, h->w->metrics, here_finished, here_fail, here_lease_lost,
+                              h,       NULL};
 }
 
 /* An event the runtime cannot read is never skipped in silence: with its
