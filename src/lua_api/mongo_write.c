@@ -69,13 +69,17 @@ arg_update (lua_State *L, fw_mongo_op_t *op, int idx, const char *method, const 
    bool all_ops, any_op;
    int t = lua_type (L, idx);
 
-   if ((t != LUA_TTABLE && t != LUA_TUSERDATA) ||
-       fw_mongo_arg_value (L, op, idx, method, path, &it) != BSON_TYPE_DOCUMENT) {
+   /* Converted once: a table straight into out, a view through the holder. */
+   if (t == LUA_TTABLE ? fw_mongo_arg_table (L, op, idx, method, path, out)
+                       : (t != LUA_TUSERDATA || fw_mongo_arg_value (L, op, idx, method, path,
+                                                                    &it) != BSON_TYPE_DOCUMENT)) {
       fw_mongo_op_release (op);
       fw_mongo_arg_error (L, "%s: %s must be a table of $-operators or use replace_one", method,
                           path);
    }
-   fw_mongo_arg_copy_document (L, op, &it, method, path, out); /* converted once */
+   if (t != LUA_TTABLE) {
+      fw_mongo_arg_copy_document (L, op, &it, method, path, out);
+   }
    scan_operators (out, &all_ops, &any_op);
    if (!all_ops) {
       fw_mongo_op_release (op);

@@ -679,6 +679,10 @@ static const char *const bad_calls[][2] = {
    {"c:bulk_write({ { delete_one = { filter = {} } }, { replace_one = { filter = {}, "
     "replacement = { a = { [''] = 1 } } } } })",
     "bulk_write: ops[2].replace_one.replacement.a has an empty key"},
+   /* Tables convert straight into the command's document: arrays still refused. */
+   {"c:update_one({}, { { ['$set'] = { n = 1 } } })",
+    "update_one: update must be a table of $-operators or use replace_one"},
+   {"c:delete_one(fw.array({}))", "delete_one: filter must be a document, not an array"},
    {"c.find_one({})", "find_one: call it as a method: coll:find_one(...)"},
    {"fw.mongo.collection('db', 'x', { connection = 'nope' }):find_one({})",
     "find_one: unknown connection \"nope\" (declare it with fw.connection)"},
