@@ -45,8 +45,10 @@ scan_operators (const bson_t *doc, bool *all_ops, bool *any_op)
 
 /* Raises "<method>: <path>... <problem>" when out's keys or strings are not
  * what a document to write may hold (bson_check.h): flowwarden checks them
- * itself, once, and sends its updates and replacements with libmongoc's own
- * validation off ("validate": false), which walked each document again. */
+ * itself, once, and sends its documents, updates and replacements with
+ * libmongoc's own validation off ("validate": false), which walked each
+ * document again and, with Debian's libbson 1.23, let a string that is not
+ * UTF-8 through (CDRIVER-4448). */
 static void
 check_text (lua_State *L, fw_mongo_op_t *op, const bson_t *out, const char *method,
             const char *path)
@@ -172,11 +174,16 @@ fw_mongo_insert_one (lua_State *L)
    fw_mongo_check_opts (L, 3, "insert_one", no_opts);
    op = fw_mongo_op_new (L);
    fw_mongo_arg_document (L, op, 2, "insert_one", "document", &op->update);
+   check_text (L, op, &op->update, "insert_one", "document");
    if (!copy_with_id (&op->update, &op->filter)) {
       fw_mongo_op_release (op);
       return fw_mongo_arg_error (L, "insert_one: document is too large");
    }
    fw_mongo_ctx_collection (L, op, &ctx, true);
+   if (!BSON_APPEND_BOOL (&op->opts, "validate", false)) { /* checked: check_text */
+      fw_mongo_op_release (op);
+      return luaL_error (L, "insert_one: cannot build the options");
+   }
    RUN_BOUNDED (
       ctx, ok, mongoc_collection_insert_one (op->coll, &op->filter, &op->opts, &op->reply, &error));
    if (!ok) {
@@ -211,7 +218,9 @@ fw_mongo_insert_many (lua_State *L)
                                  luaL_typename (L, 2));
    }
    op = fw_mongo_op_new (L);
-   if (!BSON_APPEND_BOOL (&op->opts, "ordered", ok)) {
+   /* validate = false: each document is checked by check_text. */
+   if (!BSON_APPEND_BOOL (&op->opts, "ordered", ok) ||
+       !BSON_APPEND_BOOL (&op->opts, "validate", false)) {
       fw_mongo_op_release (op);
       return luaL_error (L, "insert_many: cannot build the options");
    }
@@ -246,6 +255,11 @@ fw_mongo_insert_many (lua_State *L)
       if (!bson_init_static (&sub, data, len) || !copy_with_id (&sub, op->docs[op->ndocs - 1])) {
          fw_mongo_op_release (op);
          return fw_mongo_arg_error (L, "insert_many: docs[%d] is too large", pos);
+      }
+      if (fw_bson_check_text (&sub, NULL, NULL, 0) != FW_BSON_TEXT_OK) {
+         char path[32];
+         snprintf (path, sizeof path, "docs[%d]", pos);
+         check_text (L, op, &sub, "insert_many", path); /* raises, naming the element */
       }
    }
    fw_mongo_ctx_collection (L, op, &ctx, true);
@@ -596,9 +610,10 @@ bulk_op_where (bulk_where_t *w)
    return w->buf;
 }
 
-/* The options of an update or a replacement in a bulk write, without and
- * with upsert: built once per bulk_write (small: inline in the bson_t, so a
- * raise leaks nothing). validate = false: check_text checked the document. */
+/* The options of an insert, an update or a replacement in a bulk write,
+ * without and with upsert: built once per bulk_write (small: inline in the
+ * bson_t, so a raise leaks nothing). validate = false: check_text checked
+ * the document. */
 typedef struct {
    bson_t plain, upsert;
 } bulk_opts_t;
@@ -681,7 +696,8 @@ bulk_add (lua_State *L, fw_mongo_op_t *op, lua_Integer i, const bulk_opts_t *o)
    bulk_where_init (&w, i, bulk_kinds[k]);
    if (k == 0) {
       fw_mongo_arg_document (L, op, body, "bulk_write", bulk_path (&w, NULL), &op->update);
-      ok = mongoc_bulk_operation_insert_with_opts (op->bulk, &op->update, NULL, &error);
+      check_text (L, op, &op->update, "bulk_write", bulk_path (&w, NULL));
+      ok = mongoc_bulk_operation_insert_with_opts (op->bulk, &op->update, &o->plain, &error);
    } else {
       const bson_t *opts = read_bulk_write (L, op, body, &w, k, o);
       ok = append_bulk_write (op, k, opts, &error);
