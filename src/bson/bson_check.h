@@ -5,7 +5,8 @@
  * default for inserts, updates and replacements), done in one walk that can
  * say where the problem is. MongoDB itself stores strings that are not UTF-8
  * (its manual tells how to read such data back with enableUtf8Validation =
- * false), so the client is the only place they are stopped.
+ * false), so the client is the only place they are stopped; and Debian's
+ * libbson 1.23 bson_validate misses them (CDRIVER-4448).
  */
 #ifndef FLOWWARDEN_BSON_CHECK_H
 #define FLOWWARDEN_BSON_CHECK_H
