@@ -114,6 +114,12 @@ bool fw_bson_lua_push_value (lua_State *L, const bson_iter_t *iter, const char *
 bool fw_bson_lua_to_bson (lua_State *L, int idx, const char *root_path, bson_t *out,
                           fw_error_t *error);
 
+/* As fw_bson_lua_to_bson, and sets *is_array (on success) to whether the
+ * table was an array (written with keys "0", "1", ...) rather than a
+ * document. */
+bool fw_bson_lua_to_document (lua_State *L, int idx, const char *root_path, bson_t *out,
+                              bool *is_array, fw_error_t *error);
+
 /*
  * Appends the Lua value at idx (any convertible value, nil excluded) to out
  * as field key (key_len bytes, or -1 for strlen). Errors name root_path (NULL:

@@ -31,6 +31,7 @@ typedef struct {
    const char *root;
    int level; /* tables open, the outermost being 1 */
    int nseg;
+   bool root_array;    /* the root table (key NULL) was written as an array */
    key_ref_t *scratch; /* a stack of key lists, one region per open table */
    size_t scratch_cap, scratch_used;
    const void *tables[FW_BSON_LUA_MAX_DEPTH + 1];
@@ -508,7 +509,9 @@ write_table (to_bson_t *c, int idx, bson_t *out, const char *key, int key_len)
    } else if ((is_array = classify_plain (c, idx, &n)) < 0) {
       return false;
    }
-   if (key) {
+   if (!key) {
+      c->root_array = is_array;
+   } else {
       dst = &child;
       ok = is_array ? bson_append_array_begin (out, key, key_len, &child)
                     : bson_append_document_begin (out, key, key_len, &child);
@@ -615,7 +618,7 @@ encode_protected (lua_State *L)
 
 static bool
 run (lua_State *L, int idx, const char *root_path, bson_t *out, const char *key, int key_len,
-     fw_error_t *error)
+     bool *root_array, fw_error_t *error)
 {
    to_bson_t c;
    job_t job;
@@ -660,6 +663,10 @@ run (lua_State *L, int idx, const char *root_path, bson_t *out, const char *key,
       job.ok = fail (&c, "the BSON document would exceed its maximum size");
    }
 
+   if (root_array) {
+      *root_array = c.root_array;
+   }
+
 done:
    lua_settop (L, top);
    bson_destroy (&tmp);
@@ -670,7 +677,14 @@ done:
 bool
 fw_bson_lua_to_bson (lua_State *L, int idx, const char *root_path, bson_t *out, fw_error_t *error)
 {
-   return run (L, idx, root_path, out, NULL, 0, error);
+   return run (L, idx, root_path, out, NULL, 0, NULL, error);
+}
+
+bool
+fw_bson_lua_to_document (lua_State *L, int idx, const char *root_path, bson_t *out, bool *is_array,
+                         fw_error_t *error)
+{
+   return run (L, idx, root_path, out, NULL, 0, is_array, error);
 }
 
 bool
@@ -686,5 +700,5 @@ fw_bson_lua_append (lua_State *L, int idx, bson_t *out, const char *key, int key
                     root_path && *root_path ? root_path : "(root)");
       return false;
    }
-   return run (L, idx, root_path, out, key, (int) len, error);
+   return run (L, idx, root_path, out, key, (int) len, NULL, error);
 }

@@ -144,6 +144,12 @@ void fw_mongo_check_handle (lua_State *L, const char *method, int nargs, const c
 bson_type_t fw_mongo_arg_value (lua_State *L, fw_mongo_op_t *op, int idx, const char *method,
                                 const char *path, bson_iter_t *iter);
 
+/* Converts the Lua table at idx (lua_type LUA_TTABLE) straight into out
+ * (empty, owned by op), raising as fw_mongo_arg_value does; returns whether
+ * the table was an array (then written with keys "0", "1", ...). */
+bool fw_mongo_arg_table (lua_State *L, fw_mongo_op_t *op, int idx, const char *method,
+                         const char *path, bson_t *out);
+
 /* As fw_mongo_arg_value for a document, copied into out (empty, owned by op). */
 void fw_mongo_arg_document (lua_State *L, fw_mongo_op_t *op, int idx, const char *method,
                             const char *path, bson_t *out);

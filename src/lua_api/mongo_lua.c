@@ -220,18 +220,40 @@ fw_mongo_arg_copy_document (lua_State *L, fw_mongo_op_t *op, const bson_iter_t *
    }
 }
 
+bool
+fw_mongo_arg_table (lua_State *L, fw_mongo_op_t *op, int idx, const char *method, const char *path,
+                    bson_t *out)
+{
+   fw_error_t err;
+   bool is_array = false;
+
+   if (!fw_bson_lua_to_document (L, idx, path, out, &is_array, &err)) {
+      fw_mongo_op_release (op);
+      fw_mongo_arg_error (L, "%s: %s", method, err.message);
+   }
+   return is_array;
+}
+
 void
 fw_mongo_arg_document (lua_State *L, fw_mongo_op_t *op, int idx, const char *method,
                        const char *path, bson_t *out)
 {
    bson_iter_t it;
-   bson_type_t t = fw_mongo_arg_value (L, op, idx, method, path, &it);
+   bson_type_t t;
 
+   if (lua_type (L, idx) == LUA_TTABLE) {
+      /* Straight into out: no holder, no copy (the common case). */
+      t = fw_mongo_arg_table (L, op, idx, method, path, out) ? BSON_TYPE_ARRAY : BSON_TYPE_DOCUMENT;
+   } else {
+      t = fw_mongo_arg_value (L, op, idx, method, path, &it);
+   }
    if (t != BSON_TYPE_DOCUMENT) {
       fw_mongo_op_release (op);
       fw_mongo_arg_error (L, "%s: %s must be a document, not an array", method, path);
    }
-   fw_mongo_arg_copy_document (L, op, &it, method, path, out);
+   if (lua_type (L, idx) != LUA_TTABLE) {
+      fw_mongo_arg_copy_document (L, op, &it, method, path, out);
+   }
 }
 
 void

@@ -8,6 +8,7 @@
 
 #include <lauxlib.h>
 
+#include "bson/bson_check.h"
 #include "bson/bson_lua.h"
 #include "flowwarden/io_deadline.h"
 #include "flowwarden/suggest.h"
@@ -42,6 +43,25 @@ scan_operators (const bson_t *doc, bool *all_ops, bool *any_op)
    *all_ops = *all_ops && any_key;
 }
 
+/* Raises "<method>: <path>... <problem>" when out's keys or strings are not
+ * what a document to write may hold (bson_check.h): flowwarden checks them
+ * itself, once, and sends its documents, updates and replacements with
+ * libmongoc's own validation off ("validate": false), which walked each
+ * document again and, with Debian's libbson 1.23, let a string that is not
+ * UTF-8 through (CDRIVER-4448). */
+static void
+check_text (lua_State *L, fw_mongo_op_t *op, const bson_t *out, const char *method,
+            const char *path)
+{
+   char where[512];
+   fw_bson_text_t t = fw_bson_check_text (out, path, where, sizeof where);
+
+   if (t != FW_BSON_TEXT_OK) {
+      fw_mongo_op_release (op);
+      fw_mongo_arg_error (L, "%s: %s %s", method, where, fw_bson_text_problem (t));
+   }
+}
+
 /* Converts the update at idx into out: a non-empty document of $-operators. */
 static void
 arg_update (lua_State *L, fw_mongo_op_t *op, int idx, const char *method, const char *path,
@@ -51,19 +71,24 @@ arg_update (lua_State *L, fw_mongo_op_t *op, int idx, const char *method, const 
    bool all_ops, any_op;
    int t = lua_type (L, idx);
 
-   if ((t != LUA_TTABLE && t != LUA_TUSERDATA) ||
-       fw_mongo_arg_value (L, op, idx, method, path, &it) != BSON_TYPE_DOCUMENT) {
+   /* Converted once: a table straight into out, a view through the holder. */
+   if (t == LUA_TTABLE ? fw_mongo_arg_table (L, op, idx, method, path, out)
+                       : (t != LUA_TUSERDATA || fw_mongo_arg_value (L, op, idx, method, path,
+                                                                    &it) != BSON_TYPE_DOCUMENT)) {
       fw_mongo_op_release (op);
       fw_mongo_arg_error (L, "%s: %s must be a table of $-operators or use replace_one", method,
                           path);
    }
-   fw_mongo_arg_copy_document (L, op, &it, method, path, out); /* converted once */
+   if (t != LUA_TTABLE) {
+      fw_mongo_arg_copy_document (L, op, &it, method, path, out);
+   }
    scan_operators (out, &all_ops, &any_op);
    if (!all_ops) {
       fw_mongo_op_release (op);
       fw_mongo_arg_error (L, "%s: %s must be a table of $-operators or use replace_one", method,
                           path);
    }
+   check_text (L, op, out, method, path);
 }
 
 /* Converts the replacement at idx into out: a document without $-operators. */
@@ -79,6 +104,7 @@ arg_replacement (lua_State *L, fw_mongo_op_t *op, int idx, const char *method, c
       fw_mongo_op_release (op);
       fw_mongo_arg_error (L, "%s: %s must not contain $-operators", method, path);
    }
+   check_text (L, op, out, method, path);
 }
 
 /* Appends to out an _id (a new ObjectId, first, as drivers do) unless doc
@@ -148,11 +174,16 @@ fw_mongo_insert_one (lua_State *L)
    fw_mongo_check_opts (L, 3, "insert_one", no_opts);
    op = fw_mongo_op_new (L);
    fw_mongo_arg_document (L, op, 2, "insert_one", "document", &op->update);
+   check_text (L, op, &op->update, "insert_one", "document");
    if (!copy_with_id (&op->update, &op->filter)) {
       fw_mongo_op_release (op);
       return fw_mongo_arg_error (L, "insert_one: document is too large");
    }
    fw_mongo_ctx_collection (L, op, &ctx, true);
+   if (!BSON_APPEND_BOOL (&op->opts, "validate", false)) { /* checked: check_text */
+      fw_mongo_op_release (op);
+      return luaL_error (L, "insert_one: cannot build the options");
+   }
    RUN_BOUNDED (
       ctx, ok, mongoc_collection_insert_one (op->coll, &op->filter, &op->opts, &op->reply, &error));
    if (!ok) {
@@ -187,7 +218,9 @@ fw_mongo_insert_many (lua_State *L)
                                  luaL_typename (L, 2));
    }
    op = fw_mongo_op_new (L);
-   if (!BSON_APPEND_BOOL (&op->opts, "ordered", ok)) {
+   /* validate = false: each document is checked by check_text. */
+   if (!BSON_APPEND_BOOL (&op->opts, "ordered", ok) ||
+       !BSON_APPEND_BOOL (&op->opts, "validate", false)) {
       fw_mongo_op_release (op);
       return luaL_error (L, "insert_many: cannot build the options");
    }
@@ -222,6 +255,11 @@ fw_mongo_insert_many (lua_State *L)
       if (!bson_init_static (&sub, data, len) || !copy_with_id (&sub, op->docs[op->ndocs - 1])) {
          fw_mongo_op_release (op);
          return fw_mongo_arg_error (L, "insert_many: docs[%d] is too large", pos);
+      }
+      if (fw_bson_check_text (&sub, NULL, NULL, 0) != FW_BSON_TEXT_OK) {
+         char path[32];
+         snprintf (path, sizeof path, "docs[%d]", pos);
+         check_text (L, op, &sub, "insert_many", path); /* raises, naming the element */
       }
    }
    fw_mongo_ctx_collection (L, op, &ctx, true);
@@ -270,7 +308,8 @@ update (lua_State *L, const char *method, update_kind_t kind)
    /* libmongoc 1.23 puts unknown update options into the update statement,
     * where the server rejects maxTimeMS: the socket deadline bounds it. */
    fw_mongo_ctx_collection (L, op, &ctx, false);
-   if (upsert && !BSON_APPEND_BOOL (&op->opts, "upsert", true)) {
+   if ((upsert && !BSON_APPEND_BOOL (&op->opts, "upsert", true)) ||
+       !BSON_APPEND_BOOL (&op->opts, "validate", false)) { /* checked: check_text */
       fw_mongo_op_release (op);
       return luaL_error (L, "%s: cannot build the options", method);
    }
@@ -571,28 +610,44 @@ bulk_op_where (bulk_where_t *w)
    return w->buf;
 }
 
+/* The options of an insert, an update or a replacement in a bulk write,
+ * without and with upsert: built once per bulk_write (small: inline in the
+ * bson_t, so a raise leaks nothing). validate = false: check_text checked
+ * the document. */
+typedef struct {
+   bson_t plain, upsert;
+} bulk_opts_t;
+
+static bool
+bulk_opts_init (bulk_opts_t *o)
+{
+   bson_init (&o->plain);
+   bson_init (&o->upsert);
+   return BSON_APPEND_BOOL (&o->plain, "validate", false) &&
+          BSON_APPEND_BOOL (&o->upsert, "upsert", true) &&
+          BSON_APPEND_BOOL (&o->upsert, "validate", false);
+}
+
 /* Converts the body at index body of ops[i], an update, a replacement or a
- * delete (bulk_kinds[k], k >= 1), into op->filter, op->update and, for
- * upsert, op->sort (the operation's options). */
-static void
-read_bulk_write (lua_State *L, fw_mongo_op_t *op, int body, bulk_where_t *w, int k)
+ * delete (bulk_kinds[k], k >= 1), into op->filter and op->update; returns
+ * the operation's options from o (NULL for a delete). */
+static const bson_t *
+read_bulk_write (lua_State *L, fw_mongo_op_t *op, int body, bulk_where_t *w, int k,
+                 const bulk_opts_t *o)
 {
    const char *const *fields = k <= 2   ? bulk_update_fields
                                : k == 3 ? bulk_replace_fields
                                         : bulk_delete_fields;
+   bool upsert;
 
    fw_mongo_check_opts (L, body, bulk_op_where (w), fields);
    lua_getfield (L, body, "filter");
    fw_mongo_arg_document (L, op, -1, "bulk_write", bulk_path (w, ".filter"), &op->filter);
    lua_pop (L, 1);
    if (k > 3) {
-      return;
+      return NULL;
    }
-   if (fw_mongo_opt_bool (L, body, bulk_op_where (w), "upsert", false) &&
-       !BSON_APPEND_BOOL (&op->sort, "upsert", true)) {
-      fw_mongo_op_release (op);
-      luaL_error (L, "%s: cannot build the options", bulk_op_where (w));
-   }
+   upsert = fw_mongo_opt_bool (L, body, bulk_op_where (w), "upsert", false);
    lua_getfield (L, body, k == 3 ? "replacement" : "update");
    if (k == 3) {
       arg_replacement (L, op, -1, "bulk_write", bulk_path (w, ".replacement"), &op->update);
@@ -600,23 +655,24 @@ read_bulk_write (lua_State *L, fw_mongo_op_t *op, int body, bulk_where_t *w, int
       arg_update (L, op, -1, "bulk_write", bulk_path (w, ".update"), &op->update);
    }
    lua_pop (L, 1);
+   return upsert ? &o->upsert : &o->plain;
 }
 
 /* Appends the update, replacement or delete bulk_kinds[k] (k >= 1) that
- * read_bulk_write built in op to op->bulk. */
+ * read_bulk_write built in op, with its options opts, to op->bulk. */
 static bool
-append_bulk_write (fw_mongo_op_t *op, int k, bson_error_t *error)
+append_bulk_write (fw_mongo_op_t *op, int k, const bson_t *opts, bson_error_t *error)
 {
    switch (k) {
    case 1:
-      return mongoc_bulk_operation_update_one_with_opts (op->bulk, &op->filter, &op->update,
-                                                         &op->sort, error);
+      return mongoc_bulk_operation_update_one_with_opts (op->bulk, &op->filter, &op->update, opts,
+                                                         error);
    case 2:
-      return mongoc_bulk_operation_update_many_with_opts (op->bulk, &op->filter, &op->update,
-                                                          &op->sort, error);
+      return mongoc_bulk_operation_update_many_with_opts (op->bulk, &op->filter, &op->update, opts,
+                                                          error);
    case 3:
-      return mongoc_bulk_operation_replace_one_with_opts (op->bulk, &op->filter, &op->update,
-                                                          &op->sort, error);
+      return mongoc_bulk_operation_replace_one_with_opts (op->bulk, &op->filter, &op->update, opts,
+                                                          error);
    case 4:
       return mongoc_bulk_operation_remove_one_with_opts (op->bulk, &op->filter, NULL, error);
    default:
@@ -626,7 +682,7 @@ append_bulk_write (fw_mongo_op_t *op, int k, bson_error_t *error)
 
 /* Adds the operation at the top of the stack (ops[i]) to op->bulk. */
 static void
-bulk_add (lua_State *L, fw_mongo_op_t *op, lua_Integer i)
+bulk_add (lua_State *L, fw_mongo_op_t *op, lua_Integer i, const bulk_opts_t *o)
 {
    const char *kind;
    bson_error_t error;
@@ -637,14 +693,14 @@ bulk_add (lua_State *L, fw_mongo_op_t *op, lua_Integer i)
 
    bson_reinit (&op->filter);
    bson_reinit (&op->update);
-   bson_reinit (&op->sort);
    bulk_where_init (&w, i, bulk_kinds[k]);
    if (k == 0) {
       fw_mongo_arg_document (L, op, body, "bulk_write", bulk_path (&w, NULL), &op->update);
-      ok = mongoc_bulk_operation_insert_with_opts (op->bulk, &op->update, NULL, &error);
+      check_text (L, op, &op->update, "bulk_write", bulk_path (&w, NULL));
+      ok = mongoc_bulk_operation_insert_with_opts (op->bulk, &op->update, &o->plain, &error);
    } else {
-      read_bulk_write (L, op, body, &w, k);
-      ok = append_bulk_write (op, k, &error);
+      const bson_t *opts = read_bulk_write (L, op, body, &w, k, o);
+      ok = append_bulk_write (op, k, opts, &error);
    }
    if (!ok) {
       fw_mongo_op_release (op);
@@ -665,6 +721,7 @@ fw_mongo_bulk_write (lua_State *L)
    fw_error_t err;
    bool ordered;
    uint32_t server;
+   bulk_opts_t wopts;
 
    fw_mongo_check_handle (L, "bulk_write", 2, &db, &coll, &conn);
    fw_mongo_ctx_begin (L, &ctx, "bulk_write", db, coll, conn);
@@ -689,9 +746,13 @@ fw_mongo_bulk_write (lua_State *L)
       return luaL_error (L, "fw.mongo: bulk_write on %s.%s: cannot create the bulk operation", db,
                          coll);
    }
+   if (!bulk_opts_init (&wopts)) {
+      fw_mongo_op_release (op);
+      return luaL_error (L, "fw.mongo: bulk_write: cannot build the options");
+   }
    for (i = 1; i <= n; i++) {
       lua_rawgeti (L, 2, i);
-      bulk_add (L, op, i);
+      bulk_add (L, op, i, &wopts);
       lua_pop (L, 1);
    }
    fw_io_deadline_set (ctx.deadline_ns);

@@ -302,6 +302,20 @@ class WireTest(unittest.TestCase):
         self.assertEqual(times, sorted(times))
         self.assertEqual(len(set(times)), len(times))
 
+    def test_update_by_an_equal_id_of_another_type(self):
+        # 1, 1.0 and NumberLong(1) are one _id in MongoDB: the fast path finds the stored
+        # document by an int, and the document and its event keep the stored _id's type.
+        coll = self.db.idtypes
+        coll.insert_many([{"_id": 1.0, "n": 1}, {"_id": Int64(2), "n": 1}])
+        with coll.watch() as stream:
+            coll.bulk_write([UpdateOne({"_id": 1}, {"$inc": {"n": 1}}),
+                             UpdateOne({"_id": 2}, {"$inc": {"n": 1}})], ordered=False)
+            events = [stream.next() for _ in range(2)]
+        self.assertEqual([type(e["documentKey"]["_id"]) for e in events], [float, Int64])
+        self.assertEqual(coll.count_documents({"_id": {"$type": "double"}, "n": 2}), 1)
+        self.assertEqual(coll.count_documents({"_id": {"$type": "long"}, "n": 2}), 1)
+        coll.drop()
+
     def test_update_past_16_mib_fails_as_before(self):
         # The fast path's new size (not its bytes) is checked against the limit.
         coll = self.db.big

@@ -356,7 +356,10 @@ def _update_by_id(store, db, name, st, txn, fast):
         if size is not None:
             size = fast.new_size(size, doc, ud["updatedFields"])
     if size is not None:
-        store.update(c, doc, new, ud, size=size)
+        # plan()'s _id is its own value_key (the stored _id's when of the same type: 1
+        # finds 1.0); its fields are top-level.
+        k = fp[0] if type(doc["_id"]) is type(fp[0]) else None
+        store.update(c, doc, new, ud, size=size, k=k, top=True)
     else:
         store.update(c, doc, new, ud, encode(new))
     return {"n": 1, "nModified": 1}

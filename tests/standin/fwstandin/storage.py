@@ -270,11 +270,13 @@ class Store:
         self.oplog.append(oplogmod.Entry(tsv, wall, "i", c.db, c.name, ev, k))
         self.clock.advance_past(tsv)
 
-    def _do_update(self, c, old, new, ud, tsv, wall, raw=None):
+    def _do_update(self, c, old, new, ud, tsv, wall, raw=None, k=None, top=False):
         """ud is the update description, or None for a replacement; raw: new's BSON, when
-        the caller has it. The change event is encoded when a stream first reads it
-        (update_event)."""
-        k = value_key(new["_id"])
+        the caller has it; k: value_key of its _id, when the caller has it; top: ud names
+        top-level fields only (never ambiguous: no disambiguatedPaths). The change event is
+        encoded when a stream first reads it (update_event)."""
+        if k is None:
+            k = value_key(new["_id"])
         if c.unique_indexes():
             c.index_remove(old, k)
             c.index_add(new, k)
@@ -286,7 +288,7 @@ class Store:
         if c.sizes:
             c.sizes.pop(k, None)
         pp = c.pre_post
-        dp = disambiguated_paths(old, new, ud) if ud is not None else None
+        dp = disambiguated_paths(old, new, ud) if ud is not None and not top else None
         self.oplog.append(oplogmod.Entry(
             tsv, wall, "u" if ud is not None else "r", c.db, c.name, None, k, images=pp,
             pre=old if pp else None, post=new if (pp and ud is not None) else None,
@@ -443,11 +445,12 @@ class Store:
                                          + e_int64(b"w", wall) + e_doc(b"d", raw)))
         return doc
 
-    def update(self, c, old, new, ud, raw=None, size=None):
+    def update(self, c, old, new, ud, raw=None, size=None, k=None, top=False):
         """Store `new` in place of `old`; ud None means replacement. raw: encode(new), when
         the caller has it already; size: instead of raw, len(encode(new)) when the caller
         knows it without encoding (update_fast): the bytes are then made when a read wants
-        them (raw_of), as for a document loaded from the journal."""
+        them (raw_of), as for a document loaded from the journal. k, top: as for
+        _do_update (update_fast knows both)."""
         if size is None or next(iter(new)) != "_id":
             if raw is None or next(iter(new)) != "_id":
                 new = _id_first(new)
@@ -456,13 +459,14 @@ class Store:
         if size > MAX_BSON:
             raise MongoError(17419, "Location17419",
                              "Resulting document after update is larger than 16777216")
-        k = value_key(new["_id"])
+        if k is None:
+            k = value_key(new["_id"])
         if len(c.indexes) > 1:
             c.check_unique(new, k)
         if self.observer is not None:
             self.observer(c, k, old)
         tsv, wall = self._tick()
-        self._do_update(c, old, new, ud, tsv, wall, raw)
+        self._do_update(c, old, new, ud, tsv, wall, raw, k, top)
         if raw is None:
             c.sizes[k] = (new, size)
         if self.journal is not None:
