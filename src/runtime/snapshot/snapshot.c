@@ -335,16 +335,18 @@ event_id (char *data, uint64_t high, int index)
    data[28 + n] = '\0';
 }
 
-/* The snapshot event of row r: the shape of an insert's change event, with
- * operationType "snapshot" and its chunk's high watermark as its
+/* The snapshot event of row index of ch: the shape of an insert's change
+ * event, with operationType "snapshot" and its chunk's high watermark as its
  * clusterTime. Its ns and documentKey (the row's key) are copied whole. */
 static bool
-build_event (fw_snapshot_t *s, const chunk_t *ch, const row_t *r, int index)
+build_event (fw_snapshot_t *s, const chunk_t *ch, int index)
 {
    bson_t *e = &s->event;
-   bson_t id;
+   bson_t id, key, doc;
    char data[80];
 
+   fw_snapshot_row_key (ch, index, &key);
+   fw_snapshot_row_doc (ch, index, &doc);
    bson_reinit (e);
    event_id (data, ch->high, index);
    return BSON_APPEND_DOCUMENT_BEGIN (e, "_id", &id) && BSON_APPEND_UTF8 (&id, "_data", data) &&
@@ -352,9 +354,8 @@ build_event (fw_snapshot_t *s, const chunk_t *ch, const row_t *r, int index)
           BSON_APPEND_TIMESTAMP (e, "clusterTime", (uint32_t) (ch->high >> 32),
                                  (uint32_t) ch->high) &&
           BSON_APPEND_DATE_TIME (e, "wallTime", fw_now_ms ()) &&
-          BSON_APPEND_DOCUMENT (e, "ns", &s->ns) &&
-          BSON_APPEND_DOCUMENT (e, "documentKey", &r->key) &&
-          BSON_APPEND_DOCUMENT (e, "fullDocument", r->doc);
+          BSON_APPEND_DOCUMENT (e, "ns", &s->ns) && BSON_APPEND_DOCUMENT (e, "documentKey", &key) &&
+          BSON_APPEND_DOCUMENT (e, "fullDocument", &doc);
 }
 
 /* The oldest chunk is handed out: its last row is the boundary. */
@@ -363,9 +364,12 @@ close_chunk (fw_snapshot_t *s)
 {
    chunk_t *ch = &s->chunk[0];
    bson_iter_t it;
+   bson_t last;
 
-   if (ch->n_rows > 0 && bson_iter_init (&it, &ch->rows[ch->n_rows - 1].key) &&
-       bson_iter_next (&it)) {
+   if (ch->n_rows > 0) {
+      fw_snapshot_row_key (ch, ch->n_rows - 1, &last);
+   }
+   if (ch->n_rows > 0 && bson_iter_init (&it, &last) && bson_iter_next (&it)) {
       bson_reinit (&s->progress.after);
       bson_append_iter (&s->progress.after, "_id", 3, &it);
       s->progress.has_after = true;
@@ -400,7 +404,7 @@ fw_snapshot_next_event (fw_snapshot_t *s, fw_event_t *ev)
       if (ch->rows[i].dropped) {
          continue;
       }
-      if (build_event (s, ch, &ch->rows[i], i) && fw_event_parse (&s->event, ev, &err)) {
+      if (build_event (s, ch, i) && fw_event_parse (&s->event, ev, &err)) {
          s->progress.documents++;
          return true;
       }
