@@ -61,13 +61,17 @@ def sched(pid):
     """(CPU ns, ns waited for a core) of pid's threads from /proc (Linux), or None."""
     run = wait = 0
     try:
-        for t in os.listdir("/proc/%d/task" % pid):
+        tasks = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return None
+    for t in tasks:
+        try:
             with open("/proc/%d/task/%s/schedstat" % (pid, t)) as f:
                 fields = f.read().split()
             run += int(fields[0])
             wait += int(fields[1])
-    except (OSError, ValueError, IndexError):
-        return None
+        except (OSError, ValueError, IndexError):
+            pass  # a thread that ended meanwhile: its time is no longer counted
     return run, wait
 
 
