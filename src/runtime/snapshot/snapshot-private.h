@@ -96,8 +96,10 @@ struct fw_snapshot {
    bool log_full;        /* an event could not be kept: the reads ahead stop */
    bool ahead_off;       /* ... for good: the chunks are read on the stream's thread */
    uint64_t logged_upto; /* every run up to this one is queued whole: no event kept for it */
-   bson_t event;         /* the snapshot event handed out last */
-   bson_t ns;            /* its ns: { db, coll }, built once */
+   bson_t event;         /* the snapshot event handed out last: a view of ev_buf */
+   uint8_t *ev_buf;      /* its bytes, owned */
+   size_t ev_cap;
+   bson_t ns; /* its ns: { db, coll }, built once */
    int64_t read, dropped, chunks;
 };
 
