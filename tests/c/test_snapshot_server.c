@@ -20,6 +20,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -458,6 +459,102 @@ chunks_read_ahead_drop_their_rows_of_live_events_handled_before_them (void **sta
    mongoc_client_destroy (client);
 }
 
+/* The event libbson's appends make of a chunk's row (the shape of an
+ * insert's change event), with the clusterTime and wallTime given. */
+static bson_t *
+expected_event (uint64_t high, int index, uint64_t wall, const bson_t *row)
+{
+   bson_t *e = bson_new ();
+   bson_t id, ns, key;
+   bson_iter_t it;
+   char data[64];
+
+   snprintf (data, sizeof data, "fwsnapshot-%016llx-%d", (unsigned long long) high, index);
+   BSON_APPEND_DOCUMENT_BEGIN (e, "_id", &id);
+   BSON_APPEND_UTF8 (&id, "_data", data);
+   bson_append_document_end (e, &id);
+   BSON_APPEND_UTF8 (e, "operationType", "snapshot");
+   BSON_APPEND_TIMESTAMP (e, "clusterTime", (uint32_t) (high >> 32), (uint32_t) high);
+   BSON_APPEND_DATE_TIME (e, "wallTime", (int64_t) wall);
+   BSON_APPEND_DOCUMENT_BEGIN (e, "ns", &ns);
+   BSON_APPEND_UTF8 (&ns, "db", "snapdb");
+   BSON_APPEND_UTF8 (&ns, "coll", "shape");
+   bson_append_document_end (e, &ns);
+   BSON_APPEND_DOCUMENT_BEGIN (e, "documentKey", &key);
+   assert_true (bson_iter_init_find (&it, row, "_id") && bson_append_iter (&key, "_id", 3, &it));
+   bson_append_document_end (e, &key);
+   BSON_APPEND_DOCUMENT (e, "fullDocument", row);
+   return e;
+}
+
+/* Each row is handed out as an insert's change event of its document,
+ * byte for byte what libbson's appends make: small and large rows (the
+ * chunk's buffer grows past its first 64 KiB), _ids of two types. */
+static void
+rows_are_handed_out_as_insert_shaped_events (void **state)
+{
+   mongoc_client_t *client = mongoc_client_new (g_standin.uri);
+   mongoc_collection_t *coll;
+   bson_t *rows[5];
+   char *big = malloc (100000);
+   fw_snapshot_t *s;
+   fw_event_t ev;
+   fw_error_t err;
+   bson_error_t berr;
+   int n = 0;
+
+   (void) state;
+   assert_non_null (client);
+   assert_non_null (big);
+   memset (big, 'x', 99999);
+   big[99999] = '\0';
+   coll = mongoc_client_get_collection (client, "snapdb", "shape");
+   rows[0] = BCON_NEW ("_id", BCON_INT32 (1), "v", BCON_UTF8 ("small"));
+   rows[1] = BCON_NEW ("_id", BCON_INT32 (2), "blob", BCON_UTF8 (big), "n", BCON_INT64 (7));
+   rows[2] = BCON_NEW ("_id", BCON_INT32 (3), "blob", BCON_UTF8 (big));
+   rows[3] = BCON_NEW ("_id", BCON_UTF8 ("a"), "nested", "{", "k", BCON_DOUBLE (1.5), "}");
+   rows[4] = BCON_NEW ("_id", BCON_UTF8 ("b"));
+   for (int i = 0; i < 5; i++) {
+      assert_true (mongoc_collection_insert_one (coll, rows[i], NULL, NULL, &berr));
+   }
+   assert_non_null (s = snapshot_of ("shape", 3));
+   memset (&err, 0, sizeof err);
+   while (fw_snapshot_wants_chunk (s)) {
+      assert_true (fw_snapshot_read_chunk (s, client, &err));
+   }
+   fw_snapshot_end_reads (s);
+   assert_int_equal (s->n_chunks, 2); /* the int32 _ids, then the strings */
+   s->passed = s->chunk[1].high;      /* the stream passed both high watermarks */
+   assert_true (fw_snapshot_due (s));
+   while (s->n_chunks > 0) {
+      uint64_t high = s->chunk[0].high;
+      int index = s->chunk[0].next;
+      bson_iter_t it;
+      bson_t *want;
+      if (!fw_snapshot_next_event (s, &ev)) {
+         continue; /* a chunk closed */
+      }
+      assert_true (n < 5);
+      assert_true (bson_iter_init_find (&it, ev.doc, "wallTime") &&
+                   BSON_ITER_HOLDS_DATE_TIME (&it));
+      want = expected_event (high, index, (uint64_t) bson_iter_date_time (&it), rows[n]);
+      assert_int_equal (ev.doc->len, want->len);
+      assert_memory_equal (bson_get_data (ev.doc), bson_get_data (want), want->len);
+      bson_destroy (want);
+      n++;
+   }
+   assert_int_equal (n, 5);
+   assert_true (fw_snapshot_finished (s));
+
+   for (int i = 0; i < 5; i++) {
+      bson_destroy (rows[i]);
+   }
+   free (big);
+   fw_snapshot_destroy (s);
+   mongoc_collection_destroy (coll);
+   mongoc_client_destroy (client);
+}
+
 /* More live events than the reads ahead can keep (a busy stream while a
  * read is held up): the reads ahead stop, and the chunks they had not
  * handed over are read on the caller's thread; no row is lost. */
@@ -528,6 +625,7 @@ main (void)
       cmocka_unit_test (the_progress_is_stored_with_the_position_or_not_at_all),
       cmocka_unit_test (chunks_read_ahead_drop_their_rows_of_live_events_handled_before_them),
       cmocka_unit_test (overflowing_the_kept_live_events_reads_on_the_callers_thread),
+      cmocka_unit_test (rows_are_handed_out_as_insert_shaped_events),
    };
    return cmocka_run_group_tests_name ("snapshot_server", tests, group_setup, group_teardown);
 }

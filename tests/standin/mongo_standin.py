@@ -11,6 +11,7 @@ import argparse
 import os
 import signal
 import sys
+import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -23,6 +24,7 @@ except ImportError:
 
 from fwstandin import oplog as oplogmod  # noqa: E402
 from fwstandin.auth import Users  # noqa: E402
+from fwstandin.cmd_crud import warm_engine  # noqa: E402
 from fwstandin.journal import DataDirInUse  # noqa: E402
 from fwstandin.server import Server  # noqa: E402
 
@@ -161,6 +163,7 @@ def main(argv=None):
     signal.signal(signal.SIGINT, stop)
     sys.stdout.write("ready %s\n" % server.host)
     sys.stdout.flush()
+    threading.Thread(target=warm_engine, name="warm-engine", daemon=True).start()
     server.serve_forever()
     server.shutdown()
     sys.stdout.flush()

@@ -15,10 +15,14 @@
 
 #include "runtime/snapshot/snapshot.h"
 
+/* A row: its document and its key { _id } (compared with a live event's
+ * documentKey, its snapshot event's documentKey) in its chunk's data, one
+ * after the other: no allocation of its own (two per row, and their frees
+ * on the stream's thread, were most of a chunk's read after the find). */
 typedef struct {
-   bson_t *doc;   /* the row, owned */
-   bson_t key;    /* { _id }: compared with a live event's documentKey, its documentKey */
-   uint64_t hash; /* of key's bytes */
+   size_t off; /* the document at data + off, len bytes; the key right after it */
+   uint32_t len, key_len;
+   uint64_t hash; /* of the key's bytes */
    bool dropped;  /* a live change between the watermarks */
 } row_t;
 
@@ -26,6 +30,8 @@ typedef struct {
  * high. */
 typedef struct {
    row_t *rows;
+   uint8_t *data; /* the rows' documents and keys, owned */
+   size_t data_len, data_cap;
    int n_rows;
    int next; /* the next row to hand out */
    uint64_t low, high;
@@ -90,8 +96,10 @@ struct fw_snapshot {
    bool log_full;        /* an event could not be kept: the reads ahead stop */
    bool ahead_off;       /* ... for good: the chunks are read on the stream's thread */
    uint64_t logged_upto; /* every run up to this one is queued whole: no event kept for it */
-   bson_t event;         /* the snapshot event handed out last */
-   bson_t ns;            /* its ns: { db, coll }, built once */
+   bson_t event;         /* the snapshot event handed out last: a view of ev_buf */
+   uint8_t *ev_buf;      /* its bytes, owned */
+   size_t ev_cap;
+   bson_t ns; /* its ns: { db, coll }, built once */
    int64_t read, dropped, chunks;
 };
 
@@ -101,6 +109,11 @@ bool fw_snapshot_key_of (bson_iter_t *it, bson_t *key, uint64_t *hash);
 
 /* Frees c's rows and zeroes it. */
 void fw_snapshot_chunk_clear (chunk_t *c);
+
+/* Row i of c's document and key, as read-only views of c's data (valid
+ * while c is). */
+void fw_snapshot_row_doc (const chunk_t *c, int i, bson_t *view);
+void fw_snapshot_row_key (const chunk_t *c, int i, bson_t *view);
 
 /* cur from s's progress (after its boundary, up to its bound), or when
  * after is not NULL ({ _id: v }) after it; no run. */

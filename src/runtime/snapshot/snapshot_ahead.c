@@ -149,10 +149,12 @@ static const bson_t *
 queue_tail (const fw_snapshot_t *s, bson_t *after)
 {
    bson_iter_t it;
+   bson_t last;
 
    if (s->n_chunks > 0) {
       const chunk_t *ch = &s->chunk[s->n_chunks - 1];
-      if (bson_iter_init (&it, &ch->rows[ch->n_rows - 1].key) && bson_iter_next (&it) &&
+      fw_snapshot_row_key (ch, ch->n_rows - 1, &last);
+      if (bson_iter_init (&it, &last) && bson_iter_next (&it) &&
           bson_append_iter (after, "_id", 3, &it)) {
          return after;
       }

@@ -38,12 +38,25 @@ fw_snapshot_key_of (bson_iter_t *it, bson_t *key, uint64_t *hash)
 void
 fw_snapshot_chunk_clear (chunk_t *c)
 {
-   for (int i = 0; i < c->n_rows; i++) {
-      bson_destroy (c->rows[i].doc);
-      bson_destroy (&c->rows[i].key);
-   }
    free (c->rows);
+   free (c->data);
    memset (c, 0, sizeof *c);
+}
+
+void
+fw_snapshot_row_doc (const chunk_t *c, int i, bson_t *view)
+{
+   const row_t *r = &c->rows[i];
+
+   (void) bson_init_static (view, c->data + r->off, r->len); /* checked when stored */
+}
+
+void
+fw_snapshot_row_key (const chunk_t *c, int i, bson_t *view)
+{
+   const row_t *r = &c->rows[i];
+
+   (void) bson_init_static (view, c->data + r->off + r->len, r->key_len);
 }
 
 void
@@ -55,8 +68,8 @@ fw_snapshot_drop_rows (fw_snapshot_t *s, chunk_t *ch, uint64_t ts, const uint8_t
    }
    for (int i = ch->next; i < ch->n_rows; i++) {
       row_t *r = &ch->rows[i];
-      if (!r->dropped && r->hash == hash && r->key.len == len &&
-          memcmp (bson_get_data (&r->key), key, len) == 0) {
+      if (!r->dropped && r->hash == hash && r->key_len == len &&
+          memcmp (ch->data + r->off + r->len, key, len) == 0) {
          r->dropped = true;
          s->dropped++;
       }
@@ -294,20 +307,56 @@ write_mark (const fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_sessi
    return ok;
 }
 
-/* n zeroed rows. A row holds a bson_t, which libbson aligns to 128 bytes:
- * calloc's alignment is not enough (a small chunk's rows were misaligned). */
+/* n zeroed rows. */
 static row_t *
 rows_new (int64_t n)
 {
-   size_t size = (size_t) n * sizeof (row_t);
-   row_t *rows = n > 0 && (size_t) n <= SIZE_MAX / sizeof (row_t)
-                    ? aligned_alloc (_Alignof(row_t), size)
-                    : NULL;
+   return n > 0 && (uint64_t) n <= SIZE_MAX / sizeof (row_t) ? calloc ((size_t) n, sizeof (row_t))
+                                                             : NULL;
+}
 
-   if (rows) {
-      memset (rows, 0, size);
+/* Appends the document doc and its key (the _id at it) to ch as its next
+ * row (ch->rows has room): both copied into ch's data, which grows by
+ * doubling. False when out of memory (ch unchanged). */
+static bool
+add_row (chunk_t *ch, const bson_t *doc, bson_iter_t *it)
+{
+   row_t *r = &ch->rows[ch->n_rows];
+   bson_t key;
+   uint64_t hash;
+   size_t need;
+   bool ok;
+
+   if (!fw_snapshot_key_of (it, &key, &hash)) {
+      return false;
    }
-   return rows;
+   need = (size_t) doc->len + key.len;
+   ok = need <= SIZE_MAX - ch->data_len;
+   if (ok && ch->data_len + need > ch->data_cap) {
+      size_t cap = ch->data_cap ? ch->data_cap : 65536;
+      uint8_t *data = NULL;
+      while (cap < ch->data_len + need && cap <= SIZE_MAX / 2) {
+         cap *= 2;
+      }
+      ok = cap >= ch->data_len + need && (data = realloc (ch->data, cap));
+      if (ok) {
+         ch->data = data;
+         ch->data_cap = cap;
+      }
+   }
+   if (ok) {
+      r->off = ch->data_len;
+      r->len = doc->len;
+      r->key_len = key.len;
+      r->hash = hash;
+      r->dropped = false;
+      memcpy (ch->data + r->off, bson_get_data (doc), doc->len);
+      memcpy (ch->data + r->off + r->len, bson_get_data (&key), key.len);
+      ch->data_len += need;
+      ch->n_rows++;
+   }
+   bson_destroy (&key);
+   return ok;
 }
 
 /* The chunk's filter into filter (initialized): false when out of memory;
@@ -350,25 +399,28 @@ find_chunk (const fw_snapshot_t *s, mongoc_client_t *client, mongoc_client_sessi
    } else {
       cur = mongoc_collection_find_with_opts (coll, filter, opts, rp);
       while (ok && ch->n_rows < s->cfg.chunk_size && mongoc_cursor_next (cur, &doc)) {
-         row_t *r = &ch->rows[ch->n_rows];
          bson_iter_t it;
-         if (!bson_iter_init_find (&it, doc, "_id") ||
-             !fw_snapshot_key_of (&it, &r->key, &r->hash)) {
+         if (!bson_iter_init_find (&it, doc, "_id")) {
             continue; /* every document has an _id */
          }
-         if (!(r->doc = bson_copy (doc))) {
-            bson_destroy (&r->key);
+         if (!add_row (ch, doc, &it)) {
             fw_error_set (error, FW_ERROR_NOMEM, "out of memory reading the snapshot's chunk");
             ok = false;
-            break;
          }
-         ch->n_rows++;
       }
       if (ok && mongoc_cursor_error (cur, &berr)) {
          fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
                             "cannot read the snapshot's chunk of %s.%s: %s", s->cfg.database,
                             s->cfg.collection, berr.message);
          ok = false;
+      }
+      if (ok && ch->data_cap - ch->data_len > 65536) {
+         /* The data grew by doubling: up to 16 chunks are held. */
+         uint8_t *data = realloc (ch->data, ch->data_len);
+         if (data) {
+            ch->data = data;
+            ch->data_cap = ch->data_len;
+         }
       }
    }
    mongoc_cursor_destroy (cur);
@@ -492,6 +544,7 @@ static void
 advance (fw_snapshot_cursor_t *cur, chunk_t *ch)
 {
    bson_iter_t it;
+   bson_t last;
 
    cur->last_high = ch->n_rows > 0 ? ch->high : ch->low; /* the next read's low */
    if (ch->n_rows == 0 && !cur->jump && cur->read_after.len > 5) {
@@ -504,7 +557,8 @@ advance (fw_snapshot_cursor_t *cur, chunk_t *ch)
       fw_snapshot_cursor_end (cur);
       return;
    }
-   if (bson_iter_init (&it, &ch->rows[ch->n_rows - 1].key) && bson_iter_next (&it)) {
+   fw_snapshot_row_key (ch, ch->n_rows - 1, &last);
+   if (bson_iter_init (&it, &last) && bson_iter_next (&it)) {
       bson_reinit (&cur->read_after);
       bson_append_iter (&cur->read_after, "_id", 3, &it);
    }
