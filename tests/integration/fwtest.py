@@ -480,7 +480,9 @@ class Flowwarden:
 
     def wait_exit(self, timeout=30):
         rc = self.proc.wait(timeout=timeout)
-        self._reader.join(timeout=5)
+        # Every line read before the caller looks at them: a run of thousands of
+        # reports may take the reader seconds to finish on a loaded machine.
+        self._reader.join(timeout=60)
         if not self._reader.is_alive():
             self.proc.stderr.close()
         return rc
