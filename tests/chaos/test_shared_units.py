@@ -74,6 +74,16 @@ class SharedUnits(StandInTestCase):
         return max(datetime.datetime.strptime(t, "%Y-%m-%dT%H:%M:%S.%fZ")
                    .replace(tzinfo=datetime.timezone.utc).timestamp() for t in takes()) - killed
 
+    def started(self):
+        """Whether every unit's change stream opened once. A unit's first holder saves where it
+        starts ("from now") before its stream is open, and every later holder resumes there;
+        a unit whose lease is held but whose stream is not open yet starts at its open, after
+        what was written meanwhile (a loaded machine opens them late)."""
+        return self.db["_fw_checkpoints"].count_documents({
+            "_id": {"$regex": "^p#[0-9]+/%d$" % N},
+            "$or": [{"lastSeenToken": {"$exists": True}},
+                    {"lastProcessedToken": {"$exists": True}}]}) == N
+
     def wait_for(self, pred, timeout, what):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -96,7 +106,8 @@ class SharedUnits(StandInTestCase):
         self.db.c.insert_many([{"_id": k, "n": -1} for k in range(KEYS)])
         script = self.script(SCRIPT)
         procs = [self.run_fw(script) for _ in range(3)]
-        self.wait_for(lambda: self.counts() == [2, 2, 2], 15, "two units each")
+        self.wait_for(lambda: self.counts() == [2, 2, 2] and self.started(), 15,
+                      "two units each, every unit started")
         writer = threading.Thread(target=self.write_all, args=(0.02,), daemon=True)
         writer.start()
         victim = procs[rng.randrange(3)]
