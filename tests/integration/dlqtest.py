@@ -117,9 +117,15 @@ class FailureTestCase(StandInTestCase):
         query = {} if stream is None else {"streamName": stream}
         return list(self.db[coll].find(query).sort("createdAt", 1))
 
-    def wait_dlq(self, n, coll="_fw_dlq", stream=None, timeout=20.0):
-        return wait_for(lambda: (lambda e: e if len(e) >= n else None)(
+    def wait_dlq(self, n, coll="_fw_dlq", stream=None, timeout=20.0, p=None):
+        """The entries once there are n; with p (the flowwarden that writes them), also once
+        p's line for each was read: it is logged after the entry is written, so every report
+        and line of the event's attempts is then read too."""
+        entries = wait_for(lambda: (lambda e: e if len(e) >= n else None)(
             self.dlq_entries(coll, stream)), timeout, "%d DLQ entries in %s" % (n, coll))
+        if p is not None:
+            p.wait_log("dead-lettered to", count=n, timeout=timeout, stream=stream)
+        return entries
 
     def attempts_of(self, p, doc_id, stream=None):
         return [r["attempt"] for r in p.reports(stream) if r.get("id") == doc_id]

@@ -318,6 +318,18 @@ def token_at(op_time):
     return "82%08X%08X" % (op_time.time, op_time.inc)
 
 
+_REFUSING = []      # refused_port()'s sockets, held until the test process ends
+
+
+def refused_port():
+    """A loopback port that refuses connections for as long as the test process runs: bound
+    (so no other process can take it and answer) but never listening."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    _REFUSING.append(s)
+    return s.getsockname()[1]
+
+
 class ConnectionProbe:
     """A TCP listener that only counts the connections made to it: the proof
     that a process did (or did not) try to reach a server."""
@@ -480,7 +492,9 @@ class Flowwarden:
 
     def wait_exit(self, timeout=30):
         rc = self.proc.wait(timeout=timeout)
-        self._reader.join(timeout=5)
+        # Every line read before the caller looks at them: a run of thousands of
+        # reports may take the reader seconds to finish on a loaded machine.
+        self._reader.join(timeout=60)
         if not self._reader.is_alive():
             self.proc.stderr.close()
         return rc

@@ -65,21 +65,46 @@ class RedisServer:
         return "redis://%s127.0.0.1:%d/%d" % (auth, self.port, db)
 
     def start(self, timeout=15):
+        """Starts the server; the first start moves to another free port when
+        another process took this one since free_port() (a later start keeps
+        it: the handlers' URI names it)."""
+        for attempt in range(3):
+            if self._start(timeout):
+                self.started = True
+                return
+            self.port = free_port()
+        raise AssertionError("redis-server failed to start three times: ports in use")
+
+    def _start(self, timeout):
+        """True once the server answers; False when it could not bind its port
+        on a first start (the caller picks another)."""
+        log = os.path.join(self.dir.name, "redis.log")
+        if os.path.exists(log):
+            os.unlink(log)
         cmd = [self.exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
                "--appendonly", "no", "--dir", self.dir.name, "--daemonize", "no",
-               "--logfile", os.path.join(self.dir.name, "redis.log")] + self.args
+               "--logfile", log] + self.args
         if self.password:
             cmd += ["--requirepass", self.password]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         end = time.monotonic() + timeout
         while True:
             try:
-                if self.command("PING") == "PONG":
-                    return
+                # Another test's server may answer on the port this one failed to bind.
+                if (self.command("PING") == "PONG" and b"process_id:%d\r\n" % self.proc.pid
+                        in self.command("INFO", "server")):
+                    return True
             except OSError:
                 pass
             if self.proc.poll() is not None:
-                raise AssertionError("redis-server exited with %s" % self.proc.returncode)
+                text = ""
+                if os.path.exists(log):
+                    with open(log, errors="replace") as f:
+                        text = f.read()
+                if not getattr(self, "started", False) and "in use" in text:
+                    return False
+                raise AssertionError("redis-server exited with %s:\n%s"
+                                     % (self.proc.returncode, text[-3000:]))
             if time.monotonic() > end:
                 raise AssertionError("redis-server did not answer in %ss" % timeout)
             time.sleep(0.05)

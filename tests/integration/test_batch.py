@@ -71,6 +71,14 @@ class BatchHandlers(FailureTestCase):
         self.assertEqual(sorted(applied), [i for i in range(1, N + 1) if i not in (17, 123)])
         self.assertEqual(set(applied.values()), {1}, "every other event applied exactly once")
 
+        # A batch reports after its writes, on_error before the entry is written: the lines of
+        # what the database shows may still be on their way.
+        def reported():
+            rs = p.reports()
+            done = {i for r in rs if "eid" in r for i in r["ids"]}
+            errs = {r["on_error"] for r in rs if "on_error" in r}
+            return done >= set(applied) and errs == {17, 123}
+        p.wait_until(reported, what="the reports of every applied batch and of both poisons")
         sizes = [r["n"] for r in p.reports() if "eid" in r]
         self.assertGreater(max(sizes), 1, "a backlog gives batches of more than one event")
         self.assertLessEqual(max(sizes), 50, "at most batch.max_events")
@@ -180,11 +188,19 @@ class BulkWriteReadModel(FailureTestCase):
         model = {d["_id"]: d["email"] for d in self.db.model.find()}
         self.assertEqual(len(model), 120)  # 0 and the 119 others
         self.assertNotIn(50, model)
+        # Each event is counted in one batch, however often it was retried. A batch is counted
+        # once it ran, after its writes: wait for the last one (the model shows it written).
+        def batch_counts():
+            metrics = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port,
+                                             timeout=5).read()
+            return dict(re.findall(r'^(flowwarden_batch\w+)\{stream="m"\} (\d+)',
+                                   metrics.decode(), re.M))
+        wait_for(lambda: int(batch_counts().get("flowwarden_batch_events_total", 0)) >= 120,
+                 what="every event counted in a batch")
+        counts = batch_counts()
+        # Reported before each bulk write: the last batch's line may still be on its way.
+        p.wait_until(lambda: sum(r["n"] for r in p.reports()) >= 120, what="every batch's report")
         self.assertGreater(max(r["n"] for r in p.reports()), 1)
-        # Each event is counted in one batch, however often it was retried.
-        metrics = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5).read()
-        counts = dict(re.findall(r'^(flowwarden_batch\w+)\{stream="m"\} (\d+)',
-                                 metrics.decode(), re.M))
         self.assertEqual(counts.get("flowwarden_batch_events_total"), "120", counts)
         self.assertLess(int(counts.get("flowwarden_batches_total", 0)), 120, counts)
         self.stop_cleanly(p)
@@ -230,6 +246,7 @@ class BatchDocsExample(FailureTestCase):
         got = {d["_id"]: d["total"] for d in self.db.customer_totals.find({"_id": {"$ne": "end"}})}
         self.assertEqual(got, want)
         self.assertEqual(self.fail_point("off")["count"], 1)  # it did fire
+        p.wait_log("write concern not met", timeout=10)
         self.assertEqual(p.count_log("write concern not met"), 1)
         self.assertEqual(self.dlq_entries(), [])
         self.stop_cleanly(p)

@@ -76,7 +76,7 @@ class HandlerBudgets(FailureTestCase):
             handler="runaway", dlq="true", extra='memory_limit = "8MB"',
             retry='{ max_attempts = 2, initial_delay = "50ms", jitter = false }'))
         self.db.orders.insert_one({"_id": 1, "hog": True})
-        e = self.wait_dlq(1, timeout=30)[0]
+        e = self.wait_dlq(1, timeout=30, p=p)[0]
         self.assertEqual((e["error"]["type"], e["attempts"]), ("MemoryError", 2))
         self.assertEqual(self.attempts_of(p, 1), [1, 2])
 
@@ -92,7 +92,7 @@ local function h(ctx)
 end
 fw.stream""", 1))
         self.db.orders.insert_one({"_id": 1})
-        e = self.wait_dlq(1)[0]
+        e = self.wait_dlq(1, p=p)[0]
         self.assertTrue(p.reports()[0]["refused"])
         self.assertEqual((e["error"]["type"], e["error"]["message"]),
                          ("Boom", "after a refused allocation"))

@@ -49,7 +49,7 @@ fw.stream""", 1))
             self.db.orders.insert_one({"_id": ObjectId("64f1a2b3c4d5e6f7a8b9c0d1"),
                                        "status": "PAID", "total": 99.99})
             event = cs.next()
-        e = self.wait_dlq(1, "orders_dlq")[0]
+        e = self.wait_dlq(1, "orders_dlq", p=p)[0]
         reports = p.reports()
 
         self.assertEqual(list(e.keys())[:16], [

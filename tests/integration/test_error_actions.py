@@ -199,7 +199,7 @@ local function h(ctx)
 end
 fw.stream""", 1))
         self.db.orders.insert_one({"_id": 1})
-        e = self.wait_dlq(1)[0]
+        e = self.wait_dlq(1, p=p)[0]
         self.assertEqual(self.attempts_of(p, 1), [1, 2])
         self.assertEqual((e["error"]["type"], e["error"]["message"], e["attempts"]),
                          ("DlqRequested", "no point retrying", 2))

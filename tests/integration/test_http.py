@@ -4,13 +4,12 @@ here (127.0.0.1 only: no test sends a packet anywhere else).
 Handlers run one case per inserted document ({case = "..."}); a case
 reports what it got, and on_error reports the typed error it raised."""
 import json
-import socket
 import threading
 import time
 import unittest
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from fwtest import StandInTestCase, clean_env, run_cli, write_script
+from fwtest import StandInTestCase, clean_env, refused_port, run_cli, write_script
 
 BIG = 20 * 1024 * 1024
 # "é" straddles byte 512: the DLQ keeps the 511 bytes before it.
@@ -150,11 +149,7 @@ end
 
 def free_port():
     """A loopback port nothing listens on (connections to it are refused)."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    return refused_port()
 
 
 class HttpTest(StandInTestCase):

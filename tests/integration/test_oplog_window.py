@@ -7,7 +7,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import time
 import unittest
@@ -17,7 +16,7 @@ import tempfile
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from fwtest import (Flowwarden, StandInTestCase, clean_env, run_cli, wait_until,
+from fwtest import (Flowwarden, StandInTestCase, clean_env, refused_port, run_cli, wait_until,
                     with_credentials, write_script)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -39,11 +38,8 @@ def metric(port, name="flowwarden_oplog_window_seconds"):
 
 
 def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    """A loopback port that refuses connections (nothing else can take it)."""
+    return refused_port()
 
 
 def status(port, *extra):

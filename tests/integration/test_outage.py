@@ -10,6 +10,7 @@ import json
 import os
 import threading
 import signal
+import socket
 import subprocess
 import time
 import unittest
@@ -17,7 +18,25 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from dlqtest import FailureTestCase, timed_reports, wait_for
 from fwtest import needs_standin, run_cli
-from test_admin import PROMTOOL, free_port, http, parse_metrics, value
+from test_admin import PROMTOOL, http, parse_metrics, value
+
+
+def refusing_port():
+    """A loopback socket bound but not listening: connections to its port are refused, and no
+    other process can take the port before serve() listens on it."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    return sock, sock.getsockname()[1]
+
+
+def serve(sock, handler):
+    """A ThreadingHTTPServer listening on sock (from refusing_port), serving in a thread."""
+    server = ThreadingHTTPServer(sock.getsockname(), handler, bind_and_activate=False)
+    server.socket.close()
+    server.socket = sock
+    server.server_activate()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
 
 HANDLER = """
 local FLAG = %(flag)s
@@ -158,7 +177,8 @@ class Outage(FailureTestCase):
         circuit.on catches Http.Connect, few attempts during the outage, every
         event arrives once the hook is back, in order, and the DLQ stays empty
         (FW_CHAOS_LONG=1: 500 events, 10 s down, at most 40 attempts)."""
-        port = free_port()
+        sock, port = refusing_port()
+        self.addCleanup(sock.close)
         p, _ = self.start_outage("""
             fw.stream { name = "s", collection = "orders", dlq = true,
                         retry = %s, circuit = { open_for = "300ms", max_open_for = "1s" },
@@ -189,10 +209,8 @@ class Outage(FailureTestCase):
             def log_message(self, *args):
                 pass
 
-        ThreadingHTTPServer.allow_reuse_address = True
-        server = ThreadingHTTPServer(("127.0.0.1", port), Hook)
+        server = serve(sock, Hook)
         back = time.monotonic()
-        threading.Thread(target=server.serve_forever, daemon=True).start()
         try:
             wait_for(lambda: len(got) >= HOOK_EVENTS, 60, "%d requests" % HOOK_EVENTS)
         finally:
@@ -275,7 +293,8 @@ class Outage(FailureTestCase):
         status says open at once, the first call comes no earlier than the
         probe time kept, one attempt per probe (not max_attempts); the hook
         back, it closes, the document goes, every event arrives in order."""
-        port = free_port()
+        sock, port = refusing_port()
+        self.addCleanup(sock.close)
         streams = """
             fw.stream { name = "s", collection = "orders", dlq = true,
                         retry = { max_attempts = 3, initial_delay = "20ms", jitter = false },
@@ -337,9 +356,7 @@ class Outage(FailureTestCase):
             def log_message(self, *args):
                 pass
 
-        ThreadingHTTPServer.allow_reuse_address = True
-        server = ThreadingHTTPServer(("127.0.0.1", port), Hook)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        server = serve(sock, Hook)
         try:
             r = run_cli(["resume", "s", "--admin", "http://127.0.0.1:%d" % admin])
             self.assertEqual(r.returncode, 0, r.stderr)

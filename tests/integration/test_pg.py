@@ -199,7 +199,7 @@ class PgTest(WithPgServer, FailureTestCase):
         # Every type as the user sees it: the attempts it got (max_attempts = 3)
         # and the DLQ entry's error type, from real server errors where one can
         # be provoked at will (a deadlock cannot: raised with its SQLSTATE).
-        from redisserver import free_port
+        from fwtest import refused_port as free_port
         self.pg.sql("INSERT INTO orders (id) VALUES ('dup'); "
                     "DROP TABLE IF EXISTS secret; CREATE TABLE secret (x int); "
                     "DROP ROLE IF EXISTS noperm; CREATE ROLE noperm")

@@ -12,7 +12,6 @@ import time
 from dlqtest import FailureTestCase
 from fwtest import clean_env, run_cli
 from pgserver import WithPgServer
-from redisserver import free_port
 
 SCRIPT = """
 fw.connection { name = "rep", uri = fw.env("PG_URI") }
@@ -84,9 +83,10 @@ class CommitReplyDropper:
     the server rolls the transaction back."""
 
     def __init__(self, port, before=False):
-        self.target, self.port, self.armed, self.dropped = port, free_port(), False, 0
+        self.target, self.armed, self.dropped = port, False, 0
         self.before = before
-        self.sock = socket.create_server(("127.0.0.1", self.port))
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
         threading.Thread(target=self.accept, daemon=True).start()
 
     def accept(self):

@@ -133,7 +133,7 @@ class RedisTest(FailureTestCase):
     def test_each_error_type_drives_the_retry_policy(self):
         # As the user sees them: the attempts (max_attempts = 3) and the DLQ
         # entry's type. Redis.ReadOnly: test_read_only_replica_is_retried.
-        from redisserver import free_port
+        from fwtest import refused_port as free_port
         p = self.start("""
             fw.connection { name = "down", uri = "redis://127.0.0.1:%d/0" }
             cases["Redis.Connection"] = function() fw.redis.call("down", "PING") end

@@ -111,7 +111,7 @@ class RetryAttemptsAndBackoff(FailureTestCase):
             retry='{ max_attempts = 4, initial_delay = "50ms", multiplier = 3.0, '
                   'max_delay = "100ms", jitter = false }', dlq="true"))
         self.db.orders.insert_one({"_id": 1, "fail": "Boom"})
-        self.wait_dlq(1)
+        self.wait_dlq(1, p=p)
         delays = [int(m) for m in re.findall(r"retrying in (\d+) ms", " ".join(p.messages()))]
         self.assertEqual(delays, [50, 100, 100])
         gaps = [b[0] - a[0] for a, b in zip(timed_reports(p), timed_reports(p)[1:])]
@@ -122,7 +122,7 @@ class RetryAttemptsAndBackoff(FailureTestCase):
         p = self.start(lua_stream(
             retry='{ max_attempts = 6, initial_delay = "50ms", multiplier = 1.0 }', dlq="true"))
         self.db.orders.insert_one({"_id": 1, "fail": "Boom"})
-        self.wait_dlq(1)
+        self.wait_dlq(1, p=p)
         delays = [int(m) for m in re.findall(r"retrying in (\d+) ms", " ".join(p.messages()))]
         self.assertEqual(len(delays), 5)
         for d in delays:
@@ -133,7 +133,7 @@ class RetryAttemptsAndBackoff(FailureTestCase):
                        defaults='fw.defaults { retry = { initial_delay = "70ms", '
                                 'jitter = false, max_attempts = 9 } }\n')
         self.db.orders.insert_one({"_id": 1, "fail": "Boom"})
-        entries = self.wait_dlq(1)
+        entries = self.wait_dlq(1, p=p)
         self.assertEqual(entries[0]["attempts"], 2)
         self.assertEqual(self.attempts_of(p, 1), [1, 2])
         p.wait_log("retrying in 70 ms")
@@ -142,7 +142,7 @@ class RetryAttemptsAndBackoff(FailureTestCase):
         # max_attempts 3, 500ms then 1s with jitter: each within [0.8, 1.2].
         p = self.start(lua_stream(retry="true", dlq="true"))
         self.db.orders.insert_one({"_id": 1, "fail": "Boom"})
-        entries = self.wait_dlq(1)
+        entries = self.wait_dlq(1, p=p)
         self.assertEqual(entries[0]["attempts"], 3)
         delays = [int(m) for m in re.findall(r"retrying in (\d+) ms", " ".join(p.messages()))]
         self.assertEqual(len(delays), 2)
@@ -172,7 +172,7 @@ class RetryClassification(FailureTestCase):
         p = self.start(lua_stream(retry=retry, dlq="true"))
         for i, kind in enumerate(failures, 1):
             self.db.orders.insert_one({"_id": i, "fail": kind})
-        self.wait_dlq(len(failures))
+        self.wait_dlq(len(failures), p=p)
         out = {}
         for e in self.dlq_entries():
             i = e["documentKey"]["_id"]

@@ -9,13 +9,13 @@ test against such a stand-in, and of the whole suite under FW_TEST_AUTH=1) is
 itself tested here: it must find a leak when there is one."""
 import http.server
 import json
-import socket
 import tempfile
 import threading
 import urllib.request
 
 import fwtest
-from fwtest import needs_standin, StandInTestCase, clean_env, run_cli, with_credentials
+from fwtest import (needs_standin, StandInTestCase, clean_env, refused_port, run_cli,
+                    with_credentials)
 
 PASSWORD = "Pw-s3cr3t-1f2e"      # recognisable, and not a substring of anything else
 TOKEN = "tok-s3cr3t-9c8d"
@@ -38,9 +38,7 @@ class Refuse(http.server.BaseHTTPRequestHandler):
 
 
 def closed_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return refused_port()
 
 
 class SecretsTest(StandInTestCase):

@@ -46,6 +46,16 @@ class SharedUnits(StandInTestCase):
         raise AssertionError("timed out after %.1f s waiting for %s (holders %s)"
                              % (timeout, what, self.holders()))
 
+    def started(self):
+        """Whether every unit's change stream opened once. A unit's first holder saves where it
+        starts ("from now") before its stream is open, and every later holder resumes there;
+        a unit whose lease is held but whose stream is not open yet starts at its open, after
+        what was written meanwhile (a loaded machine opens them late)."""
+        return self.db["_fw_checkpoints"].count_documents({
+            "_id": {"$regex": "^s#[0-9]+/%d$" % N},
+            "$or": [{"lastSeenToken": {"$exists": True}},
+                    {"lastProcessedToken": {"$exists": True}}]}) == N
+
     def held_metric(self, port):
         """(sum of flowwarden_units_held, max flowwarden_members) in b's /metrics."""
         with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port) as r:
@@ -71,9 +81,11 @@ class SharedUnits(StandInTestCase):
         self.assertEqual(len(self.split()), 1)
         b = self.run_fw(script, extra=["--admin", "127.0.0.1:0"])
         # Within about two lease periods: two units each.
-        self.wait_for(lambda: sorted(len(u) for u in self.split().values()) == [2, 2], 10,
-                      "two units each")
-        self.assertGreaterEqual(a.count_log("shared: released the unit"), 2)
+        self.wait_for(lambda: sorted(len(u) for u in self.split().values()) == [2, 2]
+                      and self.started(), 10, "two units each, every unit started")
+        # a logs each release after giving the lease up, so b may hold the unit before
+        # the line is read.
+        a.wait_log("shared: released the unit", count=2, timeout=10)
         self.assertIn("2 members", "\n".join(a.messages()))
         # What b shows: its units' roles and gauges, the standbys' holder.
         port = b.admin_port()

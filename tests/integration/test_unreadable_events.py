@@ -35,6 +35,10 @@ class UnreadableEventsTest(StandInTestCase):
         self.assertEqual(entries[0]["rawEvent"]["fullDocument"], {"_id": 1, "total": 5})
         self.assertEqual(entries[0]["documentKey"], {"_id": 1})
         self.assertEqual(p.reports(), [])
+        # Each event's line is logged after its entry is written: the second may still be on
+        # its way when both entries are seen.
+        p.wait_until(lambda: p.count_log("unreadable change event", level="error") >= 2,
+                     what="both unreadable events logged")
         self.assertEqual(p.count_log("unreadable change event", level="error"), 2)
         # The checkpoint passed both: a restart does not see them again.
         self.wait_checkpoint("s", lambda cp: cp.get("lastProcessedToken") ==

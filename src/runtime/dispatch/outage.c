@@ -197,10 +197,10 @@ adopt (fw_dispatcher_t *d, const fw_event_t *ev, int attempt)
        * batch follows its policy. */
       fw_circuit_close (guard->circuit);
       forget (d);
+      show (d); /* before the line: whoever reads it finds status saying so */
       fw_log (FW_LOG_WARN, fw_dispatcher_config (d)->name,
               "circuit closed: the breaker restored at the "
               "start is not held by a batch's call; the batch follows its policy");
-      show (d);
       return true;
    }
    fw_event_log_id (ev, id, sizeof id);
@@ -252,21 +252,21 @@ wait_for_probe (fw_dispatcher_t *d, const char *id, int attempt)
       int64_t wait;
       switch (fw_circuit_next (guard->circuit, cfg, fw_dispatcher_now_ms (d), &wait)) {
       case FW_CIRCUIT_PROBE:
+         show (d); /* before the line: whoever reads it finds status saying so */
          fw_log (FW_LOG_INFO, fw_dispatcher_config (d)->name,
                  "circuit half-open: probing with event %s "
                  "(attempt %d)",
                  id, attempt + 1);
-         show (d);
          return FW_HOLD_PROBE;
       case FW_CIRCUIT_GIVE_UP:
+         fw_circuit_close (guard->circuit);
+         guard->holder = false;
+         forget (d);
+         show (d); /* before the line, as above */
          fw_log (FW_LOG_WARN, fw_dispatcher_config (d)->name,
                  "circuit closed: give_up_after (%lld ms) passed; event %s follows the DLQ "
                  "policy and the stream goes on",
                  (long long) cfg->give_up_after_ms, id);
-         fw_circuit_close (guard->circuit);
-         guard->holder = false;
-         forget (d);
-         show (d);
          return FW_HOLD_NONE;
       default:
          break;
@@ -310,20 +310,22 @@ fw_outage_hold (fw_dispatcher_t *d, const char *id, int attempt, const char *typ
       fw_circuit_close (guard->circuit);
       guard->holder = false;
       forget (d);
+      show (d); /* before the line: whoever reads it finds status saying so */
       fw_log (FW_LOG_WARN, fw_dispatcher_config (d)->name,
               "circuit closed: the probe with event %s failed with %s, not an outage type "
               "(circuit.on): the event follows the normal policy",
               id, type);
-      show (d);
       return FW_HOLD_NONE;
    }
    if (!outage) {
       return FW_HOLD_NONE;
    }
    now = fw_dispatcher_now_ms (d);
+   /* Each line comes after show: whoever reads it finds status and metrics saying so. */
    if (guard->holder) {
       fw_circuit_probe_failed (guard->circuit, cfg, type, now);
       fw_circuit_view (guard->circuit, &v);
+      show (d);
       fw_log (FW_LOG_WARN, fw_dispatcher_config (d)->name,
               "circuit open again: the probe with event %s failed with %s: %s; next probe in "
               "%lld ms",
@@ -333,6 +335,7 @@ fw_outage_hold (fw_dispatcher_t *d, const char *id, int attempt, const char *typ
       if (fw_dispatcher_metrics (d)) {
          fw_stream_metrics_circuit_opened (fw_dispatcher_metrics (d), type);
       }
+      show (d);
       fw_log (FW_LOG_WARN, fw_dispatcher_config (d)->name,
               "circuit OPEN: event %s failed %d attempt(s) with %s: %s; the event is held (not "
               "dead-lettered), no handler runs, first probe in %lld ms",
@@ -340,7 +343,6 @@ fw_outage_hold (fw_dispatcher_t *d, const char *id, int attempt, const char *typ
    } else {
       return wait_for_holder (d);
    }
-   show (d);
    persist (d); /* after show: status does not wait for the write */
    return wait_for_probe (d, id, attempt);
 }
@@ -358,9 +360,9 @@ fw_outage_handled (fw_dispatcher_t *d)
    fw_circuit_close (guard->circuit);
    guard->holder = false;
    forget (d);
+   show (d); /* before the line: whoever reads it finds status saying so */
    fw_log (FW_LOG_INFO, fw_dispatcher_config (d)->name,
            "circuit closed: the probe succeeded after %d probe(s); the stream goes on", v.probes);
-   show (d);
 }
 
 void
@@ -373,9 +375,9 @@ fw_outage_event_end (fw_dispatcher_t *d)
    }
    fw_circuit_close (guard->circuit);
    guard->holder = false;
+   show (d); /* before the line, as above */
    fw_log (FW_LOG_INFO, fw_dispatcher_config (d)->name,
            "circuit closed: the held event left the stream without a probe's outcome");
-   show (d);
 }
 
 bool
