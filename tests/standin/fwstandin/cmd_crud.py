@@ -22,6 +22,9 @@ from .storage import DuplicateKey, Store, check_collection_name
 
 DEFAULT_BATCH = 101
 DEFAULT_AWAIT_MS = 1000
+# How long a change stream's getMore leaves the lock between runs of its batch's build: long
+# enough for a waiting command to take it (the wait lets Python's other threads run).
+YIELD_PAUSE_S = 0.0002
 
 
 class _Engine:
@@ -834,7 +837,9 @@ def cmd_get_more(ctx):
         limit = batch_size or (1 << 62)
         try:
             while True:
-                batch = cur.fill(limit)
+                # Between runs of its build the getMore lets other commands take the lock
+                # for a moment, as mongod's query yields (a waiting writer gets it).
+                batch = cur.fill_yielding(limit, lambda: store.cond.wait(YIELD_PAUSE_S))
                 if batch or cur.closed:
                     break
                 remaining = deadline - time.monotonic()
