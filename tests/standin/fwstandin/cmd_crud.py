@@ -22,9 +22,16 @@ from .storage import DuplicateKey, Store, check_collection_name
 
 DEFAULT_BATCH = 101
 DEFAULT_AWAIT_MS = 1000
-# How long a change stream's getMore leaves the lock between runs of its batch's build: long
-# enough for a waiting command to take it (the wait lets Python's other threads run).
-YIELD_PAUSE_S = 0.0002
+
+
+def _yield_lock(store):
+    """Between runs of a getMore's build: a command waiting for the store's lock takes it now
+    (sleep(0) lets Python's other threads run); without one this costs next to nothing."""
+    store.lock.release()
+    try:
+        time.sleep(0)
+    finally:
+        store.lock.acquire()
 
 
 class _Engine:
@@ -839,7 +846,7 @@ def cmd_get_more(ctx):
             while True:
                 # Between runs of its build the getMore lets other commands take the lock
                 # for a moment, as mongod's query yields (a waiting writer gets it).
-                batch = cur.fill_yielding(limit, lambda: store.cond.wait(YIELD_PAUSE_S))
+                batch = cur.fill_yielding(limit, lambda: _yield_lock(store))
                 if batch or cur.closed:
                     break
                 remaining = deadline - time.monotonic()
