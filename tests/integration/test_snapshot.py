@@ -276,6 +276,10 @@ class Snapshot(StandInTestCase):
                       "(the documents matching the filter)", r.stdout)
         self.wait_for(lambda: self.snapshot_state() == "done",
                       what="the snapshot to finish")
+        # The stored state says nothing about whether the report lines before it were read
+        # from the process's output yet: wait for them.
+        self.wait_for(lambda: len([r for r in p.reports("s") if r["op"] == "snapshot"]) >= 50,
+                      what="the snapshot's reports")
         snaps = sorted(r["id"] for r in p.reports("s") if r["op"] == "snapshot")
         self.assertEqual(snaps, list(range(250, 300)))
         r = run_cli(["status", "--admin", url])

@@ -462,6 +462,18 @@ class UpdateOperatorTest(MongoErrorAssertions):
         self.assertEqual(new["n"], {"m": 1, "k": 2})
         self.assertEqual(desc["updatedFields"], {"n.k": 2, "p": {"q": {"r": 1}}})
 
+    def test_set_values_are_copies_of_the_update_s(self):
+        # The same $set applied to two documents (a multi update) leaves each its own value.
+        spec = {"$set": {"v": {"k": [1, {"d": 2}]}, "o": OID1, "i": Int64(7), "t": D1}}
+        first, _ = self.upd(spec)
+        second, _ = self.upd(spec)
+        first["v"]["k"][1]["d"] = 3
+        first["v"]["k"].append(4)
+        self.assertEqual(second["v"], {"k": [1, {"d": 2}]})
+        self.assertEqual(spec["$set"]["v"], {"k": [1, {"d": 2}]})
+        self.assertEqual((second["o"], second["i"], second["t"]), (OID1, Int64(7), D1))
+        self.assertIs(type(second["i"]), Int64)
+
     def test_set_array_index_and_padding(self):
         new, desc = self.upd({"$set": {"tags.1": "Y", "tags.4": "E"}})
         self.assertEqual(new["tags"], ["x", "Y", None, None, "E"])

@@ -17,6 +17,9 @@ from .errors import MongoError
 from .storage import INTERNAL_DBS, MAX_BSON
 
 MAX_BATCH_BYTES = MAX_BSON - 64 * 1024
+# A getMore builds its batch in runs of this many events, letting other commands in between
+# (ChangeStream.fill_yielding).
+YIELD_EVENTS = 1000
 SPEC_FIELDS = ("fullDocument", "fullDocumentBeforeChange", "resumeAfter", "startAfter",
                "startAtOperationTime", "allChangesForCluster", "showExpandedEvents")
 FULL_DOCUMENT_MODES = ("default", "updateLookup", "whenAvailable", "required")
@@ -292,8 +295,31 @@ class ChangeStream:
             return e.op == "dropDatabase"
         return False
 
-    def fill(self, limit):
-        """Up to `limit` events from the current position; updates the position and PBRT."""
+    def fill_yielding(self, limit, pause):
+        """fill(limit) in runs of YIELD_EVENTS events with pause() between them, which lets
+        other clients' commands take the store's lock, and the cursor's kill checked after it.
+        mongod's plan executor yields its locks every internalQueryExecYieldIterations (1000)
+        works or internalQueryExecYieldPeriodMS (10 ms) (src/mongo/db/query/
+        plan_yield_policy.cpp), and under WiredTiger a write to another collection does not
+        wait for a change stream's getMore at all: without the pauses a checkpoint write
+        waited here for a whole batch to be built (issue 41)."""
+        out = self.fill(min(limit, YIELD_EVENTS))
+        size = sum(len(x) for x in out)
+        ran = len(out)
+        while (ran == YIELD_EVENTS and len(out) < limit and not self.closed
+               and self.pending_fragments is None and self.pending_invalidate is None):
+            pause()
+            if self.killed:
+                raise MongoError(237, "CursorKilled", "cursor id %d was killed" % self.id)
+            more = self.fill(min(limit - len(out), YIELD_EVENTS), used=size)
+            ran = len(more)
+            out += more
+            size += sum(len(x) for x in more)
+        return out
+
+    def fill(self, limit, used=0):
+        """Up to `limit` events from the current position; updates the position and PBRT.
+        used: bytes of the batch already taken by an earlier run of fill_yielding's."""
         self.last_used = time.monotonic()
         out = []
         if self.closed:
@@ -336,7 +362,7 @@ class ChangeStream:
                 if len(raw) > (MAX_CHANGE_EVENT_SIZE if self.split else MAX_BSON):
                     if not self.split:
                         raise too_large(len(raw))
-                    if out:
+                    if out or used:
                         break   # fragments travel in batches of their own
                     token = oplogmod.entry_token(e)
                     frags = split_event(raw, token)
@@ -351,7 +377,7 @@ class ChangeStream:
                                         "Attempted to resume from a split event fragment, but "
                                         "the event in the resumed stream was not large enough "
                                         "to be split")
-                if out and size + len(raw) > MAX_BATCH_BYTES:
+                if (out or used) and used + size + len(raw) > MAX_BATCH_BYTES:
                     break
                 out.append(raw)
                 size += len(raw)

@@ -24,6 +24,16 @@ DEFAULT_BATCH = 101
 DEFAULT_AWAIT_MS = 1000
 
 
+def _yield_lock(store):
+    """Between runs of a getMore's build: a command waiting for the store's lock takes it now
+    (sleep(0) lets Python's other threads run); without one this costs next to nothing."""
+    store.lock.release()
+    try:
+        time.sleep(0)
+    finally:
+        store.lock.acquire()
+
+
 class _Engine:
     """The document engine's modules, imported on first use (query, update, aggregate, compare,
     update_fast) and kept: a write asks for them once per statement."""
@@ -846,7 +856,9 @@ def cmd_get_more(ctx):
         limit = batch_size or (1 << 62)
         try:
             while True:
-                batch = cur.fill(limit)
+                # Between runs of its build the getMore lets other commands take the lock
+                # for a moment, as mongod's query yields (a waiting writer gets it).
+                batch = cur.fill_yielding(limit, lambda: _yield_lock(store))
                 if batch or cur.closed:
                     break
                 remaining = deadline - time.monotonic()

@@ -642,7 +642,11 @@ def validate_filter(filt, upsert=False):
     $expr, and the refusal reworded as mongod's update parser does (parsed_update.cpp in
     5.0/6.x, parsed_update_base.cpp in 7.0, canonical_update.cpp in 8.x)."""
     try:
-        compile_filter(filt, allow_expr=not upsert)
+        fn = compile_filter(filt, allow_expr=not upsert)
+        # What the statement's match compiles next (matches, matcher): the same predicate,
+        # as allow_expr only refuses; compiled once (a checkpoint write's filter is new each
+        # time, so the cache never has it).
+        _remember(_FILTER_CACHE, filt, fn)
     except MongoError as e:
         if upsert and e.code == 224:
             raise MongoError(224, "QueryFeatureNotAllowed",
@@ -651,6 +655,12 @@ def validate_filter(filt, upsert=False):
 
 
 _FILTER_CACHE = {}
+
+
+def _remember(cache, spec, fn):
+    if len(cache) >= 512:
+        cache.clear()
+    cache[repr(spec)] = fn
 
 
 def _cached(cache, spec, build):

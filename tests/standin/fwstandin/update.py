@@ -22,6 +22,8 @@ import datetime
 from functools import cmp_to_key
 
 from bson.dbref import DBRef
+from bson.decimal128 import Decimal128
+from bson.objectid import ObjectId
 from bson.timestamp import Timestamp
 
 from . import numbers as num
@@ -101,6 +103,25 @@ def _split_update_path(path):
                              "context of an update's replacement document. Consider using an "
                              "aggregation pipeline with $replaceWith." % (p, path))
     return parts
+
+
+# Values no update changes in place: copy_value sets them as they are.
+_IMMUTABLE = (str, int, float, bytes, type(None), datetime.datetime, ObjectId, Timestamp,
+              Decimal128)
+
+
+def copy_value(v):
+    """A copy of an update's value, as copy.deepcopy makes it: new dicts and lists, the
+    immutable values themselves (deepcopy takes an Int64 or an ObjectId through copy's
+    reduce protocol: most of a checkpoint write's $set)."""
+    t = type(v)
+    if t is dict:
+        return {k: copy_value(x) for k, x in v.items()}
+    if t is list:
+        return [copy_value(x) for x in v]
+    if isinstance(v, _IMMUTABLE):
+        return v
+    return copy.deepcopy(v)
 
 
 class _ConflictTree:
@@ -412,11 +433,11 @@ class _Updater:
         getattr(self, "op_" + op[1:])(parts, op, arg)
 
     def op_set(self, parts, op, arg):
-        self.set_value(op, parts, copy.deepcopy(arg))
+        self.set_value(op, parts, copy_value(arg))
 
     def op_setOnInsert(self, parts, op, arg):
         if self.is_upsert_insert:
-            self.set_value(op, parts, copy.deepcopy(arg))
+            self.set_value(op, parts, copy_value(arg))
 
     def op_unset(self, parts, op, arg):
         loc = self._locate(parts)
