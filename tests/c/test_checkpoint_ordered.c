@@ -6,7 +6,10 @@
  * mongod does not retry for a query that is not only equalities), while a
  * document without the stamp (a synchronous save, a seeded checkpoint) or
  * with another writer's is overwritten; a fenced ordered write tells a
- * newer leader's fence from a later write of its own.
+ * newer leader's fence from a later write of its own. Across runs without
+ * ha, the writer generation keeps an older run's late write (a position, a
+ * snapshot's progress, the breaker's document, a transaction's position)
+ * from landing over a newer run's.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,6 +21,8 @@
 #include <mongoc/mongoc.h>
 
 #include "runtime/checkpoint/checkpoint_store.h"
+#include "runtime/checkpoint/circuit_doc.h"
+#include "runtime/snapshot/snapshot.h"
 #include "standin_process.h"
 
 #define DB "ordered"
@@ -299,6 +304,177 @@ a_reset_by_hand_wins (void **state)
    bson_destroy (update);
 }
 
+/* A snapshot's progress of run gen with documents n. */
+static bool
+save_progress_of (const char *stream, int64_t gen, int64_t n, fw_error_t *err)
+{
+   fw_snapshot_progress_t p;
+   bool ok;
+
+   fw_snapshot_progress_init (&p);
+   p.documents = n;
+   ok = fw_checkpoint_snapshot_save (g_client, DB, stream, &p, 0, gen, err);
+   fw_snapshot_progress_cleanup (&p);
+   return ok;
+}
+
+static int64_t
+stored_documents (const char *stream)
+{
+   fw_snapshot_progress_t p;
+   fw_error_t err;
+   int64_t n;
+
+   fw_snapshot_progress_init (&p);
+   assert_true (fw_checkpoint_snapshot_load (g_client, DB, stream, &p, &err));
+   assert_true (p.present);
+   n = p.documents;
+   fw_snapshot_progress_cleanup (&p);
+   return n;
+}
+
+/* The snapshot's progress carries the run's generation as the position
+ * does: an older run's late progress write changes nothing once a newer
+ * run has claimed (with a document, and when the claim made it). */
+static void
+an_older_runs_late_snapshot_progress_changes_nothing (void **state)
+{
+   fw_error_t err;
+   int64_t ga, gb;
+   (void) state;
+
+   assert_true (fw_checkpoint_claim_generation (g_client, DB, "snap", &ga, &err));
+   assert_true (save_progress_of ("snap", ga, 100, &err));
+   assert_true (fw_checkpoint_claim_generation (g_client, DB, "snap", &gb, &err));
+   assert_true (save_progress_of ("snap", gb, 50, &err)); /* resumed from an earlier chunk */
+   assert_false (save_progress_of ("snap", ga, 200, &err));
+   assert_non_null (strstr (err.message,
+                            "the snapshot's progress of stream \"snap\" NOT saved: "
+                            "a newer run of the stream (writer generation 2"));
+   assert_int_equal (stored_documents ("snap"), 50);
+   assert_true (save_progress_of ("snap", gb, 60, &err));
+   assert_int_equal (stored_documents ("snap"), 60);
+
+   /* the newer run claimed, the older run's first progress lands after */
+   assert_true (fw_checkpoint_claim_generation (g_client, DB, "snap2", &ga, &err));
+   assert_true (fw_checkpoint_claim_generation (g_client, DB, "snap2", &gb, &err));
+   assert_true (save_progress_of ("snap2", gb, 5, &err));
+   assert_false (save_progress_of ("snap2", ga, 7, &err));
+   assert_int_equal (stored_documents ("snap2"), 5);
+}
+
+/* An open breaker's view with probes n. */
+static fw_circuit_view_t
+breaker (int probes)
+{
+   fw_circuit_view_t v;
+   memset (&v, 0, sizeof v);
+   v.state = FW_CIRCUIT_OPEN;
+   snprintf (v.error_type, sizeof v.error_type, "Http.Connect");
+   v.since_ms = 1000;
+   v.open_for_ms = 500;
+   v.next_probe_ms = 2000;
+   v.probes = probes;
+   return v;
+}
+
+/* The breaker's document carries the run's generation: an older run's late
+ * save neither replaces a newer run's nor its delete removes it. */
+static void
+an_older_runs_late_breaker_write_changes_nothing (void **state)
+{
+   fw_error_t err;
+   fw_circuit_view_t v = breaker (3), got;
+   bool fenced, found;
+   char bad[120];
+   (void) state;
+
+   assert_true (fw_circuit_doc_save (g_client, DB, "cb", &v, 0, 1, &fenced, &err));
+   v = breaker (7);
+   assert_true (fw_circuit_doc_save (g_client, DB, "cb", &v, 0, 2, &fenced, &err));
+   assert_false (fenced);
+   v = breaker (4);
+   assert_false (fw_circuit_doc_save (g_client, DB, "cb", &v, 0, 1, &fenced, &err));
+   assert_true (fenced);
+   assert_non_null (strstr (err.message,
+                            "the circuit breaker of stream \"cb\" NOT saved: a "
+                            "newer run of the stream (writer generation 2, this "
+                            "run's 1)"));
+   assert_true (fw_circuit_doc_delete (g_client, DB, "cb", 0, 1, &err)); /* matches nothing */
+   assert_true (fw_circuit_doc_load (g_client, DB, "cb", &got, &found, bad, sizeof bad, &err));
+   assert_true (found);
+   assert_int_equal (got.probes, 7);
+   assert_true (fw_circuit_doc_delete (g_client, DB, "cb", 0, 2, &err));
+   assert_true (fw_circuit_doc_load (g_client, DB, "cb", &got, &found, bad, sizeof bad, &err));
+   assert_false (found);
+}
+
+/* exactly_once's position written in a transaction: with an older run's
+ * generation (a hung run that resumes after a newer one started) the write
+ * is refused (fenced, the error naming both generations) and nothing of the
+ * transaction commits; the newer run's commits. */
+static void
+an_older_runs_transaction_commits_nothing (void **state)
+{
+   fw_error_t err;
+   int64_t ga, gb;
+   bson_t *t = token (20), reply;
+   bson_error_t berr;
+   mongoc_client_session_t *session;
+   bool fenced;
+   (void) state;
+
+   assert_true (fw_checkpoint_claim_generation (g_client, DB, "txn", &ga, &err));
+   assert_true (fw_checkpoint_claim_generation (g_client, DB, "txn", &gb, &err));
+   assert_int_equal (save_run ("txn", 10, gb, NULL, 0, &err), FW_CHECKPOINT_SAVED);
+
+   session = mongoc_client_start_session (g_client, NULL, &berr);
+   assert_non_null (session);
+   assert_true (mongoc_client_session_start_transaction (session, NULL, &berr));
+   assert_false (
+      fw_checkpoint_save_in (g_client, session, DB, "txn", t, "v", 0, ga, &fenced, &reply, &err));
+   assert_true (fenced);
+   assert_non_null (strstr (err.message,
+                            "a newer run of the stream (writer generation 2, this "
+                            "run's 1)"));
+   bson_destroy (&reply);
+   (void) mongoc_client_session_abort_transaction (session, NULL);
+   assert_int_equal (stored ("txn"), 10);
+
+   assert_true (mongoc_client_session_start_transaction (session, NULL, &berr));
+   assert_true (
+      fw_checkpoint_save_in (g_client, session, DB, "txn", t, "v", 0, gb, &fenced, &reply, &err));
+   assert_false (fenced);
+   bson_destroy (&reply);
+   assert_true (mongoc_client_session_commit_transaction (session, &reply, &berr));
+   bson_destroy (&reply);
+   assert_int_equal (stored ("txn"), 20);
+   mongoc_client_session_destroy (session);
+   bson_destroy (t);
+}
+
+/* A copy of the checkpoint elsewhere (exactly_once's sink) may hold a later
+ * generation than the stream's own (deleted by hand): a claim above it
+ * passes both, and raising the copy says what it holds. */
+static void
+a_claim_passes_a_generation_held_elsewhere (void **state)
+{
+   fw_error_t err;
+   int64_t g, stored_gen;
+   (void) state;
+
+   assert_true (fw_checkpoint_raise_generation (g_client, DB, "elsewhere", 5, &stored_gen, &err));
+   assert_int_equal (stored_gen, 5);
+   assert_true (fw_checkpoint_raise_generation (g_client, DB, "elsewhere", 3, &stored_gen, &err));
+   assert_int_equal (stored_gen, 5);
+   assert_true (fw_checkpoint_claim_generation_above (g_client, DB, "own", 5, &g, &err));
+   assert_int_equal (g, 6);
+   assert_true (fw_checkpoint_claim_generation_above (g_client, DB, "own", 2, &g, &err));
+   assert_int_equal (g, 7);
+   assert_true (fw_checkpoint_stored_gen (g_client, DB, "own", &g, &err));
+   assert_int_equal (g, 7);
+}
+
 int
 main (void)
 {
@@ -309,6 +485,10 @@ main (void)
       cmocka_unit_test (a_late_write_never_replaces_the_final_save),
       cmocka_unit_test (an_older_runs_late_write_never_replaces_a_newer_runs),
       cmocka_unit_test (a_reset_by_hand_wins),
+      cmocka_unit_test (an_older_runs_late_snapshot_progress_changes_nothing),
+      cmocka_unit_test (an_older_runs_late_breaker_write_changes_nothing),
+      cmocka_unit_test (an_older_runs_transaction_commits_nothing),
+      cmocka_unit_test (a_claim_passes_a_generation_held_elsewhere),
    };
    return cmocka_run_group_tests (tests, setup, teardown);
 }
