@@ -20,6 +20,7 @@
 #include <cmocka.h>
 #include <mongoc/mongoc.h>
 
+#include "flowwarden/clock.h"
 #include "runtime/checkpoint/checkpoint_store.h"
 #include "runtime/checkpoint/circuit_doc.h"
 #include "runtime/snapshot/snapshot.h"
@@ -218,6 +219,17 @@ a_fenced_write_tells_superseded_from_fenced (void **state)
    assert_int_equal (stored ("fenced"), 2);
 }
 
+/* Whether message names a refusal by run newer, of run gen. */
+static bool
+refused_by (const char *message, int64_t newer, int64_t gen)
+{
+   char want[160];
+   snprintf (want, sizeof want,
+             "a newer run of the stream (writer generation %lld, this run's %lld)",
+             (long long) newer, (long long) gen);
+   return strstr (message, want) != NULL;
+}
+
 /* A save of run gen (writer w, NULL: a mode = "sync" save) of token n. */
 static fw_checkpoint_saved_t
 save_run (const char *stream, int n, int64_t gen, const bson_oid_t *w, int64_t seq, fw_error_t *err)
@@ -232,8 +244,9 @@ save_run (const char *stream, int n, int64_t gen, const bson_oid_t *w, int64_t s
 /* Across runs (a process killed with kill -9, or hung and replaced): a write
  * of an older run that the server applies after a newer run's first write
  * changes nothing, whatever its seq (async) or without one (sync). The first
- * start (no document) claims generation 1, a document of an older version
- * (no writerGen) gives 1 too. */
+ * start (no document) claims the current time in milliseconds, each later
+ * start one more; a document of an older version (no writerGen) gives the
+ * time too. */
 static void
 an_older_runs_late_write_never_replaces_a_newer_runs (void **state)
 {
@@ -243,30 +256,33 @@ an_older_runs_late_write_never_replaces_a_newer_runs (void **state)
    bson_t *t = token (1);
    (void) state;
 
+   int64_t before = fw_now_ms ();
+
    bson_oid_init (&a, NULL);
    bson_oid_init (&b, NULL);
    assert_true (fw_checkpoint_claim_generation (g_client, DB, "runs", &ga, &err));
-   assert_int_equal (ga, 1);
+   assert_in_range (ga, before, fw_now_ms ());
    assert_int_equal (save_run ("runs", 5, ga, &a, 5, &err), FW_CHECKPOINT_SAVED);
    /* run a is killed with its seq 6 (and a sync save) still in the server's queue */
    assert_true (fw_checkpoint_claim_generation (g_client, DB, "runs", &gb, &err));
-   assert_int_equal (gb, 2);
+   assert_int_equal (gb, ga + 1);
    assert_int_equal (save_run ("runs", 7, gb, &b, 1, &err), FW_CHECKPOINT_SAVED);
    assert_int_equal (save_run ("runs", 6, ga, &a, 6, &err), FW_CHECKPOINT_NOT_SAVED);
-   assert_non_null (strstr (err.message, "a newer run of the stream (writer generation 2"));
+   assert_true (refused_by (err.message, gb, ga));
    assert_int_equal (save_run ("runs", 6, ga, NULL, 0, &err), FW_CHECKPOINT_NOT_SAVED);
    assert_int_equal (stored ("runs"), 7);
    /* a mode = "sync" run: the same, and it replaces the older run's stamp */
    assert_true (fw_checkpoint_claim_generation (g_client, DB, "runs", &gc, &err));
-   assert_int_equal (gc, 3);
+   assert_int_equal (gc, ga + 2);
    assert_int_equal (save_run ("runs", 8, gc, NULL, 0, &err), FW_CHECKPOINT_SAVED);
    assert_int_equal (save_run ("runs", 7, gb, &b, 2, &err), FW_CHECKPOINT_NOT_SAVED);
    assert_int_equal (stored ("runs"), 8);
 
    /* a checkpoint written before writerGen existed */
    assert_true (fw_checkpoint_save (g_client, DB, "upgraded", t, t, "v", &err));
+   before = fw_now_ms ();
    assert_true (fw_checkpoint_claim_generation (g_client, DB, "upgraded", &ga, &err));
-   assert_int_equal (ga, 1);
+   assert_in_range (ga, before, fw_now_ms ());
    assert_int_equal (stored ("upgraded"), 1);
    assert_int_equal (save_run ("upgraded", 2, ga, NULL, 0, &err), FW_CHECKPOINT_SAVED);
    assert_int_equal (stored ("upgraded"), 2);
@@ -348,9 +364,8 @@ an_older_runs_late_snapshot_progress_changes_nothing (void **state)
    assert_true (fw_checkpoint_claim_generation (g_client, DB, "snap", &gb, &err));
    assert_true (save_progress_of ("snap", gb, 50, &err)); /* resumed from an earlier chunk */
    assert_false (save_progress_of ("snap", ga, 200, &err));
-   assert_non_null (strstr (err.message,
-                            "the snapshot's progress of stream \"snap\" NOT saved: "
-                            "a newer run of the stream (writer generation 2"));
+   assert_non_null (strstr (err.message, "the snapshot's progress of stream \"snap\" NOT saved: "));
+   assert_true (refused_by (err.message, gb, ga));
    assert_int_equal (stored_documents ("snap"), 50);
    assert_true (save_progress_of ("snap", gb, 60, &err));
    assert_int_equal (stored_documents ("snap"), 60);
@@ -434,9 +449,7 @@ an_older_runs_transaction_commits_nothing (void **state)
    assert_false (
       fw_checkpoint_save_in (g_client, session, DB, "txn", t, "v", 0, ga, &fenced, &reply, &err));
    assert_true (fenced);
-   assert_non_null (strstr (err.message,
-                            "a newer run of the stream (writer generation 2, this "
-                            "run's 1)"));
+   assert_true (refused_by (err.message, gb, ga));
    bson_destroy (&reply);
    (void) mongoc_client_session_abort_transaction (session, NULL);
    assert_int_equal (stored ("txn"), 10);
@@ -453,6 +466,41 @@ an_older_runs_transaction_commits_nothing (void **state)
    bson_destroy (t);
 }
 
+/* A checkpoint deleted by hand (to start again from start_position) loses
+ * its generation; the next run's claim is then the time, past the deleted
+ * one, so a late write of a run from before the delete is still refused
+ * once the next run has claimed. */
+static void
+a_deleted_checkpoint_still_refuses_an_earlier_runs_write (void **state)
+{
+   fw_error_t err;
+   int64_t ga, gb;
+   mongoc_collection_t *coll = mongoc_client_get_collection (g_client, DB,
+                                                             FW_CHECKPOINT_COLLECTION);
+   bson_t *filter = BCON_NEW ("_id", BCON_UTF8 ("deleted"));
+   bson_t *seed = BCON_NEW ("_id", BCON_UTF8 ("deleted"), "writerGen", BCON_INT64 (1));
+   bson_error_t berr;
+   (void) state;
+
+   /* run a follows a run that claimed generation 1 (a version that counted
+    * from 1) */
+   assert_true (mongoc_collection_insert_one (coll, seed, NULL, NULL, &berr));
+   assert_true (fw_checkpoint_claim_generation (g_client, DB, "deleted", &ga, &err));
+   assert_int_equal (ga, 2);
+   assert_int_equal (save_run ("deleted", 5, ga, NULL, 0, &err), FW_CHECKPOINT_SAVED);
+   /* run a stops (a write of it still queued), the document is deleted */
+   assert_true (mongoc_collection_delete_one (coll, filter, NULL, NULL, &berr));
+   assert_true (fw_checkpoint_claim_generation (g_client, DB, "deleted", &gb, &err));
+   assert_true (gb > ga);
+   assert_int_equal (save_run ("deleted", 1, gb, NULL, 0, &err), FW_CHECKPOINT_SAVED);
+   assert_int_equal (save_run ("deleted", 6, ga, NULL, 0, &err), FW_CHECKPOINT_NOT_SAVED);
+   assert_true (refused_by (err.message, gb, ga));
+   assert_int_equal (stored ("deleted"), 1);
+   bson_destroy (seed);
+   bson_destroy (filter);
+   mongoc_collection_destroy (coll);
+}
+
 /* A copy of the checkpoint elsewhere (exactly_once's sink) may hold a later
  * generation than the stream's own (deleted by hand): a claim above it
  * passes both, and raising the copy says what it holds. */
@@ -467,12 +515,16 @@ a_claim_passes_a_generation_held_elsewhere (void **state)
    assert_int_equal (stored_gen, 5);
    assert_true (fw_checkpoint_raise_generation (g_client, DB, "elsewhere", 3, &stored_gen, &err));
    assert_int_equal (stored_gen, 5);
+   assert_true (fw_checkpoint_raise_generation (g_client, DB, "own", 1, &stored_gen, &err));
    assert_true (fw_checkpoint_claim_generation_above (g_client, DB, "own", 5, &g, &err));
    assert_int_equal (g, 6);
    assert_true (fw_checkpoint_claim_generation_above (g_client, DB, "own", 2, &g, &err));
    assert_int_equal (g, 7);
    assert_true (fw_checkpoint_stored_gen (g_client, DB, "own", &g, &err));
    assert_int_equal (g, 7);
+   /* none stored on the stream's own: the time, past the floor too */
+   assert_true (fw_checkpoint_claim_generation_above (g_client, DB, "own2", 5, &g, &err));
+   assert_true (g > 1000000);
 }
 
 int
@@ -489,6 +541,7 @@ main (void)
       cmocka_unit_test (an_older_runs_late_breaker_write_changes_nothing),
       cmocka_unit_test (an_older_runs_transaction_commits_nothing),
       cmocka_unit_test (a_claim_passes_a_generation_held_elsewhere),
+      cmocka_unit_test (a_deleted_checkpoint_still_refuses_an_earlier_runs_write),
    };
    return cmocka_run_group_tests (tests, setup, teardown);
 }

@@ -384,20 +384,27 @@ fw_checkpoint_claim_generation_above (mongoc_client_t *client, const char *datab
    mongoc_collection_t *coll;
    bson_t *query, *update, opts = BSON_INITIALIZER;
    bson_error_t berr;
-   int64_t stored;
+   int64_t stored, next, now;
    bool ok;
 
    if (!fw_checkpoint_stored_gen (client, database, stream, &stored, error)) {
       return false;
    }
-   if (stored < floor) {
-      stored = floor;
+   next = (stored > floor ? stored : floor) + 1;
+   /* No generation stored (a first start, a checkpoint of a version before
+    * writerGen, or one deleted by hand): the current time in milliseconds,
+    * past every generation an earlier run can hold (each is a start's time
+    * plus one per later start), so that a late write of a run from before
+    * the delete is refused too. */
+   if (stored <= 0 && (now = fw_now_ms ()) > next) {
+      next = now;
    }
    /* $max, not $inc: a claim of an earlier run that the server applies late
     * (its run got no answer, so wrote nothing) never raises the generation
-    * past this one's (it read a generation no later than this run did). */
+    * past this one's (it read a generation no later than this run did, or
+    * none at an earlier time). */
    query = BCON_NEW ("_id", BCON_UTF8 (stream));
-   update = BCON_NEW ("$max", "{", "writerGen", BCON_INT64 (stored + 1), "}");
+   update = BCON_NEW ("$max", "{", "writerGen", BCON_INT64 (next), "}");
    if (!query || !update || !BSON_APPEND_BOOL (&opts, "upsert", true)) {
       fw_error_set (error, FW_ERROR_NOMEM,
                     "out of memory starting the checkpoint writes of stream \"%s\"", stream);
@@ -413,10 +420,10 @@ fw_checkpoint_claim_generation_above (mongoc_client_t *client, const char *datab
       fw_error_set_code (
          error, FW_ERROR_MONGO, (int) berr.code,
          "cannot start the checkpoint writes of stream \"%s\" (writer generation %lld): %s%s",
-         stream, (long long) (stored + 1), berr.message,
+         stream, (long long) next, berr.message,
          fw_sharding_hint (&berr, FW_CHECKPOINT_COLLECTION, FW_SHARD_KEY_BY_ID, hint, sizeof hint));
    } else {
-      *gen = stored + 1;
+      *gen = next;
    }
    mongoc_collection_destroy (coll);
    bson_destroy (query);

@@ -71,8 +71,10 @@ typedef enum {
 
 /* Without ha (where the fencing epochs order the runs), a run of the stream
  * (a process's start, or a restart of the stream within it) first claims a
- * writer generation, before any checkpoint write: the stored writerGen + 1
- * (1 without a document, or with one written before writerGen existed),
+ * writer generation, before any checkpoint write: the stored writerGen + 1,
+ * or the current time in milliseconds when none is stored (no document,
+ * one written before writerGen existed, or one deleted by hand: past every
+ * generation an earlier run may still write with, on clocks that agree),
  * raised with $max and upserted. Every write of the run carries it
  * (fw_checkpoint_save_ordered) and is applied only while the stored
  * generation is not a later one, so a write of an earlier run (a process
