@@ -98,6 +98,15 @@ bool fw_stream_exactly_once_fence (fw_stream_eo_t *e, int64_t epoch, int64_t *st
  * a newer run holds the sink's checkpoint. */
 bool fw_stream_exactly_once_gen (fw_stream_eo_t *e, mongoc_client_t *client, int64_t *gen,
                                  bool *refused, fw_error_t *error);
+
+/* The change stream opened, before any event's transaction: exactly_once
+ * into MongoDB without ha claims the run's writer generation now
+ * (fw_stream_exactly_once_gen). Claimed in a transaction, the claim's write
+ * would change the checkpoint document after the transaction's snapshot,
+ * and the transaction's own write of it would fail with WriteConflict. A
+ * failure is logged; the first transaction claims it then (its attempt
+ * fails once). */
+void fw_stream_exactly_once_opened (fw_stream_eo_t *e);
 bool fw_stream_exactly_once_load (fw_stream_eo_t *e, fw_checkpoint_t *cp, bool *found);
 void fw_stream_exactly_once_advance (fw_stream_eo_t *e, const bson_t *processed,
                                      const bson_t *seen);

@@ -76,6 +76,25 @@ fw_stream_exactly_once_gen (fw_stream_eo_t *e, mongoc_client_t *client, int64_t 
    return true;
 }
 
+void
+fw_stream_exactly_once_opened (fw_stream_eo_t *e)
+{
+   mongoc_client_t *client;
+   fw_error_t err;
+   int64_t gen;
+   bool refused;
+
+   if (!e->cfg->exactly_once || e->cfg->exactly_once_pg || *e->lease || e->gen > 0) {
+      return;
+   }
+   err.message[0] = '\0';
+   if (!(client = fw_dispatcher_txn_client (e->d, &err)) ||
+       !fw_stream_exactly_once_gen (e, client, &gen, &refused, &err)) {
+      fw_log (FW_LOG_WARN, e->cfg->name,
+              "exactly_once: %s; claimed again before the first transaction", err.message);
+   }
+}
+
 /* Without ha a later run holds the checkpoint (refused): this run stops,
  * its events are the later run's (nothing of the transaction committed). */
 static void
