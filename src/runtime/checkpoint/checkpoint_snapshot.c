@@ -142,10 +142,12 @@ save_progress (mongoc_client_t *client, mongoc_client_session_t *session, const 
                          berr.message);
       ok = false;
       /* With gen: the upsert met the document of a later run (a duplicate
-       * key; in a transaction the server aborted it). */
-      *fenced = gen > 0 && berr.code == 11000 &&
-                fw_checkpoint_refused_by_newer_run (client, database, stream, stream,
-                                                    "the snapshot's progress", gen, error);
+       * key; in a transaction the server aborted it): *fenced, error naming
+       * both; or it cannot be read (error says so). */
+      if (gen > 0 && berr.code == 11000) {
+         (void) fw_checkpoint_refused_by_newer_run (client, database, stream, stream,
+                                                    "the snapshot's progress", gen, fenced, error);
+      }
    } else if (epoch > 0) {
       bson_iter_t it;
       if (!bson_iter_init_find (&it, reply, "matchedCount") || bson_iter_as_int64 (&it) < 1) {

@@ -331,12 +331,15 @@ fw_checkpoint_stored_gen (mongoc_client_t *client, const char *database, const c
 
 bool
 fw_checkpoint_refused_by_newer_run (mongoc_client_t *client, const char *database, const char *id,
-                                    const char *stream, const char *what, int64_t gen,
+                                    const char *stream, const char *what, int64_t gen, bool *newer,
                                     fw_error_t *err)
 {
    int64_t stored;
    fw_error_t read_err;
 
+   if (newer) {
+      *newer = false;
+   }
    if (gen <= 0) {
       return false;
    }
@@ -347,6 +350,9 @@ fw_checkpoint_refused_by_newer_run (mongoc_client_t *client, const char *databas
    }
    if (stored <= gen) {
       return false;
+   }
+   if (newer) {
+      *newer = true;
    }
    fw_error_set (err, FW_ERROR_MONGO,
                  "%s of stream \"%s\" NOT saved: a newer run of the stream (writer "
@@ -366,7 +372,7 @@ refused_by_newer_run (mongoc_client_t *client, const char *database, const char 
                       const order_t *order, fw_error_t *err)
 {
    return fw_checkpoint_refused_by_newer_run (client, database, stream, stream, "checkpoint",
-                                              order->gen, err);
+                                              order->gen, NULL, err);
 }
 
 bool
@@ -517,7 +523,7 @@ fw_checkpoint_save_in (mongoc_client_t *client, mongoc_client_session_t *session
 {
    order_t order = {gen, NULL, 0};
    fw_error_t err = {0};
-   bool ok;
+   bool ok, newer;
 
    bson_init (reply);
    ok = save_checkpoint (client, session, database, stream, token, token, script_version, NULL,
@@ -527,8 +533,8 @@ fw_checkpoint_save_in (mongoc_client_t *client, mongoc_client_session_t *session
     * Read outside the transaction, which the server has ended. */
    if (!ok && gen > 0 && err.code == ERR_DUPLICATE_KEY &&
        fw_checkpoint_refused_by_newer_run (client, database, stream, stream, "checkpoint", gen,
-                                           &err) &&
-       fenced) {
+                                           &newer, &err) &&
+       newer && fenced) {
       *fenced = true;
    }
    if (!ok && error) {

@@ -116,13 +116,14 @@ bool fw_checkpoint_gen_filter (bson_t *selector, int64_t gen);
 
 /* A write of document id (the checkpoint of stream, or a document beside
  * it) carrying gen in its filter matched nothing (an upsert failed with a
- * duplicate key): true, err set naming what ("checkpoint", "the snapshot's
- * progress", ...) and both generations, when a later run's generation is
- * stored there (or it cannot be read); false when not (gen <= 0, or the
- * stored one is not later). */
+ * duplicate key): true, err set, when a later run's generation is stored
+ * there (*newer true, err naming what: "checkpoint", "the snapshot's
+ * progress", ..., and both generations) or it cannot be read (*newer
+ * false); false when not (gen <= 0, or the stored one is not later).
+ * newer may be NULL. */
 bool fw_checkpoint_refused_by_newer_run (mongoc_client_t *client, const char *database,
                                          const char *id, const char *stream, const char *what,
-                                         int64_t gen, fw_error_t *err);
+                                         int64_t gen, bool *newer, fw_error_t *err);
 
 /* The checkpoint writer's save (checkpoint_writer.h), which may have several
  * writes in flight on as many connections: as fw_checkpoint_save (epoch 0)

@@ -96,10 +96,9 @@ fw_circuit_doc_save (mongoc_client_t *client, const char *database, const char *
                     id);
    } else if (!ok && gen > 0 && berr.code == 11000 &&
               fw_checkpoint_refused_by_newer_run (client, database, did, id, "the circuit breaker",
-                                                  gen, error)) {
-      /* the upsert met the _id of a newer run's document (or it cannot be
-       * read: error says so, and the breaker goes on in memory) */
-      *fenced = true;
+                                                  gen, fenced, error)) {
+      /* the upsert met the _id of a newer run's document (*fenced), or it
+       * cannot be read (error says so, and the breaker goes on in memory) */
    } else if (!ok) {
       fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
                          "cannot save the circuit breaker of stream \"%s\" in %s.%s: %s", id,
