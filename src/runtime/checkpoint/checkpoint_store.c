@@ -379,14 +379,6 @@ bool
 fw_checkpoint_claim_generation (mongoc_client_t *client, const char *database, const char *stream,
                                 int64_t *gen, fw_error_t *error)
 {
-   return fw_checkpoint_claim_generation_above (client, database, stream, 0, gen, error);
-}
-
-bool
-fw_checkpoint_claim_generation_above (mongoc_client_t *client, const char *database,
-                                      const char *stream, int64_t floor, int64_t *gen,
-                                      fw_error_t *error)
-{
    mongoc_collection_t *coll;
    bson_t *query, *update, opts = BSON_INITIALIZER;
    bson_error_t berr;
@@ -396,7 +388,7 @@ fw_checkpoint_claim_generation_above (mongoc_client_t *client, const char *datab
    if (!fw_checkpoint_stored_gen (client, database, stream, &stored, error)) {
       return false;
    }
-   next = (stored > floor ? stored : floor) + 1;
+   next = stored + 1;
    /* No generation stored (a first start, a checkpoint of a version before
     * writerGen, or one deleted by hand): the current time in milliseconds,
     * past every generation an earlier run can hold (each is a start's time

@@ -85,19 +85,12 @@ typedef enum {
 bool fw_checkpoint_claim_generation (mongoc_client_t *client, const char *database,
                                      const char *stream, int64_t *gen, fw_error_t *error);
 
-/* As fw_checkpoint_claim_generation, past floor too (max (stored, floor) +
- * 1): the generation a copy of the checkpoint elsewhere (exactly_once's
- * sink) holds. */
-bool fw_checkpoint_claim_generation_above (mongoc_client_t *client, const char *database,
-                                           const char *stream, int64_t floor, int64_t *gen,
-                                           fw_error_t *error);
-
 /* Raises the writerGen of stream's checkpoint on client's deployment to gen
  * ($max, upserted: a document without tokens when there is none), before
  * the run's first write there (exactly_once's sink, whose checkpoint the
  * transactions write: the run's generation is claimed on the stream's own).
  * *stored: the generation stored afterwards (greater than gen: a later run
- * raised it first). */
+ * raised it first). False (error set) when it cannot be written. */
 bool fw_checkpoint_raise_generation (mongoc_client_t *client, const char *database,
                                      const char *stream, int64_t gen, int64_t *stored,
                                      fw_error_t *error);

@@ -34,7 +34,7 @@ run_gen (fw_stream_circuit_t *c, mongoc_client_t *client, int64_t epoch, int64_t
          fw_error_t *err)
 {
    *gen = 0;
-   return epoch > 0 || !c->ckpt || fw_position_claim (c->ckpt, client, 0, gen, err);
+   return epoch > 0 || !c->ckpt || fw_position_claim (c->ckpt, client, gen, err);
 }
 
 static void

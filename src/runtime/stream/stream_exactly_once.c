@@ -35,8 +35,7 @@ fw_stream_exactly_once_gen (fw_stream_eo_t *e, mongoc_client_t *client, int64_t 
                             fw_error_t *error)
 {
    const char *db = e->cfg->database, *name = e->cfg->name;
-   bool sink = e->cfg->exactly_once_connection != NULL;
-   int64_t floor = 0, stored;
+   int64_t stored;
 
    *gen = 0;
    *refused = false;
@@ -52,13 +51,14 @@ fw_stream_exactly_once_gen (fw_stream_eo_t *e, mongoc_client_t *client, int64_t 
                     "stream \"%s\": no client to claim its writer generation", name);
       return false;
    }
-   /* The sink's checkpoint may hold a later generation than the stream's
-    * own (one deleted by hand): the run's is past both. */
-   if ((sink && !fw_checkpoint_stored_gen (client, db, name, &floor, error)) ||
-       !fw_position_claim (fw_stream_checkpoint (e->w), *e->client, floor, gen, error)) {
+   if (!fw_position_claim (fw_stream_checkpoint (e->w), *e->client, gen, error)) {
       return false;
    }
-   if (sink) {
+   /* A sink's checkpoint, which the transactions write, carries it too:
+    * raised before the first of them. A later generation there is a newer
+    * run's (the stream's own claims are past every earlier run's, also
+    * after a delete by hand). */
+   if (e->cfg->exactly_once_connection) {
       if (!fw_checkpoint_raise_generation (client, db, name, *gen, &stored, error)) {
          return false;
       }

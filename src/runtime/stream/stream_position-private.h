@@ -74,12 +74,11 @@ void fw_position_passed (fw_stream_ckpt_t *c, fw_position_t *p, const fw_event_t
 
 /* Without ha (where the fencing epochs order the runs): the run's writer
  * generation in *gen, claimed on client (the caller's, on the stream's
- * deployment) the first time (fw_checkpoint_claim_generation), or again
- * when floor (a generation stored elsewhere: exactly_once's sink) is not
- * below it; every write of the run to _fw_checkpoints carries it. Under ha
- * *gen is 0. Any thread (the breaker's hooks run on a lane's). False (err
- * set) when it cannot be claimed: the next write tries again. */
-bool fw_position_claim (fw_stream_ckpt_t *c, mongoc_client_t *client, int64_t floor, int64_t *gen,
+ * deployment) the first time (fw_checkpoint_claim_generation); every write
+ * of the run to _fw_checkpoints carries it. Under ha *gen is 0. Any thread
+ * (the breaker's hooks run on a lane's). False (err set) when it cannot be
+ * claimed: the next write tries again. */
+bool fw_position_claim (fw_stream_ckpt_t *c, mongoc_client_t *client, int64_t *gen,
                         fw_error_t *err);
 
 /* Counts the checkpoint writer's outcomes in the stream's metrics. */

@@ -91,8 +91,7 @@ fw_position_writer_results (fw_stream_ckpt_t *c)
 }
 
 bool
-fw_position_claim (fw_stream_ckpt_t *c, mongoc_client_t *client, int64_t floor, int64_t *gen,
-                   fw_error_t *err)
+fw_position_claim (fw_stream_ckpt_t *c, mongoc_client_t *client, int64_t *gen, fw_error_t *err)
 {
    int64_t claimed;
    bool ok = true;
@@ -102,8 +101,8 @@ fw_position_claim (fw_stream_ckpt_t *c, mongoc_client_t *client, int64_t floor, 
       return true; /* under ha the fence orders the runs */
    }
    pthread_mutex_lock (&c->gen_mu);
-   if (c->gen <= floor && (ok = fw_checkpoint_claim_generation_above (
-                              client, c->cfg->database, c->cfg->name, floor, &claimed, err))) {
+   if (c->gen <= 0 && (ok = fw_checkpoint_claim_generation (client, c->cfg->database, c->cfg->name,
+                                                            &claimed, err))) {
       c->gen = claimed;
    }
    *gen = c->gen;
@@ -118,7 +117,7 @@ fw_position_claim (fw_stream_ckpt_t *c, mongoc_client_t *client, int64_t floor, 
 static bool
 claim_generation (fw_stream_ckpt_t *c, int64_t *gen, fw_error_t *err)
 {
-   return fw_position_claim (c, *c->client, 0, gen, err);
+   return fw_position_claim (c, *c->client, gen, err);
 }
 
 /* The synchronous write of p (and also), with the run's writer generation

@@ -109,7 +109,7 @@ store_progress (fw_stream_worker_t *w, const fw_snapshot_progress_t *p, fw_error
    }
    if (w->cfg->exactly_once && !w->cfg->exactly_once_pg
           ? !fw_stream_exactly_once_gen (&w->eo, client, &gen, &refused, err)
-          : !fw_position_claim (&w->ckpt, client, 0, &gen, err)) {
+          : !fw_position_claim (&w->ckpt, client, &gen, err)) {
       return false;
    }
    return fw_checkpoint_snapshot_save (client, w->cfg->database, w->cfg->name, p, w->lead.epoch,
