@@ -521,8 +521,10 @@ fw_checkpoint_save_in (mongoc_client_t *client, mongoc_client_session_t *session
    ok = save_checkpoint (client, session, database, stream, token, token, script_version, NULL,
                          epoch, gen > 0 ? &order : NULL, fenced, reply, &err);
    /* Refused by a later run's generation: the upsert met the document and
-    * could not insert it (a duplicate key, which aborts the transaction).
-    * Read outside the transaction, which the server has ended. */
+    * could not insert it (a duplicate key, in the reply's writeErrors; the
+    * server aborts the transaction on it: SERVER-34059, and the drivers'
+    * transactions spec tests, abort.yml, check that it did). Read outside
+    * the transaction, which the server has ended. */
    if (!ok && gen > 0 && err.code == ERR_DUPLICATE_KEY &&
        fw_checkpoint_refused_by_newer_run (client, database, stream, stream, "checkpoint", gen,
                                            &newer, &err) &&
