@@ -26,8 +26,8 @@ typedef struct fw_stream_eo fw_stream_eo_t;
  * stream is made (stream_program.c); the settings follow reloads in place,
  * the fields linked to change with each run. The stream's thread. */
 struct fw_stream_eo {
-   bson_t *written;       /* the position last written in a transaction (NULL: none) */
-   bson_t *committed;     /* the last one committed: the stored checkpoint's */
+   bson_t *written;   /* the position last written in a transaction (NULL: none) */
+   bson_t *committed; /* the last one committed: the stored checkpoint's */
    /* without ha: the run's writer generation its transactions carry (the
     * stream's, raised on the sink's checkpoint too: fw_stream_exactly_once_gen);
     * 0: not yet this run */
