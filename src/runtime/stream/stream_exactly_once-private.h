@@ -26,12 +26,8 @@ typedef struct fw_stream_eo fw_stream_eo_t;
  * stream is made (stream_program.c); the settings follow reloads in place,
  * the fields linked to change with each run. The stream's thread. */
 struct fw_stream_eo {
-   bson_t *written;   /* the position last written in a transaction (NULL: none) */
-   bson_t *committed; /* the last one committed: the stored checkpoint's */
-   /* without ha: the run's writer generation its transactions carry (the
-    * stream's, raised on the sink's checkpoint too: fw_stream_exactly_once_gen);
-    * 0: not yet this run */
-   int64_t gen;
+   bson_t *written;       /* the position last written in a transaction (NULL: none) */
+   bson_t *committed;     /* the last one committed: the stored checkpoint's */
    fw_stream_eo_pg_t *pg; /* exactly once into PostgreSQL: its sink (owned), or NULL */
    /* Another store's position at each checkpoint save (exactly once into
     * PostgreSQL: fw_stream_exactly_once_pg_advance), or NULL: the
@@ -52,6 +48,10 @@ struct fw_stream_eo {
    mongoc_client_t *const *client; /* its client (NULL in it outside a run) */
    fw_lease_t *const *lease;       /* its lease (ha), NULL in it: none */
    const int64_t *epoch;           /* the epoch it leads with; 0: not leading */
+   /* without ha: the run's writer generation its transactions carry (the
+    * stream's, raised on the sink's checkpoint too: fw_stream_exactly_once_gen);
+    * 0: not yet this run */
+   int64_t gen;
 };
 
 /* stream_exactly_once.c: exactly_once (issue 39) wires the dispatcher's
