@@ -322,10 +322,18 @@ fw_stream_exactly_once_advance (fw_stream_eo_t *e, const bson_t *processed, cons
    if (!client || fw_position_tokens_are (processed, seen, e->committed)) {
       return;
    }
-   ok = *e->lease ? fw_checkpoint_save_fenced (client, e->cfg->database, e->cfg->name, processed,
-                                               seen, version, *e->epoch, NULL, &err)
-                  : fw_checkpoint_save (client, e->cfg->database, e->cfg->name, processed, seen,
-                                        version, &err);
+   if (*e->lease) {
+      ok = fw_checkpoint_save_fenced (client, e->cfg->database, e->cfg->name, processed, seen,
+                                      version, *e->epoch, NULL, &err);
+   } else {
+      /* with the run's writer generation, as the transactions' writes */
+      int64_t gen;
+      bool refused;
+      ok = fw_stream_exactly_once_gen (e, client, &gen, &refused, &err) &&
+           fw_checkpoint_save_ordered_with (client, e->cfg->database, e->cfg->name, processed, seen,
+                                            version, NULL, 0, gen, NULL, 0,
+                                            &err) == FW_CHECKPOINT_SAVED;
+   }
    if (!ok) {
       fw_log (FW_LOG_WARN, e->cfg->name,
               "exactly_once: the checkpoint on connection \"%s\" not moved (%s): a restart "
