@@ -6,7 +6,10 @@
  * mongod does not retry for a query that is not only equalities), while a
  * document without the stamp (a synchronous save, a seeded checkpoint) or
  * with another writer's is overwritten; a fenced ordered write tells a
- * newer leader's fence from a later write of its own.
+ * newer leader's fence from a later write of its own. Across runs without
+ * ha, the writer generation keeps an older run's late write (a position, a
+ * snapshot's progress, the breaker's document, a transaction's position)
+ * from landing over a newer run's.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,7 +20,10 @@
 #include <cmocka.h>
 #include <mongoc/mongoc.h>
 
+#include "flowwarden/clock.h"
 #include "runtime/checkpoint/checkpoint_store.h"
+#include "runtime/checkpoint/circuit_doc.h"
+#include "runtime/snapshot/snapshot.h"
 #include "standin_process.h"
 
 #define DB "ordered"
@@ -213,6 +219,17 @@ a_fenced_write_tells_superseded_from_fenced (void **state)
    assert_int_equal (stored ("fenced"), 2);
 }
 
+/* Whether message names a refusal by run newer, of run gen. */
+static bool
+refused_by (const char *message, int64_t newer, int64_t gen)
+{
+   char want[160];
+   snprintf (want, sizeof want,
+             "a newer run of the stream (writer generation %lld, this run's %lld)",
+             (long long) newer, (long long) gen);
+   return strstr (message, want) != NULL;
+}
+
 /* A save of run gen (writer w, NULL: a mode = "sync" save) of token n. */
 static fw_checkpoint_saved_t
 save_run (const char *stream, int n, int64_t gen, const bson_oid_t *w, int64_t seq, fw_error_t *err)
@@ -227,8 +244,9 @@ save_run (const char *stream, int n, int64_t gen, const bson_oid_t *w, int64_t s
 /* Across runs (a process killed with kill -9, or hung and replaced): a write
  * of an older run that the server applies after a newer run's first write
  * changes nothing, whatever its seq (async) or without one (sync). The first
- * start (no document) claims generation 1, a document of an older version
- * (no writerGen) gives 1 too. */
+ * start (no document) claims the current time in milliseconds, each later
+ * start one more; a document of an older version (no writerGen) gives the
+ * time too. */
 static void
 an_older_runs_late_write_never_replaces_a_newer_runs (void **state)
 {
@@ -238,30 +256,33 @@ an_older_runs_late_write_never_replaces_a_newer_runs (void **state)
    bson_t *t = token (1);
    (void) state;
 
+   int64_t before = fw_now_ms ();
+
    bson_oid_init (&a, NULL);
    bson_oid_init (&b, NULL);
    assert_true (fw_checkpoint_claim_generation (g_client, DB, "runs", &ga, &err));
-   assert_int_equal (ga, 1);
+   assert_in_range (ga, before, fw_now_ms ());
    assert_int_equal (save_run ("runs", 5, ga, &a, 5, &err), FW_CHECKPOINT_SAVED);
    /* run a is killed with its seq 6 (and a sync save) still in the server's queue */
    assert_true (fw_checkpoint_claim_generation (g_client, DB, "runs", &gb, &err));
-   assert_int_equal (gb, 2);
+   assert_int_equal (gb, ga + 1);
    assert_int_equal (save_run ("runs", 7, gb, &b, 1, &err), FW_CHECKPOINT_SAVED);
    assert_int_equal (save_run ("runs", 6, ga, &a, 6, &err), FW_CHECKPOINT_NOT_SAVED);
-   assert_non_null (strstr (err.message, "a newer run of the stream (writer generation 2"));
+   assert_true (refused_by (err.message, gb, ga));
    assert_int_equal (save_run ("runs", 6, ga, NULL, 0, &err), FW_CHECKPOINT_NOT_SAVED);
    assert_int_equal (stored ("runs"), 7);
    /* a mode = "sync" run: the same, and it replaces the older run's stamp */
    assert_true (fw_checkpoint_claim_generation (g_client, DB, "runs", &gc, &err));
-   assert_int_equal (gc, 3);
+   assert_int_equal (gc, ga + 2);
    assert_int_equal (save_run ("runs", 8, gc, NULL, 0, &err), FW_CHECKPOINT_SAVED);
    assert_int_equal (save_run ("runs", 7, gb, &b, 2, &err), FW_CHECKPOINT_NOT_SAVED);
    assert_int_equal (stored ("runs"), 8);
 
    /* a checkpoint written before writerGen existed */
    assert_true (fw_checkpoint_save (g_client, DB, "upgraded", t, t, "v", &err));
+   before = fw_now_ms ();
    assert_true (fw_checkpoint_claim_generation (g_client, DB, "upgraded", &ga, &err));
-   assert_int_equal (ga, 1);
+   assert_in_range (ga, before, fw_now_ms ());
    assert_int_equal (stored ("upgraded"), 1);
    assert_int_equal (save_run ("upgraded", 2, ga, NULL, 0, &err), FW_CHECKPOINT_SAVED);
    assert_int_equal (stored ("upgraded"), 2);
@@ -299,6 +320,207 @@ a_reset_by_hand_wins (void **state)
    bson_destroy (update);
 }
 
+/* A snapshot's progress of run gen with documents n. */
+static bool
+save_progress_of (const char *stream, int64_t gen, int64_t n, fw_error_t *err)
+{
+   fw_snapshot_progress_t p;
+   bool ok;
+
+   fw_snapshot_progress_init (&p);
+   p.documents = n;
+   ok = fw_checkpoint_snapshot_save (g_client, DB, stream, &p, 0, gen, err);
+   fw_snapshot_progress_cleanup (&p);
+   return ok;
+}
+
+static int64_t
+stored_documents (const char *stream)
+{
+   fw_snapshot_progress_t p;
+   fw_error_t err;
+   int64_t n;
+
+   fw_snapshot_progress_init (&p);
+   assert_true (fw_checkpoint_snapshot_load (g_client, DB, stream, &p, &err));
+   assert_true (p.present);
+   n = p.documents;
+   fw_snapshot_progress_cleanup (&p);
+   return n;
+}
+
+/* The snapshot's progress carries the run's generation as the position
+ * does: an older run's late progress write changes nothing once a newer
+ * run has claimed (with a document, and when the claim made it). */
+static void
+an_older_runs_late_snapshot_progress_changes_nothing (void **state)
+{
+   fw_error_t err;
+   int64_t ga, gb;
+   (void) state;
+
+   assert_true (fw_checkpoint_claim_generation (g_client, DB, "snap", &ga, &err));
+   assert_true (save_progress_of ("snap", ga, 100, &err));
+   assert_true (fw_checkpoint_claim_generation (g_client, DB, "snap", &gb, &err));
+   assert_true (save_progress_of ("snap", gb, 50, &err)); /* resumed from an earlier chunk */
+   assert_false (save_progress_of ("snap", ga, 200, &err));
+   assert_non_null (strstr (err.message, "the snapshot's progress of stream \"snap\" NOT saved: "));
+   assert_true (refused_by (err.message, gb, ga));
+   assert_int_equal (stored_documents ("snap"), 50);
+   assert_true (save_progress_of ("snap", gb, 60, &err));
+   assert_int_equal (stored_documents ("snap"), 60);
+
+   /* the newer run claimed, the older run's first progress lands after */
+   assert_true (fw_checkpoint_claim_generation (g_client, DB, "snap2", &ga, &err));
+   assert_true (fw_checkpoint_claim_generation (g_client, DB, "snap2", &gb, &err));
+   assert_true (save_progress_of ("snap2", gb, 5, &err));
+   assert_false (save_progress_of ("snap2", ga, 7, &err));
+   assert_int_equal (stored_documents ("snap2"), 5);
+}
+
+/* An open breaker's view with probes n. */
+static fw_circuit_view_t
+breaker (int probes)
+{
+   fw_circuit_view_t v;
+   memset (&v, 0, sizeof v);
+   v.state = FW_CIRCUIT_OPEN;
+   snprintf (v.error_type, sizeof v.error_type, "Http.Connect");
+   v.since_ms = 1000;
+   v.open_for_ms = 500;
+   v.next_probe_ms = 2000;
+   v.probes = probes;
+   return v;
+}
+
+/* The breaker's document carries the run's generation: an older run's late
+ * save neither replaces a newer run's nor its delete removes it. */
+static void
+an_older_runs_late_breaker_write_changes_nothing (void **state)
+{
+   fw_error_t err;
+   fw_circuit_view_t v = breaker (3), got;
+   bool fenced, found;
+   char bad[120];
+   (void) state;
+
+   assert_true (fw_circuit_doc_save (g_client, DB, "cb", &v, 0, 1, &fenced, &err));
+   v = breaker (7);
+   assert_true (fw_circuit_doc_save (g_client, DB, "cb", &v, 0, 2, &fenced, &err));
+   assert_false (fenced);
+   v = breaker (4);
+   assert_false (fw_circuit_doc_save (g_client, DB, "cb", &v, 0, 1, &fenced, &err));
+   assert_true (fenced);
+   assert_non_null (strstr (err.message,
+                            "the circuit breaker of stream \"cb\" NOT saved: a "
+                            "newer run of the stream (writer generation 2, this "
+                            "run's 1)"));
+   assert_true (fw_circuit_doc_delete (g_client, DB, "cb", 0, 1, &err)); /* matches nothing */
+   assert_true (fw_circuit_doc_load (g_client, DB, "cb", &got, &found, bad, sizeof bad, &err));
+   assert_true (found);
+   assert_int_equal (got.probes, 7);
+   assert_true (fw_circuit_doc_delete (g_client, DB, "cb", 0, 2, &err));
+   assert_true (fw_circuit_doc_load (g_client, DB, "cb", &got, &found, bad, sizeof bad, &err));
+   assert_false (found);
+}
+
+/* exactly_once's position written in a transaction: with an older run's
+ * generation (a hung run that resumes after a newer one started) the write
+ * is refused (fenced, the error naming both generations) and nothing of the
+ * transaction commits; the newer run's commits. */
+static void
+an_older_runs_transaction_commits_nothing (void **state)
+{
+   fw_error_t err;
+   int64_t ga, gb;
+   bson_t *t = token (20), reply;
+   bson_error_t berr;
+   mongoc_client_session_t *session;
+   bool fenced;
+   (void) state;
+
+   assert_true (fw_checkpoint_claim_generation (g_client, DB, "txn", &ga, &err));
+   assert_true (fw_checkpoint_claim_generation (g_client, DB, "txn", &gb, &err));
+   assert_int_equal (save_run ("txn", 10, gb, NULL, 0, &err), FW_CHECKPOINT_SAVED);
+
+   session = mongoc_client_start_session (g_client, NULL, &berr);
+   assert_non_null (session);
+   assert_true (mongoc_client_session_start_transaction (session, NULL, &berr));
+   assert_false (
+      fw_checkpoint_save_in (g_client, session, DB, "txn", t, "v", 0, ga, &fenced, &reply, &err));
+   assert_true (fenced);
+   assert_true (refused_by (err.message, gb, ga));
+   bson_destroy (&reply);
+   (void) mongoc_client_session_abort_transaction (session, NULL);
+   assert_int_equal (stored ("txn"), 10);
+
+   assert_true (mongoc_client_session_start_transaction (session, NULL, &berr));
+   assert_true (
+      fw_checkpoint_save_in (g_client, session, DB, "txn", t, "v", 0, gb, &fenced, &reply, &err));
+   assert_false (fenced);
+   bson_destroy (&reply);
+   assert_true (mongoc_client_session_commit_transaction (session, &reply, &berr));
+   bson_destroy (&reply);
+   assert_int_equal (stored ("txn"), 20);
+   mongoc_client_session_destroy (session);
+   bson_destroy (t);
+}
+
+/* A checkpoint deleted by hand (to start again from start_position) loses
+ * its generation; the next run's claim is then the time, past the deleted
+ * one, so a late write of a run from before the delete is still refused
+ * once the next run has claimed. */
+static void
+a_deleted_checkpoint_still_refuses_an_earlier_runs_write (void **state)
+{
+   fw_error_t err;
+   int64_t ga, gb;
+   mongoc_collection_t *coll = mongoc_client_get_collection (g_client, DB,
+                                                             FW_CHECKPOINT_COLLECTION);
+   bson_t *filter = BCON_NEW ("_id", BCON_UTF8 ("deleted"));
+   bson_t *seed = BCON_NEW ("_id", BCON_UTF8 ("deleted"), "writerGen", BCON_INT64 (1));
+   bson_error_t berr;
+   (void) state;
+
+   /* run a follows a run that claimed generation 1 (a version that counted
+    * from 1) */
+   assert_true (mongoc_collection_insert_one (coll, seed, NULL, NULL, &berr));
+   assert_true (fw_checkpoint_claim_generation (g_client, DB, "deleted", &ga, &err));
+   assert_int_equal (ga, 2);
+   assert_int_equal (save_run ("deleted", 5, ga, NULL, 0, &err), FW_CHECKPOINT_SAVED);
+   /* run a stops (a write of it still queued), the document is deleted */
+   assert_true (mongoc_collection_delete_one (coll, filter, NULL, NULL, &berr));
+   assert_true (fw_checkpoint_claim_generation (g_client, DB, "deleted", &gb, &err));
+   assert_true (gb > ga);
+   assert_int_equal (save_run ("deleted", 1, gb, NULL, 0, &err), FW_CHECKPOINT_SAVED);
+   assert_int_equal (save_run ("deleted", 6, ga, NULL, 0, &err), FW_CHECKPOINT_NOT_SAVED);
+   assert_true (refused_by (err.message, gb, ga));
+   assert_int_equal (stored ("deleted"), 1);
+   bson_destroy (seed);
+   bson_destroy (filter);
+   mongoc_collection_destroy (coll);
+}
+
+/* exactly_once's sink: its checkpoint's generation is raised to the run's
+ * ($max, upserted), and the raise says what is stored (a later run's: more
+ * than asked). */
+static void
+raising_a_generation_says_what_is_stored (void **state)
+{
+   fw_error_t err;
+   int64_t stored_gen;
+   (void) state;
+
+   assert_true (fw_checkpoint_raise_generation (g_client, DB, "elsewhere", 5, &stored_gen, &err));
+   assert_int_equal (stored_gen, 5);
+   assert_true (fw_checkpoint_raise_generation (g_client, DB, "elsewhere", 3, &stored_gen, &err));
+   assert_int_equal (stored_gen, 5);
+   assert_true (fw_checkpoint_raise_generation (g_client, DB, "elsewhere", 6, &stored_gen, &err));
+   assert_int_equal (stored_gen, 6);
+   assert_true (fw_checkpoint_stored_gen (g_client, DB, "elsewhere", &stored_gen, &err));
+   assert_int_equal (stored_gen, 6);
+}
+
 int
 main (void)
 {
@@ -309,6 +531,11 @@ main (void)
       cmocka_unit_test (a_late_write_never_replaces_the_final_save),
       cmocka_unit_test (an_older_runs_late_write_never_replaces_a_newer_runs),
       cmocka_unit_test (a_reset_by_hand_wins),
+      cmocka_unit_test (an_older_runs_late_snapshot_progress_changes_nothing),
+      cmocka_unit_test (an_older_runs_late_breaker_write_changes_nothing),
+      cmocka_unit_test (an_older_runs_transaction_commits_nothing),
+      cmocka_unit_test (raising_a_generation_says_what_is_stored),
+      cmocka_unit_test (a_deleted_checkpoint_still_refuses_an_earlier_runs_write),
    };
    return cmocka_run_group_tests (tests, setup, teardown);
 }

@@ -404,5 +404,38 @@ class KilledWithATransactionOpen(StandInTestCase):
         return {d["_id"]: (d["orders"], d["amount"]) for d in self.db.customer_totals.find()}
 
 
+class PausedRunReplaced(IncReadModel, StandInTestCase):
+    """Without ha, a process paused (SIGSTOP: a stalled VM) and replaced by another: the new
+    run claims a later writer generation before its first transaction; when the paused one
+    resumes, its transaction's checkpoint write is refused (the stored generation is the new
+    run's), so none of its handler's writes commit, and its stream stops saying why
+    (docs/operations.md#checkpoints)."""
+    standin_args = ("--server-version", "7.0")
+
+    def test_a_resumed_run_s_transaction_commits_nothing_over_the_new_run(self):
+        script = self.script(SCRIPT)
+        old = self.run_fw(script)
+        old.wait_open()
+        self.db.orders.insert_one(order(0))
+        old.wait_reports(1)
+        self.wait_applied(1, 30)
+        old.proc.send_signal(signal.SIGSTOP)
+        self.addCleanup(lambda: old.proc.poll() is None and old.proc.send_signal(signal.SIGCONT))
+        new = self.run_fw(script)
+        new.wait_open()
+        gen = self.checkpoint("totals")["writerGen"]
+        self.db.orders.insert_one(order(1))
+        new.wait_reports(1)
+        self.wait_applied(2, 30)
+        old.proc.send_signal(signal.SIGCONT)  # its change stream hands it order 1 too
+        old.wait_log('STREAM STOPPED: checkpoint of stream "totals" NOT saved: a newer run of '
+                     "the stream (writer generation %d" % gen, timeout=30)
+        self.assertEqual([r["n"] for r in old.reports()], [0, 1], "old's handler ran order 1")
+        self.assertEqual(self.totals(), self.want([order(0), order(1)]), "order 1 applied once")
+        self.assertEqual(new.stop(), 0)
+        self.assertEqual(self.checkpoint("totals")["writerGen"], gen)
+        old.stop()
+
+
 if __name__ == "__main__":
     unittest.main()

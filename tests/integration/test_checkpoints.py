@@ -41,6 +41,7 @@ class StopAndRestart(StandInTestCase):
 
     def test_clean_stop_then_restart_repeats_nothing_and_loses_nothing(self):
         script = self.script(seq_script(save_every=7))
+        started = time.time()
         p = self.run_fw(script)
         p.wait_open()
         self.insert(range(0, 50))
@@ -52,9 +53,12 @@ class StopAndRestart(StandInTestCase):
         self.assertEqual(cp["lastProcessedToken"]["_data"], first[-1]["eid"])
         self.assertIn("lastSeenToken", cp)
         self.assertIn("updatedAt", cp)
-        # Each run claims a writer generation before its first save (the first: 1), so a
-        # late write of an earlier run never lands over a later run's (operations.md).
-        self.assertEqual(cp["writerGen"], 1)
+        # Each run claims a writer generation before its first save (the first: the time
+        # in ms, each later start one more), so a late write of an earlier run never
+        # lands over a later run's (operations.md).
+        first_gen = cp["writerGen"]
+        self.assertGreater(first_gen, int((started - 60) * 1000))
+        self.assertLessEqual(first_gen, int(time.time() * 1000) + 1)
 
         self.insert(range(50, 80))          # written while flowwarden is down
         p2 = self.run_fw(script)
@@ -66,7 +70,7 @@ class StopAndRestart(StandInTestCase):
         self.assertEqual([r["n"] for r in second], list(range(50, 81)))
         self.assertEqual(p2.stop(), 0)
         self.assertEqual(len(p2.reports()), 31)
-        self.assertEqual(self.checkpoint("seq")["writerGen"], 2)
+        self.assertEqual(self.checkpoint("seq")["writerGen"], first_gen + 1)
 
     def test_kill9_then_restart_loses_nothing_and_repeats_at_most_save_every(self):
         self.kill9_then_restart(save_every=10, extra_cp=SYNC, bound=10)
@@ -183,6 +187,67 @@ class StopAndRestart(StandInTestCase):
         self.insert([3])
         p2.wait_until(lambda: any(r["n"] == 3 for r in p2.reports()), what="the last event")
         self.assertEqual([r["n"] for r in p2.reports()], [0, 1, 2, 3])
+
+    def run_then_stop(self, script, numbers):
+        p = self.run_fw(script)
+        p.wait_open()
+        self.insert(numbers)
+        p.wait_reports(len(numbers))
+        self.assertEqual(p.stop(), 0)
+        return self.checkpoint("seq")
+
+    def starts_from_now(self, script, before):
+        """A run of script begins from start_position ("resume" without a position:
+        from now): nothing written before it comes, what comes after does, and
+        nothing is refused or failed."""
+        p = self.run_fw(script)
+        p.wait_open()
+        self.assertIn("from now", " ".join(p.messages()))
+        self.insert([100])
+        self.assertEqual([r["n"] for r in p.wait_reports(1)], [100])
+        self.assertEqual(p.stop(), 0)
+        self.assertEqual([r["n"] for r in p.reports()], [100], before)
+        self.assertEqual(p.messages(level="error"), [])
+        self.assertEqual(p.messages(level="warn"), [])
+        return self.checkpoint("seq")
+
+    def test_a_checkpoint_without_a_position_starts_as_configured(self):
+        # A run killed between its writer generation's claim and its first save
+        # leaves a checkpoint with writerGen and no token: the next start begins
+        # from start_position, and claims past it.
+        script = self.script(seq_script())
+        self.db["_fw_checkpoints"].insert_one({"_id": "seq", "writerGen": 41})
+        self.insert([0, 1])                 # before the start: not delivered
+        cp = self.starts_from_now(script, "written before the start")
+        self.assertEqual(cp["writerGen"], 42)
+        self.assertIn("lastProcessedToken", cp)
+
+    def test_a_reset_by_hand_starts_from_start_position(self):
+        # docs/operations.md "Setting or resetting a checkpoint by hand": the tokens
+        # unset and writerGen raised in one update (no earlier run's late write lands
+        # after it); the next start begins from start_position and claims past it.
+        script = self.script(seq_script())
+        gen = self.run_then_stop(script, [0, 1])["writerGen"]
+        self.db["_fw_checkpoints"].update_one(
+            {"_id": "seq"}, {"$unset": {"lastProcessedToken": "", "lastSeenToken": ""},
+                             "$inc": {"writerGen": 1}})
+        self.insert([2, 3])                 # while down: skipped, as after a first start
+        cp = self.starts_from_now(script, "written before the reset's start")
+        self.assertEqual(cp["writerGen"], gen + 2)
+
+    def test_a_deleted_checkpoint_starts_from_start_position_past_its_generation(self):
+        # Deleting the document drops its generation: the next claim is the time in
+        # ms, past every generation an earlier run could still write with.
+        script = self.script(seq_script())
+        self.db["_fw_checkpoints"].insert_one({"_id": "seq", "writerGen": 7})
+        gen = self.run_then_stop(script, [0])["writerGen"]
+        self.assertEqual(gen, 8)
+        self.db["_fw_checkpoints"].delete_one({"_id": "seq"})
+        self.insert([1])
+        started = time.time()
+        cp = self.starts_from_now(script, "written before the delete's start")
+        self.assertGreater(cp["writerGen"], gen)
+        self.assertGreaterEqual(cp["writerGen"], int(started * 1000) - 1000)
 
     def test_start_position_latest_ignores_the_saved_checkpoint(self):
         resume = self.script(seq_script())

@@ -316,6 +316,10 @@ class Outage(FailureTestCase):
         self.assertEqual((kept["state"], kept["errorType"], kept["stream"]),
                          ("open", "Http.Connect", "s"))
         self.assertEqual(kept["openForMs"], 3000)
+        # Without ha it carries the run's writer generation (a killed run's late save never
+        # replaces a newer run's: docs/operations.md#checkpoints).
+        first_gen = self.checkpoint("s")["writerGen"]
+        self.assertEqual(kept["writerGen"], first_gen)
         next_probe_ms = kept["nextProbeAt"].replace(
             tzinfo=datetime.timezone.utc).timestamp() * 1000.0
         p.kill9()
@@ -341,6 +345,7 @@ class Outage(FailureTestCase):
         self.assertEqual(p.count_log("circuit OPEN:", stream="s"), 0)
         # the kept pause (3 s) doubled, capped by this run's max_open_for (2 s)
         self.wait_for(lambda: self.circuit_doc()["openForMs"] == 2000, what="the probe kept")
+        self.assertEqual(self.circuit_doc()["writerGen"], first_gen + 1)
         self.assertEqual(self.status_circuit(admin)["state"], "open")
 
         got = []

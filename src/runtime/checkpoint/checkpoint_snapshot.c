@@ -108,13 +108,14 @@ fw_checkpoint_snapshot_fields (const fw_snapshot_progress_t *p, bson_t *out)
           bson_append_document_end (out, &snap);
 }
 
-/* The snapshot field's update (upsert when not fenced), on session (NULL:
- * none). *reply is initialised here on every path (the caller destroys
- * it); *fenced: a newer leader holds the checkpoint. */
+/* The snapshot field's update (upsert when not fenced), ordered by gen (0:
+ * none) as the checkpoint's saves are, on session (NULL: none). *reply is
+ * initialised here on every path (the caller destroys it); *fenced: a
+ * newer leader, or a later run, holds the checkpoint. */
 static bool
 save_progress (mongoc_client_t *client, mongoc_client_session_t *session, const char *database,
-               const char *stream, const fw_snapshot_progress_t *p, int64_t epoch, bool *fenced,
-               bson_t *reply, fw_error_t *error)
+               const char *stream, const fw_snapshot_progress_t *p, int64_t epoch, int64_t gen,
+               bool *fenced, bson_t *reply, fw_error_t *error)
 {
    mongoc_collection_t *coll = mongoc_client_get_collection (client, database,
                                                              FW_CHECKPOINT_COLLECTION);
@@ -123,8 +124,11 @@ save_progress (mongoc_client_t *client, mongoc_client_session_t *session, const 
    bson_error_t berr;
    bool ok = BSON_APPEND_UTF8 (&sel, "_id", stream) &&
              (epoch <= 0 || BSON_APPEND_INT64 (&sel, "epoch", epoch)) &&
+             fw_checkpoint_gen_filter (&sel, gen) &&
              BSON_APPEND_DOCUMENT_BEGIN (&upd, "$set", &set) &&
-             fw_checkpoint_snapshot_fields (p, &set) && bson_append_document_end (&upd, &set) &&
+             fw_checkpoint_snapshot_fields (p, &set) &&
+             (gen <= 0 || BSON_APPEND_INT64 (&set, "writerGen", gen)) &&
+             bson_append_document_end (&upd, &set) &&
              BSON_APPEND_BOOL (&opts, "upsert", epoch <= 0) &&
              (!session || mongoc_client_session_append (session, &opts, &berr));
 
@@ -137,6 +141,13 @@ save_progress (mongoc_client_t *client, mongoc_client_session_t *session, const 
                          "cannot save the snapshot's progress of stream \"%s\": %s", stream,
                          berr.message);
       ok = false;
+      /* With gen: the upsert met the document of a later run (a duplicate
+       * key; in a transaction the server aborted it): *fenced, error naming
+       * both; or it cannot be read (error says so). */
+      if (gen > 0 && berr.code == 11000) {
+         (void) fw_checkpoint_refused_by_newer_run (client, database, stream, stream,
+                                                    "the snapshot's progress", gen, fenced, error);
+      }
    } else if (epoch > 0) {
       bson_iter_t it;
       if (!bson_iter_init_find (&it, reply, "matchedCount") || bson_iter_as_int64 (&it) < 1) {
@@ -157,11 +168,12 @@ save_progress (mongoc_client_t *client, mongoc_client_session_t *session, const 
 
 bool
 fw_checkpoint_snapshot_save (mongoc_client_t *client, const char *database, const char *stream,
-                             const fw_snapshot_progress_t *p, int64_t epoch, fw_error_t *error)
+                             const fw_snapshot_progress_t *p, int64_t epoch, int64_t gen,
+                             fw_error_t *error)
 {
    bson_t reply;
    bool fenced;
-   bool ok = save_progress (client, NULL, database, stream, p, epoch, &fenced, &reply, error);
+   bool ok = save_progress (client, NULL, database, stream, p, epoch, gen, &fenced, &reply, error);
 
    bson_destroy (&reply);
    return ok;
@@ -170,8 +182,8 @@ fw_checkpoint_snapshot_save (mongoc_client_t *client, const char *database, cons
 bool
 fw_checkpoint_snapshot_save_in (mongoc_client_t *client, mongoc_client_session_t *session,
                                 const char *database, const char *stream,
-                                const fw_snapshot_progress_t *p, int64_t epoch, bool *fenced,
-                                bson_t *reply, fw_error_t *error)
+                                const fw_snapshot_progress_t *p, int64_t epoch, int64_t gen,
+                                bool *fenced, bson_t *reply, fw_error_t *error)
 {
-   return save_progress (client, session, database, stream, p, epoch, fenced, reply, error);
+   return save_progress (client, session, database, stream, p, epoch, gen, fenced, reply, error);
 }

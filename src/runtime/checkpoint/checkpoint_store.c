@@ -97,6 +97,17 @@ typedef struct {
    int64_t seq;
 } order_t;
 
+bool
+fw_checkpoint_gen_filter (bson_t *selector, int64_t gen)
+{
+   bson_t cmp, not ;
+   return gen <= 0 ||
+          (BSON_APPEND_DOCUMENT_BEGIN (selector, "writerGen", &cmp) &&
+           BSON_APPEND_DOCUMENT_BEGIN (&cmp, "$not", &not ) &&
+           BSON_APPEND_INT64 (&not, "$gt", gen) && bson_append_document_end (&cmp, &not ) &&
+           bson_append_document_end (selector, &cmp));
+}
+
 /* Appends to selector what lets an ordered write through: the stored
  * generation is not a later run's ($not $gt matches a missing field), and
  * the stored stamp is another writer's (or missing: $ne matches a missing
@@ -104,12 +115,8 @@ typedef struct {
 static bool
 append_order (bson_t *selector, const order_t *order)
 {
-   bson_t or, clause, cmp, not ;
-   if (order->gen > 0 &&
-       !(BSON_APPEND_DOCUMENT_BEGIN (selector, "writerGen", &cmp) &&
-         BSON_APPEND_DOCUMENT_BEGIN (&cmp, "$not", &not ) &&
-         BSON_APPEND_INT64 (&not, "$gt", order->gen) && bson_append_document_end (&cmp, &not ) &&
-         bson_append_document_end (selector, &cmp))) {
+   bson_t or, clause, cmp;
+   if (!fw_checkpoint_gen_filter (selector, order->gen)) {
       return false;
    }
    if (!order->writer) {
@@ -304,12 +311,9 @@ stored_later (mongoc_client_t *client, const char *database, const char *stream,
    return ok;
 }
 
-/* *gen: the stored checkpoint's writer generation, 0 when it has none (no
- * document, no field, not a number). False (error set) when it cannot be
- * read. */
-static bool
-stored_gen (mongoc_client_t *client, const char *database, const char *stream, int64_t *gen,
-            fw_error_t *error)
+bool
+fw_checkpoint_stored_gen (mongoc_client_t *client, const char *database, const char *stream,
+                          int64_t *gen, fw_error_t *error)
 {
    bson_t doc;
    bson_iter_t it;
@@ -325,6 +329,40 @@ stored_gen (mongoc_client_t *client, const char *database, const char *stream, i
    return ok;
 }
 
+bool
+fw_checkpoint_refused_by_newer_run (mongoc_client_t *client, const char *database, const char *id,
+                                    const char *stream, const char *what, int64_t gen, bool *newer,
+                                    fw_error_t *err)
+{
+   int64_t stored;
+   fw_error_t read_err;
+
+   if (newer) {
+      *newer = false;
+   }
+   if (gen <= 0) {
+      return false;
+   }
+   if (!fw_checkpoint_stored_gen (client, database, id, &stored, &read_err)) {
+      fw_error_set_code (err, read_err.domain, read_err.code,
+                         "%s (after a write of %s matched nothing)", read_err.message, what);
+      return true;
+   }
+   if (stored <= gen) {
+      return false;
+   }
+   if (newer) {
+      *newer = true;
+   }
+   fw_error_set (err, FW_ERROR_MONGO,
+                 "%s of stream \"%s\" NOT saved: a newer run of the stream (writer "
+                 "generation %lld, this run's %lld) has written it since this run started; the "
+                 "stored one stays the newer run's (a second instance running the stream "
+                 "without ha, or writerGen raised by hand to reset the checkpoint)",
+                 what, stream, (long long) stored, (long long) gen);
+   return true;
+}
+
 /* An unfenced ordered write with a generation whose upsert met the document
  * twice: true (err set) when a later run's generation is stored (or it
  * cannot be read), false when the write was only superseded within its own
@@ -333,27 +371,8 @@ static bool
 refused_by_newer_run (mongoc_client_t *client, const char *database, const char *stream,
                       const order_t *order, fw_error_t *err)
 {
-   int64_t stored;
-   fw_error_t read_err;
-
-   if (order->gen <= 0) {
-      return false;
-   }
-   if (!stored_gen (client, database, stream, &stored, &read_err)) {
-      fw_error_set_code (err, read_err.domain, read_err.code,
-                         "%s (after a checkpoint write matched nothing)", read_err.message);
-      return true;
-   }
-   if (stored <= order->gen) {
-      return false;
-   }
-   fw_error_set (err, FW_ERROR_MONGO,
-                 "checkpoint of stream \"%s\" NOT saved: a newer run of the stream (writer "
-                 "generation %lld, this run's %lld) has written it since this run started; the "
-                 "stored position stays the newer run's (a second instance running the stream "
-                 "without ha, or writerGen raised by hand to reset the checkpoint)",
-                 stream, (long long) stored, (long long) order->gen);
-   return true;
+   return fw_checkpoint_refused_by_newer_run (client, database, stream, stream, "checkpoint",
+                                              order->gen, NULL, err);
 }
 
 bool
@@ -363,17 +382,27 @@ fw_checkpoint_claim_generation (mongoc_client_t *client, const char *database, c
    mongoc_collection_t *coll;
    bson_t *query, *update, opts = BSON_INITIALIZER;
    bson_error_t berr;
-   int64_t stored;
+   int64_t stored, next, now;
    bool ok;
 
-   if (!stored_gen (client, database, stream, &stored, error)) {
+   if (!fw_checkpoint_stored_gen (client, database, stream, &stored, error)) {
       return false;
+   }
+   next = stored + 1;
+   /* No generation stored (a first start, a checkpoint of a version before
+    * writerGen, or one deleted by hand): the current time in milliseconds,
+    * past every generation an earlier run can hold (each is a start's time
+    * plus one per later start), so that a late write of a run from before
+    * the delete is refused too. */
+   if (stored <= 0 && (now = fw_now_ms ()) > next) {
+      next = now;
    }
    /* $max, not $inc: a claim of an earlier run that the server applies late
     * (its run got no answer, so wrote nothing) never raises the generation
-    * past this one's (it read a generation no later than this run did). */
+    * past this one's (it read a generation no later than this run did, or
+    * none at an earlier time). */
    query = BCON_NEW ("_id", BCON_UTF8 (stream));
-   update = BCON_NEW ("$max", "{", "writerGen", BCON_INT64 (stored + 1), "}");
+   update = BCON_NEW ("$max", "{", "writerGen", BCON_INT64 (next), "}");
    if (!query || !update || !BSON_APPEND_BOOL (&opts, "upsert", true)) {
       fw_error_set (error, FW_ERROR_NOMEM,
                     "out of memory starting the checkpoint writes of stream \"%s\"", stream);
@@ -389,10 +418,10 @@ fw_checkpoint_claim_generation (mongoc_client_t *client, const char *database, c
       fw_error_set_code (
          error, FW_ERROR_MONGO, (int) berr.code,
          "cannot start the checkpoint writes of stream \"%s\" (writer generation %lld): %s%s",
-         stream, (long long) (stored + 1), berr.message,
+         stream, (long long) next, berr.message,
          fw_sharding_hint (&berr, FW_CHECKPOINT_COLLECTION, FW_SHARD_KEY_BY_ID, hint, sizeof hint));
    } else {
-      *gen = stored + 1;
+      *gen = next;
    }
    mongoc_collection_destroy (coll);
    bson_destroy (query);
@@ -481,12 +510,77 @@ fw_checkpoint_save_ordered_with (mongoc_client_t *client, const char *database, 
 bool
 fw_checkpoint_save_in (mongoc_client_t *client, mongoc_client_session_t *session,
                        const char *database, const char *stream, const bson_t *token,
-                       const char *script_version, int64_t epoch, bool *fenced, bson_t *reply,
-                       fw_error_t *error)
+                       const char *script_version, int64_t epoch, int64_t gen, bool *fenced,
+                       bson_t *reply, fw_error_t *error)
 {
+   order_t order = {gen, NULL, 0};
+   fw_error_t err = {0};
+   bool ok, newer;
+
    bson_init (reply);
-   return save_checkpoint (client, session, database, stream, token, token, script_version, NULL,
-                           epoch, NULL, fenced, reply, error);
+   ok = save_checkpoint (client, session, database, stream, token, token, script_version, NULL,
+                         epoch, gen > 0 ? &order : NULL, fenced, reply, &err);
+   /* Refused by a later run's generation: the upsert met the document and
+    * could not insert it (a duplicate key, in the reply's writeErrors; the
+    * server aborts the transaction on it: SERVER-34059, and the drivers'
+    * transactions spec tests, abort.yml, check that it did). Read outside
+    * the transaction, which the server has ended. */
+   if (!ok && gen > 0 && err.code == ERR_DUPLICATE_KEY &&
+       fw_checkpoint_refused_by_newer_run (client, database, stream, stream, "checkpoint", gen,
+                                           &newer, &err) &&
+       newer && fenced) {
+      *fenced = true;
+   }
+   if (!ok && error) {
+      *error = err;
+   }
+   return ok;
+}
+
+bool
+fw_checkpoint_raise_generation (mongoc_client_t *client, const char *database, const char *stream,
+                                int64_t gen, int64_t *stored, fw_error_t *error)
+{
+   mongoc_collection_t *coll;
+   bson_t *query = BCON_NEW ("_id", BCON_UTF8 (stream));
+   bson_t *update = BCON_NEW ("$max", "{", "writerGen", BCON_INT64 (gen), "}");
+   mongoc_find_and_modify_opts_t *opts = mongoc_find_and_modify_opts_new ();
+   bson_t reply;
+   bson_iter_t it, v;
+   bson_error_t berr;
+   bool ok = query && update && opts && mongoc_find_and_modify_opts_set_update (opts, update) &&
+             mongoc_find_and_modify_opts_set_flags (opts, MONGOC_FIND_AND_MODIFY_UPSERT |
+                                                             MONGOC_FIND_AND_MODIFY_RETURN_NEW);
+
+   *stored = 0;
+   if (!ok) {
+      fw_error_set (error, FW_ERROR_NOMEM,
+                    "out of memory raising the writer generation of stream \"%s\"", stream);
+      bson_destroy (query);
+      bson_destroy (update);
+      mongoc_find_and_modify_opts_destroy (opts);
+      return false;
+   }
+   coll = mongoc_client_get_collection (client, database, FW_CHECKPOINT_COLLECTION);
+   ok = mongoc_collection_find_and_modify_with_opts (coll, query, opts, &reply, &berr);
+   if (!ok) {
+      char hint[300];
+      fw_error_set_code (
+         error, FW_ERROR_MONGO, (int) berr.code,
+         "cannot raise the writer generation of stream \"%s\" to %lld: %s%s", stream,
+         (long long) gen, berr.message,
+         fw_sharding_hint (&berr, FW_CHECKPOINT_COLLECTION, FW_SHARD_KEY_BY_ID, hint, sizeof hint));
+   } else if (bson_iter_init_find (&it, &reply, "value") && BSON_ITER_HOLDS_DOCUMENT (&it) &&
+              bson_iter_recurse (&it, &v) && bson_iter_find (&v, "writerGen") &&
+              BSON_ITER_HOLDS_NUMBER (&v)) {
+      *stored = bson_iter_as_int64 (&v);
+   }
+   bson_destroy (&reply);
+   mongoc_collection_destroy (coll);
+   mongoc_find_and_modify_opts_destroy (opts);
+   bson_destroy (query);
+   bson_destroy (update);
+   return ok;
 }
 
 bool

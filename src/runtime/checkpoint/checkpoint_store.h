@@ -71,8 +71,10 @@ typedef enum {
 
 /* Without ha (where the fencing epochs order the runs), a run of the stream
  * (a process's start, or a restart of the stream within it) first claims a
- * writer generation, before any checkpoint write: the stored writerGen + 1
- * (1 without a document, or with one written before writerGen existed),
+ * writer generation, before any checkpoint write: the stored writerGen + 1,
+ * or the current time in milliseconds when none is stored (no document,
+ * one written before writerGen existed, or one deleted by hand: past every
+ * generation an earlier run may still write with, on clocks that agree),
  * raised with $max and upserted. Every write of the run carries it
  * (fw_checkpoint_save_ordered) and is applied only while the stored
  * generation is not a later one, so a write of an earlier run (a process
@@ -82,6 +84,39 @@ typedef enum {
  * claim cannot be read or written. */
 bool fw_checkpoint_claim_generation (mongoc_client_t *client, const char *database,
                                      const char *stream, int64_t *gen, fw_error_t *error);
+
+/* Raises the writerGen of stream's checkpoint on client's deployment to gen
+ * ($max, upserted: a document without tokens when there is none), before
+ * the run's first write there (exactly_once's sink, whose checkpoint the
+ * transactions write: the run's generation is claimed on the stream's own).
+ * *stored: the generation stored afterwards (greater than gen: a later run
+ * raised it first). False (error set) when it cannot be written. */
+bool fw_checkpoint_raise_generation (mongoc_client_t *client, const char *database,
+                                     const char *stream, int64_t gen, int64_t *stored,
+                                     fw_error_t *error);
+
+/* *gen: the writerGen of document id in _fw_checkpoints (a checkpoint, or a
+ * document beside it), 0 when it has none (no document, no field, not a
+ * number). False (error set) when it cannot be read. */
+bool fw_checkpoint_stored_gen (mongoc_client_t *client, const char *database, const char *id,
+                               int64_t *gen, fw_error_t *error);
+
+/* Appends to selector the condition that lets a write of the run with
+ * writer generation gen through: the stored writerGen is not a later one
+ * ($not $gt, which a missing field matches). gen <= 0 (under ha, or none):
+ * nothing. False when out of memory. */
+bool fw_checkpoint_gen_filter (bson_t *selector, int64_t gen);
+
+/* A write of document id (the checkpoint of stream, or a document beside
+ * it) carrying gen in its filter matched nothing (an upsert failed with a
+ * duplicate key): true, err set, when a later run's generation is stored
+ * there (*newer true, err naming what: "checkpoint", "the snapshot's
+ * progress", ..., and both generations) or it cannot be read (*newer
+ * false); false when not (gen <= 0, or the stored one is not later).
+ * newer may be NULL. */
+bool fw_checkpoint_refused_by_newer_run (mongoc_client_t *client, const char *database,
+                                         const char *id, const char *stream, const char *what,
+                                         int64_t gen, bool *newer, fw_error_t *err);
 
 /* The checkpoint writer's save (checkpoint_writer.h), which may have several
  * writes in flight on as many connections: as fw_checkpoint_save (epoch 0)
@@ -118,12 +153,16 @@ fw_checkpoint_saved_t fw_checkpoint_save_ordered_with (
 /* exactly_once (issue 39): saves token as both lastProcessedToken and
  * lastSeenToken inside session's transaction (started by the caller, who
  * commits it). epoch > 0: fenced as fw_checkpoint_save_fenced (*fenced true
- * when a newer leader holds it), else an upsert. *reply (initialised here,
- * the caller destroys it) is the server's, for the error labels. */
+ * when a newer leader holds it), else an upsert, which with gen > 0 (the
+ * run's writer generation: fw_checkpoint_claim_generation) is applied only
+ * while no later run's generation is stored, and stamps gen (refused:
+ * *fenced true, the error names both generations, and the server has
+ * aborted the transaction). *reply (initialised here, the caller destroys
+ * it) is the server's, for the error labels. */
 bool fw_checkpoint_save_in (mongoc_client_t *client, mongoc_client_session_t *session,
                             const char *database, const char *stream, const bson_t *token,
-                            const char *script_version, int64_t epoch, bool *fenced, bson_t *reply,
-                            fw_error_t *error);
+                            const char *script_version, int64_t epoch, int64_t gen, bool *fenced,
+                            bson_t *reply, fw_error_t *error);
 
 void fw_checkpoint_cleanup (fw_checkpoint_t *cp);
 

@@ -23,11 +23,14 @@ doc_id (char *out, size_t len, const char *id, const char *database, fw_error_t 
    return true;
 }
 
-/* {_id} or, with epoch > 0, {_id, $or: [{epoch <= epoch}, {no epoch}]}. */
-static void
-selector (bson_t *sel, const char *did, int64_t epoch)
+/* {_id} or, with epoch > 0, {_id, $or: [{epoch <= epoch}, {no epoch}]};
+ * with gen > 0 also writerGen not above it. False when out of memory. */
+static bool
+selector (bson_t *sel, const char *did, int64_t epoch, int64_t gen)
 {
-   BSON_APPEND_UTF8 (sel, "_id", did);
+   if (!BSON_APPEND_UTF8 (sel, "_id", did) || !fw_checkpoint_gen_filter (sel, gen)) {
+      return false;
+   }
    if (epoch > 0) {
       bson_t or, a, b, c, d;
       BSON_APPEND_ARRAY_BEGIN (sel, "$or", & or);
@@ -41,13 +44,15 @@ selector (bson_t *sel, const char *did, int64_t epoch)
       BSON_APPEND_BOOL (&d, "$exists", false);
       bson_append_document_end (&b, &d);
       bson_append_document_end (& or, &b);
-      bson_append_array_end (sel, & or);
+      return bson_append_array_end (sel, & or);
    }
+   return true;
 }
 
 bool
 fw_circuit_doc_save (mongoc_client_t *client, const char *database, const char *id,
-                     const fw_circuit_view_t *v, int64_t epoch, bool *fenced, fw_error_t *error)
+                     const fw_circuit_view_t *v, int64_t epoch, int64_t gen, bool *fenced,
+                     fw_error_t *error)
 {
    char did[600];
    bson_t sel = BSON_INITIALIZER, update = BSON_INITIALIZER, set, reply;
@@ -61,18 +66,24 @@ fw_circuit_doc_save (mongoc_client_t *client, const char *database, const char *
       bson_destroy (opts);
       return false;
    }
-   selector (&sel, did, epoch);
-   BSON_APPEND_DOCUMENT_BEGIN (&update, "$set", &set);
-   BSON_APPEND_UTF8 (&set, "stream", id);
-   BSON_APPEND_UTF8 (&set, "state", "open");
-   BSON_APPEND_UTF8 (&set, "errorType", v->error_type);
-   BSON_APPEND_DATE_TIME (&set, "openedAt", v->since_ms);
-   BSON_APPEND_INT64 (&set, "openForMs", v->open_for_ms);
-   BSON_APPEND_DATE_TIME (&set, "nextProbeAt", v->next_probe_ms);
-   BSON_APPEND_INT32 (&set, "probes", v->probes);
-   BSON_APPEND_INT64 (&set, "epoch", epoch);
-   BSON_APPEND_DATE_TIME (&set, "updatedAt", fw_now_ms ());
-   bson_append_document_end (&update, &set);
+   if (!opts || !selector (&sel, did, epoch, gen) ||
+       !BSON_APPEND_DOCUMENT_BEGIN (&update, "$set", &set) ||
+       !BSON_APPEND_UTF8 (&set, "stream", id) || !BSON_APPEND_UTF8 (&set, "state", "open") ||
+       !BSON_APPEND_UTF8 (&set, "errorType", v->error_type) ||
+       !BSON_APPEND_DATE_TIME (&set, "openedAt", v->since_ms) ||
+       !BSON_APPEND_INT64 (&set, "openForMs", v->open_for_ms) ||
+       !BSON_APPEND_DATE_TIME (&set, "nextProbeAt", v->next_probe_ms) ||
+       !BSON_APPEND_INT32 (&set, "probes", v->probes) ||
+       !BSON_APPEND_INT64 (&set, "epoch", epoch) ||
+       (gen > 0 && !BSON_APPEND_INT64 (&set, "writerGen", gen)) ||
+       !BSON_APPEND_DATE_TIME (&set, "updatedAt", fw_now_ms ()) ||
+       !bson_append_document_end (&update, &set)) {
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory saving the breaker of stream \"%s\"", id);
+      bson_destroy (&sel);
+      bson_destroy (&update);
+      bson_destroy (opts);
+      return false;
+   }
 
    coll = mongoc_client_get_collection (client, database, FW_CHECKPOINT_COLLECTION);
    ok = mongoc_collection_update_one (coll, &sel, &update, opts, &reply, &berr);
@@ -83,6 +94,11 @@ fw_circuit_doc_save (mongoc_client_t *client, const char *database, const char *
                     "breaker of stream \"%s\" NOT saved: a newer "
                     "leader's is stored",
                     id);
+   } else if (!ok && gen > 0 && berr.code == 11000 &&
+              fw_checkpoint_refused_by_newer_run (client, database, did, id, "the circuit breaker",
+                                                  gen, fenced, error)) {
+      /* the upsert met the _id of a newer run's document (*fenced), or it
+       * cannot be read (error says so, and the breaker goes on in memory) */
    } else if (!ok) {
       fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code,
                          "cannot save the circuit breaker of stream \"%s\" in %s.%s: %s", id,
@@ -98,7 +114,7 @@ fw_circuit_doc_save (mongoc_client_t *client, const char *database, const char *
 
 bool
 fw_circuit_doc_delete (mongoc_client_t *client, const char *database, const char *id, int64_t epoch,
-                       fw_error_t *error)
+                       int64_t gen, fw_error_t *error)
 {
    char did[600];
    bson_t sel = BSON_INITIALIZER;
@@ -109,7 +125,12 @@ fw_circuit_doc_delete (mongoc_client_t *client, const char *database, const char
    if (!doc_id (did, sizeof did, id, database, error)) {
       return false;
    }
-   selector (&sel, did, epoch);
+   if (!selector (&sel, did, epoch, gen)) {
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory deleting the breaker of stream \"%s\"",
+                    id);
+      bson_destroy (&sel);
+      return false;
+   }
    coll = mongoc_client_get_collection (client, database, FW_CHECKPOINT_COLLECTION);
    ok = mongoc_collection_delete_one (coll, &sel, NULL, NULL, &berr);
    if (!ok) {

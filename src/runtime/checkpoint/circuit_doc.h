@@ -13,6 +13,9 @@
  *   probes       probes run this outage
  *   epoch        ha.mode = "leader": the lease epoch of the leader that
  *                wrote it (a deposed leader's write moves nothing); 0 else
+ *   writerGen    without ha: the writer generation of the run that wrote it
+ *                (checkpoint_store.h; an earlier run's late write moves
+ *                nothing)
  *   updatedAt
  *
  * Written when the breaker opens and after each failed probe, deleted when
@@ -30,16 +33,19 @@
 #include "runtime/dispatch/circuit.h"
 
 /* Writes "<id>#circuit" as v (an open or half-open breaker) says. With
- * epoch > 0 only over a document written with an epoch not above it: a
- * newer leader's document stays, and *fenced says so (false returned). */
+ * epoch > 0 only over a document written with an epoch not above it, with
+ * gen > 0 (the run's writer generation, without ha) only over one written
+ * with a generation not above it: a newer leader's or run's document
+ * stays, and *fenced says so (false returned, error naming why). */
 bool fw_circuit_doc_save (mongoc_client_t *client, const char *database, const char *id,
-                          const fw_circuit_view_t *v, int64_t epoch, bool *fenced,
+                          const fw_circuit_view_t *v, int64_t epoch, int64_t gen, bool *fenced,
                           fw_error_t *error);
 
-/* Deletes "<id>#circuit" (with epoch > 0: unless a newer leader wrote it).
- * A missing document is not an error. */
+/* Deletes "<id>#circuit" (with epoch > 0: unless a newer leader wrote it;
+ * with gen > 0: unless a newer run did). A missing document is not an
+ * error. */
 bool fw_circuit_doc_delete (mongoc_client_t *client, const char *database, const char *id,
-                            int64_t epoch, fw_error_t *error);
+                            int64_t epoch, int64_t gen, fw_error_t *error);
 
 /* Reads "<id>#circuit" into *out (state FW_CIRCUIT_OPEN) with *found true;
  * *found false when there is none or it is not a breaker's (a field

@@ -176,9 +176,11 @@ bool fw_checkpoint_snapshot_load (mongoc_client_t *client, const char *database,
                                   fw_snapshot_progress_t *out, fw_error_t *error);
 
 /* Stores p as the snapshot field (upsert; epoch > 0: only while the
- * checkpoint's epoch is still epoch, as fw_checkpoint_save_fenced). */
+ * checkpoint's epoch is still epoch, as fw_checkpoint_save_fenced; gen > 0,
+ * the run's writer generation without ha: only while no later run's is
+ * stored, and stamps it, as the checkpoint's saves do). */
 bool fw_checkpoint_snapshot_save (mongoc_client_t *client, const char *database, const char *stream,
-                                  const fw_snapshot_progress_t *p, int64_t epoch,
+                                  const fw_snapshot_progress_t *p, int64_t epoch, int64_t gen,
                                   fw_error_t *error);
 
 /* Appends p as the checkpoint's snapshot field ("snapshot": {...}) to out,
@@ -189,11 +191,13 @@ bool fw_checkpoint_snapshot_fields (const fw_snapshot_progress_t *p, bson_t *out
 /* exactly_once (issue 39): stores p as fw_checkpoint_snapshot_save does,
  * inside session's transaction (started by the caller, who commits it).
  * epoch > 0: only while the checkpoint's epoch is still epoch (*fenced true
- * when a newer leader holds it), else an upsert. *reply (initialised here,
- * the caller destroys it) is the server's, for the error labels. */
+ * when a newer leader holds it), else an upsert, ordered by gen as
+ * fw_checkpoint_save_in (*fenced true when a later run's is stored). *reply
+ * (initialised here, the caller destroys it) is the server's, for the error
+ * labels. */
 bool fw_checkpoint_snapshot_save_in (mongoc_client_t *client, mongoc_client_session_t *session,
                                      const char *database, const char *stream,
-                                     const fw_snapshot_progress_t *p, int64_t epoch, bool *fenced,
-                                     bson_t *reply, fw_error_t *error);
+                                     const fw_snapshot_progress_t *p, int64_t epoch, int64_t gen,
+                                     bool *fenced, bson_t *reply, fw_error_t *error);
 
 #endif

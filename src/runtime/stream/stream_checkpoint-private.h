@@ -6,6 +6,7 @@
 #ifndef FLOWWARDEN_STREAM_CHECKPOINT_PRIVATE_H
 #define FLOWWARDEN_STREAM_CHECKPOINT_PRIVATE_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -30,9 +31,11 @@ typedef struct fw_stream_ckpt {
    fw_checkpoint_writer_t *writer;
    bool unavailable; /* the writer could not start: checkpoints are synchronous */
    int64_t epoch;    /* the epoch the writer fences with */
-   /* without ha: the run's writer generation, claimed as it starts
-    * (fw_checkpoint_claim_generation), carried by every save; 0: none */
+   /* without ha: the run's writer generation, claimed before the run's
+    * first write (fw_position_claim), carried by every save; 0: none.
+    * Under gen_mu: the breaker's hooks (a lane's thread) claim it too. */
    int64_t gen;
+   pthread_mutex_t gen_mu;
    /* the script version a checkpoint carries: the program's, copied as it
     * is built and as a reload switches (a rebuild keeps it) */
    char version[17];

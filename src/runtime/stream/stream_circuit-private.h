@@ -14,6 +14,8 @@
 #include "runtime/dispatch/dispatcher.h"
 #include "runtime/ha/lease.h"
 
+struct fw_stream_ckpt; /* stream_checkpoint-private.h */
+
 /* A stream's breaker kept across restarts: the dispatcher's hooks and what
  * they read of the stream (its fields, so that a reload's settings and a
  * lease made later are seen). Part of the stream's state; the hooks run on
@@ -24,13 +26,18 @@ typedef struct fw_stream_circuit {
    mongoc_client_pool_t *pool;           /* the stream's; NULL: no server */
    fw_lease_t *const *lease;             /* the stream's lease (ha), NULL in it: none */
    const fw_stream_config_t *const *cfg; /* the stream's settings (follow reloads) */
+   struct fw_stream_ckpt *ckpt;          /* the stream's checkpoint: the run's writer generation */
 } fw_stream_circuit_t;
 
 /* Gives d (and so its lanes) the hooks keeping its breaker in "<the
  * stream's checkpoint id>#circuit" (circuit_doc.h); c keeps pool and the
- * stream's lease and settings fields (borrowed, outliving d). */
+ * stream's lease, settings and checkpoint (borrowed, outliving d). Without
+ * ha the hooks' writes carry the run's writer generation (claimed by the
+ * first of them when no checkpoint save came first), so that a killed
+ * run's late write never replaces or deletes a newer run's breaker. */
 void fw_stream_circuit_keep (fw_stream_circuit_t *c, fw_dispatcher_t *d, mongoc_client_pool_t *pool,
-                             fw_lease_t *const *lease, const fw_stream_config_t *const *cfg);
+                             fw_lease_t *const *lease, const fw_stream_config_t *const *cfg,
+                             struct fw_stream_ckpt *ckpt);
 
 /* At a start: a breaker kept by the last run is put back open on d
  * (logged); none, a read error (logged) or circuit off (the document is

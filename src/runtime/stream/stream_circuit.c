@@ -12,6 +12,7 @@
 #include "flowwarden/log.h"
 #include "runtime/checkpoint/circuit_doc.h"
 #include "runtime/stream/stream_circuit-private.h"
+#include "runtime/stream/stream_position-private.h"
 
 /* The epoch to write with (0 without ha); false when this instance no
  * longer leads (it writes nothing). */
@@ -23,6 +24,17 @@ may_write (const fw_stream_circuit_t *c, int64_t *epoch)
       return false; /* no server (flowwarden test, a replay's worker) */
    }
    return !*c->lease || fw_lease_is_leader (*c->lease, epoch);
+}
+
+/* Without ha: the run's writer generation (claimed now when no write of
+ * the run came first: fw_position_claim); under ha 0. False (err set) when
+ * it cannot be claimed. */
+static bool
+run_gen (fw_stream_circuit_t *c, mongoc_client_t *client, int64_t epoch, int64_t *gen,
+         fw_error_t *err)
+{
+   *gen = 0;
+   return epoch > 0 || !c->ckpt || fw_position_claim (c->ckpt, client, gen, err);
 }
 
 static void
@@ -41,14 +53,38 @@ save (void *ud, const fw_circuit_view_t *v)
    const fw_stream_config_t *cfg = *c->cfg;
    mongoc_client_t *client;
    fw_error_t err;
-   int64_t epoch;
-   bool fenced;
+   int64_t epoch, gen;
+   bool fenced = false;
 
    if (!may_write (c, &epoch) || !(client = mongoc_client_pool_pop (c->pool))) {
       return;
    }
-   if (!fw_circuit_doc_save (client, cfg->database, cfg->name, v, epoch, &fenced, &err) &&
-       !fenced) {
+   if (!run_gen (c, client, epoch, &gen, &err) ||
+       (!fw_circuit_doc_save (client, cfg->database, cfg->name, v, epoch, gen, &fenced, &err) &&
+        !fenced)) {
+      write_failed (c, err.message);
+   } else if (fenced && gen > 0) {
+      fw_log (FW_LOG_WARN, cfg->name, "%s", err.message); /* a newer run's breaker stays */
+   }
+   mongoc_client_pool_push (c->pool, client);
+}
+
+/* Deletes the breaker's document; claim: with the run's writer generation
+ * (claimed now when no write of the run came first), else (a start dropping
+ * a kept breaker, before it knows the run will write) without. */
+static void
+drop (fw_stream_circuit_t *c, bool claim)
+{
+   const fw_stream_config_t *cfg = *c->cfg;
+   mongoc_client_t *client;
+   fw_error_t err;
+   int64_t epoch, gen = 0;
+
+   if (!may_write (c, &epoch) || !(client = mongoc_client_pool_pop (c->pool))) {
+      return;
+   }
+   if ((claim && !run_gen (c, client, epoch, &gen, &err)) ||
+       !fw_circuit_doc_delete (client, cfg->database, cfg->name, epoch, gen, &err)) {
       write_failed (c, err.message);
    }
    mongoc_client_pool_push (c->pool, client);
@@ -57,28 +93,18 @@ save (void *ud, const fw_circuit_view_t *v)
 static void
 clear (void *ud)
 {
-   fw_stream_circuit_t *c = ud;
-   const fw_stream_config_t *cfg = *c->cfg;
-   mongoc_client_t *client;
-   fw_error_t err;
-   int64_t epoch;
-
-   if (!may_write (c, &epoch) || !(client = mongoc_client_pool_pop (c->pool))) {
-      return;
-   }
-   if (!fw_circuit_doc_delete (client, cfg->database, cfg->name, epoch, &err)) {
-      write_failed (c, err.message);
-   }
-   mongoc_client_pool_push (c->pool, client);
+   drop (ud, true);
 }
 
 void
 fw_stream_circuit_keep (fw_stream_circuit_t *c, fw_dispatcher_t *d, mongoc_client_pool_t *pool,
-                        fw_lease_t *const *lease, const fw_stream_config_t *const *cfg)
+                        fw_lease_t *const *lease, const fw_stream_config_t *const *cfg,
+                        struct fw_stream_ckpt *ckpt)
 {
    c->pool = pool;
    c->lease = lease;
    c->cfg = cfg;
+   c->ckpt = ckpt;
    c->store = (fw_circuit_store_t){c, save, clear};
    fw_dispatcher_set_circuit_store (d, &c->store);
 }
@@ -114,7 +140,7 @@ fw_stream_circuit_restore (fw_stream_circuit_t *c, fw_dispatcher_t *d, mongoc_cl
               "the breaker kept by the last run (open on %s) is dropped: the script has no "
               "circuit",
               v.error_type);
-      clear (c);
+      drop (c, false);
       return;
    }
    if (cfg->circuit.give_up_after_ms > 0 && now >= v.since_ms + cfg->circuit.give_up_after_ms) {
@@ -122,7 +148,7 @@ fw_stream_circuit_restore (fw_stream_circuit_t *c, fw_dispatcher_t *d, mongoc_cl
               "the breaker kept by the last run (open on %s) passed give_up_after while "
               "flowwarden was down: it starts closed, the held event gets its attempts again",
               v.error_type);
-      clear (c);
+      drop (c, false);
       return;
    }
    if (fw_dispatcher_circuit_restore (d, &v)) {

@@ -34,10 +34,12 @@ struct fw_stream_eo {
     * position's handled and seen tokens (each NULL: none). */
    void (*advance) (fw_stream_eo_t *e, const bson_t *processed, const bson_t *seen);
    /* A snapshot's row has no resume token: the snapshot's progress past
-    * it, written in its transaction instead (stream_snapshot.c sets it,
-    * so that this file's callback calls no snapshot file: no circle). */
+    * it, written in its transaction instead, carrying gen (the run's writer
+    * generation: fw_stream_exactly_once_gen). stream_snapshot.c sets it,
+    * so that this file's callback calls no snapshot file: no circle. */
    bool (*row) (fw_stream_worker_t *w, const fw_event_t *row, mongoc_client_t *client,
-                mongoc_client_session_t *session, bson_t *reply, bool *fenced, fw_error_t *error);
+                mongoc_client_session_t *session, int64_t gen, bson_t *reply, bool *fenced,
+                fw_error_t *error);
    fw_stream_worker_t *w;          /* the stream (row's argument) */
    fw_dispatcher_t *d;             /* its dispatcher */
    const fw_stream_config_t *cfg;  /* its settings (fw_dispatcher_config (d)) */
@@ -46,6 +48,10 @@ struct fw_stream_eo {
    mongoc_client_t *const *client; /* its client (NULL in it outside a run) */
    fw_lease_t *const *lease;       /* its lease (ha), NULL in it: none */
    const int64_t *epoch;           /* the epoch it leads with; 0: not leading */
+   /* without ha: the run's writer generation its transactions carry (the
+    * stream's, raised on the sink's checkpoint too: fw_stream_exactly_once_gen);
+    * 0: not yet this run */
+   int64_t gen;
 };
 
 /* stream_exactly_once.c: exactly_once (issue 39) wires the dispatcher's
@@ -81,6 +87,25 @@ bool fw_stream_exactly_once_supported (fw_stream_eo_t *e, char *what, size_t len
  * position's saves call. */
 bool fw_stream_exactly_once_fence (fw_stream_eo_t *e, int64_t epoch, int64_t *stored,
                                    fw_error_t *error);
+
+/* Without ha, before the run's first write in a transaction on client (the
+ * transactions' client): *gen, the run's writer generation, claimed on the
+ * stream's own checkpoint when no save of the run came first
+ * (fw_position_claim) and, with a sink, raised on the sink's checkpoint too
+ * (so that a killed run's transaction, or a hung one's that resumes,
+ * commits nothing over a newer run's position); under ha *gen is 0. False (error set) when it cannot be had; *refused then says
+ * a newer run holds the sink's checkpoint. */
+bool fw_stream_exactly_once_gen (fw_stream_eo_t *e, mongoc_client_t *client, int64_t *gen,
+                                 bool *refused, fw_error_t *error);
+
+/* The change stream opened, before any event's transaction: exactly_once
+ * into MongoDB without ha claims the run's writer generation now
+ * (fw_stream_exactly_once_gen). Claimed in a transaction, the claim's write
+ * would change the checkpoint document after the transaction's snapshot,
+ * and the transaction's own write of it would fail with WriteConflict. A
+ * failure is logged; the first transaction claims it then (its attempt
+ * fails once). */
+void fw_stream_exactly_once_opened (fw_stream_eo_t *e);
 bool fw_stream_exactly_once_load (fw_stream_eo_t *e, fw_checkpoint_t *cp, bool *found);
 void fw_stream_exactly_once_advance (fw_stream_eo_t *e, const bson_t *processed,
                                      const bson_t *seen);

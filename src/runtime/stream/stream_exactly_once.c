@@ -16,6 +16,8 @@
 #include "runtime/host/txn_support.h"
 #include "runtime/stream/stream_exactly_once-private.h"
 #include "runtime/stream/stream_exactly_once_sessions-private.h"
+#include "runtime/stream/stream_parts-private.h"
+#include "runtime/stream/stream_position-private.h"
 #include "runtime/stream/stream_token-private.h"
 
 /* *dst = a copy of src (*dst allocated on first use). */
@@ -28,12 +30,88 @@ keep (bson_t **dst, const bson_t *src)
    fw_position_set_token (*dst, src);
 }
 
+bool
+fw_stream_exactly_once_gen (fw_stream_eo_t *e, mongoc_client_t *client, int64_t *gen, bool *refused,
+                            fw_error_t *error)
+{
+   const char *db = e->cfg->database, *name = e->cfg->name;
+   int64_t stored;
+
+   *gen = 0;
+   *refused = false;
+   if (*e->lease) {
+      return true; /* under ha the fence orders the runs */
+   }
+   if (e->gen > 0) {
+      *gen = e->gen;
+      return true;
+   }
+   if (!*e->client) {
+      fw_error_set (error, FW_ERROR_MONGO,
+                    "stream \"%s\": no client to claim its writer generation", name);
+      return false;
+   }
+   if (!fw_position_claim (fw_stream_checkpoint (e->w), *e->client, gen, error)) {
+      return false;
+   }
+   /* A sink's checkpoint, which the transactions write, carries it too:
+    * raised before the first of them. A later generation there is a newer
+    * run's (the stream's own claims are past every earlier run's, also
+    * after a delete by hand). */
+   if (e->cfg->exactly_once_connection) {
+      if (!fw_checkpoint_raise_generation (client, db, name, *gen, &stored, error)) {
+         return false;
+      }
+      if (stored > *gen) {
+         fw_error_set (error, FW_ERROR_MONGO,
+                       "checkpoint of stream \"%s\" on connection \"%s\" NOT saved: a newer run "
+                       "of the stream (writer generation %lld, this run's %lld) has written it "
+                       "since this run started",
+                       name, e->cfg->exactly_once_connection, (long long) stored, (long long) *gen);
+         *refused = true;
+         return false;
+      }
+   }
+   e->gen = *gen;
+   return true;
+}
+
+void
+fw_stream_exactly_once_opened (fw_stream_eo_t *e)
+{
+   mongoc_client_t *client;
+   fw_error_t err;
+   int64_t gen;
+   bool refused;
+
+   if (!e->cfg->exactly_once || e->cfg->exactly_once_pg || *e->lease || e->gen > 0) {
+      return;
+   }
+   err.message[0] = '\0';
+   if (!(client = fw_dispatcher_txn_client (e->d, &err)) ||
+       !fw_stream_exactly_once_gen (e, client, &gen, &refused, &err)) {
+      fw_log (FW_LOG_WARN, e->cfg->name,
+              "exactly_once: %s; claimed again before the first transaction", err.message);
+   }
+}
+
+/* Without ha a later run holds the checkpoint (refused): this run stops,
+ * its events are the later run's (nothing of the transaction committed). */
+static void
+stop_stale_run (fw_stream_eo_t *e, const fw_error_t *error)
+{
+   if (!*e->lease) {
+      fw_stream_failed (e->w, error->message);
+   }
+}
+
 static bool
 position_in_txn (void *ud, const fw_event_t *ev, mongoc_client_t *client,
                  mongoc_client_session_t *session, bson_t *reply, bool *fenced, fw_error_t *error)
 {
    fw_stream_eo_t *e = ud;
    bson_t token = BSON_INITIALIZER;
+   int64_t gen;
    bool ok;
 
    *fenced = false;
@@ -41,6 +119,13 @@ position_in_txn (void *ud, const fw_event_t *ev, mongoc_client_t *client,
    if (*e->lease && *e->epoch <= 0) {
       *fenced = true;
       fw_error_set (error, FW_ERROR_MONGO, "stream \"%s\" no longer leads", e->cfg->name);
+      return false;
+   }
+   if (!fw_stream_exactly_once_gen (e, client, &gen, fenced, error)) {
+      if (*fenced) {
+         stop_stale_run (e, error);
+      }
+      bson_destroy (&token);
       return false;
    }
    if (ev->op == FW_OP_SNAPSHOT) {
@@ -55,7 +140,11 @@ position_in_txn (void *ud, const fw_event_t *ev, mongoc_client_t *client,
          return false;
       }
       bson_destroy (reply);
-      return e->row (e->w, ev, client, session, reply, fenced, error);
+      ok = e->row (e->w, ev, client, session, gen, reply, fenced, error);
+      if (!ok && *fenced && gen > 0) {
+         stop_stale_run (e, error);
+      }
+      return ok;
    }
    if (!fw_position_set_event_token (&token, ev)) {
       fw_error_set (error, FW_ERROR_INVALID,
@@ -68,9 +157,11 @@ position_in_txn (void *ud, const fw_event_t *ev, mongoc_client_t *client,
    bson_destroy (reply);
    ok = fw_checkpoint_save_in (client, session, e->cfg->database, e->cfg->name, &token,
                                fw_lua_host_version (fw_dispatcher_host (e->d)),
-                               *e->lease ? *e->epoch : 0, fenced, reply, error);
+                               *e->lease ? *e->epoch : 0, gen, fenced, reply, error);
    if (ok) {
       keep (&e->written, &token);
+   } else if (*fenced && gen > 0) {
+      stop_stale_run (e, error);
    }
    bson_destroy (&token);
    return ok;
@@ -130,6 +221,7 @@ fw_stream_exactly_once_recover (fw_stream_eo_t *e)
    bson_destroy (e->written);
    bson_destroy (e->committed);
    e->written = e->committed = NULL;
+   e->gen = 0; /* claimed again before the run's first transaction */
    if (!e->cfg->exactly_once) {
       return;
    }
@@ -230,10 +322,18 @@ fw_stream_exactly_once_advance (fw_stream_eo_t *e, const bson_t *processed, cons
    if (!client || fw_position_tokens_are (processed, seen, e->committed)) {
       return;
    }
-   ok = *e->lease ? fw_checkpoint_save_fenced (client, e->cfg->database, e->cfg->name, processed,
-                                               seen, version, *e->epoch, NULL, &err)
-                  : fw_checkpoint_save (client, e->cfg->database, e->cfg->name, processed, seen,
-                                        version, &err);
+   if (*e->lease) {
+      ok = fw_checkpoint_save_fenced (client, e->cfg->database, e->cfg->name, processed, seen,
+                                      version, *e->epoch, NULL, &err);
+   } else {
+      /* with the run's writer generation, as the transactions' writes */
+      int64_t gen;
+      bool refused;
+      ok = fw_stream_exactly_once_gen (e, client, &gen, &refused, &err) &&
+           fw_checkpoint_save_ordered_with (client, e->cfg->database, e->cfg->name, processed, seen,
+                                            version, NULL, 0, gen, NULL, 0,
+                                            &err) == FW_CHECKPOINT_SAVED;
+   }
    if (!ok) {
       fw_log (FW_LOG_WARN, e->cfg->name,
               "exactly_once: the checkpoint on connection \"%s\" not moved (%s): a restart "

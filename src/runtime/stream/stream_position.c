@@ -90,18 +90,34 @@ fw_position_writer_results (fw_stream_ckpt_t *c)
    }
 }
 
-/* Without ha (where the fence orders the runs): claims the run's writer
- * generation (fw_checkpoint_claim_generation) before its first checkpoint
- * write, once. Lazily, so that a run that never saves writes nothing (a
- * refused switch of partitions). False (err set) when it cannot be: the
+bool
+fw_position_claim (fw_stream_ckpt_t *c, mongoc_client_t *client, int64_t *gen, fw_error_t *err)
+{
+   int64_t claimed;
+   bool ok = true;
+
+   *gen = 0;
+   if (*c->lease) {
+      return true; /* under ha the fence orders the runs */
+   }
+   pthread_mutex_lock (&c->gen_mu);
+   if (c->gen <= 0 && (ok = fw_checkpoint_claim_generation (client, c->cfg->database, c->cfg->name,
+                                                            &claimed, err))) {
+      c->gen = claimed;
+   }
+   *gen = c->gen;
+   pthread_mutex_unlock (&c->gen_mu);
+   return ok;
+}
+
+/* Claims the run's writer generation (fw_position_claim) before its first
+ * checkpoint write. Lazily, so that a run that never saves writes nothing
+ * (a refused switch of partitions). False (err set) when it cannot be: the
  * next save tries again. */
 static bool
-claim_generation (fw_stream_ckpt_t *c, fw_error_t *err)
+claim_generation (fw_stream_ckpt_t *c, int64_t *gen, fw_error_t *err)
 {
-   if (*c->lease || c->gen > 0) {
-      return true;
-   }
-   return fw_checkpoint_claim_generation (*c->client, c->cfg->database, c->cfg->name, &c->gen, err);
+   return fw_position_claim (c, *c->client, gen, err);
 }
 
 /* The synchronous write of p (and also), with the run's writer generation
@@ -115,11 +131,12 @@ store_position (fw_stream_ckpt_t *c, const fw_position_t *p, const bson_t *also,
    const bson_t *processed = p->has_processed ? &p->processed : NULL;
    const bson_t *seen = p->has_resume ? &p->resume : NULL;
    int64_t epoch = *c->lease ? *c->lead_epoch : 0;
-   int64_t gen = epoch > 0 ? 0 : c->gen; /* under ha the fence orders the runs */
+   int64_t gen; /* 0 under ha: the fence orders the runs */
    bson_oid_t writer;
    int64_t seq;
 
-   if (!claim_generation (c, err)) {
+   /* Read after the claim: the run's first save carries it too. */
+   if (!claim_generation (c, &gen, err)) {
       return false;
    }
    if (c->writer && fw_checkpoint_writer_stamp (c->writer, &writer, &seq)) {
@@ -233,7 +250,8 @@ fw_position_save_async (fw_stream_ckpt_t *c, fw_position_t *p, const char *why)
       (*c->advance) (c->eo, p->has_processed ? &p->processed : NULL,
                      p->has_resume ? &p->resume : NULL);
    }
-   if (!c->writer && !claim_generation (c, &err)) {
+   int64_t gen = 0;
+   if (!c->writer && !claim_generation (c, &gen, &err)) {
       fw_log (FW_LOG_ERROR, c->cfg->name, "%s (%s); will try again", err.message, why);
       if (*c->metrics) {
          fw_stream_metrics_checkpoint (*c->metrics, false, 0);
@@ -241,7 +259,7 @@ fw_position_save_async (fw_stream_ckpt_t *c, fw_position_t *p, const char *why)
       return;
    }
    if (!c->writer && !(c->writer = fw_checkpoint_writer_new (c->pool, c->cfg->database,
-                                                             c->cfg->name, c->gen, &err))) {
+                                                             c->cfg->name, gen, &err))) {
       fw_log (FW_LOG_WARN, c->cfg->name, "%s; checkpoints are written as with mode = \"sync\"",
               err.message);
       c->unavailable = true;

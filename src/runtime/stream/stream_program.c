@@ -69,6 +69,7 @@ fw_stream_worker_new (fw_lua_host_t *host, int index, mongoc_client_pool_t *pool
    w->script.conns = conns;
    fw_shutdown_init (&w->own_shutdown);
    pthread_mutex_init (&w->pending.mu, NULL);
+   pthread_mutex_init (&w->ckpt.gen_mu, NULL);
    w->shutdown = &w->own_shutdown;
    if (!(w->d = fw_dispatcher_new (host, index, conns, w->shutdown, error))) {
       fw_stream_worker_destroy (w);
@@ -77,7 +78,7 @@ fw_stream_worker_new (fw_lua_host_t *host, int index, mongoc_client_pool_t *pool
    w->cfg = fw_dispatcher_config (w->d);
    fw_stream_program_version (w);
    fw_dispatcher_set_outcome_sink (w->d, fw_stream_event_settled, w);
-   fw_stream_circuit_keep (&w->circuit, w->d, w->pool, &w->lead.lease, &w->cfg);
+   fw_stream_circuit_keep (&w->circuit, w->d, w->pool, &w->lead.lease, &w->cfg, &w->ckpt);
    link_blocks (w);
    w->rng = (uint64_t) fw_now_ms () ^ ((uint64_t) (uintptr_t) w << 16) ^ (uint64_t) getpid ();
    return w;
@@ -213,6 +214,7 @@ fw_stream_worker_destroy (fw_stream_worker_t *w)
    bson_destroy (w->eo.written);
    bson_destroy (w->eo.committed);
    pthread_mutex_destroy (&w->pending.mu);
+   pthread_mutex_destroy (&w->ckpt.gen_mu);
    fw_shutdown_cleanup (&w->own_shutdown);
    free (w);
 }

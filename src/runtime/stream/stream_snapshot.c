@@ -94,17 +94,30 @@ load_progress (fw_stream_worker_t *w, fw_snapshot_progress_t *progress, fw_error
           fw_checkpoint_snapshot_load (client, w->cfg->database, w->cfg->name, progress, err);
 }
 
+/* Stores p with the run's writer generation (claimed first when no write
+ * of the run came first; with exactly_once on the transactions' client,
+ * as their writes are). */
 static bool
 store_progress (fw_stream_worker_t *w, const fw_snapshot_progress_t *p, fw_error_t *err)
 {
    mongoc_client_t *client = progress_client (w, err);
+   int64_t gen;
+   bool refused;
 
-   return client && fw_checkpoint_snapshot_save (client, w->cfg->database, w->cfg->name, p,
-                                                 w->lead.epoch, err);
+   if (!client) {
+      return false;
+   }
+   if (w->cfg->exactly_once && !w->cfg->exactly_once_pg
+          ? !fw_stream_exactly_once_gen (&w->eo, client, &gen, &refused, err)
+          : !fw_position_claim (&w->ckpt, client, &gen, err)) {
+      return false;
+   }
+   return fw_checkpoint_snapshot_save (client, w->cfg->database, w->cfg->name, p, w->lead.epoch,
+                                       gen, err);
 }
 
 static bool row_in_txn (fw_stream_worker_t *w, const fw_event_t *row, mongoc_client_t *client,
-                        mongoc_client_session_t *session, bson_t *reply, bool *fenced,
+                        mongoc_client_session_t *session, int64_t gen, bson_t *reply, bool *fenced,
                         fw_error_t *error);
 
 /* Starts the engine from progress (NULL: from the start). */
@@ -317,10 +330,12 @@ row_lease_lost (void *ud)
 }
 
 /* exactly_once: w->eo.row, the progress past row (a snapshot event this
- * thread handed out) written in session's transaction. */
+ * thread handed out) written in session's transaction, with the run's
+ * writer generation gen (0: none). */
 static bool
 row_in_txn (fw_stream_worker_t *w, const fw_event_t *row, mongoc_client_t *client,
-            mongoc_client_session_t *session, bson_t *reply, bool *fenced, fw_error_t *error)
+            mongoc_client_session_t *session, int64_t gen, bson_t *reply, bool *fenced,
+            fw_error_t *error)
 {
    fw_snapshot_progress_t past;
    bool ok;
@@ -337,7 +352,8 @@ row_in_txn (fw_stream_worker_t *w, const fw_event_t *row, mongoc_client_t *clien
    }
    bson_destroy (reply);
    ok = fw_checkpoint_snapshot_save_in (client, session, w->cfg->database, w->cfg->name, &past,
-                                        w->lead.lease ? w->lead.epoch : 0, fenced, reply, error);
+                                        w->lead.lease ? w->lead.epoch : 0, gen, fenced, reply,
+                                        error);
    fw_snapshot_progress_cleanup (&past);
    return ok;
 }

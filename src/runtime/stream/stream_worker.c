@@ -731,6 +731,7 @@ stream_opened (fw_stream_worker_t *w, fw_stream_run_t *run, mongoc_change_stream
 
    /* Only a stream that opened gives up the checkpoint's fallbacks. */
    run->candidate = 2;
+   fw_stream_exactly_once_opened (&w->eo);
    if (!p->has_resume && start && !bson_empty (start)) {
       /* Save where a new stream starts at once (before saying it is
        * open), so that a crash or an error before its first event
