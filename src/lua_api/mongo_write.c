@@ -197,6 +197,54 @@ fw_mongo_insert_one (lua_State *L)
    return 1;
 }
 
+/* Copies insert_many's documents (the array at it, recursed into already
+ * checked) into op->docs, each with an _id, and checks each one's text; raises
+ * (op released) on an empty array or a bad document. */
+static void
+take_docs (lua_State *L, fw_mongo_op_t *op, const bson_iter_t *it)
+{
+   bson_iter_t arr;
+   size_t n = 0;
+
+   bson_iter_recurse (it, &arr);
+   while (bson_iter_next (&arr)) {
+      n++;
+   }
+   if (n == 0) {
+      fw_mongo_op_release (op);
+      fw_mongo_arg_error (L, "insert_many: docs must be a non-empty array");
+      return;
+   }
+   op->docs = bson_malloc0 (n * sizeof *op->docs);
+   bson_iter_recurse (it, &arr);
+   while (bson_iter_next (&arr)) {
+      const uint8_t *data;
+      uint32_t len;
+      bson_t sub;
+
+      /* Releasing op resets ndocs: take the position first. */
+      int pos = (int) op->ndocs + 1;
+      if (!BSON_ITER_HOLDS_DOCUMENT (&arr)) {
+         fw_mongo_op_release (op);
+         fw_mongo_arg_error (L, "insert_many: docs[%d] must be a document", pos);
+         return;
+      }
+      bson_iter_document (&arr, &len, &data);
+      op->docs[op->ndocs] = bson_new ();
+      op->ndocs++;
+      if (!bson_init_static (&sub, data, len) || !copy_with_id (&sub, op->docs[op->ndocs - 1])) {
+         fw_mongo_op_release (op);
+         fw_mongo_arg_error (L, "insert_many: docs[%d] is too large", pos);
+         return;
+      }
+      if (fw_bson_check_text (&sub, NULL, NULL, 0) != FW_BSON_TEXT_OK) {
+         char path[32];
+         snprintf (path, sizeof path, "docs[%d]", pos);
+         check_text (L, op, &sub, "insert_many", path); /* raises, naming the element */
+      }
+   }
+}
+
 int
 fw_mongo_insert_many (lua_State *L)
 {
@@ -205,7 +253,6 @@ fw_mongo_insert_many (lua_State *L)
    fw_mongo_op_t *op;
    bson_error_t error;
    bson_iter_t it, arr;
-   size_t n = 0;
    int t = lua_type (L, 2);
    bool ok;
 
@@ -229,39 +276,7 @@ fw_mongo_insert_many (lua_State *L)
       fw_mongo_op_release (op);
       return fw_mongo_arg_error (L, "insert_many: docs must be a non-empty array");
    }
-   while (bson_iter_next (&arr)) {
-      n++;
-   }
-   if (n == 0) {
-      fw_mongo_op_release (op);
-      return fw_mongo_arg_error (L, "insert_many: docs must be a non-empty array");
-   }
-   op->docs = bson_malloc0 (n * sizeof *op->docs);
-   bson_iter_recurse (&it, &arr);
-   while (bson_iter_next (&arr)) {
-      const uint8_t *data;
-      uint32_t len;
-      bson_t sub;
-
-      /* Releasing op resets ndocs: take the position first. */
-      int pos = (int) op->ndocs + 1;
-      if (!BSON_ITER_HOLDS_DOCUMENT (&arr)) {
-         fw_mongo_op_release (op);
-         return fw_mongo_arg_error (L, "insert_many: docs[%d] must be a document", pos);
-      }
-      bson_iter_document (&arr, &len, &data);
-      op->docs[op->ndocs] = bson_new ();
-      op->ndocs++;
-      if (!bson_init_static (&sub, data, len) || !copy_with_id (&sub, op->docs[op->ndocs - 1])) {
-         fw_mongo_op_release (op);
-         return fw_mongo_arg_error (L, "insert_many: docs[%d] is too large", pos);
-      }
-      if (fw_bson_check_text (&sub, NULL, NULL, 0) != FW_BSON_TEXT_OK) {
-         char path[32];
-         snprintf (path, sizeof path, "docs[%d]", pos);
-         check_text (L, op, &sub, "insert_many", path); /* raises, naming the element */
-      }
-   }
+   take_docs (L, op, &it);
    fw_mongo_ctx_collection (L, op, &ctx, true);
    RUN_BOUNDED (ctx, ok,
                 mongoc_collection_insert_many (op->coll, (const bson_t **) op->docs, op->ndocs,
@@ -709,6 +724,49 @@ bulk_add (lua_State *L, fw_mongo_op_t *op, lua_Integer i, const bulk_opts_t *o)
    lua_settop (L, body - 2); /* drop the key and the body: ops[i] stays */
 }
 
+/* Pushes bulk_write's result table from op->reply: the counts and
+ * upserted_ids (1-based op index -> _id); raises (op released) when an _id
+ * cannot be converted. */
+static void
+push_bulk_result (lua_State *L, fw_mongo_op_t *op)
+{
+   bson_iter_t it, arr, up, id;
+   lua_Integer i;
+   fw_error_t err;
+
+   lua_createtable (L, 0, 6);
+   lua_pushinteger (L, reply_count (&op->reply, "nInserted"));
+   lua_setfield (L, -2, "inserted");
+   lua_pushinteger (L, reply_count (&op->reply, "nMatched"));
+   lua_setfield (L, -2, "matched");
+   lua_pushinteger (L, reply_count (&op->reply, "nModified"));
+   lua_setfield (L, -2, "modified");
+   lua_pushinteger (L, reply_count (&op->reply, "nRemoved"));
+   lua_setfield (L, -2, "deleted");
+   lua_pushinteger (L, reply_count (&op->reply, "nUpserted"));
+   lua_setfield (L, -2, "upserted");
+   lua_newtable (L);
+   if (bson_iter_init_find (&it, &op->reply, "upserted") && BSON_ITER_HOLDS_ARRAY (&it) &&
+       bson_iter_recurse (&it, &arr)) {
+      while (bson_iter_next (&arr)) {
+         if (!BSON_ITER_HOLDS_DOCUMENT (&arr) || !bson_iter_recurse (&arr, &up) ||
+             !bson_iter_find (&up, "index") || !BSON_ITER_HOLDS_NUMBER (&up)) {
+            continue;
+         }
+         i = (lua_Integer) bson_iter_as_int64 (&up) + 1;
+         if (bson_iter_recurse (&arr, &id) && bson_iter_find (&id, "_id")) {
+            if (!fw_bson_lua_push_value (L, &id, "_id", &err)) {
+               fw_mongo_op_release (op);
+               luaL_error (L, "fw.mongo: bulk_write: %s", err.message);
+               return;
+            }
+            lua_rawseti (L, -2, i);
+         }
+      }
+   }
+   lua_setfield (L, -2, "upserted_ids");
+}
+
 int
 fw_mongo_bulk_write (lua_State *L)
 {
@@ -716,9 +774,7 @@ fw_mongo_bulk_write (lua_State *L)
    fw_mongo_ctx_t ctx;
    fw_mongo_op_t *op;
    bson_error_t error;
-   bson_iter_t it, arr, up, id;
    lua_Integer n, i;
-   fw_error_t err;
    bool ordered;
    uint32_t server;
    bulk_opts_t wopts;
@@ -762,36 +818,7 @@ fw_mongo_bulk_write (lua_State *L)
       return fw_mongo_raise (L, op, &ctx, &error, &op->reply);
    }
    fw_mongo_ctx_done (&ctx, FW_METRICS_IO_OK);
-   lua_createtable (L, 0, 6);
-   lua_pushinteger (L, reply_count (&op->reply, "nInserted"));
-   lua_setfield (L, -2, "inserted");
-   lua_pushinteger (L, reply_count (&op->reply, "nMatched"));
-   lua_setfield (L, -2, "matched");
-   lua_pushinteger (L, reply_count (&op->reply, "nModified"));
-   lua_setfield (L, -2, "modified");
-   lua_pushinteger (L, reply_count (&op->reply, "nRemoved"));
-   lua_setfield (L, -2, "deleted");
-   lua_pushinteger (L, reply_count (&op->reply, "nUpserted"));
-   lua_setfield (L, -2, "upserted");
-   lua_newtable (L);
-   if (bson_iter_init_find (&it, &op->reply, "upserted") && BSON_ITER_HOLDS_ARRAY (&it) &&
-       bson_iter_recurse (&it, &arr)) {
-      while (bson_iter_next (&arr)) {
-         if (!BSON_ITER_HOLDS_DOCUMENT (&arr) || !bson_iter_recurse (&arr, &up) ||
-             !bson_iter_find (&up, "index") || !BSON_ITER_HOLDS_NUMBER (&up)) {
-            continue;
-         }
-         i = (lua_Integer) bson_iter_as_int64 (&up) + 1;
-         if (bson_iter_recurse (&arr, &id) && bson_iter_find (&id, "_id")) {
-            if (!fw_bson_lua_push_value (L, &id, "_id", &err)) {
-               fw_mongo_op_release (op);
-               return luaL_error (L, "fw.mongo: bulk_write: %s", err.message);
-            }
-            lua_rawseti (L, -2, i);
-         }
-      }
-   }
-   lua_setfield (L, -2, "upserted_ids");
+   push_bulk_result (L, op);
    fw_mongo_op_release (op);
    return 1;
 }

@@ -93,8 +93,9 @@ bool fw_stream_exactly_once_fence (fw_stream_eo_t *e, int64_t epoch, int64_t *st
  * stream's own checkpoint when no save of the run came first
  * (fw_position_claim) and, with a sink, raised on the sink's checkpoint too
  * (so that a killed run's transaction, or a hung one's that resumes,
- * commits nothing over a newer run's position); under ha *gen is 0. False (error set) when it cannot be had; *refused then says
- * a newer run holds the sink's checkpoint. */
+ * commits nothing over a newer run's position); under ha *gen is 0. False
+ * (error set) when it cannot be had; *refused then says a newer run holds
+ * the sink's checkpoint. */
 bool fw_stream_exactly_once_gen (fw_stream_eo_t *e, mongoc_client_t *client, int64_t *gen,
                                  bool *refused, fw_error_t *error);
 
