@@ -11,7 +11,6 @@
 #define FLOWWARDEN_CLOCK_H
 
 #include <stdint.h>
-#include <time.h>
 
 /* The wall clock in milliseconds since the Unix epoch. */
 int64_t fw_now_ms (void);
@@ -21,10 +20,6 @@ int64_t fw_now_ms (void);
 int64_t fw_mono_ms (void);
 int64_t fw_mono_ns (void);
 
-/* The time after_ms (>= 0) from now on clock, as the absolute time
- * pthread_cond_timedwait takes (its condition variable must use the same
- * clock: CLOCK_REALTIME by default). For waits on the monotonic clock use
- * mono_cond.h, which sets the clock up too. */
-struct timespec fw_clock_after (clockid_t clock, int64_t after_ms);
+/* Timed waits on a condition variable: mono_cond.h (on the monotonic clock). */
 
 #endif /* FLOWWARDEN_CLOCK_H */

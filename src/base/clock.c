@@ -1,3 +1,5 @@
+#include <time.h>
+
 #include "flowwarden/clock.h"
 
 static int64_t
@@ -24,19 +26,4 @@ int64_t
 fw_mono_ns (void)
 {
    return read_ns (CLOCK_MONOTONIC);
-}
-
-struct timespec
-fw_clock_after (clockid_t clock, int64_t after_ms)
-{
-   struct timespec ts;
-
-   clock_gettime (clock, &ts);
-   ts.tv_sec += after_ms / 1000;
-   ts.tv_nsec += (after_ms % 1000) * 1000000;
-   if (ts.tv_nsec >= 1000000000) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000;
-   }
-   return ts;
 }

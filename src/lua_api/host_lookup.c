@@ -75,7 +75,8 @@ lookup_run (void *arg)
    return NULL;
 }
 
-/* Starts looking host up; NULL when no thread could be started. */
+/* Starts looking host up; NULL when its wait or its thread could not be set
+ * up. */
 static lookup_t *
 lookup_start (const char *host)
 {
@@ -90,7 +91,11 @@ lookup_start (const char *host)
    }
    memcpy (l->host, host, len + 1);
    pthread_mutex_init (&l->mu, NULL);
-   fw_mono_cond_init (&l->cond);
+   if (fw_mono_cond_init (&l->cond) != 0) {
+      pthread_mutex_destroy (&l->mu);
+      free (l);
+      return NULL;
+   }
    l->refs = 2;
    pthread_attr_init (&ta);
    pthread_attr_setdetachstate (&ta, PTHREAD_CREATE_DETACHED);

@@ -735,6 +735,7 @@ fw_admin_start (const fw_admin_options_t *opts, fw_error_t *error)
    fw_admin_t *a;
    address_t addr;
    const union MHD_DaemonInfo *info;
+   int rc;
    unsigned int flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME |
                         MHD_USE_ERROR_LOG;
 
@@ -748,7 +749,14 @@ fw_admin_start (const fw_admin_options_t *opts, fw_error_t *error)
    }
    pthread_mutex_init (&a->mu, NULL);
    pthread_cond_init (&a->cond, NULL);
-   fw_mono_cond_init (&a->sampler_cond);
+   if ((rc = fw_mono_cond_init (&a->sampler_cond)) != 0) {
+      fw_error_set (error, FW_ERROR_IO, "cannot set up the admin endpoint's history sampler: %s",
+                    strerror (rc));
+      pthread_cond_destroy (&a->cond);
+      pthread_mutex_destroy (&a->mu);
+      free (a);
+      return NULL;
+   }
    a->metrics = opts->metrics;
    a->control = opts->control;
    if (opts->token && *opts->token && !(a->token = strdup (opts->token))) {

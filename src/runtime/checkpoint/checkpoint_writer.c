@@ -51,6 +51,7 @@ typedef struct {
    pthread_t thread;
    bool running;      /* its thread runs (joined at destroy) */
    pthread_cond_t go; /* the thread waits here for a slot or stop */
+   bool go_made;      /* go is set up (fw_mono_cond_init): destroyed at free */
    slot_t slot;       /* the position being written (busy) */
    bool busy;
    int64_t epoch; /* the slot's fencing epoch, taken when it was given */
@@ -383,7 +384,9 @@ writer_free (fw_checkpoint_writer_t *cw)
 {
    for (int i = 0; i < FW_CHECKPOINT_MAX_IN_FLIGHT; i++) { /* n_conn may have shrunk */
       slot_free (&cw->conn[i].slot);
-      pthread_cond_destroy (&cw->conn[i].go);
+      if (cw->conn[i].go_made) {
+         pthread_cond_destroy (&cw->conn[i].go);
+      }
    }
    slot_free (&cw->pending);
    pthread_cond_destroy (&cw->done);
@@ -434,7 +437,14 @@ fw_checkpoint_writer_start (const fw_checkpoint_sink_t *sink, const char *stream
    for (int i = 0; i < FW_CHECKPOINT_MAX_IN_FLIGHT; i++) {
       cw->conn[i].cw = cw;
       cw->conn[i].index = i;
-      fw_mono_cond_init (&cw->conn[i].go);
+      if ((rc = fw_mono_cond_init (&cw->conn[i].go)) != 0) {
+         fw_error_set (error, FW_ERROR_IO,
+                       "cannot set up the checkpoint writer of stream \"%s\": %s", stream,
+                       strerror (rc));
+         writer_free (cw);
+         return NULL;
+      }
+      cw->conn[i].go_made = true;
    }
    rc = pthread_create (&cw->conn[0].thread, NULL, conn_main, &cw->conn[0]);
    cw->conn[0].running = rc == 0;

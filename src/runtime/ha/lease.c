@@ -516,6 +516,7 @@ lease_start (const mongoc_uri_t *uri, const char *database, const char *stream, 
    fw_lease_t *l = calloc (1, sizeof *l);
    int32_t timeout_ms;
    int rc;
+   bool cond_made;
 
    if (lease_ms < 1000) {
       lease_ms = 1000;
@@ -551,11 +552,13 @@ lease_start (const mongoc_uri_t *uri, const char *database, const char *stream, 
    l->margin_ms = fw_lease_margin_ms (lease_ms);
    fw_lease_owner_id ();
    pthread_mutex_init (&l->mu, NULL);
-   fw_mono_cond_init (&l->cond);
-   if ((rc = pthread_create (&l->thread, NULL, lease_main, l)) != 0) {
+   cond_made = (rc = fw_mono_cond_init (&l->cond)) == 0;
+   if (!cond_made || (rc = pthread_create (&l->thread, NULL, lease_main, l)) != 0) {
       fw_error_set (error, FW_ERROR_IO, "cannot start the lease thread of stream \"%s\": %s",
                     stream, strerror (rc));
-      pthread_cond_destroy (&l->cond);
+      if (cond_made) {
+         pthread_cond_destroy (&l->cond);
+      }
       pthread_mutex_destroy (&l->mu);
       mongoc_uri_destroy (l->uri);
       free (l->database);

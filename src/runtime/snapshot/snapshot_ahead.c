@@ -169,6 +169,8 @@ fw_snapshot_ahead_start (fw_snapshot_t *s, mongoc_client_pool_t *pool, int64_t p
    size_t size = (sizeof (fw_snapshot_ahead_t) + 127) / 128 * 128;
    fw_snapshot_ahead_t *a;
    bson_t after = BSON_INITIALIZER;
+   bool cv_made;
+   int rc;
 
    if (s->ahead || !fw_snapshot_may_read_ahead (s)) {
       return true;
@@ -194,10 +196,13 @@ fw_snapshot_ahead_start (fw_snapshot_t *s, mongoc_client_pool_t *pool, int64_t p
    a->retry_ms = retry_ms;
    a->queued = s->n_chunks;
    pthread_mutex_init (&a->mu, NULL);
-   fw_mono_cond_init (&a->cv);
-   if (pthread_create (&a->thread, NULL, ahead_main, a) != 0) {
-      fw_error_set (error, FW_ERROR_IO, "cannot start the snapshot's reading thread");
-      pthread_cond_destroy (&a->cv);
+   cv_made = (rc = fw_mono_cond_init (&a->cv)) == 0;
+   if (!cv_made || (rc = pthread_create (&a->thread, NULL, ahead_main, a)) != 0) {
+      fw_error_set (error, FW_ERROR_IO, "cannot start the snapshot's reading thread: %s",
+                    strerror (rc));
+      if (cv_made) {
+         pthread_cond_destroy (&a->cv);
+      }
       pthread_mutex_destroy (&a->mu);
       fw_snapshot_cursor_cleanup (&a->cur);
       bson_destroy (&a->until);

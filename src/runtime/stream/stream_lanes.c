@@ -32,12 +32,12 @@
  */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <lauxlib.h>
 
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
+#include "flowwarden/mono_cond.h"
 #include "lua_api/mongo_lua.h"
 #include "runtime/dispatch/batch_dispatch.h"
 #include "runtime/dispatch/event_dispatch.h"
@@ -133,11 +133,33 @@ fw_stream_worker_build_lanes (fw_stream_worker_t *w, fw_stream_lane_loader_t loa
    return true;
 }
 
+/* Waits on cond (one of fw_mono_cond_init's) for a signal or at most one
+ * slice; the caller looks again either way. */
 static void
 wait_slice (pthread_cond_t *cond, pthread_mutex_t *mu)
 {
-   struct timespec ts = fw_clock_after (CLOCK_REALTIME, WAIT_SLICE_MS);
-   pthread_cond_timedwait (cond, mu, &ts);
+   (void) fw_mono_cond_wait_ms (cond, mu, WAIT_SLICE_MS);
+}
+
+/* Sets up a lock and one or two (b may be NULL) condition variables on the
+ * monotonic clock: all or none. Returns 0 or the failing call's code. */
+static int
+sync_init (pthread_mutex_t *mu, pthread_cond_t *a, pthread_cond_t *b)
+{
+   int rc = pthread_mutex_init (mu, NULL);
+
+   if (rc != 0) {
+      return rc;
+   }
+   if ((rc = fw_mono_cond_init (a)) != 0) {
+      pthread_mutex_destroy (mu);
+      return rc;
+   }
+   if (b && (rc = fw_mono_cond_init (b)) != 0) {
+      pthread_cond_destroy (a);
+      pthread_mutex_destroy (mu);
+   }
+   return rc;
 }
 
 /* --- a lane's thread ------------------------------------------------------ */
@@ -204,8 +226,8 @@ lane_pop_by (lane_t *l, item_t *out, int64_t deadline_ms)
    pthread_mutex_lock (&l->mu);
    while (!l->stop && !l->count && !fw_shutdown_requested (l->shutdown) &&
           fw_mono_ms () < deadline_ms) {
-      struct timespec ts = fw_clock_after (CLOCK_REALTIME, deadline_ms - fw_mono_ms ());
-      pthread_cond_timedwait (&l->has_items, &l->mu, &ts);
+      /* Signalled, woken or timed out: the loop looks again. */
+      (void) fw_mono_cond_wait_until_ms (&l->has_items, &l->mu, deadline_ms);
    }
    ok = lane_take (l, out);
    pthread_mutex_unlock (&l->mu);
@@ -413,6 +435,7 @@ lanes_start (fw_stream_worker_t *w)
 {
    fw_stream_lanes_t *ls = calloc (1, sizeof *ls);
    int n = w->lane.n;
+   int rc;
 
    if (!ls || !(ls->lane = calloc ((size_t) n, sizeof *ls->lane)) ||
        !(ls->slot = calloc (WINDOW, sizeof *ls->slot))) {
@@ -421,10 +444,16 @@ lanes_start (fw_stream_worker_t *w)
       snprintf (w->failure, sizeof w->failure, "out of memory starting %d lanes", n);
       return false;
    }
+   if ((rc = sync_init (&ls->mu, &ls->moved, NULL)) != 0) {
+      free (ls->lane);
+      free (ls->slot);
+      free (ls);
+      snprintf (w->failure, sizeof w->failure, "cannot set up the wait of %d lanes: %s", n,
+                strerror (rc));
+      return false;
+   }
    ls->w = w;
-   ls->n = n;
-   pthread_mutex_init (&ls->mu, NULL);
-   pthread_cond_init (&ls->moved, NULL);
+   ls->n = 0; /* counts the lanes set up, which lanes_free takes down */
    for (int i = 0; i < WINDOW; i++) {
       bson_init (&ls->slot[i].processed);
       bson_init (&ls->slot[i].resume);
@@ -437,9 +466,13 @@ lanes_start (fw_stream_worker_t *w)
       l->pool = w->pool;
       l->shutdown = w->shutdown;
       l->metrics = w->metrics;
-      pthread_mutex_init (&l->mu, NULL);
-      pthread_cond_init (&l->has_items, NULL);
-      pthread_cond_init (&l->has_room, NULL);
+      if ((rc = sync_init (&l->mu, &l->has_items, &l->has_room)) != 0) {
+         lanes_free (ls);
+         snprintf (w->failure, sizeof w->failure, "cannot set up the wait of lane %d of %d: %s", i,
+                   n, strerror (rc));
+         return false;
+      }
+      ls->n++;
       /* The lane stops with the stream, counts in its metrics block. */
       fw_dispatcher_set_shutdown (l->d, w->shutdown);
       fw_dispatcher_set_metrics (l->d, w->metrics);

@@ -18,10 +18,10 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bson/bson_alloc.h"
 #include "flowwarden/clock.h"
+#include "flowwarden/mono_cond.h"
 #include "runtime/stream/stream_read-private.h"
 
 typedef enum { ITEM_NONE, ITEM_EVENT, ITEM_IDLE, ITEM_ERROR } item_kind_t;
@@ -67,9 +67,9 @@ struct fw_stream_reader {
    void *hold_ud;
    bool direct; /* no thread: the calls go straight to cs */
    pthread_t thread;
-   pthread_mutex_t mu;
-   pthread_cond_t not_full;
-   pthread_cond_t not_empty;
+   pthread_mutex_t mu;       /* mu and the two below exist only without direct */
+   pthread_cond_t not_full;  /* on the monotonic clock (fw_mono_cond_init) */
+   pthread_cond_t not_empty; /* likewise */
    item_t *ring;
    int cap;     /* slots in ring */
    int max_cap; /* at most this many events wait (ring and run) */
@@ -168,8 +168,8 @@ wait_read (fw_stream_reader_t *r, bool held)
       pthread_cond_wait (&r->not_full, &r->mu);
    }
    if (!r->stop && held) {
-      struct timespec until = fw_clock_after (CLOCK_REALTIME, 100);
-      pthread_cond_timedwait (&r->not_full, &r->mu, &until);
+      /* Woken early by a stop; either way the caller looks again. */
+      (void) fw_mono_cond_wait_ms (&r->not_full, &r->mu, 100);
    }
    return !r->stop;
 }
@@ -295,6 +295,33 @@ take_run (fw_stream_reader_t *r)
    report_taken (r);
 }
 
+/* Sets up r's lock and its condition variables: all or none. */
+static bool
+sync_init (fw_stream_reader_t *r)
+{
+   if (pthread_mutex_init (&r->mu, NULL) != 0) {
+      return false;
+   }
+   if (fw_mono_cond_init (&r->not_empty) != 0) {
+      pthread_mutex_destroy (&r->mu);
+      return false;
+   }
+   if (fw_mono_cond_init (&r->not_full) != 0) {
+      pthread_cond_destroy (&r->not_empty);
+      pthread_mutex_destroy (&r->mu);
+      return false;
+   }
+   return true;
+}
+
+static void
+sync_destroy (fw_stream_reader_t *r)
+{
+   pthread_cond_destroy (&r->not_empty);
+   pthread_cond_destroy (&r->not_full);
+   pthread_mutex_destroy (&r->mu);
+}
+
 fw_stream_reader_t *
 fw_stream_reader_start (mongoc_change_stream_t *cs, int max_events, size_t max_bytes,
                         bool (*hold) (void *ud), void *hold_ud)
@@ -313,12 +340,12 @@ fw_stream_reader_start (mongoc_change_stream_t *cs, int max_events, size_t max_b
    r->max_cap = max_events > 0 ? max_events : 1;
    r->cap = r->max_cap < RING_FIRST ? r->max_cap : RING_FIRST;
    r->max_bytes = max_bytes;
-   pthread_mutex_init (&r->mu, NULL);
-   pthread_cond_init (&r->not_empty, NULL);
-   pthread_cond_init (&r->not_full, NULL);
-   if (!(r->ring = calloc ((size_t) r->cap, sizeof *r->ring)) ||
-       pthread_create (&r->thread, NULL, reader_main, r) != 0) {
+   if (!sync_init (r)) {
       r->direct = true; /* read on the caller's thread, as without read-ahead */
+   } else if (!(r->ring = calloc ((size_t) r->cap, sizeof *r->ring)) ||
+              pthread_create (&r->thread, NULL, reader_main, r) != 0) {
+      sync_destroy (r); /* direct takes no lock */
+      r->direct = true;
    }
    return r;
 }
@@ -390,13 +417,9 @@ fw_stream_reader_ready (fw_stream_reader_t *r, int64_t deadline_ms)
       r->own.cur_counted = false;
    }
    report_taken (r);
-   while (r->count == 0 && !r->ended) {
-      int64_t left = deadline_ms - fw_mono_ms ();
-      if (left <= 0) {
-         break;
-      }
-      struct timespec until = fw_clock_after (CLOCK_REALTIME, left);
-      pthread_cond_timedwait (&r->not_empty, &r->mu, &until);
+   while (r->count == 0 && !r->ended && deadline_ms > fw_mono_ms ()) {
+      /* Signalled, woken or timed out: the loop looks again. */
+      (void) fw_mono_cond_wait_until_ms (&r->not_empty, &r->mu, deadline_ms);
    }
    ready = r->count > 0 || r->ended;
    take_run (r); /* next needs no lock */
@@ -452,13 +475,11 @@ fw_stream_reader_stop (fw_stream_reader_t *r)
       if (r->own.has_cur) {
          item_free (&r->own.cur);
       }
+      sync_destroy (r);
    }
    bson_destroy (&r->cur_doc);
    bson_destroy (&r->cur_tok);
    free (r->ring);
    bson_destroy (&r->empty);
-   pthread_cond_destroy (&r->not_empty);
-   pthread_cond_destroy (&r->not_full);
-   pthread_mutex_destroy (&r->mu);
    free (r);
 }
