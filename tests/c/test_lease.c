@@ -708,8 +708,11 @@ partitioned (const char *stream, const char *fail_point)
       /* a's own deadline on the wall clock, from its time left: the clock is read first, so
        * this is never later than the deadline, however late this loop runs. */
       int64_t wall = wall_ms (), left = fw_lease_remaining_ms (a);
-      bool la = fw_lease_is_leader (a, NULL);
+      /* b first: a leading after b was seen leading is an overlap however late this thread
+       * runs between the two (a, cut off, leads once; b, once it took the lease, keeps it),
+       * where b seen after a could be a stall of this thread longer than the margin. */
       bool lb = fw_lease_is_leader (b, NULL);
+      bool la = fw_lease_is_leader (a, NULL);
       assert_false (la && lb);
       if (left > 0 && wall + left > deadline) {
          deadline = wall + left;
