@@ -14,8 +14,9 @@ each order reaches the handler once: as a snapshot row or as an insert.
 kill -9 at random moments across both (N = 1,500, M = 400, 4 kills, per event
 into the stream's own deployment and with on_batch into another deployment;
 FW_CHAOS_LONG=1: 20,000, 6,000 and 20). Under ha.mode = "leader" the leader
-killed in the middle of the snapshot: the standby resumes it after the last
-row the leader committed, its rows fenced with its own epoch."""
+killed in the middle of the snapshot (inside a row's transaction, held there
+by the test's HTTP gate): the standby resumes it after the last row the
+leader committed, its rows fenced with its own epoch."""
 import os
 import random
 import threading
@@ -26,6 +27,7 @@ import pymongo
 from chaostest import LONG, StandInTestCase, figures
 from fwtest import StandIn, clean_env, needs_standin, run_cli
 from read_model import IncReadModel
+from test_exactly_once_ha import Gate
 
 N = 20_000 if LONG else 1_500
 M = 6_000 if LONG else 400
@@ -70,9 +72,17 @@ fw.stream { name = "totals", collection = "orders", exactly_once = { connection 
 
 
 # ha.mode = "leader", a snapshot asked on demand (flowwarden snapshot): only the lease's holder
-# hands out rows; each row's progress is fenced with the lease's epoch in its transaction.
+# hands out rows; each row's progress is fenced with the lease's epoch in its transaction. The
+# row FW_TEST_GATE_AT, once applied and reported, waits inside its transaction on the test's
+# gate (its first request is held, later ones answer at once): the leader is killed there,
+# mid-snapshot and mid-row, whatever the machine's pace.
 LEADER_SCRIPT = ('fw.defaults { ha = { mode = "leader", lease = "1000ms" } }\n'
-                 + SCRIPT.replace('checkpoint = { start_position = "snapshot" }, ', ''))
+                 + SCRIPT.replace('checkpoint = { start_position = "snapshot" }, ', '').replace(
+                     'on_snapshot = function(ctx) apply(ctx) end',
+                     'on_snapshot = function(ctx)\n    apply(ctx)\n'
+                     '    if ctx:full_document().n == tonumber(fw.env("FW_TEST_GATE_AT")) then\n'
+                     '      fw.http.get(fw.env("FW_TEST_GATE_URL"), { timeout = "100s" })\n'
+                     '    end\n  end'))
 
 
 def order(n):
@@ -149,19 +159,24 @@ class ExactlyOnceSnapshot(IncReadModel, StandInTestCase):
 
     def test_ha_leader_killed_during_the_snapshot_keeps_every_counter_exact(self):
         n = N // 2
+        gate_at = n // 3
+        gate = Gate()
+        self.addCleanup(gate.close)
+        env = clean_env({"FW_TEST_GATE_AT": str(gate_at), "FW_TEST_GATE_URL": gate.url})
         # Written before the first start (which starts from now): only the snapshot, asked once
         # both instances run, hands them to the handler.
         self.db.orders.insert_many([order(i) for i in range(n)])
         script = self.script(LEADER_SCRIPT)
-        a = self.run_fw(script, extra=["--admin", "127.0.0.1:0"])
+        a = self.run_fw(script, extra=["--admin", "127.0.0.1:0"], env=env)
         a.wait_log("role: leader (epoch", timeout=30)
         a.wait_open()
-        b = self.run_fw(script)
+        b = self.run_fw(script, env=env)
         b.wait_log("role: standby", timeout=30)
         r = run_cli(["snapshot", "totals", "--admin", "http://127.0.0.1:%d" % a.admin_port()])
         self.assertEqual(r.returncode, 0, r.stderr)
-        a.wait_until(lambda: len(a.reports()) >= n // 3, timeout=120,
-                     what="a third of the snapshot on the leader")
+        # A third of the snapshot on the leader, its row gate_at held in its transaction: the
+        # kill lands mid-snapshot, however late this thread runs.
+        gate.wait_entered(120)
         a.kill9()
         b.wait_log("role: leader (epoch", timeout=30)
         try:
@@ -175,6 +190,8 @@ class ExactlyOnceSnapshot(IncReadModel, StandInTestCase):
         self.wait_applied(n + 100)
         self.assertEqual(b.stop(), 0)
         self.assertLess(len(a.reports()), n, "the leader was killed before the snapshot ended")
+        self.assertEqual(max(r["n"] for r in a.reports()), gate_at,
+                         "the leader was killed in the row held at the gate")
         self.assertTrue(any("snapshot resuming" in m for m in b.messages()), b.messages())
         self.assertEqual({d["_id"]: d["n"] for d in self.db.applied.find()},
                          {i: 1 for i in range(n + 100)}, "every order applied once")

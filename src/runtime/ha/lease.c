@@ -222,7 +222,9 @@ took_lease (fw_lease_t *l, const fw_lease_doc_t *seen, const fw_lease_doc_t *got
               (long long) got->epoch, (long long) l->lease_ms, (long long) interval,
               (long long) -l->clock_offset_ms, orphan);
    }
-   return interval;
+   /* The first renewal lease / 3 after the take was sent (see leader_step). */
+   interval = sent + interval - fw_mono_ms ();
+   return interval > 0 ? interval : 0;
 }
 
 /* Standby: read, and take the lease when the read says it can be taken.
@@ -291,13 +293,17 @@ standby_step (fw_lease_t *l, mongoc_client_t *client, bool *warned)
    return took_lease (l, &seen, &got, sent, free_ms);
 }
 
-/* Leader: renew. Returns how long to wait before the next step. */
+/* Leader: renew. Returns how long to wait before the next step: the next
+ * renewal is sent lease / 3 after this one was sent, not after its answer
+ * came, so that slow answers (up to the client's timeout, lease / 3) do not
+ * add up: the server sees the renewals at most about 2 x lease / 3 apart,
+ * not lease. */
 static int64_t
 leader_step (fw_lease_t *l, mongoc_client_t *client, int64_t epoch, bool *failing)
 {
    int64_t interval = l->lease_ms / 3;
    int64_t retry = l->lease_ms / 10 > 100 ? l->lease_ms / 10 : 100;
-   int64_t sent = fw_mono_ms (), left;
+   int64_t sent = fw_mono_ms (), left, next;
    bson_error_t berr;
    bool matched;
 
@@ -320,7 +326,8 @@ leader_step (fw_lease_t *l, mongoc_client_t *client, int64_t epoch, bool *failin
          fw_log (FW_LOG_INFO, l->stream, "lease renewed again (epoch %lld)", (long long) epoch);
          *failing = false;
       }
-      return interval;
+      next = sent + interval - fw_mono_ms ();
+      return next > 0 ? next : 0;
    }
    left = fw_lease_remaining_ms (l);
    if (left <= 0) {
