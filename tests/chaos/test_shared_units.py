@@ -75,14 +75,7 @@ class SharedUnits(StandInTestCase):
                    .replace(tzinfo=datetime.timezone.utc).timestamp() for t in takes()) - killed
 
     def started(self):
-        """Whether every unit's change stream opened once. A unit's first holder saves where it
-        starts ("from now") before its stream is open, and every later holder resumes there;
-        a unit whose lease is held but whose stream is not open yet starts at its open, after
-        what was written meanwhile (a loaded machine opens them late)."""
-        return self.db["_fw_checkpoints"].count_documents({
-            "_id": {"$regex": "^p#[0-9]+/%d$" % N},
-            "$or": [{"lastSeenToken": {"$exists": True}},
-                    {"lastProcessedToken": {"$exists": True}}]}) == N
+        return self.units_started("p", N)
 
     def wait_for(self, pred, timeout, what):
         deadline = time.monotonic() + timeout

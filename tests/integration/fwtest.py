@@ -735,6 +735,17 @@ class StandInTestCase(unittest.TestCase):
         self._fail_points.add(name)
         return self.client.admin.command(cmd)
 
+    def units_started(self, stream, n):
+        """Whether the change stream of every unit of stream (partitions = n) opened once. A
+        unit's first holder saves where it starts ("from now") before its stream is open, and
+        every later holder resumes there; a unit whose lease is held but whose stream is not open
+        yet starts at its open, after what was written meanwhile (a loaded machine opens them
+        late)."""
+        return self.db["_fw_checkpoints"].count_documents({
+            "_id": {"$regex": "^%s#[0-9]+/%d$" % (re.escape(stream), n)},
+            "$or": [{"lastSeenToken": {"$exists": True}},
+                    {"lastProcessedToken": {"$exists": True}}]}) == n
+
     def wait_for(self, predicate, timeout=30, what="condition", interval=0.02):
         """Polls predicate (real state, e.g. the database) until truthy."""
         return wait_until(predicate, timeout, interval, what)

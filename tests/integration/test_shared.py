@@ -47,14 +47,7 @@ class SharedUnits(StandInTestCase):
                              % (timeout, what, self.holders()))
 
     def started(self):
-        """Whether every unit's change stream opened once. A unit's first holder saves where it
-        starts ("from now") before its stream is open, and every later holder resumes there;
-        a unit whose lease is held but whose stream is not open yet starts at its open, after
-        what was written meanwhile (a loaded machine opens them late)."""
-        return self.db["_fw_checkpoints"].count_documents({
-            "_id": {"$regex": "^s#[0-9]+/%d$" % N},
-            "$or": [{"lastSeenToken": {"$exists": True}},
-                    {"lastProcessedToken": {"$exists": True}}]}) == N
+        return self.units_started("s", N)
 
     def held_metric(self, port):
         """(sum of flowwarden_units_held, max flowwarden_members) in b's /metrics."""

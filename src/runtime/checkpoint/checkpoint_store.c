@@ -537,13 +537,17 @@ fw_checkpoint_save_in (mongoc_client_t *client, mongoc_client_session_t *session
    return ok;
 }
 
-bool
-fw_checkpoint_raise_generation (mongoc_client_t *client, const char *database, const char *stream,
-                                int64_t gen, int64_t *stored, fw_error_t *error)
+/* Raises field of stream's checkpoint document to at least value ($max,
+ * upserted) and sets *stored to the field's value after it (unchanged when the
+ * document holds no number there). what names the step in an error, as in
+ * "cannot <what> of stream ...: <why>". */
+static bool
+raise_field (mongoc_client_t *client, const char *database, const char *stream, const char *field,
+             int64_t value, int64_t *stored, const char *what, fw_error_t *error)
 {
    mongoc_collection_t *coll;
    bson_t *query = BCON_NEW ("_id", BCON_UTF8 (stream));
-   bson_t *update = BCON_NEW ("$max", "{", "writerGen", BCON_INT64 (gen), "}");
+   bson_t *update = BCON_NEW ("$max", "{", field, BCON_INT64 (value), "}");
    mongoc_find_and_modify_opts_t *opts = mongoc_find_and_modify_opts_new ();
    bson_t reply;
    bson_iter_t it, v;
@@ -552,10 +556,9 @@ fw_checkpoint_raise_generation (mongoc_client_t *client, const char *database, c
              mongoc_find_and_modify_opts_set_flags (opts, MONGOC_FIND_AND_MODIFY_UPSERT |
                                                              MONGOC_FIND_AND_MODIFY_RETURN_NEW);
 
-   *stored = 0;
    if (!ok) {
-      fw_error_set (error, FW_ERROR_NOMEM,
-                    "out of memory raising the writer generation of stream \"%s\"", stream);
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory: cannot %s of stream \"%s\"", what,
+                    stream);
       bson_destroy (query);
       bson_destroy (update);
       mongoc_find_and_modify_opts_destroy (opts);
@@ -566,12 +569,11 @@ fw_checkpoint_raise_generation (mongoc_client_t *client, const char *database, c
    if (!ok) {
       char hint[300];
       fw_error_set_code (
-         error, FW_ERROR_MONGO, (int) berr.code,
-         "cannot raise the writer generation of stream \"%s\" to %lld: %s%s", stream,
-         (long long) gen, berr.message,
+         error, FW_ERROR_MONGO, (int) berr.code, "cannot %s of stream \"%s\" (%s %lld): %s%s", what,
+         stream, field, (long long) value, berr.message,
          fw_sharding_hint (&berr, FW_CHECKPOINT_COLLECTION, FW_SHARD_KEY_BY_ID, hint, sizeof hint));
    } else if (bson_iter_init_find (&it, &reply, "value") && BSON_ITER_HOLDS_DOCUMENT (&it) &&
-              bson_iter_recurse (&it, &v) && bson_iter_find (&v, "writerGen") &&
+              bson_iter_recurse (&it, &v) && bson_iter_find (&v, field) &&
               BSON_ITER_HOLDS_NUMBER (&v)) {
       *stored = bson_iter_as_int64 (&v);
    }
@@ -584,53 +586,21 @@ fw_checkpoint_raise_generation (mongoc_client_t *client, const char *database, c
 }
 
 bool
+fw_checkpoint_raise_generation (mongoc_client_t *client, const char *database, const char *stream,
+                                int64_t gen, int64_t *stored, fw_error_t *error)
+{
+   *stored = 0;
+   return raise_field (client, database, stream, "writerGen", gen, stored,
+                       "raise the writer generation", error);
+}
+
+bool
 fw_checkpoint_fence (mongoc_client_t *client, const char *database, const char *stream,
                      int64_t epoch, int64_t *stored, fw_error_t *error)
 {
-   mongoc_collection_t *coll;
-   bson_t *query = BCON_NEW ("_id", BCON_UTF8 (stream));
-   bson_t *update = BCON_NEW ("$max", "{", "epoch", BCON_INT64 (epoch), "}");
-   mongoc_find_and_modify_opts_t *opts = mongoc_find_and_modify_opts_new ();
-   bson_t reply;
-   bson_iter_t it, v;
-   bson_error_t berr;
-   bool ok;
-
    *stored = -1;
-   if (!query || !update || !opts) {
-      fw_error_set (error, FW_ERROR_NOMEM,
-                    "out of memory fencing the checkpoint of stream "
-                    "\"%s\"",
-                    stream);
-      bson_destroy (query);
-      bson_destroy (update);
-      mongoc_find_and_modify_opts_destroy (opts);
-      return false;
-   }
-   mongoc_find_and_modify_opts_set_update (opts, update);
-   mongoc_find_and_modify_opts_set_flags (opts, MONGOC_FIND_AND_MODIFY_UPSERT |
-                                                   MONGOC_FIND_AND_MODIFY_RETURN_NEW);
-   coll = mongoc_client_get_collection (client, database, FW_CHECKPOINT_COLLECTION);
-   ok = mongoc_collection_find_and_modify_with_opts (coll, query, opts, &reply, &berr);
-   if (!ok) {
-      char hint[300];
-      fw_error_set_code (
-         error, FW_ERROR_MONGO, (int) berr.code,
-         "cannot fence the checkpoint of stream \"%s\" with "
-         "epoch %lld: %s%s",
-         stream, (long long) epoch, berr.message,
-         fw_sharding_hint (&berr, FW_CHECKPOINT_COLLECTION, FW_SHARD_KEY_BY_ID, hint, sizeof hint));
-   } else if (bson_iter_init_find (&it, &reply, "value") && BSON_ITER_HOLDS_DOCUMENT (&it) &&
-              bson_iter_recurse (&it, &v) && bson_iter_find (&v, "epoch") &&
-              (BSON_ITER_HOLDS_INT64 (&v) || BSON_ITER_HOLDS_INT32 (&v))) {
-      *stored = bson_iter_as_int64 (&v);
-   }
-   bson_destroy (&reply);
-   mongoc_collection_destroy (coll);
-   mongoc_find_and_modify_opts_destroy (opts);
-   bson_destroy (query);
-   bson_destroy (update);
-   return ok;
+   return raise_field (client, database, stream, "epoch", epoch, stored, "fence the checkpoint",
+                       error);
 }
 
 void
