@@ -129,6 +129,17 @@ describe("fw.mongo fake: documents checked before writing", function()
     assert.equal(0, c:update_one({ ["k\xc3"] = 1 }, { ["$set"] = { a = 1 } }).matched)
   end)
 
+  it("asks the runtime's checker, which answers nil or fw.mongo's words", function()
+    local core = require("flowwarden.testing.core")
+    assert.is_nil(core.check_document({ a = { "x" } }, "document"))
+    assert.is_nil(core.check_document(5, "docs[1]")) -- no document: the fake names it
+    assert.equal("update.$set.l[2].s is not valid UTF-8",
+      core.check_document({ ["$set"] = { l = { "ok", { s = "\xff" } } } }, "update"))
+    -- What the fake's conversion would let through, the runtime's still names.
+    assert.equal("document.f: cannot convert a function to BSON",
+      core.check_document({ f = print }, "document"))
+  end)
+
   it("writes valid UTF-8 and strings holding NUL bytes", function()
     c:insert_one({ _id = 1, s = "caf\xc3\xa9 a\0b", ["\xe2\x82\xac"] = { "\xf0\x9f\x98\x80" } })
     local d = c:find_one({ _id = 1 })

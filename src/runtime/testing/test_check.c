@@ -15,7 +15,8 @@
  * fw.mongo words it after "<method>: "). value is what the fake converted
  * already (a table or a document view); anything that is not a document
  * passes (the fake's own checks name it). A value the runtime's conversion
- * refuses raises its message: the fake accepted what fw.mongo would not. */
+ * refuses (the fake's own conversion let it through) answers the
+ * conversion's message, "<path>: <what>", as fw.mongo words it. */
 int
 fw_test__check_document (lua_State *L)
 {
@@ -31,7 +32,8 @@ fw_test__check_document (lua_State *L)
    luaL_checkany (L, 1);
    if (!fw_bson_lua_append (L, 1, &wrap, "v", 1, root, &err)) {
       bson_destroy (&wrap);
-      return luaL_error (L, "%s", err.message);
+      lua_pushstring (L, err.message);
+      return 1;
    }
    if (bson_iter_init_find (&it, &wrap, "v") && BSON_ITER_HOLDS_DOCUMENT (&it)) {
       bson_iter_document (&it, &len, &data);
