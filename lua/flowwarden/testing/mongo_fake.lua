@@ -27,9 +27,10 @@ Each connection is a separate deployment. With check_document (what
 `flowwarden test` runs: the runtime's own checker, src/bson/bson_check.c),
 writes refuse what fw.mongo refuses before sending: an empty key, a key or
 a string that is not valid UTF-8, with fw.mongo's ArgumentError naming the
-element; under plain Lua nothing reaches that checker and it is skipped. What the fake cannot do raises a
-typed error "Testing.Unsupported" whose message ends in "is not supported by
-the test fake", never a different answer.
+element; under plain Lua nothing reaches that checker and it is skipped.
+What the fake cannot do raises a typed error "Testing.Unsupported" whose
+message ends in "is not supported by the test fake", never a different
+answer.
 
 exactly_once (issue 39): between txn("begin", stream) and txn("commit") or
 txn("abort"), operations on connection "default" (or conn, the MongoDB
