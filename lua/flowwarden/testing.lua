@@ -390,7 +390,8 @@ function M.load(path, opts)
       return core.advance(handle, ms)
     end,
   }
-  app.mongo = mongo_fake.new { clock = function() return core.now(handle) end, fw = fw }
+  app.mongo = mongo_fake.new { clock = function() return core.now(handle) end, fw = fw,
+    check_document = core.check_document }
   redis_fake.NULL = fw.null
   app.redis = redis_fake.new { clock = function() return core.now(handle) end }
   app.pg = pg_fake.new()

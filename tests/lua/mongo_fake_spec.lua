@@ -260,6 +260,38 @@ describe("mongo_fake", function()
       assert.equal(6, c:find_one({ _id = 1 }).n)
     end)
 
+  -- The check itself is the runtime's (tests/testing/mongo_check_spec.lua runs it under
+  -- `flowwarden test`); here, what the fake hands it and what it makes of its answer.
+  it("hands each document to write to check_document, raising its answer as fw.mongo does",
+    function()
+      local seen = {}
+      local checked = mongo_fake.new { check_document = function(v, path)
+        seen[#seen + 1] = path
+        return v.bad and path .. " has an empty key" or nil
+      end }
+      local k = checked:collection("shop", "orders")
+      k:insert_one({ _id = 1 })
+      k:insert_many({ { _id = 2 }, { _id = 3 } })
+      k:update_one({ _id = 1 }, { ["$set"] = { a = 1 } })
+      k:update_many({}, { ["$set"] = { a = 2 } })
+      k:replace_one({ _id = 1 }, { a = 3 })
+      k:find_one_and_update({ _id = 1 }, { ["$set"] = { a = 4 } })
+      k:bulk_write({ { insert_one = { _id = 4 } },
+        { update_one = { filter = {}, update = { ["$set"] = { b = 1 } } } },
+        { update_many = { filter = {}, update = { ["$set"] = { b = 2 } } } },
+        { replace_one = { filter = { _id = 4 }, replacement = { b = 3 } } },
+        { delete_one = { filter = { _id = 9 } } } })
+      k:find_one({ _id = 1 })
+      k:delete_one({ _id = 9 })
+      assert.same({ "document", "docs[1]", "docs[2]", "update", "update", "replacement",
+        "update", "ops[1].insert_one", "ops[2].update_one.update", "ops[3].update_many.update",
+        "ops[4].replace_one.replacement" }, seen)
+      local err = raised(k.insert_many, k, { { _id = 5 }, { _id = 6, bad = true } })
+      assert.equal("ArgumentError", err.type)
+      assert.equal("insert_many: docs[2] has an empty key", err.message)
+      assert.equal(4, k:count({}), "nothing of a refused insert_many is written")
+    end)
+
   it("refuses another connection inside a transaction, naming stream and connection", function()
     fake:txn("begin", "totals")
     local err = raised(function()

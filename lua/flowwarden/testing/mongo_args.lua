@@ -235,6 +235,20 @@ function M.arg_document(self, op, v, path)
   return r
 end
 
+-- What fw.mongo's writes check on each document, update and replacement
+-- before sending it (src/bson/bson_check.c: no empty key, keys and strings
+-- valid UTF-8): the runtime's own checker, which flowwarden.testing hands
+-- the fake (mongo_fake.new's check_document), run on the argument v as
+-- given; the ArgumentError fw.mongo raises, "<method>: <where> <problem>".
+-- Without the runtime (the fake under plain Lua) there is no checker and
+-- nothing is checked.
+function M.check_document(self, op, v, path)
+  local problem = self.check_document and self.check_document(v, path)
+  if problem then
+    M.arg_error(op, "%s: %s", op.method, problem)
+  end
+end
+
 local function is_all_operators(doc)
   local any = false
   for k in pairs(doc) do
@@ -252,6 +266,7 @@ function M.arg_update(self, op, v, path)
   if not (r and is_document(r) and is_all_operators(r)) then
     M.arg_error(op, "%s: %s must be a table of $-operators or use replace_one", op.method, path)
   end
+  M.check_document(self, op, v, path)
   return r
 end
 
@@ -262,6 +277,7 @@ function M.arg_replacement(self, op, v, path)
       M.arg_error(op, "%s: %s must not contain $-operators", op.method, path)
     end
   end
+  M.check_document(self, op, v, path)
   return r
 end
 

@@ -45,7 +45,9 @@ local function read_op(self, op, o, i)
   end
   local path = where .. "." .. kind
   if kind == "insert_one" then
-    return { kind = kind, doc = A.arg_document(self, op, body, path) }
+    local doc = A.arg_document(self, op, body, path)
+    A.check_document(self, op, body, path)
+    return { kind = kind, doc = doc }
   end
   A.check_opts(op, body, KINDS[kind])
   local s = { kind = kind, filter = A.arg_document(self, op, A.opt(body, "filter"),

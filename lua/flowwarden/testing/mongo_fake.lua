@@ -9,6 +9,8 @@ testing handler scripts without a MongoDB (issue 15; docs/testing-scripts.md).
     in_handler = function() return true end,  -- optional: false raises as fw.mongo
                                               -- does outside handlers
     fw = fw,                            -- optional: the flowwarden module (constructors)
+    check_document = fn,                -- optional: the runtime's document check
+                                        -- (flowwarden.testing passes it; below)
   }
   fake:collection(db, name [, { connection = "..." }])  -- a handle, as fw.mongo.collection
   fake.api                             -- a table shaped like fw.mongo: api.collection(...)
@@ -21,9 +23,14 @@ cursors and typed errors (the method files: src/lua_api/mongo_*.c). Values
 come back as fw.mongo gives them after a BSON round trip (fw.int64(5) reads
 back as 5, fw.array marks arrays, fw.null is null); every document is copied
 in and out, so a table changed after insert_one does not change the store.
-Each connection is a separate deployment. What the fake cannot do raises a
-typed error "Testing.Unsupported" whose message ends in "is not supported by
-the test fake", never a different answer.
+Each connection is a separate deployment. With check_document (what
+`flowwarden test` runs: the runtime's own checker, src/bson/bson_check.c),
+writes refuse what fw.mongo refuses before sending: an empty key, a key or
+a string that is not valid UTF-8, with fw.mongo's ArgumentError naming the
+element; under plain Lua nothing reaches that checker and it is skipped.
+What the fake cannot do raises a typed error "Testing.Unsupported" whose
+message ends in "is not supported by the test fake", never a different
+answer.
 
 exactly_once (issue 39): between txn("begin", stream) and txn("commit") or
 txn("abort"), operations on connection "default" (or conn, the MongoDB
@@ -465,7 +472,10 @@ end
 function methods.insert_one(h, doc, opts)
   local self, op = begin("insert_one", h, 2)
   check_opts(op, opts, {})
-  doc = with_id(self, arg_document(self, op, doc, "document"))
+  local given = doc
+  doc = arg_document(self, op, doc, "document")
+  A.check_document(self, op, given, "document")
+  doc = with_id(self, doc)
   op.write = true
   insert_doc(op, doc)
   return { inserted_id = self.export(V.copy(doc._id)) }
@@ -505,10 +515,13 @@ function methods.insert_many(h, docs, opts)
   if not is_array(list) or #list == 0 then
     arg_error(op, "insert_many: docs must be a non-empty array")
   end
+  -- Checked one by one, in the order fw.mongo takes them (a view as a table).
+  local given = type(docs) == "userdata" and self.fw.table and self.fw.table(docs) or docs
   for i, d in ipairs(list) do
     if not is_document(d) then
       arg_error(op, "insert_many: docs[%d] must be a document", i)
     end
+    A.check_document(self, op, given[i], string.format("docs[%d]", i))
     with_id(self, d)
   end
   op.write = true
@@ -715,9 +728,10 @@ function M.new(opts)
     error("bad argument #1 to 'mongo_fake.new' (table expected, got " .. type(opts) .. ")", 2)
   end
   for k in pairs(opts) do
-    if k ~= "clock" and k ~= "connections" and k ~= "in_handler" and k ~= "fw" then
+    if k ~= "clock" and k ~= "connections" and k ~= "in_handler" and k ~= "fw"
+        and k ~= "check_document" then
       error(string.format("mongo_fake.new: unknown option %q (the options are clock, "
-        .. "connections, in_handler, fw)", tostring(k)), 2)
+        .. "connections, in_handler, fw, check_document)", tostring(k)), 2)
     end
   end
   local fw = opts.fw or require("flowwarden")
@@ -726,6 +740,7 @@ function M.new(opts)
     fw = fw,
     clock = opts.clock,
     in_handler = opts.in_handler,
+    check_document = opts.check_document,
     stores = {},
     open_cursors = setmetatable({}, { __mode = "k" }),
     oid_counter = 0,

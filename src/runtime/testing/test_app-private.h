@@ -107,6 +107,11 @@ int fw_test__now (lua_State *L);     /* core.now(app) -> ms */
 int fw_test__advance (lua_State *L); /* core.advance(app, ms) -> ms */
 int fw_test__metrics_text (lua_State *L); /* core.metrics_text(app) */
 
+/* --- test_check.c ------------------------------------------------------------ */
+
+/* core.check_document(value, root) -> nil | "<where> <problem>" */
+int fw_test__check_document (lua_State *L);
+
 /* Registers the app's and the capture's metatables (their __gc). */
 void fw_test__open_metatables (lua_State *L);
 

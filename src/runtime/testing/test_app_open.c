@@ -26,6 +26,7 @@ fw_test_app_open (lua_State *L)
                                   {"dlq_sequences", fw_test__dlq_sequences},
                                   {"metrics_text", fw_test__metrics_text},
                                   {"events_from", fw_test_events_from},
+                                  {"check_document", fw_test__check_document},
                                   {NULL, NULL}};
 
    fw_test__open_metatables (L);
