@@ -627,6 +627,19 @@ fw_lease_remaining_ms (fw_lease_t *l)
    return left;
 }
 
+/* With l->mu held: stops the handlers now (whatever the server answers), raises
+ * *asked for the lease thread and waits until *done or end_ms (CLOCK_MONOTONIC). */
+static void
+ask_thread_locked (fw_lease_t *l, bool *asked, const bool *done, int64_t end_ms)
+{
+   l->deadline_ms = 0;
+   *asked = true;
+   pthread_cond_broadcast (&l->cond);
+   while (!*done && fw_mono_ms () < end_ms) {
+      fw_mono_cond_wait_until_ms (&l->cond, &l->mu, end_ms);
+   }
+}
+
 bool
 fw_lease_release (fw_lease_t *l, int64_t wait_ms)
 {
@@ -634,13 +647,7 @@ fw_lease_release (fw_lease_t *l, int64_t wait_ms)
    bool ok;
 
    pthread_mutex_lock (&l->mu);
-   /* Handlers stop now, whatever the server answers. */
-   l->deadline_ms = 0;
-   l->release.asked = true;
-   pthread_cond_broadcast (&l->cond);
-   while (!l->release.done && fw_mono_ms () < end) {
-      fw_mono_cond_wait_until_ms (&l->cond, &l->mu, end);
-   }
+   ask_thread_locked (l, &l->release.asked, &l->release.done, end);
    ok = l->release.done && l->release.ok;
    pthread_mutex_unlock (&l->mu);
    return ok;
@@ -653,13 +660,8 @@ fw_lease_yield (fw_lease_t *l, int64_t wait_ms)
    bool ok;
 
    pthread_mutex_lock (&l->mu);
-   l->deadline_ms = 0; /* handlers stop now */
    l->yield.done = false;
-   l->yield.asked = true;
-   pthread_cond_broadcast (&l->cond);
-   while (!l->yield.done && fw_mono_ms () < end) {
-      fw_mono_cond_wait_until_ms (&l->cond, &l->mu, end);
-   }
+   ask_thread_locked (l, &l->yield.asked, &l->yield.done, end);
    ok = l->yield.done;
    pthread_mutex_unlock (&l->mu);
    return ok;
