@@ -4,12 +4,20 @@
 #include "flowwarden/mono_cond.h"
 #include "flowwarden/shutdown.h"
 
-void
+int
 fw_shutdown_init (fw_shutdown_t *s)
 {
-   pthread_mutex_init (&s->mu, NULL);
-   fw_mono_cond_init (&s->cond);
+   int rc;
+
+   if ((rc = pthread_mutex_init (&s->mu, NULL)) != 0) {
+      return rc;
+   }
+   if ((rc = fw_mono_cond_init (&s->cond)) != 0) {
+      pthread_mutex_destroy (&s->mu);
+      return rc;
+   }
    s->stopping = false;
+   return 0;
 }
 
 void

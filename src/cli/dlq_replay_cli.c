@@ -989,7 +989,10 @@ fw_dlq_replay_main (int argc, char **argv)
       return rc;
    }
    fw_log_configure (o.level, o.json);
-   fw_shutdown_init (&s.stop);
+   if ((rc = fw_shutdown_init (&s.stop)) != 0) {
+      fprintf (stderr, "flowwarden dlq replay: cannot set up the stop flag: %s\n", strerror (rc));
+      return 1;
+   }
    if ((rc = open_session (&s, &o)) >= 0 || !select_entries (&s, &o, &list, &n)) {
       close_session (&s);
       return rc >= 0 ? rc : 1;
