@@ -90,7 +90,10 @@ lookup_start (const char *host)
       return NULL;
    }
    memcpy (l->host, host, len + 1);
-   pthread_mutex_init (&l->mu, NULL);
+   if (pthread_mutex_init (&l->mu, NULL) != 0) {
+      free (l);
+      return NULL;
+   }
    if (fw_mono_cond_init (&l->cond) != 0) {
       pthread_mutex_destroy (&l->mu);
       free (l);

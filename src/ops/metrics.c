@@ -100,8 +100,9 @@ fw_metrics_new (void)
 {
    fw_metrics_t *m = calloc (1, sizeof *m);
 
-   if (m) {
-      pthread_mutex_init (&m->mu, NULL);
+   if (m && pthread_mutex_init (&m->mu, NULL) != 0) {
+      free (m);
+      m = NULL;
    }
    return m;
 }

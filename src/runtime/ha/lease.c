@@ -523,7 +523,7 @@ lease_start (const mongoc_uri_t *uri, const char *database, const char *stream, 
    fw_lease_t *l = calloc (1, sizeof *l);
    int32_t timeout_ms;
    int rc;
-   bool cond_made;
+   bool cond_made, mu_made;
 
    if (lease_ms < 1000) {
       lease_ms = 1000;
@@ -558,15 +558,17 @@ lease_start (const mongoc_uri_t *uri, const char *database, const char *stream, 
    l->lease_ms = lease_ms;
    l->margin_ms = fw_lease_margin_ms (lease_ms);
    fw_lease_owner_id ();
-   pthread_mutex_init (&l->mu, NULL);
-   cond_made = (rc = fw_mono_cond_init (&l->cond)) == 0;
+   mu_made = (rc = pthread_mutex_init (&l->mu, NULL)) == 0;
+   cond_made = mu_made && (rc = fw_mono_cond_init (&l->cond)) == 0;
    if (!cond_made || (rc = pthread_create (&l->thread, NULL, lease_main, l)) != 0) {
       fw_error_set (error, FW_ERROR_IO, "cannot start the lease thread of stream \"%s\": %s",
                     stream, strerror (rc));
       if (cond_made) {
          pthread_cond_destroy (&l->cond);
       }
-      pthread_mutex_destroy (&l->mu);
+      if (mu_made) {
+         pthread_mutex_destroy (&l->mu);
+      }
       mongoc_uri_destroy (l->uri);
       free (l->database);
       free (l->stream);

@@ -296,7 +296,7 @@ static fw_shared_group_t *
 group_new (const mongoc_uri_t *uri, const char *database, int64_t lease_ms, fw_error_t *error)
 {
    fw_shared_group_t *g = calloc (1, sizeof *g);
-   bool cond_made;
+   bool cond_made, mu_made;
    int rc;
 
    if (!g || !(g->uri = mongoc_uri_copy (uri)) || !(g->database = strdup (database))) {
@@ -316,14 +316,16 @@ group_new (const mongoc_uri_t *uri, const char *database, int64_t lease_ms, fw_e
       fw_error_set (error, FW_ERROR_NOMEM, "out of memory joining the shared units");
       return NULL;
    }
-   pthread_mutex_init (&g->mu, NULL);
-   cond_made = (rc = fw_mono_cond_init (&g->cond)) == 0;
+   mu_made = (rc = pthread_mutex_init (&g->mu, NULL)) == 0;
+   cond_made = mu_made && (rc = fw_mono_cond_init (&g->cond)) == 0;
    if (!cond_made || (rc = pthread_create (&g->thread, NULL, members_main, g)) != 0) {
       fw_error_set (error, FW_ERROR_IO, "cannot start the members thread: %s", strerror (rc));
       if (cond_made) {
          pthread_cond_destroy (&g->cond);
       }
-      pthread_mutex_destroy (&g->mu);
+      if (mu_made) {
+         pthread_mutex_destroy (&g->mu);
+      }
       mongoc_uri_destroy (g->uri);
       free (g->live);
       free (g->database);
