@@ -7,24 +7,14 @@
 int
 fw_shutdown_init (fw_shutdown_t *s)
 {
-   int rc;
-
-   if ((rc = pthread_mutex_init (&s->mu, NULL)) != 0) {
-      return rc;
-   }
-   if ((rc = fw_mono_cond_init (&s->cond)) != 0) {
-      pthread_mutex_destroy (&s->mu);
-      return rc;
-   }
    s->stopping = false;
-   return 0;
+   return fw_mono_lock_init (&s->mu, &s->cond);
 }
 
 void
 fw_shutdown_cleanup (fw_shutdown_t *s)
 {
-   pthread_cond_destroy (&s->cond);
-   pthread_mutex_destroy (&s->mu);
+   fw_mono_lock_destroy (&s->mu, &s->cond);
 }
 
 void

@@ -523,7 +523,7 @@ lease_start (const mongoc_uri_t *uri, const char *database, const char *stream, 
    fw_lease_t *l = calloc (1, sizeof *l);
    int32_t timeout_ms;
    int rc;
-   bool cond_made, mu_made;
+   bool locks_made;
 
    if (lease_ms < 1000) {
       lease_ms = 1000;
@@ -558,16 +558,12 @@ lease_start (const mongoc_uri_t *uri, const char *database, const char *stream, 
    l->lease_ms = lease_ms;
    l->margin_ms = fw_lease_margin_ms (lease_ms);
    fw_lease_owner_id ();
-   mu_made = (rc = pthread_mutex_init (&l->mu, NULL)) == 0;
-   cond_made = mu_made && (rc = fw_mono_cond_init (&l->cond)) == 0;
-   if (!cond_made || (rc = pthread_create (&l->thread, NULL, lease_main, l)) != 0) {
+   locks_made = (rc = fw_mono_lock_init (&l->mu, &l->cond)) == 0;
+   if (!locks_made || (rc = pthread_create (&l->thread, NULL, lease_main, l)) != 0) {
       fw_error_set (error, FW_ERROR_IO, "cannot start the lease thread of stream \"%s\": %s",
                     stream, strerror (rc));
-      if (cond_made) {
-         pthread_cond_destroy (&l->cond);
-      }
-      if (mu_made) {
-         pthread_mutex_destroy (&l->mu);
+      if (locks_made) {
+         fw_mono_lock_destroy (&l->mu, &l->cond);
       }
       mongoc_uri_destroy (l->uri);
       free (l->database);
@@ -706,8 +702,7 @@ fw_lease_destroy (fw_lease_t *l)
    pthread_cond_broadcast (&l->cond);
    pthread_mutex_unlock (&l->mu);
    pthread_join (l->thread, NULL);
-   pthread_cond_destroy (&l->cond);
-   pthread_mutex_destroy (&l->mu);
+   fw_mono_lock_destroy (&l->mu, &l->cond);
    mongoc_uri_destroy (l->uri);
    free (l->database);
    free (l->stream);
