@@ -442,7 +442,11 @@ run_dispatch (const char *name, const char *prelude, const char *body, const rin
    unlink (path);
    /* No client: the dispatcher needs one only for a DLQ or fw.mongo, which
     * these scenarios do not use. */
-   fw_shutdown_init (&stop);
+   if (fw_shutdown_init (&stop) != 0) {
+      fprintf (stderr, "%s: cannot set up the stop flag\n", name);
+      fw_lua_host_destroy (host);
+      return false;
+   }
    d = fw_dispatcher_new (host, 0, NULL, &stop, &err);
    if (!d) {
       fprintf (stderr, "%s: %s\n", name, err.message);

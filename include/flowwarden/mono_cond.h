@@ -22,6 +22,12 @@
  * Returns pthread_cond_init's code: 0 on success. */
 int fw_mono_cond_init (pthread_cond_t *cond);
 
+/* A mutex (default attributes) and a condition variable on the monotonic
+ * clock that go together (caller-owned storage): 0, or the pthread error code
+ * with neither set up. fw_mono_lock_destroy destroys both. */
+int fw_mono_lock_init (pthread_mutex_t *mu, pthread_cond_t *cond);
+void fw_mono_lock_destroy (pthread_mutex_t *mu, pthread_cond_t *cond);
+
 /* Waits on cond with mu held (as pthread_cond_timedwait: mu is released
  * while waiting and held again on return) until it is signalled, spuriously
  * woken, or the monotonic clock reaches the deadline: deadline_ms as

@@ -15,7 +15,9 @@ typedef struct {
    bool stopping; /* written under mu (atomically: fw_shutdown_requested reads it without) */
 } fw_shutdown_t;
 
-void fw_shutdown_init (fw_shutdown_t *s);
+/* Sets up s (caller-owned storage). 0, or the pthread error code with nothing
+ * left to clean up; after 0, fw_shutdown_cleanup releases it. */
+int fw_shutdown_init (fw_shutdown_t *s);
 void fw_shutdown_cleanup (fw_shutdown_t *s);
 
 /* Asks every waiter to stop; idempotent. */

@@ -25,6 +25,24 @@ fw_mono_cond_init (pthread_cond_t *cond)
 }
 
 int
+fw_mono_lock_init (pthread_mutex_t *mu, pthread_cond_t *cond)
+{
+   int rc = pthread_mutex_init (mu, NULL);
+
+   if (rc == 0 && (rc = fw_mono_cond_init (cond)) != 0) {
+      pthread_mutex_destroy (mu);
+   }
+   return rc;
+}
+
+void
+fw_mono_lock_destroy (pthread_mutex_t *mu, pthread_cond_t *cond)
+{
+   pthread_cond_destroy (cond);
+   pthread_mutex_destroy (mu);
+}
+
+int
 fw_mono_cond_wait_until_ns (pthread_cond_t *cond, pthread_mutex_t *mu, int64_t deadline_ns)
 {
    struct timespec until = {.tv_sec = (time_t) (deadline_ns / 1000000000),

@@ -4,19 +4,17 @@
 #include "flowwarden/mono_cond.h"
 #include "flowwarden/shutdown.h"
 
-void
+int
 fw_shutdown_init (fw_shutdown_t *s)
 {
-   pthread_mutex_init (&s->mu, NULL);
-   fw_mono_cond_init (&s->cond);
    s->stopping = false;
+   return fw_mono_lock_init (&s->mu, &s->cond);
 }
 
 void
 fw_shutdown_cleanup (fw_shutdown_t *s)
 {
-   pthread_cond_destroy (&s->cond);
-   pthread_mutex_destroy (&s->mu);
+   fw_mono_lock_destroy (&s->mu, &s->cond);
 }
 
 void

@@ -15,6 +15,7 @@
 
 #include <lua.h>
 
+#include "cli/cli_args.h"
 #include "flowwarden/clock.h"
 #include "flowwarden/duration.h"
 #include "flowwarden/log.h"
@@ -153,16 +154,14 @@ parse_log_option (int c, const char *arg, options_t *o)
 static int
 parse_script (int argc, char **argv, options_t *o)
 {
-   if (optind >= argc) {
-      return usage ("missing SCRIPT%s", "");
-   }
-   if (optind + 1 < argc) {
-      return usage ("unexpected argument \"%s\"", argv[optind + 1]);
+   int rc = fw_cli_one_script (argc, argv, optind, usage, &o->script);
+
+   if (rc != -1) {
+      return rc;
    }
    if (o->any && o->sequence) {
       return usage ("%s", "--any and --sequence select sequences in two different ways: use one");
    }
-   o->script = argv[optind];
    return -1;
 }
 
@@ -990,7 +989,10 @@ fw_dlq_replay_main (int argc, char **argv)
       return rc;
    }
    fw_log_configure (o.level, o.json);
-   fw_shutdown_init (&s.stop);
+   if ((rc = fw_shutdown_init (&s.stop)) != 0) {
+      fprintf (stderr, "flowwarden dlq replay: cannot set up the stop flag: %s\n", strerror (rc));
+      return 1;
+   }
    if ((rc = open_session (&s, &o)) >= 0 || !select_entries (&s, &o, &list, &n)) {
       close_session (&s);
       return rc >= 0 ? rc : 1;

@@ -12,6 +12,7 @@
 #include <lauxlib.h>
 #include <mongoc/mongoc.h>
 
+#include "cli/cli_args.h"
 #include "cli_client.h"
 #include "flowwarden/log.h"
 #include "runtime/config/stream_config.h"
@@ -156,13 +157,9 @@ parse_args (int argc, char **argv, const char **script, const char **uri, bool *
          return bad_usage ("unknown option %s", argv[optind - 1]);
       }
    }
-   if (optind >= argc) {
-      return bad_usage ("missing SCRIPT%s", "");
+   if ((c = fw_cli_one_script (argc, argv, optind, bad_usage, script)) != -1) {
+      return c;
    }
-   if (optind + 1 < argc) {
-      return bad_usage ("unexpected argument \"%s\"", argv[optind + 1]);
-   }
-   *script = argv[optind];
    if (!*uri && getenv ("FLOWWARDEN_URI") && *getenv ("FLOWWARDEN_URI")) {
       *uri = getenv ("FLOWWARDEN_URI");
    }

@@ -11,6 +11,7 @@
 #include <lua.h>
 #include <mongoc/mongoc.h>
 
+#include "cli/cli_args.h"
 #include "cli/status_cli.h"
 #include "dlq_cli.h"
 #include "flowwarden/log.h"
@@ -54,13 +55,26 @@ static const char run_help[] =
    "                       console or a POST, then needs \"Authorization: Bearer TOKEN\"\n"
    "                       (else admin.token, else FLOWWARDEN_ADMIN_TOKEN, else none)\n";
 
+/* verb: "" or "VERB: ", before the problem. */
 static int
-bad_usage (const char *fmt, const char *arg)
+verb_usage (const char *verb, const char *fmt, const char *arg)
 {
-   fprintf (stderr, "flowwarden: ");
+   fprintf (stderr, "flowwarden: %s", verb);
    fprintf (stderr, fmt, arg);
    fprintf (stderr, "\n%s", usage_text);
    return 2;
+}
+
+static int
+bad_usage (const char *fmt, const char *arg)
+{
+   return verb_usage ("", fmt, arg);
+}
+
+static int
+run_usage (const char *fmt, const char *arg)
+{
+   return verb_usage ("run: ", fmt, arg);
 }
 
 static int
@@ -117,13 +131,9 @@ cmd_run (int argc, char **argv)
          return bad_usage ("unknown option %s", argv[optind - 1]);
       }
    }
-   if (optind >= argc) {
-      return bad_usage ("run: missing SCRIPT%s", "");
+   if ((c = fw_cli_one_script (argc, argv, optind, run_usage, &opts.script)) != -1) {
+      return c;
    }
-   if (optind + 1 < argc) {
-      return bad_usage ("run: unexpected argument \"%s\"", argv[optind + 1]);
-   }
-   opts.script = argv[optind];
    fw_log_configure (level, json);
    return fw_runtime_run (&opts);
 }

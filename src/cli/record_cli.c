@@ -17,6 +17,7 @@
 #include <lauxlib.h>
 #include <mongoc/mongoc.h>
 
+#include "cli/cli_args.h"
 #include "cli_client.h"
 #include "flowwarden/log.h"
 #include "runtime/config/stream_config.h"
@@ -184,16 +185,12 @@ parse_args (int argc, char **argv, record_args_t *a)
          return bad_usage ("unknown option %s", argv[optind - 1]);
       }
    }
-   if (optind >= argc) {
-      return bad_usage ("missing SCRIPT%s", "");
-   }
-   if (optind + 1 < argc) {
-      return bad_usage ("unexpected argument \"%s\"", argv[optind + 1]);
+   if ((c = fw_cli_one_script (argc, argv, optind, bad_usage, &a->script)) != -1) {
+      return c;
    }
    if (!a->stream || !a->out_path) {
       return bad_usage ("%s is required", !a->stream ? "--stream NAME" : "--out FILE");
    }
-   a->script = argv[optind];
    if (redact) {
       for (char *p = strtok (redact, ","); p && a->n_paths < 64; p = strtok (NULL, ",")) {
          if (*p) {

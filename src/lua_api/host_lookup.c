@@ -40,8 +40,7 @@ lookup_release (lookup_t *l)
    last = --l->refs == 0;
    pthread_mutex_unlock (&l->mu);
    if (last) {
-      pthread_mutex_destroy (&l->mu);
-      pthread_cond_destroy (&l->cond);
+      fw_mono_lock_destroy (&l->mu, &l->cond);
       free (l);
    }
 }
@@ -90,9 +89,7 @@ lookup_start (const char *host)
       return NULL;
    }
    memcpy (l->host, host, len + 1);
-   pthread_mutex_init (&l->mu, NULL);
-   if (fw_mono_cond_init (&l->cond) != 0) {
-      pthread_mutex_destroy (&l->mu);
+   if (fw_mono_lock_init (&l->mu, &l->cond) != 0) {
       free (l);
       return NULL;
    }

@@ -85,7 +85,11 @@ fw_state_store_new (size_t max_bytes)
    s->nbuckets = INITIAL_BUCKETS;
    s->max_bytes = max_bytes ? max_bytes : 1;
    s->clock = monotonic_ms;
-   pthread_mutex_init (&s->mu, NULL);
+   if (pthread_mutex_init (&s->mu, NULL) != 0) {
+      free (s->buckets);
+      free (s);
+      return NULL;
+   }
    return s;
 }
 

@@ -53,7 +53,8 @@ typedef struct {
 /* A clock in milliseconds; the default reads CLOCK_MONOTONIC. */
 typedef int64_t (*fw_state_clock_t) (void *ud);
 
-/* A new empty store bounded by max_bytes (> 0). NULL when out of memory.
+/* A new empty store bounded by max_bytes (> 0). NULL when out of memory (or
+ * its lock cannot be set up).
  * The caller owns it: fw_state_store_destroy. */
 fw_state_store_t *fw_state_store_new (size_t max_bytes);
 

@@ -49,7 +49,8 @@ void fw_admin_json_error (fw_strbuf_t *out, int status, const char *message);
 
 typedef struct fw_admin_history fw_admin_history_t;
 
-/* NULL when out of memory; the caller owns it: fw_admin_history_destroy. */
+/* NULL when out of memory (or its lock cannot be set up); the caller owns it:
+ * fw_admin_history_destroy. */
 fw_admin_history_t *fw_admin_history_new (void);
 void fw_admin_history_destroy (fw_admin_history_t *h);
 

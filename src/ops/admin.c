@@ -736,6 +736,7 @@ fw_admin_start (const fw_admin_options_t *opts, fw_error_t *error)
    address_t addr;
    const union MHD_DaemonInfo *info;
    int rc;
+   bool mu_made = false, cond_made = false;
    unsigned int flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME |
                         MHD_USE_ERROR_LOG;
 
@@ -747,13 +748,17 @@ fw_admin_start (const fw_admin_options_t *opts, fw_error_t *error)
       fw_error_set (error, FW_ERROR_NOMEM, "out of memory starting the admin endpoint");
       return NULL;
    }
-   pthread_mutex_init (&a->mu, NULL);
-   pthread_cond_init (&a->cond, NULL);
-   if ((rc = fw_mono_cond_init (&a->sampler_cond)) != 0) {
-      fw_error_set (error, FW_ERROR_IO, "cannot set up the admin endpoint's history sampler: %s",
-                    strerror (rc));
-      pthread_cond_destroy (&a->cond);
-      pthread_mutex_destroy (&a->mu);
+   if (!(mu_made = (rc = pthread_mutex_init (&a->mu, NULL)) == 0) ||
+       !(cond_made = (rc = pthread_cond_init (&a->cond, NULL)) == 0) ||
+       (rc = fw_mono_cond_init (&a->sampler_cond)) != 0) {
+      fw_error_set (error, FW_ERROR_IO, "cannot set up the admin endpoint%s: %s",
+                    cond_made ? "'s history sampler" : "", strerror (rc));
+      if (cond_made) {
+         pthread_cond_destroy (&a->cond);
+      }
+      if (mu_made) {
+         pthread_mutex_destroy (&a->mu);
+      }
       free (a);
       return NULL;
    }

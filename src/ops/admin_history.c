@@ -38,8 +38,9 @@ fw_admin_history_new (void)
 {
    fw_admin_history_t *h = calloc (1, sizeof *h);
 
-   if (h) {
-      pthread_mutex_init (&h->mu, NULL);
+   if (h && pthread_mutex_init (&h->mu, NULL) != 0) {
+      free (h);
+      h = NULL;
    }
    return h;
 }

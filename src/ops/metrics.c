@@ -100,8 +100,9 @@ fw_metrics_new (void)
 {
    fw_metrics_t *m = calloc (1, sizeof *m);
 
-   if (m) {
-      pthread_mutex_init (&m->mu, NULL);
+   if (m && pthread_mutex_init (&m->mu, NULL) != 0) {
+      free (m);
+      m = NULL;
    }
    return m;
 }
@@ -238,14 +239,14 @@ fw_metrics_stream (fw_metrics_t *m, const char *name)
       }
    }
    if (!b && (b = calloc (1, sizeof *b))) {
-      if (!(b->name = strdup (name))) {
+      if (!(b->name = strdup (name)) || pthread_mutex_init (&b->mu, NULL) != 0) {
+         free (b->name);
          free (b);
          b = NULL;
       } else {
          b->registry = m;
          b->dlq_pending = -1;
          b->retries_scheduled = -1;
-         pthread_mutex_init (&b->mu, NULL);
          /* Appended, so the exposition lists streams in creation order. */
          __atomic_store_n (tail, b, __ATOMIC_RELEASE);
       }

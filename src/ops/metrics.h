@@ -122,7 +122,8 @@ fw_metrics_op_t fw_metrics_op_from_name (const char *operation_type);
 
 /* --- the registry -------------------------------------------------------- */
 
-/* Returns NULL when out of memory. Owned by the caller: fw_metrics_destroy. */
+/* Returns NULL when out of memory (or its lock cannot be set up). Owned by the
+ * caller: fw_metrics_destroy. */
 fw_metrics_t *fw_metrics_new (void);
 
 /* Frees the registry, every block and every handler-defined metric. Nothing

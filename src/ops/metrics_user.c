@@ -405,10 +405,10 @@ new_metric (const fw_metric_spec_t *spec, const double *buckets, int n_buckets, 
    fw_metric_t *x = calloc (1, sizeof *x);
    bool ok = x != NULL;
 
-   if (!ok) {
+   if (!ok || pthread_mutex_init (&x->mu, NULL) != 0) {
+      free (x);
       return NULL;
    }
-   pthread_mutex_init (&x->mu, NULL);
    x->type = spec->type;
    x->state = pending ? METRIC_PENDING : METRIC_COMMITTED;
    ok = (x->name = strdup (spec->name)) && (x->help = strdup (spec->help));

@@ -43,7 +43,8 @@ typedef struct fw_runtime_control fw_runtime_control_t;
  * must be blocked and in the set the runtime waits for. */
 #define FW_RUNTIME_CONTROL_SIGNAL SIGUSR1
 
-/* hooks is copied; metrics is borrowed; the runtime's thread is the calling
+/* NULL when out of memory (or its lock cannot be set up). hooks is copied;
+ * metrics is borrowed; the runtime's thread is the calling
  * one. */
 fw_runtime_control_t *fw_runtime_control_new (const fw_runtime_hooks_t *hooks,
                                               fw_metrics_t *metrics);

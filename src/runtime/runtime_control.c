@@ -55,12 +55,20 @@ fw_runtime_control_new (const fw_runtime_hooks_t *hooks, fw_metrics_t *metrics)
 {
    fw_runtime_control_t *ctl = calloc (1, sizeof *ctl);
 
-   if (ctl) {
-      ctl->rt = *hooks;
-      ctl->metrics = metrics;
-      ctl->runtime_thread = pthread_self ();
-      pthread_mutex_init (&ctl->mu, NULL);
-      pthread_cond_init (&ctl->cond, NULL);
+   if (!ctl) {
+      return NULL;
+   }
+   ctl->rt = *hooks;
+   ctl->metrics = metrics;
+   ctl->runtime_thread = pthread_self ();
+   if (pthread_mutex_init (&ctl->mu, NULL) != 0) {
+      free (ctl);
+      return NULL;
+   }
+   if (pthread_cond_init (&ctl->cond, NULL) != 0) {
+      pthread_mutex_destroy (&ctl->mu);
+      free (ctl);
+      return NULL;
    }
    return ctl;
 }

@@ -78,7 +78,7 @@ fixture_of (const char *script, int index)
       fail_msg ("%s", err.message);
    }
    unlink (path);
-   fw_shutdown_init (&f->stop);
+   assert_int_equal (fw_shutdown_init (&f->stop), 0);
    f->d = fw_dispatcher_new (host, index, NULL, &f->stop, &err);
    if (!f->d) {
       fail_msg ("%s", err.message);

@@ -395,6 +395,19 @@ writer_free (fw_checkpoint_writer_t *cw)
    free (cw);
 }
 
+/* cw's lock and its done condition: 0, or the pthread error code with neither
+ * set up. */
+static int
+init_lock (fw_checkpoint_writer_t *cw)
+{
+   int rc = pthread_mutex_init (&cw->mu, NULL);
+
+   if (rc == 0 && (rc = pthread_cond_init (&cw->done, NULL)) != 0) {
+      pthread_mutex_destroy (&cw->mu);
+   }
+   return rc;
+}
+
 /* Stops the connections' threads (quiesced: none is busy) and joins them. */
 static void
 stop_conns (fw_checkpoint_writer_t *cw)
@@ -432,8 +445,13 @@ fw_checkpoint_writer_start (const fw_checkpoint_sink_t *sink, const char *stream
    cw->retry_ms = retry_ms;
    cw->gap = 1;
    cw->n_conn = max_in_flight;
-   pthread_mutex_init (&cw->mu, NULL);
-   pthread_cond_init (&cw->done, NULL);
+   if ((rc = init_lock (cw)) != 0) {
+      fw_error_set (error, FW_ERROR_IO, "cannot set up the checkpoint writer of stream \"%s\": %s",
+                    stream, strerror (rc));
+      free (cw->stream);
+      free (cw);
+      return NULL;
+   }
    for (int i = 0; i < FW_CHECKPOINT_MAX_IN_FLIGHT; i++) {
       cw->conn[i].cw = cw;
       cw->conn[i].index = i;

@@ -268,7 +268,11 @@ fw_dlq_store_memory_new (fw_error_t *error)
       fw_error_set (error, FW_ERROR_NOMEM, "in-memory DLQ: out of memory");
       return NULL;
    }
-   pthread_mutex_init (&m->mu, NULL);
+   if (pthread_mutex_init (&m->mu, NULL) != 0) {
+      fw_error_set (error, FW_ERROR_IO, "in-memory DLQ: cannot set up its lock");
+      free (m);
+      return NULL;
+   }
    m->base.save = memory_save;
    m->base.find_by_id = memory_find_by_id;
    m->base.find_by_stream = memory_find_by_stream;

@@ -523,7 +523,7 @@ lease_start (const mongoc_uri_t *uri, const char *database, const char *stream, 
    fw_lease_t *l = calloc (1, sizeof *l);
    int32_t timeout_ms;
    int rc;
-   bool cond_made;
+   bool locks_made;
 
    if (lease_ms < 1000) {
       lease_ms = 1000;
@@ -558,15 +558,13 @@ lease_start (const mongoc_uri_t *uri, const char *database, const char *stream, 
    l->lease_ms = lease_ms;
    l->margin_ms = fw_lease_margin_ms (lease_ms);
    fw_lease_owner_id ();
-   pthread_mutex_init (&l->mu, NULL);
-   cond_made = (rc = fw_mono_cond_init (&l->cond)) == 0;
-   if (!cond_made || (rc = pthread_create (&l->thread, NULL, lease_main, l)) != 0) {
+   locks_made = (rc = fw_mono_lock_init (&l->mu, &l->cond)) == 0;
+   if (!locks_made || (rc = pthread_create (&l->thread, NULL, lease_main, l)) != 0) {
       fw_error_set (error, FW_ERROR_IO, "cannot start the lease thread of stream \"%s\": %s",
                     stream, strerror (rc));
-      if (cond_made) {
-         pthread_cond_destroy (&l->cond);
+      if (locks_made) {
+         fw_mono_lock_destroy (&l->mu, &l->cond);
       }
-      pthread_mutex_destroy (&l->mu);
       mongoc_uri_destroy (l->uri);
       free (l->database);
       free (l->stream);
@@ -627,6 +625,19 @@ fw_lease_remaining_ms (fw_lease_t *l)
    return left;
 }
 
+/* With l->mu held: stops the handlers now (whatever the server answers), raises
+ * *asked for the lease thread and waits until *done or end_ms (CLOCK_MONOTONIC). */
+static void
+ask_thread_locked (fw_lease_t *l, bool *asked, const bool *done, int64_t end_ms)
+{
+   l->deadline_ms = 0;
+   *asked = true;
+   pthread_cond_broadcast (&l->cond);
+   while (!*done && fw_mono_ms () < end_ms) {
+      fw_mono_cond_wait_until_ms (&l->cond, &l->mu, end_ms);
+   }
+}
+
 bool
 fw_lease_release (fw_lease_t *l, int64_t wait_ms)
 {
@@ -634,13 +645,7 @@ fw_lease_release (fw_lease_t *l, int64_t wait_ms)
    bool ok;
 
    pthread_mutex_lock (&l->mu);
-   /* Handlers stop now, whatever the server answers. */
-   l->deadline_ms = 0;
-   l->release.asked = true;
-   pthread_cond_broadcast (&l->cond);
-   while (!l->release.done && fw_mono_ms () < end) {
-      fw_mono_cond_wait_until_ms (&l->cond, &l->mu, end);
-   }
+   ask_thread_locked (l, &l->release.asked, &l->release.done, end);
    ok = l->release.done && l->release.ok;
    pthread_mutex_unlock (&l->mu);
    return ok;
@@ -653,13 +658,8 @@ fw_lease_yield (fw_lease_t *l, int64_t wait_ms)
    bool ok;
 
    pthread_mutex_lock (&l->mu);
-   l->deadline_ms = 0; /* handlers stop now */
    l->yield.done = false;
-   l->yield.asked = true;
-   pthread_cond_broadcast (&l->cond);
-   while (!l->yield.done && fw_mono_ms () < end) {
-      fw_mono_cond_wait_until_ms (&l->cond, &l->mu, end);
-   }
+   ask_thread_locked (l, &l->yield.asked, &l->yield.done, end);
    ok = l->yield.done;
    pthread_mutex_unlock (&l->mu);
    return ok;
@@ -702,8 +702,7 @@ fw_lease_destroy (fw_lease_t *l)
    pthread_cond_broadcast (&l->cond);
    pthread_mutex_unlock (&l->mu);
    pthread_join (l->thread, NULL);
-   pthread_cond_destroy (&l->cond);
-   pthread_mutex_destroy (&l->mu);
+   fw_mono_lock_destroy (&l->mu, &l->cond);
    mongoc_uri_destroy (l->uri);
    free (l->database);
    free (l->stream);

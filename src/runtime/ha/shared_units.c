@@ -296,7 +296,7 @@ static fw_shared_group_t *
 group_new (const mongoc_uri_t *uri, const char *database, int64_t lease_ms, fw_error_t *error)
 {
    fw_shared_group_t *g = calloc (1, sizeof *g);
-   bool cond_made;
+   bool locks_made;
    int rc;
 
    if (!g || !(g->uri = mongoc_uri_copy (uri)) || !(g->database = strdup (database))) {
@@ -316,14 +316,12 @@ group_new (const mongoc_uri_t *uri, const char *database, int64_t lease_ms, fw_e
       fw_error_set (error, FW_ERROR_NOMEM, "out of memory joining the shared units");
       return NULL;
    }
-   pthread_mutex_init (&g->mu, NULL);
-   cond_made = (rc = fw_mono_cond_init (&g->cond)) == 0;
-   if (!cond_made || (rc = pthread_create (&g->thread, NULL, members_main, g)) != 0) {
+   locks_made = (rc = fw_mono_lock_init (&g->mu, &g->cond)) == 0;
+   if (!locks_made || (rc = pthread_create (&g->thread, NULL, members_main, g)) != 0) {
       fw_error_set (error, FW_ERROR_IO, "cannot start the members thread: %s", strerror (rc));
-      if (cond_made) {
-         pthread_cond_destroy (&g->cond);
+      if (locks_made) {
+         fw_mono_lock_destroy (&g->mu, &g->cond);
       }
-      pthread_mutex_destroy (&g->mu);
       mongoc_uri_destroy (g->uri);
       free (g->live);
       free (g->database);
@@ -437,8 +435,7 @@ fw_shared_group_leave (fw_shared_group_t *g)
    pthread_cond_broadcast (&g->cond);
    pthread_mutex_unlock (&g->mu);
    pthread_join (g->thread, NULL);
-   pthread_cond_destroy (&g->cond);
-   pthread_mutex_destroy (&g->mu);
+   fw_mono_lock_destroy (&g->mu, &g->cond);
    mongoc_uri_destroy (g->uri);
    free (g->live);
    free (g->database);

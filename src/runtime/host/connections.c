@@ -27,8 +27,9 @@ fw_connections_t *
 fw_connections_new (void)
 {
    fw_connections_t *conns = calloc (1, sizeof *conns);
-   if (conns) {
-      pthread_mutex_init (&conns->mu, NULL);
+   if (conns && pthread_mutex_init (&conns->mu, NULL) != 0) {
+      free (conns);
+      conns = NULL;
    }
    return conns;
 }

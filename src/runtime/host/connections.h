@@ -25,7 +25,8 @@
 
 typedef struct fw_connections fw_connections_t;
 
-/* An empty registry. NULL when out of memory. The caller owns it. */
+/* An empty registry. NULL when out of memory (or its lock cannot be set up).
+ * The caller owns it. */
 fw_connections_t *fw_connections_new (void);
 
 /* Frees every pool. Every client must have been given back. NULL is a no-op. */

@@ -211,6 +211,7 @@ fw_oplog_sampler_start (const mongoc_uri_t *uri, fw_metrics_t *metrics, int64_t 
                         fw_error_t *error)
 {
    fw_oplog_sampler_t *s = calloc (1, sizeof *s);
+   bool stop_made = false;
    int rc;
 
    if (!s) {
@@ -226,11 +227,13 @@ fw_oplog_sampler_start (const mongoc_uri_t *uri, fw_metrics_t *metrics, int64_t 
    if (s->interval_ms <= 0) {
       s->interval_ms = FW_OPLOG_WINDOW_INTERVAL_MS;
    }
-   fw_shutdown_init (&s->stop);
-   if ((rc = pthread_create (&s->thread, NULL, sampler_main, s)) != 0) {
+   if (!(stop_made = (rc = fw_shutdown_init (&s->stop)) == 0) ||
+       (rc = pthread_create (&s->thread, NULL, sampler_main, s)) != 0) {
       fw_error_set (error, FW_ERROR_IO, "cannot start the oplog window's thread: %s",
                     strerror (rc));
-      fw_shutdown_cleanup (&s->stop);
+      if (stop_made) {
+         fw_shutdown_cleanup (&s->stop);
+      }
       mongoc_client_destroy (s->client);
       free (s);
       return NULL;

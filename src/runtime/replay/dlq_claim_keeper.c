@@ -102,7 +102,8 @@ fw_claim_keeper_t *
 fw_claim_keeper_start (const fw_claim_keeper_opts_t *o, fw_error_t *error)
 {
    fw_claim_keeper_t *k = calloc (1, sizeof *k);
-   bool ok = k != NULL;
+   bool ok = k != NULL, mu_made = false, stop_made = false;
+   int rc;
 
    if (!ok) {
       fw_error_set (error, FW_ERROR_NOMEM, "out of memory starting the claim keeper");
@@ -124,12 +125,17 @@ fw_claim_keeper_start (const fw_claim_keeper_opts_t *o, fw_error_t *error)
       keeper_free (k);
       return NULL;
    }
-   pthread_mutex_init (&k->mu, NULL);
-   fw_shutdown_init (&k->stop);
-   if (pthread_create (&k->thread, NULL, keeper_main, k) != 0) {
-      fw_error_set (error, FW_ERROR_IO, "cannot start the claim keeper's thread");
-      fw_shutdown_cleanup (&k->stop);
-      pthread_mutex_destroy (&k->mu);
+   if (!(mu_made = (rc = pthread_mutex_init (&k->mu, NULL)) == 0) ||
+       !(stop_made = (rc = fw_shutdown_init (&k->stop)) == 0) ||
+       (rc = pthread_create (&k->thread, NULL, keeper_main, k)) != 0) {
+      fw_error_set (error, FW_ERROR_IO, "cannot start the claim keeper's thread: %s",
+                    strerror (rc));
+      if (stop_made) {
+         fw_shutdown_cleanup (&k->stop);
+      }
+      if (mu_made) {
+         pthread_mutex_destroy (&k->mu);
+      }
       keeper_free (k);
       return NULL;
    }

@@ -169,7 +169,7 @@ fw_snapshot_ahead_start (fw_snapshot_t *s, mongoc_client_pool_t *pool, int64_t p
    size_t size = (sizeof (fw_snapshot_ahead_t) + 127) / 128 * 128;
    fw_snapshot_ahead_t *a;
    bson_t after = BSON_INITIALIZER;
-   bool cv_made;
+   bool locks_made;
    int rc;
 
    if (s->ahead || !fw_snapshot_may_read_ahead (s)) {
@@ -195,15 +195,13 @@ fw_snapshot_ahead_start (fw_snapshot_t *s, mongoc_client_pool_t *pool, int64_t p
    a->pause_ms = pause_ms;
    a->retry_ms = retry_ms;
    a->queued = s->n_chunks;
-   pthread_mutex_init (&a->mu, NULL);
-   cv_made = (rc = fw_mono_cond_init (&a->cv)) == 0;
-   if (!cv_made || (rc = pthread_create (&a->thread, NULL, ahead_main, a)) != 0) {
+   locks_made = (rc = fw_mono_lock_init (&a->mu, &a->cv)) == 0;
+   if (!locks_made || (rc = pthread_create (&a->thread, NULL, ahead_main, a)) != 0) {
       fw_error_set (error, FW_ERROR_IO, "cannot start the snapshot's reading thread: %s",
                     strerror (rc));
-      if (cv_made) {
-         pthread_cond_destroy (&a->cv);
+      if (locks_made) {
+         fw_mono_lock_destroy (&a->mu, &a->cv);
       }
-      pthread_mutex_destroy (&a->mu);
       fw_snapshot_cursor_cleanup (&a->cur);
       bson_destroy (&a->until);
       mongoc_client_pool_push (pool, a->client);
@@ -250,8 +248,7 @@ fw_snapshot_ahead_stop (fw_snapshot_t *s)
    fw_snapshot_cursor_cleanup (&a->cur);
    bson_destroy (&a->until);
    mongoc_client_pool_push (a->pool, a->client);
-   pthread_cond_destroy (&a->cv);
-   pthread_mutex_destroy (&a->mu);
+   fw_mono_lock_destroy (&a->mu, &a->cv);
    free (a);
    s->ahead = NULL;
    log_clear (s, s->n_log);

@@ -146,18 +146,10 @@ wait_slice (pthread_cond_t *cond, pthread_mutex_t *mu)
 static int
 sync_init (pthread_mutex_t *mu, pthread_cond_t *a, pthread_cond_t *b)
 {
-   int rc = pthread_mutex_init (mu, NULL);
+   int rc = fw_mono_lock_init (mu, a);
 
-   if (rc != 0) {
-      return rc;
-   }
-   if ((rc = fw_mono_cond_init (a)) != 0) {
-      pthread_mutex_destroy (mu);
-      return rc;
-   }
-   if (b && (rc = fw_mono_cond_init (b)) != 0) {
-      pthread_cond_destroy (a);
-      pthread_mutex_destroy (mu);
+   if (rc == 0 && b && (rc = fw_mono_cond_init (b)) != 0) {
+      fw_mono_lock_destroy (mu, a);
    }
    return rc;
 }

@@ -53,11 +53,34 @@ link_blocks (fw_stream_worker_t *w)
    w->pending.lanes = &w->lane.run;
 }
 
+/* w's own shutdown flag and locks: 0, or the pthread error code with none of
+ * them left set up. */
+static int
+init_locks (fw_stream_worker_t *w)
+{
+   int rc;
+
+   if ((rc = fw_shutdown_init (&w->own_shutdown)) != 0) {
+      return rc;
+   }
+   if ((rc = pthread_mutex_init (&w->pending.mu, NULL)) != 0) {
+      fw_shutdown_cleanup (&w->own_shutdown);
+      return rc;
+   }
+   if ((rc = pthread_mutex_init (&w->ckpt.gen_mu, NULL)) != 0) {
+      pthread_mutex_destroy (&w->pending.mu);
+      fw_shutdown_cleanup (&w->own_shutdown);
+      return rc;
+   }
+   return 0;
+}
+
 fw_stream_worker_t *
 fw_stream_worker_new (fw_lua_host_t *host, int index, mongoc_client_pool_t *pool,
                       fw_connections_t *conns, fw_error_t *error)
 {
    fw_stream_worker_t *w = calloc (1, sizeof *w);
+   int rc;
 
    if (!w) {
       fw_error_set (error, FW_ERROR_NOMEM, "out of memory");
@@ -67,9 +90,12 @@ fw_stream_worker_new (fw_lua_host_t *host, int index, mongoc_client_pool_t *pool
    w->pool = pool;
    w->script.index = index;
    w->script.conns = conns;
-   fw_shutdown_init (&w->own_shutdown);
-   pthread_mutex_init (&w->pending.mu, NULL);
-   pthread_mutex_init (&w->ckpt.gen_mu, NULL);
+   if ((rc = init_locks (w)) != 0) {
+      fw_error_set (error, FW_ERROR_IO, "cannot set up a stream worker: %s", strerror (rc));
+      fw_lua_host_destroy (host);
+      free (w);
+      return NULL;
+   }
    w->shutdown = &w->own_shutdown;
    if (!(w->d = fw_dispatcher_new (host, index, conns, w->shutdown, error))) {
       fw_stream_worker_destroy (w);

@@ -299,16 +299,11 @@ take_run (fw_stream_reader_t *r)
 static bool
 sync_init (fw_stream_reader_t *r)
 {
-   if (pthread_mutex_init (&r->mu, NULL) != 0) {
-      return false;
-   }
-   if (fw_mono_cond_init (&r->not_empty) != 0) {
-      pthread_mutex_destroy (&r->mu);
+   if (fw_mono_lock_init (&r->mu, &r->not_empty) != 0) {
       return false;
    }
    if (fw_mono_cond_init (&r->not_full) != 0) {
-      pthread_cond_destroy (&r->not_empty);
-      pthread_mutex_destroy (&r->mu);
+      fw_mono_lock_destroy (&r->mu, &r->not_empty);
       return false;
    }
    return true;

@@ -394,7 +394,9 @@ init_app (lua_State *L, fw_test_app_t *app, const char *path, const load_opts_t 
    const char *mongo_uri = o->mongo_uri;
    fw_error_t err;
 
-   fw_shutdown_init (&app->shutdown);
+   if (fw_shutdown_init (&app->shutdown) != 0) {
+      luaL_error (L, "flowwarden.testing: cannot set up %s's shutdown flag", path);
+   }
    app->has_shutdown = true;
    app->script = strdup (path);
    app->jitter = o->jitter;
