@@ -295,6 +295,12 @@ class PgExactlyOnce(WithPgServer, FailureTestCase):
                       cp.stdout)
         self.pg.sql("GRANT SELECT, INSERT, UPDATE ON flowwarden_checkpoints TO limited")
         cp = doctor("limited:lp")
+        self.assertEqual(cp.returncode, 2, cp.stdout + cp.stderr)
+        self.assertIn("has no column writer_gen (made by an earlier version), and role limited, "
+                      "not its owner, cannot add it", cp.stdout)
+        self.assertIn("ALTER TABLE flowwarden_checkpoints ADD COLUMN writer_gen", cp.stdout)
+        self.pg.sql("ALTER TABLE flowwarden_checkpoints ADD COLUMN writer_gen bigint")
+        cp = doctor("limited:lp")
         self.assertIn("exists and can be read and written", cp.stdout)
 
     def test_a_dead_letter_moves_the_position_so_a_restart_does_not_run_it_again(self):
