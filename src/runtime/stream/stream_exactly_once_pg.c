@@ -408,6 +408,39 @@ static const char fenced_upsert_sql[] = "WITH u AS (" POSITION_UPSERT
                                         " RETURNING 1) SELECT 1 / count(*)::int FROM u";
 #define FENCED_SQLSTATE "22012" /* division_by_zero: the upsert matched nothing */
 
+/* Without ha the position's write matched nothing: when a later run's
+ * writer generation is stored (or it cannot be read), this run stops, the
+ * events are the later run's (nothing of the transaction committed);
+ * otherwise a stored epoch fenced it (a leader's, under ha elsewhere). */
+static void
+fenced_without_ha (fw_stream_eo_pg_t *s)
+{
+   const fw_stream_config_t *cfg = s->e->cfg;
+   const char *params[] = {cfg->database, cfg->name};
+   PGresult *res = NULL;
+   char why[512], stored[48] = "unknown", msg[1024];
+
+   if (s->conn && exec (s, read_gen_sql, 2, params, &res, why, sizeof why) == FW_PG_OK &&
+       !refused (res, why, sizeof why) && PQntuples (res) == 1 && !PQgetisnull (res, 0, 0)) {
+      snprintf (stored, sizeof stored, "%s", PQgetvalue (res, 0, 0));
+   }
+   PQclear (res);
+   if (strcmp (stored, "unknown") != 0 && strtoll (stored, NULL, 10) <= s->gen) {
+      fw_log (FW_LOG_WARN, cfg->name,
+              "exactly_once: a newer leader holds the position in "
+              "connection \"%s\"; this transaction is rolled back",
+              cfg->exactly_once_pg);
+      return;
+   }
+   snprintf (msg, sizeof msg,
+             "exactly_once: a newer run of stream \"%s\" (writer generation %s, this run's "
+             "%lld) holds its position in connection \"%s\" (" TABLE
+             "); this run's transaction is rolled back and it stops (a second instance running "
+             "the stream without ha, or a run paused and replaced)",
+             cfg->name, stored, (long long) s->gen, cfg->exactly_once_pg);
+   fw_stream_failed (s->e->w, msg);
+}
+
 /* The outcome of the pipeline's two results. */
 static fw_sink_commit_t
 judge (fw_stream_eo_pg_t *s, lua_State *L, PGresult *const *res)
@@ -416,7 +449,9 @@ judge (fw_stream_eo_pg_t *s, lua_State *L, PGresult *const *res)
    char why[512];
 
    if (state && strcmp (state, FENCED_SQLSTATE) == 0 && !*s->e->lease && s->gen > 0) {
-      return FW_SINK_FENCED; /* which of the two: fenced_without_ha, after the rollback */
+      rollback (s); /* the generation is read outside the aborted transaction */
+      fenced_without_ha (s);
+      return FW_SINK_FENCED;
    }
    if (state && strcmp (state, FENCED_SQLSTATE) == 0) {
       fw_log (FW_LOG_WARN, s->e->cfg->name,
@@ -492,39 +527,6 @@ not_committable (fw_stream_eo_pg_t *s)
    }
 }
 
-/* Without ha the position's write matched nothing: when a later run's
- * writer generation is stored (or it cannot be read), this run stops, the
- * events are the later run's (nothing of the transaction committed);
- * otherwise a stored epoch fenced it (a leader's, under ha elsewhere). */
-static void
-fenced_without_ha (fw_stream_eo_pg_t *s)
-{
-   const fw_stream_config_t *cfg = s->e->cfg;
-   const char *params[] = {cfg->database, cfg->name};
-   PGresult *res = NULL;
-   char why[512], stored[48] = "unknown", msg[1024];
-
-   if (s->conn && exec (s, read_gen_sql, 2, params, &res, why, sizeof why) == FW_PG_OK &&
-       !refused (res, why, sizeof why) && PQntuples (res) == 1 && !PQgetisnull (res, 0, 0)) {
-      snprintf (stored, sizeof stored, "%s", PQgetvalue (res, 0, 0));
-   }
-   PQclear (res);
-   if (strcmp (stored, "unknown") != 0 && strtoll (stored, NULL, 10) <= s->gen) {
-      fw_log (FW_LOG_WARN, cfg->name,
-              "exactly_once: a newer leader holds the position in "
-              "connection \"%s\"; this transaction is rolled back",
-              cfg->exactly_once_pg);
-      return;
-   }
-   snprintf (msg, sizeof msg,
-             "exactly_once: a newer run of stream \"%s\" (writer generation %s, this run's "
-             "%lld) holds its position in connection \"%s\" (" TABLE
-             "); this run's transaction is rolled back and it stops (a second instance running "
-             "the stream without ha, or a run paused and replaced)",
-             cfg->name, stored, (long long) s->gen, cfg->exactly_once_pg);
-   fw_stream_failed (s->e->w, msg);
-}
-
 static fw_sink_commit_t
 sink_commit (void *ud, lua_State *L, const fw_event_t *ev)
 {
@@ -553,9 +555,6 @@ sink_commit (void *ud, lua_State *L, const fw_event_t *ev)
    } else {
       rollback (s); /* what is still open (a fenced or failed upsert) */
       bson_free (token);
-   }
-   if (out == FW_SINK_FENCED && !*s->e->lease && s->gen > 0) {
-      fenced_without_ha (s);
    }
    return out;
 }
