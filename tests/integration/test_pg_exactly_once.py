@@ -227,6 +227,49 @@ class PgExactlyOnce(WithPgServer, FailureTestCase):
         p.kill9()
         self.assertEqual(self.log(), [("1", "1")])
 
+    def test_a_paused_run_replaced_by_a_new_one_commits_nothing_when_it_resumes(self):
+        # Without ha, a process paused (SIGSTOP: a stalled VM) and replaced:
+        # the new run claims a later writer generation in the position's row
+        # before reading it; the resumed run's handler runs the new run's
+        # event too, but its transaction's position write is refused, so its
+        # statements roll back and its stream stops saying why.
+        old = self.start()
+        self.db.c.insert_one({"_id": 0})
+        self.wait_logged(1)
+        old.proc.send_signal(signal.SIGSTOP)
+        self.addCleanup(lambda: old.proc.poll() is None and old.proc.send_signal(signal.SIGCONT))
+        new = self.start()
+        gen = int(self.pg.sql("SELECT writer_gen FROM flowwarden_checkpoints "
+                              "WHERE stream = 'eo'")[0][0])
+        self.db.c.insert_one({"_id": 1})
+        new.wait_reports(1)
+        self.wait_logged(2)
+        old.proc.send_signal(signal.SIGCONT)  # its change stream hands it event 1 too
+        old.wait_log('STREAM STOPPED: exactly_once: a newer run of stream "eo" (writer '
+                     "generation %d" % gen, timeout=30)
+        self.assertEqual(sorted(r["id"] for r in old.reports()), ["0", "1"],
+                         "old's handler ran event 1")
+        self.assertEqual(self.log(), [("0", "1"), ("1", "1")], "event 1 applied once")
+        self.assertEqual(new.stop(), 0)
+        self.assertEqual(int(self.pg.sql("SELECT writer_gen FROM flowwarden_checkpoints "
+                                         "WHERE stream = 'eo'")[0][0]), gen)
+        old.stop()
+
+    def test_a_position_table_without_writer_gen_gains_it(self):
+        # A table made by a version before writer generations keeps working.
+        self.pg.sql("CREATE TABLE flowwarden_checkpoints (database text NOT NULL, "
+                    "stream text NOT NULL, resume_token text, epoch bigint NOT NULL DEFAULT 0, "
+                    "script_version text, updated_at timestamptz NOT NULL DEFAULT now(), "
+                    "PRIMARY KEY (database, stream))")
+        p = self.start()
+        self.db.c.insert_one({"_id": 1})
+        self.wait_logged(1)
+        self.assertEqual(p.stop(), 0)
+        gen = int(self.pg.sql("SELECT writer_gen FROM flowwarden_checkpoints "
+                              "WHERE stream = 'eo'")[0][0])
+        self.assertGreater(gen, 0, "the run's generation is stored")
+        self.assertIn('"_data"', self.position())
+
     def test_doctor_checks_the_position_tables_privileges(self):
         from fwtest import run_cli
         script = self.script(SCRIPT)
@@ -251,6 +294,12 @@ class PgExactlyOnce(WithPgServer, FailureTestCase):
         self.assertIn("GRANT SELECT, INSERT, UPDATE ON flowwarden_checkpoints TO limited",
                       cp.stdout)
         self.pg.sql("GRANT SELECT, INSERT, UPDATE ON flowwarden_checkpoints TO limited")
+        cp = doctor("limited:lp")
+        self.assertEqual(cp.returncode, 2, cp.stdout + cp.stderr)
+        self.assertIn("has no column writer_gen (made by an earlier version), and role limited, "
+                      "not its owner, cannot add it", cp.stdout)
+        self.assertIn("ALTER TABLE flowwarden_checkpoints ADD COLUMN writer_gen", cp.stdout)
+        self.pg.sql("ALTER TABLE flowwarden_checkpoints ADD COLUMN writer_gen bigint")
         cp = doctor("limited:lp")
         self.assertIn("exists and can be read and written", cp.stdout)
 

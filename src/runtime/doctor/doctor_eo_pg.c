@@ -2,7 +2,8 @@
  * doctor_eo_pg.c - `doctor`'s check of a PostgreSQL connection that a stream
  * runs exactly once into (exactly_once = { connection = name }, issue 40):
  * the privileges to create its position table, flowwarden_checkpoints, and
- * to read and write it (stream_exactly_once_pg.c).
+ * to read and write it, and, for a table made before its column writer_gen,
+ * to add it (stream_exactly_once_pg.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +25,11 @@ static const char *const probe_sql =
    "CASE WHEN to_regclass('flowwarden_checkpoints') IS NULL THEN NULL ELSE "
    "has_table_privilege('flowwarden_checkpoints', 'SELECT, INSERT, UPDATE') END, "
    "current_schema() IS NOT NULL AND has_schema_privilege(current_schema(), 'CREATE'), "
-   "coalesce(current_schema(), '(none)'), current_user";
+   "coalesce(current_schema(), '(none)'), current_user, "
+   "EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('flowwarden_checkpoints') "
+   "AND attname = 'writer_gen' AND NOT attisdropped), "
+   "coalesce((SELECT pg_has_role(relowner, 'USAGE') FROM pg_class "
+   "WHERE oid = to_regclass('flowwarden_checkpoints')), false)";
 
 /* Whether some stream of L's script runs exactly once into name. */
 static bool
@@ -54,9 +59,19 @@ report (fw_doctor_report_t *r, const char *name, const PGresult *res)
    bool can_write = strcmp (PQgetvalue (res, 0, 1), "t") == 0;
    bool can_create = strcmp (PQgetvalue (res, 0, 2), "t") == 0;
    const char *schema = PQgetvalue (res, 0, 3), *user = PQgetvalue (res, 0, 4);
+   bool has_gen = strcmp (PQgetvalue (res, 0, 5), "t") == 0;
+   bool owner = strcmp (PQgetvalue (res, 0, 6), "t") == 0;
    char fix[512];
 
-   if (exists && can_write) {
+   if (exists && can_write && !has_gen && !owner) {
+      fw_doctor_add (r, NULL, "exactly_once", FW_DOCTOR_FAIL,
+                     "as the table's owner: ALTER TABLE flowwarden_checkpoints ADD COLUMN "
+                     "writer_gen bigint NOT NULL DEFAULT 0",
+                     "connection \"%s\" (PostgreSQL): the position table flowwarden_checkpoints "
+                     "has no column writer_gen (made by an earlier version), and role %s, not its "
+                     "owner, cannot add it: the stream cannot start",
+                     name, user);
+   } else if (exists && can_write) {
       fw_doctor_add (r, NULL, "exactly_once", FW_DOCTOR_OK, NULL,
                      "connection \"%s\" (PostgreSQL): its position table flowwarden_checkpoints "
                      "exists and can be read and written",

@@ -12,12 +12,18 @@
  *
  *   flowwarden_checkpoints (database text, stream text, resume_token text,
  *                           epoch bigint, script_version text,
- *                           updated_at timestamptz, PRIMARY KEY (database, stream))
+ *                           updated_at timestamptz, writer_gen bigint,
+ *                           PRIMARY KEY (database, stream))
  *
- * resume_token is the event's _id as canonical extended JSON. Under ha the
- * upsert only matches while the stored epoch is not above the leader's
- * (raised at the start of each leadership), so a deposed leader's
- * transaction commits nothing. A COMMIT whose reply is lost is decided by
+ * (writer_gen added to a table made before it). resume_token is the event's
+ * _id as canonical extended JSON. Under ha the upsert only matches while the
+ * stored epoch is not above the leader's (raised at the start of each
+ * leadership), so a deposed leader's transaction commits nothing. Without ha
+ * each run claims a writer generation in the row before reading the
+ * position (the stored one + 1), and the upsert only matches while the
+ * stored one is not later: a run paused and replaced (SIGSTOP, a stalled VM)
+ * that resumes commits nothing over the new run's position, and its stream
+ * stops. A COMMIT whose reply is lost is decided by
  * reading the table once connected again: the event's token there means it
  * committed.
  */
@@ -44,22 +50,53 @@ static const char create_sql[] =
    "CREATE TABLE IF NOT EXISTS " TABLE
    " (database text NOT NULL, stream text NOT NULL, "
    "resume_token text, epoch bigint NOT NULL DEFAULT 0, script_version text, "
-   "updated_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (database, stream))";
+   "updated_at timestamptz NOT NULL DEFAULT now(), writer_gen bigint NOT NULL DEFAULT 0, "
+   "PRIMARY KEY (database, stream))";
 
-static const char upsert_sql[] =
-   "INSERT INTO " TABLE
-   " AS c (database, stream, resume_token, epoch, script_version, "
-   "updated_at) VALUES ($1, $2, $3, $4, $5, now()) ON CONFLICT (database, stream) DO UPDATE "
-   "SET resume_token = EXCLUDED.resume_token, epoch = EXCLUDED.epoch, "
-   "script_version = EXCLUDED.script_version, updated_at = now() WHERE c.epoch <= EXCLUDED.epoch";
+/* A table made before writer_gen: the column is added (by its owner; a role
+ * with only the privileges to write it cannot, and says so). Asked first, so
+ * that such a role works with a table that has it. */
+static const char has_gen_sql[] = "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('" TABLE
+                                  "') AND attname = 'writer_gen' AND NOT attisdropped";
+static const char add_gen_sql[] = "ALTER TABLE " TABLE
+                                  " ADD COLUMN IF NOT EXISTS writer_gen bigint NOT NULL DEFAULT 0";
+
+/* The position's write, as the upsert below: matches while the stored epoch
+ * is not above this one's (ha) and, with a writer generation ($6 > 0,
+ * without ha), the stored one is not later. */
+#define POSITION_UPSERT                                                                     \
+   "INSERT INTO " TABLE                                                                     \
+   " AS c (database, stream, resume_token, epoch, script_version, "                         \
+   "updated_at, writer_gen) VALUES ($1, $2, $3, $4, $5, now(), $6) "                        \
+   "ON CONFLICT (database, stream) DO UPDATE SET resume_token = EXCLUDED.resume_token, "    \
+   "epoch = EXCLUDED.epoch, script_version = EXCLUDED.script_version, updated_at = now(), " \
+   "writer_gen = GREATEST(c.writer_gen, EXCLUDED.writer_gen) "                              \
+   "WHERE c.epoch <= EXCLUDED.epoch AND (EXCLUDED.writer_gen = 0 OR "                       \
+   "c.writer_gen <= EXCLUDED.writer_gen)"
+
+static const char upsert_sql[] = POSITION_UPSERT;
 
 static const char fence_sql[] =
    "INSERT INTO " TABLE
    " AS c (database, stream, epoch) VALUES ($1, $2, $3) "
    "ON CONFLICT (database, stream) DO UPDATE SET epoch = GREATEST(c.epoch, EXCLUDED.epoch)";
 
+/* Without ha, a run's claim of its writer generation: the stored one + 1,
+ * or $3 (the current time in milliseconds) when none is stored (no row, a
+ * row of a version before writer_gen, or one deleted by hand: past every
+ * generation an earlier run may still write with), as on the MongoDB side
+ * (checkpoint_store.h). The row's lock orders the claims. */
+static const char claim_sql[] =
+   "INSERT INTO " TABLE
+   " AS c (database, stream, writer_gen) VALUES ($1, $2, $3) "
+   "ON CONFLICT (database, stream) DO UPDATE SET writer_gen = CASE WHEN c.writer_gen > 0 "
+   "THEN c.writer_gen + 1 ELSE GREATEST(EXCLUDED.writer_gen, 1) END RETURNING writer_gen";
+
 static const char read_sql[] = "SELECT resume_token FROM " TABLE
                                " WHERE database = $1 AND stream = $2";
+
+static const char read_gen_sql[] = "SELECT writer_gen FROM " TABLE
+                                   " WHERE database = $1 AND stream = $2";
 
 struct fw_stream_eo_pg {
    fw_stream_eo_t *e;    /* the stream's exactly_once state (owns this) */
@@ -70,6 +107,7 @@ struct fw_stream_eo_pg {
    char *last;           /* the token last stored in the table (bson_free), or NULL */
    char *uri;            /* the URI conn was opened with (free) */
    const void *host;     /* the program whose URI that is: a reload may change it */
+   int64_t gen;          /* without ha: the run's writer generation in the table; 0: none */
 };
 
 static int64_t
@@ -132,6 +170,35 @@ refused (const PGresult *res, char *why, size_t len)
    return true;
 }
 
+/* Adds writer_gen to a table made before it. As ensure_conn's. */
+static fw_pg_io_t
+ensure_gen_column (fw_stream_eo_pg_t *s, PGresult **res, char *why, size_t len)
+{
+   fw_pg_io_t io = exec (s, has_gen_sql, 0, NULL, res, why, len);
+
+   if (io != FW_PG_OK || refused (*res, why, len)) {
+      return io;
+   }
+   if (PQntuples (*res) > 0) {
+      PQclear (*res);
+      *res = NULL;
+      return FW_PG_OK;
+   }
+   PQclear (*res);
+   *res = NULL;
+   fw_log (FW_LOG_INFO, s->e->cfg->name,
+           "exactly_once: adding the column writer_gen to connection \"%s\"'s " TABLE,
+           s->e->cfg->exactly_once_pg);
+   if ((io = exec (s, add_gen_sql, 0, NULL, res, why, len)) != FW_PG_OK) {
+      return io;
+   }
+   if (!refused (*res, why, len)) {
+      PQclear (*res);
+      *res = NULL;
+   }
+   return FW_PG_OK; /* *res: the refusal (e.g. not the table's owner) */
+}
+
 /* Connects (when not connected) and makes the position table. On failure
  * *res may hold the server's refusal (the caller's) and why says it. */
 static fw_pg_io_t
@@ -174,8 +241,10 @@ ensure_conn (fw_stream_eo_pg_t *s, PGresult **res, char *why, size_t len)
       if (!refused (*res, why, len)) {
          PQclear (*res);
          *res = NULL;
-         s->table_ok = true;
-         return FW_PG_OK;
+         if ((io = ensure_gen_column (s, res, why, len)) == FW_PG_OK && !*res) {
+            s->table_ok = true;
+         }
+         return io;
       }
    }
    return FW_PG_OK; /* *res: the refusal (e.g. no CREATE privilege) */
@@ -335,14 +404,42 @@ commit_unknown (fw_stream_eo_pg_t *s, lua_State *L, const char *token, const cha
  * upsert (it matches no row) divides by zero, so the COMMIT after it is
  * skipped and the transaction can only roll back. */
 static const char commit_sql[] = "COMMIT";
-static const char fenced_upsert_sql[] =
-   "WITH u AS (INSERT INTO " TABLE
-   " AS c (database, stream, resume_token, epoch, "
-   "script_version, updated_at) VALUES ($1, $2, $3, $4, $5, now()) ON CONFLICT (database, stream) "
-   "DO UPDATE SET resume_token = EXCLUDED.resume_token, epoch = EXCLUDED.epoch, "
-   "script_version = EXCLUDED.script_version, updated_at = now() WHERE c.epoch <= EXCLUDED.epoch "
-   "RETURNING 1) SELECT 1 / count(*)::int FROM u";
+static const char fenced_upsert_sql[] = "WITH u AS (" POSITION_UPSERT
+                                        " RETURNING 1) SELECT 1 / count(*)::int FROM u";
 #define FENCED_SQLSTATE "22012" /* division_by_zero: the upsert matched nothing */
+
+/* Without ha the position's write matched nothing: when a later run's
+ * writer generation is stored (or it cannot be read), this run stops, the
+ * events are the later run's (nothing of the transaction committed);
+ * otherwise a stored epoch fenced it (a leader's, under ha elsewhere). */
+static void
+fenced_without_ha (fw_stream_eo_pg_t *s)
+{
+   const fw_stream_config_t *cfg = s->e->cfg;
+   const char *params[] = {cfg->database, cfg->name};
+   PGresult *res = NULL;
+   char why[512], stored[48] = "unknown", msg[1024];
+
+   if (s->conn && exec (s, read_gen_sql, 2, params, &res, why, sizeof why) == FW_PG_OK &&
+       !refused (res, why, sizeof why) && PQntuples (res) == 1 && !PQgetisnull (res, 0, 0)) {
+      snprintf (stored, sizeof stored, "%s", PQgetvalue (res, 0, 0));
+   }
+   PQclear (res);
+   if (strcmp (stored, "unknown") != 0 && strtoll (stored, NULL, 10) <= s->gen) {
+      fw_log (FW_LOG_WARN, cfg->name,
+              "exactly_once: a newer leader holds the position in "
+              "connection \"%s\"; this transaction is rolled back",
+              cfg->exactly_once_pg);
+      return;
+   }
+   snprintf (msg, sizeof msg,
+             "exactly_once: a newer run of stream \"%s\" (writer generation %s, this run's "
+             "%lld) holds its position in connection \"%s\" (" TABLE
+             "); this run's transaction is rolled back and it stops (a second instance running "
+             "the stream without ha, or a run paused and replaced)",
+             cfg->name, stored, (long long) s->gen, cfg->exactly_once_pg);
+   fw_stream_failed (s->e->w, msg);
+}
 
 /* The outcome of the pipeline's two results. */
 static fw_sink_commit_t
@@ -351,6 +448,11 @@ judge (fw_stream_eo_pg_t *s, lua_State *L, PGresult *const *res)
    const char *state = PQresultErrorField (res[0], PG_DIAG_SQLSTATE);
    char why[512];
 
+   if (state && strcmp (state, FENCED_SQLSTATE) == 0 && !*s->e->lease && s->gen > 0) {
+      rollback (s); /* the generation is read outside the aborted transaction */
+      fenced_without_ha (s);
+      return FW_SINK_FENCED;
+   }
    if (state && strcmp (state, FENCED_SQLSTATE) == 0) {
       fw_log (FW_LOG_WARN, s->e->cfg->name,
               "exactly_once: a newer leader holds the position in "
@@ -378,17 +480,22 @@ static fw_sink_commit_t
 position_and_commit (fw_stream_eo_pg_t *s, lua_State *L, const char *token)
 {
    fw_stream_eo_t *e = s->e;
-   char epoch[32], why[512];
-   const char *upsert[5] = {e->cfg->database, e->cfg->name, token, epoch,
-                            fw_lua_host_version (fw_dispatcher_host (e->d))};
+   char epoch[32], gen[32], why[512];
+   const char *upsert[6] = {e->cfg->database,
+                            e->cfg->name,
+                            token,
+                            epoch,
+                            fw_lua_host_version (fw_dispatcher_host (e->d)),
+                            gen};
    const char *const sqls[2] = {fenced_upsert_sql, commit_sql};
-   const int nparams[2] = {5, 0};
+   const int nparams[2] = {6, 0};
    const char *const *const params[2] = {upsert, NULL};
    PGresult *res[2] = {NULL, NULL};
    fw_sink_commit_t out;
    fw_pg_io_t io;
 
    snprintf (epoch, sizeof epoch, "%lld", (long long) (*e->lease ? *e->epoch : 0));
+   snprintf (gen, sizeof gen, "%lld", (long long) (*e->lease ? 0 : s->gen));
    io = fw_pg_exec_pipeline (s->conn, 2, sqls, nparams, params, deadline (), res, why, sizeof why);
    if (io != FW_PG_OK) {
       close_conn (s);
@@ -489,7 +596,38 @@ fw_stream_exactly_once_pg_free (fw_stream_eo_t *e)
    }
 }
 
-/* Raises the stored epoch to this leader's (ha), then reads the position. */
+/* Without ha: claims the run's writer generation in the table (s->gen),
+ * before the position is read, so that a transaction of an earlier run
+ * that commits after it commits nothing. */
+static fw_pg_io_t
+claim_gen (fw_stream_eo_pg_t *s, char *why, size_t len)
+{
+   fw_stream_eo_t *e = s->e;
+   char now[32];
+   const char *params[] = {e->cfg->database, e->cfg->name, now};
+   PGresult *res = NULL;
+   fw_pg_io_t io = ensure_conn (s, &res, why, len);
+
+   s->gen = 0;
+   snprintf (now, sizeof now, "%lld", (long long) fw_now_ms ());
+   if (io == FW_PG_OK && !res) {
+      io = exec (s, claim_sql, 3, params, &res, why, len);
+   }
+   if (io == FW_PG_OK && refused (res, why, len)) {
+      io = FW_PG_LOST;
+   } else if (io == FW_PG_OK && PQntuples (res) == 1) {
+      s->gen = strtoll (PQgetvalue (res, 0, 0), NULL, 10);
+   }
+   PQclear (res);
+   if (io == FW_PG_OK && s->gen <= 0) {
+      snprintf (why, len, "claiming the writer generation returned none");
+      io = FW_PG_LOST;
+   }
+   return io;
+}
+
+/* Raises the stored epoch to this leader's (ha), or claims the run's writer
+ * generation (without ha), then reads the position. */
 static fw_pg_io_t
 fence_and_read (fw_stream_eo_pg_t *s, char **token, char *why, size_t len)
 {
@@ -512,6 +650,8 @@ fence_and_read (fw_stream_eo_pg_t *s, char **token, char *why, size_t len)
       if (io != FW_PG_OK) {
          return io;
       }
+   } else if ((io = claim_gen (s, why, len)) != FW_PG_OK) {
+      return io;
    }
    return read_position (s, token, why, len);
 }
@@ -570,8 +710,8 @@ void
 fw_stream_exactly_once_pg_advance (fw_stream_eo_t *e, const bson_t *processed, const bson_t *seen)
 {
    fw_stream_eo_pg_t *s = e->pg;
-   char epoch[32], why[512], *token;
-   const char *params[5];
+   char epoch[32], gen[32], why[512], *token;
+   const char *params[6];
    PGresult *res = NULL;
    fw_pg_io_t io;
 
@@ -592,11 +732,19 @@ fw_stream_exactly_once_pg_advance (fw_stream_eo_t *e, const bson_t *processed, c
    params[2] = token;
    params[3] = epoch;
    params[4] = fw_lua_host_version (fw_dispatcher_host (e->d));
+   snprintf (gen, sizeof gen, "%lld", (long long) (*e->lease ? 0 : s->gen));
+   params[5] = gen;
    io = ensure_conn (s, &res, why, sizeof why);
    if (io == FW_PG_OK && !res) {
-      io = exec (s, upsert_sql, 5, params, &res, why, sizeof why);
+      io = exec (s, upsert_sql, 6, params, &res, why, sizeof why);
    }
-   if (io == FW_PG_OK && !refused (res, why, sizeof why)) {
+   if (io == FW_PG_OK && !refused (res, why, sizeof why) && strcmp (PQcmdTuples (res), "0") == 0) {
+      /* fenced: a newer leader's epoch, or a newer run's generation */
+      fw_log (FW_LOG_WARN, e->cfg->name,
+              "exactly_once: the position in connection \"%s\" is held by a newer %s; "
+              "not stored",
+              e->cfg->exactly_once_pg, *e->lease ? "leader" : "run of the stream");
+   } else if (io == FW_PG_OK && !refused (res, why, sizeof why)) {
       set_last (s, token);
       token = NULL;
    } else {
