@@ -337,6 +337,50 @@ class WireTest(unittest.TestCase):
             ev = stream.next()
         self.assertEqual(ev["updateDescription"]["updatedFields"], {"a": 5.0})
 
+    def test_bulk_by_id_with_images_a_unique_index_and_a_retry(self):
+        # The by-_id write keeps what the general one does: pre- and post-images, a unique
+        # index's check and entries, and a retried command's executed statements not run
+        # again (the session's record of each statement).
+        self.db.create_collection("imgs", changeStreamPreAndPostImages={"enabled": True})
+        coll = self.db.imgs
+        coll.create_index("u", unique=True)
+        coll.insert_many([{"_id": "a", "n": 1, "u": 1}, {"_id": "b", "n": 1, "u": 2}])
+        start = self.db.command("aggregate", "imgs", pipeline=[{"$changeStream": {
+            "fullDocument": "required", "fullDocumentBeforeChange": "required"}}],
+            cursor={"batchSize": 0})["cursor"]["id"]
+        with self.assertRaises(pymongo.errors.BulkWriteError) as ctx:
+            coll.bulk_write([UpdateOne({"_id": "a"}, {"$inc": {"n": 1}}),
+                             UpdateOne({"_id": "b"}, {"$set": {"u": 1}}),   # a has u 1
+                             UpdateOne({"_id": "b"}, {"$set": {"u": 3}})], ordered=False)
+        self.assertEqual([(e["index"], e["code"]) for e in ctx.exception.details["writeErrors"]],
+                         [(1, 11000)])
+        coll.update_one({"_id": "a"}, {"$set": {"u": 2}})   # 2 is free again
+        events = self.db.command("getMore", start, collection="imgs",
+                                 batchSize=10)["cursor"]["nextBatch"]
+        self.db.command("killCursors", "imgs", cursors=[start])
+        self.assertEqual([(e["fullDocumentBeforeChange"], e["fullDocument"]) for e in events],
+                         [({"_id": "a", "n": 1, "u": 1}, {"_id": "a", "n": 2, "u": 1}),
+                          ({"_id": "b", "n": 1, "u": 2}, {"_id": "b", "n": 1, "u": 3}),
+                          ({"_id": "a", "n": 2, "u": 1}, {"_id": "a", "n": 2, "u": 2})])
+        with self.assertRaises(pymongo.errors.DuplicateKeyError):
+            coll.update_one({"_id": "b"}, {"$set": {"u": 2}})
+        # A retry: the same lsid and txnNumber again; the statements ran, so n stays 3.
+        cmd = {"update": "imgs", "updates": [{"q": {"_id": "a"}, "u": {"$inc": {"n": 1}}}] * 2,
+               "ordered": False, "txnNumber": Int64(7)}
+        client = pymongo.MongoClient(self.standin.uri)     # its own session pool
+        try:
+            with client.start_session() as s:
+                first = client.fastpaths.command(dict(cmd), session=s)
+                again = client.fastpaths.command(dict(cmd), session=s)
+        finally:
+            client.close()
+        self.assertEqual((first["n"], first["nModified"]), (2, 2))
+        self.assertEqual((again["n"], again["nModified"]), (2, 2))
+        self.assertEqual(coll.find_one({"_id": "a"})["n"], 4)
+        self.assertEqual(sorted(d["u"] for d in coll.find()), [2, 3])
+        self.assertEqual(coll.count_documents({"u": 2}), 1)
+        coll.drop()
+
     def test_find_returns_the_stored_bytes(self):
         coll = self.db.get_collection("raw", codec_options=bson.CodecOptions(
             document_class=RawBSONDocument))

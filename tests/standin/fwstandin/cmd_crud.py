@@ -349,16 +349,21 @@ def _same(new, old, ud=None):
     return raw == encode(old), raw
 
 
-def _update_by_id(store, db, name, st, txn, fast):
+# An update by _id's results (never changed: a retryable write keeps them as they are).
+_MODIFIED = {"n": 1, "nModified": 1}
+_UNMODIFIED = {"n": 1, "nModified": 0}
+
+
+def _update_by_id(store, c, st, txn, fast, sized):
     """The statement's result when update_fast's path runs it (an existing document, the
-    simple shape), else None: nothing was done and the general path runs it. fast: the
-    update_fast module."""
+    simple shape), else None: nothing was done and the general path runs it. c: the
+    collection (None when there is none yet); fast: the update_fast module; sized: the store
+    keeps sizes instead of bytes (a plain Store)."""
     fp = fast.plan(st)
-    if fp is None:
+    if fp is None or c is None:
         return None
-    c = store.coll(db, name)
     # The _id types plan() accepts are their own value_key (bsonutil.value_key).
-    doc = c.docs.get(fp[0]) if c is not None else None
+    doc = c.docs.get(fp[0])
     res = fast.apply(doc, fp[1]) if doc is not None else None
     if res is None:
         return None
@@ -366,9 +371,9 @@ def _update_by_id(store, db, name, st, txn, fast):
         txn.about_to_write()
     new, ud = res
     if not ud:
-        return {"n": 1, "nModified": 0}
+        return _UNMODIFIED
     size = None
-    if type(store) is Store:
+    if sized:
         # The new size from the old one: the new bytes are made when a read wants them
         # (a counter is often written far more often than it is read).
         size = c.stored_size(fp[0], doc)
@@ -377,11 +382,13 @@ def _update_by_id(store, db, name, st, txn, fast):
     if size is not None:
         # plan()'s _id is its own value_key (the stored _id's when of the same type: 1
         # finds 1.0); its fields are top-level.
-        k = fp[0] if type(doc["_id"]) is type(fp[0]) else None
-        store.update(c, doc, new, ud, size=size, k=k, top=True)
+        if type(doc["_id"]) is type(fp[0]) and next(iter(new)) == "_id":
+            store.update_sized(c, doc, new, ud, size, fp[0])
+        else:
+            store.update(c, doc, new, ud, size=size, top=True)
     else:
         store.update(c, doc, new, ud, encode(new))
-    return {"n": 1, "nModified": 1}
+    return _MODIFIED
 
 
 def _update_statement(store, db, name, st, txn, now, query):
@@ -433,9 +440,14 @@ def cmd_update(ctx):
     errors = []
     now = datetime.datetime.utcnow()
     txn = sessions.begin(ctx)
+    sized = type(store) is Store
     with store.lock, operation_now(now):
+        # Asked once: none of the command's statements ran yet (the usual case), so none is
+        # looked up before it runs (each is still recorded, for a retry of the command).
+        retried = txn is not None and not txn.fresh()
+        db = ctx.db
         for i, st in enumerate(stmts):
-            done = txn.executed(i) if txn is not None else None
+            done = txn.executed(i) if retried else None
             if done is not None:
                 # A retried statement that ran already: its result, not a second run.
                 n += done["n"]
@@ -444,9 +456,17 @@ def cmd_update(ctx):
                     upserted.append({"index": i, "_id": done["upserted"]})
                 continue
             try:
-                result = _update_by_id(store, ctx.db, name, st, txn, fast)
+                # The collection looked up for each statement: a write that waited for a
+                # transaction (Store.observer) let other commands run, a drop among them.
+                result = _update_by_id(store, store.coll(db, name), st, txn, fast, sized)
                 if result is None:
-                    result = _update_statement(store, ctx.db, name, st, txn, now, query)
+                    result = _update_statement(store, db, name, st, txn, now, query)
+                elif result is _MODIFIED:
+                    n += 1
+                    n_modified += 1
+                    if txn is not None:
+                        txn.record(i, result)
+                    continue
                 if "upserted" in result:
                     upserted.append({"index": i, "_id": result["upserted"]})
                 n += result["n"]

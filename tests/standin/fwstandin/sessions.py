@@ -109,12 +109,19 @@ class Txn:
             return int(ids[i])
         return self.base + i
 
+    def fresh(self):
+        """True when no statement of this transaction ran yet and the statement ids are the
+        command's own (stmtId + i, all different): then none of the command's statements
+        can have run already, and executed() need not be asked statement by statement. Asked
+        once, at the start of the command."""
+        return not self.state[1] and self.stmt_ids is None
+
     def executed(self, i):
         """The result kept for statement i if it ran already in this transaction, else None."""
         return self.state[1].get(self.stmt_id(i))
 
     def record(self, i, result):
-        self.state[1][self.stmt_id(i)] = result
+        self.state[1][self.base + i if self.stmt_ids is None else self.stmt_id(i)] = result
 
     def about_to_write(self):
         """Evaluate onPrimaryTransactionalWrite for a statement that is about to execute."""

@@ -474,6 +474,38 @@ class Store:
                           "t": tsv, "w": wall, "d": new, "ud": ud or {}})
         return new
 
+    def update_sized(self, c, old, new, ud, size, k):
+        """update(c, old, new, ud, size=size, k=k, top=True) for update_fast's statement:
+        an operator update (ud) of top-level fields, the new size known, `new` with _id first
+        (a copy of the stored document), k its _id's key. The same checks, entry and journal
+        record, without the general case's branches (a bulk write runs this per statement)."""
+        if size > MAX_BSON:
+            raise MongoError(17419, "Location17419",
+                             "Resulting document after update is larger than 16777216")
+        unique = len(c.indexes) > 1
+        if unique:
+            c.check_unique(new, k)
+        if self.observer is not None:
+            self.observer(c, k, old)
+        tsv, wall = self.pinned if self.pinned is not None else self.clock.tick_wall()
+        if unique:
+            c.index_remove(old, k)
+            c.index_add(new, k)
+        c.docs[k] = new
+        c.raws.pop(k, None)
+        c.sizes[k] = (new, size)
+        pp = c.pre_post
+        self.oplog.append(oplogmod.Entry(
+            tsv, wall, "u", c.db, c.name, None, k, pp, old if pp else None,
+            new if pp else None,
+            make=(update_event, (tsv, wall, c.ns_elem, c.uuid, new["_id"], ud, None))))
+        if tsv > self.clock.last:
+            self.clock.last = tsv
+        if self.journal is not None:
+            self._record({"o": "u", "db": c.db, "c": c.name, "t": tsv, "w": wall, "d": new,
+                          "ud": ud})
+        return new
+
     def delete(self, c, doc):
         if self.observer is not None:
             self.observer(c, value_key(doc["_id"]), doc)

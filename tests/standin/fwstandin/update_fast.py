@@ -162,10 +162,14 @@ def new_size(size, doc, updated):
     top-level, plan()'s types) set, from size = len(encode(doc)); None when a value is not
     one whose size is known here (the caller encodes)."""
     for field, value in updated.items():
+        cur = doc.get(field, MISSING)
+        t = type(value)
+        if t is type(cur) and (t is float or t is Int64 or (
+                t is int and _I32_MIN <= value <= _I32_MAX and _I32_MIN <= cur <= _I32_MAX)):
+            continue    # a counter's new value: the same type and width, the same size
         vs = _value_size(value)
         if vs is None:
             return None
-        cur = doc.get(field, MISSING)
         if cur is MISSING:
             try:
                 size += len(field.encode()) + 2 + vs     # type byte, name, NUL, value

@@ -66,13 +66,16 @@ class Request:
 def split_documents(buf, start, end):
     """Slice a run of concatenated BSON documents into a list of bytes objects."""
     docs = []
+    append = docs.append
+    unpack = _INT32.unpack_from
     pos = start
-    mv = memoryview(buf)
+    # A slice of bytes is one copy; of a memoryview, a view and then the copy.
+    src = buf if type(buf) is bytes else memoryview(buf)
     while pos < end:
-        (length,) = _INT32.unpack_from(buf, pos)
+        (length,) = unpack(buf, pos)
         if length < 5 or pos + length > end:
             raise MongoError(9, "FailedToParse", "invalid BSON document in document sequence")
-        docs.append(bytes(mv[pos:pos + length]))
+        append(bytes(src[pos:pos + length]) if src is not buf else buf[pos:pos + length])
         pos += length
     return docs
 
