@@ -652,6 +652,20 @@ test_second_write_only_when_lagging (void **state)
    assert_int_equal (f.stored_value, 9);
 }
 
+/* Two writes held in flight: 1 on the first connection, 3 on the second
+ * (2, submitted between, superseded by 3 before it is taken). */
+static void
+two_in_flight (fake_t *f, fw_checkpoint_writer_t *cw)
+{
+   fake_hold_conn (f, 0, true);
+   fake_hold_conn (f, 1, true);
+   submit (cw, 1, 6);
+   assert_true (fake_wait_held (f, 0, 1));
+   submit (cw, 2, 6);
+   submit (cw, 3, 6);
+   assert_true (fake_wait_held (f, 1, 3));
+}
+
 /* The newer of two writes in flight fails while the older is still out: it
  * is tried again (nothing newer holds it) and stored. */
 static void
@@ -697,13 +711,7 @@ test_older_of_two_failing_is_not_retried (void **state)
    fake_init (&f);
    f.fail_seq = 1;
    cw = writer_with (&f, 20, 2);
-   fake_hold_conn (&f, 0, true);
-   fake_hold_conn (&f, 1, true);
-   submit (cw, 1, 6);
-   assert_true (fake_wait_held (&f, 0, 1));
-   submit (cw, 2, 6);
-   submit (cw, 3, 6);
-   assert_true (fake_wait_held (&f, 1, 3));
+   two_in_flight (&f, cw);
    fake_hold_conn (&f, 0, false);
    assert_true (fake_wait (&f, 1)); /* 1 failed */
    fake_hold_conn (&f, 1, false);
@@ -728,13 +736,7 @@ test_quiesce_waits_for_every_write (void **state)
    fake_init (&f);
    cw = writer_with (&f, 1000, 2);
    a.cw = cw;
-   fake_hold_conn (&f, 0, true);
-   fake_hold_conn (&f, 1, true);
-   submit (cw, 1, 6);
-   assert_true (fake_wait_held (&f, 0, 1));
-   submit (cw, 2, 6);
-   submit (cw, 3, 6);
-   assert_true (fake_wait_held (&f, 1, 3));
+   two_in_flight (&f, cw);
    call_start (&a);
    fake_hold_conn (&f, 0, false);
    assert_true (fake_wait (&f, 1));
@@ -760,13 +762,7 @@ test_fencing_with_writes_in_flight (void **state)
    f.fence = 7;
    cw = writer_with (&f, 60000, 2);
    fw_checkpoint_writer_set_epoch (cw, 7);
-   fake_hold_conn (&f, 0, true);
-   fake_hold_conn (&f, 1, true);
-   submit (cw, 1, 6);
-   assert_true (fake_wait_held (&f, 0, 1));
-   submit (cw, 2, 6);
-   submit (cw, 3, 6);
-   assert_true (fake_wait_held (&f, 1, 3));
+   two_in_flight (&f, cw);
    pthread_mutex_lock (&f.mu);
    f.fence = 8; /* another instance leads now */
    pthread_mutex_unlock (&f.mu);
