@@ -7,12 +7,15 @@
 #define FLOWWARDEN_TEST_CHANGE_EVENT_FIXTURE_H
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <bson/bson.h>
 
 #include "bson/event.h"
 #include "runtime/dispatch/event_dispatch.h"
+#include "runtime/host/lua_host.h"
 
 /* A change event of operation op on document key k, the i-th of its stream
  * (its resume token and clusterTime grow with i); a delete has no
@@ -58,6 +61,29 @@ dispatch_change_event (fw_dispatcher_t *d, const char *op, int k, int i)
    o = fw_event_dispatch (d, &ev);
    bson_destroy (doc);
    return o;
+}
+
+/* A Lua host with script loaded (through a temporary file, removed again),
+ * its streams on a replica set nobody listens at; fails the test when the
+ * script does not load. The caller owns the host. */
+static inline fw_lua_host_t *
+host_of_script (const char *script)
+{
+   char path[] = "/tmp/fw_test_script_XXXXXX.lua";
+   int fd = mkstemps (path, 4);
+   fw_lua_host_t *host;
+   fw_error_t err;
+
+   assert_true (fd >= 0);
+   assert_int_equal (write (fd, script, strlen (script)), (ssize_t) strlen (script));
+   close (fd);
+   host = fw_lua_host_new (&err);
+   assert_non_null (host);
+   if (!fw_lua_host_load_script (host, path, "mongodb://127.0.0.1:9/shop?replicaSet=rs0", &err)) {
+      fail_msg ("%s", err.message);
+   }
+   unlink (path);
+   return host;
 }
 
 #endif

@@ -62,22 +62,12 @@ typedef struct {
 static fixture_t *
 fixture_of (const char *script, int index)
 {
-   char path[] = "/tmp/fw_test_outcomes_XXXXXX.lua";
-   int fd = mkstemps (path, 4);
    fw_error_t err;
    fixture_t *f = calloc (1, sizeof *f);
    fw_lua_host_t *host;
 
    assert_non_null (f);
-   assert_true (fd >= 0);
-   assert_int_equal (write (fd, script, strlen (script)), (ssize_t) strlen (script));
-   close (fd);
-   host = fw_lua_host_new (&err);
-   assert_non_null (host);
-   if (!fw_lua_host_load_script (host, path, "mongodb://127.0.0.1:9/shop?replicaSet=rs0", &err)) {
-      fail_msg ("%s", err.message);
-   }
-   unlink (path);
+   host = host_of_script (script);
    assert_int_equal (fw_shutdown_init (&f->stop), 0);
    f->d = fw_dispatcher_new (host, index, NULL, &f->stop, &err);
    if (!f->d) {

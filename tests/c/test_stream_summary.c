@@ -75,21 +75,7 @@ static const char *const SCRIPT =
 static fw_lua_host_t *
 host_of (void)
 {
-   char path[] = "/tmp/fw_test_stream_summary_XXXXXX.lua";
-   int fd = mkstemps (path, 4);
-   fw_lua_host_t *host;
-   fw_error_t err;
-
-   assert_true (fd >= 0);
-   assert_int_equal (write (fd, SCRIPT, strlen (SCRIPT)), (ssize_t) strlen (SCRIPT));
-   close (fd);
-   host = fw_lua_host_new (&err);
-   assert_non_null (host);
-   if (!fw_lua_host_load_script (host, path, "mongodb://127.0.0.1:9/shop?replicaSet=rs0", &err)) {
-      fail_msg ("%s", err.message);
-   }
-   unlink (path);
-   return host;
+   return host_of_script (SCRIPT);
 }
 
 /* Stream `index` of the script as `run` builds it (its dispatcher's outcomes
