@@ -135,6 +135,19 @@ same_lsid (const bson_t *a, const bson_t *b)
    return la == lb && memcmp (da, db, la) == 0;
 }
 
+/* Inserts documents {_id: 0} to {_id: n - 1} into coll. */
+static void
+insert_ids (mongoc_collection_t *coll, int n)
+{
+   bson_error_t berr;
+
+   for (int i = 0; i < n; i++) {
+      bson_t *d = BCON_NEW ("_id", BCON_INT32 (i));
+      assert_true (mongoc_collection_insert_one (coll, d, NULL, NULL, &berr));
+      bson_destroy (d);
+   }
+}
+
 static void
 the_upper_bound_is_read_on_the_causal_session_after_the_low_watermark (void **state)
 {
@@ -144,17 +157,12 @@ the_upper_bound_is_read_on_the_causal_session_after_the_low_watermark (void **st
    fw_stream_config_t cfg;
    fw_snapshot_t *s;
    fw_error_t err;
-   bson_error_t berr;
    int low = -1, bound = -1;
 
    (void) state;
    assert_non_null (client);
    coll = mongoc_client_get_collection (client, "snapdb", "orders");
-   for (int i = 0; i < 5; i++) {
-      bson_t *doc = BCON_NEW ("_id", BCON_INT32 (i));
-      assert_true (mongoc_collection_insert_one (coll, doc, NULL, NULL, &berr));
-      bson_destroy (doc);
-   }
+   insert_ids (coll, 5);
    mongoc_apm_set_command_started_cb (cbs, started);
    mongoc_apm_set_command_succeeded_cb (cbs, succeeded);
    assert_true (mongoc_client_set_apm_callbacks (client, cbs, NULL));
@@ -233,17 +241,12 @@ a_run_of_reads_shares_its_watermarks (void **state)
    mongoc_collection_t *coll;
    fw_snapshot_t *s;
    fw_error_t err;
-   bson_error_t berr;
    int f0 = -1, f1 = -1, f2 = -1, updates = 0;
 
    (void) state;
    assert_non_null (client);
    coll = mongoc_client_get_collection (client, "snapdb", "items");
-   for (int i = 0; i < 5; i++) {
-      bson_t *doc = BCON_NEW ("_id", BCON_INT32 (i));
-      assert_true (mongoc_collection_insert_one (coll, doc, NULL, NULL, &berr));
-      bson_destroy (doc);
-   }
+   insert_ids (coll, 5);
    mongoc_apm_set_command_started_cb (cbs, started);
    mongoc_apm_set_command_succeeded_cb (cbs, succeeded);
    assert_true (mongoc_client_set_apm_callbacks (client, cbs, NULL));
@@ -390,7 +393,6 @@ chunks_read_ahead_drop_their_rows_of_live_events_handled_before_them (void **sta
    fw_event_t ev;
    fw_snapshot_t *s;
    fw_error_t err;
-   bson_error_t berr;
    bool seen[6] = {false};
    int64_t deadline;
 
@@ -399,11 +401,7 @@ chunks_read_ahead_drop_their_rows_of_live_events_handled_before_them (void **sta
    assert_non_null (uri);
    assert_non_null (pool = mongoc_client_pool_new (uri));
    coll = mongoc_client_get_collection (client, "snapdb", "ahead");
-   for (int i = 0; i < 6; i++) {
-      bson_t *d = BCON_NEW ("_id", BCON_INT32 (i));
-      assert_true (mongoc_collection_insert_one (coll, d, NULL, NULL, &berr));
-      bson_destroy (d);
-   }
+   insert_ids (coll, 6);
    assert_non_null (s = snapshot_of ("ahead", 2));
    memset (&err, 0, sizeof err);
    assert_true (fw_snapshot_read_chunk (s, client, &err)); /* [0, 1], and the bound */
@@ -570,17 +568,12 @@ overflowing_the_kept_live_events_reads_on_the_callers_thread (void **state)
    fw_event_t ev;
    fw_snapshot_t *s;
    fw_error_t err;
-   bson_error_t berr;
    int handed = 0;
    int64_t deadline = fw_mono_ms () + 10000;
 
    (void) state;
    assert_non_null (pool);
-   for (int i = 0; i < 6; i++) {
-      bson_t *d = BCON_NEW ("_id", BCON_INT32 (i));
-      assert_true (mongoc_collection_insert_one (coll, d, NULL, NULL, &berr));
-      bson_destroy (d);
-   }
+   insert_ids (coll, 6);
    assert_non_null (s = snapshot_of ("busy", 2));
    memset (&err, 0, sizeof err);
    assert_true (fw_snapshot_ahead_start (s, pool, 0, 100, &err));
