@@ -74,8 +74,10 @@ void fw_position_passed (fw_stream_ckpt_t *c, fw_position_t *p, const fw_event_t
 
 /* Without ha (where the fencing epochs order the runs): the run's writer
  * generation in *gen, claimed on client (the caller's, on the stream's
- * deployment) the first time (fw_checkpoint_claim_generation); every write
- * of the run to _fw_checkpoints carries it. Under ha *gen is 0. Any thread
+ * deployment) the first time (fw_checkpoint_claim_generation), just before
+ * the run's first write, so that a run that never writes (a refused switch
+ * of partitions) leaves nothing; every write of the run to _fw_checkpoints
+ * carries it. Under ha *gen is 0. Any thread
  * (the breaker's hooks run on a lane's). False (err set) when it cannot be
  * claimed: the next write tries again. */
 bool fw_position_claim (fw_stream_ckpt_t *c, mongoc_client_t *client, int64_t *gen,

@@ -110,16 +110,6 @@ fw_position_claim (fw_stream_ckpt_t *c, mongoc_client_t *client, int64_t *gen, f
    return ok;
 }
 
-/* Claims the run's writer generation (fw_position_claim) before its first
- * checkpoint write. Lazily, so that a run that never saves writes nothing
- * (a refused switch of partitions). False (err set) when it cannot be: the
- * next save tries again. */
-static bool
-claim_generation (fw_stream_ckpt_t *c, int64_t *gen, fw_error_t *err)
-{
-   return fw_position_claim (c, *c->client, gen, err);
-}
-
 /* The synchronous write of p (and also), with the run's writer generation
  * (none under ha). With a checkpoint writer (quiesced
  * by the caller) it carries the writer's stamp past every hand-over, so that
@@ -136,7 +126,7 @@ store_position (fw_stream_ckpt_t *c, const fw_position_t *p, const bson_t *also,
    int64_t seq;
 
    /* Read after the claim: the run's first save carries it too. */
-   if (!claim_generation (c, &gen, err)) {
+   if (!fw_position_claim (c, *c->client, &gen, err)) {
       return false;
    }
    if (c->writer && fw_checkpoint_writer_stamp (c->writer, &writer, &seq)) {
@@ -251,7 +241,7 @@ fw_position_save_async (fw_stream_ckpt_t *c, fw_position_t *p, const char *why)
                      p->has_resume ? &p->resume : NULL);
    }
    int64_t gen = 0;
-   if (!c->writer && !claim_generation (c, &gen, &err)) {
+   if (!c->writer && !fw_position_claim (c, *c->client, &gen, &err)) {
       fw_log (FW_LOG_ERROR, c->cfg->name, "%s (%s); will try again", err.message, why);
       if (*c->metrics) {
          fw_stream_metrics_checkpoint (*c->metrics, false, 0);
