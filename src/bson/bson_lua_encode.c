@@ -647,9 +647,12 @@ encode_protected (lua_State *L)
    return 0;
 }
 
+/* Converts the value at idx into out: written aside and appended at the end,
+ * so that a failure leaves out as it was, or with in_place straight into out
+ * (no copy; a failure leaves part of the fields there). */
 static bool
 run (lua_State *L, int idx, const char *root_path, bson_t *out, const char *key, int key_len,
-     bool *root_array, fw_error_t *error)
+     bool *root_array, bool in_place, fw_error_t *error)
 {
    to_bson_t c;
    job_t job;
@@ -660,10 +663,9 @@ run (lua_State *L, int idx, const char *root_path, bson_t *out, const char *key,
    c.L = L;
    c.error = error;
    c.root = root_path;
-   /* Written aside and appended at the end, so a failure leaves out as it was. */
    bson_init (&tmp);
    job.c = &c;
-   job.out = &tmp;
+   job.out = in_place ? out : &tmp;
    job.key = key;
    job.key_len = key_len;
    job.ok = false;
@@ -690,7 +692,7 @@ run (lua_State *L, int idx, const char *root_path, bson_t *out, const char *key,
       }
       job.ok = false;
    }
-   if (job.ok && !bson_concat (out, &tmp)) {
+   if (job.ok && !in_place && !bson_concat (out, &tmp)) {
       job.ok = fail (&c, "the BSON document would exceed its maximum size");
    }
 
@@ -708,14 +710,14 @@ done:
 bool
 fw_bson_lua_to_bson (lua_State *L, int idx, const char *root_path, bson_t *out, fw_error_t *error)
 {
-   return run (L, idx, root_path, out, NULL, 0, NULL, error);
+   return run (L, idx, root_path, out, NULL, 0, NULL, false, error);
 }
 
 bool
 fw_bson_lua_to_document (lua_State *L, int idx, const char *root_path, bson_t *out, bool *is_array,
                          fw_error_t *error)
 {
-   return run (L, idx, root_path, out, NULL, 0, is_array, error);
+   return run (L, idx, root_path, out, NULL, 0, is_array, true, error);
 }
 
 bool
@@ -731,5 +733,5 @@ fw_bson_lua_append (lua_State *L, int idx, bson_t *out, const char *key, int key
                     root_path && *root_path ? root_path : "(root)");
       return false;
    }
-   return run (L, idx, root_path, out, key, (int) len, NULL, error);
+   return run (L, idx, root_path, out, key, (int) len, NULL, false, error);
 }
