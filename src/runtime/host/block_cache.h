@@ -22,7 +22,7 @@
 #include <stddef.h>
 
 #define FW_BLOCK_CACHE_GRAIN 16
-#define FW_BLOCK_CACHE_CLASSES 16 /* 16, 32, ..., 256 bytes */
+#define FW_BLOCK_CACHE_CLASSES 64 /* 16, 32, ..., 1024 bytes */
 #define FW_BLOCK_CACHE_MAX_SIZE (FW_BLOCK_CACHE_GRAIN * FW_BLOCK_CACHE_CLASSES)
 #define FW_BLOCK_CACHE_MAX_BYTES ((size_t) 1024 * 1024)
 
