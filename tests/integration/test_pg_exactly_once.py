@@ -216,14 +216,45 @@ class PgExactlyOnce(WithPgServer, FailureTestCase):
         self.assertEqual(mongo["type"], "ArgumentError")
         self.assertIn("a MongoDB write cannot join its PostgreSQL transaction", mongo["message"])
 
-    def test_a_stored_epoch_above_the_stream_fences_it(self):
-        # A newer ha leader raised the epoch: this instance commits nothing.
+    def test_turning_ha_off_goes_on_from_the_leaders_position(self):
+        # A leader stored its epoch in the row; a run without ha (ha turned
+        # off) is not fenced by it: it goes on from the leader's position,
+        # nothing lost or repeated.
+        script = self.script('fw.defaults { ha = { mode = "leader", lease = "1s" } }\n' + SCRIPT)
+        env = clean_env({"PG_URI": self.pg.uri()})
+        leader = self.run_fw(script, env=env)
+        leader.wait_open()
+        self.db.c.insert_many([{"_id": i} for i in range(5)])
+        self.wait_logged(5)
+        self.assertEqual(leader.stop(), 0)
+        epoch, gen = (int(v) for v in self.pg.sql(
+            "SELECT epoch, writer_gen FROM flowwarden_checkpoints WHERE stream = 'eo'")[0])
+        self.assertGreaterEqual(epoch, 1, "the leader's epoch is stored")
+        self.assertGreater(gen, 0, "the leader claimed a writer generation")
+        self.db.c.insert_many([{"_id": i} for i in range(5, 10)])
+        p = self.start()
+        self.assertEqual(p.count_log("resuming from the position committed"), 1)
+        self.db.c.insert_one({"_id": 10})
+        self.wait_logged(11)
+        self.assertEqual(p.stop(), 0)
+        self.assertEqual(p.count_log("holds the position"), 0)
+        self.assertEqual(self.log(), sorted((str(i), "1") for i in range(11)))
+        row = self.pg.sql("SELECT epoch, writer_gen FROM flowwarden_checkpoints "
+                          "WHERE stream = 'eo'")[0]
+        self.assertEqual(int(row[0]), epoch, "the epoch stays for the next leader")
+        self.assertEqual(int(row[1]), gen + 1, "the run's claim is past the leader's")
+
+    def test_a_newer_leaders_fence_stops_a_run_without_ha(self):
+        # ha turned on elsewhere: a new leader raised the epoch and claimed a
+        # later writer generation; this run without ha commits nothing more.
         p = self.start()
         self.db.c.insert_one({"_id": 1})
         self.wait_logged(1)
-        self.pg.sql("UPDATE flowwarden_checkpoints SET epoch = 99")
+        gen = int(self.pg.sql("UPDATE flowwarden_checkpoints SET epoch = 99, "
+                              "writer_gen = writer_gen + 1 RETURNING writer_gen")[0][0])
         self.db.c.insert_one({"_id": 2})
-        p.wait_log("a newer leader holds the position", timeout=30)
+        p.wait_log('STREAM STOPPED: exactly_once: a newer run of stream "eo" (writer '
+                   "generation %d" % gen, timeout=30)
         p.kill9()
         self.assertEqual(self.log(), [("1", "1")])
 

@@ -16,16 +16,17 @@
  *                           PRIMARY KEY (database, stream))
  *
  * (writer_gen added to a table made before it). resume_token is the event's
- * _id as canonical extended JSON. Under ha the upsert only matches while the
- * stored epoch is not above the leader's (raised at the start of each
- * leadership), so a deposed leader's transaction commits nothing. Without ha
- * each run claims a writer generation in the row before reading the
- * position (the stored one + 1), and the upsert only matches while the
- * stored one is not later: a run paused and replaced (SIGSTOP, a stalled VM)
- * that resumes commits nothing over the new run's position, and its stream
- * stops. A COMMIT whose reply is lost is decided by
- * reading the table once connected again: the event's token there means it
- * committed.
+ * _id as canonical extended JSON. Each run claims a writer generation in the
+ * row before reading the position (the stored one + 1; a leader at the
+ * start of each leadership, as it raises the stored epoch to its own), and
+ * the upsert only matches while the stored one is not later, and under ha
+ * while the stored epoch is not above the leader's: a deposed leader's
+ * transaction commits nothing, nor does a run paused and replaced
+ * (SIGSTOP, a stalled VM) that resumes, whether ha was on or off in either
+ * (without ha its stream stops). A run without ha goes on from a leader's
+ * position: the stored epoch does not fence it. A COMMIT whose reply is
+ * lost is decided by reading the table once connected again: the event's
+ * token there means it committed.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,25 +62,34 @@ static const char has_gen_sql[] = "SELECT 1 FROM pg_attribute WHERE attrelid = t
 static const char add_gen_sql[] = "ALTER TABLE " TABLE
                                   " ADD COLUMN IF NOT EXISTS writer_gen bigint NOT NULL DEFAULT 0";
 
-/* The position's write, as the upsert below: matches while the stored epoch
- * is not above this one's (ha) and, with a writer generation ($6 > 0,
- * without ha), the stored one is not later. */
-#define POSITION_UPSERT                                                                     \
-   "INSERT INTO " TABLE                                                                     \
-   " AS c (database, stream, resume_token, epoch, script_version, "                         \
-   "updated_at, writer_gen) VALUES ($1, $2, $3, $4, $5, now(), $6) "                        \
-   "ON CONFLICT (database, stream) DO UPDATE SET resume_token = EXCLUDED.resume_token, "    \
-   "epoch = EXCLUDED.epoch, script_version = EXCLUDED.script_version, updated_at = now(), " \
-   "writer_gen = GREATEST(c.writer_gen, EXCLUDED.writer_gen) "                              \
-   "WHERE c.epoch <= EXCLUDED.epoch AND (EXCLUDED.writer_gen = 0 OR "                       \
-   "c.writer_gen <= EXCLUDED.writer_gen)"
+/* The position's write, as the upsert below: matches while the stored
+ * writer generation is not later than this run's ($6, a leader's too) and,
+ * under ha ($4 > 0), the stored epoch not above this leader's. Without ha
+ * the stored epoch is not compared (a leader's, from before ha was turned
+ * off: the run's claim raised the generation past that leader's) and stays
+ * as it is, for the next leader. */
+#define POSITION_UPSERT                                                                    \
+   "INSERT INTO " TABLE                                                                    \
+   " AS c (database, stream, resume_token, epoch, script_version, "                        \
+   "updated_at, writer_gen) VALUES ($1, $2, $3, $4, $5, now(), $6) "                       \
+   "ON CONFLICT (database, stream) DO UPDATE SET resume_token = EXCLUDED.resume_token, "   \
+   "epoch = GREATEST(c.epoch, EXCLUDED.epoch), script_version = EXCLUDED.script_version, " \
+   "updated_at = now(), writer_gen = GREATEST(c.writer_gen, EXCLUDED.writer_gen) "         \
+   "WHERE (EXCLUDED.epoch = 0 OR c.epoch <= EXCLUDED.epoch) AND (EXCLUDED.writer_gen = 0 " \
+   "OR c.writer_gen <= EXCLUDED.writer_gen)"
 
 static const char upsert_sql[] = POSITION_UPSERT;
 
+/* A new leader's fence: the stored epoch raised to its own and, unless a
+ * newer leader's is stored, the leader's writer generation claimed as a
+ * run's is without ha (claim_sql), so that a run without ha from before ha
+ * was turned on commits nothing after it. */
 static const char fence_sql[] =
    "INSERT INTO " TABLE
-   " AS c (database, stream, epoch) VALUES ($1, $2, $3) "
-   "ON CONFLICT (database, stream) DO UPDATE SET epoch = GREATEST(c.epoch, EXCLUDED.epoch)";
+   " AS c (database, stream, epoch, writer_gen) VALUES ($1, $2, $3, $4) "
+   "ON CONFLICT (database, stream) DO UPDATE SET epoch = GREATEST(c.epoch, EXCLUDED.epoch), "
+   "writer_gen = CASE WHEN c.epoch > EXCLUDED.epoch THEN c.writer_gen WHEN c.writer_gen > 0 "
+   "THEN c.writer_gen + 1 ELSE GREATEST(EXCLUDED.writer_gen, 1) END RETURNING writer_gen";
 
 /* Without ha, a run's claim of its writer generation: the stored one + 1,
  * or $3 (the current time in milliseconds) when none is stored (no row, a
@@ -107,7 +117,7 @@ struct fw_stream_eo_pg {
    char *last;           /* the token last stored in the table (bson_free), or NULL */
    char *uri;            /* the URI conn was opened with (free) */
    const void *host;     /* the program whose URI that is: a reload may change it */
-   int64_t gen;          /* without ha: the run's writer generation in the table; 0: none */
+   int64_t gen;          /* the run's (a leader's) writer generation in the table; 0: none */
 };
 
 static int64_t
@@ -436,7 +446,8 @@ fenced_without_ha (fw_stream_eo_pg_t *s)
              "exactly_once: a newer run of stream \"%s\" (writer generation %s, this run's "
              "%lld) holds its position in connection \"%s\" (" TABLE
              "); this run's transaction is rolled back and it stops (a second instance running "
-             "the stream without ha, or a run paused and replaced)",
+             "the stream without ha, a run paused and replaced, or a leader since ha was turned "
+             "on)",
              cfg->name, stored, (long long) s->gen, cfg->exactly_once_pg);
    fw_stream_failed (s->e->w, msg);
 }
@@ -456,7 +467,8 @@ judge (fw_stream_eo_pg_t *s, lua_State *L, PGresult *const *res)
    if (state && strcmp (state, FENCED_SQLSTATE) == 0) {
       fw_log (FW_LOG_WARN, s->e->cfg->name,
               "exactly_once: a newer leader holds the position in "
-              "connection \"%s\"; this transaction is rolled back",
+              "connection \"%s\" (or a run of the stream without ha); this transaction is "
+              "rolled back",
               s->e->cfg->exactly_once_pg);
       return FW_SINK_FENCED;
    }
@@ -495,7 +507,7 @@ position_and_commit (fw_stream_eo_pg_t *s, lua_State *L, const char *token)
    fw_pg_io_t io;
 
    snprintf (epoch, sizeof epoch, "%lld", (long long) (*e->lease ? *e->epoch : 0));
-   snprintf (gen, sizeof gen, "%lld", (long long) (*e->lease ? 0 : s->gen));
+   snprintf (gen, sizeof gen, "%lld", (long long) s->gen);
    io = fw_pg_exec_pipeline (s->conn, 2, sqls, nparams, params, deadline (), res, why, sizeof why);
    if (io != FW_PG_OK) {
       close_conn (s);
@@ -636,15 +648,19 @@ fence_and_read (fw_stream_eo_pg_t *s, char **token, char *why, size_t len)
    fw_pg_io_t io;
 
    if (*e->lease) {
-      char epoch[32];
-      const char *params[] = {e->cfg->database, e->cfg->name, epoch};
+      char epoch[32], now[32];
+      const char *params[] = {e->cfg->database, e->cfg->name, epoch, now};
       snprintf (epoch, sizeof epoch, "%lld", (long long) *e->epoch);
+      snprintf (now, sizeof now, "%lld", (long long) fw_now_ms ());
+      s->gen = 0;
       io = ensure_conn (s, &res, why, len);
       if (io == FW_PG_OK && !res) {
-         io = exec (s, fence_sql, 3, params, &res, why, len);
+         io = exec (s, fence_sql, 4, params, &res, why, len);
       }
       if (io == FW_PG_OK && refused (res, why, len)) {
          io = FW_PG_LOST;
+      } else if (io == FW_PG_OK && PQntuples (res) == 1) {
+         s->gen = strtoll (PQgetvalue (res, 0, 0), NULL, 10);
       }
       PQclear (res);
       if (io != FW_PG_OK) {
@@ -732,7 +748,7 @@ fw_stream_exactly_once_pg_advance (fw_stream_eo_t *e, const bson_t *processed, c
    params[2] = token;
    params[3] = epoch;
    params[4] = fw_lua_host_version (fw_dispatcher_host (e->d));
-   snprintf (gen, sizeof gen, "%lld", (long long) (*e->lease ? 0 : s->gen));
+   snprintf (gen, sizeof gen, "%lld", (long long) s->gen);
    params[5] = gen;
    io = ensure_conn (s, &res, why, sizeof why);
    if (io == FW_PG_OK && !res) {
