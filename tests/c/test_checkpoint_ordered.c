@@ -267,15 +267,15 @@ an_older_runs_late_write_never_replaces_a_newer_runs (void **state)
    assert_true (fw_checkpoint_claim_generation (g_client, DB, "runs", &gb, &err));
    assert_int_equal (gb, ga + 1);
    assert_int_equal (save_run ("runs", 7, gb, &b, 1, &err), FW_CHECKPOINT_SAVED);
-   assert_int_equal (save_run ("runs", 6, ga, &a, 6, &err), FW_CHECKPOINT_NOT_SAVED);
+   assert_int_equal (save_run ("runs", 6, ga, &a, 6, &err), FW_CHECKPOINT_REFUSED);
    assert_true (refused_by (err.message, gb, ga));
-   assert_int_equal (save_run ("runs", 6, ga, NULL, 0, &err), FW_CHECKPOINT_NOT_SAVED);
+   assert_int_equal (save_run ("runs", 6, ga, NULL, 0, &err), FW_CHECKPOINT_REFUSED);
    assert_int_equal (stored ("runs"), 7);
    /* a mode = "sync" run: the same, and it replaces the older run's stamp */
    assert_true (fw_checkpoint_claim_generation (g_client, DB, "runs", &gc, &err));
    assert_int_equal (gc, ga + 2);
    assert_int_equal (save_run ("runs", 8, gc, NULL, 0, &err), FW_CHECKPOINT_SAVED);
-   assert_int_equal (save_run ("runs", 7, gb, &b, 2, &err), FW_CHECKPOINT_NOT_SAVED);
+   assert_int_equal (save_run ("runs", 7, gb, &b, 2, &err), FW_CHECKPOINT_REFUSED);
    assert_int_equal (stored ("runs"), 8);
 
    /* a checkpoint written before writerGen existed */
@@ -311,7 +311,7 @@ a_reset_by_hand_wins (void **state)
    assert_int_equal (save_run ("reset", 10, ga, &a, 1, &err), FW_CHECKPOINT_SAVED);
    coll = mongoc_client_get_collection (g_client, DB, FW_CHECKPOINT_COLLECTION);
    assert_true (mongoc_collection_update_one (coll, filter, update, NULL, NULL, &berr));
-   assert_int_equal (save_run ("reset", 11, ga, &a, 2, &err), FW_CHECKPOINT_NOT_SAVED);
+   assert_int_equal (save_run ("reset", 11, ga, &a, 2, &err), FW_CHECKPOINT_REFUSED);
    assert_int_equal (stored ("reset"), 3);
    assert_true (fw_checkpoint_claim_generation (g_client, DB, "reset", &gb, &err));
    assert_int_equal (gb, ga + 2);
@@ -493,7 +493,7 @@ a_deleted_checkpoint_still_refuses_an_earlier_runs_write (void **state)
    assert_true (fw_checkpoint_claim_generation (g_client, DB, "deleted", &gb, &err));
    assert_true (gb > ga);
    assert_int_equal (save_run ("deleted", 1, gb, NULL, 0, &err), FW_CHECKPOINT_SAVED);
-   assert_int_equal (save_run ("deleted", 6, ga, NULL, 0, &err), FW_CHECKPOINT_NOT_SAVED);
+   assert_int_equal (save_run ("deleted", 6, ga, NULL, 0, &err), FW_CHECKPOINT_REFUSED);
    assert_true (refused_by (err.message, gb, ga));
    assert_int_equal (stored ("deleted"), 1);
    bson_destroy (seed);
@@ -585,7 +585,7 @@ turning_ha_off_and_on_fences_the_other_modes_earlier_runs (void **state)
    /* the paused run without ha resumes: its writes change nothing */
    gb = stored_number ("modes", "writerGen");
    assert_true (gb > ga);
-   assert_int_equal (save_run ("modes", 8, ga, NULL, 0, &err), FW_CHECKPOINT_NOT_SAVED);
+   assert_int_equal (save_run ("modes", 8, ga, NULL, 0, &err), FW_CHECKPOINT_REFUSED);
    assert_true (refused_by (err.message, gb, ga));
    assert_int_equal (stored ("modes"), 3);
 

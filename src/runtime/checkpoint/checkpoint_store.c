@@ -382,15 +382,15 @@ fw_checkpoint_refused_by_newer_run (mongoc_client_t *client, const char *databas
 }
 
 /* An unfenced ordered write with a generation whose upsert met the document
- * twice: true (err set) when a later run's generation is stored (or it
- * cannot be read), false when the write was only superseded within its own
- * run. */
+ * twice: true (err set) when a later run's generation is stored (*newer
+ * true) or it cannot be read, false when the write was only superseded
+ * within its own run. */
 static bool
 refused_by_newer_run (mongoc_client_t *client, const char *database, const char *stream,
-                      const order_t *order, fw_error_t *err)
+                      const order_t *order, bool *newer, fw_error_t *err)
 {
    return fw_checkpoint_refused_by_newer_run (client, database, stream, stream, "checkpoint",
-                                              order->gen, NULL, err);
+                                              order->gen, newer, err);
 }
 
 bool
@@ -464,7 +464,7 @@ save_ordered (mongoc_client_t *client, const char *database, const char *stream,
               const bson_t *also, int64_t epoch, const order_t *order, fw_error_t *err)
 {
    fw_error_t read_err;
-   bool fenced, later;
+   bool fenced, later, newer;
 
    if (save_checkpoint (client, NULL, database, stream, processed, seen, script_version, also,
                         epoch, order, &fenced, NULL, err)) {
@@ -499,9 +499,11 @@ save_ordered (mongoc_client_t *client, const char *database, const char *stream,
                         order, NULL, NULL, err)) {
       return FW_CHECKPOINT_SAVED;
    }
-   if (err->code != ERR_DUPLICATE_KEY ||
-       refused_by_newer_run (client, database, stream, order, err)) {
+   if (err->code != ERR_DUPLICATE_KEY) {
       return FW_CHECKPOINT_NOT_SAVED;
+   }
+   if (refused_by_newer_run (client, database, stream, order, &newer, err)) {
+      return newer ? FW_CHECKPOINT_REFUSED : FW_CHECKPOINT_NOT_SAVED;
    }
    /* Without a writer only a later run's generation refuses it. */
    return order->writer ? FW_CHECKPOINT_SUPERSEDED : FW_CHECKPOINT_NOT_SAVED;
@@ -528,7 +530,7 @@ fw_checkpoint_save_ordered_with (mongoc_client_t *client, const char *database, 
    fw_error_t err = {0};
    fw_checkpoint_saved_t saved = save_ordered (client, database, stream, processed, seen,
                                                script_version, also, epoch, &order, &err);
-   if (saved == FW_CHECKPOINT_NOT_SAVED && error) {
+   if ((saved == FW_CHECKPOINT_NOT_SAVED || saved == FW_CHECKPOINT_REFUSED) && error) {
       *error = err;
    }
    return saved;

@@ -69,7 +69,11 @@ bool fw_checkpoint_save_with (mongoc_client_t *client, const char *database, con
 typedef enum {
    FW_CHECKPOINT_SAVED,      /* the position is stored */
    FW_CHECKPOINT_SUPERSEDED, /* nothing written: the same writer stored a later seq already */
-   FW_CHECKPOINT_NOT_SAVED,  /* nothing written (error set): an error, or fenced */
+   FW_CHECKPOINT_NOT_SAVED,  /* nothing written (error set): an error, or fenced by a leader */
+   /* nothing written (error set, naming both generations): a newer run of
+    * the stream (writer generation) holds the checkpoint, so no write of
+    * this run can succeed again: it stops */
+   FW_CHECKPOINT_REFUSED,
 } fw_checkpoint_saved_t;
 
 /* Without ha (where the fencing epochs order the runs), a run of the stream
@@ -136,7 +140,7 @@ bool fw_checkpoint_refused_by_newer_run (mongoc_client_t *client, const char *da
  * one of the same writer, or after a later run's claim, changes nothing: the
  * stored checkpoint never moves back. An upsert that loses the race to
  * insert the document is tried once more. Refused by a later run:
- * FW_CHECKPOINT_NOT_SAVED, the error naming both generations. */
+ * FW_CHECKPOINT_REFUSED, the error naming both generations. */
 fw_checkpoint_saved_t fw_checkpoint_save_ordered (mongoc_client_t *client, const char *database,
                                                   const char *stream, const bson_t *processed,
                                                   const bson_t *seen, const char *script_version,
