@@ -398,6 +398,46 @@ class PgExactlyOnce(WithPgServer, FailureTestCase):
         self.assertEqual(len(self.pg.sql("SELECT stream FROM flowwarden_checkpoints",
                                          db="other")), 1)
 
+    def test_a_reload_to_another_database_claims_the_row_there_first(self):
+        # The other database's table has its own generations: a row there holds
+        # one later than this run's (a run of the stream that used it before).
+        # The run claims the row there before its first transaction (one past
+        # it), so it is not refused as older, and any earlier run's late
+        # transaction there is.
+        self.pg.sql("DROP DATABASE IF EXISTS other")
+        self.pg.sql("CREATE DATABASE other")
+        self.pg.sql("CREATE TABLE log (id text, attempt int); "
+                    "CREATE TABLE flowwarden_checkpoints (database text NOT NULL, "
+                    "stream text NOT NULL, resume_token text, epoch bigint NOT NULL DEFAULT 0, "
+                    "script_version text, updated_at timestamptz NOT NULL DEFAULT now(), "
+                    "writer_gen bigint NOT NULL DEFAULT 0, PRIMARY KEY (database, stream)); "
+                    "INSERT INTO flowwarden_checkpoints (database, stream, writer_gen) "
+                    "VALUES ('%s', 'eo', 9000000000000000)" % self.db_name, db="other")
+        path = self.script(SCRIPT.replace('fw.env("PG_URI")', '"%s"' % self.pg.uri()))
+        p = self.run_fw(path)
+        p.wait_open()
+        self.db.c.insert_one({"_id": 1})
+        self.wait_logged(1)
+        with open(path) as f:
+            text = f.read().replace(self.pg.uri(), self.pg.uri(db="other"))
+        with open(path, "w") as f:
+            f.write(text)
+        p.proc.send_signal(signal.SIGHUP)
+        p.wait_log("reloaded ", timeout=30)
+        self.db.c.insert_many([{"_id": 2}, {"_id": 3}])
+        p.wait_reports(3)
+        p.wait_until(lambda: len(self.pg.sql("SELECT id FROM log", db="other")) == 2, 30,
+                     "events 2 and 3 committed in the other database")
+        self.assertEqual(p.stop(), 0)
+        self.assertEqual(p.count_log("a newer run"), 0)
+        self.assertEqual(p.count_log("claiming the stream's position row there"), 1)
+        self.assertEqual(sorted(self.pg.sql("SELECT id, attempt FROM log", db="other")),
+                         [["2", "1"], ["3", "1"]])
+        gen, token = self.pg.sql("SELECT writer_gen, resume_token FROM flowwarden_checkpoints",
+                                 db="other")[0]
+        self.assertEqual(int(gen), 9000000000000001)
+        self.assertIn('"_data"', token)
+
     def test_partitions_each_commit_their_own_position(self):
         script = self.script(SCRIPT.replace('exactly_once = { connection = "rep" },',
                                             'exactly_once = { connection = "rep" }, '

@@ -118,6 +118,7 @@ struct fw_stream_eo_pg {
    char *uri;            /* the URI conn was opened with (free) */
    const void *host;     /* the program whose URI that is: a reload may change it */
    int64_t gen;          /* the run's (a leader's) writer generation in the table; 0: none */
+   char *claimed;        /* the URI whose table holds that claim (free), or NULL */
 };
 
 static int64_t
@@ -276,6 +277,31 @@ token_json (const fw_event_t *ev)
 
 /* --- the dispatcher's sink ------------------------------------------------ */
 
+static fw_pg_io_t claim_row (fw_stream_eo_pg_t *s, char *why, size_t len);
+
+/* As ensure_conn, then, when the connection's database is not the one the
+ * run claimed its row in (a reload named another server or database), the
+ * claim there (claim_row) before the first write: a transaction never
+ * writes a row its run did not claim, so a late one of an earlier run
+ * there commits nothing after it, and a later generation stored there
+ * before (the table's own) does not stop this run. */
+static fw_pg_io_t
+connect_claimed (fw_stream_eo_pg_t *s, PGresult **res, char *why, size_t len)
+{
+   fw_pg_io_t io = ensure_conn (s, res, why, len);
+
+   if (io == FW_PG_OK && !*res && (!s->claimed || strcmp (s->claimed, s->uri) != 0)) {
+      if (s->claimed) {
+         fw_log (FW_LOG_INFO, s->e->cfg->name,
+                 "exactly_once: connection \"%s\" names another server or database: claiming "
+                 "the stream's position row there",
+                 s->e->cfg->exactly_once_pg);
+      }
+      io = claim_row (s, why, len);
+   }
+   return io;
+}
+
 static void
 leave (lua_State *L)
 {
@@ -298,7 +324,7 @@ sink_begin (void *ud, lua_State *L)
    PGresult *res = NULL;
    char why[512];
    bool kept = s->conn != NULL;
-   fw_pg_io_t io = ensure_conn (s, &res, why, sizeof why);
+   fw_pg_io_t io = connect_claimed (s, &res, why, sizeof why);
 
    if (io == FW_PG_OK && !res) {
       io = exec (s, "BEGIN", 0, NULL, &res, why, sizeof why);
@@ -306,7 +332,7 @@ sink_begin (void *ud, lua_State *L)
    if (io == FW_PG_LOST && kept) {
       /* A kept connection the server closed while idle (a restart, an
        * idle timeout): a new one at once, not a failed attempt. */
-      io = ensure_conn (s, &res, why, sizeof why);
+      io = connect_claimed (s, &res, why, sizeof why);
       if (io == FW_PG_OK && !res) {
          io = exec (s, "BEGIN", 0, NULL, &res, why, sizeof why);
       }
@@ -603,6 +629,7 @@ fw_stream_exactly_once_pg_free (fw_stream_eo_t *e)
    if (e->pg) {
       close_conn (e->pg);
       set_last (e->pg, NULL);
+      free (e->pg->claimed);
       free (e->pg);
       e->pg = NULL;
    }
@@ -638,15 +665,20 @@ claim_gen (fw_stream_eo_pg_t *s, char *why, size_t len)
    return io;
 }
 
-/* Raises the stored epoch to this leader's (ha), or claims the run's writer
- * generation (without ha), then reads the position. */
+/* Raises the stored epoch to this leader's and claims its writer generation
+ * (ha), or claims the run's writer generation (without ha), in the row of
+ * the database connected to (s->claimed names it). Under ha, while not
+ * leading, nothing (no transaction commits then). */
 static fw_pg_io_t
-fence_and_read (fw_stream_eo_pg_t *s, char **token, char *why, size_t len)
+claim_row (fw_stream_eo_pg_t *s, char *why, size_t len)
 {
    fw_stream_eo_t *e = s->e;
    PGresult *res = NULL;
    fw_pg_io_t io;
 
+   if (*e->lease && *e->epoch <= 0) {
+      return FW_PG_OK;
+   }
    if (*e->lease) {
       char epoch[32], now[32];
       const char *params[] = {e->cfg->database, e->cfg->name, epoch, now};
@@ -663,13 +695,23 @@ fence_and_read (fw_stream_eo_pg_t *s, char **token, char *why, size_t len)
          s->gen = strtoll (PQgetvalue (res, 0, 0), NULL, 10);
       }
       PQclear (res);
-      if (io != FW_PG_OK) {
-         return io;
-      }
-   } else if ((io = claim_gen (s, why, len)) != FW_PG_OK) {
-      return io;
+   } else {
+      io = claim_gen (s, why, len);
    }
-   return read_position (s, token, why, len);
+   if (io == FW_PG_OK) {
+      free (s->claimed);
+      s->claimed = s->uri ? strdup (s->uri) : NULL; /* NULL: claimed again at the next write */
+   }
+   return io;
+}
+
+/* Claims the stream's row (claim_row), then reads the position. */
+static fw_pg_io_t
+fence_and_read (fw_stream_eo_pg_t *s, char **token, char *why, size_t len)
+{
+   fw_pg_io_t io = claim_row (s, why, len);
+
+   return io != FW_PG_OK ? io : read_position (s, token, why, len);
 }
 
 bool
@@ -748,9 +790,9 @@ fw_stream_exactly_once_pg_advance (fw_stream_eo_t *e, const bson_t *processed, c
    params[2] = token;
    params[3] = epoch;
    params[4] = fw_lua_host_version (fw_dispatcher_host (e->d));
-   snprintf (gen, sizeof gen, "%lld", (long long) s->gen);
+   io = connect_claimed (s, &res, why, sizeof why);
+   snprintf (gen, sizeof gen, "%lld", (long long) s->gen); /* the claim's, on that database */
    params[5] = gen;
-   io = ensure_conn (s, &res, why, sizeof why);
    if (io == FW_PG_OK && !res) {
       io = exec (s, upsert_sql, 6, params, &res, why, sizeof why);
    }
