@@ -82,7 +82,8 @@ struct fw_checkpoint_writer {
    int64_t max_epoch; /* the highest epoch set (checked: epochs only grow) */
    uint64_t written;  /* the newest seq stored (checked: never back) */
    /* a newer run of the stream refused a write (FW_CHECKPOINT_REFUSED):
-    * nothing starts again; refusal says why (fw_checkpoint_writer_refused) */
+    * nothing starts again; refusal says why (fw_checkpoint_writer_refused).
+    * Set under the lock, once, with a release store after refusal. */
    bool refused;
    fw_error_t refusal;
    int ok;
@@ -295,8 +296,8 @@ finish (fw_checkpoint_writer_t *cw, conn_t *c, fw_checkpoint_saved_t saved, cons
        * again. Nothing is tried again; the stream learns it and stops. */
       cw->failed++;
       if (!cw->refused) {
-         cw->refused = true;
          cw->refusal = *err;
+         __atomic_store_n (&cw->refused, true, __ATOMIC_RELEASE); /* after refusal */
       }
       cw->has_pending = false;
       cw->retry_seq = 0;
@@ -606,15 +607,16 @@ fw_checkpoint_writer_set_epoch (fw_checkpoint_writer_t *cw, int64_t epoch)
 bool
 fw_checkpoint_writer_refused (fw_checkpoint_writer_t *cw, fw_error_t *why)
 {
-   bool refused;
-
-   pthread_mutex_lock (&cw->mu);
-   refused = cw->refused;
-   if (refused && why) {
-      *why = cw->refusal;
+   /* Asked at every event boundary: no lock until it is refused. */
+   if (!__atomic_load_n (&cw->refused, __ATOMIC_ACQUIRE)) {
+      return false;
    }
-   pthread_mutex_unlock (&cw->mu);
-   return refused;
+   if (why) {
+      pthread_mutex_lock (&cw->mu);
+      *why = cw->refusal;
+      pthread_mutex_unlock (&cw->mu);
+   }
+   return true;
 }
 
 void
