@@ -300,8 +300,8 @@ fw_mongo_check_opts (lua_State *L, int idx, const char *method, const char *cons
                              luaL_typename (L, -1));
       }
       key = lua_tostring (L, -1);
-      for (const char *const *a = allowed; *a; a++) {
-         known = known || strcmp (*a, key) == 0;
+      for (const char *const *a = allowed; *a && !known; a++) { /* stops at the match */
+         known = strcmp (*a, key) == 0;
       }
       if (known) {
          continue;

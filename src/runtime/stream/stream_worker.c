@@ -231,6 +231,15 @@ static fw_read_end_t
 event_boundary (fw_stream_worker_t *w, fw_position_t *p)
 {
    int control = fw_stream_control_peek (w);
+   const char *refused = fw_position_refused (&w->ckpt);
+
+   if (refused) {
+      /* A newer run of the stream holds its checkpoint (a second instance
+       * without ha, or this one paused and replaced): its events are the
+       * newer run's, and no save of this run can land. */
+      fw_stream_failed (w, refused);
+      return FW_READ_FAILED;
+   }
    if (control == W_CONTROL_PAUSE || control == W_CONTROL_RESTART) {
       /* An event boundary: nothing is in flight (once the lanes finished). */
       fw_stream_lanes_stop (w, p);
@@ -687,6 +696,7 @@ run_teardown (fw_stream_worker_t *w, fw_stream_run_t *run)
    w->ckpt.writer = NULL;
    w->ckpt.epoch = 0;
    w->ckpt.gen = 0; /* the next run claims its own before its first save */
+   w->ckpt.refused = false;
    if (w->lead.lease) {
       /* After the final checkpoint: the standby that takes over at once
        * starts where this leader stopped. */
