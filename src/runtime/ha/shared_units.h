@@ -36,9 +36,11 @@ fw_shared_group_t *fw_shared_group_join (const mongoc_uri_t *uri, const char *da
                                          int64_t lease_ms, fw_error_t *error);
 
 /* A unit's lease, created gated by the group (fw_lease_new_gated) and
- * counted among its units until fw_shared_group_remove. */
+ * counted among its units until fw_shared_group_remove. start_id (copied;
+ * NULL: none): the unit's stream's start record (group_start.h), kept alive
+ * by the members thread while the unit is counted. */
 fw_lease_t *fw_shared_group_lease (fw_shared_group_t *g, const mongoc_uri_t *uri, const char *unit,
-                                   fw_error_t *error);
+                                   const char *start_id, fw_error_t *error);
 
 /* Before fw_lease_destroy of a lease the group made. */
 void fw_shared_group_remove (fw_shared_group_t *g, fw_lease_t *lease);

@@ -27,14 +27,18 @@ typedef struct fw_stream_run {
    int candidate;      /* 0: processed token, 1: seen token, 2: from now */
    bool from_checkpoint;
    bool start_at_lost; /* checkpoint.start_at was older than the oplog: from now on */
+   bool at_group;      /* the last open started at the stream's start in its group
+                        * (ha.mode = "shared", fw_stream_group_start) ... */
+   uint64_t group_at;  /* ... that start: (t << 32) | i */
 } fw_stream_run_t;
 
 /* A stream (cfg, its metrics block or NULL) without a checkpoint opened at
- * checkpoint.start_at and the server said that history is gone
+ * checkpoint.start_at, or at its start in its group (run->at_group, at
+ * that Timestamp), and the server said that history is gone
  * (stream_start_at.c): on_history_lost decides (fail, or from now). False
  * when the stream stops, why[len] saying why. */
 bool fw_stream_start_at_lost (const fw_stream_config_t *cfg, fw_stream_metrics_t *metrics,
-                              fw_stream_run_t *run, char *why, size_t len);
+                              fw_stream_run_t *run, uint64_t at, char *why, size_t len);
 
 /* The admin endpoint paused the stream: takes the request (saving the
  * position first when save), waits for resume or restart (an admin restart

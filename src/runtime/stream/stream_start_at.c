@@ -27,24 +27,28 @@ describe_start_at (uint64_t start_at, char *out, size_t len)
 
 bool
 fw_stream_start_at_lost (const fw_stream_config_t *cfg, fw_stream_metrics_t *metrics,
-                         fw_stream_run_t *run, char *why, size_t len)
+                         fw_stream_run_t *run, uint64_t start_at, char *why, size_t len)
 {
+   const char *what = run->at_group ? "the stream's start in its group" : "checkpoint.start_at";
    char at[96];
 
-   describe_start_at (cfg->start_at, at, sizeof at);
+   describe_start_at (start_at, at, sizeof at);
    if (!cfg->resume_from_now) {
       snprintf (why, len,
-                "the change stream history is lost: checkpoint.start_at %s is older than the "
-                "oplog's first entry, and on_history_lost = \"fail\". Choose a later start_at, "
-                "or set checkpoint.on_history_lost = \"resume_from_now\" to start from now",
-                at);
+                "the change stream history is lost: %s %s is older than the oplog's first "
+                "entry, and on_history_lost = \"fail\". %s, or set checkpoint.on_history_lost "
+                "= \"resume_from_now\" to start from now",
+                what, at,
+                run->at_group ? "Stop every member of the group for a lease (the next start "
+                                "records a new start)"
+                              : "Choose a later start_at");
       return false;
    }
    fw_log (FW_LOG_ERROR, cfg->name,
-           "change stream history lost: checkpoint.start_at %s is older than the oplog's "
-           "first entry; starting from now: events between it and now were NOT delivered "
+           "change stream history lost: %s %s is older than the oplog's first entry; "
+           "starting from now: events between it and now were NOT delivered "
            "(on_history_lost = resume_from_now)",
-           at);
+           what, at);
    run->start_at_lost = true;
    run->candidate = 2;
    if (metrics) {

@@ -13,6 +13,7 @@
 #include "runtime/checkpoint/checkpoint_store.h"
 #include "runtime/dispatch/batch_dispatch.h"
 #include "runtime/replay/dlq_replay.h"
+#include "runtime/snapshot/snapshot.h"
 #include "runtime/stream/event_oversize-private.h"
 #include "runtime/stream/event_settle.h"
 #include "runtime/stream/stream_batch-private.h"
@@ -628,6 +629,7 @@ static bool
 run_setup (fw_stream_worker_t *w, fw_stream_run_t *run)
 {
    fw_error_t err;
+   char why[700];
 
    bson_init (&run->p->resume);
    bson_init (&run->p->processed);
@@ -657,6 +659,11 @@ run_setup (fw_stream_worker_t *w, fw_stream_run_t *run)
          fw_stream_failed (w, err.message);
          return false;
       }
+      /* "shared": the stream's start in the group, recorded when its
+       * first member starts, before any unit opens; else at the open. */
+      if (!fw_stream_group_start (&w->shared, w->client, &run->group_at, why, sizeof why)) {
+         fw_log (FW_LOG_WARN, w->cfg->name, "%s; trying again at the open", why);
+      }
       if (!fw_stream_wait_lead (w)) {
          return false;
       }
@@ -673,7 +680,10 @@ run_setup (fw_stream_worker_t *w, fw_stream_run_t *run)
    fw_log (FW_LOG_INFO, w->cfg->name, "starting on %s%s%s %s", w->cfg->database,
            w->cfg->collection ? "." : "",
            w->cfg->collection ? w->cfg->collection : " (all collections)",
-           run->from_checkpoint ? "from its checkpoint" : "from now");
+           run->from_checkpoint ? "from its checkpoint"
+           : w->cfg->start_at   ? "at checkpoint.start_at"
+           : run->group_at      ? "at the group's start"
+                                : "from now");
    return true;
 }
 
@@ -740,9 +750,54 @@ stream_opened (fw_stream_worker_t *w, fw_stream_run_t *run, mongoc_change_stream
       p->has_resume = true;
       fw_position_save (&w->ckpt, p, "start");
    }
-   fw_log (FW_LOG_INFO, w->cfg->name, "change stream open%s",
-           resuming ? " (resuming)" : " (from now)");
+   if (resuming || !run->at_group) {
+      fw_log (FW_LOG_INFO, w->cfg->name, "change stream open%s",
+              resuming ? " (resuming)" : " (from now)");
+   } else {
+      fw_log (FW_LOG_INFO, w->cfg->name,
+              "change stream open (at the group's start, Timestamp(%u, %u): what was written "
+              "since the group started is this unit's)",
+              (unsigned) (run->group_at >> 32), (unsigned) (run->group_at & 0xffffffffu));
+   }
    set_state (w, FW_STREAM_RUNNING, NULL);
+}
+
+/* Where an open without a position of its own starts (*at,
+ * startAtOperationTime; 0: from now): a switched generation's start, else
+ * checkpoint.start_at, else with ha.mode = "shared" the stream's start in its
+ * group (so a unit's first open misses nothing written since the group
+ * started), until a lost history made it "from now". With start_position =
+ * "latest" under "shared", a checkpoint older than the group's start (an
+ * earlier run of the group) is dropped first: the group starts after it.
+ * False (p->error set) when the group's start cannot be had. */
+static bool
+start_point (fw_stream_worker_t *w, fw_stream_run_t *run, const fw_generation_t *gen, uint64_t *at)
+{
+   fw_position_t *p = run->p;
+   uint64_t group = 0;
+
+   run->at_group = false;
+   *at = run->start_at_lost ? 0 : gen->start_at ? gen->start_at : w->cfg->start_at;
+   if (*at || run->start_at_lost || !w->cfg->ha_shared ||
+       (p->has_resume && !w->cfg->start_latest)) {
+      return true;
+   }
+   if (!fw_stream_group_start (&w->shared, w->read_client, &group, p->error, sizeof p->error)) {
+      return false;
+   }
+   if (p->has_resume) {
+      uint64_t t = fw_snapshot_token_time (&p->resume);
+      if (!t || t >= group) {
+         return true; /* saved by this run of the group: a take-over resumes there */
+      }
+      fw_log (FW_LOG_INFO, w->cfg->name,
+              "start_position = \"latest\": its checkpoint is older than the group's start "
+              "(an earlier run of the group): starting at the group's start");
+      p->has_resume = false;
+   }
+   run->group_at = *at = group;
+   run->at_group = true;
+   return true;
 }
 
 /* One open of the change stream where the position is (once the server is
@@ -759,6 +814,7 @@ open_and_read (fw_stream_worker_t *w, fw_stream_run_t *run, bool *progressed)
    char unsupported[800];
    fw_generation_t gen;
    fw_generation_open_t gen_open;
+   uint64_t start_at;
 
    fw_split_buffer_reset (&p->split);
    /* A sequenced DLQ: its open sequences, read again on every (re)open. */
@@ -788,10 +844,12 @@ open_and_read (fw_stream_worker_t *w, fw_stream_run_t *run, bool *progressed)
               "(an earlier run with this number of partitions): starting at the switch");
       p->has_resume = false;
    }
-   cs = fw_change_stream_open (w->cfg, w->read_client, p->has_resume ? &p->resume : NULL,
-                               run->start_at_lost ? 0
-                               : gen.start_at     ? gen.start_at
-                                                  : w->cfg->start_at,
+   if (!start_point (w, run, &gen, &start_at)) {
+      fw_generation_cleanup (&gen);
+      fw_log (FW_LOG_WARN, w->cfg->name, "%s", p->error);
+      return FW_READ_ERROR; /* re-opened after the restart delay */
+   }
+   cs = fw_change_stream_open (w->cfg, w->read_client, p->has_resume ? &p->resume : NULL, start_at,
                                w->cfg->split_large_events && !p->split_rejected && !p->unsplittable,
                                fw_stream_snapshot_opening (w), gen.has_stage ? &gen.stage : NULL);
    fw_generation_cleanup (&gen);
