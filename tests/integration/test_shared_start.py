@@ -76,3 +76,27 @@ class SharedFirstStart(StandInTestCase):
         self.assertEqual(a.count_log("shared: the group starts here"), 1)
         self.assertEqual(a.stop(), 0)
         self.assertEqual(b.stop(), 0)
+
+    def test_latest_starts_at_the_groups_start_not_each_units_now(self):
+        """start_position = "latest": what was written while the group was down is skipped,
+        the checkpoints of the group's earlier run are dropped, and what came after the group
+        started reaches every unit, the ones opened later too."""
+        latest = ', start_position = "latest"'
+        earlier = self.run_fw(self.script(SCRIPT % (LEASE_MS, N, latest)))
+        self.wait_for(lambda: self.units_started("s", N), 20, "the earlier run's units opened")
+        self.assertEqual(earlier.stop(), 0)
+        down = list(range(5000, 5040))
+        self.db.c.insert_many([{"_id": i} for i in down])
+        # The group is over once no member kept its start alive for a lease.
+        self.wait_for(lambda: self.db["_fw_checkpoints"].find_one({"_id": "s#start"})[
+            "aliveUntil"] < self.db.command("hello")["localTime"], 10, "the earlier run's end")
+        a, b, window = self.first_start(latest)
+        after = list(range(1000, 1040))
+        self.db.c.insert_many([{"_id": i} for i in after])
+        self.wait_for(lambda: self.handled(a, b) >= set(after), 20, "the events after the opens")
+        self.assertEqual(sorted(set(window) - self.handled(a, b)), [])
+        self.assertEqual(sorted(set(down) & self.handled(a, b)), [],
+                         "latest: what was written while the group was down is skipped")
+        self.assertGreaterEqual(a.count_log("its checkpoint is older than the group's start"), 2)
+        self.assertEqual(a.stop(), 0)
+        self.assertEqual(b.stop(), 0)
