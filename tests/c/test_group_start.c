@@ -175,26 +175,36 @@ a_record_nobody_kept_alive_or_a_malformed_one_is_replaced (void **state)
 }
 
 static void
-renewals_keep_records_alive_and_create_none (void **state)
+renewals_keep_the_run_they_took_alive_and_create_none (void **state)
 {
-   const char *ids[] = {"kept#start", "never#start"};
-   fw_group_start_t got;
+   const char *ids[] = {"kept#start", "never#start", "other#start"};
+   uint64_t ats[3];
+   fw_group_start_t kept, other, again;
    bson_error_t berr;
    bson_t doc;
    mongoc_collection_t *coll = records ();
    bson_t *never = BCON_NEW ("_id", BCON_UTF8 ("never#start"));
 
    (void) state;
-   take ("kept#start", &got);
+   take ("kept#start", &kept);
+   take ("other#start", &other);
    update ("kept#start", "{\"$set\": {\"aliveUntil\": {\"$date\": 0}}}");
-   if (!fw_group_start_renew (g_client, DB, ids, 2, LEASE_MS, &berr)) {
+   update ("other#start", "{\"$set\": {\"aliveUntil\": {\"$date\": 0}}}");
+   ats[0] = kept.at;
+   ats[1] = kept.at;
+   ats[2] = other.at - 1; /* a start another group run recorded since */
+   if (!fw_group_start_renew (g_client, DB, ids, ats, 3, LEASE_MS, &berr)) {
       fail_msg ("renew: %s", berr.message);
    }
    record ("kept#start", &doc);
    assert_true (date_field (&doc, "aliveUntil") > date_field (&doc, "startedAt"));
    bson_destroy (&doc);
-   take ("kept#start", &got);
-   assert_false (got.began); /* alive again: the same start */
+   take ("kept#start", &again);
+   assert_false (again.began); /* alive again: the same start */
+   assert_true (again.at == kept.at);
+   record ("other#start", &doc);
+   assert_int_equal (date_field (&doc, "aliveUntil"), 0); /* not this member's run: left */
+   bson_destroy (&doc);
    assert_int_equal (mongoc_collection_count_documents (coll, never, NULL, NULL, NULL, &berr), 0);
    bson_destroy (never);
    mongoc_collection_destroy (coll);
@@ -217,7 +227,7 @@ main (void)
    const struct CMUnitTest tests[] = {
       cmocka_unit_test (the_first_take_records_a_start_before_every_later_write),
       cmocka_unit_test (a_record_nobody_kept_alive_or_a_malformed_one_is_replaced),
-      cmocka_unit_test (renewals_keep_records_alive_and_create_none),
+      cmocka_unit_test (renewals_keep_the_run_they_took_alive_and_create_none),
       cmocka_unit_test (the_record_id_is_the_streams_name_and_must_fit),
    };
    return cmocka_run_group_tests_name ("group_start", tests, setup, teardown);

@@ -1,9 +1,10 @@
 """ha.mode = "shared": the first start of a group. A unit no member has opened yet starts at the
 stream's start in the group (<stream>#start in _fw_checkpoints, written when the first member
 started), not at its own open: what was written after the group started and before the unit's
-stream opened reaches that unit. The window is held open without timing: a member record that
-no process renews (a member that announced itself and has not opened its units yet) keeps the
-first instance at its share, two of the four units, until the record is removed."""
+stream opened reaches that unit. The window is held open without timing: a member that no
+process runs holds the leases of two units (it took them and has not opened their streams
+yet), so the first instance opens the other two; the events are written; then that member is
+gone (its leases expired), and the two units' first open comes after them."""
 import datetime
 
 from fwtest import StandInTestCase, needs_standin
@@ -26,33 +27,52 @@ fw.stream {
 class SharedFirstStart(StandInTestCase):
     standin_args = ("--server-version", "7.0")
 
-    def held(self):
+    LATE = "late:1:x"
+    LATE_UNITS = ("s#2/4", "s#3/4")
+
+    def held(self, by_late=False):
         now = self.db.command("hello")["localTime"]
         return [d["_id"] for d in self.db["_fw_leases"].find()
-                if d.get("owner") and d["expiresAt"] > now]
+                if d.get("owner") and d["expiresAt"] > now and (d["owner"] == self.LATE) == by_late]
 
     def late_member(self):
-        """A live member record nobody renews: the first instance counts two members."""
+        """A member that announced itself and took two units' leases, whose streams it has
+        not opened yet: the first instance counts two members and can take only the others."""
         now = self.db.command("hello")["localTime"]
-        self.db["_fw_members"].insert_one({"_id": "late:1:x",
-                                           "expiresAt": now + datetime.timedelta(minutes=5)})
+        until = now + datetime.timedelta(minutes=5)
+        self.db["_fw_members"].insert_one({"_id": self.LATE, "expiresAt": until})
+        for unit in self.LATE_UNITS:
+            self.db["_fw_leases"].replace_one({"_id": unit}, {
+                "owner": self.LATE, "epoch": 1, "renewedAt": now, "expiresAt": until}, upsert=True)
+
+    def late_member_gone(self):
+        self.db["_fw_members"].delete_one({"_id": self.LATE})
+        self.db["_fw_leases"].update_many({"owner": self.LATE}, {"$set": {
+            "expiresAt": datetime.datetime(2000, 1, 1)}})
 
     def first_start(self, checkpoint=""):
-        """a starts while a second member is announced: it opens two units (its share);
-        events are written; then the second member joins for real. Returns (a, b, the ids
-        written while two units were not open yet)."""
+        """a starts while a second member holds two units' leases without having opened
+        them: a opens the other two; events are written; then the second member is gone and
+        b joins. Returns (a, b, the ids written while two units were not open yet)."""
         script = self.script(SCRIPT % (LEASE_MS, N, checkpoint))
         self.late_member()
         a = self.run_fw(script)
         a.wait_log("change stream open", count=2, timeout=20)
-        self.wait_for(lambda: len(self.held()) == 2, 10, "a holding its share, two units")
+        self.assertEqual(sorted(self.held()), ["s#0/4", "s#1/4"])
         window = list(range(100))
         self.db.c.insert_many([{"_id": i} for i in window])
-        self.db["_fw_members"].delete_one({"_id": "late:1:x"})
+        self.late_member_gone()
         b = self.run_fw(script)
-        self.wait_for(lambda: len(self.held()) == N and self.units_started("s", N), 20,
+        self.wait_for(lambda: len(self.held()) == N and self.opened(a, b) == N, 20,
                       "every unit held and opened")
         return a, b, window
+
+    @staticmethod
+    def opened(a, b):
+        """Units whose change stream opened for the first time (from now, or at the
+        group's start); a unit moved later to the other member resumes."""
+        return sum(fw.count_log(m) for fw in (a, b)
+                   for m in ("change stream open (from now)", "change stream open (at the group"))
 
     def handled(self, *fws):
         return {r["id"] for fw in fws for r in fw.reports()}
@@ -88,8 +108,11 @@ class SharedFirstStart(StandInTestCase):
         down = list(range(5000, 5040))
         self.db.c.insert_many([{"_id": i} for i in down])
         # The group is over once no member kept its start alive for a lease.
-        self.wait_for(lambda: self.db["_fw_checkpoints"].find_one({"_id": "s#start"})[
-            "aliveUntil"] < self.db.command("hello")["localTime"], 10, "the earlier run's end")
+        def over():
+            rec = self.db["_fw_checkpoints"].find_one({"_id": "s#start"}) or {}
+            return rec.get("aliveUntil", datetime.datetime.min) < \
+                self.db.command("hello")["localTime"]
+        self.wait_for(over, 10, "the earlier run's end")
         a, b, window = self.first_start(latest)
         after = list(range(1000, 1040))
         self.db.c.insert_many([{"_id": i} for i in after])

@@ -163,28 +163,28 @@ fw_group_start_take (mongoc_client_t *client, const char *database, const char *
 }
 
 bool
-fw_group_start_renew (mongoc_client_t *client, const char *database, const char *const *ids, int n,
-                      int64_t lease_ms, bson_error_t *berr)
+fw_group_start_renew (mongoc_client_t *client, const char *database, const char *const *ids,
+                      const uint64_t *ats, int n, int64_t lease_ms, bson_error_t *berr)
 {
-   bson_t in = BSON_INITIALIZER;
-   bson_t *cmd = NULL;
+   bson_t *cmd = BCON_NEW ("update", BCON_UTF8 (FW_CHECKPOINT_COLLECTION));
+   bson_t updates, *one;
    bson_t reply;
    char key[16];
    const char *k;
-   bool ok = true;
+   bool ok = cmd && BSON_APPEND_ARRAY_BEGIN (cmd, "updates", &updates);
 
    for (int j = 0; ok && j < n; j++) {
       bson_uint32_to_string ((uint32_t) j, &k, key, sizeof key);
-      ok = bson_append_utf8 (&in, k, -1, ids[j], -1);
+      one = BCON_NEW ("q", "{", "_id", BCON_UTF8 (ids[j]), "startAt",
+                      BCON_TIMESTAMP ((uint32_t) (ats[j] >> 32), (uint32_t) ats[j]), "}", "u", "[",
+                      "{", "$set", "{", "aliveUntil", "{", "$add", "[", BCON_UTF8 ("$$NOW"),
+                      BCON_INT64 (lease_ms), "]", "}", "}", "}", "]");
+      ok = one && bson_append_document (&updates, k, -1, one);
+      bson_destroy (one);
    }
-   /* A record that lapsed while this member ran (a late renewal) is kept
-    * alive again: the group never stopped. */
-   if (!ok || !(cmd = BCON_NEW ("update", BCON_UTF8 (FW_CHECKPOINT_COLLECTION), "updates", "[", "{",
-                                "q", "{", "_id", "{", "$in", BCON_ARRAY (&in), "}", "}", "u", "[",
-                                "{", "$set", "{", "aliveUntil", "{", "$add", "[",
-                                BCON_UTF8 ("$$NOW"), BCON_INT64 (lease_ms), "]", "}", "}", "}", "]",
-                                "multi", BCON_BOOL (true), "}", "]"))) {
-      bson_destroy (&in);
+   ok = ok && bson_append_array_end (cmd, &updates);
+   if (!ok) {
+      bson_destroy (cmd);
       bson_set_error (berr, MONGOC_ERROR_BSON, 0, "out of memory");
       return false;
    }
@@ -193,6 +193,5 @@ fw_group_start_renew (mongoc_client_t *client, const char *database, const char 
       berr);
    bson_destroy (&reply);
    bson_destroy (cmd);
-   bson_destroy (&in);
    return ok;
 }

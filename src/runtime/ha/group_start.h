@@ -47,9 +47,12 @@ typedef struct {
 bool fw_group_start_take (mongoc_client_t *client, const char *database, const char *id,
                           int64_t lease_ms, fw_group_start_t *out, fw_error_t *error);
 
-/* Keeps the records ids[0..n) alive for lease_ms (one update; those that do
- * not exist are left missing). The members thread, every lease / 3. */
+/* Keeps the records ids[0..n) alive for lease_ms, each only while it holds
+ * the start ats[j] this member took (a record a later group replaced is
+ * left alone; one that lapsed while this member ran is kept again: the
+ * group never stopped). One update command; records that do not exist stay
+ * missing. The members thread, every lease / 3. */
 bool fw_group_start_renew (mongoc_client_t *client, const char *database, const char *const *ids,
-                           int n, int64_t lease_ms, bson_error_t *berr);
+                           const uint64_t *ats, int n, int64_t lease_ms, bson_error_t *berr);
 
 #endif

@@ -30,7 +30,8 @@ struct fw_shared_group {
    /* Under mu: */
    bool stop;
    fw_lease_t *leases[MAX_UNITS];
-   char *starts[MAX_UNITS]; /* each unit's stream's start record (group_start.h), or NULL */
+   char *starts[MAX_UNITS];      /* each unit's stream's start record (group_start.h), or NULL, */
+   uint64_t start_at[MAX_UNITS]; /* ... and the start taken there (0: not yet) */
    bool yielding[MAX_UNITS];
    int n;
    int members;        /* 0: not counted yet (no lease is taken before) */
@@ -158,35 +159,40 @@ renew_starts (fw_shared_group_t *g, mongoc_client_t *client, bson_error_t *berr)
 {
    const char **ids;
    char **copies;
+   uint64_t *ats;
    int n = 0;
    bool ok = true;
 
    pthread_mutex_lock (&g->mu);
    ids = calloc ((size_t) g->n + 1, sizeof *ids);
    copies = calloc ((size_t) g->n + 1, sizeof *copies);
-   for (int i = 0; ids && copies && i < g->n; i++) {
-      bool seen = !g->starts[i];
+   ats = calloc ((size_t) g->n + 1, sizeof *ats);
+   for (int i = 0; ids && copies && ats && i < g->n; i++) {
+      bool seen = !g->starts[i] || !g->start_at[i];
       for (int j = 0; !seen && j < n; j++) {
-         seen = strcmp (ids[j], g->starts[i]) == 0;
+         seen = strcmp (ids[j], g->starts[i]) == 0 && ats[j] == g->start_at[i];
       }
       if (!seen && !(ids[n] = copies[n] = strdup (g->starts[i]))) {
          ok = false;
          break;
       }
-      n += !seen;
+      if (!seen) {
+         ats[n++] = g->start_at[i];
+      }
    }
    pthread_mutex_unlock (&g->mu);
-   if (!ids || !copies || !ok) {
+   if (!ids || !copies || !ats || !ok) {
       bson_set_error (berr, MONGOC_ERROR_BSON, 0, "out of memory");
       ok = false;
    } else if (n > 0) {
-      ok = fw_group_start_renew (client, g->database, ids, n, g->lease_ms, berr);
+      ok = fw_group_start_renew (client, g->database, ids, ats, n, g->lease_ms, berr);
    }
    for (int j = 0; copies && j < n; j++) {
       free (copies[j]);
    }
    free (copies);
    free (ids);
+   free (ats);
    return ok;
 }
 
@@ -429,6 +435,7 @@ fw_shared_group_lease (fw_shared_group_t *g, const mongoc_uri_t *uri, const char
    if (l) {
       g->yielding[g->n] = false;
       g->starts[g->n] = start;
+      g->start_at[g->n] = 0;
       g->leases[g->n++] = l;
       start = NULL;
    }
@@ -447,9 +454,22 @@ fw_shared_group_remove (fw_shared_group_t *g, fw_lease_t *lease)
          g->leases[i] = g->leases[g->n - 1];
          g->yielding[i] = g->yielding[g->n - 1];
          g->starts[i] = g->starts[g->n - 1];
+         g->start_at[i] = g->start_at[g->n - 1];
          g->starts[g->n - 1] = NULL;
          g->n--;
          break;
+      }
+   }
+   pthread_mutex_unlock (&g->mu);
+}
+
+void
+fw_shared_group_started (fw_shared_group_t *g, fw_lease_t *lease, uint64_t at)
+{
+   pthread_mutex_lock (&g->mu);
+   for (int i = 0; i < g->n; i++) {
+      if (g->leases[i] == lease) {
+         g->start_at[i] = at;
       }
    }
    pthread_mutex_unlock (&g->mu);

@@ -91,6 +91,9 @@ fw_stream_group_start (fw_stream_shared_t *s, mongoc_client_t *client, uint64_t 
               (unsigned) (got.at >> 32), (unsigned) (got.at & 0xffffffffu), s->cfg->database,
               FW_CHECKPOINT_COLLECTION, id);
    }
+   if (s->group && *s->lease) {
+      fw_shared_group_started (s->group, *s->lease, got.at);
+   }
    *at = s->start_at = got.at;
    return true;
 }
