@@ -6,6 +6,7 @@ process runs holds the leases of two units (it took them and has not opened thei
 yet), so the first instance opens the other two; the events are written; then that member is
 gone (its leases expired), and the two units' first open comes after them."""
 import datetime
+import threading
 
 from fwtest import StandInTestCase, needs_standin
 
@@ -77,8 +78,26 @@ class SharedFirstStart(StandInTestCase):
     def handled(self, *fws):
         return {r["id"] for fw in fws for r in fw.reports()}
 
+    def write_continuously(self, stop, written):
+        """One insert after the other (ids from 10000, at most 3000) until stop, each with the
+        operationTime the server gave it."""
+        with self.client.start_session() as session:
+            for i in range(10000, 13000):
+                if stop.is_set():
+                    break
+                self.db.c.insert_one({"_id": i}, session=session)
+                written.append((i, session.operation_time))
+
     def test_events_before_a_units_first_open_reach_it(self):
-        a, b, window = self.first_start()
+        stop, written = threading.Event(), []
+        writer = threading.Thread(target=self.write_continuously, args=(stop, written))
+        writer.start()
+        try:
+            self.wait_for(lambda: len(written) >= 5, 10, "writes before the group starts")
+            a, b, window = self.first_start()
+        finally:
+            stop.set()
+            writer.join(30)
         # Written after every unit opened: each unit hands them out after what it had before
         # them in the oplog, so once they are handled every unit is past the window.
         after = list(range(1000, 1040))
@@ -89,6 +108,11 @@ class SharedFirstStart(StandInTestCase):
                          "unit opened, were never handled")
         doc = self.db["_fw_checkpoints"].find_one({"_id": "s#start"})
         self.assertIsNotNone(doc, "the stream's start in the group is recorded")
+        # The writes from before a started to after every unit opened: each one the server
+        # placed at or after the group's start was handled.
+        since = [i for i, at in written if at >= doc["startAt"]]
+        self.assertTrue(since and len(since) < len(written), (len(since), len(written)))
+        self.assertEqual(sorted(set(since) - self.handled(a, b)), [])
         # Each unit's first open, by a or b (a may take the two itself before b counts):
         # at the group's start; a unit moved later resumes from its checkpoint.
         first = "change stream open (at the group's start"
