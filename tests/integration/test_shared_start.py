@@ -64,8 +64,12 @@ class SharedFirstStart(StandInTestCase):
         self.db.c.insert_many([{"_id": i} for i in window])
         self.late_member_gone()
         b = self.run_fw(script)
-        self.wait_for(lambda: len(self.held()) == N and self.opened(a, b) == N, 20,
-                      "every unit held and opened")
+        try:
+            self.wait_for(lambda: len(self.held()) == N and self.opened(a, b) == N, 30,
+                          "every unit held and opened")
+        except AssertionError as e:
+            raise AssertionError("%s (held now: %s; first opens: %d)"
+                                 % (e, sorted(self.held()), self.opened(a, b))) from None
         return a, b, window
 
     @staticmethod
@@ -79,11 +83,12 @@ class SharedFirstStart(StandInTestCase):
         return {r["id"] for fw in fws for r in fw.reports()}
 
     def write_continuously(self, stop, written):
-        """One insert after the other (ids from 10000, at most 3000) until stop, each with the
+        """One insert after the other (ids from 10000, at most 3000, paced at 5 ms so that the
+        stand-in still answers the members' renewals in time) until stop, each with the
         operationTime the server gave it."""
         with self.client.start_session() as session:
             for i in range(10000, 13000):
-                if stop.is_set():
+                if stop.wait(0.005):
                     break
                 self.db.c.insert_one({"_id": i}, session=session)
                 written.append((i, session.operation_time))
