@@ -152,3 +152,41 @@ class SharedFirstStart(StandInTestCase):
         self.assertGreaterEqual(a.count_log("its checkpoint is older than the group's start"), 2)
         self.assertEqual(a.stop(), 0)
         self.assertEqual(b.stop(), 0)
+
+
+@needs_standin("a short oplog (--oplog-max-entries)")
+class SharedStartHistoryLost(StandInTestCase):
+    """A unit without a checkpoint in a group whose start has left the oplog (a group running for
+    longer than the oplog's window): on_history_lost decides, as for checkpoint.start_at."""
+    standin_args = ("--oplog-max-entries", "5")
+
+    def test_a_group_start_older_than_the_oplog_is_history_lost(self):
+        with self.client.start_session() as s:
+            self.db.orders.insert_one({"_id": "first"}, session=s)
+            old = s.operation_time
+        until = self.db.command("hello")["localTime"] + datetime.timedelta(minutes=5)
+        for name in ("strict", "lenient"):
+            self.db["_fw_checkpoints"].insert_one({"_id": name + "#start", "startAt": old,
+                                                   "by": "late:1:x", "aliveUntil": until})
+        self.db.orders.insert_many([{"_id": "old%d" % i} for i in range(20)])
+        body = 'fw.defaults { ha = { mode = "shared", lease = "%dms" } }\n' % LEASE_MS
+        for name, extra in (("strict", ""), ("lenient", ', on_history_lost = "resume_from_now"')):
+            body += """
+fw.stream {
+  name = "%s", collection = "orders", checkpoint = { save_every = 1 %s },
+  on_insert = function(ctx) report({ id = ctx:document_key()._id }) end,
+}
+""" % (name, extra)
+        p = self.run_fw(self.script(body))
+        p.wait_log("older than the oplog's first entry", 2)
+        strict = [m for m in p.messages(stream="strict") if "history is lost" in m]
+        self.assertTrue(any("the stream's start in its group" in m and "on_history_lost = "
+                            "\"fail\"" in m for m in strict), strict)
+        self.assertTrue(any("the stream's start in its group" in m and "starting from now" in m
+                            for m in p.messages(level="error", stream="lenient")))
+        p.wait_log("change stream open (from now)", stream="lenient")
+        self.db.orders.insert_one({"_id": "new"})
+        p.wait_reports(1, "lenient")
+        self.assertEqual([r["id"] for r in p.reports("lenient")], ["new"])
+        self.assertEqual(p.report_count("strict"), 0)
+        p.stop()
