@@ -40,6 +40,21 @@ typedef struct fw_stream_run {
 bool fw_stream_start_at_lost (const fw_stream_config_t *cfg, fw_stream_metrics_t *metrics,
                               fw_stream_run_t *run, uint64_t at, char *why, size_t len);
 
+/* Where an open without a position of its own starts (*at,
+ * startAtOperationTime; 0: from now): a switched generation's start, else
+ * checkpoint.start_at, else with ha.mode = "shared" the stream's start in its
+ * group (so a unit's first open misses nothing written since the group
+ * started), until a lost history made it "from now". With start_position =
+ * "latest" under "shared", a checkpoint older than the group's start (an
+ * earlier run of the group) is dropped first: the group starts after it.
+ * False (run->p->error set) when the group's start cannot be had. cfg,
+ * shared (the stream's, stream_shared-private.h), client (the reader's):
+ * borrowed; gen_start: a switched generation's start (0: none). */
+struct fw_stream_shared;
+bool fw_stream_start_point (const fw_stream_config_t *cfg, struct fw_stream_shared *shared,
+                            mongoc_client_t *client, fw_stream_run_t *run, uint64_t gen_start,
+                            uint64_t *at);
+
 /* The admin endpoint paused the stream: takes the request (saving the
  * position first when save), waits for resume or restart (an admin restart
  * is counted) and resets the restart backoff. False on shutdown. */

@@ -13,7 +13,6 @@
 #include "runtime/checkpoint/checkpoint_store.h"
 #include "runtime/dispatch/batch_dispatch.h"
 #include "runtime/replay/dlq_replay.h"
-#include "runtime/snapshot/snapshot.h"
 #include "runtime/stream/event_oversize-private.h"
 #include "runtime/stream/event_settle.h"
 #include "runtime/stream/stream_batch-private.h"
@@ -762,44 +761,6 @@ stream_opened (fw_stream_worker_t *w, fw_stream_run_t *run, mongoc_change_stream
    set_state (w, FW_STREAM_RUNNING, NULL);
 }
 
-/* Where an open without a position of its own starts (*at,
- * startAtOperationTime; 0: from now): a switched generation's start, else
- * checkpoint.start_at, else with ha.mode = "shared" the stream's start in its
- * group (so a unit's first open misses nothing written since the group
- * started), until a lost history made it "from now". With start_position =
- * "latest" under "shared", a checkpoint older than the group's start (an
- * earlier run of the group) is dropped first: the group starts after it.
- * False (p->error set) when the group's start cannot be had. */
-static bool
-start_point (fw_stream_worker_t *w, fw_stream_run_t *run, const fw_generation_t *gen, uint64_t *at)
-{
-   fw_position_t *p = run->p;
-   uint64_t group = 0;
-
-   run->at_group = false;
-   *at = run->start_at_lost ? 0 : gen->start_at ? gen->start_at : w->cfg->start_at;
-   if (*at || run->start_at_lost || !w->cfg->ha_shared ||
-       (p->has_resume && !w->cfg->start_latest)) {
-      return true;
-   }
-   if (!fw_stream_group_start (&w->shared, w->read_client, &group, p->error, sizeof p->error)) {
-      return false;
-   }
-   if (p->has_resume) {
-      uint64_t t = fw_snapshot_token_time (&p->resume);
-      if (!t || t >= group) {
-         return true; /* saved by this run of the group: a take-over resumes there */
-      }
-      fw_log (FW_LOG_INFO, w->cfg->name,
-              "start_position = \"latest\": its checkpoint is older than the group's start "
-              "(an earlier run of the group): starting at the group's start");
-      p->has_resume = false;
-   }
-   run->group_at = *at = group;
-   run->at_group = true;
-   return true;
-}
-
 /* One open of the change stream where the position is (once the server is
  * known to take the stream's options), and its read until it ends; the
  * change stream is closed again. */
@@ -844,7 +805,7 @@ open_and_read (fw_stream_worker_t *w, fw_stream_run_t *run, bool *progressed)
               "(an earlier run with this number of partitions): starting at the switch");
       p->has_resume = false;
    }
-   if (!start_point (w, run, &gen, &start_at)) {
+   if (!fw_stream_start_point (w->cfg, &w->shared, w->read_client, run, gen.start_at, &start_at)) {
       fw_generation_cleanup (&gen);
       fw_log (FW_LOG_WARN, w->cfg->name, "%s", p->error);
       return FW_READ_ERROR; /* re-opened after the restart delay */
