@@ -198,6 +198,37 @@ class UpdateFastTest(unittest.TestCase):
                 checked += 1
         self.assertGreater(checked, 80)
 
+    def test_apply_sized_is_apply_and_new_size(self):
+        docs = self.DOCS + [{"_id": "c1", "n": -2 ** 31, "s": "é"}, {"_id": "c2", "n": True},
+                            {"_id": "c3", "n": 0}]
+        updates = self.UPDATES + [{"$inc": {"n": -1}}, {"$inc": {"n": 2 ** 31 - 1}},
+                                  {"$inc": {"n": -2 ** 31}}, {"$inc": {"n": 2 ** 31}},
+                                  {"$inc": {"n": True}}]
+        checked = 0
+        for doc in docs:
+            size = len(bsonutil.encode(doc))
+            for u in updates:
+                plan = update_fast.plan({"q": {"_id": doc["_id"]}, "u": u})
+                if plan is None:
+                    continue
+                want = update_fast.apply(doc, plan[1])
+                for known in (size, None):
+                    got = update_fast.apply_sized(doc, plan[1], known)
+                    if want is None:
+                        self.assertIsNone(got, (doc, u))
+                        continue
+                    self.assertEqual(bsonutil.encode(got[0]), bsonutil.encode(want[0]), (doc, u))
+                    self.assertEqual(got[1], want[1], (doc, u))
+                    if not want[1] or known is None:
+                        self.assertEqual(got[2], known, (doc, u))
+                    else:
+                        self.assertEqual(got[2], update_fast.new_size(
+                            known, doc, want[1]["updatedFields"]), (doc, u))
+                        if got[2] is not None:
+                            self.assertEqual(got[2], len(bsonutil.encode(got[0])), (doc, u))
+                    checked += 1
+        self.assertGreater(checked, 150)
+
     def test_other_shapes_take_the_general_path(self):
         base = {"q": {"_id": 1}, "u": {"$inc": {"n": 1}}}
         for change in ({"q": {"_id": {"$gt": 1}}}, {"q": {"_id": 1, "a": 1}}, {"q": {}},

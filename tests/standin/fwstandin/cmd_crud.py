@@ -365,21 +365,18 @@ def _update_by_id(store, c, fp, txn, fast, sized):
         return None
     # The _id types plan() accepts are their own value_key (bsonutil.value_key).
     doc = c.docs.get(fp[0])
-    res = fast.apply(doc, fp[1]) if doc is not None else None
+    if doc is None:
+        return None
+    # The new size from the old one: the new bytes are made when a read wants them (a
+    # counter is often written far more often than it is read).
+    res = fast.apply_sized(doc, fp[1], c.stored_size(fp[0], doc) if sized else None)
     if res is None:
         return None
-    if txn is not None:
+    if txn is not None and txn.point.mode != "off":
         txn.about_to_write()
-    new, ud = res
+    new, ud, size = res
     if not ud:
         return _UNMODIFIED
-    size = None
-    if sized:
-        # The new size from the old one: the new bytes are made when a read wants them
-        # (a counter is often written far more often than it is read).
-        size = c.stored_size(fp[0], doc)
-        if size is not None:
-            size = fast.new_size(size, doc, ud["updatedFields"])
     if size is not None:
         # plan()'s _id is its own value_key (the stored _id's when of the same type: 1
         # finds 1.0); its fields are top-level.

@@ -211,6 +211,35 @@ def apply(doc, ops):
     return new, {"updatedFields": updated, "removedFields": [], "truncatedArrays": []}
 
 
+def apply_sized(doc, ops, size):
+    """(new document, updateDescription, new size): apply(doc, ops) and, when it changed doc,
+    new_size(size, doc, its updatedFields); size: doc's encoded size, or None (then the new
+    size is None). None when apply() gives None. A counter's $inc of an int32 that stays an
+    int32 (S6b's statement) is worked out here without apply()'s loop: the same document and
+    description, and the same size."""
+    if len(ops) == 1:
+        field, inc, arg = ops[0]
+        if inc and type(arg) is int:
+            cur = doc.get(field)
+            if type(cur) is int:
+                value = cur + arg
+                if (_I32_MIN <= value <= _I32_MAX and _I32_MIN <= cur <= _I32_MAX
+                        and _I32_MIN <= arg <= _I32_MAX):
+                    if value == cur:
+                        return doc, {}, size
+                    new = dict(doc)
+                    new[field] = value
+                    return new, {"updatedFields": {field: value}, "removedFields": [],
+                                 "truncatedArrays": []}, size
+    res = apply(doc, ops)
+    if res is None:
+        return None
+    new, ud = res
+    if ud and size is not None:
+        size = new_size(size, doc, ud["updatedFields"])
+    return new, ud, size
+
+
 def _value_size(v):
     """The size of a value of one of plan()'s types as bsonutil.encode writes it, or None for
     one it would not write that way (an int past int64, a string that is not UTF-8)."""
