@@ -32,7 +32,7 @@ from bson.son import SON
 from bson.timestamp import Timestamp
 from pymongo import UpdateOne
 
-from fwstandin import bsonutil, commands, idindex, update_fast, wire
+from fwstandin import bsonutil, commands, idindex, oplog, update_fast, wire
 from fwstandin.server import Server
 from fwstandin.query import matches
 from fwstandin.update import apply_update
@@ -229,6 +229,15 @@ class UpdateFastTest(unittest.TestCase):
                     checked += 1
         self.assertGreater(checked, 150)
 
+    def test_update_entry_is_the_entry(self):
+        make = (len, (b"x",))
+        for images, pre, post in ((False, None, None), (True, {"_id": 1}, {"_id": 1, "n": 2})):
+            want = oplog.Entry(5, 6, "u", "db", "c", None, 1, images, pre, post, make=make)
+            got = oplog.update_entry(5, 6, "db", "c", "db.c", 1, images, pre, post, make)
+            self.assertEqual({k: getattr(got, k) for k in oplog.Entry.__slots__},
+                             {k: getattr(want, k) for k in oplog.Entry.__slots__})
+            self.assertEqual(got.raw, 1)
+
     def test_other_shapes_take_the_general_path(self):
         base = {"q": {"_id": 1}, "u": {"$inc": {"n": 1}}}
         for change in ({"q": {"_id": {"$gt": 1}}}, {"q": {"_id": 1, "a": 1}}, {"q": {}},
@@ -292,7 +301,7 @@ class ShapeTest(unittest.TestCase):
         """Replies (without times), documents and events of the commands on a new server,
         by shape or with every statement decoded."""
         saved = update_fast.by_id_shape
-        update_fast._SHAPES.clear()
+        update_fast.SHAPES.clear()
         if not shapes:
             update_fast.by_id_shape = lambda raw: None
         try:
@@ -318,11 +327,11 @@ class ShapeTest(unittest.TestCase):
                     for k in ("_id", "clusterTime", "wallTime"):
                         ev.pop(k)
                     events.append((bsonutil.encode(ev), e.pre, e.post))
-            self.shapes_known = len(update_fast._SHAPES)
+            self.shapes_known = len(update_fast.SHAPES)
             return replies, docs, events
         finally:
             update_fast.by_id_shape = saved
-            update_fast._SHAPES.clear()
+            update_fast.SHAPES.clear()
 
     def test_shapes_give_what_decoding_gives(self):
         def st(_id, u=None, **kw):

@@ -435,13 +435,13 @@ def parse_updates(ctx, fast):
     if not items or not all(type(st) is bytes for st in items):
         stmts = parse_statements(ctx, "updates", _UPDATE_FIELDS, items=items)
         return [fast.plan(st) for st in stmts], stmts
-    shape_of, planned = fast.by_id_shape, fast.planned
+    shape_of, planned = fast.by_id_shape, fast.SHAPES.get
     plans = []
     shapes = []
     todo = []
     for i, raw in enumerate(items):
         shape = shape_of(raw)
-        ops = planned(shape) if shape is not None else None
+        ops = planned(shape[1]) if shape is not None else None
         if ops is None:
             plans.append(None)
             shapes.append(shape)

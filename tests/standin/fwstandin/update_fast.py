@@ -105,9 +105,10 @@ _HEAD = struct.Struct("<3siB4si")
 _INT32 = struct.Struct("<i")
 _Q = b"\x03q\x00"
 _ID = b"_id\x00"
-# rest of a statement (after q) -> its ops, for rests that planned (bounded: cleared when full).
-_SHAPES = {}
-_SHAPES_MAX = 1024
+# The bytes of a statement after q -> its plan's ops, for those remembered (bounded: cleared
+# when full). SHAPES.get(by_id_shape(raw)[1]): the ops of a statement of a shape seen before.
+SHAPES = {}
+SHAPES_MAX = 1024
 
 
 def by_id_shape(raw):
@@ -146,12 +147,6 @@ def by_id_shape(raw):
     return _id, raw[end:]
 
 
-def planned(shape):
-    """The ops a statement of this by_id_shape() has, when a statement with the same bytes
-    after q was remembered, else None."""
-    return _SHAPES.get(shape[1])
-
-
 def remember(shape, st, fp):
     """Keeps plan(st)'s ops (fp) for statements with the same bytes after q as st's raw
     (shape: its by_id_shape()). st: the statement decoded, which passed the command's field
@@ -162,9 +157,9 @@ def remember(shape, st, fp):
         return
     if "q" in bsonutil.decode(_INT32.pack(len(rest) + 4) + rest):
         return      # a second q after the first (a duplicate key): decode such statements
-    if len(_SHAPES) >= _SHAPES_MAX:
-        _SHAPES.clear()
-    _SHAPES[rest] = fp[1]
+    if len(SHAPES) >= SHAPES_MAX:
+        SHAPES.clear()
+    SHAPES[rest] = fp[1]
 
 
 def apply(doc, ops):
