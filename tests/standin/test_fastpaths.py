@@ -498,6 +498,15 @@ class WireTest(unittest.TestCase):
             coll.update_one({"_id": 1}, {"$set": {"t": "y" * 200}})
         self.assertEqual(ctx.exception.code, 17419)
         self.assertEqual(coll.find_one({"_id": 1}, {"s": 0}), {"_id": 1, "n": 2})
+        # The same in a bulk write (a document sequence: update_fast's shape reader): the
+        # error at its index, the others applied.
+        with self.assertRaises(pymongo.errors.BulkWriteError) as ctx:
+            coll.bulk_write([UpdateOne({"_id": 1}, {"$inc": {"n": 1}}),
+                             UpdateOne({"_id": 1}, {"$set": {"t": "y" * 200}}),
+                             UpdateOne({"_id": 1}, {"$inc": {"n": 1}})], ordered=False)
+        self.assertEqual([(e["index"], e["code"]) for e in ctx.exception.details["writeErrors"]],
+                         [(1, 17419)])
+        self.assertEqual(coll.find_one({"_id": 1}, {"s": 0}), {"_id": 1, "n": 4})
         coll.drop()
 
     def test_noop_set_is_not_modified_and_makes_no_event(self):
