@@ -294,6 +294,11 @@ class ShapeTest(unittest.TestCase):
                 raw = raw[:7] + struct.pack("<i", 19) + raw[11:]
             self.assertIsNone(update_fast.by_id_shape(raw), st)
         self.assertIsNone(update_fast.by_id_shape(b"\x05\x00\x00\x00\x00"))
+        # q and its string _id claiming more bytes than the statement has (lengths agreeing).
+        raw = bytearray(bson.encode({"q": {"_id": "abc"}, "u": {"$inc": {"n": 1}}}))
+        raw[7:11] = struct.pack("<i", 14 + 100)
+        raw[16:20] = struct.pack("<i", 100)
+        self.assertIsNone(update_fast.by_id_shape(bytes(raw)))
         self.assertIsNone(update_fast.by_id_shape(_raw_with_string_id(b"\xff\xfe")))
         self.assertEqual(update_fast.by_id_shape(_raw_with_string_id(b"ok"))[0], "ok")
 

@@ -122,6 +122,8 @@ def by_id_shape(raw):
     if qm != _Q or idm != _ID:
         return None
     end = 7 + qlen      # q's end: its last byte is its terminating NUL
+    if end >= len(raw):
+        return None     # q past the statement's end (the statement's own NUL after it)
     if t == 2:
         # n: the string's bytes and its NUL; q ends right after that NUL.
         if n < 1 or end != 21 + n or raw[19 + n] != 0 or raw[20 + n] != 0:
