@@ -328,7 +328,9 @@ local function stream_warnings(cfg, spec, out)
   if not spec.dlq and cfg.defaults.dlq and cfg.defaults.dlq.enabled ~= false then
     warn("no dlq: the dlq settings in fw.defaults only apply to streams that set dlq (dlq = true)")
   end
-  if spec.ha and spec.ha.mode ~= "none" and spec.checkpoint.start_position == "latest" then
+  -- With "shared", "latest" means the group's start: a take-over resumes from the checkpoint
+  -- of the group's run (docs/operations.md).
+  if spec.ha and spec.ha.mode == "leader" and spec.checkpoint.start_position == "latest" then
     warn('checkpoint.start_position = "latest" with ha.mode = "leader": a standby taking over '
       .. "starts from now and skips what came since the leader's last event")
   end

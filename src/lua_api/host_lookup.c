@@ -94,10 +94,12 @@ lookup_start (const char *host)
       return NULL;
    }
    l->refs = 2;
-   pthread_attr_init (&ta);
-   pthread_attr_setdetachstate (&ta, PTHREAD_CREATE_DETACHED);
-   started = pthread_create (&t, &ta, lookup_run, l) == 0;
-   pthread_attr_destroy (&ta);
+   started = pthread_attr_init (&ta) == 0;
+   if (started) {
+      started = pthread_attr_setdetachstate (&ta, PTHREAD_CREATE_DETACHED) == 0 &&
+                pthread_create (&t, &ta, lookup_run, l) == 0;
+      pthread_attr_destroy (&ta);
+   }
    if (!started) {
       l->refs = 1;
       lookup_release (l);

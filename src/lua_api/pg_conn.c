@@ -145,10 +145,12 @@ cancel (PGconn *conn)
    if (!c) {
       return;
    }
-   pthread_attr_init (&attr);
-   pthread_attr_setdetachstate (&attr, PTHREAD_CREATE_DETACHED);
-   started = pthread_create (&t, &attr, cancel_run, c) == 0;
-   pthread_attr_destroy (&attr);
+   started = pthread_attr_init (&attr) == 0;
+   if (started) {
+      started = pthread_attr_setdetachstate (&attr, PTHREAD_CREATE_DETACHED) == 0 &&
+                pthread_create (&t, &attr, cancel_run, c) == 0;
+      pthread_attr_destroy (&attr);
+   }
    if (!started) {
       cancel_run (c); /* no thread: here, as before */
    }

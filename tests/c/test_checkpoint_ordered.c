@@ -267,15 +267,15 @@ an_older_runs_late_write_never_replaces_a_newer_runs (void **state)
    assert_true (fw_checkpoint_claim_generation (g_client, DB, "runs", &gb, &err));
    assert_int_equal (gb, ga + 1);
    assert_int_equal (save_run ("runs", 7, gb, &b, 1, &err), FW_CHECKPOINT_SAVED);
-   assert_int_equal (save_run ("runs", 6, ga, &a, 6, &err), FW_CHECKPOINT_NOT_SAVED);
+   assert_int_equal (save_run ("runs", 6, ga, &a, 6, &err), FW_CHECKPOINT_REFUSED);
    assert_true (refused_by (err.message, gb, ga));
-   assert_int_equal (save_run ("runs", 6, ga, NULL, 0, &err), FW_CHECKPOINT_NOT_SAVED);
+   assert_int_equal (save_run ("runs", 6, ga, NULL, 0, &err), FW_CHECKPOINT_REFUSED);
    assert_int_equal (stored ("runs"), 7);
    /* a mode = "sync" run: the same, and it replaces the older run's stamp */
    assert_true (fw_checkpoint_claim_generation (g_client, DB, "runs", &gc, &err));
    assert_int_equal (gc, ga + 2);
    assert_int_equal (save_run ("runs", 8, gc, NULL, 0, &err), FW_CHECKPOINT_SAVED);
-   assert_int_equal (save_run ("runs", 7, gb, &b, 2, &err), FW_CHECKPOINT_NOT_SAVED);
+   assert_int_equal (save_run ("runs", 7, gb, &b, 2, &err), FW_CHECKPOINT_REFUSED);
    assert_int_equal (stored ("runs"), 8);
 
    /* a checkpoint written before writerGen existed */
@@ -311,7 +311,7 @@ a_reset_by_hand_wins (void **state)
    assert_int_equal (save_run ("reset", 10, ga, &a, 1, &err), FW_CHECKPOINT_SAVED);
    coll = mongoc_client_get_collection (g_client, DB, FW_CHECKPOINT_COLLECTION);
    assert_true (mongoc_collection_update_one (coll, filter, update, NULL, NULL, &berr));
-   assert_int_equal (save_run ("reset", 11, ga, &a, 2, &err), FW_CHECKPOINT_NOT_SAVED);
+   assert_int_equal (save_run ("reset", 11, ga, &a, 2, &err), FW_CHECKPOINT_REFUSED);
    assert_int_equal (stored ("reset"), 3);
    assert_true (fw_checkpoint_claim_generation (g_client, DB, "reset", &gb, &err));
    assert_int_equal (gb, ga + 2);
@@ -493,7 +493,7 @@ a_deleted_checkpoint_still_refuses_an_earlier_runs_write (void **state)
    assert_true (fw_checkpoint_claim_generation (g_client, DB, "deleted", &gb, &err));
    assert_true (gb > ga);
    assert_int_equal (save_run ("deleted", 1, gb, NULL, 0, &err), FW_CHECKPOINT_SAVED);
-   assert_int_equal (save_run ("deleted", 6, ga, NULL, 0, &err), FW_CHECKPOINT_NOT_SAVED);
+   assert_int_equal (save_run ("deleted", 6, ga, NULL, 0, &err), FW_CHECKPOINT_REFUSED);
    assert_true (refused_by (err.message, gb, ga));
    assert_int_equal (stored ("deleted"), 1);
    bson_destroy (seed);
@@ -521,6 +521,105 @@ raising_a_generation_says_what_is_stored (void **state)
    assert_int_equal (stored_gen, 6);
 }
 
+/* The number in field of stream's checkpoint document, 0 when none. */
+static int64_t
+stored_number (const char *stream, const char *field)
+{
+   mongoc_collection_t *coll = mongoc_client_get_collection (g_client, DB,
+                                                             FW_CHECKPOINT_COLLECTION);
+   bson_t *filter = BCON_NEW ("_id", BCON_UTF8 (stream));
+   mongoc_cursor_t *cursor = mongoc_collection_find_with_opts (coll, filter, NULL, NULL);
+   const bson_t *doc;
+   bson_iter_t it;
+   int64_t n = 0;
+
+   if (mongoc_cursor_next (cursor, &doc) && bson_iter_init_find (&it, doc, field) &&
+       BSON_ITER_HOLDS_NUMBER (&it)) {
+      n = bson_iter_as_int64 (&it);
+   }
+   mongoc_cursor_destroy (cursor);
+   mongoc_collection_destroy (coll);
+   bson_destroy (filter);
+   return n;
+}
+
+/* ha turned off, then on again: a start in either mode goes on from the
+ * other mode's checkpoint (the stored epoch never refuses a run without ha,
+ * nor the stored writer generation a leader), and fences the other mode's
+ * earlier runs: a paused leader's late write after a run without ha has
+ * started, and a paused run's without ha after a new leader's fence, change
+ * nothing. The next leader's epoch is past the stored one (its floor). */
+static void
+turning_ha_off_and_on_fences_the_other_modes_earlier_runs (void **state)
+{
+   bson_oid_t w;
+   fw_error_t err;
+   int64_t epoch, next, ga, gb;
+   bool fenced;
+   bson_t *t = token (99);
+   (void) state;
+
+   bson_oid_init (&w, NULL);
+   /* a leader (epoch 3) fences and saves; then it is paused */
+   assert_true (fw_checkpoint_fence (g_client, DB, "modes", 3, &epoch, &err));
+   assert_int_equal (epoch, 3);
+   assert_int_equal (save ("modes", 1, 3, &w, 1, &err), FW_CHECKPOINT_SAVED);
+
+   /* ha off: the next run claims, and saves over the leader's checkpoint */
+   assert_true (fw_checkpoint_claim_generation (g_client, DB, "modes", &ga, &err));
+   assert_int_equal (save_run ("modes", 2, ga, NULL, 0, &err), FW_CHECKPOINT_SAVED);
+   assert_int_equal (stored ("modes"), 2);
+   /* the paused leader resumes: its writes change nothing */
+   assert_int_equal (save ("modes", 9, 3, &w, 2, &err), FW_CHECKPOINT_NOT_SAVED);
+   assert_non_null (strstr (err.message, "or a run of the stream without ha"));
+   assert_false (fw_checkpoint_save_fenced (g_client, DB, "modes", t, t, "v", 3, &fenced, &err));
+   assert_true (fenced);
+   assert_int_equal (stored ("modes"), 2);
+
+   /* ha on again: the next leader's epoch is past the stored one */
+   next = stored_number ("modes", "epoch") + 1;
+   assert_true (next > 3);
+   assert_true (fw_checkpoint_fence (g_client, DB, "modes", next, &epoch, &err));
+   assert_int_equal (epoch, next);
+   assert_int_equal (save ("modes", 3, next, &w, 3, &err), FW_CHECKPOINT_SAVED);
+   /* the paused run without ha resumes: its writes change nothing */
+   gb = stored_number ("modes", "writerGen");
+   assert_true (gb > ga);
+   assert_int_equal (save_run ("modes", 8, ga, NULL, 0, &err), FW_CHECKPOINT_REFUSED);
+   assert_true (refused_by (err.message, gb, ga));
+   assert_int_equal (stored ("modes"), 3);
+
+   /* ha off again: the next run goes on from the leader's checkpoint */
+   assert_true (fw_checkpoint_claim_generation (g_client, DB, "modes", &gb, &err));
+   assert_int_equal (save_run ("modes", 4, gb, NULL, 0, &err), FW_CHECKPOINT_SAVED);
+   assert_int_equal (stored ("modes"), 4);
+   bson_destroy (t);
+}
+
+/* A leader fences a checkpoint no run without ha wrote: its writer
+ * generation is the time (as a run's first claim), so a run without ha
+ * from before a delete by hand is refused too. */
+static void
+a_leaders_fence_without_a_generation_takes_the_time (void **state)
+{
+   fw_error_t err;
+   int64_t epoch, gen, stored_gen, before = fw_now_ms ();
+   (void) state;
+
+   assert_true (fw_checkpoint_fence (g_client, DB, "fresh", 1, &epoch, &err));
+   assert_int_equal (epoch, 1);
+   assert_in_range (stored_number ("fresh", "writerGen"), before, fw_now_ms ());
+   assert_int_equal (stored_number ("fresh", "epoch"), 1);
+
+   /* exactly_once's sink: a run without ha raising its generation there
+    * fences the sink's leaders too */
+   assert_true (fw_checkpoint_fence (g_client, DB, "sink", 4, &epoch, &err));
+   gen = stored_number ("sink", "writerGen") + 1;
+   assert_true (fw_checkpoint_raise_generation (g_client, DB, "sink", gen, &stored_gen, &err));
+   assert_int_equal (stored_gen, gen);
+   assert_int_equal (stored_number ("sink", "epoch"), 5);
+}
+
 int
 main (void)
 {
@@ -536,6 +635,8 @@ main (void)
       cmocka_unit_test (an_older_runs_transaction_commits_nothing),
       cmocka_unit_test (raising_a_generation_says_what_is_stored),
       cmocka_unit_test (a_deleted_checkpoint_still_refuses_an_earlier_runs_write),
+      cmocka_unit_test (turning_ha_off_and_on_fences_the_other_modes_earlier_runs),
+      cmocka_unit_test (a_leaders_fence_without_a_generation_takes_the_time),
    };
    return cmocka_run_group_tests (tests, setup, teardown);
 }

@@ -49,6 +49,7 @@ typedef struct {
    uint64_t fail_seq;       /* the write of this seq fails (once) */
    int broken;              /* rules the writer broke (checked by the test's thread) */
    int64_t fence;           /* writes fenced below this epoch are refused */
+   bool newer_run;          /* a newer run holds the store: every write is refused */
    bool hold;               /* every write waits here until released */
    bool hold_conn[CONNS];   /* ... the writes of that conn */
    bool holding[CONNS];     /* a write of that conn is waiting */
@@ -105,6 +106,12 @@ static fw_checkpoint_saved_t
 fake_store (fake_t *f, const fw_checkpoint_write_t *w, fw_error_t *error)
 {
    int64_t v = value_of (w->processed);
+   if (f->newer_run) {
+      fw_error_set (error, FW_ERROR_MONGO,
+                    "checkpoint of stream \"s\" NOT saved: a newer run of the stream "
+                    "(writer generation 2, this run's 1) has written it");
+      return FW_CHECKPOINT_REFUSED;
+   }
    if (w->epoch > 0 && w->epoch < f->fence) {
       fw_error_set (error, FW_ERROR_MONGO, "the fake store was fenced with a newer epoch");
       return FW_CHECKPOINT_NOT_SAVED;
@@ -149,7 +156,7 @@ fake_write (void *ud, int conn, const fw_checkpoint_write_t *w, fw_error_t *erro
       f->seq[f->n] = w->seq;
       f->conn[f->n] = conn;
       f->saved[f->n] = saved;
-      f->ok[f->n] = saved != FW_CHECKPOINT_NOT_SAVED;
+      f->ok[f->n] = saved == FW_CHECKPOINT_SAVED || saved == FW_CHECKPOINT_SUPERSEDED;
       f->n++;
    }
    f->writing[conn] = 0;
@@ -873,6 +880,46 @@ test_stamp_comes_after_every_hand_over (void **state)
    assert_int_equal (f.broken, 0);
 }
 
+/* A write refused by a newer run of the stream is final: it is not tried
+ * again (a retry_ms of 20 ms would have tried it many times within the
+ * wait), the writer says why, and a hand-over after it never waits for the
+ * handler's bound: the stream stops instead. */
+static void
+test_a_newer_runs_refusal_is_not_tried_again (void **state)
+{
+   fake_t f;
+   fw_checkpoint_writer_t *cw;
+   fw_error_t why;
+   int ok, failed;
+   int64_t last_ok_ms;
+   (void) state;
+
+   fake_init (&f);
+   cw = writer_over (&f, 20);
+   submit (cw, 1, 0);
+   assert_true (fake_wait (&f, 1));
+   fw_checkpoint_writer_quiesce (cw); /* the write's end is counted */
+   assert_false (fw_checkpoint_writer_refused (cw, &why));
+
+   pthread_mutex_lock (&f.mu);
+   f.newer_run = true;
+   pthread_mutex_unlock (&f.mu);
+   submit (cw, 2, 0);
+   assert_true (fake_wait (&f, 2));
+   fw_checkpoint_writer_quiesce (cw);
+   assert_true (fw_checkpoint_writer_refused (cw, &why));
+   assert_non_null (strstr (why.message, "a newer run of the stream"));
+   submit (cw, 3, 1); /* max_behind 1: would wait for ever for a write that never starts */
+   submit (cw, 4, 1);
+   assert_false (fake_wait_ms (&f, 3, 500));
+   fw_checkpoint_writer_take_results (cw, &ok, &failed, &last_ok_ms);
+   fw_checkpoint_writer_destroy (cw);
+   assert_int_equal (f.n, 2);
+   assert_int_equal (ok, 1);
+   assert_int_equal (failed, 1);
+   assert_int_equal (f.stored_value, 1);
+}
+
 int
 main (void)
 {
@@ -894,6 +941,7 @@ main (void)
       cmocka_unit_test (test_fencing_with_writes_in_flight),
       cmocka_unit_test (test_without_a_second_connection),
       cmocka_unit_test (test_max_behind_with_writes_in_flight),
+      cmocka_unit_test (test_a_newer_runs_refusal_is_not_tried_again),
    };
    return cmocka_run_group_tests (tests, NULL, NULL);
 }

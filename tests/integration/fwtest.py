@@ -737,10 +737,10 @@ class StandInTestCase(unittest.TestCase):
 
     def units_started(self, stream, n):
         """Whether the change stream of every unit of stream (partitions = n) opened once. A
-        unit's first holder saves where it starts ("from now") before its stream is open, and
-        every later holder resumes there; a unit whose lease is held but whose stream is not open
-        yet starts at its open, after what was written meanwhile (a loaded machine opens them
-        late)."""
+        unit's first holder saves where it starts ("from now"; with ha.mode = "shared" the
+        group's start) before its stream is open, and every later holder resumes there; without
+        "shared", a unit whose lease is held but whose stream is not open yet starts at its
+        open, after what was written meanwhile (a loaded machine opens them late)."""
         return self.db["_fw_checkpoints"].count_documents({
             "_id": {"$regex": "^%s#[0-9]+/%d$" % (re.escape(stream), n)},
             "$or": [{"lastSeenToken": {"$exists": True}},

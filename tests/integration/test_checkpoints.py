@@ -3,8 +3,11 @@ kill -9 loses nothing and repeats at most save_every events with
 checkpoint.mode = "sync", at most 20 x save_every with "async" (the default;
 docs/configuration.md#checkpoint), idle streams keep their seen position
 fresh (issue 3: runtime behaviour, checkpoints)."""
+import json
+import signal
 import time
 import unittest
+import urllib.request
 
 from fwtest import needs_standin, StandInTestCase, token_at
 
@@ -248,6 +251,53 @@ class StopAndRestart(StandInTestCase):
         cp = self.starts_from_now(script, "written before the delete's start")
         self.assertGreater(cp["writerGen"], gen)
         self.assertGreaterEqual(cp["writerGen"], int(started * 1000) - 1000)
+
+    def test_a_paused_async_run_replaced_by_a_newer_one_stops_its_stream_once(self):
+        self.paused_run_replaced("")
+
+    def test_a_paused_sync_run_replaced_by_a_newer_one_stops_its_stream_once(self):
+        self.paused_run_replaced(SYNC)
+
+    def processed_token(self):
+        cp = self.checkpoint("seq") or {}
+        return cp.get("lastProcessedToken", {}).get("_data")
+
+    def paused_run_replaced(self, extra_cp):
+        # Without ha, a process paused (SIGSTOP: a stalled VM) and replaced by a
+        # new run, which claims a later writer generation. Resumed, the old run's
+        # save is refused (the checkpoint stays the new run's): its stream stops
+        # with one line naming it and why, instead of trying again every second,
+        # and its health and exit summary say so.
+        script = self.script(seq_script(extra_cp=extra_cp))
+        old = self.run_fw(script, extra=["--admin", "127.0.0.1:0"])
+        old.wait_open()
+        port = old.admin_port()
+        self.insert([0])
+        first = old.wait_reports(1)[0]["eid"]
+        old.wait_until(lambda: self.processed_token() == first, what="the old run's checkpoint")
+        old.proc.send_signal(signal.SIGSTOP)
+        self.addCleanup(lambda: old.proc.poll() is None and old.proc.send_signal(signal.SIGCONT))
+        new = self.run_fw(script)
+        new.wait_open()
+        self.insert([1])
+        eid = new.wait_reports(1)[0]["eid"]
+        new.wait_until(lambda: self.processed_token() == eid, what="the new run's checkpoint")
+        gen = self.checkpoint("seq")["writerGen"]
+        old.proc.send_signal(signal.SIGCONT)  # its change stream hands it event 1 too
+        old.wait_log('STREAM STOPPED: checkpoint of stream "seq" NOT saved: a newer run of the '
+                     "stream (writer generation %d" % gen, stream="seq")
+        with urllib.request.urlopen("http://127.0.0.1:%d/v1/streams/seq" % port,
+                                    timeout=30) as r:
+            health = json.loads(r.read().decode())
+        self.assertEqual(health["state"], "failed")
+        self.assertIn("a newer run of the stream", health["reason"])
+        self.assertEqual(new.stop(), 0)
+        self.assertEqual(self.checkpoint("seq")["writerGen"], gen)
+        self.assertEqual(self.processed_token(), eid)
+        old.stop()
+        self.assertEqual(old.count_log("NOT saved"), 1, old.messages())
+        self.assertEqual(old.count_log("will try again"), 0)
+        old.wait_log("(stream stopped on an error)", stream="seq")
 
     def test_start_position_latest_ignores_the_saved_checkpoint(self):
         resume = self.script(seq_script())

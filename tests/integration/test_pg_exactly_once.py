@@ -216,14 +216,45 @@ class PgExactlyOnce(WithPgServer, FailureTestCase):
         self.assertEqual(mongo["type"], "ArgumentError")
         self.assertIn("a MongoDB write cannot join its PostgreSQL transaction", mongo["message"])
 
-    def test_a_stored_epoch_above_the_stream_fences_it(self):
-        # A newer ha leader raised the epoch: this instance commits nothing.
+    def test_turning_ha_off_goes_on_from_the_leaders_position(self):
+        # A leader stored its epoch in the row; a run without ha (ha turned
+        # off) is not fenced by it: it goes on from the leader's position,
+        # nothing lost or repeated.
+        script = self.script('fw.defaults { ha = { mode = "leader", lease = "1s" } }\n' + SCRIPT)
+        env = clean_env({"PG_URI": self.pg.uri()})
+        leader = self.run_fw(script, env=env)
+        leader.wait_open()
+        self.db.c.insert_many([{"_id": i} for i in range(5)])
+        self.wait_logged(5)
+        self.assertEqual(leader.stop(), 0)
+        epoch, gen = (int(v) for v in self.pg.sql(
+            "SELECT epoch, writer_gen FROM flowwarden_checkpoints WHERE stream = 'eo'")[0])
+        self.assertGreaterEqual(epoch, 1, "the leader's epoch is stored")
+        self.assertGreater(gen, 0, "the leader claimed a writer generation")
+        self.db.c.insert_many([{"_id": i} for i in range(5, 10)])
+        p = self.start()
+        self.assertEqual(p.count_log("resuming from the position committed"), 1)
+        self.db.c.insert_one({"_id": 10})
+        self.wait_logged(11)
+        self.assertEqual(p.stop(), 0)
+        self.assertEqual(p.count_log("holds the position"), 0)
+        self.assertEqual(self.log(), sorted((str(i), "1") for i in range(11)))
+        row = self.pg.sql("SELECT epoch, writer_gen FROM flowwarden_checkpoints "
+                          "WHERE stream = 'eo'")[0]
+        self.assertEqual(int(row[0]), epoch, "the epoch stays for the next leader")
+        self.assertEqual(int(row[1]), gen + 1, "the run's claim is past the leader's")
+
+    def test_a_newer_leaders_fence_stops_a_run_without_ha(self):
+        # ha turned on elsewhere: a new leader raised the epoch and claimed a
+        # later writer generation; this run without ha commits nothing more.
         p = self.start()
         self.db.c.insert_one({"_id": 1})
         self.wait_logged(1)
-        self.pg.sql("UPDATE flowwarden_checkpoints SET epoch = 99")
+        gen = int(self.pg.sql("UPDATE flowwarden_checkpoints SET epoch = 99, "
+                              "writer_gen = writer_gen + 1 RETURNING writer_gen")[0][0])
         self.db.c.insert_one({"_id": 2})
-        p.wait_log("a newer leader holds the position", timeout=30)
+        p.wait_log('STREAM STOPPED: exactly_once: a newer run of stream "eo" (writer '
+                   "generation %d" % gen, timeout=30)
         p.kill9()
         self.assertEqual(self.log(), [("1", "1")])
 
@@ -366,6 +397,46 @@ class PgExactlyOnce(WithPgServer, FailureTestCase):
         self.assertEqual(self.pg.sql("SELECT id, attempt FROM log", db="other"), [["2", "1"]])
         self.assertEqual(len(self.pg.sql("SELECT stream FROM flowwarden_checkpoints",
                                          db="other")), 1)
+
+    def test_a_reload_to_another_database_claims_the_row_there_first(self):
+        # The other database's table has its own generations: a row there holds
+        # one later than this run's (a run of the stream that used it before).
+        # The run claims the row there before its first transaction (one past
+        # it), so it is not refused as older, and any earlier run's late
+        # transaction there is.
+        self.pg.sql("DROP DATABASE IF EXISTS other")
+        self.pg.sql("CREATE DATABASE other")
+        self.pg.sql("CREATE TABLE log (id text, attempt int); "
+                    "CREATE TABLE flowwarden_checkpoints (database text NOT NULL, "
+                    "stream text NOT NULL, resume_token text, epoch bigint NOT NULL DEFAULT 0, "
+                    "script_version text, updated_at timestamptz NOT NULL DEFAULT now(), "
+                    "writer_gen bigint NOT NULL DEFAULT 0, PRIMARY KEY (database, stream)); "
+                    "INSERT INTO flowwarden_checkpoints (database, stream, writer_gen) "
+                    "VALUES ('%s', 'eo', 9000000000000000)" % self.db_name, db="other")
+        path = self.script(SCRIPT.replace('fw.env("PG_URI")', '"%s"' % self.pg.uri()))
+        p = self.run_fw(path)
+        p.wait_open()
+        self.db.c.insert_one({"_id": 1})
+        self.wait_logged(1)
+        with open(path) as f:
+            text = f.read().replace(self.pg.uri(), self.pg.uri(db="other"))
+        with open(path, "w") as f:
+            f.write(text)
+        p.proc.send_signal(signal.SIGHUP)
+        p.wait_log("reloaded ", timeout=30)
+        self.db.c.insert_many([{"_id": 2}, {"_id": 3}])
+        p.wait_reports(3)
+        p.wait_until(lambda: len(self.pg.sql("SELECT id FROM log", db="other")) == 2, 30,
+                     "events 2 and 3 committed in the other database")
+        self.assertEqual(p.stop(), 0)
+        self.assertEqual(p.count_log("a newer run"), 0)
+        self.assertEqual(p.count_log("claiming the stream's position row there"), 1)
+        self.assertEqual(sorted(self.pg.sql("SELECT id, attempt FROM log", db="other")),
+                         [["2", "1"], ["3", "1"]])
+        gen, token = self.pg.sql("SELECT writer_gen, resume_token FROM flowwarden_checkpoints",
+                                 db="other")[0]
+        self.assertEqual(int(gen), 9000000000000001)
+        self.assertIn('"_data"', token)
 
     def test_partitions_each_commit_their_own_position(self):
         script = self.script(SCRIPT.replace('exactly_once = { connection = "rep" },',

@@ -138,6 +138,16 @@ fw.stream { name = "b", database = "shop", collection = "c", exactly_once = true
     assert.are.equal(1, n)
   end)
 
+  it("warns about start_position = latest with ha.mode = leader only (shared: the group's start)", function()
+    local function text_for(mode)
+      return describe_mod.text(load("fw.defaults { ha = { mode = '" .. mode .. "' } }\n"
+        .. "fw.stream { name = 's', database = 'shop', retry = true, dlq = true,\n"
+        .. "  checkpoint = { start_position = 'latest' }, on_change = h }"))
+    end
+    assert.truthy(text_for("leader"):find('start_position = "latest" with ha.mode = "leader"', 1, true))
+    assert.is_nil(text_for("shared"):find("warning", 1, true))
+  end)
+
   it("prints checkpoint.start_at as a date and its Timestamp, only when set", function()
     local text = describe_mod.text(load([[
 fw.stream { name = "a", database = "shop", checkpoint = { start_at = "2026-11-26T10:00:00Z" }, on_change = h }

@@ -5,12 +5,16 @@ Run: cd tests/standin && /usr/bin/python3 -m unittest test_fastpaths -v
 * bsonutil.encode (its own encoder for the common types) against bson.encode;
 * update_fast (update by _id with $inc/$set on top-level fields) against update.apply_update,
   and the statements it must leave to the general path;
+* update commands whose statements are read by their shape (update_fast.by_id_shape, not
+  decoded when a statement of the same shape was) against the same commands all decoded:
+  replies, documents, change events;
 * through the wire (pymongo): a bulk write's per-statement results, write errors and change
   events, find's bytes after inserts, updates and deletes (the stored encodings).
 """
 
 import datetime
 import random
+import struct
 import unittest
 import uuid
 
@@ -28,7 +32,8 @@ from bson.son import SON
 from bson.timestamp import Timestamp
 from pymongo import UpdateOne
 
-from fwstandin import bsonutil, idindex, update_fast
+from fwstandin import bsonutil, commands, idindex, oplog, update_fast, wire
+from fwstandin.server import Server
 from fwstandin.query import matches
 from fwstandin.update import apply_update
 from standin_process import StandIn
@@ -193,6 +198,46 @@ class UpdateFastTest(unittest.TestCase):
                 checked += 1
         self.assertGreater(checked, 80)
 
+    def test_apply_sized_is_apply_and_new_size(self):
+        docs = self.DOCS + [{"_id": "c1", "n": -2 ** 31, "s": "é"}, {"_id": "c2", "n": True},
+                            {"_id": "c3", "n": 0}]
+        updates = self.UPDATES + [{"$inc": {"n": -1}}, {"$inc": {"n": 2 ** 31 - 1}},
+                                  {"$inc": {"n": -2 ** 31}}, {"$inc": {"n": 2 ** 31}},
+                                  {"$inc": {"n": True}}]
+        checked = 0
+        for doc in docs:
+            size = len(bsonutil.encode(doc))
+            for u in updates:
+                plan = update_fast.plan({"q": {"_id": doc["_id"]}, "u": u})
+                if plan is None:
+                    continue
+                want = update_fast.apply(doc, plan[1])
+                for known in (size, None):
+                    got = update_fast.apply_sized(doc, plan[1], known)
+                    if want is None:
+                        self.assertIsNone(got, (doc, u))
+                        continue
+                    self.assertEqual(bsonutil.encode(got[0]), bsonutil.encode(want[0]), (doc, u))
+                    self.assertEqual(got[1], want[1], (doc, u))
+                    if not want[1] or known is None:
+                        self.assertEqual(got[2], known, (doc, u))
+                    else:
+                        self.assertEqual(got[2], update_fast.new_size(
+                            known, doc, want[1]["updatedFields"]), (doc, u))
+                        if got[2] is not None:
+                            self.assertEqual(got[2], len(bsonutil.encode(got[0])), (doc, u))
+                    checked += 1
+        self.assertGreater(checked, 150)
+
+    def test_update_entry_is_the_entry(self):
+        make = (len, (b"x",))
+        for images, pre, post in ((False, None, None), (True, {"_id": 1}, {"_id": 1, "n": 2})):
+            want = oplog.Entry(5, 6, "u", "db", "c", None, 1, images, pre, post, make=make)
+            got = oplog.update_entry(5, 6, "db", "c", "db.c", 1, images, pre, post, make)
+            self.assertEqual({k: getattr(got, k) for k in oplog.Entry.__slots__},
+                             {k: getattr(want, k) for k in oplog.Entry.__slots__})
+            self.assertEqual(got.raw, 1)
+
     def test_other_shapes_take_the_general_path(self):
         base = {"q": {"_id": 1}, "u": {"$inc": {"n": 1}}}
         for change in ({"q": {"_id": {"$gt": 1}}}, {"q": {"_id": 1, "a": 1}}, {"q": {}},
@@ -208,6 +253,139 @@ class UpdateFastTest(unittest.TestCase):
                        {"arrayFilters": []}):
             st = dict(base, **change)
             self.assertIsNone(update_fast.plan(st), change)
+
+
+def _update_msg(request_id, body, raws):
+    """The (header, payload) of an OP_MSG `update` command with the raw statements in a
+    document sequence, as drivers send a bulk write."""
+    seq = b"".join(raws)
+    payload = (b"\x00\x00\x00\x00\x00" + bson.encode(body) + b"\x01"
+               + struct.pack("<i", 12 + len(seq)) + b"updates\x00" + seq)
+    return (16 + len(payload), request_id, 0, wire.OP_MSG), payload
+
+
+def _raw_with_string_id(raw_id):
+    """A statement {q: {_id: <the string of bytes raw_id>}, u: {$inc: {n: 1}}} built by hand
+    (bson.encode refuses a string that is not UTF-8)."""
+    q = (b"\x02_id\x00" + struct.pack("<i", len(raw_id) + 1) + raw_id + b"\x00")
+    q = struct.pack("<i", len(q) + 5) + q + b"\x00"
+    body = b"\x03q\x00" + q + bson.encode({"u": {"$inc": {"n": 1}}})[4:]
+    return struct.pack("<i", len(body) + 4) + body
+
+
+class ShapeTest(unittest.TestCase):
+    """update commands through update_fast.by_id_shape against the same commands with every
+    statement decoded (the shape reader off): the same replies, documents and events."""
+
+    def test_by_id_shape_reads_the_id_and_the_rest(self):
+        rest = bson.encode({"u": {"$inc": {"n": 1}}, "upsert": True})[4:]
+        for _id in ("g1", "", "é€😀", "nul\x00in", 7, -2 ** 31, Int64(2 ** 40), Int64(-1),
+                    ObjectId()):
+            raw = bson.encode({"q": {"_id": _id}, "u": {"$inc": {"n": 1}}, "upsert": True})
+            got = update_fast.by_id_shape(raw)
+            self.assertEqual(got, (_id, rest), _id)
+            self.assertIs(type(got[0]), type(_id))
+        for st in ({"q": {"_id": 1.0}}, {"q": {"_id": True}}, {"q": {"_id": None}},
+                   {"q": {"_id": {"a": 1}}}, {"q": {"_id": [1]}}, {"q": {"_id": 1, "a": 1}},
+                   {"q": {"a": 1}}, {"q": {}}, {"u": {"$inc": {"n": 1}}, "q": {"_id": 1}},
+                   {"qq": {"_id": 1}}, {"q": {"_id": Int64(1)}, "u": 1}):
+            raw = bson.encode(st)
+            if st.get("u") == 1:    # an int64 _id cut short: q's length no longer fits
+                raw = raw[:7] + struct.pack("<i", 19) + raw[11:]
+            self.assertIsNone(update_fast.by_id_shape(raw), st)
+        self.assertIsNone(update_fast.by_id_shape(b"\x05\x00\x00\x00\x00"))
+        # q and its string _id claiming more bytes than the statement has (lengths agreeing).
+        raw = bytearray(bson.encode({"q": {"_id": "abc"}, "u": {"$inc": {"n": 1}}}))
+        raw[7:11] = struct.pack("<i", 14 + 100)
+        raw[16:20] = struct.pack("<i", 100)
+        self.assertIsNone(update_fast.by_id_shape(bytes(raw)))
+        self.assertIsNone(update_fast.by_id_shape(_raw_with_string_id(b"\xff\xfe")))
+        self.assertEqual(update_fast.by_id_shape(_raw_with_string_id(b"ok"))[0], "ok")
+
+    def _run(self, commands_list, shapes):
+        """Replies (without times), documents and events of the commands on a new server,
+        by shape or with every statement decoded."""
+        saved = update_fast.by_id_shape
+        update_fast.SHAPES.clear()
+        if not shapes:
+            update_fast.by_id_shape = lambda raw: None
+        try:
+            server = Server()
+            server.load()
+            server.store.create_collection("db", "c", {"changeStreamPreAndPostImages":
+                                                       {"enabled": True}})
+            conn = commands.Connection(1, ("127.0.0.1", 0))
+            replies = []
+            for n, (body, raws) in enumerate(commands_list):
+                reply = commands.execute(server, conn, wire.parse_message(
+                    *_update_msg(n + 1, {"update": "c", **body, "$db": "db"}, raws)))
+                reply = bsonutil.decode(reply[21:])
+                for k in ("$clusterTime", "operationTime"):
+                    reply.pop(k)
+                replies.append(reply)
+            c = server.store.coll("db", "c")
+            docs = [bsonutil.encode(c.docs[k]) for k in c.docs]
+            events = []
+            for e in server.store.oplog.iter_live():
+                if e.coll == "c":
+                    ev = bsonutil.decode(e.raw)
+                    for k in ("_id", "clusterTime", "wallTime"):
+                        ev.pop(k)
+                    events.append((bsonutil.encode(ev), e.pre, e.post))
+            self.shapes_known = len(update_fast.SHAPES)
+            return replies, docs, events
+        finally:
+            update_fast.by_id_shape = saved
+            update_fast.SHAPES.clear()
+
+    def test_shapes_give_what_decoding_gives(self):
+        def st(_id, u=None, **kw):
+            return bson.encode(dict({"q": {"_id": _id}, "u": u or {"$inc": {"n": 1}}}, **kw))
+
+        lsid = {"id": Binary(uuid.uuid4().bytes, 4)}
+        oid = ObjectId()
+        # q twice: the decoded statement's q is the second one, by_id_shape's the first.
+        dup = (bson.encode({"q": {"_id": "a"}, "u": {"$inc": {"n": 1}}, "upsert": True})[4:-1]
+               + bson.encode({"q": {"_id": "b"}})[4:-1])
+        dup = struct.pack("<i", len(dup) + 5) + dup + b"\x00"
+        bulk = [st("a", upsert=True), st(1, upsert=True), st(Int64(2), upsert=True),
+                st(oid, upsert=True), st("s", {"$set": {"n": "text"}}, upsert=True)]
+        again = ([st("a", upsert=True), st(1, upsert=True), st(Int64(2), upsert=True),
+                  st(oid, upsert=True), st("s", upsert=True),    # $inc on a string: 14
+                  st("missing", upsert=True), st("gone"), st(1), st(2.0, upsert=True),
+                  st("a", multi=False), st("a", {"$set": {"n": 1}}), st("a", multi=True,
+                                                                         upsert=False),
+                  st("a", hint={"_id": 1}), st("b", {"$set": {"m": 2, "n": 3}}, upsert=True),
+                  _raw_with_string_id(b"ok")])
+        cmds = [({"ordered": False}, bulk),
+                ({"ordered": False}, again[:-1]),
+                ({"ordered": True}, again[:5] + again[4:]),   # stops at the first error
+                ({"ordered": False}, again),
+                ({"ordered": False}, bulk + [bson.encode({"q": {"_id": "a"},
+                                                          "u": {"$inc": {"n": 1}},
+                                                          "sort": {"a": 1}})]),   # 40415
+                ({"ordered": False}, [st("a", upsert=True), dup]),
+                ({"ordered": False}, [dup]),    # a shape is known from the commands before
+                ({"ordered": False, "lsid": lsid, "txnNumber": Int64(1)}, bulk[:2]),
+                ({"ordered": False, "lsid": lsid, "txnNumber": Int64(1)}, bulk[:3])]
+        want = self._run(cmds, shapes=False)
+        got = self._run(cmds, shapes=True)
+        self.assertGreaterEqual(self.shapes_known, 3)   # the shapes were read, not decoded
+        self.assertEqual(got[0], want[0])
+        self.assertEqual(got[1], want[1])
+        self.assertEqual(got[2], want[2])
+        replies = got[0]
+        # 4: $inc on a string (14); 5 and 13 upserted; 6 matched nothing.
+        self.assertEqual((replies[1]["n"], replies[1]["nModified"]), (12, 10))
+        self.assertEqual([(e["index"], e["code"]) for e in replies[1]["writeErrors"]], [(4, 14)])
+        self.assertEqual([u["index"] for u in replies[1]["upserted"]], [5, 13])
+        self.assertEqual((replies[2]["n"], [e["index"] for e in replies[2]["writeErrors"]]),
+                         (4, [4]))
+        self.assertEqual((replies[3]["n"], len(replies[3]["writeErrors"])), (12, 1))
+        self.assertEqual(replies[4]["code"], 40415)     # nothing of it ran
+        self.assertEqual(replies[7]["nModified"], 2)
+        self.assertEqual(replies[8]["nModified"], 3)    # a retry: only the third ran
+        self.assertGreater(len(got[2]), 20)
 
 
 class IdRangeTest(unittest.TestCase):
@@ -325,6 +503,15 @@ class WireTest(unittest.TestCase):
             coll.update_one({"_id": 1}, {"$set": {"t": "y" * 200}})
         self.assertEqual(ctx.exception.code, 17419)
         self.assertEqual(coll.find_one({"_id": 1}, {"s": 0}), {"_id": 1, "n": 2})
+        # The same in a bulk write (a document sequence: update_fast's shape reader): the
+        # error at its index, the others applied.
+        with self.assertRaises(pymongo.errors.BulkWriteError) as ctx:
+            coll.bulk_write([UpdateOne({"_id": 1}, {"$inc": {"n": 1}}),
+                             UpdateOne({"_id": 1}, {"$set": {"t": "y" * 200}}),
+                             UpdateOne({"_id": 1}, {"$inc": {"n": 1}})], ordered=False)
+        self.assertEqual([(e["index"], e["code"]) for e in ctx.exception.details["writeErrors"]],
+                         [(1, 17419)])
+        self.assertEqual(coll.find_one({"_id": 1}, {"s": 0}), {"_id": 1, "n": 4})
         coll.drop()
 
     def test_noop_set_is_not_modified_and_makes_no_event(self):

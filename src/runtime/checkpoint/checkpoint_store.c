@@ -231,8 +231,9 @@ save_checkpoint (mongoc_client_t *client, mongoc_client_session_t *session, cons
       if (!bson_iter_init_find (&it, &reply, "matchedCount") || bson_iter_as_int64 (&it) < 1) {
          fw_error_set (error, FW_ERROR_MONGO,
                        "checkpoint of stream \"%s\" NOT saved: this instance's lease (epoch "
-                       "%lld) was taken over by a newer leader, which fenced the checkpoint; the "
-                       "stored position stays the newer leader's",
+                       "%lld) was taken over by a newer leader (or a run of the stream without "
+                       "ha), which fenced the checkpoint; the stored position stays the newer "
+                       "one's",
                        stream, (long long) epoch);
          if (fenced) {
             *fenced = true;
@@ -311,22 +312,39 @@ stored_later (mongoc_client_t *client, const char *database, const char *stream,
    return ok;
 }
 
+/* The number in field of doc, 0 when it has none. */
+static int64_t
+number_of (const bson_t *doc, const char *field)
+{
+   bson_iter_t it;
+   return bson_iter_init_find (&it, doc, field) && BSON_ITER_HOLDS_NUMBER (&it)
+             ? bson_iter_as_int64 (&it)
+             : 0;
+}
+
+/* The writerGen (*gen) and the fencing epoch (*epoch, may be NULL) stored in
+ * document id, 0 when none. False (error set) when it cannot be read. */
+static bool
+stored_fences (mongoc_client_t *client, const char *database, const char *id, int64_t *gen,
+               int64_t *epoch, fw_error_t *error)
+{
+   bson_t doc;
+   bool found;
+   bool ok = read_stored (client, database, id, &doc, &found, error);
+
+   *gen = ok && found ? number_of (&doc, "writerGen") : 0;
+   if (epoch) {
+      *epoch = ok && found ? number_of (&doc, "epoch") : 0;
+   }
+   bson_destroy (&doc);
+   return ok;
+}
+
 bool
 fw_checkpoint_stored_gen (mongoc_client_t *client, const char *database, const char *stream,
                           int64_t *gen, fw_error_t *error)
 {
-   bson_t doc;
-   bson_iter_t it;
-   bool found;
-   bool ok = read_stored (client, database, stream, &doc, &found, error);
-
-   *gen = 0;
-   if (ok && found && bson_iter_init_find (&it, &doc, "writerGen") &&
-       BSON_ITER_HOLDS_NUMBER (&it)) {
-      *gen = bson_iter_as_int64 (&it);
-   }
-   bson_destroy (&doc);
-   return ok;
+   return stored_fences (client, database, stream, gen, NULL, error);
 }
 
 bool
@@ -364,15 +382,15 @@ fw_checkpoint_refused_by_newer_run (mongoc_client_t *client, const char *databas
 }
 
 /* An unfenced ordered write with a generation whose upsert met the document
- * twice: true (err set) when a later run's generation is stored (or it
- * cannot be read), false when the write was only superseded within its own
- * run. */
+ * twice: true (err set) when a later run's generation is stored (*newer
+ * true) or it cannot be read, false when the write was only superseded
+ * within its own run. */
 static bool
 refused_by_newer_run (mongoc_client_t *client, const char *database, const char *stream,
-                      const order_t *order, fw_error_t *err)
+                      const order_t *order, bool *newer, fw_error_t *err)
 {
    return fw_checkpoint_refused_by_newer_run (client, database, stream, stream, "checkpoint",
-                                              order->gen, NULL, err);
+                                              order->gen, newer, err);
 }
 
 bool
@@ -380,12 +398,12 @@ fw_checkpoint_claim_generation (mongoc_client_t *client, const char *database, c
                                 int64_t *gen, fw_error_t *error)
 {
    mongoc_collection_t *coll;
-   bson_t *query, *update, opts = BSON_INITIALIZER;
+   bson_t *query, *update, opts = BSON_INITIALIZER, inc;
    bson_error_t berr;
-   int64_t stored, next, now;
+   int64_t stored, epoch, next, now;
    bool ok;
 
-   if (!fw_checkpoint_stored_gen (client, database, stream, &stored, error)) {
+   if (!stored_fences (client, database, stream, &stored, &epoch, error)) {
       return false;
    }
    next = stored + 1;
@@ -403,6 +421,15 @@ fw_checkpoint_claim_generation (mongoc_client_t *client, const char *database, c
     * none at an earlier time). */
    query = BCON_NEW ("_id", BCON_UTF8 (stream));
    update = BCON_NEW ("$max", "{", "writerGen", BCON_INT64 (next), "}");
+   /* A leader fenced the checkpoint (ha was on): this run fences every
+    * earlier leader too, whose writes need the epoch they stored. The next
+    * leader takes an epoch past it (lease.h: the checkpoint's is its floor). */
+   if (update && epoch > 0 &&
+       !(BSON_APPEND_DOCUMENT_BEGIN (update, "$inc", &inc) &&
+         BSON_APPEND_INT64 (&inc, "epoch", 1) && bson_append_document_end (update, &inc))) {
+      bson_destroy (update);
+      update = NULL;
+   }
    if (!query || !update || !BSON_APPEND_BOOL (&opts, "upsert", true)) {
       fw_error_set (error, FW_ERROR_NOMEM,
                     "out of memory starting the checkpoint writes of stream \"%s\"", stream);
@@ -437,7 +464,7 @@ save_ordered (mongoc_client_t *client, const char *database, const char *stream,
               const bson_t *also, int64_t epoch, const order_t *order, fw_error_t *err)
 {
    fw_error_t read_err;
-   bool fenced, later;
+   bool fenced, later, newer;
 
    if (save_checkpoint (client, NULL, database, stream, processed, seen, script_version, also,
                         epoch, order, &fenced, NULL, err)) {
@@ -472,9 +499,11 @@ save_ordered (mongoc_client_t *client, const char *database, const char *stream,
                         order, NULL, NULL, err)) {
       return FW_CHECKPOINT_SAVED;
    }
-   if (err->code != ERR_DUPLICATE_KEY ||
-       refused_by_newer_run (client, database, stream, order, err)) {
+   if (err->code != ERR_DUPLICATE_KEY) {
       return FW_CHECKPOINT_NOT_SAVED;
+   }
+   if (refused_by_newer_run (client, database, stream, order, &newer, err)) {
+      return newer ? FW_CHECKPOINT_REFUSED : FW_CHECKPOINT_NOT_SAVED;
    }
    /* Without a writer only a later run's generation refuses it. */
    return order->writer ? FW_CHECKPOINT_SUPERSEDED : FW_CHECKPOINT_NOT_SAVED;
@@ -501,7 +530,7 @@ fw_checkpoint_save_ordered_with (mongoc_client_t *client, const char *database, 
    fw_error_t err = {0};
    fw_checkpoint_saved_t saved = save_ordered (client, database, stream, processed, seen,
                                                script_version, also, epoch, &order, &err);
-   if (saved == FW_CHECKPOINT_NOT_SAVED && error) {
+   if ((saved == FW_CHECKPOINT_NOT_SAVED || saved == FW_CHECKPOINT_REFUSED) && error) {
       *error = err;
    }
    return saved;
@@ -539,23 +568,26 @@ fw_checkpoint_save_in (mongoc_client_t *client, mongoc_client_session_t *session
 
 /* Raises field of stream's checkpoint document to at least value ($max,
  * upserted) and sets *stored to the field's value after it (unchanged when the
- * document holds no number there). what names the step in an error, as in
+ * document holds no number there), and *other to the number in field other
+ * after it (0: none). what names the step in an error, as in
  * "cannot <what> of stream ...: <why>". */
 static bool
 raise_field (mongoc_client_t *client, const char *database, const char *stream, const char *field,
-             int64_t value, int64_t *stored, const char *what, fw_error_t *error)
+             int64_t value, int64_t *stored, const char *other, int64_t *other_value,
+             const char *what, fw_error_t *error)
 {
    mongoc_collection_t *coll;
    bson_t *query = BCON_NEW ("_id", BCON_UTF8 (stream));
    bson_t *update = BCON_NEW ("$max", "{", field, BCON_INT64 (value), "}");
    mongoc_find_and_modify_opts_t *opts = mongoc_find_and_modify_opts_new ();
-   bson_t reply;
+   bson_t reply, post;
    bson_iter_t it, v;
    bson_error_t berr;
    bool ok = query && update && opts && mongoc_find_and_modify_opts_set_update (opts, update) &&
              mongoc_find_and_modify_opts_set_flags (opts, MONGOC_FIND_AND_MODIFY_UPSERT |
                                                              MONGOC_FIND_AND_MODIFY_RETURN_NEW);
 
+   *other_value = 0;
    if (!ok) {
       fw_error_set (error, FW_ERROR_NOMEM, "out of memory: cannot %s of stream \"%s\"", what,
                     stream);
@@ -572,10 +604,16 @@ raise_field (mongoc_client_t *client, const char *database, const char *stream, 
          error, FW_ERROR_MONGO, (int) berr.code, "cannot %s of stream \"%s\" (%s %lld): %s%s", what,
          stream, field, (long long) value, berr.message,
          fw_sharding_hint (&berr, FW_CHECKPOINT_COLLECTION, FW_SHARD_KEY_BY_ID, hint, sizeof hint));
-   } else if (bson_iter_init_find (&it, &reply, "value") && BSON_ITER_HOLDS_DOCUMENT (&it) &&
-              bson_iter_recurse (&it, &v) && bson_iter_find (&v, field) &&
-              BSON_ITER_HOLDS_NUMBER (&v)) {
-      *stored = bson_iter_as_int64 (&v);
+   } else if (bson_iter_init_find (&it, &reply, "value") && BSON_ITER_HOLDS_DOCUMENT (&it)) {
+      uint32_t len;
+      const uint8_t *data;
+      bson_iter_document (&it, &len, &data);
+      if (bson_init_static (&post, data, len)) {
+         if (bson_iter_init_find (&v, &post, field) && BSON_ITER_HOLDS_NUMBER (&v)) {
+            *stored = bson_iter_as_int64 (&v);
+         }
+         *other_value = number_of (&post, other);
+      }
    }
    bson_destroy (&reply);
    mongoc_collection_destroy (coll);
@@ -585,22 +623,77 @@ raise_field (mongoc_client_t *client, const char *database, const char *stream, 
    return ok;
 }
 
+/* One update of stream's checkpoint document (not upserted: the caller's
+ * write made it), what naming it in an error as for raise_field. */
+static bool
+update_doc (mongoc_client_t *client, const char *database, const char *stream, bson_t *update,
+            const char *what, fw_error_t *error)
+{
+   bson_t *query = BCON_NEW ("_id", BCON_UTF8 (stream));
+   mongoc_collection_t *coll;
+   bson_error_t berr;
+   bool ok;
+
+   if (!query || !update) {
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory: cannot %s of stream \"%s\"", what,
+                    stream);
+      bson_destroy (query);
+      bson_destroy (update);
+      return false;
+   }
+   coll = mongoc_client_get_collection (client, database, FW_CHECKPOINT_COLLECTION);
+   ok = mongoc_collection_update_one (coll, query, update, NULL, NULL, &berr);
+   if (!ok) {
+      fw_error_set_code (error, FW_ERROR_MONGO, (int) berr.code, "cannot %s of stream \"%s\": %s",
+                         what, stream, berr.message);
+   }
+   mongoc_collection_destroy (coll);
+   bson_destroy (query);
+   bson_destroy (update);
+   return ok;
+}
+
 bool
 fw_checkpoint_raise_generation (mongoc_client_t *client, const char *database, const char *stream,
                                 int64_t gen, int64_t *stored, fw_error_t *error)
 {
+   int64_t epoch;
+
    *stored = 0;
-   return raise_field (client, database, stream, "writerGen", gen, stored,
-                       "raise the writer generation", error);
+   if (!raise_field (client, database, stream, "writerGen", gen, stored, "epoch", &epoch,
+                     "raise the writer generation", error)) {
+      return false;
+   }
+   /* A leader fenced it (ha was on): this run fences every earlier leader
+    * too, as its claim does on the stream's own checkpoint. */
+   return *stored > gen || epoch <= 0 ||
+          update_doc (client, database, stream,
+                      BCON_NEW ("$inc", "{", "epoch", BCON_INT64 (1), "}"),
+                      "fence the earlier leaders", error);
 }
 
 bool
 fw_checkpoint_fence (mongoc_client_t *client, const char *database, const char *stream,
                      int64_t epoch, int64_t *stored, fw_error_t *error)
 {
+   int64_t gen, next;
+
    *stored = -1;
-   return raise_field (client, database, stream, "epoch", epoch, stored, "fence the checkpoint",
-                       error);
+   if (!raise_field (client, database, stream, "epoch", epoch, stored, "writerGen", &gen,
+                     "fence the checkpoint", error)) {
+      return false;
+   }
+   /* Runs without ha (ha was off) are fenced too: the writer generation is
+    * raised past theirs, as a run's claim does (the time when none is
+    * stored: fw_checkpoint_claim_generation). A leader's own writes do not
+    * carry one. */
+   if (*stored != epoch) {
+      return true; /* a newer leader fenced it: this one does not lead */
+   }
+   next = gen > 0 ? gen + 1 : fw_now_ms ();
+   return update_doc (client, database, stream,
+                      BCON_NEW ("$max", "{", "writerGen", BCON_INT64 (next > 0 ? next : 1), "}"),
+                      "fence the runs without ha", error);
 }
 
 void

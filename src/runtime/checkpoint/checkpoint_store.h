@@ -41,7 +41,10 @@ bool fw_checkpoint_save (mongoc_client_t *client, const char *database, const ch
  * checkpoint's epoch field to its lease's epoch ($max, upserting a document
  * without tokens when there is none); *stored is the epoch stored afterwards
  * (-1 when it is not an integer): greater than epoch means a newer leader
- * fenced it first. */
+ * fenced it first. When it leads, the fence also raises writerGen past the
+ * stored one (the time when none is stored, as fw_checkpoint_claim_generation
+ * does), so that a run without ha from before ha was turned on writes
+ * nothing after it (the leader's own writes carry no generation). */
 bool fw_checkpoint_fence (mongoc_client_t *client, const char *database, const char *stream,
                           int64_t epoch, int64_t *stored, fw_error_t *error);
 
@@ -66,7 +69,11 @@ bool fw_checkpoint_save_with (mongoc_client_t *client, const char *database, con
 typedef enum {
    FW_CHECKPOINT_SAVED,      /* the position is stored */
    FW_CHECKPOINT_SUPERSEDED, /* nothing written: the same writer stored a later seq already */
-   FW_CHECKPOINT_NOT_SAVED,  /* nothing written (error set): an error, or fenced */
+   FW_CHECKPOINT_NOT_SAVED,  /* nothing written (error set): an error, or fenced by a leader */
+   /* nothing written (error set, naming both generations): a newer run of
+    * the stream (writer generation) holds the checkpoint, so no write of
+    * this run can succeed again: it stops */
+   FW_CHECKPOINT_REFUSED,
 } fw_checkpoint_saved_t;
 
 /* Without ha (where the fencing epochs order the runs), a run of the stream
@@ -80,8 +87,11 @@ typedef enum {
  * generation is not a later one, so a write of an earlier run (a process
  * killed with kill -9, or hung and replaced) that the server applies after
  * this run's claim changes nothing: that run's claim was acknowledged
- * before its first write, so this run read it. False (error set) when the
- * claim cannot be read or written. */
+ * before its first write, so this run read it. A fencing epoch stored (by a
+ * leader, ha turned off since) is not compared by the run's writes and the
+ * claim adds 1 to it, so a paused leader's late write (conditional on its
+ * own epoch) changes nothing either. False (error set) when the claim
+ * cannot be read or written. */
 bool fw_checkpoint_claim_generation (mongoc_client_t *client, const char *database,
                                      const char *stream, int64_t *gen, fw_error_t *error);
 
@@ -90,7 +100,8 @@ bool fw_checkpoint_claim_generation (mongoc_client_t *client, const char *databa
  * the run's first write there (exactly_once's sink, whose checkpoint the
  * transactions write: the run's generation is claimed on the stream's own).
  * *stored: the generation stored afterwards (greater than gen: a later run
- * raised it first). False (error set) when it cannot be written. */
+ * raised it first). A fencing epoch stored there gains 1 as with the claim.
+ * False (error set) when it cannot be written. */
 bool fw_checkpoint_raise_generation (mongoc_client_t *client, const char *database,
                                      const char *stream, int64_t gen, int64_t *stored,
                                      fw_error_t *error);
@@ -129,7 +140,7 @@ bool fw_checkpoint_refused_by_newer_run (mongoc_client_t *client, const char *da
  * one of the same writer, or after a later run's claim, changes nothing: the
  * stored checkpoint never moves back. An upsert that loses the race to
  * insert the document is tried once more. Refused by a later run:
- * FW_CHECKPOINT_NOT_SAVED, the error naming both generations. */
+ * FW_CHECKPOINT_REFUSED, the error naming both generations. */
 fw_checkpoint_saved_t fw_checkpoint_save_ordered (mongoc_client_t *client, const char *database,
                                                   const char *stream, const bson_t *processed,
                                                   const bson_t *seen, const char *script_version,

@@ -81,6 +81,11 @@ struct fw_checkpoint_writer {
    int64_t epoch;     /* ha.mode = "leader": writes are fenced with it; 0: plain */
    int64_t max_epoch; /* the highest epoch set (checked: epochs only grow) */
    uint64_t written;  /* the newest seq stored (checked: never back) */
+   /* a newer run of the stream refused a write (FW_CHECKPOINT_REFUSED):
+    * nothing starts again; refusal says why (fw_checkpoint_writer_refused).
+    * Set under the lock, once, with a release store after refusal. */
+   bool refused;
+   fw_error_t refusal;
    int ok;
    int failed;
    int64_t last_ok_ms;
@@ -229,7 +234,7 @@ dispatch (fw_checkpoint_writer_t *cw)
    int64_t wait_ms = -1;
    int busy;
 
-   if (cw->stop || cw->quiescing || !writable (cw, &wait_ms)) {
+   if (cw->stop || cw->quiescing || cw->refused || !writable (cw, &wait_ms)) {
       if (wait_ms >= 0 && !cw->conn[0].busy) {
          pthread_cond_signal (&cw->conn[0].go); /* conn 0 keeps the retry's time */
       }
@@ -286,7 +291,17 @@ finish (fw_checkpoint_writer_t *cw, conn_t *c, fw_checkpoint_saved_t saved, cons
    if (seq > cw->tried) {
       cw->tried = seq;
    }
-   if (saved != FW_CHECKPOINT_NOT_SAVED) {
+   if (saved == FW_CHECKPOINT_REFUSED) {
+      /* A newer run holds the checkpoint: no write of this run can land
+       * again. Nothing is tried again; the stream learns it and stops. */
+      cw->failed++;
+      if (!cw->refused) {
+         cw->refusal = *err;
+         __atomic_store_n (&cw->refused, true, __ATOMIC_RELEASE); /* after refusal */
+      }
+      cw->has_pending = false;
+      cw->retry_seq = 0;
+   } else if (saved != FW_CHECKPOINT_NOT_SAVED) {
       /* Superseded: a later position of this writer is stored, which holds
        * this one. */
       if (seq > cw->written) {
@@ -324,7 +339,7 @@ await_slot (fw_checkpoint_writer_t *cw, conn_t *c)
 {
    while (!c->busy && !cw->stop) {
       int64_t wait_ms = -1;
-      if (c->index == 0 && cw->has_pending) {
+      if (c->index == 0 && cw->has_pending && !cw->refused) {
          dispatch (cw);
          if (c->busy) {
             break;
@@ -510,8 +525,14 @@ fw_checkpoint_writer_submit (fw_checkpoint_writer_t *cw, const bson_t *processed
                              const bson_t *seen, const char *script_version, int max_behind)
 {
    pthread_mutex_lock (&cw->mu);
-   while (max_behind > 0 && cw->submitted - cw->tried >= (uint64_t) max_behind) {
+   while (max_behind > 0 && !cw->refused && cw->submitted - cw->tried >= (uint64_t) max_behind) {
       pthread_cond_wait (&cw->done, &cw->mu);
+   }
+   if (cw->refused) {
+      /* Nothing of this run is written any more: the hand-over ends here. */
+      cw->tried = ++cw->submitted;
+      pthread_mutex_unlock (&cw->mu);
+      return;
    }
    /* Out of memory for a token: the field is left as it is in the store,
     * which only holds it back (an older token, never a later one). */
@@ -581,6 +602,21 @@ fw_checkpoint_writer_set_epoch (fw_checkpoint_writer_t *cw, int64_t epoch)
       cw->max_epoch = epoch;
    }
    pthread_mutex_unlock (&cw->mu);
+}
+
+bool
+fw_checkpoint_writer_refused (fw_checkpoint_writer_t *cw, fw_error_t *why)
+{
+   /* Asked at every event boundary: no lock until it is refused. */
+   if (!__atomic_load_n (&cw->refused, __ATOMIC_ACQUIRE)) {
+      return false;
+   }
+   if (why) {
+      pthread_mutex_lock (&cw->mu);
+      *why = cw->refusal;
+      pthread_mutex_unlock (&cw->mu);
+   }
+   return true;
 }
 
 void

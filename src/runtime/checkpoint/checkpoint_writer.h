@@ -19,7 +19,8 @@
  * (fw_checkpoint_save_ordered), so writes that end out of order never move
  * the stored checkpoint backwards; a failed write is tried again (after
  * RETRY_MS, or at once when a newer position arrives) unless a newer one is
- * in flight or stored, so no later position is lost.
+ * in flight or stored, so no later position is lost; a write refused by a
+ * newer run of the stream is never tried again (fw_checkpoint_writer_refused).
  */
 #ifndef FLOWWARDEN_CHECKPOINT_WRITER_H
 #define FLOWWARDEN_CHECKPOINT_WRITER_H
@@ -114,6 +115,13 @@ bool fw_checkpoint_writer_stamp (fw_checkpoint_writer_t *cw, bson_oid_t *writer,
  * epoch (fw_checkpoint_save_fenced); 0 (the default): plain saves. Quiesce
  * first so that no write of the old epoch is left. */
 void fw_checkpoint_writer_set_epoch (fw_checkpoint_writer_t *cw, int64_t epoch);
+
+/* Whether a newer run of the stream refused one of the writer's writes
+ * (FW_CHECKPOINT_REFUSED; *why, may be NULL, says so, naming both
+ * generations): the writer then writes nothing more (the positions handed
+ * over are dropped, none is tried again, submit never waits), and the
+ * stream is to stop: its events are the newer run's. */
+bool fw_checkpoint_writer_refused (fw_checkpoint_writer_t *cw, fw_error_t *why);
 
 /* Outcomes since the last call: *ok writes done, *failed writes failed, and
  * when *ok > 0, *last_ok_ms the wall-clock time (ms) of the last one. */

@@ -12,6 +12,7 @@
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
 #include "flowwarden/mono_cond.h"
+#include "runtime/ha/group_start.h"
 #include "runtime/ha/shared_units.h"
 
 #define MAX_UNITS 4096
@@ -29,6 +30,8 @@ struct fw_shared_group {
    /* Under mu: */
    bool stop;
    fw_lease_t *leases[MAX_UNITS];
+   char *starts[MAX_UNITS];      /* each unit's stream's start record (group_start.h), or NULL, */
+   uint64_t start_at[MAX_UNITS]; /* ... and the start taken there (0: not yet) */
    bool yielding[MAX_UNITS];
    int n;
    int members;        /* 0: not counted yet (no lease is taken before) */
@@ -149,6 +152,50 @@ note_members (fw_shared_group_t *g, char (*ids)[256], int n, int64_t sent_ms)
    }
 }
 
+/* Keeps the start records of the streams this instance runs units of
+ * alive (group_start.h): the group goes on while one member runs them. */
+static bool
+renew_starts (fw_shared_group_t *g, mongoc_client_t *client, bson_error_t *berr)
+{
+   const char **ids;
+   char **copies;
+   uint64_t *ats;
+   int n = 0;
+   bool ok = true;
+
+   pthread_mutex_lock (&g->mu);
+   ids = calloc ((size_t) g->n + 1, sizeof *ids);
+   copies = calloc ((size_t) g->n + 1, sizeof *copies);
+   ats = calloc ((size_t) g->n + 1, sizeof *ats);
+   for (int i = 0; ids && copies && ats && i < g->n; i++) {
+      bool seen = !g->starts[i] || !g->start_at[i];
+      for (int j = 0; !seen && j < n; j++) {
+         seen = strcmp (ids[j], g->starts[i]) == 0 && ats[j] == g->start_at[i];
+      }
+      if (!seen && !(ids[n] = copies[n] = strdup (g->starts[i]))) {
+         ok = false;
+         break;
+      }
+      if (!seen) {
+         ats[n++] = g->start_at[i];
+      }
+   }
+   pthread_mutex_unlock (&g->mu);
+   if (!ids || !copies || !ats || !ok) {
+      bson_set_error (berr, MONGOC_ERROR_BSON, 0, "out of memory");
+      ok = false;
+   } else if (n > 0) {
+      ok = fw_group_start_renew (client, g->database, ids, ats, n, g->lease_ms, berr);
+   }
+   for (int j = 0; copies && j < n; j++) {
+      free (copies[j]);
+   }
+   free (copies);
+   free (ids);
+   free (ats);
+   return ok;
+}
+
 static void *
 members_main (void *arg)
 {
@@ -176,14 +223,18 @@ members_main (void *arg)
          bson_error_t berr;
          int n = -1;
          int64_t sent = 0;
-         if (renew (g, client, &berr) &&
-             (sent = fw_mono_ms (), n = count (g, client, mine, &berr)) >= 0) {
+         bool ok = renew (g, client, &berr) &&
+                   (sent = fw_mono_ms (), n = count (g, client, mine, &berr)) >= 0;
+         if (ok) {
             note_members (g, mine, n, sent);
+            ok = renew_starts (g, client, &berr);
+         }
+         if (ok) {
             warned = false;
          } else if (!warned) {
             fw_log (FW_LOG_WARN, NULL,
-                    "shared: cannot renew or count the members in %s.%s: %s; "
-                    "trying again every %lld ms",
+                    "shared: cannot renew or count the members in %s.%s (or keep the "
+                    "streams' starts alive): %s; trying again every %lld ms",
                     g->database, FW_MEMBERS_COLLECTION, berr.message,
                     (long long) (g->lease_ms / 3));
             warned = true;
@@ -353,13 +404,19 @@ fw_shared_group_join (const mongoc_uri_t *uri, const char *database, int64_t lea
 
 fw_lease_t *
 fw_shared_group_lease (fw_shared_group_t *g, const mongoc_uri_t *uri, const char *unit,
-                       fw_error_t *error)
+                       const char *start_id, fw_error_t *error)
 {
    fw_lease_t *l;
+   char *start = NULL;
 
+   if (start_id && !(start = strdup (start_id))) {
+      fw_error_set (error, FW_ERROR_NOMEM, "out of memory joining the shared units");
+      return NULL;
+   }
    pthread_mutex_lock (&g->mu);
    if (g->n >= MAX_UNITS) {
       pthread_mutex_unlock (&g->mu);
+      free (start);
       fw_error_set (error, FW_ERROR_INVALID, "more than %d shared units", MAX_UNITS);
       return NULL;
    }
@@ -371,14 +428,19 @@ fw_shared_group_lease (fw_shared_group_t *g, const mongoc_uri_t *uri, const char
    if (l && g->n >= MAX_UNITS) {
       pthread_mutex_unlock (&g->mu);
       fw_lease_destroy (l);
+      free (start);
       fw_error_set (error, FW_ERROR_INVALID, "more than %d shared units", MAX_UNITS);
       return NULL;
    }
    if (l) {
       g->yielding[g->n] = false;
+      g->starts[g->n] = start;
+      g->start_at[g->n] = 0;
       g->leases[g->n++] = l;
+      start = NULL;
    }
    pthread_mutex_unlock (&g->mu);
+   free (start);
    return l;
 }
 
@@ -388,10 +450,26 @@ fw_shared_group_remove (fw_shared_group_t *g, fw_lease_t *lease)
    pthread_mutex_lock (&g->mu);
    for (int i = 0; i < g->n; i++) {
       if (g->leases[i] == lease) {
+         free (g->starts[i]);
          g->leases[i] = g->leases[g->n - 1];
          g->yielding[i] = g->yielding[g->n - 1];
+         g->starts[i] = g->starts[g->n - 1];
+         g->start_at[i] = g->start_at[g->n - 1];
+         g->starts[g->n - 1] = NULL;
          g->n--;
          break;
+      }
+   }
+   pthread_mutex_unlock (&g->mu);
+}
+
+void
+fw_shared_group_started (fw_shared_group_t *g, fw_lease_t *lease, uint64_t at)
+{
+   pthread_mutex_lock (&g->mu);
+   for (int i = 0; i < g->n; i++) {
+      if (g->leases[i] == lease) {
+         g->start_at[i] = at;
       }
    }
    pthread_mutex_unlock (&g->mu);

@@ -36,9 +36,16 @@ fw_shared_group_t *fw_shared_group_join (const mongoc_uri_t *uri, const char *da
                                          int64_t lease_ms, fw_error_t *error);
 
 /* A unit's lease, created gated by the group (fw_lease_new_gated) and
- * counted among its units until fw_shared_group_remove. */
+ * counted among its units until fw_shared_group_remove. start_id (copied;
+ * NULL: none): the unit's stream's start record (group_start.h), kept alive
+ * by the members thread while the unit is counted, once
+ * fw_shared_group_started said which start it took. */
 fw_lease_t *fw_shared_group_lease (fw_shared_group_t *g, const mongoc_uri_t *uri, const char *unit,
-                                   fw_error_t *error);
+                                   const char *start_id, fw_error_t *error);
+
+/* The unit of lease took the start at (fw_group_start_take) from its start
+ * record: the members thread keeps that record alive while it holds at. */
+void fw_shared_group_started (fw_shared_group_t *g, fw_lease_t *lease, uint64_t at);
 
 /* Before fw_lease_destroy of a lease the group made. */
 void fw_shared_group_remove (fw_shared_group_t *g, fw_lease_t *lease);

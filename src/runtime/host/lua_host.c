@@ -182,12 +182,17 @@ watchdog_start (void)
    /* The watchdog takes no signal meant for the process. */
    sigfillset (&all);
    pthread_sigmask (SIG_BLOCK, &all, &old);
-   pthread_attr_init (&attr);
-   pthread_attr_setdetachstate (&attr, PTHREAD_CREATE_DETACHED);
-   if (pthread_create (&thread, &attr, watchdog_main, NULL) != 0) {
-      fprintf (stderr, "flowwarden: cannot start the handler watchdog: timeouts are off\n");
+   if (pthread_attr_init (&attr) != 0) {
+      fprintf (stderr,
+               "flowwarden: cannot start the handler watchdog (no thread attributes): "
+               "timeouts are off\n");
+   } else {
+      if (pthread_attr_setdetachstate (&attr, PTHREAD_CREATE_DETACHED) != 0 ||
+          pthread_create (&thread, &attr, watchdog_main, NULL) != 0) {
+         fprintf (stderr, "flowwarden: cannot start the handler watchdog: timeouts are off\n");
+      }
+      pthread_attr_destroy (&attr);
    }
-   pthread_attr_destroy (&attr);
    pthread_sigmask (SIG_SETMASK, &old, NULL);
 }
 

@@ -36,6 +36,11 @@ typedef struct fw_stream_ckpt {
     * Under gen_mu: the breaker's hooks (a lane's thread) claim it too. */
    int64_t gen;
    pthread_mutex_t gen_mu;
+   /* without ha: a newer run of the stream refused a checkpoint write of
+    * this run (FW_CHECKPOINT_REFUSED), which then writes none and stops
+    * (fw_position_refused); refusal says why. Reset with gen. */
+   bool refused;
+   fw_error_t refusal;
    /* the script version a checkpoint carries: the program's, copied as it
     * is built and as a reload switches (a rebuild keeps it) */
    char version[17];

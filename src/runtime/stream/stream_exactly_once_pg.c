@@ -16,16 +16,17 @@
  *                           PRIMARY KEY (database, stream))
  *
  * (writer_gen added to a table made before it). resume_token is the event's
- * _id as canonical extended JSON. Under ha the upsert only matches while the
- * stored epoch is not above the leader's (raised at the start of each
- * leadership), so a deposed leader's transaction commits nothing. Without ha
- * each run claims a writer generation in the row before reading the
- * position (the stored one + 1), and the upsert only matches while the
- * stored one is not later: a run paused and replaced (SIGSTOP, a stalled VM)
- * that resumes commits nothing over the new run's position, and its stream
- * stops. A COMMIT whose reply is lost is decided by
- * reading the table once connected again: the event's token there means it
- * committed.
+ * _id as canonical extended JSON. Each run claims a writer generation in the
+ * row before reading the position (the stored one + 1; a leader at the
+ * start of each leadership, as it raises the stored epoch to its own), and
+ * the upsert only matches while the stored one is not later, and under ha
+ * while the stored epoch is not above the leader's: a deposed leader's
+ * transaction commits nothing, nor does a run paused and replaced
+ * (SIGSTOP, a stalled VM) that resumes, whether ha was on or off in either
+ * (without ha its stream stops). A run without ha goes on from a leader's
+ * position: the stored epoch does not fence it. A COMMIT whose reply is
+ * lost is decided by reading the table once connected again: the event's
+ * token there means it committed.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,25 +62,34 @@ static const char has_gen_sql[] = "SELECT 1 FROM pg_attribute WHERE attrelid = t
 static const char add_gen_sql[] = "ALTER TABLE " TABLE
                                   " ADD COLUMN IF NOT EXISTS writer_gen bigint NOT NULL DEFAULT 0";
 
-/* The position's write, as the upsert below: matches while the stored epoch
- * is not above this one's (ha) and, with a writer generation ($6 > 0,
- * without ha), the stored one is not later. */
-#define POSITION_UPSERT                                                                     \
-   "INSERT INTO " TABLE                                                                     \
-   " AS c (database, stream, resume_token, epoch, script_version, "                         \
-   "updated_at, writer_gen) VALUES ($1, $2, $3, $4, $5, now(), $6) "                        \
-   "ON CONFLICT (database, stream) DO UPDATE SET resume_token = EXCLUDED.resume_token, "    \
-   "epoch = EXCLUDED.epoch, script_version = EXCLUDED.script_version, updated_at = now(), " \
-   "writer_gen = GREATEST(c.writer_gen, EXCLUDED.writer_gen) "                              \
-   "WHERE c.epoch <= EXCLUDED.epoch AND (EXCLUDED.writer_gen = 0 OR "                       \
-   "c.writer_gen <= EXCLUDED.writer_gen)"
+/* The position's write, as the upsert below: matches while the stored
+ * writer generation is not later than this run's ($6, a leader's too) and,
+ * under ha ($4 > 0), the stored epoch not above this leader's. Without ha
+ * the stored epoch is not compared (a leader's, from before ha was turned
+ * off: the run's claim raised the generation past that leader's) and stays
+ * as it is, for the next leader. */
+#define POSITION_UPSERT                                                                    \
+   "INSERT INTO " TABLE                                                                    \
+   " AS c (database, stream, resume_token, epoch, script_version, "                        \
+   "updated_at, writer_gen) VALUES ($1, $2, $3, $4, $5, now(), $6) "                       \
+   "ON CONFLICT (database, stream) DO UPDATE SET resume_token = EXCLUDED.resume_token, "   \
+   "epoch = GREATEST(c.epoch, EXCLUDED.epoch), script_version = EXCLUDED.script_version, " \
+   "updated_at = now(), writer_gen = GREATEST(c.writer_gen, EXCLUDED.writer_gen) "         \
+   "WHERE (EXCLUDED.epoch = 0 OR c.epoch <= EXCLUDED.epoch) AND (EXCLUDED.writer_gen = 0 " \
+   "OR c.writer_gen <= EXCLUDED.writer_gen)"
 
 static const char upsert_sql[] = POSITION_UPSERT;
 
+/* A new leader's fence: the stored epoch raised to its own and, unless a
+ * newer leader's is stored, the leader's writer generation claimed as a
+ * run's is without ha (claim_sql), so that a run without ha from before ha
+ * was turned on commits nothing after it. */
 static const char fence_sql[] =
    "INSERT INTO " TABLE
-   " AS c (database, stream, epoch) VALUES ($1, $2, $3) "
-   "ON CONFLICT (database, stream) DO UPDATE SET epoch = GREATEST(c.epoch, EXCLUDED.epoch)";
+   " AS c (database, stream, epoch, writer_gen) VALUES ($1, $2, $3, $4) "
+   "ON CONFLICT (database, stream) DO UPDATE SET epoch = GREATEST(c.epoch, EXCLUDED.epoch), "
+   "writer_gen = CASE WHEN c.epoch > EXCLUDED.epoch THEN c.writer_gen WHEN c.writer_gen > 0 "
+   "THEN c.writer_gen + 1 ELSE GREATEST(EXCLUDED.writer_gen, 1) END RETURNING writer_gen";
 
 /* Without ha, a run's claim of its writer generation: the stored one + 1,
  * or $3 (the current time in milliseconds) when none is stored (no row, a
@@ -107,7 +117,8 @@ struct fw_stream_eo_pg {
    char *last;           /* the token last stored in the table (bson_free), or NULL */
    char *uri;            /* the URI conn was opened with (free) */
    const void *host;     /* the program whose URI that is: a reload may change it */
-   int64_t gen;          /* without ha: the run's writer generation in the table; 0: none */
+   int64_t gen;          /* the run's (a leader's) writer generation in the table; 0: none */
+   char *claimed;        /* the URI whose table holds that claim (free), or NULL */
 };
 
 static int64_t
@@ -266,6 +277,31 @@ token_json (const fw_event_t *ev)
 
 /* --- the dispatcher's sink ------------------------------------------------ */
 
+static fw_pg_io_t claim_row (fw_stream_eo_pg_t *s, char *why, size_t len);
+
+/* As ensure_conn, then, when the connection's database is not the one the
+ * run claimed its row in (a reload named another server or database), the
+ * claim there (claim_row) before the first write: a transaction never
+ * writes a row its run did not claim, so a late one of an earlier run
+ * there commits nothing after it, and a later generation stored there
+ * before (the table's own) does not stop this run. */
+static fw_pg_io_t
+connect_claimed (fw_stream_eo_pg_t *s, PGresult **res, char *why, size_t len)
+{
+   fw_pg_io_t io = ensure_conn (s, res, why, len);
+
+   if (io == FW_PG_OK && !*res && (!s->claimed || strcmp (s->claimed, s->uri) != 0)) {
+      if (s->claimed) {
+         fw_log (FW_LOG_INFO, s->e->cfg->name,
+                 "exactly_once: connection \"%s\" names another server or database: claiming "
+                 "the stream's position row there",
+                 s->e->cfg->exactly_once_pg);
+      }
+      io = claim_row (s, why, len);
+   }
+   return io;
+}
+
 static void
 leave (lua_State *L)
 {
@@ -288,7 +324,7 @@ sink_begin (void *ud, lua_State *L)
    PGresult *res = NULL;
    char why[512];
    bool kept = s->conn != NULL;
-   fw_pg_io_t io = ensure_conn (s, &res, why, sizeof why);
+   fw_pg_io_t io = connect_claimed (s, &res, why, sizeof why);
 
    if (io == FW_PG_OK && !res) {
       io = exec (s, "BEGIN", 0, NULL, &res, why, sizeof why);
@@ -296,7 +332,7 @@ sink_begin (void *ud, lua_State *L)
    if (io == FW_PG_LOST && kept) {
       /* A kept connection the server closed while idle (a restart, an
        * idle timeout): a new one at once, not a failed attempt. */
-      io = ensure_conn (s, &res, why, sizeof why);
+      io = connect_claimed (s, &res, why, sizeof why);
       if (io == FW_PG_OK && !res) {
          io = exec (s, "BEGIN", 0, NULL, &res, why, sizeof why);
       }
@@ -436,7 +472,8 @@ fenced_without_ha (fw_stream_eo_pg_t *s)
              "exactly_once: a newer run of stream \"%s\" (writer generation %s, this run's "
              "%lld) holds its position in connection \"%s\" (" TABLE
              "); this run's transaction is rolled back and it stops (a second instance running "
-             "the stream without ha, or a run paused and replaced)",
+             "the stream without ha, a run paused and replaced, or a leader since ha was turned "
+             "on)",
              cfg->name, stored, (long long) s->gen, cfg->exactly_once_pg);
    fw_stream_failed (s->e->w, msg);
 }
@@ -456,7 +493,8 @@ judge (fw_stream_eo_pg_t *s, lua_State *L, PGresult *const *res)
    if (state && strcmp (state, FENCED_SQLSTATE) == 0) {
       fw_log (FW_LOG_WARN, s->e->cfg->name,
               "exactly_once: a newer leader holds the position in "
-              "connection \"%s\"; this transaction is rolled back",
+              "connection \"%s\" (or a run of the stream without ha); this transaction is "
+              "rolled back",
               s->e->cfg->exactly_once_pg);
       return FW_SINK_FENCED;
    }
@@ -495,7 +533,7 @@ position_and_commit (fw_stream_eo_pg_t *s, lua_State *L, const char *token)
    fw_pg_io_t io;
 
    snprintf (epoch, sizeof epoch, "%lld", (long long) (*e->lease ? *e->epoch : 0));
-   snprintf (gen, sizeof gen, "%lld", (long long) (*e->lease ? 0 : s->gen));
+   snprintf (gen, sizeof gen, "%lld", (long long) s->gen);
    io = fw_pg_exec_pipeline (s->conn, 2, sqls, nparams, params, deadline (), res, why, sizeof why);
    if (io != FW_PG_OK) {
       close_conn (s);
@@ -591,6 +629,7 @@ fw_stream_exactly_once_pg_free (fw_stream_eo_t *e)
    if (e->pg) {
       close_conn (e->pg);
       set_last (e->pg, NULL);
+      free (e->pg->claimed);
       free (e->pg);
       e->pg = NULL;
    }
@@ -626,34 +665,53 @@ claim_gen (fw_stream_eo_pg_t *s, char *why, size_t len)
    return io;
 }
 
-/* Raises the stored epoch to this leader's (ha), or claims the run's writer
- * generation (without ha), then reads the position. */
+/* Raises the stored epoch to this leader's and claims its writer generation
+ * (ha), or claims the run's writer generation (without ha), in the row of
+ * the database connected to (s->claimed names it). Under ha, while not
+ * leading, nothing (no transaction commits then). */
 static fw_pg_io_t
-fence_and_read (fw_stream_eo_pg_t *s, char **token, char *why, size_t len)
+claim_row (fw_stream_eo_pg_t *s, char *why, size_t len)
 {
    fw_stream_eo_t *e = s->e;
    PGresult *res = NULL;
    fw_pg_io_t io;
 
+   if (*e->lease && *e->epoch <= 0) {
+      return FW_PG_OK;
+   }
    if (*e->lease) {
-      char epoch[32];
-      const char *params[] = {e->cfg->database, e->cfg->name, epoch};
+      char epoch[32], now[32];
+      const char *params[] = {e->cfg->database, e->cfg->name, epoch, now};
       snprintf (epoch, sizeof epoch, "%lld", (long long) *e->epoch);
+      snprintf (now, sizeof now, "%lld", (long long) fw_now_ms ());
+      s->gen = 0;
       io = ensure_conn (s, &res, why, len);
       if (io == FW_PG_OK && !res) {
-         io = exec (s, fence_sql, 3, params, &res, why, len);
+         io = exec (s, fence_sql, 4, params, &res, why, len);
       }
       if (io == FW_PG_OK && refused (res, why, len)) {
          io = FW_PG_LOST;
+      } else if (io == FW_PG_OK && PQntuples (res) == 1) {
+         s->gen = strtoll (PQgetvalue (res, 0, 0), NULL, 10);
       }
       PQclear (res);
-      if (io != FW_PG_OK) {
-         return io;
-      }
-   } else if ((io = claim_gen (s, why, len)) != FW_PG_OK) {
-      return io;
+   } else {
+      io = claim_gen (s, why, len);
    }
-   return read_position (s, token, why, len);
+   if (io == FW_PG_OK) {
+      free (s->claimed);
+      s->claimed = s->uri ? strdup (s->uri) : NULL; /* NULL: claimed again at the next write */
+   }
+   return io;
+}
+
+/* Claims the stream's row (claim_row), then reads the position. */
+static fw_pg_io_t
+fence_and_read (fw_stream_eo_pg_t *s, char **token, char *why, size_t len)
+{
+   fw_pg_io_t io = claim_row (s, why, len);
+
+   return io != FW_PG_OK ? io : read_position (s, token, why, len);
 }
 
 bool
@@ -732,9 +790,9 @@ fw_stream_exactly_once_pg_advance (fw_stream_eo_t *e, const bson_t *processed, c
    params[2] = token;
    params[3] = epoch;
    params[4] = fw_lua_host_version (fw_dispatcher_host (e->d));
-   snprintf (gen, sizeof gen, "%lld", (long long) (*e->lease ? 0 : s->gen));
+   io = connect_claimed (s, &res, why, sizeof why);
+   snprintf (gen, sizeof gen, "%lld", (long long) s->gen); /* the claim's, on that database */
    params[5] = gen;
-   io = ensure_conn (s, &res, why, sizeof why);
    if (io == FW_PG_OK && !res) {
       io = exec (s, upsert_sql, 6, params, &res, why, sizeof why);
    }

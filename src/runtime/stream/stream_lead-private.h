@@ -13,7 +13,8 @@
 
 typedef struct fw_position fw_position_t; /* stream_position-private.h */
 
-/* Reads the checkpoint into p (unless start_position = "latest"), retrying
+/* Reads the checkpoint into p (unless start_position = "latest" without
+ * ha.mode = "shared"), retrying
  * with the restart backoff (exactly once into PostgreSQL: the position there
  * wins). False on shutdown, or when the stream failed. */
 bool fw_stream_load_checkpoint (fw_stream_worker_t *w, fw_checkpoint_t *cp, fw_position_t *p,

@@ -28,8 +28,9 @@ pg_wins (fw_stream_worker_t *w, fw_position_t *p, int *candidate, bool *from_che
    return ok;
 }
 
-/* Reads the checkpoint into p (unless start_position = "latest"), retrying
- * with the restart backoff. False only on shutdown. */
+/* Reads the checkpoint into p (unless start_position = "latest" without
+ * ha.mode = "shared"), retrying with the restart backoff. False only on
+ * shutdown. */
 bool
 fw_stream_load_checkpoint (fw_stream_worker_t *w, fw_checkpoint_t *cp, fw_position_t *p,
                            int *candidate, bool *from_checkpoint)
@@ -41,7 +42,9 @@ fw_stream_load_checkpoint (fw_stream_worker_t *w, fw_checkpoint_t *cp, fw_positi
    fw_error_t err;
 
    fw_stream_circuit_restore (fw_stream_circuit (w), d, client);
-   if (cfg->start_latest) {
+   /* "shared": the checkpoint is read, and dropped at the open when it is
+    * older than the group's start (start_point, stream_worker.c). */
+   if (cfg->start_latest && !cfg->ha_shared) {
       return pg_wins (w, p, candidate, from_checkpoint);
    }
    for (int tries = 1; !fw_checkpoint_load (client, cfg->database, cfg->name, cp, &err); tries++) {

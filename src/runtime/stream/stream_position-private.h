@@ -53,6 +53,9 @@ typedef enum {
    FW_POSITION_SAVED,  /* the position (and also) written */
    FW_POSITION_NONE,   /* nothing to save (no position yet, a standby): nothing written */
    FW_POSITION_FAILED, /* the write failed (logged, counted): nothing written */
+   /* a newer run of the stream holds the checkpoint (without ha): nothing
+    * written, now or later; the stream stops (fw_position_refused) */
+   FW_POSITION_REFUSED,
 } fw_position_saved_t;
 
 /* fw_position_save, with also's fields (borrowed; NULL: none) set in the
@@ -64,7 +67,7 @@ fw_position_saved_t fw_position_save_with (fw_stream_ckpt_t *c, fw_position_t *p
 /* checkpoint.mode = "async": hands p to the stream's checkpoint writer
  * (started on first use) and goes on; as fw_position_save with mode = "sync"
  * or when the writer cannot start. */
-void fw_position_save_async (fw_stream_ckpt_t *c, fw_position_t *p, const char *why);
+fw_position_saved_t fw_position_save_async (fw_stream_ckpt_t *c, fw_position_t *p, const char *why);
 
 /* ev (handled, or dead-lettered, on the stream's thread) is passed: p's
  * processed token is ev's, its resume token token (the change stream's after
@@ -85,5 +88,11 @@ bool fw_position_claim (fw_stream_ckpt_t *c, mongoc_client_t *client, int64_t *g
 
 /* Counts the checkpoint writer's outcomes in the stream's metrics. */
 void fw_position_writer_results (fw_stream_ckpt_t *c);
+
+/* Why the stream is to stop because a newer run of it holds its checkpoint
+ * (a write of this run was refused, on the stream's thread or by its
+ * checkpoint writer: "checkpoint of stream ... NOT saved: a newer run ..."),
+ * or NULL. Owned by c, valid until the run ends. */
+const char *fw_position_refused (fw_stream_ckpt_t *c);
 
 #endif

@@ -75,6 +75,15 @@ fw_position_replace_stored (fw_position_t *p, const fw_checkpoint_t *cp, int *ca
    fw_position_from_stored (p, cp, candidate, from_checkpoint);
 }
 
+const char *
+fw_position_refused (fw_stream_ckpt_t *c)
+{
+   if (!c->refused && c->writer && fw_checkpoint_writer_refused (c->writer, &c->refusal)) {
+      c->refused = true;
+   }
+   return c->refused ? c->refusal.message : NULL;
+}
+
 /* Counts the checkpoint writer's outcomes in the stream's metrics. */
 void
 fw_position_writer_results (fw_stream_ckpt_t *c)
@@ -115,7 +124,7 @@ fw_position_claim (fw_stream_ckpt_t *c, mongoc_client_t *client, int64_t *gen, f
  * by the caller) it carries the writer's stamp past every hand-over, so that
  * none of the writer's writes that the server applies late (one that timed
  * out on the client's side) replaces it. */
-static bool
+static fw_position_saved_t
 store_position (fw_stream_ckpt_t *c, const fw_position_t *p, const bson_t *also, fw_error_t *err)
 {
    const bson_t *processed = p->has_processed ? &p->processed : NULL;
@@ -125,25 +134,40 @@ store_position (fw_stream_ckpt_t *c, const fw_position_t *p, const bson_t *also,
    bson_oid_t writer;
    int64_t seq;
 
+   fw_checkpoint_saved_t saved;
+
    /* Read after the claim: the run's first save carries it too. */
    if (!fw_position_claim (c, *c->client, &gen, err)) {
-      return false;
+      return FW_POSITION_FAILED;
    }
    if (c->writer && fw_checkpoint_writer_stamp (c->writer, &writer, &seq)) {
       /* Superseded cannot happen (the seq is past every write of the
        * writer); it would mean a later position is stored. */
-      return fw_checkpoint_save_ordered_with (*c->client, c->cfg->database, c->cfg->name, processed,
-                                              seen, c->version, also, epoch, gen, &writer, seq,
-                                              err) != FW_CHECKPOINT_NOT_SAVED;
-   }
-   if (gen > 0) {
+      saved = fw_checkpoint_save_ordered_with (*c->client, c->cfg->database, c->cfg->name,
+                                               processed, seen, c->version, also, epoch, gen,
+                                               &writer, seq, err);
+      if (saved == FW_CHECKPOINT_SUPERSEDED) {
+         saved = FW_CHECKPOINT_SAVED;
+      }
+   } else if (gen > 0) {
       /* a write of an earlier run that lands late never replaces it */
-      return fw_checkpoint_save_ordered_with (*c->client, c->cfg->database, c->cfg->name, processed,
-                                              seen, c->version, also, 0, gen, NULL, 0,
-                                              err) == FW_CHECKPOINT_SAVED;
+      saved = fw_checkpoint_save_ordered_with (*c->client, c->cfg->database, c->cfg->name,
+                                               processed, seen, c->version, also, 0, gen, NULL, 0,
+                                               err);
+   } else {
+      saved = fw_checkpoint_save_with (*c->client, c->cfg->database, c->cfg->name, processed, seen,
+                                       c->version, also, epoch, err)
+                 ? FW_CHECKPOINT_SAVED
+                 : FW_CHECKPOINT_NOT_SAVED;
    }
-   return fw_checkpoint_save_with (*c->client, c->cfg->database, c->cfg->name, processed, seen,
-                                   c->version, also, epoch, err);
+   switch (saved) {
+   case FW_CHECKPOINT_SAVED:
+      return FW_POSITION_SAVED;
+   case FW_CHECKPOINT_REFUSED:
+      return FW_POSITION_REFUSED;
+   default:
+      return FW_POSITION_FAILED;
+   }
 }
 
 /* Writes the checkpoint on the stream's thread: mode = "sync", and with
@@ -159,9 +183,13 @@ fw_position_saved_t
 fw_position_save_with (fw_stream_ckpt_t *c, fw_position_t *p, const char *why, const bson_t *also)
 {
    fw_error_t err;
+   fw_position_saved_t saved;
    if (c->writer) {
       fw_checkpoint_writer_quiesce (c->writer); /* nothing older can land after this */
       fw_position_writer_results (c);
+   }
+   if (fw_position_refused (c)) {
+      return FW_POSITION_REFUSED; /* a newer run's: said once, as the stream stops */
    }
    if (!p->has_processed && !p->has_resume) {
       return FW_POSITION_NONE;
@@ -174,12 +202,17 @@ fw_position_save_with (fw_stream_ckpt_t *c, fw_position_t *p, const char *why, c
       (*c->advance) (c->eo, p->has_processed ? &p->processed : NULL,
                      p->has_resume ? &p->resume : NULL);
    }
-   if (!store_position (c, p, also, &err)) {
-      fw_log (FW_LOG_ERROR, c->cfg->name, "%s (%s); will try again", err.message, why);
+   if ((saved = store_position (c, p, also, &err)) != FW_POSITION_SAVED) {
+      if (saved == FW_POSITION_REFUSED) {
+         c->refused = true;
+         c->refusal = err;
+      } else {
+         fw_log (FW_LOG_ERROR, c->cfg->name, "%s (%s); will try again", err.message, why);
+      }
       if (*c->metrics) {
          fw_stream_metrics_checkpoint (*c->metrics, false, 0);
       }
-      return FW_POSITION_FAILED;
+      return saved;
    }
    p->since_save = 0;
    p->dirty = false;
@@ -203,10 +236,13 @@ committed_already (const fw_stream_ckpt_t *c, const fw_position_t *p)
  * writer and goes on; it waits only while FW_CHECKPOINT_MAX_BEHIND earlier
  * saves are not yet written, so a crash repeats at most
  * (FW_CHECKPOINT_MAX_BEHIND + 1) x save_every events (docs/reliability.md). */
-void
+fw_position_saved_t
 fw_position_save_async (fw_stream_ckpt_t *c, fw_position_t *p, const char *why)
 {
    fw_error_t err;
+   if (fw_position_refused (c)) {
+      return FW_POSITION_REFUSED;
+   }
    if (committed_already (c, p)) {
       /* exactly_once: the transaction of the event handled last wrote this
        * position (seen and handled) and committed; writing it again would
@@ -217,7 +253,7 @@ fw_position_save_async (fw_stream_ckpt_t *c, fw_position_t *p, const char *why)
       if (*c->metrics) {
          fw_stream_metrics_checkpoint (*c->metrics, true, p->last_save_ms);
       }
-      return;
+      return FW_POSITION_SAVED;
    }
    /* exactly_once: each handled event's transaction writes the checkpoint;
     * an async write landing after a later commit would move it back. Into
@@ -226,14 +262,13 @@ fw_position_save_async (fw_stream_ckpt_t *c, fw_position_t *p, const char *why)
     * at least once, off the stream's thread. */
    if (c->cfg->checkpoint_sync || c->unavailable ||
        (c->cfg->exactly_once && !c->cfg->exactly_once_pg)) {
-      fw_position_save (c, p, why);
-      return;
+      return fw_position_save_with (c, p, why, NULL);
    }
    if (!p->has_processed && !p->has_resume) {
-      return;
+      return FW_POSITION_NONE;
    }
    if (*c->lease && *c->lead_epoch <= 0) {
-      return;
+      return FW_POSITION_NONE;
    }
    if (*c->advance) {
       /* exactly once into a sink: PostgreSQL, another deployment */
@@ -246,15 +281,14 @@ fw_position_save_async (fw_stream_ckpt_t *c, fw_position_t *p, const char *why)
       if (*c->metrics) {
          fw_stream_metrics_checkpoint (*c->metrics, false, 0);
       }
-      return;
+      return FW_POSITION_FAILED;
    }
    if (!c->writer && !(c->writer = fw_checkpoint_writer_new (c->pool, c->cfg->database,
                                                              c->cfg->name, gen, &err))) {
       fw_log (FW_LOG_WARN, c->cfg->name, "%s; checkpoints are written as with mode = \"sync\"",
               err.message);
       c->unavailable = true;
-      fw_position_save (c, p, why);
-      return;
+      return fw_position_save_with (c, p, why, NULL);
    }
    if (*c->lease && c->epoch != *c->lead_epoch) {
       /* A new leadership: nothing of the old one is in flight (the fence
@@ -270,6 +304,7 @@ fw_position_save_async (fw_stream_ckpt_t *c, fw_position_t *p, const char *why)
    p->since_save = 0;
    p->dirty = false;
    p->last_save_ms = fw_now_ms ();
+   return fw_position_refused (c) ? FW_POSITION_REFUSED : FW_POSITION_SAVED;
 }
 
 void

@@ -107,9 +107,10 @@ history_lost (fw_stream_worker_t *w, fw_stream_run_t *run)
       }
       return true;
    }
-   if (!p->has_resume && cfg->start_at && !run->start_at_lost) {
+   if (!p->has_resume && (cfg->start_at || run->at_group) && !run->start_at_lost) {
       char why[512];
-      if (!fw_stream_start_at_lost (cfg, metrics, run, why, sizeof why)) {
+      if (!fw_stream_start_at_lost (
+             cfg, metrics, run, run->at_group ? run->group_at : cfg->start_at, why, sizeof why)) {
          fw_stream_failed (w, why);
          return false;
       }
@@ -127,6 +128,7 @@ history_lost (fw_stream_worker_t *w, fw_stream_run_t *run)
            "change stream history lost: resuming from now; events between the last "
            "checkpoint and now were NOT delivered (on_history_lost = resume_from_now)");
    p->has_resume = false;
+   run->start_at_lost = true; /* not back to an older start_at or group start */
    run->candidate = 2;
    if (metrics) {
       fw_stream_metrics_restart (metrics, FW_METRICS_RESTART_HISTORY_LOST);

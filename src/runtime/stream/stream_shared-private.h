@@ -25,6 +25,8 @@ typedef struct fw_stream_shared {
    fw_metric_series_t *held;      /* ... its gauges flowwarden_units_held, _members */
    fw_metric_series_t *members;
    int64_t seen_ms;           /* when they were last set (atomic) */
+   uint64_t start_at;         /* the stream's start in the group (fw_stream_group_start);
+                               * 0: not known yet. The stream's thread only. */
    struct {                   /* ha, this member's view of a unit it does not hold: */
       int64_t orphan_seen_ms; /* wall clock it first saw the unit's holder gone (its member
                                 * record); 0: not seen */
@@ -45,6 +47,14 @@ void fw_stream_shared_link (fw_stream_shared_t *s, const fw_stream_config_t *cfg
 /* The stream's lease: a unit lease of its group with ha.mode = "shared",
  * else fw_lease_new's. NULL (err set) on failure. */
 fw_lease_t *fw_stream_lease_new (fw_stream_shared_t *s, fw_error_t *err);
+
+/* ha.mode = "shared": the stream's start in its group (ha/group_start.h),
+ * read or recorded on client (the stream's, borrowed) the first time, then
+ * kept for the run: where a unit without a checkpoint opens. *at = 0 without
+ * "shared". False (why[len] set) when the server cannot be asked. The
+ * stream's thread only. */
+bool fw_stream_group_start (fw_stream_shared_t *s, mongoc_client_t *client, uint64_t *at, char *why,
+                            size_t len);
 
 /* ha.mode = "shared": this unit is over the instance's share (sticky until
  * fw_stream_yield_unit gave it up). False otherwise. */

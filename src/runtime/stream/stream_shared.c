@@ -8,7 +8,9 @@
 
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
+#include "runtime/ha/group_start.h"
 #include "runtime/ha/shared_units.h"
+#include "runtime/stream/stream_partition-private.h"
 #include "runtime/stream/stream_shared-private.h"
 
 void
@@ -20,11 +22,20 @@ fw_stream_shared_link (fw_stream_shared_t *s, const fw_stream_config_t *cfg,
    s->lease = lease;
 }
 
+/* The stream's start record's _id: <stream>#start, of the script's stream
+ * (a partitioned stream's base name: its units share one). */
+static bool
+start_id (const fw_stream_config_t *cfg, char *out, size_t len)
+{
+   return fw_group_start_id (cfg->name, fw_stream_partition_base_len (cfg), out, len);
+}
+
 fw_lease_t *
 fw_stream_lease_new (fw_stream_shared_t *s, fw_error_t *err)
 {
    const mongoc_uri_t *uri = mongoc_client_get_uri (*s->client);
    fw_lease_t *l;
+   char id[600];
 
    if (s->metrics) {
       fw_stream_metrics_set_lease (s->metrics, s->cfg->ha_lease_ms);
@@ -35,11 +46,56 @@ fw_stream_lease_new (fw_stream_shared_t *s, fw_error_t *err)
    if (!(s->group = fw_shared_group_join (uri, s->cfg->database, s->cfg->ha_lease_ms, err))) {
       return NULL;
    }
-   if (!(l = fw_shared_group_lease (s->group, uri, s->cfg->name, err))) {
+   if (!start_id (s->cfg, id, sizeof id)) {
+      fw_error_set (err, FW_ERROR_INVALID, "stream name too long for its start record");
+      fw_shared_group_leave (s->group);
+      s->group = NULL;
+      return NULL;
+   }
+   s->start_at = 0;
+   if (!(l = fw_shared_group_lease (s->group, uri, s->cfg->name, id, err))) {
       fw_shared_group_leave (s->group);
       s->group = NULL;
    }
    return l;
+}
+
+bool
+fw_stream_group_start (fw_stream_shared_t *s, mongoc_client_t *client, uint64_t *at, char *why,
+                       size_t len)
+{
+   fw_group_start_t got;
+   fw_error_t err;
+   char id[600];
+
+   *at = 0;
+   if (!s->cfg->ha_shared) {
+      return true;
+   }
+   if (s->start_at) {
+      *at = s->start_at;
+      return true;
+   }
+   if (!start_id (s->cfg, id, sizeof id)) {
+      snprintf (why, len, "stream name too long for its start record");
+      return false;
+   }
+   if (!fw_group_start_take (client, s->cfg->database, id, s->cfg->ha_lease_ms, &got, &err)) {
+      snprintf (why, len, "cannot read or record the stream's start in its group: %s", err.message);
+      return false;
+   }
+   if (got.began) {
+      fw_log (FW_LOG_INFO, s->cfg->name,
+              "shared: the group starts here: units without a checkpoint start at "
+              "Timestamp(%u, %u) (%s.%s \"%s\")",
+              (unsigned) (got.at >> 32), (unsigned) (got.at & 0xffffffffu), s->cfg->database,
+              FW_CHECKPOINT_COLLECTION, id);
+   }
+   if (s->group && *s->lease) {
+      fw_shared_group_started (s->group, *s->lease, got.at);
+   }
+   *at = s->start_at = got.at;
+   return true;
 }
 
 bool

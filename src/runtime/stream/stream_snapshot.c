@@ -246,6 +246,9 @@ save_progress (fw_stream_worker_t *w, fw_position_t *p)
    bool failed;
    bool together = save_together (w, p, pr, &failed);
 
+   if (fw_position_refused (&w->ckpt)) {
+      return; /* a newer run holds the checkpoint: the stream stops at its next boundary */
+   }
    if (failed) {
       fw_log (FW_LOG_WARN, w->cfg->name,
               "the snapshot's progress is not saved either (the chunk is read again after a "

@@ -231,6 +231,15 @@ static fw_read_end_t
 event_boundary (fw_stream_worker_t *w, fw_position_t *p)
 {
    int control = fw_stream_control_peek (w);
+   const char *refused = fw_position_refused (&w->ckpt);
+
+   if (refused) {
+      /* A newer run of the stream holds its checkpoint (a second instance
+       * without ha, or this one paused and replaced): its events are the
+       * newer run's, and no save of this run can land. */
+      fw_stream_failed (w, refused);
+      return FW_READ_FAILED;
+   }
    if (control == W_CONTROL_PAUSE || control == W_CONTROL_RESTART) {
       /* An event boundary: nothing is in flight (once the lanes finished). */
       fw_stream_lanes_stop (w, p);
@@ -628,6 +637,7 @@ static bool
 run_setup (fw_stream_worker_t *w, fw_stream_run_t *run)
 {
    fw_error_t err;
+   char why[700];
 
    bson_init (&run->p->resume);
    bson_init (&run->p->processed);
@@ -657,6 +667,11 @@ run_setup (fw_stream_worker_t *w, fw_stream_run_t *run)
          fw_stream_failed (w, err.message);
          return false;
       }
+      /* "shared": the stream's start in the group, recorded when its
+       * first member starts, before any unit opens; else at the open. */
+      if (!fw_stream_group_start (&w->shared, w->client, &run->group_at, why, sizeof why)) {
+         fw_log (FW_LOG_WARN, w->cfg->name, "%s; trying again at the open", why);
+      }
       if (!fw_stream_wait_lead (w)) {
          return false;
       }
@@ -673,7 +688,10 @@ run_setup (fw_stream_worker_t *w, fw_stream_run_t *run)
    fw_log (FW_LOG_INFO, w->cfg->name, "starting on %s%s%s %s", w->cfg->database,
            w->cfg->collection ? "." : "",
            w->cfg->collection ? w->cfg->collection : " (all collections)",
-           run->from_checkpoint ? "from its checkpoint" : "from now");
+           run->from_checkpoint ? "from its checkpoint"
+           : w->cfg->start_at   ? "at checkpoint.start_at"
+           : run->group_at      ? "at the group's start"
+                                : "from now");
    return true;
 }
 
@@ -687,6 +705,7 @@ run_teardown (fw_stream_worker_t *w, fw_stream_run_t *run)
    w->ckpt.writer = NULL;
    w->ckpt.epoch = 0;
    w->ckpt.gen = 0; /* the next run claims its own before its first save */
+   w->ckpt.refused = false;
    if (w->lead.lease) {
       /* After the final checkpoint: the standby that takes over at once
        * starts where this leader stopped. */
@@ -740,8 +759,15 @@ stream_opened (fw_stream_worker_t *w, fw_stream_run_t *run, mongoc_change_stream
       p->has_resume = true;
       fw_position_save (&w->ckpt, p, "start");
    }
-   fw_log (FW_LOG_INFO, w->cfg->name, "change stream open%s",
-           resuming ? " (resuming)" : " (from now)");
+   if (resuming || !run->at_group) {
+      fw_log (FW_LOG_INFO, w->cfg->name, "change stream open%s",
+              resuming ? " (resuming)" : " (from now)");
+   } else {
+      fw_log (FW_LOG_INFO, w->cfg->name,
+              "change stream open (at the group's start, Timestamp(%u, %u): what was written "
+              "since the group started is this unit's)",
+              (unsigned) (run->group_at >> 32), (unsigned) (run->group_at & 0xffffffffu));
+   }
    set_state (w, FW_STREAM_RUNNING, NULL);
 }
 
@@ -759,6 +785,7 @@ open_and_read (fw_stream_worker_t *w, fw_stream_run_t *run, bool *progressed)
    char unsupported[800];
    fw_generation_t gen;
    fw_generation_open_t gen_open;
+   uint64_t start_at;
 
    fw_split_buffer_reset (&p->split);
    /* A sequenced DLQ: its open sequences, read again on every (re)open. */
@@ -788,10 +815,12 @@ open_and_read (fw_stream_worker_t *w, fw_stream_run_t *run, bool *progressed)
               "(an earlier run with this number of partitions): starting at the switch");
       p->has_resume = false;
    }
-   cs = fw_change_stream_open (w->cfg, w->read_client, p->has_resume ? &p->resume : NULL,
-                               run->start_at_lost ? 0
-                               : gen.start_at     ? gen.start_at
-                                                  : w->cfg->start_at,
+   if (!fw_stream_start_point (w->cfg, &w->shared, w->read_client, run, gen.start_at, &start_at)) {
+      fw_generation_cleanup (&gen);
+      fw_log (FW_LOG_WARN, w->cfg->name, "%s", p->error);
+      return FW_READ_ERROR; /* re-opened after the restart delay */
+   }
+   cs = fw_change_stream_open (w->cfg, w->read_client, p->has_resume ? &p->resume : NULL, start_at,
                                w->cfg->split_large_events && !p->split_rejected && !p->unsplittable,
                                fw_stream_snapshot_opening (w), gen.has_stage ? &gen.stage : NULL);
    fw_generation_cleanup (&gen);

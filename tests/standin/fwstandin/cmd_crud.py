@@ -213,12 +213,14 @@ def check_insert_id(doc):
         _storage_valid_embedded(_id)
 
 
-def parse_statements(ctx, field, allowed, required=()):
-    """The command's statements, decoded, with their fields checked as mongod's IDL parser
-    checks them before anything runs: an unknown field (40415; e.g. `sort` in an update before
-    MongoDB 8.0) or a missing one (40414) fails the whole command, not one statement."""
+def parse_statements(ctx, field, allowed, required=(), items=None):
+    """The command's statements (items: those of them to parse, else all), decoded, with
+    their fields checked as mongod's IDL parser checks them before anything runs: an unknown
+    field (40415; e.g. `sort` in an update before MongoDB 8.0) or a missing one (40414) fails
+    the whole command, not one statement."""
     stmts = []
-    items = documents_of(ctx, field)
+    if items is None:
+        items = documents_of(ctx, field)
     if items and all(type(st) is bytes for st in items):
         items = bsonutil.decode_all(b"".join(items))    # one call: half the cost of one each
     for st in items:
@@ -354,31 +356,27 @@ _MODIFIED = {"n": 1, "nModified": 1}
 _UNMODIFIED = {"n": 1, "nModified": 0}
 
 
-def _update_by_id(store, c, st, txn, fast, sized):
-    """The statement's result when update_fast's path runs it (an existing document, the
-    simple shape), else None: nothing was done and the general path runs it. c: the
-    collection (None when there is none yet); fast: the update_fast module; sized: the store
-    keeps sizes instead of bytes (a plain Store)."""
-    fp = fast.plan(st)
-    if fp is None or c is None:
+def _update_by_id(store, c, fp, txn, fast, sized):
+    """The result of the statement planned as fp (update_fast.plan's) when update_fast's path
+    runs it (an existing document), else None: nothing was done and the general path runs
+    it. c: the collection (None when there is none yet); fast: the update_fast module; sized:
+    the store keeps sizes instead of bytes (a plain Store)."""
+    if c is None:
         return None
     # The _id types plan() accepts are their own value_key (bsonutil.value_key).
     doc = c.docs.get(fp[0])
-    res = fast.apply(doc, fp[1]) if doc is not None else None
+    if doc is None:
+        return None
+    # The new size from the old one: the new bytes are made when a read wants them (a
+    # counter is often written far more often than it is read).
+    res = fast.apply_sized(doc, fp[1], c.stored_size(fp[0], doc) if sized else None)
     if res is None:
         return None
-    if txn is not None:
+    if txn is not None and txn.point.mode != "off":
         txn.about_to_write()
-    new, ud = res
+    new, ud, size = res
     if not ud:
         return _UNMODIFIED
-    size = None
-    if sized:
-        # The new size from the old one: the new bytes are made when a read wants them
-        # (a counter is often written far more often than it is read).
-        size = c.stored_size(fp[0], doc)
-        if size is not None:
-            size = fast.new_size(size, doc, ud["updatedFields"])
     if size is not None:
         # plan()'s _id is its own value_key (the stored _id's when of the same type: 1
         # finds 1.0); its fields are top-level.
@@ -424,16 +422,55 @@ def _update_statement(store, db, name, st, txn, now, query):
     return result
 
 
+_UPDATE_FIELDS = ("q", "u", "multi", "upsert", "hint", "collation", "arrayFilters", "c",
+                  "upsertSupplied")
+
+
+def parse_updates(ctx, fast):
+    """The update command's statements, checked as parse_statements checks them (before any
+    runs), as two lists: each one's update_fast plan (_id, ops) when it has that shape, and
+    each one decoded, or None for a statement of a shape seen before in a checked statement
+    (update_fast.by_id_shape: its plan is known; decoded when the general path needs it)."""
+    items = documents_of(ctx, "updates")
+    if not items or not all(type(st) is bytes for st in items):
+        stmts = parse_statements(ctx, "updates", _UPDATE_FIELDS, items=items)
+        return [fast.plan(st) for st in stmts], stmts
+    shape_of, planned = fast.by_id_shape, fast.SHAPES.get
+    plans = []
+    shapes = []
+    todo = []
+    for i, raw in enumerate(items):
+        shape = shape_of(raw)
+        ops = planned(shape[1]) if shape is not None else None
+        if ops is None:
+            plans.append(None)
+            shapes.append(shape)
+            todo.append(i)
+        else:
+            plans.append((shape[0], ops))
+    stmts = [None] * len(items)
+    if todo:
+        # The others decoded and checked in one call, as before: their errors are those.
+        decoded = parse_statements(ctx, "updates", _UPDATE_FIELDS,
+                                   items=[items[i] for i in todo])
+        for j, i in enumerate(todo):
+            st = stmts[i] = decoded[j]
+            fp = plans[i] = fast.plan(st)
+            if shapes[j] is not None:
+                fast.remember(shapes[j], st, fp)
+    return plans, stmts
+
+
 def cmd_update(ctx):
     check_fields(ctx, ("update", "updates", "ordered", "bypassDocumentValidation", "let"))
     if "let" in ctx.body:
         raise MongoError(2, "BadValue", "update: 'let' is not supported by the stand-in")
     name = coll_name(ctx, "update")
-    stmts = parse_statements(ctx, "updates", ("q", "u", "multi", "upsert", "hint", "collation",
-                                              "arrayFilters", "c", "upsertSupplied"))
+    fast = _engine()[4]
+    plans, stmts = parse_updates(ctx, fast)
+    items = documents_of(ctx, "updates")
     ordered = ctx.body.get("ordered", True)
     query = _engine()[0]
-    fast = _engine()[4]
     store = ctx.store
     n = n_modified = 0
     upserted = []
@@ -446,7 +483,8 @@ def cmd_update(ctx):
         # looked up before it runs (each is still recorded, for a retry of the command).
         retried = txn is not None and not txn.fresh()
         db = ctx.db
-        for i, st in enumerate(stmts):
+        c = store.coll(db, name)
+        for i, fp in enumerate(plans):
             done = txn.executed(i) if retried else None
             if done is not None:
                 # A retried statement that ran already: its result, not a second run.
@@ -456,11 +494,22 @@ def cmd_update(ctx):
                     upserted.append({"index": i, "_id": done["upserted"]})
                 continue
             try:
-                # The collection looked up for each statement: a write that waited for a
-                # transaction (Store.observer) let other commands run, a drop among them.
-                result = _update_by_id(store, store.coll(db, name), st, txn, fast, sized)
+                result = None
+                if fp is not None:
+                    if store.observer is not None:
+                        # Looked up again: a write that waited for a transaction (the
+                        # observer) let other commands run, a drop among them. Without one,
+                        # nothing lets go of the store's lock between statements.
+                        c = store.coll(db, name)
+                    result = _update_by_id(store, c, fp, txn, fast, sized)
                 if result is None:
-                    result = _update_statement(store, db, name, st, txn, now, query)
+                    st = stmts[i]
+                    if st is None:
+                        st = bsonutil.decode(items[i])  # a shape seen: decoded and checked
+                    try:
+                        result = _update_statement(store, db, name, st, txn, now, query)
+                    finally:
+                        c = store.coll(db, name)    # an upsert may have made it
                 elif result is _MODIFIED:
                     n += 1
                     n_modified += 1

@@ -337,6 +337,33 @@ class Entry:
         self._make = None
 
 
+_new_entry = object.__new__
+
+
+def update_entry(tsv, wall, db, coll, ns, key, images, pre, post, make):
+    """Entry(tsv, wall, "u", db, coll, None, key, images, pre, post, make=make) for a
+    collection's update, ns being db + "." + coll (the collection's own), without the
+    constructor's keyword handling: a bulk write makes one per statement."""
+    e = _new_entry(Entry)
+    e.tsv = tsv
+    e.wall = wall
+    e.op = "u"
+    e.db = db
+    e.coll = coll
+    e.ns = ns
+    e._raw = None
+    e._make = make
+    e.key = key
+    e.images = images
+    e.pre = pre
+    e.post = post
+    e.to = None
+    e.desc = None
+    e.expanded = False
+    e.view = False
+    return e
+
+
 _TSV = operator.attrgetter("tsv")
 
 

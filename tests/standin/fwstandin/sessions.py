@@ -102,6 +102,9 @@ class Txn:
         ids = body.get("stmtIds")
         self.stmt_ids = ids if isinstance(ids, list) else None
         self.base = int(body.get("stmtId", 0))
+        # onPrimaryTransactionalWrite: a caller may skip about_to_write() while its mode is
+        # "off" (a statement's check without a call).
+        self.point = ctx.server.failpoints.points["onPrimaryTransactionalWrite"]
 
     def stmt_id(self, i):
         ids = self.stmt_ids

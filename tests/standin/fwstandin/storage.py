@@ -495,10 +495,9 @@ class Store:
         c.raws.pop(k, None)
         c.sizes[k] = (new, size)
         pp = c.pre_post
-        self.oplog.append(oplogmod.Entry(
-            tsv, wall, "u", c.db, c.name, None, k, pp, old if pp else None,
-            new if pp else None,
-            make=(update_event, (tsv, wall, c.ns_elem, c.uuid, new["_id"], ud, None))))
+        self.oplog.append(oplogmod.update_entry(
+            tsv, wall, c.db, c.name, c.ns, k, pp, old if pp else None, new if pp else None,
+            (update_event, (tsv, wall, c.ns_elem, c.uuid, new["_id"], ud, None))))
         if tsv > self.clock.last:
             self.clock.last = tsv
         if self.journal is not None:

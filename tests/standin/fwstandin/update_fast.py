@@ -12,14 +12,24 @@ binary no-ops left out), and `nModified` 0 for a no-op. Anything else (a dotted 
 operator but `$inc`/`$set`, a non-scalar value, two operators on one field, `$inc` on a
 non-number or overflowing, a missing document: the upsert or n = 0) returns None, and the
 general path runs the statement and reports its error exactly as before.
+
+A bulk write's statements mostly share one shape: S6b's 500 statements differ only in their
+`_id`. mongod reads each statement in place (its IDL parser over the message's BSON, no copy
+into objects); the stand-in decoded each into dicts and planned it again. `by_id_shape` reads
+a raw statement `{q: {_id: <string, int32, int64 or ObjectId>}, <rest>}` without decoding it:
+the `_id` and the rest's bytes; a rest seen before in a statement that decoded, passed the
+command's field checks and planned (`remember`) gives the same plan, so the statement is
+neither decoded nor planned again.
 """
 
 import datetime
+import struct
 from functools import cmp_to_key
 
 from bson.int64 import Int64
 from bson.objectid import ObjectId
 
+from . import bsonutil
 from . import numbers as num
 from .compare import MISSING, identical
 from .update import _compare_paths
@@ -89,6 +99,71 @@ def plan(st):
     return _id, ops
 
 
+# The bytes of a statement from its 5th: q's type, name and length, then the first element's
+# type and name and its first 4 bytes (a string's length, an int32's value).
+_HEAD = struct.Struct("<3siB4si")
+_INT32 = struct.Struct("<i")
+_Q = b"\x03q\x00"
+_ID = b"_id\x00"
+# The bytes of a statement after q -> its plan's ops, for those remembered (bounded: cleared
+# when full). SHAPES.get(by_id_shape(raw)[1]): the ops of a statement of a shape seen before.
+SHAPES = {}
+SHAPES_MAX = 1024
+
+
+def by_id_shape(raw):
+    """(the _id, the statement's bytes after q) of raw, a statement's BSON, when it starts
+    with q = {_id: <a string, int32, int64 or ObjectId>} and nothing else, else None. Nothing
+    after q is read: the caller matches those bytes against statements it decoded."""
+    try:
+        qm, qlen, t, idm, n = _HEAD.unpack_from(raw, 4)
+    except struct.error:
+        return None
+    if qm != _Q or idm != _ID:
+        return None
+    end = 7 + qlen      # q's end: its last byte is its terminating NUL
+    if end >= len(raw):
+        return None     # q past the statement's end (the statement's own NUL after it)
+    if t == 2:
+        # n: the string's bytes and its NUL; q ends right after that NUL.
+        if n < 1 or end != 21 + n or raw[19 + n] != 0 or raw[20 + n] != 0:
+            return None
+        try:
+            _id = raw[20:19 + n].decode()
+        except UnicodeDecodeError:
+            return None     # decoded, it fails as before
+    elif t == 0x10:
+        if end != 21 or raw[20] != 0:
+            return None
+        _id = n
+    elif t == 0x12:
+        if end != 25 or raw[24] != 0:
+            return None
+        _id = Int64(int.from_bytes(raw[16:24], "little", signed=True))
+    elif t == 0x07:
+        if end != 29 or raw[28] != 0:
+            return None
+        _id = ObjectId(raw[16:28])
+    else:
+        return None
+    return _id, raw[end:]
+
+
+def remember(shape, st, fp):
+    """Keeps plan(st)'s ops (fp) for statements with the same bytes after q as st's raw
+    (shape: its by_id_shape()). st: the statement decoded, which passed the command's field
+    checks. Not kept when those bytes hold another `q` (the decoded statement's, which the
+    shape's would not be)."""
+    rest = shape[1]
+    if fp is None:
+        return
+    if "q" in bsonutil.decode(_INT32.pack(len(rest) + 4) + rest):
+        return      # a second q after the first (a duplicate key): decode such statements
+    if len(SHAPES) >= SHAPES_MAX:
+        SHAPES.clear()
+    SHAPES[rest] = fp[1]
+
+
 def apply(doc, ops):
     """(new document, updateDescription) of ops over doc, or None when the general path must
     run it (to raise its error). The description is empty for a no-op; doc is not changed."""
@@ -131,6 +206,35 @@ def apply(doc, ops):
     if new is None:
         return doc, {}
     return new, {"updatedFields": updated, "removedFields": [], "truncatedArrays": []}
+
+
+def apply_sized(doc, ops, size):
+    """(new document, updateDescription, new size): apply(doc, ops) and, when it changed doc,
+    new_size(size, doc, its updatedFields); size: doc's encoded size, or None (then the new
+    size is None). None when apply() gives None. A counter's $inc of an int32 that stays an
+    int32 (S6b's statement) is worked out here without apply()'s loop: the same document and
+    description, and the same size."""
+    if len(ops) == 1:
+        field, inc, arg = ops[0]
+        if inc and type(arg) is int:
+            cur = doc.get(field)
+            if type(cur) is int:
+                value = cur + arg
+                if (_I32_MIN <= value <= _I32_MAX and _I32_MIN <= cur <= _I32_MAX
+                        and _I32_MIN <= arg <= _I32_MAX):
+                    if value == cur:
+                        return doc, {}, size
+                    new = dict(doc)
+                    new[field] = value
+                    return new, {"updatedFields": {field: value}, "removedFields": [],
+                                 "truncatedArrays": []}, size
+    res = apply(doc, ops)
+    if res is None:
+        return None
+    new, ud = res
+    if ud and size is not None:
+        size = new_size(size, doc, ud["updatedFields"])
+    return new, ud, size
 
 
 def _value_size(v):
