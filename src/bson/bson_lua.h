@@ -116,7 +116,9 @@ bool fw_bson_lua_to_bson (lua_State *L, int idx, const char *root_path, bson_t *
 
 /* As fw_bson_lua_to_bson, and sets *is_array (on success) to whether the
  * table was an array (written with keys "0", "1", ...) rather than a
- * document. */
+ * document. Writes straight into out (no copy): after a failure out may hold
+ * part of the fields (or an unfinished nested document) and is only fit for
+ * bson_destroy. */
 bool fw_bson_lua_to_document (lua_State *L, int idx, const char *root_path, bson_t *out,
                               bool *is_array, fw_error_t *error);
 

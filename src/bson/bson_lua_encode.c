@@ -418,19 +418,32 @@ write_array (to_bson_t *c, int idx, lua_Integer n, int mt, int kind, bson_t *out
 /*
  * Sorts out what an unmarked table is: returns 1 for an array (*n elements),
  * 0 for a document (*n string keys), -1 after filling the error.
+ * The same walk records up to SMALL_KEYS string keys in refs and anchors them
+ * on the stack as collect_keys does (*anchored of them, left there): a
+ * document of at most SMALL_KEYS keys is then written without a second walk.
  */
 static int
-classify_plain (to_bson_t *c, int idx, lua_Integer *n)
+classify_plain (to_bson_t *c, int idx, lua_Integer *n, key_ref_t *refs, int *anchored)
 {
    lua_State *L = c->L;
    lua_Integer n_str = 0, n_int = 0, max = 0, k;
    bool out_of_range = false;
 
+   *anchored = 0;
+   if (!lua_checkstack (L, SMALL_KEYS + 3)) {
+      fail (c, "Lua stack exhausted");
+      return -1;
+   }
    lua_pushnil (L);
    while (lua_next (L, idx)) {
       lua_pop (L, 1);
       if (lua_type (L, -1) == LUA_TSTRING) {
-         n_str++;
+         if (n_str++ < SMALL_KEYS) {
+            key_ref_t *r = &refs[(*anchored)++];
+            lua_pushvalue (L, -1); /* the walk's key below stays as the anchor */
+            r->pos = lua_gettop (L) - 1;
+            r->s = lua_tolstring (L, -1, &r->len);
+         }
       } else if (lua_isinteger (L, -1)) {
          k = lua_tointeger (L, -1);
          if (k >= 1) {
@@ -460,6 +473,20 @@ classify_plain (to_bson_t *c, int idx, lua_Integer *n)
    }
    *n = n_int;
    return 1;
+}
+
+/* classify_plain's result for the table at idx, with the anchored keys
+ * dropped unless the table is a document whose keys are all anchored. */
+static int
+classify_anchored (to_bson_t *c, int idx, lua_Integer *n, key_ref_t *refs, int *anchored)
+{
+   int r = classify_plain (c, idx, n, refs, anchored);
+
+   if (r != 0 || *n != *anchored) {
+      lua_pop (c->L, *anchored);
+      *anchored = 0;
+   }
+   return r;
 }
 
 static bool
@@ -494,7 +521,8 @@ write_table (to_bson_t *c, int idx, bson_t *out, const char *key, int key_len)
    lua_State *L = c->L;
    bson_t child, *dst = out;
    lua_Integer n = 0;
-   int kind, is_array, mt = 0;
+   int kind, is_array, mt = 0, anchored = 0;
+   key_ref_t refs[SMALL_KEYS];
    bool ok;
    STACK_CHECK_BEGIN (L);
 
@@ -506,7 +534,7 @@ write_table (to_bson_t *c, int idx, bson_t *out, const char *key, int key_len)
       mt = lua_gettop (L);
       is_array = kind != KIND_DOCUMENT;
       n = is_array ? (lua_Integer) lua_rawlen (L, idx) : 0;
-   } else if ((is_array = classify_plain (c, idx, &n)) < 0) {
+   } else if ((is_array = classify_anchored (c, idx, &n, refs, &anchored)) < 0) {
       return false;
    }
    if (!key) {
@@ -523,6 +551,9 @@ write_table (to_bson_t *c, int idx, bson_t *out, const char *key, int key_len)
       ok = write_array (c, idx, n, mt, kind, dst);
    } else if (kind == KIND_DOCUMENT) {
       ok = write_shaped (c, idx, mt, dst);
+   } else if (anchored) {
+      ok = append_refs (c, idx, dst, refs, 0, (size_t) anchored, 0);
+      lua_pop (L, anchored);
    } else {
       ok = append_sorted (c, idx, dst, (size_t) n, 0);
    }
@@ -616,9 +647,12 @@ encode_protected (lua_State *L)
    return 0;
 }
 
+/* Converts the value at idx into out: written aside and appended at the end,
+ * so that a failure leaves out as it was, or with in_place straight into out
+ * (no copy; a failure leaves part of the fields there). */
 static bool
 run (lua_State *L, int idx, const char *root_path, bson_t *out, const char *key, int key_len,
-     bool *root_array, fw_error_t *error)
+     bool *root_array, bool in_place, fw_error_t *error)
 {
    to_bson_t c;
    job_t job;
@@ -629,10 +663,9 @@ run (lua_State *L, int idx, const char *root_path, bson_t *out, const char *key,
    c.L = L;
    c.error = error;
    c.root = root_path;
-   /* Written aside and appended at the end, so a failure leaves out as it was. */
    bson_init (&tmp);
    job.c = &c;
-   job.out = &tmp;
+   job.out = in_place ? out : &tmp;
    job.key = key;
    job.key_len = key_len;
    job.ok = false;
@@ -659,7 +692,7 @@ run (lua_State *L, int idx, const char *root_path, bson_t *out, const char *key,
       }
       job.ok = false;
    }
-   if (job.ok && !bson_concat (out, &tmp)) {
+   if (job.ok && !in_place && !bson_concat (out, &tmp)) {
       job.ok = fail (&c, "the BSON document would exceed its maximum size");
    }
 
@@ -677,14 +710,14 @@ done:
 bool
 fw_bson_lua_to_bson (lua_State *L, int idx, const char *root_path, bson_t *out, fw_error_t *error)
 {
-   return run (L, idx, root_path, out, NULL, 0, NULL, error);
+   return run (L, idx, root_path, out, NULL, 0, NULL, false, error);
 }
 
 bool
 fw_bson_lua_to_document (lua_State *L, int idx, const char *root_path, bson_t *out, bool *is_array,
                          fw_error_t *error)
 {
-   return run (L, idx, root_path, out, NULL, 0, is_array, error);
+   return run (L, idx, root_path, out, NULL, 0, is_array, true, error);
 }
 
 bool
@@ -700,5 +733,5 @@ fw_bson_lua_append (lua_State *L, int idx, bson_t *out, const char *key, int key
                     root_path && *root_path ? root_path : "(root)");
       return false;
    }
-   return run (L, idx, root_path, out, key, (int) len, NULL, error);
+   return run (L, idx, root_path, out, key, (int) len, NULL, false, error);
 }

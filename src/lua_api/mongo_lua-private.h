@@ -145,8 +145,9 @@ bson_type_t fw_mongo_arg_value (lua_State *L, fw_mongo_op_t *op, int idx, const 
                                 const char *path, bson_iter_t *iter);
 
 /* Converts the Lua table at idx (lua_type LUA_TTABLE) straight into out
- * (empty, owned by op), raising as fw_mongo_arg_value does; returns whether
- * the table was an array (then written with keys "0", "1", ...). */
+ * (empty, owned by op), raising as fw_mongo_arg_value does (op released, so
+ * the part of out written before the failure is freed with it); returns
+ * whether the table was an array (then written with keys "0", "1", ...). */
 bool fw_mongo_arg_table (lua_State *L, fw_mongo_op_t *op, int idx, const char *method,
                          const char *path, bson_t *out);
 

@@ -292,7 +292,7 @@ fw_mongo_check_opts (lua_State *L, int idx, const char *method, const char *cons
    lua_pushnil (L);
    while (lua_next (L, idx)) {
       const char *key, *hint;
-      bool known = false;
+      const char *const *a;
 
       lua_pop (L, 1);
       if (lua_type (L, -1) != LUA_TSTRING) {
@@ -300,10 +300,11 @@ fw_mongo_check_opts (lua_State *L, int idx, const char *method, const char *cons
                              luaL_typename (L, -1));
       }
       key = lua_tostring (L, -1);
-      for (const char *const *a = allowed; *a && !known; a++) { /* stops at the match */
-         known = strcmp (*a, key) == 0;
+      /* The first byte before strcmp, and no further once found: this runs
+       * for every option of every operation (a bulk write's each). */
+      for (a = allowed; *a && ((*a)[0] != key[0] || strcmp (*a, key) != 0); a++) {
       }
-      if (known) {
+      if (*a) {
          continue;
       }
       if ((hint = fw_suggest (key, allowed))) {

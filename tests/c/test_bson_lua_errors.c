@@ -46,6 +46,19 @@ bad_keys_are_rejected (void **state)
                          "cannot have holes (use null for a BSON null)");
    assert_to_bson_error (L, "return {['a\\0b'] = 1}", "doc",
                          "doc: a key contains a NUL byte, which BSON keys cannot hold");
+   /* Keys met in the hash part after string keys (the walk that sorts out a
+    * table also collects up to 8 string keys for sorting, issue 41). */
+   assert_to_bson_error (L, "local t = {a = 1, b = 2, c = 3}; t[7] = 4; return {a = t}", "doc",
+                         "doc.a: table mixes string keys and integer keys");
+   assert_to_bson_error (L,
+                         "local t = {}; for i = 1, 10 do t['k' .. i] = i end; t[20] = 1;"
+                         " return {a = t}",
+                         "doc", "doc.a: table mixes string keys and integer keys");
+   assert_to_bson_error (L, "local t = {a = 1, b = 2}; t[2.5] = 1; return {a = t}", "doc",
+                         "doc.a: table has a float key (2.5); BSON keys must be strings, or "
+                         "1..n for an array");
+   assert_to_bson_error (L, "return {a = {x = 1, ['y\\0'] = 2}}", "doc",
+                         "doc.a: a key contains a NUL byte, which BSON keys cannot hold");
 }
 
 static void

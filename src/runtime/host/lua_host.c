@@ -20,6 +20,7 @@
 #include "flowwarden/secrets.h"
 #include "lua_api/lua_call.h"
 #include "lua_api/lua_core.h"
+#include "runtime/host/block_cache.h"
 #include "runtime/host/lua_host.h"
 
 /* Handler timeouts: a watchdog thread looks at every host's deadline each
@@ -77,10 +78,13 @@ struct fw_lua_host {
    fw_lua_push_fn push;     /* fw_lua_host_call_with's argument builder ... */
    void *push_ud;           /* ... and its data, for protected_push */
    bool panicked;           /* a panic left the state unusable */
+   fw_block_cache_t blocks; /* small blocks the state freed, for its next ones */
 };
 
-/* Counts bytes so the state can be held to its memory_limit. Per the
- * lua_Alloc contract osize is meaningless when ptr is NULL. */
+/* Counts bytes so the state can be held to its memory_limit (the bytes Lua
+ * asked for: the blocks kept in host->blocks, at most
+ * FW_BLOCK_CACHE_MAX_BYTES, are not the state's). Per the lua_Alloc contract
+ * osize is meaningless when ptr is NULL. */
 static void *
 host_alloc (void *ud, void *ptr, size_t osize, size_t nsize)
 {
@@ -91,7 +95,7 @@ host_alloc (void *ud, void *ptr, size_t osize, size_t nsize)
       osize = 0;
    }
    if (nsize == 0) {
-      free (ptr);
+      fw_block_cache_put (&host->blocks, ptr, osize);
       host->used -= osize;
       return NULL;
    }
@@ -99,7 +103,8 @@ host_alloc (void *ud, void *ptr, size_t osize, size_t nsize)
       host->refused = true;
       return NULL;
    }
-   p = realloc (ptr, nsize);
+   p = ptr ? fw_block_cache_resize (&host->blocks, ptr, osize, nsize)
+           : fw_block_cache_get (&host->blocks, nsize);
    if (!p) {
       return NULL;
    }
@@ -459,6 +464,7 @@ fw_lua_host_new (fw_error_t *error)
    host->config_ref = LUA_NOREF;
    host->L = lua_newstate (host_alloc, host);
    if (!host->L) {
+      fw_block_cache_clear (&host->blocks);
       free (host);
       fw_error_set (error, FW_ERROR_NOMEM, "out of memory creating a Lua state");
       return NULL;
@@ -489,6 +495,7 @@ fw_lua_host_destroy (fw_lua_host_t *host)
    if (host->L) {
       lua_close (host->L);
    }
+   fw_block_cache_clear (&host->blocks);
    free (host);
 }
 

@@ -8,12 +8,13 @@
  * full batches, a quiet stream batches of one with no wait. An event that
  * cannot join (a fragment of a split event, an oversize stub, an
  * invalidate) ends the batch and is taken next, on its usual path. The
- * events read are copies: the reader's buffer lasts only until its next
- * event.
+ * events read are copies (in the batch's arena, freed with it): the
+ * reader's buffer lasts only until its next event.
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "bson/bson_arena.h"
 #include "flowwarden/clock.h"
 #include "flowwarden/log.h"
 #include "runtime/dispatch/batch_dispatch.h"
@@ -32,12 +33,13 @@
 #include "runtime/stream/stream_worker-private.h"
 
 typedef struct {
-   bson_t **docs;
+   const bson_t **docs; /* in copies */
    fw_event_t *evs;
    const fw_event_t **ptrs;
    size_t n;
    bson_t resume; /* the reader's resume token after the last event taken */
    size_t cap;    /* room in docs, evs and ptrs */
+   fw_bson_arena_t copies;
 } batch_t;
 
 /* Room in b for one more event. False when out of memory. */
@@ -95,14 +97,16 @@ static bool
 batch_add (fw_stream_worker_t *w, fw_stream_reader_t *rd, batch_t *b, const fw_event_t *ev)
 {
    fw_error_t err;
-   bson_t *copy;
+   const bson_t *copy;
 
    if (!batch_room (b)) {
       return false;
    }
-   copy = bson_copy (ev->doc);
+   copy = fw_bson_arena_copy (&b->copies, ev->doc);
    if (!copy || !fw_event_parse (copy, &b->evs[b->n], &err)) {
-      bson_destroy (copy);
+      if (copy) {
+         fw_bson_arena_drop_last (&b->copies, copy);
+      }
       return false;
    }
    b->docs[b->n] = copy;
@@ -122,9 +126,9 @@ batch_add_read (fw_stream_worker_t *w, fw_stream_reader_t *rd, batch_t *b, const
 {
    fw_event_t *ev;
    fw_error_t err;
-   bson_t *copy;
+   const bson_t *copy;
 
-   if (!batch_room (b) || !(copy = bson_copy (doc))) {
+   if (!batch_room (b) || !(copy = fw_bson_arena_copy (&b->copies, doc))) {
       return false;
    }
    ev = &b->evs[b->n];
@@ -132,7 +136,7 @@ batch_add_read (fw_stream_worker_t *w, fw_stream_reader_t *rd, batch_t *b, const
     * one its rows are due before ends the batch, and is taken next. */
    if (!fw_event_parse (copy, ev, &err) || !fw_stream_batch_joins (copy, ev) ||
        (w->snap.run && !fw_stream_snapshot_shown (w, ev))) {
-      bson_destroy (copy);
+      fw_bson_arena_drop_last (&b->copies, copy);
       return false;
    }
    b->docs[b->n] = copy;
@@ -214,9 +218,7 @@ group_fill (fw_stream_worker_t *w, fw_stream_reader_t *rd, batch_t *b)
 static void
 batch_free (batch_t *b)
 {
-   for (size_t i = 0; i < b->n; i++) {
-      bson_destroy (b->docs[i]);
-   }
+   fw_bson_arena_clear (&b->copies);
    free (b->docs);
    free (b->evs);
    free (b->ptrs);
@@ -295,7 +297,7 @@ fw_stream_batch_take (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position
 {
    int max = 1;
    int64_t wait_ms = 0;
-   batch_t b = {NULL, NULL, NULL, 0, BSON_INITIALIZER, 0};
+   batch_t b = {NULL, NULL, NULL, 0, BSON_INITIALIZER, 0, FW_BSON_ARENA_INIT};
    fw_outcome_t o;
 
    fw_dispatcher_batching (w->d, &max, &wait_ms);
@@ -337,7 +339,7 @@ fw_read_end_t
 fw_stream_group_take (fw_stream_worker_t *w, fw_stream_reader_t *rd, fw_position_t *p,
                       const fw_event_t *ev)
 {
-   batch_t b = {NULL, NULL, NULL, 0, BSON_INITIALIZER, 0};
+   batch_t b = {NULL, NULL, NULL, 0, BSON_INITIALIZER, 0, FW_BSON_ARENA_INIT};
    fw_outcome_t o;
 
    if (!batch_add (w, rd, &b, ev)) {
