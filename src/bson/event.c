@@ -336,6 +336,30 @@ fw_event_field (const fw_event_t *ev, fw_event_field_t f, bson_iter_t *out)
                                               ev->offset[f], ev->keylen[f]);
 }
 
+bool
+fw_event_field_document (const fw_event_t *ev, fw_event_field_t f, const uint8_t **data,
+                         uint32_t *len)
+{
+   const uint8_t *doc = bson_get_data (ev->doc);
+   uint32_t at = ev->offset[f];
+   uint32_t pos, n;
+
+   if (!at || doc[at] != BSON_TYPE_DOCUMENT) {
+      return false;
+   }
+   pos = at + 1 + ev->keylen[f] + 1; /* type byte, key, its NUL */
+   if (pos >= ev->doc->len || ev->doc->len - pos < 5) {
+      return false;
+   }
+   n = fw_bson_read_u32 (doc + pos);
+   if (n < 5 || n > ev->doc->len - pos || doc[pos + n - 1] != '\0') {
+      return false;
+   }
+   *data = doc + pos;
+   *len = n;
+   return true;
+}
+
 int64_t
 fw_event_time_ms (const fw_event_t *ev)
 {
