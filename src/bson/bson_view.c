@@ -225,7 +225,11 @@ find_elem (const view_t *v, uint32_t from, const char *key, size_t klen, lua_Int
    uint32_t pos = from;
 
    while (fw_bson_scan_next (v->data, v->len, &pos, e)) {
-      if (v->is_array ? --want == 0 : (e->nlen == klen && memcmp (e->name, key, klen) == 0)) {
+      /* The first byte before memcmp: most keys of a length differ there (a
+       * Lua string ends with a NUL, so an empty key compares too). */
+      if (v->is_array ? --want == 0
+                      : (e->nlen == klen && e->name[0] == (uint8_t) key[0] &&
+                         memcmp (e->name, key, klen) == 0)) {
          *after = pos;
          return true;
       }

@@ -57,6 +57,12 @@ fw_event_has (const fw_event_t *ev, fw_event_field_t f)
 /* Positions out on field f; false when the event lacks it. */
 bool fw_event_field (const fw_event_t *ev, fw_event_field_t f, bson_iter_t *out);
 
+/* The bytes of field f when it is an embedded document (*data borrowed from
+ * ev->doc, *len its length); false when the event lacks it or it is of
+ * another type. No iterator: the per-event copy of the resume token. */
+bool fw_event_field_document (const fw_event_t *ev, fw_event_field_t f, const uint8_t **data,
+                              uint32_t *len);
+
 /* The server's time of the event in ms (wallTime, else clusterTime's
  * seconds), for the lag; 0 when it has neither. */
 int64_t fw_event_time_ms (const fw_event_t *ev);

@@ -119,8 +119,10 @@ push_cached_field (lua_State *L, fw_dispatch_t *d, int slot, const char *key,
 {
    fw_error_t err;
    bson_iter_t copy;
+   const uint8_t *data;
+   uint32_t len;
 
-   if (!fw_event_field (d->event, field, &copy)) {
+   if (!fw_event_has (d->event, field)) {
       lua_pushnil (L);
       return 1;
    }
@@ -129,6 +131,16 @@ push_cached_field (lua_State *L, fw_dispatch_t *d, int slot, const char *key,
       return 1;
    }
    lua_pop (L, 1);
+   if (fw_event_field_document (d->event, field, &data, &len)) {
+      /* A document (the usual case) from its bytes, without an iterator. */
+      fw_bson_view_push_copy (L, data, len, false);
+      cache_keep (L, d, slot);
+      return 1;
+   }
+   if (!fw_event_field (d->event, field, &copy)) {
+      lua_pushnil (L); /* not reached: the event has the field */
+      return 1;
+   }
    if (BSON_ITER_HOLDS_NULL (&copy)) {
       lua_pushnil (L); /* fullDocument: null means "not available" */
       return 1;

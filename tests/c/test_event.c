@@ -555,6 +555,57 @@ event_log_id_cuts_a_long_id_and_says_its_length (void **state)
    bson_destroy (&doc);
 }
 
+/* fw_event_field_document: the _id's own bytes (what the position copies
+ * an event), nothing for a field of another type or one the event lacks. */
+static void
+event_field_document_is_the_field_s_bytes (void **state)
+{
+   bson_t doc;
+   bson_iter_t it;
+   fw_event_t ev;
+   fw_error_t err;
+   const uint8_t *data, *want;
+   uint32_t len, want_len;
+
+   (void) state;
+   build (&doc, NULL);
+   BSON_APPEND_UTF8 (&doc, "clusterTime", "not a timestamp");
+   /* Refused (clusterTime's type), its fields located as they came. */
+   assert_false (fw_event_parse (&doc, &ev, &err));
+   assert_true (fw_event_field (&ev, FW_EV_ID, &it));
+   bson_iter_document (&it, &want_len, &want);
+   assert_true (fw_event_field_document (&ev, FW_EV_ID, &data, &len));
+   assert_ptr_equal (data, want);
+   assert_int_equal (len, want_len);
+   assert_false (fw_event_field_document (&ev, FW_EV_CLUSTER_TIME, &data, &len));
+   assert_false (fw_event_field_document (&ev, FW_EV_FULL_DOCUMENT, &data, &len));
+   bson_destroy (&doc);
+}
+
+/* The lag's time: wallTime, else clusterTime's seconds, else 0. */
+static void
+event_time_is_wall_time_else_cluster_time (void **state)
+{
+   bson_t doc;
+   fw_event_t ev;
+   fw_error_t err;
+
+   (void) state;
+   build (&doc, NULL);
+   BSON_APPEND_TIMESTAMP (&doc, "clusterTime", 1700000000u, 7u);
+   assert_true (fw_event_parse (&doc, &ev, &err));
+   assert_int_equal (fw_event_time_ms (&ev), INT64_C (1700000000000));
+   BSON_APPEND_DATE_TIME (&doc, "wallTime", INT64_C (1700000000123));
+   assert_true (fw_event_parse (&doc, &ev, &err));
+   assert_int_equal (fw_event_time_ms (&ev), INT64_C (1700000000123));
+   bson_destroy (&doc);
+
+   build (&doc, NULL);
+   assert_true (fw_event_parse (&doc, &ev, &err));
+   assert_int_equal (fw_event_time_ms (&ev), 0);
+   bson_destroy (&doc);
+}
+
 int
 main (void)
 {
@@ -569,6 +620,8 @@ main (void)
       cmocka_unit_test (event_parse_refuses_a_broken_ns),
       cmocka_unit_test (event_log_id_cuts_a_long_id_and_says_its_length),
       cmocka_unit_test (event_short_id_is_a_hash_and_the_cluster_time),
+      cmocka_unit_test (event_field_document_is_the_field_s_bytes),
+      cmocka_unit_test (event_time_is_wall_time_else_cluster_time),
    };
    return cmocka_run_group_tests (tests, NULL, NULL);
 }

@@ -85,7 +85,8 @@ bool fw_stream_server_supports (const fw_stream_config_t *cfg, mongoc_client_t *
 #define FW_CHANGE_BATCH_SIZE 4096
 
 /* ... at most this many bytes of events (one event always fits, whatever
- * its size) ... */
+ * its size; copied into 32 KiB blocks, of which up to two more are held
+ * while partly used: stream_reader.c) ... */
 #define FW_READ_AHEAD_BYTES ((size_t) 4 * 1024 * 1024)
 /* ... and at most this many events (the ring's slots, 24 bytes each; it
  * starts at 1,024 and grows only while the stream is behind). */

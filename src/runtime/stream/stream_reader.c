@@ -14,6 +14,12 @@
  * and the hand-over under one) and once a run by the stream's thread, which
  * takes what waits at once and hands it out from its own array (issue 41:
  * three locks an event on the reader's side were ~13% of its time).
+ *
+ * The copies are carved out of blocks of BLOCK_BYTES, one malloc for dozens
+ * of small events (issue 41: a malloc an event on the reader's thread and
+ * its free on the stream's, across threads, were ~10% of both); an event
+ * over a quarter of a block has a buffer of its own, freed as soon as the
+ * stream's thread is done with it, as before.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -27,14 +33,25 @@
 typedef enum { ITEM_NONE, ITEM_EVENT, ITEM_IDLE, ITEM_ERROR } item_kind_t;
 
 /* One thing read, as raw BSON: the event (doc_len 0 for idle and error)
- * followed by the token, in one buffer. An error is the last item: its
+ * followed by the token, at blk + at. An error is the last item: its
  * bson_error_t is the reader's end_error (an item stays 24 bytes). */
 typedef struct {
-   item_kind_t kind;
-   uint8_t *buf;
+   uint8_t *blk; /* the block holding the bytes; NULL when there are none */
+   uint32_t at;
    uint32_t doc_len;
    uint32_t tok_len;
+   uint8_t kind;   /* item_kind_t */
+   bool own_block; /* blk holds this item alone */
 } item_t;
+
+/* The reader carves its copies out of blocks of this size, in order: the
+ * stream's thread frees a block once it is handed an item of the next one
+ * (every item of a block comes before those of the next), so a block is
+ * freed by the stream's thread alone, with no count. What is held beyond
+ * the bytes counted (max_bytes) is at most the block the stream's thread is
+ * on and the one the reader fills. An item over a quarter of a block gets
+ * one of its own, which goes with the item. */
+#define BLOCK_BYTES ((uint32_t) 32 * 1024)
 
 /* The ring's first size; it doubles up to max_events while the stream is
  * behind, so a quiet stream keeps a small one. */
@@ -56,6 +73,7 @@ typedef struct {
    bool cur_counted; /* cur's bytes are in mine */
    item_t cur;
    bool has_cur;
+   uint8_t *blk; /* the shared block of the last item handed out (freed here) */
 } taken_t;
 
 struct fw_stream_reader {
@@ -84,6 +102,8 @@ struct fw_stream_reader {
    bool stop;
    bool ended;             /* the reader handed over an error and left */
    bson_error_t end_error; /* ... that error */
+   uint8_t *blk;           /* the block the reader fills (NULL: none yet) ... */
+   uint32_t blk_used;      /* ... and its bytes carved out (the reader's) */
    taken_t own;            /* the stream's thread's own (no lock) */
 };
 
@@ -114,31 +134,75 @@ ring_grow (fw_stream_reader_t *r)
    return true;
 }
 
+static uint8_t *
+item_buf (const item_t *it)
+{
+   return it->blk + it->at;
+}
+
+/* Done with it: a block of its own goes with it (a shared one stays, see
+ * BLOCK_BYTES). */
 static void
 item_free (item_t *it)
 {
-   free (it->buf);
-   it->buf = NULL;
+   if (it->own_block) {
+      free (it->blk);
+   }
+   it->blk = NULL;
+   it->own_block = false;
    it->doc_len = it->tok_len = 0;
 }
 
-/* Copies doc and tok (either may be NULL) into it. False when out of memory. */
+/* Room for need bytes (need > 0) in r's block, or in a new one (the
+ * reader's, under mu); NULL when out of memory. */
+static uint8_t *
+carve (fw_stream_reader_t *r, uint32_t need, uint32_t *at)
+{
+   uint32_t rounded = (need + 7u) & ~7u; /* the next copy 8-aligned */
+
+   if (!r->blk || BLOCK_BYTES - r->blk_used < need) {
+      uint8_t *blk = malloc (BLOCK_BYTES);
+      if (!blk) {
+         return NULL;
+      }
+      r->blk = blk; /* the one before is the stream's thread's to free */
+      r->blk_used = 0;
+   }
+   *at = r->blk_used;
+   r->blk_used = BLOCK_BYTES - r->blk_used < rounded ? BLOCK_BYTES : r->blk_used + rounded;
+   return r->blk;
+}
+
+/* Copies doc and tok (either may be NULL) into it (the reader's, under mu).
+ * False when out of memory. */
 static bool
-item_fill (item_t *it, item_kind_t kind, const bson_t *doc, const bson_t *tok)
+item_fill (fw_stream_reader_t *r, item_t *it, item_kind_t kind, const bson_t *doc,
+           const bson_t *tok)
 {
    uint32_t dl = doc ? doc->len : 0;
    uint32_t tl = tok ? tok->len : 0;
-   it->kind = kind;
-   it->doc_len = dl;
-   it->tok_len = tl;
-   if (!(it->buf = malloc ((size_t) dl + tl + 1))) {
+   uint8_t *buf;
+
+   *it = (item_t){.kind = (uint8_t) kind, .doc_len = dl, .tok_len = tl};
+   if (dl + tl == 0) {
+      return true;
+   }
+   if (dl + tl > BLOCK_BYTES / 4) {
+      it->own_block = true;
+      it->blk = malloc ((size_t) dl + tl);
+   } else {
+      it->blk = carve (r, dl + tl, &it->at);
+   }
+   if (!it->blk) {
+      it->own_block = false;
       return false;
    }
+   buf = item_buf (it);
    if (dl) {
-      memcpy (it->buf, bson_get_data (doc), dl);
+      memcpy (buf, bson_get_data (doc), dl);
    }
    if (tl) {
-      memcpy (it->buf + dl, bson_get_data (tok), tl);
+      memcpy (buf + dl, bson_get_data (tok), tl);
    }
    return true;
 }
@@ -215,7 +279,7 @@ hand_over (fw_stream_reader_t *r, item_kind_t kind, const bson_t *doc, bson_erro
    if (r->stop) {
       return false;
    }
-   if (!item_fill (&it, kind, len ? doc : NULL, mongoc_change_stream_get_resume_token (r->cs))) {
+   if (!item_fill (r, &it, kind, len ? doc : NULL, mongoc_change_stream_get_resume_token (r->cs))) {
       /* The change stream fails for the stream's thread, which re-opens
        * it from its own position: nothing read ahead is lost. */
       item_free (&it);
@@ -379,15 +443,21 @@ fw_stream_reader_next (fw_stream_reader_t *r, const bson_t **doc)
    r->own.cur = r->own.run[r->own.run_at++];
    r->own.cur_counted = true;
    r->own.has_cur = true;
+   if (r->own.cur.blk && !r->own.cur.own_block && r->own.cur.blk != r->own.blk) {
+      free (r->own.blk); /* every item of the block before is done */
+      r->own.blk = r->own.cur.blk;
+   }
 
    event = r->own.cur.kind == ITEM_EVENT;
    bson_destroy (&r->cur_doc);
    bson_destroy (&r->cur_tok);
-   if (!r->own.cur.doc_len || !bson_init_static (&r->cur_doc, r->own.cur.buf, r->own.cur.doc_len)) {
+   if (!r->own.cur.doc_len ||
+       !bson_init_static (&r->cur_doc, item_buf (&r->own.cur), r->own.cur.doc_len)) {
       bson_init (&r->cur_doc);
    }
    if (!r->own.cur.tok_len ||
-       !bson_init_static (&r->cur_tok, r->own.cur.buf + r->own.cur.doc_len, r->own.cur.tok_len)) {
+       !bson_init_static (&r->cur_tok, item_buf (&r->own.cur) + r->own.cur.doc_len,
+                          r->own.cur.tok_len)) {
       bson_init (&r->cur_tok);
    }
    if (event) {
@@ -446,6 +516,18 @@ fw_stream_reader_resume_token (fw_stream_reader_t *r)
    return r->own.has_cur ? &r->cur_tok : &r->empty;
 }
 
+/* At the stop: frees it, and the shared block before its own (t->blk) once
+ * it is past it. */
+static void
+drop_waiting (taken_t *t, item_t *it)
+{
+   if (it->blk && !it->own_block && it->blk != t->blk) {
+      free (t->blk);
+      t->blk = it->blk;
+   }
+   item_free (it);
+}
+
 void
 fw_stream_reader_stop (fw_stream_reader_t *r)
 {
@@ -459,17 +541,23 @@ fw_stream_reader_stop (fw_stream_reader_t *r)
       pthread_mutex_unlock (&r->mu);
       /* After its getMore in flight, if any: at most maxAwaitTimeMS when idle. */
       pthread_join (r->thread, NULL);
-      while (r->own.run_at < r->own.run_n) {
-         item_free (&r->own.run[r->own.run_at++]);
-      }
-      while (r->count > 0) {
-         item_free (&r->ring[r->head]);
-         r->head = (r->head + 1) % r->cap;
-         r->count--;
-      }
       if (r->own.has_cur) {
          item_free (&r->own.cur);
       }
+      /* The shared blocks in order, each once: the stream's thread's, those
+       * of what waits, the reader's. */
+      while (r->own.run_at < r->own.run_n) {
+         drop_waiting (&r->own, &r->own.run[r->own.run_at++]);
+      }
+      while (r->count > 0) {
+         drop_waiting (&r->own, &r->ring[r->head]);
+         r->head = (r->head + 1) % r->cap;
+         r->count--;
+      }
+      if (r->blk != r->own.blk) {
+         free (r->blk);
+      }
+      free (r->own.blk);
       sync_destroy (r);
    }
    bson_destroy (&r->cur_doc);
