@@ -587,6 +587,8 @@ def main():
                         "events))")
     p.add_argument("--net-latencies", default="0,1,5",
                    help="comma list of stand-in round-trip times (ms) of the net part")
+    p.add_argument("--net-save-every", type=int, default=100,
+                   help="flowwarden's checkpoint.save_every in the net part (1: a script's default)")
     p.add_argument("--net-systems", default=",".join(net_scenarios.SYSTEMS),
                    help="systems of the net part (flowwarden-sync: checkpoint mode \"sync\")")
     p.add_argument("--lanes-events", type=int, default=None,
@@ -770,7 +772,7 @@ def main():
             R["net"] = net_scenarios.run(
                 lambda standin: Bench(a, standin, tmp), StandIn,
                 [float(x) for x in a.net_latencies.split(",")],
-                a.net_systems.split(","), a.repeat, net_n)
+                a.net_systems.split(","), a.repeat, net_n, a.net_save_every)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
