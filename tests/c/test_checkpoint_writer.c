@@ -913,7 +913,9 @@ test_stamp_comes_after_every_hand_over (void **state)
 
 /* ---- the time allowance (checkpoint.max_unsaved, issue 41) ---- */
 
-/* Waits until the monotonic clock reads at least until_ms. */
+/* Waits until the monotonic clock reads at least until_ms. (A time read
+ * with fw_mono_ms before t is under t + 1 ms: a test waits for t + d + 1 to
+ * be sure that d or more has passed since.) */
 static void
 clock_passes (int64_t until_ms)
 {
@@ -922,13 +924,16 @@ clock_passes (int64_t until_ms)
    }
 }
 
-/* Hands 1 over and waits for its write: the newest tried is then 1, handed
- * over before the returned time (fw_mono_ms). */
+/* Hands 1 over and waits for its write and for the writer to count it (a
+ * quiesce: the writer then counts its own save's place as handed over now):
+ * the newest tried was handed over before the returned time (fw_mono_ms),
+ * and no connection is busy. */
 static int64_t
 first_written (fake_t *f, fw_checkpoint_writer_t *cw, int max_behind, int64_t max_unsaved_ms)
 {
    submit_within (cw, 1, max_behind, max_unsaved_ms);
    assert_true (fake_wait_value (f, 1));
+   fw_checkpoint_writer_quiesce (cw);
    return fw_mono_ms ();
 }
 
@@ -978,7 +983,7 @@ test_waits_once_the_newest_stored_is_older_than_the_allowance (void **state)
    cw = writer_over (&f, 1000);
    a.cw = cw;
    handed = first_written (&f, cw, 19, 200);
-   clock_passes (handed + 200);
+   clock_passes (handed + 200 + 1);
    fake_hold (&f, true);
    for (int64_t v = 2; v <= 20; v++) {
       submit_within (cw, v, 19, 200); /* up to 18 past 1: no wait */
@@ -1048,7 +1053,7 @@ test_second_write_once_half_the_allowance_is_used (void **state)
    pthread_mutex_lock (&f.mu);
    assert_int_equal (f.opened[1], 0);
    pthread_mutex_unlock (&f.mu);
-   clock_passes (handed + 100);
+   clock_passes (handed + 100 + 1);
    submit_within (cw, 13, 19, 200);
    assert_true (fake_wait_held (&f, 1, 13));
    fake_hold_conn (&f, 0, false);
