@@ -1064,6 +1064,45 @@ test_second_write_once_half_the_allowance_is_used (void **state)
    assert_int_equal (f.stored_value, 13);
 }
 
+/* Until its first write ends, the position a writer started from counts as
+ * handed over long ago: 19 hand-overs past it wait however large the
+ * allowance. With its origin set (fw_checkpoint_writer_set_origin: the
+ * stream's run began just now), they do not. */
+static void
+test_origin_sets_the_age_of_the_position_started_from (void **state)
+{
+   fake_t f, g;
+   fw_checkpoint_writer_t *cw;
+   call_t a = {.f = &g, .v = 1, .max_behind = 19, .max_unsaved_ms = 60000, .count = 30};
+   (void) state;
+
+   fake_init (&g);
+   fake_hold (&g, true);
+   cw = writer_over (&g, 1000);
+   a.cw = cw;
+   call_start (&a);
+   assert_false (call_wait_ms (&a, 300)); /* 20 waits: 19 past the position started from */
+   fake_hold (&g, false);
+   call_join (&a);
+   assert_true (a.tried_at_return >= 1);
+   fw_checkpoint_writer_destroy (cw);
+
+   fake_init (&f);
+   fake_hold (&f, true);
+   cw = writer_over (&f, 1000);
+   fw_checkpoint_writer_set_origin (cw, fw_mono_ns ());
+   a.cw = cw;
+   a.f = &f;
+   call_start (&a);
+   assert_true (call_wait_ms (&a, DEADLINE_MS)); /* 1 .. 30 handed over, none waited */
+   call_join (&a);
+   assert_int_equal (a.tried_at_return, 0);
+   fake_hold (&f, false);
+   assert_true (fake_wait_value (&f, 30));
+   fw_checkpoint_writer_destroy (cw);
+   assert_int_equal (f.broken, 0);
+}
+
 int
 main (void)
 {
@@ -1089,6 +1128,7 @@ main (void)
       cmocka_unit_test (test_waits_once_the_newest_stored_is_older_than_the_allowance),
       cmocka_unit_test (test_zero_allowance_keeps_the_count_bound),
       cmocka_unit_test (test_second_write_once_half_the_allowance_is_used),
+      cmocka_unit_test (test_origin_sets_the_age_of_the_position_started_from),
    };
    return cmocka_run_group_tests (tests, NULL, NULL);
 }

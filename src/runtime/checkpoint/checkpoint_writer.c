@@ -600,6 +600,15 @@ fw_checkpoint_writer_submit (fw_checkpoint_writer_t *cw, const bson_t *processed
 }
 
 void
+fw_checkpoint_writer_set_origin (fw_checkpoint_writer_t *cw, int64_t handed_ns)
+{
+   pthread_mutex_lock (&cw->mu);
+   FW_ASSERT (cw->submitted == 0);
+   cw->tried_ns = handed_ns;
+   pthread_mutex_unlock (&cw->mu);
+}
+
+void
 fw_checkpoint_writer_quiesce (fw_checkpoint_writer_t *cw)
 {
    pthread_mutex_lock (&cw->mu);

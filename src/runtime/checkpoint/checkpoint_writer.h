@@ -103,6 +103,15 @@ void fw_checkpoint_writer_submit (fw_checkpoint_writer_t *cw, const bson_t *proc
                                   const bson_t *seen, const char *script_version, int max_behind,
                                   int64_t max_unsaved_ms);
 
+/* The hand-over time (fw_mono_ns) of the position the store holds as the
+ * writer starts: a time before any event past it was handled. Unset, that
+ * position counts as handed over long ago (max_behind alone holds the
+ * handler back until the first write ends). Before the first submit. */
+void fw_checkpoint_writer_set_origin (fw_checkpoint_writer_t *cw, int64_t handed_ns);
+
+/* Drops the position waiting to be written (the caller's synchronous save,
+ * which follows, supersedes it) and waits for every write in flight to end.
+ * Afterwards the writer writes nothing until the next submit. */
 void fw_checkpoint_writer_quiesce (fw_checkpoint_writer_t *cw);
 
 /* After fw_checkpoint_writer_quiesce: the stamp of the caller's own

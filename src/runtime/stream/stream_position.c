@@ -186,6 +186,7 @@ fw_position_save_with (fw_stream_ckpt_t *c, fw_position_t *p, const char *why, c
    p->since_save = 0;
    p->dirty = false;
    p->last_save_ms = fw_now_ms ();
+   c->origin_ns = fw_mono_ns ();
    if (*c->metrics) {
       fw_stream_metrics_checkpoint (*c->metrics, true, p->last_save_ms);
    }
@@ -250,13 +251,18 @@ fw_position_save_async (fw_stream_ckpt_t *c, fw_position_t *p, const char *why)
       }
       return;
    }
-   if (!c->writer && !(c->writer = fw_checkpoint_writer_new (c->pool, c->cfg->database,
-                                                             c->cfg->name, gen, &err))) {
-      fw_log (FW_LOG_WARN, c->cfg->name, "%s; checkpoints are written as with mode = \"sync\"",
-              err.message);
-      c->unavailable = true;
-      fw_position_save (c, p, why);
-      return;
+   if (!c->writer) {
+      if (!(c->writer = fw_checkpoint_writer_new (c->pool, c->cfg->database, c->cfg->name, gen,
+                                                  &err))) {
+         fw_log (FW_LOG_WARN, c->cfg->name, "%s; checkpoints are written as with mode = \"sync\"",
+                 err.message);
+         c->unavailable = true;
+         fw_position_save (c, p, why);
+         return;
+      }
+      if (c->origin_ns > 0) {
+         fw_checkpoint_writer_set_origin (c->writer, c->origin_ns);
+      }
    }
    if (*c->lease && c->epoch != *c->lead_epoch) {
       /* A new leadership: nothing of the old one is in flight (the fence
