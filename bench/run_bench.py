@@ -115,7 +115,7 @@ LUA_WORK = {
 
 
 def fw_script(path, coll, scenario, save_every, n=None, latency=False, ckpt_mode=None, dlq=None,
-              lanes=None):
+              lanes=None, max_unsaved=None):
     prelude, body = LUA_WORK[scenario][:2]
     batched = len(LUA_WORK[scenario]) > 2  # on_batch (issue 30): body sees `batch`
     lines = ['local fw = require("flowwarden")', prelude]
@@ -139,9 +139,10 @@ def fw_script(path, coll, scenario, save_every, n=None, latency=False, ckpt_mode
                   % (json.dumps(STREAM), json.dumps(DB), json.dumps(coll)))
                  + ("  dlq = %s,\n" % dlq if dlq else "")
                  + ("  lanes = %d,\n" % lanes if lanes else "")
-                 + ("  checkpoint = { save_every = %d%s },\n"
+                 + ("  checkpoint = { save_every = %d%s%s },\n"
                     "  %s\n%s  end,\n}\n"
                     % (save_every, ", mode = %s" % json.dumps(ckpt_mode) if ckpt_mode else "",
+                       ", max_unsaved = %s" % json.dumps(max_unsaved) if max_unsaved else "",
                        "on_batch = function(batch)" if batched else "on_insert = function(ctx)",
                        handler)))
     with open(path, "w") as f:
@@ -246,7 +247,8 @@ class Bench:
             fw_script(script, coll, scenario, save_every, n=n,
                       ckpt_mode="sync" if system == "flowwarden-sync" else None,
                       dlq={"flowwarden-dlq": "{ sequenced = false }",
-                           "flowwarden-seq": "{ sequenced = true }"}.get(system), lanes=lanes)
+                           "flowwarden-seq": "{ sequenced = true }"}.get(system), lanes=lanes,
+                      max_unsaved=self.a.max_unsaved)
             c = Child([os.path.join(BUILD, "flowwarden"), "run", script, "--uri", self.s.uri,
                        "--log-format", "json", "--log-level", "info"])
 
@@ -587,6 +589,11 @@ def main():
                         "events))")
     p.add_argument("--net-latencies", default="0,1,5",
                    help="comma list of stand-in round-trip times (ms) of the net part")
+    p.add_argument("--net-save-every", type=int, default=100,
+                   help="flowwarden's checkpoint.save_every in the net part (1: a script's default)")
+    p.add_argument("--max-unsaved", default=None,
+                   help="flowwarden's checkpoint.max_unsaved in every part (a duration, \"0s\": "
+                   "the count bound alone; default: flowwarden's)")
     p.add_argument("--net-systems", default=",".join(net_scenarios.SYSTEMS),
                    help="systems of the net part (flowwarden-sync: checkpoint mode \"sync\")")
     p.add_argument("--lanes-events", type=int, default=None,
@@ -770,7 +777,7 @@ def main():
             R["net"] = net_scenarios.run(
                 lambda standin: Bench(a, standin, tmp), StandIn,
                 [float(x) for x in a.net_latencies.split(",")],
-                a.net_systems.split(","), a.repeat, net_n)
+                a.net_systems.split(","), a.repeat, net_n, a.net_save_every)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -57,7 +57,8 @@ THE EFFECTIVE CONFIGURATION (every field always present unless "| nil"):
     circuit = { on = {...}, open_for_ms, max_open_for_ms, give_up_after_ms } | nil,
     rate_limit = "200/s" | nil,               -- (flowwarden.config.outage, issue 29)
     checkpoint = { save_every = 1, save_interval_ms = 5000,
-                   idle_heartbeat_ms = 300000, start_position = "resume",
+                   idle_heartbeat_ms = 300000, max_unsaved_ms = 100,
+                   start_position = "resume",
                    on_history_lost = "fail",    -- | "latest", | "resume_from_now"
                    mode = "async" },            -- | "sync"
     restart = { max_attempts = 0 (0 = unlimited), initial_delay_ms = 1000,
@@ -129,6 +130,7 @@ M.SEED = {
   full_document_before_change = "off",
   checkpoint = {
     save_every = 1, save_interval_ms = 5000, idle_heartbeat_ms = 300000,
+    max_unsaved_ms = 100,
     start_position = "resume", on_history_lost = "fail", mode = "async",
   },
   -- Incremental snapshots (issue 28): rows per chunk, the pause between

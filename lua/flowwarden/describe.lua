@@ -216,6 +216,8 @@ function M.stream(spec)
   end
   add("checkpoint.on_history_lost", c.on_history_lost)
   add("checkpoint.mode", c.mode)
+  add("checkpoint.max_unsaved", c.max_unsaved_ms == 0 and "0 (the count bound alone)"
+    or ms(c.max_unsaved_ms))
   local snap = spec.snapshot
   add("snapshot.chunk_size", tostring(snap.chunk_size))
   add("snapshot.pause", ms(snap.pause_ms))

@@ -9,6 +9,9 @@
  * out of order never move the stored position back, an error on one of them
  * is tried again only when nothing newer holds it, quiesce waits for all,
  * fencing holds for all, and a connection the pool cannot lend is not used.
+ * With a time allowance (max_unsaved): the handler does not wait while the
+ * newest stored save is younger, waits once it is older, and 0 keeps the
+ * count bound; a second write starts once half the allowance is used.
  * Every wait is for a condition, bounded by a deadline.
  */
 #include <pthread.h>
@@ -269,13 +272,21 @@ writer_over (fake_t *f, int64_t retry_ms)
    return writer_with (f, retry_ms, 1);
 }
 
+/* Hands n over with a bound of max_behind hand-overs and max_unsaved_ms. */
 static void
-submit (fw_checkpoint_writer_t *cw, int64_t n, int max_behind)
+submit_within (fw_checkpoint_writer_t *cw, int64_t n, int max_behind, int64_t max_unsaved_ms)
 {
    bson_t doc = BSON_INITIALIZER;
    BSON_APPEND_INT64 (&doc, "n", n);
-   fw_checkpoint_writer_submit (cw, &doc, NULL, "v1", max_behind);
+   fw_checkpoint_writer_submit (cw, &doc, NULL, "v1", max_behind, max_unsaved_ms);
    bson_destroy (&doc);
+}
+
+/* ... with the count bound alone (max_unsaved 0). */
+static void
+submit (fw_checkpoint_writer_t *cw, int64_t n, int max_behind)
+{
+   submit_within (cw, n, max_behind, 0);
 }
 
 /* A position handed over while one is written waits; a newer one replaces
@@ -366,14 +377,18 @@ tried_now (fake_t *f)
 }
 
 /* A call of the writer that may block, run on a thread of its own: a
- * quiesce, or a hand-over of v with max_behind (submit). */
+ * quiesce, or hand-overs of v, v + 1, ... (count of them, at least one) with
+ * max_behind and max_unsaved_ms (submit_within). */
 typedef struct {
    fw_checkpoint_writer_t *cw;
    fake_t *f;
    bool quiesce;
    int64_t v;
    int max_behind;
+   int64_t max_unsaved_ms;
+   int count;
    int tried_at_return; /* how many writes the store had tried when it returned */
+   bool returned;       /* under f->mu, broadcast on f->changed */
    pthread_t thread;
 } call_t;
 
@@ -384,9 +399,15 @@ call_main (void *arg)
    if (c->quiesce) {
       fw_checkpoint_writer_quiesce (c->cw);
    } else {
-      submit (c->cw, c->v, c->max_behind);
+      for (int i = 0; i < (c->count > 0 ? c->count : 1); i++) {
+         submit_within (c->cw, c->v + i, c->max_behind, c->max_unsaved_ms);
+      }
    }
-   c->tried_at_return = tried_now (c->f);
+   pthread_mutex_lock (&c->f->mu);
+   c->tried_at_return = c->f->n;
+   c->returned = true;
+   pthread_cond_broadcast (&c->f->changed);
+   pthread_mutex_unlock (&c->f->mu);
    return NULL;
 }
 
@@ -394,7 +415,24 @@ static void
 call_start (call_t *c)
 {
    c->tried_at_return = -1;
+   c->returned = false;
    assert_int_equal (pthread_create (&c->thread, NULL, call_main, c), 0);
+}
+
+/* The call c (a) has returned. */
+static bool
+call_returned (const fake_t *f, int64_t c, int64_t unused)
+{
+   (void) f;
+   (void) unused;
+   return ((const call_t *) (intptr_t) c)->returned;
+}
+
+/* Waits up to ms for c's return; false if it has not returned by then. */
+static bool
+call_wait_ms (call_t *c, int64_t ms)
+{
+   return fake_wait_for (c->f, call_returned, (int64_t) (intptr_t) c, 0, ms);
 }
 
 /* Waits for the call's return (then tried_at_return is set). */
@@ -920,6 +958,198 @@ test_a_newer_runs_refusal_is_not_tried_again (void **state)
    assert_int_equal (f.stored_value, 1);
 }
 
+/* ---- the time allowance (checkpoint.max_unsaved, issue 41) ---- */
+
+/* Waits until the monotonic clock reads at least until_ms. (A time read
+ * with fw_mono_ms before t is under t + 1 ms: a test waits for t + d + 1 to
+ * be sure that d or more has passed since.) */
+static void
+clock_passes (int64_t until_ms)
+{
+   while (fw_mono_ms () < until_ms) {
+      nanosleep (&(struct timespec){0, 5 * 1000 * 1000}, NULL);
+   }
+}
+
+/* Hands 1 over and waits for its write and for the writer to count it (a
+ * quiesce: the writer then counts its own save's place as handed over now):
+ * the newest tried was handed over before the returned time (fw_mono_ms),
+ * and no connection is busy. */
+static int64_t
+first_written (fake_t *f, fw_checkpoint_writer_t *cw, int max_behind, int64_t max_unsaved_ms)
+{
+   submit_within (cw, 1, max_behind, max_unsaved_ms);
+   assert_true (fake_wait_value (f, 1));
+   fw_checkpoint_writer_quiesce (cw);
+   return fw_mono_ms ();
+}
+
+/* max_behind 19, max_unsaved a minute: with 2 held in flight, 30 more saves
+ * (up to 29 past the newest tried, 1) are handed over without a wait, as
+ * 1 was handed over less than a minute ago; the newest is written once the
+ * write ends. */
+static void
+test_no_wait_while_the_unsaved_are_younger_than_the_allowance (void **state)
+{
+   fake_t f;
+   fw_checkpoint_writer_t *cw;
+   call_t a = {.f = &f, .v = 2, .max_behind = 19, .max_unsaved_ms = 60000, .count = 30};
+   (void) state;
+
+   fake_init (&f);
+   cw = writer_over (&f, 1000);
+   a.cw = cw;
+   first_written (&f, cw, 19, 60000);
+   fake_hold (&f, true);
+   call_start (&a);
+   assert_true (call_wait_ms (&a, DEADLINE_MS)); /* 2 .. 31 handed over, none waited */
+   call_join (&a);
+   assert_int_equal (a.tried_at_return, 1); /* 2 still held: nothing else ended */
+   fake_hold (&f, false);
+   assert_true (fake_wait_value (&f, 31));
+   fw_checkpoint_writer_destroy (cw);
+   assert_int_equal (f.n, 3); /* 1, 2, then 31 (3 .. 30 coalesced) */
+   assert_int_equal (f.value[1], 2);
+   assert_int_equal (f.value[2], 31);
+   assert_int_equal (f.broken, 0);
+}
+
+/* max_behind 19, max_unsaved 200 ms: once 1 (the newest tried) was handed
+ * over 200 ms ago or more, the hand-over 19 saves past it waits until a
+ * write ends. */
+static void
+test_waits_once_the_newest_stored_is_older_than_the_allowance (void **state)
+{
+   fake_t f;
+   fw_checkpoint_writer_t *cw;
+   call_t a = {.f = &f, .v = 21, .max_behind = 19, .max_unsaved_ms = 200};
+   int64_t handed;
+   (void) state;
+
+   fake_init (&f);
+   cw = writer_over (&f, 1000);
+   a.cw = cw;
+   handed = first_written (&f, cw, 19, 200);
+   clock_passes (handed + 200 + 1);
+   fake_hold (&f, true);
+   for (int64_t v = 2; v <= 20; v++) {
+      submit_within (cw, v, 19, 200); /* up to 18 past 1: no wait */
+   }
+   call_start (&a); /* 21: 19 past 1, handed over 200 ms ago or more */
+   assert_false (call_wait_ms (&a, 300));
+   assert_int_equal (tried_now (&f), 1);
+   fake_hold (&f, false);
+   call_join (&a);
+   assert_true (a.tried_at_return >= 2); /* 21 was handed over once 2 was tried */
+   assert_true (fake_wait_value (&f, 21));
+   fw_checkpoint_writer_destroy (cw);
+   assert_int_equal (f.broken, 0);
+}
+
+/* max_unsaved 0 keeps the count bound alone: however young 1 is, the
+ * hand-over 19 saves past it waits for a write to end (the call would hand
+ * over 2 .. 31 at once with an allowance, as above). */
+static void
+test_zero_allowance_keeps_the_count_bound (void **state)
+{
+   fake_t f;
+   fw_checkpoint_writer_t *cw;
+   call_t a = {.f = &f, .v = 2, .max_behind = 19, .max_unsaved_ms = 0, .count = 30};
+   (void) state;
+
+   fake_init (&f);
+   cw = writer_over (&f, 1000);
+   a.cw = cw;
+   first_written (&f, cw, 19, 0);
+   fake_hold (&f, true);
+   call_start (&a);
+   assert_false (call_wait_ms (&a, 300)); /* 21 waits */
+   assert_int_equal (tried_now (&f), 1);
+   fake_hold (&f, false);
+   call_join (&a);
+   assert_true (a.tried_at_return >= 2);
+   assert_true (fake_wait_value (&f, 31));
+   fw_checkpoint_writer_destroy (cw);
+   assert_int_equal (f.broken, 0);
+}
+
+/* Two connections, max_behind 19: while 1 (the newest tried) is younger than
+ * half the allowance, no second write starts however many saves wait (a
+ * minute's allowance: 2 .. 12 on conn 0's write of 2); once it is older (a
+ * 200 ms allowance, 100 ms and more since 1 and 66 since 2), the next save
+ * starts on the second connection. */
+static void
+test_second_write_once_half_the_allowance_is_used (void **state)
+{
+   fake_t f;
+   fw_checkpoint_writer_t *cw;
+   int64_t handed;
+   (void) state;
+
+   fake_init (&f);
+   cw = writer_with (&f, 1000, 2);
+   first_written (&f, cw, 19, 60000);
+   fake_hold_conn (&f, 0, true);
+   fake_hold_conn (&f, 1, true);
+   submit_within (cw, 2, 19, 60000);
+   handed = fw_mono_ms (); /* 2 was handed over before */
+   assert_true (fake_wait_held (&f, 0, 2));
+   for (int64_t v = 3; v <= 12; v++) {
+      submit_within (cw, v, 19, 60000); /* 11 past 1, 10 past 2: lagging in saves only */
+   }
+   pthread_mutex_lock (&f.mu);
+   assert_int_equal (f.opened[1], 0);
+   pthread_mutex_unlock (&f.mu);
+   clock_passes (handed + 100 + 1);
+   submit_within (cw, 13, 19, 200);
+   assert_true (fake_wait_held (&f, 1, 13));
+   fake_hold_conn (&f, 0, false);
+   fake_hold_conn (&f, 1, false);
+   assert_true (fake_wait_value (&f, 13));
+   fw_checkpoint_writer_quiesce (cw);
+   finish_writer (cw, &f);
+   assert_int_equal (f.stored_value, 13);
+}
+
+/* Until its first write ends, the position a writer started from counts as
+ * handed over long ago: 19 hand-overs past it wait however large the
+ * allowance. With its origin set (fw_checkpoint_writer_set_origin: the
+ * stream's run began just now), they do not. */
+static void
+test_origin_sets_the_age_of_the_position_started_from (void **state)
+{
+   fake_t f, g;
+   fw_checkpoint_writer_t *cw;
+   call_t a = {.f = &g, .v = 1, .max_behind = 19, .max_unsaved_ms = 60000, .count = 30};
+   (void) state;
+
+   fake_init (&g);
+   fake_hold (&g, true);
+   cw = writer_over (&g, 1000);
+   a.cw = cw;
+   call_start (&a);
+   assert_false (call_wait_ms (&a, 300)); /* 20 waits: 19 past the position started from */
+   fake_hold (&g, false);
+   call_join (&a);
+   assert_true (a.tried_at_return >= 1);
+   fw_checkpoint_writer_destroy (cw);
+
+   fake_init (&f);
+   fake_hold (&f, true);
+   cw = writer_over (&f, 1000);
+   fw_checkpoint_writer_set_origin (cw, fw_mono_ns ());
+   a.cw = cw;
+   a.f = &f;
+   call_start (&a);
+   assert_true (call_wait_ms (&a, DEADLINE_MS)); /* 1 .. 30 handed over, none waited */
+   call_join (&a);
+   assert_int_equal (a.tried_at_return, 0);
+   fake_hold (&f, false);
+   assert_true (fake_wait_value (&f, 30));
+   fw_checkpoint_writer_destroy (cw);
+   assert_int_equal (f.broken, 0);
+}
+
 int
 main (void)
 {
@@ -942,6 +1172,11 @@ main (void)
       cmocka_unit_test (test_without_a_second_connection),
       cmocka_unit_test (test_max_behind_with_writes_in_flight),
       cmocka_unit_test (test_a_newer_runs_refusal_is_not_tried_again),
+      cmocka_unit_test (test_no_wait_while_the_unsaved_are_younger_than_the_allowance),
+      cmocka_unit_test (test_waits_once_the_newest_stored_is_older_than_the_allowance),
+      cmocka_unit_test (test_zero_allowance_keeps_the_count_bound),
+      cmocka_unit_test (test_second_write_once_half_the_allowance_is_used),
+      cmocka_unit_test (test_origin_sets_the_age_of_the_position_started_from),
    };
    return cmocka_run_group_tests (tests, NULL, NULL);
 }

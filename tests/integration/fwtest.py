@@ -19,6 +19,7 @@ control only the stand-in has: fault injection, a kill, an oplog size, a
 version mode, its users) are skipped with the control they need."""
 import atexit
 import base64
+import datetime
 import functools
 import hashlib
 import json
@@ -238,6 +239,36 @@ _CLI_RUNS = []      # run_cli's results since the current test began
 REPORT_PREFIX = "REPORT "
 
 
+# checkpoint.mode = "async" (docs/reliability.md, "Duplicates are bounded"):
+# after kill -9 a restart repeats at most ASYNC_SAVES x save_every events per
+# stream, or, when checkpoint writes fall behind that, the events handled
+# within checkpoint.max_unsaved (DEFAULT_MAX_UNSAVED_MS) plus save_every.
+ASYNC_SAVES = 20
+DEFAULT_MAX_UNSAVED_MS = 100
+
+
+def within_async_bound(times_ms, save_every, max_unsaved_ms=DEFAULT_MAX_UNSAVED_MS):
+    """Whether events handled after the stored checkpoint (the log times, in
+    ms, of their handler's report lines, in the order handled) keep the async
+    bound: at most ASYNC_SAVES x save_every of them, or all but the last
+    save_every reported less than max_unsaved_ms after the first (the handler
+    went on only while the newest stored save was younger than that). Log times
+    are whole ms: a span under max_unsaved_ms reads as at most max_unsaved_ms."""
+    n = len(times_ms)
+    if n <= ASYNC_SAVES * save_every:
+        return True
+    return max_unsaved_ms > 0 and times_ms[n - save_every - 1] - times_ms[0] <= max_unsaved_ms
+
+
+def log_ms(rec):
+    """A log record's time ("ts", ms precision) in ms since the epoch; None without one."""
+    ts = rec.get("ts")
+    if not isinstance(ts, str):
+        return None
+    d = datetime.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ")
+    return d.replace(tzinfo=datetime.timezone.utc).timestamp() * 1000.0
+
+
 def reports_of(cp):
     """What report(t) logged in a finished CLI run (cp: run_cli's result), in order."""
     out = []
@@ -368,6 +399,7 @@ class Flowwarden:
         self.log_format = log_format
         self.records = []
         self._reports = []          # (stream, report) in log order
+        self._report_ms = []        # each report's log time (log_ms), in the same order
         self._cond = threading.Condition()
         cmd = [BINARY, "run", script]
         if uri is not None:
@@ -403,6 +435,7 @@ class Flowwarden:
                 self.records.append(rec)
                 if rep is not None:
                     self._reports.append((rec.get("stream"), rep))
+                    self._report_ms.append(log_ms(rec))
                 self._cond.notify_all()
         with self._cond:
             self._cond.notify_all()
@@ -411,6 +444,12 @@ class Flowwarden:
     def reports(self, stream=None):
         with self._cond:
             return [r for s, r in self._reports if stream is None or s == stream]
+
+    def report_times(self, stream=None):
+        """[(log time in ms, report)] in log order (log_ms)."""
+        with self._cond:
+            return [(t, r) for (s, r), t in zip(self._reports, self._report_ms)
+                    if stream is None or s == stream]
 
     def report_count(self, stream=None):
         with self._cond:

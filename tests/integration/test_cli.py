@@ -130,6 +130,7 @@ class Usage(unittest.TestCase):
                      "checkpoint.save_every          1",
                      "checkpoint.on_history_lost     fail",
                      "checkpoint.mode                async",
+                     "checkpoint.max_unsaved         100ms",
                      "restart.initial_delay          1s"):
             self.assertIn(line, r.stdout)
 

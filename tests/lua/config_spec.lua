@@ -193,6 +193,21 @@ local BAD = {
     "fw.stream { name = 's', database = 'shop', checkpoint = { save_interval = '-1s' }, on_change = h }",
     { S .. 'checkpoint.save_interval: invalid duration "-1s" (expected a number followed by ms, s, m, h, '
       .. 'd or w, e.g. "500ms")' } },
+  { "a negative checkpoint.max_unsaved",
+    "fw.stream { name = 's', database = 'shop', checkpoint = { max_unsaved = '-100ms' }, on_change = h }",
+    { S .. 'checkpoint.max_unsaved: invalid duration "-100ms" (expected a number followed by ms, s, m, h, '
+      .. 'd or w, e.g. "500ms")' } },
+  { "checkpoint.max_unsaved as words",
+    "fw.stream { name = 's', database = 'shop', checkpoint = { max_unsaved = 'soon' }, on_change = h }",
+    { S .. 'checkpoint.max_unsaved: invalid duration "soon" (expected a number followed by ms, s, m, h, '
+      .. 'd or w, e.g. "500ms")' } },
+  { "checkpoint.max_unsaved as a number other than 0",
+    "fw.stream { name = 's', database = 'shop', checkpoint = { max_unsaved = 100 }, on_change = h }",
+    { S .. 'checkpoint.max_unsaved: expected a duration string, got 100 (a number has no unit: write '
+      .. '"100s" or "100ms")' } },
+  { "checkpoint.max_unsaved as a table",
+    "fw.stream { name = 's', database = 'shop', checkpoint = { max_unsaved = {} }, on_change = h }",
+    { S .. 'checkpoint.max_unsaved: expected a duration string such as "30s", got a table' } },
   { "an unknown start_position",
     "fw.stream { name = 's', database = 'shop', checkpoint = { start_position = 'earliest' }, on_change = h }",
     { S .. 'checkpoint.start_position: invalid value "earliest" (expected "resume", "latest" or "snapshot")' } },
@@ -205,8 +220,8 @@ local BAD = {
     { S .. "checkpoint: expected a table of checkpoint settings, got 5" } },
   { "an unknown checkpoint key",
     "fw.stream { name = 's', database = 'shop', checkpoint = { every = 5 }, on_change = h }",
-    { S .. 'checkpoint: unknown key "every" (valid keys: save_every, save_interval, idle_heartbeat, '
-      .. "start_position, on_history_lost, mode, start_at)" } },
+    { S .. 'checkpoint: unknown key "every" (valid keys: save_every, max_unsaved, save_interval, '
+      .. "idle_heartbeat, start_position, on_history_lost, mode, start_at)" } },
   { "an unknown checkpoint.mode",
     "fw.stream { name = 's', database = 'shop', checkpoint = { mode = 'asynchronous' }, on_change = h }",
     { S .. 'checkpoint.mode: invalid value "asynchronous" (expected "async" or "sync")' } },
@@ -509,6 +524,7 @@ describe("config: effective settings", function()
       full_document = "default",
       full_document_before_change = "off",
       checkpoint = { save_every = 1, save_interval_ms = 5000, idle_heartbeat_ms = 300000,
+                     max_unsaved_ms = 100,
                      start_position = "resume", on_history_lost = "fail", mode = "async" },
       restart = { max_attempts = 0, initial_delay_ms = 1000, max_delay_ms = 60000,
                   multiplier = 2.0, jitter = false },
@@ -611,7 +627,7 @@ fw.stream {
   operation_types = { "insert", "update" },
   pipeline = { { ["$match"] = { ["fullDocument.total"] = { ["$gt"] = 0 } } } },
   full_document = "updateLookup", full_document_before_change = "whenAvailable",
-  checkpoint = { save_every = 10, save_interval = "1s", idle_heartbeat = "1m",
+  checkpoint = { save_every = 10, save_interval = "1s", idle_heartbeat = "1m", max_unsaved = "2s",
                  start_position = "latest", on_history_lost = "resume_from_now", mode = "sync" },
   restart = { max_attempts = 5, initial_delay = "2s", max_delay = "1h", multiplier = 3, jitter = true },
   retry = { max_attempts = 5.0, initial_delay = "1.5s", max_delay = "30s", multiplier = 1.5,
@@ -628,7 +644,7 @@ fw.stream {
     assert.are.equal("updateLookup", spec.full_document)
     assert.are.equal("whenAvailable", spec.full_document_before_change)
     assert.are.same({ save_every = 10, save_interval_ms = 1000, idle_heartbeat_ms = 60000,
-                      start_position = "latest", on_history_lost = "resume_from_now", mode = "sync" },
+                      max_unsaved_ms = 2000, start_position = "latest", on_history_lost = "resume_from_now", mode = "sync" },
                     spec.checkpoint)
     assert.are.same({ max_attempts = 5, initial_delay_ms = 2000, max_delay_ms = 3600000,
                       multiplier = 3.0, jitter = true }, spec.restart)
@@ -706,6 +722,17 @@ fw.stream { name = "s", retry = { max_attempts = 5 }, dlq = { ttl_days = 0 },
     assert.are.equal(1000, spec.restart.initial_delay_ms)
     assert.are.equal(10000, spec.timeout_ms)
     assert.are.equal(64 * 1024 * 1024, spec.memory_limit_bytes)
+  end)
+
+  it("takes checkpoint.max_unsaved as a duration, and 0 or \"0s\" for the count bound alone", function()
+    assert.are.equal(100, spec_of("fw.stream { name = 's', database = 'shop', on_change = h }")
+      .checkpoint.max_unsaved_ms)
+    for src, want in pairs({ ["'250ms'"] = 250, ["'1s'"] = 1000, ["'0s'"] = 0, ["'0ms'"] = 0,
+                             ["0"] = 0 }) do
+      local spec = spec_of("fw.stream { name = 's', database = 'shop', checkpoint = { max_unsaved = "
+        .. src .. " }, on_change = h }")
+      assert.are.equal(want, spec.checkpoint.max_unsaved_ms, src)
+    end
   end)
 
   it("does not turn retry or a DLQ on for streams that do not ask for them (as the seed's YAML)", function()

@@ -54,6 +54,7 @@ stream "order-watcher"
   checkpoint.start_position      resume
   checkpoint.on_history_lost     fail
   checkpoint.mode                async
+  checkpoint.max_unsaved         100ms
   snapshot.chunk_size            1000
   snapshot.pause                 0ms
   snapshot.read_preference       primary
@@ -102,6 +103,7 @@ stream "audit"
   checkpoint.start_position      resume
   checkpoint.on_history_lost     fail
   checkpoint.mode                async
+  checkpoint.max_unsaved         100ms
   snapshot.chunk_size            1000
   snapshot.pause                 0ms
   snapshot.read_preference       primary

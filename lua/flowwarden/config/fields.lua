@@ -439,8 +439,20 @@ end
 ---------------------------------------------------------------------------
 -- Tables of settings
 
+-- checkpoint.max_unsaved: a duration, or 0 ("0s", "0ms" or the number 0)
+-- for none (the count bound alone).
+local function allowance_duration(ctx, path, v)
+  if v == 0 then
+    return true, 0
+  end
+  if type(v) == "string" and duration.parse(v) == 0 then
+    return true, 0
+  end
+  return positive_duration(ctx, path, v)
+end
 local CHECKPOINT = {
   { "save_every", int_min(1) },
+  { "max_unsaved", allowance_duration, "max_unsaved_ms" },
   { "save_interval", positive_duration, "save_interval_ms" },
   { "idle_heartbeat", positive_duration, "idle_heartbeat_ms" },
   { "start_position", enum({ "resume", "latest", "snapshot" }) },

@@ -23,6 +23,11 @@
  * "Catching up over a network"). */
 #define FW_CHECKPOINT_WRITES_IN_FLIGHT 4
 
+/* The hand-over time of a seq whose time is not known (the position the
+ * writer started from): older than any allowance, so until the first write
+ * ends only max_behind holds the handler back. */
+#define TRIED_LONG_AGO INT64_MIN
+
 /* The MongoDB sink: conn 0's client for the writer's life, the others' for
  * one write at a time; the writer's stamp (fw_checkpoint_save_ordered). */
 typedef struct {
@@ -42,6 +47,7 @@ typedef struct {
    uint32_t seen_len; /* 0: none */
    char *version;     /* NULL: none */
    uint64_t seq;      /* the hand-over it came from, 1, 2, ... */
+   int64_t handed_ns; /* when it was handed over (fw_mono_ns) */
 } slot_t;
 
 /* A connection: its thread writes the slot the writer gives it. */
@@ -71,9 +77,13 @@ struct fw_checkpoint_writer {
    bool has_pending;
    uint64_t submitted;  /* seq of the last position handed over */
    uint64_t tried;      /* the newest seq whose write ended (written, failed, superseded) */
+   int64_t tried_ns;    /* ... when it was handed over; TRIED_LONG_AGO: unknown (seq 0) */
    uint64_t started;    /* the newest seq given to a connection */
+   int64_t started_ns;  /* ... when it was handed over */
    uint64_t gap;        /* a second write in flight starts this many hand-overs apart */
+   int64_t gap_ns;      /* ... and this long apart (their hand-overs) */
    uint64_t lagging;    /* ... and only this many hand-overs past the newest tried */
+   int64_t lagging_ns;  /* ... handed over this long after it */
    uint64_t retry_seq;  /* a failed position waiting for its retry; 0: none */
    int64_t retry_at_ms; /* ... not before this CLOCK_MONOTONIC time */
    bool stop;
@@ -209,6 +219,27 @@ busy_count (const fw_checkpoint_writer_t *cw)
 
 static void *conn_main (void *arg);
 
+/* Whether the writer lags: the handler has used half of its bound, in
+ * hand-overs past the newest tried and in time since that one's hand-over
+ * (both halves, as the handler waits only when both are used up). */
+static bool
+lagging (const fw_checkpoint_writer_t *cw)
+{
+   return cw->submitted - cw->tried >= cw->lagging &&
+          (cw->tried_ns == TRIED_LONG_AGO ||
+           cw->pending.handed_ns - cw->tried_ns >= cw->lagging_ns);
+}
+
+/* Whether pending is far enough past the last write started, in hand-overs
+ * and in time, for one more write in flight: the writes start spread over
+ * the handler's bound. */
+static bool
+spaced (const fw_checkpoint_writer_t *cw)
+{
+   return cw->pending.seq >= cw->started + cw->gap &&
+          cw->pending.handed_ns - cw->started_ns >= cw->gap_ns;
+}
+
 /* c's thread, started the first time c is needed (conn 0's with the
  * writer): a writer that never lags keeps one thread. False when it cannot
  * start: the writer then keeps the connections it has (none after c has
@@ -241,8 +272,7 @@ dispatch (fw_checkpoint_writer_t *cw)
       return;
    }
    busy = busy_count (cw);
-   if (busy > 0 &&
-       (cw->submitted - cw->tried < cw->lagging || cw->pending.seq < cw->started + cw->gap)) {
+   if (busy > 0 && !(lagging (cw) && spaced (cw))) {
       return; /* it waits for a write to end */
    }
    for (int i = 0; i < cw->n_conn; i++) {
@@ -260,6 +290,7 @@ dispatch (fw_checkpoint_writer_t *cw)
       c->busy = true;
       c->epoch = cw->epoch;
       cw->started = c->slot.seq;
+      cw->started_ns = c->slot.handed_ns;
       pthread_cond_signal (&c->go);
       return;
    }
@@ -290,6 +321,7 @@ finish (fw_checkpoint_writer_t *cw, conn_t *c, fw_checkpoint_saved_t saved, cons
    c->borrowed = false;
    if (seq > cw->tried) {
       cw->tried = seq;
+      cw->tried_ns = c->slot.handed_ns;
    }
    if (saved == FW_CHECKPOINT_REFUSED) {
       /* A newer run holds the checkpoint: no write of this run can land
@@ -458,6 +490,7 @@ fw_checkpoint_writer_start (const fw_checkpoint_sink_t *sink, const char *stream
    }
    cw->sink = *sink;
    cw->retry_ms = retry_ms;
+   cw->tried_ns = TRIED_LONG_AGO;
    cw->gap = 1;
    cw->n_conn = max_in_flight;
    if ((rc = init_lock (cw)) != 0) {
@@ -520,13 +553,49 @@ fw_checkpoint_writer_new (mongoc_client_pool_t *pool, const char *database, cons
    return cw;
 }
 
+/* With the lock held: whether a hand-over made at now_ns must wait for the
+ * writer: no newer run refused a write, max_behind hand-overs or more are past
+ * the newest tried and that one was handed over max_unsaved_ns or longer ago. Time only makes the
+ * newest tried older, so only a write's end ends the wait. */
+static bool
+must_wait (const fw_checkpoint_writer_t *cw, int max_behind, int64_t max_unsaved_ns, int64_t now_ns)
+{
+   return max_behind > 0 && !cw->refused && cw->submitted - cw->tried >= (uint64_t) max_behind &&
+          (cw->tried_ns == TRIED_LONG_AGO || now_ns - cw->tried_ns >= max_unsaved_ns);
+}
+
+/* With the lock held: the in-flight policy for a bound of max_behind
+ * hand-overs and max_unsaved_ns (see dispatch). */
+static void
+set_policy (fw_checkpoint_writer_t *cw, int max_behind, int64_t max_unsaved_ns)
+{
+   /* max_behind / (n + 1) apart, rounded up: n writes in flight and the
+    * handler's lead split the bound evenly; more than one once half of it is
+    * used. The same for the time allowance. */
+   cw->gap = max_behind > 0
+                ? ((uint64_t) max_behind + (uint64_t) cw->n_conn) / ((uint64_t) cw->n_conn + 1)
+                : 1;
+   cw->lagging = max_behind > 0 ? (uint64_t) max_behind / 2 : 0;
+   cw->gap_ns = max_behind > 0 ? max_unsaved_ns / (cw->n_conn + 1) : 0;
+   cw->lagging_ns = max_behind > 0 ? max_unsaved_ns / 2 : 0;
+}
+
 void
 fw_checkpoint_writer_submit (fw_checkpoint_writer_t *cw, const bson_t *processed,
-                             const bson_t *seen, const char *script_version, int max_behind)
+                             const bson_t *seen, const char *script_version, int max_behind,
+                             int64_t max_unsaved_ms)
 {
+   int64_t max_unsaved_ns = max_unsaved_ms > 0 ? max_unsaved_ms * 1000000 : 0;
+   int64_t now_ns = fw_mono_ns ();
+
    pthread_mutex_lock (&cw->mu);
-   while (max_behind > 0 && !cw->refused && cw->submitted - cw->tried >= (uint64_t) max_behind) {
-      pthread_cond_wait (&cw->done, &cw->mu);
+   set_policy (cw, max_behind, max_unsaved_ns);
+   if (must_wait (cw, max_behind, max_unsaved_ns, now_ns)) {
+      dispatch (cw); /* a further write may start now that the writer lags */
+      while (must_wait (cw, max_behind, max_unsaved_ns, now_ns)) {
+         pthread_cond_wait (&cw->done, &cw->mu);
+      }
+      now_ns = fw_mono_ns (); /* the hand-over's time: after the wait */
    }
    if (cw->refused) {
       /* Nothing of this run is written any more: the hand-over ends here. */
@@ -545,15 +614,18 @@ fw_checkpoint_writer_submit (fw_checkpoint_writer_t *cw, const bson_t *processed
    free (cw->pending.version);
    cw->pending.version = script_version ? strdup (script_version) : NULL;
    cw->pending.seq = ++cw->submitted;
+   cw->pending.handed_ns = now_ns;
    cw->has_pending = true;
-   /* max_behind / (n + 1) apart, rounded up: n writes in flight and the
-    * handler's lead split the bound evenly; more than one once half of it is
-    * used. */
-   cw->gap = max_behind > 0
-                ? ((uint64_t) max_behind + (uint64_t) cw->n_conn) / ((uint64_t) cw->n_conn + 1)
-                : 1;
-   cw->lagging = max_behind > 0 ? (uint64_t) max_behind / 2 : 0;
    dispatch (cw);
+   pthread_mutex_unlock (&cw->mu);
+}
+
+void
+fw_checkpoint_writer_set_origin (fw_checkpoint_writer_t *cw, int64_t handed_ns)
+{
+   pthread_mutex_lock (&cw->mu);
+   FW_ASSERT (cw->submitted == 0);
+   cw->tried_ns = handed_ns;
    pthread_mutex_unlock (&cw->mu);
 }
 
@@ -571,6 +643,7 @@ fw_checkpoint_writer_quiesce (fw_checkpoint_writer_t *cw)
    cw->has_pending = false;
    cw->retry_seq = 0;
    cw->tried = cw->submitted;
+   cw->tried_ns = fw_mono_ns (); /* the caller's save, which follows, holds what was handled */
    pthread_mutex_unlock (&cw->mu);
 }
 
@@ -583,6 +656,7 @@ fw_checkpoint_writer_stamp (fw_checkpoint_writer_t *cw, bson_oid_t *writer, int6
     * it, and the handler's bound counts from it. */
    *seq = (int64_t) ++cw->submitted;
    cw->tried = cw->submitted;
+   cw->tried_ns = fw_mono_ns ();
    pthread_mutex_unlock (&cw->mu);
    if (!cw->mongo) {
       return false;

@@ -12,9 +12,10 @@
  * by two round trips). A position handed over with fw_checkpoint_save waits
  * in a one-slot queue, where a newer one replaces it (coalescing), until a
  * connection takes it: the first one whenever it is free, another only while
- * the writer lags by half the handler's bound (max_behind) and the position
- * is some hand-overs past the last one started, so that the writes in flight
- * start spread over a round trip. Each write carries its
+ * the writer lags by half the handler's bound (max_behind hand-overs and
+ * max_unsaved in time, both) and the position is some hand-overs and some
+ * time past the last one started, so that the writes in flight start spread
+ * over the bound. Each write carries its
  * hand-over's number (seq) and the store keeps no position over a later seq
  * (fw_checkpoint_save_ordered), so writes that end out of order never move
  * the stored checkpoint backwards; a failed write is tried again (after
@@ -87,15 +88,27 @@ fw_checkpoint_writer_t *fw_checkpoint_writer_new (mongoc_client_pool_t *pool, co
 
 /* Hands over a position (copied; processed, seen and script_version may be
  * NULL as for fw_checkpoint_save). With max_behind > 0, first waits while
- * max_behind hand-overs or more are past the newest one tried (written,
- * failed or found superseded), so that (while writes succeed) the stored
- * checkpoint is at most max_behind hand-overs behind the one just made; with
- * 0, never waits. The hand-over is written as soon as a connection takes it
- * (see above); max_behind also sets when more than one write may be in
- * flight (max_behind / 2 hand-overs behind, 0 with 0) and how far apart they
- * start (max_behind / (max_in_flight + 1) hand-overs, at least 1). */
+ * both hold: max_behind hand-overs or more are past the newest one tried
+ * (written, failed or found superseded), and that one was handed over
+ * max_unsaved_ms or longer before this call (monotonic clock; <= 0: always,
+ * the count alone; the position the writer started from counts as long
+ * ago). So (while writes succeed) the positions past the stored checkpoint
+ * are at most max_behind hand-overs, or those reached within max_unsaved_ms
+ * of its hand-over; with max_behind 0, never waits. The hand-over is written
+ * as soon as a connection takes it (see above); the bound also sets when
+ * more than one write may be in flight (half of it used: max_behind / 2
+ * hand-overs and max_unsaved_ms / 2 past the newest tried; none with 0) and
+ * how far apart they start (max_behind / (max_in_flight + 1) hand-overs, at
+ * least 1, and max_unsaved_ms / (max_in_flight + 1) between hand-overs). */
 void fw_checkpoint_writer_submit (fw_checkpoint_writer_t *cw, const bson_t *processed,
-                                  const bson_t *seen, const char *script_version, int max_behind);
+                                  const bson_t *seen, const char *script_version, int max_behind,
+                                  int64_t max_unsaved_ms);
+
+/* The hand-over time (fw_mono_ns) of the position the store holds as the
+ * writer starts: a time before any event past it was handled. Unset, that
+ * position counts as handed over long ago (max_behind alone holds the
+ * handler back until the first write ends). Before the first submit. */
+void fw_checkpoint_writer_set_origin (fw_checkpoint_writer_t *cw, int64_t handed_ns);
 
 /* Drops the position waiting to be written (the caller's synchronous save,
  * which follows, supersedes it) and waits for every write in flight to end.

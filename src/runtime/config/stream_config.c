@@ -286,6 +286,7 @@ read_checkpoint (lua_State *L, int t, fw_stream_config_t *cfg)
    cfg->save_every = 1;
    cfg->save_interval_ms = 5000;
    cfg->idle_heartbeat_ms = 300000;
+   cfg->max_unsaved_ms = 100;
    if (lua_getfield (L, t, "checkpoint") == LUA_TTABLE) {
       int s = lua_gettop (L);
       char *start = dup_field (L, s, "start_position");
@@ -294,6 +295,7 @@ read_checkpoint (lua_State *L, int t, fw_stream_config_t *cfg)
       cfg->save_every = (int) int_field (L, s, "save_every", 1);
       cfg->save_interval_ms = int_field (L, s, "save_interval_ms", 5000);
       cfg->idle_heartbeat_ms = int_field (L, s, "idle_heartbeat_ms", 300000);
+      cfg->max_unsaved_ms = int_field (L, s, "max_unsaved_ms", 100);
       cfg->start_latest = start && strcmp (start, "latest") == 0;
       cfg->snapshot.at_start = start && strcmp (start, "snapshot") == 0;
       cfg->resume_from_now = lost && strcmp (lost, "resume_from_now") == 0;

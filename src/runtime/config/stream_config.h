@@ -49,6 +49,9 @@ typedef struct {
    int save_every;
    int64_t save_interval_ms;
    int64_t idle_heartbeat_ms;
+   /* checkpoint.max_unsaved: the async crash bound's time allowance; 0: the
+    * count bound alone (stream_position.c) */
+   int64_t max_unsaved_ms;
    bool exactly_once;     /* issue 39: handler writes + checkpoint in one transaction */
    char *exactly_once_pg; /* issue 40: exactly_once = { connection = name } naming
                                      * a PostgreSQL connection (then exactly_once is false),

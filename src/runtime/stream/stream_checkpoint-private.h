@@ -30,7 +30,12 @@ typedef struct fw_stream_ckpt {
     * thread, destroyed as it ends */
    fw_checkpoint_writer_t *writer;
    bool unavailable; /* the writer could not start: checkpoints are synchronous */
-   int64_t epoch;    /* the epoch the writer fences with */
+   /* when the run began (fw_mono_ns), before it handled any event past the
+    * checkpoint it started from, then when the last synchronous save was
+    * stored: the position the writer starts from was handed over then
+    * (fw_checkpoint_writer_set_origin); 0: not known */
+   int64_t origin_ns;
+   int64_t epoch; /* the epoch the writer fences with */
    /* without ha: the run's writer generation, claimed before the run's
     * first write (fw_position_claim), carried by every save; 0: none.
     * Under gen_mu: the breaker's hooks (a lane's thread) claim it too. */

@@ -14,14 +14,16 @@
 #include "runtime/stream/stream_position-private.h"
 
 /* checkpoint.mode = "async": saves that may wait to be written while the
- * handler goes on; a crash repeats at most (this + 1) x save_every events.
- * The stored checkpoint trails by the events of a write's round trip plus
- * the spacing of the writes in flight (checkpoint_writer.c: up to four, one
- * every this / 5 saves), so this caps a stream at about this / 1.25 x
- * save_every events per checkpoint round trip (with one write in flight,
- * this / 2: 1 held S2 to 69k events/s at 1 ms of latency, 9 to 308k; 19
- * held it under ~148k at 5 ms; docs/performance.md, "Networks with
- * latency" and issue 41's fourth round). */
+ * handler goes on. The handler waits only once this many saves are past the
+ * newest one whose write ended and that one was handed over
+ * checkpoint.max_unsaved or longer ago, so a crash repeats at most
+ * (this + 1) x save_every events, or the events passed within max_unsaved
+ * plus save_every (docs/reliability.md). Alone (max_unsaved = 0) the count
+ * capped a stream near this / 1.25 x save_every events per checkpoint round
+ * trip (up to four writes in flight: ~238k events/s at save_every = 100 and
+ * ~3k at save_every = 1 over 5 ms; docs/performance.md, "Networks with
+ * latency" and issue 41's rounds); the time allowance lifts that cap while
+ * writes are faster than max_unsaved. */
 #define FW_CHECKPOINT_MAX_BEHIND 19
 
 /* A copy of the bytes, not bson_concat's append of src's elements (it was
@@ -224,6 +226,7 @@ fw_position_save_with (fw_stream_ckpt_t *c, fw_position_t *p, const char *why, c
    p->since_save = 0;
    p->dirty = false;
    p->last_save_ms = fw_now_ms ();
+   c->origin_ns = fw_mono_ns ();
    if (*c->metrics) {
       fw_stream_metrics_checkpoint (*c->metrics, true, p->last_save_ms);
    }
@@ -241,8 +244,8 @@ committed_already (const fw_stream_ckpt_t *c, const fw_position_t *p)
 
 /* checkpoint.mode = "async": hands the position to the stream's checkpoint
  * writer and goes on; it waits only while FW_CHECKPOINT_MAX_BEHIND earlier
- * saves are not yet written, so a crash repeats at most
- * (FW_CHECKPOINT_MAX_BEHIND + 1) x save_every events (docs/reliability.md). */
+ * saves are not yet written and the newest written was handed over
+ * checkpoint.max_unsaved or longer ago (see FW_CHECKPOINT_MAX_BEHIND). */
 fw_position_saved_t
 fw_position_save_async (fw_stream_ckpt_t *c, fw_position_t *p, const char *why)
 {
@@ -290,12 +293,17 @@ fw_position_save_async (fw_stream_ckpt_t *c, fw_position_t *p, const char *why)
       }
       return FW_POSITION_FAILED;
    }
-   if (!c->writer && !(c->writer = fw_checkpoint_writer_new (c->pool, c->cfg->database,
-                                                             c->cfg->name, gen, &err))) {
-      fw_log (FW_LOG_WARN, c->cfg->name, "%s; checkpoints are written as with mode = \"sync\"",
-              err.message);
-      c->unavailable = true;
-      return fw_position_save_with (c, p, why, NULL);
+   if (!c->writer) {
+      if (!(c->writer = fw_checkpoint_writer_new (c->pool, c->cfg->database, c->cfg->name, gen,
+                                                  &err))) {
+         fw_log (FW_LOG_WARN, c->cfg->name, "%s; checkpoints are written as with mode = \"sync\"",
+                 err.message);
+         c->unavailable = true;
+         return fw_position_save_with (c, p, why, NULL);
+      }
+      if (c->origin_ns > 0) {
+         fw_checkpoint_writer_set_origin (c->writer, c->origin_ns);
+      }
    }
    if (*c->lease && c->epoch != *c->lead_epoch) {
       /* A new leadership: nothing of the old one is in flight (the fence
@@ -306,7 +314,7 @@ fw_position_save_async (fw_stream_ckpt_t *c, fw_position_t *p, const char *why)
    }
    fw_checkpoint_writer_submit (c->writer, p->has_processed ? &p->processed : NULL,
                                 p->has_resume ? &p->resume : NULL, c->version,
-                                FW_CHECKPOINT_MAX_BEHIND);
+                                FW_CHECKPOINT_MAX_BEHIND, c->cfg->max_unsaved_ms);
    fw_position_writer_results (c);
    p->since_save = 0;
    p->dirty = false;

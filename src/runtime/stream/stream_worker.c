@@ -8,6 +8,7 @@
 
 #include <lauxlib.h>
 
+#include "flowwarden/clock.h"
 #include "flowwarden/log.h"
 #include "lua_api/mongo_lua.h"
 #include "runtime/checkpoint/checkpoint_store.h"
@@ -648,6 +649,7 @@ run_setup (fw_stream_worker_t *w, fw_stream_run_t *run)
    fw_dispatcher_bind (w->d, w->client);
    w->read_client = mongoc_client_pool_pop (w->pool);
    run->p->last_save_ms = fw_now_ms ();
+   w->ckpt.origin_ns = fw_mono_ns (); /* before any event of the run */
    /* Bounded probes first: every call below waits out a pooled server
     * selection (30 s) when nothing answers. */
    if (!fw_stream_wait_server (w->client, w->cfg->name, w->shutdown, w->metrics,
