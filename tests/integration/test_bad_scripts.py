@@ -90,7 +90,7 @@ CASES = [
       '"resume_from_now"? expected "fail" or "resume_from_now")']),
     ("unknown_checkpoint_key",
      "fw.stream { name = 's', database = 'shop', checkpoint = { every = 5 }, on_change = h }",
-     [S + 'checkpoint: unknown key "every" (valid keys: save_every, save_interval, '
+     [S + 'checkpoint: unknown key "every" (valid keys: save_every, max_unsaved, save_interval, '
       "idle_heartbeat, start_position, on_history_lost, mode, start_at)"]),
     ("restart_max_delay_below_initial_delay",
      "fw.stream { name = 's', database = 'shop', restart = { max_delay = '500ms' }, on_change = h }",
