@@ -101,8 +101,9 @@ fw_bson_view_push (lua_State *L, int anchor_idx, const uint8_t *data, uint32_t l
    set_view_mt (L);
 }
 
-void
-fw_bson_view_push_copy (lua_State *L, const uint8_t *data, uint32_t len, bool is_array)
+/* Pushes a view owning a copy of data[0..len), without its metatable. */
+static void
+push_copy_bare (lua_State *L, const uint8_t *data, uint32_t len, bool is_array)
 {
    /* The bytes live right after the header in the same userdata: one
     * allocation, and the view is its own anchor (no user value). */
@@ -114,7 +115,29 @@ fw_bson_view_push_copy (lua_State *L, const uint8_t *data, uint32_t len, bool is
    v->is_array = is_array;
    v->hint_pos = 4;
    v->hint_index = 0;
+}
+
+void
+fw_bson_view_push_copy (lua_State *L, const uint8_t *data, uint32_t len, bool is_array)
+{
+   push_copy_bare (L, data, len, is_array);
    set_view_mt (L);
+}
+
+void
+fw_bson_view_push_metatable (lua_State *L)
+{
+   lua_rawgetp (L, LUA_REGISTRYINDEX, &view_mt_key);
+}
+
+void
+fw_bson_view_push_copy_mt (lua_State *L, const uint8_t *data, uint32_t len, bool is_array,
+                           int mt_idx)
+{
+   mt_idx = lua_absindex (L, mt_idx);
+   push_copy_bare (L, data, len, is_array);
+   lua_pushvalue (L, mt_idx);
+   lua_setmetatable (L, -2);
 }
 
 /* Pushes what keeps the view at idx alive: its anchor, or itself when it
