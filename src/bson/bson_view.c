@@ -70,6 +70,21 @@ check_view (lua_State *L, int idx)
    return NULL;
 }
 
+/* check_view for __index, the one called for every field a handler reads:
+ * the metatable it compares is left on the stack (a slot above the
+ * arguments, which __index reads by absolute index, and below the value it
+ * returns), saving a lua_pop per look-up. */
+static view_t *
+check_view_keep_mt (lua_State *L)
+{
+   view_t *v = lua_touserdata (L, 1);
+   if (v && lua_getmetatable (L, 1) && lua_rawequal (L, -1, lua_upvalueindex (1))) {
+      return v;
+   }
+   luaL_typeerror (L, 1, "document view");
+   return NULL;
+}
+
 void
 fw_bson_view_push (lua_State *L, int anchor_idx, const uint8_t *data, uint32_t len, bool is_array)
 {
@@ -86,8 +101,9 @@ fw_bson_view_push (lua_State *L, int anchor_idx, const uint8_t *data, uint32_t l
    set_view_mt (L);
 }
 
-void
-fw_bson_view_push_copy (lua_State *L, const uint8_t *data, uint32_t len, bool is_array)
+/* Pushes a view owning a copy of data[0..len), without its metatable. */
+static void
+push_copy_bare (lua_State *L, const uint8_t *data, uint32_t len, bool is_array)
 {
    /* The bytes live right after the header in the same userdata: one
     * allocation, and the view is its own anchor (no user value). */
@@ -99,7 +115,29 @@ fw_bson_view_push_copy (lua_State *L, const uint8_t *data, uint32_t len, bool is
    v->is_array = is_array;
    v->hint_pos = 4;
    v->hint_index = 0;
+}
+
+void
+fw_bson_view_push_copy (lua_State *L, const uint8_t *data, uint32_t len, bool is_array)
+{
+   push_copy_bare (L, data, len, is_array);
    set_view_mt (L);
+}
+
+void
+fw_bson_view_push_metatable (lua_State *L)
+{
+   lua_rawgetp (L, LUA_REGISTRYINDEX, &view_mt_key);
+}
+
+void
+fw_bson_view_push_copy_mt (lua_State *L, const uint8_t *data, uint32_t len, bool is_array,
+                           int mt_idx)
+{
+   mt_idx = lua_absindex (L, mt_idx);
+   push_copy_bare (L, data, len, is_array);
+   lua_pushvalue (L, mt_idx);
+   lua_setmetatable (L, -2);
 }
 
 /* Pushes what keeps the view at idx alive: its anchor, or itself when it
@@ -111,6 +149,30 @@ push_anchor (lua_State *L, int idx)
    if (lua_getiuservalue (L, idx, ANCHOR) <= LUA_TNIL) {
       lua_pop (L, 1);
       lua_pushvalue (L, idx);
+   }
+}
+
+/* Pushes a view of a document or array nested in the view at view_idx
+ * (absolute or an upvalue), sharing its anchor; mt_idx is the view
+ * metatable's index (absolute or an upvalue), 0 to look it up. The same view as fw_bson_view_push, built without a registry
+ * look-up or a stack shuffle: it runs for every nested document read. */
+static void
+push_nested (lua_State *L, int view_idx, int mt_idx, const uint8_t *data, uint32_t len,
+             bool is_array)
+{
+   view_t *v = lua_newuserdatauv (L, sizeof *v, 1);
+   v->data = data;
+   v->len = len;
+   v->is_array = is_array;
+   v->hint_pos = 4;
+   v->hint_index = 0;
+   push_anchor (L, view_idx);
+   lua_setiuservalue (L, -2, ANCHOR);
+   if (mt_idx) {
+      lua_pushvalue (L, mt_idx);
+      lua_setmetatable (L, -2);
+   } else {
+      set_view_mt (L);
    }
 }
 
@@ -159,9 +221,10 @@ fw_bson_view_push_element (lua_State *L, int anchor_idx, const bson_iter_t *iter
 
 /* Pushes an element's value: the common scalars straight from the bytes,
  * documents and arrays as views sharing this view's anchor, the rest through
- * libbson. view_idx is the view the element belongs to. */
+ * libbson. view_idx is the view the element belongs to, mt_idx the view
+ * metatable's index or 0 (see push_nested). */
 static void
-push_elem (lua_State *L, int view_idx, const view_t *v, const fw_bson_elem_t *e)
+push_elem (lua_State *L, int view_idx, int mt_idx, const view_t *v, const fw_bson_elem_t *e)
 {
    switch (e->type) {
    case BSON_TYPE_UTF8: {
@@ -194,9 +257,8 @@ push_elem (lua_State *L, int view_idx, const view_t *v, const fw_bson_elem_t *e)
    case BSON_TYPE_DOCUMENT:
    case BSON_TYPE_ARRAY:
       if (e->vsize >= 5 && e->value[e->vsize - 1] == '\0') {
-         push_anchor (L, view_idx);
-         fw_bson_view_push (L, -1, e->value, (uint32_t) e->vsize, e->type == BSON_TYPE_ARRAY);
-         lua_remove (L, -2);
+         push_nested (L, view_idx, mt_idx, e->value, (uint32_t) e->vsize,
+                      e->type == BSON_TYPE_ARRAY);
          return;
       }
       break;
@@ -216,6 +278,22 @@ push_elem (lua_State *L, int view_idx, const view_t *v, const fw_bson_elem_t *e)
    lua_pushnil (L);
 }
 
+/* Whether the key's bytes after the first are the same (the first compared
+ * already). Keys are short: a loop here costs less than memcmp's call. */
+static inline bool
+same_key_rest (const uint8_t *name, const char *key, size_t klen)
+{
+   if (klen > 16) {
+      return memcmp (name, key, klen) == 0;
+   }
+   for (size_t i = 1; i < klen; i++) {
+      if (name[i] != (uint8_t) key[i]) {
+         return false;
+      }
+   }
+   return true;
+}
+
 /* Scans from the element at offset `from` for the element named key
  * (document) or the want-th one counting from there (array). */
 static bool
@@ -225,11 +303,11 @@ find_elem (const view_t *v, uint32_t from, const char *key, size_t klen, lua_Int
    uint32_t pos = from;
 
    while (fw_bson_scan_next (v->data, v->len, &pos, e)) {
-      /* The first byte before memcmp: most keys of a length differ there (a
-       * Lua string ends with a NUL, so an empty key compares too). */
+      /* The first byte before the rest: most keys of a length differ there
+       * (a Lua string ends with a NUL, so an empty key compares too). */
       if (v->is_array ? --want == 0
                       : (e->nlen == klen && e->name[0] == (uint8_t) key[0] &&
-                         memcmp (e->name, key, klen) == 0)) {
+                         same_key_rest (e->name, key, klen))) {
          *after = pos;
          return true;
       }
@@ -241,7 +319,7 @@ find_elem (const view_t *v, uint32_t from, const char *key, size_t klen, lua_Int
 static int
 view_index (lua_State *L)
 {
-   view_t *v = check_view (L, 1);
+   view_t *v = check_view_keep_mt (L);
    const char *key = NULL;
    size_t klen = 0;
    lua_Integer want = 0;
@@ -274,7 +352,7 @@ view_index (lua_State *L)
       return 1;
    }
    if (found) {
-      push_elem (L, 1, v, &e);
+      push_elem (L, 1, lua_upvalueindex (1), v, &e);
    } else {
       lua_pushnil (L);
    }
@@ -330,7 +408,7 @@ pairs_next (lua_State *L)
    } else {
       lua_pushlstring (L, (const char *) e.name, e.nlen);
    }
-   push_elem (L, lua_upvalueindex (2), v, &e);
+   push_elem (L, lua_upvalueindex (2), 0, v, &e);
    return 2;
 }
 

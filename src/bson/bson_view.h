@@ -35,6 +35,17 @@ void fw_bson_view_push (lua_State *L, int anchor_idx, const uint8_t *data, uint3
  * alive for it. May raise (memory). */
 void fw_bson_view_push_copy (lua_State *L, const uint8_t *data, uint32_t len, bool is_array);
 
+/* Pushes the view metatable (fw_bson_view_open must have run), for a caller
+ * that keeps it (as an upvalue) to make views with fw_bson_view_push_copy_mt
+ * without looking it up in the registry each time. */
+void fw_bson_view_push_metatable (lua_State *L);
+
+/* fw_bson_view_push_copy, with the view metatable (fw_bson_view_push_metatable's,
+ * nothing else) at mt_idx, which may be an upvalue's pseudo-index. May raise
+ * (memory). */
+void fw_bson_view_push_copy_mt (lua_State *L, const uint8_t *data, uint32_t len, bool is_array,
+                                int mt_idx);
+
 /* Pushes the element at iter: scalars as Lua values (typed values for BSON
  * types Lua lacks), documents and arrays as views anchored at anchor_idx.
  * iter must point into memory the anchor keeps alive. May raise (memory). */

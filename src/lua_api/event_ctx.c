@@ -112,10 +112,11 @@ push_view (lua_State *L, const bson_iter_t *it)
    fw_bson_view_push_copy (L, data, len, is_array);
 }
 
-/* Converts the value at it (a field of the event) once per event. */
+/* Converts the value at it (a field of the event) once per event.
+ * view_mt_idx: the view metatable's index (an upvalue), or 0 to look it up. */
 static int
 push_cached_field (lua_State *L, fw_dispatch_t *d, int slot, const char *key,
-                   fw_event_field_t field)
+                   fw_event_field_t field, int view_mt_idx)
 {
    fw_error_t err;
    bson_iter_t copy;
@@ -133,7 +134,11 @@ push_cached_field (lua_State *L, fw_dispatch_t *d, int slot, const char *key,
    lua_pop (L, 1);
    if (fw_event_field_document (d->event, field, &data, &len)) {
       /* A document (the usual case) from its bytes, without an iterator. */
-      fw_bson_view_push_copy (L, data, len, false);
+      if (view_mt_idx) {
+         fw_bson_view_push_copy_mt (L, data, len, false, view_mt_idx);
+      } else {
+         fw_bson_view_push_copy (L, data, len, false);
+      }
       cache_keep (L, d, slot);
       return 1;
    }
@@ -173,7 +178,7 @@ static const field_accessor_t accessors[] = {
 };
 
 /* Upvalue 1: the ctx metatable; 2: the accessor (light userdata); 3: its
- * cache slot. */
+ * cache slot; 4: the view metatable. */
 static int
 ctx_field (lua_State *L)
 {
@@ -181,7 +186,7 @@ ctx_field (lua_State *L)
    int slot = (int) lua_tointeger (L, lua_upvalueindex (3));
    fw_dispatch_t *d = check_ctx (L);
 
-   return push_cached_field (L, d, slot, a->field, a->id);
+   return push_cached_field (L, d, slot, a->field, a->id, lua_upvalueindex (4));
 }
 
 static int
@@ -196,12 +201,12 @@ ctx_transaction (lua_State *L)
    /* push_cached_field leaves [cache, value] on the stack: set the value in
     * the new table (not in the event's cache) and drop the cache. */
    if (fw_event_has (d->event, FW_EV_LSID)) {
-      push_cached_field (L, d, SLOT_LSID, "lsid", FW_EV_LSID);
+      push_cached_field (L, d, SLOT_LSID, "lsid", FW_EV_LSID, 0);
       lua_setfield (L, -3, "lsid");
       lua_pop (L, 1);
    }
    if (fw_event_has (d->event, FW_EV_TXN_NUMBER)) {
-      push_cached_field (L, d, SLOT_TXN_NUMBER, "txnNumber", FW_EV_TXN_NUMBER);
+      push_cached_field (L, d, SLOT_TXN_NUMBER, "txnNumber", FW_EV_TXN_NUMBER, 0);
       lua_setfield (L, -3, "txn_number");
       lua_pop (L, 1);
    }
@@ -439,7 +444,8 @@ fw_event_ctx_open (lua_State *L)
       lua_pushvalue (L, -2);
       lua_pushlightuserdata (L, (void *) &accessors[i]);
       lua_pushinteger (L, SLOT_FULL_DOCUMENT + (lua_Integer) i);
-      lua_pushcclosure (L, ctx_field, 3);
+      fw_bson_view_push_metatable (L);
+      lua_pushcclosure (L, ctx_field, 4);
       lua_setfield (L, -2, accessors[i].method);
    }
    lua_setfield (L, -2, "__index");

@@ -179,6 +179,37 @@ bson_view_outlives_its_source (void **state)
    lua_close (L);
 }
 
+/* A view that owns its bytes (as ctx:full_document()'s does) anchors the
+ * views nested in it, whether read by field or by pairs: they are views like
+ * any other and still read after the root is gone. */
+static void
+bson_view_nested_in_an_owning_view_outlive_it (void **state)
+{
+   bson_t *d = sample ();
+   lua_State *L = luaL_newstate ();
+   (void) state;
+
+   luaL_openlibs (L);
+   lua_newtable (L);
+   fw_bson_lua_open (L, -1);
+   fw_bson_view_open (L, -1);
+   lua_setglobal (L, "fw");
+   fw_bson_view_push_copy (L, bson_get_data (d), d->len, false);
+   lua_setglobal (L, "doc");
+   bson_destroy (d);
+   run (L,
+        "local mt = getmetatable(doc)\n"
+        "by_field = doc.customer.address\n"
+        "for k, v in pairs(doc) do if k == 'items' then by_pairs = v end end\n"
+        "for _, v in pairs(by_pairs) do if v.sku == 'B2' then item = v end end\n"
+        "doc = nil\n collectgarbage()\n collectgarbage()\n"
+        "assert(by_field.city == 'Paris' and item.price == 20.0 and #by_pairs == 2)\n"
+        "assert(getmetatable(by_field) == mt and getmetatable(item) == mt)\n"
+        "assert(fw.table(item).sku == 'B2')\n"
+        "assert(not pcall(function() by_field.city = 'Lyon' end))\n");
+   lua_close (L);
+}
+
 int
 main (void)
 {
@@ -189,6 +220,7 @@ main (void)
       cmocka_unit_test (bson_view_is_read_only_and_fw_table_gives_a_mutable_copy),
       cmocka_unit_test (bson_view_round_trips_byte_identical),
       cmocka_unit_test (bson_view_outlives_its_source),
+      cmocka_unit_test (bson_view_nested_in_an_owning_view_outlive_it),
    };
    return cmocka_run_group_tests_name ("bson_view", tests, NULL, NULL);
 }
