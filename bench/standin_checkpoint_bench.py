@@ -10,7 +10,9 @@ save_checkpoint with order_t: `update` of `_fw_checkpoints`, one statement
 updatedAt, writerGen, writerId, writerSeq}}, upsert: true}`, a retryable write with its own
 txnNumber), then times `wire.parse_message` + `commands.execute` of --writes such messages
 (each a new seq and token, as a catch-up sends them) on a Server that is not listening.
-Prints the CPU per write; --profile prints cProfile's top functions instead.
+Prints the CPU per write; --profile prints cProfile's top functions instead. For exact
+counts, run it under `valgrind --tool=callgrind` with two --writes values, and again with
+--build-only (the messages made, none run), and take the differences.
 """
 
 import argparse
@@ -62,6 +64,8 @@ def main():
     p.add_argument("--writes", type=int, default=2000)
     p.add_argument("--warm", type=int, default=20)
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--build-only", action="store_true",
+                   help="make the messages and stop (the harness's own cost)")
     args = p.parse_args()
 
     server = Server()
@@ -72,6 +76,8 @@ def main():
     msgs = [message(i + 1, statement(writer, 3, i + 1), lsid)
             for i in range(args.warm + args.writes)]
     warm, timed = msgs[:args.warm], msgs[args.warm:]
+    if args.build_only:
+        return 0
 
     def run(ms, first=False):
         for header, payload in ms:

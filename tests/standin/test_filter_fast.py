@@ -148,6 +148,10 @@ class CheckpointWriteTest(unittest.TestCase):
                 replies.append(reply)
             c = server.store.coll("db", "_fw_checkpoints")
             docs = [bsonutil.encode(c.docs[k]) for k in c.docs]
+            for k, raw in zip(c.docs, docs):
+                # The size an update kept instead of the bytes (update_fast.new_size).
+                self.assertIn(c.stored_size(k, c.docs[k]), (None, len(raw)), k)
+            self.sized = sum(k in c.sizes for k in c.docs)
             events = []
             for e in server.store.oplog.iter_live():
                 if e.coll == "_fw_checkpoints":
@@ -182,6 +186,7 @@ class CheckpointWriteTest(unittest.TestCase):
         want = self._run(cmds, fast=False)
         got = self._run(cmds, fast=True)
         self.assertGreaterEqual(self.planned, 10)
+        self.assertGreater(self.sized, 0)   # sizes kept, not bytes, and checked above
         self.assertEqual(got[0], want[0])
         self.assertEqual(got[1], want[1])
         self.assertEqual(got[2], want[2])

@@ -290,8 +290,9 @@ def apply_sized(doc, ops, size):
 
 
 def _value_size(v):
-    """The size of a value of one of plan()'s types as bsonutil.encode writes it, or None for
-    one it would not write that way (an int past int64, a string that is not UTF-8)."""
+    """The size of a value of one of plan()'s types or a document of them as bsonutil.encode
+    writes it, or None for one it would not write that way (an int past int64, a string that
+    is not UTF-8) or of another type."""
     t = type(v)
     if t is int:
         if _I32_MIN <= v <= _I32_MAX:
@@ -310,6 +311,19 @@ def _value_size(v):
         return 0
     if t is ObjectId:
         return 12
+    if t is dict:
+        # A document of such values (plan_filtered's resume token): its length, each
+        # element's type byte, name and NUL, its terminating NUL.
+        size = 5
+        for k, x in v.items():
+            vs = _value_size(x)
+            if vs is None or type(k) is not str:
+                return None
+            try:
+                size += len(k.encode()) + 2 + vs
+            except UnicodeEncodeError:
+                return None
+        return size
     return None
 
 
