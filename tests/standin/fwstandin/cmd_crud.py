@@ -389,6 +389,35 @@ def _update_by_id(store, c, fp, txn, fast, sized):
     return _MODIFIED
 
 
+def _update_filtered(store, c, st, txn, fast, sized):
+    """The result of st, a statement update_fast.plan_filtered reads (a checkpoint write: an
+    `_id` and a few predicates on top-level fields), run as mongod's plan for it runs it (the
+    _id index's point bounds, a FETCH filtered by the rest): the document the `_id` finds,
+    the predicates on it (filter_fast), then
+    update_fast's apply. None when nothing was done and the general path runs it: no such
+    shape, no collection or document (n = 0 or the upsert's insert), a value the predicates
+    do not compare, a miss with upsert (the insert's duplicate key), an update apply() refuses
+    (to raise its error)."""
+    if c is None:
+        return None
+    fp = fast.plan_filtered(st)
+    if fp is None:
+        return None
+    doc = c.docs.get(fp[0])     # plan_filtered's _id types are their own value_key
+    if doc is None:
+        return None
+    matched = fast.filter_fast.match(doc, fp[2])
+    if matched is None:
+        return None
+    if not matched:
+        if st.get("upsert"):
+            return None
+        if txn is not None and txn.point.mode != "off":
+            txn.about_to_write()
+        return {"n": 0, "nModified": 0}
+    return _update_by_id(store, c, fp, txn, fast, sized)
+
+
 def _update_statement(store, db, name, st, txn, now, query):
     """One update statement through the general path: its result ({n, nModified} and
     `upserted`: the new _id)."""
@@ -502,6 +531,10 @@ def cmd_update(ctx):
                         # nothing lets go of the store's lock between statements.
                         c = store.coll(db, name)
                     result = _update_by_id(store, c, fp, txn, fast, sized)
+                elif stmts[i] is not None:
+                    if store.observer is not None:
+                        c = store.coll(db, name)    # as above
+                    result = _update_filtered(store, c, stmts[i], txn, fast, sized)
                 if result is None:
                     st = stmts[i]
                     if st is None:

@@ -30,9 +30,10 @@ from bson.int64 import Int64
 from bson.objectid import ObjectId
 
 from . import bsonutil
+from . import filter_fast
 from . import numbers as num
 from .compare import MISSING, identical
-from .update import _compare_paths
+from .update import _compare_paths, copy_value
 
 # The statement fields the fast path knows (anything else, e.g. hint, collation, arrayFilters,
 # goes the general way, which checks it).
@@ -97,6 +98,55 @@ def plan(st):
     if len(ops) > 1:
         ops.sort(key=lambda o: _PATH_ORDER(([o[0]], )))
     return _id, ops
+
+
+def _plain(v, depth=0):
+    """A $set value plan_filtered() takes: one of _SCALARS, or a document of such values (a
+    resume token) with plain field names (no `$`, no dot, not empty), nested at most 8 deep."""
+    t = type(v)
+    if t in _SCALARS:
+        return True
+    if t is not dict or depth >= 8:
+        return False
+    for k, x in v.items():
+        if type(k) is not str or not k or k[0] == "$" or "." in k or not _plain(x, depth + 1):
+            return False
+    return True
+
+
+def plan_filtered(st):
+    """(the _id, ops as plan()'s, the rest of the filter as filter_fast's predicates) of a
+    statement {q: {_id: <literal>, <filter_fast's shapes>}, u: {$set/$inc: <top-level
+    fields>}} whose $set values are scalars or plain documents (a checkpoint write), else
+    None. Its ops' document values are copied when applied (apply())."""
+    if not _KEYS.issuperset(st) or st.get("multi", False) is not False:
+        return None
+    got = filter_fast.parse(st.get("q"))
+    if got is None or type(got[0]) not in _ID_TYPES:
+        return None
+    u = st.get("u")
+    if type(u) is not dict or not u:
+        return None
+    ops = []
+    seen = set()
+    for op, arg in u.items():
+        if op == "$inc":
+            inc = True
+        elif op == "$set":
+            inc = False
+        else:
+            return None
+        if type(arg) is not dict or not arg:
+            return None
+        for field, value in arg.items():
+            if (not field or field[0] == "$" or "." in field or field == "_id"
+                    or field in seen or not (type(value) in _NUMBERS if inc else _plain(value))):
+                return None
+            seen.add(field)
+            ops.append((field, inc, value))
+    if len(ops) > 1:
+        ops.sort(key=lambda o: _PATH_ORDER(([o[0]], )))
+    return got[0], ops, got[1]
 
 
 # The bytes of a statement from its 5th: q's type, name and length, then the first element's
@@ -190,6 +240,8 @@ def apply(doc, ops):
                     value = num.add(cur, arg, on_long_overflow="error")
                 except num.Overflow:
                     return None
+        elif type(arg) is dict:
+            value = copy_value(arg)     # plan_filtered's document: the general path's copy
         else:
             value = arg
         if cur is not MISSING:
@@ -238,8 +290,9 @@ def apply_sized(doc, ops, size):
 
 
 def _value_size(v):
-    """The size of a value of one of plan()'s types as bsonutil.encode writes it, or None for
-    one it would not write that way (an int past int64, a string that is not UTF-8)."""
+    """The size of a value of one of plan()'s types or a document of them as bsonutil.encode
+    writes it, or None for one it would not write that way (an int past int64, a string that
+    is not UTF-8) or of another type."""
     t = type(v)
     if t is int:
         if _I32_MIN <= v <= _I32_MAX:
@@ -258,6 +311,19 @@ def _value_size(v):
         return 0
     if t is ObjectId:
         return 12
+    if t is dict:
+        # A document of such values (plan_filtered's resume token): its length, each
+        # element's type byte, name and NUL, its terminating NUL.
+        size = 5
+        for k, x in v.items():
+            vs = _value_size(x)
+            if vs is None or type(k) is not str:
+                return None
+            try:
+                size += len(k.encode()) + 2 + vs
+            except UnicodeEncodeError:
+                return None
+        return size
     return None
 
 
