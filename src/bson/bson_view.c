@@ -38,6 +38,20 @@ typedef struct {
    lua_Integer hint_index;
 } view_t;
 
+/* Pushes a new view's userdata (extra bytes after the header, nuv user
+ * values) of data[0..len), before any look-up; no metatable yet. */
+static view_t *
+new_view (lua_State *L, size_t extra, int nuv, const uint8_t *data, uint32_t len, bool is_array)
+{
+   view_t *v = lua_newuserdatauv (L, sizeof *v + extra, nuv);
+   v->data = data;
+   v->len = len;
+   v->is_array = is_array;
+   v->hint_pos = 4;
+   v->hint_index = 0;
+   return v;
+}
+
 static view_t *
 to_view (lua_State *L, int idx)
 {
@@ -88,14 +102,8 @@ check_view_keep_mt (lua_State *L)
 void
 fw_bson_view_push (lua_State *L, int anchor_idx, const uint8_t *data, uint32_t len, bool is_array)
 {
-   view_t *v;
    anchor_idx = lua_absindex (L, anchor_idx);
-   v = lua_newuserdatauv (L, sizeof *v, 1);
-   v->data = data;
-   v->len = len;
-   v->is_array = is_array;
-   v->hint_pos = 4;
-   v->hint_index = 0;
+   new_view (L, 0, 1, data, len, is_array);
    lua_pushvalue (L, anchor_idx);
    lua_setiuservalue (L, -2, ANCHOR);
    set_view_mt (L);
@@ -107,14 +115,10 @@ push_copy_bare (lua_State *L, const uint8_t *data, uint32_t len, bool is_array)
 {
    /* The bytes live right after the header in the same userdata: one
     * allocation, and the view is its own anchor (no user value). */
-   view_t *v = lua_newuserdatauv (L, sizeof *v + len, 0);
+   view_t *v = new_view (L, len, 0, NULL, len, is_array);
    uint8_t *copy = (uint8_t *) (v + 1);
    memcpy (copy, data, len);
    v->data = copy;
-   v->len = len;
-   v->is_array = is_array;
-   v->hint_pos = 4;
-   v->hint_index = 0;
 }
 
 void
@@ -160,12 +164,7 @@ static void
 push_nested (lua_State *L, int view_idx, int mt_idx, const uint8_t *data, uint32_t len,
              bool is_array)
 {
-   view_t *v = lua_newuserdatauv (L, sizeof *v, 1);
-   v->data = data;
-   v->len = len;
-   v->is_array = is_array;
-   v->hint_pos = 4;
-   v->hint_index = 0;
+   new_view (L, 0, 1, data, len, is_array);
    push_anchor (L, view_idx);
    lua_setiuservalue (L, -2, ANCHOR);
    if (mt_idx) {
