@@ -16,13 +16,9 @@ counts, run it under `valgrind --tool=callgrind` with two --writes values, and a
 """
 
 import argparse
-import cProfile
 import datetime
 import os
-import pstats
-import struct
 import sys
-import time
 import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -35,6 +31,7 @@ from bson.objectid import ObjectId  # noqa: E402
 
 from fwstandin import commands, wire  # noqa: E402
 from fwstandin.server import Server  # noqa: E402
+from standin_update_bench import message, profile_or_time  # noqa: E402
 
 
 def statement(writer, gen, seq):
@@ -48,15 +45,6 @@ def statement(writer, gen, seq):
                            milliseconds=seq),
                        "writerGen": Int64(gen), "writerId": writer, "writerSeq": Int64(seq)}},
         "upsert": True})
-
-
-def message(txn, st, lsid):
-    body = bson.encode({"update": "_fw_checkpoints", "ordered": True, "$db": "bench",
-                        "lsid": {"id": lsid}, "txnNumber": Int64(txn)})
-    ident = b"updates\x00"
-    payload = (b"\x00\x00\x00\x00" + b"\x00" + body + b"\x01"
-               + struct.pack("<i", 4 + len(ident) + len(st)) + ident + st)
-    return (16 + len(payload), txn, 0, wire.OP_MSG), payload
 
 
 def main():
@@ -73,7 +61,7 @@ def main():
     conn = commands.Connection(1, ("127.0.0.1", 0))
     lsid = Binary(uuid.uuid4().bytes, 4)
     writer = ObjectId()
-    msgs = [message(i + 1, statement(writer, 3, i + 1), lsid)
+    msgs = [message(i + 1, statement(writer, 3, i + 1), lsid, coll="_fw_checkpoints", ordered=True)
             for i in range(args.warm + args.writes)]
     warm, timed = msgs[:args.warm], msgs[args.warm:]
     if args.build_only:
@@ -88,16 +76,9 @@ def main():
                 raise SystemExit("unexpected reply: %r" % bson.decode(reply[21:]))
 
     run(warm, first=True)
-    if args.profile:
-        prof = cProfile.Profile()
-        prof.enable()
-        run(timed)
-        prof.disable()
-        pstats.Stats(prof).sort_stats("tottime").print_stats(30)
+    dt = profile_or_time(run, timed, args.profile)
+    if dt is None:
         return 0
-    t0 = time.process_time()
-    run(timed)
-    dt = time.process_time() - t0
     print("%d checkpoint writes: %.1f us CPU per write" % (args.writes, dt / args.writes * 1e6))
     return 0
 

@@ -34,15 +34,30 @@ from fwstandin import commands, wire  # noqa: E402
 from fwstandin.server import Server  # noqa: E402
 
 
-def message(txn, seq, lsid):
-    """The OP_MSG bytes (header unpacked, payload) of one update command of the statements
-    seq (their BSON, one after the other)."""
-    body = bson.encode({"update": "s6_totals", "ordered": False, "$db": "bench",
+def message(txn, seq, lsid, coll="s6_totals", ordered=False):
+    """The OP_MSG bytes (header unpacked, payload) of one retryable update command on
+    bench.coll of the statements seq (their BSON, one after the other)."""
+    body = bson.encode({"update": coll, "ordered": ordered, "$db": "bench",
                         "lsid": {"id": lsid}, "txnNumber": Int64(txn)})
     ident = b"updates\x00"
     payload = (b"\x00\x00\x00\x00" + b"\x00" + body + b"\x01"
                + struct.pack("<i", 4 + len(ident) + len(seq)) + ident + seq)
     return (16 + len(payload), txn, 0, wire.OP_MSG), payload
+
+
+def profile_or_time(run, msgs, profile):
+    """run(msgs) under cProfile (prints the top functions, returns None) or timed: the
+    process CPU seconds it took."""
+    if profile:
+        prof = cProfile.Profile()
+        prof.enable()
+        run(msgs)
+        prof.disable()
+        pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+        return None
+    t0 = time.process_time()
+    run(msgs)
+    return time.process_time() - t0
 
 
 def statements(batch, groups, start):
@@ -90,16 +105,9 @@ def main():
 
     run(warm)
     n = args.rounds * args.batch
-    if args.profile:
-        prof = cProfile.Profile()
-        prof.enable()
-        run(timed)
-        prof.disable()
-        pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+    dt = profile_or_time(run, timed, args.profile)
+    if dt is None:
         return 0
-    t0 = time.process_time()
-    run(timed)
-    dt = time.process_time() - t0
     print("%d statements (%s): %.2f us CPU per statement"
           % (n, "one per command" if args.single else "%d per command" % args.batch,
              dt / n * 1e6))
