@@ -158,8 +158,9 @@ push_anchor (lua_State *L, int idx)
 
 /* Pushes a view of a document or array nested in the view at view_idx
  * (absolute or an upvalue), sharing its anchor; mt_idx is the view
- * metatable's index (absolute or an upvalue), 0 to look it up. The same view as fw_bson_view_push, built without a registry
- * look-up or a stack shuffle: it runs for every nested document read. */
+ * metatable's index (absolute or an upvalue), 0 to look it up. The same
+ * view as fw_bson_view_push, built without a registry look-up or a stack
+ * shuffle: it runs for every nested document read. */
 static void
 push_nested (lua_State *L, int view_idx, int mt_idx, const uint8_t *data, uint32_t len,
              bool is_array)

@@ -554,9 +554,10 @@ fw_checkpoint_writer_new (mongoc_client_pool_t *pool, const char *database, cons
 }
 
 /* With the lock held: whether a hand-over made at now_ns must wait for the
- * writer: no newer run refused a write, max_behind hand-overs or more are past
- * the newest tried and that one was handed over max_unsaved_ns or longer ago. Time only makes the
- * newest tried older, so only a write's end ends the wait. */
+ * writer: no newer run refused a write, max_behind hand-overs or more are
+ * past the newest tried and that one was handed over max_unsaved_ns or
+ * longer ago. Time only makes the newest tried older, so only a write's end
+ * ends the wait. */
 static bool
 must_wait (const fw_checkpoint_writer_t *cw, int max_behind, int64_t max_unsaved_ns, int64_t now_ns)
 {
